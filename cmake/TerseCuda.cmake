@@ -1,0 +1,33 @@
+# CUDA detection: TERSE_CUDA=AUTO|ON|OFF. AUTO builds CUDA code when nvcc is found; ON requires it; OFF skips it.
+# Sets TERSE_HAVE_CUDA. With CUDA on, .cu sources build for TERSE_CUDA_ARCHITECTURES (default sm_80 and sm_90).
+set(TERSE_CUDA "AUTO" CACHE STRING "Build CUDA code: AUTO (when nvcc is found), ON or OFF")
+set_property(CACHE TERSE_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(TERSE_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures for .cu sources")
+
+string(TOUPPER "${TERSE_CUDA}" _terse_cuda_mode)
+if(NOT _terse_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "TERSE_CUDA must be AUTO, ON or OFF, got '${TERSE_CUDA}'")
+endif()
+
+set(TERSE_HAVE_CUDA OFF)
+if(NOT _terse_cuda_mode STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(TERSE_HAVE_CUDA ON)
+  elseif(_terse_cuda_mode STREQUAL "ON")
+    message(FATAL_ERROR "TERSE_CUDA=ON but no CUDA compiler was found: put nvcc on PATH or set CUDACXX, "
+                        "or configure with -DTERSE_CUDA=AUTO|OFF")
+  endif()
+endif()
+
+if(TERSE_HAVE_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "${TERSE_CUDA_ARCHITECTURES}")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(TERSE_CUDA_ARCH_MSG ", architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()

@@ -1,0 +1,46 @@
+// Per-tensor compression as the pipeline drives it: one TensorCodec per gradient tensor (or chunk), with every
+// buffer sized from the plugin's two-phase answers and allocated once at setup, so encode/decode allocate nothing.
+// Decorators (error feedback, momentum correction) wrap any TensorCodec and keep the same interface, so the pipeline
+// never knows which compressor or which decorators it drives (BytePS's habit, STYLE.md 8).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/plugin/compressor.h"
+
+namespace terse {
+
+class TensorCodec {
+ public:
+  virtual ~TensorCodec() = default;
+
+  virtual const CompressorCaps& caps() const = 0;
+  // The tensor this codec serves: dtype, numel, shape, tensor id, rank, world size, device. step/round/seed/source
+  // are per call.
+  virtual const TensorInfo& info() const = 0;
+  // The plugin's sizes for `round` (0 <= round < caps().num_rounds).
+  virtual const CompressorSizes& sizes(int round) const = 0;
+
+  // Writes round `round`'s payload for `step` into out and returns its size. `grad` holds info().numel elements of
+  // info().dtype; the same gradient is passed in every round of a step. `prev` is the aggregate of round - 1 (empty in
+  // round 0).
+  virtual uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                          std::span<std::byte> out) = 0;
+  // out = decoded payload of the last round (out += when accumulate). source_rank: whose payload, -1 for an
+  // aggregate. The payload is untrusted and is validated by the plugin.
+  virtual void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
+                      bool accumulate) = 0;
+  // CUSTOM aggregation: out = a (+) b; returns the size.
+  virtual uint64_t reduce(uint64_t step, std::span<const std::byte> a, std::span<const std::byte> b,
+                          std::span<std::byte> out) = 0;
+};
+
+// The codec that calls a plugin instance directly, owning this tensor's workspace and state (host memory).
+// `run_seed` is the experiment's seed: with TERSE_CAP_SHARED_SEED every rank gets the same info.seed, otherwise a
+// per-rank seed derived from it, so independent stochastic rounding stays independent across ranks.
+std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
+                                             uint64_t run_seed);
+
+}  // namespace terse

@@ -1,0 +1,90 @@
+// The core's C++ view of a compressor plugin instance: checked calls, validated caps and sizes, RAII lifetime.
+// Every plugin status becomes a terse::Error whose message names the plugin, its file, the call and the plugin's own
+// message; nothing the plugin answers is trusted without a check (caps, sizes, output lengths).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/common/dtype.h"
+#include "core/plugin/plugin_info.h"
+
+namespace terse {
+
+enum class Aggregation : int32_t { kAllgather = 0, kSum = 1, kCustom = 2 };
+std::string_view aggregationName(Aggregation a) noexcept;  // "allgather", "sum", "custom"
+
+struct CompressorCaps {
+  uint32_t devices = 0;  // TERSE_DEVICE_* bitmask
+  Aggregation aggregation = Aggregation::kAllgather;
+  DType wire_dtype = DType::kF32;  // SUM only
+  bool fixed_size = false;
+  bool stateful = false;
+  bool shared_seed = false;
+  int num_rounds = 1;
+};
+
+struct CompressorSizes {
+  uint64_t max_output_bytes = 0;
+  uint64_t workspace_bytes = 0;
+  uint64_t state_bytes = 0;
+  uint64_t sum_header_bytes = 0;
+  uint64_t max_reduced_bytes = 0;
+};
+
+// One call's tensor description; mirrors terse_tensor_info_v1 without tying the core to one ABI version.
+struct TensorInfo {
+  DType dtype = DType::kF32;
+  uint64_t numel = 0;
+  int ndim = 0;
+  std::array<int64_t, 4> shape{};
+  uint32_t device = 0x1u;  // TERSE_DEVICE_HOST or TERSE_DEVICE_CUDA
+  int device_index = -1;
+  uint64_t tensor_id = 0;
+  uint64_t step = 0;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  int round = 0;
+  int source_rank = 0;
+};
+
+// Core-owned per-tensor memory handed to every call (see terse_scratch_v1).
+struct Scratch {
+  std::span<std::byte> workspace;
+  std::span<std::byte> state;
+};
+
+using Params = std::vector<std::pair<std::string, std::string>>;
+
+// One initialized instance of a compressor plugin (init on construction, finalize on destruction). Thread-safety is
+// the ABI's: calls for different tensors may run concurrently, calls for one tensor must be serialized by the caller.
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+  virtual const PluginInfo& plugin() const = 0;
+
+  // Validated: devices nonzero and known, aggregation known, SUM has a float wire dtype and fixed size, rounds in
+  // 1..TERSE_MAX_ROUNDS_V1, CUSTOM has reduce. Throws Unsupported when the plugin does not handle the dtype.
+  virtual CompressorCaps caps(DType dtype) const = 0;
+  // Validated against caps: state only when stateful, SUM header a multiple of the wire dtype and below the output,
+  // CUSTOM's max_reduced_bytes >= max_output_bytes, SUM's summed region a whole number of wire elements.
+  virtual CompressorSizes sizes(const TensorInfo& info) const = 0;
+
+  // Returns the payload size; checks it against out.size() and, for fixed-size caps, against max_output_bytes.
+  virtual uint64_t compress(const TensorInfo& info, const void* input, std::span<const std::byte> prev,
+                            const Scratch& scratch, std::span<std::byte> out, void* stream) const = 0;
+  virtual void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch,
+                          void* out, bool accumulate, void* stream) const = 0;
+  // CUSTOM only; throws InvalidArgument for other aggregations.
+  virtual uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b,
+                          const Scratch& scratch, std::span<std::byte> out, void* stream) const = 0;
+};
+
+}  // namespace terse
