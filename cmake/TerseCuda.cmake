@@ -26,8 +26,16 @@ if(TERSE_HAVE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES "${TERSE_CUDA_ARCHITECTURES}")
   endif()
   enable_language(CUDA)
-  # CMake 3.25 does not know nvcc 13's C++20 flag, so CMAKE_CUDA_STANDARD cannot say 20; pass it directly.
-  add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+  # CMake 3.25 predates nvcc's C++20 support in its compiler tables; teach it the flag and the feature so C++20
+  # targets (terse::plugin_sdk requires cxx_std_20) can hold .cu sources. Newer CMake knows this already.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
   set(TERSE_CUDA_ARCH_MSG ", architectures ${CMAKE_CUDA_ARCHITECTURES}")
 endif()

@@ -32,9 +32,15 @@ class TensorCodec {
   // aggregate. The payload is untrusted and is validated by the plugin.
   virtual void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
                       bool accumulate) = 0;
-  // CUSTOM aggregation: out = a (+) b; returns the size.
-  virtual uint64_t reduce(uint64_t step, std::span<const std::byte> a, std::span<const std::byte> b,
+  // CUSTOM aggregation: out = a (+) b for `round`'s payloads (the ABI folds every round's payloads, and a plugin's
+  // reduce sees info.round); out.size() >= sizes(round).max_reduced_bytes. Returns the size.
+  virtual uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
                           std::span<std::byte> out) = 0;
+  // The last round's reduce, the only one a single-round compressor has. Implementations add
+  // `using TensorCodec::reduce;` so this overload stays visible through their own type.
+  uint64_t reduce(uint64_t step, std::span<const std::byte> a, std::span<const std::byte> b, std::span<std::byte> out) {
+    return reduce(step, caps().num_rounds - 1, a, b, out);
+  }
 };
 
 // The codec that calls a plugin instance directly, owning this tensor's workspace and state (host memory).

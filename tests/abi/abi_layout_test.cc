@@ -1,0 +1,32 @@
+// The layout is locked at compile time by abi_layout_asserts.h (for C++ here and for C in abi_layout_c.c); the test
+// cases check that both compilers agree and that the unversioned headers name the current version.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "abi_layout_asserts.h"
+#include "terse/compressor.h"
+#include "terse/scheduler.h"
+
+extern "C" {
+size_t terse_test_c_sizeof_compressor(void);
+size_t terse_test_c_sizeof_scheduler(void);
+size_t terse_test_c_sizeof_tensor_info(void);
+size_t terse_test_c_sizeof_chunk(void);
+}
+
+TEST(AbiLayout, CAndCxxAgree) {
+  EXPECT_EQ(terse_test_c_sizeof_compressor(), sizeof(terse_compressor_v1));
+  EXPECT_EQ(terse_test_c_sizeof_scheduler(), sizeof(terse_scheduler_v1));
+  EXPECT_EQ(terse_test_c_sizeof_tensor_info(), sizeof(terse_tensor_info_v1));
+  EXPECT_EQ(terse_test_c_sizeof_chunk(), sizeof(terse_chunk_v1));
+}
+
+TEST(AbiLayout, UnversionedHeadersNameV1) {
+  EXPECT_EQ(TERSE_COMPRESSOR_ABI_VERSION, 1u);
+  EXPECT_EQ(TERSE_SCHEDULER_ABI_VERSION, 1u);
+  EXPECT_STREQ(TERSE_COMPRESSOR_PLUGIN_SYMBOL, "terse_compressor_plugin_v1");
+  EXPECT_STREQ(TERSE_SCHEDULER_PLUGIN_SYMBOL, "terse_scheduler_plugin_v1");
+  EXPECT_EQ(sizeof(terse_compressor_t), sizeof(terse_compressor_v1));
+  EXPECT_EQ(sizeof(terse_scheduler_t), sizeof(terse_scheduler_v1));
+}
