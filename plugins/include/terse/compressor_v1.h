@@ -14,9 +14,14 @@
  *   out = decompress(aggregate_{R-1})       (SUM, CUSTOM: once; ALLGATHER: once per rank with accumulate = 1)
  * The decompressed aggregate of all ranks is the SUM of their contributions; the core divides by world_size.
  *
- * Threading: calls for different tensor ids may run concurrently on different threads with the same ctx, so a ctx is
- * read-only after init. Calls for one tensor id are serialized by the core. Per-tensor memory (workspace and state)
- * is owned and allocated by the core from the sizes the plugin reports, so the hot path allocates nothing. */
+ * Decompressing one rank's payload (source_rank >= 0) yields that rank's own contribution, so that the sum over
+ * ranks of their decompressed payloads equals the decompressed aggregate. Error feedback relies on this: it
+ * decompresses the local payload of the last round to learn what this rank transmitted.
+ *
+ * Threading: per-tensor memory (workspace and state) is owned and allocated by the core from the sizes the plugin
+ * reports, so the hot path allocates nothing, and one ctx may serve several tensors and several in-process ranks
+ * (each with its own workspace and state). Calls may therefore run concurrently on different threads with the same
+ * ctx, which is read-only after init; calls that share one workspace/state are serialized by the core. */
 #ifndef TERSE_COMPRESSOR_V1_H_
 #define TERSE_COMPRESSOR_V1_H_
 
@@ -82,7 +87,8 @@ typedef struct terse_compressor_caps_v1 {
   terse_aggregation_v1 aggregation;
   terse_dtype_v1 wire_dtype;   /* SUM only: F32, F16 or BF16. Ignored otherwise. */
   uint32_t flags;              /* TERSE_CAP_* */
-  int32_t num_rounds;          /* 1..TERSE_MAX_ROUNDS_V1 (PowerSGD: 2) */
+  int32_t num_rounds;          /* 1..TERSE_MAX_ROUNDS_V1 (PowerSGD: 2); more than 1 requires SUM or CUSTOM, so that
+                                  `prev` is one aggregated payload */
 } terse_compressor_caps_v1;
 
 /* ---- Two-phase sizing (cub style): asked once per tensor and round at setup; the core allocates then. */
@@ -147,7 +153,10 @@ typedef struct terse_compressor_v1 {
   /* output (info->numel elements of info->dtype) = decompressed payload, or output += decompressed payload when
    * accumulate != 0. The payload is untrusted (it came over the network): validate every length, count and index
    * against info and the sizes, and return TERSE_ERR_INVALID_PAYLOAD without touching memory out of bounds on any
-   * malformed input. info->round is the last round; info->source_rank says whose payload it is (-1: aggregate). */
+   * malformed input. info->round is the last round; info->source_rank says whose payload it is (-1: aggregate).
+   * May be called several times per step (once per rank's payload, and once more on the local payload by error
+   * feedback): it never modifies the workspace, and modifies the state only for the aggregate (source_rank == -1),
+   * e.g. PowerSGD's warm start keeping the aggregated factor for the next step. */
   terse_status_v1 (*decompress)(void* ctx, const terse_tensor_info_v1* info, const void* payload,
                                 uint64_t payload_bytes, const terse_scratch_v1* scratch, void* output,
                                 int32_t accumulate, void* stream);
