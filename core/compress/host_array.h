@@ -29,7 +29,7 @@ class HostArray {
   explicit HostArray(std::size_t count) : size_(count) {
     if (count == 0) return;
     if (count > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_alloc();
-    data_.reset(static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{kAlignment})));
+    data_.reset(static_cast<T*>(::operator new (count * sizeof(T), std::align_val_t{kAlignment})));
     std::memset(static_cast<void*>(data_.get()), 0, count * sizeof(T));
   }
 
@@ -48,7 +48,7 @@ class HostArray {
 
  private:
   struct Free {
-    void operator()(T* p) const noexcept { ::operator delete(static_cast<void*>(p), std::align_val_t{kAlignment}); }
+    void operator()(T* p) const noexcept { ::operator delete (static_cast<void*>(p), std::align_val_t{kAlignment}); }
   };
   std::unique_ptr<T[], Free> data_;
   std::size_t size_ = 0;

@@ -1,0 +1,83 @@
+#include "core/compress/error_feedback.h"
+
+#include <string>
+#include <utility>
+
+#include "core/common/error.h"
+#include "core/compress/error_feedback_math.h"
+
+namespace terse {
+namespace {
+
+std::string where(const TensorInfo& t) {
+  return "error feedback, tensor " + std::to_string(t.tensor_id) + ": ";
+}
+
+// The loops stay this plain so that GCC vectorizes them at -O2 (whose very-cheap cost model will not version a loop
+// for aliasing, hence __restrict: the buffers never overlap).
+void correct(const float* __restrict g, const float* __restrict e, float* __restrict p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = efCorrect(g[i], e[i]);
+}
+
+void updateResidual(const float* __restrict p, const float* __restrict t, float* __restrict e, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) e[i] = efResidual(p[i], t[i]);
+}
+
+}  // namespace
+
+ErrorFeedback::ErrorFeedback(std::unique_ptr<TensorCodec> inner) : inner_(std::move(inner)) {
+  TERSE_CHECK(inner_ != nullptr, InvalidArgument, "error feedback: inner codec is null");
+  const TensorInfo& t = inner_->info();
+  TERSE_CHECK(t.dtype == DType::kF32, Unsupported,
+              where(t) << "error feedback supports f32 gradients only, got " << dtypeName(t.dtype)
+                       << " (a 16-bit residual would lose what it is meant to keep)");
+  TERSE_CHECK(t.device == TERSE_DEVICE_HOST, Unsupported,
+              where(t) << "error feedback on CUDA tensors is not implemented yet; the tensor must be on the host");
+  const auto n = static_cast<std::size_t>(t.numel);
+  residual_ = HostArray<float>(n);
+  corrected_ = HostArray<float>(n);
+  transmitted_ = HostArray<float>(n);
+}
+
+uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                               std::span<std::byte> out) {
+  const int rounds = inner_->caps().num_rounds;
+  TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
+              where(info()) << "encode: round must be in [0, " << rounds << "), got " << round);
+  const std::size_t n = corrected_.size();
+  if (round == 0) {
+    TERSE_CHECK(grad != nullptr || n == 0, InvalidArgument,
+                where(info()) << "encode: gradient is null for " << n << " elements");
+    correct(static_cast<const float*>(grad), residual_.data(), corrected_.data(), n);
+    step_ = step;
+    next_round_ = 0;
+  } else {
+    // p_t was fixed in round 0 of this step; a round out of order would encode a stale or missing p.
+    TERSE_CHECK(round == next_round_ && step == step_, InvalidArgument,
+                where(info()) << "encode: round " << round << " of step " << step << " must follow round " << round - 1
+                              << " of the same step; expected round " << next_round_ << " of step " << step_);
+  }
+
+  const uint64_t bytes = inner_->encode(step, round, corrected_.data(), prev, out);
+  TERSE_CHECK(bytes <= out.size(), InternalError,
+              where(info()) << "inner codec reported " << bytes << " B written into a " << out.size() << " B span");
+  next_round_ = round + 1;
+  if (round == rounds - 1) {
+    // D(C(p)): this rank's own contribution, decoded without accumulation. For a multi-round compressor the plugin's
+    // workspace still holds the earlier rounds' aggregates, which the last round's payload is decoded against.
+    inner_->decode(step, out.first(static_cast<std::size_t>(bytes)), info().rank, transmitted_.data(), false);
+    updateResidual(corrected_.data(), transmitted_.data(), residual_.data(), n);
+    next_round_ = 0;  // only round 0 (a new step) may come next
+  }
+  return bytes;
+}
+
+void ErrorFeedback::reset() {
+  residual_.zero();
+  corrected_.zero();
+  transmitted_.zero();
+  step_ = 0;
+  next_round_ = 0;
+}
+
+}  // namespace terse

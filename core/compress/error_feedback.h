@@ -1,0 +1,77 @@
+// Error feedback (residual memory) around any compressor: what a lossy compressor drops this step is added back into
+// the next step's gradient, so nothing is lost for good, only delayed.
+//
+//   p_t     = g_t + e_t                 (corrected gradient; e_0 = 0)
+//   payload = C(p_t)
+//   e_{t+1} = p_t - D(C(p_t))           (D(C(p)): this rank's own payload decoded locally, accumulate = 0)
+//
+// Seide et al. 2014, "1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training of
+// Speech DNNs" (1-bit SGD's error feedback); Karimireddy et al. 2019, "Error Feedback Fixes SignSGD and other Gradient
+// Compression Schemes" (EF-SGD, convergence for any compressor with ||C(x) - x||^2 <= (1 - delta) ||x||^2).
+//
+// Telescoping the update gives the invariant the tests check: sum_t D(C(p_t)) = sum_t g_t - e_T, i.e. every gradient
+// coordinate reaches the wire eventually, up to a residual that stays bounded when the compressor is contractive.
+//
+// Multi-round compressors (caps.num_rounds R > 1, e.g. PowerSGD): p_t is computed once in round 0 and the same p_t is
+// the inner codec's input in every round; after the last round's encode the residual uses the LAST round's local
+// payload, whose decoding is the rank's own contribution given the earlier rounds' aggregates. For PowerSGD (Vogels et
+// al. 2019, "PowerSGD: Practical Low-Rank Gradient Compression", Algorithm 2) that is e = M - P̂ Q_localᵀ, with P̂ the
+// orthogonalized aggregate of round 0 and Q_local = Mᵀ P̂ this rank's round-1 factor.
+//
+// Rounds of a step must come in order 0..R-1; round 0 may restart a step at any time (the residual only changes after
+// the last round succeeded, so a failed or abandoned step leaves it untouched). decode and reduce are forwarded
+// unchanged: the aggregate needs no correction, only what each rank sends does.
+//
+// f32 tensors only for now: the residual must be kept at least at the gradient's precision, and f16/bf16 residuals need
+// an f32 shadow copy (a later issue). Every buffer is allocated once in the constructor; encode allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/compress/codec.h"
+#include "core/compress/host_array.h"
+
+namespace terse {
+
+class ErrorFeedback final : public TensorCodec {
+ public:
+  // Throws InvalidArgument for a null inner codec, Unsupported for a non-f32 or non-host tensor.
+  explicit ErrorFeedback(std::unique_ptr<TensorCodec> inner);
+
+  const CompressorCaps& caps() const override { return inner_->caps(); }
+  const TensorInfo& info() const override { return inner_->info(); }
+  const CompressorSizes& sizes(int round) const override { return inner_->sizes(round); }
+
+  // Round 0 computes p = grad + e; every round encodes p (grad is read in round 0 only); after the last round the
+  // residual becomes p - D(C(p)). Throws InvalidArgument for a round out of order.
+  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                  std::span<std::byte> out) override;
+  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
+    inner_->decode(step, payload, source_rank, out, accumulate);
+  }
+  using TensorCodec::reduce;
+  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
+                  std::span<std::byte> out) override {
+    return inner_->reduce(step, round, a, b, out);
+  }
+
+  // e: what has not been transmitted yet (numel floats).
+  std::span<const float> residual() const { return residual_.span(); }
+  // D(C(p)) of the last completed step: this rank's own payload of the last round, decoded (numel floats).
+  std::span<const float> transmitted() const { return transmitted_.span(); }
+  // Forgets the residual and any step in progress (e.g. when a run restarts from a checkpoint without its residuals).
+  void reset();
+
+ private:
+  std::unique_ptr<TensorCodec> inner_;
+  HostArray<float> residual_;     // e_t, persistent
+  HostArray<float> corrected_;    // p_t, fixed from round 0 to the last round of one step
+  HostArray<float> transmitted_;  // D(C(p_t)) of the last completed step
+  // Where the current step stands, so that a round out of order is an error rather than a silently wrong residual.
+  uint64_t step_ = 0;
+  int next_round_ = 0;
+};
+
+}  // namespace terse

@@ -1,0 +1,39 @@
+// Builds one tensor's codec chain from the experiment's options: the plugin codec innermost, then the decorators
+// (STYLE.md 8), outermost last:
+//
+//   momentum_correction > 0:  MomentumCorrection(ErrorFeedback(PluginCodec))
+//   error_feedback:           ErrorFeedback(PluginCodec)
+//   neither:                  PluginCodec
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/compress/codec.h"
+
+namespace terse {
+
+struct CodecOptions {
+  // Residual memory around the compressor (error_feedback.h).
+  bool error_feedback = false;
+  // DGC momentum correction with this momentum factor m in [0, 1); 0 = off (momentum_correction.h). It implies error
+  // feedback whatever error_feedback says: DGC's velocity accumulation v_t = v_{t-1} + u_t IS the residual memory, so
+  // momentum correction without it would drop every unsent coordinate's momentum. The optimizer must then run without
+  // its own momentum.
+  double momentum_correction = 0;
+  // DGC momentum factor masking (only with momentum_correction > 0).
+  bool momentum_masking = true;
+  // DGC's Nesterov variant of momentum correction (only with momentum_correction > 0).
+  bool momentum_nesterov = false;
+};
+
+// Throws InvalidArgument naming the option and its value, e.g. "codec option 'momentum_correction' must be in [0, 1),
+// got 1".
+void validateCodecOptions(const CodecOptions& options);
+
+// Validates the options before anything is built, then builds the chain (makePluginCodec, ErrorFeedback,
+// MomentumCorrection throw as documented there: Unsupported for a CUDA tensor, or for error feedback on non-f32).
+std::unique_ptr<TensorCodec> makeCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
+                                       uint64_t run_seed, const CodecOptions& options);
+
+}  // namespace terse

@@ -1,0 +1,164 @@
+#include "core/compress/plugin_codec.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "core/common/error.h"
+#include "core/compress/seed.h"
+#include "terse/compressor.h"
+
+namespace terse {
+namespace {
+
+// "compressor 'topk', tensor 7: " — every message names both, since one run drives many tensors through one plugin.
+std::string where(const Compressor& c, const TensorInfo& t) {
+  return "compressor '" + c.plugin().name + "', tensor " + std::to_string(t.tensor_id) + ": ";
+}
+
+}  // namespace
+
+void validateTensorInfo(const TensorInfo& t) {
+  const std::string who = "tensor " + std::to_string(t.tensor_id) + ": ";
+  TERSE_CHECK(isValidDType(static_cast<int32_t>(t.dtype)), InvalidArgument,
+              who << "unknown dtype value " << static_cast<int32_t>(t.dtype));
+  TERSE_CHECK(t.ndim >= 0 && t.ndim <= 4, InvalidArgument, who << "ndim must be in 0..4, got " << t.ndim);
+  uint64_t product = 1;
+  for (int d = 0; d < 4; ++d) {
+    const int64_t extent = t.shape[static_cast<std::size_t>(d)];
+    if (d >= t.ndim) {
+      TERSE_CHECK(extent == 0, InvalidArgument,
+                  who << "shape[" << d << "] must be 0 beyond ndim = " << t.ndim << ", got " << extent);
+      continue;
+    }
+    TERSE_CHECK(extent >= 0, InvalidArgument, who << "shape[" << d << "] must be >= 0, got " << extent);
+    const auto e = static_cast<uint64_t>(extent);
+    TERSE_CHECK(e == 0 || product <= std::numeric_limits<uint64_t>::max() / e, InvalidArgument,
+                who << "the shape's element count overflows 64 bits");
+    product *= e;
+  }
+  TERSE_CHECK(t.ndim == 0 || product == t.numel, InvalidArgument,
+              who << "numel " << t.numel << " does not match the shape's product " << product);
+  const std::size_t elem = dtypeSize(t.dtype);
+  TERSE_CHECK(t.numel <= std::numeric_limits<uint64_t>::max() / elem, InvalidArgument,
+              who << "numel " << t.numel << " of " << dtypeName(t.dtype) << " overflows 64-bit byte counts");
+  TERSE_CHECK(t.world_size >= 1, InvalidArgument, who << "world_size must be >= 1, got " << t.world_size);
+  TERSE_CHECK(t.rank >= 0 && t.rank < t.world_size, InvalidArgument,
+              who << "rank must be in [0, " << t.world_size << "), got " << t.rank);
+}
+
+PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed)
+    : compressor_(std::move(compressor)), info_(tensor) {
+  TERSE_CHECK(compressor_ != nullptr, InvalidArgument, "makePluginCodec: compressor is null");
+  validateTensorInfo(tensor);
+  const std::string who = where(*compressor_, tensor);
+  TERSE_CHECK(tensor.device != TERSE_DEVICE_CUDA, Unsupported,
+              who << "CUDA tensors are not supported by the host codec yet; pass host memory (device = HOST)");
+  TERSE_CHECK(tensor.device == TERSE_DEVICE_HOST, InvalidArgument,
+              who << "device must be HOST (" << TERSE_DEVICE_HOST << ") or CUDA (" << TERSE_DEVICE_CUDA << "), got "
+                  << tensor.device);
+
+  caps_ = compressor_->caps(tensor.dtype);  // throws Unsupported for a dtype the plugin does not handle
+  TERSE_CHECK((caps_.devices & TERSE_DEVICE_HOST) != 0, Unsupported,
+              who << "the plugin does not support host tensors (devices mask " << caps_.devices << ")");
+  // Compressor::caps validated the range already; the codec indexes sizes_ by round, so it does not rely on that.
+  TERSE_CHECK(caps_.num_rounds >= 1 && caps_.num_rounds <= TERSE_MAX_ROUNDS_V1, PluginError,
+              who << "num_rounds must be in 1.." << TERSE_MAX_ROUNDS_V1 << ", got " << caps_.num_rounds);
+
+  // The per-call fields as the ABI wants them at sizing time: step, seed and source_rank 0.
+  info_.device_index = -1;
+  info_.step = 0;
+  info_.seed = 0;
+  info_.source_rank = 0;
+  sizes_.resize(static_cast<std::size_t>(caps_.num_rounds));
+  uint64_t workspace = 0;
+  uint64_t state = 0;
+  for (int r = 0; r < caps_.num_rounds; ++r) {
+    info_.round = r;
+    CompressorSizes& s = sizes_[static_cast<std::size_t>(r)];
+    s = compressor_->sizes(info_);
+    workspace = std::max(workspace, s.workspace_bytes);
+    state = std::max(state, s.state_bytes);
+  }
+  TERSE_CHECK(workspace <= std::numeric_limits<std::size_t>::max() && state <= std::numeric_limits<std::size_t>::max(),
+              PluginError, who << "workspace (" << workspace << " B) or state (" << state << " B) too large");
+  workspace_ = HostArray<std::byte>(static_cast<std::size_t>(workspace));
+  state_ = HostArray<std::byte>(static_cast<std::size_t>(state));
+
+  info_.round = 0;
+  info_.source_rank = info_.rank;
+  info_.seed = codecSeed(run_seed, caps_.shared_seed, info_.rank);
+}
+
+const CompressorSizes& PluginCodec::sizes(int round) const {
+  checkRound("sizes", round);
+  return sizes_[static_cast<std::size_t>(round)];
+}
+
+void PluginCodec::checkRound(const char* call, int round) const {
+  TERSE_CHECK(
+      round >= 0 && round < caps_.num_rounds, InvalidArgument,
+      where(*compressor_, info_) << call << ": round must be in [0, " << caps_.num_rounds << "), got " << round);
+}
+
+TensorInfo PluginCodec::callInfo(uint64_t step, int round, int source_rank) const {
+  TensorInfo call = info_;
+  call.step = step;
+  call.round = round;
+  call.source_rank = source_rank;
+  return call;
+}
+
+uint64_t PluginCodec::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                             std::span<std::byte> out) {
+  checkRound("encode", round);
+  const CompressorSizes& s = sizes_[static_cast<std::size_t>(round)];
+  TERSE_CHECK(out.size() >= s.max_output_bytes, InvalidArgument,
+              where(*compressor_, info_) << "encode round " << round << ": output span holds " << out.size()
+                                         << " B, the plugin needs up to " << s.max_output_bytes << " B");
+  TERSE_CHECK(grad != nullptr || info_.numel == 0, InvalidArgument,
+              where(*compressor_, info_) << "encode: gradient is null for " << info_.numel << " elements");
+  TERSE_CHECK(round > 0 || prev.empty(), InvalidArgument,
+              where(*compressor_, info_) << "encode round 0 takes no previous aggregate, got " << prev.size() << " B");
+  const TensorInfo call = callInfo(step, round, info_.rank);
+  const uint64_t bytes = compressor_->compress(call, grad, prev, scratch(), out, nullptr);
+  // Compressor checks the size against out.size(); the codec's callers size wire buffers from sizes(round), so hold
+  // the plugin to its own bound as well.
+  TERSE_CHECK(bytes <= s.max_output_bytes, PluginError,
+              where(*compressor_, info_) << "compress round " << round << " wrote " << bytes
+                                         << " B, above its max_output_bytes " << s.max_output_bytes);
+  return bytes;
+}
+
+void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
+                         bool accumulate) {
+  TERSE_CHECK(source_rank >= -1 && source_rank < info_.world_size, InvalidArgument,
+              where(*compressor_, info_) << "decode: source_rank must be -1 (aggregate) or in [0, " << info_.world_size
+                                         << "), got " << source_rank);
+  TERSE_CHECK(out != nullptr || info_.numel == 0, InvalidArgument,
+              where(*compressor_, info_) << "decode: output is null for " << info_.numel << " elements");
+  const TensorInfo call = callInfo(step, caps_.num_rounds - 1, source_rank);
+  compressor_->decompress(call, payload, scratch(), out, accumulate, nullptr);
+}
+
+uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
+                             std::span<std::byte> out) {
+  TERSE_CHECK(caps_.aggregation == Aggregation::kCustom, InvalidArgument,
+              where(*compressor_, info_) << "reduce is only for custom aggregation; this plugin's aggregation is "
+                                         << aggregationName(caps_.aggregation));
+  checkRound("reduce", round);
+  const CompressorSizes& s = sizes_[static_cast<std::size_t>(round)];
+  TERSE_CHECK(out.size() >= s.max_reduced_bytes, InvalidArgument,
+              where(*compressor_, info_) << "reduce round " << round << ": output span holds " << out.size()
+                                         << " B, the plugin needs up to " << s.max_reduced_bytes << " B");
+  const TensorInfo call = callInfo(step, round, -1);
+  return compressor_->reduce(call, a, b, scratch(), out, nullptr);
+}
+
+std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
+                                             uint64_t run_seed) {
+  return std::make_unique<PluginCodec>(std::move(compressor), tensor, run_seed);
+}
+
+}  // namespace terse

@@ -1,0 +1,61 @@
+// The innermost codec of every chain: it drives one plugin instance (terse::Compressor) for one tensor on the host.
+//
+// Setup does everything that may allocate or ask the plugin a question (Gloo's habit, STYLE.md 6): caps for the
+// tensor's dtype, the two-phase sizes of every round (kept per round), and this tensor's workspace and state, each
+// allocated once at the maximum over rounds, aligned to 64 bytes, the state zero-filled (compressor_v1.h,
+// terse_compressor_sizes_v1). encode/decode/reduce only fill the per-call fields (step, round, seed, source_rank),
+// check bounds and forward, so the hot path allocates nothing.
+//
+// makePluginCodec (declared in codec.h) builds one. The CUDA path is a sibling codec in its own issue; a CUDA tensor
+// given to this one is Unsupported, never silently copied.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/compress/codec.h"
+#include "core/compress/host_array.h"
+
+namespace terse {
+
+// Checks what every codec relies on, whatever the device: dtype known, ndim in 0..4, shape[0..ndim) non-negative
+// with product == numel (ndim 0: a flat vector) and unused entries 0, numel * element size fits in 64 bits,
+// world_size >= 1, 0 <= rank < world_size. Throws InvalidArgument naming the tensor id and the offending value.
+void validateTensorInfo(const TensorInfo& tensor);
+
+class PluginCodec final : public TensorCodec {
+ public:
+  // Throws Unsupported for a CUDA tensor, a dtype the plugin does not handle or a plugin without host support;
+  // InvalidArgument for a malformed tensor info (see validateTensorInfo).
+  PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed);
+
+  const CompressorCaps& caps() const override { return caps_; }
+  // info().seed is the derived per-run seed (seed.h); step and round are 0, source_rank == rank.
+  const TensorInfo& info() const override { return info_; }
+  const CompressorSizes& sizes(int round) const override;
+
+  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                  std::span<std::byte> out) override;
+  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override;
+  using TensorCodec::reduce;
+  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
+                  std::span<std::byte> out) override;
+
+  const Compressor& compressor() const { return *compressor_; }
+
+ private:
+  TensorInfo callInfo(uint64_t step, int round, int source_rank) const;
+  Scratch scratch() { return Scratch{workspace_.span(), state_.span()}; }
+  void checkRound(const char* call, int round) const;
+
+  std::shared_ptr<const Compressor> compressor_;
+  TensorInfo info_;
+  CompressorCaps caps_;
+  std::vector<CompressorSizes> sizes_;  // one per round, asked once at setup
+  HostArray<std::byte> workspace_;      // max over rounds; contents undefined when a step starts
+  HostArray<std::byte> state_;          // max over rounds; zero-filled once, kept across steps
+};
+
+}  // namespace terse
