@@ -30,7 +30,15 @@ function(_terse_add_plugin kind name)
     VISIBILITY_INLINES_HIDDEN ON
     POSITION_INDEPENDENT_CODE ON)
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
-    target_link_options(${target} PRIVATE "LINKER:--no-undefined" "LINKER:--exclude-libs,ALL")
+    # -fvisibility=hidden cannot hide the libstdc++ template code a C++ plugin instantiates (namespace std is declared
+    # with default visibility), so a version script keeps the dynamic symbol table to the one versioned struct.
+    set(map "${CMAKE_BINARY_DIR}/terse_plugin_exports.map")
+    if(NOT EXISTS "${map}")
+      file(WRITE "${map}" "{\n  global: terse_compressor_plugin_v*; terse_scheduler_plugin_v*;\n  local: *;\n};\n")
+    endif()
+    target_link_options(${target} PRIVATE "LINKER:--no-undefined" "LINKER:--exclude-libs,ALL"
+                        "LINKER:--version-script=${map}")
+    set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${map}")
   endif()
   if(arg_OUTPUT_DIRECTORY)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${arg_OUTPUT_DIRECTORY}")

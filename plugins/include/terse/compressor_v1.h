@@ -4,8 +4,8 @@
  * tests/abi locks every offset below with static_assert.
  *
  * A compressor plugin is a shared library that exports exactly one symbol, a const object of type
- * terse_compressor_v1 named `terse_compressor_plugin_v1` (use TERSE_COMPRESSOR_PLUGIN_V1_EXPORT, or the C++
- * helper <terse/sdk.hpp>), and keeps everything else at hidden visibility. No C++ exception may cross any function
+ * terse_compressor_v1 named `terse_compressor_plugin_v1` (use TERSE_PLUGIN_V1_EXPORT, or the C++ helper
+ * <terse/sdk.hpp>), and keeps everything else at hidden visibility. No C++ exception may cross any function
  * below: catch everything and return TERSE_ERR_INTERNAL.
  *
  * The data's way through one step (DESIGN.md section 2), for caps.num_rounds == R:

@@ -90,6 +90,7 @@ typedef struct terse_scheduler_v1 {
   terse_status_v1 (*enqueue)(void* ctx, const terse_chunk_v1* chunks, uint64_t count);
 
   /* Picks the next group to communicate: writes up to `capacity` chunk ids into chunk_ids and the number into *count.
+   * credit_left is caps.credit_bytes minus the wire bytes in flight, or UINT64_MAX when credit_bytes is 0 (unlimited).
    * The group is fused into one collective in the order given. Every id must be enqueued and not yet handed out.
    * The group's wire_bytes must not exceed credit_left, unless flags has TERSE_SCHED_NOTHING_IN_FLIGHT (a chunk
    * larger than the whole credit may then go alone). *count = 0 means "nothing now": the core calls again after the

@@ -16,6 +16,10 @@
 extern "C" {
 #endif
 
+/* ---- Struct sizes. Every struct the core passes in or asks the plugin to fill starts with struct_size, set by the
+ * core to the size it was built with, never below the v1 size. A plugin may refuse a smaller one with
+ * TERSE_ERR_INVALID_ARGUMENT and must never write past struct_size. */
+
 /* ---- Status codes: every fallible call returns one. Before returning anything but TERSE_OK a plugin should report
  * why through terse_host_v1.log at TERSE_LOG_ERROR; the core attaches the last such message to the error it raises. */
 typedef int32_t terse_status_v1;

@@ -1,0 +1,17 @@
+#include "core/plugin/compressor.h"
+
+namespace terse {
+
+std::string_view aggregationName(Aggregation a) noexcept {
+  switch (a) {
+    case Aggregation::kAllgather:
+      return "allgather";
+    case Aggregation::kSum:
+      return "sum";
+    case Aggregation::kCustom:
+      return "custom";
+  }
+  return "?";
+}
+
+}  // namespace terse

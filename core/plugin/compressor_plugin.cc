@@ -1,0 +1,495 @@
+#include "core/plugin/compressor_plugin.h"
+
+#include <array>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "core/common/error.h"
+#include "core/common/log.h"
+#include "core/plugin/plugin_support.h"
+#include "terse/compressor_v1.h"
+
+namespace terse {
+namespace {
+
+// The struct the instance code drives: the newest compressor ABI this build knows. With a v2 this becomes
+// terse_compressor_v2 and the v1 row's adapter fills v2's new fields.
+using CompressorApi = terse_compressor_v1;
+
+// Validates the exported object found under a row's symbol and lifts it to CompressorApi. `prefix` starts every
+// error ("cannot load compressor plugin <path>: ").
+using AdaptFn = CompressorApi (*)(const void* symbol, const std::string& prefix);
+
+struct AbiRow {
+  uint32_t version;
+  const char* symbol;
+  AdaptFn adapt;
+};
+
+CompressorApi adaptV1(const void* symbol, const std::string& prefix) {
+  // abi_version and struct_size are the only fields every version shares; read them before trusting anything else.
+  uint32_t head[2];
+  std::memcpy(head, symbol, sizeof head);
+  if (head[0] != TERSE_COMPRESSOR_ABI_V1) {
+    TERSE_THROW(PluginError, prefix << "abi_version field is " << head[0] << ", but the exported symbol "
+                                    << TERSE_COMPRESSOR_PLUGIN_V1_SYMBOL << " is ABI v" << TERSE_COMPRESSOR_ABI_V1);
+  }
+  if (head[1] < sizeof(terse_compressor_v1)) {
+    TERSE_THROW(PluginError,
+                prefix << "struct too small: " << head[1] << " bytes, v1 needs " << sizeof(terse_compressor_v1));
+  }
+  // A larger struct_size is a plugin built against a later minor layout of v1 that only appended fields: the core
+  // reads the part it knows.
+  CompressorApi api;
+  std::memcpy(&api, symbol, sizeof api);
+  const std::pair<const char*, const char*> strings[] = {
+      {"name", api.name}, {"description", api.description}, {"version", api.version}};
+  for (auto [field, value] : strings)
+    if (value == nullptr) TERSE_THROW(PluginError, prefix << "field '" << field << "' is NULL");
+  if (!isValidPluginName(api.name))
+    TERSE_THROW(PluginError, prefix << "declared name '" << api.name << "' does not match [a-z0-9_]+");
+  const std::pair<const char*, bool> required[] = {
+      {"init", api.init != nullptr},         {"finalize", api.finalize != nullptr},
+      {"get_caps", api.get_caps != nullptr}, {"get_sizes", api.get_sizes != nullptr},
+      {"compress", api.compress != nullptr}, {"decompress", api.decompress != nullptr},
+  };
+  for (auto [field, present] : required)
+    if (!present) TERSE_THROW(PluginError, prefix << "required function pointer '" << field << "' is NULL");
+  return api;
+}
+
+// Newest first.
+constexpr AbiRow kAbis[] = {
+    {TERSE_COMPRESSOR_ABI_V1, TERSE_COMPRESSOR_PLUGIN_V1_SYMBOL, &adaptV1},
+};
+
+std::string hex(uint64_t v) {
+  std::ostringstream o;
+  o << "0x" << std::hex << v;
+  return o.str();
+}
+
+std::string devicesName(uint32_t devices) {
+  std::string out;
+  if (devices & TERSE_DEVICE_HOST) out += "host";
+  if (devices & TERSE_DEVICE_CUDA) out += out.empty() ? "cuda" : ",cuda";
+  return out.empty() ? "none" : out;
+}
+
+std::string describeTensor(const TensorInfo& info) {
+  std::ostringstream o;
+  o << "tensor " << info.tensor_id << " (" << dtypeName(info.dtype) << ", numel " << info.numel << ", round "
+    << info.round << ")";
+  return o.str();
+}
+
+terse_tensor_info_v1 toAbi(const TensorInfo& info) {
+  terse_tensor_info_v1 v{};
+  v.struct_size = sizeof(terse_tensor_info_v1);
+  v.dtype = static_cast<terse_dtype_v1>(info.dtype);
+  v.numel = info.numel;
+  v.ndim = info.ndim;
+  v.device = info.device;
+  for (int i = 0; i < 4; ++i) v.shape[i] = i < info.ndim ? info.shape[static_cast<std::size_t>(i)] : 0;
+  v.tensor_id = info.tensor_id;
+  v.step = info.step;
+  v.seed = info.seed;
+  v.rank = info.rank;
+  v.world_size = info.world_size;
+  v.round = info.round;
+  v.source_rank = info.source_rank;
+  v.device_index = info.device == TERSE_DEVICE_CUDA ? info.device_index : -1;
+  v.reserved0 = 0;
+  return v;
+}
+
+terse_scratch_v1 toAbi(const Scratch& s, const CompressorSizes& sizes) {
+  // Hand the plugin exactly what it asked for, and NULL exactly when that is 0, as the ABI promises.
+  terse_scratch_v1 v{};
+  v.workspace_bytes = sizes.workspace_bytes;
+  v.workspace = sizes.workspace_bytes ? s.workspace.data() : nullptr;
+  v.state_bytes = sizes.state_bytes;
+  v.state = sizes.state_bytes ? s.state.data() : nullptr;
+  return v;
+}
+
+enum class Call { kSizes, kCompress, kDecompress, kReduce };
+
+class PluginCompressor;
+
+}  // namespace
+
+struct CompressorPlugin::Impl {
+  std::shared_ptr<detail::SharedLibrary> lib;
+  CompressorApi api{};
+  PluginInfo info;
+  std::string label;
+};
+
+namespace {
+
+// One instance: init in the constructor, finalize in the destructor. Caps are asked for every dtype once, right after
+// init (they are pure per the ABI), so caps() and the hot-path checks read an immutable table without a lock.
+class PluginCompressor final : public Compressor {
+ public:
+  PluginCompressor(std::shared_ptr<const CompressorPlugin> plugin, const CompressorPlugin::Impl& impl,
+                   const Params& params)
+      : plugin_(std::move(plugin)), api_(impl.api), info_(impl.info), label_(impl.label), host_(impl.label) {
+    const auto abi_params = detail::toAbiParams(params, label_);
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.init(abi_params.data(), abi_params.size(), host_.host(), &ctx_);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "init", status);
+    for (int32_t d = 0; d < TERSE_DTYPE_COUNT_V1; ++d) {
+      try {
+        caps_[static_cast<std::size_t>(d)].caps = queryCaps(static_cast<DType>(d));
+      } catch (...) {
+        caps_[static_cast<std::size_t>(d)].error = std::current_exception();
+      }
+    }
+  }
+
+  ~PluginCompressor() override {
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.finalize(ctx_);
+    if (status != TERSE_OK) {
+      TERSE_LOG(LogLevel::kWarn,
+                label_ << ": finalize failed [" << detail::statusName(status) << "]: " << detail::takePluginError());
+    }
+  }
+
+  const PluginInfo& plugin() const override { return info_; }
+
+  CompressorCaps caps(DType dtype) const override { return capsRef(dtype); }
+
+  CompressorSizes sizes(const TensorInfo& info) const override {
+    const CompressorCaps& caps = capsRef(info.dtype);
+    checkInfo(info, caps, Call::kSizes);
+    return cachedSizes(info, caps);
+  }
+
+  uint64_t compress(const TensorInfo& info_in, const void* input, std::span<const std::byte> prev,
+                    const Scratch& scratch, std::span<std::byte> out, void* stream) const override {
+    const CompressorCaps& caps = capsRef(info_in.dtype);
+    TensorInfo info = info_in;
+    info.source_rank = info.rank;  // the ABI: compress sees source_rank == rank
+    checkInfo(info, caps, Call::kCompress);
+    const CompressorSizes sz = cachedSizes(info, caps);
+    checkBuffers(info, scratch, sz, "compress");
+    TERSE_CHECK(out.size() >= sz.max_output_bytes, InvalidArgument,
+                label_ << ": compress: output capacity " << out.size() << " is below max_output_bytes "
+                       << sz.max_output_bytes << " for " << describeTensor(info));
+    const terse_tensor_info_v1 abi = toAbi(info);
+    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    uint64_t written = 0;
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.compress(ctx_, &abi, input, prev.empty() ? nullptr : prev.data(), prev.size(),
+                                                 &abi_scratch, out.data(), out.size(), &written, stream);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "compress", status);
+    TERSE_CHECK(written <= out.size(), PluginError,
+                label_ << ": compress wrote " << written << " bytes into a buffer of " << out.size() << " for "
+                       << describeTensor(info));
+    TERSE_CHECK(written <= sz.max_output_bytes, PluginError,
+                label_ << ": compress returned " << written << " bytes, above its max_output_bytes "
+                       << sz.max_output_bytes << " for " << describeTensor(info));
+    TERSE_CHECK(!caps.fixed_size || written == sz.max_output_bytes, PluginError,
+                label_ << ": compress returned " << written
+                       << " bytes, but caps say fixed size and max_output_bytes is " << sz.max_output_bytes << " for "
+                       << describeTensor(info));
+    return written;
+  }
+
+  void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch, void* out,
+                  bool accumulate, void* stream) const override {
+    const CompressorCaps& caps = capsRef(info.dtype);
+    checkInfo(info, caps, Call::kDecompress);
+    const CompressorSizes sz = cachedSizes(info, caps);
+    checkBuffers(info, scratch, sz, "decompress");
+    const terse_tensor_info_v1 abi = toAbi(info);
+    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    detail::clearPluginError();
+    const terse_status_v1 status =
+        api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out, accumulate ? 1 : 0, stream);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "decompress", status);
+  }
+
+  uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b,
+                  const Scratch& scratch, std::span<std::byte> out, void* stream) const override {
+    const CompressorCaps& caps = capsRef(info.dtype);
+    TERSE_CHECK(caps.aggregation == Aggregation::kCustom, InvalidArgument,
+                label_ << ": reduce called, but its aggregation for " << dtypeName(info.dtype) << " is "
+                       << aggregationName(caps.aggregation) << ", not custom");
+    checkInfo(info, caps, Call::kReduce);
+    const CompressorSizes sz = cachedSizes(info, caps);
+    checkBuffers(info, scratch, sz, "reduce");
+    TERSE_CHECK(out.size() >= sz.max_reduced_bytes, InvalidArgument,
+                label_ << ": reduce: output capacity " << out.size() << " is below max_reduced_bytes "
+                       << sz.max_reduced_bytes << " for " << describeTensor(info));
+    const terse_tensor_info_v1 abi = toAbi(info);
+    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    uint64_t written = 0;
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.reduce(ctx_, &abi, a.data(), a.size(), b.data(), b.size(), &abi_scratch,
+                                               out.data(), out.size(), &written, stream);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "reduce", status);
+    TERSE_CHECK(written <= out.size(), PluginError,
+                label_ << ": reduce wrote " << written << " bytes into a buffer of " << out.size() << " for "
+                       << describeTensor(info));
+    TERSE_CHECK(written <= sz.max_reduced_bytes, PluginError,
+                label_ << ": reduce returned " << written << " bytes, above its max_reduced_bytes "
+                       << sz.max_reduced_bytes << " for " << describeTensor(info));
+    return written;
+  }
+
+ private:
+  struct CapsEntry {
+    std::optional<CompressorCaps> caps;
+    std::exception_ptr error;  // the Unsupported / PluginError the query raised
+  };
+
+  // What a sizes answer was computed for; a cache hit must match all of it.
+  struct SizesEntry {
+    DType dtype;
+    uint64_t numel;
+    int ndim;
+    std::array<int64_t, 4> shape;
+    uint32_t device;
+    int rank;
+    int world_size;
+    CompressorSizes sizes;
+
+    bool matches(const TensorInfo& i) const {
+      return dtype == i.dtype && numel == i.numel && ndim == i.ndim && shape == i.shape && device == i.device &&
+             rank == i.rank && world_size == i.world_size;
+    }
+  };
+
+  // In-process ranks share one instance, so the rank is part of the key; without it ranks would evict each other's
+  // entry and push get_sizes onto the hot path.
+  struct SizesKey {
+    uint64_t tensor_id;
+    int round;
+    int rank;
+    bool operator==(const SizesKey&) const = default;
+  };
+  struct SizesKeyHash {
+    std::size_t operator()(const SizesKey& k) const noexcept {
+      uint64_t h = k.tensor_id * 0x9E3779B97F4A7C15ull;
+      h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.round)) << 32) | static_cast<uint32_t>(k.rank);
+      return std::hash<uint64_t>()(h);
+    }
+  };
+
+  const CompressorCaps& capsRef(DType dtype) const {
+    const auto raw = static_cast<int32_t>(dtype);
+    TERSE_CHECK(isValidDType(raw), InvalidArgument, label_ << ": dtype value " << raw << " is not a known dtype");
+    const CapsEntry& e = caps_[static_cast<std::size_t>(raw)];
+    if (e.error) std::rethrow_exception(e.error);
+    return *e.caps;
+  }
+
+  CompressorCaps queryCaps(DType dtype) const {
+    terse_compressor_caps_v1 raw{};
+    raw.struct_size = sizeof raw;
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.get_caps(ctx_, static_cast<terse_dtype_v1>(dtype), &raw);
+    if (status != TERSE_OK) {
+      detail::throwPluginStatus(label_, "get_caps(" + std::string(dtypeName(dtype)) + ")", status);
+    }
+    const std::string prefix = label_ + ": invalid caps for " + std::string(dtypeName(dtype)) + ": ";
+    TERSE_CHECK(raw.devices != 0 && (raw.devices & ~TERSE_DEVICE_ALL_V1) == 0, PluginError,
+                prefix << "devices = " << hex(raw.devices) << ", must be a nonzero subset of "
+                       << hex(TERSE_DEVICE_ALL_V1) << " (host 0x1, cuda 0x2)");
+    TERSE_CHECK(raw.aggregation >= TERSE_AGG_ALLGATHER && raw.aggregation <= TERSE_AGG_CUSTOM, PluginError,
+                prefix << "aggregation = " << raw.aggregation << ", must be 0 (allgather), 1 (sum) or 2 (custom)");
+    TERSE_CHECK((raw.flags & ~TERSE_CAP_ALL_V1) == 0, PluginError,
+                prefix << "flags = " << hex(raw.flags) << " has bits outside TERSE_CAP_ALL_V1 ("
+                       << hex(TERSE_CAP_ALL_V1) << ")");
+    TERSE_CHECK(raw.num_rounds >= 1 && raw.num_rounds <= TERSE_MAX_ROUNDS_V1, PluginError,
+                prefix << "num_rounds = " << raw.num_rounds << ", must be in 1.." << TERSE_MAX_ROUNDS_V1);
+    CompressorCaps caps;
+    caps.devices = raw.devices;
+    caps.aggregation = static_cast<Aggregation>(raw.aggregation);
+    caps.fixed_size = (raw.flags & TERSE_CAP_FIXED_SIZE) != 0;
+    caps.stateful = (raw.flags & TERSE_CAP_STATEFUL) != 0;
+    caps.shared_seed = (raw.flags & TERSE_CAP_SHARED_SEED) != 0;
+    caps.num_rounds = raw.num_rounds;
+    if (caps.aggregation == Aggregation::kSum) {
+      const bool float_wire =
+          raw.wire_dtype == TERSE_DTYPE_F32 || raw.wire_dtype == TERSE_DTYPE_F16 || raw.wire_dtype == TERSE_DTYPE_BF16;
+      TERSE_CHECK(float_wire, PluginError,
+                  prefix << "wire_dtype = " << raw.wire_dtype << " ("
+                         << (isValidDType(raw.wire_dtype) ? dtypeName(static_cast<DType>(raw.wire_dtype)) : "unknown")
+                         << "), aggregation sum needs f32, f16 or bf16");
+      TERSE_CHECK(caps.fixed_size, PluginError,
+                  prefix << "aggregation sum requires TERSE_CAP_FIXED_SIZE, but flags = " << hex(raw.flags));
+      caps.wire_dtype = static_cast<DType>(raw.wire_dtype);
+    }
+    TERSE_CHECK(caps.aggregation != Aggregation::kCustom || api_.reduce != nullptr, PluginError,
+                prefix << "aggregation custom requires the function pointer 'reduce', which is NULL");
+    return caps;
+  }
+
+  // The core's own preconditions (InvalidArgument: a bug or misuse on the core side, not the plugin's).
+  void checkInfo(const TensorInfo& info, const CompressorCaps& caps, Call call) const {
+    TERSE_CHECK(info.ndim >= 0 && info.ndim <= 4, InvalidArgument,
+                label_ << ": ndim = " << info.ndim << " must be in 0..4 for " << describeTensor(info));
+    if (info.ndim > 0) {
+      uint64_t product = 1;
+      for (int i = 0; i < info.ndim; ++i) {
+        const int64_t extent = info.shape[static_cast<std::size_t>(i)];
+        TERSE_CHECK(extent >= 0, InvalidArgument, label_ << ": negative shape entry for " << describeTensor(info));
+        product *= static_cast<uint64_t>(extent);
+      }
+      TERSE_CHECK(product == info.numel, InvalidArgument,
+                  label_ << ": shape product " << product << " != numel for " << describeTensor(info));
+    }
+    TERSE_CHECK(info.device == TERSE_DEVICE_HOST || info.device == TERSE_DEVICE_CUDA, InvalidArgument,
+                label_ << ": device = " << hex(info.device) << " must be host (0x1) or cuda (0x2)");
+    TERSE_CHECK(info.device != TERSE_DEVICE_CUDA || info.device_index >= 0, InvalidArgument,
+                label_ << ": a cuda tensor needs device_index >= 0, got " << info.device_index);
+    TERSE_CHECK((caps.devices & info.device) != 0, Unsupported,
+                label_ << ": does not run on " << devicesName(info.device) << " for " << dtypeName(info.dtype)
+                       << " (caps.devices = " << devicesName(caps.devices) << ")");
+    TERSE_CHECK(info.world_size >= 1 && info.rank >= 0 && info.rank < info.world_size, InvalidArgument,
+                label_ << ": rank " << info.rank << " / world_size " << info.world_size << " is not a valid rank");
+    TERSE_CHECK(
+        info.round >= 0 && info.round < caps.num_rounds, InvalidArgument,
+        label_ << ": round " << info.round << " outside 0.." << caps.num_rounds - 1 << " for " << describeTensor(info));
+    if (call == Call::kDecompress || call == Call::kReduce) {
+      TERSE_CHECK(info.source_rank >= -1 && info.source_rank < info.world_size, InvalidArgument,
+                  label_ << ": source_rank " << info.source_rank << " must be -1 or a rank below " << info.world_size);
+    }
+  }
+
+  void checkBuffers(const TensorInfo& info, const Scratch& scratch, const CompressorSizes& sz,
+                    std::string_view call) const {
+    TERSE_CHECK(scratch.workspace.size() >= sz.workspace_bytes && scratch.state.size() >= sz.state_bytes,
+                InvalidArgument,
+                label_ << ": " << call << ": scratch has workspace " << scratch.workspace.size() << " / state "
+                       << scratch.state.size() << " bytes, the plugin needs " << sz.workspace_bytes << " / "
+                       << sz.state_bytes << " for " << describeTensor(info));
+  }
+
+  // get_sizes is a setup call (the ABI forbids it on the hot path), so its answer is remembered per tensor and round;
+  // compress then checks fixed sizes and capacities against the remembered answer.
+  CompressorSizes cachedSizes(const TensorInfo& info, const CompressorCaps& caps) const {
+    const SizesKey key{info.tensor_id, info.round, info.rank};
+    {
+      std::shared_lock lock(sizes_mutex_);
+      auto it = sizes_.find(key);
+      if (it != sizes_.end() && it->second.matches(info)) return it->second.sizes;
+    }
+    CompressorSizes sz = querySizes(info, caps);
+    std::unique_lock lock(sizes_mutex_);
+    sizes_.insert_or_assign(
+        key, SizesEntry{info.dtype, info.numel, info.ndim, info.shape, info.device, info.rank, info.world_size, sz});
+    return sz;
+  }
+
+  CompressorSizes querySizes(const TensorInfo& info_in, const CompressorCaps& caps) const {
+    TensorInfo info = info_in;
+    info.step = 0;  // the ABI: step, seed and source_rank are 0 in get_sizes, so sizes cannot depend on them
+    info.seed = 0;
+    info.source_rank = 0;
+    const terse_tensor_info_v1 abi = toAbi(info);
+    terse_compressor_sizes_v1 raw{};
+    raw.struct_size = sizeof raw;
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.get_sizes(ctx_, &abi, &raw);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "get_sizes", status);
+    const std::string prefix = label_ + ": invalid sizes for " + describeTensor(info) + ": ";
+    TERSE_CHECK(raw.state_bytes == 0 || caps.stateful, PluginError,
+                prefix << "state_bytes = " << raw.state_bytes << " but caps for " << dtypeName(info.dtype)
+                       << " are not stateful");
+    if (caps.aggregation == Aggregation::kSum) {
+      const uint64_t w = dtypeSize(caps.wire_dtype);
+      TERSE_CHECK(raw.sum_header_bytes % w == 0, PluginError,
+                  prefix << "sum_header_bytes = " << raw.sum_header_bytes << " is not a multiple of the wire dtype "
+                         << dtypeName(caps.wire_dtype) << "'s " << w << " bytes");
+      TERSE_CHECK(raw.sum_header_bytes <= raw.max_output_bytes, PluginError,
+                  prefix << "sum_header_bytes = " << raw.sum_header_bytes
+                         << " exceeds max_output_bytes = " << raw.max_output_bytes);
+      TERSE_CHECK((raw.max_output_bytes - raw.sum_header_bytes) % w == 0, PluginError,
+                  prefix << "the summed region (max_output_bytes " << raw.max_output_bytes << " - sum_header_bytes "
+                         << raw.sum_header_bytes << ") is not a whole number of " << dtypeName(caps.wire_dtype)
+                         << " elements");
+    }
+    if (caps.aggregation == Aggregation::kCustom) {
+      TERSE_CHECK(raw.max_reduced_bytes >= raw.max_output_bytes, PluginError,
+                  prefix << "max_reduced_bytes = " << raw.max_reduced_bytes
+                         << " is below max_output_bytes = " << raw.max_output_bytes);
+    }
+    CompressorSizes sz;
+    sz.max_output_bytes = raw.max_output_bytes;
+    sz.workspace_bytes = raw.workspace_bytes;
+    sz.state_bytes = raw.state_bytes;
+    sz.sum_header_bytes = caps.aggregation == Aggregation::kSum ? raw.sum_header_bytes : 0;
+    sz.max_reduced_bytes = caps.aggregation == Aggregation::kCustom ? raw.max_reduced_bytes : 0;
+    return sz;
+  }
+
+  std::shared_ptr<const CompressorPlugin> plugin_;  // keeps the file mapped; api_, info_, label_ point into it
+  const CompressorApi& api_;
+  const PluginInfo& info_;
+  const std::string& label_;
+  detail::HostBinding host_;
+  void* ctx_ = nullptr;
+  std::array<CapsEntry, TERSE_DTYPE_COUNT_V1> caps_;
+  // Guards sizes_: compress for different tensors runs concurrently and may fill the cache.
+  mutable std::shared_mutex sizes_mutex_;
+  mutable std::unordered_map<SizesKey, SizesEntry, SizesKeyHash> sizes_;
+};
+
+}  // namespace
+
+CompressorPlugin::CompressorPlugin(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompressorPlugin::~CompressorPlugin() = default;
+
+const PluginInfo& CompressorPlugin::info() const noexcept {
+  return impl_->info;
+}
+
+std::vector<uint32_t> CompressorPlugin::supportedAbiVersions() {
+  std::vector<uint32_t> out;
+  for (const auto& row : kAbis) out.push_back(row.version);
+  return out;
+}
+
+std::shared_ptr<const CompressorPlugin> CompressorPlugin::open(const std::filesystem::path& path, std::string origin,
+                                                               std::vector<std::filesystem::path> shadowed) {
+  auto lib =
+      detail::SharedLibrary::open(detail::canonicalPluginPath(path, PluginKind::kCompressor), PluginKind::kCompressor);
+  const std::filesystem::path& file = lib->path();
+  const std::string prefix = detail::loadErrorPrefix(PluginKind::kCompressor, file);
+  for (const auto& row : kAbis) {
+    const void* symbol = lib->symbol(row.symbol);
+    if (symbol == nullptr) continue;
+    auto impl = std::make_unique<Impl>();
+    impl->api = row.adapt(symbol, prefix);
+    impl->info.path = file;
+    impl->lib = std::move(lib);
+    impl->info.kind = PluginKind::kCompressor;
+    impl->info.name = impl->api.name;
+    impl->info.description = impl->api.description;
+    impl->info.version = impl->api.version;
+    impl->info.abi_version = row.version;
+    impl->info.origin = std::move(origin);
+    impl->info.shadowed = std::move(shadowed);
+    impl->label = detail::pluginLabel(impl->info);
+    return std::make_shared<CompressorPlugin>(std::move(impl));
+  }
+  const auto versions = supportedAbiVersions();
+  detail::throwNoPluginSymbol(*lib, PluginKind::kCompressor, versions);
+}
+
+std::shared_ptr<Compressor> CompressorPlugin::instantiate(const Params& params) const {
+  return std::make_shared<PluginCompressor>(shared_from_this(), *impl_, params);
+}
+
+}  // namespace terse

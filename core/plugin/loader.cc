@@ -1,0 +1,374 @@
+#include "core/plugin/loader.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include "core/common/error.h"
+#include "core/common/log.h"
+#include "core/plugin/plugin_support.h"
+
+namespace terse {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool isDirectory(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+bool isRegularFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);  // follows symlinks: a link to a plugin is a plugin
+}
+
+// The identity used to drop a directory listed twice (e.g. --plugin-path naming the build tree).
+fs::path identity(const fs::path& p) {
+  std::error_code ec;
+  fs::path out = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : out;
+}
+
+std::optional<fs::path> installPluginDir() {
+#ifdef TERSE_PLUGIN_SUBDIR
+  // The running executable, not the current directory or argv[0]: a moved or symlinked install still finds the
+  // plugins it was installed with.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) return std::nullopt;
+  return (exe.parent_path() / ".." / TERSE_PLUGIN_SUBDIR).lexically_normal();
+#else
+  return std::nullopt;
+#endif
+}
+
+std::string describeDirs(const std::vector<SearchDir>& dirs) {
+  std::ostringstream o;
+  if (dirs.empty()) o << "\n  (no search directories)";
+  for (const auto& d : dirs) {
+    o << "\n  " << d.dir.string() << " (" << d.origin << (d.exists ? "" : ", does not exist") << ")";
+  }
+  return o.str();
+}
+
+std::string kindPrefix(PluginKind kind) {
+  return "terse_" + std::string(pluginKindName(kind)) + "_";
+}
+
+template <typename PluginT>
+constexpr PluginKind kindOf();
+template <>
+constexpr PluginKind kindOf<CompressorPlugin>() {
+  return PluginKind::kCompressor;
+}
+template <>
+constexpr PluginKind kindOf<SchedulerPlugin>() {
+  return PluginKind::kScheduler;
+}
+
+template <typename PluginT>
+std::shared_ptr<const PluginT> findIn(const std::map<std::string, std::shared_ptr<const PluginT>>& by_name,
+                                      const fs::path& path) {
+  for (const auto& [name, plugin] : by_name)
+    if (plugin->info().path == path) return plugin;
+  return nullptr;
+}
+
+template <typename PluginT>
+std::shared_ptr<const PluginT> addTo(std::map<std::string, std::shared_ptr<const PluginT>>& by_name,
+                                     std::shared_ptr<const PluginT> plugin) {
+  const PluginInfo& info = plugin->info();
+  if (auto same_file = findIn(by_name, info.path)) return same_file;
+  auto [it, inserted] = by_name.emplace(info.name, plugin);
+  if (!inserted) {
+    TERSE_THROW(PluginError, "two plugins with one name: " << pluginKindName(info.kind) << " '" << info.name
+                                                           << "' is already loaded from "
+                                                           << it->second->info().path.string() << ", and "
+                                                           << info.path.string() << " declares the same name");
+  }
+  return plugin;
+}
+
+}  // namespace
+
+// ---- PluginRegistry
+
+std::shared_ptr<const CompressorPlugin> PluginRegistry::findCompressor(const fs::path& canonical_path) const {
+  std::lock_guard lock(mutex_);
+  return findIn(compressors_, canonical_path);
+}
+
+std::shared_ptr<const SchedulerPlugin> PluginRegistry::findScheduler(const fs::path& canonical_path) const {
+  std::lock_guard lock(mutex_);
+  return findIn(schedulers_, canonical_path);
+}
+
+std::shared_ptr<const CompressorPlugin> PluginRegistry::add(std::shared_ptr<const CompressorPlugin> plugin) {
+  std::lock_guard lock(mutex_);
+  return addTo(compressors_, std::move(plugin));
+}
+
+std::shared_ptr<const SchedulerPlugin> PluginRegistry::add(std::shared_ptr<const SchedulerPlugin> plugin) {
+  std::lock_guard lock(mutex_);
+  return addTo(schedulers_, std::move(plugin));
+}
+
+std::vector<PluginInfo> PluginRegistry::loaded() const {
+  std::lock_guard lock(mutex_);
+  std::vector<PluginInfo> out;
+  for (const auto& [name, p] : compressors_) out.push_back(p->info());
+  for (const auto& [name, p] : schedulers_) out.push_back(p->info());
+  return out;
+}
+
+// ---- PluginLoader: search directories
+
+std::vector<fs::path> PluginLoader::splitPathList(std::string_view list) {
+  std::vector<fs::path> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(':', start), list.size());
+    if (end > start) out.emplace_back(std::string(list.substr(start, end - start)));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::path>& plugin_dirs) {
+  std::vector<SearchDir> dirs;
+  for (const auto& d : plugin_dirs) dirs.push_back({fs::absolute(d), std::string(kOriginPluginPath)});
+  if (const char* env = std::getenv("TERSE_PLUGIN_PATH")) {
+    for (const auto& d : splitPathList(env)) dirs.push_back({fs::absolute(d), std::string(kOriginEnv)});
+  }
+#ifdef TERSE_BUILD_PLUGIN_DIR
+  dirs.push_back({fs::path(TERSE_BUILD_PLUGIN_DIR), std::string(kOriginBuildTree)});
+#endif
+  if (auto install = installPluginDir()) dirs.push_back({*install, std::string(kOriginInstall)});
+
+  std::vector<SearchDir> unique;
+  std::set<fs::path> seen;
+  for (auto& d : dirs) {
+    if (!seen.insert(identity(d.dir)).second) continue;
+    d.exists = isDirectory(d.dir);
+    unique.push_back(std::move(d));
+  }
+  return unique;
+}
+
+PluginLoader::PluginLoader() : PluginLoader(std::vector<fs::path>{}) {}
+
+PluginLoader::PluginLoader(const std::vector<std::string>& plugin_path_args)
+    : PluginLoader([&] {
+        std::vector<fs::path> dirs;
+        for (const auto& arg : plugin_path_args) {
+          for (auto& d : splitPathList(arg)) dirs.push_back(std::move(d));
+        }
+        return dirs;
+      }()) {}
+
+PluginLoader::PluginLoader(const std::vector<fs::path>& plugin_dirs)
+    : PluginLoader(DirsTag{}, defaultSearchDirs(plugin_dirs)) {}
+
+PluginLoader::PluginLoader(DirsTag, std::vector<SearchDir> dirs)
+    : dirs_(std::move(dirs)), registry_(std::make_shared<PluginRegistry>()) {}
+
+PluginLoader PluginLoader::withSearchDirs(std::vector<SearchDir> dirs) {
+  return PluginLoader(DirsTag{}, std::move(dirs));
+}
+
+std::vector<SearchDir> PluginLoader::searchDirs() const {
+  std::vector<SearchDir> out = dirs_;
+  for (auto& d : out) d.exists = isDirectory(d.dir);
+  return out;
+}
+
+bool PluginLoader::isPathArgument(std::string_view arg) noexcept {
+  return arg.find('/') != std::string_view::npos || (arg.size() >= 3 && arg.substr(arg.size() - 3) == ".so");
+}
+
+std::string PluginLoader::fileNameFor(PluginKind kind, std::string_view name) {
+  return kindPrefix(kind) + std::string(name) + ".so";
+}
+
+// ---- PluginLoader: loading
+
+PluginLocation PluginLoader::locate(PluginKind kind, std::string_view name) const {
+  if (!isValidPluginName(name)) {
+    TERSE_THROW(PluginError, pluginKindName(kind) << " name '" << name
+                                                  << "' is not valid: plugin names match [a-z0-9_]+ (to load a file "
+                                                     "directly, give a path containing '/')");
+  }
+  const std::string file = fileNameFor(kind, name);
+  const std::vector<SearchDir> dirs = searchDirs();
+  std::vector<std::pair<fs::path, std::string>> matches;
+  for (const auto& d : dirs) {
+    if (!d.exists) continue;
+    const fs::path candidate = d.dir / file;
+    if (isRegularFile(candidate)) matches.emplace_back(candidate, d.origin);
+  }
+  if (matches.empty()) {
+    TERSE_THROW(PluginError, pluginKindName(kind) << " '" << name << "' not found: no " << file
+                                                  << " in any search directory (searched in this order:"
+                                                  << describeDirs(dirs) << "\n); add a directory with --plugin-path "
+                                                  << "or TERSE_PLUGIN_PATH, or give the file's path");
+  }
+  PluginLocation loc{matches.front().first, matches.front().second, {}};
+  loc.shadowed.assign(matches.begin() + 1, matches.end());
+  if (!loc.shadowed.empty()) {
+    std::ostringstream o;
+    for (const auto& [p, origin] : loc.shadowed)
+      o << (o.tellp() > 0 ? ", " : "") << p.string() << " (" << origin << ")";
+    TERSE_LOG(LogLevel::kWarn, pluginKindName(kind) << " '" << name << "': using " << loc.path.string() << " ("
+                                                    << loc.origin << "); it shadows " << o.str());
+  }
+  return loc;
+}
+
+template <typename PluginT>
+std::shared_ptr<const PluginT> PluginLoader::load(PluginKind kind, std::string_view name_or_path) {
+  const bool by_path = isPathArgument(name_or_path);
+  fs::path path;
+  std::string origin;
+  std::vector<fs::path> shadowed;
+  if (by_path) {
+    path = detail::canonicalPluginPath(fs::path(std::string(name_or_path)), kind);
+    origin = std::string(kOriginPath);
+  } else {
+    PluginLocation loc = locate(kind, name_or_path);
+    path = detail::canonicalPluginPath(loc.path, kind);
+    origin = std::move(loc.origin);
+    for (auto& [p, o] : loc.shadowed) shadowed.push_back(std::move(p));
+  }
+
+  auto checkName = [&](const PluginInfo& info) {
+    if (by_path || info.name == name_or_path) return;
+    TERSE_THROW(PluginError, detail::loadErrorPrefix(kind, path)
+                                 << "it declares the name '" << info.name << "', but was loaded by the name '"
+                                 << name_or_path << "' (the file must be named " << fileNameFor(kind, info.name)
+                                 << ")");
+  };
+
+  std::shared_ptr<const PluginT> cached;
+  if constexpr (std::is_same_v<PluginT, CompressorPlugin>) {
+    cached = registry_->findCompressor(path);
+  } else {
+    cached = registry_->findScheduler(path);
+  }
+  if (cached) {
+    checkName(cached->info());
+    return cached;
+  }
+  auto plugin = PluginT::open(path, std::move(origin), std::move(shadowed));
+  checkName(plugin->info());
+  if (by_path && path.filename() != fileNameFor(kind, plugin->info().name)) {
+    TERSE_LOG(LogLevel::kWarn, detail::pluginLabel(plugin->info())
+                                   << ": the file name does not match the declared name, so it cannot be loaded by "
+                                      "name (expected "
+                                   << fileNameFor(kind, plugin->info().name) << ")");
+  }
+  return registry_->add(std::move(plugin));
+}
+
+std::shared_ptr<const CompressorPlugin> PluginLoader::loadCompressor(std::string_view name_or_path) {
+  return load<CompressorPlugin>(PluginKind::kCompressor, name_or_path);
+}
+
+std::shared_ptr<const SchedulerPlugin> PluginLoader::loadScheduler(std::string_view name_or_path) {
+  return load<SchedulerPlugin>(PluginKind::kScheduler, name_or_path);
+}
+
+// ---- Discovery
+
+namespace {
+
+void probeCompressor(DiscoveredPlugin& entry) {
+  auto plugin = CompressorPlugin::open(entry.path, entry.origin);
+  entry.info = plugin->info();
+  std::shared_ptr<Compressor> instance;
+  try {
+    instance = plugin->instantiate();
+  } catch (const std::exception& e) {
+    entry.note = std::string("needs parameters: ") + e.what();
+    return;
+  }
+  try {
+    entry.compressor_caps = instance->caps(DType::kF32);
+  } catch (const Unsupported& e) {
+    entry.note = std::string("f32: ") + e.what();
+  }
+  // A PluginError here (invalid caps) propagates: the plugin is broken, not merely picky.
+}
+
+void probeScheduler(DiscoveredPlugin& entry) {
+  auto plugin = SchedulerPlugin::open(entry.path, entry.origin);
+  entry.info = plugin->info();
+  try {
+    entry.scheduler_caps = plugin->instantiate()->caps();
+  } catch (const PluginError&) {
+    throw;  // invalid caps: broken
+  } catch (const std::exception& e) {
+    entry.note = std::string("needs parameters: ") + e.what();
+  }
+}
+
+}  // namespace
+
+std::vector<DiscoveredPlugin> PluginLoader::discover() const {
+  std::vector<DiscoveredPlugin> out;
+  std::map<std::pair<PluginKind, std::string>, fs::path> first;  // the file loading by name would pick
+  for (const auto& dir : searchDirs()) {
+    if (!dir.exists) continue;
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir.dir, ec), end; !ec && it != end; it.increment(ec)) {
+      if (isRegularFile(it->path())) files.push_back(it->path());
+    }
+    if (ec)
+      TERSE_LOG(LogLevel::kWarn, "cannot list " << dir.dir.string() << " (" << dir.origin << "): " << ec.message());
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      const std::string fname = file.filename().string();
+      for (PluginKind kind : {PluginKind::kCompressor, PluginKind::kScheduler}) {
+        const std::string prefix = kindPrefix(kind);
+        if (fname.size() <= prefix.size() + 3 || fname.compare(0, prefix.size(), prefix) != 0 ||
+            fname.compare(fname.size() - 3, 3, ".so") != 0) {
+          continue;
+        }
+        DiscoveredPlugin entry;
+        entry.kind = kind;
+        entry.name = fname.substr(prefix.size(), fname.size() - prefix.size() - 3);
+        entry.path = file;
+        entry.origin = dir.origin;
+        auto [it, inserted] = first.emplace(std::pair{kind, entry.name}, file);
+        if (!inserted) entry.shadowed_by = it->second;
+        try {
+          if (!isValidPluginName(entry.name)) {
+            TERSE_THROW(PluginError, detail::loadErrorPrefix(kind, file)
+                                         << "'" << entry.name << "' in the file name is not a valid plugin name "
+                                         << "([a-z0-9_]+)");
+          }
+          if (kind == PluginKind::kCompressor) {
+            probeCompressor(entry);
+          } else {
+            probeScheduler(entry);
+          }
+          if (entry.info && entry.info->name != entry.name) {
+            TERSE_THROW(PluginError, detail::loadErrorPrefix(kind, file) << "it declares the name '" << entry.info->name
+                                                                         << "', which does not match its file name");
+          }
+        } catch (const std::exception& e) {
+          entry.error = e.what();
+        } catch (...) {
+          entry.error = "unknown exception while loading " + file.string();
+        }
+        out.push_back(std::move(entry));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace terse

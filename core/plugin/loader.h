@@ -1,0 +1,136 @@
+// Finding and loading plugin files (DESIGN.md section 3): a name from a config becomes a file in an ordered list of
+// search directories; an argument that looks like a path is loaded as given. Every failure is a PluginError that names
+// the file (or, for a missing name, every directory searched) and the reason; nothing falls back silently to another
+// file, because a run with a different compressor than asked for would produce wrong results that look right.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/plugin/compressor.h"
+#include "core/plugin/compressor_plugin.h"
+#include "core/plugin/plugin_info.h"
+#include "core/plugin/scheduler.h"
+
+namespace terse {
+
+// Origins of search directories, in search order. They label the directories in messages and provenance.
+inline constexpr std::string_view kOriginPluginPath = "--plugin-path";
+inline constexpr std::string_view kOriginEnv = "TERSE_PLUGIN_PATH";
+inline constexpr std::string_view kOriginBuildTree = "build tree";
+inline constexpr std::string_view kOriginInstall = "install";
+inline constexpr std::string_view kOriginPath = "path";  // named by path, not found by search
+
+struct SearchDir {
+  std::filesystem::path dir;
+  std::string origin;
+  bool exists = false;  // whether it is a directory right now (refreshed by PluginLoader::searchDirs)
+};
+
+// The file a name resolved to, and the files of the same name later in the search order that lost to it.
+struct PluginLocation {
+  std::filesystem::path path;
+  std::string origin;
+  std::vector<std::pair<std::filesystem::path, std::string>> shadowed;  // (path, origin)
+};
+
+// One file found by PluginLoader::discover. A file that fails to load is an entry with `error` set, never an
+// exception: one broken file must not hide the others from `terse plugins list`.
+struct DiscoveredPlugin {
+  PluginKind kind = PluginKind::kCompressor;
+  std::string name;  // from the file name (terse_<kind>_<name>.so)
+  std::filesystem::path path;
+  std::string origin;
+  std::optional<PluginInfo> info;  // when the file loaded
+  std::string error;               // why it cannot be used by name (load error, name mismatch, invalid f32 caps)
+  // Caps with no parameters: compressors for f32, schedulers their credit. Unset when instantiating without
+  // parameters failed (see note) or the plugin does not handle f32.
+  std::optional<CompressorCaps> compressor_caps;
+  std::optional<SchedulerCaps> scheduler_caps;
+  std::string note;  // e.g. "needs parameters: <init's message>", "f32: <unsupported message>"
+  // The file of the same kind and name earlier in the search order, which loading by name picks instead.
+  std::optional<std::filesystem::path> shadowed_by;
+};
+
+// Every plugin loaded through a loader, by (kind, name) and by file. The ABI makes names unique among loaded plugins:
+// two files declaring one name would make results and provenance ambiguous, so that is an error naming both files.
+// Loading one file twice returns the plugin loaded first. Thread-safe.
+class PluginRegistry {
+ public:
+  std::shared_ptr<const CompressorPlugin> findCompressor(const std::filesystem::path& canonical_path) const;
+  std::shared_ptr<const SchedulerPlugin> findScheduler(const std::filesystem::path& canonical_path) const;
+  // Registers `plugin` and returns it, or the plugin already registered for the same file. Throws PluginError when a
+  // different file already declared the same name.
+  std::shared_ptr<const CompressorPlugin> add(std::shared_ptr<const CompressorPlugin> plugin);
+  std::shared_ptr<const SchedulerPlugin> add(std::shared_ptr<const SchedulerPlugin> plugin);
+  // What was loaded, for provenance: compressors then schedulers, each by name.
+  std::vector<PluginInfo> loaded() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const CompressorPlugin>> compressors_;  // by declared name
+  std::map<std::string, std::shared_ptr<const SchedulerPlugin>> schedulers_;
+};
+
+class PluginLoader {
+ public:
+  // Search order for a name: the --plugin-path entries, TERSE_PLUGIN_PATH (read now, colon-separated), the build
+  // tree's plugin directory, then <dir of the running executable>/../<plugin subdir> (so an installed tree can be
+  // moved). Empty entries are skipped rather than meaning "the current directory" as in PATH: a plugin must never be
+  // picked up from wherever the user happens to stand. A directory listed twice is searched once, at its first place.
+  PluginLoader();
+  // Each argument may hold several directories separated by ':' (as --plugin-path a:b or repeated --plugin-path).
+  explicit PluginLoader(const std::vector<std::string>& plugin_path_args);
+  // Directories taken as they are (a path may contain ':').
+  explicit PluginLoader(const std::vector<std::filesystem::path>& plugin_dirs);
+  // Exactly these directories, nothing from the environment or the build: for tests and embedding.
+  static PluginLoader withSearchDirs(std::vector<SearchDir> dirs);
+  // The search list the constructors build for `plugin_dirs` (--plugin-path), with `exists` filled.
+  static std::vector<SearchDir> defaultSearchDirs(const std::vector<std::filesystem::path>& plugin_dirs);
+  // Splits colon-separated --plugin-path arguments into directories, skipping empty entries.
+  static std::vector<std::filesystem::path> splitPathList(std::string_view list);
+
+  // The search directories in order, `exists` refreshed.
+  std::vector<SearchDir> searchDirs() const;
+
+  // An argument containing '/' or ending in ".so" is a path and loaded as given; anything else is a name.
+  static bool isPathArgument(std::string_view name_or_path) noexcept;
+  // "terse_compressor_<name>.so"
+  static std::string fileNameFor(PluginKind kind, std::string_view name);
+
+  // Resolves a name to a file (first match in search order wins; later matches are recorded as shadowed and logged as
+  // a warning). Throws PluginError for an invalid name or when no search directory has the file, listing every
+  // directory searched with its origin and whether it exists.
+  PluginLocation locate(PluginKind kind, std::string_view name) const;
+
+  // Loads by name or by path, validates, and registers (see PluginRegistry). Loading by name also requires the
+  // declared name to match the file name. Throws PluginError naming the file and the reason.
+  std::shared_ptr<const CompressorPlugin> loadCompressor(std::string_view name_or_path);
+  std::shared_ptr<const SchedulerPlugin> loadScheduler(std::string_view name_or_path);
+
+  // Every terse_compressor_*.so and terse_scheduler_*.so in every existing search directory, in search order (file
+  // names sorted within a directory), each tried on its own: nothing is registered, nothing throws.
+  std::vector<DiscoveredPlugin> discover() const;
+
+  PluginRegistry& registry() noexcept { return *registry_; }
+  const PluginRegistry& registry() const noexcept { return *registry_; }
+
+ private:
+  struct DirsTag {};
+  PluginLoader(DirsTag, std::vector<SearchDir> dirs);
+
+  template <typename PluginT>
+  std::shared_ptr<const PluginT> load(PluginKind kind, std::string_view name_or_path);
+
+  std::vector<SearchDir> dirs_;
+  std::shared_ptr<PluginRegistry> registry_;  // shared so a loader stays movable
+};
+
+}  // namespace terse

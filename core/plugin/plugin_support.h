@@ -1,0 +1,94 @@
+// Internals shared by the compressor and scheduler adapters and the loader: the dlopen handle, the host callback that
+// routes plugin messages to the core log, and the mapping of a plugin's status code to a terse::Error. Not part of the
+// core's public surface (nothing outside core/plugin includes it).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/plugin/compressor.h"
+#include "core/plugin/plugin_info.h"
+#include "terse/types_v1.h"
+
+namespace terse::detail {
+
+// A dlopen-ed file. Shared ownership: the plugin object and every instance made from it hold a reference, so the
+// code behind their function pointers stays mapped until the last one is gone.
+class SharedLibrary {
+ public:
+  // dlopen(RTLD_NOW | RTLD_LOCAL): NOW so a missing dependency fails here, with dlerror's text, and not in the middle
+  // of a run; LOCAL so two plugins' internal symbols never bind to each other. Throws PluginError naming the file.
+  static std::shared_ptr<SharedLibrary> open(const std::filesystem::path& path, PluginKind kind);
+  ~SharedLibrary();
+  SharedLibrary(const SharedLibrary&) = delete;
+  SharedLibrary& operator=(const SharedLibrary&) = delete;
+
+  const void* symbol(const char* name) const noexcept;  // nullptr when the file does not export it
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  SharedLibrary(void* handle, std::filesystem::path path) : handle_(handle), path_(std::move(path)) {}
+  void* handle_;
+  std::filesystem::path path_;
+};
+
+// The absolute, symlink-free path of an existing plugin file (the identity the registry keys on, and what provenance
+// records). Throws PluginError "cannot load ... plugin <path>: no such file" otherwise.
+std::filesystem::path canonicalPluginPath(const std::filesystem::path& path, PluginKind kind);
+
+// "terse_compressor_plugin_v3"
+std::string pluginSymbol(PluginKind kind, uint32_t version);
+
+// The highest ABI version whose symbol name the loader probes when no supported symbol is found, so a plugin built
+// for a newer terse gets "built for compressor ABI v2" instead of "not a terse plugin".
+inline constexpr uint32_t kMaxProbedAbiVersion = 9;
+
+// Throws the PluginError for a file that exports no supported symbol of `kind`: built for a newer ABI, a plugin of
+// the other kind, or not a terse plugin at all.
+[[noreturn]] void throwNoPluginSymbol(const SharedLibrary& lib, PluginKind kind, std::span<const uint32_t> supported);
+
+// "cannot load compressor plugin /abs/path.so: " — the start of every load error.
+std::string loadErrorPrefix(PluginKind kind, const std::filesystem::path& path);
+
+// "compressor 'topk' (/abs/path/terse_compressor_topk.so)" — the start of every error about a loaded plugin.
+std::string pluginLabel(const PluginInfo& info);
+
+// "invalid argument", "invalid payload", ...; "unknown status N" for a code outside the v1 set.
+std::string statusName(terse_status_v1 status);
+
+// The host callback bound to one plugin instance: messages go to the core log prefixed with the instance's label, and
+// an ERROR message is remembered (per thread) as the reason for the call's failure. Lives as long as the instance:
+// the plugin keeps the terse_host_v1 pointer until finalize returns.
+class HostBinding {
+ public:
+  explicit HostBinding(std::string label);
+  HostBinding(const HostBinding&) = delete;
+  HostBinding& operator=(const HostBinding&) = delete;
+  const terse_host_v1* host() const noexcept { return &host_; }
+
+ private:
+  static void log(void* user, terse_log_level_v1 level, const char* message) noexcept;
+  std::string label_;
+  terse_host_v1 host_{};
+};
+
+// Forgets the calling thread's last plugin ERROR message; call before each plugin call.
+void clearPluginError() noexcept;
+// The calling thread's last plugin ERROR message since clearPluginError, or "(the plugin logged no message)".
+std::string takePluginError();
+
+// Throws the terse::Error subclass matching a plugin's non-OK status: InvalidArgument, InvalidPayload, Unsupported,
+// DeviceError, Error(OUT_OF_MEMORY), or PluginError(INTERNAL) for INTERNAL and unknown codes. The message is
+// "<label>: <call> failed [<status name>]: <the plugin's last ERROR message>".
+[[noreturn]] void throwPluginStatus(const std::string& label, std::string_view call, terse_status_v1 status);
+
+// Parameters as the ABI wants them: pointers into `params`, which must outlive the result. Throws InvalidArgument for
+// a repeated key (the ABI promises plugins unique keys).
+std::vector<terse_param_v1> toAbiParams(const Params& params, const std::string& label);
+
+}  // namespace terse::detail

@@ -1,0 +1,28 @@
+// Small helpers shared by the subcommands: aligned text tables and user-facing error text.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace terse::cli {
+
+// A left-aligned text table; columns are as wide as their widest cell, two spaces apart.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  bool empty() const { return rows_.empty(); }
+  void print(std::ostream& out, std::string_view indent = "") const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// An exception's message without the "[core/plugin/x.cc:123] " locations that terse errors carry: they help a
+// developer reading a log, not a user reading `terse plugins show`.
+std::string userMessage(std::string_view what);
+
+}  // namespace terse::cli

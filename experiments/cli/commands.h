@@ -1,0 +1,27 @@
+// The `terse` subcommands. Each lives in its own file and is one row of the dispatch table in main.cc, so a new
+// subcommand (run, compare, bench) is a new file plus a row.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace terse::cli {
+
+// Exit codes shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the command ran and failed (a plugin did not load, a run broke)
+inline constexpr int kExitUsage = 2;    // unknown subcommand or option, missing or malformed argument
+
+// `args` are the words after the subcommand's name.
+using CommandFn = int (*)(const std::vector<std::string>& args);
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;  // one line for `terse --help`
+  CommandFn run;
+};
+
+int pluginsCommand(const std::vector<std::string>& args);  // plugins_command.cc
+
+}  // namespace terse::cli

@@ -1,0 +1,71 @@
+// `terse`: the command line. git-style: `terse <command> [<args>]`, each command with its own --help. The dispatch
+// table below is the one place a new subcommand is registered.
+#include <array>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/plugin/compressor_plugin.h"
+#include "core/plugin/scheduler.h"
+#include "experiments/cli/commands.h"
+
+namespace terse::cli {
+namespace {
+
+constexpr std::array kCommands{
+    Command{"plugins", "list and inspect compressor and scheduler plugins", &pluginsCommand},
+    // Later: run (an experiment config), compare (result folders), bench (compressor throughput).
+};
+
+std::string versionList(const std::vector<uint32_t>& versions) {
+  std::string out;
+  for (uint32_t v : versions) out += (out.empty() ? "v" : ", v") + std::to_string(v);
+  return out;
+}
+
+void printUsage(std::ostream& out) {
+  out << "usage: terse [--version] [--help] <command> [<args>]\n\ncommands:\n";
+  for (const auto& c : kCommands) {
+    out << "  " << c.name << std::string(c.name.size() < 12 ? 12 - c.name.size() : 1, ' ') << c.summary << '\n';
+  }
+  out << "\n'terse <command> --help' describes a command.\n";
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    printUsage(std::cerr);
+    return kExitUsage;
+  }
+  const std::string& first = args.front();
+  if (first == "--version" || first == "-V") {
+    std::cout << "terse " << TERSE_VERSION << '\n'
+              << "compressor ABI: " << versionList(CompressorPlugin::supportedAbiVersions()) << '\n'
+              << "scheduler ABI: " << versionList(SchedulerPlugin::supportedAbiVersions()) << '\n';
+    return kExitOk;
+  }
+  if (first == "--help" || first == "-h" || first == "help") {
+    printUsage(std::cout);
+    return kExitOk;
+  }
+  for (const auto& c : kCommands) {
+    if (c.name == first) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::cerr << "terse: '" << first << "' is not a terse command\n\n";
+  printUsage(std::cerr);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace terse::cli
+
+int main(int argc, char** argv) {
+  try {
+    return terse::cli::run(argc, argv);
+  } catch (const std::exception& e) {
+    // Subcommands report their own errors; this is the last line of defence against an unexpected one.
+    std::cerr << "terse: " << e.what() << '\n';
+    return terse::cli::kExitFailure;
+  }
+}

@@ -1,0 +1,278 @@
+// terse plugin SDK: a compressor as a C++ class, exported as the ABI's terse_compressor_v1 by one macro.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "terse/compressor_v1.h"
+#include "terse/sdk/abi_checks.hpp"
+#include "terse/sdk/error.hpp"
+#include "terse/sdk/host.hpp"
+#include "terse/sdk/params.hpp"
+
+namespace terse::sdk {
+
+// One compress call (see compressor_v1.h for the contract). Buffers live on info.device; the spans are views that
+// are never NULL with a nonzero length.
+struct CompressArgs {
+  const terse_tensor_info_v1& info;
+  const void* raw_input;            // info.numel elements of info.dtype; NULL when numel == 0
+  std::span<const std::byte> prev;  // the aggregate of round - 1; empty in round 0
+  std::span<std::byte> workspace;   // kept from round 0's compress to the step's last decompress
+  std::span<std::byte> state;       // kept across steps (TERSE_CAP_STATEFUL), zero-filled at first
+  std::span<std::byte> output;      // the whole capacity; write from the start, return the size written
+  void* stream;                     // cudaStream_t on the CUDA path, NULL on the host
+
+  // The input as T (float for f32, ...). Throws Unsupported when T does not match info.dtype.
+  template <class T>
+  std::span<const T> input() const {
+    return detail::tensorView<const T>(info, raw_input, "input");
+  }
+};
+
+// One decompress call: output = payload decoded, or output += it when accumulate.
+struct DecompressArgs {
+  const terse_tensor_info_v1& info;
+  std::span<const std::byte> payload;  // untrusted: validate everything (ByteReader, readHeader)
+  std::span<std::byte> workspace;
+  std::span<std::byte> state;
+  void* raw_output;  // info.numel elements of info.dtype; NULL when numel == 0
+  bool accumulate;
+  void* stream;
+
+  template <class T>
+  std::span<T> output() const {
+    return detail::tensorView<T>(info, raw_output, "output");
+  }
+};
+
+// One reduce call (CUSTOM aggregation): output = a (+) b, returning the size written.
+struct ReduceArgs {
+  const terse_tensor_info_v1& info;
+  std::span<const std::byte> a;  // untrusted, like a decompress payload
+  std::span<const std::byte> b;
+  std::span<std::byte> workspace;
+  std::span<std::byte> state;
+  std::span<std::byte> output;  // capacity max_reduced_bytes; never aliases a or b
+  void* stream;
+};
+
+// Base of a compressor. The derived class's constructor takes (sdk::Params&, sdk::Host&), reads every parameter it
+// knows through the getters (unknown ones are rejected after it returns) and throws to refuse them.
+//
+// The methods are const because the core may call them concurrently for different tensors with one instance (the
+// ABI's "ctx is read-only after init"): per-tensor data goes in the workspace and state buffers, not in members.
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+  Compressor(const Compressor&) = delete;
+  Compressor& operator=(const Compressor&) = delete;
+
+  // What the plugin does for gradients of `dtype`; throw Unsupported for a dtype it does not handle. struct_size is
+  // filled by the SDK.
+  virtual terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const = 0;
+  // Sizes for info's tensor and info.round, asked once at setup. struct_size and reserved0 are filled by the SDK.
+  virtual terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const = 0;
+  // Returns the bytes written to args.output (checked against its capacity by the SDK).
+  virtual uint64_t compress(const CompressArgs& args) const = 0;
+  virtual void decompress(const DecompressArgs& args) const = 0;
+  // CUSTOM aggregation only. The export macro sets the ABI's reduce pointer only when the class overrides this, found
+  // by the type of &Class::reduce: so do not overload reduce with other signatures in the class.
+  virtual uint64_t reduce(const ReduceArgs& /*args*/) const {
+    throw Unsupported("reduce is not implemented (only CUSTOM aggregation uses it)");
+  }
+
+ protected:
+  Compressor() = default;
+};
+
+namespace detail {
+
+inline std::span<std::byte> workspaceOf(const terse_scratch_v1* s, const char* call) {
+  if (s == nullptr) return {};
+  return bytesOf<std::byte>(s->workspace, s->workspace_bytes, (std::string(call) + ": scratch workspace").c_str());
+}
+inline std::span<std::byte> stateOf(const terse_scratch_v1* s, const char* call) {
+  if (s == nullptr) return {};
+  return bytesOf<std::byte>(s->state, s->state_bytes, (std::string(call) + ": scratch state").c_str());
+}
+
+// The C entry points for one plugin class. Export is the macro's traits struct: Type, kName, kDescription, kVersion.
+template <class Export>
+struct CompressorAdapter {
+  using Class = typename Export::Type;
+  static_assert(std::is_base_of_v<Compressor, Class>,
+                "TERSE_EXPORT_COMPRESSOR: the class must derive from sdk::Compressor");
+  static_assert(std::is_constructible_v<Class, Params&, Host&>,
+                "TERSE_EXPORT_COMPRESSOR: the class needs a constructor taking (sdk::Params&, sdk::Host&)");
+
+  // Overridden exactly when &Class::reduce is not the base's member (an override has Class, or a base between, as its
+  // class type).
+  static constexpr bool kHasReduce =
+      !std::is_same_v<decltype(&Class::reduce), uint64_t (Compressor::*)(const ReduceArgs&) const>;
+
+  // What ctx points to. The host is declared first so the instance, which may keep a reference to it, dies first.
+  struct Context {
+    explicit Context(const terse_host_v1* h) : host(h) {}
+    Host host;
+    std::unique_ptr<Class> instance;
+  };
+
+  static terse_status_v1 init(const terse_param_v1* params, size_t num_params, const terse_host_v1* host,
+                              void** ctx) noexcept {
+    if (ctx != nullptr) *ctx = nullptr;
+    if (host == nullptr || host->log == nullptr) return TERSE_ERR_INVALID_ARGUMENT;  // nowhere to say why
+    return guard(host, Export::kName, [&] {
+      checkedPointer(ctx, "init: ctx");
+      auto context = std::make_unique<Context>(host);
+      Params p(Export::kName, params, num_params);
+      context->instance = std::make_unique<Class>(p, context->host);
+      p.finish();
+      *ctx = context.release();
+    });
+  }
+
+  static terse_status_v1 finalize(void* ctx) noexcept {
+    if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    auto* c = static_cast<Context*>(ctx);
+    const terse_host_v1* host = c->host.raw();  // core-owned: outlives the context
+    return guard(host, Export::kName, [&] { delete c; });
+  }
+
+  static terse_status_v1 getCaps(void* ctx, terse_dtype_v1 dtype, terse_compressor_caps_v1* caps) noexcept {
+    if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    const auto* c = static_cast<const Context*>(ctx);
+    return guard(c->host.raw(), Export::kName, [&] {
+      checkedPointer(caps, "get_caps: caps");
+      checkStructSize(caps->struct_size, sizeof(terse_compressor_caps_v1), "get_caps: caps");
+      if (!isValidDtype(dtype)) throw Unsupported("get_caps: unknown dtype " + std::to_string(dtype));
+      terse_compressor_caps_v1 out = c->instance->caps(dtype);
+      out.struct_size = sizeof(terse_compressor_caps_v1);
+      *caps = out;
+    });
+  }
+
+  static terse_status_v1 getSizes(void* ctx, const terse_tensor_info_v1* info,
+                                  terse_compressor_sizes_v1* sizes) noexcept {
+    if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    const auto* c = static_cast<const Context*>(ctx);
+    return guard(c->host.raw(), Export::kName, [&] {
+      checkInfo(info, "get_sizes");
+      checkedPointer(sizes, "get_sizes: sizes");
+      checkStructSize(sizes->struct_size, sizeof(terse_compressor_sizes_v1), "get_sizes: sizes");
+      terse_compressor_sizes_v1 out = c->instance->sizes(*info);
+      out.struct_size = sizeof(terse_compressor_sizes_v1);
+      out.reserved0 = 0;
+      *sizes = out;
+    });
+  }
+
+  static terse_status_v1 compress(void* ctx, const terse_tensor_info_v1* info, const void* input, const void* prev,
+                                  uint64_t prev_bytes, const terse_scratch_v1* scratch, void* output,
+                                  uint64_t output_capacity, uint64_t* output_bytes, void* stream) noexcept {
+    if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    const auto* c = static_cast<const Context*>(ctx);
+    return guard(c->host.raw(), Export::kName, [&] {
+      checkInfo(info, "compress");
+      checkedPointer(output_bytes, "compress: output_bytes");
+      *output_bytes = 0;
+      if (input == nullptr && info->numel > 0) throw InvalidArgument("compress: input is NULL");
+      const CompressArgs args{*info,
+                              input,
+                              bytesOf<const std::byte>(prev, prev_bytes, "compress: prev"),
+                              workspaceOf(scratch, "compress"),
+                              stateOf(scratch, "compress"),
+                              bytesOf<std::byte>(output, output_capacity, "compress: output"),
+                              stream};
+      const uint64_t n = c->instance->compress(args);
+      if (n > output_capacity) {
+        throw Error(TERSE_ERR_INTERNAL, "compress reported " + std::to_string(n) +
+                                            " output bytes but the output holds " + std::to_string(output_capacity));
+      }
+      *output_bytes = n;
+    });
+  }
+
+  static terse_status_v1 decompress(void* ctx, const terse_tensor_info_v1* info, const void* payload,
+                                    uint64_t payload_bytes, const terse_scratch_v1* scratch, void* output,
+                                    int32_t accumulate, void* stream) noexcept {
+    if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    const auto* c = static_cast<const Context*>(ctx);
+    return guard(c->host.raw(), Export::kName, [&] {
+      checkInfo(info, "decompress");
+      if (output == nullptr && info->numel > 0) throw InvalidArgument("decompress: output is NULL");
+      const DecompressArgs args{*info,
+                                bytesOf<const std::byte>(payload, payload_bytes, "decompress: payload"),
+                                workspaceOf(scratch, "decompress"),
+                                stateOf(scratch, "decompress"),
+                                output,
+                                accumulate != 0,
+                                stream};
+      c->instance->decompress(args);
+    });
+  }
+
+  static terse_status_v1 reduce(void* ctx, const terse_tensor_info_v1* info, const void* a, uint64_t a_bytes,
+                                const void* b, uint64_t b_bytes, const terse_scratch_v1* scratch, void* output,
+                                uint64_t output_capacity, uint64_t* output_bytes, void* stream) noexcept {
+    if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    const auto* c = static_cast<const Context*>(ctx);
+    return guard(c->host.raw(), Export::kName, [&] {
+      checkInfo(info, "reduce");
+      checkedPointer(output_bytes, "reduce: output_bytes");
+      *output_bytes = 0;
+      const ReduceArgs args{*info,
+                            bytesOf<const std::byte>(a, a_bytes, "reduce: a"),
+                            bytesOf<const std::byte>(b, b_bytes, "reduce: b"),
+                            workspaceOf(scratch, "reduce"),
+                            stateOf(scratch, "reduce"),
+                            bytesOf<std::byte>(output, output_capacity, "reduce: output"),
+                            stream};
+      const uint64_t n = c->instance->reduce(args);
+      if (n > output_capacity) {
+        throw Error(TERSE_ERR_INTERNAL, "reduce reported " + std::to_string(n) + " output bytes but the output holds " +
+                                            std::to_string(output_capacity));
+      }
+      *output_bytes = n;
+    });
+  }
+
+  static constexpr terse_compressor_v1 table() {
+    return terse_compressor_v1{TERSE_COMPRESSOR_ABI_V1,
+                               sizeof(terse_compressor_v1),
+                               Export::kName,
+                               Export::kDescription,
+                               Export::kVersion,
+                               &init,
+                               &finalize,
+                               &getCaps,
+                               &getSizes,
+                               &compress,
+                               &decompress,
+                               kHasReduce ? &reduce : nullptr};
+  }
+};
+
+}  // namespace detail
+}  // namespace terse::sdk
+
+// Exports Class as the plugin's one symbol, terse_compressor_plugin_v1 (constant-initialized, default visibility,
+// C linkage). Use once per shared library, at namespace scope. name_ must be a string literal matching [a-z0-9_]+ and
+// equal to the <name> given to terse_add_compressor(). reduce is exported only when Class overrides it.
+#define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                    \
+  static_assert(::terse::sdk::detail::isValidPluginName(name_),                           \
+                "TERSE_EXPORT_COMPRESSOR: the plugin name must match [a-z0-9_]+");        \
+  namespace {                                                                             \
+  struct TerseCompressorExport {                                                          \
+    using Type = Class_;                                                                  \
+    static constexpr const char* kName = name_;                                           \
+    static constexpr const char* kDescription = description_;                             \
+    static constexpr const char* kVersion = version_;                                     \
+  };                                                                                      \
+  }                                                                                       \
+  TERSE_PLUGIN_V1_EXPORT constinit const terse_compressor_v1 terse_compressor_plugin_v1 = \
+      ::terse::sdk::detail::CompressorAdapter<TerseCompressorExport>::table()

@@ -1,0 +1,63 @@
+// One kernel body, two launchers (DESIGN.md section 5): the error-feedback math the CPU decorator runs, launched from
+// a CUDA kernel, must give the CPU's bits. Skips with a message on a machine without a GPU; CI still compiles it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/common/cuda.h"
+#include "core/compress/error_feedback_math.h"
+
+namespace {
+
+__global__ void efStepKernel(const float* g, float* e, const float* t, float* p, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    p[i] = terse::efCorrect(g[i], e[i]);
+    e[i] = terse::efResidual(p[i], t[i]);
+  }
+}
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto summary = terse::cuda::deviceSummary();
+    if (summary.count == 0) GTEST_SKIP() << "no CUDA device: " << summary.reason;
+  }
+};
+
+TEST_F(CudaTest, ErrorFeedbackMathMatchesHostBitForBit) {
+  constexpr int n = 1000003;  // odd, not a multiple of the block size
+  std::vector<float> g(n), e(n), t(n);
+  for (int i = 0; i < n; ++i) {
+    g[i] = static_cast<float>((int64_t{i} * 7919) % 2001 - 1000) * 1e-3f;
+    e[i] = static_cast<float>((int64_t{i} * 104729) % 301 - 150) * 1e-4f;
+    t[i] = static_cast<float>(i % 3 - 1) * 0.5f;
+  }
+  std::vector<float> p_host(n), e_host = e;
+  for (int i = 0; i < n; ++i) {
+    p_host[i] = terse::efCorrect(g[i], e_host[i]);
+    e_host[i] = terse::efResidual(p_host[i], t[i]);
+  }
+
+  float *dg, *de, *dt, *dp;
+  const size_t bytes = n * sizeof(float);
+  TERSE_CUDA_CHECK(cudaMalloc(&dg, bytes));
+  TERSE_CUDA_CHECK(cudaMalloc(&de, bytes));
+  TERSE_CUDA_CHECK(cudaMalloc(&dt, bytes));
+  TERSE_CUDA_CHECK(cudaMalloc(&dp, bytes));
+  TERSE_CUDA_CHECK(cudaMemcpy(dg, g.data(), bytes, cudaMemcpyHostToDevice));
+  TERSE_CUDA_CHECK(cudaMemcpy(de, e.data(), bytes, cudaMemcpyHostToDevice));
+  TERSE_CUDA_CHECK(cudaMemcpy(dt, t.data(), bytes, cudaMemcpyHostToDevice));
+  efStepKernel<<<(n + 255) / 256, 256>>>(dg, de, dt, dp, n);
+  TERSE_CUDA_CHECK(cudaGetLastError());
+  std::vector<float> p_dev(n), e_dev(n);
+  TERSE_CUDA_CHECK(cudaMemcpy(p_dev.data(), dp, bytes, cudaMemcpyDeviceToHost));
+  TERSE_CUDA_CHECK(cudaMemcpy(e_dev.data(), de, bytes, cudaMemcpyDeviceToHost));
+  for (float* d : {dg, de, dt, dp}) TERSE_CUDA_CHECK(cudaFree(d));
+
+  EXPECT_EQ(0, std::memcmp(p_dev.data(), p_host.data(), bytes));
+  EXPECT_EQ(0, std::memcmp(e_dev.data(), e_host.data(), bytes));
+}
+
+}  // namespace

@@ -1,0 +1,549 @@
+// The plugin loader: search order and shadowing, loading by name and by path, one test per load error (the error type
+// and the words that name the file and the reason), the compressor adapter's checks, and discovery.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/plugin/compressor_plugin.h"
+#include "core/plugin/loader.h"
+#include "loader_test_util.h"
+#include "terse/compressor_v1.h"
+
+namespace terse {
+namespace {
+
+namespace fs = std::filesystem;
+using test::contains;
+using test::fixtureCompressor;
+using test::fixtureScheduler;
+using test::kBuildPluginDir;
+using test::kFixtureDir;
+using test::kShadowDir;
+using test::messageOf;
+
+// A loader that searches exactly the fixture directory, so tests do not depend on the environment or the build tree.
+PluginLoader fixtureLoader() {
+  return PluginLoader::withSearchDirs({{kFixtureDir, "--plugin-path", true}});
+}
+
+std::string pathOf(const std::string& name) {
+  return fixtureCompressor(name).string();
+}
+
+std::shared_ptr<Compressor> instantiateFixture(const std::string& name, const Params& params = {}) {
+  return CompressorPlugin::open(fixtureCompressor(name))->instantiate(params);
+}
+
+TensorInfo f32Tensor(uint64_t numel) {
+  TensorInfo info;
+  info.dtype = DType::kF32;
+  info.numel = numel;
+  info.tensor_id = 7;
+  return info;
+}
+
+// ---- Search directories
+
+TEST(SearchDirs, SplitPathListSkipsEmptyEntries) {
+  const auto dirs = PluginLoader::splitPathList(":a::b/c:");
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], fs::path("a"));
+  EXPECT_EQ(dirs[1], fs::path("b/c"));
+  EXPECT_TRUE(PluginLoader::splitPathList("").empty());
+}
+
+TEST(SearchDirs, PathArgumentsVersusNames) {
+  EXPECT_TRUE(PluginLoader::isPathArgument("./topk"));
+  EXPECT_TRUE(PluginLoader::isPathArgument("/abs/terse_compressor_topk.so"));
+  EXPECT_TRUE(PluginLoader::isPathArgument("terse_compressor_topk.so"));
+  EXPECT_TRUE(PluginLoader::isPathArgument("../etc/passwd"));
+  EXPECT_FALSE(PluginLoader::isPathArgument("topk"));
+  EXPECT_FALSE(PluginLoader::isPathArgument("Top-K"));
+  EXPECT_EQ(PluginLoader::fileNameFor(PluginKind::kScheduler, "p3"), "terse_scheduler_p3.so");
+}
+
+TEST(SearchDirs, OrderIsPluginPathEnvBuildTreeInstall) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/env1::/nonexistent/env2");
+  PluginLoader loader(std::vector<std::string>{"/nonexistent/a:/nonexistent/b", "/nonexistent/c"});
+  const auto dirs = loader.searchDirs();
+  ASSERT_GE(dirs.size(), 6u);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"/nonexistent/a", "--plugin-path"},        {"/nonexistent/b", "--plugin-path"},
+      {"/nonexistent/c", "--plugin-path"},        {"/nonexistent/env1", "TERSE_PLUGIN_PATH"},
+      {"/nonexistent/env2", "TERSE_PLUGIN_PATH"}, {kBuildPluginDir.string(), "build tree"},
+  };
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(dirs[i].dir.string(), expected[i].first) << i;
+    EXPECT_EQ(dirs[i].origin, expected[i].second) << i;
+  }
+  EXPECT_FALSE(dirs[0].exists);
+  EXPECT_TRUE(dirs[5].exists);
+  // The install dir is <dir of the running executable>/../<plugin subdir>. Executables of the build tree live in
+  // <build>/bin, so there it is the build tree's plugin dir again and is searched only once, as the build tree.
+  const fs::path subdir = kBuildPluginDir.lexically_relative(TERSE_TEST_BINARY_DIR);
+  const fs::path install = (fs::read_symlink("/proc/self/exe").parent_path() / ".." / subdir).lexically_normal();
+  if (fs::weakly_canonical(install) == fs::weakly_canonical(kBuildPluginDir)) {
+    EXPECT_EQ(dirs.size(), 6u);
+  } else {
+    ASSERT_EQ(dirs.size(), 7u);
+    EXPECT_EQ(dirs.back().origin, "install");
+    EXPECT_EQ(dirs.back().dir, install);
+  }
+}
+
+TEST(SearchDirs, ADirectoryListedTwiceIsSearchedOnceAtItsFirstPlace) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", kBuildPluginDir.string());
+  PluginLoader loader(std::vector<fs::path>{kBuildPluginDir, kBuildPluginDir / "."});
+  const auto dirs = loader.searchDirs();
+  int seen = 0;
+  for (const auto& d : dirs) {
+    if (fs::weakly_canonical(d.dir) == fs::weakly_canonical(kBuildPluginDir)) {
+      ++seen;
+      EXPECT_EQ(d.origin, "--plugin-path");
+    }
+  }
+  EXPECT_EQ(seen, 1);
+}
+
+// ---- Loading by name: --plugin-path, TERSE_PLUGIN_PATH, shadowing
+
+TEST(LoadByName, FromPluginPath) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
+  PluginLoader loader(std::vector<std::string>{kFixtureDir.string()});
+  auto plugin = loader.loadCompressor("good_c");
+  const PluginInfo& info = plugin->info();
+  EXPECT_EQ(info.kind, PluginKind::kCompressor);
+  EXPECT_EQ(info.name, "good_c");
+  EXPECT_EQ(info.version, "1.0.0");
+  EXPECT_EQ(info.abi_version, 1u);
+  EXPECT_EQ(info.origin, "--plugin-path");
+  EXPECT_EQ(info.path, fs::canonical(fixtureCompressor("good_c")));
+  EXPECT_FALSE(info.description.empty());
+  EXPECT_TRUE(info.shadowed.empty());
+}
+
+TEST(LoadByName, FromTersePluginPathEnvironment) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/dir:" + kFixtureDir.string());
+  PluginLoader loader;
+  auto plugin = loader.loadCompressor("good_c");
+  EXPECT_EQ(plugin->info().origin, "TERSE_PLUGIN_PATH");
+}
+
+TEST(LoadByName, NotFoundOnceTheEnvironmentIsUnset) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
+  PluginLoader loader;
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("good_c"); });
+  EXPECT_TRUE(contains(m, {"compressor 'good_c' not found", "terse_compressor_good_c.so", "(build tree)"}));
+}
+
+TEST(LoadByName, PluginPathWinsOverEnvironmentAndShadowsIt) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", kShadowDir.string());
+  test::LogCapture log;
+  PluginLoader loader(std::vector<std::string>{kFixtureDir.string()});
+  auto plugin = loader.loadCompressor("good_dup");
+  EXPECT_EQ(plugin->info().path, fs::canonical(kFixtureDir / "terse_compressor_good_dup.so"));
+  EXPECT_EQ(plugin->info().origin, "--plugin-path");
+  ASSERT_EQ(plugin->info().shadowed.size(), 1u);
+  EXPECT_EQ(plugin->info().shadowed[0], kShadowDir / "terse_compressor_good_dup.so");
+  // Shadowing is never silent.
+  EXPECT_TRUE(contains(log.text(), {"warn", "good_dup", "shadows", kShadowDir.string(), "TERSE_PLUGIN_PATH"}));
+}
+
+TEST(LoadByName, FirstMatchInSearchOrderWins) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
+  PluginLoader loader(std::vector<std::string>{kShadowDir.string() + ":" + kFixtureDir.string()});
+  const PluginLocation loc = loader.locate(PluginKind::kCompressor, "good_dup");
+  EXPECT_EQ(loc.path, kShadowDir / "terse_compressor_good_dup.so");
+  ASSERT_EQ(loc.shadowed.size(), 1u);
+  EXPECT_EQ(loc.shadowed[0].first, kFixtureDir / "terse_compressor_good_dup.so");
+  EXPECT_EQ(loc.shadowed[0].second, "--plugin-path");
+  EXPECT_EQ(loader.loadCompressor("good_dup")->info().path, fs::canonical(loc.path));
+}
+
+TEST(LoadByName, BuiltInTestPluginsComeFromTheBuildTree) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
+  PluginLoader loader;
+  auto fifo = loader.loadScheduler("test_fifo");
+  EXPECT_EQ(fifo->info().origin, "build tree");
+  EXPECT_EQ(fifo->info().kind, PluginKind::kScheduler);
+  auto lossy = loader.loadCompressor("test_lossy");
+  EXPECT_EQ(lossy->info().path.parent_path(), fs::canonical(kBuildPluginDir));
+}
+
+// ---- Load errors: each names the file and the reason
+
+TEST(LoadErrors, NotFoundListsEveryDirectorySearchedAndWhichExist) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/env");
+  PluginLoader loader(std::vector<std::string>{kFixtureDir.string()});
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("nope"); });
+  EXPECT_TRUE(contains(
+      m, {"compressor 'nope' not found", "terse_compressor_nope.so", kFixtureDir.string() + " (--plugin-path)",
+          "/nonexistent/env (TERSE_PLUGIN_PATH, does not exist)", kBuildPluginDir.string() + " (build tree)"}));
+  const std::string s = messageOf<PluginError>([&] { loader.loadScheduler("nope"); });
+  EXPECT_TRUE(contains(s, {"scheduler 'nope' not found", "terse_scheduler_nope.so"}));
+}
+
+TEST(LoadErrors, InvalidNameIsRejectedBeforeAnySearch) {
+  auto loader = fixtureLoader();
+  for (const char* bad : {"Top-K", "top k", "", "ünï", "topk;rm"}) {
+    const std::string m = messageOf<PluginError>([&] { loader.loadCompressor(bad); });
+    EXPECT_TRUE(contains(m, {"is not valid", "[a-z0-9_]+"})) << bad;
+  }
+}
+
+TEST(LoadErrors, PathThatDoesNotExist) {
+  auto loader = fixtureLoader();
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("../no/such/terse_compressor_x.so"); });
+  EXPECT_TRUE(contains(m, {"cannot load compressor plugin", "terse_compressor_x.so", "no such file"}));
+}
+
+TEST(LoadErrors, DlopenFailureCarriesDlerror) {
+  const fs::path dir = fs::temp_directory_path() / ("terse_loader_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "terse_compressor_garbage.so";
+  std::ofstream(file) << "this is not an ELF file\n";
+  auto loader = PluginLoader::withSearchDirs({{dir, "--plugin-path", true}});
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("garbage"); });
+  EXPECT_TRUE(contains(m, {"cannot load compressor plugin", file.string(), "dlopen failed:"}));
+  fs::remove_all(dir);
+}
+
+TEST(LoadErrors, NoTerseSymbol) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_nosymbol")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_nosymbol.so", "not a terse compressor plugin",
+                           "no terse_compressor_plugin_v1 symbol"}));
+}
+
+TEST(LoadErrors, BuiltForANewerAbi) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_future")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_future.so", "built for compressor ABI v2", "this terse supports v1"}));
+}
+
+TEST(LoadErrors, SchedulerLoadedAsCompressorAndViceVersa) {
+  auto loader = fixtureLoader();
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor(fixtureScheduler("fake_sched").string()); });
+  EXPECT_TRUE(contains(m, {"terse_scheduler_fake_sched.so", "not a compressor plugin",
+                           "exports terse_scheduler_plugin_v1", "it is a scheduler plugin"}));
+  const std::string s = messageOf<PluginError>([&] { loader.loadScheduler(pathOf("good_c")); });
+  EXPECT_TRUE(contains(s, {"terse_compressor_good_c.so", "not a scheduler plugin", "it is a compressor plugin"}));
+}
+
+TEST(LoadErrors, AbiVersionFieldDisagreesWithSymbol) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_abi")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_abi.so", "abi_version field is 7", "terse_compressor_plugin_v1"}));
+}
+
+TEST(LoadErrors, StructTooSmall) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_small")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_small.so",
+                           "struct too small: 40 bytes, v1 needs " + std::to_string(sizeof(terse_compressor_v1))}));
+}
+
+TEST(LoadErrors, NullRequiredFunctionPointer) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_nullfn")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_nullfn.so", "required function pointer 'compress' is NULL"}));
+}
+
+TEST(LoadErrors, NullString) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_nullstr")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_nullstr.so", "field 'description' is NULL"}));
+}
+
+TEST(LoadErrors, DeclaredNameNotValid) {
+  const std::string m = messageOf<PluginError>([] { fixtureLoader().loadCompressor(pathOf("bad_badname")); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_badname.so", "declared name 'Bad-Name'", "[a-z0-9_]+"}));
+}
+
+TEST(LoadErrors, FileNameDoesNotMatchDeclaredNameWhenLoadedByName) {
+  auto loader = fixtureLoader();
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("bad_name"); });
+  EXPECT_TRUE(contains(m, {"terse_compressor_bad_name.so", "declares the name 'other'", "loaded by the name 'bad_name'",
+                           "terse_compressor_other.so"}));
+  // By path the file name is not a promise: it loads (with a warning) under its declared name.
+  test::LogCapture log;
+  auto plugin = loader.loadCompressor(pathOf("bad_name"));
+  EXPECT_EQ(plugin->info().name, "other");
+  EXPECT_TRUE(contains(log.text(), {"does not match the declared name"}));
+  // ... and the cached plugin is not a way around the check.
+  const std::string again = messageOf<PluginError>([&] { loader.loadCompressor("bad_name"); });
+  EXPECT_TRUE(contains(again, {"declares the name 'other'"}));
+}
+
+TEST(LoadErrors, TwoPluginsWithOneName) {
+  auto loader = fixtureLoader();
+  auto first = loader.loadCompressor("good_dup");
+  const fs::path second = kShadowDir / "terse_compressor_good_dup.so";
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor(second.string()); });
+  EXPECT_TRUE(contains(m, {"two plugins with one name", "compressor 'good_dup'", first->info().path.string(),
+                           fs::canonical(second).string()}));
+  // The registry keeps the first.
+  const auto loaded = loader.registry().loaded();
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].path, first->info().path);
+}
+
+TEST(Registry, SameFileTwiceIsTheCachedPlugin) {
+  auto loader = fixtureLoader();
+  auto by_name = loader.loadCompressor("good_c");
+  auto by_path = loader.loadCompressor(pathOf("good_c"));
+  auto by_other_path = loader.loadCompressor((kFixtureDir / "." / "terse_compressor_good_c.so").string());
+  EXPECT_EQ(by_name.get(), by_path.get());
+  EXPECT_EQ(by_name.get(), by_other_path.get());
+  EXPECT_EQ(loader.registry().loaded().size(), 1u);
+}
+
+TEST(Registry, SeparateLoadersHaveSeparateRegistries) {
+  auto a = fixtureLoader();
+  auto b = PluginLoader::withSearchDirs({{kShadowDir, "--plugin-path", true}});
+  EXPECT_NE(a.loadCompressor("good_dup")->info().path, b.loadCompressor("good_dup")->info().path);
+}
+
+// ---- The compressor adapter
+
+TEST(CompressorAdapter, GoodCRoundTrip) {
+  auto c = instantiateFixture("good_c");
+  const CompressorCaps caps = c->caps(DType::kF32);
+  EXPECT_EQ(caps.aggregation, Aggregation::kSum);
+  EXPECT_EQ(caps.devices, static_cast<uint32_t>(TERSE_DEVICE_HOST));
+  EXPECT_EQ(caps.wire_dtype, DType::kF32);
+  EXPECT_TRUE(caps.fixed_size);
+  EXPECT_FALSE(caps.stateful);
+  EXPECT_EQ(caps.num_rounds, 1);
+  EXPECT_EQ(aggregationName(caps.aggregation), "sum");
+
+  const TensorInfo info = f32Tensor(12);
+  const CompressorSizes sizes = c->sizes(info);
+  EXPECT_EQ(sizes.max_output_bytes, 48u);
+  std::vector<float> in(12), out(12, 1.0f);
+  for (int i = 0; i < 12; ++i) in[static_cast<std::size_t>(i)] = static_cast<float>(i) - 3.5f;
+  std::vector<std::byte> payload(sizes.max_output_bytes);
+  const uint64_t n = c->compress(info, in.data(), {}, {}, payload, nullptr);
+  EXPECT_EQ(n, 48u);
+  c->decompress(info, std::span(payload).first(n), {}, out.data(), /*accumulate=*/true, nullptr);
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(out[i], in[i] + 1.0f);
+  // An empty tensor works too.
+  const TensorInfo empty = f32Tensor(0);
+  EXPECT_EQ(c->sizes(empty).max_output_bytes, 0u);
+  EXPECT_EQ(c->compress(empty, nullptr, {}, {}, {}, nullptr), 0u);
+}
+
+TEST(CompressorAdapter, UnsupportedDtype) {
+  auto c = instantiateFixture("good_c");
+  const std::string m = messageOf<Unsupported>([&] { c->caps(DType::kF16); });
+  EXPECT_TRUE(contains(m, {"compressor 'good_c'", "get_caps(f16) failed [unsupported]: good_c: only f32 gradients"}));
+}
+
+TEST(CompressorAdapter, InstanceKeepsTheFileLoaded) {
+  std::shared_ptr<Compressor> c;
+  {
+    auto loader = fixtureLoader();
+    c = loader.loadCompressor("good_c")->instantiate();
+  }  // loader, registry and plugin object are gone; the instance still holds the file
+  EXPECT_EQ(c->plugin().name, "good_c");
+  std::vector<float> in{1, 2, 3};
+  std::vector<std::byte> payload(12);
+  EXPECT_EQ(c->compress(f32Tensor(3), in.data(), {}, {}, payload, nullptr), 12u);
+}
+
+TEST(CompressorAdapter, InitFailureCarriesThePluginsMessage) {
+  auto plugin = CompressorPlugin::open(fixtureCompressor("bad_init"));
+  const std::string m = messageOf<InvalidArgument>([&] { plugin->instantiate({{"ratio", "2"}}); });
+  EXPECT_TRUE(contains(m, {"compressor 'bad_init' (" + fs::canonical(fixtureCompressor("bad_init")).string() + ")",
+                           "init failed [invalid argument]: bad_init: 'ratio' must be in (0, 1], got 2"}));
+}
+
+TEST(CompressorAdapter, UnknownParameterAndRepeatedKey) {
+  auto plugin = CompressorPlugin::open(fixtureCompressor("good_c"));
+  const std::string m = messageOf<InvalidArgument>([&] { plugin->instantiate({{"ratio", "0.1"}}); });
+  EXPECT_TRUE(contains(m, {"init failed [invalid argument]: good_c: unknown parameter 'ratio'"}));
+  const std::string twice = messageOf<InvalidArgument>([&] { plugin->instantiate({{"mode", "ok"}, {"mode", "ok"}}); });
+  EXPECT_TRUE(contains(twice, {"parameter 'mode' given twice"}));
+}
+
+struct BadCapsCase {
+  const char* mode;
+  const char* expect;
+};
+
+class InvalidCaps : public ::testing::TestWithParam<BadCapsCase> {};
+
+TEST_P(InvalidCaps, AreRefusedNamingFieldAndValue) {
+  auto c = instantiateFixture("bad_caps", {{"mode", GetParam().mode}});
+  const std::string m = messageOf<PluginError>([&] { c->caps(DType::kF32); });
+  EXPECT_TRUE(contains(m, {"compressor 'bad_caps'", "invalid caps for f32", GetParam().expect}));
+  // Other dtypes are simply unsupported, and asking for them is not an error of the instance.
+  EXPECT_THROW(c->caps(DType::kF16), Unsupported);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadCaps, InvalidCaps,
+    ::testing::Values(BadCapsCase{"sum_not_fixed", "aggregation sum requires TERSE_CAP_FIXED_SIZE, but flags = 0x0"},
+                      BadCapsCase{"zero_rounds", "num_rounds = 0, must be in 1..8"},
+                      BadCapsCase{"many_rounds", "num_rounds = 9, must be in 1..8"},
+                      BadCapsCase{"zero_devices", "devices = 0x0, must be a nonzero subset of 0x3"},
+                      BadCapsCase{"unknown_devices", "devices = 0x5"},
+                      BadCapsCase{"bad_agg", "aggregation = 5, must be 0 (allgather), 1 (sum) or 2 (custom)"},
+                      BadCapsCase{"bad_wire", "wire_dtype = 3 (f64), aggregation sum needs f32, f16 or bf16"},
+                      BadCapsCase{"bad_flags", "flags = 0x9 has bits outside TERSE_CAP_ALL_V1 (0x7)"},
+                      BadCapsCase{"custom_no_reduce", "aggregation custom requires the function pointer 'reduce'"}),
+    [](const auto& p) { return std::string(p.param.mode); });
+
+TEST(CompressorAdapter, InvalidSizes) {
+  auto state = instantiateFixture("bad_caps", {{"mode", "state_not_stateful"}});
+  std::string m = messageOf<PluginError>([&] { state->sizes(f32Tensor(12)); });
+  EXPECT_TRUE(contains(m, {"invalid sizes for tensor 7 (f32, numel 12, round 0)",
+                           "state_bytes = 64 but caps for f32 are not stateful"}));
+  auto header = instantiateFixture("bad_caps", {{"mode", "bad_header"}});
+  m = messageOf<PluginError>([&] { header->sizes(f32Tensor(12)); });
+  EXPECT_TRUE(contains(m, {"sum_header_bytes = 2 is not a multiple of the wire dtype f32's 4 bytes"}));
+}
+
+TEST(CompressorAdapter, CompressOutputsAreChecked) {
+  const TensorInfo info = f32Tensor(12);
+  std::vector<float> in(12, 1.0f);
+  std::vector<std::byte> out(64);
+
+  auto lies = instantiateFixture("bad_caps", {{"mode", "fixed_lies"}});
+  std::string m = messageOf<PluginError>([&] { lies->compress(info, in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress returned 44 bytes, but caps say fixed size and max_output_bytes is 48"}));
+
+  auto overflow = instantiateFixture("bad_caps", {{"mode", "overflow"}});
+  m = messageOf<PluginError>([&] { overflow->compress(info, in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress wrote 65 bytes into a buffer of 64"}));
+
+  auto too_big = instantiateFixture("bad_caps", {{"mode", "too_big"}});
+  m = messageOf<PluginError>([&] { too_big->compress(info, in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress returned 52 bytes, above its max_output_bytes 48"}));
+}
+
+TEST(CompressorAdapter, DecompressFailureCarriesThePluginsMessage) {
+  auto c = instantiateFixture("bad_caps", {{"mode", "ok"}});
+  std::vector<std::byte> payload(40);
+  std::vector<float> out(12);
+  const std::string m =
+      messageOf<InvalidPayload>([&] { c->decompress(f32Tensor(12), payload, {}, out.data(), false, nullptr); });
+  EXPECT_TRUE(contains(m, {"compressor 'bad_caps' (",
+                           "terse_compressor_bad_caps.so): decompress failed [invalid "
+                           "payload]: fixture: payload numel 10 does not match the tensor's 12"}));
+}
+
+TEST(CompressorAdapter, CoreSidePreconditions) {
+  auto c = instantiateFixture("good_c");
+  std::vector<float> in(12);
+  std::vector<std::byte> small(40);
+  std::string m = messageOf<InvalidArgument>([&] { c->compress(f32Tensor(12), in.data(), {}, {}, small, nullptr); });
+  EXPECT_TRUE(contains(m, {"output capacity 40 is below max_output_bytes 48"}));
+
+  TensorInfo round1 = f32Tensor(12);
+  round1.round = 1;
+  m = messageOf<InvalidArgument>([&] { c->sizes(round1); });
+  EXPECT_TRUE(contains(m, {"round 1 outside 0..0"}));
+
+  TensorInfo shaped = f32Tensor(12);
+  shaped.ndim = 2;
+  shaped.shape = {3, 5, 0, 0};
+  m = messageOf<InvalidArgument>([&] { c->sizes(shaped); });
+  EXPECT_TRUE(contains(m, {"shape product 15 != numel"}));
+
+  TensorInfo cuda = f32Tensor(12);
+  cuda.device = TERSE_DEVICE_CUDA;
+  cuda.device_index = 0;
+  m = messageOf<Unsupported>([&] { c->sizes(cuda); });
+  EXPECT_TRUE(contains(m, {"does not run on cuda for f32"}));
+
+  std::vector<std::byte> out(48);
+  m = messageOf<InvalidArgument>([&] { c->reduce(f32Tensor(12), out, out, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"reduce called, but its aggregation for f32 is sum"}));
+}
+
+// test_throws (built by the SDK work into the fixture dir): exceptions inside the plugin come back through the ABI as
+// TERSE_ERR_INTERNAL with the logged message, and the core raises them as PluginError.
+TEST(CompressorAdapter, ExceptionsInsideThePluginBecomeErrors) {
+  auto c = instantiateFixture("test_throws");
+  const TensorInfo info = f32Tensor(12);
+  const CompressorSizes sizes = c->sizes(info);
+  std::vector<float> in(12, 1.0f);
+  std::vector<std::byte> out(sizes.max_output_bytes);
+  try {
+    c->compress(info, in.data(), {}, {}, out, nullptr);
+    ADD_FAILURE() << "compress did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
+    EXPECT_TRUE(contains(
+        e.what(), {"compressor 'test_throws'", "compress failed [internal error]", "deliberate failure in compress"}));
+  }
+  std::vector<float> dense(12);
+  try {
+    c->decompress(info, out, {}, dense.data(), false, nullptr);
+    ADD_FAILURE() << "decompress did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
+    EXPECT_TRUE(contains(e.what(), {"decompress failed [internal error]"}));
+  }
+}
+
+// ---- Discovery
+
+const DiscoveredPlugin* findEntry(const std::vector<DiscoveredPlugin>& all, const std::string& name,
+                                  const fs::path& dir) {
+  for (const auto& e : all)
+    if (e.name == name && e.path.parent_path() == dir) return &e;
+  return nullptr;
+}
+
+TEST(Discover, BrokenFilesAreEntriesNotExceptions) {
+  auto loader = PluginLoader::withSearchDirs(
+      {{kFixtureDir, "--plugin-path", true}, {kShadowDir, "--plugin-path", true}, {"/nonexistent", "install", false}});
+  std::vector<DiscoveredPlugin> all;
+  ASSERT_NO_THROW(all = loader.discover());
+
+  const auto* good = findEntry(all, "good_c", kFixtureDir);
+  ASSERT_NE(good, nullptr);
+  EXPECT_TRUE(good->error.empty()) << good->error;
+  ASSERT_TRUE(good->info.has_value());
+  EXPECT_EQ(good->info->version, "1.0.0");
+  ASSERT_TRUE(good->compressor_caps.has_value());
+  EXPECT_EQ(good->compressor_caps->aggregation, Aggregation::kSum);
+
+  const std::pair<const char*, const char*> broken[] = {
+      {"bad_nosymbol", "not a terse compressor plugin"},
+      {"bad_abi", "abi_version field is 7"},
+      {"bad_future", "built for compressor ABI v2"},
+      {"bad_small", "struct too small"},
+      {"bad_nullfn", "'compress' is NULL"},
+      {"bad_name", "declares the name 'other'"},
+      {"bad_caps", "invalid caps for f32"},
+      {"bad_badname", "declared name 'Bad-Name'"},
+  };
+  for (auto [name, why] : broken) {
+    const auto* e = findEntry(all, name, kFixtureDir);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_TRUE(contains(e->error, {why})) << name;
+  }
+
+  const auto* needs = findEntry(all, "bad_init", kFixtureDir);
+  ASSERT_NE(needs, nullptr);
+  EXPECT_TRUE(needs->error.empty());
+  EXPECT_TRUE(contains(needs->note, {"needs parameters", "'ratio' must be in (0, 1], got 2"}));
+
+  const auto* sched = findEntry(all, "fake_sched", kFixtureDir);
+  ASSERT_NE(sched, nullptr);
+  EXPECT_EQ(sched->kind, PluginKind::kScheduler);
+  ASSERT_TRUE(sched->scheduler_caps.has_value());
+
+  const auto* first = findEntry(all, "good_dup", kFixtureDir);
+  const auto* shadowed = findEntry(all, "good_dup", kShadowDir);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(shadowed, nullptr);
+  EXPECT_FALSE(first->shadowed_by.has_value());
+  ASSERT_TRUE(shadowed->shadowed_by.has_value());
+  EXPECT_EQ(*shadowed->shadowed_by, kFixtureDir / "terse_compressor_good_dup.so");
+}
+
+}  // namespace
+}  // namespace terse
