@@ -11,10 +11,10 @@ namespace terse::cuda {
 bool builtWithCuda() noexcept;
 
 struct DeviceSummary {
-  int count = 0;          // usable devices; 0 when none or when the build has no CUDA
-  std::string reason;     // why count is 0 (no CUDA in this build, no driver, no device), empty otherwise
-  std::string runtime;    // "CUDA runtime 13.0, driver 13.0" or empty
-  std::string first_name; // name and compute capability of device 0, e.g. "NVIDIA H100 80GB HBM3 (sm_90)"
+  int count = 0;           // usable devices; 0 when none or when the build has no CUDA
+  std::string reason;      // why count is 0 (no CUDA in this build, no driver, no device), empty otherwise
+  std::string runtime;     // "CUDA runtime 13.0, driver 13.0" or empty
+  std::string first_name;  // name and compute capability of device 0, e.g. "NVIDIA H100 80GB HBM3 (sm_90)"
 };
 
 // Asks the runtime once; never throws (a machine without a driver is a normal answer here, not an error).
@@ -28,11 +28,11 @@ DeviceSummary deviceSummary() noexcept;
 #include "core/common/error.h"
 
 // TERSE_CUDA_CHECK(cudaMemcpyAsync(...)): throws terse::DeviceError "cudaMemcpyAsync(...) failed: <error string>".
-#define TERSE_CUDA_CHECK(call)                                                                              \
-  do {                                                                                                      \
-    cudaError_t terse_cuda_err_ = (call);                                                                   \
-    if (terse_cuda_err_ != cudaSuccess)                                                                     \
+#define TERSE_CUDA_CHECK(call)                                                                            \
+  do {                                                                                                    \
+    cudaError_t terse_cuda_err_ = (call);                                                                 \
+    if (terse_cuda_err_ != cudaSuccess)                                                                   \
       TERSE_THROW(::terse::DeviceError, #call << " failed: " << cudaGetErrorName(terse_cuda_err_) << ": " \
-                                              << cudaGetErrorString(terse_cuda_err_));                      \
+                                              << cudaGetErrorString(terse_cuda_err_));                    \
   } while (0)
 #endif

@@ -3,7 +3,9 @@
 
 namespace terse::cuda {
 
-bool builtWithCuda() noexcept { return false; }
+bool builtWithCuda() noexcept {
+  return false;
+}
 
 DeviceSummary deviceSummary() noexcept {
   DeviceSummary s;

@@ -8,7 +8,9 @@
 
 namespace terse::cuda {
 
-bool builtWithCuda() noexcept { return true; }
+bool builtWithCuda() noexcept {
+  return true;
+}
 
 DeviceSummary deviceSummary() noexcept {
   DeviceSummary s;

@@ -23,30 +23,48 @@ enum class DType : int32_t {
 // Bytes per element; 0 for a value outside the enumeration (untrusted input is checked with isValidDType first).
 constexpr std::size_t dtypeSize(DType t) noexcept {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kF64: return 8;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
-    case DType::kI8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF64:
+      return 8;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
 
-constexpr bool isValidDType(int32_t raw) noexcept { return raw >= 0 && raw < TERSE_DTYPE_COUNT_V1; }
+constexpr bool isValidDType(int32_t raw) noexcept {
+  return raw >= 0 && raw < TERSE_DTYPE_COUNT_V1;
+}
 
 constexpr std::string_view dtypeName(DType t) noexcept {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF64: return "f64";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-    case DType::kI8: return "i8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF64:
+      return "f64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }

@@ -61,7 +61,8 @@ inline std::string where(const char* file, int line) {
   std::string f(file);
   // Keep the path from the project's top folders on, so messages do not carry the build machine's paths.
   for (const char* top : {"core/", "plugins/", "compressors/", "schedulers/", "experiments/", "results/", "tests/"}) {
-    if (auto pos = f.rfind(top); pos != std::string::npos) return "[" + f.substr(pos) + ":" + std::to_string(line) + "] ";
+    if (auto pos = f.rfind(top); pos != std::string::npos)
+      return "[" + f.substr(pos) + ":" + std::to_string(line) + "] ";
   }
   return "[" + f + ":" + std::to_string(line) + "] ";
 }
@@ -70,15 +71,15 @@ inline std::string where(const char* file, int line) {
 }  // namespace terse
 
 // TERSE_THROW(terse::InvalidArgument, "ratio must be in (0, 1], got " << r): throws with [file:line] in front.
-#define TERSE_THROW(Type, stream_expr)                                \
-  do {                                                                \
-    std::ostringstream terse_oss_;                                    \
+#define TERSE_THROW(Type, stream_expr)                                       \
+  do {                                                                       \
+    std::ostringstream terse_oss_;                                           \
     terse_oss_ << ::terse::detail::where(__FILE__, __LINE__) << stream_expr; \
-    throw Type(terse_oss_.str());                                     \
+    throw Type(terse_oss_.str());                                            \
   } while (0)
 
 // TERSE_CHECK(cond, Type, stream_expr): throws Type when cond is false.
-#define TERSE_CHECK(cond, Type, stream_expr) \
-  do {                                       \
+#define TERSE_CHECK(cond, Type, stream_expr)     \
+  do {                                           \
     if (!(cond)) TERSE_THROW(Type, stream_expr); \
   } while (0)

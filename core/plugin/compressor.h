@@ -80,8 +80,8 @@ class Compressor {
   // Returns the payload size; checks it against out.size() and, for fixed-size caps, against max_output_bytes.
   virtual uint64_t compress(const TensorInfo& info, const void* input, std::span<const std::byte> prev,
                             const Scratch& scratch, std::span<std::byte> out, void* stream) const = 0;
-  virtual void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch,
-                          void* out, bool accumulate, void* stream) const = 0;
+  virtual void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch, void* out,
+                          bool accumulate, void* stream) const = 0;
   // CUSTOM only; throws InvalidArgument for other aggregations.
   virtual uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b,
                           const Scratch& scratch, std::span<std::byte> out, void* stream) const = 0;

@@ -312,6 +312,9 @@ class PluginCompressor final : public Compressor {
                        << hex(TERSE_CAP_ALL_V1) << ")");
     TERSE_CHECK(raw.num_rounds >= 1 && raw.num_rounds <= TERSE_MAX_ROUNDS_V1, PluginError,
                 prefix << "num_rounds = " << raw.num_rounds << ", must be in 1.." << TERSE_MAX_ROUNDS_V1);
+    // With allgather, `prev` would be several payloads whose framing v1 does not define; one aggregate it must be.
+    TERSE_CHECK(raw.num_rounds == 1 || raw.aggregation != TERSE_AGG_ALLGATHER, PluginError,
+                prefix << "num_rounds = " << raw.num_rounds << " needs aggregation sum or custom, got allgather");
     CompressorCaps caps;
     caps.devices = raw.devices;
     caps.aggregation = static_cast<Aggregation>(raw.aggregation);

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/common/cuda.h"
 #include "core/plugin/compressor_plugin.h"
 #include "core/plugin/scheduler.h"
 #include "experiments/cli/commands.h"
@@ -43,6 +44,14 @@ int run(int argc, char** argv) {
     std::cout << "terse " << TERSE_VERSION << '\n'
               << "compressor ABI: " << versionList(CompressorPlugin::supportedAbiVersions()) << '\n'
               << "scheduler ABI: " << versionList(SchedulerPlugin::supportedAbiVersions()) << '\n';
+    // Which GPU path this binary can take matters as much as its version when a result is reproduced.
+    const cuda::DeviceSummary gpu = cuda::deviceSummary();
+    std::cout << "cuda: " << (cuda::builtWithCuda() ? "built in" : "not built");
+    if (!gpu.runtime.empty()) std::cout << " (" << gpu.runtime << ")";
+    if (gpu.count > 0)
+      std::cout << ", " << gpu.count << " device(s), device 0: " << gpu.first_name << '\n';
+    else
+      std::cout << ", no usable device: " << gpu.reason << '\n';
     return kExitOk;
   }
   if (first == "--help" || first == "-h" || first == "help") {

@@ -390,7 +390,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCapsCase{"bad_agg", "aggregation = 5, must be 0 (allgather), 1 (sum) or 2 (custom)"},
                       BadCapsCase{"bad_wire", "wire_dtype = 3 (f64), aggregation sum needs f32, f16 or bf16"},
                       BadCapsCase{"bad_flags", "flags = 0x9 has bits outside TERSE_CAP_ALL_V1 (0x7)"},
-                      BadCapsCase{"custom_no_reduce", "aggregation custom requires the function pointer 'reduce'"}),
+                      BadCapsCase{"custom_no_reduce", "aggregation custom requires the function pointer 'reduce'"},
+                      BadCapsCase{"rounds_allgather", "num_rounds = 2 needs aggregation sum or custom"}),
     [](const auto& p) { return std::string(p.param.mode); });
 
 TEST(CompressorAdapter, InvalidSizes) {

@@ -73,27 +73,29 @@ typedef int32_t terse_aggregation_v1;
  * with majority vote. */
 #define TERSE_AGG_CUSTOM 2
 
-#define TERSE_CAP_FIXED_SIZE 0x1u  /* output_bytes == sizes.max_output_bytes for every input: depends only on the
-                                      tensor info, never on the data */
-#define TERSE_CAP_STATEFUL 0x2u    /* the plugin keeps per-tensor state across steps in the core-owned state buffer */
-#define TERSE_CAP_SHARED_SEED 0x4u /* info.seed must be identical on every rank (e.g. random-k picks shared indices) */
+/* output_bytes == sizes.max_output_bytes for every input: depends only on the tensor info, never on the data. */
+#define TERSE_CAP_FIXED_SIZE 0x1u
+/* The plugin keeps per-tensor state across steps in the core-owned state buffer. */
+#define TERSE_CAP_STATEFUL 0x2u
+/* info.seed must be identical on every rank (e.g. random-k picks shared indices). */
+#define TERSE_CAP_SHARED_SEED 0x4u
 #define TERSE_CAP_ALL_V1 0x7u
 
 #define TERSE_MAX_ROUNDS_V1 8
 
 typedef struct terse_compressor_caps_v1 {
-  uint32_t struct_size;        /* set by the core before the call */
-  terse_device_v1 devices;     /* bitmask of TERSE_DEVICE_*, nonzero */
+  uint32_t struct_size;    /* set by the core before the call */
+  terse_device_v1 devices; /* bitmask of TERSE_DEVICE_*, nonzero */
   terse_aggregation_v1 aggregation;
-  terse_dtype_v1 wire_dtype;   /* SUM only: F32, F16 or BF16. Ignored otherwise. */
-  uint32_t flags;              /* TERSE_CAP_* */
-  int32_t num_rounds;          /* 1..TERSE_MAX_ROUNDS_V1 (PowerSGD: 2); more than 1 requires SUM or CUSTOM, so that
-                                  `prev` is one aggregated payload */
+  terse_dtype_v1 wire_dtype; /* SUM only: F32, F16 or BF16. Ignored otherwise. */
+  uint32_t flags;            /* TERSE_CAP_* */
+  int32_t num_rounds;        /* 1..TERSE_MAX_ROUNDS_V1 (PowerSGD: 2); more than 1 requires SUM or CUSTOM, so that
+                                `prev` is one aggregated payload */
 } terse_compressor_caps_v1;
 
 /* ---- Two-phase sizing (cub style): asked once per tensor and round at setup; the core allocates then. */
 typedef struct terse_compressor_sizes_v1 {
-  uint32_t struct_size;       /* set by the core before the call */
+  uint32_t struct_size; /* set by the core before the call */
   uint32_t reserved0;
   uint64_t max_output_bytes;  /* upper bound of compress's output for this round (exact with TERSE_CAP_FIXED_SIZE) */
   uint64_t workspace_bytes;   /* scratch for this tensor; contents kept from round 0's compress to the last
@@ -164,9 +166,9 @@ typedef struct terse_compressor_v1 {
   /* CUSTOM aggregation only, NULL otherwise: output = a (+) b for an associative (+), where a and b are raw payloads or
    * outputs of earlier reduce calls (validate both, as in decompress). output_capacity >= max_reduced_bytes; the size
    * goes to *output_bytes. output never aliases a or b. */
-  terse_status_v1 (*reduce)(void* ctx, const terse_tensor_info_v1* info, const void* a, uint64_t a_bytes,
-                            const void* b, uint64_t b_bytes, const terse_scratch_v1* scratch, void* output,
-                            uint64_t output_capacity, uint64_t* output_bytes, void* stream);
+  terse_status_v1 (*reduce)(void* ctx, const terse_tensor_info_v1* info, const void* a, uint64_t a_bytes, const void* b,
+                            uint64_t b_bytes, const terse_scratch_v1* scratch, void* output, uint64_t output_capacity,
+                            uint64_t* output_bytes, void* stream);
 } terse_compressor_v1;
 
 /* Marks the one exported symbol of a plugin written in C:

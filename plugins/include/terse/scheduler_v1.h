@@ -32,17 +32,17 @@ extern "C" {
 typedef struct terse_sched_tensor_v1 {
   uint32_t struct_size; /* sizeof(terse_sched_tensor_v1) as the core was built */
   terse_dtype_v1 dtype;
-  uint64_t tensor_id;   /* stable for the run, identical on every rank */
-  uint64_t numel;       /* may be 0 */
-  uint64_t bytes;       /* numel * element size, before compression */
+  uint64_t tensor_id; /* stable for the run, identical on every rank */
+  uint64_t numel;     /* may be 0 */
+  uint64_t bytes;     /* numel * element size, before compression */
   uint64_t step;
-  int32_t layer_index;  /* position in the forward pass: 0 is the first layer, so lower goes first under P3 */
-  int32_t num_layers;   /* layers of the model, > layer_index */
+  int32_t layer_index; /* position in the forward pass: 0 is the first layer, so lower goes first under P3 */
+  int32_t num_layers;  /* layers of the model, > layer_index */
 } terse_sched_tensor_v1;
 
 /* A contiguous slice of one tensor: the unit the scheduler orders. */
 typedef struct terse_chunk_v1 {
-  uint64_t chunk_id;   /* assigned by the core, unique within the step */
+  uint64_t chunk_id; /* assigned by the core, unique within the step */
   uint64_t tensor_id;
   uint64_t step;
   uint64_t offset;     /* first element of the slice within the tensor */
@@ -60,9 +60,11 @@ typedef struct terse_scheduler_caps_v1 {
 } terse_scheduler_caps_v1;
 
 /* Flags the core passes to `next`. */
-#define TERSE_SCHED_ALL_ENQUEUED 0x1u    /* every tensor of this step has been enqueued: flush partial groups */
-#define TERSE_SCHED_NOTHING_IN_FLIGHT 0x2u /* no group is in flight: returning nothing now, with chunks pending and
-                                              TERSE_SCHED_ALL_ENQUEUED set, is a stall and an error */
+/* Every tensor of this step has been enqueued: flush partial groups. */
+#define TERSE_SCHED_ALL_ENQUEUED 0x1u
+/* No group is in flight: returning nothing now, with chunks pending and TERSE_SCHED_ALL_ENQUEUED set, is a stall and
+ * an error. */
+#define TERSE_SCHED_NOTHING_IN_FLIGHT 0x2u
 
 typedef struct terse_scheduler_v1 {
   uint32_t abi_version;    /* TERSE_SCHEDULER_ABI_V1 */
