@@ -33,35 +33,14 @@ struct AbiRow {
 };
 
 CompressorApi adaptV1(const void* symbol, const std::string& prefix) {
-  // abi_version and struct_size are the only fields every version shares; read them before trusting anything else.
-  uint32_t head[2];
-  std::memcpy(head, symbol, sizeof head);
-  if (head[0] != TERSE_COMPRESSOR_ABI_V1) {
-    TERSE_THROW(PluginError, prefix << "abi_version field is " << head[0] << ", but the exported symbol "
-                                    << TERSE_COMPRESSOR_PLUGIN_V1_SYMBOL << " is ABI v" << TERSE_COMPRESSOR_ABI_V1);
-  }
-  if (head[1] < sizeof(terse_compressor_v1)) {
-    TERSE_THROW(PluginError,
-                prefix << "struct too small: " << head[1] << " bytes, v1 needs " << sizeof(terse_compressor_v1));
-  }
-  // A larger struct_size is a plugin built against a later minor layout of v1 that only appended fields: the core
-  // reads the part it knows.
-  CompressorApi api;
-  std::memcpy(&api, symbol, sizeof api);
-  const std::pair<const char*, const char*> strings[] = {
-      {"name", api.name}, {"description", api.description}, {"version", api.version}};
-  for (auto [field, value] : strings)
-    if (value == nullptr) TERSE_THROW(PluginError, prefix << "field '" << field << "' is NULL");
-  if (!isValidPluginName(api.name))
-    TERSE_THROW(PluginError, prefix << "declared name '" << api.name << "' does not match [a-z0-9_]+");
-  const std::pair<const char*, bool> required[] = {
-      {"init", api.init != nullptr},         {"finalize", api.finalize != nullptr},
-      {"get_caps", api.get_caps != nullptr}, {"get_sizes", api.get_sizes != nullptr},
-      {"compress", api.compress != nullptr}, {"decompress", api.decompress != nullptr},
-  };
-  for (auto [field, present] : required)
-    if (!present) TERSE_THROW(PluginError, prefix << "required function pointer '" << field << "' is NULL");
-  return api;
+  using A = CompressorApi;
+  return detail::readPluginStruct<A>(symbol, TERSE_COMPRESSOR_ABI_V1, TERSE_COMPRESSOR_PLUGIN_V1_SYMBOL, prefix,
+                                     {{"init", [](const A& a) { return a.init != nullptr; }},
+                                      {"finalize", [](const A& a) { return a.finalize != nullptr; }},
+                                      {"get_caps", [](const A& a) { return a.get_caps != nullptr; }},
+                                      {"get_sizes", [](const A& a) { return a.get_sizes != nullptr; }},
+                                      {"compress", [](const A& a) { return a.compress != nullptr; }},
+                                      {"decompress", [](const A& a) { return a.decompress != nullptr; }}});
 }
 
 // Newest first.

@@ -4,13 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/common/error.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/plugin_info.h"
 #include "terse/types_v1.h"
@@ -43,6 +46,38 @@ std::filesystem::path canonicalPluginPath(const std::filesystem::path& path, Plu
 
 // "terse_compressor_plugin_v3"
 std::string pluginSymbol(PluginKind kind, uint32_t version);
+
+// Reads the exported struct of a v1 plugin of either kind (Api = terse_compressor_v1 or terse_scheduler_v1) and checks
+// what every kind's struct starts with: abi_version against the symbol's version, struct_size, the three strings and
+// the name's spelling. `required` lists the function pointers that must not be NULL. Every error starts with `prefix`
+// ("cannot load compressor plugin <path>: ").
+template <class Api>
+Api readPluginStruct(const void* symbol, uint32_t abi_version, const char* symbol_name, const std::string& prefix,
+                     std::initializer_list<std::pair<const char*, bool (*)(const Api&)>> required) {
+  // abi_version and struct_size are the only fields every version shares; read them before trusting anything else.
+  uint32_t head[2];
+  std::memcpy(head, symbol, sizeof head);
+  if (head[0] != abi_version) {
+    TERSE_THROW(PluginError, prefix << "abi_version field is " << head[0] << ", but the exported symbol " << symbol_name
+                                    << " is ABI v" << abi_version);
+  }
+  if (head[1] < sizeof(Api))
+    TERSE_THROW(PluginError,
+                prefix << "struct too small: " << head[1] << " bytes, v" << abi_version << " needs " << sizeof(Api));
+  // A larger struct_size is accepted and only the known part is read: it cannot describe a different layout, since a
+  // changed layout is a new symbol version.
+  Api api;
+  std::memcpy(&api, symbol, sizeof api);
+  const std::pair<const char*, const char*> strings[] = {
+      {"name", api.name}, {"description", api.description}, {"version", api.version}};
+  for (auto [field, value] : strings)
+    if (value == nullptr) TERSE_THROW(PluginError, prefix << "field '" << field << "' is NULL");
+  if (!isValidPluginName(api.name))
+    TERSE_THROW(PluginError, prefix << "declared name '" << api.name << "' does not match [a-z0-9_]+");
+  for (const auto& [field, present] : required)
+    if (!present(api)) TERSE_THROW(PluginError, prefix << "required function pointer '" << field << "' is NULL");
+  return api;
+}
 
 // The highest ABI version whose symbol name the loader probes when no supported symbol is found, so a plugin built
 // for a newer terse gets "built for compressor ABI v2" instead of "not a terse plugin".

@@ -26,36 +26,15 @@ struct AbiRow {
 };
 
 SchedulerApi adaptV1(const void* symbol, const std::string& prefix) {
-  uint32_t head[2];
-  std::memcpy(head, symbol, sizeof head);
-  if (head[0] != TERSE_SCHEDULER_ABI_V1) {
-    TERSE_THROW(PluginError, prefix << "abi_version field is " << head[0] << ", but the exported symbol "
-                                    << TERSE_SCHEDULER_PLUGIN_V1_SYMBOL << " is ABI v" << TERSE_SCHEDULER_ABI_V1);
-  }
-  if (head[1] < sizeof(terse_scheduler_v1)) {
-    TERSE_THROW(PluginError,
-                prefix << "struct too small: " << head[1] << " bytes, v1 needs " << sizeof(terse_scheduler_v1));
-  }
-  SchedulerApi api;
-  std::memcpy(&api, symbol, sizeof api);
-  const std::pair<const char*, const char*> strings[] = {
-      {"name", api.name}, {"description", api.description}, {"version", api.version}};
-  for (auto [field, value] : strings)
-    if (value == nullptr) TERSE_THROW(PluginError, prefix << "field '" << field << "' is NULL");
-  if (!isValidPluginName(api.name))
-    TERSE_THROW(PluginError, prefix << "declared name '" << api.name << "' does not match [a-z0-9_]+");
-  const std::pair<const char*, bool> required[] = {
-      {"init", api.init != nullptr},
-      {"finalize", api.finalize != nullptr},
-      {"get_caps", api.get_caps != nullptr},
-      {"partition", api.partition != nullptr},
-      {"enqueue", api.enqueue != nullptr},
-      {"next", api.next != nullptr},
-      {"on_complete", api.on_complete != nullptr},
-  };
-  for (auto [field, present] : required)
-    if (!present) TERSE_THROW(PluginError, prefix << "required function pointer '" << field << "' is NULL");
-  return api;
+  using A = SchedulerApi;
+  return detail::readPluginStruct<A>(symbol, TERSE_SCHEDULER_ABI_V1, TERSE_SCHEDULER_PLUGIN_V1_SYMBOL, prefix,
+                                     {{"init", [](const A& a) { return a.init != nullptr; }},
+                                      {"finalize", [](const A& a) { return a.finalize != nullptr; }},
+                                      {"get_caps", [](const A& a) { return a.get_caps != nullptr; }},
+                                      {"partition", [](const A& a) { return a.partition != nullptr; }},
+                                      {"enqueue", [](const A& a) { return a.enqueue != nullptr; }},
+                                      {"next", [](const A& a) { return a.next != nullptr; }},
+                                      {"on_complete", [](const A& a) { return a.on_complete != nullptr; }}});
 }
 
 // Newest first.
