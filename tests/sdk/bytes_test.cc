@@ -56,6 +56,14 @@ TEST(SdkBytes, WriterAndReaderRoundTrip) {
   EXPECT_EQ(f[2], 3.0f);
   EXPECT_EQ(r.remaining(), 0u);
   EXPECT_NO_THROW(r.expectEnd());
+
+  // Padding must be the zeros padTo wrote: one encoding per payload.
+  std::vector<std::byte> dirty(w.written().begin(), w.written().end());
+  dirty[6] = std::byte{1};
+  ByteReader d(dirty);
+  d.get<uint32_t>();
+  d.get<uint16_t>();
+  EXPECT_THROW(d.skipTo(8), InvalidPayload);
 }
 
 TEST(SdkBytes, WriterOverflowIsAnArgumentError) {

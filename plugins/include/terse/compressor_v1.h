@@ -12,11 +12,13 @@
  *   for round r in 0..R-1:  payload_r = compress(g, prev = aggregate of round r-1 or NULL)
  *                           aggregate_r = SUM / ALLGATHER / CUSTOM-reduce of every rank's payload_r
  *   out = decompress(aggregate_{R-1})       (SUM, CUSTOM: once; ALLGATHER: once per rank with accumulate = 1)
- * The decompressed aggregate of all ranks is the SUM of their contributions; the core divides by world_size.
+ * The core divides the decompressed aggregate by world_size. With SUM and ALLGATHER that aggregate is the sum of the
+ * ranks' contributions; with CUSTOM it is what the plugin's reduction defines, scaled the same way (e.g. signSGD's
+ * majority vote decodes to world_size * sign(votes)).
  *
- * Decompressing one rank's payload (source_rank >= 0) yields that rank's own contribution, so that the sum over
- * ranks of their decompressed payloads equals the decompressed aggregate. Error feedback relies on this: it
- * decompresses the local payload of the last round to learn what this rank transmitted.
+ * Decompressing one rank's payload (source_rank >= 0) yields that rank's own contribution; with SUM and ALLGATHER
+ * the sum over ranks of these equals the decompressed aggregate (CUSTOM reductions need not be sums). Error feedback
+ * relies on the first part: it decompresses the local payload of the last round to learn what this rank sent.
  *
  * Threading: per-tensor memory (workspace and state) is owned and allocated by the core from the sizes the plugin
  * reports, so the hot path allocates nothing, and one ctx may serve several tensors and several in-process ranks

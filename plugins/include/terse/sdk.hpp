@@ -49,6 +49,7 @@
 #include "terse/scheduler_v1.h"
 #include "terse/sdk/bytes.hpp"
 #include "terse/sdk/compressor.hpp"
+#include "terse/sdk/cpu.hpp"
 #include "terse/sdk/dtype.hpp"
 #include "terse/sdk/error.hpp"
 #include "terse/sdk/host.hpp"

@@ -125,10 +125,13 @@ class ByteReader {
     return {reinterpret_cast<const T*>(p), count};
   }
 
-  // Skips to the next multiple of `alignment` (a power of two), as ByteWriter::padTo wrote.
-  void skipTo(size_t alignment) {
+  // Skips to the next multiple of `alignment` (a power of two), over the zero bytes ByteWriter::padTo wrote. Nonzero
+  // padding is refused: it keeps one encoding per payload and catches corruption the section lengths cannot.
+  void skipTo(size_t alignment, std::string_view what = "padding") {
     const size_t pad = (alignment - offset_ % alignment) % alignment;
-    take(pad, "padding");
+    for (const std::byte b : take(pad, what)) {
+      if (b != std::byte{0}) throw InvalidPayload(std::string(what) + ": nonzero padding bytes");
+    }
   }
 
   // Throws InvalidPayload if bytes are left: a payload longer than its header says is as malformed as a short one.

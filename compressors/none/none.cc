@@ -1,0 +1,89 @@
+// none: the uncompressed baseline. Every result table compares against it (compression ratio 1, the accuracy a
+// compressor should match), so it goes through exactly the plugin path the others take: payload header, SUM
+// aggregation in the core, decompress.
+//
+// Equation: C(g) = g. The aggregate is sum_r g_r, which the core divides by world_size.
+//
+// Payload (SUM over f32, fixed size, 16 + 4N bytes):
+//   [0, 16)        sdk::PayloadHeader {magic "NONE", version 1, dtype f32, numel N}; identical on every rank, so it is
+//                  the sum header (sum_header_bytes = 16) the core carries through unsummed
+//   [16, 16 + 4N)  N f32 values g_i
+// Host memory, f32 gradients; other dtypes are refused with sdk::Unsupported.
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "none_math.h"
+#include "terse/sdk.hpp"
+
+namespace {
+
+namespace sdk = terse::sdk;
+namespace math = terse::compressors::none;
+
+constexpr sdk::PayloadFormat kFormat{"none", sdk::fourcc("NONE"), 1};
+// Keeps every byte count below 2^64 with room to spare (4 TiB of f32).
+constexpr uint64_t kMaxNumel = uint64_t{1} << 40;
+
+void requireSupported(const terse_tensor_info_v1& info) {
+  if (info.dtype != TERSE_DTYPE_F32)
+    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
+  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
+  if (info.numel > kMaxNumel)
+    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
+  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+}
+
+class None final : public sdk::Compressor {
+ public:
+  None(sdk::Params& /*params*/, sdk::Host& /*host*/) {}
+
+  terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
+    if (dtype != TERSE_DTYPE_F32)
+      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse_compressor_caps_v1 caps{};
+    caps.devices = TERSE_DEVICE_HOST;
+    caps.aggregation = TERSE_AGG_SUM;
+    caps.wire_dtype = TERSE_DTYPE_F32;
+    caps.flags = TERSE_CAP_FIXED_SIZE;
+    caps.num_rounds = 1;
+    return caps;
+  }
+
+  terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
+    requireSupported(info);
+    terse_compressor_sizes_v1 sizes{};
+    sizes.max_output_bytes = sdk::kPayloadHeaderBytes + sizeof(float) * info.numel;
+    sizes.sum_header_bytes = sdk::kPayloadHeaderBytes;
+    return sizes;
+  }
+
+  uint64_t compress(const sdk::CompressArgs& args) const override {
+    requireSupported(args.info);
+    sdk::ByteWriter w(args.output);
+    sdk::writeHeader(w, kFormat, args.info);
+    const std::span<const float> in = args.input<float>();
+    const std::span<float> out = w.putArray<float>(in.size());
+    if (!in.empty()) std::memcpy(out.data(), in.data(), in.size_bytes());  // encodeValue is the identity
+    return w.offset();
+  }
+
+  void decompress(const sdk::DecompressArgs& args) const override {
+    requireSupported(args.info);
+    sdk::ByteReader r(args.payload);
+    sdk::readHeader(r, kFormat, args.info);
+    const std::span<const float> values = r.getArray<float>(static_cast<size_t>(args.info.numel), "values");
+    r.expectEnd();
+    const std::span<float> out = args.output<float>();
+    if (!args.accumulate) {
+      if (!out.empty()) std::memcpy(out.data(), values.data(), out.size_bytes());
+      return;
+    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = math::decodeValue(values[i], out[i], true);
+  }
+};
+
+}  // namespace
+
+TERSE_EXPORT_COMPRESSOR(None, "none", "uncompressed f32 baseline, summed across ranks", "1.0.0");

@@ -1,0 +1,290 @@
+// qsgd: Quantized SGD (Alistarh, Grubic, Li, Tomioka, Vojnovic, "QSGD: Communication-Efficient SGD via Gradient
+// Quantization and Encoding", NeurIPS 2017), bucketed as in the paper's experiments.
+//
+// The gradient is cut into buckets v of `bucket_size` consecutive elements (the last one shorter). With s = levels:
+//
+//   Q_s(v)_i = ||v||_2 * sign(v_i) * xi_i(v, s) / s,
+//   xi_i = l + 1 with probability s|v_i|/||v|| - l, else l,   l = floor(s|v_i|/||v||)        (paper, eq. (3)-(4))
+//
+// so E[Q_s(v)] = v (unbiased), |Q_s(v)_i - v_i| <= ||v|| / s, and E||Q_s(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2
+// for a bucket of d elements (Lemma 3.1). u for the rounding is element i's own Philox draw keyed by (seed, step,
+// tensor id, i), so the result depends on nothing but those and the input.
+//
+// Parameters:
+//   levels       s, an integer in [1, 2^24 - 1] (default 127). 127 makes each code sign + 7 bits = exactly one byte:
+//                4x smaller than f32, and with 512-element buckets the variance bound min(512/127^2, ...) ~ 0.032
+//                ||v||^2 is small enough to train without error feedback. s above 2^24 - 1 would not be exact in
+//                f32.
+//   bucket_size  elements per norm, >= 1 (default 512, the paper's choice for its CNN experiments); larger than numel
+//                means one norm for the whole tensor.
+//
+// Payload (ALLGATHER, fixed size): W = 1 + bitsFor(s) bits per element (bitsFor(127) = 7, so W = 8), B buckets.
+//   [0, 16)    sdk::PayloadHeader {magic "QSGD", version 1, dtype f32, numel N}
+//   [16, 32)   u32 levels, u32 W, u64 bucket_size        the parameters it was made with; decompress insists on its own
+//   [32, ...)  B f32 bucket norms ||v|| (finite, >= 0), then zero padding to a multiple of 8 bytes
+//   [..., end) bitpack::wordCount(N, W) u64 words of W-bit codes (sdk/bitpack.hpp): code i = xi_i | negative_i << (W-1)
+// Total 32 + 8 ceil(B / 2) + 8 ceil(N W / 64) bytes. Decompress of one rank's payload gives that rank's Q(v); the
+// core decompress-accumulates every rank's payload. Host memory, f32 gradients; inputs holding inf or NaN (or whose
+// bucket norm overflows f32) are refused with InvalidArgument, since no finite norm could describe them.
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "qsgd_math.h"
+#include "terse/sdk.hpp"
+#include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/philox.hpp"
+
+
+namespace {
+
+namespace sdk = terse::sdk;
+namespace bitpack = terse::sdk::bitpack;
+namespace math = terse::compressors::qsgd;
+
+constexpr sdk::PayloadFormat kFormat{"qsgd", sdk::fourcc("QSGD"), 1};
+constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
+constexpr int64_t kMaxLevels = (int64_t{1} << 24) - 1;
+constexpr unsigned kGroup = math::kGroup;
+
+// The parameters as they travel, right after the header.
+struct WireParams {
+  uint32_t levels;
+  uint32_t code_bits;
+  uint64_t bucket_size;
+};
+static_assert(sizeof(WireParams) == 16);
+
+void requireSupported(const terse_tensor_info_v1& info) {
+  if (info.dtype != TERSE_DTYPE_F32)
+    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
+  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
+  if (info.numel > kMaxNumel)
+    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
+  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+}
+
+// The loops' fixed inputs.
+struct Config {
+  uint64_t numel;
+  uint64_t bucket;  // min(bucket_size, numel): (b + 1) * bucket cannot overflow
+  int32_t levels;
+  unsigned mag_bits;
+};
+
+// Fills norms[] and words[]; returns numel on success, or the first element of a bucket whose norm is not finite.
+// Norms are computed bucket by bucket just ahead of the group that first needs them, so a bucket is still in cache
+// when its elements are quantized.
+template <unsigned W>
+TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x, const sdk::PhiloxStream rng,
+                                      float* __restrict norms, uint64_t* __restrict words) {
+  const uint64_t buckets = c.numel == 0 ? 0 : (c.numel - 1) / c.bucket + 1;
+  const float levels_f = static_cast<float>(c.levels);
+  uint64_t next = 0;  // first bucket whose norm is not computed yet
+  uint32_t bits[kGroup];
+  uint32_t codes[kGroup];
+  float divisor[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < c.numel; i0 += kGroup, ++g) {
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, c.numel - i0));
+    while (next < buckets && next * c.bucket < i0 + len) {
+      const uint64_t start = next * c.bucket;
+      const float norm = math::bucketNorm(x + start, std::min(c.bucket, c.numel - start));
+      if (!(norm <= FLT_MAX)) return start;  // inf or NaN
+      norms[next++] = norm;
+    }
+    for (unsigned j = 0; j < len;) {
+      const uint64_t b = (i0 + j) / c.bucket;
+      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
+      const float d = math::normDivisor(norms[b]);
+      for (; j < stop; ++j) divisor[j] = d;
+    }
+    math::groupRandomBits(rng, g, bits);
+    if (len == kGroup) {
+      for (unsigned j = 0; j < kGroup; ++j) {
+        codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
+      }
+      bitpack::packGroup<W>(codes, words + g * W);
+    } else {
+      for (unsigned j = 0; j < len; ++j) {
+        codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
+      }
+      bitpack::packTail<W>(codes, len, words + g * W);
+    }
+  }
+  return c.numel;
+}
+
+// The first code that quantizeValue could not have produced, or numel if all are valid.
+template <unsigned W>
+uint64_t firstInvalidCode(const Config c, const uint64_t* words) {
+  uint32_t codes[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < c.numel; i0 += kGroup, ++g) {
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, c.numel - i0));
+    if (len == kGroup) {
+      bitpack::unpackGroup<W>(words + g * W, codes);
+    } else {
+      bitpack::unpackTail<W>(words + g * W, len, codes);
+    }
+    bool bad = false;
+    for (unsigned j = 0; j < len; ++j) bad |= !math::codeIsValid(codes[j], static_cast<uint32_t>(c.levels), c.mag_bits);
+    if (bad) {
+      for (unsigned j = 0;; ++j) {
+        if (!math::codeIsValid(codes[j], static_cast<uint32_t>(c.levels), c.mag_bits)) return i0 + j;
+      }
+    }
+  }
+  return c.numel;
+}
+
+template <unsigned W>
+TERSE_CPU_CLONES void dequantizeAll(const Config c, const float* __restrict norms, const uint64_t* __restrict words,
+                                    float* __restrict out, bool accumulate) {
+  const float levels_f = static_cast<float>(c.levels);
+  uint32_t codes[kGroup];
+  float unit[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < c.numel; i0 += kGroup, ++g) {
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, c.numel - i0));
+    if (len == kGroup) {
+      bitpack::unpackGroup<W>(words + g * W, codes);
+    } else {
+      bitpack::unpackTail<W>(words + g * W, len, codes);
+    }
+    for (unsigned j = 0; j < len;) {
+      const uint64_t b = (i0 + j) / c.bucket;
+      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
+      const float u = norms[b] / levels_f;
+      for (; j < stop; ++j) unit[j] = u;
+    }
+    float* o = out + i0;
+    if (accumulate) {
+      for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(codes[j], unit[j], c.mag_bits);
+    } else {
+      for (unsigned j = 0; j < len; ++j) o[j] = math::decodeValue(codes[j], unit[j], c.mag_bits);
+    }
+  }
+}
+
+class Qsgd final : public sdk::Compressor {
+ public:
+  Qsgd(sdk::Params& params, sdk::Host& /*host*/)
+      : levels_(params.getInt("levels", 127, sdk::Range::atLeast(1))),
+        bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(1))) {
+    if (levels_ > kMaxLevels) {
+      throw sdk::InvalidArgument("qsgd: 'levels' must be an integer <= " + std::to_string(kMaxLevels) +
+                                 " (2^24 - 1: larger levels are not exact in f32), got " + std::to_string(levels_));
+    }
+    mag_bits_ = bitpack::bitsFor(static_cast<uint64_t>(levels_));
+    code_bits_ = mag_bits_ + 1;
+  }
+
+  terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
+    if (dtype != TERSE_DTYPE_F32)
+      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse_compressor_caps_v1 caps{};
+    caps.devices = TERSE_DEVICE_HOST;
+    caps.aggregation = TERSE_AGG_ALLGATHER;
+    caps.flags = TERSE_CAP_FIXED_SIZE;
+    caps.num_rounds = 1;
+    return caps;
+  }
+
+  terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
+    requireSupported(info);
+    terse_compressor_sizes_v1 sizes{};
+    sizes.max_output_bytes = layout(info.numel).total;
+    return sizes;
+  }
+
+  uint64_t compress(const sdk::CompressArgs& args) const override {
+    requireSupported(args.info);
+    const std::span<const float> in = args.input<float>();
+    const Layout l = layout(args.info.numel);
+    sdk::ByteWriter w(args.output);
+    sdk::writeHeader(w, kFormat, args.info);
+    w.put(WireParams{static_cast<uint32_t>(levels_), code_bits_, bucket_size_});
+    const std::span<float> norms = w.putArray<float>(l.buckets);
+    w.padTo(8);
+    const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
+    const Config c = config(args.info.numel);
+    const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+    uint64_t bad = c.numel;
+    TERSE_BITPACK_DISPATCH(code_bits_, bad = quantizeAll<kW>(c, in.data(), rng, norms.data(), words.data()));
+    if (bad != c.numel) {
+      throw sdk::InvalidArgument("qsgd: the bucket starting at element " + std::to_string(bad) +
+                                 " has no finite L2 norm (the gradient holds inf or NaN, or the norm exceeds f32)");
+    }
+    return w.offset();
+  }
+
+  void decompress(const sdk::DecompressArgs& args) const override {
+    requireSupported(args.info);
+    sdk::ByteReader r(args.payload);
+    sdk::readHeader(r, kFormat, args.info);
+    const auto p = r.get<WireParams>("parameters");
+    if (p.levels != static_cast<uint32_t>(levels_) || p.code_bits != code_bits_ || p.bucket_size != bucket_size_) {
+      throw sdk::InvalidPayload(
+          "qsgd: payload made with levels=" + std::to_string(p.levels) + ", code bits=" + std::to_string(p.code_bits) +
+          ", bucket_size=" + std::to_string(p.bucket_size) + "; this instance has levels=" + std::to_string(levels_) +
+          ", code bits=" + std::to_string(code_bits_) + ", bucket_size=" + std::to_string(bucket_size_));
+    }
+    const Layout l = layout(args.info.numel);
+    const std::span<const float> norms = r.getArray<float>(l.buckets, "bucket norms");
+    r.skipTo(8, "qsgd: after the bucket norms");
+    const std::span<const uint64_t> words = r.getArray<uint64_t>(l.words, "codes");
+    r.expectEnd();
+    for (size_t b = 0; b < norms.size(); ++b) {
+      if (!(norms[b] >= 0.0f && norms[b] <= FLT_MAX)) {
+        throw sdk::InvalidPayload("qsgd: bucket " + std::to_string(b) + " has norm " + sdk::formatNumber(norms[b]) +
+                                  ", not a finite number >= 0");
+      }
+    }
+    if (!bitpack::paddingIsZero(words.data(), args.info.numel, code_bits_)) {
+      throw sdk::InvalidPayload("qsgd: nonzero padding bits after the last code");
+    }
+    const Config c = config(args.info.numel);
+    // Every W-bit code is valid when s = 2^(W-1) - 1 (the default 127 among them); otherwise look first, so that a
+    // bad payload leaves the output untouched.
+    if (static_cast<uint32_t>(levels_) != bitpack::lowMask(mag_bits_)) {
+      uint64_t bad = c.numel;
+      TERSE_BITPACK_DISPATCH(code_bits_, bad = firstInvalidCode<kW>(c, words.data()));
+      if (bad != c.numel) {
+        throw sdk::InvalidPayload("qsgd: code of element " + std::to_string(bad) + " has a magnitude above levels " +
+                                  std::to_string(levels_));
+      }
+    }
+    const std::span<float> out = args.output<float>();
+    TERSE_BITPACK_DISPATCH(code_bits_, dequantizeAll<kW>(c, norms.data(), words.data(), out.data(), args.accumulate));
+  }
+
+ private:
+  struct Layout {
+    uint64_t buckets;
+    uint64_t words;
+    uint64_t total;
+  };
+
+  Layout layout(uint64_t numel) const {
+    Layout l{};
+    l.buckets = numel == 0 ? 0 : (numel - 1) / bucket_size_ + 1;
+    l.words = bitpack::wordCount(numel, code_bits_);
+    l.total = sdk::kPayloadHeaderBytes + sizeof(WireParams) + (l.buckets * sizeof(float) + 7) / 8 * 8 + 8 * l.words;
+    return l;
+  }
+
+  Config config(uint64_t numel) const {
+    return Config{numel, std::max<uint64_t>(1, std::min(bucket_size_, numel)), static_cast<int32_t>(levels_),
+                  mag_bits_};
+  }
+
+  int64_t levels_;
+  uint64_t bucket_size_;
+  unsigned mag_bits_ = 0;
+  uint32_t code_bits_ = 0;
+};
+
+}  // namespace
+
+TERSE_EXPORT_COMPRESSOR(Qsgd, "qsgd", "QSGD stochastic quantization, s levels per bucket norm (Alistarh et al. 2017)",
+                        "1.0.0");

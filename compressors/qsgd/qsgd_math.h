@@ -1,0 +1,103 @@
+// qsgd: the elementwise math of QSGD (see qsgd.cc for the paper and the payload), as small TERSE_HD functions called
+// by the CPU loops and, later, by the CUDA kernels, so the CPU tests check the math the GPU runs.
+//
+// Per bucket v (bucket_size consecutive elements) with norm ||v||_2 and s = levels:
+//   x_i  = s |v_i| / ||v||                      in [0, s]
+//   xi_i = floor(x_i) + [u_i < x_i - floor(x_i)]   u_i uniform in [0, 1), element i's own Philox draw
+//   Q(v)_i = sign(v_i) ||v|| xi_i / s
+// E[xi_i] = x_i, so E[Q(v)] = v; |Q(v)_i - v_i| <= ||v|| / s.
+// A code is xi_i in the low `mag_bits` bits (mag_bits = bitsFor(s)) and the sign (1 = negative) just above.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "terse/hd.h"
+#include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/half.hpp"
+#include "terse/sdk/philox.hpp"
+
+namespace terse::compressors::qsgd {
+
+// Codes are produced, packed and unpacked 64 at a time (one bitpack group, 16 Philox blocks).
+inline constexpr unsigned kGroup = sdk::bitpack::kGroup;
+// Interleaved partial sums of the norm: element k of a bucket goes to lane k % kLanes. A fixed order makes the norm
+// reproducible; 8 doubles are one AVX-512 register or four SSE2 ones.
+inline constexpr unsigned kLanes = 8;
+
+// sum_k x_k^2 in double (no overflow or precision loss for any f32 input), in a fixed order: kLanes interleaved
+// partial sums, then a pairwise tree over the lanes.
+TERSE_HD double sumSquares(const float* x, uint64_t n) {
+  double acc[kLanes] = {};
+  uint64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (unsigned l = 0; l < kLanes; ++l) {
+      const double v = x[i + l];
+      acc[l] += v * v;
+    }
+  }
+  for (unsigned l = 0; i + l < n; ++l) {
+    const double v = x[i + l];
+    acc[l] += v * v;
+  }
+  for (unsigned width = kLanes / 2; width > 0; width /= 2) {
+    for (unsigned l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0];
+}
+
+// The bucket norm as it travels: the f32 nearest to sqrt(sum of squares). Infinite when it exceeds the f32 range (or
+// the input holds inf), NaN when the input holds NaN; the plugin refuses both.
+TERSE_HD float bucketNorm(const float* x, uint64_t n) {
+  return static_cast<float>(std::sqrt(sumSquares(x, n)));
+}
+
+// What |v_i| is divided by: the norm, or 1 for an all-zero bucket (every x_i is then 0, not 0/0).
+TERSE_HD float normDivisor(float norm) {
+  return norm > 0.0f ? norm : 1.0f;
+}
+
+TERSE_HD float absValue(float v) {
+  return sdk::bitsFloat(sdk::floatBits(v) & 0x7FFFFFFFu);
+}
+
+// Element i's code from its 32 random bits. `levels` is s (1 <= s < 2^24, so x_i and xi_i are exact in f32/int32).
+// x_i is computed as (|v_i| / ||v||) * s: the ratio is at most 1 even for a subnormal norm, where s / ||v|| would
+// overflow. With IEEE division x_i cannot exceed s (the norm rounds to nearest, so it is >= |v_i|); the clamp keeps
+// xi_i <= s anyway under approximate division (a CUDA build with fast math), where it costs nothing to be sure.
+TERSE_HD uint32_t quantizeValue(float v, float divisor, float levels_f, int32_t levels, unsigned mag_bits,
+                                uint32_t random_bits) {
+  const float x = absValue(v) / divisor * levels_f;
+  const int32_t lower = static_cast<int32_t>(x);  // x >= 0: truncation is floor
+  const float frac = x - static_cast<float>(lower);
+  int32_t xi = lower + (sdk::uniform01(random_bits) < frac ? 1 : 0);
+  xi = xi < levels ? xi : levels;
+  const uint32_t negative = v < 0.0f ? 1u : 0u;
+  return static_cast<uint32_t>(xi) | (negative << mag_bits);
+}
+
+// The value a code stands for, given unit = ||v|| / s of its bucket: sign * xi * unit.
+TERSE_HD float decodeValue(uint32_t code, float unit, unsigned mag_bits) {
+  const uint32_t xi = code & sdk::bitpack::lowMask(mag_bits);
+  const float magnitude = static_cast<float>(xi) * unit;
+  return sdk::bitsFloat(sdk::floatBits(magnitude) | ((code >> mag_bits) << 31));
+}
+
+// Whether a code from an untrusted payload is one quantizeValue can produce (magnitude <= s, nothing above the sign).
+TERSE_HD bool codeIsValid(uint32_t code, uint32_t levels, unsigned mag_bits) {
+  return (code & sdk::bitpack::lowMask(mag_bits)) <= levels && (code >> mag_bits) <= 1u;
+}
+
+// The 32 random bits of elements 64g .. 64g+63: one Philox block per 4 elements, element i's own draw whatever the
+// split of the work (a GPU thread per group calls exactly this).
+TERSE_HD void groupRandomBits(const sdk::PhiloxStream& rng, uint64_t group, uint32_t* bits) {
+  for (unsigned k = 0; k < kGroup / 4; ++k) {
+    const auto r = rng.block(group * (kGroup / 4) + k);
+    bits[4 * k + 0] = r.v[0];
+    bits[4 * k + 1] = r.v[1];
+    bits[4 * k + 2] = r.v[2];
+    bits[4 * k + 3] = r.v[3];
+  }
+}
+
+}  // namespace terse::compressors::qsgd

@@ -1,0 +1,118 @@
+// randomk: k coordinates chosen at random, the same ones on every rank, so the payloads can be summed.
+//
+// Paper: Stich, Cordonnier and Jaggi, "Sparsified SGD with Memory", NeurIPS 2018: the rand_k operator
+//     rand_k(g)_i = g_i  if i is in the random k-subset omega,  0 otherwise            (Definition 2.1)
+// with omega uniform among the k-subsets of [numel]. With `unbiased`, values are scaled by numel / k, the unbiased
+// variant (Wangni et al., "Gradient Sparsification for Communication-Efficient Distributed Optimization", NeurIPS
+// 2018, with uniform probabilities p_i = k / numel): E[decoded] = g. Error feedback is the core's decorator.
+//
+// omega is a function of (info.seed, info.step, info.tensor_id) only (randomk_math.h: the first k outputs of a
+// Philox-keyed Feistel permutation of [0, numel)), and the plugin declares TERSE_CAP_SHARED_SEED, so every rank picks
+// the same omega: the indices need not travel, and the k values can be summed elementwise by the core's allreduce
+// (TERSE_AGG_SUM). The decoded aggregate is the sum over ranks of their values on omega; one rank's own payload
+// decodes to its own contribution (error feedback's view). Fresh omega every step and for every tensor.
+//
+// Payload, SUM over f32 (sum_header_bytes = 16), fixed size:
+//     header (16 B, magic "RNDK", version 1; identical on every rank, carried unsummed) | f32 values[k]
+//     value j = s * g[pi(j)], s = numel / k with unbiased, 1 otherwise  -> 16 + 4k bytes.
+// Values are not checked for being finite: the core sums them, and a sum of finite values may overflow.
+//
+// Parameters: ratio in (0, 1] (default 0.01), k = min(numel, max(1, round(ratio * numel))), 0 for numel = 0;
+// unbiased (bool, default false). No workspace, no state: decompress recomputes pi(j) as compress did, so it needs
+// nothing from the compress side. f32 gradients in host memory, any numel.
+#include <cstdint>
+#include <string>
+
+#include "compressors/randomk/randomk_math.h"
+#include "terse/sdk.hpp"
+
+namespace {
+
+namespace sdk = terse::sdk;
+namespace rk = terse::compressors::randomk;
+
+constexpr const char* kName = "randomk";
+constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("RNDK"), 1};
+
+class RandomK final : public sdk::Compressor {
+ public:
+  RandomK(sdk::Params& params, sdk::Host& /*host*/)
+      : ratio_(params.getDouble("ratio", 0.01, sdk::Range::openClosed(0, 1))),
+        unbiased_(params.getBool("unbiased", false)) {}
+
+  terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
+    requireF32(dtype);
+    terse_compressor_caps_v1 caps{};
+    caps.devices = TERSE_DEVICE_HOST;
+    caps.aggregation = TERSE_AGG_SUM;
+    caps.wire_dtype = TERSE_DTYPE_F32;
+    caps.flags = TERSE_CAP_FIXED_SIZE | TERSE_CAP_SHARED_SEED;
+    caps.num_rounds = 1;
+    return caps;
+  }
+
+  terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
+    check(info);
+    terse_compressor_sizes_v1 sizes{};
+    sizes.max_output_bytes = payloadBytes(rk::targetCount(ratio_, info.numel));
+    sizes.sum_header_bytes = sdk::kPayloadHeaderBytes;
+    return sizes;
+  }
+
+  uint64_t compress(const sdk::CompressArgs& args) const override {
+    check(args.info);
+    const std::span<const float> g = args.input<float>();
+    const uint64_t k = rk::targetCount(ratio_, g.size());
+    sdk::ByteWriter w(args.output);
+    sdk::writeHeader(w, kFormat, args.info);
+    const std::span<float> values = w.putArray<float>(static_cast<size_t>(k));
+    if (k == 0) return w.offset();
+    const rk::Permutation pi = rk::makePermutation(args.info.seed, args.info.step, args.info.tensor_id, g.size());
+    const float scale = unbiased_ ? rk::unbiasedScale(g.size(), k) : 1.0f;
+    for (size_t j = 0; j < values.size(); ++j) values[j] = scale * g[rk::selectedIndex(pi, j)];
+    return w.offset();
+  }
+
+  void decompress(const sdk::DecompressArgs& args) const override {
+    check(args.info);
+    const uint64_t k = rk::targetCount(ratio_, args.info.numel);
+    sdk::ByteReader r(args.payload);
+    sdk::readHeader(r, kFormat, args.info);
+    if (args.payload.size() != payloadBytes(k)) {
+      throw sdk::InvalidPayload(std::string(kName) + ": payload of " + std::to_string(args.payload.size()) +
+                                " bytes, expected " + std::to_string(payloadBytes(k)) + " (k = " + std::to_string(k) +
+                                " of " + std::to_string(args.info.numel) + " elements)");
+    }
+    const std::span<const float> values = r.getArray<float>(static_cast<size_t>(k), "values");
+    r.expectEnd();
+    const std::span<float> out = args.output<float>();
+    if (!args.accumulate) {
+      for (float& x : out) x = 0.0f;
+    }
+    if (k == 0) return;
+    const rk::Permutation pi = rk::makePermutation(args.info.seed, args.info.step, args.info.tensor_id, out.size());
+    for (size_t j = 0; j < values.size(); ++j) out[rk::selectedIndex(pi, j)] += values[j];
+  }
+
+ private:
+  static uint64_t payloadBytes(uint64_t k) { return sdk::kPayloadHeaderBytes + sizeof(float) * k; }
+
+  static void requireF32(terse_dtype_v1 dtype) {
+    if (dtype != TERSE_DTYPE_F32) {
+      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    }
+  }
+  static void check(const terse_tensor_info_v1& info) {
+    requireF32(info.dtype);
+    if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported");
+  }
+
+  double ratio_;
+  bool unbiased_;
+};
+
+}  // namespace
+
+TERSE_EXPORT_COMPRESSOR(RandomK, "randomk",
+                        "k shared random coordinates (ratio, unbiased), values summed across ranks, indices not sent",
+                        "1.0.0");

@@ -1,0 +1,374 @@
+// signsgd: signSGD with majority vote (Bernstein, Zhao, Azizzadenesheli, Anandkumar, "signSGD with Majority Vote is
+// Communication Efficient and Fault Tolerant", ICLR 2019; Bernstein, Wang, Azizzadenesheli, Anandkumar, "signSGD:
+// Compressed Optimisation for Non-Convex Problems", ICML 2018).
+//
+// Each worker m sends sign(g_m), one bit per element; the server (here: a CUSTOM reduce that every rank folds) sums
+// the votes and every worker applies
+//
+//   x <- x - lr * sign( sum_m sign(g_m) )                                          (majority vote, Algorithm 1)
+//
+// so the aggregate must reach the optimizer as scale * sign(sum of votes). The ABI's aggregate is the SUM of the
+// contributions that the core divides by world_size, so the fully reduced payload of V = world_size voters decodes to
+// V * scale * sign(c_i), c_i = the vote count; after the core's averaging that is scale * sign(c_i). A tie (c_i = 0,
+// possible with an even number of voters) decodes to 0: no majority, no step. One rank's raw payload decodes to its
+// own contribution scale * sign(g_i), what error feedback needs. The bit is the IEEE sign bit: +0 votes +1, -0 votes
+// -1 (one bit has no room for 0).
+//
+// Parameters:
+//   scale  the magnitude of one vote, > 0 (default 1). The paper applies the learning rate to the sign itself, so 1
+//          (the optimizer's lr does the scaling) is the natural choice; another value rescales the step.
+//
+// Payloads (CUSTOM aggregation; raw payloads are fixed size). Both start with
+//   [0, 16)   sdk::PayloadHeader {magic "SIGN", version 1, dtype f32, numel N}
+//   [16, 32)  u32 kind (1 raw, 2 reduced), u32 voters V, u32 count bytes (raw 0; reduced 1, 2 or 4), f32 scale
+// raw (compress; V = 1), 32 + 8 ceil(N / 64) bytes:
+//   [32, end) ceil(N / 64) u64 words of sign bits (bitpack width 1): bit i % 64 of word i / 64 is g_i's sign bit;
+//             the bits are N/8 bytes rounded up to whole 8-byte words, the padding zero
+// reduced (reduce; 2 <= V <= world_size), 32 + 8 ceil(N b / 8) bytes:
+//   [32, end) N signed vote counts c_i of b = 1 (world_size <= 127), 2 (<= 32767) or 4 bytes, |c_i| <= V and c_i of
+//             V's parity, then zero padding to a multiple of 8 bytes
+// reduce accepts raw + raw, raw + reduced and reduced + reduced in either order (counts add; voters add, never past
+// world_size) and always writes a reduced payload, so max_reduced_bytes = 32 + 8 ceil(N b / 8). decompress takes a
+// raw payload for one rank (source_rank >= 0, or the aggregate when world_size is 1) and a reduced one only as the
+// aggregate of all world_size voters (source_rank = -1). Host memory, f32 gradients; NaN inputs are refused (they have
+// no sign to vote with).
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "signsgd_math.h"
+#include "terse/sdk.hpp"
+#include "terse/sdk/bitpack.hpp"
+
+
+namespace {
+
+namespace sdk = terse::sdk;
+namespace bitpack = terse::sdk::bitpack;
+namespace math = terse::compressors::signsgd;
+
+constexpr sdk::PayloadFormat kFormat{"signsgd", sdk::fourcc("SIGN"), 1};
+constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
+constexpr unsigned kGroup = bitpack::kGroup;
+constexpr uint32_t kRaw = 1;
+constexpr uint32_t kReduced = 2;
+
+struct WireBlock {
+  uint32_t kind;
+  uint32_t voters;
+  uint32_t count_bytes;
+  float scale;
+};
+static_assert(sizeof(WireBlock) == 16);
+constexpr uint64_t kPrefixBytes = sdk::kPayloadHeaderBytes + sizeof(WireBlock);
+
+void requireSupported(const terse_tensor_info_v1& info) {
+  if (info.dtype != TERSE_DTYPE_F32)
+    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
+  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
+  if (info.numel > kMaxNumel)
+    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
+  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+  if (info.world_size < 1) throw sdk::InvalidArgument("world_size " + std::to_string(info.world_size) + " < 1");
+}
+
+// Packs the sign bits; returns numel, or the index of the first NaN.
+TERSE_CPU_CLONES uint64_t signsAll(uint64_t numel, const float* __restrict x, uint64_t* __restrict words) {
+  uint32_t codes[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
+    uint32_t nan = 0;
+    if (len == kGroup) {
+      for (unsigned j = 0; j < kGroup; ++j) {
+        codes[j] = math::signBit(x[i0 + j]);
+        nan |= math::isNan(x[i0 + j]);
+      }
+      bitpack::packGroup<1>(codes, words + g);
+    } else {
+      for (unsigned j = 0; j < len; ++j) {
+        codes[j] = math::signBit(x[i0 + j]);
+        nan |= math::isNan(x[i0 + j]);
+      }
+      bitpack::packTail<1>(codes, len, words + g);
+    }
+    if (nan != 0) {
+      for (unsigned j = 0;; ++j) {
+        if (math::isNan(x[i0 + j])) return i0 + j;
+      }
+    }
+  }
+  return numel;
+}
+
+// One validated payload, raw or reduced.
+struct Parsed {
+  WireBlock block;
+  std::span<const uint64_t> words;    // raw
+  std::span<const std::byte> counts;  // reduced: numel counts of block.count_bytes each
+};
+
+// The counts section starts at byte 32 of a buffer the ABI aligns to 16 bytes, so it is aligned for int8..int32.
+template <class T>
+T countAt(std::span<const std::byte> counts, uint64_t i) {
+  return reinterpret_cast<const T*>(counts.data())[i];
+}
+
+class SignSgd final : public sdk::Compressor {
+ public:
+  SignSgd(sdk::Params& params, sdk::Host& /*host*/)
+      : scale_(static_cast<float>(params.getDouble("scale", 1.0, sdk::Range::greaterThan(0)))) {
+    if (!(scale_ > 0.0f && scale_ <= FLT_MAX)) {
+      throw sdk::InvalidArgument("signsgd: 'scale' must be a positive number within the range of f32, got " +
+                                 sdk::formatNumber(scale_));
+    }
+  }
+
+  terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
+    if (dtype != TERSE_DTYPE_F32)
+      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse_compressor_caps_v1 caps{};
+    caps.devices = TERSE_DEVICE_HOST;
+    caps.aggregation = TERSE_AGG_CUSTOM;
+    caps.flags = TERSE_CAP_FIXED_SIZE;
+    caps.num_rounds = 1;
+    return caps;
+  }
+
+  terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
+    requireSupported(info);
+    terse_compressor_sizes_v1 sizes{};
+    sizes.max_output_bytes = rawBytes(info.numel);
+    sizes.max_reduced_bytes = std::max(sizes.max_output_bytes, reducedBytes(info));
+    return sizes;
+  }
+
+  uint64_t compress(const sdk::CompressArgs& args) const override {
+    requireSupported(args.info);
+    const std::span<const float> in = args.input<float>();
+    sdk::ByteWriter w(args.output);
+    sdk::writeHeader(w, kFormat, args.info);
+    w.put(WireBlock{kRaw, 1, 0, scale_});
+    const std::span<uint64_t> words = w.putArray<uint64_t>(bitpack::wordCount(args.info.numel, 1));
+    const uint64_t nan = signsAll(args.info.numel, in.data(), words.data());
+    if (nan != args.info.numel) {
+      throw sdk::InvalidArgument("signsgd: gradient element " + std::to_string(nan) + " is NaN, which has no sign");
+    }
+    return w.offset();
+  }
+
+  void decompress(const sdk::DecompressArgs& args) const override {
+    const terse_tensor_info_v1& info = args.info;
+    requireSupported(info);
+    const Parsed p = parse(args.payload, info, "payload");
+    const std::span<float> out = args.output<float>();
+    if (p.block.kind == kRaw) {
+      if (info.source_rank < 0 && info.world_size != 1) {
+        throw sdk::InvalidPayload("signsgd: a raw payload carries 1 vote, but the aggregate of world_size " +
+                                  std::to_string(info.world_size) + " needs " + std::to_string(info.world_size));
+      }
+      decodeRaw(p.words.data(), info.numel, out.data(), args.accumulate);
+      return;
+    }
+    if (info.source_rank >= 0) {
+      throw sdk::InvalidPayload("signsgd: a reduced payload (" + std::to_string(p.block.voters) +
+                                " voters) is not one rank's payload (source_rank " + std::to_string(info.source_rank) +
+                                ")");
+    }
+    if (p.block.voters != static_cast<uint32_t>(info.world_size)) {
+      throw sdk::InvalidPayload("signsgd: the aggregate holds " + std::to_string(p.block.voters) +
+                                " voters, but world_size is " + std::to_string(info.world_size));
+    }
+    const int32_t voters = static_cast<int32_t>(p.block.voters);
+    const float magnitude = static_cast<float>(voters) * scale_;
+    switch (p.block.count_bytes) {
+      case 1:
+        decodeCounts<int8_t>(p.counts, info.numel, voters, magnitude, out.data(), args.accumulate);
+        break;
+      case 2:
+        decodeCounts<int16_t>(p.counts, info.numel, voters, magnitude, out.data(), args.accumulate);
+        break;
+      default:
+        decodeCounts<int32_t>(p.counts, info.numel, voters, magnitude, out.data(), args.accumulate);
+        break;
+    }
+  }
+
+  uint64_t reduce(const sdk::ReduceArgs& args) const override {
+    const terse_tensor_info_v1& info = args.info;
+    requireSupported(info);
+    const Parsed a = parse(args.a, info, "reduce input a");
+    const Parsed b = parse(args.b, info, "reduce input b");
+    const uint64_t voters = uint64_t{a.block.voters} + b.block.voters;
+    if (voters > static_cast<uint64_t>(info.world_size)) {
+      throw sdk::InvalidPayload("signsgd: reduce inputs hold " + std::to_string(a.block.voters) + " + " +
+                                std::to_string(b.block.voters) + " voters, more than world_size " +
+                                std::to_string(info.world_size));
+    }
+    sdk::ByteWriter w(args.output);
+    sdk::writeHeader(w, kFormat, info);
+    const uint32_t width = math::countBytes(info.world_size);
+    w.put(WireBlock{kReduced, static_cast<uint32_t>(voters), width, scale_});
+    switch (width) {
+      case 1:
+        fold(a, b, w.putArray<int8_t>(info.numel));
+        break;
+      case 2:
+        fold(a, b, w.putArray<int16_t>(info.numel));
+        break;
+      default:
+        fold(a, b, w.putArray<int32_t>(info.numel));
+        break;
+    }
+    w.padTo(8);
+    return w.offset();
+  }
+
+ private:
+  static uint64_t rawBytes(uint64_t numel) { return kPrefixBytes + 8 * bitpack::wordCount(numel, 1); }
+  static uint64_t reducedBytes(const terse_tensor_info_v1& info) {
+    return kPrefixBytes + (info.numel * math::countBytes(info.world_size) + 7) / 8 * 8;
+  }
+
+  // Checks everything but the counts' values (checked where they are read, before anything depends on them). Any
+  // failure names which input it was ("reduce input b: ...").
+  Parsed parse(std::span<const std::byte> payload, const terse_tensor_info_v1& info, const char* what) const {
+    const std::string who = std::string("signsgd: ") + what + ": ";
+    try {
+      return parseUnlabelled(payload, info);
+    } catch (const sdk::InvalidPayload& e) {
+      const std::string_view m = e.what();
+      const std::string_view own = "signsgd: ";
+      throw sdk::InvalidPayload(who + std::string(m.starts_with(own) ? m.substr(own.size()) : m));
+    }
+  }
+
+  Parsed parseUnlabelled(std::span<const std::byte> payload, const terse_tensor_info_v1& info) const {
+    sdk::ByteReader r(payload);
+    sdk::readHeader(r, kFormat, info);
+    Parsed p{};
+    p.block = r.get<WireBlock>("kind, voters, count bytes, scale");
+    if (p.block.scale != scale_) {
+      throw sdk::InvalidPayload("made with scale " + sdk::formatNumber(p.block.scale) + ", this instance has scale " +
+                                sdk::formatNumber(scale_));
+    }
+    if (p.block.kind == kRaw) {
+      if (p.block.voters != 1 || p.block.count_bytes != 0) {
+        throw sdk::InvalidPayload("a raw payload must say 1 voter and 0 count bytes, not " +
+                                  std::to_string(p.block.voters) + " and " + std::to_string(p.block.count_bytes));
+      }
+      p.words = r.getArray<uint64_t>(bitpack::wordCount(info.numel, 1), "sign bits");
+      r.expectEnd();
+      if (!bitpack::paddingIsZero(p.words.data(), info.numel, 1)) {
+        throw sdk::InvalidPayload("nonzero padding bits after the last sign bit");
+      }
+      return p;
+    }
+    if (p.block.kind != kReduced) {
+      throw sdk::InvalidPayload("unknown payload kind " + std::to_string(p.block.kind) + " (1 raw, 2 reduced)");
+    }
+    if (p.block.voters < 2 || p.block.voters > static_cast<uint32_t>(info.world_size)) {
+      throw sdk::InvalidPayload("a reduced payload of " + std::to_string(p.block.voters) +
+                                " voters; expected 2 .. world_size " + std::to_string(info.world_size));
+    }
+    const uint32_t width = math::countBytes(info.world_size);
+    if (p.block.count_bytes != width) {
+      throw sdk::InvalidPayload("vote counts of " + std::to_string(p.block.count_bytes) + " bytes; world_size " +
+                                std::to_string(info.world_size) + " uses " + std::to_string(width));
+    }
+    p.counts = r.take(info.numel * width, "vote counts");
+    r.skipTo(8, "after the vote counts");
+    r.expectEnd();
+    return p;
+  }
+
+  // Counts of one input for elements [i0, i0 + len) into dst, checking reduced counts as they are read.
+  template <class T>
+  static void loadVotes(const Parsed& p, uint64_t i0, unsigned len, int32_t* dst) {
+    if (p.block.kind == kRaw) {
+      uint32_t bits[kGroup];
+      if (len == kGroup) {
+        bitpack::unpackGroup<1>(p.words.data() + i0 / kGroup, bits);
+      } else {
+        bitpack::unpackTail<1>(p.words.data() + i0 / kGroup, len, bits);
+      }
+      for (unsigned j = 0; j < len; ++j) dst[j] = math::vote(bits[j]);
+      return;
+    }
+    const int32_t voters = static_cast<int32_t>(p.block.voters);
+    bool bad = false;
+    for (unsigned j = 0; j < len; ++j) {
+      dst[j] = countAt<T>(p.counts, i0 + j);
+      bad |= !math::countIsValid(dst[j], voters);
+    }
+    if (bad) {
+      for (unsigned j = 0;; ++j) {
+        if (!math::countIsValid(dst[j], voters)) {
+          throw sdk::InvalidPayload("signsgd: vote count " + std::to_string(dst[j]) + " of element " +
+                                    std::to_string(i0 + j) + " is impossible for " + std::to_string(voters) +
+                                    " voters");
+        }
+      }
+    }
+  }
+
+  template <class T>
+  static void fold(const Parsed& a, const Parsed& b, std::span<T> out) {
+    int32_t va[kGroup], vb[kGroup];
+    for (uint64_t i0 = 0; i0 < out.size(); i0 += kGroup) {
+      const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, out.size() - i0));
+      loadVotes<T>(a, i0, len, va);
+      loadVotes<T>(b, i0, len, vb);
+      for (unsigned j = 0; j < len; ++j) out[i0 + j] = static_cast<T>(va[j] + vb[j]);  // |sum| <= world_size fits
+    }
+  }
+
+  void decodeRaw(const uint64_t* words, uint64_t numel, float* out, bool accumulate) const {
+    uint32_t bits[kGroup];
+    for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
+      const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
+      if (len == kGroup) {
+        bitpack::unpackGroup<1>(words + g, bits);
+      } else {
+        bitpack::unpackTail<1>(words + g, len, bits);
+      }
+      float* o = out + i0;
+      if (accumulate) {
+        for (unsigned j = 0; j < len; ++j) o[j] += math::decodeSign(bits[j], scale_);
+      } else {
+        for (unsigned j = 0; j < len; ++j) o[j] = math::decodeSign(bits[j], scale_);
+      }
+    }
+  }
+
+  // Validates every count before writing any output, so a bad aggregate leaves the output untouched.
+  template <class T>
+  static void decodeCounts(std::span<const std::byte> counts, uint64_t numel, int32_t voters, float magnitude,
+                           float* out, bool accumulate) {
+    const T* c = reinterpret_cast<const T*>(counts.data());
+    bool bad = false;
+    for (uint64_t i = 0; i < numel; ++i) bad |= !math::countIsValid(c[i], voters);
+    if (bad) {
+      for (uint64_t i = 0;; ++i) {
+        if (!math::countIsValid(c[i], voters)) {
+          throw sdk::InvalidPayload("signsgd: vote count " + std::to_string(c[i]) + " of element " + std::to_string(i) +
+                                    " is impossible for " + std::to_string(voters) + " voters");
+        }
+      }
+    }
+    if (accumulate) {
+      for (uint64_t i = 0; i < numel; ++i) out[i] += math::decodeCount(c[i], magnitude);
+    } else {
+      for (uint64_t i = 0; i < numel; ++i) out[i] = math::decodeCount(c[i], magnitude);
+    }
+  }
+
+  float scale_;
+};
+
+}  // namespace
+
+TERSE_EXPORT_COMPRESSOR(SignSgd, "signsgd", "signSGD with majority vote: 1-bit signs, votes summed by reduce", "1.0.0");

@@ -1,0 +1,230 @@
+// terngrad: ternary gradients (Wen, Xu, Yan, Wu, Wang, Chen, Li, "TernGrad: Ternary Gradients to Reduce
+// Communication in Distributed Deep Learning", NeurIPS 2017), with per-bucket scalers.
+//
+// For each bucket of `bucket_size` consecutive elements (the paper's layer-wise scaler is bucket_size = 0, one bucket
+// for the whole tensor):
+//
+//   s_t = max_i |g_i|,   b_i ~ Bernoulli(|g_i| / s_t),   tern(g)_i = s_t * sign(g_i) * b_i            (paper, eq. (5))
+//
+// so E[tern(g)] = g (unbiased). b_i is drawn from element i's own Philox draw keyed by (seed, step, tensor id, i).
+// The paper's optional gradient clipping (to 2.5 sigma, section 3.4) is not done here: it is a biased transformation
+// of the gradient rather than part of the code, and per-bucket scalers already bound the variance it was meant to
+// reduce (s_t is the max of 512 elements, not of a whole layer).
+//
+// Parameters:
+//   bucket_size  elements per scaler, >= 0 (default 512); 0 means one scaler for the whole tensor (the paper's)
+//
+// Payload (ALLGATHER, fixed size): B buckets, 2 bits per element.
+//   [0, 16)    sdk::PayloadHeader {magic "TERN", version 1, dtype f32, numel N}
+//   [16, 32)   u64 bucket_size, u32 code bits (2), u32 0       the parameters it was made with; decompress insists
+//   [32, ...)  B f32 scalers s_t (finite, >= 0), then zero padding to a multiple of 8 bytes
+//   [..., end) bitpack::wordCount(N, 2) = ceil(N / 32) u64 words of 2-bit codes: 0 -> 0, 1 -> +s_t, 2 -> -s_t
+// Total 32 + 8 ceil(B / 2) + 8 ceil(N / 32) bytes. Code 3, nonzero padding bits or a bad scaler are an
+// InvalidPayload. Host memory, f32 gradients; inputs holding inf or NaN are refused (no finite scaler covers them).
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "terngrad_math.h"
+#include "terse/sdk.hpp"
+#include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/philox.hpp"
+
+
+namespace {
+
+namespace sdk = terse::sdk;
+namespace bitpack = terse::sdk::bitpack;
+namespace math = terse::compressors::terngrad;
+
+constexpr sdk::PayloadFormat kFormat{"terngrad", sdk::fourcc("TERN"), 1};
+constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
+constexpr unsigned kGroup = math::kGroup;
+constexpr unsigned kW = math::kCodeBits;
+
+struct WireParams {
+  uint64_t bucket_size;
+  uint32_t code_bits;
+  uint32_t reserved;
+};
+static_assert(sizeof(WireParams) == 16);
+
+void requireSupported(const terse_tensor_info_v1& info) {
+  if (info.dtype != TERSE_DTYPE_F32)
+    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
+  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
+  if (info.numel > kMaxNumel)
+    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
+  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+}
+
+// Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
+// `bucket` is the effective size in [1, numel], so (b + 1) * bucket cannot overflow. Each scaler is computed just
+// ahead of the group that first needs it, while its bucket is still in cache.
+TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
+                                       const sdk::PhiloxStream rng, float* __restrict scales,
+                                       uint64_t* __restrict words) {
+  const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
+  uint64_t next = 0;
+  uint32_t bits[kGroup];
+  uint32_t codes[kGroup];
+  float scale[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
+    while (next < buckets && next * bucket < i0 + len) {
+      const uint64_t start = next * bucket;
+      const float s = math::bucketMaxAbs(x + start, std::min(bucket, numel - start));
+      if (!(s <= FLT_MAX)) return start;
+      scales[next++] = s;
+    }
+    for (unsigned j = 0; j < len;) {
+      const uint64_t b = (i0 + j) / bucket;
+      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
+      const float s = scales[b];
+      for (; j < stop; ++j) scale[j] = s;
+    }
+    math::groupRandomBits(rng, g, bits);
+    if (len == kGroup) {
+      for (unsigned j = 0; j < kGroup; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
+      bitpack::packGroup<kW>(codes, words + g * kW);
+    } else {
+      for (unsigned j = 0; j < len; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
+      bitpack::packTail<kW>(codes, len, words + g * kW);
+    }
+  }
+  return numel;
+}
+
+TERSE_CPU_CLONES void deternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict scales,
+                                     const uint64_t* __restrict words, float* __restrict out, bool accumulate) {
+  uint32_t codes[kGroup];
+  float scale[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
+    if (len == kGroup) {
+      bitpack::unpackGroup<kW>(words + g * kW, codes);
+    } else {
+      bitpack::unpackTail<kW>(words + g * kW, len, codes);
+    }
+    for (unsigned j = 0; j < len;) {
+      const uint64_t b = (i0 + j) / bucket;
+      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
+      const float s = scales[b];
+      for (; j < stop; ++j) scale[j] = s;
+    }
+    float* o = out + i0;
+    if (accumulate) {
+      for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(codes[j], scale[j]);
+    } else {
+      for (unsigned j = 0; j < len; ++j) o[j] = math::decodeValue(codes[j], scale[j]);
+    }
+  }
+}
+
+class TernGrad final : public sdk::Compressor {
+ public:
+  TernGrad(sdk::Params& params, sdk::Host& /*host*/)
+      : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
+
+  terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
+    if (dtype != TERSE_DTYPE_F32)
+      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse_compressor_caps_v1 caps{};
+    caps.devices = TERSE_DEVICE_HOST;
+    caps.aggregation = TERSE_AGG_ALLGATHER;
+    caps.flags = TERSE_CAP_FIXED_SIZE;
+    caps.num_rounds = 1;
+    return caps;
+  }
+
+  terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
+    requireSupported(info);
+    terse_compressor_sizes_v1 sizes{};
+    sizes.max_output_bytes = layout(info.numel).total;
+    return sizes;
+  }
+
+  uint64_t compress(const sdk::CompressArgs& args) const override {
+    requireSupported(args.info);
+    const std::span<const float> in = args.input<float>();
+    const Layout l = layout(args.info.numel);
+    sdk::ByteWriter w(args.output);
+    sdk::writeHeader(w, kFormat, args.info);
+    w.put(WireParams{bucket_size_, kW, 0});
+    const std::span<float> scales = w.putArray<float>(l.buckets);
+    w.padTo(8);
+    const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
+    const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+    const uint64_t bad = ternarizeAll(args.info.numel, l.bucket, in.data(), rng, scales.data(), words.data());
+    if (bad != args.info.numel) {
+      throw sdk::InvalidArgument("terngrad: the bucket starting at element " + std::to_string(bad) +
+                                 " has no finite scaler max|g| (the gradient holds inf or NaN)");
+    }
+    return w.offset();
+  }
+
+  void decompress(const sdk::DecompressArgs& args) const override {
+    requireSupported(args.info);
+    sdk::ByteReader r(args.payload);
+    sdk::readHeader(r, kFormat, args.info);
+    const auto p = r.get<WireParams>("parameters");
+    if (p.bucket_size != bucket_size_ || p.code_bits != kW || p.reserved != 0) {
+      throw sdk::InvalidPayload(
+          "terngrad: payload made with bucket_size=" + std::to_string(p.bucket_size) +
+          ", code bits=" + std::to_string(p.code_bits) + ", reserved=" + std::to_string(p.reserved) +
+          "; this instance has bucket_size=" + std::to_string(bucket_size_) + ", code bits=2, reserved=0");
+    }
+    const Layout l = layout(args.info.numel);
+    const std::span<const float> scales = r.getArray<float>(l.buckets, "scalers");
+    r.skipTo(8, "terngrad: after the scalers");
+    const std::span<const uint64_t> words = r.getArray<uint64_t>(l.words, "codes");
+    r.expectEnd();
+    for (size_t b = 0; b < scales.size(); ++b) {
+      if (!(scales[b] >= 0.0f && scales[b] <= FLT_MAX)) {
+        throw sdk::InvalidPayload("terngrad: bucket " + std::to_string(b) + " has scaler " +
+                                  sdk::formatNumber(scales[b]) + ", not a finite number >= 0");
+      }
+    }
+    bool bad = false;
+    for (const uint64_t word : words) bad |= math::wordHasInvalidCode(word);
+    if (bad) {
+      for (size_t k = 0;; ++k) {
+        if (math::wordHasInvalidCode(words[k])) {
+          throw sdk::InvalidPayload("terngrad: code word " + std::to_string(k) + " holds code 3 (only 0, 1, 2 exist)");
+        }
+      }
+    }
+    if (!bitpack::paddingIsZero(words.data(), args.info.numel, kW)) {
+      throw sdk::InvalidPayload("terngrad: nonzero padding bits after the last code");
+    }
+    const std::span<float> out = args.output<float>();
+    deternarizeAll(args.info.numel, l.bucket, scales.data(), words.data(), out.data(), args.accumulate);
+  }
+
+ private:
+  struct Layout {
+    uint64_t bucket;  // effective elements per scaler, in [1, numel] (1 for an empty tensor)
+    uint64_t buckets;
+    uint64_t words;
+    uint64_t total;
+  };
+
+  Layout layout(uint64_t numel) const {
+    Layout l{};
+    const uint64_t requested = bucket_size_ == 0 ? numel : bucket_size_;
+    l.bucket = std::max<uint64_t>(1, std::min(requested, numel));
+    l.buckets = numel == 0 ? 0 : (numel - 1) / l.bucket + 1;
+    l.words = bitpack::wordCount(numel, kW);
+    l.total = sdk::kPayloadHeaderBytes + sizeof(WireParams) + (l.buckets * sizeof(float) + 7) / 8 * 8 + 8 * l.words;
+    return l;
+  }
+
+  uint64_t bucket_size_;
+};
+
+}  // namespace
+
+TERSE_EXPORT_COMPRESSOR(TernGrad, "terngrad",
+                        "TernGrad: stochastic {-1, 0, +1} times a per-bucket max (Wen et al. 2017)", "1.0.0");

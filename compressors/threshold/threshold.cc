@@ -1,0 +1,131 @@
+// threshold: send every gradient element whose magnitude reaches a fixed threshold tau.
+//
+// Paper: Strom, "Scalable Distributed DNN Training Using Commodity GPU Cloud Computing", Interspeech 2015, section 2:
+// elements with |g_i| >= tau are sent (Strom quantizes them to +-tau; this plugin sends the values themselves, as in
+// the "threshold-v" variant of Aji and Heafield, EMNLP 2017), the rest stays behind:
+//     T_tau(g)_i = g_i  if |g_i| >= tau,  0 otherwise
+// Strom's residual (g - T_tau(g) carried to the next step) is the core's error feedback decorator, not part of this
+// plugin. How many elements pass depends on the data, so the payload size varies (no TERSE_CAP_FIXED_SIZE): from 24
+// bytes (nothing passed: a valid payload that decodes to zeros) to 24 + 8 * numel.
+//
+// Payload (compressors/topk/sparse_payload.h), ALLGATHER:
+//     header (16 B, magic "THRS", version 1) | u64 count | f32 values[count] | u32 indices[count] (strictly increasing)
+// decompress also checks that every value reaches tau (no honest sender sends less).
+//
+// Parameters: tau > 0, REQUIRED: there is no default that suits gradients of every scale; a config must say it.
+// No workspace, no state. f32 gradients in host memory, fewer than 2^32 elements. A non-finite gradient element fails
+// compress with InvalidArgument (inf passes any tau; NaN is treated as passing too, so it is never dropped silently).
+//
+// Compress is one pass: values are written from offset 24 forward and indices, whose final offset depends on the
+// count, from the far end of the output buffer (capacity 24 + 8 * numel), then moved down once the count is known.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "compressors/threshold/threshold_math.h"
+#include "compressors/topk/sparse_payload.h"
+#include "compressors/topk/topk_select.h"
+#include "terse/sdk.hpp"
+
+namespace {
+
+namespace sdk = terse::sdk;
+namespace sparse = terse::compressors::sparse;
+namespace tk = terse::compressors::topk;
+namespace th = terse::compressors::threshold;
+
+constexpr const char* kName = "threshold";
+constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("THRS"), 1};
+
+double requiredTau(sdk::Params& params) {
+  if (!params.has("tau")) {
+    throw sdk::InvalidArgument(std::string(kName) +
+                               ": 'tau' is required (the magnitude an element must reach to be "
+                               "sent, > 0); there is no default that suits every gradient scale");
+  }
+  return params.getDouble("tau", 0, sdk::Range::greaterThan(0));
+}
+
+class Threshold final : public sdk::Compressor {
+ public:
+  Threshold(sdk::Params& params, sdk::Host& /*host*/) : tau_(requiredTau(params)), min_key_(th::minKeyFor(tau_)) {}
+
+  terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
+    sparse::requireF32(kName, dtype);
+    terse_compressor_caps_v1 caps{};
+    caps.devices = TERSE_DEVICE_HOST;
+    caps.aggregation = TERSE_AGG_ALLGATHER;
+    caps.flags = 0;  // variable size
+    caps.num_rounds = 1;
+    return caps;
+  }
+
+  terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
+    check(info);
+    terse_compressor_sizes_v1 sizes{};
+    sizes.max_output_bytes = sparse::payloadBytes(info.numel);
+    return sizes;
+  }
+
+  uint64_t compress(const sdk::CompressArgs& args) const override {
+    check(args.info);
+    const std::span<const float> g = args.input<float>();
+    const size_t n = g.size();
+    if (args.output.size() < sparse::payloadBytes(n)) {
+      throw sdk::InvalidArgument("output of " + std::to_string(args.output.size()) + " bytes, sizes() asked for " +
+                                 std::to_string(sparse::payloadBytes(n)));
+    }
+    {
+      sdk::ByteWriter w(args.output);
+      sdk::writeHeader(w, kFormat, args.info);
+    }
+    std::byte* base = args.output.data();
+    // The output is 16-byte aligned and both sections start at multiples of 4 bytes.
+    auto* values = reinterpret_cast<float*>(base + sparse::kFixedBytes);
+    auto* far_indices = reinterpret_cast<uint32_t*>(base + sparse::kFixedBytes + sizeof(float) * n);
+    const float* data = g.data();
+    uint64_t c = 0;
+    uint32_t nonfinite = 0;
+    float sink_value;
+    uint32_t sink_index;
+    tk::scanBlocks(
+        n, [data](size_t i) { return tk::magnitudeKey(data[i]); }, min_key_,
+        [&](size_t i) {
+          const float v = data[i];
+          const uint32_t key = tk::magnitudeKey(v);
+          const bool take = th::keep(key, min_key_);
+          *(take ? values + c : &sink_value) = v;
+          *(take ? far_indices + c : &sink_index) = static_cast<uint32_t>(i);
+          nonfinite |= take && tk::isNonFiniteKey(key) ? 1u : 0u;
+          c += take ? 1 : 0;
+        },
+        [] { return false; });
+    if (nonfinite != 0) {
+      throw sdk::InvalidArgument("the gradient holds a non-finite value (inf or NaN); threshold would send it");
+    }
+    std::memmove(base + sparse::kFixedBytes + sizeof(float) * c, far_indices, sizeof(uint32_t) * c);
+    std::memcpy(base + sparse::kCountOffset, &c, sizeof c);
+    return sparse::payloadBytes(c);
+  }
+
+  void decompress(const sdk::DecompressArgs& args) const override {
+    check(args.info);
+    const sparse::SparseView v = sparse::readSparse(args.payload, kFormat, args.info, 0, args.info.numel, min_key_);
+    sparse::scatter(v, args.output<float>(), args.accumulate);
+  }
+
+ private:
+  static void check(const terse_tensor_info_v1& info) {
+    sparse::requireF32(kName, info.dtype);
+    sparse::requireHost(kName, info.device);
+    sparse::requireIndexable(kName, info.numel);
+  }
+
+  double tau_;
+  uint32_t min_key_;
+};
+
+}  // namespace
+
+TERSE_EXPORT_COMPRESSOR(Threshold, "threshold", "elements with |g| >= tau (required), values + sorted u32 indices",
+                        "1.0.0");

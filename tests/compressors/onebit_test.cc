@@ -1,0 +1,210 @@
+// onebit: exact wire sizes (1 bit per element really), Seide's two-means reconstruction and the scaled sign computed
+// independently here, the sign-bit layout, determinism, and validation of untrusted payloads.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "terse/sdk/bitpack.hpp"
+#include "tests/compressors/plugin_harness.h"
+
+namespace terse::testing {
+namespace {
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float mean = 0.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(mean, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
+  if (n == 0) return 0;
+  if (bucket == 0) return 1;
+  return (n - 1) / bucket + 1;
+}
+
+TEST(OneBit, ParametersCapsAndSizes) {
+  Plugin plugin("onebit");
+  Instance bad(plugin, {{"scale", "median"}});
+  EXPECT_EQ(bad.initStatus(), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(bad.lastError().find("onebit: 'scale' must be one of {two_means, mean_abs}, got 'median'"),
+            std::string::npos)
+      << bad.lastError();
+
+  Instance c(plugin);
+  const auto caps = c.caps();
+  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
+  EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
+  EXPECT_EQ(caps.num_rounds, 1);
+
+  // N = 1000, default two_means, 512-element buckets: 32 bytes of header and parameters, 2 buckets x 2 scales x 4
+  // bytes, and ceil(1000 / 64) = 16 words = 128 bytes of signs (125 bytes of bits rounded up to whole words).
+  EXPECT_EQ(c.sizes(tensorInfo(1000)).max_output_bytes, 32u + 16u + 128u);
+  Instance mean_abs(plugin, {{"scale", "mean_abs"}});
+  EXPECT_EQ(mean_abs.sizes(tensorInfo(1000)).max_output_bytes, 32u + 8u + 128u);
+  // N = 2^20: exactly N / 8 bytes of signs.
+  EXPECT_EQ(c.sizes(tensorInfo(uint64_t{1} << 20)).max_output_bytes, 32u + 2048u * 8u + 131072u);
+  for (const char* mode : {"two_means", "mean_abs"}) {
+    for (uint64_t bucket : {0ull, 1ull, 3ull, 512ull}) {
+      Instance o(plugin, {{"scale", mode}, {"bucket_size", std::to_string(bucket)}});
+      const uint64_t k = std::string(mode) == "two_means" ? 2 : 1;
+      for (uint64_t n : {0ull, 1ull, 63ull, 64ull, 65ull, 1000ull}) {
+        const uint64_t want = 32 + (4 * k * bucketsOf(n, bucket) + 7) / 8 * 8 + 8 * ((n + 63) / 64);
+        ASSERT_EQ(o.sizes(tensorInfo(n)).max_output_bytes, want) << mode << " " << bucket << " " << n;
+        EXPECT_EQ(o.compress(tensorInfo(n), gaussian(n, 2)).size(), want);
+      }
+    }
+  }
+}
+
+// Decoded values computed here from the definitions, in double: two_means gives each side its own mean, mean_abs
+// gives every element sign * mean |g|; the side is the IEEE sign bit (+0 positive, -0 negative).
+TEST(OneBit, ReconstructionsMatchTheirDefinitions) {
+  Plugin plugin("onebit");
+  for (const char* mode : {"two_means", "mean_abs"}) {
+    const bool two = std::string(mode) == "two_means";
+    for (uint64_t bucket : {0ull, 1ull, 5ull, 64ull, 512ull}) {
+      Instance c(plugin, {{"scale", mode}, {"bucket_size", std::to_string(bucket)}});
+      for (uint64_t n : {1ull, 2ull, 100ull, 1000ull}) {
+        auto g = gaussian(n, static_cast<uint32_t>(n + bucket), 0.3f);  // uneven sides
+        if (n > 10) g[1] = 0.0f, g[2] = -0.0f;
+        const auto info = tensorInfo(n);
+        const auto out = c.decode(info, c.compress(info, g));
+        const uint64_t b_size = bucket == 0 ? n : bucket;
+        for (uint64_t b = 0; b * b_size < n; ++b) {
+          const uint64_t lo = b * b_size, hi = std::min(n, lo + b_size);
+          double pos = 0, neg = 0, abs_sum = 0;
+          uint64_t npos = 0, nneg = 0;
+          for (uint64_t i = lo; i < hi; ++i) {
+            if (std::signbit(g[i])) {
+              neg += g[i], ++nneg;
+            } else {
+              pos += g[i], ++npos;
+            }
+            abs_sum += std::fabs(g[i]);
+          }
+          for (uint64_t i = lo; i < hi; ++i) {
+            double want;
+            if (two) {
+              want = std::signbit(g[i]) ? neg / static_cast<double>(nneg) : pos / static_cast<double>(npos);
+            } else {
+              want = (std::signbit(g[i]) ? -1 : 1) * abs_sum / static_cast<double>(hi - lo);
+            }
+            ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30) << mode << " bucket " << bucket << " i " << i;
+          }
+          if (two) {
+            // Two means preserve each bucket's sum.
+            double decoded = 0;
+            for (uint64_t i = lo; i < hi; ++i) decoded += out[i];
+            EXPECT_NEAR(decoded, pos + neg, 1e-4 * (std::fabs(pos) + std::fabs(neg)) + 1e-6);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(OneBit, SignBitsAndScalesFollowTheDocumentedLayout) {
+  Plugin plugin("onebit");
+  Instance c(plugin, {{"bucket_size", "8"}});
+  // Bucket 0: positives {1, 2, +0, 3}, negatives {1, 2, -0, 4} (the sign bit decides); bucket 1: all negative;
+  // bucket 2: all positive.
+  const std::vector<float> g = {1, -1, 2, -2, 0, -0.0f, 3, -4, -5, -7, -6, -6, -6, -6, -6, -6, 4, 5};
+  const auto info = tensorInfo(g.size());
+  const Bytes p = c.compress(info, g);
+  ASSERT_EQ(p.size(), 32u + 24u + 8u);
+  EXPECT_EQ(readAt<uint64_t>(p, 16), 8u);
+  EXPECT_EQ(readAt<uint32_t>(p, 24), 0u) << "two_means";
+  EXPECT_EQ(readAt<uint32_t>(p, 28), 2u) << "scales per bucket";
+  EXPECT_EQ(readAt<float>(p, 32), 1.5f);
+  EXPECT_EQ(readAt<float>(p, 36), 1.75f);
+  EXPECT_EQ(readAt<float>(p, 40), 0.0f) << "no positives";
+  EXPECT_EQ(readAt<float>(p, 44), 6.0f);
+  EXPECT_EQ(readAt<float>(p, 48), 4.5f);
+  EXPECT_EQ(readAt<float>(p, 52), 0.0f) << "no negatives";
+  // Sign bits, LSB first: elements 1, 3, 5 (-0), 7 and 8..15.
+  EXPECT_EQ(readAt<uint64_t>(p, 56), 0xFFAAu);
+  EXPECT_EQ(c.decode(info, p), (std::vector<float>{1.5f, -1.75f, 1.5f, -1.75f, 1.5f, -1.75f, 1.5f, -1.75f, -6, -6, -6,
+                                                   -6, -6, -6, -6, -6, 4.5f, 4.5f}));
+}
+
+TEST(OneBit, DeterministicAndIndependentOfTheSeed) {
+  Plugin plugin("onebit");
+  Instance c(plugin);
+  const auto g = gaussian(5000, 3);
+  const Bytes a = c.compress(tensorInfo(5000, {.step = 0, .seed = 1}), g);
+  EXPECT_EQ(c.compress(tensorInfo(5000, {.step = 9, .seed = 2, .tensor_id = 4}), g), a);
+}
+
+TEST(OneBit, EmptyOddAndAccumulate) {
+  Plugin plugin("onebit");
+  Instance c(plugin);
+  EXPECT_EQ(c.compress(tensorInfo(0), std::vector<float>{}).size(), 32u);
+  const uint64_t n = (uint64_t{1} << 20) + 3;
+  const auto g = gaussian(n, 8);
+  const auto info = tensorInfo(n);
+  const Bytes p = c.compress(info, g);
+  EXPECT_EQ(p.size(), 32 + (4 * 2 * 2049 + 7) / 8 * 8 + 8 * ((n + 63) / 64));
+  const auto plain = c.decode(info, p);
+  std::vector<float> out(n, -1.0f);
+  ASSERT_EQ(c.decompress(info, p, out, /*accumulate=*/true), TERSE_OK);
+  for (uint64_t i = 0; i < n; i += 1013) ASSERT_EQ(out[i], -1.0f + plain[i]) << i;
+}
+
+TEST(OneBit, RefusesNonFiniteGradients) {
+  Plugin plugin("onebit");
+  for (const char* mode : {"two_means", "mean_abs"}) {
+    Instance c(plugin, {{"scale", mode}, {"bucket_size", "4"}});
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<float> g(10, 1.0f);
+      g[5] = bad;
+      Bytes out;
+      EXPECT_EQ(c.tryCompress(tensorInfo(10), g, &out), TERSE_ERR_INVALID_ARGUMENT) << mode;
+      EXPECT_NE(c.lastError().find("starting at element 4"), std::string::npos) << c.lastError();
+    }
+  }
+}
+
+TEST(OneBit, RejectsMalformedPayloads) {
+  Plugin plugin("onebit");
+  Instance c(plugin, {{"bucket_size", "20"}});
+  const uint64_t n = 50;  // 3 buckets, 6 scales (24 bytes), 1 word of which 14 bits are padding
+  const auto info = tensorInfo(n);
+  const Bytes p = c.compress(info, gaussian(n, 4));
+  ASSERT_EQ(p.size(), 32u + 24u + 8u);
+  expectRejectsStructuralDamage(c, info, p);
+  expectRejectsStructuralDamage(c, tensorInfo(0), c.compress(tensorInfo(0), std::vector<float>{}));
+  auto expectBad = [&](const Bytes& q, const char* what, const char* message) {
+    const DecodeOutcome o = decodeOutcome(c, info, q, /*accumulate=*/true);
+    EXPECT_EQ(o.status, TERSE_ERR_INVALID_PAYLOAD) << what;
+    EXPECT_TRUE(o.untouched) << what;
+    EXPECT_NE(c.lastError().find(message), std::string::npos) << what << ": " << c.lastError();
+  };
+  expectBad(patched<uint64_t>(p, 16, 0), "bucket size changed", "bucket_size=0");
+  expectBad(patched<uint32_t>(p, 24, 1), "scale mode changed", "scale mode 1");
+  expectBad(patched<uint32_t>(p, 28, 1), "scales per bucket changed", "1 scales per bucket");
+  expectBad(patched<float>(p, 36, -1.0f), "negative scale", "scale 1 (bucket 0) is -1");
+  expectBad(patched<float>(p, 52, std::nanf("")), "NaN scale", "scale 5 (bucket 2)");
+  expectBad(patched<float>(p, 40, std::numeric_limits<float>::infinity()), "infinite scale", "scale 2 (bucket 1)");
+  expectBad(patched<uint64_t>(p, 56, readAt<uint64_t>(p, 56) | (uint64_t{1} << 50)), "padding bit", "padding");
+  Instance mean_abs(plugin, {{"scale", "mean_abs"}, {"bucket_size", "20"}});
+  EXPECT_EQ(decodeOutcome(mean_abs, info, p).status, TERSE_ERR_INVALID_PAYLOAD);
+  // mean_abs with 3 buckets: 3 scales (12 bytes) and 4 bytes of padding before the signs.
+  const Bytes q = mean_abs.compress(info, gaussian(n, 4));
+  ASSERT_EQ(q.size(), 32u + 16u + 8u);
+  const DecodeOutcome o = decodeOutcome(mean_abs, info, patched<uint8_t>(q, 45, 1));
+  EXPECT_EQ(o.status, TERSE_ERR_INVALID_PAYLOAD);
+  EXPECT_NE(mean_abs.lastError().find("after the scales: nonzero padding"), std::string::npos) << mean_abs.lastError();
+}
+
+}  // namespace
+}  // namespace terse::testing

@@ -1,0 +1,319 @@
+// qsgd: parameters, exact wire sizes and layout, the per-element error bound |Q(v)_i - v_i| <= ||v|| / s, values on
+// the quantization grid, unbiasedness measured over many steps with a bound derived from the variance, determinism
+// and per-element randomness, and validation of every field of untrusted payloads.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "compressors/qsgd/qsgd_math.h"
+#include "terse/sdk/bitpack.hpp"
+#include "tests/compressors/plugin_harness.h"
+
+namespace terse::testing {
+namespace {
+
+namespace bitpack = sdk::bitpack;
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
+  return n == 0 ? 0 : (n - 1) / bucket + 1;
+}
+uint64_t expectedBytes(uint64_t n, uint64_t levels, uint64_t bucket) {
+  const unsigned w = 1 + bitpack::bitsFor(levels);
+  return 32 + (4 * bucketsOf(n, bucket) + 7) / 8 * 8 + 8 * bitpack::wordCount(n, w);
+}
+
+// The norms section as the payload holds it.
+std::vector<float> norms(const Bytes& p, uint64_t n, uint64_t bucket) {
+  std::vector<float> v(bucketsOf(n, bucket));
+  if (!v.empty()) std::memcpy(v.data(), p.data() + 32, 4 * v.size());
+  return v;
+}
+size_t codesOffset(uint64_t n, uint64_t bucket) {
+  return 32 + (4 * bucketsOf(n, bucket) + 7) / 8 * 8;
+}
+
+TEST(Qsgd, ParametersAreValidated) {
+  Plugin plugin("qsgd");
+  struct Case {
+    Instance::ParamList params;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"levels", "0"}}, "qsgd: 'levels' must be an integer >= 1, got 0"},
+      {{{"levels", "-3"}}, "qsgd: 'levels' must be an integer >= 1, got -3"},
+      {{{"levels", "16777216"}}, "qsgd: 'levels' must be an integer <= 16777215"},
+      {{{"levels", "2.5"}}, "qsgd: 'levels' must be an integer, got '2.5'"},
+      {{{"bucket_size", "0"}}, "qsgd: 'bucket_size' must be an integer >= 1, got 0"},
+      {{{"bucket", "512"}}, "qsgd: unknown parameter 'bucket' (known: levels, bucket_size)"},
+  };
+  for (const Case& c : cases) {
+    Instance i(plugin, c.params);
+    EXPECT_EQ(i.initStatus(), TERSE_ERR_INVALID_ARGUMENT) << c.message;
+    EXPECT_NE(i.lastError().find(c.message), std::string::npos) << i.lastError();
+  }
+  Instance ok(plugin, {{"levels", "16777215"}, {"bucket_size", "1"}});
+  EXPECT_TRUE(ok.ok()) << ok.lastError();
+}
+
+TEST(Qsgd, CapsAndExactSizes) {
+  Plugin plugin("qsgd");
+  Instance c(plugin);
+  const auto caps = c.caps();
+  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
+  EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
+  EXPECT_EQ(caps.num_rounds, 1);
+  terse_compressor_caps_v1 other{};
+  EXPECT_EQ(c.getCaps(TERSE_DTYPE_F16, &other), TERSE_ERR_UNSUPPORTED);
+
+  // The default: 127 levels, sign + 7 bits = one byte per element, one f32 norm per 512 elements.
+  const auto s = c.sizes(tensorInfo(uint64_t{1} << 20));
+  EXPECT_EQ(s.max_output_bytes, 32u + 4u * 2048u + (uint64_t{1} << 20));
+  EXPECT_EQ(s.workspace_bytes, 0u);
+  EXPECT_EQ(s.state_bytes, 0u);
+
+  for (uint64_t levels : {1ull, 2ull, 3ull, 15ull, 127ull, 128ull, 255ull, 1000ull, 16777215ull}) {
+    for (uint64_t bucket : {1ull, 7ull, 512ull, 100000ull}) {
+      Instance q(plugin, {{"levels", std::to_string(levels)}, {"bucket_size", std::to_string(bucket)}});
+      for (uint64_t n : {0ull, 1ull, 63ull, 64ull, 65ull, 1001ull}) {
+        const auto info = tensorInfo(n);
+        ASSERT_EQ(q.sizes(info).max_output_bytes, expectedBytes(n, levels, bucket))
+            << "levels " << levels << " bucket " << bucket << " n " << n;
+        // Fixed size: the payload is exactly that long whatever the data.
+        EXPECT_EQ(q.compress(info, gaussian(n, 1)).size(), expectedBytes(n, levels, bucket));
+        EXPECT_EQ(q.compress(info, std::vector<float>(n, 0.0f)).size(), expectedBytes(n, levels, bucket));
+      }
+    }
+  }
+}
+
+TEST(Qsgd, NormsAreTheBucketL2Norms) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"bucket_size", "100"}});
+  const uint64_t n = 1050;
+  const auto g = gaussian(n, 9);
+  const Bytes p = c.compress(tensorInfo(n), g);
+  const auto got = norms(p, n, 100);
+  ASSERT_EQ(got.size(), 11u);
+  for (uint64_t b = 0; b < got.size(); ++b) {
+    double ss = 0;
+    for (uint64_t i = b * 100; i < std::min<uint64_t>(n, (b + 1) * 100); ++i) ss += static_cast<double>(g[i]) * g[i];
+    EXPECT_EQ(got[b], static_cast<float>(std::sqrt(ss))) << "bucket " << b;
+  }
+}
+
+// |Q(v)_i - v_i| <= ||v|| / s, Q(v)_i = sign(v_i) ||v|| xi_i / s with integer 0 <= xi_i <= s, for many shapes of
+// buckets against the 64-element groups, odd sizes and several levels.
+TEST(Qsgd, ErrorBoundAndGridHoldForEveryElement) {
+  Plugin plugin("qsgd");
+  for (uint64_t levels : {1ull, 4ull, 127ull, 1000ull}) {
+    for (uint64_t bucket : {1ull, 7ull, 64ull, 100ull, 512ull, 1000000ull}) {
+      Instance c(plugin, {{"levels", std::to_string(levels)}, {"bucket_size", std::to_string(bucket)}});
+      for (uint64_t n : {1ull, 2ull, 65ull, 1001ull}) {
+        auto g = gaussian(n, static_cast<uint32_t>(n + levels + bucket), 3.0f);
+        if (n > 10) g[3] = 0.0f, g[4] = -0.0f, g[5] = 1e-30f;
+        const auto info = tensorInfo(n, {.step = levels});
+        const Bytes p = c.compress(info, g);
+        const auto out = c.decode(info, p);
+        const auto nb = norms(p, n, bucket);
+        for (uint64_t i = 0; i < n; ++i) {
+          const double norm = nb[i / bucket];
+          const double unit = norm / static_cast<double>(levels);
+          const double err = std::fabs(static_cast<double>(out[i]) - g[i]);
+          ASSERT_LE(err, unit * (1 + 1e-6) + 1e-37) << "levels " << levels << " bucket " << bucket << " i " << i;
+          if (unit > 0) {
+            const double xi = std::fabs(out[i]) / unit;
+            ASSERT_NEAR(xi, std::round(xi), 1e-4) << "off the grid: levels " << levels << " i " << i;
+            ASSERT_LE(std::round(xi), static_cast<double>(levels));
+          }
+          if (out[i] != 0.0f) {
+            ASSERT_EQ(std::signbit(out[i]), std::signbit(g[i])) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Qsgd, ExactCasesNeedNoRandomness) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"levels", "4"}, {"bucket_size", "4"}});
+  // Bucket {3, 0, -4, 0}: norm 5; x = 4 * {0.6, 0, 0.8, 0} = {2.4, 0, 3.2, 0}. Bucket {0, 0, 0, 0}: all zero. Bucket
+  // {0, -2, 0, 0}: one element carries the whole norm, so x = s exactly.
+  const std::vector<float> g = {3, 0, -4, 0, 0, 0, 0, 0, 0, -2, 0, 0};
+  for (uint64_t step = 0; step < 20; ++step) {
+    const auto info = tensorInfo(g.size(), {.step = step});
+    const Bytes p = c.compress(info, g);
+    EXPECT_EQ(norms(p, g.size(), 4), (std::vector<float>{5, 0, 2}));
+    const auto out = c.decode(info, p);
+    EXPECT_TRUE(out[0] == 2.5f || out[0] == 3.75f) << out[0];  // xi in {2, 3} times 5/4
+    EXPECT_TRUE(out[2] == -3.75f || out[2] == -5.0f) << out[2];
+    EXPECT_EQ(out[1], 0.0f);
+    for (int i = 4; i < 8; ++i) EXPECT_EQ(out[i], 0.0f);
+    EXPECT_EQ(out[9], -2.0f);
+  }
+}
+
+// E[Q(v)] = v. Over K independent steps the mean of the decodes has per-element variance Var(Q_i) / K with
+// Var(Q_i) = unit^2 p (1 - p) <= unit^2 / 4 (one Bernoulli choice between adjacent levels, unit = ||v|| / s). Check
+// every element within 5 standard deviations of that bound, and the average squared z-score near its expectation.
+TEST(Qsgd, UnbiasedOverManySteps) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"levels", "3"}, {"bucket_size", "64"}});
+  const uint64_t n = 300;
+  const auto g = gaussian(n, 4242);
+  const int steps = 4000;
+  RunningMoments m(n);
+  std::vector<float> nb;
+  for (int s = 0; s < steps; ++s) {
+    const auto info = tensorInfo(n, {.step = static_cast<uint64_t>(s), .seed = 77});
+    const Bytes p = c.compress(info, g);
+    if (s == 0) nb = norms(p, n, 64);
+    m.add(c.decode(info, p));
+  }
+  double z2 = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double unit = nb[i / 64] / 3.0;
+    const double x = std::fabs(g[i]) / unit;
+    const double p = x - std::floor(x);
+    const double sd = unit * std::sqrt(std::max(p * (1 - p), 1e-12) / steps);
+    const double dev = m.mean(i) - g[i];
+    EXPECT_LE(std::fabs(dev), 5 * unit * 0.5 / std::sqrt(static_cast<double>(steps)) + 1e-6) << "element " << i;
+    z2 += dev * dev / (sd * sd);
+  }
+  EXPECT_LT(z2 / static_cast<double>(n), 1.5) << "mean squared z-score; 1 expected for an unbiased quantizer";
+}
+
+TEST(Qsgd, DeterministicPerSeedStepAndTensor) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"levels", "7"}});
+  const uint64_t n = 2000;
+  const auto g = gaussian(n, 5);
+  const auto info = tensorInfo(n, {.step = 3, .seed = 11, .tensor_id = 2});
+  const Bytes a = c.compress(info, g);
+  EXPECT_EQ(c.compress(info, g), a);
+  Instance other(plugin, {{"levels", "7"}});  // another instance, same answer
+  EXPECT_EQ(other.compress(info, g), a);
+  for (const auto& changed :
+       {tensorInfo(n, {.step = 4, .seed = 11, .tensor_id = 2}), tensorInfo(n, {.step = 3, .seed = 12, .tensor_id = 2}),
+        tensorInfo(n, {.step = 3, .seed = 11, .tensor_id = 3})}) {
+    EXPECT_NE(c.compress(changed, g), a);
+  }
+}
+
+// Element i uses its own draw: a prefix of the tensor (ending on a bucket boundary, so the norms agree) quantizes to
+// exactly the same values, however the elements fall into 64-element groups.
+TEST(Qsgd, ElementsDrawTheirOwnRandomNumbers) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"levels", "5"}, {"bucket_size", "10"}});
+  const auto g = gaussian(1000, 6);
+  const auto full = c.decode(tensorInfo(1000), c.compress(tensorInfo(1000), g));
+  for (uint64_t prefix : {10ull, 70ull, 130ull, 990ull}) {
+    const std::vector<float> head(g.begin(), g.begin() + static_cast<long>(prefix));
+    const auto part = c.decode(tensorInfo(prefix), c.compress(tensorInfo(prefix), head));
+    for (uint64_t i = 0; i < prefix; ++i) ASSERT_EQ(part[i], full[i]) << "prefix " << prefix << " element " << i;
+  }
+}
+
+TEST(Qsgd, CodesFollowTheDocumentedLayout) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"levels", "5"}, {"bucket_size", "16"}});  // W = 1 + 3 bits
+  const uint64_t n = 100;
+  const auto g = gaussian(n, 8);
+  const auto info = tensorInfo(n);
+  const Bytes p = c.compress(info, g);
+  EXPECT_EQ(readAt<uint32_t>(p, 16), 5u);
+  EXPECT_EQ(readAt<uint32_t>(p, 20), 4u);
+  EXPECT_EQ(readAt<uint64_t>(p, 24), 16u);
+  const auto nb = norms(p, n, 16);
+  std::vector<uint64_t> words(bitpack::wordCount(n, 4));
+  std::memcpy(words.data(), p.data() + codesOffset(n, 16), 8 * words.size());
+  const auto out = c.decode(info, p);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t code = bitpack::get(words.data(), i, 4);
+    const float want = compressors::qsgd::decodeValue(code, nb[i / 16] / 5.0f, 3);
+    EXPECT_EQ(out[i], want) << i;
+    EXPECT_EQ(code >> 3, g[i] < 0 ? 1u : 0u) << i;
+    EXPECT_LE(code & 7u, 5u);
+  }
+}
+
+TEST(Qsgd, EmptyAndHugeOddTensors) {
+  Plugin plugin("qsgd");
+  Instance c(plugin);
+  const Bytes empty = c.compress(tensorInfo(0), std::vector<float>{});
+  EXPECT_EQ(empty.size(), 32u);
+  EXPECT_TRUE(c.decode(tensorInfo(0), empty).empty());
+  const uint64_t n = (uint64_t{1} << 20) + 3;
+  const auto g = gaussian(n, 12);
+  const auto info = tensorInfo(n);
+  const Bytes p = c.compress(info, g);
+  EXPECT_EQ(p.size(), expectedBytes(n, 127, 512));
+  std::vector<float> out(n, 1.0f);
+  ASSERT_EQ(c.decompress(info, p, out, /*accumulate=*/true), TERSE_OK);
+  const auto plain = c.decode(info, p);
+  for (uint64_t i = 0; i < n; i += 997) ASSERT_EQ(out[i], 1.0f + plain[i]) << i;
+}
+
+TEST(Qsgd, RefusesNonFiniteGradients) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"bucket_size", "8"}});
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 3e38f}) {
+    std::vector<float> g(20, 1.0f);
+    g[17] = bad;
+    g[18] = bad;  // 3e38 alone fits f32; two of them make a norm that does not
+    Bytes out;
+    EXPECT_EQ(c.tryCompress(tensorInfo(20), g, &out), TERSE_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(c.lastError().find("starting at element 16"), std::string::npos) << c.lastError();
+  }
+}
+
+TEST(Qsgd, RejectsMalformedPayloads) {
+  Plugin plugin("qsgd");
+  Instance c(plugin, {{"levels", "100"}, {"bucket_size", "32"}});  // W = 8, magnitudes 101..127 are invalid
+  const uint64_t n = 77;
+  const auto info = tensorInfo(n);
+  const Bytes p = c.compress(info, gaussian(n, 2));
+  expectRejectsStructuralDamage(c, info, p);
+  expectRejectsStructuralDamage(c, tensorInfo(0), c.compress(tensorInfo(0), std::vector<float>{}));
+
+  auto expectBad = [&](const Bytes& q, const char* what, const char* message) {
+    const DecodeOutcome o = decodeOutcome(c, info, q, /*accumulate=*/true);
+    EXPECT_EQ(o.status, TERSE_ERR_INVALID_PAYLOAD) << what;
+    EXPECT_TRUE(o.untouched) << what;
+    EXPECT_NE(c.lastError().find(message), std::string::npos) << what << ": " << c.lastError();
+  };
+  expectBad(patched<uint32_t>(p, 16, 99), "levels changed", "payload made with levels=99");
+  expectBad(patched<uint32_t>(p, 20, 9), "code width changed", "code bits=9");
+  expectBad(patched<uint64_t>(p, 24, 33), "bucket size changed", "bucket_size=33");
+  expectBad(patched<float>(p, 32, std::nanf("")), "NaN norm", "bucket 0 has norm");
+  expectBad(patched<float>(p, 36, -1.0f), "negative norm", "bucket 1 has norm -1");
+  expectBad(patched<float>(p, 40, std::numeric_limits<float>::infinity()), "infinite norm", "bucket 2 has norm");
+  expectBad(patched<uint8_t>(p, 44, 1), "padding after the norms", "after the bucket norms: nonzero padding");
+  const size_t codes = codesOffset(n, 32);
+  // Element 5's code is byte 5 of the codes (W = 8): magnitude 101 > levels.
+  expectBad(patched<uint8_t>(p, codes + 5, 101), "magnitude above levels", "code of element 5");
+  expectBad(patched<uint8_t>(p, codes + 76, 0x80 | 127), "last element's magnitude", "code of element 76");
+  // n = 77 codes of 8 bits use 616 bits of 640: the last 3 bytes are padding.
+  expectBad(patched<uint8_t>(p, p.size() - 1, 1), "padding bits", "padding");
+  // A different instance's payloads are refused, not misread.
+  Instance other(plugin, {{"levels", "100"}, {"bucket_size", "64"}});
+  EXPECT_EQ(decodeOutcome(other, info, p).status, TERSE_ERR_INVALID_PAYLOAD);
+}
+
+}  // namespace
+}  // namespace terse::testing
