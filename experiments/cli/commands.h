@@ -23,5 +23,6 @@ struct Command {
 };
 
 int pluginsCommand(const std::vector<std::string>& args);  // plugins_command.cc
+int benchCommand(const std::vector<std::string>& args);    // bench_command.cc
 
 }  // namespace terse::cli

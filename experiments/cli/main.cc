@@ -16,7 +16,8 @@ namespace {
 
 constexpr std::array kCommands{
     Command{"plugins", "list and inspect compressor and scheduler plugins", &pluginsCommand},
-    // Later: run (an experiment config), compare (result folders), bench (compressor throughput).
+    Command{"bench", "communication benchmarks: links, allreduce, allgather", &benchCommand},
+    // Later: run (an experiment config), compare (result folders).
 };
 
 std::string versionList(const std::vector<uint32_t>& versions) {

@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/plugin/loader.h"
+#include "experiments/cli/check_command.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
 
@@ -22,6 +23,7 @@ constexpr std::string_view kPluginsUsage =
     "subcommands:\n"
     "  list   every compressor and scheduler plugin in the search directories, broken files included\n"
     "  show   everything known about one plugin: path, ABI, version, description, caps per dtype\n"
+    "  check  run the conformance suite on one compressor plugin\n"
     "\n"
     "Plugins are searched in: --plugin-path directories, TERSE_PLUGIN_PATH (colon-separated), the build tree,\n"
     "then <prefix>/lib/terse/plugins of this installation. The first file with a name wins.\n";
@@ -29,10 +31,11 @@ constexpr std::string_view kPluginsUsage =
 constexpr std::string_view kListUsage = "usage: terse plugins list [--plugin-path DIR[:DIR...]]...\n";
 constexpr std::string_view kShowUsage =
     "usage: terse plugins show NAME|PATH [--plugin-path DIR[:DIR...]]... [--param KEY=VALUE]...\n"
-    "                          [--kind compressor|scheduler]\n"
+    "                          [--kind compressor|scheduler] [--numel N | --shape D0xD1[x..]]\n"
     "\n"
     "NAME is looked up in the search directories; an argument containing '/' or ending in .so is a file path.\n"
-    "--param values are passed to the plugin's init (needed to show caps of a plugin with required parameters).\n";
+    "--param values are passed to the plugin's init (needed to show caps of a plugin with required parameters).\n"
+    "--numel / --shape add a compressor's exact payload bytes per round for that f32 tensor beside its dense size.\n";
 
 std::string hexDevices(uint32_t devices) {
   std::string out;
@@ -233,7 +236,9 @@ int showCommand(const std::vector<std::string>& args) {
   options.add_options()("help,h", "show this help")("plugin-path", po::value<std::vector<std::string>>()->composing(),
                                                     "search DIR first (repeatable, DIR:DIR...)")(
       "param", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE passed to the plugin (repeatable)")(
-      "kind", po::value<std::string>(), "compressor or scheduler (default: whichever exists)");
+      "kind", po::value<std::string>(), "compressor or scheduler (default: whichever exists)")(
+      "numel", po::value<uint64_t>(), "show a compressor's payload bytes for N f32 elements")(
+      "shape", po::value<std::string>(), "the same for a shaped tensor, e.g. 300x257");
   po::options_description hidden;
   hidden.add_options()("plugin", po::value<std::string>(), "NAME|PATH");
   po::options_description all;
@@ -244,6 +249,7 @@ int showCommand(const std::vector<std::string>& args) {
   po::variables_map vm;
   Params params;
   std::vector<PluginKind> kinds = {PluginKind::kCompressor, PluginKind::kScheduler};
+  std::optional<ConformanceShape> payload_shape;
   try {
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
     po::notify(vm);
@@ -253,6 +259,12 @@ int showCommand(const std::vector<std::string>& args) {
     }
     if (!vm.count("plugin")) throw po::error("missing NAME|PATH");
     if (vm.count("param")) params = parseParams(vm["param"].as<std::vector<std::string>>());
+    try {
+      payload_shape = shapeFromOptions(vm.count("numel") ? std::optional(vm["numel"].as<uint64_t>()) : std::nullopt,
+                                       vm.count("shape") ? std::optional(vm["shape"].as<std::string>()) : std::nullopt);
+    } catch (const std::invalid_argument& e) {
+      throw po::error(e.what());
+    }
     if (vm.count("kind")) {
       const std::string k = vm["kind"].as<std::string>();
       if (k == "compressor") {
@@ -274,8 +286,14 @@ int showCommand(const std::vector<std::string>& args) {
   auto show = [&](PluginKind kind, bool& shown) {
     try {
       if (shown) std::cout << '\n';
-      bool ok = kind == PluginKind::kCompressor ? showCompressor(std::cout, *loader.loadCompressor(target), params)
-                                                : showScheduler(std::cout, *loader.loadScheduler(target), params);
+      bool ok = false;
+      if (kind == PluginKind::kCompressor) {
+        const auto plugin = loader.loadCompressor(target);
+        ok = showCompressor(std::cout, *plugin, params);
+        if (payload_shape) ok = printPayloadSizes(std::cout, *plugin, params, *payload_shape) && ok;
+      } else {
+        ok = showScheduler(std::cout, *loader.loadScheduler(target), params);
+      }
       shown = true;
       return ok;
     } catch (const std::exception& e) {
@@ -334,6 +352,7 @@ int pluginsCommand(const std::vector<std::string>& args) {
   }
   if (sub == "list") return listCommand(rest);
   if (sub == "show") return showCommand(rest);
+  if (sub == "check") return checkCommand(rest);
   std::cerr << "terse plugins: '" << sub << "' is not a plugins subcommand\n\n" << kPluginsUsage;
   return kExitUsage;
 }

@@ -1,0 +1,60 @@
+#include "core/comm/allgatherv_ring.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "core/common/error.h"
+
+namespace terse::comm {
+
+void allgathervRing(CollectiveContext& ctx, std::span<const std::byte> send, std::span<std::byte> recv,
+                    std::span<const uint64_t> sizes) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  TERSE_CHECK(sizes.size() == static_cast<std::size_t>(n), InvalidArgument,
+              "allgatherv: " << sizes.size() << " sizes for " << n << " ranks");
+  TERSE_CHECK(send.size() == sizes[static_cast<std::size_t>(r)], InvalidArgument,
+              "allgatherv: rank " << r << " sends " << send.size() << " bytes but sizes says "
+                                  << sizes[static_cast<std::size_t>(r)]);
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  TERSE_CHECK(recv.size() >= total, InvalidArgument,
+              "allgatherv: receive buffer of " << recv.size() << " bytes for " << total << " gathered bytes");
+  auto block = [&](int i) {
+    uint64_t off = 0;
+    for (int j = 0; j < i; ++j) off += sizes[static_cast<std::size_t>(j)];
+    return recv.subspan(static_cast<std::size_t>(off), static_cast<std::size_t>(sizes[static_cast<std::size_t>(i)]));
+  };
+  const std::span<std::byte> own = block(r);
+  if (!send.empty() && send.data() != own.data()) std::memmove(own.data(), send.data(), send.size());
+  if (n == 1) return;
+  const uint64_t seg = ctx.segmentFor(1);
+  const int right = modRank(r + 1, n);
+  const int left = modRank(r - 1, n);
+  std::vector<Request> sends;
+  std::vector<Request> recvs;
+  std::vector<uint64_t> expected;
+  for (int s = 0; s < n - 1; ++s) {
+    ctx.recvSegments(left, block(modRank(r - s - 1, n)), seg, recvs, expected);
+    ctx.sendSegments(right, block(modRank(r - s, n)), seg, sends);
+    // Block (r - s - 1) is what this rank forwards next step: it must have arrived.
+    waitRecvs(recvs, expected, ctx);
+    waitAll(sends);
+  }
+}
+
+void exchangeSizes(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all) {
+  const auto n = static_cast<std::size_t>(ctx.size());
+  TERSE_CHECK(all.size() == n, InvalidArgument, "exchangeSizes: " << all.size() << " slots for " << n << " ranks");
+  const std::span<std::byte> words = ctx.scratchBytes(8 * n);
+  std::byte mine_le[8];
+  for (int i = 0; i < 8; ++i) mine_le[i] = static_cast<std::byte>((mine >> (8 * i)) & 0xFF);
+  const std::vector<uint64_t> sizes(n, 8);
+  allgathervRing(ctx, std::span<const std::byte>(mine_le, 8), words, sizes);
+  for (std::size_t j = 0; j < n; ++j) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(words[8 * j + static_cast<std::size_t>(i)]) << (8 * i);
+    all[j] = v;
+  }
+}
+
+}  // namespace terse::comm

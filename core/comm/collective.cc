@@ -1,0 +1,86 @@
+#include "core/comm/collective.h"
+
+#include <algorithm>
+
+#include "core/common/error.h"
+
+namespace terse::comm {
+
+std::span<std::byte> CollectiveContext::scratchBytes(std::size_t bytes) {
+  TERSE_CHECK(scratch != nullptr, InternalError, "collective without a scratch buffer");
+  if (scratch->size() < bytes) scratch->resize(bytes);
+  return std::span<std::byte>(scratch->data(), bytes);
+}
+
+uint64_t CollectiveContext::segmentFor(std::size_t elem) const noexcept {
+  const uint64_t cap = std::min<uint64_t>(segment_bytes, transport.maxFrameBytes());
+  const uint64_t e = elem == 0 ? 1 : elem;
+  return std::max<uint64_t>(e, cap / e * e);
+}
+
+void CollectiveContext::send(int peer, std::span<const std::byte> data, std::vector<Request>& out) {
+  out.push_back(transport.isend(peer, meta, data));
+  inflight.push_back(out.back());
+  wire.sent_bytes += frameWireBytes(data.size());
+  ++wire.sent_frames;
+}
+
+void CollectiveContext::recv(int peer, std::span<std::byte> data, std::vector<Request>& out,
+                             std::vector<uint64_t>& expected) {
+  out.push_back(transport.irecv(peer, meta, data));
+  inflight.push_back(out.back());
+  expected.push_back(data.size());
+  wire.received_bytes += frameWireBytes(data.size());
+  ++wire.received_frames;
+}
+
+Request CollectiveContext::irecv(int peer, std::span<std::byte> data) {
+  wire.received_bytes += frameWireBytes(data.size());
+  ++wire.received_frames;
+  inflight.push_back(transport.irecv(peer, meta, data));
+  return inflight.back();
+}
+
+void CollectiveContext::waitRecv(Request& request, uint64_t expected) const {
+  request.wait();
+  TERSE_CHECK(request.bytes() == expected, InvalidPayload,
+              "rank " << rank() << ": a " << opKindName(meta.kind) << " frame carried " << request.bytes()
+                      << " bytes where " << expected << " were expected");
+}
+
+void CollectiveContext::sendSegments(int peer, std::span<const std::byte> data, uint64_t segment,
+                                     std::vector<Request>& out) {
+  for (std::size_t off = 0; off < data.size(); off += segment)
+    send(peer, data.subspan(off, std::min<std::size_t>(segment, data.size() - off)), out);
+}
+
+void CollectiveContext::recvSegments(int peer, std::span<std::byte> data, uint64_t segment, std::vector<Request>& out,
+                                     std::vector<uint64_t>& expected) {
+  for (std::size_t off = 0; off < data.size(); off += segment)
+    recv(peer, data.subspan(off, std::min<std::size_t>(segment, data.size() - off)), out, expected);
+}
+
+void CollectiveContext::recvReduceSegments(int peer, std::span<std::byte> data, DType dtype, uint64_t segment,
+                                           std::vector<Request>& out, std::vector<uint64_t>& expected) {
+  for (std::size_t off = 0; off < data.size(); off += segment) {
+    const std::size_t len = std::min<std::size_t>(segment, data.size() - off);
+    out.push_back(transport.irecvReduce(peer, meta, data.subspan(off, len), dtype));
+    inflight.push_back(out.back());
+    expected.push_back(len);
+    wire.received_bytes += frameWireBytes(len);
+    ++wire.received_frames;
+  }
+}
+
+void waitAll(std::vector<Request>& requests) {
+  for (auto& r : requests) r.wait();
+  requests.clear();
+}
+
+void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx) {
+  for (std::size_t i = 0; i < requests.size(); ++i) ctx.waitRecv(requests[i], expected[i]);
+  requests.clear();
+  expected.clear();
+}
+
+}  // namespace terse::comm

@@ -1,0 +1,96 @@
+// What every collective algorithm (one per file: allreduce_ring.h, allreduce_recursive_doubling.h, allgatherv_ring.h,
+// broadcast_binomial.h, barrier_dissemination.h) receives, and the helpers they share. The algorithms see only the
+// Transport interface, so they run unchanged over inproc and tcp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/comm/frame.h"
+#include "core/comm/transport.h"
+
+namespace terse::comm {
+
+// What one operation put on the wire from this rank, headers included: the same numbers the transport's accounting
+// adds for its frames (frameWireBytes), kept per operation so a caller can attribute them.
+struct WireBytes {
+  uint64_t sent_bytes = 0;
+  uint64_t received_bytes = 0;
+  uint64_t sent_frames = 0;
+  uint64_t received_frames = 0;
+  WireBytes& operator+=(const WireBytes& o) {
+    sent_bytes += o.sent_bytes;
+    received_bytes += o.received_bytes;
+    sent_frames += o.sent_frames;
+    received_frames += o.received_frames;
+    return *this;
+  }
+  friend bool operator==(const WireBytes&, const WireBytes&) = default;
+};
+
+struct CollectiveContext {
+  Transport& transport;
+  FrameMeta meta;  // kind, the operation's tag (identical on every rank), tensor label
+  // Frames carry at most this many payload bytes (also capped by the transport's maxFrameBytes). Splitting a large
+  // message lets one segment be added or copied while the next is in flight (and, on emulated links, paced).
+  uint64_t segment_bytes = 1 << 20;
+  // Grow-only scratch owned by the caller (one per thread that runs collectives), so a steady-state run allocates
+  // nothing.
+  std::vector<std::byte>* scratch = nullptr;
+  WireBytes wire;  // accumulated by the helpers below
+  // Every request the helpers created during this operation. When the operation fails, the caller aborts the job and
+  // waits these out (runCollective), so no peer is still copying from or into this rank's buffers once the error
+  // reaches code that may free them.
+  std::vector<Request> inflight;
+
+  int rank() const noexcept { return transport.rank(); }
+  int size() const noexcept { return transport.size(); }
+  std::span<std::byte> scratchBytes(std::size_t bytes);
+  // Payload bytes per frame for elements of `elem` bytes: a whole number of elements, at least one.
+  uint64_t segmentFor(std::size_t elem) const noexcept;
+
+  // One frame; the request is kept in `out`.
+  void send(int peer, std::span<const std::byte> data, std::vector<Request>& out);
+  // A receive of exactly data.size() bytes; wait with waitRecvs, which checks the length.
+  void recv(int peer, std::span<std::byte> data, std::vector<Request>& out, std::vector<uint64_t>& expected);
+  // A single receive of exactly data.size() bytes, for callers that manage their own requests; wait with waitRecv.
+  Request irecv(int peer, std::span<std::byte> data);
+  void waitRecv(Request& request, uint64_t expected) const;
+  // Receives adding into `data` as dtype (Transport::irecvReduce), split like sendSegments.
+  void recvReduceSegments(int peer, std::span<std::byte> data, DType dtype, uint64_t segment, std::vector<Request>& out,
+                          std::vector<uint64_t>& expected);
+  // A message as frames of at most `segment` bytes (none for an empty message; the receiver knows the size too).
+  void sendSegments(int peer, std::span<const std::byte> data, uint64_t segment, std::vector<Request>& out);
+  void recvSegments(int peer, std::span<std::byte> data, uint64_t segment, std::vector<Request>& out,
+                    std::vector<uint64_t>& expected);
+};
+
+// Number of frames a message of `bytes` takes with frames of at most `segment` bytes.
+constexpr uint64_t segmentCount(uint64_t bytes, uint64_t segment) noexcept {
+  return bytes == 0 ? 0 : (bytes + segment - 1) / segment;
+}
+
+// Chunk c of n when `count` elements are split as evenly as possible, the first count % n chunks one element longer.
+struct Range {
+  std::size_t begin = 0;
+  std::size_t size = 0;
+};
+constexpr Range ringChunk(std::size_t count, int n, int c) noexcept {
+  const std::size_t base = count / static_cast<std::size_t>(n);
+  const std::size_t rem = count % static_cast<std::size_t>(n);
+  const auto cc = static_cast<std::size_t>(c);
+  return Range{cc * base + (cc < rem ? cc : rem), base + (cc < rem ? 1 : 0)};
+}
+
+constexpr int modRank(int r, int n) noexcept {
+  return ((r % n) + n) % n;
+}
+
+void waitAll(std::vector<Request>& requests);
+// Waits the receives and checks that each frame had exactly its expected length (a shorter frame from a peer is a
+// protocol error, never silently partial data). Clears both vectors.
+void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx);
+
+}  // namespace terse::comm

@@ -1,0 +1,249 @@
+#include "core/comm/host_communicator.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "core/comm/allgatherv_ring.h"
+#include "core/comm/allreduce_recursive_doubling.h"
+#include "core/comm/allreduce_ring.h"
+#include "core/comm/barrier_dissemination.h"
+#include "core/comm/broadcast_binomial.h"
+#include "core/comm/reduce.h"
+#include "core/common/error.h"
+
+namespace terse::comm {
+
+std::string_view allreduceAlgorithmName(AllreduceAlgorithm a) noexcept {
+  switch (a) {
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return "rd";
+  }
+  return "?";
+}
+
+std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name) noexcept {
+  if (name == "auto") return AllreduceAlgorithm::kAuto;
+  if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "rd" || name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
+  return std::nullopt;
+}
+
+HostCommunicator::HostCommunicator(std::unique_ptr<Transport> transport, const HostCommOptions& options)
+    : transport_(std::move(transport)), options_(options) {
+  TERSE_CHECK(transport_ != nullptr, InvalidArgument, "communicator: transport is null");
+  TERSE_CHECK(options_.segment_bytes > 0, InvalidArgument, "communicator: segment_bytes must be > 0");
+}
+
+HostCommunicator::~HostCommunicator() {
+  std::size_t pending = 0;
+  {
+    std::lock_guard lock(worker_mutex_);
+    pending = queue_.size() + (worker_busy_ ? 1 : 0);
+    stop_ = true;
+  }
+  // Waiting for them could hang (their peers may be gone); failing them is what the destructor can promise.
+  if (pending != 0)
+    transport_->abort("communicator destroyed with " + std::to_string(pending) + " operation(s) still pending");
+  worker_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+bool HostCommunicator::supportsSum(DType dtype) const noexcept {
+  return isSummable(dtype);
+}
+
+AllreduceAlgorithm HostCommunicator::algorithmFor(uint64_t bytes) const noexcept {
+  if (options_.algorithm != AllreduceAlgorithm::kAuto) return options_.algorithm;
+  return bytes < options_.small_allreduce_bytes ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+}
+
+void HostCommunicator::checkSum(DType dtype, ReduceOp op) const {
+  TERSE_CHECK(op == ReduceOp::kSum, Unsupported, "allreduce: only the sum is implemented");
+  TERSE_CHECK(supportsSum(dtype), Unsupported,
+              "allreduce: " << backend() << " cannot sum " << dtypeName(dtype) << " (f32, f16, bf16)");
+}
+
+HostCommunicator::Op HostCommunicator::makeOp(OpKind kind, uint64_t tensor, uint64_t bytes, Body body) {
+  // The sequence is the only thing that makes tags agree across ranks: it relies on the same issue order everywhere.
+  const Tag tag = kCollectiveTagBit | next_seq_.fetch_add(1);
+  return Op{kind, tag, tensor, bytes, std::move(body)};
+}
+
+WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch) {
+  CollectiveContext ctx{*transport_, FrameMeta{op.kind, op.tag, op.tensor}, options_.segment_bytes, &scratch, {}, {}};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    op.body(ctx);
+  } catch (const std::exception& e) {
+    // First the job, so every peer stops waiting on this rank; then this rank's own requests, so no peer is still
+    // copying from or into buffers the caller may free once the error reaches it.
+    transport_->abort(std::string(opKindName(op.kind)) + " failed: " + e.what());
+    for (auto& r : ctx.inflight) {
+      try {
+        r.wait();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(stats_mutex_);
+  OpStats& s = stats_.by_kind[static_cast<std::size_t>(op.kind)];
+  ++s.ops;
+  s.bytes += op.bytes;
+  s.seconds += seconds;
+  return ctx.wire;
+}
+
+CommRequest HostCommunicator::submit(Op op) {
+  auto state = std::make_shared<CommRequest::State>();
+  {
+    std::lock_guard lock(worker_mutex_);
+    TERSE_CHECK(!stop_, InternalError, "communicator: submit after shutdown");
+    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+    queue_.emplace_back(std::move(op), state);
+  }
+  worker_cv_.notify_one();
+  return CommRequest(state);
+}
+
+void HostCommunicator::workerLoop() {
+  std::unique_lock lock(worker_mutex_);
+  for (;;) {
+    worker_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left
+    auto [op, state] = std::move(queue_.front());
+    queue_.pop_front();
+    worker_busy_ = true;
+    lock.unlock();
+    try {
+      state->wire = run(op, worker_scratch_);
+      state->done.complete();
+    } catch (...) {
+      state->done.complete(std::current_exception());
+    }
+    lock.lock();
+    worker_busy_ = false;
+  }
+}
+
+HostCommunicator::Op HostCommunicator::allreduceOp(std::span<std::byte> data, DType dtype, uint64_t tensor) {
+  const AllreduceAlgorithm algo = algorithmFor(data.size());
+  return makeOp(OpKind::kAllreduce, tensor, data.size(), [data, dtype, algo](CollectiveContext& ctx) {
+    if (algo == AllreduceAlgorithm::kRecursiveDoubling) {
+      allreduceRecursiveDoubling(ctx, data, dtype);
+    } else {
+      allreduceRing(ctx, data, dtype);
+    }
+  });
+}
+
+HostCommunicator::Op HostCommunicator::allgathervOp(std::span<const std::byte> send, std::span<std::byte> recv,
+                                                    std::vector<uint64_t> sizes, uint64_t tensor) {
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s;
+  return makeOp(OpKind::kAllgather, tensor, total, [send, recv, sizes = std::move(sizes)](CollectiveContext& ctx) {
+    allgathervRing(ctx, send, recv, sizes);
+  });
+}
+
+HostCommunicator::Op HostCommunicator::broadcastOp(std::span<std::byte> data, int root, uint64_t tensor) {
+  TERSE_CHECK(root >= 0 && root < size(), InvalidArgument,
+              "broadcast: root must be in [0, " << size() << "), got " << root);
+  return makeOp(OpKind::kBroadcast, tensor, data.size(),
+                [data, root](CollectiveContext& ctx) { broadcastBinomial(ctx, data, root); });
+}
+
+HostCommunicator::Op HostCommunicator::barrierOp() {
+  return makeOp(OpKind::kBarrier, kNoTensor, 0, [](CollectiveContext& ctx) { barrierDissemination(ctx); });
+}
+
+namespace {
+
+std::span<std::byte> elements(void* data, std::size_t count, DType dtype) {
+  TERSE_CHECK(data != nullptr || count == 0, InvalidArgument, "allreduce: data is null for " << count << " elements");
+  return std::span<std::byte>(static_cast<std::byte*>(data), count * dtypeSize(dtype));
+}
+
+std::span<std::byte> summedPart(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire) {
+  TERSE_CHECK(prefix_bytes <= payload.size(), InvalidArgument,
+              "allreduce payload: prefix of " << prefix_bytes << " bytes in a payload of " << payload.size());
+  const std::size_t summed = payload.size() - prefix_bytes;
+  TERSE_CHECK(summed % dtypeSize(wire) == 0, InvalidArgument,
+              "allreduce payload: " << summed << " bytes after the prefix are not a whole number of " << dtypeName(wire)
+                                    << " elements");
+  return payload.subspan(prefix_bytes);
+}
+
+}  // namespace
+
+WireBytes HostCommunicator::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) {
+  checkSum(dtype, op);
+  Op o = allreduceOp(elements(data, count, dtype), dtype, tensor);
+  return run(o, caller_scratch_);
+}
+
+WireBytes HostCommunicator::allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                             uint64_t tensor) {
+  checkSum(wire, ReduceOp::kSum);
+  Op o = allreduceOp(summedPart(payload, prefix_bytes, wire), wire, tensor);
+  return run(o, caller_scratch_);
+}
+
+WireBytes HostCommunicator::allgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
+                                       std::span<const uint64_t> sizes, uint64_t tensor) {
+  Op o = allgathervOp(send, recv, std::vector<uint64_t>(sizes.begin(), sizes.end()), tensor);
+  return run(o, caller_scratch_);
+}
+
+WireBytes HostCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
+  Op o = makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
+                [mine, all](CollectiveContext& ctx) { exchangeSizes(ctx, mine, all); });
+  return run(o, caller_scratch_);
+}
+
+WireBytes HostCommunicator::broadcast(std::span<std::byte> data, int root, uint64_t tensor) {
+  Op o = broadcastOp(data, root, tensor);
+  return run(o, caller_scratch_);
+}
+
+WireBytes HostCommunicator::barrier() {
+  Op o = barrierOp();
+  return run(o, caller_scratch_);
+}
+
+CommRequest HostCommunicator::iallreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) {
+  checkSum(dtype, op);
+  return submit(allreduceOp(elements(data, count, dtype), dtype, tensor));
+}
+
+CommRequest HostCommunicator::iallreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                                uint64_t tensor) {
+  checkSum(wire, ReduceOp::kSum);
+  return submit(allreduceOp(summedPart(payload, prefix_bytes, wire), wire, tensor));
+}
+
+CommRequest HostCommunicator::iallgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
+                                          std::span<const uint64_t> sizes, uint64_t tensor) {
+  return submit(allgathervOp(send, recv, std::vector<uint64_t>(sizes.begin(), sizes.end()), tensor));
+}
+
+CommRequest HostCommunicator::ibroadcast(std::span<std::byte> data, int root, uint64_t tensor) {
+  return submit(broadcastOp(data, root, tensor));
+}
+
+CommRequest HostCommunicator::ibarrier() {
+  return submit(barrierOp());
+}
+
+CommStats HostCommunicator::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+}  // namespace terse::comm

@@ -1,0 +1,117 @@
+// The host communicator: the collectives of this folder over any Transport (inproc now, tcp next).
+//
+// Blocking calls run on the calling thread. Non-blocking calls go to one worker thread per communicator, which runs
+// them in issue order, so a rank overlaps communication with its own compute while the order stays the same on every
+// rank; a blocking call issued meanwhile runs at once on its own thread under its own tag, independently of the queued
+// ones. Each thread that runs collectives has its own grow-only scratch, so a steady state allocates nothing large.
+//
+// Allreduce picks its algorithm per call: with kAuto, recursive doubling (allreduce_recursive_doubling.h) below
+// small_allreduce_bytes and the ring (allreduce_ring.h) from there on; the same size gives the same choice on every
+// rank, as it must.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/comm/transport.h"
+
+namespace terse::comm {
+
+struct HostCommOptions {
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
+  // kAuto: messages below this many bytes use recursive doubling, larger ones the ring.
+  uint64_t small_allreduce_bytes = 64 * 1024;
+  // Frames carry at most this many payload bytes (CollectiveContext::segment_bytes). 256 KiB keeps a frame's copy or
+  // sum within L2 while its neighbour is in flight, and makes per-frame costs (a header, a match) negligible.
+  uint64_t segment_bytes = 256 * 1024;
+};
+
+class HostCommunicator : public Communicator {
+ public:
+  // Throws InvalidArgument for a null transport or a zero segment size.
+  explicit HostCommunicator(std::unique_ptr<Transport> transport, const HostCommOptions& options = {});
+  // Operations still queued are failed (the job is aborted), never waited for: their peers may be gone.
+  ~HostCommunicator() override;
+
+  std::string_view backend() const noexcept override { return transport_->name(); }
+  int rank() const noexcept override { return transport_->rank(); }
+  int size() const noexcept override { return transport_->size(); }
+  bool supportsSum(DType dtype) const noexcept override;
+  Transport& transport() noexcept { return *transport_; }
+  const HostCommOptions& options() const noexcept { return options_; }
+  // The algorithm an allreduce of `bytes` bytes runs.
+  AllreduceAlgorithm algorithmFor(uint64_t bytes) const noexcept;
+
+  WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum,
+                      uint64_t tensor = kNoTensor) override;
+  WireBytes allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                             uint64_t tensor = kNoTensor) override;
+  WireBytes allgatherv(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const uint64_t> sizes,
+                       uint64_t tensor = kNoTensor) override;
+  WireBytes allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor = kNoTensor) override;
+  WireBytes broadcast(std::span<std::byte> data, int root, uint64_t tensor = kNoTensor) override;
+  WireBytes barrier() override;
+
+  CommRequest iallreduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum,
+                         uint64_t tensor = kNoTensor) override;
+  CommRequest iallreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                uint64_t tensor = kNoTensor) override;
+  CommRequest iallgatherv(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const uint64_t> sizes,
+                          uint64_t tensor = kNoTensor) override;
+  CommRequest ibroadcast(std::span<std::byte> data, int root, uint64_t tensor = kNoTensor) override;
+  CommRequest ibarrier() override;
+
+  void abort(const std::string& reason) override { transport_->abort(reason); }
+  RankTraffic traffic() const override { return transport_->traffic(); }
+  void resetTraffic() override { transport_->resetTraffic(); }
+  CommStats stats() const override;
+
+ private:
+  // One collective ready to run on some thread: the algorithm with its arguments bound.
+  using Body = std::function<void(CollectiveContext&)>;
+  struct Op {
+    OpKind kind;
+    Tag tag;
+    uint64_t tensor;
+    uint64_t bytes;
+    Body body;
+  };
+
+  Op makeOp(OpKind kind, uint64_t tensor, uint64_t bytes, Body body);
+  // Runs op on this thread with `scratch`; on failure aborts the job, waits out the op's requests, rethrows.
+  WireBytes run(Op& op, std::vector<std::byte>& scratch);
+  CommRequest submit(Op op);
+  void workerLoop();
+
+  Op allreduceOp(std::span<std::byte> data, DType dtype, uint64_t tensor);
+  Op allgathervOp(std::span<const std::byte> send, std::span<std::byte> recv, std::vector<uint64_t> sizes,
+                  uint64_t tensor);
+  Op broadcastOp(std::span<std::byte> data, int root, uint64_t tensor);
+  Op barrierOp();
+  void checkSum(DType dtype, ReduceOp op) const;
+
+  std::unique_ptr<Transport> transport_;
+  HostCommOptions options_;
+  std::atomic<uint64_t> next_seq_{0};
+  std::vector<std::byte> caller_scratch_;  // blocking calls (one calling thread at a time)
+
+  std::mutex worker_mutex_;
+  std::condition_variable worker_cv_;
+  std::deque<std::pair<Op, std::shared_ptr<CommRequest::State>>> queue_;  // guarded by worker_mutex_
+  bool stop_ = false;                                                     // guarded by worker_mutex_
+  bool worker_busy_ = false;                                              // guarded by worker_mutex_
+  std::thread worker_;                                                    // started by the first submit
+  std::vector<std::byte> worker_scratch_;                                 // the worker's own
+
+  mutable std::mutex stats_mutex_;
+  CommStats stats_;  // guarded by stats_mutex_
+};
+
+}  // namespace terse::comm

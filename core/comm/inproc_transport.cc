@@ -1,0 +1,657 @@
+#include "core/comm/inproc_transport.h"
+
+#include <sys/prctl.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/comm/reduce.h"
+#include "core/common/error.h"
+
+namespace terse::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Frame {
+  FrameHeader header;
+  const std::byte* data = nullptr;  // the sender's buffer (rendezvous) or owned.data() (eager)
+  std::vector<std::byte> owned;
+  bool eager = false;
+  // Guarded by the link's mutex.
+  enum class Copy : uint8_t { kPending, kCopying, kDone };
+  Copy copy = Copy::kPending;
+  bool matched = false;
+  std::byte* dst = nullptr;  // the matched receive's buffer
+  bool reduce = false;       // add into dst as reduce_dtype instead of copying (irecvReduce)
+  DType reduce_dtype = DType::kF32;
+  bool scheduled = false;         // emulation: sent_at and deliver_at are known (always true without emulation)
+  Clock::time_point queued_at{};  // when the sender handed it to the transport (emulation's arrival time)
+  Clock::time_point sent_at{};
+  Clock::time_point deliver_at{};
+};
+
+struct PostedRecv {
+  FrameMeta expect;
+  std::span<std::byte> buffer;
+  bool reduce = false;
+  DType reduce_dtype = DType::kF32;
+  // Guarded by the link's mutex.
+  std::shared_ptr<Frame> frame;  // set when matched (and the frame fits)
+  std::string error;             // a matched frame was rejected (kind or length), InvalidPayload
+  uint64_t length = 0;
+};
+
+struct Link {
+  int from = 0;
+  int to = 0;
+  std::string where;  // "link 0 -> 1"
+  std::mutex mutex;
+  std::condition_variable cv;
+  // Guarded by mutex.
+  std::deque<std::shared_ptr<Frame>> unmatched;
+  std::deque<std::shared_ptr<PostedRecv>> posted;
+  std::string broken;              // nonempty: every request on the link fails with this reason
+  bool broken_by_payload = false;  // InvalidPayload (a malformed header) rather than an abort (CommError)
+
+  // Emulation, guarded by the sending rank's NIC mutex.
+  LinkSpec spec;
+  PacedResource wire;
+  std::deque<std::shared_ptr<Frame>> nic_queue;
+  uint64_t head_reserved = 0;  // wire bytes of the head frame already reserved
+  Clock::time_point head_end{};
+};
+
+[[noreturn]] void throwBroken(const Link& l) {
+  if (l.broken_by_payload) throw InvalidPayload(l.broken);
+  throw CommError(l.broken);
+}
+
+// Large receive copies use non-temporal stores, as glibc's memcpy does for large copies: a frame of this size is
+// part of a message that does not stay in cache anyway, and writing around the cache saves the read-for-ownership of
+// every destination line, a third of the copy's memory traffic (the ring allreduce's allgather is such a copy).
+constexpr std::size_t kStreamingCopyBytes = 128 * 1024;
+
+void copyPayload(std::byte* dst, const std::byte* src, std::size_t len) {
+#if defined(__SSE2__)
+  if (len >= kStreamingCopyBytes) {
+    std::size_t i = (64 - (reinterpret_cast<std::uintptr_t>(dst) & 63)) & 63;  // align the stores to a cache line
+    std::memcpy(dst, src, i);
+    for (; i + 64 <= len; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    _mm_sfence();  // the streamed stores are visible before the copy is marked done
+    std::memcpy(dst + i, src + i, len - i);
+    return;
+  }
+#endif
+  if (len != 0) std::memcpy(dst, src, len);
+}
+
+// The single copy of a matched frame, done outside the lock; kCopying keeps both owners of the buffers from leaving
+// (or the abort path from declaring the request failed) while it runs.
+void copyFrame(std::unique_lock<std::mutex>& lock, Link& l, Frame& f) {
+  f.copy = Frame::Copy::kCopying;
+  lock.unlock();
+  const auto len = static_cast<std::size_t>(f.header.length);
+  if (f.reduce) {
+    sumInto(f.dst, f.data, len / dtypeSize(f.reduce_dtype), f.reduce_dtype);
+  } else {
+    copyPayload(f.dst, f.data, len);
+  }
+  lock.lock();
+  f.copy = Frame::Copy::kDone;
+  l.cv.notify_all();
+}
+
+struct Nic {
+  std::mutex mutex;
+  std::condition_variable cv;
+  // Guarded by mutex.
+  PacedResource egress;
+  std::size_t next = 0;  // round-robin start among outgoing links
+  bool stop = false;
+  std::thread thread;
+};
+
+struct Ingress {
+  std::mutex mutex;
+  PacedResource port;  // guarded by mutex
+};
+
+class Fabric;
+
+class SendRequest final : public RequestImpl {
+ public:
+  SendRequest(std::shared_ptr<Fabric> fabric, Link* link, std::shared_ptr<Frame> frame)
+      : fabric_(std::move(fabric)), link_(link), frame_(std::move(frame)) {}
+  // A send dropped before completing must not leave the link pointing into a buffer its owner may free next: a matched
+  // frame is copied now, an unmatched one is staged into its own storage (and still delivered).
+  ~SendRequest() override {
+    if (done_) return;
+    Link& l = *link_;
+    Frame& f = *frame_;
+    std::unique_lock lock(l.mutex);
+    l.cv.wait(lock, [&] { return f.copy != Frame::Copy::kCopying; });
+    if (f.eager || f.copy != Frame::Copy::kPending) return;
+    if (f.matched) {
+      copyFrame(lock, l, f);
+    } else {
+      f.owned.assign(f.data, f.data + f.header.length);
+      f.data = f.owned.data();
+      f.eager = true;
+    }
+  }
+  bool test() override { return progress(false); }
+  void wait() override { progress(true); }
+  uint64_t bytes() const override { return frame_->header.length; }
+
+ private:
+  bool progress(bool block) {
+    if (done_) return true;
+    Link& l = *link_;
+    Frame& f = *frame_;
+    std::unique_lock lock(l.mutex);
+    for (;;) {
+      if (f.copy == Frame::Copy::kCopying) {
+        if (!block) return false;
+        l.cv.wait(lock);
+        continue;
+      }
+      if ((f.eager || f.copy == Frame::Copy::kDone) && f.scheduled) break;
+      if (!l.broken.empty()) throwBroken(l);
+      if (!f.eager && f.matched && f.copy == Frame::Copy::kPending) {
+        copyFrame(lock, l, f);
+        continue;
+      }
+      if (!block) return false;
+      l.cv.wait(lock);
+    }
+    const Clock::time_point t = f.sent_at;
+    lock.unlock();
+    if (block) {
+      sleepUntilPrecise(t);
+    } else if (Clock::now() < t) {
+      return false;
+    }
+    done_ = true;
+    return true;
+  }
+
+  std::shared_ptr<Fabric> fabric_;  // keeps the link alive
+  Link* link_;
+  std::shared_ptr<Frame> frame_;
+  bool done_ = false;
+};
+
+class RecvRequest final : public RequestImpl {
+ public:
+  RecvRequest(std::shared_ptr<Fabric> fabric, Link* link, std::shared_ptr<PostedRecv> recv)
+      : fabric_(std::move(fabric)), link_(link), recv_(std::move(recv)) {}
+  // A receive dropped before completing is cancelled: it leaves the posted list, or its matched frame is consumed
+  // without touching the buffer, which its owner may free next.
+  ~RecvRequest() override {
+    if (done_) return;
+    Link& l = *link_;
+    std::unique_lock lock(l.mutex);
+    if (!recv_->frame) {
+      auto it = std::find(l.posted.begin(), l.posted.end(), recv_);
+      if (it != l.posted.end()) l.posted.erase(it);
+      return;
+    }
+    Frame& f = *recv_->frame;
+    l.cv.wait(lock, [&] { return f.copy != Frame::Copy::kCopying; });
+    if (f.copy == Frame::Copy::kPending) {
+      f.copy = Frame::Copy::kDone;
+      l.cv.notify_all();
+    }
+  }
+  bool test() override { return progress(false); }
+  void wait() override { progress(true); }
+  uint64_t bytes() const override { return length_; }
+
+ private:
+  bool progress(bool block) {
+    if (done_) return true;
+    Link& l = *link_;
+    PostedRecv& r = *recv_;
+    std::unique_lock lock(l.mutex);
+    for (;;) {
+      if (!r.error.empty()) throw InvalidPayload(r.error);
+      if (r.frame) {
+        Frame& f = *r.frame;
+        if (f.copy == Frame::Copy::kCopying) {
+          if (!block) return false;
+          l.cv.wait(lock);
+          continue;
+        }
+        if (f.copy == Frame::Copy::kDone && f.scheduled) break;
+        if (!l.broken.empty()) throwBroken(l);
+        if (f.copy == Frame::Copy::kPending) {
+          copyFrame(lock, l, f);
+          continue;
+        }
+      } else if (!l.broken.empty()) {
+        throwBroken(l);
+      }
+      if (!block) return false;
+      l.cv.wait(lock);
+    }
+    const Clock::time_point t = r.frame->deliver_at;
+    const uint64_t length = r.length;
+    lock.unlock();
+    if (block) {
+      sleepUntilPrecise(t);
+    } else if (Clock::now() < t) {
+      return false;
+    }
+    length_ = length;
+    done_ = true;
+    return true;
+  }
+
+  std::shared_ptr<Fabric> fabric_;
+  Link* link_;
+  std::shared_ptr<PostedRecv> recv_;
+  uint64_t length_ = 0;
+  bool done_ = false;
+};
+
+class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fabric> {
+ public:
+  Fabric(int n, const InprocOptions& options) : n_(n), options_(options), emulated_(options.emulation.enabled()) {
+    links_.reserve(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
+    for (int from = 0; from < n; ++from) {
+      for (int to = 0; to < n; ++to) {
+        auto l = std::make_unique<Link>();
+        l->from = from;
+        l->to = to;
+        l->where = "frame on link " + std::to_string(from) + " -> " + std::to_string(to);
+        l->spec = options.emulation.linkSpec(from, to);
+        l->wire = PacedResource(l->spec.bandwidth_bps);
+        links_.push_back(std::move(l));
+      }
+    }
+    for (int r = 0; r < n; ++r) counters_.push_back(std::make_unique<TrafficCounter>(r));
+    if (emulated_) {
+      for (int r = 0; r < n; ++r) {
+        auto nic = std::make_unique<Nic>();
+        nic->egress = PacedResource(options.emulation.nic_egress_bps);
+        nics_.push_back(std::move(nic));
+        auto in = std::make_unique<Ingress>();
+        in->port = PacedResource(options.emulation.nic_ingress_bps);
+        ingress_.push_back(std::move(in));
+      }
+      for (int r = 0; r < n; ++r) nics_[static_cast<std::size_t>(r)]->thread = std::thread([this, r] { nicLoop(r); });
+    }
+  }
+
+  ~Fabric() override {
+    for (auto& nic : nics_) {
+      {
+        std::lock_guard lock(nic->mutex);
+        nic->stop = true;
+      }
+      nic->cv.notify_all();
+    }
+    for (auto& nic : nics_) nic->thread.join();
+  }
+
+  int size() const noexcept override { return n_; }
+  const InprocOptions& options() const noexcept override { return options_; }
+  std::unique_ptr<Transport> endpoint(int rank) override;
+
+  std::vector<RankTraffic> traffic() const override {
+    std::vector<RankTraffic> out;
+    for (const auto& c : counters_) out.push_back(c->snapshot());
+    return out;
+  }
+  void resetTraffic() override {
+    for (auto& c : counters_) c->reset();
+  }
+  RankTraffic rankTraffic(int rank) const { return counters_[static_cast<std::size_t>(rank)]->snapshot(); }
+  void resetRankTraffic(int rank) { counters_[static_cast<std::size_t>(rank)]->reset(); }
+
+  void abort(const std::string& reason) override {
+    std::string message;
+    {
+      std::lock_guard lock(abort_mutex_);
+      if (aborted_.load()) return;
+      abort_reason_ = reason;
+      aborted_.store(true);
+      message = "communication aborted: " + reason;
+    }
+    for (auto& l : links_) {
+      {
+        std::lock_guard lock(l->mutex);
+        if (l->broken.empty()) {
+          l->broken = message;
+          l->broken_by_payload = false;
+        }
+      }
+      l->cv.notify_all();
+    }
+    for (auto& nic : nics_) nic->cv.notify_all();
+  }
+  bool aborted() const noexcept override { return aborted_.load(); }
+
+  void injectRawFrame(int from, int to, std::span<const std::byte> header,
+                      std::span<const std::byte> payload) override {
+    checkRank(from, "injectRawFrame: from");
+    checkRank(to, "injectRawFrame: to");
+    auto f = std::make_shared<Frame>();
+    f->eager = true;
+    f->owned.assign(payload.begin(), payload.end());
+    f->data = f->owned.data();
+    f->scheduled = true;
+    Link& l = link(from, to);
+    {
+      std::lock_guard lock(l.mutex);
+      arrive(l, f, header);
+    }
+    l.cv.notify_all();
+  }
+
+  Request isend(int rank, int peer, const FrameMeta& meta, std::span<const std::byte> data) {
+    checkRank(peer, "isend: peer");
+    TERSE_CHECK(data.size() <= options_.max_frame_bytes, InvalidArgument,
+                "isend to rank " << peer << ": frame of " << data.size() << " bytes exceeds the maximum of "
+                                 << options_.max_frame_bytes);
+    TERSE_CHECK(data.data() != nullptr || data.empty(), InvalidArgument, "isend: null data");
+    auto f = std::make_shared<Frame>();
+    f->header.meta = meta;
+    f->header.length = data.size();
+    if (data.size() <= options_.eager_bytes) {
+      f->eager = true;
+      f->owned.assign(data.begin(), data.end());
+      f->data = f->owned.data();
+    } else {
+      f->data = data.data();
+    }
+    f->scheduled = !emulated_;
+    if (emulated_) f->queued_at = Clock::now();
+    // As the wire would carry it: encoded here, decoded and validated on arrival.
+    const EncodedHeader raw = encodeFrameHeader(f->header);
+    Link& l = link(rank, peer);
+    {
+      std::lock_guard lock(l.mutex);
+      if (!l.broken.empty()) throwBroken(l);
+      counters_[static_cast<std::size_t>(rank)]->recordSent(meta, data.size());
+      counters_[static_cast<std::size_t>(peer)]->recordReceived(meta, data.size());
+      arrive(l, f, raw);
+      if (emulated_) {
+        // Under the link lock, so the NIC paces the link's frames in the order the receiver matches them.
+        Nic& nic = *nics_[static_cast<std::size_t>(rank)];
+        std::lock_guard nic_lock(nic.mutex);
+        l.nic_queue.push_back(f);
+      }
+    }
+    l.cv.notify_all();
+    if (emulated_) nics_[static_cast<std::size_t>(rank)]->cv.notify_all();
+    return Request(std::make_shared<SendRequest>(shared_from_this(), &l, std::move(f)));
+  }
+
+  Request irecv(int rank, int peer, const FrameMeta& expect, std::span<std::byte> buffer, bool reduce = false,
+                DType dtype = DType::kF32) {
+    checkRank(peer, "irecv: peer");
+    TERSE_CHECK(buffer.data() != nullptr || buffer.empty(), InvalidArgument, "irecv: null buffer");
+    TERSE_CHECK(!reduce || isSummable(dtype), Unsupported, "irecvReduce: cannot sum " << dtypeName(dtype));
+    auto r = std::make_shared<PostedRecv>();
+    r->expect = expect;
+    r->buffer = buffer;
+    r->reduce = reduce;
+    r->reduce_dtype = dtype;
+    Link& l = link(peer, rank);
+    {
+      std::lock_guard lock(l.mutex);
+      if (!l.broken.empty()) throwBroken(l);
+      auto it = std::find_if(l.unmatched.begin(), l.unmatched.end(),
+                             [&](const std::shared_ptr<Frame>& f) { return f->header.meta.tag == expect.tag; });
+      if (it != l.unmatched.end()) {
+        std::shared_ptr<Frame> f = std::move(*it);
+        l.unmatched.erase(it);
+        match(l, *r, f);
+      } else {
+        l.posted.push_back(r);
+      }
+    }
+    return Request(std::make_shared<RecvRequest>(shared_from_this(), &l, std::move(r)));
+  }
+
+ private:
+  Link& link(int from, int to) {
+    return *links_[static_cast<std::size_t>(from) * static_cast<std::size_t>(n_) + static_cast<std::size_t>(to)];
+  }
+  void checkRank(int r, const char* what) const {
+    TERSE_CHECK(r >= 0 && r < n_, InvalidArgument, what << " must be in [0, " << n_ << "), got " << r);
+  }
+
+  // A frame reaches the receiving end of l: its header is validated as an untrusted one would be, then it is matched
+  // with the oldest posted receive of its tag or queued. A malformed header breaks the link: the stream has lost its
+  // framing, so nothing after it could be trusted either. Called under l.mutex.
+  void arrive(Link& l, const std::shared_ptr<Frame>& f, std::span<const std::byte> raw) {
+    try {
+      f->header = decodeFrameHeader(raw, options_.max_frame_bytes, l.where);
+    } catch (const InvalidPayload& e) {
+      if (l.broken.empty()) {
+        l.broken = e.what();
+        l.broken_by_payload = true;
+      }
+      return;
+    }
+    const Tag tag = f->header.meta.tag;
+    auto it = std::find_if(l.posted.begin(), l.posted.end(),
+                           [&](const std::shared_ptr<PostedRecv>& r) { return r->expect.tag == tag; });
+    if (it == l.posted.end()) {
+      l.unmatched.push_back(f);
+      return;
+    }
+    std::shared_ptr<PostedRecv> r = std::move(*it);
+    l.posted.erase(it);
+    match(l, *r, f);
+  }
+
+  // Called under l.mutex. A frame the receive cannot take is consumed (its sender completes, as a wire's would) and
+  // the receive fails.
+  void match(Link& l, PostedRecv& r, const std::shared_ptr<Frame>& f) {
+    const FrameHeader& h = f->header;
+    r.length = h.length;
+    if (h.meta.kind != r.expect.kind) {
+      std::ostringstream m;
+      m << detail::where(__FILE__, __LINE__) << l.where << " (tag 0x" << std::hex << h.meta.tag << std::dec
+        << ") belongs to a " << opKindName(h.meta.kind) << " operation, the receive expected "
+        << opKindName(r.expect.kind) << " (two operations share a tag)";
+      r.error = m.str();
+      f->copy = Frame::Copy::kDone;
+    } else if (r.reduce && h.length % dtypeSize(r.reduce_dtype) != 0) {
+      std::ostringstream m;
+      m << detail::where(__FILE__, __LINE__) << l.where << " (" << opKindName(h.meta.kind) << ") carries " << h.length
+        << " bytes, not a whole number of " << dtypeName(r.reduce_dtype) << " elements to add";
+      r.error = m.str();
+      f->copy = Frame::Copy::kDone;
+    } else if (h.length > r.buffer.size()) {
+      std::ostringstream m;
+      m << detail::where(__FILE__, __LINE__) << l.where << " (" << opKindName(h.meta.kind) << ", tag 0x" << std::hex
+        << h.meta.tag << std::dec << ") carries " << h.length << " bytes, the receive buffer holds " << r.buffer.size();
+      r.error = m.str();
+      f->copy = Frame::Copy::kDone;
+    } else {
+      f->matched = true;
+      f->dst = r.buffer.data();
+      f->reduce = r.reduce;
+      f->reduce_dtype = r.reduce_dtype;
+      r.frame = f;
+      if (h.length == 0) f->copy = Frame::Copy::kDone;
+    }
+  }
+
+  // The rank's NIC: paces the frames queued on its outgoing links, one slice at a time (link_emulation.h).
+  void nicLoop(int rank) {
+    // Wake-ups are deadlines of a few microseconds at high emulated rates; the default 50 us timer slack would add
+    // that much to every one of them.
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    Nic& nic = *nics_[static_cast<std::size_t>(rank)];
+    const uint64_t slice = options_.emulation.slice_bytes;
+    std::unique_lock lock(nic.mutex);
+    while (!nic.stop) {
+      if (aborted_.load()) {
+        for (int to = 0; to < n_; ++to) link(rank, to).nic_queue.clear();
+        nic.cv.wait(lock);
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      Link* best = nullptr;
+      Clock::time_point best_start{};
+      for (int k = 0; k < n_; ++k) {
+        const int to = static_cast<int>((nic.next + static_cast<std::size_t>(k)) % static_cast<std::size_t>(n_));
+        Link& l = link(rank, to);
+        if (l.nic_queue.empty()) continue;
+        // GCRA: a slice starts when its frame was queued and every resource it crosses is free, in virtual time.
+        // That start may lie in the past when the pacer woke late; keeping it (instead of "now") lets the following
+        // slices catch up, so wake-up latency never accumulates into the emulated rate.
+        Clock::time_point start = std::max(l.nic_queue.front()->queued_at, l.wire.busyUntil());
+        if (nic.egress.limited()) start = std::max(start, nic.egress.busyUntil());
+        start = std::max(start, ingressStart(to));
+        if (best == nullptr || start < best_start) {
+          best = &l;
+          best_start = start;
+        }
+      }
+      if (best == nullptr) {
+        nic.cv.wait(lock);
+        continue;
+      }
+      if (best_start > now) {
+        nic.cv.wait_until(lock, best_start);
+        continue;
+      }
+      Link& l = *best;
+      const std::shared_ptr<Frame>& head = l.nic_queue.front();
+      const uint64_t total = frameWireBytes(head->header.length);
+      const uint64_t b = std::min(slice, total - l.head_reserved);
+      Clock::time_point start = best_start;
+      Clock::time_point end = start;
+      if (Ingress* in = ingressOf(l.to)) {
+        std::lock_guard in_lock(in->mutex);
+        // Another rank's pacer may have taken the port since ingressStart looked.
+        start = std::max(start, in->port.busyUntil());
+        end = std::max(end, in->port.occupy(start, b));
+      }
+      end = std::max(end, l.wire.occupy(start, b));
+      end = std::max(end, nic.egress.occupy(start, b));
+      l.head_reserved += b;
+      l.head_end = std::max(l.head_end, end);
+      std::shared_ptr<Frame> finished;
+      Clock::time_point sent_at{};
+      if (l.head_reserved == total) {
+        finished = head;
+        sent_at = l.head_end;
+        l.nic_queue.pop_front();
+        l.head_reserved = 0;
+        l.head_end = Clock::time_point{};
+      }
+      nic.next = (static_cast<std::size_t>(l.to) + 1) % static_cast<std::size_t>(n_);
+      if (finished) {
+        lock.unlock();
+        {
+          std::lock_guard link_lock(l.mutex);
+          finished->sent_at = sent_at;
+          finished->deliver_at =
+              sent_at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(l.spec.latency_s));
+          finished->scheduled = true;
+        }
+        l.cv.notify_all();
+        lock.lock();
+      }
+    }
+  }
+
+  Ingress* ingressOf(int rank) {
+    Ingress* in = ingress_[static_cast<std::size_t>(rank)].get();
+    return in->port.limited() ? in : nullptr;
+  }
+  Clock::time_point ingressStart(int rank) {
+    Ingress* in = ingressOf(rank);
+    if (in == nullptr) return Clock::time_point::min();
+    std::lock_guard lock(in->mutex);
+    return in->port.busyUntil();
+  }
+
+  int n_;
+  InprocOptions options_;
+  bool emulated_;
+  std::vector<std::unique_ptr<Link>> links_;  // from * n + to
+  std::vector<std::unique_ptr<TrafficCounter>> counters_;
+  std::vector<std::unique_ptr<Nic>> nics_;  // emulation only
+  std::vector<std::unique_ptr<Ingress>> ingress_;
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mutex_;
+  std::string abort_reason_;  // guarded by abort_mutex_
+};
+
+class Endpoint final : public Transport {
+ public:
+  Endpoint(std::shared_ptr<Fabric> fabric, int rank) : fabric_(std::move(fabric)), rank_(rank) {}
+  std::string_view name() const noexcept override { return "inproc"; }
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return fabric_->size(); }
+  uint64_t maxFrameBytes() const noexcept override { return fabric_->options().max_frame_bytes; }
+  Request isend(int peer, const FrameMeta& meta, std::span<const std::byte> data) override {
+    return fabric_->isend(rank_, peer, meta, data);
+  }
+  Request irecv(int peer, const FrameMeta& expect, std::span<std::byte> buffer) override {
+    return fabric_->irecv(rank_, peer, expect, buffer);
+  }
+  Request irecvReduce(int peer, const FrameMeta& expect, std::span<std::byte> accumulate, DType dtype) override {
+    return fabric_->irecv(rank_, peer, expect, accumulate, true, dtype);
+  }
+  RankTraffic traffic() const override { return fabric_->rankTraffic(rank_); }
+  void resetTraffic() override { fabric_->resetRankTraffic(rank_); }
+  void abort(const std::string& reason) override { fabric_->abort("rank " + std::to_string(rank_) + ": " + reason); }
+  bool aborted() const noexcept override { return fabric_->aborted(); }
+
+ private:
+  std::shared_ptr<Fabric> fabric_;
+  int rank_;
+};
+
+std::unique_ptr<Transport> Fabric::endpoint(int rank) {
+  checkRank(rank, "endpoint: rank");
+  return std::make_unique<Endpoint>(shared_from_this(), rank);
+}
+
+}  // namespace
+
+std::shared_ptr<InprocFabric> InprocFabric::create(int world_size, const InprocOptions& options) {
+  TERSE_CHECK(world_size >= 1, InvalidArgument, "inproc fabric: world size must be >= 1, got " << world_size);
+  options.emulation.validate(world_size);
+  return std::make_shared<Fabric>(world_size, options);
+}
+
+std::vector<std::unique_ptr<Transport>> makeInprocTransports(int world_size, const InprocOptions& options) {
+  auto fabric = InprocFabric::create(world_size, options);
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int r = 0; r < world_size; ++r) out.push_back(fabric->endpoint(r));
+  return out;
+}
+
+}  // namespace terse::comm

@@ -1,0 +1,66 @@
+// The inproc transport: the ranks of a job are threads of one process (DESIGN.md section 6, the embedded default).
+// An InprocFabric connects N endpoints; each endpoint is one rank's Transport.
+//
+// Data path. Every directed link (i -> j) is a mailbox with its own mutex and condition variable: the frames i sent
+// that j has not matched yet, and the receives j posted that no frame matched yet. A send to peer j touches link
+// (i -> j) only, so ranks never contend on a global lock. Frames are counted exactly as if they crossed a wire
+// (frame.h header included) and the header is stored encoded and validated on arrival like a tcp frame's.
+//
+// Copies. A frame up to `eager_bytes` is copied once into the frame at send time, so the sender's buffer is free at
+// once (small control messages need no rendezvous), and copied again into the receive buffer. A larger frame is never
+// staged: once matched it is copied exactly once, sender's buffer -> receiver's buffer (with non-temporal stores when
+// large), by whichever of the two threads waits (or tests) first. The receiver usually gets there first, so in a ring
+// each rank copies what it receives and the copying work is spread evenly over the ranks' threads. irecvReduce adds
+// the sender's bytes into the receive buffer in that same single pass, instead of copying them (Transport).
+//
+// Emulation (link_emulation.h). When enabled, each rank gets one pacer thread, its NIC: it interleaves the slices of
+// the frames queued on the rank's outgoing links, sleeping until the token buckets of the link, the rank's egress and
+// the receiver's ingress allow the next slice, and stamps each frame with the time it has been sent and the time it
+// is delivered (sent + latency). Data still moves at memory speed; a request just does not complete before its time.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/comm/link_emulation.h"
+#include "core/comm/transport.h"
+
+namespace terse::comm {
+
+struct InprocOptions {
+  EmulationConfig emulation;
+  // Frames up to this many payload bytes are buffered at send (see above).
+  uint64_t eager_bytes = 64 * 1024;
+  uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
+};
+
+class InprocFabric {
+ public:
+  // Throws InvalidArgument for world_size < 1 or an invalid emulation config.
+  static std::shared_ptr<InprocFabric> create(int world_size, const InprocOptions& options = {});
+  virtual ~InprocFabric() = default;
+
+  virtual int size() const noexcept = 0;
+  virtual const InprocOptions& options() const noexcept = 0;
+  // Rank `rank`'s transport. Endpoints keep the fabric alive; call once per rank.
+  virtual std::unique_ptr<Transport> endpoint(int rank) = 0;
+
+  // Every rank's accounting, in rank order; thread-safe.
+  virtual std::vector<RankTraffic> traffic() const = 0;
+  virtual void resetTraffic() = 0;
+  virtual void abort(const std::string& reason) = 0;
+  virtual bool aborted() const noexcept = 0;
+
+  // Test hook: bytes arriving on link from -> to as if from a wire, bypassing the sender's encoder: `header` is parsed
+  // and validated exactly as a received header is (a malformed one breaks the link, failing its receives with
+  // InvalidPayload), `payload` follows it. Not counted in the accounting.
+  virtual void injectRawFrame(int from, int to, std::span<const std::byte> header,
+                              std::span<const std::byte> payload) = 0;
+};
+
+// The factory: N connected endpoints, rank i at index i.
+std::vector<std::unique_ptr<Transport>> makeInprocTransports(int world_size, const InprocOptions& options = {});
+
+}  // namespace terse::comm

@@ -1,0 +1,78 @@
+// The per-tensor compression pipeline (DESIGN.md section 2): one tensor's codec chain (make_codec.h) driven through
+// the communicator along the aggregation path its caps name (compressor_v1.h):
+//
+//   for round r in 0..R-1:
+//     payload_r = codec.encode(step, r, grad, prev)        prev = aggregate of round r-1 (empty in round 0)
+//     SUM:        allreduce payload_r's bytes after sum_header_bytes as caps.wire_dtype  -> aggregate_r
+//     ALLGATHER:  allgatherv every rank's payload_r (sizes exchanged first unless fixed)  (R must be 1)
+//     CUSTOM:     allgatherv raw payloads, fold codec.reduce in rank order on every rank  -> aggregate_r
+//   SUM, CUSTOM: out = decode(aggregate_{R-1}, source_rank -1)
+//   ALLGATHER:   out = 0; out += decode(payload_i, source_rank i) for every rank i
+//   out /= world_size                                      (the decoded aggregate is the SUM of contributions)
+//
+// Per-tensor state (error-feedback residuals, plugin state, workspace) lives in the codec; the pipeline owns only the
+// wire buffers, sized once from the codec's two-phase sizes, so step() allocates nothing. Every caps/path mismatch is
+// an error at construction, before any step runs (STYLE.md 5): a SUM compressor without a fixed size, a wire dtype the
+// communicator cannot sum, a SUM header that is not whole wire elements, a multi-round ALLGATHER, a CUSTOM reduce bound
+// below the payload bound, a codec built for another rank or world size.
+//
+// Two byte counts are kept apart: payload bytes (what the compressor produced on this rank, all rounds) and wire bytes
+// (what this rank's transport sent and received for the tensor's operations, frame headers included, size exchanges
+// included).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/compress/codec.h"
+#include "core/compress/host_array.h"
+
+namespace terse {
+
+struct PipelineStats {
+  uint64_t steps = 0;
+  uint64_t payload_bytes = 0;  // compressor output of this rank, summed over rounds and steps
+  comm::WireBytes wire;        // this rank's frames for the tensor, headers included
+};
+
+// Throws InvalidArgument (Unsupported for a wire dtype the communicator cannot sum) naming the tensor, the aggregation
+// and the offending value; see the list above.
+void validatePipeline(const TensorCodec& codec, const comm::Communicator& comm);
+
+class CompressionPipeline {
+ public:
+  // Validates (validatePipeline) and allocates the wire buffers. The communicator must outlive the pipeline.
+  CompressionPipeline(std::unique_ptr<TensorCodec> codec, comm::Communicator& comm);
+
+  // One step: grad (numel elements of the tensor's dtype) in, out = the average over ranks of the decoded aggregate.
+  // Every rank calls it for the same tensors in the same order (the collectives inside must match). grad and out may
+  // be the same buffer.
+  void step(uint64_t step, const void* grad, void* out);
+
+  Aggregation aggregation() const noexcept { return codec_->caps().aggregation; }
+  TensorCodec& codec() noexcept { return *codec_; }
+  const PipelineStats& stats() const noexcept { return stats_; }
+
+ private:
+  // Gathers this rank's payload from every rank into gathered_; sizes_ holds each rank's size afterwards.
+  void gather(std::span<const std::byte> local, uint64_t max_bytes);
+  std::span<const std::byte> gatheredBlock(int rank) const;
+  void average(void* out) const;
+
+  std::unique_ptr<TensorCodec> codec_;
+  comm::Communicator& comm_;
+  int world_ = 1;
+  uint64_t tensor_ = 0;
+  PipelineStats stats_;
+  // SUM: two payload buffers (round r's aggregate is round r+1's prev). ALLGATHER/CUSTOM: [0] is the local payload.
+  std::array<HostArray<std::byte>, 2> payload_;
+  HostArray<std::byte> gathered_;                // ALLGATHER, CUSTOM: world_size * max payload
+  std::array<HostArray<std::byte>, 2> reduced_;  // CUSTOM: the fold's two alternating outputs
+  std::vector<uint64_t> sizes_;                  // bytes of each rank's gathered payload
+};
+
+}  // namespace terse

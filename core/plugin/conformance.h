@@ -1,0 +1,119 @@
+// The compressor conformance suite: drives one compressor plugin through the contract of compressor_v1.h and the
+// payload rules of DESIGN.md section 4, in process, on the host, and reports every check as PASS, FAIL or SKIP with a
+// message that says what was measured. `terse plugins check` and tests/conformance both run it, so a plugin author
+// sees the same verdict the CI does.
+//
+// What it can and cannot see. Every plugin status becomes a terse::Error that the suite catches, and every buffer the
+// plugin writes (output, decompress target, workspace, state, reduce output) sits between guard zones that are
+// checked after each call, so a wrong answer or a write out of bounds is a FAIL, not a crash. A plugin that
+// segfaults, aborts or loops forever takes the process with it: nothing in one process can stop that, so the CLI
+// names each check before running it (the last name printed is the one that crashed). An out-of-bounds *read* leaves
+// no trace in process; the suite hands decompress its payloads in allocations of exactly the payload's size, so an
+// AddressSanitizer build (the `asan` preset, run by scripts/test) reports such a read at the plugin's line.
+//
+// Error bounds. The ABI has no field for a compressor's accuracy and should not: the bound depends on the parameters
+// (top-k's ratio), the data and what the experimenter accepts. So the suite measures the relative error
+// ||D(C(x)) - x|| / ||x|| on standard-normal inputs and checks it only against a bound the caller gives
+// (ConformanceOptions::max_rel_error: the per-plugin table in tests/conformance, `--max-rel-error` on the CLI); without
+// one it reports the number. The same holds for unbiasedness: E[D(C(x))] = x is required only when the caller says
+// the plugin claims it, and the measured bias is reported either way.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/plugin/compressor.h"
+#include "core/plugin/compressor_plugin.h"
+
+namespace terse {
+
+enum class CheckStatus { kPass, kFail, kSkip };
+std::string_view checkStatusName(CheckStatus status) noexcept;  // "PASS", "FAIL", "SKIP"
+
+struct CheckResult {
+  std::string name;  // one of conformanceCheckNames()
+  CheckStatus status = CheckStatus::kSkip;
+  std::string message;  // what was measured, or why it failed or was skipped
+};
+
+// A tensor the suite compresses: numel elements, flat (ndim 0) or with a shape (a matrix for low-rank plugins).
+struct ConformanceShape {
+  uint64_t numel = 0;
+  int ndim = 0;
+  std::array<int64_t, 4> shape{};
+
+  static ConformanceShape flat(uint64_t numel);
+  static ConformanceShape matrix(int64_t rows, int64_t cols);
+  std::string label() const;  // "1001", "300x257"
+};
+
+// The default list: the empty tensor, one element, an odd count, a count just past a power of two (2^20 + 3, which
+// catches tail loops and block splits), and two matrices with odd sides (33x31, small enough to fuzz, and 300x257).
+std::vector<ConformanceShape> defaultConformanceShapes();
+
+struct ConformanceOptions {
+  // Keys every random choice: the inputs and the run seed the simulated ranks derive their info.seed from (with the
+  // core's own derivation, core/compress/seed.h). Same seed, same report.
+  uint64_t seed = 20240611;
+  // Simulated ranks for the aggregation checks; at least 2 (3 folds a CUSTOM reduce on both a raw and a reduced side).
+  int world_size = 3;
+  std::vector<ConformanceShape> shapes = defaultConformanceShapes();
+  // Fails round_trip when the measured relative error on a shape of at least kRoundTripMinNumel elements exceeds it.
+  std::optional<double> max_rel_error;
+  // The plugin claims E[D(C(x))] = x: unbiased then fails when the measured bias exceeds the sampling noise.
+  bool claims_unbiased = false;
+  // Compressions per estimate in the unbiasedness check (each one a distinct step, so a fresh random draw).
+  int unbiased_steps = 1000;
+  // Random byte strings per payload in random_payloads.
+  int fuzz_payloads = 300;
+  // Runs only the checks named here (empty: all). Checks a named one depends on still run first, as instantiate.
+  std::vector<std::string> only;
+  // Called before and after each check, e.g. to print progress: a crash then shows which check it was in.
+  std::function<void(std::string_view name)> on_check_start;
+  std::function<void(const CheckResult&)> on_check_done;
+};
+
+// Round-trip bounds apply from this many elements on: on tiny tensors the error is dominated by how a count rounds
+// (top-k at 10% of one element keeps all or nothing), which says nothing about the compressor.
+inline constexpr uint64_t kRoundTripMinNumel = 1000;
+
+struct ConformanceReport {
+  std::string plugin;  // the declared name
+  std::string path;    // the file that was checked
+  std::vector<CheckResult> checks;
+
+  bool passed() const noexcept;  // no FAIL (SKIP is not a failure)
+  std::size_t count(CheckStatus status) const noexcept;
+  const CheckResult* find(std::string_view name) const noexcept;
+};
+
+// The checks in the order they run; the message of each result says how it decided.
+std::vector<std::string_view> conformanceCheckNames();
+
+// Runs the suite on f32 host tensors. Never throws for anything the plugin does (every failure is a FAIL in the
+// report); throws InvalidArgument only for malformed options (world_size < 2, an unknown name in `only`).
+ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& params,
+                                  const ConformanceOptions& options = {});
+
+// What one step of the plugin sends for a tensor, per round: get_sizes' bound and the bytes compress actually wrote
+// for a standard-normal input (one rank; round r > 0 gets round r - 1's payload as its aggregate, as the SUM or
+// CUSTOM path would deliver it for one rank). For `terse plugins show --numel`.
+struct RoundPayload {
+  int round = 0;
+  uint64_t max_output_bytes = 0;
+  uint64_t produced_bytes = 0;
+};
+struct PayloadSizes {
+  CompressorCaps caps;
+  std::vector<RoundPayload> rounds;
+};
+// Throws the terse::Error of the failing call (init, caps, sizes, compress).
+PayloadSizes measurePayloadSizes(const CompressorPlugin& plugin, const Params& params, const ConformanceShape& shape,
+                                 uint64_t seed = 20240611);
+
+}  // namespace terse

@@ -1,0 +1,333 @@
+// terse-bench-compressors: compress and decompress throughput of every built-in compressor present in the plugin
+// directory, in GB/s of f32 input, one thread, at 64 KiB, 4 MiB and 64 MiB, beside a memcpy of the same size measured
+// in the same run (STYLE.md 10: kernel benchmarks report GB/s of input and the ratio to a memcpy). Each plugin runs
+// through the core's own per-tensor codec (makePluginCodec), so the numbers include what a training step pays for the
+// plugin boundary.
+//
+//   compress     one full step on one rank: every round (round r > 0 gets round r - 1's payload as its aggregate);
+//                a new step each iteration, so stochastic compressors draw fresh randomness
+//   decompress   the last round's payload decoded once (the aggregate for SUM and CUSTOM, the rank's payload for
+//                ALLGATHER: what the core does per rank)
+//   memcpy       the same number of bytes copied
+//   baseline     top-k by std::nth_element on a copy of |g| (k = 1% of 16M floats), the obvious way to pick top-k
+//
+// Rates are per CPU second of the one benchmark thread rather than wall time: on a shared machine (CI runners, a
+// workstation that is also compiling) other processes then inflate the numbers less, and on a quiet one the two agree.
+//
+// After the run a table gives per compressor and size: compress GB/s, decompress GB/s, memcpy GB/s, compress
+// throughput as a fraction of memcpy's, and the compression ratio (dense bytes / payload bytes); then topk's speedup
+// over the nth_element baseline at 16M floats. With --benchmark_repetitions the table uses the medians.
+//
+// Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory). Without
+// --benchmark_min_time each benchmark runs for at least 0.1 s.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/compress/codec.h"
+#include "core/plugin/compressor_plugin.h"
+#include "core/plugin/loader.h"
+
+namespace terse {
+namespace {
+
+// The built-ins and the parameters they are measured with: the sparsifiers at 1% (the regime the papers run in).
+struct Builtin {
+  const char* name;
+  Params params;
+};
+const std::vector<Builtin>& builtins() {
+  static const std::vector<Builtin> list = {
+      {"none", {}},
+      {"fp16", {}},
+      {"bf16", {}},
+      {"qsgd", {}},
+      {"terngrad", {}},
+      {"onebit", {}},
+      {"signsgd", {}},
+      {"topk", {{"ratio", "0.01"}}},
+      {"randomk", {{"ratio", "0.01"}}},
+      {"threshold", {{"tau", "2.576"}}},  // |g| >= 2.576 keeps 1% of a standard normal
+      {"dgc", {{"ratio", "0.01"}}},
+      {"powersgd", {{"rank", "4"}}},
+  };
+  return list;
+}
+
+// Square matrices, so that low-rank compressors compress (the others read the data as flat).
+struct Size {
+  const char* label;
+  int64_t side;
+  uint64_t numel() const { return static_cast<uint64_t>(side * side); }
+  uint64_t bytes() const { return 4 * numel(); }
+};
+constexpr Size kSizes[] = {{"64KiB", 128}, {"4MiB", 1024}, {"64MiB", 4096}};
+constexpr Size kBaselineSize = kSizes[2];
+constexpr double kTopkBaselineRatio = 0.01;
+
+// Standard-normal gradients, made once per size and only for sizes some selected benchmark uses.
+const std::vector<float>& gradient(const Size& size) {
+  static std::map<int64_t, std::vector<float>> cache;
+  auto& g = cache[size.side];
+  if (g.empty()) {
+    std::mt19937_64 rng(20240611);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    g.resize(size.numel());
+    for (auto& v : g) v = normal(rng);
+  }
+  return g;
+}
+
+TensorInfo tensorFor(const Size& size) {
+  TensorInfo t;
+  t.dtype = DType::kF32;
+  t.numel = size.numel();
+  t.ndim = 2;
+  t.shape = {size.side, size.side, 0, 0};
+  t.tensor_id = 1;
+  return t;
+}
+
+void benchCompress(benchmark::State& state, std::shared_ptr<const Compressor> compressor, Size size) {
+  const auto& g = gradient(size);
+  std::unique_ptr<TensorCodec> codec;
+  try {
+    codec = makePluginCodec(compressor, tensorFor(size), 1);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const int rounds = codec->caps().num_rounds;
+  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(rounds));
+  for (int r = 0; r < rounds; ++r) out[static_cast<std::size_t>(r)].resize(codec->sizes(r).max_output_bytes);
+  uint64_t step = 0, payload = 0;
+  for (auto _ : state) {
+    payload = 0;
+    std::span<const std::byte> prev;
+    try {
+      for (int r = 0; r < rounds; ++r) {
+        auto& buf = out[static_cast<std::size_t>(r)];
+        const uint64_t n = codec->encode(step, r, g.data(), prev, buf);
+        prev = std::span<const std::byte>(buf.data(), n);
+        payload += n;
+      }
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return;
+    }
+    benchmark::DoNotOptimize(out.back().data());
+    ++step;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size.bytes()));
+  state.counters["ratio"] = payload ? static_cast<double>(size.bytes()) / static_cast<double>(payload) : 0.0;
+}
+
+void benchDecompress(benchmark::State& state, std::shared_ptr<const Compressor> compressor, Size size) {
+  const auto& g = gradient(size);
+  std::unique_ptr<TensorCodec> codec;
+  std::vector<std::byte> last;
+  try {
+    codec = makePluginCodec(compressor, tensorFor(size), 1);
+    std::vector<std::byte> prev;
+    for (int r = 0; r < codec->caps().num_rounds; ++r) {
+      std::vector<std::byte> buf(codec->sizes(r).max_output_bytes);
+      buf.resize(codec->encode(0, r, g.data(), prev, buf));
+      prev = std::move(buf);
+    }
+    last = std::move(prev);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  // One rank: its payload is the SUM or CUSTOM aggregate of a world of one.
+  const int source = codec->caps().aggregation == Aggregation::kAllgather ? 0 : -1;
+  std::vector<float> out(size.numel());
+  for (auto _ : state) {
+    try {
+      codec->decode(0, last, source, out.data(), false);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return;
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size.bytes()));
+  state.counters["ratio"] = last.empty() ? 0.0 : static_cast<double>(size.bytes()) / static_cast<double>(last.size());
+}
+
+void benchMemcpy(benchmark::State& state, Size size) {
+  const auto& g = gradient(size);
+  std::vector<float> dst(size.numel());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), g.data(), size.bytes());
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size.bytes()));
+}
+
+// The threshold of the k largest |g_i| the textbook way: a copy of |g|, then std::nth_element.
+void benchNthElement(benchmark::State& state, Size size) {
+  const auto& g = gradient(size);
+  const auto k = static_cast<std::size_t>(std::llround(kTopkBaselineRatio * static_cast<double>(size.numel())));
+  std::vector<float> mag(size.numel());
+  for (auto _ : state) {
+    std::transform(g.begin(), g.end(), mag.begin(), [](float v) { return std::abs(v); });
+    std::nth_element(mag.begin(), mag.end() - static_cast<std::ptrdiff_t>(k), mag.end());
+    benchmark::DoNotOptimize(mag[mag.size() - k]);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size.bytes()));
+}
+
+// Keeps what the console shows and, at the end, prints the summary table from it (the median of repetitions when
+// there are several).
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  explicit SummaryReporter(OutputOptions options) : ConsoleReporter(options) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& r : runs) {
+      if (r.error_occurred) continue;
+      const std::string name = r.run_name.function_name;
+      if (r.run_type == Run::RT_Aggregate) {
+        if (r.aggregate_name == "median") medians_[name] = r;
+      } else {
+        last_[name] = r;
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+  void printSummary(std::ostream& out, const std::vector<std::string>& plugins) const {
+    char line[256];
+    out << "\nsummary (GB/s of f32 input per CPU second, one thread"
+        << (medians_.empty() ? "" : ", medians of the repetitions")
+        << "; vs memcpy = compress GB/s / memcpy GB/s; ratio = dense bytes / payload bytes)\n";
+    std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %9s\n", "compressor", "size", "compress",
+                  "decompress", "memcpy", "vs memcpy", "ratio");
+    out << line;
+    for (const auto& p : plugins) {
+      for (const auto& s : kSizes) {
+        const Run* c = find("compress/" + p + "/" + s.label);
+        const Run* d = find("decompress/" + p + "/" + s.label);
+        const Run* m = find(std::string("memcpy/") + s.label);
+        if (c == nullptr && d == nullptr) continue;
+        const double cg = gbps(c), dg = gbps(d), mg = gbps(m);
+        std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %9s\n", p.c_str(), s.label, fmt(cg, 2).c_str(),
+                      fmt(dg, 2).c_str(), fmt(mg, 2).c_str(), mg > 0 && cg > 0 ? fmt(cg / mg, 3).c_str() : "-",
+                      c && c->counters.count("ratio") ? (fmt(c->counters.at("ratio").value, 1) + "x").c_str() : "-");
+        out << line;
+      }
+    }
+    const std::string big = kBaselineSize.label;
+    const Run* base = find("baseline/nth_element_topk/" + big);
+    const Run* topk = find("compress/topk/" + big);
+    if (base != nullptr && topk != nullptr) {
+      const double tb = base->GetAdjustedCPUTime(), tt = topk->GetAdjustedCPUTime();
+      out << "\ntopk (ratio " << kTopkBaselineRatio << ", " << kBaselineSize.numel() << " floats): " << fmt(tt, 2)
+          << " " << benchmark::GetTimeUnitString(topk->time_unit) << " CPU per compress vs std::nth_element on |g| "
+          << fmt(tb, 2) << " " << benchmark::GetTimeUnitString(base->time_unit) << ": speedup " << fmt(tb / tt, 2)
+          << "x\n";  // both registered in microseconds
+    }
+  }
+
+ private:
+  const Run* find(const std::string& name) const {
+    if (auto it = medians_.find(name); it != medians_.end()) return &it->second;
+    if (auto it = last_.find(name); it != last_.end()) return &it->second;
+    return nullptr;
+  }
+  static double gbps(const Run* r) {
+    if (r == nullptr) return 0;
+    auto it = r->counters.find("bytes_per_second");
+    return it == r->counters.end() ? 0 : it->second.value / 1e9;
+  }
+  static std::string fmt(double v, int digits) {
+    if (v <= 0) return "-";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return b;
+  }
+
+  std::map<std::string, Run> medians_, last_;
+};
+
+}  // namespace
+}  // namespace terse
+
+int main(int argc, char** argv) {
+  using namespace terse;
+  std::filesystem::path plugin_dir = TERSE_BENCH_PLUGIN_DIR;
+  std::vector<char*> args;
+  bool min_time_given = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--plugin-dir=", 0) == 0) {
+      plugin_dir = a.substr(13);
+      continue;
+    }
+    if (a.rfind("--benchmark_min_time", 0) == 0) min_time_given = true;
+    args.push_back(argv[i]);
+  }
+  static char default_min_time[] = "--benchmark_min_time=0.1";
+  if (!min_time_given) args.insert(args.begin() + 1, default_min_time);
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+
+  auto loader = PluginLoader::withSearchDirs({{plugin_dir, "--plugin-dir", true}});
+  std::vector<std::string> present;
+  for (const auto& b : builtins()) {
+    const auto file = plugin_dir / PluginLoader::fileNameFor(PluginKind::kCompressor, b.name);
+    if (!std::filesystem::exists(file)) continue;
+    std::shared_ptr<const Compressor> instance;
+    try {
+      instance = loader.loadCompressor(b.name)->instantiate(b.params);
+    } catch (const std::exception& e) {
+      std::cerr << "terse-bench-compressors: skipping " << b.name << ": " << e.what() << '\n';
+      continue;
+    }
+    present.emplace_back(b.name);
+    for (const auto& s : kSizes) {
+      benchmark::RegisterBenchmark(("compress/" + std::string(b.name) + "/" + s.label).c_str(), benchCompress, instance,
+                                   s)
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("decompress/" + std::string(b.name) + "/" + s.label).c_str(), benchDecompress,
+                                   instance, s)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const auto& s : kSizes) {
+    benchmark::RegisterBenchmark((std::string("memcpy/") + s.label).c_str(), benchMemcpy, s)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark((std::string("baseline/nth_element_topk/") + kBaselineSize.label).c_str(),
+                               benchNthElement, kBaselineSize)
+      ->Unit(benchmark::kMicrosecond);
+  std::cout << "plugins from " << plugin_dir.string() << ": ";
+  for (const auto& p : present) std::cout << p << ' ';
+  std::cout << (present.empty() ? "(no built-in compressor found)\n" : "\n") << std::flush;
+
+  // Colour only on a terminal and unless asked not to, as the library's own reporter decides.
+  bool color = isatty(STDOUT_FILENO) != 0;
+  for (char* a : args)
+    if (std::string(a) == "--benchmark_color=false" || std::string(a) == "--benchmark_color=no") color = false;
+  SummaryReporter reporter(color ? benchmark::ConsoleReporter::OO_ColorTabular
+                                 : benchmark::ConsoleReporter::OO_Tabular);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.printSummary(std::cout, present);
+  benchmark::Shutdown();
+  return 0;
+}

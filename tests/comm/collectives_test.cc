@@ -1,0 +1,195 @@
+// allgatherv, broadcast, barrier and the non-blocking versions, one thread per rank over several world sizes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+
+#include "tests/comm/comm_test_util.h"
+
+namespace terse::comm {
+namespace {
+
+using testing::World;
+
+std::vector<std::byte> block(int rank, uint64_t size, int salt = 0) {
+  std::vector<std::byte> b(static_cast<std::size_t>(size));
+  for (std::size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<std::byte>(testing::mix(static_cast<uint64_t>(rank * 7919 + salt) * 1000003u + i) & 0xFF);
+  return b;
+}
+
+void checkAllgatherv(int n, const std::vector<uint64_t>& sizes, uint64_t segment = 256 * 1024) {
+  HostCommOptions options;
+  options.segment_bytes = segment;
+  World world(n, options);
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  std::vector<std::byte> want;
+  for (int r = 0; r < n; ++r) {
+    const auto b = block(r, sizes[static_cast<std::size_t>(r)]);
+    want.insert(want.end(), b.begin(), b.end());
+  }
+  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n), std::vector<std::byte>(total + 3, std::byte{1}));
+  world.runOk([&](int r, HostCommunicator& c) {
+    const auto mine = block(r, sizes[static_cast<std::size_t>(r)]);
+    c.allgatherv(mine, out[static_cast<std::size_t>(r)], sizes);
+  });
+  for (int r = 0; r < n; ++r) {
+    const auto& o = out[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), o.begin())) << "rank " << r << " of " << n;
+    EXPECT_EQ(o[static_cast<std::size_t>(total)], std::byte{1}) << "wrote past the gathered bytes";
+  }
+}
+
+TEST(Allgatherv, VaryingSizesIncludingZero) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    std::vector<uint64_t> sizes;
+    for (int r = 0; r < n; ++r) sizes.push_back(static_cast<uint64_t>((r * 37) % 11) * 101);  // rank 0 sends 0
+    checkAllgatherv(n, sizes);
+  }
+}
+
+TEST(Allgatherv, AllZeroOneNonzeroAndLargeSegmented) {
+  checkAllgatherv(4, {0, 0, 0, 0});
+  checkAllgatherv(5, {0, 0, 12345, 0, 0});
+  checkAllgatherv(3, {300000, 1, 299999}, 4096);
+}
+
+TEST(Allgatherv, InPlaceAndSizeExchange) {
+  const int n = 5;
+  World world(n);
+  world.runOk([&](int r, HostCommunicator& c) {
+    std::vector<uint64_t> sizes(n);
+    c.allgatherSizes(static_cast<uint64_t>(r * r + (r == 3 ? (uint64_t{1} << 40) : 0)), sizes);
+    for (int i = 0; i < n; ++i)
+      if (sizes[static_cast<std::size_t>(i)] != static_cast<uint64_t>(i * i + (i == 3 ? (uint64_t{1} << 40) : 0)))
+        throw std::runtime_error("size exchange mismatch");
+    // In place: the own block already sits at its offset of the receive buffer.
+    std::vector<uint64_t> blocks = {10, 20, 0, 30, 40};
+    std::vector<std::byte> buf(100);
+    uint64_t off = 0;
+    for (int i = 0; i < r; ++i) off += blocks[static_cast<std::size_t>(i)];
+    const auto mine = block(r, blocks[static_cast<std::size_t>(r)], 5);
+    std::copy(mine.begin(), mine.end(), buf.begin() + static_cast<std::ptrdiff_t>(off));
+    c.allgatherv(std::span<const std::byte>(buf.data() + off, mine.size()), buf, blocks);
+    off = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto b = block(i, blocks[static_cast<std::size_t>(i)], 5);
+      if (!std::equal(b.begin(), b.end(), buf.begin() + static_cast<std::ptrdiff_t>(off)))
+        throw std::runtime_error("in-place allgatherv mismatch");
+      off += b.size();
+    }
+  });
+}
+
+TEST(Allgatherv, BadArguments) {
+  World world(2);
+  const auto res = world.run([&](int r, HostCommunicator& c) {
+    std::vector<std::byte> send(5), recv(4);
+    if (r == 0) c.allgatherv(send, recv, std::vector<uint64_t>{5, 5});  // receive buffer too small
+  });
+  EXPECT_NE(res.message(0).find("receive buffer of 4 bytes"), std::string::npos) << res.message(0);
+}
+
+TEST(Broadcast, FromEveryRoot) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    World world(n);
+    for (int root = 0; root < n; ++root) {
+      for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{300001}}) {
+        const auto want = block(root, size, 11);
+        std::vector<std::vector<std::byte>> bufs(static_cast<std::size_t>(n), std::vector<std::byte>(size));
+        bufs[static_cast<std::size_t>(root)] = want;
+        world.runOk([&](int r, HostCommunicator& c) { c.broadcast(bufs[static_cast<std::size_t>(r)], root); });
+        for (int r = 0; r < n; ++r)
+          EXPECT_EQ(bufs[static_cast<std::size_t>(r)], want) << "n " << n << " root " << root << " size " << size;
+      }
+    }
+  }
+}
+
+// Nobody leaves a barrier before everyone entered it, round after round.
+TEST(Barrier, NoRankLeavesEarly) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    World world(n);
+    constexpr int kRounds = 20;
+    std::vector<std::atomic<int>> arrived(kRounds);
+    world.runOk([&](int r, HostCommunicator& c) {
+      for (int round = 0; round < kRounds; ++round) {
+        if ((r + round) % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ++arrived[static_cast<std::size_t>(round)];
+        c.barrier();
+        if (arrived[static_cast<std::size_t>(round)].load() != n) throw std::runtime_error("left the barrier early");
+      }
+    });
+  }
+}
+
+// Several operations in flight at once, each under its own tag, issued in the same order everywhere but completed in
+// any order, with blocking calls interleaved and compute running meanwhile.
+TEST(NonBlocking, OverlappingOperationsCompleteCorrectly) {
+  const int n = 4;
+  World world(n);
+  const std::size_t counts[] = {1000, 1 << 18, 3, 70000};
+  std::vector<std::vector<std::vector<std::byte>>> in(4);
+  for (std::size_t k = 0; k < 4; ++k)
+    for (int r = 0; r < n; ++r) in[k].push_back(testing::makeInput(r, counts[k], DType::kF32, k));
+  world.runOk([&](int r, HostCommunicator& c) {
+    std::vector<std::vector<std::byte>> bufs;
+    for (std::size_t k = 0; k < 4; ++k) bufs.push_back(in[k][static_cast<std::size_t>(r)]);
+    std::vector<CommRequest> reqs;
+    for (std::size_t k = 0; k < 4; ++k)
+      reqs.push_back(c.iallreduce(bufs[k].data(), counts[k], DType::kF32, ReduceOp::kSum, k));
+    std::vector<uint64_t> sizes = {100, 0, 5000, 7};
+    const auto mine = block(r, sizes[static_cast<std::size_t>(r)], 3);
+    std::vector<std::byte> gathered(5107);
+    reqs.push_back(c.iallgatherv(mine, gathered, sizes, 9));
+    std::vector<std::byte> bc = r == 2 ? block(2, 4096, 4) : std::vector<std::byte>(4096);
+    reqs.push_back(c.ibroadcast(bc, 2, 10));
+    reqs.push_back(c.ibarrier());
+    // A blocking allreduce issued while the others are queued runs at once under its own tag.
+    float x = static_cast<float>(r + 1);
+    c.allreduce(&x, 1, DType::kF32);
+    if (x != 10.0f) throw std::runtime_error("blocking allreduce among async ones: wrong sum");
+    // Compute while the operations run.
+    volatile double acc = 0;
+    for (int i = 0; i < 200000; ++i) acc = acc + std::sqrt(static_cast<double>(i));
+    // Complete them in reverse order.
+    for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
+    for (std::size_t k = 0; k < 4; ++k) {
+      const auto want = c.algorithmFor(bufs[k].size()) == AllreduceAlgorithm::kRing
+                            ? testing::expectedRing(in[k], counts[k], DType::kF32)
+                            : testing::expectedRecursiveDoubling(in[k], counts[k], DType::kF32);
+      if (!testing::sameBytes(bufs[k], want, DType::kF32)) throw std::runtime_error("async allreduce wrong");
+    }
+    std::size_t off = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto b = block(i, sizes[static_cast<std::size_t>(i)], 3);
+      if (!std::equal(b.begin(), b.end(), gathered.begin() + static_cast<std::ptrdiff_t>(off)))
+        throw std::runtime_error("async allgatherv wrong");
+      off += b.size();
+    }
+    if (bc != block(2, 4096, 4)) throw std::runtime_error("async broadcast wrong");
+    if (reqs[0].wire().sent_bytes == 0) throw std::runtime_error("no wire bytes reported");
+  });
+  const CommStats s = world.comms[0]->stats();
+  EXPECT_EQ(s.kind(OpKind::kAllreduce).ops, 5u);
+  EXPECT_EQ(s.kind(OpKind::kAllgather).ops, 1u);
+  EXPECT_EQ(s.kind(OpKind::kBroadcast).ops, 1u);
+  EXPECT_EQ(s.kind(OpKind::kBarrier).ops, 1u);
+}
+
+// An async op's failure reaches its request, and later requests fail fast instead of hanging.
+TEST(NonBlocking, FailureReachesTheRequest) {
+  World world(2);
+  const auto res = world.run([&](int r, HostCommunicator& c) {
+    std::vector<float> a(1000, 1.0f);
+    if (r == 1) c.transport().abort("rank 1 gives up");
+    CommRequest q = c.iallreduce(a.data(), a.size(), DType::kF32);
+    q.wait();
+  });
+  EXPECT_FALSE(res.watchdog_fired);
+  EXPECT_NE(res.message(0).find("rank 1 gives up"), std::string::npos) << res.message(0);
+}
+
+}  // namespace
+}  // namespace terse::comm

@@ -1,0 +1,210 @@
+// Helpers of the multi-rank tests: one thread per rank (Gloo's spawn), a watchdog that turns a hang into a failure,
+// deterministic data, and replays of the algorithms' summation orders so expected 16-bit sums are exact.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm/collective.h"
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
+#include "core/common/dtype.h"
+#include "terse/sdk/half.hpp"
+
+namespace terse::comm::testing {
+
+// What each rank's thread threw (empty when it returned).
+struct SpawnResult {
+  std::vector<std::exception_ptr> errors;
+  bool watchdog_fired = false;
+  bool anyError() const {
+    for (const auto& e : errors)
+      if (e) return true;
+    return false;
+  }
+  std::string message(int rank) const {
+    if (!errors[static_cast<std::size_t>(rank)]) return "";
+    try {
+      std::rethrow_exception(errors[static_cast<std::size_t>(rank)]);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "unknown exception";
+    }
+  }
+};
+
+// Runs fn(rank) on n threads. When they have not all returned after `timeout`, the watchdog aborts the fabric, which
+// fails every pending operation, so the threads return with errors instead of hanging the test.
+inline SpawnResult spawnRanks(int n, const std::function<void(int)>& fn, InprocFabric* fabric,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  SpawnResult result;
+  result.errors.resize(static_cast<std::size_t>(n));
+  std::mutex mutex;
+  std::condition_variable cv;
+  int finished = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        result.errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      ++finished;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(mutex);
+    if (!cv.wait_for(lock, timeout, [&] { return finished == n; })) {
+      result.watchdog_fired = true;
+      if (fabric) fabric->abort("test watchdog: ranks still running after the timeout");
+    }
+  }
+  for (auto& t : threads) t.join();
+  return result;
+}
+
+// Fails the test with every rank's error.
+inline void expectNoErrors(const SpawnResult& r) {
+  EXPECT_FALSE(r.watchdog_fired) << "watchdog fired: a rank hung";
+  for (std::size_t i = 0; i < r.errors.size(); ++i)
+    EXPECT_EQ(r.errors[i], nullptr) << "rank " << i << ": " << r.message(static_cast<int>(i));
+}
+
+// A fabric and one HostCommunicator per rank.
+struct World {
+  std::shared_ptr<InprocFabric> fabric;
+  std::vector<std::unique_ptr<HostCommunicator>> comms;
+
+  explicit World(int n, const HostCommOptions& comm_options = {}, const InprocOptions& inproc = {})
+      : fabric(InprocFabric::create(n, inproc)) {
+    for (int r = 0; r < n; ++r) comms.push_back(std::make_unique<HostCommunicator>(fabric->endpoint(r), comm_options));
+  }
+  int size() const { return static_cast<int>(comms.size()); }
+  SpawnResult run(const std::function<void(int, HostCommunicator&)>& fn,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    return spawnRanks(
+        size(), [&](int r) { fn(r, *comms[static_cast<std::size_t>(r)]); }, fabric.get(), timeout);
+  }
+  void runOk(const std::function<void(int, HostCommunicator&)>& fn) { expectNoErrors(run(fn)); }
+};
+
+// splitmix64-style hash: deterministic data independent of the platform's RNG.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Rank r's element i: a multiple of 1/64 in [-15.625, 15.625], stored in dtype (rounded once for bf16).
+inline float valueOf(int rank, std::size_t i, uint64_t salt = 0) {
+  const uint64_t h = mix(salt * 1000003u + static_cast<uint64_t>(rank) * 0x100000001b3ull + i);
+  return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) / 64.0f;
+}
+
+// Element i of a buffer of dtype as float, and the reverse (rounded to nearest even).
+inline float load(const std::vector<std::byte>& buf, std::size_t i, DType dtype) {
+  if (dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, buf.data() + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, buf.data() + 2 * i, 2);
+  return dtype == DType::kF16 ? sdk::halfToFloat(h) : sdk::bf16ToFloat(h);
+}
+inline void store(std::vector<std::byte>& buf, std::size_t i, DType dtype, float v) {
+  if (dtype == DType::kF32) {
+    std::memcpy(buf.data() + 4 * i, &v, 4);
+    return;
+  }
+  const uint16_t h = dtype == DType::kF16 ? sdk::floatToHalf(v) : sdk::floatToBf16(v);
+  std::memcpy(buf.data() + 2 * i, &h, 2);
+}
+// One pairwise add as reduce.h does it: in f32, rounded once to the element type.
+inline float add(float a, float b, DType dtype) {
+  const float s = a + b;
+  if (dtype == DType::kF16) return sdk::halfToFloat(sdk::floatToHalf(s));
+  if (dtype == DType::kBF16) return sdk::bf16ToFloat(sdk::floatToBf16(s));
+  return s;
+}
+
+inline std::vector<std::byte> makeInput(int rank, std::size_t count, DType dtype, uint64_t salt = 0) {
+  std::vector<std::byte> buf(count * dtypeSize(dtype));
+  for (std::size_t i = 0; i < count; ++i) store(buf, i, dtype, valueOf(rank, i, salt));
+  return buf;
+}
+
+// The ring's order for the chunk holding element i (allreduce_ring.h): x_c, then + x_{c+1}, ..., + x_{c+n-1}.
+inline std::vector<std::byte> expectedRing(const std::vector<std::vector<std::byte>>& in, std::size_t count,
+                                           DType dtype) {
+  const int n = static_cast<int>(in.size());
+  std::vector<std::byte> out(count * dtypeSize(dtype));
+  for (int c = 0; c < n; ++c) {
+    const Range rc = ringChunk(count, n, c);
+    for (std::size_t i = rc.begin; i < rc.begin + rc.size; ++i) {
+      float acc = load(in[static_cast<std::size_t>(c)], i, dtype);
+      for (int k = 1; k < n; ++k) acc = add(load(in[static_cast<std::size_t>((c + k) % n)], i, dtype), acc, dtype);
+      store(out, i, dtype, acc);
+    }
+  }
+  return out;
+}
+
+// The recursive-doubling tree (allreduce_recursive_doubling.h).
+inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::vector<std::byte>>& in,
+                                                        std::size_t count, DType dtype) {
+  const int n = static_cast<int>(in.size());
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  std::vector<std::byte> out(count * dtypeSize(dtype));
+  std::vector<float> v(static_cast<std::size_t>(n)), w(static_cast<std::size_t>(p)), w2(static_cast<std::size_t>(p));
+  for (std::size_t i = 0; i < count; ++i) {
+    for (int r = 0; r < n; ++r) v[static_cast<std::size_t>(r)] = load(in[static_cast<std::size_t>(r)], i, dtype);
+    for (int j = 0; j < rem; ++j)
+      v[static_cast<std::size_t>(2 * j + 1)] =
+          add(v[static_cast<std::size_t>(2 * j + 1)], v[static_cast<std::size_t>(2 * j)], dtype);
+    for (int vr = 0; vr < p; ++vr)
+      w[static_cast<std::size_t>(vr)] = v[static_cast<std::size_t>(vr < rem ? 2 * vr + 1 : vr + rem)];
+    for (int d = 1; d < p; d *= 2) {
+      for (int vr = 0; vr < p; ++vr)
+        w2[static_cast<std::size_t>(vr)] =
+            add(w[static_cast<std::size_t>(vr)], w[static_cast<std::size_t>(vr ^ d)], dtype);
+      w.swap(w2);
+    }
+    store(out, i, dtype, w[0]);
+  }
+  return out;
+}
+
+// Number of ranks sorted out of 0..n-1 whose bytes differ from `want`, with the first difference.
+inline ::testing::AssertionResult sameBytes(const std::vector<std::byte>& got, const std::vector<std::byte>& want,
+                                            DType dtype) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  const std::size_t elem = dtypeSize(dtype);
+  for (std::size_t i = 0; i < got.size() / elem; ++i) {
+    if (std::memcmp(got.data() + i * elem, want.data() + i * elem, elem) != 0) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << load(got, i, dtype) << ", want " << load(want, i, dtype);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace terse::comm::testing

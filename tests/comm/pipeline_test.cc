@@ -1,0 +1,510 @@
+// The compression pipeline through every aggregation path, one thread per rank: SUM with the test plugins (test_lossy,
+// the 2-round test_rounds), ALLGATHER and CUSTOM with in-test fakes, error feedback through the pipeline, caps/path
+// mismatches refused before anything runs, payload bytes versus wire bytes, and the built-in compressors that exist
+// in this build.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+
+#include "core/compress/error_feedback.h"
+#include "core/compress/make_codec.h"
+#include "core/compress/pipeline.h"
+#include "core/plugin/loader.h"
+#include "tests/comm/comm_test_util.h"
+#include "tests/compress/fake_compressors.h"
+
+namespace terse {
+namespace {
+
+using comm::HostCommunicator;
+using comm::testing::World;
+using terse::testing::FakeCompressor;
+using terse::testing::FakeHeader;
+using terse::testing::kFakeHeaderBytes;
+
+TensorInfo tensorFor(uint64_t numel, int rank, int world, uint64_t id = 17) {
+  TensorInfo t;
+  t.numel = numel;
+  t.ndim = 1;
+  t.shape = {static_cast<int64_t>(numel), 0, 0, 0};
+  t.tensor_id = id;
+  t.rank = rank;
+  t.world_size = world;
+  t.source_rank = rank;
+  return t;
+}
+
+std::vector<float> gradOf(int rank, uint64_t numel, uint64_t step) {
+  std::vector<float> g(static_cast<std::size_t>(numel));
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = comm::testing::valueOf(rank, i, step);
+  return g;
+}
+
+// Serializes the loader (it is thread-safe, but the tests open plugins once up front anyway).
+PluginLoader buildTreeLoader() {
+  return PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+}
+
+// ---- In-test fakes for the paths no test plugin covers.
+
+// ALLGATHER, variable size: keeps |x| >= 4 as (uint32 index, float value) pairs. With fixed = true it sends every
+// element as a pair, so the payload always has its maximum size and no size exchange is needed.
+class SparseFake final : public FakeCompressor {
+ public:
+  static constexpr uint32_t kMagic = 0x53505253;
+  explicit SparseFake(bool fixed) : FakeCompressor("sparse_fake"), fixed_(fixed) {}
+  static float keep(float x) { return std::fabs(x) >= 4.0f ? x : 0.0f; }
+
+  CompressorCaps caps(DType) const override {
+    CompressorCaps c;
+    c.devices = TERSE_DEVICE_HOST;
+    c.aggregation = Aggregation::kAllgather;
+    c.fixed_size = fixed_;
+    return c;
+  }
+  CompressorSizes sizes(const TensorInfo& info) const override {
+    CompressorSizes s;
+    s.max_output_bytes = kFakeHeaderBytes + 8 * info.numel;
+    return s;
+  }
+  uint64_t compress(const TensorInfo& info, const void* input, std::span<const std::byte>, const Scratch&,
+                    std::span<std::byte> out, void*) const override {
+    const auto* x = static_cast<const float*>(input);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < info.numel; ++i) {
+      if (!fixed_ && keep(x[i]) == 0.0f) continue;
+      const auto idx = static_cast<uint32_t>(i);
+      const float v = keep(x[i]);
+      std::memcpy(out.data() + kFakeHeaderBytes + 8 * k, &idx, 4);
+      std::memcpy(out.data() + kFakeHeaderBytes + 8 * k + 4, &v, 4);
+      ++k;
+    }
+    const FakeHeader h{kMagic, 0, k};
+    std::memcpy(out.data(), &h, sizeof h);
+    return kFakeHeaderBytes + 8 * k;
+  }
+  void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch&, void* out,
+                  bool accumulate, void*) const override {
+    FakeHeader h{};
+    if (payload.size() < kFakeHeaderBytes) TERSE_THROW(InvalidPayload, "sparse_fake: short payload");
+    std::memcpy(&h, payload.data(), sizeof h);
+    if (h.magic != kMagic || h.numel > info.numel || payload.size() != kFakeHeaderBytes + 8 * h.numel)
+      TERSE_THROW(InvalidPayload, "sparse_fake: malformed payload");
+    auto* o = static_cast<float*>(out);
+    if (!accumulate) std::fill(o, o + info.numel, 0.0f);
+    for (uint64_t k = 0; k < h.numel; ++k) {
+      uint32_t idx;
+      float v;
+      std::memcpy(&idx, payload.data() + kFakeHeaderBytes + 8 * k, 4);
+      std::memcpy(&v, payload.data() + kFakeHeaderBytes + 8 * k + 4, 4);
+      if (idx >= info.numel) TERSE_THROW(InvalidPayload, "sparse_fake: index out of range");
+      o[idx] += v;
+    }
+  }
+
+ private:
+  bool fixed_;
+};
+
+// CUSTOM: signSGD-style votes. Payload = header + numel int32 votes sign(x); reduce adds votes; decompress writes the
+// vote counts, so the decoded aggregate is the sum of every rank's sign (the pipeline divides by n).
+class VoteFake final : public FakeCompressor {
+ public:
+  static constexpr uint32_t kMagic = 0x45544f56;
+  VoteFake() : FakeCompressor("vote_fake") {}
+  CompressorCaps caps(DType) const override {
+    CompressorCaps c;
+    c.devices = TERSE_DEVICE_HOST;
+    c.aggregation = Aggregation::kCustom;
+    c.fixed_size = true;
+    return c;
+  }
+  CompressorSizes sizes(const TensorInfo& info) const override {
+    CompressorSizes s;
+    s.max_output_bytes = s.max_reduced_bytes = kFakeHeaderBytes + 4 * info.numel;
+    return s;
+  }
+  uint64_t compress(const TensorInfo& info, const void* input, std::span<const std::byte>, const Scratch&,
+                    std::span<std::byte> out, void*) const override {
+    const auto* x = static_cast<const float*>(input);
+    for (uint64_t i = 0; i < info.numel; ++i) {
+      const int32_t v = x[i] > 0 ? 1 : (x[i] < 0 ? -1 : 0);
+      std::memcpy(out.data() + kFakeHeaderBytes + 4 * i, &v, 4);
+    }
+    const FakeHeader h{kMagic, 0, info.numel};
+    std::memcpy(out.data(), &h, sizeof h);
+    return kFakeHeaderBytes + 4 * info.numel;
+  }
+  uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b, const Scratch&,
+                  std::span<std::byte> out, void*) const override {
+    check(a, info);
+    check(b, info);
+    ++reduce_calls;
+    std::memcpy(out.data(), a.data(), kFakeHeaderBytes);
+    for (uint64_t i = 0; i < info.numel; ++i) {
+      int32_t x, y;
+      std::memcpy(&x, a.data() + kFakeHeaderBytes + 4 * i, 4);
+      std::memcpy(&y, b.data() + kFakeHeaderBytes + 4 * i, 4);
+      x += y;
+      std::memcpy(out.data() + kFakeHeaderBytes + 4 * i, &x, 4);
+    }
+    return a.size();
+  }
+  void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch&, void* out,
+                  bool accumulate, void*) const override {
+    check(payload, info);
+    auto* o = static_cast<float*>(out);
+    for (uint64_t i = 0; i < info.numel; ++i) {
+      int32_t v;
+      std::memcpy(&v, payload.data() + kFakeHeaderBytes + 4 * i, 4);
+      o[i] = (accumulate ? o[i] : 0.0f) + static_cast<float>(v);
+    }
+  }
+  mutable int reduce_calls = 0;
+
+ private:
+  static void check(std::span<const std::byte> p, const TensorInfo& info) {
+    FakeHeader h{};
+    if (p.size() != kFakeHeaderBytes + 4 * info.numel) TERSE_THROW(InvalidPayload, "vote_fake: bad size");
+    std::memcpy(&h, p.data(), sizeof h);
+    if (h.magic != kMagic || h.numel != info.numel) TERSE_THROW(InvalidPayload, "vote_fake: bad header");
+  }
+};
+
+// Caps and sizes chosen by the test, for the mismatch checks (compress/decompress are never reached).
+class ConfiguredFake final : public FakeCompressor {
+ public:
+  ConfiguredFake(CompressorCaps caps, CompressorSizes sizes)
+      : FakeCompressor("configured_fake"), caps_(caps), sizes_(sizes) {}
+  CompressorCaps caps(DType) const override { return caps_; }
+  CompressorSizes sizes(const TensorInfo&) const override { return sizes_; }
+  uint64_t compress(const TensorInfo&, const void*, std::span<const std::byte>, const Scratch&, std::span<std::byte>,
+                    void*) const override {
+    TERSE_THROW(InternalError, "configured_fake: compress must not be reached");
+  }
+  void decompress(const TensorInfo&, std::span<const std::byte>, const Scratch&, void*, bool, void*) const override {
+    TERSE_THROW(InternalError, "configured_fake: decompress must not be reached");
+  }
+
+ private:
+  CompressorCaps caps_;
+  CompressorSizes sizes_;
+};
+
+// A communicator that cannot sum f16, as a backend without 16-bit reductions would be.
+class NoF16Communicator final : public HostCommunicator {
+ public:
+  using HostCommunicator::HostCommunicator;
+  bool supportsSum(DType dtype) const noexcept override {
+    return dtype != DType::kF16 && HostCommunicator::supportsSum(dtype);
+  }
+};
+
+// Runs `steps` steps of one tensor on n ranks; codec_for(rank) builds each rank's codec. Returns every rank's output
+// of every step and leaves the pipelines in `pipes` for inspection.
+struct PipelineRun {
+  std::vector<std::vector<std::vector<float>>> out;  // [step][rank][i]
+  std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+};
+
+PipelineRun runPipeline(World& world, uint64_t numel, uint64_t steps,
+                        const std::function<std::unique_ptr<TensorCodec>(int)>& codec_for,
+                        const std::function<std::vector<float>(int, uint64_t)>& grad_for = {}) {
+  const int n = world.size();
+  PipelineRun run;
+  run.out.assign(steps, std::vector<std::vector<float>>(static_cast<std::size_t>(n)));
+  for (int r = 0; r < n; ++r)
+    run.pipes.push_back(std::make_unique<CompressionPipeline>(codec_for(r), *world.comms[static_cast<std::size_t>(r)]));
+  world.runOk([&](int r, HostCommunicator&) {
+    for (uint64_t s = 0; s < steps; ++s) {
+      const std::vector<float> g = grad_for ? grad_for(r, s) : gradOf(r, numel, s);
+      std::vector<float> o(static_cast<std::size_t>(numel), -123.0f);
+      run.pipes[static_cast<std::size_t>(r)]->step(s, g.data(), o.data());
+      run.out[s][static_cast<std::size_t>(r)] = std::move(o);
+    }
+  });
+  return run;
+}
+
+// ---- SUM
+
+TEST(Pipeline, SumWithTestLossyPlugin) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor("test_lossy");
+  const int n = 3;
+  const uint64_t numel = 1001;
+  World world(n);
+  const PipelineRun run = runPipeline(world, numel, 3, [&](int r) {
+    return makeCodec(plugin->instantiate({{"step", "0.5"}}), tensorFor(numel, r, n), 1, CodecOptions{});
+  });
+  for (uint64_t s = 0; s < 3; ++s) {
+    for (std::size_t i = 0; i < numel; ++i) {
+      // Multiples of 0.5 below 16 in magnitude: every partial sum is exact, in any order.
+      float sum = 0;
+      for (int r = 0; r < n; ++r) sum += std::trunc(gradOf(r, numel, s)[i] / 0.5f) * 0.5f;
+      for (int r = 0; r < n; ++r) ASSERT_EQ(run.out[s][static_cast<std::size_t>(r)][i], sum / 3.0f) << s << " " << i;
+    }
+  }
+  // Payload bytes are what the compressor produced; wire bytes what the transport counted for the tensor.
+  for (int r = 0; r < n; ++r) {
+    const PipelineStats& st = run.pipes[static_cast<std::size_t>(r)]->stats();
+    EXPECT_EQ(st.steps, 3u);
+    EXPECT_EQ(st.payload_bytes, 3 * (16 + 4 * numel));
+    const auto traffic = world.comms[static_cast<std::size_t>(r)]->traffic();
+    EXPECT_EQ(st.wire.sent_bytes, traffic.sent.tensor(17).bytes);
+    EXPECT_EQ(st.wire.received_bytes, traffic.received.tensor(17).bytes);
+    EXPECT_GT(st.wire.sent_bytes, 0u);
+    EXPECT_NE(st.wire.sent_bytes, st.payload_bytes);
+  }
+}
+
+TEST(Pipeline, TwoRoundSumWithTestRoundsPlugin) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor("test_rounds");
+  for (int n : {1, 2, 5}) {
+    const uint64_t numel = 257;
+    World world(n);
+    // Integer-valued inputs: test_rounds is then exact (its header comment), so the mean is exact too.
+    auto grad = [&](int r, uint64_t s) {
+      std::vector<float> g(numel);
+      for (std::size_t i = 0; i < numel; ++i)
+        g[i] = static_cast<float>(static_cast<int>(comm::testing::mix(r * 7 + s * 1000 + i) % 41) - 20);
+      return g;
+    };
+    const PipelineRun run = runPipeline(
+        world, numel, 3,
+        [&](int r) { return makeCodec(plugin->instantiate(), tensorFor(numel, r, n), 1, CodecOptions{}); }, grad);
+    for (uint64_t s = 0; s < 3; ++s) {
+      for (std::size_t i = 0; i < numel; ++i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += grad(r, s)[i];
+        for (int r = 0; r < n; ++r) ASSERT_EQ(run.out[s][static_cast<std::size_t>(r)][i], sum / static_cast<float>(n));
+      }
+    }
+    // Two rounds: a 1-float payload, then the full one.
+    EXPECT_EQ(run.pipes[0]->stats().payload_bytes, 3 * ((16 + 4) + (16 + 4 * numel)));
+  }
+}
+
+// Error feedback through the pipeline: over T steps the averaged outputs carry every rank's gradients except what the
+// residuals still hold (sum_t n * out_t = sum_t sum_r g_r - sum_r e_r).
+TEST(Pipeline, ErrorFeedbackThroughThePipeline) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor("test_lossy");
+  const int n = 3;
+  const uint64_t numel = 513, steps = 12;
+  World world(n);
+  CodecOptions ef;
+  ef.error_feedback = true;
+  const PipelineRun run = runPipeline(world, numel, steps, [&](int r) {
+    return makeCodec(plugin->instantiate({{"step", "0.25"}}), tensorFor(numel, r, n), 1, ef);
+  });
+  double max_gap = 0;
+  for (std::size_t i = 0; i < numel; ++i) {
+    double in = 0, out = 0, residual = 0;
+    for (uint64_t s = 0; s < steps; ++s) {
+      for (int r = 0; r < n; ++r) in += gradOf(r, numel, s)[i];
+      out += n * static_cast<double>(run.out[s][0][i]);
+    }
+    for (int r = 0; r < n; ++r)
+      residual += dynamic_cast<ErrorFeedback&>(run.pipes[static_cast<std::size_t>(r)]->codec()).residual()[i];
+    max_gap = std::max(max_gap, std::abs(out - (in - residual)));
+  }
+  EXPECT_LT(max_gap, 1e-3);
+}
+
+// ---- ALLGATHER and CUSTOM
+
+TEST(Pipeline, AllgatherVariableAndFixedSize) {
+  for (bool fixed : {false, true}) {
+    for (int n : {1, 4}) {
+      const uint64_t numel = 700;
+      World world(n);
+      const PipelineRun run = runPipeline(world, numel, 2, [&](int r) {
+        return makePluginCodec(std::make_shared<SparseFake>(fixed), tensorFor(numel, r, n), 1);
+      });
+      for (uint64_t s = 0; s < 2; ++s) {
+        for (std::size_t i = 0; i < numel; ++i) {
+          float sum = 0;  // each rank's kept value, accumulated in rank order as the pipeline does
+          for (int r = 0; r < n; ++r) sum += SparseFake::keep(gradOf(r, numel, s)[i]);
+          for (int r = 0; r < n; ++r)
+            ASSERT_EQ(run.out[s][static_cast<std::size_t>(r)][i], sum / static_cast<float>(n)) << fixed << n << i;
+        }
+      }
+      if (n > 1) {
+        // A variable size costs a size exchange first: n-1 extra 8-byte frames per step.
+        const auto traffic = world.comms[0]->traffic();
+        uint64_t payload_frames = 0;
+        for (int r = 0; r < n; ++r)
+          if (r != 1) payload_frames += 1;  // rank 0 forwards every block but block 1, each one frame here
+        EXPECT_EQ(traffic.sent.kind(comm::OpKind::kAllgather).frames,
+                  2 * (payload_frames + (fixed ? 0 : static_cast<uint64_t>(n - 1))));
+      }
+    }
+  }
+}
+
+TEST(Pipeline, CustomReduceFoldsInRankOrder) {
+  const int n = 5;
+  const uint64_t numel = 300;
+  World world(n);
+  std::vector<std::shared_ptr<VoteFake>> fakes;
+  for (int r = 0; r < n; ++r) fakes.push_back(std::make_shared<VoteFake>());
+  const PipelineRun run = runPipeline(world, numel, 2, [&](int r) {
+    return makePluginCodec(fakes[static_cast<std::size_t>(r)], tensorFor(numel, r, n), 1);
+  });
+  for (uint64_t s = 0; s < 2; ++s) {
+    for (std::size_t i = 0; i < numel; ++i) {
+      int votes = 0;
+      for (int r = 0; r < n; ++r) {
+        const float g = gradOf(r, numel, s)[i];
+        votes += g > 0 ? 1 : (g < 0 ? -1 : 0);
+      }
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(run.out[s][static_cast<std::size_t>(r)][i], static_cast<float>(votes) / 5.0f);
+    }
+  }
+  EXPECT_EQ(fakes[2]->reduce_calls, 2 * (n - 1));  // n-1 folds per step on every rank
+}
+
+// ---- Mismatches, refused at construction before any frame is sent.
+
+template <class E>
+void expectRefused(const CompressorCaps& caps, const CompressorSizes& sizes, const std::string& needle,
+                   bool no_f16 = false) {
+  auto fabric = comm::InprocFabric::create(2);
+  std::unique_ptr<HostCommunicator> c = no_f16 ? std::make_unique<NoF16Communicator>(fabric->endpoint(0))
+                                               : std::make_unique<HostCommunicator>(fabric->endpoint(0));
+  auto codec = makePluginCodec(std::make_shared<ConfiguredFake>(caps, sizes), tensorFor(10, 0, 2), 1);
+  try {
+    CompressionPipeline p(std::move(codec), *c);
+    ADD_FAILURE() << "accepted; expected: " << needle;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fabric->traffic()[0].sent.total().frames, 0u);
+}
+
+TEST(Pipeline, CapsPathMismatchesAreRefusedBeforeRunning) {
+  CompressorCaps sum;
+  sum.devices = TERSE_DEVICE_HOST;
+  sum.aggregation = Aggregation::kSum;
+  sum.fixed_size = true;
+  CompressorSizes sizes;
+  sizes.max_output_bytes = 56;
+  sizes.sum_header_bytes = 16;
+
+  CompressorCaps variable = sum;
+  variable.fixed_size = false;
+  expectRefused<InvalidArgument>(variable, sizes, "needs a fixed size");
+
+  CompressorCaps f16 = sum;
+  f16.wire_dtype = DType::kF16;
+  expectRefused<Unsupported>(f16, sizes, "wire dtype f16 cannot be summed", true);
+
+  CompressorSizes odd = sizes;
+  odd.sum_header_bytes = 6;
+  expectRefused<InvalidArgument>(sum, odd, "whole f32 elements");
+
+  CompressorCaps multi_gather = sum;
+  multi_gather.aggregation = Aggregation::kAllgather;
+  multi_gather.num_rounds = 2;
+  expectRefused<InvalidArgument>(multi_gather, sizes, "ALLGATHER does not produce");
+
+  CompressorCaps custom = sum;
+  custom.aggregation = Aggregation::kCustom;
+  CompressorSizes small_reduce = sizes;
+  small_reduce.max_reduced_bytes = 8;
+  expectRefused<InvalidArgument>(custom, small_reduce, "max_reduced_bytes 8 is below max_output_bytes 56");
+
+  // A codec built for another rank than the communicator's.
+  auto fabric = comm::InprocFabric::create(2);
+  HostCommunicator c1(fabric->endpoint(1));
+  auto codec = makePluginCodec(std::make_shared<SparseFake>(false), tensorFor(10, 0, 2), 1);
+  EXPECT_THROW(CompressionPipeline(std::move(codec), c1), InvalidArgument);
+}
+
+// ---- Built-in compressors (compressors/), each run through the pipeline when this build has it.
+
+TEST(Pipeline, BuiltinCompressorsThroughEveryPath) {
+  struct Case {
+    const char* name;
+    Params params;
+  };
+  const std::vector<Case> cases = {{"none", {}},
+                                   {"fp16", {}},
+                                   {"bf16", {}},
+                                   {"topk", {{"ratio", "0.1"}}},
+                                   {"randomk", {{"ratio", "0.1"}}},
+                                   {"signsgd", {}},
+                                   {"powersgd", {{"rank", "2"}}},
+                                   {"threshold", {{"tau", "4"}}},
+                                   {"qsgd", {}},
+                                   {"terngrad", {}},
+                                   {"onebit", {}},
+                                   {"dgc", {{"ratio", "0.1"}}}};
+  auto loader = buildTreeLoader();
+  int ran = 0;
+  std::string names;
+  for (const Case& c : cases) {
+    const std::filesystem::path file =
+        std::filesystem::path(TERSE_TEST_BUILD_PLUGIN_DIR) / PluginLoader::fileNameFor(PluginKind::kCompressor, c.name);
+    if (!std::filesystem::exists(file)) continue;
+    SCOPED_TRACE(c.name);
+    std::shared_ptr<Compressor> compressor;
+    try {
+      compressor = loader.loadCompressor(c.name)->instantiate(c.params);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.name << " did not load: " << e.what();
+      continue;
+    }
+    const int n = 3;
+    TensorInfo t = tensorFor(32 * 33, 0, n, 5);
+    t.ndim = 2;
+    t.shape = {32, 33, 0, 0};
+    World world(n);
+    CodecOptions ef;
+    ef.error_feedback = true;
+    const PipelineRun run = runPipeline(world, t.numel, 3, [&](int r) {
+      TensorInfo tr = t;
+      tr.rank = r;
+      tr.source_rank = r;
+      return makeCodec(compressor, tr, 99, ef);
+    });
+    const Aggregation agg = run.pipes[0]->aggregation();
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      for (int r = 1; r < n; ++r)
+        ASSERT_EQ(run.out[2][static_cast<std::size_t>(r)][i], run.out[2][0][i]) << "ranks disagree at " << i;
+      ASSERT_TRUE(std::isfinite(run.out[2][0][i]));
+    }
+    // SUM and ALLGATHER: the average is that of what each rank transmitted (its own payload decoded), the ABI's
+    // per-rank decompress rule. Each of the n-1 pairwise adds rounds once in the wire dtype (16-bit for fp16/bf16
+    // SUM wires) at a magnitude of at most sum_r |t_r|, which bounds the difference.
+    if (agg != Aggregation::kCustom) {
+      const CompressorCaps& caps = run.pipes[0]->codec().caps();
+      const double eps = agg != Aggregation::kSum || caps.wire_dtype == DType::kF32 ? 1.2e-7
+                         : caps.wire_dtype == DType::kF16                           ? 9.8e-4
+                                                                                    : 7.9e-3;
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        double sum = 0, magnitude = 0;
+        for (int r = 0; r < n; ++r) {
+          const float v =
+              dynamic_cast<ErrorFeedback&>(run.pipes[static_cast<std::size_t>(r)]->codec()).transmitted()[i];
+          sum += v;
+          magnitude += std::abs(v);
+        }
+        ASSERT_NEAR(run.out[2][0][i], sum / n, eps * magnitude + 1e-6) << "element " << i;
+      }
+    }
+    ++ran;
+    names += std::string(names.empty() ? "" : ", ") + c.name + " (" + std::string(aggregationName(agg)) + ")";
+  }
+  if (ran == 0) GTEST_SKIP() << "no built-in compressor plugin in this build yet";
+  std::cout << "[ pipeline ] built-in compressors run: " << names << '\n';
+}
+
+}  // namespace
+}  // namespace terse

@@ -1,0 +1,222 @@
+// The conformance suite must bite: on plugins broken on purpose, the check about the defect fails (and, where the
+// defect is narrow, only that check), a correct plugin passes, and nothing a plugin does brings the suite down.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/plugin/conformance.h"
+#include "core/plugin/loader.h"
+
+namespace terse {
+namespace {
+
+const std::filesystem::path kBuildPluginDir = TERSE_TEST_BUILD_PLUGIN_DIR;
+const std::filesystem::path kFixtureDir = TERSE_TEST_FIXTURE_PLUGIN_DIR;
+const std::filesystem::path kConformanceFixtureDir = TERSE_TEST_CONFORMANCE_FIXTURE_DIR;
+
+std::shared_ptr<const CompressorPlugin> open(const std::filesystem::path& dir, const std::string& name) {
+  return CompressorPlugin::open(dir / ("terse_compressor_" + name + ".so"));
+}
+
+// Smaller than the defaults (no 2^20 + 3 tensor, fewer unbiasedness steps) so the fixture runs stay quick under ASan;
+// every shape kind is still there: empty, one element, odd, a matrix.
+ConformanceOptions quick() {
+  ConformanceOptions o;
+  o.shapes = {ConformanceShape::flat(0), ConformanceShape::flat(1), ConformanceShape::flat(1001),
+              ConformanceShape::matrix(33, 31)};
+  o.unbiased_steps = 400;
+  o.fuzz_payloads = 100;
+  return o;
+}
+
+std::set<std::string> failed(const ConformanceReport& r) {
+  std::set<std::string> out;
+  for (const auto& c : r.checks)
+    if (c.status == CheckStatus::kFail) out.insert(c.name);
+  return out;
+}
+
+std::string describe(const ConformanceReport& r) {
+  std::string s;
+  for (const auto& c : r.checks) s += "\n  " + std::string(checkStatusName(c.status)) + " " + c.name + ": " + c.message;
+  return s;
+}
+
+// conf_broken with mode=ok is a correct, unbiased compressor: every check passes or does not apply.
+TEST(ConformanceSuite, CorrectFixturePassesEveryCheck) {
+  ConformanceOptions o = quick();
+  o.claims_unbiased = true;
+  o.max_rel_error = 0.15;  // stochastic rounding to a 0.25 grid: about 0.1 of ||x|| on N(0, 1)
+  const auto report = checkCompressor(*open(kConformanceFixtureDir, "conf_broken"), {{"mode", "ok"}}, o);
+  EXPECT_TRUE(report.passed()) << describe(report);
+  EXPECT_EQ(report.checks.size(), conformanceCheckNames().size());
+  for (const char* name : {"round_trip", "unbiased", "sum_aggregation", "deterministic", "wrong_length_payloads"}) {
+    ASSERT_NE(report.find(name), nullptr) << name;
+    EXPECT_EQ(report.find(name)->status, CheckStatus::kPass) << name << describe(report);
+  }
+}
+
+struct Defect {
+  const char* mode;
+  std::set<std::string> fails;  // exactly these checks fail
+  const char* says;             // and the first of them says this
+};
+
+void PrintTo(const Defect& d, std::ostream* os) {
+  *os << "mode=" << d.mode;
+}
+
+class SuiteBites : public ::testing::TestWithParam<Defect> {};
+
+TEST_P(SuiteBites, TheCheckAboutTheDefectFails) {
+  const Defect& d = GetParam();
+  ConformanceOptions o = quick();
+  o.claims_unbiased = true;
+  const auto report = checkCompressor(*open(kConformanceFixtureDir, "conf_broken"), {{"mode", d.mode}}, o);
+  EXPECT_EQ(failed(report), d.fails) << describe(report);
+  const CheckResult* first = report.find(*d.fails.begin());
+  ASSERT_NE(first, nullptr);
+  EXPECT_NE(first->message.find(d.says), std::string::npos) << first->message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ConfBroken, SuiteBites,
+    ::testing::Values(Defect{"not_summable", {"sum_aggregation"}, "not summable as its caps claim"},
+                      Defect{"lax_decode", {"wrong_length_payloads"}, "payloads of the wrong length"},
+                      Defect{"nondeterministic", {"deterministic"}, "same (seed, step, tensor id) differ"},
+                      Defect{"ignores_accumulate", {"accumulate"}, "with accumulate = 1"},
+                      Defect{"biased", {"unbiased"}, "claimed unbiased, but"},
+                      Defect{"dirty_workspace", {"decompress_purity"}, "never modifies the workspace"},
+                      Defect{
+                          "wrong_status",
+                          {"byte_flip_payloads", "random_payloads", "wrong_header_payloads", "wrong_length_payloads"},
+                          "instead of 'invalid payload'"}),
+    [](const ::testing::TestParamInfo<Defect>& p) { return std::string(p.param.mode); });
+
+// Writing past max_output_bytes (into capacity the core happened to offer) is caught by the guard zones in every check
+// that compresses; output_size names it.
+TEST(ConformanceSuite, WriteBeyondMaxOutputIsCaught) {
+  const auto report =
+      checkCompressor(*open(kConformanceFixtureDir, "conf_broken"), {{"mode", "overrun_output"}}, quick());
+  const CheckResult* r = report.find("output_size");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status, CheckStatus::kFail) << describe(report);
+  EXPECT_NE(r->message.find("wrote past the end of the compress output"), std::string::npos) << r->message;
+}
+
+// A biased compressor that does not claim unbiasedness is not failed for it; its bias is reported.
+TEST(ConformanceSuite, UnclaimedBiasIsReportedNotFailed) {
+  ConformanceOptions o = quick();
+  o.only = {"unbiased"};
+  const auto report = checkCompressor(*open(kConformanceFixtureDir, "conf_broken"), {{"mode", "biased"}}, o);
+  const CheckResult* r = report.find("unbiased");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status, CheckStatus::kSkip);
+  EXPECT_NE(r->message.find("relative bias"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("deterministic"), std::string::npos) << r->message;
+}
+
+// The loader-level fixtures: a fixed-size plugin that returns fewer bytes, one that returns more than it declared.
+TEST(ConformanceSuite, BadCapsFixedSizeLieFailsOutputSize) {
+  const auto report = checkCompressor(*open(kFixtureDir, "bad_caps"), {{"mode", "fixed_lies"}}, quick());
+  const CheckResult* r = report.find("output_size");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status, CheckStatus::kFail);
+  EXPECT_NE(r->message.find("caps say fixed size"), std::string::npos) << r->message;
+}
+
+TEST(ConformanceSuite, BadCapsOversizedOutputFailsOutputSize) {
+  const auto report = checkCompressor(*open(kFixtureDir, "bad_caps"), {{"mode", "too_big"}}, quick());
+  const CheckResult* r = report.find("output_size");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status, CheckStatus::kFail);
+  EXPECT_NE(r->message.find("above its max_output_bytes"), std::string::npos) << r->message;
+}
+
+// The C fixtures' payload is the raw floats, with no header: nothing tells a corrupted payload from a valid one, so the
+// self-describing payload rule (DESIGN.md section 4) fails, and only that.
+TEST(ConformanceSuite, HeaderlessPayloadFailsWrongHeader) {
+  const auto report = checkCompressor(*open(kFixtureDir, "good_c"), {}, quick());
+  EXPECT_EQ(failed(report), std::set<std::string>{"wrong_header_payloads"}) << describe(report);
+}
+
+// A plugin that throws from compress and decompress is reported, check by check, and the suite finishes.
+TEST(ConformanceSuite, ThrowingPluginIsReportedNotFatal) {
+  ConformanceReport report;
+  ASSERT_NO_THROW(report = checkCompressor(*open(kFixtureDir, "test_throws"), {}, quick()));
+  EXPECT_EQ(report.find("instantiate")->status, CheckStatus::kPass);
+  const CheckResult* shapes = report.find("shapes");
+  ASSERT_NE(shapes, nullptr);
+  EXPECT_EQ(shapes->status, CheckStatus::kFail);
+  EXPECT_NE(shapes->message.find("internal"), std::string::npos) << shapes->message;
+  EXPECT_FALSE(report.passed());
+}
+
+// When init refuses (bad_init needs a parameter), instantiate fails and everything else says why it did not run.
+TEST(ConformanceSuite, FailedInitSkipsTheRest) {
+  const auto report = checkCompressor(*open(kFixtureDir, "bad_init"), {{"ratio", "2"}}, quick());
+  ASSERT_FALSE(report.checks.empty());
+  EXPECT_EQ(report.checks[0].name, "instantiate");
+  EXPECT_EQ(report.checks[0].status, CheckStatus::kFail);
+  EXPECT_NE(report.checks[0].message.find("'ratio' must be in (0, 1], got 2"), std::string::npos);
+  for (std::size_t i = 1; i < report.checks.size(); ++i) {
+    EXPECT_EQ(report.checks[i].status, CheckStatus::kSkip) << report.checks[i].name;
+    EXPECT_NE(report.checks[i].message.find("no usable instance"), std::string::npos);
+  }
+}
+
+TEST(ConformanceSuite, RoundTripBoundIsEnforcedOnlyWhenGiven) {
+  const auto lossy = open(kBuildPluginDir, "test_lossy");  // truncation to 0.5: relative error about 0.28
+  ConformanceOptions o = quick();
+  o.only = {"round_trip"};
+  EXPECT_EQ(checkCompressor(*lossy, {}, o).find("round_trip")->status, CheckStatus::kPass);
+  o.max_rel_error = 0.1;
+  const auto tight = checkCompressor(*lossy, {}, o);
+  EXPECT_EQ(tight.find("round_trip")->status, CheckStatus::kFail);
+  EXPECT_NE(tight.find("round_trip")->message.find("exceeds the bound 0.1"), std::string::npos);
+  o.max_rel_error = 0.3;
+  EXPECT_EQ(checkCompressor(*lossy, {}, o).find("round_trip")->status, CheckStatus::kPass);
+}
+
+TEST(ConformanceSuite, ProgressCallbacksSeeEveryCheckInOrder) {
+  std::vector<std::string> started, done;
+  ConformanceOptions o = quick();
+  o.on_check_start = [&](std::string_view n) { started.emplace_back(n); };
+  o.on_check_done = [&](const CheckResult& r) { done.push_back(r.name); };
+  const auto report = checkCompressor(*open(kBuildPluginDir, "test_rounds"), {}, o);
+  std::vector<std::string> names;
+  for (auto n : conformanceCheckNames()) names.emplace_back(n);
+  EXPECT_EQ(started, names);
+  EXPECT_EQ(done, names);
+  EXPECT_TRUE(report.passed()) << describe(report);
+}
+
+TEST(ConformanceSuite, RejectsMalformedOptions) {
+  const auto lossy = open(kBuildPluginDir, "test_lossy");
+  ConformanceOptions o;
+  o.world_size = 1;
+  EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
+  o = ConformanceOptions{};
+  o.only = {"no_such_check"};
+  EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
+}
+
+TEST(PayloadSizes, MeasuresEveryRound) {
+  const auto lossy = measurePayloadSizes(*open(kBuildPluginDir, "test_lossy"), {}, ConformanceShape::flat(1000));
+  ASSERT_EQ(lossy.rounds.size(), 1u);
+  EXPECT_EQ(lossy.rounds[0].max_output_bytes, 16u + 4000u);
+  EXPECT_EQ(lossy.rounds[0].produced_bytes, 16u + 4000u);
+  const auto rounds = measurePayloadSizes(*open(kBuildPluginDir, "test_rounds"), {}, ConformanceShape::matrix(10, 100));
+  ASSERT_EQ(rounds.rounds.size(), 2u);
+  EXPECT_EQ(rounds.rounds[0].produced_bytes, 20u);
+  EXPECT_EQ(rounds.rounds[1].produced_bytes, 16u + 4000u);
+}
+
+}  // namespace
+}  // namespace terse
