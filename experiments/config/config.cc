@@ -1,0 +1,638 @@
+#include "experiments/config/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "core/plugin/loader.h"
+
+namespace terse::experiments {
+namespace {
+
+namespace pb = google::protobuf;
+
+// Collects the parser's reports (line and column count from 0 there).
+class CollectingErrors : public pb::io::ErrorCollector {
+ public:
+  struct Report {
+    int line;
+    int column;
+    std::string message;
+  };
+
+#if GOOGLE_PROTOBUF_VERSION >= 4022000
+  void RecordError(int line, pb::io::ColumnNumber column, absl::string_view message) override {
+    reports.push_back({line, column, std::string(message)});
+  }
+#else
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    reports.push_back({line, column, message});
+  }
+#endif
+
+  std::vector<Report> reports;
+};
+
+// Swallows the tokenizer's own complaints: the parser reports the same text better.
+class IgnoreErrors : public pb::io::ErrorCollector {
+ public:
+#if GOOGLE_PROTOBUF_VERSION >= 4022000
+  void RecordError(int, pb::io::ColumnNumber, absl::string_view) override {}
+#else
+  void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
+#endif
+};
+
+// The text parser's messages do not always say which field they are about ("Expected double, got: \"fast\""), and
+// some point at the token after the culprit (an unknown field name or enum value is reported once consumed). This
+// re-reads the tokens before the error to name the field path being parsed ("optimizer.lr") and, where the message
+// quotes the culprit, moves the position back onto it.
+std::string describeParseError(std::string_view text, const std::string& source, CollectingErrors::Report report) {
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  IgnoreErrors ignore;
+  pb::io::Tokenizer tokens(&input, &ignore);
+  tokens.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+  std::string quoted_culprit;
+  for (const char* lead : {"has no field named \"", "Unknown enumeration value of \"", "Non-repeated field \""}) {
+    if (auto pos = report.message.find(lead); pos != std::string::npos) {
+      pos += std::strlen(lead);
+      quoted_culprit = report.message.substr(pos, report.message.find('"', pos) - pos);
+    }
+  }
+  std::vector<std::string> scopes;
+  std::string field, previous;
+  int culprit_line = -1, culprit_column = -1;
+  while (tokens.Next()) {
+    const auto& t = tokens.current();
+    if (std::make_pair(t.line, t.column) >= std::make_pair(report.line, report.column)) break;
+    if (t.type == pb::io::Tokenizer::TYPE_IDENTIFIER && t.text == quoted_culprit) {
+      culprit_line = t.line;
+      culprit_column = t.column;
+    }
+    if ((t.text == ":" || t.text == "{" || t.text == "<") && !previous.empty()) field = previous;
+    if (t.text == "{" || t.text == "<") {
+      scopes.push_back(field);
+      field.clear();
+    } else if ((t.text == "}" || t.text == ">") && !scopes.empty()) {
+      scopes.pop_back();
+      field.clear();
+    }
+    previous = t.type == pb::io::Tokenizer::TYPE_IDENTIFIER ? t.text : "";
+  }
+  if (culprit_line >= 0) {
+    report.line = culprit_line;
+    report.column = culprit_column;
+  }
+  std::string path;
+  for (const auto& s : scopes) path += s + ".";
+  path += field;
+  if (!path.empty() && path.back() == '.') path.pop_back();
+
+  std::ostringstream os;
+  os << source;
+  if (report.line >= 0) os << ':' << report.line + 1 << ':' << report.column + 1;
+  os << ": " << (path.empty() ? "" : path + ": ") << report.message;
+  return os.str();
+}
+
+[[noreturn]] void throwConfigError(const char* file, int line, const std::string& source,
+                                   std::vector<std::string> errors) {
+  std::ostringstream os;
+  os << detail::where(file, line) << "config " << source << " is invalid (" << errors.size()
+     << (errors.size() == 1 ? " error" : " errors") << "):";
+  for (const auto& e : errors) os << "\n  " << e;
+  throw ConfigError(os.str(), source, std::move(errors));
+}
+
+// A terse::Error's message without its "[core/...:123] " tag: in a config message the tag is noise, the config's own
+// file:line is what the reader needs.
+std::string untagged(const std::exception& e) {
+  std::string m = e.what();
+  if (!m.empty() && m.front() == '[') {
+    if (auto end = m.find("] "); end != std::string::npos) return m.substr(end + 2);
+  }
+  return m;
+}
+
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
+// Study and variant names become folders under output_dir; anything else could escape it or collide.
+bool isFolderName(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
+template <typename T>
+std::string joined(const std::vector<T>& items) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < items.size(); ++i) os << (i ? ", " : "") << items[i];
+  return os.str();
+}
+
+// Collects "PATH message" strings; the path is everything before the first ' ' or ':'.
+class Checks {
+ public:
+  std::ostringstream& fail(const std::string& path) {
+    flush();
+    pending_ = true;
+    os_.str("");
+    os_ << path;
+    return os_;
+  }
+  std::vector<std::string> take() {
+    flush();
+    return std::move(out_);
+  }
+
+ private:
+  void flush() {
+    if (pending_) out_.push_back(os_.str());
+    pending_ = false;
+  }
+  std::ostringstream os_;
+  bool pending_ = false;
+  std::vector<std::string> out_;
+};
+
+void checkPositiveList(Checks& c, const std::string& path, const pb::RepeatedField<int32_t>& values) {
+  for (int i = 0; i < values.size(); ++i) {
+    if (values[i] < 1) c.fail(path + "[" + std::to_string(i) + "]") << " must be >= 1, got " << values[i];
+  }
+}
+
+void checkLinkRanks(Checks& c, const Experiment& e) {
+  const int workers = e.workers();
+  for (int i = 0; i < e.link().overrides_size(); ++i) {
+    const auto& o = e.link().overrides(i);
+    const std::string p = "link.overrides[" + std::to_string(i) + "]";
+    if (o.src() < 0 || o.src() >= workers)
+      c.fail(p + ".src") << " must be in [0, workers = " << workers << "), got " << o.src();
+    if (o.dst() < 0 || o.dst() >= workers)
+      c.fail(p + ".dst") << " must be in [0, workers = " << workers << "), got " << o.dst();
+    if (o.src() == o.dst()) c.fail(p + ".dst") << " must differ from src, got " << o.dst() << " for both";
+  }
+}
+
+// Parses one emulation string with the comm parser; records the parser's message under `path` on failure.
+template <typename Parse>
+double parseLinkValue(Checks& c, const std::string& path, const std::string& text, Parse parse) {
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    c.fail(path) << ": " << untagged(e);
+    return 0;
+  }
+}
+
+void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, const ConfigOptions& options,
+                 bool scheduler) {
+  if (spec.name().empty()) {
+    c.fail(what + ".name") << " must be set";
+    return;
+  }
+  if (scheduler && std::find(options.builtin_schedulers.begin(), options.builtin_schedulers.end(), spec.name()) !=
+                       options.builtin_schedulers.end()) {
+    if (!spec.params().empty())
+      c.fail(what + ".params") << ": the built-in scheduler " << quoted(spec.name()) << " takes no parameters";
+    return;
+  }
+  if (options.loader == nullptr) return;
+  // The params' line when there are any; otherwise the name's, which the reader is looking at anyway.
+  const std::string params_path = what + (spec.params().empty() ? ".name" : ".params");
+  try {
+    if (scheduler) {
+      auto plugin = options.loader->loadScheduler(spec.name());
+      try {
+        plugin->instantiate(pluginParams(spec));
+      } catch (const Error& e) {
+        c.fail(params_path) << ": " << untagged(e);
+      }
+    } else {
+      auto plugin = options.loader->loadCompressor(spec.name());
+      try {
+        plugin->instantiate(pluginParams(spec));
+      } catch (const Error& e) {
+        c.fail(params_path) << ": " << untagged(e);
+      }
+    }
+  } catch (const Error& e) {
+    c.fail(what + ".name") << ": " << untagged(e);
+  }
+}
+
+// Location of `path` ("variants[2].overrides.link.overrides[0].src") in the parsed file, or line -1.
+pb::TextFormat::ParseLocation locate(const pb::TextFormat::ParseInfoTree* tree, const std::string& path) {
+  const pb::Descriptor* type = Experiment::descriptor();
+  std::size_t pos = 0;
+  while (tree != nullptr && type != nullptr && pos <= path.size()) {
+    std::size_t end = path.find('.', pos);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(pos, end - pos);
+    int index = -1;
+    if (auto open = part.find('['); open != std::string::npos) {
+      index = std::atoi(part.c_str() + open + 1);
+      part.resize(open);
+    }
+    const pb::FieldDescriptor* field = type->FindFieldByName(part);
+    if (field == nullptr) break;
+    // The parser records repeated fields by index and singular ones with -1; a path naming a whole list points at its
+    // first entry.
+    index = field->is_repeated() ? std::max(index, 0) : -1;
+    if (end == path.size()) return tree->GetLocation(field, index);
+    if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) break;
+    tree = tree->GetTreeForNested(field, index);
+    type = field->message_type();
+    pos = end + 1;
+  }
+  return {};
+}
+
+std::string pathOf(const std::string& message) {
+  return message.substr(0, message.find_first_of(" :"));
+}
+
+std::string at(const std::string& source, const pb::TextFormat::ParseLocation& loc) {
+  if (loc.line < 0) return source + ": ";
+  return source + ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1) + ": ";
+}
+
+// A PluginSpec's params belong to its plugin, so a variant's PluginSpec replaces the base's whole; lists replace lists
+// (experiment.proto, "Variant merging"). Clearing these in `base` first leaves MergeFrom to do the rest.
+void clearReplaced(pb::Message& base, const pb::Message& over) {
+  const pb::Reflection* from = over.GetReflection();
+  const pb::Reflection* to = base.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  from->ListFields(over, &fields);
+  for (const auto* f : fields) {
+    if (f->is_repeated() ||
+        (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE && f->message_type() == PluginSpec::descriptor())) {
+      to->ClearField(&base, f);
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      clearReplaced(*to->MutableMessage(&base, f), from->GetMessage(over, f));
+    }
+  }
+}
+
+}  // namespace
+
+Experiment parseConfigText(std::string_view text, const std::string& source, pb::TextFormat::ParseInfoTree* tree) {
+  if (text.size() > static_cast<std::size_t>(INT_MAX)) {
+    throwConfigError(__FILE__, __LINE__, source,
+                     {source + ": file too large (" + std::to_string(text.size()) + " bytes)"});
+  }
+  CollectingErrors errors;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (tree != nullptr) parser.WriteLocationsTo(tree);
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  Experiment experiment;
+  if (!parser.Parse(&input, &experiment)) {
+    std::vector<std::string> messages;
+    for (const auto& report : errors.reports) messages.push_back(describeParseError(text, source, report));
+    if (messages.empty()) messages.push_back(source + ": not a valid Experiment in text format");
+    throwConfigError(__FILE__, __LINE__, source, std::move(messages));
+  }
+  return experiment;
+}
+
+Study loadStudy(const std::filesystem::path& path, const ConfigOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  TERSE_CHECK(in, InvalidArgument, "cannot read experiment config " << path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  TERSE_CHECK(!in.bad(), InvalidArgument, "error reading experiment config " << path.string());
+  return loadStudyText(text.str(), path.string(), options);
+}
+
+Study loadStudyText(std::string_view text, const std::string& source, const ConfigOptions& options) {
+  pb::TextFormat::ParseInfoTree tree;
+  Study study;
+  study.source = source;
+  study.file = parseConfigText(text, source, &tree);
+  const Experiment& file = study.file;
+
+  // Structure first: resolving needs unique variant names and overrides that stay inside one experiment.
+  std::vector<std::string> errors;
+  auto report = [&](const std::string& message) {
+    errors.push_back(at(source, locate(&tree, pathOf(message))) + message);
+  };
+  if (file.has_variant() && file.variants_size() > 0) {
+    report("variant: names the base of a study without variants; here each variant has its own name");
+  }
+  for (int i = 0; i < file.variants_size(); ++i) {
+    const Variant& v = file.variants(i);
+    const std::string p = "variants[" + std::to_string(i) + "]";
+    if (!isFolderName(v.name())) {
+      report(p + ".name must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got " + quoted(v.name()));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (file.variants(j).name() == v.name()) {
+        report(p + ".name " + quoted(v.name()) + " repeats variants[" + std::to_string(j) + "].name");
+        break;
+      }
+    }
+    if (v.overrides().has_study()) report(p + ".overrides.study: a variant cannot change the study");
+    if (v.overrides().has_variant()) report(p + ".overrides.variant: the variant's name is variants[].name");
+    if (v.overrides().variants_size() > 0) report(p + ".overrides.variants: variants do not nest");
+  }
+  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+
+  study.experiments = resolveVariants(file);
+  std::set<std::string> reported;  // a base field's error is the same in every variant: say it once
+  for (std::size_t k = 0; k < study.experiments.size(); ++k) {
+    for (const auto& message : validateExperiment(study.experiments[k], options)) {
+      const std::string path = pathOf(message);
+      std::string line;
+      if (file.variants_size() > 0) {
+        const std::string variant = "variants[" + std::to_string(k) + "]";
+        const std::string prefix = variant + " (\"" + file.variants(static_cast<int>(k)).name() + "\").";
+        if (auto loc = locate(&tree, variant + ".overrides." + path); loc.line >= 0) {
+          line = at(source, loc) + prefix + message;
+        } else if (loc = locate(&tree, path); loc.line >= 0) {
+          line = at(source, loc) + message;
+        } else {
+          line = at(source, loc) + prefix + message;
+        }
+      } else {
+        line = at(source, locate(&tree, path)) + message;
+      }
+      if (reported.insert(line).second) errors.push_back(line);
+    }
+  }
+  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+  return study;
+}
+
+void mergeOverrides(Experiment& base, const Experiment& overrides) {
+  clearReplaced(base, overrides);
+  base.MergeFrom(overrides);
+}
+
+void applyDefaults(Experiment& e) {
+  if (!e.has_variant()) e.set_variant(std::string(kBaseVariantName));
+  auto* data = e.mutable_data();
+  if (!data->has_dataset_dir()) data->set_dataset_dir(std::string(kDefaultDatasetDir));
+  if (!data->has_batch_size()) data->set_batch_size(32);
+  if (!data->has_train_subset()) data->set_train_subset(0);
+  if (!data->has_test_subset()) data->set_test_subset(0);
+  auto* opt = e.mutable_optimizer();
+  if (!opt->has_lr()) opt->set_lr(0.01);
+  if (!opt->has_momentum()) opt->set_momentum(0);
+  if (!opt->has_nesterov()) opt->set_nesterov(false);
+  if (!opt->has_weight_decay()) opt->set_weight_decay(0);
+  if (!opt->has_warmup_steps()) opt->set_warmup_steps(0);
+  if (!opt->has_warmup_epochs()) opt->set_warmup_epochs(0);
+  if (!opt->has_schedule()) opt->set_schedule(Optimizer::CONSTANT);
+  if (!opt->has_gamma()) opt->set_gamma(0.1);
+  if (!opt->has_scale_lr_by_world_size()) opt->set_scale_lr_by_world_size(false);
+  if (!e.has_workers()) e.set_workers(1);
+  if (!e.has_mode()) e.set_mode(Experiment::SYNC);
+  if (!e.has_staleness_bound()) e.set_staleness_bound(0);
+  if (!e.has_transport()) e.set_transport(Experiment::INPROC);
+  auto* link = e.mutable_link();
+  if (!link->has_bandwidth()) link->set_bandwidth("unlimited");
+  if (!link->has_latency()) link->set_latency("0");
+  if (!link->has_nic()) link->set_nic("unlimited");
+  if (!link->has_nic_ingress()) link->set_nic_ingress("unlimited");
+  for (auto& o : *link->mutable_overrides()) {
+    if (!o.has_src()) o.set_src(0);
+    if (!o.has_dst()) o.set_dst(0);
+    if (!o.has_bandwidth()) o.set_bandwidth(link->bandwidth());
+    if (!o.has_latency()) o.set_latency(link->latency());
+  }
+  if (!e.compressor().has_name()) e.mutable_compressor()->set_name("none");
+  if (!e.has_error_feedback()) e.set_error_feedback(false);
+  auto* mc = e.mutable_momentum_correction();
+  if (!mc->has_factor()) mc->set_factor(0);
+  if (!mc->has_masking()) mc->set_masking(true);
+  if (!mc->has_nesterov()) mc->set_nesterov(false);
+  if (!e.scheduler().has_name()) e.mutable_scheduler()->set_name("fifo");
+  if (!e.has_epochs()) e.set_epochs(1);
+  auto* eval = e.mutable_eval();
+  if (!eval->has_every_steps()) eval->set_every_steps(0);
+  if (!eval->has_per_epoch()) eval->set_per_epoch(true);
+  if (!e.has_seed()) e.set_seed(1);
+  if (!e.has_output_dir()) e.set_output_dir("results");
+}
+
+std::vector<Experiment> resolveVariants(const Experiment& file) {
+  std::vector<Experiment> out;
+  Experiment base = file;
+  base.clear_variants();
+  if (file.variants_size() == 0) {
+    applyDefaults(base);
+    out.push_back(std::move(base));
+    return out;
+  }
+  base.clear_variant();
+  for (const auto& v : file.variants()) {
+    Experiment e = base;
+    mergeOverrides(e, v.overrides());
+    e.set_variant(v.name());
+    applyDefaults(e);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOptions& options) {
+  Checks c;
+  const auto folder_rule = " must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ";
+  if (!isFolderName(e.study())) c.fail("study") << folder_rule << quoted(e.study());
+  if (!isFolderName(e.variant())) c.fail("variant") << folder_rule << quoted(e.variant());
+
+  const auto& w = e.workload();
+  if (w.name().empty()) {
+    c.fail("workload.name") << " must be set"
+                            << (options.workloads.empty() ? "" : " (one of: " + joined(options.workloads) + ")");
+  } else if (!options.workloads.empty() &&
+             std::find(options.workloads.begin(), options.workloads.end(), w.name()) == options.workloads.end()) {
+    c.fail("workload.name") << ": unknown workload " << quoted(w.name()) << " (known: " << joined(options.workloads)
+                            << ")";
+  }
+  checkPositiveList(c, "workload.hidden_sizes", w.hidden_sizes());
+  checkPositiveList(c, "workload.conv_channels", w.conv_channels());
+
+  const auto& d = e.data();
+  if (d.dataset_dir().empty()) c.fail("data.dataset_dir") << " must be set";
+  if (d.batch_size() < 1) c.fail("data.batch_size") << " must be >= 1, got " << d.batch_size();
+  if (d.train_subset() < 0) c.fail("data.train_subset") << " must be >= 0 (0 = all), got " << d.train_subset();
+  if (d.test_subset() < 0) c.fail("data.test_subset") << " must be >= 0 (0 = all), got " << d.test_subset();
+
+  const auto& o = e.optimizer();
+  if (!(std::isfinite(o.lr()) && o.lr() > 0)) c.fail("optimizer.lr") << " must be > 0, got " << o.lr();
+  if (!(o.momentum() >= 0 && o.momentum() < 1))
+    c.fail("optimizer.momentum") << " must be in [0, 1), got " << o.momentum();
+  if (o.nesterov() && o.momentum() == 0) c.fail("optimizer.nesterov") << " needs optimizer.momentum > 0";
+  if (!(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0)) {
+    c.fail("optimizer.weight_decay") << " must be >= 0, got " << o.weight_decay();
+  }
+  if (o.warmup_steps() < 0) c.fail("optimizer.warmup_steps") << " must be >= 0, got " << o.warmup_steps();
+  if (!(std::isfinite(o.warmup_epochs()) && o.warmup_epochs() >= 0)) {
+    c.fail("optimizer.warmup_epochs") << " must be >= 0, got " << o.warmup_epochs();
+  }
+  if (o.warmup_steps() > 0 && o.warmup_epochs() > 0) {
+    c.fail("optimizer.warmup_epochs") << ": set warm-up in steps or in epochs, not both (warmup_steps "
+                                      << o.warmup_steps() << ", warmup_epochs " << o.warmup_epochs() << ")";
+  }
+  if (o.schedule() == Optimizer::SCHEDULE_UNSPECIFIED)
+    c.fail("optimizer.schedule") << " must be CONSTANT, STEP or COSINE";
+  if (o.schedule() == Optimizer::STEP) {
+    if (o.milestones().empty()) c.fail("optimizer.milestones") << " must list at least one epoch for schedule STEP";
+    for (int i = 0; i < o.milestones_size(); ++i) {
+      const std::string p = "optimizer.milestones[" + std::to_string(i) + "]";
+      if (o.milestones(i) < 1) {
+        c.fail(p) << " must be >= 1, got " << o.milestones(i);
+      } else if (i > 0 && o.milestones(i) <= o.milestones(i - 1)) {
+        c.fail(p) << " must be greater than the one before (" << o.milestones(i - 1) << "), got " << o.milestones(i);
+      }
+    }
+    if (!(o.gamma() > 0 && o.gamma() <= 1)) c.fail("optimizer.gamma") << " must be in (0, 1], got " << o.gamma();
+  } else if (!o.milestones().empty()) {
+    c.fail("optimizer.milestones") << " only apply with schedule STEP, got schedule "
+                                   << Optimizer::Schedule_Name(o.schedule());
+  }
+
+  if (e.workers() < 1) c.fail("workers") << " must be >= 1, got " << e.workers();
+  auto names = [](const auto& values, auto name_of) {
+    std::vector<std::string> out;
+    for (auto v : values) out.push_back(name_of(v));
+    return joined(out);
+  };
+  if (std::find(options.modes.begin(), options.modes.end(), e.mode()) == options.modes.end()) {
+    c.fail("mode") << ": " << Experiment::Mode_Name(e.mode()) << " is not supported by this runner (supported: "
+                   << names(options.modes, [](auto m) { return Experiment::Mode_Name(m); }) << ")";
+  }
+  if (e.staleness_bound() < 0) c.fail("staleness_bound") << " must be >= 0, got " << e.staleness_bound();
+  if (e.staleness_bound() > 0 && e.mode() != Experiment::SSP) {
+    c.fail("staleness_bound") << " only applies with mode SSP, got mode " << Experiment::Mode_Name(e.mode());
+  }
+  if (std::find(options.transports.begin(), options.transports.end(), e.transport()) == options.transports.end()) {
+    c.fail("transport") << ": " << Experiment::Transport_Name(e.transport())
+                        << " is not supported by this runner (supported: "
+                        << names(options.transports, [](auto t) { return Experiment::Transport_Name(t); }) << ")";
+  }
+
+  const auto& link = e.link();
+  parseLinkValue(c, "link.bandwidth", link.bandwidth(), comm::parseBandwidth);
+  parseLinkValue(c, "link.latency", link.latency(), comm::parseDuration);
+  parseLinkValue(c, "link.nic", link.nic(), comm::parseBandwidth);
+  parseLinkValue(c, "link.nic_ingress", link.nic_ingress(), comm::parseBandwidth);
+  for (int i = 0; i < link.overrides_size(); ++i) {
+    const std::string p = "link.overrides[" + std::to_string(i) + "]";
+    parseLinkValue(c, p + ".bandwidth", link.overrides(i).bandwidth(), comm::parseBandwidth);
+    parseLinkValue(c, p + ".latency", link.overrides(i).latency(), comm::parseDuration);
+  }
+  if (e.workers() >= 1) checkLinkRanks(c, e);
+
+  checkPlugin(c, "compressor", e.compressor(), options, /*scheduler=*/false);
+  try {
+    validateCodecOptions(codecOptions(e));
+  } catch (const Error& err) {
+    c.fail("momentum_correction.factor") << ": " << untagged(err);
+  }
+  if (e.momentum_correction().factor() > 0 && o.momentum() > 0) {
+    c.fail("momentum_correction.factor") << " " << e.momentum_correction().factor()
+                                         << " needs optimizer.momentum 0, got " << o.momentum()
+                                         << ": DGC's momentum correction carries the momentum itself";
+  }
+  checkPlugin(c, "scheduler", e.scheduler(), options, /*scheduler=*/true);
+
+  if (e.epochs() < 1) c.fail("epochs") << " must be >= 1, got " << e.epochs();
+  if (e.eval().every_steps() < 0) c.fail("eval.every_steps") << " must be >= 0, got " << e.eval().every_steps();
+  if (e.eval().every_steps() == 0 && !e.eval().per_epoch()) {
+    c.fail("eval.per_epoch") << ": false with eval.every_steps 0 would never evaluate";
+  }
+  if (e.output_dir().empty()) c.fail("output_dir") << " must be set";
+  return c.take();
+}
+
+std::string toText(const Experiment& experiment) {
+  std::string out;
+  pb::TextFormat::Printer printer;
+  TERSE_CHECK(printer.PrintToString(experiment, &out), InternalError, "cannot print experiment as text");
+  return out;
+}
+
+void writeResolvedConfig(const Experiment& experiment, const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  TERSE_CHECK(out, InvalidArgument, "cannot write resolved config " << path.string());
+  out << "# Resolved config of study '" << experiment.study() << "', variant '" << experiment.variant()
+      << "': the variant merged onto the base, every default filled in.\n"
+      << toText(experiment);
+  out.flush();
+  TERSE_CHECK(out, InvalidArgument, "error writing resolved config " << path.string());
+}
+
+std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names) {
+  if (names.empty()) return study.experiments;
+  std::vector<Experiment> out;
+  for (const auto& name : names) {
+    auto it = std::find_if(study.experiments.begin(), study.experiments.end(),
+                           [&](const Experiment& e) { return e.variant() == name; });
+    if (it == study.experiments.end()) {
+      std::vector<std::string> known;
+      for (const auto& e : study.experiments) known.push_back(e.variant());
+      TERSE_THROW(InvalidArgument, "--variant " << quoted(name) << ": no such variant in " << study.source
+                                                << " (variants: " << joined(known) << ")");
+    }
+    out.push_back(*it);
+  }
+  return out;
+}
+
+void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source) {
+  TERSE_CHECK(workers >= 1, InvalidArgument, "--workers must be >= 1, got " << workers);
+  std::vector<std::string> errors;
+  for (auto& e : experiments) {
+    e.set_workers(workers);
+    Checks c;
+    checkLinkRanks(c, e);
+    for (const auto& m : c.take()) errors.push_back(source + ": variant " + quoted(e.variant()) + ": " + m);
+  }
+  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+}
+
+comm::EmulationConfig emulationConfig(const Experiment& experiment) {
+  const auto& link = experiment.link();
+  comm::EmulationConfig config;
+  config.link.bandwidth_bps = comm::parseBandwidth(link.bandwidth());
+  config.link.latency_s = comm::parseDuration(link.latency());
+  config.nic_egress_bps = comm::parseBandwidth(link.nic());
+  config.nic_ingress_bps = comm::parseBandwidth(link.nic_ingress());
+  for (const auto& o : link.overrides()) {
+    config.overrides.push_back(
+        {o.src(), o.dst(), comm::LinkSpec{comm::parseBandwidth(o.bandwidth()), comm::parseDuration(o.latency())}});
+  }
+  return config;
+}
+
+CodecOptions codecOptions(const Experiment& experiment) {
+  CodecOptions options;
+  options.error_feedback = experiment.error_feedback();
+  options.momentum_correction = experiment.momentum_correction().factor();
+  options.momentum_masking = experiment.momentum_correction().masking();
+  options.momentum_nesterov = experiment.momentum_correction().nesterov();
+  return options;
+}
+
+Params pluginParams(const PluginSpec& spec) {
+  Params params(spec.params().begin(), spec.params().end());
+  std::sort(params.begin(), params.end());
+  return params;
+}
+
+}  // namespace terse::experiments

@@ -1,0 +1,122 @@
+// Loading an experiment config (DESIGN.md section 7): a .textproto file of experiment.proto's Experiment is parsed,
+// checked as a whole, and turned into one resolved Experiment per variant, before anything trains. A config error found
+// an hour into a study costs the hour, so every check that can run up front does: syntax, types and enum names
+// (protobuf's text parser), values and their combinations, link emulation strings (the comm parsers), and the plugins
+// themselves (loaded and instantiated with their parameters, so a misspelt name or a bad `ratio` fails here).
+//
+// Every problem is reported as "FILE:LINE:COL: message" when the file says where it is (always for parse errors; for
+// semantic errors the line of the field that holds the bad value), else "FILE: message". Messages name the field path
+// and the value, e.g.
+//   quickstart.textproto:14:5: optimizer.lr must be > 0, got -0.1
+//   quickstart.textproto:40:7: variants[2] ("topk-ef").compressor.name: compressor 'topk2' not found: ...
+// A semantic error in a field a variant set is prefixed with that variant; one in a base field is reported once, not
+// once per variant.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <google/protobuf/text_format.h>
+
+#include "core/comm/link_emulation.h"
+#include "core/common/error.h"
+#include "core/compress/make_codec.h"
+#include "core/plugin/compressor.h"
+#include "experiments/config/experiment.pb.h"
+
+namespace terse {
+class PluginLoader;
+}
+
+namespace terse::experiments {
+
+inline constexpr std::string_view kDefaultDatasetDir = "/usr/share/datasets/fashion-mnist";
+inline constexpr std::string_view kBaseVariantName = "base";
+
+// A config that cannot run. what() lists every error; errors() has them one per entry, each already prefixed with the
+// file (and line and column where known).
+class ConfigError : public InvalidArgument {
+ public:
+  ConfigError(const std::string& message, std::string source, std::vector<std::string> errors)
+      : InvalidArgument(message), source_(std::move(source)), errors_(std::move(errors)) {}
+  const std::string& source() const noexcept { return source_; }
+  const std::vector<std::string>& errors() const noexcept { return errors_; }
+
+ private:
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+// What the caller knows that the schema does not. config does not depend on experiments/workloads or the trainer;
+// they pass their names and abilities in.
+struct ConfigOptions {
+  // Workload names the runner implements; empty = workload.name is only checked to be non-empty.
+  std::vector<std::string> workloads;
+  // Resolves and instantiates compressor and scheduler plugins with their params. Null = names only checked to be
+  // non-empty (for tools that read results without running anything).
+  PluginLoader* loader = nullptr;
+  // Scheduler names served without a plugin file. "fifo" (send chunks in the order they are ready) is what a run does
+  // without any scheduler and stays accepted until schedulers/ ships it as a plugin.
+  std::vector<std::string> builtin_schedulers{"fifo"};
+  // The modes and transports the runner implements; the schema reserves more.
+  std::vector<Experiment::Mode> modes{Experiment::SYNC};
+  std::vector<Experiment::Transport> transports{Experiment::INPROC};
+};
+
+// A loaded study: the file as parsed, and the experiments to run, in variant order, each resolved (merged, defaults
+// filled, `variants` cleared, `variant` set) and validated.
+struct Study {
+  std::string source;  // the name messages use for the file
+  Experiment file;
+  std::vector<Experiment> experiments;
+};
+
+// Parses text-format `text` into an Experiment. Throws ConfigError with "SOURCE:LINE:COL: message" for a syntax error,
+// an unknown field, a value of the wrong type or an unknown enum name (protobuf's parser stops at the first). `tree`,
+// when given, receives the location of every field for later messages.
+Experiment parseConfigText(std::string_view text, const std::string& source,
+                           google::protobuf::TextFormat::ParseInfoTree* tree = nullptr);
+
+// Reads, parses, resolves and validates. Throws InvalidArgument when the file cannot be read, ConfigError listing every
+// problem otherwise. `source` in messages is the path as given.
+Study loadStudy(const std::filesystem::path& path, const ConfigOptions& options);
+Study loadStudyText(std::string_view text, const std::string& source, const ConfigOptions& options);
+
+// Merges a variant's overrides onto `base` by the rules at the top of experiment.proto: protobuf's MergeFrom, except
+// that a non-empty repeated field or map replaces the base's and a PluginSpec replaces the base's whole PluginSpec.
+void mergeOverrides(Experiment& base, const Experiment& overrides);
+
+// Fills every unset field with its default (listed in experiment.proto), so a resolved config written out says
+// everything the run used.
+void applyDefaults(Experiment& experiment);
+
+// One experiment per variant (the base alone, named `variant` or "base", when there are none): merged and defaulted,
+// not validated. Assumes variant names are present and unique (loadStudy checks that first).
+std::vector<Experiment> resolveVariants(const Experiment& file);
+
+// Semantic checks of one resolved experiment; each entry is "PATH message" (e.g. "optimizer.lr must be > 0, got
+// -0.1") or "PATH: message" (for a plugin's or parser's own message), without file or variant.
+std::vector<std::string> validateExperiment(const Experiment& experiment, const ConfigOptions& options);
+
+// Text format, fields in schema order, for the results folder. parseConfigText of it gives back an equal message.
+std::string toText(const Experiment& experiment);
+// Writes toText(experiment) to `path` (replacing it). Throws InvalidArgument when it cannot.
+void writeResolvedConfig(const Experiment& experiment, const std::filesystem::path& path);
+
+// --variant NAME (repeatable): the experiments named, in the order given; no names = all. Throws InvalidArgument
+// naming the unknown variant and listing the study's.
+std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names);
+
+// --workers N: sets workers on every experiment and re-checks what depends on it (link overrides' ranks). Throws
+// InvalidArgument for N < 1, ConfigError for what no longer holds.
+void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source = "--workers");
+
+// The pieces the runner hands to core, from a resolved (validated) experiment.
+comm::EmulationConfig emulationConfig(const Experiment& experiment);
+CodecOptions codecOptions(const Experiment& experiment);
+Params pluginParams(const PluginSpec& spec);  // sorted by key, so the plugin sees the same order every run
+
+}  // namespace terse::experiments

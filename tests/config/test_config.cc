@@ -1,0 +1,293 @@
+// Experiment configs: the quickstart study loads, every class of error is reported with file:line and the field,
+// variants merge by the documented rules, and a resolved config survives a round trip through text.
+#include "experiments/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/plugin/loader.h"
+#include "experiments/config/quickstart.h"
+
+namespace terse::experiments {
+namespace {
+
+const std::vector<std::string> kWorkloads = {"linear_regression", "softmax", "mlp", "cnn"};
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  ConfigTest() : loader_(PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}})) {
+    options_.workloads = kWorkloads;
+    options_.loader = &loader_;
+  }
+
+  Study load(const std::string& text) { return loadStudyText(text, "t.textproto", options_); }
+
+  // The errors loading `text` reports; fails the test when it loads.
+  std::vector<std::string> errorsOf(const std::string& text) {
+    try {
+      load(text);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.source(), "t.textproto");
+      return e.errors();
+    }
+    ADD_FAILURE() << "loaded without error:\n" << text;
+    return {};
+  }
+
+  // Exactly one error, equal to `expected`.
+  void expectError(const std::string& text, const std::string& expected) {
+    auto errors = errorsOf(text);
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_EQ(errors[0], expected);
+  }
+
+  PluginLoader loader_;
+  ConfigOptions options_;
+};
+
+// A valid study of one experiment, with line numbers the tests below rely on.
+const std::string kMinimal =
+    "study: \"s\"\n"                    // 1
+    "workload { name: \"mlp\" }\n"      // 2
+    "optimizer {\n"                     // 3
+    "  lr: 0.1\n"                       // 4
+    "}\n"                               // 5
+    "compressor { name: \"none\" }\n";  // 6
+
+TEST_F(ConfigTest, QuickstartLoadsAndValidates) {
+  Study study = loadStudyText(quickstartConfigText(), std::string(kQuickstartSourceName), options_);
+  ASSERT_EQ(study.experiments.size(), 5u);
+  EXPECT_EQ(study.experiments[0].variant(), "dense");
+  EXPECT_EQ(study.experiments[2].variant(), "topk-1pct-ef");
+  EXPECT_EQ(study.experiments[2].compressor().name(), "topk");
+  EXPECT_TRUE(study.experiments[2].error_feedback());
+  EXPECT_FALSE(study.experiments[0].error_feedback());
+  for (const auto& e : study.experiments) {
+    EXPECT_EQ(e.study(), "quickstart");
+    EXPECT_EQ(e.workers(), 4);
+    EXPECT_EQ(e.workload().name(), "mlp");
+    EXPECT_EQ(e.variants_size(), 0);
+    EXPECT_DOUBLE_EQ(emulationConfig(e).link.bandwidth_bps, 10e9);
+  }
+}
+
+TEST_F(ConfigTest, QuickstartFileMatchesEmbeddedCopy) {
+  std::ifstream in(std::string(TERSE_TEST_SOURCE_DIR) + "/experiments/configs/quickstart.textproto");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, quickstartConfigText());
+  Study study = loadStudy(std::string(TERSE_TEST_SOURCE_DIR) + "/experiments/configs/quickstart.textproto", options_);
+  EXPECT_EQ(study.experiments.size(), 5u);
+}
+
+TEST_F(ConfigTest, MinimalGetsDefaults) {
+  Study study = load(kMinimal);
+  ASSERT_EQ(study.experiments.size(), 1u);
+  const Experiment& e = study.experiments[0];
+  EXPECT_EQ(e.variant(), "base");
+  EXPECT_EQ(e.data().dataset_dir(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(e.workers(), 1);
+  EXPECT_EQ(e.mode(), Experiment::SYNC);
+  EXPECT_EQ(e.scheduler().name(), "fifo");
+  EXPECT_FALSE(emulationConfig(e).enabled());
+}
+
+TEST_F(ConfigTest, UnknownField) {
+  expectError("study: \"s\"\noptimizer {\n  lrr: 0.1\n}\n",
+              "t.textproto:3:3: optimizer: Message type \"terse.experiments.Optimizer\" has no field named \"lrr\".");
+}
+
+TEST_F(ConfigTest, WrongType) {
+  expectError("study: \"s\"\noptimizer { lr: \"fast\" }\n",
+              "t.textproto:2:17: optimizer.lr: Expected double, got: \"fast\"");
+}
+
+TEST_F(ConfigTest, BadEnum) {
+  expectError("study: \"s\"\nmode: FAST\n",
+              "t.textproto:2:7: mode: Unknown enumeration value of \"FAST\" for field \"mode\".");
+}
+
+TEST_F(ConfigTest, SyntaxError) {
+  auto errors = errorsOf("study: \"s\"\nworkload { name: \"mlp\"\n");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].rfind("t.textproto:3:1: ", 0), 0u) << errors[0];
+}
+
+TEST_F(ConfigTest, NegativeLr) {
+  std::string text = kMinimal;
+  text.replace(text.find("0.1"), 3, "-0.1");
+  expectError(text, "t.textproto:4:3: optimizer.lr must be > 0, got -0.1");
+}
+
+TEST_F(ConfigTest, MissingPlugin) {
+  std::string text = kMinimal;
+  text.replace(text.find("\"none\""), 6, "\"topk2\"");
+  auto errors = errorsOf(text);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].rfind("t.textproto:6:14: compressor.name: compressor 'topk2' not found", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find(TERSE_TEST_BUILD_PLUGIN_DIR), std::string::npos) << errors[0];
+}
+
+TEST_F(ConfigTest, BadPluginParamInVariant) {
+  auto errors = errorsOf(kMinimal +
+                         "variants { name: \"a\" }\n"                      // 7
+                         "variants {\n"                                    // 8
+                         "  name: \"topk-ef\"\n"                           // 9
+                         "  overrides {\n"                                 // 10
+                         "    compressor {\n"                              // 11
+                         "      name: \"topk\"\n"                          // 12
+                         "      params { key: \"ratio\" value: \"2\" }\n"  // 13
+                         "    }\n"                                         // 14
+                         "  }\n"                                           // 15
+                         "}\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("t.textproto:13:7: variants[1] (\"topk-ef\").compressor.params: ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("topk: 'ratio' must be in (0, 1], got 2"), std::string::npos) << errors[0];
+}
+
+TEST_F(ConfigTest, MissingPluginInVariant) {
+  auto errors = errorsOf(kMinimal + "variants { name: \"x\" overrides { compressor { name: \"nope\" } } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("t.textproto:7:47: variants[0] (\"x\").compressor.name: compressor 'nope' not found", 0),
+            0u)
+      << errors[0];
+}
+
+TEST_F(ConfigTest, DuplicateVariant) {
+  expectError(kMinimal + "variants { name: \"a\" }\nvariants { name: \"a\" }\n",
+              "t.textproto:8:12: variants[1].name 'a' repeats variants[0].name");
+}
+
+TEST_F(ConfigTest, BadBandwidth) {
+  auto errors = errorsOf(kMinimal + "link { bandwidth: \"10 furlongs\" }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("t.textproto:7:8: link.bandwidth: ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("10 furlongs"), std::string::npos) << errors[0];
+}
+
+TEST_F(ConfigTest, UnknownWorkloadEmptyStudyAndWorkers) {
+  auto errors = errorsOf("study: \"\"\nworkload { name: \"resnet\" }\nworkers: 0\n");
+  ASSERT_EQ(errors.size(), 3u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0], "t.textproto:1:1: study must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ''");
+  EXPECT_EQ(errors[1],
+            "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn)");
+  EXPECT_EQ(errors[2], "t.textproto:3:1: workers must be >= 1, got 0");
+}
+
+TEST_F(ConfigTest, BaseErrorReportedOnceNotPerVariant) {
+  std::string text = kMinimal;
+  text.replace(text.find("0.1"), 3, "-0.1");
+  auto errors = errorsOf(text + "variants { name: \"a\" }\nvariants { name: \"b\" }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0], "t.textproto:4:3: optimizer.lr must be > 0, got -0.1");
+}
+
+TEST_F(ConfigTest, UnsupportedModeAndMomentumConflict) {
+  auto errors = errorsOf(kMinimal + "mode: ASYNC\nmomentum_correction { factor: 0.9 }\noptimizer { momentum: 0.9 }\n");
+  // The second optimizer block is a parse error (a singular message may appear once).
+  ASSERT_EQ(errors.size(), 1u);
+  errors = errorsOf(
+      "study: \"s\"\nworkload { name: \"mlp\" }\noptimizer { momentum: 0.9 }\nmode: ASYNC\n"
+      "momentum_correction { factor: 0.9 }\n");
+  ASSERT_EQ(errors.size(), 2u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0], "t.textproto:4:1: mode: ASYNC is not supported by this runner (supported: SYNC)");
+  EXPECT_EQ(errors[1].rfind("t.textproto:5:23: momentum_correction.factor 0.9 needs optimizer.momentum 0", 0), 0u)
+      << errors[1];
+}
+
+TEST(ConfigMerge, ScalarSubmessageAndMapRules) {
+  Experiment base = parseConfigText(
+      "study: \"s\"\n"
+      "error_feedback: true\n"
+      "optimizer { lr: 0.1 momentum: 0.9 }\n"
+      "workload { name: \"mlp\" hidden_sizes: [256, 128] }\n"
+      "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } params { key: \"sample_ratio\" value: "
+      "\"0.1\" } }\n",
+      "base");
+  Experiment over = parseConfigText(
+      "error_feedback: false\n"
+      "optimizer { lr: 0.2 }\n"
+      "workload { hidden_sizes: [64] }\n"
+      "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.05\" } }\n",
+      "over");
+  mergeOverrides(base, over);
+  EXPECT_FALSE(base.error_feedback());  // a scalar set to false overrides true
+  EXPECT_DOUBLE_EQ(base.optimizer().lr(), 0.2);
+  EXPECT_DOUBLE_EQ(base.optimizer().momentum(), 0.9);  // partial submessage: the rest stays
+  EXPECT_EQ(base.workload().name(), "mlp");
+  ASSERT_EQ(base.workload().hidden_sizes_size(), 1);  // a list replaces, never appends
+  EXPECT_EQ(base.workload().hidden_sizes(0), 64);
+  ASSERT_EQ(base.compressor().params_size(), 1);  // the map replaced: sample_ratio is gone
+  EXPECT_EQ(base.compressor().params().at("ratio"), "0.05");
+
+  // A PluginSpec replaces the base's whole: params of another compressor never leak into this one.
+  mergeOverrides(base, parseConfigText("compressor { name: \"onebit\" }\n", "over2"));
+  EXPECT_EQ(base.compressor().name(), "onebit");
+  EXPECT_TRUE(base.compressor().params().empty());
+
+  // An unset field leaves the base alone.
+  mergeOverrides(base, Experiment{});
+  EXPECT_DOUBLE_EQ(base.optimizer().lr(), 0.2);
+  EXPECT_EQ(base.workload().hidden_sizes_size(), 1);
+}
+
+TEST_F(ConfigTest, ResolvedConfigRoundTrips) {
+  Study study = loadStudyText(quickstartConfigText(), std::string(kQuickstartSourceName), options_);
+  const Experiment& e = study.experiments[2];
+  std::string text = toText(e);
+  Experiment back = parseConfigText(text, "resolved");
+  EXPECT_EQ(back.SerializeAsString(), e.SerializeAsString());
+
+  auto dir = std::filesystem::path(TERSE_TEST_BINARY_DIR) / "tests" / "config";
+  std::filesystem::create_directories(dir);
+  auto file = dir / "resolved.textproto";
+  writeResolvedConfig(e, file);
+  Study again = loadStudy(file, options_);
+  ASSERT_EQ(again.experiments.size(), 1u);
+  EXPECT_EQ(again.experiments[0].SerializeAsString(), e.SerializeAsString());
+}
+
+TEST_F(ConfigTest, VariantSelectionAndWorkersOverride) {
+  Study study = loadStudyText(quickstartConfigText(), std::string(kQuickstartSourceName), options_);
+  auto picked = selectVariants(study, {"onebit-ef", "dense"});
+  ASSERT_EQ(picked.size(), 2u);
+  EXPECT_EQ(picked[0].variant(), "onebit-ef");
+  EXPECT_EQ(selectVariants(study, {}).size(), 5u);
+  try {
+    selectVariants(study, {"nope"});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--variant 'nope': no such variant in quickstart.textproto (variants: dense, "
+                                         "fp16, topk-1pct-ef, onebit-ef, powersgd-r2)"),
+              std::string::npos)
+        << e.what();
+  }
+
+  overrideWorkers(picked, 2);
+  EXPECT_EQ(picked[0].workers(), 2);
+  EXPECT_THROW(overrideWorkers(picked, 0), InvalidArgument);
+
+  Study linked = load(kMinimal + "workers: 4\nlink { overrides { src: 3 dst: 0 bandwidth: \"1Gbps\" } }\n");
+  EXPECT_THROW(overrideWorkers(linked.experiments, 2), ConfigError);
+}
+
+TEST(ConfigCodec, OptionsAndParams) {
+  Experiment e = parseConfigText(
+      "error_feedback: true\nmomentum_correction { factor: 0.9 nesterov: true }\n"
+      "compressor { name: \"topk\" params { key: \"z\" value: \"1\" } params { key: \"a\" value: \"2\" } }\n",
+      "x");
+  applyDefaults(e);
+  CodecOptions o = codecOptions(e);
+  EXPECT_TRUE(o.error_feedback);
+  EXPECT_DOUBLE_EQ(o.momentum_correction, 0.9);
+  EXPECT_TRUE(o.momentum_masking);
+  EXPECT_TRUE(o.momentum_nesterov);
+  Params p = pluginParams(e.compressor());
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].first, "a");
+}
+
+}  // namespace
+}  // namespace terse::experiments
