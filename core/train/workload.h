@@ -1,0 +1,95 @@
+// The Workload interface: what the trainer sees of a model and its data. core knows nothing about MLPs or
+// Fashion-MNIST (DESIGN.md 1): it sees named f32 parameter tensors in layer order, each with a gradient buffer of the
+// same shape, and a forwardBackward that reports each layer's gradients as soon as they are final -- last layer
+// first -- so the communication thread can start on layer L while backward still runs for layers L-1..0
+// (DESIGN.md 2). Implementations live in experiments/workloads.
+//
+// Threading contract: one Workload instance per worker thread, used only from that thread. Calls never overlap:
+// forwardBackward, evaluate and reads/writes of parameter values happen one at a time. evaluate may be called
+// between steps; it reads the current values and leaves gradients alone. The layer-ready callback runs on the
+// worker's thread inside forwardBackward. Once a layer is reported, forwardBackward neither reads nor writes that
+// layer's values or grads again during the call, so the callback (or a thread it hands the layer to) may read the
+// grads and update the values in place right away -- the optimizer can apply layer L while backward still runs for
+// layers below it. Tensors of layers not yet reported must not be touched until they are reported or the call
+// returns. Instances may share read-only data (the data set) between threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace terse::train {
+
+// One named parameter tensor. Storage is host f32, contiguous, row-major in `shape`.
+struct ParamTensor {
+  std::string name;            // unique within the workload, e.g. "fc1.weight"
+  std::vector<int64_t> shape;  // row-major dimensions
+  int layer = 0;               // index in forward order, 0 = first layer
+  std::vector<float> value;    // the optimizer updates these in place
+  std::vector<float> grad;     // same size as value; overwritten by every forwardBackward
+
+  std::size_t numel() const { return value.size(); }
+};
+
+struct EvalResult {
+  double loss = 0.0;         // mean loss over the evaluated examples
+  double accuracy = 0.0;     // fraction correct for classifiers; workloads that are not classifiers say what it is
+  int64_t num_examples = 0;  // how many held-out examples were evaluated
+};
+
+// Called once per layer, in reverse layer order (numLayers()-1 first, 0 last), when every gradient of that layer is
+// final. `tensors` are indices into params() of that layer's tensors; across one forwardBackward every tensor index
+// appears exactly once. The span is valid only during the call.
+using LayerReadyFn = std::function<void(int layer, std::span<const std::size_t> tensors)>;
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+
+  // The workload's registered name ("mlp", "cnn", ...).
+  virtual std::string_view name() const = 0;
+
+  // Examples in the training set; batches passed to forwardBackward index into [0, numTrainExamples()).
+  virtual int64_t numTrainExamples() const = 0;
+
+  // Runs forward and backward over the given training examples, overwrites every grad buffer with the gradient of
+  // the mean loss over the batch, calls on_layer_ready (may be empty) per layer as described above, and returns the
+  // mean loss. Throws InvalidArgument for an empty batch or an index out of range. Buffers grow to the largest
+  // batch seen and are reused afterwards, so steady-state steps do not allocate.
+  virtual double forwardBackward(std::span<const int64_t> batch, const LayerReadyFn& on_layer_ready) = 0;
+
+  // Loss and accuracy on the held-out set with the current values; max_examples > 0 evaluates only the first
+  // max_examples of it (cheap progress points), 0 evaluates all of it.
+  virtual EvalResult evaluate(int64_t max_examples = 0) = 0;
+
+  // Parameter tensors in layer order (layer indices non-decreasing). The vector and each tensor's buffers keep
+  // their addresses for the lifetime of the workload.
+  std::span<ParamTensor> params() { return params_; }
+  std::span<const ParamTensor> params() const { return params_; }
+  int numLayers() const { return static_cast<int>(layer_tensors_.size()); }
+  // Indices into params() of one layer's tensors.
+  std::span<const std::size_t> layerTensors(int layer) const;
+  // Sum of numel over all tensors.
+  std::size_t numParameters() const;
+
+ protected:
+  Workload() = default;
+
+  // Registers a zero-filled tensor; layers must be added in non-decreasing order starting at 0 without gaps.
+  // Returns its index in params(). Call only from the constructor: later calls would move the tensors.
+  std::size_t addParam(std::string name, std::vector<int64_t> shape, int layer);
+  // Calls on_layer_ready for one layer (no-op for an empty callback).
+  void reportLayer(const LayerReadyFn& on_layer_ready, int layer) const;
+
+ private:
+  std::vector<ParamTensor> params_;
+  std::vector<std::vector<std::size_t>> layer_tensors_;
+};
+
+}  // namespace terse::train

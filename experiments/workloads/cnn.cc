@@ -1,0 +1,250 @@
+#include "experiments/workloads/cnn.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/common/error.h"
+#include "core/train/seeded_rng.h"
+#include "experiments/workloads/nn_ops.h"
+
+namespace terse::workloads {
+namespace {
+
+constexpr std::size_t kConv1W = 0, kConv1B = 1, kConv2W = 2, kConv2B = 3, kFcW = 4, kFcB = 5;
+
+std::size_t sz(int64_t v) {
+  return static_cast<std::size_t>(v);
+}
+
+// Unfolds src [c x h x w] into dst [(c*k*k) x (ho*wo)] for a valid k x k convolution, so the convolution is one GEMM.
+void im2col(const float* src, int64_t c, int64_t h, int64_t w, int64_t k, float* dst) {
+  const int64_t ho = h - k + 1, wo = w - k + 1;
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t ki = 0; ki < k; ++ki)
+      for (int64_t kj = 0; kj < k; ++kj) {
+        float* row = dst + ((ch * k + ki) * k + kj) * ho * wo;
+        for (int64_t oi = 0; oi < ho; ++oi) {
+          const float* in = src + (ch * h + oi + ki) * w + kj;
+          std::copy(in, in + wo, row + oi * wo);
+        }
+      }
+}
+
+// The adjoint of im2col: accumulates dcol back onto dsrc (which the caller zeroes).
+void col2im(const float* dcol, int64_t c, int64_t h, int64_t w, int64_t k, float* dsrc) {
+  const int64_t ho = h - k + 1, wo = w - k + 1;
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t ki = 0; ki < k; ++ki)
+      for (int64_t kj = 0; kj < k; ++kj) {
+        const float* row = dcol + ((ch * k + ki) * k + kj) * ho * wo;
+        for (int64_t oi = 0; oi < ho; ++oi) {
+          float* out = dsrc + (ch * h + oi + ki) * w + kj;
+          for (int64_t oj = 0; oj < wo; ++oj) out[oj] += row[oi * wo + oj];
+        }
+      }
+}
+
+// dst [c x (h*w)] = W [c x ckk] * col [ckk x (h*w)] + b, then ReLU.
+void convForward(const float* weight, const float* bias, const float* col, int64_t c_out, int64_t ckk, int64_t hw,
+                 float* dst) {
+  for (int64_t o = 0; o < c_out; ++o) std::fill(dst + o * hw, dst + (o + 1) * hw, bias[o]);
+  gemm(false, false, c_out, hw, ckk, 1.0f, weight, col, 1.0f, dst);
+  for (int64_t i = 0; i < c_out * hw; ++i) dst[i] = std::max(dst[i], 0.0f);
+}
+
+// 2x2 max-pool with stride 2 over src [c x h x w]; arg records the flat index of each winner within src.
+void maxPool2(const float* src, int64_t c, int64_t h, int64_t w, float* dst, int32_t* arg) {
+  const int64_t ho = h / 2, wo = w / 2;
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < ho; ++i)
+      for (int64_t j = 0; j < wo; ++j) {
+        int64_t best = (ch * h + 2 * i) * w + 2 * j;
+        for (int64_t di = 0; di < 2; ++di)
+          for (int64_t dj = 0; dj < 2; ++dj) {
+            const int64_t at = (ch * h + 2 * i + di) * w + 2 * j + dj;
+            if (src[at] > src[best]) best = at;
+          }
+        const int64_t o = (ch * ho + i) * wo + j;
+        dst[o] = src[best];
+        arg[o] = static_cast<int32_t>(best);
+      }
+}
+
+// Routes the pooled gradient to the winners and applies the ReLU mask of the pre-pool activation z (zeroes dz
+// first). A winner with z == 0 was a clamped ReLU, whose gradient is 0.
+void maxPool2Backward(const float* dpool, const int32_t* arg, int64_t pooled, const float* z, int64_t unpooled,
+                      float* dz) {
+  std::fill(dz, dz + unpooled, 0.0f);
+  for (int64_t o = 0; o < pooled; ++o)
+    if (z[arg[o]] > 0.0f) dz[arg[o]] += dpool[o];
+}
+
+}  // namespace
+
+CnnWorkload::CnnWorkload(std::shared_ptr<const DataSplit> data, uint64_t seed) : data_(std::move(data)) {
+  TERSE_CHECK(data_ != nullptr, InvalidArgument, "cnn needs a data set");
+  const Dataset& train = data_->train;
+  TERSE_CHECK(train.num_examples > 0 && train.num_classes >= 2, InvalidArgument,
+              "cnn needs a non-empty classification training set");
+  TERSE_CHECK(train.rows > 0 && train.cols > 0 && train.rows * train.cols == train.dims, InvalidArgument,
+              "cnn needs single-channel images; the data set has " << train.dims << " features of shape " << train.rows
+                                                                   << "x" << train.cols);
+  TERSE_CHECK(data_->test.rows == train.rows && data_->test.cols == train.cols, InvalidArgument,
+              "cnn: test images are " << data_->test.rows << "x" << data_->test.cols << ", training images "
+                                      << train.rows << "x" << train.cols);
+  h0_ = train.rows;
+  w0_ = train.cols;
+  h1_ = h0_ - kKernel + 1;
+  w1_ = w0_ - kKernel + 1;
+  hp1_ = h1_ / 2;
+  wp1_ = w1_ / 2;
+  h2_ = hp1_ - kKernel + 1;
+  w2_ = wp1_ - kKernel + 1;
+  hp2_ = h2_ / 2;
+  wp2_ = w2_ / 2;
+  TERSE_CHECK(h1_ > 0 && w1_ > 0 && h1_ % 2 == 0 && w1_ % 2 == 0 && h2_ > 0 && w2_ > 0 && h2_ % 2 == 0 && w2_ % 2 == 0,
+              InvalidArgument,
+              "cnn: " << h0_ << "x" << w0_ << " images do not give even-sided conv outputs for 2x2 pooling "
+                      << "(sides n with n - 4 and (n - 4) / 2 - 4 positive and even, e.g. 16 or 28)");
+  fc_in_ = kConv2Channels * hp2_ * wp2_;
+  classes_ = train.num_classes;
+
+  addParam("conv1.weight", {kConv1Channels, 1, kKernel, kKernel}, 0);
+  addParam("conv1.bias", {kConv1Channels}, 0);
+  addParam("conv2.weight", {kConv2Channels, kConv1Channels, kKernel, kKernel}, 1);
+  addParam("conv2.bias", {kConv2Channels}, 1);
+  addParam("fc.weight", {classes_, fc_in_}, 2);
+  addParam("fc.bias", {classes_}, 2);
+  TERSE_CHECK(numParameters() < kMaxParameters, InvalidArgument,
+              "cnn on " << h0_ << "x" << w0_ << " images has " << numParameters() << " parameters, over the "
+                        << kMaxParameters << " this workload is meant to stay under");
+  train::SeededRng rng1(seed, 0), rng2(seed, 1), rng3(seed, 2);
+  initHeNormal(params()[kConv1W].value, kKernel * kKernel, rng1);
+  initHeNormal(params()[kConv2W].value, kConv1Channels * kKernel * kKernel, rng2);
+  initGlorotUniform(params()[kFcW].value, fc_in_, classes_, rng3);
+}
+
+void CnnWorkload::reserve(int64_t batch) {
+  if (batch <= capacity_) return;
+  capacity_ = batch;
+  const int64_t kk = kKernel * kKernel;
+  x_.resize(sz(batch * h0_ * w0_));
+  col1_.resize(sz(batch * kk * h1_ * w1_));
+  z1_.resize(sz(batch * kConv1Channels * h1_ * w1_));
+  p1_.resize(sz(batch * kConv1Channels * hp1_ * wp1_));
+  arg1_.resize(p1_.size());
+  col2_.resize(sz(batch * kConv1Channels * kk * h2_ * w2_));
+  z2_.resize(sz(batch * kConv2Channels * h2_ * w2_));
+  p2_.resize(sz(batch * fc_in_));
+  arg2_.resize(p2_.size());
+  logits_.resize(sz(batch * classes_));
+  labels_.resize(sz(batch));
+  dlogits_.resize(logits_.size());
+  dp2_.resize(p2_.size());
+  dz2_.resize(z2_.size());
+  dcol2_.resize(sz(kConv1Channels * kk * h2_ * w2_));  // one image at a time
+  dp1_.resize(p1_.size());
+  dz1_.resize(z1_.size());
+}
+
+void CnnWorkload::forward(int64_t batch) {
+  const int64_t kk = kKernel * kKernel;
+  const int64_t hw1 = h1_ * w1_, hwp1 = hp1_ * wp1_, hw2 = h2_ * w2_;
+  const float* w1 = params()[kConv1W].value.data();
+  const float* b1 = params()[kConv1B].value.data();
+  const float* w2 = params()[kConv2W].value.data();
+  const float* b2 = params()[kConv2B].value.data();
+  for (int64_t n = 0; n < batch; ++n) {
+    float* col1 = col1_.data() + n * kk * hw1;
+    float* z1 = z1_.data() + n * kConv1Channels * hw1;
+    float* p1 = p1_.data() + n * kConv1Channels * hwp1;
+    float* col2 = col2_.data() + n * kConv1Channels * kk * hw2;
+    float* z2 = z2_.data() + n * kConv2Channels * hw2;
+    im2col(x_.data() + n * h0_ * w0_, 1, h0_, w0_, kKernel, col1);
+    convForward(w1, b1, col1, kConv1Channels, kk, hw1, z1);
+    maxPool2(z1, kConv1Channels, h1_, w1_, p1, arg1_.data() + n * kConv1Channels * hwp1);
+    im2col(p1, kConv1Channels, hp1_, wp1_, kKernel, col2);
+    convForward(w2, b2, col2, kConv2Channels, kConv1Channels * kk, hw2, z2);
+    maxPool2(z2, kConv2Channels, h2_, w2_, p2_.data() + n * fc_in_, arg2_.data() + n * fc_in_);
+  }
+  const std::vector<float>& fb = params()[kFcB].value;
+  for (int64_t n = 0; n < batch; ++n) std::copy(fb.begin(), fb.end(), logits_.data() + n * classes_);
+  gemm(false, true, batch, classes_, fc_in_, 1.0f, p2_.data(), params()[kFcW].value.data(), 1.0f, logits_.data());
+}
+
+double CnnWorkload::forwardBackward(std::span<const int64_t> batch_indices, const train::LayerReadyFn& on_layer_ready) {
+  const Dataset& train = data_->train;
+  checkBatch(batch_indices, train.num_examples);
+  const auto batch = static_cast<int64_t>(batch_indices.size());
+  reserve(batch);
+  gatherBatch(train, batch_indices, x_.data(), labels_.data());
+  forward(batch);
+  int64_t correct = 0;
+  const double loss = softmaxCrossEntropy(logits_.data(), labels_.data(), batch, classes_,
+                                          1.0f / static_cast<float>(batch), dlogits_.data(), &correct);
+
+  const int64_t kk = kKernel * kKernel;
+  const int64_t hw1 = h1_ * w1_, hwp1 = hp1_ * wp1_, hw2 = h2_ * w2_;
+  auto p = params();
+
+  // Layer 2, fc: dW = dlogits^T p2, db = column sums; then the gradient w.r.t. its input.
+  gemm(true, false, classes_, fc_in_, batch, 1.0f, dlogits_.data(), p2_.data(), 0.0f, p[kFcW].grad.data());
+  std::fill(p[kFcB].grad.begin(), p[kFcB].grad.end(), 0.0f);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t c = 0; c < classes_; ++c) p[kFcB].grad[sz(c)] += dlogits_[sz(n * classes_ + c)];
+  // Every read of a layer's values happens before its report: afterwards the caller may update them in place.
+  gemm(false, false, batch, fc_in_, classes_, 1.0f, dlogits_.data(), p[kFcW].value.data(), 0.0f, dp2_.data());
+  reportLayer(on_layer_ready, 2);
+
+  // Layer 1, conv2: per image, dW += dz2 col2^T and db += row sums of dz2; and the gradient w.r.t. its input
+  // (dcol = W2^T dz2, col2im), which reads W2 and so comes before the report.
+  std::fill(p[kConv2B].grad.begin(), p[kConv2B].grad.end(), 0.0f);
+  for (int64_t n = 0; n < batch; ++n) {
+    float* dz2 = dz2_.data() + n * kConv2Channels * hw2;
+    maxPool2Backward(dp2_.data() + n * fc_in_, arg2_.data() + n * fc_in_, fc_in_, z2_.data() + n * kConv2Channels * hw2,
+                     kConv2Channels * hw2, dz2);
+    gemm(false, true, kConv2Channels, kConv1Channels * kk, hw2, 1.0f, dz2, col2_.data() + n * kConv1Channels * kk * hw2,
+         n == 0 ? 0.0f : 1.0f, p[kConv2W].grad.data());
+    for (int64_t c = 0; c < kConv2Channels; ++c)
+      for (int64_t i = 0; i < hw2; ++i) p[kConv2B].grad[sz(c)] += dz2[c * hw2 + i];
+    float* dp1 = dp1_.data() + n * kConv1Channels * hwp1;
+    gemm(true, false, kConv1Channels * kk, hw2, kConv2Channels, 1.0f, p[kConv2W].value.data(), dz2, 0.0f,
+         dcol2_.data());
+    std::fill(dp1, dp1 + kConv1Channels * hwp1, 0.0f);
+    col2im(dcol2_.data(), kConv1Channels, hp1_, wp1_, kKernel, dp1);
+  }
+  reportLayer(on_layer_ready, 1);
+
+  // Layer 0, conv1: through pool 1 and the ReLU, then the same sums.
+  std::fill(p[kConv1B].grad.begin(), p[kConv1B].grad.end(), 0.0f);
+  for (int64_t n = 0; n < batch; ++n) {
+    float* dz1 = dz1_.data() + n * kConv1Channels * hw1;
+    maxPool2Backward(dp1_.data() + n * kConv1Channels * hwp1, arg1_.data() + n * kConv1Channels * hwp1,
+                     kConv1Channels * hwp1, z1_.data() + n * kConv1Channels * hw1, kConv1Channels * hw1, dz1);
+    gemm(false, true, kConv1Channels, kk, hw1, 1.0f, dz1, col1_.data() + n * kk * hw1, n == 0 ? 0.0f : 1.0f,
+         p[kConv1W].grad.data());
+    for (int64_t c = 0; c < kConv1Channels; ++c)
+      for (int64_t i = 0; i < hw1; ++i) p[kConv1B].grad[sz(c)] += dz1[c * hw1 + i];
+  }
+  reportLayer(on_layer_ready, 0);
+  return loss / static_cast<double>(batch);
+}
+
+train::EvalResult CnnWorkload::evaluate(int64_t max_examples) {
+  const Dataset& test = data_->test;
+  const int64_t n = max_examples > 0 ? std::min(max_examples, test.num_examples) : test.num_examples;
+  constexpr int64_t kChunk = 256;  // bounds the activation buffers evaluation needs
+  reserve(std::min(n, kChunk));
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t rows = std::min(kChunk, n - start);
+    std::copy(test.example(start), test.example(start + rows), x_.data());
+    forward(rows);
+    loss += softmaxCrossEntropy(logits_.data(), test.labels.data() + start, rows, classes_, 0.0f, nullptr, &correct);
+  }
+  if (n == 0) return {};
+  return {loss / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n), n};
+}
+
+}  // namespace terse::workloads

@@ -1,0 +1,37 @@
+// The workload factory: one name per model, built against core's Workload interface. The runner loads a data set
+// once (loadFashionMnist), shares it read-only, and calls makeWorkload once per worker thread.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/train/workload.h"
+#include "experiments/workloads/dataset.h"
+
+namespace terse::workloads {
+
+struct WorkloadOptions {
+  uint64_t seed = 1;  // parameter init (and, for linear_regression, the synthetic data); same seed, same weights
+  std::vector<int64_t> hidden = {256, 128};  // mlp hidden layer sizes
+  // linear_regression (synthetic, ignores `data`).
+  int64_t dims = 10;
+  double noise = 0.1;
+  int64_t num_train = 10000;
+  int64_t num_test = 2000;
+  // OpenBLAS threads for the whole process (OpenBLAS has no per-thread setting). 1 keeps one BLAS thread per worker
+  // thread; 0 leaves OpenBLAS as it is.
+  int blas_threads = 1;
+};
+
+// "linear_regression", "softmax", "mlp", "cnn".
+std::vector<std::string_view> workloadNames();
+// Whether the workload trains on `data` (all but linear_regression).
+bool workloadNeedsData(std::string_view name);
+
+// Builds a workload. Throws InvalidArgument for an unknown name (listing the known ones), a missing data set where
+// one is needed, or options the model rejects.
+std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const WorkloadOptions& options,
+                                              std::shared_ptr<const DataSplit> data);
+
+}  // namespace terse::workloads
