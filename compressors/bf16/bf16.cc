@@ -18,7 +18,6 @@
 #include "bf16_math.h"
 #include "terse/sdk.hpp"
 
-
 namespace {
 
 namespace sdk = terse::sdk;

@@ -18,7 +18,6 @@
 #include "fp16_math.h"
 #include "terse/sdk.hpp"
 
-
 namespace {
 
 namespace sdk = terse::sdk;

@@ -39,7 +39,6 @@
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 
-
 namespace {
 
 namespace sdk = terse::sdk;

@@ -37,7 +37,6 @@
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/philox.hpp"
 
-
 namespace {
 
 namespace sdk = terse::sdk;

@@ -44,7 +44,6 @@
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 
-
 namespace {
 
 namespace sdk = terse::sdk;

@@ -32,7 +32,6 @@
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/philox.hpp"
 
-
 namespace {
 
 namespace sdk = terse::sdk;
