@@ -24,5 +24,6 @@ struct Command {
 
 int pluginsCommand(const std::vector<std::string>& args);  // plugins_command.cc
 int benchCommand(const std::vector<std::string>& args);    // bench_command.cc
+int runCommand(const std::vector<std::string>& args);      // run_command.cc
 
 }  // namespace terse::cli

@@ -17,7 +17,8 @@ namespace {
 constexpr std::array kCommands{
     Command{"plugins", "list and inspect compressor and scheduler plugins", &pluginsCommand},
     Command{"bench", "communication benchmarks: links, allreduce, allgather", &benchCommand},
-    // Later: run (an experiment config), compare (result folders).
+    Command{"run", "run a study (an experiment config; default: the quickstart)", &runCommand},
+    // Later: compare (result folders).
 };
 
 std::string versionList(const std::vector<uint32_t>& versions) {

@@ -1,0 +1,100 @@
+#include "core/train/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/common/error.h"
+
+namespace terse::train {
+
+void validateLrSchedule(const LrScheduleOptions& o) {
+  TERSE_CHECK(std::isfinite(o.lr) && o.lr > 0, InvalidArgument, "lr must be > 0, got " << o.lr);
+  TERSE_CHECK(o.warmup_steps >= 0, InvalidArgument, "warmup_steps must be >= 0, got " << o.warmup_steps);
+  TERSE_CHECK(o.world_size >= 1, InvalidArgument, "world_size must be >= 1, got " << o.world_size);
+  TERSE_CHECK(o.steps_per_epoch >= 1, InvalidArgument, "steps_per_epoch must be >= 1, got " << o.steps_per_epoch);
+  TERSE_CHECK(o.total_steps >= 1, InvalidArgument, "total_steps must be >= 1, got " << o.total_steps);
+  if (o.schedule == LrSchedule::kStep) {
+    TERSE_CHECK(o.gamma > 0 && o.gamma <= 1, InvalidArgument, "gamma must be in (0, 1], got " << o.gamma);
+    int64_t prev = 0;
+    for (int64_t m : o.milestones) {
+      TERSE_CHECK(m > prev, InvalidArgument,
+                  "milestones must be strictly increasing epochs >= 1, got " << m << " after " << prev);
+      prev = m;
+    }
+  }
+}
+
+double learningRate(const LrScheduleOptions& o, int64_t step) {
+  const double base = o.lr * (o.scale_by_world_size ? o.world_size : 1);
+  const int64_t w = o.warmup_steps;
+  const double warm = (w > 0 && step < w) ? static_cast<double>(step + 1) / static_cast<double>(w) : 1.0;
+  switch (o.schedule) {
+    case LrSchedule::kConstant:
+      return base * warm;
+    case LrSchedule::kStep: {
+      const int64_t epoch = step / o.steps_per_epoch;
+      double lr = base * warm;
+      for (int64_t m : o.milestones) {
+        if (epoch >= m) lr *= o.gamma;
+      }
+      return lr;
+    }
+    case LrSchedule::kCosine: {
+      if (step < w) return base * warm;
+      const int64_t span = o.total_steps - w;
+      if (span <= 0) return base;
+      const double progress = std::min(1.0, static_cast<double>(step - w) / static_cast<double>(span));
+      return base * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+    }
+  }
+  return base * warm;
+}
+
+SgdOptimizer::SgdOptimizer(std::span<const ParamTensor> params, const SgdOptions& options) : options_(options) {
+  TERSE_CHECK(options.momentum >= 0 && options.momentum < 1, InvalidArgument,
+              "momentum must be in [0, 1), got " << options.momentum);
+  TERSE_CHECK(!options.nesterov || options.momentum > 0, InvalidArgument, "nesterov needs momentum > 0");
+  TERSE_CHECK(options.weight_decay >= 0, InvalidArgument, "weight_decay must be >= 0, got " << options.weight_decay);
+  if (options.momentum > 0) {
+    momentum_.reserve(params.size());
+    for (const auto& p : params) momentum_.emplace_back(p.numel(), 0.0f);
+  }
+}
+
+void SgdOptimizer::update(std::size_t index, ParamTensor& tensor, double lr) {
+  const std::size_t n = tensor.numel();
+  TERSE_CHECK(tensor.grad.size() == n, InvalidArgument,
+              "tensor '" << tensor.name << "': grad has " << tensor.grad.size() << " elements, value " << n);
+  float* w = tensor.value.data();
+  const float* grad = tensor.grad.data();
+  const auto step = static_cast<float>(lr);
+  const auto wd = static_cast<float>(options_.weight_decay);
+  if (momentum_.empty()) {
+    for (std::size_t i = 0; i < n; ++i) w[i] -= step * (grad[i] + wd * w[i]);
+    return;
+  }
+  TERSE_CHECK(
+      index < momentum_.size() && momentum_[index].size() == n, InvalidArgument,
+      "tensor " << index << " ('" << tensor.name << "', " << n << " elements) is not one the optimizer was built for");
+  float* b = momentum_[index].data();
+  const auto mu = static_cast<float>(options_.momentum);
+  if (options_.nesterov) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float g = grad[i] + wd * w[i];
+      b[i] = mu * b[i] + g;
+      w[i] -= step * (g + mu * b[i]);
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float g = grad[i] + wd * w[i];
+      b[i] = mu * b[i] + g;
+      w[i] -= step * b[i];
+    }
+  }
+}
+
+void SgdOptimizer::updateAll(std::span<ParamTensor> params, double lr) {
+  for (std::size_t i = 0; i < params.size(); ++i) update(i, params[i], lr);
+}
+
+}  // namespace terse::train

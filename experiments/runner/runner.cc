@@ -1,0 +1,456 @@
+#include "experiments/runner/runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
+#include "core/comm/transport.h"
+#include "core/common/error.h"
+#include "core/compress/make_codec.h"
+#include "core/compress/pipeline.h"
+#include "core/plugin/loader.h"
+#include "core/train/sync_trainer.h"
+#include "experiments/workloads/fashion_mnist.h"
+#include "experiments/workloads/workloads.h"
+#include "results/result_writer.h"
+
+namespace terse::runner {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using experiments::Experiment;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string megabytes(uint64_t bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / 1e6 << " MB";
+  return s.str();
+}
+
+std::string clock(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  std::ostringstream o;
+  if (s >= 3600)
+    o << s / 3600 << ':' << std::setw(2) << std::setfill('0') << (s / 60) % 60;
+  else
+    o << s / 60;
+  o << ':' << std::setw(2) << std::setfill('0') << s % 60;
+  return o.str();
+}
+
+train::LrSchedule schedule(experiments::Optimizer::Schedule s) {
+  switch (s) {
+    case experiments::Optimizer::STEP:
+      return train::LrSchedule::kStep;
+    case experiments::Optimizer::COSINE:
+      return train::LrSchedule::kCosine;
+    default:
+      return train::LrSchedule::kConstant;
+  }
+}
+
+train::SyncTrainerOptions trainerOptions(const Experiment& e) {
+  train::SyncTrainerOptions o;
+  o.batch_size = e.data().batch_size();
+  o.epochs = e.epochs();
+  o.seed = e.seed();
+  const auto& opt = e.optimizer();
+  o.sgd.momentum = opt.momentum();
+  o.sgd.nesterov = opt.nesterov();
+  o.sgd.weight_decay = opt.weight_decay();
+  o.lr.lr = opt.lr();
+  o.lr.schedule = schedule(opt.schedule());
+  o.lr.warmup_steps = opt.warmup_steps();
+  o.lr.milestones.assign(opt.milestones().begin(), opt.milestones().end());
+  o.lr.gamma = opt.gamma();
+  o.lr.scale_by_world_size = opt.scale_lr_by_world_size();
+  o.warmup_epochs = opt.warmup_epochs();
+  return o;
+}
+
+TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world) {
+  TensorInfo info;
+  info.dtype = DType::kF32;
+  info.numel = p.numel();
+  // Compressors see at most 4 dimensions (the ABI's shape); more are folded into the last, which keeps a matrix view
+  // (rows = first dimension) for PowerSGD.
+  const std::size_t nd = std::min<std::size_t>(p.shape.size(), info.shape.size());
+  info.ndim = static_cast<int>(nd);
+  for (std::size_t d = 0; d < p.shape.size(); ++d) {
+    if (d < nd)
+      info.shape[d] = p.shape[d];
+    else
+      info.shape[nd - 1] *= p.shape[d];
+  }
+  info.tensor_id = id;
+  info.rank = rank;
+  info.world_size = world;
+  return info;
+}
+
+std::string shortWhat(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+bool isCommError(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const comm::CommError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// What a rank publishes at an evaluation point.
+struct EvalSlot {
+  uint64_t wire_bytes = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;
+  train::TrainerTotals totals;
+};
+
+// The state the worker threads share. mutex guards everything below it.
+struct Shared {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::vector<EvalSlot>> slots;  // [rank][eval index]
+  bool aborted = false;
+  std::exception_ptr error;  // the root cause: a CommError is replaced by the error that caused it when it arrives
+  int error_rank = -1;
+};
+
+// The progress display, driven from rank 0's thread only.
+class Progress {
+ public:
+  Progress(ProgressMode mode, std::ostream& out, std::string variant, int64_t epochs, int64_t total_steps,
+           int64_t steps_per_epoch)
+      : mode_(mode),
+        out_(out),
+        variant_(std::move(variant)),
+        epochs_(epochs),
+        total_(total_steps),
+        per_epoch_(steps_per_epoch) {
+    if (mode_ == ProgressMode::kAuto)
+      mode_ = ::isatty(::fileno(stderr)) ? ProgressMode::kTerminal : ProgressMode::kLines;
+  }
+  ~Progress() { finish(); }
+
+  void update(int64_t steps_done, double accuracy, uint64_t wire, double elapsed, bool eval_point) {
+    if (mode_ == ProgressMode::kOff) return;
+    if (mode_ == ProgressMode::kLines && !eval_point) return;
+    // A terminal repaint at most 10 times a second: the line is for a human, not a log.
+    if (mode_ == ProgressMode::kTerminal && !eval_point && steps_done != total_ && elapsed - last_ < 0.1) return;
+    last_ = elapsed;
+    std::ostringstream line;
+    const int64_t epoch = std::min(epochs_, steps_done / per_epoch_ + (steps_done % per_epoch_ != 0 ? 1 : 0));
+    line << '[' << variant_ << "] epoch " << std::max<int64_t>(epoch, 1) << '/' << epochs_ << " step " << steps_done
+         << '/' << total_ << " acc ";
+    if (accuracy >= 0)
+      line << std::fixed << std::setprecision(3) << accuracy;
+    else
+      line << '-';
+    const double eta =
+        steps_done > 0 ? elapsed / static_cast<double>(steps_done) * static_cast<double>(total_ - steps_done) : 0;
+    line << " wire " << megabytes(wire) << " eta " << clock(eta);
+    if (mode_ == ProgressMode::kTerminal) {
+      std::string s = line.str();
+      const std::size_t width = s.size();
+      if (s.size() < width_) s.append(width_ - s.size(), ' ');
+      width_ = width;
+      out_ << '\r' << s << std::flush;
+      painted_ = true;
+    } else {
+      out_ << line.str() << '\n' << std::flush;
+    }
+  }
+  void finish() {
+    if (painted_) out_ << '\n' << std::flush;
+    painted_ = false;
+  }
+
+ private:
+  ProgressMode mode_;
+  std::ostream& out_;
+  std::string variant_;
+  int64_t epochs_;
+  int64_t total_;
+  int64_t per_epoch_;
+  double last_ = -1;
+  std::size_t width_ = 0;
+  bool painted_ = false;
+};
+
+}  // namespace
+
+experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader) {
+  experiments::ConfigOptions o;
+  for (auto name : workloads::workloadNames()) o.workloads.emplace_back(name);
+  o.loader = loader;
+  return o;
+}
+
+Runner::Runner(RunnerOptions options) : options_(std::move(options)) {
+  TERSE_CHECK(options_.loader != nullptr, InvalidArgument, "Runner needs a plugin loader");
+}
+
+std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e) {
+  if (!workloads::workloadNeedsData(e.workload().name())) return nullptr;
+  const std::string key = e.data().dataset_dir() + '\n' + std::to_string(e.data().train_subset()) + '\n' +
+                          std::to_string(e.data().test_subset());
+  auto& slot = data_cache_[key];
+  if (!slot) {
+    workloads::FashionMnistOptions o;
+    o.dir = e.data().dataset_dir();
+    o.max_train = e.data().train_subset();
+    o.max_test = e.data().test_subset();
+    slot = std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(o));
+  }
+  return slot;
+}
+
+RunSummary Runner::run(const Experiment& e) {
+  TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
+              "the runner implements mode SYNC on transport INPROC only");
+  const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
+  results::ResultWriter writer(root, e.study(), e.variant());
+  RunSummary summary;
+  summary.study = e.study();
+  summary.variant = e.variant();
+  summary.dir = writer.dir();
+  try {
+    writer.writeConfig(experiments::toText(e));
+    const auto start_time = results::isoTimeUtc();
+    const int world = e.workers();
+
+    // ---- Setup: data, replicas, compressor instances, transports, pipelines, trainers.
+    auto data = dataFor(e);
+    workloads::WorkloadOptions wo;
+    wo.seed = e.seed();
+    if (e.workload().hidden_sizes_size() > 0)
+      wo.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
+    if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
+    if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
+    std::vector<std::unique_ptr<train::Workload>> models;
+    for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+    const uint64_t init_checksum = train::parameterChecksum(models[0]->params());
+    for (int r = 1; r < world; ++r) {
+      TERSE_CHECK(train::parameterChecksum(models[r]->params()) == init_checksum, InternalError,
+                  "replica " << r << " of workload '" << e.workload().name()
+                             << "' starts with different parameters than replica 0 (same seed " << e.seed() << ")");
+    }
+
+    auto plugin = options_.loader->loadCompressor(e.compressor().name());
+    const Params params = experiments::pluginParams(e.compressor());
+    const CodecOptions codec_options = experiments::codecOptions(e);
+
+    comm::InprocOptions io;
+    io.emulation = experiments::emulationConfig(e);
+    auto transports = comm::makeInprocTransports(world, io);
+    std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
+    for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t)));
+
+    std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
+    std::shared_ptr<Compressor> first_instance;
+    for (int r = 0; r < world; ++r) {
+      // One instance per rank, as separate processes would have: no plugin state is shared between ranks.
+      std::shared_ptr<Compressor> instance = plugin->instantiate(params);
+      if (!first_instance) first_instance = instance;
+      std::vector<std::unique_ptr<CompressionPipeline>> pipelines;
+      const auto ps = models[r]->params();
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        auto codec = makeCodec(instance, tensorInfo(ps[i], i, r, world), e.seed(), codec_options);
+        pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comms[r]));
+      }
+      trainers.push_back(
+          std::make_unique<train::SyncTrainer>(*models[r], *comms[r], std::move(pipelines), trainerOptions(e)));
+    }
+
+    results::Provenance prov;
+    prov.git_commit = results::gitCommit();
+    prov.host = results::hostName();
+    prov.start_time = start_time;
+    prov.terse_version = options_.terse_version;
+    prov.transport = "inproc";
+    prov.mode = "sync";
+    prov.world_size = world;
+    const auto& link = e.link();
+    prov.link = {{"bandwidth", link.bandwidth()},
+                 {"latency", link.latency()},
+                 {"nic", link.nic()},
+                 {"nic_ingress", link.nic_ingress()},
+                 {"emulation", io.emulation.enabled() ? "on" : "off"}};
+    for (const auto& o : link.overrides()) {
+      prov.link.emplace_back("override " + std::to_string(o.src()) + "->" + std::to_string(o.dst()),
+                             o.bandwidth() + " " + o.latency());
+    }
+    prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
+    writer.writeProvenance(prov);
+
+    // ---- The run.
+    const train::SyncTrainer& t0 = *trainers[0];
+    const int64_t total = t0.totalSteps();
+    const int64_t per_epoch = t0.stepsPerEpoch();
+    const int64_t every = e.eval().every_steps();
+    const bool per_epoch_eval = e.eval().per_epoch();
+    auto isEvalPoint = [&](int64_t done) {
+      return (every > 0 && done % every == 0) || (per_epoch_eval && done % per_epoch == 0) || done == total;
+    };
+
+    Shared shared;
+    shared.slots.resize(static_cast<std::size_t>(world));
+    Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
+                      e.epochs(), total, per_epoch);
+    const auto run_start = Clock::now();
+
+    auto fail = [&](int rank, std::exception_ptr err) {
+      {
+        std::lock_guard lock(shared.mutex);
+        if (!shared.error || (isCommError(shared.error) && !isCommError(err))) {
+          shared.error = err;
+          shared.error_rank = rank;
+        }
+        shared.aborted = true;
+      }
+      shared.cv.notify_all();
+      comms[static_cast<std::size_t>(rank)]->abort("rank " + std::to_string(rank) + " failed: " + shortWhat(err));
+    };
+
+    auto worker = [&](int rank) {
+      try {
+        train::SyncTrainer& trainer = *trainers[static_cast<std::size_t>(rank)];
+        train::Workload& model = *models[static_cast<std::size_t>(rank)];
+        std::size_t eval_index = 0;
+        double loss_since = 0;
+        int64_t steps_since = 0;
+        while (!trainer.finished()) {
+          const train::StepRecord rec = trainer.step();
+          const int64_t done = rec.step + 1;
+          loss_since += rec.loss;
+          ++steps_since;
+          if (!isEvalPoint(done)) {
+            if (rank == 0)
+              progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
+                              comms[0]->traffic().sent.total().bytes, since(run_start), false);
+            continue;
+          }
+          EvalSlot mine{comms[static_cast<std::size_t>(rank)]->traffic().sent.total().bytes, trainer.payloadBytes(),
+                        trainer.checksum(), trainer.totals()};
+          {
+            std::lock_guard lock(shared.mutex);
+            shared.slots[static_cast<std::size_t>(rank)].push_back(mine);
+          }
+          shared.cv.notify_all();
+          if (rank != 0) continue;
+
+          std::vector<EvalSlot> all;
+          {
+            std::unique_lock lock(shared.mutex);
+            shared.cv.wait(lock, [&] {
+              if (shared.aborted) return true;
+              for (const auto& s : shared.slots)
+                if (s.size() <= eval_index) return false;
+              return true;
+            });
+            if (shared.aborted) return;  // the failing rank reported; this rank's trainer is stopped by the abort
+            for (const auto& s : shared.slots) all.push_back(s[eval_index]);
+          }
+          ++eval_index;
+          for (int r = 1; r < world; ++r) {
+            TERSE_CHECK(all[static_cast<std::size_t>(r)].checksum == all[0].checksum, InternalError,
+                        "replicas diverged: after step "
+                            << done << " rank " << r << "'s parameters differ from rank 0's"
+                            << " (checksums " << all[static_cast<std::size_t>(r)].checksum << " vs " << all[0].checksum
+                            << ")");
+          }
+          const train::EvalResult ev = model.evaluate(0);
+          results::MetricsRecord m;
+          m.step = done;
+          m.epoch = done / per_epoch;
+          m.epoch_progress = static_cast<double>(done) / static_cast<double>(per_epoch);
+          m.test_accuracy = ev.accuracy;
+          m.test_loss = ev.loss;
+          m.test_examples = ev.num_examples;
+          m.train_loss = loss_since / static_cast<double>(std::max<int64_t>(1, steps_since));
+          m.lr = rec.lr;
+          train::StepTimes sum;
+          uint64_t wire = 0, payload = 0;
+          for (const auto& s : all) {
+            wire += s.wire_bytes;
+            payload += s.payload_bytes;
+            sum.compute_s += s.totals.times.compute_s;
+            sum.compress_s += s.totals.times.compress_s;
+            sum.comm_s += s.totals.times.comm_s;
+            sum.exposed_comm_s += s.totals.times.exposed_comm_s;
+            sum.step_s += s.totals.times.step_s;
+          }
+          const auto w = static_cast<uint64_t>(world);
+          const double n = static_cast<double>(done) * world;
+          m.wire_bytes_per_worker = wire / w;
+          m.payload_bytes_per_worker = payload / w;
+          m.wall_s = since(run_start);
+          m.compute_s_per_step = sum.compute_s / n;
+          m.compress_s_per_step = sum.compress_s / n;
+          m.comm_s_per_step = sum.comm_s / n;
+          m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
+          m.step_s_per_step = sum.step_s / n;
+          writer.append(m);
+          loss_since = 0;
+          steps_since = 0;
+          summary.records = writer.records();
+          summary.steps = done;
+          summary.final_accuracy = ev.accuracy;
+          summary.final_test_loss = ev.loss;
+          summary.best_accuracy = std::max(summary.best_accuracy, ev.accuracy);
+          summary.wire_bytes_per_worker = m.wire_bytes_per_worker;
+          summary.payload_bytes_per_worker = m.payload_bytes_per_worker;
+          summary.wall_s = m.wall_s;
+          progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
+        }
+      } catch (...) {
+        fail(rank, std::current_exception());
+      }
+    };
+
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) threads.emplace_back(worker, r);
+    for (auto& t : threads) t.join();
+    progress.finish();
+    // Trainers own communication threads that use the communicators: stop them first.
+    trainers.clear();
+    if (shared.error) {
+      std::ostringstream msg;
+      msg << "rank " << shared.error_rank << ": " << shortWhat(shared.error);
+      throw std::runtime_error(msg.str());
+    }
+    writer.markCompleted();
+    return summary;
+  } catch (const std::exception& x) {
+    writer.markFailed(x.what());
+    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
+                        writer.dir().string() + "): " + x.what(),
+                    writer.dir());
+  }
+}
+
+}  // namespace terse::runner

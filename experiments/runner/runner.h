@@ -1,0 +1,94 @@
+// The runner: one resolved Experiment (experiments/config) in, one results folder (results/result_writer.h) out.
+//
+// Sync mode on the inproc transport: the data set is loaded once and shared read-only; N workloads are built with the
+// same init seed (and checked to start bit-identical), N inproc endpoints with the config's link emulation, one
+// HostCommunicator and one CompressionPipeline per parameter tensor per rank, and one thread per rank runs a
+// SyncTrainer. At every evaluation point (every eval.every_steps steps, each epoch end when eval.per_epoch, and always
+// after the last step) every rank publishes its counters and parameter checksum; rank 0 waits for all of them,
+// checks that the replicas are still identical, evaluates on the held-out set and appends the metrics record. Ranks
+// other than 0 never wait for rank 0 here: they block in the next step's collectives until it joins, which is what
+// makes the published numbers belong to the same step.
+//
+// An error on any rank aborts the communicators (nothing hangs), marks the run failed in status.json with the
+// message, keeps the records already written, and is rethrown as RunFailed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "experiments/config/config.h"
+#include "experiments/workloads/dataset.h"
+
+namespace terse {
+class PluginLoader;
+}
+
+namespace terse::runner {
+
+enum class ProgressMode {
+  kAuto,      // kTerminal when stderr is a terminal, else kLines
+  kTerminal,  // one line updated in place with \r
+  kLines,     // a plain line per evaluation point
+  kOff,
+};
+
+struct RunnerOptions {
+  PluginLoader* loader = nullptr;  // required: resolves the compressor by name
+  // --out: results root instead of each experiment's output_dir.
+  std::optional<std::filesystem::path> output_root;
+  ProgressMode progress = ProgressMode::kAuto;
+  std::ostream* progress_out = nullptr;  // default std::cerr
+  std::string terse_version;             // written into provenance
+};
+
+struct RunSummary {
+  std::string study;
+  std::string variant;
+  std::filesystem::path dir;  // the results folder
+  int64_t steps = 0;
+  int64_t records = 0;
+  double final_accuracy = 0;
+  double best_accuracy = 0;
+  double final_test_loss = 0;
+  uint64_t wire_bytes_per_worker = 0;
+  uint64_t payload_bytes_per_worker = 0;
+  double wall_s = 0;
+};
+
+// A run that started and failed; the message says which variant and why, and where its partial results are.
+class RunFailed : public std::runtime_error {
+ public:
+  RunFailed(const std::string& message, std::filesystem::path dir)
+      : std::runtime_error(message), dir_(std::move(dir)) {}
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// The ConfigOptions the runner can serve: its workloads, sync mode, the inproc transport, and the loader.
+experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader);
+
+class Runner {
+ public:
+  explicit Runner(RunnerOptions options);
+  // Runs one resolved, validated experiment. Throws RunFailed once the results folder exists, InvalidArgument before
+  // (e.g. the folder cannot be created).
+  RunSummary run(const experiments::Experiment& experiment);
+
+ private:
+  std::shared_ptr<const workloads::DataSplit> dataFor(const experiments::Experiment& experiment);
+
+  RunnerOptions options_;
+  // Data sets by (dir, train subset, test subset): variants of one study load Fashion-MNIST once.
+  std::map<std::string, std::shared_ptr<const workloads::DataSplit>> data_cache_;
+};
+
+}  // namespace terse::runner

@@ -1,0 +1,52 @@
+// The little JSON the results folder needs: one-line objects written by a tiny escaping writer, and a reader for the
+// flat objects we write (metrics.jsonl records, status.json) so tools and tests can read results back without a JSON
+// library. Numbers are written with 17 significant digits (doubles round-trip exactly); non-finite numbers, which JSON
+// cannot spell, become null.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace terse::results {
+
+// Appends `s` as a JSON string literal (quotes included): ", \ and control characters escaped, UTF-8 passed through.
+void appendJsonString(std::string& out, std::string_view s);
+
+// Builds one JSON object; nested objects go in with raw().
+class JsonObject {
+ public:
+  JsonObject& add(std::string_view key, std::string_view value);
+  JsonObject& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
+  JsonObject& add(std::string_view key, const std::string& value) { return add(key, std::string_view(value)); }
+  JsonObject& add(std::string_view key, double value);
+  JsonObject& add(std::string_view key, int64_t value);
+  JsonObject& add(std::string_view key, uint64_t value);
+  JsonObject& add(std::string_view key, int value) { return add(key, static_cast<int64_t>(value)); }
+  JsonObject& add(std::string_view key, bool value);
+  // `json` must already be valid JSON (an object or array built elsewhere).
+  JsonObject& raw(std::string_view key, std::string_view json);
+  // "{...}" on one line.
+  std::string str() const { return body_ + "}"; }
+
+ private:
+  void key(std::string_view k);
+  std::string body_ = "{";
+};
+
+// A value of a flat object: null, bool, number or string.
+using JsonValue = std::variant<std::nullptr_t, bool, double, std::string>;
+using FlatJson = std::map<std::string, JsonValue, std::less<>>;
+
+// Parses one object whose values are scalars (no nested objects or arrays). Returns nullopt for anything else or
+// malformed text (a torn last line of a killed run's metrics.jsonl, say).
+std::optional<FlatJson> parseFlatJson(std::string_view text);
+
+// Convenience getters; nullopt when absent or of another type.
+std::optional<double> getNumber(const FlatJson& obj, std::string_view key);
+std::optional<std::string> getString(const FlatJson& obj, std::string_view key);
+
+}  // namespace terse::results

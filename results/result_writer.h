@@ -1,0 +1,124 @@
+// The results folder of one run (DESIGN.md section 7): <root>/<study>/<variant>/ holding
+//
+//   config.textproto   the resolved config the run used (the runner passes the text)
+//   provenance.json    what ran: git commit, plugins (path, version, ABI, caps), host, transport, link emulation,
+//                      world size, start time
+//   metrics.jsonl      one JSON object per evaluation point, appended and flushed per record
+//   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
+//
+// A killed run keeps every record already written (each is flushed to the OS as it is appended) and its status says
+// "running"; a failed one says "failed" with the error message. Files that are rewritten (config, provenance, status)
+// go through a temporary file and a rename, so a reader never sees half of one. No fsync: surviving a process crash is
+// the goal, not a power cut, and an fsync per record would make a fast run I/O bound.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/plugin/compressor.h"
+#include "core/plugin/plugin_info.h"
+
+namespace terse::results {
+
+inline constexpr std::string_view kConfigFile = "config.textproto";
+inline constexpr std::string_view kProvenanceFile = "provenance.json";
+inline constexpr std::string_view kMetricsFile = "metrics.jsonl";
+inline constexpr std::string_view kStatusFile = "status.json";
+
+inline constexpr std::string_view kStateRunning = "running";
+inline constexpr std::string_view kStateCompleted = "completed";
+inline constexpr std::string_view kStateFailed = "failed";
+
+// One loaded plugin as the run used it.
+struct PluginRecord {
+  PluginInfo info;
+  std::optional<CompressorCaps> caps;  // compressors: the caps for f32 with the run's parameters
+  Params params;
+};
+
+struct Provenance {
+  std::string git_commit;  // gitCommit()
+  std::string host;        // hostName()
+  std::string start_time;  // isoTimeUtc()
+  std::string terse_version;
+  std::string transport;  // "inproc", ...
+  int world_size = 1;
+  std::string mode;  // "sync", ...
+  // Link emulation as configured: bandwidth, latency, nic, nic_ingress, overrides (key, value as written).
+  std::vector<std::pair<std::string, std::string>> link;
+  std::vector<PluginRecord> plugins;
+};
+
+// One evaluation point. Bytes are per worker: the mean over ranks of what each rank's transport sent (frame headers
+// included) and of what each rank's compressor produced. Times are seconds; the *_s_per_step fields are means over the
+// steps so far and over ranks.
+struct MetricsRecord {
+  int64_t epoch = 0;          // epochs completed
+  double epoch_progress = 0;  // steps / steps per epoch: 1.5 = half way through the second epoch
+  int64_t step = 0;           // optimizer steps done
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int64_t test_examples = 0;
+  double train_loss = 0;  // rank 0's mean batch loss since the previous record
+  double lr = 0;          // the last step's learning rate
+  uint64_t wire_bytes_per_worker = 0;
+  uint64_t payload_bytes_per_worker = 0;
+  double wall_s = 0;  // since the run started (setup excluded)
+  double compute_s_per_step = 0;
+  double compress_s_per_step = 0;
+  double comm_s_per_step = 0;
+  double exposed_comm_s_per_step = 0;
+  double step_s_per_step = 0;
+};
+
+std::string metricsRecordJson(const MetricsRecord& record);
+std::string provenanceJson(const Provenance& provenance);
+
+// `git rev-parse HEAD` of the repository the running executable lives in, else of the working directory, else
+// "unknown". Runs git at run time (not at build time) so a rebuilt-but-not-reconfigured binary is not misreported.
+std::string gitCommit();
+std::string hostName();
+// Now, as 2024-05-01T12:34:56Z.
+std::string isoTimeUtc();
+
+// Writes `text` to `path` through `path`.tmp and a rename. Throws InvalidArgument naming the file and errno's text.
+void writeFileAtomic(const std::filesystem::path& path, std::string_view text);
+
+class ResultWriter {
+ public:
+  // Creates <root>/<study>/<variant>/, replaces an older run's metrics.jsonl there (records of two runs must never
+  // mix) and writes status "running". Throws InvalidArgument naming the folder when it cannot.
+  ResultWriter(const std::filesystem::path& root, std::string_view study, std::string_view variant);
+  // A writer destroyed while still "running" (an exception unwound past it) marks the run failed.
+  ~ResultWriter();
+  ResultWriter(const ResultWriter&) = delete;
+  ResultWriter& operator=(const ResultWriter&) = delete;
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  void writeConfig(std::string_view text);
+  void writeProvenance(const Provenance& provenance);
+  // Appends one line and flushes it to the OS.
+  void append(const MetricsRecord& record);
+  int64_t records() const noexcept { return records_; }
+
+  void markCompleted();
+  void markFailed(std::string_view error);
+  std::string_view state() const noexcept { return state_; }
+
+ private:
+  void writeStatus(std::string_view state, std::string_view error);
+
+  std::filesystem::path dir_;
+  std::FILE* metrics_ = nullptr;
+  int64_t records_ = 0;
+  std::string state_;
+  std::string started_;
+};
+
+}  // namespace terse::results

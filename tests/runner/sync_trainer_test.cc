@@ -1,0 +1,218 @@
+// The synchronous trainer over 1 and 3 in-process ranks (one thread per rank, Gloo's habit): the loss falls, every
+// rank ends with the same parameters, two runs with one seed are bit-identical, world size 1 with `none` is plain SGD
+// on the same batches, and communication of the last layer starts while backward still runs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
+#include "core/compress/make_codec.h"
+#include "core/plugin/loader.h"
+#include "core/train/sync_trainer.h"
+#include "experiments/workloads/workloads.h"
+
+namespace terse::train {
+namespace {
+
+PluginLoader buildTreeLoader() {
+  return PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+}
+
+std::vector<std::unique_ptr<CompressionPipeline>> makePipelines(const Workload& w, comm::Communicator& comm,
+                                                                std::shared_ptr<const Compressor> compressor,
+                                                                const CodecOptions& codec = {}) {
+  std::vector<std::unique_ptr<CompressionPipeline>> out;
+  const auto params = w.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    TensorInfo info;
+    info.numel = params[i].numel();
+    info.ndim = static_cast<int>(params[i].shape.size());
+    for (std::size_t d = 0; d < params[i].shape.size(); ++d) info.shape[d] = params[i].shape[d];
+    info.tensor_id = i;
+    info.rank = comm.rank();
+    info.world_size = comm.size();
+    out.push_back(std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, codec), comm));
+  }
+  return out;
+}
+
+std::unique_ptr<Workload> linearRegression(uint64_t seed = 3) {
+  workloads::WorkloadOptions o;
+  o.seed = seed;
+  o.dims = 8;
+  o.num_train = 600;
+  o.num_test = 100;
+  return workloads::makeWorkload("linear_regression", o, nullptr);
+}
+
+SyncTrainerOptions smallOptions() {
+  SyncTrainerOptions o;
+  o.batch_size = 16;
+  o.epochs = 2;
+  o.seed = 11;
+  o.sgd.momentum = 0.9;
+  o.sgd.nesterov = true;
+  o.sgd.weight_decay = 1e-4;
+  o.lr.lr = 0.02;
+  o.lr.warmup_steps = 5;
+  o.lr.schedule = LrSchedule::kCosine;
+  return o;
+}
+
+struct RankResult {
+  std::vector<std::vector<float>> values;
+  std::vector<double> losses;
+  uint64_t checksum = 0;
+};
+
+// One thread per rank; each builds its own workload replica, communicator, pipelines and trainer.
+std::vector<RankResult> train(int world, const std::string& compressor_name, const SyncTrainerOptions& options,
+                              const CodecOptions& codec = {}, const Params& params = {}) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor(compressor_name);
+  auto transports = comm::makeInprocTransports(world);
+  std::vector<RankResult> results(static_cast<std::size_t>(world));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
+        auto w = linearRegression();
+        SyncTrainer trainer(*w, comm, makePipelines(*w, comm, plugin->instantiate(params), codec), options);
+        auto& res = results[static_cast<std::size_t>(r)];
+        while (!trainer.finished()) res.losses.push_back(trainer.step().loss);
+        for (const auto& p : w->params()) res.values.push_back(p.value);
+        res.checksum = trainer.checksum();
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return results;
+}
+
+class SyncTrainerWorlds : public ::testing::TestWithParam<int> {};
+
+TEST_P(SyncTrainerWorlds, ConvergesWithIdenticalReplicasAndIsDeterministic) {
+  const int world = GetParam();
+  const auto a = train(world, "none", smallOptions());
+  const auto b = train(world, "none", smallOptions());
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(a[static_cast<std::size_t>(r)].values, a[0].values) << "rank " << r << " diverged from rank 0";
+    EXPECT_EQ(a[static_cast<std::size_t>(r)].checksum, a[0].checksum);
+    EXPECT_EQ(b[static_cast<std::size_t>(r)].values, a[static_cast<std::size_t>(r)].values)
+        << "rank " << r << ": a rerun with the same seed differs";
+  }
+  const auto& losses = a[0].losses;
+  ASSERT_GE(losses.size(), 10u);
+  double first = 0, last = 0;
+  for (std::size_t i = 0; i < 5; ++i) {
+    first += losses[i];
+    last += losses[losses.size() - 1 - i];
+  }
+  EXPECT_LT(last, 0.5 * first) << "the loss did not fall";
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, SyncTrainerWorlds, ::testing::Values(1, 3));
+
+TEST(SyncTrainer, CompressedRanksStayIdentical) {
+  // A lossy compressor with error feedback: the ranks still apply one and the same averaged gradient.
+  const auto a = train(3, "topk", smallOptions(), {.error_feedback = true}, {{"ratio", "0.25"}});
+  for (const auto& r : a) EXPECT_EQ(r.values, a[0].values);
+  EXPECT_LT(a[0].losses.back(), a[0].losses.front());
+}
+
+TEST(SyncTrainer, WorldOneWithNoneIsPlainSgd) {
+  const SyncTrainerOptions options = smallOptions();
+  const auto trained = train(1, "none", options);
+
+  // The same batches and the same update, without trainer, communicator or pipeline.
+  auto w = linearRegression();
+  ShardSampler sampler(w->numTrainExamples(), 0, 1, options.seed);
+  SgdOptimizer opt(w->params(), options.sgd);
+  LrScheduleOptions lr = options.lr;
+  lr.steps_per_epoch = sampler.batchesPerEpoch(options.batch_size);
+  lr.total_steps = lr.steps_per_epoch * options.epochs;
+  int64_t step = 0;
+  for (int64_t e = 0; e < options.epochs; ++e) {
+    for (const auto& batch : sampler.epochBatches(e, options.batch_size)) {
+      w->forwardBackward(batch, {});
+      opt.updateAll(w->params(), learningRate(lr, step++));
+    }
+  }
+  ASSERT_EQ(trained[0].values.size(), w->params().size());
+  for (std::size_t i = 0; i < w->params().size(); ++i) EXPECT_EQ(trained[0].values[i], w->params()[i].value);
+}
+
+// Three one-tensor layers; backward "computes" for a while after reporting each layer, so a trainer that overlaps
+// must have started the last layer's communication before forwardBackward returns.
+class SlowThreeLayers : public Workload {
+ public:
+  SlowThreeLayers() {
+    for (int l = 0; l < 3; ++l) addParam("layer" + std::to_string(l), {4, 2}, l);
+  }
+  std::string_view name() const override { return "slow_three_layers"; }
+  int64_t numTrainExamples() const override { return 64; }
+  double forwardBackward(std::span<const int64_t> batch, const LayerReadyFn& ready) override {
+    for (int l = numLayers() - 1; l >= 0; --l) {
+      for (std::size_t t : layerTensors(l)) {
+        for (std::size_t i = 0; i < params()[t].numel(); ++i)
+          params()[t].grad[i] = static_cast<float>(batch.size()) * 0.01f * static_cast<float>(i + 1);
+      }
+      reportLayer(ready, l);
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+    return 1.0;
+  }
+  EvalResult evaluate(int64_t) override { return {}; }
+};
+
+TEST(SyncTrainer, CommunicationOverlapsBackwardInReadyOrder) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor("none");
+  auto transports = comm::makeInprocTransports(2);
+  std::vector<StepRecord> records(2);
+  std::vector<std::vector<std::size_t>> orders(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
+      SlowThreeLayers w;
+      SyncTrainerOptions o;
+      o.batch_size = 8;
+      o.epochs = 1;
+      SyncTrainer trainer(w, comm, makePipelines(w, comm, plugin->instantiate({})), o);
+      records[static_cast<std::size_t>(r)] = trainer.step();
+      orders[static_cast<std::size_t>(r)] = trainer.lastIssueOrder();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(orders[static_cast<std::size_t>(r)], (std::vector<std::size_t>{2, 1, 0}));
+    // Layers 2 and 1 are handed over 40 ms before backward ends; their allreduce takes microseconds.
+    EXPECT_GE(records[static_cast<std::size_t>(r)].overlapped_tensors, 2) << "rank " << r;
+    EXPECT_LT(records[static_cast<std::size_t>(r)].times.exposed_comm_s, 0.03);
+  }
+}
+
+TEST(SyncTrainer, RejectsMismatchedPipelines) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor("none");
+  auto transports = comm::makeInprocTransports(1);
+  comm::HostCommunicator comm(std::move(transports[0]));
+  auto w = linearRegression();
+  auto pipelines = makePipelines(*w, comm, plugin->instantiate({}));
+  pipelines.pop_back();
+  EXPECT_THROW(SyncTrainer(*w, comm, std::move(pipelines), smallOptions()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace terse::train
