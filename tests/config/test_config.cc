@@ -61,16 +61,21 @@ TEST_F(ConfigTest, QuickstartLoadsAndValidates) {
   Study study = loadStudyText(quickstartConfigText(), std::string(kQuickstartSourceName), options_);
   ASSERT_EQ(study.experiments.size(), 5u);
   EXPECT_EQ(study.experiments[0].variant(), "dense");
-  EXPECT_EQ(study.experiments[2].variant(), "topk-1pct-ef");
-  EXPECT_EQ(study.experiments[2].compressor().name(), "topk");
-  EXPECT_TRUE(study.experiments[2].error_feedback());
+  EXPECT_EQ(study.experiments[2].variant(), "qsgd-8bit");
+  EXPECT_EQ(study.experiments[3].variant(), "topk-1pct-ef");
+  EXPECT_EQ(study.experiments[3].compressor().name(), "topk");
+  EXPECT_TRUE(study.experiments[3].error_feedback());
+  // DGC's recipe: the optimizer's momentum moves into the codec's momentum correction.
+  EXPECT_DOUBLE_EQ(study.experiments[3].momentum_correction().factor(), 0.9);
+  EXPECT_DOUBLE_EQ(study.experiments[3].optimizer().momentum(), 0.0);
+  EXPECT_DOUBLE_EQ(study.experiments[0].optimizer().momentum(), 0.9);
   EXPECT_FALSE(study.experiments[0].error_feedback());
   for (const auto& e : study.experiments) {
     EXPECT_EQ(e.study(), "quickstart");
     EXPECT_EQ(e.workers(), 4);
     EXPECT_EQ(e.workload().name(), "mlp");
     EXPECT_EQ(e.variants_size(), 0);
-    EXPECT_DOUBLE_EQ(emulationConfig(e).link.bandwidth_bps, 10e9);
+    EXPECT_DOUBLE_EQ(emulationConfig(e).link.bandwidth_bps, 1e9);
   }
 }
 
@@ -260,7 +265,7 @@ TEST_F(ConfigTest, VariantSelectionAndWorkersOverride) {
     FAIL();
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("--variant 'nope': no such variant in quickstart.textproto (variants: dense, "
-                                         "fp16, topk-1pct-ef, onebit-ef, powersgd-r2)"),
+                                         "fp16, qsgd-8bit, topk-1pct-ef, onebit-ef)"),
               std::string::npos)
         << e.what();
   }
