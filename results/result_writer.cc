@@ -75,6 +75,7 @@ std::string metricsRecordJson(const MetricsRecord& r) {
       .add("wall_s", r.wall_s)
       .add("compute_s_per_step", r.compute_s_per_step)
       .add("compress_s_per_step", r.compress_s_per_step)
+      .add("decompress_s_per_step", r.decompress_s_per_step)
       .add("comm_s_per_step", r.comm_s_per_step)
       .add("exposed_comm_s_per_step", r.exposed_comm_s_per_step)
       .add("step_s_per_step", r.step_s_per_step)

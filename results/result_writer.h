@@ -3,13 +3,16 @@
 //   config.textproto   the resolved config the run used (the runner passes the text)
 //   provenance.json    what ran: git commit, plugins (path, version, ABI, caps), host, transport, link emulation,
 //                      world size, start time
-//   metrics.jsonl      one JSON object per evaluation point, appended and flushed per record
+//   metrics.jsonl      one JSON object per evaluation point, one per line, appended and flushed per record
 //   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
 //
 // A killed run keeps every record already written (each is flushed to the OS as it is appended) and its status says
-// "running"; a failed one says "failed" with the error message. Files that are rewritten (config, provenance, status)
-// go through a temporary file and a rename, so a reader never sees half of one. No fsync: surviving a process crash is
-// the goal, not a power cut, and an fsync per record would make a fast run I/O bound.
+// "running". A record line is far shorter than the stdio buffer, which each flush empties, so it reaches the file in
+// one write(2) and a kill leaves whole lines; readers should still skip a last line without its newline (a partial
+// line, e.g. after a full disk) rather than fail on it. A failed run's status says "failed" with the error message.
+// Files that are rewritten (config, provenance, status) go through a temporary file and a rename, so a reader never
+// sees half of one. No fsync: surviving a process crash is the goal, not a power cut, and an fsync per record would
+// make a fast run I/O bound.
 #pragma once
 
 #include <cstdint>
@@ -71,7 +74,8 @@ struct MetricsRecord {
   uint64_t payload_bytes_per_worker = 0;
   double wall_s = 0;  // since the run started (setup excluded)
   double compute_s_per_step = 0;
-  double compress_s_per_step = 0;
+  double compress_s_per_step = 0;    // codec encode, error feedback included
+  double decompress_s_per_step = 0;  // codec decode (and a CUSTOM reduce fold)
   double comm_s_per_step = 0;
   double exposed_comm_s_per_step = 0;
   double step_s_per_step = 0;

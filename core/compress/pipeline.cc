@@ -1,6 +1,7 @@
 #include "core/compress/pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -19,6 +20,12 @@ uint64_t maxOverRounds(const TensorCodec& codec, uint64_t CompressorSizes::*fiel
   uint64_t m = 0;
   for (int r = 0; r < codec.caps().num_rounds; ++r) m = std::max(m, codec.sizes(r).*field);
   return m;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
 }
 
 template <class T>
@@ -140,7 +147,9 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
   for (int r = 0; r < caps.num_rounds; ++r) {
     const CompressorSizes& sz = codec_->sizes(r);
     HostArray<std::byte>& buf = payload_[caps.aggregation == Aggregation::kSum ? static_cast<std::size_t>(r % 2) : 0];
+    const auto encode_start = Clock::now();
     const uint64_t bytes = codec_->encode(step, r, grad, aggregate, buf.span());
+    stats_.encode_s += seconds(encode_start, Clock::now());
     stats_.payload_bytes += bytes;
     const std::span<std::byte> local = buf.span().first(static_cast<std::size_t>(bytes));
     switch (caps.aggregation) {
@@ -159,6 +168,7 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
         gather(local, sz.max_output_bytes);
         // Folded in rank order on every rank, so every rank decodes the same aggregate.
         aggregate = gatheredBlock(0);
+        const auto reduce_start = Clock::now();
         for (int i = 1; i < world_; ++i) {
           HostArray<std::byte>& dst = reduced_[static_cast<std::size_t>(i % 2)];
           const uint64_t n = codec_->reduce(step, r, aggregate, gatheredBlock(i), dst.span());
@@ -167,16 +177,19 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
               where(*codec_) << "reduce wrote " << n << " bytes, above max_reduced_bytes " << sz.max_reduced_bytes);
           aggregate = dst.span().first(static_cast<std::size_t>(n));
         }
+        stats_.decode_s += seconds(reduce_start, Clock::now());
         break;
       }
     }
   }
+  const auto decode_start = Clock::now();
   if (caps.aggregation == Aggregation::kAllgather) {
     if (info.numel != 0) std::memset(out, 0, static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype));
     for (int i = 0; i < world_; ++i) codec_->decode(step, gatheredBlock(i), i, out, true);
   } else {
     codec_->decode(step, aggregate, -1, out, false);
   }
+  stats_.decode_s += seconds(decode_start, Clock::now());
   average(out);
   ++stats_.steps;
 }

@@ -37,6 +37,13 @@ struct PipelineStats {
   uint64_t steps = 0;
   uint64_t payload_bytes = 0;  // compressor output of this rank, summed over rounds and steps
   comm::WireBytes wire;        // this rank's frames for the tensor, headers included
+  // Codec time on this rank's calling thread (steady_clock), kept apart from the collectives so the trainer can report
+  // compression cost without subtracting communication from a busy time. encode_s: codec.encode over all rounds,
+  // error feedback and momentum correction included (they are decorators inside the codec). decode_s: codec.decode
+  // plus, for CUSTOM, the codec.reduce fold -- both turn received payloads into the aggregate, so a compressor whose
+  // reduce is costly shows it on the receiving side. The final division by world_size is in neither.
+  double encode_s = 0;
+  double decode_s = 0;
 };
 
 // Throws InvalidArgument (Unsupported for a wire dtype the communicator cannot sum) naming the tensor, the aggregation

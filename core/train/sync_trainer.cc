@@ -23,6 +23,21 @@ double commSeconds(const comm::Communicator& comm) {
   return s;
 }
 
+// Sums of the pipelines' codec times. Read only while the communication thread is idle (it writes the stats).
+struct CodecSeconds {
+  double encode = 0;
+  double decode = 0;
+};
+
+CodecSeconds codecSeconds(const std::vector<std::unique_ptr<CompressionPipeline>>& pipelines) {
+  CodecSeconds s;
+  for (const auto& p : pipelines) {
+    s.encode += p->stats().encode_s;
+    s.decode += p->stats().decode_s;
+  }
+  return s;
+}
+
 }  // namespace
 
 uint64_t parameterChecksum(std::span<const ParamTensor> params) {
@@ -123,7 +138,6 @@ void SyncTrainer::commLoop() {
     lock.unlock();
     if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
     std::exception_ptr failure;
-    const auto start = Clock::now();
     try {
       ParamTensor& p = workload_.params()[t];
       // In place: the averaged gradient replaces the local one, which the pipeline has consumed by then.
@@ -137,9 +151,7 @@ void SyncTrainer::commLoop() {
       failure = std::current_exception();
       comm_.abort("rank " + std::to_string(comm_.rank()) + ": tensor " + std::to_string(t) + " failed");
     }
-    const double busy = seconds(start, Clock::now());
     lock.lock();
-    busy_s_ += busy;
     if (failure && !error_) error_ = failure;
     running_ = false;
     if (queue_.empty()) idle_cv_.notify_all();
@@ -164,9 +176,10 @@ StepRecord SyncTrainer::step() {
     std::lock_guard lock(mutex_);
     TERSE_CHECK(!error_, InvalidArgument, "SyncTrainer::step after a failed step");
     current_step_ = static_cast<uint64_t>(rec.step);
-    busy_s_ = 0;
     issue_order_.clear();
   }
+  // The previous step left the communication thread idle, so the stats are stable here.
+  const CodecSeconds codec_before = codecSeconds(pipelines_);
   backward_done_.store(false, std::memory_order_release);
   overlapped_.store(0, std::memory_order_relaxed);
   const double comm_before = commSeconds(comm_);
@@ -181,7 +194,7 @@ StepRecord SyncTrainer::step() {
   }
   backward_done_.store(true, std::memory_order_release);
   const auto t1 = Clock::now();
-  double busy = 0;
+  CodecSeconds codec_after;
   {
     std::unique_lock lock(mutex_);
     if (compute_error && !error_) {
@@ -196,7 +209,8 @@ StepRecord SyncTrainer::step() {
     TERSE_CHECK(issue_order_.size() == pipelines_.size(), InternalError,
                 "workload '" << workload_.name() << "' reported " << issue_order_.size() << " of " << pipelines_.size()
                              << " tensors in forwardBackward");
-    busy = busy_s_;
+    // Idle again and the mutex orders the communication thread's stats writes before this read.
+    codec_after = codecSeconds(pipelines_);
   }
   const auto t2 = Clock::now();
 
@@ -208,7 +222,8 @@ StepRecord SyncTrainer::step() {
   rec.times.compute_s = seconds(t0, t1);
   rec.times.exposed_comm_s = seconds(t1, t2);
   rec.times.comm_s = commSeconds(comm_) - comm_before;
-  rec.times.compress_s = std::max(0.0, busy - rec.times.comm_s);
+  rec.times.compress_s = codec_after.encode - codec_before.encode;
+  rec.times.decompress_s = codec_after.decode - codec_before.decode;
   rec.times.step_s = seconds(t0, t3);
 
   ++next_step_;
@@ -216,6 +231,7 @@ StepRecord SyncTrainer::step() {
   totals_.loss_sum += rec.loss;
   totals_.times.compute_s += rec.times.compute_s;
   totals_.times.compress_s += rec.times.compress_s;
+  totals_.times.decompress_s += rec.times.decompress_s;
   totals_.times.comm_s += rec.times.comm_s;
   totals_.times.exposed_comm_s += rec.times.exposed_comm_s;
   totals_.times.step_s += rec.times.step_s;

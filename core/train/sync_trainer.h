@@ -12,9 +12,11 @@
 //   4. the optimizer (optimizer.h) updates every tensor with lr_t
 //
 // Timing per step (seconds, this rank): compute = forwardBackward's wall time; communication = time the
-// communicator's collectives ran (its CommStats, all on the communication thread); compress = the rest of the
-// communication thread's busy time (encode, decode, error feedback, averaging); exposed communication = how long
-// the worker waited after backward returned until the last pipeline finished -- the part overlap did not hide.
+// communicator's collectives ran (its CommStats, all on the communication thread); compress and decompress = the
+// pipelines' encode and decode time (PipelineStats::encode_s with error feedback, decode_s with a CUSTOM reduce
+// fold), measured around the codec calls rather than derived from busy time, so a slow link cannot leak into them;
+// exposed communication = how long the worker waited after backward returned until the last pipeline finished --
+// the part overlap did not hide.
 //
 // Determinism: for a fixed seed, world size, workload and compressor, every run produces bit-identical parameters --
 // data order comes from the seed, the issue order from backward, and the collectives sum in a fixed order.
@@ -58,7 +60,8 @@ struct SyncTrainerOptions {
 
 struct StepTimes {
   double compute_s = 0;
-  double compress_s = 0;
+  double compress_s = 0;    // encode, error feedback included
+  double decompress_s = 0;  // decode (and a CUSTOM reduce fold)
   double comm_s = 0;
   double exposed_comm_s = 0;
   double step_s = 0;  // the whole step, optimizer included
@@ -142,7 +145,6 @@ class SyncTrainer {
   bool running_ = false;  // a pipeline is running now
   bool stop_ = false;
   uint64_t current_step_ = 0;  // the step the queued tensors belong to
-  double busy_s_ = 0;          // communication thread's busy time in the current step
   std::vector<std::size_t> issue_order_;
   std::exception_ptr error_;  // the first failure; later tensors are skipped
   std::atomic<bool> backward_done_{false};

@@ -400,6 +400,7 @@ RunSummary Runner::run(const Experiment& e) {
             payload += s.payload_bytes;
             sum.compute_s += s.totals.times.compute_s;
             sum.compress_s += s.totals.times.compress_s;
+            sum.decompress_s += s.totals.times.decompress_s;
             sum.comm_s += s.totals.times.comm_s;
             sum.exposed_comm_s += s.totals.times.exposed_comm_s;
             sum.step_s += s.totals.times.step_s;
@@ -411,6 +412,7 @@ RunSummary Runner::run(const Experiment& e) {
           m.wall_s = since(run_start);
           m.compute_s_per_step = sum.compute_s / n;
           m.compress_s_per_step = sum.compress_s / n;
+          m.decompress_s_per_step = sum.decompress_s / n;
           m.comm_s_per_step = sum.comm_s / n;
           m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
           m.step_s_per_step = sum.step_s / n;
