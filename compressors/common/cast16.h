@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 
+#include "compressors/common/host_f32.h"
 #include "terse/sdk.hpp"
 
 namespace terse::compressors {
@@ -29,13 +30,10 @@ namespace terse::compressors {
 template <class Traits>
 class Cast16 final : public sdk::Compressor {
  public:
-  static constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
-
   Cast16(sdk::Params& /*params*/, sdk::Host& /*host*/) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    if (dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    requireF32(dtype);
     terse_compressor_caps_v1 caps{};
     caps.devices = TERSE_DEVICE_HOST;
     caps.aggregation = TERSE_AGG_SUM;
@@ -74,14 +72,7 @@ class Cast16 final : public sdk::Compressor {
   }
 
  private:
-  static void requireSupported(const terse_tensor_info_v1& info) {
-    if (info.dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
-    if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
-    if (info.numel > kMaxNumel)
-      throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
-    if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
-  }
+  static void requireSupported(const terse_tensor_info_v1& info) { requireHostF32OneRound(info); }
 };
 
 }  // namespace terse::compressors

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "compressors/common/host_f32.h"
 #include "none_math.h"
 #include "terse/sdk.hpp"
 
@@ -23,16 +24,9 @@ namespace sdk = terse::sdk;
 namespace math = terse::compressors::none;
 
 constexpr sdk::PayloadFormat kFormat{"none", sdk::fourcc("NONE"), 1};
-// Keeps every byte count below 2^64 with room to spare (4 TiB of f32).
-constexpr uint64_t kMaxNumel = uint64_t{1} << 40;
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  if (info.dtype != TERSE_DTYPE_F32)
-    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
-  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
-  if (info.numel > kMaxNumel)
-    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
-  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+  terse::compressors::requireHostF32OneRound(info);
 }
 
 class None final : public sdk::Compressor {
@@ -40,8 +34,7 @@ class None final : public sdk::Compressor {
   None(sdk::Params& /*params*/, sdk::Host& /*host*/) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    if (dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
     caps.devices = TERSE_DEVICE_HOST;
     caps.aggregation = TERSE_AGG_SUM;

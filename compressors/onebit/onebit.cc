@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 
+#include "compressors/common/host_f32.h"
 #include "onebit_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -46,7 +47,6 @@ namespace bitpack = terse::sdk::bitpack;
 namespace math = terse::compressors::onebit;
 
 constexpr sdk::PayloadFormat kFormat{"onebit", sdk::fourcc("1BIT"), 1};
-constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
 constexpr unsigned kGroup = bitpack::kGroup;
 constexpr uint32_t kTwoMeans = 0;
 constexpr uint32_t kMeanAbs = 1;
@@ -59,12 +59,7 @@ struct WireParams {
 static_assert(sizeof(WireParams) == 16);
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  if (info.dtype != TERSE_DTYPE_F32)
-    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
-  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
-  if (info.numel > kMaxNumel)
-    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
-  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+  terse::compressors::requireHostF32OneRound(info);
 }
 
 // Fills scales[] (k per bucket) and words[]; returns numel, or the first element of a bucket whose scale is not
@@ -137,8 +132,7 @@ class OneBit final : public sdk::Compressor {
         bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    if (dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
     caps.devices = TERSE_DEVICE_HOST;
     caps.aggregation = TERSE_AGG_ALLGATHER;

@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 
+#include "compressors/common/host_f32.h"
 #include "qsgd_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -44,7 +45,6 @@ namespace bitpack = terse::sdk::bitpack;
 namespace math = terse::compressors::qsgd;
 
 constexpr sdk::PayloadFormat kFormat{"qsgd", sdk::fourcc("QSGD"), 1};
-constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
 constexpr int64_t kMaxLevels = (int64_t{1} << 24) - 1;
 constexpr unsigned kGroup = math::kGroup;
 
@@ -57,12 +57,7 @@ struct WireParams {
 static_assert(sizeof(WireParams) == 16);
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  if (info.dtype != TERSE_DTYPE_F32)
-    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
-  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
-  if (info.numel > kMaxNumel)
-    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
-  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+  terse::compressors::requireHostF32OneRound(info);
 }
 
 // The loops' fixed inputs.
@@ -179,8 +174,7 @@ class Qsgd final : public sdk::Compressor {
   }
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    if (dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
     caps.devices = TERSE_DEVICE_HOST;
     caps.aggregation = TERSE_AGG_ALLGATHER;

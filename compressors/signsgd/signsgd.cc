@@ -40,6 +40,7 @@
 #include <string>
 #include <string_view>
 
+#include "compressors/common/host_f32.h"
 #include "signsgd_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -51,7 +52,6 @@ namespace bitpack = terse::sdk::bitpack;
 namespace math = terse::compressors::signsgd;
 
 constexpr sdk::PayloadFormat kFormat{"signsgd", sdk::fourcc("SIGN"), 1};
-constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
 constexpr unsigned kGroup = bitpack::kGroup;
 constexpr uint32_t kRaw = 1;
 constexpr uint32_t kReduced = 2;
@@ -66,12 +66,7 @@ static_assert(sizeof(WireBlock) == 16);
 constexpr uint64_t kPrefixBytes = sdk::kPayloadHeaderBytes + sizeof(WireBlock);
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  if (info.dtype != TERSE_DTYPE_F32)
-    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
-  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
-  if (info.numel > kMaxNumel)
-    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
-  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+  terse::compressors::requireHostF32OneRound(info);
   if (info.world_size < 1) throw sdk::InvalidArgument("world_size " + std::to_string(info.world_size) + " < 1");
 }
 
@@ -127,8 +122,7 @@ class SignSgd final : public sdk::Compressor {
   }
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    if (dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
     caps.devices = TERSE_DEVICE_HOST;
     caps.aggregation = TERSE_AGG_CUSTOM;

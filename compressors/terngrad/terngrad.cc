@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 
+#include "compressors/common/host_f32.h"
 #include "terngrad_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -39,7 +40,6 @@ namespace bitpack = terse::sdk::bitpack;
 namespace math = terse::compressors::terngrad;
 
 constexpr sdk::PayloadFormat kFormat{"terngrad", sdk::fourcc("TERN"), 1};
-constexpr uint64_t kMaxNumel = uint64_t{1} << 40;  // keeps every byte count far below 2^64
 constexpr unsigned kGroup = math::kGroup;
 constexpr unsigned kW = math::kCodeBits;
 
@@ -51,12 +51,7 @@ struct WireParams {
 static_assert(sizeof(WireParams) == 16);
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  if (info.dtype != TERSE_DTYPE_F32)
-    throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(info.dtype));
-  if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported (CUDA comes later)");
-  if (info.numel > kMaxNumel)
-    throw sdk::Unsupported("numel " + std::to_string(info.numel) + " exceeds the supported 2^40 elements");
-  if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
+  terse::compressors::requireHostF32OneRound(info);
 }
 
 // Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
@@ -128,8 +123,7 @@ class TernGrad final : public sdk::Compressor {
       : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    if (dtype != TERSE_DTYPE_F32)
-      throw sdk::Unsupported("only f32 gradients are supported, got " + sdk::dtypeName(dtype));
+    terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
     caps.devices = TERSE_DEVICE_HOST;
     caps.aggregation = TERSE_AGG_ALLGATHER;
