@@ -1,0 +1,80 @@
+// The tcp transport (DESIGN.md section 6): the ranks of a job are processes on one or many hosts, connected by a full
+// mesh of TCP connections (Boost.Asio). It implements Transport exactly as the inproc transport does (matching by
+// (peer, tag), non-overtaking per tag, byte accounting, link emulation, abort), so collectives, the compression
+// pipeline and trainers run unchanged across processes.
+//
+// Setup (connectTcpTransport). Each rank listens on bind_address:port and publishes "host:port" under
+// `<store_prefix>tcp/addr/<rank>` (and its host label under `<store_prefix>tcp/host/<rank>`, for messages). Every rank
+// connects to each lower rank and accepts from each higher one. A connection first runs the job-token handshake
+// (auth.h, AuthService::kTransport), then a hello naming the connecting rank, the world size and its host label, which
+// the accepting rank validates (in range, higher than itself, not yet connected) and answers with its own. Each step
+// has a deadline. During setup a connection that fails any of this (wrong token, garbage, a silent peer, a duplicate)
+// is logged and dropped, and the rank goes on waiting for the real peer until `timeout`; then connectTcpTransport
+// throws CommError naming every rank (and host) it is still missing.
+//
+// Threads. One io thread per transport runs an io_context: it writes the queued frames of every connection and reads
+// every connection's frames, and runs the heartbeat timer. With link emulation, one pacer thread per transport (the
+// rank's NIC) releases frames to the writers slice by slice (link_emulation.h).
+//
+// Data path. isend queues the frame's header and the caller's span; the io thread writes them with one scatter-gather
+// write (no copy of the payload). The io thread reads each frame's 32-byte header, validates it (decodeFrameHeader),
+// and when a matching receive is posted reads the payload straight into that receive's buffer; only a frame that no
+// receive has been posted for yet is staged in memory, and copied out when the receive comes -- except a large one
+// (> 64 KiB) on a connection where no receive is posted at all: the io thread leaves its payload in the socket until a
+// receive is posted (TCP flow control holds the sender), so it too lands in place (a faster peer's next ring step
+// arrives before this rank posted its receives all the time). A parked connection's silence does not count against
+// the peer's liveness (it is this rank's). irecvReduce reads into a bounce buffer (pooled per link) and the waiting
+// thread adds it (reduce.h), so the io thread keeps reading meanwhile. Frames of one connection are written and read in
+// order, so frames of one (peer, tag) stay in order.
+//
+// Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
+// dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which
+// reads from the caller's buffer: when that frame is parked at the peer (no receive posted there) and larger than the
+// socket buffers, the drop waits until the peer posts the receive (or the link fails). Collectives wait on all of
+// their sends, so this only concerns point-to-point code that drops large unfinished sends.
+//
+// Liveness. Every connection sends a heartbeat (a header-only kControl frame) when it has written nothing for
+// timeout/4, and a connection that has received nothing for `timeout` is declared dead. A peer whose connection ends
+// without the goodbye its transport sends when destroyed (it crashed or was killed), or that stays silent (SIGSTOP, a
+// hang, a cable), fails this rank with a CommError naming its rank and host within the timeout, and the abort
+// propagates to every other rank.
+//
+// Errors. abort(reason) fails every pending and future request of this rank with CommError and sends an abort notice
+// (kControl, carrying the reason) to every peer, which aborts with the same reason, so the first reason wins job-wide.
+// A malformed frame header from an authenticated peer on an established connection is a protocol error: the stream
+// has lost its framing, so that connection's receives fail with InvalidPayload and the job is aborted with a message
+// naming the peer's rank and host. Control and heartbeat frames are counted under OpKind::kControl.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/comm/auth.h"
+#include "core/comm/link_emulation.h"
+#include "core/comm/store.h"
+#include "core/comm/transport.h"
+
+namespace terse::comm {
+
+struct TcpOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string bind_address = "127.0.0.1";    // loopback unless told otherwise
+  std::string advertise_address;             // "" = bind_address (when bind is 0.0.0.0/::, the host name's address)
+  uint16_t port = 0;                         // 0 = ephemeral
+  std::chrono::milliseconds timeout{30000};  // connection setup, and a dead or silent peer
+  int socket_buffer_bytes = 0;               // SO_SNDBUF/SO_RCVBUF; 0 = the OS default
+  EmulationConfig emulation;                 // link_emulation.h, applied exactly as inproc applies it
+  uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::string store_prefix;  // namespaces the keys, so several jobs (variants) can share one store
+  std::string host_label;    // this rank's host for messages; "" = hostName()
+};
+
+// Collective: every rank of the job calls it with the same world_size and store; returns once the full mesh is
+// connected and authenticated. Throws CommError naming the missing ranks/hosts on timeout, InvalidArgument for bad
+// options.
+std::unique_ptr<Transport> connectTcpTransport(const TcpOptions& options, const JobToken& token, Store& store);
+
+}  // namespace terse::comm

@@ -1,0 +1,222 @@
+// Helpers of the tcp transport tests: a world of n ranks over real loopback sockets in one process (one thread per
+// rank, each with its own TcpTransport, met through a MemoryStore), and n ranks as forked processes (met through a
+// TcpStoreServer in the parent).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm/host_communicator.h"
+#include "core/comm/store.h"
+#include "core/comm/tcp_store.h"
+#include "core/comm/tcp_transport.h"
+#include "tests/comm/comm_test_util.h"
+
+namespace terse::comm::testing {
+
+inline TcpOptions tcpOptions(int rank, int n, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  TcpOptions o;
+  o.rank = rank;
+  o.world_size = n;
+  o.timeout = timeout;
+  o.host_label = "h" + std::to_string(rank);
+  return o;
+}
+
+// Connects n transports concurrently (connectTcpTransport is collective), each on its own thread.
+inline std::vector<std::unique_ptr<Transport>> connectTcpWorld(int n, Store& store, const JobToken& token,
+                                                               const std::function<void(TcpOptions&)>& tweak = {}) {
+  std::vector<std::unique_ptr<Transport>> out(static_cast<std::size_t>(n));
+  const SpawnResult res = spawnRanks(
+      n,
+      [&](int r) {
+        TcpOptions o = tcpOptions(r, n);
+        if (tweak) tweak(o);
+        out[static_cast<std::size_t>(r)] = connectTcpTransport(o, token, store);
+      },
+      nullptr, std::chrono::seconds(60));
+  expectNoErrors(res);
+  if (res.anyError()) throw std::runtime_error("tcp world setup failed: " + res.message(0));
+  return out;
+}
+
+// n ranks over tcp, one HostCommunicator each; a hang is turned into an abort of every rank by the watchdog.
+struct TcpWorld {
+  MemoryStore store;
+  JobToken token = JobToken::generate();
+  std::vector<std::unique_ptr<HostCommunicator>> comms;
+
+  explicit TcpWorld(int n, const HostCommOptions& comm_options = {},
+                    const std::function<void(TcpOptions&)>& tweak = {}) {
+    for (auto& t : connectTcpWorld(n, store, token, tweak))
+      comms.push_back(std::make_unique<HostCommunicator>(std::move(t), comm_options));
+  }
+  int size() const { return static_cast<int>(comms.size()); }
+  SpawnResult run(const std::function<void(int, HostCommunicator&)>& fn,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    SpawnResult res;
+    res.errors.resize(comms.size());
+    std::vector<std::thread> threads;
+    std::mutex mutex;
+    std::condition_variable cv;
+    int finished = 0;
+    for (int r = 0; r < size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          fn(r, *comms[static_cast<std::size_t>(r)]);
+        } catch (...) {
+          res.errors[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+        std::lock_guard lock(mutex);
+        ++finished;
+        cv.notify_all();
+      });
+    }
+    {
+      std::unique_lock lock(mutex);
+      if (!cv.wait_for(lock, timeout, [&] { return finished == size(); })) {
+        res.watchdog_fired = true;
+        for (auto& c : comms) c->abort("test watchdog: ranks still running after the timeout");
+      }
+    }
+    for (auto& t : threads) t.join();
+    return res;
+  }
+  void runOk(const std::function<void(int, HostCommunicator&)>& fn) { expectNoErrors(run(fn)); }
+};
+
+// What a forked rank reported: its exit status and the text it wrote (an error message, or what the test asked for).
+struct ProcessResult {
+  int status = -1;  // waitpid status
+  std::string text;
+  bool stopped = false;  // it stopped itself (SIGSTOP) and was killed once every other rank had exited
+  bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+};
+
+// Forks n children; child r runs fn(r, store, out) with a TcpStore client of a TcpStoreServer the parent starts after
+// the fork (so no thread exists while forking), and exits 0, or 1 with the exception's message written back. `out`
+// is text the child reports. The parent kills every child still running after `timeout`.
+inline std::vector<ProcessResult> forkRanks(int n, const JobToken& token,
+                                            const std::function<void(int, Store&, std::string&)>& fn,
+                                            std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  std::vector<pid_t> pids;
+  std::vector<int> to_child, from_child;
+  for (int r = 0; r < n; ++r) {
+    int down[2], up[2];
+    if (pipe(down) != 0 || pipe(up) != 0) throw std::runtime_error("pipe failed");
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      close(down[1]);
+      close(up[0]);
+      uint16_t port = 0;
+      std::string out;
+      int rc = 0;
+      if (read(down[0], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) _exit(3);
+      try {
+        TcpStore store("127.0.0.1", port, token, std::chrono::seconds(20));
+        fn(r, store, out);
+      } catch (const std::exception& e) {
+        out = e.what();
+        rc = 1;
+      }
+      std::size_t off = 0;
+      while (off < out.size()) {
+        const ssize_t w = write(up[1], out.data() + off, out.size() - off);
+        if (w <= 0) break;
+        off += static_cast<std::size_t>(w);
+      }
+      _exit(rc);
+    }
+    close(down[0]);
+    close(up[1]);
+    pids.push_back(pid);
+    to_child.push_back(down[1]);
+    from_child.push_back(up[0]);
+  }
+  std::vector<ProcessResult> results(static_cast<std::size_t>(n));
+  std::vector<bool> reaped(static_cast<std::size_t>(n), false);
+  {
+    TcpStoreServer server(token, TcpStoreServerOptions{"127.0.0.1", 0});
+    const uint16_t port = server.port();
+    for (int fd : to_child) {
+      if (write(fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ADD_FAILURE() << "cannot reach a child";
+      close(fd);
+    }
+    // Read every child's report until its end of file (the child exited), or until the deadline.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<bool> open(static_cast<std::size_t>(n), true);
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<int> idx;
+      for (int r = 0; r < n; ++r) {
+        if (!open[static_cast<std::size_t>(r)]) continue;
+        fds.push_back(pollfd{from_child[static_cast<std::size_t>(r)], POLLIN, 0});
+        idx.push_back(r);
+      }
+      if (fds.empty()) break;
+      // A child that stopped itself cannot close its pipe: once it is the only one left, it is killed.
+      for (int r = 0; r < n; ++r) {
+        auto& res = results[static_cast<std::size_t>(r)];
+        int st = 0;
+        if (res.stopped || reaped[static_cast<std::size_t>(r)]) continue;
+        if (waitpid(pids[static_cast<std::size_t>(r)], &st, WNOHANG | WUNTRACED) > 0) {
+          if (WIFSTOPPED(st)) {
+            res.stopped = true;
+          } else {
+            res.status = st;  // it exited (reaped here)
+            reaped[static_cast<std::size_t>(r)] = true;
+          }
+        }
+      }
+      bool only_stopped = true;
+      for (int r : idx) only_stopped = only_stopped && results[static_cast<std::size_t>(r)].stopped;
+      if (only_stopped) {
+        for (int r : idx) kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+        for (int r : idx) open[static_cast<std::size_t>(r)] = false;
+        break;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) break;
+      if (poll(fds.data(), fds.size(), static_cast<int>(std::min<long>(left, 100))) < 0 && errno != EINTR) break;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        char buf[4096];
+        const ssize_t got = read(fds[i].fd, buf, sizeof buf);
+        const auto r = static_cast<std::size_t>(idx[i]);
+        if (got <= 0) {
+          open[r] = false;
+        } else {
+          results[r].text.append(buf, static_cast<std::size_t>(got));
+        }
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      if (open[static_cast<std::size_t>(r)]) {
+        ADD_FAILURE() << "rank " << r << " still running after the timeout: killed";
+        kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    // A child that stopped itself (SIGSTOP) is killed by the test that stopped it; here every child has exited or
+    // been killed.
+    if (!reaped[static_cast<std::size_t>(r)])
+      waitpid(pids[static_cast<std::size_t>(r)], &results[static_cast<std::size_t>(r)].status, 0);
+    close(from_child[static_cast<std::size_t>(r)]);
+  }
+  return results;
+}
+
+}  // namespace terse::comm::testing

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Multi-process cases for ctest: launch_cases.sh CASE TERSE JOB_PROBE PLUGIN_DIR SOURCE_DIR WORK_DIR
+#
+# Each case runs real processes (`terse launch`, `terse store`, `terse run` over TCP, scripts/netns-cluster) and
+# checks exit codes, the words that must appear, results folders, and how long failures take to surface. Exit 0 =
+# pass, 77 = skipped (the reason is printed), anything else = fail with the evidence printed.
+set -uo pipefail
+
+CASE=$1
+TERSE=$2
+PROBE=$3
+PLUGINS=$4
+SRC=$5
+WORK=$6/$CASE
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK" || exit 1
+
+fail() {
+  echo "FAIL [$CASE]: $*"
+  for f in "$WORK"/*.log; do
+    [[ -f $f ]] && { echo "--- $f"; tail -n 60 "$f"; }
+  done
+  exit 1
+}
+expect_in() {  # expect_in FILE REGEX
+  grep -Eq -- "$2" "$1" || fail "$1 does not match /$2/"
+}
+# A field of the last record of a metrics.jsonl, as written (no float reformatting).
+field() {  # field FILE NAME
+  tail -n 1 "$1" | grep -o "\"$2\":[^,}]*" | cut -d: -f2
+}
+# The tiny study: linear regression, 2 epochs of 15 steps, a record every 5 steps; variants dense and top-k with
+# error feedback (an allgather path), so both the allreduce and the allgather paths are compared.
+write_study() {  # write_study FILE TRANSPORT WORKERS [EPOCHS [EVERY_STEPS [EXTRA]]]
+  cat >"$1" <<EOF
+study: "e2e"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 480 test_subset: 100 }
+optimizer { lr: 0.02 momentum: 0.9 }
+workers: $3
+epochs: ${4:-2}
+eval { every_steps: ${5:-5} per_epoch: true }
+seed: 7
+transport: $2
+tcp { timeout: "3s" }
+compressor { name: "none" }
+variants { name: "dense" }
+variants { name: "topk" overrides { compressor { name: "topk" params { key: "ratio" value: "0.1" } } error_feedback: true } }
+${6:-}
+EOF
+}
+# The in-process run and the TCP run of the same study must train the same model: every record's step, accuracy,
+# test and train loss and compressor payload bytes are equal to the last digit. Wire bytes are compared within 15%:
+# the trainer's scheduler negotiation (an 8-byte allgather per round, core/train/sync_trainer.cc) runs a number of
+# rounds that depends on thread timing, so they vary by a few frames even between two in-process runs.
+compare_runs() {  # compare_runs INPROC_ROOT TCP_ROOT
+  for v in dense topk; do
+    local a=$1/e2e/$v/metrics.jsonl b=$2/e2e/$v/metrics.jsonl
+    [[ -s $a && -s $b ]] || fail "missing metrics for $v ($a, $b)"
+    [[ $(wc -l <"$a") -eq $(wc -l <"$b") ]] || fail "$v: $(wc -l <"$a") records in-process, $(wc -l <"$b") over tcp"
+    for f in step test_accuracy test_loss train_loss payload_bytes_per_worker; do
+      [[ $(grep -o "\"$f\":[^,}]*" "$a") == $(grep -o "\"$f\":[^,}]*" "$b") ]] ||
+        fail "$v: $f differs: in-process $(field "$a" $f), over tcp $(field "$b" $f) (last record)"
+    done
+    local wa wb
+    wa=$(field "$a" wire_bytes_per_worker)
+    wb=$(field "$b" wire_bytes_per_worker)
+    ((wb * 100 >= wa * 85 && wb * 100 <= wa * 115)) || fail "$v: wire bytes in-process $wa, over tcp $wb (beyond 15%)"
+    expect_in "$2/e2e/$v/status.json" '"completed"'
+    expect_in "$2/e2e/$v/provenance.json" '"tcp"'
+  done
+}
+
+case $CASE in
+  env)
+    # Every rank gets its own rank, the shared world size, port and 64-hex-character token; the token is not on any
+    # command line.
+    "$TERSE" launch -n 3 -- sh -c 'echo "r=$TERSE_RANK w=$TERSE_WORLD_SIZE l=$TERSE_LOCAL_RANK/$TERSE_LOCAL_WORLD_SIZE m=$TERSE_MASTER_ADDR:$TERSE_MASTER_PORT t=$TERSE_JOB_TOKEN"; tr "\0" " " </proc/$$/cmdline; echo' \
+      >out.log 2>&1 || fail "launch exited $?"
+    for r in 0 1 2; do expect_in out.log "^\[rank $r\] r=$r w=3 l=$r/3 m=127\.0\.0\.1:[0-9]+ t=[0-9a-f]{64}$"; done
+    [[ $(grep -oE 't=[0-9a-f]{64}' out.log | sort -u | wc -l) -eq 1 ]] || fail "ranks got different tokens"
+    [[ $(grep -oE 'm=[0-9.]+:[0-9]+' out.log | sort -u | wc -l) -eq 1 ]] || fail "ranks got different master ports"
+    token=$(grep -oE 't=[0-9a-f]{64}' out.log | head -1 | cut -c3-)
+    grep -v "t=$token" out.log | grep -q "$token" && fail "the token appears on a command line"
+    ;;
+  rendezvous)
+    # Three processes really meet through rank 0's store (joinJob), authenticated with the launcher's token.
+    "$TERSE" launch -n 3 -- "$PROBE" >out.log 2>&1 || fail "launch exited $?"
+    for r in 0 1 2; do expect_in out.log "\[rank $r\] probe rank $r of 3 \(terse, local $r/3, master 127\.0\.0\.1:[0-9]+\) saw ranks 0,1,2"; done
+    ;;
+  child_fails)
+    # A rank that fails is named with its status; the others get --timeout seconds, then are terminated.
+    start=$SECONDS
+    "$TERSE" launch -n 3 --timeout 1 -- sh -c 'if [ "$TERSE_RANK" = 1 ]; then exit 3; fi; exec sleep 30' >out.log 2>&1
+    rc=$?
+    ((rc == 1)) || fail "launch exited $rc, expected 1"
+    ((SECONDS - start < 10)) || fail "launch took $((SECONDS - start)) s to give up"
+    expect_in out.log "rank 1 \(pid [0-9]+\) exited with status 3"
+    expect_in out.log "still running 1 s after the first failure; terminating them"
+    expect_in out.log "rank 0 was killed by signal 15 \(SIGTERM\)"
+    "$TERSE" launch -n 2 -- sh -c '[ "$TERSE_RANK" = 1 ] && kill -9 $$; exit 0' >kill.log 2>&1
+    (($? == 1)) || fail "launch with a SIGKILLed rank did not exit 1"
+    expect_in kill.log "rank 1 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\)"
+    "$TERSE" launch -n 2 -- "$PROBE" --exit-code-at-rank 0 4 >probe.log 2>&1
+    (($? == 1)) || fail "launch with a failing probe did not exit 1"
+    expect_in probe.log "rank 0 \(pid [0-9]+\) exited with status 4"
+    "$TERSE" launch -n 2 -- /nonexistent/command >spawn.log 2>&1
+    (($? == 1)) || fail "launch of a missing command did not exit 1"
+    expect_in spawn.log "cannot start rank 0 \('/nonexistent/command'\): No such file or directory"
+    ;;
+  forwards_signals)
+    # SIGINT to the launcher reaches every rank (each traps it and exits 7); the launcher exits 128+2.
+    "$TERSE" launch -n 2 -- sh -c 'trap "echo got-int; exit 7" INT; echo ready; sleep 30 & wait' >out.log 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do [[ $(grep -c ready out.log) -eq 2 ]] && break; sleep 0.05; done
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    ((rc == 130)) || fail "launch exited $rc after SIGINT, expected 130"
+    expect_in out.log "\[rank 0\] got-int"
+    expect_in out.log "\[rank 1\] got-int"
+    expect_in out.log "forwarding it to 2 rank"
+    ;;
+  external_store)
+    # A standalone `terse store`: ranks with TERSE_STORE_EXTERNAL=1 meet there; a wrong token is refused (and logged)
+    # and the store goes on serving.
+    token=$(printf 'external-store-test-token-%s' "$$")
+    TERSE_JOB_TOKEN=$token TERSE_LOG_LEVEL=warn "$TERSE" store --port 0 >store.log 2>&1 &
+    store=$!
+    trap 'kill $store 2>/dev/null' EXIT
+    for _ in $(seq 100); do grep -q "serving on" store.log && break; sleep 0.05; done
+    port=$(grep -o 'serving on 127.0.0.1:[0-9]*' store.log | cut -d: -f2)
+    [[ -n $port ]] || fail "terse store did not say where it serves"
+    TERSE_JOB_TOKEN=wrong-token-wrong-token-wrong TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" >bad.log 2>&1
+    (($? == 1)) || fail "ranks with the wrong token did not fail"
+    expect_in bad.log "authentication failed"
+    TERSE_JOB_TOKEN=$token TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" >good.log 2>&1 ||
+      fail "ranks with the store's token failed"
+    expect_in good.log "probe rank 1 of 2 .* saw ranks 0,1"
+    kill -TERM $store
+    wait $store
+    (($? == 0)) || fail "terse store did not stop cleanly on SIGTERM"
+    expect_in store.log "dropping the connection from 127\.0\.0\.1:[0-9]+: closed during the handshake .*different job token"
+    "$TERSE" store >notoken.log 2>&1 </dev/null
+    (($? == 2)) || fail "terse store without a token did not exit 2"
+    expect_in notoken.log "no job token"
+    ;;
+  run_matches_inproc)
+    # `terse launch -n N -- terse run` over TCP reports exactly what the in-process run of the same study reports.
+    for n in 2 3; do
+      write_study inproc$n.textproto INPROC $n
+      write_study tcp$n.textproto TCP $n
+      timeout 60 "$TERSE" run inproc$n.textproto --out in$n --plugin-path "$PLUGINS" >inproc$n.log 2>&1 || fail "inproc run failed"
+      timeout 60 "$TERSE" launch -n $n -- "$TERSE" run tcp$n.textproto --out tcp$n --plugin-path "$PLUGINS" >tcp$n.log 2>&1 ||
+        fail "tcp run of $n ranks failed"
+      compare_runs in$n tcp$n
+      # Only rank 0 writes results and prints the table.
+      [[ $(grep -c "final acc" tcp$n.log) -eq 1 ]] || fail "more than one rank printed the results table"
+    done
+    # A job whose size is not the config's workers is refused, naming both numbers.
+    "$TERSE" launch -n 2 -- "$TERSE" run tcp3.textproto --out wrong --plugin-path "$PLUGINS" >wrong.log 2>&1
+    (($? == 1)) || fail "a 2-rank job ran a 3-worker study"
+    expect_in wrong.log "the config has workers = 3 but this job has 2 rank"
+    ;;
+  rank_killed | rank0_killed)
+    # A rank SIGKILLed mid-run: the others fail within the tcp timeout naming it; rank 0 marks the folder failed (or,
+    # when rank 0 itself died, the folder stays running) and every record written so far stays readable.
+    victim=1
+    [[ $CASE == rank0_killed ]] && victim=0
+    write_study slow.textproto TCP 3 40 2 'link { latency: "2ms" }'
+    "$TERSE" launch -n 3 --timeout 20 -- "$TERSE" run slow.textproto --variant dense --out out --plugin-path "$PLUGINS" \
+      >run.log 2>&1 &
+    launcher=$!
+    metrics=out/e2e/dense/metrics.jsonl
+    for _ in $(seq 600); do
+      [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
+      kill -0 $launcher 2>/dev/null || break
+      sleep 0.05
+    done
+    [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { kill $launcher; fail "no records before the kill"; }
+    pid=""
+    for stat in /proc/[0-9]*/stat; do  # the launcher's children, without depending on procps
+      read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
+      [[ $ppid == "$launcher" ]] || continue
+      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=$victim" && pid=$child
+    done
+    [[ -n $pid ]] || { kill $launcher; fail "cannot find rank $victim's process"; }
+    killed_at=$SECONDS
+    kill -KILL "$pid"
+    wait $launcher
+    rc=$?
+    took=$((SECONDS - killed_at))
+    ((rc == 1)) || fail "launch exited $rc, expected 1"
+    ((took < 15)) || fail "the job took $took s to stop after rank $victim died (tcp timeout 3 s)"
+    expect_in run.log "rank $victim \(pid $pid\) was killed by signal 9 \(SIGKILL\)"
+    # The survivors fail on their own (no SIGTERM from the launcher needed), naming the dead rank.
+    grep -q "terminating them" run.log && fail "the surviving ranks had to be killed by the launcher"
+    expect_in run.log "\[rank [0-9]\] terse run: .*rank $victim"
+    if [[ $victim == 1 ]]; then
+      expect_in out/e2e/dense/status.json '"failed"'
+      expect_in out/e2e/dense/status.json "rank 1"
+    else
+      expect_in out/e2e/dense/status.json '"running"'
+    fi
+    # Every record is a whole JSON line.
+    while IFS= read -r line; do
+      [[ $line == \{*\} ]] || fail "a torn record: $line"
+    done <"$metrics"
+    ;;
+  netns)
+    # Three "hosts" (network namespaces with their own addresses, host names and a 1 Gbit/s shaped link) run the tiny
+    # study over TCP: the store, binding and transport work across addresses, and match the in-process numbers.
+    if [[ $(id -u) -ne 0 ]]; then echo "SKIP: needs root for network namespaces"; exit 77; fi
+    if ! command -v ip >/dev/null; then echo "SKIP: iproute2 (ip) is not installed"; exit 77; fi
+    probe_ns="terse-probe-$$"
+    if ! ip netns add "$probe_ns" 2>/dev/null; then echo "SKIP: ip netns does not work here"; exit 77; fi
+    ip netns del "$probe_ns"
+    write_study inproc.textproto INPROC 3
+    write_study tcp.textproto TCP 3
+    timeout 60 "$TERSE" run inproc.textproto --out in --plugin-path "$PLUGINS" >inproc.log 2>&1 || fail "inproc run failed"
+    shaping=()
+    command -v tc >/dev/null && shaping=(--rate 1gbit)  # tc ships with iproute2 on Debian; shape when present
+    "$SRC/scripts/netns-cluster" 3 "${shaping[@]}" --timeout 120 -- "$TERSE" run tcp.textproto --out "$WORK/tcp" \
+      --plugin-path "$PLUGINS" >netns.log 2>&1 || fail "netns-cluster run failed"
+    compare_runs in tcp
+    expect_in netns.log "all 3 ranks exited 0"
+    expect_in tcp/e2e/dense/provenance.json '10\.233\.0\.1:29500'
+    # A rank that fails in one namespace fails the job with its host named; everything is cleaned up.
+    "$SRC/scripts/netns-cluster" 2 --timeout 60 -- "$PROBE" --exit-code-at-rank 1 5 >fail.log 2>&1
+    (($? == 5)) || fail "netns-cluster did not pass on rank 1's status 5"
+    expect_in fail.log "rank 1 \(host node1\) exited with status 5"
+    expect_in fail.log "\[host 0\] probe rank 0 of 2 \(terse, local 0/1, master 10\.233\.0\.1:29500\) saw ranks 0,1"
+    ip netns list | grep -q "terse-" && fail "namespaces left behind: $(ip netns list)"
+    ;;
+  *)
+    echo "unknown case $CASE"
+    exit 2
+    ;;
+esac
+echo "PASS [$CASE]"
