@@ -194,6 +194,61 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
   ++stats_.steps;
 }
 
+bool CompressionPipeline::fusible() const noexcept {
+  const CompressorCaps& caps = codec_->caps();
+  return caps.num_rounds == 1 && (caps.aggregation == Aggregation::kSum || caps.aggregation == Aggregation::kAllgather);
+}
+
+uint64_t CompressionPipeline::maxPayloadBytes() const noexcept {
+  uint64_t total = 0;
+  for (int r = 0; r < codec_->caps().num_rounds; ++r) total += codec_->sizes(r).max_output_bytes;
+  return total;
+}
+
+std::span<std::byte> CompressionPipeline::encodeForFusion(uint64_t step, const void* grad) {
+  TERSE_CHECK(fusible(), InvalidArgument, where(*codec_) << "cannot take part in a fused group");
+  const CompressorSizes& sz = codec_->sizes(0);
+  const auto encode_start = Clock::now();
+  const uint64_t bytes = codec_->encode(step, 0, grad, {}, payload_[0].span());
+  stats_.encode_s += seconds(encode_start, Clock::now());
+  stats_.payload_bytes += bytes;
+  if (codec_->caps().aggregation == Aggregation::kSum) {
+    TERSE_CHECK(
+        bytes == sz.max_output_bytes, PluginError,
+        where(*codec_) << "a SUM payload must have its fixed size " << sz.max_output_bytes << ", got " << bytes);
+  } else if (codec_->caps().fixed_size) {
+    TERSE_CHECK(
+        bytes == sz.max_output_bytes, PluginError,
+        where(*codec_) << "a fixed-size compressor produced " << bytes << " bytes instead of " << sz.max_output_bytes);
+  }
+  return payload_[0].span().first(static_cast<std::size_t>(bytes));
+}
+
+void CompressionPipeline::finishSum(uint64_t step, void* out) {
+  TERSE_CHECK(fusible() && aggregation() == Aggregation::kSum, InvalidArgument, where(*codec_) << "finishSum");
+  const auto bytes = static_cast<std::size_t>(codec_->sizes(0).max_output_bytes);
+  const auto decode_start = Clock::now();
+  codec_->decode(step, payload_[0].span().first(bytes), -1, out, false);
+  stats_.decode_s += seconds(decode_start, Clock::now());
+  average(out);
+  ++stats_.steps;
+}
+
+void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads,
+                                         void* out) {
+  TERSE_CHECK(fusible() && aggregation() == Aggregation::kAllgather, InvalidArgument,
+              where(*codec_) << "finishGathered");
+  TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InvalidArgument,
+              where(*codec_) << payloads.size() << " gathered payloads for a world of " << world_);
+  const TensorInfo& info = codec_->info();
+  const auto decode_start = Clock::now();
+  if (info.numel != 0) std::memset(out, 0, static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype));
+  for (int i = 0; i < world_; ++i) codec_->decode(step, payloads[static_cast<std::size_t>(i)], i, out, true);
+  stats_.decode_s += seconds(decode_start, Clock::now());
+  average(out);
+  ++stats_.steps;
+}
+
 void CompressionPipeline::average(void* out) const {
   if (world_ == 1) return;
   const auto n = static_cast<std::size_t>(codec_->info().numel);

@@ -60,8 +60,27 @@ class CompressionPipeline {
   // be the same buffer.
   void step(uint64_t step, const void* grad, void* out);
 
+  // ---- Fused groups (fused_group.h): several pipelines' payloads go through one collective over their concatenation.
+  // Only single-round SUM and ALLGATHER pipelines take part; the math is the unfused one (a sum of a concatenation is
+  // the concatenation of the sums; gathered payloads are decoded per rank in rank order exactly as step() does).
+
+  bool fusible() const noexcept;
+  // Most payload bytes one step produces on this rank: max_output_bytes summed over rounds (exact for fixed-size
+  // compressors). What a scheduler sees as a chunk's wire_bytes.
+  uint64_t maxPayloadBytes() const noexcept;
+  // Round 0's payload of this rank (timed and counted as in step()); the span points into this pipeline's buffer and
+  // stays valid until the next call. fusible() must hold.
+  std::span<std::byte> encodeForFusion(uint64_t step, const void* grad);
+  // SUM: the payload buffer's body [sum_header_bytes, size) now holds the sum over ranks -> out = the average.
+  void finishSum(uint64_t step, void* out);
+  // ALLGATHER: every rank's round-0 payload of this tensor, in rank order -> out = the average of their decodes.
+  void finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads, void* out);
+  // Wire bytes of a fused collective attributed to this pipeline (fused_group.h gives them to the group's first).
+  void addWire(const comm::WireBytes& w) { stats_.wire += w; }
+
   Aggregation aggregation() const noexcept { return codec_->caps().aggregation; }
   TensorCodec& codec() noexcept { return *codec_; }
+  const TensorCodec& codec() const noexcept { return *codec_; }
   const PipelineStats& stats() const noexcept { return stats_; }
 
  private:

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/common/error.h"
@@ -23,19 +24,8 @@ double commSeconds(const comm::Communicator& comm) {
   return s;
 }
 
-// Sums of the pipelines' codec times. Read only while the communication thread is idle (it writes the stats).
-struct CodecSeconds {
-  double encode = 0;
-  double decode = 0;
-};
-
-CodecSeconds codecSeconds(const std::vector<std::unique_ptr<CompressionPipeline>>& pipelines) {
-  CodecSeconds s;
-  for (const auto& p : pipelines) {
-    s.encode += p->stats().encode_s;
-    s.decode += p->stats().decode_s;
-  }
-  return s;
+std::string layerName(int layer) {
+  return "L" + std::to_string(layer);
 }
 
 }  // namespace
@@ -54,13 +44,17 @@ uint64_t parameterChecksum(std::span<const ParamTensor> params) {
 }
 
 SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
-                         std::vector<std::unique_ptr<CompressionPipeline>> pipelines, const SyncTrainerOptions& options)
+                         std::vector<std::unique_ptr<CompressionPipeline>> pipelines, const SyncTrainerOptions& options,
+                         std::unique_ptr<Scheduler> scheduler, ChunkPipelineFactory chunk_pipelines)
     : workload_(workload),
       comm_(comm),
       pipelines_(std::move(pipelines)),
       options_(options),
       sampler_(workload.numTrainExamples(), comm.rank(), comm.size(), options.seed),
-      optimizer_(workload.params(), options.sgd) {
+      optimizer_(workload.params(), options.sgd),
+      scheduler_(std::move(scheduler)),
+      chunk_factory_(std::move(chunk_pipelines)),
+      runner_(comm) {
   TERSE_CHECK(options.batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << options.batch_size);
   TERSE_CHECK(options.epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << options.epochs);
   const auto params = workload.params();
@@ -94,6 +88,11 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
   }
   validateLrSchedule(lr_);
   issue_order_.reserve(params.size());
+  chunks_left_.assign(params.size(), 0);
+  started_.assign(params.size(), false);
+  applied_.assign(params.size(), -1);
+  layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
+  workload_.setLayerGate([this](int layer) { gate(layer); });
   comm_thread_ = std::thread([this] { commLoop(); });
 }
 
@@ -104,62 +103,316 @@ SyncTrainer::~SyncTrainer() {
   }
   work_cv_.notify_all();
   comm_thread_.join();
+  workload_.setLayerGate({});
 }
 
-uint64_t SyncTrainer::payloadBytes() const {
+uint64_t SyncTrainer::payloadBytes() {
+  drain();
   uint64_t total = 0;
   for (const auto& p : pipelines_) total += p->stats().payload_bytes;
+  for (const auto& [key, p] : chunk_pipelines_) total += p->stats().payload_bytes;
   return total;
 }
 
-void SyncTrainer::enqueue(std::span<const std::size_t> tensors) {
+const std::vector<std::size_t>& SyncTrainer::lastIssueOrder() {
+  drain();
+  return issue_order_;
+}
+
+const std::vector<IssuedGroup>& SyncTrainer::lastGroups() {
+  drain();
+  return groups_;
+}
+
+uint64_t SyncTrainer::checksum() {
+  drain();
+  return parameterChecksum(workload_.params());
+}
+
+void SyncTrainer::enqueue(int64_t step, std::span<const std::size_t> tensors, double lr) {
   {
     std::lock_guard lock(mutex_);
-    for (std::size_t t : tensors) queue_.push_back(t);
+    for (std::size_t t : tensors) inbox_.push_back(Ready{static_cast<uint64_t>(step), t, lr});
   }
   work_cv_.notify_one();
 }
 
+void SyncTrainer::failComm(const std::string& where) {
+  // Every rank's pending and later collectives fail at once instead of waiting for this rank.
+  comm_.abort("rank " + std::to_string(comm_.rank()) + ": " + where);
+}
+
+CompressionPipeline& SyncTrainer::chunkPipeline(const Chunk& c) {
+  const auto t = static_cast<std::size_t>(c.tensor_id);
+  if (c.offset == 0 && c.numel == pipelines_[t]->codec().info().numel) return *pipelines_[t];
+  auto& slot = chunk_pipelines_[{t, c.offset, c.numel}];
+  if (!slot) {
+    TERSE_CHECK(chunk_factory_ != nullptr, InvalidArgument,
+                (scheduler_ ? scheduler_->plugin().name : std::string("scheduler"))
+                    << " cut tensor " << t << " ('" << workload_.params()[t].name
+                    << "') into chunks, but this trainer was given no chunk pipeline factory");
+    slot = chunk_factory_(t, c.offset, c.numel, c.chunk_index);
+    TERSE_CHECK(slot != nullptr && slot->codec().info().numel == c.numel, InvalidArgument,
+                "the chunk pipeline factory returned a pipeline of the wrong size for tensor "
+                    << t << " chunk " << c.chunk_index << " (" << c.numel << " elements)");
+  }
+  return *slot;
+}
+
+void SyncTrainer::admit(const Ready& r) {
+  const auto params = workload_.params();
+  if (static_cast<int64_t>(r.step) != comm_step_) {
+    // The previous step is complete here: its updates were all applied before this step's forward could pass the
+    // gates (or, for a non-gating workload, before forwardBackward started), and that is the only way to get here.
+    comm_step_ = static_cast<int64_t>(r.step);
+    comm_lr_ = r.lr;
+    admitted_ = 0;
+    std::fill(started_.begin(), started_.end(), false);
+    if (scheduler_) scheduler_->beginStep(r.step);
+    std::lock_guard lock(mutex_);
+    issue_order_.clear();
+    groups_.clear();
+  }
+  const ParamTensor& p = params[r.tensor];
+  std::vector<Chunk> chunks;
+  if (scheduler_) {
+    SchedTensor t;
+    t.dtype = DType::kF32;
+    t.tensor_id = r.tensor;
+    t.numel = p.numel();
+    t.step = r.step;
+    t.layer_index = p.layer;
+    t.num_layers = workload_.numLayers();
+    chunks = scheduler_->partition(t);
+    // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
+    for (Chunk& c : chunks) c.wire_bytes = chunkPipeline(c).maxPayloadBytes();
+    scheduler_->enqueue(chunks);
+  } else {
+    Chunk c;
+    c.tensor_id = r.tensor;
+    c.step = r.step;
+    c.numel = p.numel();
+    c.bytes = c.numel * sizeof(float);
+    c.wire_bytes = pipelines_[r.tensor]->maxPayloadBytes();
+    c.layer_index = p.layer;
+    chunks.push_back(c);
+    fallback_queue_.push_back(c);
+  }
+  chunks_left_[r.tensor] = chunks.size();
+  if (++admitted_ == params.size() && scheduler_) scheduler_->markAllEnqueued();
+}
+
+void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
+  const auto params = workload_.params();
+  const auto step = static_cast<uint64_t>(comm_step_);
+  IssuedGroup issued;
+  issued.credit_left = scheduler_ ? scheduler_->creditLeft() : std::numeric_limits<uint64_t>::max();
+  members_.clear();
+  for (const Chunk& c : group) {
+    const auto t = static_cast<std::size_t>(c.tensor_id);
+    float* grad = params[t].grad.data() + c.offset;
+    CompressionPipeline& pipe = chunkPipeline(c);
+    members_.push_back(FusedMember{&pipe, grad, grad});
+    issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
+    issued.wire_bytes += c.wire_bytes;
+    if (!started_[t]) {
+      started_[t] = true;
+      if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard lock(mutex_);
+      issue_order_.push_back(t);
+    }
+  }
+  // Codec and communicator time of this group, read on the only thread that writes them.
+  double encode0 = 0, decode0 = 0;
+  for (const FusedMember& m : members_) {
+    encode0 += m.pipeline->stats().encode_s;
+    decode0 += m.pipeline->stats().decode_s;
+  }
+  const double comm0 = commSeconds(comm_);
+  GroupPhaseFn phase;
+  std::string label;
+  if (options_.trace) {
+    for (const Chunk& c : group) {
+      if (!label.empty()) label += ' ';
+      label += 't' + std::to_string(c.tensor_id) + '.' + std::to_string(c.chunk_index);
+    }
+    phase = [&](const char* what, Clock::time_point a, Clock::time_point b, std::size_t, std::size_t) {
+      options_.trace->span(TraceRecorder::kCommThread, std::string(what) + ' ' + label, what, a, b);
+    };
+  }
+  runner_.run(step, members_, phase);
+  double encode1 = 0, decode1 = 0;
+  for (const FusedMember& m : members_) {
+    encode1 += m.pipeline->stats().encode_s;
+    decode1 += m.pipeline->stats().decode_s;
+  }
+  const double comm1 = commSeconds(comm_);
+
+  if (scheduler_) {
+    ids_.clear();
+    for (const Chunk& c : group) ids_.push_back(c.chunk_id);
+    scheduler_->onComplete(ids_, issued.wire_bytes);
+  }
+  // Tensors whose last chunk just arrived: apply the optimizer now, so the next forward of their layer can start.
+  std::vector<std::size_t> done;
+  for (const Chunk& c : group) {
+    const auto t = static_cast<std::size_t>(c.tensor_id);
+    if (--chunks_left_[t] == 0) done.push_back(t);
+  }
+  for (std::size_t t : done) {
+    const auto u0 = Clock::now();
+    optimizer_.update(t, params[t], comm_lr_);
+    if (options_.trace)
+      options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, Clock::now());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    acc_encode_s_ += encode1 - encode0;
+    acc_decode_s_ += decode1 - decode0;
+    acc_comm_s_ += comm1 - comm0;
+    groups_.push_back(std::move(issued));
+    for (std::size_t t : done) {
+      applied_[t] = comm_step_;
+      const int layer = params[t].layer;
+      int64_t m = std::numeric_limits<int64_t>::max();
+      for (std::size_t u : workload_.layerTensors(layer)) m = std::min(m, applied_[u]);
+      layer_applied_[static_cast<std::size_t>(layer)] = m;
+    }
+  }
+  if (!done.empty()) applied_cv_.notify_all();
+}
+
 void SyncTrainer::commLoop() {
-  std::unique_lock lock(mutex_);
+  // Ready tensors received from the worker but not yet admitted to the scheduler, in ready order.
+  std::deque<Ready> received;
+  uint64_t received_total = 0;  // tensors received over the whole run: the same sequence on every rank
+  uint64_t admitted_total = 0;  // of those, admitted to the scheduler (agreed by every rank)
+  bool round = false;           // run another negotiation round without waiting for the worker
+  std::vector<uint64_t> counts(static_cast<std::size_t>(comm_.size()));
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and nothing left
-    const std::size_t t = queue_.front();
-    queue_.pop_front();
-    if (error_) {
-      // After a failure the other tensors are dropped, never run: their collectives would only fail too.
-      if (queue_.empty()) idle_cv_.notify_all();
-      continue;
+    {
+      std::unique_lock lock(mutex_);
+      work_cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || (round && !error_); });
+      // A round owed to the peers (they run it too after the same group) is finished even when stopping: skipping it
+      // would leave them waiting in the negotiation.
+      if (stop_ && (!round || error_)) return;
+      if (error_) {
+        // After a failure nothing more runs: the other ranks' collectives fail through the abort anyway.
+        inbox_.clear();
+        round = false;
+        continue;
+      }
+      for (const Ready& r : inbox_) received.push_back(r);
+      received_total += inbox_.size();
+      inbox_.clear();
     }
-    running_ = true;
-    issue_order_.push_back(t);
-    const uint64_t step = current_step_;
-    lock.unlock();
-    if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
-    std::exception_ptr failure;
+    std::string where = "scheduling";
     try {
-      ParamTensor& p = workload_.params()[t];
-      // In place: the averaged gradient replaces the local one, which the pipeline has consumed by then.
-      pipelines_[t]->step(step, p.grad.data(), p.grad.data());
-    } catch (const std::exception& e) {
-      failure = std::current_exception();
-      // Every rank's pending and later collectives fail at once instead of waiting for this rank.
-      comm_.abort("rank " + std::to_string(comm_.rank()) + ": tensor " + std::to_string(t) + " ('" +
-                  workload_.params()[t].name + "') failed at step " + std::to_string(step) + ": " + e.what());
+      // Negotiation (Horovod's coordinator cycle, Sergeev and Del Balso 2018): a scheduler's answer depends on what
+      // was enqueued before it was asked, and backward runs at a different pace on every rank, so every rank first
+      // learns how many tensors ALL ranks have ready -- one 8-byte allgather -- and admits only that many. Every rank
+      // then asks its scheduler with the same enqueues and completions behind it and gets the same group: the same
+      // collectives in the same order. Ready order itself is the same everywhere (backward's order).
+      uint64_t agreed = received_total;
+      if (comm_.size() > 1) {
+        where = "negotiation";
+        const auto n0 = Clock::now();
+        const double c0 = commSeconds(comm_);
+        comm_.allgatherSizes(received_total, counts, kNegotiationTensor);
+        {
+          // Control traffic, but communication time all the same: it counts in comm_s.
+          std::lock_guard lock(mutex_);
+          acc_comm_s_ += commSeconds(comm_) - c0;
+          ++acc_negotiations_;
+        }
+        agreed = *std::min_element(counts.begin(), counts.end());
+        const auto n1 = Clock::now();
+        if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
+          options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
+        where = "scheduling";
+      }
+      for (; admitted_total < agreed; ++admitted_total) {
+        admit(received.front());
+        received.pop_front();
+      }
+      std::vector<Chunk> group;
+      if (scheduler_) {
+        group = scheduler_->next();
+      } else if (!fallback_queue_.empty()) {
+        group.push_back(fallback_queue_.front());
+        fallback_queue_.pop_front();
+      }
+      if (!group.empty()) {
+        where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
+                std::to_string(group.front().tensor_id) + " '" +
+                workload_.params()[static_cast<std::size_t>(group.front().tensor_id)].name + "')";
+        runGroup(group);
+      }
+      // Symmetric on every rank: after a group everyone negotiates again at once; otherwise a rank that holds tensors
+      // the others have not agreed to yet goes again (blocking until they join), and the others wait for their worker.
+      round = !group.empty() || received_total > agreed;
     } catch (...) {
-      failure = std::current_exception();
-      comm_.abort("rank " + std::to_string(comm_.rank()) + ": tensor " + std::to_string(t) + " failed");
+      const std::exception_ptr failure = std::current_exception();
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(failure);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      failComm(where + " failed at step " + std::to_string(comm_step_) + ": " + what);
+      {
+        std::lock_guard lock(mutex_);
+        if (!error_) error_ = failure;
+        round = false;
+      }
+      applied_cv_.notify_all();
     }
-    lock.lock();
-    if (failure && !error_) error_ = failure;
-    running_ = false;
-    if (queue_.empty()) idle_cv_.notify_all();
   }
 }
 
-void SyncTrainer::waitIdle(std::unique_lock<std::mutex>& lock) {
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !running_; });
+double SyncTrainer::waitApplied(std::unique_lock<std::mutex>& lock, int64_t upto) {
+  const auto t0 = Clock::now();
+  applied_cv_.wait(lock, [&] {
+    if (error_) return true;
+    for (int64_t a : layer_applied_)
+      if (a < upto) return false;
+    return true;
+  });
+  return seconds(t0, Clock::now());
+}
+
+void SyncTrainer::gate(int layer) {
+  std::unique_lock lock(mutex_);
+  TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
+              "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
+  const auto t0 = Clock::now();
+  applied_cv_.wait(lock, [&] { return error_ || layer_applied_[static_cast<std::size_t>(layer)] >= handed_step_; });
+  if (error_) std::rethrow_exception(error_);
+  const auto t1 = Clock::now();
+  gate_wait_s_ += seconds(t0, t1);
+  lock.unlock();
+  if (options_.trace) {
+    const auto now = Clock::now();
+    if (t1 - t0 > std::chrono::microseconds(1))
+      options_.trace->span(TraceRecorder::kComputeThread, "wait " + layerName(layer), "wait", t0, t1);
+    // The compute between two gates is the forward of the previous gated layer.
+    if (gate_layer_ >= 0)
+      options_.trace->span(TraceRecorder::kComputeThread, "forward " + layerName(gate_layer_), "compute", gate_mark_,
+                           t0);
+    gate_layer_ = layer;
+    gate_mark_ = now;
+  }
+}
+
+void SyncTrainer::drain() {
+  std::unique_lock lock(mutex_);
+  if (drained_step_ >= handed_step_ && !error_) return;
+  const double waited = waitApplied(lock, handed_step_);
+  if (error_) std::rethrow_exception(error_);
+  drained_step_ = handed_step_;
+  totals_.times.exposed_comm_s += waited;
+  totals_.times.step_s += waited;
 }
 
 StepRecord SyncTrainer::step() {
@@ -171,62 +424,95 @@ StepRecord SyncTrainer::step() {
   if (rec.step_in_epoch == 0)
     epoch_batches_ = sampler_.epochBatches(rec.epoch, options_.batch_size, options_.drop_last);
   const std::vector<int64_t>& batch = epoch_batches_.at(static_cast<std::size_t>(rec.step_in_epoch));
-
-  {
-    std::lock_guard lock(mutex_);
-    TERSE_CHECK(!error_, InvalidArgument, "SyncTrainer::step after a failed step");
-    current_step_ = static_cast<uint64_t>(rec.step);
-    issue_order_.clear();
-  }
-  // The previous step left the communication thread idle, so the stats are stable here.
-  const CodecSeconds codec_before = codecSeconds(pipelines_);
-  backward_done_.store(false, std::memory_order_release);
-  overlapped_.store(0, std::memory_order_relaxed);
-  const double comm_before = commSeconds(comm_);
+  rec.lr = learningRate(lr_, rec.step);
 
   const auto t0 = Clock::now();
+  double full_wait = 0;
+  double comm_before = 0, encode_before = 0, decode_before = 0;
+  {
+    std::unique_lock lock(mutex_);
+    TERSE_CHECK(!error_, InvalidArgument, "SyncTrainer::step after a failed step");
+    // A workload that does not gate its forward per layer reads every layer: every update must be in first.
+    if (!workload_.gatesLayers()) full_wait = waitApplied(lock, handed_step_);
+    if (error_) std::rethrow_exception(error_);
+    comm_before = acc_comm_s_;
+    encode_before = acc_encode_s_;
+    decode_before = acc_decode_s_;
+  }
+  backward_done_.store(false, std::memory_order_release);
+  overlapped_.store(0, std::memory_order_relaxed);
+  gate_wait_s_ = 0;
+  gate_layer_ = -1;
+
+  const auto t1 = Clock::now();
   std::exception_ptr compute_error;
+  Clock::time_point last_mark = t1;
   try {
-    rec.loss =
-        workload_.forwardBackward(batch, [this](int, std::span<const std::size_t> tensors) { enqueue(tensors); });
+    const int64_t step_index = rec.step;
+    const double lr = rec.lr;
+    rec.loss = workload_.forwardBackward(batch, [&](int layer, std::span<const std::size_t> tensors) {
+      if (options_.trace) {
+        const auto now = Clock::now();
+        if (gate_layer_ >= 0) {
+          // From the last gate to the first report: the last layer's forward, the loss and its backward.
+          options_.trace->span(TraceRecorder::kComputeThread, "forward+backward " + layerName(gate_layer_), "compute",
+                               gate_mark_, now);
+          gate_layer_ = -1;
+        } else {
+          options_.trace->span(TraceRecorder::kComputeThread, "backward " + layerName(layer), "compute", last_mark,
+                               now);
+        }
+        last_mark = now;
+      }
+      enqueue(step_index, tensors, lr);
+    });
   } catch (...) {
     compute_error = std::current_exception();
   }
   backward_done_.store(true, std::memory_order_release);
-  const auto t1 = Clock::now();
-  CodecSeconds codec_after;
+  const auto t2 = Clock::now();
   {
     std::unique_lock lock(mutex_);
     if (compute_error && !error_) {
       // Tensors already handed over may be mid-collective; the peers would wait for the rest forever.
       error_ = compute_error;
-      comm_.abort("rank " + std::to_string(comm_.rank()) + ": forwardBackward failed at step " +
-                  std::to_string(rec.step));
+      lock.unlock();
+      failComm("forwardBackward failed at step " + std::to_string(rec.step));
+      applied_cv_.notify_all();
+      std::rethrow_exception(compute_error);
     }
-    // The pipelines reference this workload's grad buffers: never leave while one runs, even on failure.
-    waitIdle(lock);
     if (error_) std::rethrow_exception(error_);
-    TERSE_CHECK(issue_order_.size() == pipelines_.size(), InternalError,
-                "workload '" << workload_.name() << "' reported " << issue_order_.size() << " of " << pipelines_.size()
-                             << " tensors in forwardBackward");
-    // Idle again and the mutex orders the communication thread's stats writes before this read.
-    codec_after = codecSeconds(pipelines_);
+    handed_step_ = rec.step;
   }
-  const auto t2 = Clock::now();
-
-  rec.lr = learningRate(lr_, rec.step);
-  optimizer_.updateAll(workload_.params(), rec.lr);
+  ++next_step_;
+  // The last step has no next forward to overlap with: wait for its updates so the replica is final.
+  double drain_wait = 0;
+  if (finished()) {
+    std::unique_lock lock(mutex_);
+    drain_wait = waitApplied(lock, handed_step_);
+    if (error_) std::rethrow_exception(error_);
+    drained_step_ = handed_step_;
+  }
   const auto t3 = Clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    rec.times.comm_s = acc_comm_s_ - comm_before;
+    rec.times.compress_s = acc_encode_s_ - encode_before;
+    rec.times.decompress_s = acc_decode_s_ - decode_before;
+    totals_.negotiation_rounds = acc_negotiations_;
+  }
+  if (options_.trace && full_wait > 0) options_.trace->span(TraceRecorder::kComputeThread, "wait all", "wait", t0, t1);
+  if (options_.trace && drain_wait > 0) options_.trace->span(TraceRecorder::kComputeThread, "drain", "wait", t2, t3);
+
+  if (options_.trace)
+    options_.trace->span(TraceRecorder::kComputeThread, "step " + std::to_string(rec.step), "step", t0, t3);
 
   rec.overlapped_tensors = overlapped_.load(std::memory_order_relaxed);
-  rec.times.compute_s = seconds(t0, t1);
-  rec.times.exposed_comm_s = seconds(t1, t2);
-  rec.times.comm_s = commSeconds(comm_) - comm_before;
-  rec.times.compress_s = codec_after.encode - codec_before.encode;
-  rec.times.decompress_s = codec_after.decode - codec_before.decode;
+  rec.gate_wait_s = gate_wait_s_;
+  rec.times.compute_s = seconds(t1, t2) - gate_wait_s_;
+  rec.times.exposed_comm_s = full_wait + gate_wait_s_ + drain_wait;
   rec.times.step_s = seconds(t0, t3);
 
-  ++next_step_;
   ++totals_.steps;
   totals_.loss_sum += rec.loss;
   totals_.times.compute_s += rec.times.compute_s;

@@ -2,45 +2,81 @@
 // its own Workload replica and Communicator; the replicas start identical (same init seed) and stay identical because
 // every rank applies the same averaged gradient with the same optimizer.
 //
-// One step on one rank:
+// One step on one rank (two threads: the worker's, which calls step(), and this trainer's communication thread):
 //   1. the rank's batch: ShardSampler (disjoint shards, a seeded shuffle per epoch, the same step count on every rank)
-//   2. Workload::forwardBackward; each time a layer's gradients are final (reverse layer order) the callback hands its
-//      tensors to this trainer's communication thread, which runs their CompressionPipelines in ready order (FIFO --
-//      the only scheduler for now). Communication of the last layers thus overlaps backward of the first ones. The
-//      issue order is the same on every rank because backward's order is, as the collectives inside require.
-//   3. wait until every tensor's pipeline is done: the averaged gradients are in the grad buffers (step(grad, grad))
-//   4. the optimizer (optimizer.h) updates every tensor with lr_t
+//   2. Workload::forwardBackward. Forward of layer i first waits (Workload::awaitLayer, the gate this trainer installs)
+//      for the PREVIOUS step's update of layer i only; later layers may still be on the wire. Each time backward
+//      finishes a layer (reverse layer order) its tensors go to the communication thread.
+//   3. the communication thread asks the scheduler (core/plugin/scheduler.h; a plugin such as fifo, fusion or priority)
+//      how to cut each ready tensor into chunks, sizes every chunk after compression (CompressionPipeline::
+//      maxPayloadBytes: exact for fixed-size compressors, their bound otherwise), enqueues them, and then repeatedly
+//      takes the scheduler's next group within the credit (wire bytes in flight) and runs it: per chunk compression,
+//      one collective for the group (FusedGroupRunner, fused_group.h), per chunk decompression. It re-asks after every
+//      group, so a high-priority chunk that became ready meanwhile goes next: preemption at chunk boundaries.
+//   4. when the last chunk of a tensor is reduced, the communication thread applies the optimizer to that tensor right
+//      away (optimizer.h, the step's lr); when every tensor of layer i is applied, the gate of layer i opens.
+//   step() returns when backward has handed everything over: communication of this step overlaps the next step's
+//   forward. The last step, drain(), checksum(), payloadBytes() and lastIssueOrder() wait until every update is in, so
+//   evaluation and checksums always see finished parameters.
 //
-// Timing per step (seconds, this rank): compute = forwardBackward's wall time; communication = time the
-// communicator's collectives ran (its CommStats, all on the communication thread); compress and decompress = the
-// pipelines' encode and decode time (PipelineStats::encode_s with error feedback, decode_s with a CUSTOM reduce
-// fold), measured around the codec calls rather than derived from busy time, so a slow link cannot leak into them;
-// exposed communication = how long the worker waited after backward returned until the last pipeline finished --
-// the part overlap did not hide.
+// Negotiation: a scheduler's answer depends on what was enqueued before it was asked, and backward runs at a different
+// pace on every rank, so before each group the communication threads agree in one 8-byte allgather on how many tensors
+// ALL ranks have ready (Horovod's coordinator cycle, Sergeev and Del Balso 2018) and enqueue only those. Every rank's
+// scheduler thus sees the same history and hands out the same groups: the same collectives in the same order. These
+// control frames are labelled kNegotiationTensor in the byte accounting; their number depends on timing.
 //
-// Determinism: for a fixed seed, world size, workload and compressor, every run produces bit-identical parameters --
-// data order comes from the seed, the issue order from backward, and the collectives sum in a fixed order.
+// One collective is in flight at a time (the communication thread runs groups one after another), so "bytes in
+// flight" is the current group's wire bytes, and the credit bounds how many bytes a newly ready high-priority chunk may
+// have to wait behind (ByteScheduler's credit, Peng et al. SOSP 2019). The scheduler's order is the issue order, the
+// same on every rank because every rank's scheduler sees the same enqueues, completions and credit.
 //
-// Errors: a pipeline that throws aborts the communicator (every rank's pending and later collectives fail, nothing
-// hangs), the communication thread drains without running further pipelines, and step() rethrows the first error.
-// A trainer whose step() threw must not be stepped again.
+// A workload whose forward does not call awaitLayer (gatesLayers() false) gets every update applied before its
+// forwardBackward starts.
+//
+// Chunks: a tensor kept whole uses the pipeline given for it; a tensor the scheduler cuts gets one pipeline per chunk
+// from the ChunkPipelineFactory, built the first time that cut is seen and reused after (its codec state -- error
+// feedback residuals -- is per chunk). Elementwise compressors (none, fp16, ...) give the same result cut or whole;
+// a non-elementwise one (top-k, QSGD buckets, PowerSGD) compresses each chunk on its own, as ByteScheduler does.
+//
+// Timing per step (seconds, this rank): compute = forwardBackward's wall time minus the time its forward spent waiting
+// at layer gates; exposed communication = those gate waits + any full wait (the last step's drain, a non-gating
+// workload's wait) -- the communication the worker could not overlap; communication = time the communicator's
+// collectives ran on the communication thread during this step (CommStats); compress and decompress = the pipelines'
+// codec time during this step. drain() calls between steps add their wait to the totals as exposed communication.
+//
+// Determinism: for a fixed seed, world size, workload, compressor and scheduler, every run produces bit-identical
+// parameters. Across schedulers the averaged gradient is the same math; it is bit-identical when the summation order
+// does not depend on message boundaries (fused_group.h: ALLGATHER, 1-2 ranks, recursive-doubling allreduce).
+//
+// Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
+// plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication
+// thread stops running groups, and step() / drain() / a waiting layer gate rethrow the first error. A trainer whose
+// step() threw must not be stepped again.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/compress/fused_group.h"
 #include "core/compress/pipeline.h"
+#include "core/plugin/scheduler.h"
 #include "core/train/optimizer.h"
 #include "core/train/shard_sampler.h"
+#include "core/train/trace.h"
 #include "core/train/workload.h"
 
 namespace terse::train {
@@ -56,6 +92,20 @@ struct SyncTrainerOptions {
   // round(warmup_epochs * steps_per_epoch) warm-up steps.
   LrScheduleOptions lr;
   double warmup_epochs = 0;
+  // When set, the timeline of this rank is recorded into it (must outlive the trainer).
+  TraceRecorder* trace = nullptr;
+};
+
+// Builds the pipeline for one chunk of tensor `tensor`: `numel` elements from `offset`, the `chunk_index`-th of its
+// tensor. Called on the communication thread the first time a scheduler cuts a tensor that way.
+using ChunkPipelineFactory = std::function<std::unique_ptr<CompressionPipeline>(std::size_t tensor, uint64_t offset,
+                                                                                uint64_t numel, int chunk_index)>;
+
+// One group as the communication thread issued it: its chunks as (tensor id, chunk index) in fused order.
+struct IssuedGroup {
+  std::vector<std::pair<uint64_t, int>> chunks;
+  uint64_t wire_bytes = 0;   // the group's wire_bytes as the scheduler saw them
+  uint64_t credit_left = 0;  // the credit left once it was handed out (UINT64_MAX: unlimited)
 };
 
 struct StepTimes {
@@ -76,11 +126,18 @@ struct StepRecord {
   StepTimes times;
   // Tensors whose communication started before forwardBackward returned: the overlap that happened.
   int overlapped_tensors = 0;
+  // Of times.exposed_comm_s: the part spent in forward waiting for a layer's update.
+  double gate_wait_s = 0;
 };
+
+// The byte-accounting label (comm::traffic.h, per tensor) of the negotiation rounds' frames: control traffic, kept
+// apart so results can report gradient bytes, which do not depend on how the ranks' paces interleaved.
+inline constexpr uint64_t kNegotiationTensor = ~uint64_t{0} - 1;
 
 // Sums over the steps run so far.
 struct TrainerTotals {
   int64_t steps = 0;
+  uint64_t negotiation_rounds = 0;  // 8-byte allgathers the communication thread ran to agree on ready tensors
   double loss_sum = 0;
   StepTimes times;
 };
@@ -93,10 +150,13 @@ class SyncTrainer {
  public:
   // pipelines[i] serves params()[i] (tensor id i, same numel). Throws InvalidArgument for a count or size mismatch,
   // a communicator whose size differs from the pipelines', a batch size < 1, epochs < 1, a shard too small for one
-  // batch, or invalid optimizer options. Starts the communication thread.
+  // batch, or invalid optimizer options. `scheduler` null: tensors go whole, one per group, in ready order (what the
+  // fifo plugin does). `chunk_pipelines` is needed only when the scheduler cuts tensors. Starts the communication
+  // thread.
   SyncTrainer(Workload& workload, comm::Communicator& comm, std::vector<std::unique_ptr<CompressionPipeline>> pipelines,
-              const SyncTrainerOptions& options);
-  // Stops and joins the communication thread.
+              const SyncTrainerOptions& options, std::unique_ptr<Scheduler> scheduler = nullptr,
+              ChunkPipelineFactory chunk_pipelines = {});
+  // Stops and joins the communication thread (groups not started are dropped: drain() first to finish them).
   ~SyncTrainer();
   SyncTrainer(const SyncTrainer&) = delete;
   SyncTrainer& operator=(const SyncTrainer&) = delete;
@@ -107,23 +167,42 @@ class SyncTrainer {
   bool finished() const noexcept { return next_step_ >= totalSteps(); }
   const SyncTrainerOptions& options() const noexcept { return options_; }
   const LrScheduleOptions& lrSchedule() const noexcept { return lr_; }
+  // The scheduler instance, or null for the built-in ready order.
+  const Scheduler* scheduler() const noexcept { return scheduler_.get(); }
 
   // Runs the next step (see the top of this file). Throws when finished() or on any error.
   StepRecord step();
+  // Waits until every update handed to the communication thread is applied; rethrows its error. The wait counts as
+  // exposed communication in totals().
+  void drain();
 
   const TrainerTotals& totals() const noexcept { return totals_; }
-  // Compressor output of this rank so far, all tensors (PipelineStats::payload_bytes).
-  uint64_t payloadBytes() const;
+  // Compressor output of this rank so far, all tensors and chunks (PipelineStats::payload_bytes); drains first.
+  uint64_t payloadBytes();
   const CompressionPipeline& pipeline(std::size_t tensor) const { return *pipelines_.at(tensor); }
-  // Tensor ids in the order the communication thread started them in the last step.
-  const std::vector<std::size_t>& lastIssueOrder() const noexcept { return issue_order_; }
-  uint64_t checksum() const { return parameterChecksum(workload_.params()); }
+  // Tensor ids in the order their first chunk started in the last step; drains first.
+  const std::vector<std::size_t>& lastIssueOrder();
+  // The groups of the last step in issue order; drains first.
+  const std::vector<IssuedGroup>& lastGroups();
+  // Drains, then parameterChecksum.
+  uint64_t checksum();
 
  private:
+  struct Ready {
+    uint64_t step;
+    std::size_t tensor;
+    double lr;
+  };
   void commLoop();
-  void enqueue(std::span<const std::size_t> tensors);
-  // Waits until nothing is queued or running on the communication thread.
-  void waitIdle(std::unique_lock<std::mutex>& lock);
+  void enqueue(int64_t step, std::span<const std::size_t> tensors, double lr);
+  void gate(int layer);
+  // Waits (lock held) until every tensor's update of step `upto` is in, or an error; returns the seconds waited.
+  double waitApplied(std::unique_lock<std::mutex>& lock, int64_t upto);
+  void failComm(const std::string& where);
+  // Communication thread only.
+  void admit(const Ready& r);
+  void runGroup(const std::vector<Chunk>& group);
+  CompressionPipeline& chunkPipeline(const Chunk& c);
 
   Workload& workload_;
   comm::Communicator& comm_;
@@ -132,21 +211,45 @@ class SyncTrainer {
   LrScheduleOptions lr_;
   ShardSampler sampler_;
   SgdOptimizer optimizer_;
+  std::unique_ptr<Scheduler> scheduler_;
+  ChunkPipelineFactory chunk_factory_;
   int64_t steps_per_epoch_ = 0;
   int64_t next_step_ = 0;
   std::vector<std::vector<int64_t>> epoch_batches_;  // the current epoch's batches
   TrainerTotals totals_;
+  int64_t drained_step_ = -1;  // worker thread: the last step drain() has waited for
+  // Worker thread: this step's gate waits, and the trace's last gated layer and when its forward began.
+  double gate_wait_s_ = 0;
+  int gate_layer_ = -1;
+  std::chrono::steady_clock::time_point gate_mark_;
 
-  // The communication thread's state. mutex_ guards everything down to error_.
+  // ---- Communication thread only (no lock): the scheduler's step and the per-tensor books.
+  FusedGroupRunner runner_;
+  std::map<std::tuple<std::size_t, uint64_t, uint64_t>, std::unique_ptr<CompressionPipeline>> chunk_pipelines_;
+  std::vector<FusedMember> members_;
+  std::vector<uint64_t> ids_;
+  std::vector<uint64_t> chunks_left_;  // per tensor, this step
+  std::vector<bool> started_;          // per tensor, this step
+  std::deque<Chunk> fallback_queue_;   // without a scheduler: whole tensors in ready order
+  int64_t comm_step_ = -1;
+  double comm_lr_ = 0;
+  std::size_t admitted_ = 0;
+
+  // ---- Shared. mutex_ guards everything below down to error_.
   std::mutex mutex_;
-  std::condition_variable work_cv_;  // the communication thread waits here for tensors
-  std::condition_variable idle_cv_;  // step() waits here for the last pipeline
-  std::deque<std::size_t> queue_;
-  bool running_ = false;  // a pipeline is running now
+  std::condition_variable work_cv_;     // the communication thread waits here for ready tensors
+  std::condition_variable applied_cv_;  // gates and drains wait here for updates
+  std::deque<Ready> inbox_;
   bool stop_ = false;
-  uint64_t current_step_ = 0;  // the step the queued tensors belong to
+  int64_t handed_step_ = -1;            // the last step whose forwardBackward returned (all its tensors handed over)
+  std::vector<int64_t> applied_;        // per tensor: the last step whose update is applied
+  std::vector<int64_t> layer_applied_;  // per layer: min of applied_ over its tensors
   std::vector<std::size_t> issue_order_;
-  std::exception_ptr error_;  // the first failure; later tensors are skipped
+  std::vector<IssuedGroup> groups_;
+  // Accumulated on the communication thread, read by step() for per-step deltas.
+  double acc_comm_s_ = 0, acc_encode_s_ = 0, acc_decode_s_ = 0;
+  uint64_t acc_negotiations_ = 0;
+  std::exception_ptr error_;  // the first failure; later groups are not run
   std::atomic<bool> backward_done_{false};
   std::atomic<int> overlapped_{0};
   std::thread comm_thread_;

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace terse::train {
@@ -45,6 +46,12 @@ struct EvalResult {
 // final. `tensors` are indices into params() of that layer's tensors; across one forwardBackward every tensor index
 // appears exactly once. The span is valid only during the call.
 using LayerReadyFn = std::function<void(int layer, std::span<const std::size_t> tensors)>;
+
+// Called on the worker's thread right before the forward pass first reads layer `layer`'s values (forwardBackward and
+// evaluate alike). The trainer installs one that blocks until the previous step's update of that layer is applied, so
+// the next step's forward of layer i waits only for layer i (DESIGN.md 2) while later layers are still being
+// communicated. It may throw (the step then fails); the workload must not catch it.
+using LayerGateFn = std::function<void(int layer)>;
 
 class Workload {
  public:
@@ -78,6 +85,14 @@ class Workload {
   // Sum of numel over all tensors.
   std::size_t numParameters() const;
 
+  // Per-layer forward gating. A workload that calls awaitLayer(l) before every read of layer l's values in its forward
+  // pass (and touches layer l's grads only after that) returns true from gatesLayers(); the trainer then overlaps the
+  // next step's forward with the communication of layers not needed yet. A workload that returns false gets every
+  // update applied before forwardBackward starts (correct, no cross-step overlap).
+  virtual bool gatesLayers() const { return false; }
+  // Installs (or, with an empty function, removes) the gate. Call only between forwardBackward/evaluate calls.
+  void setLayerGate(LayerGateFn gate) { gate_ = std::move(gate); }
+
  protected:
   Workload() = default;
 
@@ -86,10 +101,15 @@ class Workload {
   std::size_t addParam(std::string name, std::vector<int64_t> shape, int layer);
   // Calls on_layer_ready for one layer (no-op for an empty callback).
   void reportLayer(const LayerReadyFn& on_layer_ready, int layer) const;
+  // Calls the installed gate for one layer (no-op without one); see gatesLayers().
+  void awaitLayer(int layer) const {
+    if (gate_) gate_(layer);
+  }
 
  private:
   std::vector<ParamTensor> params_;
   std::vector<std::vector<std::size_t>> layer_tensors_;
+  LayerGateFn gate_;
 };
 
 }  // namespace terse::train

@@ -150,23 +150,31 @@ void CnnWorkload::reserve(int64_t batch) {
 void CnnWorkload::forward(int64_t batch) {
   const int64_t kk = kKernel * kKernel;
   const int64_t hw1 = h1_ * w1_, hwp1 = hp1_ * wp1_, hw2 = h2_ * w2_;
+  // Layer by layer over the whole batch (every buffer holds the batch), so that each layer waits for its own update
+  // only (awaitLayer) and the first layer's compute overlaps the later layers' communication.
+  awaitLayer(0);
   const float* w1 = params()[kConv1W].value.data();
   const float* b1 = params()[kConv1B].value.data();
-  const float* w2 = params()[kConv2W].value.data();
-  const float* b2 = params()[kConv2B].value.data();
   for (int64_t n = 0; n < batch; ++n) {
     float* col1 = col1_.data() + n * kk * hw1;
     float* z1 = z1_.data() + n * kConv1Channels * hw1;
     float* p1 = p1_.data() + n * kConv1Channels * hwp1;
-    float* col2 = col2_.data() + n * kConv1Channels * kk * hw2;
-    float* z2 = z2_.data() + n * kConv2Channels * hw2;
     im2col(x_.data() + n * h0_ * w0_, 1, h0_, w0_, kKernel, col1);
     convForward(w1, b1, col1, kConv1Channels, kk, hw1, z1);
     maxPool2(z1, kConv1Channels, h1_, w1_, p1, arg1_.data() + n * kConv1Channels * hwp1);
+  }
+  awaitLayer(1);
+  const float* w2 = params()[kConv2W].value.data();
+  const float* b2 = params()[kConv2B].value.data();
+  for (int64_t n = 0; n < batch; ++n) {
+    float* p1 = p1_.data() + n * kConv1Channels * hwp1;
+    float* col2 = col2_.data() + n * kConv1Channels * kk * hw2;
+    float* z2 = z2_.data() + n * kConv2Channels * hw2;
     im2col(p1, kConv1Channels, hp1_, wp1_, kKernel, col2);
     convForward(w2, b2, col2, kConv2Channels, kConv1Channels * kk, hw2, z2);
     maxPool2(z2, kConv2Channels, h2_, w2_, p2_.data() + n * fc_in_, arg2_.data() + n * fc_in_);
   }
+  awaitLayer(2);
   const std::vector<float>& fb = params()[kFcB].value;
   for (int64_t n = 0; n < batch; ++n) std::copy(fb.begin(), fb.end(), logits_.data() + n * classes_);
   gemm(false, true, batch, classes_, fc_in_, 1.0f, p2_.data(), params()[kFcW].value.data(), 1.0f, logits_.data());

@@ -52,6 +52,7 @@ void MlpWorkload::forward(int64_t batch) {
   const std::size_t layers = widths_.size() - 1;
   for (std::size_t l = 0; l < layers; ++l) {
     const int64_t in = widths_[l], out = widths_[l + 1];
+    awaitLayer(static_cast<int>(l));  // the previous step's update of this layer must be in (gatesLayers)
     const std::vector<float>& w = params()[2 * l].value;
     const std::vector<float>& b = params()[2 * l + 1].value;
     float* y = acts_[l + 1].data();

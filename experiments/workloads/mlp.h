@@ -22,6 +22,7 @@ class MlpWorkload final : public train::Workload {
   std::string_view name() const override { return name_; }
   int64_t numTrainExamples() const override { return data_->train.num_examples; }
   double forwardBackward(std::span<const int64_t> batch, const train::LayerReadyFn& on_layer_ready) override;
+  bool gatesLayers() const override { return true; }
   train::EvalResult evaluate(int64_t max_examples = 0) override;
 
  private:
