@@ -194,7 +194,149 @@ struct Reader {
   }
 };
 
+// JSON's number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? (strtod alone would take nan, inf, hex).
+bool jsonNumber(Reader& r, double& out) {
+  const std::string_view s = r.s;
+  std::size_t j = r.i;
+  auto digits = [&] {
+    const std::size_t from = j;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
+    return j > from;
+  };
+  if (j < s.size() && s[j] == '-') ++j;
+  if (j < s.size() && s[j] == '0')
+    ++j;
+  else if (!digits())
+    return false;
+  if (j < s.size() && s[j] == '.') {
+    ++j;
+    if (!digits()) return false;
+  }
+  if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
+    ++j;
+    if (j < s.size() && (s[j] == '+' || s[j] == '-')) ++j;
+    if (!digits()) return false;
+  }
+  const std::string text(s.substr(r.i, j - r.i));
+  out = std::strtod(text.c_str(), nullptr);
+  r.i = j;
+  return true;
+}
+
+constexpr int kMaxJsonDepth = 64;
+
+bool parseValue(Reader& r, Json& out, int depth, std::string& error) {
+  if (depth > kMaxJsonDepth) {
+    error = "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return false;
+  }
+  r.ws();
+  if (r.i >= r.s.size()) {
+    error = "unexpected end of text";
+    return false;
+  }
+  const char c = r.s[r.i];
+  if (c == '{') {
+    ++r.i;
+    out.kind = Json::Kind::kObject;
+    if (r.eat('}')) return true;
+    for (;;) {
+      r.ws();
+      auto key = r.string();
+      if (!key) {
+        error = "expected a string key";
+        return false;
+      }
+      if (!r.eat(':')) {
+        error = "expected ':'";
+        return false;
+      }
+      Json v;
+      if (!parseValue(r, v, depth + 1, error)) return false;
+      out.object.emplace_back(std::move(*key), std::move(v));
+      if (r.eat(',')) continue;
+      if (r.eat('}')) return true;
+      error = "expected ',' or '}'";
+      return false;
+    }
+  }
+  if (c == '[') {
+    ++r.i;
+    out.kind = Json::Kind::kArray;
+    if (r.eat(']')) return true;
+    for (;;) {
+      Json v;
+      if (!parseValue(r, v, depth + 1, error)) return false;
+      out.array.push_back(std::move(v));
+      if (r.eat(',')) continue;
+      if (r.eat(']')) return true;
+      error = "expected ',' or ']'";
+      return false;
+    }
+  }
+  if (c == '"') {
+    auto s = r.string();
+    if (!s) {
+      error = "malformed string";
+      return false;
+    }
+    out.kind = Json::Kind::kString;
+    out.string = std::move(*s);
+    return true;
+  }
+  if (r.literal("null")) {
+    out.kind = Json::Kind::kNull;
+    return true;
+  }
+  if (r.literal("true")) {
+    out.kind = Json::Kind::kBool;
+    out.boolean = true;
+    return true;
+  }
+  if (r.literal("false")) {
+    out.kind = Json::Kind::kBool;
+    return true;
+  }
+  if (jsonNumber(r, out.number)) {
+    out.kind = Json::Kind::kNumber;
+    return true;
+  }
+  error = "unexpected character";
+  return false;
+}
+
 }  // namespace
+
+const Json* Json::find(std::string_view key) const {
+  if (kind != Kind::kObject) return nullptr;
+  for (const auto& [k, v] : object)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+std::string Json::str(std::string_view key, std::string_view fallback) const {
+  const Json* v = find(key);
+  return v != nullptr && v->kind == Kind::kString ? v->string : std::string(fallback);
+}
+
+std::optional<double> Json::num(std::string_view key) const {
+  const Json* v = find(key);
+  if (v == nullptr || v->kind != Kind::kNumber) return std::nullopt;
+  return v->number;
+}
+
+std::optional<Json> parseJson(std::string_view text, std::string* error) {
+  Reader r{text};
+  Json out;
+  std::string why;
+  if (parseValue(r, out, 0, why)) {
+    r.ws();
+    if (r.i == text.size()) return out;
+    why = "unexpected text after the value";
+  }
+  if (error != nullptr) *error = why + " at byte " + std::to_string(r.i);
+  return std::nullopt;
+}
 
 std::optional<FlatJson> parseFlatJson(std::string_view text) {
   Reader r{text};

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace terse::results {
 
@@ -48,5 +49,29 @@ std::optional<FlatJson> parseFlatJson(std::string_view text);
 // Convenience getters; nullopt when absent or of another type.
 std::optional<double> getNumber(const FlatJson& obj, std::string_view key);
 std::optional<std::string> getString(const FlatJson& obj, std::string_view key);
+
+// A JSON document of any shape: provenance.json nests objects and arrays, and `terse compare --format json` writes
+// them. Objects keep their members in file order (a duplicate key keeps the first: find() returns it).
+struct Json {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string string;
+  std::vector<Json> array;
+  std::vector<std::pair<std::string, Json>> object;
+
+  // The member named `key` of an object; nullptr when absent or this is not an object.
+  const Json* find(std::string_view key) const;
+  // The string member `key`, or `fallback` when absent or not a string.
+  std::string str(std::string_view key, std::string_view fallback = "") const;
+  // The number member `key`; nullopt when absent or not a number.
+  std::optional<double> num(std::string_view key) const;
+};
+
+// Parses a whole JSON text (one value, optional surrounding white space). Result files are untrusted input: nesting
+// deeper than 64 levels, a non-JSON number (nan, inf, hex) or trailing text is an error. On failure returns nullopt
+// and, when `error` is given, sets it to what went wrong and the byte offset.
+std::optional<Json> parseJson(std::string_view text, std::string* error = nullptr);
 
 }  // namespace terse::results

@@ -81,6 +81,19 @@ struct MetricsRecord {
   double step_s_per_step = 0;
 };
 
+// Reserved for the async (parameter-server) trainer; the sync runner never writes them. A metrics record of an async
+// run may add, all cumulative since the run started (like the *_s_per_step means):
+//   staleness_mean           mean tau = server_version - worker_version over every push the server applied
+//   staleness_max            the largest tau applied
+//   staleness_hist_<k>       pushes applied with tau == k, k = 0, 1, 2, ... (an absent bucket is 0)
+//   staleness_hist_overflow  pushes with tau beyond the largest bucket the trainer keeps
+// `terse compare` (results/compare.h) reads them into its staleness column: mean and max, and the median and 90th
+// percentile from the histogram. Flat keys rather than an array so records stay flat JSON objects (parseFlatJson).
+inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";
+inline constexpr std::string_view kStalenessMaxKey = "staleness_max";
+inline constexpr std::string_view kStalenessHistPrefix = "staleness_hist_";
+inline constexpr std::string_view kStalenessHistOverflowKey = "staleness_hist_overflow";
+
 std::string metricsRecordJson(const MetricsRecord& record);
 std::string provenanceJson(const Provenance& provenance);
 

@@ -1,0 +1,236 @@
+#include "results/plot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "results/result_writer.h"
+
+namespace terse::results {
+namespace {
+
+namespace fs = std::filesystem;
+
+// gnuplot single-quoted strings have no escapes except '' for a quote; a newline would end the command.
+std::string gpQuote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'')
+      out += "''";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+// Runs `gnuplot script` with `dir` as the working directory, its output into `log`. Returns the exit status, or -1
+// with errno's text in `why` when it could not be started.
+int runGnuplot(const fs::path& gnuplot, const fs::path& dir, const std::string& script, const fs::path& log,
+               std::string& why) {
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    why = std::string("fork: ") + std::strerror(errno);
+    return -1;
+  }
+  if (pid == 0) {
+    // The child only calls async-signal-safe functions before exec.
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execl(gnuplot.c_str(), "gnuplot", script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      why = std::string("waitpid: ") + std::strerror(errno);
+      return -1;
+    }
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  why = "killed by signal " + std::to_string(WTERMSIG(status));
+  return -1;
+}
+
+std::string tail(const fs::path& file, std::size_t n) {
+  std::ifstream in(file);
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string t = s.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t.size() > n ? "..." + t.substr(t.size() - n) : t;
+}
+
+void writeText(const fs::path& path, const std::string& text, std::vector<fs::path>& written) {
+  writeFileAtomic(path, text);
+  written.push_back(path);
+}
+
+}  // namespace
+
+std::optional<fs::path> findExecutable(std::string_view name, std::string_view search_path) {
+  std::size_t start = 0;
+  for (;;) {
+    const auto colon = search_path.find(':', start);
+    const std::string_view entry =
+        search_path.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start);
+    const fs::path candidate = fs::path(entry.empty() ? "." : std::string(entry)) / std::string(name);
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    if (colon == std::string_view::npos) return std::nullopt;
+    start = colon + 1;
+  }
+}
+
+std::string safeFileStem(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    out += ok ? c : '_';
+  }
+  if (out.empty() || out == "." || out == "..") out = "study" + out;
+  return out;
+}
+
+PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, const fs::path& out,
+                       std::string_view search_path) {
+  PlotOutcome outcome;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  TERSE_CHECK(!ec, InvalidArgument, "cannot create " << out.string() << ": " << ec.message());
+  std::map<std::pair<std::string, std::string>, const RunData*> by_name;
+  for (const auto& r : runs) by_name[{r.study, r.variant}] = &r;
+
+  std::vector<std::string> scripts;
+  for (const auto& t : c.studies) {
+    const std::string stem = safeFileStem(t.study);
+    std::ostringstream dat;
+    std::vector<std::string> titles;
+    dat << "# terse compare: study " << t.study << ", one block per variant (gnuplot index 0, 1, ...) in table order\n"
+        << "# columns: wire_bytes_per_worker wall_s test_accuracy step\n";
+    for (const auto& row : t.rows) {
+      const auto it = by_name.find({t.study, row.variant});
+      // Variants without records have no line to draw; an empty block would make gnuplot stop with an error.
+      if (it == by_name.end() || it->second->points.empty()) continue;
+      if (!titles.empty()) dat << "\n\n";
+      dat << "# variant " << row.variant << '\n';
+      for (const auto& p : it->second->points)
+        dat << num(p.wire_bytes) << ' ' << (std::isnan(p.wall_s) ? "NaN" : num(p.wall_s)) << ' ' << num(p.accuracy)
+            << ' ' << p.step << '\n';
+      std::string title = row.variant;
+      if (row.baseline) title += " (baseline)";
+      if (row.state == kStateFailed) title += " (failed)";
+      if (row.state == kStateRunning) title += " (incomplete)";
+      titles.push_back(title);
+    }
+    if (titles.empty()) continue;
+    writeText(out / (stem + ".dat"), dat.str(), outcome.written);
+
+    std::ostringstream gp;
+    gp << "# Written by `terse compare --out`: test accuracy against wire bytes per worker (log scale) and against\n"
+       << "# wall time for study " << t.study << ", one line per variant. Data: " << stem
+       << ".dat (one block per variant,\n"
+       << "# columns wire bytes, wall s, accuracy, step). Edit freely and rerun `gnuplot " << stem
+       << ".gp` in this folder.\n"
+       << "stem = " << gpQuote(stem) << "\n"
+       << "data = stem . '.dat'\n"
+       << "target = " << num(c.target) << "\n"
+       << "array names[" << titles.size() << "]\n";
+    for (std::size_t i = 0; i < titles.size(); ++i) gp << "names[" << i + 1 << "] = " << gpQuote(titles[i]) << '\n';
+    gp << "set key outside right top noenhanced\n"
+       << "set grid\n"
+       << "set ylabel 'test accuracy'\n"
+       << "set style data linespoints\n"
+       << "# Runs that diverge would squash the interesting range; they still show, leaving the plot downwards.\n"
+       << "# `set yrange [*:*]` shows every point.\n"
+       << "set yrange [(target > 0.25 ? target - 0.25 : 0):*]\n"
+       << "set arrow 1 from graph 0, first target to graph 1, first target nohead dashtype 2 lc rgb 'gray40'\n"
+       << "set label 1 sprintf('target %g', target) at graph 0.01, first target offset 0, 0.6 tc rgb 'gray40'\n"
+       << "# pngcairo draws nicer lines; the plain png terminal (libgd) is the fallback where cairo is missing.\n"
+       << "# Eight colours repeat: the second eight lines are dashed, the third dotted.\n"
+       << "style(i) = ((i - 1) / 8) % 3 + 1\n"
+       << "png_term = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n"
+       << "do for [fmt in 'png svg'] {\n"
+       << "  if (fmt eq 'png') { eval('set terminal ' . png_term . ' size 1200,700 noenhanced') } "
+          "else { set terminal svg size 1200,700 noenhanced dynamic }\n"
+       << "  set output stem . '_acc_vs_bytes.' . fmt\n"
+       << "  set title 'study ' . stem . ': test accuracy vs wire bytes per worker' noenhanced\n"
+       << "  set logscale x\n"
+       << "  set format x '%.0s %cB'\n"
+       << "  set xlabel 'wire bytes per worker (log scale)'\n"
+       << "  plot for [i=1:|names|] data index (i-1) using 1:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title "
+          "names[i]\n"
+       << "  set output stem . '_acc_vs_time.' . fmt\n"
+       << "  set title 'study ' . stem . ': test accuracy vs wall time' noenhanced\n"
+       << "  unset logscale x\n"
+       << "  set format x '%g'\n"
+       << "  set xlabel 'wall time (s)'\n"
+       << "  plot for [i=1:|names|] data index (i-1) using 2:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title "
+          "names[i]\n"
+       << "}\n"
+       << "unset output\n";
+    writeText(out / (stem + ".gp"), gp.str(), outcome.written);
+    scripts.push_back(stem);
+  }
+  if (scripts.empty()) {
+    outcome.message = "no variant has records to plot";
+    return outcome;
+  }
+
+  const auto gnuplot = findExecutable("gnuplot", search_path);
+  if (!gnuplot) {
+    outcome.message = "gnuplot not found in PATH, so no plots were drawn; the data and scripts are in " + out.string() +
+                      " (install gnuplot, e.g. with scripts/bootstrap or apt-get install gnuplot-nox, "
+                      "then run `gnuplot <study>.gp` there)";
+    return outcome;
+  }
+  std::string failures;
+  for (const auto& stem : scripts) {
+    const fs::path log = out / (stem + ".gnuplot.log");
+    std::string why;
+    const int rc = runGnuplot(*gnuplot, out, stem + ".gp", log, why);
+    if (rc != 0) {
+      failures += "\n  " + stem +
+                  ".gp: " + (rc < 0 ? why : "gnuplot exited with " + std::to_string(rc) + ": " + tail(log, 600));
+      continue;
+    }
+    fs::remove(log, ec);  // a successful run's log holds nothing worth keeping
+    for (const char* kind : {"_acc_vs_bytes.", "_acc_vs_time."})
+      for (const char* ext : {"png", "svg"}) {
+        const fs::path plot = out / (stem + kind + ext);
+        if (fs::exists(plot, ec)) outcome.written.push_back(plot);
+      }
+  }
+  if (!failures.empty()) {
+    outcome.message = "gnuplot (" + gnuplot->string() + ") failed; tables and data are written:" + failures;
+    return outcome;
+  }
+  outcome.plotted = true;
+  return outcome;
+}
+
+}  // namespace terse::results

@@ -1,0 +1,37 @@
+// Plots for `terse compare --out` (DESIGN.md section 7): accuracy against wire bytes (log x) and against wall time,
+// one line per variant, drawn by gnuplot as PNG and SVG. The data files and the .gp script are written first and
+// kept beside the plots, so a user can tweak the script and rerun `gnuplot <study>.gp` in that folder; gnuplot is
+// optional at run time (a missing one is reported, never a failure of the tables).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "results/compare.h"
+
+namespace terse::results {
+
+struct PlotOutcome {
+  std::vector<std::filesystem::path> written;  // data files, scripts, and the plots gnuplot produced
+  bool plotted = false;                        // gnuplot ran and succeeded for every study
+  std::string message;                         // why not, for the user; empty when plotted
+};
+
+// The first executable file `name` in the colon-separated `search_path` (the PATH convention: an empty entry is
+// the current directory); nullopt when there is none.
+std::optional<std::filesystem::path> findExecutable(std::string_view name, std::string_view search_path);
+
+// A file name made of `s`: anything but [A-Za-z0-9._-] becomes '_' (study names come from folder names).
+std::string safeFileStem(std::string_view s);
+
+// Writes <out>/<study>.dat and <out>/<study>.gp for every study of `c` (variants in table order, using `runs`' eval
+// points), then runs gnuplot (looked up in `search_path`, normally $PATH) in `out` to make
+// <study>_acc_vs_bytes.{png,svg} and <study>_acc_vs_time.{png,svg}. Throws InvalidArgument when `out` cannot be
+// written; a missing or failing gnuplot is reported in the outcome.
+PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, const std::filesystem::path& out,
+                       std::string_view search_path);
+
+}  // namespace terse::results

@@ -1,0 +1,393 @@
+// compare's numbers on synthetic folders with known answers, and its handling of broken folders.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "results/compare.h"
+#include "tests/results/results_fixture.h"
+
+namespace terse::results {
+namespace {
+
+using namespace testing;  // NOLINT: the fixture helpers
+
+const CompareRow& row(const StudyTable& t, const std::string& variant) {
+  for (const auto& r : t.rows)
+    if (r.variant == variant) return r;
+  ADD_FAILURE() << "no row " << variant;
+  static CompareRow none;
+  return none;
+}
+
+std::vector<std::string> order(const StudyTable& t) {
+  std::vector<std::string> out;
+  for (const auto& r : t.rows) out.push_back(r.variant);
+  return out;
+}
+
+TEST(CrossTarget, InterpolatesLinearlyBetweenTheBracketingPoints) {
+  std::vector<EvalPoint> pts(3);
+  pts[0].accuracy = 0.5, pts[0].wire_bytes = 100, pts[0].wall_s = 10;
+  pts[1].accuracy = 0.7, pts[1].wire_bytes = 200, pts[1].wall_s = 20;
+  pts[2].accuracy = 0.9, pts[2].wire_bytes = 400, pts[2].wall_s = 40;
+  auto c = crossTarget(pts, 0.8);
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->wire_bytes, 300);  // half way from 200 to 400
+  EXPECT_DOUBLE_EQ(c->wall_s, 30);
+  c = crossTarget(pts, 0.7);  // exactly at a point: that point
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->wire_bytes, 200);
+  c = crossTarget(pts, 0.3);  // the first point already reaches it: nothing was measured before
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->wire_bytes, 100);
+  EXPECT_FALSE(crossTarget(pts, 0.95));
+  EXPECT_FALSE(crossTarget({}, 0.5));
+}
+
+TEST(CrossTarget, TakesTheFirstCrossingWhenAccuracyDipsAgain) {
+  std::vector<EvalPoint> pts(4);
+  const double acc[] = {0.5, 0.9, 0.6, 0.95};
+  for (int i = 0; i < 4; ++i) pts[i].accuracy = acc[i], pts[i].wire_bytes = 100.0 * (i + 1), pts[i].wall_s = i;
+  auto c = crossTarget(pts, 0.7);
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->wire_bytes, 150);
+}
+
+class KnownStudy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = freshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    for (const auto& s : knownStudy()) writeRun(root_, s);
+    runs_ = loadRuns({root_}, warnings_);
+  }
+  fs::path root_;
+  std::vector<std::string> warnings_;
+  std::vector<RunData> runs_;
+};
+
+TEST_F(KnownStudy, ReadsEveryVariantBack) {
+  ASSERT_EQ(runs_.size(), 5u);
+  // Only the failed run is worth a warning.
+  EXPECT_EQ(warnings_.size(), 1u) << joined(warnings_);
+  EXPECT_TRUE(anyContains(warnings_, "qsgd", "the run failed: rank 2: qsgd: compress failed"));
+  for (const auto& r : runs_) {
+    EXPECT_EQ(r.study, "s");
+    EXPECT_TRUE(r.has_config);
+    EXPECT_TRUE(r.provenance.has_value());
+    EXPECT_EQ(r.config_sha256, sha256Hex(readText(r.dir / "config.textproto")));
+  }
+}
+
+TEST_F(KnownStudy, KnownAnswers) {
+  const Comparison c = compare(runs_, {}, warnings_);
+  ASSERT_EQ(c.studies.size(), 1u);
+  const StudyTable& t = c.studies[0];
+  EXPECT_EQ(t.baseline, "dense");
+  EXPECT_EQ(t.baseline_source, "auto");
+
+  const CompareRow& dense = row(t, "dense");
+  EXPECT_TRUE(dense.baseline);
+  ASSERT_TRUE(dense.to_target);
+  EXPECT_NEAR(dense.to_target->wire_bytes, 2500, 1e-9);
+  EXPECT_NEAR(dense.to_target->wall_s, 2.5, 1e-12);
+  EXPECT_DOUBLE_EQ(*dense.ratio, 1);
+  EXPECT_DOUBLE_EQ(*dense.wire_bytes_per_step, 10);
+  EXPECT_DOUBLE_EQ(*dense.final_accuracy, 0.90);
+  EXPECT_DOUBLE_EQ(*dense.payload_bytes, 1500);
+
+  const CompareRow& topk = row(t, "topk");
+  EXPECT_FALSE(topk.baseline);
+  ASSERT_TRUE(topk.to_target);
+  EXPECT_NEAR(topk.to_target->wire_bytes, 100 + 100 * (0.25 / 0.26), 1e-9);
+  EXPECT_NEAR(topk.to_target->wall_s, 1 + 0.25 / 0.26, 1e-12);
+  EXPECT_DOUBLE_EQ(*topk.ratio, 10);
+  EXPECT_DOUBLE_EQ(*topk.best_accuracy, 0.88);
+  EXPECT_TRUE(topk.error_feedback);
+
+  const CompareRow& fp16 = row(t, "fp16");
+  ASSERT_TRUE(fp16.to_target);
+  EXPECT_DOUBLE_EQ(fp16.to_target->wire_bytes, 500);
+  EXPECT_DOUBLE_EQ(*fp16.ratio, 2);
+
+  const CompareRow& sign = row(t, "signsgd");
+  EXPECT_FALSE(sign.to_target);
+  EXPECT_DOUBLE_EQ(*sign.final_accuracy, 0.80);
+
+  const CompareRow& failed = row(t, "qsgd");
+  EXPECT_EQ(failed.state, "failed");
+  EXPECT_EQ(failed.records, 1);
+  EXPECT_FALSE(failed.to_target);
+  EXPECT_DOUBLE_EQ(*failed.final_accuracy, 0.5);
+  EXPECT_TRUE(anyContains(t.notes, "`qsgd` failed: rank 2: qsgd: compress failed"));
+
+  // Step time split: the last record's means; codec = compress + decompress.
+  EXPECT_DOUBLE_EQ(*dense.compute_s, 0.001);
+  EXPECT_NEAR(*dense.codec_s, 0.0003, 1e-15);
+  EXPECT_DOUBLE_EQ(*dense.comm_s, 0.004);
+  EXPECT_DOUBLE_EQ(*dense.exposed_comm_s, 0.003);
+  EXPECT_DOUBLE_EQ(*dense.step_s, 0.0045);
+  EXPECT_FALSE(dense.staleness);
+}
+
+TEST_F(KnownStudy, RowsReachedByBytesToTargetThenByFinalAccuracy) {
+  const Comparison c = compare(runs_, {}, warnings_);
+  EXPECT_EQ(order(c.studies[0]), (std::vector<std::string>{"topk", "fp16", "dense", "signsgd", "qsgd"}));
+}
+
+TEST_F(KnownStudy, TargetChangesTheAnswers) {
+  CompareOptions o;
+  o.target = 0.75;
+  const Comparison c = compare(runs_, o, warnings_);
+  const StudyTable& t = c.studies[0];
+  ASSERT_TRUE(row(t, "signsgd").to_target);
+  EXPECT_NEAR(row(t, "signsgd").to_target->wire_bytes, 20, 1e-12);
+  EXPECT_NEAR(row(t, "dense").to_target->wire_bytes, 1500, 1e-9);
+  EXPECT_EQ(order(t), (std::vector<std::string>{"signsgd", "topk", "fp16", "dense", "qsgd"}));
+}
+
+TEST_F(KnownStudy, BaselineOverride) {
+  CompareOptions o;
+  o.baseline = "topk";
+  const Comparison c = compare(runs_, o, warnings_);
+  const StudyTable& t = c.studies[0];
+  EXPECT_EQ(t.baseline, "topk");
+  EXPECT_EQ(t.baseline_source, "--baseline");
+  EXPECT_TRUE(row(t, "topk").baseline);
+  EXPECT_FALSE(row(t, "dense").baseline);
+  EXPECT_DOUBLE_EQ(*row(t, "dense").ratio, 0.1);
+  EXPECT_TRUE(anyContains(t.notes, "uses compressor 'topk', not none"));
+}
+
+TEST_F(KnownStudy, UnknownBaselineIsReportedAndLeavesNoRatios) {
+  CompareOptions o;
+  o.baseline = "nope";
+  std::vector<std::string> w;
+  const Comparison c = compare(runs_, o, w);
+  EXPECT_TRUE(anyContains(w, "--baseline nope: no study has a variant of that name"));
+  EXPECT_EQ(c.studies[0].baseline, "");
+  for (const auto& r : c.studies[0].rows) EXPECT_FALSE(r.ratio) << r.variant;
+}
+
+TEST(Compare, NoDenseVariantMeansNoRatiosAndSaysSo) {
+  const fs::path root = freshDir("NoDense");
+  writeRun(root, {"s", "a", "topk", false, {{10, 0.5, 10, 1}}});
+  writeRun(root, {"s", "b", "fp16", false, {{10, 0.6, 20, 1}}});
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  EXPECT_EQ(c.studies[0].baseline_source, "none");
+  EXPECT_TRUE(anyContains(c.studies[0].notes, "no variant uses compressor none"));
+  for (const auto& r : c.studies[0].rows) EXPECT_FALSE(r.ratio);
+}
+
+TEST(Compare, SeveralDenseVariantsPreferThePlainOne) {
+  const fs::path root = freshDir("SeveralDense");
+  writeRun(root, {"s", "a-dense-ef", "none", true, {{10, 0.5, 10, 1}}});
+  writeRun(root, {"s", "b-dense", "none", false, {{10, 0.5, 40, 1}}});
+  writeRun(root, {"s", "c", "topk", false, {{10, 0.5, 4, 1}}});
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  const StudyTable& t = c.studies[0];
+  EXPECT_EQ(t.baseline, "b-dense");
+  EXPECT_TRUE(anyContains(t.notes, "several variants use compressor none"));
+  EXPECT_DOUBLE_EQ(*row(t, "c").ratio, 10);
+}
+
+TEST(Compare, StudiesAreSeparateTablesWithTheirOwnBaselines) {
+  const fs::path root = freshDir("TwoStudies");
+  writeRun(root, {"s1", "dense", "none", false, {{10, 0.5, 100, 1}}});
+  writeRun(root, {"s1", "x", "topk", false, {{10, 0.5, 10, 1}}});
+  writeRun(root, {"s2", "dense", "none", false, {{10, 0.5, 1000, 1}}});
+  writeRun(root, {"s2", "x", "topk", false, {{10, 0.5, 10, 1}}});
+  std::vector<std::string> w;
+  // A study folder and a variant folder of the other study, and one reached twice: read once.
+  const auto runs = loadRuns({root / "s1", root / "s2" / "dense", root / "s2" / "x", root / "s2" / "x"}, w);
+  ASSERT_EQ(runs.size(), 4u) << joined(w);
+  const Comparison c = compare(runs, {}, w);
+  ASSERT_EQ(c.studies.size(), 2u);
+  EXPECT_DOUBLE_EQ(*row(c.studies[0], "x").ratio, 10);
+  EXPECT_DOUBLE_EQ(*row(c.studies[1], "x").ratio, 100);
+}
+
+TEST(Compare, StalenessFromTheReservedFields) {
+  const fs::path root = freshDir("Staleness");
+  const fs::path dir = writeRun(root, {"s", "async", "none", false, {}});
+  // tau histogram 0:10 1:50 2:30 4:10 -> median 1, p90 2 (nearest rank); mean and max as recorded.
+  appendText(dir / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":1000,\"staleness_mean\":1.4,"
+             "\"staleness_max\":4,\"staleness_hist_0\":10,\"staleness_hist_1\":50,\"staleness_hist_2\":30,"
+             "\"staleness_hist_4\":10}\n");
+  const fs::path hist_only = writeRun(root, {"s", "hist-only", "topk", false, {}});
+  appendText(hist_only / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":10,\"staleness_hist_0\":1,"
+             "\"staleness_hist_3\":3,\"staleness_hist_x\":5}\n");
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  const CompareRow& a = row(c.studies[0], "async");
+  ASSERT_TRUE(a.staleness);
+  EXPECT_DOUBLE_EQ(a.staleness->mean, 1.4);
+  EXPECT_DOUBLE_EQ(a.staleness->max, 4);
+  EXPECT_EQ(a.staleness->p50, 1);
+  EXPECT_EQ(a.staleness->p90, 2);
+  const CompareRow& h = row(c.studies[0], "hist-only");
+  ASSERT_TRUE(h.staleness);
+  EXPECT_DOUBLE_EQ(h.staleness->mean, (0 * 1 + 3 * 3) / 4.0);  // from the histogram when not recorded
+  EXPECT_DOUBLE_EQ(h.staleness->max, 3);
+  EXPECT_TRUE(anyContains(w, "metrics.jsonl:1:", "'staleness_hist_x'")) << joined(w);
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("| staleness |"), std::string::npos) << md;
+  EXPECT_NE(md.find("mean 1.40, max 4, p50 1, p90 2"), std::string::npos) << md;
+}
+
+// ---- Broken folders: every problem a warning naming file and line, the rest still read.
+
+TEST(CompareRobustness, MalformedAndTruncatedMetricsAreReportedAndSkipped) {
+  const fs::path root = freshDir("Malformed");
+  const fs::path dir = writeRun(root, {"s", "v", "none", false, {{100, 0.5, 1000, 1.0}}});
+  const fs::path metrics = dir / "metrics.jsonl";
+  appendText(metrics,
+             "this is not json\n"                                                         // line 2
+             "{\"step\":200,\"wire_bytes_per_worker\":2000}\n"                            // 3: no accuracy
+             "{\"step\":200,\"test_accuracy\":1.5,\"wire_bytes_per_worker\":2000}\n"      // 4: out of range
+             "{\"step\":50,\"test_accuracy\":0.6,\"wire_bytes_per_worker\":2000}\n"       // 5: step backwards
+             "{\"step\":200,\"test_accuracy\":0.6,\"wire_bytes_per_worker\":500}\n"       // 6: bytes backwards
+             "{\"step\":200,\"test_accuracy\":0.6,\"wire_bytes_per_worker\":\"lots\"}\n"  // 7: not a number
+             "\n"                                                                         // 8: blank, ignored
+             "{\"step\":300,\"test_accuracy\":0.7,\"wire_bytes_per_worker\":3000,\"wall_s\":-1}\n"  // 9: good, bad wall
+             "{\"step\":400,\"test_accuracy\":0.8,\"wire_bytes_per_wor");                           // 10: torn
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 1u);
+  const std::string file = metrics.string();
+  EXPECT_TRUE(anyContains(w, file + ":2: not a flat JSON object")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":3: no 'test_accuracy'; record skipped")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":4: 'test_accuracy' is 1.5, must be a number in [0, 1]")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":5: step 50 does not follow step 100")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":6: wire_bytes_per_worker 500 is less than")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":7: 'wire_bytes_per_worker' is \"lots\"")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":9: 'wall_s' is -1")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":10: torn last line (no newline)")) << joined(w);
+  EXPECT_FALSE(anyContains(w, file + ":8:")) << joined(w);
+  ASSERT_EQ(runs[0].points.size(), 2u);
+  EXPECT_EQ(runs[0].points[1].step, 300);
+  EXPECT_EQ(runs[0].points[1].line, 9);
+  EXPECT_TRUE(std::isnan(runs[0].points[1].wall_s));
+  // The good records still make a table.
+  const Comparison c = compare(runs, {}, w);
+  EXPECT_DOUBLE_EQ(*c.studies[0].rows[0].final_accuracy, 0.7);
+}
+
+TEST(CompareRobustness, MissingAndBrokenFilesAreWarnings) {
+  const fs::path root = freshDir("MissingFiles");
+  const fs::path only_status = root / "s" / "only-status";
+  fs::create_directories(only_status);
+  writeFileAtomic(only_status / "status.json", "{\"state\":\"completed\"}\n");
+  const fs::path garbage = root / "s" / "garbage";
+  fs::create_directories(garbage);
+  writeFileAtomic(garbage / "status.json", "{\"state\":");
+  writeFileAtomic(garbage / "provenance.json", "{\"plugins\":[{\"kind\":");
+  writeFileAtomic(garbage / "config.textproto", "study: \"s\"\nworkload {\n  name: \"mlp\"\n");
+  writeFileAtomic(garbage / "metrics.jsonl", "");
+  const fs::path odd_state = root / "s" / "odd";
+  fs::create_directories(odd_state);
+  writeFileAtomic(odd_state / "status.json", "{\"state\":\"exploded\"}");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root, root / "nonexistent"}, w);
+  ASSERT_EQ(runs.size(), 3u) << joined(w);
+  const std::string os = only_status.string(), g = garbage.string();
+  EXPECT_TRUE(anyContains(w, os + "/metrics.jsonl: missing; the variant has no records")) << joined(w);
+  EXPECT_TRUE(anyContains(w, os + "/config.textproto: missing")) << joined(w);
+  EXPECT_TRUE(anyContains(w, os + "/provenance.json: missing")) << joined(w);
+  EXPECT_TRUE(anyContains(w, g + "/status.json:1: not a status object")) << joined(w);
+  EXPECT_TRUE(anyContains(w, g + "/provenance.json: not a JSON object")) << joined(w);
+  EXPECT_TRUE(anyContains(w, g + "/config.textproto:4:1: Expected identifier")) << joined(w);
+  EXPECT_TRUE(anyContains(w, "odd/status.json:1: unknown state \"exploded\"")) << joined(w);
+  EXPECT_TRUE(anyContains(w, (root / "nonexistent").string() + ": no such directory")) << joined(w);
+  const Comparison c = compare(runs, {}, w);
+  for (const auto& r : c.studies[0].rows) EXPECT_EQ(r.records, 0);
+  // Variants without records sort last and print as dashes, never as numbers.
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("| garbage | unknown | - | - |"), std::string::npos) << md;
+}
+
+// Every prefix of every file, and every file with one byte flipped: loadRun must warn, never throw or crash (the
+// sanitizer build checks the "never crash" part), and never invent records.
+TEST(CompareRobustness, EveryTruncationAndByteFlipIsSurvivable) {
+  const fs::path root = freshDir("Truncations");
+  const fs::path dir = writeRun(root, knownStudy()[0]);
+  for (const char* name : {"config.textproto", "provenance.json", "metrics.jsonl", "status.json"}) {
+    const fs::path file = dir / name;
+    const std::string original = readText(file);
+    for (std::size_t n = 0; n <= original.size(); ++n) {
+      writeFileAtomic(file, original.substr(0, n));
+      std::vector<std::string> w;
+      RunData run;
+      ASSERT_NO_THROW(run = loadRun(dir, w)) << name << " cut at " << n;
+      EXPECT_LE(run.points.size(), 3u);
+      (void)compare({run}, {}, w);
+    }
+    for (std::size_t i = 0; i < original.size(); ++i) {
+      std::string flipped = original;
+      flipped[i] = static_cast<char>(flipped[i] ^ 0x5A);
+      writeFileAtomic(file, flipped);
+      std::vector<std::string> w;
+      RunData run;
+      ASSERT_NO_THROW(run = loadRun(dir, w)) << name << " flipped at " << i;
+      (void)toMarkdown(compare({run}, {}, w));
+    }
+    writeFileAtomic(file, original);
+  }
+  std::vector<std::string> w;
+  EXPECT_EQ(loadRun(dir, w).points.size(), 3u);
+  EXPECT_TRUE(w.empty()) << joined(w);
+}
+
+TEST(CompareRobustness, RunningVariantIsMarkedAndKept) {
+  const fs::path root = freshDir("Running");
+  RunSpec s{"s", "live", "none", false, {{10, 0.4, 100, 1}}};
+  s.state = "running";
+  writeRun(root, s);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  EXPECT_TRUE(anyContains(w, "status says running")) << joined(w);
+  const Comparison c = compare(runs, {}, w);
+  EXPECT_EQ(c.studies[0].rows[0].state, "running");
+  EXPECT_NE(toMarkdown(c).find("running/killed"), std::string::npos);
+}
+
+TEST(CompareRobustness, AFolderWithoutResultsIsAWarning) {
+  const fs::path root = freshDir("Empty");
+  std::vector<std::string> w;
+  EXPECT_TRUE(loadRuns({root}, w).empty());
+  EXPECT_TRUE(anyContains(w, root.string() + ": no result folders")) << joined(w);
+}
+
+// ---- Config mismatches.
+
+TEST(ConfigMismatch, DifferentWorkloadsAndDataAreNamed) {
+  const fs::path root = freshDir("Mismatch");
+  RunSpec a{"s", "a", "none", false, {{10, 0.5, 10, 1}}};
+  RunSpec b = a;
+  b.variant = "b";
+  RunSpec c = a;
+  c.variant = "c";
+  c.hidden = "512";
+  c.batch_size = "64";
+  writeRun(root, a);
+  writeRun(root, b);
+  writeRun(root, c);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  const auto m = configMismatchWarnings(runs);
+  ASSERT_EQ(m.size(), 2u) << joined(m);
+  EXPECT_TRUE(anyContains(m, "different workloads", "s/c: workload.hidden_sizes=512 no workload.hidden_sizes=256"))
+      << joined(m);
+  EXPECT_TRUE(anyContains(m, "s/a, s/b: workload.name=\"mlp\" workload.hidden_sizes=256")) << joined(m);
+  EXPECT_TRUE(anyContains(m, "different data", "data.batch_size=64")) << joined(m);
+  // Same workload and data: nothing to say.
+  const auto same = std::vector<RunData>(runs.begin(), runs.begin() + 2);
+  EXPECT_TRUE(configMismatchWarnings(same).empty());
+}
+
+}  // namespace
+}  // namespace terse::results
