@@ -4,11 +4,13 @@
 //   terse bench allreduce   size, count, type, algo, time, algbw, busbw (2(n-1)/n), #wrong
 //   terse bench allgather   the same with busbw = algbw * (n-1)/n
 //
-// Every rank is a thread of this process on the chosen transport (inproc; tcp and nccl join as further --transport
-// values). Correctness is checked after the timed loop with deterministic data whose sum is exact in every dtype and
-// every summation order, so #wrong counts real errors. The allreduce and allgather tables end with a single-thread
-// memcpy bandwidth of the largest size measured in the same run and busbw's ratio to it: an inproc collective moves
-// memory, so memcpy is its natural ceiling on this machine.
+// With --transport inproc every rank is a thread of this process. With --transport tcp the ranks talk over real
+// sockets (tcp_transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank and rank 0
+// prints the table; otherwise -n N runs N ranks as threads of this process, each with its own TcpTransport over
+// loopback, met through an in-process store. Correctness is checked after the timed loop with deterministic data whose
+// sum is exact in every dtype and every summation order, so #wrong counts real errors. The allreduce and allgather
+// tables end with a single-thread memcpy bandwidth of the largest size measured in the same run and busbw's ratio to
+// it: an inproc collective moves memory, so memcpy is its natural ceiling on this machine.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -26,7 +28,9 @@
 
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
+#include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
+#include "core/comm/tcp_transport.h"
 #include "core/common/error.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
@@ -55,8 +59,8 @@ constexpr std::string_view kBenchUsage =
 
 constexpr std::string_view kCollectiveUsage =
     "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
-    "                                       [--algo ring|rd|auto] [--transport inproc] [--bandwidth BW] [--latency T]\n"
-    "                                       [--iters N] [-w WARMUP] [--json] [--check]\n"
+    "                                       [--algo ring|rd|auto] [--transport inproc|tcp] [--bandwidth BW]\n"
+    "                                       [--latency T] [--iters N] [-w WARMUP] [--json] [--check]\n"
     "\n"
     "Sizes are total message bytes (allgather: the gathered output, size/n per rank), K/M/G binary. RANKS is N, A..B\n"
     "or a comma list. The timed iterations run in 5 batches between barriers; time is the slowest rank's average per\n"
@@ -84,6 +88,7 @@ struct CommonArgs {
   int warmup = 5;
   bool json = false;
   bool check = false;
+  std::string transport = "inproc";
   InprocOptions inproc;
 };
 
@@ -122,7 +127,8 @@ void addCommonOptions(po::options_description& o) {
       "stepfactor,f", po::value<double>(), "size multiplier between rows (default 2; links 4)")(
       "iters", po::value<int>(), "timed iterations per size (default 20; links 10)")(
       "warmup,w", po::value<int>()->default_value(5), "untimed iterations per size")(
-      "transport", po::value<std::string>()->default_value("inproc"), "inproc (tcp and nccl: later)")(
+      "transport", po::value<std::string>()->default_value("inproc"),
+      "inproc, or tcp (real sockets: one process per rank under terse launch, else -n threads over loopback)")(
       "bandwidth", po::value<std::string>(), "emulated bandwidth per directed link, e.g. 10Gbps")(
       "latency", po::value<std::string>(), "emulated one-way latency per link, e.g. 5us")(
       "nic", po::value<std::string>(), "emulated per-rank NIC egress cap shared by its links, e.g. 25Gbps")(
@@ -142,7 +148,9 @@ CommonArgs commonArgs(const po::variables_map& vm, uint64_t min_default, uint64_
     }
   };
   const std::string transport = vm["transport"].as<std::string>();
-  if (transport != "inproc") throw po::error("--transport: unknown transport '" + transport + "' (available: inproc)");
+  if (transport != "inproc" && transport != "tcp")
+    throw po::error("--transport: unknown transport '" + transport + "' (available: inproc, tcp)");
+  a.transport = transport;
   a.ranks = parseRanks(vm["ranks"].as<std::string>());
   a.min_bytes =
       vm.count("minbytes") ? wrap([&] { return comm::parseByteSize(vm["minbytes"].as<std::string>()); }) : min_default;
@@ -295,7 +303,10 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
   options.add_options()("dtype", po::value<std::string>()->default_value("f32"), "f32, f16 or bf16")(
       "algo", po::value<std::string>()->default_value("auto"), "allreduce algorithm: ring, rd or auto")(
       "threshold", po::value<std::string>()->default_value("64K"), "auto: recursive doubling below this size")(
-      "segment", po::value<std::string>()->default_value("256K"), "maximum frame payload");
+      "segment", po::value<std::string>()->default_value("auto"),
+      "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
+      "syscalls per byte)")("socket-buffer", po::value<std::string>()->default_value("0"),
+                            "tcp: SO_SNDBUF/SO_RCVBUF per connection, e.g. 4M (0: the OS default, autotuned)");
   int exit_code = kExitOk;
   auto vm = parse(args, options, kCollectiveUsage, who, exit_code);
   if (!vm) return exit_code;
@@ -303,6 +314,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
   CommonArgs a;
   DType dtype = DType::kF32;
   HostCommOptions comm_options;
+  uint64_t socket_buffer = 0;
   try {
     a = commonArgs(*vm, 4096, 64ull << 20, 2, 20);
     const auto d = parseDType((*vm)["dtype"].as<std::string>());
@@ -313,8 +325,12 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     if (!algo) throw po::error("--algo must be ring, rd or auto, got '" + (*vm)["algo"].as<std::string>() + "'");
     comm_options.algorithm = *algo;
     comm_options.small_allreduce_bytes = comm::parseByteSize((*vm)["threshold"].as<std::string>());
-    comm_options.segment_bytes = comm::parseByteSize((*vm)["segment"].as<std::string>());
+    const std::string segment = (*vm)["segment"].as<std::string>();
+    comm_options.segment_bytes =
+        segment != "auto" ? comm::parseByteSize(segment) : (a.transport == "tcp" ? 1024 * 1024 : 256 * 1024);
     if (comm_options.segment_bytes == 0) throw po::error("--segment must be > 0");
+    socket_buffer = comm::parseByteSize((*vm)["socket-buffer"].as<std::string>());
+    if (socket_buffer > (uint64_t{1} << 30)) throw po::error("--socket-buffer must be at most 1G");
     for (int n : a.ranks)
       if (dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
   } catch (const po::error& e) {
@@ -326,6 +342,22 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
   }
   const std::size_t elem = dtypeSize(dtype);
 
+  // Under a launcher with --transport tcp, this process is one rank of the job; otherwise every rank is a thread here.
+  std::optional<comm::Job> job;
+  try {
+    if (a.transport == "tcp") {
+      const auto env = comm::detectJobEnv();
+      if (env && env->world_size > 1) {
+        job.emplace(comm::joinJob(std::chrono::seconds(60)));
+        a.ranks = {job->env.world_size};
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
+    return kExitFailure;
+  }
+  const bool printer = !job || job->env.rank == 0;
+
   std::vector<CollectiveRun> runs;
   uint64_t total_wrong = 0;
   double last_busbw_at_max = 0;
@@ -335,17 +367,43 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     for (int n : a.ranks) {
       CollectiveRun run;
       run.ranks = n;
-      auto fabric = InprocFabric::create(n, a.inproc);
-      std::vector<std::unique_ptr<HostCommunicator>> comms;
-      for (int r = 0; r < n; ++r)
-        comms.push_back(std::make_unique<HostCommunicator>(fabric->endpoint(r), comm_options));
+      // comms[r] is rank r's communicator where it lives in this process (all of them, or this process's rank).
+      std::vector<std::unique_ptr<HostCommunicator>> comms(static_cast<std::size_t>(n));
+      comm::MemoryStore local_store;
+      if (a.transport == "inproc") {
+        auto fabric = InprocFabric::create(n, a.inproc);
+        for (int r = 0; r < n; ++r)
+          comms[static_cast<std::size_t>(r)] = std::make_unique<HostCommunicator>(fabric->endpoint(r), comm_options);
+      } else {
+        auto connect = [&](int r, comm::Store& store, const comm::JobToken& token, const std::string& host,
+                           const std::string& prefix) {
+          comm::TcpOptions o;
+          o.rank = r;
+          o.world_size = n;
+          o.emulation = a.inproc.emulation;
+          o.socket_buffer_bytes = static_cast<int>(socket_buffer);
+          o.store_prefix = prefix;
+          o.host_label = host;
+          if (job && !comm::isLoopbackAddress(job->env.master_addr)) o.bind_address = "0.0.0.0";
+          comms[static_cast<std::size_t>(r)] =
+              std::make_unique<HostCommunicator>(comm::connectTcpTransport(o, token, store), comm_options);
+        };
+        const std::string prefix = "bench/" + std::to_string(n) + "/";
+        if (job) {
+          connect(job->env.rank, *job->store, job->token, job->env.host, prefix);
+        } else {
+          const comm::JobToken token = comm::JobToken::generate();
+          onRanks(n, [&](int r) { connect(r, local_store, token, "", prefix); });
+        }
+      }
+      HostCommunicator& any = job ? *comms[static_cast<std::size_t>(job->env.rank)] : *comms[0];
       // allgather: each rank contributes size / n bytes, whole elements.
       const uint64_t align = allreduce ? elem : elem * static_cast<uint64_t>(n);
       const std::vector<uint64_t> sweep = sizeSweep(a, align);
       for (uint64_t size : sweep) {
         // The largest size is compared with memcpy; its samples interleave with that row's timed batches.
         std::unique_ptr<MemcpyProbe> probe;
-        if (size == sweep.back()) probe = std::make_unique<MemcpyProbe>(size);
+        if (size == sweep.back() && printer) probe = std::make_unique<MemcpyProbe>(size);  // sampled by rank 0
         const std::size_t count = static_cast<std::size_t>(size / elem);
         const std::size_t per_rank = count / static_cast<std::size_t>(n);
         std::vector<std::vector<std::byte>> bufs(static_cast<std::size_t>(n));
@@ -356,7 +414,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
                                                  std::vector<double>(static_cast<std::size_t>(batches)));
         std::vector<uint64_t> wrong(static_cast<std::size_t>(n));
         const std::vector<uint64_t> sizes(static_cast<std::size_t>(n), per_rank * elem);
-        onRanks(n, [&](int r) {
+        auto body = [&](int r) {
           HostCommunicator& c = *comms[static_cast<std::size_t>(r)];
           auto& buf = bufs[static_cast<std::size_t>(r)];
           auto& send = sends[static_cast<std::size_t>(r)];
@@ -411,11 +469,31 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
                   ++bad;
           }
           wrong[static_cast<std::size_t>(r)] = bad;
-        });
+        };
+        if (job) {
+          // This process ran one rank: every rank's batch times and #wrong are gathered so the row is computed from
+          // all of them, exactly as with threads.
+          const int me = job->env.rank;
+          body(me);
+          std::vector<double> mine(elapsed[static_cast<std::size_t>(me)]);
+          mine.push_back(static_cast<double>(wrong[static_cast<std::size_t>(me)]));
+          std::vector<double> all(mine.size() * static_cast<std::size_t>(n));
+          const std::vector<uint64_t> part(static_cast<std::size_t>(n), mine.size() * sizeof(double));
+          any.allgatherv(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), part);
+          for (int q = 0; q < n; ++q) {
+            const auto at = static_cast<std::size_t>(q) * mine.size();
+            std::copy(all.begin() + static_cast<std::ptrdiff_t>(at),
+                      all.begin() + static_cast<std::ptrdiff_t>(at + mine.size() - 1),
+                      elapsed[static_cast<std::size_t>(q)].begin());
+            wrong[static_cast<std::size_t>(q)] = static_cast<uint64_t>(all[at + mine.size() - 1]);
+          }
+        } else {
+          onRanks(n, body);
+        }
         Row row;
         row.size = allreduce ? size : per_rank * elem * static_cast<uint64_t>(n);
         row.count = row.size / elem;
-        row.algo = allreduce ? std::string(comm::allreduceAlgorithmName(comms[0]->algorithmFor(size))) : "ring";
+        row.algo = allreduce ? std::string(comm::allreduceAlgorithmName(any.algorithmFor(size))) : "ring";
         std::vector<double> batch_time(static_cast<std::size_t>(batches), 0.0);
         for (const auto& e : elapsed)
           for (int b = 0; b < batches; ++b)
@@ -444,10 +522,11 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     return kExitFailure;
   }
   const double ratio = last_busbw_at_max / memcpy_gbps;
+  if (!printer) return a.check && total_wrong != 0 ? kExitFailure : kExitOk;
 
   if (a.json) {
     std::ostringstream j;
-    j << "{\"benchmark\":\"" << who << "\",\"transport\":\"inproc\",\"dtype\":\"" << dtypeName(dtype)
+    j << "{\"benchmark\":\"" << who << "\",\"transport\":\"" << a.transport << "\",\"dtype\":\"" << dtypeName(dtype)
       << "\",\"algo\":\"" << comm::allreduceAlgorithmName(comm_options.algorithm)
       << "\",\"threshold_bytes\":" << comm_options.small_allreduce_bytes
       << ",\"segment_bytes\":" << comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
@@ -467,7 +546,11 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
       << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << total_wrong << "}";
     std::cout << j.str() << '\n';
   } else {
-    std::cout << "# terse bench " << who << ": transport inproc, dtype " << dtypeName(dtype);
+    std::cout << "# terse bench " << who << ": transport " << a.transport
+              << (job                    ? " (one process per rank)"
+                  : a.transport == "tcp" ? " (ranks as threads, loopback)"
+                                         : "")
+              << ", dtype " << dtypeName(dtype);
     if (allreduce) {
       std::cout << ", algo " << comm::allreduceAlgorithmName(comm_options.algorithm);
       if (comm_options.algorithm == AllreduceAlgorithm::kAuto)
@@ -523,6 +606,10 @@ int linksCommand(const std::vector<std::string>& args) {
   CommonArgs a;
   try {
     a = commonArgs(*vm, 1024, 16ull << 20, 4, 10);
+    if (a.transport != "inproc")
+      throw po::error(
+          "--transport: links measures the link emulation on inproc only (allreduce and allgather run on "
+          "tcp)");
     if (!vm->count("bandwidth") && !vm->count("latency") && !vm->count("nic")) {
       a.inproc.emulation.link.bandwidth_bps = 10e9;
       a.inproc.emulation.link.latency_s = 50e-6;

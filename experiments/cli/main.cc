@@ -18,7 +18,10 @@ constexpr std::array kCommands{
     Command{"plugins", "list and inspect compressor and scheduler plugins", &pluginsCommand},
     Command{"bench", "communication benchmarks: links, allreduce, allgather", &benchCommand},
     Command{"run", "run a study (an experiment config; default: the quickstart)", &runCommand},
-    // Later: compare (result folders).
+    Command{"compare", "compare result folders: tables, plots, provenance", &compareCommand},
+    Command{"trace", "timelines: merge per-rank Chrome traces into one file", &traceCommand},
+    Command{"launch", "start N ranks of a command on this host (a multi-process job)", &launchCommand},
+    Command{"store", "serve a standalone rendezvous store for a multi-process job", &storeCommand},
 };
 
 std::string versionList(const std::vector<uint32_t>& versions) {

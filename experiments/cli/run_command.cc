@@ -93,17 +93,18 @@ int runCommand(const std::vector<std::string>& args) {
   for (const auto& experiment : experiments) {
     try {
       const runner::RunSummary s = run.run(experiment);
+      if (!run.primary()) continue;  // ranks 1.. of a multi-process run: rank 0 reports for the job
       table.add({s.variant, fixed(s.final_accuracy, 4), fixed(s.best_accuracy, 4),
                  fixed(static_cast<double>(s.wire_bytes_per_worker) / 1e6, 2),
                  fixed(static_cast<double>(s.payload_bytes_per_worker) / 1e6, 2), fixed(s.wall_s, 1) + " s"});
       std::cerr << "terse run: " << s.variant << " done: " << s.dir.string() << '\n';
     } catch (const std::exception& e) {
       std::cerr << "terse run: " << userMessage(e.what()) << '\n';
-      table.add({experiment.variant(), "failed", "-", "-", "-", "-"});
+      if (run.primary()) table.add({experiment.variant(), "failed", "-", "-", "-", "-"});
       ++failed;
     }
   }
-  if (!experiments.empty()) {
+  if (!experiments.empty() && run.primary()) {
     std::cout << '\n';
     table.print(std::cout);
   }

@@ -4,6 +4,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -402,6 +403,10 @@ void applyDefaults(Experiment& e) {
   if (!e.has_mode()) e.set_mode(Experiment::SYNC);
   if (!e.has_staleness_bound()) e.set_staleness_bound(0);
   if (!e.has_transport()) e.set_transport(Experiment::INPROC);
+  auto* tcp = e.mutable_tcp();
+  if (!tcp->has_timeout()) tcp->set_timeout("30s");
+  if (!tcp->has_socket_buffer_bytes()) tcp->set_socket_buffer_bytes(0);
+  if (!tcp->has_bind_address()) tcp->set_bind_address("");
   auto* link = e.mutable_link();
   if (!link->has_bandwidth()) link->set_bandwidth("unlimited");
   if (!link->has_latency()) link->set_latency("0");
@@ -524,6 +529,21 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     c.fail("transport") << ": " << Experiment::Transport_Name(e.transport())
                         << " is not supported by this runner (supported: "
                         << names(options.transports, [](auto t) { return Experiment::Transport_Name(t); }) << ")";
+  }
+
+  try {
+    if (!(comm::parseDuration(e.tcp().timeout()) > 0))
+      c.fail("tcp.timeout") << " must be > 0, got '" << e.tcp().timeout() << "'";
+  } catch (const Error& err) {
+    c.fail("tcp.timeout") << ": " << untagged(err);
+  }
+  if (e.tcp().socket_buffer_bytes() < 0)
+    c.fail("tcp.socket_buffer_bytes") << " must be >= 0, got " << e.tcp().socket_buffer_bytes();
+  for (char ch : e.tcp().bind_address()) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == ':' || ch == '-' || ch == '_')) {
+      c.fail("tcp.bind_address") << " '" << e.tcp().bind_address() << "' is not a host name or address";
+      break;
+    }
   }
 
   const auto& link = e.link();

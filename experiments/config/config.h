@@ -58,9 +58,9 @@ struct ConfigOptions {
   // Resolves and instantiates compressor and scheduler plugins with their params. Null = names only checked to be
   // non-empty (for tools that read results without running anything).
   PluginLoader* loader = nullptr;
-  // Scheduler names served without a plugin file. "fifo" (send chunks in the order they are ready) is what a run does
-  // without any scheduler and stays accepted until schedulers/ ships it as a plugin.
-  std::vector<std::string> builtin_schedulers{"fifo"};
+  // Scheduler names served without a plugin file (accepted without loading anything, params must be empty). Empty by
+  // default: every scheduler, the default "fifo" included, is a plugin from schedulers/ loaded by name.
+  std::vector<std::string> builtin_schedulers;
   // The modes and transports the runner implements; the schema reserves more.
   std::vector<Experiment::Mode> modes{Experiment::SYNC};
   std::vector<Experiment::Transport> transports{Experiment::INPROC};

@@ -21,35 +21,22 @@
 #include "core/compress/pipeline.h"
 #include "core/plugin/loader.h"
 #include "core/train/sync_trainer.h"
+#include "core/train/trace.h"
+#include "experiments/runner/progress.h"
+#include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/fashion_mnist.h"
 #include "experiments/workloads/workloads.h"
 #include "results/result_writer.h"
 
 namespace terse::runner {
-namespace {
+// Helpers shared with the multi-process path (distributed.cc) through runner_detail.h.
+namespace detail {
 
 using Clock = std::chrono::steady_clock;
 using experiments::Experiment;
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::string megabytes(uint64_t bytes) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / 1e6 << " MB";
-  return s.str();
-}
-
-std::string clock(double seconds) {
-  const auto s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
-  std::ostringstream o;
-  if (s >= 3600)
-    o << s / 3600 << ':' << std::setw(2) << std::setfill('0') << (s / 60) % 60;
-  else
-    o << s / 60;
-  o << ':' << std::setw(2) << std::setfill('0') << s % 60;
-  return o.str();
 }
 
 train::LrSchedule schedule(experiments::Optimizer::Schedule s) {
@@ -102,6 +89,27 @@ TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int
   return info;
 }
 
+// A chunk of a tensor that a scheduler cut (numel elements from `offset`, the chunk_index-th): whole rows of the
+// tensor's matrix view keep the matrix shape (PowerSGD factors it), anything else is a vector. Its own tensor id --
+// the tensor's id plus (chunk_index + 1) << 32 -- keeps the chunks' random streams (random-k's shared seed) apart.
+TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
+                           int chunk_index, int rank, int world) {
+  TensorInfo info = tensorInfo(p, id, rank, world);
+  const uint64_t cols = info.ndim >= 2 ? info.numel / static_cast<uint64_t>(info.shape[0]) : 0;
+  info.numel = numel;
+  info.shape = {};
+  if (cols > 0 && numel % cols == 0 && offset % cols == 0) {
+    info.ndim = 2;
+    info.shape[0] = static_cast<int64_t>(numel / cols);
+    info.shape[1] = static_cast<int64_t>(cols);
+  } else {
+    info.ndim = 1;
+    info.shape[0] = static_cast<int64_t>(numel);
+  }
+  info.tensor_id = id + (static_cast<uint64_t>(chunk_index + 1) << 32);
+  return info;
+}
+
 std::string shortWhat(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -140,73 +148,14 @@ struct Shared {
   int error_rank = -1;
 };
 
-// The progress display, driven from rank 0's thread only.
-class Progress {
- public:
-  Progress(ProgressMode mode, std::ostream& out, std::string variant, int64_t epochs, int64_t total_steps,
-           int64_t steps_per_epoch)
-      : mode_(mode),
-        out_(out),
-        variant_(std::move(variant)),
-        epochs_(epochs),
-        total_(total_steps),
-        per_epoch_(steps_per_epoch) {
-    if (mode_ == ProgressMode::kAuto)
-      mode_ = ::isatty(::fileno(stderr)) ? ProgressMode::kTerminal : ProgressMode::kLines;
-  }
-  ~Progress() { finish(); }
-
-  void update(int64_t steps_done, double accuracy, uint64_t wire, double elapsed, bool eval_point) {
-    if (mode_ == ProgressMode::kOff) return;
-    if (mode_ == ProgressMode::kLines && !eval_point) return;
-    // A terminal repaint at most 10 times a second: the line is for a human, not a log.
-    if (mode_ == ProgressMode::kTerminal && !eval_point && steps_done != total_ && elapsed - last_ < 0.1) return;
-    last_ = elapsed;
-    std::ostringstream line;
-    const int64_t epoch = std::min(epochs_, steps_done / per_epoch_ + (steps_done % per_epoch_ != 0 ? 1 : 0));
-    line << '[' << variant_ << "] epoch " << std::max<int64_t>(epoch, 1) << '/' << epochs_ << " step " << steps_done
-         << '/' << total_ << " acc ";
-    if (accuracy >= 0)
-      line << std::fixed << std::setprecision(3) << accuracy;
-    else
-      line << '-';
-    const double eta =
-        steps_done > 0 ? elapsed / static_cast<double>(steps_done) * static_cast<double>(total_ - steps_done) : 0;
-    line << " wire " << megabytes(wire) << " eta " << clock(eta);
-    if (mode_ == ProgressMode::kTerminal) {
-      std::string s = line.str();
-      const std::size_t width = s.size();
-      if (s.size() < width_) s.append(width_ - s.size(), ' ');
-      width_ = width;
-      out_ << '\r' << s << std::flush;
-      painted_ = true;
-    } else {
-      out_ << line.str() << '\n' << std::flush;
-    }
-  }
-  void finish() {
-    if (painted_) out_ << '\n' << std::flush;
-    painted_ = false;
-  }
-
- private:
-  ProgressMode mode_;
-  std::ostream& out_;
-  std::string variant_;
-  int64_t epochs_;
-  int64_t total_;
-  int64_t per_epoch_;
-  double last_ = -1;
-  std::size_t width_ = 0;
-  bool painted_ = false;
-};
-
-}  // namespace
+}  // namespace detail
+using namespace detail;
 
 experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader) {
   experiments::ConfigOptions o;
   for (auto name : workloads::workloadNames()) o.workloads.emplace_back(name);
   o.loader = loader;
+  o.transports = {experiments::Experiment::INPROC, experiments::Experiment::TCP};
   return o;
 }
 
@@ -230,6 +179,7 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 }
 
 RunSummary Runner::run(const Experiment& e) {
+  if (e.transport() == Experiment::TCP) return runTcp(e);  // one rank per process: distributed.cc
   TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
               "the runner implements mode SYNC on transport INPROC only");
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
@@ -270,6 +220,11 @@ RunSummary Runner::run(const Experiment& e) {
     std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
     for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t)));
 
+    // The scheduler, one instance per rank like the compressor; "fifo" (the default) is a plugin like any other.
+    auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
+    const Params sched_params = experiments::pluginParams(e.scheduler());
+    std::vector<std::unique_ptr<train::TraceRecorder>> traces;
+    const auto trace_origin = Clock::now();
     std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
     std::shared_ptr<Compressor> first_instance;
     for (int r = 0; r < world; ++r) {
@@ -282,9 +237,36 @@ RunSummary Runner::run(const Experiment& e) {
         auto codec = makeCodec(instance, tensorInfo(ps[i], i, r, world), e.seed(), codec_options);
         pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comms[r]));
       }
-      trainers.push_back(
-          std::make_unique<train::SyncTrainer>(*models[r], *comms[r], std::move(pipelines), trainerOptions(e)));
+      train::SyncTrainerOptions to = trainerOptions(e);
+      if (e.trace()) {
+        traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
+        to.trace = traces.back().get();
+      }
+      train::Workload& model = *models[r];
+      comm::Communicator& comm = *comms[r];
+      auto chunk_pipelines = [&model, &comm, instance, seed = e.seed(), codec_options, r, world](
+                                 std::size_t tensor, uint64_t offset, uint64_t numel, int chunk_index) {
+        const TensorInfo info = chunkTensorInfo(model.params()[tensor], tensor, offset, numel, chunk_index, r, world);
+        return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
+      };
+      trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], *comms[r], std::move(pipelines), to,
+                                                              sched_plugin->instantiate(sched_params),
+                                                              std::move(chunk_pipelines)));
     }
+    // Timelines are written whatever happens to the run: a failed run's trace shows where it stopped.
+    struct TraceFiles {
+      std::vector<std::unique_ptr<train::TraceRecorder>>& traces;
+      std::filesystem::path dir;
+      ~TraceFiles() {
+        for (const auto& t : traces) {
+          try {
+            t->write(dir / ("trace.rank" + std::to_string(t->rank()) + ".json"));
+          } catch (const std::exception& x) {
+            std::cerr << "warning: " << x.what() << '\n';
+          }
+        }
+      }
+    } trace_files{traces, writer.dir()};
 
     results::Provenance prov;
     prov.git_commit = results::gitCommit();
@@ -305,6 +287,7 @@ RunSummary Runner::run(const Experiment& e) {
                              o.bandwidth() + " " + o.latency());
     }
     prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
+    prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
     writer.writeProvenance(prov);
 
     // ---- The run.
@@ -354,8 +337,13 @@ RunSummary Runner::run(const Experiment& e) {
                               comms[0]->traffic().sent.total().bytes, since(run_start), false);
             continue;
           }
-          EvalSlot mine{comms[static_cast<std::size_t>(rank)]->traffic().sent.total().bytes, trainer.payloadBytes(),
-                        trainer.checksum(), trainer.totals()};
+          // Communication of the last step overlaps the next one; an evaluation point needs all of it done first.
+          trainer.drain();
+          // Gradient traffic: the scheduler's negotiation rounds (control frames whose count depends on how the ranks'
+          // paces interleaved, sync_trainer.h) are left out so that one seed gives one byte count.
+          const auto traffic = comms[static_cast<std::size_t>(rank)]->traffic();
+          EvalSlot mine{traffic.sent.total().bytes - traffic.sent.tensor(train::kNegotiationTensor).bytes,
+                        trainer.payloadBytes(), trainer.checksum(), trainer.totals()};
           {
             std::lock_guard lock(shared.mutex);
             shared.slots[static_cast<std::size_t>(rank)].push_back(mine);

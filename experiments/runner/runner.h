@@ -9,6 +9,10 @@
 // other than 0 never wait for rank 0 here: they block in the next step's collectives until it joins, which is what
 // makes the published numbers belong to the same step.
 //
+// Transport TCP (distributed.cc): this process is one rank of a multi-process job (`terse launch -n N -- terse run
+// CONFIG`, srun, mpirun); workers must equal the job's world size. The same per-rank setup runs over a tcp transport,
+// the evaluation-point counters travel by an allgather on a control communicator, and only rank 0 writes results.
+//
 // An error on any rank aborts the communicators (nothing hangs), marks the run failed in status.json with the
 // message, keeps the records already written, and is rethrown as RunFailed.
 #pragma once
@@ -28,6 +32,9 @@
 
 namespace terse {
 class PluginLoader;
+}
+namespace terse::comm {
+struct Job;
 }
 
 namespace terse::runner {
@@ -82,13 +89,22 @@ class Runner {
   // Runs one resolved, validated experiment. Throws RunFailed once the results folder exists, InvalidArgument before
   // (e.g. the folder cannot be created).
   RunSummary run(const experiments::Experiment& experiment);
+  // False once this process ran a TCP variant as a rank other than 0: such a rank trains but writes and measures
+  // nothing (its summaries are empty); rank 0 reports for the job.
+  bool primary() const noexcept { return primary_; }
 
  private:
   std::shared_ptr<const workloads::DataSplit> dataFor(const experiments::Experiment& experiment);
+  // Transport TCP: this process is one rank of a job (distributed.cc).
+  RunSummary runTcp(const experiments::Experiment& experiment);
 
   RunnerOptions options_;
   // Data sets by (dir, train subset, test subset): variants of one study load Fashion-MNIST once.
   std::map<std::string, std::shared_ptr<const workloads::DataSplit>> data_cache_;
+  // The job this process joined for its first TCP variant (rank, store, token), kept for the study's later variants.
+  std::shared_ptr<comm::Job> job_;
+  int tcp_runs_ = 0;  // TCP variants started: numbers each variant's store keys (every rank runs the same sequence)
+  bool primary_ = true;
 };
 
 }  // namespace terse::runner
