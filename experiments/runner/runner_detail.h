@@ -1,0 +1,26 @@
+// Helpers of the runner (defined in runner.cc) that its multi-process path (distributed.cc) uses too, so both build a
+// rank's trainer and compressor tensors the same way. Internal to experiments/runner.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "core/plugin/compressor.h"
+#include "core/train/sync_trainer.h"
+#include "experiments/config/config.h"
+
+namespace terse::runner::detail {
+
+double since(std::chrono::steady_clock::time_point t);
+train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
+// The compressor's view of parameter tensor `id` of rank `rank` (dims beyond 4 folded into the last).
+TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world);
+// A scheduler's chunk of a tensor (see runner.cc).
+TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
+                           int chunk_index, int rank, int world);
+std::string shortWhat(const std::exception_ptr& e);
+
+}  // namespace terse::runner::detail
