@@ -12,10 +12,11 @@
 #include <variant>
 #include <vector>
 
+#include "core/common/json_string.h"
+
 namespace terse::results {
 
-// Appends `s` as a JSON string literal (quotes included): ", \ and control characters escaped, UTF-8 passed through.
-void appendJsonString(std::string& out, std::string_view s);
+using terse::appendJsonString;  // core/common/json_string.h
 
 // Builds one JSON object; nested objects go in with raw().
 class JsonObject {

@@ -5,32 +5,10 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/json_string.h"
 
 namespace terse::train {
 namespace {
-
-void appendString(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
 
 // Microseconds with three decimals: the format's unit, nanosecond resolution kept.
 void appendMicros(std::string& out, int64_t ns) {
@@ -65,7 +43,7 @@ std::string TraceRecorder::json() const {
     out += "{\"name\":\"";
     out += what;
     out += "\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) + ",\"args_name\":";
-    appendString(out, value);
+    appendJsonString(out, value);
     out += "},\n";
   };
   // Chrome reads names from args.name; a flat file keeps `terse trace merge` a line-by-line reader, so the merge
@@ -76,9 +54,9 @@ std::string TraceRecorder::json() const {
   for (std::size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
     out += "{\"name\":";
-    appendString(out, e.name);
+    appendJsonString(out, e.name);
     out += ",\"cat\":";
-    appendString(out, e.category);
+    appendJsonString(out, e.category);
     out += ",\"ph\":\"X\",\"ts\":";
     appendMicros(out, e.ts_ns);
     out += ",\"dur\":";

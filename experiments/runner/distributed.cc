@@ -224,26 +224,11 @@ RunSummary Runner::runTcp(const Experiment& e) {
     } trace_file{trace.get(), root / e.study() / e.variant() / ("trace.rank" + std::to_string(rank) + ".json")};
 
     if (writer) {
-      results::Provenance prov;
-      prov.git_commit = results::gitCommit();
-      prov.host = results::hostName();  // rank 0's; the other ranks' hosts are in the job's messages
-      prov.start_time = start_time;
-      prov.terse_version = options_.terse_version;
-      prov.transport = "tcp";
-      prov.mode = "sync";
-      prov.world_size = world;
-      const auto& link = e.link();
-      prov.link = {{"bandwidth", link.bandwidth()},
-                   {"latency", link.latency()},
-                   {"nic", link.nic()},
-                   {"nic_ingress", link.nic_ingress()},
-                   {"emulation", to.emulation.enabled() ? "on" : "off"},
-                   {"job", joined.source + ", " + std::to_string(world) + " processes, store " + joined.master_addr +
-                               ":" + std::to_string(joined.master_port)}};
-      for (const auto& o : link.overrides()) {
-        prov.link.emplace_back("override " + std::to_string(o.src()) + "->" + std::to_string(o.dst()),
-                               o.bandwidth() + " " + o.latency());
-      }
+      // rank 0's host; the other ranks' hosts are in the job's messages
+      results::Provenance prov =
+          detail::baseProvenance(e, "tcp", world, start_time, options_.terse_version, to.emulation.enabled());
+      prov.link.emplace_back("job", joined.source + ", " + std::to_string(world) + " processes, store " +
+                                        joined.master_addr + ":" + std::to_string(joined.master_port));
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params});
       prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
       writer->writeProvenance(prov);
@@ -296,15 +281,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
                                                      << " (checksums " << theirs << " vs " << all[0][kChecksum] << ")");
       }
       const train::EvalResult ev = model->evaluate(0);
-      results::MetricsRecord m;
-      m.step = done;
-      m.epoch = done / per_epoch;
-      m.epoch_progress = static_cast<double>(done) / static_cast<double>(per_epoch);
-      m.test_accuracy = ev.accuracy;
-      m.test_loss = ev.loss;
-      m.test_examples = ev.num_examples;
-      m.train_loss = loss_since / static_cast<double>(std::max<int64_t>(1, steps_since));
-      m.lr = rec.lr;
+      results::MetricsRecord m = detail::evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
       uint64_t wire = 0, payload = 0;
       double compute = 0, compress = 0, decompress = 0, comm_s = 0, exposed = 0, step_s = 0;
       for (const auto& c : all) {

@@ -148,6 +148,44 @@ struct Shared {
   int error_rank = -1;
 };
 
+results::Provenance baseProvenance(const Experiment& e, std::string_view transport, int world,
+                                   const std::string& start_time, const std::string& terse_version,
+                                   bool emulation_enabled) {
+  results::Provenance prov;
+  prov.git_commit = results::gitCommit();
+  prov.host = results::hostName();
+  prov.start_time = start_time;
+  prov.terse_version = terse_version;
+  prov.transport = std::string(transport);
+  prov.mode = "sync";
+  prov.world_size = world;
+  const auto& link = e.link();
+  prov.link = {{"bandwidth", link.bandwidth()},
+               {"latency", link.latency()},
+               {"nic", link.nic()},
+               {"nic_ingress", link.nic_ingress()},
+               {"emulation", emulation_enabled ? "on" : "off"}};
+  for (const auto& o : link.overrides()) {
+    prov.link.emplace_back("override " + std::to_string(o.src()) + "->" + std::to_string(o.dst()),
+                           o.bandwidth() + " " + o.latency());
+  }
+  return prov;
+}
+
+results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::EvalResult& ev, double loss_since,
+                                  int64_t steps_since, double lr) {
+  results::MetricsRecord m;
+  m.step = done;
+  m.epoch = done / per_epoch;
+  m.epoch_progress = static_cast<double>(done) / static_cast<double>(per_epoch);
+  m.test_accuracy = ev.accuracy;
+  m.test_loss = ev.loss;
+  m.test_examples = ev.num_examples;
+  m.train_loss = loss_since / static_cast<double>(std::max<int64_t>(1, steps_since));
+  m.lr = lr;
+  return m;
+}
+
 }  // namespace detail
 using namespace detail;
 
@@ -268,24 +306,8 @@ RunSummary Runner::run(const Experiment& e) {
       }
     } trace_files{traces, writer.dir()};
 
-    results::Provenance prov;
-    prov.git_commit = results::gitCommit();
-    prov.host = results::hostName();
-    prov.start_time = start_time;
-    prov.terse_version = options_.terse_version;
-    prov.transport = "inproc";
-    prov.mode = "sync";
-    prov.world_size = world;
-    const auto& link = e.link();
-    prov.link = {{"bandwidth", link.bandwidth()},
-                 {"latency", link.latency()},
-                 {"nic", link.nic()},
-                 {"nic_ingress", link.nic_ingress()},
-                 {"emulation", io.emulation.enabled() ? "on" : "off"}};
-    for (const auto& o : link.overrides()) {
-      prov.link.emplace_back("override " + std::to_string(o.src()) + "->" + std::to_string(o.dst()),
-                             o.bandwidth() + " " + o.latency());
-    }
+    results::Provenance prov =
+        detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
     prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
     prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
     writer.writeProvenance(prov);
@@ -372,15 +394,7 @@ RunSummary Runner::run(const Experiment& e) {
                             << ")");
           }
           const train::EvalResult ev = model.evaluate(0);
-          results::MetricsRecord m;
-          m.step = done;
-          m.epoch = done / per_epoch;
-          m.epoch_progress = static_cast<double>(done) / static_cast<double>(per_epoch);
-          m.test_accuracy = ev.accuracy;
-          m.test_loss = ev.loss;
-          m.test_examples = ev.num_examples;
-          m.train_loss = loss_since / static_cast<double>(std::max<int64_t>(1, steps_since));
-          m.lr = rec.lr;
+          results::MetricsRecord m = evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
           train::StepTimes sum;
           uint64_t wire = 0, payload = 0;
           for (const auto& s : all) {

@@ -11,6 +11,7 @@
 #include "core/plugin/compressor.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/config/config.h"
+#include "results/result_writer.h"
 
 namespace terse::runner::detail {
 
@@ -22,5 +23,14 @@ TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int
 TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
                            int chunk_index, int rank, int world);
 std::string shortWhat(const std::exception_ptr& e);
+// An evaluation point's record with the fields both paths fill alike (step, epoch, test results, rank 0's mean train
+// loss since the previous record, lr); the caller adds bytes and times.
+results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::EvalResult& ev, double loss_since,
+                                  int64_t steps_since, double lr);
+// What both paths write to provenance.json before the plugins: commit, host, time, version, transport, mode, world
+// size and the link emulation as configured (overrides included).
+results::Provenance baseProvenance(const experiments::Experiment& e, std::string_view transport, int world,
+                                   const std::string& start_time, const std::string& terse_version,
+                                   bool emulation_enabled);
 
 }  // namespace terse::runner::detail

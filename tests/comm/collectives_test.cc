@@ -10,14 +10,8 @@
 namespace terse::comm {
 namespace {
 
+using testing::block;
 using testing::World;
-
-std::vector<std::byte> block(int rank, uint64_t size, int salt = 0) {
-  std::vector<std::byte> b(static_cast<std::size_t>(size));
-  for (std::size_t i = 0; i < b.size(); ++i)
-    b[i] = static_cast<std::byte>(testing::mix(static_cast<uint64_t>(rank * 7919 + salt) * 1000003u + i) & 0xFF);
-  return b;
-}
 
 void checkAllgatherv(int n, const std::vector<uint64_t>& sizes, uint64_t segment = 256 * 1024) {
   HostCommOptions options;
@@ -127,55 +121,8 @@ TEST(Barrier, NoRankLeavesEarly) {
 // Several operations in flight at once, each under its own tag, issued in the same order everywhere but completed in
 // any order, with blocking calls interleaved and compute running meanwhile.
 TEST(NonBlocking, OverlappingOperationsCompleteCorrectly) {
-  const int n = 4;
-  World world(n);
-  const std::size_t counts[] = {1000, 1 << 18, 3, 70000};
-  std::vector<std::vector<std::vector<std::byte>>> in(4);
-  for (std::size_t k = 0; k < 4; ++k)
-    for (int r = 0; r < n; ++r) in[k].push_back(testing::makeInput(r, counts[k], DType::kF32, k));
-  world.runOk([&](int r, HostCommunicator& c) {
-    std::vector<std::vector<std::byte>> bufs;
-    for (std::size_t k = 0; k < 4; ++k) bufs.push_back(in[k][static_cast<std::size_t>(r)]);
-    std::vector<CommRequest> reqs;
-    for (std::size_t k = 0; k < 4; ++k)
-      reqs.push_back(c.iallreduce(bufs[k].data(), counts[k], DType::kF32, ReduceOp::kSum, k));
-    std::vector<uint64_t> sizes = {100, 0, 5000, 7};
-    const auto mine = block(r, sizes[static_cast<std::size_t>(r)], 3);
-    std::vector<std::byte> gathered(5107);
-    reqs.push_back(c.iallgatherv(mine, gathered, sizes, 9));
-    std::vector<std::byte> bc = r == 2 ? block(2, 4096, 4) : std::vector<std::byte>(4096);
-    reqs.push_back(c.ibroadcast(bc, 2, 10));
-    reqs.push_back(c.ibarrier());
-    // A blocking allreduce issued while the others are queued runs at once under its own tag.
-    float x = static_cast<float>(r + 1);
-    c.allreduce(&x, 1, DType::kF32);
-    if (x != 10.0f) throw std::runtime_error("blocking allreduce among async ones: wrong sum");
-    // Compute while the operations run.
-    volatile double acc = 0;
-    for (int i = 0; i < 200000; ++i) acc = acc + std::sqrt(static_cast<double>(i));
-    // Complete them in reverse order.
-    for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
-    for (std::size_t k = 0; k < 4; ++k) {
-      const auto want = c.algorithmFor(bufs[k].size()) == AllreduceAlgorithm::kRing
-                            ? testing::expectedRing(in[k], counts[k], DType::kF32)
-                            : testing::expectedRecursiveDoubling(in[k], counts[k], DType::kF32);
-      if (!testing::sameBytes(bufs[k], want, DType::kF32)) throw std::runtime_error("async allreduce wrong");
-    }
-    std::size_t off = 0;
-    for (int i = 0; i < n; ++i) {
-      const auto b = block(i, sizes[static_cast<std::size_t>(i)], 3);
-      if (!std::equal(b.begin(), b.end(), gathered.begin() + static_cast<std::ptrdiff_t>(off)))
-        throw std::runtime_error("async allgatherv wrong");
-      off += b.size();
-    }
-    if (bc != block(2, 4096, 4)) throw std::runtime_error("async broadcast wrong");
-    if (reqs[0].wire().sent_bytes == 0) throw std::runtime_error("no wire bytes reported");
-  });
-  const CommStats s = world.comms[0]->stats();
-  EXPECT_EQ(s.kind(OpKind::kAllreduce).ops, 5u);
-  EXPECT_EQ(s.kind(OpKind::kAllgather).ops, 1u);
-  EXPECT_EQ(s.kind(OpKind::kBroadcast).ops, 1u);
-  EXPECT_EQ(s.kind(OpKind::kBarrier).ops, 1u);
+  World world(4);
+  testing::checkOverlappingOperations(world);
 }
 
 // An async op's failure reaches its request, and later requests fail fast instead of hanging.

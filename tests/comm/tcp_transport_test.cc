@@ -27,12 +27,7 @@ std::vector<std::byte> bytesOf(std::size_t n, int seed) {
   return v;
 }
 
-std::vector<std::byte> block(int rank, uint64_t size, int salt = 0) {
-  std::vector<std::byte> b(static_cast<std::size_t>(size));
-  for (std::size_t i = 0; i < b.size(); ++i)
-    b[i] = static_cast<std::byte>(testing::mix(static_cast<uint64_t>(rank * 7919 + salt) * 1000003u + i) & 0xFF);
-  return b;
-}
+using testing::block;
 
 const FrameMeta kP2P{OpKind::kP2P, 5, kNoTensor};
 
@@ -273,41 +268,8 @@ INSTANTIATE_TEST_SUITE_P(Sizes, TcpCollectives, ::testing::Values(1, 2, 3, 4));
 
 // Several operations in flight at once under their own tags, completed in any order.
 TEST(TcpNonBlocking, OverlappingOperationsCompleteCorrectly) {
-  const int n = 4;
-  TcpWorld world(n);
-  const std::size_t counts[] = {1000, 1 << 18, 3, 70000};
-  std::vector<std::vector<std::vector<std::byte>>> in(4);
-  for (std::size_t k = 0; k < 4; ++k)
-    for (int r = 0; r < n; ++r) in[k].push_back(testing::makeInput(r, counts[k], DType::kF32, k));
-  world.runOk([&](int r, HostCommunicator& c) {
-    std::vector<std::vector<std::byte>> bufs;
-    for (std::size_t k = 0; k < 4; ++k) bufs.push_back(in[k][static_cast<std::size_t>(r)]);
-    std::vector<CommRequest> reqs;
-    for (std::size_t k = 0; k < 4; ++k)
-      reqs.push_back(c.iallreduce(bufs[k].data(), counts[k], DType::kF32, ReduceOp::kSum, k));
-    std::vector<uint64_t> sizes = {100, 0, 5000, 7};
-    const auto mine = block(r, sizes[static_cast<std::size_t>(r)], 3);
-    std::vector<std::byte> gathered(5107);
-    reqs.push_back(c.iallgatherv(mine, gathered, sizes, 9));
-    reqs.push_back(c.ibarrier());
-    float x = static_cast<float>(r + 1);
-    c.allreduce(&x, 1, DType::kF32);
-    if (x != 10.0f) throw std::runtime_error("blocking allreduce among async ones: wrong sum");
-    for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
-    for (std::size_t k = 0; k < 4; ++k) {
-      const auto want = c.algorithmFor(bufs[k].size()) == AllreduceAlgorithm::kRing
-                            ? testing::expectedRing(in[k], counts[k], DType::kF32)
-                            : testing::expectedRecursiveDoubling(in[k], counts[k], DType::kF32);
-      if (!testing::sameBytes(bufs[k], want, DType::kF32)) throw std::runtime_error("async allreduce wrong");
-    }
-    std::size_t off = 0;
-    for (int i = 0; i < n; ++i) {
-      const auto b = block(i, sizes[static_cast<std::size_t>(i)], 3);
-      if (!std::equal(b.begin(), b.end(), gathered.begin() + static_cast<std::ptrdiff_t>(off)))
-        throw std::runtime_error("async allgatherv wrong");
-      off += b.size();
-    }
-  });
+  TcpWorld world(4);
+  testing::checkOverlappingOperations(world);
 }
 
 // ---- byte accounting ----------------------------------------------------------------------------------------------
