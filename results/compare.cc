@@ -993,7 +993,13 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
            "| host | started |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
       first = false;
     }
-    auto shortHash = [](const std::string& h) { return h.size() > 12 ? h.substr(0, 12) : (h.empty() ? "-" : h); };
+    // Twelve hex digits identify a commit; a "-dirty" suffix (uncommitted changes when the run started) is kept.
+    auto shortHash = [](const std::string& h) {
+      if (h.empty()) return std::string("-");
+      const bool dirty = h.size() > 6 && h.ends_with("-dirty");
+      const std::string hash = dirty ? h.substr(0, h.size() - 6) : h;
+      return (hash.size() > 12 ? hash.substr(0, 12) : hash) + (dirty ? "-dirty" : "");
+    };
     const std::string compressor = p.compressor.empty() ? "-"
                                                         : p.compressor + " " + p.compressor_version + " (ABI " +
                                                               p.compressor_abi + ", " + p.compressor_path + ")" +

@@ -98,8 +98,11 @@ std::string metricsRecordJson(const MetricsRecord& record);
 std::string provenanceJson(const Provenance& provenance);
 
 // `git rev-parse HEAD` of the repository the running executable lives in, else of the working directory, else
-// "unknown". Runs git at run time (not at build time) so a rebuilt-but-not-reconfigured binary is not misreported.
+// "unknown"; with a "-dirty" suffix when tracked files have uncommitted changes. Runs git at run time (not at build
+// time) so a rebuilt-but-not-reconfigured binary is not misreported.
 std::string gitCommit();
+// The same for the repository holding `dir`; nullopt when `dir` is in none (or git is missing).
+std::optional<std::string> gitCommitOf(const std::filesystem::path& dir);
 std::string hostName();
 // Now, as 2024-05-01T12:34:56Z.
 std::string isoTimeUtc();

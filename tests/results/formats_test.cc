@@ -2,6 +2,7 @@
 // formats, parsed back.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "results/compare.h"
@@ -80,7 +81,7 @@ TEST_F(ConfigRead, ReadsWhatTheRunnerWrites) {
 TEST_F(ConfigRead, ABrokenOrForeignConfigIsReportedWithItsLineAndNotUsed) {
   const fs::path dir = writeRun(root_, RunSpec("s", "v", "topk", true, {{10, 0.5, 1000, 1.0}}));
   for (const std::string& bad : {std::string("study: \"s\"\nworkload {\n  name: \"mlp\"\n"),  // truncated
-                                std::string("study: \"s\"\nfuture_field: 3\n")}) {           // a newer terse's field
+                                 std::string("study: \"s\"\nfuture_field: 3\n")}) {           // a newer terse's field
     writeFileAtomic(dir / "config.textproto", bad);
     std::vector<std::string> warnings;
     const RunData run = loadRun(dir, warnings);
@@ -230,6 +231,34 @@ TEST_F(Formats, ProvenanceTables) {
   const auto csv = parseCsv(provenanceTableCsv(runs_));
   ASSERT_EQ(csv.size(), 6u);
   for (const auto& r : csv) EXPECT_EQ(r.size(), csv[0].size());
+}
+
+}  // namespace
+}  // namespace terse::results
+
+namespace terse::results {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Provenance's commit says whether the tree had uncommitted changes to tracked files when the run started.
+TEST(GitCommit, DirtyTreesAreMarked) {
+  const fs::path repo = fs::temp_directory_path() / ("terse-git-" + std::to_string(::getpid()));
+  fs::remove_all(repo);
+  fs::create_directories(repo);
+  const std::string git = "git -C '" + repo.string() + "' -c user.name=t -c user.email=t@t ";
+  ASSERT_EQ(std::system((git + "init -q").c_str()), 0);
+  EXPECT_FALSE(gitCommitOf(repo).has_value());  // no commit yet
+  testing::appendText(repo / "a.txt", "one\n");
+  ASSERT_EQ(std::system((git + "add a.txt && " + git + "commit -qm one").c_str()), 0);
+  const auto clean = gitCommitOf(repo);
+  ASSERT_TRUE(clean.has_value());
+  EXPECT_EQ(clean->size(), 40u) << *clean;
+  testing::appendText(repo / "untracked.txt", "x\n");  // untracked files do not make a tree dirty
+  EXPECT_EQ(gitCommitOf(repo), clean);
+  testing::appendText(repo / "a.txt", "two\n");
+  EXPECT_EQ(gitCommitOf(repo), *clean + "-dirty");
+  fs::remove_all(repo);
 }
 
 }  // namespace
