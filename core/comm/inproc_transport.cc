@@ -421,6 +421,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     r->reduce = reduce;
     r->reduce_dtype = dtype;
     Link& l = link(peer, rank);
+    bool matched_queued = false;
     {
       std::lock_guard lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
@@ -430,10 +431,14 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         std::shared_ptr<Frame> f = std::move(*it);
         l.unmatched.erase(it);
         match(l, *r, f);
+        matched_queued = true;
       } else {
         l.posted.push_back(r);
       }
     }
+    // The frame's sender may be blocked in wait() until its frame is matched (to copy it) or consumed (refused): wake
+    // it, or a sender of a large frame would wait forever for a receive that has already come and gone.
+    if (matched_queued) l.cv.notify_all();
     return Request(std::make_shared<RecvRequest>(shared_from_this(), &l, std::move(r)));
   }
 

@@ -431,7 +431,9 @@ StepRecord SyncTrainer::step() {
   double comm_before = 0, encode_before = 0, decode_before = 0;
   {
     std::unique_lock lock(mutex_);
-    TERSE_CHECK(!error_, InvalidArgument, "SyncTrainer::step after a failed step");
+    // The communication thread may have failed after the previous step returned (step() does not wait for the
+    // step's communication): report that first failure, not a misuse of the API.
+    if (error_) std::rethrow_exception(error_);
     // A workload that does not gate its forward per layer reads every layer: every update must be in first.
     if (!workload_.gatesLayers()) full_wait = waitApplied(lock, handed_step_);
     if (error_) std::rethrow_exception(error_);

@@ -50,8 +50,8 @@
 //
 // Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
 // plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication
-// thread stops running groups, and step() / drain() / a waiting layer gate rethrow the first error. A trainer whose
-// step() threw must not be stepped again.
+// thread stops running groups, and step() / drain() / a waiting layer gate rethrow the first error -- also a step()
+// called after the failure, since a step's communication may fail after step() returned. A failed trainer is done.
 #pragma once
 
 #include <atomic>

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "tests/comm/comm_test_util.h"
 
@@ -176,6 +177,36 @@ TEST(Inproc, ProtocolErrors) {
   EXPECT_THROW(t0->isend(1, kP2P, huge), InvalidArgument);
   EXPECT_THROW(t0->isend(2, kP2P, data), InvalidArgument);
   EXPECT_THROW(t0->irecv(-1, kP2P, buf), InvalidArgument);
+}
+
+// A large (not eagerly buffered) frame already waiting when a receive that refuses it is posted: the receive fails and
+// the sender, blocked until its frame is consumed, must still complete -- a refused frame is consumed as a wire's would
+// be. (Regression: the refusal did not wake the waiting sender, which hung.)
+TEST(Inproc, RefusedQueuedFrameReleasesItsWaitingSender) {
+  auto fabric = InprocFabric::create(2, InprocOptions{{}, 1024, 1 << 20});
+  auto t0 = fabric->endpoint(0);
+  auto t1 = fabric->endpoint(1);
+  const auto data = bytesOf(64 * 1024, 0);
+  for (const bool wrong_kind : {false, true}) {
+    Request sent = t0->isend(1, kP2P, data);
+    std::atomic<bool> done{false};
+    std::thread sender([&] {
+      try {
+        sent.wait();
+        done = true;
+      } catch (const CommError&) {  // the abort below, when the sender was not released
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sender is blocked on its unmatched frame
+    std::vector<std::byte> buf(wrong_kind ? data.size() : 10);
+    const FrameMeta expect = wrong_kind ? FrameMeta{OpKind::kBroadcast, kP2P.tag, 0} : kP2P;
+    EXPECT_THROW(t1->recv(0, expect, buf), InvalidPayload);
+    for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(done) << "the sender of a refused frame still waits (wrong kind: " << wrong_kind << ")";
+    if (!done) fabric->abort("test: release the hung sender");
+    sender.join();
+    if (!done) break;
+  }
 }
 
 // A corrupted header injected on link 0 -> 1 fails the receive waiting on it, with the field named.
