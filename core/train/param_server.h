@@ -1,0 +1,273 @@
+// The parameter server of async mode (DESIGN.md section 2; issue 7): the flat parameter vector is sharded by key
+// ranges over S server shards, workers pull parameters and push compressed gradient chunks, each shard applies a push
+// with an SGD step the moment it may (Li et al., "Scaling Distributed Machine Learning with the Parameter Server",
+// OSDI 2014). Everything travels as frames over any comm::Transport, so the same shard serves threads (inproc) or
+// processes (tcp) and every byte is counted by the transport's accounting.
+//
+// Ranks. In a job of S + W ranks, server shard k is rank k and worker w is rank S + w (serverRank / workerRank).
+//
+// Sharding (planShards). The flat vector (tensors concatenated in order, numel elements each) is cut into S
+// contiguous ranges balanced by element count: cut k ideally sits at round(k * total / S); it is snapped to the
+// nearest tensor boundary when one lies within total / (4 S) of it (a tensor then lives on one shard, one push per
+// tensor), otherwise the tensor is split there (a large tensor must not unbalance the shards by more than that). The
+// part of tensor t on shard k is a piece: the unit of push, of codec state, of versioning. Empty tensors have no piece.
+//
+// Wire format: every request is one frame (OpKind::kP2P, tag kPsRequestTag) from worker to shard: a fixed 56-byte
+// little-endian PsRequestHeader followed by `payload_bytes` bytes; every request but kPing and kBye gets exactly one
+// reply frame (tag kPsReplyTag): a 32-byte PsReplyHeader, then for a pull the pieces' versions (u64 each) and values
+// (f32/f16/bf16), for an error the message text. Headers are decoded field by field and validated like frame headers
+// (frame.h) because a shard must assume any worker may be buggy or hostile.
+//
+// Consistency: stale synchronous parallel (Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel
+// Parameter Server", NIPS 2013). Each shard keeps every worker's clock: the step it last pulled and the number of
+// steps it completed (kClock). A pull for step t is held until every live worker completed t - s steps, and a push of
+// step t until every live worker pulled step t - s; with s = 0 every worker reads exactly the parameters after all
+// pushes of step t - 1 and none of step t, so the run is bulk synchronous and equals sync data-parallel SGD up to
+// the summation order of the workers' gradients. s = kNoStalenessBound is plain async (apply on arrival).
+//
+// Elastic workers. A worker with a held request is live (it waits on the shard); otherwise it is live while the shard
+// heard from it or replied to it within `worker_timeout`. A worker silent for longer is declared dead, dropped from
+// the SSP minimum (so it no longer blocks the others) and refused from then on. Clients send kPing while they wait
+// on another shard, so the timeout only has to exceed one step's compute time. A kBye leaves cleanly.
+//
+// Compression. A push's payload comes from the worker's codec chain for its piece (make_codec.h: error feedback and
+// momentum correction stay on the worker, where the residual belongs) and is decoded on the shard by a plain plugin
+// codec, one per (worker, piece): a stateful decoder's state follows one encoder's stream, as each source rank's does
+// in the allgather path, so one decoder shared by several workers would mix their histories (cost: W x the plugin's
+// state; stateless plugins keep none). Only SUM and ALLGATHER compressors with one round qualify: every push must be
+// decodable on its own, and a parameter server has no aggregate of the other workers' payloads for CUSTOM's reduce or
+// a later round's `prev`. A payload the plugin refuses, or one that decodes to a non-finite value, is refused.
+//
+// Accounting. ServerStats counts wire bytes (frame headers included) per worker in each direction, exactly what the
+// transport counts on the shard's rank, except a frame the transport's receive itself refuses (longer than any valid
+// request): the transport counts it but does not report its length to the shard.
+//
+// Known limits (next parts of issue 7): replies are blocking sends, so a worker that dies between sending a request
+// and receiving a large (rendezvous-sized) reply can stall its shard; dead workers cannot rejoin; one thread per
+// shard polls its workers' receives, since the transport has no any-source receive.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/comm/transport.h"
+#include "core/common/dtype.h"
+#include "core/compress/codec.h"
+#include "core/compress/make_codec.h"
+
+namespace terse::train {
+
+inline constexpr comm::Tag kPsRequestTag = 0x5053'0001;  // "PS" requests, worker -> shard
+inline constexpr comm::Tag kPsReplyTag = 0x5053'0002;    // replies, shard -> worker
+inline constexpr uint64_t kNoStalenessBound = std::numeric_limits<uint64_t>::max();
+
+// ---- sharding ----
+
+struct PsPiece {
+  uint64_t id = 0;          // index into PsPlan::pieces (the codec's tensor id, the frame's accounting label)
+  uint32_t tensor = 0;      // which tensor
+  uint64_t offset = 0;      // first element inside the tensor
+  uint64_t numel = 0;       // > 0
+  uint64_t flat_begin = 0;  // first element in the flat vector
+  int shard = 0;
+};
+
+struct PsPlan {
+  std::vector<uint64_t> tensor_numel;
+  int num_shards = 0;
+  uint64_t total_numel = 0;
+  std::vector<PsPiece> pieces;                        // in flat order
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // per shard: [begin, end) of the flat vector
+  std::vector<std::vector<uint64_t>> shard_pieces;    // per shard: its piece ids in flat order
+};
+
+// Throws InvalidArgument for num_shards < 1.
+PsPlan planShards(std::span<const uint64_t> tensor_numel, int num_shards);
+
+inline int serverRank(int shard) {
+  return shard;
+}
+inline int workerRank(int num_shards, int worker) {
+  return num_shards + worker;
+}
+
+// ---- wire format ----
+
+enum class PsOp : uint8_t { kPush = 1, kPull = 2, kClock = 3, kPing = 4, kBye = 5 };
+
+inline constexpr uint32_t kPsRequestMagic = 0x52535054u;  // "TPSR"
+inline constexpr uint32_t kPsReplyMagic = 0x41535054u;    // "TPSA"
+inline constexpr uint16_t kPsWireVersion = 1;
+inline constexpr std::size_t kPsRequestHeaderBytes = 56;
+inline constexpr std::size_t kPsReplyHeaderBytes = 32;
+
+//   offset size field
+//        0    4 magic "TPSR"       4 2 version        6 1 op        7 1 dtype (pull: wire dtype of values; else 0)
+//        8    8 step (the worker's clock)             16 8 piece id (push) or 0
+//       24    8 offset in the tensor (push)           32 8 numel (push)
+//       40    8 worker_version (push: the piece's version the gradient was computed on)
+//       48    8 payload_bytes (must equal the frame's length minus this header)
+struct PsRequestHeader {
+  PsOp op = PsOp::kPing;
+  DType dtype = DType::kF32;
+  uint64_t step = 0;
+  uint64_t piece = 0;
+  uint64_t offset = 0;
+  uint64_t numel = 0;
+  uint64_t worker_version = 0;
+  uint64_t payload_bytes = 0;
+};
+
+enum class PsStatus : uint8_t { kOk = 0, kError = 1 };
+
+//   offset size field
+//        0    4 magic "TPSA"       4 2 version        6 1 status        7 1 dtype (pull values)
+//        8    8 step echoed       16 8 piece echoed (push) or number of pieces (pull)
+//       24    8 payload_bytes
+struct PsReplyHeader {
+  PsStatus status = PsStatus::kOk;
+  DType dtype = DType::kF32;
+  uint64_t step = 0;
+  uint64_t piece = 0;
+  uint64_t payload_bytes = 0;
+};
+
+void encodePsRequest(const PsRequestHeader& h, std::span<std::byte, kPsRequestHeaderBytes> out) noexcept;
+// Throws InvalidPayload naming the field and value: bad magic/version/op/dtype, payload_bytes != frame_bytes - header.
+PsRequestHeader decodePsRequest(std::span<const std::byte> frame);
+void encodePsReply(const PsReplyHeader& h, std::span<std::byte, kPsReplyHeaderBytes> out) noexcept;
+PsReplyHeader decodePsReply(std::span<const std::byte> frame);
+
+// ---- server ----
+
+struct ServerOptions {
+  double lr = 0.1;
+  // Applied gradients are scaled by 1 / num_workers, so that with s = 0 one step's W pushes sum to the mean gradient
+  // of sync data-parallel SGD (sync_trainer.h averages the same way).
+  bool average_over_workers = true;
+  // Staleness-aware learning rate lr / tau (Zhang, Gupta, Lian, Liu, "Staleness-aware Async-SGD for Distributed Deep
+  // Learning", IJCAI 2016), tau = piece version now - the version the worker computed on, clamped to >= 1.
+  bool staleness_aware_lr = false;
+  uint64_t staleness_bound = kNoStalenessBound;  // s; 0 = lockstep (BSP)
+  std::chrono::milliseconds worker_timeout{5000};
+  // The compressor workers push with (SUM or ALLGATHER, one round); null = raw f32 payloads.
+  std::shared_ptr<const Compressor> compressor;
+  uint64_t run_seed = 0;
+};
+
+struct ServerStats {
+  uint64_t pushes_applied = 0;
+  uint64_t pulls_served = 0;
+  uint64_t refused = 0;
+  std::map<uint64_t, uint64_t> staleness;  // tau (unclamped) -> pushes applied with it
+  std::vector<uint64_t> bytes_in;          // per worker: wire bytes received (frame headers included)
+  std::vector<uint64_t> bytes_out;         // per worker: wire bytes sent
+  std::vector<bool> dead;                  // per worker: declared dead after the timeout
+  std::vector<std::string> errors;         // the refusals' messages, in order
+};
+
+// One shard. run() serves until every worker said bye or was declared dead, or stop() was called; it throws
+// CommError when the transport fails. The parameters and stats may be read after run() returned (or any time via
+// stats(), under the shard's lock).
+class ParamServerShard {
+ public:
+  // initial: the shard's range of the flat initial parameters (plan.ranges[shard] long). Throws InvalidArgument for a
+  // bad shard, transport size != S + W, wrong initial size, or a compressor with CUSTOM aggregation or several rounds
+  // (a push must be decodable alone: no aggregate of other workers' payloads exists on a parameter server).
+  ParamServerShard(comm::Transport& transport, PsPlan plan, int shard, int num_workers, std::vector<float> initial,
+                   ServerOptions options);
+  ~ParamServerShard();
+
+  void run();
+  void stop() noexcept { stop_.store(true); }
+
+  std::vector<float> params() const;
+  std::vector<uint64_t> versions() const;  // per piece of this shard
+  ServerStats stats() const;
+
+ private:
+  struct Slot;
+  bool process(int worker, Slot& slot);  // false: hold
+  void refuse(int worker, const PsRequestHeader* h, const std::string& why);
+  void reply(int worker, const PsReplyHeader& h, std::span<const std::byte> body);
+  bool live(int worker, std::chrono::steady_clock::time_point now) const;
+  uint64_t minCompleted() const;
+  uint64_t minPulled() const;
+
+  comm::Transport& transport_;
+  PsPlan plan_;
+  int shard_;
+  int num_workers_;
+  ServerOptions options_;
+  uint64_t begin_ = 0;
+  uint64_t max_request_bytes_ = 0;
+  std::vector<uint64_t> piece_versions_;              // by local piece index
+  std::map<uint64_t, std::size_t> local_;             // piece id -> local index
+  std::vector<std::unique_ptr<TensorCodec>> codecs_;  // [worker * local pieces + local], empty without compressor
+  std::vector<float> grad_;                           // decode scratch, the largest piece
+  std::vector<std::byte> reply_buf_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mutex_;  // guards params_ and stats_ against readers on other threads
+  std::vector<float> params_;
+  ServerStats stats_;
+};
+
+// ---- worker ----
+
+struct ClientOptions {
+  std::shared_ptr<const Compressor> compressor;  // must match the server's; null = raw f32
+  CodecOptions codec;                            // error feedback residual lives here, on the worker
+  uint64_t run_seed = 0;
+  DType pull_dtype = DType::kF32;  // values cast to f16/bf16 on the way down when set
+  std::chrono::milliseconds heartbeat{200};
+};
+
+// A shard refused a request; the message is the shard's.
+class PsRefused : public InvalidPayload {
+ public:
+  explicit PsRefused(const std::string& m) : InvalidPayload(m) {}
+};
+
+class ParamServerClient {
+ public:
+  ParamServerClient(comm::Transport& transport, PsPlan plan, int worker, int num_workers, ClientOptions options);
+  ~ParamServerClient();
+
+  // Pulls every shard's range into params (total_numel elements) for step `step`; blocks while SSP holds it.
+  void pull(uint64_t step, std::span<float> params);
+  // Compresses and pushes every piece of grad (total_numel elements) computed on the last pulled versions, then
+  // completes step `step` (kClock) on every shard. Throws PsRefused when a shard refused a piece.
+  void push(uint64_t step, std::span<const float> grad);
+  // Leaves the job: the shards stop counting this worker. No reply.
+  void bye();
+
+  const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
+
+ private:
+  // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
+  void exchange(const std::vector<int>& shards);
+
+  comm::Transport& transport_;
+  PsPlan plan_;
+  int worker_;
+  int num_workers_;
+  ClientOptions options_;
+  std::vector<std::unique_ptr<TensorCodec>> codecs_;  // per piece
+  std::vector<uint64_t> versions_;
+  struct Outbox;
+  std::vector<std::unique_ptr<Outbox>> out_;  // per shard
+  std::array<std::byte, kPsRequestHeaderBytes> ping_{};
+};
+
+}  // namespace terse::train
