@@ -126,7 +126,9 @@ std::string provenanceJson(const Provenance& p) {
       .str();
 }
 
-std::optional<std::string> gitCommitOf(const std::filesystem::path& dir) { return gitHeadOf(dir); }
+std::optional<std::string> gitCommitOf(const std::filesystem::path& dir) {
+  return gitHeadOf(dir);
+}
 
 std::string gitCommit() {
   std::error_code ec;

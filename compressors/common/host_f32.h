@@ -26,4 +26,16 @@ inline void requireHostF32OneRound(const terse_tensor_info_v1& info) {
   if (info.round != 0) throw sdk::InvalidArgument("round " + std::to_string(info.round) + " of a 1-round compressor");
 }
 
+// The caps of a host-only, one-round f32 compressor whose payloads differ per rank (allgathered and decoded one by
+// one); `flags` adds e.g. TERSE_CAP_FIXED_SIZE.
+inline terse_compressor_caps_v1 hostAllgatherCaps(terse_dtype_v1 dtype, uint32_t flags) {
+  requireF32(dtype);
+  terse_compressor_caps_v1 caps{};
+  caps.devices = TERSE_DEVICE_HOST;
+  caps.aggregation = TERSE_AGG_ALLGATHER;
+  caps.flags = flags;
+  caps.num_rounds = 1;
+  return caps;
+}
+
 }  // namespace terse::compressors

@@ -123,13 +123,7 @@ class TernGrad final : public sdk::Compressor {
       : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    terse::compressors::requireF32(dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
-    caps.aggregation = TERSE_AGG_ALLGATHER;
-    caps.flags = TERSE_CAP_FIXED_SIZE;
-    caps.num_rounds = 1;
-    return caps;
+    return terse::compressors::hostAllgatherCaps(dtype, TERSE_CAP_FIXED_SIZE);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
