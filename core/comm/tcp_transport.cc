@@ -558,7 +558,10 @@ class TcpTransport final : public Transport {
     }
     l.cv.notify_all();
     if (ec) {
-      if (!l.closed) linkFailed(l, "could not be written to (" + ec.message() + ")");
+      // A reset or broken pipe on write is how a killed peer shows up when our write races its death.
+      if (!l.closed)
+        linkFailed(l,
+                   "connection failed while writing (" + ec.message() + "): the process died or the network is down");
       return;
     }
     l.last_sent = Clock::now();
