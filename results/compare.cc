@@ -297,6 +297,8 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   if (config.has_data()) flattenMessage(config.data(), "data", run.data_fields);
   if (config.compressor().has_name()) run.compressor = config.compressor().name();
   if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
+  run.async_mode = config.mode() == experiments::Experiment::ASYNC || config.mode() == experiments::Experiment::SSP ||
+                   config.mode() == experiments::Experiment::HOGWILD;
   if (config.momentum_correction().has_factor() && std::isfinite(config.momentum_correction().factor())) {
     run.momentum_correction = config.momentum_correction().factor();
   }
@@ -713,10 +715,12 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       std::vector<const RunData*> dense;
       for (const RunData* r : members)
         if (isDense(*r)) dense.push_back(r);
-      // A plain dense run is the baseline; error feedback on "none" is a no-op residual but still not the reference.
+      // A plain dense run is the baseline; error feedback on "none" is a no-op residual but still not the reference,
+      // and in a sync-versus-async study the dense sync run is what the others are measured against.
       std::stable_sort(dense.begin(), dense.end(), [](const RunData* a, const RunData* b) {
         auto key = [](const RunData* r) {
-          return std::tuple(r->error_feedback || r->momentum_correction > 0, r->state != kStateCompleted, r->variant);
+          return std::tuple(r->error_feedback || r->momentum_correction > 0, r->async_mode, r->state != kStateCompleted,
+                            r->variant);
         };
         return key(a) < key(b);
       });

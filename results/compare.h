@@ -81,6 +81,7 @@ struct RunData {
   std::string compressor;  // the loaded compressor's name; empty when neither provenance nor config says
   bool error_feedback = false;
   double momentum_correction = 0;
+  bool async_mode = false;        // the config's mode is ASYNC, SSP or HOGWILD
   std::vector<EvalPoint> points;  // in step order; bad records skipped
 };
 

@@ -71,8 +71,8 @@ std::string capsJson(const CompressorCaps& c) {
 }  // namespace
 
 std::string metricsRecordJson(const MetricsRecord& r) {
-  return JsonObject()
-      .add("epoch", r.epoch)
+  JsonObject o;
+  o.add("epoch", r.epoch)
       .add("epoch_progress", r.epoch_progress)
       .add("step", r.step)
       .add("test_accuracy", r.test_accuracy)
@@ -88,8 +88,9 @@ std::string metricsRecordJson(const MetricsRecord& r) {
       .add("decompress_s_per_step", r.decompress_s_per_step)
       .add("comm_s_per_step", r.comm_s_per_step)
       .add("exposed_comm_s_per_step", r.exposed_comm_s_per_step)
-      .add("step_s_per_step", r.step_s_per_step)
-      .str();
+      .add("step_s_per_step", r.step_s_per_step);
+  for (const auto& [key, value] : r.extra) o.add(key, value);
+  return o.str();
 }
 
 std::string provenanceJson(const Provenance& p) {

@@ -79,6 +79,8 @@ struct MetricsRecord {
   double comm_s_per_step = 0;
   double exposed_comm_s_per_step = 0;
   double step_s_per_step = 0;
+  // Mode-specific numbers, written after the fields above as flat keys in this order (the async keys below).
+  std::vector<std::pair<std::string, double>> extra;
 };
 
 // Reserved for the async (parameter-server) trainer; the sync runner never writes them. A metrics record of an async
@@ -87,6 +89,13 @@ struct MetricsRecord {
 //   staleness_max            the largest tau applied
 //   staleness_hist_<k>       pushes applied with tau == k, k = 0, 1, 2, ... (an absent bucket is 0)
 //   staleness_hist_overflow  pushes with tau beyond the largest bucket the trainer keeps
+// and, per server shard k and worker w (wire bytes, frame headers included, cumulative):
+//   server<k>_bytes_in, server<k>_bytes_out   what shard k received and sent
+//   worker<w>_bytes_out, worker<w>_bytes_in   what worker w sent (pushes) and received (pulls); the record's
+//                                             wire_bytes_per_worker is the mean of worker<w>_bytes_out
+//   workers_live                              workers not dropped (or failed) so far
+//   worker<w>_left_step, worker<w>_left_s     once worker w stopped early: its steps done and the run's wall time
+//   worker<w>_dropped_s                       once the servers dropped it after their worker_timeout
 // `terse compare` (results/compare.h) reads them into its staleness column: mean and max, and the median and 90th
 // percentile from the histogram. Flat keys rather than an array so records stay flat JSON objects (parseFlatJson).
 inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";

@@ -243,7 +243,13 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   begin_ = b;
   TERSE_CHECK(initial.size() == e - b, InvalidArgument,
               "parameter server: shard " << shard << " owns " << e - b << " elements, got " << initial.size());
+  TERSE_CHECK(options_.sgd.momentum >= 0 && options_.sgd.momentum < 1 && options_.sgd.weight_decay >= 0 &&
+                  (!options_.sgd.nesterov || options_.sgd.momentum > 0),
+              InvalidArgument,
+              "parameter server: momentum must be in [0, 1) (Nesterov needs > 0) and weight decay >= 0, got momentum "
+                  << options_.sgd.momentum << ", weight decay " << options_.sgd.weight_decay);
   params_ = std::move(initial);
+  if (options_.sgd.momentum > 0) momentum_.assign(params_.size(), 0.0f);
   const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(shard)];
   piece_versions_.assign(ids.size(), 0);
   uint64_t max_payload = 0, max_numel = 0;
@@ -276,9 +282,36 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   stats_.bytes_in.assign(static_cast<std::size_t>(num_workers), 0);
   stats_.bytes_out.assign(static_cast<std::size_t>(num_workers), 0);
   stats_.dead.assign(static_cast<std::size_t>(num_workers), false);
+  stats_.dead_at.assign(static_cast<std::size_t>(num_workers), {});
 }
 
 ParamServerShard::~ParamServerShard() = default;
+
+void ParamServerShard::maybeSnapshot() {
+  const auto& points = options_.snapshot_steps;
+  if (next_snapshot_ >= points.size()) return;
+  uint64_t sum = 0;
+  for (const auto& s : slots_) sum += s->completed;
+  const uint64_t global = sum / static_cast<uint64_t>(num_workers_);
+  bool taken = false;
+  {
+    std::lock_guard lock(mutex_);
+    // One copy serves every point it passed at once (async workers may cross several between two clocks).
+    while (next_snapshot_ < points.size() && global >= points[next_snapshot_]) {
+      snapshots_[points[next_snapshot_]] = ShardSnapshot{points[next_snapshot_], params_, Clock::now()};
+      ++next_snapshot_;
+      taken = true;
+    }
+  }
+  if (taken) snapshot_cv_.notify_all();
+}
+
+std::optional<ShardSnapshot> ParamServerShard::takeSnapshot(uint64_t step, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!snapshot_cv_.wait_for(lock, timeout, [&] { return snapshots_.count(step) > 0; })) return std::nullopt;
+  auto node = snapshots_.extract(step);
+  return std::move(node.mapped());
+}
 
 bool ParamServerShard::live(int worker, Clock::time_point now) const {
   const Slot& s = *slots_[static_cast<std::size_t>(worker)];
@@ -364,6 +397,7 @@ bool ParamServerShard::process(int worker, Slot& slot) {
         return true;
       }
       slot.completed = std::max(slot.completed, h.step + 1);
+      maybeSnapshot();
       reply(worker, PsReplyHeader{PsStatus::kOk, DType::kF32, h.step, 0, 0}, {});
       return true;
     }
@@ -455,15 +489,31 @@ bool ParamServerShard::process(int worker, Slot& slot) {
           return true;
         }
       const uint64_t tau = piece_versions_[li] - h.worker_version;
-      double lr = options_.lr;
-      if (options_.average_over_workers) lr /= num_workers_;
+      double lr = options_.lr_schedule ? options_.lr_schedule(h.step) : options_.lr;
+      const double scale = options_.average_over_workers ? 1.0 / num_workers_ : 1.0;
       // Zhang et al. 2016: divide by the staleness; tau = 0 (no update since the read) is clamped to 1.
       if (options_.staleness_aware_lr) lr /= static_cast<double>(std::max<uint64_t>(tau, 1));
-      const float lrf = static_cast<float>(lr);
       {
         std::lock_guard lock(mutex_);
         float* w = params_.data() + (p.flat_begin - begin_);
-        for (uint64_t i = 0; i < p.numel; ++i) w[i] -= lrf * g[i];
+        const SgdOptions& sgd = options_.sgd;
+        if (sgd.momentum == 0 && sgd.weight_decay == 0) {
+          // Plain SGD keeps one multiply per element: w -= (lr / W) g, what s = 0 compares with sync's mean.
+          const float lrf = static_cast<float>(lr * scale);
+          for (uint64_t i = 0; i < p.numel; ++i) w[i] -= lrf * g[i];
+        } else {
+          const auto sc = static_cast<float>(scale), wd = static_cast<float>(sgd.weight_decay);
+          const auto m = static_cast<float>(sgd.momentum), lrf = static_cast<float>(lr);
+          float* b = momentum_.empty() ? nullptr : momentum_.data() + (p.flat_begin - begin_);
+          for (uint64_t i = 0; i < p.numel; ++i) {
+            float d = sc * (g[i] + wd * w[i]);
+            if (b) {
+              b[i] = m * b[i] + d;
+              d = sgd.nesterov ? d + m * b[i] : b[i];
+            }
+            w[i] -= lrf * d;
+          }
+        }
         ++piece_versions_[li];
         ++stats_.pushes_applied;
         ++stats_.staleness[tau];
@@ -525,6 +575,7 @@ void ParamServerShard::run() {
         slot.gone = slot.dead = true;  // its posted receive stays: what it sends later is refused (above)
         std::lock_guard lock(mutex_);
         stats_.dead[static_cast<std::size_t>(w)] = true;
+        stats_.dead_at[static_cast<std::size_t>(w)] = now;
         progress = true;
         continue;
       }
@@ -748,12 +799,15 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
       uint64_t n;
       if (options_.compressor) {
         // Error feedback (if configured) adds this worker's residual inside encode and keeps the new one here.
+        const auto t0 = Clock::now();
         n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
+        encode_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
       } else {
         n = p.numel * sizeof(float);
         std::memcpy(req.data() + kPsRequestHeaderBytes, g, n);
       }
       req.resize(kPsRequestHeaderBytes + n);
+      payload_bytes_ += n;
       PsRequestHeader h;
       h.op = PsOp::kPush;
       h.step = step;

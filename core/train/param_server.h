@@ -50,12 +50,15 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,6 +67,7 @@
 #include "core/common/dtype.h"
 #include "core/compress/codec.h"
 #include "core/compress/make_codec.h"
+#include "core/train/optimizer.h"
 
 namespace terse::train {
 
@@ -152,6 +156,14 @@ PsReplyHeader decodePsReply(std::span<const std::byte> frame);
 
 struct ServerOptions {
   double lr = 0.1;
+  // The learning rate of a push computed at worker step t (the run's schedule: warm-up, step decay, cosine); empty =
+  // `lr` at every step. Called on the shard's thread.
+  std::function<double(uint64_t step)> lr_schedule;
+  // Momentum, Nesterov and weight decay, PyTorch-SGD formulas (optimizer.h) applied per push -- each push is one
+  // optimizer update of its piece, as in MXNet's kvstore -- to d = (g + weight_decay * w) / W (with
+  // average_over_workers), so W pushes of one step add up to one sync step's weight decay. With momentum the buffer
+  // decays once per push, W times per round of the workers: s = 0 equals sync exactly only without momentum.
+  SgdOptions sgd;
   // Applied gradients are scaled by 1 / num_workers, so that with s = 0 one step's W pushes sum to the mean gradient
   // of sync data-parallel SGD (sync_trainer.h averages the same way).
   bool average_over_workers = true;
@@ -163,6 +175,17 @@ struct ServerOptions {
   // The compressor workers push with (SUM or ALLGATHER, one round); null = raw f32 payloads.
   std::shared_ptr<const Compressor> compressor;
   uint64_t run_seed = 0;
+  // Global steps (completed steps summed over every worker, dead ones included, divided by W: the step a sync run
+  // would be at after as many gradients), increasing, at which the shard copies its parameters for evaluation. The
+  // copy is taken while processing the clock that reaches the step, so with s = 0 it holds exactly the pushes of
+  // steps < t: the parameters a sync run has after t steps.
+  std::vector<uint64_t> snapshot_steps;
+};
+
+struct ShardSnapshot {
+  uint64_t step = 0;
+  std::vector<float> params;  // the shard's range
+  std::chrono::steady_clock::time_point taken;
 };
 
 struct ServerStats {
@@ -173,7 +196,8 @@ struct ServerStats {
   std::vector<uint64_t> bytes_in;          // per worker: wire bytes received (frame headers included)
   std::vector<uint64_t> bytes_out;         // per worker: wire bytes sent
   std::vector<bool> dead;                  // per worker: declared dead after the timeout
-  std::vector<std::string> errors;         // the refusals' messages, in order
+  std::vector<std::chrono::steady_clock::time_point> dead_at;  // per worker: when (meaningful where dead)
+  std::vector<std::string> errors;                             // the refusals' messages, in order
 };
 
 // One shard. run() serves until every worker said bye or was declared dead, or stop() was called; it throws
@@ -194,6 +218,9 @@ class ParamServerShard {
   std::vector<float> params() const;
   std::vector<uint64_t> versions() const;  // per piece of this shard
   ServerStats stats() const;
+  // Waits up to `timeout` for the snapshot of options.snapshot_steps entry `step` and hands it over (each is taken
+  // once); nullopt on timeout.
+  std::optional<ShardSnapshot> takeSnapshot(uint64_t step, std::chrono::milliseconds timeout);
 
  private:
   struct Slot;
@@ -203,6 +230,7 @@ class ParamServerShard {
   bool live(int worker, std::chrono::steady_clock::time_point now) const;
   uint64_t minCompleted() const;
   uint64_t minPulled() const;
+  void maybeSnapshot();  // after a clock: copies the parameters for every snapshot step now reached
 
   comm::Transport& transport_;
   PsPlan plan_;
@@ -220,7 +248,11 @@ class ParamServerShard {
   std::atomic<bool> stop_{false};
   mutable std::mutex mutex_;  // guards params_ and stats_ against readers on other threads
   std::vector<float> params_;
+  std::vector<float> momentum_;  // the shard's range; empty when sgd.momentum is 0
   ServerStats stats_;
+  std::size_t next_snapshot_ = 0;                // index into options_.snapshot_steps (shard thread only)
+  std::map<uint64_t, ShardSnapshot> snapshots_;  // taken, not yet handed over; guarded by mutex_
+  std::condition_variable snapshot_cv_;
 };
 
 // ---- worker ----
@@ -253,6 +285,8 @@ class ParamServerClient {
   void bye();
 
   const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
+  double encodeSeconds() const { return encode_s_; }                   // codec encode time of every push so far
+  uint64_t payloadBytes() const { return payload_bytes_; }  // compressed (or raw f32) payload bytes pushed so far
 
  private:
   // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
@@ -268,6 +302,8 @@ class ParamServerClient {
   struct Outbox;
   std::vector<std::unique_ptr<Outbox>> out_;  // per shard
   std::array<std::byte, kPsRequestHeaderBytes> ping_{};
+  double encode_s_ = 0;
+  uint64_t payload_bytes_ = 0;
 };
 
 }  // namespace terse::train

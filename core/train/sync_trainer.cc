@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "core/common/error.h"
 
@@ -29,6 +30,11 @@ std::string layerName(int layer) {
 }
 
 }  // namespace
+
+void stragglerSleep(double slowdown, double raw_compute_s) {
+  if (slowdown > 1 && raw_compute_s > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
+}
 
 uint64_t parameterChecksum(std::span<const ParamTensor> params) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
@@ -57,6 +63,8 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
       runner_(comm) {
   TERSE_CHECK(options.batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << options.batch_size);
   TERSE_CHECK(options.epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << options.epochs);
+  TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
+              "slowdown must be a finite factor >= 1, got " << options.slowdown);
   const auto params = workload.params();
   TERSE_CHECK(pipelines_.size() == params.size(), InvalidArgument,
               "workload '" << workload.name() << "' has " << params.size() << " parameter tensors but "
@@ -447,6 +455,8 @@ StepRecord SyncTrainer::step() {
   gate_layer_ = -1;
 
   const auto t1 = Clock::now();
+  stragglerSleep(options_.slowdown, last_raw_compute_s_);
+  const auto t1_work = Clock::now();
   std::exception_ptr compute_error;
   Clock::time_point last_mark = t1;
   try {
@@ -512,6 +522,7 @@ StepRecord SyncTrainer::step() {
   rec.overlapped_tensors = overlapped_.load(std::memory_order_relaxed);
   rec.gate_wait_s = gate_wait_s_;
   rec.times.compute_s = seconds(t1, t2) - gate_wait_s_;
+  last_raw_compute_s_ = seconds(t1_work, t2) - gate_wait_s_;
   rec.times.exposed_comm_s = full_wait + gate_wait_s_ + drain_wait;
   rec.times.step_s = seconds(t0, t3);
 

@@ -94,7 +94,13 @@ struct SyncTrainerOptions {
   double warmup_epochs = 0;
   // When set, the timeline of this rank is recorded into it (must outlive the trainer).
   TraceRecorder* trace = nullptr;
+  // A straggler's compute-time factor (>= 1): before each forward the trainer sleeps (slowdown - 1) x the previous
+  // step's measured compute, counted as compute. Emulates a slower device without changing the math.
+  double slowdown = 1.0;
 };
+
+// Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
+void stragglerSleep(double slowdown, double raw_compute_s);
 
 // Builds the pipeline for one chunk of tensor `tensor`: `numel` elements from `offset`, the `chunk_index`-th of its
 // tensor. Called on the communication thread the first time a scheduler cuts a tensor that way.
@@ -220,6 +226,7 @@ class SyncTrainer {
   int64_t drained_step_ = -1;  // worker thread: the last step drain() has waited for
   // Worker thread: this step's gate waits, and the trace's last gated layer and when its forward began.
   double gate_wait_s_ = 0;
+  double last_raw_compute_s_ = 0;  // the previous step's compute without the straggler sleep
   int gate_layer_ = -1;
   std::chrono::steady_clock::time_point gate_mark_;
 

@@ -175,15 +175,43 @@ void checkPositiveList(Checks& c, const std::string& path, const pb::RepeatedFie
 }
 
 void checkLinkRanks(Checks& c, const Experiment& e) {
-  const int workers = e.workers();
+  // A parameter server's shards are ranks too (the first ones), and their links are emulated like the workers'.
+  const int ranks = jobRanks(e);
+  const std::string range = usesParameterServer(e) ? "servers + workers = " : "workers = ";
   for (int i = 0; i < e.link().overrides_size(); ++i) {
     const auto& o = e.link().overrides(i);
     const std::string p = "link.overrides[" + std::to_string(i) + "]";
-    if (o.src() < 0 || o.src() >= workers)
-      c.fail(p + ".src") << " must be in [0, workers = " << workers << "), got " << o.src();
-    if (o.dst() < 0 || o.dst() >= workers)
-      c.fail(p + ".dst") << " must be in [0, workers = " << workers << "), got " << o.dst();
+    if (o.src() < 0 || o.src() >= ranks)
+      c.fail(p + ".src") << " must be in [0, " << range << ranks << "), got " << o.src();
+    if (o.dst() < 0 || o.dst() >= ranks)
+      c.fail(p + ".dst") << " must be in [0, " << range << ranks << "), got " << o.dst();
     if (o.src() == o.dst()) c.fail(p + ".dst") << " must differ from src, got " << o.dst() << " for both";
+  }
+}
+
+// worker_settings against the workers and the mode (also after --workers changed the count).
+void checkWorkerSettings(Checks& c, const Experiment& e) {
+  const bool async_mode =
+      e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP || e.mode() == Experiment::HOGWILD;
+  std::vector<bool> listed(static_cast<std::size_t>(std::max(0, e.workers())), false);
+  for (int i = 0; i < e.worker_settings_size(); ++i) {
+    const auto& w = e.worker_settings(i);
+    const std::string p = "worker_settings[" + std::to_string(i) + "]";
+    if (!w.has_worker()) {
+      c.fail(p + ".worker") << " must be set";
+    } else if (w.worker() < 0 || w.worker() >= e.workers()) {
+      c.fail(p + ".worker") << " must be in [0, workers = " << e.workers() << "), got " << w.worker();
+    } else if (listed[static_cast<std::size_t>(w.worker())]) {
+      c.fail(p + ".worker") << ": worker " << w.worker() << " is listed twice";
+    } else {
+      listed[static_cast<std::size_t>(w.worker())] = true;
+    }
+    if (!(w.slowdown() >= 1 && std::isfinite(w.slowdown())))
+      c.fail(p + ".slowdown") << " must be a finite factor >= 1, got " << w.slowdown();
+    if (w.fail_after_steps() < 0) c.fail(p + ".fail_after_steps") << " must be >= 0, got " << w.fail_after_steps();
+    if (w.fail_after_steps() > 0 && !async_mode)
+      c.fail(p + ".fail_after_steps") << ": a failed worker stops a " << Experiment::Mode_Name(e.mode())
+                                      << " run; only ASYNC, SSP and HOGWILD go on without it";
   }
 }
 
@@ -403,6 +431,15 @@ void applyDefaults(Experiment& e) {
   if (!e.has_mode()) e.set_mode(Experiment::SYNC);
   if (!e.has_staleness_bound()) e.set_staleness_bound(0);
   if (!e.has_transport()) e.set_transport(Experiment::INPROC);
+  auto* ps = e.mutable_parameter_server();
+  if (!ps->has_servers()) ps->set_servers(1);
+  if (!ps->has_staleness_aware_lr()) ps->set_staleness_aware_lr(false);
+  if (!ps->has_pull_dtype()) ps->set_pull_dtype(ParameterServer::F32);
+  if (!ps->has_worker_timeout()) ps->set_worker_timeout("10s");
+  for (auto& w : *e.mutable_worker_settings()) {
+    if (!w.has_slowdown()) w.set_slowdown(1);
+    if (!w.has_fail_after_steps()) w.set_fail_after_steps(0);
+  }
   auto* tcp = e.mutable_tcp();
   if (!tcp->has_timeout()) tcp->set_timeout("30s");
   if (!tcp->has_socket_buffer_bytes()) tcp->set_socket_buffer_bytes(0);
@@ -525,6 +562,29 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   if (e.staleness_bound() > 0 && e.mode() != Experiment::SSP) {
     c.fail("staleness_bound") << " only applies with mode SSP, got mode " << Experiment::Mode_Name(e.mode());
   }
+  const bool async_mode =
+      e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP || e.mode() == Experiment::HOGWILD;
+  const auto& ps = e.parameter_server();
+  if (ps.servers() < 1) c.fail("parameter_server.servers") << " must be >= 1, got " << ps.servers();
+  if (ps.pull_dtype() == ParameterServer::PULL_DTYPE_UNSPECIFIED)
+    c.fail("parameter_server.pull_dtype") << " must be F32, F16 or BF16";
+  try {
+    if (!(comm::parseDuration(ps.worker_timeout()) > 0))
+      c.fail("parameter_server.worker_timeout") << " must be > 0, got '" << ps.worker_timeout() << "'";
+  } catch (const Error& err) {
+    c.fail("parameter_server.worker_timeout") << ": " << untagged(err);
+  }
+  if (e.mode() == Experiment::HOGWILD) {
+    // Hogwild shares one parameter vector in memory: there is nothing to compress and no wire.
+    if (e.transport() != Experiment::INPROC)
+      c.fail("transport") << ": mode HOGWILD shares memory between threads and needs INPROC, got "
+                          << Experiment::Transport_Name(e.transport());
+    if (e.compressor().name() != "none")
+      c.fail("compressor.name") << ": mode HOGWILD sends nothing to compress, got '" << e.compressor().name() << "'";
+    if (e.error_feedback()) c.fail("error_feedback") << ": mode HOGWILD sends nothing to compress";
+  }
+  if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
+  checkWorkerSettings(c, e);
   if (std::find(options.transports.begin(), options.transports.end(), e.transport()) == options.transports.end()) {
     c.fail("transport") << ": " << Experiment::Transport_Name(e.transport())
                         << " is not supported by this runner (supported: "
@@ -621,6 +681,7 @@ void overrideWorkers(std::vector<Experiment>& experiments, int workers, const st
     e.set_workers(workers);
     Checks c;
     checkLinkRanks(c, e);
+    checkWorkerSettings(c, e);
     for (const auto& m : c.take()) errors.push_back(source + ": variant " + quoted(e.variant()) + ": " + m);
   }
   if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));

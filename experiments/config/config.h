@@ -114,6 +114,26 @@ std::vector<Experiment> selectVariants(const Study& study, const std::vector<std
 // InvalidArgument for N < 1, ConfigError for what no longer holds.
 void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source = "--workers");
 
+// Modes ASYNC and SSP: a parameter server whose shards are ranks before the workers'.
+inline bool usesParameterServer(const Experiment& e) {
+  return e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP;
+}
+// Ranks of the job: the workers, plus the parameter server's shards in ASYNC and SSP.
+inline int jobRanks(const Experiment& e) {
+  return e.workers() + (usesParameterServer(e) ? e.parameter_server().servers() : 0);
+}
+
+// worker_settings of one worker, or the defaults (slowdown 1, never fails) when it has none.
+inline WorkerSettings workerSettings(const Experiment& e, int worker) {
+  for (const auto& w : e.worker_settings())
+    if (w.worker() == worker) return w;
+  WorkerSettings d;
+  d.set_worker(worker);
+  d.set_slowdown(1);
+  d.set_fail_after_steps(0);
+  return d;
+}
+
 // The pieces the runner hands to core, from a resolved (validated) experiment.
 comm::EmulationConfig emulationConfig(const Experiment& experiment);
 CodecOptions codecOptions(const Experiment& experiment);

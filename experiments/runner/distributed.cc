@@ -139,12 +139,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
 
     // ---- Setup: this rank's replica, compressor instance, pipelines and trainer (as runner.cc builds rank r's).
     auto data = dataFor(e);
-    workloads::WorkloadOptions wo;
-    wo.seed = e.seed();
-    if (e.workload().hidden_sizes_size() > 0)
-      wo.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
-    if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
-    if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
+    const workloads::WorkloadOptions wo = detail::workloadOptions(e);
     std::unique_ptr<train::Workload> model = workloads::makeWorkload(e.workload().name(), wo, data);
     const uint64_t init_checksum = train::parameterChecksum(model->params());
 
@@ -193,6 +188,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
       pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comm));
     }
     train::SyncTrainerOptions topts = detail::trainerOptions(e);
+    topts.slowdown = experiments::workerSettings(e, rank).slowdown();
     std::unique_ptr<train::TraceRecorder> trace;
     if (e.trace()) {
       trace = std::make_unique<train::TraceRecorder>(rank, Clock::now());

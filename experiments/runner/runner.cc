@@ -69,6 +69,16 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   return o;
 }
 
+workloads::WorkloadOptions workloadOptions(const Experiment& e) {
+  workloads::WorkloadOptions wo;
+  wo.seed = e.seed();
+  if (e.workload().hidden_sizes_size() > 0)
+    wo.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
+  if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
+  if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
+  return wo;
+}
+
 TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world) {
   TensorInfo info;
   info.dtype = DType::kF32;
@@ -194,6 +204,8 @@ experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader) {
   for (auto name : workloads::workloadNames()) o.workloads.emplace_back(name);
   o.loader = loader;
   o.transports = {experiments::Experiment::INPROC, experiments::Experiment::TCP};
+  o.modes = {experiments::Experiment::SYNC, experiments::Experiment::ASYNC, experiments::Experiment::SSP,
+             experiments::Experiment::HOGWILD};
   return o;
 }
 
@@ -217,6 +229,7 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 }
 
 RunSummary Runner::run(const Experiment& e) {
+  if (e.mode() != Experiment::SYNC) return runAsync(e);    // parameter server or Hogwild: async_runner.cc
   if (e.transport() == Experiment::TCP) return runTcp(e);  // one rank per process: distributed.cc
   TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
               "the runner implements mode SYNC on transport INPROC only");
@@ -233,12 +246,7 @@ RunSummary Runner::run(const Experiment& e) {
 
     // ---- Setup: data, replicas, compressor instances, transports, pipelines, trainers.
     auto data = dataFor(e);
-    workloads::WorkloadOptions wo;
-    wo.seed = e.seed();
-    if (e.workload().hidden_sizes_size() > 0)
-      wo.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
-    if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
-    if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
+    const workloads::WorkloadOptions wo = workloadOptions(e);
     std::vector<std::unique_ptr<train::Workload>> models;
     for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
     const uint64_t init_checksum = train::parameterChecksum(models[0]->params());
@@ -276,6 +284,7 @@ RunSummary Runner::run(const Experiment& e) {
         pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comms[r]));
       }
       train::SyncTrainerOptions to = trainerOptions(e);
+      to.slowdown = experiments::workerSettings(e, r).slowdown();
       if (e.trace()) {
         traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
         to.trace = traces.back().get();

@@ -97,6 +97,8 @@ class Runner {
   std::shared_ptr<const workloads::DataSplit> dataFor(const experiments::Experiment& experiment);
   // Transport TCP: this process is one rank of a job (distributed.cc).
   RunSummary runTcp(const experiments::Experiment& experiment);
+  // Modes ASYNC, SSP, HOGWILD: parameter server shards and workers as threads (async_runner.cc).
+  RunSummary runAsync(const experiments::Experiment& experiment);
 
   RunnerOptions options_;
   // Data sets by (dir, train subset, test subset): variants of one study load Fashion-MNIST once.

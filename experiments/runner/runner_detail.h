@@ -11,12 +11,15 @@
 #include "core/plugin/compressor.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/config/config.h"
+#include "experiments/workloads/workloads.h"
 #include "results/result_writer.h"
 
 namespace terse::runner::detail {
 
 double since(std::chrono::steady_clock::time_point t);
 train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
+// The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.
+workloads::WorkloadOptions workloadOptions(const experiments::Experiment& e);
 // The compressor's view of parameter tensor `id` of rank `rank` (dims beyond 4 folded into the last).
 TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world);
 // A scheduler's chunk of a tensor (see runner.cc).

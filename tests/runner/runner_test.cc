@@ -107,17 +107,19 @@ TEST(JsonWriter, EscapesAndRoundTrips) {
 
 TEST(ResultWriter, StatusLifecycle) {
   const fs::path root = freshDir("writer");
+  results::MetricsRecord one;
+  one.step = 1;
   {
     results::ResultWriter w(root, "s", "v");
     EXPECT_EQ(results::getString(readStatus(w.dir()), "state"), "running");
-    w.append({.step = 1});
+    w.append(one);
     EXPECT_EQ(readMetrics(w.dir()).size(), 1u);  // flushed per record, before the writer closes
     w.markCompleted();
     EXPECT_EQ(results::getString(readStatus(w.dir()), "state"), "completed");
   }
   {
     results::ResultWriter w(root, "s", "unfinished");
-    w.append({.step = 1});
+    w.append(one);
   }  // destroyed while running: an exception unwound past it
   const auto status = readStatus(root / "s" / "unfinished");
   EXPECT_EQ(results::getString(status, "state"), "failed");

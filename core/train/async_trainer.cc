@@ -1,0 +1,240 @@
+#include "core/train/async_trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "core/common/error.h"
+
+namespace terse::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+uint64_t totalNumel(std::span<const ParamTensor> params) {
+  uint64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+void addTimes(StepTimes& into, const StepTimes& t) {
+  into.compute_s += t.compute_s;
+  into.compress_s += t.compress_s;
+  into.decompress_s += t.decompress_s;
+  into.comm_s += t.comm_s;
+  into.exposed_comm_s += t.exposed_comm_s;
+  into.step_s += t.step_s;
+}
+
+// The batch of a worker's step, drawing the epoch's batches when an epoch starts (the sync trainer's order).
+const std::vector<int64_t>& batchOf(const ShardSampler& sampler, const AsyncTrainerOptions& o, const StepPlan& plan,
+                                    int64_t step, std::vector<std::vector<int64_t>>& batches, int64_t& batches_epoch) {
+  const int64_t epoch = step / plan.steps_per_epoch;
+  if (epoch != batches_epoch) {
+    batches = sampler.epochBatches(epoch, o.batch_size, o.drop_last);
+    batches_epoch = epoch;
+  }
+  return batches.at(static_cast<std::size_t>(step % plan.steps_per_epoch));
+}
+
+}  // namespace
+
+StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last) {
+  TERSE_CHECK(batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << batch_size);
+  TERSE_CHECK(epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << epochs);
+  const ShardSampler sampler(num_examples, 0, num_workers, 0);
+  StepPlan p;
+  p.steps_per_epoch = sampler.batchesPerEpoch(batch_size, drop_last);
+  TERSE_CHECK(
+      p.steps_per_epoch >= 1, InvalidArgument,
+      "a shard of " << sampler.shardSize() << " examples holds no full batch of " << batch_size << " (drop_last)");
+  p.total_steps = p.steps_per_epoch * epochs;
+  return p;
+}
+
+void copyValuesIn(std::span<ParamTensor> params, std::span<const float> flat) {
+  std::size_t at = 0;
+  for (auto& p : params) {
+    if (p.numel() > 0) std::memcpy(p.value.data(), flat.data() + at, p.numel() * sizeof(float));
+    at += p.numel();
+  }
+}
+
+void copyGradsOut(std::span<const ParamTensor> params, std::span<float> flat) {
+  std::size_t at = 0;
+  for (const auto& p : params) {
+    if (p.numel() > 0) std::memcpy(flat.data() + at, p.grad.data(), p.numel() * sizeof(float));
+    at += p.numel();
+  }
+}
+
+void copyValuesOut(std::span<const ParamTensor> params, std::span<float> flat) {
+  std::size_t at = 0;
+  for (const auto& p : params) {
+    if (p.numel() > 0) std::memcpy(flat.data() + at, p.value.data(), p.numel() * sizeof(float));
+    at += p.numel();
+  }
+}
+
+void LossLog::append(double loss) {
+  std::lock_guard lock(mutex_);
+  losses_.push_back(loss);
+}
+
+std::pair<double, int64_t> LossLog::sum(int64_t from, int64_t to) const {
+  std::lock_guard lock(mutex_);
+  double s = 0;
+  int64_t n = 0;
+  for (int64_t i = std::max<int64_t>(from, 0); i < std::min<int64_t>(to, static_cast<int64_t>(losses_.size())); ++i) {
+    s += losses_[static_cast<std::size_t>(i)];
+    ++n;
+  }
+  return {s, n};
+}
+
+// ---- AsyncWorker ----
+
+AsyncWorker::AsyncWorker(Workload& workload, ParamServerClient& client, int worker, int num_workers,
+                         AsyncTrainerOptions options)
+    : workload_(workload),
+      client_(client),
+      options_(options),
+      sampler_(workload.numTrainExamples(), worker, num_workers, options.seed),
+      plan_(
+          planSteps(workload.numTrainExamples(), num_workers, options.batch_size, options.epochs, options.drop_last)) {
+  TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
+              "slowdown must be a finite factor >= 1, got " << options.slowdown);
+  flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
+}
+
+AsyncStepRecord AsyncWorker::step() {
+  TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
+  AsyncStepRecord rec;
+  rec.step = next_step_;
+  rec.epoch = next_step_ / plan_.steps_per_epoch;
+  const auto& batch = batchOf(sampler_, options_, plan_, rec.step, epoch_batches_, batches_epoch_);
+  const auto step = static_cast<uint64_t>(rec.step);
+
+  const auto t0 = Clock::now();
+  // The shards hold this pull while SSP says the worker is too far ahead of the slowest.
+  client_.pull(step, flat_);
+  copyValuesIn(workload_.params(), flat_);
+  const auto t1 = Clock::now();
+  stragglerSleep(options_.slowdown, last_raw_compute_s_);
+  const auto t1_work = Clock::now();
+  rec.loss = workload_.forwardBackward(batch, {});
+  const auto t2 = Clock::now();
+  losses_.append(rec.loss);
+  copyGradsOut(workload_.params(), flat_);
+  const double encode_before = client_.encodeSeconds();
+  client_.push(step, flat_);
+  const auto t3 = Clock::now();
+
+  last_raw_compute_s_ = seconds(t1_work, t2);
+  rec.times.compute_s = seconds(t1, t2);
+  rec.times.compress_s = client_.encodeSeconds() - encode_before;
+  rec.times.comm_s = seconds(t0, t1) + seconds(t2, t3) - rec.times.compress_s;
+  rec.times.exposed_comm_s = rec.times.comm_s;
+  rec.times.step_s = seconds(t0, t3);
+  addTimes(totals_, rec.times);
+  ++next_step_;
+  return rec;
+}
+
+// ---- Hogwild ----
+
+void StalenessHistogram::add(uint64_t tau) {
+  std::lock_guard lock(mutex_);
+  ++counts_[tau];
+}
+
+std::map<uint64_t, uint64_t> StalenessHistogram::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+HogwildParams::HogwildParams(std::vector<float> initial, int num_workers, LrScheduleOptions lr, double weight_decay)
+    : values_(std::move(initial)),
+      num_workers_(num_workers),
+      lr_(std::move(lr)),
+      weight_decay_(static_cast<float>(weight_decay)) {
+  TERSE_CHECK(num_workers >= 1, InvalidArgument, "hogwild: num_workers must be >= 1, got " << num_workers);
+  TERSE_CHECK(weight_decay >= 0, InvalidArgument, "hogwild: weight decay must be >= 0, got " << weight_decay);
+  validateLrSchedule(lr_);
+  static_assert(std::atomic_ref<float>::is_always_lock_free, "Hogwild needs lock-free float loads and stores");
+}
+
+void HogwildParams::read(std::span<float> out) const {
+  TERSE_CHECK(out.size() == values_.size(), InvalidArgument,
+              "hogwild: read into " << out.size() << " elements, the model has " << values_.size());
+  // atomic_ref needs a non-const object; the loads do not modify it.
+  auto* v = const_cast<float*>(values_.data());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::atomic_ref<float>(v[i]).load(std::memory_order_relaxed);
+}
+
+void HogwildParams::apply(std::span<const float> grad, int64_t step, uint64_t read_version) {
+  TERSE_CHECK(grad.size() == values_.size(), InvalidArgument,
+              "hogwild: gradient of " << grad.size() << " elements, the model has " << values_.size());
+  const auto lr = static_cast<float>(learningRate(step) / num_workers_);
+  const float wd = weight_decay_;
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    std::atomic_ref<float> w(values_[i]);
+    const float x = w.load(std::memory_order_relaxed);
+    // Not a compare-and-swap: an update racing this one may be lost, as Hogwild allows.
+    w.store(x - lr * (grad[i] + wd * x), std::memory_order_relaxed);
+  }
+  const uint64_t before = version_.fetch_add(1, std::memory_order_acq_rel);
+  staleness_.add(before - read_version);
+}
+
+HogwildWorker::HogwildWorker(Workload& workload, HogwildParams& shared, int worker, int num_workers,
+                             AsyncTrainerOptions options)
+    : workload_(workload),
+      shared_(shared),
+      options_(options),
+      sampler_(workload.numTrainExamples(), worker, num_workers, options.seed),
+      plan_(
+          planSteps(workload.numTrainExamples(), num_workers, options.batch_size, options.epochs, options.drop_last)) {
+  TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
+              "slowdown must be a finite factor >= 1, got " << options.slowdown);
+  flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
+  TERSE_CHECK(flat_.size() == shared.size(), InvalidArgument,
+              "hogwild: the workload has " << flat_.size() << " parameters, the shared vector " << shared.size());
+}
+
+AsyncStepRecord HogwildWorker::step() {
+  TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
+  AsyncStepRecord rec;
+  rec.step = next_step_;
+  rec.epoch = next_step_ / plan_.steps_per_epoch;
+  const auto& batch = batchOf(sampler_, options_, plan_, rec.step, epoch_batches_, batches_epoch_);
+  const auto t0 = Clock::now();
+  const uint64_t version = shared_.version();
+  shared_.read(flat_);
+  copyValuesIn(workload_.params(), flat_);
+  stragglerSleep(options_.slowdown, last_raw_compute_s_);
+  const auto t1 = Clock::now();
+  rec.loss = workload_.forwardBackward(batch, {});
+  const auto t2 = Clock::now();
+  losses_.append(rec.loss);
+  copyGradsOut(workload_.params(), flat_);
+  shared_.apply(flat_, rec.step, version);
+  const auto t3 = Clock::now();
+  last_raw_compute_s_ = seconds(t1, t2);
+  // Reading and updating shared memory is this mode's "communication": no bytes, but time all the same.
+  rec.times.compute_s = seconds(t0, t2);
+  rec.times.comm_s = seconds(t2, t3);
+  rec.times.exposed_comm_s = rec.times.comm_s;
+  rec.times.step_s = seconds(t0, t3);
+  addTimes(totals_, rec.times);
+  ++next_step_;
+  return rec;
+}
+
+}  // namespace terse::train

@@ -1,0 +1,278 @@
+// Modes ASYNC, SSP and HOGWILD end to end through the runner on the Fashion-MNIST MLP (issue 7's tests): staleness
+// bound 0 gives the sync run's records; async ends within 1.5 points of sync with 4 workers; a worker that stops dead
+// is dropped and the run completes, recording when it left; staleness and per-server / per-worker bytes are
+// recorded and add up; a straggler makes fewer pushes; Hogwild trains without a wire.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/plugin/loader.h"
+#include "experiments/config/config.h"
+#include "experiments/runner/runner.h"
+#include "results/json.h"
+#include "results/result_writer.h"
+
+namespace terse::runner {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path freshDir(const std::string& name) {
+  const fs::path dir = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "async_out" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<results::FlatJson> readMetrics(const fs::path& dir) {
+  std::vector<results::FlatJson> out;
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto obj = results::parseFlatJson(line);
+    EXPECT_TRUE(obj.has_value()) << "unparseable record: " << line;
+    if (obj) out.push_back(*obj);
+  }
+  return out;
+}
+
+std::string statusOf(const fs::path& dir) {
+  std::ifstream in(dir / "status.json");
+  std::stringstream s;
+  s << in.rdbuf();
+  auto obj = results::parseFlatJson(s.str());
+  return obj ? results::getString(*obj, "state").value_or("") : "";
+}
+
+double num(const results::FlatJson& r, const std::string& key) {
+  EXPECT_TRUE(r.contains(key)) << "record has no " << key;
+  return results::getNumber(r, key).value_or(NAN);
+}
+
+struct Run {
+  std::vector<results::FlatJson> records;
+  std::string state;
+  RunSummary summary;
+};
+
+// Runs every variant of the study text; the data set is loaded once per runner.
+std::map<std::string, Run> runAll(const std::string& text, const std::string& name) {
+  auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+  const auto study = experiments::loadStudyText(text, name + ".textproto", runnerConfigOptions(&loader));
+  RunnerOptions o;
+  o.loader = &loader;
+  o.output_root = freshDir(name);
+  o.progress = ProgressMode::kOff;
+  Runner runner(o);
+  std::map<std::string, Run> out;
+  for (const auto& e : study.experiments) {
+    Run r;
+    r.summary = runner.run(e);
+    r.records = readMetrics(r.summary.dir);
+    r.state = statusOf(r.summary.dir);
+    out[e.variant()] = std::move(r);
+  }
+  return out;
+}
+
+// The default dataset_dir: the bootstrap installs Fashion-MNIST there.
+const std::string kData = "data { batch_size: 32 ";
+
+TEST(AsyncRunner, StalenessBoundZeroGivesTheSyncRecords) {
+  // Plain SGD (the shards' per-push momentum differs from sync's by design, param_server.h), one and two shards.
+  const std::string text =
+      "study: \"lockstep\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
+      kData +
+      "train_subset: 8192 test_subset: 2000 }\n"
+      "optimizer { lr: 0.05 weight_decay: 0.0001 warmup_steps: 10 schedule: COSINE }\n"
+      "workers: 4\nepochs: 2\neval { every_steps: 32 }\nseed: 3\n"
+      "variants { name: \"sync\" overrides { mode: SYNC } }\n"
+      "variants { name: \"ssp0\" overrides { mode: SSP } }\n"
+      "variants { name: \"ssp0_2shards\" overrides { mode: SSP parameter_server { servers: 2 } } "
+      "}\n";
+  const auto runs = runAll(text, "lockstep");
+  const auto& sync = runs.at("sync").records;
+  ASSERT_EQ(sync.size(), 4u);
+  for (const std::string v : {"ssp0", "ssp0_2shards"}) {
+    const auto& r = runs.at(v);
+    EXPECT_EQ(r.state, "completed");
+    ASSERT_EQ(r.records.size(), sync.size()) << v;
+    for (std::size_t i = 0; i < sync.size(); ++i) {
+      EXPECT_EQ(num(r.records[i], "step"), num(sync[i], "step")) << v;
+      // The same batches and updates; only the order in which the shard sums the workers' gradients differs.
+      EXPECT_NEAR(num(r.records[i], "test_accuracy"), num(sync[i], "test_accuracy"), 0.002) << v << " record " << i;
+      EXPECT_NEAR(num(r.records[i], "test_loss"), num(sync[i], "test_loss"), 1e-3 * num(sync[i], "test_loss"))
+          << v << " record " << i;
+      EXPECT_NEAR(num(r.records[i], "train_loss"), num(sync[i], "train_loss"), 1e-3 * num(sync[i], "train_loss"))
+          << v << " record " << i;
+      EXPECT_NEAR(num(r.records[i], "lr"), num(sync[i], "lr"), 1e-12) << v;
+    }
+    // Lockstep: no push is applied after another worker already read the next step.
+    const auto& last = r.records.back();
+    EXPECT_LE(num(last, "staleness_max"), 3) << "with s = 0 a push sees at most the other 3 workers' pushes";
+  }
+}
+
+TEST(AsyncRunner, AsyncEndsWithinOneAndAHalfPointsOfSync) {
+  const std::string text =
+      "study: \"gap\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [128] }\n" +
+      kData +
+      "}\n"
+      "optimizer { lr: 0.05 momentum: 0.9 warmup_steps: 100 schedule: COSINE }\n"
+      "workers: 4\nepochs: 2\neval { per_epoch: true }\n"
+      "variants { name: \"sync\" overrides { mode: SYNC } }\n"
+      "variants { name: \"async\" overrides { mode: ASYNC } }\n";
+  const auto runs = runAll(text, "gap");
+  const double sync = runs.at("sync").summary.final_accuracy;
+  const double async = runs.at("async").summary.final_accuracy;
+  EXPECT_GT(sync, 0.8);
+  EXPECT_NEAR(async, sync, 0.015);
+  EXPECT_EQ(runs.at("async").state, "completed");
+}
+
+TEST(AsyncRunner, AWorkerThatStopsDeadIsDroppedAndTheRunCompletes) {
+  const std::string text =
+      "study: \"elastic\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
+      kData +
+      "train_subset: 8192 test_subset: 2000 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 4\nepochs: 2\neval { every_steps: 32 }\n"
+      "worker_settings { worker: 2 fail_after_steps: 20 }\n"
+      "parameter_server { worker_timeout: \"300ms\" servers: 2 }\n"
+      "variants { name: \"async\" overrides { mode: ASYNC } }\n"
+      "variants { name: \"ssp1\" overrides { mode: SSP staleness_bound: 1 } }\n";
+  const auto runs = runAll(text, "elastic");
+  for (const auto& [name, r] : runs) {
+    EXPECT_EQ(r.state, "completed") << name;
+    ASSERT_FALSE(r.records.empty()) << name;
+    const auto& last = r.records.back();
+    // 128 steps per worker: three workers ran them all, the failed one 20.
+    EXPECT_EQ(num(last, "step"), (3 * 128 + 20) / 4) << name;
+    EXPECT_EQ(num(last, "workers_live"), 3) << name;
+    EXPECT_EQ(num(last, "worker2_left_step"), 20) << name;
+    EXPECT_GE(num(last, "worker2_dropped_s"), num(last, "worker2_left_s") + 0.25) << name;
+    EXPECT_GT(num(last, "test_accuracy"), 0.65) << name;
+    // It stopped sending when it stopped.
+    EXPECT_LT(num(last, "worker2_bytes_out"), 0.25 * num(last, "worker0_bytes_out")) << name;
+  }
+}
+
+TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
+  const std::string text =
+      "study: \"bytes\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
+      kData +
+      "train_subset: 4096 test_subset: 1000 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 3\nepochs: 1\neval { per_epoch: true }\n"
+      "mode: ASYNC\nparameter_server { servers: 2 }\n"
+      "variants { name: \"f32\" overrides { } }\n"
+      "variants { name: \"f16_pull\" overrides { parameter_server { pull_dtype: F16 } } }\n"
+      "variants { name: \"topk\" overrides { compressor { name: \"topk\" params { key: \"ratio\" "
+      "value: \"0.01\" } } error_feedback: true } }\n";
+  const auto runs = runAll(text, "bytes");
+  for (const auto& [name, r] : runs) {
+    ASSERT_EQ(r.records.size(), 1u) << name;
+    const auto& m = r.records[0];
+    double hist = 0;
+    for (const auto& [k, v] : m)
+      if (k.starts_with(results::kStalenessHistPrefix)) hist += results::getNumber(m, k).value_or(0);
+    // Every piece of every step of every worker: 42 steps x 3 workers x pieces (>= 4 tensors over 2 shards).
+    EXPECT_GE(hist, 42 * 3 * 4) << name;
+    EXPECT_GE(num(m, "staleness_max"), num(m, "staleness_mean")) << name;
+    double to_servers = 0, from_servers = 0, worker_out = 0, worker_in = 0;
+    for (int k = 0; k < 2; ++k) {
+      to_servers += num(m, "server" + std::to_string(k) + "_bytes_in");
+      from_servers += num(m, "server" + std::to_string(k) + "_bytes_out");
+    }
+    for (int w = 0; w < 3; ++w) {
+      worker_out += num(m, "worker" + std::to_string(w) + "_bytes_out");
+      worker_in += num(m, "worker" + std::to_string(w) + "_bytes_in");
+    }
+    // Both ends count the same frames (pings included).
+    EXPECT_EQ(to_servers, worker_out) << name;
+    EXPECT_EQ(from_servers, worker_in) << name;
+    EXPECT_EQ(num(m, "wire_bytes_per_worker"), std::floor(worker_out / 3)) << name;
+  }
+  const auto& f32 = runs.at("f32").records[0];
+  const auto& f16 = runs.at("f16_pull").records[0];
+  const auto& topk = runs.at("topk").records[0];
+  // Half-precision pulls halve the values on the way down (versions and headers stay).
+  EXPECT_NEAR(num(f16, "worker0_bytes_in") / num(f32, "worker0_bytes_in"), 0.5, 0.02);
+  EXPECT_NEAR(num(f16, "worker0_bytes_out"), num(f32, "worker0_bytes_out"), 0.01 * num(f32, "worker0_bytes_out"));
+  // Top-1% pushes (value + index per kept element) are a small fraction of the raw ones.
+  EXPECT_LT(num(topk, "worker0_bytes_out"), 0.05 * num(f32, "worker0_bytes_out"));
+  EXPECT_GT(num(topk, "test_accuracy"), 0.5);
+}
+
+TEST(AsyncRunner, AStragglerPushesLessInAsyncMode) {
+  const std::string text =
+      "study: \"straggler\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
+      kData +
+      "train_subset: 8192 test_subset: 500 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 3\nepochs: 2\neval { every_steps: 40 }\n"
+      "mode: ASYNC\n"
+      "worker_settings { worker: 0 slowdown: 6 }\n";
+  const auto runs = runAll(text, "straggler");
+  const auto& r = runs.at("base");
+  ASSERT_GE(r.records.size(), 2u);
+  // At the first evaluation the slow worker has made far fewer pushes than the others; at the end all finished.
+  const auto& first = r.records.front();
+  EXPECT_LT(num(first, "worker0_bytes_out"), 0.6 * num(first, "worker1_bytes_out"));
+  // By the end it caught up: every worker pushed all of its steps (same frames, one shard, no pings).
+  const auto& last = r.records.back();
+  EXPECT_EQ(num(last, "worker0_bytes_out"), num(last, "worker1_bytes_out"));
+}
+
+TEST(AsyncRunner, HogwildTrainsWithoutAWire) {
+  const std::string text =
+      "study: \"hogwild\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
+      kData +
+      "train_subset: 8192 test_subset: 2000 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 4\nepochs: 2\neval { every_steps: 64 }\nmode: HOGWILD\n";
+  const auto runs = runAll(text, "hogwild");
+  const auto& r = runs.at("base");
+  EXPECT_EQ(r.state, "completed");
+  ASSERT_EQ(r.records.size(), 2u);
+  EXPECT_GT(r.summary.final_accuracy, 0.7);
+  EXPECT_EQ(r.summary.wire_bytes_per_worker, 0u);
+  // 4 x 128 updates, each counted once with its staleness.
+  double hist = 0;
+  for (const auto& [k, v] : r.records.back())
+    if (k.starts_with(results::kStalenessHistPrefix)) hist += results::getNumber(r.records.back(), k).value_or(0);
+  EXPECT_EQ(hist, 4 * 128);
+}
+
+TEST(AsyncRunner, TcpTransportIsRefusedWithAClearMessage) {
+  auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+  const auto study = experiments::loadStudyText(
+      "study: \"t\"\nworkload { name: \"linear_regression\" }\n"
+      "mode: ASYNC\ntransport: TCP\nworkers: 2\n",
+      "t.textproto", runnerConfigOptions(&loader));
+  RunnerOptions o;
+  o.loader = &loader;
+  o.output_root = freshDir("tcp");
+  o.progress = ProgressMode::kOff;
+  Runner runner(o);
+  try {
+    runner.run(study.experiments.at(0));
+    FAIL() << "ran";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("INPROC only"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace terse::runner
