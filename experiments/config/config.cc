@@ -582,6 +582,10 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     if (e.compressor().name() != "none")
       c.fail("compressor.name") << ": mode HOGWILD sends nothing to compress, got '" << e.compressor().name() << "'";
     if (e.error_feedback()) c.fail("error_feedback") << ": mode HOGWILD sends nothing to compress";
+    if (e.optimizer().momentum() > 0)
+      c.fail("optimizer.momentum") << ": mode HOGWILD applies plain SGD (lock-free shared parameters have no agreed "
+                                      "momentum buffer), got "
+                                   << e.optimizer().momentum();
   }
   if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
   checkWorkerSettings(c, e);

@@ -294,5 +294,65 @@ TEST(ConfigCodec, OptionsAndParams) {
   EXPECT_EQ(p[0].first, "a");
 }
 
+// The asynchronous modes' fields: defaults written out, every bad value named with its field, and the rank range of
+// link overrides including the parameter server's shards.
+TEST_F(ConfigTest, AsyncModesDefaultsAndErrors) {
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
+  const auto ok = load(kMinimal +
+                       "mode: SSP\nstaleness_bound: 2\nworkers: 3\n"
+                       "worker_settings { worker: 1 slowdown: 2.5 }\n");
+  const Experiment& e = ok.experiments.at(0);
+  EXPECT_EQ(e.parameter_server().servers(), 1);
+  EXPECT_FALSE(e.parameter_server().staleness_aware_lr());
+  EXPECT_EQ(e.parameter_server().pull_dtype(), ParameterServer::F32);
+  EXPECT_EQ(e.parameter_server().worker_timeout(), "10s");
+  EXPECT_EQ(workerSettings(e, 1).slowdown(), 2.5);
+  EXPECT_EQ(workerSettings(e, 1).fail_after_steps(), 0);
+  EXPECT_EQ(workerSettings(e, 2).slowdown(), 1);  // unlisted: the defaults
+  EXPECT_EQ(jobRanks(e), 4);
+
+  auto errors = errorsOf(kMinimal +
+                         "mode: ASYNC\nworkers: 2\n"
+                         "parameter_server { servers: 0 worker_timeout: \"soon\" }\n"
+                         "worker_settings { worker: 2 slowdown: 0.5 }\n"
+                         "worker_settings { worker: 1 fail_after_steps: -1 }\n"
+                         "worker_settings { worker: 1 }\n"
+                         "link { overrides { src: 0 dst: 2 bandwidth: \"1Gbps\" } }\n");
+  ASSERT_EQ(errors.size(), 7u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0], "t.textproto:9:20: parameter_server.servers must be >= 1, got 0");
+  EXPECT_NE(errors[1].find("parameter_server.worker_timeout: "), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("soon"), std::string::npos) << errors[1];
+  EXPECT_EQ(errors[2], "t.textproto:10:19: worker_settings[0].worker must be in [0, workers = 2), got 2");
+  EXPECT_EQ(errors[3], "t.textproto:10:29: worker_settings[0].slowdown must be a finite factor >= 1, got 0.5");
+  EXPECT_EQ(errors[4], "t.textproto:11:29: worker_settings[1].fail_after_steps must be >= 0, got -1");
+  EXPECT_EQ(errors[5], "t.textproto:12:19: worker_settings[2].worker: worker 1 is listed twice");
+  // The shards are ranks too: with servers 0 only 2 ranks remain.
+  EXPECT_EQ(errors[6], "t.textproto:13:27: link.overrides[0].dst must be in [0, servers + workers = 2), got 2");
+
+  // With servers 1 the override's dst 2 is a worker rank (ranks 0 = shard, 1 and 2 = workers): valid.
+  load(kMinimal + "mode: ASYNC\nworkers: 2\nlink { overrides { src: 0 dst: 2 bandwidth: \"1Gbps\" } }\n");
+  errors = errorsOf(kMinimal + "workers: 2\nlink { overrides { src: 0 dst: 2 bandwidth: \"1Gbps\" } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("link.overrides[0].dst must be in [0, workers = 2), got 2"), std::string::npos);
+
+  // A failing worker stops a sync run: only the asynchronous modes accept one.
+  errors = errorsOf(kMinimal + "workers: 2\nworker_settings { worker: 1 fail_after_steps: 5 }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("worker_settings[0].fail_after_steps: a failed worker stops a SYNC run"), std::string::npos)
+      << errors[0];
+
+  errors = errorsOf(
+      "study: \"s\"\nworkload { name: \"mlp\" }\noptimizer { momentum: 0.9 }\nmode: HOGWILD\ntransport: TCP\n"
+      "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.1\" } }\nerror_feedback: true\ntrace: true\n");
+  ASSERT_EQ(errors.size(), 6u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("transport: mode HOGWILD shares memory between threads and needs INPROC"),
+            std::string::npos);
+  EXPECT_NE(errors[1].find("compressor.name: mode HOGWILD sends nothing to compress, got 'topk'"), std::string::npos);
+  EXPECT_NE(errors[2].find("error_feedback: mode HOGWILD"), std::string::npos);
+  EXPECT_NE(errors[3].find("optimizer.momentum: mode HOGWILD applies plain SGD"), std::string::npos);
+  EXPECT_NE(errors[4].find("trace: timelines are recorded in mode SYNC only"), std::string::npos);
+  EXPECT_NE(errors[5].find("transport: TCP is not supported"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace terse::experiments

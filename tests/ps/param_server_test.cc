@@ -752,5 +752,130 @@ TEST(PsElastic, ADeadWorkerStopsBlockingTheOthersAfterTheTimeout) {
   }
 }
 
+// ---- the shard's optimizer, snapshots, a dead server ----
+
+TEST(PsOptimizer, OneWorkerMatchesTheSgdOptimizerWithMomentumWeightDecayAndSchedule) {
+  // With one worker every push is one whole step, so the shard's per-push update must be optimizer.h's, bit for bit.
+  for (const bool nesterov : {false, true}) {
+    RunConfig cfg;
+    cfg.shards = 2;
+    cfg.workers = 1;
+    cfg.steps = 15;
+    cfg.server.staleness_bound = 0;
+    cfg.server.sgd = SgdOptions{0.9, nesterov, 0.01};
+    LrScheduleOptions lr;
+    lr.lr = 0.2;
+    lr.schedule = LrSchedule::kCosine;
+    lr.warmup_steps = 3;
+    lr.total_steps = cfg.steps;
+    cfg.server.lr = lr.lr;
+    cfg.server.lr_schedule = [lr](uint64_t t) { return learningRate(lr, static_cast<int64_t>(t)); };
+    const RunResult r = runPs(cfg);
+
+    std::vector<ParamTensor> ref(1);
+    ref[0].value.resize(r.plan.total_numel);
+    ref[0].grad.resize(r.plan.total_numel);
+    for (std::size_t i = 0; i < ref[0].value.size(); ++i) ref[0].value[i] = initial(i);
+    SgdOptimizer opt(ref, cfg.server.sgd);
+    for (int t = 0; t < cfg.steps; ++t) {
+      gradient(0, ref[0].value, ref[0].grad);
+      opt.update(0, ref[0], learningRate(lr, t));
+    }
+    ASSERT_EQ(r.params.size(), ref[0].value.size());
+    for (std::size_t i = 0; i < r.params.size(); ++i)
+      EXPECT_EQ(r.params[i], ref[0].value[i]) << "element " << i << (nesterov ? " (nesterov)" : "");
+  }
+}
+
+TEST(PsSnapshot, LockstepSnapshotsHoldExactlyTheStepsBeforeThem) {
+  RunConfig cfg;
+  cfg.shards = 2;
+  cfg.workers = 3;
+  cfg.steps = 12;
+  cfg.server.staleness_bound = 0;
+  cfg.server.lr = 0.5;
+  cfg.server.snapshot_steps = {1, 4, 5, 11};
+  cfg.delay = [](int w, int t) {
+    if ((w + t) % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(400));
+  };
+  // runPs gathers only the final parameters: run it here with the shards kept to take their snapshots.
+  const PsPlan plan = planShards(cfg.tensors, cfg.shards);
+  auto fabric = InprocFabric::create(cfg.shards + cfg.workers);
+  std::vector<std::unique_ptr<comm::Transport>> ts;
+  for (int r = 0; r < cfg.shards + cfg.workers; ++r) ts.push_back(fabric->endpoint(r));
+  std::vector<std::unique_ptr<ParamServerShard>> shards;
+  for (int k = 0; k < cfg.shards; ++k) {
+    const auto [b, e] = plan.ranges[static_cast<std::size_t>(k)];
+    std::vector<float> init;
+    for (uint64_t i = b; i < e; ++i) init.push_back(initial(i));
+    shards.push_back(std::make_unique<ParamServerShard>(*ts[static_cast<std::size_t>(k)], plan, k, cfg.workers,
+                                                        std::move(init), cfg.server));
+  }
+  auto spawn = spawnRanks(
+      cfg.shards + cfg.workers,
+      [&](int rank) {
+        if (rank < cfg.shards) return shards[static_cast<std::size_t>(rank)]->run();
+        const int w = rank - cfg.shards;
+        ParamServerClient client(*ts[static_cast<std::size_t>(rank)], plan, w, cfg.workers, cfg.client);
+        std::vector<float> x(plan.total_numel), g(plan.total_numel);
+        for (int t = 0; t < cfg.steps; ++t) {
+          client.pull(static_cast<uint64_t>(t), x);
+          cfg.delay(w, t);
+          gradient(w, x, g);
+          client.push(static_cast<uint64_t>(t), g);
+        }
+        client.bye();
+      },
+      fabric.get(), std::chrono::seconds(60));
+  comm::testing::expectNoErrors(spawn);
+  for (uint64_t point : cfg.server.snapshot_steps) {
+    std::vector<float> got;
+    for (auto& shard : shards) {
+      auto snap = shard->takeSnapshot(point, std::chrono::milliseconds(0));
+      ASSERT_TRUE(snap.has_value()) << "step " << point;
+      EXPECT_EQ(snap->step, point);
+      got.insert(got.end(), snap->params.begin(), snap->params.end());
+    }
+    RunConfig upto = cfg;
+    upto.steps = static_cast<int>(point);
+    expectClose(got, syncReference(upto, plan), 2e-5f);
+    // Handed over once.
+    EXPECT_FALSE(shards[0]->takeSnapshot(point, std::chrono::milliseconds(0)).has_value());
+  }
+  EXPECT_FALSE(shards[0]->takeSnapshot(12, std::chrono::milliseconds(10)).has_value()) << "not a snapshot step";
+}
+
+TEST(PsFaults, AServerThatDiesFailsTheWorkersWithAClearError) {
+  const PsPlan plan = planShards(std::vector<uint64_t>{64, 64}, 2);
+  auto fabric = InprocFabric::create(2 + 1);
+  std::vector<std::unique_ptr<comm::Transport>> ts;
+  for (int r = 0; r < 3; ++r) ts.push_back(fabric->endpoint(r));
+  ServerOptions so;
+  ParamServerShard alive(*ts[0], plan, 0, 1, std::vector<float>(plan.ranges[0].second, 0.0f), so);
+  std::thread server([&] {
+    try {
+      alive.run();
+    } catch (const comm::CommError&) {
+      // The job was aborted by the dead shard's failure: expected.
+    }
+  });
+  // Shard 1 never serves: it "dies" once the worker waits on it, as a crashed shard process's transport would report.
+  std::thread death([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ts[1]->abort("server shard 1 crashed");
+  });
+  ParamServerClient client(*ts[2], plan, 0, 1, ClientOptions{});
+  std::vector<float> x(plan.total_numel);
+  try {
+    client.pull(0, x);
+    ADD_FAILURE() << "the pull completed without shard 1";
+  } catch (const comm::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("server shard 1 crashed"), std::string::npos) << e.what();
+  }
+  death.join();
+  alive.stop();
+  server.join();
+}
+
 }  // namespace
 }  // namespace terse::train
