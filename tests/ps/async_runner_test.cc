@@ -3,6 +3,7 @@
 // is dropped and the run completes, recording when it left; staleness and per-server / per-worker bytes are
 // recorded and add up; a straggler makes fewer pushes; Hogwild trains without a wire.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,9 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "core/common/error.h"
 #include "core/plugin/loader.h"
+#include "core/train/async_trainer.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
+#include "experiments/workloads/workloads.h"
 #include "results/json.h"
 #include "results/result_writer.h"
 
@@ -23,7 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path freshDir(const std::string& name) {
-  const fs::path dir = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "async_out" / name;
+  // The process id keeps concurrent runs of this binary (ctest -j, --gtest_repeat under stress) apart.
+  const fs::path dir =
+      fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "async_out" / (name + "." + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -213,25 +219,61 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
   EXPECT_GT(num(topk, "test_accuracy"), 0.5);
 }
 
-TEST(AsyncRunner, AStragglerPushesLessInAsyncMode) {
+TEST(AsyncRunner, AStragglerIsRecordedAndCatchesUpInAsyncMode) {
+  // How much a straggler falls behind depends on the machine (on an oversubscribed one the sleeping straggler gets
+  // its core back sooner than the busy workers do); the slowdown factor itself is tested on one thread below.
   const std::string text =
       "study: \"straggler\"\n"
       "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
       kData +
-      "train_subset: 8192 test_subset: 500 }\n"
+      "train_subset: 6144 test_subset: 500 }\n"
       "optimizer { lr: 0.05 }\n"
-      "workers: 3\nepochs: 2\neval { every_steps: 40 }\n"
+      "workers: 3\nepochs: 1\neval { every_steps: 16 }\n"
       "mode: ASYNC\n"
-      "worker_settings { worker: 0 slowdown: 6 }\n";
+      "worker_settings { worker: 0 slowdown: 4 }\n";
   const auto runs = runAll(text, "straggler");
   const auto& r = runs.at("base");
+  EXPECT_EQ(r.state, "completed");
   ASSERT_GE(r.records.size(), 2u);
-  // At the first evaluation the slow worker has made far fewer pushes than the others; at the end all finished.
-  const auto& first = r.records.front();
-  EXPECT_LT(num(first, "worker0_bytes_out"), 0.6 * num(first, "worker1_bytes_out"));
-  // By the end it caught up: every worker pushed all of its steps (same frames, one shard, no pings).
+  // By the end every worker pushed all of its steps (same frames, one shard, no pings).
   const auto& last = r.records.back();
   EXPECT_EQ(num(last, "worker0_bytes_out"), num(last, "worker1_bytes_out"));
+  EXPECT_EQ(num(last, "workers_live"), 3);
+}
+
+TEST(Straggler, SlowdownStretchesComputeByItsFactor) {
+  // Two Hogwild workers stepping alternately on one thread: the same load on both, so the ratio of their compute
+  // times is the slowdown's doing (the sleep is (factor - 1) x the previous step's measured compute).
+  workloads::WorkloadOptions wo;
+  wo.dims = 4000;
+  wo.num_train = 2000;
+  wo.num_test = 100;
+  auto a = workloads::makeWorkload("linear_regression", wo, nullptr);
+  auto b = workloads::makeWorkload("linear_regression", wo, nullptr);
+  std::vector<float> flat(a->numParameters());
+  train::copyValuesOut(a->params(), flat);
+  train::LrScheduleOptions lr;
+  lr.lr = 0.01;
+  train::HogwildParams shared(flat, 2, lr, 0);
+  train::AsyncTrainerOptions slow;
+  slow.batch_size = 50;
+  slow.slowdown = 8;
+  train::AsyncTrainerOptions normal = slow;
+  normal.slowdown = 1;
+  train::HogwildWorker ws(*a, shared, 0, 2, slow), wn(*b, shared, 1, 2, normal);
+  for (int t = 0; t < 12; ++t) {
+    ws.step();
+    wn.step();
+  }
+  EXPECT_GT(ws.totals().compute_s, 3.0 * wn.totals().compute_s)
+      << ws.totals().compute_s << " s vs " << wn.totals().compute_s << " s";
+  EXPECT_THROW(train::HogwildWorker(*b, shared, 1, 2,
+                                    [] {
+                                      train::AsyncTrainerOptions o;
+                                      o.slowdown = 0.5;
+                                      return o;
+                                    }()),
+               InvalidArgument);
 }
 
 TEST(AsyncRunner, HogwildTrainsWithoutAWire) {
