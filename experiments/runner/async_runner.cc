@@ -27,6 +27,7 @@
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"
 #include "core/train/param_server.h"
+#include "experiments/runner/async_detail.h"
 #include "experiments/runner/progress.h"
 #include "experiments/runner/runner.h"
 #include "experiments/runner/runner_detail.h"
@@ -39,33 +40,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using experiments::Experiment;
 using experiments::ParameterServer;
-
-// Staleness buckets written per record; larger tau go to the overflow count.
-constexpr uint64_t kHistogramBuckets = 64;
-
-std::string modeName(Experiment::Mode m) {
-  switch (m) {
-    case Experiment::ASYNC:
-      return "async";
-    case Experiment::SSP:
-      return "ssp";
-    case Experiment::HOGWILD:
-      return "hogwild";
-    default:
-      return "sync";
-  }
-}
-
-DType pullDtype(ParameterServer::PullDtype d) {
-  switch (d) {
-    case ParameterServer::F16:
-      return DType::kF16;
-    case ParameterServer::BF16:
-      return DType::kBF16;
-    default:
-      return DType::kF32;
-  }
-}
 
 bool isCommError(const std::exception_ptr& e) {
   try {
@@ -94,28 +68,6 @@ struct Monitor {
   std::string error_where;
   std::atomic<bool> stop{false};
 };
-
-void addStaleness(std::map<uint64_t, uint64_t>& into, const std::map<uint64_t, uint64_t>& from) {
-  for (const auto& [tau, n] : from) into[tau] += n;
-}
-
-void stalenessFields(const std::map<uint64_t, uint64_t>& hist, results::MetricsRecord& m) {
-  uint64_t n = 0, overflow = 0, max_tau = 0;
-  double sum = 0;
-  for (const auto& [tau, count] : hist) {
-    n += count;
-    sum += static_cast<double>(tau) * static_cast<double>(count);
-    max_tau = std::max(max_tau, tau);
-    if (tau >= kHistogramBuckets) overflow += count;
-  }
-  m.extra.emplace_back(std::string(results::kStalenessMeanKey), n > 0 ? sum / static_cast<double>(n) : 0.0);
-  m.extra.emplace_back(std::string(results::kStalenessMaxKey), static_cast<double>(max_tau));
-  for (const auto& [tau, count] : hist)
-    if (tau < kHistogramBuckets)
-      m.extra.emplace_back(std::string(results::kStalenessHistPrefix) + std::to_string(tau),
-                           static_cast<double>(count));
-  m.extra.emplace_back(std::string(results::kStalenessHistOverflowKey), static_cast<double>(overflow));
-}
 
 }  // namespace
 
@@ -160,37 +112,14 @@ RunSummary Runner::runAsync(const Experiment& e) {
     const train::SyncTrainerOptions sync_like = trainerOptions(e);
     const train::StepPlan steps =
         train::planSteps(evaluator.numTrainExamples(), W, sync_like.batch_size, sync_like.epochs, false);
-    train::LrScheduleOptions lr = sync_like.lr;
-    lr.world_size = W;
-    lr.steps_per_epoch = steps.steps_per_epoch;
-    lr.total_steps = steps.total_steps;
-    if (sync_like.warmup_epochs > 0)
-      lr.warmup_steps = std::llround(sync_like.warmup_epochs * static_cast<double>(steps.steps_per_epoch));
-    train::validateLrSchedule(lr);
-    // Evaluation points: the sync schedule's (every_steps, epoch ends) in global steps; the last is taken at the end.
+    const train::LrScheduleOptions lr = asyncLrSchedule(e, steps);
+    const std::vector<int64_t> points = evalPoints(e, steps);
     const int64_t total = steps.total_steps;
     const int64_t per_epoch = steps.steps_per_epoch;
-    const int64_t every = e.eval().every_steps();
-    const bool per_epoch_eval = e.eval().per_epoch();
-    auto nextEvalPoint = [&](int64_t after) {
-      for (int64_t s = after + 1; s < total; ++s)
-        if ((every > 0 && s % every == 0) || (per_epoch_eval && s % per_epoch == 0)) return s;
-      return total;
-    };
-    std::vector<int64_t> points;
-    for (int64_t p = nextEvalPoint(0); p < total; p = nextEvalPoint(p)) points.push_back(p);
-    auto workerOptions = [&](int w) {
-      train::AsyncTrainerOptions o;
-      o.batch_size = sync_like.batch_size;
-      o.epochs = sync_like.epochs;
-      o.seed = e.seed();
-      o.slowdown = experiments::workerSettings(e, w).slowdown();
-      return o;
-    };
 
     results::Provenance prov = baseProvenance(e, "inproc", hogwild ? W : S + W, start_time, options_.terse_version,
                                               experiments::emulationConfig(e).enabled());
-    prov.mode = modeName(e.mode());
+    prov.mode = asyncModeName(e.mode());
 
     std::vector<std::unique_ptr<comm::Transport>> transports;
     train::PsPlan plan;
@@ -207,32 +136,18 @@ RunSummary Runner::runAsync(const Experiment& e) {
       shared = std::make_unique<train::HogwildParams>(flat, W, lr, sync_like.sgd.weight_decay);
       for (int w = 0; w < W; ++w)
         hog_workers.push_back(std::make_unique<train::HogwildWorker>(*models[static_cast<std::size_t>(w)], *shared, w,
-                                                                     W, workerOptions(w)));
+                                                                     W, asyncWorkerOptions(e, w)));
     } else {
       auto plugin = options_.loader->loadCompressor(e.compressor().name());
       const Params params = experiments::pluginParams(e.compressor());
-      const CodecOptions codec_options = experiments::codecOptions(e);
       comm::InprocOptions io;
       io.emulation = experiments::emulationConfig(e);
       transports = comm::makeInprocTransports(S + W, io);
       plan = train::planShards(numel, S);
-      const auto timeout =
-          std::chrono::milliseconds(std::llround(comm::parseDuration(e.parameter_server().worker_timeout()) * 1000.0));
       std::shared_ptr<Compressor> first_instance;
-      // A plain-f32 run ("none") pushes raw values: no codec on either side.
-      const bool raw =
-          e.compressor().name() == "none" && !codec_options.error_feedback && codec_options.momentum_correction == 0;
+      const bool raw = rawPushes(e);
       for (int k = 0; k < S; ++k) {
-        train::ServerOptions so;
-        so.lr = lr.lr;
-        so.lr_schedule = [lr](uint64_t t) { return train::learningRate(lr, static_cast<int64_t>(t)); };
-        so.sgd = sync_like.sgd;
-        so.staleness_aware_lr = e.parameter_server().staleness_aware_lr();
-        so.staleness_bound =
-            e.mode() == Experiment::SSP ? static_cast<uint64_t>(e.staleness_bound()) : train::kNoStalenessBound;
-        so.worker_timeout = timeout;
-        so.run_seed = e.seed();
-        so.snapshot_steps.assign(points.begin(), points.end());
+        train::ServerOptions so = serverOptions(e, lr, points);
         // One instance per shard, as separate processes would have.
         std::shared_ptr<Compressor> instance = plugin->instantiate(params);
         if (!first_instance) first_instance = instance;
@@ -244,24 +159,18 @@ RunSummary Runner::runAsync(const Experiment& e) {
                                                                    std::move(initial), so));
       }
       for (int w = 0; w < W; ++w) {
-        train::ClientOptions co;
+        train::ClientOptions co = clientOptions(e);
         if (!raw) co.compressor = plugin->instantiate(params);
-        co.codec = codec_options;
-        co.run_seed = e.seed();
-        co.pull_dtype = pullDtype(e.parameter_server().pull_dtype());
-        // Pings must reach an idle shard well within its timeout.
-        co.heartbeat = std::min(std::chrono::milliseconds(200), timeout / 4);
         clients.push_back(
             std::make_unique<train::ParamServerClient>(*transports[static_cast<std::size_t>(S + w)], plan, w, W, co));
         ps_workers.push_back(std::make_unique<train::AsyncWorker>(*models[static_cast<std::size_t>(w)], *clients.back(),
-                                                                  w, W, workerOptions(w)));
+                                                                  w, W, asyncWorkerOptions(e, w)));
       }
       prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
     }
     writer.writeProvenance(prov);
 
     // ---- The run.
-
     Monitor mon;
     std::vector<WorkerState> state(static_cast<std::size_t>(W));
     Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
@@ -333,7 +242,6 @@ RunSummary Runner::runAsync(const Experiment& e) {
 
     // Evaluates the global model and appends one record at global step `done`: `flat` already holds the parameters
     // when params_ready (shard snapshots taken at that step), otherwise they are read now.
-    std::vector<double> dropped_s(static_cast<std::size_t>(W), -1);
     int64_t last_done = 0;
     auto record = [&](int64_t done, int64_t worker_steps, bool params_ready, double wall_s) {
       if (!params_ready && hogwild) {
@@ -347,23 +255,38 @@ RunSummary Runner::runAsync(const Experiment& e) {
       }
       train::copyValuesIn(evaluator.params(), flat);
       const train::EvalResult ev = evaluator.evaluate(0);
-      train::StepTimes sum;
-      uint64_t payload = 0;
-      std::vector<int64_t> left_step(static_cast<std::size_t>(W));
-      std::vector<double> left_s(static_cast<std::size_t>(W));
+      std::vector<WorkerTally> tally(static_cast<std::size_t>(W));
       {
         std::lock_guard lock(mon.mutex);
         for (int w = 0; w < W; ++w) {
           const WorkerState& st = state[static_cast<std::size_t>(w)];
-          sum.compute_s += st.times.compute_s;
-          sum.compress_s += st.times.compress_s;
-          sum.comm_s += st.times.comm_s;
-          sum.exposed_comm_s += st.times.exposed_comm_s;
-          sum.step_s += st.times.step_s;
-          payload += st.payload_bytes;
-          left_step[static_cast<std::size_t>(w)] = st.left_step;
-          left_s[static_cast<std::size_t>(w)] = st.left_s;
+          WorkerTally& t = tally[static_cast<std::size_t>(w)];
+          t.steps = st.steps.load();
+          t.times = st.times;
+          t.payload_bytes = st.payload_bytes;
+          t.left_step = st.left_step;
+          t.left_s = st.left_s;
+          if (!hogwild) {
+            const auto traffic = transports[static_cast<std::size_t>(S + w)]->traffic();
+            t.bytes_out = traffic.sent.total().bytes;
+            t.bytes_in = traffic.received.total().bytes;
+          }
         }
+      }
+      std::vector<ShardTally> shard_tally;
+      for (int k = 0; k < S; ++k) {
+        const train::ServerStats st = shards[static_cast<std::size_t>(k)]->stats();
+        ShardTally t;
+        t.staleness = st.staleness;
+        for (int w = 0; w < W; ++w) {
+          t.bytes_in += st.bytes_in[static_cast<std::size_t>(w)];
+          t.bytes_out += st.bytes_out[static_cast<std::size_t>(w)];
+          t.dropped_s.push_back(
+              st.dead[static_cast<std::size_t>(w)]
+                  ? std::chrono::duration<double>(st.dead_at[static_cast<std::size_t>(w)] - run_start).count()
+                  : -1.0);
+        }
+        shard_tally.push_back(std::move(t));
       }
       // train_loss: worker 0's mean batch loss over steps [last_done, done), as sync's is rank 0's (so s = 0
       // matches); every worker's over those steps when worker 0 ran none of them (it stopped or lags far behind).
@@ -380,64 +303,9 @@ RunSummary Runner::runAsync(const Experiment& e) {
       results::MetricsRecord m =
           evalRecord(done, per_epoch, ev, loss, losses, train::learningRate(lr, std::max<int64_t>(0, done - 1)));
       last_done = done;
-      const double n = static_cast<double>(std::max<int64_t>(1, worker_steps));
       m.wall_s = wall_s;
-      m.compute_s_per_step = sum.compute_s / n;
-      m.compress_s_per_step = sum.compress_s / n;
-      m.comm_s_per_step = sum.comm_s / n;
-      m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
-      m.step_s_per_step = sum.step_s / n;
-      m.payload_bytes_per_worker = payload / static_cast<uint64_t>(W);
-      std::map<uint64_t, uint64_t> hist;
-      int live = W;
-      if (hogwild) {
-        hist = shared->staleness();
-        for (int w = 0; w < W; ++w) live -= left_step[static_cast<std::size_t>(w)] >= 0 ? 1 : 0;
-      } else {
-        uint64_t sent = 0;
-        std::vector<uint64_t> in(static_cast<std::size_t>(S)), out(static_cast<std::size_t>(S));
-        std::vector<bool> dead(static_cast<std::size_t>(W), false);
-        std::vector<Clock::time_point> dead_at(static_cast<std::size_t>(W), Clock::time_point::max());
-        for (int k = 0; k < S; ++k) {
-          const train::ServerStats st = shards[static_cast<std::size_t>(k)]->stats();
-          addStaleness(hist, st.staleness);
-          for (int w = 0; w < W; ++w) {
-            in[static_cast<std::size_t>(k)] += st.bytes_in[static_cast<std::size_t>(w)];
-            out[static_cast<std::size_t>(k)] += st.bytes_out[static_cast<std::size_t>(w)];
-            if (st.dead[static_cast<std::size_t>(w)]) {
-              dead[static_cast<std::size_t>(w)] = true;
-              dead_at[static_cast<std::size_t>(w)] =
-                  std::min(dead_at[static_cast<std::size_t>(w)], st.dead_at[static_cast<std::size_t>(w)]);
-            }
-          }
-        }
-        for (int k = 0; k < S; ++k) {
-          m.extra.emplace_back("server" + std::to_string(k) + "_bytes_in", static_cast<double>(in[k]));
-          m.extra.emplace_back("server" + std::to_string(k) + "_bytes_out", static_cast<double>(out[k]));
-        }
-        for (int w = 0; w < W; ++w) {
-          const auto t = transports[static_cast<std::size_t>(S + w)]->traffic();
-          sent += t.sent.total().bytes;
-          m.extra.emplace_back("worker" + std::to_string(w) + "_bytes_out", static_cast<double>(t.sent.total().bytes));
-          m.extra.emplace_back("worker" + std::to_string(w) + "_bytes_in",
-                               static_cast<double>(t.received.total().bytes));
-          if (dead[static_cast<std::size_t>(w)])  // the first shard to drop it
-            dropped_s[static_cast<std::size_t>(w)] =
-                std::chrono::duration<double>(dead_at[static_cast<std::size_t>(w)] - run_start).count();
-          if (dead[static_cast<std::size_t>(w)] || left_step[static_cast<std::size_t>(w)] >= 0) --live;
-        }
-        m.wire_bytes_per_worker = sent / static_cast<uint64_t>(W);
-      }
-      stalenessFields(hist, m);
-      m.extra.emplace_back("workers_live", static_cast<double>(live));
-      for (int w = 0; w < W; ++w) {
-        if (left_step[static_cast<std::size_t>(w)] < 0) continue;
-        m.extra.emplace_back("worker" + std::to_string(w) + "_left_step",
-                             static_cast<double>(left_step[static_cast<std::size_t>(w)]));
-        m.extra.emplace_back("worker" + std::to_string(w) + "_left_s", left_s[static_cast<std::size_t>(w)]);
-        if (dropped_s[static_cast<std::size_t>(w)] >= 0)
-          m.extra.emplace_back("worker" + std::to_string(w) + "_dropped_s", dropped_s[static_cast<std::size_t>(w)]);
-      }
+      fillAsyncRecord(m, worker_steps, tally, shard_tally,
+                      hogwild ? shared->staleness() : std::map<uint64_t, uint64_t>{});
       writer.append(m);
       summary.records = writer.records();
       summary.steps = done;
@@ -461,8 +329,8 @@ RunSummary Runner::runAsync(const Experiment& e) {
     };
     if (hogwild) {
       // No server to hold a consistent copy: the monitor reads the shared vector when progress crosses a point.
-      int64_t next_point = nextEvalPoint(0);
-      for (;;) {
+      std::size_t next = 0;  // into points
+      while (next < points.size()) {
         {
           std::unique_lock lock(mon.mutex);
           mon.cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
@@ -472,15 +340,15 @@ RunSummary Runner::runAsync(const Experiment& e) {
               n += st.steps.load();
               done = done && st.done;
             }
-            return mon.stop.load() || done || n / W >= next_point;
+            return mon.stop.load() || done || n / W >= points[next];
           });
         }
         if (mon.stop.load() || allDone()) break;
         const int64_t worker_steps = workerSteps();
         const int64_t done = worker_steps / W;
-        if (done >= next_point && done < total) {
+        if (done >= points[next]) {
           record(done, worker_steps, false, since(run_start));
-          next_point = nextEvalPoint(done);
+          while (next < points.size() && points[next] <= done) ++next;
         } else {
           progress.update(done, summary.records > 0 ? summary.final_accuracy : -1, 0, since(run_start), false);
         }
