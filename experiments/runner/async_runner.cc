@@ -75,8 +75,7 @@ using namespace detail;
 
 RunSummary Runner::runAsync(const Experiment& e) {
   TERSE_CHECK(e.transport() == Experiment::INPROC, InvalidArgument,
-              "mode " << Experiment::Mode_Name(e.mode()) << " runs on transport INPROC only in this version; "
-                      << "transport " << Experiment::Transport_Name(e.transport()) << " serves mode SYNC");
+              "runAsync serves transport INPROC, got " << Experiment::Transport_Name(e.transport()));
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
   results::ResultWriter writer(root, e.study(), e.variant());
   RunSummary summary;

@@ -229,7 +229,8 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 }
 
 RunSummary Runner::run(const Experiment& e) {
-  if (e.mode() != Experiment::SYNC) return runAsync(e);    // parameter server or Hogwild: async_runner.cc
+  if (e.mode() != Experiment::SYNC && e.transport() == Experiment::TCP) return runTcpAsync(e);  // distributed_async.cc
+  if (e.mode() != Experiment::SYNC) return runAsync(e);    // parameter server or Hogwild threads: async_runner.cc
   if (e.transport() == Experiment::TCP) return runTcp(e);  // one rank per process: distributed.cc
   TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
               "the runner implements mode SYNC on transport INPROC only");

@@ -13,6 +13,9 @@
 // CONFIG`, srun, mpirun); workers must equal the job's world size. The same per-rank setup runs over a tcp transport,
 // the evaluation-point counters travel by an allgather on a control communicator, and only rank 0 writes results.
 //
+// Modes ASYNC, SSP and HOGWILD (async_runner.cc, distributed_async.cc): parameter-server shards and workers as threads
+// of this process, or as processes of a TCP job of servers + workers ranks (rank 0 = shard 0 writes the results).
+//
 // An error on any rank aborts the communicators (nothing hangs), marks the run failed in status.json with the
 // message, keeps the records already written, and is rethrown as RunFailed.
 #pragma once
@@ -99,6 +102,8 @@ class Runner {
   RunSummary runTcp(const experiments::Experiment& experiment);
   // Modes ASYNC, SSP, HOGWILD: parameter server shards and workers as threads (async_runner.cc).
   RunSummary runAsync(const experiments::Experiment& experiment);
+  // Modes ASYNC, SSP over transport TCP: this process is one shard or worker (distributed_async.cc).
+  RunSummary runTcpAsync(const experiments::Experiment& experiment);
 
   RunnerOptions options_;
   // Data sets by (dir, train subset, test subset): variants of one study load Fashion-MNIST once.

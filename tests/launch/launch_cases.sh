@@ -208,6 +208,131 @@ case $CASE in
       [[ $line == \{*\} ]] || fail "a torn record: $line"
     done <"$metrics"
     ;;
+  async_matches_inproc)
+    # The parameter server across processes (2 shards, 2 workers, SSP with s = 0) trains the model the in-process run
+    # of the same study trains: every record's step and test accuracy equal, losses equal up to the order in which a
+    # shard summed the workers' pushes (arrival order), and the records carry the async fields.
+    write_async() {  # write_async FILE TRANSPORT
+      cat >"$1" <<EOF
+study: "ps"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 480 test_subset: 100 }
+optimizer { lr: 0.02 }
+workers: 2
+epochs: 2
+eval { every_steps: 5 per_epoch: true }
+seed: 7
+transport: $2
+tcp { timeout: "5s" }
+mode: SSP
+parameter_server { servers: 2 }
+variants { name: "dense" }
+variants { name: "topk" overrides { compressor { name: "topk" params { key: "ratio" value: "0.2" } } error_feedback: true } }
+EOF
+    }
+    write_async inproc.textproto INPROC
+    write_async tcp.textproto TCP
+    "$TERSE" run inproc.textproto --out inproc --plugin-path "$PLUGINS" >inproc.log 2>&1 || fail "in-process run exited $?"
+    "$TERSE" launch -n 4 -- "$TERSE" run tcp.textproto --out tcp --plugin-path "$PLUGINS" >tcp.log 2>&1 ||
+      fail "tcp run exited $?"
+    for v in dense topk; do
+      a=inproc/ps/$v/metrics.jsonl
+      b=tcp/ps/$v/metrics.jsonl
+      [[ -s $a && -s $b ]] || fail "missing metrics for $v"
+      [[ $(wc -l <"$a") -eq $(wc -l <"$b") ]] || fail "$v: $(wc -l <"$a") records in-process, $(wc -l <"$b") over tcp"
+      [[ $(grep -o '"step":[^,}]*' "$a") == $(grep -o '"step":[^,}]*' "$b") ]] || fail "$v: steps differ"
+      # linear_regression's "accuracy" is a continuous score (R^2), so it gets the losses' rounding tolerance.
+      for f in test_accuracy test_loss; do
+        paste -d' ' <(grep -o "\"$f\":[^,}]*" "$a" | cut -d: -f2) <(grep -o "\"$f\":[^,}]*" "$b" | cut -d: -f2) |
+          awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($1 < 0 ? -$1 : $1)) { print $1 " vs " $2; exit 1 } }' ||
+          fail "$v: $f differs beyond rounding"
+      done
+      expect_in "$b" '"staleness_hist_0":'
+      expect_in "$b" '"server1_bytes_out":'
+      expect_in "$b" '"workers_live":2'
+      expect_in tcp/ps/$v/status.json '"completed"'
+      expect_in tcp/ps/$v/provenance.json '"ssp"'
+      # The final payload does not depend on timing: each worker pushed every step exactly once.
+      [[ $(field "$a" payload_bytes_per_worker) == $(field "$b" payload_bytes_per_worker) ]] ||
+        fail "$v: payload bytes differ"
+    done
+    ;;
+  async_elastic)
+    # A worker that stops dead after 12 steps is dropped by the shard after worker_timeout, and the job completes
+    # with the others, recording when it left.
+    cat >el.textproto <<EOF
+study: "el"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 960 test_subset: 100 }
+optimizer { lr: 0.02 }
+workers: 3
+epochs: 2
+seed: 7
+transport: TCP
+tcp { timeout: "5s" }
+mode: ASYNC
+parameter_server { servers: 1 worker_timeout: "500ms" }
+worker_settings { worker: 1 fail_after_steps: 12 }
+EOF
+    "$TERSE" launch -n 4 -- "$TERSE" run el.textproto --out out --plugin-path "$PLUGINS" >run.log 2>&1 ||
+      fail "launch exited $?"
+    m=out/el/base/metrics.jsonl
+    expect_in out/el/base/status.json '"completed"'
+    expect_in run.log 'worker 1 silent for more than 500 ms, dropped as dead'
+    [[ $(field "$m" workers_live) == 2 ]] || fail "workers_live $(field "$m" workers_live)"
+    [[ $(field "$m" worker1_left_step) == 12 ]] || fail "worker1_left_step $(field "$m" worker1_left_step)"
+    # 40 steps per worker: two did all of them, the third 12; global steps = floor(92 / 3).
+    [[ $(field "$m" step) == 30 ]] || fail "final step $(field "$m" step)"
+    ;;
+  async_shard_killed)
+    # A server shard process SIGKILLed mid-run: every other rank fails within the tcp timeout naming it, and rank 0
+    # marks the folder failed with its records intact.
+    cat >sk.textproto <<EOF
+study: "sk"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 480 test_subset: 100 }
+optimizer { lr: 0.02 }
+workers: 2
+epochs: 400
+eval { every_steps: 15 }
+seed: 7
+transport: TCP
+tcp { timeout: "3s" }
+mode: ASYNC
+parameter_server { servers: 2 }
+link { latency: "1ms" }
+EOF
+    "$TERSE" launch -n 4 --timeout 20 -- "$TERSE" run sk.textproto --out out --plugin-path "$PLUGINS" >run.log 2>&1 &
+    launcher=$!
+    metrics=out/sk/base/metrics.jsonl
+    for _ in $(seq 600); do
+      [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
+      kill -0 $launcher 2>/dev/null || break
+      sleep 0.05
+    done
+    [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { kill $launcher; fail "no records before the kill"; }
+    pid=""
+    for stat in /proc/[0-9]*/stat; do
+      read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
+      [[ $ppid == "$launcher" ]] || continue
+      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=1" && pid=$child
+    done
+    [[ -n $pid ]] || { kill $launcher; fail "cannot find shard 1's process"; }
+    killed_at=$SECONDS
+    kill -KILL "$pid"
+    wait $launcher
+    rc=$?
+    took=$((SECONDS - killed_at))
+    ((rc == 1)) || fail "launch exited $rc, expected 1"
+    ((took < 15)) || fail "the job took $took s to stop after shard 1 died (tcp timeout 3 s)"
+    grep -q "terminating them" run.log && fail "the surviving ranks had to be killed by the launcher"
+    expect_in run.log "\[rank [023]\] terse run: .*rank 1"
+    expect_in out/sk/base/status.json '"failed"'
+    expect_in out/sk/base/status.json "rank 1"
+    while IFS= read -r line; do
+      [[ $line == \{*\} ]] || fail "a torn record: $line"
+    done <"$metrics"
+    ;;
   netns)
     # Three "hosts" (network namespaces with their own addresses, host names and a 1 Gbit/s shaped link) run the tiny
     # study over TCP: the store, binding and transport work across addresses, and match the in-process numbers.

@@ -297,7 +297,8 @@ TEST(AsyncRunner, HogwildTrainsWithoutAWire) {
   EXPECT_EQ(hist, 4 * 128);
 }
 
-TEST(AsyncRunner, TcpTransportIsRefusedWithAClearMessage) {
+TEST(AsyncRunner, TcpWithoutAJobOfServersPlusWorkersRanksIsAClearError) {
+  // Over TCP every shard and every worker is a process: a lone `terse run` (no launcher) is one rank, not 1 + 2.
   auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
   const auto study = experiments::loadStudyText(
       "study: \"t\"\nworkload { name: \"linear_regression\" }\n"
@@ -312,7 +313,10 @@ TEST(AsyncRunner, TcpTransportIsRefusedWithAClearMessage) {
     runner.run(study.experiments.at(0));
     FAIL() << "ran";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("INPROC only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs servers + workers = 1 + 2 = 3 ranks but this job has 1"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("terse launch -n 3"), std::string::npos) << e.what();
   }
 }
 
