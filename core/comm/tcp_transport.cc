@@ -815,6 +815,29 @@ class TcpTransport final : public Transport {
     markReadClosed(l);
     closeLink(l);
     if (l.peer_left || stopping_.load()) return;
+    if (std::find(options_.expendable_ranks.begin(), options_.expendable_ranks.end(), l.peer) !=
+        options_.expendable_ranks.end()) {
+      // An expendable peer is lost alone: its link's operations fail, the job goes on.
+      const std::string message = who_ + ": " + l.who + " " + what + " (lost; the job goes on without it)";
+      TERSE_LOG(LogLevel::kWarn, message);
+      {
+        std::lock_guard lock(l.mutex);
+        if (l.broken.empty()) {
+          l.broken = message;
+          l.broken_by_payload = false;
+        }
+        l.writes.clear();
+      }
+      l.cv.notify_all();
+      {
+        std::lock_guard lock(pacer_mutex_);
+        l.nic_queue.clear();
+        l.release.clear();
+        l.head_reserved = 0;
+      }
+      pacer_cv_.notify_all();
+      return;
+    }
     abortJob(who_ + ": " + l.who + " " + what);
   }
 

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/comm/auth.h"
 #include "core/comm/link_emulation.h"
@@ -70,6 +71,10 @@ struct TcpOptions {
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::string store_prefix;  // namespaces the keys, so several jobs (variants) can share one store
   std::string host_label;    // this rank's host for messages; "" = hostName()
+  // Peers whose loss -- a connection that fails or goes silent past `timeout` -- fails only the operations with them
+  // (CommError naming the peer) instead of aborting the job: the workers of a parameter server, which the shards drop
+  // and train on without (elastic workers, core/train/param_server.h). Any other lost peer aborts the job.
+  std::vector<int> expendable_ranks;
 };
 
 // Collective: every rank of the job calls it with the same world_size and store; returns once the full mesh is

@@ -219,6 +219,7 @@ struct ParamServerShard::Slot {
   uint64_t held_bytes = 0;
   bool gone = false;  // bye or dead
   bool dead = false;
+  bool lost = false;       // its connection failed (an expendable peer, tcp_transport.h): nothing more to read
   uint64_t pulled = 0;     // 1 + the step of the last pull (0: none yet)
   uint64_t completed = 0;  // steps completed (kClock)
   Clock::time_point last_active = Clock::now();
@@ -343,9 +344,30 @@ void ParamServerShard::reply(int worker, const PsReplyHeader& h, std::span<const
   const uint64_t n = kPsReplyHeaderBytes + body.size();
   comm::FrameMeta meta{comm::OpKind::kP2P, kPsReplyTag, h.piece};
   // Blocking: the reply buffer is reused for the next reply. Replies are small or go to a worker that waits on them.
-  transport_.send(workerRank(plan_.num_shards, worker), meta, std::span<const std::byte>(p, n));
+  try {
+    transport_.send(workerRank(plan_.num_shards, worker), meta, std::span<const std::byte>(p, n));
+  } catch (const comm::CommError& e) {
+    if (transport_.aborted()) throw;
+    lose(worker, e.what());  // the worker's connection alone failed: it is dropped, the others go on
+    return;
+  }
   std::lock_guard lock(mutex_);
   stats_.bytes_out[static_cast<std::size_t>(worker)] += comm::frameWireBytes(n);
+}
+
+void ParamServerShard::lose(int worker, const std::string& why) {
+  Slot& slot = *slots_[static_cast<std::size_t>(worker)];
+  if (slot.lost) return;
+  TERSE_LOG(LogLevel::kWarn, "parameter server shard " << shard_ << ": worker " << worker
+                                                       << " lost its connection, dropped as dead: " << why);
+  const bool was_dead = slot.dead;
+  slot.gone = slot.dead = slot.lost = true;
+  slot.posted = slot.held = false;
+  std::lock_guard lock(mutex_);
+  if (!was_dead) {
+    stats_.dead[static_cast<std::size_t>(worker)] = true;
+    stats_.dead_at[static_cast<std::size_t>(worker)] = Clock::now();
+  }
 }
 
 void ParamServerShard::refuse(int worker, const PsRequestHeader* h, const std::string& why) {
@@ -534,9 +556,10 @@ void ParamServerShard::run() {
     const auto now = Clock::now();
     for (int w = 0; w < num_workers_; ++w) {
       Slot& slot = *slots_[static_cast<std::size_t>(w)];
+      if (slot.lost) continue;
       if (slot.dead) {
-        // A worker declared dead that speaks again is refused, never left waiting: rejoining would need the
-        // elastic membership protocol the next part of issue 7 adds.
+        // A worker declared dead that speaks again is refused, never left waiting (rejoining would need a membership
+        // protocol: not built).
         if (!slot.posted) {
           slot.recv = transport_.irecv(workerRank(plan_.num_shards, w), expect, slot.buffer);
           slot.posted = true;
@@ -544,8 +567,10 @@ void ParamServerShard::run() {
         bool done = false, failed = false;
         try {
           done = slot.recv.test();
-        } catch (const comm::CommError&) {
-          throw;
+        } catch (const comm::CommError& e) {
+          if (transport_.aborted()) throw;
+          lose(w, e.what());
+          continue;
         } catch (const Error&) {
           done = failed = true;
         }
@@ -594,8 +619,11 @@ void ParamServerShard::run() {
       bool done = false;
       try {
         done = slot.recv.test();
-      } catch (const comm::CommError&) {
-        throw;
+      } catch (const comm::CommError& e) {
+        if (transport_.aborted()) throw;
+        lose(w, e.what());
+        progress = true;
+        continue;
       } catch (const Error& e) {
         // A frame the receive could not take (too long, wrong kind): consumed by the transport; refuse and go on.
         slot.posted = false;

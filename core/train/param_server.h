@@ -230,7 +230,10 @@ class ParamServerShard {
   bool live(int worker, std::chrono::steady_clock::time_point now) const;
   uint64_t minCompleted() const;
   uint64_t minPulled() const;
-  void maybeSnapshot();  // after a clock: copies the parameters for every snapshot step now reached
+  void maybeSnapshot();
+  // The worker's connection failed while the job goes on (an expendable peer): dropped as dead at once.
+  void lose(int worker,
+            const std::string& why);  // after a clock: copies the parameters for every snapshot step now reached
 
   comm::Transport& transport_;
   PsPlan plan_;

@@ -9,14 +9,16 @@
 // evaluates a point once its own snapshot and every other shard's are in, so a record holds the parameters at that
 // global step as in process. Reports are cumulative, so rank 0 only keeps the latest of each worker.
 //
-// Elastic workers: a worker with worker_settings.fail_after_steps stops speaking to the shards (no goodbye) but keeps
-// its process and connections, as the in-process run's silent thread does; the shards drop it after worker_timeout.
-// A process that really dies takes its tcp connections with it, and the transport fails the whole job naming it
-// (tcp_transport.h): surviving the loss of a worker process would need a transport that tolerates a lost peer.
-// A dead shard process fails every rank the same way -- a clear error naming the rank and host.
+// Elastic workers: workers are expendable ranks of both tcp transports (TcpOptions::expendable_ranks), so a worker
+// process that dies or goes silent past the tcp timeout fails only its own links: the shards drop it at once, rank 0
+// records that it left at its last report, and the others finish the run. A worker with
+// worker_settings.fail_after_steps stops speaking to the shards (no goodbye) but keeps its process, as the in-process
+// run's silent thread does; the shards drop it after worker_timeout. A shard process that dies fails every rank: a
+// clear error naming the rank and host (a parameter server without one of its shards has lost parameters).
 //
 // The end: workers leave with a goodbye, shards stop once every worker left or was dropped, shards 1.. send their
-// final reports, rank 0 writes the last record, and every rank meets at a control barrier before tearing down.
+// final reports, rank 0 writes the last record and releases every rank still connected (a message, not a barrier: a
+// lost worker cannot join a barrier).
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -47,6 +49,7 @@ using experiments::Experiment;
 
 constexpr comm::Tag kWorkerReportTag = 0x4152'5057;  // "ARPW"
 constexpr comm::Tag kShardReportTag = 0x4152'5053;   // "ARPS"
+constexpr comm::Tag kReleaseTag = 0x4152'5052;       // "ARPR": rank 0 wrote the last record, everyone may leave
 constexpr std::size_t kWorkerReportMax = 512;
 constexpr std::size_t kShardReportSlack = 1 << 20;  // staleness map and fields beyond the parameters
 
@@ -89,6 +92,12 @@ class ReportSender {
   std::string buffer_;
   std::optional<comm::Request> pending_;
 };
+
+// Waits for rank 0's release (the end of the variant). A barrier would not do: a lost worker cannot join one.
+void awaitRelease(comm::Transport& ctl) {
+  std::byte none{};
+  ctl.recv(0, comm::FrameMeta{comm::OpKind::kP2P, kReleaseTag, comm::kNoTensor}, std::span<std::byte>(&none, 0));
+}
 
 ShardReport shardReport(int64_t step, std::span<const float> params, const train::ServerStats& st,
                         Clock::time_point start) {
@@ -191,6 +200,8 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     to.emulation = experiments::emulationConfig(e);
     to.store_prefix = prefix;
     to.host_label = joined.host;
+    // Workers are expendable: a worker process that dies or goes silent is dropped by the shards, the job goes on.
+    for (int r = S; r < world; ++r) to.expendable_ranks.push_back(r);
     data_comm = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(to, job_->token, *job_->store));
     data = &data_comm->transport();
     comm::TcpOptions co = to;
@@ -264,7 +275,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       fill();
       sender.send(kWorkerReportTag, rep);
       sender.flush();
-      control->barrier();  // rank 0 wrote its last record
+      awaitRelease(ctl);  // rank 0 wrote its last record
       return summary;
     }
 
@@ -311,7 +322,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       check();
       sender.send(kShardReportTag, shardReport(-1, shard->params(), shard->stats(), run_start));
       sender.flush();
-      control->barrier();
+      awaitRelease(ctl);
       return summary;
     }
 
@@ -325,6 +336,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     std::vector<WorkerReport> latest(static_cast<std::size_t>(W));
     std::vector<std::vector<double>> losses(static_cast<std::size_t>(W));
     std::vector<double> left_s(static_cast<std::size_t>(W), 0);  // when rank 0 learned a worker stopped dead
+    std::vector<bool> lost(static_cast<std::size_t>(W), false);  // its process died: no more reports
     std::vector<std::map<int64_t, ShardReport>> shard_reports(static_cast<std::size_t>(S));
     std::vector<std::optional<ShardReport>> finals(static_cast<std::size_t>(S));
     for (int r = 1; r < world; ++r) {
@@ -342,15 +354,32 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       for (int r = 1; r < world; ++r) {
         Inbox& in = inbox[static_cast<std::size_t>(r)];
         const bool from_shard = r < S;
+        if (!from_shard && lost[static_cast<std::size_t>(r - S)]) continue;
         for (;;) {
-          if (!in.posted) {
-            in.recv = ctl.irecv(
-                r,
-                comm::FrameMeta{comm::OpKind::kP2P, from_shard ? kShardReportTag : kWorkerReportTag, comm::kNoTensor},
-                in.buffer);
-            in.posted = true;
+          bool arrived = false;
+          try {
+            if (!in.posted) {
+              in.recv = ctl.irecv(
+                  r,
+                  comm::FrameMeta{comm::OpKind::kP2P, from_shard ? kShardReportTag : kWorkerReportTag, comm::kNoTensor},
+                  in.buffer);
+              in.posted = true;
+            }
+            arrived = in.recv.test();
+          } catch (const comm::CommError&) {
+            if (from_shard || ctl.aborted()) throw;
+            // A worker process that died (an expendable rank): it left at its last report.
+            const int w = r - S;
+            lost[static_cast<std::size_t>(w)] = true;
+            WorkerReport& last = latest[static_cast<std::size_t>(w)];
+            if (!last.done() && last.left_step() == 0) {
+              last.set_left_step(std::max<int64_t>(1, last.steps()));
+              left_s[static_cast<std::size_t>(w)] = detail::since(run_start);
+            }
+            any = true;
+            break;
           }
-          if (!in.recv.test()) break;
+          if (!arrived) break;
           in.posted = false;
           any = true;
           const auto n = static_cast<int>(in.recv.bytes());
@@ -505,7 +534,15 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       record(worker_steps / W, detail::since(run_start), shard_tally);
     }
     progress.finish();
-    control->barrier();
+    // Not a barrier: a lost worker cannot take part in one. Every rank still connected is told to leave.
+    for (int r = 1; r < world; ++r)
+      if (r < S || !lost[static_cast<std::size_t>(r - S)]) {
+        try {
+          ctl.send(r, comm::FrameMeta{comm::OpKind::kP2P, kReleaseTag, comm::kNoTensor}, {});
+        } catch (const comm::CommError&) {
+          if (ctl.aborted()) throw;  // otherwise a worker lost just now: nothing to tell it
+        }
+      }
     writer->markCompleted();
     return summary;
   } catch (const std::exception& x) {

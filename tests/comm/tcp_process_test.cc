@@ -3,6 +3,7 @@
 // the timeout with a CommError naming the lost rank, instead of hanging.
 #include <signal.h>
 
+#include <array>
 #include <numeric>
 
 #include "tests/comm/tcp_test_util.h"
@@ -141,6 +142,50 @@ TEST(TcpFaults, StoppedRankIsDetectedByTheHeartbeatTimeout) {
   EXPECT_TRUE(results[victim].stopped);
   // Silence is noticed after the timeout (plus one heartbeat period), never a hang.
   expectSurvivorsNamed(results, victim, 1.5 * 1.25 + 2.0, {"heartbeat timeout"});
+}
+
+TEST(TcpFaults, AnExpendableRankIsLostAloneAndTheOthersGoOn) {
+  // The parameter server's workers are expendable (TcpOptions::expendable_ranks): rank 2 dies, rank 0 sees its
+  // receive from it fail naming it, and ranks 0 and 1 keep talking.
+  const int n = 3;
+  const JobToken token = JobToken::generate();
+  const auto results = testing::forkRanks(n, token, [&](int r, Store& store, std::string& out) {
+    TcpOptions o = testing::tcpOptions(r, n, std::chrono::milliseconds(2000));
+    o.expendable_ranks = {2};
+    auto t = connectTcpTransport(o, token, store);
+    const FrameMeta meta{OpKind::kP2P, 77, kNoTensor};
+    std::array<std::byte, 4> buf{};
+    if (r == 2) raise(SIGKILL);
+    if (r == 0) {
+      try {
+        t->recv(2, meta, buf);
+        out = "received from a dead rank";
+        return;
+      } catch (const CommError& e) {
+        if (std::string(e.what()).find("rank 2") == std::string::npos ||
+            std::string(e.what()).find("lost") == std::string::npos) {
+          out = std::string("unexpected message: ") + e.what();
+          return;
+        }
+      }
+      if (t->aborted()) {
+        out = "the job was aborted";
+        return;
+      }
+      t->send(1, meta, buf);
+      t->recv(1, meta, buf);
+      out = "ok";
+    } else {
+      t->recv(0, meta, buf);
+      t->send(0, meta, buf);
+      out = "ok";
+    }
+  });
+  EXPECT_TRUE(WIFSIGNALED(results[2].status));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[static_cast<std::size_t>(r)].exited_ok()) << "rank " << r;
+    EXPECT_EQ(results[static_cast<std::size_t>(r)].text, "ok") << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -333,6 +333,52 @@ EOF
       [[ $line == \{*\} ]] || fail "a torn record: $line"
     done <"$metrics"
     ;;
+  async_worker_killed)
+    # A worker process SIGKILLed mid-run: the shard drops it (its connection failed; workers are expendable ranks of
+    # the tcp transport) and the others finish the run; the records say when it left. The launcher still reports the
+    # killed rank (exit 1) but lets the others finish within --timeout.
+    cat >wk.textproto <<EOF
+study: "wk"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 960 test_subset: 100 }
+optimizer { lr: 0.02 }
+workers: 3
+epochs: 30
+eval { every_steps: 20 }
+seed: 7
+transport: TCP
+tcp { timeout: "3s" }
+mode: ASYNC
+parameter_server { servers: 1 }
+link { latency: "1ms" }
+EOF
+    "$TERSE" launch -n 4 --timeout 60 -- "$TERSE" run wk.textproto --out out --plugin-path "$PLUGINS" >run.log 2>&1 &
+    launcher=$!
+    metrics=out/wk/base/metrics.jsonl
+    for _ in $(seq 600); do
+      [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
+      kill -0 $launcher 2>/dev/null || break
+      sleep 0.05
+    done
+    [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { kill $launcher; fail "no records before the kill"; }
+    pid=""
+    for stat in /proc/[0-9]*/stat; do
+      read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
+      [[ $ppid == "$launcher" ]] || continue
+      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=2" && pid=$child
+    done
+    [[ -n $pid ]] || { kill $launcher; fail "cannot find worker 1's process"; }
+    kill -KILL "$pid"
+    wait $launcher
+    rc=$?
+    ((rc == 1)) || fail "launch exited $rc, expected 1 (a rank was killed)"
+    grep -q "terminating them" run.log && fail "the surviving ranks had to be killed by the launcher"
+    expect_in run.log 'worker 1 lost its connection, dropped as dead'
+    expect_in out/wk/base/status.json '"completed"'
+    [[ $(field "$metrics" workers_live) == 2 ]] || fail "workers_live $(field "$metrics" workers_live)"
+    left=$(field "$metrics" worker1_left_step)
+    [[ -n $left ]] && ((left > 0 && left < 60 * 30)) || fail "worker1_left_step '$left'"
+    ;;
   netns)
     # Three "hosts" (network namespaces with their own addresses, host names and a 1 Gbit/s shaped link) run the tiny
     # study over TCP: the store, binding and transport work across addresses, and match the in-process numbers.
