@@ -32,17 +32,6 @@ void addTimes(StepTimes& into, const StepTimes& t) {
   into.step_s += t.step_s;
 }
 
-// The batch of a worker's step, drawing the epoch's batches when an epoch starts (the sync trainer's order).
-const std::vector<int64_t>& batchOf(const ShardSampler& sampler, const AsyncTrainerOptions& o, const StepPlan& plan,
-                                    int64_t step, std::vector<std::vector<int64_t>>& batches, int64_t& batches_epoch) {
-  const int64_t epoch = step / plan.steps_per_epoch;
-  if (epoch != batches_epoch) {
-    batches = sampler.epochBatches(epoch, o.batch_size, o.drop_last);
-    batches_epoch = epoch;
-  }
-  return batches.at(static_cast<std::size_t>(step % plan.steps_per_epoch));
-}
-
 }  // namespace
 
 StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last) {
@@ -98,6 +87,23 @@ std::pair<double, int64_t> LossLog::sum(int64_t from, int64_t to) const {
   return {s, n};
 }
 
+WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, const AsyncTrainerOptions& options)
+    : options_(options),
+      sampler_(num_examples, worker, num_workers, options.seed),
+      plan_(planSteps(num_examples, num_workers, options.batch_size, options.epochs, options.drop_last)) {
+  TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
+              "slowdown must be a finite factor >= 1, got " << options.slowdown);
+}
+
+const std::vector<int64_t>& WorkerBatches::batch(int64_t step) {
+  const int64_t epoch = step / plan_.steps_per_epoch;
+  if (epoch != batches_epoch_) {
+    epoch_batches_ = sampler_.epochBatches(epoch, options_.batch_size, options_.drop_last);
+    batches_epoch_ = epoch;
+  }
+  return epoch_batches_.at(static_cast<std::size_t>(step % plan_.steps_per_epoch));
+}
+
 // ---- AsyncWorker ----
 
 AsyncWorker::AsyncWorker(Workload& workload, ParamServerClient& client, int worker, int num_workers,
@@ -105,11 +111,7 @@ AsyncWorker::AsyncWorker(Workload& workload, ParamServerClient& client, int work
     : workload_(workload),
       client_(client),
       options_(options),
-      sampler_(workload.numTrainExamples(), worker, num_workers, options.seed),
-      plan_(
-          planSteps(workload.numTrainExamples(), num_workers, options.batch_size, options.epochs, options.drop_last)) {
-  TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
-              "slowdown must be a finite factor >= 1, got " << options.slowdown);
+      batches_(workload.numTrainExamples(), worker, num_workers, options) {
   flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
 }
 
@@ -117,8 +119,8 @@ AsyncStepRecord AsyncWorker::step() {
   TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
   AsyncStepRecord rec;
   rec.step = next_step_;
-  rec.epoch = next_step_ / plan_.steps_per_epoch;
-  const auto& batch = batchOf(sampler_, options_, plan_, rec.step, epoch_batches_, batches_epoch_);
+  rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
+  const auto& batch = batches_.batch(rec.step);
   const auto step = static_cast<uint64_t>(rec.step);
 
   const auto t0 = Clock::now();
@@ -198,11 +200,7 @@ HogwildWorker::HogwildWorker(Workload& workload, HogwildParams& shared, int work
     : workload_(workload),
       shared_(shared),
       options_(options),
-      sampler_(workload.numTrainExamples(), worker, num_workers, options.seed),
-      plan_(
-          planSteps(workload.numTrainExamples(), num_workers, options.batch_size, options.epochs, options.drop_last)) {
-  TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
-              "slowdown must be a finite factor >= 1, got " << options.slowdown);
+      batches_(workload.numTrainExamples(), worker, num_workers, options) {
   flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
   TERSE_CHECK(flat_.size() == shared.size(), InvalidArgument,
               "hogwild: the workload has " << flat_.size() << " parameters, the shared vector " << shared.size());
@@ -212,8 +210,8 @@ AsyncStepRecord HogwildWorker::step() {
   TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
   AsyncStepRecord rec;
   rec.step = next_step_;
-  rec.epoch = next_step_ / plan_.steps_per_epoch;
-  const auto& batch = batchOf(sampler_, options_, plan_, rec.step, epoch_batches_, batches_epoch_);
+  rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
+  const auto& batch = batches_.batch(rec.step);
   const auto t0 = Clock::now();
   const uint64_t version = shared_.version();
   shared_.read(flat_);

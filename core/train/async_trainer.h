@@ -70,15 +70,32 @@ struct StepPlan {
 };
 StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last);
 
+// A worker's batches in the sync trainer's order (ShardSampler with rank = worker, world = workers) and its step
+// plan; checks the options both async workers share.
+class WorkerBatches {
+ public:
+  WorkerBatches(int64_t num_examples, int worker, int num_workers, const AsyncTrainerOptions& options);
+  const StepPlan& plan() const { return plan_; }
+  // The batch of this worker's step `step` (drawing the epoch's batches when an epoch starts).
+  const std::vector<int64_t>& batch(int64_t step);
+
+ private:
+  AsyncTrainerOptions options_;
+  ShardSampler sampler_;
+  StepPlan plan_;
+  std::vector<std::vector<int64_t>> epoch_batches_;
+  int64_t batches_epoch_ = -1;
+};
+
 class AsyncWorker {
  public:
   // The client must be this worker's (client worker index == worker). Throws InvalidArgument for a model whose
   // parameter count differs from the plan's, or a shard too small for one batch.
   AsyncWorker(Workload& workload, ParamServerClient& client, int worker, int num_workers, AsyncTrainerOptions options);
 
-  bool finished() const { return next_step_ >= plan_.total_steps; }
-  int64_t totalSteps() const { return plan_.total_steps; }
-  int64_t stepsPerEpoch() const { return plan_.steps_per_epoch; }
+  bool finished() const { return next_step_ >= batches_.plan().total_steps; }
+  int64_t totalSteps() const { return batches_.plan().total_steps; }
+  int64_t stepsPerEpoch() const { return batches_.plan().steps_per_epoch; }
   int64_t stepsDone() const { return next_step_; }
 
   // Pull, compute, push. Throws PsRefused when a shard refused the push, CommError when the transport failed.
@@ -93,11 +110,8 @@ class AsyncWorker {
   Workload& workload_;
   ParamServerClient& client_;
   AsyncTrainerOptions options_;
-  ShardSampler sampler_;
-  StepPlan plan_;
+  WorkerBatches batches_;
   int64_t next_step_ = 0;
-  std::vector<std::vector<int64_t>> epoch_batches_;
-  int64_t batches_epoch_ = -1;
   std::vector<float> flat_;  // pulled parameters, then gradients
   double last_raw_compute_s_ = 0;
   StepTimes totals_;
@@ -144,9 +158,9 @@ class HogwildWorker {
  public:
   HogwildWorker(Workload& workload, HogwildParams& shared, int worker, int num_workers, AsyncTrainerOptions options);
 
-  bool finished() const { return next_step_ >= plan_.total_steps; }
-  int64_t totalSteps() const { return plan_.total_steps; }
-  int64_t stepsPerEpoch() const { return plan_.steps_per_epoch; }
+  bool finished() const { return next_step_ >= batches_.plan().total_steps; }
+  int64_t totalSteps() const { return batches_.plan().total_steps; }
+  int64_t stepsPerEpoch() const { return batches_.plan().steps_per_epoch; }
   int64_t stepsDone() const { return next_step_; }
   AsyncStepRecord step();
   const StepTimes& totals() const { return totals_; }
@@ -156,11 +170,8 @@ class HogwildWorker {
   Workload& workload_;
   HogwildParams& shared_;
   AsyncTrainerOptions options_;
-  ShardSampler sampler_;
-  StepPlan plan_;
+  WorkerBatches batches_;
   int64_t next_step_ = 0;
-  std::vector<std::vector<int64_t>> epoch_batches_;
-  int64_t batches_epoch_ = -1;
   std::vector<float> flat_;
   double last_raw_compute_s_ = 0;
   StepTimes totals_;

@@ -41,16 +41,6 @@ using Clock = std::chrono::steady_clock;
 using experiments::Experiment;
 using experiments::ParameterServer;
 
-bool isCommError(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const comm::CommError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 // What a worker thread publishes; guarded by Monitor::mutex except `steps`.
 struct WorkerState {
   std::atomic<int64_t> steps{0};
@@ -306,14 +296,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
       fillAsyncRecord(m, worker_steps, tally, shard_tally,
                       hogwild ? shared->staleness() : std::map<uint64_t, uint64_t>{});
       writer.append(m);
-      summary.records = writer.records();
-      summary.steps = done;
-      summary.final_accuracy = ev.accuracy;
-      summary.final_test_loss = ev.loss;
-      summary.best_accuracy = std::max(summary.best_accuracy, ev.accuracy);
-      summary.wire_bytes_per_worker = m.wire_bytes_per_worker;
-      summary.payload_bytes_per_worker = m.payload_bytes_per_worker;
-      summary.wall_s = m.wall_s;
+      detail::noteRecord(summary, m, ev, writer.records());
       progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
     };
 

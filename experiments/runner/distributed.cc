@@ -100,6 +100,21 @@ std::vector<Counters> gatherCounters(comm::Communicator& control, const Counters
 
 }  // namespace
 
+comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joined, int rank, int world,
+                                    std::chrono::milliseconds timeout, const std::string& prefix) {
+  comm::TcpOptions to;
+  to.rank = rank;
+  to.world_size = world;
+  to.bind_address = bindAddressFor(e, joined);
+  if (const char* a = std::getenv("TERSE_ADVERTISE_ADDR"); a != nullptr) to.advertise_address = a;
+  to.timeout = timeout;
+  to.socket_buffer_bytes = e.tcp().socket_buffer_bytes();
+  to.emulation = experiments::emulationConfig(e);
+  to.store_prefix = prefix;
+  to.host_label = joined.host;
+  return to;
+}
+
 RunSummary Runner::runTcp(const Experiment& e) {
   TERSE_CHECK(e.mode() == Experiment::SYNC, InvalidArgument, "transport TCP runs mode SYNC only");
   const double timeout_s = comm::parseDuration(e.tcp().timeout());
@@ -147,16 +162,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     const Params params = experiments::pluginParams(e.compressor());
     const CodecOptions codec_options = experiments::codecOptions(e);
 
-    comm::TcpOptions to;
-    to.rank = rank;
-    to.world_size = world;
-    to.bind_address = bindAddressFor(e, joined);
-    if (const char* a = std::getenv("TERSE_ADVERTISE_ADDR"); a != nullptr) to.advertise_address = a;
-    to.timeout = timeout;
-    to.socket_buffer_bytes = e.tcp().socket_buffer_bytes();
-    to.emulation = experiments::emulationConfig(e);
-    to.store_prefix = prefix;
-    to.host_label = joined.host;
+    const comm::TcpOptions to = detail::tcpOptions(e, joined, rank, world, timeout, prefix);
     std::unique_ptr<comm::Transport> data_transport = comm::connectTcpTransport(to, job_->token, *job_->store);
     data_link = data_transport.get();
     comm = std::make_unique<comm::HostCommunicator>(std::move(data_transport));
@@ -304,14 +310,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
       writer->append(m);
       loss_since = 0;
       steps_since = 0;
-      summary.records = writer->records();
-      summary.steps = done;
-      summary.final_accuracy = ev.accuracy;
-      summary.final_test_loss = ev.loss;
-      summary.best_accuracy = std::max(summary.best_accuracy, ev.accuracy);
-      summary.wire_bytes_per_worker = m.wire_bytes_per_worker;
-      summary.payload_bytes_per_worker = m.payload_bytes_per_worker;
-      summary.wall_s = m.wall_s;
+      detail::noteRecord(summary, m, ev, writer->records());
       progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
     }
     progress.finish();

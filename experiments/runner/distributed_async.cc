@@ -58,12 +58,6 @@ uint64_t dataBytes(const comm::RankTraffic& t, bool sent) {
   return d.total().bytes - d.kind(comm::OpKind::kControl).bytes;
 }
 
-std::string bindAddressFor(const Experiment& e, const comm::JobEnv& env) {
-  if (!e.tcp().bind_address().empty()) return e.tcp().bind_address();
-  if (const char* b = std::getenv("TERSE_BIND_ADDR"); b != nullptr && *b != '\0') return b;
-  return comm::isLoopbackAddress(env.master_addr) ? "127.0.0.1" : "0.0.0.0";
-}
-
 // Sends serialized messages to rank 0 one at a time (the previous send must finish before its buffer is reused).
 class ReportSender {
  public:
@@ -190,16 +184,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     const train::LrScheduleOptions lr = detail::asyncLrSchedule(e, steps);
     const std::vector<int64_t> points = detail::evalPoints(e, steps);
 
-    comm::TcpOptions to;
-    to.rank = rank;
-    to.world_size = world;
-    to.bind_address = bindAddressFor(e, joined);
-    if (const char* a = std::getenv("TERSE_ADVERTISE_ADDR"); a != nullptr) to.advertise_address = a;
-    to.timeout = timeout;
-    to.socket_buffer_bytes = e.tcp().socket_buffer_bytes();
-    to.emulation = experiments::emulationConfig(e);
-    to.store_prefix = prefix;
-    to.host_label = joined.host;
+    comm::TcpOptions to = detail::tcpOptions(e, joined, rank, world, timeout, prefix);
     // Workers are expendable: a worker process that dies or goes silent is dropped by the shards, the job goes on.
     for (int r = S; r < world; ++r) to.expendable_ranks.push_back(r);
     data_comm = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(to, job_->token, *job_->store));
@@ -459,14 +444,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       m.wall_s = wall_s;
       detail::fillAsyncRecord(m, worker_steps, tally, shard_tally, {});
       writer->append(m);
-      summary.records = writer->records();
-      summary.steps = done;
-      summary.final_accuracy = ev.accuracy;
-      summary.final_test_loss = ev.loss;
-      summary.best_accuracy = std::max(summary.best_accuracy, ev.accuracy);
-      summary.wire_bytes_per_worker = m.wire_bytes_per_worker;
-      summary.payload_bytes_per_worker = m.payload_bytes_per_worker;
-      summary.wall_s = m.wall_s;
+      detail::noteRecord(summary, m, ev, writer->records());
       progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
     };
     auto ownTally = [&] {

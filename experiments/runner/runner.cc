@@ -182,6 +182,17 @@ results::Provenance baseProvenance(const Experiment& e, std::string_view transpo
   return prov;
 }
 
+void noteRecord(RunSummary& summary, const results::MetricsRecord& m, const train::EvalResult& ev, int64_t records) {
+  summary.records = records;
+  summary.steps = m.step;
+  summary.final_accuracy = ev.accuracy;
+  summary.final_test_loss = ev.loss;
+  summary.best_accuracy = std::max(summary.best_accuracy, ev.accuracy);
+  summary.wire_bytes_per_worker = m.wire_bytes_per_worker;
+  summary.payload_bytes_per_worker = m.payload_bytes_per_worker;
+  summary.wall_s = m.wall_s;
+}
+
 results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::EvalResult& ev, double loss_since,
                                   int64_t steps_since, double lr) {
   results::MetricsRecord m;
@@ -431,14 +442,7 @@ RunSummary Runner::run(const Experiment& e) {
           writer.append(m);
           loss_since = 0;
           steps_since = 0;
-          summary.records = writer.records();
-          summary.steps = done;
-          summary.final_accuracy = ev.accuracy;
-          summary.final_test_loss = ev.loss;
-          summary.best_accuracy = std::max(summary.best_accuracy, ev.accuracy);
-          summary.wire_bytes_per_worker = m.wire_bytes_per_worker;
-          summary.payload_bytes_per_worker = m.payload_bytes_per_worker;
-          summary.wall_s = m.wall_s;
+          noteRecord(summary, m, ev, writer.records());
           progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
         }
       } catch (...) {

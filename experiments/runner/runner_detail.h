@@ -8,9 +8,12 @@
 #include <exception>
 #include <string>
 
+#include "core/comm/job.h"
+#include "core/comm/tcp_transport.h"
 #include "core/plugin/compressor.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/config/config.h"
+#include "experiments/runner/runner.h"
 #include "experiments/workloads/workloads.h"
 #include "results/result_writer.h"
 
@@ -26,10 +29,20 @@ TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int
 TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
                            int chunk_index, int rank, int world);
 std::string shortWhat(const std::exception_ptr& e);
+// Whether e is a comm::CommError: the root cause of a failed run is the first error that is not (a transport failing
+// is usually the consequence of another rank's error).
+bool isCommError(const std::exception_ptr& e);
 // An evaluation point's record with the fields both paths fill alike (step, epoch, test results, rank 0's mean train
 // loss since the previous record, lr); the caller adds bytes and times.
 results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::EvalResult& ev, double loss_since,
                                   int64_t steps_since, double lr);
+// After an appended record: the summary's counts, last and best accuracy, bytes and time.
+void noteRecord(RunSummary& summary, const results::MetricsRecord& m, const train::EvalResult& ev, int64_t records);
+// The tcp transport's options for this rank of a TCP run (distributed.cc): bind address (config, TERSE_BIND_ADDR,
+// loopback for a loopback master), TERSE_ADVERTISE_ADDR, timeout, socket buffers, the config's link emulation, the
+// variant's store prefix and the host label.
+comm::TcpOptions tcpOptions(const experiments::Experiment& e, const comm::JobEnv& joined, int rank, int world,
+                            std::chrono::milliseconds timeout, const std::string& prefix);
 // What both paths write to provenance.json before the plugins: commit, host, time, version, transport, mode, world
 // size and the link emulation as configured (overrides included).
 results::Provenance baseProvenance(const experiments::Experiment& e, std::string_view transport, int world,

@@ -30,6 +30,27 @@ expect_in() {  # expect_in FILE REGEX
 field() {  # field FILE NAME
   tail -n 1 "$1" | grep -o "\"$2\":[^,}]*" | cut -d: -f2
 }
+# Waits until METRICS holds N records while LAUNCHER runs; fails (killing it) if it never does.
+await_records() {  # await_records METRICS LAUNCHER N
+  for _ in $(seq 600); do
+    [[ -f $1 && $(wc -l <"$1") -ge $3 ]] && return 0
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill "$2" 2>/dev/null
+  fail "no $3 records in $1 before the kill"
+}
+# The pid of rank RANK among LAUNCHER's children (read from /proc, without depending on procps); prints nothing (and
+# kills the launcher) when there is none, so callers check for an empty answer: fail here would only leave $(...).
+rank_pid() {  # rank_pid LAUNCHER RANK
+  local stat child ppid
+  for stat in /proc/[0-9]*/stat; do
+    read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
+    [[ $ppid == "$1" ]] || continue
+    tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=$2" && { echo "$child"; return 0; }
+  done
+  kill "$1" 2>/dev/null
+}
 # The tiny study: linear regression, 2 epochs of 15 steps, a record every 5 steps; variants dense and top-k with
 # error feedback (an allgather path), so both the allreduce and the allgather paths are compared.
 write_study() {  # write_study FILE TRANSPORT WORKERS [EPOCHS [EVERY_STEPS [EXTRA]]]
@@ -173,19 +194,9 @@ case $CASE in
       >run.log 2>&1 &
     launcher=$!
     metrics=out/e2e/dense/metrics.jsonl
-    for _ in $(seq 600); do
-      [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
-      kill -0 $launcher 2>/dev/null || break
-      sleep 0.05
-    done
-    [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { kill $launcher; fail "no records before the kill"; }
-    pid=""
-    for stat in /proc/[0-9]*/stat; do  # the launcher's children, without depending on procps
-      read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
-      [[ $ppid == "$launcher" ]] || continue
-      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=$victim" && pid=$child
-    done
-    [[ -n $pid ]] || { kill $launcher; fail "cannot find rank $victim's process"; }
+    await_records "$metrics" $launcher 2
+    pid=$(rank_pid $launcher $victim)
+    [[ -n $pid ]] || fail "cannot find rank $victim's process"
     killed_at=$SECONDS
     kill -KILL "$pid"
     wait $launcher
@@ -305,19 +316,9 @@ EOF
     "$TERSE" launch -n 4 --timeout 20 -- "$TERSE" run sk.textproto --out out --plugin-path "$PLUGINS" >run.log 2>&1 &
     launcher=$!
     metrics=out/sk/base/metrics.jsonl
-    for _ in $(seq 600); do
-      [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
-      kill -0 $launcher 2>/dev/null || break
-      sleep 0.05
-    done
-    [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { kill $launcher; fail "no records before the kill"; }
-    pid=""
-    for stat in /proc/[0-9]*/stat; do
-      read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
-      [[ $ppid == "$launcher" ]] || continue
-      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=1" && pid=$child
-    done
-    [[ -n $pid ]] || { kill $launcher; fail "cannot find shard 1's process"; }
+    await_records "$metrics" $launcher 2
+    pid=$(rank_pid $launcher 1)
+    [[ -n $pid ]] || fail "cannot find rank 1's process"
     killed_at=$SECONDS
     kill -KILL "$pid"
     wait $launcher
@@ -355,19 +356,9 @@ EOF
     "$TERSE" launch -n 4 --timeout 60 -- "$TERSE" run wk.textproto --out out --plugin-path "$PLUGINS" >run.log 2>&1 &
     launcher=$!
     metrics=out/wk/base/metrics.jsonl
-    for _ in $(seq 600); do
-      [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
-      kill -0 $launcher 2>/dev/null || break
-      sleep 0.05
-    done
-    [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { kill $launcher; fail "no records before the kill"; }
-    pid=""
-    for stat in /proc/[0-9]*/stat; do
-      read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
-      [[ $ppid == "$launcher" ]] || continue
-      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=2" && pid=$child
-    done
-    [[ -n $pid ]] || { kill $launcher; fail "cannot find worker 1's process"; }
+    await_records "$metrics" $launcher 2
+    pid=$(rank_pid $launcher 2)
+    [[ -n $pid ]] || fail "cannot find rank 2's process"
     kill -KILL "$pid"
     wait $launcher
     rc=$?
