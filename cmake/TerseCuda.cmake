@@ -37,5 +37,9 @@ if(TERSE_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
+  # One CUDA runtime per process: the core and every plugin with kernels use the shared libcudart, so streams, events
+  # and memory handed across the plugin ABI belong to one runtime's state (CMake's default would also link a private
+  # cudart_static into each of them).
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   set(TERSE_CUDA_ARCH_MSG ", architectures ${CMAKE_CUDA_ARCHITECTURES}")
 endif()

@@ -8,10 +8,13 @@
 //
 // Payload and plugin: compressors/common/cast16.h.
 
+#include <cstddef>
 #include <cstdint>
 
+#include "compressors/bf16/bf16_cuda.h"
 #include "compressors/bf16/bf16_math.h"
 #include "compressors/common/cast16.h"
+#include "compressors/common/device.h"
 #include "terse/sdk.hpp"
 
 namespace {
@@ -51,6 +54,15 @@ struct Traits {
   static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate) {
     ::decodeAll(in, out, n, accumulate);
   }
+#if TERSE_COMPRESSOR_CUDA
+  static void encodeDevice(const float* in, uint16_t* out, uint64_t n, void* stream) {
+    terse::compressors::bf16::cuda::encode(in, out, n, stream);
+  }
+  static void decodeDevice(const std::byte* payload, const terse::compressors::device::Prefix& expected, float* out,
+                           uint64_t n, bool accumulate, uint32_t* status, void* stream) {
+    terse::compressors::bf16::cuda::decode(payload, expected, out, n, accumulate, status, stream);
+  }
+#endif
 };
 
 using Bf16 = terse::compressors::Cast16<Traits>;

@@ -1,4 +1,4 @@
-// bf16: float <-> bfloat16 as elementwise functions shared by the CPU loops and (later) the CUDA kernels.
+// bf16: float <-> bfloat16 as elementwise functions shared by the CPU loops and the CUDA kernels (bf16.cu).
 //
 // encodeValue returns exactly the bits of sdk::floatToBf16 (the upper 16 bits of the f32, rounded to nearest even;
 // overflow to infinity; NaN kept quiet with its sign; bf16_test checks every one of the 2^32 floats), written as a

@@ -6,6 +6,11 @@
 //     static constexpr terse_dtype_v1 kWireDtype;           // TERSE_DTYPE_F16 or TERSE_DTYPE_BF16
 //     static void encodeAll(const float* in, uint16_t* out, uint64_t n);
 //     static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate);
+//     // With CUDA kernels (TERSE_COMPRESSOR_CUDA), the same on device memory, queued on `stream`; decodeDevice
+//     // decodes only a payload that starts with `expected` and raises `status` otherwise (see device.h):
+//     static void encodeDevice(const float* in, uint16_t* out, uint64_t n, void* stream);
+//     static void decodeDevice(const std::byte* payload, const device::Prefix& expected, float* out, uint64_t n,
+//                              bool accumulate, uint32_t* status, void* stream);
 //   };
 //
 // The loops stay in each plugin's source (compiled with TERSE_CPU_CLONES, which GCC does not offer for templates).
@@ -14,14 +19,17 @@
 //   [0, 16)        sdk::PayloadHeader {magic, version 1, dtype f32, numel N}; identical on every rank:
 //                  sum_header_bytes = 16
 //   [16, 16 + 2N)  N 16-bit values
-// Decompress converts back to f32 (exactly: every 16-bit value is a float) and writes or adds. Host memory, f32
-// gradients.
+// Decompress converts back to f32 (exactly: every 16-bit value is a float) and writes or adds. f32 gradients in host
+// memory, and in CUDA device memory when the plugin is built with its kernels: the device gives the host's bytes and
+// values bit for bit (the same encode/decode functions, exact integer and IEEE operations). On CUDA, decompress
+// synchronizes `stream` once to learn whether the header was valid (device.h).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 
+#include "compressors/common/device.h"
 #include "compressors/common/host_f32.h"
 #include "terse/sdk.hpp"
 
@@ -35,7 +43,7 @@ class Cast16 final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_SUM;
     caps.wire_dtype = Traits::kWireDtype;
     caps.flags = TERSE_CAP_FIXED_SIZE;
@@ -46,13 +54,16 @@ class Cast16 final : public sdk::Compressor {
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
     requireSupported(info);
     terse_compressor_sizes_v1 sizes{};
-    sizes.max_output_bytes = sdk::kPayloadHeaderBytes + sizeof(uint16_t) * info.numel;
+    sizes.max_output_bytes = payloadBytes(info.numel);
     sizes.sum_header_bytes = sdk::kPayloadHeaderBytes;
     return sizes;
   }
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     sdk::ByteWriter w(args.output);
     sdk::writeHeader(w, Traits::kFormat, args.info);
     const std::span<const float> in = args.input<float>();
@@ -63,6 +74,9 @@ class Cast16 final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, Traits::kFormat, args.info);
     const std::span<const uint16_t> values = r.getArray<uint16_t>(static_cast<size_t>(args.info.numel), "values");
@@ -72,7 +86,44 @@ class Cast16 final : public sdk::Compressor {
   }
 
  private:
-  static void requireSupported(const terse_tensor_info_v1& info) { requireHostF32OneRound(info); }
+  static void requireSupported(const terse_tensor_info_v1& info) {
+    requireF32OneRound(info, device::kDevices);
+  }
+  static uint64_t payloadBytes(uint64_t numel) {
+    return sdk::kPayloadHeaderBytes + sizeof(uint16_t) * numel;
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  static device::Prefix prefixFor(const terse_tensor_info_v1& info) {
+    return device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, Traits::kFormat, info); });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const uint64_t total = payloadBytes(args.info.numel);
+    device::requireCapacity(args.output, total, Traits::kFormat.plugin);
+    const device::Scope scope(args.info);
+    const device::Prefix prefix = prefixFor(args.info);
+    device::writePrefix(prefix, args.output.data(), args.stream);
+    Traits::encodeDevice(args.input<float>().data(), reinterpret_cast<uint16_t*>(args.output.data() + prefix.size),
+                         args.info.numel, args.stream);
+    return total;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    if (args.payload.size() == payloadBytes(args.info.numel)) {
+      const auto status = status_.acquire();
+      status.clear();
+      Traits::decodeDevice(args.payload.data(), prefixFor(args.info), args.output<float>().data(), args.info.numel,
+                           args.accumulate, status.device(), args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) return;
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 };
 
 }  // namespace terse::compressors

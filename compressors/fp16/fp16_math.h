@@ -1,4 +1,4 @@
-// fp16: float <-> IEEE binary16 as elementwise functions shared by the CPU loops and (later) the CUDA kernels.
+// fp16: float <-> IEEE binary16 as elementwise functions shared by the CPU loops and the CUDA kernels (fp16.cu).
 //
 // encodeValue returns exactly the bits of sdk::floatToHalf (round to nearest even, subnormals, overflow to infinity,
 // infinities kept, NaN kept quiet with its sign and top payload bits; fp16_test checks every one of the 2^32 floats),

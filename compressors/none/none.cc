@@ -8,13 +8,17 @@
 //   [0, 16)        sdk::PayloadHeader {magic "NONE", version 1, dtype f32, numel N}; identical on every rank, so it is
 //                  the sum header (sum_header_bytes = 16) the core carries through unsummed
 //   [16, 16 + 4N)  N f32 values g_i
-// Host memory, f32 gradients; other dtypes are refused with sdk::Unsupported.
+// f32 gradients in host memory, and in CUDA device memory when built with none.cu (the same bytes and values;
+// decompress on CUDA synchronizes `stream` once to learn whether the header was valid, see
+// compressors/common/device.h); other dtypes are refused with sdk::Unsupported.
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
 
+#include "compressors/common/device.h"
 #include "compressors/common/host_f32.h"
+#include "compressors/none/none_cuda.h"
 #include "none_math.h"
 #include "terse/sdk.hpp"
 
@@ -25,8 +29,14 @@ namespace math = terse::compressors::none;
 
 constexpr sdk::PayloadFormat kFormat{"none", sdk::fourcc("NONE"), 1};
 
+namespace device = terse::compressors::device;
+
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireHostF32OneRound(info);
+  terse::compressors::requireF32OneRound(info, device::kDevices);
+}
+
+uint64_t payloadBytes(uint64_t numel) {
+  return sdk::kPayloadHeaderBytes + sizeof(float) * numel;
 }
 
 class None final : public sdk::Compressor {
@@ -36,7 +46,7 @@ class None final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_SUM;
     caps.wire_dtype = TERSE_DTYPE_F32;
     caps.flags = TERSE_CAP_FIXED_SIZE;
@@ -47,13 +57,16 @@ class None final : public sdk::Compressor {
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
     requireSupported(info);
     terse_compressor_sizes_v1 sizes{};
-    sizes.max_output_bytes = sdk::kPayloadHeaderBytes + sizeof(float) * info.numel;
+    sizes.max_output_bytes = payloadBytes(info.numel);
     sizes.sum_header_bytes = sdk::kPayloadHeaderBytes;
     return sizes;
   }
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     sdk::ByteWriter w(args.output);
     sdk::writeHeader(w, kFormat, args.info);
     const std::span<const float> in = args.input<float>();
@@ -64,6 +77,9 @@ class None final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, kFormat, args.info);
     const std::span<const float> values = r.getArray<float>(static_cast<size_t>(args.info.numel), "values");
@@ -75,6 +91,40 @@ class None final : public sdk::Compressor {
     }
     for (size_t i = 0; i < out.size(); ++i) out[i] = math::decodeValue(values[i], out[i], true);
   }
+
+ private:
+#if TERSE_COMPRESSOR_CUDA
+  static device::Prefix prefixFor(const terse_tensor_info_v1& info) {
+    return device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kFormat, info); });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const uint64_t total = payloadBytes(args.info.numel);
+    device::requireCapacity(args.output, total, kFormat.plugin);
+    const device::Scope scope(args.info);
+    const device::Prefix prefix = prefixFor(args.info);
+    device::writePrefix(prefix, args.output.data(), args.stream);
+    terse::compressors::none::cuda::encode(args.input<float>().data(),
+                                           reinterpret_cast<float*>(args.output.data() + prefix.size), args.info.numel,
+                                           args.stream);
+    return total;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    if (args.payload.size() == payloadBytes(args.info.numel)) {
+      const auto status = status_.acquire();
+      status.clear();
+      terse::compressors::none::cuda::decode(args.payload.data(), prefixFor(args.info), args.output<float>().data(),
+                                             args.info.numel, args.accumulate, status.device(), args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) return;
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 };
 
 }  // namespace

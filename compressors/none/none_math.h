@@ -1,4 +1,4 @@
-// none: the identity, as elementwise functions shared by the CPU loops and (later) the CUDA kernels. The wire value
+// none: the identity, as elementwise functions shared by the CPU loops and the CUDA kernels (none.cu). The wire value
 // is the gradient value, so both directions are the identity; they exist so every compressor has the same shape
 // (encode one value, decode one value) and the baseline's loops read like the others'.
 #pragma once

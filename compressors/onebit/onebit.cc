@@ -28,14 +28,22 @@
 // Total 32 + 8 ceil(B k / 2) + 8 ceil(N / 64) bytes: the bits are N/8 bytes rounded up to whole 8-byte words (at most
 // 7 bytes of zero padding, which decompress checks). For N = 2^20, bucket_size 512, two_means: 32 + 16384 + 131072
 // = 147488 bytes (0.035 of 4N).
-// Host memory, f32 gradients; inputs holding inf or NaN are refused (no finite mean covers them).
+// f32 gradients; inputs holding inf or NaN are refused (no finite mean covers them).
+//
+// CUDA (onebit.cu, when built with CUDA): device tensors give the host's payload bit for bit (the same math functions,
+// the sums in the host's order). Two differences, both for the sake of not waiting on the stream: compress does not
+// report a non-finite scale (it would have to read the scales back); the payload then carries it, and every decompress
+// of it, the sender's own error feedback included, refuses it as InvalidPayload. And decompress synchronizes `stream`
+// once, to learn the validation verdict (compressors/common/device.h).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
 
+#include "compressors/common/device.h"
 #include "compressors/common/host_f32.h"
+#include "compressors/onebit/onebit_cuda.h"
 #include "onebit_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -58,8 +66,10 @@ struct WireParams {
 };
 static_assert(sizeof(WireParams) == 16);
 
+namespace device = terse::compressors::device;
+
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireHostF32OneRound(info);
+  terse::compressors::requireF32OneRound(info, device::kDevices);
 }
 
 // Fills scales[] (k per bucket) and words[]; returns numel, or the first element of a bucket whose scale is not
@@ -132,7 +142,7 @@ class OneBit final : public sdk::Compressor {
         bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    return terse::compressors::hostAllgatherCaps(dtype, TERSE_CAP_FIXED_SIZE);
+    return terse::compressors::allgatherCaps(dtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
@@ -144,11 +154,13 @@ class OneBit final : public sdk::Compressor {
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> in = args.input<float>();
     const Layout l = layout(args.info.numel);
     sdk::ByteWriter w(args.output);
-    sdk::writeHeader(w, kFormat, args.info);
-    w.put(WireParams{bucket_size_, mode_, scalesPerBucket()});
+    writePrefix(w, args.info);
     const std::span<float> scales = w.putArray<float>(l.buckets * scalesPerBucket());
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
@@ -163,6 +175,9 @@ class OneBit final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, kFormat, args.info);
     const auto p = r.get<WireParams>("parameters");
@@ -201,8 +216,12 @@ class OneBit final : public sdk::Compressor {
     uint64_t total;
   };
 
-  uint32_t scalesPerBucket() const { return mode_ == kTwoMeans ? 2 : 1; }
-  const char* modeName() const { return mode_ == kTwoMeans ? "two_means" : "mean_abs"; }
+  uint32_t scalesPerBucket() const {
+    return mode_ == kTwoMeans ? 2 : 1;
+  }
+  const char* modeName() const {
+    return mode_ == kTwoMeans ? "two_means" : "mean_abs";
+  }
 
   Layout layout(uint64_t numel) const {
     Layout l{};
@@ -214,6 +233,57 @@ class OneBit final : public sdk::Compressor {
               (l.buckets * scalesPerBucket() * sizeof(float) + 7) / 8 * 8 + 8 * l.words;
     return l;
   }
+
+  // The header and the parameters: everything before the scales.
+  void writePrefix(sdk::ByteWriter& w, const terse_tensor_info_v1& info) const {
+    sdk::writeHeader(w, kFormat, info);
+    w.put(WireParams{bucket_size_, mode_, scalesPerBucket()});
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  terse::compressors::onebit::cuda::Shape deviceShape(uint64_t numel) const {
+    const Layout l = layout(numel);
+    return {numel,
+            l.bucket,
+            l.buckets,
+            scalesPerBucket(),
+            sdk::kPayloadHeaderBytes + sizeof(WireParams),
+            l.total - 8 * l.words};
+  }
+
+  device::Prefix prefixFor(const terse_tensor_info_v1& info) const {
+    return device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, info); });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const Layout l = layout(args.info.numel);
+    device::requireCapacity(args.output, l.total, "onebit");
+    const device::Scope scope(args.info);
+    terse::compressors::onebit::cuda::compress(deviceShape(args.info.numel), prefixFor(args.info),
+                                               args.input<float>().data(), args.output.data(), args.stream);
+    return l.total;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    if (args.payload.size() == layout(args.info.numel).total) {
+      const auto shape = deviceShape(args.info.numel);
+      const auto status = status_.acquire();
+      status.clear();
+      terse::compressors::onebit::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status.device(),
+                                                 args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        terse::compressors::onebit::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
+                                                 args.accumulate, args.stream);
+        return;
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   uint32_t mode_;
   uint64_t bucket_size_;

@@ -1,5 +1,5 @@
 // onebit: the elementwise math of 1-bit quantization (see onebit.cc for the papers and the payload), as small TERSE_HD
-// functions called by the CPU loops and, later, by the CUDA kernels, so the CPU tests check the math the GPU runs.
+// functions called by the CPU loops and by the CUDA kernels (onebit.cu), so the CPU tests check the math the GPU runs.
 //
 // An element's bit is its IEEE sign bit (1 = negative; +0 counts as positive, -0 as negative, contributing 0 to the
 // negative side's sum). The sign bit rather than g < 0 keeps every loop free of compares and branches. Per bucket:
@@ -34,6 +34,46 @@ TERSE_HD uint32_t signBit(float g) {
   return sdk::floatBits(g) >> 31;
 }
 
+// Adds one element to a lane's f32 chunk sums: |g| to the side its sign bit says, and 1 to the count if negative.
+TERSE_HD void addElement(float g, float& pos, float& neg, float& cnt) {
+  const uint32_t bits = sdk::floatBits(g);
+  const float magnitude = sdk::bitsFloat(bits & 0x7FFFFFFFu);
+  const float negative = static_cast<float>(bits >> 31);
+  const float neg_part = magnitude * negative;
+  neg += neg_part;
+  pos += magnitude - neg_part;
+  cnt += negative;
+}
+
+// The pairwise tree over the kLanes double lanes that closes bucketSums (overwrites the arrays).
+TERSE_HD BucketSums combineLanes(double* pos, double* neg, double* cnt) {
+  for (unsigned width = kLanes / 2; width > 0; width /= 2) {
+    for (unsigned l = 0; l < width; ++l) {
+      pos[l] += pos[l + width];
+      neg[l] += neg[l + width];
+      cnt[l] += cnt[l + width];
+    }
+  }
+  return BucketSums{pos[0], neg[0], cnt[0]};
+}
+
+// One lane of bucketSums on its own: the double totals bucketSums keeps in lane `lane` (chunk by chunk, the lane's
+// elements c + lane, c + lane + kLanes, ... of each chunk summed in f32, then added in double). A GPU bucket runs its
+// kLanes lanes on kLanes threads and hands the totals to combineLanes, which reproduces bucketSums bit for bit
+// (onebit_test checks it on the CPU).
+TERSE_HD BucketSums laneBucketSums(const float* x, uint64_t n, unsigned lane) {
+  BucketSums total{0, 0, 0};
+  for (uint64_t c = 0; c < n; c += kChunk) {
+    float pos = 0, neg = 0, cnt = 0;
+    const uint64_t len = n - c < kChunk ? n - c : kChunk;
+    for (uint64_t j = lane; j < len; j += kLanes) addElement(x[c + j], pos, neg, cnt);
+    total.positive += pos;
+    total.negative_abs += neg;
+    total.negatives += cnt;
+  }
+  return total;
+}
+
 // The sums behind both reconstructions over n elements. Infinite or NaN when the input holds inf or NaN (or a chunk's
 // f32 sum overflows, which only values near the f32 limit can do). Only bit operations and exact products by 0 or 1:
 // no data-dependent branch, which with random signs would mispredict every other element.
@@ -41,15 +81,7 @@ TERSE_HD BucketSums bucketSums(const float* x, uint64_t n) {
   double total_pos[kLanes] = {}, total_neg[kLanes] = {}, total_cnt[kLanes] = {};
   for (uint64_t c = 0; c < n; c += kChunk) {
     float pos[kLanes] = {}, neg[kLanes] = {}, cnt[kLanes] = {};
-    auto add = [&](unsigned l, float g) {
-      const uint32_t bits = sdk::floatBits(g);
-      const float magnitude = sdk::bitsFloat(bits & 0x7FFFFFFFu);
-      const float negative = static_cast<float>(bits >> 31);
-      const float neg_part = magnitude * negative;
-      neg[l] += neg_part;
-      pos[l] += magnitude - neg_part;
-      cnt[l] += negative;
-    };
+    auto add = [&](unsigned l, float g) { addElement(g, pos[l], neg[l], cnt[l]); };
     const float* chunk = x + c;
     if (n - c >= kChunk) {
       for (unsigned q = 0; q < kChunk; q += kLanes) {
@@ -65,14 +97,7 @@ TERSE_HD BucketSums bucketSums(const float* x, uint64_t n) {
       total_cnt[l] += cnt[l];
     }
   }
-  for (unsigned width = kLanes / 2; width > 0; width /= 2) {
-    for (unsigned l = 0; l < width; ++l) {
-      total_pos[l] += total_pos[l + width];
-      total_neg[l] += total_neg[l + width];
-      total_cnt[l] += total_cnt[l + width];
-    }
-  }
-  return BucketSums{total_pos[0], total_neg[0], total_cnt[0]};
+  return combineLanes(total_pos, total_neg, total_cnt);
 }
 
 // Seide's two reconstruction values of a bucket of n elements, as magnitudes {pos, neg}.

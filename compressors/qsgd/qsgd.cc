@@ -24,15 +24,23 @@
 //   [32, ...)  B f32 bucket norms ||v|| (finite, >= 0), then zero padding to a multiple of 8 bytes
 //   [..., end) bitpack::wordCount(N, W) u64 words of W-bit codes (sdk/bitpack.hpp): code i = xi_i | negative_i << (W-1)
 // Total 32 + 8 ceil(B / 2) + 8 ceil(N W / 64) bytes. Decompress of one rank's payload gives that rank's Q(v); the
-// core decompress-accumulates every rank's payload. Host memory, f32 gradients; inputs holding inf or NaN (or whose
-// bucket norm overflows f32) are refused with InvalidArgument, since no finite norm could describe them.
+// core decompress-accumulates every rank's payload. f32 gradients; inputs holding inf or NaN (or whose bucket norm
+// overflows f32) are refused with InvalidArgument, since no finite norm could describe them.
+//
+// CUDA (qsgd.cu, when built with CUDA): device tensors give the host's payload bit for bit (the same math functions,
+// the same Philox counters, the norms summed in the host's order). Two differences, both for the sake of not waiting
+// on the stream: compress does not report a non-finite norm (it would have to read the norms back); the payload then
+// carries it, and every decompress of it, the sender's own error feedback included, refuses it as InvalidPayload.
+// And decompress synchronizes `stream` once, to learn the validation verdict (compressors/common/device.h).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
 
+#include "compressors/common/device.h"
 #include "compressors/common/host_f32.h"
+#include "compressors/qsgd/qsgd_cuda.h"
 #include "qsgd_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -56,8 +64,10 @@ struct WireParams {
 };
 static_assert(sizeof(WireParams) == 16);
 
+namespace device = terse::compressors::device;
+
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireHostF32OneRound(info);
+  terse::compressors::requireF32OneRound(info, device::kDevices);
 }
 
 // The loops' fixed inputs.
@@ -174,7 +184,7 @@ class Qsgd final : public sdk::Compressor {
   }
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    return terse::compressors::hostAllgatherCaps(dtype, TERSE_CAP_FIXED_SIZE);
+    return terse::compressors::allgatherCaps(dtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
@@ -186,11 +196,13 @@ class Qsgd final : public sdk::Compressor {
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> in = args.input<float>();
     const Layout l = layout(args.info.numel);
     sdk::ByteWriter w(args.output);
-    sdk::writeHeader(w, kFormat, args.info);
-    w.put(WireParams{static_cast<uint32_t>(levels_), code_bits_, bucket_size_});
+    writePrefix(w, args.info);
     const std::span<float> norms = w.putArray<float>(l.buckets);
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
@@ -207,6 +219,9 @@ class Qsgd final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, kFormat, args.info);
     const auto p = r.get<WireParams>("parameters");
@@ -259,6 +274,55 @@ class Qsgd final : public sdk::Compressor {
     l.total = sdk::kPayloadHeaderBytes + sizeof(WireParams) + (l.buckets * sizeof(float) + 7) / 8 * 8 + 8 * l.words;
     return l;
   }
+
+  // The header and the parameters: everything before the bucket norms.
+  void writePrefix(sdk::ByteWriter& w, const terse_tensor_info_v1& info) const {
+    sdk::writeHeader(w, kFormat, info);
+    w.put(WireParams{static_cast<uint32_t>(levels_), code_bits_, bucket_size_});
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  terse::compressors::qsgd::cuda::Shape deviceShape(uint64_t numel) const {
+    const Layout l = layout(numel);
+    const Config c = config(numel);
+    const uint64_t norms_offset = sdk::kPayloadHeaderBytes + sizeof(WireParams);
+    return {numel, c.bucket, l.buckets, c.levels, c.mag_bits, code_bits_, norms_offset, l.total - 8 * l.words};
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const Layout l = layout(args.info.numel);
+    device::requireCapacity(args.output, l.total, "qsgd");
+    const device::Scope scope(args.info);
+    const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+    terse::compressors::qsgd::cuda::compress(deviceShape(args.info.numel),
+                                             device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }),
+                                             args.input<float>().data(), rng, args.output.data(), args.stream);
+    return l.total;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    if (args.payload.size() == layout(args.info.numel).total) {
+      const auto shape = deviceShape(args.info.numel);
+      const auto status = status_.acquire();
+      status.clear();
+      // As on the host: every W-bit code is valid when s = 2^(W-1) - 1, so only other levels need the code scan.
+      const bool check_codes = static_cast<uint32_t>(levels_) != bitpack::lowMask(mag_bits_);
+      terse::compressors::qsgd::cuda::validate(
+          shape, device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }), args.payload.data(),
+          check_codes, status.device(), args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        terse::compressors::qsgd::cuda::decode(shape, args.payload.data(), args.output<float>().data(), args.accumulate,
+                                               args.stream);
+        return;
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   Config config(uint64_t numel) const {
     return Config{numel, std::max<uint64_t>(1, std::min(bucket_size_, numel)), static_cast<int32_t>(levels_),

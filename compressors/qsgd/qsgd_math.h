@@ -1,5 +1,5 @@
 // qsgd: the elementwise math of QSGD (see qsgd.cc for the paper and the payload), as small TERSE_HD functions called
-// by the CPU loops and, later, by the CUDA kernels, so the CPU tests check the math the GPU runs.
+// by the CPU loops and by the CUDA kernels (qsgd.cu), so the CPU tests check the math the GPU runs.
 //
 // Per bucket v (bucket_size consecutive elements) with norm ||v||_2 and s = levels:
 //   x_i  = s |v_i| / ||v||                      in [0, s]
@@ -25,6 +25,26 @@ inline constexpr unsigned kGroup = sdk::bitpack::kGroup;
 // reproducible; 8 doubles are one AVX-512 register or four SSE2 ones.
 inline constexpr unsigned kLanes = 8;
 
+// The pairwise tree over the kLanes partial sums that closes sumSquares (overwrites acc).
+TERSE_HD double combineLanes(double* acc) {
+  for (unsigned width = kLanes / 2; width > 0; width /= 2) {
+    for (unsigned l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0];
+}
+
+// One lane of sumSquares on its own: x[lane]^2 + x[lane + kLanes]^2 + ... in that order, the partial sum sumSquares
+// keeps in acc[lane]. A GPU bucket runs its kLanes lanes on kLanes threads and hands the sums to combineLanes, which
+// reproduces sumSquares bit for bit (qsgd_test checks it on the CPU).
+TERSE_HD double laneSumSquares(const float* x, uint64_t n, unsigned lane) {
+  double acc = 0;
+  for (uint64_t i = lane; i < n; i += kLanes) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  return acc;
+}
+
 // sum_k x_k^2 in double (no overflow or precision loss for any f32 input), in a fixed order: kLanes interleaved
 // partial sums, then a pairwise tree over the lanes.
 TERSE_HD double sumSquares(const float* x, uint64_t n) {
@@ -40,16 +60,16 @@ TERSE_HD double sumSquares(const float* x, uint64_t n) {
     const double v = x[i + l];
     acc[l] += v * v;
   }
-  for (unsigned width = kLanes / 2; width > 0; width /= 2) {
-    for (unsigned l = 0; l < width; ++l) acc[l] += acc[l + width];
-  }
-  return acc[0];
+  return combineLanes(acc);
 }
 
 // The bucket norm as it travels: the f32 nearest to sqrt(sum of squares). Infinite when it exceeds the f32 range (or
 // the input holds inf), NaN when the input holds NaN; the plugin refuses both.
+TERSE_HD float normOf(double sum_squares) {
+  return static_cast<float>(std::sqrt(sum_squares));
+}
 TERSE_HD float bucketNorm(const float* x, uint64_t n) {
-  return static_cast<float>(std::sqrt(sumSquares(x, n)));
+  return normOf(sumSquares(x, n));
 }
 
 // What |v_i| is divided by: the norm, or 1 for an all-zero bucket (every x_i is then 0, not 0/0).

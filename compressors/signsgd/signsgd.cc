@@ -32,15 +32,26 @@
 // raw payload for one rank (source_rank >= 0, or the aggregate when world_size is 1) and a reduced one only as the
 // aggregate of all world_size voters (source_rank = -1). Host memory, f32 gradients; NaN inputs are refused (they have
 // no sign to vote with).
+//
+// CUDA (signsgd.cu, when built with CUDA): device tensors give the host's payloads, aggregates and values bit for bit
+// (the same sign bits and integer votes). What differs is waiting: compress cannot refuse a NaN without reading back
+// from the device, so it marks the payload as kind 0 instead, which every decompress and reduce refuses as
+// InvalidPayload; decompress and reduce synchronize `stream` twice, once to read the prefix (the payload kind decides
+// what to check and how to decode) and once for the validation verdict (compressors/common/device.h).
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "compressors/common/device.h"
 #include "compressors/common/host_f32.h"
+#include "compressors/signsgd/signsgd_cuda.h"
 #include "signsgd_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -65,8 +76,11 @@ struct WireBlock {
 static_assert(sizeof(WireBlock) == 16);
 constexpr uint64_t kPrefixBytes = sdk::kPayloadHeaderBytes + sizeof(WireBlock);
 
+namespace device = terse::compressors::device;
+namespace kernels = terse::compressors::signsgd::cuda;
+
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireHostF32OneRound(info);
+  terse::compressors::requireF32OneRound(info, device::kDevices);
   if (info.world_size < 1) throw sdk::InvalidArgument("world_size " + std::to_string(info.world_size) + " < 1");
 }
 
@@ -124,7 +138,7 @@ class SignSgd final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     terse::compressors::requireF32(dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_CUSTOM;
     caps.flags = TERSE_CAP_FIXED_SIZE;
     caps.num_rounds = 1;
@@ -141,6 +155,9 @@ class SignSgd final : public sdk::Compressor {
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> in = args.input<float>();
     sdk::ByteWriter w(args.output);
     sdk::writeHeader(w, kFormat, args.info);
@@ -156,6 +173,9 @@ class SignSgd final : public sdk::Compressor {
   void decompress(const sdk::DecompressArgs& args) const override {
     const terse_tensor_info_v1& info = args.info;
     requireSupported(info);
+#if TERSE_COMPRESSOR_CUDA
+    if (info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     const Parsed p = parse(args.payload, info, "payload");
     const std::span<float> out = args.output<float>();
     if (p.block.kind == kRaw) {
@@ -193,6 +213,9 @@ class SignSgd final : public sdk::Compressor {
   uint64_t reduce(const sdk::ReduceArgs& args) const override {
     const terse_tensor_info_v1& info = args.info;
     requireSupported(info);
+#if TERSE_COMPRESSOR_CUDA
+    if (info.device == TERSE_DEVICE_CUDA) return reduceDevice(args);
+#endif
     const Parsed a = parse(args.a, info, "reduce input a");
     const Parsed b = parse(args.b, info, "reduce input b");
     const uint64_t voters = uint64_t{a.block.voters} + b.block.voters;
@@ -221,7 +244,9 @@ class SignSgd final : public sdk::Compressor {
   }
 
  private:
-  static uint64_t rawBytes(uint64_t numel) { return kPrefixBytes + 8 * bitpack::wordCount(numel, 1); }
+  static uint64_t rawBytes(uint64_t numel) {
+    return kPrefixBytes + 8 * bitpack::wordCount(numel, 1);
+  }
   static uint64_t reducedBytes(const terse_tensor_info_v1& info) {
     return kPrefixBytes + (info.numel * math::countBytes(info.world_size) + 7) / 8 * 8;
   }
@@ -259,6 +284,11 @@ class SignSgd final : public sdk::Compressor {
         throw sdk::InvalidPayload("nonzero padding bits after the last sign bit");
       }
       return p;
+    }
+    if (p.block.kind == kernels::kPoisonedKind) {
+      throw sdk::InvalidPayload(
+          "payload kind 0: the gradient it was made from holds a NaN, which has no sign to vote with (compress on "
+          "CUDA marks the payload instead of waiting for the device to refuse the input)");
     }
     if (p.block.kind != kReduced) {
       throw sdk::InvalidPayload("unknown payload kind " + std::to_string(p.block.kind) + " (1 raw, 2 reduced)");
@@ -358,6 +388,118 @@ class SignSgd final : public sdk::Compressor {
       for (uint64_t i = 0; i < numel; ++i) out[i] = math::decodeCount(c[i], magnitude);
     }
   }
+
+#if TERSE_COMPRESSOR_CUDA
+  device::Prefix prefixFor(const terse_tensor_info_v1& info, const WireBlock& block) const {
+    return device::makePrefix([&](sdk::ByteWriter& w) {
+      sdk::writeHeader(w, kFormat, info);
+      w.put(block);
+    });
+  }
+
+  // The block of a payload whose prefix the host parser accepts and whose size it expects for that kind, or nullopt
+  // (then the host parser, run on a copy, says why). Byte for byte the checks of parseUnlabelled before its sections.
+  std::optional<WireBlock> acceptedBlock(const std::array<std::byte, kPrefixBytes>& prefix, uint64_t payload_bytes,
+                                         const terse_tensor_info_v1& info) const {
+    WireBlock block;
+    std::memcpy(&block, prefix.data() + sdk::kPayloadHeaderBytes, sizeof block);
+    const device::Prefix header = device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kFormat, info); });
+    if (std::memcmp(prefix.data(), header.bytes, sdk::kPayloadHeaderBytes) != 0 || block.scale != scale_) {
+      return std::nullopt;
+    }
+    if (block.kind == kRaw) {
+      if (block.voters != 1 || block.count_bytes != 0 || payload_bytes != rawBytes(info.numel)) return std::nullopt;
+      return block;
+    }
+    if (block.kind != kReduced || block.voters < 2 || block.voters > static_cast<uint32_t>(info.world_size) ||
+        block.count_bytes != math::countBytes(info.world_size) || payload_bytes != reducedBytes(info)) {
+      return std::nullopt;
+    }
+    return block;
+  }
+
+  // Reads the prefix of each payload (one wait for all) and returns their blocks if the host would accept them.
+  template <size_t N>
+  std::array<std::optional<WireBlock>, N> acceptedBlocks(const std::array<std::span<const std::byte>, N>& payloads,
+                                                         const terse_tensor_info_v1& info, void* stream) const {
+    std::array<std::array<std::byte, kPrefixBytes>, N> prefixes{};
+    for (size_t k = 0; k < N; ++k) {
+      if (payloads[k].size() >= kPrefixBytes)
+        device::copyToHost(prefixes[k].data(), payloads[k].data(), kPrefixBytes, stream);
+    }
+    device::synchronize(stream);
+    std::array<std::optional<WireBlock>, N> blocks;
+    for (size_t k = 0; k < N; ++k) {
+      if (payloads[k].size() >= kPrefixBytes) blocks[k] = acceptedBlock(prefixes[k], payloads[k].size(), info);
+    }
+    return blocks;
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const uint64_t total = rawBytes(args.info.numel);
+    device::requireCapacity(args.output, total, "signsgd");
+    const device::Scope scope(args.info);
+    kernels::compress(prefixFor(args.info, WireBlock{kRaw, 1, 0, scale_}), args.input<float>().data(), args.info.numel,
+                      args.output.data(), args.stream);
+    return total;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const terse_tensor_info_v1& info = args.info;
+    const device::Scope scope(info);
+    const auto [block] = acceptedBlocks<1>({args.payload}, info, args.stream);
+    // The checks decompress makes on top of parse: whose payload of which kind this may be.
+    const bool fits = block && (block->kind == kRaw
+                                    ? info.source_rank >= 0 || info.world_size == 1
+                                    : info.source_rank < 0 && block->voters == static_cast<uint32_t>(info.world_size));
+    if (fits) {
+      const auto status = status_.acquire();
+      status.clear();
+      kernels::validate(args.payload.data(), info.numel, block->count_bytes, static_cast<int32_t>(block->voters),
+                        status.device(), args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        float* out = args.output<float>().data();
+        if (block->kind == kRaw) {
+          kernels::decodeRaw(args.payload.data(), info.numel, scale_, out, args.accumulate, args.stream);
+        } else {
+          const float magnitude = static_cast<float>(block->voters) * scale_;
+          kernels::decodeCounts(args.payload.data(), info.numel, block->count_bytes, magnitude, out, args.accumulate,
+                                args.stream);
+        }
+        return;
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  uint64_t reduceDevice(const sdk::ReduceArgs& args) const {
+    const terse_tensor_info_v1& info = args.info;
+    const device::Scope scope(info);
+    const auto [a, b] = acceptedBlocks<2>({args.a, args.b}, info, args.stream);
+    if (a && b && uint64_t{a->voters} + b->voters <= static_cast<uint64_t>(info.world_size)) {
+      const uint64_t total = reducedBytes(info);
+      device::requireCapacity(args.output, total, "signsgd");
+      const auto status = status_.acquire();
+      status.clear();
+      kernels::validate(args.a.data(), info.numel, a->count_bytes, static_cast<int32_t>(a->voters), status.device(),
+                        args.stream);
+      kernels::validate(args.b.data(), info.numel, b->count_bytes, static_cast<int32_t>(b->voters), status.device(),
+                        args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        const uint32_t width = math::countBytes(info.world_size);
+        kernels::fold(prefixFor(info, WireBlock{kReduced, a->voters + b->voters, width, scale_}), args.a.data(),
+                      a->count_bytes, args.b.data(), b->count_bytes, info.numel, width, args.output.data(), total,
+                      args.stream);
+        return total;
+      }
+    }
+    device::rethrowHostReduceVerdict(args, [this](const sdk::ReduceArgs& host) { return reduce(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   float scale_;
 };

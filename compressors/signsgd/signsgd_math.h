@@ -1,5 +1,5 @@
 // signsgd: the elementwise math of signSGD with majority vote (see signsgd.cc for the paper and the payloads), as
-// small TERSE_HD functions called by the CPU loops and, later, by the CUDA kernels.
+// small TERSE_HD functions called by the CPU loops and by the CUDA kernels (signsgd.cu).
 //
 // A rank sends bit_i = g_i's IEEE sign bit (+0 votes +1, -0 votes -1: one bit has no room for 0; the sign bit rather
 // than g_i < 0 keeps the loop free of compares). Reduction adds votes +1 / -1 into signed

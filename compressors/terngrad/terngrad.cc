@@ -20,14 +20,23 @@
 //   [32, ...)  B f32 scalers s_t (finite, >= 0), then zero padding to a multiple of 8 bytes
 //   [..., end) bitpack::wordCount(N, 2) = ceil(N / 32) u64 words of 2-bit codes: 0 -> 0, 1 -> +s_t, 2 -> -s_t
 // Total 32 + 8 ceil(B / 2) + 8 ceil(N / 32) bytes. Code 3, nonzero padding bits or a bad scaler are an
-// InvalidPayload. Host memory, f32 gradients; inputs holding inf or NaN are refused (no finite scaler covers them).
+// InvalidPayload. f32 gradients; inputs holding inf or NaN are refused (no finite scaler covers them).
+//
+// CUDA (terngrad.cu, when built with CUDA): device tensors give the host's payload bit for bit (the same math
+// functions and Philox counters; the scaler is a max, exact in any order). Two differences, both for the sake of not
+// waiting on the stream: compress does not report a non-finite scaler (it would have to read the scalers back); the
+// payload then carries it, and every decompress of it, the sender's own error feedback included, refuses it as
+// InvalidPayload. And decompress synchronizes `stream` once, to learn the validation verdict
+// (compressors/common/device.h).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
 
+#include "compressors/common/device.h"
 #include "compressors/common/host_f32.h"
+#include "compressors/terngrad/terngrad_cuda.h"
 #include "terngrad_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
@@ -50,8 +59,10 @@ struct WireParams {
 };
 static_assert(sizeof(WireParams) == 16);
 
+namespace device = terse::compressors::device;
+
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireHostF32OneRound(info);
+  terse::compressors::requireF32OneRound(info, device::kDevices);
 }
 
 // Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
@@ -123,7 +134,7 @@ class TernGrad final : public sdk::Compressor {
       : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    return terse::compressors::hostAllgatherCaps(dtype, TERSE_CAP_FIXED_SIZE);
+    return terse::compressors::allgatherCaps(dtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
@@ -135,11 +146,13 @@ class TernGrad final : public sdk::Compressor {
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> in = args.input<float>();
     const Layout l = layout(args.info.numel);
     sdk::ByteWriter w(args.output);
-    sdk::writeHeader(w, kFormat, args.info);
-    w.put(WireParams{bucket_size_, kW, 0});
+    writePrefix(w, args.info);
     const std::span<float> scales = w.putArray<float>(l.buckets);
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
@@ -154,6 +167,9 @@ class TernGrad final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     requireSupported(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, kFormat, args.info);
     const auto p = r.get<WireParams>("parameters");
@@ -207,6 +223,53 @@ class TernGrad final : public sdk::Compressor {
     l.total = sdk::kPayloadHeaderBytes + sizeof(WireParams) + (l.buckets * sizeof(float) + 7) / 8 * 8 + 8 * l.words;
     return l;
   }
+
+  // The header and the parameters: everything before the scalers.
+  void writePrefix(sdk::ByteWriter& w, const terse_tensor_info_v1& info) const {
+    sdk::writeHeader(w, kFormat, info);
+    w.put(WireParams{bucket_size_, kW, 0});
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  terse::compressors::terngrad::cuda::Shape deviceShape(uint64_t numel) const {
+    const Layout l = layout(numel);
+    return {numel, l.bucket, l.buckets, sdk::kPayloadHeaderBytes + sizeof(WireParams), l.total - 8 * l.words};
+  }
+
+  device::Prefix prefixFor(const terse_tensor_info_v1& info) const {
+    return device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, info); });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const Layout l = layout(args.info.numel);
+    device::requireCapacity(args.output, l.total, "terngrad");
+    const device::Scope scope(args.info);
+    const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+    terse::compressors::terngrad::cuda::compress(deviceShape(args.info.numel), prefixFor(args.info),
+                                                 args.input<float>().data(), rng, args.output.data(), args.stream);
+    return l.total;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    if (args.payload.size() == layout(args.info.numel).total) {
+      const auto shape = deviceShape(args.info.numel);
+      const auto status = status_.acquire();
+      status.clear();
+      terse::compressors::terngrad::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status.device(),
+                                                   args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        terse::compressors::terngrad::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
+                                                   args.accumulate, args.stream);
+        return;
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   uint64_t bucket_size_;
 };

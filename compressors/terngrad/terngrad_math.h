@@ -1,5 +1,6 @@
 // terngrad: the elementwise math of TernGrad (see terngrad.cc for the paper and the payload), as small TERSE_HD
-// functions called by the CPU loops and, later, by the CUDA kernels, so the CPU tests check the math the GPU runs.
+// functions called by the CPU loops and by the CUDA kernels (terngrad.cu), so the CPU tests check the math the GPU
+// runs.
 //
 // Per bucket with scale s = max_i |g_i|:
 //   b_i ~ Bernoulli(|g_i| / s), drawn as [u_i s < |g_i|] with u_i uniform in [0, 1), element i's own Philox draw
@@ -20,19 +21,26 @@ inline constexpr unsigned kGroup = sdk::bitpack::kGroup;  // codes handled 64 at
 inline constexpr unsigned kCodeBits = 2;
 inline constexpr unsigned kLanes = 16;  // interleaved partial maxima: independent lanes the compiler can vectorize
 
-// max_i |x_i| over n elements. |x| compared as its bit pattern (a non-negative int32 orders like the float), which
-// vectorizes on any SSE2 and lets NaN (bits above 0x7F800000) win the max, so a NaN input gives a NaN scale.
+// |g| as its bit pattern: a non-negative integer that orders like the float, with NaN (bits above 0x7F800000) above
+// every number. A max over these is exact and independent of the order it is taken in, which is what lets the GPU
+// take it with any reduction (terngrad.cu: cub and atomicMax) and still give bucketMaxAbs's bits.
+TERSE_HD uint32_t magnitudeBits(float g) {
+  return sdk::floatBits(g) & 0x7FFFFFFFu;
+}
+
+// max_i |x_i| over n elements, compared as magnitudeBits (as int32, which vectorizes on any SSE2), so a NaN input
+// gives a NaN scale.
 TERSE_HD float bucketMaxAbs(const float* x, uint64_t n) {
   int32_t m[kLanes] = {};
   uint64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (unsigned l = 0; l < kLanes; ++l) {
-      const int32_t a = static_cast<int32_t>(sdk::floatBits(x[i + l]) & 0x7FFFFFFFu);
+      const int32_t a = static_cast<int32_t>(magnitudeBits(x[i + l]));
       m[l] = a > m[l] ? a : m[l];
     }
   }
   for (unsigned l = 0; i + l < n; ++l) {
-    const int32_t a = static_cast<int32_t>(sdk::floatBits(x[i + l]) & 0x7FFFFFFFu);
+    const int32_t a = static_cast<int32_t>(magnitudeBits(x[i + l]));
     m[l] = a > m[l] ? a : m[l];
   }
   int32_t best = 0;

@@ -28,11 +28,16 @@ DeviceSummary deviceSummary() noexcept;
 #include "core/common/error.h"
 
 // TERSE_CUDA_CHECK(cudaMemcpyAsync(...)): throws terse::DeviceError "cudaMemcpyAsync(...) failed: <error string>".
+// The failure is reported by the exception, so the runtime's per-thread last error is cleared first: left set, it
+// would make the next cudaGetLastError() after an unrelated kernel launch (here or in a plugin, which share the
+// runtime) report this old failure as its own. A sticky error (a crashed kernel) stays: every later call reports it.
 #define TERSE_CUDA_CHECK(call)                                                                            \
   do {                                                                                                    \
     cudaError_t terse_cuda_err_ = (call);                                                                 \
-    if (terse_cuda_err_ != cudaSuccess)                                                                   \
+    if (terse_cuda_err_ != cudaSuccess) {                                                                 \
+      (void)cudaGetLastError();                                                                           \
       TERSE_THROW(::terse::DeviceError, #call << " failed: " << cudaGetErrorName(terse_cuda_err_) << ": " \
                                               << cudaGetErrorString(terse_cuda_err_));                    \
+    }                                                                                                     \
   } while (0)
 #endif

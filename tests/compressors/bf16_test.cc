@@ -62,7 +62,7 @@ TEST(Bf16Plugin, CapsAndSizes) {
   Instance c(plugin);
   ASSERT_TRUE(c.ok()) << c.lastError();
   const auto caps = c.caps();
-  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.devices, kCudaPluginDevices);
   EXPECT_EQ(caps.aggregation, TERSE_AGG_SUM);
   EXPECT_EQ(caps.wire_dtype, TERSE_DTYPE_BF16);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);

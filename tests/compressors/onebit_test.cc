@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compressors/onebit/onebit_math.h"
 #include "terse/sdk/bitpack.hpp"
 #include "tests/compressors/plugin_harness.h"
 
@@ -40,7 +41,7 @@ TEST(OneBit, ParametersCapsAndSizes) {
 
   Instance c(plugin);
   const auto caps = c.caps();
-  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.devices, kCudaPluginDevices);
   EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
   EXPECT_EQ(caps.num_rounds, 1);
@@ -67,6 +68,27 @@ TEST(OneBit, ParametersCapsAndSizes) {
 
 // Decoded values computed here from the definitions, in double: two_means gives each side its own mean, mean_abs
 // gives every element sign * mean |g|; the side is the IEEE sign bit (+0 positive, -0 negative).
+// The CUDA kernels sum a bucket one lane per thread (laneBucketSums) and close with combineLanes: together they must be
+// bucketSums bit for bit, or the GPU's scales would differ from the CPU's.
+TEST(OneBit, LaneSumsCombineToBucketSumsBitForBit) {
+  namespace math = compressors::onebit;
+  for (uint64_t n : {0ull, 1ull, 7ull, 15ull, 16ull, 17ull, 127ull, 128ull, 129ull, 1000ull, 100003ull}) {
+    std::vector<float> x = gaussian(static_cast<size_t>(n), static_cast<uint32_t>(n) + 5);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] *= 1e5f;  // a wide range: another order would round differently
+    if (n > 2) x[1] = -0.0f;
+    double pos[math::kLanes], neg[math::kLanes], cnt[math::kLanes];
+    for (unsigned l = 0; l < math::kLanes; ++l) {
+      const math::BucketSums lane = math::laneBucketSums(x.data(), n, l);
+      pos[l] = lane.positive, neg[l] = lane.negative_abs, cnt[l] = lane.negatives;
+    }
+    const math::BucketSums combined = math::combineLanes(pos, neg, cnt);
+    const math::BucketSums reference = math::bucketSums(x.data(), n);
+    EXPECT_EQ(0, std::memcmp(&combined.positive, &reference.positive, sizeof(double))) << "n=" << n;
+    EXPECT_EQ(0, std::memcmp(&combined.negative_abs, &reference.negative_abs, sizeof(double))) << "n=" << n;
+    EXPECT_EQ(combined.negatives, reference.negatives) << "n=" << n;
+  }
+}
+
 TEST(OneBit, ReconstructionsMatchTheirDefinitions) {
   Plugin plugin("onebit");
   for (const char* mode : {"two_means", "mean_abs"}) {

@@ -34,7 +34,16 @@
 #include "terse/sdk/half.hpp"
 #include "terse/types_v1.h"
 
+#ifndef TERSE_TEST_CUDA_PLUGINS
+#define TERSE_TEST_CUDA_PLUGINS 0
+#endif
+
 namespace terse::testing {
+
+// What the built-in compressors that have CUDA kernels advertise in caps.devices in this build: host memory, and CUDA
+// device memory when the build has CUDA (TERSE_TEST_CUDA_PLUGINS, set by tests/compressors/CMakeLists.txt).
+inline constexpr terse_device_v1 kCudaPluginDevices =
+    TERSE_DEVICE_HOST | (TERSE_TEST_CUDA_PLUGINS ? TERSE_DEVICE_CUDA : 0u);
 
 // ---- Bytes with the alignment the ABI promises for every buffer (at least 16; scratch at least 64).
 template <class T>

@@ -73,7 +73,7 @@ TEST(Qsgd, CapsAndExactSizes) {
   Plugin plugin("qsgd");
   Instance c(plugin);
   const auto caps = c.caps();
-  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.devices, kCudaPluginDevices);
   EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
   EXPECT_EQ(caps.num_rounds, 1);
@@ -98,6 +98,23 @@ TEST(Qsgd, CapsAndExactSizes) {
         EXPECT_EQ(q.compress(info, std::vector<float>(n, 0.0f)).size(), expectedBytes(n, levels, bucket));
       }
     }
+  }
+}
+
+// The CUDA kernels sum a bucket's squares one lane per thread (laneSumSquares) and close with combineLanes: together
+// they must be sumSquares bit for bit, or the GPU's norms (and so every code) would differ from the CPU's.
+TEST(Qsgd, LaneSumsCombineToSumSquaresBitForBit) {
+  namespace math = compressors::qsgd;
+  for (uint64_t n : {0ull, 1ull, 7ull, 8ull, 9ull, 511ull, 512ull, 1000ull, 100003ull}) {
+    // A wide dynamic range, so that a different order of additions would round differently.
+    std::vector<float> x = gaussian(static_cast<size_t>(n), static_cast<uint32_t>(n) + 11);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] *= 1e6f;
+    double lanes[math::kLanes];
+    for (unsigned l = 0; l < math::kLanes; ++l) lanes[l] = math::laneSumSquares(x.data(), n, l);
+    const double combined = math::combineLanes(lanes);
+    const double reference = math::sumSquares(x.data(), n);
+    EXPECT_EQ(0, std::memcmp(&combined, &reference, sizeof combined)) << "n=" << n;
+    EXPECT_EQ(math::normOf(reference), math::bucketNorm(x.data(), n)) << "n=" << n;
   }
 }
 

@@ -44,7 +44,7 @@ TEST(SignSgd, ParametersCapsAndSizes) {
   Instance c(plugin);
   ASSERT_NE(c.api().reduce, nullptr);
   const auto caps = c.caps();
-  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.devices, kCudaPluginDevices);
   EXPECT_EQ(caps.aggregation, TERSE_AGG_CUSTOM);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
   EXPECT_EQ(caps.num_rounds, 1);

@@ -52,7 +52,7 @@ TEST(TernGrad, ParametersCapsAndSizes) {
 
   Instance c(plugin);
   const auto caps = c.caps();
-  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.devices, kCudaPluginDevices);
   EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
   EXPECT_EQ(caps.num_rounds, 1);

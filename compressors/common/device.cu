@@ -1,0 +1,150 @@
+// compressors/common/device.h: compiled into every built-in plugin that has CUDA kernels.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compressors/common/device.cuh"
+#include "compressors/common/device.h"
+#include "terse/sdk/cuda.hpp"
+
+namespace terse::compressors::device {
+namespace {
+
+__global__ void writePrefixKernel(Prefix prefix, std::byte* output) {
+  for (unsigned i = threadIdx.x; i < prefix.size; i += blockDim.x) output[i] = prefix.bytes[i];
+}
+
+}  // namespace
+
+Scope::Scope(const terse_tensor_info_v1& info) {
+  TERSE_SDK_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (info.device_index < 0) {
+    throw sdk::InvalidArgument("a CUDA tensor needs device_index >= 0, got " + std::to_string(info.device_index));
+  }
+  if (info.device_index != previous_) {
+    TERSE_SDK_CUDA_CHECK(cudaSetDevice(info.device_index));
+  } else {
+    previous_ = -1;  // nothing to restore
+  }
+}
+
+Scope::~Scope() {
+  // Cannot throw from here. Restoring a device that was current a moment ago does not fail in practice; if it did, the
+  // error is cleared so that the caller's next launch check does not report it as its own.
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+StatusWords::~StatusWords() {
+  // finalize runs after every call has returned, so no kernel still writes these. cudaFreeHost's status is dropped:
+  // a destructor cannot throw, and at process exit the runtime may already be unloaded.
+  for (uint32_t* w : all_) {
+    if (cudaFreeHost(w) != cudaSuccess) (void)cudaGetLastError();
+  }
+}
+
+StatusWords::Lease StatusWords::acquire() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (free_.empty()) {
+    void* p = nullptr;
+    // Portable: valid whichever device the lease is used on; mapped: kernels write it directly (with unified
+    // addressing, the pointer kernels use is the host pointer).
+    TERSE_SDK_CUDA_CHECK(cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    all_.push_back(static_cast<uint32_t*>(p));
+    free_.push_back(static_cast<uint32_t*>(p));
+  }
+  uint32_t* w = free_.back();
+  free_.pop_back();
+  return Lease(this, w);
+}
+
+StatusWords::Lease::~Lease() {
+  std::lock_guard<std::mutex> lock(pool_->mutex_);
+  pool_->free_.push_back(word_);
+}
+
+void StatusWords::Lease::clear() const {
+  *reinterpret_cast<volatile uint32_t*>(word_) = 0u;
+}
+
+uint32_t* StatusWords::Lease::device() const {
+  void* d = nullptr;
+  TERSE_SDK_CUDA_CHECK(cudaHostGetDevicePointer(&d, word_, 0));
+  return static_cast<uint32_t*>(d);
+}
+
+bool StatusWords::Lease::raised() const {
+  return *reinterpret_cast<const volatile uint32_t*>(word_) != 0u;
+}
+
+void writePrefix(const Prefix& prefix, void* output, void* stream) {
+  if (prefix.size == 0) return;
+  writePrefixKernel<<<1, 64, 0, streamOf(stream)>>>(prefix, static_cast<std::byte*>(output));
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+void synchronize(void* stream) {
+  TERSE_SDK_CUDA_CHECK(cudaStreamSynchronize(streamOf(stream)));
+}
+
+void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream) {
+  if (bytes > 0) TERSE_SDK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, streamOf(stream)));
+}
+
+namespace {
+
+// A host copy of device bytes, in 8-byte words so that it is aligned for every section type, as the ABI's 16-byte
+// buffers are. Synchronizes `stream`.
+struct HostCopy {
+  HostCopy(std::span<const std::byte> device_bytes, void* stream)
+      : words((device_bytes.size() + 7) / 8 + 1), size(device_bytes.size()) {
+    copyToHost(words.data(), device_bytes.data(), size, stream);
+    synchronize(stream);
+  }
+  std::span<const std::byte> bytes() const { return {reinterpret_cast<const std::byte*>(words.data()), size}; }
+
+  std::vector<uint64_t> words;
+  size_t size;
+};
+
+terse_tensor_info_v1 hostInfo(terse_tensor_info_v1 info) {
+  info.device = TERSE_DEVICE_HOST;
+  info.device_index = -1;
+  return info;
+}
+
+[[noreturn]] void disagree(const char* call, uint64_t bytes) {
+  throw sdk::Error(TERSE_ERR_INTERNAL, std::string("the device validation of ") + call + " refused " +
+                                           std::to_string(bytes) +
+                                           " payload bytes that the host parser accepts: the two validations disagree");
+}
+
+}  // namespace
+
+void rethrowHostVerdict(const sdk::DecompressArgs& args,
+                        const std::function<void(const sdk::DecompressArgs&)>& host_decompress) {
+  const HostCopy payload(args.payload, args.stream);
+  const terse_tensor_info_v1 info = hostInfo(args.info);
+  std::vector<float> output(static_cast<size_t>(info.numel));
+  const sdk::DecompressArgs host{
+      info, payload.bytes(), {}, {}, output.empty() ? nullptr : output.data(), args.accumulate, nullptr};
+  host_decompress(host);
+  disagree("decompress", args.payload.size());
+}
+
+void rethrowHostReduceVerdict(const sdk::ReduceArgs& args,
+                              const std::function<uint64_t(const sdk::ReduceArgs&)>& host_reduce) {
+  const HostCopy a(args.a, args.stream), b(args.b, args.stream);
+  const terse_tensor_info_v1 info = hostInfo(args.info);
+  std::vector<uint64_t> output((args.output.size() + 7) / 8);
+  const sdk::ReduceArgs host{
+      info,   a.bytes(), b.bytes(),
+      {},     {},        std::span<std::byte>(reinterpret_cast<std::byte*>(output.data()), args.output.size()),
+      nullptr};
+  host_reduce(host);
+  disagree("reduce", args.a.size() + args.b.size());
+}
+
+}  // namespace terse::compressors::device

@@ -1,0 +1,51 @@
+// Kernel-side helpers shared by the built-in compressors' .cu files (see device.h for how a device call goes).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compressors/common/device.h"
+#include "terse/sdk/cuda.hpp"
+
+namespace terse::compressors::device {
+
+// Threads per block for every built-in kernel: a multiple of the warp, small enough for several blocks per SM.
+inline constexpr unsigned kThreads = 256;
+// Grids are capped and kernels loop (grid-stride): 2^40 elements at one per thread would pass the 2^31 - 1 blocks a
+// grid may have. 2^16 blocks of 256 threads still fill any current GPU many times over.
+inline constexpr uint64_t kMaxBlocks = uint64_t{1} << 16;
+
+inline unsigned gridFor(uint64_t items, uint64_t items_per_block) {
+  const uint64_t blocks = (items + items_per_block - 1) / items_per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
+}
+
+inline cudaStream_t streamOf(void* stream) {
+  return static_cast<cudaStream_t>(stream);
+}
+
+// Launch errors (bad configuration, no kernel image for this GPU) surface only through cudaGetLastError.
+#define TERSE_COMPRESSOR_CHECK_LAUNCH() TERSE_SDK_CUDA_CHECK(cudaGetLastError())
+
+// Raises a status word (see StatusWords). Racing writers all store 1, so no atomic is needed; the host reads it only
+// after the kernel has completed.
+__device__ __forceinline__ void raiseStatus(uint32_t* status) {
+  *reinterpret_cast<volatile uint32_t*>(status) = 1u;
+}
+
+// Part of a validation kernel: raises `status` unless the payload's first prefix.size bytes are the expected prefix.
+// Thread-strided over the calling grid's global thread index.
+__device__ __forceinline__ void checkPrefix(const std::byte* payload, const Prefix& expected, uint64_t thread,
+                                            uint32_t* status) {
+  if (thread < expected.size && payload[thread] != expected.bytes[thread]) raiseStatus(status);
+}
+
+// Whether `p` is aligned for an access of `bytes` (a power of two): wide loads need it, and a kernel falls back to
+// element accesses when a pointer is not (the ABI promises 16 bytes for whole buffers, not for every section).
+__device__ __forceinline__ bool aligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+}  // namespace terse::compressors::device

@@ -1,0 +1,135 @@
+// The CUDA path of the built-in compressors, as seen from their plugin classes (plain C++: no CUDA header here, so
+// the .cc files build the same with and without CUDA). A plugin with kernels lists its .cu file through
+// terse_compressor_cuda_sources() (compressors/CMakeLists.txt), which defines TERSE_COMPRESSOR_CUDA=1 and links the
+// CUDA runtime; without CUDA the plugin advertises host memory only and refuses device tensors.
+//
+// How a device call goes (one kernel body, two launchers: DESIGN.md section 5):
+//   compress:    the payload prefix (header and parameters, the same bytes the host path writes) is built on the host
+//                and written by a kernel that takes it by value, then the plugin's kernels fill the sections, all on
+//                `stream`. Nothing is waited for: fixed-size payloads need no size read back.
+//   decompress:  the payload came over the network and must be validated before its status can be returned, so the
+//                plugin's validation kernel checks everything the host decoder checks and raises a host-mapped status
+//                word, the call synchronizes `stream` once to read it, and only a clean payload is decoded (on the
+//                stream, not waited for). A payload the device refuses is copied to the host and run through the host
+//                decoder, which throws the very message the host path gives (and if it did not, that is a bug, reported
+//                as an internal error rather than decoded).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "terse/sdk.hpp"
+
+#ifndef TERSE_COMPRESSOR_CUDA
+#define TERSE_COMPRESSOR_CUDA 0
+#endif
+
+namespace terse::compressors::device {
+
+// Whether this plugin was built with its CUDA kernels.
+inline constexpr bool kBuilt = TERSE_COMPRESSOR_CUDA != 0;
+// What such a plugin advertises in caps.devices.
+inline constexpr terse_device_v1 kDevices = TERSE_DEVICE_HOST | (kBuilt ? TERSE_DEVICE_CUDA : 0u);
+
+// The bytes in front of a payload's data sections (header, parameters), built on the host and handed to kernels by
+// value. 64 bytes hold every built-in's prefix.
+struct Prefix {
+  alignas(16) std::byte bytes[64];
+  uint32_t size;
+};
+
+// Runs `write(sdk::ByteWriter&)` into a Prefix: the same writer calls the host path makes, so the bytes cannot differ.
+template <class Write>
+Prefix makePrefix(Write write) {
+  Prefix p{};
+  sdk::ByteWriter w(std::span<std::byte>(p.bytes, sizeof p.bytes));
+  write(w);
+  p.size = static_cast<uint32_t>(w.offset());
+  return p;
+}
+
+// What the ByteWriter's bounds check says on the host path, for a device output that cannot hold the payload.
+inline void requireCapacity(std::span<const std::byte> output, uint64_t needed, const char* plugin) {
+  if (output.size() < needed) {
+    throw sdk::InvalidArgument(std::string(plugin) + ": the output holds " + std::to_string(output.size()) +
+                               " bytes, the payload needs " + std::to_string(needed));
+  }
+}
+
+#if TERSE_COMPRESSOR_CUDA
+
+// Makes info.device_index current for a scope and restores the caller's device afterwards.
+class Scope {
+ public:
+  explicit Scope(const terse_tensor_info_v1& info);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Host-mapped pinned words that validation kernels raise (write 1) when they find a malformed payload. One per
+// concurrent decompress: calls on different threads may share a plugin instance (the ABI's "ctx is read-only after
+// init") and must not share a word, so words are leased from a pool that grows only when every word is in use, i.e.
+// to the number of threads that ever decompress at once. The steady state allocates nothing.
+class StatusWords {
+ public:
+  class Lease {
+   public:
+    Lease(StatusWords* pool, uint32_t* word) : pool_(pool), word_(word) {}
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+    // Clears the word. Only while no kernel that may write it is queued (a lease is exclusive, and every user
+    // synchronizes before giving it back).
+    void clear() const;
+    // The word as kernels see it.
+    uint32_t* device() const;
+    // Whether a kernel raised it; call after synchronizing the stream the kernels ran on.
+    bool raised() const;
+
+   private:
+    StatusWords* pool_;
+    uint32_t* word_;
+  };
+
+  StatusWords() = default;
+  ~StatusWords();
+  StatusWords(const StatusWords&) = delete;
+  StatusWords& operator=(const StatusWords&) = delete;
+
+  Lease acquire();
+
+ private:
+  std::mutex mutex_;
+  std::vector<uint32_t*> free_;
+  std::vector<uint32_t*> all_;
+};
+
+// Writes prefix.bytes to the start of a device output (stream-ordered, no host wait).
+void writePrefix(const Prefix& prefix, void* output, void* stream);
+// Blocks until the work queued on `stream` has run.
+void synchronize(void* stream);
+// Queues a copy of `bytes` bytes from device memory to host memory on `stream`; synchronize before reading `dst`.
+void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
+
+// The refusal of a payload the device validation (or the size check) turned down: copies it to the host, runs
+// `host_decompress` on it with a host copy of the tensor info and a scratch output, and lets the InvalidPayload that
+// throws propagate. Never returns.
+[[noreturn]] void rethrowHostVerdict(const sdk::DecompressArgs& args,
+                                     const std::function<void(const sdk::DecompressArgs&)>& host_decompress);
+// The same for reduce: both inputs are copied to the host and `host_reduce` runs on them into a host output.
+[[noreturn]] void rethrowHostReduceVerdict(const sdk::ReduceArgs& args,
+                                           const std::function<uint64_t(const sdk::ReduceArgs&)>& host_reduce);
+
+#endif  // TERSE_COMPRESSOR_CUDA
+
+}  // namespace terse::compressors::device

@@ -1,0 +1,20 @@
+// fp16's CUDA launchers (fp16.cu), called by the plugin (fp16.cc through compressors/common/cast16.h) for device
+// tensors. Both queue work on `stream` (a cudaStream_t) and return without waiting for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compressors/common/device.h"
+
+namespace terse::compressors::fp16::cuda {
+
+// out[i] = encodeValue(in[i]) for i < n (fp16_math.h).
+void encode(const float* in, uint16_t* out, uint64_t n, void* stream);
+
+// If the payload starts with `expected` (the header): out[i] = decodeValue(wire[i]), or out[i] += it when
+// accumulate, for the n 16-bit values after it. Otherwise raises `status` and writes nothing.
+void decode(const std::byte* payload, const device::Prefix& expected, float* out, uint64_t n, bool accumulate,
+            uint32_t* status, void* stream);
+
+}  // namespace terse::compressors::fp16::cuda

@@ -1,0 +1,168 @@
+// signsgd's kernels, calling signsgd_math.h's functions as the host loops in signsgd.cc do, so device payloads,
+// reductions and decodes are the host's bit for bit (the math is sign bits, integer votes and one product per value):
+//   compress   one warp per 64-element group: each lane reads two elements (coalesced 128-byte rows), two
+//              __ballot_sync of their signBit give the group's word directly in the bitpack width-1 layout, elements
+//              past the end voting 0 so the padding bits are zero; a third ballot of isNan poisons the payload.
+//   validate   one thread per count (countIsValid) or padding byte; raw payloads only need their padding bits.
+//   decode     one thread per 4 elements with decodeSign / decodeCount, one 16-byte store.
+//   fold       one thread per element: vote() of a raw bit or the stored count, added as the host's fold does.
+#include <cstddef>
+#include <cstdint>
+
+#include "compressors/common/device.cuh"
+#include "compressors/common/pack_kernels.cuh"
+#include "compressors/signsgd/signsgd_cuda.h"
+#include "compressors/signsgd/signsgd_math.h"
+#include "terse/sdk/bitpack.hpp"
+
+namespace terse::compressors::signsgd::cuda {
+namespace {
+
+namespace bitpack = sdk::bitpack;
+
+constexpr uint64_t kPrefixBytes = 32;
+
+TERSE_HD uint64_t sectionBytes(uint64_t numel, uint32_t count_bytes) {
+  return count_bytes == 0 ? 8 * bitpack::wordCount(numel, 1) : (numel * count_bytes + 7) / 8 * 8;
+}
+
+__global__ void signsKernel(const float* __restrict__ x, uint64_t numel, uint64_t* __restrict__ words,
+                            std::byte* kind) {
+  constexpr unsigned kGroup = bitpack::kGroup;
+  const unsigned lane = threadIdx.x % 32;
+  const uint64_t warp = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = uint64_t{gridDim.x} * blockDim.x / 32;
+  const uint64_t groups = (numel + kGroup - 1) / kGroup;
+  for (uint64_t g = warp; g < groups; g += warps) {  // warp-uniform: every lane reaches the ballots
+    const uint64_t lo = g * kGroup + lane, hi = lo + 32;
+    const float vlo = lo < numel ? x[lo] : 0.0f, vhi = hi < numel ? x[hi] : 0.0f;
+    const uint32_t lo_bits = __ballot_sync(0xFFFFFFFFu, signBit(vlo) != 0);
+    const uint32_t hi_bits = __ballot_sync(0xFFFFFFFFu, signBit(vhi) != 0);
+    const uint32_t nans = __ballot_sync(0xFFFFFFFFu, (isNan(vlo) | isNan(vhi)) != 0);
+    if (lane == 0) {
+      words[g] = uint64_t{lo_bits} | uint64_t{hi_bits} << 32;
+      if (nans != 0) *reinterpret_cast<uint32_t*>(kind) = kPoisonedKind;  // after the prefix kernel, in stream order
+    }
+  }
+}
+
+template <class T>
+__device__ int32_t countAt(const std::byte* counts, uint64_t i) {
+  return reinterpret_cast<const T*>(counts)[i];
+}
+
+__device__ int32_t countOf(const std::byte* counts, uint32_t count_bytes, uint64_t i) {
+  return count_bytes == 1   ? countAt<int8_t>(counts, i)
+         : count_bytes == 2 ? countAt<int16_t>(counts, i)
+                            : countAt<int32_t>(counts, i);
+}
+
+// One input's vote count of element i: the raw bit's vote, or the stored count.
+__device__ int32_t votesOf(const std::byte* payload, uint32_t count_bytes, uint64_t i) {
+  const std::byte* section = payload + kPrefixBytes;
+  if (count_bytes == 0) return vote(bitpack::get(reinterpret_cast<const uint64_t*>(section), i, 1));
+  return countOf(section, count_bytes, i);
+}
+
+__global__ void validateKernel(const std::byte* __restrict__ payload, uint64_t numel, uint32_t count_bytes,
+                               int32_t voters, uint32_t* status) {
+  const std::byte* section = payload + kPrefixBytes;
+  if (count_bytes == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0 &&
+        !bitpack::paddingIsZero(reinterpret_cast<const uint64_t*>(section), numel, 1)) {
+      device::raiseStatus(status);
+    }
+    return;
+  }
+  const uint64_t used = numel * count_bytes, bytes = sectionBytes(numel, count_bytes);
+  for (uint64_t t = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < bytes; t += uint64_t{gridDim.x} * blockDim.x) {
+    if (t < numel && !countIsValid(countOf(section, count_bytes, t), voters)) device::raiseStatus(status);
+    if (t >= used && section[t] != std::byte{0}) device::raiseStatus(status);
+  }
+}
+
+struct RawDecoder {
+  float scale;
+  __device__ float operator()(uint64_t, uint32_t bit) const { return decodeSign(bit, scale); }
+};
+
+__global__ void decodeCountsKernel(const std::byte* __restrict__ payload, uint64_t numel, uint32_t count_bytes,
+                                   float magnitude, float* __restrict__ out, bool accumulate) {
+  const std::byte* counts = payload + kPrefixBytes;
+  const uint64_t quads = (numel + 3) / 4;
+  for (uint64_t q = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; q < quads; q += uint64_t{gridDim.x} * blockDim.x) {
+    const uint64_t i0 = 4 * q;
+    float o[4];
+    if (accumulate) device::loadQuad(out, i0, numel, o);
+    for (unsigned j = 0; j < 4 && i0 + j < numel; ++j) {
+      const float v = decodeCount(countOf(counts, count_bytes, i0 + j), magnitude);
+      o[j] = accumulate ? o[j] + v : v;
+    }
+    device::storeQuad(out, i0, numel, o);
+  }
+}
+
+template <class T>
+__global__ void foldKernel(const std::byte* __restrict__ a, uint32_t a_count_bytes, const std::byte* __restrict__ b,
+                           uint32_t b_count_bytes, uint64_t numel, T* __restrict__ out) {
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < numel; i += uint64_t{gridDim.x} * blockDim.x) {
+    out[i] = static_cast<T>(votesOf(a, a_count_bytes, i) + votesOf(b, b_count_bytes, i));  // |sum| <= world_size fits
+  }
+}
+
+}  // namespace
+
+void compress(const device::Prefix& prefix, const float* x, uint64_t numel, std::byte* payload, void* stream) {
+  device::writePrefix(prefix, payload, stream);
+  if (numel == 0) return;
+  const uint64_t groups = (numel + bitpack::kGroup - 1) / bitpack::kGroup;
+  signsKernel<<<device::gridFor(groups, device::kThreads / 32), device::kThreads, 0, device::streamOf(stream)>>>(
+      x, numel, reinterpret_cast<uint64_t*>(payload + kPrefixBytes), payload + kKindOffset);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+void validate(const std::byte* payload, uint64_t numel, uint32_t count_bytes, int32_t voters, uint32_t* status,
+              void* stream) {
+  const uint64_t items = count_bytes == 0 ? 1 : sectionBytes(numel, count_bytes);
+  validateKernel<<<device::gridFor(items, device::kThreads), device::kThreads, 0, device::streamOf(stream)>>>(
+      payload, numel, count_bytes, voters, status);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream) {
+  device::launchDecodeCodes(reinterpret_cast<const uint64_t*>(payload + kPrefixBytes), numel, 1, RawDecoder{scale}, out,
+                            accumulate, stream);
+}
+
+void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes, float magnitude, float* out,
+                  bool accumulate, void* stream) {
+  if (numel == 0) return;
+  decodeCountsKernel<<<device::gridFor((numel + 3) / 4, device::kThreads), device::kThreads, 0,
+                       device::streamOf(stream)>>>(payload, numel, count_bytes, magnitude, out, accumulate);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+void fold(const device::Prefix& prefix, const std::byte* a, uint32_t a_count_bytes, const std::byte* b,
+          uint32_t b_count_bytes, uint64_t numel, uint32_t count_bytes, std::byte* output, uint64_t total,
+          void* stream) {
+  const cudaStream_t st = device::streamOf(stream);
+  device::writePrefix(prefix, output, stream);
+  const uint64_t used = kPrefixBytes + numel * count_bytes;
+  if (total > used) TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(output + used, 0, total - used, st));
+  if (numel == 0) return;
+  const unsigned grid = device::gridFor(numel, device::kThreads);
+  std::byte* counts = output + kPrefixBytes;
+  if (count_bytes == 1) {
+    foldKernel<<<grid, device::kThreads, 0, st>>>(a, a_count_bytes, b, b_count_bytes, numel,
+                                                  reinterpret_cast<int8_t*>(counts));
+  } else if (count_bytes == 2) {
+    foldKernel<<<grid, device::kThreads, 0, st>>>(a, a_count_bytes, b, b_count_bytes, numel,
+                                                  reinterpret_cast<int16_t*>(counts));
+  } else {
+    foldKernel<<<grid, device::kThreads, 0, st>>>(a, a_count_bytes, b, b_count_bytes, numel,
+                                                  reinterpret_cast<int32_t*>(counts));
+  }
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+}  // namespace terse::compressors::signsgd::cuda

@@ -1,0 +1,40 @@
+// signsgd's CUDA launchers (signsgd.cu), called by signsgd.cc for device tensors. Each queues work on `stream` (a
+// cudaStream_t) and returns without waiting for it. Payload offsets are signsgd.cc's: a 32-byte prefix, then sign bits
+// (raw) or vote counts of `count_bytes` bytes each (reduced).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compressors/common/device.h"
+
+namespace terse::compressors::signsgd::cuda {
+
+// The offset of the kind field in the prefix, and the kind a device compress writes there when the gradient holds a
+// NaN: it cannot refuse the input without waiting for the device, so it poisons the payload instead, and every
+// decompress or reduce of it refuses it.
+inline constexpr uint64_t kKindOffset = 16;
+inline constexpr uint32_t kPoisonedKind = 0;
+
+// A raw payload: `prefix`, then the sign bits of x (1 bit per element, bitpack layout); the kind becomes
+// kPoisonedKind if any x_i is NaN.
+void compress(const device::Prefix& prefix, const float* x, uint64_t numel, std::byte* payload, void* stream);
+
+// Raises `status` unless the sections after a raw prefix (padding bits) or a reduced prefix (every count possible for
+// `voters`, zero padding bytes) are what signsgd.cc's host parser accepts. count_bytes 0 means raw.
+void validate(const std::byte* payload, uint64_t numel, uint32_t count_bytes, int32_t voters, uint32_t* status,
+              void* stream);
+
+// out = (or +=) scale * sign of each raw bit.
+void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream);
+// out = (or +=) magnitude * sign(count) for each reduced count.
+void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes, float magnitude, float* out,
+                  bool accumulate, void* stream);
+
+// output = `prefix`, then count_i(a) + count_i(b) in `count_bytes`-byte integers, then zero padding to `total` bytes;
+// a raw input counts its bit as a vote of +1 or -1. Inputs validated by validate().
+void fold(const device::Prefix& prefix, const std::byte* a, uint32_t a_count_bytes, const std::byte* b,
+          uint32_t b_count_bytes, uint64_t numel, uint32_t count_bytes, std::byte* output, uint64_t total,
+          void* stream);
+
+}  // namespace terse::compressors::signsgd::cuda

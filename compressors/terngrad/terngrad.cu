@@ -1,0 +1,133 @@
+// terngrad's kernels, calling terngrad_math.h's functions as the host loops in terngrad.cc do, so the device payload
+// is the host payload bit for bit:
+//   scalers    a max of magnitudeBits, which is exact in any order: each block reduces up to kChunk elements of one
+//              bucket with cub::BlockReduce and folds its result into the bucket's scaler with atomicMax on the bits
+//              (zeroed first), so one bucket may span many blocks (the paper's whole-tensor scaler) or one block.
+//   quantize   compressors/common/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
+//              the host's layout), 2-bit codes packed by the host's bitpack::packGroup<2> / packTail<2>.
+//   validate   one thread per code word / scaler / prefix byte, raising the status word on anything the host refuses.
+//   decode     pack_kernels.cuh with decodeValue.
+#include <cub/block/block_reduce.cuh>
+#include <cuda/functional>
+
+#include <cfloat>
+#include <cstddef>
+#include <cstdint>
+
+#include "compressors/common/device.cuh"
+#include "compressors/common/pack_kernels.cuh"
+#include "compressors/terngrad/terngrad_cuda.h"
+#include "compressors/terngrad/terngrad_math.h"
+#include "terse/sdk/bitpack.hpp"
+
+namespace terse::compressors::terngrad::cuda {
+namespace {
+
+namespace bitpack = sdk::bitpack;
+
+constexpr unsigned kChunk = 4 * device::kThreads;  // elements one block reduces per iteration
+
+TERSE_HD float* scalesOf(const Shape& s, std::byte* payload) {
+  return reinterpret_cast<float*>(payload + s.scales_offset);
+}
+TERSE_HD const float* scalesOf(const Shape& s, const std::byte* payload) {
+  return reinterpret_cast<const float*>(payload + s.scales_offset);
+}
+TERSE_HD const uint64_t* wordsOf(const Shape& s, const std::byte* payload) {
+  return reinterpret_cast<const uint64_t*>(payload + s.words_offset);
+}
+
+uint64_t chunksPerBucket(const Shape& s) {
+  return (s.bucket + kChunk - 1) / kChunk;
+}
+
+// scale_bits[b] = max(scale_bits[b], magnitudeBits of the chunk's elements), chunk by chunk.
+__global__ void maxAbsKernel(const float* __restrict__ x, Shape s, uint64_t chunks_per_bucket,
+                             uint32_t* __restrict__ scale_bits) {
+  using Reduce = cub::BlockReduce<uint32_t, device::kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  const uint64_t items = s.buckets * chunks_per_bucket;
+  for (uint64_t item = blockIdx.x; item < items; item += gridDim.x) {  // block-uniform
+    const uint64_t b = item / chunks_per_bucket;
+    const uint64_t bucket_end = (b + 1) * s.bucket < s.numel ? (b + 1) * s.bucket : s.numel;
+    const uint64_t begin = b * s.bucket + (item % chunks_per_bucket) * kChunk;
+    const uint64_t end = begin + kChunk < bucket_end ? begin + kChunk : bucket_end;
+    uint32_t m = 0;
+    for (uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const uint32_t a = magnitudeBits(x[i]);
+      m = a > m ? a : m;
+    }
+    const uint32_t block_max = Reduce(temp).Reduce(m, ::cuda::maximum<>{});
+    if (threadIdx.x == 0 && block_max != 0) atomicMax(scale_bits + b, block_max);
+    __syncthreads();  // the next item reuses temp
+  }
+}
+
+// quantizeValue with its bucket's scaler, as ternarizeAll computes it per element.
+struct Coder {
+  const float* scales;
+  uint64_t bucket;
+  __device__ uint32_t operator()(uint64_t i, float v, uint32_t random_bits) const {
+    return quantizeValue(v, scales[i / bucket], random_bits);
+  }
+};
+
+struct Decoder {
+  const float* scales;
+  uint64_t bucket;
+  __device__ float operator()(uint64_t i, uint32_t code) const { return decodeValue(code, scales[i / bucket]); }
+};
+
+__global__ void validateKernel(const std::byte* __restrict__ payload, device::Prefix expected, Shape s, uint64_t words,
+                               uint32_t* status) {
+  const float* scales = scalesOf(s, payload);
+  const uint64_t* w = wordsOf(s, payload);
+  const uint64_t pad_begin = s.scales_offset + s.buckets * sizeof(float);
+  uint64_t items = words > s.buckets ? words : s.buckets;
+  items = items > s.words_offset ? items : s.words_offset;
+  for (uint64_t t = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < items; t += uint64_t{gridDim.x} * blockDim.x) {
+    device::checkPrefix(payload, expected, t, status);
+    if (t >= pad_begin && t < s.words_offset && payload[t] != std::byte{0}) device::raiseStatus(status);
+    if (t < s.buckets && !(scales[t] >= 0.0f && scales[t] <= FLT_MAX)) device::raiseStatus(status);
+    if (t < words && wordHasInvalidCode(w[t])) device::raiseStatus(status);
+    if (t == 0 && !bitpack::paddingIsZero(w, s.numel, kCodeBits)) device::raiseStatus(status);
+  }
+}
+
+}  // namespace
+
+void compress(const Shape& shape, const device::Prefix& prefix, const float* x, const sdk::PhiloxStream& rng,
+              std::byte* payload, void* stream) {
+  const cudaStream_t st = device::streamOf(stream);
+  device::writePrefix(prefix, payload, stream);
+  // The scalers start at 0 for atomicMax (a bucket of zeros keeps 0), and the padding after them must be 0 anyway.
+  if (shape.words_offset > shape.scales_offset) {
+    TERSE_SDK_CUDA_CHECK(
+        cudaMemsetAsync(payload + shape.scales_offset, 0, shape.words_offset - shape.scales_offset, st));
+  }
+  if (shape.numel == 0) return;
+  float* scales = scalesOf(shape, payload);
+  const uint64_t chunks = chunksPerBucket(shape);
+  maxAbsKernel<<<device::gridFor(shape.buckets * chunks, 1), device::kThreads, 0, st>>>(
+      x, shape, chunks, reinterpret_cast<uint32_t*>(scales));
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+  device::launchQuantize(kCodeBits, x, shape.numel, rng, Coder{scales, shape.bucket},
+                         reinterpret_cast<uint64_t*>(payload + shape.words_offset), stream);
+}
+
+void validate(const Shape& shape, const device::Prefix& expected, const std::byte* payload, uint32_t* status,
+              void* stream) {
+  const uint64_t words = bitpack::wordCount(shape.numel, kCodeBits);
+  uint64_t items = words > shape.buckets ? words : shape.buckets;
+  items = items > shape.words_offset ? items : shape.words_offset;
+  validateKernel<<<device::gridFor(items, device::kThreads), device::kThreads, 0, device::streamOf(stream)>>>(
+      payload, expected, shape, words, status);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
+  device::launchDecodeCodes(wordsOf(shape, payload), shape.numel, kCodeBits,
+                            Decoder{scalesOf(shape, payload), shape.bucket}, out, accumulate, stream);
+}
+
+}  // namespace terse::compressors::terngrad::cuda
