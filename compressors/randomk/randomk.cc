@@ -20,9 +20,15 @@
 // Parameters: ratio in (0, 1] (default 0.01), k = min(numel, max(1, round(ratio * numel))), 0 for numel = 0;
 // unbiased (bool, default false). No workspace, no state: decompress recomputes pi(j) as compress did, so it needs
 // nothing from the compress side. f32 gradients in host memory, any numel.
+//
+// CUDA (randomk.cu, when built with CUDA): device tensors give the host's payload byte for byte and decode to the
+// host's floats bit for bit (one thread per coordinate computes pi(j) with the same integer math and Philox keys).
+// Decompress synchronizes `stream` once, to learn the verdict on the header (compressors/common/device.h).
 #include <cstdint>
 #include <string>
 
+#include "compressors/common/device.h"
+#include "compressors/randomk/randomk_cuda.h"
 #include "compressors/randomk/randomk_math.h"
 #include "terse/sdk.hpp"
 
@@ -30,6 +36,7 @@ namespace {
 
 namespace sdk = terse::sdk;
 namespace rk = terse::compressors::randomk;
+namespace device = terse::compressors::device;
 
 constexpr const char* kName = "randomk";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("RNDK"), 1};
@@ -43,7 +50,7 @@ class RandomK final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_SUM;
     caps.wire_dtype = TERSE_DTYPE_F32;
     caps.flags = TERSE_CAP_FIXED_SIZE | TERSE_CAP_SHARED_SEED;
@@ -61,6 +68,9 @@ class RandomK final : public sdk::Compressor {
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> g = args.input<float>();
     const uint64_t k = rk::targetCount(ratio_, g.size());
     sdk::ByteWriter w(args.output);
@@ -75,6 +85,9 @@ class RandomK final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     const uint64_t k = rk::targetCount(ratio_, args.info.numel);
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, kFormat, args.info);
@@ -95,7 +108,9 @@ class RandomK final : public sdk::Compressor {
   }
 
  private:
-  static uint64_t payloadBytes(uint64_t k) { return sdk::kPayloadHeaderBytes + sizeof(float) * k; }
+  static uint64_t payloadBytes(uint64_t k) {
+    return sdk::kPayloadHeaderBytes + sizeof(float) * k;
+  }
 
   static void requireF32(terse_dtype_v1 dtype) {
     if (dtype != TERSE_DTYPE_F32) {
@@ -104,8 +119,52 @@ class RandomK final : public sdk::Compressor {
   }
   static void check(const terse_tensor_info_v1& info) {
     requireF32(info.dtype);
-    if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported");
+    if (info.device != TERSE_DEVICE_HOST && !(info.device == TERSE_DEVICE_CUDA && device::kBuilt)) {
+      throw sdk::Unsupported("only host memory is supported");
+    }
   }
+
+#if TERSE_COMPRESSOR_CUDA
+  static device::Prefix prefix(const terse_tensor_info_v1& info) {
+    return device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kFormat, info); });
+  }
+
+  // The permutation compress and decompress walk; none for an empty tensor (k = 0: nothing is selected).
+  static rk::Permutation permutation(const terse_tensor_info_v1& info) {
+    if (info.numel == 0) return rk::Permutation{};
+    return rk::makePermutation(info.seed, info.step, info.tensor_id, info.numel);
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const uint64_t numel = args.info.numel;
+    const uint64_t k = rk::targetCount(ratio_, numel);
+    device::requireCapacity(args.output, payloadBytes(k), kName);
+    const device::Scope scope(args.info);
+    const float scale = unbiased_ ? rk::unbiasedScale(numel, k) : 1.0f;
+    rk::cuda::compress(prefix(args.info), args.input<float>().data(), permutation(args.info), k, scale,
+                       args.output.data(), args.stream);
+    return payloadBytes(k);
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    const uint64_t k = rk::targetCount(ratio_, args.info.numel);
+    if (args.payload.size() == payloadBytes(k)) {
+      const auto status = status_.acquire();
+      status.clear();
+      rk::cuda::validate(prefix(args.info), args.payload.data(), status.device(), args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        rk::cuda::decode(args.payload.data(), permutation(args.info), k, args.output<float>().data(), args.accumulate,
+                         args.stream);
+        return;
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   double ratio_;
   bool unbiased_;

@@ -18,10 +18,18 @@
 //
 // Compress is one pass: values are written from offset 24 forward and indices, whose final offset depends on the
 // count, from the far end of the output buffer (capacity 24 + 8 * numel), then moved down once the count is known.
+//
+// CUDA (threshold.cu, when built with CUDA): device tensors give the host's payload byte for byte (cub::DeviceSelect
+// with the same integer key compare keeps index order). Compress synchronizes `stream` once, as a variable-size
+// compressor must to report its output bytes, and so refuses a non-finite gradient as the host does; its workspace is
+// a counter and cub's selection storage. Decompress synchronizes to read the count and once more to learn the
+// validation verdict (compressors/common/device.h).
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "compressors/common/device.h"
+#include "compressors/threshold/threshold_cuda.h"
 #include "compressors/threshold/threshold_math.h"
 #include "compressors/topk/sparse_payload.h"
 #include "compressors/topk/topk_select.h"
@@ -33,6 +41,7 @@ namespace sdk = terse::sdk;
 namespace sparse = terse::compressors::sparse;
 namespace tk = terse::compressors::topk;
 namespace th = terse::compressors::threshold;
+namespace device = terse::compressors::device;
 
 constexpr const char* kName = "threshold";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("THRS"), 1};
@@ -53,7 +62,7 @@ class Threshold final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_ALLGATHER;
     caps.flags = 0;  // variable size
     caps.num_rounds = 1;
@@ -64,17 +73,23 @@ class Threshold final : public sdk::Compressor {
     check(info);
     terse_compressor_sizes_v1 sizes{};
     sizes.max_output_bytes = sparse::payloadBytes(info.numel);
+#if TERSE_COMPRESSOR_CUDA
+    if (info.device == TERSE_DEVICE_CUDA) {
+      const device::Scope scope(info);
+      sizes.workspace_bytes = th::cuda::workspaceBytes(info.numel);
+    }
+#endif
     return sizes;
   }
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     check(args.info);
+    requireOutput(args);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> g = args.input<float>();
     const size_t n = g.size();
-    if (args.output.size() < sparse::payloadBytes(n)) {
-      throw sdk::InvalidArgument("output of " + std::to_string(args.output.size()) + " bytes, sizes() asked for " +
-                                 std::to_string(sparse::payloadBytes(n)));
-    }
     {
       sdk::ByteWriter w(args.output);
       sdk::writeHeader(w, kFormat, args.info);
@@ -100,9 +115,7 @@ class Threshold final : public sdk::Compressor {
           c += take ? 1 : 0;
         },
         [] { return false; });
-    if (nonfinite != 0) {
-      throw sdk::InvalidArgument("the gradient holds a non-finite value (inf or NaN); threshold would send it");
-    }
+    if (nonfinite != 0) refuseNonFinite();
     std::memmove(base + sparse::kFixedBytes + sizeof(float) * c, far_indices, sizeof(uint32_t) * c);
     std::memcpy(base + sparse::kCountOffset, &c, sizeof c);
     return sparse::payloadBytes(c);
@@ -110,6 +123,9 @@ class Threshold final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     const sparse::SparseView v = sparse::readSparse(args.payload, kFormat, args.info, 0, args.info.numel, min_key_);
     sparse::scatter(v, args.output<float>(), args.accumulate);
   }
@@ -117,9 +133,73 @@ class Threshold final : public sdk::Compressor {
  private:
   static void check(const terse_tensor_info_v1& info) {
     sparse::requireF32(kName, info.dtype);
-    sparse::requireHost(kName, info.device);
+    sparse::requireDevice(kName, info.device, device::kDevices);
     sparse::requireIndexable(kName, info.numel);
   }
+
+  static void requireOutput(const sdk::CompressArgs& args) {
+    const uint64_t need = sparse::payloadBytes(args.info.numel);
+    if (args.output.size() < need) {
+      throw sdk::InvalidArgument("output of " + std::to_string(args.output.size()) + " bytes, sizes() asked for " +
+                                 std::to_string(need));
+    }
+  }
+
+  [[noreturn]] static void refuseNonFinite() {
+    throw sdk::InvalidArgument("the gradient holds a non-finite value (inf or NaN); threshold would send it");
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  // The payload's prefix: the header, and (for validation) the count.
+  static device::Prefix prefix(const terse_tensor_info_v1& info, const uint64_t* count) {
+    return device::makePrefix([&](sdk::ByteWriter& w) {
+      sdk::writeHeader(w, kFormat, info);
+      if (count != nullptr) w.put(*count);
+    });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const device::Scope scope(args.info);
+    const uint64_t need = th::cuda::workspaceBytes(args.info.numel);
+    if (args.workspace.size() < need) {
+      throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
+                                 " bytes, sizes() asked for " + std::to_string(need));
+    }
+    const auto status = status_.acquire();
+    status.clear();
+    const th::cuda::Selection s =
+        th::cuda::compress(prefix(args.info, nullptr), args.input<float>().data(), args.info.numel, min_key_,
+                           args.workspace.data(), args.output.data(), status, args.stream);
+    if (s.nonfinite) refuseNonFinite();
+    return sparse::payloadBytes(s.count);
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    if (args.payload.size() >= sparse::kFixedBytes) {
+      // The count says how long the payload must be; it is read first, and the device checks it (with the rest of
+      // the prefix) against the value read, so a payload the host would refuse is refused here too.
+      uint64_t count = 0;
+      device::copyToHost(&count, args.payload.data() + sparse::kCountOffset, sizeof count, args.stream);
+      device::synchronize(args.stream);
+      if (count <= args.info.numel && args.payload.size() == sparse::payloadBytes(count)) {
+        const auto status = status_.acquire();
+        status.clear();
+        th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_,
+                           status.device(), args.stream);
+        device::synchronize(args.stream);
+        if (!status.raised()) {
+          th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
+                           args.stream);
+          return;
+        }
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   double tau_;
   uint32_t min_key_;

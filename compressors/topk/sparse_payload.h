@@ -53,6 +53,18 @@ inline void requireHost(const char* plugin, terse_device_v1 device) {
   }
 }
 
+// The device check of a sparsifier that has CUDA kernels: `devices` is what it advertises (device::kDevices), so a
+// build without the kernels refuses CUDA tensors as requireHost does, and no build accepts a device it does not know.
+inline void requireDevice(const char* plugin, terse_device_v1 device, terse_device_v1 devices) {
+  if (device != TERSE_DEVICE_HOST && device != TERSE_DEVICE_CUDA) {
+    throw sdk::Unsupported(std::string(plugin) + ": unknown device " + std::to_string(device));
+  }
+  if ((device & devices) == 0) {
+    throw sdk::Unsupported(std::string(plugin) +
+                           ": only host memory is supported (this build of the plugin has no CUDA kernels)");
+  }
+}
+
 inline void requireIndexable(const char* plugin, uint64_t numel) {
   if (numel > kMaxNumel) {
     throw sdk::Unsupported(std::string(plugin) + ": tensors of " + std::to_string(numel) +

@@ -25,10 +25,20 @@
 // f32 gradients in host memory, fewer than 2^32 elements. A non-finite gradient element fails compress with
 // InvalidArgument (such elements have the largest magnitudes, so top-k always meets them): a diverged step should stop
 // the run, not travel the network as values every decompress must reject.
+//
+// CUDA (topk.cu, when built with CUDA): device tensors give the host's payload byte for byte (the same keys, digits and
+// tie rule; a radix select whose state stays on the device, then a tile-scanned compaction in index order). Workspace
+// on the device: the select's state and histogram, two u64 per tile of 4096 elements and cub's scan storage
+// (topk_cuda.h sizes it). Two differences, both for the sake of not waiting on the stream: compress does not refuse a
+// non-finite gradient (it would have to read the selection back); the payload then carries it, and every decompress
+// of it, the sender's own error feedback included, refuses it as InvalidPayload. And decompress synchronizes `stream`
+// once, to learn the validation verdict (compressors/common/device.h).
 #include <cstdint>
 #include <string>
 
+#include "compressors/common/device.h"
 #include "compressors/topk/sparse_payload.h"
+#include "compressors/topk/topk_cuda.h"
 #include "compressors/topk/topk_math.h"
 #include "compressors/topk/topk_select.h"
 #include "terse/sdk.hpp"
@@ -38,6 +48,7 @@ namespace {
 namespace sdk = terse::sdk;
 namespace sparse = terse::compressors::sparse;
 namespace tk = terse::compressors::topk;
+namespace device = terse::compressors::device;
 
 constexpr const char* kName = "topk";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("TOPK"), 1};
@@ -50,7 +61,7 @@ class TopK final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_ALLGATHER;
     caps.flags = TERSE_CAP_FIXED_SIZE;
     caps.num_rounds = 1;
@@ -62,21 +73,28 @@ class TopK final : public sdk::Compressor {
     const uint64_t k = tk::targetCount(ratio_, info.numel);
     terse_compressor_sizes_v1 sizes{};
     sizes.max_output_bytes = sparse::payloadBytes(k);
+#if TERSE_COMPRESSOR_CUDA
+    if (info.device == TERSE_DEVICE_CUDA) {
+      const device::Scope scope(info);
+      sizes.workspace_bytes = tk::cuda::workspaceBytes(info.numel, k);
+      return sizes;
+    }
+#endif
     sizes.workspace_bytes = workspaceBytes(info.numel, k);
     return sizes;
   }
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> g = args.input<float>();
     const uint64_t k = tk::targetCount(ratio_, g.size());
     const sparse::SparseSections out = sparse::writeSparse(args.output, kFormat, args.info, k);
     if (k == 0) return sparse::payloadBytes(0);
     const uint64_t need = workspaceBytes(g.size(), k);
-    if (args.workspace.size() < need) {
-      throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
-                                 " bytes, sizes() asked for " + std::to_string(need));
-    }
+    requireWorkspace(args, need);
     tk::SelectScratch scratch{};  // unused when k == numel (everything is sent)
     if (need > 0) scratch = tk::SelectScratch::carve(args.workspace.data(), tk::candidateCapacity(g.size(), k));
     if (tk::selectTopK(g, k, scratch, out.values.data(), out.indices.data())) {
@@ -87,6 +105,9 @@ class TopK final : public sdk::Compressor {
 
   void decompress(const sdk::DecompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
     const sparse::SparseView v = sparse::readSparse(args.payload, kFormat, args.info, k, k);
     sparse::scatter(v, args.output<float>(), args.accumulate);
@@ -95,7 +116,7 @@ class TopK final : public sdk::Compressor {
  private:
   static void check(const terse_tensor_info_v1& info) {
     sparse::requireF32(kName, info.dtype);
-    sparse::requireHost(kName, info.device);
+    sparse::requireDevice(kName, info.device, device::kDevices);
     sparse::requireIndexable(kName, info.numel);
   }
 
@@ -103,6 +124,52 @@ class TopK final : public sdk::Compressor {
     if (k == 0 || k >= numel) return 0;  // nothing to select: every element (or none) is sent
     return tk::selectWorkspaceBytes(tk::candidateCapacity(numel, k));
   }
+
+  static void requireWorkspace(const sdk::CompressArgs& args, uint64_t need) {
+    if (args.workspace.size() < need) {
+      throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
+                                 " bytes, sizes() asked for " + std::to_string(need));
+    }
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  // The header and the count: everything before the values, as sparse::writeSparse writes them.
+  static device::Prefix prefix(const terse_tensor_info_v1& info, uint64_t k) {
+    return device::makePrefix([&](sdk::ByteWriter& w) {
+      sdk::writeHeader(w, kFormat, info);
+      w.put(k);
+    });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const uint64_t k = tk::targetCount(ratio_, args.info.numel);
+    device::requireCapacity(args.output, sparse::payloadBytes(k), kName);
+    const device::Scope scope(args.info);
+    requireWorkspace(args, tk::cuda::workspaceBytes(args.info.numel, k));
+    tk::cuda::compress(prefix(args.info, k), args.input<float>().data(), args.info.numel, k, args.workspace.data(),
+                       args.output.data(), args.stream);
+    return sparse::payloadBytes(k);
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const device::Scope scope(args.info);
+    const uint64_t k = tk::targetCount(ratio_, args.info.numel);
+    if (args.payload.size() == sparse::payloadBytes(k)) {
+      const auto status = status_.acquire();
+      status.clear();
+      tk::cuda::validate(prefix(args.info, k), args.payload.data(), k, args.info.numel, status.device(), args.stream);
+      device::synchronize(args.stream);
+      if (!status.raised()) {
+        tk::cuda::decode(args.payload.data(), k, args.info.numel, args.output<float>().data(), args.accumulate,
+                         args.stream);
+        return;
+      }
+    }
+    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   double ratio_;
 };

@@ -12,6 +12,10 @@
 // launch overhead that overlaps earlier work does not count and a call that waits is charged its wait. After the run a
 // table gives compress and decompress GB/s and their ratios to the copy.
 //
+// topk (ratio 0.01) also runs beside its reference, the full cub radix sort of (|g| key, index) pairs
+// (topk_sort_reference.h), as "sort/topk_reference"; the summary prints the speedup (issue 9's target: >= 3x), and
+// after the timed loop the sort's first k indices are checked against the plugin's payload ("#wrong" in the summary).
+//
 // Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory), --mib=N (default
 // 256). Without a CUDA device it says why and exits with status 0 (CI builds it everywhere, runs it nowhere).
 #include <benchmark/benchmark.h>
@@ -31,11 +35,20 @@
 #include "core/common/device_buffer.h"
 #include "core/plugin/compressor_plugin.h"
 #include "core/plugin/loader.h"
+#include "tests/bench/topk_sort_reference.h"
 
 namespace terse {
 namespace {
 
-const char* const kCompressors[] = {"none", "fp16", "bf16", "qsgd", "terngrad", "onebit", "signsgd"};
+const char* const kCompressors[] = {"none",   "fp16",    "bf16", "qsgd",    "terngrad",
+                                    "onebit", "signsgd", "topk", "randomk", "threshold"};
+
+// Parameters beyond the defaults: threshold has no default tau; 2.576 passes about 1% of standard-normal gradients,
+// the share topk and randomk send by default.
+Params paramsFor(const std::string& name) {
+  if (name == "threshold") return {{"tau", "2.576"}};
+  return {};
+}
 
 uint64_t g_numel = uint64_t{64} << 20;
 
@@ -140,6 +153,39 @@ void benchDecompress(benchmark::State& state, const std::string& name, std::shar
   report(state, "decompress/" + name, total);
 }
 
+// Indices of the topk payload on the device whose set differs from the sort's first k: 0 when they agree (the
+// payload is 24 B of header and count, k values, then k indices in ascending order).
+uint64_t g_topk_wrong = 0;
+bool g_topk_checked = false;
+
+void benchTopKSort(benchmark::State& state, std::shared_ptr<const Compressor> topk) {
+  bench::TopKSortReference sort(g_numel, g_device->stream.get());
+  double total = 0;
+  for (auto _ : state) {
+    const double ms = deviceMilliseconds([&] { sort.run(g_device->input.as<float>(), g_device->stream.get()); });
+    state.SetIterationTime(ms * 1e-3);
+    total += ms;
+  }
+  report(state, "sort/topk_reference", total);
+
+  const TensorInfo info = tensorInfo(0);
+  const CompressorSizes sizes = topk->sizes(info);
+  cuda::DeviceBuffer payload(sizes.max_output_bytes, g_device->stream.get());
+  cuda::DeviceBuffer workspace(sizes.workspace_bytes, g_device->stream.get());
+  const Scratch scratch{{workspace.as<std::byte>(), workspace.size()}, {}};
+  topk->compress(info, g_device->input.data(), {}, scratch, {payload.as<std::byte>(), payload.size()},
+                 g_device->stream.handle());
+  const uint64_t k = (sizes.max_output_bytes - 24) / 8;
+  std::vector<uint32_t> got(static_cast<size_t>(k));
+  TERSE_CUDA_CHECK(cudaMemcpyAsync(got.data(), payload.as<std::byte>() + 24 + 4 * k, 4 * k, cudaMemcpyDeviceToHost,
+                                   g_device->stream.get()));
+  const std::vector<uint32_t> want = sort.topIndices(k, g_device->stream.get());
+  g_topk_wrong = 0;
+  for (size_t j = 0; j < want.size(); ++j) g_topk_wrong += got[j] != want[j] ? 1 : 0;
+  g_topk_checked = true;
+  state.counters["#wrong"] = static_cast<double>(g_topk_wrong);
+}
+
 void printSummary(const std::vector<std::string>& present) {
   const auto rate = [](const std::string& name) {
     const auto it = g_rates.find(name);
@@ -153,6 +199,14 @@ void printSummary(const std::vector<std::string>& present) {
     const double cg = rate("compress/" + p), dg = rate("decompress/" + p);
     std::printf("%-10s %12.1f %10.2f %14.1f %10.2f\n", p.c_str(), cg, copy > 0 ? cg / copy : 0.0, dg,
                 copy > 0 ? dg / copy : 0.0);
+  }
+  if (g_topk_checked) {
+    // Rates are of the same input bytes, so their ratio is the ratio of the times.
+    const double sort = rate("sort/topk_reference"), topk = rate("compress/topk");
+    std::printf(
+        "topk 1%% compress vs the full cub radix sort of (key, index) pairs: %.1f vs %.1f GB/s, %.2fx "
+        "(target >= 3x); #wrong %llu\n",
+        topk, sort, sort > 0 ? topk / sort : 0.0, static_cast<unsigned long long>(g_topk_wrong));
   }
 }
 
@@ -206,7 +260,7 @@ int main(int argc, char** argv) {
   for (const char* name : kCompressors) {
     std::shared_ptr<const Compressor> instance;
     try {
-      instance = loader.loadCompressor(name)->instantiate({});
+      instance = loader.loadCompressor(name)->instantiate(paramsFor(name));
       if ((instance->caps(DType::kF32).devices & TERSE_DEVICE_CUDA) == 0) {
         std::cerr << "terse-bench-compressors-cuda: skipping " << name << ": no CUDA kernels in this build\n";
         continue;
@@ -223,6 +277,11 @@ int main(int argc, char** argv) {
                                  instance)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
+    if (std::string(name) == "topk") {
+      benchmark::RegisterBenchmark("sort/topk_reference", benchTopKSort, instance)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   benchmark::RunSpecifiedBenchmarks();
   printSummary(present);

@@ -37,7 +37,7 @@ TEST(TopK, CapsAndSizes) {
   EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
   EXPECT_EQ(caps.num_rounds, 1);
-  EXPECT_EQ(caps.devices, TERSE_DEVICE_HOST);
+  EXPECT_EQ(caps.devices, terse::testing::kCudaPluginDevices);
   terse_compressor_caps_v1 f16{};
   EXPECT_EQ(c.getCaps(TERSE_DTYPE_F16, &f16), TERSE_ERR_UNSUPPORTED);
 
@@ -47,6 +47,27 @@ TEST(TopK, CapsAndSizes) {
   EXPECT_EQ(s.state_bytes, 0u);
   EXPECT_GT(s.workspace_bytes, 0u);
   EXPECT_EQ(c.sizes(tensorInfo(0)).max_output_bytes, 24u);
+}
+
+// sparse::requireDevice: an unknown device is refused in every build, a CUDA tensor exactly when the plugin was built
+// without its kernels (with them, sizing a CUDA tensor asks cub for its scan storage and so needs a GPU: the cuda tests
+// cover that).
+TEST(TopK, RefusesDevicesItHasNoKernelsFor) {
+  Instance c(topkPlugin(), {{"ratio", "0.01"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  terse_compressor_sizes_v1 s{};
+  terse_tensor_info_v1 info = tensorInfo(100);
+  info.device = static_cast<terse_device_v1>(4);
+  EXPECT_EQ(c.getSizes(info, &s), TERSE_ERR_UNSUPPORTED);
+  EXPECT_NE(c.lastError().find("topk: unknown device 4"), std::string::npos) << c.lastError();
+  if (!TERSE_TEST_CUDA_PLUGINS) {
+    info.device = TERSE_DEVICE_CUDA;
+    info.device_index = 0;
+    EXPECT_EQ(c.getSizes(info, &s), TERSE_ERR_UNSUPPORTED);
+    EXPECT_NE(c.lastError().find("topk: only host memory is supported (this build of the plugin has no CUDA kernels)"),
+              std::string::npos)
+        << c.lastError();
+  }
 }
 
 TEST(TopK, RejectsBadParameters) {

@@ -32,6 +32,7 @@ struct Case {
   std::string plugin;
   Instance::ParamList params;
   std::string label;
+  bool fixed_size = true;  // false: the payload's size depends on the data (threshold)
 };
 
 std::vector<Case> cases() {
@@ -46,6 +47,17 @@ std::vector<Case> cases() {
       {"terngrad", {{"bucket_size", "0"}}, "terngrad_whole_tensor"},
       {"onebit", {}, "onebit"},
       {"onebit", {{"scale", "mean_abs"}, {"bucket_size", "1000"}}, "onebit_mean_abs_bucket1000"},
+      {"topk", {}, "topk"},
+      {"topk", {{"ratio", "0.1"}}, "topk_ratio0p1"},
+      // input() holds about 2% signed zeros, so the cut falls among them: ties broken by index.
+      {"topk", {{"ratio", "0.99"}}, "topk_ratio0p99_ties"},
+      {"topk", {{"ratio", "1"}}, "topk_everything"},
+      {"randomk", {}, "randomk"},
+      {"randomk", {{"ratio", "0.3"}, {"unbiased", "true"}}, "randomk_ratio0p3_unbiased"},
+      {"randomk", {{"ratio", "1"}}, "randomk_everything"},
+      {"threshold", {{"tau", "0.5"}}, "threshold_tau0p5", false},
+      {"threshold", {{"tau", "3"}}, "threshold_tau3", false},
+      {"threshold", {{"tau", "1e30"}}, "threshold_nothing_passes", false},
   };
 }
 
@@ -75,8 +87,10 @@ class DeviceCalls {
  public:
   DeviceCalls(Instance& c, Stream& stream) : c_(c), stream_(stream) {}
 
-  // compress on the device; returns the payload bytes copied back, ADD_FAILUREs on a non-OK status.
-  Bytes compress(const terse_tensor_info_v1& info, const std::vector<float>& x, DeviceBuffer* payload) {
+  // compress on the device; returns the payload bytes copied back, ADD_FAILUREs on a non-OK status. A fixed-size
+  // compressor must report its max_output_bytes.
+  Bytes compress(const terse_tensor_info_v1& info, const std::vector<float>& x, DeviceBuffer* payload,
+                 bool fixed_size = true) {
     const terse_compressor_sizes_v1 sizes = c_.sizes(info);
     DeviceBuffer in(x.size() * sizeof(float), stream_.get());
     in.copyFromHost(x.data(), in.size(), stream_.get());
@@ -92,7 +106,11 @@ class DeviceCalls {
       ADD_FAILURE() << "device compress returned " << status << ": " << c_.lastError();
       return {};
     }
-    EXPECT_EQ(written, sizes.max_output_bytes);
+    if (fixed_size) EXPECT_EQ(written, sizes.max_output_bytes);
+    if (written > sizes.max_output_bytes) {
+      ADD_FAILURE() << "device compress wrote " << written << " bytes, max_output_bytes is " << sizes.max_output_bytes;
+      return {};
+    }
     Bytes out(static_cast<size_t>(written));
     payload->copyToHost(out.data(), out.size(), stream_.get());
     stream_.synchronize();
@@ -179,7 +197,7 @@ TEST_P(CompressorsOnDevice, PayloadAndDecodeEqualTheHostBitForBit) {
 
     const Bytes want = c.compress(host_info, x);
     DeviceBuffer payload;
-    const Bytes got = dev.compress(dev_info, x, &payload);
+    const Bytes got = dev.compress(dev_info, x, &payload, GetParam().fixed_size);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
 
@@ -324,6 +342,103 @@ TEST_F(SignSgdOnDevice, NanGradientsPoisonThePayload) {
   EXPECT_NE(c.lastError().find("holds a NaN"), std::string::npos) << c.lastError();
   EXPECT_EQ(c.decompress(info, poisoned, out, true), TERSE_ERR_INVALID_PAYLOAD);
   for (float v : out) ASSERT_EQ(v, 1.0f);
+}
+
+// topk on heavily tied data (a few distinct magnitudes, both signs), at ratios whose cut falls inside a crowded key,
+// and at sizes around the compaction's 4096-element tiles: the device must break ties by index exactly as the host.
+class TopKOnDevice : public DeviceTest {};
+
+std::vector<float> tied(uint64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(-3, 3);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(d(g)) * 0.5f;
+  return v;
+}
+
+TEST_F(TopKOnDevice, TiesGoToTheLowerIndexAsOnTheHost) {
+  Plugin plugin("topk");
+  Stream stream;
+  for (const char* ratio : {"0.01", "0.3", "0.5", "0.9"}) {
+    Instance c(plugin, {{"ratio", ratio}});
+    ASSERT_TRUE(c.ok()) << c.lastError();
+    DeviceCalls dev(c, stream);
+    for (uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{4095}, uint64_t{4096}, uint64_t{4097}, uint64_t{3 * 4096 + 5},
+                       (uint64_t{1} << 20) + 3}) {
+      SCOPED_TRACE(std::string("ratio ") + ratio + ", numel " + std::to_string(n));
+      const terse_tensor_info_v1 info = tensorInfo(n);
+      const std::vector<float> x = tied(n, static_cast<uint32_t>(n));
+      const Bytes want = c.compress(info, x);
+      DeviceBuffer payload;
+      const Bytes got = dev.compress(onDevice(info, device_), x, &payload);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
+      std::vector<float> host_out = tied(n, 1), dev_out = host_out;
+      ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
+      ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
+      EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+    }
+  }
+}
+
+// The device cannot refuse a non-finite gradient at compress without waiting for the selection; the non-finite value
+// has the largest key, so it is selected and travels, and every decompress refuses the payload with the host's words.
+TEST_F(TopKOnDevice, NonFiniteGradientsPoisonThePayload) {
+  Plugin plugin("topk");
+  Instance c(plugin);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  const terse_tensor_info_v1 info = tensorInfo(1000);
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> x = input(1000, 1);
+    x[777] = bad;
+    Bytes host_payload;
+    EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
+    DeviceBuffer payload;
+    const Bytes poisoned = dev.compress(onDevice(info, device_), x, &payload);
+    ASSERT_FALSE(poisoned.empty());
+    std::vector<float> out(1000, 1.0f);
+    c.host().clear();
+    EXPECT_EQ(dev.decompress(onDevice(info, device_), poisoned, out, true), TERSE_ERR_INVALID_PAYLOAD);
+    EXPECT_NE(c.lastError().find("is not finite"), std::string::npos) << c.lastError();
+    for (float v : out) ASSERT_EQ(v, 1.0f);
+  }
+}
+
+// threshold: compress synchronizes to learn the count, so unlike the fixed-size compressors it refuses a non-finite
+// gradient at compress, with the host's status and message.
+TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
+  const cuda::DeviceSummary summary = cuda::deviceSummary();
+  if (summary.count == 0) GTEST_SKIP() << "no CUDA device: " << summary.reason;
+  int device = 0;
+  TERSE_CUDA_CHECK(cudaGetDevice(&device));
+  Plugin plugin("threshold");
+  Instance c(plugin, {{"tau", "0.5"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  const terse_tensor_info_v1 info = tensorInfo(1000);
+  const terse_tensor_info_v1 dev_info = onDevice(info, device);
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> x = input(1000, 2);
+    x[999] = bad;
+    Bytes host_payload;
+    c.host().clear();
+    EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
+    const std::string host_error = c.lastError();
+    const terse_compressor_sizes_v1 sizes = c.sizes(dev_info);
+    DeviceBuffer in(x.size() * sizeof(float), stream.get());
+    in.copyFromHost(x.data(), in.size(), stream.get());
+    DeviceBuffer out(sizes.max_output_bytes, stream.get()), workspace(sizes.workspace_bytes, stream.get());
+    terse_scratch_v1 scratch{workspace.data(), workspace.size(), nullptr, 0};
+    uint64_t written = 0;
+    c.host().clear();
+    EXPECT_EQ(c.api().compress(c.ctx(), &dev_info, in.data(), nullptr, 0, &scratch, out.data(), out.size(), &written,
+                               stream.handle()),
+              TERSE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(c.lastError(), host_error);
+    stream.synchronize();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Builtins, CompressorsOnDevice, ::testing::ValuesIn(cases()),

@@ -1,0 +1,85 @@
+// Device side of sparse_payload.h, for the sparsifiers' .cu files (topk now; threshold and dgc send the same layout):
+// validation of an untrusted payload with the checks readSparse makes, and the scatter that decodes it. Templates, so
+// that a plugin may include this from more than one translation unit.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compressors/common/device.cuh"
+#include "compressors/topk/sparse_payload.h"
+#include "compressors/topk/topk_math.h"
+
+namespace terse::compressors::sparse {
+
+// The sections of a payload of `count` entries (host code computes them for the launches, kernels to read).
+TERSE_HD const float* valuesOf(const std::byte* payload) {
+  return reinterpret_cast<const float*>(payload + kFixedBytes);
+}
+TERSE_HD const uint32_t* indicesOf(const std::byte* payload, uint64_t count) {
+  return reinterpret_cast<const uint32_t*>(payload + kFixedBytes + sizeof(float) * count);
+}
+
+// One thread per entry (and per prefix byte): the prefix (header and count), every index below numel and above its
+// predecessor, every value finite and (CheckMinKey, threshold's tau) with a key >= min_key. The caller has checked that
+// the payload is payloadBytes(count) long, so every read is in bounds. Values sit at offset 24 and indices right after
+// them: both 4-byte aligned in a 16-byte aligned payload.
+template <bool CheckMinKey>
+__global__ void validateSparseKernel(const std::byte* __restrict__ payload, device::Prefix expected, uint64_t count,
+                                     uint64_t numel, uint32_t min_key, uint32_t* status) {
+  const float* values = valuesOf(payload);
+  const uint32_t* indices = indicesOf(payload, count);
+  const uint64_t items = count > expected.size ? count : expected.size;
+  for (uint64_t t = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < items; t += uint64_t{gridDim.x} * blockDim.x) {
+    device::checkPrefix(payload, expected, t, status);
+    if (t < count) {
+      const uint32_t index = indices[t];
+      if (index >= numel || (t > 0 && index <= indices[t - 1])) device::raiseStatus(status);
+      const uint32_t key = topk::magnitudeKey(values[t]);
+      if (topk::isNonFiniteKey(key) || (CheckMinKey && key < min_key)) device::raiseStatus(status);
+    }
+  }
+}
+
+// out[indices[j]] = (or +=) values[j]. Validated indices are distinct, so no two threads touch one element and no
+// atomics are needed; the sum is the host's single addition per entry.
+template <bool Accumulate>
+__global__ void scatterKernel(const float* __restrict__ values, const uint32_t* __restrict__ indices, uint64_t count,
+                              float* __restrict__ out) {
+  for (uint64_t j = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < count; j += uint64_t{gridDim.x} * blockDim.x) {
+    if constexpr (Accumulate) {
+      out[indices[j]] += values[j];
+    } else {
+      out[indices[j]] = values[j];
+    }
+  }
+}
+
+template <bool CheckMinKey>
+void launchValidateSparse(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
+                          uint32_t min_key, uint32_t* status, void* stream) {
+  const uint64_t items = count > expected.size ? count : expected.size;
+  validateSparseKernel<CheckMinKey>
+      <<<device::gridFor(items, device::kThreads), device::kThreads, 0, device::streamOf(stream)>>>(
+          payload, expected, count, numel, min_key, status);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+// The host's scatter: zeros first unless accumulating (cudaMemsetAsync's 0 bytes are +0.0f, as the host writes).
+inline void launchScatter(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate,
+                          void* stream) {
+  const cudaStream_t st = device::streamOf(stream);
+  if (!accumulate && numel > 0) TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(out, 0, numel * sizeof(float), st));
+  if (count == 0) return;
+  const unsigned grid = device::gridFor(count, device::kThreads);
+  if (accumulate) {
+    scatterKernel<true><<<grid, device::kThreads, 0, st>>>(valuesOf(payload), indicesOf(payload, count), count, out);
+  } else {
+    scatterKernel<false><<<grid, device::kThreads, 0, st>>>(valuesOf(payload), indicesOf(payload, count), count, out);
+  }
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+}  // namespace terse::compressors::sparse
