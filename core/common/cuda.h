@@ -1,6 +1,7 @@
 // CUDA support that exists whether or not this build has CUDA: callers ask cudaAvailable() instead of #ifdef-ing.
 // Every CUDA call in terse goes through TERSE_CUDA_CHECK, which names the call and cudaGetErrorString (NCCL's
-// CUDACHECK habit), so a failure on a cluster node says what failed without a debugger.
+// CUDACHECK habit), and every NCCL call through TERSE_NCCL_CHECK (the call and ncclGetErrorString), so a failure on a
+// cluster node says what failed without a debugger.
 #pragma once
 
 #include <string>
@@ -39,5 +40,17 @@ DeviceSummary deviceSummary() noexcept;
       TERSE_THROW(::terse::DeviceError, #call << " failed: " << cudaGetErrorName(terse_cuda_err_) << ": " \
                                               << cudaGetErrorString(terse_cuda_err_));                    \
     }                                                                                                     \
+  } while (0)
+
+// TERSE_NCCL_CHECK(ncclCommInitRank(...)): the same for an NCCL call in a file that includes nccl.h (TERSE_HAVE_NCCL
+// builds): throws terse::DeviceError "ncclCommInitRank(...) failed: <ncclGetErrorString>". ncclInProgress is a
+// failure here: callers of a non-blocking communicator handle it before checking (nccl_communicator.cc).
+#define TERSE_NCCL_CHECK(call)                                                                              \
+  do {                                                                                                      \
+    ncclResult_t terse_nccl_res_ = (call);                                                                  \
+    if (terse_nccl_res_ != ncclSuccess) {                                                                   \
+      TERSE_THROW(::terse::DeviceError, #call << " failed: " << ncclGetErrorString(terse_nccl_res_) << " (" \
+                                              << static_cast<int>(terse_nccl_res_) << ")");                 \
+    }                                                                                                       \
   } while (0)
 #endif

@@ -7,10 +7,13 @@
 // With --transport inproc every rank is a thread of this process. With --transport tcp the ranks talk over real
 // sockets (tcp_transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank and rank 0
 // prints the table; otherwise -n N runs N ranks as threads of this process, each with its own TcpTransport over
-// loopback, met through an in-process store. Correctness is checked after the timed loop with deterministic data whose
-// sum is exact in every dtype and every summation order, so #wrong counts real errors. The allreduce and allgather
-// tables end with a single-thread memcpy bandwidth of the largest size measured in the same run and busbw's ratio to
-// it: an inproc collective moves memory, so memcpy is its natural ceiling on this machine.
+// loopback, met through an in-process store. With --transport nccl (builds with CUDA and NCCL) every process is one
+// rank on its own GPU (nccl_communicator.h) and the buffers are device memory: one process alone, or N under
+// `terse launch -n N`; the baseline is then a device-to-device copy of the largest size. Correctness is checked after
+// the timed loop with deterministic data whose sum is exact in every dtype and every summation order, so #wrong counts
+// real errors. The allreduce and allgather tables end with a single-thread memcpy bandwidth of the largest size
+// measured in the same run and busbw's ratio to it: an inproc collective moves memory, so memcpy is its natural ceiling
+// on this machine.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -32,6 +35,13 @@
 #include "core/comm/link_emulation.h"
 #include "core/comm/tcp_transport.h"
 #include "core/common/error.h"
+#if defined(TERSE_HAVE_NCCL)
+#include <cuda_runtime_api.h>
+
+#include "core/comm/nccl_communicator.h"
+#include "core/common/cuda.h"
+#include "core/common/device_buffer.h"
+#endif
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
 #include "terse/sdk/half.hpp"
@@ -59,7 +69,7 @@ constexpr std::string_view kBenchUsage =
 
 constexpr std::string_view kCollectiveUsage =
     "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
-    "                                       [--algo ring|rd|auto] [--transport inproc|tcp] [--bandwidth BW]\n"
+    "                                       [--algo ring|rd|auto] [--transport inproc|tcp|nccl] [--bandwidth BW]\n"
     "                                       [--latency T] [--iters N] [-w WARMUP] [--json] [--check]\n"
     "\n"
     "Sizes are total message bytes (allgather: the gathered output, size/n per rank), K/M/G binary. RANKS is N, A..B\n"
@@ -67,7 +77,9 @@ constexpr std::string_view kCollectiveUsage =
     "operation in the median batch (robust to load elsewhere on the machine). algbw = size / time, busbw = algbw *\n"
     "2(n-1)/n (allreduce) or (n-1)/n (allgather). Data is checked after the timed loop (#wrong: elements that "
     "differ).\n"
-    "memcpy: one thread copying the largest size, sampled between that row's timed batches (median).\n";
+    "memcpy: one thread copying the largest size, sampled between that row's timed batches (median).\n"
+    "--transport nccl: one process per GPU (alone, or N under 'terse launch -n N'), device buffers, NCCL's own\n"
+    "algorithms (algo 'nccl'); the baseline is a device-to-device copy of the largest size.\n";
 
 constexpr std::string_view kLinksUsage =
     "usage: terse bench links [-n RANKS] [--bandwidth BW] [--latency T] [--nic BW] [-b MINBYTES] [-e MAXBYTES]\n"
@@ -128,8 +140,9 @@ void addCommonOptions(po::options_description& o) {
       "iters", po::value<int>(), "timed iterations per size (default 20; links 10)")(
       "warmup,w", po::value<int>()->default_value(5), "untimed iterations per size")(
       "transport", po::value<std::string>()->default_value("inproc"),
-      "inproc, or tcp (real sockets: one process per rank under terse launch, else -n threads over loopback)")(
-      "bandwidth", po::value<std::string>(), "emulated bandwidth per directed link, e.g. 10Gbps")(
+      "inproc, tcp (real sockets: one process per rank under terse launch, else -n threads over loopback) or nccl "
+      "(one process per GPU, device buffers)")("bandwidth", po::value<std::string>(),
+                                               "emulated bandwidth per directed link, e.g. 10Gbps")(
       "latency", po::value<std::string>(), "emulated one-way latency per link, e.g. 5us")(
       "nic", po::value<std::string>(), "emulated per-rank NIC egress cap shared by its links, e.g. 25Gbps")(
       "nic-ingress", po::value<std::string>(), "emulated per-rank NIC ingress cap")(
@@ -148,8 +161,8 @@ CommonArgs commonArgs(const po::variables_map& vm, uint64_t min_default, uint64_
     }
   };
   const std::string transport = vm["transport"].as<std::string>();
-  if (transport != "inproc" && transport != "tcp")
-    throw po::error("--transport: unknown transport '" + transport + "' (available: inproc, tcp)");
+  if (transport != "inproc" && transport != "tcp" && transport != "nccl")
+    throw po::error("--transport: unknown transport '" + transport + "' (available: inproc, tcp, nccl)");
   a.transport = transport;
   a.ranks = parseRanks(vm["ranks"].as<std::string>());
   a.min_bytes =
@@ -296,6 +309,209 @@ struct CollectiveRun {
   std::vector<Row> rows;
 };
 
+// nccl-tests' columns, one table per world size.
+void printRunTables(const std::vector<CollectiveRun>& runs, DType dtype) {
+  for (const CollectiveRun& run : runs) {
+    std::cout << "#\n# ranks " << run.ranks << "\n";
+    Table table({"#       size", "count", "type", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"});
+    for (const Row& r : run.rows) {
+      std::ostringstream size;
+      size << std::setw(13) << r.size;
+      table.add({size.str(), std::to_string(r.count), std::string(dtypeName(dtype)), r.algo, fixed(r.time_us, 2),
+                 fixed(r.algbw, 3), fixed(r.busbw, 3), std::to_string(r.wrong)});
+    }
+    table.print(std::cout);
+  }
+}
+
+#if defined(TERSE_HAVE_NCCL)
+// ---- --transport nccl: one process per GPU, device buffers, NCCL's algorithms.
+
+// The slowest rank's time per operation in the median batch: elapsed[rank][batch] over per_batch operations each.
+double medianBatchSeconds(const std::vector<std::vector<double>>& elapsed, int batches, int per_batch) {
+  std::vector<double> batch_time(static_cast<std::size_t>(batches), 0.0);
+  for (const auto& e : elapsed)
+    for (int b = 0; b < batches; ++b)
+      batch_time[static_cast<std::size_t>(b)] =
+          std::max(batch_time[static_cast<std::size_t>(b)], e[static_cast<std::size_t>(b)]);
+  std::sort(batch_time.begin(), batch_time.end());
+  return batch_time[batch_time.size() / 2] / per_batch;
+}
+
+int ncclCollectiveCommand(bool allreduce, const CommonArgs& a, DType dtype, bool ranks_given) {
+  const std::string who = allreduce ? "allreduce" : "allgather";
+  const std::size_t elem = dtypeSize(dtype);
+  std::optional<comm::Job> job;
+  comm::MemoryStore local_store;
+  std::unique_ptr<comm::NcclCommunicator> c;
+  try {
+    const auto env = comm::detectJobEnv();
+    if (env && env->world_size > 1) {
+      job.emplace(comm::joinJob(std::chrono::seconds(60)));
+    } else if (ranks_given && (a.ranks.size() != 1 || a.ranks[0] != 1)) {
+      TERSE_THROW(InvalidArgument,
+                  "--transport nccl runs one process per GPU: start N ranks with 'terse launch -n N "
+                  "-- terse bench "
+                      << who << " --transport nccl' (-n here must be 1 or left out)");
+    }
+    comm::NcclOptions o = job ? comm::ncclOptionsFromJob(job->env) : comm::NcclOptions{};
+    o.store_prefix = "bench/nccl/";
+    c = comm::connectNcclCommunicator(o, job ? *job->store : local_store);
+  } catch (const std::exception& e) {
+    std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
+    return kExitFailure;
+  }
+  const int n = c->size(), me = c->rank();
+  const bool printer = me == 0;
+  auto stream = static_cast<cudaStream_t>(c->stream());
+  const std::vector<uint64_t> sweep = sizeSweep(a, allreduce ? elem : elem * static_cast<uint64_t>(n));
+  const uint64_t largest = sweep.back();
+  const int batches = std::min(a.iters, 5);
+  const int per_batch = std::max(1, a.iters / batches);
+
+  CollectiveRun run;
+  run.ranks = n;
+  uint64_t total_wrong = 0;
+  double copy_gbps = 0;
+  try {
+    // Sized once for the largest row: buf is the allreduce's data or the allgather's output, send a rank's block,
+    // copy_dst the baseline copy's target, stats the per-rank batch times and #wrong gathered to rank 0.
+    cuda::DeviceBuffer buf(largest, stream), send(largest / static_cast<uint64_t>(n), stream),
+        copy_dst(largest, stream);
+    const std::size_t words = static_cast<std::size_t>(batches) + 1;
+    cuda::DeviceBuffer stats(8 * words * static_cast<std::size_t>(n), stream);
+    cuda::Event copy_start(cuda::Event::Timing::kEnabled), copy_stop(cuda::Event::Timing::kEnabled);
+    std::vector<double> copy_seconds;
+    for (uint64_t size : sweep) {
+      const std::size_t count = static_cast<std::size_t>(size / elem);
+      const std::size_t per_rank = count / static_cast<std::size_t>(n);
+      const std::vector<uint64_t> sizes(static_cast<std::size_t>(n), per_rank * elem);
+      const std::span<std::byte> out(buf.as<std::byte>(), allreduce ? size : per_rank * elem * sizes.size());
+      const std::span<const std::byte> block(send.as<std::byte>(), per_rank * elem);
+      std::vector<std::byte> host(allreduce ? size : per_rank * elem);
+      auto fill = [&] {
+        for (std::size_t i = 0; i < host.size() / elem; ++i)
+          storeValue(host.data(), i, dtype, static_cast<float>(benchValue(me, i)));
+        TERSE_CUDA_CHECK(cudaMemcpyAsync(allreduce ? buf.data() : send.data(), host.data(), host.size(),
+                                         cudaMemcpyHostToDevice, stream));
+        TERSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      };
+      auto op = [&] { return allreduce ? c->iallreduce(buf.data(), count, dtype) : c->iallgatherv(block, out, sizes); };
+      fill();
+      for (int i = 0; i < a.warmup; ++i) op().wait();
+      std::vector<double> mine(words, 0.0);
+      std::vector<comm::CommRequest> reqs;
+      for (int b = 0; b < batches; ++b) {
+        c->barrier();
+        // nccl-tests' loop: every operation of the batch queued back to back, then one wait for all of them.
+        const auto start = Clock::now();
+        reqs.clear();
+        for (int i = 0; i < per_batch; ++i) reqs.push_back(op());
+        for (auto& r : reqs) r.wait();
+        mine[static_cast<std::size_t>(b)] = std::chrono::duration<double>(Clock::now() - start).count();
+        if (size == largest && printer) {
+          // The device copy baseline, sampled between this row's batches like the host memcpy probe.
+          for (int k = 0; k < 3; ++k) {
+            copy_start.record(stream);
+            TERSE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), buf.data(), size, cudaMemcpyDeviceToDevice, stream));
+            copy_stop.record(stream);
+            copy_stop.synchronize();
+            copy_seconds.push_back(copy_stop.millisecondsSince(copy_start) / 1e3);
+          }
+        }
+      }
+      fill();
+      op().wait();
+      std::vector<std::byte> got(out.size());
+      TERSE_CUDA_CHECK(cudaMemcpyAsync(got.data(), out.data(), got.size(), cudaMemcpyDeviceToHost, stream));
+      TERSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      uint64_t bad = 0;
+      if (allreduce) {
+        for (std::size_t i = 0; i < count; ++i) {
+          int want = 0;
+          for (int q = 0; q < n; ++q) want += benchValue(q, i);
+          if (loadValue(got.data(), i, dtype) != static_cast<float>(want)) ++bad;
+        }
+      } else {
+        for (int q = 0; q < n; ++q)
+          for (std::size_t i = 0; i < per_rank; ++i)
+            if (loadValue(got.data(), static_cast<std::size_t>(q) * per_rank + i, dtype) !=
+                static_cast<float>(benchValue(q, i)))
+              ++bad;
+      }
+      mine[words - 1] = static_cast<double>(bad);
+      // Every rank's batch times and #wrong to every rank (device memory, as NCCL needs), so rank 0 computes the row
+      // from all of them.
+      std::vector<double> all(words * static_cast<std::size_t>(n));
+      auto* slot = stats.as<double>() + static_cast<std::size_t>(me) * words;
+      TERSE_CUDA_CHECK(cudaMemcpyAsync(slot, mine.data(), 8 * words, cudaMemcpyHostToDevice, stream));
+      const std::vector<uint64_t> part(static_cast<std::size_t>(n), 8 * words);
+      c->allgatherv(std::span<const std::byte>(reinterpret_cast<const std::byte*>(slot), 8 * words),
+                    std::span<std::byte>(stats.as<std::byte>(), stats.size()), part);
+      TERSE_CUDA_CHECK(cudaMemcpyAsync(all.data(), stats.data(), stats.size(), cudaMemcpyDeviceToHost, stream));
+      TERSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<std::vector<double>> elapsed(static_cast<std::size_t>(n));
+      Row row;
+      for (int q = 0; q < n; ++q) {
+        const auto at = all.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(q) * words);
+        elapsed[static_cast<std::size_t>(q)].assign(at, at + batches);
+        row.wrong += static_cast<uint64_t>(at[batches]);
+      }
+      row.size = out.size();
+      row.count = row.size / elem;
+      row.algo = "nccl";
+      const double t = medianBatchSeconds(elapsed, batches, per_batch);
+      row.time_us = t * 1e6;
+      row.algbw = static_cast<double>(row.size) / t / 1e9;
+      row.busbw = row.algbw * (allreduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n);
+      total_wrong += row.wrong;
+      run.rows.push_back(row);
+    }
+    if (printer) {
+      std::sort(copy_seconds.begin(), copy_seconds.end());
+      copy_gbps = static_cast<double>(largest) / copy_seconds[copy_seconds.size() / 2] / 1e9;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "terse bench " << who << ": rank " << me << ": " << userMessage(e.what()) << '\n';
+    c->abort(std::string("bench failed on rank ") + std::to_string(me));
+    return kExitFailure;
+  }
+  if (!printer) return a.check && total_wrong != 0 ? kExitFailure : kExitOk;
+  const Row& last = run.rows.back();
+  // At world size 1 busbw is 0 by definition (nothing crosses a link); the ratio then compares algbw, the rate at
+  // which the collective turns its input into its output, with the copy.
+  const double rate = n > 1 ? last.busbw : last.algbw;
+  const double ratio = rate / copy_gbps;
+  const cuda::DeviceSummary dev = cuda::deviceSummary();
+  if (a.json) {
+    std::ostringstream j;
+    j << "{\"benchmark\":\"" << who << "\",\"transport\":\"nccl\",\"dtype\":\"" << dtypeName(dtype)
+      << "\",\"device\":\"" << dev.first_name << "\",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
+      << ",\"runs\":[{\"ranks\":" << n << ",\"rows\":[";
+    for (std::size_t i = 0; i < run.rows.size(); ++i) {
+      const Row& r = run.rows[i];
+      j << (i ? "," : "") << "{\"size\":" << r.size << ",\"count\":" << r.count << ",\"type\":\"" << dtypeName(dtype)
+        << "\",\"algo\":\"nccl\",\"time_us\":" << fixed(r.time_us, 2) << ",\"algbw_gbps\":" << fixed(r.algbw, 3)
+        << ",\"busbw_gbps\":" << fixed(r.busbw, 3) << ",\"wrong\":" << r.wrong << "}";
+    }
+    j << "]}],\"device_copy\":{\"bytes\":" << largest << ",\"gbps\":" << fixed(copy_gbps, 3)
+      << "},\"bw_over_device_copy\":" << fixed(ratio, 3) << ",\"wrong\":" << total_wrong << "}";
+    std::cout << j.str() << '\n';
+  } else {
+    std::cout << "# terse bench " << who << ": transport nccl (one process per GPU" << (job ? ", terse launch" : "")
+              << "), device " << dev.first_name << ", dtype " << dtypeName(dtype) << ", iters " << a.iters
+              << ", warmup " << a.warmup << "\n";
+    printRunTables({run}, dtype);
+    std::cout << "# Out of bounds values : " << total_wrong << (total_wrong == 0 ? " OK" : " FAILED") << "\n"
+              << "# device copy " << largest << " B (cudaMemcpyAsync device to device, sampled between that row's "
+              << "batches): " << fixed(copy_gbps, 2) << " GB/s\n"
+              << "# " << (n > 1 ? "busbw" : "algbw") << "/device copy at " << largest << " B (ranks " << n
+              << "): " << fixed(ratio, 2) << "\n";
+  }
+  return a.check && total_wrong != 0 ? kExitFailure : kExitOk;
+}
+#endif
+
 int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
   const std::string who = allreduce ? "allreduce" : "allgather";
   po::options_description options("options");
@@ -341,6 +557,20 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const std::size_t elem = dtypeSize(dtype);
+  if (a.transport == "nccl") {
+#if defined(TERSE_HAVE_NCCL)
+    if (a.inproc.emulation.enabled()) {
+      std::cerr << "terse bench " << who << ": --transport nccl runs on real links; --bandwidth, --latency and --nic "
+                << "emulate links of the inproc and tcp transports only\n";
+      return kExitUsage;
+    }
+    return ncclCollectiveCommand(allreduce, a, dtype, !(*vm)["ranks"].defaulted());
+#else
+    std::cerr << "terse bench " << who << ": --transport nccl: this build has no NCCL (it needs CUDA and NCCL: "
+              << "configure with -DTERSE_CUDA=ON where nvcc and libnccl are installed)\n";
+    return kExitUsage;
+#endif
+  }
 
   // Under a launcher with --transport tcp, this process is one rank of the job; otherwise every rank is a thread here.
   std::optional<comm::Job> job;
@@ -558,17 +788,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     }
     std::cout << ", segment " << comm_options.segment_bytes << " B, iters " << a.iters << ", warmup " << a.warmup
               << ", links " << a.inproc.emulation.describe() << "\n";
-    for (const CollectiveRun& run : runs) {
-      std::cout << "#\n# ranks " << run.ranks << "\n";
-      Table table({"#       size", "count", "type", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"});
-      for (const Row& r : run.rows) {
-        std::ostringstream size;
-        size << std::setw(13) << r.size;
-        table.add({size.str(), std::to_string(r.count), std::string(dtypeName(dtype)), r.algo, fixed(r.time_us, 2),
-                   fixed(r.algbw, 3), fixed(r.busbw, 3), std::to_string(r.wrong)});
-      }
-      table.print(std::cout);
-    }
+    printRunTables(runs, dtype);
     std::cout << "# Out of bounds values : " << total_wrong << (total_wrong == 0 ? " OK" : " FAILED") << "\n"
               << "# memcpy " << largest
               << " B (1 thread, sampled between that row's batches): " << fixed(memcpy_gbps, 2) << " GB/s\n"
