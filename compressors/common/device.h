@@ -130,6 +130,27 @@ void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
 [[noreturn]] void rethrowHostReduceVerdict(const sdk::ReduceArgs& args,
                                            const std::function<uint64_t(const sdk::ReduceArgs&)>& host_reduce);
 
+// The device decompress of the built-ins, in one place: when the payload has the size the host path accepts,
+// `validate(status_word)` queues the plugin's validation kernel, the stream is synchronized once to read the verdict,
+// and a clean payload is decoded by `decode()` (queued, not waited for; a plugin whose decode kernel validates as it
+// goes passes an empty one). Anything else gets the host decoder's verdict: `host_decompress` throws its message.
+template <class Validate, class Decode>
+void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok, Validate validate,
+                       Decode decode, const std::function<void(const sdk::DecompressArgs&)>& host_decompress) {
+  const Scope scope(args.info);
+  if (size_ok) {
+    const auto status = words.acquire();
+    status.clear();
+    validate(status.device());
+    synchronize(args.stream);
+    if (!status.raised()) {
+      decode();
+      return;
+    }
+  }
+  rethrowHostVerdict(args, host_decompress);
+}
+
 #endif  // TERSE_COMPRESSOR_CUDA
 
 }  // namespace terse::compressors::device

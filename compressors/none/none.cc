@@ -111,16 +111,14 @@ class None final : public sdk::Compressor {
   }
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
-    const device::Scope scope(args.info);
-    if (args.payload.size() == payloadBytes(args.info.numel)) {
-      const auto status = status_.acquire();
-      status.clear();
-      terse::compressors::none::cuda::decode(args.payload.data(), prefixFor(args.info), args.output<float>().data(),
-                                             args.info.numel, args.accumulate, status.device(), args.stream);
-      device::synchronize(args.stream);
-      if (!status.raised()) return;
-    }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    // The decode kernel validates the header as it goes and writes nothing for a refused payload.
+    device::checkedDecompress(
+        args, status_, args.payload.size() == payloadBytes(args.info.numel),
+        [&](uint32_t* status) {
+          terse::compressors::none::cuda::decode(args.payload.data(), prefixFor(args.info), args.output<float>().data(),
+                                                 args.info.numel, args.accumulate, status, args.stream);
+        },
+        [] {}, [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
   mutable device::StatusWords status_;

@@ -301,24 +301,21 @@ class Qsgd final : public sdk::Compressor {
   }
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
-    const device::Scope scope(args.info);
-    if (args.payload.size() == layout(args.info.numel).total) {
-      const auto shape = deviceShape(args.info.numel);
-      const auto status = status_.acquire();
-      status.clear();
-      // As on the host: every W-bit code is valid when s = 2^(W-1) - 1, so only other levels need the code scan.
-      const bool check_codes = static_cast<uint32_t>(levels_) != bitpack::lowMask(mag_bits_);
-      terse::compressors::qsgd::cuda::validate(
-          shape, device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }), args.payload.data(),
-          check_codes, status.device(), args.stream);
-      device::synchronize(args.stream);
-      if (!status.raised()) {
-        terse::compressors::qsgd::cuda::decode(shape, args.payload.data(), args.output<float>().data(), args.accumulate,
-                                               args.stream);
-        return;
-      }
-    }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    const auto shape = deviceShape(args.info.numel);
+    // As on the host: every W-bit code is valid when s = 2^(W-1) - 1, so only other levels need the code scan.
+    const bool check_codes = static_cast<uint32_t>(levels_) != bitpack::lowMask(mag_bits_);
+    device::checkedDecompress(
+        args, status_, args.payload.size() == layout(args.info.numel).total,
+        [&](uint32_t* status) {
+          terse::compressors::qsgd::cuda::validate(
+              shape, device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }), args.payload.data(),
+              check_codes, status, args.stream);
+        },
+        [&] {
+          terse::compressors::qsgd::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
+                                                 args.accumulate, args.stream);
+        },
+        [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
   mutable device::StatusWords status_;

@@ -147,20 +147,15 @@ class RandomK final : public sdk::Compressor {
   }
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
-    const device::Scope scope(args.info);
     const uint64_t k = rk::targetCount(ratio_, args.info.numel);
-    if (args.payload.size() == payloadBytes(k)) {
-      const auto status = status_.acquire();
-      status.clear();
-      rk::cuda::validate(prefix(args.info), args.payload.data(), status.device(), args.stream);
-      device::synchronize(args.stream);
-      if (!status.raised()) {
-        rk::cuda::decode(args.payload.data(), permutation(args.info), k, args.output<float>().data(), args.accumulate,
-                         args.stream);
-        return;
-      }
-    }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    device::checkedDecompress(
+        args, status_, args.payload.size() == payloadBytes(k),
+        [&](uint32_t* status) { rk::cuda::validate(prefix(args.info), args.payload.data(), status, args.stream); },
+        [&] {
+          rk::cuda::decode(args.payload.data(), permutation(args.info), k, args.output<float>().data(), args.accumulate,
+                           args.stream);
+        },
+        [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
   mutable device::StatusWords status_;

@@ -251,21 +251,18 @@ class TernGrad final : public sdk::Compressor {
   }
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
-    const device::Scope scope(args.info);
-    if (args.payload.size() == layout(args.info.numel).total) {
-      const auto shape = deviceShape(args.info.numel);
-      const auto status = status_.acquire();
-      status.clear();
-      terse::compressors::terngrad::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status.device(),
-                                                   args.stream);
-      device::synchronize(args.stream);
-      if (!status.raised()) {
-        terse::compressors::terngrad::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
-                                                   args.accumulate, args.stream);
-        return;
-      }
-    }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    const auto shape = deviceShape(args.info.numel);
+    device::checkedDecompress(
+        args, status_, args.payload.size() == layout(args.info.numel).total,
+        [&](uint32_t* status) {
+          terse::compressors::terngrad::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status,
+                                                       args.stream);
+        },
+        [&] {
+          terse::compressors::terngrad::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
+                                                     args.accumulate, args.stream);
+        },
+        [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
   mutable device::StatusWords status_;

@@ -152,20 +152,17 @@ class TopK final : public sdk::Compressor {
   }
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
-    const device::Scope scope(args.info);
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
-    if (args.payload.size() == sparse::payloadBytes(k)) {
-      const auto status = status_.acquire();
-      status.clear();
-      tk::cuda::validate(prefix(args.info, k), args.payload.data(), k, args.info.numel, status.device(), args.stream);
-      device::synchronize(args.stream);
-      if (!status.raised()) {
-        tk::cuda::decode(args.payload.data(), k, args.info.numel, args.output<float>().data(), args.accumulate,
-                         args.stream);
-        return;
-      }
-    }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    device::checkedDecompress(
+        args, status_, args.payload.size() == sparse::payloadBytes(k),
+        [&](uint32_t* status) {
+          tk::cuda::validate(prefix(args.info, k), args.payload.data(), k, args.info.numel, status, args.stream);
+        },
+        [&] {
+          tk::cuda::decode(args.payload.data(), k, args.info.numel, args.output<float>().data(), args.accumulate,
+                           args.stream);
+        },
+        [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
   mutable device::StatusWords status_;
