@@ -291,7 +291,8 @@ NcclOp makeOp(const Shared& s, OpKind kind, uint64_t tensor, uint64_t bytes, Wir
   return NcclOp{kind, tensor, bytes, wire, what, now, now + s.op_timeout};
 }
 
-// Issues op's NCCL calls (body) on the stream under the lock and records `event` after them.
+// Issues op's NCCL calls (body) on the stream under the lock and records `event` after them. Blocking calls are their
+// non-blocking twins waited for (complete()), so each collective is written once.
 template <class Body>
 void issue(Shared& s, const NcclOp& op, cudaEvent_t event, Body&& body) {
   // The lock is held by the caller.
@@ -312,26 +313,6 @@ void issue(Shared& s, const NcclOp& op, cudaEvent_t event, Body&& body) {
 }
 
 template <class Body>
-WireBytes runBlocking(Shared& s, const NcclOp& op, Body&& body) {
-  std::optional<cuda::Event> event;
-  {
-    std::lock_guard lock(s.mutex);
-    s.checkOpenLocked(op.what);
-    event.emplace(s.takeEventLocked());
-    issue(s, op, event->get(), body);
-  }
-  try {
-    s.waitEvent(event->get(), op.what, op.deadline);
-  } catch (...) {
-    s.giveEvent(std::move(*event));
-    throw;
-  }
-  s.giveEvent(std::move(*event));
-  s.account(op.kind, op.tensor, op.bytes, op.wire, std::chrono::duration<double>(Clock::now() - op.start).count());
-  return op.wire;
-}
-
-template <class Body>
 CommRequest runAsync(const std::shared_ptr<Shared>& shared, const NcclOp& op, Body&& body) {
   Shared& s = *shared;
   std::lock_guard lock(s.mutex);
@@ -344,6 +325,12 @@ CommRequest runAsync(const std::shared_ptr<Shared>& shared, const NcclOp& op, Bo
     throw;
   }
   return CommRequest(std::make_shared<NcclRequest>(shared, std::move(event), op));
+}
+
+// A blocking call: the request's wait accounts the operation and rethrows its failure, as communicator.h promises.
+WireBytes complete(CommRequest request) {
+  request.wait();
+  return request.wire();
 }
 
 ncclDataType_t sumType(DType dtype, ReduceOp op) {
@@ -558,15 +545,7 @@ bool NcclCommunicator::supportsSum(DType dtype) const noexcept {
 // ---- Collectives
 
 WireBytes NcclCommunicator::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) {
-  const ncclDataType_t t = sumType(dtype, op);
-  TERSE_CHECK(data != nullptr || count == 0, InvalidArgument, "allreduce: data is null for " << count << " elements");
-  Shared& s = *shared_;
-  const uint64_t bytes = count * dtypeSize(dtype);
-  const NcclOp o = makeOp(s, OpKind::kAllreduce, tensor, bytes, symmetric(ringAllreduceBytes(bytes, s.size)),
-                          "allreduce (ncclAllReduce)");
-  return runBlocking(s, o, [&](cudaStream_t stream) {
-    if (count != 0) TERSE_NCCL_OP(s, o.deadline, ncclAllReduce(data, data, count, t, ncclSum, s.comm, stream));
-  });
+  return complete(iallreduce(data, count, dtype, op, tensor));
 }
 
 CommRequest NcclCommunicator::iallreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) {
@@ -583,9 +562,7 @@ CommRequest NcclCommunicator::iallreduce(void* data, std::size_t count, DType dt
 
 WireBytes NcclCommunicator::allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
                                              uint64_t tensor) {
-  sumType(wire, ReduceOp::kSum);
-  const std::span<std::byte> body = summedPart(payload, prefix_bytes, wire);
-  return allreduce(body.data(), body.size() / dtypeSize(wire), wire, ReduceOp::kSum, tensor);
+  return complete(iallreducePayload(payload, prefix_bytes, wire, tensor));
 }
 
 CommRequest NcclCommunicator::iallreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
@@ -597,11 +574,7 @@ CommRequest NcclCommunicator::iallreducePayload(std::span<std::byte> payload, st
 
 WireBytes NcclCommunicator::allgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
                                        std::span<const uint64_t> sizes, uint64_t tensor) {
-  Shared& s = *shared_;
-  const GatherPlan p = planGather(send, recv, sizes, s.rank, s.size);
-  const NcclOp o =
-      makeOp(s, OpKind::kAllgather, tensor, p.total, gatherWire(p, s.rank, s.size), "allgatherv (ncclBroadcast x n)");
-  return runBlocking(s, o, [&](cudaStream_t stream) { enqueueGather(s, p, send, recv, stream, o.deadline); });
+  return complete(iallgatherv(send, recv, sizes, tensor));
 }
 
 CommRequest NcclCommunicator::iallgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -624,29 +597,19 @@ WireBytes NcclCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> al
   auto* host = s.host_words.as<uint64_t>();
   auto* dev = s.words.as<uint64_t>();
   host[0] = mine;
-  const WireBytes w = runBlocking(s, o, [&](cudaStream_t stream) {
+  const WireBytes w = complete(runAsync(shared_, o, [&](cudaStream_t stream) {
     // In place (sendbuff = recvbuff + rank): NCCL then copies nothing locally.
     uint64_t* slot = dev + s.rank;
     TERSE_CUDA_CHECK(cudaMemcpyAsync(slot, host, 8, cudaMemcpyHostToDevice, stream));
     TERSE_NCCL_OP(s, o.deadline, ncclAllGather(slot, dev, 1, ncclUint64, s.comm, stream));
     TERSE_CUDA_CHECK(cudaMemcpyAsync(host, dev, 8 * n, cudaMemcpyDeviceToHost, stream));
-  });
+  }));
   std::memcpy(all.data(), host, 8 * n);
   return w;
 }
 
 WireBytes NcclCommunicator::broadcast(std::span<std::byte> data, int root, uint64_t tensor) {
-  Shared& s = *shared_;
-  TERSE_CHECK(root >= 0 && root < s.size, InvalidArgument,
-              "broadcast: root must be in [0, " << s.size << "), got " << root);
-  WireBytes w;
-  addBroadcast(w, data.size(), root, s.rank, s.size);
-  const NcclOp o = makeOp(s, OpKind::kBroadcast, tensor, data.size(), w, "broadcast (ncclBroadcast)");
-  return runBlocking(s, o, [&](cudaStream_t stream) {
-    if (!data.empty())
-      TERSE_NCCL_OP(s, o.deadline,
-                    ncclBroadcast(data.data(), data.data(), data.size(), ncclUint8, root, s.comm, stream));
-  });
+  return complete(ibroadcast(data, root, tensor));
 }
 
 CommRequest NcclCommunicator::ibroadcast(std::span<std::byte> data, int root, uint64_t tensor) {
@@ -666,13 +629,7 @@ CommRequest NcclCommunicator::ibroadcast(std::span<std::byte> data, int root, ui
 // A barrier is an allreduce of one f32 on the communicator's own word: NCCL has no barrier, and an allreduce returns on
 // no rank before every rank contributed. The word's value is never read.
 WireBytes NcclCommunicator::barrier() {
-  Shared& s = *shared_;
-  const NcclOp o = makeOp(s, OpKind::kBarrier, kNoTensor, 0, symmetric(ringAllreduceBytes(4, s.size)),
-                          "barrier (ncclAllReduce of one f32)");
-  return runBlocking(s, o, [&](cudaStream_t stream) {
-    float* word = reinterpret_cast<float*>(s.words.as<uint64_t>() + s.size);
-    TERSE_NCCL_OP(s, o.deadline, ncclAllReduce(word, word, 1, ncclFloat32, ncclSum, s.comm, stream));
-  });
+  return complete(ibarrier());
 }
 
 CommRequest NcclCommunicator::ibarrier() {
