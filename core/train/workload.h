@@ -25,13 +25,19 @@
 
 namespace terse::train {
 
-// One named parameter tensor. Storage is host f32, contiguous, row-major in `shape`.
+// One named parameter tensor: f32, contiguous, row-major in `shape`; on the host, or on a device (see device_value).
 struct ParamTensor {
   std::string name;            // unique within the workload, e.g. "fc1.weight"
   std::vector<int64_t> shape;  // row-major dimensions
   int layer = 0;               // index in forward order, 0 = first layer
   std::vector<float> value;    // the optimizer updates these in place
   std::vector<float> grad;     // same size as value; overwritten by every forwardBackward
+  // A device workload's tensors (Workload::device() >= 0): numel floats each in device memory the workload owns, with
+  // the same addresses for its lifetime. There they are the parameters: forwardBackward writes device_grad (grad stays
+  // as it is) and the trainer reads it and updates device_value in place; value is a host mirror that holds the
+  // initial values and is refreshed only by Workload::copyValuesToHost(). Null on the host path.
+  float* device_value = nullptr;
+  float* device_grad = nullptr;
 
   std::size_t numel() const { return value.size(); }
 };
@@ -92,6 +98,24 @@ class Workload {
   virtual bool gatesLayers() const { return false; }
   // Installs (or, with an empty function, removes) the gate. Call only between forwardBackward/evaluate calls.
   void setLayerGate(LayerGateFn gate) { gate_ = std::move(gate); }
+
+  // ---- Device workloads (DESIGN.md section 5): the model computes on a CUDA device and keeps its data set,
+  // activations and ParamTensor::device_value / device_grad there.
+  //
+  // Ordering contract with the trainer, which works on its own streams: when on_layer_ready runs for layer L, the
+  // layer's device_grad is complete ON THE DEVICE (the workload synchronized its stream, or an equivalent, first), so
+  // the callee may read it from any stream; before the forward reads device_value of layer L it calls awaitLayer(L),
+  // and the trainer's gate returns only once the update of that layer is complete on the device. evaluate() likewise
+  // reads device_value only after the trainer drained (its updates are complete on the device).
+
+  // The CUDA device ordinal the workload computes on, or -1 for a host workload (the default).
+  virtual int device() const { return -1; }
+  // Device workloads: copies every tensor's device_value into value (checksums, parameter snapshots). No-op on the
+  // host. Call only between forwardBackward/evaluate calls.
+  virtual void copyValuesToHost() {}
+  // Device workloads: copies every tensor's value into device_value (after the caller changed the host values, e.g.
+  // to load parameters). No-op on the host. Call only between forwardBackward/evaluate calls.
+  virtual void copyValuesToDevice() {}
 
  protected:
   Workload() = default;
