@@ -20,11 +20,22 @@
 // Parameters: ratio in (0, 1] (default 0.01); sample_ratio in (0, 1] (default 0.01; at least 1024 samples, and a
 // tensor no larger than its sample is selected exactly); max_passes in [1, 32] (default 4): counting passes before
 // the exact fallback. Workspace: a 128 KiB histogram and the sample's keys (4 bytes each); no state. The seed is this
-// rank's own (no TERSE_CAP_SHARED_SEED): every rank samples independently. f32 gradients in host memory, fewer than
-// 2^32 elements. A non-finite gradient element fails compress with InvalidArgument.
+// rank's own (no TERSE_CAP_SHARED_SEED): every rank samples independently. f32 gradients, fewer than 2^32 elements. A
+// non-finite gradient element fails compress with InvalidArgument.
+//
+// CUDA (dgc.cu, when built with CUDA): device tensors give the host's payload byte for byte: the same Philox sample,
+// the same thresholds (the plan's decisions run on the host from counts the device reads back, with dgc_math.h's
+// functions), and topk's device radix select and compaction (compressors/topk/select_kernels.cuh) for the sample's
+// threshold, the exact fallback and the output. Compress synchronizes `stream` once per counting pass (usually one),
+// as a variable-size compressor must to report its output bytes, and so refuses a non-finite gradient as the host does.
+// Workspace on the device: topk's select workspace (state, histogram, two u64 per tile of 4096 elements, cub's scan
+// storage), the pass counts and the sample's values (4 bytes each). Decompress synchronizes to read the count and once
+// more to learn the validation verdict (compressors/common/device.h).
 #include <cstdint>
 #include <string>
 
+#include "compressors/common/device.h"
+#include "compressors/dgc/dgc_cuda.h"
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
 #include "compressors/topk/sparse_payload.h"
@@ -38,6 +49,7 @@ namespace sdk = terse::sdk;
 namespace sparse = terse::compressors::sparse;
 namespace tk = terse::compressors::topk;
 namespace dg = terse::compressors::dgc;
+namespace device = terse::compressors::device;
 
 constexpr const char* kName = "dgc";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("DGCS"), 1};
@@ -52,7 +64,7 @@ class Dgc final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_ALLGATHER;
     caps.flags = 0;  // variable size
     caps.num_rounds = 1;
@@ -64,12 +76,22 @@ class Dgc final : public sdk::Compressor {
     const uint64_t k = tk::targetCount(ratio_, info.numel);
     terse_compressor_sizes_v1 sizes{};
     sizes.max_output_bytes = sparse::payloadBytes(dg::maxCount(k));
+#if TERSE_COMPRESSOR_CUDA
+    if (info.device == TERSE_DEVICE_CUDA) {
+      const device::Scope scope(info);
+      sizes.workspace_bytes = dg::cuda::workspaceBytes(info.numel, k, sampleSize(info.numel));
+      return sizes;
+    }
+#endif
     sizes.workspace_bytes = workspaceBytes(info.numel, k);
     return sizes;
   }
 
   uint64_t compress(const sdk::CompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
+#endif
     const std::span<const float> g = args.input<float>();
     const uint64_t n = g.size();
     const uint64_t k = tk::targetCount(ratio_, n);
@@ -78,10 +100,7 @@ class Dgc final : public sdk::Compressor {
       return sparse::payloadBytes(0);
     }
     const uint64_t need = workspaceBytes(n, k);
-    if (args.workspace.size() < need) {
-      throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
-                                 " bytes, sizes() asked for " + std::to_string(need));
-    }
+    requireWorkspace(args, need);
     tk::SelectScratch select{};
     std::span<uint32_t> sample;
     if (need > 0) {
@@ -105,12 +124,15 @@ class Dgc final : public sdk::Compressor {
             p.count, out.values.data(), out.indices.data());
       }
     }
-    if (nonfinite) throw sdk::InvalidArgument("the gradient holds a non-finite value (inf or NaN); dgc would send it");
+    if (nonfinite) refuseNonFinite();
     return sparse::payloadBytes(p.count);
   }
 
   void decompress(const sdk::DecompressArgs& args) const override {
     check(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
+#endif
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
     const sparse::SparseView v = sparse::readSparse(args.payload, kFormat, args.info, dg::minCount(k), dg::maxCount(k));
     sparse::scatter(v, args.output<float>(), args.accumulate);
@@ -119,17 +141,91 @@ class Dgc final : public sdk::Compressor {
  private:
   static void check(const terse_tensor_info_v1& info) {
     sparse::requireF32(kName, info.dtype);
-    sparse::requireHost(kName, info.device);
+    sparse::requireDevice(kName, info.device, device::kDevices);
     sparse::requireIndexable(kName, info.numel);
+  }
+
+  // The sample's size, 0 when the tensor is not sampled (exact top-k from the start).
+  uint64_t sampleSize(uint64_t numel) const {
+    return dg::samples(sample_ratio_, numel) ? dg::sampleCount(sample_ratio_, numel) : 0;
   }
 
   // The histogram (sample threshold and exact fallback; the fallback runs on the full tensor, no candidate buffer) and
   // the sample's keys.
   uint64_t workspaceBytes(uint64_t numel, uint64_t k) const {
     if (k == 0 || k >= numel) return 0;  // everything is sent, nothing to select
-    const uint64_t sample = dg::samples(sample_ratio_, numel) ? dg::sampleCount(sample_ratio_, numel) : 0;
-    return tk::selectWorkspaceBytes(0) + sizeof(uint32_t) * sample;
+    return tk::selectWorkspaceBytes(0) + sizeof(uint32_t) * sampleSize(numel);
   }
+
+  static void requireWorkspace(const sdk::CompressArgs& args, uint64_t need) {
+    if (args.workspace.size() < need) {
+      throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
+                                 " bytes, sizes() asked for " + std::to_string(need));
+    }
+  }
+
+  [[noreturn]] static void refuseNonFinite() {
+    throw sdk::InvalidArgument("the gradient holds a non-finite value (inf or NaN); dgc would send it");
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  // The header and the count: everything before the values, as sparse::writeSparse writes them.
+  static device::Prefix prefix(const terse_tensor_info_v1& info, uint64_t count) {
+    return device::makePrefix([&](sdk::ByteWriter& w) {
+      sdk::writeHeader(w, kFormat, info);
+      w.put(count);
+    });
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args) const {
+    const uint64_t n = args.info.numel;
+    const uint64_t k = tk::targetCount(ratio_, n);
+    const device::Scope scope(args.info);
+    if (k == 0) {
+      device::requireCapacity(args.output, sparse::payloadBytes(0), kName);
+      device::writePrefix(prefix(args.info, 0), args.output.data(), args.stream);
+      return sparse::payloadBytes(0);
+    }
+    const dg::cuda::Shape shape{n, k, sampleSize(n), max_passes_};
+    requireWorkspace(args, dg::cuda::workspaceBytes(n, k, shape.s));
+    const float* x = args.input<float>().data();
+    const dg::cuda::Plan p =
+        dg::cuda::plan(x, shape, sdk::PhiloxStream(args.info.seed, args.info.step, args.info.tensor_id),
+                       args.workspace.data(), args.stream);
+    if (p.nonfinite) refuseNonFinite();
+    device::requireCapacity(args.output, sparse::payloadBytes(p.count), kName);
+    dg::cuda::write(prefix(args.info, p.count), x, shape, p, args.workspace.data(), args.output.data(), args.stream);
+    return sparse::payloadBytes(p.count);
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args) const {
+    const uint64_t numel = args.info.numel;
+    const uint64_t k = tk::targetCount(ratio_, numel);
+    const device::Scope scope(args.info);
+    // The count says how long the payload must be; it is read first, and the validation checks it (with the rest of
+    // the prefix) against the value read, so a payload the host would refuse is refused here too.
+    uint64_t count = 0;
+    bool size_ok = false;
+    if (args.payload.size() >= sparse::kFixedBytes) {
+      device::copyToHost(&count, args.payload.data() + sparse::kCountOffset, sizeof count, args.stream);
+      device::synchronize(args.stream);
+      size_ok = count <= numel && count >= dg::minCount(k) && count <= dg::maxCount(k) &&
+                args.payload.size() == sparse::payloadBytes(count);
+    }
+    device::checkedDecompress(
+        args, status_, size_ok,
+        [&](uint32_t* status) {
+          dg::cuda::validate(prefix(args.info, count), args.payload.data(), count, numel, status, args.stream);
+        },
+        [&] {
+          dg::cuda::decode(args.payload.data(), count, numel, args.output<float>().data(), args.accumulate,
+                           args.stream);
+        },
+        [this](const sdk::DecompressArgs& host) { decompress(host); });
+  }
+
+  mutable device::StatusWords status_;
+#endif
 
   double ratio_;
   double sample_ratio_;

@@ -1,7 +1,9 @@
-// Elementwise and scalar parts of DGC's sampled-threshold selection, shared by the CPU plugin and the later CUDA
-// kernels (DESIGN.md section 5). Keys are the magnitude keys of compressors/topk/topk_math.h.
+// Elementwise and scalar parts of DGC's sampled-threshold selection, shared by the CPU plugin (dgc_select.h) and the
+// CUDA kernels (dgc.cu), so that both draw the same sample and walk the same thresholds (DESIGN.md section 5). Keys are
+// the magnitude keys of compressors/topk/topk_math.h.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "compressors/topk/topk_math.h"
@@ -52,6 +54,35 @@ TERSE_HD bool acceptable(uint64_t gt, uint64_t ge, uint64_t lo, uint64_t hi) {
 }
 TERSE_HD uint64_t countFor(uint64_t k, uint64_t gt, uint64_t ge) {
   return k < gt ? gt : (k > ge ? ge : k);
+}
+
+// The count the sampled threshold aims at, in units of k: the middle of the band [0.8, 1.3].
+inline constexpr double kAim = 1.05;
+
+// The sample rank (the rank-th largest of s sample keys) for a real-valued target: rounded half up, clamped to [1, s].
+TERSE_HD uint64_t sampleRank(double rank, uint64_t s) {
+  double r = std::floor(rank + 0.5);
+  r = r < 1.0 ? 1.0 : r;
+  r = static_cast<double>(s) < r ? static_cast<double>(s) : r;
+  return static_cast<uint64_t>(r);
+}
+
+// The first threshold's target rank among s samples of n: where kAim k of n falls in the sample.
+TERSE_HD double firstRank(uint64_t k, uint64_t s, uint64_t n) {
+  return kAim * static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
+}
+
+// A later threshold's target rank: the sample saw sample_hits keys beyond the last threshold where the tensor has
+// hits, so kAim k of the tensor corresponds to kAim sample_hits k / hits of the sample (its local density error
+// corrected). sample_hits, hits > 0.
+TERSE_HD double nextRank(uint64_t sample_hits, uint64_t k, uint64_t hits) {
+  return kAim * static_cast<double>(sample_hits) * static_cast<double>(k) / static_cast<double>(hits);
+}
+
+// The next threshold: the sample's proposal (-1: none) if it lies strictly inside the bracket (too_low, too_high) that
+// holds the exact k-th largest key, else the bracket's middle in key space, so that every pass shrinks the bracket.
+TERSE_HD int64_t nextThreshold(int64_t proposal, int64_t too_low, int64_t too_high) {
+  return proposal > too_low && proposal < too_high ? proposal : too_low + (too_high - too_low) / 2;
 }
 
 }  // namespace terse::compressors::dgc

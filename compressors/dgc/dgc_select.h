@@ -35,8 +35,6 @@ namespace terse::compressors::dgc {
 
 // Fewer samples than this make the estimated threshold too noisy to land in the band in one pass.
 inline constexpr uint64_t kMinSamples = 1024;
-// The count the sampled threshold aims at, in units of k: the middle of the band [0.8, 1.3].
-inline constexpr double kAim = 1.05;
 
 inline uint64_t sampleCount(double sample_ratio, uint64_t n) {
   const double want = std::ceil(sample_ratio * static_cast<double>(n));
@@ -109,10 +107,9 @@ inline Plan plan(std::span<const float> g, uint64_t k, double sample_ratio, int 
   for (uint64_t j = 0; j < s; ++j) keys[j] = static_cast<uint32_t>(samplePosition(stream, j, s, n));
   for (uint64_t j = 0; j < s; ++j) keys[j] = topk::magnitudeKey(g[keys[j]]);
   const auto sampleKey = [keys](size_t j) { return keys[j]; };
-  // The rank-th largest sample key, rank clamped to [1, s].
+  // The rank-th largest sample key, rank rounded and clamped to [1, s].
   const auto sampleKth = [&](double rank) {
-    const double r = std::min(std::max(std::floor(rank + 0.5), 1.0), static_cast<double>(s));
-    return topk::radixCut(static_cast<size_t>(s), sampleKey, static_cast<uint64_t>(r), hist).key;
+    return topk::radixCut(static_cast<size_t>(s), sampleKey, sampleRank(rank, s), hist).key;
   };
 
   // Keys <= too_low select too many, keys >= too_high too few; the exact k-th largest key lies strictly between.
@@ -120,7 +117,7 @@ inline Plan plan(std::span<const float> g, uint64_t k, double sample_ratio, int 
   int64_t too_high = int64_t{1} << 31;
   // Aim at the band's middle, 1.05k, not at k: the sampled threshold's count is off by about 1/sqrt(k s / n)
   // relative, and the band reaches 25% either side of 1.05k but only 20% below k.
-  uint32_t t = sampleKth(kAim * static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n));
+  uint32_t t = sampleKth(firstRank(k, s, n));
   for (int pass = 1; pass <= max_passes; ++pass) {
     const Counts c = countPass(g, t);
     p.passes = pass;
@@ -144,12 +141,9 @@ inline Plan plan(std::span<const float> g, uint64_t k, double sample_ratio, int 
     uint64_t sample_hits = 0;
     for (uint64_t j = 0; j < s; ++j) sample_hits += too_many ? (keys[j] > t) : (keys[j] >= t);
     const uint64_t hits = too_many ? c.gt : c.ge;
-    int64_t next = -1;
-    if (sample_hits > 0 && hits > 0) {
-      next = sampleKth(kAim * static_cast<double>(sample_hits) * static_cast<double>(k) / static_cast<double>(hits));
-    }
-    if (!(next > too_low && next < too_high)) next = too_low + (too_high - too_low) / 2;
-    t = static_cast<uint32_t>(next);
+    const int64_t proposal =
+        sample_hits > 0 && hits > 0 ? static_cast<int64_t>(sampleKth(nextRank(sample_hits, k, hits))) : int64_t{-1};
+    t = static_cast<uint32_t>(nextThreshold(proposal, too_low, too_high));
   }
   p.exact = true;
   p.count = k;

@@ -40,14 +40,58 @@
 // InvalidArgument. Passthrough values are not checked, as with any dense f32 sum.
 //
 // Parameters: rank >= 1 (default 4, at most 1024), min_compression_numel >= 0 (default 0: only the shape rule).
-// Workspace (compressed): 64 B tag + 8 n r (P^) + 8 m r (Q accumulator); state: 64 B + 4 m r (Q). f32 gradients in
-// host memory. All matrix math is plain loops over powersgd_math.h; no BLAS.
+// Workspace (compressed, host): 64 B tag + 8 n r (P^) + 8 m r (Q accumulator); state: 64 B + 4 m r (Q). f32
+// gradients. On the host all matrix math is plain loops over powersgd_math.h (no BLAS), summed in double.
+//
+// CUDA (powersgd.cu, when built with CUDA): device tensors run the same algorithm on the same payloads, state and
+// workspace tag. The two long products, P = M Q and Q' = M^T P^ (inner dimensions m and n), run on cuBLAS as f32
+// GEMMs; ORTHOGONALIZE is the host's Gram-Schmidt in double in one thread block; the decode P^ Q'^T (inner dimension
+// r) is the host's productEntry per output entry. Workspace (compressed, device): 64 B tag + 8 n r (P^, double) +
+// 4 n r (P^ rounded to f32, what the round-1 GEMM reads) + cuBLAS's scratch (powersgd_cuda.h, blasScratchBytes), each
+// section 16-byte aligned; the state is the host's. Q is drawn from the host's Philox numbers (CUDA's double log and
+// cos may differ from the host's libm in the last bit, far below the tolerance) and P^ follows the host's steps, but
+// cuBLAS sums in f32 in its own blocked order where the host sums in double in index order, so the device matches
+// the host to a tolerance, not bit for bit:
+//
+//   ||D_dev - D_host||_F <= tau ||M||_F,   tau = 8 u K S,   u = 2^-24,  K = max(n, m),  S = steps since Q was drawn
+//
+// for the decoded matrix D (and likewise P^ and the warm-started Q'). Why: a sum of K f32 products errs by at most
+// gamma_K = K u / (1 - K u) relative to the sum of their magnitudes (Higham, "Accuracy and Stability of Numerical
+// Algorithms", 2nd ed. 2002, section 3.1), and with data of random signs by about sqrt(K) u with high probability
+// (Higham and Mary, "A New Approach to Probabilistic Rounding Error Analysis", SIAM J. Sci. Comput. 41(5), 2019); the
+// host's double sums are within u of exact. A step chains the two GEMMs (K = m, then n); ORTHOGONALIZE between them
+// amplifies a relative perturbation of P by at most kappa(P), P's condition number; the decode adds only roundoff. So
+// a step differs by about (2 kappa + 1) times one GEMM's relative error; taking K u for that (sqrt(K) times the
+// probable error, a margin that also absorbs the ratio ||M||_F / ||M q|| between an entry's error bound and the
+// entry) gives 8 K u for kappa <= 3.5, and Gaussian matrices (the tests' data) have kappa(P) of about 2. The warm start
+// carries a step's difference into the next, where power iteration does not amplify it (it contracts differences
+// outside the top-r subspace), so differences add up over the S steps at most. The error is measured against ||M||,
+// not ||D||: Q' = M^T P^ inherits the GEMM's absolute error, on the scale of M. A wrong kernel errs by O(1).
+// Data with an ill-conditioned P (a few entries far larger than the rest, or a steep spectrum: after warm-up kappa(P)
+// approaches (sigma_1 / sigma_r)^2, as real gradients may well have) can exceed tau: the device's P^ and Q' then differ
+// more from the host's, though each is still a valid PowerSGD step (an orthonormal P^ of the summed P, and Q' = M^T P^
+// for it). Likewise a degenerate P (rank below r) may get a different but equally orthonormal completion of P^ on the
+// device, since the collapse test compares f32 noise with kCollapse; the decoded matrix still agrees to tau (the extra
+// columns see nothing of M), only the warm-started Q's extra columns differ. Every rank computes P^ from the same
+// summed P with the same one-block kernel, and decodes with productEntry, so the ranks' decoded aggregates agree bit
+// for bit with each other whatever their GPUs (cuBLAS's blocking, which may differ between GPU models, only shapes each
+// rank's own contribution).
+//
+// Two more differences, both for the sake of not waiting on the stream: round 0 does not report a non-finite gradient
+// (it would have to read P back); P then carries it, and round 1 refuses the summed P with InvalidPayload on every
+// rank (and round 1 does not check its own Q, which every decompress then refuses). And round 0 cannot report a state
+// that is neither zero-filled nor this tensor's: it marks the workspace tag, and round 1 reports it with the host's
+// message. Round 1 and decompress synchronize `stream` once each, to learn the validation verdict of prev and of the
+// payload (compressors/common/device.h), and refuse bad ones with the host's status and message.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "compressors/common/device.h"
+#include "compressors/powersgd/powersgd_cuda.h"
 #include "compressors/powersgd/powersgd_math.h"
 #include "terse/sdk.hpp"
 #include "terse/sdk/philox.hpp"
@@ -63,32 +107,11 @@ constexpr sdk::PayloadFormat kRoundQ{kName, sdk::fourcc("PSG1"), 1};
 constexpr sdk::PayloadFormat kPassRound0{kName, sdk::fourcc("PSP0"), 1};
 constexpr sdk::PayloadFormat kPassRound1{kName, sdk::fourcc("PSP1"), 1};
 
-constexpr uint32_t kStateMagic = sdk::fourcc("PSGQ");      // the state's "initialised" mark (zero-filled at first)
-constexpr uint32_t kWorkspaceMagic = sdk::fourcc("PSGW");  // the workspace tag's
-constexpr double kCollapse = 1e-6;
-
-// 64 bytes at the front of the state, then Q (m x r f32, column-major).
-struct StateHeader {
-  uint32_t magic;
-  uint32_t rank;
-  uint64_t rows;
-  uint64_t cols;
-  uint64_t reserved[5];
-};
-static_assert(sizeof(StateHeader) == 64);
-
-// 64 bytes at the front of the workspace, then P^ (n x r double) and the Q accumulator (m x r double). `stage` says
-// which compress of step `step` wrote it last: 1 after round 0, 2 after round 1 (P^ valid).
-struct WorkspaceTag {
-  uint32_t magic;
-  uint32_t stage;
-  uint64_t step;
-  uint64_t rows;
-  uint64_t cols;
-  uint64_t rank;
-  uint64_t reserved[3];
-};
-static_assert(sizeof(WorkspaceTag) == 64);
+namespace device = terse::compressors::device;
+namespace psc = terse::compressors::powersgd::cuda;
+using ps::kStateMagic;
+using ps::StateHeader;
+using ps::WorkspaceTag;
 
 // The matrix view of a tensor and whether it is compressed.
 struct Shape {
@@ -105,7 +128,7 @@ class PowerSgd final : public sdk::Compressor {
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
     terse_compressor_caps_v1 caps{};
-    caps.devices = TERSE_DEVICE_HOST;
+    caps.devices = device::kDevices;
     caps.aggregation = TERSE_AGG_SUM;
     caps.wire_dtype = TERSE_DTYPE_F32;
     caps.flags = TERSE_CAP_FIXED_SIZE | TERSE_CAP_STATEFUL | TERSE_CAP_SHARED_SEED;
@@ -121,7 +144,9 @@ class PowerSgd final : public sdk::Compressor {
     sizes.sum_header_bytes = sdk::kPayloadHeaderBytes;
     if (s.compressed) {
       sizes.max_output_bytes = sdk::kPayloadHeaderBytes + sizeof(float) * (round == 0 ? s.n : s.m) * s.r;
-      sizes.workspace_bytes = sizeof(WorkspaceTag) + sizeof(double) * (s.n + s.m) * s.r;
+      sizes.workspace_bytes = info.device == TERSE_DEVICE_CUDA
+                                  ? deviceLayout(s).total
+                                  : sizeof(WorkspaceTag) + sizeof(double) * (s.n + s.m) * s.r;
       sizes.state_bytes = sizeof(StateHeader) + sizeof(float) * s.m * s.r;
     } else {
       sizes.max_output_bytes = sdk::kPayloadHeaderBytes + (round == 0 ? 0 : sizeof(float) * info.numel);
@@ -133,6 +158,9 @@ class PowerSgd final : public sdk::Compressor {
     check(args.info);
     const int round = roundOf(args.info);
     const Shape s = shapeOf(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args, s, round);
+#endif
     const std::span<const float> g = args.input<float>();
     sdk::ByteWriter w(args.output);
     if (!s.compressed) {
@@ -180,19 +208,16 @@ class PowerSgd final : public sdk::Compressor {
       throw sdk::InvalidArgument("decompress is for the last round (1), got round " + std::to_string(args.info.round));
     }
     const Shape s = shapeOf(args.info);
+#if TERSE_COMPRESSOR_CUDA
+    if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args, s);
+#endif
     const std::span<float> out = args.output<float>();
-    sdk::ByteReader r(args.payload);
     if (!s.compressed) {
-      sdk::readHeader(r, kPassRound1, args.info);
-      const std::span<const float> v = r.getArray<float>(static_cast<size_t>(args.info.numel), "values");
-      r.expectEnd();
+      const std::span<const float> v = parsePayload(args, s);
       for (size_t i = 0; i < out.size(); ++i) out[i] = args.accumulate ? out[i] + v[i] : v[i];
       return;
     }
-    sdk::readHeader(r, kRoundQ, args.info);
-    const std::span<const float> Q = r.getArray<float>(static_cast<size_t>(s.m * s.r), "Q");
-    r.expectEnd();
-    requireFinitePayload(Q, "Q");
+    const std::span<const float> Q = parsePayload(args, s);
     // Only reads the workspace (P^), as the ABI requires; writes the state only for the aggregate, below.
     const Scratch sc = scratchOf(args.workspace, args.state, s);
     expectTag(sc, args.info.step, 2, s, "decompress");
@@ -218,14 +243,18 @@ class PowerSgd final : public sdk::Compressor {
     float* q;  // m x r, column-major
   };
 
-  static Scratch scratchOf(std::span<std::byte> workspace, std::span<std::byte> state, const Shape& s) {
-    const uint64_t ws_need = sizeof(WorkspaceTag) + sizeof(double) * (s.n + s.m) * s.r;
-    const uint64_t st_need = sizeof(StateHeader) + sizeof(float) * s.m * s.r;
+  static void requireScratch(std::span<std::byte> workspace, std::span<std::byte> state, uint64_t ws_need,
+                             uint64_t st_need) {
     if (workspace.size() < ws_need || state.size() < st_need) {
       throw sdk::InvalidArgument("workspace/state of " + std::to_string(workspace.size()) + "/" +
                                  std::to_string(state.size()) + " bytes, sizes() asked for " + std::to_string(ws_need) +
                                  "/" + std::to_string(st_need));
     }
+  }
+
+  static Scratch scratchOf(std::span<std::byte> workspace, std::span<std::byte> state, const Shape& s) {
+    requireScratch(workspace, state, sizeof(WorkspaceTag) + sizeof(double) * (s.n + s.m) * s.r,
+                   sizeof(StateHeader) + sizeof(float) * s.m * s.r);
     std::byte* ws = workspace.data();
     std::byte* st = state.data();
     return Scratch{reinterpret_cast<WorkspaceTag*>(ws), reinterpret_cast<double*>(ws + sizeof(WorkspaceTag)),
@@ -233,20 +262,29 @@ class PowerSgd final : public sdk::Compressor {
                    reinterpret_cast<float*>(st + sizeof(StateHeader))};
   }
 
-  // Q for this step's round 0: initialised on first use, zero columns redrawn (see the file comment).
-  static float* prepareQ(const Scratch& sc, const Shape& s, const terse_tensor_info_v1& info) {
-    StateHeader& h = *sc.state;
-    if (h.magic == kStateMagic) {
-      if (h.rank != s.r || h.rows != s.n || h.cols != s.m) {
+  // Throws the host's words for a state this tensor cannot use (StateKind kMismatch or kForeign); returns whether it is
+  // zero-filled (kFresh).
+  static bool checkState(const StateHeader& h, const Shape& s) {
+    switch (ps::stateKind(h, s.n, s.m, s.r)) {
+      case ps::StateKind::kFresh:
+        return true;
+      case ps::StateKind::kReady:
+        return false;
+      case ps::StateKind::kMismatch:
         throw sdk::InvalidArgument("state holds Q for a " + std::to_string(h.rows) + " x " + std::to_string(h.cols) +
                                    " matrix at rank " + std::to_string(h.rank) + ", this tensor is " +
                                    std::to_string(s.n) + " x " + std::to_string(s.m) + " at rank " +
                                    std::to_string(s.r));
-      }
-    } else if (h.magic != 0) {
-      throw sdk::InvalidArgument("state was not zero-filled and is not PowerSGD's (the core must zero it once)");
+      case ps::StateKind::kForeign:
+        break;
     }
-    const bool fresh = h.magic != kStateMagic;
+    throw sdk::InvalidArgument("state was not zero-filled and is not PowerSGD's (the core must zero it once)");
+  }
+
+  // Q for this step's round 0: initialised on first use, zero columns redrawn (see the file comment).
+  static float* prepareQ(const Scratch& sc, const Shape& s, const terse_tensor_info_v1& info) {
+    StateHeader& h = *sc.state;
+    const bool fresh = checkState(h, s);
     const sdk::PhiloxStream stream(info.seed, info.step, info.tensor_id);
     for (uint64_t c = 0; c < s.r; ++c) {
       float* col = sc.q + c * s.m;
@@ -260,7 +298,7 @@ class PowerSgd final : public sdk::Compressor {
   }
 
   // Gram-Schmidt of the r columns of P (n x r, f32) into phat (double), with the degenerate-column rule of the file
-  // comment.
+  // comment. powersgd.cu's orthogonalizeKernel is the same steps on the device.
   static void orthogonalize(std::span<const float> P, double* phat, uint64_t n, uint64_t r) {
     for (uint64_t c = 0; c < r; ++c) {
       double* v = phat + c * n;
@@ -268,7 +306,7 @@ class PowerSgd final : public sdk::Compressor {
       const double before = norm(v, n);
       project(phat, c, v, n);
       double after = norm(v, n);
-      if (!(after > kCollapse * before) || after == 0.0) {
+      if (!(after > ps::kCollapse * before) || after == 0.0) {
         // e_t with the largest component outside span(phat[0..c)): |e_t - proj|^2 = 1 - sum_q phat[q][t]^2.
         uint64_t best = 0;
         double best_rest = -1.0;
@@ -307,16 +345,37 @@ class PowerSgd final : public sdk::Compressor {
     return std::sqrt(s);
   }
 
+  static void requirePrev(const sdk::CompressArgs& args) {
+    if (args.prev.empty()) throw sdk::InvalidArgument("round 1 needs the aggregate of round 0 (prev is empty)");
+  }
+
   // prev of round 1: the summed round-0 payload, untrusted like any payload.
   static std::span<const float> readPrev(const sdk::CompressArgs& args, const sdk::PayloadFormat& format,
                                          uint64_t values) {
-    if (args.prev.empty()) throw sdk::InvalidArgument("round 1 needs the aggregate of round 0 (prev is empty)");
+    requirePrev(args);
     sdk::ByteReader r(args.prev);
     sdk::readHeader(r, format, args.info);
     const std::span<const float> v = r.getArray<float>(static_cast<size_t>(values), "P");
     r.expectEnd();
     requireFinitePayload(v, "P");
     return v;
+  }
+
+  // The values of a round-1 payload (Q, or the passthrough gradient), validated; touches nothing else, so the device
+  // path runs it on a host copy of a payload its validation refused, to throw the very same message.
+  std::span<const float> parsePayload(const sdk::DecompressArgs& args, const Shape& s) const {
+    sdk::ByteReader r(args.payload);
+    if (!s.compressed) {
+      sdk::readHeader(r, kPassRound1, args.info);
+      const std::span<const float> v = r.getArray<float>(static_cast<size_t>(args.info.numel), "values");
+      r.expectEnd();
+      return v;
+    }
+    sdk::readHeader(r, kRoundQ, args.info);
+    const std::span<const float> Q = r.getArray<float>(static_cast<size_t>(s.m * s.r), "Q");
+    r.expectEnd();
+    requireFinitePayload(Q, "Q");
+    return Q;
   }
 
   static void requireFinitePayload(std::span<const float> v, const char* what) {
@@ -332,18 +391,192 @@ class PowerSgd final : public sdk::Compressor {
   }
 
   static void setTag(const Scratch& sc, uint64_t step, uint32_t stage, const Shape& s) {
-    *sc.tag = WorkspaceTag{kWorkspaceMagic, stage, step, s.n, s.m, s.r, {0, 0, 0}};
+    *sc.tag = ps::makeTag(stage, step, s.n, s.m, s.r);
+  }
+
+  [[noreturn]] static void throwNoTag(uint64_t step, const char* who) {
+    throw sdk::InvalidArgument(std::string(who) + " of step " + std::to_string(step) +
+                               " found no P^ from round 1 of that step in the workspace (the core must keep the "
+                               "workspace from round 0's compress to the step's last decompress)");
   }
 
   static void expectTag(const Scratch& sc, uint64_t step, uint32_t stage, const Shape& s, const char* who) {
-    const WorkspaceTag& t = *sc.tag;
-    if (t.magic != kWorkspaceMagic || t.stage != stage || t.step != step || t.rows != s.n || t.cols != s.m ||
-        t.rank != s.r) {
-      throw sdk::InvalidArgument(std::string(who) + " of step " + std::to_string(step) +
-                                 " found no P^ from round 1 of that step in the workspace (the core must keep the "
-                                 "workspace from round 0's compress to the step's last decompress)");
-    }
+    if (!ps::sameTag(*sc.tag, ps::makeTag(stage, step, s.n, s.m, s.r))) throwNoTag(step, who);
   }
+
+  // The device workspace's sections (see the file comment): byte offsets and the total.
+  struct DeviceLayout {
+    uint64_t phat, phat32, blas, total;
+  };
+
+  static DeviceLayout deviceLayout(const Shape& s) {
+    const auto up16 = [](uint64_t x) { return (x + 15) / 16 * 16; };
+    DeviceLayout l{};
+    l.phat = sizeof(WorkspaceTag);
+    l.phat32 = up16(l.phat + sizeof(double) * s.n * s.r);
+    l.blas = up16(l.phat32 + sizeof(float) * s.n * s.r);
+    l.total = l.blas + psc::blasScratchBytes(psc::Dims{s.n, s.m, s.r});
+    return l;
+  }
+
+#if TERSE_COMPRESSOR_CUDA
+  // The device views of one tensor's workspace and state.
+  struct DeviceScratch {
+    WorkspaceTag* tag;
+    double* phat;   // n x r, column-major
+    float* phat32;  // n x r, column-major
+    psc::BlasScratch blas;
+    std::byte* state;  // StateHeader, then Q (m x r, column-major)
+  };
+
+  static DeviceScratch deviceScratchOf(std::span<std::byte> workspace, std::span<std::byte> state, const Shape& s) {
+    const DeviceLayout l = deviceLayout(s);
+    requireScratch(workspace, state, l.total, sizeof(StateHeader) + sizeof(float) * s.m * s.r);
+    std::byte* ws = workspace.data();
+    return DeviceScratch{reinterpret_cast<WorkspaceTag*>(ws), reinterpret_cast<double*>(ws + l.phat),
+                         reinterpret_cast<float*>(ws + l.phat32),
+                         psc::BlasScratch{ws + l.blas, workspace.size() - l.blas}, state.data()};
+  }
+
+  static terse_tensor_info_v1 hostInfo(terse_tensor_info_v1 info) {
+    info.device = TERSE_DEVICE_HOST;
+    info.device_index = -1;
+    return info;
+  }
+
+  // `bytes` device bytes in host memory, in 8-byte words so that they are aligned as the ABI's buffers are.
+  static std::vector<uint64_t> hostCopy(std::span<const std::byte> bytes, void* stream) {
+    std::vector<uint64_t> words((bytes.size() + 7) / 8 + 1);
+    device::copyToHost(words.data(), bytes.data(), bytes.size(), stream);
+    device::synchronize(stream);
+    return words;
+  }
+
+  [[noreturn]] static void disagree(const char* what, uint64_t bytes) {
+    throw sdk::Error(TERSE_ERR_INTERNAL, std::string("powersgd: the device validation of ") + what + " refused " +
+                                             std::to_string(bytes) +
+                                             " bytes that the host parser accepts: the two validations disagree");
+  }
+
+  // The device's readPrev: validates prev on the device (one synchronization) and returns its values' device address.
+  // A refused prev gets the host's verdict: readPrev on a host copy throws its message. With `sc`, also reports a state
+  // that round 0 marked unusable (prepareQ), with checkState's message.
+  const float* checkedPrev(const sdk::CompressArgs& args, const sdk::PayloadFormat& format, uint64_t values,
+                           const Shape& s, const DeviceScratch* sc) const {
+    requirePrev(args);
+    if (args.prev.size() == sdk::kPayloadHeaderBytes + sizeof(float) * values) {
+      const auto status = status_.acquire();
+      const auto bad_state = status_.acquire();
+      status.clear();
+      bad_state.clear();
+      psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, format, args.info); }),
+                    args.prev.data(), values, status.device(), sc == nullptr ? nullptr : sc->tag,
+                    ps::makeTag(ps::kStageBadState, args.info.step, s.n, s.m, s.r), true, bad_state.device(),
+                    args.stream);
+      device::synchronize(args.stream);
+      // The state first: the host reports it at round 0, before any P exists (and P made from an unusable state may
+      // well be what makes prev bad).
+      if (bad_state.raised()) {
+        StateHeader h{};
+        device::copyToHost(&h, sc->state, sizeof h, args.stream);
+        device::synchronize(args.stream);
+        (void)checkState(h, s);
+        throw sdk::Error(TERSE_ERR_INTERNAL, "powersgd: round 0 marked the state unusable, but its header is valid");
+      }
+      if (!status.raised()) return reinterpret_cast<const float*>(args.prev.data() + sdk::kPayloadHeaderBytes);
+    }
+    const std::vector<uint64_t> copy = hostCopy(args.prev, args.stream);
+    const terse_tensor_info_v1 info = hostInfo(args.info);
+    const sdk::CompressArgs host{
+        info, nullptr, {reinterpret_cast<const std::byte*>(copy.data()), args.prev.size()}, {}, {}, {}, nullptr};
+    (void)readPrev(host, format, values);
+    disagree("prev", args.prev.size());
+  }
+
+  uint64_t compressDevice(const sdk::CompressArgs& args, const Shape& s, int round) const {
+    const device::Scope scope(args.info);
+    const float* g = args.input<float>().data();
+    const auto prefix = [&](const sdk::PayloadFormat& format) {
+      return device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, format, args.info); });
+    };
+    if (!s.compressed) {
+      if (round == 0) {
+        device::requireCapacity(args.output, sdk::kPayloadHeaderBytes, kName);
+        device::writePrefix(prefix(kPassRound0), args.output.data(), args.stream);
+        return sdk::kPayloadHeaderBytes;
+      }
+      (void)checkedPrev(args, kPassRound0, 0, s, nullptr);
+      const uint64_t bytes = sdk::kPayloadHeaderBytes + sizeof(float) * args.info.numel;
+      device::requireCapacity(args.output, bytes, kName);
+      device::writePrefix(prefix(kPassRound1), args.output.data(), args.stream);
+      psc::copyValues(g, args.info.numel, reinterpret_cast<float*>(args.output.data() + sdk::kPayloadHeaderBytes),
+                      false, args.stream);
+      return bytes;
+    }
+
+    const DeviceScratch sc = deviceScratchOf(args.workspace, args.state, s);
+    const psc::Dims d{s.n, s.m, s.r};
+    float* factor = reinterpret_cast<float*>(args.output.data() + sdk::kPayloadHeaderBytes);
+    if (round == 0) {
+      const uint64_t bytes = sdk::kPayloadHeaderBytes + sizeof(float) * s.n * s.r;
+      device::requireCapacity(args.output, bytes, kName);
+      const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+      psc::prepareQ(d, rng, sc.state, sc.tag, args.info.step, args.stream);
+      device::writePrefix(prefix(kRoundP), args.output.data(), args.stream);
+      psc::multiplyMQ(blas_, sc.blas, d, g, reinterpret_cast<const float*>(sc.state + sizeof(StateHeader)), factor,
+                      args.stream);
+      return bytes;
+    }
+    const float* P = checkedPrev(args, kRoundP, s.n * s.r, s, &sc);
+    const uint64_t bytes = sdk::kPayloadHeaderBytes + sizeof(float) * s.m * s.r;
+    device::requireCapacity(args.output, bytes, kName);
+    psc::orthogonalize(P, s.n, s.r, sc.phat, sc.phat32, args.stream);
+    device::writePrefix(prefix(kRoundQ), args.output.data(), args.stream);
+    psc::multiplyMtP(blas_, sc.blas, d, g, sc.phat32, factor, args.stream);
+    psc::writeTag(ps::makeTag(2, args.info.step, s.n, s.m, s.r), sc.tag, args.stream);
+    return bytes;
+  }
+
+  void decompressDevice(const sdk::DecompressArgs& args, const Shape& s) const {
+    const auto host_verdict = [this, s](const sdk::DecompressArgs& host) { (void)parsePayload(host, s); };
+    const auto values = [&] { return reinterpret_cast<const float*>(args.payload.data() + sdk::kPayloadHeaderBytes); };
+    float* out = args.output<float>().data();
+    if (!s.compressed) {
+      // Passthrough values are not checked (count 0), as on the host.
+      device::checkedDecompress(
+          args, status_, args.payload.size() == sdk::kPayloadHeaderBytes + sizeof(float) * args.info.numel,
+          [&](uint32_t* status) {
+            psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kPassRound1, args.info); }),
+                          args.payload.data(), 0, status, nullptr, WorkspaceTag{}, false, nullptr, args.stream);
+          },
+          [&] { psc::copyValues(values(), args.info.numel, out, args.accumulate, args.stream); }, host_verdict);
+      return;
+    }
+    const DeviceScratch sc = deviceScratchOf(args.workspace, args.state, s);
+    const auto no_tag = status_.acquire();
+    no_tag.clear();
+    device::checkedDecompress(
+        args, status_, args.payload.size() == sdk::kPayloadHeaderBytes + sizeof(float) * s.m * s.r,
+        [&](uint32_t* status) {
+          // The tag is checked in the same pass; the host checks it after the payload, and so does decode() below.
+          psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kRoundQ, args.info); }),
+                        args.payload.data(), s.m * s.r, status, sc.tag, ps::makeTag(2, args.info.step, s.n, s.m, s.r),
+                        false, no_tag.device(), args.stream);
+        },
+        [&] {
+          if (no_tag.raised()) throwNoTag(args.info.step, "decompress");
+          psc::decode(psc::Dims{s.n, s.m, s.r}, sc.phat, values(), out, args.accumulate, args.stream);
+          if (args.info.source_rank == -1) {  // the aggregate Q' becomes next step's Q (warm start)
+            psc::copyValues(values(), s.m * s.r, reinterpret_cast<float*>(sc.state + sizeof(StateHeader)), false,
+                            args.stream);
+          }
+        },
+        host_verdict);
+  }
+
+  mutable device::StatusWords status_;
+  mutable psc::Blas blas_;
+#endif
 
   Shape shapeOf(const terse_tensor_info_v1& info) const {
     Shape s;
@@ -375,7 +608,12 @@ class PowerSgd final : public sdk::Compressor {
 
   static void check(const terse_tensor_info_v1& info) {
     requireF32(info.dtype);
-    if (info.device != TERSE_DEVICE_HOST) throw sdk::Unsupported("only host memory is supported");
+    if (info.device != TERSE_DEVICE_HOST && info.device != TERSE_DEVICE_CUDA) {
+      throw sdk::Unsupported("unknown device " + std::to_string(info.device));
+    }
+    if ((info.device & device::kDevices) == 0) {
+      throw sdk::Unsupported("only host memory is supported (this build of the plugin has no CUDA kernels)");
+    }
   }
 
   uint64_t rank_;

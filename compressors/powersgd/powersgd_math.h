@@ -11,9 +11,72 @@
 #include <cstdint>
 
 #include "terse/hd.h"
+#include "terse/sdk/bytes.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::compressors::powersgd {
+
+// ---- The per-tensor memory, shared by the CPU plugin and the CUDA kernels (which read and write it on the device).
+
+inline constexpr uint32_t kStateMagic = sdk::fourcc("PSGQ");  // the state's "initialised" mark (zero-filled at first)
+inline constexpr uint32_t kWorkspaceMagic = sdk::fourcc("PSGW");  // the workspace tag's
+
+// 64 bytes at the front of the state, then Q (m x r f32, column-major).
+struct StateHeader {
+  uint32_t magic;
+  uint32_t rank;
+  uint64_t rows;
+  uint64_t cols;
+  uint64_t reserved[5];
+};
+static_assert(sizeof(StateHeader) == 64);
+
+// What a state header says about the tensor (n x m at rank r) about to use it.
+enum class StateKind : uint32_t {
+  kFresh = 0,     // zero-filled: Q is drawn
+  kReady = 1,     // Q of this tensor from an earlier step
+  kMismatch = 2,  // Q of another shape or rank
+  kForeign = 3,   // neither zero nor PowerSGD's
+};
+
+TERSE_HD StateKind stateKind(const StateHeader& h, uint64_t n, uint64_t m, uint64_t r) {
+  if (h.magic == kStateMagic) {
+    return h.rank == r && h.rows == n && h.cols == m ? StateKind::kReady : StateKind::kMismatch;
+  }
+  return h.magic == 0 ? StateKind::kFresh : StateKind::kForeign;
+}
+
+// 64 bytes at the front of the workspace, then the factors (powersgd.cc's layout). `stage` says which compress of step
+// `step` wrote it last: 1 after round 0, 2 after round 1 (P^ valid); on a device, kStageBadState after a round 0 that
+// found a state it cannot use (reported by round 1, see powersgd.cc).
+struct WorkspaceTag {
+  uint32_t magic;
+  uint32_t stage;
+  uint64_t step;
+  uint64_t rows;
+  uint64_t cols;
+  uint64_t rank;
+  uint64_t reserved[3];
+};
+static_assert(sizeof(WorkspaceTag) == 64);
+
+inline constexpr uint32_t kStageBadState = 0xBAD;
+
+TERSE_HD WorkspaceTag makeTag(uint32_t stage, uint64_t step, uint64_t n, uint64_t m, uint64_t r) {
+  return WorkspaceTag{kWorkspaceMagic, stage, step, n, m, r, {0, 0, 0}};
+}
+
+// The fields a tag is checked by (not the reserved words).
+TERSE_HD bool sameTag(const WorkspaceTag& a, const WorkspaceTag& b) {
+  return a.magic == b.magic && a.stage == b.stage && a.step == b.step && a.rows == b.rows && a.cols == b.cols &&
+         a.rank == b.rank;
+}
+
+// ORTHOGONALIZE's collapse threshold (powersgd.cc): a column whose norm after projection is not above this fraction
+// of its norm before is replaced by a standard basis vector.
+inline constexpr double kCollapse = 1e-6;
+
+// ---- Per-element math.
 
 // Whether a tensor is compressed at rank r: a matrix (ndim >= 2; rows n = shape[0], cols m = numel / n) whose factors
 // are smaller than it (r (n + m) < n m; otherwise the "compression" sends more than the matrix), and at least

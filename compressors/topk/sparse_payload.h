@@ -47,14 +47,8 @@ inline void requireF32(const char* plugin, terse_dtype_v1 dtype) {
   }
 }
 
-inline void requireHost(const char* plugin, terse_device_v1 device) {
-  if (device != TERSE_DEVICE_HOST) {
-    throw sdk::Unsupported(std::string(plugin) + ": only host memory is supported (CUDA comes with the CUDA issue)");
-  }
-}
-
 // The device check of a sparsifier that has CUDA kernels: `devices` is what it advertises (device::kDevices), so a
-// build without the kernels refuses CUDA tensors as requireHost does, and no build accepts a device it does not know.
+// build without the kernels refuses CUDA tensors (host memory only), and no build accepts a device it does not know.
 inline void requireDevice(const char* plugin, terse_device_v1 device, terse_device_v1 devices) {
   if (device != TERSE_DEVICE_HOST && device != TERSE_DEVICE_CUDA) {
     throw sdk::Unsupported(std::string(plugin) + ": unknown device " + std::to_string(device));

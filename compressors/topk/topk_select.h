@@ -1,7 +1,7 @@
 // Exact top-k by magnitude on the host: a radix select over the 31-bit keys of |g| (topk_math.h), O(n) with small
 // constants, followed by one compaction pass in index order. Shared by topk (the whole selection) and dgc (its sample
-// threshold and its exact fallback). The GPU path replaces this file with cub's radix select; the keys, the digits and
-// the tie rule are the same, so both paths select the same elements.
+// threshold and its exact fallback). The GPU path (select_kernels.cuh, shared by topk.cu and dgc.cu) runs the same
+// radix select with the same keys, digits and tie rule, so both paths select the same elements.
 //
 // How the cut is found: a histogram of the top digit (bits 30..18) over all keys says in which bin the k-th largest key
 // lies and how many keys lie above that bin; the next digit's histogram over the keys of that bin narrows further, and

@@ -144,6 +144,7 @@ TEST(PowerSgd, CapsAndSizes) {
   EXPECT_EQ(caps.wire_dtype, TERSE_DTYPE_F32);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE | TERSE_CAP_STATEFUL | TERSE_CAP_SHARED_SEED);
   EXPECT_EQ(caps.num_rounds, 2);
+  EXPECT_EQ(caps.devices, terse::testing::kCudaPluginDevices);
   // 1024 x 1024 at rank 4: two rounds of 16 + 4 * 1024 * 4 bytes.
   for (int round : {0, 1}) {
     const terse_compressor_sizes_v1 s = c.sizes(matrixInfo(1024, 1024, {.round = round}));
@@ -159,6 +160,44 @@ TEST(PowerSgd, CapsAndSizes) {
     Instance b(powersgdPlugin(), {{"rank", bad}});
     EXPECT_EQ(b.initStatus(), TERSE_ERR_INVALID_ARGUMENT) << bad;
   }
+}
+
+// An unknown device is refused in every build, a CUDA tensor exactly when the plugin was built without its kernels.
+// With them, a CUDA tensor's workspace holds the 64-byte tag, P^ in double, P^ in f32 (16-byte aligned) and cuBLAS's
+// scratch (powersgd_cuda.h's blasScratchBytes: 32 partial sums of the larger factor plus 256 bytes of alignment
+// slack); the state is the host's.
+TEST(PowerSgd, DeviceSizesAndRefusals) {
+  Instance c(powersgdPlugin(), {{"rank", "4"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  terse_compressor_sizes_v1 s{};
+  terse_tensor_info_v1 info = matrixInfo(1024, 1024);
+  info.device = static_cast<terse_device_v1>(4);
+  EXPECT_EQ(c.getSizes(info, &s), TERSE_ERR_UNSUPPORTED);
+  EXPECT_NE(c.lastError().find("powersgd: unknown device 4"), std::string::npos) << c.lastError();
+  info.device = TERSE_DEVICE_CUDA;
+  info.device_index = 0;
+  if (!TERSE_TEST_CUDA_PLUGINS) {
+    EXPECT_EQ(c.getSizes(info, &s), TERSE_ERR_UNSUPPORTED);
+    EXPECT_NE(c.lastError().find("powersgd: only host memory is supported (this build of the plugin has no CUDA "
+                                 "kernels)"),
+              std::string::npos)
+        << c.lastError();
+    return;
+  }
+  for (int round : {0, 1}) {
+    info.round = round;
+    ASSERT_EQ(c.getSizes(info, &s), TERSE_OK) << c.lastError();
+    EXPECT_EQ(s.max_output_bytes, 16u + 4u * 4096u);
+    EXPECT_EQ(s.state_bytes, 64u + 4u * 4096u);
+    EXPECT_EQ(s.workspace_bytes, 64u + 8u * 4096u + 4u * 4096u + (32u * 4u * 1024u * 4u + 256u));
+  }
+  // Small factors get cuBLAS's 16 KiB minimum; an odd n r pads P^ in f32 to 16 bytes.
+  info = matrixInfo(33, 31);
+  info.device = TERSE_DEVICE_CUDA;
+  info.device_index = 0;
+  Instance c3(powersgdPlugin(), {{"rank", "3"}});
+  ASSERT_EQ(c3.getSizes(info, &s), TERSE_OK) << c3.lastError();
+  EXPECT_EQ(s.workspace_bytes, 64u + 8u * 99u + 8u + 4u * 99u + 4u + (16384u + 256u));
 }
 
 TEST(PowerSgd, CompressionRule) {

@@ -4,11 +4,14 @@
 // for bit. No tolerance is needed for any of them: the kernels call the host's TERSE_HD functions, draw the host's
 // Philox numbers and sum in the host's order (see each compressor's .cu file). Untrusted payloads: corrupted bytes get
 // the host's verdict and message on the device, and a refused payload leaves the output untouched. signSGD (CUSTOM
-// aggregation) also reduces on the device.
+// aggregation) also reduces on the device. PowerSGD is the one exception to "bit for bit": its GEMMs run on cuBLAS in
+// f32, so its tests (at the end) hold the device to the tolerance derived in powersgd.cc's header.
 //
 // Skips with the reason on a machine without a GPU (CI compiles it there).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -18,6 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include "compressors/dgc/dgc_math.h"
+#include "compressors/dgc/dgc_select.h"
+#include "compressors/topk/sparse_payload.h"
+#include "compressors/topk/topk_math.h"
+#include "compressors/topk/topk_select.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "tests/compressors/plugin_harness.h"
@@ -58,6 +66,13 @@ std::vector<Case> cases() {
       {"threshold", {{"tau", "0.5"}}, "threshold_tau0p5", false},
       {"threshold", {{"tau", "3"}}, "threshold_tau3", false},
       {"threshold", {{"tau", "1e30"}}, "threshold_nothing_passes", false},
+      // dgc samples 2^20 + 3 (1% of it, 10486 keys); the smaller sizes are no larger than their 1024-key sample, so
+      // their selection is the exact top-k from the start. DgcOnDevice covers the sampled paths in depth.
+      {"dgc", {}, "dgc", false},
+      {"dgc", {{"ratio", "0.1"}}, "dgc_ratio0p1", false},
+      {"dgc", {{"ratio", "0.001"}, {"max_passes", "1"}}, "dgc_ratio0p001_one_pass", false},
+      {"dgc", {{"ratio", "0.5"}, {"sample_ratio", "1"}}, "dgc_never_sampled", false},
+      {"dgc", {{"ratio", "1"}}, "dgc_everything", false},
   };
 }
 
@@ -441,8 +456,607 @@ TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
   }
 }
 
+// dgc: the sampled thresholds, the refinement passes and the exact fallback, each on the device with the host's sample
+// (Philox) and the host's decisions, so the payload is the host's byte for byte. The grid is chosen so that every path
+// occurs (the host's own plan says which one each case takes, and the test checks that each was taken at least once):
+// one pass, several passes, the exact fallback after max_passes misses; smooth and heavily tied data (the cut inside a
+// crowded key, ties to the lower index); sizes around the compaction's 4096-element tiles.
+class DgcOnDevice : public DeviceTest {};
+
+namespace dg = terse::compressors::dgc;
+namespace sparse = terse::compressors::sparse;
+namespace tk = terse::compressors::topk;
+
+TEST_F(DgcOnDevice, SampledThresholdsAndTheExactFallbackEqualTheHost) {
+  Plugin plugin("dgc");
+  Stream stream;
+  struct Config {
+    const char* ratio;
+    const char* sample_ratio;
+    int max_passes;
+  };
+  int one_pass = 0, several = 0, fallback = 0;
+  for (const Config& cfg : {Config{"0.001", "0.01", 4}, Config{"0.001", "0.001", 1}, Config{"0.01", "0.001", 2},
+                            Config{"0.1", "0.01", 4}}) {
+    Instance c(
+        plugin,
+        {{"ratio", cfg.ratio}, {"sample_ratio", cfg.sample_ratio}, {"max_passes", std::to_string(cfg.max_passes)}});
+    ASSERT_TRUE(c.ok()) << c.lastError();
+    DeviceCalls dev(c, stream);
+    const double ratio = std::stod(cfg.ratio), sample_ratio = std::stod(cfg.sample_ratio);
+    for (bool ties : {false, true}) {
+      for (uint64_t n : {uint64_t{4097}, uint64_t{3 * 4096 + 5}, uint64_t{300007}, (uint64_t{1} << 20) + 3}) {
+        const std::vector<float> x = ties ? tied(n, static_cast<uint32_t>(n)) : input(n, static_cast<uint32_t>(n) + 1);
+        for (uint64_t step = 0; step < 4; ++step) {
+          SCOPED_TRACE(std::string("ratio ") + cfg.ratio + ", sample_ratio " + cfg.sample_ratio + ", max_passes " +
+                       std::to_string(cfg.max_passes) + (ties ? ", tied" : ", smooth") + ", numel " +
+                       std::to_string(n) + ", step " + std::to_string(step));
+          const terse_tensor_info_v1 info = tensorInfo(n, {.step = step, .seed = 99});
+          const Bytes want = c.compress(info, x);
+          DeviceBuffer payload;
+          const Bytes got = dev.compress(onDevice(info, device_), x, &payload, false);
+          ASSERT_EQ(got.size(), want.size());
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
+          std::vector<float> host_out = input(n, 5), dev_out = host_out;
+          ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
+          ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
+          EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+
+          // Which path the host took, from its own plan on the same sample.
+          const uint64_t k = tk::targetCount(ratio, n);
+          ASSERT_TRUE(dg::samples(sample_ratio, n));
+          std::vector<uint32_t> sample(static_cast<size_t>(dg::sampleCount(sample_ratio, n)));
+          std::vector<uint32_t> hist(tk::kHistogramBytes / sizeof(uint32_t));
+          const dg::Plan p = dg::plan(x, k, sample_ratio, cfg.max_passes,
+                                      sdk::PhiloxStream(info.seed, info.step, info.tensor_id), sample, hist.data());
+          ASSERT_FALSE(p.nonfinite);
+          if (p.exact) {
+            ++fallback;
+          } else {
+            ++(p.passes == 1 ? one_pass : several);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(one_pass, 0);
+  EXPECT_GT(several, 0);
+  EXPECT_GT(fallback, 0);
+}
+
+// dgc synchronizes at compress (variable size), so it refuses a non-finite gradient there with the host's status and
+// message, on every path: everything sent (numel 1), exact top-k from the start (1000), sampled (2^20 + 3).
+TEST_F(DgcOnDevice, RefusesNonFiniteGradientsAsTheHost) {
+  Plugin plugin("dgc");
+  Instance c(plugin);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  for (uint64_t n : {uint64_t{1}, uint64_t{1000}, (uint64_t{1} << 20) + 3}) {
+    const terse_tensor_info_v1 info = tensorInfo(n);
+    const terse_tensor_info_v1 dev_info = onDevice(info, device_);
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+      SCOPED_TRACE("numel " + std::to_string(n) + ", " + std::to_string(bad));
+      std::vector<float> x = input(n, 2);
+      x[n / 2] = bad;
+      Bytes host_payload;
+      c.host().clear();
+      EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
+      const std::string host_error = c.lastError();
+      const terse_compressor_sizes_v1 sizes = c.sizes(dev_info);
+      DeviceBuffer in(x.size() * sizeof(float), stream.get());
+      in.copyFromHost(x.data(), in.size(), stream.get());
+      DeviceBuffer out(sizes.max_output_bytes, stream.get()), workspace(sizes.workspace_bytes, stream.get());
+      terse_scratch_v1 scratch{workspace.data(), workspace.size(), nullptr, 0};
+      uint64_t written = 0;
+      c.host().clear();
+      EXPECT_EQ(c.api().compress(c.ctx(), &dev_info, in.data(), nullptr, 0, &scratch, out.data(), out.size(), &written,
+                                 stream.handle()),
+                TERSE_ERR_INVALID_ARGUMENT);
+      EXPECT_EQ(c.lastError(), host_error);
+      stream.synchronize();
+    }
+  }
+}
+
+// Payloads whose count the host refuses (outside the band [0.8k, 1.3k], or not matching the size), whose indices or
+// values are bad: the device gives the host's status and message, and leaves the output untouched.
+TEST_F(DgcOnDevice, CorruptCountsIndicesAndValuesGetTheHostVerdict) {
+  Plugin plugin("dgc");
+  Instance c(plugin, {{"ratio", "0.01"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  const uint64_t n = 300007;
+  const terse_tensor_info_v1 info = tensorInfo(n);
+  const Bytes good = c.compress(info, input(n, 3));
+  uint64_t count = 0;
+  std::memcpy(&count, good.data() + sparse::kCountOffset, sizeof count);
+  const uint64_t k = tk::targetCount(0.01, n);
+  ASSERT_GE(count, dg::minCount(k));
+  ASSERT_LE(count, dg::maxCount(k));
+  // A payload of `c` entries: the good one's first entries, or zeros past its end, with the count field set to c.
+  const auto withCount = [&](uint64_t c_new) {
+    Bytes b(static_cast<size_t>(sparse::payloadBytes(c_new)), std::byte{0});
+    std::memcpy(b.data(), good.data(), sparse::kCountOffset);
+    std::memcpy(b.data() + sparse::kCountOffset, &c_new, sizeof c_new);
+    const uint64_t keep = c_new < count ? c_new : count;
+    std::memcpy(b.data() + sparse::kFixedBytes, good.data() + sparse::kFixedBytes, sizeof(float) * keep);
+    std::memcpy(b.data() + sparse::kFixedBytes + sizeof(float) * c_new,
+                good.data() + sparse::kFixedBytes + sizeof(float) * count, sizeof(uint32_t) * keep);
+    return b;
+  };
+  const auto patchedAt = [&](uint64_t offset, uint32_t word) {
+    Bytes b = good;
+    std::memcpy(b.data() + offset, &word, sizeof word);
+    return b;
+  };
+  const uint64_t indices = sparse::kFixedBytes + sizeof(float) * count;
+  uint32_t first_index = 0;
+  std::memcpy(&first_index, good.data() + indices, sizeof first_index);
+  std::vector<std::pair<std::string, Bytes>> bad = {
+      {"count below the band", withCount(dg::minCount(k) - 1)},
+      {"count above the band", withCount(dg::maxCount(k) + 1)},
+      {"truncated by one entry", Bytes(good.begin(), good.end() - 8)},
+      {"count beyond numel", withCount(n + 1)},
+      {"repeated index", patchedAt(indices + 4, first_index)},
+      {"index out of range", patchedAt(indices + 4 * (count - 1), static_cast<uint32_t>(n))},
+      {"NaN value", patchedAt(sparse::kFixedBytes + 4, 0x7fc00000u)},
+  };
+  {
+    Bytes b = withCount(count - 1);  // the right size for count - 1 entries, but the count field says count
+    std::memcpy(b.data() + sparse::kCountOffset, &count, sizeof count);
+    bad.emplace_back("count disagreeing with the size", std::move(b));
+  }
+  for (const auto& [what, payload] : bad) {
+    SCOPED_TRACE(what);
+    const std::vector<float> base = input(n, 11);
+    std::vector<float> host_out = base, dev_out = base;
+    c.host().clear();
+    const terse_status_v1 host_status = c.decompress(info, payload, host_out, true);
+    const std::string host_error = c.lastError();
+    EXPECT_EQ(host_status, TERSE_ERR_INVALID_PAYLOAD);
+    c.host().clear();
+    EXPECT_EQ(dev.decompress(onDevice(info, device_), payload, dev_out, true), host_status);
+    EXPECT_EQ(c.lastError(), host_error);
+    EXPECT_EQ(0, std::memcmp(dev_out.data(), base.data(), base.size() * sizeof(float)))
+        << "a refused payload changed the output";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Builtins, CompressorsOnDevice, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.label; });
+
+// ---- powersgd: two SUM rounds, a warm-started Q in the state and P^ in the workspace, on device memory against the
+// host plugin, over 1 and 3 simulated ranks (summed by hand, as the core would) and several steps. cuBLAS sums in f32
+// where the host sums in double, so the device matches the host to the tolerance derived in powersgd.cc's header,
+//   ||D_dev - D_host||_F <= 8 u K S ||M||_F   (u = 2^-24, K = max(n, m), S = steps since Q was drawn),
+// not bit for bit; passthrough tensors (not matrices, too small to gain) travel exactly as on the host. Each chain
+// keeps its own state, so a difference would carry over through the warm start and accumulate over the steps. The data
+// are standard normal, whose P is well conditioned (kappa about 2), as the tolerance assumes: input()'s outliers (a
+// few entries 10^4 times the rest) make P ill-conditioned, and the device's P^ then differs from the host's by more.
+
+// N(0, 1) entries.
+std::vector<float> psgdGaussian(uint64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+terse_tensor_info_v1 psgdMatrix(uint64_t n, uint64_t m, const InfoOptions& o = {}) {
+  terse_tensor_info_v1 info = tensorInfo(n * m, o);
+  info.ndim = 2;
+  info.shape[0] = static_cast<int64_t>(n);
+  info.shape[1] = static_cast<int64_t>(m);
+  return info;
+}
+
+double psgdTolerance(const terse_tensor_info_v1& info, uint64_t steps) {
+  const uint64_t n = info.ndim >= 2 ? static_cast<uint64_t>(info.shape[0]) : info.numel;
+  const uint64_t m = n == 0 ? 0 : info.numel / n;
+  return 8.0 * 0x1p-24 * static_cast<double>(std::max<uint64_t>({n, m, 1})) * static_cast<double>(steps);
+}
+
+double psgdNorm(const std::vector<float>& a) {
+  double s = 0;
+  for (float x : a) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+double psgdDistance(const float* a, const float* b, size_t count) {
+  double s = 0;
+  for (size_t i = 0; i < count; ++i) s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+  return std::sqrt(s);
+}
+
+std::vector<float> psgdFloats(const Bytes& b, size_t offset) {
+  std::vector<float> v((b.size() - offset) / 4);
+  if (!v.empty()) std::memcpy(v.data(), b.data() + offset, 4 * v.size());
+  return v;
+}
+
+// One rank of a device run: its gradient on the device and its per-tensor memory, kept across steps (the state
+// zero-filled once, as the core does).
+struct PsgdDeviceRank {
+  DeviceBuffer grad, workspace, state;
+};
+
+// Raw calls with a rank's scratch and a prev (host bytes copied to the device); payloads come back as host bytes.
+class PsgdDeviceCalls {
+ public:
+  PsgdDeviceCalls(Instance& c, Stream& stream) : c_(c), stream_(stream) {}
+
+  PsgdDeviceRank rank(const terse_tensor_info_v1& info, const std::vector<float>& grad) {
+    const terse_compressor_sizes_v1 s0 = c_.sizes(info);
+    terse_tensor_info_v1 r1 = info;
+    r1.round = 1;
+    const terse_compressor_sizes_v1 s1 = c_.sizes(r1);
+    PsgdDeviceRank r;
+    r.grad = DeviceBuffer(grad.size() * sizeof(float), stream_.get());
+    r.grad.copyFromHost(grad.data(), r.grad.size(), stream_.get());
+    r.workspace = DeviceBuffer(std::max(s0.workspace_bytes, s1.workspace_bytes), stream_.get());
+    r.workspace.fill(0xCD, stream_.get());  // undefined when a step starts: garbage, not zeros
+    r.state = DeviceBuffer(std::max(s0.state_bytes, s1.state_bytes), stream_.get());
+    r.state.fill(0, stream_.get());
+    stream_.synchronize();
+    return r;
+  }
+
+  terse_status_v1 compress(const terse_tensor_info_v1& info, PsgdDeviceRank& r, const Bytes& prev, Bytes* out) {
+    const terse_compressor_sizes_v1 sizes = c_.sizes(info);
+    DeviceBuffer p(prev.size(), stream_.get());
+    if (!prev.empty()) p.copyFromHost(prev.data(), prev.size(), stream_.get());
+    DeviceBuffer o(sizes.max_output_bytes, stream_.get());
+    o.fill(0xCD, stream_.get());
+    terse_scratch_v1 scratch = scratchOf(r);
+    uint64_t written = ~uint64_t{0};
+    const terse_status_v1 status = c_.api().compress(c_.ctx(), &info, r.grad.data(), p.data(), p.size(), &scratch,
+                                                     o.data(), o.size(), &written, stream_.handle());
+    stream_.synchronize();
+    if (status == TERSE_OK) {
+      EXPECT_EQ(written, sizes.max_output_bytes);
+      out->resize(static_cast<size_t>(std::min<uint64_t>(written, o.size())));
+      o.copyToHost(out->data(), out->size(), stream_.get());
+      stream_.synchronize();
+    }
+    return status;
+  }
+
+  terse_status_v1 decompress(const terse_tensor_info_v1& info, PsgdDeviceRank& r, const Bytes& payload,
+                             std::vector<float>& out, bool accumulate) {
+    DeviceBuffer p(payload.size(), stream_.get());
+    if (!payload.empty()) p.copyFromHost(payload.data(), payload.size(), stream_.get());
+    DeviceBuffer o(out.size() * sizeof(float), stream_.get());
+    if (!out.empty()) o.copyFromHost(out.data(), o.size(), stream_.get());
+    terse_scratch_v1 scratch = scratchOf(r);
+    const terse_status_v1 status = c_.api().decompress(c_.ctx(), &info, p.data(), p.size(), &scratch, o.data(),
+                                                       accumulate ? 1 : 0, stream_.handle());
+    if (!out.empty()) o.copyToHost(out.data(), o.size(), stream_.get());
+    stream_.synchronize();
+    return status;
+  }
+
+  Bytes read(const DeviceBuffer& b, size_t bytes) {
+    Bytes out(std::min(bytes, b.size()));
+    if (!out.empty()) b.copyToHost(out.data(), out.size(), stream_.get());
+    stream_.synchronize();
+    return out;
+  }
+
+ private:
+  static terse_scratch_v1 scratchOf(PsgdDeviceRank& r) {
+    return terse_scratch_v1{r.workspace.data(), r.workspace.size(), r.state.data(), r.state.size()};
+  }
+
+  Instance& c_;
+  Stream& stream_;
+};
+
+struct PsgdCase {
+  std::string label;
+  terse_tensor_info_v1 info;  // rank 0, world 1, step 0, round 0
+  std::string rank;           // the plugin's parameter
+  bool compressed;
+};
+
+std::vector<PsgdCase> psgdCases() {
+  std::vector<PsgdCase> out;
+  for (const char* r : {"1", "2", "4"}) {
+    out.push_back({std::string("33x31_rank") + r, psgdMatrix(33, 31), r, true});
+    out.push_back({std::string("300x257_rank") + r, psgdMatrix(300, 257), r, true});
+  }
+  // A 4-d tensor is shape[0] rows of the rest.
+  terse_tensor_info_v1 conv = tensorInfo(64 * 3 * 3 * 3);
+  conv.ndim = 4;
+  conv.shape[0] = 64, conv.shape[1] = 3, conv.shape[2] = 3, conv.shape[3] = 3;
+  out.push_back({"conv64x3x3x3_rank4", conv, "4", true});
+  // Passthrough: r (n + m) >= n m, empty, a vector, a flat tensor.
+  out.push_back({"1x1_rank1", psgdMatrix(1, 1), "1", false});
+  out.push_back({"8x8_rank4", psgdMatrix(8, 8), "4", false});
+  out.push_back({"0x5_rank2", psgdMatrix(0, 5), "2", false});
+  out.push_back({"vector101_rank2", tensorInfo(101), "2", false});
+  terse_tensor_info_v1 flat = tensorInfo(77);
+  flat.ndim = 0;
+  flat.shape[0] = 0;
+  out.push_back({"flat77_rank2", flat, "2", false});
+  return out;
+}
+
+terse_tensor_info_v1 psgdAt(terse_tensor_info_v1 info, int rank, int world, uint64_t step, int round, int source_rank) {
+  info.rank = rank;
+  info.world_size = world;
+  info.step = step;
+  info.round = round;
+  info.source_rank = source_rank;
+  info.seed = 99;  // shared
+  return info;
+}
+
+class PowerSgdOnDevice : public DeviceTest {};
+
+TEST_F(PowerSgdOnDevice, MatchesTheHostWithinTheToleranceOverStepsAndRanks) {
+  Plugin plugin("powersgd");
+  Stream stream;
+  constexpr uint64_t kSteps = 4;
+  for (const PsgdCase& k : psgdCases()) {
+    Instance c(plugin, {{"rank", k.rank}});
+    ASSERT_TRUE(c.ok()) << c.lastError();
+    EXPECT_EQ(c.caps().devices, static_cast<terse_device_v1>(TERSE_DEVICE_HOST | TERSE_DEVICE_CUDA));
+    PsgdDeviceCalls dev(c, stream);
+    for (int world : {1, 3}) {
+      SCOPED_TRACE(k.label + ", world " + std::to_string(world));
+      const uint64_t numel = k.info.numel;
+      const uint64_t r = std::stoull(k.rank);
+      const uint64_t n = k.compressed ? static_cast<uint64_t>(k.info.shape[0]) : 0;
+      std::vector<std::vector<float>> grads;
+      std::vector<Scratch> host;
+      std::vector<PsgdDeviceRank> device;
+      double scale = 0;  // sum_w ||M_w||, the aggregate's scale
+      for (int w = 0; w < world; ++w) {
+        grads.push_back(psgdGaussian(numel, static_cast<uint32_t>(1000 * w + numel)));
+        scale += psgdNorm(grads.back());
+        terse_tensor_info_v1 r1 = k.info;
+        r1.round = 1;
+        const terse_compressor_sizes_v1 s0 = c.sizes(k.info), s1 = c.sizes(r1);
+        terse_compressor_sizes_v1 s = s0;
+        s.workspace_bytes = std::max(s0.workspace_bytes, s1.workspace_bytes);
+        s.state_bytes = std::max(s0.state_bytes, s1.state_bytes);
+        host.emplace_back(s);
+        device.push_back(dev.rank(onDevice(k.info, device_), grads.back()));
+      }
+      for (uint64_t step = 0; step < kSteps; ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        const double tau = psgdTolerance(k.info, step + 1);
+        std::vector<Bytes> hp, dp, hq, dq;
+        for (int w = 0; w < world; ++w) {
+          const terse_tensor_info_v1 info = psgdAt(k.info, w, world, step, 0, w);
+          hp.push_back(c.compress(info, grads[static_cast<size_t>(w)], &host[static_cast<size_t>(w)]));
+          Bytes got;
+          ASSERT_EQ(dev.compress(onDevice(info, device_), device[static_cast<size_t>(w)], {}, &got), TERSE_OK)
+              << c.lastError();
+          ASSERT_EQ(got.size(), hp.back().size());
+          EXPECT_EQ(0, std::memcmp(got.data(), hp.back().data(), 16)) << "round-0 header";
+          if (!k.compressed) EXPECT_EQ(got, hp.back());
+          dp.push_back(std::move(got));
+        }
+        const Bytes host_prev = sumPayloads(hp, 16, TERSE_DTYPE_F32), dev_prev = sumPayloads(dp, 16, TERSE_DTYPE_F32);
+        for (int w = 0; w < world; ++w) {
+          const terse_tensor_info_v1 info = psgdAt(k.info, w, world, step, 1, w);
+          hq.push_back(c.compress(info, grads[static_cast<size_t>(w)], &host[static_cast<size_t>(w)], host_prev));
+          Bytes got;
+          ASSERT_EQ(dev.compress(onDevice(info, device_), device[static_cast<size_t>(w)], dev_prev, &got), TERSE_OK)
+              << c.lastError();
+          ASSERT_EQ(got.size(), hq.back().size());
+          EXPECT_EQ(0, std::memcmp(got.data(), hq.back().data(), 16)) << "round-1 header";
+          if (!k.compressed) EXPECT_EQ(got, hq.back());
+          dq.push_back(std::move(got));
+
+          // Error feedback's view: this rank's own payload, decoded before the aggregate arrives.
+          std::vector<float> host_own(static_cast<size_t>(numel)), dev_own(static_cast<size_t>(numel));
+          ASSERT_EQ(c.decompress(info, hq.back(), host_own, false, &host[static_cast<size_t>(w)]), TERSE_OK)
+              << c.lastError();
+          ASSERT_EQ(dev.decompress(onDevice(info, device_), device[static_cast<size_t>(w)], dq.back(), dev_own, false),
+                    TERSE_OK)
+              << c.lastError();
+          if (!k.compressed) {
+            EXPECT_EQ(dev_own, host_own);
+          } else {
+            EXPECT_LE(psgdDistance(dev_own.data(), host_own.data(), dev_own.size()),
+                      tau * psgdNorm(grads[static_cast<size_t>(w)]))
+                << "rank " << w << "'s own decode";
+          }
+        }
+        if (k.compressed) {
+          // P^ on the device: orthonormal (the host's Gram-Schmidt), and the host's to the tolerance.
+          const Bytes ws = dev.read(device[0].workspace, 64 + 8 * n * r);
+          const std::vector<double> phat = [&] {
+            std::vector<double> v(static_cast<size_t>(n * r));
+            std::memcpy(v.data(), ws.data() + 64, 8 * v.size());
+            return v;
+          }();
+          for (uint64_t a = 0; a < r; ++a) {
+            for (uint64_t b = 0; b < r; ++b) {
+              double d = 0;
+              for (uint64_t i = 0; i < n; ++i) d += phat[a * n + i] * phat[b * n + i];
+              EXPECT_NEAR(d, a == b ? 1.0 : 0.0, 1e-12) << "P^ columns " << a << ", " << b;
+            }
+          }
+          double diff = 0;
+          for (size_t e = 0; e < phat.size(); ++e) {
+            double h = 0;
+            std::memcpy(&h, host[0].workspace().data() + 64 + 8 * e, 8);
+            diff += (phat[e] - h) * (phat[e] - h);
+          }
+          EXPECT_LE(std::sqrt(diff), tau * std::sqrt(static_cast<double>(r))) << "P^ differs from the host's";
+          EXPECT_EQ(0, std::memcmp(ws.data(), host[0].workspace().data(), 64)) << "workspace tag";
+        }
+
+        // The aggregate, written and accumulated.
+        const Bytes host_q = sumPayloads(hq, 16, TERSE_DTYPE_F32), dev_q = sumPayloads(dq, 16, TERSE_DTYPE_F32);
+        for (int w = 0; w < world; ++w) {
+          const terse_tensor_info_v1 info = psgdAt(k.info, w, world, step, 1, -1);
+          for (bool accumulate : {true, false}) {  // the write last: its decode stores Q' on both paths alike
+            std::vector<float> host_out = input(numel, 7), dev_out = host_out;
+            // Accumulating rounds each sum once more, on both paths: 2 u of the result.
+            const double base = accumulate ? psgdNorm(host_out) : 0.0;
+            ASSERT_EQ(c.decompress(info, host_q, host_out, accumulate, &host[static_cast<size_t>(w)]), TERSE_OK)
+                << c.lastError();
+            ASSERT_EQ(
+                dev.decompress(onDevice(info, device_), device[static_cast<size_t>(w)], dev_q, dev_out, accumulate),
+                TERSE_OK)
+                << c.lastError();
+            if (!k.compressed) {
+              EXPECT_EQ(dev_out, host_out);
+            } else {
+              EXPECT_LE(psgdDistance(dev_out.data(), host_out.data(), dev_out.size()),
+                        tau * scale + 2 * 0x1p-24 * (base + scale))
+                  << "rank " << w << (accumulate ? ", accumulate" : ", write");
+            }
+          }
+        }
+        if (k.compressed) {
+          // The warm start: the state holds Q' (the host's to the tolerance) under the host's header.
+          const Bytes st = dev.read(device[0].state, device[0].state.size());
+          EXPECT_EQ(0, std::memcmp(st.data(), host[0].state().data(), 64)) << "state header";
+          const std::vector<float> dq_state = psgdFloats(st, 64), hq_state = psgdFloats(host[0].state(), 64);
+          ASSERT_EQ(dq_state.size(), hq_state.size());
+          EXPECT_LE(psgdDistance(dq_state.data(), hq_state.data(), dq_state.size()), tau * scale) << "Q'";
+        }
+      }
+    }
+  }
+}
+
+// Untrusted bytes: a corrupted aggregate Q and a corrupted prev get the host's status and message on the device, and a
+// refused payload leaves the output and the warm-start state untouched.
+TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdict) {
+  Plugin plugin("powersgd");
+  Instance c(plugin, {{"rank", "2"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  PsgdDeviceCalls dev(c, stream);
+  const terse_tensor_info_v1 base = psgdMatrix(33, 31);
+  const std::vector<float> grad = psgdGaussian(base.numel, 5);
+  terse_tensor_info_v1 r1 = base;
+  r1.round = 1;
+  Scratch host(c.sizes(r1));
+  PsgdDeviceRank device = dev.rank(onDevice(base, device_), grad);
+
+  // One good step on both paths (world 1: the aggregate is this rank's payload).
+  const terse_tensor_info_v1 info0 = psgdAt(base, 0, 1, 0, 0, 0), info1 = psgdAt(base, 0, 1, 0, 1, 0);
+  const Bytes p = c.compress(info0, grad, &host);
+  Bytes dp, dq;
+  ASSERT_EQ(dev.compress(onDevice(info0, device_), device, {}, &dp), TERSE_OK) << c.lastError();
+  const Bytes q = c.compress(info1, grad, &host, p);
+  ASSERT_EQ(dev.compress(onDevice(info1, device_), device, dp, &dq), TERSE_OK) << c.lastError();
+  const terse_tensor_info_v1 agg = psgdAt(base, 0, 1, 0, 1, -1);
+
+  std::vector<std::pair<std::string, Bytes>> bad;
+  for (size_t at : {size_t{0}, size_t{4}, size_t{6}, size_t{8}}) {
+    Bytes b = dq;
+    b[at] ^= std::byte{0x01};
+    bad.emplace_back("header byte " + std::to_string(at) + " flipped", std::move(b));
+  }
+  bad.emplace_back("NaN in Q", patched<float>(dq, 16 + 4 * 7, std::numeric_limits<float>::quiet_NaN()));
+  bad.emplace_back("inf in Q", patched<float>(dq, dq.size() - 4, std::numeric_limits<float>::infinity()));
+  bad.emplace_back("truncated", truncated(dq, 4));
+  Bytes longer = dq;
+  longer.resize(longer.size() + 4);
+  bad.emplace_back("overlong", std::move(longer));
+  bad.emplace_back("empty", Bytes{});
+  bad.emplace_back("round-0 payload", dp);
+  const Bytes state_before = dev.read(device.state, device.state.size());
+  for (const auto& [what, payload] : bad) {
+    SCOPED_TRACE(what);
+    std::vector<float> host_out = input(base.numel, 11), dev_out = host_out;
+    const std::vector<float> before = host_out;
+    c.host().clear();
+    const terse_status_v1 host_status = c.decompress(agg, payload, host_out, true, &host);
+    const std::string host_error = c.lastError();
+    EXPECT_EQ(host_status, TERSE_ERR_INVALID_PAYLOAD) << host_error;
+    c.host().clear();
+    EXPECT_EQ(dev.decompress(onDevice(agg, device_), device, payload, dev_out, true), host_status);
+    EXPECT_EQ(c.lastError(), host_error);
+    EXPECT_EQ(dev_out, before) << "a refused payload changed the output";
+    EXPECT_EQ(dev.read(device.state, device.state.size()), state_before) << "a refused payload touched the state";
+  }
+
+  // A payload of another step, and a workspace that never saw round 1: the host's InvalidArgument.
+  for (uint64_t step : {uint64_t{1}}) {
+    std::vector<float> host_out(base.numel), dev_out(base.numel);
+    terse_tensor_info_v1 later = agg;
+    later.step = step;
+    c.host().clear();
+    EXPECT_EQ(c.decompress(later, q, host_out, false, &host), TERSE_ERR_INVALID_ARGUMENT);
+    const std::string host_error = c.lastError();
+    c.host().clear();
+    EXPECT_EQ(dev.decompress(onDevice(later, device_), device, dq, dev_out, false), TERSE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(c.lastError(), host_error);
+  }
+
+  // prev of round 1 is untrusted too.
+  std::vector<std::pair<std::string, Bytes>> bad_prev;
+  bad_prev.emplace_back("NaN in P", patched<float>(dp, 16, std::numeric_limits<float>::quiet_NaN()));
+  bad_prev.emplace_back("truncated prev", truncated(dp, 4));
+  bad_prev.emplace_back("Q payload as prev", dq);
+  bad_prev.emplace_back("no prev", Bytes{});
+  for (const auto& [what, prev] : bad_prev) {
+    SCOPED_TRACE(what);
+    Bytes host_out, dev_out;
+    c.host().clear();
+    const terse_status_v1 host_status = c.tryCompress(info1, grad, &host_out, &host, prev);
+    const std::string host_error = c.lastError();
+    EXPECT_NE(host_status, TERSE_OK);
+    c.host().clear();
+    EXPECT_EQ(dev.compress(onDevice(info1, device_), device, prev, &dev_out), host_status);
+    EXPECT_EQ(c.lastError(), host_error);
+  }
+}
+
+// What the device cannot report without waiting, it reports one call later with the host's words: a non-finite
+// gradient poisons P, and round 1 refuses the summed P as InvalidPayload (the host refuses the gradient at round 0 with
+// InvalidArgument); a state that is neither zero-filled nor PowerSGD's is found at round 0 and reported by round 1 with
+// the host's message.
+TEST_F(PowerSgdOnDevice, WhatRoundZeroCannotReportRoundOneDoes) {
+  Plugin plugin("powersgd");
+  Instance c(plugin, {{"rank", "2"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  PsgdDeviceCalls dev(c, stream);
+  const terse_tensor_info_v1 base = psgdMatrix(40, 30);
+  const terse_tensor_info_v1 info0 = psgdAt(base, 0, 1, 0, 0, 0), info1 = psgdAt(base, 0, 1, 0, 1, 0);
+
+  std::vector<float> nan_grad = psgdGaussian(base.numel, 3);
+  nan_grad[123] = std::numeric_limits<float>::quiet_NaN();
+  {
+    Scratch host(c.sizes(info1));
+    Bytes out;
+    EXPECT_EQ(c.tryCompress(info0, nan_grad, &out, &host), TERSE_ERR_INVALID_ARGUMENT);
+    PsgdDeviceRank device = dev.rank(onDevice(base, device_), nan_grad);
+    Bytes dp, dq;
+    ASSERT_EQ(dev.compress(onDevice(info0, device_), device, {}, &dp), TERSE_OK) << c.lastError();
+    c.host().clear();
+    EXPECT_EQ(dev.compress(onDevice(info1, device_), device, dp, &dq), TERSE_ERR_INVALID_PAYLOAD);
+    EXPECT_NE(c.lastError().find("factor P holds a non-finite value"), std::string::npos) << c.lastError();
+  }
+  {
+    const std::vector<float> grad = psgdGaussian(base.numel, 4);
+    Scratch host(c.sizes(info1));
+    std::fill(host.state().begin(), host.state().end(), std::byte{0xCD});
+    Bytes out;
+    c.host().clear();
+    EXPECT_EQ(c.tryCompress(info0, grad, &out, &host), TERSE_ERR_INVALID_ARGUMENT);
+    const std::string host_error = c.lastError();
+    PsgdDeviceRank device = dev.rank(onDevice(base, device_), grad);
+    device.state.fill(0xCD, stream.get());
+    Bytes dp, dq;
+    ASSERT_EQ(dev.compress(onDevice(info0, device_), device, {}, &dp), TERSE_OK) << c.lastError();
+    c.host().clear();
+    EXPECT_EQ(dev.compress(onDevice(info1, device_), device, dp, &dq), TERSE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(c.lastError(), host_error);
+  }
+}
 
 }  // namespace
 }  // namespace terse::testing

@@ -1,0 +1,95 @@
+// powersgd's CUDA launchers (powersgd.cu), called by powersgd.cc for device tensors. Plain C++ (no CUDA header), so
+// powersgd.cc builds the same with and without CUDA. Each function queues work on `stream` (a cudaStream_t) and returns
+// without waiting for it; pointers are device memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "compressors/common/device.h"
+#include "compressors/powersgd/powersgd_math.h"
+#include "terse/sdk/philox.hpp"
+
+namespace terse::compressors::powersgd::cuda {
+
+// The matrix view of a compressed tensor: M is n x m (row-major, the tensor as it is), the factors have r columns.
+struct Dims {
+  uint64_t n, m, r;
+};
+
+// cuBLAS handles for the GEMMs, created on first need and kept for the plugin instance's life. A handle is bound to the
+// call's stream (cublasSetStream) and to the tensor's scratch for cuBLAS (cublasSetWorkspace) on every call, so one
+// handle cannot serve two calls at once: calls lease one, and the pool grows only when every handle of that device is
+// leased, i.e. to the number of threads that ever run PowerSGD at once on a device. The steady state creates nothing.
+class Blas {
+ public:
+  Blas();
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  struct Pool;  // powersgd.cu
+  Pool& pool() { return *pool_; }
+
+ private:
+  std::unique_ptr<Pool> pool_;
+};
+
+// The scratch cuBLAS gets from the tensor's workspace (cublasSetWorkspace): `bytes` from `base`, which need not be
+// aligned (the launchers round it up to cuBLAS's 256 bytes, so `bytes` includes that slack).
+struct BlasScratch {
+  std::byte* base;
+  uint64_t bytes;
+};
+
+// cuBLAS wants its workspace aligned to 256 bytes, and at least 16 KiB of it so that no routine fails for want of
+// scratch; more lets it split the long sums of the skinny GEMMs (K = m or n, only r output columns) across blocks.
+inline constexpr uint64_t kBlasAlign = 256;
+inline constexpr uint64_t kMinBlasBytes = uint64_t{16} << 10;
+inline constexpr uint64_t kMaxBlasBytes = uint64_t{4} << 20;  // cuBLAS's recommendation before Hopper (32 MiB there)
+
+// The cuBLAS scratch a tensor gets: room for 32 partial sums of the larger factor (32 * 4 max(n, m) r bytes), within
+// [16 KiB, 4 MiB], plus the alignment slack. Per tensor, so it is proportional to the factors rather than a fixed
+// 32 MiB: a 4096 x 4096 matrix at rank 4 gets 2 MiB, 3% of its own 64 MiB; a 33 x 31 one 16 KiB. A guess until it is
+// measured on a GPU (tests/bench/compressors_device_bench.cc); any size is correct, since cuBLAS picks an algorithm
+// that fits.
+inline uint64_t blasScratchBytes(const Dims& d) {
+  const uint64_t larger = d.n > d.m ? d.n : d.m;
+  uint64_t bytes = 32 * sizeof(float) * larger * d.r;
+  bytes = bytes < kMinBlasBytes ? kMinBlasBytes : bytes > kMaxBlasBytes ? kMaxBlasBytes : bytes;
+  return bytes + kBlasAlign;
+}
+
+// Round 0. Makes Q (m x r, column-major, after the state's 64-byte header) ready, as powersgd.cc's prepareQ does:
+// drawn from philoxNormal when the state is zero-filled, zero columns redrawn otherwise; then marks the state
+// initialised and writes the workspace tag of stage 1. A state that is neither zero-filled nor this tensor's is left
+// alone and the tag says kStageBadState instead (round 1 reports it: finding out here would mean waiting).
+void prepareQ(const Dims& d, const sdk::PhiloxStream& rng, std::byte* state, WorkspaceTag* tag, uint64_t step,
+              void* stream);
+// P (n x r, column-major) = M Q, f32 on cuBLAS.
+void multiplyMQ(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* Q, float* P,
+                void* stream);
+
+// Raises `status` unless `payload` starts with `expected` and the `count` f32 values after it are finite; when `tag` is
+// not null, raises `tag_status` when *tag equals `want` in sameTag's fields (raise_when_equal) or differs from it
+// (otherwise). What powersgd.cc's host parser checks of a factor, and the workspace tag beside it.
+void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint32_t* status,
+              const WorkspaceTag* tag, const WorkspaceTag& want, bool raise_when_equal, uint32_t* tag_status,
+              void* stream);
+
+// Round 1. P^ = ORTHOGONALIZE(P) into phat (n x r double), with its f32 rounding in phat32 for the GEMMs: the host's
+// Gram-Schmidt (powersgd.cc), one thread block.
+void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, void* stream);
+// Q (m x r, column-major) = M^T P^, f32 on cuBLAS.
+void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* phat32, float* Q,
+                 void* stream);
+// *dst = tag.
+void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream);
+
+// Decompress. out (n x m, row-major) = (or +=) P^ Q^T, each entry productEntry (double, as on the host).
+void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream);
+// out[i] = (or +=) v[i] for i < count: the passthrough payload's decode.
+void copyValues(const float* v, uint64_t count, float* out, bool accumulate, void* stream);
+
+}  // namespace terse::compressors::powersgd::cuda
