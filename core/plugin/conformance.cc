@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "core/common/error.h"
-#include "core/compress/host_array.h"
 #include "core/compress/seed.h"
+#include "core/plugin/conformance_memory.h"
 #include "terse/sdk/half.hpp"
 
 namespace terse {
@@ -24,6 +24,10 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 using Floats = std::vector<float>;
+using conformance::ConformanceMemory;
+using conformance::ConstRegion;
+using conformance::GuardedRegion;
+using conformance::Violation;
 
 // ---- Check names, in run order.
 constexpr std::string_view kInstantiate = "instantiate";
@@ -54,11 +58,7 @@ constexpr std::size_t kOutputSlack = 64;
 // Payloads up to this size get every byte flipped; larger ones a fixed sample of positions.
 constexpr std::size_t kExhaustiveFlipBytes = 512;
 
-// A rule the suite observed broken itself (a guard zone overwritten), as opposed to a status the plugin returned.
-class Violation : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+static_assert(conformance::kGuardBytes >= kOutputSlack, "the slack offered must lie inside the trailing guard");
 
 template <class... Parts>
 std::string cat(const Parts&... parts) {
@@ -93,67 +93,12 @@ std::string statusText(terse_status_v1 s) {
   }
 }
 
-// ---- Memory the plugin writes into, fenced by guard zones.
-//
-// [guard][bytes][guard], the data 64-byte aligned (the ABI promises 64 for scratch, 16 for other buffers). The guards
-// hold a byte pattern that no plausible write reproduces; check() finds the first damaged byte. This sees writes out
-// of bounds in every build; ASan builds additionally see writes beyond the guards.
-class GuardedBuffer {
- public:
-  static constexpr std::size_t kGuard = 256;  // a multiple of 64, and >= kOutputSlack
-  static_assert(kGuard % 64 == 0 && kGuard >= kOutputSlack);
+// ---- Memory the plugin writes into, fenced by guard zones, and the payloads it reads: conformance_memory.h, on the
+// host or on a device. Every call below goes through one ConformanceMemory.
 
-  GuardedBuffer() : GuardedBuffer(0) {}
-  explicit GuardedBuffer(std::size_t bytes) : bytes_(bytes), storage_(kGuard + bytes + kGuard) {
-    for (std::size_t i = 0; i < kGuard; ++i) {
-      storage_[i] = pattern(i);
-      storage_[kGuard + bytes_ + i] = pattern(i + kGuard);
-    }
-  }
-
-  std::byte* data() { return storage_.data() + kGuard; }
-  const std::byte* data() const { return storage_.data() + kGuard; }
-  std::size_t size() const { return bytes_; }
-  std::span<std::byte> span() { return {data(), bytes_}; }
-  // The buffer plus `slack` bytes of the trailing guard: offered as capacity, never to be written.
-  std::span<std::byte> spanWithSlack(std::size_t slack) { return {data(), bytes_ + slack}; }
-  float* floats() { return reinterpret_cast<float*>(data()); }
-
-  // Throws Violation naming `what` and the first damaged byte.
-  void check(const std::string& what) const {
-    for (std::size_t i = 0; i < kGuard; ++i) {
-      if (storage_[i] != pattern(i)) {
-        throw Violation(cat("wrote ", kGuard - i, " bytes before the start of the ", what));
-      }
-    }
-    for (std::size_t i = 0; i < kGuard; ++i) {
-      if (storage_[kGuard + bytes_ + i] != pattern(i + kGuard)) {
-        throw Violation(
-            cat("wrote past the end of the ", what, " (", bytes_, " bytes): byte ", bytes_ + i, " was changed"));
-      }
-    }
-  }
-
- private:
-  static std::byte pattern(std::size_t i) { return static_cast<std::byte>(0xA5u ^ ((i * 0x3Bu) & 0xFFu)); }
-
-  std::size_t bytes_;
-  HostArray<std::byte> storage_;
-};
-
-// A copy of `bytes` in an allocation of exactly that size, so that an ASan build reports a plugin reading past the
-// end of a payload (a read leaves no other trace). Never empty, so a zero-length payload still has a valid pointer.
-class ExactCopy {
- public:
-  explicit ExactCopy(std::span<const std::byte> bytes) : size_(bytes.size()), data_(new std::byte[bytes.size()]) {
-    if (size_ != 0) std::memcpy(data_.get(), bytes.data(), size_);
-  }
-  std::span<const std::byte> span() const { return {data_.get(), size_}; }
-
- private:
-  std::size_t size_;
-  std::unique_ptr<std::byte[]> data_;
-};
+std::span<const std::byte> asBytes(const Floats& x) {
+  return {reinterpret_cast<const std::byte*>(x.data()), x.size() * sizeof(float)};
+}
 
 // ---- Inputs.
 
@@ -250,14 +195,14 @@ void addWire(std::byte* acc, const std::byte* x, std::size_t bytes, DType wire) 
 
 // ---- The simulated ranks of one tensor.
 
-TensorInfo tensorInfo(const ConformanceShape& shape, uint64_t tensor_id, int world) {
+TensorInfo tensorInfo(const ConformanceShape& shape, uint64_t tensor_id, int world, const ConformanceMemory& memory) {
   TensorInfo t;
   t.dtype = DType::kF32;
   t.numel = shape.numel;
   t.ndim = shape.ndim;
   t.shape = shape.shape;
-  t.device = TERSE_DEVICE_HOST;
-  t.device_index = -1;
+  t.device = memory.device();
+  t.device_index = memory.deviceIndex();
   t.tensor_id = tensor_id;
   t.world_size = world;
   return t;
@@ -280,13 +225,17 @@ struct Step {
 // allocates them (max over rounds, state zero-filled once and kept across steps), each between guard zones. Every
 // buffer a call writes is checked after the call. Contract breaches that are not memory damage (ranks disagreeing,
 // a decompress changing its workspace) are recorded in issues() for the check that looks for them.
+//
+// Every buffer comes from `memory` and every call runs on its stream; what the checks compare (payloads, decodes,
+// workspace snapshots) is host data read back through it, so no check knows whether the plugin ran on the host or on
+// a device.
 class Simulation {
  public:
-  Simulation(std::shared_ptr<const Compressor> compressor, const ConformanceShape& shape, int world, uint64_t run_seed,
-             uint64_t tensor_id)
-      : compressor_(std::move(compressor)), shape_(shape), world_(world) {
+  Simulation(std::shared_ptr<const Compressor> compressor, std::shared_ptr<ConformanceMemory> memory,
+             const ConformanceShape& shape, int world, uint64_t run_seed, uint64_t tensor_id)
+      : compressor_(std::move(compressor)), memory_(std::move(memory)), shape_(shape), world_(world) {
     caps_ = compressor_->caps(DType::kF32);
-    base_ = tensorInfo(shape, tensor_id, world);
+    base_ = tensorInfo(shape, tensor_id, world, *memory_);
     for (int r = 0; r < caps_.num_rounds; ++r) {
       TensorInfo t = base_;
       t.round = r;
@@ -298,7 +247,8 @@ class Simulation {
       state = std::max(state, s.state_bytes);
     }
     for (int k = 0; k < world_; ++k) {
-      ranks_.push_back(std::make_unique<Rank>(static_cast<std::size_t>(workspace), static_cast<std::size_t>(state),
+      ranks_.push_back(std::make_unique<Rank>(*memory_, static_cast<std::size_t>(workspace),
+                                              static_cast<std::size_t>(state),
                                               codecSeed(run_seed, caps_.shared_seed, k)));
     }
   }
@@ -328,44 +278,47 @@ class Simulation {
 
   Bytes compress(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev) {
     Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
-    GuardedBuffer out(static_cast<std::size_t>(sizes(round).max_output_bytes));
-    const ExactCopy prev_copy(prev);
+    const auto out = memory_->guarded(static_cast<std::size_t>(sizes(round).max_output_bytes));
+    const auto in = memory_->input(asBytes(input));
+    const auto prev_copy = memory_->copy(prev);
     const uint64_t n =
-        compressor_->compress(info(rank, step, round, rank), input.empty() ? nullptr : input.data(),
-                              round == 0 && prev.empty() ? std::span<const std::byte>() : prev_copy.span(),
-                              rk.scratch(), out.spanWithSlack(kOutputSlack), nullptr);
-    out.check(cat("compress output (round ", round, ", max_output_bytes ", out.size(), ")"));
+        compressor_->compress(info(rank, step, round, rank), input.empty() ? nullptr : in->span().data(),
+                              round == 0 && prev.empty() ? std::span<const std::byte>() : prev_copy->span(),
+                              rk.scratch(), out->spanWithSlack(kOutputSlack), memory_->stream());
+    memory_->finish();
+    out->check(cat("compress output (round ", round, ", max_output_bytes ", out->size(), ")"));
     rk.checkGuards("compress");
-    return Bytes(out.data(), out.data() + n);
+    Bytes payload(static_cast<std::size_t>(n));
+    out->read(payload);
+    return payload;
   }
 
   // out = decoded payload (out += with accumulate); out must hold numel() floats.
   void decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out,
                   bool accumulate) {
     Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
-    GuardedBuffer buffer(out.size() * sizeof(float));
-    if (!out.empty()) std::memcpy(buffer.data(), out.data(), out.size() * sizeof(float));
-    const ExactCopy copy(payload);
+    const auto buffer = memory_->guarded(out.size() * sizeof(float));
+    buffer->write(asBytes(out));
+    const auto copy = memory_->copy(payload);
     Bytes workspace_before, state_before;
     if (watch_purity_) {
-      workspace_before.assign(rk.workspace.data(), rk.workspace.data() + rk.workspace.size());
-      state_before.assign(rk.state.data(), rk.state.data() + rk.state.size());
+      workspace_before = rk.workspaceBytes();
+      state_before = rk.stateBytes();
     }
     ++decompress_calls_;
     if (source >= 0) ++source_rank_calls_;
-    compressor_->decompress(info(rank, step, lastRound(), source), copy.span(), rk.scratch(), buffer.data(), accumulate,
-                            nullptr);
-    buffer.check(cat("decompress output (", numel(), " f32)"));
+    compressor_->decompress(info(rank, step, lastRound(), source), copy->span(), rk.scratch(), buffer->data(),
+                            accumulate, memory_->stream());
+    memory_->finish();
+    buffer->check(cat("decompress output (", numel(), " f32)"));
     rk.checkGuards("decompress");
-    if (!out.empty()) std::memcpy(out.data(), buffer.data(), out.size() * sizeof(float));
+    buffer->read({reinterpret_cast<std::byte*>(out.data()), out.size() * sizeof(float)});
     if (watch_purity_) {
-      const auto ws = rk.workspace.span();
-      if (int64_t at = firstByteDifference(workspace_before, {ws.data(), ws.size()}); at >= 0) {
+      if (int64_t at = firstByteDifference(workspace_before, rk.workspaceBytes()); at >= 0) {
         issue(cat("decompress (source_rank ", source, ") changed byte ", at, " of the workspace of rank ", rank,
                   "; the ABI says decompress never modifies the workspace"));
       }
-      const auto st = rk.state.span();
-      if (int64_t at = firstByteDifference(state_before, {st.data(), st.size()}); source >= 0 && at >= 0) {
+      if (int64_t at = firstByteDifference(state_before, rk.stateBytes()); source >= 0 && at >= 0) {
         issue(cat("decompress of rank ", source, "'s own payload changed byte ", at, " of the state of rank ", rank,
                   "; only the aggregate (source_rank -1) may modify the state"));
       }
@@ -374,13 +327,16 @@ class Simulation {
 
   Bytes reduce(int rank, uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b) {
     Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
-    GuardedBuffer out(static_cast<std::size_t>(sizes(round).max_reduced_bytes));
-    const ExactCopy ca(a), cb(b);
-    const uint64_t n = compressor_->reduce(info(rank, step, round, -1), ca.span(), cb.span(), rk.scratch(),
-                                           out.spanWithSlack(kOutputSlack), nullptr);
-    out.check(cat("reduce output (round ", round, ", max_reduced_bytes ", out.size(), ")"));
+    const auto out = memory_->guarded(static_cast<std::size_t>(sizes(round).max_reduced_bytes));
+    const auto ca = memory_->copy(a), cb = memory_->copy(b);
+    const uint64_t n = compressor_->reduce(info(rank, step, round, -1), ca->span(), cb->span(), rk.scratch(),
+                                           out->spanWithSlack(kOutputSlack), memory_->stream());
+    memory_->finish();
+    out->check(cat("reduce output (round ", round, ", max_reduced_bytes ", out->size(), ")"));
     rk.checkGuards("reduce");
-    return Bytes(out.data(), out.data() + n);
+    Bytes reduced(static_cast<std::size_t>(n));
+    out->read(reduced);
+    return reduced;
   }
 
   // What every rank receives for one round: the wire sum (SUM) or the fold in rank order (CUSTOM, done on every rank
@@ -465,15 +421,22 @@ class Simulation {
 
  private:
   struct Rank {
-    Rank(std::size_t workspace_bytes, std::size_t state_bytes, uint64_t s)
-        : workspace(workspace_bytes), state(state_bytes), seed(s) {}
-    Scratch scratch() { return Scratch{workspace.span(), state.span()}; }
+    Rank(ConformanceMemory& memory, std::size_t workspace_bytes, std::size_t state_bytes, uint64_t s)
+        : workspace(memory.guarded(workspace_bytes)), state(memory.guarded(state_bytes)), seed(s) {}
+    Scratch scratch() { return Scratch{workspace->span(), state->span()}; }
     void checkGuards(const char* call) const {
-      workspace.check(cat("workspace (in ", call, ")"));
-      state.check(cat("state (in ", call, ")"));
+      workspace->check(cat("workspace (in ", call, ")"));
+      state->check(cat("state (in ", call, ")"));
     }
-    GuardedBuffer workspace;
-    GuardedBuffer state;
+    Bytes workspaceBytes() const { return contents(*workspace); }
+    Bytes stateBytes() const { return contents(*state); }
+    static Bytes contents(const GuardedRegion& r) {
+      Bytes b(r.size());
+      r.read(b);
+      return b;
+    }
+    std::unique_ptr<GuardedRegion> workspace;  // zero-filled when made, as the core's are
+    std::unique_ptr<GuardedRegion> state;
     uint64_t seed;
   };
 
@@ -482,6 +445,7 @@ class Simulation {
   }
 
   std::shared_ptr<const Compressor> compressor_;
+  std::shared_ptr<ConformanceMemory> memory_;
   ConformanceShape shape_;
   int world_;
   CompressorCaps caps_;
@@ -510,6 +474,13 @@ Outcome skip(std::string m) {
   return {CheckStatus::kSkip, std::move(m)};
 }
 
+std::string devicesName(uint32_t devices) {
+  std::string out;
+  if (devices & TERSE_DEVICE_HOST) out += "host";
+  if (devices & TERSE_DEVICE_CUDA) out += out.empty() ? "cuda" : ",cuda";
+  return out.empty() ? "none" : out;
+}
+
 std::string aggregationText(const CompressorCaps& c) {
   std::string s(aggregationName(c.aggregation));
   if (c.aggregation == Aggregation::kSum) s += " (wire " + std::string(dtypeName(c.wire_dtype)) + ")";
@@ -520,6 +491,7 @@ struct Context {
   const CompressorPlugin& plugin;
   const Params& params;
   const ConformanceOptions& options;
+  std::shared_ptr<ConformanceMemory> memory;  // where every buffer of every check lives
   std::shared_ptr<Compressor> instance;
   CompressorCaps caps;
   std::vector<ConformanceShape> shapes;  // those get_sizes accepted
@@ -528,7 +500,7 @@ struct Context {
 
   uint64_t tensorId() { return next_tensor_id++; }
   Simulation sim(const ConformanceShape& s, int world) {
-    return Simulation(instance, s, world, options.seed, tensorId());
+    return Simulation(instance, memory, s, world, options.seed, tensorId());
   }
   uint64_t inputSeed(const ConformanceShape& s, uint64_t purpose, int rank = 0) const {
     return mixSeed(options.seed, purpose * 1000003u + s.numel, static_cast<uint64_t>(rank) + 17u * s.shape[0]);
@@ -581,14 +553,23 @@ Outcome checkInstantiate(Context& c) {
     c.instance.reset();
     return fail(cat("the plugin does not handle f32 gradients, which every check drives: ", e.what()));
   }
-  if ((c.caps.devices & TERSE_DEVICE_HOST) == 0) {
+  const bool on_device = c.memory->device() != TERSE_DEVICE_HOST;
+  if (!on_device && (c.caps.devices & TERSE_DEVICE_HOST) == 0) {
     c.instance.reset();
     return skip("the plugin runs on CUDA only and the suite drives host memory: nothing else can be checked");
   }
+  // SKIP, not FAIL: CUDA support is optional in the ABI (a plugin answers what it runs on, and the core asks before a
+  // run, never assumes), so a host-only plugin breaks no rule by not running there. Asked to check it on a device, the
+  // suite says why it checked nothing; the host mode is where such a plugin is judged.
+  if (on_device && (c.caps.devices & c.memory->device()) == 0) {
+    c.instance.reset();
+    return skip(cat("the plugin does not advertise CUDA (f32 caps.devices: ", devicesName(c.caps.devices),
+                    ") and the suite was asked to drive ", c.memory->describe(), ": nothing else can be checked"));
+  }
   return pass(cat("f32 caps: aggregation ", aggregationText(c.caps), ", ", c.caps.fixed_size ? "fixed" : "variable",
                   " size, ", plural(static_cast<std::size_t>(c.caps.num_rounds), "round", "rounds"), ", ",
-                  c.caps.stateful ? "stateful" : "stateless", ", ", c.caps.shared_seed ? "shared" : "per-rank",
-                  " seed"));
+                  c.caps.stateful ? "stateful" : "stateless", ", ", c.caps.shared_seed ? "shared" : "per-rank", " seed",
+                  on_device ? "; buffers on " + c.memory->describe() : std::string()));
 }
 
 Outcome checkSizes(Context& c) {
@@ -598,7 +579,7 @@ Outcome checkSizes(Context& c) {
     try {
       std::string entry = tag(shape) + ":";
       for (int r = 0; r < c.caps.num_rounds; ++r) {
-        TensorInfo t = tensorInfo(shape, id, c.options.world_size);
+        TensorInfo t = tensorInfo(shape, id, c.options.world_size, *c.memory);
         t.round = r;
         const CompressorSizes s0 = c.instance->sizes(t);
         if (c.caps.aggregation == Aggregation::kSum) {
@@ -734,8 +715,8 @@ Outcome checkDeterministic(Context& c) {
   for (const auto& shape : shapes) {
     // Two instances, as two processes would have: nothing may depend on addresses, clocks or call counts.
     const uint64_t id = c.tensorId();
-    Simulation a(c.plugin.instantiate(c.params), shape, 1, c.options.seed, id);
-    Simulation b(c.plugin.instantiate(c.params), shape, 1, c.options.seed, id);
+    Simulation a(c.plugin.instantiate(c.params), c.memory, shape, 1, c.options.seed, id);
+    Simulation b(c.plugin.instantiate(c.params), c.memory, shape, 1, c.options.seed, id);
     const Floats x = normalInput(shape.numel, c.inputSeed(shape, 3));
     Bytes step0;
     for (uint64_t step : {0, 1, 2}) {
@@ -1460,10 +1441,19 @@ ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& 
     TERSE_CHECK(std::find(names.begin(), names.end(), name) != names.end(), InvalidArgument,
                 "conformance: no check named '" << name << "'");
   }
+  TERSE_CHECK(options.device == TERSE_DEVICE_HOST || options.device == TERSE_DEVICE_CUDA, InvalidArgument,
+              "conformance: device must be host (0x1) or cuda (0x2), got " << options.device);
+  TERSE_CHECK(options.device == TERSE_DEVICE_HOST || options.device_index >= 0, InvalidArgument,
+              "conformance: a CUDA device index is 0 or more, got " << options.device_index);
+  // Before any check runs: a machine that cannot run the device mode is the caller's problem to report (an error, not
+  // a report of 18 SKIPs that a CI job would count as green).
+  std::shared_ptr<ConformanceMemory> memory =
+      options.device == TERSE_DEVICE_HOST ? conformance::hostMemory() : conformance::cudaMemory(options.device_index);
   ConformanceReport report;
   report.plugin = plugin.info().name;
   report.path = plugin.info().path.string();
-  Context ctx{plugin, params, options, nullptr, {}, {}, {}, 1};
+  report.device = memory->describe();
+  Context ctx{plugin, params, options, memory, nullptr, {}, {}, {}, 1};
   std::string blocked;  // why the remaining checks cannot run
   for (const auto& entry : kChecks) {
     const bool prerequisite = entry.name == kInstantiate || entry.name == kSizes;
@@ -1507,6 +1497,12 @@ ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& 
   return report;
 }
 
+std::string conformanceDeviceProblem(uint32_t device, int device_index) {
+  if (device == TERSE_DEVICE_HOST) return {};
+  if (device != TERSE_DEVICE_CUDA) return cat("device must be host (0x1) or cuda (0x2), got ", device);
+  return conformance::cudaMemoryProblem(device_index);
+}
+
 PayloadSizes measurePayloadSizes(const CompressorPlugin& plugin, const Params& params, const ConformanceShape& shape,
                                  uint64_t seed) {
   auto instance = plugin.instantiate(params);
@@ -1514,7 +1510,7 @@ PayloadSizes measurePayloadSizes(const CompressorPlugin& plugin, const Params& p
   out.caps = instance->caps(DType::kF32);
   TERSE_CHECK((out.caps.devices & TERSE_DEVICE_HOST) != 0, Unsupported,
               plugin.info().name << " runs on CUDA only; payload sizes are measured on the host");
-  Simulation sim(instance, shape, 1, seed, 1);
+  Simulation sim(instance, conformance::hostMemory(), shape, 1, seed, 1);
   const Step s = sim.runOne(0, normalInput(shape.numel, mixSeed(seed, 99)));
   for (int r = 0; r < sim.rounds(); ++r) {
     out.rounds.push_back({r, sim.sizes(r).max_output_bytes, s.payloads[static_cast<std::size_t>(r)][0].size()});

@@ -17,6 +17,11 @@
 // (ConformanceOptions::max_rel_error: the per-plugin table in tests/conformance, `--max-rel-error` on the CLI); without
 // one it reports the number. The same holds for unbiasedness: E[D(C(x))] = x is required only when the caller says
 // the plugin claims it, and the measured bias is reported either way.
+//
+// On a device (ConformanceOptions::device = TERSE_DEVICE_CUDA) the same checks run with every buffer the plugin sees
+// (input, prev, output, decompress target, workspace, state, reduce output) in device memory on a stream the suite
+// owns, each written buffer between guard zones on the device; results and guards are copied back to the host after
+// each call and judged exactly as on the host (conformance_memory.h says what that can and cannot see).
 #pragma once
 
 #include <array>
@@ -29,6 +34,7 @@
 
 #include "core/plugin/compressor.h"
 #include "core/plugin/compressor_plugin.h"
+#include "terse/types_v1.h"
 
 namespace terse {
 
@@ -73,6 +79,11 @@ struct ConformanceOptions {
   int fuzz_payloads = 300;
   // Runs only the checks named here (empty: all). Checks a named one depends on still run first, as instantiate.
   std::vector<std::string> only;
+  // Where the buffers handed to the plugin live: TERSE_DEVICE_HOST (host memory, stream NULL) or TERSE_DEVICE_CUDA
+  // (memory of CUDA device `device_index`, a stream of the suite's own). A plugin whose caps do not advertise the
+  // device is not checked there: instantiate says so and the rest is SKIP.
+  uint32_t device = TERSE_DEVICE_HOST;
+  int device_index = 0;
   // Called before and after each check, e.g. to print progress: a crash then shows which check it was in.
   std::function<void(std::string_view name)> on_check_start;
   std::function<void(const CheckResult&)> on_check_done;
@@ -85,6 +96,7 @@ inline constexpr uint64_t kRoundTripMinNumel = 1000;
 struct ConformanceReport {
   std::string plugin;  // the declared name
   std::string path;    // the file that was checked
+  std::string device;  // where its buffers lived: "host memory", "CUDA device 0 (NVIDIA H100 80GB HBM3, sm_90)"
   std::vector<CheckResult> checks;
 
   bool passed() const noexcept;  // no FAIL (SKIP is not a failure)
@@ -95,10 +107,17 @@ struct ConformanceReport {
 // The checks in the order they run; the message of each result says how it decided.
 std::vector<std::string_view> conformanceCheckNames();
 
-// Runs the suite on f32 host tensors. Never throws for anything the plugin does (every failure is a FAIL in the
-// report); throws InvalidArgument only for malformed options (world_size < 2, an unknown name in `only`).
+// Runs the suite on f32 tensors in options.device's memory. Never throws for anything the plugin does (every failure
+// is a FAIL in the report); throws InvalidArgument for malformed options (world_size < 2, an unknown name in `only`,
+// a device that is neither host nor cuda, a negative device index) and Unsupported, with conformanceDeviceProblem's
+// text, when options.device is CUDA and this build or this machine cannot provide that device.
 ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& params,
                                   const ConformanceOptions& options = {});
+
+// Why the suite cannot run on `device` / `device_index` in this process ("no CUDA device to run on: this build has no
+// CUDA ...", "CUDA device 2 asked for, but this machine has 1 device"), or empty when it can. Never throws; for a
+// front end that wants to say so before it loads anything.
+std::string conformanceDeviceProblem(uint32_t device, int device_index);
 
 // What one step of the plugin sends for a tensor, per round: get_sizes' bound and the bytes compress actually wrote
 // for a standard-normal input (one rank; round r > 0 gets round r - 1's payload as its aggregate, as the SUM or

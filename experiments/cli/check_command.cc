@@ -9,6 +9,8 @@
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "core/common/error.h"
 #include "core/plugin/loader.h"
@@ -23,6 +25,7 @@ namespace po = boost::program_options;
 constexpr std::string_view kCheckUsage =
     "usage: terse plugins check NAME|PATH [--plugin-path DIR[:DIR...]]... [--param KEY=VALUE]...\n"
     "                           [--max-rel-error X] [--unbiased] [--seed S] [--only CHECK]...\n"
+    "                           [--device host|cuda|cuda:N]\n"
     "\n"
     "Runs the compressor conformance suite: the plugin's contract (compressor_v1.h) checked in this process on f32\n"
     "host tensors of 0, 1, 1001 and 2^20 + 3 elements and 33x31 and 300x257 matrices, with 3 simulated ranks. Prints\n"
@@ -30,7 +33,12 @@ constexpr std::string_view kCheckUsage =
     "\n"
     "The round-trip error ||D(C(x)) - x|| / ||x|| on standard-normal inputs is only reported unless --max-rel-error\n"
     "gives a bound; unbiasedness is only reported unless --unbiased says the plugin claims it. A plugin that crashes\n"
-    "takes this process with it: the check named last on the output is the one that crashed.\n";
+    "takes this process with it: the check named last on the output is the one that crashed.\n"
+    "\n"
+    "--device cuda (or cuda:N for device N) runs the same checks with every buffer the plugin sees in CUDA device\n"
+    "memory, on a stream of the suite's own, guard zones checked on the device after each call. A plugin that does "
+    "not\n"
+    "advertise CUDA is not checked there (SKIP); a build or machine without CUDA is an error (exit 1).\n";
 
 Params parseParams(const std::vector<std::string>& raw) {
   Params params;
@@ -56,6 +64,17 @@ std::string checkList() {
   return out + "\n";
 }
 
+// "host", "cuda" or "cuda:N" -> (TERSE_DEVICE_*, index). Throws po::error for anything else.
+std::pair<uint32_t, int> parseDevice(const std::string& text) {
+  if (text == "host") return {TERSE_DEVICE_HOST, 0};
+  if (text == "cuda") return {TERSE_DEVICE_CUDA, 0};
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      std::all_of(text.begin() + 5, text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return {TERSE_DEVICE_CUDA, std::stoi(text.substr(5))};
+  }
+  throw po::error("--device expects host, cuda or cuda:N, got '" + text + "'");
+}
+
 std::string paramText(const Params& params) {
   std::string s;
   for (const auto& [k, v] : params) s += (s.empty() ? "" : " ") + k + "=" + v;
@@ -78,7 +97,8 @@ int checkCommand(const std::vector<std::string>& args) {
       "max-rel-error", po::value<double>(), "fail round_trip above this relative error (default: report only)")(
       "unbiased", "the plugin claims E[D(C(x))] = x: fail when the measured bias exceeds the sampling noise")(
       "seed", po::value<uint64_t>(), "seed of the inputs and the ranks' seeds (default 20240611)")(
-      "only", po::value<std::vector<std::string>>()->composing(), "run only this check (repeatable)");
+      "only", po::value<std::vector<std::string>>()->composing(), "run only this check (repeatable)")(
+      "device", po::value<std::string>(), "where the plugin's buffers live: host (default), cuda or cuda:N");
   po::options_description hidden;
   hidden.add_options()("plugin", po::value<std::string>(), "NAME|PATH");
   po::options_description all;
@@ -104,6 +124,7 @@ int checkCommand(const std::vector<std::string>& args) {
       opts.max_rel_error = bound;
     }
     opts.claims_unbiased = vm.count("unbiased") > 0;
+    if (vm.count("device")) std::tie(opts.device, opts.device_index) = parseDevice(vm["device"].as<std::string>());
     if (vm.count("seed")) opts.seed = vm["seed"].as<uint64_t>();
     if (vm.count("only")) {
       const auto names = conformanceCheckNames();
@@ -116,6 +137,12 @@ int checkCommand(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     std::cerr << "terse plugins check: " << e.what() << "\n\n" << kCheckUsage << "\n" << options;
     return kExitUsage;
+  }
+
+  // Before loading anything: a device mode this build or machine cannot run is an error, not a report of skips.
+  if (const std::string problem = conformanceDeviceProblem(opts.device, opts.device_index); !problem.empty()) {
+    std::cerr << "terse plugins check: --device " << vm["device"].as<std::string>() << ": " << problem << '\n';
+    return kExitFailure;
   }
 
   const std::string target = vm["plugin"].as<std::string>();
@@ -133,6 +160,8 @@ int checkCommand(const std::vector<std::string>& args) {
             << "  parameters: " << paramText(params) << ", seed " << opts.seed << ", max relative error "
             << (opts.max_rel_error ? fixed(*opts.max_rel_error, 4) : std::string("not given")) << ", unbiased "
             << (opts.claims_unbiased ? "claimed" : "not claimed") << "\n";
+  // Host output stays as it always was; the device mode says where the buffers are (instantiate names the device).
+  if (opts.device == TERSE_DEVICE_CUDA) std::cout << "  buffers on CUDA device " << opts.device_index << "\n";
   std::size_t width = 0;
   for (auto n : conformanceCheckNames()) width = std::max(width, n.size());
   // The name goes out before the check runs, so that a crash inside the plugin leaves it as the last word printed.

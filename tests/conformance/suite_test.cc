@@ -7,8 +7,10 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "core/plugin/conformance.h"
 #include "core/plugin/loader.h"
@@ -205,6 +207,66 @@ TEST(ConformanceSuite, RejectsMalformedOptions) {
   o = ConformanceOptions{};
   o.only = {"no_such_check"};
   EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
+}
+
+// Device mode (ConformanceOptions::device) where it cannot run: a clear error before any check, never a crash and
+// never a report of skips that would read as a pass. These run on every machine; the device suite itself is
+// tests/conformance/device_conformance_test.cc (label `cuda`).
+TEST(ConformanceDevice, MalformedDeviceOptionsAreInvalidArguments) {
+  const auto lossy = open(kBuildPluginDir, "test_lossy");
+  ConformanceOptions o = quick();
+  o.device = 0x4;
+  EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
+  EXPECT_NE(conformanceDeviceProblem(0x4, 0), "");
+  o.device = TERSE_DEVICE_CUDA;
+  o.device_index = -1;
+  EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
+  EXPECT_NE(conformanceDeviceProblem(TERSE_DEVICE_CUDA, -1), "");
+}
+
+TEST(ConformanceDevice, HostModeNeedsNoDevice) {
+  EXPECT_EQ(conformanceDeviceProblem(TERSE_DEVICE_HOST, 0), "");
+  ConformanceOptions o = quick();
+  o.only = {"sizes"};
+  const auto report = checkCompressor(*open(kBuildPluginDir, "test_lossy"), {}, o);
+  EXPECT_EQ(report.device, "host memory");
+  EXPECT_TRUE(report.passed()) << describe(report);
+}
+
+// No machine has device 999, with or without CUDA in the build: the error names why, and no check runs.
+TEST(ConformanceDevice, AnUnavailableDeviceIsAClearError) {
+  const std::string problem = conformanceDeviceProblem(TERSE_DEVICE_CUDA, 999);
+  ASSERT_NE(problem, "");
+  ConformanceOptions o = quick();
+  o.device = TERSE_DEVICE_CUDA;
+  o.device_index = 999;
+  bool started = false;
+  o.on_check_start = [&](std::string_view) { started = true; };
+  try {
+    checkCompressor(*open(kBuildPluginDir, "test_lossy"), {}, o);
+    ADD_FAILURE() << "device mode on CUDA device 999 ran";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find(problem), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(started);
+}
+
+// Device 0 on a machine without one (or in a build without CUDA): the reason the runtime (or the build) gives.
+TEST(ConformanceDevice, NoDeviceIsAClearError) {
+  const std::string problem = conformanceDeviceProblem(TERSE_DEVICE_CUDA, 0);
+  if (problem.empty()) GTEST_SKIP() << "this machine has a CUDA device: test_conformance_cuda runs the device suite";
+  EXPECT_NE(problem.find("no CUDA device to run on"), std::string::npos) << problem;
+  if (!cuda::builtWithCuda()) {
+    EXPECT_NE(problem.find("this build has no CUDA"), std::string::npos) << problem;
+  }
+  ConformanceOptions o = quick();
+  o.device = TERSE_DEVICE_CUDA;
+  try {
+    checkCompressor(*open(kBuildPluginDir, "test_lossy"), {}, o);
+    ADD_FAILURE() << "device mode without a device ran";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find(problem), std::string::npos) << e.what();
+  }
 }
 
 TEST(PayloadSizes, MeasuresEveryRound) {
