@@ -81,47 +81,81 @@ void maxPool2Backward(const float* dpool, const int32_t* arg, int64_t pooled, co
 
 }  // namespace
 
-CnnWorkload::CnnWorkload(std::shared_ptr<const DataSplit> data, uint64_t seed) : data_(std::move(data)) {
-  TERSE_CHECK(data_ != nullptr, InvalidArgument, "cnn needs a data set");
-  const Dataset& train = data_->train;
+CnnGeometry cnnGeometry(const std::shared_ptr<const DataSplit>& data) {
+  constexpr int64_t kKernel = CnnWorkload::kKernel;
+  TERSE_CHECK(data != nullptr, InvalidArgument, "cnn needs a data set");
+  const Dataset& train = data->train;
   TERSE_CHECK(train.num_examples > 0 && train.num_classes >= 2, InvalidArgument,
               "cnn needs a non-empty classification training set");
   TERSE_CHECK(train.rows > 0 && train.cols > 0 && train.rows * train.cols == train.dims, InvalidArgument,
               "cnn needs single-channel images; the data set has " << train.dims << " features of shape " << train.rows
                                                                    << "x" << train.cols);
-  TERSE_CHECK(data_->test.rows == train.rows && data_->test.cols == train.cols, InvalidArgument,
-              "cnn: test images are " << data_->test.rows << "x" << data_->test.cols << ", training images "
-                                      << train.rows << "x" << train.cols);
-  h0_ = train.rows;
-  w0_ = train.cols;
-  h1_ = h0_ - kKernel + 1;
-  w1_ = w0_ - kKernel + 1;
-  hp1_ = h1_ / 2;
-  wp1_ = w1_ / 2;
-  h2_ = hp1_ - kKernel + 1;
-  w2_ = wp1_ - kKernel + 1;
-  hp2_ = h2_ / 2;
-  wp2_ = w2_ / 2;
-  TERSE_CHECK(h1_ > 0 && w1_ > 0 && h1_ % 2 == 0 && w1_ % 2 == 0 && h2_ > 0 && w2_ > 0 && h2_ % 2 == 0 && w2_ % 2 == 0,
-              InvalidArgument,
-              "cnn: " << h0_ << "x" << w0_ << " images do not give even-sided conv outputs for 2x2 pooling "
-                      << "(sides n with n - 4 and (n - 4) / 2 - 4 positive and even, e.g. 16 or 28)");
-  fc_in_ = kConv2Channels * hp2_ * wp2_;
-  classes_ = train.num_classes;
+  TERSE_CHECK(data->test.rows == train.rows && data->test.cols == train.cols, InvalidArgument,
+              "cnn: test images are " << data->test.rows << "x" << data->test.cols << ", training images " << train.rows
+                                      << "x" << train.cols);
+  CnnGeometry g{};
+  g.h0 = train.rows;
+  g.w0 = train.cols;
+  g.h1 = g.h0 - kKernel + 1;
+  g.w1 = g.w0 - kKernel + 1;
+  g.hp1 = g.h1 / 2;
+  g.wp1 = g.w1 / 2;
+  g.h2 = g.hp1 - kKernel + 1;
+  g.w2 = g.wp1 - kKernel + 1;
+  g.hp2 = g.h2 / 2;
+  g.wp2 = g.w2 / 2;
+  TERSE_CHECK(
+      g.h1 > 0 && g.w1 > 0 && g.h1 % 2 == 0 && g.w1 % 2 == 0 && g.h2 > 0 && g.w2 > 0 && g.h2 % 2 == 0 && g.w2 % 2 == 0,
+      InvalidArgument,
+      "cnn: " << g.h0 << "x" << g.w0 << " images do not give even-sided conv outputs for 2x2 pooling "
+              << "(sides n with n - 4 and (n - 4) / 2 - 4 positive and even, e.g. 16 or 28)");
+  g.fc_in = CnnWorkload::kConv2Channels * g.hp2 * g.wp2;
+  g.classes = train.num_classes;
+  return g;
+}
 
-  addParam("conv1.weight", {kConv1Channels, 1, kKernel, kKernel}, 0);
-  addParam("conv1.bias", {kConv1Channels}, 0);
-  addParam("conv2.weight", {kConv2Channels, kConv1Channels, kKernel, kKernel}, 1);
-  addParam("conv2.bias", {kConv2Channels}, 1);
-  addParam("fc.weight", {classes_, fc_in_}, 2);
-  addParam("fc.bias", {classes_}, 2);
-  TERSE_CHECK(numParameters() < kMaxParameters, InvalidArgument,
-              "cnn on " << h0_ << "x" << w0_ << " images has " << numParameters() << " parameters, over the "
-                        << kMaxParameters << " this workload is meant to stay under");
+std::vector<ParamSpec> cnnParams(const CnnGeometry& g, uint64_t seed) {
+  constexpr int64_t kKernel = CnnWorkload::kKernel, kC1 = CnnWorkload::kConv1Channels,
+                    kC2 = CnnWorkload::kConv2Channels;
+  auto zeros = [](int64_t n) { return std::vector<float>(sz(n)); };
+  std::vector<ParamSpec> specs;
+  specs.push_back({"conv1.weight", {kC1, 1, kKernel, kKernel}, 0, zeros(kC1 * kKernel * kKernel)});
+  specs.push_back({"conv1.bias", {kC1}, 0, zeros(kC1)});
+  specs.push_back({"conv2.weight", {kC2, kC1, kKernel, kKernel}, 1, zeros(kC2 * kC1 * kKernel * kKernel)});
+  specs.push_back({"conv2.bias", {kC2}, 1, zeros(kC2)});
+  specs.push_back({"fc.weight", {g.classes, g.fc_in}, 2, zeros(g.classes * g.fc_in)});
+  specs.push_back({"fc.bias", {g.classes}, 2, zeros(g.classes)});
+  std::size_t count = 0;
+  for (const ParamSpec& s : specs) count += s.value.size();
+  TERSE_CHECK(count < CnnWorkload::kMaxParameters, InvalidArgument,
+              "cnn on " << g.h0 << "x" << g.w0 << " images has " << count << " parameters, over the "
+                        << CnnWorkload::kMaxParameters << " this workload is meant to stay under");
   train::SeededRng rng1(seed, 0), rng2(seed, 1), rng3(seed, 2);
-  initHeNormal(params()[kConv1W].value, kKernel * kKernel, rng1);
-  initHeNormal(params()[kConv2W].value, kConv1Channels * kKernel * kKernel, rng2);
-  initGlorotUniform(params()[kFcW].value, fc_in_, classes_, rng3);
+  initHeNormal(specs[kConv1W].value, kKernel * kKernel, rng1);
+  initHeNormal(specs[kConv2W].value, kC1 * kKernel * kKernel, rng2);
+  initGlorotUniform(specs[kFcW].value, g.fc_in, g.classes, rng3);
+  return specs;
+}
+
+CnnWorkload::CnnWorkload(std::shared_ptr<const DataSplit> data, uint64_t seed) : data_(std::move(data)) {
+  const CnnGeometry g = cnnGeometry(data_);
+  h0_ = g.h0;
+  w0_ = g.w0;
+  h1_ = g.h1;
+  w1_ = g.w1;
+  hp1_ = g.hp1;
+  wp1_ = g.wp1;
+  h2_ = g.h2;
+  w2_ = g.w2;
+  hp2_ = g.hp2;
+  wp2_ = g.wp2;
+  fc_in_ = g.fc_in;
+  classes_ = g.classes;
+  for (ParamSpec& spec : cnnParams(g, seed)) {
+    // Two statements: params() must be read after addParam, which may move the tensors.
+    const std::size_t t = addParam(std::move(spec.name), std::move(spec.shape), spec.layer);
+    params()[t].value = std::move(spec.value);
+  }
 }
 
 void CnnWorkload::reserve(int64_t batch) {

@@ -15,6 +15,7 @@
 
 #include "core/train/workload.h"
 #include "experiments/workloads/dataset.h"
+#include "experiments/workloads/nn_ops.h"
 
 namespace terse::workloads {
 
@@ -46,5 +47,18 @@ class CnnWorkload final : public train::Workload {
   // Backward scratch.
   std::vector<float> dlogits_, dp2_, dz2_, dcol2_, dp1_, dz1_;
 };
+
+// The CNN's image and feature-map sides on a data set: input h0 x w0, conv1 output h1 x w1, pool1 hp1 x wp1, conv2
+// h2 x w2, pool2 hp2 x wp2, fc_in = kConv2Channels * hp2 * wp2 inputs to the classifier of `classes` outputs.
+struct CnnGeometry {
+  int64_t h0, w0, h1, w1, hp1, wp1, h2, w2, hp2, wp2, fc_in, classes;
+};
+// Validates the data set (single-channel images, train and test alike, even-sided conv outputs) and computes the
+// sides; throws InvalidArgument. CnnWorkload and CnnCudaWorkload share it.
+CnnGeometry cnnGeometry(const std::shared_ptr<const DataSplit>& data);
+// The CNN's parameters in params() order with their initial values for `seed` (see the top of this file): one
+// definition, so the host and device models start from the same weights. Throws InvalidArgument when the count
+// reaches CnnWorkload::kMaxParameters.
+std::vector<ParamSpec> cnnParams(const CnnGeometry& g, uint64_t seed);
 
 }  // namespace terse::workloads

@@ -9,31 +9,48 @@
 
 namespace terse::workloads {
 
+std::vector<int64_t> mlpWidths(const std::shared_ptr<const DataSplit>& data, const std::vector<int64_t>& hidden,
+                               const std::string& name) {
+  TERSE_CHECK(data != nullptr, InvalidArgument, name << " needs a data set");
+  TERSE_CHECK(data->train.num_examples > 0 && data->train.num_classes >= 2, InvalidArgument,
+              name << " needs a non-empty classification training set");
+  TERSE_CHECK(data->test.dims == data->train.dims, InvalidArgument,
+              name << ": test features have " << data->test.dims << " dims, training features " << data->train.dims);
+  std::vector<int64_t> widths{data->train.dims};
+  for (int64_t h : hidden) {
+    TERSE_CHECK(h > 0, InvalidArgument, name << ": hidden layer sizes must be positive, got " << h);
+    widths.push_back(h);
+  }
+  widths.push_back(data->train.num_classes);
+  return widths;
+}
+
+std::vector<ParamSpec> mlpParams(const std::vector<int64_t>& widths, uint64_t seed) {
+  std::vector<ParamSpec> specs;
+  const int layers = static_cast<int>(widths.size()) - 1;
+  for (int l = 0; l < layers; ++l) {
+    const std::string prefix = "fc" + std::to_string(l);
+    const int64_t in = widths[static_cast<std::size_t>(l)], out = widths[static_cast<std::size_t>(l) + 1];
+    ParamSpec w{prefix + ".weight", {out, in}, l, std::vector<float>(static_cast<std::size_t>(out * in))};
+    train::SeededRng rng(seed, static_cast<uint64_t>(l));
+    if (l + 1 < layers)
+      initHeNormal(w.value, in, rng);
+    else
+      initGlorotUniform(w.value, in, out, rng);
+    specs.push_back(std::move(w));
+    specs.push_back(ParamSpec{prefix + ".bias", {out}, l, std::vector<float>(static_cast<std::size_t>(out))});
+  }
+  return specs;
+}
+
 MlpWorkload::MlpWorkload(std::shared_ptr<const DataSplit> data, std::vector<int64_t> hidden, uint64_t seed,
                          std::string name)
     : data_(std::move(data)), name_(std::move(name)) {
-  TERSE_CHECK(data_ != nullptr, InvalidArgument, name_ << " needs a data set");
-  TERSE_CHECK(data_->train.num_examples > 0 && data_->train.num_classes >= 2, InvalidArgument,
-              name_ << " needs a non-empty classification training set");
-  TERSE_CHECK(data_->test.dims == data_->train.dims, InvalidArgument,
-              name_ << ": test features have " << data_->test.dims << " dims, training features " << data_->train.dims);
-  widths_.push_back(data_->train.dims);
-  for (int64_t h : hidden) {
-    TERSE_CHECK(h > 0, InvalidArgument, name_ << ": hidden layer sizes must be positive, got " << h);
-    widths_.push_back(h);
-  }
-  widths_.push_back(data_->train.num_classes);
-  const int layers = static_cast<int>(widths_.size()) - 1;
-  for (int l = 0; l < layers; ++l) {
-    const std::string prefix = "fc" + std::to_string(l);
-    const int64_t in = widths_[static_cast<std::size_t>(l)], out = widths_[static_cast<std::size_t>(l) + 1];
-    const std::size_t w = addParam(prefix + ".weight", {out, in}, l);
-    addParam(prefix + ".bias", {out}, l);
-    train::SeededRng rng(seed, static_cast<uint64_t>(l));
-    if (l + 1 < layers)
-      initHeNormal(params()[w].value, in, rng);
-    else
-      initGlorotUniform(params()[w].value, in, out, rng);
+  widths_ = mlpWidths(data_, hidden, name_);
+  for (ParamSpec& spec : mlpParams(widths_, seed)) {
+    // Two statements: params() must be read after addParam, which may move the tensors.
+    const std::size_t t = addParam(std::move(spec.name), std::move(spec.shape), spec.layer);
+    params()[t].value = std::move(spec.value);
   }
   acts_.resize(widths_.size());
 }

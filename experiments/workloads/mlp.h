@@ -11,8 +11,17 @@
 
 #include "core/train/workload.h"
 #include "experiments/workloads/dataset.h"
+#include "experiments/workloads/nn_ops.h"
 
 namespace terse::workloads {
+
+// The layer widths (input dims, hidden..., classes) of an MLP on `data`. Throws InvalidArgument, naming the workload
+// `name`, for a missing or unusable data set or a non-positive hidden size. MlpWorkload and MlpCudaWorkload share it.
+std::vector<int64_t> mlpWidths(const std::shared_ptr<const DataSplit>& data, const std::vector<int64_t>& hidden,
+                               const std::string& name);
+// The MLP's parameters in params() order ("fc<l>.weight", "fc<l>.bias" per layer) with their initial values for
+// `seed` (see the top of this file): one definition, so the host and device models start from the same weights.
+std::vector<ParamSpec> mlpParams(const std::vector<int64_t>& widths, uint64_t seed);
 
 class MlpWorkload final : public train::Workload {
  public:

@@ -4,12 +4,23 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/train/seeded_rng.h"
 #include "experiments/workloads/dataset.h"
 
 namespace terse::workloads {
+
+// One parameter tensor as a model declares it. A model's CPU workload and its CUDA sibling register the same list (the
+// same names, shapes, layers and initial values for a seed), so a device model starts from exactly the host model's
+// weights and the two can be compared step for step.
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // row-major
+  int layer = 0;
+  std::vector<float> value;  // the initial values, numel of shape
+};
 
 // OpenBLAS's thread count is process-wide. Workers run one workload per thread, so BLAS threads on top would
 // oversubscribe the cores; makeWorkload sets it once (WorkloadOptions::blas_threads, default 1).

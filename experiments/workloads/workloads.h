@@ -22,15 +22,22 @@ struct WorkloadOptions {
   // OpenBLAS threads for the whole process (OpenBLAS has no per-thread setting). 1 keeps one BLAS thread per worker
   // thread; 0 leaves OpenBLAS as it is.
   int blas_threads = 1;
+  // Where the model computes: -1 (the default) is the CPU model; an ordinal >= 0 is the CUDA model of softmax, mlp or
+  // cnn on that device (same parameters, layer order and initial values as the CPU model; builds with CUDA only).
+  int device = -1;
 };
 
 // "linear_regression", "softmax", "mlp", "cnn".
 std::vector<std::string_view> workloadNames();
 // Whether the workload trains on `data` (all but linear_regression).
 bool workloadNeedsData(std::string_view name);
+// The workloads with a CUDA version (WorkloadOptions::device >= 0), whether or not this build has CUDA.
+std::vector<std::string_view> workloadsWithCuda();
 
 // Builds a workload. Throws InvalidArgument for an unknown name (listing the known ones), a missing data set where
-// one is needed, or options the model rejects.
+// one is needed, options the model rejects, or a device ordinal that does not exist on this machine (the message
+// names the ordinal and how many devices there are); Unsupported for a device >= 0 in a build without CUDA or for a
+// workload without a CUDA model (linear_regression).
 std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const WorkloadOptions& options,
                                               std::shared_ptr<const DataSplit> data);
 
