@@ -79,6 +79,12 @@ class Communicator {
   virtual int size() const noexcept = 0;
   // Whether allreduce can sum elements of this type (the pipeline checks a SUM compressor's wire dtype with it).
   virtual bool supportsSum(DType dtype) const noexcept = 0;
+  // Where the data of every call lives: host memory (false; the transports' communicators) or CUDA device memory
+  // (true; NCCL), ordered on deviceStream(). Host-side words (sizes, allgatherSizes) are host memory either way.
+  virtual bool deviceMemory() const noexcept { return false; }
+  // The cudaStream_t (as void*) a device communicator orders its operations on; null for a host communicator. Work
+  // that produces a collective's input on this stream needs no further synchronization with it.
+  virtual void* deviceStream() const noexcept { return nullptr; }
 
   // ---- Blocking. Each returns what this rank put on the wire for the operation (headers included).
 

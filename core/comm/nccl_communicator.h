@@ -91,6 +91,8 @@ class NcclCommunicator final : public Communicator {
   int device() const noexcept;
   // The stream every operation runs on (a cudaStream_t).
   void* stream() const noexcept;
+  bool deviceMemory() const noexcept override { return true; }
+  void* deviceStream() const noexcept override { return stream(); }
 
   WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum,
                       uint64_t tensor = kNoTensor) override;

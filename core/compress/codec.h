@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "core/compress/tensor_buffer.h"
 #include "core/plugin/compressor.h"
 
 namespace terse {
@@ -22,6 +23,9 @@ class TensorCodec {
   virtual const TensorInfo& info() const = 0;
   // The plugin's sizes for `round` (0 <= round < caps().num_rounds).
   virtual const CompressorSizes& sizes(int round) const = 0;
+  // Where the tensor's buffers live and, on a device, the stream every call of this codec is ordered on: grad, out,
+  // payloads and prev of the calls below are memory of that placement. Decorators forward their inner codec's.
+  virtual Placement placement() const = 0;
 
   // Writes round `round`'s payload for `step` into out and returns its size. `grad` holds info().numel elements of
   // info().dtype; the same gradient is passed in every round of a step. `prev` is the aggregate of round - 1 (empty in
@@ -43,10 +47,11 @@ class TensorCodec {
   }
 };
 
-// The codec that calls a plugin instance directly, owning this tensor's workspace and state (host memory).
+// The codec that calls a plugin instance directly, owning this tensor's workspace and state (in the tensor's memory).
 // `run_seed` is the experiment's seed: with TERSE_CAP_SHARED_SEED every rank gets the same info.seed, otherwise a
-// per-rank seed derived from it, so independent stochastic rounding stays independent across ranks.
+// per-rank seed derived from it, so independent stochastic rounding stays independent across ranks. `stream` (a
+// cudaStream_t) is required for a CUDA tensor and must be null for a host one.
 std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
-                                             uint64_t run_seed);
+                                             uint64_t run_seed, void* stream = nullptr);
 
 }  // namespace terse

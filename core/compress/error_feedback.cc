@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/common/error.h"
+#include "core/compress/device_kernels.h"
 #include "core/compress/error_feedback_math.h"
 
 namespace terse {
@@ -31,12 +32,11 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<TensorCodec> inner) : inner_(std::m
   TERSE_CHECK(t.dtype == DType::kF32, Unsupported,
               where(t) << "error feedback supports f32 gradients only, got " << dtypeName(t.dtype)
                        << " (a 16-bit residual would lose what it is meant to keep)");
-  TERSE_CHECK(t.device == TERSE_DEVICE_HOST, Unsupported,
-              where(t) << "error feedback on CUDA tensors is not implemented yet; the tensor must be on the host");
-  const auto n = static_cast<std::size_t>(t.numel);
-  residual_ = HostArray<float>(n);
-  corrected_ = HostArray<float>(n);
-  transmitted_ = HostArray<float>(n);
+  placement_ = inner_->placement();
+  n_ = static_cast<std::size_t>(t.numel);
+  residual_ = TensorBuffer(n_ * sizeof(float), placement_);
+  corrected_ = TensorBuffer(n_ * sizeof(float), placement_);
+  transmitted_ = TensorBuffer(n_ * sizeof(float), placement_);
 }
 
 uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
@@ -44,11 +44,18 @@ uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::
   const int rounds = inner_->caps().num_rounds;
   TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
               where(info()) << "encode: round must be in [0, " << rounds << "), got " << round);
-  const std::size_t n = corrected_.size();
+  const std::size_t n = n_;
+  auto* residual = residual_.as<float>();
+  auto* corrected = corrected_.as<float>();
+  auto* transmitted = transmitted_.as<float>();
   if (round == 0) {
     TERSE_CHECK(grad != nullptr || n == 0, InvalidArgument,
                 where(info()) << "encode: gradient is null for " << n << " elements");
-    correct(static_cast<const float*>(grad), residual_.data(), corrected_.data(), n);
+    if (placement_.device) {
+      device_kernels::efCorrect(static_cast<const float*>(grad), residual, corrected, n, placement_.stream);
+    } else {
+      correct(static_cast<const float*>(grad), residual, corrected, n);
+    }
     step_ = step;
     next_round_ = 0;
   } else {
@@ -58,15 +65,19 @@ uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::
                               << " of the same step; expected round " << next_round_ << " of step " << step_);
   }
 
-  const uint64_t bytes = inner_->encode(step, round, corrected_.data(), prev, out);
+  const uint64_t bytes = inner_->encode(step, round, corrected, prev, out);
   TERSE_CHECK(bytes <= out.size(), InternalError,
               where(info()) << "inner codec reported " << bytes << " B written into a " << out.size() << " B span");
   next_round_ = round + 1;
   if (round == rounds - 1) {
     // D(C(p)): this rank's own contribution, decoded without accumulation. For a multi-round compressor the plugin's
     // workspace still holds the earlier rounds' aggregates, which the last round's payload is decoded against.
-    inner_->decode(step, out.first(static_cast<std::size_t>(bytes)), info().rank, transmitted_.data(), false);
-    updateResidual(corrected_.data(), transmitted_.data(), residual_.data(), n);
+    inner_->decode(step, out.first(static_cast<std::size_t>(bytes)), info().rank, transmitted, false);
+    if (placement_.device) {
+      device_kernels::efResidual(corrected, transmitted, residual, n, placement_.stream);
+    } else {
+      updateResidual(corrected, transmitted, residual, n);
+    }
     next_round_ = 0;  // only round 0 (a new step) may come next
   }
   return bytes;

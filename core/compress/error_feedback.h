@@ -23,7 +23,9 @@
 // unchanged: the aggregate needs no correction, only what each rank sends does.
 //
 // f32 tensors only for now: the residual must be kept at least at the gradient's precision, and f16/bf16 residuals need
-// an f32 shadow copy (a later issue). Every buffer is allocated once in the constructor; encode allocates nothing.
+// an f32 shadow copy (a later issue). Every buffer is allocated once in the constructor, in the tensor's memory (a CUDA
+// tensor's residual lives on its device and the two loops run as kernels on its stream, device_kernels.h, with the
+// host's per-element bodies); encode allocates nothing.
 #pragma once
 
 #include <cstdint>
@@ -31,18 +33,19 @@
 #include <span>
 
 #include "core/compress/codec.h"
-#include "core/compress/host_array.h"
+#include "core/compress/tensor_buffer.h"
 
 namespace terse {
 
 class ErrorFeedback final : public TensorCodec {
  public:
-  // Throws InvalidArgument for a null inner codec, Unsupported for a non-f32 or non-host tensor.
+  // Throws InvalidArgument for a null inner codec, Unsupported for a non-f32 tensor.
   explicit ErrorFeedback(std::unique_ptr<TensorCodec> inner);
 
   const CompressorCaps& caps() const override { return inner_->caps(); }
   const TensorInfo& info() const override { return inner_->info(); }
   const CompressorSizes& sizes(int round) const override { return inner_->sizes(round); }
+  Placement placement() const override { return inner_->placement(); }
 
   // Round 0 computes p = grad + e; every round encodes p (grad is read in round 0 only); after the last round the
   // residual becomes p - D(C(p)). Throws InvalidArgument for a round out of order.
@@ -57,18 +60,23 @@ class ErrorFeedback final : public TensorCodec {
     return inner_->reduce(step, round, a, b, out);
   }
 
-  // e: what has not been transmitted yet (numel floats).
-  std::span<const float> residual() const { return residual_.span(); }
-  // D(C(p)) of the last completed step: this rank's own payload of the last round, decoded (numel floats).
-  std::span<const float> transmitted() const { return transmitted_.span(); }
+  // e: what has not been transmitted yet (numel floats, in the tensor's memory).
+  std::span<const float> residual() const { return floats(residual_); }
+  // D(C(p)) of the last completed step: this rank's own payload of the last round, decoded (numel floats, in the
+  // tensor's memory).
+  std::span<const float> transmitted() const { return floats(transmitted_); }
   // Forgets the residual and any step in progress (e.g. when a run restarts from a checkpoint without its residuals).
   void reset();
 
  private:
+  static std::span<const float> floats(const TensorBuffer& b) { return {b.as<const float>(), b.count<float>()}; }
+
   std::unique_ptr<TensorCodec> inner_;
-  HostArray<float> residual_;     // e_t, persistent
-  HostArray<float> corrected_;    // p_t, fixed from round 0 to the last round of one step
-  HostArray<float> transmitted_;  // D(C(p_t)) of the last completed step
+  Placement placement_;
+  std::size_t n_ = 0;
+  TensorBuffer residual_;     // e_t, persistent
+  TensorBuffer corrected_;    // p_t, fixed from round 0 to the last round of one step
+  TensorBuffer transmitted_;  // D(C(p_t)) of the last completed step
   // Where the current step stands, so that a round out of order is an error rather than a silently wrong residual.
   uint64_t step_ = 0;
   int next_round_ = 0;

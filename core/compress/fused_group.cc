@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/common/device_memory.h"
 #include "core/common/error.h"
 
 namespace terse {
@@ -27,8 +28,10 @@ bool sameClass(const CompressionPipeline& a, const CompressionPipeline& b) {
 
 }  // namespace
 
-void FusedGroupRunner::grow(HostArray<std::byte>& a, std::size_t bytes) {
-  if (a.size() < bytes) a = HostArray<std::byte>(bytes);
+void FusedGroupRunner::grow(TensorBuffer& a, std::size_t bytes, const Placement& where) {
+  // A buffer of the other memory is replaced whatever its size (a runner serves one communicator, so in practice the
+  // placement never changes after the first group).
+  if (a.size() < bytes || a.onDevice() != where.device) a = TensorBuffer(bytes, where);
 }
 
 void FusedGroupRunner::run(uint64_t step, std::span<const FusedMember> members, const GroupPhaseFn& phase) {
@@ -63,6 +66,7 @@ void FusedGroupRunner::run(uint64_t step, std::span<const FusedMember> members, 
 void FusedGroupRunner::runSum(uint64_t step, std::span<const FusedMember> members, std::size_t first,
                               const GroupPhaseFn& phase) {
   const DType wire = members[0].pipeline->codec().caps().wire_dtype;
+  const Placement& where = members[0].pipeline->placement();
   auto t0 = Clock::now();
   local_.clear();
   std::size_t body_bytes = 0;
@@ -79,12 +83,12 @@ void FusedGroupRunner::runSum(uint64_t step, std::span<const FusedMember> member
     const auto header = static_cast<std::size_t>(members[0].pipeline->codec().sizes(0).sum_header_bytes);
     wire_bytes = comm_.allreducePayload(local_[0], header, wire, members[0].pipeline->codec().info().tensor_id);
   } else {
-    grow(send_, body_bytes);
+    grow(send_, body_bytes, where);
     std::size_t off = 0;
     for (std::size_t k = 0; k < members.size(); ++k) {
       const auto header = static_cast<std::size_t>(members[k].pipeline->codec().sizes(0).sum_header_bytes);
       const std::size_t n = local_[k].size() - header;
-      if (n != 0) std::memcpy(send_.data() + off, local_[k].data() + header, n);
+      copyBytes(send_.data() + off, local_[k].data() + header, n, where);
       off += n;
     }
     wire_bytes =
@@ -93,7 +97,7 @@ void FusedGroupRunner::runSum(uint64_t step, std::span<const FusedMember> member
     for (std::size_t k = 0; k < members.size(); ++k) {
       const auto header = static_cast<std::size_t>(members[k].pipeline->codec().sizes(0).sum_header_bytes);
       const std::size_t n = local_[k].size() - header;
-      if (n != 0) std::memcpy(local_[k].data() + header, send_.data() + off, n);
+      copyBytes(local_[k].data() + header, send_.data() + off, n, where);
       off += n;
     }
   }
@@ -110,6 +114,7 @@ void FusedGroupRunner::runGather(uint64_t step, std::span<const FusedMember> mem
                                  const GroupPhaseFn& phase) {
   const int world = comm_.size();
   const std::size_t k = members.size();
+  const Placement& where = members[0].pipeline->placement();
   bool fixed = true;
   std::size_t max_block = 0;
   for (const FusedMember& m : members) {
@@ -122,17 +127,18 @@ void FusedGroupRunner::runGather(uint64_t step, std::span<const FusedMember> mem
 
   auto t0 = Clock::now();
   local_.clear();
-  grow(send_, max_block);
+  grow(send_, max_block, where);
+  table_.assign(fixed ? 0 : k, 0);
   std::size_t block = table;
   for (std::size_t i = 0; i < k; ++i) {
     const auto payload = members[i].pipeline->encodeForFusion(step, members[i].grad);
-    if (!fixed) {
-      const uint64_t n = payload.size();
-      std::memcpy(send_.data() + i * sizeof(uint64_t), &n, sizeof n);
-    }
-    if (!payload.empty()) std::memcpy(send_.data() + block, payload.data(), payload.size());
+    if (!fixed) table_[i] = payload.size();
+    copyBytes(send_.data() + block, payload.data(), payload.size(), where);
     block += payload.size();
   }
+  // From pageable host memory a stream-ordered copy returns once the driver has staged the source, so table_ may be
+  // reused right after.
+  copyBytes(send_.data(), table_.data(), table, where);
   if (phase) phase("compress", t0, Clock::now(), first, k);
 
   t0 = Clock::now();
@@ -155,7 +161,7 @@ void FusedGroupRunner::runGather(uint64_t step, std::span<const FusedMember> mem
   }
   uint64_t total = 0;
   for (uint64_t s : sizes_) total += s;
-  grow(recv_, static_cast<std::size_t>(total));
+  grow(recv_, static_cast<std::size_t>(total), where);
   wire_bytes +=
       comm_.allgatherv(send_.span().first(block), recv_.span().first(static_cast<std::size_t>(total)), sizes_, tensor);
   ++collectives_;
@@ -165,6 +171,16 @@ void FusedGroupRunner::runGather(uint64_t step, std::span<const FusedMember> mem
   t0 = Clock::now();
   // blocks_[i * world + r] = rank r's payload of member i.
   blocks_.assign(k * static_cast<std::size_t>(world), {});
+  if (!fixed) {
+    // Every rank's size table, read where the host can see it: on the device, one copy per rank, then one wait.
+    table_.assign(k * static_cast<std::size_t>(world), 0);
+    std::size_t at = 0;
+    for (int r = 0; r < world; ++r) {
+      copyBytes(table_.data() + static_cast<std::size_t>(r) * k, recv_.data() + at, table, where);
+      at += static_cast<std::size_t>(sizes_[static_cast<std::size_t>(r)]);
+    }
+    if (where.device) cuda::synchronize(where.stream);
+  }
   std::size_t rank_off = 0;
   for (int r = 0; r < world; ++r) {
     const std::size_t rank_bytes = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(r)]);
@@ -172,7 +188,7 @@ void FusedGroupRunner::runGather(uint64_t step, std::span<const FusedMember> mem
     std::size_t off = table;
     for (std::size_t i = 0; i < k; ++i) {
       uint64_t n = members[i].pipeline->codec().sizes(0).max_output_bytes;
-      if (!fixed) std::memcpy(&n, base + i * sizeof(uint64_t), sizeof n);
+      if (!fixed) n = table_[static_cast<std::size_t>(r) * k + i];
       TERSE_CHECK(n <= members[i].pipeline->codec().sizes(0).max_output_bytes && n <= rank_bytes - off, InvalidPayload,
                   "fused allgather: rank " << r << "'s table gives member " << i << " " << n
                                            << " bytes, beyond its bound or its block of " << rank_bytes);

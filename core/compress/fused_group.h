@@ -17,6 +17,10 @@
 // dtype, or ALLGATHER) forms one collective. Every rank fuses the same way because every rank gets the same group from
 // its scheduler and the same caps from its compressor.
 //
+// Device tensors (a communicator on device memory, pipelines on its stream): the same steps, with the concatenation
+// copies stream-ordered on that stream and the variable-size table built on the host, copied into the block, and read
+// back from every rank's block after the gather (one small copy and one synchronization per fused gather).
+//
 // Bit-identity across groupings: ALLGATHER decoding is per rank in rank order whatever the grouping, so it is exactly
 // the unfused result. A SUM through the ring allreduce sums each element in an order that depends on where it falls
 // in the message (allreduce_ring.h: chunk c is summed starting at rank c), so at 3 or more ranks a different cut can
@@ -31,8 +35,8 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/compress/host_array.h"
 #include "core/compress/pipeline.h"
+#include "core/compress/tensor_buffer.h"
 
 namespace terse {
 
@@ -62,12 +66,14 @@ class FusedGroupRunner {
  private:
   void runSum(uint64_t step, std::span<const FusedMember> members, std::size_t first, const GroupPhaseFn& phase);
   void runGather(uint64_t step, std::span<const FusedMember> members, std::size_t first, const GroupPhaseFn& phase);
-  static void grow(HostArray<std::byte>& a, std::size_t bytes);
+  // Grows a concatenation buffer in the group's memory (the first member's placement; a group never mixes them).
+  void grow(TensorBuffer& a, std::size_t bytes, const Placement& where);
 
   comm::Communicator& comm_;
   uint64_t collectives_ = 0;
-  HostArray<std::byte> send_;
-  HostArray<std::byte> recv_;
+  TensorBuffer send_;
+  TensorBuffer recv_;
+  std::vector<uint64_t> table_;  // a variable-size gather's size table, on the host (device blocks: its staging)
   std::vector<std::span<std::byte>> local_;
   std::vector<uint64_t> sizes_;
   std::vector<std::span<const std::byte>> blocks_;

@@ -16,9 +16,9 @@ void validateCodecOptions(const CodecOptions& options) {
 }
 
 std::unique_ptr<TensorCodec> makeCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
-                                       uint64_t run_seed, const CodecOptions& options) {
+                                       uint64_t run_seed, const CodecOptions& options, void* stream) {
   validateCodecOptions(options);
-  std::unique_ptr<TensorCodec> codec = makePluginCodec(std::move(compressor), tensor, run_seed);
+  std::unique_ptr<TensorCodec> codec = makePluginCodec(std::move(compressor), tensor, run_seed, stream);
   if (options.momentum_correction > 0.0) {
     // Momentum correction implies error feedback (see CodecOptions).
     auto ef = std::make_unique<ErrorFeedback>(std::move(codec));

@@ -32,8 +32,9 @@ struct CodecOptions {
 void validateCodecOptions(const CodecOptions& options);
 
 // Validates the options before anything is built, then builds the chain (makePluginCodec, ErrorFeedback,
-// MomentumCorrection throw as documented there: Unsupported for a CUDA tensor, or for error feedback on non-f32).
+// MomentumCorrection throw as documented there: Unsupported for a device the plugin lacks, or for error feedback on
+// non-f32). `stream`: a CUDA tensor's stream (codec.h, makePluginCodec); null for a host tensor.
 std::unique_ptr<TensorCodec> makeCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
-                                       uint64_t run_seed, const CodecOptions& options);
+                                       uint64_t run_seed, const CodecOptions& options, void* stream = nullptr);
 
 }  // namespace terse

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/common/error.h"
+#include "core/compress/device_kernels.h"
 #include "core/compress/momentum_correction_math.h"
 
 namespace terse {
@@ -45,33 +46,42 @@ MomentumCorrection::MomentumCorrection(std::unique_ptr<ErrorFeedback> inner, dou
   // The float check catches values like 0.99999999 that round to 1.0f, where the momentum would never decay.
   TERSE_CHECK(momentum >= 0.0 && momentum < 1.0 && m_ < 1.0f, InvalidArgument,
               where(inner_->info()) << "momentum must be in [0, 1), got " << momentum);
-  const auto n = static_cast<std::size_t>(inner_->info().numel);
-  momentum_ = HostArray<float>(n);
-  staged_ = HostArray<float>(n);
-  if (nesterov_) input_ = HostArray<float>(n);
+  placement_ = inner_->placement();
+  n_ = static_cast<std::size_t>(inner_->info().numel);
+  momentum_ = TensorBuffer(n_ * sizeof(float), placement_);
+  staged_ = TensorBuffer(n_ * sizeof(float), placement_);
+  if (nesterov_) input_ = TensorBuffer(n_ * sizeof(float), placement_);
 }
 
 uint64_t MomentumCorrection::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                                     std::span<std::byte> out) {
-  const std::size_t n = staged_.size();
+  const std::size_t n = n_;
+  auto* u = momentum_.as<float>();
+  auto* u_t = staged_.as<float>();
+  auto* nesterov_input = input_.as<float>();
   if (round == 0) {
     TERSE_CHECK(grad != nullptr || n == 0, InvalidArgument,
                 where(info()) << "encode: gradient is null for " << n << " elements");
     const auto* g = static_cast<const float*>(grad);
-    if (nesterov_) {
-      stageNesterov(momentum_.data(), g, m_, staged_.data(), input_.data(), n);
+    if (placement_.device) {
+      device_kernels::dgcStage(u, g, m_, nesterov_, u_t, nesterov_input, n, placement_.stream);
+    } else if (nesterov_) {
+      stageNesterov(u, g, m_, u_t, nesterov_input, n);
     } else {
-      stageMomentum(momentum_.data(), g, m_, staged_.data(), n);
+      stageMomentum(u, g, m_, u_t, n);
     }
   }
   // The inner error feedback checks the round order and accumulates v_t = v_{t-1} + input in round 0.
-  const float* input = nesterov_ ? input_.data() : staged_.data();
+  const float* input = nesterov_ ? nesterov_input : u_t;
   const uint64_t bytes = inner_->encode(step, round, input, prev, out);
   if (round == inner_->caps().num_rounds - 1) {
-    if (masking_) {
-      commitMasked(staged_.data(), inner_->transmitted().data(), momentum_.data(), n);
+    const float* transmitted = inner_->transmitted().data();
+    if (placement_.device) {
+      device_kernels::dgcCommit(u_t, transmitted, masking_, u, n, placement_.stream);
+    } else if (masking_) {
+      commitMasked(u_t, transmitted, u, n);
     } else {
-      commit(staged_.data(), momentum_.data(), n);
+      commit(u_t, u, n);
     }
   }
   return bytes;

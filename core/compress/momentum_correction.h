@@ -43,6 +43,7 @@ class MomentumCorrection final : public TensorCodec {
   const CompressorCaps& caps() const override { return inner_->caps(); }
   const TensorInfo& info() const override { return inner_->info(); }
   const CompressorSizes& sizes(int round) const override { return inner_->sizes(round); }
+  Placement placement() const override { return inner_->placement(); }
 
   // Round 0 stages u_t from grad and feeds the accumulation input (u_t, or u_t + g_t for Nesterov) to the inner error
   // feedback in every round; after the last round u <- u_t, masked by what was transmitted.
@@ -57,8 +58,8 @@ class MomentumCorrection final : public TensorCodec {
     return inner_->reduce(step, round, a, b, out);
   }
 
-  // u: the (masked) momentum after the last completed step (numel floats).
-  std::span<const float> momentum() const { return momentum_.span(); }
+  // u: the (masked) momentum after the last completed step (numel floats, in the tensor's memory).
+  std::span<const float> momentum() const { return {momentum_.as<const float>(), n_}; }
   // The inner error feedback: its residual() is DGC's v after the sent coordinates were removed.
   const ErrorFeedback& errorFeedback() const { return *inner_; }
   float momentumFactor() const { return m_; }
@@ -72,9 +73,11 @@ class MomentumCorrection final : public TensorCodec {
   float m_;
   bool masking_;
   bool nesterov_;
-  HostArray<float> momentum_;  // u_{t-1}, persistent
-  HostArray<float> staged_;    // u_t of the step in progress
-  HostArray<float> input_;     // Nesterov only: u_t + g_t, what the error feedback accumulates
+  Placement placement_;
+  std::size_t n_ = 0;
+  TensorBuffer momentum_;  // u_{t-1}, persistent
+  TensorBuffer staged_;    // u_t of the step in progress
+  TensorBuffer input_;     // Nesterov only: u_t + g_t, what the error feedback accumulates
 };
 
 }  // namespace terse

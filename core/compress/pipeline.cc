@@ -5,7 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "core/common/device_memory.h"
 #include "core/common/error.h"
+#include "core/compress/device_kernels.h"
 #include "terse/sdk/half.hpp"
 
 namespace terse {
@@ -42,7 +44,14 @@ void validatePipeline(const TensorCodec& codec, const comm::Communicator& comm) 
   TERSE_CHECK(t.world_size == comm.size() && t.rank == comm.rank(), InvalidArgument,
               who << "the codec was built for rank " << t.rank << " of " << t.world_size
                   << ", the communicator is rank " << comm.rank() << " of " << comm.size());
-  TERSE_CHECK(t.device == TERSE_DEVICE_HOST, Unsupported, who << "only host tensors go through this pipeline");
+  const bool cuda = codec.placement().device;
+  TERSE_CHECK(cuda == comm.deviceMemory(), Unsupported,
+              who << "a " << (cuda ? "CUDA" : "host") << " tensor needs a communicator on "
+                  << (cuda ? "device" : "host") << " memory; the '" << comm.backend() << "' communicator works on "
+                  << (comm.deviceMemory() ? "device" : "host") << " memory");
+  TERSE_CHECK(!cuda || codec.placement().stream == comm.deviceStream(), InvalidArgument,
+              who << "a CUDA tensor's codec must run on the communicator's stream, so that compression, the collective "
+                     "and decompression are ordered without extra synchronization");
   TERSE_CHECK(isFloat(t.dtype), Unsupported,
               who << "gradients of " << dtypeName(t.dtype) << " cannot be averaged (f32, f64, f16, bf16)");
   TERSE_CHECK(caps.num_rounds >= 1, InvalidArgument, who << "num_rounds must be >= 1, got " << caps.num_rounds);
@@ -91,21 +100,22 @@ CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, com
   validatePipeline(*codec_, comm_);
   world_ = comm_.size();
   tensor_ = codec_->info().tensor_id;
+  placement_ = codec_->placement();
   const auto max_payload = static_cast<std::size_t>(maxOverRounds(*codec_, &CompressorSizes::max_output_bytes));
   switch (aggregation()) {
     case Aggregation::kSum:
-      payload_[0] = HostArray<std::byte>(max_payload);
-      if (codec_->caps().num_rounds > 1) payload_[1] = HostArray<std::byte>(max_payload);
+      payload_[0] = TensorBuffer(max_payload, placement_);
+      if (codec_->caps().num_rounds > 1) payload_[1] = TensorBuffer(max_payload, placement_);
       break;
     case Aggregation::kCustom: {
       const auto max_reduced = static_cast<std::size_t>(maxOverRounds(*codec_, &CompressorSizes::max_reduced_bytes));
-      reduced_[0] = HostArray<std::byte>(max_reduced);
-      reduced_[1] = HostArray<std::byte>(max_reduced);
+      reduced_[0] = TensorBuffer(max_reduced, placement_);
+      reduced_[1] = TensorBuffer(max_reduced, placement_);
       [[fallthrough]];
     }
     case Aggregation::kAllgather:
-      payload_[0] = HostArray<std::byte>(max_payload);
-      gathered_ = HostArray<std::byte>(max_payload * static_cast<std::size_t>(world_));
+      payload_[0] = TensorBuffer(max_payload, placement_);
+      gathered_ = TensorBuffer(max_payload * static_cast<std::size_t>(world_), placement_);
       break;
   }
   sizes_.assign(static_cast<std::size_t>(world_), 0);
@@ -146,7 +156,7 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
   std::span<const std::byte> aggregate;
   for (int r = 0; r < caps.num_rounds; ++r) {
     const CompressorSizes& sz = codec_->sizes(r);
-    HostArray<std::byte>& buf = payload_[caps.aggregation == Aggregation::kSum ? static_cast<std::size_t>(r % 2) : 0];
+    TensorBuffer& buf = payload_[caps.aggregation == Aggregation::kSum ? static_cast<std::size_t>(r % 2) : 0];
     const auto encode_start = Clock::now();
     const uint64_t bytes = codec_->encode(step, r, grad, aggregate, buf.span());
     stats_.encode_s += seconds(encode_start, Clock::now());
@@ -170,7 +180,7 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
         aggregate = gatheredBlock(0);
         const auto reduce_start = Clock::now();
         for (int i = 1; i < world_; ++i) {
-          HostArray<std::byte>& dst = reduced_[static_cast<std::size_t>(i % 2)];
+          TensorBuffer& dst = reduced_[static_cast<std::size_t>(i % 2)];
           const uint64_t n = codec_->reduce(step, r, aggregate, gatheredBlock(i), dst.span());
           TERSE_CHECK(
               n <= sz.max_reduced_bytes, PluginError,
@@ -184,7 +194,7 @@ void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
   }
   const auto decode_start = Clock::now();
   if (caps.aggregation == Aggregation::kAllgather) {
-    if (info.numel != 0) std::memset(out, 0, static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype));
+    zeroOut(out);
     for (int i = 0; i < world_; ++i) codec_->decode(step, gatheredBlock(i), i, out, true);
   } else {
     codec_->decode(step, aggregate, -1, out, false);
@@ -240,18 +250,32 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
               where(*codec_) << "finishGathered");
   TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InvalidArgument,
               where(*codec_) << payloads.size() << " gathered payloads for a world of " << world_);
-  const TensorInfo& info = codec_->info();
   const auto decode_start = Clock::now();
-  if (info.numel != 0) std::memset(out, 0, static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype));
+  zeroOut(out);
   for (int i = 0; i < world_; ++i) codec_->decode(step, payloads[static_cast<std::size_t>(i)], i, out, true);
   stats_.decode_s += seconds(decode_start, Clock::now());
   average(out);
   ++stats_.steps;
 }
 
+void CompressionPipeline::zeroOut(void* out) const {
+  const TensorInfo& info = codec_->info();
+  const std::size_t bytes = static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype);
+  if (bytes == 0) return;
+  if (placement_.device) {
+    cuda::zeroAsync(out, bytes, placement_.stream);
+  } else {
+    std::memset(out, 0, bytes);
+  }
+}
+
 void CompressionPipeline::average(void* out) const {
   if (world_ == 1) return;
   const auto n = static_cast<std::size_t>(codec_->info().numel);
+  if (placement_.device) {
+    device_kernels::divide(out, n, codec_->info().dtype, world_, placement_.stream);
+    return;
+  }
   switch (codec_->info().dtype) {
     case DType::kF32:
       divideAll(static_cast<float*>(out), n, static_cast<float>(world_));

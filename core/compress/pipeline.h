@@ -29,7 +29,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/compress/codec.h"
-#include "core/compress/host_array.h"
+#include "core/compress/tensor_buffer.h"
 
 namespace terse {
 
@@ -82,11 +82,15 @@ class CompressionPipeline {
   TensorCodec& codec() noexcept { return *codec_; }
   const TensorCodec& codec() const noexcept { return *codec_; }
   const PipelineStats& stats() const noexcept { return stats_; }
+  // Where the tensor's buffers live (the codec's placement); FusedGroupRunner concatenates payloads there.
+  const Placement& placement() const noexcept { return placement_; }
 
  private:
   // Gathers this rank's payload from every rank into gathered_; sizes_ holds each rank's size afterwards.
   void gather(std::span<const std::byte> local, uint64_t max_bytes);
   std::span<const std::byte> gatheredBlock(int rank) const;
+  // out = 0 (the ALLGATHER path's accumulation start) and out /= world_size, in the tensor's memory.
+  void zeroOut(void* out) const;
   void average(void* out) const;
 
   std::unique_ptr<TensorCodec> codec_;
@@ -94,11 +98,13 @@ class CompressionPipeline {
   int world_ = 1;
   uint64_t tensor_ = 0;
   PipelineStats stats_;
+  // In the tensor's memory (the codec's placement), like every buffer the pipeline hands the communicator.
+  Placement placement_;
   // SUM: two payload buffers (round r's aggregate is round r+1's prev). ALLGATHER/CUSTOM: [0] is the local payload.
-  std::array<HostArray<std::byte>, 2> payload_;
-  HostArray<std::byte> gathered_;                // ALLGATHER, CUSTOM: world_size * max payload
-  std::array<HostArray<std::byte>, 2> reduced_;  // CUSTOM: the fold's two alternating outputs
-  std::vector<uint64_t> sizes_;                  // bytes of each rank's gathered payload
+  std::array<TensorBuffer, 2> payload_;
+  TensorBuffer gathered_;                // ALLGATHER, CUSTOM: world_size * max payload
+  std::array<TensorBuffer, 2> reduced_;  // CUSTOM: the fold's two alternating outputs
+  std::vector<uint64_t> sizes_;          // bytes of each rank's gathered payload
 };
 
 }  // namespace terse

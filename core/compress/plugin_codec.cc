@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "core/compress/seed.h"
 #include "terse/compressor.h"
@@ -48,26 +49,37 @@ void validateTensorInfo(const TensorInfo& t) {
               who << "rank must be in [0, " << t.world_size << "), got " << t.rank);
 }
 
-PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed)
+PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed,
+                         void* stream)
     : compressor_(std::move(compressor)), info_(tensor) {
   TERSE_CHECK(compressor_ != nullptr, InvalidArgument, "makePluginCodec: compressor is null");
   validateTensorInfo(tensor);
   const std::string who = where(*compressor_, tensor);
-  TERSE_CHECK(tensor.device != TERSE_DEVICE_CUDA, Unsupported,
-              who << "CUDA tensors are not supported by the host codec yet; pass host memory (device = HOST)");
-  TERSE_CHECK(tensor.device == TERSE_DEVICE_HOST, InvalidArgument,
+  TERSE_CHECK(tensor.device == TERSE_DEVICE_HOST || tensor.device == TERSE_DEVICE_CUDA, InvalidArgument,
               who << "device must be HOST (" << TERSE_DEVICE_HOST << ") or CUDA (" << TERSE_DEVICE_CUDA << "), got "
                   << tensor.device);
+  const bool cuda = tensor.device == TERSE_DEVICE_CUDA;
+  TERSE_CHECK(
+      !cuda || cuda::builtWithCuda(), Unsupported,
+      who << "a CUDA tensor needs a build with CUDA (this one was configured with TERSE_CUDA=OFF or without nvcc)");
 
   caps_ = compressor_->caps(tensor.dtype);  // throws Unsupported for a dtype the plugin does not handle
-  TERSE_CHECK((caps_.devices & TERSE_DEVICE_HOST) != 0, Unsupported,
-              who << "the plugin does not support host tensors (devices mask " << caps_.devices << ")");
+  TERSE_CHECK((caps_.devices & tensor.device) != 0, Unsupported,
+              who << "the plugin does not support " << (cuda ? "CUDA" : "host") << " tensors (devices mask "
+                  << caps_.devices << ")");
+  TERSE_CHECK(cuda == (stream != nullptr), InvalidArgument,
+              who << (cuda ? "a CUDA tensor needs the stream its calls are ordered on; got none"
+                           : "a host tensor takes no stream (the ABI's host calls get NULL)"));
+  TERSE_CHECK(!cuda || tensor.device_index >= 0, InvalidArgument,
+              who << "a CUDA tensor needs its device ordinal in device_index, got " << tensor.device_index);
+  placement_ = cuda ? Placement::cuda(stream) : Placement::host();
+
   // Compressor::caps validated the range already; the codec indexes sizes_ by round, so it does not rely on that.
   TERSE_CHECK(caps_.num_rounds >= 1 && caps_.num_rounds <= TERSE_MAX_ROUNDS_V1, PluginError,
               who << "num_rounds must be in 1.." << TERSE_MAX_ROUNDS_V1 << ", got " << caps_.num_rounds);
 
   // The per-call fields as the ABI wants them at sizing time: step, seed and source_rank 0.
-  info_.device_index = -1;
+  if (!cuda) info_.device_index = -1;
   info_.step = 0;
   info_.seed = 0;
   info_.source_rank = 0;
@@ -83,8 +95,8 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
   }
   TERSE_CHECK(workspace <= std::numeric_limits<std::size_t>::max() && state <= std::numeric_limits<std::size_t>::max(),
               PluginError, who << "workspace (" << workspace << " B) or state (" << state << " B) too large");
-  workspace_ = HostArray<std::byte>(static_cast<std::size_t>(workspace));
-  state_ = HostArray<std::byte>(static_cast<std::size_t>(state));
+  workspace_ = TensorBuffer(static_cast<std::size_t>(workspace), placement_);
+  state_ = TensorBuffer(static_cast<std::size_t>(state), placement_);
 
   info_.round = 0;
   info_.source_rank = info_.rank;
@@ -122,7 +134,7 @@ uint64_t PluginCodec::encode(uint64_t step, int round, const void* grad, std::sp
   TERSE_CHECK(round > 0 || prev.empty(), InvalidArgument,
               where(*compressor_, info_) << "encode round 0 takes no previous aggregate, got " << prev.size() << " B");
   const TensorInfo call = callInfo(step, round, info_.rank);
-  const uint64_t bytes = compressor_->compress(call, grad, prev, scratch(), out, nullptr);
+  const uint64_t bytes = compressor_->compress(call, grad, prev, scratch(), out, stream());
   // Compressor checks the size against out.size(); the codec's callers size wire buffers from sizes(round), so hold
   // the plugin to its own bound as well.
   TERSE_CHECK(bytes <= s.max_output_bytes, PluginError,
@@ -139,7 +151,7 @@ void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int 
   TERSE_CHECK(out != nullptr || info_.numel == 0, InvalidArgument,
               where(*compressor_, info_) << "decode: output is null for " << info_.numel << " elements");
   const TensorInfo call = callInfo(step, caps_.num_rounds - 1, source_rank);
-  compressor_->decompress(call, payload, scratch(), out, accumulate, nullptr);
+  compressor_->decompress(call, payload, scratch(), out, accumulate, stream());
 }
 
 uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
@@ -153,12 +165,12 @@ uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte
               where(*compressor_, info_) << "reduce round " << round << ": output span holds " << out.size()
                                          << " B, the plugin needs up to " << s.max_reduced_bytes << " B");
   const TensorInfo call = callInfo(step, round, -1);
-  return compressor_->reduce(call, a, b, scratch(), out, nullptr);
+  return compressor_->reduce(call, a, b, scratch(), out, stream());
 }
 
 std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
-                                             uint64_t run_seed) {
-  return std::make_unique<PluginCodec>(std::move(compressor), tensor, run_seed);
+                                             uint64_t run_seed, void* stream) {
+  return std::make_unique<PluginCodec>(std::move(compressor), tensor, run_seed, stream);
 }
 
 }  // namespace terse

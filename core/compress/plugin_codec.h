@@ -6,8 +6,10 @@
 // terse_compressor_sizes_v1). encode/decode/reduce only fill the per-call fields (step, round, seed, source_rank),
 // check bounds and forward, so the hot path allocates nothing.
 //
-// makePluginCodec (declared in codec.h) builds one. The CUDA path is a sibling codec in its own issue; a CUDA tensor
-// given to this one is Unsupported, never silently copied.
+// makePluginCodec (declared in codec.h) builds one. A CUDA tensor (TensorInfo::device == TERSE_DEVICE_CUDA) needs a
+// plugin that advertises TERSE_DEVICE_CUDA and a stream: its workspace and state are then device memory allocated on
+// that stream, every plugin call gets the stream, and grad / out / payloads must be device memory of the tensor's
+// device (the plugin reads and writes them there; nothing is copied to the host behind the caller's back).
 #pragma once
 
 #include <cstdint>
@@ -27,14 +29,17 @@ void validateTensorInfo(const TensorInfo& tensor);
 
 class PluginCodec final : public TensorCodec {
  public:
-  // Throws Unsupported for a CUDA tensor, a dtype the plugin does not handle or a plugin without host support;
-  // InvalidArgument for a malformed tensor info (see validateTensorInfo).
-  PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed);
+  // Throws Unsupported for a dtype the plugin does not handle or a device the plugin does not support (or a CUDA
+  // tensor in a build without CUDA); InvalidArgument for a malformed tensor info (see validateTensorInfo), a CUDA
+  // tensor without a stream or a host tensor with one.
+  PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed,
+              void* stream = nullptr);
 
   const CompressorCaps& caps() const override { return caps_; }
   // info().seed is the derived per-run seed (seed.h); step and round are 0, source_rank == rank.
   const TensorInfo& info() const override { return info_; }
   const CompressorSizes& sizes(int round) const override;
+  Placement placement() const override { return placement_; }
 
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override;
@@ -48,14 +53,16 @@ class PluginCodec final : public TensorCodec {
  private:
   TensorInfo callInfo(uint64_t step, int round, int source_rank) const;
   Scratch scratch() { return Scratch{workspace_.span(), state_.span()}; }
+  void* stream() const { return placement_.stream; }
   void checkRound(const char* call, int round) const;
 
   std::shared_ptr<const Compressor> compressor_;
   TensorInfo info_;
   CompressorCaps caps_;
   std::vector<CompressorSizes> sizes_;  // one per round, asked once at setup
-  HostArray<std::byte> workspace_;      // max over rounds; contents undefined when a step starts
-  HostArray<std::byte> state_;          // max over rounds; zero-filled once, kept across steps
+  Placement placement_;
+  TensorBuffer workspace_;  // max over rounds; contents undefined when a step starts
+  TensorBuffer state_;      // max over rounds; zero-filled once, kept across steps
 };
 
 }  // namespace terse

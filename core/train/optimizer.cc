@@ -4,6 +4,8 @@
 #include <numbers>
 
 #include "core/common/error.h"
+#include "core/train/sgd_kernels.h"
+#include "core/train/sgd_math.h"
 
 namespace terse::train {
 
@@ -50,14 +52,26 @@ double learningRate(const LrScheduleOptions& o, int64_t step) {
   return base * warm;
 }
 
-SgdOptimizer::SgdOptimizer(std::span<const ParamTensor> params, const SgdOptions& options) : options_(options) {
+SgdOptimizer::SgdOptimizer(std::span<const ParamTensor> params, const SgdOptions& options, void* stream)
+    : options_(options), stream_(stream) {
   TERSE_CHECK(options.momentum >= 0 && options.momentum < 1, InvalidArgument,
               "momentum must be in [0, 1), got " << options.momentum);
   TERSE_CHECK(!options.nesterov || options.momentum > 0, InvalidArgument, "nesterov needs momentum > 0");
   TERSE_CHECK(options.weight_decay >= 0, InvalidArgument, "weight_decay must be >= 0, got " << options.weight_decay);
+  device_ = !params.empty() && params.front().device_value != nullptr;
+  for (const auto& p : params) {
+    TERSE_CHECK((p.device_value != nullptr) == device_ && (p.device_grad != nullptr) == device_, InvalidArgument,
+                "tensor '" << p.name << "': the optimizer needs every tensor on the host or every one on a device");
+  }
+  TERSE_CHECK(!device_ || stream != nullptr, InvalidArgument, "device tensors need the stream their updates run on");
   if (options.momentum > 0) {
-    momentum_.reserve(params.size());
-    for (const auto& p : params) momentum_.emplace_back(p.numel(), 0.0f);
+    if (device_) {
+      device_momentum_.reserve(params.size());
+      for (const auto& p : params) device_momentum_.emplace_back(p.numel() * sizeof(float), stream);
+    } else {
+      momentum_.reserve(params.size());
+      for (const auto& p : params) momentum_.emplace_back(p.numel(), 0.0f);
+    }
   }
 }
 
@@ -65,12 +79,25 @@ void SgdOptimizer::update(std::size_t index, ParamTensor& tensor, double lr) {
   const std::size_t n = tensor.numel();
   TERSE_CHECK(tensor.grad.size() == n, InvalidArgument,
               "tensor '" << tensor.name << "': grad has " << tensor.grad.size() << " elements, value " << n);
-  float* w = tensor.value.data();
-  const float* grad = tensor.grad.data();
   const auto step = static_cast<float>(lr);
   const auto wd = static_cast<float>(options_.weight_decay);
+  if (device_) {
+    TERSE_CHECK(tensor.device_value != nullptr && tensor.device_grad != nullptr, InvalidArgument,
+                "tensor '" << tensor.name << "' has no device buffers; the optimizer was built for device tensors");
+    const bool momentum = !device_momentum_.empty();
+    TERSE_CHECK(!momentum || (index < device_momentum_.size() && device_momentum_[index].size() == n * sizeof(float)),
+                InvalidArgument,
+                "tensor " << index << " ('" << tensor.name << "', " << n
+                          << " elements) is not one the optimizer was built for");
+    sgd_kernels::update(tensor.device_value, tensor.device_grad,
+                        momentum ? reinterpret_cast<float*>(device_momentum_[index].data()) : nullptr, n, step, wd,
+                        static_cast<float>(options_.momentum), options_.nesterov, stream_);
+    return;
+  }
+  float* w = tensor.value.data();
+  const float* grad = tensor.grad.data();
   if (momentum_.empty()) {
-    for (std::size_t i = 0; i < n; ++i) w[i] -= step * (grad[i] + wd * w[i]);
+    for (std::size_t i = 0; i < n; ++i) w[i] = sgdPlain(w[i], grad[i], step, wd);
     return;
   }
   TERSE_CHECK(
@@ -78,18 +105,11 @@ void SgdOptimizer::update(std::size_t index, ParamTensor& tensor, double lr) {
       "tensor " << index << " ('" << tensor.name << "', " << n << " elements) is not one the optimizer was built for");
   float* b = momentum_[index].data();
   const auto mu = static_cast<float>(options_.momentum);
+  // Two loops rather than a flag inside one, so each stays a plain loop the compiler vectorizes.
   if (options_.nesterov) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const float g = grad[i] + wd * w[i];
-      b[i] = mu * b[i] + g;
-      w[i] -= step * (g + mu * b[i]);
-    }
+    for (std::size_t i = 0; i < n; ++i) sgdMomentum(w[i], b[i], grad[i], step, wd, mu, true);
   } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      const float g = grad[i] + wd * w[i];
-      b[i] = mu * b[i] + g;
-      w[i] -= step * b[i];
-    }
+    for (std::size_t i = 0; i < n; ++i) sgdMomentum(w[i], b[i], grad[i], step, wd, mu, false);
   }
 }
 

@@ -16,6 +16,10 @@
 //   COSINE:   lr_t = base * 0.5 * (1 + cos(pi * (t - W) / (T - W))) for t >= W (Loshchilov & Hutter 2017, SGDR, one
 //             cycle without restarts, decaying to 0 at T = total steps); the warm-up ramp before W
 //
+// Device workloads (Workload::device() >= 0): the update runs as a kernel over ParamTensor::device_value/device_grad
+// on the stream given at construction, with momentum buffers in device memory; the per-element math is the host's
+// (sgd_math.h), bit for bit.
+//
 // Momentum correction in the compressor (DGC, core/compress/momentum_correction.h) carries the momentum itself: the
 // optimizer's momentum must then be 0 (the config validation rejects both at once; this class does not know).
 #pragma once
@@ -25,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "core/common/device_memory.h"
 #include "core/train/workload.h"
 
 namespace terse::train {
@@ -59,11 +64,14 @@ class SgdOptimizer {
  public:
   // Allocates one momentum buffer per tensor (when momentum > 0) up front, so update() allocates nothing. Throws
   // InvalidArgument for momentum outside [0, 1), nesterov without momentum, or negative weight decay.
-  SgdOptimizer(std::span<const ParamTensor> params, const SgdOptions& options);
+  // `stream` (a cudaStream_t) orders the device updates when the tensors are on a device (device_value set); null for
+  // host tensors.
+  SgdOptimizer(std::span<const ParamTensor> params, const SgdOptions& options, void* stream = nullptr);
 
   const SgdOptions& options() const noexcept { return options_; }
   // One tensor's update with learning rate lr from its grad buffer (which it leaves alone). `index` is the tensor's
-  // index in params(); `tensor` must be the same tensor the optimizer was built for (same size).
+  // index in params(); `tensor` must be the same tensor the optimizer was built for (same size). A device tensor's
+  // update is enqueued on the stream and not waited for.
   void update(std::size_t index, ParamTensor& tensor, double lr);
   // Every tensor, in order.
   void updateAll(std::span<ParamTensor> params, double lr);
@@ -71,6 +79,9 @@ class SgdOptimizer {
  private:
   SgdOptions options_;
   std::vector<std::vector<float>> momentum_;  // per tensor; empty when momentum is 0
+  bool device_ = false;
+  void* stream_ = nullptr;
+  std::vector<cuda::DeviceArray> device_momentum_;  // device tensors: per tensor; empty when momentum is 0
 };
 
 }  // namespace terse::train

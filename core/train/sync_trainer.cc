@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "core/common/device_memory.h"
 #include "core/common/error.h"
 
 namespace terse::train {
@@ -54,10 +55,11 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
                          std::unique_ptr<Scheduler> scheduler, ChunkPipelineFactory chunk_pipelines)
     : workload_(workload),
       comm_(comm),
+      device_(workload.device() >= 0),
       pipelines_(std::move(pipelines)),
       options_(options),
       sampler_(workload.numTrainExamples(), comm.rank(), comm.size(), options.seed),
-      optimizer_(workload.params(), options.sgd),
+      optimizer_(workload.params(), options.sgd, workload.device() >= 0 ? comm.deviceStream() : nullptr),
       scheduler_(std::move(scheduler)),
       chunk_factory_(std::move(chunk_pipelines)),
       runner_(comm) {
@@ -66,6 +68,12 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
   const auto params = workload.params();
+  TERSE_CHECK((workload.device() >= 0) == comm.deviceMemory(), InvalidArgument,
+              "workload '" << workload.name() << "' computes on "
+                           << (workload.device() >= 0 ? "CUDA device " + std::to_string(workload.device()) : "the host")
+                           << " but the '" << comm.backend() << "' communicator works on "
+                           << (comm.deviceMemory() ? "device" : "host")
+                           << " memory (a GPU workload needs the NCCL transport, a host one a host transport)");
   TERSE_CHECK(pipelines_.size() == params.size(), InvalidArgument,
               "workload '" << workload.name() << "' has " << params.size() << " parameter tensors but "
                            << pipelines_.size() << " pipelines were given (one per tensor)");
@@ -101,7 +109,24 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
   applied_.assign(params.size(), -1);
   layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   workload_.setLayerGate([this](int layer) { gate(layer); });
-  comm_thread_ = std::thread([this] { commLoop(); });
+  comm_thread_ = std::thread([this] {
+    if (device_) {
+      // CUDA's current device is per host thread: this thread launches the pipelines' kernels and allocates the chunk
+      // pipelines' buffers, which must land on the workload's device, not on device 0.
+      try {
+        cuda::setDevice(workload_.device());
+      } catch (const std::exception& x) {
+        {
+          std::lock_guard lock(mutex_);
+          if (!error_) error_ = std::current_exception();
+        }
+        failComm(x.what());
+        applied_cv_.notify_all();
+        return;
+      }
+    }
+    commLoop();
+  });
 }
 
 SyncTrainer::~SyncTrainer() {
@@ -134,6 +159,7 @@ const std::vector<IssuedGroup>& SyncTrainer::lastGroups() {
 
 uint64_t SyncTrainer::checksum() {
   drain();
+  workload_.copyValuesToHost();  // a device workload's host mirror is refreshed only on request
   return parameterChecksum(workload_.params());
 }
 
@@ -218,7 +244,8 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
   members_.clear();
   for (const Chunk& c : group) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
-    float* grad = params[t].grad.data() + c.offset;
+    // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
+    float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
     CompressionPipeline& pipe = chunkPipeline(c);
     members_.push_back(FusedMember{&pipe, grad, grad});
     issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
@@ -273,6 +300,10 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
     if (options_.trace)
       options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, Clock::now());
   }
+  // Device updates were only enqueued on the communicator's stream; a gate opened below lets the worker's forward (on
+  // the workload's stream) read these values, so they must be complete first. One wait per group that finished a
+  // tensor, and the wait is the update kernels' time, which the host would otherwise spend on the next group's launch.
+  if (device_ && !done.empty()) cuda::synchronize(comm_.deviceStream());
   {
     std::lock_guard lock(mutex_);
     acc_encode_s_ += encode1 - encode0;

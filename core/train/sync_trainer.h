@@ -33,6 +33,14 @@
 // A workload whose forward does not call awaitLayer (gatesLayers() false) gets every update applied before its
 // forwardBackward starts.
 //
+// Device workloads (Workload::device() >= 0; DESIGN.md section 2's GPU path): the communicator must work on device
+// memory (NCCL) and the pipelines on its stream (CompressionPipeline checks it). The communication thread hands the
+// pipelines ParamTensor::device_grad, so compression kernels, the collective and decompression run back to back on
+// that one stream; the optimizer enqueues its kernels there too, and the thread waits for the stream once per group
+// that finished a tensor before opening that layer's gate, so the next forward on the workload's own stream reads
+// finished values. The workload synchronizes its stream before reporting a layer (workload.h), so a gradient is
+// complete before any pipeline reads it. checksum() refreshes the workload's host mirror first.
+//
 // Chunks: a tensor kept whole uses the pipeline given for it; a tensor the scheduler cuts gets one pipeline per chunk
 // from the ChunkPipelineFactory, built the first time that cut is seen and reused after (its codec state -- error
 // feedback residuals -- is per chunk). Elementwise compressors (none, fp16, ...) give the same result cut or whole;
@@ -212,6 +220,7 @@ class SyncTrainer {
 
   Workload& workload_;
   comm::Communicator& comm_;
+  bool device_ = false;  // the workload computes on a CUDA device: gradients, updates and pipelines live there
   std::vector<std::unique_ptr<CompressionPipeline>> pipelines_;
   SyncTrainerOptions options_;
   LrScheduleOptions lr_;

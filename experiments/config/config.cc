@@ -590,9 +590,35 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
   checkWorkerSettings(c, e);
   if (std::find(options.transports.begin(), options.transports.end(), e.transport()) == options.transports.end()) {
-    c.fail("transport") << ": " << Experiment::Transport_Name(e.transport())
-                        << " is not supported by this runner (supported: "
-                        << names(options.transports, [](auto t) { return Experiment::Transport_Name(t); }) << ")";
+    c.fail("transport")
+        << ": " << Experiment::Transport_Name(e.transport()) << " is not supported by this runner (supported: "
+        << names(options.transports, [](auto t) { return Experiment::Transport_Name(t); }) << ")"
+        << (e.transport() == Experiment::NCCL
+                ? ": NCCL needs a terse built with CUDA and NCCL (nvcc and libnccl found when configuring)"
+                : "");
+  }
+  const bool nccl_offered =
+      std::find(options.transports.begin(), options.transports.end(), Experiment::NCCL) != options.transports.end();
+  if (e.transport() == Experiment::NCCL && nccl_offered) {
+    // One process per GPU, gradients kept on the device: bulk-synchronous only (the parameter server runs over TCP),
+    // a model with a CUDA version, and no emulated links (NCCL runs at the hardware's speed).
+    if (e.mode() != Experiment::SYNC)
+      c.fail("mode") << ": transport NCCL runs mode SYNC (the parameter server modes run over TCP), got "
+                     << Experiment::Mode_Name(e.mode());
+    const auto& cw = options.cuda_workloads;
+    if (std::find(cw.begin(), cw.end(), e.workload().name()) == cw.end())
+      c.fail("workload.name") << ": transport NCCL trains on the GPU, and '" << e.workload().name()
+                              << "' has no CUDA version (those with one: " << joined(cw) << ")";
+    // Resolved defaults spell "no emulation" as unlimited bandwidth and zero latency.
+    bool emulated = false;
+    try {
+      emulated = emulationConfig(e).enabled();
+    } catch (const Error&) {
+      emulated = true;  // a malformed link value is reported under its own field; it still asks for emulation
+    }
+    if (emulated)
+      c.fail("link") << ": emulated links apply to the host transports (INPROC, TCP); transport NCCL runs at the "
+                        "hardware's speed, so leave link unset";
   }
 
   try {

@@ -55,6 +55,8 @@ class ConfigError : public InvalidArgument {
 struct ConfigOptions {
   // Workload names the runner implements; empty = workload.name is only checked to be non-empty.
   std::vector<std::string> workloads;
+  // Of those, the ones with a CUDA version: what transport NCCL (which trains on the GPU) accepts.
+  std::vector<std::string> cuda_workloads;
   // Resolves and instantiates compressor and scheduler plugins with their params. Null = names only checked to be
   // non-empty (for tools that read results without running anything).
   PluginLoader* loader = nullptr;

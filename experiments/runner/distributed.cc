@@ -1,8 +1,8 @@
-// The runner's multi-process path (transport TCP): this process is one rank of a job started by `terse launch`, srun,
-// mpirun or scripts/netns-cluster (core/comm/job.h reads which rank from the environment). Each rank builds its own
-// replica, compressor instance, pipelines and SyncTrainer exactly as the in-process runner builds rank r's (the
-// helpers in runner_detail.h), over a tcp transport (core/comm/tcp_transport.h) connected through the job's store
-// under a key prefix of its own per variant, so the variants of a study get fresh transports.
+// The runner's multi-process path (transports TCP and NCCL): this process is one rank of a job started by `terse
+// launch`, srun, mpirun or scripts/netns-cluster (core/comm/job.h reads which rank from the environment). Each rank
+// builds its own replica, compressor instance, pipelines and SyncTrainer exactly as the in-process runner builds rank
+// r's (the helpers in runner_detail.h), over a tcp transport (core/comm/tcp_transport.h) connected through the job's
+// store under a key prefix of its own per variant, so the variants of a study get fresh transports.
 //
 // What the in-process runner does through shared memory at an evaluation point -- every rank publishes its wire and
 // payload bytes, parameter checksum and time totals, rank 0 checks the replicas and writes the record -- goes over a
@@ -16,6 +16,13 @@
 // trainer's byte accounting; with the transport's own control frames (handshake, heartbeats) left out too, a tcp run
 // reports exactly the wire bytes the in-process run of the same config reports. A dead rank fails both transports.
 //
+// Transport NCCL (one process per GPU, builds with CUDA and NCCL): the same path with the trainer's communicator an
+// NcclCommunicator (core/comm/nccl_communicator.h) bootstrapped through the job's store, the device picked by local
+// rank; the workload is the model's CUDA version on that device (Workload::device()), and every tensor's codec runs
+// on the communicator's stream with device buffers, so gradients never leave the GPU. The control communicator stays
+// TCP (host words). Link emulation does not apply (the config refuses it): NCCL runs at the hardware's speed, and its
+// byte counts are the ring model nccl_communicator.h documents.
+//
 // Results: rank 0 writes the results folder; other ranks write nothing. A failure on any rank aborts the transport on
 // every rank (the first reason wins, naming the rank and host); rank 0 marks the folder failed and keeps every record
 // already written. A rank 0 that dies leaves the folder "running" with its records intact (flushed per record).
@@ -25,6 +32,9 @@
 #include <sstream>
 
 #include "core/comm/host_communicator.h"
+#if defined(TERSE_HAVE_NCCL)
+#include "core/comm/nccl_communicator.h"
+#endif
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
 #include "core/comm/tcp_transport.h"
@@ -116,7 +126,16 @@ comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joi
 }
 
 RunSummary Runner::runTcp(const Experiment& e) {
-  TERSE_CHECK(e.mode() == Experiment::SYNC, InvalidArgument, "transport TCP runs mode SYNC only");
+  const bool nccl = e.transport() == Experiment::NCCL;
+  const char* transport_name = nccl ? "nccl" : "tcp";
+  TERSE_CHECK(e.mode() == Experiment::SYNC, InvalidArgument,
+              "this path runs mode SYNC only, got " << Experiment::Mode_Name(e.mode()));
+#if !defined(TERSE_HAVE_NCCL)
+  TERSE_CHECK(!nccl, Unsupported,
+              "variant '" << e.variant()
+                          << "': transport NCCL needs a terse built with CUDA and NCCL (nvcc and libnccl found when "
+                             "configuring); this build has neither");
+#endif
   const double timeout_s = comm::parseDuration(e.tcp().timeout());
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000 + 0.5));
   // The job's size is checked before joining it, so that every rank of a mismatched job fails at once with the same
@@ -146,15 +165,34 @@ RunSummary Runner::runTcp(const Experiment& e) {
   summary.study = e.study();
   summary.variant = e.variant();
   if (writer) summary.dir = writer->dir();
-  std::unique_ptr<comm::HostCommunicator> comm, control;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<comm::HostCommunicator> control;
   comm::Transport* data_link = nullptr;  // the trainer's transport (owned by comm), for its abort reason
   try {
     if (writer) writer->writeConfig(experiments::toText(e));
     const auto start_time = results::isoTimeUtc();
 
     // ---- Setup: this rank's replica, compressor instance, pipelines and trainer (as runner.cc builds rank r's).
+    // The communicator first: with NCCL it picks this rank's GPU, where the workload is then built.
+    const comm::TcpOptions to = detail::tcpOptions(e, joined, rank, world, timeout, prefix);
+    int device = -1;
+    if (nccl) {
+#if defined(TERSE_HAVE_NCCL)
+      comm::NcclOptions no = comm::ncclOptionsFromJob(joined, prefix);
+      no.timeout = timeout;  // tcp.timeout bounds the bootstrap too: one knob for "a peer is not coming"
+      auto nc = comm::connectNcclCommunicator(no, *job_->store);
+      device = nc->device();
+      comm = std::move(nc);
+#endif
+    } else {
+      std::unique_ptr<comm::Transport> data_transport = comm::connectTcpTransport(to, job_->token, *job_->store);
+      data_link = data_transport.get();
+      comm = std::make_unique<comm::HostCommunicator>(std::move(data_transport));
+    }
+
     auto data = dataFor(e);
-    const workloads::WorkloadOptions wo = detail::workloadOptions(e);
+    workloads::WorkloadOptions wo = detail::workloadOptions(e);
+    wo.device = device;
     std::unique_ptr<train::Workload> model = workloads::makeWorkload(e.workload().name(), wo, data);
     const uint64_t init_checksum = train::parameterChecksum(model->params());
 
@@ -162,10 +200,6 @@ RunSummary Runner::runTcp(const Experiment& e) {
     const Params params = experiments::pluginParams(e.compressor());
     const CodecOptions codec_options = experiments::codecOptions(e);
 
-    const comm::TcpOptions to = detail::tcpOptions(e, joined, rank, world, timeout, prefix);
-    std::unique_ptr<comm::Transport> data_transport = comm::connectTcpTransport(to, job_->token, *job_->store);
-    data_link = data_transport.get();
-    comm = std::make_unique<comm::HostCommunicator>(std::move(data_transport));
     comm::TcpOptions co = to;
     co.emulation = {};  // bookkeeping, not the experiment: in-process it is shared memory
     co.store_prefix = prefix + "control/";
@@ -190,7 +224,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
     std::vector<std::unique_ptr<CompressionPipeline>> pipelines;
     const auto ps = model->params();
     for (std::size_t i = 0; i < ps.size(); ++i) {
-      auto codec = makeCodec(instance, detail::tensorInfo(ps[i], i, rank, world), e.seed(), codec_options);
+      auto codec = makeCodec(instance, detail::tensorInfo(ps[i], i, rank, world, device), e.seed(), codec_options,
+                             comm->deviceStream());
       pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comm));
     }
     train::SyncTrainerOptions topts = detail::trainerOptions(e);
@@ -202,11 +237,12 @@ RunSummary Runner::runTcp(const Experiment& e) {
     }
     train::Workload& model_ref = *model;
     comm::Communicator& comm_ref = *comm;
-    auto chunk_pipelines = [&model_ref, &comm_ref, instance, seed = e.seed(), codec_options, rank, world](
+    auto chunk_pipelines = [&model_ref, &comm_ref, instance, seed = e.seed(), codec_options, rank, world, device](
                                std::size_t tensor, uint64_t offset, uint64_t numel, int chunk_index) {
       const TensorInfo info =
-          detail::chunkTensorInfo(model_ref.params()[tensor], tensor, offset, numel, chunk_index, rank, world);
-      return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm_ref);
+          detail::chunkTensorInfo(model_ref.params()[tensor], tensor, offset, numel, chunk_index, rank, world, device);
+      return std::make_unique<CompressionPipeline>(
+          makeCodec(instance, info, seed, codec_options, comm_ref.deviceStream()), comm_ref);
     };
     auto trainer =
         std::make_unique<train::SyncTrainer>(*model, *comm, std::move(pipelines), topts,
@@ -227,8 +263,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
 
     if (writer) {
       // rank 0's host; the other ranks' hosts are in the job's messages
-      results::Provenance prov =
-          detail::baseProvenance(e, "tcp", world, start_time, options_.terse_version, to.emulation.enabled());
+      results::Provenance prov = detail::baseProvenance(e, transport_name, world, start_time, options_.terse_version,
+                                                        !nccl && to.emulation.enabled());
       prov.link.emplace_back("job", joined.source + ", " + std::to_string(world) + " processes, store " +
                                         joined.master_addr + ":" + std::to_string(joined.master_port));
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params});

@@ -79,7 +79,7 @@ workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   return wo;
 }
 
-TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world) {
+TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world, int device) {
   TensorInfo info;
   info.dtype = DType::kF32;
   info.numel = p.numel();
@@ -96,6 +96,10 @@ TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int
   info.tensor_id = id;
   info.rank = rank;
   info.world_size = world;
+  if (device >= 0) {
+    info.device = TERSE_DEVICE_CUDA;
+    info.device_index = device;
+  }
   return info;
 }
 
@@ -103,8 +107,8 @@ TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int
 // tensor's matrix view keep the matrix shape (PowerSGD factors it), anything else is a vector. Its own tensor id --
 // the tensor's id plus (chunk_index + 1) << 32 -- keeps the chunks' random streams (random-k's shared seed) apart.
 TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
-                           int chunk_index, int rank, int world) {
-  TensorInfo info = tensorInfo(p, id, rank, world);
+                           int chunk_index, int rank, int world, int device) {
+  TensorInfo info = tensorInfo(p, id, rank, world, device);
   const uint64_t cols = info.ndim >= 2 ? info.numel / static_cast<uint64_t>(info.shape[0]) : 0;
   info.numel = numel;
   info.shape = {};
@@ -213,8 +217,13 @@ using namespace detail;
 experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader) {
   experiments::ConfigOptions o;
   for (auto name : workloads::workloadNames()) o.workloads.emplace_back(name);
+  // Names only: whether this build has CUDA is the transport's question (NCCL is offered only by CUDA builds).
+  for (auto name : workloads::workloadsWithCuda()) o.cuda_workloads.emplace_back(name);
   o.loader = loader;
   o.transports = {experiments::Experiment::INPROC, experiments::Experiment::TCP};
+#if defined(TERSE_HAVE_NCCL)
+  o.transports.push_back(experiments::Experiment::NCCL);  // one process per GPU (distributed.cc)
+#endif
   o.modes = {experiments::Experiment::SYNC, experiments::Experiment::ASYNC, experiments::Experiment::SSP,
              experiments::Experiment::HOGWILD};
   return o;
@@ -241,8 +250,9 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 
 RunSummary Runner::run(const Experiment& e) {
   if (e.mode() != Experiment::SYNC && e.transport() == Experiment::TCP) return runTcpAsync(e);  // distributed_async.cc
-  if (e.mode() != Experiment::SYNC) return runAsync(e);    // parameter server or Hogwild threads: async_runner.cc
-  if (e.transport() == Experiment::TCP) return runTcp(e);  // one rank per process: distributed.cc
+  if (e.mode() != Experiment::SYNC) return runAsync(e);  // parameter server or Hogwild threads: async_runner.cc
+  // One rank per process (distributed.cc); NCCL: one per GPU.
+  if (e.transport() == Experiment::TCP || e.transport() == Experiment::NCCL) return runTcp(e);
   TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
               "the runner implements mode SYNC on transport INPROC only");
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));

@@ -506,5 +506,51 @@ TEST(Pipeline, BuiltinCompressorsThroughEveryPath) {
   std::cout << "[ pipeline ] built-in compressors run: " << names << '\n';
 }
 
+// A codec that says its tensor is on a CUDA device: the pipeline must refuse a host communicator for it before any
+// step (its buffers would be device pointers that the host transport dereferences).
+class DevicePlacedCodec final : public TensorCodec {
+ public:
+  DevicePlacedCodec() {
+    info_.dtype = DType::kF32;
+    info_.numel = 8;
+    info_.device = TERSE_DEVICE_CUDA;
+    info_.device_index = 0;
+    info_.world_size = 1;
+    caps_.aggregation = Aggregation::kSum;
+    caps_.wire_dtype = DType::kF32;
+    caps_.fixed_size = true;
+    sizes_.max_output_bytes = 32;
+  }
+  const CompressorCaps& caps() const override { return caps_; }
+  const TensorInfo& info() const override { return info_; }
+  const CompressorSizes& sizes(int) const override { return sizes_; }
+  Placement placement() const override { return Placement::cuda(&stream_); }
+  uint64_t encode(uint64_t, int, const void*, std::span<const std::byte>, std::span<std::byte>) override { return 0; }
+  void decode(uint64_t, std::span<const std::byte>, int, void*, bool) override {}
+  using TensorCodec::reduce;
+  uint64_t reduce(uint64_t, int, std::span<const std::byte>, std::span<const std::byte>,
+                  std::span<std::byte>) override {
+    return 0;
+  }
+
+ private:
+  TensorInfo info_;
+  CompressorCaps caps_;
+  CompressorSizes sizes_;
+  mutable int stream_ = 0;  // only its address is used, as a stream handle that is not null
+};
+
+TEST(Pipeline, DeviceTensorNeedsADeviceCommunicator) {
+  World world(1);
+  try {
+    CompressionPipeline pipe(std::make_unique<DevicePlacedCodec>(), *world.comms[0]);
+    FAIL() << "a CUDA tensor was accepted by a host communicator";
+  } catch (const Unsupported& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a CUDA tensor needs a communicator on device memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("works on host memory"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace terse

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/cuda.h"
 #include "core/compress/seed.h"
 #include "tests/compress/fake_compressors.h"
 
@@ -210,6 +211,38 @@ TEST(Seed, Splitmix64MatchesTheReferenceSequence) {
   // Vigna's splitmix64.c with state 0: the first outputs are the finalizer of k * golden gamma.
   EXPECT_EQ(splitmix64(0), 0xE220A8397B1DCDAFull);
   EXPECT_EQ(splitmix64(0x9E3779B97F4A7C15ull), 0x6E789E6AA1B965F4ull);
+}
+
+// A plugin that advertises CUDA as well: what a CUDA tensor needs besides the device itself.
+class CudaTrunc : public testing::TruncCompressor {
+ public:
+  CompressorCaps caps(DType dtype) const override {
+    CompressorCaps c = TruncCompressor::caps(dtype);
+    c.devices = TERSE_DEVICE_HOST | TERSE_DEVICE_CUDA;
+    return c;
+  }
+};
+
+TEST(PluginCodec, CudaTensorNeedsACudaBuildAndAStream) {
+  TensorInfo t = flatTensor(16);
+  t.device = TERSE_DEVICE_CUDA;
+  t.device_index = 0;
+  if (cuda::builtWithCuda()) {
+    // The stream every call of the tensor is ordered on is not optional (checked before any device memory is taken).
+    expectThrowWith<InvalidArgument>([&] { makePluginCodec(std::make_shared<CudaTrunc>(), t, 0); },
+                                     {"needs the stream", "tensor 0"});
+  } else {
+    expectThrowWith<Unsupported>([&] { makePluginCodec(std::make_shared<CudaTrunc>(), t, 0); },
+                                 {"needs a build with CUDA", "tensor 0"});
+  }
+  // A host tensor takes no stream: the ABI's host calls get NULL.
+  int not_a_stream = 0;
+  expectThrowWith<InvalidArgument>(
+      [&] { makePluginCodec(std::make_shared<CudaTrunc>(), flatTensor(16), 0, &not_a_stream); }, {"takes no stream"});
+  // The host path is unchanged: the placement says host, with no stream.
+  auto codec = makePluginCodec(std::make_shared<CudaTrunc>(), flatTensor(16), 0);
+  EXPECT_FALSE(codec->placement().device);
+  EXPECT_EQ(codec->placement().stream, nullptr);
 }
 
 }  // namespace

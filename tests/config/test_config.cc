@@ -354,5 +354,32 @@ TEST_F(ConfigTest, AsyncModesDefaultsAndErrors) {
   EXPECT_NE(errors[5].find("transport: TCP is not supported"), std::string::npos);
 }
 
+// Transport NCCL: offered only by builds with CUDA and NCCL, and then only for what runs on a GPU.
+TEST_F(ConfigTest, NcclTransport) {
+  // A runner without NCCL (this test's options, as in a build without CUDA) says why.
+  auto errors = errorsOf(kMinimal + "transport: NCCL\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("transport: NCCL is not supported by this runner (supported: INPROC)"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[0].find("NCCL needs a terse built with CUDA and NCCL"), std::string::npos) << errors[0];
+
+  // A runner with NCCL accepts a SYNC run of a model with a CUDA version...
+  options_.transports = {Experiment::INPROC, Experiment::TCP, Experiment::NCCL};
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC};
+  options_.cuda_workloads = {"softmax", "mlp", "cnn"};
+  load(kMinimal + "transport: NCCL\nworkers: 2\n");
+  // ...and refuses the parameter server, a CPU-only model and emulated links, naming each field.
+  errors = errorsOf(
+      "study: \"s\"\nworkload { name: \"linear_regression\" }\nmode: ASYNC\ntransport: NCCL\n"
+      "link { bandwidth: \"1Gbps\" }\n");
+  ASSERT_EQ(errors.size(), 3u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("mode: transport NCCL runs mode SYNC"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("workload.name: transport NCCL trains on the GPU, and 'linear_regression' has no CUDA "
+                           "version (those with one: softmax, mlp, cnn)"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[2].find("link: emulated links apply to the host transports"), std::string::npos) << errors[2];
+}
+
 }  // namespace
 }  // namespace terse::experiments

@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/train/optimizer.h"
+#include "core/train/sgd_math.h"
 
 namespace terse::train {
 namespace {
@@ -116,6 +117,35 @@ TEST(LrSchedule, ScaleByWorldSize) {
   o.milestones = {3, 2};
   o.schedule = LrSchedule::kStep;
   EXPECT_THROW(validateLrSchedule(o), InvalidArgument);
+}
+
+// The per-element math the CUDA kernel shares (sgd_math.h) is the loop's: checked against the formulas written out.
+TEST(Optimizer, SharedMathIsTheDocumentedUpdate) {
+  EXPECT_EQ(sgdPlain(1.0f, 0.5f, 0.1f, 0.01f), 1.0f - 0.1f * (0.5f + 0.01f * 1.0f));
+  float w = 1.0f, b = 0.25f;
+  sgdMomentum(w, b, 0.5f, 0.1f, 0.01f, 0.9f, false);
+  const float g = 0.5f + 0.01f * 1.0f;
+  EXPECT_EQ(b, 0.9f * 0.25f + g);
+  EXPECT_EQ(w, 1.0f - 0.1f * (0.9f * 0.25f + g));
+  w = 1.0f;
+  b = 0.25f;
+  sgdMomentum(w, b, 0.5f, 0.1f, 0.01f, 0.9f, true);
+  EXPECT_EQ(w, 1.0f - 0.1f * (g + 0.9f * (0.9f * 0.25f + g)));
+}
+
+// Device tensors (a GPU workload's) are all-or-nothing and need the stream their updates are ordered on; both are
+// checked before anything is allocated, so these run without a GPU.
+TEST(Optimizer, DeviceTensorsNeedAStreamAndNoHostMix) {
+  float fake_device_memory[2] = {};
+  auto p = oneTensor({1.0f, -2.0f}, {0.5f, 1.0f});
+  p.push_back(p[0]);
+  p[1].name = "v";
+  p[0].device_value = fake_device_memory;
+  p[0].device_grad = fake_device_memory;
+  EXPECT_THROW(SgdOptimizer(p, {}), InvalidArgument);  // tensor v is on the host
+  p[1].device_value = fake_device_memory;
+  p[1].device_grad = fake_device_memory;
+  EXPECT_THROW(SgdOptimizer(p, {}), InvalidArgument);  // no stream
 }
 
 }  // namespace

@@ -263,5 +263,29 @@ TEST(SyncTrainer, RejectsMismatchedPipelines) {
   EXPECT_THROW(SyncTrainer(*w, comm, std::move(pipelines), smallOptions()), InvalidArgument);
 }
 
+// A workload that computes on a GPU needs a communicator on device memory (NCCL): with a host transport every
+// gradient pointer handed to the pipelines would be a device address the host transport dereferences.
+class ClaimsDevice : public SlowThreeLayers {
+ public:
+  int device() const override { return 0; }
+};
+
+TEST(SyncTrainer, DeviceWorkloadNeedsADeviceCommunicator) {
+  auto loader = buildTreeLoader();
+  auto plugin = loader.loadCompressor("none");
+  auto transports = comm::makeInprocTransports(1);
+  comm::HostCommunicator comm(std::move(transports[0]));
+  ClaimsDevice w;
+  try {
+    SyncTrainer trainer(w, comm, makePipelines(w, comm, plugin->instantiate({})), SyncTrainerOptions{});
+    FAIL() << "a device workload was accepted with a host communicator";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("computes on CUDA device 0 but the 'inproc' communicator works on host memory"),
+              std::string::npos)
+        << what;
+  }
+}
+
 }  // namespace
 }  // namespace terse::train

@@ -1,0 +1,145 @@
+// core/compress/device_kernels.h for CUDA builds. One thread per element with a grid-stride loop: these kernels are
+// bandwidth-bound streams over a few arrays, and the per-element bodies are the host's (TERSE_HD), so the only thing
+// a fancier launch could change is speed, never the bits.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/common/cuda.h"
+#include "core/common/error.h"
+#include "core/compress/device_kernels.h"
+#include "core/compress/error_feedback_math.h"
+#include "core/compress/momentum_correction_math.h"
+#include "terse/sdk/half.hpp"
+
+namespace terse::device_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+// Enough blocks to fill any current GPU several times over; the grid-stride loop covers the rest.
+constexpr std::size_t kMaxBlocks = 4096;
+
+unsigned blocksFor(std::size_t n) {
+  const std::size_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+cudaStream_t asStream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+#define TERSE_GRID_LOOP(i, n)                                                                    \
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+
+__global__ void efCorrectKernel(const float* __restrict__ g, const float* __restrict__ e, float* __restrict__ p,
+                                std::size_t n) {
+  TERSE_GRID_LOOP(i, n) {
+    p[i] = ::terse::efCorrect(g[i], e[i]);
+  }
+}
+
+__global__ void efResidualKernel(const float* __restrict__ p, const float* __restrict__ t, float* __restrict__ e,
+                                 std::size_t n) {
+  TERSE_GRID_LOOP(i, n) {
+    e[i] = ::terse::efResidual(p[i], t[i]);
+  }
+}
+
+__global__ void dgcStageKernel(const float* __restrict__ u, const float* __restrict__ g, float m, bool nesterov,
+                               float* __restrict__ u_t, float* __restrict__ input, std::size_t n) {
+  TERSE_GRID_LOOP(i, n) {
+    if (nesterov) {
+      u_t[i] = dgcNesterovMomentum(u[i], g[i], m);
+      input[i] = dgcNesterovInput(u_t[i], g[i]);
+    } else {
+      u_t[i] = dgcMomentum(u[i], g[i], m);
+    }
+  }
+}
+
+__global__ void dgcCommitKernel(const float* __restrict__ u_t, const float* __restrict__ t, bool masked,
+                                float* __restrict__ u, std::size_t n) {
+  TERSE_GRID_LOOP(i, n) {
+    u[i] = masked ? dgcMask(u_t[i], t[i]) : u_t[i];
+  }
+}
+
+template <class T>
+__global__ void divideKernel(T* p, std::size_t n, T w) {
+  TERSE_GRID_LOOP(i, n) {
+    p[i] /= w;
+  }
+}
+
+__global__ void divideHalfKernel(uint16_t* p, std::size_t n, float w) {
+  TERSE_GRID_LOOP(i, n) {
+    p[i] = sdk::floatToHalf(sdk::halfToFloat(p[i]) / w);
+  }
+}
+
+__global__ void divideBf16Kernel(uint16_t* p, std::size_t n, float w) {
+  TERSE_GRID_LOOP(i, n) {
+    p[i] = sdk::floatToBf16(sdk::bf16ToFloat(p[i]) / w);
+  }
+}
+
+#undef TERSE_GRID_LOOP
+
+// A launch error (bad configuration, a dead context) surfaces here rather than at the next unrelated check.
+void checkLaunch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  TERSE_CHECK(err == cudaSuccess, DeviceError,
+              kernel << " launch failed: " << cudaGetErrorName(err) << ": " << cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void efCorrect(const float* g, const float* e, float* p, std::size_t n, void* stream) {
+  if (n == 0) return;
+  efCorrectKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(g, e, p, n);
+  checkLaunch("efCorrectKernel");
+}
+
+void efResidual(const float* p, const float* transmitted, float* e, std::size_t n, void* stream) {
+  if (n == 0) return;
+  efResidualKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(p, transmitted, e, n);
+  checkLaunch("efResidualKernel");
+}
+
+void dgcStage(const float* u, const float* g, float m, bool nesterov, float* u_t, float* input, std::size_t n,
+              void* stream) {
+  if (n == 0) return;
+  dgcStageKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u, g, m, nesterov, u_t, input, n);
+  checkLaunch("dgcStageKernel");
+}
+
+void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream) {
+  if (n == 0) return;
+  dgcCommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u_t, transmitted, masked, u, n);
+  checkLaunch("dgcCommitKernel");
+}
+
+void divide(void* data, std::size_t n, DType dtype, int world, void* stream) {
+  if (n == 0) return;
+  const cudaStream_t s = asStream(stream);
+  switch (dtype) {
+    case DType::kF32:
+      divideKernel<float><<<blocksFor(n), kThreads, 0, s>>>(static_cast<float*>(data), n, static_cast<float>(world));
+      break;
+    case DType::kF64:
+      divideKernel<double><<<blocksFor(n), kThreads, 0, s>>>(static_cast<double*>(data), n, static_cast<double>(world));
+      break;
+    case DType::kF16:
+      divideHalfKernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<uint16_t*>(data), n, static_cast<float>(world));
+      break;
+    case DType::kBF16:
+      divideBf16Kernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<uint16_t*>(data), n, static_cast<float>(world));
+      break;
+    default:
+      TERSE_THROW(Unsupported, "cannot average " << dtypeName(dtype) << " gradients on the device");
+  }
+  checkLaunch("divideKernel");
+}
+
+}  // namespace terse::device_kernels

@@ -1,0 +1,30 @@
+// The compression path's own elementwise work on a CUDA device: error feedback, DGC momentum correction and the
+// pipeline's averaging, each a kernel over the same TERSE_HD bodies the host loops call (error_feedback_math.h,
+// momentum_correction_math.h, terse/sdk/half.hpp), built with --fmad=false as the host is with -ffp-contract=off, so a
+// device tensor's residual, momentum and average equal the host's bit for bit. Every function enqueues on `stream`
+// (a cudaStream_t) and returns without waiting; pointers are device memory of n elements. In a build without CUDA they
+// throw Unsupported (device_kernels_none.cc) -- only a CUDA tensor reaches them.
+#pragma once
+
+#include <cstddef>
+
+#include "core/common/dtype.h"
+
+namespace terse::device_kernels {
+
+// p = efCorrect(g, e) and e = efResidual(p, t), elementwise.
+void efCorrect(const float* g, const float* e, float* p, std::size_t n, void* stream);
+void efResidual(const float* p, const float* transmitted, float* e, std::size_t n, void* stream);
+
+// DGC staging: u_t = dgcMomentum(u, g, m), or with nesterov u_t = dgcNesterovMomentum(u, g, m) and
+// input = dgcNesterovInput(u_t, g) (input unused otherwise).
+void dgcStage(const float* u, const float* g, float m, bool nesterov, float* u_t, float* input, std::size_t n,
+              void* stream);
+// u = masked ? dgcMask(u_t, transmitted) : u_t.
+void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream);
+
+// data[i] /= world for f32 / f64, and through f32 with round-to-nearest for f16 / bf16 (the host's arithmetic).
+// Throws Unsupported for another dtype.
+void divide(void* data, std::size_t n, DType dtype, int world, void* stream);
+
+}  // namespace terse::device_kernels

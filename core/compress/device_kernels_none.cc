@@ -1,0 +1,30 @@
+// core/compress/device_kernels.h for builds without CUDA: only a CUDA tensor reaches these, and none can exist here.
+#include "core/common/error.h"
+#include "core/compress/device_kernels.h"
+
+namespace terse::device_kernels {
+namespace {
+
+[[noreturn]] void noCuda(const char* what) {
+  TERSE_THROW(Unsupported, what << " on a CUDA tensor: this build has no CUDA (TERSE_CUDA=OFF or no nvcc)");
+}
+
+}  // namespace
+
+void efCorrect(const float*, const float*, float*, std::size_t, void*) {
+  noCuda("error feedback");
+}
+void efResidual(const float*, const float*, float*, std::size_t, void*) {
+  noCuda("error feedback");
+}
+void dgcStage(const float*, const float*, float, bool, float*, float*, std::size_t, void*) {
+  noCuda("momentum correction");
+}
+void dgcCommit(const float*, const float*, bool, float*, std::size_t, void*) {
+  noCuda("momentum correction");
+}
+void divide(void*, std::size_t, DType, int, void*) {
+  noCuda("averaging");
+}
+
+}  // namespace terse::device_kernels
