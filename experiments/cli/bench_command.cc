@@ -294,6 +294,25 @@ float loadValue(const std::byte* p, std::size_t i, DType dtype) {
   return dtype == DType::kF16 ? sdk::halfToFloat(h) : sdk::bf16ToFloat(h);
 }
 
+// #wrong of one check: an allreduce's `count` elements against the sum of every rank's benchValue, or an allgather's
+// n blocks of per_rank elements against each rank's own values.
+uint64_t countWrong(const std::byte* got, bool allreduce, std::size_t count, std::size_t per_rank, int n, DType dtype) {
+  uint64_t bad = 0;
+  if (allreduce) {
+    for (std::size_t i = 0; i < count; ++i) {
+      int want = 0;
+      for (int q = 0; q < n; ++q) want += benchValue(q, i);
+      if (loadValue(got, i, dtype) != static_cast<float>(want)) ++bad;
+    }
+  } else {
+    for (int q = 0; q < n; ++q)
+      for (std::size_t i = 0; i < per_rank; ++i)
+        if (loadValue(got, static_cast<std::size_t>(q) * per_rank + i, dtype) != static_cast<float>(benchValue(q, i)))
+          ++bad;
+  }
+  return bad;
+}
+
 struct Row {
   uint64_t size = 0;
   uint64_t count = 0;
@@ -425,20 +444,7 @@ int ncclCollectiveCommand(bool allreduce, const CommonArgs& a, DType dtype, bool
       std::vector<std::byte> got(out.size());
       TERSE_CUDA_CHECK(cudaMemcpyAsync(got.data(), out.data(), got.size(), cudaMemcpyDeviceToHost, stream));
       TERSE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      uint64_t bad = 0;
-      if (allreduce) {
-        for (std::size_t i = 0; i < count; ++i) {
-          int want = 0;
-          for (int q = 0; q < n; ++q) want += benchValue(q, i);
-          if (loadValue(got.data(), i, dtype) != static_cast<float>(want)) ++bad;
-        }
-      } else {
-        for (int q = 0; q < n; ++q)
-          for (std::size_t i = 0; i < per_rank; ++i)
-            if (loadValue(got.data(), static_cast<std::size_t>(q) * per_rank + i, dtype) !=
-                static_cast<float>(benchValue(q, i)))
-              ++bad;
-      }
+      const uint64_t bad = countWrong(got.data(), allreduce, count, per_rank, n, dtype);
       mine[words - 1] = static_cast<double>(bad);
       // Every rank's batch times and #wrong to every rank (device memory, as NCCL needs), so rank 0 computes the row
       // from all of them.
@@ -684,20 +690,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
           }
           fill();
           op();
-          uint64_t bad = 0;
-          if (allreduce) {
-            for (std::size_t i = 0; i < count; ++i) {
-              int want = 0;
-              for (int q = 0; q < n; ++q) want += benchValue(q, i);
-              if (loadValue(buf.data(), i, dtype) != static_cast<float>(want)) ++bad;
-            }
-          } else {
-            for (int q = 0; q < n; ++q)
-              for (std::size_t i = 0; i < per_rank; ++i)
-                if (loadValue(buf.data(), static_cast<std::size_t>(q) * per_rank + i, dtype) !=
-                    static_cast<float>(benchValue(q, i)))
-                  ++bad;
-          }
+          const uint64_t bad = countWrong(buf.data(), allreduce, count, per_rank, n, dtype);
           wrong[static_cast<std::size_t>(r)] = bad;
         };
         if (job) {

@@ -140,21 +140,12 @@ double CnnCudaWorkload::forwardBackward(std::span<const int64_t> batch_indices,
 }
 
 train::EvalResult CnnCudaWorkload::evaluate(int64_t max_examples) {
-  const cuda::DeviceGuard guard(device());
-  const Dataset& test = hostData().test;
-  const int64_t n = max_examples > 0 ? std::min(max_examples, test.num_examples) : test.num_examples;
-  if (n == 0) return {};
-  reserve(std::min(n, kEvalChunk));
-  reserveLoss(n);  // one entry per example over all chunks, summed once at the end
-  for (int64_t start = 0; start < n; start += kEvalChunk) {
-    const int64_t rows = std::min(kEvalChunk, n - start);
-    forward(deviceData().test().x() + start * g_.h0 * g_.w0, rows);
-    device::softmaxCrossEntropy(logits_.as<const float>(), deviceData().test().y() + start, rows, g_.classes, 0.0f,
-                                nullptr, exampleLoss() + start, exampleCorrect() + start, stream());
-  }
-  enqueueLossSum(n);
-  synchronize();
-  return {lossSum() / static_cast<double>(n), static_cast<double>(correctSum()) / static_cast<double>(n), n};
+  return evaluateInChunks(
+      max_examples, kEvalChunk, g_.classes, [this](int64_t rows) { reserve(rows); },
+      [this](const float* x, int64_t rows) {
+        forward(x, rows);
+        return logits_.as<const float>();
+      });
 }
 
 }  // namespace terse::workloads

@@ -2,6 +2,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -150,6 +151,27 @@ void CudaWorkload::enqueueLossSum(int64_t n) {
   device::sumLoss(exampleLoss(), exampleCorrect(), n, totals_.as<device::LossTotals>(), stream());
   TERSE_CUDA_CHECK(cudaMemcpyAsync(host_totals_.data(), totals_.data(), sizeof(device::LossTotals),
                                    cudaMemcpyDeviceToHost, stream()));
+}
+
+train::EvalResult CudaWorkload::evaluateInChunks(
+    int64_t max_examples, int64_t chunk, int64_t classes, const std::function<void(int64_t rows)>& reserve_rows,
+    const std::function<const float*(const float* x, int64_t rows)>& forward_rows) {
+  const cuda::DeviceGuard guard(device());
+  const Dataset& test = hostData().test;
+  const int64_t n = max_examples > 0 ? std::min(max_examples, test.num_examples) : test.num_examples;
+  if (n == 0) return {};
+  reserve_rows(std::min(n, chunk));
+  reserveLoss(n);  // one entry per example over all chunks, summed once at the end
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t rows = std::min(chunk, n - start);
+    // The test set is already contiguous on the device: each chunk reads its rows in place.
+    const float* logits = forward_rows(deviceData().test().x() + start * test.dims, rows);
+    device::softmaxCrossEntropy(logits, deviceData().test().y() + start, rows, classes, 0.0f, nullptr,
+                                exampleLoss() + start, exampleCorrect() + start, stream());
+  }
+  enqueueLossSum(n);
+  synchronize();
+  return {lossSum() / static_cast<double>(n), static_cast<double>(correctSum()) / static_cast<double>(n), n};
 }
 
 double CudaWorkload::lossSum() const {

@@ -89,6 +89,14 @@ class CudaWorkload : public train::Workload {
   double lossSum() const;
   int64_t correctSum() const;
 
+  // A classifier's evaluate(): the first max_examples (0: all) of the test set in chunks of `chunk` rows, read in
+  // place on the device. reserve_rows(rows) sizes the model's buffers once for the largest chunk; forward_rows(x, rows)
+  // enqueues the forward pass of `rows` examples starting at x and returns the logits (rows x classes). Losses and
+  // hits are summed on the device; one synchronization at the end.
+  train::EvalResult evaluateInChunks(int64_t max_examples, int64_t chunk, int64_t classes,
+                                     const std::function<void(int64_t rows)>& reserve_rows,
+                                     const std::function<const float*(const float* x, int64_t rows)>& forward_rows);
+
   // Records layer l's event on the stream after its last kernel; reportWhenDone waits for it and reports the layer
   // (without a callback it neither waits nor reports: the final synchronize covers it).
   void layerDone(int layer);

@@ -104,22 +104,12 @@ double MlpCudaWorkload::forwardBackward(std::span<const int64_t> batch_indices,
 }
 
 train::EvalResult MlpCudaWorkload::evaluate(int64_t max_examples) {
-  const cuda::DeviceGuard guard(device());
-  const Dataset& test = hostData().test;
-  const int64_t n = max_examples > 0 ? std::min(max_examples, test.num_examples) : test.num_examples;
-  if (n == 0) return {};
-  reserve(std::min(n, kEvalChunk));
-  reserveLoss(n);  // one entry per example over all chunks, summed once at the end
-  for (int64_t start = 0; start < n; start += kEvalChunk) {
-    const int64_t rows = std::min(kEvalChunk, n - start);
-    // The test set is already contiguous on the device: each chunk reads its rows in place.
-    forward(deviceData().test().x() + start * widths_[0], rows);
-    device::softmaxCrossEntropy(acts_.back().as<const float>(), deviceData().test().y() + start, rows, widths_.back(),
-                                0.0f, nullptr, exampleLoss() + start, exampleCorrect() + start, stream());
-  }
-  enqueueLossSum(n);
-  synchronize();
-  return {lossSum() / static_cast<double>(n), static_cast<double>(correctSum()) / static_cast<double>(n), n};
+  return evaluateInChunks(
+      max_examples, kEvalChunk, widths_.back(), [this](int64_t rows) { reserve(rows); },
+      [this](const float* x, int64_t rows) {
+        forward(x, rows);
+        return acts_.back().as<const float>();
+      });
 }
 
 }  // namespace terse::workloads

@@ -421,6 +421,28 @@ TEST_F(TopKOnDevice, NonFiniteGradientsPoisonThePayload) {
   }
 }
 
+// For the compressors that refuse a bad gradient at compress (they synchronize there anyway): x is refused on the host
+// (`info`) and on the device (`dev_info`) with INVALID_ARGUMENT and the same message.
+void expectCompressRefusedAsOnTheHost(Instance& c, Stream& stream, const terse_tensor_info_v1& info,
+                                      const terse_tensor_info_v1& dev_info, const std::vector<float>& x) {
+  Bytes host_payload;
+  c.host().clear();
+  EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
+  const std::string host_error = c.lastError();
+  const terse_compressor_sizes_v1 sizes = c.sizes(dev_info);
+  DeviceBuffer in(x.size() * sizeof(float), stream.get());
+  in.copyFromHost(x.data(), in.size(), stream.get());
+  DeviceBuffer out(sizes.max_output_bytes, stream.get()), workspace(sizes.workspace_bytes, stream.get());
+  terse_scratch_v1 scratch{workspace.data(), workspace.size(), nullptr, 0};
+  uint64_t written = 0;
+  c.host().clear();
+  EXPECT_EQ(c.api().compress(c.ctx(), &dev_info, in.data(), nullptr, 0, &scratch, out.data(), out.size(), &written,
+                             stream.handle()),
+            TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(c.lastError(), host_error);
+  stream.synchronize();
+}
+
 // threshold: compress synchronizes to learn the count, so unlike the fixed-size compressors it refuses a non-finite
 // gradient at compress, with the host's status and message.
 TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
@@ -437,22 +459,7 @@ TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
   for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     std::vector<float> x = input(1000, 2);
     x[999] = bad;
-    Bytes host_payload;
-    c.host().clear();
-    EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
-    const std::string host_error = c.lastError();
-    const terse_compressor_sizes_v1 sizes = c.sizes(dev_info);
-    DeviceBuffer in(x.size() * sizeof(float), stream.get());
-    in.copyFromHost(x.data(), in.size(), stream.get());
-    DeviceBuffer out(sizes.max_output_bytes, stream.get()), workspace(sizes.workspace_bytes, stream.get());
-    terse_scratch_v1 scratch{workspace.data(), workspace.size(), nullptr, 0};
-    uint64_t written = 0;
-    c.host().clear();
-    EXPECT_EQ(c.api().compress(c.ctx(), &dev_info, in.data(), nullptr, 0, &scratch, out.data(), out.size(), &written,
-                               stream.handle()),
-              TERSE_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(c.lastError(), host_error);
-    stream.synchronize();
+    expectCompressRefusedAsOnTheHost(c, stream, info, dev_info, x);
   }
 }
 
@@ -538,22 +545,7 @@ TEST_F(DgcOnDevice, RefusesNonFiniteGradientsAsTheHost) {
       SCOPED_TRACE("numel " + std::to_string(n) + ", " + std::to_string(bad));
       std::vector<float> x = input(n, 2);
       x[n / 2] = bad;
-      Bytes host_payload;
-      c.host().clear();
-      EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
-      const std::string host_error = c.lastError();
-      const terse_compressor_sizes_v1 sizes = c.sizes(dev_info);
-      DeviceBuffer in(x.size() * sizeof(float), stream.get());
-      in.copyFromHost(x.data(), in.size(), stream.get());
-      DeviceBuffer out(sizes.max_output_bytes, stream.get()), workspace(sizes.workspace_bytes, stream.get());
-      terse_scratch_v1 scratch{workspace.data(), workspace.size(), nullptr, 0};
-      uint64_t written = 0;
-      c.host().clear();
-      EXPECT_EQ(c.api().compress(c.ctx(), &dev_info, in.data(), nullptr, 0, &scratch, out.data(), out.size(), &written,
-                                 stream.handle()),
-                TERSE_ERR_INVALID_ARGUMENT);
-      EXPECT_EQ(c.lastError(), host_error);
-      stream.synchronize();
+      expectCompressRefusedAsOnTheHost(c, stream, info, dev_info, x);
     }
   }
 }
