@@ -18,12 +18,6 @@ std::string where(const TensorCodec& codec) {
          std::string(aggregationName(codec.caps().aggregation)) + "): ";
 }
 
-uint64_t maxOverRounds(const TensorCodec& codec, uint64_t CompressorSizes::*field) {
-  uint64_t m = 0;
-  for (int r = 0; r < codec.caps().num_rounds; ++r) m = std::max(m, codec.sizes(r).*field);
-  return m;
-}
-
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -94,151 +88,73 @@ void validatePipeline(const TensorCodec& codec, const comm::Communicator& comm) 
   }
 }
 
-CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, comm::Communicator& comm)
-    : codec_(std::move(codec)), comm_(comm) {
+CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, const comm::Communicator& comm)
+    : codec_(std::move(codec)) {
   TERSE_CHECK(codec_ != nullptr, InvalidArgument, "pipeline: codec is null");
-  validatePipeline(*codec_, comm_);
-  world_ = comm_.size();
+  validatePipeline(*codec_, comm);
+  caps_ = codec_->caps();
+  world_ = comm.size();
   tensor_ = codec_->info().tensor_id;
   placement_ = codec_->placement();
-  const auto max_payload = static_cast<std::size_t>(maxOverRounds(*codec_, &CompressorSizes::max_output_bytes));
-  switch (aggregation()) {
-    case Aggregation::kSum:
-      payload_[0] = TensorBuffer(max_payload, placement_);
-      if (codec_->caps().num_rounds > 1) payload_[1] = TensorBuffer(max_payload, placement_);
-      break;
-    case Aggregation::kCustom: {
-      const auto max_reduced = static_cast<std::size_t>(maxOverRounds(*codec_, &CompressorSizes::max_reduced_bytes));
-      reduced_[0] = TensorBuffer(max_reduced, placement_);
-      reduced_[1] = TensorBuffer(max_reduced, placement_);
-      [[fallthrough]];
-    }
-    case Aggregation::kAllgather:
-      payload_[0] = TensorBuffer(max_payload, placement_);
-      gathered_ = TensorBuffer(max_payload * static_cast<std::size_t>(world_), placement_);
-      break;
+  bounds_.resize(static_cast<std::size_t>(caps_.num_rounds));
+  uint64_t max_payload = 0;
+  uint64_t max_reduced = 0;
+  for (int r = 0; r < caps_.num_rounds; ++r) {
+    const CompressorSizes& s = codec_->sizes(r);
+    bounds_[static_cast<std::size_t>(r)] = RoundBounds{s.max_output_bytes, s.sum_header_bytes, s.max_reduced_bytes};
+    max_payload = std::max(max_payload, s.max_output_bytes);
+    max_reduced = std::max(max_reduced, s.max_reduced_bytes);
   }
-  sizes_.assign(static_cast<std::size_t>(world_), 0);
-}
-
-void CompressionPipeline::gather(std::span<const std::byte> local, uint64_t max_bytes) {
-  if (codec_->caps().fixed_size) {
-    // Every rank's payload has exactly max_bytes (the plugin codec enforces it), so no size exchange is needed.
-    std::fill(sizes_.begin(), sizes_.end(), max_bytes);
-    TERSE_CHECK(
-        local.size() == max_bytes, PluginError,
-        where(*codec_) << "a fixed-size compressor produced " << local.size() << " bytes instead of " << max_bytes);
-  } else {
-    stats_.wire += comm_.allgatherSizes(local.size(), sizes_, tensor_);
-    for (int i = 0; i < world_; ++i) {
-      // A peer's size is untrusted: it must fit the slot every rank reserved for it.
-      TERSE_CHECK(sizes_[static_cast<std::size_t>(i)] <= max_bytes, InvalidPayload,
-                  where(*codec_) << "rank " << i << " announced a payload of " << sizes_[static_cast<std::size_t>(i)]
-                                 << " bytes, above max_output_bytes " << max_bytes);
-    }
+  payload_[0] = TensorBuffer(static_cast<std::size_t>(max_payload), placement_);
+  if (caps_.aggregation == Aggregation::kSum && caps_.num_rounds > 1)
+    payload_[1] = TensorBuffer(static_cast<std::size_t>(max_payload), placement_);
+  if (caps_.aggregation == Aggregation::kCustom) {
+    reduced_[0] = TensorBuffer(static_cast<std::size_t>(max_reduced), placement_);
+    reduced_[1] = TensorBuffer(static_cast<std::size_t>(max_reduced), placement_);
   }
-  uint64_t total = 0;
-  for (uint64_t s : sizes_) total += s;
-  stats_.wire += comm_.allgatherv(local, gathered_.span().first(static_cast<std::size_t>(total)), sizes_, tensor_);
-}
-
-std::span<const std::byte> CompressionPipeline::gatheredBlock(int rank) const {
-  uint64_t off = 0;
-  for (int j = 0; j < rank; ++j) off += sizes_[static_cast<std::size_t>(j)];
-  return gathered_.span().subspan(static_cast<std::size_t>(off),
-                                  static_cast<std::size_t>(sizes_[static_cast<std::size_t>(rank)]));
-}
-
-void CompressionPipeline::step(uint64_t step, const void* grad, void* out) {
-  const CompressorCaps& caps = codec_->caps();
-  const TensorInfo& info = codec_->info();
-  TERSE_CHECK(out != nullptr || info.numel == 0, InvalidArgument, where(*codec_) << "output is null");
-  std::span<const std::byte> aggregate;
-  for (int r = 0; r < caps.num_rounds; ++r) {
-    const CompressorSizes& sz = codec_->sizes(r);
-    TensorBuffer& buf = payload_[caps.aggregation == Aggregation::kSum ? static_cast<std::size_t>(r % 2) : 0];
-    const auto encode_start = Clock::now();
-    const uint64_t bytes = codec_->encode(step, r, grad, aggregate, buf.span());
-    stats_.encode_s += seconds(encode_start, Clock::now());
-    stats_.payload_bytes += bytes;
-    const std::span<std::byte> local = buf.span().first(static_cast<std::size_t>(bytes));
-    switch (caps.aggregation) {
-      case Aggregation::kSum:
-        TERSE_CHECK(bytes == sz.max_output_bytes, PluginError,
-                    where(*codec_) << "round " << r << ": a SUM payload must have its fixed size "
-                                   << sz.max_output_bytes << ", got " << bytes);
-        stats_.wire +=
-            comm_.allreducePayload(local, static_cast<std::size_t>(sz.sum_header_bytes), caps.wire_dtype, tensor_);
-        aggregate = local;
-        break;
-      case Aggregation::kAllgather:
-        gather(local, sz.max_output_bytes);
-        break;
-      case Aggregation::kCustom: {
-        gather(local, sz.max_output_bytes);
-        // Folded in rank order on every rank, so every rank decodes the same aggregate.
-        aggregate = gatheredBlock(0);
-        const auto reduce_start = Clock::now();
-        for (int i = 1; i < world_; ++i) {
-          TensorBuffer& dst = reduced_[static_cast<std::size_t>(i % 2)];
-          const uint64_t n = codec_->reduce(step, r, aggregate, gatheredBlock(i), dst.span());
-          TERSE_CHECK(
-              n <= sz.max_reduced_bytes, PluginError,
-              where(*codec_) << "reduce wrote " << n << " bytes, above max_reduced_bytes " << sz.max_reduced_bytes);
-          aggregate = dst.span().first(static_cast<std::size_t>(n));
-        }
-        stats_.decode_s += seconds(reduce_start, Clock::now());
-        break;
-      }
-    }
-  }
-  const auto decode_start = Clock::now();
-  if (caps.aggregation == Aggregation::kAllgather) {
-    zeroOut(out);
-    for (int i = 0; i < world_; ++i) codec_->decode(step, gatheredBlock(i), i, out, true);
-  } else {
-    codec_->decode(step, aggregate, -1, out, false);
-  }
-  stats_.decode_s += seconds(decode_start, Clock::now());
-  average(out);
-  ++stats_.steps;
-}
-
-bool CompressionPipeline::fusible() const noexcept {
-  const CompressorCaps& caps = codec_->caps();
-  return caps.num_rounds == 1 && (caps.aggregation == Aggregation::kSum || caps.aggregation == Aggregation::kAllgather);
 }
 
 uint64_t CompressionPipeline::maxPayloadBytes() const noexcept {
   uint64_t total = 0;
-  for (int r = 0; r < codec_->caps().num_rounds; ++r) total += codec_->sizes(r).max_output_bytes;
+  for (const RoundBounds& b : bounds_) total += b.max_output;
   return total;
 }
 
-std::span<std::byte> CompressionPipeline::encodeForFusion(uint64_t step, const void* grad) {
-  TERSE_CHECK(fusible(), InvalidArgument, where(*codec_) << "cannot take part in a fused group");
-  const CompressorSizes& sz = codec_->sizes(0);
+std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const void* grad,
+                                                 std::span<const std::byte> prev) {
+  TensorBuffer& buf = payload_[caps_.aggregation == Aggregation::kSum ? static_cast<std::size_t>(round % 2) : 0];
   const auto encode_start = Clock::now();
-  const uint64_t bytes = codec_->encode(step, 0, grad, {}, payload_[0].span());
+  const uint64_t bytes = codec_->encode(step, round, grad, prev, buf.span());
   stats_.encode_s += seconds(encode_start, Clock::now());
   stats_.payload_bytes += bytes;
-  if (codec_->caps().aggregation == Aggregation::kSum) {
-    TERSE_CHECK(
-        bytes == sz.max_output_bytes, PluginError,
-        where(*codec_) << "a SUM payload must have its fixed size " << sz.max_output_bytes << ", got " << bytes);
-  } else if (codec_->caps().fixed_size) {
-    TERSE_CHECK(
-        bytes == sz.max_output_bytes, PluginError,
-        where(*codec_) << "a fixed-size compressor produced " << bytes << " bytes instead of " << sz.max_output_bytes);
-  }
-  return payload_[0].span().first(static_cast<std::size_t>(bytes));
+  // A SUM payload is summed elementwise and a fixed-size gather reserves exactly this many bytes per rank: either way
+  // every rank must send the announced size.
+  const uint64_t bound = maxPayloadBytes(round);
+  TERSE_CHECK(!caps_.fixed_size || bytes == bound, PluginError,
+              where(*codec_) << "round " << round << ": a fixed-size compressor must produce " << bound
+                             << " bytes, got " << bytes);
+  return buf.span().first(static_cast<std::size_t>(bytes));
 }
 
-void CompressionPipeline::finishSum(uint64_t step, void* out) {
-  TERSE_CHECK(fusible() && aggregation() == Aggregation::kSum, InvalidArgument, where(*codec_) << "finishSum");
-  const auto bytes = static_cast<std::size_t>(codec_->sizes(0).max_output_bytes);
+std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
+                                                     std::span<const std::span<const std::byte>> blocks) {
+  const uint64_t bound = bounds_[static_cast<std::size_t>(round)].max_reduced;
+  const auto reduce_start = Clock::now();
+  std::span<const std::byte> aggregate = blocks[0];
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    TensorBuffer& dst = reduced_[i % 2];
+    const uint64_t n = codec_->reduce(step, round, aggregate, blocks[i], dst.span());
+    TERSE_CHECK(n <= bound, PluginError,
+                where(*codec_) << "reduce wrote " << n << " bytes, above max_reduced_bytes " << bound);
+    aggregate = dst.span().first(static_cast<std::size_t>(n));
+  }
+  stats_.decode_s += seconds(reduce_start, Clock::now());
+  return aggregate;
+}
+
+void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out) {
   const auto decode_start = Clock::now();
-  codec_->decode(step, payload_[0].span().first(bytes), -1, out, false);
+  codec_->decode(step, aggregate, -1, out, false);
   stats_.decode_s += seconds(decode_start, Clock::now());
   average(out);
   ++stats_.steps;
@@ -246,9 +162,7 @@ void CompressionPipeline::finishSum(uint64_t step, void* out) {
 
 void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads,
                                          void* out) {
-  TERSE_CHECK(fusible() && aggregation() == Aggregation::kAllgather, InvalidArgument,
-              where(*codec_) << "finishGathered");
-  TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InvalidArgument,
+  TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InternalError,
               where(*codec_) << payloads.size() << " gathered payloads for a world of " << world_);
   const auto decode_start = Clock::now();
   zeroOut(out);

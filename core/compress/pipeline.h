@@ -1,24 +1,17 @@
-// The per-tensor compression pipeline (DESIGN.md section 2): one tensor's codec chain (make_codec.h) driven through
-// the communicator along the aggregation path its caps name (compressor_v1.h):
+// One tensor's compression state as the aggregation engine (engine.h) drives it: the codec chain (make_codec.h), the
+// wire buffers sized once from the codec's two-phase sizes, and the tensor's byte and time counters. The pipeline
+// never calls the communicator: the engine is the only code that moves gradients, for a lone tensor (a group of one)
+// and for a fused group alike, so the aggregation paths exist once (engine.h has the math).
 //
-//   for round r in 0..R-1:
-//     payload_r = codec.encode(step, r, grad, prev)        prev = aggregate of round r-1 (empty in round 0)
-//     SUM:        allreduce payload_r's bytes after sum_header_bytes as caps.wire_dtype  -> aggregate_r
-//     ALLGATHER:  allgatherv every rank's payload_r (sizes exchanged first unless fixed)  (R must be 1)
-//     CUSTOM:     allgatherv raw payloads, fold codec.reduce in rank order on every rank  -> aggregate_r
-//   SUM, CUSTOM: out = decode(aggregate_{R-1}, source_rank -1)
-//   ALLGATHER:   out = 0; out += decode(payload_i, source_rank i) for every rank i
-//   out /= world_size                                      (the decoded aggregate is the SUM of contributions)
-//
-// Per-tensor state (error-feedback residuals, plugin state, workspace) lives in the codec; the pipeline owns only the
-// wire buffers, sized once from the codec's two-phase sizes, so step() allocates nothing. Every caps/path mismatch is
-// an error at construction, before any step runs (STYLE.md 5): a SUM compressor without a fixed size, a wire dtype the
-// communicator cannot sum, a SUM header that is not whole wire elements, a multi-round ALLGATHER, a CUSTOM reduce bound
-// below the payload bound, a codec built for another rank or world size.
+// Every caps/path mismatch is an error at construction, before any step runs (STYLE.md 5): a SUM compressor without a
+// fixed size, a wire dtype the communicator cannot sum, a SUM header that is not whole wire elements, a multi-round
+// ALLGATHER, a CUSTOM reduce bound below the payload bound, a codec built for another rank or world size, a tensor in
+// memory the communicator cannot reach. What can change per call -- the size a plugin actually wrote -- is checked per
+// call, in encode() and fold(), once.
 //
 // Two byte counts are kept apart: payload bytes (what the compressor produced on this rank, all rounds) and wire bytes
 // (what this rank's transport sent and received for the tensor's operations, frame headers included, size exchanges
-// included).
+// included; a fused collective's bytes go to its group's first member).
 #pragma once
 
 #include <array>
@@ -52,59 +45,68 @@ void validatePipeline(const TensorCodec& codec, const comm::Communicator& comm);
 
 class CompressionPipeline {
  public:
-  // Validates (validatePipeline) and allocates the wire buffers. The communicator must outlive the pipeline.
-  CompressionPipeline(std::unique_ptr<TensorCodec> codec, comm::Communicator& comm);
+  // Validates the codec against the communicator it will be aggregated over (validatePipeline) and allocates the
+  // payload buffers. The pipeline keeps no reference to the communicator.
+  CompressionPipeline(std::unique_ptr<TensorCodec> codec, const comm::Communicator& comm);
 
-  // One step: grad (numel elements of the tensor's dtype) in, out = the average over ranks of the decoded aggregate.
-  // Every rank calls it for the same tensors in the same order (the collectives inside must match). grad and out may
-  // be the same buffer.
-  void step(uint64_t step, const void* grad, void* out);
-
-  // ---- Fused groups (fused_group.h): several pipelines' payloads go through one collective over their concatenation.
-  // Only single-round SUM and ALLGATHER pipelines take part; the math is the unfused one (a sum of a concatenation is
-  // the concatenation of the sums; gathered payloads are decoded per rank in rank order exactly as step() does).
-
-  bool fusible() const noexcept;
-  // Most payload bytes one step produces on this rank: max_output_bytes summed over rounds (exact for fixed-size
+  // ---- What the engine asks (all fixed at construction).
+  Aggregation aggregation() const noexcept { return caps_.aggregation; }
+  int rounds() const noexcept { return caps_.num_rounds; }
+  bool fixedSize() const noexcept { return caps_.fixed_size; }
+  DType wireDtype() const noexcept { return caps_.wire_dtype; }
+  uint64_t tensorId() const noexcept { return tensor_; }
+  int worldSize() const noexcept { return world_; }
+  // Round r's payload bound (its exact size for a fixed-size compressor) and, for SUM, the header bytes that are not
+  // summed.
+  uint64_t maxPayloadBytes(int round) const noexcept { return bounds_[static_cast<std::size_t>(round)].max_output; }
+  uint64_t sumHeaderBytes(int round) const noexcept { return bounds_[static_cast<std::size_t>(round)].sum_header; }
+  // Most payload bytes one step produces on this rank: the bounds summed over rounds (exact for fixed-size
   // compressors). What a scheduler sees as a chunk's wire_bytes.
   uint64_t maxPayloadBytes() const noexcept;
-  // Round 0's payload of this rank (timed and counted as in step()); the span points into this pipeline's buffer and
-  // stays valid until the next call. fusible() must hold.
-  std::span<std::byte> encodeForFusion(uint64_t step, const void* grad);
-  // SUM: the payload buffer's body [sum_header_bytes, size) now holds the sum over ranks -> out = the average.
-  void finishSum(uint64_t step, void* out);
-  // ALLGATHER: every rank's round-0 payload of this tensor, in rank order -> out = the average of their decodes.
+  // Where the tensor's buffers live (the codec's placement); the engine's concatenation buffers follow it.
+  const Placement& placement() const noexcept { return placement_; }
+
+  // ---- The steps of one aggregation (engine.cc runs them in order).
+  // Round `round`'s payload of this rank, timed and counted; prev = the aggregate of round - 1 (empty in round 0).
+  // The span points into this pipeline's buffer for the round (SUM alternates two, so round r's aggregate can be round
+  // r + 1's prev) and stays valid until that buffer is encoded into again. A fixed-size compressor is held to its size
+  // here, the one place it is checked.
+  std::span<std::byte> encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev);
+  // CUSTOM: folds every rank's round-`round` payload (blocks in rank order) with the codec's reduce, left to right on
+  // every rank so that every rank decodes the same aggregate. Timed as decode.
+  std::span<const std::byte> fold(uint64_t step, int round, std::span<const std::span<const std::byte>> blocks);
+  // SUM, CUSTOM: out = decode(aggregate of the last round) / world_size.
+  void finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out);
+  // ALLGATHER: out = sum over ranks, in rank order, of decode(rank i's payload), / world_size.
   void finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads, void* out);
-  // Wire bytes of a fused collective attributed to this pipeline (fused_group.h gives them to the group's first).
+  // Wire bytes of a collective attributed to this pipeline.
   void addWire(const comm::WireBytes& w) { stats_.wire += w; }
 
-  Aggregation aggregation() const noexcept { return codec_->caps().aggregation; }
   TensorCodec& codec() noexcept { return *codec_; }
   const TensorCodec& codec() const noexcept { return *codec_; }
   const PipelineStats& stats() const noexcept { return stats_; }
-  // Where the tensor's buffers live (the codec's placement); FusedGroupRunner concatenates payloads there.
-  const Placement& placement() const noexcept { return placement_; }
 
  private:
-  // Gathers this rank's payload from every rank into gathered_; sizes_ holds each rank's size afterwards.
-  void gather(std::span<const std::byte> local, uint64_t max_bytes);
-  std::span<const std::byte> gatheredBlock(int rank) const;
+  struct RoundBounds {
+    uint64_t max_output = 0;
+    uint64_t sum_header = 0;
+    uint64_t max_reduced = 0;
+  };
   // out = 0 (the ALLGATHER path's accumulation start) and out /= world_size, in the tensor's memory.
   void zeroOut(void* out) const;
   void average(void* out) const;
 
   std::unique_ptr<TensorCodec> codec_;
-  comm::Communicator& comm_;
+  CompressorCaps caps_;              // the codec's, copied once: the hot path reads no virtual call for them
+  std::vector<RoundBounds> bounds_;  // per round, from the codec's sizes
   int world_ = 1;
   uint64_t tensor_ = 0;
   PipelineStats stats_;
-  // In the tensor's memory (the codec's placement), like every buffer the pipeline hands the communicator.
+  // In the tensor's memory (the codec's placement), like every buffer the engine hands the communicator.
   Placement placement_;
   // SUM: two payload buffers (round r's aggregate is round r+1's prev). ALLGATHER/CUSTOM: [0] is the local payload.
   std::array<TensorBuffer, 2> payload_;
-  TensorBuffer gathered_;                // ALLGATHER, CUSTOM: world_size * max payload
   std::array<TensorBuffer, 2> reduced_;  // CUSTOM: the fold's two alternating outputs
-  std::vector<uint64_t> sizes_;          // bytes of each rank's gathered payload
 };
 
 }  // namespace terse

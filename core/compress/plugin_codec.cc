@@ -133,14 +133,9 @@ uint64_t PluginCodec::encode(uint64_t step, int round, const void* grad, std::sp
               where(*compressor_, info_) << "encode: gradient is null for " << info_.numel << " elements");
   TERSE_CHECK(round > 0 || prev.empty(), InvalidArgument,
               where(*compressor_, info_) << "encode round 0 takes no previous aggregate, got " << prev.size() << " B");
-  const TensorInfo call = callInfo(step, round, info_.rank);
-  const uint64_t bytes = compressor_->compress(call, grad, prev, scratch(), out, stream());
-  // Compressor checks the size against out.size(); the codec's callers size wire buffers from sizes(round), so hold
-  // the plugin to its own bound as well.
-  TERSE_CHECK(bytes <= s.max_output_bytes, PluginError,
-              where(*compressor_, info_) << "compress round " << round << " wrote " << bytes
-                                         << " B, above its max_output_bytes " << s.max_output_bytes);
-  return bytes;
+  // Bound call: the tensor was validated and sized at setup; the compressor checks what the plugin wrote against `s`
+  // (at most max_output_bytes, exactly that when fixed), which is what the wire buffers were sized from.
+  return compressor_->compressBound(callInfo(step, round, info_.rank), s, grad, prev, scratch(), out, stream());
 }
 
 void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
@@ -150,8 +145,9 @@ void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int 
                                          << "), got " << source_rank);
   TERSE_CHECK(out != nullptr || info_.numel == 0, InvalidArgument,
               where(*compressor_, info_) << "decode: output is null for " << info_.numel << " elements");
-  const TensorInfo call = callInfo(step, caps_.num_rounds - 1, source_rank);
-  compressor_->decompress(call, payload, scratch(), out, accumulate, stream());
+  const int round = caps_.num_rounds - 1;
+  compressor_->decompressBound(callInfo(step, round, source_rank), sizes_[static_cast<std::size_t>(round)], payload,
+                               scratch(), out, accumulate, stream());
 }
 
 uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
@@ -164,8 +160,7 @@ uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte
   TERSE_CHECK(out.size() >= s.max_reduced_bytes, InvalidArgument,
               where(*compressor_, info_) << "reduce round " << round << ": output span holds " << out.size()
                                          << " B, the plugin needs up to " << s.max_reduced_bytes << " B");
-  const TensorInfo call = callInfo(step, round, -1);
-  return compressor_->reduce(call, a, b, scratch(), out, stream());
+  return compressor_->reduceBound(callInfo(step, round, -1), s, a, b, scratch(), out, stream());
 }
 
 std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,

@@ -4,7 +4,8 @@
 // tensor's dtype, the two-phase sizes of every round (kept per round), and this tensor's workspace and state, each
 // allocated once at the maximum over rounds, aligned to 64 bytes, the state zero-filled (compressor_v1.h,
 // terse_compressor_sizes_v1). encode/decode/reduce only fill the per-call fields (step, round, seed, source_rank),
-// check bounds and forward, so the hot path allocates nothing.
+// check bounds and forward through the compressor's bound calls (compressor.h: no re-validation, no size lookup),
+// so the hot path allocates nothing and takes no lock.
 //
 // makePluginCodec (declared in codec.h) builds one. A CUDA tensor (TensorInfo::device == TERSE_DEVICE_CUDA) needs a
 // plugin that advertises TERSE_DEVICE_CUDA and a stream: its workspace and state are then device memory allocated on

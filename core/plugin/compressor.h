@@ -85,6 +85,28 @@ class Compressor {
   // CUSTOM only; throws InvalidArgument for other aggregations.
   virtual uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b,
                           const Scratch& scratch, std::span<std::byte> out, void* stream) const = 0;
+
+  // ---- The hot path of a bound tensor (core/compress/plugin_codec.h binds one per tensor). The codec validated `info`
+  // once at setup (shape, device, rank, round range) and asked `sizes` for the call's round then; these calls trust
+  // both and check only what the plugin hands back on every call (its status, the bytes it wrote against `out` and
+  // `sizes`, a fixed size), so the hot path looks nothing up and takes no lock. The defaults run the checked calls.
+  virtual uint64_t compressBound(const TensorInfo& info, const CompressorSizes& sizes, const void* input,
+                                 std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
+                                 void* stream) const {
+    (void)sizes;
+    return compress(info, input, prev, scratch, out, stream);
+  }
+  virtual void decompressBound(const TensorInfo& info, const CompressorSizes& sizes, std::span<const std::byte> payload,
+                               const Scratch& scratch, void* out, bool accumulate, void* stream) const {
+    (void)sizes;
+    decompress(info, payload, scratch, out, accumulate, stream);
+  }
+  virtual uint64_t reduceBound(const TensorInfo& info, const CompressorSizes& sizes, std::span<const std::byte> a,
+                               std::span<const std::byte> b, const Scratch& scratch, std::span<std::byte> out,
+                               void* stream) const {
+    (void)sizes;
+    return reduce(info, a, b, scratch, out, stream);
+  }
 };
 
 }  // namespace terse

@@ -163,24 +163,7 @@ class PluginCompressor final : public Compressor {
     TERSE_CHECK(out.size() >= sz.max_output_bytes, InvalidArgument,
                 label_ << ": compress: output capacity " << out.size() << " is below max_output_bytes "
                        << sz.max_output_bytes << " for " << describeTensor(info));
-    const terse_tensor_info_v1 abi = toAbi(info);
-    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
-    uint64_t written = 0;
-    detail::clearPluginError();
-    const terse_status_v1 status = api_.compress(ctx_, &abi, input, prev.empty() ? nullptr : prev.data(), prev.size(),
-                                                 &abi_scratch, out.data(), out.size(), &written, stream);
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, "compress", status);
-    TERSE_CHECK(written <= out.size(), PluginError,
-                label_ << ": compress wrote " << written << " bytes into a buffer of " << out.size() << " for "
-                       << describeTensor(info));
-    TERSE_CHECK(written <= sz.max_output_bytes, PluginError,
-                label_ << ": compress returned " << written << " bytes, above its max_output_bytes "
-                       << sz.max_output_bytes << " for " << describeTensor(info));
-    TERSE_CHECK(!caps.fixed_size || written == sz.max_output_bytes, PluginError,
-                label_ << ": compress returned " << written
-                       << " bytes, but caps say fixed size and max_output_bytes is " << sz.max_output_bytes << " for "
-                       << describeTensor(info));
-    return written;
+    return compressBound(info, sz, input, prev, scratch, out, stream);
   }
 
   void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch, void* out,
@@ -189,12 +172,7 @@ class PluginCompressor final : public Compressor {
     checkInfo(info, caps, Call::kDecompress);
     const CompressorSizes sz = cachedSizes(info, caps);
     checkBuffers(info, scratch, sz, "decompress");
-    const terse_tensor_info_v1 abi = toAbi(info);
-    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
-    detail::clearPluginError();
-    const terse_status_v1 status =
-        api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out, accumulate ? 1 : 0, stream);
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, "decompress", status);
+    decompressBound(info, sz, payload, scratch, out, accumulate, stream);
   }
 
   uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b,
@@ -209,6 +187,46 @@ class PluginCompressor final : public Compressor {
     TERSE_CHECK(out.size() >= sz.max_reduced_bytes, InvalidArgument,
                 label_ << ": reduce: output capacity " << out.size() << " is below max_reduced_bytes "
                        << sz.max_reduced_bytes << " for " << describeTensor(info));
+    return reduceBound(info, sz, a, b, scratch, out, stream);
+  }
+
+  // The bound calls: the plugin's answers are checked here, once, for bound and checked calls alike.
+  uint64_t compressBound(const TensorInfo& info, const CompressorSizes& sz, const void* input,
+                         std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
+                         void* stream) const override {
+    const terse_tensor_info_v1 abi = toAbi(info);
+    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    uint64_t written = 0;
+    detail::clearPluginError();
+    const terse_status_v1 status = api_.compress(ctx_, &abi, input, prev.empty() ? nullptr : prev.data(), prev.size(),
+                                                 &abi_scratch, out.data(), out.size(), &written, stream);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "compress", status);
+    TERSE_CHECK(written <= out.size(), PluginError,
+                label_ << ": compress wrote " << written << " bytes into a buffer of " << out.size() << " for "
+                       << describeTensor(info));
+    TERSE_CHECK(written <= sz.max_output_bytes, PluginError,
+                label_ << ": compress returned " << written << " bytes, above its max_output_bytes "
+                       << sz.max_output_bytes << " for " << describeTensor(info));
+    TERSE_CHECK(!fixedSize(info.dtype) || written == sz.max_output_bytes, PluginError,
+                label_ << ": compress returned " << written
+                       << " bytes, but caps say fixed size and max_output_bytes is " << sz.max_output_bytes << " for "
+                       << describeTensor(info));
+    return written;
+  }
+
+  void decompressBound(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> payload,
+                       const Scratch& scratch, void* out, bool accumulate, void* stream) const override {
+    const terse_tensor_info_v1 abi = toAbi(info);
+    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    detail::clearPluginError();
+    const terse_status_v1 status =
+        api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out, accumulate ? 1 : 0, stream);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "decompress", status);
+  }
+
+  uint64_t reduceBound(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> a,
+                       std::span<const std::byte> b, const Scratch& scratch, std::span<std::byte> out,
+                       void* stream) const override {
     const terse_tensor_info_v1 abi = toAbi(info);
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     uint64_t written = 0;
@@ -263,6 +281,9 @@ class PluginCompressor final : public Compressor {
       return std::hash<uint64_t>()(h);
     }
   };
+
+  // A bound tensor's dtype was checked against the caps table at bind time: this is one array read.
+  bool fixedSize(DType dtype) const { return caps_[static_cast<std::size_t>(dtype)].caps->fixed_size; }
 
   const CompressorCaps& capsRef(DType dtype) const {
     const auto raw = static_cast<int32_t>(dtype);

@@ -10,6 +10,7 @@
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
+#include "core/train/param_info.h"
 
 namespace terse::train {
 namespace {
@@ -50,19 +51,17 @@ uint64_t parameterChecksum(std::span<const ParamTensor> params) {
   return h;
 }
 
-SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
-                         std::vector<std::unique_ptr<CompressionPipeline>> pipelines, const SyncTrainerOptions& options,
-                         std::unique_ptr<Scheduler> scheduler, ChunkPipelineFactory chunk_pipelines)
+SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
+                         const SyncTrainerOptions& options, std::unique_ptr<Scheduler> scheduler)
     : workload_(workload),
       comm_(comm),
       device_(workload.device() >= 0),
-      pipelines_(std::move(pipelines)),
       options_(options),
       sampler_(workload.numTrainExamples(), comm.rank(), comm.size(), options.seed),
       optimizer_(workload.params(), options.sgd, workload.device() >= 0 ? comm.deviceStream() : nullptr),
       scheduler_(std::move(scheduler)),
-      chunk_factory_(std::move(chunk_pipelines)),
-      runner_(comm) {
+      factory_(std::move(pipelines)),
+      engine_(comm) {
   TERSE_CHECK(options.batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << options.batch_size);
   TERSE_CHECK(options.epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << options.epochs);
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
@@ -74,19 +73,11 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm,
                            << " but the '" << comm.backend() << "' communicator works on "
                            << (comm.deviceMemory() ? "device" : "host")
                            << " memory (a GPU workload needs the NCCL transport, a host one a host transport)");
-  TERSE_CHECK(pipelines_.size() == params.size(), InvalidArgument,
-              "workload '" << workload.name() << "' has " << params.size() << " parameter tensors but "
-                           << pipelines_.size() << " pipelines were given (one per tensor)");
+  TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
+              "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
+  TERSE_CHECK(factory_ != nullptr, InvalidArgument, "the trainer needs a pipeline factory");
   for (std::size_t i = 0; i < params.size(); ++i) {
-    TERSE_CHECK(pipelines_[i] != nullptr, InvalidArgument, "pipeline " << i << " is null");
-    const TensorInfo& info = pipelines_[i]->codec().info();
-    TERSE_CHECK(info.numel == params[i].numel() && info.tensor_id == i && info.world_size == comm.size() &&
-                    info.rank == comm.rank(),
-                InvalidArgument,
-                "pipeline " << i << " serves tensor id " << info.tensor_id << " (" << info.numel << " elements, rank "
-                            << info.rank << " of " << info.world_size << ") but tensor " << i << " ('" << params[i].name
-                            << "') has " << params[i].numel() << " elements on rank " << comm.rank() << " of "
-                            << comm.size());
+    pipelines_.push_back(makePipeline(paramTensorInfo(params[i], i, comm.rank(), comm.size(), workload.device())));
   }
   steps_per_epoch_ = sampler_.batchesPerEpoch(options.batch_size, options.drop_last);
   TERSE_CHECK(steps_per_epoch_ >= 1, InvalidArgument,
@@ -176,19 +167,28 @@ void SyncTrainer::failComm(const std::string& where) {
   comm_.abort("rank " + std::to_string(comm_.rank()) + ": " + where);
 }
 
+std::unique_ptr<CompressionPipeline> SyncTrainer::makePipeline(const TensorInfo& info) {
+  std::unique_ptr<CompressionPipeline> p = factory_(info);
+  // The factory is the caller's code: hold it to the tensor it was asked for, since the engine trusts the sizes.
+  TERSE_CHECK(p != nullptr, InvalidArgument, "the pipeline factory returned no pipeline for tensor " << info.tensor_id);
+  const TensorInfo& got = p->codec().info();
+  TERSE_CHECK(got.numel == info.numel && got.tensor_id == info.tensor_id && got.world_size == comm_.size() &&
+                  got.rank == comm_.rank(),
+              InvalidArgument,
+              "the pipeline factory was asked for tensor id "
+                  << info.tensor_id << " (" << info.numel << " elements, rank " << comm_.rank() << " of "
+                  << comm_.size() << ") and returned one for tensor id " << got.tensor_id << " (" << got.numel
+                  << " elements, rank " << got.rank << " of " << got.world_size << ")");
+  return p;
+}
+
 CompressionPipeline& SyncTrainer::chunkPipeline(const Chunk& c) {
   const auto t = static_cast<std::size_t>(c.tensor_id);
   if (c.offset == 0 && c.numel == pipelines_[t]->codec().info().numel) return *pipelines_[t];
   auto& slot = chunk_pipelines_[{t, c.offset, c.numel}];
   if (!slot) {
-    TERSE_CHECK(chunk_factory_ != nullptr, InvalidArgument,
-                (scheduler_ ? scheduler_->plugin().name : std::string("scheduler"))
-                    << " cut tensor " << t << " ('" << workload_.params()[t].name
-                    << "') into chunks, but this trainer was given no chunk pipeline factory");
-    slot = chunk_factory_(t, c.offset, c.numel, c.chunk_index);
-    TERSE_CHECK(slot != nullptr && slot->codec().info().numel == c.numel, InvalidArgument,
-                "the chunk pipeline factory returned a pipeline of the wrong size for tensor "
-                    << t << " chunk " << c.chunk_index << " (" << c.numel << " elements)");
+    slot = makePipeline(chunkTensorInfo(workload_.params()[t], t, c.offset, c.numel, c.chunk_index, comm_.rank(),
+                                        comm_.size(), workload_.device()));
   }
   return *slot;
 }
@@ -202,14 +202,14 @@ void SyncTrainer::admit(const Ready& r) {
     comm_lr_ = r.lr;
     admitted_ = 0;
     std::fill(started_.begin(), started_.end(), false);
-    if (scheduler_) scheduler_->beginStep(r.step);
+    scheduler_->beginStep(r.step);
     std::lock_guard lock(mutex_);
     issue_order_.clear();
     groups_.clear();
   }
   const ParamTensor& p = params[r.tensor];
   std::vector<Chunk> chunks;
-  if (scheduler_) {
+  {
     SchedTensor t;
     t.dtype = DType::kF32;
     t.tensor_id = r.tensor;
@@ -221,33 +221,23 @@ void SyncTrainer::admit(const Ready& r) {
     // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
     for (Chunk& c : chunks) c.wire_bytes = chunkPipeline(c).maxPayloadBytes();
     scheduler_->enqueue(chunks);
-  } else {
-    Chunk c;
-    c.tensor_id = r.tensor;
-    c.step = r.step;
-    c.numel = p.numel();
-    c.bytes = c.numel * sizeof(float);
-    c.wire_bytes = pipelines_[r.tensor]->maxPayloadBytes();
-    c.layer_index = p.layer;
-    chunks.push_back(c);
-    fallback_queue_.push_back(c);
   }
   chunks_left_[r.tensor] = chunks.size();
-  if (++admitted_ == params.size() && scheduler_) scheduler_->markAllEnqueued();
+  if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
 }
 
 void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
   const auto params = workload_.params();
   const auto step = static_cast<uint64_t>(comm_step_);
   IssuedGroup issued;
-  issued.credit_left = scheduler_ ? scheduler_->creditLeft() : std::numeric_limits<uint64_t>::max();
+  issued.credit_left = scheduler_->creditLeft();
   members_.clear();
   for (const Chunk& c : group) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
     // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
     float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
     CompressionPipeline& pipe = chunkPipeline(c);
-    members_.push_back(FusedMember{&pipe, grad, grad});
+    members_.push_back(GroupMember{&pipe, grad, grad});
     issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
     issued.wire_bytes += c.wire_bytes;
     if (!started_[t]) {
@@ -259,7 +249,7 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
   }
   // Codec and communicator time of this group, read on the only thread that writes them.
   double encode0 = 0, decode0 = 0;
-  for (const FusedMember& m : members_) {
+  for (const GroupMember& m : members_) {
     encode0 += m.pipeline->stats().encode_s;
     decode0 += m.pipeline->stats().decode_s;
   }
@@ -275,19 +265,17 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
       options_.trace->span(TraceRecorder::kCommThread, std::string(what) + ' ' + label, what, a, b);
     };
   }
-  runner_.run(step, members_, phase);
+  engine_.run(step, members_, phase);
   double encode1 = 0, decode1 = 0;
-  for (const FusedMember& m : members_) {
+  for (const GroupMember& m : members_) {
     encode1 += m.pipeline->stats().encode_s;
     decode1 += m.pipeline->stats().decode_s;
   }
   const double comm1 = commSeconds(comm_);
 
-  if (scheduler_) {
-    ids_.clear();
-    for (const Chunk& c : group) ids_.push_back(c.chunk_id);
-    scheduler_->onComplete(ids_, issued.wire_bytes);
-  }
+  ids_.clear();
+  for (const Chunk& c : group) ids_.push_back(c.chunk_id);
+  scheduler_->onComplete(ids_, issued.wire_bytes);
   // Tensors whose last chunk just arrived: apply the optimizer now, so the next forward of their layer can start.
   std::vector<std::size_t> done;
   for (const Chunk& c : group) {
@@ -374,13 +362,7 @@ void SyncTrainer::commLoop() {
         admit(received.front());
         received.pop_front();
       }
-      std::vector<Chunk> group;
-      if (scheduler_) {
-        group = scheduler_->next();
-      } else if (!fallback_queue_.empty()) {
-        group.push_back(fallback_queue_.front());
-        fallback_queue_.pop_front();
-      }
+      const std::vector<Chunk> group = scheduler_->next();
       if (!group.empty()) {
         where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
                 std::to_string(group.front().tensor_id) + " '" +

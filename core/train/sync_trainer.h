@@ -10,9 +10,10 @@
 //   3. the communication thread asks the scheduler (core/plugin/scheduler.h; a plugin such as fifo, fusion or priority)
 //      how to cut each ready tensor into chunks, sizes every chunk after compression (CompressionPipeline::
 //      maxPayloadBytes: exact for fixed-size compressors, their bound otherwise), enqueues them, and then repeatedly
-//      takes the scheduler's next group within the credit (wire bytes in flight) and runs it: per chunk compression,
-//      one collective for the group (FusedGroupRunner, fused_group.h), per chunk decompression. It re-asks after every
-//      group, so a high-priority chunk that became ready meanwhile goes next: preemption at chunk boundaries.
+//      takes the scheduler's next group within the credit (wire bytes in flight) and runs it through the aggregation
+//      engine (engine.h): per chunk compression, one collective for the group, per chunk decompression. It re-asks
+//      after every group, so a high-priority chunk that became ready meanwhile goes next: preemption at chunk
+//      boundaries.
 //   4. when the last chunk of a tensor is reduced, the communication thread applies the optimizer to that tensor right
 //      away (optimizer.h, the step's lr); when every tensor of layer i is applied, the gate of layer i opens.
 //   step() returns when backward has handed everything over: communication of this step overlaps the next step's
@@ -41,10 +42,12 @@
 // finished values. The workload synchronizes its stream before reporting a layer (workload.h), so a gradient is
 // complete before any pipeline reads it. checksum() refreshes the workload's host mirror first.
 //
-// Chunks: a tensor kept whole uses the pipeline given for it; a tensor the scheduler cuts gets one pipeline per chunk
-// from the ChunkPipelineFactory, built the first time that cut is seen and reused after (its codec state -- error
-// feedback residuals -- is per chunk). Elementwise compressors (none, fp16, ...) give the same result cut or whole;
-// a non-elementwise one (top-k, QSGD buckets, PowerSGD) compresses each chunk on its own, as ByteScheduler does.
+// Pipelines: the PipelineFactory builds every one from the TensorInfo core gives it (param_info.h): one per tensor at
+// construction, so a compressor that cannot serve a tensor fails before anything runs, and, for a tensor the scheduler
+// cuts, one per chunk, built the first time that cut is seen and reused after (its codec state -- error feedback
+// residuals -- is per chunk; its id is chunkTensorId's). Elementwise compressors (none, fp16, ...) give the same result
+// cut or whole; a non-elementwise one (top-k, QSGD buckets, PowerSGD) compresses each chunk on its own, as
+// ByteScheduler does.
 //
 // Timing per step (seconds, this rank): compute = forwardBackward's wall time minus the time its forward spent waiting
 // at layer gates; exposed communication = those gate waits + any full wait (the last step's drain, a non-gating
@@ -54,7 +57,7 @@
 //
 // Determinism: for a fixed seed, world size, workload, compressor and scheduler, every run produces bit-identical
 // parameters. Across schedulers the averaged gradient is the same math; it is bit-identical when the summation order
-// does not depend on message boundaries (fused_group.h: ALLGATHER, 1-2 ranks, recursive-doubling allreduce).
+// does not depend on message boundaries (engine.h: ALLGATHER, 1-2 ranks, recursive-doubling allreduce).
 //
 // Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
 // plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication
@@ -79,7 +82,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/compress/fused_group.h"
+#include "core/compress/engine.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/scheduler.h"
 #include "core/train/optimizer.h"
@@ -110,10 +113,11 @@ struct SyncTrainerOptions {
 // Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
 void stragglerSleep(double slowdown, double raw_compute_s);
 
-// Builds the pipeline for one chunk of tensor `tensor`: `numel` elements from `offset`, the `chunk_index`-th of its
-// tensor. Called on the communication thread the first time a scheduler cuts a tensor that way.
-using ChunkPipelineFactory = std::function<std::unique_ptr<CompressionPipeline>(std::size_t tensor, uint64_t offset,
-                                                                                uint64_t numel, int chunk_index)>;
+// Builds the pipeline for one tensor or chunk as core describes it (param_info.h: paramTensorInfo for a whole tensor,
+// chunkTensorInfo for a chunk; rank, world size and device filled in): the caller chooses the compressor, its
+// decorators and seed (make_codec.h) and the communicator the pipeline is validated against. Called for every tensor
+// in the trainer's constructor, and on the communication thread the first time a scheduler cuts a tensor a new way.
+using PipelineFactory = std::function<std::unique_ptr<CompressionPipeline>(const TensorInfo& tensor)>;
 
 // One group as the communication thread issued it: its chunks as (tensor id, chunk index) in fused order.
 struct IssuedGroup {
@@ -162,14 +166,13 @@ uint64_t parameterChecksum(std::span<const ParamTensor> params);
 
 class SyncTrainer {
  public:
-  // pipelines[i] serves params()[i] (tensor id i, same numel). Throws InvalidArgument for a count or size mismatch,
-  // a communicator whose size differs from the pipelines', a batch size < 1, epochs < 1, a shard too small for one
-  // batch, or invalid optimizer options. `scheduler` null: tensors go whole, one per group, in ready order (what the
-  // fifo plugin does). `chunk_pipelines` is needed only when the scheduler cuts tensors. Starts the communication
+  // Builds one pipeline per parameter tensor through `pipelines` (tensor id i for params()[i]). Throws
+  // InvalidArgument for a factory that returns a pipeline of the wrong tensor, size or rank, a null scheduler (fifo,
+  // the default, is a plugin like any other), a batch size < 1, epochs < 1, a shard too small for one batch, or invalid
+  // optimizer options; what the factory throws (a compressor that cannot serve a tensor). Starts the communication
   // thread.
-  SyncTrainer(Workload& workload, comm::Communicator& comm, std::vector<std::unique_ptr<CompressionPipeline>> pipelines,
-              const SyncTrainerOptions& options, std::unique_ptr<Scheduler> scheduler = nullptr,
-              ChunkPipelineFactory chunk_pipelines = {});
+  SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
+              const SyncTrainerOptions& options, std::unique_ptr<Scheduler> scheduler);
   // Stops and joins the communication thread (groups not started are dropped: drain() first to finish them).
   ~SyncTrainer();
   SyncTrainer(const SyncTrainer&) = delete;
@@ -181,8 +184,7 @@ class SyncTrainer {
   bool finished() const noexcept { return next_step_ >= totalSteps(); }
   const SyncTrainerOptions& options() const noexcept { return options_; }
   const LrScheduleOptions& lrSchedule() const noexcept { return lr_; }
-  // The scheduler instance, or null for the built-in ready order.
-  const Scheduler* scheduler() const noexcept { return scheduler_.get(); }
+  const Scheduler& scheduler() const noexcept { return *scheduler_; }
 
   // Runs the next step (see the top of this file). Throws when finished() or on any error.
   StepRecord step();
@@ -217,6 +219,7 @@ class SyncTrainer {
   void admit(const Ready& r);
   void runGroup(const std::vector<Chunk>& group);
   CompressionPipeline& chunkPipeline(const Chunk& c);
+  std::unique_ptr<CompressionPipeline> makePipeline(const TensorInfo& info);
 
   Workload& workload_;
   comm::Communicator& comm_;
@@ -227,7 +230,7 @@ class SyncTrainer {
   ShardSampler sampler_;
   SgdOptimizer optimizer_;
   std::unique_ptr<Scheduler> scheduler_;
-  ChunkPipelineFactory chunk_factory_;
+  PipelineFactory factory_;
   int64_t steps_per_epoch_ = 0;
   int64_t next_step_ = 0;
   std::vector<std::vector<int64_t>> epoch_batches_;  // the current epoch's batches
@@ -240,13 +243,12 @@ class SyncTrainer {
   std::chrono::steady_clock::time_point gate_mark_;
 
   // ---- Communication thread only (no lock): the scheduler's step and the per-tensor books.
-  FusedGroupRunner runner_;
+  AggregationEngine engine_;
   std::map<std::tuple<std::size_t, uint64_t, uint64_t>, std::unique_ptr<CompressionPipeline>> chunk_pipelines_;
-  std::vector<FusedMember> members_;
+  std::vector<GroupMember> members_;
   std::vector<uint64_t> ids_;
   std::vector<uint64_t> chunks_left_;  // per tensor, this step
   std::vector<bool> started_;          // per tensor, this step
-  std::deque<Chunk> fallback_queue_;   // without a scheduler: whole tensors in ready order
   int64_t comm_step_ = -1;
   double comm_lr_ = 0;
   std::size_t admitted_ = 0;

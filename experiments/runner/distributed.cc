@@ -221,13 +221,6 @@ RunSummary Runner::runTcp(const Experiment& e) {
     auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
     const Params sched_params = experiments::pluginParams(e.scheduler());
     std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-    std::vector<std::unique_ptr<CompressionPipeline>> pipelines;
-    const auto ps = model->params();
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      auto codec = makeCodec(instance, detail::tensorInfo(ps[i], i, rank, world, device), e.seed(), codec_options,
-                             comm->deviceStream());
-      pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comm));
-    }
     train::SyncTrainerOptions topts = detail::trainerOptions(e);
     topts.slowdown = experiments::workerSettings(e, rank).slowdown();
     std::unique_ptr<train::TraceRecorder> trace;
@@ -235,18 +228,13 @@ RunSummary Runner::runTcp(const Experiment& e) {
       trace = std::make_unique<train::TraceRecorder>(rank, Clock::now());
       topts.trace = trace.get();
     }
-    train::Workload& model_ref = *model;
     comm::Communicator& comm_ref = *comm;
-    auto chunk_pipelines = [&model_ref, &comm_ref, instance, seed = e.seed(), codec_options, rank, world, device](
-                               std::size_t tensor, uint64_t offset, uint64_t numel, int chunk_index) {
-      const TensorInfo info =
-          detail::chunkTensorInfo(model_ref.params()[tensor], tensor, offset, numel, chunk_index, rank, world, device);
+    auto pipelines = [&comm_ref, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
       return std::make_unique<CompressionPipeline>(
           makeCodec(instance, info, seed, codec_options, comm_ref.deviceStream()), comm_ref);
     };
-    auto trainer =
-        std::make_unique<train::SyncTrainer>(*model, *comm, std::move(pipelines), topts,
-                                             sched_plugin->instantiate(sched_params), std::move(chunk_pipelines));
+    auto trainer = std::make_unique<train::SyncTrainer>(*model, *comm, std::move(pipelines), topts,
+                                                        sched_plugin->instantiate(sched_params));
     // Each rank keeps its own timeline; in a shared folder (one host) rank 0's folder collects them all.
     struct TraceFile {
       train::TraceRecorder* trace;

@@ -79,51 +79,6 @@ workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   return wo;
 }
 
-TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world, int device) {
-  TensorInfo info;
-  info.dtype = DType::kF32;
-  info.numel = p.numel();
-  // Compressors see at most 4 dimensions (the ABI's shape); more are folded into the last, which keeps a matrix view
-  // (rows = first dimension) for PowerSGD.
-  const std::size_t nd = std::min<std::size_t>(p.shape.size(), info.shape.size());
-  info.ndim = static_cast<int>(nd);
-  for (std::size_t d = 0; d < p.shape.size(); ++d) {
-    if (d < nd)
-      info.shape[d] = p.shape[d];
-    else
-      info.shape[nd - 1] *= p.shape[d];
-  }
-  info.tensor_id = id;
-  info.rank = rank;
-  info.world_size = world;
-  if (device >= 0) {
-    info.device = TERSE_DEVICE_CUDA;
-    info.device_index = device;
-  }
-  return info;
-}
-
-// A chunk of a tensor that a scheduler cut (numel elements from `offset`, the chunk_index-th): whole rows of the
-// tensor's matrix view keep the matrix shape (PowerSGD factors it), anything else is a vector. Its own tensor id --
-// the tensor's id plus (chunk_index + 1) << 32 -- keeps the chunks' random streams (random-k's shared seed) apart.
-TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
-                           int chunk_index, int rank, int world, int device) {
-  TensorInfo info = tensorInfo(p, id, rank, world, device);
-  const uint64_t cols = info.ndim >= 2 ? info.numel / static_cast<uint64_t>(info.shape[0]) : 0;
-  info.numel = numel;
-  info.shape = {};
-  if (cols > 0 && numel % cols == 0 && offset % cols == 0) {
-    info.ndim = 2;
-    info.shape[0] = static_cast<int64_t>(numel / cols);
-    info.shape[1] = static_cast<int64_t>(cols);
-  } else {
-    info.ndim = 1;
-    info.shape[0] = static_cast<int64_t>(numel);
-  }
-  info.tensor_id = id + (static_cast<uint64_t>(chunk_index + 1) << 32);
-  return info;
-}
-
 std::string shortWhat(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -299,28 +254,18 @@ RunSummary Runner::run(const Experiment& e) {
       // One instance per rank, as separate processes would have: no plugin state is shared between ranks.
       std::shared_ptr<Compressor> instance = plugin->instantiate(params);
       if (!first_instance) first_instance = instance;
-      std::vector<std::unique_ptr<CompressionPipeline>> pipelines;
-      const auto ps = models[r]->params();
-      for (std::size_t i = 0; i < ps.size(); ++i) {
-        auto codec = makeCodec(instance, tensorInfo(ps[i], i, r, world), e.seed(), codec_options);
-        pipelines.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comms[r]));
-      }
       train::SyncTrainerOptions to = trainerOptions(e);
       to.slowdown = experiments::workerSettings(e, r).slowdown();
       if (e.trace()) {
         traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
         to.trace = traces.back().get();
       }
-      train::Workload& model = *models[r];
       comm::Communicator& comm = *comms[r];
-      auto chunk_pipelines = [&model, &comm, instance, seed = e.seed(), codec_options, r, world](
-                                 std::size_t tensor, uint64_t offset, uint64_t numel, int chunk_index) {
-        const TensorInfo info = chunkTensorInfo(model.params()[tensor], tensor, offset, numel, chunk_index, r, world);
+      auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
         return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
       };
-      trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], *comms[r], std::move(pipelines), to,
-                                                              sched_plugin->instantiate(sched_params),
-                                                              std::move(chunk_pipelines)));
+      trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], comm, std::move(pipelines), to,
+                                                              sched_plugin->instantiate(sched_params)));
     }
     // Timelines are written whatever happens to the run: a failed run's trace shows where it stopped.
     struct TraceFiles {

@@ -23,12 +23,6 @@ double since(std::chrono::steady_clock::time_point t);
 train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.
 workloads::WorkloadOptions workloadOptions(const experiments::Experiment& e);
-// The compressor's view of parameter tensor `id` of rank `rank` (dims beyond 4 folded into the last); on CUDA device
-// `device` when it is >= 0 (a device workload's tensor), on the host otherwise.
-TensorInfo tensorInfo(const train::ParamTensor& p, std::size_t id, int rank, int world, int device = -1);
-// A scheduler's chunk of a tensor (see runner.cc).
-TensorInfo chunkTensorInfo(const train::ParamTensor& p, std::size_t id, uint64_t offset, uint64_t numel,
-                           int chunk_index, int rank, int world, int device = -1);
 std::string shortWhat(const std::exception_ptr& e);
 // Whether e is a comm::CommError: the root cause of a failed run is the first error that is not (a transport failing
 // is usually the consequence of another rank's error).

@@ -6,7 +6,7 @@
 // Order: gradient-ready order, whole tensors. A bucket is handed out when it is full -- the next ready tensor would
 // overflow it -- or when every tensor of the step is enqueued (the flush); a tensor larger than the cap goes alone.
 // Sizes are wire bytes after compression (what the fused collective moves). The core concatenates the bucket's payloads
-// and compresses per tensor (core/compress/fused_group.h), so fusion never changes the math.
+// and compresses per tensor (core/compress/engine.h), so fusion never changes the math.
 //
 // Parameters:
 //   bucket_bytes  integer >= 1, default 4194304 (4 MiB; DDP's default cap is 25 MiB, sized for far larger models)

@@ -18,7 +18,7 @@
 // enqueued and the credit, so every rank issues the same groups in the same order.
 //
 // Math: cutting a tensor does not change elementwise compressors (none, fp16, bf16: bit-identical results up to the
-// allreduce's summation order, see core/compress/fused_group.h) but does change non-elementwise ones: top-k keeps the
+// allreduce's summation order, see core/compress/engine.h) but does change non-elementwise ones: top-k keeps the
 // top k of each chunk, QSGD/onebit scale per chunk, PowerSGD factors each chunk -- as ByteScheduler's partitioning
 // does.
 //

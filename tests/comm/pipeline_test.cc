@@ -4,11 +4,13 @@
 // in this build.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
 
+#include "core/compress/engine.h"
 #include "core/compress/error_feedback.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
@@ -218,11 +220,12 @@ PipelineRun runPipeline(World& world, uint64_t numel, uint64_t steps,
   run.out.assign(steps, std::vector<std::vector<float>>(static_cast<std::size_t>(n)));
   for (int r = 0; r < n; ++r)
     run.pipes.push_back(std::make_unique<CompressionPipeline>(codec_for(r), *world.comms[static_cast<std::size_t>(r)]));
-  world.runOk([&](int r, HostCommunicator&) {
+  world.runOk([&](int r, HostCommunicator& comm) {
+    AggregationEngine engine(comm);  // each tensor alone: a group of one
     for (uint64_t s = 0; s < steps; ++s) {
       const std::vector<float> g = grad_for ? grad_for(r, s) : gradOf(r, numel, s);
       std::vector<float> o(static_cast<std::size_t>(numel), -123.0f);
-      run.pipes[static_cast<std::size_t>(r)]->step(s, g.data(), o.data());
+      engine.run(s, *run.pipes[static_cast<std::size_t>(r)], g.data(), o.data());
       run.out[s][static_cast<std::size_t>(r)] = std::move(o);
     }
   });
@@ -539,6 +542,125 @@ class DevicePlacedCodec final : public TensorCodec {
   CompressorSizes sizes_;
   mutable int stream_ = 0;  // only its address is used, as a stream handle that is not null
 };
+
+// ---- The engine's groups: a fused group is the math of its members run alone, a group of one is exactly the
+// unfused path on the wire, and a caller's mistake is refused before any frame is sent.
+
+// Gradients of member m on rank r: different tensors, so a misplaced segment would show.
+std::vector<float> memberGrad(int member, int rank, uint64_t numel, uint64_t step) {
+  return gradOf(rank + 7 * member, numel, step);
+}
+
+TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
+  // Two ranks, so a fused SUM is bit-identical too (a + b == b + a; engine.h).
+  const int n = 2;
+  const std::vector<uint64_t> numels = {301, 0, 77, 1000, 5};
+  auto loader = buildTreeLoader();
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  auto variable = std::make_shared<SparseFake>(false);
+  auto vote = std::make_shared<VoteFake>();
+  // Members: SUM, SUM (fused with the first), variable ALLGATHER, variable ALLGATHER (fused: a size table), CUSTOM.
+  auto codecFor = [&](std::size_t m, int r) -> std::unique_ptr<TensorCodec> {
+    const TensorInfo t = tensorFor(numels[m], r, n, 100 + m);
+    switch (m) {
+      case 0:
+      case 1:
+        return makePluginCodec(lossy, t, 1);
+      case 2:
+        return makePluginCodec(variable, t, 1);
+      case 3:
+        return makePluginCodec(variable, t, 1);
+      default:
+        return makePluginCodec(vote, t, 1);
+    }
+  };
+  std::array<std::vector<uint64_t>, 2> collectives;
+  std::array<std::vector<std::vector<float>>, 2> outs;  // [grouped][rank * members + m]
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    World world(n);
+    outs[grouped].assign(static_cast<std::size_t>(n) * numels.size(), {});
+    collectives[grouped].assign(static_cast<std::size_t>(n), 0);
+    world.runOk([&](int r, HostCommunicator& comm) {
+      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+      for (std::size_t m = 0; m < numels.size(); ++m)
+        pipes.push_back(std::make_unique<CompressionPipeline>(codecFor(m, r), comm));
+      AggregationEngine engine(comm);
+      for (uint64_t step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> grads, outputs;
+        std::vector<GroupMember> members;
+        for (std::size_t m = 0; m < numels.size(); ++m) {
+          grads.push_back(memberGrad(static_cast<int>(m), r, numels[m], step));
+          outputs.emplace_back(numels[m], -1.0f);
+        }
+        for (std::size_t m = 0; m < numels.size(); ++m)
+          members.push_back(GroupMember{pipes[m].get(), grads[m].data(), outputs[m].data()});
+        if (grouped == 1) {
+          engine.run(step, members);
+        } else {
+          for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
+        }
+        for (std::size_t m = 0; m < numels.size(); ++m)
+          outs[grouped][static_cast<std::size_t>(r) * numels.size() + m] = outputs[m];
+      }
+      collectives[grouped][static_cast<std::size_t>(r)] = engine.collectives();
+    });
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[0][i], outs[1][i]) << "rank*members+member " << i;
+  // Alone, per step: 2 allreduces, 2 x (size exchange + allgatherv), 1 allgatherv for the fixed-size vote. Grouped:
+  // 1 allreduce, 1 size exchange + 1 allgatherv, 1 allgatherv.
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(collectives[0][static_cast<std::size_t>(r)], 3u * 7u);
+    EXPECT_EQ(collectives[1][static_cast<std::size_t>(r)], 3u * 4u);
+  }
+}
+
+TEST(Engine, GroupOfOneGathersThePayloadAsIsWithoutATable) {
+  // What a lone variable-size tensor costs is one size exchange and one allgatherv of the bare payloads: the same
+  // frames and bytes as those two collectives called by hand with this rank's payload.
+  const int n = 3;
+  const uint64_t numel = 500;
+  auto sparse = std::make_shared<SparseFake>(false);
+  World engine_world(n), hand_world(n);
+  std::vector<comm::WireBytes> via_engine(n), by_hand(n);
+  engine_world.runOk([&](int r, HostCommunicator& comm) {
+    CompressionPipeline pipe(makePluginCodec(sparse, tensorFor(numel, r, n), 1), comm);
+    AggregationEngine engine(comm);
+    const std::vector<float> g = gradOf(r, numel, 0);
+    std::vector<float> out(numel);
+    engine.run(0, pipe, g.data(), out.data());
+    via_engine[static_cast<std::size_t>(r)] = pipe.stats().wire;
+  });
+  hand_world.runOk([&](int r, HostCommunicator& comm) {
+    auto codec = makePluginCodec(sparse, tensorFor(numel, r, n), 1);
+    std::vector<std::byte> payload(codec->sizes(0).max_output_bytes);
+    const std::vector<float> g = gradOf(r, numel, 0);
+    payload.resize(codec->encode(0, 0, g.data(), {}, payload));
+    std::vector<uint64_t> sizes(n);
+    comm::WireBytes w = comm.allgatherSizes(payload.size(), sizes, 17);
+    uint64_t total = 0;
+    for (uint64_t s : sizes) total += s;
+    std::vector<std::byte> all(total);
+    w += comm.allgatherv(payload, all, sizes, 17);
+    by_hand[static_cast<std::size_t>(r)] = w;
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(via_engine[static_cast<std::size_t>(r)], by_hand[static_cast<std::size_t>(r)]) << r;
+}
+
+TEST(Engine, NullOutputIsRefusedBeforeAnyFrame) {
+  World world(2);
+  auto loader = buildTreeLoader();
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  world.runOk([&](int r, HostCommunicator& comm) {
+    CompressionPipeline pipe(makePluginCodec(lossy, tensorFor(10, r, 2), 1), comm);
+    AggregationEngine engine(comm);
+    const std::vector<float> g(10, 1.0f);
+    EXPECT_THROW(engine.run(0, pipe, g.data(), nullptr), InvalidArgument);
+    EXPECT_THROW(engine.run(0, std::span<const GroupMember>(std::vector<GroupMember>{{nullptr, g.data(), nullptr}})),
+                 InvalidArgument);
+  });
+  EXPECT_EQ(world.fabric->traffic()[0].sent.total().frames, 0u);
+}
 
 TEST(Pipeline, DeviceTensorNeedsADeviceCommunicator) {
   World world(1);

@@ -65,22 +65,12 @@ RunResult train(comm::Communicator& comm, int device, const std::string& compres
   wo.device = device;
   auto data = testing::randomSplit(200, 8, 8, 10, 17);
   auto model = workloads::makeWorkload("mlp", wo, data);
-  std::vector<std::unique_ptr<CompressionPipeline>> pipes;
-  const auto params = model->params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    TensorInfo info;
-    info.numel = params[i].numel();
-    info.tensor_id = i;
-    info.world_size = 1;
-    if (device >= 0) {
-      info.device = TERSE_DEVICE_CUDA;
-      info.device_index = device;
-    }
-    pipes.push_back(
-        std::make_unique<CompressionPipeline>(makeCodec(instance, info, 7, codec, comm.deviceStream()), comm));
-  }
+  // Core builds every tensor's info (param_info.h), on the workload's device when it has one.
+  auto pipes = [&](const TensorInfo& info) {
+    return std::make_unique<CompressionPipeline>(makeCodec(instance, info, 7, codec, comm.deviceStream()), comm);
+  };
   auto sched = loader.loadScheduler(scheduler)->instantiate({});
-  SyncTrainer trainer(*model, comm, std::move(pipes), options(), std::move(sched));
+  SyncTrainer trainer(*model, comm, pipes, options(), std::move(sched));
   RunResult r;
   for (int s = 0; s < 6; ++s) r.losses.push_back(trainer.step().loss);
   trainer.drain();

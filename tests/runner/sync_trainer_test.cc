@@ -24,22 +24,17 @@ PluginLoader buildTreeLoader() {
   return PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
 }
 
-std::vector<std::unique_ptr<CompressionPipeline>> makePipelines(const Workload& w, comm::Communicator& comm,
-                                                                std::shared_ptr<const Compressor> compressor,
-                                                                const CodecOptions& codec = {}) {
-  std::vector<std::unique_ptr<CompressionPipeline>> out;
-  const auto params = w.params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    TensorInfo info;
-    info.numel = params[i].numel();
-    info.ndim = static_cast<int>(params[i].shape.size());
-    for (std::size_t d = 0; d < params[i].shape.size(); ++d) info.shape[d] = params[i].shape[d];
-    info.tensor_id = i;
-    info.rank = comm.rank();
-    info.world_size = comm.size();
-    out.push_back(std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, codec), comm));
-  }
-  return out;
+// Every tensor and chunk the trainer asks for, through the given compressor (seed 7) on `comm`.
+PipelineFactory makePipelines(comm::Communicator& comm, std::shared_ptr<const Compressor> compressor,
+                              const CodecOptions& codec = {}) {
+  return [&comm, compressor, codec](const TensorInfo& info) {
+    return std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, codec), comm);
+  };
+}
+
+// Whole tensors in ready order: the default scheduler, a plugin like any other.
+std::unique_ptr<Scheduler> fifo() {
+  return buildTreeLoader().loadScheduler("fifo")->instantiate({});
 }
 
 std::unique_ptr<Workload> linearRegression(uint64_t seed = 3) {
@@ -85,7 +80,7 @@ std::vector<RankResult> train(int world, const std::string& compressor_name, con
       try {
         comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
         auto w = linearRegression();
-        SyncTrainer trainer(*w, comm, makePipelines(*w, comm, plugin->instantiate(params), codec), options);
+        SyncTrainer trainer(*w, comm, makePipelines(comm, plugin->instantiate(params), codec), options, fifo());
         auto& res = results[static_cast<std::size_t>(r)];
         while (!trainer.finished()) res.losses.push_back(trainer.step().loss);
         for (const auto& p : w->params()) res.values.push_back(p.value);
@@ -238,7 +233,7 @@ TEST(SyncTrainer, CommunicationOverlapsBackwardInReadyOrder) {
       SyncTrainerOptions o;
       o.batch_size = 8;
       o.epochs = 1;
-      SyncTrainer trainer(w, comm, makePipelines(w, comm, plugin->instantiate({})), o);
+      SyncTrainer trainer(w, comm, makePipelines(comm, plugin->instantiate({})), o, fifo());
       records[static_cast<std::size_t>(r)] = trainer.step();
       orders[static_cast<std::size_t>(r)] = trainer.lastIssueOrder();
     });
@@ -252,15 +247,29 @@ TEST(SyncTrainer, CommunicationOverlapsBackwardInReadyOrder) {
   }
 }
 
-TEST(SyncTrainer, RejectsMismatchedPipelines) {
+TEST(SyncTrainer, RejectsAFactoryThatBuildsTheWrongTensor) {
   auto loader = buildTreeLoader();
   auto plugin = loader.loadCompressor("none");
   auto transports = comm::makeInprocTransports(1);
   comm::HostCommunicator comm(std::move(transports[0]));
   auto w = linearRegression();
-  auto pipelines = makePipelines(*w, comm, plugin->instantiate({}));
-  pipelines.pop_back();
-  EXPECT_THROW(SyncTrainer(*w, comm, std::move(pipelines), smallOptions()), InvalidArgument);
+  std::shared_ptr<const Compressor> instance = plugin->instantiate({});
+  // One element short: the engine would read past the pipeline's buffers if the trainer trusted it.
+  auto short_by_one = [&](const TensorInfo& info) {
+    TensorInfo wrong = info;
+    wrong.numel = info.numel - 1;
+    wrong.ndim = 0;
+    wrong.shape = {};
+    return std::make_unique<CompressionPipeline>(makeCodec(instance, wrong, 7, {}), comm);
+  };
+  try {
+    SyncTrainer trainer(*w, comm, short_by_one, smallOptions(), fifo());
+    FAIL() << "a pipeline of the wrong size was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the pipeline factory was asked for tensor id 0"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(SyncTrainer(*w, comm, makePipelines(comm, instance), smallOptions(), nullptr), InvalidArgument);
 }
 
 // A workload that computes on a GPU needs a communicator on device memory (NCCL): with a host transport every
@@ -277,7 +286,7 @@ TEST(SyncTrainer, DeviceWorkloadNeedsADeviceCommunicator) {
   comm::HostCommunicator comm(std::move(transports[0]));
   ClaimsDevice w;
   try {
-    SyncTrainer trainer(w, comm, makePipelines(w, comm, plugin->instantiate({})), SyncTrainerOptions{});
+    SyncTrainer trainer(w, comm, makePipelines(comm, plugin->instantiate({})), SyncTrainerOptions{}, fifo());
     FAIL() << "a device workload was accepted with a host communicator";
   } catch (const InvalidArgument& e) {
     const std::string what = e.what();

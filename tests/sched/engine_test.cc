@@ -102,21 +102,6 @@ std::vector<RankOutcome> run(const RunSpec& spec) {
         comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]), co);
         auto w = oddMlp();
         auto instance = compressor->instantiate(spec.compressor_params);
-        auto infoFor = [&](std::size_t t, uint64_t numel, uint64_t id) {
-          TensorInfo info;
-          info.numel = numel;
-          info.ndim = 1;
-          info.shape[0] = static_cast<int64_t>(numel);
-          info.tensor_id = id;
-          info.rank = r;
-          info.world_size = spec.world;
-          (void)t;
-          return info;
-        };
-        std::vector<std::unique_ptr<CompressionPipeline>> pipelines;
-        for (std::size_t i = 0; i < w->params().size(); ++i)
-          pipelines.push_back(std::make_unique<CompressionPipeline>(
-              makeCodec(instance, infoFor(i, w->params()[i].numel(), i), 7, {}), comm));
         SyncTrainerOptions o;
         o.batch_size = 16;
         o.epochs = spec.epochs;
@@ -126,11 +111,11 @@ std::vector<RankOutcome> run(const RunSpec& spec) {
         TraceRecorder trace(r, origin);
         if (spec.trace) o.trace = &trace;
         SyncTrainer trainer(
-            *w, comm, std::move(pipelines), o, scheduler->instantiate(spec.scheduler_params),
-            [&](std::size_t t, uint64_t, uint64_t numel, int chunk) {
-              return std::make_unique<CompressionPipeline>(
-                  makeCodec(instance, infoFor(t, numel, t + (static_cast<uint64_t>(chunk + 1) << 32)), 7, {}), comm);
-            });
+            *w, comm,
+            [&](const TensorInfo& info) {
+              return std::make_unique<CompressionPipeline>(makeCodec(instance, info, 7, {}), comm);
+            },
+            o, scheduler->instantiate(spec.scheduler_params));
         while (!trainer.finished()) {
           res.records.push_back(trainer.step());
           if (spec.drain_every_step) res.groups.push_back(trainer.lastGroups());
@@ -274,7 +259,7 @@ TEST(SchedulerMath, ModelIsBitIdenticalAcrossSchedulersForElementwiseCompressors
 }
 
 TEST(SchedulerMath, RingAllreduceAtFourRanksAgreesToRounding) {
-  // The ring sums chunk c starting at rank c, so a different cut may round an element differently (fused_group.h);
+  // The ring sums chunk c starting at rank c, so a different cut may round an element differently (engine.h);
   // the models must still agree to float rounding, compounded over the run.
   std::vector<std::vector<float>> reference;
   for (const auto& sc : schedulers()) {

@@ -1,0 +1,268 @@
+#include "core/compress/engine.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/common/device_memory.h"
+#include "core/common/error.h"
+
+namespace terse {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Members of one fusion class share one collective; multi-round and CUSTOM members run alone.
+enum class FusionClass { kAlone, kSum, kGather };
+
+FusionClass fusionClass(const CompressionPipeline& p) {
+  if (p.rounds() != 1 || p.aggregation() == Aggregation::kCustom) return FusionClass::kAlone;
+  return p.aggregation() == Aggregation::kSum ? FusionClass::kSum : FusionClass::kGather;
+}
+
+bool sameClass(const CompressionPipeline& a, const CompressionPipeline& b) {
+  const FusionClass ca = fusionClass(a);
+  if (ca == FusionClass::kAlone || ca != fusionClass(b)) return false;
+  return ca != FusionClass::kSum || a.wireDtype() == b.wireDtype();
+}
+
+// Grows a concatenation buffer in the group's memory (the first member's placement; a group never mixes them). A
+// buffer of the other memory is replaced whatever its size (an engine serves one communicator, so in practice the
+// placement never changes after the first group).
+void grow(TensorBuffer& a, std::size_t bytes, const Placement& where) {
+  if (a.size() < bytes || a.onDevice() != where.device) a = TensorBuffer(bytes, where);
+}
+
+}  // namespace
+
+void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members, const GroupPhaseFn& phase) {
+  // Refused before any collective, so a caller's mistake cannot leave the peers inside one.
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const GroupMember& m = members[i];
+    TERSE_CHECK(m.pipeline != nullptr, InvalidArgument, "aggregation: member " << i << " has no pipeline");
+    TERSE_CHECK((m.out != nullptr && m.grad != nullptr) || m.pipeline->codec().info().numel == 0, InvalidArgument,
+                "aggregation: tensor " << m.pipeline->tensorId() << " has a null gradient or output");
+  }
+  std::size_t i = 0;
+  while (i < members.size()) {
+    std::size_t j = i + 1;
+    while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline)) ++j;
+    const auto run = members.subspan(i, j - i);
+    switch (fusionClass(*members[i].pipeline)) {
+      case FusionClass::kAlone:
+        if (members[i].pipeline->aggregation() == Aggregation::kSum) {
+          runSum(step, run, i, phase);
+        } else {
+          runCustom(step, members[i], i, phase);
+        }
+        break;
+      case FusionClass::kSum:
+        runSum(step, run, i, phase);
+        break;
+      case FusionClass::kGather:
+        runGather(step, run, i, phase);
+        break;
+    }
+    i = j;
+  }
+}
+
+void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first,
+                               const GroupPhaseFn& phase) {
+  CompressionPipeline& lead = *members[0].pipeline;
+  const DType wire = lead.wireDtype();
+  const Placement& where = lead.placement();
+  const std::size_t k = members.size();
+  // Several rounds only for a member alone (fusionClass); round r's aggregate is round r + 1's prev.
+  const int rounds = k == 1 ? lead.rounds() : 1;
+  comm::WireBytes wire_bytes;
+  local_.assign(k, {});
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = Clock::now();
+    std::size_t body_bytes = 0;
+    for (std::size_t m = 0; m < k; ++m) {
+      local_[m] =
+          members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local_[m]);
+      body_bytes += local_[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
+    }
+    if (phase) phase("compress", t0, Clock::now(), first, k);
+
+    t0 = Clock::now();
+    if (k == 1) {
+      // Nothing to concatenate: sum in place behind the header.
+      wire_bytes +=
+          comm_.allreducePayload(local_[0], static_cast<std::size_t>(lead.sumHeaderBytes(r)), wire, lead.tensorId());
+    } else {
+      grow(send_, body_bytes, where);
+      std::size_t off = 0;
+      for (std::size_t m = 0; m < k; ++m) {
+        const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(0));
+        const std::size_t n = local_[m].size() - header;
+        copyBytes(send_.data() + off, local_[m].data() + header, n, where);
+        off += n;
+      }
+      wire_bytes += comm_.allreducePayload(send_.span().first(body_bytes), 0, wire, lead.tensorId());
+      off = 0;
+      for (std::size_t m = 0; m < k; ++m) {
+        const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(0));
+        const std::size_t n = local_[m].size() - header;
+        copyBytes(local_[m].data() + header, send_.data() + off, n, where);
+        off += n;
+      }
+    }
+    ++collectives_;
+    if (phase) phase("allreduce", t0, Clock::now(), first, k);
+  }
+  lead.addWire(wire_bytes);
+
+  const auto t0 = Clock::now();
+  for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
+  if (phase) phase("decompress", t0, Clock::now(), first, k);
+}
+
+comm::WireBytes AggregationEngine::gather(std::span<const std::byte> block, bool fixed, uint64_t min_bytes,
+                                          uint64_t max_bytes, uint64_t tensor, const Placement& where) {
+  const int world = comm_.size();
+  comm::WireBytes wire_bytes;
+  sizes_.assign(static_cast<std::size_t>(world), max_bytes);
+  if (fixed) {
+    // Every rank's block has exactly max_bytes (the pipelines enforce fixed sizes), so no size exchange is needed.
+    TERSE_CHECK(block.size() == max_bytes, InternalError,
+                "aggregation, tensor " << tensor << ": fixed-size block of " << block.size() << " != " << max_bytes);
+  } else {
+    wire_bytes += comm_.allgatherSizes(block.size(), sizes_, tensor);
+    ++collectives_;
+    for (int r = 0; r < world; ++r) {
+      // A peer's size is untrusted: it must fit the slot every rank reserved for it.
+      const uint64_t s = sizes_[static_cast<std::size_t>(r)];
+      TERSE_CHECK(s >= min_bytes && s <= max_bytes, InvalidPayload,
+                  "aggregation, tensor " << tensor << " (allgather): rank " << r << " announced " << s
+                                         << " bytes, outside [" << min_bytes << ", " << max_bytes << "]");
+    }
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sizes_) total += s;
+  grow(recv_, static_cast<std::size_t>(total), where);
+  wire_bytes += comm_.allgatherv(block, recv_.span().first(static_cast<std::size_t>(total)), sizes_, tensor);
+  ++collectives_;
+  return wire_bytes;
+}
+
+void AggregationEngine::splitByRank() {
+  blocks_.clear();
+  std::size_t off = 0;
+  for (uint64_t s : sizes_) {
+    blocks_.emplace_back(recv_.data() + off, static_cast<std::size_t>(s));
+    off += static_cast<std::size_t>(s);
+  }
+}
+
+void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std::size_t first,
+                                  const GroupPhaseFn& phase) {
+  CompressionPipeline& p = *member.pipeline;
+  std::span<const std::byte> aggregate;
+  comm::WireBytes wire_bytes;
+  for (int r = 0; r < p.rounds(); ++r) {
+    auto t0 = Clock::now();
+    const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate);
+    if (phase) phase("compress", t0, Clock::now(), first, 1);
+    t0 = Clock::now();
+    wire_bytes += gather(local, p.fixedSize(), 0, p.maxPayloadBytes(r), p.tensorId(), p.placement());
+    if (phase) phase("allgatherv", t0, Clock::now(), first, 1);
+    t0 = Clock::now();
+    splitByRank();
+    aggregate = p.fold(step, r, blocks_);
+    if (phase) phase("decompress", t0, Clock::now(), first, 1);
+  }
+  p.addWire(wire_bytes);
+  const auto t0 = Clock::now();
+  p.finishAggregate(step, aggregate, member.out);
+  if (phase) phase("decompress", t0, Clock::now(), first, 1);
+}
+
+void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first,
+                                  const GroupPhaseFn& phase) {
+  const int world = comm_.size();
+  const std::size_t k = members.size();
+  CompressionPipeline& lead = *members[0].pipeline;
+  const Placement& where = lead.placement();
+  bool fixed = true;
+  std::size_t max_block = 0;
+  for (const GroupMember& m : members) {
+    fixed = fixed && m.pipeline->fixedSize();
+    max_block += static_cast<std::size_t>(m.pipeline->maxPayloadBytes(0));
+  }
+  // Several variable-size members need their sizes on the receiving side: a table of k 64-bit sizes leads the block.
+  // A member alone needs none: its block is its payload.
+  const std::size_t table = fixed || k == 1 ? 0 : k * sizeof(uint64_t);
+  max_block += table;
+
+  auto t0 = Clock::now();
+  std::span<const std::byte> block;
+  if (k == 1) {
+    block = lead.encode(step, 0, members[0].grad, {});
+  } else {
+    grow(send_, max_block, where);
+    table_.assign(table / sizeof(uint64_t), 0);
+    std::size_t at = table;
+    for (std::size_t i = 0; i < k; ++i) {
+      const auto payload = members[i].pipeline->encode(step, 0, members[i].grad, {});
+      if (table > 0) table_[i] = payload.size();
+      copyBytes(send_.data() + at, payload.data(), payload.size(), where);
+      at += payload.size();
+    }
+    // From pageable host memory a stream-ordered copy returns once the driver has staged the source, so table_ may be
+    // reused right after.
+    copyBytes(send_.data(), table_.data(), table, where);
+    block = send_.span().first(at);
+  }
+  if (phase) phase("compress", t0, Clock::now(), first, k);
+
+  t0 = Clock::now();
+  lead.addWire(gather(block, fixed, table, max_block, lead.tensorId(), where));
+  if (phase) phase("allgatherv", t0, Clock::now(), first, k);
+
+  t0 = Clock::now();
+  splitByRank();
+  if (k == 1) {
+    lead.finishGathered(step, blocks_, members[0].out);
+    if (phase) phase("decompress", t0, Clock::now(), first, k);
+    return;
+  }
+  if (table > 0) {
+    // Every rank's size table, read where the host can see it: on the device, one copy per rank, then one wait.
+    table_.assign(k * static_cast<std::size_t>(world), 0);
+    for (int r = 0; r < world; ++r)
+      copyBytes(table_.data() + static_cast<std::size_t>(r) * k, blocks_[static_cast<std::size_t>(r)].data(), table,
+                where);
+    if (where.device) cuda::synchronize(where.stream);
+  }
+  // members' payloads: segments_[i * world + r] = rank r's payload of member i.
+  std::vector<std::span<const std::byte>>& segments = segments_;
+  segments.assign(k * static_cast<std::size_t>(world), {});
+  for (int r = 0; r < world; ++r) {
+    const std::span<const std::byte> rank_block = blocks_[static_cast<std::size_t>(r)];
+    std::size_t off = table;
+    for (std::size_t i = 0; i < k; ++i) {
+      const uint64_t bound = members[i].pipeline->maxPayloadBytes(0);
+      const uint64_t n = table > 0 ? table_[static_cast<std::size_t>(r) * k + i] : bound;
+      TERSE_CHECK(n <= bound && n <= rank_block.size() - off, InvalidPayload,
+                  "fused allgather: rank " << r << "'s table gives member " << i << " " << n
+                                           << " bytes, beyond its bound or its block of " << rank_block.size());
+      segments[i * static_cast<std::size_t>(world) + static_cast<std::size_t>(r)] =
+          rank_block.subspan(off, static_cast<std::size_t>(n));
+      off += static_cast<std::size_t>(n);
+    }
+    TERSE_CHECK(off == rank_block.size(), InvalidPayload,
+                "fused allgather: rank " << r << "'s block has " << rank_block.size()
+                                         << " bytes, its table accounts for " << off);
+  }
+  for (std::size_t i = 0; i < k; ++i) {
+    members[i].pipeline->finishGathered(step,
+                                        std::span<const std::span<const std::byte>>(segments).subspan(
+                                            i * static_cast<std::size_t>(world), static_cast<std::size_t>(world)),
+                                        members[i].out);
+  }
+  if (phase) phase("decompress", t0, Clock::now(), first, k);
+}
+
+}  // namespace terse

@@ -1,0 +1,107 @@
+// The aggregation engine: the only code that moves gradients through the communicator (DESIGN.md section 2). The
+// trainer hands it groups of chunks -- a scheduler's group (scheduler_v1.h: "The group is fused into one
+// collective"), a lone tensor being a group of one -- and it runs each member's pipeline (pipeline.h) along the path
+// its caps name:
+//
+//   SUM, one round, same wire dtype (fused):  each member encodes its chunk; the summable bodies (payload bytes after
+//       the compressor's sum_header_bytes) are concatenated into one buffer and summed by ONE allreduce -- the sum of a
+//       concatenation is the concatenation of the sums -- then copied back behind each member's own header and decoded
+//       per member. Headers are identical on every rank by the SUM contract, so they need not travel. A group of one
+//       sums in place behind its header: no copy.
+//   SUM, several rounds (PowerSGD; never fused):  for r in 0..R-1: payload_r = encode(grad, prev = aggregate_{r-1}),
+//       allreduce it in place -> aggregate_r; then decode(aggregate_{R-1}).
+//   ALLGATHER (one round by the caps contract; fused):  each rank's block is its members' payloads concatenated,
+//       preceded by a table of their byte sizes when the compressor's size varies and the group has several members;
+//       ONE allgatherv moves every rank's block (after one 8-byte size exchange when sizes vary), and each member
+//       decodes its segment of every rank's block, in rank order (out = 0; out += decode(payload_i) for every rank i).
+//       A group of one gathers its payload buffer directly: no table, no copy.
+//   CUSTOM (never fused):  per round, allgatherv the raw payloads and fold codec.reduce over them in rank order on
+//       every rank -> aggregate_r (the next round's prev); then decode(aggregate_{R-1}).
+//   every path: out /= world_size (the decoded aggregate is the SUM of the ranks' contributions).
+//
+// Members are taken in the group's order; a run of consecutive members of one fusion class (single-round SUM with a
+// given wire dtype, or ALLGATHER) forms one collective. Every rank fuses the same way because every rank gets the same
+// group from its scheduler and the same caps from its compressor. Fusion is tensor fusion at the wire level as DDP
+// buckets and Horovod's fusion buffer do it (Li et al. 2020, "PyTorch Distributed"; Sergeev and Del Balso 2018,
+// "Horovod"), with compression kept per chunk so the math does not change.
+//
+// Device tensors (a communicator on device memory, pipelines on its stream): the same steps, with the concatenation
+// copies stream-ordered on that stream and the variable-size table built on the host, copied into the block, and read
+// back from every rank's block after the gather (one small copy and one synchronization per fused gather).
+//
+// Bit-identity across groupings: ALLGATHER decoding is per rank in rank order whatever the grouping, so it is exactly
+// the unfused result. A SUM through the ring allreduce sums each element in an order that depends on where it falls
+// in the message (allreduce_ring.h: chunk c is summed starting at rank c), so at 3 or more ranks a different cut can
+// change the last bit of a sum; with 1 or 2 ranks (a + b == b + a) or the recursive-doubling allreduce (every element
+// summed in the same tree) the result is bit-identical for any grouping.
+//
+// Memory: the engine's concatenation and gather buffers grow to the largest group seen and are reused, so a run's
+// steady state allocates nothing; they are shared by all the tensors of a rank, not kept per tensor.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/compress/pipeline.h"
+#include "core/compress/tensor_buffer.h"
+
+namespace terse {
+
+struct GroupMember {
+  CompressionPipeline* pipeline = nullptr;
+  const void* grad = nullptr;  // the chunk's gradient (pipeline's numel elements)
+  void* out = nullptr;         // the averaged result; may equal grad
+};
+
+// Phases of a group for a timeline: "compress", "allreduce", "allgatherv", "decompress"; `members` is how many members
+// the phase covers, from `first_member`.
+using GroupPhaseFn =
+    std::function<void(const char* phase, std::chrono::steady_clock::time_point start,
+                       std::chrono::steady_clock::time_point end, std::size_t first_member, std::size_t members)>;
+
+class AggregationEngine {
+ public:
+  // The communicator must outlive the engine; every pipeline run through it must have been validated against it
+  // (CompressionPipeline's constructor does that).
+  explicit AggregationEngine(comm::Communicator& comm) : comm_(comm) {}
+
+  // Runs one group as described above. Every rank calls it with the same groups in the same order. Throws
+  // InvalidArgument for a member without a pipeline or a null output (before any collective), what the pipelines and
+  // the communicator throw, and InvalidPayload for a peer's size or table that does not fit.
+  void run(uint64_t step, std::span<const GroupMember> members, const GroupPhaseFn& phase = {});
+  // One tensor alone: a group of one.
+  void run(uint64_t step, CompressionPipeline& pipeline, const void* grad, void* out) {
+    const GroupMember m{&pipeline, grad, out};
+    run(step, std::span<const GroupMember>(&m, 1));
+  }
+
+  // Communicator calls issued so far (allreduces, allgathervs and size exchanges), for tests and traces.
+  uint64_t collectives() const noexcept { return collectives_; }
+
+ private:
+  void runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
+  void runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
+  void runCustom(uint64_t step, const GroupMember& member, std::size_t first, const GroupPhaseFn& phase);
+  // Gathers `block` from every rank into recv_, each rank's block in [min_bytes, max_bytes] (exactly max_bytes when
+  // `fixed`: no size exchange); sizes_ holds every rank's size afterwards. Returns the wire bytes.
+  comm::WireBytes gather(std::span<const std::byte> block, bool fixed, uint64_t min_bytes, uint64_t max_bytes,
+                         uint64_t tensor, const Placement& where);
+  // blocks_[0..world) = every rank's block in recv_ after gather().
+  void splitByRank();
+
+  comm::Communicator& comm_;
+  uint64_t collectives_ = 0;
+  TensorBuffer send_;            // a fused group's concatenation
+  TensorBuffer recv_;            // every rank's gathered block
+  std::vector<uint64_t> table_;  // a variable-size fused gather's size table, on the host (device blocks: its staging)
+  std::vector<std::span<std::byte>> local_;
+  std::vector<uint64_t> sizes_;
+  std::vector<std::span<const std::byte>> blocks_;    // per rank, into recv_
+  std::vector<std::span<const std::byte>> segments_;  // a fused gather's members' payloads, member-major
+};
+
+}  // namespace terse
