@@ -1,7 +1,7 @@
 // The worker side of the asynchronous modes (DESIGN.md section 2, issue 7).
 //
-// AsyncWorker drives one Workload against a parameter server (param_server.h): each step pulls the parameters (the
-// shards hold a pull back while SSP says this worker is too far ahead), runs forward and backward on this worker's
+// AsyncWorker drives one Workload against a parameter server (param_server_client.h): each step pulls the parameters
+// (the shards hold a pull back while SSP says this worker is too far ahead), runs forward and backward on this worker's
 // batch, and pushes the compressed gradient with the versions it was computed on. The data order is the sync
 // trainer's (ShardSampler with rank = worker, world = workers), so with staleness bound 0 the run sees the same
 // batches as a sync run of the same seed and ends with the same parameters up to the order in which the shards sum
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/train/optimizer.h"
-#include "core/train/param_server.h"
+#include "core/train/param_server_client.h"
 #include "core/train/shard_sampler.h"
 #include "core/train/sync_trainer.h"
 #include "core/train/workload.h"
@@ -50,7 +50,7 @@ struct AsyncStepRecord {
 };
 
 // A worker's batch losses by step, appended on the worker's thread the moment forward/backward returns -- before its
-// push and clock, so a shard snapshot of step t (param_server.h) finds every loss of the steps before t logged --
+// push and clock, so a shard snapshot of step t (param_server_shard.h) finds every loss of the steps before t logged --
 // and read by the runner's monitor.
 class LossLog {
  public:

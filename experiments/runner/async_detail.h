@@ -13,7 +13,8 @@
 #include "core/common/dtype.h"
 #include "core/train/async_trainer.h"
 #include "core/train/optimizer.h"
-#include "core/train/param_server.h"
+#include "core/train/param_server_client.h"
+#include "core/train/param_server_shard.h"
 #include "experiments/config/config.h"
 #include "results/result_writer.h"
 

@@ -1,4 +1,4 @@
-// Modes ASYNC, SSP and HOGWILD on the inproc transport (runner.h; core/train/param_server.h, async_trainer.h).
+// Modes ASYNC, SSP and HOGWILD on the inproc transport (runner.h; core/train/param_server_shard.h, async_trainer.h).
 //
 // Threads: one per server shard (ranks 0 .. S-1 of the inproc job, serving until every worker left or was dropped),
 // one per worker (ranks S .. S+W-1: pull, compute, push), and the calling thread as the monitor, which evaluates the
@@ -26,7 +26,9 @@
 #include "core/common/error.h"
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"
-#include "core/train/param_server.h"
+#include "core/train/param_server_client.h"
+#include "core/train/param_server_plan.h"
+#include "core/train/param_server_shard.h"
 #include "experiments/runner/async_detail.h"
 #include "experiments/runner/progress.h"
 #include "experiments/runner/runner.h"

@@ -90,7 +90,7 @@ std::map<std::string, Run> runAll(const std::string& text, const std::string& na
 const std::string kData = "data { batch_size: 32 ";
 
 TEST(AsyncRunner, StalenessBoundZeroGivesTheSyncRecords) {
-  // Plain SGD (the shards' per-push momentum differs from sync's by design, param_server.h), one and two shards.
+  // Plain SGD (the shards' per-push momentum differs from sync's by design, param_server_shard.h), one and two shards.
   const std::string text =
       "study: \"lockstep\"\n"
       "workload { name: \"mlp\" hidden_sizes: [64] }\n" +

@@ -18,7 +18,10 @@
 #include "core/comm/inproc_transport.h"
 #include "core/common/error.h"
 #include "core/compress/make_codec.h"
-#include "core/train/param_server.h"
+#include "core/train/param_server_client.h"
+#include "core/train/param_server_plan.h"
+#include "core/train/param_server_shard.h"
+#include "core/train/param_server_wire.h"
 #include "terse/sdk/half.hpp"
 #include "tests/comm/comm_test_util.h"
 

@@ -1,214 +1,19 @@
-#include "core/train/param_server.h"
+// One parameter-server shard (param_server_shard.h): validates each worker's requests, holds them while SSP says so,
+// applies pushes as SGD steps with their staleness, serves pulls, keeps the workers' clocks and liveness, and takes
+// the snapshots evaluation reads.
+#include "core/train/param_server_shard.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <sstream>
-#include <thread>
 
 #include "core/common/error.h"
 #include "core/common/log.h"
-#include "terse/sdk/half.hpp"
+#include "core/train/param_server_detail.h"
 
 namespace terse::train {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void put16(std::byte* p, uint16_t v) {
-  for (int i = 0; i < 2; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-void put32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-void put64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-uint16_t get16(const std::byte* p) {
-  return static_cast<uint16_t>(static_cast<uint16_t>(p[0]) | (static_cast<uint16_t>(p[1]) << 8));
-}
-uint32_t get32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-bool pullDtypeOk(DType d) {
-  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
-}
-
-void checkCompressor(const std::shared_ptr<const Compressor>& c) {
-  if (!c) return;
-  const CompressorCaps caps = c->caps(DType::kF32);
-  TERSE_CHECK(caps.aggregation != Aggregation::kCustom, InvalidArgument,
-              "parameter server: compressor '" << c->plugin().name
-                                               << "' has CUSTOM aggregation; a push must be decodable on its own");
-  TERSE_CHECK(caps.num_rounds == 1, InvalidArgument,
-              "parameter server: compressor '" << c->plugin().name << "' has " << caps.num_rounds
-                                               << " rounds; only single-round compressors can push");
-  TERSE_CHECK((caps.devices & TERSE_DEVICE_HOST) != 0, InvalidArgument,
-              "parameter server: compressor '" << c->plugin().name << "' has no host implementation");
-}
-
-TensorInfo pieceInfo(const PsPiece& p, int worker, int num_workers) {
-  TensorInfo t;
-  t.dtype = DType::kF32;
-  t.numel = p.numel;
-  t.ndim = 1;
-  t.shape = {static_cast<int64_t>(p.numel), 0, 0, 0};
-  t.tensor_id = p.id;
-  t.rank = worker;
-  t.world_size = num_workers;
-  t.source_rank = worker;
-  return t;
-}
-
-uint64_t pullBodyBytes(const PsPlan& plan, int shard, DType dtype) {
-  const auto [b, e] = plan.ranges[static_cast<std::size_t>(shard)];
-  return plan.shard_pieces[static_cast<std::size_t>(shard)].size() * 8 + (e - b) * dtypeSize(dtype);
-}
-
-constexpr std::size_t kMaxErrorText = 1024;
-
-}  // namespace
-
-// ---- sharding ----
-
-PsPlan planShards(std::span<const uint64_t> tensor_numel, int num_shards) {
-  TERSE_CHECK(num_shards >= 1, InvalidArgument, "parameter server: num_shards must be >= 1, got " << num_shards);
-  PsPlan plan;
-  plan.tensor_numel.assign(tensor_numel.begin(), tensor_numel.end());
-  plan.num_shards = num_shards;
-  std::vector<uint64_t> starts;  // flat start of every tensor, plus the end
-  for (uint64_t n : tensor_numel) {
-    starts.push_back(plan.total_numel);
-    plan.total_numel += n;
-  }
-  starts.push_back(plan.total_numel);
-  const uint64_t total = plan.total_numel;
-  const uint64_t S = static_cast<uint64_t>(num_shards);
-  const uint64_t tolerance = total / (4 * S);
-  std::vector<uint64_t> cuts{0};
-  for (uint64_t k = 1; k < S; ++k) {
-    // round(k * total / S) without overflow for any realistic total.
-    uint64_t ideal = static_cast<uint64_t>((static_cast<long double>(total) * k) / S + 0.5L);
-    // The nearest tensor boundary; take it when close enough (keeps a tensor on one shard).
-    auto it = std::lower_bound(starts.begin(), starts.end(), ideal);
-    uint64_t best = ideal, dist = std::numeric_limits<uint64_t>::max();
-    for (auto c : {it, it == starts.begin() ? it : it - 1}) {
-      if (c == starts.end()) continue;
-      const uint64_t d = *c > ideal ? *c - ideal : ideal - *c;
-      if (d < dist) dist = d, best = *c;
-    }
-    uint64_t cut = dist <= tolerance ? best : ideal;
-    cut = std::max(cut, cuts.back());  // monotone: a shard may be empty, never negative
-    cuts.push_back(cut);
-  }
-  cuts.push_back(total);
-  plan.shard_pieces.resize(S);
-  for (uint64_t k = 0; k < S; ++k) plan.ranges.emplace_back(cuts[k], cuts[k + 1]);
-  for (uint32_t t = 0; t < tensor_numel.size(); ++t) {
-    const uint64_t tb = starts[t], te = starts[t + 1];
-    for (uint64_t k = 0; k < S; ++k) {
-      const uint64_t b = std::max(tb, cuts[k]), e = std::min(te, cuts[k + 1]);
-      if (b >= e) continue;
-      PsPiece p;
-      p.id = plan.pieces.size();
-      p.tensor = t;
-      p.offset = b - tb;
-      p.numel = e - b;
-      p.flat_begin = b;
-      p.shard = static_cast<int>(k);
-      plan.shard_pieces[k].push_back(p.id);
-      plan.pieces.push_back(p);
-    }
-  }
-  return plan;
-}
-
-// ---- wire format ----
-
-void encodePsRequest(const PsRequestHeader& h, std::span<std::byte, kPsRequestHeaderBytes> out) noexcept {
-  std::byte* p = out.data();
-  put32(p, kPsRequestMagic);
-  put16(p + 4, kPsWireVersion);
-  p[6] = static_cast<std::byte>(h.op);
-  p[7] = static_cast<std::byte>(h.dtype);
-  put64(p + 8, h.step);
-  put64(p + 16, h.piece);
-  put64(p + 24, h.offset);
-  put64(p + 32, h.numel);
-  put64(p + 40, h.worker_version);
-  put64(p + 48, h.payload_bytes);
-}
-
-PsRequestHeader decodePsRequest(std::span<const std::byte> frame) {
-  TERSE_CHECK(
-      frame.size() >= kPsRequestHeaderBytes, InvalidPayload,
-      "ps request: frame of " << frame.size() << " B is shorter than the " << kPsRequestHeaderBytes << "-byte header");
-  const std::byte* p = frame.data();
-  TERSE_CHECK(get32(p) == kPsRequestMagic, InvalidPayload, "ps request: bad magic 0x" << std::hex << get32(p));
-  TERSE_CHECK(get16(p + 4) == kPsWireVersion, InvalidPayload, "ps request: unknown version " << get16(p + 4));
-  const auto op = static_cast<uint8_t>(p[6]);
-  TERSE_CHECK(op >= 1 && op <= 5, InvalidPayload, "ps request: unknown op " << int{op});
-  PsRequestHeader h;
-  h.op = static_cast<PsOp>(op);
-  const auto dt = static_cast<uint8_t>(p[7]);
-  h.dtype = static_cast<DType>(dt);
-  if (h.op == PsOp::kPull)
-    TERSE_CHECK(pullDtypeOk(h.dtype), InvalidPayload, "ps request: pull dtype " << int{dt} << " is not f32/f16/bf16");
-  else
-    TERSE_CHECK(dt == 0, InvalidPayload, "ps request: dtype field " << int{dt} << " must be 0 outside a pull");
-  h.step = get64(p + 8);
-  h.piece = get64(p + 16);
-  h.offset = get64(p + 24);
-  h.numel = get64(p + 32);
-  h.worker_version = get64(p + 40);
-  h.payload_bytes = get64(p + 48);
-  TERSE_CHECK(h.payload_bytes == frame.size() - kPsRequestHeaderBytes, InvalidPayload,
-              "ps request: header says " << h.payload_bytes << " payload bytes, the frame carries "
-                                         << frame.size() - kPsRequestHeaderBytes);
-  return h;
-}
-
-void encodePsReply(const PsReplyHeader& h, std::span<std::byte, kPsReplyHeaderBytes> out) noexcept {
-  std::byte* p = out.data();
-  put32(p, kPsReplyMagic);
-  put16(p + 4, kPsWireVersion);
-  p[6] = static_cast<std::byte>(h.status);
-  p[7] = static_cast<std::byte>(h.dtype);
-  put64(p + 8, h.step);
-  put64(p + 16, h.piece);
-  put64(p + 24, h.payload_bytes);
-}
-
-PsReplyHeader decodePsReply(std::span<const std::byte> frame) {
-  TERSE_CHECK(frame.size() >= kPsReplyHeaderBytes, InvalidPayload,
-              "ps reply: frame of " << frame.size() << " B is shorter than its header");
-  const std::byte* p = frame.data();
-  TERSE_CHECK(get32(p) == kPsReplyMagic, InvalidPayload, "ps reply: bad magic 0x" << std::hex << get32(p));
-  TERSE_CHECK(get16(p + 4) == kPsWireVersion, InvalidPayload, "ps reply: unknown version " << get16(p + 4));
-  PsReplyHeader h;
-  const auto st = static_cast<uint8_t>(p[6]);
-  TERSE_CHECK(st <= 1, InvalidPayload, "ps reply: unknown status " << int{st});
-  h.status = static_cast<PsStatus>(st);
-  h.dtype = static_cast<DType>(static_cast<uint8_t>(p[7]));
-  TERSE_CHECK(pullDtypeOk(h.dtype), InvalidPayload, "ps reply: dtype " << int(static_cast<uint8_t>(p[7])));
-  h.step = get64(p + 8);
-  h.piece = get64(p + 16);
-  h.payload_bytes = get64(p + 24);
-  TERSE_CHECK(h.payload_bytes == frame.size() - kPsReplyHeaderBytes, InvalidPayload,
-              "ps reply: header says " << h.payload_bytes << " payload bytes, the frame carries "
-                                       << frame.size() - kPsReplyHeaderBytes);
-  return h;
-}
-
-// ---- server ----
 
 // One worker's receive slot: the posted receive, or the request held by SSP, and the worker's clocks.
 struct ParamServerShard::Slot {
@@ -239,7 +44,7 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
       "parameter server: shard " << shard << " must run on rank " << serverRank(shard) << ", not " << transport.rank());
   TERSE_CHECK(options_.lr > 0 && std::isfinite(options_.lr), InvalidArgument,
               "parameter server: lr must be positive, got " << options_.lr);
-  checkCompressor(options_.compressor);
+  ps_detail::checkCompressor(options_.compressor);
   const auto [b, e] = plan_.ranges[static_cast<std::size_t>(shard)];
   begin_ = b;
   TERSE_CHECK(initial.size() == e - b, InvalidArgument,
@@ -264,8 +69,8 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   if (options_.compressor) {
     for (int w = 0; w < num_workers; ++w)
       for (uint64_t id : ids) {
-        codecs_.push_back(
-            makePluginCodec(options_.compressor, pieceInfo(plan_.pieces[id], w, num_workers), options_.run_seed));
+        codecs_.push_back(makePluginCodec(options_.compressor, ps_detail::pieceInfo(plan_.pieces[id], w, num_workers),
+                                          options_.run_seed));
         max_payload = std::max(max_payload, codecs_.back()->sizes(0).max_output_bytes);
       }
   } else {
@@ -275,7 +80,7 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   // A little slack so a slightly-too-long push still arrives whole and is refused with the precise reason; a longer
   // one fails the receive itself (also refused, with the transport's message).
   max_request_bytes_ = kPsRequestHeaderBytes + max_payload + 64;
-  reply_buf_.resize(kPsReplyHeaderBytes + std::max<uint64_t>(pullBodyBytes(plan_, shard, DType::kF32), kMaxErrorText));
+  reply_buf_.resize(psMaxReplyBytes(plan_, shard));
   for (int w = 0; w < num_workers; ++w) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->buffer.resize(static_cast<std::size_t>(max_request_bytes_));
@@ -373,7 +178,7 @@ void ParamServerShard::lose(int worker, const std::string& why) {
 void ParamServerShard::refuse(int worker, const PsRequestHeader* h, const std::string& why) {
   std::string msg = "parameter server shard " + std::to_string(shard_) + " refused a request from worker " +
                     std::to_string(worker) + ": " + why;
-  if (msg.size() > kMaxErrorText) msg.resize(kMaxErrorText);
+  if (msg.size() > kPsMaxErrorText) msg.resize(kPsMaxErrorText);
   TERSE_LOG(LogLevel::kWarn, msg);
   {
     std::lock_guard lock(mutex_);
@@ -431,24 +236,15 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       // SSP read condition (Ho et al. 2013): a worker at clock t reads only once every live worker completed t - s.
       if (ahead(h.step, minCompleted())) return false;
       const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
-      std::byte* body = reply_buf_.data() + kPsReplyHeaderBytes;
-      for (std::size_t i = 0; i < ids.size(); ++i) put64(body + 8 * i, piece_versions_[i]);
-      std::byte* v = body + 8 * ids.size();
+      const std::span<std::byte> body(reply_buf_.data() + kPsReplyHeaderBytes,
+                                      static_cast<std::size_t>(psPullBodyBytes(plan_, shard_, h.dtype)));
       {
         std::lock_guard lock(mutex_);
-        if (h.dtype == DType::kF32) {
-          if (!params_.empty()) std::memcpy(v, params_.data(), params_.size() * sizeof(float));
-        } else {
-          for (std::size_t i = 0; i < params_.size(); ++i) {
-            const uint16_t x = h.dtype == DType::kF16 ? sdk::floatToHalf(params_[i]) : sdk::floatToBf16(params_[i]);
-            std::memcpy(v + 2 * i, &x, 2);  // the host is little-endian (as frame.h's inproc path assumes)
-          }
-        }
+        encodePsPullBody(piece_versions_, params_, h.dtype, body);
         ++stats_.pulls_served;
       }
       slot.pulled = std::max(slot.pulled, h.step + 1);
-      reply(worker, PsReplyHeader{PsStatus::kOk, h.dtype, h.step, ids.size(), 0},
-            std::span<const std::byte>(body, static_cast<std::size_t>(pullBodyBytes(plan_, shard_, h.dtype))));
+      reply(worker, PsReplyHeader{PsStatus::kOk, h.dtype, h.step, ids.size(), 0}, body);
       return true;
     }
     case PsOp::kPush: {
@@ -646,15 +442,7 @@ void ParamServerShard::run() {
       if (!process(w, slot)) slot.held = true;
     }
     if (!anyone) break;
-    // No any-source receive exists on the transport, so the shard polls its workers' receives; it backs off when
-    // idle so that a waiting shard does not eat a core the workers need.
-    if (progress) {
-      idle = 0;
-    } else if (++idle > 64) {
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min(50 * (idle - 64), 1000)));
-    } else {
-      std::this_thread::yield();
-    }
+    ps_detail::pollBackoff(progress, idle);
   }
 }
 
@@ -669,212 +457,6 @@ std::vector<uint64_t> ParamServerShard::versions() const {
 ServerStats ParamServerShard::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
-}
-
-// ---- worker ----
-
-// The requests for one shard in one exchange, and the reply buffer.
-struct ParamServerClient::Outbox {
-  std::vector<std::vector<std::byte>> requests;
-  std::vector<comm::Request> sends;
-  std::vector<std::byte> reply;
-  std::vector<std::vector<std::byte>> replies;  // the bytes of each reply, in order
-  comm::Request recv;
-  std::size_t received = 0;
-  Clock::time_point last_sent{};
-};
-
-ParamServerClient::ParamServerClient(comm::Transport& transport, PsPlan plan, int worker, int num_workers,
-                                     ClientOptions options)
-    : transport_(transport), plan_(std::move(plan)), worker_(worker), num_workers_(num_workers), options_(options) {
-  TERSE_CHECK(worker >= 0 && worker < num_workers, InvalidArgument,
-              "parameter server client: worker " << worker << " outside 0.." << num_workers - 1);
-  TERSE_CHECK(
-      transport.rank() == workerRank(plan_.num_shards, worker), InvalidArgument,
-      "parameter server client: worker " << worker << " must run on rank " << workerRank(plan_.num_shards, worker));
-  TERSE_CHECK(pullDtypeOk(options_.pull_dtype), InvalidArgument,
-              "parameter server client: pull dtype " << dtypeName(options_.pull_dtype) << " is not f32/f16/bf16");
-  checkCompressor(options_.compressor);
-  if (options_.compressor)
-    for (const PsPiece& p : plan_.pieces)
-      codecs_.push_back(
-          makeCodec(options_.compressor, pieceInfo(p, worker, num_workers), options_.run_seed, options_.codec));
-  versions_.assign(plan_.pieces.size(), 0);
-  for (int k = 0; k < plan_.num_shards; ++k) {
-    out_.push_back(std::make_unique<Outbox>());
-    out_.back()->reply.resize(kPsReplyHeaderBytes +
-                              std::max<uint64_t>(pullBodyBytes(plan_, k, DType::kF32), kMaxErrorText));
-  }
-  PsRequestHeader ping;
-  ping.op = PsOp::kPing;
-  encodePsRequest(ping, ping_);
-}
-
-ParamServerClient::~ParamServerClient() = default;
-
-void ParamServerClient::exchange(const std::vector<int>& shards) {
-  const comm::FrameMeta expect{comm::OpKind::kP2P, kPsReplyTag, comm::kNoTensor};
-  std::vector<bool> active(out_.size(), false);
-  for (int k : shards) {
-    Outbox& o = *out_[static_cast<std::size_t>(k)];
-    active[static_cast<std::size_t>(k)] = true;
-    o.sends.clear();
-    o.replies.clear();
-    o.received = 0;
-    for (const auto& r : o.requests) {
-      const uint64_t label = static_cast<PsOp>(r[6]) == PsOp::kPush ? get64(r.data() + 16) : comm::kNoTensor;
-      o.sends.push_back(transport_.isend(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag, label}, r));
-    }
-    o.last_sent = Clock::now();
-    if (!o.requests.empty()) o.recv = transport_.irecv(serverRank(k), expect, o.reply);
-  }
-  std::vector<comm::Request> pings;
-  std::vector<std::string> errors;
-  int idle = 0;
-  for (;;) {
-    bool pending = false, progress = false;
-    for (int k : shards) {
-      Outbox& o = *out_[static_cast<std::size_t>(k)];
-      while (o.received < o.requests.size()) {
-        if (!o.recv.test()) break;
-        o.replies.emplace_back(o.reply.begin(), o.reply.begin() + static_cast<std::ptrdiff_t>(o.recv.bytes()));
-        ++o.received;
-        progress = true;
-        if (o.received < o.requests.size()) o.recv = transport_.irecv(serverRank(k), expect, o.reply);
-      }
-      if (o.received < o.requests.size()) pending = true;
-    }
-    if (!pending) break;
-    // While one shard holds us (SSP), tell the shards we are not waiting on that we are alive (elastic timeout).
-    const auto now = Clock::now();
-    for (int k = 0; k < plan_.num_shards; ++k) {
-      Outbox& o = *out_[static_cast<std::size_t>(k)];
-      const bool waiting = active[static_cast<std::size_t>(k)] && o.received < o.requests.size();
-      if (!waiting && now - o.last_sent >= options_.heartbeat) {
-        pings.push_back(transport_.isend(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag}, ping_));
-        o.last_sent = now;
-      }
-    }
-    if (progress) {
-      idle = 0;
-    } else if (++idle > 64) {
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min(50 * (idle - 64), 1000)));
-    } else {
-      std::this_thread::yield();
-    }
-  }
-  for (int k : shards)
-    for (auto& s : out_[static_cast<std::size_t>(k)]->sends) s.wait();
-  for (auto& p : pings) p.wait();
-}
-
-void ParamServerClient::pull(uint64_t step, std::span<float> params) {
-  TERSE_CHECK(
-      params.size() == plan_.total_numel, InvalidArgument,
-      "parameter server client: pull into " << params.size() << " elements, the model has " << plan_.total_numel);
-  std::vector<int> shards;
-  for (int k = 0; k < plan_.num_shards; ++k) {
-    Outbox& o = *out_[static_cast<std::size_t>(k)];
-    o.requests.clear();
-    if (plan_.shard_pieces[static_cast<std::size_t>(k)].empty()) continue;  // an empty shard serves nothing
-    PsRequestHeader h;
-    h.op = PsOp::kPull;
-    h.dtype = options_.pull_dtype;
-    h.step = step;
-    o.requests.emplace_back(kPsRequestHeaderBytes);
-    encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
-    shards.push_back(k);
-  }
-  exchange(shards);
-  for (int k : shards) {
-    const auto& r = out_[static_cast<std::size_t>(k)]->replies.at(0);
-    const PsReplyHeader h = decodePsReply(r);
-    const std::byte* body = r.data() + kPsReplyHeaderBytes;
-    if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body), h.payload_bytes));
-    const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
-    TERSE_CHECK(h.dtype == options_.pull_dtype && h.piece == ids.size() &&
-                    h.payload_bytes == pullBodyBytes(plan_, k, options_.pull_dtype),
-                InvalidPayload, "parameter server client: malformed pull reply from shard " << k);
-    for (std::size_t i = 0; i < ids.size(); ++i) versions_[ids[i]] = get64(body + 8 * i);
-    const std::byte* v = body + 8 * ids.size();
-    const auto [b, e] = plan_.ranges[static_cast<std::size_t>(k)];
-    if (h.dtype == DType::kF32) {
-      std::memcpy(params.data() + b, v, (e - b) * sizeof(float));
-    } else {
-      for (uint64_t i = 0; i < e - b; ++i) {
-        uint16_t x;
-        std::memcpy(&x, v + 2 * i, 2);
-        params[b + i] = h.dtype == DType::kF16 ? sdk::halfToFloat(x) : sdk::bf16ToFloat(x);
-      }
-    }
-  }
-}
-
-void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
-  TERSE_CHECK(grad.size() == plan_.total_numel, InvalidArgument,
-              "parameter server client: push of " << grad.size() << " elements, the model has " << plan_.total_numel);
-  std::vector<int> shards;
-  for (int k = 0; k < plan_.num_shards; ++k) {
-    Outbox& o = *out_[static_cast<std::size_t>(k)];
-    o.requests.clear();
-    const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
-    if (ids.empty()) continue;
-    for (uint64_t id : ids) {
-      const PsPiece& p = plan_.pieces[id];
-      const float* g = grad.data() + p.flat_begin;
-      uint64_t max_payload = options_.compressor ? codecs_[id]->sizes(0).max_output_bytes : p.numel * sizeof(float);
-      std::vector<std::byte> req(kPsRequestHeaderBytes + max_payload);
-      uint64_t n;
-      if (options_.compressor) {
-        // Error feedback (if configured) adds this worker's residual inside encode and keeps the new one here.
-        const auto t0 = Clock::now();
-        n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
-        encode_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
-      } else {
-        n = p.numel * sizeof(float);
-        std::memcpy(req.data() + kPsRequestHeaderBytes, g, n);
-      }
-      req.resize(kPsRequestHeaderBytes + n);
-      payload_bytes_ += n;
-      PsRequestHeader h;
-      h.op = PsOp::kPush;
-      h.step = step;
-      h.piece = id;
-      h.offset = p.offset;
-      h.numel = p.numel;
-      h.worker_version = versions_[id];
-      h.payload_bytes = n;
-      encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(req.data(), kPsRequestHeaderBytes));
-      o.requests.push_back(std::move(req));
-    }
-    // Ho et al.'s clock(): this worker finished step `step` on this shard.
-    PsRequestHeader c;
-    c.op = PsOp::kClock;
-    c.step = step;
-    o.requests.emplace_back(kPsRequestHeaderBytes);
-    encodePsRequest(c, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
-    shards.push_back(k);
-  }
-  exchange(shards);
-  std::string refused;
-  for (int k : shards)
-    for (const auto& r : out_[static_cast<std::size_t>(k)]->replies) {
-      const PsReplyHeader h = decodePsReply(r);
-      if (h.status != PsStatus::kOk) {
-        if (!refused.empty()) refused += "; ";
-        refused.append(reinterpret_cast<const char*>(r.data() + kPsReplyHeaderBytes), h.payload_bytes);
-      }
-    }
-  if (!refused.empty()) throw PsRefused(refused);
-}
-
-void ParamServerClient::bye() {
-  std::array<std::byte, kPsRequestHeaderBytes> b{};
-  PsRequestHeader h;
-  h.op = PsOp::kBye;
-  encodePsRequest(h, b);
-  for (int k = 0; k < plan_.num_shards; ++k)
-    transport_.send(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag}, b);
 }
 
 }  // namespace terse::train

@@ -2,21 +2,8 @@
 // ranges over S server shards, workers pull parameters and push compressed gradient chunks, each shard applies a push
 // with an SGD step the moment it may (Li et al., "Scaling Distributed Machine Learning with the Parameter Server",
 // OSDI 2014). Everything travels as frames over any comm::Transport, so the same shard serves threads (inproc) or
-// processes (tcp) and every byte is counted by the transport's accounting.
-//
-// Ranks. In a job of S + W ranks, server shard k is rank k and worker w is rank S + w (serverRank / workerRank).
-//
-// Sharding (planShards). The flat vector (tensors concatenated in order, numel elements each) is cut into S
-// contiguous ranges balanced by element count: cut k ideally sits at round(k * total / S); it is snapped to the
-// nearest tensor boundary when one lies within total / (4 S) of it (a tensor then lives on one shard, one push per
-// tensor), otherwise the tensor is split there (a large tensor must not unbalance the shards by more than that). The
-// part of tensor t on shard k is a piece: the unit of push, of codec state, of versioning. Empty tensors have no piece.
-//
-// Wire format: every request is one frame (OpKind::kP2P, tag kPsRequestTag) from worker to shard: a fixed 56-byte
-// little-endian PsRequestHeader followed by `payload_bytes` bytes; every request but kPing and kBye gets exactly one
-// reply frame (tag kPsReplyTag): a 32-byte PsReplyHeader, then for a pull the pieces' versions (u64 each) and values
-// (f32/f16/bf16), for an error the message text. Headers are decoded field by field and validated like frame headers
-// (frame.h) because a shard must assume any worker may be buggy or hostile.
+// processes (tcp) and every byte is counted by the transport's accounting. This file is one server shard; the job's
+// ranks and pieces are param_server_plan.h, the frames param_server_wire.h, the worker's side param_server_client.h.
 //
 // Consistency: stale synchronous parallel (Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel
 // Parameter Server", NIPS 2013). Each shard keeps every worker's clock: the step it last pulled and the number of
@@ -47,7 +34,6 @@
 // shard polls its workers' receives, since the transport has no any-source receive.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -64,95 +50,14 @@
 #include <vector>
 
 #include "core/comm/transport.h"
-#include "core/common/dtype.h"
 #include "core/compress/codec.h"
-#include "core/compress/make_codec.h"
 #include "core/train/optimizer.h"
+#include "core/train/param_server_plan.h"
+#include "core/train/param_server_wire.h"
 
 namespace terse::train {
 
-inline constexpr comm::Tag kPsRequestTag = 0x5053'0001;  // "PS" requests, worker -> shard
-inline constexpr comm::Tag kPsReplyTag = 0x5053'0002;    // replies, shard -> worker
 inline constexpr uint64_t kNoStalenessBound = std::numeric_limits<uint64_t>::max();
-
-// ---- sharding ----
-
-struct PsPiece {
-  uint64_t id = 0;          // index into PsPlan::pieces (the codec's tensor id, the frame's accounting label)
-  uint32_t tensor = 0;      // which tensor
-  uint64_t offset = 0;      // first element inside the tensor
-  uint64_t numel = 0;       // > 0
-  uint64_t flat_begin = 0;  // first element in the flat vector
-  int shard = 0;
-};
-
-struct PsPlan {
-  std::vector<uint64_t> tensor_numel;
-  int num_shards = 0;
-  uint64_t total_numel = 0;
-  std::vector<PsPiece> pieces;                        // in flat order
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // per shard: [begin, end) of the flat vector
-  std::vector<std::vector<uint64_t>> shard_pieces;    // per shard: its piece ids in flat order
-};
-
-// Throws InvalidArgument for num_shards < 1.
-PsPlan planShards(std::span<const uint64_t> tensor_numel, int num_shards);
-
-inline int serverRank(int shard) {
-  return shard;
-}
-inline int workerRank(int num_shards, int worker) {
-  return num_shards + worker;
-}
-
-// ---- wire format ----
-
-enum class PsOp : uint8_t { kPush = 1, kPull = 2, kClock = 3, kPing = 4, kBye = 5 };
-
-inline constexpr uint32_t kPsRequestMagic = 0x52535054u;  // "TPSR"
-inline constexpr uint32_t kPsReplyMagic = 0x41535054u;    // "TPSA"
-inline constexpr uint16_t kPsWireVersion = 1;
-inline constexpr std::size_t kPsRequestHeaderBytes = 56;
-inline constexpr std::size_t kPsReplyHeaderBytes = 32;
-
-//   offset size field
-//        0    4 magic "TPSR"       4 2 version        6 1 op        7 1 dtype (pull: wire dtype of values; else 0)
-//        8    8 step (the worker's clock)             16 8 piece id (push) or 0
-//       24    8 offset in the tensor (push)           32 8 numel (push)
-//       40    8 worker_version (push: the piece's version the gradient was computed on)
-//       48    8 payload_bytes (must equal the frame's length minus this header)
-struct PsRequestHeader {
-  PsOp op = PsOp::kPing;
-  DType dtype = DType::kF32;
-  uint64_t step = 0;
-  uint64_t piece = 0;
-  uint64_t offset = 0;
-  uint64_t numel = 0;
-  uint64_t worker_version = 0;
-  uint64_t payload_bytes = 0;
-};
-
-enum class PsStatus : uint8_t { kOk = 0, kError = 1 };
-
-//   offset size field
-//        0    4 magic "TPSA"       4 2 version        6 1 status        7 1 dtype (pull values)
-//        8    8 step echoed       16 8 piece echoed (push) or number of pieces (pull)
-//       24    8 payload_bytes
-struct PsReplyHeader {
-  PsStatus status = PsStatus::kOk;
-  DType dtype = DType::kF32;
-  uint64_t step = 0;
-  uint64_t piece = 0;
-  uint64_t payload_bytes = 0;
-};
-
-void encodePsRequest(const PsRequestHeader& h, std::span<std::byte, kPsRequestHeaderBytes> out) noexcept;
-// Throws InvalidPayload naming the field and value: bad magic/version/op/dtype, payload_bytes != frame_bytes - header.
-PsRequestHeader decodePsRequest(std::span<const std::byte> frame);
-void encodePsReply(const PsReplyHeader& h, std::span<std::byte, kPsReplyHeaderBytes> out) noexcept;
-PsReplyHeader decodePsReply(std::span<const std::byte> frame);
-
-// ---- server ----
 
 struct ServerOptions {
   double lr = 0.1;
@@ -230,10 +135,10 @@ class ParamServerShard {
   bool live(int worker, std::chrono::steady_clock::time_point now) const;
   uint64_t minCompleted() const;
   uint64_t minPulled() const;
+  // After a clock: copies the parameters for every snapshot step now reached.
   void maybeSnapshot();
   // The worker's connection failed while the job goes on (an expendable peer): dropped as dead at once.
-  void lose(int worker,
-            const std::string& why);  // after a clock: copies the parameters for every snapshot step now reached
+  void lose(int worker, const std::string& why);
 
   comm::Transport& transport_;
   PsPlan plan_;
@@ -256,57 +161,6 @@ class ParamServerShard {
   std::size_t next_snapshot_ = 0;                // index into options_.snapshot_steps (shard thread only)
   std::map<uint64_t, ShardSnapshot> snapshots_;  // taken, not yet handed over; guarded by mutex_
   std::condition_variable snapshot_cv_;
-};
-
-// ---- worker ----
-
-struct ClientOptions {
-  std::shared_ptr<const Compressor> compressor;  // must match the server's; null = raw f32
-  CodecOptions codec;                            // error feedback residual lives here, on the worker
-  uint64_t run_seed = 0;
-  DType pull_dtype = DType::kF32;  // values cast to f16/bf16 on the way down when set
-  std::chrono::milliseconds heartbeat{200};
-};
-
-// A shard refused a request; the message is the shard's.
-class PsRefused : public InvalidPayload {
- public:
-  explicit PsRefused(const std::string& m) : InvalidPayload(m) {}
-};
-
-class ParamServerClient {
- public:
-  ParamServerClient(comm::Transport& transport, PsPlan plan, int worker, int num_workers, ClientOptions options);
-  ~ParamServerClient();
-
-  // Pulls every shard's range into params (total_numel elements) for step `step`; blocks while SSP holds it.
-  void pull(uint64_t step, std::span<float> params);
-  // Compresses and pushes every piece of grad (total_numel elements) computed on the last pulled versions, then
-  // completes step `step` (kClock) on every shard. Throws PsRefused when a shard refused a piece.
-  void push(uint64_t step, std::span<const float> grad);
-  // Leaves the job: the shards stop counting this worker. No reply.
-  void bye();
-
-  const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
-  double encodeSeconds() const { return encode_s_; }                   // codec encode time of every push so far
-  uint64_t payloadBytes() const { return payload_bytes_; }  // compressed (or raw f32) payload bytes pushed so far
-
- private:
-  // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
-  void exchange(const std::vector<int>& shards);
-
-  comm::Transport& transport_;
-  PsPlan plan_;
-  int worker_;
-  int num_workers_;
-  ClientOptions options_;
-  std::vector<std::unique_ptr<TensorCodec>> codecs_;  // per piece
-  std::vector<uint64_t> versions_;
-  struct Outbox;
-  std::vector<std::unique_ptr<Outbox>> out_;  // per shard
-  std::array<std::byte, kPsRequestHeaderBytes> ping_{};
-  double encode_s_ = 0;
-  uint64_t payload_bytes_ = 0;
 };
 
 }  // namespace terse::train

@@ -1,0 +1,203 @@
+// A worker's parameter-server client (param_server_client.h): builds the requests of a pull or a push, exchanges them
+// with the shards, and reads the replies.
+#include "core/train/param_server_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/train/param_server_detail.h"
+
+namespace terse::train {
+
+using Clock = std::chrono::steady_clock;
+
+// The requests for one shard in one exchange, and the reply buffer.
+struct ParamServerClient::Outbox {
+  std::vector<std::vector<std::byte>> requests;
+  std::vector<comm::Request> sends;
+  std::vector<std::byte> reply;
+  std::vector<std::vector<std::byte>> replies;  // the bytes of each reply, in order
+  comm::Request recv;
+  std::size_t received = 0;
+  Clock::time_point last_sent{};
+};
+
+ParamServerClient::ParamServerClient(comm::Transport& transport, PsPlan plan, int worker, int num_workers,
+                                     ClientOptions options)
+    : transport_(transport), plan_(std::move(plan)), worker_(worker), num_workers_(num_workers), options_(options) {
+  TERSE_CHECK(worker >= 0 && worker < num_workers, InvalidArgument,
+              "parameter server client: worker " << worker << " outside 0.." << num_workers - 1);
+  TERSE_CHECK(
+      transport.rank() == workerRank(plan_.num_shards, worker), InvalidArgument,
+      "parameter server client: worker " << worker << " must run on rank " << workerRank(plan_.num_shards, worker));
+  TERSE_CHECK(isPsPullDtype(options_.pull_dtype), InvalidArgument,
+              "parameter server client: pull dtype " << dtypeName(options_.pull_dtype) << " is not f32/f16/bf16");
+  ps_detail::checkCompressor(options_.compressor);
+  if (options_.compressor)
+    for (const PsPiece& p : plan_.pieces)
+      codecs_.push_back(makeCodec(options_.compressor, ps_detail::pieceInfo(p, worker, num_workers), options_.run_seed,
+                                  options_.codec));
+  versions_.assign(plan_.pieces.size(), 0);
+  for (int k = 0; k < plan_.num_shards; ++k) {
+    out_.push_back(std::make_unique<Outbox>());
+    out_.back()->reply.resize(psMaxReplyBytes(plan_, k));
+  }
+  PsRequestHeader ping;
+  ping.op = PsOp::kPing;
+  encodePsRequest(ping, ping_);
+}
+
+ParamServerClient::~ParamServerClient() = default;
+
+void ParamServerClient::exchange(const std::vector<int>& shards) {
+  const comm::FrameMeta expect{comm::OpKind::kP2P, kPsReplyTag, comm::kNoTensor};
+  std::vector<bool> active(out_.size(), false);
+  for (int k : shards) {
+    Outbox& o = *out_[static_cast<std::size_t>(k)];
+    active[static_cast<std::size_t>(k)] = true;
+    o.sends.clear();
+    o.replies.clear();
+    o.received = 0;
+    for (const auto& r : o.requests) {
+      o.sends.push_back(
+          transport_.isend(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag, psRequestLabel(r)}, r));
+    }
+    o.last_sent = Clock::now();
+    if (!o.requests.empty()) o.recv = transport_.irecv(serverRank(k), expect, o.reply);
+  }
+  std::vector<comm::Request> pings;
+  std::vector<std::string> errors;
+  int idle = 0;
+  for (;;) {
+    bool pending = false, progress = false;
+    for (int k : shards) {
+      Outbox& o = *out_[static_cast<std::size_t>(k)];
+      while (o.received < o.requests.size()) {
+        if (!o.recv.test()) break;
+        o.replies.emplace_back(o.reply.begin(), o.reply.begin() + static_cast<std::ptrdiff_t>(o.recv.bytes()));
+        ++o.received;
+        progress = true;
+        if (o.received < o.requests.size()) o.recv = transport_.irecv(serverRank(k), expect, o.reply);
+      }
+      if (o.received < o.requests.size()) pending = true;
+    }
+    if (!pending) break;
+    // While one shard holds us (SSP), tell the shards we are not waiting on that we are alive (elastic timeout).
+    const auto now = Clock::now();
+    for (int k = 0; k < plan_.num_shards; ++k) {
+      Outbox& o = *out_[static_cast<std::size_t>(k)];
+      const bool waiting = active[static_cast<std::size_t>(k)] && o.received < o.requests.size();
+      if (!waiting && now - o.last_sent >= options_.heartbeat) {
+        pings.push_back(transport_.isend(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag}, ping_));
+        o.last_sent = now;
+      }
+    }
+    ps_detail::pollBackoff(progress, idle);
+  }
+  for (int k : shards)
+    for (auto& s : out_[static_cast<std::size_t>(k)]->sends) s.wait();
+  for (auto& p : pings) p.wait();
+}
+
+void ParamServerClient::pull(uint64_t step, std::span<float> params) {
+  TERSE_CHECK(
+      params.size() == plan_.total_numel, InvalidArgument,
+      "parameter server client: pull into " << params.size() << " elements, the model has " << plan_.total_numel);
+  std::vector<int> shards;
+  for (int k = 0; k < plan_.num_shards; ++k) {
+    Outbox& o = *out_[static_cast<std::size_t>(k)];
+    o.requests.clear();
+    if (plan_.shard_pieces[static_cast<std::size_t>(k)].empty()) continue;  // an empty shard serves nothing
+    PsRequestHeader h;
+    h.op = PsOp::kPull;
+    h.dtype = options_.pull_dtype;
+    h.step = step;
+    o.requests.emplace_back(kPsRequestHeaderBytes);
+    encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
+    shards.push_back(k);
+  }
+  exchange(shards);
+  for (int k : shards) {
+    const auto& r = out_[static_cast<std::size_t>(k)]->replies.at(0);
+    const PsReplyHeader h = decodePsReply(r);
+    const std::byte* body = r.data() + kPsReplyHeaderBytes;
+    if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body), h.payload_bytes));
+    const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
+    TERSE_CHECK(h.dtype == options_.pull_dtype && h.piece == ids.size() &&
+                    h.payload_bytes == psPullBodyBytes(plan_, k, options_.pull_dtype),
+                InvalidPayload, "parameter server client: malformed pull reply from shard " << k);
+    const auto [b, e] = plan_.ranges[static_cast<std::size_t>(k)];
+    std::vector<uint64_t> versions(ids.size());
+    decodePsPullBody(std::span<const std::byte>(body, h.payload_bytes), h.dtype, versions, params.subspan(b, e - b));
+    for (std::size_t i = 0; i < ids.size(); ++i) versions_[ids[i]] = versions[i];
+  }
+}
+
+void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
+  TERSE_CHECK(grad.size() == plan_.total_numel, InvalidArgument,
+              "parameter server client: push of " << grad.size() << " elements, the model has " << plan_.total_numel);
+  std::vector<int> shards;
+  for (int k = 0; k < plan_.num_shards; ++k) {
+    Outbox& o = *out_[static_cast<std::size_t>(k)];
+    o.requests.clear();
+    const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
+    if (ids.empty()) continue;
+    for (uint64_t id : ids) {
+      const PsPiece& p = plan_.pieces[id];
+      const float* g = grad.data() + p.flat_begin;
+      uint64_t max_payload = options_.compressor ? codecs_[id]->sizes(0).max_output_bytes : p.numel * sizeof(float);
+      std::vector<std::byte> req(kPsRequestHeaderBytes + max_payload);
+      uint64_t n;
+      if (options_.compressor) {
+        // Error feedback (if configured) adds this worker's residual inside encode and keeps the new one here.
+        const auto t0 = Clock::now();
+        n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
+        encode_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+      } else {
+        n = p.numel * sizeof(float);
+        std::memcpy(req.data() + kPsRequestHeaderBytes, g, n);
+      }
+      req.resize(kPsRequestHeaderBytes + n);
+      payload_bytes_ += n;
+      PsRequestHeader h;
+      h.op = PsOp::kPush;
+      h.step = step;
+      h.piece = id;
+      h.offset = p.offset;
+      h.numel = p.numel;
+      h.worker_version = versions_[id];
+      h.payload_bytes = n;
+      encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(req.data(), kPsRequestHeaderBytes));
+      o.requests.push_back(std::move(req));
+    }
+    // Ho et al.'s clock(): this worker finished step `step` on this shard.
+    PsRequestHeader c;
+    c.op = PsOp::kClock;
+    c.step = step;
+    o.requests.emplace_back(kPsRequestHeaderBytes);
+    encodePsRequest(c, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
+    shards.push_back(k);
+  }
+  exchange(shards);
+  std::string refused;
+  for (int k : shards)
+    for (const auto& r : out_[static_cast<std::size_t>(k)]->replies) {
+      const PsReplyHeader h = decodePsReply(r);
+      if (h.status != PsStatus::kOk) {
+        if (!refused.empty()) refused += "; ";
+        refused.append(reinterpret_cast<const char*>(r.data() + kPsReplyHeaderBytes), h.payload_bytes);
+      }
+    }
+  if (!refused.empty()) throw PsRefused(refused);
+}
+
+void ParamServerClient::bye() {
+  std::array<std::byte, kPsRequestHeaderBytes> b{};
+  PsRequestHeader h;
+  h.op = PsOp::kBye;
+  encodePsRequest(h, b);
+  for (int k = 0; k < plan_.num_shards; ++k)
+    transport_.send(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag}, b);
+}
+
+}  // namespace terse::train

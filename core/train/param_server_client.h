@@ -1,0 +1,75 @@
+// A worker's side of the parameter server (param_server_shard.h): pulls every shard's range, pushes its gradient piece
+// by piece through its own codec chain (error feedback's residual lives here, on the worker), completes each step on
+// every shard, and pings the shards it is not waiting on so that a long SSP hold on one shard does not get it
+// declared dead by the others.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/comm/transport.h"
+#include "core/common/dtype.h"
+#include "core/common/error.h"
+#include "core/compress/codec.h"
+#include "core/compress/make_codec.h"
+#include "core/train/param_server_plan.h"
+#include "core/train/param_server_wire.h"
+
+namespace terse::train {
+
+struct ClientOptions {
+  std::shared_ptr<const Compressor> compressor;  // must match the server's; null = raw f32
+  CodecOptions codec;                            // error feedback residual lives here, on the worker
+  uint64_t run_seed = 0;
+  DType pull_dtype = DType::kF32;  // values cast to f16/bf16 on the way down when set
+  std::chrono::milliseconds heartbeat{200};
+};
+
+// A shard refused a request; the message is the shard's.
+class PsRefused : public InvalidPayload {
+ public:
+  explicit PsRefused(const std::string& m) : InvalidPayload(m) {}
+};
+
+class ParamServerClient {
+ public:
+  ParamServerClient(comm::Transport& transport, PsPlan plan, int worker, int num_workers, ClientOptions options);
+  ~ParamServerClient();
+
+  // Pulls every shard's range into params (total_numel elements) for step `step`; blocks while SSP holds it.
+  void pull(uint64_t step, std::span<float> params);
+  // Compresses and pushes every piece of grad (total_numel elements) computed on the last pulled versions, then
+  // completes step `step` (kClock) on every shard. Throws PsRefused when a shard refused a piece.
+  void push(uint64_t step, std::span<const float> grad);
+  // Leaves the job: the shards stop counting this worker. No reply.
+  void bye();
+
+  const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
+  double encodeSeconds() const { return encode_s_; }                   // codec encode time of every push so far
+  uint64_t payloadBytes() const { return payload_bytes_; }  // compressed (or raw f32) payload bytes pushed so far
+
+ private:
+  // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
+  void exchange(const std::vector<int>& shards);
+
+  comm::Transport& transport_;
+  PsPlan plan_;
+  int worker_;
+  int num_workers_;
+  ClientOptions options_;
+  std::vector<std::unique_ptr<TensorCodec>> codecs_;  // per piece
+  std::vector<uint64_t> versions_;
+  struct Outbox;
+  std::vector<std::unique_ptr<Outbox>> out_;  // per shard
+  std::array<std::byte, kPsRequestHeaderBytes> ping_{};
+  double encode_s_ = 0;
+  uint64_t payload_bytes_ = 0;
+};
+
+}  // namespace terse::train

@@ -1,0 +1,58 @@
+// What the shard (param_server_shard.cc) and the client (param_server_client.cc) must agree on beyond the frames:
+// which compressors can push, the tensor a piece is to both ends' codecs, and how both poll the transport. Internal
+// to core/train.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "core/common/error.h"
+#include "core/compress/codec.h"
+#include "core/train/param_server_plan.h"
+
+namespace terse::train::ps_detail {
+
+// Only SUM and ALLGATHER compressors with one round qualify: every push must be decodable on its own, and a parameter
+// server has no aggregate of the other workers' payloads for CUSTOM's reduce or a later round's `prev`.
+inline void checkCompressor(const std::shared_ptr<const Compressor>& c) {
+  if (!c) return;
+  const CompressorCaps caps = c->caps(DType::kF32);
+  TERSE_CHECK(caps.aggregation != Aggregation::kCustom, InvalidArgument,
+              "parameter server: compressor '" << c->plugin().name
+                                               << "' has CUSTOM aggregation; a push must be decodable on its own");
+  TERSE_CHECK(caps.num_rounds == 1, InvalidArgument,
+              "parameter server: compressor '" << c->plugin().name << "' has " << caps.num_rounds
+                                               << " rounds; only single-round compressors can push");
+  TERSE_CHECK((caps.devices & TERSE_DEVICE_HOST) != 0, InvalidArgument,
+              "parameter server: compressor '" << c->plugin().name << "' has no host implementation");
+}
+
+// The worker's encoder and the shard's decoder of a piece must see the same tensor, or the payload would not decode.
+inline TensorInfo pieceInfo(const PsPiece& p, int worker, int num_workers) {
+  TensorInfo t;
+  t.dtype = DType::kF32;
+  t.numel = p.numel;
+  t.ndim = 1;
+  t.shape = {static_cast<int64_t>(p.numel), 0, 0, 0};
+  t.tensor_id = p.id;
+  t.rank = worker;
+  t.world_size = num_workers;
+  t.source_rank = worker;
+  return t;
+}
+
+// No any-source receive exists on the transport, so shards and clients poll their receives; they back off when idle
+// so that a waiting rank does not eat a core the others need. `idle` counts the rounds without progress.
+inline void pollBackoff(bool progress, int& idle) {
+  if (progress) {
+    idle = 0;
+  } else if (++idle > 64) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(50 * (idle - 64), 1000)));
+  } else {
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace terse::train::ps_detail
