@@ -1,5 +1,5 @@
 // `terse plugins check` and the payload-size table of `terse plugins show --numel`, both built on the conformance
-// suite in core/plugin/conformance.h. Dispatched from plugins_command.cc.
+// suite in core/conformance/conformance.h. Dispatched from plugins_command.cc.
 #pragma once
 
 #include <optional>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "core/conformance/conformance.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/compressor_plugin.h"
-#include "core/plugin/conformance.h"
 
 namespace terse::cli {
 

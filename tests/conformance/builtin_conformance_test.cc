@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/plugin/conformance.h"
+#include "core/conformance/conformance.h"
 #include "core/plugin/loader.h"
 #include "tests/conformance/builtin_plugins.h"
 

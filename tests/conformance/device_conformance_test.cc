@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/common/cuda.h"
-#include "core/plugin/conformance.h"
+#include "core/conformance/conformance.h"
 #include "core/plugin/loader.h"
 #include "tests/conformance/builtin_plugins.h"
 

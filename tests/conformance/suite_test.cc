@@ -12,7 +12,7 @@
 
 #include "core/common/cuda.h"
 #include "core/common/error.h"
-#include "core/plugin/conformance.h"
+#include "core/conformance/conformance.h"
 #include "core/plugin/loader.h"
 
 namespace terse {

@@ -1,5 +1,5 @@
-// The device side of conformance_memory.h: the suite's buffers in CUDA device memory, on a stream the suite owns.
-// Compiled only in CUDA builds (core/plugin/CMakeLists.txt), with TERSE_WITH_CUDA_RUNTIME for TERSE_CUDA_CHECK.
+// The device side of memory.h: the suite's buffers in CUDA device memory, on a stream the suite owns.
+// Compiled only in CUDA builds (core/conformance/CMakeLists.txt), with TERSE_WITH_CUDA_RUNTIME for TERSE_CUDA_CHECK.
 //
 // Every allocation, fill and copy is ordered on the one stream the plugin's calls run on (DESIGN.md section 3: streams
 // are passed explicitly), so "after the call" on the host means "after the plugin's last kernel" without any
@@ -15,7 +15,7 @@
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "core/common/error.h"
-#include "core/plugin/conformance_memory.h"
+#include "core/conformance/memory.h"
 #include "terse/types_v1.h"
 
 namespace terse::conformance {

@@ -1,6 +1,6 @@
-// The host side of conformance_memory.h, the guard comparison both memories share, and what the device mode answers
-// when it cannot run (conformance_memory_cuda.cc is the device side, compiled only with CUDA).
-#include "core/plugin/conformance_memory.h"
+// The host side of memory.h, the guard comparison both memories share, and what the device mode answers
+// when it cannot run (memory_cuda.cc is the device side, compiled only with CUDA).
+#include "core/conformance/memory.h"
 
 #include <cstring>
 #include <sstream>

@@ -1,10 +1,11 @@
-// Where the conformance suite's buffers live (internal to core/plugin/conformance.cc and its CUDA sibling).
+// Where the conformance suite's buffers live (internal to core/conformance: the simulator and the checks).
 //
-// The suite (conformance.cc) is written once: every buffer it hands a plugin comes from a ConformanceMemory, and every
-// result it checks is read back through it. The host memory hands out host allocations and the plugin runs with
-// stream NULL, exactly as the suite always did; the CUDA memory (conformance_memory_cuda.cc, only in CUDA builds) hands
-// out device allocations on a CUDA stream it owns and copies results and guard zones back to the host after each
-// call. A second copy of the 1500-line suite for the device would drift from the first; one layer under it cannot.
+// The suite is written once (the simulator and the checks): every buffer it hands a plugin comes from a
+// ConformanceMemory, and every result it checks is read back through it. The host memory hands out host allocations
+// and the plugin runs with stream NULL, exactly as the suite always did; the CUDA memory (memory_cuda.cc, only in CUDA
+// builds) hands out device allocations on a CUDA stream it owns and copies results and guard zones back to the host
+// after each call. A second copy of the 1500-line suite for the device would drift from the first; one layer under it
+// cannot.
 //
 // What the device mode can and cannot see. Guard zones around every buffer the plugin writes are filled on the device
 // and read back after the call, so a kernel writing up to kGuardBytes before or after its buffer is a FAIL with the

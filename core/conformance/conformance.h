@@ -21,7 +21,13 @@
 // On a device (ConformanceOptions::device = TERSE_DEVICE_CUDA) the same checks run with every buffer the plugin sees
 // (input, prev, output, decompress target, workspace, state, reduce output) in device memory on a stream the suite
 // owns, each written buffer between guard zones on the device; results and guards are copied back to the host after
-// each call and judged exactly as on the host (conformance_memory.h says what that can and cannot see).
+// each call and judged exactly as on the host (memory.h says what that can and cannot see).
+//
+// The files of this folder (library terse::conformance), one job each: suite.cc runs the checks in order into the
+// report; contract_checks, aggregation_checks and payload_fuzzing hold the checks (checks.h lists them, check_context.h
+// is what they share); simulation is the in-process exchange of payloads between ranks that they drive; memory puts
+// every buffer on the host or a device between guard zones; vectors and message are the inputs, measures and wording
+// the checks share; payload_sizes answers measurePayloadSizes.
 #pragma once
 
 #include <array>
