@@ -23,7 +23,7 @@ struct Command {
 };
 
 int pluginsCommand(const std::vector<std::string>& args);  // plugins_command.cc
-int benchCommand(const std::vector<std::string>& args);    // bench_command.cc
+int benchCommand(const std::vector<std::string>& args);    // bench/bench_command.cc
 int runCommand(const std::vector<std::string>& args);      // run_command.cc
 int compareCommand(const std::vector<std::string>& args);  // compare_command.cc
 int traceCommand(const std::vector<std::string>& args);    // trace_command.cc

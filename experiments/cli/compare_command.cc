@@ -1,6 +1,6 @@
 // `terse compare DIR... [--target A] [--baseline NAME] [--format md|csv|json] [--out DIR] [--no-plots]
 //                      [--provenance]`: the comparison tables of DESIGN.md section 7 (results/compare.h) and, with
-// --out, the plots (results/plot.h).
+// --out, the plots (results/compare/plot.h).
 //
 // Everything wrong inside a results folder is a warning on stderr and the table is still printed (exit 0); the
 // command fails (exit 1) only when nothing could be read or --out cannot be written, and a bad option is exit 2.
@@ -14,7 +14,6 @@
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
 #include "results/compare.h"
-#include "results/plot.h"
 #include "results/result_writer.h"
 
 namespace terse::cli {

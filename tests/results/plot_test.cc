@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "results/plot.h"
+#include "results/compare/plot.h"
 #include "tests/results/results_fixture.h"
 
 namespace terse::results {

@@ -1,4 +1,4 @@
-#include "results/plot.h"
+#include "results/compare/plot.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,19 +7,20 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/common/error.h"
+#include "results/compare/text.h"
 #include "results/result_writer.h"
 
 namespace terse::results {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::fullPrecision;
 
 // gnuplot single-quoted strings have no escapes except '' for a quote; a newline would end the command.
 std::string gpQuote(std::string_view s) {
@@ -33,12 +34,6 @@ std::string gpQuote(std::string_view s) {
       out += c;
   }
   return out + "'";
-}
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
 }
 
 // Runs `gnuplot script` with `dir` as the working directory, its output into `log`. Returns the exit status, or -1
@@ -139,8 +134,8 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
       if (!titles.empty()) dat << "\n\n";
       dat << "# variant " << row.variant << '\n';
       for (const auto& p : it->second->points)
-        dat << num(p.wire_bytes) << ' ' << (std::isnan(p.wall_s) ? "NaN" : num(p.wall_s)) << ' ' << num(p.accuracy)
-            << ' ' << p.step << '\n';
+        dat << fullPrecision(p.wire_bytes) << ' ' << (std::isnan(p.wall_s) ? "NaN" : fullPrecision(p.wall_s)) << ' '
+            << fullPrecision(p.accuracy) << ' ' << p.step << '\n';
       std::string title = row.variant;
       if (row.baseline) title += " (baseline)";
       if (row.state == kStateFailed) title += " (failed)";
@@ -158,7 +153,7 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << ".gp` in this folder.\n"
        << "stem = " << gpQuote(stem) << "\n"
        << "data = stem . '.dat'\n"
-       << "target = " << num(c.target) << "\n"
+       << "target = " << fullPrecision(c.target) << "\n"
        << "array names[" << titles.size() << "]\n";
     for (std::size_t i = 0; i < titles.size(); ++i) gp << "names[" << i + 1 << "] = " << gpQuote(titles[i]) << '\n';
     gp << "set key outside right top noenhanced\n"

@@ -10,7 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "results/compare.h"
+#include "results/compare/compute.h"
+#include "results/compare/reader.h"
 
 namespace terse::results {
 

@@ -1,0 +1,441 @@
+// `terse bench allreduce|allgather`: size, count, type, algo, time, algbw, busbw and #wrong per message size in
+// nccl-tests' format (STYLE.md 10), over the host transports; --transport nccl goes to nccl_collective.cc.
+//
+// With --transport inproc every rank is a thread of this process. With --transport tcp the ranks talk over real
+// sockets (tcp_transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank and rank 0
+// prints the table; otherwise -n N runs N ranks as threads of this process, each with its own TcpTransport over
+// loopback, met through an in-process store. Correctness is checked after the timed loop with deterministic data whose
+// sum is exact in every dtype and every summation order, so #wrong counts real errors. The tables end with a
+// single-thread memcpy bandwidth of the largest size measured in the same run and busbw's ratio to it: an inproc
+// collective moves memory, so memcpy is its natural ceiling on this machine.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
+#include "core/comm/job.h"
+#include "core/comm/link_emulation.h"
+#include "core/comm/tcp_transport.h"
+#include "core/common/error.h"
+#include "experiments/cli/bench/bench_common.h"
+#include "experiments/cli/bench/collective.h"
+#include "experiments/cli/cli_util.h"
+#include "experiments/cli/commands.h"
+
+namespace terse::cli::bench {
+namespace {
+
+using comm::AllreduceAlgorithm;
+using comm::HostCommOptions;
+using comm::HostCommunicator;
+using comm::InprocFabric;
+
+constexpr std::string_view kCollectiveUsage =
+    "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
+    "                                       [--algo ring|rd|auto] [--transport inproc|tcp|nccl] [--bandwidth BW]\n"
+    "                                       [--latency T] [--iters N] [-w WARMUP] [--json] [--check]\n"
+    "\n"
+    "Sizes are total message bytes (allgather: the gathered output, size/n per rank), K/M/G binary. RANKS is N, A..B\n"
+    "or a comma list. The timed iterations run in 5 batches between barriers; time is the slowest rank's average per\n"
+    "operation in the median batch (robust to load elsewhere on the machine). algbw = size / time, busbw = algbw *\n"
+    "2(n-1)/n (allreduce) or (n-1)/n (allgather). Data is checked after the timed loop (#wrong: elements that "
+    "differ).\n"
+    "memcpy: one thread copying the largest size, sampled between that row's timed batches (median).\n"
+    "--transport nccl: one process per GPU (alone, or N under 'terse launch -n N'), device buffers, NCCL's own\n"
+    "algorithms (algo 'nccl'); the baseline is a device-to-device copy of the largest size.\n";
+
+// The command line, validated.
+struct CollectiveOptions {
+  CommonArgs a;
+  DType dtype = DType::kF32;
+  HostCommOptions comm_options;
+  uint64_t socket_buffer = 0;
+  bool ranks_given = false;  // -n was on the command line
+};
+
+// Single-thread memcpy of one buffer size, sampled between the batches of the row it is compared with, so both see
+// the same conditions on a machine whose load changes from second to second.
+class MemcpyProbe {
+ public:
+  explicit MemcpyProbe(uint64_t bytes) : src_(bytes, std::byte{1}), dst_(bytes, std::byte{2}) {}
+  void sample() {
+    const auto start = Clock::now();
+    std::memcpy(dst_.data(), src_.data(), src_.size());
+    seconds_.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    src_[seconds_.size() % src_.size()] = dst_[(seconds_.size() * 7) % src_.size()];  // keep the copies observable
+  }
+  // GB/s of the median sample.
+  double gbps() const {
+    std::vector<double> t = seconds_;
+    std::sort(t.begin(), t.end());
+    return static_cast<double>(src_.size()) / t[t.size() / 2] / 1e9;
+  }
+
+ private:
+  std::vector<std::byte> src_;
+  std::vector<std::byte> dst_;
+  std::vector<double> seconds_;
+};
+
+// The ranks of one world size that live in this process: all of them as threads, or this process's rank of a job.
+struct World {
+  int n = 0;
+  const comm::Job* job = nullptr;  // null: every rank is a thread here
+  // comms[r] is rank r's communicator where it lives in this process (all of them, or this process's rank).
+  std::vector<std::unique_ptr<HostCommunicator>> comms;
+  HostCommunicator& any() const { return job ? *comms[static_cast<std::size_t>(job->env.rank)] : *comms[0]; }
+};
+
+// One message size of the sweep, as every rank sees it.
+struct SizeStep {
+  bool allreduce = true;
+  DType dtype = DType::kF32;
+  std::size_t elem = 0;
+  int n = 0;
+  uint64_t size = 0;
+  std::size_t count = 0;     // elements of size
+  std::size_t per_rank = 0;  // count / n: an allgather rank's block
+  int warmup = 0;
+  Batches batches;
+  std::vector<uint64_t> sizes;  // allgatherv's per-rank bytes
+};
+
+// Every rank's measurements of one size: elapsed[rank][batch] and wrong[rank].
+struct RankTimes {
+  std::vector<std::vector<double>> elapsed;
+  std::vector<uint64_t> wrong;
+};
+
+// Everything the output needs: the rows per world size, and the largest row's busbw beside memcpy of its size.
+struct SweepResult {
+  std::vector<CollectiveRun> runs;
+  uint64_t total_wrong = 0;
+  double last_busbw_at_max = 0;
+  double memcpy_gbps = 0;
+  uint64_t largest = 0;
+};
+
+// Parses and validates the options; nullopt when the command is done (help printed, or a usage error reported) with
+// its exit status in `exit_code`.
+std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, const std::vector<std::string>& args,
+                                                        int& exit_code) {
+  po::options_description options("options");
+  addCommonOptions(options);
+  options.add_options()("dtype", po::value<std::string>()->default_value("f32"), "f32, f16 or bf16")(
+      "algo", po::value<std::string>()->default_value("auto"), "allreduce algorithm: ring, rd or auto")(
+      "threshold", po::value<std::string>()->default_value("64K"), "auto: recursive doubling below this size")(
+      "segment", po::value<std::string>()->default_value("auto"),
+      "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
+      "syscalls per byte)")("socket-buffer", po::value<std::string>()->default_value("0"),
+                            "tcp: SO_SNDBUF/SO_RCVBUF per connection, e.g. 4M (0: the OS default, autotuned)");
+  auto vm = parse(args, options, kCollectiveUsage, who, exit_code);
+  if (!vm) return std::nullopt;
+
+  CollectiveOptions o;
+  CommonArgs& a = o.a;
+  try {
+    a = commonArgs(*vm, 4096, 64ull << 20, 2, 20);
+    const auto d = parseDType((*vm)["dtype"].as<std::string>());
+    if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16))
+      throw po::error("--dtype must be f32, f16 or bf16, got '" + (*vm)["dtype"].as<std::string>() + "'");
+    o.dtype = *d;
+    const auto algo = comm::parseAllreduceAlgorithm((*vm)["algo"].as<std::string>());
+    if (!algo) throw po::error("--algo must be ring, rd or auto, got '" + (*vm)["algo"].as<std::string>() + "'");
+    o.comm_options.algorithm = *algo;
+    o.comm_options.small_allreduce_bytes = comm::parseByteSize((*vm)["threshold"].as<std::string>());
+    const std::string segment = (*vm)["segment"].as<std::string>();
+    o.comm_options.segment_bytes =
+        segment != "auto" ? comm::parseByteSize(segment) : (a.transport == "tcp" ? 1024 * 1024 : 256 * 1024);
+    if (o.comm_options.segment_bytes == 0) throw po::error("--segment must be > 0");
+    o.socket_buffer = comm::parseByteSize((*vm)["socket-buffer"].as<std::string>());
+    if (o.socket_buffer > (uint64_t{1} << 30)) throw po::error("--socket-buffer must be at most 1G");
+    for (int n : a.ranks)
+      if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
+  } catch (const po::error& e) {
+    std::cerr << "terse bench " << who << ": " << e.what() << "\n\n" << kCollectiveUsage << "\n" << options;
+    exit_code = kExitUsage;
+    return std::nullopt;
+  } catch (const Error& e) {
+    std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
+    exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  o.ranks_given = !(*vm)["ranks"].defaulted();
+  return o;
+}
+
+// --transport nccl: NCCL's own path where this build has it, else a usage error.
+int ncclCommand(bool allreduce, const std::string& who, const CollectiveOptions& o) {
+#if defined(TERSE_HAVE_NCCL)
+  if (o.a.inproc.emulation.enabled()) {
+    std::cerr << "terse bench " << who << ": --transport nccl runs on real links; --bandwidth, --latency and --nic "
+              << "emulate links of the inproc and tcp transports only\n";
+    return kExitUsage;
+  }
+  return ncclCollectiveCommand(allreduce, o.a, o.dtype, o.ranks_given);
+#else
+  (void)allreduce;
+  (void)o;
+  std::cerr << "terse bench " << who << ": --transport nccl: this build has no NCCL (it needs CUDA and NCCL: "
+            << "configure with -DTERSE_CUDA=ON where nvcc and libnccl are installed)\n";
+  return kExitUsage;
+#endif
+}
+
+// The communicators of world size `n`: an inproc fabric's endpoints, or TCP transports (this process's rank of `job`,
+// or every rank as a thread over loopback, met through an in-process store).
+World connectRanks(int n, const CollectiveOptions& o, const comm::Job* job) {
+  World w;
+  w.n = n;
+  w.job = job;
+  w.comms.resize(static_cast<std::size_t>(n));
+  comm::MemoryStore local_store;
+  if (o.a.transport == "inproc") {
+    auto fabric = InprocFabric::create(n, o.a.inproc);
+    for (int r = 0; r < n; ++r)
+      w.comms[static_cast<std::size_t>(r)] = std::make_unique<HostCommunicator>(fabric->endpoint(r), o.comm_options);
+    return w;
+  }
+  auto connect = [&](int r, comm::Store& store, const comm::JobToken& token, const std::string& host,
+                     const std::string& prefix) {
+    comm::TcpOptions t;
+    t.rank = r;
+    t.world_size = n;
+    t.emulation = o.a.inproc.emulation;
+    t.socket_buffer_bytes = static_cast<int>(o.socket_buffer);
+    t.store_prefix = prefix;
+    t.host_label = host;
+    if (job && !comm::isLoopbackAddress(job->env.master_addr)) t.bind_address = "0.0.0.0";
+    w.comms[static_cast<std::size_t>(r)] =
+        std::make_unique<HostCommunicator>(comm::connectTcpTransport(t, token, store), o.comm_options);
+  };
+  const std::string prefix = "bench/" + std::to_string(n) + "/";
+  if (job) {
+    connect(job->env.rank, *job->store, job->token, job->env.host, prefix);
+  } else {
+    const comm::JobToken token = comm::JobToken::generate();
+    onRanks(n, [&](int r) { connect(r, local_store, token, "", prefix); });
+  }
+  return w;
+}
+
+// One rank's part of one size: fill, warm up, the timed batches, then the check on fresh data. `buf` and `send` are
+// the rank's buffers, owned by the caller for the whole row.
+void timeOnRank(int r, const SizeStep& s, HostCommunicator& c, std::vector<std::byte>& buf,
+                std::vector<std::byte>& send, MemcpyProbe* probe, RankTimes& out) {
+  buf.assign(s.size, std::byte{0});
+  send.assign(s.per_rank * s.elem, std::byte{0});
+  auto fill = [&] {
+    if (s.allreduce) {
+      for (std::size_t i = 0; i < s.count; ++i)
+        storeValue(buf.data(), i, s.dtype, static_cast<float>(benchValue(r, i)));
+    } else {
+      for (std::size_t i = 0; i < s.per_rank; ++i)
+        storeValue(send.data(), i, s.dtype, static_cast<float>(benchValue(r, i)));
+    }
+  };
+  auto op = [&] {
+    if (s.allreduce) {
+      c.allreduce(buf.data(), s.count, s.dtype);
+    } else {
+      c.allgatherv(send, buf, s.sizes);
+    }
+  };
+  // The timed data grows by a factor n per allreduce (16-bit values saturate to inf): timing does not depend
+  // on the values, and correctness is checked on fresh data below.
+  fill();
+  for (int i = 0; i < s.warmup; ++i) op();
+  // The timed iterations run in batches between barriers; the row reports the median batch, so a burst of
+  // load from elsewhere on a shared machine shifts one batch rather than the whole row.
+  for (int b = 0; b < s.batches.batches; ++b) {
+    c.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < s.batches.per_batch; ++i) op();
+    out.elapsed[static_cast<std::size_t>(r)][static_cast<std::size_t>(b)] =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    // The other ranks are parked in the next barrier meanwhile, so the copy runs alone.
+    if (probe && r == 0)
+      for (int k = 0; k < 3; ++k) probe->sample();
+  }
+  fill();
+  op();
+  const uint64_t bad = countWrong(buf.data(), s.allreduce, s.count, s.per_rank, s.n, s.dtype);
+  out.wrong[static_cast<std::size_t>(r)] = bad;
+}
+
+// This process ran one rank: every rank's batch times and #wrong are gathered so the row is computed from all of
+// them, exactly as with threads.
+void gatherRankTimes(HostCommunicator& c, int me, int n, RankTimes& t) {
+  std::vector<double> mine(t.elapsed[static_cast<std::size_t>(me)]);
+  mine.push_back(static_cast<double>(t.wrong[static_cast<std::size_t>(me)]));
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(n));
+  const std::vector<uint64_t> part(static_cast<std::size_t>(n), mine.size() * sizeof(double));
+  c.allgatherv(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), part);
+  for (int q = 0; q < n; ++q) {
+    const auto at = static_cast<std::size_t>(q) * mine.size();
+    std::copy(all.begin() + static_cast<std::ptrdiff_t>(at),
+              all.begin() + static_cast<std::ptrdiff_t>(at + mine.size() - 1),
+              t.elapsed[static_cast<std::size_t>(q)].begin());
+    t.wrong[static_cast<std::size_t>(q)] = static_cast<uint64_t>(all[at + mine.size() - 1]);
+  }
+}
+
+// One row of the table: every rank's part of size `s` (threads here, or this process's rank of a job), then the row
+// from all of them.
+CollectiveRow measureSize(const SizeStep& s, const World& w, MemcpyProbe* probe) {
+  const int n = s.n;
+  std::vector<std::vector<std::byte>> bufs(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::byte>> sends(static_cast<std::size_t>(n));
+  RankTimes t;
+  t.elapsed.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(s.batches.batches)));
+  t.wrong.assign(static_cast<std::size_t>(n), 0);
+  auto body = [&](int r) {
+    timeOnRank(r, s, *w.comms[static_cast<std::size_t>(r)], bufs[static_cast<std::size_t>(r)],
+               sends[static_cast<std::size_t>(r)], probe, t);
+  };
+  if (w.job) {
+    const int me = w.job->env.rank;
+    body(me);
+    gatherRankTimes(w.any(), me, n, t);
+  } else {
+    onRanks(n, body);
+  }
+  const uint64_t bytes = s.allreduce ? s.size : s.per_rank * s.elem * static_cast<uint64_t>(n);
+  const std::string algo =
+      s.allreduce ? std::string(comm::allreduceAlgorithmName(w.any().algorithmFor(s.size))) : "ring";
+  CollectiveRow row = timedRow(s.allreduce, n, bytes, s.elem, algo, t.elapsed, s.batches);
+  for (uint64_t wrong : t.wrong) row.wrong += wrong;
+  return row;
+}
+
+// The whole sweep: every world size, every message size. `printer`: this process prints (and so samples memcpy).
+SweepResult runSweep(bool allreduce, const CollectiveOptions& o, const comm::Job* job, bool printer) {
+  const CommonArgs& a = o.a;
+  const std::size_t elem = dtypeSize(o.dtype);
+  SweepResult result;
+  for (int n : a.ranks) {
+    CollectiveRun run;
+    run.ranks = n;
+    const World w = connectRanks(n, o, job);
+    // allgather: each rank contributes size / n bytes, whole elements.
+    const uint64_t align = allreduce ? elem : elem * static_cast<uint64_t>(n);
+    const std::vector<uint64_t> sweep = sizeSweep(a, align);
+    for (uint64_t size : sweep) {
+      // The largest size is compared with memcpy; its samples interleave with that row's timed batches.
+      std::unique_ptr<MemcpyProbe> probe;
+      if (size == sweep.back() && printer) probe = std::make_unique<MemcpyProbe>(size);  // sampled by rank 0
+      SizeStep s;
+      s.allreduce = allreduce;
+      s.dtype = o.dtype;
+      s.elem = elem;
+      s.n = n;
+      s.size = size;
+      s.count = static_cast<std::size_t>(size / elem);
+      s.per_rank = s.count / static_cast<std::size_t>(n);
+      s.warmup = a.warmup;
+      s.batches = batchesFor(a.iters);
+      s.sizes.assign(static_cast<std::size_t>(n), s.per_rank * elem);
+      const CollectiveRow row = measureSize(s, w, probe.get());
+      result.total_wrong += row.wrong;
+      if (row.size >= result.largest) {
+        result.largest = row.size;
+        result.last_busbw_at_max = row.busbw;
+        // Measured right after the row it is compared with, under the same conditions.
+        if (probe) result.memcpy_gbps = probe->gbps();
+      }
+      run.rows.push_back(row);
+    }
+    result.runs.push_back(std::move(run));
+  }
+  return result;
+}
+
+void printJson(const std::string& who, const CollectiveOptions& o, const SweepResult& r, double ratio) {
+  const CommonArgs& a = o.a;
+  std::ostringstream j;
+  j << "{\"benchmark\":\"" << who << "\",\"transport\":\"" << a.transport << "\",\"dtype\":\"" << dtypeName(o.dtype)
+    << "\",\"algo\":\"" << comm::allreduceAlgorithmName(o.comm_options.algorithm)
+    << "\",\"threshold_bytes\":" << o.comm_options.small_allreduce_bytes
+    << ",\"segment_bytes\":" << o.comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
+    << ",\"links\":\"" << a.inproc.emulation.describe() << "\",";
+  writeRunsJson(j, r.runs, o.dtype);
+  j << ",\"memcpy\":{\"bytes\":" << r.largest << ",\"gbps\":" << fixed(r.memcpy_gbps, 3)
+    << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << r.total_wrong << "}";
+  std::cout << j.str() << '\n';
+}
+
+void printTables(bool allreduce, const std::string& who, const CollectiveOptions& o, bool in_job, const SweepResult& r,
+                 double ratio) {
+  const CommonArgs& a = o.a;
+  std::cout << "# terse bench " << who << ": transport " << a.transport
+            << (in_job                 ? " (one process per rank)"
+                : a.transport == "tcp" ? " (ranks as threads, loopback)"
+                                       : "")
+            << ", dtype " << dtypeName(o.dtype);
+  if (allreduce) {
+    std::cout << ", algo " << comm::allreduceAlgorithmName(o.comm_options.algorithm);
+    if (o.comm_options.algorithm == AllreduceAlgorithm::kAuto)
+      std::cout << " (rd below " << o.comm_options.small_allreduce_bytes << " B)";
+  }
+  std::cout << ", segment " << o.comm_options.segment_bytes << " B, iters " << a.iters << ", warmup " << a.warmup
+            << ", links " << a.inproc.emulation.describe() << "\n";
+  printRunTables(r.runs, o.dtype);
+  printWrongSummary(r.total_wrong);
+  std::cout << "# memcpy " << r.largest
+            << " B (1 thread, sampled between that row's batches): " << fixed(r.memcpy_gbps, 2) << " GB/s\n"
+            << "# busbw/memcpy at " << r.largest << " B (ranks " << r.runs.back().ranks << "): " << fixed(ratio, 2)
+            << "\n";
+}
+
+}  // namespace
+
+int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
+  const std::string who = allreduce ? "allreduce" : "allgather";
+  int exit_code = kExitOk;
+  const std::optional<CollectiveOptions> parsed = parseCollectiveOptions(who, args, exit_code);
+  if (!parsed) return exit_code;
+  CollectiveOptions o = *parsed;
+  if (o.a.transport == "nccl") return ncclCommand(allreduce, who, o);
+
+  // Under a launcher with --transport tcp, this process is one rank of the job; otherwise every rank is a thread here.
+  std::optional<comm::Job> job;
+  try {
+    if (o.a.transport == "tcp") {
+      const auto env = comm::detectJobEnv();
+      if (env && env->world_size > 1) {
+        job.emplace(comm::joinJob(std::chrono::seconds(60)));
+        o.a.ranks = {job->env.world_size};
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
+    return kExitFailure;
+  }
+  const bool printer = !job || job->env.rank == 0;
+
+  SweepResult result;
+  try {
+    result = runSweep(allreduce, o, job ? &*job : nullptr, printer);
+  } catch (const std::exception& e) {
+    std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
+    return kExitFailure;
+  }
+  const double ratio = result.last_busbw_at_max / result.memcpy_gbps;
+  if (printer) {
+    if (o.a.json)
+      printJson(who, o, result, ratio);
+    else
+      printTables(allreduce, who, o, job.has_value(), result, ratio);
+  }
+  return wrongExitCode(o.a, result.total_wrong);
+}
+
+}  // namespace terse::cli::bench

@@ -1,0 +1,258 @@
+// The comparison table's numbers (compute.h): one row per run, the study's baseline and ratios, the row order, and
+// the check that the compared runs share a workload and data.
+#include "results/compare/compute.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "results/compare/text.h"
+#include "results/result_writer.h"
+
+namespace terse::results {
+
+const char* const kRowOrder =
+    "variants that reached the target first, by bytes to target (fewest first); then by final accuracy (highest "
+    "first); variants without records last";
+
+using detail::joinLines;
+
+namespace {
+
+bool has(double v) {
+  return !std::isnan(v);
+}
+
+std::optional<double> opt(double v) {
+  return has(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+std::optional<StalenessSummary> staleness(const EvalPoint& p) {
+  if (!has(p.staleness_mean) && !has(p.staleness_max) && p.staleness_hist.empty()) return std::nullopt;
+  StalenessSummary s;
+  s.mean = has(p.staleness_mean) ? p.staleness_mean : std::nan("");
+  s.max = has(p.staleness_max) ? p.staleness_max : std::nan("");
+  double total = has(p.staleness_hist_overflow) ? p.staleness_hist_overflow : 0;
+  for (const auto& [tau, count] : p.staleness_hist) total += count;
+  if (!p.staleness_hist.empty() && total > 0) {
+    // Percentiles by the nearest-rank rule; a percentile that lands in the overflow bucket is unknown.
+    auto percentile = [&](double q) -> std::optional<double> {
+      const double rank = std::ceil(q * total);
+      double seen = 0;
+      for (const auto& [tau, count] : p.staleness_hist) {
+        seen += count;
+        if (seen >= rank) return static_cast<double>(tau);
+      }
+      return std::nullopt;
+    };
+    s.p50 = percentile(0.5);
+    s.p90 = percentile(0.9);
+    // Without a recorded mean or max the histogram still gives them (overflow makes the mean a lower bound: unknown).
+    if (!has(s.max) && !has(p.staleness_hist_overflow)) s.max = static_cast<double>(p.staleness_hist.rbegin()->first);
+    if (!has(s.mean) && !has(p.staleness_hist_overflow)) {
+      double sum = 0;
+      for (const auto& [tau, count] : p.staleness_hist) sum += static_cast<double>(tau) * count;
+      s.mean = sum / total;
+    }
+  }
+  return s;
+}
+
+CompareRow makeRow(const RunData& run) {
+  CompareRow r;
+  r.variant = run.variant;
+  r.state = run.state;
+  r.error = run.error;
+  r.dir = run.dir;
+  r.compressor = run.compressor;
+  r.error_feedback = run.error_feedback || run.momentum_correction > 0;
+  r.records = static_cast<int64_t>(run.points.size());
+  if (run.points.empty()) return r;
+  const EvalPoint& last = run.points.back();
+  r.steps = last.step;
+  r.final_accuracy = last.accuracy;
+  double best = 0;
+  for (const auto& p : run.points) best = std::max(best, p.accuracy);
+  r.best_accuracy = best;
+  r.wire_bytes = last.wire_bytes;
+  if (last.step > 0) r.wire_bytes_per_step = last.wire_bytes / static_cast<double>(last.step);
+  r.payload_bytes = opt(last.payload_bytes);
+  r.compute_s = opt(last.compute_s);
+  if (has(last.compress_s) || has(last.decompress_s))
+    r.codec_s = (has(last.compress_s) ? last.compress_s : 0) + (has(last.decompress_s) ? last.decompress_s : 0);
+  r.comm_s = opt(last.comm_s);
+  r.exposed_comm_s = opt(last.exposed_comm_s);
+  r.step_s = opt(last.step_s);
+  r.staleness = staleness(last);
+  return r;
+}
+
+bool isDense(const RunData& r) {
+  return r.compressor == "none";
+}
+
+// Sort key, see kRowOrder.
+bool rowBefore(const CompareRow& a, const CompareRow& b) {
+  auto group = [](const CompareRow& r) { return r.to_target ? 0 : r.records > 0 ? 1 : 2; };
+  if (group(a) != group(b)) return group(a) < group(b);
+  if (a.to_target && a.to_target->wire_bytes != b.to_target->wire_bytes)
+    return a.to_target->wire_bytes < b.to_target->wire_bytes;
+  if (a.final_accuracy && b.final_accuracy && *a.final_accuracy != *b.final_accuracy)
+    return *a.final_accuracy > *b.final_accuracy;
+  return a.variant < b.variant;
+}
+
+std::string section(const RunData& r, std::string_view name, std::vector<std::string>& flat) {
+  flat = name == "workload" ? r.workload_fields : r.data_fields;
+  return joinLines(flat, "\n");
+}
+
+}  // namespace
+
+std::optional<TargetCrossing> crossTarget(const std::vector<EvalPoint>& points, double target) {
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const EvalPoint& p = points[i];
+    if (p.accuracy < target) continue;
+    if (i == 0) return TargetCrossing{p.wire_bytes, p.wall_s};
+    const EvalPoint& q = points[i - 1];
+    // q.accuracy < target <= p.accuracy, so the denominator is positive.
+    const double f = (target - q.accuracy) / (p.accuracy - q.accuracy);
+    return TargetCrossing{q.wire_bytes + f * (p.wire_bytes - q.wire_bytes), q.wall_s + f * (p.wall_s - q.wall_s)};
+  }
+  return std::nullopt;
+}
+
+Comparison compare(const std::vector<RunData>& runs, const CompareOptions& options,
+                   std::vector<std::string>& warnings) {
+  Comparison c;
+  c.target = options.target;
+  std::map<std::string, std::vector<const RunData*>> by_study;
+  for (const auto& r : runs) by_study[r.study].push_back(&r);
+  bool baseline_found = false;
+  for (const auto& [study, members] : by_study) {
+    StudyTable t;
+    t.study = study;
+    const RunData* base = nullptr;
+    if (options.baseline) {
+      for (const RunData* r : members)
+        if (r->variant == *options.baseline) base = r;
+      if (base != nullptr) {
+        t.baseline_source = "--baseline";
+        baseline_found = true;
+        if (!isDense(*base))
+          t.notes.push_back("baseline `" + base->variant + "` (--baseline) uses compressor '" + base->compressor +
+                            "', not none");
+      } else {
+        t.baseline_source = "none";
+        t.notes.push_back("no variant named `" + *options.baseline + "` (--baseline) in this study; no ratios");
+      }
+    } else {
+      std::vector<const RunData*> dense;
+      for (const RunData* r : members)
+        if (isDense(*r)) dense.push_back(r);
+      // A plain dense run is the baseline; error feedback on "none" is a no-op residual but still not the reference,
+      // and in a sync-versus-async study the dense sync run is what the others are measured against.
+      std::stable_sort(dense.begin(), dense.end(), [](const RunData* a, const RunData* b) {
+        auto key = [](const RunData* r) {
+          return std::tuple(r->error_feedback || r->momentum_correction > 0, r->async_mode, r->state != kStateCompleted,
+                            r->variant);
+        };
+        return key(a) < key(b);
+      });
+      if (!dense.empty()) {
+        base = dense.front();
+        t.baseline_source = "auto";
+        if (dense.size() > 1) {
+          std::string names;
+          for (const RunData* r : dense) names += (names.empty() ? "`" : ", `") + r->variant + "`";
+          t.notes.push_back("several variants use compressor none (" + names + "); the baseline is `" + base->variant +
+                            "` (choose another with --baseline)");
+        }
+      } else {
+        t.baseline_source = "none";
+        t.notes.push_back("no variant uses compressor none; no compression ratios (name one with --baseline)");
+      }
+    }
+    if (base != nullptr) t.baseline = base->variant;
+
+    std::optional<double> base_per_step;
+    for (const RunData* r : members) {
+      CompareRow row = makeRow(*r);
+      row.to_target = crossTarget(r->points, options.target);
+      row.baseline = r == base;
+      if (row.baseline) base_per_step = row.wire_bytes_per_step;
+      if (r->state == kStateFailed)
+        t.notes.push_back("`" + r->variant + "` failed: " + (r->error.empty() ? "(no message)" : r->error));
+      else if (r->state == kStateRunning)
+        t.notes.push_back("`" + r->variant + "` has status running: still running or killed; its numbers are partial");
+      else if (r->state == "unknown")
+        t.notes.push_back("`" + r->variant + "`: status unknown (see the warnings)");
+      t.rows.push_back(std::move(row));
+    }
+    if (base != nullptr && (!base_per_step || *base_per_step <= 0))
+      t.notes.push_back("the baseline `" + base->variant + "` has no wire bytes per step; no ratios");
+    for (auto& row : t.rows) {
+      if (base_per_step && *base_per_step > 0 && row.wire_bytes_per_step && *row.wire_bytes_per_step > 0)
+        row.ratio = *base_per_step / *row.wire_bytes_per_step;
+    }
+    std::stable_sort(t.rows.begin(), t.rows.end(), rowBefore);
+    c.studies.push_back(std::move(t));
+  }
+  if (options.baseline && !baseline_found && !runs.empty())
+    warnings.push_back("--baseline " + *options.baseline + ": no study has a variant of that name");
+  return c;
+}
+
+std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs) {
+  std::vector<std::string> out;
+  for (const std::string name : {"workload", "data"}) {
+    // Group runs by the section's canonical text; one group = all agree.
+    std::vector<std::pair<std::vector<std::string>, std::vector<const RunData*>>> groups;
+    for (const auto& r : runs) {
+      if (!r.has_config) continue;
+      std::vector<std::string> flat;
+      section(r, name, flat);
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == flat; });
+      if (it == groups.end())
+        groups.push_back({flat, {&r}});
+      else
+        it->second.push_back(&r);
+    }
+    if (groups.size() < 2) continue;
+    // The largest group is the reference: the odd ones out are then listed with what makes them odd.
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+    std::ostringstream msg;
+    msg << "the compared runs come from different " << (name == "data" ? "data" : "workloads") << " (" << name
+        << " sections of config.textproto differ):";
+    const std::set<std::string> first(groups[0].first.begin(), groups[0].first.end());
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      std::string members;
+      for (std::size_t i = 0; i < groups[g].second.size(); ++i) {
+        if (i == 3) {
+          members += " and " + std::to_string(groups[g].second.size() - 3) + " more";
+          break;
+        }
+        members += (i ? ", " : "") + groups[g].second[i]->study + "/" + groups[g].second[i]->variant;
+      }
+      // For each group, the fields that differ from the first group's (all of the first's for the first).
+      std::vector<std::string> diff;
+      if (g == 0) {
+        diff = groups[0].first;
+      } else {
+        const std::set<std::string> mine(groups[g].first.begin(), groups[g].first.end());
+        for (const auto& f : groups[g].first)
+          if (!first.count(f)) diff.push_back(f);
+        for (const auto& f : groups[0].first)
+          if (!mine.count(f)) diff.push_back("no " + f);
+      }
+      msg << "\n    " << members << ": " << (diff.empty() ? "(empty)" : joinLines(diff, " "));
+    }
+    out.push_back(msg.str());
+  }
+  return out;
+}
+
+}  // namespace terse::results

@@ -1,0 +1,98 @@
+// What `terse compare`'s table says (DESIGN.md section 7): one study's variants, read back by reader.h, turned into
+// rows of numbers with the study's baseline and ratios, in the table's row order. format.h prints them.
+//
+// Definitions (the table's columns):
+//   final / best accuracy   the last evaluation point's test accuracy / the highest one
+//   wire bytes              the last point's cumulative wire bytes per worker (frame headers included); per step =
+//                           that / the last point's step
+//   payload bytes           the last point's cumulative compressor output per worker
+//   ratio                   baseline wire bytes per step / this variant's (per step, so a run that stopped early
+//                           compares fairly); the baseline's is 1
+//   bytes / time to target  the first time the accuracy reaches the target, interpolated linearly between the last
+//                           point below it and the first point at or above it (in both bytes and wall time); when the
+//                           very first point already reaches it, that point's values (nothing was measured before it);
+//                           "not reached" when no point does
+//   step time split         the last point's per-step means: compute, codec (compress + decompress), communication and
+//                           exposed communication (the part of communication not hidden behind compute), and the whole
+//                           step
+//   staleness               async runs only (result_writer.h's reserved staleness_* fields): mean and max as
+//                           recorded, median and 90th percentile from the histogram when present
+//
+// The baseline of a study is the variant whose compressor is "none" (provenance.json's loaded plugin, else
+// config.textproto's compressor.name); among several, one without error feedback or momentum correction, then a
+// completed one, then the first by name. --baseline NAME picks one by variant name instead.
+//
+// Row order: variants that reached the target first, fewest bytes to target first; then the rest by final accuracy,
+// highest first; variants without any record last; ties by name. Bytes to target is the question the table exists to
+// answer (what does accuracy X cost on the wire), and final accuracy ranks the ones that never got there.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/compare/reader.h"
+
+namespace terse::results {
+
+struct CompareOptions {
+  double target = 0.85;
+  std::optional<std::string> baseline;  // a variant name; default: the dense one (see above)
+};
+
+// Where the accuracy first reaches a target (see "bytes / time to target" above).
+struct TargetCrossing {
+  double wire_bytes = 0;
+  double wall_s = 0;
+};
+std::optional<TargetCrossing> crossTarget(const std::vector<EvalPoint>& points, double target);
+
+struct StalenessSummary {
+  double mean = 0;
+  double max = 0;
+  std::optional<double> p50, p90;  // from the histogram
+};
+
+struct CompareRow {
+  std::string variant;
+  std::string state;
+  std::string error;
+  std::filesystem::path dir;
+  std::string compressor;
+  bool error_feedback = false;
+  bool baseline = false;
+  int64_t records = 0;
+  int64_t steps = 0;
+  std::optional<double> final_accuracy, best_accuracy;
+  std::optional<double> wire_bytes, wire_bytes_per_step, payload_bytes, ratio;
+  std::optional<TargetCrossing> to_target;
+  std::optional<double> compute_s, codec_s, comm_s, exposed_comm_s, step_s;  // per step
+  std::optional<StalenessSummary> staleness;
+};
+
+struct StudyTable {
+  std::string study;
+  std::string baseline;         // variant name; empty when the study has none
+  std::string baseline_source;  // "auto" (compressor none), "--baseline", or "none"
+  std::vector<CompareRow> rows;
+  std::vector<std::string> notes;  // shown under the table (baseline choice, failed runs' errors)
+};
+
+struct Comparison {
+  double target = 0;
+  std::vector<StudyTable> studies;  // by study name
+};
+
+// Builds the tables. Problems that are not one folder's (a --baseline name no study has) go to `warnings`.
+Comparison compare(const std::vector<RunData>& runs, const CompareOptions& options, std::vector<std::string>& warnings);
+
+// The row order described at the top, exposed for tests.
+extern const char* const kRowOrder;
+
+// Runs that come from different workloads or data: one warning per differing section ("workload", "data"), naming
+// the runs and the fields that differ. Runs without a readable config are not compared (loadRun warned already).
+std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs);
+
+}  // namespace terse::results

@@ -1,0 +1,109 @@
+// config.textproto back into a RunData (reader_detail.h), parsed with the experiment schema itself (protobuf
+// TextFormat), and its SHA-256 (OpenSSL): the only file of the compare library that needs either.
+#include <cmath>
+#include <limits>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <openssl/evp.h>
+
+#include "experiments/config/experiment.pb.h"
+#include "results/compare/reader.h"
+#include "results/compare/reader_detail.h"
+
+namespace terse::results {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Collects the parser's first error with its line, so a broken config.textproto is reported as FILE:LINE: what.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    if (error.empty()) error = std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message;
+  }
+  std::string error;
+};
+
+// "workload.hidden_sizes=256" lines for every field set in `msg`, in field-number order (repeated fields one line per
+// element), as protobuf's text format spells the values: the canonical form two configs are compared in.
+void flattenMessage(const google::protobuf::Message& msg, const std::string& prefix, std::vector<std::string>& out) {
+  const auto* reflection = msg.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(msg, &fields);
+  for (const auto* f : fields) {
+    const std::string path = prefix + "." + f->name();
+    const int n = f->is_repeated() ? reflection->FieldSize(msg, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      const int index = f->is_repeated() ? i : -1;
+      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+        const auto& sub = f->is_repeated() ? reflection->GetRepeatedMessage(msg, f, i) : reflection->GetMessage(msg, f);
+        flattenMessage(sub, path, out);
+      } else {
+        std::string value;
+        google::protobuf::TextFormat::PrintFieldValueToString(msg, f, index, &value);
+        out.push_back(path + "=" + value);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) != 1 || len != 32) {
+    throw std::runtime_error("SHA-256 failed (OpenSSL EVP_Digest)");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * len);
+  for (unsigned int i = 0; i < len; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 0xf]);
+  }
+  return hex;
+}
+
+namespace detail {
+
+void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    warnings.push_back(path.string() + ": missing; compressor and workload unknown");
+    return;
+  }
+  auto text = readFile(path, warnings);
+  if (!text) return;
+  run.config_sha256 = sha256Hex(*text);
+  // Parsed with the experiment schema itself, so compare reads exactly what the runner wrote. A config written by a
+  // newer terse (unknown fields) or damaged on disk is reported with its line and not used.
+  experiments::Experiment config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (text->size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !parser.ParseFromString(*text, &config)) {
+    warnings.push_back(path.string() + ":" + (errors.error.empty() ? std::string("1: unreadable") : errors.error) +
+                       "; config not used");
+    return;
+  }
+  run.has_config = true;
+  run.workload_fields.clear();
+  run.data_fields.clear();
+  if (config.has_workload()) flattenMessage(config.workload(), "workload", run.workload_fields);
+  if (config.has_data()) flattenMessage(config.data(), "data", run.data_fields);
+  if (config.compressor().has_name()) run.compressor = config.compressor().name();
+  if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
+  run.async_mode = config.mode() == experiments::Experiment::ASYNC || config.mode() == experiments::Experiment::SSP ||
+                   config.mode() == experiments::Experiment::HOGWILD;
+  if (config.momentum_correction().has_factor() && std::isfinite(config.momentum_correction().factor())) {
+    run.momentum_correction = config.momentum_correction().factor();
+  }
+}
+
+}  // namespace detail
+
+}  // namespace terse::results

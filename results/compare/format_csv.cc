@@ -1,0 +1,85 @@
+// The CSV tables of `terse compare` (format.h): one row per run, numbers in full precision for scripts.
+#include <cmath>
+#include <sstream>
+
+#include "results/compare/format.h"
+#include "results/compare/provenance.h"
+#include "results/compare/text.h"
+
+namespace terse::results {
+
+namespace {
+
+std::string csvCell(std::string_view s) {
+  if (s.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string csvNumber(const std::optional<double>& v) {
+  if (!v || !std::isfinite(*v)) return "";
+  return detail::fullPrecision(*v);
+}
+
+}  // namespace
+
+std::string toCsv(const Comparison& c) {
+  std::ostringstream o;
+  o << "study,variant,baseline,state,compressor,error_feedback,records,steps,final_accuracy,best_accuracy,"
+       "wire_bytes_per_worker,wire_bytes_per_step,payload_bytes_per_worker,ratio_vs_baseline,target,reached_target,"
+       "bytes_to_target,seconds_to_target,step_s,compute_s,codec_s,comm_s,exposed_comm_s,staleness_mean,"
+       "staleness_max,staleness_p50,staleness_p90,error\n";
+  for (const auto& t : c.studies) {
+    for (const auto& r : t.rows) {
+      std::vector<std::string> cells = {csvCell(t.study),
+                                        csvCell(r.variant),
+                                        r.baseline ? "true" : "false",
+                                        csvCell(r.state),
+                                        csvCell(r.compressor),
+                                        r.error_feedback ? "true" : "false",
+                                        std::to_string(r.records),
+                                        std::to_string(r.steps),
+                                        csvNumber(r.final_accuracy),
+                                        csvNumber(r.best_accuracy),
+                                        csvNumber(r.wire_bytes),
+                                        csvNumber(r.wire_bytes_per_step),
+                                        csvNumber(r.payload_bytes),
+                                        csvNumber(r.ratio),
+                                        csvNumber(c.target),
+                                        r.to_target ? "true" : "false",
+                                        r.to_target ? csvNumber(r.to_target->wire_bytes) : "",
+                                        r.to_target ? csvNumber(r.to_target->wall_s) : "",
+                                        csvNumber(r.step_s),
+                                        csvNumber(r.compute_s),
+                                        csvNumber(r.codec_s),
+                                        csvNumber(r.comm_s),
+                                        csvNumber(r.exposed_comm_s),
+                                        r.staleness ? csvNumber(r.staleness->mean) : "",
+                                        r.staleness ? csvNumber(r.staleness->max) : "",
+                                        r.staleness ? csvNumber(r.staleness->p50) : "",
+                                        r.staleness ? csvNumber(r.staleness->p90) : "",
+                                        csvCell(r.error)};
+      o << detail::joinLines(cells, ",") << '\n';
+    }
+  }
+  return o.str();
+}
+
+std::string provenanceTableCsv(const std::vector<RunData>& runs) {
+  const auto columns = detail::provenanceColumns();
+  std::ostringstream o;
+  for (std::size_t i = 0; i < columns.size(); ++i) o << (i ? "," : "") << columns[i].first;
+  o << '\n';
+  for (const auto& run : runs) {
+    const detail::ProvenanceRow p = detail::provenanceRow(run);
+    for (std::size_t i = 0; i < columns.size(); ++i) o << (i ? "," : "") << csvCell(p.*(columns[i].second));
+    o << '\n';
+  }
+  return o.str();
+}
+
+}  // namespace terse::results

@@ -1,0 +1,172 @@
+// The markdown tables of `terse compare` (format.h): the comparison table and the provenance table, one section per
+// study, numbers rounded for reading.
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+#include "results/compare/format.h"
+#include "results/compare/provenance.h"
+#include "results/compare/text.h"
+#include "results/result_writer.h"
+
+namespace terse::results {
+
+namespace {
+
+using detail::fixed;
+
+// Three significant figures, without exponent for the ranges tables show.
+std::string sig3(double v) {
+  if (!std::isfinite(v)) return "-";
+  const double a = std::fabs(v);
+  if (a == 0) return "0";
+  if (a >= 100) return fixed(v, 0);
+  if (a >= 10) return fixed(v, 1);
+  if (a >= 1) return fixed(v, 2);
+  if (a >= 0.1) return fixed(v, 3);
+  std::ostringstream s;
+  s << std::setprecision(3) << v;
+  return s.str();
+}
+
+std::string orDash(const std::optional<double>& v, double scale, int digits = -1) {
+  if (!v) return "-";
+  return digits < 0 ? sig3(*v * scale) : fixed(*v * scale, digits);
+}
+
+// Markdown table cells: a '|' would end the cell, a newline the row.
+std::string mdCell(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+// Staleness is counted in versions: max and percentiles are whole numbers, the mean is not.
+std::string stalenessText(const StalenessSummary& s) {
+  auto whole = [](double v) { return std::isfinite(v) && v == std::floor(v) ? fixed(v, 0) : sig3(v); };
+  std::string out = "mean " + sig3(s.mean) + ", max " + whole(s.max);
+  if (s.p50) out += ", p50 " + whole(*s.p50);
+  if (s.p90) out += ", p90 " + whole(*s.p90);
+  return out;
+}
+
+std::string stateText(const CompareRow& r) {
+  if (r.state == kStateRunning) return "running/killed";
+  if (r.state == kStateFailed) return "**failed**";
+  return r.state;
+}
+
+}  // namespace
+
+std::string toMarkdown(const Comparison& c) {
+  std::ostringstream o;
+  const std::string target = sig3(c.target);
+  for (std::size_t s = 0; s < c.studies.size(); ++s) {
+    const StudyTable& t = c.studies[s];
+    bool any_staleness = false;
+    for (const auto& r : t.rows) any_staleness = any_staleness || r.staleness.has_value();
+    if (s > 0) o << '\n';
+    o << "### " << mdCell(t.study) << "\n\n";
+    o << "Baseline: " << (t.baseline.empty() ? "none" : "`" + t.baseline + "`")
+      << (t.baseline_source == "auto"         ? " (compressor none)"
+          : t.baseline_source == "--baseline" ? " (--baseline)"
+                                              : "")
+      << ". Target accuracy " << target << ". Rows: " << kRowOrder << ".\n\n";
+    std::vector<std::string> header = {
+        "variant",           "state",
+        "final acc",         "best acc",
+        "wire MB/worker",    "wire KB/step",
+        "payload MB/worker", "ratio vs " + (t.baseline.empty() ? std::string("dense") : t.baseline),
+        "MB to " + target,   "s to " + target,
+        "step ms",           "compute ms",
+        "codec ms",          "comm ms",
+        "exposed comm ms"};
+    if (any_staleness) header.push_back("staleness");
+    o << '|';
+    for (const auto& h : header) o << ' ' << mdCell(h) << " |";
+    o << "\n|";
+    for (std::size_t i = 0; i < header.size(); ++i) o << (i < 2 ? "---|" : "---:|");
+    o << '\n';
+    for (const auto& r : t.rows) {
+      std::vector<std::string> cells = {
+          r.baseline ? "**" + r.variant + "** (baseline)" : r.variant,
+          stateText(r),
+          orDash(r.final_accuracy, 1, 4),
+          orDash(r.best_accuracy, 1, 4),
+          orDash(r.wire_bytes, 1e-6),
+          orDash(r.wire_bytes_per_step, 1e-3),
+          orDash(r.payload_bytes, 1e-6),
+          r.ratio ? sig3(*r.ratio) + "×" : "-",
+          r.to_target ? sig3(r.to_target->wire_bytes * 1e-6) : (r.records > 0 ? "not reached" : "-"),
+          r.to_target ? (std::isnan(r.to_target->wall_s) ? "-" : sig3(r.to_target->wall_s))
+                      : (r.records > 0 ? "not reached" : "-"),
+          orDash(r.step_s, 1e3),
+          orDash(r.compute_s, 1e3),
+          orDash(r.codec_s, 1e3),
+          orDash(r.comm_s, 1e3),
+          orDash(r.exposed_comm_s, 1e3)};
+      if (any_staleness) cells.push_back(r.staleness ? stalenessText(*r.staleness) : "-");
+      o << '|';
+      for (const auto& cell : cells) o << ' ' << mdCell(cell) << " |";
+      o << '\n';
+    }
+    if (!t.notes.empty()) {
+      o << '\n';
+      for (const auto& n : t.notes) o << "- " << mdCell(n) << '\n';
+    }
+  }
+  return o.str();
+}
+
+std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
+  std::ostringstream o;
+  std::string study;
+  bool first = true;
+  for (const auto& run : runs) {
+    const detail::ProvenanceRow p = detail::provenanceRow(run);
+    if (first || run.study != study) {
+      study = run.study;
+      o << (first ? "" : "\n") << "### " << mdCell(study) << " (provenance)\n\n"
+        << "| variant | state | config sha256 | git commit | compressor | caps | params | transport | link emulation "
+           "| host | started |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+      first = false;
+    }
+    // Twelve hex digits identify a commit; a "-dirty" suffix (uncommitted changes when the run started) is kept.
+    auto shortHash = [](const std::string& h) {
+      if (h.empty()) return std::string("-");
+      const bool dirty = h.size() > 6 && h.ends_with("-dirty");
+      const std::string hash = dirty ? h.substr(0, h.size() - 6) : h;
+      return (hash.size() > 12 ? hash.substr(0, 12) : hash) + (dirty ? "-dirty" : "");
+    };
+    const std::string compressor = p.compressor.empty() ? "-"
+                                                        : p.compressor + " " + p.compressor_version + " (ABI " +
+                                                              p.compressor_abi + ", " + p.compressor_path + ")" +
+                                                              (p.other_plugins.empty() ? "" : "; " + p.other_plugins);
+    const std::string transport =
+        p.transport.empty() ? "-" : p.transport + ", " + p.mode + ", " + p.world_size + " workers";
+    const std::vector<std::string> cells = {run.variant,
+                                            p.state,
+                                            shortHash(p.config_sha256),
+                                            shortHash(p.git_commit),
+                                            compressor,
+                                            p.caps.empty() ? "-" : p.caps,
+                                            p.params.empty() ? "-" : p.params,
+                                            transport,
+                                            p.link.empty() ? "-" : p.link,
+                                            p.host.empty() ? "-" : p.host,
+                                            p.start_time.empty() ? "-" : p.start_time};
+    o << '|';
+    for (const auto& c : cells) o << ' ' << mdCell(c) << " |";
+    o << '\n';
+  }
+  return o.str();
+}
+
+}  // namespace terse::results

@@ -1,0 +1,25 @@
+// Internal to the compare library: one run's provenance (what ran: config hash, commit, plugins, transport, host) as
+// the text cells the three formats of format.h print, so they cannot disagree on what a cell says.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "results/compare/reader.h"
+
+namespace terse::results::detail {
+
+struct ProvenanceRow {
+  std::string study, variant, state, config_sha256, git_commit, terse_version, host, start_time, transport, mode;
+  std::string world_size, link, compressor, compressor_version, compressor_abi, compressor_path, caps, params;
+  std::string other_plugins;
+};
+
+// Empty cells for what the run's provenance.json does not say (a run that failed before writing it).
+ProvenanceRow provenanceRow(const RunData& run);
+
+// The CSV and JSON columns, in order: name and the row's member.
+std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColumns();
+
+}  // namespace terse::results::detail

@@ -1,0 +1,314 @@
+// Reading result folders back (reader.h): finds variant folders, reads status.json, provenance.json and
+// metrics.jsonl; config.textproto is config_reader.cc's.
+#include "results/compare/reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include "results/compare/reader_detail.h"
+#include "results/result_writer.h"
+
+namespace terse::results {
+
+namespace fs = std::filesystem;
+using detail::readFile;
+
+namespace {
+
+// A results file is read whole; a metrics stream of a long run is a few MB. The cap keeps a wrong path (a dataset, a
+// core dump) from being read into memory.
+constexpr std::uintmax_t kMaxFileBytes = 256u << 20;
+
+std::string shortText(std::string_view s, std::size_t n = 60) {
+  std::string out(s.substr(0, n));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  if (s.size() > n) out += "...";
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::optional<std::string> readFile(const fs::path& path, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) {
+    warnings.push_back(path.string() + ": cannot read: " + ec.message());
+    return std::nullopt;
+  }
+  if (size > kMaxFileBytes) {
+    warnings.push_back(path.string() + ": " + std::to_string(size) + " bytes, more than a results file can be (" +
+                       std::to_string(kMaxFileBytes) + "); skipped");
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    warnings.push_back(path.string() + ": cannot open");
+    return std::nullopt;
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace detail
+
+namespace {
+
+bool isRunDir(const fs::path& dir) {
+  std::error_code ec;
+  for (auto name : {kConfigFile, kProvenanceFile, kMetricsFile, kStatusFile}) {
+    if (fs::is_regular_file(dir / std::string(name), ec)) return true;
+  }
+  return false;
+}
+
+std::string valueText(const JsonValue& v) {
+  if (std::holds_alternative<std::nullptr_t>(v)) return "null";
+  if (std::holds_alternative<bool>(v)) return std::get<bool>(v) ? "true" : "false";
+  if (std::holds_alternative<std::string>(v)) return "\"" + shortText(std::get<std::string>(v), 30) + "\"";
+  std::ostringstream s;
+  s << std::get<double>(v);
+  return s.str();
+}
+
+// Reads metrics.jsonl: one EvalPoint per good line; every bad line is a warning naming file and line.
+void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    warnings.push_back(path.string() + ": missing; the variant has no records");
+    return;
+  }
+  auto text = readFile(path, warnings);
+  if (!text) return;
+  const std::string file = path.string();
+  std::size_t pos = 0;
+  int line_no = 0;
+  while (pos < text->size()) {
+    ++line_no;
+    const auto nl = text->find('\n', pos);
+    const bool has_newline = nl != std::string::npos;
+    const std::string_view line(text->data() + pos, (has_newline ? nl : text->size()) - pos);
+    pos = has_newline ? nl + 1 : text->size();
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = file + ":" + std::to_string(line_no) + ": ";
+    auto obj = parseFlatJson(line);
+    if (!obj) {
+      // The writer flushes whole lines, so a line without its newline at the end is a write cut short.
+      warnings.push_back(where + (has_newline ? "not a flat JSON object" : "torn last line (no newline)") +
+                         ", skipped: " + shortText(line));
+      continue;
+    }
+    EvalPoint p;
+    p.line = line_no;
+    std::string bad;
+    auto required = [&](std::string_view key, double lo, double hi) -> double {
+      auto it = obj->find(key);
+      if (it == obj->end()) {
+        if (bad.empty()) bad = "no '" + std::string(key) + "'";
+        return 0;
+      }
+      const auto v = getNumber(*obj, key);
+      if (!v || !std::isfinite(*v) || *v < lo || *v > hi) {
+        if (bad.empty()) {
+          std::ostringstream s;
+          s << "'" << key << "' is " << valueText(it->second) << ", must be a number in [" << lo << ", " << hi << "]";
+          bad = s.str();
+        }
+        return 0;
+      }
+      return *v;
+    };
+    // Optional fields: absent is normal (older writers, sync runs without staleness); present but not a finite
+    // non-negative number is reported and ignored.
+    auto optional = [&](std::string_view key) -> double {
+      auto it = obj->find(key);
+      if (it == obj->end() || std::holds_alternative<std::nullptr_t>(it->second)) return std::nan("");
+      const auto v = getNumber(*obj, key);
+      if (!v || !std::isfinite(*v) || *v < 0) {
+        warnings.push_back(where + "'" + std::string(key) + "' is " + valueText(it->second) +
+                           ", not a non-negative number; ignored");
+        return std::nan("");
+      }
+      return *v;
+    };
+    const double step = required("step", 0, 9.007199254740992e15);
+    p.accuracy = required("test_accuracy", 0, 1);
+    p.wire_bytes = required("wire_bytes_per_worker", 0, 1.8446744073709552e19);
+    if (!bad.empty()) {
+      warnings.push_back(where + bad + "; record skipped");
+      continue;
+    }
+    p.step = static_cast<int64_t>(step);
+    p.epoch_progress = optional("epoch_progress");
+    p.test_loss = optional("test_loss");
+    p.payload_bytes = optional("payload_bytes_per_worker");
+    p.wall_s = optional("wall_s");
+    p.compute_s = optional("compute_s_per_step");
+    p.compress_s = optional("compress_s_per_step");
+    p.decompress_s = optional("decompress_s_per_step");
+    p.comm_s = optional("comm_s_per_step");
+    p.exposed_comm_s = optional("exposed_comm_s_per_step");
+    p.step_s = optional("step_s_per_step");
+    p.staleness_mean = optional(kStalenessMeanKey);
+    p.staleness_max = optional(kStalenessMaxKey);
+    p.staleness_hist_overflow = optional(kStalenessHistOverflowKey);
+    const std::string hist_prefix(kStalenessHistPrefix);
+    for (const auto& [key, value] : *obj) {
+      if (key.rfind(hist_prefix, 0) != 0 || key == kStalenessHistOverflowKey) continue;
+      const std::string tau = key.substr(hist_prefix.size());
+      const bool digits = !tau.empty() && tau.size() <= 9 && tau.find_first_not_of("0123456789") == std::string::npos;
+      const double count = optional(key);
+      if (!digits) {
+        warnings.push_back(where + "'" + key + "': a staleness bucket must be " + hist_prefix +
+                           "<tau> with tau a non-negative integer; ignored");
+      } else if (!std::isnan(count)) {
+        p.staleness_hist[std::stoll(tau)] = count;
+      }
+    }
+    if (!run.points.empty()) {
+      const EvalPoint& prev = run.points.back();
+      // Two runs' records mixed in one file, or a file edited by hand: the curves would be nonsense.
+      if (p.step <= prev.step) {
+        warnings.push_back(where + "step " + std::to_string(p.step) + " does not follow step " +
+                           std::to_string(prev.step) + " (line " + std::to_string(prev.line) + "); record skipped");
+        continue;
+      }
+      if (p.wire_bytes < prev.wire_bytes) {
+        std::ostringstream s;
+        s << where << "wire_bytes_per_worker " << p.wire_bytes << " is less than the previous record's "
+          << prev.wire_bytes << " (cumulative counters never decrease); record skipped";
+        warnings.push_back(s.str());
+        continue;
+      }
+    }
+    run.points.push_back(std::move(p));
+  }
+}
+
+void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
+  run.state = "unknown";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    warnings.push_back(path.string() + ": missing; state unknown");
+    return;
+  }
+  auto text = readFile(path, warnings);
+  if (!text) return;
+  auto obj = parseFlatJson(*text);
+  const auto state = obj ? getString(*obj, "state") : std::nullopt;
+  if (!state) {
+    warnings.push_back(path.string() +
+                       ":1: not a status object with a \"state\" string; state unknown: " + shortText(*text));
+    return;
+  }
+  if (*state != kStateCompleted && *state != kStateFailed && *state != kStateRunning) {
+    warnings.push_back(path.string() + ":1: unknown state \"" + shortText(*state, 30) + "\"; state unknown");
+    return;
+  }
+  run.state = *state;
+  run.error = getString(*obj, "error").value_or("");
+}
+
+void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    // A run that failed during setup writes its provenance late or never; only say so for the others.
+    if (run.state != kStateFailed) warnings.push_back(path.string() + ": missing");
+    return;
+  }
+  auto text = readFile(path, warnings);
+  if (!text) return;
+  std::string error;
+  auto json = parseJson(*text, &error);
+  if (!json || json->kind != Json::Kind::kObject) {
+    warnings.push_back(path.string() + ": not a JSON object (" + (json ? "another value" : error) + "); ignored");
+    return;
+  }
+  run.provenance = std::move(*json);
+  // What actually loaded beats the name the config asked for (a path, say).
+  if (const Json* plugins = run.provenance->find("plugins"); plugins && plugins->kind == Json::Kind::kArray) {
+    for (const auto& p : plugins->array) {
+      if (p.str("kind") == "compressor" && !p.str("name").empty()) {
+        run.compressor = p.str("name");
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
+  RunData run;
+  run.dir = dir;
+  run.variant = dir.filename().string();
+  run.study = dir.parent_path().filename().string();
+  readStatus(dir / std::string(kStatusFile), run, warnings);
+  detail::readConfig(dir / std::string(kConfigFile), run, warnings);
+  readProvenance(dir / std::string(kProvenanceFile), run, warnings);
+  readMetrics(dir / std::string(kMetricsFile), run, warnings);
+  if (run.state == kStateFailed)
+    warnings.push_back(dir.string() + ": the run failed" + (run.error.empty() ? "" : ": " + shortText(run.error, 200)) +
+                       "; shown with its " + std::to_string(run.points.size()) + " record(s)");
+  else if (run.state == kStateRunning)
+    warnings.push_back(dir.string() + ": status says running (still running, or killed); shown with its " +
+                       std::to_string(run.points.size()) + " record(s)");
+  return run;
+}
+
+std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<std::string>& warnings) {
+  std::vector<fs::path> dirs;
+  std::set<fs::path> seen;
+  auto addDir = [&](const fs::path& d) {
+    std::error_code ec;
+    fs::path key = fs::weakly_canonical(d, ec);
+    if (ec) key = d;
+    if (seen.insert(key).second) dirs.push_back(d);
+  };
+  auto subdirs = [](const fs::path& d) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code ec2;
+      if (it->is_directory(ec2)) out.push_back(it->path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  for (const auto& path : paths) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) {
+      warnings.push_back(path.string() + ": " + (fs::exists(path, ec) ? "not a directory" : "no such directory") +
+                         "; skipped");
+      continue;
+    }
+    if (isRunDir(path)) {
+      addDir(path);
+      continue;
+    }
+    const std::size_t before = dirs.size();
+    for (const auto& sub : subdirs(path)) {
+      if (isRunDir(sub)) {
+        addDir(sub);
+        continue;
+      }
+      for (const auto& subsub : subdirs(sub))
+        if (isRunDir(subsub)) addDir(subsub);
+    }
+    if (dirs.size() == before)
+      warnings.push_back(path.string() + ": no result folders (" + std::string(kMetricsFile) + ", " +
+                         std::string(kStatusFile) + ", ...) in it or two levels below; skipped");
+  }
+  std::vector<RunData> runs;
+  for (const auto& d : dirs) runs.push_back(loadRun(d, warnings));
+  return runs;
+}
+
+}  // namespace terse::results

@@ -1,0 +1,70 @@
+// Reading result folders (result_writer.h's format) back for `terse compare`.
+//
+// Reading is forgiving, because the folders it reads may come from a killed, failed or still-running run or from an
+// older build: every problem (a missing file, a line that is not JSON, a torn last line, a record with a missing or
+// out-of-range field, steps going backwards) becomes a warning "FILE:LINE: what" and the bad part is skipped; nothing
+// in a results folder can make compare fail or crash. A variant whose status says failed stays in the table, marked,
+// with whatever records it wrote.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "results/json.h"
+
+namespace terse::results {
+
+// The lowercase hex SHA-256 (OpenSSL) of `data`: the config hash `--provenance` prints, the same digest `sha256sum
+// config.textproto` gives, so a published table can be checked against a results folder with standard tools.
+std::string sha256Hex(std::string_view data);
+
+// One evaluation point as read from metrics.jsonl. Optional fields absent from the record are NaN.
+struct EvalPoint {
+  int line = 0;  // in metrics.jsonl, for messages
+  int64_t step = 0;
+  double epoch_progress = 0;
+  double accuracy = 0;
+  double test_loss = 0;
+  double wire_bytes = 0;
+  double payload_bytes = 0;
+  double wall_s = 0;
+  double compute_s = 0, compress_s = 0, decompress_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
+  double staleness_mean = 0, staleness_max = 0;
+  std::map<int64_t, double> staleness_hist;  // tau -> pushes applied with it (cumulative)
+  double staleness_hist_overflow = 0;
+};
+
+// One results folder read back.
+struct RunData {
+  std::filesystem::path dir;
+  std::string study;    // the parent folder's name
+  std::string variant;  // the folder's name
+  std::string state;    // status.json: completed, failed, running; "unknown" when it cannot be read
+  std::string error;    // a failed run's message
+  bool has_config = false;
+  // The config's workload and data sections as "workload.name=mlp" lines (configMismatchWarnings compares them).
+  std::vector<std::string> workload_fields;
+  std::vector<std::string> data_fields;
+  std::string config_sha256;  // of config.textproto's bytes; empty without one
+  std::optional<Json> provenance;
+  std::string compressor;  // the loaded compressor's name; empty when neither provenance nor config says
+  bool error_feedback = false;
+  double momentum_correction = 0;
+  bool async_mode = false;        // the config's mode is ASYNC, SSP or HOGWILD
+  std::vector<EvalPoint> points;  // in step order; bad records skipped
+};
+
+// Reads one results folder. Never throws for anything inside it; problems go to `warnings`.
+RunData loadRun(const std::filesystem::path& dir, std::vector<std::string>& warnings);
+
+// Finds results folders under each path: a variant folder (it holds any of the four result files), a study folder
+// (its subfolders are variant folders) or a results root (two levels down). Folders are read in name order; one
+// reached twice is read once. A path that does not exist or holds no results is a warning.
+std::vector<RunData> loadRuns(const std::vector<std::filesystem::path>& paths, std::vector<std::string>& warnings);
+
+}  // namespace terse::results
