@@ -1,4 +1,4 @@
-#include "core/comm/tcp_transport.h"
+#include "core/comm/tcp/transport.h"
 
 #include <sys/prctl.h>
 
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/comm/reduce.h"
-#include "core/comm/tcp_wire.h"
+#include "core/comm/tcp/wire.h"
 #include "core/common/log.h"
 
 namespace terse::comm {

@@ -5,7 +5,7 @@
 //   terse bench allgather   the same with busbw = algbw * (n-1)/n
 //
 // With --transport inproc every rank is a thread of this process. With --transport tcp the ranks talk over real
-// sockets (tcp_transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank and rank 0
+// sockets (tcp/transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank and rank 0
 // prints the table; otherwise -n N runs N ranks as threads of this process, each with its own TcpTransport over
 // loopback, met through an in-process store. With --transport nccl (builds with CUDA and NCCL) every process is one
 // rank on its own GPU (nccl_communicator.h) and the buffers are device memory: one process alone, or N under
@@ -33,7 +33,7 @@
 #include "core/comm/inproc_transport.h"
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
-#include "core/comm/tcp_transport.h"
+#include "core/comm/tcp/transport.h"
 #include "core/common/error.h"
 #if defined(TERSE_HAVE_NCCL)
 #include <cuda_runtime_api.h>
