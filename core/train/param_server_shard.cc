@@ -24,8 +24,8 @@ struct ParamServerShard::Slot {
   uint64_t held_bytes = 0;
   bool gone = false;  // bye or dead
   bool dead = false;
-  bool lost = false;       // its connection failed (an expendable peer, tcp_transport.h): nothing more to read
-  uint64_t pulled = 0;     // 1 + the step of the last pull (0: none yet)
+  bool lost = false;    // its connection failed (an expendable peer, core/comm/tcp/transport.h): nothing more to read
+  uint64_t pulled = 0;  // 1 + the step of the last pull (0: none yet)
   uint64_t completed = 0;  // steps completed (kClock)
   Clock::time_point last_active = Clock::now();
 };

@@ -1,7 +1,7 @@
 // The runner's multi-process path (transports TCP and NCCL): this process is one rank of a job started by `terse
 // launch`, srun, mpirun or scripts/netns-cluster (core/comm/job.h reads which rank from the environment). Each rank
 // builds its own replica, compressor instance, pipelines and SyncTrainer exactly as the in-process runner builds rank
-// r's (the helpers in runner_detail.h), over a tcp transport (core/comm/tcp_transport.h) connected through the job's
+// r's (the helpers in runner_detail.h), over a tcp transport (core/comm/tcp/transport.h) connected through the job's
 // store under a key prefix of its own per variant, so the variants of a study get fresh transports.
 //
 // What the in-process runner does through shared memory at an evaluation point -- every rank publishes its wire and
@@ -37,7 +37,7 @@
 #endif
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
-#include "core/comm/tcp_transport.h"
+#include "core/comm/tcp/transport.h"
 #include "core/comm/transport.h"
 #include "core/common/error.h"
 #include "core/compress/make_codec.h"

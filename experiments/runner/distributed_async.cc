@@ -28,7 +28,7 @@
 #include "core/comm/host_communicator.h"
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
-#include "core/comm/tcp_transport.h"
+#include "core/comm/tcp/transport.h"
 #include "core/common/error.h"
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"

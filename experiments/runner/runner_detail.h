@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/comm/job.h"
-#include "core/comm/tcp_transport.h"
+#include "core/comm/tcp/transport.h"
 #include "core/plugin/compressor.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/config/config.h"

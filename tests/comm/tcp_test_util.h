@@ -18,8 +18,8 @@
 
 #include "core/comm/host_communicator.h"
 #include "core/comm/store.h"
+#include "core/comm/tcp/transport.h"
 #include "core/comm/tcp_store.h"
-#include "core/comm/tcp_transport.h"
 #include "tests/comm/comm_test_util.h"
 
 namespace terse::comm::testing {

@@ -12,7 +12,7 @@
 #include <numeric>
 #include <tuple>
 
-#include "core/comm/tcp_wire.h"
+#include "core/comm/tcp/wire.h"
 #include "tests/comm/tcp_test_util.h"
 
 namespace terse::comm {

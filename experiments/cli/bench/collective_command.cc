@@ -2,10 +2,10 @@
 // nccl-tests' format (STYLE.md 10), over the host transports; --transport nccl goes to nccl_collective.cc.
 //
 // With --transport inproc every rank is a thread of this process. With --transport tcp the ranks talk over real
-// sockets (tcp_transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank and rank 0
-// prints the table; otherwise -n N runs N ranks as threads of this process, each with its own TcpTransport over
-// loopback, met through an in-process store. Correctness is checked after the timed loop with deterministic data whose
-// sum is exact in every dtype and every summation order, so #wrong counts real errors. The tables end with a
+// sockets (core/comm/tcp/transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank
+// and rank 0 prints the table; otherwise -n N runs N ranks as threads of this process, each with its own TcpTransport
+// over loopback, met through an in-process store. Correctness is checked after the timed loop with deterministic data
+// whose sum is exact in every dtype and every summation order, so #wrong counts real errors. The tables end with a
 // single-thread memcpy bandwidth of the largest size measured in the same run and busbw's ratio to it: an inproc
 // collective moves memory, so memcpy is its natural ceiling on this machine.
 #include <algorithm>
@@ -23,7 +23,7 @@
 #include "core/comm/inproc_transport.h"
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
-#include "core/comm/tcp_transport.h"
+#include "core/comm/tcp/transport.h"
 #include "core/common/error.h"
 #include "experiments/cli/bench/bench_common.h"
 #include "experiments/cli/bench/collective.h"

@@ -1,7 +1,8 @@
 // The tcp transport (DESIGN.md section 6): the ranks of a job are processes on one or many hosts, connected by a full
 // mesh of TCP connections (Boost.Asio). It implements Transport exactly as the inproc transport does (matching by
 // (peer, tag), non-overtaking per tag, byte accounting, link emulation, abort), so collectives, the compression
-// pipeline and trainers run unchanged across processes.
+// pipeline and trainers run unchanged across processes. Its implementation lies in this folder, one job per file
+// (transport_detail.h maps them); wire.h holds its own wire messages.
 //
 // Setup (connectTcpTransport). Each rank listens on bind_address:port and publishes "host:port" under
 // `<store_prefix>tcp/addr/<rank>` (and its host label under `<store_prefix>tcp/host/<rank>`, for messages). Every rank

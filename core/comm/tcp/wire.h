@@ -1,4 +1,4 @@
-// The tcp transport's own wire messages (tcp_transport.h), apart from the frames every transport carries (frame.h):
+// The tcp transport's own wire messages (transport.h), apart from the frames every transport carries (frame.h):
 //
 // Hello, sent once per connection right after the job-token handshake (auth.h), by the connecting rank, and answered
 // with an acknowledgement of the same layout by the accepting rank:

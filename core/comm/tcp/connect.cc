@@ -1,0 +1,428 @@
+// The tcp transport's connection setup (connect.h): listening and advertising, the handshakes of accepted connections,
+// connection attempts with backoff, and the message that names every rank setup is still missing.
+#include "core/comm/tcp/connect.h"
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "core/comm/tcp/wire.h"
+#include "core/common/error.h"
+#include "core/common/log.h"
+
+namespace terse::comm::tcp {
+
+using asio::ip::tcp;
+
+// One connection in its handshake: the job-token exchange (auth.h), then the hellos. Every step has a deadline; any
+// failure drops the connection (accepting side) or retries it (connecting side).
+struct Connector::Handshake {
+  explicit Handshake(asio::io_context& io) : socket(std::make_unique<tcp::socket>(io)), timer(io) {}
+  // One deadline per message: a silent peer cannot hold the slot longer than that.
+  static void arm(const std::shared_ptr<Handshake>& h, Clock::duration timeout) {
+    h->timer.expires_after(timeout);
+    h->timer.async_wait([h](const boost::system::error_code& ec) {
+      if (ec || !h->socket) return;
+      h->timed_out = true;
+      boost::system::error_code ignored;
+      h->socket->close(ignored);
+    });
+  }
+
+  std::unique_ptr<tcp::socket> socket;
+  asio::steady_timer timer;
+  std::string remote;  // "127.0.0.1:40000", for messages
+  std::array<std::byte, kAuthHelloBytes> auth_hello{};
+  std::array<std::byte, kAuthChallengeBytes> auth_challenge{};
+  std::array<std::byte, kAuthResponseBytes> auth_response{};
+  tcp_wire::HelloBytes hello_out{};
+  std::string label_out;
+  tcp_wire::HelloBytes hello_in{};
+  std::string label_in;
+  tcp_wire::Hello peer_hello;
+  bool timed_out = false;
+};
+
+Connector::Connector(asio::io_context& io, const TcpOptions& options, const JobToken& token, const std::string& label,
+                     const std::string& who, std::vector<std::shared_ptr<Link>>& links)
+    : io_(io),
+      options_(options),
+      token_(token),
+      label_(label),
+      who_(who),
+      n_(options.world_size),
+      rank_(options.rank),
+      links_(links),
+      acceptor_(io),
+      handshake_timeout_(std::min<Clock::duration>(options.timeout, std::chrono::seconds(10))) {
+  last_error_.resize(static_cast<std::size_t>(n_));
+}
+
+void Connector::noteError(int peer, const std::string& what) {
+  std::lock_guard lock(setup_mutex_);
+  last_error_[static_cast<std::size_t>(peer)] = what;
+}
+
+void Connector::setSocketOptions(tcp::socket& s) {
+  boost::system::error_code ignored;
+  s.set_option(tcp::no_delay(true), ignored);
+  if (options_.socket_buffer_bytes > 0) {
+    s.set_option(asio::socket_base::send_buffer_size(options_.socket_buffer_bytes), ignored);
+    s.set_option(asio::socket_base::receive_buffer_size(options_.socket_buffer_bytes), ignored);
+  }
+}
+
+void Connector::startAccept() {
+  auto h = std::make_shared<Handshake>(io_);
+  acceptor_.async_accept(*h->socket, [this, h](const boost::system::error_code& ec) {
+    if (ec) return;  // the acceptor was closed: setup is over
+    {
+      std::lock_guard lock(setup_mutex_);
+      if (setup_done_) return;
+    }
+    boost::system::error_code rec;
+    const auto ep = h->socket->remote_endpoint(rec);
+    h->remote = rec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    // A bound on connections in their handshake, so a connection flood cannot exhaust descriptors or memory.
+    if (pending_handshakes_ >= tcp_wire::kMaxPendingHandshakes) {
+      TERSE_LOG(LogLevel::kWarn, who_ << ": dropped a connection from " << h->remote << ": too many handshakes");
+      boost::system::error_code ignored;
+      h->socket->close(ignored);
+    } else {
+      ++pending_handshakes_;
+      startHandshake(h);
+    }
+    startAccept();
+  });
+}
+
+void Connector::startHandshake(std::shared_ptr<Handshake> h) {
+  setSocketOptions(*h->socket);
+  auto server = std::make_shared<AuthServer>(token_, AuthService::kTransport);
+  auto done = std::make_shared<bool>(false);
+  // Ends the handshake: the connection is dropped (and logged) unless `ok`.
+  auto finish = [this, h, done](const std::string& failure) {
+    if (*done) return;
+    *done = true;
+    --pending_handshakes_;
+    h->timer.cancel();
+    if (!failure.empty()) {
+      TERSE_LOG(LogLevel::kWarn, who_ << ": dropped a connection from " << h->remote << " during setup: " << failure);
+      boost::system::error_code ignored;
+      if (h->socket) h->socket->close(ignored);
+    }
+  };
+  auto arm = [this, h]() { Handshake::arm(h, handshake_timeout_); };
+  auto fail = [h, finish](const char* step, const boost::system::error_code& ec) {
+    finish(std::string(step) + ": " + (h->timed_out ? std::string("no answer within the deadline") : ec.message()));
+  };
+  arm();
+  asio::async_read(
+      *h->socket, asio::buffer(h->auth_hello), [=, this](const boost::system::error_code& ec, std::size_t) {
+        if (ec) return fail("reading the authentication hello", ec);
+        try {
+          h->auth_challenge = server->challenge(h->auth_hello);
+        } catch (const AuthError& e) {
+          return finish(std::string("authentication failed: ") + e.what());
+        }
+        arm();
+        asio::async_write(
+            *h->socket, asio::buffer(h->auth_challenge), [=, this](const boost::system::error_code& ec2, std::size_t) {
+              if (ec2) return fail("writing the authentication challenge", ec2);
+              arm();
+              asio::async_read(
+                  *h->socket, asio::buffer(h->auth_response),
+                  [=, this](const boost::system::error_code& ec3, std::size_t) {
+                    if (ec3) return fail("reading the authentication response", ec3);
+                    try {
+                      server->verify(h->auth_response);
+                    } catch (const AuthError& e) {
+                      return finish(std::string("authentication failed (wrong job token?): ") + e.what());
+                    }
+                    arm();
+                    asio::async_read(
+                        *h->socket, asio::buffer(h->hello_in),
+                        [=, this](const boost::system::error_code& ec4, std::size_t) {
+                          if (ec4) return fail("reading the hello", ec4);
+                          try {
+                            h->peer_hello = tcp_wire::decodeHello(h->hello_in, tcp_wire::kHelloMagic);
+                          } catch (const InvalidPayload& e) {
+                            return finish(e.what());
+                          }
+                          h->label_in.resize(h->peer_hello.label_bytes);
+                          asio::async_read(
+                              *h->socket, asio::buffer(h->label_in),
+                              [=, this](const boost::system::error_code& ec5, std::size_t) {
+                                if (ec5) return fail("reading the hello's host label", ec5);
+                                const int peer = static_cast<int>(h->peer_hello.rank);
+                                std::string problem;
+                                if (h->peer_hello.world_size != static_cast<uint32_t>(n_)) {
+                                  problem = "hello from a job of " + std::to_string(h->peer_hello.world_size) +
+                                            " ranks, this job has " + std::to_string(n_);
+                                } else if (peer <= rank_ || peer >= n_) {
+                                  problem = "hello from rank " + std::to_string(h->peer_hello.rank) +
+                                            ", but only ranks above this one connect here (" +
+                                            std::to_string(rank_ + 1) + ".." + std::to_string(n_ - 1) + ")";
+                                } else if (links_[static_cast<std::size_t>(peer)]) {
+                                  problem = "hello from rank " + std::to_string(peer) + ", which is already connected";
+                                }
+                                if (!problem.empty()) return finish(problem);
+                                h->hello_out = tcp_wire::encodeHello(tcp_wire::kAckMagic, static_cast<uint32_t>(rank_),
+                                                                     static_cast<uint32_t>(n_), label_);
+                                h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
+                                // The acknowledgement is written before the link is registered: nothing else may write
+                                // on the socket while it is in flight.
+                                std::array<asio::const_buffer, 2> ack{asio::buffer(h->hello_out),
+                                                                      asio::buffer(h->label_out)};
+                                asio::async_write(
+                                    *h->socket, ack, [=, this](const boost::system::error_code& ec6, std::size_t) {
+                                      if (ec6) return fail("writing the acknowledgement", ec6);
+                                      if (*done) return;
+                                      if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
+                                        return finish("rank " + std::to_string(peer) +
+                                                      " connected twice, or after setup ended");
+                                      finish("");
+                                    });
+                              });
+                        });
+                  });
+            });
+      });
+}
+
+void Connector::connectAttempt(int peer, tcp::resolver::results_type endpoints, Clock::time_point deadline,
+                               Clock::duration backoff) {
+  {
+    std::lock_guard lock(setup_mutex_);
+    if (setup_done_) return;
+  }
+  auto h = std::make_shared<Handshake>(io_);
+  auto client = std::make_shared<AuthClient>(token_, AuthService::kTransport);
+  auto done = std::make_shared<bool>(false);
+  // Retries with exponential backoff until the setup deadline; connectTcpTransport reports the last failure.
+  auto retry = [this, h, done, peer, endpoints, deadline, backoff](const std::string& failure) {
+    if (*done) return;
+    *done = true;
+    h->timer.cancel();
+    boost::system::error_code ignored;
+    if (h->socket) h->socket->close(ignored);
+    noteError(peer, failure);
+    TERSE_LOG(LogLevel::kDebug, who_ << ": connecting to rank " << peer << ": " << failure);
+    if (Clock::now() + backoff >= deadline) return;
+    auto t = std::make_shared<asio::steady_timer>(io_, backoff);
+    t->async_wait([this, t, peer, endpoints, deadline, backoff](const boost::system::error_code& ec) {
+      if (ec) return;
+      connectAttempt(peer, endpoints, deadline, std::min<Clock::duration>(backoff * 2, std::chrono::seconds(1)));
+    });
+  };
+  auto arm = [this, h]() { Handshake::arm(h, handshake_timeout_); };
+  auto fail = [h, retry](const char* step, const boost::system::error_code& ec) {
+    retry(std::string(step) + ": " + (h->timed_out ? std::string("no answer within the deadline") : ec.message()));
+  };
+  arm();
+  asio::async_connect(*h->socket, endpoints, [=, this](const boost::system::error_code& ec, const tcp::endpoint& ep) {
+    if (ec) return fail("connecting", ec);
+    h->remote = ep.address().to_string() + ":" + std::to_string(ep.port());
+    setSocketOptions(*h->socket);
+    h->auth_hello = client->hello();
+    arm();
+    asio::async_write(
+        *h->socket, asio::buffer(h->auth_hello), [=, this](const boost::system::error_code& ec2, std::size_t) {
+          if (ec2) return fail("writing the authentication hello", ec2);
+          asio::async_read(
+              *h->socket, asio::buffer(h->auth_challenge),
+              [=, this](const boost::system::error_code& ec3, std::size_t) {
+                if (ec3)
+                  return fail("reading the authentication challenge (a wrong job token is refused this way)", ec3);
+                try {
+                  h->auth_response = client->answer(h->auth_challenge);
+                } catch (const AuthError& e) {
+                  return retry(std::string("authentication failed: ") + e.what());
+                }
+                h->hello_out = tcp_wire::encodeHello(tcp_wire::kHelloMagic, static_cast<uint32_t>(rank_),
+                                                     static_cast<uint32_t>(n_), label_);
+                h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
+                std::array<asio::const_buffer, 3> out{asio::buffer(h->auth_response), asio::buffer(h->hello_out),
+                                                      asio::buffer(h->label_out)};
+                arm();
+                asio::async_write(*h->socket, out, [=, this](const boost::system::error_code& ec4, std::size_t) {
+                  if (ec4) return fail("writing the hello", ec4);
+                  asio::async_read(*h->socket, asio::buffer(h->hello_in),
+                                   [=, this](const boost::system::error_code& ec5, std::size_t) {
+                                     if (ec5) return fail("reading the acknowledgement (refused by the peer?)", ec5);
+                                     try {
+                                       h->peer_hello = tcp_wire::decodeHello(h->hello_in, tcp_wire::kAckMagic);
+                                     } catch (const InvalidPayload& e) {
+                                       return retry(e.what());
+                                     }
+                                     if (h->peer_hello.rank != static_cast<uint32_t>(peer) ||
+                                         h->peer_hello.world_size != static_cast<uint32_t>(n_))
+                                       return retry("the listener at " + h->remote + " is rank " +
+                                                    std::to_string(h->peer_hello.rank) + " of " +
+                                                    std::to_string(h->peer_hello.world_size) + ", expected rank " +
+                                                    std::to_string(peer) + " of " + std::to_string(n_));
+                                     h->label_in.resize(h->peer_hello.label_bytes);
+                                     asio::async_read(*h->socket, asio::buffer(h->label_in),
+                                                      [=, this](const boost::system::error_code& ec6, std::size_t) {
+                                                        if (ec6)
+                                                          return fail("reading the acknowledgement's host label", ec6);
+                                                        if (*done) return;
+                                                        *done = true;
+                                                        h->timer.cancel();
+                                                        if (!registerLink(peer, std::move(h->socket),
+                                                                          tcp_wire::printable(h->label_in)))
+                                                          noteError(peer, "connected after setup ended");
+                                                      });
+                                   });
+                });
+              });
+        });
+  });
+}
+
+bool Connector::registerLink(int peer, std::unique_ptr<tcp::socket> socket, const std::string& label) {
+  {
+    std::lock_guard lock(setup_mutex_);
+    if (setup_done_ || links_[static_cast<std::size_t>(peer)]) {
+      boost::system::error_code ignored;
+      if (socket) socket->close(ignored);
+      return false;
+    }
+  }
+  auto l = std::make_shared<Link>();
+  l->peer = peer;
+  l->who = "rank " + std::to_string(peer) + " (host " + label + ")";
+  l->socket = std::move(socket);
+  l->spec = options_.emulation.linkSpec(rank_, peer);
+  l->wire = PacedResource(l->spec.bandwidth_bps);
+  links_[static_cast<std::size_t>(peer)] = std::move(l);
+  {
+    std::lock_guard lock(setup_mutex_);
+    ++connected_;
+  }
+  setup_cv_.notify_all();
+  return true;
+}
+
+void Connector::closeListener() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+}
+
+std::string Connector::failure(Store& store, const std::vector<int>& missing, Clock::duration waited) {
+  std::ostringstream m;
+  m << who_ << ": tcp transport setup timed out after " << secondsText(waited) << ": not connected to ";
+  bool first = true;
+  for (int r : missing) {
+    m << (first ? "" : "; ") << "rank " << r;
+    first = false;
+    std::string host, addr;
+    try {
+      if (store.check(key("host", r))) host = tcp_wire::printable(store.get(key("host", r), std::chrono::seconds(1)));
+      if (store.check(key("addr", r))) addr = tcp_wire::printable(store.get(key("addr", r), std::chrono::seconds(1)));
+    } catch (const std::exception&) {
+    }
+    if (addr.empty()) {
+      m << " (never published its address under '" << key("addr", r) << "': not started, or a different store/prefix)";
+    } else {
+      m << " (host " << (host.empty() ? "?" : host) << ", listening at " << addr;
+      std::lock_guard lock(setup_mutex_);
+      const std::string& e = last_error_[static_cast<std::size_t>(r)];
+      if (!e.empty()) m << ", last error: " << e;
+      m << ")";
+    }
+  }
+  return m.str();
+}
+
+std::string Connector::listen() {
+  tcp::endpoint bind_ep;
+  try {
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(options_.bind_address, std::to_string(options_.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service);
+    TERSE_CHECK(!results.empty(), InvalidArgument,
+                "tcp transport: bind address '" << options_.bind_address << "' does not resolve");
+    bind_ep = results.begin()->endpoint();
+  } catch (const boost::system::system_error& e) {
+    TERSE_THROW(InvalidArgument,
+                "tcp transport: bind address '" << options_.bind_address << "' does not resolve: " << e.what());
+  }
+  try {
+    acceptor_.open(bind_ep.protocol());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true));
+    if (options_.socket_buffer_bytes > 0)  // accepted sockets inherit it, before the window is negotiated
+      acceptor_.set_option(asio::socket_base::receive_buffer_size(options_.socket_buffer_bytes));
+    acceptor_.bind(bind_ep);
+    acceptor_.listen();
+  } catch (const boost::system::system_error& e) {
+    TERSE_THROW(CommError, who_ << ": tcp transport cannot listen on " << options_.bind_address << ":" << options_.port
+                                << ": " << e.what());
+  }
+  const uint16_t port = acceptor_.local_endpoint().port();
+  std::string advertise = options_.advertise_address;
+  if (advertise.empty()) {
+    advertise = options_.bind_address;
+    if (bind_ep.address().is_unspecified()) {
+      // Bound to every interface: advertise the address the host name resolves to (what peers on other hosts use).
+      try {
+        tcp::resolver resolver(io_);
+        // Debian maps the host name to 127.0.1.1 in /etc/hosts: prefer an address other hosts can reach.
+        advertise = asio::ip::host_name();
+        bool found_remote = false;
+        for (const auto& e : resolver.resolve(asio::ip::host_name(), "0")) {
+          if (found_remote) break;
+          const auto addr = e.endpoint().address();
+          if (!addr.is_loopback() && !(addr.is_v4() && (addr.to_v4().to_uint() >> 24) == 127)) {
+            advertise = addr.to_string();
+            found_remote = true;
+          }
+        }
+      } catch (const boost::system::system_error&) {
+        advertise = asio::ip::host_name();
+      }
+    }
+  }
+  return (advertise.find(':') != std::string::npos ? "[" + advertise + "]" : advertise) + ":" + std::to_string(port);
+}
+
+void Connector::meet(Store& store, const std::string& published, Clock::time_point deadline) {
+  if (rank_ < n_ - 1) asio::post(io_, [this] { startAccept(); });
+
+  // The host first, so whoever sees the address can name the host too.
+  store.set(key("host", rank_), label_);
+  store.set(key("addr", rank_), published);
+  TERSE_LOG(LogLevel::kDebug, who_ << ": tcp transport listening at " << published);
+
+  for (int peer = 0; peer < rank_; ++peer) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    std::string addr;
+    try {
+      addr = store.get(key("addr", peer), std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    } catch (const CommError& e) {
+      noteError(peer, e.what());
+      continue;
+    }
+    const auto colon = addr.rfind(':');
+    std::string host = colon == std::string::npos ? addr : addr.substr(0, colon);
+    const std::string service = colon == std::string::npos ? "" : addr.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    try {
+      tcp::resolver resolver(io_);
+      auto endpoints = resolver.resolve(host, service, tcp::resolver::numeric_service);
+      asio::post(io_, [this, peer, endpoints, deadline] {
+        connectAttempt(peer, endpoints, deadline, std::chrono::milliseconds(20));
+      });
+    } catch (const boost::system::system_error& e) {
+      noteError(peer, "address '" + tcp_wire::printable(addr) + "' does not resolve: " + e.what());
+    }
+  }
+
+  std::unique_lock lock(setup_mutex_);
+  setup_cv_.wait_until(lock, deadline, [&] { return connected_ == n_ - 1; });
+  // From here on the io thread registers no more links (a late handshake sees setup_done_).
+  setup_done_ = true;
+}
+
+}  // namespace terse::comm::tcp

@@ -1,0 +1,74 @@
+// Connection setup of the tcp transport (transport.h, "Setup"): the listener, the job-token handshake and hello of
+// every connection, the attempts to connect to the lower ranks, and the links they register; internal to
+// core/comm/tcp/.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/comm/auth.h"
+#include "core/comm/store.h"
+#include "core/comm/tcp/link.h"
+#include "core/comm/tcp/transport.h"
+
+namespace terse::comm::tcp {
+
+// Every rank connects to each lower rank and accepts from each higher one. During setup a connection that fails any
+// step (wrong token, garbage, a silent peer, a duplicate) is logged and dropped, or retried by the connecting side, and
+// the rank goes on waiting for the real peer until the setup deadline. The handshakes run on the transport's io
+// thread; a link registered here is final once meet() returned.
+class Connector {
+ public:
+  // `links` is the transport's table (one slot per rank, this rank's own filled): registered links land in it.
+  Connector(asio::io_context& io, const TcpOptions& options, const JobToken& token, const std::string& label,
+            const std::string& who, std::vector<std::shared_ptr<Link>>& links);
+
+  // Opens the listener on bind_address:port; returns the "host:port" the other ranks connect to. Throws
+  // InvalidArgument for an address that does not resolve, CommError when it cannot listen.
+  std::string listen();
+  // Once the io thread runs: accepts from the higher ranks, publishes this rank's host and address in the store,
+  // connects to each lower rank, and waits until every link is up or `deadline` passed. From its return on no link
+  // registers any more.
+  void meet(Store& store, const std::string& published, Clock::time_point deadline);
+  // The setup timeout's message: every missing rank, its host and address if it published them, and the last error.
+  std::string failure(Store& store, const std::vector<int>& missing, Clock::duration waited);
+  // io thread: setup is over, accept no more connections.
+  void closeListener();
+
+ private:
+  struct Handshake;
+  std::string key(const char* what, int r) const {
+    return options_.store_prefix + "tcp/" + what + "/" + std::to_string(r);
+  }
+  void startAccept();
+  void startHandshake(std::shared_ptr<Handshake> h);
+  void connectAttempt(int peer, asio::ip::tcp::resolver::results_type endpoints, Clock::time_point deadline,
+                      Clock::duration backoff);
+  bool registerLink(int peer, std::unique_ptr<asio::ip::tcp::socket> socket, const std::string& label);
+  void setSocketOptions(asio::ip::tcp::socket& s);
+  void noteError(int peer, const std::string& what);
+
+  asio::io_context& io_;
+  const TcpOptions& options_;
+  const JobToken& token_;
+  const std::string& label_;
+  const std::string& who_;
+  const int n_;
+  const int rank_;
+  std::vector<std::shared_ptr<Link>>& links_;  // written on the io thread until meet() returned
+  asio::ip::tcp::acceptor acceptor_;
+  const Clock::duration handshake_timeout_;
+
+  std::mutex setup_mutex_;
+  std::condition_variable setup_cv_;
+  int connected_ = 0;                    // guarded by setup_mutex_
+  bool setup_done_ = false;              // guarded by setup_mutex_
+  std::vector<std::string> last_error_;  // guarded by setup_mutex_: why the link to each rank is not up yet
+  std::size_t pending_handshakes_ = 0;   // io thread only
+};
+
+}  // namespace terse::comm::tcp

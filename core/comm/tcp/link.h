@@ -1,0 +1,135 @@
+// The tcp transport's state of one connection (one peer) and of the operations in flight on it, shared by the
+// transport's io thread, the requests of the caller's threads and the pacer; internal to core/comm/tcp/. Which lock
+// guards which field is part of each field's declaration.
+#pragma once
+
+// Before Asio, in its own block: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/comm/frame.h"
+#include "core/comm/link_emulation.h"
+#include "core/common/dtype.h"
+
+namespace terse::comm::tcp {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+// A frame read before any receive was posted for it: the only frames the transport copies.
+struct Staged {
+  FrameHeader header;
+  std::unique_ptr<std::byte[]> data;  // header.length bytes
+  // Guarded by the link's mutex.
+  bool complete = false;
+  Clock::time_point deliver_at{};
+};
+
+struct RecvOp {
+  FrameMeta expect;
+  std::span<std::byte> buffer;
+  bool reduce = false;
+  DType dtype = DType::kF32;
+  enum class State : uint8_t { kPosted, kStaged, kDirect, kFailed };
+  // Guarded by the link's mutex.
+  State state = State::kPosted;
+  std::shared_ptr<Staged> staged;  // kStaged: the frame, possibly still arriving
+  std::vector<std::byte> bounce;   // kDirect + reduce: where the payload lands before it is added
+  bool io_active = false;          // kDirect: the io thread is writing into `buffer`, which must stay alive
+  bool arrived = false;            // kDirect: the whole payload is in
+  bool cancelled = false;          // the request was dropped: the io thread drains the rest of the frame
+  bool error_comm = false;         // kFailed: CommError (the peer left) rather than InvalidPayload
+  uint64_t length = 0;
+  Clock::time_point deliver_at{};
+  std::string error;
+};
+
+struct SendOp {
+  EncodedHeader header{};
+  std::span<const std::byte> data;
+  std::vector<std::byte> owned;  // control payloads, and the data of a send dropped before it was written
+  uint64_t wire_bytes = 0;
+  Tag control_tag = 0;  // kControl frames: which one
+  // Guarded by the link's mutex.
+  bool io_active = false;  // the io thread is reading from `data`
+  bool done = false;       // every byte written to the socket
+  bool scheduled = true;   // emulation: sent_at is known
+  Clock::time_point queued_at{};
+  Clock::time_point sent_at{};
+};
+
+// A byte range of one frame's wire bytes (header then payload): a whole frame, or an emulated slice of one.
+struct WriteItem {
+  std::shared_ptr<SendOp> op;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+struct Link {
+  int peer = 0;
+  std::string who;                                // "rank 2 (host a)"
+  std::unique_ptr<asio::ip::tcp::socket> socket;  // null for the link to this rank itself
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  // Guarded by mutex.
+  std::deque<std::shared_ptr<RecvOp>> posted;
+  std::deque<std::shared_ptr<Staged>> unmatched;
+  std::string broken;                            // nonempty: every request on the link fails with this reason
+  bool broken_by_payload = false;                // InvalidPayload (a malformed frame) rather than CommError
+  bool peer_left = false;                        // the peer's goodbye arrived: no frame follows it
+  std::deque<WriteItem> writes;                  // data frames (or released slices) in stream order
+  std::deque<std::shared_ptr<SendOp>> controls;  // written between data frames, never inside one
+  bool mid_frame = false;                        // the last write ended inside a frame (emulated slices)
+  bool pump_posted = false;                      // a pump of this link is queued on the io thread
+  bool parked = false;  // the io thread holds a frame's header and waits for a receive before reading its payload
+  std::vector<std::vector<std::byte>> bounce_pool;
+
+  // io thread only.
+  bool writing = false;
+  bool write_shut = false;  // our goodbye went out and the sending side is shut down
+  bool bye_queued = false;
+  bool notice_sent = false;  // our abort notice went out
+  bool reading = false;
+  bool read_closed = false;  // the peer's end of file, or the connection failed
+  bool closed = false;
+  Clock::time_point last_heard{};
+  Clock::time_point last_sent{};
+  EncodedHeader in_header{};
+  FrameHeader cur;
+  Clock::time_point cur_started{};
+  std::byte* target = nullptr;
+  uint64_t got = 0;
+  std::shared_ptr<RecvOp> cur_recv;
+  std::shared_ptr<Staged> cur_staged;
+  bool discarding = false;
+  std::vector<std::byte> scratch;  // control payloads and drained frames
+
+  // Emulation, guarded by the pacer's mutex (pacer.h).
+  LinkSpec spec;
+  PacedResource wire;
+  std::deque<std::shared_ptr<SendOp>> nic_queue;
+  uint64_t head_reserved = 0;
+  Clock::time_point head_end{};
+  std::deque<std::pair<Clock::time_point, WriteItem>> release;  // slices reserved, handed to the writer at their end
+};
+
+[[noreturn]] void throwBroken(const Link& l);
+
+// Checks a frame against the receive it is matched with; "" when it fits. Called under the link's mutex.
+std::string mismatch(const Link& l, const FrameHeader& h, const RecvOp& r);
+
+// "1.5 s", for the messages about silent peers and setup timeouts.
+std::string secondsText(Clock::duration d);
+
+}  // namespace terse::comm::tcp

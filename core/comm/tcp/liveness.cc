@@ -1,0 +1,150 @@
+// Liveness of the tcp transport's links (transport.h, "Liveness"): heartbeats on idle connections, a silent peer
+// declared dead after the timeout, an end of file told apart from the goodbye of an orderly end, and what a lost link
+// fails -- the job, or only the operations with an expendable peer.
+#include <algorithm>
+#include <vector>
+
+#include "core/comm/tcp/transport_detail.h"
+#include "core/comm/tcp/wire.h"
+#include "core/common/log.h"
+
+namespace terse::comm::tcp {
+
+using asio::ip::tcp;
+using tcp_wire::kAbortTag;
+using tcp_wire::kByeTag;
+using tcp_wire::kHeartbeatTag;
+
+void TcpTransport::armHeartbeat() {
+  heartbeat_.expires_after(heartbeat_period_);
+  heartbeat_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_.load()) return;
+    const Clock::time_point now = Clock::now();
+    for (auto& lp : links_) {
+      Link& l = *lp;
+      if (!l.socket || l.closed || l.read_closed) continue;
+      bool parked = false;
+      {
+        std::lock_guard lock(l.mutex);
+        parked = l.parked;
+      }
+      // A parked link is silent because this rank stopped reading it, not because the peer did.
+      if (parked) l.last_heard = now;
+      if (!l.peer_left && !aborted_.load() && now - l.last_heard > options_.timeout) {
+        linkFailed(l, "has sent nothing for " + secondsText(now - l.last_heard) + " (heartbeat timeout " +
+                          secondsText(options_.timeout) + "): the process is stopped, hung or unreachable");
+        continue;
+      }
+      if (!l.writing && !l.write_shut && !l.bye_queued && now - l.last_sent >= heartbeat_period_)
+        queueControl(l, kHeartbeatTag, {});
+    }
+    armHeartbeat();
+  });
+}
+
+void TcpTransport::handleControl(Link& l) {
+  switch (l.cur.meta.tag) {
+    case kHeartbeatTag:
+      return;
+    case kAbortTag: {
+      std::string reason(reinterpret_cast<const char*>(l.scratch.data()), l.scratch.size());
+      for (char& c : reason)
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = '?';
+      TERSE_LOG(LogLevel::kInfo, who_ << ": abort notice from " << l.who << ": " << reason);
+      abortJob(reason);
+      return;
+    }
+    case kByeTag: {
+      std::vector<std::shared_ptr<RecvOp>> failed;
+      {
+        std::lock_guard lock(l.mutex);
+        l.peer_left = true;
+        for (auto& r : l.posted) {
+          r->state = RecvOp::State::kFailed;
+          r->error_comm = true;
+          r->error = who_ + ": " + l.who + " closed its transport (left the job) before sending the frame of tag " +
+                     std::to_string(r->expect.tag) + " this rank is waiting for";
+        }
+        l.posted.clear();
+      }
+      l.cv.notify_all();
+      if (!l.bye_queued && !l.write_shut) {
+        l.bye_queued = true;
+        queueControl(l, kByeTag, {});
+      }
+      return;
+    }
+    default:
+      return protocolError(l, "unknown control frame (tag " + std::to_string(l.cur.meta.tag) + ") from " + l.who);
+  }
+}
+
+void TcpTransport::readFailed(Link& l, const boost::system::error_code& ec) {
+  {
+    std::lock_guard lock(l.mutex);
+    if (l.cur_recv) l.cur_recv->io_active = false;
+  }
+  l.cv.notify_all();
+  l.cur_recv.reset();
+  l.cur_staged.reset();
+  if (l.closed) return markReadClosed(l);
+  if (ec == asio::error::eof && l.peer_left) {
+    // The orderly end after the peer's goodbye.
+    markReadClosed(l);
+    if (l.write_shut) closeLink(l);
+    return;
+  }
+  const std::string what =
+      ec == asio::error::eof
+          ? "closed its connection without saying goodbye (end of file): the process exited, crashed or was killed"
+          : "connection failed (" + ec.message() + "): the process died or the network is down";
+  linkFailed(l, what);
+}
+
+// The link can no longer be trusted or used: the whole job fails, naming the peer.
+void TcpTransport::linkFailed(Link& l, const std::string& what) {
+  markReadClosed(l);
+  closeLink(l);
+  if (l.peer_left || stopping_.load()) return;
+  if (std::find(options_.expendable_ranks.begin(), options_.expendable_ranks.end(), l.peer) !=
+      options_.expendable_ranks.end()) {
+    // An expendable peer is lost alone: its link's operations fail, the job goes on.
+    const std::string message = who_ + ": " + l.who + " " + what + " (lost; the job goes on without it)";
+    TERSE_LOG(LogLevel::kWarn, message);
+    {
+      std::lock_guard lock(l.mutex);
+      if (l.broken.empty()) {
+        l.broken = message;
+        l.broken_by_payload = false;
+      }
+      l.writes.clear();
+    }
+    l.cv.notify_all();
+    pacer_.drop(l);
+    return;
+  }
+  abortJob(who_ + ": " + l.who + " " + what);
+}
+
+void TcpTransport::markReadClosed(Link& l) {
+  {
+    std::lock_guard lock(life_mutex_);
+    l.read_closed = true;
+  }
+  life_cv_.notify_all();
+}
+
+void TcpTransport::closeLink(Link& l) {
+  if (l.closed || !l.socket) return;
+  l.closed = true;
+  boost::system::error_code ignored;
+  l.socket->shutdown(tcp::socket::shutdown_both, ignored);
+  l.socket->close(ignored);
+  {
+    std::lock_guard lock(life_mutex_);
+    l.read_closed = true;
+  }
+  life_cv_.notify_all();
+}
+
+}  // namespace terse::comm::tcp

@@ -1,0 +1,167 @@
+// The tcp transport's life (transport.h): the object and its threads, setup of the full mesh through the connector
+// (connect.h) up to the point where every link reads, and the orderly end.
+#include <algorithm>
+#include <future>
+
+#include "core/comm/tcp/transport_detail.h"
+#include "core/comm/tcp/wire.h"
+
+namespace terse::comm {
+namespace tcp {
+
+using tcp_wire::kByeTag;
+
+TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
+    : options_(options),
+      token_(token),
+      n_(options.world_size),
+      rank_(options.rank),
+      label_(options.host_label.empty() ? asio::ip::host_name() : options.host_label),
+      who_("rank " + std::to_string(options.rank) + " (host " + label_ + ")"),
+      emulated_(options.emulation.enabled()),
+      counter_(options.rank),
+      connector_(io_, options_, token_, label_, who_, links_),
+      heartbeat_(io_),
+      abort_grace_(io_),
+      heartbeat_period_(std::max<Clock::duration>(options.timeout / 4, std::chrono::milliseconds(1))),
+      ingress_(options.emulation.nic_ingress_bps),
+      pacer_(options.emulation) {
+  links_.resize(static_cast<std::size_t>(n_));
+  auto self = std::make_shared<Link>();
+  self->peer = rank_;
+  self->who = who_;
+  links_[static_cast<std::size_t>(rank_)] = std::move(self);
+}
+
+void TcpTransport::connect(Store& store) {
+  const Clock::time_point begin = Clock::now();
+  const Clock::time_point deadline = begin + options_.timeout;
+  if (n_ == 1) return;  // frames to itself cross no socket and are not emulated
+
+  const std::string published = connector_.listen();
+  work_.emplace(io_.get_executor());
+  io_thread_ = std::thread([this] { io_.run(); });
+  io_started_ = true;
+  connector_.meet(store, published, deadline);
+
+  // Settle on the io thread: what registered by now is final.
+  std::vector<int> missing;
+  {
+    std::promise<void> settled;
+    asio::post(io_, [&] {
+      for (int r = 0; r < n_; ++r)
+        if (!links_[static_cast<std::size_t>(r)]) missing.push_back(r);
+      if (missing.empty()) startLinks();
+      settled.set_value();
+    });
+    settled.get_future().wait();
+  }
+  if (!missing.empty()) TERSE_THROW(CommError, connector_.failure(store, missing, Clock::now() - begin));
+  // The pacer walks every link: it starts once they all exist.
+  if (emulated_) pacer_.start(links_, [this](Link& l) { asio::post(io_, [this, link = &l] { pump(*link); }); });
+}
+
+// Runs on the io thread once every link is up: nothing was read from an established link before.
+void TcpTransport::startLinks() {
+  connector_.closeListener();
+  const Clock::time_point now = Clock::now();
+  for (auto& lp : links_) {
+    Link& l = *lp;
+    if (!l.socket) continue;
+    l.last_heard = now;
+    l.last_sent = now;
+    l.reading = true;
+    readHeader(l);
+    pump(l);
+  }
+  armHeartbeat();
+}
+
+// Goodbye to every peer (so its end of file is not taken for a crash), then wait, bounded, until every peer answered
+// with its own end of file, and stop the threads.
+void TcpTransport::shutdown() {
+  stopping_.store(true);
+  if (io_started_) {
+    asio::post(io_, [this] {
+      // The abort's own post may still be queued behind this one (it was posted from a handler): the notices must be
+      // queued before the connections are closed.
+      if (aborted_.load()) sendAbortNotices();
+      for (auto& lp : links_) {
+        if (!lp) continue;
+        Link& l = *lp;
+        unpark(l, true);  // read on to the peer's goodbye
+        if (!l.socket || l.closed || l.bye_queued || l.write_shut || !l.reading) continue;
+        if (aborted_.load()) {
+          // Closed once the abort notice is out (onWritten), or now when there is nothing left to tell.
+          bool idle = false;
+          {
+            std::lock_guard lock(l.mutex);
+            idle = !l.writing && l.controls.empty();
+          }
+          if (l.notice_sent || idle) closeLink(l);
+          continue;
+        }
+        l.bye_queued = true;
+        queueControl(l, kByeTag, {});
+      }
+    });
+    {
+      const Clock::time_point limit =
+          Clock::now() + std::min<Clock::duration>(options_.timeout, std::chrono::seconds(5));
+      std::unique_lock lock(life_mutex_);
+      life_cv_.wait_until(lock, limit, [&] {
+        for (auto& lp : links_)
+          if (lp && lp->socket && lp->reading && !lp->read_closed) return false;
+        return true;
+      });
+    }
+    asio::post(io_, [this] {
+      connector_.closeListener();
+      heartbeat_.cancel();
+      abort_grace_.cancel();
+      for (auto& lp : links_)
+        if (lp) closeLink(*lp);
+      work_.reset();
+      // Handlers still pending (retry and handshake timers, operations on closed sockets) are dropped, not run: the
+      // buffers they could touch are released below.
+      io_.stop();
+    });
+    io_thread_.join();
+    for (auto& lp : links_)
+      if (lp) lp->socket.reset();  // a socket must not outlive its io_context; requests may keep the link
+  }
+  pacer_.stop();
+  // Requests may outlive the transport: they fail from now on, and nothing writes into their buffers any more.
+  const std::string message = who_ + ": the tcp transport was destroyed";
+  for (auto& lp : links_) {
+    if (!lp) continue;
+    {
+      std::lock_guard lock(lp->mutex);
+      if (lp->broken.empty()) lp->broken = message;
+      for (auto& r : lp->posted) r->io_active = false;
+      if (lp->cur_recv) lp->cur_recv->io_active = false;
+      for (auto& w : lp->writes) w.op->io_active = false;
+      lp->writes.clear();
+    }
+    lp->cv.notify_all();
+  }
+}
+
+}  // namespace tcp
+
+std::unique_ptr<Transport> connectTcpTransport(const TcpOptions& options, const JobToken& token, Store& store) {
+  TERSE_CHECK(options.world_size >= 1, InvalidArgument,
+              "tcp transport: world size must be >= 1, got " << options.world_size);
+  TERSE_CHECK(options.rank >= 0 && options.rank < options.world_size, InvalidArgument,
+              "tcp transport: rank must be in [0, " << options.world_size << "), got " << options.rank);
+  TERSE_CHECK(options.timeout.count() > 0, InvalidArgument, "tcp transport: timeout must be > 0");
+  TERSE_CHECK(options.max_frame_bytes > 0, InvalidArgument, "tcp transport: max_frame_bytes must be > 0");
+  TERSE_CHECK(options.socket_buffer_bytes >= 0, InvalidArgument,
+              "tcp transport: socket_buffer_bytes must be >= 0, got " << options.socket_buffer_bytes);
+  options.emulation.validate(options.world_size);
+  auto t = std::make_unique<tcp::TcpTransport>(options, token);
+  t->connect(store);
+  return t;
+}
+
+}  // namespace terse::comm

@@ -1,0 +1,126 @@
+// The tcp transport's object (transport.h), which ties the folder's parts together: the state of one rank's transport,
+// and its member functions spread over one file per job -- requests.cc (posting sends and receives, and completing
+// them), writer.cc and reader.cc (the io thread's two halves of every link), liveness.cc (heartbeats, silent and
+// crashed peers, goodbyes), abort.cc (a failure made job-wide) and transport.cc (setup and teardown). Apart from it:
+// link.h (the state of one connection), connect.h (connection setup) and pacer.h (link emulation's NIC). Internal to
+// core/comm/tcp/.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm/tcp/connect.h"
+#include "core/comm/tcp/link.h"
+#include "core/comm/tcp/pacer.h"
+#include "core/comm/tcp/transport.h"
+#include "core/comm/traffic.h"
+
+namespace terse::comm::tcp {
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(const TcpOptions& options, const JobToken& token);
+  ~TcpTransport() override { shutdown(); }
+
+  // ---- Transport ------------------------------------------------------------------------------------------------
+  std::string_view name() const noexcept override { return "tcp"; }
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return n_; }
+  uint64_t maxFrameBytes() const noexcept override { return options_.max_frame_bytes; }
+
+  Request isend(int peer, const FrameMeta& meta, std::span<const std::byte> data) override;
+  Request irecv(int peer, const FrameMeta& expect, std::span<std::byte> buffer) override {
+    return post(peer, expect, buffer, false, DType::kF32);
+  }
+  Request irecvReduce(int peer, const FrameMeta& expect, std::span<std::byte> accumulate, DType dtype) override {
+    return post(peer, expect, accumulate, true, dtype);
+  }
+
+  RankTraffic traffic() const override { return counter_.snapshot(); }
+  void resetTraffic() override { counter_.reset(); }
+
+  void abort(const std::string& reason) override { abortJob(who_ + ": " + reason); }
+  bool aborted() const noexcept override { return aborted_.load(); }
+
+  // ---- setup (transport.cc) ---------------------------------------------------------------------------------------
+  void connect(Store& store);
+
+ private:
+  // ---- requests (requests.cc) -------------------------------------------------------------------------------------
+  void checkPeer(int r, const char* what) const;
+  Request post(int peer, const FrameMeta& expect, std::span<std::byte> buffer, bool reduce, DType dtype);
+  Request sendToSelf(Link& l, const FrameMeta& meta, std::span<const std::byte> data);
+
+  // ---- io thread: writing (writer.cc) -----------------------------------------------------------------------------
+  void queueControl(Link& l, Tag tag, std::string_view payload);
+  void pump(Link& l);
+  void onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec);
+
+  // ---- io thread: reading (reader.cc) -----------------------------------------------------------------------------
+  void readHeader(Link& l);
+  void onHeader(Link& l, const boost::system::error_code& ec);
+  void route(Link& l, bool force_stage);
+  void unpark(Link& l, bool force_stage);
+  void readPayload(Link& l);
+  void frameDone(Link& l);
+
+  // ---- liveness (liveness.cc) -------------------------------------------------------------------------------------
+  void armHeartbeat();
+  void handleControl(Link& l);
+  void readFailed(Link& l, const boost::system::error_code& ec);
+  void linkFailed(Link& l, const std::string& what);
+  void markReadClosed(Link& l);
+  void closeLink(Link& l);
+
+  // ---- abort (abort.cc) -------------------------------------------------------------------------------------------
+  void abortJob(const std::string& reason, Link* bad_link = nullptr, const std::string& bad_message = {});
+  void sendAbortNotices();
+  void protocolError(Link& l, const std::string& what);
+
+  // ---- setup and teardown (transport.cc) --------------------------------------------------------------------------
+  void startLinks();
+  void shutdown();
+
+  TcpOptions options_;
+  JobToken token_;
+  int n_;
+  int rank_;
+  std::string label_;
+  std::string who_;
+  bool emulated_;
+  TrafficCounter counter_;
+
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::thread io_thread_;
+  bool io_started_ = false;
+
+  // Set once by connect() before the transport is handed out; the links themselves are shared with requests.
+  std::vector<std::shared_ptr<Link>> links_;
+  Connector connector_;
+
+  asio::steady_timer heartbeat_;
+  asio::steady_timer abort_grace_;
+  Clock::duration heartbeat_period_;
+
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mutex_;
+  std::string abort_reason_;  // guarded by abort_mutex_
+
+  std::atomic<bool> stopping_{false};
+  bool notices_queued_ = false;  // io thread only: sendAbortNotices ran
+  std::mutex life_mutex_;        // guards Link::read_closed for the destructor's wait
+  std::condition_variable life_cv_;
+
+  // Emulation: the ingress port (io thread only), and the pacer (the rank's egress port and its thread).
+  PacedResource ingress_;
+  Pacer pacer_;
+};
+
+}  // namespace terse::comm::tcp
