@@ -157,21 +157,15 @@ class PluginCompressor final : public Compressor {
     const CompressorCaps& caps = capsRef(info_in.dtype);
     TensorInfo info = info_in;
     info.source_rank = info.rank;  // the ABI: compress sees source_rank == rank
-    checkInfo(info, caps, Call::kCompress);
-    const CompressorSizes sz = cachedSizes(info, caps);
-    checkBuffers(info, scratch, sz, "compress");
-    TERSE_CHECK(out.size() >= sz.max_output_bytes, InvalidArgument,
-                label_ << ": compress: output capacity " << out.size() << " is below max_output_bytes "
-                       << sz.max_output_bytes << " for " << describeTensor(info));
+    const CompressorSizes sz =
+        checkedSizes(info, caps, Call::kCompress, scratch, out.size(), &CompressorSizes::max_output_bytes);
     return compressBound(info, sz, input, prev, scratch, out, stream);
   }
 
   void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch, void* out,
                   bool accumulate, void* stream) const override {
     const CompressorCaps& caps = capsRef(info.dtype);
-    checkInfo(info, caps, Call::kDecompress);
-    const CompressorSizes sz = cachedSizes(info, caps);
-    checkBuffers(info, scratch, sz, "decompress");
+    const CompressorSizes sz = checkedSizes(info, caps, Call::kDecompress, scratch, 0, nullptr);
     decompressBound(info, sz, payload, scratch, out, accumulate, stream);
   }
 
@@ -181,12 +175,8 @@ class PluginCompressor final : public Compressor {
     TERSE_CHECK(caps.aggregation == Aggregation::kCustom, InvalidArgument,
                 label_ << ": reduce called, but its aggregation for " << dtypeName(info.dtype) << " is "
                        << aggregationName(caps.aggregation) << ", not custom");
-    checkInfo(info, caps, Call::kReduce);
-    const CompressorSizes sz = cachedSizes(info, caps);
-    checkBuffers(info, scratch, sz, "reduce");
-    TERSE_CHECK(out.size() >= sz.max_reduced_bytes, InvalidArgument,
-                label_ << ": reduce: output capacity " << out.size() << " is below max_reduced_bytes "
-                       << sz.max_reduced_bytes << " for " << describeTensor(info));
+    const CompressorSizes sz =
+        checkedSizes(info, caps, Call::kReduce, scratch, out.size(), &CompressorSizes::max_reduced_bytes);
     return reduceBound(info, sz, a, b, scratch, out, stream);
   }
 
@@ -370,13 +360,23 @@ class PluginCompressor final : public Compressor {
     }
   }
 
-  void checkBuffers(const TensorInfo& info, const Scratch& scratch, const CompressorSizes& sz,
-                    std::string_view call) const {
+  // The checked calls' preamble: the tensor against the caps, its sizes (asked once, then remembered), the scratch, and
+  // the output's capacity against the `bound` of those sizes (none for decompress, whose output is the tensor).
+  CompressorSizes checkedSizes(const TensorInfo& info, const CompressorCaps& caps, Call call, const Scratch& scratch,
+                               std::size_t capacity, uint64_t CompressorSizes::*bound) const {
+    checkInfo(info, caps, call);
+    const CompressorSizes sz = cachedSizes(info, caps);
+    const char* name = call == Call::kCompress ? "compress" : call == Call::kReduce ? "reduce" : "decompress";
     TERSE_CHECK(scratch.workspace.size() >= sz.workspace_bytes && scratch.state.size() >= sz.state_bytes,
                 InvalidArgument,
-                label_ << ": " << call << ": scratch has workspace " << scratch.workspace.size() << " / state "
+                label_ << ": " << name << ": scratch has workspace " << scratch.workspace.size() << " / state "
                        << scratch.state.size() << " bytes, the plugin needs " << sz.workspace_bytes << " / "
                        << sz.state_bytes << " for " << describeTensor(info));
+    TERSE_CHECK(bound == nullptr || capacity >= sz.*bound, InvalidArgument,
+                label_ << ": " << name << ": output capacity " << capacity << " is below "
+                       << (call == Call::kCompress ? "max_output_bytes " : "max_reduced_bytes ") << sz.*bound << " for "
+                       << describeTensor(info));
+    return sz;
   }
 
   // get_sizes is a setup call (the ABI forbids it on the hot path), so its answer is remembered per tensor and round;
