@@ -48,6 +48,7 @@
 #include "terse/compressor_v1.h"
 #include "terse/scheduler_v1.h"
 #include "terse/sdk/bytes.hpp"
+#include "terse/sdk/caps.hpp"
 #include "terse/sdk/compressor.hpp"
 #include "terse/sdk/cpu.hpp"
 #include "terse/sdk/dtype.hpp"
