@@ -6,15 +6,15 @@
 // the largest bf16 (about 3.39e38) round to infinity; infinities and NaN are kept. The aggregate is sum_r C(g_r) in
 // the wire dtype (the core adds 16-bit payloads in f32 per pair and rounds back).
 //
-// Payload and plugin: compressors/common/cast16.h.
+// Payload and plugin: terse/kit/cast16.hpp.
 
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/bf16/bf16_cuda.h"
-#include "compressors/bf16/bf16_math.h"
-#include "compressors/common/cast16.h"
-#include "compressors/common/device.h"
+#include "bf16_cuda.h"
+#include "bf16_math.h"
+#include "terse/kit/cast16.hpp"
+#include "terse/kit/device.hpp"
 #include "terse/sdk.hpp"
 
 namespace {
@@ -58,14 +58,14 @@ struct Traits {
   static void encodeDevice(const float* in, uint16_t* out, uint64_t n, void* stream) {
     terse::compressors::bf16::cuda::encode(in, out, n, stream);
   }
-  static void decodeDevice(const std::byte* payload, const terse::compressors::device::Prefix& expected, float* out,
-                           uint64_t n, bool accumulate, uint32_t* status, void* stream) {
+  static void decodeDevice(const std::byte* payload, const terse::kit::device::Prefix& expected, float* out, uint64_t n,
+                           bool accumulate, uint32_t* status, void* stream) {
     terse::compressors::bf16::cuda::decode(payload, expected, out, n, accumulate, status, stream);
   }
 #endif
 };
 
-using Bf16 = terse::compressors::Cast16<Traits>;
+using Bf16 = terse::kit::Cast16<Traits>;
 
 }  // namespace
 

@@ -1,11 +1,11 @@
-// bf16's kernels: the elementwise cast kernels of compressors/common/cast_kernels.cuh over bf16_math.h's encodeValue
+// bf16's kernels: the elementwise cast kernels of terse/kit/cast_kernels.cuh over bf16_math.h's encodeValue
 // and decodeValue, the functions the host loops in bf16.cc call, so the device payload is the host payload bit for bit.
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/bf16/bf16_cuda.h"
-#include "compressors/bf16/bf16_math.h"
-#include "compressors/common/cast_kernels.cuh"
+#include "bf16_cuda.h"
+#include "bf16_math.h"
+#include "terse/kit/cast_kernels.cuh"
 
 namespace terse::compressors::bf16::cuda {
 namespace {

@@ -1,13 +1,15 @@
-// bf16's CUDA launchers (bf16.cu), called by the plugin (bf16.cc through compressors/common/cast16.h) for device
+// bf16's CUDA launchers (bf16.cu), called by the plugin (bf16.cc through terse/kit/cast16.hpp) for device
 // tensors. Both queue work on `stream` (a cudaStream_t) and return without waiting for it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 
 namespace terse::compressors::bf16::cuda {
+
+namespace device = kit::device;
 
 // out[i] = encodeValue(in[i]) for i < n (bf16_math.h).
 void encode(const float* in, uint16_t* out, uint64_t n, void* stream);

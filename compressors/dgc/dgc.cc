@@ -12,8 +12,8 @@
 // 3.1-3.2) are the core's momentum correction and error feedback decorators (core/compress/momentum_correction.h),
 // which wrap any compressor; gradient clipping and warm-up training (sections 3.3-3.4) belong to the trainer.
 //
-// k = min(numel, max(1, round(ratio * numel))) for numel > 0, 0 for numel = 0 (compressors/topk/topk_math.h).
-// Payload (compressors/topk/sparse_payload.h), ALLGATHER, variable size (count depends on the data):
+// k = min(numel, max(1, round(ratio * numel))) for numel > 0, 0 for numel = 0 (terse/kit/topk_math.hpp).
+// Payload (terse/kit/sparse_payload.hpp), ALLGATHER, variable size (count depends on the data):
 //     header (16 B, magic "DGCS", version 1) | u64 count | f32 values[count] | u32 indices[count] (strictly increasing)
 //     with count in [ceil(0.8k), floor(1.3k)], which decompress enforces: 24 + 8 count <= 24 + 8 floor(1.3k) bytes.
 //
@@ -25,31 +25,31 @@
 //
 // CUDA (dgc.cu, when built with CUDA): device tensors give the host's payload byte for byte: the same Philox sample,
 // the same thresholds (the plan's decisions run on the host from counts the device reads back, with dgc_math.h's
-// functions), and topk's device radix select and compaction (compressors/topk/select_kernels.cuh) for the sample's
+// functions), and topk's device radix select and compaction (terse/kit/topk_select_kernels.cuh) for the sample's
 // threshold, the exact fallback and the output. Compress synchronizes `stream` once per counting pass (usually one),
 // as a variable-size compressor must to report its output bytes, and so refuses a non-finite gradient as the host does.
 // Workspace on the device: topk's select workspace (state, histogram, two u64 per tile of 4096 elements, cub's scan
 // storage), the pass counts and the sample's values (4 bytes each). Decompress synchronizes to read the count and once
-// more to learn the validation verdict (compressors/common/device.h).
+// more to learn the validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/dgc/dgc_cuda.h"
-#include "compressors/dgc/dgc_math.h"
-#include "compressors/dgc/dgc_select.h"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_math.h"
-#include "compressors/topk/topk_select.h"
+#include "dgc_cuda.h"
+#include "dgc_math.h"
+#include "dgc_select.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "terse/sdk.hpp"
 
 namespace {
 
 namespace sdk = terse::sdk;
-namespace sparse = terse::compressors::sparse;
-namespace tk = terse::compressors::topk;
+namespace sparse = terse::kit::sparse;
+namespace tk = terse::kit::topk;
 namespace dg = terse::compressors::dgc;
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 constexpr const char* kName = "dgc";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("DGCS"), 1};
@@ -63,12 +63,7 @@ class Dgc final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_ALLGATHER;
-    caps.flags = 0;  // variable size
-    caps.num_rounds = 1;
-    return caps;
+    return sdk::Caps::allgather(/*flags=*/0, device::kDevices);  // variable size
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -6,36 +6,38 @@
 //
 //   sample      one thread per sample j gathers x[samplePosition(rng, j, s, n)] (the host's Philox words, counter
 //               j / 2, and its stratified multiply-high), keeping the value: its key is the host's sample key.
-//   threshold   the rank-th largest sample key by select_kernels.cuh's radix select (the host's radixCut on the same
-//               keys); a one-thread kernel turns the selected prefix into the next threshold with nextThreshold and
-//               the bracket the host passes, so the count pass follows the select without the host waiting between.
+//   threshold   the rank-th largest sample key by terse/kit/topk_select_kernels.cuh's radix select (the host's
+//               radixCut on the same keys); a one-thread kernel turns the selected prefix into the next threshold
+//               with nextThreshold and the bracket the host passes, so the count pass follows the select without the
+//               host waiting between.
 //   counting    one pass counts, against the threshold, the tensor's keys above it, at or above it and non-finite, and
 //               the sample's keys above it and at or above it (the host counts the sample after its verdict, in the
 //               one direction it needs; counting both here saves a synchronization). The counts and the threshold are
 //               read back with one synchronization per pass: dgc is variable-size, so compress must learn the count
 //               anyway, and the first threshold aims at the band's middle so that one pass is the common case.
-//   compaction  by the cut {threshold, keys above it} with the decided count (select_kernels.cuh's compactByCut, ties
-//               to the lower index), or, after max_passes misses, by the exact top-k's radix select, as topk.cu.
+//   compaction  by the cut {threshold, keys above it} with the decided count (terse/kit/topk_select_kernels.cuh's
+//               compactByCut, ties to the lower index), or, after max_passes misses, by the exact top-k's radix
+//               select, as topk.cu.
 //
 // A non-finite gradient element is refused at compress as on the host: the first counting pass finds it (a tensor
 // that is not sampled gets one counting pass for this alone before its exact top-k).
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/cast_kernels.cuh"
-#include "compressors/common/device.cuh"
-#include "compressors/dgc/dgc_cuda.h"
-#include "compressors/dgc/dgc_math.h"
-#include "compressors/topk/select_kernels.cuh"
-#include "compressors/topk/sparse_kernels.cuh"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_math.h"
+#include "dgc_cuda.h"
+#include "dgc_math.h"
+#include "terse/kit/cast_kernels.cuh"
+#include "terse/kit/device.cuh"
+#include "terse/kit/sparse_kernels.cuh"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select_kernels.cuh"
 #include "terse/sdk/cuda.hpp"
 
 namespace terse::compressors::dgc::cuda {
 namespace {
 
-namespace tc = topk::cuda;
+namespace tc = kit::topk::cuda;
 
 // One counting pass's result, in the workspace, read back by the host. The threshold is written by thresholdKernel
 // before the pass and stays while the counters are cleared for the next.
@@ -55,8 +57,8 @@ struct PassCounts {
 static_assert(sizeof(unsigned long long) == sizeof(uint64_t) && offsetof(PassCounts, t) == sizeof(PassCounts::count),
               "the counters are cleared as one block in front of t");
 
-// Where the workspace's sections are: the select's (State, histogram, compaction; select_kernels.cuh) when there is
-// anything to select, then the pass counts, then the sample.
+// Where the workspace's sections are: the select's (State, histogram, compaction; terse/kit/topk_select_kernels.cuh)
+// when there is anything to select, then the pass counts, then the sample.
 struct WorkLayout {
   tc::Layout select;
   uint64_t pass = 0;
@@ -116,18 +118,18 @@ __global__ void countPassKernel(const float* __restrict__ x, uint64_t n, const f
     float v[4];
     device::loadQuad(x, 4 * q, n, v);
     for (unsigned j = 0; j < 4; ++j) {
-      const uint32_t key = topk::magnitudeKey(v[j]);
+      const uint32_t key = kit::topk::magnitudeKey(v[j]);
       const bool in = 4 * q + j < n;
       c[kGt] += in && key > t ? 1u : 0u;
       c[kGe] += in && key >= t ? 1u : 0u;
-      c[kNonFinite] += in && topk::isNonFiniteKey(key) ? 1u : 0u;
+      c[kNonFinite] += in && kit::topk::isNonFiniteKey(key) ? 1u : 0u;
     }
   }
   for (uint64_t q = first; q < (s + 3) / 4; q += stride) {
     float v[4];
     device::loadQuad(sample, 4 * q, s, v);
     for (unsigned j = 0; j < 4; ++j) {
-      const uint32_t key = topk::magnitudeKey(v[j]);
+      const uint32_t key = kit::topk::magnitudeKey(v[j]);
       const bool in = 4 * q + j < s;
       c[kSampleGt] += in && key > t ? 1u : 0u;
       c[kSampleGe] += in && key >= t ? 1u : 0u;
@@ -235,8 +237,8 @@ void write(const device::Prefix& prefix, const float* x, const Shape& shape, con
   const cudaStream_t st = device::streamOf(stream);
   device::writePrefix(prefix, payload, stream);
   if (p.count == 0) return;
-  float* values = reinterpret_cast<float*>(payload + sparse::kFixedBytes);
-  uint32_t* indices = reinterpret_cast<uint32_t*>(payload + sparse::kFixedBytes + sizeof(float) * p.count);
+  float* values = reinterpret_cast<float*>(payload + kit::sparse::kFixedBytes);
+  uint32_t* indices = reinterpret_cast<uint32_t*>(payload + kit::sparse::kFixedBytes + sizeof(float) * p.count);
   if (p.count >= shape.n) {
     tc::takeAll(x, shape.n, values, indices, st);
     return;
@@ -254,11 +256,11 @@ void write(const device::Prefix& prefix, const float* x, const Shape& shape, con
 
 void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
               uint32_t* status, void* stream) {
-  sparse::launchValidateSparse<false>(expected, payload, count, numel, 0, status, stream);
+  kit::sparse::launchValidateSparse<false>(expected, payload, count, numel, 0, status, stream);
 }
 
 void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream) {
-  sparse::launchScatter(payload, count, numel, out, accumulate, stream);
+  kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream);
 }
 
 }  // namespace terse::compressors::dgc::cuda

@@ -6,12 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk/philox.hpp"
 
 #if TERSE_COMPRESSOR_CUDA
 
 namespace terse::compressors::dgc::cuda {
+
+namespace device = kit::device;
 
 // What the host knows of a tensor's selection before it starts.
 struct Shape {

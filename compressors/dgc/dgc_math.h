@@ -1,13 +1,13 @@
 // Elementwise and scalar parts of DGC's sampled-threshold selection, shared by the CPU plugin (dgc_select.h) and the
 // CUDA kernels (dgc.cu), so that both draw the same sample and walk the same thresholds (DESIGN.md section 5). Keys are
-// the magnitude keys of compressors/topk/topk_math.h.
+// the magnitude keys of terse/kit/topk_math.hpp.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "compressors/topk/topk_math.h"
 #include "terse/hd.h"
+#include "terse/kit/topk_math.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::compressors::dgc {

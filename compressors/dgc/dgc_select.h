@@ -13,7 +13,7 @@
 //      k-th largest key. The next t rescales the sample rank by what the count revealed (target rank = rank(t) * k /
 //      count, the sample's local density error corrected; again aiming at 1.05k) and falls back to bisecting the
 //      bracket in key space when that proposal is not strictly inside it, so every pass shrinks the bracket.
-//   4. If no pass landed in the band, an exact top-k (compressors/topk/topk_select.h on the full tensor) selects
+//   4. If no pass landed in the band, an exact top-k (terse/kit/topk_select.hpp on the full tensor) selects
 //      exactly k: the count is guaranteed in the band, the cost bounded by max_passes counting passes plus one exact
 //      selection (four passes).
 //
@@ -26,9 +26,9 @@
 #include <cstdint>
 #include <span>
 
-#include "compressors/dgc/dgc_math.h"
-#include "compressors/topk/topk_math.h"
-#include "compressors/topk/topk_select.h"
+#include "dgc_math.h"
+#include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::compressors::dgc {
@@ -48,9 +48,9 @@ inline bool samples(double sample_ratio, uint64_t n) {
 
 // What the selection decided, before anything is written.
 struct Plan {
-  topk::Cut cut;           // when !exact: every key > cut.key plus (count - cut.greater) ties, lowest index first
+  kit::topk::Cut cut;      // when !exact: every key > cut.key plus (count - cut.greater) ties, lowest index first
   uint64_t count = 0;      // entries selected, in [minCount(k), maxCount(k)]
-  bool exact = false;      // select exactly k by topk::selectTopK instead (step 4)
+  bool exact = false;      // select exactly k by kit::topk::selectTopK instead (step 4)
   bool nonfinite = false;  // the tensor holds inf or NaN (found by a counting pass; compress refuses it)
   int passes = 0;          // counting passes over the tensor (<= max_passes)
 };
@@ -63,7 +63,7 @@ struct Counts {
 // the compares at -O2; keys are < 2^31, so signed compares are exact.
 inline Counts countPass(std::span<const float> g, uint32_t t) {
   const auto ts = static_cast<int32_t>(t);
-  const auto inf = static_cast<int32_t>(topk::kNonFiniteKey);
+  const auto inf = static_cast<int32_t>(kit::topk::kNonFiniteKey);
   const float* data = g.data();
   const size_t n = g.size();
   Counts c;
@@ -71,7 +71,7 @@ inline Counts countPass(std::span<const float> g, uint32_t t) {
   for (; i + 16 <= n; i += 16) {
     uint32_t gt = 0, ge = 0, nf = 0;
     for (size_t j = 0; j < 16; ++j) {
-      const auto key = static_cast<int32_t>(topk::magnitudeKey(data[i + j]));
+      const auto key = static_cast<int32_t>(kit::topk::magnitudeKey(data[i + j]));
       gt += key > ts ? 1u : 0u;
       ge += key >= ts ? 1u : 0u;
       nf += key >= inf ? 1u : 0u;
@@ -79,7 +79,7 @@ inline Counts countPass(std::span<const float> g, uint32_t t) {
     c.gt += gt, c.ge += ge, c.nonfinite += nf;
   }
   for (; i < n; ++i) {
-    const auto key = static_cast<int32_t>(topk::magnitudeKey(data[i]));
+    const auto key = static_cast<int32_t>(kit::topk::magnitudeKey(data[i]));
     c.gt += key > ts ? 1u : 0u;
     c.ge += key >= ts ? 1u : 0u;
     c.nonfinite += key >= inf ? 1u : 0u;
@@ -105,11 +105,11 @@ inline Plan plan(std::span<const float> g, uint64_t k, double sample_ratio, int 
   // Positions first, then the gather in a loop of its own: between two Philox calls only one or two loads are in
   // flight, in a bare gather loop the core overlaps many cache misses (5x faster at 16M elements).
   for (uint64_t j = 0; j < s; ++j) keys[j] = static_cast<uint32_t>(samplePosition(stream, j, s, n));
-  for (uint64_t j = 0; j < s; ++j) keys[j] = topk::magnitudeKey(g[keys[j]]);
+  for (uint64_t j = 0; j < s; ++j) keys[j] = kit::topk::magnitudeKey(g[keys[j]]);
   const auto sampleKey = [keys](size_t j) { return keys[j]; };
   // The rank-th largest sample key, rank rounded and clamped to [1, s].
   const auto sampleKth = [&](double rank) {
-    return topk::radixCut(static_cast<size_t>(s), sampleKey, sampleRank(rank, s), hist).key;
+    return kit::topk::radixCut(static_cast<size_t>(s), sampleKey, sampleRank(rank, s), hist).key;
   };
 
   // Keys <= too_low select too many, keys >= too_high too few; the exact k-th largest key lies strictly between.
@@ -126,7 +126,7 @@ inline Plan plan(std::span<const float> g, uint64_t k, double sample_ratio, int 
       return p;
     }
     if (acceptable(c.gt, c.ge, lo, hi)) {
-      p.cut = topk::Cut{t, c.gt};
+      p.cut = kit::topk::Cut{t, c.gt};
       p.count = countFor(k, c.gt, c.ge);
       return p;
     }

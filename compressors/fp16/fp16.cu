@@ -1,11 +1,11 @@
-// fp16's kernels: the elementwise cast kernels of compressors/common/cast_kernels.cuh over fp16_math.h's encodeValue
+// fp16's kernels: the elementwise cast kernels of terse/kit/cast_kernels.cuh over fp16_math.h's encodeValue
 // and decodeValue, the functions the host loops in fp16.cc call, so the device payload is the host payload bit for bit.
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/cast_kernels.cuh"
-#include "compressors/fp16/fp16_cuda.h"
-#include "compressors/fp16/fp16_math.h"
+#include "fp16_cuda.h"
+#include "fp16_math.h"
+#include "terse/kit/cast_kernels.cuh"
 
 namespace terse::compressors::fp16::cuda {
 namespace {

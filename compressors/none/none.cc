@@ -10,16 +10,16 @@
 //   [16, 16 + 4N)  N f32 values g_i
 // f32 gradients in host memory, and in CUDA device memory when built with none.cu (the same bytes and values;
 // decompress on CUDA synchronizes `stream` once to learn whether the header was valid, see
-// compressors/common/device.h); other dtypes are refused with sdk::Unsupported.
+// terse/kit/device.hpp); other dtypes are refused with sdk::Unsupported.
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/common/host_f32.h"
-#include "compressors/none/none_cuda.h"
+#include "none_cuda.h"
 #include "none_math.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 
 namespace {
@@ -29,10 +29,10 @@ namespace math = terse::compressors::none;
 
 constexpr sdk::PayloadFormat kFormat{"none", sdk::fourcc("NONE"), 1};
 
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireF32OneRound(info, device::kDevices);
+  terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
 uint64_t payloadBytes(uint64_t numel) {
@@ -44,14 +44,8 @@ class None final : public sdk::Compressor {
   None(sdk::Params& /*params*/, sdk::Host& /*host*/) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    terse::compressors::requireF32(dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_SUM;
-    caps.wire_dtype = TERSE_DTYPE_F32;
-    caps.flags = TERSE_CAP_FIXED_SIZE;
-    caps.num_rounds = 1;
-    return caps;
+    terse::kit::requireF32(dtype);
+    return sdk::Caps::sum(TERSE_DTYPE_F32, TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -1,14 +1,14 @@
 // none's kernels: the payload values are the gradient, so compress is a device-to-device copy, and decompress is the
-// elementwise decode of compressors/common/cast_kernels.cuh over none_math.h's decodeValue (with accumulate, the same
+// elementwise decode of terse/kit/cast_kernels.cuh over none_math.h's decodeValue (with accumulate, the same
 // single f32 addition the host loop makes).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/cast_kernels.cuh"
-#include "compressors/none/none_cuda.h"
-#include "compressors/none/none_math.h"
+#include "none_cuda.h"
+#include "none_math.h"
+#include "terse/kit/cast_kernels.cuh"
 
 namespace terse::compressors::none::cuda {
 namespace {

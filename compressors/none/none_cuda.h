@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 
 namespace terse::compressors::none::cuda {
+
+namespace device = kit::device;
 
 // out[i] = in[i] for i < n: the identity, as a device-to-device copy.
 void encode(const float* in, float* out, uint64_t n, void* stream);

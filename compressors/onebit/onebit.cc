@@ -34,17 +34,17 @@
 // the sums in the host's order). Two differences, both for the sake of not waiting on the stream: compress does not
 // report a non-finite scale (it would have to read the scales back); the payload then carries it, and every decompress
 // of it, the sender's own error feedback included, refuses it as InvalidPayload. And decompress synchronizes `stream`
-// once, to learn the validation verdict (compressors/common/device.h).
+// once, to learn the validation verdict (terse/kit/device.hpp).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/common/host_f32.h"
-#include "compressors/onebit/onebit_cuda.h"
+#include "onebit_cuda.h"
 #include "onebit_math.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 
@@ -66,10 +66,10 @@ struct WireParams {
 };
 static_assert(sizeof(WireParams) == 16);
 
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireF32OneRound(info, device::kDevices);
+  terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
 // Fills scales[] (k per bucket) and words[]; returns numel, or the first element of a bucket whose scale is not
@@ -142,7 +142,8 @@ class OneBit final : public sdk::Compressor {
         bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    return terse::compressors::allgatherCaps(dtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
+    terse::kit::requireF32(dtype);
+    return sdk::Caps::allgather(TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -7,17 +7,17 @@
 //            of their signBit give the group's word directly in the bitpack width-1 layout (bit i % 64 of word i / 64),
 //            elements past the end voting 0 so the padding bits are zero.
 //   validate one thread per scale / prefix byte, raising the status word on anything the host refuses.
-//   decode   compressors/common/pack_kernels.cuh with decodeValue.
+//   decode   terse/kit/pack_kernels.cuh with decodeValue.
 // Cost note: a bucket is summed by kLanes = 16 threads, so a bucket of d elements takes about d / 16 dependent f32
 // additions (32 for the default 512). A whole-tensor bucket of millions of elements is correct but slow on the GPU.
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.cuh"
-#include "compressors/common/pack_kernels.cuh"
-#include "compressors/onebit/onebit_cuda.h"
-#include "compressors/onebit/onebit_math.h"
+#include "onebit_cuda.h"
+#include "onebit_math.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/pack_kernels.cuh"
 #include "terse/sdk/bitpack.hpp"
 
 namespace terse::compressors::onebit::cuda {

@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 
 namespace terse::compressors::onebit::cuda {
+
+namespace device = kit::device;
 
 // Where things are in a payload and how it was made (onebit.cc's layout).
 struct Shape {

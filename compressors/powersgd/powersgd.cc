@@ -82,7 +82,7 @@
 // rank (and round 1 does not check its own Q, which every decompress then refuses). And round 0 cannot report a state
 // that is neither zero-filled nor this tensor's: it marks the workspace tag, and round 1 reports it with the host's
 // message. Round 1 and decompress synchronize `stream` once each, to learn the validation verdict of prev and of the
-// payload (compressors/common/device.h), and refuse bad ones with the host's status and message.
+// payload (terse/kit/device.hpp), and refuse bad ones with the host's status and message.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -90,9 +90,9 @@
 #include <string>
 #include <vector>
 
-#include "compressors/common/device.h"
-#include "compressors/powersgd/powersgd_cuda.h"
-#include "compressors/powersgd/powersgd_math.h"
+#include "powersgd_cuda.h"
+#include "powersgd_math.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/philox.hpp"
 
@@ -107,7 +107,7 @@ constexpr sdk::PayloadFormat kRoundQ{kName, sdk::fourcc("PSG1"), 1};
 constexpr sdk::PayloadFormat kPassRound0{kName, sdk::fourcc("PSP0"), 1};
 constexpr sdk::PayloadFormat kPassRound1{kName, sdk::fourcc("PSP1"), 1};
 
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 namespace psc = terse::compressors::powersgd::cuda;
 using ps::kStateMagic;
 using ps::StateHeader;
@@ -127,13 +127,9 @@ class PowerSgd final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_SUM;
-    caps.wire_dtype = TERSE_DTYPE_F32;
-    caps.flags = TERSE_CAP_FIXED_SIZE | TERSE_CAP_STATEFUL | TERSE_CAP_SHARED_SEED;
-    caps.num_rounds = 2;
-    return caps;
+    return sdk::Caps::sum(TERSE_DTYPE_F32, TERSE_CAP_FIXED_SIZE | TERSE_CAP_STATEFUL | TERSE_CAP_SHARED_SEED,
+                          device::kDevices,
+                          /*num_rounds=*/2);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

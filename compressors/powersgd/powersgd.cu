@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "compressors/common/device.cuh"
-#include "compressors/powersgd/powersgd_cuda.h"
-#include "compressors/powersgd/powersgd_math.h"
+#include "powersgd_cuda.h"
+#include "powersgd_math.h"
+#include "terse/kit/device.cuh"
 #include "terse/sdk/cublas.hpp"
 #include "terse/sdk/cuda.hpp"
 

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <memory>
 
-#include "compressors/common/device.h"
-#include "compressors/powersgd/powersgd_math.h"
+#include "powersgd_math.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::compressors::powersgd::cuda {
+
+namespace device = kit::device;
 
 // The matrix view of a compressed tensor: M is n x m (row-major, the tensor as it is), the factors have r columns.
 struct Dims {

@@ -31,17 +31,17 @@
 // the same Philox counters, the norms summed in the host's order). Two differences, both for the sake of not waiting
 // on the stream: compress does not report a non-finite norm (it would have to read the norms back); the payload then
 // carries it, and every decompress of it, the sender's own error feedback included, refuses it as InvalidPayload.
-// And decompress synchronizes `stream` once, to learn the validation verdict (compressors/common/device.h).
+// And decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/common/host_f32.h"
-#include "compressors/qsgd/qsgd_cuda.h"
+#include "qsgd_cuda.h"
 #include "qsgd_math.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/philox.hpp"
@@ -64,10 +64,10 @@ struct WireParams {
 };
 static_assert(sizeof(WireParams) == 16);
 
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireF32OneRound(info, device::kDevices);
+  terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
 // The loops' fixed inputs.
@@ -184,7 +184,8 @@ class Qsgd final : public sdk::Compressor {
   }
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    return terse::compressors::allgatherCaps(dtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
+    terse::kit::requireF32(dtype);
+    return sdk::Caps::allgather(TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -3,20 +3,20 @@
 //   norms      one thread per (bucket, lane): laneSumSquares, the kLanes sums gathered into the bucket's first lane
 //              by warp shuffles and closed by combineLanes, then normOf. That is sumSquares's own order of double
 //              additions, which a generic (cub) reduction would not keep, and the norm feeds every code.
-//   quantize   compressors/common/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
+//   quantize   terse/kit/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
 //              the host's layout), codes packed by the host's bitpack::packGroup / packTail.
 //   validate   one thread per element / norm / prefix byte, raising the status word on anything the host refuses.
-//   decode     pack_kernels.cuh with decodeValue.
+//   decode     terse/kit/pack_kernels.cuh with decodeValue.
 // Cost note: a bucket is summed by kLanes = 8 threads, so a bucket of d elements takes d / 8 dependent double additions
 // (64 for the default 512). A whole-tensor bucket of millions of elements is correct but slow on the GPU.
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.cuh"
-#include "compressors/common/pack_kernels.cuh"
-#include "compressors/qsgd/qsgd_cuda.h"
-#include "compressors/qsgd/qsgd_math.h"
+#include "qsgd_cuda.h"
+#include "qsgd_math.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/pack_kernels.cuh"
 #include "terse/sdk/bitpack.hpp"
 
 namespace terse::compressors::qsgd::cuda {

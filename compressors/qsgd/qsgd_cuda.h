@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::compressors::qsgd::cuda {
+
+namespace device = kit::device;
 
 // Where things are in a payload and how it was made (qsgd.cc's layout).
 struct Shape {

@@ -23,20 +23,20 @@
 //
 // CUDA (randomk.cu, when built with CUDA): device tensors give the host's payload byte for byte and decode to the
 // host's floats bit for bit (one thread per coordinate computes pi(j) with the same integer math and Philox keys).
-// Decompress synchronizes `stream` once, to learn the verdict on the header (compressors/common/device.h).
+// Decompress synchronizes `stream` once, to learn the verdict on the header (terse/kit/device.hpp).
 #include <cstdint>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/randomk/randomk_cuda.h"
-#include "compressors/randomk/randomk_math.h"
+#include "randomk_cuda.h"
+#include "randomk_math.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk.hpp"
 
 namespace {
 
 namespace sdk = terse::sdk;
 namespace rk = terse::compressors::randomk;
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 constexpr const char* kName = "randomk";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("RNDK"), 1};
@@ -49,13 +49,7 @@ class RandomK final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_SUM;
-    caps.wire_dtype = TERSE_DTYPE_F32;
-    caps.flags = TERSE_CAP_FIXED_SIZE | TERSE_CAP_SHARED_SEED;
-    caps.num_rounds = 1;
-    return caps;
+    return sdk::Caps::sum(TERSE_DTYPE_F32, TERSE_CAP_FIXED_SIZE | TERSE_CAP_SHARED_SEED, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

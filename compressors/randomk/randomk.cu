@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.cuh"
-#include "compressors/randomk/randomk_cuda.h"
-#include "compressors/randomk/randomk_math.h"
+#include "randomk_cuda.h"
+#include "randomk_math.h"
+#include "terse/kit/device.cuh"
 #include "terse/sdk/bytes.hpp"
 #include "terse/sdk/cuda.hpp"
 

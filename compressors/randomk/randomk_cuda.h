@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
-#include "compressors/randomk/randomk_math.h"
+#include "randomk_math.h"
+#include "terse/kit/device.hpp"
 
 namespace terse::compressors::randomk::cuda {
+
+namespace device = kit::device;
 
 // Writes the whole payload: `prefix` (the header), then values[j] = scale * x[selectedIndex(pi, j)] for j < k.
 void compress(const device::Prefix& prefix, const float* x, const Permutation& pi, uint64_t k, float scale,

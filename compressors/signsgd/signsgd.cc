@@ -37,7 +37,7 @@
 // (the same sign bits and integer votes). What differs is waiting: compress cannot refuse a NaN without reading back
 // from the device, so it marks the payload as kind 0 instead, which every decompress and reduce refuses as
 // InvalidPayload; decompress and reduce synchronize `stream` twice, once to read the prefix (the payload kind decides
-// what to check and how to decode) and once for the validation verdict (compressors/common/device.h).
+// what to check and how to decode) and once for the validation verdict (terse/kit/device.hpp).
 #include <algorithm>
 #include <array>
 #include <cfloat>
@@ -49,10 +49,10 @@
 #include <string>
 #include <string_view>
 
-#include "compressors/common/device.h"
-#include "compressors/common/host_f32.h"
-#include "compressors/signsgd/signsgd_cuda.h"
+#include "signsgd_cuda.h"
 #include "signsgd_math.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 
@@ -76,11 +76,11 @@ struct WireBlock {
 static_assert(sizeof(WireBlock) == 16);
 constexpr uint64_t kPrefixBytes = sdk::kPayloadHeaderBytes + sizeof(WireBlock);
 
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 namespace kernels = terse::compressors::signsgd::cuda;
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireF32OneRound(info, device::kDevices);
+  terse::kit::requireF32OneRound(info, device::kDevices);
   if (info.world_size < 1) throw sdk::InvalidArgument("world_size " + std::to_string(info.world_size) + " < 1");
 }
 
@@ -136,13 +136,8 @@ class SignSgd final : public sdk::Compressor {
   }
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    terse::compressors::requireF32(dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_CUSTOM;
-    caps.flags = TERSE_CAP_FIXED_SIZE;
-    caps.num_rounds = 1;
-    return caps;
+    terse::kit::requireF32(dtype);
+    return sdk::Caps::custom(TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -9,10 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.cuh"
-#include "compressors/common/pack_kernels.cuh"
-#include "compressors/signsgd/signsgd_cuda.h"
-#include "compressors/signsgd/signsgd_math.h"
+#include "signsgd_cuda.h"
+#include "signsgd_math.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/pack_kernels.cuh"
 #include "terse/sdk/bitpack.hpp"
 
 namespace terse::compressors::signsgd::cuda {

@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 
 namespace terse::compressors::signsgd::cuda {
+
+namespace device = kit::device;
 
 // The offset of the kind field in the prefix, and the kind a device compress writes there when the gradient holds a
 // NaN: it cannot refuse the input without waiting for the device, so it poisons the payload instead, and every

@@ -27,17 +27,17 @@
 // waiting on the stream: compress does not report a non-finite scaler (it would have to read the scalers back); the
 // payload then carries it, and every decompress of it, the sender's own error feedback included, refuses it as
 // InvalidPayload. And decompress synchronizes `stream` once, to learn the validation verdict
-// (compressors/common/device.h).
+// (terse/kit/device.hpp).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/common/host_f32.h"
-#include "compressors/terngrad/terngrad_cuda.h"
+#include "terngrad_cuda.h"
 #include "terngrad_math.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/philox.hpp"
@@ -59,10 +59,10 @@ struct WireParams {
 };
 static_assert(sizeof(WireParams) == 16);
 
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 void requireSupported(const terse_tensor_info_v1& info) {
-  terse::compressors::requireF32OneRound(info, device::kDevices);
+  terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
 // Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
@@ -134,7 +134,8 @@ class TernGrad final : public sdk::Compressor {
       : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
-    return terse::compressors::allgatherCaps(dtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
+    terse::kit::requireF32(dtype);
+    return sdk::Caps::allgather(TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -3,10 +3,10 @@
 //   scalers    a max of magnitudeBits, which is exact in any order: each block reduces up to kChunk elements of one
 //              bucket with cub::BlockReduce and folds its result into the bucket's scaler with atomicMax on the bits
 //              (zeroed first), so one bucket may span many blocks (the paper's whole-tensor scaler) or one block.
-//   quantize   compressors/common/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
+//   quantize   terse/kit/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
 //              the host's layout), 2-bit codes packed by the host's bitpack::packGroup<2> / packTail<2>.
 //   validate   one thread per code word / scaler / prefix byte, raising the status word on anything the host refuses.
-//   decode     pack_kernels.cuh with decodeValue.
+//   decode     terse/kit/pack_kernels.cuh with decodeValue.
 #include <cub/block/block_reduce.cuh>
 #include <cuda/functional>
 
@@ -14,10 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.cuh"
-#include "compressors/common/pack_kernels.cuh"
-#include "compressors/terngrad/terngrad_cuda.h"
-#include "compressors/terngrad/terngrad_math.h"
+#include "terngrad_cuda.h"
+#include "terngrad_math.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/pack_kernels.cuh"
 #include "terse/sdk/bitpack.hpp"
 
 namespace terse::compressors::terngrad::cuda {

@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::compressors::terngrad::cuda {
+
+namespace device = kit::device;
 
 // Where things are in a payload (terngrad.cc's layout).
 struct Shape {

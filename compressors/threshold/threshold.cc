@@ -8,7 +8,7 @@
 // plugin. How many elements pass depends on the data, so the payload size varies (no TERSE_CAP_FIXED_SIZE): from 24
 // bytes (nothing passed: a valid payload that decodes to zeros) to 24 + 8 * numel.
 //
-// Payload (compressors/topk/sparse_payload.h), ALLGATHER:
+// Payload (terse/kit/sparse_payload.hpp), ALLGATHER:
 //     header (16 B, magic "THRS", version 1) | u64 count | f32 values[count] | u32 indices[count] (strictly increasing)
 // decompress also checks that every value reaches tau (no honest sender sends less).
 //
@@ -23,25 +23,25 @@
 // with the same integer key compare keeps index order). Compress synchronizes `stream` once, as a variable-size
 // compressor must to report its output bytes, and so refuses a non-finite gradient as the host does; its workspace is
 // a counter and cub's selection storage. Decompress synchronizes to read the count and once more to learn the
-// validation verdict (compressors/common/device.h).
+// validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <cstring>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/threshold/threshold_cuda.h"
-#include "compressors/threshold/threshold_math.h"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_select.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "terse/sdk.hpp"
+#include "threshold_cuda.h"
+#include "threshold_math.h"
 
 namespace {
 
 namespace sdk = terse::sdk;
-namespace sparse = terse::compressors::sparse;
-namespace tk = terse::compressors::topk;
+namespace sparse = terse::kit::sparse;
+namespace tk = terse::kit::topk;
 namespace th = terse::compressors::threshold;
-namespace device = terse::compressors::device;
+namespace device = terse::kit::device;
 
 constexpr const char* kName = "threshold";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("THRS"), 1};
@@ -61,12 +61,7 @@ class Threshold final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_ALLGATHER;
-    caps.flags = 0;  // variable size
-    caps.num_rounds = 1;
-    return caps;
+    return sdk::Caps::allgather(/*flags=*/0, device::kDevices);  // variable size
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

@@ -1,26 +1,26 @@
-// threshold's kernels: the host's selection (threshold_math.h's keep on topk_math.h's magnitude keys, integer compares
-// only) by cub::DeviceSelect::If, which keeps the input order, so values and indices come out in index order as the
-// host writes them and the payload is the host's byte for byte:
+// threshold's kernels: the host's selection (threshold_math.h's keep on terse/kit/topk_math.hpp's magnitude keys,
+// integer compares only) by cub::DeviceSelect::If, which keeps the input order, so values and indices come out in index
+// order as the host writes them and the payload is the host's byte for byte:
 //   values    DeviceSelect::If over x with keep(key, min_key), into the payload's value section; the count goes to the
 //             workspace, and a kernel bounded by that count raises the status word for a non-finite sent value.
 //   count     one synchronization reads the count (the ABI's rule for variable-size compressors on CUDA: output_bytes
 //             must be known when compress returns) and the status.
 //   indices   DeviceSelect::If over the indices 0..n-1 with the same predicate (read through x), written straight to
 //             their final offset 24 + 4 * count, now known; then the count is copied into the payload.
-// Decompress validates and scatters with compressors/topk/sparse_kernels.cuh, with the tau check on.
+// Decompress validates and scatters with terse/kit/sparse_kernels.cuh, with the tau check on.
 #include <thrust/iterator/counting_iterator.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cub/device/device_select.cuh>
 
-#include "compressors/common/device.cuh"
-#include "compressors/threshold/threshold_cuda.h"
-#include "compressors/threshold/threshold_math.h"
-#include "compressors/topk/sparse_kernels.cuh"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_math.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/sparse_kernels.cuh"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_math.hpp"
 #include "terse/sdk/cuda.hpp"
+#include "threshold_cuda.h"
+#include "threshold_math.h"
 
 namespace terse::compressors::threshold::cuda {
 namespace {
@@ -32,20 +32,20 @@ constexpr unsigned kCheckBlocks = 1024;
 
 struct KeepValue {
   uint32_t min_key;
-  __device__ bool operator()(float v) const { return keep(topk::magnitudeKey(v), min_key); }
+  __device__ bool operator()(float v) const { return keep(kit::topk::magnitudeKey(v), min_key); }
 };
 
 struct KeepIndex {
   const float* x;
   uint32_t min_key;
-  __device__ bool operator()(uint32_t i) const { return keep(topk::magnitudeKey(x[i]), min_key); }
+  __device__ bool operator()(uint32_t i) const { return keep(kit::topk::magnitudeKey(x[i]), min_key); }
 };
 
 __global__ void nonfiniteKernel(const float* __restrict__ values, const uint64_t* __restrict__ count,
                                 uint32_t* status) {
   const uint64_t c = *count;
   for (uint64_t j = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < c; j += uint64_t{gridDim.x} * blockDim.x) {
-    if (topk::isNonFiniteKey(topk::magnitudeKey(values[j]))) device::raiseStatus(status);
+    if (kit::topk::isNonFiniteKey(kit::topk::magnitudeKey(values[j]))) device::raiseStatus(status);
   }
 }
 
@@ -73,13 +73,13 @@ Selection compress(const device::Prefix& header, const float* x, uint64_t numel,
   const cudaStream_t st = device::streamOf(stream);
   device::writePrefix(header, payload, stream);
   if (numel == 0) {
-    TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(payload + sparse::kCountOffset, 0, sizeof(uint64_t), st));
+    TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(payload + kit::sparse::kCountOffset, 0, sizeof(uint64_t), st));
     return {0, false};
   }
   auto* count = reinterpret_cast<uint64_t*>(workspace);
   size_t temp_bytes = tempBytes(numel);
   const auto n = static_cast<int64_t>(numel);
-  auto* values = reinterpret_cast<float*>(payload + sparse::kFixedBytes);
+  auto* values = reinterpret_cast<float*>(payload + kit::sparse::kFixedBytes);
   TERSE_SDK_CUDA_CHECK(
       cub::DeviceSelect::If(workspace + kTempOffset, temp_bytes, x, values, count, n, KeepValue{min_key}, st));
   nonfiniteKernel<<<kCheckBlocks, device::kThreads, 0, st>>>(values, count, status.device());
@@ -92,22 +92,22 @@ Selection compress(const device::Prefix& header, const float* x, uint64_t numel,
     throw sdk::Error(TERSE_ERR_INTERNAL, "threshold: the device selected " + std::to_string(c) + " of " +
                                              std::to_string(numel) + " elements");
   }
-  auto* indices = reinterpret_cast<uint32_t*>(payload + sparse::kFixedBytes + sizeof(float) * c);
+  auto* indices = reinterpret_cast<uint32_t*>(payload + kit::sparse::kFixedBytes + sizeof(float) * c);
   TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(workspace + kTempOffset, temp_bytes,
                                              thrust::counting_iterator<uint32_t>(0), indices, count, n,
                                              KeepIndex{x, min_key}, st));
   TERSE_SDK_CUDA_CHECK(
-      cudaMemcpyAsync(payload + sparse::kCountOffset, count, sizeof(uint64_t), cudaMemcpyDeviceToDevice, st));
+      cudaMemcpyAsync(payload + kit::sparse::kCountOffset, count, sizeof(uint64_t), cudaMemcpyDeviceToDevice, st));
   return {c, false};
 }
 
 void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
               uint32_t min_key, uint32_t* status, void* stream) {
-  sparse::launchValidateSparse<true>(expected, payload, count, numel, min_key, status, stream);
+  kit::sparse::launchValidateSparse<true>(expected, payload, count, numel, min_key, status, stream);
 }
 
 void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream) {
-  sparse::launchScatter(payload, count, numel, out, accumulate, stream);
+  kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream);
 }
 
 }  // namespace terse::compressors::threshold::cuda

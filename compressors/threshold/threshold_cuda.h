@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 
 #if TERSE_COMPRESSOR_CUDA
 
 namespace terse::compressors::threshold::cuda {
+
+namespace device = kit::device;
 
 // Workspace bytes compress needs for numel elements (a counter and cub's selection storage). Asks cub, so the
 // tensor's device must be current.

@@ -1,13 +1,13 @@
 // Elementwise parts of threshold sparsification, shared by the CPU plugin and the later CUDA kernels (DESIGN.md
-// section 5). Selection compares magnitude keys (compressors/topk/topk_math.h) as integers, so CPU and GPU agree
+// section 5). Selection compares magnitude keys (terse/kit/topk_math.hpp) as integers, so CPU and GPU agree
 // bit for bit, and -0/+0 and subnormals need no special cases.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "compressors/topk/topk_math.h"
 #include "terse/hd.h"
+#include "terse/kit/topk_math.hpp"
 
 namespace terse::compressors::threshold {
 
@@ -17,7 +17,7 @@ namespace terse::compressors::threshold {
 inline uint32_t minKeyFor(double tau) {
   float f = static_cast<float>(tau);  // round to nearest; inf when tau exceeds the largest float
   if (static_cast<double>(f) < tau) f = std::nextafter(f, INFINITY);
-  return topk::magnitudeKey(f);
+  return kit::topk::magnitudeKey(f);
 }
 
 // Whether an element with `key` is sent. NaN keys lie above inf's, so a NaN is "selected" too and compress then

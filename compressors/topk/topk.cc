@@ -6,17 +6,17 @@
 //     top_k(g)_i = g_i  if |g_i| is among the k largest of |g|,  0 otherwise            (Stich et al., Definition 2.1)
 // Error feedback (the residual g - top_k(g) carried to the next step) is the core's decorator, not part of this plugin.
 //
-// k = min(numel, max(1, round(ratio * numel))) for numel > 0 (round half up; see topk_math.h), 0 for numel = 0.
-// Ties at the k-th magnitude go to the lower index, so the selection is a function of the input alone, and a payload
-// always holds exactly k entries: the size is fixed (TERSE_CAP_FIXED_SIZE), which lets the core size the allgather
-// once.
+// k = min(numel, max(1, round(ratio * numel))) for numel > 0 (round half up; see terse/kit/topk_math.hpp), 0 for
+// numel = 0. Ties at the k-th magnitude go to the lower index, so the selection is a function of the input alone, and a
+// payload always holds exactly k entries: the size is fixed (TERSE_CAP_FIXED_SIZE), which lets the core size the
+// allgather once.
 //
-// Selection: radix select over the bits of |g| (topk_select.h): a histogram pass, a branch-free copy of the few
-// candidates, and the rest on the candidates; several times faster than std::nth_element (16M floats at 1%, one core:
-// about 8x on normal data).
+// Selection: radix select over the bits of |g| (terse/kit/topk_select.hpp): a histogram pass, a branch-free copy of the
+// few candidates, and the rest on the candidates; several times faster than std::nth_element (16M floats at 1%, one
+// core: about 8x on normal data).
 //
-// Payload (sparse_payload.h), ALLGATHER (every rank sends different indices; the core decompresses each with
-// accumulate = 1):
+// Payload (terse/kit/sparse_payload.hpp), ALLGATHER (every rank sends different indices; the core decompresses each
+// with accumulate = 1):
 //     header (16 B, magic "TOPK", version 1) | u64 count = k | f32 values[k] | u32 indices[k] (strictly increasing)
 //     = 24 + 8k bytes.
 //
@@ -32,23 +32,24 @@
 // (topk_cuda.h sizes it). Two differences, both for the sake of not waiting on the stream: compress does not refuse a
 // non-finite gradient (it would have to read the selection back); the payload then carries it, and every decompress
 // of it, the sender's own error feedback included, refuses it as InvalidPayload. And decompress synchronizes `stream`
-// once, to learn the validation verdict (compressors/common/device.h).
+// once, to learn the validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_cuda.h"
-#include "compressors/topk/topk_math.h"
-#include "compressors/topk/topk_select.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "terse/sdk.hpp"
+#include "topk_cuda.h"
 
 namespace {
 
 namespace sdk = terse::sdk;
-namespace sparse = terse::compressors::sparse;
-namespace tk = terse::compressors::topk;
-namespace device = terse::compressors::device;
+namespace sparse = terse::kit::sparse;
+namespace tk = terse::kit::topk;
+namespace device = terse::kit::device;
+namespace kernels = terse::compressors::topk::cuda;
 
 constexpr const char* kName = "topk";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("TOPK"), 1};
@@ -60,12 +61,7 @@ class TopK final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_ALLGATHER;
-    caps.flags = TERSE_CAP_FIXED_SIZE;
-    caps.num_rounds = 1;
-    return caps;
+    return sdk::Caps::allgather(TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
@@ -76,7 +72,7 @@ class TopK final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (info.device == TERSE_DEVICE_CUDA) {
       const device::Scope scope(info);
-      sizes.workspace_bytes = tk::cuda::workspaceBytes(info.numel, k);
+      sizes.workspace_bytes = kernels::workspaceBytes(info.numel, k);
       return sizes;
     }
 #endif
@@ -145,9 +141,9 @@ class TopK final : public sdk::Compressor {
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
     device::requireCapacity(args.output, sparse::payloadBytes(k), kName);
     const device::Scope scope(args.info);
-    requireWorkspace(args, tk::cuda::workspaceBytes(args.info.numel, k));
-    tk::cuda::compress(prefix(args.info, k), args.input<float>().data(), args.info.numel, k, args.workspace.data(),
-                       args.output.data(), args.stream);
+    requireWorkspace(args, kernels::workspaceBytes(args.info.numel, k));
+    kernels::compress(prefix(args.info, k), args.input<float>().data(), args.info.numel, k, args.workspace.data(),
+                      args.output.data(), args.stream);
     return sparse::payloadBytes(k);
   }
 
@@ -156,11 +152,11 @@ class TopK final : public sdk::Compressor {
     device::checkedDecompress(
         args, status_, args.payload.size() == sparse::payloadBytes(k),
         [&](uint32_t* status) {
-          tk::cuda::validate(prefix(args.info, k), args.payload.data(), k, args.info.numel, status, args.stream);
+          kernels::validate(prefix(args.info, k), args.payload.data(), k, args.info.numel, status, args.stream);
         },
         [&] {
-          tk::cuda::decode(args.payload.data(), k, args.info.numel, args.output<float>().data(), args.accumulate,
-                           args.stream);
+          kernels::decode(args.payload.data(), k, args.info.numel, args.output<float>().data(), args.accumulate,
+                          args.stream);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); });
   }

@@ -5,16 +5,19 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 
 namespace terse::compressors::topk::cuda {
+
+namespace device = kit::device;
 
 // Workspace bytes compress needs to keep k of numel elements: 0 when nothing is selected (k == 0, or k >= numel: every
 // element is sent). Asks cub for its scan's temporary storage, so the device the tensor lives on must be current.
 uint64_t workspaceBytes(uint64_t numel, uint64_t k);
 
-// Writes the whole payload (sparse_payload.h): `prefix` (header and count = k), then the k values and their indices in
-// index order, the selection topk_select.h makes on the host. `workspace` holds workspaceBytes(numel, k) bytes.
+// Writes the whole payload (terse/kit/sparse_payload.hpp): `prefix` (header and count = k), then the k values and their
+// indices in index order, the selection terse/kit/topk_select.hpp makes on the host. `workspace` holds
+// workspaceBytes(numel, k) bytes.
 void compress(const device::Prefix& prefix, const float* x, uint64_t numel, uint64_t k, std::byte* workspace,
               std::byte* payload, void* stream);
 

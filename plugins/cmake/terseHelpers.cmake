@@ -2,6 +2,7 @@
 #
 #   terse_add_compressor(<name> SOURCES a.cc [b.cu ...] [OUTPUT_DIRECTORY dir] [INSTALL_DESTINATION dir])
 #   terse_add_scheduler(<name> SOURCES ... )
+#   terse_compressor_cuda_sources(<name> a.cu ...)
 #
 # Each makes a MODULE library target `terse_compressor_<name>` (`terse_scheduler_<name>`) whose file is
 # terse_compressor_<name>.so: the name the loader looks for when a config says `compressor: "<name>"`. Symbols are
@@ -57,4 +58,37 @@ endfunction()
 
 function(terse_add_scheduler name)
   _terse_add_plugin(scheduler ${name} ${ARGN})
+endfunction()
+
+# The CUDA kernels of compressor <name>, built only when the project has enabled CUDA (project(... LANGUAGES CXX CUDA);
+# terse's own build when nvcc is found). They are compiled with the compressor kit's host plumbing (terse/kit/device.cu,
+# see terse/kit/device.hpp), TERSE_COMPRESSOR_CUDA=1 (so kit::device::kDevices advertises TERSE_DEVICE_CUDA) and
+# --fmad=false, because kernels must give the host loops' bits and the host builds with -ffp-contract=off; the plugin
+# links the shared CUDA runtime, so streams and memory handed across the ABI belong to the process's one runtime.
+# Without CUDA this does nothing: the same plugin on host memory only. The target must link terse::compressor_kit.
+function(terse_compressor_cuda_sources name)
+  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "CUDA" IN_LIST languages)
+    return()
+  endif()
+  if(NOT TARGET CUDA::cudart)
+    find_package(CUDAToolkit REQUIRED)
+  endif()
+  if(NOT TERSE_KIT_DEVICE_SOURCE)
+    message(FATAL_ERROR "terse_compressor_cuda_sources(${name}): TERSE_KIT_DEVICE_SOURCE is not set "
+                        "(find_package(terse) sets it)")
+  endif()
+  set(target terse_compressor_${name})
+  target_sources(${target} PRIVATE ${ARGN} "${TERSE_KIT_DEVICE_SOURCE}")
+  target_compile_definitions(${target} PRIVATE TERSE_COMPRESSOR_CUDA=1)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
+  set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+  # The SDK headers are C++20 in .cu files too. CMake 3.25 predates nvcc's C++20 in its tables (terse's own build
+  # teaches it in cmake/TerseCuda.cmake), so without that the flag is given directly.
+  if(CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set_target_properties(${target} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
+  else()
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+  endif()
+  target_link_libraries(${target} PRIVATE CUDA::cudart)
 endfunction()

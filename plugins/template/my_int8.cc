@@ -35,12 +35,8 @@ class MyInt8 final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
-    terse_compressor_caps_v1 caps{};  // struct_size is filled by the SDK
-    caps.devices = TERSE_DEVICE_HOST;
-    caps.aggregation = TERSE_AGG_ALLGATHER;
-    caps.flags = TERSE_CAP_FIXED_SIZE;
-    caps.num_rounds = 1;
-    return caps;
+    // Payloads differ per rank (each has its own lo and s): allgathered; host memory and one round are the defaults.
+    return sdk::Caps::allgather(TERSE_CAP_FIXED_SIZE);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

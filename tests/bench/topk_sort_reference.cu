@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "compressors/topk/topk_math.h"
 #include "core/common/cuda.h"
+#include "terse/kit/topk_math.hpp"
 #include "tests/bench/topk_sort_reference.h"
 
 namespace terse::bench {
@@ -20,7 +20,7 @@ constexpr int kKeyBits = 31;
 __global__ void keysKernel(const float* __restrict__ x, int n, uint32_t* __restrict__ keys,
                            uint32_t* __restrict__ indices) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    keys[i] = compressors::topk::magnitudeKey(x[i]);
+    keys[i] = kit::topk::magnitudeKey(x[i]);
     indices[i] = static_cast<uint32_t>(i);
   }
 }

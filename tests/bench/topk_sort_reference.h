@@ -1,8 +1,8 @@
 // The reference an exact GPU top-k is measured against (issue 9's target: top-k 1% of 64M floats >= 3x faster than
 // this): a full cub::DeviceRadixSort::SortPairsDescending of (|g| key, index) pairs over the 31 key bits
-// (topk_math.h's magnitudeKey), after which the first k pairs are the top k. The sort is stable, so equal keys keep
-// index order and the first k are exactly the plugin's selection (ties to the lower index), which the benchmark checks
-// after its timed loop. Everything is sized and allocated once (cub's two-phase temporary storage).
+// (terse/kit/topk_math.hpp's magnitudeKey), after which the first k pairs are the top k. The sort is stable, so equal
+// keys keep index order and the first k are exactly the plugin's selection (ties to the lower index), which the
+// benchmark checks after its timed loop. Everything is sized and allocated once (cub's two-phase temporary storage).
 #pragma once
 
 #include <cstdint>

@@ -8,8 +8,8 @@
 
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
-#include "compressors/topk/topk_math.h"
-#include "compressors/topk/topk_select.h"
+#include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "tests/compressors/plugin_harness.h"
 #include "tests/compressors/sparse_test_util.h"
 
@@ -23,7 +23,7 @@ using terse::testing::tensorInfo;
 using terse::testing::truncated;
 using namespace terse::testing::sparse;
 namespace dg = terse::compressors::dgc;
-namespace tk = terse::compressors::topk;
+namespace tk = terse::kit::topk;
 
 Plugin& dgcPlugin() {
   static Plugin plugin("dgc");

@@ -23,11 +23,11 @@
 
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_math.h"
-#include "compressors/topk/topk_select.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "tests/compressors/plugin_harness.h"
 
 namespace terse::testing {
@@ -471,8 +471,8 @@ TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
 class DgcOnDevice : public DeviceTest {};
 
 namespace dg = terse::compressors::dgc;
-namespace sparse = terse::compressors::sparse;
-namespace tk = terse::compressors::topk;
+namespace sparse = terse::kit::sparse;
+namespace tk = terse::kit::topk;
 
 TEST_F(DgcOnDevice, SampledThresholdsAndTheExactFallbackEqualTheHost) {
   Plugin plugin("dgc");

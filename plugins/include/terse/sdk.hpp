@@ -3,51 +3,35 @@
 // status codes, std::bad_alloc into TERSE_ERR_OUT_OF_MEMORY and anything else into TERSE_ERR_INTERNAL, after logging
 // "<name>: <message>" through the core. Header-only; needs only the C ABI headers and the standard library.
 //
-//   #include <terse/sdk.hpp>
-//   namespace sdk = terse::sdk;
-//   constexpr sdk::PayloadFormat kFormat{"scaled", sdk::fourcc("SCLD"), 1};
+// The worked example is plugins/template (installed nowhere: copy it from the terse source tree): my_int8.cc is a
+// complete compressor (parameters, caps, sizes, a self-describing payload, a decompress that validates everything),
+// and its CMakeLists.txt builds it against an installed SDK with find_package(terse) and terse_add_compressor().
+// Schedulers: derive from sdk::Scheduler and use TERSE_EXPORT_SCHEDULER the same way.
 //
-//   class Scaled final : public sdk::Compressor {  // sends g * scale as f32; the core sums payloads across ranks
-//    public:
-//     Scaled(sdk::Params& p, sdk::Host&) : scale_(p.getDouble("scale", 1, sdk::Range::greaterThan(0))) {}
-//     terse_compressor_caps_v1 caps(terse_dtype_v1 t) const override {
-//       if (t != TERSE_DTYPE_F32) throw sdk::Unsupported("only f32 gradients");
-//       terse_compressor_caps_v1 c{};  // struct_size is the SDK's job
-//       c.devices = TERSE_DEVICE_HOST, c.aggregation = TERSE_AGG_SUM, c.wire_dtype = TERSE_DTYPE_F32;
-//       c.flags = TERSE_CAP_FIXED_SIZE, c.num_rounds = 1;
-//       return c;
-//     }
-//     terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& t) const override {
-//       terse_compressor_sizes_v1 s{};  // the header is identical on every rank, so it is not summed
-//       s.max_output_bytes = sdk::kPayloadHeaderBytes + 4 * t.numel, s.sum_header_bytes = sdk::kPayloadHeaderBytes;
-//       return s;
-//     }
-//     uint64_t compress(const sdk::CompressArgs& a) const override {
-//       sdk::ByteWriter w(a.output);
-//       sdk::writeHeader(w, kFormat, a.info);
-//       for (float x : a.input<float>()) w.put(float(x * scale_));
-//       return w.offset();
-//     }
-//     void decompress(const sdk::DecompressArgs& a) const override {  // untrusted payload: every read is checked
-//       sdk::ByteReader r(a.payload);
-//       sdk::readHeader(r, kFormat, a.info);
-//       auto v = r.getArray<float>(a.info.numel, "values");
-//       r.expectEnd();
-//       auto out = a.output<float>();
-//       for (size_t i = 0; i < v.size(); ++i) out[i] = (a.accumulate ? out[i] : 0.0f) + float(v[i] / scale_);
-//     }
-//    private:
-//     double scale_;
-//   };
-//   TERSE_EXPORT_COMPRESSOR(Scaled, "scaled", "g * scale as f32, summed across ranks", "1.0.0");
-//
-// Build it with terse_add_compressor(scaled SOURCES scaled.cc) (find_package(terse) out of tree; plugins/template is a
-// project to copy). Schedulers: derive from sdk::Scheduler and use TERSE_EXPORT_SCHEDULER the same way.
+// What this header brings in (terse/sdk/):
+//   compressor.hpp, scheduler.hpp  the base classes and the export macros TERSE_EXPORT_COMPRESSOR / _SCHEDULER
+//   params.hpp                     typed, validated parameters: errors like `topk: 'ratio' must be in (0, 1], got 2`
+//   bytes.hpp                      bounds-checked payload writing and reading, the self-describing payload header
+//   caps.hpp                       capabilities with defaults: sdk::Caps::allgather(), sdk::Caps::sum(wire_dtype), ...
+//   dtype.hpp, error.hpp, host.hpp, cpu.hpp   dtype names, the exceptions, logging through the core, TERSE_CPU_CLONES
+// Included on their own, because not every plugin needs them (and what they need):
+//   terse/sdk/philox.hpp    counter-based random numbers keyed by (seed, step, tensor, element), the same on CPU and
+//                           GPU (Random123, which terse::compressor_kit links)
+//   terse/sdk/bitpack.hpp   codes of any width 1..32 bit-packed into 64-bit words, CPU and GPU alike
+//   terse/sdk/half.hpp      fp16 / bf16 conversions with the same bits on CPU and GPU
+//   terse/sdk/cuda.hpp, terse/sdk/cublas.hpp   TERSE_SDK_CUDA_CHECK / TERSE_SDK_CUBLAS_CHECK (CUDA translation units)
+// The compressor kit, terse/kit/ (CMake target terse::compressor_kit): what the built-in compressors share, for a new
+// compressor to start from: input checks (host_f32.hpp), the sparse (value, index) payload (sparse_payload.hpp) and
+// exact top-k selection by magnitude (topk_math.hpp, topk_select.hpp), the 16-bit cast plugin (cast16.hpp), and the
+// CUDA path's plumbing (device.hpp, device.cuh, the shared kernels *_kernels.cuh; terse_compressor_cuda_sources()
+// compiles it in). Every built-in in compressors/ builds from the SDK and the kit alone, so one makes a starting point
+// too: copy its folder next to the template's CMakeLists.txt.
 #pragma once
 
 #include "terse/compressor_v1.h"
 #include "terse/scheduler_v1.h"
 #include "terse/sdk/bytes.hpp"
+#include "terse/sdk/caps.hpp"
 #include "terse/sdk/compressor.hpp"
 #include "terse/sdk/cpu.hpp"
 #include "terse/sdk/dtype.hpp"

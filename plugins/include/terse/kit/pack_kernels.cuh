@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <string>
 
-#include "compressors/common/cast_kernels.cuh"
-#include "compressors/common/device.cuh"
+#include "terse/kit/cast_kernels.cuh"
+#include "terse/kit/device.cuh"
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/philox.hpp"
 
-namespace terse::compressors::device {
+namespace terse::kit::device {
 
 inline constexpr unsigned kCodeTile = 4 * kThreads;  // elements per block iteration of quantizeKernel
 inline constexpr unsigned kGroupsPerTile = kCodeTile / sdk::bitpack::kGroup;
@@ -100,4 +100,4 @@ void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, co
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-}  // namespace terse::compressors::device
+}  // namespace terse::kit::device

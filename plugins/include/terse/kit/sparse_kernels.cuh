@@ -1,4 +1,4 @@
-// Device side of sparse_payload.h, for the sparsifiers' .cu files (topk now; threshold and dgc send the same layout):
+// Device side of sparse_payload.hpp, for the sparsifiers' .cu files (topk, threshold and dgc send this layout):
 // validation of an untrusted payload with the checks readSparse makes, and the scatter that decodes it. Templates, so
 // that a plugin may include this from more than one translation unit.
 #pragma once
@@ -8,11 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.cuh"
-#include "compressors/topk/sparse_payload.h"
-#include "compressors/topk/topk_math.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/sparse_payload.hpp"
+#include "terse/kit/topk_math.hpp"
 
-namespace terse::compressors::sparse {
+namespace terse::kit::sparse {
 
 // The sections of a payload of `count` entries (host code computes them for the launches, kernels to read).
 TERSE_HD const float* valuesOf(const std::byte* payload) {
@@ -82,4 +82,4 @@ inline void launchScatter(const std::byte* payload, uint64_t count, uint64_t num
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-}  // namespace terse::compressors::sparse
+}  // namespace terse::kit::sparse

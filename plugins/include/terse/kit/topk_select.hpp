@@ -1,7 +1,7 @@
-// Exact top-k by magnitude on the host: a radix select over the 31-bit keys of |g| (topk_math.h), O(n) with small
-// constants, followed by one compaction pass in index order. Shared by topk (the whole selection) and dgc (its sample
-// threshold and its exact fallback). The GPU path (select_kernels.cuh, shared by topk.cu and dgc.cu) runs the same
-// radix select with the same keys, digits and tie rule, so both paths select the same elements.
+// Exact top-k by magnitude on the host: a radix select over the 31-bit keys of |g| (topk_math.hpp), O(n) with small
+// constants, followed by one compaction pass in index order. Used by the built-ins topk (the whole selection) and dgc
+// (its sample threshold and its exact fallback). The GPU path (topk_select_kernels.cuh, shared by their .cu files) runs
+// the same radix select with the same keys, digits and tie rule, so both paths select the same elements.
 //
 // How the cut is found: a histogram of the top digit (bits 30..18) over all keys says in which bin the k-th largest key
 // lies and how many keys lie above that bin; the next digit's histogram over the keys of that bin narrows further, and
@@ -27,9 +27,9 @@
 #include <cstring>
 #include <span>
 
-#include "compressors/topk/topk_math.h"
+#include "terse/kit/topk_math.hpp"
 
-namespace terse::compressors::topk {
+namespace terse::kit::topk {
 
 // The k-th largest key and how many keys are strictly larger: select key > key, plus (count - greater) ties.
 struct Cut {
@@ -247,4 +247,4 @@ inline bool selectTopK(std::span<const float> g, uint64_t k, const SelectScratch
   return compactByCut(n, valueOf, indexOf, cut, k, values, indices);
 }
 
-}  // namespace terse::compressors::topk
+}  // namespace terse::kit::topk

@@ -1,4 +1,5 @@
-// compressors/common/device.h: compiled into every built-in plugin that has CUDA kernels.
+// The host side of terse/kit/device.hpp (device scope, status words, prefix writes, the host verdict on a refused
+// payload): compiled into every plugin that has CUDA kernels by terse_compressor_cuda_sources().
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -6,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "compressors/common/device.cuh"
-#include "compressors/common/device.h"
+#include "terse/kit/device.cuh"
+#include "terse/kit/device.hpp"
 #include "terse/sdk/cuda.hpp"
 
-namespace terse::compressors::device {
+namespace terse::kit::device {
 namespace {
 
 __global__ void writePrefixKernel(Prefix prefix, std::byte* output) {
@@ -147,4 +148,4 @@ void rethrowHostReduceVerdict(const sdk::ReduceArgs& args,
   disagree("reduce", args.a.size() + args.b.size());
 }
 
-}  // namespace terse::compressors::device
+}  // namespace terse::kit::device

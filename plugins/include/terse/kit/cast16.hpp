@@ -1,5 +1,6 @@
-// The plugin shared by the 16-bit casting compressors (fp16, bf16): C(g)_i = cast(g_i), summed across ranks in the
-// wire dtype. Only the cast differs, so each plugin supplies a Traits type and this template supplies the rest:
+// The whole plugin of a 16-bit casting compressor (the built-ins fp16 and bf16): C(g)_i = cast(g_i), summed across
+// ranks in the wire dtype. Only the cast differs, so each plugin supplies a Traits type and this template supplies the
+// rest:
 //
 //   struct Traits {
 //     static constexpr terse::sdk::PayloadFormat kFormat;   // name, magic, version
@@ -7,7 +8,7 @@
 //     static void encodeAll(const float* in, uint16_t* out, uint64_t n);
 //     static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate);
 //     // With CUDA kernels (TERSE_COMPRESSOR_CUDA), the same on device memory, queued on `stream`; decodeDevice
-//     // decodes only a payload that starts with `expected` and raises `status` otherwise (see device.h):
+//     // decodes only a payload that starts with `expected` and raises `status` otherwise (see device.hpp):
 //     static void encodeDevice(const float* in, uint16_t* out, uint64_t n, void* stream);
 //     static void decodeDevice(const std::byte* payload, const device::Prefix& expected, float* out, uint64_t n,
 //                              bool accumulate, uint32_t* status, void* stream);
@@ -22,18 +23,18 @@
 // Decompress converts back to f32 (exactly: every 16-bit value is a float) and writes or adds. f32 gradients in host
 // memory, and in CUDA device memory when the plugin is built with its kernels: the device gives the host's bytes and
 // values bit for bit (the same encode/decode functions, exact integer and IEEE operations). On CUDA, decompress
-// synchronizes `stream` once to learn whether the header was valid (device.h).
+// synchronizes `stream` once to learn whether the header was valid (device.hpp).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "compressors/common/device.h"
-#include "compressors/common/host_f32.h"
+#include "terse/kit/device.hpp"
+#include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 
-namespace terse::compressors {
+namespace terse::kit {
 
 template <class Traits>
 class Cast16 final : public sdk::Compressor {
@@ -42,13 +43,7 @@ class Cast16 final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
-    terse_compressor_caps_v1 caps{};
-    caps.devices = device::kDevices;
-    caps.aggregation = TERSE_AGG_SUM;
-    caps.wire_dtype = Traits::kWireDtype;
-    caps.flags = TERSE_CAP_FIXED_SIZE;
-    caps.num_rounds = 1;
-    return caps;
+    return sdk::Caps::sum(Traits::kWireDtype, TERSE_CAP_FIXED_SIZE, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
@@ -124,4 +119,4 @@ class Cast16 final : public sdk::Compressor {
 #endif
 };
 
-}  // namespace terse::compressors
+}  // namespace terse::kit

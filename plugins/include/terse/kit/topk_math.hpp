@@ -1,5 +1,6 @@
-// Elementwise parts of top-k selection by magnitude, shared by the CPU plugin (topk.cc, and dgc/threshold, which use
-// the same keys and wire layout) and the later CUDA kernels (DESIGN.md section 5).
+// Elementwise parts of top-k selection by magnitude, shared by the CPU paths (topk_select.hpp; the built-ins topk,
+// dgc and threshold, which use the same keys and wire layout) and the CUDA kernels (topk_select_kernels.cuh, DESIGN.md
+// section 5).
 //
 // Selection works on the IEEE-754 bit pattern of |g| as an unsigned key: for non-negative floats the integer order of
 // the bits is the numeric order (subnormals included, -0 and +0 both key 0), so top-k by magnitude is "k largest
@@ -14,7 +15,7 @@
 
 #include "terse/hd.h"
 
-namespace terse::compressors::topk {
+namespace terse::kit::topk {
 
 // Keys of |g| are 31-bit: the sign bit is dropped.
 inline constexpr uint32_t kKeyMask = 0x7fffffffu;
@@ -83,4 +84,4 @@ TERSE_HD bool takeByCut(uint32_t key, uint32_t cut, uint64_t tie_quota) {
   return key > cut || (key == cut && tie_quota > 0);
 }
 
-}  // namespace terse::compressors::topk
+}  // namespace terse::kit::topk

@@ -1,7 +1,8 @@
-// The CUDA path of the built-in compressors, as seen from their plugin classes (plain C++: no CUDA header here, so
-// the .cc files build the same with and without CUDA). A plugin with kernels lists its .cu file through
-// terse_compressor_cuda_sources() (compressors/CMakeLists.txt), which defines TERSE_COMPRESSOR_CUDA=1 and links the
-// CUDA runtime; without CUDA the plugin advertises host memory only and refuses device tensors.
+// The CUDA path of a compressor plugin (every built-in's), as seen from its plugin class: plain C++, no CUDA header
+// here, so the .cc files build the same with and without CUDA. A plugin with kernels lists its .cu files through
+// terse_compressor_cuda_sources() (terseHelpers.cmake), which compiles them with this kit's device.cu, defines
+// TERSE_COMPRESSOR_CUDA=1 and links the CUDA runtime when the project has CUDA; without CUDA the plugin advertises
+// host memory only (kDevices) and refuses device tensors. Kernels include device.cuh.
 //
 // How a device call goes (one kernel body, two launchers: DESIGN.md section 5):
 //   compress:    the payload prefix (header and parameters, the same bytes the host path writes) is built on the host
@@ -29,7 +30,7 @@
 #define TERSE_COMPRESSOR_CUDA 0
 #endif
 
-namespace terse::compressors::device {
+namespace terse::kit::device {
 
 // Whether this plugin was built with its CUDA kernels.
 inline constexpr bool kBuilt = TERSE_COMPRESSOR_CUDA != 0;
@@ -153,4 +154,4 @@ void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool
 
 #endif  // TERSE_COMPRESSOR_CUDA
 
-}  // namespace terse::compressors::device
+}  // namespace terse::kit::device

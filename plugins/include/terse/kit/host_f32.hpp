@@ -1,6 +1,7 @@
-// What the built-in compressors accept: f32 gradients in host memory (and, for those with CUDA kernels in a build with
-// CUDA, device memory; see compressors/common/device.h), at most 2^40 elements (which keeps every byte count far below
-// 2^64), one round. Shared so that every built-in refuses the same inputs with the same words.
+// The input checks of a one-round f32 compressor, as every built-in makes them: f32 gradients in host memory (and, for
+// a plugin built with CUDA kernels, device memory; see terse/kit/device.hpp), at most 2^40 elements (which keeps every
+// byte count far below 2^64), one round. Shared so that every built-in refuses the same inputs with the same words; a
+// new compressor that calls them refuses them alike. Pair with sdk::Caps (terse/sdk/caps.hpp) for caps().
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 
 #include "terse/sdk.hpp"
 
-namespace terse::compressors {
+namespace terse::kit {
 
 inline constexpr uint64_t kMaxNumel = uint64_t{1} << 40;
 
@@ -38,21 +39,4 @@ inline void requireHostF32OneRound(const terse_tensor_info_v1& info) {
   requireF32OneRound(info, TERSE_DEVICE_HOST);
 }
 
-// The caps of a one-round f32 compressor whose payloads differ per rank (allgathered and decoded one by one), running
-// on `devices`; `flags` adds e.g. TERSE_CAP_FIXED_SIZE.
-inline terse_compressor_caps_v1 allgatherCaps(terse_dtype_v1 dtype, uint32_t flags, terse_device_v1 devices) {
-  requireF32(dtype);
-  terse_compressor_caps_v1 caps{};
-  caps.devices = devices;
-  caps.aggregation = TERSE_AGG_ALLGATHER;
-  caps.flags = flags;
-  caps.num_rounds = 1;
-  return caps;
-}
-
-// The same for a host-only compressor.
-inline terse_compressor_caps_v1 hostAllgatherCaps(terse_dtype_v1 dtype, uint32_t flags) {
-  return allgatherCaps(dtype, flags, TERSE_DEVICE_HOST);
-}
-
-}  // namespace terse::compressors
+}  // namespace terse::kit

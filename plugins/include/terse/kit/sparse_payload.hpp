@@ -1,4 +1,5 @@
-// The wire layout shared by the sparsifiers that send (value, index) pairs: topk, threshold and dgc.
+// The wire layout of sparsifiers that send (value, index) pairs (the built-ins topk, threshold and dgc), its writer
+// and its validating reader.
 //
 //   offset 0                 sdk::PayloadHeader (16 B: magic, format version, dtype = f32, numel)
 //   offset 16                u64 count
@@ -19,10 +20,10 @@
 #include <span>
 #include <string>
 
-#include "compressors/topk/topk_math.h"
+#include "terse/kit/topk_math.hpp"
 #include "terse/sdk.hpp"
 
-namespace terse::compressors::sparse {
+namespace terse::kit::sparse {
 
 namespace sdk = terse::sdk;
 
@@ -162,4 +163,4 @@ inline void scatter(const SparseView& v, std::span<float> out, bool accumulate) 
   }
 }
 
-}  // namespace terse::compressors::sparse
+}  // namespace terse::kit::sparse

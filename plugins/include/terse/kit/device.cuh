@@ -1,4 +1,5 @@
-// Kernel-side helpers shared by the built-in compressors' .cu files (see device.h for how a device call goes).
+// Kernel-side helpers for a compressor's .cu files, the ones every built-in uses (see device.hpp for how a device call
+// goes).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -6,10 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compressors/common/device.h"
+#include "terse/kit/device.hpp"
 #include "terse/sdk/cuda.hpp"
 
-namespace terse::compressors::device {
+namespace terse::kit::device {
 
 // Threads per block for every built-in kernel: a multiple of the warp, small enough for several blocks per SM.
 inline constexpr unsigned kThreads = 256;
@@ -48,4 +49,4 @@ __device__ __forceinline__ bool aligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
 }
 
-}  // namespace terse::compressors::device
+}  // namespace terse::kit::device

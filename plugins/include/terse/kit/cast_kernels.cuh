@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "compressors/common/device.cuh"
+#include "terse/kit/device.cuh"
 
-namespace terse::compressors::device {
+namespace terse::kit::device {
 
 template <class Wire>
 __device__ __forceinline__ void loadQuad(const Wire* src, uint64_t i, uint64_t n, Wire (&w)[4]) {
@@ -118,4 +118,4 @@ void launchDecode(const std::byte* payload, const Prefix& expected, float* out, 
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-}  // namespace terse::compressors::device
+}  // namespace terse::kit::device

@@ -1,8 +1,8 @@
-// The exact selection of topk_select.h on the GPU, shared by topk.cu (the whole top-k) and dgc.cu (the threshold of
+// The exact selection of topk_select.hpp on the GPU, shared by topk.cu (the whole top-k) and dgc.cu (the threshold of
 // DGC's sample, its exact fallback, and the compaction of whatever cut it settles on). The selection is a function of
 // the keys alone: every key above the cut, plus the first (count - greater) keys equal to it in index order (greater =
 // how many keys lie strictly above the cut), written in index order. The kernels find the host's cut with the host's
-// keys and digits (topk_math.h: magnitudeKey, digitOf, prefixOf) and write the host's set in the host's order:
+// keys and digits (topk_math.hpp: magnitudeKey, digitOf, prefixOf) and write the host's set in the host's order:
 //
 //   radix select   three rounds of (histogram, pick), one per digit (13, 10, 8 bits, most significant first). The
 //                  histogram counts the digit of every key whose higher digits equal the prefix picked so far
@@ -32,12 +32,12 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "compressors/common/cast_kernels.cuh"
-#include "compressors/common/device.cuh"
-#include "compressors/topk/topk_math.h"
+#include "terse/kit/cast_kernels.cuh"
+#include "terse/kit/device.cuh"
+#include "terse/kit/topk_math.hpp"
 #include "terse/sdk/cuda.hpp"
 
-namespace terse::compressors::topk::cuda {
+namespace terse::kit::topk::cuda {
 
 // The radix select's running result, in the workspace: the key prefix narrowed so far (after the last round, the cut
 // itself) and how many keys lie strictly above it.
@@ -246,7 +246,7 @@ void selectRound(const float* x, uint64_t n, uint64_t k, State* state, uint32_t*
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-// Leaves in *state the cut of the k largest keys of x[0..n) (1 <= k <= n) and how many lie above it: topk_select.h's
+// Leaves in *state the cut of the k largest keys of x[0..n) (1 <= k <= n) and how many lie above it: topk_select.hpp's
 // radixCut. `hist` holds kMaxBins counters. Queued on `st`, nothing waited for.
 inline void radixSelect(const float* x, uint64_t n, uint64_t k, State* state, uint32_t* hist, cudaStream_t st) {
   TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(state, 0, sizeof(State), st));
@@ -256,7 +256,7 @@ inline void radixSelect(const float* x, uint64_t n, uint64_t k, State* state, ui
 }
 
 // Writes the `count` elements of x[0..n) that the cut in *state selects (count in [greater, greater + ties]) to
-// values[0..count) and their indices to indices[0..count), in index order: topk_select.h's compactByCut. `workspace`
+// values[0..count) and their indices to indices[0..count), in index order: topk_select.hpp's compactByCut. `workspace`
 // is laid out by `l` = layoutFor(n). Queued on `st`, nothing waited for.
 inline void compactByCut(const float* x, uint64_t n, uint64_t count, const Layout& l, std::byte* workspace,
                          float* values, uint32_t* indices, cudaStream_t st) {
@@ -280,4 +280,4 @@ inline void takeAll(const float* x, uint64_t n, float* values, uint32_t* indices
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-}  // namespace terse::compressors::topk::cuda
+}  // namespace terse::kit::topk::cuda
