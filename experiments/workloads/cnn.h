@@ -3,7 +3,7 @@
 // On 28x28 Fashion-MNIST: 28 -> 24 -> 12 -> 8 -> 4, fc 256 -> 10, 5,994 parameters (kept under 100k so a CPU worker
 // steps fast; the constructor checks the bound). Other image sizes work when both conv outputs have even sides.
 // Convolutions are im2col + GEMM (cblas_sgemm), one image at a time; backward is by hand and checked by a
-// finite-difference test (tests/train).
+// finite-difference test (tests/workloads).
 //
 // Layers: 0 = "conv1.weight" [8,1,5,5] + "conv1.bias", 1 = "conv2.weight" [16,8,5,5] + "conv2.bias",
 // 2 = "fc.weight" [10, 16*h*w] + "fc.bias". He-normal for the convolutions, Glorot-uniform for fc, zero biases.

@@ -21,7 +21,7 @@
 #include "core/common/device_buffer.h"
 #include "core/common/error.h"
 #include "terse/sdk/half.hpp"
-#include "tests/comm/tcp_test_util.h"
+#include "tests/comm/tcp/tcp_test_util.h"
 
 namespace terse::comm {
 namespace {

@@ -28,7 +28,7 @@
 #include "core/plugin/loader.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/workloads/workloads.h"
-#include "tests/train/train_test_util.h"
+#include "tests/workloads/workloads_test_util.h"
 
 namespace terse::train {
 namespace {

@@ -31,7 +31,7 @@
 #include "core/train/workload.h"
 #include "experiments/workloads/device_data.h"
 #include "experiments/workloads/workloads.h"
-#include "tests/train/train_test_util.h"
+#include "tests/workloads/workloads_test_util.h"
 
 namespace terse::workloads {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/common/error.h"
 #include "core/plugin/loader.h"
 #include "core/plugin/scheduler.h"
-#include "loader_test_util.h"
+#include "tests/plugin/loader_test_util.h"
 
 namespace terse {
 namespace {

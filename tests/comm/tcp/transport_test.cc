@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "core/comm/tcp/wire.h"
-#include "tests/comm/tcp_test_util.h"
+#include "tests/comm/tcp/tcp_test_util.h"
 
 namespace terse::comm {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "experiments/workloads/workloads.h"
-#include "tests/train/train_test_util.h"
+#include "tests/workloads/workloads_test_util.h"
 
 namespace terse::workloads {
 namespace {

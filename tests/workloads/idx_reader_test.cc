@@ -37,7 +37,7 @@ std::vector<uint8_t> labelsFile(uint32_t n) {
 class IdxReader : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "train" /
+    dir_ = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "workloads" /
            ("idx_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -11,8 +11,8 @@
 #include "core/common/error.h"
 #include "core/plugin/compressor_plugin.h"
 #include "core/plugin/loader.h"
-#include "loader_test_util.h"
 #include "terse/compressor_v1.h"
+#include "tests/plugin/loader_test_util.h"
 
 namespace terse {
 namespace {

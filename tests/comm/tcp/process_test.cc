@@ -6,7 +6,7 @@
 #include <array>
 #include <numeric>
 
-#include "tests/comm/tcp_test_util.h"
+#include "tests/comm/tcp/tcp_test_util.h"
 
 namespace terse::comm {
 namespace {
