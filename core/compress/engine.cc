@@ -47,19 +47,16 @@ void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members,
     std::size_t j = i + 1;
     while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline)) ++j;
     const auto run = members.subspan(i, j - i);
-    switch (fusionClass(*members[i].pipeline)) {
-      case FusionClass::kAlone:
-        if (members[i].pipeline->aggregation() == Aggregation::kSum) {
-          runSum(step, run, i, phase);
-        } else {
-          runCustom(step, members[i], i, phase);
-        }
-        break;
-      case FusionClass::kSum:
+    // A run of one multi-round SUM member is a SUM run too (runSum loops its rounds); CUSTOM is always alone.
+    switch (members[i].pipeline->aggregation()) {
+      case Aggregation::kSum:
         runSum(step, run, i, phase);
         break;
-      case FusionClass::kGather:
+      case Aggregation::kAllgather:
         runGather(step, run, i, phase);
+        break;
+      case Aggregation::kCustom:
+        runCustom(step, members[i], i, phase);
         break;
     }
     i = j;
@@ -92,22 +89,21 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
       wire_bytes +=
           comm_.allreducePayload(local_[0], static_cast<std::size_t>(lead.sumHeaderBytes(r)), wire, lead.tensorId());
     } else {
+      // Each member's body in turn, into the concatenation (to_send) or back behind its header.
+      auto bodies = [&](bool to_send) {
+        std::size_t off = 0;
+        for (std::size_t m = 0; m < k; ++m) {
+          const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(0));
+          std::byte* body = local_[m].data() + header;
+          const std::size_t n = local_[m].size() - header;
+          copyBytes(to_send ? send_.data() + off : body, to_send ? body : send_.data() + off, n, where);
+          off += n;
+        }
+      };
       grow(send_, body_bytes, where);
-      std::size_t off = 0;
-      for (std::size_t m = 0; m < k; ++m) {
-        const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(0));
-        const std::size_t n = local_[m].size() - header;
-        copyBytes(send_.data() + off, local_[m].data() + header, n, where);
-        off += n;
-      }
+      bodies(true);
       wire_bytes += comm_.allreducePayload(send_.span().first(body_bytes), 0, wire, lead.tensorId());
-      off = 0;
-      for (std::size_t m = 0; m < k; ++m) {
-        const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(0));
-        const std::size_t n = local_[m].size() - header;
-        copyBytes(local_[m].data() + header, send_.data() + off, n, where);
-        off += n;
-      }
+      bodies(false);
     }
     ++collectives_;
     if (phase) phase("allreduce", t0, Clock::now(), first, k);
