@@ -76,7 +76,7 @@ HostCommunicator::Op HostCommunicator::makeOp(OpKind kind, uint64_t tensor, uint
 
 WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch) {
   CollectiveContext ctx{*transport_, FrameMeta{op.kind, op.tag, op.tensor}, options_.segment_bytes, &scratch, {}, {}};
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = rt::now();
   try {
     op.body(ctx);
   } catch (const std::exception& e) {
@@ -91,7 +91,7 @@ WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch) {
     }
     throw;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = rt::seconds(start, rt::now());
   std::lock_guard lock(stats_mutex_);
   OpStats& s = stats_.by_kind[static_cast<std::size_t>(op.kind)];
   ++s.ops;
@@ -105,7 +105,7 @@ CommRequest HostCommunicator::submit(Op op) {
   {
     std::lock_guard lock(worker_mutex_);
     TERSE_CHECK(!stop_, InternalError, "communicator: submit after shutdown");
-    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+    if (!worker_.joinable()) worker_ = rt::Thread("comm worker " + std::to_string(rank()), [this] { workerLoop(); }, rank());
     queue_.emplace_back(std::move(op), state);
   }
   worker_cv_.notify_one();

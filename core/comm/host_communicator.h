@@ -21,6 +21,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/comm/transport.h"
+#include "core/common/runtime.h"
 
 namespace terse::comm {
 
@@ -102,12 +103,12 @@ class HostCommunicator : public Communicator {
   std::atomic<uint64_t> next_seq_{0};
   std::vector<std::byte> caller_scratch_;  // blocking calls (one calling thread at a time)
 
-  std::mutex worker_mutex_;
-  std::condition_variable worker_cv_;
+  rt::Mutex worker_mutex_;  // the runtime's: the worker blocks in simulated time in a simulation
+  rt::CondVar worker_cv_;
   std::deque<std::pair<Op, std::shared_ptr<CommRequest::State>>> queue_;  // guarded by worker_mutex_
   bool stop_ = false;                                                     // guarded by worker_mutex_
   bool worker_busy_ = false;                                              // guarded by worker_mutex_
-  std::thread worker_;                                                    // started by the first submit
+  rt::Thread worker_;                                                     // started by the first submit
   std::vector<std::byte> worker_scratch_;                                 // the worker's own
 
   mutable std::mutex stats_mutex_;

@@ -19,6 +19,7 @@
 
 #include "core/comm/reduce.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 
 namespace terse::comm {
 namespace {
@@ -41,6 +42,7 @@ struct Frame {
   Clock::time_point queued_at{};  // when the sender handed it to the transport (emulation's arrival time)
   Clock::time_point sent_at{};
   Clock::time_point deliver_at{};
+  std::shared_ptr<FrameNetwork::Transfer> transfer;  // simulated time: the frame's transfer on the network
 };
 
 struct PostedRecv {
@@ -58,8 +60,9 @@ struct Link {
   int from = 0;
   int to = 0;
   std::string where;  // "link 0 -> 1"
-  std::mutex mutex;
-  std::condition_variable cv;
+  // The runtime's, not std's: in a simulation the requests of a link block in simulated time (runtime.h).
+  rt::Mutex mutex;
+  rt::CondVar cv;
   // Guarded by mutex.
   std::deque<std::shared_ptr<Frame>> unmatched;
   std::deque<std::shared_ptr<PostedRecv>> posted;
@@ -109,18 +112,33 @@ void copyPayload(std::byte* dst, const std::byte* src, std::size_t len) {
 
 // The single copy of a matched frame, done outside the lock; kCopying keeps both owners of the buffers from leaving
 // (or the abort path from declaring the request failed) while it runs.
-void copyFrame(std::unique_lock<std::mutex>& lock, Link& l, Frame& f) {
+void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
   f.copy = Frame::Copy::kCopying;
   lock.unlock();
   const auto len = static_cast<std::size_t>(f.header.length);
   if (f.reduce) {
     sumInto(f.dst, f.data, len / dtypeSize(f.reduce_dtype), f.reduce_dtype);
   } else {
-    copyPayload(f.dst, f.data, len);
+    // A real NIC's DMA lands the bytes: the copy is not the rank's computation (the network times the transfer). The
+    // sum above is: a real rank adds what it received.
+    rt::uncounted([&] { copyPayload(f.dst, f.data, len); });
   }
   lock.lock();
   f.copy = Frame::Copy::kDone;
   l.cv.notify_all();
+}
+
+// The time side of a request whose frame is matched and copied: the emulated instant `t` (real time), or the frame's
+// transfer on a simulated network. Blocks when `block`; otherwise says whether that time has come.
+bool arrived(Clock::time_point t, FrameNetwork::Transfer* transfer, bool block) {
+  if (transfer != nullptr) {
+    if (!block) return transfer->test();
+    transfer->wait();
+    return true;
+  }
+  if (!block) return Clock::now() >= t;
+  sleepUntilPrecise(t);
+  return true;
 }
 
 struct Nic {
@@ -187,12 +205,9 @@ class SendRequest final : public RequestImpl {
       l.cv.wait(lock);
     }
     const Clock::time_point t = f.sent_at;
+    const std::shared_ptr<FrameNetwork::Transfer> transfer = f.transfer;
     lock.unlock();
-    if (block) {
-      sleepUntilPrecise(t);
-    } else if (Clock::now() < t) {
-      return false;
-    }
+    if (!arrived(t, transfer.get(), block)) return false;
     done_ = true;
     return true;
   }
@@ -257,13 +272,10 @@ class RecvRequest final : public RequestImpl {
       l.cv.wait(lock);
     }
     const Clock::time_point t = r.frame->deliver_at;
+    const std::shared_ptr<FrameNetwork::Transfer> transfer = r.frame->transfer;
     const uint64_t length = r.length;
     lock.unlock();
-    if (block) {
-      sleepUntilPrecise(t);
-    } else if (Clock::now() < t) {
-      return false;
-    }
+    if (!arrived(t, transfer.get(), block)) return false;
     length_ = length;
     done_ = true;
     return true;
@@ -278,7 +290,8 @@ class RecvRequest final : public RequestImpl {
 
 class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fabric> {
  public:
-  Fabric(int n, const InprocOptions& options) : n_(n), options_(options), emulated_(options.emulation.enabled()) {
+  Fabric(int n, const InprocOptions& options)
+      : n_(n), options_(options), network_(options.network), emulated_(!network_ && options.emulation.enabled()) {
     links_.reserve(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
     for (int from = 0; from < n; ++from) {
       for (int to = 0; to < n; ++to) {
@@ -389,6 +402,9 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     }
     f->scheduled = !emulated_;
     if (emulated_) f->queued_at = Clock::now();
+    // Sent now in simulated time: the frame's transfer runs while the receiver has not matched it yet, as bytes on a
+    // wire do (a rank's frames to itself never touch the network).
+    if (network_ && peer != rank) f->transfer = network_->start(rank, peer, frameWireBytes(data.size()));
     // As the wire would carry it: encoded here, decoded and validated on arrival.
     const EncodedHeader raw = encodeFrameHeader(f->header);
     Link& l = link(rank, peer);
@@ -603,6 +619,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
 
   int n_;
   InprocOptions options_;
+  std::shared_ptr<FrameNetwork> network_;
   bool emulated_;
   std::vector<std::unique_ptr<Link>> links_;  // from * n + to
   std::vector<std::unique_ptr<TrafficCounter>> counters_;

@@ -17,6 +17,12 @@
 // the frames queued on the rank's outgoing links, sleeping until the token buckets of the link, the rank's egress and
 // the receiver's ingress allow the next slice, and stamps each frame with the time it has been sent and the time it
 // is delivered (sent + latency). Data still moves at memory speed; a request just does not complete before its time.
+//
+// Simulated time (DESIGN.md section 9). With a FrameNetwork (core/sim: SimGrid), there are no pacers: each frame's
+// wire bytes start a transfer on the simulated network when it is sent, and its send and receive requests complete no
+// earlier than that transfer. Matching, copies, accounting and errors are the ones above, so a simulated run moves
+// the same bytes in the same frames. The fabric's locks are then the runtime's (core/common/runtime.h), which every
+// link already uses.
 #pragma once
 
 #include <memory>
@@ -29,8 +35,23 @@
 
 namespace terse::comm {
 
+// A network that times frames in place of the pacer threads (core/sim/network.h).
+class FrameNetwork {
+ public:
+  class Transfer {
+   public:
+    virtual ~Transfer() = default;
+    virtual void wait() = 0;  // returns once the frame has arrived
+    virtual bool test() = 0;
+  };
+  virtual ~FrameNetwork() = default;
+  // Starts moving `wire_bytes` (a frame, header included) from rank `from` to rank `to`.
+  virtual std::shared_ptr<Transfer> start(int from, int to, uint64_t wire_bytes) = 0;
+};
+
 struct InprocOptions {
-  EmulationConfig emulation;
+  EmulationConfig emulation;  // real-time pacing; ignored when `network` is set (it models the links itself)
+  std::shared_ptr<FrameNetwork> network;
   // Frames up to this many payload bytes are buffered at send (see above).
   uint64_t eager_bytes = 64 * 1024;
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;

@@ -5,11 +5,12 @@
 // unfinished transport request is safe: a receive is cancelled, a send still delivers its data (inproc_transport.h).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
+
+#include "core/common/runtime.h"
 
 namespace terse::comm {
 
@@ -63,8 +64,8 @@ class Completion final : public RequestImpl {
   }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
+  rt::Mutex mutex_;  // the runtime's: waits block in simulated time in a simulation
+  rt::CondVar cv_;
   bool done_ = false;
   std::exception_ptr error_;
 };

@@ -5,11 +5,13 @@
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 
 namespace terse {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// The runtime's clock: phases are simulated time in a simulation (core/common/runtime.h).
+using Clock = rt::Clock;
 
 // Members of one fusion class share one collective; multi-round and CUSTOM members run alone.
 enum class FusionClass { kAlone, kSum, kGather };
@@ -74,16 +76,16 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   comm::WireBytes wire_bytes;
   local_.assign(k, {});
   for (int r = 0; r < rounds; ++r) {
-    auto t0 = Clock::now();
+    auto t0 = rt::now();
     std::size_t body_bytes = 0;
     for (std::size_t m = 0; m < k; ++m) {
       local_[m] =
           members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local_[m]);
       body_bytes += local_[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
     }
-    if (phase) phase("compress", t0, Clock::now(), first, k);
+    if (phase) phase("compress", t0, rt::now(), first, k);
 
-    t0 = Clock::now();
+    t0 = rt::now();
     if (k == 1) {
       // Nothing to concatenate: sum in place behind the header.
       wire_bytes +=
@@ -106,13 +108,13 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
       bodies(false);
     }
     ++collectives_;
-    if (phase) phase("allreduce", t0, Clock::now(), first, k);
+    if (phase) phase("allreduce", t0, rt::now(), first, k);
   }
   lead.addWire(wire_bytes);
 
-  const auto t0 = Clock::now();
+  const auto t0 = rt::now();
   for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
-  if (phase) phase("decompress", t0, Clock::now(), first, k);
+  if (phase) phase("decompress", t0, rt::now(), first, k);
 }
 
 comm::WireBytes AggregationEngine::gather(std::span<const std::byte> block, bool fixed, uint64_t min_bytes,
@@ -158,21 +160,21 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   std::span<const std::byte> aggregate;
   comm::WireBytes wire_bytes;
   for (int r = 0; r < p.rounds(); ++r) {
-    auto t0 = Clock::now();
+    auto t0 = rt::now();
     const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate);
-    if (phase) phase("compress", t0, Clock::now(), first, 1);
-    t0 = Clock::now();
+    if (phase) phase("compress", t0, rt::now(), first, 1);
+    t0 = rt::now();
     wire_bytes += gather(local, p.fixedSize(), 0, p.maxPayloadBytes(r), p.tensorId(), p.placement());
-    if (phase) phase("allgatherv", t0, Clock::now(), first, 1);
-    t0 = Clock::now();
+    if (phase) phase("allgatherv", t0, rt::now(), first, 1);
+    t0 = rt::now();
     splitByRank();
     aggregate = p.fold(step, r, blocks_);
-    if (phase) phase("decompress", t0, Clock::now(), first, 1);
+    if (phase) phase("decompress", t0, rt::now(), first, 1);
   }
   p.addWire(wire_bytes);
-  const auto t0 = Clock::now();
+  const auto t0 = rt::now();
   p.finishAggregate(step, aggregate, member.out);
-  if (phase) phase("decompress", t0, Clock::now(), first, 1);
+  if (phase) phase("decompress", t0, rt::now(), first, 1);
 }
 
 void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first,
@@ -192,7 +194,7 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
   const std::size_t table = fixed || k == 1 ? 0 : k * sizeof(uint64_t);
   max_block += table;
 
-  auto t0 = Clock::now();
+  auto t0 = rt::now();
   std::span<const std::byte> block;
   if (k == 1) {
     block = lead.encode(step, 0, members[0].grad, {});
@@ -211,17 +213,17 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
     copyBytes(send_.data(), table_.data(), table, where);
     block = send_.span().first(at);
   }
-  if (phase) phase("compress", t0, Clock::now(), first, k);
+  if (phase) phase("compress", t0, rt::now(), first, k);
 
-  t0 = Clock::now();
+  t0 = rt::now();
   lead.addWire(gather(block, fixed, table, max_block, lead.tensorId(), where));
-  if (phase) phase("allgatherv", t0, Clock::now(), first, k);
+  if (phase) phase("allgatherv", t0, rt::now(), first, k);
 
-  t0 = Clock::now();
+  t0 = rt::now();
   splitByRank();
   if (k == 1) {
     lead.finishGathered(step, blocks_, members[0].out);
-    if (phase) phase("decompress", t0, Clock::now(), first, k);
+    if (phase) phase("decompress", t0, rt::now(), first, k);
     return;
   }
   if (table > 0) {
@@ -258,7 +260,7 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
                                             i * static_cast<std::size_t>(world), static_cast<std::size_t>(world)),
                                         members[i].out);
   }
-  if (phase) phase("decompress", t0, Clock::now(), first, k);
+  if (phase) phase("decompress", t0, rt::now(), first, k);
 }
 
 }  // namespace terse

@@ -7,6 +7,7 @@
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 #include "core/compress/device_kernels.h"
 #include "terse/sdk/half.hpp"
 
@@ -18,11 +19,9 @@ std::string where(const TensorCodec& codec) {
          std::string(aggregationName(codec.caps().aggregation)) + "): ";
 }
 
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+// The runtime's clock: codec time is simulated time in a simulation (core/common/runtime.h).
+using Clock = rt::Clock;
+using rt::seconds;
 
 template <class T>
 void divideAll(T* p, std::size_t n, T w) {
@@ -123,9 +122,9 @@ uint64_t CompressionPipeline::maxPayloadBytes() const noexcept {
 std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const void* grad,
                                                  std::span<const std::byte> prev) {
   TensorBuffer& buf = payload_[caps_.aggregation == Aggregation::kSum ? static_cast<std::size_t>(round % 2) : 0];
-  const auto encode_start = Clock::now();
+  const auto encode_start = rt::now();
   const uint64_t bytes = codec_->encode(step, round, grad, prev, buf.span());
-  stats_.encode_s += seconds(encode_start, Clock::now());
+  stats_.encode_s += seconds(encode_start, rt::now());
   stats_.payload_bytes += bytes;
   // A SUM payload is summed elementwise and a fixed-size gather reserves exactly this many bytes per rank: either way
   // every rank must send the announced size.
@@ -139,7 +138,7 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
 std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
                                                      std::span<const std::span<const std::byte>> blocks) {
   const uint64_t bound = bounds_[static_cast<std::size_t>(round)].max_reduced;
-  const auto reduce_start = Clock::now();
+  const auto reduce_start = rt::now();
   std::span<const std::byte> aggregate = blocks[0];
   for (std::size_t i = 1; i < blocks.size(); ++i) {
     TensorBuffer& dst = reduced_[i % 2];
@@ -148,14 +147,14 @@ std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
                 where(*codec_) << "reduce wrote " << n << " bytes, above max_reduced_bytes " << bound);
     aggregate = dst.span().first(static_cast<std::size_t>(n));
   }
-  stats_.decode_s += seconds(reduce_start, Clock::now());
+  stats_.decode_s += seconds(reduce_start, rt::now());
   return aggregate;
 }
 
 void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out) {
-  const auto decode_start = Clock::now();
+  const auto decode_start = rt::now();
   codec_->decode(step, aggregate, -1, out, false);
-  stats_.decode_s += seconds(decode_start, Clock::now());
+  stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
 }
@@ -164,10 +163,10 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
                                          void* out) {
   TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InternalError,
               where(*codec_) << payloads.size() << " gathered payloads for a world of " << world_);
-  const auto decode_start = Clock::now();
+  const auto decode_start = rt::now();
   zeroOut(out);
   for (int i = 0; i < world_; ++i) codec_->decode(step, payloads[static_cast<std::size_t>(i)], i, out, true);
-  stats_.decode_s += seconds(decode_start, Clock::now());
+  stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
 }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <thread>
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
@@ -15,11 +14,8 @@
 namespace terse::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+using Clock = rt::Clock;
+using rt::seconds;
 
 double commSeconds(const comm::Communicator& comm) {
   double s = 0;
@@ -35,7 +31,7 @@ std::string layerName(int layer) {
 
 void stragglerSleep(double slowdown, double raw_compute_s) {
   if (slowdown > 1 && raw_compute_s > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
+    rt::sleepFor(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
 }
 
 uint64_t parameterChecksum(std::span<const ParamTensor> params) {
@@ -100,7 +96,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   applied_.assign(params.size(), -1);
   layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   workload_.setLayerGate([this](int layer) { gate(layer); });
-  comm_thread_ = std::thread([this] {
+  comm_thread_ = rt::Thread("comm " + std::to_string(comm_.rank()), [this] {
     if (device_) {
       // CUDA's current device is per host thread: this thread launches the pipelines' kernels and allocates the chunk
       // pipelines' buffers, which must land on the workload's device, not on device 0.
@@ -117,7 +113,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
       }
     }
     commLoop();
-  });
+  }, comm_.rank());
 }
 
 SyncTrainer::~SyncTrainer() {
@@ -283,10 +279,10 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
     if (--chunks_left_[t] == 0) done.push_back(t);
   }
   for (std::size_t t : done) {
-    const auto u0 = Clock::now();
+    const auto u0 = rt::now();
     optimizer_.update(t, params[t], comm_lr_);
     if (options_.trace)
-      options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, Clock::now());
+      options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, rt::now());
   }
   // Device updates were only enqueued on the communicator's stream; a gate opened below lets the worker's forward (on
   // the workload's stream) read these values, so they must be complete first. One wait per group that finished a
@@ -343,7 +339,7 @@ void SyncTrainer::commLoop() {
       uint64_t agreed = received_total;
       if (comm_.size() > 1) {
         where = "negotiation";
-        const auto n0 = Clock::now();
+        const auto n0 = rt::now();
         const double c0 = commSeconds(comm_);
         comm_.allgatherSizes(received_total, counts, kNegotiationTensor);
         {
@@ -353,7 +349,7 @@ void SyncTrainer::commLoop() {
           ++acc_negotiations_;
         }
         agreed = *std::min_element(counts.begin(), counts.end());
-        const auto n1 = Clock::now();
+        const auto n1 = rt::now();
         if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
           options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
         where = "scheduling";
@@ -392,29 +388,29 @@ void SyncTrainer::commLoop() {
   }
 }
 
-double SyncTrainer::waitApplied(std::unique_lock<std::mutex>& lock, int64_t upto) {
-  const auto t0 = Clock::now();
+double SyncTrainer::waitApplied(std::unique_lock<rt::Mutex>& lock, int64_t upto) {
+  const auto t0 = rt::now();
   applied_cv_.wait(lock, [&] {
     if (error_) return true;
     for (int64_t a : layer_applied_)
       if (a < upto) return false;
     return true;
   });
-  return seconds(t0, Clock::now());
+  return seconds(t0, rt::now());
 }
 
 void SyncTrainer::gate(int layer) {
   std::unique_lock lock(mutex_);
   TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
               "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
-  const auto t0 = Clock::now();
+  const auto t0 = rt::now();
   applied_cv_.wait(lock, [&] { return error_ || layer_applied_[static_cast<std::size_t>(layer)] >= handed_step_; });
   if (error_) std::rethrow_exception(error_);
-  const auto t1 = Clock::now();
+  const auto t1 = rt::now();
   gate_wait_s_ += seconds(t0, t1);
   lock.unlock();
   if (options_.trace) {
-    const auto now = Clock::now();
+    const auto now = rt::now();
     if (t1 - t0 > std::chrono::microseconds(1))
       options_.trace->span(TraceRecorder::kComputeThread, "wait " + layerName(layer), "wait", t0, t1);
     // The compute between two gates is the forward of the previous gated layer.
@@ -447,7 +443,7 @@ StepRecord SyncTrainer::step() {
   const std::vector<int64_t>& batch = epoch_batches_.at(static_cast<std::size_t>(rec.step_in_epoch));
   rec.lr = learningRate(lr_, rec.step);
 
-  const auto t0 = Clock::now();
+  const auto t0 = rt::now();
   double full_wait = 0;
   double comm_before = 0, encode_before = 0, decode_before = 0;
   {
@@ -467,9 +463,9 @@ StepRecord SyncTrainer::step() {
   gate_wait_s_ = 0;
   gate_layer_ = -1;
 
-  const auto t1 = Clock::now();
+  const auto t1 = rt::now();
   stragglerSleep(options_.slowdown, last_raw_compute_s_);
-  const auto t1_work = Clock::now();
+  const auto t1_work = rt::now();
   std::exception_ptr compute_error;
   Clock::time_point last_mark = t1;
   try {
@@ -477,7 +473,7 @@ StepRecord SyncTrainer::step() {
     const double lr = rec.lr;
     rec.loss = workload_.forwardBackward(batch, [&](int layer, std::span<const std::size_t> tensors) {
       if (options_.trace) {
-        const auto now = Clock::now();
+        const auto now = rt::now();
         if (gate_layer_ >= 0) {
           // From the last gate to the first report: the last layer's forward, the loss and its backward.
           options_.trace->span(TraceRecorder::kComputeThread, "forward+backward " + layerName(gate_layer_), "compute",
@@ -495,7 +491,7 @@ StepRecord SyncTrainer::step() {
     compute_error = std::current_exception();
   }
   backward_done_.store(true, std::memory_order_release);
-  const auto t2 = Clock::now();
+  const auto t2 = rt::now();
   {
     std::unique_lock lock(mutex_);
     if (compute_error && !error_) {
@@ -518,7 +514,7 @@ StepRecord SyncTrainer::step() {
     if (error_) std::rethrow_exception(error_);
     drained_step_ = handed_step_;
   }
-  const auto t3 = Clock::now();
+  const auto t3 = rt::now();
   {
     std::lock_guard lock(mutex_);
     rec.times.comm_s = acc_comm_s_ - comm_before;

@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/common/runtime.h"
 #include "core/compress/engine.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/scheduler.h"
@@ -213,7 +214,7 @@ class SyncTrainer {
   void enqueue(int64_t step, std::span<const std::size_t> tensors, double lr);
   void gate(int layer);
   // Waits (lock held) until every tensor's update of step `upto` is in, or an error; returns the seconds waited.
-  double waitApplied(std::unique_lock<std::mutex>& lock, int64_t upto);
+  double waitApplied(std::unique_lock<rt::Mutex>& lock, int64_t upto);
   void failComm(const std::string& where);
   // Communication thread only.
   void admit(const Ready& r);
@@ -240,7 +241,7 @@ class SyncTrainer {
   double gate_wait_s_ = 0;
   double last_raw_compute_s_ = 0;  // the previous step's compute without the straggler sleep
   int gate_layer_ = -1;
-  std::chrono::steady_clock::time_point gate_mark_;
+  rt::Clock::time_point gate_mark_;
 
   // ---- Communication thread only (no lock): the scheduler's step and the per-tensor books.
   AggregationEngine engine_;
@@ -254,9 +255,10 @@ class SyncTrainer {
   std::size_t admitted_ = 0;
 
   // ---- Shared. mutex_ guards everything below down to error_.
-  std::mutex mutex_;
-  std::condition_variable work_cv_;     // the communication thread waits here for ready tensors
-  std::condition_variable applied_cv_;  // gates and drains wait here for updates
+  // The runtime's (core/common/runtime.h): in a simulation the trainer's threads are actors and wait in simulated time.
+  rt::Mutex mutex_;
+  rt::CondVar work_cv_;     // the communication thread waits here for ready tensors
+  rt::CondVar applied_cv_;  // gates and drains wait here for updates
   std::deque<Ready> inbox_;
   bool stop_ = false;
   int64_t handed_step_ = -1;            // the last step whose forwardBackward returned (all its tensors handed over)
@@ -270,7 +272,7 @@ class SyncTrainer {
   std::exception_ptr error_;  // the first failure; later groups are not run
   std::atomic<bool> backward_done_{false};
   std::atomic<int> overlapped_{0};
-  std::thread comm_thread_;
+  rt::Thread comm_thread_;
 };
 
 }  // namespace terse::train

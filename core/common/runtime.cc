@@ -1,0 +1,78 @@
+// The real-time backend of runtime.h: the standard library's threads, locks and steady clock.
+#include "core/common/runtime.h"
+
+#include <atomic>
+#include <thread>
+
+namespace terse::rt {
+namespace {
+
+class StdMutex final : public MutexImpl {
+ public:
+  void lock() override { m.lock(); }
+  void unlock() override { m.unlock(); }
+  bool tryLock() override { return m.try_lock(); }
+  std::mutex m;
+};
+
+class StdCondVar final : public CondVarImpl {
+ public:
+  // The caller holds the std::mutex inside `mutex`: adopt it for the wait and hand it back still locked.
+  void wait(MutexImpl& mutex) override {
+    std::unique_lock<std::mutex> lock(static_cast<StdMutex&>(mutex).m, std::adopt_lock);
+    cv_.wait(lock);
+    lock.release();
+  }
+  std::cv_status waitUntil(MutexImpl& mutex, Clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lock(static_cast<StdMutex&>(mutex).m, std::adopt_lock);
+    const std::cv_status s = cv_.wait_until(lock, deadline);
+    lock.release();
+    return s;
+  }
+  void notifyOne() override { cv_.notify_one(); }
+  void notifyAll() override { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
+};
+
+class StdThread final : public ThreadImpl {
+ public:
+  explicit StdThread(std::function<void()> fn) : t_(std::move(fn)) {}
+  ~StdThread() override {
+    if (t_.joinable()) t_.join();
+  }
+  void join() override {
+    if (t_.joinable()) t_.join();
+  }
+
+ private:
+  std::thread t_;
+};
+
+class StdBackend final : public Backend {
+ public:
+  bool simulated() const noexcept override { return false; }
+  Clock::time_point now() override { return Clock::now(); }
+  void sleepUntil(Clock::time_point t) override { std::this_thread::sleep_until(t); }
+  std::unique_ptr<MutexImpl> makeMutex() override { return std::make_unique<StdMutex>(); }
+  std::unique_ptr<CondVarImpl> makeCondVar() override { return std::make_unique<StdCondVar>(); }
+  std::unique_ptr<ThreadImpl> startThread(const std::string&, int, std::function<void()> fn) override {
+    return std::make_unique<StdThread>(std::move(fn));
+  }
+};
+
+StdBackend g_real;
+std::atomic<Backend*> g_backend{&g_real};
+
+}  // namespace
+
+Backend& backend() noexcept {
+  return *g_backend.load(std::memory_order_acquire);
+}
+
+void installBackend(Backend* b) noexcept {
+  g_backend.store(b != nullptr ? b : &g_real, std::memory_order_release);
+}
+
+}  // namespace terse::rt

@@ -1,0 +1,228 @@
+// SimRuntime: actors, SimGrid locks and the measured-computation clock (runtime.h).
+#include "core/sim/runtime.h"
+
+#include <time.h>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/ConditionVariable.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Mutex.hpp>
+
+#include <exception>
+#include <mutex>
+
+#include "core/common/error.h"
+
+namespace terse::sim {
+namespace sg4 = simgrid::s4u;
+
+double threadCpuSeconds() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+namespace {
+
+// Computations shorter than this stay pending (carried into the next one) instead of costing a SimGrid sleep each:
+// far below any latency a network model resolves, and it keeps lock-heavy code from doubling its SimGrid calls.
+constexpr double kMinSleepSeconds = 50e-9;
+
+class SimMutex final : public rt::MutexImpl {
+ public:
+  explicit SimMutex(SimRuntime& rt) : rt_(rt), m_(sg4::Mutex::create()) {}
+  void lock() override {
+    rt_.settle();
+    m_->lock();
+    rt_.resume();
+  }
+  void unlock() override {
+    rt_.settle();
+    m_->unlock();
+    rt_.resume();
+  }
+  bool tryLock() override {
+    rt_.settle();
+    const bool ok = m_->try_lock();
+    rt_.resume();
+    return ok;
+  }
+  sg4::Mutex& mutex() { return *m_; }
+
+ private:
+  SimRuntime& rt_;
+  sg4::MutexPtr m_;
+};
+
+class SimCondVar final : public rt::CondVarImpl {
+ public:
+  explicit SimCondVar(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
+  void wait(rt::MutexImpl& mutex) override {
+    rt_.settle();
+    std::unique_lock<sg4::Mutex> lock(static_cast<SimMutex&>(mutex).mutex(), std::adopt_lock);
+    cv_->wait(lock);
+    lock.release();
+    rt_.resume();
+  }
+  std::cv_status waitUntil(rt::MutexImpl& mutex, rt::Clock::time_point deadline) override {
+    rt_.settle();
+    std::unique_lock<sg4::Mutex> lock(static_cast<SimMutex&>(mutex).mutex(), std::adopt_lock);
+    const std::cv_status s = cv_->wait_until(lock, rt_.toSimSeconds(deadline));
+    lock.release();
+    rt_.resume();
+    return s;
+  }
+  void notifyOne() override {
+    rt_.settle();
+    cv_->notify_one();
+    rt_.resume();
+  }
+  void notifyAll() override {
+    rt_.settle();
+    cv_->notify_all();
+    rt_.resume();
+  }
+
+ private:
+  SimRuntime& rt_;
+  sg4::ConditionVariablePtr cv_;
+};
+
+class SimThread final : public rt::ThreadImpl {
+ public:
+  SimThread(SimRuntime& rt, sg4::ActorPtr actor) : rt_(rt), actor_(std::move(actor)) {}
+  ~SimThread() override { join(); }
+  void join() override {
+    if (!actor_) return;
+    rt_.settle();
+    actor_->join();
+    actor_ = nullptr;
+    rt_.resume();
+  }
+
+ private:
+  SimRuntime& rt_;
+  sg4::ActorPtr actor_;
+};
+
+}  // namespace
+
+SimRuntime::SimRuntime(std::vector<sg4::Host*> hosts, double compute_scale,
+                       std::function<void(const std::string&)> fatal)
+    : hosts_(std::move(hosts)), scale_(compute_scale), fatal_(std::move(fatal)), origin_(rt::Clock::now()) {
+  TERSE_CHECK(compute_scale >= 0 && compute_scale < 1e6, InvalidArgument,
+              "simulation: compute scale must be in [0, 1e6), got " << compute_scale);
+}
+
+SimRuntime::ActorClock& SimRuntime::self() {
+  const long id = sg4::this_actor::get_pid();
+  auto it = actors_.find(id);
+  if (it == actors_.end()) {
+    // An actor SimRuntime did not start (the simulation's first one): it is measured from its first call on.
+    it = actors_.emplace(id, ActorClock{threadCpuSeconds(), 0, scale_}).first;
+  }
+  return it->second;
+}
+
+void SimRuntime::account(ActorClock& a) {
+  const double cpu = threadCpuSeconds();
+  a.pending += (cpu - a.mark) * a.scale;
+  a.mark = cpu;
+}
+
+void SimRuntime::settle() {
+  if (sg4::Actor::is_maestro()) return;
+  ActorClock& a = self();
+  account(a);
+  if (a.pending >= kMinSleepSeconds) {
+    const double d = a.pending;
+    a.pending = 0;
+    injected_s_ += d;
+    sg4::this_actor::sleep_for(d);
+  }
+}
+
+void SimRuntime::resume() {
+  if (sg4::Actor::is_maestro()) return;
+  self().mark = threadCpuSeconds();
+}
+
+rt::Clock::time_point SimRuntime::toTimePoint(double sim_seconds) const {
+  return origin_ + std::chrono::duration_cast<rt::Clock::duration>(std::chrono::duration<double>(sim_seconds));
+}
+
+double SimRuntime::toSimSeconds(rt::Clock::time_point t) const {
+  return std::chrono::duration<double>(t - origin_).count();
+}
+
+rt::Clock::time_point SimRuntime::now() {
+  settle();
+  const rt::Clock::time_point t = toTimePoint(sg4::Engine::get_clock());
+  resume();
+  return t;
+}
+
+void SimRuntime::sleepUntil(rt::Clock::time_point t) {
+  settle();
+  const double d = toSimSeconds(t) - sg4::Engine::get_clock();
+  if (d > 0) sg4::this_actor::sleep_for(d);
+  resume();
+}
+
+std::unique_ptr<rt::MutexImpl> SimRuntime::makeMutex() {
+  return std::make_unique<SimMutex>(*this);
+}
+
+std::unique_ptr<rt::CondVarImpl> SimRuntime::makeCondVar() {
+  return std::make_unique<SimCondVar>(*this);
+}
+
+std::unique_ptr<rt::ThreadImpl> SimRuntime::startThread(const std::string& name, int place, std::function<void()> fn) {
+  settle();
+  sg4::Host* host = nullptr;
+  if (place >= 0 && static_cast<std::size_t>(place) < hosts_.size()) {
+    host = hosts_[static_cast<std::size_t>(place)];
+  } else if (!sg4::Actor::is_maestro()) {
+    host = sg4::this_actor::get_host();
+  } else {
+    host = hosts_.at(0);
+  }
+  // A new thread computes at the scale of the one that started it (a straggler's helper threads are as slow).
+  const double scale = sg4::Actor::is_maestro() ? scale_ : self().scale;
+  sg4::ActorPtr actor = sg4::Actor::create(name, host, [this, name, scale, fn = std::move(fn)] {
+    actors_[sg4::this_actor::get_pid()] = ActorClock{threadCpuSeconds(), 0, scale};
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      // std::thread would terminate; a simulation ends with the reason instead.
+      fatal_("thread '" + name + "' ended with an uncaught exception: " + e.what());
+    } catch (...) {
+      fatal_("thread '" + name + "' ended with an uncaught exception");
+    }
+    settle();  // its last computation still takes simulated time before a join returns
+    actors_.erase(sg4::this_actor::get_pid());
+  });
+  resume();
+  return std::make_unique<SimThread>(*this, std::move(actor));
+}
+
+void SimRuntime::uncounted(const std::function<void()>& fn) {
+  if (sg4::Actor::is_maestro()) {
+    fn();
+    return;
+  }
+  ActorClock& a = self();
+  account(a);
+  fn();
+  a.mark = threadCpuSeconds();
+}
+
+void SimRuntime::setComputeScale(double scale) {
+  TERSE_CHECK(scale >= 0 && scale < 1e6, InvalidArgument,
+              "simulation: compute scale must be in [0, 1e6), got " << scale);
+  if (sg4::Actor::is_maestro()) return;
+  ActorClock& a = self();
+  account(a);
+  a.scale = scale;
+}
+
+}  // namespace terse::sim

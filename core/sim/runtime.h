@@ -1,0 +1,73 @@
+// The simulated-time backend of core/common/runtime.h (DESIGN.md section 9): threads are SimGrid actors, locks and
+// condition variables are SimGrid's, the clock is SimGrid's, and computation is measured and injected.
+//
+// Computation. SimGrid runs the actors of a simulation one at a time on one OS thread and switches only inside its own
+// calls, so the CPU time the thread spends between an actor's return from one runtime call and its next call is that
+// actor's computation alone, measured while nothing else competes for the thread (however loaded the host is). Before
+// the next call takes effect the actor sleeps that long in simulated time, times its compute scale: so a notify, a
+// send or a clock reading happens at the simulated instant the computation before it ends, and a caller that times
+// itself with rt::now() measures simulated durations. This is SMPI's online CPU benchmarking (Clauss et al. 2011),
+// applied to every thread of the run rather than between MPI calls only.
+//
+// Measuring on one OS thread also works when SimGrid runs each actor on a thread of its own (the thread context
+// factory): the clock read is then that actor's thread's, and it is only read while the actor runs.
+#pragma once
+
+#include <simgrid/s4u/Host.hpp>
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/common/runtime.h"
+
+namespace terse::sim {
+
+class SimRuntime final : public rt::Backend {
+ public:
+  // hosts[r]: rank r's host. compute_scale: simulated seconds per measured CPU second (0.1 models a device ten times
+  // faster than this host). `fatal` is called with a message when an actor's body throws (it must not return).
+  SimRuntime(std::vector<simgrid::s4u::Host*> hosts, double compute_scale,
+             std::function<void(const std::string&)> fatal);
+
+  bool simulated() const noexcept override { return true; }
+  rt::Clock::time_point now() override;
+  void sleepUntil(rt::Clock::time_point t) override;
+  std::unique_ptr<rt::MutexImpl> makeMutex() override;
+  std::unique_ptr<rt::CondVarImpl> makeCondVar() override;
+  std::unique_ptr<rt::ThreadImpl> startThread(const std::string& name, int place, std::function<void()> fn) override;
+  void uncounted(const std::function<void()>& fn) override;
+  void setComputeScale(double scale) override;
+
+  // Around every SimGrid call an actor makes: settle() turns the computation since the last call into simulated time
+  // (sleeping it), resume() starts measuring the next computation once the call returns.
+  void settle();
+  void resume();
+  // Simulated seconds since the simulation started, as a time point of the rt clock.
+  rt::Clock::time_point toTimePoint(double sim_seconds) const;
+  double toSimSeconds(rt::Clock::time_point t) const;
+  // Total computation injected so far, simulated seconds (for tests and the provenance's bookkeeping).
+  double injectedSeconds() const noexcept { return injected_s_; }
+
+ private:
+  struct ActorClock {
+    double mark = 0;     // the thread's CPU seconds when the actor last resumed
+    double pending = 0;  // measured but not yet slept, simulated seconds
+    double scale = 1;
+  };
+  ActorClock& self();
+  void account(ActorClock& a);
+
+  std::vector<simgrid::s4u::Host*> hosts_;
+  double scale_;
+  std::function<void(const std::string&)> fatal_;
+  rt::Clock::time_point origin_;
+  std::unordered_map<long, ActorClock> actors_;  // by SimGrid actor id; one OS thread touches it at a time
+  double injected_s_ = 0;
+};
+
+// The thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
+double threadCpuSeconds() noexcept;
+
+}  // namespace terse::sim

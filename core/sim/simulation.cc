@@ -1,0 +1,169 @@
+// The simulation driver: a forked child per simulation, the engine, the platform, the runtime (simulation.h).
+#include "core/sim/simulation.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xbt/log.h>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "core/common/runtime.h"
+#include "core/sim/network.h"
+#include "core/sim/runtime.h"
+
+namespace terse::sim {
+namespace sg4 = simgrid::s4u;
+
+namespace {
+
+// The child's answer: one byte (O: the body's result follows, E: an error message follows), then the text.
+constexpr char kOk = 'O';
+constexpr char kError = 'E';
+
+void writeAll(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the parent is gone: nobody is left to tell
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string readAll(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return out;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// Sends the answer and ends the child at once: no destructors of the parent's objects, no atexit handlers (they belong
+// to the parent), no SimGrid teardown of actors that may still be blocked.
+[[noreturn]] void answer(int fd, char kind, const std::string& text) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  writeAll(fd, std::string(1, kind) + text);
+  ::close(fd);
+  ::_exit(kind == kOk ? 0 : 1);
+}
+
+std::string blockedActors() {
+  std::ostringstream out;
+  int shown = 0;
+  const auto actors = sg4::Engine::get_instance()->get_all_actors();
+  for (const auto& a : actors) {
+    if (shown == 12) {
+      out << ", ... (" << actors.size() << " in all)";
+      break;
+    }
+    out << (shown++ == 0 ? "" : ", ") << "'" << a->get_name() << "' on " << a->get_host()->get_name();
+  }
+  return out.str();
+}
+
+[[noreturn]] void child(int fd, const SimulationOptions& options,
+                        const std::function<std::string(const SimulationContext&)>& body) {
+  try {
+    // SimGrid's own log lines (configuration changes, its deadlock report) would interleave with terse's output; the
+    // errors it finds reach the parent as this driver's messages instead.
+    xbt_log_control_set("root.thres:critical");
+    int argc = 1;
+    char arg0[] = "terse";
+    char* argv[] = {arg0, nullptr};
+    sg4::Engine engine(&argc, argv);
+    configureNetworkModel(engine);
+    // Actors run terse's whole worker and communication code: give them a thread's stack (KiB).
+    sg4::Engine::set_config("contexts/stack-size:16384");
+    const std::vector<sg4::Host*> hosts = buildPlatform(engine, options.platform);
+    SimRuntime runtime(hosts, options.compute_scale, [fd](const std::string& m) { answer(fd, kError, m); });
+    rt::installBackend(&runtime);
+    auto network = std::make_shared<SimNetwork>(hosts, runtime);
+    const SimulationContext ctx{options, network};
+
+    std::optional<std::string> result;
+    sg4::Engine::on_deadlock_cb([fd] {
+      std::ostringstream m;
+      m << "simulation deadlocked at simulated time " << sg4::Engine::get_clock()
+        << " s: every thread is waiting and nothing is in flight (" << blockedActors() << ")";
+      answer(fd, kError, m.str());
+    });
+    sg4::Actor::create("main", hosts[0], [&] {
+      try {
+        result = body(ctx);
+      } catch (const std::exception& e) {
+        answer(fd, kError, e.what());
+      } catch (...) {
+        answer(fd, kError, "simulation: unknown error");
+      }
+    });
+    engine.run();
+    if (!result) answer(fd, kError, "simulation ended before its main actor returned");
+    answer(fd, kOk, *result);
+  } catch (const std::exception& e) {
+    answer(fd, kError, e.what());
+  } catch (...) {
+    answer(fd, kError, "simulation: unknown error");
+  }
+}
+
+}  // namespace
+
+std::string runSimulation(const SimulationOptions& options,
+                          const std::function<std::string(const SimulationContext&)>& body) {
+  TERSE_CHECK(options.platform.ranks >= 1, InvalidArgument,
+              "simulation: ranks must be >= 1, got " << options.platform.ranks);
+  options.platform.links.validate(options.platform.ranks);
+  TERSE_CHECK(options.compute_scale >= 0 && options.compute_scale < 1e6, InvalidArgument,
+              "simulation: compute scale must be in [0, 1e6), got " << options.compute_scale);
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  int fds[2];
+  TERSE_CHECK(::pipe2(fds, O_CLOEXEC) == 0, InternalError, "simulation: pipe: " << std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    TERSE_THROW(InternalError, "simulation: fork: " << std::strerror(err));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    child(fds[1], options, body);
+  }
+  ::close(fds[1]);
+  const std::string reply = readAll(fds[0]);
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (reply.empty()) {
+    std::ostringstream m;
+    if (WIFSIGNALED(status)) {
+      m << "the simulation process died of signal " << WTERMSIG(status) << " (" << ::strsignal(WTERMSIG(status))
+        << ") before it could report";
+    } else {
+      m << "the simulation process exited with status " << WEXITSTATUS(status) << " without a report";
+    }
+    throw SimulationError(m.str());
+  }
+  if (reply[0] == kOk) return reply.substr(1);
+  throw SimulationError(reply.substr(1));
+}
+
+}  // namespace terse::sim

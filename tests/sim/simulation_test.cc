@@ -1,0 +1,290 @@
+// The simulated runtime and network (core/sim): timing against the model's closed forms, computation injection,
+// collectives giving the same bits as in real time, and every way a simulation can fail ending with a message.
+#include "core/sim/simulation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/comm/frame.h"
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
+#include "core/common/runtime.h"
+#include "core/sim/runtime.h"
+
+namespace terse::sim {
+namespace {
+
+double since(rt::Clock::time_point t0) { return rt::seconds(t0, rt::now()); }
+
+std::string str(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+SimulationOptions options(int ranks, const std::string& links) {
+  SimulationOptions o;
+  o.platform.ranks = ranks;
+  o.platform.links = comm::parseEmulation(links);
+  o.compute_scale = 0;  // the network's time alone, unless a test wants computation
+  return o;
+}
+
+// Burns about `s` seconds of this thread's CPU.
+double burnCpu(double s) {
+  const double t0 = threadCpuSeconds();
+  volatile double x = 1;
+  while (threadCpuSeconds() - t0 < s) {
+    for (int i = 0; i < 1000; ++i) x = x * 1.0000001 + 1e-9;
+  }
+  return threadCpuSeconds() - t0;
+}
+
+// Rank 0 sends one frame of `bytes` to rank 1; returns the simulated seconds until rank 1 has it.
+double oneFrame(const SimulationOptions& o, uint64_t bytes) {
+  const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(2, io);
+    std::vector<std::byte> src(bytes, std::byte{7}), dst(bytes);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    double arrived = 0;
+    const rt::Clock::time_point t0 = rt::now();
+    rt::Thread receiver(
+        "receiver",
+        [&] {
+          t[1]->recv(0, meta, dst);
+          arrived = since(t0);
+        },
+        1);
+    t[0]->send(1, meta, src);
+    receiver.join();
+    if (dst != src) throw std::runtime_error("payload corrupted");
+    return str(arrived);
+  });
+  return std::stod(r);
+}
+
+TEST(Simulation, OneFrameTakesLatencyPlusBytesOverBandwidth) {
+  for (const auto& [links, bps, lat] :
+       std::vector<std::tuple<std::string, double, double>>{{"bandwidth=1Gbps,latency=50us", 1e9, 50e-6},
+                                                            {"bandwidth=100Mbps,latency=1ms", 1e8, 1e-3},
+                                                            {"bandwidth=10Gbps,latency=0", 1e10, 0}}) {
+    for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{12345}, uint64_t{0}}) {
+      const double expect = lat + static_cast<double>(comm::frameWireBytes(bytes)) * 8 / bps;
+      const double got = oneFrame(options(2, links), bytes);
+      EXPECT_NEAR(got, expect, expect * 1e-6 + 1e-9) << links << ", " << bytes << " bytes";
+    }
+  }
+}
+
+TEST(Simulation, NicEgressIsSharedByTwoFlows) {
+  // Rank 0 sends 1 MiB to ranks 1 and 2 at once through a 1 Gbps NIC on 10 Gbps wires: both arrive after 2 MiB of
+  // NIC time, not one.
+  SimulationOptions o = options(3, "bandwidth=10Gbps,nic=1Gbps");
+  const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(3, io);
+    const uint64_t n = 1 << 20;
+    std::vector<std::byte> src(n), d1(n), d2(n);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    const rt::Clock::time_point t0 = rt::now();
+    auto a = t[0]->isend(1, meta, src);
+    auto b = t[0]->isend(2, meta, src);
+    auto ra = t[1]->irecv(0, meta, d1);
+    auto rb = t[2]->irecv(0, meta, d2);
+    ra.wait();
+    rb.wait();
+    a.wait();
+    b.wait();
+    return str(since(t0));
+  });
+  const double expect = 2.0 * static_cast<double>(comm::frameWireBytes(1 << 20)) * 8 / 1e9;
+  EXPECT_NEAR(std::stod(r), expect, expect * 1e-6);
+}
+
+TEST(Simulation, ComputationBecomesSimulatedTimeTimesScale) {
+  for (double scale : {1.0, 0.25, 0.0}) {
+    SimulationOptions o = options(1, "");
+    o.compute_scale = scale;
+    const std::string r = runSimulation(o, [&](const SimulationContext&) {
+      const rt::Clock::time_point t0 = rt::now();
+      const double cpu = burnCpu(0.05);
+      const double sim = rt::seconds(t0, rt::now());
+      std::ostringstream out;
+      out << cpu << ' ' << sim;
+      return out.str();
+    });
+    std::istringstream in(r);
+    double cpu = 0, sim = 0;
+    in >> cpu >> sim;
+    EXPECT_GE(cpu, 0.05);
+    // What the actor burned between its two clock readings, plus the little around the loop.
+    EXPECT_NEAR(sim, cpu * scale, 0.002 + cpu * scale * 0.02) << "scale " << scale;
+  }
+}
+
+TEST(Simulation, ThreadsRunOneAtATimeSoEachIsMeasuredAlone) {
+  // Two threads each burn 30 ms of CPU: in real time on a busy host they would stretch each other; simulated, each
+  // ends 30 ms after it started, on its own host, whatever else runs.
+  SimulationOptions o = options(2, "");
+  o.compute_scale = 1;
+  const std::string r = runSimulation(o, [&](const SimulationContext&) {
+    double end0 = 0, end1 = 0;
+    const auto t0 = rt::now();
+    {
+      rt::Thread a(
+          "a",
+          [&] {
+            burnCpu(0.03);
+            end0 = rt::seconds(t0, rt::now());
+          },
+          0);
+      rt::Thread b(
+          "b",
+          [&] {
+            burnCpu(0.03);
+            end1 = rt::seconds(t0, rt::now());
+          },
+          1);
+    }
+    return str(end0) + " " + str(end1) + " " + str(rt::seconds(t0, rt::now()));
+  });
+  std::istringstream in(r);
+  double e0 = 0, e1 = 0, all = 0;
+  in >> e0 >> e1 >> all;
+  EXPECT_NEAR(e0, 0.03, 0.004);
+  EXPECT_NEAR(e1, 0.03, 0.004);
+  EXPECT_NEAR(all, 0.03, 0.004);
+}
+
+TEST(Simulation, RingAllreduceGivesTheRealTimeBitsAndTheModelsTime) {
+  // 5 ranks (odd), f32 sum of 1,000,003 elements (odd), 1 Gbps and 20 us per link: the ring moves 2 (n-1)/n of the
+  // vector through every link in 2 (n-1) steps. Values: the same bits as the real-time inproc run.
+  const int n = 5;
+  const std::size_t count = 1'000'003;
+  auto input = [](int rank, std::size_t i) {
+    return static_cast<float>((i * 7 + static_cast<std::size_t>(rank) * 13) % 101) * 0.01f;
+  };
+  std::vector<float> real(count);
+  {
+    auto t = comm::makeInprocTransports(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r, tr = std::move(t[static_cast<std::size_t>(r)])]() mutable {
+        comm::HostCommOptions co;
+        co.algorithm = comm::AllreduceAlgorithm::kRing;
+        comm::HostCommunicator c(std::move(tr), co);
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = input(r, i);
+        c.allreduce(v.data(), count, DType::kF32);
+        if (r == 0) real = v;
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  SimulationOptions o = options(n, "bandwidth=1Gbps,latency=20us");
+  const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(n, io);
+    const rt::Clock::time_point t0 = rt::now();
+    std::vector<std::vector<float>> out(n);
+    std::vector<rt::Thread> threads;
+    for (int rank = 0; rank < n; ++rank) {
+      threads.emplace_back(
+          "rank" + str(rank),
+          [&, rank] {
+            comm::HostCommOptions co;
+            co.algorithm = comm::AllreduceAlgorithm::kRing;
+            comm::HostCommunicator c(std::move(t[static_cast<std::size_t>(rank)]), co);
+            std::vector<float> v(count);
+            for (std::size_t i = 0; i < count; ++i) v[i] = input(rank, i);
+            c.allreduce(v.data(), count, DType::kF32);
+            out[static_cast<std::size_t>(rank)] = std::move(v);
+          },
+          rank);
+    }
+    for (auto& th : threads) th.join();
+    for (int rank = 1; rank < n; ++rank)
+      if (out[static_cast<std::size_t>(rank)] != out[0]) throw std::runtime_error("ranks disagree");
+    std::string bits(reinterpret_cast<const char*>(out[0].data()), count * sizeof(float));
+    return str(since(t0)) + "\n" + bits;
+  });
+  const auto nl = r.find('\n');
+  const double t = std::stod(r.substr(0, nl));
+  ASSERT_EQ(r.size() - nl - 1, count * sizeof(float));
+  EXPECT_EQ(std::memcmp(r.data() + nl + 1, real.data(), count * sizeof(float)), 0) << "simulated sum differs";
+  // 2 (n-1) steps of count/n floats each (headers add < 0.1%), each step one latency.
+  const double expect = 2.0 * (n - 1) * (static_cast<double>(count) * 4 / n * 8 / 1e9 + 20e-6);
+  EXPECT_NEAR(t, expect, expect * 0.02);
+}
+
+TEST(Simulation, ErrorsEndTheSimulationWithTheirMessage) {
+  try {
+    runSimulation(options(2, ""), [](const SimulationContext&) -> std::string {
+      throw std::runtime_error("the body failed on purpose");
+    });
+    FAIL() << "no error";
+  } catch (const SimulationError& e) {
+    EXPECT_STREQ(e.what(), "the body failed on purpose");
+  }
+  try {
+    runSimulation(options(2, ""), [](const SimulationContext&) {
+      rt::Thread t(
+          "helper", [] { throw std::runtime_error("helper gave up"); }, 1);
+      t.join();
+      return std::string("unreachable");
+    });
+    FAIL() << "no error";
+  } catch (const SimulationError& e) {
+    EXPECT_NE(std::string(e.what()).find("thread 'helper' ended with an uncaught exception: helper gave up"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Simulation, ADeadlockIsAnErrorNamingTheBlockedThreadsNotAHang) {
+  try {
+    runSimulation(options(2, "bandwidth=1Gbps"), [](const SimulationContext& ctx) {
+      comm::InprocOptions io;
+      io.network = ctx.network;
+      auto t = comm::makeInprocTransports(2, io);
+      std::vector<std::byte> buf(16);
+      rt::Thread waiter(
+          "waiter",
+          [&] {
+            t[1]->recv(0, comm::FrameMeta{comm::OpKind::kP2P, 9, 0}, buf);
+          },
+          1);
+      waiter.join();  // nobody ever sends tag 9
+      return std::string("unreachable");
+    });
+    FAIL() << "no error";
+  } catch (const SimulationError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("simulation deadlocked"), std::string::npos) << m;
+    EXPECT_NE(m.find("'waiter' on rank1"), std::string::npos) << m;
+  }
+}
+
+TEST(Simulation, InvalidOptionsAreRefusedBeforeForking) {
+  EXPECT_THROW(runSimulation(options(0, ""), [](const SimulationContext&) { return std::string(); }), InvalidArgument);
+  SimulationOptions o = options(2, "");
+  o.compute_scale = -1;
+  EXPECT_THROW(runSimulation(o, [](const SimulationContext&) { return std::string(); }), InvalidArgument);
+  o = options(2, "");
+  o.platform.links.overrides.push_back({0, 5, {1e9, 0}});
+  EXPECT_THROW(runSimulation(o, [](const SimulationContext&) { return std::string(); }), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace terse::sim
