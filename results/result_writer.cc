@@ -96,6 +96,8 @@ std::string metricsRecordJson(const MetricsRecord& r) {
 std::string provenanceJson(const Provenance& p) {
   JsonObject link;
   for (const auto& [k, v] : p.link) link.add(k, v);
+  JsonObject simulation;
+  for (const auto& [k, v] : p.simulation) simulation.add(k, v);
   std::string plugins = "[";
   for (const auto& rec : p.plugins) {
     JsonObject params;
@@ -123,6 +125,8 @@ std::string provenanceJson(const Provenance& p) {
       .add("mode", p.mode)
       .add("world_size", p.world_size)
       .raw("link_emulation", link.str())
+      .add("clock", p.clock)
+      .raw("simulation", simulation.str())
       .raw("plugins", plugins)
       .str();
 }
@@ -206,6 +210,17 @@ void ResultWriter::append(const MetricsRecord& record) {
   TERSE_CHECK(ok, InvalidArgument,
               "cannot append to " << (dir_ / std::string(kMetricsFile)).string() << ": " << std::strerror(errno));
   ++records_;
+}
+
+void ResultWriter::recount() {
+  std::FILE* f = std::fopen((dir_ / std::string(kMetricsFile)).c_str(), "r");
+  TERSE_CHECK(f != nullptr, InvalidArgument,
+              "cannot read " << (dir_ / std::string(kMetricsFile)).string() << ": " << std::strerror(errno));
+  int64_t lines = 0;
+  for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f))
+    if (c == '\n') ++lines;
+  std::fclose(f);
+  records_ = lines;
 }
 
 void ResultWriter::markCompleted() {

@@ -56,6 +56,10 @@ struct Provenance {
   // Link emulation as configured: bandwidth, latency, nic, nic_ingress, overrides (key, value as written).
   std::vector<std::pair<std::string, std::string>> link;
   std::vector<PluginRecord> plugins;
+  // "real_time", or "simulated" (DESIGN.md section 9): then every time figure is simulated seconds, and `simulation`
+  // says on what platform and with what computation model.
+  std::string clock = "real_time";
+  std::vector<std::pair<std::string, std::string>> simulation;
 };
 
 // One evaluation point. Bytes are per worker: the mean over ranks of what each rank's transport sent (frame headers
@@ -135,6 +139,9 @@ class ResultWriter {
   // Appends one line and flushes it to the OS.
   void append(const MetricsRecord& record);
   int64_t records() const noexcept { return records_; }
+  // Counts the records in metrics.jsonl again: another process appended to it (a simulation's, which works on a copy
+  // of this writer).
+  void recount();
 
   void markCompleted();
   void markFailed(std::string_view error);

@@ -105,7 +105,9 @@ CommRequest HostCommunicator::submit(Op op) {
   {
     std::lock_guard lock(worker_mutex_);
     TERSE_CHECK(!stop_, InternalError, "communicator: submit after shutdown");
-    if (!worker_.joinable()) worker_ = rt::Thread("comm worker " + std::to_string(rank()), [this] { workerLoop(); }, rank());
+    if (!worker_.joinable())
+      worker_ = rt::Thread(
+          "comm worker " + std::to_string(rank()), [this] { workerLoop(); }, rank());
     queue_.emplace_back(std::move(op), state);
   }
   worker_cv_.notify_one();

@@ -30,8 +30,7 @@ std::string layerName(int layer) {
 }  // namespace
 
 void stragglerSleep(double slowdown, double raw_compute_s) {
-  if (slowdown > 1 && raw_compute_s > 0)
-    rt::sleepFor(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
+  if (slowdown > 1 && raw_compute_s > 0) rt::sleepFor(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
 }
 
 uint64_t parameterChecksum(std::span<const ParamTensor> params) {
@@ -96,24 +95,27 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   applied_.assign(params.size(), -1);
   layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   workload_.setLayerGate([this](int layer) { gate(layer); });
-  comm_thread_ = rt::Thread("comm " + std::to_string(comm_.rank()), [this] {
-    if (device_) {
-      // CUDA's current device is per host thread: this thread launches the pipelines' kernels and allocates the chunk
-      // pipelines' buffers, which must land on the workload's device, not on device 0.
-      try {
-        cuda::setDevice(workload_.device());
-      } catch (const std::exception& x) {
-        {
-          std::lock_guard lock(mutex_);
-          if (!error_) error_ = std::current_exception();
+  comm_thread_ = rt::Thread(
+      "comm " + std::to_string(comm_.rank()),
+      [this] {
+        if (device_) {
+          // CUDA's current device is per host thread: this thread launches the pipelines' kernels and allocates the
+          // chunk pipelines' buffers, which must land on the workload's device, not on device 0.
+          try {
+            cuda::setDevice(workload_.device());
+          } catch (const std::exception& x) {
+            {
+              std::lock_guard lock(mutex_);
+              if (!error_) error_ = std::current_exception();
+            }
+            failComm(x.what());
+            applied_cv_.notify_all();
+            return;
+          }
         }
-        failComm(x.what());
-        applied_cv_.notify_all();
-        return;
-      }
-    }
-    commLoop();
-  }, comm_.rank());
+        commLoop();
+      },
+      comm_.rank());
 }
 
 SyncTrainer::~SyncTrainer() {

@@ -468,6 +468,8 @@ void applyDefaults(Experiment& e) {
   if (!eval->has_per_epoch()) eval->set_per_epoch(true);
   if (!e.has_seed()) e.set_seed(1);
   if (!e.has_output_dir()) e.set_output_dir("results");
+  if (!e.has_clock()) e.set_clock(Experiment::REAL_TIME);
+  if (!e.simulation().has_compute_scale()) e.mutable_simulation()->set_compute_scale(1.0);
 }
 
 std::vector<Experiment> resolveVariants(const Experiment& file) {
@@ -588,6 +590,19 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
                                    << e.optimizer().momentum();
   }
   if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
+  if (e.clock() == Experiment::CLOCK_UNSPECIFIED) c.fail("clock") << " must be REAL_TIME or SIMULATED";
+  if (e.clock() == Experiment::SIMULATED) {
+    // The simulated cluster runs the in-process sync trainer's threads as SimGrid actors; the parameter server and
+    // Hogwild threads, and other processes or GPUs, keep real time.
+    if (e.transport() != Experiment::INPROC)
+      c.fail("clock") << ": SIMULATED simulates the in-process cluster and needs transport INPROC, got "
+                      << Experiment::Transport_Name(e.transport()) << " (which runs in real time)";
+    if (e.mode() != Experiment::SYNC)
+      c.fail("clock") << ": SIMULATED runs mode SYNC; mode " << Experiment::Mode_Name(e.mode())
+                      << " runs in real time (clock REAL_TIME)";
+  }
+  const double scale = e.simulation().compute_scale();
+  if (!(scale >= 0 && scale < 1e6)) c.fail("simulation.compute_scale") << " must be in [0, 1e6), got " << scale;
   checkWorkerSettings(c, e);
   if (std::find(options.transports.begin(), options.transports.end(), e.transport()) == options.transports.end()) {
     c.fail("transport")

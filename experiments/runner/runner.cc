@@ -17,9 +17,12 @@
 #include "core/comm/inproc_transport.h"
 #include "core/comm/transport.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/loader.h"
+#include "core/sim/platform.h"
+#include "core/sim/simulation.h"
 #include "core/train/sync_trainer.h"
 #include "core/train/trace.h"
 #include "experiments/runner/progress.h"
@@ -32,11 +35,11 @@ namespace terse::runner {
 // Helpers shared with the multi-process path (distributed.cc) through runner_detail.h.
 namespace detail {
 
-using Clock = std::chrono::steady_clock;
+using Clock = rt::Clock;
 using experiments::Experiment;
 
 double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+  return rt::seconds(t, rt::now());
 }
 
 train::LrSchedule schedule(experiments::Optimizer::Schedule s) {
@@ -107,10 +110,11 @@ struct EvalSlot {
   train::TrainerTotals totals;
 };
 
-// The state the worker threads share. mutex guards everything below it.
+// The state the worker threads share. mutex guards everything below it. The runtime's primitives: in a simulation the
+// workers are actors (core/common/runtime.h).
 struct Shared {
-  std::mutex mutex;
-  std::condition_variable cv;
+  rt::Mutex mutex;
+  rt::CondVar cv;
   std::vector<std::vector<EvalSlot>> slots;  // [rank][eval index]
   bool aborted = false;
   std::exception_ptr error;  // the root cause: a CommError is replaced by the error that caused it when it arrives
@@ -166,6 +170,29 @@ results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::
   return m;
 }
 
+// A simulated run's summary crosses from the simulation's process (simulation.h) as text: one value per line, doubles
+// with 17 significant digits so they come back bit-exact.
+std::string encodeSummary(const RunSummary& s) {
+  std::ostringstream out;
+  out.precision(17);
+  out << s.steps << '\n'
+      << s.records << '\n'
+      << s.final_accuracy << '\n'
+      << s.best_accuracy << '\n'
+      << s.final_test_loss << '\n'
+      << s.wire_bytes_per_worker << '\n'
+      << s.payload_bytes_per_worker << '\n'
+      << s.wall_s << '\n';
+  return out.str();
+}
+
+void decodeSummary(const std::string& text, RunSummary& s) {
+  std::istringstream in(text);
+  in >> s.steps >> s.records >> s.final_accuracy >> s.best_accuracy >> s.final_test_loss >> s.wire_bytes_per_worker >>
+      s.payload_bytes_per_worker >> s.wall_s;
+  TERSE_CHECK(!in.fail(), InternalError, "the simulation's summary is malformed: '" << text << "'");
+}
+
 }  // namespace detail
 using namespace detail;
 
@@ -218,211 +245,258 @@ RunSummary Runner::run(const Experiment& e) {
   summary.dir = writer.dir();
   try {
     writer.writeConfig(experiments::toText(e));
-    const auto start_time = results::isoTimeUtc();
-    const int world = e.workers();
-
-    // ---- Setup: data, replicas, compressor instances, transports, pipelines, trainers.
-    auto data = dataFor(e);
-    const workloads::WorkloadOptions wo = workloadOptions(e);
-    std::vector<std::unique_ptr<train::Workload>> models;
-    for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
-    const uint64_t init_checksum = train::parameterChecksum(models[0]->params());
-    for (int r = 1; r < world; ++r) {
-      TERSE_CHECK(train::parameterChecksum(models[r]->params()) == init_checksum, InternalError,
-                  "replica " << r << " of workload '" << e.workload().name()
-                             << "' starts with different parameters than replica 0 (same seed " << e.seed() << ")");
-    }
-
-    auto plugin = options_.loader->loadCompressor(e.compressor().name());
-    const Params params = experiments::pluginParams(e.compressor());
-    const CodecOptions codec_options = experiments::codecOptions(e);
-
-    comm::InprocOptions io;
-    io.emulation = experiments::emulationConfig(e);
-    auto transports = comm::makeInprocTransports(world, io);
-    std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
-    for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t)));
-
-    // The scheduler, one instance per rank like the compressor; "fifo" (the default) is a plugin like any other.
-    auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
-    const Params sched_params = experiments::pluginParams(e.scheduler());
-    std::vector<std::unique_ptr<train::TraceRecorder>> traces;
-    const auto trace_origin = Clock::now();
-    std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
-    std::shared_ptr<Compressor> first_instance;
-    for (int r = 0; r < world; ++r) {
-      // One instance per rank, as separate processes would have: no plugin state is shared between ranks.
-      std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-      if (!first_instance) first_instance = instance;
-      train::SyncTrainerOptions to = trainerOptions(e);
-      to.slowdown = experiments::workerSettings(e, r).slowdown();
-      if (e.trace()) {
-        traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
-        to.trace = traces.back().get();
-      }
-      comm::Communicator& comm = *comms[r];
-      auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
-        return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
-      };
-      trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], comm, std::move(pipelines), to,
-                                                              sched_plugin->instantiate(sched_params)));
-    }
-    // Timelines are written whatever happens to the run: a failed run's trace shows where it stopped.
-    struct TraceFiles {
-      std::vector<std::unique_ptr<train::TraceRecorder>>& traces;
-      std::filesystem::path dir;
-      ~TraceFiles() {
-        for (const auto& t : traces) {
-          try {
-            t->write(dir / ("trace.rank" + std::to_string(t->rank()) + ".json"));
-          } catch (const std::exception& x) {
-            std::cerr << "warning: " << x.what() << '\n';
-          }
-        }
-      }
-    } trace_files{traces, writer.dir()};
-
-    results::Provenance prov =
-        detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
-    prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
-    prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
-    writer.writeProvenance(prov);
-
-    // ---- The run.
-    const train::SyncTrainer& t0 = *trainers[0];
-    const int64_t total = t0.totalSteps();
-    const int64_t per_epoch = t0.stepsPerEpoch();
-    const int64_t every = e.eval().every_steps();
-    const bool per_epoch_eval = e.eval().per_epoch();
-    auto isEvalPoint = [&](int64_t done) {
-      return (every > 0 && done % every == 0) || (per_epoch_eval && done % per_epoch == 0) || done == total;
-    };
-
-    Shared shared;
-    shared.slots.resize(static_cast<std::size_t>(world));
-    Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
-                      e.epochs(), total, per_epoch);
-    const auto run_start = Clock::now();
-
-    auto fail = [&](int rank, std::exception_ptr err) {
-      {
-        std::lock_guard lock(shared.mutex);
-        if (!shared.error || (isCommError(shared.error) && !isCommError(err))) {
-          shared.error = err;
-          shared.error_rank = rank;
-        }
-        shared.aborted = true;
-      }
-      shared.cv.notify_all();
-      comms[static_cast<std::size_t>(rank)]->abort("rank " + std::to_string(rank) + " failed: " + shortWhat(err));
-    };
-
-    auto worker = [&](int rank) {
-      try {
-        train::SyncTrainer& trainer = *trainers[static_cast<std::size_t>(rank)];
-        train::Workload& model = *models[static_cast<std::size_t>(rank)];
-        std::size_t eval_index = 0;
-        double loss_since = 0;
-        int64_t steps_since = 0;
-        while (!trainer.finished()) {
-          const train::StepRecord rec = trainer.step();
-          const int64_t done = rec.step + 1;
-          loss_since += rec.loss;
-          ++steps_since;
-          if (!isEvalPoint(done)) {
-            if (rank == 0)
-              progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
-                              comms[0]->traffic().sent.total().bytes, since(run_start), false);
-            continue;
-          }
-          // Communication of the last step overlaps the next one; an evaluation point needs all of it done first.
-          trainer.drain();
-          // Gradient traffic: the scheduler's negotiation rounds (control frames whose count depends on how the ranks'
-          // paces interleaved, sync_trainer.h) are left out so that one seed gives one byte count.
-          const auto traffic = comms[static_cast<std::size_t>(rank)]->traffic();
-          EvalSlot mine{traffic.sent.total().bytes - traffic.sent.tensor(train::kNegotiationTensor).bytes,
-                        trainer.payloadBytes(), trainer.checksum(), trainer.totals()};
-          {
-            std::lock_guard lock(shared.mutex);
-            shared.slots[static_cast<std::size_t>(rank)].push_back(mine);
-          }
-          shared.cv.notify_all();
-          if (rank != 0) continue;
-
-          std::vector<EvalSlot> all;
-          {
-            std::unique_lock lock(shared.mutex);
-            shared.cv.wait(lock, [&] {
-              if (shared.aborted) return true;
-              for (const auto& s : shared.slots)
-                if (s.size() <= eval_index) return false;
-              return true;
-            });
-            if (shared.aborted) return;  // the failing rank reported; this rank's trainer is stopped by the abort
-            for (const auto& s : shared.slots) all.push_back(s[eval_index]);
-          }
-          ++eval_index;
-          for (int r = 1; r < world; ++r) {
-            TERSE_CHECK(all[static_cast<std::size_t>(r)].checksum == all[0].checksum, InternalError,
-                        "replicas diverged: after step "
-                            << done << " rank " << r << "'s parameters differ from rank 0's"
-                            << " (checksums " << all[static_cast<std::size_t>(r)].checksum << " vs " << all[0].checksum
-                            << ")");
-          }
-          const train::EvalResult ev = model.evaluate(0);
-          results::MetricsRecord m = evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
-          train::StepTimes sum;
-          uint64_t wire = 0, payload = 0;
-          for (const auto& s : all) {
-            wire += s.wire_bytes;
-            payload += s.payload_bytes;
-            sum.compute_s += s.totals.times.compute_s;
-            sum.compress_s += s.totals.times.compress_s;
-            sum.decompress_s += s.totals.times.decompress_s;
-            sum.comm_s += s.totals.times.comm_s;
-            sum.exposed_comm_s += s.totals.times.exposed_comm_s;
-            sum.step_s += s.totals.times.step_s;
-          }
-          const auto w = static_cast<uint64_t>(world);
-          const double n = static_cast<double>(done) * world;
-          m.wire_bytes_per_worker = wire / w;
-          m.payload_bytes_per_worker = payload / w;
-          m.wall_s = since(run_start);
-          m.compute_s_per_step = sum.compute_s / n;
-          m.compress_s_per_step = sum.compress_s / n;
-          m.decompress_s_per_step = sum.decompress_s / n;
-          m.comm_s_per_step = sum.comm_s / n;
-          m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
-          m.step_s_per_step = sum.step_s / n;
-          writer.append(m);
-          loss_since = 0;
-          steps_since = 0;
-          noteRecord(summary, m, ev, writer.records());
-          progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
-        }
-      } catch (...) {
-        fail(rank, std::current_exception());
-      }
-    };
-
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r) threads.emplace_back(worker, r);
-    for (auto& t : threads) t.join();
-    progress.finish();
-    // Trainers own communication threads that use the communicators: stop them first.
-    trainers.clear();
-    if (shared.error) {
-      std::ostringstream msg;
-      msg << "rank " << shared.error_rank << ": " << shortWhat(shared.error);
-      throw std::runtime_error(msg.str());
+    if (e.clock() == Experiment::SIMULATED) {
+      // The data set is loaded here, before the simulation's process is forked, so the cache keeps it for the study's
+      // next variants (what the child loads is lost with it).
+      dataFor(e);
+      sim::SimulationOptions so;
+      so.platform.ranks = e.workers();
+      so.platform.links = experiments::emulationConfig(e);
+      so.compute_scale = e.simulation().compute_scale();
+      // The child writes metrics, provenance and traces; this process keeps the status (simulation.h: what the child
+      // changes in memory is lost, so its record count is read back from the file).
+      const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
+        runInprocSync(e, writer, summary, ctx.network);
+        return encodeSummary(summary);
+      });
+      decodeSummary(reply, summary);
+      writer.recount();
+    } else {
+      runInprocSync(e, writer, summary, nullptr);
     }
     writer.markCompleted();
     return summary;
   } catch (const std::exception& x) {
+    if (e.clock() == Experiment::SIMULATED) writer.recount();
     writer.markFailed(x.what());
     throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
                         writer.dir().string() + "): " + x.what(),
                     writer.dir());
+  }
+}
+
+void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, RunSummary& summary,
+                           std::shared_ptr<comm::FrameNetwork> network) {
+  const bool simulated = network != nullptr;
+  const auto start_time = results::isoTimeUtc();
+  const int world = e.workers();
+  // ---- Setup: data, replicas, compressor instances, transports, pipelines, trainers.
+  auto data = dataFor(e);
+  const workloads::WorkloadOptions wo = workloadOptions(e);
+  std::vector<std::unique_ptr<train::Workload>> models;
+  for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+  const uint64_t init_checksum = train::parameterChecksum(models[0]->params());
+  for (int r = 1; r < world; ++r) {
+    TERSE_CHECK(train::parameterChecksum(models[r]->params()) == init_checksum, InternalError,
+                "replica " << r << " of workload '" << e.workload().name()
+                           << "' starts with different parameters than replica 0 (same seed " << e.seed() << ")");
+  }
+
+  auto plugin = options_.loader->loadCompressor(e.compressor().name());
+  const Params params = experiments::pluginParams(e.compressor());
+  const CodecOptions codec_options = experiments::codecOptions(e);
+
+  comm::InprocOptions io;
+  io.emulation = experiments::emulationConfig(e);
+  io.network = network;  // simulated: SimGrid times the frames instead of the pacers
+  auto transports = comm::makeInprocTransports(world, io);
+  std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
+  for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t)));
+
+  // The scheduler, one instance per rank like the compressor; "fifo" (the default) is a plugin like any other.
+  auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
+  const Params sched_params = experiments::pluginParams(e.scheduler());
+  std::vector<std::unique_ptr<train::TraceRecorder>> traces;
+  const auto trace_origin = rt::now();
+  std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
+  std::shared_ptr<Compressor> first_instance;
+  for (int r = 0; r < world; ++r) {
+    // One instance per rank, as separate processes would have: no plugin state is shared between ranks.
+    std::shared_ptr<Compressor> instance = plugin->instantiate(params);
+    if (!first_instance) first_instance = instance;
+    train::SyncTrainerOptions to = trainerOptions(e);
+    // Simulated, a straggler's device is slower by its factor (its worker's compute scale, below); real time sleeps.
+    to.slowdown = simulated ? 1.0 : experiments::workerSettings(e, r).slowdown();
+    if (e.trace()) {
+      traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
+      to.trace = traces.back().get();
+    }
+    comm::Communicator& comm = *comms[r];
+    auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
+      return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
+    };
+    trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], comm, std::move(pipelines), to,
+                                                            sched_plugin->instantiate(sched_params)));
+  }
+  // Timelines are written whatever happens to the run: a failed run's trace shows where it stopped.
+  struct TraceFiles {
+    std::vector<std::unique_ptr<train::TraceRecorder>>& traces;
+    std::filesystem::path dir;
+    ~TraceFiles() {
+      for (const auto& t : traces) {
+        try {
+          t->write(dir / ("trace.rank" + std::to_string(t->rank()) + ".json"));
+        } catch (const std::exception& x) {
+          std::cerr << "warning: " << x.what() << '\n';
+        }
+      }
+    }
+  } trace_files{traces, writer.dir()};
+
+  results::Provenance prov =
+      detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
+  prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
+  prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
+  if (simulated) {
+    sim::PlatformSpec platform;
+    platform.ranks = world;
+    platform.links = io.emulation;
+    prov.clock = "simulated";
+    prov.simulation = {{"platform", sim::describePlatform(platform)},
+                       {"compute", "measured thread CPU time"},
+                       {"compute_scale", std::to_string(e.simulation().compute_scale())}};
+  }
+  writer.writeProvenance(prov);
+
+  // ---- The run.
+  const train::SyncTrainer& t0 = *trainers[0];
+  const int64_t total = t0.totalSteps();
+  const int64_t per_epoch = t0.stepsPerEpoch();
+  const int64_t every = e.eval().every_steps();
+  const bool per_epoch_eval = e.eval().per_epoch();
+  auto isEvalPoint = [&](int64_t done) {
+    return (every > 0 && done % every == 0) || (per_epoch_eval && done % per_epoch == 0) || done == total;
+  };
+
+  Shared shared;
+  shared.slots.resize(static_cast<std::size_t>(world));
+  Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
+                    e.epochs(), total, per_epoch);
+  const auto run_start = rt::now();
+
+  auto fail = [&](int rank, std::exception_ptr err) {
+    {
+      std::lock_guard lock(shared.mutex);
+      if (!shared.error || (isCommError(shared.error) && !isCommError(err))) {
+        shared.error = err;
+        shared.error_rank = rank;
+      }
+      shared.aborted = true;
+    }
+    shared.cv.notify_all();
+    comms[static_cast<std::size_t>(rank)]->abort("rank " + std::to_string(rank) + " failed: " + shortWhat(err));
+  };
+
+  auto worker = [&](int rank) {
+    try {
+      if (simulated)
+        rt::backend().setComputeScale(e.simulation().compute_scale() * experiments::workerSettings(e, rank).slowdown());
+      train::SyncTrainer& trainer = *trainers[static_cast<std::size_t>(rank)];
+      train::Workload& model = *models[static_cast<std::size_t>(rank)];
+      std::size_t eval_index = 0;
+      double loss_since = 0;
+      int64_t steps_since = 0;
+      while (!trainer.finished()) {
+        const train::StepRecord rec = trainer.step();
+        const int64_t done = rec.step + 1;
+        loss_since += rec.loss;
+        ++steps_since;
+        if (!isEvalPoint(done)) {
+          if (rank == 0)
+            progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
+                            comms[0]->traffic().sent.total().bytes, since(run_start), false);
+          continue;
+        }
+        // Communication of the last step overlaps the next one; an evaluation point needs all of it done first.
+        trainer.drain();
+        // Gradient traffic: the scheduler's negotiation rounds (control frames whose count depends on how the ranks'
+        // paces interleaved, sync_trainer.h) are left out so that one seed gives one byte count.
+        const auto traffic = comms[static_cast<std::size_t>(rank)]->traffic();
+        EvalSlot mine;
+        // Bookkeeping, not training: a simulation does not count its computation (the drain in it still waits).
+        rt::uncounted([&] {
+          mine = EvalSlot{traffic.sent.total().bytes - traffic.sent.tensor(train::kNegotiationTensor).bytes,
+                          trainer.payloadBytes(), trainer.checksum(), trainer.totals()};
+        });
+        {
+          std::lock_guard lock(shared.mutex);
+          shared.slots[static_cast<std::size_t>(rank)].push_back(mine);
+        }
+        shared.cv.notify_all();
+        if (rank != 0) continue;
+
+        std::vector<EvalSlot> all;
+        {
+          std::unique_lock lock(shared.mutex);
+          shared.cv.wait(lock, [&] {
+            if (shared.aborted) return true;
+            for (const auto& s : shared.slots)
+              if (s.size() <= eval_index) return false;
+            return true;
+          });
+          if (shared.aborted) return;  // the failing rank reported; this rank's trainer is stopped by the abort
+          for (const auto& s : shared.slots) all.push_back(s[eval_index]);
+        }
+        ++eval_index;
+        for (int r = 1; r < world; ++r) {
+          TERSE_CHECK(all[static_cast<std::size_t>(r)].checksum == all[0].checksum, InternalError,
+                      "replicas diverged: after step " << done << " rank " << r << "'s parameters differ from rank 0's"
+                                                       << " (checksums " << all[static_cast<std::size_t>(r)].checksum
+                                                       << " vs " << all[0].checksum << ")");
+        }
+        // Evaluation is outside the training time a simulated cluster models (wall_s is the time to train to this
+        // point).
+        train::EvalResult ev;
+        rt::uncounted([&] { ev = model.evaluate(0); });
+        results::MetricsRecord m = evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
+        train::StepTimes sum;
+        uint64_t wire = 0, payload = 0;
+        for (const auto& s : all) {
+          wire += s.wire_bytes;
+          payload += s.payload_bytes;
+          sum.compute_s += s.totals.times.compute_s;
+          sum.compress_s += s.totals.times.compress_s;
+          sum.decompress_s += s.totals.times.decompress_s;
+          sum.comm_s += s.totals.times.comm_s;
+          sum.exposed_comm_s += s.totals.times.exposed_comm_s;
+          sum.step_s += s.totals.times.step_s;
+        }
+        const auto w = static_cast<uint64_t>(world);
+        const double n = static_cast<double>(done) * world;
+        m.wire_bytes_per_worker = wire / w;
+        m.payload_bytes_per_worker = payload / w;
+        m.wall_s = since(run_start);
+        m.compute_s_per_step = sum.compute_s / n;
+        m.compress_s_per_step = sum.compress_s / n;
+        m.decompress_s_per_step = sum.decompress_s / n;
+        m.comm_s_per_step = sum.comm_s / n;
+        m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
+        m.step_s_per_step = sum.step_s / n;
+        writer.append(m);
+        loss_since = 0;
+        steps_since = 0;
+        noteRecord(summary, m, ev, writer.records());
+        progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
+      }
+    } catch (...) {
+      fail(rank, std::current_exception());
+    }
+  };
+
+  {
+    std::vector<rt::Thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back(
+          "worker " + std::to_string(r), [&worker, r] { worker(r); }, r);
+    for (auto& t : threads) t.join();
+  }
+  progress.finish();
+  // Trainers own communication threads that use the communicators: stop them first.
+  trainers.clear();
+  if (shared.error) {
+    std::ostringstream msg;
+    msg << "rank " << shared.error_rank << ": " << shortWhat(shared.error);
+    throw std::runtime_error(msg.str());
   }
 }
 

@@ -30,8 +30,10 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/inproc_transport.h"
 #include "experiments/config/config.h"
 #include "experiments/workloads/dataset.h"
+#include "results/result_writer.h"
 
 namespace terse {
 class PluginLoader;
@@ -100,6 +102,11 @@ class Runner {
   std::shared_ptr<const workloads::DataSplit> dataFor(const experiments::Experiment& experiment);
   // Transport TCP: this process is one rank of a job (distributed.cc).
   RunSummary runTcp(const experiments::Experiment& experiment);
+  // Mode SYNC on transport INPROC: the ranks as threads of this process, in real time (network null) or as actors of
+  // a simulation whose network times the frames (clock SIMULATED). Writes metrics, provenance and traces; the caller
+  // owns the status.
+  void runInprocSync(const experiments::Experiment& experiment, results::ResultWriter& writer, RunSummary& summary,
+                     std::shared_ptr<comm::FrameNetwork> network);
   // Modes ASYNC, SSP, HOGWILD: parameter server shards and workers as threads (async_runner.cc).
   RunSummary runAsync(const experiments::Experiment& experiment);
   // Modes ASYNC, SSP over transport TCP: this process is one shard or worker (distributed_async.cc).
