@@ -51,10 +51,11 @@ class FrameNetwork {
 
 struct InprocOptions {
   EmulationConfig emulation;  // real-time pacing; ignored when `network` is set (it models the links itself)
-  std::shared_ptr<FrameNetwork> network;
   // Frames up to this many payload bytes are buffered at send (see above).
   uint64_t eager_bytes = 64 * 1024;
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Simulated time: times the frames instead of the pacers (core/sim/network.h).
+  std::shared_ptr<FrameNetwork> network;
 };
 
 class InprocFabric {

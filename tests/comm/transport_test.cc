@@ -153,7 +153,7 @@ TEST(Inproc, TestPollsToCompletion) {
 }
 
 TEST(Inproc, ProtocolErrors) {
-  auto fabric = InprocFabric::create(2, InprocOptions{{}, 64 * 1024, 1 << 20});
+  auto fabric = InprocFabric::create(2, InprocOptions{{}, 64 * 1024, 1 << 20, nullptr});
   auto t0 = fabric->endpoint(0);
   auto t1 = fabric->endpoint(1);
   // Longer than the receive buffer.
@@ -183,7 +183,7 @@ TEST(Inproc, ProtocolErrors) {
 // the sender, blocked until its frame is consumed, must still complete -- a refused frame is consumed as a wire's would
 // be. (Regression: the refusal did not wake the waiting sender, which hung.)
 TEST(Inproc, RefusedQueuedFrameReleasesItsWaitingSender) {
-  auto fabric = InprocFabric::create(2, InprocOptions{{}, 1024, 1 << 20});
+  auto fabric = InprocFabric::create(2, InprocOptions{{}, 1024, 1 << 20, nullptr});
   auto t0 = fabric->endpoint(0);
   auto t1 = fabric->endpoint(1);
   const auto data = bytesOf(64 * 1024, 0);
