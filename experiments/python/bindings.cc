@@ -1,0 +1,237 @@
+// The `terse._terse` extension module: pybind11 bindings of the hook state (ddp_aggregator.h), its results folder
+// (hook_results.h) and the recipe bridge (recipe.h). terse's exceptions become Python exceptions of the same names and
+// messages, subclasses of terse.Error (a RuntimeError); InvalidArgument is also a ValueError.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <google/protobuf/util/json_util.h>
+
+#include <tuple>
+
+#include "core/comm/transport.h"
+#include "core/common/error.h"
+#include "experiments/python/ddp_aggregator.h"
+#include "experiments/python/hook_results.h"
+#include "experiments/python/recipe.h"
+
+namespace py = pybind11;
+
+namespace terse::python {
+namespace {
+
+DType dtypeFromTorch(const std::string& name) {
+  if (name == "torch.float32") return DType::kF32;
+  if (name == "torch.float64") return DType::kF64;
+  if (name == "torch.float16") return DType::kF16;
+  if (name == "torch.bfloat16") return DType::kBF16;
+  TERSE_THROW(Unsupported, "terse.torch: gradients of " << name
+                                                        << " cannot be averaged (float32, float64, float16, "
+                                                           "bfloat16)");
+}
+
+py::dict bytesDict(const ByteCounts& c) {
+  py::dict d;
+  d["payload"] = c.payload;
+  d["wire_sent"] = c.wire.sent_bytes;
+  d["wire_received"] = c.wire.received_bytes;
+  return d;
+}
+
+py::dict capsDict(const CompressorCaps& c) {
+  py::dict d;
+  d["aggregation"] = std::string(aggregationName(c.aggregation));
+  d["wire_dtype"] = std::string(dtypeName(c.wire_dtype));
+  d["fixed_size"] = c.fixed_size;
+  d["stateful"] = c.stateful;
+  d["shared_seed"] = c.shared_seed;
+  d["num_rounds"] = c.num_rounds;
+  return d;
+}
+
+template <class T>
+py::array_t<T> toArray(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
+  py::array_t<T> a(shape);
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
+py::tuple datasetArrays(const workloads::Dataset& d) {
+  const std::vector<py::ssize_t> image = d.rows > 0 ? std::vector<py::ssize_t>{d.num_examples, d.rows, d.cols}
+                                                    : std::vector<py::ssize_t>{d.num_examples, d.dims};
+  return py::make_tuple(toArray(d.features, image), toArray(d.labels, {d.num_examples}));
+}
+
+}  // namespace
+}  // namespace terse::python
+
+PYBIND11_MODULE(_terse, m) {
+  using namespace terse;          // NOLINT: the bindings name every room's types
+  using namespace terse::python;  // NOLINT
+  m.doc() = "terse's codecs and aggregation engine for PyTorch (terse.torch wraps this module)";
+  m.attr("__version__") = TERSE_VERSION;
+
+  // Translators are tried last-registered first, so the base goes first.
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  py::object bases = py::make_tuple(error, py::handle(PyExc_ValueError));
+  static py::exception<InvalidArgument> invalid(m, "InvalidArgument", bases.ptr());
+  static py::exception<experiments::ConfigError> config(m, "ConfigError", invalid.ptr());
+  static py::exception<InvalidPayload> payload(m, "InvalidPayload", error.ptr());
+  static py::exception<Unsupported> unsupported(m, "Unsupported", error.ptr());
+  static py::exception<PluginError> plugin(m, "PluginError", error.ptr());
+  static py::exception<comm::CommError> comm_error(m, "CommError", error.ptr());
+  static py::exception<InternalError> internal(m, "InternalError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const experiments::ConfigError& e) {
+      config(e.what());
+    } catch (const InvalidArgument& e) {
+      invalid(e.what());
+    } catch (const InvalidPayload& e) {
+      payload(e.what());
+    } catch (const Unsupported& e) {
+      unsupported(e.what());
+    } catch (const PluginError& e) {
+      plugin(e.what());
+    } catch (const comm::CommError& e) {
+      comm_error(e.what());
+    } catch (const InternalError& e) {
+      internal(e.what());
+    } catch (const Error& e) {
+      error(e.what());
+    }
+  });
+
+  py::class_<DdpAggregator>(m, "DdpAggregator")
+      .def(py::init([](const std::string& compressor, const std::map<std::string, std::string>& params,
+                       bool error_feedback, double momentum_correction, bool momentum_masking, bool momentum_nesterov,
+                       uint64_t seed, const std::vector<std::string>& plugin_path, const std::string& granularity,
+                       py::object group) {
+             AggregatorOptions o;
+             o.compressor = compressor;
+             o.params.assign(params.begin(), params.end());  // std::map: sorted by key, as the runner passes them
+             o.codec.error_feedback = error_feedback;
+             o.codec.momentum_correction = momentum_correction;
+             o.codec.momentum_masking = momentum_masking;
+             o.codec.momentum_nesterov = momentum_nesterov;
+             o.seed = seed;
+             o.plugin_path = plugin_path;
+             TERSE_CHECK(granularity == "tensor" || granularity == "bucket", InvalidArgument,
+                         "terse.torch: granularity must be 'tensor' or 'bucket', got '" << granularity << "'");
+             o.granularity = granularity == "tensor" ? Granularity::kTensor : Granularity::kBucket;
+             return std::make_unique<DdpAggregator>(std::move(o), std::move(group));
+           }),
+           py::arg("compressor"), py::arg("params"), py::arg("error_feedback"), py::arg("momentum_correction"),
+           py::arg("momentum_masking"), py::arg("momentum_nesterov"), py::arg("seed"), py::arg("plugin_path"),
+           py::arg("granularity"), py::arg("group"))
+      .def(
+          "aggregate",
+          [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,
+             const std::vector<std::tuple<uint64_t, uint64_t, std::vector<int64_t>>>& members, bool is_last) {
+            std::vector<BucketMember> layout;
+            layout.reserve(members.size());
+            for (const auto& [id, offset, shape] : members) layout.push_back(BucketMember{id, offset, shape});
+            a.aggregate(index, data, numel, dtypeFromTorch(dtype), layout, is_last);
+          },
+          py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
+          py::arg("is_last"))
+      .def_property_readonly("step", &DdpAggregator::step)
+      .def_property_readonly("rank", [](DdpAggregator& a) { return a.communicator().rank(); })
+      .def_property_readonly("world_size", [](DdpAggregator& a) { return a.communicator().size(); })
+      .def_property_readonly(
+          "granularity",
+          [](const DdpAggregator& a) { return a.options().granularity == Granularity::kTensor ? "tensor" : "bucket"; })
+      .def_property_readonly("caps", [](const DdpAggregator& a) { return capsDict(a.caps()); })
+      .def_property_readonly("plugin",
+                             [](const DdpAggregator& a) {
+                               const PluginInfo& i = a.plugin().info();
+                               py::dict d;
+                               d["name"] = i.name;
+                               d["version"] = i.version;
+                               d["path"] = i.path.string();
+                               d["origin"] = i.origin;
+                               d["abi_version"] = i.abi_version;
+                               return d;
+                             })
+      .def("buckets",
+           [](const DdpAggregator& a) {
+             py::dict out;
+             for (const auto& [index, b] : a.buckets()) {
+               py::dict d;
+               d["numel"] = b.numel;
+               d["tensors"] = b.tensors;
+               d["steps"] = b.steps;
+               d["last_step"] = bytesDict(b.last_step);
+               d["total"] = bytesDict(b.total);
+               out[py::int_(index)] = d;
+             }
+             return out;
+           })
+      .def("totals", [](const DdpAggregator& a) { return bytesDict(a.totals()); })
+      .def("times", [](const DdpAggregator& a) {
+        py::dict d;
+        d["encode_s"] = a.encodeSeconds();
+        d["decode_s"] = a.decodeSeconds();
+        d["comm_s"] = a.commSeconds();
+        d["hook_s"] = a.hookSeconds();
+        return d;
+      });
+
+  py::class_<HookResults>(m, "HookResults")
+      .def(py::init<DdpAggregator&, const std::filesystem::path&, const std::string&, const std::string&,
+                    const std::string&, const std::string&>(),
+           py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
+           py::arg("torch_version"), py::keep_alive<1, 2>())
+      .def(
+          "record",
+          [](HookResults& r, double test_accuracy, double test_loss, int64_t test_examples, double train_loss,
+             double epoch, double lr) {
+            r.record(EvalNumbers{test_accuracy, test_loss, test_examples, train_loss, epoch, lr});
+          },
+          py::arg("test_accuracy"), py::arg("test_loss") = 0.0, py::arg("test_examples") = 0,
+          py::arg("train_loss") = 0.0, py::arg("epoch") = 0.0, py::arg("lr") = 0.0)
+      .def("finish", &HookResults::finish, py::arg("error") = py::none())
+      .def_property_readonly("dir", &HookResults::dir);
+
+  py::class_<Recipe>(m, "Recipe")
+      .def(py::init<const std::string&, const std::string&, const std::vector<std::string>&>(), py::arg("path"),
+           py::arg("variant") = "", py::arg("plugin_path") = std::vector<std::string>{})
+      .def_property_readonly("text", &Recipe::text)
+      .def_property_readonly("experiment",
+                             [](const Recipe& r) {
+                               std::string json;
+                               google::protobuf::util::JsonPrintOptions o;
+                               o.preserve_proto_field_names = true;
+                               TERSE_CHECK(google::protobuf::util::MessageToJsonString(r.experiment(), &json, o).ok(),
+                                           InternalError, "cannot print the experiment as JSON");
+                               return py::module_::import("json").attr("loads")(json);
+                             })
+      .def("data",
+           [](Recipe& r) {
+             const workloads::DataSplit& d = r.data();
+             return py::make_tuple(datasetArrays(d.train), datasetArrays(d.test));
+           })
+      .def("initial_parameters",
+           [](Recipe& r) {
+             py::list out;
+             for (const InitialParam& p : r.initialParameters()) {
+               std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+               out.append(py::make_tuple(p.name, toArray(p.value, shape)));
+             }
+             return out;
+           })
+      .def("steps_per_epoch", &Recipe::stepsPerEpoch, py::arg("world_size"))
+      .def("total_steps", &Recipe::totalSteps, py::arg("world_size"))
+      .def(
+          "batches",
+          [](Recipe& r, int rank, int world, int64_t epoch) {
+            py::list out;
+            for (const auto& b : r.batches(rank, world, epoch))
+              out.append(toArray(b, {static_cast<py::ssize_t>(b.size())}));
+            return out;
+          },
+          py::arg("rank"), py::arg("world_size"), py::arg("epoch"))
+      .def("learning_rate", &Recipe::learningRate, py::arg("step"), py::arg("world_size"));
+}

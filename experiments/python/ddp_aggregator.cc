@@ -1,0 +1,163 @@
+#include "experiments/python/ddp_aggregator.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/common/error.h"
+#include "core/common/log.h"
+#include "core/train/param_info.h"
+
+namespace py = pybind11;
+
+namespace terse::python {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t numelOf(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+ByteCounts countsOf(const PipelineStats& s) {
+  return ByteCounts{s.payload_bytes, s.wire};
+}
+
+ByteCounts& operator+=(ByteCounts& a, const ByteCounts& b) {
+  a.payload += b.payload;
+  a.wire += b.wire;
+  return a;
+}
+
+ByteCounts operator-(const ByteCounts& a, const ByteCounts& b) {
+  return ByteCounts{
+      a.payload - b.payload,
+      comm::WireBytes{a.wire.sent_bytes - b.wire.sent_bytes, a.wire.received_bytes - b.wire.received_bytes,
+                      a.wire.sent_frames - b.wire.sent_frames, a.wire.received_frames - b.wire.received_frames}};
+}
+
+}  // namespace
+
+DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
+    : options_(std::move(options)), loader_(options_.plugin_path) {
+  validateCodecOptions(options_.codec);
+  plugin_ = loader_.loadCompressor(options_.compressor);
+  instance_ = plugin_->instantiate(options_.params);
+  comm_ = std::make_unique<TorchCommunicator>(std::move(group));
+  engine_ = std::make_unique<AggregationEngine>(*comm_);
+}
+
+CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<int64_t>& shape, DType dtype,
+                                                bool rebind) {
+  auto it = pipelines_.find(id);
+  if (it != pipelines_.end()) {
+    if (it->second.shape == shape && it->second.dtype == dtype) return *it->second.pipeline;
+    TERSE_CHECK(rebind, InvalidArgument,
+                "terse.torch: tensor " << id << " was bound as " << dtypeName(it->second.dtype) << " "
+                                       << shapeText(it->second.shape) << " and is now " << dtypeName(dtype) << " "
+                                       << shapeText(shape)
+                                       << "; a parameter cannot change shape under a hook (build a new one)");
+    TERSE_LOG(LogLevel::kWarn, "terse.torch: bucket " << id << " changed from " << shapeText(it->second.shape) << " "
+                                                      << dtypeName(it->second.dtype) << " to " << shapeText(shape)
+                                                      << " " << dtypeName(dtype)
+                                                      << ": new pipeline, its error-feedback residual starts at zero");
+    pipelines_.erase(it);
+  }
+  train::ParamTensor p;
+  p.shape = shape;
+  p.value.resize(static_cast<std::size_t>(numelOf(shape)));  // paramTensorInfo reads numel from the values
+  TensorInfo info = train::paramTensorInfo(p, static_cast<std::size_t>(id), comm_->rank(), comm_->size());
+  info.dtype = dtype;
+  Bound b{std::make_unique<CompressionPipeline>(makeCodec(instance_, info, options_.seed, options_.codec), *comm_),
+          shape, dtype};
+  return *pipelines_.emplace(id, std::move(b)).first->second.pipeline;
+}
+
+void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                              const std::vector<BucketMember>& members, bool is_last) {
+  const auto start = Clock::now();
+  comm_->checkGroup();
+  TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
+  TERSE_CHECK(bucket_index >= 0, InvalidArgument, "terse.torch: bucket index " << bucket_index << " is negative");
+  const std::size_t elem = dtypeSize(dtype);
+  auto* base = reinterpret_cast<std::byte*>(data);
+
+  std::vector<BucketMember> layout;
+  const bool whole = options_.granularity == Granularity::kBucket;
+  if (whole) {
+    layout.push_back(BucketMember{static_cast<uint64_t>(bucket_index), 0, {static_cast<int64_t>(numel)}});
+  } else {
+    layout = members;
+    // The members must tile the buffer: no overlap (a gradient averaged twice), no gap (one never averaged).
+    std::sort(layout.begin(), layout.end(),
+              [](const BucketMember& a, const BucketMember& b) { return a.offset < b.offset; });
+    uint64_t at = 0;
+    for (const BucketMember& m : layout) {
+      TERSE_CHECK(m.offset == at, InvalidArgument,
+                  "terse.torch: bucket " << bucket_index << ": tensor " << m.tensor_id << " starts at element "
+                                         << m.offset << ", expected " << at
+                                         << " (the bucket's tensors must tile its buffer)");
+      at += numelOf(m.shape);
+    }
+    TERSE_CHECK(
+        at == numel, InvalidArgument,
+        "terse.torch: bucket " << bucket_index << ": its tensors hold " << at << " elements, the buffer " << numel);
+  }
+
+  // Bind every member before the first collective: a refusal is raised on every rank alike.
+  group_.clear();
+  ByteCounts before;
+  for (const BucketMember& m : layout) {
+    CompressionPipeline& p = pipelineFor(m.tensor_id, m.shape, dtype, whole);
+    before += countsOf(p.stats());
+    void* at = base + m.offset * elem;
+    group_.push_back(GroupMember{&p, at, at});
+  }
+  engine_->run(step_, group_);
+
+  ByteCounts after;
+  for (const GroupMember& m : group_) after += countsOf(m.pipeline->stats());
+  BucketBytes& b = buckets_[bucket_index];
+  b.numel = numel;
+  b.tensors = layout.size();
+  b.last_step = after - before;
+  b.total += b.last_step;
+  ++b.steps;
+  if (is_last) ++step_;
+  hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+ByteCounts DdpAggregator::totals() const {
+  // Every pipeline is used only through aggregate(), so the buckets' sums are the pipelines' sums, and they keep the
+  // counts of a kBucket pipeline that was replaced.
+  ByteCounts t;
+  for (const auto& [index, b] : buckets_) t += b.total;
+  return t;
+}
+
+double DdpAggregator::encodeSeconds() const {
+  double s = 0;
+  for (const auto& [id, b] : pipelines_) s += b.pipeline->stats().encode_s;
+  return s;
+}
+
+double DdpAggregator::decodeSeconds() const {
+  double s = 0;
+  for (const auto& [id, b] : pipelines_) s += b.pipeline->stats().decode_s;
+  return s;
+}
+
+double DdpAggregator::commSeconds() const {
+  const comm::CommStats s = comm_->stats();
+  return std::accumulate(s.by_kind.begin(), s.by_kind.end(), 0.0,
+                         [](double acc, const comm::OpStats& o) { return acc + o.seconds; });
+}
+
+}  // namespace terse::python

@@ -1,0 +1,123 @@
+// The state behind terse.torch.ddp_hook: one DDP gradient bucket at a time through core's codecs and core's
+// aggregation engine, over the DDP process group (torch_communicator.h). Nothing here re-implements a protocol: the
+// plugin comes from core's loader (validated there), each tensor's codec chain from makeCodec (error feedback and
+// momentum correction as core's decorators), each pipeline is core's CompressionPipeline (validated against the
+// communicator: caps, wire dtype, sizes), and AggregationEngine::run picks the collective the caps ask for -- SUM
+// allreduce, ALLGATHER with sizes, CUSTOM with the plugin's reduce fold, every round of a multi-round plugin.
+//
+// Granularity. DDP hands the hook a bucket: one flat tensor holding several parameters' gradients.
+//   kTensor (the default of terse.torch): each parameter in the bucket is its own tensor, with its shape (PowerSGD
+//       factors matrices; top-k keeps k per tensor, as terse's trainer does), and the bucket is one group of the
+//       engine (fused into one collective per fusion class, engine.h). Pipelines are keyed by tensor id, not by
+//       bucket, so DDP re-forming its buckets (it does after the first step) regroups tensors without losing their
+//       error-feedback residuals. A tensor id seen again with another shape or dtype is refused.
+//   kBucket: the whole flat bucket is one tensor (id = bucket index; a vector, so matrix compressors pass it
+//       through). A bucket whose size or dtype changes gets a new pipeline -- its residual starts from zero -- and a
+//       warning says so.
+//
+// Steps. DDP has no step number; this counts one per backward pass, ending with the bucket DDP marks last. Every
+// call validates the whole bucket layout before the first collective, so a bad call (a CUDA tensor, a dtype, an
+// overlapping layout) raises on every rank alike and no peer is left inside a collective.
+//
+// Bytes. Per bucket index: the last step's payload bytes (what the compressor produced on this rank, all rounds) and
+// wire bytes (what the communicator passed to torch.distributed, modelled as torch_communicator.h says), and their
+// sums since the start.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/compress/engine.h"
+#include "core/compress/make_codec.h"
+#include "core/compress/pipeline.h"
+#include "core/plugin/loader.h"
+#include "experiments/python/torch_communicator.h"
+
+namespace terse::python {
+
+enum class Granularity { kTensor, kBucket };
+
+struct AggregatorOptions {
+  std::string compressor = "none";       // a plugin name or a path (core/plugin/loader.h)
+  Params params;                         // the plugin's parameters
+  CodecOptions codec;                    // error feedback, momentum correction
+  uint64_t seed = 1;                     // the run seed (random-k's shared seed, stochastic rounding)
+  std::vector<std::string> plugin_path;  // searched first, like --plugin-path
+  Granularity granularity = Granularity::kTensor;
+};
+
+// One tensor of a bucket: `numel` elements at element `offset` of the bucket's buffer.
+struct BucketMember {
+  uint64_t tensor_id = 0;
+  uint64_t offset = 0;
+  std::vector<int64_t> shape;  // its numel is the product
+};
+
+struct ByteCounts {
+  uint64_t payload = 0;
+  comm::WireBytes wire;
+};
+
+struct BucketBytes {
+  uint64_t numel = 0;  // of the last step
+  std::size_t tensors = 0;
+  ByteCounts last_step;
+  ByteCounts total;
+  uint64_t steps = 0;
+};
+
+class DdpAggregator {
+ public:
+  // Loads and instantiates the compressor (PluginError, InvalidArgument with the plugin's message) and validates the
+  // codec options, all before any collective. `group` as TorchCommunicator's.
+  DdpAggregator(AggregatorOptions options, pybind11::object group);
+
+  // Averages one bucket in place: `data` points to `numel` elements of `dtype` in host memory. In kTensor mode
+  // `members` lay the parameters out in the buffer (they must tile it exactly); in kBucket mode they are ignored.
+  void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                 const std::vector<BucketMember>& members, bool is_last);
+
+  uint64_t step() const noexcept { return step_; }
+  const std::map<int, BucketBytes>& buckets() const noexcept { return buckets_; }
+  // Every pipeline's counters summed (this rank).
+  ByteCounts totals() const;
+  double encodeSeconds() const;
+  double decodeSeconds() const;
+  // Time inside torch.distributed calls, and inside aggregate() altogether (this rank).
+  double commSeconds() const;
+  double hookSeconds() const noexcept { return hook_s_; }
+
+  const AggregatorOptions& options() const noexcept { return options_; }
+  const CompressorPlugin& plugin() const noexcept { return *plugin_; }
+  CompressorCaps caps() const { return instance_->caps(DType::kF32); }
+  TorchCommunicator& communicator() noexcept { return *comm_; }
+
+ private:
+  struct Bound {
+    std::unique_ptr<CompressionPipeline> pipeline;
+    std::vector<int64_t> shape;
+    DType dtype = DType::kF32;
+  };
+  CompressionPipeline& pipelineFor(uint64_t id, const std::vector<int64_t>& shape, DType dtype, bool rebind);
+
+  AggregatorOptions options_;
+  PluginLoader loader_;
+  std::shared_ptr<const CompressorPlugin> plugin_;
+  std::shared_ptr<Compressor> instance_;
+  std::unique_ptr<TorchCommunicator> comm_;
+  std::unique_ptr<AggregationEngine> engine_;
+  std::map<uint64_t, Bound> pipelines_;  // by tensor id
+  std::map<int, BucketBytes> buckets_;
+  std::vector<GroupMember> group_;  // reused per call
+  uint64_t step_ = 0;
+  double hook_s_ = 0;
+};
+
+}  // namespace terse::python

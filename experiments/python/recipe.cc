@@ -1,0 +1,79 @@
+#include "experiments/python/recipe.h"
+
+#include <cmath>
+
+#include "core/common/error.h"
+#include "core/train/optimizer.h"
+#include "core/train/shard_sampler.h"
+#include "experiments/runner/runner.h"
+#include "experiments/runner/runner_detail.h"
+#include "experiments/workloads/fashion_mnist.h"
+#include "experiments/workloads/workloads.h"
+
+namespace terse::python {
+
+Recipe::Recipe(const std::string& path, const std::string& variant, const std::vector<std::string>& plugin_path)
+    : loader_(plugin_path) {
+  const experiments::Study study = experiments::loadStudy(path, runner::runnerConfigOptions(&loader_));
+  std::vector<std::string> names;
+  if (!variant.empty()) names.push_back(variant);
+  std::vector<experiments::Experiment> picked = experiments::selectVariants(study, names);
+  if (picked.size() != 1) {
+    std::string all;
+    for (const auto& x : picked) all += (all.empty() ? "" : ", ") + x.variant();
+    TERSE_THROW(InvalidArgument, path << " has " << picked.size() << " variants (" << all << "); name one");
+  }
+  e_ = std::move(picked.front());
+  TERSE_CHECK(e_.mode() == experiments::Experiment::SYNC, InvalidArgument,
+              path << " variant '" << e_.variant() << "': a DDP hook trains synchronously; the config's mode is "
+                   << experiments::Experiment::Mode_Name(e_.mode()));
+}
+
+std::string Recipe::text() const {
+  return experiments::toText(e_);
+}
+
+const workloads::DataSplit& Recipe::data() {
+  if (!data_) {
+    TERSE_CHECK(workloads::workloadNeedsData(e_.workload().name()), InvalidArgument,
+                "workload '" << e_.workload().name() << "' has no Fashion-MNIST data");
+    workloads::FashionMnistOptions o;
+    o.dir = e_.data().dataset_dir();
+    o.max_train = e_.data().train_subset();
+    o.max_test = e_.data().test_subset();
+    data_ = std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(o));
+  }
+  return *data_;
+}
+
+std::vector<InitialParam> Recipe::initialParameters() {
+  data();
+  const auto model = workloads::makeWorkload(e_.workload().name(), runner::detail::workloadOptions(e_), data_);
+  std::vector<InitialParam> out;
+  for (const train::ParamTensor& p : model->params()) out.push_back({p.name, p.shape, p.value});
+  return out;
+}
+
+int64_t Recipe::stepsPerEpoch(int world) {
+  const train::ShardSampler sampler(data().train.num_examples, 0, world, e_.seed());
+  return sampler.batchesPerEpoch(e_.data().batch_size());
+}
+
+std::vector<std::vector<int64_t>> Recipe::batches(int rank, int world, int64_t epoch) {
+  const train::ShardSampler sampler(data().train.num_examples, rank, world, e_.seed());
+  return sampler.epochBatches(epoch, e_.data().batch_size());
+}
+
+double Recipe::learningRate(int64_t step, int world) {
+  // The trainer's own conversion (sync_trainer.cc): warm-up epochs become steps of this world's epoch.
+  train::LrScheduleOptions lr = runner::detail::trainerOptions(e_).lr;
+  lr.world_size = world;
+  lr.steps_per_epoch = stepsPerEpoch(world);
+  lr.total_steps = lr.steps_per_epoch * e_.epochs();
+  if (e_.optimizer().warmup_epochs() > 0)
+    lr.warmup_steps = std::llround(e_.optimizer().warmup_epochs() * static_cast<double>(lr.steps_per_epoch));
+  train::validateLrSchedule(lr);
+  return train::learningRate(lr, step);
+}
+
+}  // namespace terse::python

@@ -1,0 +1,53 @@
+// One resolved variant of a terse experiment config, for a PyTorch script that trains the same recipe as a native
+// `terse run` of that config: the config loaded and validated by the runner's own loader (experiments/config), the
+// Fashion-MNIST arrays from terse's IDX reader, the workload's initial parameters from terse's own model (same seed,
+// same values), each rank's batches from core's ShardSampler, and the learning rate of every step from core's
+// schedule. What differs between the two runs is then only the training framework's arithmetic and the front end.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/plugin/loader.h"
+#include "experiments/config/config.h"
+#include "experiments/workloads/dataset.h"
+
+namespace terse::python {
+
+struct InitialParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> value;
+};
+
+class Recipe {
+ public:
+  // Loads `path` and picks `variant` (empty: the only one; an error naming the variants when there are several).
+  // Throws ConfigError / InvalidArgument as `terse run` reports them.
+  Recipe(const std::string& path, const std::string& variant, const std::vector<std::string>& plugin_path);
+
+  const experiments::Experiment& experiment() const noexcept { return e_; }
+  // Text format, as a results folder's config.textproto holds it.
+  std::string text() const;
+
+  // Loaded on first use and kept (the workload's data and the arrays the script trains on are one copy).
+  const workloads::DataSplit& data();
+  // The workload's parameters as terse initializes them, in terse's order (fc0.weight, fc0.bias, ...).
+  std::vector<InitialParam> initialParameters();
+
+  int64_t stepsPerEpoch(int world);
+  int64_t totalSteps(int world) { return stepsPerEpoch(world) * e_.epochs(); }
+  // This rank's batches of `epoch` (example indices), as the native trainer draws them.
+  std::vector<std::vector<int64_t>> batches(int rank, int world, int64_t epoch);
+  // The learning rate of 0-based step `step` of a run with `world` workers.
+  double learningRate(int64_t step, int world);
+
+ private:
+  PluginLoader loader_;
+  experiments::Experiment e_;
+  std::shared_ptr<const workloads::DataSplit> data_;
+};
+
+}  // namespace terse::python

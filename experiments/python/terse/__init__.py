@@ -1,0 +1,27 @@
+"""terse from Python: the package's entry point.
+
+terse is a C++ framework for communication-efficient distributed training; this package is its front end for
+PyTorch, beside the `terse` command line. The work is done by the extension module terse._terse, which links terse's
+own engine (plugin loader, codecs, error feedback and momentum correction, aggregation engine, results writer), so a
+compressor behaves and fails here exactly as it does in `terse run`.
+
+    terse.torch.ddp_hook(...)   a DistributedDataParallel communication hook (see terse/torch.py)
+    terse.Recipe(path, variant) one variant of a terse experiment config: its data, initial parameters, batches and
+                                learning rates, to train the same recipe in PyTorch as `terse run` does natively
+
+Errors are terse's, with terse's messages: terse.Error (a RuntimeError) and its subclasses InvalidArgument (also a
+ValueError), ConfigError, PluginError, Unsupported, InvalidPayload, CommError, InternalError.
+"""
+
+from ._terse import (  # noqa: F401  (re-exported)
+    CommError,
+    ConfigError,
+    Error,
+    InternalError,
+    InvalidArgument,
+    InvalidPayload,
+    PluginError,
+    Recipe,
+    Unsupported,
+    __version__,
+)

@@ -1,0 +1,292 @@
+#include "experiments/python/torch_communicator.h"
+
+#include <Python.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/comm/transport.h"
+#include "core/common/error.h"
+
+namespace py = pybind11;
+
+namespace terse::python {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- The byte model of torch_communicator.h.
+
+uint64_t ringAllreduceWire(uint64_t bytes, int n) {
+  if (n <= 1) return 0;
+  const auto ranks = static_cast<uint64_t>(n);
+  // 2(n-1)/n x bytes, split so that the product cannot overflow for any message that fits in memory.
+  return bytes / ranks * 2 * (ranks - 1) + bytes % ranks * 2 * (ranks - 1) / ranks;
+}
+
+comm::WireBytes both(uint64_t bytes) {
+  const uint64_t frames = bytes > 0 ? 1 : 0;
+  return comm::WireBytes{bytes, bytes, frames, frames};
+}
+
+// A binomial tree from `root` (gloo's broadcast): relative rank v receives once from v minus its lowest set bit and
+// sends to v + 2^k for every 2^k below that bit (below n for the root) that names a rank.
+comm::WireBytes treeBroadcastWire(uint64_t bytes, int root, int rank, int n) {
+  comm::WireBytes w;
+  if (n <= 1 || bytes == 0) return w;
+  const int v = (rank - root + n) % n;
+  const int low = v == 0 ? n : (v & -v);
+  if (v != 0) {
+    w.received_bytes = bytes;
+    w.received_frames = 1;
+  }
+  for (int k = 1; k < low && v + k < n; k <<= 1) {
+    w.sent_bytes += bytes;
+    ++w.sent_frames;
+  }
+  return w;
+}
+
+// torch's name of a dtype the engine may hand over; null for one it never does.
+const char* torchDtypeName(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF64:
+      return "float64";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kU8:
+      return "uint8";
+    case DType::kI64:
+      return "int64";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+TorchCommunicator::TorchCommunicator(py::object group) : group_(std::move(group)) {
+  TERSE_CHECK(PyGILState_Check(), InternalError, "TorchCommunicator: created without the GIL");
+  dist_ = py::module_::import("torch.distributed");
+  torch_ = py::module_::import("torch");
+  TERSE_CHECK(dist_.attr("is_available")().cast<bool>() && dist_.attr("is_initialized")().cast<bool>(), InvalidArgument,
+              "terse.torch: torch.distributed is not initialized; call torch.distributed.init_process_group first");
+  frombuffer_ = torch_.attr("frombuffer");
+  all_reduce_ = dist_.attr("all_reduce");
+  all_gather_ = dist_.attr("all_gather");
+  broadcast_ = dist_.attr("broadcast");
+  barrier_ = dist_.attr("barrier");
+  get_rank_ = dist_.attr("get_rank");
+  get_world_size_ = dist_.attr("get_world_size");
+  rank_ = get_rank_(groupObject()).cast<int>();
+  size_ = get_world_size_(groupObject()).cast<int>();
+  TERSE_CHECK(rank_ >= 0 && size_ >= 1, InvalidArgument,
+              "terse.torch: this process is not a member of the given process group (rank " << rank_ << ")");
+  torch_backend_ = py::str(dist_.attr("get_backend")(groupObject())).cast<std::string>();
+  name_ = "torch:" + torch_backend_;
+  traffic_.rank = rank_;
+}
+
+TorchCommunicator::~TorchCommunicator() {
+  // The Python references must be dropped with the GIL held; the owner may be destroyed from a thread without it.
+  py::gil_scoped_acquire gil;
+  for (py::object* o : {&dist_, &torch_, &group_, &frombuffer_, &all_reduce_, &all_gather_, &broadcast_, &barrier_,
+                        &get_rank_, &get_world_size_})
+    *o = py::object();
+}
+
+py::object TorchCommunicator::groupObject() const {
+  return group_ ? group_ : py::none();
+}
+
+void TorchCommunicator::checkGroup() const {
+  const int size = get_world_size_(groupObject()).cast<int>();
+  const int rank = get_rank_(groupObject()).cast<int>();
+  TERSE_CHECK(size == size_ && rank == rank_, InvalidArgument,
+              "terse.torch: the hook was built for rank " << rank_ << " of a process group of " << size_
+                                                          << ", the group is now rank " << rank << " of " << size
+                                                          << "; build a new hook (terse.torch.ddp_hook) for the new "
+                                                             "group");
+}
+
+bool TorchCommunicator::supportsSum(DType dtype) const noexcept {
+  // Gloo's CPU allreduce sums float, double and half; it rejects bfloat16 ("Invalid scalar type").
+  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16;
+}
+
+py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) const {
+  const char* name = torchDtypeName(dtype);
+  TERSE_CHECK(name != nullptr, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
+  auto memory = py::memoryview::from_memory(data, static_cast<py::ssize_t>(bytes), /*readonly=*/false);
+  return frombuffer_(memory, py::arg("dtype") = torch_.attr(name));
+}
+
+template <class Fn>
+comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint64_t bytes, const comm::WireBytes& wire,
+                                        const char* what, Fn&& fn) {
+  TERSE_CHECK(PyGILState_Check(), InternalError, "terse.torch: " << what << " called without the GIL");
+  if (!aborted_.empty()) throw comm::CommError("terse.torch: " + std::string(what) + " after abort: " + aborted_);
+  const auto start = Clock::now();
+  try {
+    fn();
+  } catch (py::error_already_set& e) {
+    // The torch.distributed error (a peer gone, a timeout) with its own message; later calls fail fast.
+    aborted_ = std::string(what) + " failed: " + e.what();
+    throw comm::CommError("terse.torch: " + aborted_);
+  }
+  comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(kind)];
+  ++s.ops;
+  s.bytes += bytes;
+  s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  auto add = [&](comm::DirectionTraffic& d, uint64_t b, uint64_t frames) {
+    const comm::FrameCount c{b, frames};
+    d.by_kind[static_cast<std::size_t>(kind)] += c;
+    d.by_tensor[tensor] += c;
+  };
+  add(traffic_.sent, wire.sent_bytes, wire.sent_frames);
+  add(traffic_.received, wire.received_bytes, wire.received_frames);
+  return wire;
+}
+
+comm::WireBytes TorchCommunicator::allreduce(void* data, std::size_t count, DType dtype, comm::ReduceOp op,
+                                             uint64_t tensor) {
+  TERSE_CHECK(
+      op == comm::ReduceOp::kSum && supportsSum(dtype), Unsupported,
+      "terse.torch: allreduce of " << dtypeName(dtype) << " is not supported by " << name_ << " (f32, f64, f16 sums)");
+  const std::size_t bytes = count * dtypeSize(dtype);
+  if (bytes == 0) return {};
+  return call(comm::OpKind::kAllreduce, tensor, bytes, both(ringAllreduceWire(bytes, size_)), "all_reduce",
+              [&] { all_reduce_(view(data, bytes, dtype), py::arg("group") = groupObject()); });
+}
+
+comm::WireBytes TorchCommunicator::allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                                    uint64_t tensor) {
+  TERSE_CHECK(
+      prefix_bytes <= payload.size(), InvalidArgument,
+      "terse.torch: allreducePayload prefix of " << prefix_bytes << " bytes beyond a payload of " << payload.size());
+  const std::size_t body = payload.size() - prefix_bytes;
+  TERSE_CHECK(body % dtypeSize(wire) == 0, InvalidArgument,
+              "terse.torch: a payload body of " << body << " bytes is not whole " << dtypeName(wire) << " elements");
+  return allreduce(payload.data() + prefix_bytes, body / dtypeSize(wire), wire, comm::ReduceOp::kSum, tensor);
+}
+
+comm::WireBytes TorchCommunicator::allgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
+                                              std::span<const uint64_t> sizes, uint64_t tensor) {
+  TERSE_CHECK(sizes.size() == static_cast<std::size_t>(size_), InvalidArgument,
+              "terse.torch: allgatherv got " << sizes.size() << " sizes for a group of " << size_);
+  TERSE_CHECK(send.size() == sizes[static_cast<std::size_t>(rank_)], InvalidArgument,
+              "terse.torch: allgatherv: rank " << rank_ << " sends " << send.size() << " bytes but sizes says "
+                                               << sizes[static_cast<std::size_t>(rank_)]);
+  uint64_t total = 0, largest = 0;
+  for (uint64_t s : sizes) {
+    total += s;
+    largest = std::max(largest, s);
+  }
+  TERSE_CHECK(recv.size() == total, InvalidArgument,
+              "terse.torch: allgatherv: recv holds " << recv.size() << " bytes, the blocks add up to " << total);
+  if (largest == 0) return {};
+  const auto n = static_cast<std::size_t>(size_);
+  const bool equal = std::all_of(sizes.begin(), sizes.end(), [&](uint64_t s) { return s == largest; });
+  const auto block = static_cast<std::size_t>(largest);
+  // Equal blocks go straight into recv; unequal ones through padded scratch (see the header).
+  std::byte* out = recv.data();
+  const std::byte* in = send.data();
+  if (!equal) {
+    pad_send_.resize(std::max(pad_send_.size(), block));
+    pad_recv_.resize(std::max(pad_recv_.size(), block * n));
+    std::memcpy(pad_send_.data(), send.data(), send.size());
+    in = pad_send_.data();
+    out = pad_recv_.data();
+  }
+  const comm::WireBytes wire = both(static_cast<uint64_t>(size_ - 1) * largest);
+  call(comm::OpKind::kAllgather, tensor, total, wire, "all_gather", [&] {
+    py::list outputs;
+    for (std::size_t r = 0; r < n; ++r) outputs.append(view(out + r * block, block, DType::kU8));
+    // The input is only read; torch.frombuffer needs a writable buffer, which the engine's payload buffer is.
+    all_gather_(outputs, view(const_cast<std::byte*>(in), block, DType::kU8), py::arg("group") = groupObject());
+  });
+  if (!equal) {
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      std::memcpy(recv.data() + at, pad_recv_.data() + r * block, static_cast<std::size_t>(sizes[r]));
+      at += static_cast<std::size_t>(sizes[r]);
+    }
+  }
+  return wire;
+}
+
+comm::WireBytes TorchCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
+  TERSE_CHECK(all.size() == static_cast<std::size_t>(size_), InvalidArgument,
+              "terse.torch: allgatherSizes got room for " << all.size() << " sizes in a group of " << size_);
+  all[static_cast<std::size_t>(rank_)] = mine;
+  if (size_ == 1) return {};
+  const comm::WireBytes wire = both(static_cast<uint64_t>(size_ - 1) * sizeof(uint64_t));
+  return call(comm::OpKind::kAllgather, tensor, all.size() * sizeof(uint64_t), wire, "all_gather (sizes)", [&] {
+    py::list outputs;
+    for (uint64_t& s : all) outputs.append(view(&s, sizeof s, DType::kI64));
+    all_gather_(outputs, view(&mine, sizeof mine, DType::kI64), py::arg("group") = groupObject());
+  });
+}
+
+comm::WireBytes TorchCommunicator::broadcast(std::span<std::byte> data, int root, uint64_t tensor) {
+  TERSE_CHECK(root >= 0 && root < size_, InvalidArgument,
+              "terse.torch: broadcast root " << root << " outside a group of " << size_);
+  if (data.empty()) return {};
+  return call(comm::OpKind::kBroadcast, tensor, data.size(), treeBroadcastWire(data.size(), root, rank_, size_),
+              "broadcast", [&] {
+                // torch.distributed names the root by its global rank.
+                py::object src = group_ ? dist_.attr("get_global_rank")(group_, root) : py::int_(root);
+                broadcast_(view(data.data(), data.size(), DType::kU8), src, py::arg("group") = groupObject());
+              });
+}
+
+comm::WireBytes TorchCommunicator::barrier() {
+  return call(comm::OpKind::kBarrier, comm::kNoTensor, 0, {}, "barrier",
+              [&] { barrier_(py::arg("group") = groupObject()); });
+}
+
+namespace {
+
+// A request that completed before it was returned (torch_communicator.h: the i* calls run at once).
+comm::CommRequest done(const comm::WireBytes& wire) {
+  auto state = std::make_shared<comm::CommRequest::State>();
+  state->wire = wire;
+  state->done.complete();
+  return comm::CommRequest(std::move(state));
+}
+
+}  // namespace
+
+comm::CommRequest TorchCommunicator::iallreduce(void* data, std::size_t count, DType dtype, comm::ReduceOp op,
+                                                uint64_t tensor) {
+  return done(allreduce(data, count, dtype, op, tensor));
+}
+comm::CommRequest TorchCommunicator::iallreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes,
+                                                       DType wire, uint64_t tensor) {
+  return done(allreducePayload(payload, prefix_bytes, wire, tensor));
+}
+comm::CommRequest TorchCommunicator::iallgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
+                                                 std::span<const uint64_t> sizes, uint64_t tensor) {
+  return done(allgatherv(send, recv, sizes, tensor));
+}
+comm::CommRequest TorchCommunicator::ibroadcast(std::span<std::byte> data, int root, uint64_t tensor) {
+  return done(broadcast(data, root, tensor));
+}
+comm::CommRequest TorchCommunicator::ibarrier() {
+  return done(barrier());
+}
+
+void TorchCommunicator::abort(const std::string& reason) {
+  if (aborted_.empty()) aborted_ = reason;
+}
+
+void TorchCommunicator::resetTraffic() {
+  traffic_ = comm::RankTraffic{};
+  traffic_.rank = rank_;
+}
+
+}  // namespace terse::python

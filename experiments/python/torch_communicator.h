@@ -1,0 +1,114 @@
+// core's Communicator (core/comm/communicator.h) over a torch.distributed process group, so that core's aggregation
+// engine (core/compress/engine.h) runs unchanged inside a PyTorch DDP communication hook: every collective the engine
+// issues becomes one torch.distributed call on the hook's process group, made through pybind11 on the thread that runs
+// the hook, with the GIL held (DDP calls a Python hook with it held; every method checks).
+//
+// Buffers. The engine hands raw host memory (its payload buffers, the bucket's gradient); each call wraps it as a torch
+// tensor without a copy (torch.frombuffer over a writable memoryview), so torch.distributed reads and writes the
+// engine's memory directly.
+//
+// What maps to what:
+//   allreduce, allreducePayload   dist.all_reduce (SUM) on the summed bytes viewed as f32 / f64 / f16. Gloo has no
+//                                 bf16 sum, so supportsSum(bf16) is false and a bf16-wire SUM compressor is refused
+//                                 when its pipeline is built (pipeline.h), before any step.
+//   allgatherv                    dist.all_gather of equal blocks. torch.distributed has no variable-size all-gather,
+//                                 so unequal blocks are padded to the largest (the sizes are known from
+//                                 allgatherSizes) and compacted into `recv` afterwards: one collective, as the engine
+//                                 expects, at the price of the padding, which the wire bytes count.
+//   allgatherSizes                dist.all_gather of one int64 per rank.
+//   broadcast, barrier            dist.broadcast, dist.barrier.
+//   i* (non-blocking)             run at once and return a completed request: the hook's engine never overlaps.
+//
+// Byte accounting. torch.distributed does not report what it moved, so traffic() and each call's WireBytes count what
+// gloo's algorithms move per rank, the model NCCL's communicator uses (nccl_communicator.h): a ring allreduce of B
+// bytes sends and receives 2(n-1)/n x B (reduce-scatter then allgather, rounded down); a ring all-gather of n blocks of
+// b (padded) sends and receives (n-1) x b; a broadcast runs a binomial tree from the root (gloo's), each rank sending B
+// per child and receiving B once unless it is the root. No frame headers (gloo's are not visible from here); one
+// frame per direction per call that moves bytes. World size 1 moves nothing.
+//
+// Failures. A torch.distributed error (a peer gone, the group's timeout) comes back as a Python exception, which this
+// class turns into CommError carrying its message. Gloo cannot be aborted from here: abort() makes every later call of
+// this communicator throw, and peers blocked in a collective are released by gloo itself when this process's
+// connections close (process exit or destroy_process_group) or when the group's timeout expires.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+
+namespace terse::python {
+
+class TorchCommunicator final : public comm::Communicator {
+ public:
+  // `group`: a torch.distributed ProcessGroup, or None for the default group (looked up on every call, so a
+  // re-initialized default group is seen). Rank and size are read now and checked by checkGroup(). Throws
+  // InvalidArgument when torch.distributed is not initialized.
+  explicit TorchCommunicator(pybind11::object group);
+  ~TorchCommunicator() override;
+
+  // Throws InvalidArgument when the group's rank or size is no longer the one this communicator (and every pipeline
+  // built on it) was made for: a re-formed group needs a new hook.
+  void checkGroup() const;
+  // The group to pass to torch.distributed calls (None = the default group).
+  pybind11::object groupObject() const;
+  // The group's backend as torch names it ("gloo"), for provenance.
+  const std::string& torchBackend() const noexcept { return torch_backend_; }
+
+  std::string_view backend() const noexcept override { return name_; }
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  bool supportsSum(DType dtype) const noexcept override;
+
+  comm::WireBytes allreduce(void* data, std::size_t count, DType dtype, comm::ReduceOp op = comm::ReduceOp::kSum,
+                            uint64_t tensor = comm::kNoTensor) override;
+  comm::WireBytes allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                   uint64_t tensor = comm::kNoTensor) override;
+  comm::WireBytes allgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
+                             std::span<const uint64_t> sizes, uint64_t tensor = comm::kNoTensor) override;
+  comm::WireBytes allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor = comm::kNoTensor) override;
+  comm::WireBytes broadcast(std::span<std::byte> data, int root, uint64_t tensor = comm::kNoTensor) override;
+  comm::WireBytes barrier() override;
+
+  comm::CommRequest iallreduce(void* data, std::size_t count, DType dtype, comm::ReduceOp op = comm::ReduceOp::kSum,
+                               uint64_t tensor = comm::kNoTensor) override;
+  comm::CommRequest iallreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                      uint64_t tensor = comm::kNoTensor) override;
+  comm::CommRequest iallgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
+                                std::span<const uint64_t> sizes, uint64_t tensor = comm::kNoTensor) override;
+  comm::CommRequest ibroadcast(std::span<std::byte> data, int root, uint64_t tensor = comm::kNoTensor) override;
+  comm::CommRequest ibarrier() override;
+
+  void abort(const std::string& reason) override;
+  comm::RankTraffic traffic() const override { return traffic_; }
+  void resetTraffic() override;
+  comm::CommStats stats() const override { return stats_; }
+
+ private:
+  // A torch tensor of `dtype` viewing `bytes` bytes at `data` (no copy).
+  pybind11::object view(void* data, std::size_t bytes, DType dtype) const;
+  // Runs one torch.distributed call: checks the GIL and the abort flag, turns a Python error into CommError, times it
+  // and adds `wire` to the accounting under `kind` and `tensor`.
+  template <class Fn>
+  comm::WireBytes call(comm::OpKind kind, uint64_t tensor, uint64_t bytes, const comm::WireBytes& wire,
+                       const char* what, Fn&& fn);
+
+  pybind11::object dist_;
+  pybind11::object torch_;
+  pybind11::object group_;  // None = the default group
+  pybind11::object frombuffer_, all_reduce_, all_gather_, broadcast_, barrier_, get_rank_, get_world_size_;
+  std::string name_;           // "torch:<backend>"
+  std::string torch_backend_;  // "gloo"
+  int rank_ = 0;
+  int size_ = 1;
+  std::string aborted_;  // the reason, once aborted
+  comm::RankTraffic traffic_;
+  comm::CommStats stats_;
+  std::vector<std::byte> pad_send_, pad_recv_;  // unequal all-gather blocks, padded (grow-only)
+};
+
+}  // namespace terse::python
