@@ -117,7 +117,9 @@ void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
   lock.unlock();
   const auto len = static_cast<std::size_t>(f.header.length);
   if (f.reduce) {
-    sumInto(f.dst, f.data, len / dtypeSize(f.reduce_dtype), f.reduce_dtype);
+    const std::size_t n = len / dtypeSize(f.reduce_dtype);
+    sumInto(f.dst, f.data, n, f.reduce_dtype);
+    rt::work(static_cast<double>(n));  // the FLOP model: one add per element
   } else {
     // A real NIC's DMA lands the bytes: the copy is not the rank's computation (the network times the transfer). The
     // sum above is: a real rank adds what it received.

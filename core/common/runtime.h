@@ -67,8 +67,13 @@ class Backend {
   // Runs fn without counting its CPU time as computation: the copy of a received frame, which a real NIC's DMA does
   // (a simulation times the transfer on the network instead).
   virtual void uncounted(const std::function<void()>& fn) { fn(); }
-  // Scales the computation of the calling thread from now on (a straggler's slower device); real time ignores it.
-  virtual void setComputeScale(double /*scale*/) {}
+  // The calling thread's computation takes `factor` times as long from now on (a straggler's slower device); real time
+  // ignores it (the trainer sleeps instead).
+  virtual void setSlowdown(double /*factor*/) {}
+  // Computation of `flops` floating-point operations, as a FLOP-count model sees it. A simulation whose computation is
+  // measured ignores it (the measurement sees the work itself), as does real time; a simulation with the FLOP model
+  // takes its time from these calls alone.
+  virtual void work(double /*flops*/) {}
 };
 
 // The backend installed now: the real-time one unless a simulation installed its own.
@@ -95,6 +100,9 @@ inline double seconds(Clock::time_point a, Clock::time_point b) {
 }
 inline void uncounted(const std::function<void()>& fn) {
   backend().uncounted(fn);
+}
+inline void work(double flops) {
+  backend().work(flops);
 }
 
 // Lockable: use with std::lock_guard, std::unique_lock and std::scoped_lock.

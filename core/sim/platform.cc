@@ -2,8 +2,8 @@
 #include "core/sim/platform.h"
 
 #include <simgrid/config.h>
-#include <xbt/base.h>
 #include <simgrid/version.h>
+#include <xbt/base.h>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>

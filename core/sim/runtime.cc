@@ -7,8 +7,10 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Mutex.hpp>
 
+#include <cmath>
 #include <exception>
 #include <mutex>
+#include <sstream>
 
 #include "core/common/error.h"
 
@@ -106,11 +108,27 @@ class SimThread final : public rt::ThreadImpl {
 
 }  // namespace
 
-SimRuntime::SimRuntime(std::vector<sg4::Host*> hosts, double compute_scale,
-                       std::function<void(const std::string&)> fatal)
-    : hosts_(std::move(hosts)), scale_(compute_scale), fatal_(std::move(fatal)), origin_(rt::Clock::now()) {
+void ComputeOptions::validate() const {
   TERSE_CHECK(compute_scale >= 0 && compute_scale < 1e6, InvalidArgument,
-              "simulation: compute scale must be in [0, 1e6), got " << compute_scale);
+              "simulation: compute_scale must be in [0, 1e6), got " << compute_scale);
+  TERSE_CHECK(flops_per_second > 0 && std::isfinite(flops_per_second), InvalidArgument,
+              "simulation: flops_per_second must be finite and > 0, got " << flops_per_second);
+}
+
+std::string ComputeOptions::describe() const {
+  std::ostringstream out;
+  if (model == ComputeModel::kMeasured) {
+    out << "measured thread CPU time x " << compute_scale;
+  } else {
+    out << "FLOP model at " << flops_per_second << " flop/s";
+  }
+  return out.str();
+}
+
+SimRuntime::SimRuntime(std::vector<sg4::Host*> hosts, const ComputeOptions& compute,
+                       std::function<void(const std::string&)> fatal)
+    : hosts_(std::move(hosts)), compute_(compute), fatal_(std::move(fatal)), origin_(rt::Clock::now()) {
+  compute.validate();
 }
 
 SimRuntime::ActorClock& SimRuntime::self() {
@@ -118,14 +136,14 @@ SimRuntime::ActorClock& SimRuntime::self() {
   auto it = actors_.find(id);
   if (it == actors_.end()) {
     // An actor SimRuntime did not start (the simulation's first one): it is measured from its first call on.
-    it = actors_.emplace(id, ActorClock{threadCpuSeconds(), 0, scale_}).first;
+    it = actors_.emplace(id, ActorClock{threadCpuSeconds(), 0, 1}).first;
   }
   return it->second;
 }
 
 void SimRuntime::account(ActorClock& a) {
   const double cpu = threadCpuSeconds();
-  a.pending += (cpu - a.mark) * a.scale;
+  if (compute_.model == ComputeModel::kMeasured) a.pending += (cpu - a.mark) * compute_.compute_scale * a.slowdown;
   a.mark = cpu;
 }
 
@@ -186,10 +204,10 @@ std::unique_ptr<rt::ThreadImpl> SimRuntime::startThread(const std::string& name,
   } else {
     host = hosts_.at(0);
   }
-  // A new thread computes at the scale of the one that started it (a straggler's helper threads are as slow).
-  const double scale = sg4::Actor::is_maestro() ? scale_ : self().scale;
-  sg4::ActorPtr actor = sg4::Actor::create(name, host, [this, name, scale, fn = std::move(fn)] {
-    actors_[sg4::this_actor::get_pid()] = ActorClock{threadCpuSeconds(), 0, scale};
+  // A new thread is as slow as the one that started it (a straggler's helper threads run on the same slow device).
+  const double slowdown = sg4::Actor::is_maestro() ? 1.0 : self().slowdown;
+  sg4::ActorPtr actor = sg4::Actor::create(name, host, [this, name, slowdown, fn = std::move(fn)] {
+    actors_[sg4::this_actor::get_pid()] = ActorClock{threadCpuSeconds(), 0, slowdown};
     try {
       fn();
     } catch (const std::exception& e) {
@@ -216,13 +234,19 @@ void SimRuntime::uncounted(const std::function<void()>& fn) {
   a.mark = threadCpuSeconds();
 }
 
-void SimRuntime::setComputeScale(double scale) {
-  TERSE_CHECK(scale >= 0 && scale < 1e6, InvalidArgument,
-              "simulation: compute scale must be in [0, 1e6), got " << scale);
+void SimRuntime::setSlowdown(double factor) {
+  TERSE_CHECK(factor >= 1 && std::isfinite(factor), InvalidArgument,
+              "simulation: slowdown must be a finite factor >= 1, got " << factor);
   if (sg4::Actor::is_maestro()) return;
   ActorClock& a = self();
   account(a);
-  a.scale = scale;
+  a.slowdown = factor;
+}
+
+void SimRuntime::work(double flops) {
+  if (compute_.model != ComputeModel::kFlops || sg4::Actor::is_maestro() || !(flops > 0)) return;
+  ActorClock& a = self();
+  a.pending += flops / compute_.flops_per_second * a.slowdown;
 }
 
 }  // namespace terse::sim

@@ -11,6 +11,9 @@
 //
 // Measuring on one OS thread also works when SimGrid runs each actor on a thread of its own (the thread context
 // factory): the clock read is then that actor's thread's, and it is only read while the actor runs.
+//
+// The FLOP model instead ignores what the CPU did and takes computation from rt::work(flops) calls, at a configured
+// device speed: times that depend on nothing but the config and the seed, bit for bit on any host.
 #pragma once
 
 #include <simgrid/s4u/Host.hpp>
@@ -24,11 +27,24 @@
 
 namespace terse::sim {
 
+enum class ComputeModel {
+  kMeasured,  // thread CPU time x compute_scale
+  kFlops,     // rt::work(flops) / flops_per_second
+};
+
+struct ComputeOptions {
+  ComputeModel model = ComputeModel::kMeasured;
+  double compute_scale = 1.0;      // kMeasured: simulated seconds per measured CPU second (0.1: a 10x faster device)
+  double flops_per_second = 1e11;  // kFlops: the device's speed
+  // Throws InvalidArgument naming the field when out of range.
+  void validate() const;
+  std::string describe() const;  // "measured thread CPU time x 1", "FLOP model at 1e+11 flop/s"
+};
+
 class SimRuntime final : public rt::Backend {
  public:
-  // hosts[r]: rank r's host. compute_scale: simulated seconds per measured CPU second (0.1 models a device ten times
-  // faster than this host). `fatal` is called with a message when an actor's body throws (it must not return).
-  SimRuntime(std::vector<simgrid::s4u::Host*> hosts, double compute_scale,
+  // hosts[r]: rank r's host. `fatal` is called with a message when an actor's body throws (it must not return).
+  SimRuntime(std::vector<simgrid::s4u::Host*> hosts, const ComputeOptions& compute,
              std::function<void(const std::string&)> fatal);
 
   bool simulated() const noexcept override { return true; }
@@ -38,7 +54,8 @@ class SimRuntime final : public rt::Backend {
   std::unique_ptr<rt::CondVarImpl> makeCondVar() override;
   std::unique_ptr<rt::ThreadImpl> startThread(const std::string& name, int place, std::function<void()> fn) override;
   void uncounted(const std::function<void()>& fn) override;
-  void setComputeScale(double scale) override;
+  void setSlowdown(double factor) override;
+  void work(double flops) override;
 
   // Around every SimGrid call an actor makes: settle() turns the computation since the last call into simulated time
   // (sleeping it), resume() starts measuring the next computation once the call returns.
@@ -52,15 +69,15 @@ class SimRuntime final : public rt::Backend {
 
  private:
   struct ActorClock {
-    double mark = 0;     // the thread's CPU seconds when the actor last resumed
-    double pending = 0;  // measured but not yet slept, simulated seconds
-    double scale = 1;
+    double mark = 0;      // the thread's CPU seconds when the actor last resumed
+    double pending = 0;   // measured but not yet slept, simulated seconds
+    double slowdown = 1;  // a straggler's factor
   };
   ActorClock& self();
   void account(ActorClock& a);
 
   std::vector<simgrid::s4u::Host*> hosts_;
-  double scale_;
+  ComputeOptions compute_;
   std::function<void(const std::string&)> fatal_;
   rt::Clock::time_point origin_;
   std::unordered_map<long, ActorClock> actors_;  // by SimGrid actor id; one OS thread touches it at a time

@@ -90,7 +90,7 @@ std::string blockedActors() {
     // Actors run terse's whole worker and communication code: give them a thread's stack (KiB).
     sg4::Engine::set_config("contexts/stack-size:16384");
     const std::vector<sg4::Host*> hosts = buildPlatform(engine, options.platform);
-    SimRuntime runtime(hosts, options.compute_scale, [fd](const std::string& m) { answer(fd, kError, m); });
+    SimRuntime runtime(hosts, options.compute, [fd](const std::string& m) { answer(fd, kError, m); });
     rt::installBackend(&runtime);
     auto network = std::make_shared<SimNetwork>(hosts, runtime);
     const SimulationContext ctx{options, network};
@@ -128,8 +128,7 @@ std::string runSimulation(const SimulationOptions& options,
   TERSE_CHECK(options.platform.ranks >= 1, InvalidArgument,
               "simulation: ranks must be >= 1, got " << options.platform.ranks);
   options.platform.links.validate(options.platform.ranks);
-  TERSE_CHECK(options.compute_scale >= 0 && options.compute_scale < 1e6, InvalidArgument,
-              "simulation: compute scale must be in [0, 1e6), got " << options.compute_scale);
+  options.compute.validate();
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);

@@ -22,13 +22,13 @@
 #include "core/comm/inproc_transport.h"
 #include "core/common/error.h"
 #include "core/sim/platform.h"
+#include "core/sim/runtime.h"
 
 namespace terse::sim {
 
 struct SimulationOptions {
   PlatformSpec platform;
-  // Simulated seconds per measured CPU second of computation (runtime.h); 1 = this host's speed.
-  double compute_scale = 1.0;
+  ComputeOptions compute;  // how computation becomes simulated time (runtime.h)
 };
 
 class SimulationError : public Error {

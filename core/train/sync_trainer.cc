@@ -23,6 +23,9 @@ double commSeconds(const comm::Communicator& comm) {
   return s;
 }
 
+// The FLOP model's optimizer cost: momentum update and step, each a multiply-add per element.
+constexpr double kOptimizerFlopsPerElement = 4;
+
 std::string layerName(int layer) {
   return "L" + std::to_string(layer);
 }
@@ -94,6 +97,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   started_.assign(params.size(), false);
   applied_.assign(params.size(), -1);
   layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
+  for (int l = 0; l < workload.numLayers(); ++l) layer_flops_.push_back(workload.layerFlops(l));
   workload_.setLayerGate([this](int layer) { gate(layer); });
   comm_thread_ = rt::Thread(
       "comm " + std::to_string(comm_.rank()),
@@ -282,6 +286,8 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
   }
   for (std::size_t t : done) {
     const auto u0 = rt::now();
+    // FLOP model: SGD with momentum reads and writes each element a few times (rt::work).
+    rt::work(kOptimizerFlopsPerElement * static_cast<double>(params[t].numel()));
     optimizer_.update(t, params[t], comm_lr_);
     if (options_.trace)
       options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, rt::now());
@@ -401,7 +407,14 @@ double SyncTrainer::waitApplied(std::unique_lock<rt::Mutex>& lock, int64_t upto)
   return seconds(t0, rt::now());
 }
 
+void SyncTrainer::chargeForwardUpTo(int layer) {
+  if (!in_step_) return;
+  for (; forward_charged_ < layer; ++forward_charged_)
+    rt::work(layer_flops_[static_cast<std::size_t>(forward_charged_)].forward * batch_examples_);
+}
+
 void SyncTrainer::gate(int layer) {
+  chargeForwardUpTo(layer);
   std::unique_lock lock(mutex_);
   TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
               "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
@@ -463,6 +476,8 @@ StepRecord SyncTrainer::step() {
   backward_done_.store(false, std::memory_order_release);
   overlapped_.store(0, std::memory_order_relaxed);
   gate_wait_s_ = 0;
+  forward_charged_ = 0;
+  batch_examples_ = static_cast<double>(batch.size());
   gate_layer_ = -1;
 
   const auto t1 = rt::now();
@@ -473,7 +488,10 @@ StepRecord SyncTrainer::step() {
   try {
     const int64_t step_index = rec.step;
     const double lr = rec.lr;
+    in_step_ = true;
     rec.loss = workload_.forwardBackward(batch, [&](int layer, std::span<const std::size_t> tensors) {
+      chargeForwardUpTo(workload_.numLayers());
+      rt::work(layer_flops_[static_cast<std::size_t>(layer)].backward * batch_examples_);
       if (options_.trace) {
         const auto now = rt::now();
         if (gate_layer_ >= 0) {
@@ -492,6 +510,7 @@ StepRecord SyncTrainer::step() {
   } catch (...) {
     compute_error = std::current_exception();
   }
+  in_step_ = false;
   backward_done_.store(true, std::memory_order_release);
   const auto t2 = rt::now();
   {

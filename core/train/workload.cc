@@ -45,4 +45,10 @@ void Workload::reportLayer(const LayerReadyFn& on_layer_ready, int layer) const 
   if (on_layer_ready) on_layer_ready(layer, layerTensors(layer));
 }
 
+LayerFlops Workload::layerFlops(int layer) const {
+  double n = 0;
+  for (std::size_t t : layerTensors(layer)) n += static_cast<double>(params_[t].numel());
+  return LayerFlops{2 * n, 4 * n};
+}
+
 }  // namespace terse::train

@@ -59,6 +59,12 @@ using LayerReadyFn = std::function<void(int layer, std::span<const std::size_t> 
 // communicated. It may throw (the step then fails); the workload must not catch it.
 using LayerGateFn = std::function<void(int layer)>;
 
+// Floating-point operations of one example through one layer: the FLOP model of a simulation (DESIGN.md section 9).
+struct LayerFlops {
+  double forward = 0;
+  double backward = 0;  // the gradients of the weights and of the layer's input
+};
+
 class Workload {
  public:
   virtual ~Workload() = default;
@@ -90,6 +96,10 @@ class Workload {
   std::span<const std::size_t> layerTensors(int layer) const;
   // Sum of numel over all tensors.
   std::size_t numParameters() const;
+  // FLOPs of one example through layer `layer`. The default is a dense layer's: every parameter is used once per
+  // example, a multiply-add (2 flops) forward and two backward (weight and input gradients): 2 and 4 flops per
+  // parameter. A layer that reuses its weights (a convolution: once per output position) overrides it.
+  virtual LayerFlops layerFlops(int layer) const;
 
   // Per-layer forward gating. A workload that calls awaitLayer(l) before every read of layer l's values in its forward
   // pass (and touches layer l's grads only after that) returns true from gatesLayers(); the trainer then overlaps the

@@ -470,6 +470,8 @@ void applyDefaults(Experiment& e) {
   if (!e.has_output_dir()) e.set_output_dir("results");
   if (!e.has_clock()) e.set_clock(Experiment::REAL_TIME);
   if (!e.simulation().has_compute_scale()) e.mutable_simulation()->set_compute_scale(1.0);
+  if (!e.simulation().has_compute()) e.mutable_simulation()->set_compute(Simulation::MEASURED);
+  if (!e.simulation().has_flops_per_second()) e.mutable_simulation()->set_flops_per_second(1e11);
 }
 
 std::vector<Experiment> resolveVariants(const Experiment& file) {
@@ -603,6 +605,11 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
   const double scale = e.simulation().compute_scale();
   if (!(scale >= 0 && scale < 1e6)) c.fail("simulation.compute_scale") << " must be in [0, 1e6), got " << scale;
+  if (e.simulation().compute() == Simulation::COMPUTE_UNSPECIFIED)
+    c.fail("simulation.compute") << " must be MEASURED or FLOP_MODEL";
+  const double flops = e.simulation().flops_per_second();
+  if (!(flops > 0 && std::isfinite(flops)))
+    c.fail("simulation.flops_per_second") << " must be finite and > 0, got " << flops;
   checkWorkerSettings(c, e);
   if (std::find(options.transports.begin(), options.transports.end(), e.transport()) == options.transports.end()) {
     c.fail("transport")

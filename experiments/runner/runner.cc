@@ -170,6 +170,15 @@ results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::
   return m;
 }
 
+sim::ComputeOptions computeOptions(const Experiment& e) {
+  sim::ComputeOptions c;
+  c.model = e.simulation().compute() == experiments::Simulation::FLOP_MODEL ? sim::ComputeModel::kFlops
+                                                                            : sim::ComputeModel::kMeasured;
+  c.compute_scale = e.simulation().compute_scale();
+  c.flops_per_second = e.simulation().flops_per_second();
+  return c;
+}
+
 // A simulated run's summary crosses from the simulation's process (simulation.h) as text: one value per line, doubles
 // with 17 significant digits so they come back bit-exact.
 std::string encodeSummary(const RunSummary& s) {
@@ -252,7 +261,7 @@ RunSummary Runner::run(const Experiment& e) {
       sim::SimulationOptions so;
       so.platform.ranks = e.workers();
       so.platform.links = experiments::emulationConfig(e);
-      so.compute_scale = e.simulation().compute_scale();
+      so.compute = computeOptions(e);
       // The child writes metrics, provenance and traces; this process keeps the status (simulation.h: what the child
       // changes in memory is lost, so its record count is read back from the file).
       const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
@@ -352,9 +361,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
     platform.ranks = world;
     platform.links = io.emulation;
     prov.clock = "simulated";
-    prov.simulation = {{"platform", sim::describePlatform(platform)},
-                       {"compute", "measured thread CPU time"},
-                       {"compute_scale", std::to_string(e.simulation().compute_scale())}};
+    prov.simulation = {{"platform", sim::describePlatform(platform)}, {"compute", computeOptions(e).describe()}};
   }
   writer.writeProvenance(prov);
 
@@ -389,8 +396,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
 
   auto worker = [&](int rank) {
     try {
-      if (simulated)
-        rt::backend().setComputeScale(e.simulation().compute_scale() * experiments::workerSettings(e, rank).slowdown());
+      if (simulated) rt::backend().setSlowdown(experiments::workerSettings(e, rank).slowdown());
       train::SyncTrainer& trainer = *trainers[static_cast<std::size_t>(rank)];
       train::Workload& model = *models[static_cast<std::size_t>(rank)];
       std::size_t eval_index = 0;

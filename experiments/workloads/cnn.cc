@@ -289,4 +289,12 @@ train::EvalResult CnnWorkload::evaluate(int64_t max_examples) {
   return {loss / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n), n};
 }
 
+train::LayerFlops CnnWorkload::layerFlops(int layer) const {
+  const train::LayerFlops dense = Workload::layerFlops(layer);
+  const double positions = layer == 0   ? static_cast<double>(h1_ * w1_)
+                           : layer == 1 ? static_cast<double>(h2_ * w2_)
+                                        : 1.0;
+  return train::LayerFlops{dense.forward * positions, dense.backward * positions};
+}
+
 }  // namespace terse::workloads

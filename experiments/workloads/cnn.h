@@ -33,6 +33,8 @@ class CnnWorkload final : public train::Workload {
   double forwardBackward(std::span<const int64_t> batch, const train::LayerReadyFn& on_layer_ready) override;
   bool gatesLayers() const override { return true; }
   train::EvalResult evaluate(int64_t max_examples = 0) override;
+  // A convolution applies its weights at every output position: the dense count times the positions.
+  train::LayerFlops layerFlops(int layer) const override;
 
  private:
   void reserve(int64_t batch);

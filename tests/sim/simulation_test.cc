@@ -33,7 +33,7 @@ SimulationOptions options(int ranks, const std::string& links) {
   SimulationOptions o;
   o.platform.ranks = ranks;
   o.platform.links = comm::parseEmulation(links);
-  o.compute_scale = 0;  // the network's time alone, unless a test wants computation
+  o.compute.compute_scale = 0;  // the network's time alone, unless a test wants computation
   return o;
 }
 
@@ -114,7 +114,7 @@ TEST(Simulation, NicEgressIsSharedByTwoFlows) {
 TEST(Simulation, ComputationBecomesSimulatedTimeTimesScale) {
   for (double scale : {1.0, 0.25, 0.0}) {
     SimulationOptions o = options(1, "");
-    o.compute_scale = scale;
+    o.compute.compute_scale = scale;
     const std::string r = runSimulation(o, [&](const SimulationContext&) {
       const rt::Clock::time_point t0 = rt::now();
       const double cpu = burnCpu(0.05);
@@ -136,7 +136,7 @@ TEST(Simulation, ThreadsRunOneAtATimeSoEachIsMeasuredAlone) {
   // Two threads each burn 30 ms of CPU: in real time on a busy host they would stretch each other; simulated, each
   // ends 30 ms after it started, on its own host, whatever else runs.
   SimulationOptions o = options(2, "");
-  o.compute_scale = 1;
+  o.compute.compute_scale = 1;
   const std::string r = runSimulation(o, [&](const SimulationContext&) {
     double end0 = 0, end1 = 0;
     const auto t0 = rt::now();
@@ -279,7 +279,7 @@ TEST(Simulation, ADeadlockIsAnErrorNamingTheBlockedThreadsNotAHang) {
 TEST(Simulation, InvalidOptionsAreRefusedBeforeForking) {
   EXPECT_THROW(runSimulation(options(0, ""), [](const SimulationContext&) { return std::string(); }), InvalidArgument);
   SimulationOptions o = options(2, "");
-  o.compute_scale = -1;
+  o.compute.compute_scale = -1;
   EXPECT_THROW(runSimulation(o, [](const SimulationContext&) { return std::string(); }), InvalidArgument);
   o = options(2, "");
   o.platform.links.overrides.push_back({0, 5, {1e9, 0}});
