@@ -1,0 +1,147 @@
+// clock: SIMULATED end to end (DESIGN.md section 9): the same records as a real-time run except the time fields, times
+// that repeat bit for bit under the FLOP model, a straggler that slows the step by its factor, a failing plugin that
+// ends the simulation with the real-time run's message and records, and the config checks of the clock's fields.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "experiments/config/config.h"
+#include "experiments/runner/runner.h"
+#include "results/json.h"
+#include "runner_test_util.h"
+
+namespace terse::runner {
+namespace {
+using namespace test_util;
+
+std::string simulated(std::string text, const std::string& extra = "") {
+  return text + "clock: SIMULATED\n" + extra;
+}
+
+// The Fashion-MNIST MLP, two workers, batch 64: compute-heavy enough per step for a straggler to show.
+std::string mlpStudy(int slow_worker_factor) {
+  std::string s =
+      "study: \"unit\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n"
+      "data { batch_size: 64 train_subset: 1280 test_subset: 200 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 2\n"
+      "epochs: 1\n"
+      "eval { every_steps: 5 per_epoch: true }\n"
+      "seed: 3\n"
+      "clock: SIMULATED\n"
+      "simulation { compute: FLOP_MODEL flops_per_second: 1e10 }\n";
+  if (slow_worker_factor > 1)
+    s += "worker_settings { worker: 1 slowdown: " + std::to_string(slow_worker_factor) + " }\n";
+  return s;
+}
+
+TEST(SimulatedRun, SameRecordsAsRealTimeExceptTheTimes) {
+  auto loader = testLoader();
+  // Three ranks (odd), a lossy compressor with error feedback, a scheduler that cuts tensors into chunks, emulated
+  // links: everything that could make the simulated run take another path.
+  const std::string text = studyText(
+      "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.25\" } }\n"
+      "error_feedback: true\n"
+      "scheduler { name: \"priority\" params { key: \"partition_bytes\" value: \"64\" } }\n"
+      "link { bandwidth: \"1Gbps\" latency: \"20us\" }\n",
+      3);
+  const auto real = runStudy(loader, text, freshDir("sim_same_real"));
+  const auto sim = runStudy(loader, simulated(text), freshDir("sim_same_sim"));
+  ASSERT_EQ(real.size(), 4u);
+  ASSERT_EQ(sim.size(), real.size());
+  for (std::size_t i = 0; i < real.size(); ++i) {
+    ASSERT_EQ(sim[i].size(), real[i].size()) << "record " << i;
+    for (const auto& [key, value] : real[i]) {
+      ASSERT_TRUE(sim[i].contains(key)) << key;
+      if (isTimeField(key)) {
+        EXPECT_GE(results::getNumber(sim[i], key).value_or(-1), 0) << "record " << i << ", " << key;
+        continue;
+      }
+      EXPECT_EQ(sim[i].at(key), value) << "record " << i << ", field " << key;
+    }
+  }
+  EXPECT_GT(results::getNumber(sim.back(), "wall_s").value_or(0), 0);
+  EXPECT_GT(results::getNumber(sim.back(), "step_s_per_step").value_or(0), 0);
+  const std::string prov =
+      readFile(freshDir("unused").parent_path() / "sim_same_sim" / "unit" / "base" / "provenance.json");
+  EXPECT_NE(prov.find("\"clock\":\"simulated\""), std::string::npos) << prov;
+  EXPECT_NE(prov.find("CM02"), std::string::npos) << prov;
+  EXPECT_NE(prov.find("measured thread CPU time x 1"), std::string::npos) << prov;
+}
+
+TEST(SimulatedRun, FlopModelTimesRepeatBitForBit) {
+  auto loader = testLoader();
+  const std::string text = mlpStudy(1) + "link { bandwidth: \"1Gbps\" latency: \"50us\" }\n";
+  const auto a = runStudy(loader, text, freshDir("sim_flop_a"));
+  const auto b = runStudy(loader, text, freshDir("sim_flop_b"));
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (const auto& [key, value] : a[i]) EXPECT_EQ(b[i].at(key), value) << "record " << i << ", field " << key;
+  }
+}
+
+TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
+  auto loader = testLoader();
+  // Unlimited links: the step is computation, so the slow worker's factor sets it for everyone (SYNC).
+  const auto base = runStudy(loader, mlpStudy(1), freshDir("sim_straggler_1"));
+  const auto slow = runStudy(loader, mlpStudy(2), freshDir("sim_straggler_2"));
+  ASSERT_FALSE(base.empty());
+  ASSERT_EQ(slow.size(), base.size());
+  const double t1 = results::getNumber(base.back(), "wall_s").value_or(0);
+  const double t2 = results::getNumber(slow.back(), "wall_s").value_or(0);
+  ASSERT_GT(t1, 0);
+  EXPECT_NEAR(t2 / t1, 2.0, 0.1) << "base " << t1 << " s, straggler " << t2 << " s";
+  // The math does not know about the straggler.
+  EXPECT_EQ(slow.back().at("test_loss"), base.back().at("test_loss"));
+}
+
+TEST(SimulatedRun, AFailingPluginEndsTheSimulationWithTheRealTimeMessage) {
+  auto loader = testLoader();
+  const std::string plugin = (fs::path(TERSE_TEST_RUNNER_FIXTURE_DIR) / "terse_compressor_fail_at_step.so").string();
+  const std::string text = simulated(
+      studyText("compressor { name: \"" + plugin +
+                "\" params { key: \"fail_step\" value: \"12\" } params { key: \"fail_rank\" value: \"1\" } }\n"
+                "link { bandwidth: \"10Gbps\" }\n"));
+  const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+  const fs::path root = freshDir("sim_fail");
+  Runner runner(quietOptions(loader, root));
+  try {
+    runner.run(study.experiments.at(0));
+    FAIL() << "the run should have failed";
+  } catch (const RunFailed& e) {
+    EXPECT_NE(std::string(e.what()).find("failing on purpose at step 12"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1: "), std::string::npos) << e.what();
+    EXPECT_EQ(e.dir(), root / "unit" / "base");
+  }
+  const fs::path dir = root / "unit" / "base";
+  const auto status = readStatus(dir);
+  EXPECT_EQ(results::getString(status, "state"), "failed");
+  EXPECT_EQ(results::getNumber(status, "records"), 2);
+  const auto records = readMetrics(dir);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+}
+
+void expectConfigError(const std::string& text, const std::string& needle) {
+  auto loader = testLoader();
+  try {
+    experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+    FAIL() << "accepted: " << text;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(SimulatedRun, ConfigChecksNameTheField) {
+  const std::string base = studyText("compressor { name: \"none\" }");
+  expectConfigError(simulated(base, "transport: TCP\n"), "clock: SIMULATED simulates the in-process cluster");
+  expectConfigError(simulated(base, "mode: ASYNC\n"), "clock: SIMULATED runs mode SYNC; mode ASYNC");
+  expectConfigError(simulated(base, "simulation { compute_scale: -1 }\n"), "simulation.compute_scale must be in");
+  expectConfigError(simulated(base, "simulation { flops_per_second: 0 }\n"),
+                    "simulation.flops_per_second must be finite and > 0, got 0");
+}
+
+}  // namespace
+}  // namespace terse::runner
