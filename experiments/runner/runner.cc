@@ -269,6 +269,7 @@ RunSummary Runner::run(const Experiment& e) {
         return encodeSummary(summary);
       });
       decodeSummary(reply, summary);
+      summary.simulated = true;
       writer.recount();
     } else {
       runInprocSync(e, writer, summary, nullptr);

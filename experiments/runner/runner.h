@@ -72,6 +72,7 @@ struct RunSummary {
   uint64_t wire_bytes_per_worker = 0;
   uint64_t payload_bytes_per_worker = 0;
   double wall_s = 0;
+  bool simulated = false;  // wall_s is simulated seconds (clock SIMULATED)
 };
 
 // A run that started and failed; the message says which variant and why, and where its partial results are.

@@ -67,6 +67,7 @@ CompareRow makeRow(const RunData& run) {
   r.error = run.error;
   r.dir = run.dir;
   r.compressor = run.compressor;
+  r.simulated = run.simulated;
   r.error_feedback = run.error_feedback || run.momentum_correction > 0;
   r.records = static_cast<int64_t>(run.points.size());
   if (run.points.empty()) return r;

@@ -63,6 +63,7 @@ struct CompareRow {
   std::string compressor;
   bool error_feedback = false;
   bool baseline = false;
+  bool simulated = false;  // its times are simulated seconds (clock SIMULATED)
   int64_t records = 0;
   int64_t steps = 0;
   std::optional<double> final_accuracy, best_accuracy;

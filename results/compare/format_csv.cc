@@ -32,7 +32,7 @@ std::string toCsv(const Comparison& c) {
   o << "study,variant,baseline,state,compressor,error_feedback,records,steps,final_accuracy,best_accuracy,"
        "wire_bytes_per_worker,wire_bytes_per_step,payload_bytes_per_worker,ratio_vs_baseline,target,reached_target,"
        "bytes_to_target,seconds_to_target,step_s,compute_s,codec_s,comm_s,exposed_comm_s,staleness_mean,"
-       "staleness_max,staleness_p50,staleness_p90,error\n";
+       "staleness_max,staleness_p50,staleness_p90,error,clock\n";
   for (const auto& t : c.studies) {
     for (const auto& r : t.rows) {
       std::vector<std::string> cells = {csvCell(t.study),
@@ -62,7 +62,8 @@ std::string toCsv(const Comparison& c) {
                                         r.staleness ? csvNumber(r.staleness->max) : "",
                                         r.staleness ? csvNumber(r.staleness->p50) : "",
                                         r.staleness ? csvNumber(r.staleness->p90) : "",
-                                        csvCell(r.error)};
+                                        csvCell(r.error),
+                                        r.simulated ? "simulated" : "real_time"};
       o << detail::joinLines(cells, ",") << '\n';
     }
   }

@@ -52,6 +52,7 @@ std::string toJson(const Comparison& c, const std::vector<std::string>& warnings
                 r.to_target ? std::optional<double>(r.to_target->wire_bytes) : std::optional<double>());
       addNumber(o, "seconds_to_target",
                 r.to_target ? std::optional<double>(r.to_target->wall_s) : std::optional<double>());
+      o.add("clock", r.simulated ? "simulated" : "real_time");
       addNumber(o, "step_s", r.step_s);
       addNumber(o, "compute_s", r.compute_s);
       addNumber(o, "codec_s", r.codec_s);

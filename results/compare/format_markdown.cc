@@ -71,7 +71,15 @@ std::string toMarkdown(const Comparison& c) {
   for (std::size_t s = 0; s < c.studies.size(); ++s) {
     const StudyTable& t = c.studies[s];
     bool any_staleness = false;
-    for (const auto& r : t.rows) any_staleness = any_staleness || r.staleness.has_value();
+    int simulated = 0;
+    for (const auto& r : t.rows) {
+      any_staleness = any_staleness || r.staleness.has_value();
+      simulated += r.simulated ? 1 : 0;
+    }
+    // Simulated seconds (DESIGN.md section 9) are the modeled cluster's, not this host's: say so in the header when
+    // every row has them, on the rows when only some do (their times do not compare with the others').
+    const bool all_simulated = simulated > 0 && simulated == static_cast<int>(t.rows.size());
+    const std::string sim = all_simulated ? "sim " : "";
     if (s > 0) o << '\n';
     o << "### " << mdCell(t.study) << "\n\n";
     o << "Baseline: " << (t.baseline.empty() ? "none" : "`" + t.baseline + "`")
@@ -79,15 +87,21 @@ std::string toMarkdown(const Comparison& c) {
           : t.baseline_source == "--baseline" ? " (--baseline)"
                                               : "")
       << ". Target accuracy " << target << ". Rows: " << kRowOrder << ".\n\n";
-    std::vector<std::string> header = {
-        "variant",           "state",
-        "final acc",         "best acc",
-        "wire MB/worker",    "wire KB/step",
-        "payload MB/worker", "ratio vs " + (t.baseline.empty() ? std::string("dense") : t.baseline),
-        "MB to " + target,   "s to " + target,
-        "step ms",           "compute ms",
-        "codec ms",          "comm ms",
-        "exposed comm ms"};
+    std::vector<std::string> header = {"variant",
+                                       "state",
+                                       "final acc",
+                                       "best acc",
+                                       "wire MB/worker",
+                                       "wire KB/step",
+                                       "payload MB/worker",
+                                       "ratio vs " + (t.baseline.empty() ? std::string("dense") : t.baseline),
+                                       "MB to " + target,
+                                       sim + "s to " + target,
+                                       sim + "step ms",
+                                       sim + "compute ms",
+                                       sim + "codec ms",
+                                       sim + "comm ms",
+                                       sim + "exposed comm ms"};
     if (any_staleness) header.push_back("staleness");
     o << '|';
     for (const auto& h : header) o << ' ' << mdCell(h) << " |";
@@ -96,7 +110,8 @@ std::string toMarkdown(const Comparison& c) {
     o << '\n';
     for (const auto& r : t.rows) {
       std::vector<std::string> cells = {
-          r.baseline ? "**" + r.variant + "** (baseline)" : r.variant,
+          (r.baseline ? "**" + r.variant + "** (baseline)" : r.variant) +
+              (r.simulated && !all_simulated ? " (simulated time)" : ""),
           stateText(r),
           orDash(r.final_accuracy, 1, 4),
           orDash(r.best_accuracy, 1, 4),
@@ -117,9 +132,17 @@ std::string toMarkdown(const Comparison& c) {
       for (const auto& cell : cells) o << ' ' << mdCell(cell) << " |";
       o << '\n';
     }
-    if (!t.notes.empty()) {
+    std::vector<std::string> notes = t.notes;
+    if (all_simulated) {
+      notes.push_back("times are simulated seconds on the modeled cluster (clock SIMULATED), not this host's");
+    } else if (simulated > 0) {
+      notes.push_back(
+          "rows marked (simulated time) report simulated seconds on the modeled cluster; their times do "
+          "not compare with the real-time rows'");
+    }
+    if (!notes.empty()) {
       o << '\n';
-      for (const auto& n : t.notes) o << "- " << mdCell(n) << '\n';
+      for (const auto& n : notes) o << "- " << mdCell(n) << '\n';
     }
   }
   return o.str();
@@ -149,8 +172,11 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
                                                         : p.compressor + " " + p.compressor_version + " (ABI " +
                                                               p.compressor_abi + ", " + p.compressor_path + ")" +
                                                               (p.other_plugins.empty() ? "" : "; " + p.other_plugins);
-    const std::string transport =
-        p.transport.empty() ? "-" : p.transport + ", " + p.mode + ", " + p.world_size + " workers";
+    // The clock belongs with the transport: a simulated run's times are its platform's (DESIGN.md section 9).
+    const std::string transport = p.transport.empty()
+                                      ? "-"
+                                      : p.transport + ", " + p.mode + ", " + p.world_size + " workers" +
+                                            (p.clock == "simulated" ? ", simulated time (" + p.simulation + ")" : "");
     const std::vector<std::string> cells = {run.variant,
                                             p.state,
                                             shortHash(p.config_sha256),

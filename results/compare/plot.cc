@@ -127,6 +127,16 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
     std::vector<std::string> titles;
     dat << "# terse compare: study " << t.study << ", one block per variant (gnuplot index 0, 1, ...) in table order\n"
         << "# columns: wire_bytes_per_worker wall_s test_accuracy step\n";
+    // Simulated seconds are the modeled cluster's: the time axis says so when every line has them, the lines do when
+    // only some have (DESIGN.md section 9).
+    int simulated = 0, drawable = 0;
+    for (const auto& row : t.rows) {
+      const auto it = by_name.find({t.study, row.variant});
+      if (it == by_name.end() || it->second->points.empty()) continue;
+      ++drawable;
+      simulated += row.simulated ? 1 : 0;
+    }
+    const bool all_simulated = simulated > 0 && simulated == drawable;
     for (const auto& row : t.rows) {
       const auto it = by_name.find({t.study, row.variant});
       // Variants without records have no line to draw; an empty block would make gnuplot stop with an error.
@@ -137,6 +147,7 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
         dat << fullPrecision(p.wire_bytes) << ' ' << (std::isnan(p.wall_s) ? "NaN" : fullPrecision(p.wall_s)) << ' '
             << fullPrecision(p.accuracy) << ' ' << p.step << '\n';
       std::string title = row.variant;
+      if (row.simulated && !all_simulated) title += " (simulated time)";
       if (row.baseline) title += " (baseline)";
       if (row.state == kStateFailed) title += " (failed)";
       if (row.state == kStateRunning) title += " (incomplete)";
@@ -180,10 +191,11 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << "  plot for [i=1:|names|] data index (i-1) using 1:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title "
           "names[i]\n"
        << "  set output stem . '_acc_vs_time.' . fmt\n"
-       << "  set title 'study ' . stem . ': test accuracy vs wall time' noenhanced\n"
+       << "  set title 'study ' . stem . ': test accuracy vs " << (all_simulated ? "simulated" : "wall")
+       << " time' noenhanced\n"
        << "  unset logscale x\n"
        << "  set format x '%g'\n"
-       << "  set xlabel 'wall time (s)'\n"
+       << "  set xlabel '" << (all_simulated ? "simulated time (s)" : "wall time (s)") << "'\n"
        << "  plot for [i=1:|names|] data index (i-1) using 2:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title "
           "names[i]\n"
        << "}\n"

@@ -52,6 +52,10 @@ ProvenanceRow provenanceRow(const RunData& run) {
   r.mode = p.str("mode");
   if (auto w = p.num("world_size")) r.world_size = fixed(*w, 0);
   r.link = objectText(p.find("link_emulation"));
+  // Runs from before the clock setting existed measured real time.
+  r.clock = p.str("clock").empty() ? "real_time" : p.str("clock");
+  if (const Json* s = p.find("simulation"); s && s->kind == Json::Kind::kObject && !s->object.empty())
+    r.simulation = objectText(s);
   if (const Json* plugins = p.find("plugins"); plugins && plugins->kind == Json::Kind::kArray) {
     for (const auto& pl : plugins->array) {
       if (pl.str("kind") == "compressor" && r.compressor.empty()) {
@@ -88,6 +92,8 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"mode", &ProvenanceRow::mode},
           {"world_size", &ProvenanceRow::world_size},
           {"link_emulation", &ProvenanceRow::link},
+          {"clock", &ProvenanceRow::clock},
+          {"simulation", &ProvenanceRow::simulation},
           {"host", &ProvenanceRow::host},
           {"start_time", &ProvenanceRow::start_time}};
 }

@@ -14,6 +14,7 @@ struct ProvenanceRow {
   std::string study, variant, state, config_sha256, git_commit, terse_version, host, start_time, transport, mode;
   std::string world_size, link, compressor, compressor_version, compressor_abi, compressor_path, caps, params;
   std::string other_plugins;
+  std::string clock, simulation;  // "real_time" or "simulated"; the simulated platform and compute model
 };
 
 // Empty cells for what the run's provenance.json does not say (a run that failed before writing it).

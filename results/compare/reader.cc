@@ -232,6 +232,7 @@ void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>
     return;
   }
   run.provenance = std::move(*json);
+  run.simulated = run.provenance->str("clock") == "simulated";
   // What actually loaded beats the name the config asked for (a path, say).
   if (const Json* plugins = run.provenance->find("plugins"); plugins && plugins->kind == Json::Kind::kArray) {
     for (const auto& p : plugins->array) {

@@ -56,6 +56,7 @@ struct RunData {
   bool error_feedback = false;
   double momentum_correction = 0;
   bool async_mode = false;        // the config's mode is ASYNC, SSP or HOGWILD
+  bool simulated = false;         // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)
   std::vector<EvalPoint> points;  // in step order; bad records skipped
 };
 

@@ -209,6 +209,37 @@ TEST(Compare, StudiesAreSeparateTablesWithTheirOwnBaselines) {
   EXPECT_DOUBLE_EQ(*row(c.studies[1], "x").ratio, 100);
 }
 
+TEST(Compare, SimulatedTimesAreLabelledAsSuch) {
+  const fs::path root = freshDir("SimulatedLabels");
+  RunSpec a{"all", "dense", "none", false, {{10, 0.5, 100, 1}}};
+  RunSpec b{"all", "x", "topk", false, {{10, 0.5, 10, 1}}};
+  a.simulated = b.simulated = true;
+  writeRun(root, a);
+  writeRun(root, b);
+  RunSpec c{"mixed", "dense", "none", false, {{10, 0.5, 100, 1}}};
+  RunSpec d{"mixed", "x", "topk", false, {{10, 0.5, 10, 1}}};
+  d.simulated = true;
+  writeRun(root, c);
+  writeRun(root, d);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 4u) << joined(w);
+  const Comparison cmp = compare(runs, {}, w);
+  const std::string md = toMarkdown(cmp);
+  // All simulated: the header says so once, the rows are plain.
+  EXPECT_NE(md.find("| sim step ms |"), std::string::npos) << md;
+  EXPECT_NE(md.find("times are simulated seconds on the modeled cluster"), std::string::npos) << md;
+  // Mixed: only the simulated row is marked, and the note warns against comparing.
+  EXPECT_NE(md.find("| x (simulated time) |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| dense (simulated time) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("their times do not compare with the real-time rows'"), std::string::npos) << md;
+  const std::string csv = toCsv(cmp);
+  EXPECT_NE(csv.find(",real_time\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",simulated\n"), std::string::npos) << csv;
+  EXPECT_NE(toJson(cmp, w).find("\"clock\":\"simulated\""), std::string::npos);
+  EXPECT_NE(provenanceTableMarkdown(runs).find("simulated"), std::string::npos);
+}
+
 TEST(Compare, StalenessFromTheReservedFields) {
   const fs::path root = freshDir("Staleness");
   const fs::path dir = writeRun(root, {"s", "async", "none", false, {}});

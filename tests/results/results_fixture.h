@@ -43,6 +43,7 @@ struct RunSpec {
   std::string error;
   std::string hidden = "256";     // workload.hidden_sizes
   std::string batch_size = "32";  // data.batch_size
+  bool simulated = false;         // provenance clock "simulated"
 };
 
 inline std::string configText(const RunSpec& s) {
@@ -70,6 +71,10 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     p.mode = "sync";
     p.world_size = 4;
     p.link = {{"bandwidth", "1Gbps"}, {"latency", "50us"}};
+    if (s.simulated) {
+      p.clock = "simulated";
+      p.simulation = {{"platform", "simgrid 3.32 CM02"}, {"compute", "measured thread CPU time x 1"}};
+    }
     PluginInfo info;
     info.kind = PluginKind::kCompressor;
     info.name = s.compressor;
