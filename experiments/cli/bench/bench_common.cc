@@ -1,5 +1,6 @@
 // The options, size sweep and rank threads the `terse bench` benchmarks share (bench_common.h).
 #include "experiments/cli/bench/bench_common.h"
+#include "core/common/runtime.h"
 
 #include <exception>
 #include <iomanip>
@@ -139,15 +140,19 @@ std::string fixed(double v, int digits) {
 
 void onRanks(int n, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
+  // The runtime's threads: under --clock simulated each rank is an actor on its own host (core/sim).
+  std::vector<rt::Thread> threads;
   for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
+    threads.emplace_back(
+        "rank " + std::to_string(r),
+        [&, r] {
+          try {
+            fn(r);
+          } catch (...) {
+            errors[static_cast<std::size_t>(r)] = std::current_exception();
+          }
+        },
+        r);
   }
   for (auto& t : threads) t.join();
   for (auto& e : errors)

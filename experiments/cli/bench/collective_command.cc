@@ -9,6 +9,7 @@
 // single-thread memcpy bandwidth of the largest size measured in the same run and busbw's ratio to it: an inproc
 // collective moves memory, so memcpy is its natural ceiling on this machine.
 #include <algorithm>
+#include <cstdlib>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstring>
@@ -25,6 +26,8 @@
 #include "core/comm/link_emulation.h"
 #include "core/comm/tcp/transport.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
+#include "core/sim/simulation.h"
 #include "experiments/cli/bench/bench_common.h"
 #include "experiments/cli/bench/collective.h"
 #include "experiments/cli/cli_util.h"
@@ -41,7 +44,8 @@ using comm::InprocFabric;
 constexpr std::string_view kCollectiveUsage =
     "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
     "                                       [--algo ring|rd|auto] [--transport inproc|tcp|nccl] [--bandwidth BW]\n"
-    "                                       [--latency T] [--iters N] [-w WARMUP] [--json] [--check]\n"
+    "                                       [--latency T] [--clock real|simulated] [--iters N] [-w WARMUP] [--json]\n"
+    "                                       [--check]\n"
     "\n"
     "Sizes are total message bytes (allgather: the gathered output, size/n per rank), K/M/G binary. RANKS is N, A..B\n"
     "or a comma list. The timed iterations run in 5 batches between barriers; time is the slowest rank's average per\n"
@@ -59,6 +63,7 @@ struct CollectiveOptions {
   HostCommOptions comm_options;
   uint64_t socket_buffer = 0;
   bool ranks_given = false;  // -n was on the command line
+  bool simulated = false;    // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
 };
 
 // Single-thread memcpy of one buffer size, sampled between the batches of the row it is compared with, so both see
@@ -135,7 +140,10 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       "segment", po::value<std::string>()->default_value("auto"),
       "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
       "syscalls per byte)")("socket-buffer", po::value<std::string>()->default_value("0"),
-                            "tcp: SO_SNDBUF/SO_RCVBUF per connection, e.g. 4M (0: the OS default, autotuned)");
+                            "tcp: SO_SNDBUF/SO_RCVBUF per connection, e.g. 4M (0: the OS default, autotuned)")(
+      "clock", po::value<std::string>()->default_value("real"),
+      "real, or simulated: --transport inproc on a SimGrid simulation of the links (--bandwidth, --latency, --nic, "
+      "--nic-ingress); times are simulated seconds, the summation is measured CPU time (DESIGN.md section 9)");
   auto vm = parse(args, options, kCollectiveUsage, who, exit_code);
   if (!vm) return std::nullopt;
 
@@ -159,6 +167,13 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     if (o.socket_buffer > (uint64_t{1} << 30)) throw po::error("--socket-buffer must be at most 1G");
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
+    const std::string clock = (*vm)["clock"].as<std::string>();
+    if (clock != "real" && clock != "simulated")
+      throw po::error("--clock must be real or simulated, got '" + clock + "'");
+    o.simulated = clock == "simulated";
+    if (o.simulated && a.transport != "inproc")
+      throw po::error("--clock simulated simulates the inproc transport's links; --transport " + a.transport +
+                      " runs in real time");
   } catch (const po::error& e) {
     std::cerr << "terse bench " << who << ": " << e.what() << "\n\n" << kCollectiveUsage << "\n" << options;
     exit_code = kExitUsage;
@@ -213,7 +228,16 @@ World connectRanks(int n, const CollectiveOptions& o, const comm::Job* job) {
     t.socket_buffer_bytes = static_cast<int>(o.socket_buffer);
     t.store_prefix = prefix;
     t.host_label = host;
-    if (job && !comm::isLoopbackAddress(job->env.master_addr)) t.bind_address = "0.0.0.0";
+    // As a run's ranks do (experiments/runner/distributed.cc): the launcher's address for this host when it gives
+    // one (scripts/netns-cluster, where host names do not resolve), else every interface for a multi-host job.
+    if (job) {
+      if (const char* b = std::getenv("TERSE_BIND_ADDR"); b != nullptr && *b != '\0') {
+        t.bind_address = b;
+      } else if (!comm::isLoopbackAddress(job->env.master_addr)) {
+        t.bind_address = "0.0.0.0";
+      }
+      if (const char* adv = std::getenv("TERSE_ADVERTISE_ADDR"); adv != nullptr) t.advertise_address = adv;
+    }
     w.comms[static_cast<std::size_t>(r)] =
         std::make_unique<HostCommunicator>(comm::connectTcpTransport(t, token, store), o.comm_options);
   };
@@ -257,10 +281,9 @@ void timeOnRank(int r, const SizeStep& s, HostCommunicator& c, std::vector<std::
   // load from elsewhere on a shared machine shifts one batch rather than the whole row.
   for (int b = 0; b < s.batches.batches; ++b) {
     c.barrier();
-    const auto start = Clock::now();
+    const auto start = rt::now();
     for (int i = 0; i < s.batches.per_batch; ++i) op();
-    out.elapsed[static_cast<std::size_t>(r)][static_cast<std::size_t>(b)] =
-        std::chrono::duration<double>(Clock::now() - start).count();
+    out.elapsed[static_cast<std::size_t>(r)][static_cast<std::size_t>(b)] = rt::seconds(start, rt::now());
     // The other ranks are parked in the next barrier meanwhile, so the copy runs alone.
     if (probe && r == 0)
       for (int k = 0; k < 3; ++k) probe->sample();
@@ -365,7 +388,8 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
     << "\",\"algo\":\"" << comm::allreduceAlgorithmName(o.comm_options.algorithm)
     << "\",\"threshold_bytes\":" << o.comm_options.small_allreduce_bytes
     << ",\"segment_bytes\":" << o.comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
-    << ",\"links\":\"" << a.inproc.emulation.describe() << "\",";
+    << ",\"links\":\"" << a.inproc.emulation.describe() << "\",\"clock\":\"" << (o.simulated ? "simulated" : "real")
+    << "\",";
   writeRunsJson(j, r.runs, o.dtype);
   j << ",\"memcpy\":{\"bytes\":" << r.largest << ",\"gbps\":" << fixed(r.memcpy_gbps, 3)
     << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << r.total_wrong << "}";
@@ -378,6 +402,7 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
   std::cout << "# terse bench " << who << ": transport " << a.transport
             << (in_job                 ? " (one process per rank)"
                 : a.transport == "tcp" ? " (ranks as threads, loopback)"
+                : o.simulated          ? " (simulated time: SimGrid, DESIGN.md section 9)"
                                        : "")
             << ", dtype " << dtypeName(o.dtype);
   if (allreduce) {
@@ -423,6 +448,24 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
 
   SweepResult result;
   try {
+    if (o.simulated) {
+      // One simulation for the whole sweep: a platform of the largest world, each world of n ranks on hosts 0..n-1.
+      sim::SimulationOptions so;
+      so.platform.ranks = *std::max_element(o.a.ranks.begin(), o.a.ranks.end());
+      so.platform.links = o.a.inproc.emulation;
+      const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
+        CollectiveOptions in_sim = o;
+        in_sim.a.inproc.network = ctx.network;
+        const SweepResult r = runSweep(allreduce, in_sim, nullptr, true);
+        const double ratio = r.last_busbw_at_max / r.memcpy_gbps;
+        if (o.a.json)
+          printJson(who, o, r, ratio);
+        else
+          printTables(allreduce, who, o, false, r, ratio);
+        return std::to_string(wrongExitCode(o.a, r.total_wrong));
+      });
+      return std::stoi(reply);
+    }
     result = runSweep(allreduce, o, job ? &*job : nullptr, printer);
   } catch (const std::exception& e) {
     std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
