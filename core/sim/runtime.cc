@@ -26,67 +26,112 @@ double threadCpuSeconds() noexcept {
 namespace {
 
 // Computations shorter than this stay pending (carried into the next one) instead of costing a SimGrid sleep each:
-// far below any latency a network model resolves, and it keeps lock-heavy code from doubling its SimGrid calls.
-constexpr double kMinSleepSeconds = 50e-9;
+// below any latency a network model resolves, and it spares lock-heavy code a SimGrid call per critical section.
+constexpr double kMinSleepSeconds = 1e-6;
 
+// Actors run one at a time and switch only inside SimGrid calls, so a lock nobody holds is taken without asking
+// SimGrid (most are): SimGrid is asked only to block and to wake, through the runtime's internal mutex and a
+// condition variable of the lock's own. Releasing is a publication: the holder's computation is slept first
+// (SimRuntime::settle), so what it did becomes visible to the others at the simulated instant it is done. Taking a
+// lock needs no such care: whatever another actor published is already in the past of the global clock.
 class SimMutex final : public rt::MutexImpl {
  public:
-  explicit SimMutex(SimRuntime& rt) : rt_(rt), m_(sg4::Mutex::create()) {}
+  explicit SimMutex(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
   void lock() override {
+    if (!locked_) {
+      locked_ = true;
+      return;
+    }
     rt_.settle();
-    m_->lock();
+    ++waiters_;
+    {
+      std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+      while (locked_) cv_->wait(internal);
+      // Taken before the internal mutex is released: releasing it is a SimGrid call, and another actor running
+      // meanwhile would find the lock free.
+      locked_ = true;
+      --waiters_;
+    }
     rt_.resume();
   }
   void unlock() override {
     rt_.settle();
-    m_->unlock();
+    if (waiters_ == 0) {
+      locked_ = false;
+      return;
+    }
+    std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+    releaseHoldingInternal();
+    internal.unlock();
     rt_.resume();
   }
   bool tryLock() override {
-    rt_.settle();
-    const bool ok = m_->try_lock();
-    rt_.resume();
-    return ok;
+    if (locked_) return false;
+    locked_ = true;
+    return true;
   }
-  sg4::Mutex& mutex() { return *m_; }
-
- private:
-  SimRuntime& rt_;
-  sg4::MutexPtr m_;
-};
-
-class SimCondVar final : public rt::CondVarImpl {
- public:
-  explicit SimCondVar(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
-  void wait(rt::MutexImpl& mutex) override {
-    rt_.settle();
-    std::unique_lock<sg4::Mutex> lock(static_cast<SimMutex&>(mutex).mutex(), std::adopt_lock);
-    cv_->wait(lock);
-    lock.release();
-    rt_.resume();
-  }
-  std::cv_status waitUntil(rt::MutexImpl& mutex, rt::Clock::time_point deadline) override {
-    rt_.settle();
-    std::unique_lock<sg4::Mutex> lock(static_cast<SimMutex&>(mutex).mutex(), std::adopt_lock);
-    const std::cv_status s = cv_->wait_until(lock, rt_.toSimSeconds(deadline));
-    lock.release();
-    rt_.resume();
-    return s;
-  }
-  void notifyOne() override {
-    rt_.settle();
-    cv_->notify_one();
-    rt_.resume();
-  }
-  void notifyAll() override {
-    rt_.settle();
-    cv_->notify_all();
-    rt_.resume();
+  // Releases the lock while the caller holds the internal mutex (a condition variable's wait).
+  void releaseHoldingInternal() {
+    locked_ = false;
+    if (waiters_ > 0) cv_->notify_one();
   }
 
  private:
   SimRuntime& rt_;
   sg4::ConditionVariablePtr cv_;
+  bool locked_ = false;
+  int waiters_ = 0;
+};
+
+// No lost wake-up: a waiter counts itself and releases the lock while holding the internal mutex, which a notifier
+// with waiters to wake takes first; a notify with nobody waiting costs nothing.
+class SimCondVar final : public rt::CondVarImpl {
+ public:
+  explicit SimCondVar(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
+  void wait(rt::MutexImpl& mutex) override { waitImpl(mutex, -1); }
+  std::cv_status waitUntil(rt::MutexImpl& mutex, rt::Clock::time_point deadline) override {
+    return waitImpl(mutex, rt_.toSimSeconds(deadline));
+  }
+  void notifyOne() override { notify(false); }
+  void notifyAll() override { notify(true); }
+
+ private:
+  std::cv_status waitImpl(rt::MutexImpl& mutex, double deadline) {
+    rt_.settle();
+    auto& m = static_cast<SimMutex&>(mutex);
+    std::cv_status status = std::cv_status::no_timeout;
+    {
+      std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+      ++waiters_;
+      m.releaseHoldingInternal();
+      if (deadline < 0) {
+        cv_->wait(internal);
+      } else {
+        status = cv_->wait_until(internal, deadline);
+      }
+      --waiters_;
+    }
+    m.lock();
+    rt_.resume();
+    return status;
+  }
+  void notify(bool all) {
+    rt_.settle();
+    if (waiters_ == 0) return;
+    {
+      std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+      if (all) {
+        cv_->notify_all();
+      } else {
+        cv_->notify_one();
+      }
+    }
+    rt_.resume();
+  }
+
+  SimRuntime& rt_;
+  sg4::ConditionVariablePtr cv_;
+  int waiters_ = 0;
 };
 
 class SimThread final : public rt::ThreadImpl {
@@ -127,7 +172,11 @@ std::string ComputeOptions::describe() const {
 
 SimRuntime::SimRuntime(std::vector<sg4::Host*> hosts, const ComputeOptions& compute,
                        std::function<void(const std::string&)> fatal)
-    : hosts_(std::move(hosts)), compute_(compute), fatal_(std::move(fatal)), origin_(rt::Clock::now()) {
+    : hosts_(std::move(hosts)),
+      compute_(compute),
+      fatal_(std::move(fatal)),
+      origin_(rt::Clock::now()),
+      internal_(sg4::Mutex::create()) {
   compute.validate();
 }
 
@@ -156,6 +205,7 @@ void SimRuntime::settle() {
     a.pending = 0;
     injected_s_ += d;
     sg4::this_actor::sleep_for(d);
+    a.mark = threadCpuSeconds();  // the others ran meanwhile, on this thread
   }
 }
 

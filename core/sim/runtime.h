@@ -17,6 +17,7 @@
 #pragma once
 
 #include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Mutex.hpp>
 
 #include <functional>
 #include <string>
@@ -57,10 +58,13 @@ class SimRuntime final : public rt::Backend {
   void setSlowdown(double factor) override;
   void work(double flops) override;
 
-  // Around every SimGrid call an actor makes: settle() turns the computation since the last call into simulated time
-  // (sleeping it), resume() starts measuring the next computation once the call returns.
+  // Around the SimGrid calls an actor makes: settle() turns the computation since the last call into simulated time
+  // (sleeping it; short ones are carried over), resume() starts measuring the next computation once a call that may
+  // have let other actors run returns.
   void settle();
   void resume();
+  // Held only across the SimGrid calls that block or wake a lock's or a condition variable's waiters (runtime.cc).
+  simgrid::s4u::Mutex& internalMutex() { return *internal_; }
   // Simulated seconds since the simulation started, as a time point of the rt clock.
   rt::Clock::time_point toTimePoint(double sim_seconds) const;
   double toSimSeconds(rt::Clock::time_point t) const;
@@ -81,6 +85,7 @@ class SimRuntime final : public rt::Backend {
   std::function<void(const std::string&)> fatal_;
   rt::Clock::time_point origin_;
   std::unordered_map<long, ActorClock> actors_;  // by SimGrid actor id; one OS thread touches it at a time
+  simgrid::s4u::MutexPtr internal_;
   double injected_s_ = 0;
 };
 

@@ -409,9 +409,14 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         loss_since += rec.loss;
         ++steps_since;
         if (!isEvalPoint(done)) {
-          if (rank == 0)
-            progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
-                            comms[0]->traffic().sent.total().bytes, since(run_start), false);
+          if (rank == 0) {
+            const double elapsed = since(run_start);
+            // Reporting, not training (a simulation does not count it).
+            rt::uncounted([&] {
+              progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
+                              comms[0]->traffic().sent.total().bytes, elapsed, false);
+            });
+          }
           continue;
         }
         // Communication of the last step overlaps the next one; an evaluation point needs all of it done first.
@@ -479,11 +484,13 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         m.comm_s_per_step = sum.comm_s / n;
         m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
         m.step_s_per_step = sum.step_s / n;
-        writer.append(m);
+        rt::uncounted([&] {
+          writer.append(m);
+          noteRecord(summary, m, ev, writer.records());
+          progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
+        });
         loss_since = 0;
         steps_since = 0;
-        noteRecord(summary, m, ev, writer.records());
-        progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
       }
     } catch (...) {
       fail(rank, std::current_exception());

@@ -20,7 +20,9 @@
 namespace terse::sim {
 namespace {
 
-double since(rt::Clock::time_point t0) { return rt::seconds(t0, rt::now()); }
+double since(rt::Clock::time_point t0) {
+  return rt::seconds(t0, rt::now());
+}
 
 std::string str(double v) {
   std::ostringstream out;
@@ -226,6 +228,68 @@ TEST(Simulation, RingAllreduceGivesTheRealTimeBitsAndTheModelsTime) {
   // 2 (n-1) steps of count/n floats each (headers add < 0.1%), each step one latency.
   const double expect = 2.0 * (n - 1) * (static_cast<double>(count) * 4 / n * 8 / 1e9 + 20e-6);
   EXPECT_NEAR(t, expect, expect * 0.02);
+}
+
+TEST(Simulation, LocksAndConditionVariablesBlockInSimulatedTime) {
+  // Four threads take one lock and hold it across a 1 ms sleep (so the others queue on it), then meet at a
+  // condition-variable barrier; a fifth waits on the condition with a deadline that passes. Every lock holder is
+  // alone (the count), the lock serializes the sleeps (4 ms in all), the barrier releases everyone at once, and the
+  // deadline wait returns at its deadline.
+  const std::string r = runSimulation(options(4, ""), [](const SimulationContext&) {
+    rt::Mutex m;
+    rt::CondVar cv;
+    int inside = 0, max_inside = 0, arrived = 0;
+    std::vector<double> released(4);
+    double timed_out_at = 0;
+    bool timed_out = false;
+    const auto t0 = rt::now();
+    {
+      std::vector<rt::Thread> threads;
+      for (int i = 0; i < 4; ++i) {
+        threads.emplace_back(
+            "t" + std::to_string(i),
+            [&, i] {
+              {
+                std::lock_guard lock(m);
+                max_inside = std::max(max_inside, ++inside);
+                rt::sleepFor(std::chrono::milliseconds(1));
+                --inside;
+              }
+              std::unique_lock lock(m);
+              ++arrived;
+              cv.notify_all();
+              cv.wait(lock, [&] { return arrived == 4; });
+              released[static_cast<std::size_t>(i)] = since(t0);
+            },
+            i);
+      }
+      threads.emplace_back("deadline", [&] {
+        rt::Mutex alone;  // its own lock, so the return is not delayed by the queue on m
+        rt::CondVar never;
+        std::unique_lock lock(alone);
+        timed_out = !never.waitUntil(lock, t0 + std::chrono::microseconds(2500), [] { return false; });
+        timed_out_at = since(t0);
+      });
+    }
+    std::ostringstream out;
+    out.precision(17);
+    out << max_inside << ' ' << timed_out << ' ' << timed_out_at;
+    for (double t : released) out << ' ' << t;
+    return out.str();
+  });
+  std::istringstream in(r);
+  int max_inside = 0;
+  bool timed_out = false;
+  double timed_out_at = 0;
+  in >> max_inside >> timed_out >> timed_out_at;
+  EXPECT_EQ(max_inside, 1);
+  EXPECT_TRUE(timed_out);
+  EXPECT_NEAR(timed_out_at, 2.5e-3, 1e-9);
+  for (int i = 0; i < 4; ++i) {
+    double t = 0;
+    in >> t;
+    EXPECT_NEAR(t, 4e-3, 1e-9) << "thread " << i;
+  }
 }
 
 TEST(Simulation, ErrorsEndTheSimulationWithTheirMessage) {
