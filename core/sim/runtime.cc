@@ -111,8 +111,9 @@ class SimCondVar final : public rt::CondVarImpl {
       }
       --waiters_;
     }
-    m.lock();
+    // Other actors ran while this one waited: measure from here, before the lock (which may settle) is taken.
     rt_.resume();
+    m.lock();
     return status;
   }
   void notify(bool all) {

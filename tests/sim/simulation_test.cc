@@ -292,6 +292,43 @@ TEST(Simulation, LocksAndConditionVariablesBlockInSimulatedTime) {
   }
 }
 
+TEST(Simulation, AWaiterIsNotChargedTheComputationOfThoseItWaitedFor) {
+  // A waits on a condition; B computes 30 ms, sets it, notifies and keeps the lock 1 ms longer, so A's wake-up has
+  // to queue for the lock. A must wake at 31 ms: B's computation ran on the same OS thread while A waited, and
+  // counting it as A's would put A at 61 ms.
+  SimulationOptions o = options(2, "");
+  o.compute.compute_scale = 1;
+  const std::string r = runSimulation(o, [](const SimulationContext&) {
+    rt::Mutex m;
+    rt::CondVar cv;
+    bool ready = false;
+    double woke = 0;
+    const auto t0 = rt::now();
+    rt::Thread a(
+        "a",
+        [&] {
+          std::unique_lock lock(m);
+          cv.wait(lock, [&] { return ready; });
+          woke = since(t0);
+        },
+        0);
+    rt::Thread b(
+        "b",
+        [&] {
+          burnCpu(0.03);
+          std::lock_guard lock(m);
+          ready = true;
+          cv.notify_all();
+          rt::sleepFor(std::chrono::milliseconds(1));
+        },
+        1);
+    a.join();
+    b.join();
+    return str(woke);
+  });
+  EXPECT_NEAR(std::stod(r), 0.031, 0.004);
+}
+
 TEST(Simulation, ErrorsEndTheSimulationWithTheirMessage) {
   try {
     runSimulation(options(2, ""), [](const SimulationContext&) -> std::string {
