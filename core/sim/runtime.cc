@@ -31,18 +31,20 @@ constexpr double kMinSleepSeconds = 1e-6;
 
 // Actors run one at a time and switch only inside SimGrid calls, so a lock nobody holds is taken without asking
 // SimGrid (most are): SimGrid is asked only to block and to wake, through the runtime's internal mutex and a
-// condition variable of the lock's own. Releasing is a publication: the holder's computation is slept first
-// (SimRuntime::settle), so what it did becomes visible to the others at the simulated instant it is done. Taking a
-// lock needs no such care: whatever another actor published is already in the past of the global clock.
+// condition variable of the lock's own. Taking and releasing both settle the caller's computation first
+// (SimRuntime::settle): a lock is taken at the simulated instant the taker gets there, and what the holder did becomes
+// visible to the others at the instant it is done.
 class SimMutex final : public rt::MutexImpl {
  public:
   explicit SimMutex(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
   void lock() override {
+    // The taker's computation so far happens before it takes the lock, not while it holds it (a lock taken at an
+    // earlier simulated instant than the taker's would be held through that computation, blocking the others).
+    rt_.settle();
     if (!locked_) {
       locked_ = true;
       return;
     }
-    rt_.settle();
     ++waiters_;
     {
       std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
@@ -66,6 +68,7 @@ class SimMutex final : public rt::MutexImpl {
     rt_.resume();
   }
   bool tryLock() override {
+    rt_.settle();
     if (locked_) return false;
     locked_ = true;
     return true;

@@ -330,6 +330,38 @@ TEST(Simulation, AWaiterIsNotChargedTheComputationOfThoseItWaitedFor) {
   EXPECT_NEAR(std::stod(r), 0.032, 0.004) << r;
 }
 
+TEST(Simulation, ALockIsTakenWhenTheTakersComputationIsDone) {
+  // A computes 20 ms then takes and releases a lock; B takes it at 1 ms. Taken at A's simulated instant (20 ms), the
+  // lock is free at 1 ms; taken before A's computation is counted, it would be held through it and B would get it at
+  // 20 ms.
+  SimulationOptions o = options(2, "");
+  o.compute.compute_scale = 1;
+  const std::string r = runSimulation(o, [](const SimulationContext&) {
+    rt::Mutex m;
+    double b_got = 0;
+    const auto t0 = rt::now();
+    rt::Thread a(
+        "a",
+        [&] {
+          burnCpu(0.02);
+          std::lock_guard lock(m);
+        },
+        0);
+    rt::Thread b(
+        "b",
+        [&] {
+          rt::sleepFor(std::chrono::milliseconds(1));
+          std::lock_guard lock(m);
+          b_got = since(t0);
+        },
+        1);
+    a.join();
+    b.join();
+    return str(b_got);
+  });
+  EXPECT_NEAR(std::stod(r), 0.001, 0.0005) << r;
+}
+
 TEST(Simulation, ErrorsEndTheSimulationWithTheirMessage) {
   try {
     runSimulation(options(2, ""), [](const SimulationContext&) -> std::string {
