@@ -20,11 +20,13 @@
 #include "experiments/workloads/workloads.h"
 #include "results/json.h"
 #include "results/result_writer.h"
+#include "runner_test_util.h"
 
 namespace terse::runner {
 namespace {
 
 namespace fs = std::filesystem;
+using test_util::readMetrics;
 
 fs::path freshDir(const std::string& name) {
   // The process id keeps concurrent runs of this binary (ctest -j, --gtest_repeat under stress) apart.
@@ -33,18 +35,6 @@ fs::path freshDir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-std::vector<results::FlatJson> readMetrics(const fs::path& dir) {
-  std::vector<results::FlatJson> out;
-  std::ifstream in(dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto obj = results::parseFlatJson(line);
-    EXPECT_TRUE(obj.has_value()) << "unparseable record: " << line;
-    if (obj) out.push_back(*obj);
-  }
-  return out;
 }
 
 std::string statusOf(const fs::path& dir) {

@@ -115,27 +115,7 @@ TEST(Runner, WritesResultsFolder) {
 TEST(Runner, FailingRunKeepsRecordsAndSaysFailed) {
   auto loader = testLoader();
   // Rank 1's compressor fails at step 12: records at steps 5 and 10 are written first.
-  const std::string plugin = (fs::path(TERSE_TEST_RUNNER_FIXTURE_DIR) / "terse_compressor_fail_at_step.so").string();
-  const auto study = experiments::loadStudyText(
-      studyText("compressor { name: \"" + plugin +
-                "\" params { key: \"fail_step\" value: \"12\" } params { key: \"fail_rank\" value: \"1\" } }"),
-      "unit.textproto", runnerConfigOptions(&loader));
-  const fs::path root = freshDir("fail");
-  Runner runner(quietOptions(loader, root));
-  try {
-    runner.run(study.experiments.at(0));
-    FAIL() << "the run should have failed";
-  } catch (const RunFailed& e) {
-    EXPECT_NE(std::string(e.what()).find("failing on purpose at step 12"), std::string::npos) << e.what();
-    EXPECT_EQ(e.dir(), root / "unit" / "base");
-  }
-  const fs::path dir = root / "unit" / "base";
-  const auto status = readStatus(dir);
-  EXPECT_EQ(results::getString(status, "state"), "failed");
-  EXPECT_NE(results::getString(status, "error").value_or("").find("fail_at_step"), std::string::npos);
-  const auto records = readMetrics(dir);
-  ASSERT_EQ(records.size(), 2u);
-  EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+  expectFailsAtStep12(loader, failAtStep12Study(), freshDir("fail"));
 }
 
 TEST(Runner, SameSeedSameMetricsOtherSeedOtherMetrics) {

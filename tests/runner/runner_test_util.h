@@ -89,4 +89,38 @@ inline std::vector<results::FlatJson> runStudy(PluginLoader& loader, const std::
   return readMetrics(runner.run(study.experiments.at(0)).dir);
 }
 
+// A study whose rank 1 compressor fails at step 12 (the fail_at_step fixture), with `extra` appended to the config.
+inline std::string failAtStep12Study(const std::string& extra = "") {
+  const std::string plugin = (fs::path(TERSE_TEST_RUNNER_FIXTURE_DIR) / "terse_compressor_fail_at_step.so").string();
+  return studyText("compressor { name: \"" + plugin +
+                   "\" params { key: \"fail_step\" value: \"12\" } params { key: \"fail_rank\" value: \"1\" } }\n" +
+                   extra);
+}
+
+// Runs it under `root`: RunFailed with the plugin's message naming rank 1, the records at steps 5 and 10 kept, status
+// failed with the error. Returns the run's message.
+inline std::string expectFailsAtStep12(PluginLoader& loader, const std::string& text, const fs::path& root) {
+  const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+  Runner runner(quietOptions(loader, root));
+  std::string message;
+  try {
+    runner.run(study.experiments.at(0));
+    ADD_FAILURE() << "the run should have failed";
+  } catch (const RunFailed& e) {
+    message = e.what();
+    EXPECT_NE(message.find("failing on purpose at step 12"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 1: "), std::string::npos) << message;
+    EXPECT_EQ(e.dir(), root / "unit" / "base");
+  }
+  const fs::path dir = root / "unit" / "base";
+  const auto status = readStatus(dir);
+  EXPECT_EQ(results::getString(status, "state"), "failed");
+  EXPECT_EQ(results::getNumber(status, "records"), 2);
+  EXPECT_NE(results::getString(status, "error").value_or("").find("fail_at_step"), std::string::npos);
+  const auto records = readMetrics(dir);
+  EXPECT_EQ(records.size(), 2u);
+  if (records.size() == 2) EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+  return message;
+}
+
 }  // namespace terse::runner::test_util

@@ -99,29 +99,8 @@ TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
 
 TEST(SimulatedRun, AFailingPluginEndsTheSimulationWithTheRealTimeMessage) {
   auto loader = testLoader();
-  const std::string plugin = (fs::path(TERSE_TEST_RUNNER_FIXTURE_DIR) / "terse_compressor_fail_at_step.so").string();
-  const std::string text = simulated(
-      studyText("compressor { name: \"" + plugin +
-                "\" params { key: \"fail_step\" value: \"12\" } params { key: \"fail_rank\" value: \"1\" } }\n"
-                "link { bandwidth: \"10Gbps\" }\n"));
-  const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
-  const fs::path root = freshDir("sim_fail");
-  Runner runner(quietOptions(loader, root));
-  try {
-    runner.run(study.experiments.at(0));
-    FAIL() << "the run should have failed";
-  } catch (const RunFailed& e) {
-    EXPECT_NE(std::string(e.what()).find("failing on purpose at step 12"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("rank 1: "), std::string::npos) << e.what();
-    EXPECT_EQ(e.dir(), root / "unit" / "base");
-  }
-  const fs::path dir = root / "unit" / "base";
-  const auto status = readStatus(dir);
-  EXPECT_EQ(results::getString(status, "state"), "failed");
-  EXPECT_EQ(results::getNumber(status, "records"), 2);
-  const auto records = readMetrics(dir);
-  ASSERT_EQ(records.size(), 2u);
-  EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+  // The real-time run's checks (runner_test.cc), the records counted back from the simulation's process.
+  expectFailsAtStep12(loader, simulated(failAtStep12Study("link { bandwidth: \"10Gbps\" }\n")), freshDir("sim_fail"));
 }
 
 void expectConfigError(const std::string& text, const std::string& needle) {
