@@ -381,6 +381,9 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
                     e.epochs(), total, per_epoch);
   const auto run_start = rt::now();
+  // The progress line's rate and ETA are for the person waiting: host time, also when the records' times are simulated.
+  const auto host_start = std::chrono::steady_clock::now();
+  auto hostSince = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count(); };
 
   auto fail = [&](int rank, std::exception_ptr err) {
     {
@@ -410,7 +413,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         ++steps_since;
         if (!isEvalPoint(done)) {
           if (rank == 0) {
-            const double elapsed = since(run_start);
+            const double elapsed = hostSince();
             // Reporting, not training (a simulation does not count it).
             rt::uncounted([&] {
               progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
@@ -487,7 +490,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         rt::uncounted([&] {
           writer.append(m);
           noteRecord(summary, m, ev, writer.records());
-          progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
+          progress.update(done, ev.accuracy, m.wire_bytes_per_worker, hostSince(), true);
         });
         loss_since = 0;
         steps_since = 0;
