@@ -42,10 +42,10 @@ do for [fmt in 'png svg'] {
   set xlabel 'wire bytes per worker (log scale)'
   plot for [i=1:|names|] data index (i-1) using 1:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title names[i]
   set output stem . '_acc_vs_time.' . fmt
-  set title 'study ' . stem . ': test accuracy vs wall time' noenhanced
+  set title 'study ' . stem . ': test accuracy vs simulated time' noenhanced
   unset logscale x
   set format x '%g'
-  set xlabel 'wall time (s)'
+  set xlabel 'simulated time (s)'
   plot for [i=1:|names|] data index (i-1) using 2:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title names[i]
 }
 unset output
