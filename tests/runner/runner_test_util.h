@@ -119,7 +119,9 @@ inline std::string expectFailsAtStep12(PluginLoader& loader, const std::string& 
   EXPECT_NE(results::getString(status, "error").value_or("").find("fail_at_step"), std::string::npos);
   const auto records = readMetrics(dir);
   EXPECT_EQ(records.size(), 2u);
-  if (records.size() == 2) EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+  if (records.size() == 2) {
+    EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+  }
   return message;
 }
 
