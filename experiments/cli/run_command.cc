@@ -96,7 +96,8 @@ int runCommand(const std::vector<std::string>& args) {
       if (!run.primary()) continue;  // ranks 1.. of a multi-process run: rank 0 reports for the job
       table.add({s.variant, fixed(s.final_accuracy, 4), fixed(s.best_accuracy, 4),
                  fixed(static_cast<double>(s.wire_bytes_per_worker) / 1e6, 2),
-                 fixed(static_cast<double>(s.payload_bytes_per_worker) / 1e6, 2), fixed(s.wall_s, 1) + (s.simulated ? " s (sim)" : " s")});
+                 fixed(static_cast<double>(s.payload_bytes_per_worker) / 1e6, 2),
+                 fixed(s.wall_s, 1) + (s.simulated ? " s (sim)" : " s")});
       std::cerr << "terse run: " << s.variant << " done: " << s.dir.string() << '\n';
     } catch (const std::exception& e) {
       std::cerr << "terse run: " << userMessage(e.what()) << '\n';

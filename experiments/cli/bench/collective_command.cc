@@ -9,9 +9,9 @@
 // single-thread memcpy bandwidth of the largest size measured in the same run and busbw's ratio to it: an inproc
 // collective moves memory, so memcpy is its natural ceiling on this machine.
 #include <algorithm>
-#include <cstdlib>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
