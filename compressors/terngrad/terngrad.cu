@@ -21,6 +21,9 @@
 #include "terse/sdk/bitpack.hpp"
 
 namespace terse::compressors::terngrad::cuda {
+
+namespace cub = CUB_NS_QUALIFIER;  // wrapped in a namespace of this plugin's own (terse/kit/device.cuh)
+
 namespace {
 
 namespace bitpack = sdk::bitpack;

@@ -23,6 +23,11 @@
 #include "threshold_math.h"
 
 namespace terse::compressors::threshold::cuda {
+
+// cub and thrust are wrapped in a namespace of this plugin's own (terse/kit/device.cuh says why).
+namespace cub = CUB_NS_QUALIFIER;
+namespace thrust = THRUST_NS_QUALIFIER;
+
 namespace {
 
 // Workspace: the u64 count at 0, cub's temporary storage from kTempOffset (cub's alignment).

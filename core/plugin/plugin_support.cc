@@ -27,7 +27,11 @@ std::filesystem::path canonicalPluginPath(const std::filesystem::path& path, Plu
 std::shared_ptr<SharedLibrary> SharedLibrary::open(const std::filesystem::path& path, PluginKind kind) {
   // Clear any stale error so the text we report belongs to this dlopen.
   dlerror();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // NODELETE: a plugin stays mapped once loaded. CUDA's runtime keeps what a plugin's kernels registered after the
+  // plugin is closed: on an H200 (CUDA 13), a plugin closed and opened again in one process launched stale kernels
+  // (cudaErrorInvalidKernelImage, hangs in the launch, heap corruption). Reopening now returns the mapped file, whose
+  // kernels are still registered; the cost is that a plugin's memory is given back only at exit.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {
     const char* why = dlerror();
     TERSE_THROW(PluginError, loadErrorPrefix(kind, path) << "dlopen failed: " << (why ? why : "unknown error"));

@@ -24,8 +24,10 @@ namespace terse::detail {
 // code behind their function pointers stays mapped until the last one is gone.
 class SharedLibrary {
  public:
-  // dlopen(RTLD_NOW | RTLD_LOCAL): NOW so a missing dependency fails here, with dlerror's text, and not in the middle
-  // of a run; LOCAL so two plugins' internal symbols never bind to each other. Throws PluginError naming the file.
+  // dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE): NOW so a missing dependency fails here, with dlerror's text, and
+  // not in the middle of a run; LOCAL so two plugins' internal symbols never bind to each other; NODELETE so a file
+  // once loaded stays mapped (CUDA plugins cannot be unloaded and loaded again: plugin_support.cc). Throws
+  // PluginError naming the file.
   static std::shared_ptr<SharedLibrary> open(const std::filesystem::path& path, PluginKind kind);
   ~SharedLibrary();
   SharedLibrary(const SharedLibrary&) = delete;

@@ -80,7 +80,9 @@ function(terse_compressor_cuda_sources name)
   endif()
   set(target terse_compressor_${name})
   target_sources(${target} PRIVATE ${ARGN} "${TERSE_KIT_DEVICE_SOURCE}")
-  target_compile_definitions(${target} PRIVATE TERSE_COMPRESSOR_CUDA=1)
+  # Kernel names unique per plugin (terse/kit/device.cuh says why): the kit's, and cub's and thrust's.
+  target_compile_definitions(${target} PRIVATE TERSE_COMPRESSOR_CUDA=1 TERSE_KIT_KERNEL_NS=terse_kernels_${name}
+                                               THRUST_CUB_WRAPPED_NAMESPACE=terse_cub_${name})
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
   set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
   # The SDK headers are C++20 in .cu files too. CMake 3.25 predates nvcc's C++20 in its tables (terse's own build

@@ -149,7 +149,8 @@ class Plugin {
   // Opens TERSE_TEST_BUILD_PLUGIN_DIR/terse_compressor_<name>.so.
   explicit Plugin(const std::string& name) : Plugin(name, std::string(TERSE_TEST_BUILD_PLUGIN_DIR)) {}
   Plugin(const std::string& name, const std::string& dir) : path_(dir + "/terse_compressor_" + name + ".so") {
-    handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // NODELETE as in the core's loader (core/plugin/plugin_support.cc: a CUDA plugin cannot be loaded twice).
+    handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle_ == nullptr) {
       const char* why = dlerror();
       ADD_FAILURE() << "dlopen(" << path_ << "): " << (why ? why : "?") << " (is the plugin target built?)";

@@ -125,8 +125,12 @@ TEST_F(TrainerOnDevice, CompressedWithErrorFeedbackMatchesTheHost) {
   const RunResult gpu1 = train(*nccl_, nccl_->device(), "onebit", ef);
   const RunResult cpu1 = train(*host_, -1, "onebit", ef);
   EXPECT_EQ(gpu1.payload_bytes, cpu1.payload_bytes);
-  EXPECT_LT(gpu1.losses.back(), gpu1.losses.front());
-  EXPECT_NEAR(gpu1.losses.back(), cpu1.losses.back(), 0.05 * cpu1.losses.back());
+  // Six steps of onebit on random labels need not lower the loss (an H200 gave 2.385 -> 2.393, its last loss within 5%
+  // of the host's); the claim is that the device follows the host's loss curve, step by step.
+  ASSERT_EQ(gpu1.losses.size(), cpu1.losses.size());
+  for (std::size_t s = 0; s < cpu1.losses.size(); ++s) {
+    EXPECT_NEAR(gpu1.losses[s], cpu1.losses[s], 0.05 * cpu1.losses[s]) << "step " << s;
+  }
 }
 
 TEST_F(TrainerOnDevice, FusedGroupsEqualUnfused) {

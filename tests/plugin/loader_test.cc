@@ -2,6 +2,7 @@
 // and the words that name the file and the reason), the compressor adapter's checks, and discovery.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 #include <array>
 #include <cstring>
@@ -348,6 +349,19 @@ TEST(CompressorAdapter, InstanceKeepsTheFileLoaded) {
   std::vector<float> in{1, 2, 3};
   std::vector<std::byte> payload(12);
   EXPECT_EQ(c->compress(f32Tensor(3), in.data(), {}, {}, payload, nullptr), 12u);
+}
+
+// Once loaded, a plugin file stays mapped after its last user is gone, so that opening it again does not run its CUDA
+// registration a second time (plugin_support.cc: the runtime keeps the first one's kernels).
+TEST(CompressorAdapter, AReleasedPluginStaysMapped) {
+  const std::string path = pathOf("good_c");
+  {
+    auto c = CompressorPlugin::open(path)->instantiate();
+    EXPECT_EQ(c->plugin().name, "good_c");
+  }  // every reference to the file is gone
+  void* still = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  EXPECT_NE(still, nullptr) << path << " was unmapped when its last user went away";
+  if (still != nullptr) dlclose(still);  // RTLD_NOLOAD took a reference
 }
 
 TEST(CompressorAdapter, InitFailureCarriesThePluginsMessage) {

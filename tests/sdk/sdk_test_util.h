@@ -43,10 +43,11 @@ class RecordingHost {
   std::vector<std::pair<terse_log_level_v1, std::string>> messages_;
 };
 
-// One plugin file, dlopen'ed for the test's lifetime.
+// One plugin file, dlopen'ed for the test's lifetime (and mapped until exit: RTLD_NODELETE as in the core's loader,
+// core/plugin/plugin_support.cc).
 class PluginFile {
  public:
-  explicit PluginFile(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+  explicit PluginFile(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)) {
     if (handle_ == nullptr) ADD_FAILURE() << "dlopen(" << path << "): " << dlerror();
   }
   ~PluginFile() {

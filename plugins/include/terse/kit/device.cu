@@ -12,13 +12,14 @@
 #include "terse/sdk/cuda.hpp"
 
 namespace terse::kit::device {
-namespace {
+// Not an anonymous namespace: its mangled name is the same in every plugin built from this file (device.cuh).
+inline namespace TERSE_KIT_KERNEL_NS {
 
 __global__ void writePrefixKernel(Prefix prefix, std::byte* output) {
   for (unsigned i = threadIdx.x; i < prefix.size; i += blockDim.x) output[i] = prefix.bytes[i];
 }
 
-}  // namespace
+}  // namespace TERSE_KIT_KERNEL_NS
 
 Scope::Scope(const terse_tensor_info_v1& info) {
   TERSE_SDK_CUDA_CHECK(cudaGetDevice(&previous_));

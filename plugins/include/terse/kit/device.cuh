@@ -10,6 +10,17 @@
 #include "terse/kit/device.hpp"
 #include "terse/sdk/cuda.hpp"
 
+// Every kit kernel is compiled into every plugin that uses it, and CUDA's runtime finds a kernel by its mangled name:
+// when two loaded plugins register one name it warns "Duplicate entry kernels named ..." and launches the copy
+// registered first, also after that plugin was unloaded (cudaErrorInvalidKernelImage, a hang or a crash; seen on an
+// H200 when the conformance suite opened every plugin before testing one). So the kit's kernels live in an inline
+// namespace named per plugin, and cub and thrust are wrapped in one (THRUST_CUB_WRAPPED_NAMESPACE):
+// terse_compressor_cuda_sources() defines both. A plugin's own kernels belong in the plugin's own namespace.
+#ifndef TERSE_KIT_KERNEL_NS
+#error \
+    "TERSE_KIT_KERNEL_NS is not defined: build CUDA sources with terse_compressor_cuda_sources() (terseHelpers.cmake)"
+#endif
+
 namespace terse::kit::device {
 
 // Threads per block for every built-in kernel: a multiple of the warp, small enough for several blocks per SM.

@@ -20,6 +20,7 @@
 #include "terse/sdk/philox.hpp"
 
 namespace terse::kit::device {
+inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
 
 inline constexpr unsigned kCodeTile = 4 * kThreads;  // elements per block iteration of quantizeKernel
 inline constexpr unsigned kGroupsPerTile = kCodeTile / sdk::bitpack::kGroup;
@@ -100,4 +101,5 @@ void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, co
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
+}  // namespace TERSE_KIT_KERNEL_NS
 }  // namespace terse::kit::device

@@ -13,6 +13,7 @@
 #include "terse/kit/topk_math.hpp"
 
 namespace terse::kit::sparse {
+inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
 
 // The sections of a payload of `count` entries (host code computes them for the launches, kernels to read).
 TERSE_HD const float* valuesOf(const std::byte* payload) {
@@ -82,4 +83,5 @@ inline void launchScatter(const std::byte* payload, uint64_t count, uint64_t num
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
+}  // namespace TERSE_KIT_KERNEL_NS
 }  // namespace terse::kit::sparse

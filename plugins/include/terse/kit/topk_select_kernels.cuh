@@ -39,6 +39,9 @@
 
 namespace terse::kit::topk::cuda {
 
+namespace cub = CUB_NS_QUALIFIER;       // wrapped in a namespace of the plugin's own (device.cuh)
+inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
+
 // The radix select's running result, in the workspace: the key prefix narrowed so far (after the last round, the cut
 // itself) and how many keys lie strictly above it.
 struct State {
@@ -280,4 +283,5 @@ inline void takeAll(const float* x, uint64_t n, float* values, uint32_t* indices
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
+}  // namespace TERSE_KIT_KERNEL_NS
 }  // namespace terse::kit::topk::cuda
