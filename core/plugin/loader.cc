@@ -143,10 +143,18 @@ std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::pat
   if (const char* env = std::getenv("TERSE_PLUGIN_PATH")) {
     for (const auto& d : splitPathList(env)) dirs.push_back({fs::absolute(d), std::string(kOriginEnv)});
   }
+  // The running executable's own plugins come before the build tree's: an installed terse uses the plugins installed
+  // with it, not those of the tree it was built in (which may be newer, older or gone). For a binary of the build
+  // tree the two are one folder, searched once, as the build tree. The build tree stays last for programs that are
+  // not terse's own (python3 running the bindings finds no plugins beside its executable).
+  const auto own = installPluginDir();
 #ifdef TERSE_BUILD_PLUGIN_DIR
-  dirs.push_back({fs::path(TERSE_BUILD_PLUGIN_DIR), std::string(kOriginBuildTree)});
+  const fs::path build(TERSE_BUILD_PLUGIN_DIR);
+  if (own && identity(*own) != identity(build)) dirs.push_back({*own, std::string(kOriginInstall)});
+  dirs.push_back({build, std::string(kOriginBuildTree)});
+#else
+  if (own) dirs.push_back({*own, std::string(kOriginInstall)});
 #endif
-  if (auto install = installPluginDir()) dirs.push_back({*install, std::string(kOriginInstall)});
 
   std::vector<SearchDir> unique;
   std::set<fs::path> seen;
@@ -217,7 +225,12 @@ PluginLocation PluginLoader::locate(PluginKind kind, std::string_view name) cons
   }
   PluginLocation loc{matches.front().first, matches.front().second, {}};
   loc.shadowed.assign(matches.begin() + 1, matches.end());
-  if (!loc.shadowed.empty()) {
+  // An installed plugin ahead of its build tree's copy is the order working as meant, not a surprise to warn about
+  // (`terse plugins show` still lists the copy it shadows).
+  const bool only_the_build_tree = std::all_of(loc.shadowed.begin(), loc.shadowed.end(), [&](const auto& m) {
+    return loc.origin == kOriginInstall && m.second == kOriginBuildTree;
+  });
+  if (!loc.shadowed.empty() && !only_the_build_tree) {
     std::ostringstream o;
     for (const auto& [p, origin] : loc.shadowed)
       o << (o.tellp() > 0 ? ", " : "") << p.string() << " (" << origin << ")";

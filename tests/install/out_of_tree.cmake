@@ -49,6 +49,11 @@ if(CASE STREQUAL "template")
     message(FATAL_ERROR "the template should default to an optimised build, got '${build_type}'")
   endif()
   expect_loads("${WORK_DIR}/template-build/terse_compressor_my_int8.so" "my_int8")
+  # The installed terse uses the plugins installed with it, ahead of the build tree it came from.
+  run_step("installed terse plugins show topk" "${prefix}/bin/terse" plugins show topk)
+  if(NOT step_output MATCHES "found: +in install" OR step_output MATCHES "build tree")
+    message(FATAL_ERROR "the installed terse should find topk in its installation, not the build tree:\n${step_output}")
+  endif()
 elseif(CASE STREQUAL "builtin")
   # A built-in as a starting point: compressors/topk copied out of the tree builds from the installed SDK and kit
   # alone (its own CMakeLists.txt uses in-tree helpers, so the copy gets the few lines a researcher writes; the CUDA

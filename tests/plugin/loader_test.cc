@@ -68,7 +68,7 @@ TEST(SearchDirs, PathArgumentsVersusNames) {
   EXPECT_EQ(PluginLoader::fileNameFor(PluginKind::kScheduler, "p3"), "terse_scheduler_p3.so");
 }
 
-TEST(SearchDirs, OrderIsPluginPathEnvBuildTreeInstall) {
+TEST(SearchDirs, OrderIsPluginPathEnvInstallBuildTree) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/env1::/nonexistent/env2");
   PluginLoader loader(std::vector<std::string>{"/nonexistent/a:/nonexistent/b", "/nonexistent/c"});
   const auto dirs = loader.searchDirs();
@@ -76,24 +76,27 @@ TEST(SearchDirs, OrderIsPluginPathEnvBuildTreeInstall) {
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"/nonexistent/a", "--plugin-path"},        {"/nonexistent/b", "--plugin-path"},
       {"/nonexistent/c", "--plugin-path"},        {"/nonexistent/env1", "TERSE_PLUGIN_PATH"},
-      {"/nonexistent/env2", "TERSE_PLUGIN_PATH"}, {kBuildPluginDir.string(), "build tree"},
+      {"/nonexistent/env2", "TERSE_PLUGIN_PATH"},
   };
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(dirs[i].dir.string(), expected[i].first) << i;
     EXPECT_EQ(dirs[i].origin, expected[i].second) << i;
   }
   EXPECT_FALSE(dirs[0].exists);
-  EXPECT_TRUE(dirs[5].exists);
-  // The install dir is <dir of the running executable>/../<plugin subdir>. Executables of the build tree live in
-  // <build>/bin, so there it is the build tree's plugin dir again and is searched only once, as the build tree.
+  EXPECT_TRUE(dirs.back().exists);
+  EXPECT_EQ(dirs.back().dir, kBuildPluginDir);
+  EXPECT_EQ(dirs.back().origin, "build tree");
+  // The install dir is <dir of the running executable>/../<plugin subdir>, searched before the build tree. Executables
+  // of the build tree live in <build>/bin, so there it is the build tree's plugin dir and is searched once, as the
+  // build tree (the installed case: tests/install/out_of_tree.cmake).
   const fs::path subdir = kBuildPluginDir.lexically_relative(TERSE_TEST_BINARY_DIR);
   const fs::path install = (fs::read_symlink("/proc/self/exe").parent_path() / ".." / subdir).lexically_normal();
   if (fs::weakly_canonical(install) == fs::weakly_canonical(kBuildPluginDir)) {
     EXPECT_EQ(dirs.size(), 6u);
   } else {
     ASSERT_EQ(dirs.size(), 7u);
-    EXPECT_EQ(dirs.back().origin, "install");
-    EXPECT_EQ(dirs.back().dir, install);
+    EXPECT_EQ(dirs[5].origin, "install");
+    EXPECT_EQ(dirs[5].dir, install);
   }
 }
 
