@@ -3,6 +3,7 @@
 // ends the simulation with the real-time run's message and records, and the config checks of the clock's fields.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "experiments/config/config.h"
@@ -95,6 +96,61 @@ TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
   EXPECT_NEAR(t2 / t1, 2.0, 0.1) << "base " << t1 << " s, straggler " << t2 << " s";
   // The math does not know about the straggler.
   EXPECT_EQ(slow.back().at("test_loss"), base.back().at("test_loss"));
+}
+
+// The simulated network against the latency-bandwidth closed form, computation taken out (FLOP model at 1e15 flops/s).
+// Four ranks on 10 Gbps / 50 us links, the MLP {64}: tensors of 50176, 64, 640 and 10 floats (plus the `none` codec's
+// 16-byte header), each frame 32 bytes of header. A frame costs alpha + bytes / beta; the ring allreduce (above 64 KiB)
+// takes 2(n-1) steps of one n-th of the tensor, recursive doubling (below) log2(n) exchanges of all of it; before each
+// group the ranks agree on what is ready, one 8-byte ring allgather (n-1 frames: sync_trainer.cc's negotiation).
+TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
+  auto loader = testLoader();
+  const std::string text =
+      "study: \"unit\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n"
+      "data { batch_size: 64 train_subset: 256 test_subset: 100 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 4\n"
+      "epochs: 1\n"
+      "eval { per_epoch: true }\n"
+      "seed: 3\n"
+      "trace: true\n"
+      "link { bandwidth: \"10Gbps\" latency: \"50us\" }\n"
+      "clock: SIMULATED\n"
+      "simulation { compute: FLOP_MODEL flops_per_second: 1e15 }\n";
+  const fs::path root = freshDir("sim_closed_form");
+  const auto records = runStudy(loader, text, root);
+  ASSERT_EQ(records.size(), 1u);  // one step: 256 examples over 4 workers of 64
+
+  constexpr double alpha = 50e-6, beta = 10e9 / 8, header = 32, n = 4;
+  const auto frame = [&](double bytes) { return alpha + (bytes + header) / beta; };
+  const auto collective = [&](double floats) {
+    const double bytes = 16 + 4 * floats;
+    return bytes < 64 * 1024 ? 2 * frame(bytes) : 2 * (n - 1) * frame(bytes / n);
+  };
+  const std::map<std::string, double> expected = {{"t0.0", collective(784 * 64)},
+                                                  {"t1.0", collective(64)},
+                                                  {"t2.0", collective(64 * 10)},
+                                                  {"t3.0", collective(10)}};
+  const double negotiation = (n - 1) * frame(8);
+  double step = 4 * negotiation;
+  for (const auto& [name, seconds] : expected) step += seconds;
+
+  // Each collective's span in rank 0's trace (microseconds) is its closed form.
+  const auto trace = results::parseJson(readFile(root / "unit" / "base" / "trace.rank0.json"));
+  ASSERT_TRUE(trace.has_value());
+  const results::Json* events = trace->find("traceEvents");
+  ASSERT_NE(events, nullptr);
+  std::map<std::string, double> spans;
+  for (const auto& e : events->array) {
+    if (e.str("cat") == "allreduce") spans[e.str("name").substr(std::string("allreduce ").size())] = *e.num("dur");
+  }
+  for (const auto& [name, seconds] : expected) {
+    ASSERT_TRUE(spans.contains(name)) << name;
+    EXPECT_NEAR(spans[name] * 1e-6, seconds, 0.005 * seconds) << name;
+  }
+  // The step is the four negotiations and the four collectives back to back: nothing else costs time.
+  EXPECT_NEAR(results::getNumber(records.back(), "step_s_per_step").value_or(0), step, 0.005 * step);
 }
 
 TEST(SimulatedRun, AFailingPluginEndsTheSimulationWithTheRealTimeMessage) {
