@@ -43,18 +43,10 @@ void allgathervRing(CollectiveContext& ctx, std::span<const std::byte> send, std
 }
 
 void exchangeSizes(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all) {
-  const auto n = static_cast<std::size_t>(ctx.size());
-  TERSE_CHECK(all.size() == n, InvalidArgument, "exchangeSizes: " << all.size() << " slots for " << n << " ranks");
-  const std::span<std::byte> words = ctx.scratchBytes(8 * n);
-  std::byte mine_le[8];
-  for (int i = 0; i < 8; ++i) mine_le[i] = static_cast<std::byte>((mine >> (8 * i)) & 0xFF);
-  const std::vector<uint64_t> sizes(n, 8);
-  allgathervRing(ctx, std::span<const std::byte>(mine_le, 8), words, sizes);
-  for (std::size_t j = 0; j < n; ++j) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(words[8 * j + static_cast<std::size_t>(i)]) << (8 * i);
-    all[j] = v;
-  }
+  const std::vector<uint64_t> sizes(static_cast<std::size_t>(ctx.size()), 8);
+  exchangeWords(ctx, mine, all, [&](std::span<const std::byte> send, std::span<std::byte> recv) {
+    allgathervRing(ctx, send, recv, sizes);
+  });
 }
 
 }  // namespace terse::comm

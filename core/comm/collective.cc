@@ -83,4 +83,18 @@ void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, 
   expected.clear();
 }
 
+void exchangeWords(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all, const WordGather& gather) {
+  const auto n = static_cast<std::size_t>(ctx.size());
+  TERSE_CHECK(all.size() == n, InvalidArgument, "exchanging words: " << all.size() << " slots for " << n << " ranks");
+  std::byte mine_le[8];
+  for (int i = 0; i < 8; ++i) mine_le[i] = static_cast<std::byte>((mine >> (8 * i)) & 0xFF);
+  const std::span<std::byte> words = ctx.scratchBytes(8 * n);
+  gather(std::span<const std::byte>(mine_le, 8), words);
+  for (std::size_t j = 0; j < n; ++j) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(words[8 * j + static_cast<std::size_t>(i)]) << (8 * i);
+    all[j] = v;
+  }
+}
+
 }  // namespace terse::comm

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -92,5 +93,11 @@ void waitAll(std::vector<Request>& requests);
 // Waits the receives and checks that each frame had exactly its expected length (a shorter frame from a peer is a
 // protocol error, never silently partial data). Clears both vectors.
 void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx);
+
+// all[i] = rank i's `mine`: each rank's word as 8 little-endian bytes through `gather`, an allgather of 8-byte blocks
+// (send: this rank's 8 bytes; recv: n * 8 bytes in rank order). exchangeSizes uses the ring, exchangeWordsBruck
+// Bruck's algorithm.
+using WordGather = std::function<void(std::span<const std::byte> send, std::span<std::byte> recv)>;
+void exchangeWords(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all, const WordGather& gather);
 
 }  // namespace terse::comm

@@ -102,6 +102,12 @@ class Communicator {
                                std::span<const uint64_t> sizes, uint64_t tensor = kNoTensor) = 0;
   // all[i] = rank i's `mine` (an allgather of 8-byte words): how allgatherv's sizes are learned when they vary.
   virtual WireBytes allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor = kNoTensor) = 0;
+  // The same exchange for control decisions (the sync trainer's negotiation before each group): latency-bound, so the
+  // host communicator takes Bruck's ceil(log2 n) rounds (allgather_bruck.h) instead of the ring's n - 1. The sizes
+  // of allgatherv keep the ring, whose frames the wire-byte models count (DESIGN.md section 6).
+  virtual WireBytes allgatherControl(uint64_t mine, std::span<uint64_t> all, uint64_t tensor = kNoTensor) {
+    return allgatherSizes(mine, all, tensor);
+  }
   virtual WireBytes broadcast(std::span<std::byte> data, int root, uint64_t tensor = kNoTensor) = 0;
   virtual WireBytes barrier() = 0;
 

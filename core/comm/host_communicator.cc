@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "core/comm/allgather_bruck.h"
 #include "core/comm/allgatherv_ring.h"
 #include "core/comm/allreduce_recursive_doubling.h"
 #include "core/comm/allreduce_ring.h"
@@ -206,6 +207,12 @@ WireBytes HostCommunicator::allgatherv(std::span<const std::byte> send, std::spa
 WireBytes HostCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
   Op o = makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
                 [mine, all](CollectiveContext& ctx) { exchangeSizes(ctx, mine, all); });
+  return run(o, caller_scratch_);
+}
+
+WireBytes HostCommunicator::allgatherControl(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
+  Op o = makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
+                [mine, all](CollectiveContext& ctx) { exchangeWordsBruck(ctx, mine, all); });
   return run(o, caller_scratch_);
 }
 

@@ -57,6 +57,7 @@ class HostCommunicator : public Communicator {
   WireBytes allgatherv(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const uint64_t> sizes,
                        uint64_t tensor = kNoTensor) override;
   WireBytes allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor = kNoTensor) override;
+  WireBytes allgatherControl(uint64_t mine, std::span<uint64_t> all, uint64_t tensor = kNoTensor) override;
   WireBytes broadcast(std::span<std::byte> data, int root, uint64_t tensor = kNoTensor) override;
   WireBytes barrier() override;
 

@@ -341,15 +341,16 @@ void SyncTrainer::commLoop() {
     try {
       // Negotiation (Horovod's coordinator cycle, Sergeev and Del Balso 2018): a scheduler's answer depends on what
       // was enqueued before it was asked, and backward runs at a different pace on every rank, so every rank first
-      // learns how many tensors ALL ranks have ready -- one 8-byte allgather -- and admits only that many. Every rank
-      // then asks its scheduler with the same enqueues and completions behind it and gets the same group: the same
-      // collectives in the same order. Ready order itself is the same everywhere (backward's order).
+      // learns how many tensors ALL ranks have ready -- one 8-byte allgather, in ceil(log2 n) rounds -- and admits only
+      // that many. Every rank then asks its scheduler with the same enqueues and completions behind it and gets the
+      // same group: the same collectives in the same order. Ready order itself is the same everywhere (backward's
+      // order).
       uint64_t agreed = received_total;
       if (comm_.size() > 1) {
         where = "negotiation";
         const auto n0 = rt::now();
         const double c0 = commSeconds(comm_);
-        comm_.allgatherSizes(received_total, counts, kNegotiationTensor);
+        comm_.allgatherControl(received_total, counts, kNegotiationTensor);
         {
           // Control traffic, but communication time all the same: it counts in comm_s.
           std::lock_guard lock(mutex_);

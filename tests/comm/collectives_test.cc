@@ -76,6 +76,29 @@ TEST(Allgatherv, InPlaceAndSizeExchange) {
   });
 }
 
+// The negotiation's word exchange (Bruck's allgather): every world size, powers of two or not, gets every rank's word
+// in rank order, in ceil(log2 n) frames per rank carrying (n - 1) words in all -- where the ring sends n - 1 frames.
+TEST(AllgatherControl, EveryRanksWordInRankOrderInLogRounds) {
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
+    World world(n);
+    const auto word = [](int r) { return static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull + (uint64_t{1} << 40); };
+    const auto rounds = static_cast<uint64_t>(std::ceil(std::log2(n)));
+    std::vector<std::vector<uint64_t>> got(static_cast<std::size_t>(n));
+    std::vector<WireBytes> bytes(static_cast<std::size_t>(n));
+    world.runOk([&](int r, HostCommunicator& c) {
+      auto& all = got[static_cast<std::size_t>(r)];
+      all.assign(static_cast<std::size_t>(n), 0);
+      bytes[static_cast<std::size_t>(r)] = c.allgatherControl(word(r), all);
+    });
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < n; ++i)
+        EXPECT_EQ(got[r][static_cast<std::size_t>(i)], word(i)) << "rank " << r << " of " << n;
+      EXPECT_EQ(bytes[r].sent_frames, rounds) << "rank " << r << " of " << n;
+      EXPECT_EQ(bytes[r].sent_bytes, 8 * static_cast<uint64_t>(n - 1) + kFrameHeaderBytes * rounds) << n;
+    }
+  }
+}
+
 TEST(Allgatherv, BadArguments) {
   World world(2);
   const auto res = world.run([&](int r, HostCommunicator& c) {

@@ -102,7 +102,8 @@ TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
 // Four ranks on 10 Gbps / 50 us links, the MLP {64}: tensors of 50176, 64, 640 and 10 floats (plus the `none` codec's
 // 16-byte header), each frame 32 bytes of header. A frame costs alpha + bytes / beta; the ring allreduce (above 64 KiB)
 // takes 2(n-1) steps of one n-th of the tensor, recursive doubling (below) log2(n) exchanges of all of it; before each
-// group the ranks agree on what is ready, one 8-byte ring allgather (n-1 frames: sync_trainer.cc's negotiation).
+// group the ranks agree on what is ready, one word each in Bruck's allgather (sync_trainer.cc's negotiation: at four
+// ranks one frame of one word, then one of two).
 TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
   auto loader = testLoader();
   const std::string text =
@@ -132,7 +133,7 @@ TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
                                                   {"t1.0", collective(64)},
                                                   {"t2.0", collective(64 * 10)},
                                                   {"t3.0", collective(10)}};
-  const double negotiation = (n - 1) * frame(8);
+  const double negotiation = frame(8) + frame(16);
   double step = 4 * negotiation;
   for (const auto& [name, seconds] : expected) step += seconds;
 
