@@ -1,6 +1,7 @@
 #include "results/result_writer.h"
 
 #include <unistd.h>
+#include "results/sha256.h"
 
 #include <array>
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include "core/common/dtype.h"
 #include "core/common/error.h"
 #include "results/json.h"
+#include "results/sha256.h"
 
 namespace terse::results {
 namespace {
@@ -111,6 +113,13 @@ std::string provenanceJson(const Provenance& p) {
         .add("origin", rec.info.origin)
         .add("description", rec.info.description)
         .raw("params", params.str());
+    // The file's bytes now, just after the run loaded it: the version string is the author's claim, the hash says
+    // whether two runs ran the same code. A file gone since loading is recorded as such, not a failed run.
+    try {
+      o.add("sha256", fileSha256Hex(rec.info.path));
+    } catch (const std::exception& e) {
+      o.add("sha256_error", e.what());
+    }
     if (rec.caps) o.raw("caps", capsJson(*rec.caps));
     if (plugins.size() > 1) plugins += ',';
     plugins += o.str();

@@ -1,8 +1,8 @@
 // The results folder of one run (DESIGN.md section 7): <root>/<study>/<variant>/ holding
 //
 //   config.textproto   the resolved config the run used (the runner passes the text)
-//   provenance.json    what ran: git commit, plugins (path, version, ABI, caps), host, transport, link emulation,
-//                      world size, start time
+//   provenance.json    what ran: git commit, plugins (path, SHA-256, version, ABI, caps, parameters), host, transport,
+//                      link emulation, world size, start time
 //   metrics.jsonl      one JSON object per evaluation point, one per line, appended and flushed per record
 //   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
 //
@@ -38,7 +38,10 @@ inline constexpr std::string_view kStateRunning = "running";
 inline constexpr std::string_view kStateCompleted = "completed";
 inline constexpr std::string_view kStateFailed = "failed";
 
-// One loaded plugin as the run used it.
+// One loaded plugin as the run used it. provenance.json adds the SHA-256 of the file at info.path ("sha256", or
+// "sha256_error" when it cannot be read). The parameters are the ones the config gave: ABI v1 has no call that reports
+// the values a plugin resolved (its defaults live in the plugin's getters, terse/sdk/params.hpp), so a default that
+// changes between plugin builds shows only in the hash.
 struct PluginRecord {
   PluginInfo info;
   std::optional<CompressorCaps> caps;  // compressors: the caps for f32 with the run's parameters

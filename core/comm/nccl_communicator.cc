@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/comm/nccl_bootstrap.h"
+#include "core/comm/ring_model.h"
 #include "core/comm/transport.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
@@ -36,19 +37,7 @@ std::optional<ncclDataType_t> ncclSumType(DType dtype) noexcept {
   }
 }
 
-// ---- The ring model of nccl_communicator.h's byte accounting.
-
-// 2(n-1)/n x bytes, rounded down, without overflowing for any message that fits in memory.
-uint64_t ringAllreduceBytes(uint64_t bytes, int n) {
-  if (n <= 1) return 0;
-  const auto nn = static_cast<uint64_t>(n), f = 2 * (nn - 1);
-  return bytes / nn * f + bytes % nn * f / nn;
-}
-
-WireBytes symmetric(uint64_t bytes) {
-  const uint64_t frames = bytes != 0 ? 1 : 0;
-  return WireBytes{bytes, bytes, frames, frames};
-}
+// ---- The ring model of nccl_communicator.h's byte accounting (the formulas: ring_model.h).
 
 // A broadcast from `root` runs the ring root -> root+1 -> ... -> root-1: every rank but the last forwards the bytes,
 // every rank but the root receives them.
@@ -553,7 +542,7 @@ CommRequest NcclCommunicator::iallreduce(void* data, std::size_t count, DType dt
   TERSE_CHECK(data != nullptr || count == 0, InvalidArgument, "allreduce: data is null for " << count << " elements");
   Shared& s = *shared_;
   const uint64_t bytes = count * dtypeSize(dtype);
-  const NcclOp o = makeOp(s, OpKind::kAllreduce, tensor, bytes, symmetric(ringAllreduceBytes(bytes, s.size)),
+  const NcclOp o = makeOp(s, OpKind::kAllreduce, tensor, bytes, symmetricWire(ringAllreduceBytes(bytes, s.size)),
                           "iallreduce (ncclAllReduce)");
   return runAsync(shared_, o, [&](cudaStream_t stream) {
     if (count != 0) TERSE_NCCL_OP(s, o.deadline, ncclAllReduce(data, data, count, t, ncclSum, s.comm, stream));
@@ -591,8 +580,8 @@ WireBytes NcclCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> al
   Shared& s = *shared_;
   const auto n = static_cast<uint64_t>(s.size);
   TERSE_CHECK(all.size() == n, InvalidArgument, "allgatherSizes: " << all.size() << " slots for " << n << " ranks");
-  const NcclOp o =
-      makeOp(s, OpKind::kAllgather, tensor, 8 * n, symmetric(8 * (n - 1)), "allgatherSizes (ncclAllGather)");
+  const NcclOp o = makeOp(s, OpKind::kAllgather, tensor, 8 * n, symmetricWire(ringAllgatherBytes(8, n)),
+                          "allgatherSizes (ncclAllGather)");
   std::lock_guard sizes_lock(s.sizes_mutex);  // host_words is this call's until the copy-out below
   auto* host = s.host_words.as<uint64_t>();
   auto* dev = s.words.as<uint64_t>();
@@ -634,7 +623,7 @@ WireBytes NcclCommunicator::barrier() {
 
 CommRequest NcclCommunicator::ibarrier() {
   Shared& s = *shared_;
-  const NcclOp o = makeOp(s, OpKind::kBarrier, kNoTensor, 0, symmetric(ringAllreduceBytes(4, s.size)),
+  const NcclOp o = makeOp(s, OpKind::kBarrier, kNoTensor, 0, symmetricWire(ringAllreduceBytes(4, s.size)),
                           "ibarrier (ncclAllReduce of one f32)");
   return runAsync(shared_, o, [&](cudaStream_t stream) {
     float* word = reinterpret_cast<float*>(s.words.as<uint64_t>() + s.size);

@@ -132,6 +132,7 @@ struct RoundPayload {
   int round = 0;
   uint64_t max_output_bytes = 0;
   uint64_t produced_bytes = 0;
+  uint64_t sum_header_bytes = 0;  // SUM: the leading bytes that do not travel (compressor_v1.h)
 };
 struct PayloadSizes {
   CompressorCaps caps;

@@ -23,7 +23,8 @@ PayloadSizes measurePayloadSizes(const CompressorPlugin& plugin, const Params& p
   Simulation sim(instance, conformance::hostMemory(), shape, 1, seed, 1);
   const Step s = sim.runOne(0, normalInput(shape.numel, mixSeed(seed, 99)));
   for (int r = 0; r < sim.rounds(); ++r) {
-    out.rounds.push_back({r, sim.sizes(r).max_output_bytes, s.payloads[static_cast<std::size_t>(r)][0].size()});
+    out.rounds.push_back({r, sim.sizes(r).max_output_bytes, s.payloads[static_cast<std::size_t>(r)][0].size(),
+                          sim.sizes(r).sum_header_bytes});
   }
   return out;
 }

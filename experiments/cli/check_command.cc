@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/common/error.h"
+#include "core/compress/wire_model.h"
 #include "core/plugin/loader.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
@@ -216,7 +217,7 @@ std::optional<ConformanceShape> shapeFromOptions(const std::optional<uint64_t>& 
 }
 
 bool printPayloadSizes(std::ostream& out, const CompressorPlugin& plugin, const Params& params,
-                       const ConformanceShape& shape) {
+                       const ConformanceShape& shape, int world) {
   const uint64_t dense = 4 * shape.numel;
   out << "  payload for " << shape.label() << " f32 (" << shape.numel << " elements, dense " << dense << " B):\n";
   PayloadSizes sizes;
@@ -227,9 +228,10 @@ bool printPayloadSizes(std::ostream& out, const CompressorPlugin& plugin, const 
     return false;
   }
   // ratio: dense bytes per payload byte; bits/elem: what one element costs on the wire, headers and scales included.
-  auto ratio = [&](uint64_t bytes) {
-    return bytes == 0 ? std::string("-") : fixed(double(dense) / double(bytes), 2) + "x";
+  auto ratio_of = [](uint64_t num, uint64_t bytes) {
+    return bytes == 0 ? std::string("-") : fixed(double(num) / double(bytes), 2) + "x";
   };
+  auto ratio = [&](uint64_t bytes) { return ratio_of(dense, bytes); };
   auto bits = [&](uint64_t bytes) {
     return shape.numel == 0 ? std::string("-") : fixed(8.0 * double(bytes) / double(shape.numel), 3);
   };
@@ -251,6 +253,22 @@ bool printPayloadSizes(std::ostream& out, const CompressorPlugin& plugin, const 
       << (sizes.caps.fixed_size ? "fixed size: every input gives MAX BYTES"
                                 : "variable size: PRODUCED is for one standard-normal input; MAX BYTES is the bound")
       << "; RATIO = DENSE / PRODUCED\n";
+
+  std::vector<RoundBytes> rounds;
+  for (const auto& r : sizes.rounds) rounds.push_back({r.produced_bytes, r.sum_header_bytes});
+  const uint64_t wire = modeledWireBytes(sizes.caps, rounds, world);
+  const uint64_t dense_wire = denseWireBytes(shape.numel, world);
+  const bool sum = sizes.caps.aggregation == Aggregation::kSum;
+  out << "  wire per worker per step at " << world << (world == 1 ? " worker" : " workers") << " ("
+      << aggregationName(sizes.caps.aggregation) << ": "
+      << (sum ? "ring allreduce of the payload after its header, 2(n-1)/n of it"
+              : "the n-1 other workers' payloads" + std::string(sizes.caps.fixed_size ? "" : " and their sizes"))
+      << (sizes.rounds.size() > 1 ? ", every round" : "") << "):\n";
+  Table wire_table({"PLUGIN WIRE", "DENSE WIRE", "WIRE RATIO"});
+  wire_table.add({std::to_string(wire), std::to_string(dense_wire), ratio_of(dense_wire, wire)});
+  wire_table.print(out, "    ");
+  out << "    DENSE WIRE: a ring allreduce of the " << dense << " B f32 tensor; WIRE RATIO = DENSE WIRE / PLUGIN WIRE\n"
+      << "    (ring model without frame headers; `terse compare` measures the frames, headers included)\n";
   return true;
 }
 

@@ -22,9 +22,10 @@ std::optional<ConformanceShape> shapeFromOptions(const std::optional<uint64_t>& 
                                                  const std::optional<std::string>& shape);
 
 // Prints, per round, the payload bytes for `shape`: get_sizes' bound and what compress produced for a standard-normal
-// input, beside the 4 * numel bytes of the dense f32 tensor and the ratio. Returns false (after printing why) when the
-// plugin could not be measured.
+// input, beside the 4 * numel bytes of the dense f32 tensor and the ratio; then the wire bytes per worker per step at
+// `world` ranks under the plugin's aggregation (core/compress/wire_model.h) beside a dense f32 ring allreduce's, and
+// their ratio. Returns false (after printing why) when the plugin could not be measured.
 bool printPayloadSizes(std::ostream& out, const CompressorPlugin& plugin, const Params& params,
-                       const ConformanceShape& shape);
+                       const ConformanceShape& shape, int world);
 
 }  // namespace terse::cli

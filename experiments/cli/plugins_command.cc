@@ -31,11 +31,16 @@ constexpr std::string_view kPluginsUsage =
 constexpr std::string_view kListUsage = "usage: terse plugins list [--plugin-path DIR[:DIR...]]...\n";
 constexpr std::string_view kShowUsage =
     "usage: terse plugins show NAME|PATH [--plugin-path DIR[:DIR...]]... [--param KEY=VALUE]...\n"
-    "                          [--kind compressor|scheduler] [--numel N | --shape D0xD1[x..]]\n"
+    "                          [--kind compressor|scheduler] [--numel N | --shape D0xD1[x..]] [--world W]\n"
     "\n"
     "NAME is looked up in the search directories; an argument containing '/' or ending in .so is a file path.\n"
     "--param values are passed to the plugin's init (needed to show caps of a plugin with required parameters).\n"
-    "--numel / --shape add a compressor's exact payload bytes per round for that f32 tensor beside its dense size.\n";
+    "--numel / --shape add a compressor's exact payload bytes per round for that f32 tensor beside its dense size,\n"
+    "and the bytes one worker sends per step at --world W workers (default 4) under the plugin's aggregation beside\n"
+    "a dense f32 ring allreduce's: the payload ratio is not the wire ratio (README: payload ratio and wire ratio).\n";
+
+// The quickstart's worker count (experiments/configs/quickstart.textproto): the wire bytes a newcomer first compares.
+constexpr int kDefaultWorld = 4;
 
 std::string hexDevices(uint32_t devices) {
   std::string out;
@@ -238,7 +243,8 @@ int showCommand(const std::vector<std::string>& args) {
       "param", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE passed to the plugin (repeatable)")(
       "kind", po::value<std::string>(), "compressor or scheduler (default: whichever exists)")(
       "numel", po::value<uint64_t>(), "show a compressor's payload bytes for N f32 elements")(
-      "shape", po::value<std::string>(), "the same for a shaped tensor, e.g. 300x257");
+      "shape", po::value<std::string>(), "the same for a shaped tensor, e.g. 300x257")(
+      "world", po::value<int>(), "workers for the wire bytes of --numel/--shape (default 4)");
   po::options_description hidden;
   hidden.add_options()("plugin", po::value<std::string>(), "NAME|PATH");
   po::options_description all;
@@ -250,6 +256,7 @@ int showCommand(const std::vector<std::string>& args) {
   Params params;
   std::vector<PluginKind> kinds = {PluginKind::kCompressor, PluginKind::kScheduler};
   std::optional<ConformanceShape> payload_shape;
+  int world = kDefaultWorld;
   try {
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
     po::notify(vm);
@@ -264,6 +271,11 @@ int showCommand(const std::vector<std::string>& args) {
                                        vm.count("shape") ? std::optional(vm["shape"].as<std::string>()) : std::nullopt);
     } catch (const std::invalid_argument& e) {
       throw po::error(e.what());
+    }
+    if (vm.count("world")) {
+      if (!payload_shape) throw po::error("--world needs --numel or --shape (the tensor whose bytes it counts)");
+      world = vm["world"].as<int>();
+      if (world < 1) throw po::error("--world must be at least 1, got " + std::to_string(world));
     }
     if (vm.count("kind")) {
       const std::string k = vm["kind"].as<std::string>();
@@ -290,7 +302,7 @@ int showCommand(const std::vector<std::string>& args) {
       if (kind == PluginKind::kCompressor) {
         const auto plugin = loader.loadCompressor(target);
         ok = showCompressor(std::cout, *plugin, params);
-        if (payload_shape) ok = printPayloadSizes(std::cout, *plugin, params, *payload_shape) && ok;
+        if (payload_shape) ok = printPayloadSizes(std::cout, *plugin, params, *payload_shape, world) && ok;
       } else {
         ok = showScheduler(std::cout, *loader.loadScheduler(target), params);
       }

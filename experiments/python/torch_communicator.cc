@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/comm/ring_model.h"
 #include "core/comm/transport.h"
 #include "core/common/error.h"
 
@@ -16,18 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // ---- The byte model of torch_communicator.h.
-
-uint64_t ringAllreduceWire(uint64_t bytes, int n) {
-  if (n <= 1) return 0;
-  const auto ranks = static_cast<uint64_t>(n);
-  // 2(n-1)/n x bytes, split so that the product cannot overflow for any message that fits in memory.
-  return bytes / ranks * 2 * (ranks - 1) + bytes % ranks * 2 * (ranks - 1) / ranks;
-}
-
-comm::WireBytes both(uint64_t bytes) {
-  const uint64_t frames = bytes > 0 ? 1 : 0;
-  return comm::WireBytes{bytes, bytes, frames, frames};
-}
 
 // A binomial tree from `root` (gloo's broadcast): relative rank v receives once from v minus its lowest set bit and
 // sends to v + 2^k for every 2^k below that bit (below n for the root) that names a rank.
@@ -159,8 +148,8 @@ comm::WireBytes TorchCommunicator::allreduce(void* data, std::size_t count, DTyp
       "terse.torch: allreduce of " << dtypeName(dtype) << " is not supported by " << name_ << " (f32, f64, f16 sums)");
   const std::size_t bytes = count * dtypeSize(dtype);
   if (bytes == 0) return {};
-  return call(comm::OpKind::kAllreduce, tensor, bytes, both(ringAllreduceWire(bytes, size_)), "all_reduce",
-              [&] { all_reduce_(view(data, bytes, dtype), py::arg("group") = groupObject()); });
+  return call(comm::OpKind::kAllreduce, tensor, bytes, comm::symmetricWire(comm::ringAllreduceBytes(bytes, size_)),
+              "all_reduce", [&] { all_reduce_(view(data, bytes, dtype), py::arg("group") = groupObject()); });
 }
 
 comm::WireBytes TorchCommunicator::allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
@@ -202,7 +191,7 @@ comm::WireBytes TorchCommunicator::allgatherv(std::span<const std::byte> send, s
     in = pad_send_.data();
     out = pad_recv_.data();
   }
-  const comm::WireBytes wire = both(static_cast<uint64_t>(size_ - 1) * largest);
+  const comm::WireBytes wire = comm::symmetricWire(comm::ringAllgatherBytes(largest, size_));
   call(comm::OpKind::kAllgather, tensor, total, wire, "all_gather", [&] {
     py::list outputs;
     for (std::size_t r = 0; r < n; ++r) outputs.append(view(out + r * block, block, DType::kU8));
@@ -224,7 +213,7 @@ comm::WireBytes TorchCommunicator::allgatherSizes(uint64_t mine, std::span<uint6
               "terse.torch: allgatherSizes got room for " << all.size() << " sizes in a group of " << size_);
   all[static_cast<std::size_t>(rank_)] = mine;
   if (size_ == 1) return {};
-  const comm::WireBytes wire = both(static_cast<uint64_t>(size_ - 1) * sizeof(uint64_t));
+  const comm::WireBytes wire = comm::symmetricWire(comm::ringAllgatherBytes(sizeof(uint64_t), size_));
   return call(comm::OpKind::kAllgather, tensor, all.size() * sizeof(uint64_t), wire, "all_gather (sizes)", [&] {
     py::list outputs;
     for (uint64_t& s : all) outputs.append(view(&s, sizeof s, DType::kI64));

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
 
+#include "results/compare/provenance.h"
 #include "results/compare/text.h"
 #include "results/result_writer.h"
 
@@ -250,6 +252,34 @@ std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs
           if (!mine.count(f)) diff.push_back("no " + f);
       }
       msg << "\n    " << members << ": " << (diff.empty() ? "(empty)" : joinLines(diff, " "));
+    }
+    out.push_back(msg.str());
+  }
+  return out;
+}
+
+std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs) {
+  // (study, kind, name) -> hash -> the runs that loaded that file, in the order given.
+  std::map<std::tuple<std::string, std::string, std::string>, std::map<std::string, std::vector<const RunData*>>> seen;
+  for (const auto& r : runs) {
+    if (!r.provenance) continue;
+    const Json* plugins = r.provenance->find("plugins");
+    if (plugins == nullptr || plugins->kind != Json::Kind::kArray) continue;
+    for (const auto& pl : plugins->array) {
+      if (pl.str("sha256").empty()) continue;
+      seen[{r.study, pl.str("kind"), pl.str("name")}][pl.str("sha256")].push_back(&r);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [key, by_hash] : seen) {
+    if (by_hash.size() < 2) continue;
+    const auto& [study, kind, name] = key;
+    std::ostringstream msg;
+    msg << "study " << study << ": " << kind << " " << name << " was loaded from " << by_hash.size()
+        << " different files (SHA-256), so these runs did not run the same plugin code:";
+    for (const auto& [hash, which] : by_hash) {
+      msg << "\n  " << detail::shortHash(hash) << ":";
+      for (const RunData* r : which) msg << ' ' << r->variant << " (" << r->dir.string() << ")";
     }
     out.push_back(msg.str());
   }

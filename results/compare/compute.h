@@ -96,4 +96,9 @@ extern const char* const kRowOrder;
 // the runs and the fields that differ. Runs without a readable config are not compared (loadRun warned already).
 std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs);
 
+// Runs of one study that loaded a plugin of one kind and name from files with different SHA-256 (the file was
+// rebuilt or edited between runs, so their rows did not run the same code): one warning per study and plugin,
+// naming each hash and its runs. Runs recorded before plugin hashes existed are left out.
+std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs);
+
 }  // namespace terse::results

@@ -1,15 +1,15 @@
 // config.textproto back into a RunData (reader_detail.h), parsed with the experiment schema itself (protobuf
-// TextFormat), and its SHA-256 (OpenSSL): the only file of the compare library that needs either.
+// TextFormat), and its SHA-256 (results/sha256.h): the only file of the compare library that needs the schema.
 #include <cmath>
 #include <limits>
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
-#include <openssl/evp.h>
 
 #include "experiments/config/experiment.pb.h"
 #include "results/compare/reader.h"
 #include "results/compare/reader_detail.h"
+#include "results/sha256.h"
 
 namespace terse::results {
 
@@ -50,22 +50,6 @@ void flattenMessage(const google::protobuf::Message& msg, const std::string& pre
 }
 
 }  // namespace
-
-std::string sha256Hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) != 1 || len != 32) {
-    throw std::runtime_error("SHA-256 failed (OpenSSL EVP_Digest)");
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 0xf]);
-  }
-  return hex;
-}
 
 namespace detail {
 

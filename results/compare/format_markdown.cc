@@ -161,17 +161,12 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
            "| host | started |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
       first = false;
     }
-    // Twelve hex digits identify a commit; a "-dirty" suffix (uncommitted changes when the run started) is kept.
-    auto shortHash = [](const std::string& h) {
-      if (h.empty()) return std::string("-");
-      const bool dirty = h.size() > 6 && h.ends_with("-dirty");
-      const std::string hash = dirty ? h.substr(0, h.size() - 6) : h;
-      return (hash.size() > 12 ? hash.substr(0, 12) : hash) + (dirty ? "-dirty" : "");
-    };
-    const std::string compressor = p.compressor.empty() ? "-"
-                                                        : p.compressor + " " + p.compressor_version + " (ABI " +
-                                                              p.compressor_abi + ", " + p.compressor_path + ")" +
-                                                              (p.other_plugins.empty() ? "" : "; " + p.other_plugins);
+    const std::string compressor =
+        p.compressor.empty()
+            ? "-"
+            : p.compressor + " " + p.compressor_version + " (ABI " + p.compressor_abi + ", " + p.compressor_path +
+                  (p.compressor_sha256.empty() ? "" : ", sha256 " + detail::shortHash(p.compressor_sha256)) + ")" +
+                  (p.other_plugins.empty() ? "" : "; " + p.other_plugins);
     // The clock belongs with the transport: a simulated run's times are its platform's (DESIGN.md section 9).
     const std::string transport = p.transport.empty()
                                       ? "-"
@@ -179,8 +174,8 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
                                             (p.clock == "simulated" ? ", simulated time (" + p.simulation + ")" : "");
     const std::vector<std::string> cells = {run.variant,
                                             p.state,
-                                            shortHash(p.config_sha256),
-                                            shortHash(p.git_commit),
+                                            detail::shortHash(p.config_sha256),
+                                            detail::shortHash(p.git_commit),
                                             compressor,
                                             p.caps.empty() ? "-" : p.caps,
                                             p.params.empty() ? "-" : p.params,

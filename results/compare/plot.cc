@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -83,7 +85,58 @@ void writeText(const fs::path& path, const std::string& text, std::vector<fs::pa
   written.push_back(path);
 }
 
+bool endsEpoch(const EvalPoint& p) {
+  return p.epoch_progress > 0 && std::fabs(p.epoch_progress - std::round(p.epoch_progress)) < 1e-9;
+}
+
+// Lines that are not the baseline cycle through these (gnuplot's default colours without its black, which the baseline
+// keeps for itself); each further eight are dashed, then dotted.
+constexpr std::array<const char*, 8> kPalette = {"#9400d3", "#009e73", "#56b4e9", "#e69f00",
+                                                 "#0072b2", "#e51e10", "#a0522d", "#f0e442"};
+
 }  // namespace
+
+std::vector<EvalPoint> plotPoints(const std::vector<EvalPoint>& points) {
+  if (points.size() < 2) return points;
+  std::vector<int64_t> gaps;
+  for (std::size_t i = 1; i < points.size(); ++i) gaps.push_back(points[i].step - points[i - 1].step);
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  const double near = static_cast<double>(gaps[gaps.size() / 2]) / 4;
+  std::vector<EvalPoint> out;
+  for (const EvalPoint& p : points) {
+    if (!out.empty() && static_cast<double>(p.step - out.back().step) < near) {
+      if (endsEpoch(p) && !endsEpoch(out.back())) out.back() = p;
+      continue;
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+AccuracyRange accuracyRange(const std::vector<std::vector<EvalPoint>>& lines) {
+  double lowest = INFINITY, highest = -INFINITY, weakest_best = INFINITY;
+  for (const auto& line : lines) {
+    double best = -INFINITY;
+    for (const EvalPoint& p : line) {
+      if (!std::isfinite(p.accuracy)) continue;
+      lowest = std::min(lowest, p.accuracy);
+      highest = std::max(highest, p.accuracy);
+      best = std::max(best, p.accuracy);
+    }
+    if (std::isfinite(best)) weakest_best = std::min(weakest_best, best);
+  }
+  if (!std::isfinite(highest)) return {};
+  double lo = std::max(lowest, weakest_best - 0.25), hi = highest;
+  const double pad = 0.05 * (hi - lo);
+  lo -= pad;
+  hi += pad;
+  if (hi - lo < 0.05) {
+    const double mid = (hi + lo) / 2;
+    lo = mid - 0.025;
+    hi = mid + 0.025;
+  }
+  return {std::max(lo, 0.0), std::min(hi, 1.0)};
+}
 
 std::optional<fs::path> findExecutable(std::string_view name, std::string_view search_path) {
   std::size_t start = 0;
@@ -137,13 +190,17 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
       simulated += row.simulated ? 1 : 0;
     }
     const bool all_simulated = simulated > 0 && simulated == drawable;
+    std::vector<std::vector<EvalPoint>> lines;
+    std::vector<std::string> colors, widths, dashes;
+    std::size_t others = 0;  // lines drawn so far that are not the baseline
     for (const auto& row : t.rows) {
       const auto it = by_name.find({t.study, row.variant});
       // Variants without records have no line to draw; an empty block would make gnuplot stop with an error.
       if (it == by_name.end() || it->second->points.empty()) continue;
       if (!titles.empty()) dat << "\n\n";
       dat << "# variant " << row.variant << '\n';
-      for (const auto& p : it->second->points)
+      lines.push_back(plotPoints(it->second->points));
+      for (const auto& p : lines.back())
         dat << fullPrecision(p.wire_bytes) << ' ' << (std::isnan(p.wall_s) ? "NaN" : fullPrecision(p.wall_s)) << ' '
             << fullPrecision(p.accuracy) << ' ' << p.step << '\n';
       std::string title = row.variant;
@@ -152,6 +209,11 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
       if (row.state == kStateFailed) title += " (failed)";
       if (row.state == kStateRunning) title += " (incomplete)";
       titles.push_back(title);
+      // The baseline is the line every other is read against: black and thick.
+      colors.push_back(row.baseline ? "black" : kPalette[others % kPalette.size()]);
+      widths.push_back(row.baseline ? "3" : "1.5");
+      dashes.push_back(row.baseline ? "1" : std::to_string(others / kPalette.size() % 3 + 1));
+      if (!row.baseline) ++others;
     }
     if (titles.empty()) continue;
     writeText(out / (stem + ".dat"), dat.str(), outcome.written);
@@ -166,19 +228,25 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << "data = stem . '.dat'\n"
        << "target = " << fullPrecision(c.target) << "\n"
        << "array names[" << titles.size() << "]\n";
-    for (std::size_t i = 0; i < titles.size(); ++i) gp << "names[" << i + 1 << "] = " << gpQuote(titles[i]) << '\n';
+    gp << "array colors[" << titles.size() << "]\narray widths[" << titles.size() << "]\narray dashes[" << titles.size()
+       << "]\n";
+    for (std::size_t i = 0; i < titles.size(); ++i) {
+      gp << "names[" << i + 1 << "] = " << gpQuote(titles[i]) << "; colors[" << i + 1 << "] = " << gpQuote(colors[i])
+         << "; widths[" << i + 1 << "] = " << widths[i] << "; dashes[" << i + 1 << "] = " << dashes[i] << '\n';
+    }
+    const AccuracyRange range = accuracyRange(lines);
     gp << "set key outside right top noenhanced\n"
        << "set grid\n"
        << "set ylabel 'test accuracy'\n"
        << "set style data linespoints\n"
-       << "# Runs that diverge would squash the interesting range; they still show, leaving the plot downwards.\n"
-       << "# `set yrange [*:*]` shows every point.\n"
-       << "set yrange [(target > 0.25 ? target - 0.25 : 0):*]\n"
-       << "set arrow 1 from graph 0, first target to graph 1, first target nohead dashtype 2 lc rgb 'gray40'\n"
-       << "set label 1 sprintf('target %g', target) at graph 0.01, first target offset 0, 0.6 tc rgb 'gray40'\n"
+       << "# From the data (plot.h, accuracyRange): points far below the weakest line's best leave the plot\n"
+       << "# downwards. `set yrange [*:*]` shows every point.\n"
+       << "set yrange [" << fullPrecision(range.lo) << ":" << fullPrecision(range.hi) << "]\n"
+       << "if (target >= " << fullPrecision(range.lo) << " && target <= " << fullPrecision(range.hi) << ") {\n"
+       << "  set arrow 1 from graph 0, first target to graph 1, first target nohead dashtype 2 lc rgb 'gray40'\n"
+       << "  set label 1 sprintf('target %g', target) at graph 0.01, first target offset 0, 0.6 tc rgb 'gray40'\n"
+       << "}\n"
        << "# pngcairo draws nicer lines; the plain png terminal (libgd) is the fallback where cairo is missing.\n"
-       << "# Eight colours repeat: the second eight lines are dashed, the third dotted.\n"
-       << "style(i) = ((i - 1) / 8) % 3 + 1\n"
        << "png_term = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n"
        << "do for [fmt in 'png svg'] {\n"
        << "  if (fmt eq 'png') { eval('set terminal ' . png_term . ' size 1200,700 noenhanced') } "
@@ -188,7 +256,9 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << "  set logscale x\n"
        << "  set format x '%.0s %cB'\n"
        << "  set xlabel 'wire bytes per worker (log scale)'\n"
-       << "  plot for [i=1:|names|] data index (i-1) using 1:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title "
+       << "  plot for [i=1:|names|] data index (i-1) using 1:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) "
+          "+ 1 "
+          "ps 0.7 title "
           "names[i]\n"
        << "  set output stem . '_acc_vs_time.' . fmt\n"
        << "  set title 'study ' . stem . ': test accuracy vs " << (all_simulated ? "simulated" : "wall")
@@ -196,7 +266,9 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << "  unset logscale x\n"
        << "  set format x '%g'\n"
        << "  set xlabel '" << (all_simulated ? "simulated time (s)" : "wall time (s)") << "'\n"
-       << "  plot for [i=1:|names|] data index (i-1) using 2:3 lw 1.5 lc i dt style(i) pt (i % 13) + 1 ps 0.7 title "
+       << "  plot for [i=1:|names|] data index (i-1) using 2:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) "
+          "+ 1 "
+          "ps 0.7 title "
           "names[i]\n"
        << "}\n"
        << "unset output\n";

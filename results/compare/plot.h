@@ -28,6 +28,21 @@ std::optional<std::filesystem::path> findExecutable(std::string_view name, std::
 // A file name made of `s`: anything but [A-Za-z0-9._-] becomes '_' (study names come from folder names).
 std::string safeFileStem(std::string_view s);
 
+// The evaluation points one variant's line draws: `points` without the near-duplicates that two eval cadences make
+// where they almost meet (every_steps 235 and an epoch of 469 steps evaluate at 469 and 470): a point closer than a
+// quarter of the median spacing to its predecessor replaces it when it ends an epoch, else is dropped. The runner
+// evaluates once per step at most, so these are two evaluations, not a record written twice.
+std::vector<EvalPoint> plotPoints(const std::vector<EvalPoint>& points);
+
+// The accuracy axis for a study's lines: from the data, not fixed. The top is the best accuracy; the bottom is the
+// lowest point, but not below 0.25 under the weakest line's best (a run's first evaluations and a diverged run's
+// collapse would squash the range where the lines differ; they leave the plot downwards). Padded by 5%, inside
+// [0, 1], at least 0.05 high.
+struct AccuracyRange {
+  double lo = 0, hi = 1;
+};
+AccuracyRange accuracyRange(const std::vector<std::vector<EvalPoint>>& lines);
+
 // Writes <out>/<study>.dat and <out>/<study>.gp for every study of `c` (variants in table order, using `runs`' eval
 // points), then runs gnuplot (looked up in `search_path`, normally $PATH) in `out` to make
 // <study>_acc_vs_bytes.{png,svg} and <study>_acc_vs_time.{png,svg}. Throws InvalidArgument when `out` cannot be

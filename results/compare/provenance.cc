@@ -36,6 +36,13 @@ std::string objectText(const Json* o, std::string_view sep = " ") {
 
 }  // namespace
 
+std::string shortHash(const std::string& h) {
+  if (h.empty()) return "-";
+  const bool dirty = h.size() > 6 && h.ends_with("-dirty");
+  const std::string hash = dirty ? h.substr(0, h.size() - 6) : h;
+  return (hash.size() > 12 ? hash.substr(0, 12) : hash) + (dirty ? "-dirty" : "");
+}
+
 ProvenanceRow provenanceRow(const RunData& run) {
   ProvenanceRow r;
   r.study = run.study;
@@ -65,9 +72,13 @@ ProvenanceRow provenanceRow(const RunData& run) {
         r.compressor_path = pl.str("path");
         r.caps = objectText(pl.find("caps"));
         r.params = objectText(pl.find("params"));
+        r.compressor_sha256 = pl.str("sha256");
       } else {
+        const std::string params = objectText(pl.find("params"));
         r.other_plugins += (r.other_plugins.empty() ? "" : "; ") + pl.str("kind") + " " + pl.str("name") + " " +
-                           pl.str("version") + " " + pl.str("path");
+                           pl.str("version") + " " + pl.str("path") +
+                           (pl.str("sha256").empty() ? "" : " sha256 " + shortHash(pl.str("sha256"))) +
+                           (params.empty() ? "" : " " + params);
       }
     }
   }
@@ -85,6 +96,7 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"compressor_version", &ProvenanceRow::compressor_version},
           {"compressor_abi", &ProvenanceRow::compressor_abi},
           {"compressor_path", &ProvenanceRow::compressor_path},
+          {"compressor_sha256", &ProvenanceRow::compressor_sha256},
           {"caps", &ProvenanceRow::caps},
           {"params", &ProvenanceRow::params},
           {"other_plugins", &ProvenanceRow::other_plugins},

@@ -13,12 +13,18 @@ namespace terse::results::detail {
 struct ProvenanceRow {
   std::string study, variant, state, config_sha256, git_commit, terse_version, host, start_time, transport, mode;
   std::string world_size, link, compressor, compressor_version, compressor_abi, compressor_path, caps, params;
+  std::string compressor_sha256;  // of the plugin file; empty for runs recorded before plugin hashes existed
   std::string other_plugins;
   std::string clock, simulation;  // "real_time" or "simulated"; the simulated platform and compute model
 };
 
-// Empty cells for what the run's provenance.json does not say (a run that failed before writing it).
+// Empty cells for what the run's provenance.json does not say (a run that failed before writing it, or an older
+// run without plugin hashes).
 ProvenanceRow provenanceRow(const RunData& run);
+
+// Twelve hex digits of a hash (enough to tell files or commits apart in a table); a "-dirty" suffix is kept; "-" for
+// none.
+std::string shortHash(const std::string& hash);
 
 // The CSV and JSON columns, in order: name and the row's member.
 std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColumns();

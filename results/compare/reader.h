@@ -16,12 +16,9 @@
 #include <vector>
 
 #include "results/json.h"
+#include "results/sha256.h"  // sha256Hex: the config hash (config_sha256)
 
 namespace terse::results {
-
-// The lowercase hex SHA-256 (OpenSSL) of `data`: the config hash `--provenance` prints, the same digest `sha256sum
-// config.textproto` gives, so a published table can be checked against a results folder with standard tools.
-std::string sha256Hex(std::string_view data);
 
 // One evaluation point as read from metrics.jsonl. Optional fields absent from the record are NaN.
 struct EvalPoint {

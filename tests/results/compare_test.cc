@@ -420,5 +420,62 @@ TEST(ConfigMismatch, DifferentWorkloadsAndDataAreNamed) {
   EXPECT_TRUE(configMismatchWarnings(same).empty());
 }
 
+// A plugin file rebuilt between two runs of one study: each run's provenance holds the hash of the file it loaded,
+// compare warns, and --provenance shows the short hash.
+TEST(PluginHash, RecordedPerRunAndWarnedWhenTheFileChanged) {
+  const fs::path root = freshDir("PluginHash");
+  const fs::path plugin = root / "plugins" / "terse_compressor_mine.so";
+  fs::create_directories(plugin.parent_path());
+  fs::copy_file(TERSE_TEST_PLUGIN_FILE, plugin);
+  RunSpec first("s", "first", "mine", false, {{100, 0.8, 1000, 1.0}});
+  first.plugin_path = plugin.string();
+  writeRun(root / "results", first);
+  const std::string before = fileSha256Hex(plugin);
+  EXPECT_EQ(before, sha256Hex(readText(plugin)));
+  appendText(plugin, "rebuilt");
+  RunSpec second = first;
+  second.variant = "second";
+  writeRun(root / "results", second);
+  const std::string after = fileSha256Hex(plugin);
+  ASSERT_NE(before, after);
+
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "results"}, w);
+  ASSERT_EQ(runs.size(), 2u);
+  auto recorded = [](const RunData& r) { return r.provenance->find("plugins")->array.at(0).str("sha256"); };
+  EXPECT_EQ(recorded(runs[0]), before);
+  EXPECT_EQ(recorded(runs[1]), after);
+
+  const auto warnings = pluginHashWarnings(runs);
+  ASSERT_EQ(warnings.size(), 1u);
+  const std::string& m = warnings[0];
+  EXPECT_NE(m.find("study s: compressor mine was loaded from 2 different files"), std::string::npos) << m;
+  EXPECT_NE(m.find(before.substr(0, 12) + ": first ("), std::string::npos) << m;
+  EXPECT_NE(m.find(after.substr(0, 12) + ": second ("), std::string::npos) << m;
+
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_NE(md.find("sha256 " + before.substr(0, 12) + ")"), std::string::npos) << md;
+  EXPECT_EQ(md.find(before.substr(0, 13)), std::string::npos) << "shortened to 12 digits: " << md;
+  const std::string csv = provenanceTableCsv(runs);
+  EXPECT_NE(csv.find(after), std::string::npos) << csv;  // the full hash in the machine-readable table
+}
+
+// Runs recorded before plugin hashes (or whose plugin file is gone) read as before: no hash, no warning.
+TEST(PluginHash, FoldersWithoutHashesStillRead) {
+  const fs::path root = freshDir("PluginHashOld");
+  for (const auto& s : knownStudy()) writeRun(root, s);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_FALSE(runs.empty());
+  for (const auto& r : runs) {
+    const Json& pl = r.provenance->find("plugins")->array.at(0);
+    EXPECT_TRUE(pl.str("sha256").empty());
+    EXPECT_NE(pl.str("sha256_error").find("cannot read /plugins/"), std::string::npos) << pl.str("sha256_error");
+  }
+  EXPECT_TRUE(pluginHashWarnings(runs).empty());
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_EQ(md.find(", sha256 "), std::string::npos) << md;
+}
+
 }  // namespace
 }  // namespace terse::results

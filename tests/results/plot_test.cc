@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "results/compare/plot.h"
+#include "results/compare/text.h"
 #include "tests/results/results_fixture.h"
 
 namespace terse::results {
@@ -94,6 +95,83 @@ TEST(Plot, GnuplotDrawsPngAndSvg) {
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find("dense (baseline)"), std::string::npos);
   EXPECT_FALSE(fs::exists(root / "out" / "s.gnuplot.log"));
+}
+
+EvalPoint at(int64_t step, double epoch_progress, double accuracy) {
+  EvalPoint p;
+  p.step = step;
+  p.epoch_progress = epoch_progress;
+  p.accuracy = accuracy;
+  return p;
+}
+
+std::vector<int64_t> steps(const std::vector<EvalPoint>& points) {
+  std::vector<int64_t> out;
+  for (const auto& p : points) out.push_back(p.step);
+  return out;
+}
+
+// The quickstart's cadence: every 235 steps and at the ends of 469-step epochs, so 469/470 and 938/940 are both
+// evaluated; the line keeps the epoch ends.
+TEST(PlotPoints, NearDuplicatesOfAnEpochEndCollapseOntoIt) {
+  const std::vector<EvalPoint> quickstart = {at(235, 0.501, 0.80), at(469, 1.0, 0.83), at(470, 1.002, 0.83),
+                                             at(705, 1.503, 0.84), at(938, 2.0, 0.85), at(940, 2.004, 0.85),
+                                             at(1175, 2.505, 0.86)};
+  EXPECT_EQ(steps(plotPoints(quickstart)), (std::vector<int64_t>{235, 469, 705, 938, 1175}));
+  // The epoch end after the other cadence's point replaces it.
+  const std::vector<EvalPoint> before = {at(100, 0.2, 0.5), at(200, 0.4, 0.6),   at(300, 0.6, 0.7),
+                                         at(400, 0.8, 0.8), at(499, 0.998, 0.8), at(500, 1.0, 0.81)};
+  EXPECT_EQ(steps(plotPoints(before)), (std::vector<int64_t>{100, 200, 300, 400, 500}));
+  // Evenly spaced points all stay.
+  const std::vector<EvalPoint> even = {at(67, 0.14, 0.7), at(134, 0.29, 0.75), at(201, 0.43, 0.8)};
+  EXPECT_EQ(steps(plotPoints(even)), (std::vector<int64_t>{67, 134, 201}));
+}
+
+TEST(AccuracyRange, FollowsTheData) {
+  // A study whose accuracies sit around 0.3 is drawn there, not in a fixed 0.6-0.9 window.
+  const AccuracyRange low = accuracyRange({{at(1, 0, 0.30), at(2, 0, 0.36)}, {at(1, 0, 0.32), at(2, 0, 0.40)}});
+  EXPECT_NEAR(low.lo, 0.30 - 0.005, 1e-12);
+  EXPECT_NEAR(low.hi, 0.40 + 0.005, 1e-12);
+  // A high study stays zoomed in.
+  const AccuracyRange high = accuracyRange({{at(1, 0, 0.85), at(2, 0, 0.90)}});
+  EXPECT_NEAR(high.lo, 0.8475, 1e-12);
+  EXPECT_NEAR(high.hi, 0.9025, 1e-12);
+  // The floor: a diverged line's collapse (0.1) leaves the plot below 0.25 under the weakest line's best (0.5).
+  const AccuracyRange diverged = accuracyRange({{at(1, 0, 0.5), at(2, 0, 0.1)}, {at(1, 0, 0.8), at(2, 0, 0.9)}});
+  EXPECT_NEAR(diverged.lo, 0.25 - 0.05 * 0.65, 1e-12);
+  EXPECT_NEAR(diverged.hi, 0.9 + 0.05 * 0.65, 1e-12);
+  // A flat line gets a readable height; the range stays within [0, 1].
+  const AccuracyRange flat = accuracyRange({{at(1, 0, 0.99), at(2, 0, 0.99)}});
+  EXPECT_NEAR(flat.lo, 0.965, 1e-12);
+  EXPECT_EQ(flat.hi, 1.0);
+  const AccuracyRange none = accuracyRange({});
+  EXPECT_EQ(none.lo, 0.0);
+  EXPECT_EQ(none.hi, 1.0);
+}
+
+TEST(Plot, ScriptDrawsTheBaselineBlackAndThickWithTheDataRange) {
+  const fs::path root = freshDir("PlotStyle");
+  const auto p = knownComparison(root / "results");
+  const fs::path empty = root / "empty-bin";
+  fs::create_directories(empty);
+  writePlots(p.c, p.runs, root / "out", empty.string());
+  const std::string gp = readText(root / "out" / "s.gp");
+  EXPECT_NE(gp.find("names[3] = 'dense (baseline)'; colors[3] = 'black'; widths[3] = 3; dashes[3] = 1"),
+            std::string::npos)
+      << gp;
+  EXPECT_NE(gp.find("names[1] = 'topk'; colors[1] = '#9400d3'; widths[1] = 1.5"), std::string::npos) << gp;
+  // Only the baseline is black.
+  std::size_t blacks = 0;
+  for (auto at = gp.find("= 'black'"); at != std::string::npos; at = gp.find("= 'black'", at + 1)) ++blacks;
+  EXPECT_EQ(blacks, 1u);
+  EXPECT_NE(gp.find("lw widths[i] lc rgb colors[i] dt dashes[i]"), std::string::npos) << gp;
+  std::vector<std::vector<EvalPoint>> lines;
+  for (const auto& run : p.runs)
+    if (!run.points.empty()) lines.push_back(plotPoints(run.points));
+  const AccuracyRange r = accuracyRange(lines);
+  EXPECT_NE(gp.find("set yrange [" + detail::fullPrecision(r.lo) + ":" + detail::fullPrecision(r.hi) + "]"),
+            std::string::npos)
+      << gp;
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct RunSpec {
   std::string hidden = "256";     // workload.hidden_sizes
   std::string batch_size = "32";  // data.batch_size
   bool simulated = false;         // provenance clock "simulated"
+  std::string plugin_path;        // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
 };
 
 inline std::string configText(const RunSpec& s) {
@@ -80,7 +81,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     info.name = s.compressor;
     info.version = "1.0.0";
     info.abi_version = 1;
-    info.path = "/plugins/terse_compressor_" + s.compressor + ".so";
+    info.path = s.plugin_path.empty() ? "/plugins/terse_compressor_" + s.compressor + ".so" : s.plugin_path;
     info.origin = "build tree";
     CompressorCaps caps{};
     caps.num_rounds = 1;
