@@ -26,11 +26,11 @@
 // each call and judged exactly as on the host (memory.h says what that can and cannot see).
 //
 // The files of this folder (library terse::conformance), one job each: suite.cc runs the checks in order into the
-// report, each through check_runner (in a child process or in this one); contract_checks, aggregation_checks and
-// payload_fuzzing hold the checks (checks.h lists them, check_context.h is what they share); simulation is the
-// in-process exchange of payloads between ranks that they drive; memory puts every buffer on the host or a device
-// between guard zones; vectors and message are the inputs, measures and wording the checks share; payload_sizes answers
-// measurePayloadSizes.
+// report, each through check_runner (in a child process or in this one); contract_checks, output_checks,
+// aggregation_checks and payload_fuzzing hold the checks (checks.h lists them, check_context.h is what they share);
+// simulation is the in-process exchange of payloads between ranks that they drive; memory puts every buffer on the host
+// or a device between guard zones; vectors and message are the inputs, measures and wording the checks share;
+// payload_sizes answers measurePayloadSizes.
 #pragma once
 
 #include <array>
@@ -80,6 +80,10 @@ struct ConformanceOptions {
   std::vector<ConformanceShape> shapes = defaultConformanceShapes();
   // Fails round_trip when the measured relative error on a shape of at least kRoundTripMinNumel elements exceeds it.
   std::optional<double> max_rel_error;
+  // finite_decode feeds inputs up to |x| = 3e38 and requires finite decodes. A plugin whose documented range is smaller
+  // (an 8-bit float cast) gives its largest finite input here; a SUM wire of f16 or bf16 already limits it to what
+  // that dtype holds.
+  std::optional<double> finite_input_limit;
   // The plugin claims E[D(C(x))] = x: unbiased then fails when the measured bias exceeds the sampling noise.
   bool claims_unbiased = false;
   // Compressions per estimate in the unbiasedness check (each one a distinct step, so a fresh random draw).

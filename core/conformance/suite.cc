@@ -29,7 +29,9 @@ constexpr std::string_view kSizes = "sizes";
 constexpr std::string_view kShapes = "shapes";
 constexpr std::string_view kRoundTrip = "round_trip";
 constexpr std::string_view kOutputSize = "output_size";
+constexpr std::string_view kFiniteDecode = "finite_decode";
 constexpr std::string_view kDeterministic = "deterministic";
+constexpr std::string_view kZeroPadding = "zero_padding";
 constexpr std::string_view kSharedSeed = "shared_seed";
 constexpr std::string_view kAccumulate = "accumulate";
 constexpr std::string_view kPurity = "decompress_purity";
@@ -54,7 +56,9 @@ constexpr CheckEntry kChecks[] = {
     {kShapes, &conformance::checkShapes},
     {kRoundTrip, &conformance::checkRoundTrip},
     {kOutputSize, &conformance::checkOutputSize},
+    {kFiniteDecode, &conformance::checkFiniteDecode},
     {kDeterministic, &conformance::checkDeterministic},
+    {kZeroPadding, &conformance::checkZeroPadding},
     {kSharedSeed, &conformance::checkSharedSeed},
     {kAccumulate, &conformance::checkAccumulate},
     {kPurity, &conformance::checkPurity},
