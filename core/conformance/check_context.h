@@ -41,10 +41,12 @@ struct Context {
   const ConformanceOptions& options;
   std::shared_ptr<ConformanceMemory> memory;  // where every buffer of every check lives
   std::shared_ptr<Compressor> instance;
+  // instantiate succeeded: a check run in a child process (check_runner.h) finds `instance` empty and makes its own.
+  bool instantiated = false;
   CompressorCaps caps;
   std::vector<ConformanceShape> shapes;  // those get_sizes accepted
   std::map<std::string, double> round_trip_error;
-  uint64_t next_tensor_id = 1;
+  uint64_t next_tensor_id = 1;  // also carried back from a child, so ids never repeat within a run
 
   uint64_t tensorId() { return next_tensor_id++; }
   Simulation sim(const ConformanceShape& s, int world);

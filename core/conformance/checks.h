@@ -18,6 +18,10 @@ Outcome checkAccumulate(Context& c);
 Outcome checkPurity(Context& c);
 Outcome checkUnbiased(Context& c);
 
+// output_checks.cc: what the outputs hold: finite decodes of finite inputs, no payload byte left unwritten.
+Outcome checkFiniteDecode(Context& c);
+Outcome checkZeroPadding(Context& c);
+
 // aggregation_checks.cc: the payloads of several simulated ranks combined as the caps say the core combines them.
 Outcome checkSumAggregation(Context& c);
 Outcome checkCustomReduce(Context& c);

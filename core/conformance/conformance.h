@@ -5,11 +5,13 @@
 //
 // What it can and cannot see. Every plugin status becomes a terse::Error that the suite catches, and every buffer the
 // plugin writes (output, decompress target, workspace, state, reduce output) sits between guard zones that are
-// checked after each call, so a wrong answer or a write out of bounds is a FAIL, not a crash. A plugin that
-// segfaults, aborts or loops forever takes the process with it: nothing in one process can stop that, so the CLI
-// names each check before running it (the last name printed is the one that crashed). An out-of-bounds *read* leaves
-// no trace in process; the suite hands decompress its payloads in allocations of exactly the payload's size, so an
-// AddressSanitizer build (the `asan` preset, run by scripts/test) reports such a read at the plugin's line.
+// checked after each call, so a wrong answer or a write out of bounds is a FAIL, not a crash. On the host each check
+// runs in a forked child process of its own (check_runner.h): a plugin that segfaults or aborts fails that check with
+// "crashed with SIGSEGV (Segmentation fault)", one that loops past ConformanceOptions::check_timeout_s fails it naming
+// the limit, and the remaining checks still run. The device mode runs in process (suite.cc says why), where a crash
+// still takes the process: the CLI names each check before running it. An out-of-bounds *read* leaves no trace; the
+// suite hands decompress its payloads in allocations of exactly the payload's size, so an AddressSanitizer build (the
+// `asan` preset, run by scripts/test) reports such a read at the plugin's line (in the child, which then exits 1).
 //
 // Error bounds. The ABI has no field for a compressor's accuracy and should not: the bound depends on the parameters
 // (top-k's ratio), the data and what the experimenter accepts. So the suite measures the relative error
@@ -24,10 +26,11 @@
 // each call and judged exactly as on the host (memory.h says what that can and cannot see).
 //
 // The files of this folder (library terse::conformance), one job each: suite.cc runs the checks in order into the
-// report; contract_checks, aggregation_checks and payload_fuzzing hold the checks (checks.h lists them, check_context.h
-// is what they share); simulation is the in-process exchange of payloads between ranks that they drive; memory puts
-// every buffer on the host or a device between guard zones; vectors and message are the inputs, measures and wording
-// the checks share; payload_sizes answers measurePayloadSizes.
+// report, each through check_runner (in a child process or in this one); contract_checks, output_checks,
+// aggregation_checks and payload_fuzzing hold the checks (checks.h lists them, check_context.h is what they share);
+// simulation is the in-process exchange of payloads between ranks that they drive; memory puts every buffer on the host
+// or a device between guard zones; vectors and message are the inputs, measures and wording the checks share;
+// payload_sizes answers measurePayloadSizes.
 #pragma once
 
 #include <array>
@@ -77,6 +80,10 @@ struct ConformanceOptions {
   std::vector<ConformanceShape> shapes = defaultConformanceShapes();
   // Fails round_trip when the measured relative error on a shape of at least kRoundTripMinNumel elements exceeds it.
   std::optional<double> max_rel_error;
+  // finite_decode feeds inputs up to |x| = 3e38 and requires finite decodes. A plugin whose documented range is smaller
+  // (an 8-bit float cast) gives its largest finite input here; a SUM wire of f16 or bf16 already limits it to what
+  // that dtype holds.
+  std::optional<double> finite_input_limit;
   // The plugin claims E[D(C(x))] = x: unbiased then fails when the measured bias exceeds the sampling noise.
   bool claims_unbiased = false;
   // Compressions per estimate in the unbiasedness check (each one a distinct step, so a fresh random draw).
@@ -90,6 +97,13 @@ struct ConformanceOptions {
   // device is not checked there: instantiate says so and the rest is SKIP.
   uint32_t device = TERSE_DEVICE_HOST;
   int device_index = 0;
+  // Each check in a child process of its own (host memory only; the CUDA mode always runs in process). Off: one process
+  // for all, for a debugger.
+  bool isolate = true;
+  // Seconds a check's child may run before it is killed and the check fails (0: no limit). The slowest built-in check
+  // takes about a second; 60 leaves room for sanitizer builds and loaded CI machines while a plugin that hangs in every
+  // check still ends within minutes.
+  double check_timeout_s = 60;
   // Called before and after each check, e.g. to print progress: a crash then shows which check it was in.
   std::function<void(std::string_view name)> on_check_start;
   std::function<void(const CheckResult&)> on_check_done;

@@ -94,6 +94,7 @@ TensorInfo Simulation::info(int rank, uint64_t step, int round, int source) cons
 Bytes Simulation::compress(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev) {
   Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
   const auto out = memory_->guarded(static_cast<std::size_t>(sizes(round).max_output_bytes));
+  if (output_fill_) out->write(Bytes(out->size(), *output_fill_));
   const auto in = memory_->input(asBytes(input));
   const auto prev_copy = memory_->copy(prev);
   const uint64_t n =
@@ -143,6 +144,7 @@ Bytes Simulation::reduce(int rank, uint64_t step, int round, std::span<const std
                          std::span<const std::byte> b) {
   Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
   const auto out = memory_->guarded(static_cast<std::size_t>(sizes(round).max_reduced_bytes));
+  if (output_fill_) out->write(Bytes(out->size(), *output_fill_));
   const auto ca = memory_->copy(a), cb = memory_->copy(b);
   const uint64_t n = compressor_->reduce(info(rank, step, round, -1), ca->span(), cb->span(), rk.scratch(),
                                          out->spanWithSlack(kOutputSlack), memory_->stream());

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,9 @@ class Simulation {
   bool aggregated() const { return caps_.aggregation != Aggregation::kAllgather; }
   const std::vector<std::string>& issues() const { return issues_; }
   void watchPurity(bool on) { watch_purity_ = on; }
+  // Fills every compress and reduce output buffer with `fill` before the call (the default leaves them zeroed, as
+  // made): a byte the plugin does not write then reads back as the fill.
+  void fillOutputs(std::byte fill) { output_fill_ = fill; }
   std::size_t decompressCalls() const { return decompress_calls_; }
   std::size_t sourceRankDecompressCalls() const { return source_rank_calls_; }
 
@@ -96,6 +100,7 @@ class Simulation {
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::string> issues_;
   bool watch_purity_ = false;
+  std::optional<std::byte> output_fill_;
   std::size_t decompress_calls_ = 0;
   std::size_t source_rank_calls_ = 0;
 };

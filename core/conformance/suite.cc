@@ -4,13 +4,13 @@
 #include "core/conformance/conformance.h"
 
 #include <algorithm>
-#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "core/common/error.h"
 #include "core/conformance/check_context.h"
+#include "core/conformance/check_runner.h"
 #include "core/conformance/checks.h"
 #include "core/conformance/memory.h"
 #include "core/conformance/message.h"
@@ -22,7 +22,6 @@ using conformance::cat;
 using conformance::ConformanceMemory;
 using conformance::Context;
 using conformance::Outcome;
-using conformance::Violation;
 
 // ---- Check names, in run order.
 constexpr std::string_view kInstantiate = "instantiate";
@@ -30,7 +29,9 @@ constexpr std::string_view kSizes = "sizes";
 constexpr std::string_view kShapes = "shapes";
 constexpr std::string_view kRoundTrip = "round_trip";
 constexpr std::string_view kOutputSize = "output_size";
+constexpr std::string_view kFiniteDecode = "finite_decode";
 constexpr std::string_view kDeterministic = "deterministic";
+constexpr std::string_view kZeroPadding = "zero_padding";
 constexpr std::string_view kSharedSeed = "shared_seed";
 constexpr std::string_view kAccumulate = "accumulate";
 constexpr std::string_view kPurity = "decompress_purity";
@@ -44,7 +45,7 @@ constexpr std::string_view kWrongHeader = "wrong_header_payloads";
 constexpr std::string_view kByteFlips = "byte_flip_payloads";
 constexpr std::string_view kRandomPayloads = "random_payloads";
 
-using CheckFn = Outcome (*)(Context&);
+using conformance::CheckFn;
 struct CheckEntry {
   std::string_view name;
   CheckFn fn;
@@ -55,7 +56,9 @@ constexpr CheckEntry kChecks[] = {
     {kShapes, &conformance::checkShapes},
     {kRoundTrip, &conformance::checkRoundTrip},
     {kOutputSize, &conformance::checkOutputSize},
+    {kFiniteDecode, &conformance::checkFiniteDecode},
     {kDeterministic, &conformance::checkDeterministic},
+    {kZeroPadding, &conformance::checkZeroPadding},
     {kSharedSeed, &conformance::checkSharedSeed},
     {kAccumulate, &conformance::checkAccumulate},
     {kPurity, &conformance::checkPurity},
@@ -141,6 +144,8 @@ ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& 
     TERSE_CHECK(std::find(names.begin(), names.end(), name) != names.end(), InvalidArgument,
                 "conformance: no check named '" << name << "'");
   }
+  TERSE_CHECK(options.check_timeout_s >= 0, InvalidArgument,
+              "conformance: check_timeout_s is seconds, 0 for no limit, got " << options.check_timeout_s);
   TERSE_CHECK(options.device == TERSE_DEVICE_HOST || options.device == TERSE_DEVICE_CUDA, InvalidArgument,
               "conformance: device must be host (0x1) or cuda (0x2), got " << options.device);
   TERSE_CHECK(options.device == TERSE_DEVICE_HOST || options.device_index >= 0, InvalidArgument,
@@ -153,7 +158,23 @@ ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& 
   report.plugin = plugin.info().name;
   report.path = plugin.info().path.string();
   report.device = memory->describe();
-  Context ctx{plugin, params, options, memory, nullptr, {}, {}, {}, 1};
+  Context ctx{.plugin = plugin,
+              .params = params,
+              .options = options,
+              .memory = memory,
+              .instance = nullptr,
+              .instantiated = false,
+              .caps = {},
+              .shapes = {},
+              .round_trip_error = {},
+              .next_tensor_id = 1};
+  // Each check runs in a forked child on the host, so a plugin that crashes or hangs fails that check and the rest
+  // still run (check_runner.h). The CUDA mode stays in this process: the parent already holds a CUDA context (the
+  // device was probed and its memory set up above), and a child forked from a process with a CUDA context must not use
+  // CUDA. Forking before any CUDA use would mean moving the device probe into a child and a fresh context per check
+  // (a few hundred ms each, times 20 checks); a device fault is already a sticky CUDA error that fails the check and
+  // leaves the process alive (memory.h), and crashes in the plugin's host code are what the host mode finds.
+  const bool isolated = options.isolate && options.device == TERSE_DEVICE_HOST;
   std::string blocked;  // why the remaining checks cannot run
   for (const auto& entry : kChecks) {
     const bool prerequisite = entry.name == kInstantiate || entry.name == kSizes;
@@ -168,24 +189,11 @@ ConformanceReport checkCompressor(const CompressorPlugin& plugin, const Params& 
       result.status = CheckStatus::kSkip;
       result.message = blocked;
     } else {
-      try {
-        Outcome o = entry.fn(ctx);
-        result.status = o.status;
-        result.message = std::move(o.message);
-      } catch (const Violation& v) {
-        result.status = CheckStatus::kFail;
-        result.message = v.what();
-      } catch (const Error& e) {
-        result.status = CheckStatus::kFail;
-        result.message = e.what();
-      } catch (const std::exception& e) {
-        result.status = CheckStatus::kFail;
-        result.message = cat("unexpected exception: ", e.what());
-      } catch (...) {
-        result.status = CheckStatus::kFail;
-        result.message = "unexpected exception of unknown type";
-      }
-      if (entry.name == kInstantiate && !ctx.instance) {
+      Outcome o = isolated ? conformance::runCheckInChild(entry.fn, ctx, options.check_timeout_s)
+                           : conformance::runCheckInProcess(entry.fn, ctx);
+      result.status = o.status;
+      result.message = std::move(o.message);
+      if (entry.name == kInstantiate && !ctx.instantiated) {
         blocked = "not run: no usable instance (see instantiate)";
       } else if (entry.name == kSizes && ctx.shapes.empty()) {
         blocked = "not run: get_sizes accepted no shape (see sizes)";

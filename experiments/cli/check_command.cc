@@ -26,15 +26,20 @@ namespace po = boost::program_options;
 constexpr std::string_view kCheckUsage =
     "usage: terse plugins check NAME|PATH [--plugin-path DIR[:DIR...]]... [--param KEY=VALUE]...\n"
     "                           [--max-rel-error X] [--unbiased] [--seed S] [--only CHECK]...\n"
-    "                           [--device host|cuda|cuda:N]\n"
+    "                           [--device host|cuda|cuda:N] [--check-timeout S] [--finite-limit X] [--in-process]\n"
     "\n"
     "Runs the compressor conformance suite: the plugin's contract (compressor_v1.h) checked in this process on f32\n"
     "host tensors of 0, 1, 1001 and 2^20 + 3 elements and 33x31 and 300x257 matrices, with 3 simulated ranks. Prints\n"
     "one line per check (PASS, FAIL or SKIP with what was measured) and exits 0 when no check fails, 1 otherwise.\n"
     "\n"
     "The round-trip error ||D(C(x)) - x|| / ||x|| on standard-normal inputs is only reported unless --max-rel-error\n"
-    "gives a bound; unbiasedness is only reported unless --unbiased says the plugin claims it. A plugin that crashes\n"
-    "takes this process with it: the check named last on the output is the one that crashed.\n"
+    "gives a bound; unbiasedness is only reported unless --unbiased says the plugin claims it.\n"
+    "\n"
+    "Each check runs in a child process of its own: a plugin that crashes fails that check (\"crashed with SIGSEGV\n"
+    "(Segmentation fault)\"), one that runs past --check-timeout seconds (default 60, 0: no limit) is killed and "
+    "fails\n"
+    "it, and the other checks still run. --in-process runs them all in this process, for a debugger; the device mode\n"
+    "always does (a crash there ends the run, and the check named last on the output is the one that crashed).\n"
     "\n"
     "--device cuda (or cuda:N for device N) runs the same checks with every buffer the plugin sees in CUDA device\n"
     "memory, on a stream of the suite's own, guard zones checked on the device after each call. A plugin that does "
@@ -99,7 +104,10 @@ int checkCommand(const std::vector<std::string>& args) {
       "unbiased", "the plugin claims E[D(C(x))] = x: fail when the measured bias exceeds the sampling noise")(
       "seed", po::value<uint64_t>(), "seed of the inputs and the ranks' seeds (default 20240611)")(
       "only", po::value<std::vector<std::string>>()->composing(), "run only this check (repeatable)")(
-      "device", po::value<std::string>(), "where the plugin's buffers live: host (default), cuda or cuda:N");
+      "device", po::value<std::string>(), "where the plugin's buffers live: host (default), cuda or cuda:N")(
+      "check-timeout", po::value<double>(), "seconds a check may run before it fails (default 60, 0: no limit)")(
+      "finite-limit", po::value<double>(), "largest |x| the plugin's range holds, for finite_decode (default 3e38)")(
+      "in-process", "run every check in this process instead of a child each (for a debugger)");
   po::options_description hidden;
   hidden.add_options()("plugin", po::value<std::string>(), "NAME|PATH");
   po::options_description all;
@@ -125,6 +133,15 @@ int checkCommand(const std::vector<std::string>& args) {
       opts.max_rel_error = bound;
     }
     opts.claims_unbiased = vm.count("unbiased") > 0;
+    opts.isolate = vm.count("in-process") == 0;
+    if (vm.count("check-timeout")) {
+      opts.check_timeout_s = vm["check-timeout"].as<double>();
+      if (!(opts.check_timeout_s >= 0)) throw po::error("--check-timeout must be >= 0 seconds (0: no limit)");
+    }
+    if (vm.count("finite-limit")) {
+      opts.finite_input_limit = vm["finite-limit"].as<double>();
+      if (!(*opts.finite_input_limit > 0)) throw po::error("--finite-limit must be > 0");
+    }
     if (vm.count("device")) std::tie(opts.device, opts.device_index) = parseDevice(vm["device"].as<std::string>());
     if (vm.count("seed")) opts.seed = vm["seed"].as<uint64_t>();
     if (vm.count("only")) {

@@ -59,6 +59,7 @@ TEST_P(BuiltIn, Conforms) {
     params = it->second.params;
     options.max_rel_error = it->second.max_rel_error;
     options.claims_unbiased = it->second.unbiased;
+    options.finite_input_limit = it->second.finite_input_limit;
   }
   options.only = {c.check};
   const ConformanceReport report = checkCompressor(*plugin, params, options);

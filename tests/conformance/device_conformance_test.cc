@@ -79,6 +79,7 @@ TEST_P(DeviceBuiltIn, Conforms) {
     params = it->second.params;
     options.max_rel_error = it->second.max_rel_error;
     options.claims_unbiased = it->second.unbiased;
+    options.finite_input_limit = it->second.finite_input_limit;
   }
   options.device = TERSE_DEVICE_CUDA;
   options.device_index = 0;

@@ -98,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Defect{
                           "wrong_status",
                           {"byte_flip_payloads", "random_payloads", "wrong_header_payloads", "wrong_length_payloads"},
-                          "instead of 'invalid payload'"}),
+                          "instead of 'invalid payload'"},
+                      Defect{"float_overflow", {"finite_decode"}, "from the finite input"},
+                      Defect{"dirty_padding", {"zero_padding"}, "depends on what the output buffer held"}),
     [](const ::testing::TestParamInfo<Defect>& p) { return std::string(p.param.mode); });
 
 // Writing past max_output_bytes (into capacity the core happened to offer) is caught by the guard zones in every check
@@ -110,6 +112,69 @@ TEST(ConformanceSuite, WriteBeyondMaxOutputIsCaught) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->status, CheckStatus::kFail) << describe(report);
   EXPECT_NE(r->message.find("wrote past the end of the compress output"), std::string::npos) << r->message;
+}
+
+// Built with AddressSanitizer, a wild access is ASan's report and exit status 1 rather than the signal.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+// A decoder that believes the payload's element count segfaults on a corrupted one: each check it crashes in is a
+// FAIL naming the signal, the checks before and after it still run and report, and the suite returns normally.
+TEST(ConformanceSuite, CrashingPluginFailsTheCheckNotTheSuite) {
+  ConformanceReport report;
+  ASSERT_NO_THROW(
+      report = checkCompressor(*open(kConformanceFixtureDir, "conf_broken"), {{"mode", "crash_decode"}}, quick()));
+  EXPECT_EQ(report.checks.size(), conformanceCheckNames().size());
+  for (const char* name :
+       {"round_trip", "accumulate", "sum_aggregation", "zero_padding", "finite_decode", "random_payloads"}) {
+    ASSERT_NE(report.find(name), nullptr) << name;
+    EXPECT_EQ(report.find(name)->status, CheckStatus::kPass) << name << describe(report);
+  }
+  // Both lie in the numel field (2^63, 0xFF bytes); random_payloads, after them, ran and passed.
+  for (const char* name : {"wrong_header_payloads", "byte_flip_payloads"}) {
+    const CheckResult* r = report.find(name);
+    ASSERT_NE(r, nullptr) << name;
+    EXPECT_EQ(r->status, CheckStatus::kFail) << name << describe(report);
+    const char* says = kAsan ? "exited with status 1 before reporting a result" : "crashed with SIGSEGV";
+    EXPECT_NE(r->message.find(says), std::string::npos) << name << ": " << r->message;
+  }
+}
+
+// A decoder that never returns fails the check it hangs in once the time limit passes, with the limit in the message.
+TEST(ConformanceSuite, HangingPluginFailsAtTheTimeLimit) {
+  ConformanceOptions o = quick();
+  o.only = {"wrong_header_payloads", "round_trip"};
+  o.check_timeout_s = 0.5;
+  const auto report = checkCompressor(*open(kConformanceFixtureDir, "conf_broken"), {{"mode", "hang_decode"}}, o);
+  const CheckResult* r = report.find("wrong_header_payloads");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status, CheckStatus::kFail);
+  EXPECT_NE(r->message.find("did not finish within the time limit of 0.5 s"), std::string::npos) << r->message;
+  EXPECT_EQ(report.find("round_trip")->status, CheckStatus::kPass) << describe(report);
+}
+
+// In process (isolate = false) the checks still pass data along: round_trip reuses what shapes measured.
+TEST(ConformanceSuite, InProcessAndIsolatedRunsAgree) {
+  ConformanceOptions o = quick();
+  o.only = {"shapes", "round_trip"};
+  const auto plugin = open(kBuildPluginDir, "test_lossy");
+  const auto forked = checkCompressor(*plugin, {}, o);
+  o.isolate = false;
+  const auto in_process = checkCompressor(*plugin, {}, o);
+  ASSERT_EQ(forked.checks.size(), in_process.checks.size());
+  for (std::size_t i = 0; i < forked.checks.size(); ++i) {
+    EXPECT_EQ(forked.checks[i].status, in_process.checks[i].status) << forked.checks[i].name;
+    EXPECT_EQ(forked.checks[i].message, in_process.checks[i].message) << forked.checks[i].name;
+  }
 }
 
 // A biased compressor that does not claim unbiasedness is not failed for it; its bias is reported.
@@ -189,6 +254,7 @@ TEST(ConformanceSuite, RoundTripBoundIsEnforcedOnlyWhenGiven) {
 TEST(ConformanceSuite, ProgressCallbacksSeeEveryCheckInOrder) {
   std::vector<std::string> started, done;
   ConformanceOptions o = quick();
+  o.finite_input_limit = 1e30;  // test_rounds sums the tensor in one f32 (builtin_plugins.h)
   o.on_check_start = [&](std::string_view n) { started.emplace_back(n); };
   o.on_check_done = [&](const CheckResult& r) { done.push_back(r.name); };
   const auto report = checkCompressor(*open(kBuildPluginDir, "test_rounds"), {}, o);
@@ -206,6 +272,9 @@ TEST(ConformanceSuite, RejectsMalformedOptions) {
   EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
   o = ConformanceOptions{};
   o.only = {"no_such_check"};
+  EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
+  o = ConformanceOptions{};
+  o.check_timeout_s = -1;
   EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
 }
 

@@ -1,0 +1,249 @@
+// Running one conformance check (check_runner.h): in process with every exception caught, or in a forked child whose
+// result comes back over a pipe, so that a segfault, an abort or an endless loop inside a plugin is one FAIL line.
+#include "core/conformance/check_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/conformance/message.h"
+
+namespace terse::conformance {
+namespace {
+
+// ---- The child's report: a flat byte string, written once and read to EOF. Both ends are this binary, so host byte
+// order and memcpy of trivially copyable structs are the format.
+
+static_assert(std::is_trivially_copyable_v<CompressorCaps> && std::is_trivially_copyable_v<ConformanceShape>);
+
+class Writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void putString(std::string_view s) {
+    put<uint64_t>(s.size());
+    out_.append(s);
+  }
+  const std::string& bytes() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Every read is checked: a child that died halfway leaves a truncated report, which must read as "no result".
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <class T>
+  bool get(T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (in_.size() - at_ < sizeof v) return false;
+    std::memcpy(&v, in_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return true;
+  }
+  bool getString(std::string& s) {
+    uint64_t n = 0;
+    if (!get(n) || in_.size() - at_ < n) return false;
+    s.assign(in_.data() + at_, static_cast<std::size_t>(n));
+    at_ += static_cast<std::size_t>(n);
+    return true;
+  }
+  bool atEnd() const { return at_ == in_.size(); }
+
+ private:
+  std::string_view in_;
+  std::size_t at_ = 0;
+};
+
+std::string encode(const Outcome& o, const Context& ctx) {
+  Writer w;
+  w.put(static_cast<uint8_t>(o.status));
+  w.putString(o.message);
+  w.put(static_cast<uint8_t>(ctx.instantiated));
+  w.put(ctx.caps);
+  w.put<uint64_t>(ctx.shapes.size());
+  for (const auto& s : ctx.shapes) w.put(s);
+  w.put<uint64_t>(ctx.round_trip_error.size());
+  for (const auto& [label, e] : ctx.round_trip_error) {
+    w.putString(label);
+    w.put(e);
+  }
+  w.put(ctx.next_tensor_id);
+  return w.bytes();
+}
+
+// Applies the report to ctx only when all of it reads back.
+bool decode(std::string_view bytes, Outcome& o, Context& ctx) {
+  Reader r(bytes);
+  uint8_t status = 0, instantiated = 0;
+  CompressorCaps caps;
+  uint64_t count = 0, next_id = 0;
+  std::vector<ConformanceShape> shapes;
+  std::map<std::string, double> errors;
+  if (!r.get(status) || status > static_cast<uint8_t>(CheckStatus::kSkip) || !r.getString(o.message) ||
+      !r.get(instantiated) || !r.get(caps) || !r.get(count)) {
+    return false;
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    ConformanceShape s;
+    if (!r.get(s)) return false;
+    shapes.push_back(s);
+  }
+  if (!r.get(count)) return false;
+  for (uint64_t i = 0; i < count; ++i) {
+    std::string label;
+    double e = 0;
+    if (!r.getString(label) || !r.get(e)) return false;
+    errors[label] = e;
+  }
+  if (!r.get(next_id) || !r.atEnd()) return false;
+  o.status = static_cast<CheckStatus>(status);
+  ctx.instantiated = instantiated != 0;
+  ctx.caps = caps;
+  ctx.shapes = std::move(shapes);
+  ctx.round_trip_error = std::move(errors);
+  ctx.next_tensor_id = next_id;
+  return true;
+}
+
+void writeAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the parent is gone or gave up: nobody is left to tell
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+[[noreturn]] void childMain(CheckFn fn, Context& ctx, int fd) {
+  Outcome o{CheckStatus::kFail, {}};
+  bool ready = true;
+  if (ctx.instantiated && !ctx.instance) {
+    // The same call instantiate made; a plugin whose init succeeds once and then fails is a FAIL of this check.
+    try {
+      ctx.instance = ctx.plugin.instantiate(ctx.params);
+    } catch (const std::exception& e) {
+      o.message = cat("instantiating the plugin again in the check's process failed: ", e.what());
+      ready = false;
+    }
+  }
+  if (ready) o = runCheckInProcess(fn, ctx);
+  writeAll(fd, encode(o, ctx));
+  ::close(fd);
+  // Whatever the plugin printed goes out; _exit skips atexit handlers and static destructors, which belong to the
+  // parent (a gtest or CLI main) and must run once, there.
+  std::fflush(nullptr);
+  ::_exit(0);
+}
+
+}  // namespace
+
+Outcome runCheckInProcess(CheckFn fn, Context& ctx) {
+  Outcome o{CheckStatus::kFail, {}};
+  try {
+    o = fn(ctx);
+  } catch (const Violation& v) {
+    o.message = v.what();
+  } catch (const Error& e) {
+    o.message = e.what();
+  } catch (const std::exception& e) {
+    o.message = cat("unexpected exception: ", e.what());
+  } catch (...) {
+    o.message = "unexpected exception of unknown type";
+  }
+  ctx.instantiated = ctx.instance != nullptr;
+  return o;
+}
+
+std::string signalText(int sig) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  if (const char* abbrev = ::sigabbrev_np(sig)) return cat("SIG", abbrev, " (", ::strsignal(sig), ")");
+#endif
+  return cat("signal ", sig);
+}
+
+Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {
+  int fds[2];
+  TERSE_CHECK(::pipe2(fds, O_CLOEXEC) == 0, InternalError,
+              "conformance: pipe() for a check's child process failed: " << std::strerror(errno));
+  // Output the parent buffered must not be written twice (once by the child's exit flush).
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    TERSE_THROW(InternalError, "conformance: fork() for a check's child process failed: " << std::strerror(err));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    childMain(fn, ctx, fds[1]);
+  }
+  ::close(fds[1]);
+
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0.0));
+  std::string report;
+  bool timed_out = false;
+  char buffer[1 << 16];
+  for (;;) {
+    int wait_ms = -1;
+    if (timeout_s > 0) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        timed_out = true;
+        break;
+      }
+      wait_ms = static_cast<int>(std::min<long long>(left, 1 << 30));
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, wait_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) continue;  // the loop head sees the deadline
+    if (ready < 0) break;
+    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the child closed its end, by finishing or by dying
+    report.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+
+  Outcome o{CheckStatus::kFail, {}};
+  if (timed_out) {
+    o.message = cat("did not finish within the time limit of ", timeout_s,
+                    " s per check (ConformanceOptions::check_timeout_s, --check-timeout) and was killed");
+  } else if (WIFSIGNALED(status)) {
+    o.message = cat("crashed with ", signalText(WTERMSIG(status)),
+                    " (the check ran in a process of its own; the other checks are unaffected)");
+  } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0 && decode(report, o, ctx))) {
+    o.message = cat("the check's process exited with status ", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                    " before reporting a result (a sanitizer's report or the plugin's own message above says why)");
+  }
+  return o;
+}
+
+}  // namespace terse::conformance
