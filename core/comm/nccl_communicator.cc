@@ -580,7 +580,7 @@ WireBytes NcclCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> al
   Shared& s = *shared_;
   const auto n = static_cast<uint64_t>(s.size);
   TERSE_CHECK(all.size() == n, InvalidArgument, "allgatherSizes: " << all.size() << " slots for " << n << " ranks");
-  const NcclOp o = makeOp(s, OpKind::kAllgather, tensor, 8 * n, symmetricWire(ringAllgatherBytes(8, n)),
+  const NcclOp o = makeOp(s, OpKind::kAllgather, tensor, 8 * n, symmetricWire(ringAllgatherBytes(8, s.size)),
                           "allgatherSizes (ncclAllGather)");
   std::lock_guard sizes_lock(s.sizes_mutex);  // host_words is this call's until the copy-out below
   auto* host = s.host_words.as<uint64_t>();
