@@ -2,7 +2,6 @@
 // result comes back over a pipe, so that a segfault, an abort or an endless loop inside a plugin is one FAIL line.
 #include "core/conformance/check_runner.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/common/subprocess.h"
 #include "core/conformance/message.h"
 
 namespace terse::conformance {
@@ -182,23 +182,10 @@ std::string signalText(int sig) {
 }
 
 Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {
-  int fds[2];
-  TERSE_CHECK(::pipe2(fds, O_CLOEXEC) == 0, InternalError,
-              "conformance: pipe() for a check's child process failed: " << std::strerror(errno));
-  // Output the parent buffered must not be written twice (once by the child's exit flush).
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    TERSE_THROW(InternalError, "conformance: fork() for a check's child process failed: " << std::strerror(err));
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    childMain(fn, ctx, fds[1]);
-  }
-  ::close(fds[1]);
+  const ForkedChild child =
+      forkWithPipe("conformance: a check's child process", [&](int write_fd) { childMain(fn, ctx, write_fd); });
+  const pid_t pid = child.pid;
+  const int fd = child.read_fd;
 
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -216,17 +203,17 @@ Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {
       }
       wait_ms = static_cast<int>(std::min<long long>(left, 1 << 30));
     }
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     const int ready = ::poll(&p, 1, wait_ms);
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) continue;  // the loop head sees the deadline
     if (ready < 0) break;
-    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EOF: the child closed its end, by finishing or by dying
     report.append(buffer, static_cast<std::size_t>(n));
   }
-  ::close(fds[0]);
+  ::close(fd);
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -227,9 +227,9 @@ PluginLocation PluginLoader::locate(PluginKind kind, std::string_view name) cons
   loc.shadowed.assign(matches.begin() + 1, matches.end());
   // An installed plugin ahead of its build tree's copy is the order working as meant, not a surprise to warn about
   // (`terse plugins show` still lists the copy it shadows).
-  const bool only_the_build_tree = std::all_of(loc.shadowed.begin(), loc.shadowed.end(), [&](const auto& m) {
-    return loc.origin == kOriginInstall && m.second == kOriginBuildTree;
-  });
+  const bool only_the_build_tree =
+      loc.origin == kOriginInstall &&
+      std::all_of(loc.shadowed.begin(), loc.shadowed.end(), [](const auto& m) { return m.second == kOriginBuildTree; });
   if (!loc.shadowed.empty() && !only_the_build_tree) {
     std::ostringstream o;
     for (const auto& [p, origin] : loc.shadowed)

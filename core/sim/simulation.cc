@@ -1,7 +1,6 @@
 // The simulation driver: a forked child per simulation, the engine, the platform, the runtime (simulation.h).
 #include "core/sim/simulation.h"
 
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xbt/log.h>
@@ -18,6 +17,7 @@
 #include <sstream>
 
 #include "core/common/runtime.h"
+#include "core/common/subprocess.h"
 #include "core/sim/network.h"
 #include "core/sim/runtime.h"
 
@@ -129,25 +129,10 @@ std::string runSimulation(const SimulationOptions& options,
               "simulation: ranks must be >= 1, got " << options.platform.ranks);
   options.platform.links.validate(options.platform.ranks);
   options.compute.validate();
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  int fds[2];
-  TERSE_CHECK(::pipe2(fds, O_CLOEXEC) == 0, InternalError, "simulation: pipe: " << std::strerror(errno));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    TERSE_THROW(InternalError, "simulation: fork: " << std::strerror(err));
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    child(fds[1], options, body);
-  }
-  ::close(fds[1]);
-  const std::string reply = readAll(fds[0]);
-  ::close(fds[0]);
+  const ForkedChild forked = forkWithPipe("simulation", [&](int write_fd) { child(write_fd, options, body); });
+  const pid_t pid = forked.pid;
+  const std::string reply = readAll(forked.read_fd);
+  ::close(forked.read_fd);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
