@@ -107,11 +107,12 @@ bool TorchCommunicator::supportsSum(DType dtype) const noexcept {
   return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16;
 }
 
-py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) const {
+py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) {
   const char* name = torchDtypeName(dtype);
   TERSE_CHECK(name != nullptr, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
   auto memory = py::memoryview::from_memory(data, static_cast<py::ssize_t>(bytes), /*readonly=*/false);
-  return frombuffer_(memory, py::arg("dtype") = torch_.attr(name));
+  in_call_.push_back(frombuffer_(memory, py::arg("dtype") = torch_.attr(name)));
+  return in_call_.back();
 }
 
 template <class Fn>
@@ -120,13 +121,17 @@ comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint
   TERSE_CHECK(PyGILState_Check(), InternalError, "terse.torch: " << what << " called without the GIL");
   if (!aborted_.empty()) throw comm::CommError("terse.torch: " + std::string(what) + " after abort: " + aborted_);
   const auto start = Clock::now();
+  in_call_.clear();
   try {
     fn();
   } catch (py::error_already_set& e) {
     // The torch.distributed error (a peer gone, a timeout) with its own message; later calls fail fast.
     aborted_ = std::string(what) + " failed: " + e.what();
+    for (py::object& t : in_call_) t.release();  // leaked on purpose: see in_call_ in the header
+    in_call_.clear();
     throw comm::CommError("terse.torch: " + aborted_);
   }
+  in_call_.clear();
   comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(kind)];
   ++s.ops;
   s.bytes += bytes;

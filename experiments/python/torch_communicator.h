@@ -89,8 +89,8 @@ class TorchCommunicator final : public comm::Communicator {
   comm::CommStats stats() const override { return stats_; }
 
  private:
-  // A torch tensor of `dtype` viewing `bytes` bytes at `data` (no copy).
-  pybind11::object view(void* data, std::size_t bytes, DType dtype) const;
+  // A torch tensor of `dtype` viewing `bytes` bytes at `data` (no copy), remembered in `in_call_` until the call ends.
+  pybind11::object view(void* data, std::size_t bytes, DType dtype);
   // Runs one torch.distributed call: checks the GIL and the abort flag, turns a Python error into CommError, times it
   // and adds `wire` to the accounting under `kind` and `tensor`.
   template <class Fn>
@@ -109,6 +109,13 @@ class TorchCommunicator final : public comm::Communicator {
   comm::RankTraffic traffic_;
   comm::CommStats stats_;
   std::vector<std::byte> pad_send_, pad_recv_;  // unequal all-gather blocks, padded (grow-only)
+  // The tensors handed to the torch.distributed call in progress. When the call fails, gloo's worker thread
+  // (ProcessGroupGloo::runLoop in torch 1.13) may still hold them and drop the last reference after ours; a tensor
+  // made in Python then needs the GIL to die, and if the interpreter is finalizing by then (the process is leaving
+  // after the error) the thread is killed inside a noexcept frame and the process aborts ("terminate called without
+  // an active exception"). A failed call therefore leaks one reference to each of its tensors: a few views per
+  // failed job, and every later call fails fast on aborted_.
+  std::vector<pybind11::object> in_call_;
 };
 
 }  // namespace terse::python
