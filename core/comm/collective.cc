@@ -18,8 +18,22 @@ uint64_t CollectiveContext::segmentFor(std::size_t elem) const noexcept {
   return std::max<uint64_t>(e, cap / e * e);
 }
 
+void CollectiveContext::setGroup(std::span<const int> members) {
+  group = members;
+  group_rank = -1;
+  if (members.empty()) return;
+  const auto it = std::find(members.begin(), members.end(), transport.rank());
+  TERSE_CHECK(it != members.end(), InternalError,
+              "rank " << transport.rank() << " ran a collective step of a group it is not a member of");
+  group_rank = static_cast<int>(it - members.begin());
+}
+
+int CollectiveContext::peerRank(int peer) const noexcept {
+  return group.empty() ? peer : group[static_cast<std::size_t>(peer)];
+}
+
 void CollectiveContext::send(int peer, std::span<const std::byte> data, std::vector<Request>& out) {
-  out.push_back(transport.isend(peer, meta, data));
+  out.push_back(transport.isend(peerRank(peer), meta, data));
   inflight.push_back(out.back());
   wire.sent_bytes += frameWireBytes(data.size());
   ++wire.sent_frames;
@@ -27,7 +41,7 @@ void CollectiveContext::send(int peer, std::span<const std::byte> data, std::vec
 
 void CollectiveContext::recv(int peer, std::span<std::byte> data, std::vector<Request>& out,
                              std::vector<uint64_t>& expected) {
-  out.push_back(transport.irecv(peer, meta, data));
+  out.push_back(transport.irecv(peerRank(peer), meta, data));
   inflight.push_back(out.back());
   expected.push_back(data.size());
   wire.received_bytes += frameWireBytes(data.size());
@@ -37,14 +51,14 @@ void CollectiveContext::recv(int peer, std::span<std::byte> data, std::vector<Re
 Request CollectiveContext::irecv(int peer, std::span<std::byte> data) {
   wire.received_bytes += frameWireBytes(data.size());
   ++wire.received_frames;
-  inflight.push_back(transport.irecv(peer, meta, data));
+  inflight.push_back(transport.irecv(peerRank(peer), meta, data));
   return inflight.back();
 }
 
 void CollectiveContext::waitRecv(Request& request, uint64_t expected) const {
   request.wait();
   TERSE_CHECK(request.bytes() == expected, InvalidPayload,
-              "rank " << rank() << ": a " << opKindName(meta.kind) << " frame carried " << request.bytes()
+              "rank " << transport.rank() << ": a " << opKindName(meta.kind) << " frame carried " << request.bytes()
                       << " bytes where " << expected << " were expected");
 }
 
@@ -64,7 +78,7 @@ void CollectiveContext::recvReduceSegments(int peer, std::span<std::byte> data, 
                                            std::vector<Request>& out, std::vector<uint64_t>& expected) {
   for (std::size_t off = 0; off < data.size(); off += segment) {
     const std::size_t len = std::min<std::size_t>(segment, data.size() - off);
-    out.push_back(transport.irecvReduce(peer, meta, data.subspan(off, len), dtype));
+    out.push_back(transport.irecvReduce(peerRank(peer), meta, data.subspan(off, len), dtype));
     inflight.push_back(out.back());
     expected.push_back(len);
     wire.received_bytes += frameWireBytes(len);

@@ -46,8 +46,19 @@ struct CollectiveContext {
   // reaches code that may free them.
   std::vector<Request> inflight;
 
-  int rank() const noexcept { return transport.rank(); }
-  int size() const noexcept { return transport.size(); }
+  // A sub-communicator for the algorithms: when set (setGroup), rank() and size() are this rank's index in `group`
+  // and the group's size, and every peer an algorithm names is an index into `group` (mapped to the transport's rank
+  // in the helpers below). A hierarchical collective runs the flat algorithms on its node and leader groups this way.
+  std::span<const int> group;
+  int group_rank = -1;
+
+  int rank() const noexcept { return group.empty() ? transport.rank() : group_rank; }
+  int size() const noexcept { return group.empty() ? transport.size() : static_cast<int>(group.size()); }
+  // Restricts the context to `members` (transport ranks, this rank among them; must outlive the use), or lifts the
+  // restriction when `members` is empty. Throws InternalError when this rank is not a member.
+  void setGroup(std::span<const int> members);
+  // The transport's rank of group member `peer` (the peer itself without a group).
+  int peerRank(int peer) const noexcept;
   std::span<std::byte> scratchBytes(std::size_t bytes);
   // Payload bytes per frame for elements of `elem` bytes: a whole number of elements, at least one.
   uint64_t segmentFor(std::size_t elem) const noexcept;

@@ -30,9 +30,10 @@ namespace terse::comm {
 
 enum class ReduceOp { kSum };
 
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling };
-std::string_view allreduceAlgorithmName(AllreduceAlgorithm a) noexcept;  // "auto", "ring", "rd"
-// "auto", "ring", "rd" or "recursive_doubling"; nullopt otherwise.
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
+// "auto", "ring", "rd", "hierarchical"
+std::string_view allreduceAlgorithmName(AllreduceAlgorithm a) noexcept;
+// "auto", "ring", "rd", "recursive_doubling" or "hierarchical"; nullopt otherwise.
 std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name) noexcept;
 
 // A non-blocking collective in flight. wait() rethrows the operation's error.

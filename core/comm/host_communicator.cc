@@ -6,6 +6,7 @@
 
 #include "core/comm/allgather_bruck.h"
 #include "core/comm/allgatherv_ring.h"
+#include "core/comm/allreduce_hierarchical.h"
 #include "core/comm/allreduce_recursive_doubling.h"
 #include "core/comm/allreduce_ring.h"
 #include "core/comm/barrier_dissemination.h"
@@ -23,6 +24,8 @@ std::string_view allreduceAlgorithmName(AllreduceAlgorithm a) noexcept {
       return "ring";
     case AllreduceAlgorithm::kRecursiveDoubling:
       return "rd";
+    case AllreduceAlgorithm::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }
@@ -31,6 +34,7 @@ std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name)
   if (name == "auto") return AllreduceAlgorithm::kAuto;
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "rd" || name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
+  if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
   return std::nullopt;
 }
 
@@ -38,6 +42,8 @@ HostCommunicator::HostCommunicator(std::unique_ptr<Transport> transport, const H
     : transport_(std::move(transport)), options_(options) {
   TERSE_CHECK(transport_ != nullptr, InvalidArgument, "communicator: transport is null");
   TERSE_CHECK(options_.segment_bytes > 0, InvalidArgument, "communicator: segment_bytes must be > 0");
+  TERSE_CHECK(options_.ranks_per_node >= 1, InvalidArgument,
+              "communicator: ranks_per_node must be >= 1, got " << options_.ranks_per_node);
 }
 
 HostCommunicator::~HostCommunicator() {
@@ -60,7 +66,9 @@ bool HostCommunicator::supportsSum(DType dtype) const noexcept {
 
 AllreduceAlgorithm HostCommunicator::algorithmFor(uint64_t bytes) const noexcept {
   if (options_.algorithm != AllreduceAlgorithm::kAuto) return options_.algorithm;
-  return bytes < options_.small_allreduce_bytes ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+  if (bytes < options_.small_allreduce_bytes) return AllreduceAlgorithm::kRecursiveDoubling;
+  return options_.ranks_per_node > 1 && size() > options_.ranks_per_node ? AllreduceAlgorithm::kHierarchical
+                                                                         : AllreduceAlgorithm::kRing;
 }
 
 void HostCommunicator::checkSum(DType dtype, ReduceOp op) const {
@@ -76,7 +84,8 @@ HostCommunicator::Op HostCommunicator::makeOp(OpKind kind, uint64_t tensor, uint
 }
 
 WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch) {
-  CollectiveContext ctx{*transport_, FrameMeta{op.kind, op.tag, op.tensor}, options_.segment_bytes, &scratch, {}, {}};
+  CollectiveContext ctx{
+      *transport_, FrameMeta{op.kind, op.tag, op.tensor}, options_.segment_bytes, &scratch, {}, {}, {}, -1};
   const auto start = rt::now();
   try {
     op.body(ctx);
@@ -137,9 +146,12 @@ void HostCommunicator::workerLoop() {
 
 HostCommunicator::Op HostCommunicator::allreduceOp(std::span<std::byte> data, DType dtype, uint64_t tensor) {
   const AllreduceAlgorithm algo = algorithmFor(data.size());
-  return makeOp(OpKind::kAllreduce, tensor, data.size(), [data, dtype, algo](CollectiveContext& ctx) {
+  const int per_node = options_.ranks_per_node;
+  return makeOp(OpKind::kAllreduce, tensor, data.size(), [data, dtype, algo, per_node](CollectiveContext& ctx) {
     if (algo == AllreduceAlgorithm::kRecursiveDoubling) {
       allreduceRecursiveDoubling(ctx, data, dtype);
+    } else if (algo == AllreduceAlgorithm::kHierarchical) {
+      allreduceHierarchical(ctx, data, dtype, per_node);
     } else {
       allreduceRing(ctx, data, dtype);
     }

@@ -6,8 +6,9 @@
 // ones. Each thread that runs collectives has its own grow-only scratch, so a steady state allocates nothing large.
 //
 // Allreduce picks its algorithm per call: with kAuto, recursive doubling (allreduce_recursive_doubling.h) below
-// small_allreduce_bytes and the ring (allreduce_ring.h) from there on; the same size gives the same choice on every
-// rank, as it must.
+// small_allreduce_bytes and from there on the ring (allreduce_ring.h), or the hierarchical allreduce
+// (allreduce_hierarchical.h) when ranks_per_node > 1 describes more than one node; the same size gives the same choice
+// on every rank, as it must.
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,8 @@ struct HostCommOptions {
   // Frames carry at most this many payload bytes (CollectiveContext::segment_bytes). 256 KiB keeps a frame's copy or
   // sum within L2 while its neighbour is in flight, and makes per-frame costs (a header, a match) negligible.
   uint64_t segment_bytes = 256 * 1024;
+  // Workers per node for the hierarchical allreduce (blocks of consecutive ranks); 1 = a flat cluster.
+  int ranks_per_node = 1;
 };
 
 class HostCommunicator : public Communicator {

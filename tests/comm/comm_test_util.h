@@ -168,6 +168,26 @@ inline std::vector<std::byte> expectedRing(const std::vector<std::vector<std::by
   return out;
 }
 
+// The hierarchical allreduce's order (allreduce_hierarchical.h): inside each node of `per` consecutive ranks,
+// x_{G-1} + x_{G-2} + ... + x_0 (the chain toward the leader), then the ring's order over the nodes' sums.
+inline std::vector<std::byte> expectedHierarchical(const std::vector<std::vector<std::byte>>& in, std::size_t count,
+                                                   DType dtype, int per) {
+  const int n = static_cast<int>(in.size());
+  per = std::min(per, n);
+  std::vector<std::vector<std::byte>> nodes;
+  for (int first = 0; first < n; first += per) {
+    const int last = std::min(first + per, n) - 1;
+    std::vector<std::byte> sum(count * dtypeSize(dtype));
+    for (std::size_t i = 0; i < count; ++i) {
+      float acc = load(in[static_cast<std::size_t>(last)], i, dtype);
+      for (int g = last - 1; g >= first; --g) acc = add(load(in[static_cast<std::size_t>(g)], i, dtype), acc, dtype);
+      store(sum, i, dtype, acc);
+    }
+    nodes.push_back(std::move(sum));
+  }
+  return nodes.size() == 1 ? nodes[0] : expectedRing(nodes, count, dtype);
+}
+
 // The recursive-doubling tree (allreduce_recursive_doubling.h).
 inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::vector<std::byte>>& in,
                                                         std::size_t count, DType dtype) {
