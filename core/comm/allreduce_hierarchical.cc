@@ -11,7 +11,17 @@ namespace terse::comm {
 namespace {
 
 // The node phases over `members` (transport ranks, leader first). Both keep every segment's receive posted ahead and
-// forward a segment as soon as it is complete, so a chain of G members costs about S / B + (G - 1) segment times.
+// forward a segment as soon as it is complete, so a chain of G members costs about S / B + (G - 1) segment times. A
+// member keeps at most kWindow segments of its own sends in flight: frames posted together may share the link's
+// bandwidth (they do on the simulated network, where each frame is its own flow) and then all arrive at the end, which
+// would stall the next member until the whole message is in -- (G - 1) S / B instead of S / B.
+constexpr std::size_t kWindow = 2;
+
+void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, std::vector<Request>& sends) {
+  if (sends.size() >= kWindow) sends[sends.size() - kWindow].wait();
+  ctx.send(peer, bytes, sends);
+}
+
 void chainReduceToLeader(CollectiveContext& ctx, std::span<std::byte> data, DType dtype, std::span<const int> members) {
   ctx.setGroup(members);
   const int g = ctx.rank();
@@ -23,7 +33,7 @@ void chainReduceToLeader(CollectiveContext& ctx, std::span<std::byte> data, DTyp
   for (std::size_t off = 0, k = 0; off < data.size(); off += seg, ++k) {
     const std::size_t len = std::min<std::size_t>(seg, data.size() - off);
     if (g < last) ctx.waitRecv(recvs[k], expected[k]);
-    if (g > 0) ctx.send(g - 1, data.subspan(off, len), sends);
+    if (g > 0) windowedSend(ctx, g - 1, data.subspan(off, len), sends);
   }
   waitAll(sends);
   ctx.setGroup({});
@@ -41,7 +51,7 @@ void chainBroadcastFromLeader(CollectiveContext& ctx, std::span<std::byte> data,
   for (std::size_t off = 0, k = 0; off < data.size(); off += seg, ++k) {
     const std::size_t len = std::min<std::size_t>(seg, data.size() - off);
     if (g > 0) ctx.waitRecv(recvs[k], expected[k]);
-    if (g < last) ctx.send(g + 1, data.subspan(off, len), sends);
+    if (g < last) windowedSend(ctx, g + 1, data.subspan(off, len), sends);
   }
   waitAll(sends);
   ctx.setGroup({});

@@ -1,6 +1,10 @@
 // Builds the simulated cluster's SimGrid platform (platform.h).
 #include "core/sim/platform.h"
 
+#include <cmath>
+#include <sstream>
+#include <utility>
+
 #include <simgrid/config.h>
 #include <simgrid/version.h>
 #include <xbt/base.h>
@@ -31,10 +35,109 @@ void configureNetworkModel(sg4::Engine& engine) {
   sg4::Engine::set_config("network/TCP-gamma:0");
 }
 
+void TwoLevelTopology::validate() const {
+  TERSE_CHECK(workers_per_node >= 1, InvalidArgument,
+              "topology: workers_per_node must be >= 1, got " << workers_per_node);
+  TERSE_CHECK(nics_per_node >= 1, InvalidArgument, "topology: nics_per_node must be >= 1, got " << nics_per_node);
+  TERSE_CHECK(std::isfinite(oversubscription) && oversubscription >= 1, InvalidArgument,
+              "topology: oversubscription must be finite and >= 1, got " << oversubscription);
+  for (const auto& [what, l] : {std::pair{"intra", intra}, std::pair{"nic", nic}}) {
+    TERSE_CHECK(
+        std::isfinite(l.bandwidth_bps) && l.bandwidth_bps >= 0 && std::isfinite(l.latency_s) && l.latency_s >= 0,
+        InvalidArgument,
+        "topology: " << what << " bandwidth and latency must be finite and >= 0, got " << l.bandwidth_bps << " bps, "
+                     << l.latency_s << " s");
+  }
+}
+
+std::string TwoLevelTopology::describe() const {
+  std::ostringstream out;
+  out << "two-level: nodes of " << workers_per_node << " workers on " << comm::formatBandwidth(intra.bandwidth_bps)
+      << " " << comm::formatDuration(intra.latency_s) << " links, " << nics_per_node << " x "
+      << comm::formatBandwidth(nic.bandwidth_bps) << " NICs " << comm::formatDuration(nic.latency_s);
+  if (oversubscription > 1)
+    out << ", core oversubscribed " << oversubscription << ":1";
+  else
+    out << ", non-blocking core";
+  return out.str();
+}
+
+std::optional<TwoLevelTopology> topologyPreset(std::string_view name) {
+  auto make = [](int workers, double intra_gbps, int nics, double nic_gbps) {
+    TwoLevelTopology t;
+    t.workers_per_node = workers;
+    t.intra = comm::LinkSpec{intra_gbps * 1e9, 2e-6};
+    t.nic = comm::LinkSpec{nic_gbps * 1e9, 5e-6};
+    t.nics_per_node = nics;
+    return t;
+  };
+  if (name == "8xA100-4x200G") return make(8, 2400, 4, 200);
+  if (name == "8xH100-8x400G") return make(8, 3600, 8, 400);
+  if (name == "4xV100-1x100G") return make(4, 1200, 1, 100);
+  return std::nullopt;
+}
+
+std::string presetNames() {
+  return "8xA100-4x200G, 8xH100-8x400G, 4xV100-1x100G";
+}
+
+namespace {
+
+std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {
+  const TwoLevelTopology& t = spec.topology;
+  t.validate();
+  const int n = spec.ranks;
+  const int per = t.workers_per_node;
+  const int nodes = (n + per - 1) / per;
+  sg4::NetZone* zone = sg4::create_full_zone("cluster");
+  std::vector<sg4::Host*> hosts;
+  std::vector<sg4::Link*> up, down, node_out, node_in;
+  for (int r = 0; r < n; ++r) {
+    hosts.push_back(zone->create_host("rank" + std::to_string(r), 1e9));
+    up.push_back(zone->create_link("up" + std::to_string(r), bytesPerSecond(t.intra.bandwidth_bps)));
+    up.back()->set_latency(t.intra.latency_s);
+    down.push_back(zone->create_link("down" + std::to_string(r), bytesPerSecond(t.intra.bandwidth_bps)));
+  }
+  const double node_bps = t.nic.bandwidth_bps * t.nics_per_node;
+  for (int a = 0; a < nodes; ++a) {
+    node_out.push_back(zone->create_link("node-out" + std::to_string(a), bytesPerSecond(node_bps)));
+    node_out.back()->set_latency(t.nic.latency_s);
+    node_in.push_back(zone->create_link("node-in" + std::to_string(a), bytesPerSecond(node_bps)));
+  }
+  sg4::Link* core = nullptr;
+  if (t.oversubscription > 1 && node_bps > 0)
+    core = zone->create_link("core", bytesPerSecond(node_bps * nodes / t.oversubscription));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const auto ui = static_cast<std::size_t>(i), uj = static_cast<std::size_t>(j);
+      const auto a = static_cast<std::size_t>(i / per), b = static_cast<std::size_t>(j / per);
+      std::vector<sg4::LinkInRoute> route{sg4::LinkInRoute(up[ui])};
+      if (a != b) {
+        route.emplace_back(node_out[a]);
+        if (core != nullptr) route.emplace_back(core);
+        route.emplace_back(node_in[b]);
+      }
+      route.emplace_back(down[uj]);
+      zone->add_route(hosts[ui]->get_netpoint(), hosts[uj]->get_netpoint(), nullptr, nullptr, route, false);
+    }
+  }
+  zone->seal();
+  return hosts;
+}
+
+}  // namespace
+
 std::vector<sg4::Host*> buildPlatform(sg4::Engine& engine, const PlatformSpec& spec) {
   (void)engine;
   TERSE_CHECK(spec.ranks >= 1, InvalidArgument, "simulated platform: ranks must be >= 1, got " << spec.ranks);
   spec.links.validate(spec.ranks);
+  if (spec.topology.enabled()) {
+    TERSE_CHECK(!spec.links.enabled(), InvalidArgument,
+                "simulated platform: a topology and emulated links (" << spec.links.describe()
+                                                                      << ") both describe the network; use one");
+    return buildTwoLevel(spec);
+  }
   const auto n = static_cast<std::size_t>(spec.ranks);
   sg4::NetZone* zone = sg4::create_full_zone("cluster");
   std::vector<sg4::Host*> hosts;
@@ -66,9 +169,11 @@ std::vector<sg4::Host*> buildPlatform(sg4::Engine& engine, const PlatformSpec& s
 }
 
 std::string describePlatform(const PlatformSpec& spec) {
-  return "simgrid " + std::to_string(SIMGRID_VERSION_MAJOR) + "." + std::to_string(SIMGRID_VERSION_MINOR) +
-         " CM02 (no correction factors, no cross traffic, no TCP window cap), full-duplex mesh of " +
-         std::to_string(spec.ranks) + " hosts: " + spec.links.describe();
+  const std::string head = "simgrid " + std::to_string(SIMGRID_VERSION_MAJOR) + "." +
+                           std::to_string(SIMGRID_VERSION_MINOR) +
+                           " CM02 (no correction factors, no cross traffic, no TCP window cap), ";
+  if (spec.topology.enabled()) return head + std::to_string(spec.ranks) + " hosts, " + spec.topology.describe();
+  return head + "full-duplex mesh of " + std::to_string(spec.ranks) + " hosts: " + spec.links.describe();
 }
 
 }  // namespace terse::sim

@@ -15,7 +15,9 @@
 // of 1e15 bytes/s (a megabyte crosses in a nanosecond): SimGrid needs a finite rate.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/comm/link_emulation.h"
@@ -27,15 +29,44 @@ class Host;
 
 namespace terse::sim {
 
+// A two-level cluster (Topology in experiments/config/experiment.proto says it for users). Hosts of a node hang off
+// its switch by two links each (up and down: full duplex); each node reaches the core through an egress and an ingress
+// link of nics x nic bandwidth; with oversubscription r > 1 every inter-node route also crosses one shared core link of
+// (nodes x nics x nic bandwidth) / r. Routes: same node: up(i) [intra latency], down(j); other node: up(i) [intra
+// latency], node-out(a) [nic latency], core, node-in(b), down(j). So one flow alone takes latency + S / (its slowest
+// link) as in the mesh, and SimGrid's max-min sharing divides each link among the flows that cross it.
+struct TwoLevelTopology {
+  int workers_per_node = 0;  // 0 = no topology: the mesh of per-pair wires above
+  comm::LinkSpec intra;
+  comm::LinkSpec nic;  // per NIC
+  int nics_per_node = 1;
+  double oversubscription = 1;
+
+  bool enabled() const noexcept { return workers_per_node > 0; }
+  // Throws InvalidArgument naming the field for workers_per_node < 1, nics_per_node < 1, oversubscription < 1 or not
+  // finite, or negative link values.
+  void validate() const;
+  std::string describe() const;
+};
+
+// The named presets, with the figures they use (per direction):
+//   "8xA100-4x200G": 8 workers, NVLink 3 at 300 GB/s = 2400 Gbps, 2 us; 4 NICs of 200 Gbps (HDR InfiniBand), 5 us.
+//   "8xH100-8x400G": 8 workers, NVLink 4 at 450 GB/s = 3600 Gbps, 2 us; 8 NICs of 400 Gbps (NDR InfiniBand), 5 us.
+//   "4xV100-1x100G": 4 workers, NVLink 2 at 150 GB/s = 1200 Gbps, 2 us; 1 NIC of 100 Gbps (EDR InfiniBand), 5 us.
+// Returns nullopt for an unknown name; presetNames() lists them for messages.
+std::optional<TwoLevelTopology> topologyPreset(std::string_view name);
+std::string presetNames();
+
 struct PlatformSpec {
   int ranks = 1;
   comm::EmulationConfig links;  // slice_bytes is ignored: SimGrid shares bandwidth per flow, not per slice
+  TwoLevelTopology topology;    // when enabled, `links` must not be (the two describe one network)
 };
 
 // The network-model configuration above; call on a fresh engine before building the platform.
 void configureNetworkModel(simgrid::s4u::Engine& engine);
-// Builds the platform into `engine`; returns the hosts in rank order. Throws InvalidArgument for ranks < 1 or an
-// invalid link config (EmulationConfig::validate).
+// Builds the platform into `engine`; returns the hosts in rank order. Throws InvalidArgument for ranks < 1, an
+// invalid link config (EmulationConfig::validate) or topology, or both a topology and emulated links.
 std::vector<simgrid::s4u::Host*> buildPlatform(simgrid::s4u::Engine& engine, const PlatformSpec& spec);
 // One line for provenance and logs: "simgrid 3.32 CM02 full-duplex mesh of 4 hosts: link 1Gbps 50us, nic egress ...".
 std::string describePlatform(const PlatformSpec& spec);

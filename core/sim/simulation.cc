@@ -128,6 +128,11 @@ std::string runSimulation(const SimulationOptions& options,
   TERSE_CHECK(options.platform.ranks >= 1, InvalidArgument,
               "simulation: ranks must be >= 1, got " << options.platform.ranks);
   options.platform.links.validate(options.platform.ranks);
+  if (options.platform.topology.enabled()) {
+    options.platform.topology.validate();
+    TERSE_CHECK(!options.platform.links.enabled(), InvalidArgument,
+                "simulation: a topology and emulated links both describe the network; use one");
+  }
   options.compute.validate();
   const ForkedChild forked = forkWithPipe("simulation", [&](int write_fd) { child(write_fd, options, body); });
   const pid_t pid = forked.pid;

@@ -472,6 +472,7 @@ void applyDefaults(Experiment& e) {
   if (!e.simulation().has_compute_scale()) e.mutable_simulation()->set_compute_scale(1.0);
   if (!e.simulation().has_compute()) e.mutable_simulation()->set_compute(Simulation::MEASURED);
   if (!e.simulation().has_flops_per_second()) e.mutable_simulation()->set_flops_per_second(1e11);
+  if (!e.collectives().has_allreduce()) e.mutable_collectives()->set_allreduce("auto");
 }
 
 std::vector<Experiment> resolveVariants(const Experiment& file) {
@@ -602,6 +603,39 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     if (e.mode() != Experiment::SYNC)
       c.fail("clock") << ": SIMULATED runs mode SYNC; mode " << Experiment::Mode_Name(e.mode())
                       << " runs in real time (clock REAL_TIME)";
+  }
+  if (e.simulation().has_topology()) {
+    if (e.clock() != Experiment::SIMULATED)
+      c.fail("simulation.topology") << ": a topology is built for the simulated cluster (clock SIMULATED); the "
+                                       "real-time emulation paces the per-link model of `link`";
+    try {
+      const sim::TwoLevelTopology t = topology(e);
+      t.validate();
+    } catch (const Error& err) {
+      c.fail("simulation.topology") << ": " << untagged(err);
+    }
+    bool links = false;
+    try {
+      links = emulationConfig(e).enabled();
+    } catch (const Error&) {
+      links = true;  // a malformed link value is reported under its own field
+    }
+    if (links) c.fail("link") << ": simulation.topology describes the network; leave link (and its overrides) unset";
+  }
+  {
+    const auto algo = comm::parseAllreduceAlgorithm(e.collectives().allreduce());
+    if (!algo)
+      c.fail("collectives.allreduce") << " '" << e.collectives().allreduce()
+                                      << "' is not one of auto, ring, rd, hierarchical";
+    if (e.collectives().has_ranks_per_node()) {
+      const int per = e.collectives().ranks_per_node();
+      if (per < 1 || per > std::max(1, e.workers()))
+        c.fail("collectives.ranks_per_node") << " must be in [1, workers = " << e.workers() << "], got " << per;
+    }
+    if (algo == comm::AllreduceAlgorithm::kHierarchical && !e.collectives().has_ranks_per_node() &&
+        !e.simulation().has_topology())
+      c.fail("collectives.allreduce") << ": 'hierarchical' needs collectives.ranks_per_node (or a simulation "
+                                         "topology) to know the nodes";
   }
   const double scale = e.simulation().compute_scale();
   if (!(scale >= 0 && scale < 1e6)) c.fail("simulation.compute_scale") << " must be in [0, 1e6), got " << scale;
@@ -751,6 +785,43 @@ comm::EmulationConfig emulationConfig(const Experiment& experiment) {
         {o.src(), o.dst(), comm::LinkSpec{comm::parseBandwidth(o.bandwidth()), comm::parseDuration(o.latency())}});
   }
   return config;
+}
+
+sim::TwoLevelTopology topology(const Experiment& experiment) {
+  if (!experiment.simulation().has_topology()) return {};
+  const Topology& t = experiment.simulation().topology();
+  sim::TwoLevelTopology out;
+  if (t.has_preset()) {
+    const auto preset = sim::topologyPreset(t.preset());
+    TERSE_CHECK(preset.has_value(), InvalidArgument,
+                "simulation.topology.preset '" << t.preset() << "' is not one of " << sim::presetNames());
+    out = *preset;
+  }
+  if (t.has_workers_per_node()) out.workers_per_node = t.workers_per_node();
+  if (t.has_intra_bandwidth()) out.intra.bandwidth_bps = comm::parseBandwidth(t.intra_bandwidth());
+  if (t.has_intra_latency()) out.intra.latency_s = comm::parseDuration(t.intra_latency());
+  if (t.has_nic_bandwidth()) out.nic.bandwidth_bps = comm::parseBandwidth(t.nic_bandwidth());
+  if (t.has_nic_latency()) out.nic.latency_s = comm::parseDuration(t.nic_latency());
+  if (t.has_nics_per_node()) out.nics_per_node = t.nics_per_node();
+  if (t.has_oversubscription()) out.oversubscription = t.oversubscription();
+  // A topology without a node size is one nobody finished describing: validate() names the field.
+  if (!out.enabled()) out.workers_per_node = -1;
+  return out;
+}
+
+comm::HostCommOptions hostCommOptions(const Experiment& experiment) {
+  comm::HostCommOptions o;
+  const auto algo = comm::parseAllreduceAlgorithm(experiment.collectives().allreduce());
+  TERSE_CHECK(algo.has_value(), InvalidArgument,
+              "collectives.allreduce '" << experiment.collectives().allreduce()
+                                        << "' is not one of auto, ring, rd, hierarchical");
+  o.algorithm = *algo;
+  if (experiment.collectives().has_ranks_per_node()) {
+    o.ranks_per_node = experiment.collectives().ranks_per_node();
+  } else if (experiment.clock() == Experiment::SIMULATED && experiment.simulation().has_topology()) {
+    o.ranks_per_node = std::max(1, std::min(topology(experiment).workers_per_node, experiment.workers()));
+  }
+  return o;
 }
 
 CodecOptions codecOptions(const Experiment& experiment) {

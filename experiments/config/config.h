@@ -21,10 +21,12 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "core/comm/host_communicator.h"
 #include "core/comm/link_emulation.h"
 #include "core/common/error.h"
 #include "core/compress/make_codec.h"
 #include "core/plugin/compressor.h"
+#include "core/sim/platform.h"
 #include "experiments/config/experiment.pb.h"
 
 namespace terse {
@@ -138,6 +140,10 @@ inline WorkerSettings workerSettings(const Experiment& e, int worker) {
 
 // The pieces the runner hands to core, from a resolved (validated) experiment.
 comm::EmulationConfig emulationConfig(const Experiment& experiment);
+// simulation.topology with its preset applied (disabled when unset).
+sim::TwoLevelTopology topology(const Experiment& experiment);
+// The host transports' collective options: collectives.allreduce and ranks_per_node (or the topology's node size).
+comm::HostCommOptions hostCommOptions(const Experiment& experiment);
 CodecOptions codecOptions(const Experiment& experiment);
 Params pluginParams(const PluginSpec& spec);  // sorted by key, so the plugin sees the same order every run
 

@@ -187,7 +187,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     } else {
       std::unique_ptr<comm::Transport> data_transport = comm::connectTcpTransport(to, job_->token, *job_->store);
       data_link = data_transport.get();
-      comm = std::make_unique<comm::HostCommunicator>(std::move(data_transport));
+      comm = std::make_unique<comm::HostCommunicator>(std::move(data_transport), experiments::hostCommOptions(e));
     }
 
     auto data = dataFor(e);

@@ -261,6 +261,7 @@ RunSummary Runner::run(const Experiment& e) {
       sim::SimulationOptions so;
       so.platform.ranks = e.workers();
       so.platform.links = experiments::emulationConfig(e);
+      so.platform.topology = experiments::topology(e);
       so.compute = computeOptions(e);
       // The child writes metrics, provenance and traces; this process keeps the status (simulation.h: what the child
       // changes in memory is lost, so its record count is read back from the file).
@@ -311,7 +312,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   io.network = network;  // simulated: SimGrid times the frames instead of the pacers
   auto transports = comm::makeInprocTransports(world, io);
   std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
-  for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t)));
+  const comm::HostCommOptions comm_options = experiments::hostCommOptions(e);
+  for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t), comm_options));
 
   // The scheduler, one instance per rank like the compressor; "fifo" (the default) is a plugin like any other.
   auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
@@ -361,6 +363,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
     sim::PlatformSpec platform;
     platform.ranks = world;
     platform.links = io.emulation;
+    platform.topology = experiments::topology(e);
     prov.clock = "simulated";
     prov.simulation = {{"platform", sim::describePlatform(platform)}, {"compute", computeOptions(e).describe()}};
   }
