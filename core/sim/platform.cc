@@ -81,6 +81,71 @@ std::string presetNames() {
   return "8xA100-4x200G, 8xH100-8x400G, 4xV100-1x100G";
 }
 
+TwoLevelTopology parseTopology(std::string_view text) {
+  TwoLevelTopology t;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      const auto preset = topologyPreset(item);
+      TERSE_CHECK(
+          preset.has_value(), InvalidArgument,
+          "topology '" << text << "': '" << item << "' is neither key=value nor a preset (" << presetNames() << ")");
+      t = *preset;
+      continue;
+    }
+    const std::string_view key = item.substr(0, eq);
+    const std::string value(item.substr(eq + 1));
+    auto integer = [&] {
+      std::size_t pos = 0;
+      int v = 0;
+      try {
+        v = std::stoi(value, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      TERSE_CHECK(pos == value.size() && !value.empty(), InvalidArgument,
+                  "topology '" << text << "': " << key << " '" << value << "' is not an integer");
+      return v;
+    };
+    if (key == "workers") {
+      t.workers_per_node = integer();
+    } else if (key == "nics") {
+      t.nics_per_node = integer();
+    } else if (key == "intra") {
+      t.intra.bandwidth_bps = comm::parseBandwidth(value);
+    } else if (key == "intra_latency") {
+      t.intra.latency_s = comm::parseDuration(value);
+    } else if (key == "nic") {
+      t.nic.bandwidth_bps = comm::parseBandwidth(value);
+    } else if (key == "nic_latency") {
+      t.nic.latency_s = comm::parseDuration(value);
+    } else if (key == "oversubscription") {
+      std::size_t pos = 0;
+      double v = 0;
+      try {
+        v = std::stod(value, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      TERSE_CHECK(pos == value.size() && !value.empty(), InvalidArgument,
+                  "topology '" << text << "': oversubscription '" << value << "' is not a number");
+      t.oversubscription = v;
+    } else {
+      TERSE_THROW(InvalidArgument, "topology '" << text << "': unknown key '" << key
+                                                << "' (workers, intra, intra_latency, nic, nics, nic_latency, "
+                                                   "oversubscription)");
+    }
+  }
+  if (!t.enabled()) t.workers_per_node = -1;  // validate() names the missing node size
+  t.validate();
+  return t;
+}
+
 namespace {
 
 std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {

@@ -57,6 +57,12 @@ struct TwoLevelTopology {
 std::optional<TwoLevelTopology> topologyPreset(std::string_view name);
 std::string presetNames();
 
+// The command line's spelling: a preset name and/or key=value pairs, comma-separated, later ones overriding earlier:
+// "8xA100-4x200G", "8xA100-4x200G,oversubscription=4",
+// "workers=8,intra=2400Gbps,intra_latency=2us,nic=200Gbps,nics=4,nic_latency=5us,oversubscription=4". Throws
+// InvalidArgument quoting the text for an unknown key or preset, a malformed value, or an invalid result (validate).
+TwoLevelTopology parseTopology(std::string_view text);
+
 struct PlatformSpec {
   int ranks = 1;
   comm::EmulationConfig links;  // slice_bytes is ignored: SimGrid shares bandwidth per flow, not per slice

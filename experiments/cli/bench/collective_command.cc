@@ -27,6 +27,7 @@
 #include "core/comm/tcp/transport.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/sim/platform.h"
 #include "core/sim/simulation.h"
 #include "experiments/cli/bench/bench_common.h"
 #include "experiments/cli/bench/collective.h"
@@ -43,9 +44,10 @@ using comm::InprocFabric;
 
 constexpr std::string_view kCollectiveUsage =
     "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
-    "                                       [--algo ring|rd|auto] [--transport inproc|tcp|nccl] [--bandwidth BW]\n"
-    "                                       [--latency T] [--clock real|simulated] [--iters N] [-w WARMUP] [--json]\n"
-    "                                       [--check]\n"
+    "                                       [--algo ring|rd|hierarchical|auto] [--ranks-per-node G]\n"
+    "                                       [--transport inproc|tcp|nccl] [--bandwidth BW] [--latency T]\n"
+    "                                       [--clock real|simulated] [--topology SPEC] [--iters N] [-w WARMUP]\n"
+    "                                       [--json] [--check]\n"
     "\n"
     "Sizes are total message bytes (allgather: the gathered output, size/n per rank), K/M/G binary. RANKS is N, A..B\n"
     "or a comma list. The timed iterations run in 5 batches between barriers; time is the slowest rank's average per\n"
@@ -62,8 +64,9 @@ struct CollectiveOptions {
   DType dtype = DType::kF32;
   HostCommOptions comm_options;
   uint64_t socket_buffer = 0;
-  bool ranks_given = false;  // -n was on the command line
-  bool simulated = false;    // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
+  bool ranks_given = false;        // -n was on the command line
+  bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
+  sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
 };
 
 // Single-thread memcpy of one buffer size, sampled between the batches of the row it is compared with, so both see
@@ -135,7 +138,12 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
   po::options_description options("options");
   addCommonOptions(options);
   options.add_options()("dtype", po::value<std::string>()->default_value("f32"), "f32, f16 or bf16")(
-      "algo", po::value<std::string>()->default_value("auto"), "allreduce algorithm: ring, rd or auto")(
+      "algo", po::value<std::string>()->default_value("auto"), "allreduce algorithm: ring, rd, hierarchical or auto")(
+      "ranks-per-node", po::value<int>(),
+      "workers per node of the hierarchical allreduce (default: --topology's, else 1)")(
+      "topology", po::value<std::string>(),
+      "--clock simulated: a two-level cluster instead of per-pair links, a preset (8xA100-4x200G, 8xH100-8x400G, "
+      "4xV100-1x100G) and/or workers=,intra=,intra_latency=,nic=,nics=,nic_latency=,oversubscription=")(
       "threshold", po::value<std::string>()->default_value("64K"), "auto: recursive doubling below this size")(
       "segment", po::value<std::string>()->default_value("auto"),
       "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
@@ -156,8 +164,19 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       throw po::error("--dtype must be f32, f16 or bf16, got '" + (*vm)["dtype"].as<std::string>() + "'");
     o.dtype = *d;
     const auto algo = comm::parseAllreduceAlgorithm((*vm)["algo"].as<std::string>());
-    if (!algo) throw po::error("--algo must be ring, rd or auto, got '" + (*vm)["algo"].as<std::string>() + "'");
+    if (!algo)
+      throw po::error("--algo must be ring, rd, hierarchical or auto, got '" + (*vm)["algo"].as<std::string>() + "'");
     o.comm_options.algorithm = *algo;
+    if (vm->count("topology")) o.topology = sim::parseTopology((*vm)["topology"].as<std::string>());
+    if (vm->count("ranks-per-node")) {
+      o.comm_options.ranks_per_node = (*vm)["ranks-per-node"].as<int>();
+      if (o.comm_options.ranks_per_node < 1) throw po::error("--ranks-per-node must be >= 1");
+    } else if (o.topology.enabled()) {
+      o.comm_options.ranks_per_node = o.topology.workers_per_node;
+    }
+    if (*algo == comm::AllreduceAlgorithm::kHierarchical && o.comm_options.ranks_per_node == 1 &&
+        !vm->count("ranks-per-node"))
+      throw po::error("--algo hierarchical needs --ranks-per-node or --topology to know the nodes");
     o.comm_options.small_allreduce_bytes = comm::parseByteSize((*vm)["threshold"].as<std::string>());
     const std::string segment = (*vm)["segment"].as<std::string>();
     o.comm_options.segment_bytes =
@@ -171,6 +190,10 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     if (clock != "real" && clock != "simulated")
       throw po::error("--clock must be real or simulated, got '" + clock + "'");
     o.simulated = clock == "simulated";
+    if (o.topology.enabled() && !o.simulated)
+      throw po::error("--topology builds the simulated cluster; add --clock simulated");
+    if (o.topology.enabled() && a.inproc.emulation.enabled())
+      throw po::error("--topology describes the network; leave out --bandwidth, --latency, --nic and --nic-ingress");
     if (o.simulated && a.transport != "inproc")
       throw po::error("--clock simulated simulates the inproc transport's links; --transport " + a.transport +
                       " runs in real time");
@@ -410,8 +433,9 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
     if (o.comm_options.algorithm == AllreduceAlgorithm::kAuto)
       std::cout << " (rd below " << o.comm_options.small_allreduce_bytes << " B)";
   }
+  if (o.comm_options.ranks_per_node > 1) std::cout << ", " << o.comm_options.ranks_per_node << " ranks per node";
   std::cout << ", segment " << o.comm_options.segment_bytes << " B, iters " << a.iters << ", warmup " << a.warmup
-            << ", links " << a.inproc.emulation.describe() << "\n";
+            << ", links " << (o.topology.enabled() ? o.topology.describe() : a.inproc.emulation.describe()) << "\n";
   printRunTables(r.runs, o.dtype);
   printWrongSummary(r.total_wrong);
   std::cout << "# memcpy " << r.largest
@@ -453,6 +477,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
       sim::SimulationOptions so;
       so.platform.ranks = *std::max_element(o.a.ranks.begin(), o.a.ranks.end());
       so.platform.links = o.a.inproc.emulation;
+      so.platform.topology = o.topology;
       const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
         CollectiveOptions in_sim = o;
         in_sim.a.inproc.network = ctx.network;
