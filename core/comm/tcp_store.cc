@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/comm/frame.h"
+#include "core/comm/handshake_slots.h"
 #include "core/comm/store.pb.h"
 #include "core/comm/transport.h"
 #include "core/common/log.h"
@@ -187,8 +188,11 @@ void authenticate(int fd, const JobToken& token, Clock::time_point deadline, con
   writeAll(fd, reinterpret_cast<const char*>(hello.data()), hello.size(), deadline, where + ": handshake");
   AuthChallenge challenge{};
   readAll(fd, reinterpret_cast<char*>(challenge.data()), challenge.size(), deadline, where + ": handshake");
-  const AuthResponse response = auth.answer(challenge);  // AuthError: the server does not know our token
-  writeAll(fd, reinterpret_cast<const char*>(response.data()), response.size(), deadline, where + ": handshake");
+  const AuthProof proof = auth.prove(challenge);
+  writeAll(fd, reinterpret_cast<const char*>(proof.data()), proof.size(), deadline, where + ": handshake");
+  AuthProof confirm{};
+  readAll(fd, reinterpret_cast<char*>(confirm.data()), confirm.size(), deadline, where + ": handshake");
+  auth.confirm(confirm);  // AuthError: the server refused our proof, or does not know our token
 }
 
 }  // namespace
@@ -201,7 +205,8 @@ class Connection;
 }
 
 struct TcpStoreServer::Impl {
-  Impl(const JobToken& t, TcpStoreServerOptions o) : token(t), options(std::move(o)), acceptor(io) {}
+  Impl(const JobToken& t, TcpStoreServerOptions o)
+      : token(t), options(std::move(o)), acceptor(io), refusals(kRefusalLogBurst, kRefusalLogWindow) {}
 
   void accept();
   void remove(Connection* c);
@@ -219,7 +224,13 @@ struct TcpStoreServer::Impl {
   std::map<std::string, std::string, std::less<>> values;
   std::unordered_map<Connection*, std::shared_ptr<Connection>> connections;
   std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> waiters;  // key -> connections in a get
-  uint64_t next_id = 1;
+  // The connections that have not authenticated yet (handshake_slots.h): an intruder's idle or flooding connections
+  // cannot keep the ranks out.
+  HandshakeSlots slots;
+  // Refused connections are an intruder's to multiply: at most this many lines per window, the rest counted.
+  static constexpr std::size_t kRefusalLogBurst = 20;
+  static constexpr std::chrono::seconds kRefusalLogWindow{10};
+  LogLimiter refusals;
 };
 
 namespace {
@@ -230,10 +241,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : server_(server), socket_(std::move(socket)), timer_(server.io), auth_(server.token, AuthService::kStore) {
     boost::system::error_code ec;
     const auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("an unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
+    source_ = ec ? std::string("?") : remote.address().to_string();
+    peer_ = ec ? std::string("an unknown peer") : source_ + ":" + std::to_string(remote.port());
   }
 
   void start() {
+    // A slot among the unauthenticated, at the expense of the oldest stranger when the table is full.
+    std::weak_ptr<Connection> weak = shared_from_this();
+    ticket_ = server_.slots.admit(source_, [weak] {
+      if (auto c = weak.lock()) c->drop("evicted to make room for newer connections before it authenticated");
+    });
     // The handshake deadline: a peer that connects and stays silent (or trickles bytes) loses its slot.
     auto self = shared_from_this();
     timer_.expires_after(server_.options.handshake_timeout);
@@ -271,6 +288,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.close(ignored);
     if (waiting_) eraseWaiter();
     waiting_ = false;
+    if (!authenticated_) server_.slots.release(ticket_);
     server_.remove(this);
   }
 
@@ -283,9 +301,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     if (ec) {
       if (!authenticated_) {
-        // A client holding another job's token finds the server's proof wrong and hangs up right here: the one
-        // trace of a misconfigured rank on the server's side, so it is a warning.
-        drop("closed during the handshake (" + ec.message() + "); a client with a different job token hangs up here");
+        drop("closed during the handshake (" + ec.message() + ")");
         return;
       }
       // A peer that hangs up between requests is normal; mid-message it is worth a debug line.
@@ -304,7 +320,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void drop(const std::string& reason) {
     if (closed_) return;
-    TERSE_LOG(LogLevel::kWarn, "store: dropping the connection from " << peer_ << ": " << reason);
+    server_.refusals.log(LogLevel::kWarn, "store: dropping the connection from " + peer_ + ": " + reason);
     close();
   }
 
@@ -316,19 +332,38 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     asio::async_write(socket_, asio::buffer(buffer_), [this, self](const boost::system::error_code& ec, std::size_t) {
       guarded("handshake", ec, [&] {
-        buffer_.resize(kAuthResponseBytes);
-        asio::async_read(
-            socket_, asio::buffer(buffer_), [this, self](const boost::system::error_code& ec2, std::size_t) {
-              guarded("handshake", ec2, [&] {
-                auth_.verify(
-                    std::as_bytes(std::span<const char>(buffer_)));  // AuthError: the peer does not know the token
-                authenticated_ = true;
-                timer_.cancel();
-                readHeader();
-              });
-            });
+        buffer_.resize(kAuthProofBytes);
+        asio::async_read(socket_, asio::buffer(buffer_),
+                         [this, self](const boost::system::error_code& ec2, std::size_t) {
+                           guarded("handshake", ec2, [&] { onProof(); });
+                         });
       });
     });
+  }
+
+  void onProof() {
+    AuthProof confirm{};
+    std::string refused;
+    try {
+      confirm = auth_.verify(std::as_bytes(std::span<const char>(buffer_)));
+    } catch (const AuthError& e) {
+      // Tell a client of another job to stop retrying, then hang up (auth.h: the refusal holds nothing to guess from).
+      confirm = AuthServer::refusal();
+      refused = e.what();
+    }
+    if (refused.empty()) {
+      authenticated_ = true;
+      server_.slots.release(ticket_);
+      timer_.cancel();
+    }
+    buffer_.assign(reinterpret_cast<const char*>(confirm.data()),
+                   reinterpret_cast<const char*>(confirm.data()) + confirm.size());
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(buffer_),
+                      [this, self, refused](const boost::system::error_code& ec, std::size_t) {
+                        if (!refused.empty()) return drop("handshake: " + refused);
+                        guarded("handshake", ec, [&] { readHeader(); });
+                      });
   }
 
   void readHeader() {
@@ -456,9 +491,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   tcp::socket socket_;
   asio::steady_timer timer_;  // the handshake deadline, then a waiting get's deadline
   AuthServer auth_;
+  std::string source_;  // the peer's address, without the port
   std::string peer_;
-  std::vector<char> buffer_;  // the message being read
-  std::string out_;           // the response being written
+  HandshakeSlots::Ticket ticket_ = 0;  // its slot while unauthenticated
+  std::vector<char> buffer_;           // the message being read
+  std::string out_;                    // the response being written
   uint64_t tag_ = 0;
   bool authenticated_ = false;
   bool closed_ = false;
@@ -475,13 +512,14 @@ void TcpStoreServer::Impl::accept() {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (ec) {
       // EMFILE and friends: log, back off briefly so a descriptor shortage does not spin, keep serving.
-      TERSE_LOG(LogLevel::kWarn, "store: accept failed: " << ec.message());
+      refusals.log(LogLevel::kWarn, "store: accept failed: " + ec.message());
       auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
       timer->async_wait([this, timer](const boost::system::error_code&) { accept(); });
       return;
     }
     if (connections.size() >= kStoreMaxConnections) {
-      TERSE_LOG(LogLevel::kWarn, "store: refusing a connection: already " << connections.size() << " open");
+      refusals.log(LogLevel::kWarn,
+                   "store: refusing a connection: already " + std::to_string(connections.size()) + " open");
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {

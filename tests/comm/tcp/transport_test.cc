@@ -411,10 +411,12 @@ class RawClient {
     AuthClient client(token, AuthService::kTransport);
     const auto hello = client.hello();
     if (!write(hello)) return -1;
-    std::array<std::byte, kAuthChallengeBytes> challenge{};
+    AuthChallenge challenge{};
     if (!read(challenge)) return -1;
-    const auto response = client.answer(challenge);
-    if (!write(response)) return -1;
+    if (!write(client.prove(challenge))) return -1;
+    AuthProof confirm{};
+    if (!read(confirm)) return -1;
+    client.confirm(confirm);  // AuthError: refused, or the listener does not know the token
     const auto h = tcp_wire::encodeHello(tcp_wire::kHelloMagic, rank, world, label);
     if (!write(h) || !write(std::as_bytes(std::span(label)))) return -1;
     tcp_wire::HelloBytes ack{};
@@ -450,13 +452,13 @@ TEST(TcpSecurity, HostileConnectionsDuringSetupAreDropped) {
     EXPECT_TRUE(oversized.write(bytesOf(64, 1)));
     EXPECT_TRUE(oversized.closedByPeer());
     RawClient intruder(addr);
-    EXPECT_THROW(intruder.join(wrong, 1, 2, "intruder"), AuthError);  // the server's proof does not verify
+    EXPECT_THROW(intruder.join(wrong, 1, 2, "intruder"), AuthError);  // refused
     RawClient forger(addr);                                           // a wrong proof sent anyway
     AuthClient client(wrong, AuthService::kTransport);
     EXPECT_TRUE(forger.write(client.hello()));
-    std::array<std::byte, kAuthChallengeBytes> challenge{};
+    AuthChallenge challenge{};
     EXPECT_TRUE(forger.read(challenge));
-    EXPECT_TRUE(forger.write(bytesOf(kAuthResponseBytes, 5)));
+    EXPECT_TRUE(forger.write(bytesOf(kAuthProofBytes, 5)));
     EXPECT_TRUE(forger.closedByPeer());
     for (uint32_t bad_rank : {0u, 7u}) {  // itself, out of range
       RawClient liar(addr);
