@@ -1,5 +1,5 @@
-// The table of unauthenticated connections (handshake_slots.h): admission with oldest-first eviction per source and
-// overall.
+// The table of unauthenticated connections (handshake_slots.h): admission with eviction per source and overall, silent
+// connections first. Linear scans: the table holds at most a few hundred entries.
 #include "core/comm/handshake_slots.h"
 
 #include <utility>
@@ -21,21 +21,30 @@ void HandshakeSlots::evict(std::map<Ticket, Entry>::iterator it) {
   if (callback) callback();
 }
 
+std::map<HandshakeSlots::Ticket, HandshakeSlots::Entry>::iterator HandshakeSlots::victim(const std::string* source) {
+  auto oldest = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (source != nullptr && it->second.source != *source) continue;
+    if (!it->second.progressed) return it;
+    if (oldest == entries_.end()) oldest = it;
+  }
+  return oldest;
+}
+
 HandshakeSlots::Ticket HandshakeSlots::admit(const std::string& source, Evict evict_fn) {
   if (auto count = per_source_.find(source); count != per_source_.end() && count->second >= max_per_source_) {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->second.source == source) {
-        evict(it);
-        break;
-      }
-    }
+    evict(victim(&source));
   } else if (entries_.size() >= max_total_) {
-    evict(entries_.begin());
+    evict(victim(nullptr));
   }
   const Ticket t = next_++;
-  entries_.emplace(t, Entry{source, std::move(evict_fn)});
+  entries_.emplace(t, Entry{source, std::move(evict_fn), false});
   ++per_source_[source];
   return t;
+}
+
+void HandshakeSlots::progressed(Ticket ticket) {
+  if (auto it = entries_.find(ticket); it != entries_.end()) it->second.progressed = true;
 }
 
 void HandshakeSlots::release(Ticket ticket) {

@@ -2,15 +2,18 @@
 // the rendezvous store's): a bounded table of connections in their job-token handshake (auth.h), built so that
 // connections which cannot authenticate -- idle, slow, or a flood of them -- cannot keep a real peer out.
 //
-// - A new connection is always admitted. When its source address already holds max_per_source slots, that source's
-//   oldest connection is evicted; otherwise, when the table is full, the oldest connection of all is. A real peer
-//   completes its handshake within one round trip and then leaves the table, so to push it out an intruder must open
-//   max_per_source connections from its host within that round trip -- holding idle connections does nothing.
+// - A new connection is always admitted. When its source address already holds max_per_source slots, one of that
+//   source's connections is evicted; otherwise, when the table is full, one of all. The victim is the oldest
+//   connection that has sent nothing valid yet, or if every one has sent a valid hello, the oldest of all. A real
+//   peer sends its hello with its first packet, and completes the handshake one round trip later, when it leaves the
+//   table: idle connections, however many and however often renewed, evict only each other. To push a real peer out
+//   an intruder must send max_per_source well-formed hellos from its host within that round trip -- a flood, which
+//   costs it as much as it costs the listener, and the peer retries with backoff.
 // - The per-source bound keeps one host from evicting the peers of every other host. (On one host every connection
-//   comes from the same address, and the oldest-first eviction alone protects the real peers.)
-// - The owner gives every admitted connection a deadline, kUnauthenticatedDeadline at most, to finish authenticating
-//   (the listener's own proof is only sent once the peer proved the token, so a slot holds nothing an intruder can
-//   use).
+//   comes from the same address; then the eviction order alone protects the real peers.)
+// - The owner gives every admitted connection a deadline, kUnauthenticatedDeadline at most, to finish authenticating.
+//   (The listener's own proof is only sent once the peer proved the token (auth.h), so a slot holds nothing an
+//   intruder could use.)
 // Not thread-safe: each listener's io thread owns its table.
 #pragma once
 
@@ -46,6 +49,8 @@ class HandshakeSlots {
   // Admits a connection from `source` (its address without the port); evicts one connection first if a bound is
   // reached (see above). Returns the new connection's ticket.
   Ticket admit(const std::string& source, Evict evict);
+  // The connection sent a well-formed hello: from now on it is evicted only after every silent one.
+  void progressed(Ticket ticket);
   // The connection left its handshake (authenticated, refused, timed out, closed). Unknown tickets are ignored.
   void release(Ticket ticket);
 
@@ -56,7 +61,10 @@ class HandshakeSlots {
   struct Entry {
     std::string source;
     Evict evict;
+    bool progressed = false;
   };
+  // The victim among the entries of `source` (all entries when null): the oldest silent one, else the oldest.
+  std::map<Ticket, Entry>::iterator victim(const std::string* source);
   void evict(std::map<Ticket, Entry>::iterator it);
 
   std::size_t max_total_;

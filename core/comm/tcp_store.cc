@@ -327,6 +327,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void onHello() {
     const AuthChallenge challenge =
         auth_.challenge(std::as_bytes(std::span<const char>(buffer_)));  // AuthError on a malformed hello
+    server_.slots.progressed(ticket_);
     buffer_.assign(reinterpret_cast<const char*>(challenge.data()),
                    reinterpret_cast<const char*>(challenge.data()) + challenge.size());
     auto self = shared_from_this();

@@ -141,6 +141,7 @@ void Connector::startHandshake(std::shared_ptr<Handshake> h) {
         } catch (const AuthError& e) {
           return finish(std::string("authentication failed: ") + e.what());
         }
+        slots_.progressed(h->ticket);
         asio::async_write(
             *h->socket, asio::buffer(h->auth_challenge), [=, this](const boost::system::error_code& ec2, std::size_t) {
               if (ec2) return fail("writing the authentication challenge", ec2);

@@ -2,10 +2,6 @@
 // (n in {1, 2, 3, 4}, odd sizes, empty tensors, every dtype and algorithm) checked bit for bit, byte accounting equal
 // to inproc's, setup timeouts, abort propagation, and untrusted input at the port: a wrong token, garbage, an
 // oversized length, a bad hello, and a malformed frame from an authenticated peer.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -18,6 +14,7 @@
 namespace terse::comm {
 namespace {
 
+using testing::RawClient;
 using testing::TcpWorld;
 using Clock = std::chrono::steady_clock;
 
@@ -337,6 +334,35 @@ TEST(TcpSetup, TimeoutNamesTheMissingRanks) {
   }
 }
 
+// The store went away mid-setup (its host exited): the timeout says so, instead of claiming that the missing rank
+// never published its address; what this rank had learned before is still reported.
+TEST(TcpSetup, TimeoutSaysWhenTheStoreIsGone) {
+  const JobToken token = JobToken::generate();
+  auto server = std::make_unique<TcpStoreServer>(token, TcpStoreServerOptions{});
+  const uint16_t port = server->port();
+  std::atomic<int> joined{0};
+  std::thread stopper([&] {
+    while (joined.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both ranks are in setup, waiting for rank 2
+    server->stop();
+  });
+  const auto res = testing::spawnRanks(
+      2,
+      [&](int r) {
+        TcpStore store("127.0.0.1", port, token, std::chrono::seconds(5));
+        ++joined;
+        connectTcpTransport(testing::tcpOptions(r, 3, std::chrono::milliseconds(1500)), token, store);
+      },
+      nullptr, std::chrono::seconds(30));
+  stopper.join();
+  for (int r = 0; r < 2; ++r) {
+    const std::string m = res.message(r);
+    EXPECT_NE(m.find("rank 2 (its address is unknown here: the store went away"), std::string::npos) << m;
+    EXPECT_NE(m.find("The rendezvous store is unreachable"), std::string::npos) << m;
+    EXPECT_EQ(m.find("never published"), std::string::npos) << m;
+  }
+}
+
 TEST(TcpSetup, BadOptions) {
   MemoryStore store;
   const JobToken token = JobToken::generate();
@@ -368,68 +394,6 @@ TEST(TcpAbort, ReasonReachesEveryRank) {
 }
 
 // ---- untrusted input at the port ----------------------------------------------------------------------------------
-
-// A blocking client socket for the tests that play a hostile or broken peer.
-class RawClient {
- public:
-  explicit RawClient(const std::string& addr) {
-    const auto colon = addr.rfind(':');
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
-    inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{10, 0};  // a test must not hang on a read
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw std::runtime_error("connect failed");
-  }
-  ~RawClient() { close(fd_); }
-  bool write(std::span<const std::byte> b) {
-    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
-  }
-  // Reads exactly n bytes; false on end of file or error.
-  bool read(std::span<std::byte> b) {
-    std::size_t off = 0;
-    while (off < b.size()) {
-      const ssize_t got = ::recv(fd_, b.data() + off, b.size() - off, 0);
-      if (got <= 0) return false;
-      off += static_cast<std::size_t>(got);
-    }
-    return true;
-  }
-  // True when the server closed the connection (end of file or reset) within the receive timeout.
-  bool closedByPeer() {
-    std::byte b[256];
-    for (;;) {
-      const ssize_t got = ::recv(fd_, b, sizeof b, 0);
-      if (got == 0) return true;
-      if (got < 0) return errno == ECONNRESET;
-    }
-  }
-  // The client's half of the job-token handshake and the hello; returns the acknowledgement's rank, or -1.
-  int join(const JobToken& token, uint32_t rank, uint32_t world, const std::string& label) {
-    AuthClient client(token, AuthService::kTransport);
-    const auto hello = client.hello();
-    if (!write(hello)) return -1;
-    AuthChallenge challenge{};
-    if (!read(challenge)) return -1;
-    if (!write(client.prove(challenge))) return -1;
-    AuthProof confirm{};
-    if (!read(confirm)) return -1;
-    client.confirm(confirm);  // AuthError: refused, or the listener does not know the token
-    const auto h = tcp_wire::encodeHello(tcp_wire::kHelloMagic, rank, world, label);
-    if (!write(h) || !write(std::as_bytes(std::span(label)))) return -1;
-    tcp_wire::HelloBytes ack{};
-    if (!read(ack)) return -1;
-    const auto a = tcp_wire::decodeHello(ack, tcp_wire::kAckMagic);
-    std::string peer_label(a.label_bytes, '\0');
-    if (!read(std::as_writable_bytes(std::span(peer_label)))) return -1;
-    return static_cast<int>(a.rank);
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // During setup, rank 0's port gets: garbage, a frame header with a huge length, a wrong-token client, an authenticated
 // client claiming an invalid rank, and a silent client. Each is dropped without a crash, and the job goes on with the
