@@ -22,6 +22,7 @@
 
 #include "core/comm/frame.h"
 #include "core/comm/handshake_slots.h"
+#include "core/comm/store_service.h"
 #include "core/comm/store.pb.h"
 #include "core/comm/transport.h"
 #include "core/common/log.h"
@@ -33,27 +34,12 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-// The server never waits longer than this for one get, whatever a client asks: a day is beyond any rendezvous, and
-// the bound keeps timer arithmetic far from overflow.
-constexpr std::chrono::milliseconds kMaxGetWait = std::chrono::hours(24);
 // A client gives the server this long beyond a get's own timeout to send the timeout answer before it calls the store
 // unresponsive.
 constexpr std::chrono::milliseconds kClientGrace{5000};
 
-// Keys end up in error messages and logs on other hosts; printable ASCII keeps those readable and uninjectable.
-std::string keyProblem(std::string_view key) {
-  if (key.empty()) return "the key is empty";
-  if (key.size() > kStoreMaxKeyBytes)
-    return "the key is " + std::to_string(key.size()) + " bytes, over the limit of " +
-           std::to_string(kStoreMaxKeyBytes);
-  for (char c : key) {
-    if (c < 0x20 || c > 0x7e) return "the key holds a byte that is not printable ASCII";
-  }
-  return {};
-}
-
 void checkKey(std::string_view key) {
-  if (auto problem = keyProblem(key); !problem.empty()) {
+  if (auto problem = storeKeyProblem(key); !problem.empty()) {
     TERSE_THROW(InvalidArgument, "store: " << problem
                                            << (key.size() <= 64 && problem.find("printable") == std::string::npos
                                                    ? " ('" + std::string(key) + "')"
@@ -221,7 +207,7 @@ struct TcpStoreServer::Impl {
   bool stopped = false;
   std::mutex stop_mutex;  // guards stopped and the join
   // Everything below is touched only on the io thread, so it needs no lock.
-  std::map<std::string, std::string, std::less<>> values;
+  StoreTable table;
   std::unordered_map<Connection*, std::shared_ptr<Connection>> connections;
   std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> waiters;  // key -> connections in a get
   // The connections that have not authenticated yet (handshake_slots.h): an intruder's idle or flooding connections
@@ -388,86 +374,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void onRequest() {
-    storepb::Request request;
-    TERSE_CHECK(request.ParseFromArray(buffer_.data(), static_cast<int>(buffer_.size())), InvalidPayload,
-                "a request of " << buffer_.size() << " bytes that is not a store message");
-    storepb::Response response;
-    auto fail = [&](storepb::Error::Code code, const std::string& message) {
-      response.mutable_error()->set_code(code);
-      response.mutable_error()->set_message(message);
-    };
-    auto badKey = [&](const std::string& key) {
-      const std::string problem = keyProblem(key);
-      if (!problem.empty()) fail(storepb::Error::INVALID_ARGUMENT, "store: " + problem);
-      return !problem.empty();
-    };
-    switch (request.op_case()) {
-      case storepb::Request::kSet: {
-        const auto& set = request.set();
-        if (badKey(set.key())) break;
-        if (set.value().size() > kStoreMaxValueBytes) {
-          fail(storepb::Error::INVALID_ARGUMENT, "store: the value for key '" + set.key() + "' is " +
-                                                     std::to_string(set.value().size()) + " bytes, over the limit of " +
-                                                     std::to_string(kStoreMaxValueBytes));
-          break;
-        }
-        server_.values.insert_or_assign(set.key(), set.value());
-        response.mutable_ok();
-        reply(response);
-        server_.notifyWaiters(set.key());
-        return;
-      }
-      case storepb::Request::kAdd: {
-        const auto& add = request.add();
-        if (badKey(add.key())) break;
-        try {
-          auto it = server_.values.find(add.key());
-          const int64_t old = it == server_.values.end() ? 0 : parseStoreCounter(add.key(), it->second);
-          int64_t now = 0;
-          TERSE_CHECK(!__builtin_add_overflow(old, add.delta(), &now), InvalidArgument,
-                      "store: add(" << add.delta() << ") to key '" << add.key() << "' overflows its value " << old);
-          server_.values.insert_or_assign(add.key(), std::to_string(now));
-          response.set_counter(now);
-        } catch (const InvalidArgument& e) {
-          fail(storepb::Error::INVALID_ARGUMENT, e.what());
-          break;
-        }
-        reply(response);
-        server_.notifyWaiters(add.key());
-        return;
-      }
-      case storepb::Request::kCheck:
-        if (badKey(request.check().key())) break;
-        response.set_exists(server_.values.count(request.check().key()) != 0);
-        break;
-      case storepb::Request::kGet: {
-        const auto& get = request.get();
-        if (badKey(get.key())) break;
-        if (auto it = server_.values.find(get.key()); it != server_.values.end()) {
-          response.set_value(it->second);
-          break;
-        }
-        // Wait server-side: the answer goes out when a set or add creates the key, or when the timer fires.
-        waiting_ = true;
-        waiting_key_ = get.key();
-        waiting_for_ = std::min(std::chrono::milliseconds(static_cast<int64_t>(
-                                    std::min<uint64_t>(get.timeout_ms(), uint64_t(kMaxGetWait.count())))),
-                                kMaxGetWait);
-        server_.waiters.emplace(waiting_key_, shared_from_this());
-        auto self = shared_from_this();
-        timer_.expires_after(waiting_for_);
-        // The generation tells this wait's expiry from a stale one that had already fired when a set answered it.
-        timer_.async_wait([this, self, gen = ++wait_generation_](const boost::system::error_code& ec) {
-          if (ec || !waiting_ || gen != wait_generation_) return;
-          eraseWaiter();
-          finishGet(nullptr);
-        });
-        return;
-      }
-      case storepb::Request::OP_NOT_SET:
-        TERSE_THROW(InvalidPayload, "a store request without an operation");
+    StoreOutcome out = server_.table.apply(parseStoreRequest(buffer_));  // InvalidPayload: not a store request
+    if (!out.wait) {
+      reply(out.response);
+      if (!out.changed.empty()) server_.notifyWaiters(out.changed);
+      return;
     }
-    reply(response);
+    // Wait server-side: the answer goes out when a set or add creates the key, or when the timer fires.
+    waiting_ = true;
+    waiting_key_ = std::move(out.wait_key);
+    waiting_for_ = out.wait_for;
+    server_.waiters.emplace(waiting_key_, shared_from_this());
+    auto self = shared_from_this();
+    timer_.expires_after(waiting_for_);
+    // The generation tells this wait's expiry from a stale one that had already fired when a set answered it.
+    timer_.async_wait([this, self, gen = ++wait_generation_](const boost::system::error_code& ec) {
+      if (ec || !waiting_ || gen != wait_generation_) return;
+      eraseWaiter();
+      finishGet(nullptr);
+    });
   }
 
   void eraseWaiter() {
@@ -548,7 +473,7 @@ void TcpStoreServer::Impl::notifyWaiters(const std::string& key) {
   std::vector<std::shared_ptr<Connection>> ready;
   for (auto it = first; it != last; ++it) ready.push_back(it->second);
   waiters.erase(first, last);
-  const std::string& value = values.find(key)->second;
+  const std::string& value = *table.find(key);
   for (auto& c : ready) c->finishGet(&value);
 }
 
