@@ -22,8 +22,8 @@
 
 #include "core/comm/frame.h"
 #include "core/comm/handshake_slots.h"
-#include "core/comm/store_service.h"
 #include "core/comm/store.pb.h"
+#include "core/comm/store_service.h"
 #include "core/comm/transport.h"
 #include "core/common/log.h"
 

@@ -96,9 +96,9 @@ std::span<const uint8_t> decodeIdxU8(std::span<const uint8_t> bytes, int ndims, 
     dims.push_back(size);
   }
   const uint64_t found = bytes.size() - header_bytes;
-  TERSE_CHECK(found >= total, InvalidPayload,
-              "IDX file '" << path << "' is truncated: its header promises " << total << " data bytes, found "
-                           << found);
+  TERSE_CHECK(
+      found >= total, InvalidPayload,
+      "IDX file '" << path << "' is truncated: its header promises " << total << " data bytes, found " << found);
   TERSE_CHECK(found == total, InvalidPayload,
               "IDX file '" << path << "' has trailing bytes after the " << total << " data bytes its header describes");
   return bytes.subspan(header_bytes);

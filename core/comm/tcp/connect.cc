@@ -172,45 +172,50 @@ void Connector::startHandshake(std::shared_ptr<Handshake> h) {
       });
 }
 
-void Connector::readHello(const std::shared_ptr<Handshake>& h, const std::function<void(const std::string&)>& finish,
-                          const std::function<void(const char*, const boost::system::error_code&)>& fail) {
+void Connector::readPeerHello(const std::shared_ptr<Handshake>& h, uint32_t magic, const char* what,
+                              const Finish& refuse, const Fail& fail, std::function<void()> then) {
   asio::async_read(*h->socket, asio::buffer(h->hello_in), [=, this](const boost::system::error_code& ec, std::size_t) {
-    if (ec) return fail("reading the hello", ec);
+    if (ec) return fail(what, ec);
     try {
-      h->peer_hello = tcp_wire::decodeHello(h->hello_in, tcp_wire::kHelloMagic);
+      h->peer_hello = tcp_wire::decodeHello(h->hello_in, magic);
     } catch (const InvalidPayload& e) {
-      return finish(e.what());
+      return refuse(e.what());
     }
     h->label_in.resize(h->peer_hello.label_bytes);
-    asio::async_read(*h->socket, asio::buffer(h->label_in),
-                     [=, this](const boost::system::error_code& ec2, std::size_t) {
-                       if (ec2) return fail("reading the hello's host label", ec2);
-                       const int peer = static_cast<int>(h->peer_hello.rank);
-                       std::string problem;
-                       if (h->peer_hello.world_size != static_cast<uint32_t>(n_)) {
-                         problem = "hello from a job of " + std::to_string(h->peer_hello.world_size) +
-                                   " ranks, this job has " + std::to_string(n_);
-                       } else if (peer <= rank_ || peer >= n_) {
-                         problem = "hello from rank " + std::to_string(h->peer_hello.rank) +
-                                   ", but only ranks above this one connect here (" + std::to_string(rank_ + 1) + ".." +
-                                   std::to_string(n_ - 1) + ")";
-                       } else if (links_[static_cast<std::size_t>(peer)]) {
-                         problem = "hello from rank " + std::to_string(peer) + ", which is already connected";
-                       }
-                       if (!problem.empty()) return finish(problem);
-                       h->hello_out = tcp_wire::encodeHello(tcp_wire::kAckMagic, static_cast<uint32_t>(rank_),
-                                                            static_cast<uint32_t>(n_), label_);
-                       h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
-                       // The acknowledgement is written before the link is registered: nothing else may write on the
-                       // socket while it is in flight.
-                       std::array<asio::const_buffer, 2> ack{asio::buffer(h->hello_out), asio::buffer(h->label_out)};
-                       asio::async_write(*h->socket, ack, [=, this](const boost::system::error_code& ec3, std::size_t) {
-                         if (ec3) return fail("writing the acknowledgement", ec3);
-                         if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
-                           return finish("rank " + std::to_string(peer) + " connected twice, or after setup ended");
-                         finish("");
-                       });
-                     });
+    asio::async_read(*h->socket, asio::buffer(h->label_in), [=](const boost::system::error_code& ec2, std::size_t) {
+      if (ec2) return fail("reading the host label", ec2);
+      then();
+    });
+  });
+}
+
+void Connector::readHello(const std::shared_ptr<Handshake>& h, const Finish& finish, const Fail& fail) {
+  readPeerHello(h, tcp_wire::kHelloMagic, "reading the hello", finish, fail, [=, this] {
+    const int peer = static_cast<int>(h->peer_hello.rank);
+    std::string problem;
+    if (h->peer_hello.world_size != static_cast<uint32_t>(n_)) {
+      problem = "hello from a job of " + std::to_string(h->peer_hello.world_size) + " ranks, this job has " +
+                std::to_string(n_);
+    } else if (peer <= rank_ || peer >= n_) {
+      problem = "hello from rank " + std::to_string(h->peer_hello.rank) +
+                ", but only ranks above this one connect here (" + std::to_string(rank_ + 1) + ".." +
+                std::to_string(n_ - 1) + ")";
+    } else if (links_[static_cast<std::size_t>(peer)]) {
+      problem = "hello from rank " + std::to_string(peer) + ", which is already connected";
+    }
+    if (!problem.empty()) return finish(problem);
+    h->hello_out =
+        tcp_wire::encodeHello(tcp_wire::kAckMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(n_), label_);
+    h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
+    // The acknowledgement is written before the link is registered: nothing else may write on the socket while it is
+    // in flight.
+    std::array<asio::const_buffer, 2> ack{asio::buffer(h->hello_out), asio::buffer(h->label_out)};
+    asio::async_write(*h->socket, ack, [=, this](const boost::system::error_code& ec, std::size_t) {
+      if (ec) return fail("writing the acknowledgement", ec);
+      if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
+        return finish("rank " + std::to_string(peer) + " connected twice, or after setup ended");
+      finish("");
+    });
   });
 }
 
@@ -296,29 +301,17 @@ void Connector::connectAttempt(int peer, tcp::resolver::results_type endpoints, 
 }
 
 void Connector::readAck(const std::shared_ptr<Handshake>& h, int peer, const std::shared_ptr<bool>& done,
-                        const std::function<void(const std::string&)>& retry,
-                        const std::function<void(const char*, const boost::system::error_code&)>& fail) {
-  asio::async_read(*h->socket, asio::buffer(h->hello_in), [=, this](const boost::system::error_code& ec, std::size_t) {
-    if (ec) return fail("reading the acknowledgement (refused by the peer?)", ec);
-    try {
-      h->peer_hello = tcp_wire::decodeHello(h->hello_in, tcp_wire::kAckMagic);
-    } catch (const InvalidPayload& e) {
-      return retry(e.what());
-    }
+                        const Finish& retry, const Fail& fail) {
+  readPeerHello(h, tcp_wire::kAckMagic, "reading the acknowledgement (refused by the peer?)", retry, fail, [=, this] {
     if (h->peer_hello.rank != static_cast<uint32_t>(peer) || h->peer_hello.world_size != static_cast<uint32_t>(n_))
       return retry("the listener at " + h->remote + " is rank " + std::to_string(h->peer_hello.rank) + " of " +
                    std::to_string(h->peer_hello.world_size) + ", expected rank " + std::to_string(peer) + " of " +
                    std::to_string(n_));
-    h->label_in.resize(h->peer_hello.label_bytes);
-    asio::async_read(*h->socket, asio::buffer(h->label_in),
-                     [=, this](const boost::system::error_code& ec2, std::size_t) {
-                       if (ec2) return fail("reading the acknowledgement's host label", ec2);
-                       if (*done) return;
-                       *done = true;
-                       h->timer.cancel();
-                       if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
-                         noteError(peer, "connected after setup ended");
-                     });
+    if (*done) return;
+    *done = true;
+    h->timer.cancel();
+    if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
+      noteError(peer, "connected after setup ended");
   });
 }
 

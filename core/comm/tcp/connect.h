@@ -55,6 +55,10 @@ class Connector {
   using Finish = std::function<void(const std::string&)>;
   using Fail = std::function<void(const char*, const boost::system::error_code&)>;
   void startHandshake(std::shared_ptr<Handshake> h);
+  // Reads a hello of `magic` and its host label into h, then runs `then`; a read error goes to `fail` (`what` names
+  // the step), a malformed hello to `refuse`.
+  void readPeerHello(const std::shared_ptr<Handshake>& h, uint32_t magic, const char* what, const Finish& refuse,
+                     const Fail& fail, std::function<void()> then);
   void readHello(const std::shared_ptr<Handshake>& h, const Finish& finish, const Fail& fail);
   void connectAttempt(int peer, asio::ip::tcp::resolver::results_type endpoints, Clock::time_point deadline,
                       Clock::duration backoff);
