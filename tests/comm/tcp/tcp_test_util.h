@@ -127,6 +127,8 @@ class RawClient {
     }
     return true;
   }
+  // Ends this side's writing (the peer reads end of file), keeping the socket open for reading.
+  void shutdownWrite() { ::shutdown(fd_, SHUT_WR); }
   // Everything received until the server closes the connection (end of file or reset) or the receive timeout passes.
   std::vector<std::byte> drain() {
     std::vector<std::byte> all;
