@@ -7,7 +7,6 @@ import struct
 import pathlib
 
 HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 
 
 def write(target, name, data):
@@ -106,9 +105,8 @@ write("idx", "three", bytes([0, len(images) // 4]) + images + labels)
 write("idx", "three_max2", bytes([2, len(images) // 4]) + images + labels)
 write("idx", "bad_label", bytes([0, len(images) // 4]) + images + idx([3], bytes([0, 10, 4])))
 
-# config_text: the committed example studies, and two small ones.
-for p in sorted((ROOT / "experiments" / "configs").glob("*.textproto")):
-    write("config_text", p.stem, p.read_bytes())
+# config_text: two small studies; the example studies (experiments/configs) are seeds too, read from where they are
+# (tests/fuzz/CMakeLists.txt, scripts/fuzz).
 write("config_text", "minimal", b'name: "m" workload { name: "mlp" } workers: 2 epochs: 1\n')
 write("config_text", "variants", b'name: "v" workers: 3 link { bandwidth: "1Gbps" latency: "1ms" }\n'
       b'variants { variant: "a" compressor { name: "topk" params { key: "ratio" value: "0.01" } } }\n'
