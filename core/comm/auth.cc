@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,9 +19,10 @@ namespace terse::comm {
 namespace {
 
 constexpr std::array<std::byte, 4> kHelloMagic{std::byte{'T'}, std::byte{'R'}, std::byte{'S'}, std::byte{'A'}};
-constexpr uint16_t kAuthVersion = 1;
-constexpr std::string_view kServerLabel = "terse-auth-v1 server";
-constexpr std::string_view kClientLabel = "terse-auth-v1 client";
+// Version 2: the client proves first (version 1 sent the server's proof to anyone who connected).
+constexpr uint16_t kAuthVersion = 2;
+constexpr std::string_view kServerLabel = "terse-auth-v2 server";
+constexpr std::string_view kClientLabel = "terse-auth-v2 client";
 
 std::span<const std::byte> asBytes(std::string_view s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
@@ -47,11 +49,11 @@ std::array<std::byte, 2> serviceBytes(AuthService service) {
   return out;
 }
 
-Sha256Digest proof(std::string_view key, std::string_view label, AuthService service,
-                   std::span<const std::byte> first_nonce, std::span<const std::byte> second_nonce) {
+AuthProof proof(std::string_view key, std::string_view label, AuthService service,
+                std::span<const std::byte> client_nonce, std::span<const std::byte> server_nonce) {
   const auto svc = serviceBytes(service);
-  const std::array<std::span<const std::byte>, 4> parts{asBytes(label), std::span<const std::byte>(svc), first_nonce,
-                                                        second_nonce};
+  const std::array<std::span<const std::byte>, 4> parts{asBytes(label), std::span<const std::byte>(svc), client_nonce,
+                                                        server_nonce};
   return hmacSha256(key, parts);
 }
 
@@ -86,9 +88,31 @@ JobToken JobToken::generate() {
 }
 
 JobToken JobToken::fromString(std::string secret, std::string_view source) {
-  TERSE_CHECK(secret.size() >= kMinSecretBytes, InvalidArgument,
-              source << ": the job token is " << secret.size() << " bytes; at least " << kMinSecretBytes
-                     << " are required (use `terse launch`, which generates one)");
+  std::size_t non_hex = 0;
+  std::array<bool, 16> seen{};
+  for (char c : secret) {
+    const char lower = (c >= 'A' && c <= 'F') ? static_cast<char>(c - 'A' + 'a') : c;
+    if (lower >= '0' && lower <= '9') {
+      seen[static_cast<std::size_t>(lower - '0')] = true;
+    } else if (lower >= 'a' && lower <= 'f') {
+      seen[static_cast<std::size_t>(lower - 'a' + 10)] = true;
+    } else {
+      ++non_hex;
+    }
+  }
+  const auto distinct = static_cast<std::size_t>(std::count(seen.begin(), seen.end(), true));
+  constexpr std::string_view kHow =
+      " (a job token must be at least 32 random hexadecimal digits: use `terse launch`, which generates one, or "
+      "`openssl rand -hex 32`)";
+  TERSE_CHECK(non_hex == 0, InvalidArgument,
+              source << ": the job token has " << non_hex << " of its " << secret.size()
+                     << " characters outside 0-9a-f: it looks chosen by a person, which a guesser tries first" << kHow);
+  TERSE_CHECK(
+      secret.size() >= kMinHexDigits, InvalidArgument,
+      source << ": the job token is " << secret.size() << " hexadecimal digits, fewer than " << kMinHexDigits << kHow);
+  TERSE_CHECK(distinct >= kMinDistinctDigits, InvalidArgument,
+              source << ": the job token uses only " << distinct << " distinct hexadecimal digits: a pattern, not "
+                     << "random" << kHow);
   return JobToken(std::move(secret));
 }
 
@@ -151,8 +175,8 @@ bool constantTimeEqual(std::span<const std::byte> a, std::span<const std::byte> 
 AuthClient::AuthClient(const JobToken& token, AuthService service) : key_(token.secret()), service_(service) {}
 
 AuthHello AuthClient::hello() {
-  TERSE_CHECK(!said_hello_, InvalidArgument, "auth: hello() called twice on one connection");
-  said_hello_ = true;
+  TERSE_CHECK(step_ == 0, InvalidArgument, "auth: hello() called twice on one connection");
+  step_ = 1;
   client_nonce_ = makeNonce();
   AuthHello msg{};
   std::memcpy(msg.data(), kHelloMagic.data(), kHelloMagic.size());
@@ -162,25 +186,36 @@ AuthHello AuthClient::hello() {
   return msg;
 }
 
-AuthResponse AuthClient::answer(std::span<const std::byte> challenge) {
-  TERSE_CHECK(said_hello_, InvalidArgument, "auth: answer() before hello()");
+AuthProof AuthClient::prove(std::span<const std::byte> challenge) {
+  TERSE_CHECK(step_ == 1, InvalidArgument, "auth: prove() out of order (step " << step_ << ")");
   TERSE_CHECK(challenge.size() == kAuthChallengeBytes, AuthError,
               "auth: the server's challenge is " << challenge.size() << " bytes, expected " << kAuthChallengeBytes);
-  const auto server_nonce = challenge.first(kAuthNonceBytes);
-  const auto server_proof = challenge.subspan(kAuthNonceBytes, kAuthProofBytes);
-  const Sha256Digest expected = proof(key_, kServerLabel, service_, client_nonce_, server_nonce);
+  step_ = 2;
+  std::memcpy(server_nonce_.data(), challenge.data(), kAuthNonceBytes);
+  return proof(key_, kClientLabel, service_, client_nonce_, server_nonce_);
+}
+
+void AuthClient::confirm(std::span<const std::byte> server_proof) {
+  TERSE_CHECK(step_ == 2, InvalidArgument, "auth: confirm() out of order (step " << step_ << ")");
+  step_ = 3;
+  TERSE_CHECK(!constantTimeEqual(AuthServer::refusal(), server_proof), AuthError,
+              "auth: the server refused this side's proof: the two ends hold different job tokens");
+  const AuthProof expected = proof(key_, kServerLabel, service_, client_nonce_, server_nonce_);
   TERSE_CHECK(constantTimeEqual(expected, server_proof), AuthError,
               "auth: the server does not know the job token (its proof is wrong)");
-  const Sha256Digest mine = proof(key_, kClientLabel, service_, server_nonce, client_nonce_);
-  AuthResponse out{};
-  std::memcpy(out.data(), mine.data(), out.size());
+}
+
+AuthProof AuthServer::refusal() noexcept {
+  constexpr std::string_view kText = "terse-auth-v2: proof refused";
+  AuthProof out{};
+  std::memcpy(out.data(), kText.data(), kText.size());
   return out;
 }
 
 AuthServer::AuthServer(const JobToken& token, AuthService service) : key_(token.secret()), service_(service) {}
 
 AuthChallenge AuthServer::challenge(std::span<const std::byte> hello) {
-  TERSE_CHECK(!challenged_, InvalidArgument, "auth: challenge() called twice on one connection");
+  TERSE_CHECK(step_ == 0, InvalidArgument, "auth: challenge() called twice on one connection");
   TERSE_CHECK(hello.size() == kAuthHelloBytes, AuthError,
               "auth: hello is " << hello.size() << " bytes, expected " << kAuthHelloBytes);
   TERSE_CHECK(std::memcmp(hello.data(), kHelloMagic.data(), kHelloMagic.size()) == 0, AuthError,
@@ -192,23 +227,21 @@ AuthChallenge AuthServer::challenge(std::span<const std::byte> hello) {
   TERSE_CHECK(service == static_cast<uint16_t>(service_), AuthError,
               "auth: the peer wants the " << serviceName(service) << " service (" << service << "), this port serves "
                                           << serviceName(static_cast<uint16_t>(service_)));
-  challenged_ = true;
+  step_ = 1;
   std::memcpy(client_nonce_.data(), hello.data() + 8, kAuthNonceBytes);
   server_nonce_ = makeNonce();
-  const Sha256Digest mine = proof(key_, kServerLabel, service_, client_nonce_, server_nonce_);
-  AuthChallenge out{};
-  std::memcpy(out.data(), server_nonce_.data(), kAuthNonceBytes);
-  std::memcpy(out.data() + kAuthNonceBytes, mine.data(), kAuthProofBytes);
-  return out;
+  return server_nonce_;
 }
 
-void AuthServer::verify(std::span<const std::byte> response) {
-  TERSE_CHECK(challenged_, InvalidArgument, "auth: verify() before challenge()");
-  TERSE_CHECK(response.size() == kAuthResponseBytes, AuthError,
-              "auth: the response is " << response.size() << " bytes, expected " << kAuthResponseBytes);
-  const Sha256Digest expected = proof(key_, kClientLabel, service_, server_nonce_, client_nonce_);
-  TERSE_CHECK(constantTimeEqual(expected, response), AuthError,
+AuthProof AuthServer::verify(std::span<const std::byte> client_proof) {
+  TERSE_CHECK(step_ == 1, InvalidArgument, "auth: verify() out of order (step " << step_ << ")");
+  step_ = 2;
+  TERSE_CHECK(client_proof.size() == kAuthProofBytes, AuthError,
+              "auth: the proof is " << client_proof.size() << " bytes, expected " << kAuthProofBytes);
+  const AuthProof expected = proof(key_, kClientLabel, service_, client_nonce_, server_nonce_);
+  TERSE_CHECK(constantTimeEqual(expected, client_proof), AuthError,
               "auth: the peer does not know the job token (wrong proof)");
+  return proof(key_, kServerLabel, service_, client_nonce_, server_nonce_);
 }
 
 }  // namespace terse::comm

@@ -1,27 +1,40 @@
 // Job-token authentication (DESIGN.md section 6): every TCP connection of a job -- transport links between ranks and
 // connections to the rendezvous store -- proves, before anything else is read from it, that both ends know the job's
-// secret token. The token never crosses the wire: each side answers the other's fresh random challenge with an
-// HMAC-SHA256 over it (mutual challenge-response, as in RFC 2104 / the CHAP pattern), so a recorded handshake cannot be
-// replayed and a peer without the token learns nothing it could reuse.
+// secret token. The token never crosses the wire: each side proves knowledge of it with an HMAC-SHA256 (RFC 2104)
+// over both sides' fresh random nonces, so a recorded handshake cannot be replayed.
 //
-// The handshake is three fixed-size messages, I/O-agnostic so a blocking socket and an Asio state machine use the same
+// The connecting side proves first, and the listener answers with its own proof only once that proof checked out.
+// So a party that has not yet proven the token -- anyone can connect to a listening port -- receives nothing but a
+// random nonce: nothing it could test guesses of the token against offline. (An earlier version sent the listener's
+// proof first, which handed every unauthenticated connection a proof to brute-force a weak token with.) The client's
+// proof goes only to an address the job itself named (the store's from the launcher, the ranks' from the
+// authenticated store), so to collect one a guesser must first own a port the job listens on.
+//
+// The handshake is four fixed-size messages, I/O-agnostic so a blocking socket and an Asio state machine use the same
 // code:
 //
-//   client -> server   hello      magic "TRSA", version u16, service u16, client nonce (32 B)          = 40 B
-//   server -> client   challenge  server nonce (32 B), server proof (32 B)                             = 64 B
+//   client -> server   hello      magic "TRSA", version u16 (2), service u16, client nonce (32 B)      = 40 B
+//   server -> client   challenge  server nonce (32 B)                                                  = 32 B
 //   client -> server   proof      client proof (32 B)                                                  = 32 B
+//   server -> client   confirm    server proof (32 B) when the client's proof is right, else the refusal
+//                                 (the fixed text "terse-auth-v2: proof refused", zero-padded)        = 32 B
 //
-//   server proof = HMAC(token, "terse-auth-v1 server" | service | client nonce | server nonce)
-//   client proof = HMAC(token, "terse-auth-v1 client" | service | server nonce | client nonce)
+//   client proof = HMAC(token, "terse-auth-v2 client" | service | client nonce | server nonce)
+//   server proof = HMAC(token, "terse-auth-v2 server" | service | client nonce | server nonce)
 //
-// The role string and the nonce order differ between the two proofs, so a server's proof can never be reflected back
-// as a client's. `service` keeps a store connection from being accepted by a transport port and vice versa. Proofs
-// are compared in constant time. A server must bound how long it waits for each message (a silent peer) and drop the
-// connection on any AuthError; the messages say what failed but never echo secret material.
+// The refusal tells a client with another job's token to stop retrying; it carries nothing about the token (the client
+// learns only what the hang-up would have told it), and it equals an HMAC output with probability 2^-256. The role
+// strings differ, so a client's proof can never be reflected back as a server's. `service` keeps a store
+// connection from being accepted by a transport port and vice versa. Proofs are compared in constant time. A server
+// must bound how long an unauthenticated peer may take (see handshake_slots.h) and drop the connection on any
+// AuthError; the messages say what failed but never echo secret material.
 //
 // Tokens come, in order, from the launcher (which generates one and passes it to its children in TERSE_JOB_TOKEN),
 // the environment (TERSE_JOB_TOKEN), or a file (TERSE_JOB_TOKEN_FILE) that must be a regular file owned by the user
 // and not readable or writable by group or others -- like ssh's private keys, a world-readable secret is refused.
+// A token must look random: at least 32 hexadecimal digits (128 bits when drawn at random, `openssl rand -hex 32`),
+// using at least 6 distinct digits. Anything else -- a word, a pass phrase, "deadbeef" repeated -- is refused: an
+// online guesser gets one guess per connection, but a token a person made up is in every guessing list.
 #pragma once
 
 #include <array>
@@ -49,14 +62,16 @@ inline constexpr const char* kJobTokenFileEnv = "TERSE_JOB_TOKEN_FILE";
 
 class JobToken {
  public:
-  // Shorter secrets are refused: below 128 bits a token can be guessed offline from one recorded handshake.
-  static constexpr std::size_t kMinSecretBytes = 16;
+  // The rule above: a token shorter than 128 bits' worth of hex digits, or not hex at all, is refused.
+  static constexpr std::size_t kMinHexDigits = 32;
+  // A random 32-digit token has fewer than 6 distinct digits with probability below 1e-12; "deadbeef" has 5.
+  static constexpr std::size_t kMinDistinctDigits = 6;
 
   // 32 random bytes from the OS (OpenSSL RAND_bytes), hex-encoded (64 characters) so it passes through environment
   // variables and files unchanged.
   static JobToken generate();
-  // Throws InvalidArgument when `secret` is shorter than kMinSecretBytes (the message names `source` and the length,
-  // never the secret).
+  // Throws InvalidArgument when `secret` breaks the rule above (the message names `source`, the length and what is
+  // wrong, never the secret).
   static JobToken fromString(std::string secret, std::string_view source = "token");
   // Reads the file (trailing whitespace stripped). Throws InvalidArgument naming the file when it cannot be read, is
   // not a regular file, is not owned by the current user, or is accessible by group or others (the mode is named).
@@ -80,12 +95,11 @@ enum class AuthService : uint16_t {
 inline constexpr std::size_t kAuthNonceBytes = 32;
 inline constexpr std::size_t kAuthProofBytes = 32;
 inline constexpr std::size_t kAuthHelloBytes = 8 + kAuthNonceBytes;
-inline constexpr std::size_t kAuthChallengeBytes = kAuthNonceBytes + kAuthProofBytes;
-inline constexpr std::size_t kAuthResponseBytes = kAuthProofBytes;
+inline constexpr std::size_t kAuthChallengeBytes = kAuthNonceBytes;
 
 using AuthHello = std::array<std::byte, kAuthHelloBytes>;
 using AuthChallenge = std::array<std::byte, kAuthChallengeBytes>;
-using AuthResponse = std::array<std::byte, kAuthResponseBytes>;
+using AuthProof = std::array<std::byte, kAuthProofBytes>;
 using Sha256Digest = std::array<std::byte, 32>;
 
 // HMAC-SHA256 (OpenSSL) of the concatenation of `parts`.
@@ -93,37 +107,45 @@ Sha256Digest hmacSha256(std::string_view key, std::span<const std::span<const st
 // Equal without a data-dependent early exit (CRYPTO_memcmp).
 bool constantTimeEqual(std::span<const std::byte> a, std::span<const std::byte> b) noexcept;
 
-// The connecting side. One instance per connection attempt: hello() once, then answer() once.
+// The connecting side. One instance per connection attempt: hello(), prove(), confirm(), once each, in that order.
 class AuthClient {
  public:
   AuthClient(const JobToken& token, AuthService service);
   // The first message (draws the client nonce).
   AuthHello hello();
-  // Verifies the server's proof and returns the client's. Throws AuthError when the server does not know the token.
-  AuthResponse answer(std::span<const std::byte> challenge);
-
- private:
-  std::string key_;
-  AuthService service_;
-  std::array<std::byte, kAuthNonceBytes> client_nonce_{};
-  bool said_hello_ = false;
-};
-
-// The accepting side. One instance per accepted connection: challenge() once, then verify() once.
-class AuthServer {
- public:
-  AuthServer(const JobToken& token, AuthService service);
-  // Validates the hello (magic, version, service) and returns the challenge. Throws AuthError on a malformed hello.
-  AuthChallenge challenge(std::span<const std::byte> hello);
-  // Throws AuthError when the client's proof is wrong: the peer does not know the token.
-  void verify(std::span<const std::byte> response);
+  // The client's proof over both nonces, for the server's challenge. Throws AuthError for a challenge of the wrong
+  // size.
+  AuthProof prove(std::span<const std::byte> challenge);
+  // Checks the server's proof. Throws AuthError when the server refused this side's proof, or does not know the
+  // token itself.
+  void confirm(std::span<const std::byte> server_proof);
 
  private:
   std::string key_;
   AuthService service_;
   std::array<std::byte, kAuthNonceBytes> client_nonce_{};
   std::array<std::byte, kAuthNonceBytes> server_nonce_{};
-  bool challenged_ = false;
+  int step_ = 0;
+};
+
+// The accepting side. One instance per accepted connection: challenge(), then verify(), once each.
+class AuthServer {
+ public:
+  AuthServer(const JobToken& token, AuthService service);
+  // Validates the hello (magic, version, service) and returns the challenge: a fresh nonce, nothing derived from the
+  // token. Throws AuthError on a malformed hello.
+  AuthChallenge challenge(std::span<const std::byte> hello);
+  // Checks the client's proof and returns the server's, to send back. Throws AuthError when the client's proof is
+  // wrong (the peer does not know the token): then the server sends refusal() and hangs up.
+  AuthProof verify(std::span<const std::byte> client_proof);
+  static AuthProof refusal() noexcept;
+
+ private:
+  std::string key_;
+  AuthService service_;
+  std::array<std::byte, kAuthNonceBytes> client_nonce_{};
+  std::array<std::byte, kAuthNonceBytes> server_nonce_{};
+  int step_ = 0;
 };
 
 }  // namespace terse::comm

@@ -6,6 +6,7 @@
 #include "terse/sdk/half.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TERSE_COMM_X86 1
 #else
@@ -57,7 +58,11 @@ __attribute__((target("avx,f16c"))) void sumF16F16c(uint16_t* __restrict dst, co
 }
 
 bool hasF16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // F16C from cpuid leaf 1 (ECX bit 29) rather than __builtin_cpu_supports("f16c"), which clang 14 does not know.
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  }();
   return has;
 }
 #endif

@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "core/comm/frame.h"
+#include "core/comm/handshake_slots.h"
 #include "core/comm/store.pb.h"
+#include "core/comm/store_service.h"
 #include "core/comm/transport.h"
 #include "core/common/log.h"
 
@@ -32,27 +34,12 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-// The server never waits longer than this for one get, whatever a client asks: a day is beyond any rendezvous, and
-// the bound keeps timer arithmetic far from overflow.
-constexpr std::chrono::milliseconds kMaxGetWait = std::chrono::hours(24);
 // A client gives the server this long beyond a get's own timeout to send the timeout answer before it calls the store
 // unresponsive.
 constexpr std::chrono::milliseconds kClientGrace{5000};
 
-// Keys end up in error messages and logs on other hosts; printable ASCII keeps those readable and uninjectable.
-std::string keyProblem(std::string_view key) {
-  if (key.empty()) return "the key is empty";
-  if (key.size() > kStoreMaxKeyBytes)
-    return "the key is " + std::to_string(key.size()) + " bytes, over the limit of " +
-           std::to_string(kStoreMaxKeyBytes);
-  for (char c : key) {
-    if (c < 0x20 || c > 0x7e) return "the key holds a byte that is not printable ASCII";
-  }
-  return {};
-}
-
 void checkKey(std::string_view key) {
-  if (auto problem = keyProblem(key); !problem.empty()) {
+  if (auto problem = storeKeyProblem(key); !problem.empty()) {
     TERSE_THROW(InvalidArgument, "store: " << problem
                                            << (key.size() <= 64 && problem.find("printable") == std::string::npos
                                                    ? " ('" + std::string(key) + "')"
@@ -187,8 +174,11 @@ void authenticate(int fd, const JobToken& token, Clock::time_point deadline, con
   writeAll(fd, reinterpret_cast<const char*>(hello.data()), hello.size(), deadline, where + ": handshake");
   AuthChallenge challenge{};
   readAll(fd, reinterpret_cast<char*>(challenge.data()), challenge.size(), deadline, where + ": handshake");
-  const AuthResponse response = auth.answer(challenge);  // AuthError: the server does not know our token
-  writeAll(fd, reinterpret_cast<const char*>(response.data()), response.size(), deadline, where + ": handshake");
+  const AuthProof proof = auth.prove(challenge);
+  writeAll(fd, reinterpret_cast<const char*>(proof.data()), proof.size(), deadline, where + ": handshake");
+  AuthProof confirm{};
+  readAll(fd, reinterpret_cast<char*>(confirm.data()), confirm.size(), deadline, where + ": handshake");
+  auth.confirm(confirm);  // AuthError: the server refused our proof, or does not know our token
 }
 
 }  // namespace
@@ -201,7 +191,8 @@ class Connection;
 }
 
 struct TcpStoreServer::Impl {
-  Impl(const JobToken& t, TcpStoreServerOptions o) : token(t), options(std::move(o)), acceptor(io) {}
+  Impl(const JobToken& t, TcpStoreServerOptions o)
+      : token(t), options(std::move(o)), acceptor(io), refusals(kRefusalLogBurst, kRefusalLogWindow) {}
 
   void accept();
   void remove(Connection* c);
@@ -216,10 +207,16 @@ struct TcpStoreServer::Impl {
   bool stopped = false;
   std::mutex stop_mutex;  // guards stopped and the join
   // Everything below is touched only on the io thread, so it needs no lock.
-  std::map<std::string, std::string, std::less<>> values;
+  StoreTable table;
   std::unordered_map<Connection*, std::shared_ptr<Connection>> connections;
   std::multimap<std::string, std::shared_ptr<Connection>, std::less<>> waiters;  // key -> connections in a get
-  uint64_t next_id = 1;
+  // The connections that have not authenticated yet (handshake_slots.h): an intruder's idle or flooding connections
+  // cannot keep the ranks out.
+  HandshakeSlots slots;
+  // Refused connections are an intruder's to multiply: at most this many lines per window, the rest counted.
+  static constexpr std::size_t kRefusalLogBurst = 20;
+  static constexpr std::chrono::seconds kRefusalLogWindow{10};
+  LogLimiter refusals;
 };
 
 namespace {
@@ -230,10 +227,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : server_(server), socket_(std::move(socket)), timer_(server.io), auth_(server.token, AuthService::kStore) {
     boost::system::error_code ec;
     const auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("an unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
+    source_ = ec ? std::string("?") : remote.address().to_string();
+    peer_ = ec ? std::string("an unknown peer") : source_ + ":" + std::to_string(remote.port());
   }
 
   void start() {
+    // A slot among the unauthenticated, at the expense of the oldest stranger when the table is full.
+    std::weak_ptr<Connection> weak = shared_from_this();
+    ticket_ = server_.slots.admit(source_, [weak] {
+      if (auto c = weak.lock()) c->drop("evicted to make room for newer connections before it authenticated");
+    });
     // The handshake deadline: a peer that connects and stays silent (or trickles bytes) loses its slot.
     auto self = shared_from_this();
     timer_.expires_after(server_.options.handshake_timeout);
@@ -271,6 +274,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.close(ignored);
     if (waiting_) eraseWaiter();
     waiting_ = false;
+    if (!authenticated_) server_.slots.release(ticket_);
     server_.remove(this);
   }
 
@@ -283,9 +287,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     if (ec) {
       if (!authenticated_) {
-        // A client holding another job's token finds the server's proof wrong and hangs up right here: the one
-        // trace of a misconfigured rank on the server's side, so it is a warning.
-        drop("closed during the handshake (" + ec.message() + "); a client with a different job token hangs up here");
+        drop("closed during the handshake (" + ec.message() + ")");
         return;
       }
       // A peer that hangs up between requests is normal; mid-message it is worth a debug line.
@@ -304,31 +306,51 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void drop(const std::string& reason) {
     if (closed_) return;
-    TERSE_LOG(LogLevel::kWarn, "store: dropping the connection from " << peer_ << ": " << reason);
+    server_.refusals.log(LogLevel::kWarn, "store: dropping the connection from " + peer_ + ": " + reason);
     close();
   }
 
   void onHello() {
     const AuthChallenge challenge =
         auth_.challenge(std::as_bytes(std::span<const char>(buffer_)));  // AuthError on a malformed hello
+    server_.slots.progressed(ticket_);
     buffer_.assign(reinterpret_cast<const char*>(challenge.data()),
                    reinterpret_cast<const char*>(challenge.data()) + challenge.size());
     auto self = shared_from_this();
     asio::async_write(socket_, asio::buffer(buffer_), [this, self](const boost::system::error_code& ec, std::size_t) {
       guarded("handshake", ec, [&] {
-        buffer_.resize(kAuthResponseBytes);
-        asio::async_read(
-            socket_, asio::buffer(buffer_), [this, self](const boost::system::error_code& ec2, std::size_t) {
-              guarded("handshake", ec2, [&] {
-                auth_.verify(
-                    std::as_bytes(std::span<const char>(buffer_)));  // AuthError: the peer does not know the token
-                authenticated_ = true;
-                timer_.cancel();
-                readHeader();
-              });
-            });
+        buffer_.resize(kAuthProofBytes);
+        asio::async_read(socket_, asio::buffer(buffer_),
+                         [this, self](const boost::system::error_code& ec2, std::size_t) {
+                           guarded("handshake", ec2, [&] { onProof(); });
+                         });
       });
     });
+  }
+
+  void onProof() {
+    AuthProof confirm{};
+    std::string refused;
+    try {
+      confirm = auth_.verify(std::as_bytes(std::span<const char>(buffer_)));
+    } catch (const AuthError& e) {
+      // Tell a client of another job to stop retrying, then hang up (auth.h: the refusal holds nothing to guess from).
+      confirm = AuthServer::refusal();
+      refused = e.what();
+    }
+    if (refused.empty()) {
+      authenticated_ = true;
+      server_.slots.release(ticket_);
+      timer_.cancel();
+    }
+    buffer_.assign(reinterpret_cast<const char*>(confirm.data()),
+                   reinterpret_cast<const char*>(confirm.data()) + confirm.size());
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(buffer_),
+                      [this, self, refused](const boost::system::error_code& ec, std::size_t) {
+                        if (!refused.empty()) return drop("handshake: " + refused);
+                        guarded("handshake", ec, [&] { readHeader(); });
+                      });
   }
 
   void readHeader() {
@@ -352,86 +374,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void onRequest() {
-    storepb::Request request;
-    TERSE_CHECK(request.ParseFromArray(buffer_.data(), static_cast<int>(buffer_.size())), InvalidPayload,
-                "a request of " << buffer_.size() << " bytes that is not a store message");
-    storepb::Response response;
-    auto fail = [&](storepb::Error::Code code, const std::string& message) {
-      response.mutable_error()->set_code(code);
-      response.mutable_error()->set_message(message);
-    };
-    auto badKey = [&](const std::string& key) {
-      const std::string problem = keyProblem(key);
-      if (!problem.empty()) fail(storepb::Error::INVALID_ARGUMENT, "store: " + problem);
-      return !problem.empty();
-    };
-    switch (request.op_case()) {
-      case storepb::Request::kSet: {
-        const auto& set = request.set();
-        if (badKey(set.key())) break;
-        if (set.value().size() > kStoreMaxValueBytes) {
-          fail(storepb::Error::INVALID_ARGUMENT, "store: the value for key '" + set.key() + "' is " +
-                                                     std::to_string(set.value().size()) + " bytes, over the limit of " +
-                                                     std::to_string(kStoreMaxValueBytes));
-          break;
-        }
-        server_.values.insert_or_assign(set.key(), set.value());
-        response.mutable_ok();
-        reply(response);
-        server_.notifyWaiters(set.key());
-        return;
-      }
-      case storepb::Request::kAdd: {
-        const auto& add = request.add();
-        if (badKey(add.key())) break;
-        try {
-          auto it = server_.values.find(add.key());
-          const int64_t old = it == server_.values.end() ? 0 : parseStoreCounter(add.key(), it->second);
-          int64_t now = 0;
-          TERSE_CHECK(!__builtin_add_overflow(old, add.delta(), &now), InvalidArgument,
-                      "store: add(" << add.delta() << ") to key '" << add.key() << "' overflows its value " << old);
-          server_.values.insert_or_assign(add.key(), std::to_string(now));
-          response.set_counter(now);
-        } catch (const InvalidArgument& e) {
-          fail(storepb::Error::INVALID_ARGUMENT, e.what());
-          break;
-        }
-        reply(response);
-        server_.notifyWaiters(add.key());
-        return;
-      }
-      case storepb::Request::kCheck:
-        if (badKey(request.check().key())) break;
-        response.set_exists(server_.values.count(request.check().key()) != 0);
-        break;
-      case storepb::Request::kGet: {
-        const auto& get = request.get();
-        if (badKey(get.key())) break;
-        if (auto it = server_.values.find(get.key()); it != server_.values.end()) {
-          response.set_value(it->second);
-          break;
-        }
-        // Wait server-side: the answer goes out when a set or add creates the key, or when the timer fires.
-        waiting_ = true;
-        waiting_key_ = get.key();
-        waiting_for_ = std::min(std::chrono::milliseconds(static_cast<int64_t>(
-                                    std::min<uint64_t>(get.timeout_ms(), uint64_t(kMaxGetWait.count())))),
-                                kMaxGetWait);
-        server_.waiters.emplace(waiting_key_, shared_from_this());
-        auto self = shared_from_this();
-        timer_.expires_after(waiting_for_);
-        // The generation tells this wait's expiry from a stale one that had already fired when a set answered it.
-        timer_.async_wait([this, self, gen = ++wait_generation_](const boost::system::error_code& ec) {
-          if (ec || !waiting_ || gen != wait_generation_) return;
-          eraseWaiter();
-          finishGet(nullptr);
-        });
-        return;
-      }
-      case storepb::Request::OP_NOT_SET:
-        TERSE_THROW(InvalidPayload, "a store request without an operation");
+    StoreOutcome out = server_.table.apply(parseStoreRequest(buffer_));  // InvalidPayload: not a store request
+    if (!out.wait) {
+      reply(out.response);
+      if (!out.changed.empty()) server_.notifyWaiters(out.changed);
+      return;
     }
-    reply(response);
+    // Wait server-side: the answer goes out when a set or add creates the key, or when the timer fires.
+    waiting_ = true;
+    waiting_key_ = std::move(out.wait_key);
+    waiting_for_ = out.wait_for;
+    server_.waiters.emplace(waiting_key_, shared_from_this());
+    auto self = shared_from_this();
+    timer_.expires_after(waiting_for_);
+    // The generation tells this wait's expiry from a stale one that had already fired when a set answered it.
+    timer_.async_wait([this, self, gen = ++wait_generation_](const boost::system::error_code& ec) {
+      if (ec || !waiting_ || gen != wait_generation_) return;
+      eraseWaiter();
+      finishGet(nullptr);
+    });
   }
 
   void eraseWaiter() {
@@ -456,9 +417,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   tcp::socket socket_;
   asio::steady_timer timer_;  // the handshake deadline, then a waiting get's deadline
   AuthServer auth_;
+  std::string source_;  // the peer's address, without the port
   std::string peer_;
-  std::vector<char> buffer_;  // the message being read
-  std::string out_;           // the response being written
+  HandshakeSlots::Ticket ticket_ = 0;  // its slot while unauthenticated
+  std::vector<char> buffer_;           // the message being read
+  std::string out_;                    // the response being written
   uint64_t tag_ = 0;
   bool authenticated_ = false;
   bool closed_ = false;
@@ -475,13 +438,14 @@ void TcpStoreServer::Impl::accept() {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (ec) {
       // EMFILE and friends: log, back off briefly so a descriptor shortage does not spin, keep serving.
-      TERSE_LOG(LogLevel::kWarn, "store: accept failed: " << ec.message());
+      refusals.log(LogLevel::kWarn, "store: accept failed: " + ec.message());
       auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
       timer->async_wait([this, timer](const boost::system::error_code&) { accept(); });
       return;
     }
     if (connections.size() >= kStoreMaxConnections) {
-      TERSE_LOG(LogLevel::kWarn, "store: refusing a connection: already " << connections.size() << " open");
+      refusals.log(LogLevel::kWarn,
+                   "store: refusing a connection: already " + std::to_string(connections.size()) + " open");
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {
@@ -509,7 +473,7 @@ void TcpStoreServer::Impl::notifyWaiters(const std::string& key) {
   std::vector<std::shared_ptr<Connection>> ready;
   for (auto it = first; it != last; ++it) ready.push_back(it->second);
   waiters.erase(first, last);
-  const std::string& value = values.find(key)->second;
+  const std::string& value = *table.find(key);
   for (auto& c : ready) c->finishGet(&value);
 }
 

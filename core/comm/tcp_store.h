@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "core/comm/auth.h"
+#include "core/comm/handshake_slots.h"
 #include "core/comm/store.h"
 
 namespace terse::comm {
@@ -33,8 +34,9 @@ namespace terse::comm {
 inline constexpr std::size_t kStoreMaxKeyBytes = 4096;
 inline constexpr std::size_t kStoreMaxValueBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kStoreMaxMessageBytes = kStoreMaxValueBytes + kStoreMaxKeyBytes + 64;
-// At most this many connections at once (authenticated or not); further ones are accepted and closed at once, so a
-// connection flood cannot exhaust the server's descriptors.
+// At most this many connections at once; further ones are accepted and closed at once, so a connection flood cannot
+// exhaust the server's descriptors. Of them, at most kMaxUnauthenticated (handshake_slots.h) are still in their
+// handshake: a newer stranger evicts the oldest, so strangers cannot keep the ranks out.
 inline constexpr std::size_t kStoreMaxConnections = 4096;
 
 struct TcpStoreServerOptions {
@@ -43,8 +45,8 @@ struct TcpStoreServerOptions {
   std::string bind_address = "127.0.0.1";
   uint16_t port = 0;  // 0: the OS picks one; port() says which
   // How long a new connection may take to complete the authentication handshake before it is dropped (a silent or
-  // slow peer must not hold a connection slot).
-  std::chrono::milliseconds handshake_timeout{5000};
+  // slow peer must not hold a connection slot; handshake_slots.h).
+  std::chrono::milliseconds handshake_timeout{kUnauthenticatedDeadline};
 };
 
 // Serves the store on its own thread (Boost.Asio, one io_context; every connection is a small state machine on it, so

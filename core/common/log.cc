@@ -90,4 +90,37 @@ void logMessage(LogLevel level, std::string_view message) {
   std::cerr << line << std::flush;
 }
 
+LogLimiter::~LogLimiter() {
+  if (pending_ > 0)
+    logMessage(pending_level_, "... and " + std::to_string(pending_) + " similar lines suppressed (rate limit)");
+}
+
+void LogLimiter::log(LogLevel level, std::string_view message) {
+  if (!logEnabled(level)) return;
+  uint64_t before = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - window_start_ >= window_) {
+      window_start_ = now;
+      in_window_ = 0;
+    }
+    if (in_window_ >= burst_) {
+      ++pending_;
+      ++suppressed_;
+      pending_level_ = level;
+      return;
+    }
+    ++in_window_;
+    before = std::exchange(pending_, 0);
+  }
+  if (before == 0) return logMessage(level, message);
+  logMessage(level, std::string(message) + " (" + std::to_string(before) + " similar lines suppressed before it)");
+}
+
+uint64_t LogLimiter::suppressed() const {
+  std::lock_guard lock(mutex_);
+  return suppressed_;
+}
+
 }  // namespace terse

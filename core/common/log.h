@@ -3,7 +3,11 @@
 // Deliberately small: a run's measurements go to result files, not to the log.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -31,6 +35,31 @@ LogSink setLogSink(LogSink sink);
 
 // Writes one line if the level passes the filter.
 void logMessage(LogLevel level, std::string_view message);
+
+// For a line that repeats at someone else's pace -- one per connection an intruder opens -- so that a flood cannot
+// flood the log: at most `burst` lines per `window`; the others are counted, and the first line written after them
+// (or the limiter's destructor) says how many were suppressed. Thread-safe.
+class LogLimiter {
+ public:
+  LogLimiter(std::size_t burst, std::chrono::steady_clock::duration window) : burst_(burst), window_(window) {}
+  ~LogLimiter();
+  LogLimiter(const LogLimiter&) = delete;
+  LogLimiter& operator=(const LogLimiter&) = delete;
+
+  // Writes `message` (as logMessage) unless this window's burst is spent.
+  void log(LogLevel level, std::string_view message);
+  uint64_t suppressed() const;  // over the limiter's life
+
+ private:
+  mutable std::mutex mutex_;
+  const std::size_t burst_;
+  const std::chrono::steady_clock::duration window_;
+  std::chrono::steady_clock::time_point window_start_{};
+  std::size_t in_window_ = 0;
+  uint64_t pending_ = 0;  // suppressed since the last line written
+  uint64_t suppressed_ = 0;
+  LogLevel pending_level_ = LogLevel::kWarn;
+};
 
 }  // namespace terse
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "core/common/error.h"
@@ -55,40 +56,52 @@ uint32_t bigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-// Reads an unsigned-byte IDX file with `ndims` dimensions; returns the data and fills dims.
-std::vector<uint8_t> readIdxU8(const std::string& path, int ndims, std::vector<int64_t>& dims) {
+// The file's decompressed bytes. A file longer than `limit` is refused once `limit` + 1 bytes are in, so memory
+// follows what the file holds, not what its header claims.
+std::vector<uint8_t> readAllBytes(const std::string& path, uint64_t limit) {
   GzFile file(path);
-  uint8_t magic[4];
-  const uint64_t got_magic = file.read(magic, 4);
-  TERSE_CHECK(got_magic == 4, InvalidPayload,
-              "IDX file '" << path << "' is truncated: " << got_magic << " bytes, shorter than the 4-byte magic");
+  std::vector<uint8_t> out;
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  for (;;) {
+    const uint64_t at = out.size();
+    const uint64_t want = std::min<uint64_t>(kChunk, limit + 1 - at);
+    out.resize(at + want);
+    const uint64_t got = file.read(out.data() + at, want);
+    out.resize(at + got);
+    if (got < want || out.size() > limit) return out;
+  }
+}
+
+// Validates an unsigned-byte IDX image of `ndims` dimensions; returns its data and fills dims.
+std::span<const uint8_t> decodeIdxU8(std::span<const uint8_t> bytes, int ndims, std::vector<int64_t>& dims,
+                                     const std::string& path) {
+  TERSE_CHECK(bytes.size() >= 4, InvalidPayload,
+              "IDX file '" << path << "' is truncated: " << bytes.size() << " bytes, shorter than the 4-byte magic");
   const uint32_t expected_magic = (uint32_t{kIdxTypeU8} << 8) | static_cast<uint32_t>(ndims);
-  TERSE_CHECK(bigEndian32(magic) == expected_magic, InvalidPayload,
-              "IDX file '" << path << "' has magic 0x" << std::hex << bigEndian32(magic) << ", expected 0x"
+  TERSE_CHECK(bigEndian32(bytes.data()) == expected_magic, InvalidPayload,
+              "IDX file '" << path << "' has magic 0x" << std::hex << bigEndian32(bytes.data()) << ", expected 0x"
                            << expected_magic << std::dec << " (unsigned bytes, " << ndims << " dimensions)");
-  std::vector<uint8_t> header(4 * static_cast<std::size_t>(ndims));
-  const uint64_t got_header = file.read(header.data(), header.size());
-  TERSE_CHECK(got_header == header.size(), InvalidPayload,
-              "IDX file '" << path << "' is truncated inside its header: " << got_header << " of " << header.size()
-                           << " dimension bytes");
+  const std::size_t header_bytes = 4 + 4 * static_cast<std::size_t>(ndims);
+  TERSE_CHECK(bytes.size() >= header_bytes, InvalidPayload,
+              "IDX file '" << path << "' is truncated inside its header: " << bytes.size() - 4 << " of "
+                           << header_bytes - 4 << " dimension bytes");
   dims.clear();
   uint64_t total = 1;
   for (int d = 0; d < ndims; ++d) {
-    const uint32_t size = bigEndian32(header.data() + 4 * d);
+    const uint32_t size = bigEndian32(bytes.data() + 4 + 4 * d);
     TERSE_CHECK(size > 0, InvalidPayload, "IDX file '" << path << "' has dimension " << d << " of size 0");
     total *= size;
     TERSE_CHECK(total <= kMaxIdxDataBytes, InvalidPayload,
                 "IDX file '" << path << "' claims more than " << kMaxIdxDataBytes << " bytes of data");
     dims.push_back(size);
   }
-  std::vector<uint8_t> data(total);
-  const uint64_t got = file.read(data.data(), total);
-  TERSE_CHECK(got == total, InvalidPayload,
-              "IDX file '" << path << "' is truncated: its header promises " << total << " data bytes, found " << got);
-  uint8_t extra = 0;
-  TERSE_CHECK(file.read(&extra, 1) == 0, InvalidPayload,
+  const uint64_t found = bytes.size() - header_bytes;
+  TERSE_CHECK(
+      found >= total, InvalidPayload,
+      "IDX file '" << path << "' is truncated: its header promises " << total << " data bytes, found " << found);
+  TERSE_CHECK(found == total, InvalidPayload,
               "IDX file '" << path << "' has trailing bytes after the " << total << " data bytes its header describes");
-  return data;
+  return bytes.subspan(header_bytes);
 }
 
 void standardize(DataSplit& split) {
@@ -107,12 +120,21 @@ void standardize(DataSplit& split) {
 }  // namespace
 
 Dataset readIdxDataset(const std::string& images_path, const std::string& labels_path, int64_t max_examples) {
+  // The largest file an IDX header of up to 3 dimensions can describe, plus one byte to tell trailing bytes.
+  constexpr uint64_t kMaxFileBytes = 4 + 4 * 3 + kMaxIdxDataBytes;
+  const std::vector<uint8_t> images = readAllBytes(images_path, kMaxFileBytes);
+  const std::vector<uint8_t> labels = readAllBytes(labels_path, kMaxFileBytes);
+  return decodeIdxDataset(images, labels, max_examples, images_path, labels_path);
+}
+
+Dataset decodeIdxDataset(std::span<const uint8_t> images, std::span<const uint8_t> labels, int64_t max_examples,
+                         const std::string& images_name, const std::string& labels_name) {
   std::vector<int64_t> image_dims, label_dims;
-  const std::vector<uint8_t> pixels = readIdxU8(images_path, 3, image_dims);
-  const std::vector<uint8_t> labels = readIdxU8(labels_path, 1, label_dims);
+  const std::span<const uint8_t> pixels = decodeIdxU8(images, 3, image_dims, images_name);
+  const std::span<const uint8_t> label_bytes = decodeIdxU8(labels, 1, label_dims, labels_name);
   TERSE_CHECK(image_dims[0] == label_dims[0], InvalidPayload,
-              "IDX files disagree on the example count: '" << images_path << "' has " << image_dims[0] << " images, '"
-                                                           << labels_path << "' has " << label_dims[0] << " labels");
+              "IDX files disagree on the example count: '" << images_name << "' has " << image_dims[0] << " images, '"
+                                                           << labels_name << "' has " << label_dims[0] << " labels");
   Dataset set;
   set.num_examples = max_examples > 0 ? std::min(max_examples, image_dims[0]) : image_dims[0];
   set.rows = image_dims[1];
@@ -123,10 +145,10 @@ Dataset readIdxDataset(const std::string& images_path, const std::string& labels
   for (std::size_t i = 0; i < set.features.size(); ++i) set.features[i] = static_cast<float>(pixels[i]) / 255.0f;
   set.labels.resize(static_cast<std::size_t>(set.num_examples));
   for (std::size_t i = 0; i < set.labels.size(); ++i) {
-    TERSE_CHECK(labels[i] < kFashionMnistClasses, InvalidPayload,
-                "IDX file '" << labels_path << "' has label " << int{labels[i]} << " at index " << i << ", expected 0.."
-                             << kFashionMnistClasses - 1);
-    set.labels[i] = labels[i];
+    TERSE_CHECK(label_bytes[i] < kFashionMnistClasses, InvalidPayload,
+                "IDX file '" << labels_name << "' has label " << int{label_bytes[i]} << " at index " << i
+                             << ", expected 0.." << kFashionMnistClasses - 1);
+    set.labels[i] = label_bytes[i];
   }
   return set;
 }

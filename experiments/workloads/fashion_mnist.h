@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "experiments/workloads/dataset.h"
@@ -32,5 +33,9 @@ DataSplit loadFashionMnist(const FashionMnistOptions& options = {});
 // for a wrong magic, zero or oversized dimensions, a truncated file, trailing bytes, a label >= 10, or an image
 // count that differs from the label count.
 Dataset readIdxDataset(const std::string& images_path, const std::string& labels_path, int64_t max_examples = 0);
+// The same from the files' decompressed bytes (what readIdxDataset does once it has read them; the fuzz target's
+// entry); the names are the files' in messages.
+Dataset decodeIdxDataset(std::span<const uint8_t> images, std::span<const uint8_t> labels, int64_t max_examples,
+                         const std::string& images_name, const std::string& labels_name);
 
 }  // namespace terse::workloads

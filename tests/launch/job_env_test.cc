@@ -236,7 +236,7 @@ TEST(JoinJob, RanksMeetThroughRankZerosStore) {
   TcpStoreServer probe(JobToken::generate(), {});
   const uint16_t port = probe.port();
   probe.stop();
-  const std::string token = "join-job-test-token-0123456789";
+  const std::string token = "4a6c8e0b2d4f6a8c0e2b4d6f8a0c2e4b";
   auto env = [&](int rank) {
     return fakeEnv({{"TERSE_RANK", std::to_string(rank)},
                     {"TERSE_WORLD_SIZE", "2"},
@@ -272,7 +272,7 @@ TEST(JoinJob, ExternalStoreNeedsAPortAndBadFlagsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("TERSE_MASTER_PORT"), std::string::npos) << e.what();
   }
   // With an external store, rank 0 only connects.
-  const JobToken t = JobToken::fromString("external-store-token-0123456789");
+  const JobToken t = JobToken::fromString("e5a7c9b1d3f50a2c4e6b8d0f1a3c5e7b");
   TcpStoreServer external(t, {});
   Job j = joinJob(2s, fakeEnv({{"TERSE_STORE_EXTERNAL", "1"},
                                {"TERSE_MASTER_PORT", std::to_string(external.port())},

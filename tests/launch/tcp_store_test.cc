@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 JobToken testToken() {
-  return JobToken::fromString("tcp-store-test-token-0123456789");
+  return JobToken::fromString("7c3e0a9b5d1f2e4c6a8b0d2f4e6c8a0b");
 }
 
 // A port nobody listens on right now (bound then released); good enough for a test that starts a server later.
@@ -111,8 +111,11 @@ class RawPeer {
     send(hello.data(), hello.size());
     AuthChallenge challenge{};
     ASSERT_TRUE(recvAll(challenge.data(), challenge.size()));
-    const auto response = auth.answer(challenge);
-    send(response.data(), response.size());
+    const auto proof = auth.prove(challenge);
+    send(proof.data(), proof.size());
+    AuthProof confirm{};
+    ASSERT_TRUE(recvAll(confirm.data(), confirm.size()));
+    auth.confirm(confirm);
   }
   void sendHeader(OpKind kind, uint64_t length) {
     FrameHeader h;
@@ -249,21 +252,24 @@ TEST(TcpStore, WrongTokenIsRefusedAndTheServerKeepsServing) {
   TcpStore good("127.0.0.1", server.port(), testToken(), 5s);
   good.set("x", "1");
   try {
-    TcpStore bad("127.0.0.1", server.port(), JobToken::fromString("some-other-jobs-token-xyz"), 5s);
+    TcpStore bad("127.0.0.1", server.port(), JobToken::fromString("0f1e2d3c4b5a69788796a5b4c3d2e1f0"), 5s);
     FAIL() << "a client with the wrong token connected";
   } catch (const AuthError& e) {
     EXPECT_NE(std::string(e.what()).find("job token"), std::string::npos) << e.what();
   }
-  // A peer that knows the server's proof check but answers with a wrong proof is dropped and logged.
+  // A peer that sends a wrong proof gets the refusal, is dropped and logged.
   {
     RawPeer raw(server.port());
-    AuthClient liar(JobToken::fromString("some-other-jobs-token-xyz"), AuthService::kStore);
+    AuthClient liar(JobToken::fromString("0f1e2d3c4b5a69788796a5b4c3d2e1f0"), AuthService::kStore);
     const auto hello = liar.hello();
     raw.send(hello.data(), hello.size());
     AuthChallenge challenge{};
     ASSERT_TRUE(raw.recvAll(challenge.data(), challenge.size()));
-    const AuthResponse wrong{};
+    const AuthProof wrong{};
     raw.send(wrong.data(), wrong.size());
+    AuthProof refusal{};
+    ASSERT_TRUE(raw.recvAll(refusal.data(), refusal.size()));
+    EXPECT_EQ(refusal, AuthServer::refusal());
     EXPECT_TRUE(raw.closedByServer());
   }
   EXPECT_TRUE(log.saw("wrong proof")) << log.all();

@@ -18,7 +18,8 @@ using asio::ip::tcp;
 // failure drops the connection (accepting side) or retries it (connecting side).
 struct Connector::Handshake {
   explicit Handshake(asio::io_context& io) : socket(std::make_unique<tcp::socket>(io)), timer(io) {}
-  // One deadline per message: a silent peer cannot hold the slot longer than that.
+  // Closes the socket when `timeout` passes before the next arm() or the end: a silent peer cannot hold the
+  // connection longer than that.
   static void arm(const std::shared_ptr<Handshake>& h, Clock::duration timeout) {
     h->timer.expires_after(timeout);
     h->timer.async_wait([h](const boost::system::error_code& ec) {
@@ -28,19 +29,27 @@ struct Connector::Handshake {
       h->socket->close(ignored);
     });
   }
+  std::string why(const char* step, const boost::system::error_code& ec) const {
+    if (evicted) return std::string(step) + ": evicted to make room for newer connections (handshake_slots.h)";
+    if (timed_out) return std::string(step) + ": no answer within the deadline";
+    return std::string(step) + ": " + ec.message();
+  }
 
   std::unique_ptr<tcp::socket> socket;
   asio::steady_timer timer;
-  std::string remote;  // "127.0.0.1:40000", for messages
-  std::array<std::byte, kAuthHelloBytes> auth_hello{};
-  std::array<std::byte, kAuthChallengeBytes> auth_challenge{};
-  std::array<std::byte, kAuthResponseBytes> auth_response{};
+  std::string remote;                 // "127.0.0.1:40000", for messages
+  HandshakeSlots::Ticket ticket = 0;  // accepting side: its slot while unauthenticated
+  AuthHello auth_hello{};
+  AuthChallenge auth_challenge{};
+  AuthProof auth_proof{};
+  AuthProof auth_confirm{};
   tcp_wire::HelloBytes hello_out{};
   std::string label_out;
   tcp_wire::HelloBytes hello_in{};
   std::string label_in;
   tcp_wire::Hello peer_hello;
   bool timed_out = false;
+  bool evicted = false;
 };
 
 Connector::Connector(asio::io_context& io, const TcpOptions& options, const JobToken& token, const std::string& label,
@@ -54,8 +63,11 @@ Connector::Connector(asio::io_context& io, const TcpOptions& options, const JobT
       rank_(options.rank),
       links_(links),
       acceptor_(io),
-      handshake_timeout_(std::min<Clock::duration>(options.timeout, std::chrono::seconds(10))) {
+      handshake_timeout_(std::min<Clock::duration>(options.timeout, std::chrono::seconds(10))),
+      auth_deadline_(std::min<Clock::duration>(handshake_timeout_, kUnauthenticatedDeadline)),
+      refusals_(kRefusalLogBurst, kRefusalLogWindow) {
   last_error_.resize(static_cast<std::size_t>(n_));
+  known_addr_.resize(static_cast<std::size_t>(n_));
 }
 
 void Connector::noteError(int peer, const std::string& what) {
@@ -75,23 +87,29 @@ void Connector::setSocketOptions(tcp::socket& s) {
 void Connector::startAccept() {
   auto h = std::make_shared<Handshake>(io_);
   acceptor_.async_accept(*h->socket, [this, h](const boost::system::error_code& ec) {
-    if (ec) return;  // the acceptor was closed: setup is over
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;  // setup is over
     {
       std::lock_guard lock(setup_mutex_);
       if (setup_done_) return;
     }
+    if (ec) {
+      // EMFILE and friends: back off briefly so a descriptor shortage does not spin, keep accepting.
+      refusals_.log(LogLevel::kWarn, who_ + ": accepting a connection failed: " + ec.message());
+      auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(50));
+      t->async_wait([this, t](const boost::system::error_code&) { startAccept(); });
+      return;
+    }
     boost::system::error_code rec;
     const auto ep = h->socket->remote_endpoint(rec);
-    h->remote = rec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
-    // A bound on connections in their handshake, so a connection flood cannot exhaust descriptors or memory.
-    if (pending_handshakes_ >= tcp_wire::kMaxPendingHandshakes) {
-      TERSE_LOG(LogLevel::kWarn, who_ << ": dropped a connection from " << h->remote << ": too many handshakes");
+    const std::string source = rec ? "?" : ep.address().to_string();
+    h->remote = rec ? "?" : source + ":" + std::to_string(ep.port());
+    // Every connection gets a slot, at the expense of the oldest unauthenticated one (handshake_slots.h).
+    h->ticket = slots_.admit(source, [h] {
+      h->evicted = true;
       boost::system::error_code ignored;
-      h->socket->close(ignored);
-    } else {
-      ++pending_handshakes_;
-      startHandshake(h);
-    }
+      if (h->socket) h->socket->close(ignored);
+    });
+    startHandshake(h);
     startAccept();
   });
 }
@@ -100,23 +118,21 @@ void Connector::startHandshake(std::shared_ptr<Handshake> h) {
   setSocketOptions(*h->socket);
   auto server = std::make_shared<AuthServer>(token_, AuthService::kTransport);
   auto done = std::make_shared<bool>(false);
-  // Ends the handshake: the connection is dropped (and logged) unless `ok`.
+  // Ends the handshake: the connection is dropped (and logged, rate-limited) unless `failure` is empty.
   auto finish = [this, h, done](const std::string& failure) {
     if (*done) return;
     *done = true;
-    --pending_handshakes_;
+    slots_.release(h->ticket);
     h->timer.cancel();
     if (!failure.empty()) {
-      TERSE_LOG(LogLevel::kWarn, who_ << ": dropped a connection from " << h->remote << " during setup: " << failure);
+      refusals_.log(LogLevel::kWarn, who_ + ": dropped a connection from " + h->remote + " during setup: " + failure);
       boost::system::error_code ignored;
       if (h->socket) h->socket->close(ignored);
     }
   };
-  auto arm = [this, h]() { Handshake::arm(h, handshake_timeout_); };
-  auto fail = [h, finish](const char* step, const boost::system::error_code& ec) {
-    finish(std::string(step) + ": " + (h->timed_out ? std::string("no answer within the deadline") : ec.message()));
-  };
-  arm();
+  auto fail = [h, finish](const char* step, const boost::system::error_code& ec) { finish(h->why(step, ec)); };
+  // One deadline for the whole unauthenticated part, not one per message, so a peer that trickles bytes gains nothing.
+  Handshake::arm(h, auth_deadline_);
   asio::async_read(
       *h->socket, asio::buffer(h->auth_hello), [=, this](const boost::system::error_code& ec, std::size_t) {
         if (ec) return fail("reading the authentication hello", ec);
@@ -125,69 +141,82 @@ void Connector::startHandshake(std::shared_ptr<Handshake> h) {
         } catch (const AuthError& e) {
           return finish(std::string("authentication failed: ") + e.what());
         }
-        arm();
+        slots_.progressed(h->ticket);
         asio::async_write(
             *h->socket, asio::buffer(h->auth_challenge), [=, this](const boost::system::error_code& ec2, std::size_t) {
               if (ec2) return fail("writing the authentication challenge", ec2);
-              arm();
               asio::async_read(
-                  *h->socket, asio::buffer(h->auth_response),
+                  *h->socket, asio::buffer(h->auth_proof),
                   [=, this](const boost::system::error_code& ec3, std::size_t) {
-                    if (ec3) return fail("reading the authentication response", ec3);
+                    if (ec3) return fail("reading the authentication proof", ec3);
                     try {
-                      server->verify(h->auth_response);
+                      h->auth_confirm = server->verify(h->auth_proof);
                     } catch (const AuthError& e) {
-                      return finish(std::string("authentication failed (wrong job token?): ") + e.what());
+                      // Tell a rank of another job to stop retrying, then hang up (auth.h: nothing to guess from).
+                      h->auth_confirm = AuthServer::refusal();
+                      const std::string why = std::string("authentication failed (wrong job token?): ") + e.what();
+                      asio::async_write(*h->socket, asio::buffer(h->auth_confirm),
+                                        [finish, why](const boost::system::error_code&, std::size_t) { finish(why); });
+                      return;
                     }
-                    arm();
-                    asio::async_read(
-                        *h->socket, asio::buffer(h->hello_in),
-                        [=, this](const boost::system::error_code& ec4, std::size_t) {
-                          if (ec4) return fail("reading the hello", ec4);
-                          try {
-                            h->peer_hello = tcp_wire::decodeHello(h->hello_in, tcp_wire::kHelloMagic);
-                          } catch (const InvalidPayload& e) {
-                            return finish(e.what());
-                          }
-                          h->label_in.resize(h->peer_hello.label_bytes);
-                          asio::async_read(
-                              *h->socket, asio::buffer(h->label_in),
-                              [=, this](const boost::system::error_code& ec5, std::size_t) {
-                                if (ec5) return fail("reading the hello's host label", ec5);
-                                const int peer = static_cast<int>(h->peer_hello.rank);
-                                std::string problem;
-                                if (h->peer_hello.world_size != static_cast<uint32_t>(n_)) {
-                                  problem = "hello from a job of " + std::to_string(h->peer_hello.world_size) +
-                                            " ranks, this job has " + std::to_string(n_);
-                                } else if (peer <= rank_ || peer >= n_) {
-                                  problem = "hello from rank " + std::to_string(h->peer_hello.rank) +
-                                            ", but only ranks above this one connect here (" +
-                                            std::to_string(rank_ + 1) + ".." + std::to_string(n_ - 1) + ")";
-                                } else if (links_[static_cast<std::size_t>(peer)]) {
-                                  problem = "hello from rank " + std::to_string(peer) + ", which is already connected";
-                                }
-                                if (!problem.empty()) return finish(problem);
-                                h->hello_out = tcp_wire::encodeHello(tcp_wire::kAckMagic, static_cast<uint32_t>(rank_),
-                                                                     static_cast<uint32_t>(n_), label_);
-                                h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
-                                // The acknowledgement is written before the link is registered: nothing else may write
-                                // on the socket while it is in flight.
-                                std::array<asio::const_buffer, 2> ack{asio::buffer(h->hello_out),
-                                                                      asio::buffer(h->label_out)};
-                                asio::async_write(
-                                    *h->socket, ack, [=, this](const boost::system::error_code& ec6, std::size_t) {
-                                      if (ec6) return fail("writing the acknowledgement", ec6);
-                                      if (*done) return;
-                                      if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
-                                        return finish("rank " + std::to_string(peer) +
-                                                      " connected twice, or after setup ended");
-                                      finish("");
-                                    });
-                              });
-                        });
+                    // Authenticated: the peer leaves the table of strangers and gets the per-message deadlines.
+                    slots_.release(h->ticket);
+                    Handshake::arm(h, handshake_timeout_);
+                    asio::async_write(*h->socket, asio::buffer(h->auth_confirm),
+                                      [=, this](const boost::system::error_code& ec4, std::size_t) {
+                                        if (ec4) return fail("writing the authentication confirmation", ec4);
+                                        readHello(h, finish, fail);
+                                      });
                   });
             });
       });
+}
+
+void Connector::readPeerHello(const std::shared_ptr<Handshake>& h, uint32_t magic, const char* what,
+                              const Finish& refuse, const Fail& fail, std::function<void()> then) {
+  asio::async_read(*h->socket, asio::buffer(h->hello_in), [=, this](const boost::system::error_code& ec, std::size_t) {
+    if (ec) return fail(what, ec);
+    try {
+      h->peer_hello = tcp_wire::decodeHello(h->hello_in, magic);
+    } catch (const InvalidPayload& e) {
+      return refuse(e.what());
+    }
+    h->label_in.resize(h->peer_hello.label_bytes);
+    asio::async_read(*h->socket, asio::buffer(h->label_in), [=](const boost::system::error_code& ec2, std::size_t) {
+      if (ec2) return fail("reading the host label", ec2);
+      then();
+    });
+  });
+}
+
+void Connector::readHello(const std::shared_ptr<Handshake>& h, const Finish& finish, const Fail& fail) {
+  readPeerHello(h, tcp_wire::kHelloMagic, "reading the hello", finish, fail, [=, this] {
+    const int peer = static_cast<int>(h->peer_hello.rank);
+    std::string problem;
+    if (h->peer_hello.world_size != static_cast<uint32_t>(n_)) {
+      problem = "hello from a job of " + std::to_string(h->peer_hello.world_size) + " ranks, this job has " +
+                std::to_string(n_);
+    } else if (peer <= rank_ || peer >= n_) {
+      problem = "hello from rank " + std::to_string(h->peer_hello.rank) +
+                ", but only ranks above this one connect here (" + std::to_string(rank_ + 1) + ".." +
+                std::to_string(n_ - 1) + ")";
+    } else if (links_[static_cast<std::size_t>(peer)]) {
+      problem = "hello from rank " + std::to_string(peer) + ", which is already connected";
+    }
+    if (!problem.empty()) return finish(problem);
+    h->hello_out =
+        tcp_wire::encodeHello(tcp_wire::kAckMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(n_), label_);
+    h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
+    // The acknowledgement is written before the link is registered: nothing else may write on the socket while it is
+    // in flight.
+    std::array<asio::const_buffer, 2> ack{asio::buffer(h->hello_out), asio::buffer(h->label_out)};
+    asio::async_write(*h->socket, ack, [=, this](const boost::system::error_code& ec, std::size_t) {
+      if (ec) return fail("writing the acknowledgement", ec);
+      if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
+        return finish("rank " + std::to_string(peer) + " connected twice, or after setup ended");
+      finish("");
+    });
+  });
 }
 
 void Connector::connectAttempt(int peer, tcp::resolver::results_type endpoints, Clock::time_point deadline,
@@ -216,9 +245,7 @@ void Connector::connectAttempt(int peer, tcp::resolver::results_type endpoints, 
     });
   };
   auto arm = [this, h]() { Handshake::arm(h, handshake_timeout_); };
-  auto fail = [h, retry](const char* step, const boost::system::error_code& ec) {
-    retry(std::string(step) + ": " + (h->timed_out ? std::string("no answer within the deadline") : ec.message()));
-  };
+  auto fail = [h, retry](const char* step, const boost::system::error_code& ec) { retry(h->why(step, ec)); };
   arm();
   asio::async_connect(*h->socket, endpoints, [=, this](const boost::system::error_code& ec, const tcp::endpoint& ep) {
     if (ec) return fail("connecting", ec);
@@ -232,51 +259,59 @@ void Connector::connectAttempt(int peer, tcp::resolver::results_type endpoints, 
           asio::async_read(
               *h->socket, asio::buffer(h->auth_challenge),
               [=, this](const boost::system::error_code& ec3, std::size_t) {
-                if (ec3)
-                  return fail("reading the authentication challenge (a wrong job token is refused this way)", ec3);
+                if (ec3) return fail("reading the authentication challenge", ec3);
                 try {
-                  h->auth_response = client->answer(h->auth_challenge);
+                  h->auth_proof = client->prove(h->auth_challenge);
                 } catch (const AuthError& e) {
                   return retry(std::string("authentication failed: ") + e.what());
                 }
-                h->hello_out = tcp_wire::encodeHello(tcp_wire::kHelloMagic, static_cast<uint32_t>(rank_),
-                                                     static_cast<uint32_t>(n_), label_);
-                h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
-                std::array<asio::const_buffer, 3> out{asio::buffer(h->auth_response), asio::buffer(h->hello_out),
-                                                      asio::buffer(h->label_out)};
                 arm();
-                asio::async_write(*h->socket, out, [=, this](const boost::system::error_code& ec4, std::size_t) {
-                  if (ec4) return fail("writing the hello", ec4);
-                  asio::async_read(*h->socket, asio::buffer(h->hello_in),
-                                   [=, this](const boost::system::error_code& ec5, std::size_t) {
-                                     if (ec5) return fail("reading the acknowledgement (refused by the peer?)", ec5);
-                                     try {
-                                       h->peer_hello = tcp_wire::decodeHello(h->hello_in, tcp_wire::kAckMagic);
-                                     } catch (const InvalidPayload& e) {
-                                       return retry(e.what());
-                                     }
-                                     if (h->peer_hello.rank != static_cast<uint32_t>(peer) ||
-                                         h->peer_hello.world_size != static_cast<uint32_t>(n_))
-                                       return retry("the listener at " + h->remote + " is rank " +
-                                                    std::to_string(h->peer_hello.rank) + " of " +
-                                                    std::to_string(h->peer_hello.world_size) + ", expected rank " +
-                                                    std::to_string(peer) + " of " + std::to_string(n_));
-                                     h->label_in.resize(h->peer_hello.label_bytes);
-                                     asio::async_read(*h->socket, asio::buffer(h->label_in),
-                                                      [=, this](const boost::system::error_code& ec6, std::size_t) {
-                                                        if (ec6)
-                                                          return fail("reading the acknowledgement's host label", ec6);
-                                                        if (*done) return;
-                                                        *done = true;
-                                                        h->timer.cancel();
-                                                        if (!registerLink(peer, std::move(h->socket),
-                                                                          tcp_wire::printable(h->label_in)))
-                                                          noteError(peer, "connected after setup ended");
-                                                      });
-                                   });
-                });
+                asio::async_write(
+                    *h->socket, asio::buffer(h->auth_proof),
+                    [=, this](const boost::system::error_code& ec4, std::size_t) {
+                      if (ec4) return fail("writing the authentication proof", ec4);
+                      asio::async_read(
+                          *h->socket, asio::buffer(h->auth_confirm),
+                          [=, this](const boost::system::error_code& ec5, std::size_t) {
+                            if (ec5)
+                              return fail(
+                                  "reading the authentication confirmation (a wrong job token is refused this way)",
+                                  ec5);
+                            try {
+                              client->confirm(h->auth_confirm);
+                            } catch (const AuthError& e) {
+                              return retry(std::string("authentication failed: ") + e.what());
+                            }
+                            h->hello_out = tcp_wire::encodeHello(tcp_wire::kHelloMagic, static_cast<uint32_t>(rank_),
+                                                                 static_cast<uint32_t>(n_), label_);
+                            h->label_out = label_.substr(0, tcp_wire::kMaxLabelBytes);
+                            std::array<asio::const_buffer, 2> out{asio::buffer(h->hello_out),
+                                                                  asio::buffer(h->label_out)};
+                            arm();
+                            asio::async_write(*h->socket, out,
+                                              [=, this](const boost::system::error_code& ec6, std::size_t) {
+                                                if (ec6) return fail("writing the hello", ec6);
+                                                readAck(h, peer, done, retry, fail);
+                                              });
+                          });
+                    });
               });
         });
+  });
+}
+
+void Connector::readAck(const std::shared_ptr<Handshake>& h, int peer, const std::shared_ptr<bool>& done,
+                        const Finish& retry, const Fail& fail) {
+  readPeerHello(h, tcp_wire::kAckMagic, "reading the acknowledgement (refused by the peer?)", retry, fail, [=, this] {
+    if (h->peer_hello.rank != static_cast<uint32_t>(peer) || h->peer_hello.world_size != static_cast<uint32_t>(n_))
+      return retry("the listener at " + h->remote + " is rank " + std::to_string(h->peer_hello.rank) + " of " +
+                   std::to_string(h->peer_hello.world_size) + ", expected rank " + std::to_string(peer) + " of " +
+                   std::to_string(n_));
+    if (*done) return;
+    *done = true;
+    h->timer.cancel();
+    if (!registerLink(peer, std::move(h->socket), tcp_wire::printable(h->label_in)))
+      noteError(peer, "connected after setup ended");
   });
 }
 
@@ -312,26 +347,46 @@ void Connector::closeListener() {
 std::string Connector::failure(Store& store, const std::vector<int>& missing, Clock::duration waited) {
   std::ostringstream m;
   m << who_ << ": tcp transport setup timed out after " << secondsText(waited) << ": not connected to ";
+  // What the store says now, unless it is gone (its host exited or hangs): then only what this rank learned before.
+  std::string store_gone;
   bool first = true;
   for (int r : missing) {
     m << (first ? "" : "; ") << "rank " << r;
     first = false;
     std::string host, addr;
-    try {
-      if (store.check(key("host", r))) host = tcp_wire::printable(store.get(key("host", r), std::chrono::seconds(1)));
-      if (store.check(key("addr", r))) addr = tcp_wire::printable(store.get(key("addr", r), std::chrono::seconds(1)));
-    } catch (const std::exception&) {
+    bool published = false;
+    if (store_gone.empty()) {
+      try {
+        published = store.check(key("addr", r));
+        if (published) addr = tcp_wire::printable(store.get(key("addr", r), std::chrono::seconds(1)));
+        if (store.check(key("host", r))) host = tcp_wire::printable(store.get(key("host", r), std::chrono::seconds(1)));
+      } catch (const std::exception& e) {
+        store_gone = tcp_wire::printable(e.what());
+      }
+    }
+    std::string last;
+    {
+      std::lock_guard lock(setup_mutex_);
+      if (addr.empty()) addr = known_addr_[static_cast<std::size_t>(r)];
+      last = last_error_[static_cast<std::size_t>(r)];
     }
     if (addr.empty()) {
-      m << " (never published its address under '" << key("addr", r) << "': not started, or a different store/prefix)";
+      if (store_gone.empty())
+        m << " (never published its address under '" << key("addr", r)
+          << "': not started, stuck before setup, or using a different store/prefix)";
+      else
+        m << " (its address is unknown here: the store went away before this rank learned it)";
+    } else if (r < rank_) {
+      m << " (host " << (host.empty() ? "?" : host) << ", published " << addr << " but not reachable from here"
+        << (last.empty() ? std::string() : "; last error: " + last) << ")";
     } else {
-      m << " (host " << (host.empty() ? "?" : host) << ", listening at " << addr;
-      std::lock_guard lock(setup_mutex_);
-      const std::string& e = last_error_[static_cast<std::size_t>(r)];
-      if (!e.empty()) m << ", last error: " << e;
-      m << ")";
+      m << " (host " << (host.empty() ? "?" : host) << ", published " << addr
+        << ", but never completed a connection to this rank: higher ranks connect to lower ones; see its own error)";
     }
   }
+  if (!store_gone.empty())
+    m << ". The rendezvous store is unreachable (its host -- rank 0 or `terse store` -- exited or hangs): "
+      << store_gone;
   return m.str();
 }
 
@@ -403,6 +458,10 @@ void Connector::meet(Store& store, const std::string& published, Clock::time_poi
     } catch (const CommError& e) {
       noteError(peer, e.what());
       continue;
+    }
+    {
+      std::lock_guard lock(setup_mutex_);
+      known_addr_[static_cast<std::size_t>(peer)] = tcp_wire::printable(addr);
     }
     const auto colon = addr.rfind(':');
     std::string host = colon == std::string::npos ? addr : addr.substr(0, colon);

@@ -5,22 +5,27 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/comm/auth.h"
+#include "core/comm/handshake_slots.h"
 #include "core/comm/store.h"
 #include "core/comm/tcp/link.h"
 #include "core/comm/tcp/transport.h"
+#include "core/common/log.h"
 
 namespace terse::comm::tcp {
 
 // Every rank connects to each lower rank and accepts from each higher one. During setup a connection that fails any
-// step (wrong token, garbage, a silent peer, a duplicate) is logged and dropped, or retried by the connecting side, and
-// the rank goes on waiting for the real peer until the setup deadline. The handshakes run on the transport's io
-// thread; a link registered here is final once meet() returned.
+// step (wrong token, garbage, a silent peer, a duplicate) is logged (rate-limited) and dropped, or retried by the
+// connecting side, and the rank goes on waiting for the real peer until the setup deadline. Accepted connections that
+// have not authenticated yet hold a slot of a HandshakeSlots table for at most kUnauthenticatedDeadline, and are
+// evicted oldest first by newer ones, so idle or slow strangers cannot keep the real peers out. The handshakes run on
+// the transport's io thread; a link registered here is final once meet() returned.
 class Connector {
  public:
   // `links` is the transport's table (one slot per rank, this rank's own filled): registered links land in it.
@@ -34,7 +39,9 @@ class Connector {
   // connects to each lower rank, and waits until every link is up or `deadline` passed. From its return on no link
   // registers any more.
   void meet(Store& store, const std::string& published, Clock::time_point deadline);
-  // The setup timeout's message: every missing rank, its host and address if it published them, and the last error.
+  // The setup timeout's message: for every missing rank what this rank knows -- never published its address, published
+  // it but not reachable (the last error), or published it but never connected here -- and whether the store itself
+  // is gone.
   std::string failure(Store& store, const std::vector<int>& missing, Clock::duration waited);
   // io thread: setup is over, accept no more connections.
   void closeListener();
@@ -45,9 +52,18 @@ class Connector {
     return options_.store_prefix + "tcp/" + what + "/" + std::to_string(r);
   }
   void startAccept();
+  using Finish = std::function<void(const std::string&)>;
+  using Fail = std::function<void(const char*, const boost::system::error_code&)>;
   void startHandshake(std::shared_ptr<Handshake> h);
+  // Reads a hello of `magic` and its host label into h, then runs `then`; a read error goes to `fail` (`what` names
+  // the step), a malformed hello to `refuse`.
+  void readPeerHello(const std::shared_ptr<Handshake>& h, uint32_t magic, const char* what, const Finish& refuse,
+                     const Fail& fail, std::function<void()> then);
+  void readHello(const std::shared_ptr<Handshake>& h, const Finish& finish, const Fail& fail);
   void connectAttempt(int peer, asio::ip::tcp::resolver::results_type endpoints, Clock::time_point deadline,
                       Clock::duration backoff);
+  void readAck(const std::shared_ptr<Handshake>& h, int peer, const std::shared_ptr<bool>& done, const Finish& retry,
+               const Fail& fail);
   bool registerLink(int peer, std::unique_ptr<asio::ip::tcp::socket> socket, const std::string& label);
   void setSocketOptions(asio::ip::tcp::socket& s);
   void noteError(int peer, const std::string& what);
@@ -61,14 +77,20 @@ class Connector {
   const int rank_;
   std::vector<std::shared_ptr<Link>>& links_;  // written on the io thread until meet() returned
   asio::ip::tcp::acceptor acceptor_;
-  const Clock::duration handshake_timeout_;
+  const Clock::duration handshake_timeout_;  // per message, once the peer proved the token
+  const Clock::duration auth_deadline_;      // for the whole unauthenticated part of an accepted connection
+  // Refused connections are an intruder's to multiply: at most this many lines per window, the rest counted.
+  static constexpr std::size_t kRefusalLogBurst = 20;
+  static constexpr Clock::duration kRefusalLogWindow = std::chrono::seconds(10);
+  LogLimiter refusals_;
+  HandshakeSlots slots_;  // io thread only
 
   std::mutex setup_mutex_;
   std::condition_variable setup_cv_;
   int connected_ = 0;                    // guarded by setup_mutex_
   bool setup_done_ = false;              // guarded by setup_mutex_
   std::vector<std::string> last_error_;  // guarded by setup_mutex_: why the link to each rank is not up yet
-  std::size_t pending_handshakes_ = 0;   // io thread only
+  std::vector<std::string> known_addr_;  // guarded by setup_mutex_: the lower ranks' addresses, as the store gave them
 };
 
 }  // namespace terse::comm::tcp

@@ -16,7 +16,7 @@ using tcp_wire::kByeTag;
 using tcp_wire::kHeartbeatTag;
 
 void TcpTransport::armHeartbeat() {
-  heartbeat_.expires_after(heartbeat_period_);
+  heartbeat_.expires_after(liveness_tick_);
   heartbeat_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_.load()) return;
     const Clock::time_point now = Clock::now();

@@ -24,6 +24,8 @@ TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
       heartbeat_(io_),
       abort_grace_(io_),
       heartbeat_period_(std::max<Clock::duration>(options.timeout / 4, std::chrono::milliseconds(1))),
+      liveness_tick_(
+          std::max<Clock::duration>(options.timeout / kLivenessTicksPerTimeout, std::chrono::milliseconds(1))),
       ingress_(options.emulation.nic_ingress_bps),
       pacer_(options.emulation) {
   links_.resize(static_cast<std::size_t>(n_));

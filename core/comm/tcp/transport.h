@@ -9,9 +9,13 @@
 // connects to each lower rank and accepts from each higher one. A connection first runs the job-token handshake
 // (auth.h, AuthService::kTransport), then a hello naming the connecting rank, the world size and its host label, which
 // the accepting rank validates (in range, higher than itself, not yet connected) and answers with its own. Each step
-// has a deadline. During setup a connection that fails any of this (wrong token, garbage, a silent peer, a duplicate)
-// is logged and dropped, and the rank goes on waiting for the real peer until `timeout`; then connectTcpTransport
-// throws CommError naming every rank (and host) it is still missing.
+// has a deadline; an accepted connection must have proven the token within kUnauthenticatedDeadline (2 s), and until it
+// has, it holds a slot of a bounded table from which newer connections evict the oldest (handshake_slots.h), so idle
+// or flooding strangers cannot keep the real peers out. During setup a connection that fails any of this (wrong token,
+// garbage, a silent peer, a duplicate) is logged (at most 20 lines per 10 s, the rest counted) and dropped, and the
+// rank goes on waiting for the real peer until `timeout`; then connectTcpTransport throws CommError saying, for every
+// rank it is still missing, what it knows: never published its address, published but not reachable (the last
+// error), or never connected here -- and whether the rendezvous store itself is gone.
 //
 // Threads. One io thread per transport runs an io_context: it writes the queued frames of every connection and reads
 // every connection's frames, and runs the heartbeat timer. With link emulation, one pacer thread per transport (the
@@ -35,10 +39,11 @@
 // their sends, so this only concerns point-to-point code that drops large unfinished sends.
 //
 // Liveness. Every connection sends a heartbeat (a header-only kControl frame) when it has written nothing for
-// timeout/4, and a connection that has received nothing for `timeout` is declared dead. A peer whose connection ends
-// without the goodbye its transport sends when destroyed (it crashed or was killed), or that stays silent (SIGSTOP, a
-// hang, a cable), fails this rank with a CommError naming its rank and host within the timeout, and the abort
-// propagates to every other rank.
+// timeout/4, and a connection that has received nothing for `timeout` is declared dead; silence is checked every
+// timeout/20. A peer whose connection ends without the goodbye its transport sends when destroyed (it crashed or was
+// killed) fails this rank at once; one that stays silent (SIGSTOP, a hang, a cable) within timeout + timeout/20 of
+// its last frame. The failure is a CommError naming the peer's rank and host, and the abort propagates to every other
+// rank (one more frame's latency): every rank fails within tcp.timeout plus that 5% margin.
 //
 // Errors. abort(reason) fails every pending and future request of this rank with CommError and sends an abort notice
 // (kControl, carrying the reason) to every peer, which aborts with the same reason, so the first reason wins job-wide.

@@ -105,9 +105,13 @@ class TcpTransport final : public Transport {
   std::vector<std::shared_ptr<Link>> links_;
   Connector connector_;
 
-  asio::steady_timer heartbeat_;
+  asio::steady_timer heartbeat_;  // fires every liveness_tick_
   asio::steady_timer abort_grace_;
-  Clock::duration heartbeat_period_;
+  Clock::duration heartbeat_period_;  // an idle connection sends a heartbeat this often (timeout / 4)
+  // Silence is checked this often, so a silent peer is declared dead at most one tick after `timeout` (transport.h,
+  // "Liveness": the documented margin of timeout / kLivenessTicksPerTimeout). A tick only reads clocks.
+  static constexpr int kLivenessTicksPerTimeout = 20;
+  Clock::duration liveness_tick_;
 
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;

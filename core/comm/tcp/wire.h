@@ -1,5 +1,7 @@
 // The tcp transport's own wire messages (transport.h), apart from the frames every transport carries (frame.h):
 //
+// (How many connections may be in their job-token handshake at once, and for how long, is handshake_slots.h's.)
+//
 // Hello, sent once per connection right after the job-token handshake (auth.h), by the connecting rank, and answered
 // with an acknowledgement of the same layout by the accepting rank:
 //
@@ -38,9 +40,6 @@ inline constexpr uint32_t kAckMagic = 0x4B535254u;    // bytes 'T' 'R' 'S' 'K'
 inline constexpr uint16_t kHelloVersion = 1;
 inline constexpr std::size_t kHelloBytes = 16;
 inline constexpr std::size_t kMaxLabelBytes = 255;
-// Connections in their handshake at once on one listener: beyond it new ones are closed, so a flood cannot exhaust
-// descriptors or memory while setup waits for the real peers.
-inline constexpr std::size_t kMaxPendingHandshakes = 64;
 
 using HelloBytes = std::array<std::byte, kHelloBytes>;
 

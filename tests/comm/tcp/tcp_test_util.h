@@ -3,9 +3,12 @@
 // TcpStoreServer in the parent).
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +22,7 @@
 #include "core/comm/host_communicator.h"
 #include "core/comm/store.h"
 #include "core/comm/tcp/transport.h"
+#include "core/comm/tcp/wire.h"
 #include "core/comm/tcp_store.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -95,6 +99,80 @@ struct TcpWorld {
   void runOk(const std::function<void(int, HostCommunicator&)>& fn) { expectNoErrors(run(fn)); }
 };
 
+// A blocking client socket for the tests that play a hostile or broken peer.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& addr) {
+    const auto colon = addr.rfind(':');
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+    inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{10, 0};  // a test must not hang on a read
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw std::runtime_error("connect failed");
+  }
+  ~RawClient() { close(fd_); }
+  bool write(std::span<const std::byte> b) {
+    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
+  }
+  // Reads exactly n bytes; false on end of file or error.
+  bool read(std::span<std::byte> b) {
+    std::size_t off = 0;
+    while (off < b.size()) {
+      const ssize_t got = ::recv(fd_, b.data() + off, b.size() - off, 0);
+      if (got <= 0) return false;
+      off += static_cast<std::size_t>(got);
+    }
+    return true;
+  }
+  // Ends this side's writing (the peer reads end of file), keeping the socket open for reading.
+  void shutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+  // Everything received until the server closes the connection (end of file or reset) or the receive timeout passes.
+  std::vector<std::byte> drain() {
+    std::vector<std::byte> all;
+    std::byte b[256];
+    for (;;) {
+      const ssize_t got = ::recv(fd_, b, sizeof b, 0);
+      if (got <= 0) return all;
+      all.insert(all.end(), b, b + got);
+    }
+  }
+  // True when the server closed the connection (end of file or reset) within the receive timeout.
+  bool closedByPeer() {
+    std::byte b[256];
+    for (;;) {
+      const ssize_t got = ::recv(fd_, b, sizeof b, 0);
+      if (got == 0) return true;
+      if (got < 0) return errno == ECONNRESET;
+    }
+  }
+  // The client's half of the job-token handshake and the hello; returns the acknowledgement's rank, or -1.
+  int join(const JobToken& token, uint32_t rank, uint32_t world, const std::string& label) {
+    AuthClient client(token, AuthService::kTransport);
+    const auto hello = client.hello();
+    if (!write(hello)) return -1;
+    AuthChallenge challenge{};
+    if (!read(challenge)) return -1;
+    if (!write(client.prove(challenge))) return -1;
+    AuthProof confirm{};
+    if (!read(confirm)) return -1;
+    client.confirm(confirm);  // AuthError: refused, or the listener does not know the token
+    const auto h = tcp_wire::encodeHello(tcp_wire::kHelloMagic, rank, world, label);
+    if (!write(h) || !write(std::as_bytes(std::span(label)))) return -1;
+    tcp_wire::HelloBytes ack{};
+    if (!read(ack)) return -1;
+    const auto a = tcp_wire::decodeHello(ack, tcp_wire::kAckMagic);
+    std::string peer_label(a.label_bytes, '\0');
+    if (!read(std::as_writable_bytes(std::span(peer_label)))) return -1;
+    return static_cast<int>(a.rank);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 // What a forked rank reported: its exit status and the text it wrote (an error message, or what the test asked for).
 struct ProcessResult {
   int status = -1;  // waitpid status
@@ -105,10 +183,12 @@ struct ProcessResult {
 
 // Forks n children; child r runs fn(r, store, out) with a TcpStore client of a TcpStoreServer the parent starts after
 // the fork (so no thread exists while forking), and exits 0, or 1 with the exception's message written back. `out`
-// is text the child reports. The parent kills every child still running after `timeout`.
+// is text the child reports. The parent kills every child still running after `timeout`. `before_ranks`, when given,
+// runs in the parent once the server listens (its port is the argument) and before the children learn that port.
 inline std::vector<ProcessResult> forkRanks(int n, const JobToken& token,
                                             const std::function<void(int, Store&, std::string&)>& fn,
-                                            std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+                                            std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                            const std::function<void(uint16_t)>& before_ranks = {}) {
   std::vector<pid_t> pids;
   std::vector<int> to_child, from_child;
   for (int r = 0; r < n; ++r) {
@@ -149,6 +229,7 @@ inline std::vector<ProcessResult> forkRanks(int n, const JobToken& token,
   {
     TcpStoreServer server(token, TcpStoreServerOptions{"127.0.0.1", 0});
     const uint16_t port = server.port();
+    if (before_ranks) before_ranks(port);
     for (int fd : to_child) {
       if (write(fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ADD_FAILURE() << "cannot reach a child";
       close(fd);
