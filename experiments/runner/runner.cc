@@ -77,6 +77,12 @@ workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   wo.seed = e.seed();
   if (e.workload().hidden_sizes_size() > 0)
     wo.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
+  if (e.workload().conv_channels_size() == 2) {
+    wo.cnn.conv1_channels = e.workload().conv_channels(0);
+    wo.cnn.conv2_channels = e.workload().conv_channels(1);
+  }
+  wo.cnn.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
+  wo.cnn.dropout = e.workload().dropout();
   if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
   if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
   return wo;
@@ -247,7 +253,7 @@ RunSummary Runner::run(const Experiment& e) {
   TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
               "the runner implements mode SYNC on transport INPROC only");
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  results::ResultWriter writer(root, e.study(), e.variant());
+  results::ResultWriter writer(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
   summary.study = e.study();
   summary.variant = e.variant();
