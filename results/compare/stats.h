@@ -21,6 +21,8 @@
 #include <optional>
 #include <span>
 
+#include "core/common/student_t.h"
+
 namespace terse::results {
 
 // The level of every interval and test above.
@@ -35,11 +37,8 @@ struct MeanInterval {
 // Of finite values; an empty input gives n = 0 and a NaN mean.
 MeanInterval meanInterval(std::span<const double> values);
 
-// Student's t distribution with `df` > 0 degrees of freedom (not necessarily whole): the CDF, through the regularized
-// incomplete beta function (F(t) = 1 - I_x(df / 2, 1 / 2) / 2 for t >= 0, x = df / (df + t^2)), and the quantile,
-// by bisection on it.
-double studentTCdf(double t, double df);
-double studentTQuantile(double p, double df);
+using terse::studentTCdf;  // core/common/student_t.h
+using terse::studentTQuantile;
 
 // The two-sided p-value of Welch's test above; none when either side has fewer than 2 values.
 std::optional<double> welchP(std::span<const double> a, std::span<const double> b);
