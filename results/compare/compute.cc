@@ -82,6 +82,8 @@ CompareRow makeRow(const RunData& run) {
   r.wire_bytes = last.wire_bytes;
   if (last.step > 0) r.wire_bytes_per_step = last.wire_bytes / static_cast<double>(last.step);
   r.payload_bytes = opt(last.payload_bytes);
+  r.control_bytes = opt(last.control_bytes);
+  r.negotiation_rounds = opt(last.negotiation_rounds);
   r.compute_s = opt(last.compute_s);
   if (has(last.compress_s) || has(last.decompress_s))
     r.codec_s = (has(last.compress_s) ? last.compress_s : 0) + (has(last.decompress_s) ? last.decompress_s : 0);
@@ -204,6 +206,8 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
   out.wire_bytes = meanOf(rows, &CompareRow::wire_bytes);
   out.wire_bytes_per_step = meanOf(rows, &CompareRow::wire_bytes_per_step);
   out.payload_bytes = meanOf(rows, &CompareRow::payload_bytes);
+  out.control_bytes = meanOf(rows, &CompareRow::control_bytes);
+  out.negotiation_rounds = meanOf(rows, &CompareRow::negotiation_rounds);
   out.compute_s = meanOf(rows, &CompareRow::compute_s);
   out.codec_s = meanOf(rows, &CompareRow::codec_s);
   out.comm_s = meanOf(rows, &CompareRow::comm_s);

@@ -5,7 +5,10 @@
 //   final / best accuracy   the last evaluation point's test accuracy / the highest one
 //   wire bytes              the last point's cumulative wire bytes per worker (frame headers included); per step =
 //                           that / the last point's step
-//   payload bytes           the last point's cumulative compressor output per worker
+//   payload bytes           the last point's cumulative compressor output per worker that is sent (a SUM payload's
+//                           header stays on the rank)
+//   control bytes / rounds  the last point's cumulative bytes and rounds of the scheduler negotiation per worker:
+//                           control frames, headers included, not part of the wire bytes
 //   ratio                   baseline wire bytes per step / this variant's (per step, so a run that stopped early
 //                           compares fairly); the baseline's is 1
 //   bytes / time to target  the first time the accuracy reaches the target, interpolated linearly between the last
@@ -85,6 +88,9 @@ struct CompareRow {
   int64_t steps = 0;
   std::optional<double> final_accuracy, best_accuracy;
   std::optional<double> wire_bytes, wire_bytes_per_step, payload_bytes, ratio;
+  // The scheduler negotiation's control frames and rounds per worker (not in wire_bytes); none for runs recorded
+  // before they were.
+  std::optional<double> control_bytes, negotiation_rounds;
   std::optional<TargetCrossing> to_target;
   std::optional<double> compute_s, codec_s, comm_s, exposed_comm_s, step_s;  // per step
   std::optional<StalenessSummary> staleness;                                 // of the first seed's run

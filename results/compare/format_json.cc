@@ -47,6 +47,8 @@ std::string toJson(const Comparison& c, const std::vector<std::string>& warnings
       addNumber(o, "wire_bytes_per_worker", r.wire_bytes);
       addNumber(o, "wire_bytes_per_step", r.wire_bytes_per_step);
       addNumber(o, "payload_bytes_per_worker", r.payload_bytes);
+      addNumber(o, "control_bytes_per_worker", r.control_bytes);
+      addNumber(o, "negotiation_rounds_per_worker", r.negotiation_rounds);
       addNumber(o, "ratio_vs_baseline", r.ratio);
       o.add("reached_target", r.to_target.has_value());
       addNumber(o, "bytes_to_target",

@@ -79,10 +79,11 @@ std::string toMarkdown(const Comparison& c) {
   const std::string target = sig3(c.target);
   for (std::size_t s = 0; s < c.studies.size(); ++s) {
     const StudyTable& t = c.studies[s];
-    bool any_staleness = false;
+    bool any_staleness = false, any_control = false;
     int simulated = 0, most_seeds = 1;
     for (const auto& r : t.rows) {
       most_seeds = std::max(most_seeds, r.seeds);
+      any_control = any_control || r.control_bytes.has_value();
       any_staleness = any_staleness || r.staleness.has_value();
       simulated += r.simulated ? 1 : 0;
     }
@@ -116,6 +117,8 @@ std::string toMarkdown(const Comparison& c) {
                                        sim + "codec ms",
                                        sim + "comm ms",
                                        sim + "exposed comm ms"};
+    // Beside the wire bytes, never folded into them: their count depends on timing (result_writer.h).
+    if (any_control) header.insert(header.begin() + 5, "control KB/worker (rounds)");
     if (any_staleness) header.push_back("staleness");
     // A study of single runs keeps the table it always had.
     if (most_seeds > 1) header.insert(header.begin() + 2, "seeds");
@@ -145,6 +148,10 @@ std::string toMarkdown(const Comparison& c) {
           orDash(r.codec_s, 1e3),
           orDash(r.comm_s, 1e3),
           orDash(r.exposed_comm_s, 1e3)};
+      if (any_control)
+        cells.insert(
+            cells.begin() + 5,
+            r.control_bytes ? sig3(*r.control_bytes * 1e-3) + " (" + orDash(r.negotiation_rounds, 1, 0) + ")" : "-");
       if (any_staleness) cells.push_back(r.staleness ? stalenessText(*r.staleness) : "-");
       if (most_seeds > 1) cells.insert(cells.begin() + 2, std::to_string(r.seeds));
       o << '|';

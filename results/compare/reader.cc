@@ -149,6 +149,8 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.epoch_progress = optional("epoch_progress");
     p.test_loss = optional("test_loss");
     p.payload_bytes = optional("payload_bytes_per_worker");
+    p.control_bytes = optional("control_bytes_per_worker");
+    p.negotiation_rounds = optional("negotiation_rounds_per_worker");
     p.wall_s = optional("wall_s");
     p.compute_s = optional("compute_s_per_step");
     p.compress_s = optional("compress_s_per_step");

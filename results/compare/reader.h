@@ -29,6 +29,8 @@ struct EvalPoint {
   double test_loss = 0;
   double wire_bytes = 0;
   double payload_bytes = 0;
+  double control_bytes = 0;       // the scheduler negotiation's frames (result_writer.h), apart from wire_bytes
+  double negotiation_rounds = 0;  // and its rounds
   double wall_s = 0;
   double compute_s = 0, compress_s = 0, decompress_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
   double staleness_mean = 0, staleness_max = 0;
