@@ -201,18 +201,11 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
     out.steps = std::min(out.steps, r.steps);
     out.simulated = out.simulated && r.simulated;
   }
-  out.final_accuracy = meanOf(rows, &CompareRow::final_accuracy);
-  out.best_accuracy = meanOf(rows, &CompareRow::best_accuracy);
-  out.wire_bytes = meanOf(rows, &CompareRow::wire_bytes);
-  out.wire_bytes_per_step = meanOf(rows, &CompareRow::wire_bytes_per_step);
-  out.payload_bytes = meanOf(rows, &CompareRow::payload_bytes);
-  out.control_bytes = meanOf(rows, &CompareRow::control_bytes);
-  out.negotiation_rounds = meanOf(rows, &CompareRow::negotiation_rounds);
-  out.compute_s = meanOf(rows, &CompareRow::compute_s);
-  out.codec_s = meanOf(rows, &CompareRow::codec_s);
-  out.comm_s = meanOf(rows, &CompareRow::comm_s);
-  out.exposed_comm_s = meanOf(rows, &CompareRow::exposed_comm_s);
-  out.step_s = meanOf(rows, &CompareRow::step_s);
+  for (auto field : {&CompareRow::final_accuracy, &CompareRow::best_accuracy, &CompareRow::wire_bytes,
+                     &CompareRow::wire_bytes_per_step, &CompareRow::payload_bytes, &CompareRow::control_bytes,
+                     &CompareRow::negotiation_rounds, &CompareRow::compute_s, &CompareRow::codec_s, &CompareRow::comm_s,
+                     &CompareRow::exposed_comm_s, &CompareRow::step_s})
+    out.*field = meanOf(rows, field);
   // To target only when every seed gets there: a mean over the lucky seeds would flatter the variant.
   out.to_target.reset();
   if (out.reached_target == out.seeds) {
