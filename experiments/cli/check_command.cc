@@ -103,7 +103,8 @@ int checkCommand(const std::vector<std::string>& args) {
                                                     "search DIR first (repeatable, DIR:DIR...)")(
       "param", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE passed to the plugin (repeatable)")(
       "max-rel-error", po::value<double>(), "fail round_trip above this relative error (default: report only)")(
-      "unbiased", "the plugin claims E[D(C(x))] = x: fail when a test that catches a 5% bias with 99% power rejects it")(
+      "unbiased",
+      "the plugin claims E[D(C(x))] = x: fail when a test that catches a 5% bias with 99% power rejects it")(
       "seed", po::value<uint64_t>(), "seed of the inputs and the ranks' seeds (default 20240611)")(
       "only", po::value<std::vector<std::string>>()->composing(), "run only this check (repeatable)")(
       "device", po::value<std::string>(), "where the plugin's buffers live: host (default), cuda or cuda:N")(
