@@ -84,6 +84,8 @@ std::string metricsRecordJson(const MetricsRecord& r) {
       .add("lr", r.lr)
       .add("wire_bytes_per_worker", r.wire_bytes_per_worker)
       .add("payload_bytes_per_worker", r.payload_bytes_per_worker)
+      .add("control_bytes_per_worker", r.control_bytes_per_worker)
+      .add("negotiation_rounds_per_worker", r.negotiation_rounds_per_worker)
       .add("wall_s", r.wall_s)
       .add("compute_s_per_step", r.compute_s_per_step)
       .add("compress_s_per_step", r.compress_s_per_step)

@@ -79,6 +79,12 @@ struct MetricsRecord {
   double lr = 0;          // the last step's learning rate
   uint64_t wire_bytes_per_worker = 0;
   uint64_t payload_bytes_per_worker = 0;
+  // Sync mode: the scheduler's negotiation (sync_trainer.h), control traffic apart from wire_bytes_per_worker: the
+  // frames of its rounds, headers included, and the number of rounds, per worker (the mean over ranks). Its count
+  // depends on how the ranks' paces interleave, so it is kept out of the wire bytes that one seed must reproduce.
+  // Means over ranks, so fractional where the ranks are a round apart when counted.
+  double control_bytes_per_worker = 0;
+  double negotiation_rounds_per_worker = 0;
   double wall_s = 0;  // since the run started (setup excluded)
   double compute_s_per_step = 0;
   double compress_s_per_step = 0;    // codec encode, error feedback included

@@ -131,6 +131,7 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
   rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel));
   stats_.encode_s += seconds(encode_start, rt::now());
   stats_.payload_bytes += bytes;
+  if (caps_.aggregation == Aggregation::kSum) stats_.unsent_header_bytes += std::min(bytes, sumHeaderBytes(round));
   // A SUM payload is summed elementwise and a fixed-size gather reserves exactly this many bytes per rank: either way
   // every rank must send the announced size.
   const uint64_t bound = maxPayloadBytes(round);

@@ -29,7 +29,10 @@ namespace terse {
 struct PipelineStats {
   uint64_t steps = 0;
   uint64_t payload_bytes = 0;  // compressor output of this rank, summed over rounds and steps
-  comm::WireBytes wire;        // this rank's frames for the tensor, headers included
+  // Of payload_bytes, the SUM payloads' headers (sum_header_bytes): identical on every rank, so the allreduce carries
+  // only the summed part after them and each rank keeps its own header (engine.cc). Not on the wire.
+  uint64_t unsent_header_bytes = 0;
+  comm::WireBytes wire;  // this rank's frames for the tensor, headers included
   // Codec time on this rank's calling thread (steady_clock), kept apart from the collectives so the trainer can report
   // compression cost without subtracting communication from a busy time. encode_s: codec.encode over all rounds,
   // error feedback and momentum correction included (they are decorators inside the codec). decode_s: codec.decode

@@ -1,7 +1,7 @@
 // The checks of one plugin's contract on one rank (compressor_v1.h), whatever its aggregation: that it instantiates for
 // f32 on the device asked for, sizes every shape, compresses and decodes within the sizes it declared, meets the
 // caller's error bound, is deterministic per (seed, step, tensor id), honours a shared seed, accumulates, leaves its
-// workspace alone in decompress, and is unbiased when it claims to be.
+// workspace alone in decompress. (Unbiasedness, with its statistics, is unbiasedness.cc's.)
 #include "core/conformance/checks.h"
 
 #include <algorithm>
@@ -333,59 +333,6 @@ Outcome checkPurity(Context& c) {
   }
   return pass(cat("workspace unchanged by all ", calls, " decompress calls, state unchanged by the ", source_calls,
                   " that decode one rank's payload (", w, " ranks, 2 steps, ", shapes.size(), " shape(s))"));
-}
-
-Outcome checkUnbiased(Context& c) {
-  auto rep = c.representative();
-  if (!rep) return skip("no nonempty moderate shape");
-  const int steps = std::max(2, c.options.unbiased_steps);
-  Simulation sim = c.sim(*rep, 1);
-  const Floats x = normalInput(rep->numel, c.inputSeed(*rep, 11));
-  const std::size_t n = x.size();
-  // Welford's running mean and squared deviations per element: exact zeros for a deterministic decode, where the
-  // textbook sum-of-squares formula would leave cancellation noise that reads as randomness.
-  std::vector<double> mean(n, 0.0), m2(n, 0.0);
-  for (int t = 0; t < steps; ++t) {
-    const Step s = sim.runOne(static_cast<uint64_t>(t), x);
-    for (std::size_t i = 0; i < n; ++i) {
-      const double v = s.result[0][i];
-      const double delta = v - mean[i];
-      mean[i] += delta / (t + 1);
-      m2[i] += delta * (v - mean[i]);
-    }
-  }
-  // Under E[D(C(x))] = x the squared distance of the mean from x is, in expectation, the mean's own variance:
-  //   bias2 = sum_i (m_i - x_i)^2  ~  noise = sum_i s_i^2 / T.
-  // A ratio of sums concentrates even when single elements are far from normal (a rarely kept random-k element); its
-  // spread is about sqrt(2 / n_eff) with n_eff = (sum s_i^2)^2 / sum s_i^4, and the limit is 8 of those spreads above
-  // 1: a false alarm is then out of reach while a bias of a few percent of the per-step error still fails. Decoding to
-  // a float adds rounding: a floor of 1e-6 of the input's rms per element keeps an exact deterministic decode from
-  // reading as infinitely biased.
-  const double rms = norm(x) / std::sqrt(static_cast<double>(n));
-  double bias2 = 0, noise = 0, var2 = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double var = m2[i] / (steps - 1);
-    bias2 += (mean[i] - x[i]) * (mean[i] - x[i]);
-    noise += var / steps;
-    var2 += var * var;
-  }
-  const bool stochastic = noise > 0;
-  const double floor = static_cast<double>(n) * (1e-6 * rms) * (1e-6 * rms);
-  const double ratio = bias2 / (noise + floor);
-  const double n_eff = var2 > 0 ? (steps * noise) * (steps * noise) / var2 : static_cast<double>(n);
-  const double limit = 1.0 + 8.0 * std::sqrt(2.0 / std::max(1.0, n_eff));
-  const double rel_bias = std::sqrt(bias2) / (rms * std::sqrt(static_cast<double>(n)));
-  const std::string measured = stochastic
-                                   ? cat("mean of ", steps, " stochastic decodes of one ", tag(*rep),
-                                         " input: relative bias ||mean - x|| / ||x|| = ", rel_bias, ", ", ratio,
-                                         "x the sampling noise of the mean")
-                                   : cat("deterministic (", steps, " decodes of one ", tag(*rep),
-                                         " input all equal): relative bias ||D(C(x)) - x|| / ||x|| = ", rel_bias);
-  if (!c.options.claims_unbiased) return skip("unbiasedness not claimed; measured " + measured);
-  const std::string against = stochastic ? cat("limit ", limit, "x")
-                                         : std::string("the float rounding allowance (1e-6 of the rms per element)");
-  if (!(ratio <= limit)) return fail(cat("claimed unbiased, but ", measured, ", above ", against));
-  return pass(cat(measured, ", within ", against));
 }
 
 }  // namespace terse::conformance

@@ -132,11 +132,16 @@ SyncTrainer::~SyncTrainer() {
   workload_.setLayerGate({});
 }
 
+Negotiation SyncTrainer::negotiation() const {
+  std::lock_guard lock(mutex_);
+  return {acc_negotiations_, acc_negotiation_bytes_};
+}
+
 uint64_t SyncTrainer::payloadBytes() {
   drain();
   uint64_t total = 0;
-  for (const auto& p : pipelines_) total += p->stats().payload_bytes;
-  for (const auto& [key, p] : chunk_pipelines_) total += p->stats().payload_bytes;
+  for (const auto& p : pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
+  for (const auto& [key, p] : chunk_pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
   return total;
 }
 
@@ -350,12 +355,14 @@ void SyncTrainer::commLoop() {
         where = "negotiation";
         const auto n0 = rt::now();
         const double c0 = commSeconds(comm_);
-        comm_.allgatherControl(received_total, counts, kNegotiationTensor);
+        const comm::WireBytes sent = comm_.allgatherControl(received_total, counts, kNegotiationTensor);
         {
-          // Control traffic, but communication time all the same: it counts in comm_s.
+          // Control traffic, but communication time all the same: it counts in comm_s. Rounds and bytes are counted
+          // together, once a round is complete, so the pair read by negotiation() always agrees.
           std::lock_guard lock(mutex_);
           acc_comm_s_ += commSeconds(comm_) - c0;
           ++acc_negotiations_;
+          acc_negotiation_bytes_ += sent.sent_bytes;
         }
         agreed = *std::min_element(counts.begin(), counts.end());
         const auto n1 = rt::now();

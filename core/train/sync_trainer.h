@@ -153,6 +153,12 @@ struct StepRecord {
 // apart so results can report gradient bytes, which do not depend on how the ranks' paces interleaved.
 inline constexpr uint64_t kNegotiationTensor = ~uint64_t{0} - 1;
 
+// The scheduler negotiation's completed rounds and the bytes this rank sent for them (frames, headers included).
+struct Negotiation {
+  uint64_t rounds = 0;
+  uint64_t bytes = 0;
+};
+
 // Sums over the steps run so far.
 struct TrainerTotals {
   int64_t steps = 0;
@@ -194,8 +200,13 @@ class SyncTrainer {
   void drain();
 
   const TrainerTotals& totals() const noexcept { return totals_; }
-  // Compressor output of this rank so far, all tensors and chunks (PipelineStats::payload_bytes); drains first.
+  // Compressor output this rank sent so far, all tensors and chunks: PipelineStats::payload_bytes less the SUM headers
+  // that stay on the rank (unsent_header_bytes), so payload bytes count what travels, frame headers aside; drains
+  // first.
   uint64_t payloadBytes();
+  // The negotiation so far, rounds and bytes counted together as each round completes. Call after drain() at an
+  // evaluation point: the communication thread may already be in the next round, which is not in yet.
+  Negotiation negotiation() const;
   const CompressionPipeline& pipeline(std::size_t tensor) const { return *pipelines_.at(tensor); }
   // Tensor ids in the order their first chunk started in the last step; drains first.
   const std::vector<std::size_t>& lastIssueOrder();
@@ -264,7 +275,7 @@ class SyncTrainer {
 
   // ---- Shared. mutex_ guards everything below down to error_.
   // The runtime's (core/common/runtime.h): in a simulation the trainer's threads are actors and wait in simulated time.
-  rt::Mutex mutex_;
+  mutable rt::Mutex mutex_;
   rt::CondVar work_cv_;     // the communication thread waits here for ready tensors
   rt::CondVar applied_cv_;  // gates and drains wait here for updates
   std::deque<Ready> inbox_;
@@ -277,6 +288,7 @@ class SyncTrainer {
   // Accumulated on the communication thread, read by step() for per-step deltas.
   double acc_comm_s_ = 0, acc_encode_s_ = 0, acc_decode_s_ = 0;
   uint64_t acc_negotiations_ = 0;
+  uint64_t acc_negotiation_bytes_ = 0;
   std::exception_ptr error_;  // the first failure; later groups are not run
   std::atomic<bool> backward_done_{false};
   std::atomic<int> overlapped_{0};

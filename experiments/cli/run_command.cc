@@ -75,6 +75,7 @@ int runCommand(const std::vector<std::string>& args) {
     experiments = experiments::selectVariants(
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
     if (vm.count("workers")) experiments::overrideWorkers(experiments, vm["workers"].as<int>());
+    experiments = experiments::expandRepeats(experiments);
   } catch (const experiments::ConfigError& e) {
     for (const auto& line : e.errors()) std::cerr << "terse run: " << userMessage(line) << '\n';
     return kExitFailure;
@@ -94,7 +95,8 @@ int runCommand(const std::vector<std::string>& args) {
     try {
       const runner::RunSummary s = run.run(experiment);
       if (!run.primary()) continue;  // ranks 1.. of a multi-process run: rank 0 reports for the job
-      table.add({s.variant, fixed(s.final_accuracy, 4), fixed(s.best_accuracy, 4),
+      table.add({s.variant + (experiment.seeds_size() > 0 ? " (seed " + std::to_string(experiment.seed()) + ")" : ""),
+                 fixed(s.final_accuracy, 4), fixed(s.best_accuracy, 4),
                  fixed(static_cast<double>(s.wire_bytes_per_worker) / 1e6, 2),
                  fixed(static_cast<double>(s.payload_bytes_per_worker) / 1e6, 2),
                  fixed(s.wall_s, 1) + (s.simulated ? " s (sim)" : " s")});

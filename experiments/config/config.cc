@@ -168,6 +168,9 @@ class Checks {
   std::vector<std::string> out_;
 };
 
+// Repeats per variant: enough for any interval a table reports, few enough that a typo (a range pasted in) fails.
+constexpr int kMaxSeeds = 100;
+
 void checkPositiveList(Checks& c, const std::string& path, const pb::RepeatedField<int32_t>& values) {
   for (int i = 0; i < values.size(); ++i) {
     if (values[i] < 1) c.fail(path + "[" + std::to_string(i) + "]") << " must be >= 1, got " << values[i];
@@ -455,6 +458,8 @@ void applyDefaults(Experiment& e) {
     if (!o.has_bandwidth()) o.set_bandwidth(link->bandwidth());
     if (!o.has_latency()) o.set_latency(link->latency());
   }
+  // Only the cnn reads dropout: another workload's resolved config stays as it was before the field existed.
+  if (e.workload().name() == "cnn" && !e.workload().has_dropout()) e.mutable_workload()->set_dropout(0);
   if (!e.compressor().has_name()) e.mutable_compressor()->set_name("none");
   if (!e.has_error_feedback()) e.set_error_feedback(false);
   auto* mc = e.mutable_momentum_correction();
@@ -466,7 +471,7 @@ void applyDefaults(Experiment& e) {
   auto* eval = e.mutable_eval();
   if (!eval->has_every_steps()) eval->set_every_steps(0);
   if (!eval->has_per_epoch()) eval->set_per_epoch(true);
-  if (!e.has_seed()) e.set_seed(1);
+  if (!e.has_seed()) e.set_seed(e.seeds_size() > 0 ? e.seeds(0) : 1);
   if (!e.has_output_dir()) e.set_output_dir("results");
   if (!e.has_clock()) e.set_clock(Experiment::REAL_TIME);
   if (!e.simulation().has_compute_scale()) e.mutable_simulation()->set_compute_scale(1.0);
@@ -512,6 +517,18 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
   checkPositiveList(c, "workload.hidden_sizes", w.hidden_sizes());
   checkPositiveList(c, "workload.conv_channels", w.conv_channels());
+  // Fields a workload does not read are errors, not silently ignored settings.
+  if (w.name() == "cnn") {
+    if (w.conv_channels_size() != 0 && w.conv_channels_size() != 2)
+      c.fail("workload.conv_channels")
+          << ": cnn has two convolutions, give 2 channel counts (or none for [8, 16]), got " << w.conv_channels_size();
+    if (w.has_dropout() && !(w.dropout() >= 0 && w.dropout() < 1))
+      c.fail("workload.dropout") << " must be in [0, 1), got " << w.dropout();
+  } else if (!w.name().empty()) {
+    if (w.conv_channels_size() > 0)
+      c.fail("workload.conv_channels") << ": only workload cnn has convolutions, not " << quoted(w.name());
+    if (w.has_dropout()) c.fail("workload.dropout") << ": only workload cnn has dropout, not " << quoted(w.name());
+  }
 
   const auto& d = e.data();
   if (d.dataset_dir().empty()) c.fail("data.dataset_dir") << " must be set";
@@ -665,6 +682,9 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     if (std::find(cw.begin(), cw.end(), e.workload().name()) == cw.end())
       c.fail("workload.name") << ": transport NCCL trains on the GPU, and '" << e.workload().name()
                               << "' has no CUDA version (those with one: " << joined(cw) << ")";
+    if (e.workload().name() == "cnn" && (e.workload().hidden_sizes_size() > 0 || e.workload().dropout() > 0))
+      c.fail("workload.hidden_sizes") << ": transport NCCL trains on the GPU, whose cnn has no hidden layers or "
+                                         "dropout yet (cnn_cuda.h); leave hidden_sizes and dropout unset";
     // Resolved defaults spell "no emulation" as unlimited bandwidth and zero latency.
     bool emulated = false;
     try {
@@ -723,6 +743,23 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     c.fail("eval.per_epoch") << ": false with eval.every_steps 0 would never evaluate";
   }
   if (e.output_dir().empty()) c.fail("output_dir") << " must be set";
+  if (e.seeds_size() > kMaxSeeds) c.fail("seeds") << " lists " << e.seeds_size() << " seeds, at most " << kMaxSeeds;
+  for (int i = 0; i < e.seeds_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (e.seeds(j) == e.seeds(i)) {
+        c.fail("seeds") << ": entry " << i << " repeats entry " << j << " (" << e.seeds(i)
+                        << "): a seed run twice gives the same numbers twice, which "
+                           "narrows the interval without measuring anything";
+        break;
+      }
+    }
+  }
+  if (e.seeds_size() > 0 && std::find(e.seeds().begin(), e.seeds().end(), e.seed()) == e.seeds().end()) {
+    std::string list;
+    for (const uint64_t s : e.seeds()) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    c.fail("seed") << " " << e.seed() << " is not one of seeds [" << list
+                   << "]: with seeds, give seed only to name one of them (or leave it out)";
+  }
   return c.take();
 }
 
@@ -741,6 +778,25 @@ void writeResolvedConfig(const Experiment& experiment, const std::filesystem::pa
       << toText(experiment);
   out.flush();
   TERSE_CHECK(out, InvalidArgument, "error writing resolved config " << path.string());
+}
+
+std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments) {
+  std::vector<Experiment> out;
+  for (const auto& e : experiments) {
+    if (e.seeds_size() == 0) {
+      out.push_back(e);
+      continue;
+    }
+    for (const uint64_t seed : e.seeds()) {
+      out.push_back(e);
+      out.back().set_seed(seed);
+    }
+  }
+  return out;
+}
+
+std::string resultsSubfolder(const Experiment& e) {
+  return e.seeds_size() == 0 ? e.variant() : e.variant() + "/seed-" + std::to_string(e.seed());
 }
 
 std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names) {

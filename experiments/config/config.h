@@ -114,6 +114,13 @@ void writeResolvedConfig(const Experiment& experiment, const std::filesystem::pa
 // naming the unknown variant and listing the study's.
 std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names);
 
+// Repeats (experiment.proto's `seeds`): each experiment once per seed in its `seeds`, in list order, with `seed` set
+// to it (the list kept); an experiment without `seeds` once, as it is.
+std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments);
+// Where under <root>/<study>/ a run writes its results: the variant's name, or "<variant>/seed-<seed>" for one of a
+// set of repeats (results/compare/reader.h reads both).
+std::string resultsSubfolder(const Experiment& experiment);
+
 // --workers N: sets workers on every experiment and re-checks what depends on it (link overrides' ranks). Throws
 // InvalidArgument for N < 1, ConfigError for what no longer holds.
 void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source = "--workers");

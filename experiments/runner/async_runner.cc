@@ -69,7 +69,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
   TERSE_CHECK(e.transport() == Experiment::INPROC, InvalidArgument,
               "runAsync serves transport INPROC, got " << Experiment::Transport_Name(e.transport()));
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  results::ResultWriter writer(root, e.study(), e.variant());
+  results::ResultWriter writer(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
   summary.study = e.study();
   summary.variant = e.variant();

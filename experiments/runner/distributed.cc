@@ -68,6 +68,8 @@ enum CounterWord : std::size_t {
   kComm,
   kExposedComm,
   kStep,
+  kControl,  // the scheduler negotiation's bytes (kNegotiationTensor)
+  kRounds,   // and its rounds
   kCounterWords
 };
 using Counters = std::array<uint64_t, kCounterWords>;
@@ -160,7 +162,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
   // Rank 0 owns the results folder; the others write nothing.
   std::optional<results::ResultWriter> writer;
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  if (rank == 0) writer.emplace(root, e.study(), e.variant());
+  if (rank == 0) writer.emplace(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
   summary.study = e.study();
   summary.variant = e.variant();
@@ -297,6 +299,9 @@ RunSummary Runner::runTcp(const Experiment& e) {
       mine[kComm] = bitsOf(totals.times.comm_s);
       mine[kExposedComm] = bitsOf(totals.times.exposed_comm_s);
       mine[kStep] = bitsOf(totals.times.step_s);
+      const train::Negotiation nego = trainer->negotiation();
+      mine[kControl] = nego.bytes;
+      mine[kRounds] = nego.rounds;
       const std::vector<Counters> all = gatherCounters(*control, mine);
       if (rank != 0) continue;
 
@@ -308,11 +313,13 @@ RunSummary Runner::runTcp(const Experiment& e) {
       }
       const train::EvalResult ev = model->evaluate(0);
       results::MetricsRecord m = detail::evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
-      uint64_t wire = 0, payload = 0;
+      uint64_t wire = 0, payload = 0, control_bytes = 0, rounds = 0;
       double compute = 0, compress = 0, decompress = 0, comm_s = 0, exposed = 0, step_s = 0;
       for (const auto& c : all) {
         wire += c[kWire];
         payload += c[kPayload];
+        control_bytes += c[kControl];
+        rounds += c[kRounds];
         compute += doubleOf(c[kCompute]);
         compress += doubleOf(c[kCompress]);
         decompress += doubleOf(c[kDecompress]);
@@ -324,6 +331,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
       const double n = static_cast<double>(done) * world;
       m.wire_bytes_per_worker = wire / w;
       m.payload_bytes_per_worker = payload / w;
+      m.control_bytes_per_worker = static_cast<double>(control_bytes) / world;
+      m.negotiation_rounds_per_worker = static_cast<double>(rounds) / world;
       m.wall_s = detail::since(run_start);
       m.compute_s_per_step = compute / n;
       m.compress_s_per_step = compress / n;

@@ -151,7 +151,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
 
   std::optional<results::ResultWriter> writer;
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  if (rank == 0) writer.emplace(root, e.study(), e.variant());
+  if (rank == 0) writer.emplace(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
   summary.study = e.study();
   summary.variant = e.variant();

@@ -77,6 +77,12 @@ workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   wo.seed = e.seed();
   if (e.workload().hidden_sizes_size() > 0)
     wo.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
+  if (e.workload().conv_channels_size() == 2) {
+    wo.cnn.conv1_channels = e.workload().conv_channels(0);
+    wo.cnn.conv2_channels = e.workload().conv_channels(1);
+  }
+  wo.cnn.hidden.assign(e.workload().hidden_sizes().begin(), e.workload().hidden_sizes().end());
+  wo.cnn.dropout = e.workload().dropout();
   if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
   if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
   return wo;
@@ -106,6 +112,8 @@ bool isCommError(const std::exception_ptr& e) {
 struct EvalSlot {
   uint64_t wire_bytes = 0;
   uint64_t payload_bytes = 0;
+  uint64_t control_bytes = 0;  // the negotiation's completed rounds: their frames' bytes and their number
+  uint64_t control_rounds = 0;
   uint64_t checksum = 0;
   train::TrainerTotals totals;
 };
@@ -247,7 +255,7 @@ RunSummary Runner::run(const Experiment& e) {
   TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
               "the runner implements mode SYNC on transport INPROC only");
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  results::ResultWriter writer(root, e.study(), e.variant());
+  results::ResultWriter writer(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
   summary.study = e.study();
   summary.variant = e.variant();
@@ -427,14 +435,20 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         }
         // Communication of the last step overlaps the next one; an evaluation point needs all of it done first.
         trainer.drain();
-        // Gradient traffic: the scheduler's negotiation rounds (control frames whose count depends on how the ranks'
-        // paces interleaved, sync_trainer.h) are left out so that one seed gives one byte count.
+        // Gradient traffic apart from the scheduler's negotiation rounds (control frames whose count depends on how
+        // the ranks' paces interleaved, sync_trainer.h), so that one seed gives one wire byte count; the negotiation
+        // is reported in its own fields (control_bytes_per_worker, negotiation_rounds_per_worker).
         const auto traffic = comms[static_cast<std::size_t>(rank)]->traffic();
         EvalSlot mine;
         // Bookkeeping, not training: a simulation does not count its computation (the drain in it still waits).
         rt::uncounted([&] {
+          const train::Negotiation nego = trainer.negotiation();
           mine = EvalSlot{traffic.sent.total().bytes - traffic.sent.tensor(train::kNegotiationTensor).bytes,
-                          trainer.payloadBytes(), trainer.checksum(), trainer.totals()};
+                          trainer.payloadBytes(),
+                          nego.bytes,
+                          nego.rounds,
+                          trainer.checksum(),
+                          trainer.totals()};
         });
         {
           std::lock_guard lock(shared.mutex);
@@ -468,10 +482,12 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         rt::uncounted([&] { ev = model.evaluate(0); });
         results::MetricsRecord m = evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
         train::StepTimes sum;
-        uint64_t wire = 0, payload = 0;
+        uint64_t wire = 0, payload = 0, control = 0, rounds = 0;
         for (const auto& s : all) {
           wire += s.wire_bytes;
           payload += s.payload_bytes;
+          control += s.control_bytes;
+          rounds += s.control_rounds;
           sum.compute_s += s.totals.times.compute_s;
           sum.compress_s += s.totals.times.compress_s;
           sum.decompress_s += s.totals.times.decompress_s;
@@ -483,6 +499,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         const double n = static_cast<double>(done) * world;
         m.wire_bytes_per_worker = wire / w;
         m.payload_bytes_per_worker = payload / w;
+        m.control_bytes_per_worker = static_cast<double>(control) / world;
+        m.negotiation_rounds_per_worker = static_cast<double>(rounds) / world;
         m.wall_s = since(run_start);
         m.compute_s_per_step = sum.compute_s / n;
         m.compress_s_per_step = sum.compress_s / n;

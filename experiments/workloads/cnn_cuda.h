@@ -17,8 +17,9 @@ namespace terse::workloads {
 
 class CnnCudaWorkload final : public CudaWorkload {
  public:
-  // Throws InvalidArgument as CnnWorkload does, DeviceError when the device cannot be used.
-  CnnCudaWorkload(std::shared_ptr<const DataSplit> data, uint64_t seed, int device);
+  // Throws InvalidArgument as CnnWorkload does, Unsupported for hidden layers or dropout (not on the device yet),
+  // DeviceError when the device cannot be used.
+  CnnCudaWorkload(std::shared_ptr<const DataSplit> data, const CnnShape& shape, uint64_t seed, int device);
   ~CnnCudaWorkload() override;
 
   std::string_view name() const override { return "cnn"; }

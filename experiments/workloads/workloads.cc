@@ -71,7 +71,7 @@ std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const Workl
                                                "softmax");
     if (name == "mlp")
       return std::make_unique<MlpCudaWorkload>(std::move(data), options.hidden, options.seed, options.device, "mlp");
-    return std::make_unique<CnnCudaWorkload>(std::move(data), options.seed, options.device);
+    return std::make_unique<CnnCudaWorkload>(std::move(data), options.cnn, options.seed, options.device);
 #endif
     // (Without CUDA, checkDevice has thrown Unsupported.)
   }
@@ -89,7 +89,7 @@ std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const Workl
   if (name == "softmax")
     return std::make_unique<MlpWorkload>(std::move(data), std::vector<int64_t>{}, options.seed, "softmax");
   if (name == "mlp") return std::make_unique<MlpWorkload>(std::move(data), options.hidden, options.seed, "mlp");
-  return std::make_unique<CnnWorkload>(std::move(data), options.seed);
+  return std::make_unique<CnnWorkload>(std::move(data), options.cnn, options.seed);
 }
 
 }  // namespace terse::workloads

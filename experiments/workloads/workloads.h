@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/train/workload.h"
+#include "experiments/workloads/cnn.h"
 #include "experiments/workloads/dataset.h"
 
 namespace terse::workloads {
@@ -14,6 +15,7 @@ namespace terse::workloads {
 struct WorkloadOptions {
   uint64_t seed = 1;  // parameter init (and, for linear_regression, the synthetic data); same seed, same weights
   std::vector<int64_t> hidden = {256, 128};  // mlp hidden layer sizes
+  CnnShape cnn;                              // cnn: channels, hidden widths, dropout (cnn.h)
   // linear_regression (synthetic, ignores `data`).
   int64_t dims = 10;
   double noise = 0.1;

@@ -82,6 +82,8 @@ CompareRow makeRow(const RunData& run) {
   r.wire_bytes = last.wire_bytes;
   if (last.step > 0) r.wire_bytes_per_step = last.wire_bytes / static_cast<double>(last.step);
   r.payload_bytes = opt(last.payload_bytes);
+  r.control_bytes = opt(last.control_bytes);
+  r.negotiation_rounds = opt(last.negotiation_rounds);
   r.compute_s = opt(last.compute_s);
   if (has(last.compress_s) || has(last.decompress_s))
     r.codec_s = (has(last.compress_s) ? last.compress_s : 0) + (has(last.decompress_s) ? last.decompress_s : 0);
@@ -127,16 +129,124 @@ std::optional<TargetCrossing> crossTarget(const std::vector<EvalPoint>& points, 
   return std::nullopt;
 }
 
+namespace {
+
+void fillStats(SeedStats& stats, std::vector<double> samples) {
+  stats.samples = std::move(samples);
+  stats.ci95 = meanInterval(stats.samples).half_width;
+}
+
+// The mean of the values present; none when no run has one.
+std::optional<double> meanOf(const std::vector<CompareRow>& rows, std::optional<double> CompareRow::*field) {
+  std::vector<double> v;
+  for (const auto& r : rows)
+    if (r.*field) v.push_back(*(r.*field));
+  if (v.empty()) return std::nullopt;
+  return meanInterval(v).mean;
+}
+
+// One row from a variant's runs (one per seed of a repeat), with the notes its state deserves: every number the mean
+// over the seeds, the SeedStats of the metrics compute.h lists.
+CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, std::vector<std::string>& notes) {
+  std::vector<CompareRow> rows;
+  for (const RunData* r : runs) {
+    rows.push_back(makeRow(*r));
+    rows.back().to_target = crossTarget(r->points, target);
+  }
+  CompareRow out = rows.front();
+  out.seeds = static_cast<int>(rows.size());
+  for (const RunData* r : runs) out.run_dirs.push_back(r->dir);
+  const std::string name = "`" + out.variant + "`";
+  auto seedOf = [&](std::size_t i) {
+    return runs[i]->repeat_seed ? " (seed " + std::to_string(*runs[i]->repeat_seed) + ")" : std::string();
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const RunData& r = *runs[i];
+    if (r.state == kStateFailed)
+      notes.push_back(name + seedOf(i) + " failed: " + (r.error.empty() ? "(no message)" : r.error));
+    else if (r.state == kStateRunning)
+      notes.push_back(name + seedOf(i) + " has status running: still running or killed; its numbers are partial");
+    else if (r.state == "unknown")
+      notes.push_back(name + seedOf(i) + ": status unknown (see the warnings)");
+  }
+  // The row's state is its worst seed's.
+  auto severity = [](const std::string& state) {
+    return state == kStateFailed ? 3 : state == kStateRunning ? 2 : state == kStateCompleted ? 0 : 1;
+  };
+  std::vector<double> final_acc, best_acc, wire, bytes_to_target, s_to_target;
+  for (const auto& r : rows) {
+    if (severity(r.state) > severity(out.state)) {
+      out.state = r.state;
+      out.error = r.error;
+    }
+    if (r.final_accuracy) final_acc.push_back(*r.final_accuracy);
+    if (r.best_accuracy) best_acc.push_back(*r.best_accuracy);
+    if (r.wire_bytes) wire.push_back(*r.wire_bytes);
+    if (r.to_target) {
+      ++out.reached_target;
+      bytes_to_target.push_back(r.to_target->wire_bytes);
+      if (!std::isnan(r.to_target->wall_s)) s_to_target.push_back(r.to_target->wall_s);
+    }
+  }
+  fillStats(out.final_stats, final_acc);
+  fillStats(out.best_stats, best_acc);
+  fillStats(out.wire_stats, wire);
+  fillStats(out.bytes_to_target_stats, bytes_to_target);
+  fillStats(out.s_to_target_stats, s_to_target);
+  if (rows.size() == 1) return out;
+
+  out.dir = runs.front()->dir.parent_path();
+  for (const auto& r : rows) {
+    out.records = std::min(out.records, r.records);
+    out.steps = std::min(out.steps, r.steps);
+    out.simulated = out.simulated && r.simulated;
+  }
+  for (auto field : {&CompareRow::final_accuracy, &CompareRow::best_accuracy, &CompareRow::wire_bytes,
+                     &CompareRow::wire_bytes_per_step, &CompareRow::payload_bytes, &CompareRow::control_bytes,
+                     &CompareRow::negotiation_rounds, &CompareRow::compute_s, &CompareRow::codec_s, &CompareRow::comm_s,
+                     &CompareRow::exposed_comm_s, &CompareRow::step_s})
+    out.*field = meanOf(rows, field);
+  // To target only when every seed gets there: a mean over the lucky seeds would flatter the variant.
+  out.to_target.reset();
+  if (out.reached_target == out.seeds) {
+    out.to_target = TargetCrossing{meanInterval(bytes_to_target).mean,
+                                   s_to_target.size() == rows.size() ? meanInterval(s_to_target).mean : std::nan("")};
+  } else if (out.reached_target > 0) {
+    notes.push_back(name + " reached the target in " + std::to_string(out.reached_target) + " of " +
+                    std::to_string(out.seeds) + " seeds; shown as not reached");
+  }
+  return out;
+}
+
+}  // namespace
+
+bool SeedStats::withinNoise() const {
+  return p_vs_baseline && *p_vs_baseline >= kNoiseAlpha;
+}
+
 Comparison compare(const std::vector<RunData>& runs, const CompareOptions& options,
                    std::vector<std::string>& warnings) {
   Comparison c;
   c.target = options.target;
-  std::map<std::string, std::vector<const RunData*>> by_study;
-  for (const auto& r : runs) by_study[r.study].push_back(&r);
+  // study -> rows: the runs of one row, keyed by the folder that holds them (a repeat's variant folder, else the run
+  // folder itself: two folders of one name given on the command line stay two rows), in the order first met.
+  std::map<std::string, std::vector<std::pair<std::filesystem::path, std::vector<const RunData*>>>> by_study;
+  for (const auto& r : runs) {
+    auto& variants = by_study[r.study];
+    const std::filesystem::path key = r.repeat_seed ? r.dir.parent_path() : r.dir;
+    auto it = std::find_if(variants.begin(), variants.end(), [&](const auto& v) { return v.first == key; });
+    if (it == variants.end())
+      variants.push_back({key, {&r}});
+    else
+      it->second.push_back(&r);
+  }
   bool baseline_found = false;
-  for (const auto& [study, members] : by_study) {
+  for (const auto& [study, variants] : by_study) {
     StudyTable t;
     t.study = study;
+    // Each variant's first run stands for it where the baseline is chosen: its seeds share the config.
+    std::vector<const RunData*> members;
+    for (const auto& v : variants) members.push_back(v.second.front());
     const RunData* base = nullptr;
     if (options.baseline) {
       for (const RunData* r : members)
@@ -181,24 +291,25 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
     if (base != nullptr) t.baseline = base->variant;
 
     std::optional<double> base_per_step;
-    for (const RunData* r : members) {
-      CompareRow row = makeRow(*r);
-      row.to_target = crossTarget(r->points, options.target);
-      row.baseline = r == base;
+    for (const auto& [variant, seeds] : variants) {
+      CompareRow row = combineSeeds(seeds, options.target, t.notes);
+      row.baseline = seeds.front() == base;
       if (row.baseline) base_per_step = row.wire_bytes_per_step;
-      if (r->state == kStateFailed)
-        t.notes.push_back("`" + r->variant + "` failed: " + (r->error.empty() ? "(no message)" : r->error));
-      else if (r->state == kStateRunning)
-        t.notes.push_back("`" + r->variant + "` has status running: still running or killed; its numbers are partial");
-      else if (r->state == "unknown")
-        t.notes.push_back("`" + r->variant + "`: status unknown (see the warnings)");
       t.rows.push_back(std::move(row));
     }
     if (base != nullptr && (!base_per_step || *base_per_step <= 0))
       t.notes.push_back("the baseline `" + base->variant + "` has no wire bytes per step; no ratios");
+    const auto base_row = std::find_if(t.rows.begin(), t.rows.end(), [](const CompareRow& r) { return r.baseline; });
     for (auto& row : t.rows) {
       if (base_per_step && *base_per_step > 0 && row.wire_bytes_per_step && *row.wire_bytes_per_step > 0)
         row.ratio = *base_per_step / *row.wire_bytes_per_step;
+      if (base_row == t.rows.end() || row.baseline) continue;
+      row.final_stats.p_vs_baseline = welchP(row.final_stats.samples, base_row->final_stats.samples);
+      row.best_stats.p_vs_baseline = welchP(row.best_stats.samples, base_row->best_stats.samples);
+      row.wire_stats.p_vs_baseline = welchP(row.wire_stats.samples, base_row->wire_stats.samples);
+      row.bytes_to_target_stats.p_vs_baseline =
+          welchP(row.bytes_to_target_stats.samples, base_row->bytes_to_target_stats.samples);
+      row.s_to_target_stats.p_vs_baseline = welchP(row.s_to_target_stats.samples, base_row->s_to_target_stats.samples);
     }
     std::stable_sort(t.rows.begin(), t.rows.end(), rowBefore);
     c.studies.push_back(std::move(t));

@@ -5,7 +5,10 @@
 //   final / best accuracy   the last evaluation point's test accuracy / the highest one
 //   wire bytes              the last point's cumulative wire bytes per worker (frame headers included); per step =
 //                           that / the last point's step
-//   payload bytes           the last point's cumulative compressor output per worker
+//   payload bytes           the last point's cumulative compressor output per worker that is sent (a SUM payload's
+//                           header stays on the rank)
+//   control bytes / rounds  the last point's cumulative bytes and rounds of the scheduler negotiation per worker:
+//                           control frames, headers included, not part of the wire bytes
 //   ratio                   baseline wire bytes per step / this variant's (per step, so a run that stopped early
 //                           compares fairly); the baseline's is 1
 //   bytes / time to target  the first time the accuracy reaches the target, interpolated linearly between the last
@@ -17,6 +20,12 @@
 //                           step
 //   staleness               async runs only (result_writer.h's reserved staleness_* fields): mean and max as
 //                           recorded, median and 90th percentile from the histogram when present
+//
+// Repeats (experiment.proto's `seeds`): the runs of one variant at several seeds make one row. Every number in it is
+// the mean over those seeds (ratio: of the mean per-step bytes; bytes and time to target: over the seeds, and only when
+// every seed reaches the target, else "not reached" with a note saying how many did). Final and best accuracy, wire
+// bytes and bytes and time to target also carry the 95% Student t-interval of the mean and, against the baseline,
+// Welch's p-value (stats.h): a difference with p >= 0.05 is within the seed-to-seed noise and the tables mark it.
 //
 // The baseline of a study is the variant whose compressor is "none" (provenance.json's loaded plugin, else
 // config.textproto's compressor.name); among several, one without error feedback or momentum correction, then a
@@ -34,6 +43,7 @@
 #include <vector>
 
 #include "results/compare/reader.h"
+#include "results/compare/stats.h"
 
 namespace terse::results {
 
@@ -55,11 +65,21 @@ struct StalenessSummary {
   std::optional<double> p50, p90;  // from the histogram
 };
 
+// One metric of a row over its seeds (see "Repeats" above).
+struct SeedStats {
+  std::vector<double> samples;          // one per seed that has the value
+  std::optional<double> ci95;           // half-width of the 95% t-interval of the mean (2 or more samples)
+  std::optional<double> p_vs_baseline;  // Welch's two-sided p against the baseline's samples (2 or more on each side)
+  bool withinNoise() const;             // p_vs_baseline >= kNoiseAlpha
+};
+
 struct CompareRow {
   std::string variant;
+  int seeds = 1;  // runs averaged into this row
   std::string state;
   std::string error;
-  std::filesystem::path dir;
+  std::filesystem::path dir;                    // the run's folder; a repeat's variant folder
+  std::vector<std::filesystem::path> run_dirs;  // every seed's run folder (the run's own for one seed)
   std::string compressor;
   bool error_feedback = false;
   bool baseline = false;
@@ -68,9 +88,15 @@ struct CompareRow {
   int64_t steps = 0;
   std::optional<double> final_accuracy, best_accuracy;
   std::optional<double> wire_bytes, wire_bytes_per_step, payload_bytes, ratio;
+  // The scheduler negotiation's control frames and rounds per worker (not in wire_bytes); none for runs recorded
+  // before they were.
+  std::optional<double> control_bytes, negotiation_rounds;
   std::optional<TargetCrossing> to_target;
   std::optional<double> compute_s, codec_s, comm_s, exposed_comm_s, step_s;  // per step
-  std::optional<StalenessSummary> staleness;
+  std::optional<StalenessSummary> staleness;                                 // of the first seed's run
+  // Over the seeds: final and best accuracy, wire bytes per worker, bytes and seconds to target.
+  SeedStats final_stats, best_stats, wire_stats, bytes_to_target_stats, s_to_target_stats;
+  int reached_target = 0;  // seeds whose run reached the target
 };
 
 struct StudyTable {

@@ -79,6 +79,7 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   run.data_fields.clear();
   if (config.has_workload()) flattenMessage(config.workload(), "workload", run.workload_fields);
   if (config.has_data()) flattenMessage(config.data(), "data", run.data_fields);
+  run.config_lists_seeds = config.seeds_size() > 0;
   if (config.compressor().has_name()) run.compressor = config.compressor().name();
   if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
   run.async_mode = config.mode() == experiments::Experiment::ASYNC || config.mode() == experiments::Experiment::SSP ||

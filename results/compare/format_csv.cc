@@ -32,7 +32,10 @@ std::string toCsv(const Comparison& c) {
   o << "study,variant,baseline,state,compressor,error_feedback,records,steps,final_accuracy,best_accuracy,"
        "wire_bytes_per_worker,wire_bytes_per_step,payload_bytes_per_worker,ratio_vs_baseline,target,reached_target,"
        "bytes_to_target,seconds_to_target,step_s,compute_s,codec_s,comm_s,exposed_comm_s,staleness_mean,"
-       "staleness_max,staleness_p50,staleness_p90,error,clock\n";
+       "staleness_max,staleness_p50,staleness_p90,error,clock,seeds,reached_target_seeds,final_accuracy_ci95,"
+       "best_accuracy_ci95,wire_bytes_ci95,bytes_to_target_ci95,seconds_to_target_ci95,final_accuracy_p_vs_baseline,"
+       "best_accuracy_p_vs_baseline,wire_bytes_p_vs_baseline,bytes_to_target_p_vs_baseline,"
+       "seconds_to_target_p_vs_baseline,control_bytes_per_worker,negotiation_rounds_per_worker\n";
   for (const auto& t : c.studies) {
     for (const auto& r : t.rows) {
       std::vector<std::string> cells = {csvCell(t.study),
@@ -63,7 +66,18 @@ std::string toCsv(const Comparison& c) {
                                         r.staleness ? csvNumber(r.staleness->p50) : "",
                                         r.staleness ? csvNumber(r.staleness->p90) : "",
                                         csvCell(r.error),
-                                        r.simulated ? "simulated" : "real_time"};
+                                        r.simulated ? "simulated" : "real_time",
+                                        std::to_string(r.seeds),
+                                        std::to_string(r.reached_target)};
+      // Appended after the older columns, so scripts that index columns keep working.
+      for (const SeedStats* st :
+           {&r.final_stats, &r.best_stats, &r.wire_stats, &r.bytes_to_target_stats, &r.s_to_target_stats})
+        cells.push_back(csvNumber(st->ci95));
+      for (const SeedStats* st :
+           {&r.final_stats, &r.best_stats, &r.wire_stats, &r.bytes_to_target_stats, &r.s_to_target_stats})
+        cells.push_back(csvNumber(st->p_vs_baseline));
+      cells.push_back(csvNumber(r.control_bytes));
+      cells.push_back(csvNumber(r.negotiation_rounds));
       o << detail::joinLines(cells, ",") << '\n';
     }
   }

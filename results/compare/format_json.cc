@@ -1,6 +1,7 @@
 // The JSON documents of `terse compare` (format.h): the tables with the warnings embedded, one study and one row
 // per line.
 #include <cmath>
+#include <cstdio>
 
 #include "results/compare/format.h"
 #include "results/compare/provenance.h"
@@ -46,6 +47,8 @@ std::string toJson(const Comparison& c, const std::vector<std::string>& warnings
       addNumber(o, "wire_bytes_per_worker", r.wire_bytes);
       addNumber(o, "wire_bytes_per_step", r.wire_bytes_per_step);
       addNumber(o, "payload_bytes_per_worker", r.payload_bytes);
+      addNumber(o, "control_bytes_per_worker", r.control_bytes);
+      addNumber(o, "negotiation_rounds_per_worker", r.negotiation_rounds);
       addNumber(o, "ratio_vs_baseline", r.ratio);
       o.add("reached_target", r.to_target.has_value());
       addNumber(o, "bytes_to_target",
@@ -58,6 +61,28 @@ std::string toJson(const Comparison& c, const std::vector<std::string>& warnings
       addNumber(o, "codec_s", r.codec_s);
       addNumber(o, "comm_s", r.comm_s);
       addNumber(o, "exposed_comm_s", r.exposed_comm_s);
+      o.add("seeds", static_cast<int64_t>(r.seeds)).add("reached_target_seeds", static_cast<int64_t>(r.reached_target));
+      // Per metric over the seeds: the values, the 95% t-interval's half-width and Welch's p against the baseline.
+      JsonObject over;
+      for (const auto& [key, st] : {std::pair<const char*, const SeedStats*>{"final_accuracy", &r.final_stats},
+                                    {"best_accuracy", &r.best_stats},
+                                    {"wire_bytes_per_worker", &r.wire_stats},
+                                    {"bytes_to_target", &r.bytes_to_target_stats},
+                                    {"seconds_to_target", &r.s_to_target_stats}}) {
+        JsonObject m;
+        std::string samples = "[";
+        for (double v : st->samples) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.17g", v);  // as JsonObject writes numbers; samples are finite
+          samples += (samples.size() > 1 ? "," : "") + std::string(buf);
+        }
+        m.raw("samples", samples + "]");
+        addNumber(m, "ci95", st->ci95);
+        addNumber(m, "p_vs_baseline", st->p_vs_baseline);
+        m.add("within_noise", st->withinNoise());
+        over.raw(key, m.str());
+      }
+      o.raw("over_seeds", over.str());
       if (r.staleness) {
         JsonObject s;
         s.add("mean", r.staleness->mean).add("max", r.staleness->max);

@@ -1,5 +1,6 @@
 // The markdown tables of `terse compare` (format.h): the comparison table and the provenance table, one section per
 // study, numbers rounded for reading.
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -57,6 +58,14 @@ std::string stalenessText(const StalenessSummary& s) {
   return out;
 }
 
+// "mean ± half-width" when the row has an interval, then "≈" when the difference from the baseline is within noise.
+std::string withSpread(std::string mean, const SeedStats& stats, double scale, int digits = -1) {
+  if (mean == "-" || mean == "not reached") return mean;
+  if (stats.ci95) mean += " ± " + (digits < 0 ? sig3(*stats.ci95 * scale) : fixed(*stats.ci95 * scale, digits));
+  if (stats.withinNoise()) mean += " ≈";
+  return mean;
+}
+
 std::string stateText(const CompareRow& r) {
   if (r.state == kStateRunning) return "running/killed";
   if (r.state == kStateFailed) return "**failed**";
@@ -70,9 +79,11 @@ std::string toMarkdown(const Comparison& c) {
   const std::string target = sig3(c.target);
   for (std::size_t s = 0; s < c.studies.size(); ++s) {
     const StudyTable& t = c.studies[s];
-    bool any_staleness = false;
-    int simulated = 0;
+    bool any_staleness = false, any_control = false;
+    int simulated = 0, most_seeds = 1;
     for (const auto& r : t.rows) {
+      most_seeds = std::max(most_seeds, r.seeds);
+      any_control = any_control || r.control_bytes.has_value();
       any_staleness = any_staleness || r.staleness.has_value();
       simulated += r.simulated ? 1 : 0;
     }
@@ -87,6 +98,10 @@ std::string toMarkdown(const Comparison& c) {
           : t.baseline_source == "--baseline" ? " (--baseline)"
                                               : "")
       << ". Target accuracy " << target << ". Rows: " << kRowOrder << ".\n\n";
+    if (most_seeds > 1)
+      o << "Repeated seeds: each number is the mean over the row's seeds; ± is the half-width of the 95% Student "
+           "t-interval of the mean (t(0.975, n-1) s / sqrt(n)); ≈ marks a difference from the baseline within the "
+           "seed-to-seed noise (Welch's t-test, p >= 0.05).\n\n";
     std::vector<std::string> header = {"variant",
                                        "state",
                                        "final acc",
@@ -102,7 +117,11 @@ std::string toMarkdown(const Comparison& c) {
                                        sim + "codec ms",
                                        sim + "comm ms",
                                        sim + "exposed comm ms"};
+    // Beside the wire bytes, never folded into them: their count depends on timing (result_writer.h).
+    if (any_control) header.insert(header.begin() + 5, "control KB/worker (rounds)");
     if (any_staleness) header.push_back("staleness");
+    // A study of single runs keeps the table it always had.
+    if (most_seeds > 1) header.insert(header.begin() + 2, "seeds");
     o << '|';
     for (const auto& h : header) o << ' ' << mdCell(h) << " |";
     o << "\n|";
@@ -113,21 +132,28 @@ std::string toMarkdown(const Comparison& c) {
           (r.baseline ? "**" + r.variant + "** (baseline)" : r.variant) +
               (r.simulated && !all_simulated ? " (simulated time)" : ""),
           stateText(r),
-          orDash(r.final_accuracy, 1, 4),
-          orDash(r.best_accuracy, 1, 4),
-          orDash(r.wire_bytes, 1e-6),
+          withSpread(orDash(r.final_accuracy, 1, 4), r.final_stats, 1, 4),
+          withSpread(orDash(r.best_accuracy, 1, 4), r.best_stats, 1, 4),
+          withSpread(orDash(r.wire_bytes, 1e-6), r.wire_stats, 1e-6),
           orDash(r.wire_bytes_per_step, 1e-3),
           orDash(r.payload_bytes, 1e-6),
           r.ratio ? sig3(*r.ratio) + "×" : "-",
-          r.to_target ? sig3(r.to_target->wire_bytes * 1e-6) : (r.records > 0 ? "not reached" : "-"),
-          r.to_target ? (std::isnan(r.to_target->wall_s) ? "-" : sig3(r.to_target->wall_s))
+          r.to_target ? withSpread(sig3(r.to_target->wire_bytes * 1e-6), r.bytes_to_target_stats, 1e-6)
                       : (r.records > 0 ? "not reached" : "-"),
+          r.to_target
+              ? (std::isnan(r.to_target->wall_s) ? "-" : withSpread(sig3(r.to_target->wall_s), r.s_to_target_stats, 1))
+              : (r.records > 0 ? "not reached" : "-"),
           orDash(r.step_s, 1e3),
           orDash(r.compute_s, 1e3),
           orDash(r.codec_s, 1e3),
           orDash(r.comm_s, 1e3),
           orDash(r.exposed_comm_s, 1e3)};
+      if (any_control)
+        cells.insert(
+            cells.begin() + 5,
+            r.control_bytes ? sig3(*r.control_bytes * 1e-3) + " (" + orDash(r.negotiation_rounds, 1, 0) + ")" : "-");
       if (any_staleness) cells.push_back(r.staleness ? stalenessText(*r.staleness) : "-");
+      if (most_seeds > 1) cells.insert(cells.begin() + 2, std::to_string(r.seeds));
       o << '|';
       for (const auto& cell : cells) o << ' ' << mdCell(cell) << " |";
       o << '\n';

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "results/compare/stats.h"
 #include "results/compare/text.h"
 #include "results/result_writer.h"
 
@@ -113,6 +114,39 @@ std::vector<EvalPoint> plotPoints(const std::vector<EvalPoint>& points) {
   return out;
 }
 
+std::vector<BandPoint> meanLine(const std::vector<const RunData*>& seeds) {
+  std::vector<std::vector<EvalPoint>> lines;
+  for (const RunData* r : seeds) lines.push_back(plotPoints(r->points));
+  std::vector<BandPoint> out;
+  if (lines.empty()) return out;
+  for (std::size_t i = 0;; ++i) {
+    std::vector<double> acc;
+    BandPoint b;
+    b.mean = lines.front().size() > i ? lines.front()[i] : EvalPoint{};
+    double wire = 0, wall = 0;
+    bool aligned = true;
+    for (const auto& line : lines) {
+      if (line.size() <= i || line[i].step != b.mean.step) {
+        aligned = false;
+        break;
+      }
+      acc.push_back(line[i].accuracy);
+      wire += line[i].wire_bytes;
+      wall += line[i].wall_s;
+    }
+    if (!aligned) break;
+    const MeanInterval m = meanInterval(acc);
+    const auto n = static_cast<double>(lines.size());
+    b.mean.accuracy = m.mean;
+    b.mean.wire_bytes = wire / n;
+    b.mean.wall_s = wall / n;
+    b.lo = m.mean - m.half_width.value_or(0);
+    b.hi = m.mean + m.half_width.value_or(0);
+    out.push_back(b);
+  }
+  return out;
+}
+
 AccuracyRange accuracyRange(const std::vector<std::vector<EvalPoint>>& lines) {
   double lowest = INFINITY, highest = -INFINITY, weakest_best = INFINITY;
   for (const auto& line : lines) {
@@ -170,8 +204,17 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
   std::error_code ec;
   fs::create_directories(out, ec);
   TERSE_CHECK(!ec, InvalidArgument, "cannot create " << out.string() << ": " << ec.message());
-  std::map<std::pair<std::string, std::string>, const RunData*> by_name;
-  for (const auto& r : runs) by_name[{r.study, r.variant}] = &r;
+  std::map<fs::path, const RunData*> by_dir;
+  for (const auto& r : runs) by_dir[r.dir] = &r;
+  // A row's runs (one per seed) that have records.
+  auto seedsOf = [&](const CompareRow& row) {
+    std::vector<const RunData*> found;
+    for (const auto& d : row.run_dirs) {
+      const auto it = by_dir.find(d);
+      if (it != by_dir.end() && !it->second->points.empty()) found.push_back(it->second);
+    }
+    return found;
+  };
 
   std::vector<std::string> scripts;
   for (const auto& t : c.studies) {
@@ -179,13 +222,13 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
     std::ostringstream dat;
     std::vector<std::string> titles;
     dat << "# terse compare: study " << t.study << ", one block per variant (gnuplot index 0, 1, ...) in table order\n"
-        << "# columns: wire_bytes_per_worker wall_s test_accuracy step\n";
+        << "# columns: wire_bytes_per_worker wall_s test_accuracy step accuracy_lo accuracy_hi: means over the "
+           "variant's seeds and the 95% t-interval of the accuracy (lo = hi for one seed)\n";
     // Simulated seconds are the modeled cluster's: the time axis says so when every line has them, the lines do when
     // only some have (DESIGN.md section 9).
     int simulated = 0, drawable = 0;
     for (const auto& row : t.rows) {
-      const auto it = by_name.find({t.study, row.variant});
-      if (it == by_name.end() || it->second->points.empty()) continue;
+      if (seedsOf(row).empty()) continue;
       ++drawable;
       simulated += row.simulated ? 1 : 0;
     }
@@ -194,16 +237,24 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
     std::vector<std::string> colors, widths, dashes;
     std::size_t others = 0;  // lines drawn so far that are not the baseline
     for (const auto& row : t.rows) {
-      const auto it = by_name.find({t.study, row.variant});
+      const std::vector<const RunData*> seeds = seedsOf(row);
       // Variants without records have no line to draw; an empty block would make gnuplot stop with an error.
-      if (it == by_name.end() || it->second->points.empty()) continue;
+      if (seeds.empty()) continue;
+      const std::vector<BandPoint> band = meanLine(seeds);
+      if (band.empty()) continue;
       if (!titles.empty()) dat << "\n\n";
-      dat << "# variant " << row.variant << '\n';
-      lines.push_back(plotPoints(it->second->points));
-      for (const auto& p : lines.back())
+      dat << "# variant " << row.variant
+          << (seeds.size() > 1 ? ", mean of " + std::to_string(seeds.size()) + " seeds" : "") << '\n';
+      lines.emplace_back();
+      for (const auto& b : band) {
+        const EvalPoint& p = b.mean;
+        lines.back().push_back(p);
         dat << fullPrecision(p.wire_bytes) << ' ' << (std::isnan(p.wall_s) ? "NaN" : fullPrecision(p.wall_s)) << ' '
-            << fullPrecision(p.accuracy) << ' ' << p.step << '\n';
+            << fullPrecision(p.accuracy) << ' ' << p.step << ' ' << fullPrecision(b.lo) << ' ' << fullPrecision(b.hi)
+            << '\n';
+      }
       std::string title = row.variant;
+      if (seeds.size() > 1) title += " (mean of " + std::to_string(seeds.size()) + " seeds)";
       if (row.simulated && !all_simulated) title += " (simulated time)";
       if (row.baseline) title += " (baseline)";
       if (row.state == kStateFailed) title += " (failed)";
@@ -256,20 +307,20 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << "  set logscale x\n"
        << "  set format x '%.0s %cB'\n"
        << "  set xlabel 'wire bytes per worker (log scale)'\n"
-       << "  plot for [i=1:|names|] data index (i-1) using 1:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) "
-          "+ 1 "
-          "ps 0.7 title "
-          "names[i]\n"
+       << "  plot for [i=1:|names|] data index (i-1) using 1:5:6 with filledcurves lc rgb colors[i] fs transparent "
+          "solid 0.15 noborder notitle, \\\n"
+       << "       for [i=1:|names|] data index (i-1) using 1:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) "
+          "+ 1 ps 0.7 title names[i]\n"
        << "  set output stem . '_acc_vs_time.' . fmt\n"
        << "  set title 'study ' . stem . ': test accuracy vs " << (all_simulated ? "simulated" : "wall")
        << " time' noenhanced\n"
        << "  unset logscale x\n"
        << "  set format x '%g'\n"
        << "  set xlabel '" << (all_simulated ? "simulated time (s)" : "wall time (s)") << "'\n"
-       << "  plot for [i=1:|names|] data index (i-1) using 2:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) "
-          "+ 1 "
-          "ps 0.7 title "
-          "names[i]\n"
+       << "  plot for [i=1:|names|] data index (i-1) using 2:5:6 with filledcurves lc rgb colors[i] fs transparent "
+          "solid 0.15 noborder notitle, \\\n"
+       << "       for [i=1:|names|] data index (i-1) using 2:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) "
+          "+ 1 ps 0.7 title names[i]\n"
        << "}\n"
        << "unset output\n";
     writeText(out / (stem + ".gp"), gp.str(), outcome.written);

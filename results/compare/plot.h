@@ -43,9 +43,19 @@ struct AccuracyRange {
 };
 AccuracyRange accuracyRange(const std::vector<std::vector<EvalPoint>>& lines);
 
+// The line of a row over its seeds' runs (each through plotPoints): per evaluation point the mean wire bytes, wall
+// time and accuracy, and the accuracy's 95% t-interval (stats.h) as the band; lo = hi = accuracy for one seed. Points
+// are paired by index while every seed has one at the same step (seeds of one config evaluate at the same steps).
+struct BandPoint {
+  EvalPoint mean;
+  double lo = 0, hi = 0;
+};
+std::vector<BandPoint> meanLine(const std::vector<const RunData*>& seeds);
+
 // Writes <out>/<study>.dat and <out>/<study>.gp for every study of `c` (variants in table order, using `runs`' eval
 // points), then runs gnuplot (looked up in `search_path`, normally $PATH) in `out` to make
-// <study>_acc_vs_bytes.{png,svg} and <study>_acc_vs_time.{png,svg}. Throws InvalidArgument when `out` cannot be
+// <study>_acc_vs_bytes.{png,svg} and <study>_acc_vs_time.{png,svg}: one line per row, the mean over its seeds with
+// the 95% interval as a shaded band. Throws InvalidArgument when `out` cannot be
 // written; a missing or failing gnuplot is reported in the outcome.
 PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, const std::filesystem::path& out,
                        std::string_view search_path);

@@ -149,6 +149,8 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.epoch_progress = optional("epoch_progress");
     p.test_loss = optional("test_loss");
     p.payload_bytes = optional("payload_bytes_per_worker");
+    p.control_bytes = optional("control_bytes_per_worker");
+    p.negotiation_rounds = optional("negotiation_rounds_per_worker");
     p.wall_s = optional("wall_s");
     p.compute_s = optional("compute_s_per_step");
     p.compress_s = optional("compress_s_per_step");
@@ -255,6 +257,16 @@ RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
   detail::readConfig(dir / std::string(kConfigFile), run, warnings);
   readProvenance(dir / std::string(kProvenanceFile), run, warnings);
   readMetrics(dir / std::string(kMetricsFile), run, warnings);
+  // A variant may itself be named seed-3; its config then has no `seeds` and it stays a variant of its study.
+  const std::string name = dir.filename().string();
+  const std::string prefix = "seed-";
+  const std::string digits = name.substr(std::min(name.size(), prefix.size()));
+  if (name.rfind(prefix, 0) == 0 && !digits.empty() && digits.size() <= 19 &&
+      digits.find_first_not_of("0123456789") == std::string::npos && (run.config_lists_seeds || !run.has_config)) {
+    run.repeat_seed = std::stoull(digits);
+    run.variant = dir.parent_path().filename().string();
+    run.study = dir.parent_path().parent_path().filename().string();
+  }
   if (run.state == kStateFailed)
     warnings.push_back(dir.string() + ": the run failed" + (run.error.empty() ? "" : ": " + shortText(run.error, 200)) +
                        "; shown with its " + std::to_string(run.points.size()) + " record(s)");
@@ -295,17 +307,24 @@ std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<st
       continue;
     }
     const std::size_t before = dirs.size();
+    // Three levels: results root / study / variant / seed-<N> of a repeat.
     for (const auto& sub : subdirs(path)) {
       if (isRunDir(sub)) {
         addDir(sub);
         continue;
       }
-      for (const auto& subsub : subdirs(sub))
-        if (isRunDir(subsub)) addDir(subsub);
+      for (const auto& subsub : subdirs(sub)) {
+        if (isRunDir(subsub)) {
+          addDir(subsub);
+          continue;
+        }
+        for (const auto& leaf : subdirs(subsub))
+          if (isRunDir(leaf)) addDir(leaf);
+      }
     }
     if (dirs.size() == before)
       warnings.push_back(path.string() + ": no result folders (" + std::string(kMetricsFile) + ", " +
-                         std::string(kStatusFile) + ", ...) in it or two levels below; skipped");
+                         std::string(kStatusFile) + ", ...) in it or three levels below; skipped");
   }
   std::vector<RunData> runs;
   for (const auto& d : dirs) runs.push_back(loadRun(d, warnings));

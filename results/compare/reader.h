@@ -29,6 +29,8 @@ struct EvalPoint {
   double test_loss = 0;
   double wire_bytes = 0;
   double payload_bytes = 0;
+  double control_bytes = 0;       // the scheduler negotiation's frames (result_writer.h), apart from wire_bytes
+  double negotiation_rounds = 0;  // and its rounds
   double wall_s = 0;
   double compute_s = 0, compress_s = 0, decompress_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
   double staleness_mean = 0, staleness_max = 0;
@@ -39,10 +41,13 @@ struct EvalPoint {
 // One results folder read back.
 struct RunData {
   std::filesystem::path dir;
-  std::string study;    // the parent folder's name
-  std::string variant;  // the folder's name
-  std::string state;    // status.json: completed, failed, running; "unknown" when it cannot be read
-  std::string error;    // a failed run's message
+  std::string study;    // the parent folder's name (the grandparent's for a repeat)
+  std::string variant;  // the folder's name (the parent's for a repeat)
+  // A repeat (experiment.proto's `seeds`): the run is <study>/<variant>/seed-<seed>/, one of several seeds of one
+  // variant, which compare averages into one row.
+  std::optional<uint64_t> repeat_seed;
+  std::string state;  // status.json: completed, failed, running; "unknown" when it cannot be read
+  std::string error;  // a failed run's message
   bool has_config = false;
   // The config's workload and data sections as "workload.name=mlp" lines (configMismatchWarnings compares them).
   std::vector<std::string> workload_fields;
@@ -52,16 +57,20 @@ struct RunData {
   std::string compressor;  // the loaded compressor's name; empty when neither provenance nor config says
   bool error_feedback = false;
   double momentum_correction = 0;
-  bool async_mode = false;        // the config's mode is ASYNC, SSP or HOGWILD
-  bool simulated = false;         // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)
-  std::vector<EvalPoint> points;  // in step order; bad records skipped
+  bool async_mode = false;          // the config's mode is ASYNC, SSP or HOGWILD
+  bool simulated = false;           // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)
+  std::vector<EvalPoint> points;    // in step order; bad records skipped
+  bool config_lists_seeds = false;  // config.textproto has a `seeds` list (what makes a seed-<N> folder a repeat)
 };
 
-// Reads one results folder. Never throws for anything inside it; problems go to `warnings`.
+// Reads one results folder. Never throws for anything inside it; problems go to `warnings`. A folder named
+// seed-<N> whose config lists `seeds` (or that has no readable config) is a repeat: its variant and study are the
+// parent and grandparent folders' names.
 RunData loadRun(const std::filesystem::path& dir, std::vector<std::string>& warnings);
 
-// Finds results folders under each path: a variant folder (it holds any of the four result files), a study folder
-// (its subfolders are variant folders) or a results root (two levels down). Folders are read in name order; one
+// Finds results folders under each path: a variant folder (it holds any of the four result files, or seed-<N>
+// subfolders that do), a study folder (its subfolders are variant folders) or a results root (two levels down, three
+// for repeats). Folders are read in name order; one
 // reached twice is read once. A path that does not exist or holds no results is a warning.
 std::vector<RunData> loadRuns(const std::vector<std::filesystem::path>& paths, std::vector<std::string>& warnings);
 

@@ -181,6 +181,54 @@ TEST_F(ConfigTest, UnknownWorkloadEmptyStudyAndWorkers) {
   EXPECT_EQ(errors[2], "t.textproto:3:1: workers must be >= 1, got 0");
 }
 
+// conv_channels and dropout belong to the cnn: two channel counts there, and an error anywhere else (they used to be
+// accepted and ignored).
+TEST_F(ConfigTest, CnnShapeFields) {
+  const Study ok = load(
+      "study: \"s\"\nworkload { name: \"cnn\" conv_channels: [32, 48] hidden_sizes: [64] dropout: "
+      "0.25 }\n");
+  EXPECT_EQ(ok.experiments[0].workload().conv_channels_size(), 2);
+  EXPECT_EQ(ok.experiments[0].workload().dropout(), 0.25);
+  EXPECT_EQ(load("study: \"s\"\nworkload { name: \"cnn\" }\n").experiments[0].workload().dropout(), 0);
+  EXPECT_FALSE(load(kMinimal).experiments[0].workload().has_dropout()) << "only the cnn gets the default";
+  expectError("study: \"s\"\nworkload { name: \"cnn\" conv_channels: [8, 16, 32] }\n",
+              "t.textproto:2:24: workload.conv_channels: cnn has two convolutions, give 2 channel counts (or none for "
+              "[8, 16]), got 3");
+  expectError("study: \"s\"\nworkload { name: \"cnn\" dropout: 1 }\n",
+              "t.textproto:2:24: workload.dropout must be in [0, 1), got 1");
+  expectError("study: \"s\"\nworkload { name: \"mlp\" conv_channels: [8, 16] }\n",
+              "t.textproto:2:24: workload.conv_channels: only workload cnn has convolutions, not 'mlp'");
+  expectError("study: \"s\"\nworkload { name: \"mlp\" dropout: 0.5 }\n",
+              "t.textproto:2:24: workload.dropout: only workload cnn has dropout, not 'mlp'");
+}
+
+// seeds: one run per seed (expandRepeats), each in <variant>/seed-<seed>; the seed defaults to the first; bad lists
+// are errors naming the entry.
+TEST_F(ConfigTest, SeedsRepeatEveryVariant) {
+  const Study study = load(kMinimal + "seeds: [3, 1, 2]\nvariants { name: \"a\" }\nvariants { name: \"b\" }\n");
+  ASSERT_EQ(study.experiments.size(), 2u);
+  EXPECT_EQ(study.experiments[0].seed(), 3u);
+  const std::vector<Experiment> runs = expandRepeats(study.experiments);
+  ASSERT_EQ(runs.size(), 6u);
+  EXPECT_EQ(runs[0].variant(), "a");
+  EXPECT_EQ(runs[1].seed(), 1u);
+  EXPECT_EQ(runs[5].variant(), "b");
+  EXPECT_EQ(runs[5].seed(), 2u);
+  EXPECT_EQ(runs[5].seeds_size(), 3) << "the list stays in the resolved config";
+  EXPECT_EQ(resultsSubfolder(runs[4]), "b/seed-1");
+  EXPECT_EQ(resultsSubfolder(load(kMinimal).experiments[0]), "base");
+  EXPECT_EQ(expandRepeats(load(kMinimal).experiments).size(), 1u);
+
+  expectError(
+      kMinimal + "seeds: [1, 2, 1]\n",
+      "t.textproto:7:1: seeds: entry 2 repeats entry 0 (1): a seed run twice gives the same numbers twice, which "
+      "narrows the interval without measuring anything");
+  expectError(kMinimal + "seed: 7\nseeds: [1, 2]\n",
+              "t.textproto:7:1: seed 7 is not one of seeds [1, 2]: with seeds, give seed only to name one of them (or "
+              "leave it out)");
+  EXPECT_NO_THROW(load(kMinimal + "seed: 2\nseeds: [1, 2]\n"));
+}
+
 TEST_F(ConfigTest, BaseErrorReportedOnceNotPerVariant) {
   std::string text = kMinimal;
   text.replace(text.find("0.1"), 3, "-0.1");

@@ -58,7 +58,8 @@ TEST(Plot, WithoutGnuplotWritesDataAndScriptAndSaysWhy) {
   ASSERT_TRUE(fs::exists(root / "out" / "s.gp"));
   const std::string dat = readText(root / "out" / "s.dat");
   // Blocks in table order (topk first), separated by two blank lines so gnuplot's `index` finds them.
-  EXPECT_NE(dat.find("# variant topk\n100 1 0.6 100\n200 2 0.86 200\n300 3 0.88 300\n\n\n# variant fp16"),
+  EXPECT_NE(dat.find("# variant topk\n100 1 0.6 100 0.6 0.6\n200 2 0.86 200 0.86 0.86\n300 3 0.88 300 0.88 0.88\n\n\n# "
+                     "variant fp16"),
             std::string::npos)
       << dat;
   const std::string gp = readText(root / "out" / "s.gp");

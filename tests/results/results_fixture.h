@@ -45,6 +45,10 @@ struct RunSpec {
   std::string batch_size = "32";  // data.batch_size
   bool simulated = false;         // provenance clock "simulated"
   std::string plugin_path;        // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
+  // A repeat (experiment.proto's seeds): `seeds` as the config lists them ("[1, 2, 3]") and this run's seed; the run
+  // then goes to <study>/<variant>/seed-<seed>/ as the runner writes it.
+  std::string seeds;
+  uint64_t seed = 1;
 };
 
 inline std::string configText(const RunSpec& s) {
@@ -53,14 +57,15 @@ inline std::string configText(const RunSpec& s) {
     << "\"\nworkload {\n  name: \"mlp\"\n  hidden_sizes: " << s.hidden
     << "\n}\ndata {\n  dataset_dir: \"/usr/share/datasets/fashion-mnist\"\n  batch_size: " << s.batch_size
     << "\n}\nworkers: 4\nmode: SYNC\ncompressor {\n  name: \"" << s.compressor
-    << "\"\n}\nerror_feedback: " << (s.error_feedback ? "true" : "false") << "\nepochs: 3\n";
+    << "\"\n}\nerror_feedback: " << (s.error_feedback ? "true" : "false") << "\nepochs: 3\nseed: " << s.seed << "\n";
+  if (!s.seeds.empty()) o << "seeds: " << s.seeds << "\n";
   return o.str();
 }
 
 inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
   fs::path dir;
   {
-    ResultWriter w(root, s.study, s.variant);
+    ResultWriter w(root, s.study, s.seeds.empty() ? s.variant : s.variant + "/seed-" + std::to_string(s.seed));
     dir = w.dir();
     w.writeConfig(configText(s));
     Provenance p;

@@ -112,6 +112,30 @@ TEST(Runner, WritesResultsFolder) {
   EXPECT_EQ(s.steps, 30);
 }
 
+// The scheduler's negotiation is reported apart from the wire bytes, exactly: each round is one Bruck allgather of an
+// 8-byte word per rank (core/comm/allgather_bruck.h), which sends 8 (n - 1) bytes in ceil(log2 n) frames of 32-byte
+// headers per rank, so at 4 workers a round costs every rank 8 * 3 + 32 * 2 = 88 bytes.
+TEST(Runner, ControlBytesAreTheNegotiationRoundsFrames) {
+  auto loader = testLoader();
+  for (const char* scheduler : {"fifo", "fusion"}) {
+    SCOPED_TRACE(scheduler);
+    const auto study = experiments::loadStudyText(
+        studyText("compressor { name: \"none\" }\nscheduler { name: \"" + std::string(scheduler) + "\" }", 4),
+        "unit.textproto", runnerConfigOptions(&loader));
+    const fs::path root = freshDir(std::string("control_") + scheduler);
+    Runner runner(quietOptions(loader, root));
+    const RunSummary s = runner.run(study.experiments.at(0));
+    const auto records = readMetrics(s.dir);
+    ASSERT_FALSE(records.empty());
+    for (const auto& r : records) {
+      const double rounds = results::getNumber(r, "negotiation_rounds_per_worker").value_or(-1);
+      const double control = results::getNumber(r, "control_bytes_per_worker").value_or(-1);
+      EXPECT_GT(rounds, 0) << "every step negotiates at least once";
+      EXPECT_EQ(control, rounds * (8 * 3 + 32 * 2));
+    }
+  }
+}
+
 TEST(Runner, FailingRunKeepsRecordsAndSaysFailed) {
   auto loader = testLoader();
   // Rank 1's compressor fails at step 12: records at steps 5 and 10 are written first.

@@ -78,9 +78,11 @@ inline RunnerOptions quietOptions(PluginLoader& loader, const fs::path& root) {
   return o;
 }
 
-// Fields that measure time rather than training: two runs of one config never agree on them.
+// Fields that measure time rather than training: two runs of one config never agree on them. The scheduler
+// negotiation's rounds and bytes are among them: how many rounds the ranks need depends on how their paces interleave.
 inline bool isTimeField(const std::string& key) {
-  return key == "wall_s" || key.ends_with("_s_per_step");
+  return key == "wall_s" || key.ends_with("_s_per_step") || key == "control_bytes_per_worker" ||
+         key == "negotiation_rounds_per_worker";
 }
 
 inline std::vector<results::FlatJson> runStudy(PluginLoader& loader, const std::string& text, const fs::path& root) {
