@@ -148,46 +148,47 @@ TwoLevelTopology parseTopology(std::string_view text) {
 
 namespace {
 
+// One star zone per node inside a star zone for the cluster, so routes grow with the hosts, not with their pairs (a
+// full zone of 1,024 ranks would hold a million routes): a host's UP links toward its node's centre and DOWN links
+// from it, and each node's UP (its NICs out, then the core) and DOWN (its NICs in) toward the cluster's centre
+// through the node's gateway router. SimGrid joins them into the routes platform.h describes.
 std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {
   const TwoLevelTopology& t = spec.topology;
   t.validate();
   const int n = spec.ranks;
   const int per = t.workers_per_node;
   const int nodes = (n + per - 1) / per;
-  sg4::NetZone* zone = sg4::create_full_zone("cluster");
-  std::vector<sg4::Host*> hosts;
-  std::vector<sg4::Link*> up, down, node_out, node_in;
-  for (int r = 0; r < n; ++r) {
-    hosts.push_back(zone->create_host("rank" + std::to_string(r), 1e9));
-    up.push_back(zone->create_link("up" + std::to_string(r), bytesPerSecond(t.intra.bandwidth_bps)));
-    up.back()->set_latency(t.intra.latency_s);
-    down.push_back(zone->create_link("down" + std::to_string(r), bytesPerSecond(t.intra.bandwidth_bps)));
-  }
   const double node_bps = t.nic.bandwidth_bps * t.nics_per_node;
-  for (int a = 0; a < nodes; ++a) {
-    node_out.push_back(zone->create_link("node-out" + std::to_string(a), bytesPerSecond(node_bps)));
-    node_out.back()->set_latency(t.nic.latency_s);
-    node_in.push_back(zone->create_link("node-in" + std::to_string(a), bytesPerSecond(node_bps)));
-  }
+  sg4::NetZone* cluster = sg4::create_star_zone("cluster");
   sg4::Link* core = nullptr;
   if (t.oversubscription > 1 && node_bps > 0)
-    core = zone->create_link("core", bytesPerSecond(node_bps * nodes / t.oversubscription));
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      if (i == j) continue;
-      const auto ui = static_cast<std::size_t>(i), uj = static_cast<std::size_t>(j);
-      const auto a = static_cast<std::size_t>(i / per), b = static_cast<std::size_t>(j / per);
-      std::vector<sg4::LinkInRoute> route{sg4::LinkInRoute(up[ui])};
-      if (a != b) {
-        route.emplace_back(node_out[a]);
-        if (core != nullptr) route.emplace_back(core);
-        route.emplace_back(node_in[b]);
-      }
-      route.emplace_back(down[uj]);
-      zone->add_route(hosts[ui]->get_netpoint(), hosts[uj]->get_netpoint(), nullptr, nullptr, route, false);
+    core = cluster->create_link("core", bytesPerSecond(node_bps * nodes / t.oversubscription));
+  std::vector<sg4::Host*> hosts;
+  for (int a = 0; a < nodes; ++a) {
+    const std::string node = "node" + std::to_string(a);
+    sg4::NetZone* zone = sg4::create_star_zone(node);
+    zone->set_parent(cluster);
+    for (int r = a * per; r < std::min(n, (a + 1) * per); ++r) {
+      const std::string rank = std::to_string(r);
+      sg4::Host* host = zone->create_host("rank" + rank, 1e9);
+      sg4::Link* up = zone->create_link("up" + rank, bytesPerSecond(t.intra.bandwidth_bps));
+      up->set_latency(t.intra.latency_s);
+      sg4::Link* down = zone->create_link("down" + rank, bytesPerSecond(t.intra.bandwidth_bps));
+      zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
+      zone->add_route(nullptr, host->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
+      hosts.push_back(host);
     }
+    simgrid::kernel::routing::NetPoint* gateway = zone->create_router(node + "-gw");
+    zone->seal();
+    sg4::Link* out = cluster->create_link(node + "-out", bytesPerSecond(node_bps));
+    out->set_latency(t.nic.latency_s);
+    sg4::Link* in = cluster->create_link(node + "-in", bytesPerSecond(node_bps));
+    std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(out)};
+    if (core != nullptr) up.emplace_back(core);
+    cluster->add_route(zone->get_netpoint(), nullptr, gateway, nullptr, up, false);
+    cluster->add_route(nullptr, zone->get_netpoint(), nullptr, gateway, {sg4::LinkInRoute(in)}, false);
   }
-  zone->seal();
+  cluster->seal();
   return hosts;
 }
 
