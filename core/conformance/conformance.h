@@ -91,6 +91,10 @@ struct ConformanceOptions {
   // number it takes follows the plugin's noise. A claimed-unbiased plugin that would need more fails, unconfirmed.
   // The noisiest built-in, random-k at 1%, needs about 3,500.
   int unbiased_steps = 20000;
+  // Elements of each of the unbiasedness check's inputs, >= 64. The stated power is for the default; the suite's own
+  // tests use fewer to stay fast under sanitizers (a y_t summed over fewer elements is noisier, so a claimed-unbiased
+  // plugin may need more steps, never fewer).
+  uint64_t unbiased_numel = uint64_t{1} << 14;
   // Random byte strings per payload in random_payloads.
   int fuzz_payloads = 300;
   // Runs only the checks named here (empty: all). Checks a named one depends on still run first, as instantiate.

@@ -1,11 +1,11 @@
 // The `unbiased` check: does E[D(C(x))] = x hold, with enough power that a plugin biased by 5% cannot pass by luck.
 //
-// What it tests. Four inputs of kNumel elements, chosen so that the noise a sparsifier or quantizer adds is not all
-// alike: standard normal; heavy-tailed (Student t with 3 degrees of freedom); sparse (90% exact zeros, normal
-// elsewhere); and wide-scaled (normal times 10^u, u uniform in [-3, 3], six orders of magnitude as across a model's
-// layers). Each input runs on kRanks simulated ranks (each rank's decode of its own payload, the view error feedback
-// has), one step after another, every step a fresh random draw (the step keys the plugin's stream, and each input is
-// its own tensor id, so its own stream).
+// What it tests. Four inputs of numel = ConformanceOptions::unbiased_numel elements (16,384 by default), chosen so that
+// the noise a sparsifier or quantizer adds is not all alike: standard normal; heavy-tailed (Student t with 3 degrees of
+// freedom); sparse (90% exact zeros, normal elsewhere); and wide-scaled (normal times 10^u, u uniform in [-3, 3], six
+// orders of magnitude as across a model's layers). Each input runs on kRanks simulated ranks (each rank's decode of its
+// own payload, the view error feedback has), one step after another, every step a fresh random draw (the step keys the
+// plugin's stream, and each input is its own tensor id, so its own stream).
 //
 // Statistic. Per (input, rank) and step t, the bias along the input, normalized so a scale error reads as itself:
 //   y_t = <sign(x), D(C_t(x)) - x> / ||x||_1,   E[y_t] = beta  when E[D(C(x))] = (1 + beta) x.
@@ -47,7 +47,6 @@
 namespace terse::conformance {
 namespace {
 
-constexpr uint64_t kNumel = uint64_t{1} << 14;
 constexpr int kRanks = 2;
 constexpr int kPilotSteps = 256;
 constexpr double kDetectBias = 0.05;
@@ -61,7 +60,7 @@ struct Input {
   Floats x;
 };
 
-std::vector<Input> inputs(uint64_t seed) {
+std::vector<Input> inputs(uint64_t seed, uint64_t numel) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -70,8 +69,8 @@ std::vector<Input> inputs(uint64_t seed) {
   out[1].name = "heavy-tailed (t, 3 df)";
   out[2].name = "sparse (90% zeros)";
   out[3].name = "wide-scaled (1e-3..1e3)";
-  for (auto& in : out) in.x.resize(kNumel);
-  for (uint64_t i = 0; i < kNumel; ++i) {
+  for (auto& in : out) in.x.resize(numel);
+  for (uint64_t i = 0; i < numel; ++i) {
     out[0].x[i] = static_cast<float>(normal(rng));
     double chi2 = 0;
     for (int k = 0; k < 3; ++k) {
@@ -103,8 +102,10 @@ struct Stream {
 }  // namespace
 
 Outcome checkUnbiased(Context& c) {
-  const ConformanceShape shape = ConformanceShape::flat(kNumel);
-  std::vector<Input> ins = inputs(mixSeed(c.options.seed, 11));
+  const uint64_t numel = c.options.unbiased_numel;
+  if (numel < 64) return fail(cat("the suite's unbiased_numel must be >= 64, got ", numel));
+  const ConformanceShape shape = ConformanceShape::flat(numel);
+  std::vector<Input> ins = inputs(mixSeed(c.options.seed, 11), numel);
   const int tests = static_cast<int>(ins.size()) * kRanks;
   const double t_a = studentTQuantile(1 - kFamilyFalseAlarm / tests / 2, kPilotSteps - 1);
   const double t_m = studentTQuantile(1 - kMissRate, kPilotSteps - 1);
@@ -122,20 +123,20 @@ Outcome checkUnbiased(Context& c) {
     std::vector<Stream> streams(kRanks);
     // Per-element moments of rank 0's decodes on the normal input, for the whole-vector test.
     const bool whole = k == 0;
-    std::vector<double> emean(whole ? kNumel : 0), em2(whole ? kNumel : 0);
+    std::vector<double> emean(whole ? numel : 0), em2(whole ? numel : 0);
     int steps = kPilotSteps;
     for (int t = 0; t < steps; ++t) {
       const Step s = sim.run(static_cast<uint64_t>(t), std::vector<const Floats*>(kRanks, &x));
       for (int r = 0; r < kRanks; ++r) {
         const Floats& d = s.own[static_cast<std::size_t>(r)];
         double y = 0;
-        for (uint64_t i = 0; i < kNumel; ++i)
+        for (uint64_t i = 0; i < numel; ++i)
           if (x[i] != 0) y += (x[i] > 0 ? 1.0 : -1.0) * (static_cast<double>(d[i]) - x[i]);
         streams[static_cast<std::size_t>(r)].add(y / l1);
       }
       if (whole) {
         const Floats& d = s.own[0];
-        for (uint64_t i = 0; i < kNumel; ++i) {
+        for (uint64_t i = 0; i < numel; ++i) {
           const double delta = d[i] - emean[i];
           emean[i] += delta / (t + 1);
           em2[i] += delta * (d[i] - emean[i]);
@@ -173,28 +174,28 @@ Outcome checkUnbiased(Context& c) {
     }
     if (whole) {
       // The whole-vector test of the header (contract: bias in any direction, when above the sampling noise).
-      const double rms = norm(x) / std::sqrt(static_cast<double>(kNumel));
+      const double rms = norm(x) / std::sqrt(static_cast<double>(numel));
       double bias2 = 0, noise = 0, var2 = 0;
-      for (uint64_t i = 0; i < kNumel; ++i) {
+      for (uint64_t i = 0; i < numel; ++i) {
         const double var = em2[i] / (steps - 1);
         bias2 += (emean[i] - x[i]) * (emean[i] - x[i]);
         noise += var / steps;
         var2 += var * var;
       }
-      const double floor = static_cast<double>(kNumel) * (kRoundingAllowance * rms) * (kRoundingAllowance * rms);
+      const double floor = static_cast<double>(numel) * (kRoundingAllowance * rms) * (kRoundingAllowance * rms);
       const double ratio = bias2 / (noise + floor);
-      const double n_eff = var2 > 0 ? (steps * noise) * (steps * noise) / var2 : static_cast<double>(kNumel);
+      const double n_eff = var2 > 0 ? (steps * noise) * (steps * noise) / var2 : static_cast<double>(numel);
       const double limit = 1.0 + 8.0 * std::sqrt(2.0 / std::max(1.0, n_eff));
       if (!(ratio <= limit) && worst.empty()) {
         worst =
             cat("normal input rank 0: ||mean - x||^2 is ", ratio, "x the sampling noise of the mean (limit ", limit,
-                "x; relative bias ||mean - x|| / ||x|| = ", std::sqrt(bias2) / (rms * std::sqrt(double(kNumel))), ")");
+                "x; relative bias ||mean - x|| / ||x|| = ", std::sqrt(bias2) / (rms * std::sqrt(double(numel))), ")");
         worst_z = INFINITY;
       }
     }
   }
   const std::string how =
-      cat(ins.size(), " inputs of ", kNumel, " elements x ", kRanks, " ranks, ", total_steps, " steps in all",
+      cat(ins.size(), " inputs of ", numel, " elements x ", kRanks, " ranks, ", total_steps, " steps in all",
           deterministic ? " (deterministic decode)" : "", "; Stein's two-stage t-test resolves a relative bias of ",
           kDetectBias * 100, "% along the input with ", (1 - kMissRate) * 100, "% power, false alarm below ",
           kFamilyFalseAlarm);
