@@ -189,13 +189,13 @@ SimRuntime::ActorClock& SimRuntime::self() {
   auto it = actors_.find(id);
   if (it == actors_.end()) {
     // An actor SimRuntime did not start (the simulation's first one): it is measured from its first call on.
-    it = actors_.emplace(id, ActorClock{threadCpuSeconds(), 0, 1}).first;
+    it = actors_.emplace(id, ActorClock{cpuMark(), 0, 1}).first;
   }
   return it->second;
 }
 
 void SimRuntime::account(ActorClock& a) {
-  const double cpu = threadCpuSeconds();
+  const double cpu = cpuMark();
   if (compute_.model == ComputeModel::kMeasured) a.pending += (cpu - a.mark) * compute_.compute_scale * a.slowdown;
   a.mark = cpu;
 }
@@ -209,13 +209,13 @@ void SimRuntime::settle() {
     a.pending = 0;
     injected_s_ += d;
     sg4::this_actor::sleep_for(d);
-    a.mark = threadCpuSeconds();  // the others ran meanwhile, on this thread
+    a.mark = cpuMark();  // the others ran meanwhile, on this thread
   }
 }
 
 void SimRuntime::resume() {
   if (sg4::Actor::is_maestro()) return;
-  self().mark = threadCpuSeconds();
+  self().mark = cpuMark();
 }
 
 rt::Clock::time_point SimRuntime::toTimePoint(double sim_seconds) const {
@@ -261,7 +261,7 @@ std::unique_ptr<rt::ThreadImpl> SimRuntime::startThread(const std::string& name,
   // A new thread is as slow as the one that started it (a straggler's helper threads run on the same slow device).
   const double slowdown = sg4::Actor::is_maestro() ? 1.0 : self().slowdown;
   sg4::ActorPtr actor = sg4::Actor::create(name, host, [this, name, slowdown, fn = std::move(fn)] {
-    actors_[sg4::this_actor::get_pid()] = ActorClock{threadCpuSeconds(), 0, slowdown};
+    actors_[sg4::this_actor::get_pid()] = ActorClock{cpuMark(), 0, slowdown};
     try {
       fn();
     } catch (const std::exception& e) {
@@ -285,7 +285,7 @@ void SimRuntime::uncounted(const std::function<void()>& fn) {
   ActorClock& a = self();
   account(a);
   fn();
-  a.mark = threadCpuSeconds();
+  a.mark = cpuMark();
 }
 
 void SimRuntime::setSlowdown(double factor) {

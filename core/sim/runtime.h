@@ -42,6 +42,9 @@ struct ComputeOptions {
   std::string describe() const;  // "measured thread CPU time x 1", "FLOP model at 1e+11 flop/s"
 };
 
+// The thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
+double threadCpuSeconds() noexcept;
+
 class SimRuntime final : public rt::Backend {
  public:
   // hosts[r]: rank r's host. `fatal` is called with a message when an actor's body throws (it must not return).
@@ -79,6 +82,9 @@ class SimRuntime final : public rt::Backend {
   };
   ActorClock& self();
   void account(ActorClock& a);
+  // The thread's CPU seconds under the measured model, else 0: the FLOP model never reads the clock, whose system call
+  // was a fifth of a simulated run's wall time (two per blocking call of every actor).
+  double cpuMark() const noexcept { return compute_.model == ComputeModel::kMeasured ? threadCpuSeconds() : 0.0; }
 
   std::vector<simgrid::s4u::Host*> hosts_;
   ComputeOptions compute_;
@@ -88,8 +94,5 @@ class SimRuntime final : public rt::Backend {
   simgrid::s4u::MutexPtr internal_;
   double injected_s_ = 0;
 };
-
-// The thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
-double threadCpuSeconds() noexcept;
 
 }  // namespace terse::sim
