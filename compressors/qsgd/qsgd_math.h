@@ -98,7 +98,8 @@ TERSE_HD uint32_t quantizeValue(float v, float divisor, float levels_f, int32_t 
 
 // The value a code stands for, given unit = ||v|| / s of its bucket: sign * xi * unit.
 TERSE_HD float decodeValue(uint32_t code, float unit, unsigned mag_bits) {
-  const uint32_t xi = code & sdk::bitpack::lowMask(mag_bits);
+  // xi < 2^24 (mag_bits <= 24): as int32 it converts exactly, and with a signed conversion, which vectorizes.
+  const auto xi = static_cast<int32_t>(code & sdk::bitpack::lowMask(mag_bits));
   const float magnitude = static_cast<float>(xi) * unit;
   return sdk::bitsFloat(sdk::floatBits(magnitude) | ((code >> mag_bits) << 31));
 }
@@ -106,18 +107,6 @@ TERSE_HD float decodeValue(uint32_t code, float unit, unsigned mag_bits) {
 // Whether a code from an untrusted payload is one quantizeValue can produce (magnitude <= s, nothing above the sign).
 TERSE_HD bool codeIsValid(uint32_t code, uint32_t levels, unsigned mag_bits) {
   return (code & sdk::bitpack::lowMask(mag_bits)) <= levels && (code >> mag_bits) <= 1u;
-}
-
-// The 32 random bits of elements 64g .. 64g+63: one Philox block per 4 elements, element i's own draw whatever the
-// split of the work (a GPU thread per group calls exactly this).
-TERSE_HD void groupRandomBits(const sdk::PhiloxStream& rng, uint64_t group, uint32_t* bits) {
-  for (unsigned k = 0; k < kGroup / 4; ++k) {
-    const auto r = rng.block(group * (kGroup / 4) + k);
-    bits[4 * k + 0] = r.v[0];
-    bits[4 * k + 1] = r.v[1];
-    bits[4 * k + 2] = r.v[2];
-    bits[4 * k + 3] = r.v[3];
-  }
 }
 
 }  // namespace terse::compressors::qsgd

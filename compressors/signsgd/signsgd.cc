@@ -112,6 +112,32 @@ TERSE_CPU_CLONES uint64_t signsAll(uint64_t numel, const float* __restrict x, ui
   return numel;
 }
 
+// One rank's raw payload decoded: scale * sign per element. Full groups run loops of constant length, which
+// vectorize (2.3x the per-element loop a short group needs, at 64 MiB).
+TERSE_CPU_CLONES void signsToValues(uint64_t numel, float scale, const uint64_t* __restrict words,
+                                    float* __restrict out, bool accumulate) {
+  uint32_t bits[kGroup];
+  for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
+    float* o = out + i0;
+    if (numel - i0 >= kGroup) {
+      bitpack::unpackGroup<1>(words + g, bits);
+      if (accumulate) {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] += math::decodeSign(bits[j], scale);
+      } else {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] = math::decodeSign(bits[j], scale);
+      }
+      continue;
+    }
+    const unsigned len = static_cast<unsigned>(numel - i0);
+    bitpack::unpackTail<1>(words + g, len, bits);
+    if (accumulate) {
+      for (unsigned j = 0; j < len; ++j) o[j] += math::decodeSign(bits[j], scale);
+    } else {
+      for (unsigned j = 0; j < len; ++j) o[j] = math::decodeSign(bits[j], scale);
+    }
+  }
+}
+
 // One validated payload, raw or reduced.
 struct Parsed {
   WireBlock block;
@@ -345,21 +371,7 @@ class SignSgd final : public sdk::Compressor {
   }
 
   void decodeRaw(const uint64_t* words, uint64_t numel, float* out, bool accumulate) const {
-    uint32_t bits[kGroup];
-    for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
-      const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
-      if (len == kGroup) {
-        bitpack::unpackGroup<1>(words + g, bits);
-      } else {
-        bitpack::unpackTail<1>(words + g, len, bits);
-      }
-      float* o = out + i0;
-      if (accumulate) {
-        for (unsigned j = 0; j < len; ++j) o[j] += math::decodeSign(bits[j], scale_);
-      } else {
-        for (unsigned j = 0; j < len; ++j) o[j] = math::decodeSign(bits[j], scale_);
-      }
-    }
+    signsToValues(numel, scale_, words, out, accumulate);
   }
 
   // Validates every count before writing any output, so a bad aggregate leaves the output untouched.

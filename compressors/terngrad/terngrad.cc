@@ -84,13 +84,18 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
       if (!(s <= FLT_MAX)) return start;
       scales[next++] = s;
     }
-    for (unsigned j = 0; j < len;) {
-      const uint64_t b = (i0 + j) / bucket;
-      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
-      const float s = scales[b];
-      for (; j < stop; ++j) scale[j] = s;
+    const uint64_t b0 = i0 / bucket;
+    if (len == kGroup && i0 + kGroup <= (b0 + 1) * bucket) {
+      for (unsigned j = 0; j < kGroup; ++j) scale[j] = scales[b0];  // a full group in one bucket: constant length
+    } else {
+      for (unsigned j = 0; j < len;) {
+        const uint64_t b = (i0 + j) / bucket;
+        const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
+        const float s = scales[b];
+        for (; j < stop; ++j) scale[j] = s;
+      }
     }
-    math::groupRandomBits(rng, g, bits);
+    rng.group64(g, bits);
     if (len == kGroup) {
       for (unsigned j = 0; j < kGroup; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
       bitpack::packGroup<kW>(codes, words + g * kW);
@@ -113,13 +118,24 @@ TERSE_CPU_CLONES void deternarizeAll(uint64_t numel, uint64_t bucket, const floa
     } else {
       bitpack::unpackTail<kW>(words + g * kW, len, codes);
     }
+    float* o = out + i0;
+    const uint64_t b0 = i0 / bucket;
+    if (len == kGroup && i0 + kGroup <= (b0 + 1) * bucket) {
+      // A full group inside one bucket: constant-length loops with the scale in a register, which vectorize.
+      const float s = scales[b0];
+      if (accumulate) {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] += math::decodeValue(codes[j], s);
+      } else {
+        for (unsigned j = 0; j < kGroup; ++j) o[j] = math::decodeValue(codes[j], s);
+      }
+      continue;
+    }
     for (unsigned j = 0; j < len;) {
       const uint64_t b = (i0 + j) / bucket;
       const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
       const float s = scales[b];
       for (; j < stop; ++j) scale[j] = s;
     }
-    float* o = out + i0;
     if (accumulate) {
       for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(codes[j], scale[j]);
     } else {

@@ -68,16 +68,4 @@ TERSE_HD bool wordHasInvalidCode(uint64_t word) {
   return (word & (word >> 1) & 0x5555555555555555ull) != 0;
 }
 
-// The 32 random bits of elements 64g .. 64g+63: one Philox block per 4 elements, element i's own draw whatever the
-// split of the work.
-TERSE_HD void groupRandomBits(const sdk::PhiloxStream& rng, uint64_t group, uint32_t* bits) {
-  for (unsigned k = 0; k < kGroup / 4; ++k) {
-    const auto r = rng.block(group * (kGroup / 4) + k);
-    bits[4 * k + 0] = r.v[0];
-    bits[4 * k + 1] = r.v[1];
-    bits[4 * k + 2] = r.v[2];
-    bits[4 * k + 3] = r.v[3];
-  }
-}
-
 }  // namespace terse::compressors::terngrad

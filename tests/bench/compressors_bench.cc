@@ -10,13 +10,19 @@
 //                ALLGATHER: what the core does per rank)
 //   memcpy       the same number of bytes copied
 //   baseline     top-k by std::nth_element on a copy of |g| (k = 1% of 16M floats), the obvious way to pick top-k
+//   step         one rank's whole codec work for one training step of the quickstart MLP (784-256-128-10, its six
+//                tensors) in a world of 2, with error feedback: every round's encode, a CUSTOM reduce of two payloads
+//                (this rank's twice: the other rank's would cost the same; the core's SUM is formed untimed) and the
+//                decode of the aggregate (of each rank's payload for ALLGATHER); in CPU ms per step.
+//                step/powersgd-r2-ef is the figure issue 22 sets a target for (codec <= 1.5 ms per step)
 //
 // Rates are per CPU second of the one benchmark thread rather than wall time: on a shared machine (CI runners, a
 // workstation that is also compiling) other processes then inflate the numbers less, and on a quiet one the two agree.
 //
-// After the run a table gives per compressor and size: compress GB/s, decompress GB/s, memcpy GB/s, compress
-// throughput as a fraction of memcpy's, and the compression ratio (dense bytes / payload bytes); then topk's speedup
-// over the nth_element baseline at 16M floats. With --benchmark_repetitions the table uses the medians.
+// After the run a table gives per compressor and size: compress GB/s, decompress GB/s, memcpy GB/s, compress and
+// decompress throughput as fractions of memcpy's (same run), and the compression ratio (dense bytes / payload bytes);
+// then topk's speedup over the nth_element baseline at 16M floats. With --benchmark_repetitions the table uses the
+// medians. scripts/bench-vs-peers runs it beside torch's own casts.
 //
 // Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory). Without
 // --benchmark_min_time each benchmark runs for at least 0.1 s.
@@ -37,8 +43,10 @@
 #include <unistd.h>
 
 #include "core/compress/codec.h"
+#include "core/compress/make_codec.h"
 #include "core/plugin/compressor_plugin.h"
 #include "core/plugin/loader.h"
+#include "terse/sdk/half.hpp"
 
 namespace terse {
 namespace {
@@ -192,6 +200,123 @@ void benchNthElement(benchmark::State& state, Size size) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size.bytes()));
 }
 
+// The quickstart MLP's parameters (experiments/configs/quickstart.textproto: hidden sizes {256, 128} on 28x28 inputs,
+// 10 classes), weights as rows x cols.
+struct MlpTensor {
+  int64_t rows, cols;
+};
+constexpr MlpTensor kMlp[] = {{256, 784}, {256, 1}, {128, 256}, {128, 1}, {10, 128}, {10, 1}};
+constexpr int kStepWorld = 2;
+
+// The aggregate of kStepWorld copies of `mine` as the core would form it: SUM adds the bodies in the wire dtype,
+// CUSTOM folds with the plugin's reduce, ALLGATHER keeps the payload (decoded once per rank).
+std::span<const std::byte> aggregate(TensorCodec& codec, uint64_t step, int round, std::span<const std::byte> mine,
+                                     std::vector<std::byte>& out) {
+  switch (codec.caps().aggregation) {
+    case Aggregation::kSum: {
+      const uint64_t header = codec.sizes(round).sum_header_bytes;
+      std::memcpy(out.data(), mine.data(), mine.size());
+      const DType wire = codec.caps().wire_dtype;
+      const uint64_t width = wire == DType::kF32 ? 4 : 2;
+      for (int r = 1; r < kStepWorld; ++r) {
+        for (uint64_t i = 0; i < (mine.size() - header) / width; ++i) {
+          std::byte* acc = out.data() + header + i * width;
+          const std::byte* add = mine.data() + header + i * width;
+          if (wire == DType::kF32) {
+            float a, b;
+            std::memcpy(&a, acc, 4);
+            std::memcpy(&b, add, 4);
+            a += b;
+            std::memcpy(acc, &a, 4);
+          } else {  // 16-bit wires, summed in f32 per pair and rounded back, as the core does
+            uint16_t a, b;
+            std::memcpy(&a, acc, 2);
+            std::memcpy(&b, add, 2);
+            a = wire == DType::kF16 ? terse::sdk::floatToHalf(terse::sdk::halfToFloat(a) + terse::sdk::halfToFloat(b))
+                                    : terse::sdk::floatToBf16(terse::sdk::bf16ToFloat(a) + terse::sdk::bf16ToFloat(b));
+            std::memcpy(acc, &a, 2);
+          }
+        }
+      }
+      return {out.data(), mine.size()};
+    }
+    case Aggregation::kCustom: {
+      std::vector<std::byte> acc(mine.begin(), mine.end());
+      uint64_t n = acc.size();
+      for (int r = 1; r < kStepWorld; ++r) {
+        n = codec.reduce(step, round, std::span<const std::byte>(acc.data(), n), mine, out);
+        acc.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+      return {out.data(), n};
+    }
+    case Aggregation::kAllgather:
+      break;
+  }
+  return mine;
+}
+
+void benchStep(benchmark::State& state, std::shared_ptr<const Compressor> compressor) {
+  struct Tensor {
+    std::unique_ptr<TensorCodec> codec;
+    std::vector<float> grad, out;
+    std::vector<std::vector<std::byte>> payload, aggregate;
+  };
+  std::vector<Tensor> tensors;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  try {
+    for (std::size_t k = 0; k < std::size(kMlp); ++k) {
+      TensorInfo t;
+      t.dtype = DType::kF32;
+      t.numel = static_cast<uint64_t>(kMlp[k].rows * kMlp[k].cols);
+      t.ndim = kMlp[k].cols == 1 ? 1 : 2;
+      t.shape = {kMlp[k].rows, kMlp[k].cols == 1 ? 0 : kMlp[k].cols, 0, 0};
+      t.tensor_id = k + 1;
+      t.world_size = kStepWorld;
+      Tensor x;
+      x.codec = makeCodec(compressor, t, 1, CodecOptions{.error_feedback = true});
+      x.grad.resize(t.numel);
+      for (auto& v : x.grad) v = normal(rng);
+      x.out.resize(t.numel);
+      const int rounds = x.codec->caps().num_rounds;
+      for (int r = 0; r < rounds; ++r) {
+        x.payload.emplace_back(x.codec->sizes(r).max_output_bytes);
+        x.aggregate.emplace_back(std::max(x.codec->sizes(r).max_output_bytes, x.codec->sizes(r).max_reduced_bytes));
+      }
+      tensors.push_back(std::move(x));
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  uint64_t step = 0;
+  for (auto _ : state) {
+    try {
+      for (auto& x : tensors) {
+        std::span<const std::byte> prev;
+        for (std::size_t r = 0; r < x.payload.size(); ++r) {
+          const int round = static_cast<int>(r);
+          const uint64_t n = x.codec->encode(step, round, x.grad.data(), prev, x.payload[r]);
+          const bool core_sums = x.codec->caps().aggregation == Aggregation::kSum;
+          if (core_sums) state.PauseTiming();  // the core's sum, not codec work (a plugin's reduce is)
+          prev = aggregate(*x.codec, step, round, std::span<const std::byte>(x.payload[r].data(), n), x.aggregate[r]);
+          if (core_sums) state.ResumeTiming();
+        }
+        if (x.codec->caps().aggregation == Aggregation::kAllgather) {
+          for (int rank = 0; rank < kStepWorld; ++rank) x.codec->decode(step, prev, rank, x.out.data(), rank > 0);
+        } else {
+          x.codec->decode(step, prev, -1, x.out.data(), false);
+        }
+        benchmark::DoNotOptimize(x.out.data());
+      }
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return;
+    }
+    ++step;
+  }
+}
+
 // Keeps what the console shows and, at the end, prints the summary table from it (the median of repetitions when
 // there are several).
 class SummaryReporter : public benchmark::ConsoleReporter {
@@ -214,9 +339,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     char line[256];
     out << "\nsummary (GB/s of f32 input per CPU second, one thread"
         << (medians_.empty() ? "" : ", medians of the repetitions")
-        << "; vs memcpy = compress GB/s / memcpy GB/s; ratio = dense bytes / payload bytes)\n";
-    std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %9s\n", "compressor", "size", "compress",
-                  "decompress", "memcpy", "vs memcpy", "ratio");
+        << "; c/memcpy, d/memcpy = compress, decompress GB/s / memcpy GB/s; ratio = dense bytes / payload bytes)\n";
+    std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %10s %9s\n", "compressor", "size", "compress",
+                  "decompress", "memcpy", "c/memcpy", "d/memcpy", "ratio");
     out << line;
     for (const auto& p : plugins) {
       for (const auto& s : kSizes) {
@@ -225,11 +350,23 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         const Run* m = find(std::string("memcpy/") + s.label);
         if (c == nullptr && d == nullptr) continue;
         const double cg = gbps(c), dg = gbps(d), mg = gbps(m);
-        std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %9s\n", p.c_str(), s.label, fmt(cg, 2).c_str(),
-                      fmt(dg, 2).c_str(), fmt(mg, 2).c_str(), mg > 0 && cg > 0 ? fmt(cg / mg, 3).c_str() : "-",
+        const auto vs = [mg](double g) { return mg > 0 && g > 0 ? fmt(g / mg, 3) : std::string("-"); };
+        std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %10s %9s\n", p.c_str(), s.label,
+                      fmt(cg, 2).c_str(), fmt(dg, 2).c_str(), fmt(mg, 2).c_str(), vs(cg).c_str(), vs(dg).c_str(),
                       c && c->counters.count("ratio") ? (fmt(c->counters.at("ratio").value, 1) + "x").c_str() : "-");
         out << line;
       }
+    }
+    bool step_header = false;
+    for (const auto& [name, run] : medians_.empty() ? last_ : medians_) {
+      if (name.rfind("step/", 0) != 0) continue;
+      if (!step_header) {
+        out << "\ncodec per training step (quickstart MLP, 6 tensors, world of 2, error feedback; CPU ms per step)\n";
+        step_header = true;
+      }
+      std::snprintf(line, sizeof line, "%-28s %10.3f ms\n", name.substr(5).c_str(),
+                    run.GetAdjustedCPUTime() / 1000.0);  // registered in microseconds
+      out << line;
     }
     const std::string big = kBaselineSize.label;
     const Run* base = find("baseline/nth_element_topk/" + big);
@@ -308,6 +445,20 @@ int main(int argc, char** argv) {
                                    instance, s)
           ->Unit(benchmark::kMicrosecond);
     }
+    // The step at the parameters issue 22's target names for PowerSGD (rank 2), the bench's own for the others.
+    const bool low_rank = std::string(b.name) == "powersgd";
+    auto step_instance = instance;
+    if (low_rank) {
+      try {
+        step_instance = loader.loadCompressor(b.name)->instantiate({{"rank", "2"}});
+      } catch (const std::exception& e) {
+        std::cerr << "terse-bench-compressors: no step bench for powersgd: " << e.what() << '\n';
+        continue;
+      }
+    }
+    benchmark::RegisterBenchmark(("step/" + std::string(b.name) + (low_rank ? "-r2" : "") + "/mlp").c_str(), benchStep,
+                                 step_instance)
+        ->Unit(benchmark::kMicrosecond);
   }
   for (const auto& s : kSizes) {
     benchmark::RegisterBenchmark((std::string("memcpy/") + s.label).c_str(), benchMemcpy, s)

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compressors/fp16/fp16_f16c.h"
 #include "compressors/fp16/fp16_math.h"
 #include "terse/sdk/half.hpp"
 #include "tests/compressors/plugin_harness.h"
@@ -36,15 +37,32 @@ std::vector<uint16_t> wireValues(const Bytes& p, size_t n) {
 // Every float whose half is not a constant: all non-negative floats from just below 2^-25 (below it everything is
 // +0) to 65520 (from there to infinity everything is +inf), every NaN and infinity, and the same ranges negated on a
 // stride of 3 (the sign is a plain OR in both encoders); the constant stretches on a stride of 4099. About 470 million
-// floats, so the branch-free encoder may replace the SDK's without any doubt.
+// floats, so the branch-free encoder may replace the SDK's without any doubt. Where the CPU has F16C, the plugin's
+// F16C loop (fp16_f16c.h) must give the same bits on the same floats: they go through it in chunks of 4099, so its
+// scalar remainder runs too.
 TEST(Fp16, EncoderMatchesTheSdkConversionWhereverTheResultVaries) {
-  uint64_t mismatches = 0, checked = 0;
+  uint64_t mismatches = 0, checked = 0, f16c_mismatches = 0;
   uint32_t first = 0;
+  std::vector<float> chunk(4099);
+  std::vector<uint16_t> f16c(chunk.size());
+#if TERSE_FP16_F16C
+  const bool with_f16c = math::hasF16c();
+#else
+  const bool with_f16c = false;
+#endif
   auto check = [&](uint64_t lo, uint64_t hi, uint64_t stride) {
-    for (uint64_t u = lo; u < hi; u += stride) {
-      const float f = sdk::bitsFloat(static_cast<uint32_t>(u));
-      ++checked;
-      if (math::encodeValue(f) != sdk::floatToHalf(f) && mismatches++ == 0) first = static_cast<uint32_t>(u);
+    for (uint64_t u = lo; u < hi;) {
+      size_t n = 0;
+      for (; n < chunk.size() && u < hi; ++n, u += stride) chunk[n] = sdk::bitsFloat(static_cast<uint32_t>(u));
+#if TERSE_FP16_F16C
+      if (with_f16c) math::encodeF16c(chunk.data(), f16c.data(), n);
+#endif
+      for (size_t j = 0; j < n; ++j) {
+        const uint16_t h = math::encodeValue(chunk[j]);
+        if (h != sdk::floatToHalf(chunk[j]) && mismatches++ == 0) first = sdk::floatBits(chunk[j]);
+        f16c_mismatches += with_f16c && f16c[j] != h;
+      }
+      checked += n;
     }
   };
   const uint64_t kVaryLo = 0x32FFFFF0u, kVaryHi = 0x47800000u, kInf = 0x7F800000u, kSign = 0x80000000u;
@@ -60,6 +78,7 @@ TEST(Fp16, EncoderMatchesTheSdkConversionWhereverTheResultVaries) {
   EXPECT_EQ(mismatches, 0u) << "first mismatch at float bits 0x" << std::hex << first << ": 0x"
                             << math::encodeValue(sdk::bitsFloat(first)) << " vs 0x"
                             << sdk::floatToHalf(sdk::bitsFloat(first));
+  EXPECT_EQ(f16c_mismatches, 0u);
 }
 
 TEST(Fp16, DecoderMatchesTheSdkConversionForAll65536Halves) {
@@ -68,6 +87,25 @@ TEST(Fp16, DecoderMatchesTheSdkConversionForAll65536Halves) {
     ASSERT_EQ(sdk::floatBits(math::decodeValue(bits)), sdk::floatBits(sdk::halfToFloat(bits))) << std::hex << h;
   }
 }
+
+#if TERSE_FP16_F16C
+// The plugin's F16C decode loop on every half (and a ragged tail), writing and accumulating.
+TEST(Fp16, F16cDecoderMatchesTheSelectForm) {
+  if (!math::hasF16c()) GTEST_SKIP() << "this CPU has no F16C";
+  std::vector<uint16_t> halves(0x10003);  // not a multiple of 8
+  for (size_t h = 0; h < halves.size(); ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> got(halves.size()), sum(halves.size(), 0.25f);
+  math::decodeF16c(halves.data(), got.data(), halves.size(), false);
+  math::decodeF16c(halves.data(), sum.data(), halves.size(), true);
+  for (size_t h = 0; h < halves.size(); ++h) {
+    ASSERT_EQ(sdk::floatBits(got[h]), sdk::floatBits(math::decodeValue(halves[h]))) << std::hex << h;
+    const float want = 0.25f + math::decodeValue(halves[h]);
+    if (!std::isnan(want)) {
+      ASSERT_EQ(sdk::floatBits(sum[h]), sdk::floatBits(want)) << std::hex << h;
+    }
+  }
+}
+#endif
 
 TEST(Fp16, CapsAndSizes) {
   Plugin plugin("fp16");

@@ -73,6 +73,19 @@ TEST(Philox, ElementBitsAreWordIOfBlockIDiv4) {
   EXPECT_EQ(s.uniform(5), uniform01(s.bits(5)));
 }
 
+// group64 (vectorized on an AVX2 host) gives bits(64g + j) exactly, counters past 2^32 blocks and all-ones keys
+// included.
+TEST(Philox, Group64IsSixteenBlocksInOrder) {
+  for (const PhiloxStream& s : {PhiloxStream(7, 3, 9), PhiloxStream(~0ull, ~0ull, ~0ull), PhiloxStream(0, 0, 0)}) {
+    for (uint64_t g : {uint64_t{0}, uint64_t{1}, uint64_t{12345}, (uint64_t{1} << 28) - 1, uint64_t{1} << 28,
+                       (uint64_t{1} << 40) + 3}) {
+      uint32_t bits[64];
+      s.group64(g, bits);
+      for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "group " << g << " element " << j;
+    }
+  }
+}
+
 TEST(Philox, DeterministicForTheSameKeyAndDistinctOtherwise) {
   const PhiloxStream a(1, 2, 3), b(1, 2, 3);
   for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(a.bits(i), b.bits(i));
