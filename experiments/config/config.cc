@@ -642,8 +642,8 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   {
     const auto algo = comm::parseAllreduceAlgorithm(e.collectives().allreduce());
     if (!algo)
-      c.fail("collectives.allreduce") << " '" << e.collectives().allreduce()
-                                      << "' is not one of auto, ring, rd, hierarchical";
+      c.fail("collectives.allreduce") << " '" << e.collectives().allreduce() << "' is not one of "
+                                      << comm::allreduceAlgorithmChoices();
     if (e.collectives().has_ranks_per_node()) {
       const int per = e.collectives().ranks_per_node();
       if (per < 1 || per > std::max(1, e.workers()))
@@ -869,8 +869,8 @@ comm::HostCommOptions hostCommOptions(const Experiment& experiment) {
   comm::HostCommOptions o;
   const auto algo = comm::parseAllreduceAlgorithm(experiment.collectives().allreduce());
   TERSE_CHECK(algo.has_value(), InvalidArgument,
-              "collectives.allreduce '" << experiment.collectives().allreduce()
-                                        << "' is not one of auto, ring, rd, hierarchical");
+              "collectives.allreduce '" << experiment.collectives().allreduce() << "' is not one of "
+                                        << comm::allreduceAlgorithmChoices());
   o.algorithm = *algo;
   if (experiment.collectives().has_ranks_per_node()) {
     o.ranks_per_node = experiment.collectives().ranks_per_node();

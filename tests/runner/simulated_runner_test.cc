@@ -196,8 +196,9 @@ TEST(SimulatedRun, TopologyAndCollectivesConfigChecksNameTheField) {
                     "oversubscription must be finite and >= 1, got 0.5");
   expectConfigError(simulated(base, "simulation { topology { workers_per_node: 2 } }\nlink { bandwidth: \"1Gbps\" }\n"),
                     "link: simulation.topology describes the network");
-  expectConfigError(base + "collectives { allreduce: \"tree\" }\n",
-                    "collectives.allreduce 'tree' is not one of auto, ring, rd, hierarchical");
+  expectConfigError(base + "collectives { allreduce: \"butterfly\" }\n",
+                    "collectives.allreduce 'butterfly' is not one of ring, rd, hd, tree, reduce_broadcast, "
+                    "hierarchical or auto");
   expectConfigError(base + "collectives { allreduce: \"hierarchical\" }\n",
                     "'hierarchical' needs collectives.ranks_per_node");
   expectConfigError(base + "collectives { ranks_per_node: 5 }\n",
