@@ -610,6 +610,23 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
                                    << e.optimizer().momentum();
   }
   if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
+  // Unset stays unset (1): a default written here would change every existing config's hash.
+  if (e.has_gradient_accumulation_steps() && e.gradient_accumulation_steps() < 1)
+    c.fail("gradient_accumulation_steps") << " must be >= 1, got " << e.gradient_accumulation_steps();
+  const double clip = e.optimizer().clip_grad_norm();
+  if (!(std::isfinite(clip) && clip >= 0))
+    c.fail("optimizer.clip_grad_norm") << " must be finite and >= 0, got " << clip;
+  // The parameter server and Hogwild apply each worker's gradient as it arrives: there is no aggregated step to
+  // accumulate into or to take one global norm of. NCCL's workloads keep their gradients on the device, where the
+  // trainer does not accumulate or clip.
+  for (const auto& [field, set] : {std::pair{"gradient_accumulation_steps", e.gradient_accumulation_steps() > 1},
+                                   std::pair{"optimizer.clip_grad_norm", clip > 0}}) {
+    if (set && async_mode)
+      c.fail(field) << ": mode " << Experiment::Mode_Name(e.mode())
+                    << " applies each worker's gradient on arrival; it needs mode SYNC";
+    if (set && e.transport() == Experiment::NCCL)
+      c.fail(field) << ": transport NCCL keeps gradients on the device; it needs INPROC or TCP";
+  }
   if (e.clock() == Experiment::CLOCK_UNSPECIFIED) c.fail("clock") << " must be REAL_TIME or SIMULATED";
   if (e.clock() == Experiment::SIMULATED) {
     // The simulated cluster runs the in-process sync trainer's threads as SimGrid actors; the parameter server and
