@@ -1,39 +1,39 @@
 #include "core/comm/allreduce_auto.h"
 
 #include <algorithm>
-#include <array>
+#include <span>
 
 namespace terse::comm {
 namespace {
 
-// One row per world size: messages below `below` bytes use `algo`, the first matching entry wins; the last entry of a
-// row covers everything above. The boundaries are the measured crossovers (allreduce_auto.h), rounded to the sizes
-// the study ran (powers of 4 from 4 KiB).
+// One row per world size: messages below `below` bytes use `algo`, the first matching band wins, the last band of a
+// row (below = kAll) covers the rest. Read off the study's 10 Gbps / 5 us table (results/reference/collectives/
+// table.md, column `best`) at the sizes it ran (4 KiB x 4^k): each band is a run of sizes one algorithm won, where
+// a winner by less than the small messages' noise (their times are mostly the ranks' measured CPU time per message)
+// was merged into its neighbours' band. On two ranks the ring is halving-doubling, and both sum each pair once.
 struct Band {
   uint64_t below;
   AllreduceAlgorithm algo;
 };
 constexpr uint64_t kAll = ~uint64_t{0};
-constexpr int kRows = 7;  // worlds 2..8
-constexpr std::size_t kBands = 3;
+constexpr uint64_t kKiB = 1024;
 constexpr AllreduceAlgorithm kRd = AllreduceAlgorithm::kRecursiveDoubling;
 constexpr AllreduceAlgorithm kHd = AllreduceAlgorithm::kHalvingDoubling;
 constexpr AllreduceAlgorithm kRing = AllreduceAlgorithm::kRing;
-constexpr std::array<std::array<Band, kBands>, kRows> kTable = {{
-    /* 2 */ {{{kAll, kRd}, {kAll, kRd}, {kAll, kRd}}},
-    /* 3 */ {{{64 << 10, kRd}, {kAll, kRing}, {kAll, kRing}}},
-    /* 4 */ {{{64 << 10, kRd}, {kAll, kHd}, {kAll, kHd}}},
-    /* 5 */ {{{64 << 10, kRd}, {kAll, kRing}, {kAll, kRing}}},
-    /* 6 */ {{{64 << 10, kRd}, {kAll, kRing}, {kAll, kRing}}},
-    /* 7 */ {{{64 << 10, kRd}, {kAll, kRing}, {kAll, kRing}}},
-    /* 8 */ {{{64 << 10, kRd}, {16 << 20, kHd}, {kAll, kRing}}},
-}};
+constexpr Band kWorld2[] = {{256 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld3[] = {{kAll, kRing}};
+constexpr Band kWorld4[] = {{256 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld5[] = {{256 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld6[] = {{64 * kKiB, kRd}, {256 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld7[] = {{64 * kKiB, kRd}, {256 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld8[] = {{1024 * kKiB, kHd}, {kAll, kRing}};
+constexpr std::span<const Band> kTable[] = {kWorld2, kWorld3, kWorld4, kWorld5, kWorld6, kWorld7, kWorld8};
 
 }  // namespace
 
 AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept {
   if (world <= 1) return kRing;
-  const auto& row = kTable[static_cast<std::size_t>(std::min(world, kRows + 1) - 2)];
+  const std::span<const Band> row = kTable[static_cast<std::size_t>(std::min(world, 8) - 2)];
   for (const Band& b : row)
     if (bytes < b.below) return b.algo;
   return row.back().algo;

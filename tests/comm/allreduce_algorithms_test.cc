@@ -27,13 +27,9 @@ TEST_P(AlgorithmGrid, EveryRankGetsTheExactSumInItsOrder) {
   options.algorithm = algo;
   options.segment_bytes = 4096;  // several segments at the largest count, so the pipelines are exercised
   World world(n, options);
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < n; ++r) in.push_back(testing::makeInput(r, count, dtype));
+  const auto in = testing::makeInputs(n, count, dtype);
   const std::vector<std::byte> want = testing::expectedFor(algo, in, count, dtype);
-  std::vector<std::vector<std::byte>> out = in;
-  world.runOk([&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
-  for (int r = 0; r < n; ++r)
-    EXPECT_TRUE(testing::sameBytes(out[static_cast<std::size_t>(r)], want, dtype)) << "rank " << r;
+  testing::expectAllreduceGives(world, in, count, dtype, want);
 }
 
 std::string gridName(const ::testing::TestParamInfo<GridParam>& info) {
@@ -52,8 +48,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The replays are not vacuous: in bf16 each order gives other bits than the ring's and than each other's somewhere.
 TEST(AllreduceAlgorithms, Bf16OrdersDiffer) {
   const std::size_t count = 4096;
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < 6; ++r) in.push_back(testing::makeInput(r, count, DType::kBF16, 5));
+  const auto in = testing::makeInputs(6, count, DType::kBF16, 5);
   const AllreduceAlgorithm all[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
                                     AllreduceAlgorithm::kTree, AllreduceAlgorithm::kHalvingDoubling,
                                     AllreduceAlgorithm::kReduceBroadcast};
@@ -169,13 +164,9 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   EXPECT_EQ(measuredAllreduceChoice(1, 1024), AllreduceAlgorithm::kRing);
   const std::size_t count = 70000;  // 280 KB of f32
   World world(8);
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < 8; ++r) in.push_back(testing::makeInput(r, count, DType::kF32, 3));
+  const auto in = testing::makeInputs(8, count, DType::kF32, 3);
   const auto want = testing::expectedFor(measuredAllreduceChoice(8, count * 4), in, count, DType::kF32);
-  auto out = in;
-  world.runOk(
-      [&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, DType::kF32); });
-  for (int r = 0; r < 8; ++r) EXPECT_TRUE(testing::sameBytes(out[static_cast<std::size_t>(r)], want, DType::kF32));
+  testing::expectAllreduceGives(world, in, count, DType::kF32, want);
 }
 
 }  // namespace

@@ -25,13 +25,9 @@ TEST_P(HierarchicalGrid, EveryRankGetsTheExactSumInTheTwoLevelOrder) {
   options.ranks_per_node = per;
   options.segment_bytes = 4096;  // several segments per chain, so the pipelining is exercised
   World world(n, options);
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < n; ++r) in.push_back(testing::makeInput(r, count, dtype));
+  const auto in = testing::makeInputs(n, count, dtype);
   const std::vector<std::byte> want = testing::expectedHierarchical(in, count, dtype, per);
-  std::vector<std::vector<std::byte>> out = in;
-  world.runOk([&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
-  for (int r = 0; r < n; ++r)
-    EXPECT_TRUE(testing::sameBytes(out[static_cast<std::size_t>(r)], want, dtype)) << "rank " << r;
+  testing::expectAllreduceGives(world, in, count, dtype, want);
 }
 
 std::string gridName(const ::testing::TestParamInfo<Param>& info) {
@@ -49,8 +45,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, HierarchicalGrid,
 // The 16-bit replay is not vacuous: the two-level order gives other bits than the flat ring's somewhere.
 TEST(Hierarchical, OrderDiffersFromTheFlatRing) {
   const std::size_t count = 4096;
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < 6; ++r) in.push_back(testing::makeInput(r, count, DType::kBF16, 7));
+  const auto in = testing::makeInputs(6, count, DType::kBF16, 7);
   EXPECT_FALSE(testing::sameBytes(testing::expectedHierarchical(in, count, DType::kBF16, 3),
                                   testing::expectedRing(in, count, DType::kBF16), DType::kBF16));
 }

@@ -152,6 +152,13 @@ inline std::vector<std::byte> makeInput(int rank, std::size_t count, DType dtype
   return buf;
 }
 
+// makeInput of every rank 0..n-1.
+inline std::vector<std::vector<std::byte>> makeInputs(int n, std::size_t count, DType dtype, uint64_t salt = 0) {
+  std::vector<std::vector<std::byte>> in;
+  for (int r = 0; r < n; ++r) in.push_back(makeInput(r, count, dtype, salt));
+  return in;
+}
+
 // The ring's order for the chunk holding element i (allreduce_ring.h): x_c, then + x_{c+1}, ..., + x_{c+n-1}.
 inline std::vector<std::byte> expectedRing(const std::vector<std::vector<std::byte>>& in, std::size_t count,
                                            DType dtype) {
@@ -270,6 +277,15 @@ inline ::testing::AssertionResult sameBytes(const std::vector<std::byte>& got, c
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// Every rank of `world` allreduces its own copy of in[rank] and must end with exactly `want`.
+inline void expectAllreduceGives(World& world, const std::vector<std::vector<std::byte>>& in, std::size_t count,
+                                 DType dtype, const std::vector<std::byte>& want) {
+  std::vector<std::vector<std::byte>> out = in;
+  world.runOk([&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
+  for (int r = 0; r < world.size(); ++r)
+    EXPECT_TRUE(sameBytes(out[static_cast<std::size_t>(r)], want, dtype)) << "rank " << r;
 }
 
 // Deterministic bytes for (rank, salt): what one rank contributes to an allgatherv or broadcast test.

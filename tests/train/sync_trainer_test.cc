@@ -152,52 +152,6 @@ TEST(SyncTrainer, WorldOneWithNoneIsPlainSgd) {
   for (std::size_t i = 0; i < w->params().size(); ++i) EXPECT_EQ(trained[0].values[i], w->params()[i].value);
 }
 
-TEST(SyncTrainer, ThreeWorkersWithNoneAreLargeBatchSgd) {
-  // With an exact compressor, averaging three per-rank mean gradients over b examples each is the mean gradient over
-  // the 3b examples (equal batch sizes, every step including the short last one), so 3 workers must track one worker
-  // stepping on the union of their batches. The reference is built by hand: the ranks' ShardSampler batches
-  // concatenated, one forwardBackward over all of them, the same optimizer and schedule.
-  constexpr int kWorld = 3;
-  SyncTrainerOptions options = smallOptions();
-  options.epochs = 1;  // 600 / 3 = 200 examples per rank: 13 steps of 16, the last of 8
-  const auto trained = train(kWorld, "none", options);
-
-  auto w = linearRegression();
-  std::vector<ShardSampler> samplers;
-  for (int r = 0; r < kWorld; ++r) samplers.emplace_back(w->numTrainExamples(), r, kWorld, options.seed);
-  SgdOptimizer opt(w->params(), options.sgd);
-  LrScheduleOptions lr = options.lr;
-  lr.world_size = kWorld;
-  lr.steps_per_epoch = samplers[0].batchesPerEpoch(options.batch_size);
-  lr.total_steps = lr.steps_per_epoch * options.epochs;
-  std::vector<std::vector<std::vector<int64_t>>> batches;  // [rank][step]
-  for (const auto& s : samplers) batches.push_back(s.epochBatches(0, options.batch_size));
-  ASSERT_EQ(static_cast<int64_t>(trained[0].losses.size()), lr.total_steps);
-  for (int64_t step = 0; step < lr.total_steps; ++step) {
-    std::vector<int64_t> all;
-    for (const auto& rank_batches : batches) {
-      const auto& b = rank_batches.at(static_cast<std::size_t>(step));
-      all.insert(all.end(), b.begin(), b.end());
-    }
-    w->forwardBackward(all, {});
-    opt.updateAll(w->params(), learningRate(lr, step));
-  }
-
-  // The two sides sum the same terms in a different order (per rank, then across ranks, then /3 vs one sum /3b), so
-  // they agree to f32 rounding, not bit for bit: a few ulps per step, compounded over 13 steps.
-  ASSERT_EQ(trained[0].values.size(), w->params().size());
-  for (std::size_t t = 0; t < w->params().size(); ++t) {
-    const auto& expect = w->params()[t].value;
-    const auto& got = trained[0].values[t];
-    ASSERT_EQ(got.size(), expect.size());
-    float scale = 0;
-    for (float v : expect) scale = std::max(scale, std::abs(v));
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i], expect[i], 1e-5f * scale + 1e-7f) << w->params()[t].name << "[" << i << "]";
-    }
-  }
-}
-
 // The reference of the tests below: one worker stepping on the union of the world's batches (equal shards, so the
 // ranks' mean gradients average to the union's), with `clip` > 0 clipping its gradient by hand first.
 std::unique_ptr<Workload> unionOfBatches(int world, const SyncTrainerOptions& options, double clip = 0) {
@@ -241,6 +195,19 @@ void expectClose(const RankResult& got, const Workload& want) {
     for (std::size_t i = 0; i < expect.size(); ++i)
       EXPECT_NEAR(got.values[t][i], expect[i], 1e-5f * scale + 1e-7f) << want.params()[t].name << "[" << i << "]";
   }
+}
+
+TEST(SyncTrainer, ThreeWorkersWithNoneAreLargeBatchSgd) {
+  // With an exact compressor, averaging three per-rank mean gradients over b examples each is the mean gradient over
+  // the 3b examples (equal batch sizes, every step including the short last one), so 3 workers must track one worker
+  // stepping on the union of their batches (unionOfBatches). The two sides sum the same terms in a different order
+  // (per rank, then across ranks, then /3 vs one sum /3b), so they agree to f32 rounding, not bit for bit.
+  constexpr int kWorld = 3;
+  SyncTrainerOptions options = smallOptions();
+  options.epochs = 1;  // 600 / 3 = 200 examples per rank: 13 steps of 16, the last of 8
+  const auto trained = train(kWorld, "none", options);
+  ASSERT_EQ(trained[0].losses.size(), 13u);
+  expectClose(trained[0], *unionOfBatches(kWorld, options));
 }
 
 // Accumulating 2 micro-batches of 16 is the step of one batch of 32: the same values to f32 rounding, the same
