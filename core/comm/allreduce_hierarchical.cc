@@ -11,17 +11,8 @@ namespace terse::comm {
 namespace {
 
 // The node phases over `members` (transport ranks, leader first). Both keep every segment's receive posted ahead and
-// forward a segment as soon as it is complete, so a chain of G members costs about S / B + (G - 1) segment times. A
-// member keeps at most kWindow segments of its own sends in flight: frames posted together may share the link's
-// bandwidth (they do on the simulated network, where each frame is its own flow) and then all arrive at the end, which
-// would stall the next member until the whole message is in -- (G - 1) S / B instead of S / B.
-constexpr std::size_t kWindow = 2;
-
-void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, std::vector<Request>& sends) {
-  if (sends.size() >= kWindow) sends[sends.size() - kWindow].wait();
-  ctx.send(peer, bytes, sends);
-}
-
+// forward a segment as soon as it is complete (windowedSend), so a chain of G members costs about S / B + (G - 1)
+// segment times.
 void chainReduceToLeader(CollectiveContext& ctx, std::span<std::byte> data, DType dtype, std::span<const int> members) {
   ctx.setGroup(members);
   const int g = ctx.rank();

@@ -21,6 +21,20 @@
 
 namespace terse::comm {
 
+// The non-power-of-two handling above, shared with allreduce_halving_doubling.h: p, rem, and this rank's virtual rank
+// in the power-of-two phase (-1 for the even ranks below 2*rem, which sit it out).
+struct PowerOfTwoFold {
+  int p = 1;
+  int rem = 0;
+  int vrank = -1;
+  // The rank that plays virtual rank v.
+  int rankOf(int v) const noexcept { return v < rem ? 2 * v + 1 : v + rem; }
+};
+// The fold before the power-of-two phase (tmp: data.size() bytes of scratch), and the copy back after it.
+PowerOfTwoFold foldToPowerOfTwo(CollectiveContext& ctx, std::span<std::byte> data, DType dtype,
+                                std::span<std::byte> tmp);
+void unfoldFromPowerOfTwo(CollectiveContext& ctx, std::span<std::byte> data, DType dtype, const PowerOfTwoFold& fold);
+
 void allreduceRecursiveDoubling(CollectiveContext& ctx, std::span<std::byte> data, DType dtype);
 
 }  // namespace terse::comm

@@ -91,6 +91,11 @@ void waitAll(std::vector<Request>& requests) {
   requests.clear();
 }
 
+void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, std::vector<Request>& sends) {
+  if (sends.size() >= kPipelineWindow) sends[sends.size() - kPipelineWindow].wait();
+  ctx.send(peer, bytes, sends);
+}
+
 void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx) {
   for (std::size_t i = 0; i < requests.size(); ++i) ctx.waitRecv(requests[i], expected[i]);
   requests.clear();

@@ -30,11 +30,21 @@ namespace terse::comm {
 
 enum class ReduceOp { kSum };
 
-enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
-// "auto", "ring", "rd", "hierarchical"
+enum class AllreduceAlgorithm {
+  kAuto,
+  kRing,
+  kRecursiveDoubling,
+  kHierarchical,
+  kTree,
+  kHalvingDoubling,
+  kReduceBroadcast
+};
+// "auto", "ring", "rd", "hierarchical", "tree", "hd", "reduce_broadcast"
 std::string_view allreduceAlgorithmName(AllreduceAlgorithm a) noexcept;
-// "auto", "ring", "rd", "recursive_doubling" or "hierarchical"; nullopt otherwise.
+// A name above, or the long forms "recursive_doubling", "halving_doubling" (also "rabenseifner"); nullopt otherwise.
 std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name) noexcept;
+// The accepted names for messages: "ring, rd, hd, tree, reduce_broadcast, hierarchical or auto".
+std::string_view allreduceAlgorithmChoices() noexcept;
 
 // A non-blocking collective in flight. wait() rethrows the operation's error.
 class CommRequest {

@@ -6,9 +6,13 @@
 
 #include "core/comm/allgather_bruck.h"
 #include "core/comm/allgatherv_ring.h"
+#include "core/comm/allreduce_auto.h"
+#include "core/comm/allreduce_halving_doubling.h"
 #include "core/comm/allreduce_hierarchical.h"
 #include "core/comm/allreduce_recursive_doubling.h"
+#include "core/comm/allreduce_reduce_broadcast.h"
 #include "core/comm/allreduce_ring.h"
+#include "core/comm/allreduce_tree.h"
 #include "core/comm/barrier_dissemination.h"
 #include "core/comm/broadcast_binomial.h"
 #include "core/comm/reduce.h"
@@ -26,8 +30,18 @@ std::string_view allreduceAlgorithmName(AllreduceAlgorithm a) noexcept {
       return "rd";
     case AllreduceAlgorithm::kHierarchical:
       return "hierarchical";
+    case AllreduceAlgorithm::kTree:
+      return "tree";
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return "hd";
+    case AllreduceAlgorithm::kReduceBroadcast:
+      return "reduce_broadcast";
   }
   return "?";
+}
+
+std::string_view allreduceAlgorithmChoices() noexcept {
+  return "ring, rd, hd, tree, reduce_broadcast, hierarchical or auto";
 }
 
 std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name) noexcept {
@@ -35,6 +49,9 @@ std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name)
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "rd" || name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
   if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
+  if (name == "tree") return AllreduceAlgorithm::kTree;
+  if (name == "hd" || name == "halving_doubling" || name == "rabenseifner") return AllreduceAlgorithm::kHalvingDoubling;
+  if (name == "reduce_broadcast") return AllreduceAlgorithm::kReduceBroadcast;
   return std::nullopt;
 }
 
@@ -66,9 +83,16 @@ bool HostCommunicator::supportsSum(DType dtype) const noexcept {
 
 AllreduceAlgorithm HostCommunicator::algorithmFor(uint64_t bytes) const noexcept {
   if (options_.algorithm != AllreduceAlgorithm::kAuto) return options_.algorithm;
-  if (bytes < options_.small_allreduce_bytes) return AllreduceAlgorithm::kRecursiveDoubling;
-  return options_.ranks_per_node > 1 && size() > options_.ranks_per_node ? AllreduceAlgorithm::kHierarchical
-                                                                         : AllreduceAlgorithm::kRing;
+  AllreduceAlgorithm flat = AllreduceAlgorithm::kRing;
+  if (options_.small_allreduce_bytes != 0) {
+    if (bytes < options_.small_allreduce_bytes) flat = AllreduceAlgorithm::kRecursiveDoubling;
+  } else {
+    flat = measuredAllreduceChoice(size(), bytes);
+  }
+  // Several nodes: the hierarchical allreduce where the flat choice is the bandwidth-bound ring.
+  return flat == AllreduceAlgorithm::kRing && options_.ranks_per_node > 1 && size() > options_.ranks_per_node
+             ? AllreduceAlgorithm::kHierarchical
+             : flat;
 }
 
 void HostCommunicator::checkSum(DType dtype, ReduceOp op) const {
@@ -148,12 +172,20 @@ HostCommunicator::Op HostCommunicator::allreduceOp(std::span<std::byte> data, DT
   const AllreduceAlgorithm algo = algorithmFor(data.size());
   const int per_node = options_.ranks_per_node;
   return makeOp(OpKind::kAllreduce, tensor, data.size(), [data, dtype, algo, per_node](CollectiveContext& ctx) {
-    if (algo == AllreduceAlgorithm::kRecursiveDoubling) {
-      allreduceRecursiveDoubling(ctx, data, dtype);
-    } else if (algo == AllreduceAlgorithm::kHierarchical) {
-      allreduceHierarchical(ctx, data, dtype, per_node);
-    } else {
-      allreduceRing(ctx, data, dtype);
+    switch (algo) {
+      case AllreduceAlgorithm::kRecursiveDoubling:
+        return allreduceRecursiveDoubling(ctx, data, dtype);
+      case AllreduceAlgorithm::kHierarchical:
+        return allreduceHierarchical(ctx, data, dtype, per_node);
+      case AllreduceAlgorithm::kTree:
+        return allreduceTree(ctx, data, dtype);
+      case AllreduceAlgorithm::kHalvingDoubling:
+        return allreduceHalvingDoubling(ctx, data, dtype);
+      case AllreduceAlgorithm::kReduceBroadcast:
+        return allreduceReduceBroadcast(ctx, data, dtype);
+      case AllreduceAlgorithm::kAuto:
+      case AllreduceAlgorithm::kRing:
+        return allreduceRing(ctx, data, dtype);
     }
   });
 }

@@ -5,10 +5,10 @@
 // rank; a blocking call issued meanwhile runs at once on its own thread under its own tag, independently of the queued
 // ones. Each thread that runs collectives has its own grow-only scratch, so a steady state allocates nothing large.
 //
-// Allreduce picks its algorithm per call: with kAuto, recursive doubling (allreduce_recursive_doubling.h) below
-// small_allreduce_bytes and from there on the ring (allreduce_ring.h), or the hierarchical allreduce
-// (allreduce_hierarchical.h) when ranks_per_node > 1 describes more than one node; the same size gives the same choice
-// on every rank, as it must.
+// Allreduce picks its algorithm per call: with kAuto, the measured table of allreduce_auto.h by world size and message
+// size (or, when small_allreduce_bytes is set, recursive doubling below it and the ring from there on), and the
+// hierarchical allreduce (allreduce_hierarchical.h) instead of the ring when ranks_per_node > 1 describes more than
+// one node; the same size gives the same choice on every rank, as it must.
 #pragma once
 
 #include <atomic>
@@ -28,8 +28,9 @@ namespace terse::comm {
 
 struct HostCommOptions {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
-  // kAuto: messages below this many bytes use recursive doubling, larger ones the ring.
-  uint64_t small_allreduce_bytes = 64 * 1024;
+  // kAuto: 0 = the measured table (allreduce_auto.h); otherwise messages below this many bytes use recursive
+  // doubling, larger ones the ring.
+  uint64_t small_allreduce_bytes = 0;
   // Frames carry at most this many payload bytes (CollectiveContext::segment_bytes). 256 KiB keeps a frame's copy or
   // sum within L2 while its neighbour is in flight, and makes per-frame costs (a header, a match) negligible.
   uint64_t segment_bytes = 256 * 1024;

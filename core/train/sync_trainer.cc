@@ -77,7 +77,18 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   for (std::size_t i = 0; i < params.size(); ++i) {
     pipelines_.push_back(makePipeline(paramTensorInfo(params[i], i, comm.rank(), comm.size(), workload.device())));
   }
-  steps_per_epoch_ = sampler_.batchesPerEpoch(options.batch_size, options.drop_last);
+  TERSE_CHECK(options.accumulation_steps >= 1, InvalidArgument,
+              "gradient_accumulation_steps must be >= 1, got " << options.accumulation_steps);
+  TERSE_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0, InvalidArgument,
+              "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
+  TERSE_CHECK(device_ == false || (options.accumulation_steps == 1 && options.clip_grad_norm == 0), InvalidArgument,
+              "gradient_accumulation_steps (" << options.accumulation_steps << ") and optimizer.clip_grad_norm ("
+                                              << options.clip_grad_norm << ") are host-only; workload '"
+                                              << workload.name() << "' computes on a CUDA device");
+  const int64_t micro_batches = sampler_.batchesPerEpoch(options.batch_size, options.drop_last);
+  steps_per_epoch_ = (micro_batches + options.accumulation_steps - 1) / options.accumulation_steps;
+  if (options.accumulation_steps > 1)
+    for (const auto& p : params) accumulated_.emplace_back(p.numel());
   TERSE_CHECK(steps_per_epoch_ >= 1, InvalidArgument,
               "a shard of " << sampler_.shardSize() << " examples holds no full batch of " << options.batch_size
                             << " (drop_last)");
@@ -289,6 +300,15 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
     if (--chunks_left_[t] == 0) done.push_back(t);
   }
+  if (options_.clip_grad_norm > 0) {
+    // The norm is global: nothing is applied until the step's last tensor is in.
+    clip_ready_.insert(clip_ready_.end(), done.begin(), done.end());
+    done.clear();
+    if (clip_ready_.size() == params.size()) {
+      clipGradients();
+      done.swap(clip_ready_);
+    }
+  }
   for (std::size_t t : done) {
     const auto u0 = rt::now();
     // FLOP model: SGD with momentum reads and writes each element a few times (rt::work).
@@ -316,6 +336,33 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
     }
   }
   if (!done.empty()) applied_cv_.notify_all();
+}
+
+void SyncTrainer::clipGradients() {
+  const auto params = workload_.params();
+  double sq = 0;
+  for (const ParamTensor& p : params)
+    for (float g : p.grad) sq += static_cast<double>(g) * static_cast<double>(g);
+  // torch.nn.utils.clip_grad_norm_: the 1e-6 keeps a zero gradient finite; a scale >= 1 leaves the gradient alone.
+  const double scale = options_.clip_grad_norm / (std::sqrt(sq) + 1e-6);
+  if (scale >= 1) return;
+  rt::work(static_cast<double>(workload_.numParameters()) * 3);  // FLOP model: square-add, then scale
+  const auto f = static_cast<float>(scale);
+  for (ParamTensor& p : params)
+    for (float& g : p.grad) g *= f;
+}
+
+void SyncTrainer::accumulate(std::span<const std::size_t> tensors, float weight, bool first, bool last) {
+  const auto params = workload_.params();
+  for (std::size_t t : tensors) {
+    std::vector<float>& g = params[t].grad;
+    std::vector<float>& a = accumulated_[t];
+    rt::work(2 * static_cast<double>(g.size()));
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      a[i] = first ? weight * g[i] : a[i] + weight * g[i];
+      if (last) g[i] = a[i];
+    }
+  }
 }
 
 void SyncTrainer::commLoop() {
@@ -463,7 +510,12 @@ StepRecord SyncTrainer::step() {
   rec.step_in_epoch = next_step_ % steps_per_epoch_;
   if (rec.step_in_epoch == 0)
     epoch_batches_ = sampler_.epochBatches(rec.epoch, options_.batch_size, options_.drop_last);
-  const std::vector<int64_t>& batch = epoch_batches_.at(static_cast<std::size_t>(rec.step_in_epoch));
+  // This step's micro-batches: accumulation_steps consecutive batches, fewer at the end of an epoch.
+  const auto first_batch = static_cast<std::size_t>(rec.step_in_epoch * options_.accumulation_steps);
+  const std::size_t micro =
+      std::min(static_cast<std::size_t>(options_.accumulation_steps), epoch_batches_.size() - first_batch);
+  std::size_t examples = 0;
+  for (std::size_t m = 0; m < micro; ++m) examples += epoch_batches_[first_batch + m].size();
   rec.lr = learningRate(lr_, rec.step);
 
   const auto t0 = rt::now();
@@ -484,8 +536,6 @@ StepRecord SyncTrainer::step() {
   backward_done_.store(false, std::memory_order_release);
   overlapped_.store(0, std::memory_order_relaxed);
   gate_wait_s_ = 0;
-  forward_charged_ = 0;
-  batch_examples_ = static_cast<double>(batch.size());
   gate_layer_ = -1;
 
   const auto t1 = rt::now();
@@ -497,24 +547,35 @@ StepRecord SyncTrainer::step() {
     const int64_t step_index = rec.step;
     const double lr = rec.lr;
     in_step_ = true;
-    rec.loss = workload_.forwardBackward(batch, [&](int layer, std::span<const std::size_t> tensors) {
-      chargeForwardUpTo(workload_.numLayers());
-      rt::work(layer_flops_[static_cast<std::size_t>(layer)].backward * batch_examples_);
-      if (options_.trace) {
-        const auto now = rt::now();
-        if (gate_layer_ >= 0) {
-          // From the last gate to the first report: the last layer's forward, the loss and its backward.
-          options_.trace->span(TraceRecorder::kComputeThread, "forward+backward " + layerName(gate_layer_), "compute",
-                               gate_mark_, now);
-          gate_layer_ = -1;
-        } else {
-          options_.trace->span(TraceRecorder::kComputeThread, "backward " + layerName(layer), "compute", last_mark,
-                               now);
+    for (std::size_t m = 0; m < micro; ++m) {
+      const std::vector<int64_t>& batch = epoch_batches_[first_batch + m];
+      // The mean loss over all the step's examples is the micro-batches' means weighted by their lengths; so is its
+      // gradient.
+      const double weight = micro == 1 ? 1.0 : static_cast<double>(batch.size()) / static_cast<double>(examples);
+      const bool last = m + 1 == micro;
+      forward_charged_ = 0;
+      batch_examples_ = static_cast<double>(batch.size());
+      rec.loss += weight * workload_.forwardBackward(batch, [&](int layer, std::span<const std::size_t> tensors) {
+        chargeForwardUpTo(workload_.numLayers());
+        rt::work(layer_flops_[static_cast<std::size_t>(layer)].backward * batch_examples_);
+        if (micro > 1) accumulate(tensors, static_cast<float>(weight), m == 0, last);
+        if (!last) return;
+        if (options_.trace) {
+          const auto now = rt::now();
+          if (gate_layer_ >= 0) {
+            // From the last gate to the first report: the last layer's forward, the loss and its backward.
+            options_.trace->span(TraceRecorder::kComputeThread, "forward+backward " + layerName(gate_layer_), "compute",
+                                 gate_mark_, now);
+            gate_layer_ = -1;
+          } else {
+            options_.trace->span(TraceRecorder::kComputeThread, "backward " + layerName(layer), "compute", last_mark,
+                                 now);
+          }
+          last_mark = now;
         }
-        last_mark = now;
-      }
-      enqueue(step_index, tensors, lr);
-    });
+        enqueue(step_index, tensors, lr);
+      });
+    }
   } catch (...) {
     compute_error = std::current_exception();
   }

@@ -106,6 +106,16 @@ struct SyncTrainerOptions {
   double warmup_epochs = 0;
   // When set, the timeline of this rank is recorded into it (must outlive the trainer).
   TraceRecorder* trace = nullptr;
+  // Micro-batches per optimizer step (>= 1): forwardBackward runs on this many consecutive batches of batch_size (the
+  // sampler's order, so they are one batch of accumulation_steps x batch_size examples cut in pieces), their gradients
+  // are averaged weighted by their lengths, and one communication and one update follow. With compressor `none` this
+  // is the larger batch's step up to f32 rounding. A step at the end of an epoch takes the micro-batches that are left.
+  // Host workloads only.
+  int64_t accumulation_steps = 1;
+  // > 0: after aggregation, every gradient is scaled by clip_grad_norm / (norm + 1e-6) when that is < 1, norm being
+  // the L2 norm over all tensors together (torch.nn.utils.clip_grad_norm_). The updates then wait until every tensor
+  // of the step is aggregated. 0 = off. Host workloads only.
+  double clip_grad_norm = 0;
   // A straggler's compute-time factor (>= 1): before each forward the trainer sleeps (slowdown - 1) x the previous
   // step's measured compute, counted as compute. Emulates a slower device without changing the math.
   double slowdown = 1.0;
@@ -140,7 +150,7 @@ struct StepRecord {
   int64_t step = 0;           // global step index just run, 0-based
   int64_t epoch = 0;          // 0-based
   int64_t step_in_epoch = 0;  // 0-based
-  double loss = 0;            // this rank's mean loss over its batch
+  double loss = 0;            // this rank's mean loss over its batch (all its micro-batches)
   double lr = 0;              // the learning rate applied
   StepTimes times;
   // Tensors whose communication started before forwardBackward returned: the overlap that happened.
@@ -256,6 +266,12 @@ class SyncTrainer {
   // layer l is charged when the gate of a later layer (or the first report) shows it is done; backward of l when l
   // is reported. Only inside forwardBackward: evaluate() also passes the gates.
   std::vector<LayerFlops> layer_flops_;
+  // Gradient accumulation (accumulation_steps > 1): the weighted sum of the step's micro-batch gradients so far.
+  std::vector<std::vector<float>> accumulated_;
+  // Clipping (clip_grad_norm > 0): tensors of this step aggregated and waiting for the rest before the norm is known.
+  std::vector<std::size_t> clip_ready_;
+  void accumulate(std::span<const std::size_t> tensors, float weight, bool first, bool last);
+  void clipGradients();
   bool in_step_ = false;
   int forward_charged_ = 0;
   double batch_examples_ = 0;

@@ -610,6 +610,23 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
                                    << e.optimizer().momentum();
   }
   if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
+  // Unset stays unset (1): a default written here would change every existing config's hash.
+  if (e.has_gradient_accumulation_steps() && e.gradient_accumulation_steps() < 1)
+    c.fail("gradient_accumulation_steps") << " must be >= 1, got " << e.gradient_accumulation_steps();
+  const double clip = e.optimizer().clip_grad_norm();
+  if (!(std::isfinite(clip) && clip >= 0))
+    c.fail("optimizer.clip_grad_norm") << " must be finite and >= 0, got " << clip;
+  // The parameter server and Hogwild apply each worker's gradient as it arrives: there is no aggregated step to
+  // accumulate into or to take one global norm of. NCCL's workloads keep their gradients on the device, where the
+  // trainer does not accumulate or clip.
+  for (const auto& [field, set] : {std::pair{"gradient_accumulation_steps", e.gradient_accumulation_steps() > 1},
+                                   std::pair{"optimizer.clip_grad_norm", clip > 0}}) {
+    if (set && async_mode)
+      c.fail(field) << ": mode " << Experiment::Mode_Name(e.mode())
+                    << " applies each worker's gradient on arrival; it needs mode SYNC";
+    if (set && e.transport() == Experiment::NCCL)
+      c.fail(field) << ": transport NCCL keeps gradients on the device; it needs INPROC or TCP";
+  }
   if (e.clock() == Experiment::CLOCK_UNSPECIFIED) c.fail("clock") << " must be REAL_TIME or SIMULATED";
   if (e.clock() == Experiment::SIMULATED) {
     // The simulated cluster runs the in-process sync trainer's threads as SimGrid actors; the parameter server and
@@ -642,8 +659,8 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   {
     const auto algo = comm::parseAllreduceAlgorithm(e.collectives().allreduce());
     if (!algo)
-      c.fail("collectives.allreduce") << " '" << e.collectives().allreduce()
-                                      << "' is not one of auto, ring, rd, hierarchical";
+      c.fail("collectives.allreduce") << " '" << e.collectives().allreduce() << "' is not one of "
+                                      << comm::allreduceAlgorithmChoices();
     if (e.collectives().has_ranks_per_node()) {
       const int per = e.collectives().ranks_per_node();
       if (per < 1 || per > std::max(1, e.workers()))
@@ -869,8 +886,8 @@ comm::HostCommOptions hostCommOptions(const Experiment& experiment) {
   comm::HostCommOptions o;
   const auto algo = comm::parseAllreduceAlgorithm(experiment.collectives().allreduce());
   TERSE_CHECK(algo.has_value(), InvalidArgument,
-              "collectives.allreduce '" << experiment.collectives().allreduce()
-                                        << "' is not one of auto, ring, rd, hierarchical");
+              "collectives.allreduce '" << experiment.collectives().allreduce() << "' is not one of "
+                                        << comm::allreduceAlgorithmChoices());
   o.algorithm = *algo;
   if (experiment.collectives().has_ranks_per_node()) {
     o.ranks_per_node = experiment.collectives().ranks_per_node();

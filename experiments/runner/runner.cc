@@ -68,6 +68,8 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   o.lr.milestones.assign(opt.milestones().begin(), opt.milestones().end());
   o.lr.gamma = opt.gamma();
   o.lr.scale_by_world_size = opt.scale_lr_by_world_size();
+  o.accumulation_steps = e.has_gradient_accumulation_steps() ? e.gradient_accumulation_steps() : 1;
+  o.clip_grad_norm = opt.clip_grad_norm();
   o.warmup_epochs = opt.warmup_epochs();
   return o;
 }

@@ -6,6 +6,7 @@
 
 #include <tuple>
 
+#include "core/comm/allreduce_auto.h"
 #include "tests/comm/comm_test_util.h"
 
 namespace terse::comm {
@@ -24,13 +25,9 @@ TEST_P(HierarchicalGrid, EveryRankGetsTheExactSumInTheTwoLevelOrder) {
   options.ranks_per_node = per;
   options.segment_bytes = 4096;  // several segments per chain, so the pipelining is exercised
   World world(n, options);
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < n; ++r) in.push_back(testing::makeInput(r, count, dtype));
+  const auto in = testing::makeInputs(n, count, dtype);
   const std::vector<std::byte> want = testing::expectedHierarchical(in, count, dtype, per);
-  std::vector<std::vector<std::byte>> out = in;
-  world.runOk([&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
-  for (int r = 0; r < n; ++r)
-    EXPECT_TRUE(testing::sameBytes(out[static_cast<std::size_t>(r)], want, dtype)) << "rank " << r;
+  testing::expectAllreduceGives(world, in, count, dtype, want);
 }
 
 std::string gridName(const ::testing::TestParamInfo<Param>& info) {
@@ -48,8 +45,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, HierarchicalGrid,
 // The 16-bit replay is not vacuous: the two-level order gives other bits than the flat ring's somewhere.
 TEST(Hierarchical, OrderDiffersFromTheFlatRing) {
   const std::size_t count = 4096;
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < 6; ++r) in.push_back(testing::makeInput(r, count, DType::kBF16, 7));
+  const auto in = testing::makeInputs(6, count, DType::kBF16, 7);
   EXPECT_FALSE(testing::sameBytes(testing::expectedHierarchical(in, count, DType::kBF16, 3),
                                   testing::expectedRing(in, count, DType::kBF16), DType::kBF16));
 }
@@ -111,10 +107,17 @@ TEST(Hierarchical, AutoPicksItForLargeMessagesOnMoreThanOneNode) {
   HostCommOptions options;
   options.ranks_per_node = 4;
   World world(8, options);
-  EXPECT_EQ(world.comms[0]->algorithmFor(1 << 20), AllreduceAlgorithm::kHierarchical);
-  EXPECT_EQ(world.comms[0]->algorithmFor(1024), AllreduceAlgorithm::kRecursiveDoubling);
   World one_node(4, options);
-  EXPECT_EQ(one_node.comms[0]->algorithmFor(1 << 20), AllreduceAlgorithm::kRing);
+  bool hierarchical = false;
+  // Where the flat table picks the ring, several nodes take the hierarchical allreduce instead; one node never does.
+  for (uint64_t bytes = 1024; bytes <= (uint64_t{256} << 20); bytes *= 4) {
+    const AllreduceAlgorithm flat = measuredAllreduceChoice(8, bytes);
+    EXPECT_EQ(world.comms[0]->algorithmFor(bytes),
+              flat == AllreduceAlgorithm::kRing ? AllreduceAlgorithm::kHierarchical : flat);
+    hierarchical = hierarchical || flat == AllreduceAlgorithm::kRing;
+    EXPECT_EQ(one_node.comms[0]->algorithmFor(bytes), measuredAllreduceChoice(4, bytes));
+  }
+  EXPECT_TRUE(hierarchical) << "the table never picks the ring at 8 ranks";
   EXPECT_EQ(parseAllreduceAlgorithm("hierarchical"), AllreduceAlgorithm::kHierarchical);
   EXPECT_EQ(allreduceAlgorithmName(AllreduceAlgorithm::kHierarchical), "hierarchical");
 }

@@ -21,15 +21,11 @@ TEST_P(AllreduceGrid, EveryRankGetsTheExactSum) {
   HostCommOptions options;
   options.algorithm = algo;
   World world(n, options);
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < n; ++r) in.push_back(testing::makeInput(r, count, dtype));
+  const auto in = testing::makeInputs(n, count, dtype);
   const std::vector<std::byte> want = algo == AllreduceAlgorithm::kRing
                                           ? testing::expectedRing(in, count, dtype)
                                           : testing::expectedRecursiveDoubling(in, count, dtype);
-  std::vector<std::vector<std::byte>> out = in;
-  world.runOk([&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
-  for (int r = 0; r < n; ++r)
-    EXPECT_TRUE(testing::sameBytes(out[static_cast<std::size_t>(r)], want, dtype)) << "rank " << r;
+  testing::expectAllreduceGives(world, in, count, dtype, want);
 }
 
 std::string gridName(const ::testing::TestParamInfo<GridParam>& info) {
@@ -51,8 +47,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, AllreduceGrid,
 TEST(Allreduce, Bf16OrderMattersSoTheReplayIsNeeded) {
   const int n = 5;
   const std::size_t count = 1000;
-  std::vector<std::vector<std::byte>> in;
-  for (int r = 0; r < n; ++r) in.push_back(testing::makeInput(r, count, DType::kBF16));
+  const auto in = testing::makeInputs(n, count, DType::kBF16);
   EXPECT_FALSE(testing::sameBytes(testing::expectedRing(in, count, DType::kBF16),
                                   testing::expectedRecursiveDoubling(in, count, DType::kBF16), DType::kBF16));
 }

@@ -152,6 +152,13 @@ inline std::vector<std::byte> makeInput(int rank, std::size_t count, DType dtype
   return buf;
 }
 
+// makeInput of every rank 0..n-1.
+inline std::vector<std::vector<std::byte>> makeInputs(int n, std::size_t count, DType dtype, uint64_t salt = 0) {
+  std::vector<std::vector<std::byte>> in;
+  for (int r = 0; r < n; ++r) in.push_back(makeInput(r, count, dtype, salt));
+  return in;
+}
+
 // The ring's order for the chunk holding element i (allreduce_ring.h): x_c, then + x_{c+1}, ..., + x_{c+n-1}.
 inline std::vector<std::byte> expectedRing(const std::vector<std::vector<std::byte>>& in, std::size_t count,
                                            DType dtype) {
@@ -188,9 +195,10 @@ inline std::vector<std::byte> expectedHierarchical(const std::vector<std::vector
   return nodes.size() == 1 ? nodes[0] : expectedRing(nodes, count, dtype);
 }
 
-// The recursive-doubling tree (allreduce_recursive_doubling.h).
+// The recursive-doubling tree (allreduce_recursive_doubling.h); with `descending`, the distances p/2 down to 1 of the
+// halving-doubling allreduce (allreduce_halving_doubling.h), which sums every block in that butterfly's order.
 inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::vector<std::byte>>& in,
-                                                        std::size_t count, DType dtype) {
+                                                        std::size_t count, DType dtype, bool descending = false) {
   const int n = static_cast<int>(in.size());
   int p = 1;
   while (p * 2 <= n) p *= 2;
@@ -204,7 +212,7 @@ inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::v
           add(v[static_cast<std::size_t>(2 * j + 1)], v[static_cast<std::size_t>(2 * j)], dtype);
     for (int vr = 0; vr < p; ++vr)
       w[static_cast<std::size_t>(vr)] = v[static_cast<std::size_t>(vr < rem ? 2 * vr + 1 : vr + rem)];
-    for (int d = 1; d < p; d *= 2) {
+    for (int d = descending ? p / 2 : 1; d >= 1 && d < p; d = descending ? d / 2 : d * 2) {
       for (int vr = 0; vr < p; ++vr)
         w2[static_cast<std::size_t>(vr)] =
             add(w[static_cast<std::size_t>(vr)], w[static_cast<std::size_t>(vr ^ d)], dtype);
@@ -213,6 +221,48 @@ inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::v
     store(out, i, dtype, w[0]);
   }
   return out;
+}
+
+// The binary tree's order (allreduce_tree.h): T_v = (x_v + T_{2v+1}) + T_{2v+2}, the result T_0.
+inline float treeSum(const std::vector<std::vector<std::byte>>& in, std::size_t i, DType dtype, std::size_t v) {
+  float acc = load(in[v], i, dtype);
+  for (std::size_t c = 2 * v + 1; c <= 2 * v + 2 && c < in.size(); ++c) acc = add(acc, treeSum(in, i, dtype, c), dtype);
+  return acc;
+}
+inline std::vector<std::byte> expectedTree(const std::vector<std::vector<std::byte>>& in, std::size_t count,
+                                           DType dtype) {
+  std::vector<std::byte> out(count * dtypeSize(dtype));
+  for (std::size_t i = 0; i < count; ++i) store(out, i, dtype, treeSum(in, i, dtype, 0));
+  return out;
+}
+
+// The master-worker order (allreduce_reduce_broadcast.h): ((x_0 + x_1) + x_2) + ... + x_{n-1}.
+inline std::vector<std::byte> expectedRankOrder(const std::vector<std::vector<std::byte>>& in, std::size_t count,
+                                                DType dtype) {
+  std::vector<std::byte> out(count * dtypeSize(dtype));
+  for (std::size_t i = 0; i < count; ++i) {
+    float acc = load(in[0], i, dtype);
+    for (std::size_t r = 1; r < in.size(); ++r) acc = add(acc, load(in[r], i, dtype), dtype);
+    store(out, i, dtype, acc);
+  }
+  return out;
+}
+
+// The exact result of a flat algorithm (not kAuto or kHierarchical), replayed in its own order.
+inline std::vector<std::byte> expectedFor(AllreduceAlgorithm algo, const std::vector<std::vector<std::byte>>& in,
+                                          std::size_t count, DType dtype) {
+  switch (algo) {
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return expectedRecursiveDoubling(in, count, dtype);
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return expectedRecursiveDoubling(in, count, dtype, true);
+    case AllreduceAlgorithm::kTree:
+      return expectedTree(in, count, dtype);
+    case AllreduceAlgorithm::kReduceBroadcast:
+      return expectedRankOrder(in, count, dtype);
+    default:
+      return expectedRing(in, count, dtype);
+  }
 }
 
 // Number of ranks sorted out of 0..n-1 whose bytes differ from `want`, with the first difference.
@@ -227,6 +277,15 @@ inline ::testing::AssertionResult sameBytes(const std::vector<std::byte>& got, c
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// Every rank of `world` allreduces its own copy of in[rank] and must end with exactly `want`.
+inline void expectAllreduceGives(World& world, const std::vector<std::vector<std::byte>>& in, std::size_t count,
+                                 DType dtype, const std::vector<std::byte>& want) {
+  std::vector<std::vector<std::byte>> out = in;
+  world.runOk([&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
+  for (int r = 0; r < world.size(); ++r)
+    EXPECT_TRUE(sameBytes(out[static_cast<std::size_t>(r)], want, dtype)) << "rank " << r;
 }
 
 // Deterministic bytes for (rank, salt): what one rank contributes to an allgatherv or broadcast test.
@@ -270,9 +329,7 @@ void checkOverlappingOperations(WorldT& world) {
     // Complete them in reverse order.
     for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
     for (std::size_t k = 0; k < 4; ++k) {
-      const auto want = c.algorithmFor(bufs[k].size()) == AllreduceAlgorithm::kRing
-                            ? expectedRing(in[k], counts[k], DType::kF32)
-                            : expectedRecursiveDoubling(in[k], counts[k], DType::kF32);
+      const auto want = expectedFor(c.algorithmFor(bufs[k].size()), in[k], counts[k], DType::kF32);
       if (!sameBytes(bufs[k], want, DType::kF32)) throw std::runtime_error("async allreduce wrong");
     }
     std::size_t off = 0;

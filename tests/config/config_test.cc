@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -124,6 +125,22 @@ TEST_F(ConfigTest, NegativeLr) {
   std::string text = kMinimal;
   text.replace(text.find("0.1"), 3, "-0.1");
   expectError(text, "t.textproto:4:3: optimizer.lr must be > 0, got -0.1");
+}
+
+TEST_F(ConfigTest, AccumulationAndClippingNameTheirField) {
+  expectError(kMinimal + "gradient_accumulation_steps: 0\n",
+              "t.textproto:7:1: gradient_accumulation_steps must be >= 1, got 0");
+  std::string text = kMinimal;
+  text.replace(text.find("lr: 0.1"), 7, "lr: 0.1 clip_grad_norm: -2");
+  expectError(text, "t.textproto:4:11: optimizer.clip_grad_norm must be finite and >= 0, got -2");
+  const auto async = errorsOf(kMinimal + "mode: ASYNC\ngradient_accumulation_steps: 4\n");
+  EXPECT_TRUE(std::any_of(async.begin(), async.end(), [](const std::string& e) {
+    return e.find(
+               "gradient_accumulation_steps: mode ASYNC applies each worker's gradient on "
+               "arrival; it needs mode SYNC") != std::string::npos;
+  })) << ::testing::PrintToString(async);
+  text.replace(text.find("-2"), 2, "1");
+  EXPECT_NO_THROW(load(text + "gradient_accumulation_steps: 4\n"));
 }
 
 TEST_F(ConfigTest, MissingPlugin) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "core/comm/allreduce_auto.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
 #include "results/json.h"
@@ -105,8 +106,8 @@ TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
 
 // The simulated network against the latency-bandwidth closed form, computation taken out (FLOP model at 1e15 flops/s).
 // Four ranks on 10 Gbps / 50 us links, the MLP {64}: tensors of 50176, 64, 640 and 10 floats (plus the `none` codec's
-// 16-byte header), each frame 32 bytes of header. A frame costs alpha + bytes / beta; the ring allreduce (above 64 KiB)
-// takes 2(n-1) steps of one n-th of the tensor, recursive doubling (below) log2(n) exchanges of all of it; before each
+// 16-byte header), each frame 32 bytes of header. A frame costs alpha + bytes / beta; the ring allreduce takes 2(n-1)
+// steps of one n-th of the tensor, recursive doubling log2(n) exchanges of all of it; before each
 // group the ranks agree on what is ready, one word each in Bruck's allgather (sync_trainer.cc's negotiation: at four
 // ranks one frame of one word, then one of two).
 TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
@@ -130,9 +131,12 @@ TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
 
   constexpr double alpha = 50e-6, beta = 10e9 / 8, header = 32, n = 4;
   const auto frame = [&](double bytes) { return alpha + (bytes + header) / beta; };
+  // `auto` at four ranks picks recursive doubling or the ring by size (core/comm/allreduce_auto.h).
   const auto collective = [&](double floats) {
     const double bytes = 16 + 4 * floats;
-    return bytes < 64 * 1024 ? 2 * frame(bytes) : 2 * (n - 1) * frame(bytes / n);
+    const comm::AllreduceAlgorithm algo = comm::measuredAllreduceChoice(4, static_cast<uint64_t>(bytes));
+    EXPECT_TRUE(algo == comm::AllreduceAlgorithm::kRing || algo == comm::AllreduceAlgorithm::kRecursiveDoubling);
+    return algo == comm::AllreduceAlgorithm::kRing ? 2 * (n - 1) * frame(bytes / n) : 2 * frame(bytes);
   };
   const std::map<std::string, double> expected = {{"t0.0", collective(784 * 64)},
                                                   {"t1.0", collective(64)},
@@ -196,8 +200,9 @@ TEST(SimulatedRun, TopologyAndCollectivesConfigChecksNameTheField) {
                     "oversubscription must be finite and >= 1, got 0.5");
   expectConfigError(simulated(base, "simulation { topology { workers_per_node: 2 } }\nlink { bandwidth: \"1Gbps\" }\n"),
                     "link: simulation.topology describes the network");
-  expectConfigError(base + "collectives { allreduce: \"tree\" }\n",
-                    "collectives.allreduce 'tree' is not one of auto, ring, rd, hierarchical");
+  expectConfigError(base + "collectives { allreduce: \"butterfly\" }\n",
+                    "collectives.allreduce 'butterfly' is not one of ring, rd, hd, tree, reduce_broadcast, "
+                    "hierarchical or auto");
   expectConfigError(base + "collectives { allreduce: \"hierarchical\" }\n",
                     "'hierarchical' needs collectives.ranks_per_node");
   expectConfigError(base + "collectives { ranks_per_node: 5 }\n",

@@ -64,6 +64,7 @@ struct RankResult {
   std::vector<std::vector<float>> values;
   std::vector<double> losses;
   uint64_t checksum = 0;
+  uint64_t allreduces = 0;
 };
 
 // One thread per rank; each builds its own workload replica, communicator, pipelines and trainer.
@@ -85,6 +86,7 @@ std::vector<RankResult> train(int world, const std::string& compressor_name, con
         while (!trainer.finished()) res.losses.push_back(trainer.step().loss);
         for (const auto& p : w->params()) res.values.push_back(p.value);
         res.checksum = trainer.checksum();
+        res.allreduces = comm.stats().kind(comm::OpKind::kAllreduce).ops;
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -150,50 +152,123 @@ TEST(SyncTrainer, WorldOneWithNoneIsPlainSgd) {
   for (std::size_t i = 0; i < w->params().size(); ++i) EXPECT_EQ(trained[0].values[i], w->params()[i].value);
 }
 
+// The reference of the tests below: one worker stepping on the union of the world's batches (equal shards, so the
+// ranks' mean gradients average to the union's), with `clip` > 0 clipping its gradient by hand first.
+std::unique_ptr<Workload> unionOfBatches(int world, const SyncTrainerOptions& options, double clip = 0) {
+  auto w = linearRegression();
+  std::vector<ShardSampler> samplers;
+  for (int r = 0; r < world; ++r) samplers.emplace_back(w->numTrainExamples(), r, world, options.seed);
+  SgdOptimizer opt(w->params(), options.sgd);
+  LrScheduleOptions lr = options.lr;
+  lr.world_size = world;
+  lr.steps_per_epoch = samplers[0].batchesPerEpoch(options.batch_size);
+  lr.total_steps = lr.steps_per_epoch * options.epochs;
+  for (int64_t step = 0; step < lr.total_steps; ++step) {
+    std::vector<int64_t> all;
+    for (const auto& s : samplers) {
+      const auto b = s.epochBatches(step / lr.steps_per_epoch, options.batch_size)
+                         .at(static_cast<std::size_t>(step % lr.steps_per_epoch));
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    w->forwardBackward(all, {});
+    if (clip > 0) {
+      double sq = 0;
+      for (const auto& p : w->params())
+        for (float g : p.grad) sq += static_cast<double>(g) * g;
+      const double scale = clip / (std::sqrt(sq) + 1e-6);
+      if (scale < 1)
+        for (auto& p : w->params())
+          for (float& g : p.grad) g = static_cast<float>(g * scale);
+    }
+    opt.updateAll(w->params(), learningRate(lr, step));
+  }
+  return w;
+}
+
+// Every value within f32 rounding of the reference (a few ulps per step, compounded).
+void expectClose(const RankResult& got, const Workload& want) {
+  ASSERT_EQ(got.values.size(), want.params().size());
+  for (std::size_t t = 0; t < want.params().size(); ++t) {
+    const auto& expect = want.params()[t].value;
+    float scale = 0;
+    for (float v : expect) scale = std::max(scale, std::abs(v));
+    for (std::size_t i = 0; i < expect.size(); ++i)
+      EXPECT_NEAR(got.values[t][i], expect[i], 1e-5f * scale + 1e-7f) << want.params()[t].name << "[" << i << "]";
+  }
+}
+
 TEST(SyncTrainer, ThreeWorkersWithNoneAreLargeBatchSgd) {
   // With an exact compressor, averaging three per-rank mean gradients over b examples each is the mean gradient over
   // the 3b examples (equal batch sizes, every step including the short last one), so 3 workers must track one worker
-  // stepping on the union of their batches. The reference is built by hand: the ranks' ShardSampler batches
-  // concatenated, one forwardBackward over all of them, the same optimizer and schedule.
+  // stepping on the union of their batches (unionOfBatches). The two sides sum the same terms in a different order
+  // (per rank, then across ranks, then /3 vs one sum /3b), so they agree to f32 rounding, not bit for bit.
   constexpr int kWorld = 3;
   SyncTrainerOptions options = smallOptions();
   options.epochs = 1;  // 600 / 3 = 200 examples per rank: 13 steps of 16, the last of 8
   const auto trained = train(kWorld, "none", options);
+  ASSERT_EQ(trained[0].losses.size(), 13u);
+  expectClose(trained[0], *unionOfBatches(kWorld, options));
+}
 
+// Accumulating 2 micro-batches of 16 is the step of one batch of 32: the same values to f32 rounding, the same
+// losses, and one allreduce per tensor per step, as without accumulation.
+TEST(SyncTrainer, GradientAccumulationIsTheLargerBatch) {
+  constexpr int kWorld = 3;
+  SyncTrainerOptions big = smallOptions();
+  big.epochs = 1;  // 200 examples per rank: 6 steps of 32 and one of 8
+  big.batch_size = 32;
+  SyncTrainerOptions accumulated = big;
+  accumulated.batch_size = 16;
+  accumulated.accumulation_steps = 2;  // 12 micro-batches of 16 and one of 8: the same 7 steps
+  const auto a = train(kWorld, "none", accumulated);
+  const auto b = train(kWorld, "none", big);
+  ASSERT_EQ(a[0].losses.size(), 7u);
+  ASSERT_EQ(b[0].losses.size(), 7u);
+  for (std::size_t s = 0; s < 7; ++s) EXPECT_NEAR(a[0].losses[s], b[0].losses[s], 1e-5 * std::abs(b[0].losses[s]));
+  EXPECT_EQ(a[0].allreduces, b[0].allreduces);
+  EXPECT_EQ(a[1].values, a[0].values);
+  expectClose(a[0], *unionOfBatches(kWorld, big));
+}
+
+// Clipping to a global norm below the gradients' matches clipping by hand the union batch's gradient, whose norm the
+// reference computes itself; and it changes the result.
+TEST(SyncTrainer, ClipGradNormMatchesAHandComputedNorm) {
+  constexpr int kWorld = 2;
+  SyncTrainerOptions options = smallOptions();
+  options.epochs = 1;
+  options.clip_grad_norm = 0.25;
+  const auto clipped = train(kWorld, "none", options);
+  EXPECT_EQ(clipped[1].values, clipped[0].values);
+  const auto reference = unionOfBatches(kWorld, options, options.clip_grad_norm);
+  expectClose(clipped[0], *reference);
+  const auto unclipped = unionOfBatches(kWorld, options);
+  double diff = 0;
+  for (std::size_t t = 0; t < unclipped->params().size(); ++t)
+    for (std::size_t i = 0; i < unclipped->params()[t].numel(); ++i)
+      diff = std::max(diff,
+                      static_cast<double>(std::abs(unclipped->params()[t].value[i] - reference->params()[t].value[i])));
+  EXPECT_GT(diff, 1e-3) << "clipping at 0.25 changed nothing: the test does not exercise it";
+}
+
+TEST(SyncTrainer, RefusesBadAccumulationAndClipping) {
+  auto transports = comm::makeInprocTransports(1);
+  comm::HostCommunicator comm(std::move(transports[0]));
+  auto plugin = buildTreeLoader().loadCompressor("none");
   auto w = linearRegression();
-  std::vector<ShardSampler> samplers;
-  for (int r = 0; r < kWorld; ++r) samplers.emplace_back(w->numTrainExamples(), r, kWorld, options.seed);
-  SgdOptimizer opt(w->params(), options.sgd);
-  LrScheduleOptions lr = options.lr;
-  lr.world_size = kWorld;
-  lr.steps_per_epoch = samplers[0].batchesPerEpoch(options.batch_size);
-  lr.total_steps = lr.steps_per_epoch * options.epochs;
-  std::vector<std::vector<std::vector<int64_t>>> batches;  // [rank][step]
-  for (const auto& s : samplers) batches.push_back(s.epochBatches(0, options.batch_size));
-  ASSERT_EQ(static_cast<int64_t>(trained[0].losses.size()), lr.total_steps);
-  for (int64_t step = 0; step < lr.total_steps; ++step) {
-    std::vector<int64_t> all;
-    for (const auto& rank_batches : batches) {
-      const auto& b = rank_batches.at(static_cast<std::size_t>(step));
-      all.insert(all.end(), b.begin(), b.end());
+  auto expectRefused = [&](SyncTrainerOptions o, const std::string& what) {
+    try {
+      SyncTrainer t(*w, comm, makePipelines(comm, plugin->instantiate({})), o, fifo());
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
-    w->forwardBackward(all, {});
-    opt.updateAll(w->params(), learningRate(lr, step));
-  }
-
-  // The two sides sum the same terms in a different order (per rank, then across ranks, then /3 vs one sum /3b), so
-  // they agree to f32 rounding, not bit for bit: a few ulps per step, compounded over 13 steps.
-  ASSERT_EQ(trained[0].values.size(), w->params().size());
-  for (std::size_t t = 0; t < w->params().size(); ++t) {
-    const auto& expect = w->params()[t].value;
-    const auto& got = trained[0].values[t];
-    ASSERT_EQ(got.size(), expect.size());
-    float scale = 0;
-    for (float v : expect) scale = std::max(scale, std::abs(v));
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i], expect[i], 1e-5f * scale + 1e-7f) << w->params()[t].name << "[" << i << "]";
-    }
-  }
+  };
+  SyncTrainerOptions o = smallOptions();
+  o.accumulation_steps = 0;
+  expectRefused(o, "gradient_accumulation_steps must be >= 1, got 0");
+  o = smallOptions();
+  o.clip_grad_norm = -1;
+  expectRefused(o, "optimizer.clip_grad_norm must be finite and >= 0, got -1");
 }
 
 // Three one-tensor layers; backward "computes" for a while after reporting each layer, so a trainer that overlaps

@@ -44,7 +44,8 @@ using comm::InprocFabric;
 
 constexpr std::string_view kCollectiveUsage =
     "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
-    "                                       [--algo ring|rd|hierarchical|auto] [--ranks-per-node G]\n"
+    "                                       [--algo ring|rd|hd|tree|reduce_broadcast|hierarchical|auto] "
+    "[--ranks-per-node G]\n"
     "                                       [--transport inproc|tcp|nccl] [--bandwidth BW] [--latency T]\n"
     "                                       [--clock real|simulated] [--topology SPEC] [--iters N] [-w WARMUP]\n"
     "                                       [--json] [--check]\n"
@@ -138,13 +139,16 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
   po::options_description options("options");
   addCommonOptions(options);
   options.add_options()("dtype", po::value<std::string>()->default_value("f32"), "f32, f16 or bf16")(
-      "algo", po::value<std::string>()->default_value("auto"), "allreduce algorithm: ring, rd, hierarchical or auto")(
+      "algo", po::value<std::string>()->default_value("auto"),
+      "allreduce algorithm: ring, rd, hd (halving-doubling), tree, reduce_broadcast, hierarchical or auto (the "
+      "measured table of core/comm/allreduce_auto.h, or --threshold's rule)")(
       "ranks-per-node", po::value<int>(),
       "workers per node of the hierarchical allreduce (default: --topology's, else 1)")(
       "topology", po::value<std::string>(),
       "--clock simulated: a two-level cluster instead of per-pair links, a preset (8xA100-4x200G, 8xH100-8x400G, "
       "4xV100-1x100G) and/or workers=,intra=,intra_latency=,nic=,nics=,nic_latency=,oversubscription=")(
-      "threshold", po::value<std::string>()->default_value("64K"), "auto: recursive doubling below this size")(
+      "threshold", po::value<std::string>()->default_value("table"),
+      "auto: recursive doubling below this size and the ring above, or table: the measured table")(
       "segment", po::value<std::string>()->default_value("auto"),
       "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
       "syscalls per byte)")("socket-buffer", po::value<std::string>()->default_value("0"),
@@ -165,7 +169,8 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     o.dtype = *d;
     const auto algo = comm::parseAllreduceAlgorithm((*vm)["algo"].as<std::string>());
     if (!algo)
-      throw po::error("--algo must be ring, rd, hierarchical or auto, got '" + (*vm)["algo"].as<std::string>() + "'");
+      throw po::error("--algo must be " + std::string(comm::allreduceAlgorithmChoices()) + ", got '" +
+                      (*vm)["algo"].as<std::string>() + "'");
     o.comm_options.algorithm = *algo;
     if (vm->count("topology")) o.topology = sim::parseTopology((*vm)["topology"].as<std::string>());
     if (vm->count("ranks-per-node")) {
@@ -177,7 +182,8 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     if (*algo == comm::AllreduceAlgorithm::kHierarchical && o.comm_options.ranks_per_node == 1 &&
         !vm->count("ranks-per-node"))
       throw po::error("--algo hierarchical needs --ranks-per-node or --topology to know the nodes");
-    o.comm_options.small_allreduce_bytes = comm::parseByteSize((*vm)["threshold"].as<std::string>());
+    const std::string threshold = (*vm)["threshold"].as<std::string>();
+    o.comm_options.small_allreduce_bytes = threshold == "table" ? 0 : comm::parseByteSize(threshold);
     const std::string segment = (*vm)["segment"].as<std::string>();
     o.comm_options.segment_bytes =
         segment != "auto" ? comm::parseByteSize(segment) : (a.transport == "tcp" ? 1024 * 1024 : 256 * 1024);
@@ -430,8 +436,10 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
             << ", dtype " << dtypeName(o.dtype);
   if (allreduce) {
     std::cout << ", algo " << comm::allreduceAlgorithmName(o.comm_options.algorithm);
-    if (o.comm_options.algorithm == AllreduceAlgorithm::kAuto)
+    if (o.comm_options.algorithm == AllreduceAlgorithm::kAuto && o.comm_options.small_allreduce_bytes != 0)
       std::cout << " (rd below " << o.comm_options.small_allreduce_bytes << " B)";
+    else if (o.comm_options.algorithm == AllreduceAlgorithm::kAuto)
+      std::cout << " (measured table)";
   }
   if (o.comm_options.ranks_per_node > 1) std::cout << ", " << o.comm_options.ranks_per_node << " ranks per node";
   std::cout << ", segment " << o.comm_options.segment_bytes << " B, iters " << a.iters << ", warmup " << a.warmup

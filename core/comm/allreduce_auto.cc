@@ -1,0 +1,42 @@
+#include "core/comm/allreduce_auto.h"
+
+#include <algorithm>
+#include <span>
+
+namespace terse::comm {
+namespace {
+
+// One row per world size: messages below `below` bytes use `algo`, the first matching band wins, the last band of a
+// row (below = kAll) covers the rest. Read off the study's 10 Gbps / 5 us table (results/reference/collectives/
+// table.md, column `best`) at the sizes it ran (4 KiB x 4^k): each band is a run of sizes one algorithm won, where
+// a winner by less than the small messages' noise (their times are mostly the ranks' measured CPU time per message)
+// was merged into its neighbours' band. On two ranks the ring is halving-doubling, and both sum each pair once.
+struct Band {
+  uint64_t below;
+  AllreduceAlgorithm algo;
+};
+constexpr uint64_t kAll = ~uint64_t{0};
+constexpr uint64_t kKiB = 1024;
+constexpr AllreduceAlgorithm kRd = AllreduceAlgorithm::kRecursiveDoubling;
+constexpr AllreduceAlgorithm kHd = AllreduceAlgorithm::kHalvingDoubling;
+constexpr AllreduceAlgorithm kRing = AllreduceAlgorithm::kRing;
+constexpr Band kWorld2[] = {{256 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld3[] = {{kAll, kRing}};
+constexpr Band kWorld4[] = {{256 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld5[] = {{256 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld6[] = {{64 * kKiB, kRd}, {256 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld7[] = {{64 * kKiB, kRd}, {256 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld8[] = {{1024 * kKiB, kHd}, {kAll, kRing}};
+constexpr std::span<const Band> kTable[] = {kWorld2, kWorld3, kWorld4, kWorld5, kWorld6, kWorld7, kWorld8};
+
+}  // namespace
+
+AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept {
+  if (world <= 1) return kRing;
+  const std::span<const Band> row = kTable[static_cast<std::size_t>(std::min(world, 8) - 2)];
+  for (const Band& b : row)
+    if (bytes < b.below) return b.algo;
+  return row.back().algo;
+}
+
+}  // namespace terse::comm

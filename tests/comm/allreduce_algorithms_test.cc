@@ -1,0 +1,173 @@
+// The tree, halving-doubling and reduce-broadcast allreduces (allreduce_tree.h, allreduce_halving_doubling.h,
+// allreduce_reduce_broadcast.h): every rank's result bit for bit against the sum replayed in the algorithm's own order
+// over worlds 1..8 (powers of two and not), odd counts and f32/f16/bf16; each rank's wire bytes against its header's
+// closed form; a rank failing mid-collective; the names and auto's measured table.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "core/comm/allreduce_auto.h"
+#include "tests/comm/comm_test_util.h"
+
+namespace terse::comm {
+namespace {
+
+using testing::World;
+
+constexpr AllreduceAlgorithm kNew[] = {AllreduceAlgorithm::kTree, AllreduceAlgorithm::kHalvingDoubling,
+                                       AllreduceAlgorithm::kReduceBroadcast};
+
+using GridParam = std::tuple<int, std::size_t, DType, AllreduceAlgorithm>;
+
+class AlgorithmGrid : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(AlgorithmGrid, EveryRankGetsTheExactSumInItsOrder) {
+  const auto [n, count, dtype, algo] = GetParam();
+  HostCommOptions options;
+  options.algorithm = algo;
+  options.segment_bytes = 4096;  // several segments at the largest count, so the pipelines are exercised
+  World world(n, options);
+  const auto in = testing::makeInputs(n, count, dtype);
+  const std::vector<std::byte> want = testing::expectedFor(algo, in, count, dtype);
+  testing::expectAllreduceGives(world, in, count, dtype, want);
+}
+
+std::string gridName(const ::testing::TestParamInfo<GridParam>& info) {
+  const auto [n, count, dtype, algo] = info.param;
+  return "n" + std::to_string(n) + "_count" + std::to_string(count) + "_" + std::string(dtypeName(dtype)) + "_" +
+         std::string(allreduceAlgorithmName(algo));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, AlgorithmGrid,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
+                       ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{5003}),
+                       ::testing::Values(DType::kF32, DType::kF16, DType::kBF16), ::testing::ValuesIn(kNew)),
+    gridName);
+
+// The replays are not vacuous: in bf16 each order gives other bits than the ring's and than each other's somewhere.
+TEST(AllreduceAlgorithms, Bf16OrdersDiffer) {
+  const std::size_t count = 4096;
+  const auto in = testing::makeInputs(6, count, DType::kBF16, 5);
+  const AllreduceAlgorithm all[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
+                                    AllreduceAlgorithm::kTree, AllreduceAlgorithm::kHalvingDoubling,
+                                    AllreduceAlgorithm::kReduceBroadcast};
+  for (std::size_t a = 0; a < std::size(all); ++a)
+    for (std::size_t b = a + 1; b < std::size(all); ++b)
+      EXPECT_FALSE(testing::sameBytes(testing::expectedFor(all[a], in, count, DType::kBF16),
+                                      testing::expectedFor(all[b], in, count, DType::kBF16), DType::kBF16))
+          << allreduceAlgorithmName(all[a]) << " vs " << allreduceAlgorithmName(all[b]);
+}
+
+uint64_t framed(uint64_t bytes, uint64_t seg) {
+  return bytes + kFrameHeaderBytes * segmentCount(bytes, seg);
+}
+
+// Sent and received bytes of rank r of n from each header's closed form.
+std::pair<uint64_t, uint64_t> closedForm(AllreduceAlgorithm algo, int n, int r, uint64_t count, uint64_t elem,
+                                         uint64_t seg) {
+  const uint64_t whole = framed(count * elem, seg);
+  if (n == 1) return {0, 0};
+  if (algo == AllreduceAlgorithm::kTree) {
+    const uint64_t links = static_cast<uint64_t>(std::clamp(n - (2 * r + 1), 0, 2) + (r > 0 ? 1 : 0));
+    return {links * whole, links * whole};
+  }
+  if (algo == AllreduceAlgorithm::kReduceBroadcast) {
+    const uint64_t k = r == 0 ? static_cast<uint64_t>(n - 1) : 1;
+    return {k * whole, k * whole};
+  }
+  // Halving-doubling: A_d(v) = blocks [v & ~(d-1), + d) of p.
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  if (r < 2 * rem && r % 2 == 0) return {whole, whole};  // folded out: its buffer there, the result back
+  const int v = r < 2 * rem ? r / 2 : r - rem;
+  auto aligned = [&](int d) {
+    const int first = v & ~(d - 1);
+    const Range a = ringChunk(count, p, first), b = ringChunk(count, p, first + d - 1);
+    return (b.begin + b.size - a.begin) * elem;
+  };
+  uint64_t sent = r < 2 * rem ? whole : 0, received = sent;
+  for (int d = 1; d < p; d *= 2) {
+    sent += framed(aligned(2 * d) - aligned(d), seg) + framed(aligned(d), seg);
+    received += framed(aligned(d), seg) + framed(aligned(2 * d) - aligned(d), seg);
+  }
+  return {sent, received};
+}
+
+TEST(AllreduceAlgorithms, ExactWireBytesPerRank) {
+  const uint64_t seg = 4096, count = 10007, elem = 4;
+  for (AllreduceAlgorithm algo : kNew) {
+    for (int n : {1, 2, 3, 5, 6, 8}) {
+      HostCommOptions options;
+      options.algorithm = algo;
+      options.segment_bytes = seg;
+      World world(n, options);
+      std::vector<WireBytes> got(static_cast<std::size_t>(n));
+      world.runOk([&](int r, HostCommunicator& c) {
+        auto buf = testing::makeInput(r, count, DType::kF32);
+        got[static_cast<std::size_t>(r)] = c.allreduce(buf.data(), count, DType::kF32, ReduceOp::kSum, 9);
+      });
+      for (int r = 0; r < n; ++r) {
+        const auto [sent, received] = closedForm(algo, n, r, count, elem, seg);
+        const std::string where =
+            std::string(allreduceAlgorithmName(algo)) + " n " + std::to_string(n) + " rank " + std::to_string(r);
+        EXPECT_EQ(got[static_cast<std::size_t>(r)].sent_bytes, sent) << where;
+        EXPECT_EQ(got[static_cast<std::size_t>(r)].received_bytes, received) << where;
+        EXPECT_EQ(world.fabric->traffic()[static_cast<std::size_t>(r)].sent.tensor(9).bytes, sent)
+            << "the transport counted the same, " << where;
+      }
+    }
+  }
+}
+
+// A rank that gives up fails every rank, without a hang: the root, a leaf, a rank folded out of the power of two.
+TEST(AllreduceAlgorithms, AFailingRankFailsEveryRank) {
+  for (AllreduceAlgorithm algo : kNew) {
+    for (int failing : {0, 4, 6}) {
+      HostCommOptions options;
+      options.algorithm = algo;
+      options.segment_bytes = 16384;
+      World world(7, options);
+      const std::string reason = "rank " + std::to_string(failing) + " gives up";
+      const auto res = world.run(
+          [&](int r, HostCommunicator& c) {
+            std::vector<float> a(100000, 1.0f);
+            if (r == failing) c.transport().abort(reason);
+            c.allreduce(a.data(), a.size(), DType::kF32);
+          },
+          std::chrono::seconds(20));
+      EXPECT_FALSE(res.watchdog_fired) << allreduceAlgorithmName(algo);
+      for (int r = 0; r < 7; ++r)
+        EXPECT_NE(res.message(r).find(reason), std::string::npos)
+            << allreduceAlgorithmName(algo) << " rank " << r << ": " << res.message(r);
+    }
+  }
+}
+
+TEST(AllreduceAlgorithms, NamesRoundTrip) {
+  for (AllreduceAlgorithm algo : kNew) EXPECT_EQ(parseAllreduceAlgorithm(allreduceAlgorithmName(algo)), algo);
+  EXPECT_EQ(parseAllreduceAlgorithm("halving_doubling"), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(parseAllreduceAlgorithm("rabenseifner"), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(parseAllreduceAlgorithm("butterfly"), std::nullopt);
+}
+
+// Auto follows the measured table (flat worlds), the same on every rank, and the result is that algorithm's exactly.
+TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
+  for (int n : {2, 3, 5, 8}) {
+    World world(n);
+    for (uint64_t bytes : {uint64_t{4} << 10, uint64_t{256} << 10, uint64_t{64} << 20})
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(world.comms[static_cast<std::size_t>(r)]->algorithmFor(bytes), measuredAllreduceChoice(n, bytes));
+  }
+  EXPECT_EQ(measuredAllreduceChoice(64, 1 << 30), measuredAllreduceChoice(8, 1 << 30));
+  EXPECT_EQ(measuredAllreduceChoice(1, 1024), AllreduceAlgorithm::kRing);
+  const std::size_t count = 70000;  // 280 KB of f32
+  World world(8);
+  const auto in = testing::makeInputs(8, count, DType::kF32, 3);
+  const auto want = testing::expectedFor(measuredAllreduceChoice(8, count * 4), in, count, DType::kF32);
+  testing::expectAllreduceGives(world, in, count, DType::kF32, want);
+}
+
+}  // namespace
+}  // namespace terse::comm
