@@ -53,18 +53,34 @@ std::shared_ptr<const GloveData> makeGloveData(Cooccurrence cooc) {
   TERSE_CHECK(
       !d->probes.empty(), InvalidArgument,
       "glove: none of the probe words (man, woman, time, ...) is in the corpus's vocabulary of " << v << " words");
-  // Reference similarity: cosine of the rows of log(1 + X) over the training entries.
+  // Reference similarity: cosine of the rows of the positive PMI matrix of the training counts, max(0, log(X_ij X /
+  // (X_i X_j))) (Levy and Goldberg 2014: what GloVe and word2vec factorize, up to shifts and weights).
+  std::vector<double> row_sum(v, 0.0);
+  double total = 0;
+  for (const CoEntry& e : d->cooc.train) {
+    row_sum[static_cast<std::size_t>(e.i)] += e.x;
+    total += e.x;
+  }
+  std::vector<float> ppmi(d->cooc.train.size());
   std::vector<double> norm(v, 0.0);
-  for (const CoEntry& e : d->cooc.train) norm[static_cast<std::size_t>(e.i)] += std::pow(std::log1p(e.x), 2);
+  for (std::size_t k = 0; k < ppmi.size(); ++k) {
+    const CoEntry& e = d->cooc.train[k];
+    const double pmi =
+        std::log(e.x * total / (row_sum[static_cast<std::size_t>(e.i)] * row_sum[static_cast<std::size_t>(e.j)]));
+    ppmi[k] = static_cast<float>(std::max(0.0, pmi));
+    norm[static_cast<std::size_t>(e.i)] += static_cast<double>(ppmi[k]) * ppmi[k];
+  }
   for (double& n : norm) n = std::sqrt(n);
   std::vector<double> row(v), sim(v);
   for (int32_t p : d->probes) {
     std::fill(row.begin(), row.end(), 0.0);
     std::fill(sim.begin(), sim.end(), 0.0);
-    for (const CoEntry& e : d->cooc.train)
-      if (e.i == p) row[static_cast<std::size_t>(e.j)] = std::log1p(e.x);
-    for (const CoEntry& e : d->cooc.train)
-      sim[static_cast<std::size_t>(e.i)] += row[static_cast<std::size_t>(e.j)] * std::log1p(e.x);
+    for (std::size_t k = 0; k < ppmi.size(); ++k)
+      if (d->cooc.train[k].i == p) row[static_cast<std::size_t>(d->cooc.train[k].j)] = ppmi[k];
+    for (std::size_t k = 0; k < ppmi.size(); ++k) {
+      const CoEntry& e = d->cooc.train[k];
+      sim[static_cast<std::size_t>(e.i)] += row[static_cast<std::size_t>(e.j)] * ppmi[k];
+    }
     for (std::size_t i = 0; i < v; ++i) sim[i] = norm[i] > 0 ? sim[i] / norm[i] : -1.0;
     d->reference.push_back(topK(sim, p));
   }
