@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -126,19 +127,17 @@ TEST(Cooccurrence, BadOptionsAreNamed) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
   };
+  const std::vector<std::pair<std::function<void(CooccurrenceOptions&)>, std::string>> cases = {
+      {[](CooccurrenceOptions& c) { c.window = 0; }, "glove.window must be in [1, 1000], got 0"},
+      {[](CooccurrenceOptions& c) { c.vocab_size = 1; }, "glove.vocab_size must be in [2, 2^24], got 1"},
+      {[](CooccurrenceOptions& c) { c.min_count = 0; }, "glove.min_count must be >= 1, got 0"},
+      {[](CooccurrenceOptions& c) { c.test_fraction = 1; }, "glove.test_fraction must be in [0, 1), got 1"}};
+  for (const auto& [mutate, field] : cases) {
+    CooccurrenceOptions bad = tinyOptions(2);
+    mutate(bad);
+    expectNamed(bad, field);
+  }
   CooccurrenceOptions o = tinyOptions(2);
-  o.window = 0;
-  expectNamed(o, "glove.window must be in [1, 1000], got 0");
-  o = tinyOptions(2);
-  o.vocab_size = 1;
-  expectNamed(o, "glove.vocab_size");
-  o = tinyOptions(2);
-  o.min_count = 0;
-  expectNamed(o, "glove.min_count");
-  o = tinyOptions(2);
-  o.test_fraction = 1;
-  expectNamed(o, "glove.test_fraction");
-  o = tinyOptions(2);
   o.corpus = "/nonexistent/corpus";
   EXPECT_THROW(buildCooccurrence(o), InvalidArgument);
   GloveOptions g;
