@@ -1,6 +1,7 @@
 #include "experiments/workloads/cooccurrence.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>

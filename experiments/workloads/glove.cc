@@ -5,8 +5,8 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <tuple>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/common/error.h"
 #include "core/train/seeded_rng.h"
