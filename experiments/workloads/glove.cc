@@ -5,8 +5,8 @@
 #include <map>
 #include <mutex>
 #include <numeric>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "core/common/error.h"
 #include "core/train/seeded_rng.h"

@@ -11,8 +11,9 @@
 // nearest-neighbour agreement on a fixed probe list (kProbeWords below, the ones in the vocabulary): for each probe,
 // the share of its kNeighbours nearest words by cosine of w + w~ (the paper's sum of the two vectors) that are also
 // among its kNeighbours nearest by cosine of the rows of the positive PMI of the training counts, max(0, log(X_ij X /
-// (X_i X_j))) -- the count matrix's own similarity (Levy and Goldberg 2014), computed once. It rises from chance (~k / V) as the vectors learn the counts; it is a training
-// signal comparable across the variants of a study, not an analogy benchmark.
+// (X_i X_j))) -- the count matrix's own similarity (Levy and Goldberg 2014), computed once. It rises from chance
+// (~k / V) as the vectors learn the counts; it is a training signal comparable across the variants of a study, not an
+// analogy benchmark.
 #pragma once
 
 #include <cstdint>

@@ -177,7 +177,8 @@ TEST_F(ConfigTest, UnknownWorkloadEmptyStudyAndWorkers) {
   ASSERT_EQ(errors.size(), 3u) << ::testing::PrintToString(errors);
   EXPECT_EQ(errors[0], "t.textproto:1:1: study must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ''");
   EXPECT_EQ(errors[1],
-            "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn, glove)");
+            "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn, "
+            "glove)");
   EXPECT_EQ(errors[2], "t.textproto:3:1: workers must be >= 1, got 0");
 }
 
