@@ -64,6 +64,13 @@ SgdOptimizer::SgdOptimizer(std::span<const ParamTensor> params, const SgdOptions
                 "tensor '" << p.name << "': the optimizer needs every tensor on the host or every one on a device");
   }
   TERSE_CHECK(!device_ || stream != nullptr, InvalidArgument, "device tensors need the stream their updates run on");
+  TERSE_CHECK(!options.adagrad || (options.momentum == 0 && !device_), InvalidArgument,
+              "adagrad takes no momentum (got " << options.momentum << ") and runs on host tensors only");
+  TERSE_CHECK(options.adagrad_eps > 0, InvalidArgument, "adagrad_eps must be > 0, got " << options.adagrad_eps);
+  if (options.adagrad) {
+    sum_sq_.reserve(params.size());
+    for (const auto& p : params) sum_sq_.emplace_back(p.numel(), 0.0f);
+  }
   if (options.momentum > 0) {
     if (device_) {
       device_momentum_.reserve(params.size());
@@ -96,6 +103,15 @@ void SgdOptimizer::update(std::size_t index, ParamTensor& tensor, double lr) {
   }
   float* w = tensor.value.data();
   const float* grad = tensor.grad.data();
+  if (!sum_sq_.empty()) {
+    TERSE_CHECK(index < sum_sq_.size() && sum_sq_[index].size() == n, InvalidArgument,
+                "tensor " << index << " ('" << tensor.name << "', " << n
+                          << " elements) is not one the optimizer was built for");
+    float* g2 = sum_sq_[index].data();
+    const auto eps = static_cast<float>(options_.adagrad_eps);
+    for (std::size_t i = 0; i < n; ++i) adagrad(w[i], g2[i], grad[i], step, wd, eps);
+    return;
+  }
   if (momentum_.empty()) {
     for (std::size_t i = 0; i < n; ++i) w[i] = sgdPlain(w[i], grad[i], step, wd);
     return;
@@ -110,6 +126,30 @@ void SgdOptimizer::update(std::size_t index, ParamTensor& tensor, double lr) {
     for (std::size_t i = 0; i < n; ++i) sgdMomentum(w[i], b[i], grad[i], step, wd, mu, true);
   } else {
     for (std::size_t i = 0; i < n; ++i) sgdMomentum(w[i], b[i], grad[i], step, wd, mu, false);
+  }
+}
+
+void SgdOptimizer::updateRows(std::size_t index, ParamTensor& tensor, double lr, std::span<const int64_t> rows) {
+  TERSE_CHECK(!device_ && lazyRowsExact(), InvalidArgument,
+              "tensor '" << tensor.name << "': row-wise updates need host tensors, no momentum and no weight decay");
+  const std::size_t n = tensor.numel(), len = tensor.rowLength();
+  TERSE_CHECK(tensor.grad.size() == n && (sum_sq_.empty() || (index < sum_sq_.size() && sum_sq_[index].size() == n)),
+              InvalidArgument,
+              "tensor " << index << " ('" << tensor.name << "') is not one the optimizer was built for");
+  const auto step = static_cast<float>(lr);
+  const auto eps = static_cast<float>(options_.adagrad_eps);
+  for (int64_t r : rows) {
+    TERSE_CHECK(r >= 0 && static_cast<std::size_t>(r) * len < n, InvalidArgument,
+                "tensor '" << tensor.name << "': row " << r << " is outside its " << n / len << " rows");
+    const std::size_t a = static_cast<std::size_t>(r) * len;
+    float* w = tensor.value.data() + a;
+    const float* g = tensor.grad.data() + a;
+    if (sum_sq_.empty()) {
+      for (std::size_t i = 0; i < len; ++i) w[i] = sgdPlain(w[i], g[i], step, 0.0f);
+    } else {
+      float* g2 = sum_sq_[index].data() + a;
+      for (std::size_t i = 0; i < len; ++i) adagrad(w[i], g2[i], g[i], step, 0.0f, eps);
+    }
   }
 }
 

@@ -16,6 +16,9 @@
 //   COSINE:   lr_t = base * 0.5 * (1 + cos(pi * (t - W) / (T - W))) for t >= W (Loshchilov & Hutter 2017, SGDR, one
 //             cycle without restarts, decaying to 0 at T = total steps); the warm-up ramp before W
 //
+// With `adagrad` set the update is AdaGrad instead (sgd_math.h adagrad: per-element step lr / (sqrt(sum of squared
+// gradients) + eps), the optimizer of GloVe, Pennington et al. 2014); host tensors only, no momentum.
+//
 // Device workloads (Workload::device() >= 0): the update runs as a kernel over ParamTensor::device_value/device_grad
 // on the stream given at construction, with momentum buffers in device memory; the per-element math is the host's
 // (sgd_math.h), bit for bit.
@@ -58,6 +61,8 @@ struct SgdOptions {
   double momentum = 0;  // [0, 1)
   bool nesterov = false;
   double weight_decay = 0;  // >= 0
+  bool adagrad = false;     // AdaGrad instead of SGD (see the top of this file)
+  double adagrad_eps = 1e-10;
 };
 
 class SgdOptimizer {
@@ -73,12 +78,20 @@ class SgdOptimizer {
   // index in params(); `tensor` must be the same tensor the optimizer was built for (same size). A device tensor's
   // update is enqueued on the stream and not waited for.
   void update(std::size_t index, ParamTensor& tensor, double lr);
+  // The same update restricted to the rows (slices along the first dimension) listed, ascending: a row-sparse
+  // tensor's (workload.h), whose other rows have a zero gradient. Without momentum and weight decay a zero gradient
+  // changes neither the value nor the optimizer's state, so this equals update() (the trainer checks lazyRowsExact()
+  // first). Host tensors only.
+  void updateRows(std::size_t index, ParamTensor& tensor, double lr, std::span<const int64_t> rows);
+  // Whether updateRows gives update()'s result on a tensor whose other rows have a zero gradient.
+  bool lazyRowsExact() const noexcept { return options_.momentum == 0 && options_.weight_decay == 0; }
   // Every tensor, in order.
   void updateAll(std::span<ParamTensor> params, double lr);
 
  private:
   SgdOptions options_;
   std::vector<std::vector<float>> momentum_;  // per tensor; empty when momentum is 0
+  std::vector<std::vector<float>> sum_sq_;    // AdaGrad: per tensor, the sums of squared gradients
   bool device_ = false;
   void* stream_ = nullptr;
   std::vector<cuda::DeviceArray> device_momentum_;  // device tensors: per tensor; empty when momentum is 0

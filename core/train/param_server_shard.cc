@@ -10,6 +10,7 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/train/param_server_detail.h"
+#include "core/train/sgd_math.h"
 
 namespace terse::train {
 
@@ -56,6 +57,7 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
                   << options_.sgd.momentum << ", weight decay " << options_.sgd.weight_decay);
   params_ = std::move(initial);
   if (options_.sgd.momentum > 0) momentum_.assign(params_.size(), 0.0f);
+  if (options_.sgd.adagrad) sum_sq_.assign(params_.size(), 0.0f);
   const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(shard)];
   piece_versions_.assign(ids.size(), 0);
   uint64_t max_payload = 0, max_numel = 0;
@@ -315,7 +317,13 @@ bool ParamServerShard::process(int worker, Slot& slot) {
         std::lock_guard lock(mutex_);
         float* w = params_.data() + (p.flat_begin - begin_);
         const SgdOptions& sgd = options_.sgd;
-        if (sgd.momentum == 0 && sgd.weight_decay == 0) {
+        if (sgd.adagrad) {
+          // AdaGrad per push (sgd_math.h), on the push's share of the mean: a push arriving alone is a step of its own.
+          const auto sc = static_cast<float>(scale), wd = static_cast<float>(sgd.weight_decay);
+          const auto lrf = static_cast<float>(lr), eps = static_cast<float>(sgd.adagrad_eps);
+          float* g2 = sum_sq_.data() + (p.flat_begin - begin_);
+          for (uint64_t i = 0; i < p.numel; ++i) adagrad(w[i], g2[i], sc * g[i], lrf, wd, eps);
+        } else if (sgd.momentum == 0 && sgd.weight_decay == 0) {
           // Plain SGD keeps one multiply per element: w -= (lr / W) g, what s = 0 compares with sync's mean.
           const float lrf = static_cast<float>(lr * scale);
           for (uint64_t i = 0; i < p.numel; ++i) w[i] -= lrf * g[i];

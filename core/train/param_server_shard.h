@@ -157,6 +157,7 @@ class ParamServerShard {
   mutable std::mutex mutex_;  // guards params_ and stats_ against readers on other threads
   std::vector<float> params_;
   std::vector<float> momentum_;  // the shard's range; empty when sgd.momentum is 0
+  std::vector<float> sum_sq_;    // the shard's range; AdaGrad's sums of squared gradients (sgd.adagrad)
   ServerStats stats_;
   std::size_t next_snapshot_ = 0;                // index into options_.snapshot_steps (shard thread only)
   std::map<uint64_t, ShardSnapshot> snapshots_;  // taken, not yet handed over; guarded by mutex_

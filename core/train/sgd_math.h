@@ -3,6 +3,8 @@
 // the kernel with --fmad=false: no fused multiply-add on either side).
 #pragma once
 
+#include <cmath>
+
 #include "terse/hd.h"
 
 namespace terse::train {
@@ -18,6 +20,14 @@ TERSE_HD void sgdMomentum(float& w, float& b, float g, float lr, float wd, float
   const float gd = g + wd * w;
   b = mu * b + gd;
   w = w - lr * (nesterov ? gd + mu * b : b);
+}
+
+// AdaGrad (Duchi, Hazan, Singer, JMLR 2011; PyTorch's torch.optim.Adagrad with its defaults): g' = g + wd w;
+// G += g'^2; w -= lr g' / (sqrt(G) + eps). G starts at 0, so a zero gradient leaves w and G alone.
+TERSE_HD void adagrad(float& w, float& sum_sq, float g, float lr, float wd, float eps) {
+  const float gd = g + wd * w;
+  sum_sq = sum_sq + gd * gd;
+  w = w - lr * gd / (sqrtf(sum_sq) + eps);
 }
 
 }  // namespace terse::train

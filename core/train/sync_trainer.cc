@@ -76,11 +76,23 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   TERSE_CHECK(factory_ != nullptr, InvalidArgument, "the trainer needs a pipeline factory");
   for (std::size_t i = 0; i < params.size(); ++i) {
     pipelines_.push_back(makePipeline(paramTensorInfo(params[i], i, comm.rank(), comm.size(), workload.device())));
+    const bool sparse = options.sparse_rows && params[i].row_sparse;
+    TERSE_CHECK(!sparse || !device_, InvalidArgument,
+                "tensor '" << params[i].name << "' is row-sparse, but sparse rows are aggregated on the host only");
+    sparse_.push_back(sparse ? std::make_unique<RowSparseAllgather>(comm, static_cast<uint64_t>(params[i].shape.at(0)),
+                                                                    params[i].rowLength(), i)
+                             : nullptr);
   }
   TERSE_CHECK(options.accumulation_steps >= 1, InvalidArgument,
               "gradient_accumulation_steps must be >= 1, got " << options.accumulation_steps);
   TERSE_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0, InvalidArgument,
               "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
+  const bool any_sparse = std::any_of(sparse_.begin(), sparse_.end(), [](const auto& s) { return s != nullptr; });
+  TERSE_CHECK(!any_sparse || (options.accumulation_steps == 1 && options.clip_grad_norm == 0), InvalidArgument,
+              "gradient_accumulation_steps (" << options.accumulation_steps << ") and optimizer.clip_grad_norm ("
+                                              << options.clip_grad_norm
+                                              << ") do not combine with sparse_rows: row-sparse tensors are applied "
+                                                 "as their rows arrive");
   TERSE_CHECK(device_ == false || (options.accumulation_steps == 1 && options.clip_grad_norm == 0), InvalidArgument,
               "gradient_accumulation_steps (" << options.accumulation_steps << ") and optimizer.clip_grad_norm ("
                                               << options.clip_grad_norm << ") are host-only; workload '"
@@ -153,7 +165,7 @@ uint64_t SyncTrainer::payloadBytes() {
   uint64_t total = 0;
   for (const auto& p : pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
   for (const auto& [key, p] : chunk_pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
-  return total;
+  return total + sparse_payload_bytes_;
 }
 
 const std::vector<std::size_t>& SyncTrainer::lastIssueOrder() {
@@ -224,6 +236,12 @@ void SyncTrainer::admit(const Ready& r) {
     std::lock_guard lock(mutex_);
     issue_order_.clear();
     groups_.clear();
+  }
+  if (sparse_[r.tensor]) {
+    // The same admissions in the same order on every rank (the negotiation), so this collective lines up too.
+    runSparse(r.tensor);
+    if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
+    return;
   }
   const ParamTensor& p = params[r.tensor];
   std::vector<Chunk> chunks;
@@ -327,13 +345,7 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
     acc_decode_s_ += decode1 - decode0;
     acc_comm_s_ += comm1 - comm0;
     groups_.push_back(std::move(issued));
-    for (std::size_t t : done) {
-      applied_[t] = comm_step_;
-      const int layer = params[t].layer;
-      int64_t m = std::numeric_limits<int64_t>::max();
-      for (std::size_t u : workload_.layerTensors(layer)) m = std::min(m, applied_[u]);
-      layer_applied_[static_cast<std::size_t>(layer)] = m;
-    }
+    markAppliedLocked(done);
   }
   if (!done.empty()) applied_cv_.notify_all();
 }
@@ -363,6 +375,49 @@ void SyncTrainer::accumulate(std::span<const std::size_t> tensors, float weight,
       if (last) g[i] = a[i];
     }
   }
+}
+
+void SyncTrainer::markAppliedLocked(const std::vector<std::size_t>& done) {
+  for (std::size_t t : done) {
+    applied_[t] = comm_step_;
+    const int layer = workload_.params()[t].layer;
+    int64_t m = std::numeric_limits<int64_t>::max();
+    for (std::size_t u : workload_.layerTensors(layer)) m = std::min(m, applied_[u]);
+    layer_applied_[static_cast<std::size_t>(layer)] = m;
+  }
+}
+
+void SyncTrainer::runSparse(std::size_t t) {
+  ParamTensor& p = workload_.params()[t];
+  if (!started_[t]) {
+    started_[t] = true;
+    if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex_);
+    issue_order_.push_back(t);
+  }
+  const double comm0 = commSeconds(comm_);
+  const auto c0 = rt::now();
+  const RowSparseResult result = sparse_[t]->run(p.grad.data(), p.grad_rows, union_rows_);
+  sparse_payload_bytes_ += result.payload_bytes;
+  const double comm1 = commSeconds(comm_);
+  if (options_.trace)
+    options_.trace->span(TraceRecorder::kCommThread, (result.sparse ? "sparse rows " : "dense ") + p.name, "comm", c0,
+                         rt::now());
+  const auto u0 = rt::now();
+  if (optimizer_.lazyRowsExact()) {
+    rt::work(kOptimizerFlopsPerElement * static_cast<double>(union_rows_.size() * p.rowLength()));
+    optimizer_.updateRows(t, p, comm_lr_, union_rows_);
+  } else {
+    rt::work(kOptimizerFlopsPerElement * static_cast<double>(p.numel()));
+    optimizer_.update(t, p, comm_lr_);
+  }
+  if (options_.trace) options_.trace->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, rt::now());
+  {
+    std::lock_guard lock(mutex_);
+    acc_comm_s_ += comm1 - comm0;
+    markAppliedLocked({t});
+  }
+  applied_cv_.notify_all();
 }
 
 void SyncTrainer::commLoop() {

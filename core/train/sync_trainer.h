@@ -85,6 +85,7 @@
 #include "core/common/runtime.h"
 #include "core/compress/engine.h"
 #include "core/compress/pipeline.h"
+#include "core/compress/row_sparse_allgather.h"
 #include "core/plugin/scheduler.h"
 #include "core/train/optimizer.h"
 #include "core/train/shard_sampler.h"
@@ -119,6 +120,10 @@ struct SyncTrainerOptions {
   // A straggler's compute-time factor (>= 1): before each forward the trainer sleeps (slowdown - 1) x the previous
   // step's measured compute, counted as compute. Emulates a slower device without changing the math.
   double slowdown = 1.0;
+  // Row-sparse tensors (ParamTensor::row_sparse) are aggregated as (row ids, rows) by RowSparseAllgather
+  // (core/compress/row_sparse_allgather.h) as soon as they are admitted, outside the scheduler and the compressor,
+  // and updated row by row when that equals the dense update (SgdOptimizer::lazyRowsExact). Host workloads only.
+  bool sparse_rows = false;
 };
 
 // Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
@@ -241,6 +246,10 @@ class SyncTrainer {
   void admit(const Ready& r);
   void runGroup(const std::vector<Chunk>& group);
   CompressionPipeline& chunkPipeline(const Chunk& c);
+  // A row-sparse tensor's aggregation and update (options.sparse_rows).
+  void runSparse(std::size_t tensor);
+  // mutex_ held: tensors whose update of comm_step_ is applied; the caller notifies applied_cv_.
+  void markAppliedLocked(const std::vector<std::size_t>& done);
   std::unique_ptr<CompressionPipeline> makePipeline(const TensorInfo& info);
 
   Workload& workload_;
@@ -288,6 +297,9 @@ class SyncTrainer {
   int64_t comm_step_ = -1;
   double comm_lr_ = 0;
   std::size_t admitted_ = 0;
+  std::vector<std::unique_ptr<RowSparseAllgather>> sparse_;  // per tensor; null for a tensor the engine moves
+  std::vector<int64_t> union_rows_;
+  uint64_t sparse_payload_bytes_ = 0;  // read by payloadBytes() after a drain
 
   // ---- Shared. mutex_ guards everything below down to error_.
   // The runtime's (core/common/runtime.h): in a simulation the trainer's threads are actors and wait in simulated time.

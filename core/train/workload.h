@@ -38,8 +38,16 @@ struct ParamTensor {
   // initial values and is refreshed only by Workload::copyValuesToHost(). Null on the host path.
   float* device_value = nullptr;
   float* device_grad = nullptr;
+  // Row-sparse gradients (an embedding table's: a batch touches few of its rows; a row is a slice along the first
+  // dimension). When the workload sets row_sparse (in its constructor; host tensors only), every forwardBackward also
+  // fills grad_rows with the rows its grad may be nonzero in, sorted and without repeats; every other row of grad is
+  // zero. The trainer may then send (row ids, rows) instead of the dense tensor (DESIGN.md section 2).
+  bool row_sparse = false;
+  std::vector<int64_t> grad_rows;
 
   std::size_t numel() const { return value.size(); }
+  // Elements per row (the product of every dimension after the first); 1 for a vector.
+  std::size_t rowLength() const { return shape.empty() ? 1 : value.size() / static_cast<std::size_t>(shape.front()); }
 };
 
 struct EvalResult {

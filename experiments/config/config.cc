@@ -460,6 +460,20 @@ void applyDefaults(Experiment& e) {
   }
   // Only the cnn reads dropout: another workload's resolved config stays as it was before the field existed.
   if (e.workload().name() == "cnn" && !e.workload().has_dropout()) e.mutable_workload()->set_dropout(0);
+  if (e.workload().name() == "glove") {
+    auto* g = e.mutable_workload()->mutable_glove();
+    if (!g->has_corpus()) g->set_corpus("/usr/share/games/fortunes");
+    if (!g->has_window()) g->set_window(10);
+    if (!g->has_vocab_size()) g->set_vocab_size(10000);
+    if (!g->has_min_count()) g->set_min_count(5);
+    if (!g->has_dim()) g->set_dim(50);
+    if (!g->has_x_max()) g->set_x_max(100);
+    if (!g->has_alpha()) g->set_alpha(0.75);
+    if (!g->has_optimizer()) g->set_optimizer(Glove::ADAGRAD);
+    if (!g->has_test_fraction()) g->set_test_fraction(0.1);
+    if (!g->has_cache_dir()) g->set_cache_dir("");
+  }
+  if (!e.has_sparse_gradients()) e.set_sparse_gradients(false);
   if (!e.compressor().has_name()) e.mutable_compressor()->set_name("none");
   if (!e.has_error_feedback()) e.set_error_feedback(false);
   auto* mc = e.mutable_momentum_correction();
@@ -500,6 +514,33 @@ std::vector<Experiment> resolveVariants(const Experiment& file) {
   return out;
 }
 
+namespace {
+
+// workload.glove's ranges (glove.h, cooccurrence.h restate them for callers that bypass the config).
+void checkGlove(Checks& c, const Experiment& e) {
+  const Glove& g = e.workload().glove();
+  if (g.corpus().empty()) c.fail("workload.glove.corpus") << " must name a text file or a directory of them";
+  if (g.window() < 1 || g.window() > 1000)
+    c.fail("workload.glove.window") << " must be in [1, 1000], got " << g.window();
+  if (g.vocab_size() < 2 || g.vocab_size() > (int64_t{1} << 24))
+    c.fail("workload.glove.vocab_size") << " must be in [2, 2^24], got " << g.vocab_size();
+  if (g.min_count() < 1) c.fail("workload.glove.min_count") << " must be >= 1, got " << g.min_count();
+  if (g.dim() < 1 || g.dim() > 4096) c.fail("workload.glove.dim") << " must be in [1, 4096], got " << g.dim();
+  if (!(std::isfinite(g.x_max()) && g.x_max() > 0)) c.fail("workload.glove.x_max") << " must be > 0, got " << g.x_max();
+  if (!(g.alpha() > 0 && g.alpha() <= 1)) c.fail("workload.glove.alpha") << " must be in (0, 1], got " << g.alpha();
+  if (!(g.test_fraction() >= 0 && g.test_fraction() < 1))
+    c.fail("workload.glove.test_fraction") << " must be in [0, 1), got " << g.test_fraction();
+  if (g.optimizer() != Glove::ADAGRAD && g.optimizer() != Glove::SGD)
+    c.fail("workload.glove.optimizer") << " must be ADAGRAD or SGD";
+  if (g.optimizer() == Glove::ADAGRAD && e.optimizer().momentum() != 0)
+    c.fail("workload.glove.optimizer") << ": ADAGRAD takes no momentum, got optimizer.momentum "
+                                       << e.optimizer().momentum();
+  if (g.optimizer() == Glove::ADAGRAD && e.mode() == Experiment::HOGWILD)
+    c.fail("workload.glove.optimizer") << ": mode HOGWILD applies plain SGD; use SGD";
+}
+
+}  // namespace
+
 std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOptions& options) {
   Checks c;
   const auto folder_rule = " must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ";
@@ -529,6 +570,16 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
       c.fail("workload.conv_channels") << ": only workload cnn has convolutions, not " << quoted(w.name());
     if (w.has_dropout()) c.fail("workload.dropout") << ": only workload cnn has dropout, not " << quoted(w.name());
   }
+  if (w.name() == "glove") {
+    checkGlove(c, e);
+  } else if (!w.name().empty() && w.has_glove()) {
+    c.fail("workload.glove") << ": only workload glove reads it, not " << quoted(w.name());
+  }
+  if (e.sparse_gradients() && e.mode() != Experiment::SYNC)
+    c.fail("sparse_gradients") << ": row-sparse aggregation is an allgather of mode SYNC; the parameter server and "
+                                  "Hogwild modes move dense tensors (leave it false)";
+  if (e.sparse_gradients() && e.transport() == Experiment::NCCL)
+    c.fail("sparse_gradients") << ": transport NCCL trains on the GPU, whose tensors are dense (leave it false)";
 
   const auto& d = e.data();
   if (d.dataset_dir().empty()) c.fail("data.dataset_dir") << " must be set";
@@ -626,6 +677,10 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
                     << " applies each worker's gradient on arrival; it needs mode SYNC";
     if (set && e.transport() == Experiment::NCCL)
       c.fail(field) << ": transport NCCL keeps gradients on the device; it needs INPROC or TCP";
+    // Row-sparse tensors are applied as their rows arrive (SyncTrainer::runSparse): not accumulated, not in the norm.
+    if (set && e.sparse_gradients())
+      c.fail(field) << ": sparse_gradients applies each row-sparse tensor as its rows arrive, with no accumulated "
+                       "step or global norm; set one of the two";
   }
   if (e.clock() == Experiment::CLOCK_UNSPECIFIED) c.fail("clock") << " must be REAL_TIME or SIMULATED";
   if (e.clock() == Experiment::SIMULATED) {

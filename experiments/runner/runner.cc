@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -71,6 +72,8 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   o.accumulation_steps = e.has_gradient_accumulation_steps() ? e.gradient_accumulation_steps() : 1;
   o.clip_grad_norm = opt.clip_grad_norm();
   o.warmup_epochs = opt.warmup_epochs();
+  o.sgd.adagrad = e.workload().name() == "glove" && e.workload().glove().optimizer() == experiments::Glove::ADAGRAD;
+  o.sparse_rows = e.sparse_gradients();
   return o;
 }
 
@@ -87,6 +90,23 @@ workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   wo.cnn.dropout = e.workload().dropout();
   if (e.data().train_subset() > 0) wo.num_train = e.data().train_subset();
   if (e.data().test_subset() > 0) wo.num_test = e.data().test_subset();
+  const experiments::Glove& g = e.workload().glove();
+  wo.glove.cooc.corpus = g.corpus();
+  wo.glove.cooc.window = g.window();
+  wo.glove.cooc.vocab_size = g.vocab_size();
+  wo.glove.cooc.min_count = g.min_count();
+  wo.glove.cooc.test_fraction = g.test_fraction();
+  wo.glove.cooc.split_seed = 1;  // the split is the data's, not the run's: every seed evaluates on the same pairs
+  wo.glove.cooc.cache_dir = g.cache_dir();
+  if (wo.glove.cooc.cache_dir.empty()) {
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0')
+      wo.glove.cooc.cache_dir = std::string(xdg) + "/terse";
+    else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+      wo.glove.cooc.cache_dir = std::string(home) + "/.cache/terse";
+  }
+  wo.glove.dim = g.dim();
+  wo.glove.x_max = g.x_max();
+  wo.glove.alpha = g.alpha();
   return wo;
 }
 

@@ -17,11 +17,11 @@
 namespace terse::workloads {
 
 std::vector<std::string_view> workloadNames() {
-  return {"linear_regression", "softmax", "mlp", "cnn"};
+  return {"linear_regression", "softmax", "mlp", "cnn", "glove"};
 }
 
 bool workloadNeedsData(std::string_view name) {
-  return name != "linear_regression";
+  return name != "linear_regression" && name != "glove";
 }
 
 std::vector<std::string_view> workloadsWithCuda() {
@@ -86,6 +86,8 @@ std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const Workl
     lr.seed = options.seed;
     return std::make_unique<LinearRegressionWorkload>(lr);
   }
+  if (name == "glove")
+    return std::make_unique<GloveWorkload>(loadGloveData(options.glove), options.glove, options.seed);
   if (name == "softmax")
     return std::make_unique<MlpWorkload>(std::move(data), std::vector<int64_t>{}, options.seed, "softmax");
   if (name == "mlp") return std::make_unique<MlpWorkload>(std::move(data), options.hidden, options.seed, "mlp");

@@ -9,6 +9,7 @@
 #include "core/train/workload.h"
 #include "experiments/workloads/cnn.h"
 #include "experiments/workloads/dataset.h"
+#include "experiments/workloads/glove.h"
 
 namespace terse::workloads {
 
@@ -21,6 +22,8 @@ struct WorkloadOptions {
   double noise = 0.1;
   int64_t num_train = 10000;
   int64_t num_test = 2000;
+  // glove (builds its own data from a text corpus, ignores `data`): glove.h.
+  GloveOptions glove;
   // OpenBLAS threads for the whole process (OpenBLAS has no per-thread setting). 1 keeps one BLAS thread per worker
   // thread; 0 leaves OpenBLAS as it is.
   int blas_threads = 1;
@@ -29,9 +32,9 @@ struct WorkloadOptions {
   int device = -1;
 };
 
-// "linear_regression", "softmax", "mlp", "cnn".
+// "linear_regression", "softmax", "mlp", "cnn", "glove".
 std::vector<std::string_view> workloadNames();
-// Whether the workload trains on `data` (all but linear_regression).
+// Whether the workload trains on `data` (Fashion-MNIST: all but linear_regression and glove).
 bool workloadNeedsData(std::string_view name);
 // The workloads with a CUDA version (WorkloadOptions::device >= 0), whether or not this build has CUDA.
 std::vector<std::string_view> workloadsWithCuda();
@@ -39,7 +42,7 @@ std::vector<std::string_view> workloadsWithCuda();
 // Builds a workload. Throws InvalidArgument for an unknown name (listing the known ones), a missing data set where
 // one is needed, options the model rejects, or a device ordinal that does not exist on this machine (the message
 // names the ordinal and how many devices there are); Unsupported for a device >= 0 in a build without CUDA or for a
-// workload without a CUDA model (linear_regression).
+// workload without a CUDA model (linear_regression, glove).
 std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const WorkloadOptions& options,
                                               std::shared_ptr<const DataSplit> data);
 

@@ -15,7 +15,7 @@
 namespace terse::experiments {
 namespace {
 
-const std::vector<std::string> kWorkloads = {"linear_regression", "softmax", "mlp", "cnn"};
+const std::vector<std::string> kWorkloads = {"linear_regression", "softmax", "mlp", "cnn", "glove"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -141,6 +141,10 @@ TEST_F(ConfigTest, AccumulationAndClippingNameTheirField) {
   })) << ::testing::PrintToString(async);
   text.replace(text.find("-2"), 2, "1");
   EXPECT_NO_THROW(load(text + "gradient_accumulation_steps: 4\n"));
+  const auto sparse = errorsOf(text + "sparse_gradients: true\n");
+  EXPECT_TRUE(std::any_of(sparse.begin(), sparse.end(), [](const std::string& e) {
+    return e.find("optimizer.clip_grad_norm: sparse_gradients applies each row-sparse tensor") != std::string::npos;
+  })) << ::testing::PrintToString(sparse);
 }
 
 TEST_F(ConfigTest, MissingPlugin) {
@@ -194,7 +198,8 @@ TEST_F(ConfigTest, UnknownWorkloadEmptyStudyAndWorkers) {
   ASSERT_EQ(errors.size(), 3u) << ::testing::PrintToString(errors);
   EXPECT_EQ(errors[0], "t.textproto:1:1: study must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ''");
   EXPECT_EQ(errors[1],
-            "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn)");
+            "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn, "
+            "glove)");
   EXPECT_EQ(errors[2], "t.textproto:3:1: workers must be >= 1, got 0");
 }
 
@@ -217,6 +222,35 @@ TEST_F(ConfigTest, CnnShapeFields) {
               "t.textproto:2:24: workload.conv_channels: only workload cnn has convolutions, not 'mlp'");
   expectError("study: \"s\"\nworkload { name: \"mlp\" dropout: 0.5 }\n",
               "t.textproto:2:24: workload.dropout: only workload cnn has dropout, not 'mlp'");
+}
+
+// workload.glove: defaults only for glove, every range named, and sparse_gradients only where a sparse allgather runs.
+TEST_F(ConfigTest, GloveFieldsAndSparseGradients) {
+  const Study ok = load("study: \"s\"\nworkload { name: \"glove\" glove { dim: 20 } }\nsparse_gradients: true\n");
+  const auto& g = ok.experiments[0].workload().glove();
+  EXPECT_EQ(g.dim(), 20);
+  EXPECT_EQ(g.corpus(), "/usr/share/games/fortunes");
+  EXPECT_EQ(g.optimizer(), Glove::ADAGRAD);
+  EXPECT_TRUE(ok.experiments[0].sparse_gradients());
+  EXPECT_FALSE(load(kMinimal).experiments[0].workload().has_glove()) << "only glove gets the defaults";
+  const std::string head = "study: \"s\"\nworkload { name: \"glove\" glove { ";
+  expectError(head + "window: 0 } }\n", "t.textproto:2:34: workload.glove.window must be in [1, 1000], got 0");
+  expectError(head + "vocab_size: 1 } }\n", "t.textproto:2:34: workload.glove.vocab_size must be in [2, 2^24], got 1");
+  expectError(head + "min_count: 0 } }\n", "t.textproto:2:34: workload.glove.min_count must be >= 1, got 0");
+  expectError(head + "dim: 0 } }\n", "t.textproto:2:34: workload.glove.dim must be in [1, 4096], got 0");
+  expectError(head + "x_max: -1 } }\n", "t.textproto:2:34: workload.glove.x_max must be > 0, got -1");
+  expectError(head + "alpha: 2 } }\n", "t.textproto:2:34: workload.glove.alpha must be in (0, 1], got 2");
+  expectError(head + "test_fraction: 1 } }\n",
+              "t.textproto:2:34: workload.glove.test_fraction must be in [0, 1), got 1");
+  expectError(head + "} }\noptimizer { momentum: 0.9 }\n",
+              "t.textproto: workload.glove.optimizer: ADAGRAD takes no momentum, got optimizer.momentum 0.9");
+  expectError("study: \"s\"\nworkload { name: \"mlp\" glove { dim: 4 } }\n",
+              "t.textproto:2:24: workload.glove: only workload glove reads it, not 'mlp'");
+  const auto errors = errorsOf("study: \"s\"\nworkload { name: \"glove\" }\nmode: ASYNC\nsparse_gradients: true\n");
+  ASSERT_FALSE(errors.empty());
+  EXPECT_EQ(errors[0].find("t.textproto:4:1: sparse_gradients: row-sparse aggregation is an allgather of mode SYNC"),
+            0u)
+      << ::testing::PrintToString(errors);
 }
 
 // seeds: one run per seed (expandRepeats), each in <variant>/seed-<seed>; the seed defaults to the first; bad lists

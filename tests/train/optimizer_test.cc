@@ -63,6 +63,25 @@ TEST(Optimizer, WeightDecay) {
   EXPECT_NEAR(q[0].value[0], 1.755, 1e-6);
 }
 
+TEST(Optimizer, Adagrad) {
+  // g = 3 then 4: G = 9, w = 1 - 0.5 * 3 / 3 = 0.5; G = 25, w = 0.5 - 0.5 * 4 / 5 = 0.1. A zero gradient changes
+  // nothing, which makes updateRows over the touched rows equal to update over all of them.
+  auto p = oneTensor({1.0f, 7.0f}, {3.0f, 0.0f});
+  SgdOptions o;
+  o.adagrad = true;
+  SgdOptimizer opt(p, o);
+  opt.update(0, p[0], 0.5);
+  EXPECT_FLOAT_EQ(p[0].value[0], 0.5f);
+  EXPECT_EQ(p[0].value[1], 7.0f);
+  p[0].grad = {4.0f, 0.0f};
+  const std::vector<int64_t> rows = {0};
+  opt.updateRows(0, p[0], 0.5, rows);
+  EXPECT_FLOAT_EQ(p[0].value[0], 0.1f);
+  EXPECT_EQ(p[0].value[1], 7.0f);
+  EXPECT_THROW(SgdOptimizer(p, {.momentum = 0.9, .adagrad = true}), InvalidArgument);
+  EXPECT_THROW(SgdOptimizer(p, {.momentum = 0.9}).updateRows(0, p[0], 0.1, rows), InvalidArgument);
+}
+
 TEST(Optimizer, RejectsBadOptions) {
   auto p = oneTensor({0.0f}, {0.0f});
   EXPECT_THROW(SgdOptimizer(p, {.momentum = 1.0}), InvalidArgument);

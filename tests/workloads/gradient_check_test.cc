@@ -238,7 +238,8 @@ TEST(Workloads, FactoryErrors) {
     makeWorkload("resnet", o, nullptr);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown workload 'resnet' (available: linear_regression, softmax, mlp, cnn)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "unknown workload 'resnet' (available: linear_regression, softmax, mlp, cnn, glove)"),
               std::string::npos)
         << e.what();
   }
