@@ -110,7 +110,8 @@ struct MetricsRecord {
 //   worker<w>_left_step, worker<w>_left_s     once worker w stopped early: its steps done and the run's wall time
 //   worker<w>_dropped_s                       once the servers dropped it after their worker_timeout
 // `terse compare` (results/compare.h) reads them into its staleness column: mean and max, and the median and 90th
-// percentile from the histogram. Flat keys rather than an array so records stay flat JSON objects (parseFlatJson).
+// percentile from the histogram. Flat keys rather than an array so a record stays one flat JSON object (a column per
+// key for tools).
 inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";
 inline constexpr std::string_view kStalenessMaxKey = "staleness_max";
 inline constexpr std::string_view kStalenessHistPrefix = "staleness_hist_";
