@@ -328,15 +328,24 @@ TEST(CompareRobustness, MissingAndBrokenFilesAreWarnings) {
   const fs::path odd_state = root / "s" / "odd";
   fs::create_directories(odd_state);
   writeFileAtomic(odd_state / "status.json", "{\"state\":\"exploded\"}");
+  // Untrusted files: nested a million levels deep, or with a key twice (which of the two would count?).
+  std::string deep;
+  for (int i = 0; i < 1000000; ++i) deep += "{\"a\":[";
+  writeFileAtomic(odd_state / "provenance.json", deep);
+  writeFileAtomic(odd_state / "metrics.jsonl", "{\"step\":1,\"test_accuracy\":0.5,\"step\":2}\n");
   std::vector<std::string> w;
   const auto runs = loadRuns({root, root / "nonexistent"}, w);
   ASSERT_EQ(runs.size(), 3u) << joined(w);
+  const std::string odd = odd_state.string();
+  EXPECT_TRUE(anyContains(w, odd + "/provenance.json: not a JSON object (nested deeper than 64 levels)")) << joined(w);
+  EXPECT_TRUE(anyContains(w, odd + "/metrics.jsonl:1: not a JSON object (duplicate key \"step\" in one object)"))
+      << joined(w);
   const std::string os = only_status.string(), g = garbage.string();
   EXPECT_TRUE(anyContains(w, os + "/metrics.jsonl: missing; the variant has no records")) << joined(w);
   EXPECT_TRUE(anyContains(w, os + "/config.textproto: missing")) << joined(w);
   EXPECT_TRUE(anyContains(w, os + "/provenance.json: missing")) << joined(w);
   EXPECT_TRUE(anyContains(w, g + "/status.json:1: not a status object")) << joined(w);
-  EXPECT_TRUE(anyContains(w, g + "/provenance.json: not a JSON object")) << joined(w);
+  EXPECT_TRUE(anyContains(w, g + "/provenance.json: not a JSON object (parse error at line 1, column 21")) << joined(w);
   EXPECT_TRUE(anyContains(w, g + "/config.textproto:4:1: Expected identifier")) << joined(w);
   EXPECT_TRUE(anyContains(w, "odd/status.json:1: unknown state \"exploded\"")) << joined(w);
   EXPECT_TRUE(anyContains(w, (root / "nonexistent").string() + ": no such directory")) << joined(w);
