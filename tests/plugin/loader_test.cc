@@ -169,14 +169,19 @@ TEST(LoadByName, FirstMatchInSearchOrderWins) {
   EXPECT_EQ(loader.loadCompressor("good_dup")->info().path, fs::canonical(loc.path));
 }
 
-TEST(LoadByName, BuiltInTestPluginsComeFromTheBuildTree) {
+// The build tree holds what terse ships; the test plugins live apart and are found through a search directory.
+TEST(LoadByName, TestPluginsLiveApartFromTheBuiltIns) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
   PluginLoader loader;
-  auto fifo = loader.loadScheduler("test_fifo");
-  EXPECT_EQ(fifo->info().origin, "build tree");
+  EXPECT_EQ(loader.loadScheduler("fifo")->info().origin, "build tree");
+  for (const auto& e : loader.discover()) EXPECT_FALSE(e.name.starts_with("test_")) << e.path;
+  EXPECT_THROW(loader.loadCompressor("test_lossy"), PluginError);
+  PluginLoader with_tests(std::vector<std::string>{TERSE_TEST_PLUGIN_DIR});
+  auto fifo = with_tests.loadScheduler("test_fifo");
+  EXPECT_EQ(fifo->info().origin, "--plugin-path");
   EXPECT_EQ(fifo->info().kind, PluginKind::kScheduler);
-  auto lossy = loader.loadCompressor("test_lossy");
-  EXPECT_EQ(lossy->info().path.parent_path(), fs::canonical(kBuildPluginDir));
+  auto lossy = with_tests.loadCompressor("test_lossy");
+  EXPECT_EQ(lossy->info().path.parent_path(), fs::canonical(TERSE_TEST_PLUGIN_DIR));
 }
 
 // ---- Load errors: each names the file and the reason
