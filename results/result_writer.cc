@@ -115,6 +115,14 @@ std::string provenanceJson(const Provenance& p) {
       o["sha256_error"] = e.what();
     }
     if (rec.caps) o["caps"] = capsJson(*rec.caps);
+    if (rec.resolved) {
+      Json resolved = Json::object();
+      for (const auto& [k, v] : *rec.resolved) resolved[k] = v;
+      o["resolved_params"] = std::move(resolved);
+    } else {
+      o["resolved_params"] = nullptr;
+      o["resolved_params_note"] = kDefaultsNotReported;
+    }
     plugins.push_back(std::move(o));
   }
   return dumpJson(Json{{"git_commit", p.git_commit},

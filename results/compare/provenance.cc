@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "results/compare/text.h"
+#include "results/result_writer.h"
 
 namespace terse::results::detail {
 
@@ -27,6 +28,15 @@ std::string objectText(const Json* o, std::string_view sep = " ") {
   std::string out;
   for (const auto& [k, v] : o->items()) out += (out.empty() ? "" : std::string(sep)) + k + "=" + jsonScalarText(v);
   return out;
+}
+
+// A plugin record's "resolved_params" (result_writer.h's PluginRecord): "" when absent (an older run), the note when
+// null, else key=value pairs ("(none)" for a plugin without parameters).
+std::string resolvedText(const Json& plugin) {
+  const Json* r = findMember(plugin, "resolved_params");
+  if (r == nullptr) return "";
+  if (!r->is_object()) return std::string(kDefaultsNotReported);
+  return r->empty() ? "(none)" : objectText(r);
 }
 
 }  // namespace
@@ -68,12 +78,14 @@ ProvenanceRow provenanceRow(const RunData& run) {
         r.caps = objectText(findMember(pl, "caps"));
         r.params = objectText(findMember(pl, "params"));
         r.compressor_sha256 = str(pl, "sha256");
+        r.resolved_params = resolvedText(pl);
       } else {
         const std::string params = objectText(findMember(pl, "params"));
-        r.other_plugins += (r.other_plugins.empty() ? "" : "; ") + str(pl, "kind") + " " + str(pl, "name") + " " +
-                           str(pl, "version") + " " + str(pl, "path") +
-                           (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
-                           (params.empty() ? "" : " " + params);
+        const std::string resolved = resolvedText(pl);
+        r.other_plugins +=
+            (r.other_plugins.empty() ? "" : "; ") + str(pl, "kind") + " " + str(pl, "name") + " " + str(pl, "version") +
+            " " + str(pl, "path") + (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
+            (params.empty() ? "" : " " + params) + (resolved.empty() ? "" : " (resolved: " + resolved + ")");
       }
     }
   }
@@ -94,6 +106,7 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"compressor_sha256", &ProvenanceRow::compressor_sha256},
           {"caps", &ProvenanceRow::caps},
           {"params", &ProvenanceRow::params},
+          {"resolved_params", &ProvenanceRow::resolved_params},
           {"other_plugins", &ProvenanceRow::other_plugins},
           {"transport", &ProvenanceRow::transport},
           {"mode", &ProvenanceRow::mode},

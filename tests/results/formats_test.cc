@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 #include "core/common/json.h"
@@ -265,6 +266,28 @@ TEST(ReferenceFolders, CommittedFilesStillRead) {
     ASSERT_NE(at, std::string::npos);
     EXPECT_EQ(r.points.front().accuracy, std::strtod(first.c_str() + at + 16, nullptr)) << r.dir;
   }
+}
+
+// `terse compare --provenance` shows the parameters a plugin resolved, defaults included, and says when a plugin did
+// not report them; folders from before the field existed show nothing there.
+TEST(ProvenanceTable, ShowsResolvedParameters) {
+  const fs::path root = freshDir("ProvenanceResolved");
+  RunSpec reported("s", "reported", "qsgd", false, {{100, 0.5, 1000, 1.0}});
+  reported.resolved = Params{{"levels", "15"}, {"bucket_size", "512"}};
+  writeRun(root, reported);
+  writeRun(root, RunSpec("s", "silent", "none", false, {{100, 0.5, 1000, 1.0}}));
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 2u) << joined(w);
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_NE(md.find("| resolved params |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| levels=15 bucket_size=512 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| defaults not reported |"), std::string::npos) << md;
+  const auto j = parseJson(provenanceTableJson(runs, {}));
+  ASSERT_TRUE(j);
+  std::set<std::string> cells;
+  for (const auto& r : j->at("runs")) cells.insert(getString(r, "resolved_params").value_or("?"));
+  EXPECT_EQ(cells, (std::set<std::string>{"levels=15 bucket_size=512", "defaults not reported"}));
 }
 
 }  // namespace

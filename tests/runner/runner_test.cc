@@ -97,6 +97,26 @@ TEST(Runner, WritesResultsFolder) {
 // The scheduler's negotiation is reported apart from the wire bytes, exactly: each round is one Bruck allgather of an
 // 8-byte word per rank (core/comm/allgather_bruck.h), which sends 8 (n - 1) bytes in ceil(log2 n) frames of 32-byte
 // headers per rank, so at 4 workers a round costs every rank 8 * 3 + 32 * 2 = 88 bytes.
+// Provenance records each plugin's resolved parameters: the config gives qsgd only `levels`; its default
+// bucket_size (qsgd.cc: 512) and fusion's defaults (fusion.cc) are recorded too, as the plugins report them.
+TEST(Runner, ProvenanceRecordsResolvedDefaults) {
+  auto loader = testLoader();
+  const std::string text = studyText(
+      "compressor { name: \"qsgd\" params { key: \"levels\" value: \"15\" } }\nscheduler { name: \"fusion\" }");
+  const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+  Runner runner(quietOptions(loader, freshDir("resolved")));
+  const RunSummary s = runner.run(study.experiments.at(0));
+  const auto prov = parseJsonObject(readFile(s.dir / "provenance.json"));
+  ASSERT_TRUE(prov);
+  const Json& qsgd = prov->at("plugins").at(0);
+  EXPECT_EQ(qsgd.at("params"), Json({{"levels", "15"}}));
+  EXPECT_EQ(qsgd.at("resolved_params"), Json({{"levels", "15"}, {"bucket_size", "512"}})) << dumpJson(qsgd);
+  const Json& scheduler = prov->at("plugins").at(1);
+  EXPECT_EQ(getString(scheduler, "kind"), "scheduler");
+  EXPECT_EQ(scheduler.at("resolved_params"), Json({{"bucket_bytes", "4194304"}, {"credit_bytes", "0"}}))
+      << dumpJson(scheduler);
+}
+
 TEST(Runner, ControlBytesAreTheNegotiationRoundsFrames) {
   auto loader = testLoader();
   for (const char* scheduler : {"fifo", "fusion"}) {
