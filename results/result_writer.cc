@@ -11,7 +11,7 @@
 
 #include "core/common/dtype.h"
 #include "core/common/error.h"
-#include "results/json.h"
+#include "core/common/json.h"
 #include "results/sha256.h"
 
 namespace terse::results {
@@ -58,88 +58,84 @@ std::string devicesName(uint32_t devices) {
   return out;
 }
 
-std::string capsJson(const CompressorCaps& c) {
-  return JsonObject()
-      .add("devices", devicesName(c.devices))
-      .add("aggregation", aggregationName(c.aggregation))
-      .add("wire_dtype", dtypeName(c.wire_dtype))
-      .add("fixed_size", c.fixed_size)
-      .add("stateful", c.stateful)
-      .add("shared_seed", c.shared_seed)
-      .add("num_rounds", c.num_rounds)
-      .str();
+Json capsJson(const CompressorCaps& c) {
+  return Json{{"devices", devicesName(c.devices)},
+              {"aggregation", aggregationName(c.aggregation)},
+              {"wire_dtype", dtypeName(c.wire_dtype)},
+              {"fixed_size", c.fixed_size},
+              {"stateful", c.stateful},
+              {"shared_seed", c.shared_seed},
+              {"num_rounds", c.num_rounds}};
 }
 
 }  // namespace
 
 std::string metricsRecordJson(const MetricsRecord& r) {
-  JsonObject o;
-  o.add("epoch", r.epoch)
-      .add("epoch_progress", r.epoch_progress)
-      .add("step", r.step)
-      .add("test_accuracy", r.test_accuracy)
-      .add("test_loss", r.test_loss)
-      .add("test_examples", r.test_examples)
-      .add("train_loss", r.train_loss)
-      .add("lr", r.lr)
-      .add("wire_bytes_per_worker", r.wire_bytes_per_worker)
-      .add("payload_bytes_per_worker", r.payload_bytes_per_worker)
-      .add("control_bytes_per_worker", r.control_bytes_per_worker)
-      .add("negotiation_rounds_per_worker", r.negotiation_rounds_per_worker)
-      .add("wall_s", r.wall_s)
-      .add("compute_s_per_step", r.compute_s_per_step)
-      .add("compress_s_per_step", r.compress_s_per_step)
-      .add("decompress_s_per_step", r.decompress_s_per_step)
-      .add("comm_s_per_step", r.comm_s_per_step)
-      .add("exposed_comm_s_per_step", r.exposed_comm_s_per_step)
-      .add("step_s_per_step", r.step_s_per_step);
-  for (const auto& [key, value] : r.extra) o.add(key, value);
-  return o.str();
+  Json o{{"epoch", r.epoch},
+         {"epoch_progress", r.epoch_progress},
+         {"step", r.step},
+         {"test_accuracy", r.test_accuracy},
+         {"test_loss", r.test_loss},
+         {"test_examples", r.test_examples},
+         {"train_loss", r.train_loss},
+         {"lr", r.lr},
+         {"wire_bytes_per_worker", r.wire_bytes_per_worker},
+         {"payload_bytes_per_worker", r.payload_bytes_per_worker},
+         {"control_bytes_per_worker", r.control_bytes_per_worker},
+         {"negotiation_rounds_per_worker", r.negotiation_rounds_per_worker},
+         {"wall_s", r.wall_s},
+         {"compute_s_per_step", r.compute_s_per_step},
+         {"compress_s_per_step", r.compress_s_per_step},
+         {"decompress_s_per_step", r.decompress_s_per_step},
+         {"comm_s_per_step", r.comm_s_per_step},
+         {"exposed_comm_s_per_step", r.exposed_comm_s_per_step},
+         {"step_s_per_step", r.step_s_per_step}};
+  for (const auto& [key, value] : r.extra) o[key] = value;
+  return dumpJson(o);
 }
 
 std::string provenanceJson(const Provenance& p) {
-  JsonObject link;
-  for (const auto& [k, v] : p.link) link.add(k, v);
-  JsonObject simulation;
-  for (const auto& [k, v] : p.simulation) simulation.add(k, v);
-  std::string plugins = "[";
+  Json link = Json::object();
+  for (const auto& [k, v] : p.link) link[k] = v;
+  Json simulation = Json::object();
+  for (const auto& [k, v] : p.simulation) simulation[k] = v;
+  Json plugins = Json::array();
   for (const auto& rec : p.plugins) {
-    JsonObject params;
-    for (const auto& [k, v] : rec.params) params.add(k, v);
-    JsonObject o;
-    o.add("kind", pluginKindName(rec.info.kind))
-        .add("name", rec.info.name)
-        .add("version", rec.info.version)
-        .add("abi_version", static_cast<uint64_t>(rec.info.abi_version))
-        .add("path", rec.info.path.string())
-        .add("origin", rec.info.origin)
-        .add("description", rec.info.description)
-        .raw("params", params.str());
+    Json params = Json::object();
+    for (const auto& [k, v] : rec.params) params[k] = v;
+    Json o{{"kind", pluginKindName(rec.info.kind)}, {"name", rec.info.name},
+           {"version", rec.info.version},           {"abi_version", static_cast<uint64_t>(rec.info.abi_version)},
+           {"path", rec.info.path.string()},        {"origin", rec.info.origin},
+           {"description", rec.info.description},   {"params", std::move(params)}};
     // The file's bytes now, just after the run loaded it: the version string is the author's claim, the hash says
     // whether two runs ran the same code. A file gone since loading is recorded as such, not a failed run.
     try {
-      o.add("sha256", fileSha256Hex(rec.info.path));
+      o["sha256"] = fileSha256Hex(rec.info.path);
     } catch (const std::exception& e) {
-      o.add("sha256_error", e.what());
+      o["sha256_error"] = e.what();
     }
-    if (rec.caps) o.raw("caps", capsJson(*rec.caps));
-    if (plugins.size() > 1) plugins += ',';
-    plugins += o.str();
+    if (rec.caps) o["caps"] = capsJson(*rec.caps);
+    if (rec.resolved) {
+      Json resolved = Json::object();
+      for (const auto& [k, v] : *rec.resolved) resolved[k] = v;
+      o["resolved_params"] = std::move(resolved);
+    } else {
+      o["resolved_params"] = nullptr;
+      o["resolved_params_note"] = kDefaultsNotReported;
+    }
+    plugins.push_back(std::move(o));
   }
-  plugins += ']';
-  return JsonObject()
-      .add("git_commit", p.git_commit)
-      .add("host", p.host)
-      .add("start_time", p.start_time)
-      .add("terse_version", p.terse_version)
-      .add("transport", p.transport)
-      .add("mode", p.mode)
-      .add("world_size", p.world_size)
-      .raw("link_emulation", link.str())
-      .add("clock", p.clock)
-      .raw("simulation", simulation.str())
-      .raw("plugins", plugins)
-      .str();
+  return dumpJson(Json{{"git_commit", p.git_commit},
+                       {"host", p.host},
+                       {"start_time", p.start_time},
+                       {"terse_version", p.terse_version},
+                       {"transport", p.transport},
+                       {"mode", p.mode},
+                       {"world_size", p.world_size},
+                       {"link_emulation", std::move(link)},
+                       {"clock", p.clock},
+                       {"simulation", std::move(simulation)},
+                       {"plugins", std::move(plugins)}});
 }
 
 std::optional<std::string> gitCommitOf(const std::filesystem::path& dir) {
@@ -243,10 +239,9 @@ void ResultWriter::markFailed(std::string_view error) {
 }
 
 void ResultWriter::writeStatus(std::string_view state, std::string_view error) {
-  JsonObject o;
-  o.add("state", state).add("records", records_).add("started", started_).add("updated", isoTimeUtc());
-  if (!error.empty()) o.add("error", error);
-  writeFileAtomic(dir_ / std::string(kStatusFile), o.str() + "\n");
+  Json o{{"state", state}, {"records", records_}, {"started", started_}, {"updated", isoTimeUtc()}};
+  if (!error.empty()) o["error"] = error;
+  writeFileAtomic(dir_ / std::string(kStatusFile), dumpJson(o) + "\n");
   state_ = std::string(state);
 }
 

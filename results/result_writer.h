@@ -39,14 +39,19 @@ inline constexpr std::string_view kStateCompleted = "completed";
 inline constexpr std::string_view kStateFailed = "failed";
 
 // One loaded plugin as the run used it. provenance.json adds the SHA-256 of the file at info.path ("sha256", or
-// "sha256_error" when it cannot be read). The parameters are the ones the config gave: ABI v1 has no call that reports
-// the values a plugin resolved (its defaults live in the plugin's getters, terse/sdk/params.hpp), so a default that
-// changes between plugin builds shows only in the hash.
+// "sha256_error" when it cannot be read). `params` are the ones the config gave; `resolved` every parameter the
+// instance used, its defaults included, as the plugin reported them (terse/resolved_params_v1.h, optional in ABI v1:
+// plugins built with <terse/sdk.hpp> report them), so a default that changes between plugin builds shows in the
+// record, not only in the hash. provenance.json writes them as "resolved_params", or "resolved_params": null with
+// "resolved_params_note" when the plugin did not report them.
 struct PluginRecord {
   PluginInfo info;
   std::optional<CompressorCaps> caps;  // compressors: the caps for f32 with the run's parameters
   Params params;
+  std::optional<Params> resolved;
 };
+
+inline constexpr std::string_view kDefaultsNotReported = "defaults not reported";
 
 struct Provenance {
   std::string git_commit;  // gitCommit()
@@ -110,7 +115,8 @@ struct MetricsRecord {
 //   worker<w>_left_step, worker<w>_left_s     once worker w stopped early: its steps done and the run's wall time
 //   worker<w>_dropped_s                       once the servers dropped it after their worker_timeout
 // `terse compare` (results/compare.h) reads them into its staleness column: mean and max, and the median and 90th
-// percentile from the histogram. Flat keys rather than an array so records stay flat JSON objects (parseFlatJson).
+// percentile from the histogram. Flat keys rather than an array so a record stays one flat JSON object (a column per
+// key for tools).
 inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";
 inline constexpr std::string_view kStalenessMaxKey = "staleness_max";
 inline constexpr std::string_view kStalenessHistPrefix = "staleness_hist_";

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -69,6 +70,9 @@ class Compressor {
  public:
   virtual ~Compressor() = default;
   virtual const PluginInfo& plugin() const = 0;
+  // Every parameter the instance uses with its value, the defaults it applied included (provenance records them);
+  // nullopt when the plugin does not report them (terse/resolved_params_v1.h is optional) or is not a plugin.
+  virtual std::optional<Params> resolvedParams() const { return std::nullopt; }
 
   // Validated: devices nonzero and known, aggregation known, SUM has a float wire dtype and fixed size, rounds in
   // 1..TERSE_MAX_ROUNDS_V1, CUSTOM has reduce. Throws Unsupported when the plugin does not handle the dtype.

@@ -107,6 +107,7 @@ class PluginCompressor;
 struct CompressorPlugin::Impl {
   std::shared_ptr<detail::SharedLibrary> lib;
   CompressorApi api{};
+  terse_resolved_params_fn_v1 resolved_params = nullptr;  // optional (terse/resolved_params_v1.h)
   PluginInfo info;
   std::string label;
 };
@@ -119,7 +120,12 @@ class PluginCompressor final : public Compressor {
  public:
   PluginCompressor(std::shared_ptr<const CompressorPlugin> plugin, const CompressorPlugin::Impl& impl,
                    const Params& params)
-      : plugin_(std::move(plugin)), api_(impl.api), info_(impl.info), label_(impl.label), host_(impl.label) {
+      : plugin_(std::move(plugin)),
+        api_(impl.api),
+        resolved_params_(impl.resolved_params),
+        info_(impl.info),
+        label_(impl.label),
+        host_(impl.label) {
     const auto abi_params = detail::toAbiParams(params, label_);
     detail::clearPluginError();
     const terse_status_v1 status = api_.init(abi_params.data(), abi_params.size(), host_.host(), &ctx_);
@@ -143,6 +149,9 @@ class PluginCompressor final : public Compressor {
   }
 
   const PluginInfo& plugin() const override { return info_; }
+  std::optional<Params> resolvedParams() const override {
+    return detail::queryResolvedParams(resolved_params_, ctx_, label_);
+  }
 
   CompressorCaps caps(DType dtype) const override { return capsRef(dtype); }
 
@@ -439,6 +448,7 @@ class PluginCompressor final : public Compressor {
 
   std::shared_ptr<const CompressorPlugin> plugin_;  // keeps the file mapped; api_, info_, label_ point into it
   const CompressorApi& api_;
+  terse_resolved_params_fn_v1 resolved_params_;
   const PluginInfo& info_;
   const std::string& label_;
   detail::HostBinding host_;
@@ -476,6 +486,7 @@ std::shared_ptr<const CompressorPlugin> CompressorPlugin::open(const std::filesy
     auto impl = std::make_unique<Impl>();
     impl->api = row.adapt(symbol, prefix);
     impl->info.path = file;
+    impl->resolved_params = detail::resolvedParamsEntry(*lib, PluginKind::kCompressor);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kCompressor;
     impl->info.name = impl->api.name;

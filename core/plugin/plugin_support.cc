@@ -197,4 +197,39 @@ std::vector<terse_param_v1> toAbiParams(const Params& params, const std::string&
   return out;
 }
 
+terse_resolved_params_fn_v1 resolvedParamsEntry(const SharedLibrary& lib, PluginKind kind) {
+  const void* symbol = lib.symbol(kind == PluginKind::kCompressor ? TERSE_COMPRESSOR_RESOLVED_PARAMS_V1_SYMBOL
+                                                                  : TERSE_SCHEDULER_RESOLVED_PARAMS_V1_SYMBOL);
+  // dlsym hands functions back as object pointers; POSIX guarantees the round trip.
+  return reinterpret_cast<terse_resolved_params_fn_v1>(const_cast<void*>(symbol));
+}
+
+std::optional<Params> queryResolvedParams(terse_resolved_params_fn_v1 entry, void* ctx, const std::string& label) {
+  if (entry == nullptr) return std::nullopt;
+  const terse_param_v1* table = nullptr;
+  size_t count = 0;
+  clearPluginError();
+  const terse_status_v1 status = entry(ctx, &table, &count);
+  std::string bad;
+  if (status != TERSE_OK) {
+    bad = std::string("failed [") + statusName(status) + "]: " + takePluginError();
+  } else if (table == nullptr && count > 0) {
+    bad = "returned a NULL table of " + std::to_string(count) + " entries";
+  }
+  Params out;
+  std::set<std::string_view> seen;
+  for (size_t i = 0; bad.empty() && i < count; ++i) {
+    if (table[i].key == nullptr || table[i].value == nullptr) {
+      bad = "entry " + std::to_string(i) + " has a NULL key or value";
+    } else if (!seen.insert(table[i].key).second) {
+      bad = "reports '" + std::string(table[i].key) + "' twice";
+    } else {
+      out.emplace_back(table[i].key, table[i].value);
+    }
+  }
+  if (bad.empty()) return out;
+  TERSE_LOG(LogLevel::kWarn, label << ": resolved_params " << bad << "; its defaults are not recorded");
+  return std::nullopt;
+}
+
 }  // namespace terse::detail

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "core/common/error.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/plugin_info.h"
+#include "terse/resolved_params_v1.h"
 #include "terse/types_v1.h"
 
 namespace terse::detail {
@@ -127,5 +129,14 @@ std::string takePluginError();
 // Parameters as the ABI wants them: pointers into `params`, which must outlive the result. Throws InvalidArgument for
 // a repeated key (the ABI promises plugins unique keys).
 std::vector<terse_param_v1> toAbiParams(const Params& params, const std::string& label);
+
+// The optional entry point terse_<kind>_resolved_params_v1 of `lib` (terse/resolved_params_v1.h); nullptr when the
+// file does not export it (every plugin built before it existed, and C plugins that leave it out).
+terse_resolved_params_fn_v1 resolvedParamsEntry(const SharedLibrary& lib, PluginKind kind);
+
+// The parameters the instance `ctx` resolved, defaults included, through `entry`; nullopt when `entry` is nullptr.
+// A failed call or a malformed answer (a NULL table or string, a repeated key) is logged as a warning and also gives
+// nullopt: provenance then says the defaults were not reported, and the run goes on.
+std::optional<Params> queryResolvedParams(terse_resolved_params_fn_v1 entry, void* ctx, const std::string& label);
 
 }  // namespace terse::detail

@@ -85,13 +85,19 @@ terse_chunk_v1 toAbi(const Chunk& c) {
 struct SchedulerPlugin::Impl {
   std::shared_ptr<detail::SharedLibrary> lib;
   SchedulerApi api{};
+  terse_resolved_params_fn_v1 resolved_params = nullptr;  // optional (terse/resolved_params_v1.h)
   PluginInfo info;
   std::string label;
 };
 
 struct Scheduler::Impl {
   Impl(std::shared_ptr<const SchedulerPlugin> p, const SchedulerPlugin::Impl& pi)
-      : plugin(std::move(p)), api(pi.api), info(pi.info), label(pi.label), host(pi.label) {}
+      : plugin(std::move(p)),
+        api(pi.api),
+        resolved_params(pi.resolved_params),
+        info(pi.info),
+        label(pi.label),
+        host(pi.label) {}
 
   struct Entry {
     Chunk chunk;
@@ -109,6 +115,7 @@ struct Scheduler::Impl {
 
   std::shared_ptr<const SchedulerPlugin> plugin;  // keeps the file mapped; api, info, label point into it
   const SchedulerApi& api;
+  terse_resolved_params_fn_v1 resolved_params;
   const PluginInfo& info;
   const std::string& label;
   detail::HostBinding host;
@@ -176,6 +183,9 @@ const PluginInfo& Scheduler::plugin() const noexcept {
 }
 const SchedulerCaps& Scheduler::caps() const noexcept {
   return impl_->caps;
+}
+std::optional<Params> Scheduler::resolvedParams() const {
+  return detail::queryResolvedParams(impl_->resolved_params, impl_->ctx, impl_->label);
 }
 uint64_t Scheduler::step() const noexcept {
   return impl_->step;
@@ -455,6 +465,7 @@ std::shared_ptr<const SchedulerPlugin> SchedulerPlugin::open(const std::filesyst
     if (symbol == nullptr) continue;
     auto impl = std::make_unique<Impl>();
     impl->api = row.adapt(symbol, prefix);
+    impl->resolved_params = detail::resolvedParamsEntry(*lib, PluginKind::kScheduler);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kScheduler;
     impl->info.name = impl->api.name;

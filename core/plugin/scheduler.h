@@ -61,6 +61,9 @@ class Scheduler {
 
   const PluginInfo& plugin() const noexcept;
   const SchedulerCaps& caps() const noexcept;
+  // Every parameter the instance uses, defaults included; nullopt when the plugin does not report them
+  // (terse/resolved_params_v1.h is optional).
+  std::optional<Params> resolvedParams() const;
 
   // Starts step `step`: chunk ids restart at 0. The previous step must be finished (nothing partitioned but not
   // enqueued, pending or in flight); the first step may start without it (an instance starts at step 0).

@@ -1,21 +1,18 @@
 #include "core/train/trace.h"
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/common/error.h"
-#include "core/common/json_string.h"
+#include "core/common/json.h"
 
 namespace terse::train {
 namespace {
 
-// Microseconds with three decimals: the format's unit, nanosecond resolution kept.
-void appendMicros(std::string& out, int64_t ns) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000),
-                static_cast<long long>((ns < 0 ? -ns : ns) % 1000));
-  out += buf;
+// Microseconds, the format's unit; a double keeps nanosecond resolution for 2^53 ns (104 days) of trace.
+double micros(int64_t ns) {
+  return static_cast<double>(ns) / 1000.0;
 }
 
 }  // namespace
@@ -37,38 +34,27 @@ std::size_t TraceRecorder::size() const {
 
 std::string TraceRecorder::json() const {
   std::lock_guard lock(mutex_);
-  std::string out = "{\"traceEvents\":[\n";
-  const std::string pid = std::to_string(rank_);
+  // One event per line, so `terse trace merge` reads a file line by line (experiments/cli/trace_command.cc).
+  std::vector<std::string> lines;
   auto meta = [&](const char* what, int tid, const std::string& value) {
-    out += "{\"name\":\"";
-    out += what;
-    out += "\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) + ",\"args_name\":";
-    appendJsonString(out, value);
-    out += "},\n";
+    // Chrome reads names from args.name; a flat line keeps the merge a reader of flat objects, so the merge
+    // expands args_name into args.
+    lines.push_back(dumpJson(Json{{"name", what}, {"ph", "M"}, {"pid", rank_}, {"tid", tid}, {"args_name", value}}));
   };
-  // Chrome reads names from args.name; a flat file keeps `terse trace merge` a line-by-line reader, so the merge
-  // expands args_name into args (see experiments/cli/trace_command.cc).
-  meta("process_name", 0, "rank " + pid);
+  meta("process_name", 0, "rank " + std::to_string(rank_));
   meta("thread_name", kComputeThread, "compute");
   meta("thread_name", kCommThread, "communication");
-  for (std::size_t i = 0; i < events_.size(); ++i) {
-    const Event& e = events_[i];
-    out += "{\"name\":";
-    appendJsonString(out, e.name);
-    out += ",\"cat\":";
-    appendJsonString(out, e.category);
-    out += ",\"ph\":\"X\",\"ts\":";
-    appendMicros(out, e.ts_ns);
-    out += ",\"dur\":";
-    appendMicros(out, e.dur_ns);
-    out += ",\"pid\":" + pid + ",\"tid\":" + std::to_string(e.tid) + "}";
-    out += i + 1 < events_.size() ? ",\n" : "\n";
+  for (const Event& e : events_) {
+    lines.push_back(dumpJson(Json{{"name", e.name},
+                                  {"cat", e.category},
+                                  {"ph", "X"},
+                                  {"ts", micros(e.ts_ns)},
+                                  {"dur", micros(e.dur_ns)},
+                                  {"pid", rank_},
+                                  {"tid", e.tid}}));
   }
-  if (events_.empty()) {
-    // The metadata lines end with a comma; an empty timeline still needs a valid array.
-    out.resize(out.size() - 2);
-    out += "\n";
-  }
+  std::string out = "{\"traceEvents\":[\n";
+  for (std::size_t i = 0; i < lines.size(); ++i) out += lines[i] + (i + 1 < lines.size() ? ",\n" : "\n");
   out += "]}\n";
   return out;
 }

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/json.h"
 #include "experiments/cli/commands.h"
-#include "results/json.h"
 
 namespace terse::cli {
 namespace {
@@ -70,12 +70,13 @@ RankTrace readTrace(const fs::path& file) {
       continue;
     }
     if (line.back() == ',') line.pop_back();
-    const auto obj = results::parseFlatJson(line);
-    if (!obj) throw MergeError(at(file, n) + "not a flat JSON object");
-    const auto name = results::getString(*obj, "name");
-    const auto ph = results::getString(*obj, "ph");
-    const auto pid = results::getNumber(*obj, "pid");
-    const auto tid = results::getNumber(*obj, "tid");
+    std::string why;
+    const auto obj = parseJsonObject(line, &why);
+    if (!obj) throw MergeError(at(file, n) + "not a JSON object (" + why + ")");
+    const auto name = getString(*obj, "name");
+    const auto ph = getString(*obj, "ph");
+    const auto pid = getNumber(*obj, "pid");
+    const auto tid = getNumber(*obj, "tid");
     if (!name || !ph || !pid || !tid) throw MergeError(at(file, n) + "an event needs name, ph, pid and tid");
     if (*pid < 0 || *pid != static_cast<double>(static_cast<int64_t>(*pid)) || *pid > 1e6)
       throw MergeError(at(file, n) + "pid must be a rank (an integer >= 0), got " + std::to_string(*pid));
@@ -83,24 +84,22 @@ RankTrace readTrace(const fs::path& file) {
     if (static_cast<int64_t>(*pid) != out.pid)
       throw MergeError(at(file, n) + "pid " + std::to_string(static_cast<int64_t>(*pid)) + " in a file of rank " +
                        std::to_string(out.pid));
-    results::JsonObject e;
-    e.add("name", *name).add("ph", *ph).add("pid", static_cast<int64_t>(*pid)).add("tid", static_cast<int64_t>(*tid));
+    Json e{{"name", *name}, {"ph", *ph}, {"pid", static_cast<int64_t>(*pid)}, {"tid", static_cast<int64_t>(*tid)}};
     if (*ph == "X") {
-      const auto ts = results::getNumber(*obj, "ts");
-      const auto dur = results::getNumber(*obj, "dur");
+      const auto ts = getNumber(*obj, "ts");
+      const auto dur = getNumber(*obj, "dur");
       if (!ts || !dur || *dur < 0) throw MergeError(at(file, n) + "a complete event needs ts and dur >= 0");
-      e.add("ts", *ts).add("dur", *dur);
-      if (auto cat = results::getString(*obj, "cat")) e.add("cat", *cat);
+      e["ts"] = *ts;
+      e["dur"] = *dur;
+      if (auto cat = getString(*obj, "cat")) e["cat"] = *cat;
     } else if (*ph == "M") {
-      const auto value = results::getString(*obj, "args_name");
+      const auto value = getString(*obj, "args_name");
       if (!value) throw MergeError(at(file, n) + "a metadata event needs args_name");
-      results::JsonObject args;
-      args.add("name", *value);
-      e.raw("args", args.str());
+      e["args"] = Json{{"name", *value}};
     } else {
       throw MergeError(at(file, n) + "unsupported event phase '" + *ph + "' (terse writes X and M)");
     }
-    out.events.push_back(e.str());
+    out.events.push_back(dumpJson(e));
   }
   if (!opened || !closed) throw MergeError(file.string() + ": truncated trace (no closing ]})");
   return out;

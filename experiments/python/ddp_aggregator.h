@@ -97,6 +97,7 @@ class DdpAggregator {
   const AggregatorOptions& options() const noexcept { return options_; }
   const CompressorPlugin& plugin() const noexcept { return *plugin_; }
   CompressorCaps caps() const { return instance_->caps(DType::kF32); }
+  std::optional<Params> resolvedParams() const { return instance_->resolvedParams(); }
   TorchCommunicator& communicator() noexcept { return *comm_; }
 
  private:

@@ -58,7 +58,7 @@ HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path&
   prov.transport = "torch.distributed:" + aggregator.communicator().torchBackend() + " (torch " + torch_version + ")";
   prov.world_size = world;
   prov.mode = "sync";
-  prov.plugins.push_back({aggregator.plugin().info(), aggregator.caps(), o.params});
+  prov.plugins.push_back({aggregator.plugin().info(), aggregator.caps(), o.params, aggregator.resolvedParams()});
   writer_->writeProvenance(prov);
 }
 

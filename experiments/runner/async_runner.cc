@@ -157,7 +157,8 @@ RunSummary Runner::runAsync(const Experiment& e) {
         ps_workers.push_back(std::make_unique<train::AsyncWorker>(*models[static_cast<std::size_t>(w)], *clients.back(),
                                                                   w, W, asyncWorkerOptions(e, w)));
       }
-      prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
+      prov.plugins.push_back(
+          {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
     }
     writer.writeProvenance(prov);
 

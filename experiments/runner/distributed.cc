@@ -257,8 +257,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
                                                         !nccl && to.emulation.enabled());
       prov.link.emplace_back("job", joined.source + ", " + std::to_string(world) + " processes, store " +
                                         joined.master_addr + ":" + std::to_string(joined.master_port));
-      prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params});
-      prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
+      prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
+      prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, sched_params));
       writer->writeProvenance(prov);
     }
 

@@ -151,6 +151,10 @@ struct Shared {
   int error_rank = -1;
 };
 
+results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params) {
+  return {plugin.info(), std::nullopt, params, plugin.instantiate(params)->resolvedParams()};
+}
+
 results::Provenance baseProvenance(const Experiment& e, std::string_view transport, int world,
                                    const std::string& start_time, const std::string& terse_version,
                                    bool emulation_enabled) {
@@ -387,8 +391,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
 
   results::Provenance prov =
       detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
-  prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params});
-  prov.plugins.push_back({sched_plugin->info(), std::nullopt, sched_params});
+  prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
+  prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, sched_params));
   if (simulated) {
     sim::PlatformSpec platform;
     platform.ranks = world;

@@ -11,6 +11,7 @@
 #include "core/comm/job.h"
 #include "core/comm/tcp/transport.h"
 #include "core/plugin/compressor.h"
+#include "core/plugin/scheduler.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
@@ -43,5 +44,8 @@ comm::TcpOptions tcpOptions(const experiments::Experiment& e, const comm::JobEnv
 results::Provenance baseProvenance(const experiments::Experiment& e, std::string_view transport, int world,
                                    const std::string& start_time, const std::string& terse_version,
                                    bool emulation_enabled);
+// The scheduler's provenance record. The trainers own the run's instances; one more, made and finalized here,
+// reports the resolved parameters (init depends only on the parameters, so every instance resolves the same).
+results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params);
 
 }  // namespace terse::runner::detail

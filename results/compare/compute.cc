@@ -374,11 +374,12 @@ std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs) {
   std::map<std::tuple<std::string, std::string, std::string>, std::map<std::string, std::vector<const RunData*>>> seen;
   for (const auto& r : runs) {
     if (!r.provenance) continue;
-    const Json* plugins = r.provenance->find("plugins");
-    if (plugins == nullptr || plugins->kind != Json::Kind::kArray) continue;
-    for (const auto& pl : plugins->array) {
-      if (pl.str("sha256").empty()) continue;
-      seen[{r.study, pl.str("kind"), pl.str("name")}][pl.str("sha256")].push_back(&r);
+    const Json* plugins = findMember(*r.provenance, "plugins");
+    if (plugins == nullptr || !plugins->is_array()) continue;
+    for (const auto& pl : *plugins) {
+      const auto hash = getString(pl, "sha256");
+      if (!hash || hash->empty()) continue;
+      seen[{r.study, getString(pl, "kind").value_or(""), getString(pl, "name").value_or("")}][*hash].push_back(&r);
     }
   }
   std::vector<std::string> out;

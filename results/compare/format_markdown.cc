@@ -183,8 +183,8 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
     if (first || run.study != study) {
       study = run.study;
       o << (first ? "" : "\n") << "### " << mdCell(study) << " (provenance)\n\n"
-        << "| variant | state | config sha256 | git commit | compressor | caps | params | transport | link emulation "
-           "| host | started |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+        << "| variant | state | config sha256 | git commit | compressor | caps | params | resolved params | transport "
+           "| link emulation | host | started |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
       first = false;
     }
     const std::string compressor =
@@ -205,6 +205,7 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
                                             compressor,
                                             p.caps.empty() ? "-" : p.caps,
                                             p.params.empty() ? "-" : p.params,
+                                            p.resolved_params.empty() ? "-" : p.resolved_params,
                                             transport,
                                             p.link.empty() ? "-" : p.link,
                                             p.host.empty() ? "-" : p.host,

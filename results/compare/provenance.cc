@@ -4,34 +4,39 @@
 #include <cmath>
 
 #include "results/compare/text.h"
+#include "results/result_writer.h"
 
 namespace terse::results::detail {
 
 namespace {
 
 std::string jsonScalarText(const Json& v) {
-  switch (v.kind) {
-    case Json::Kind::kString:
-      return v.string;
-    case Json::Kind::kNumber: {
-      // Integers (rounds, sizes, versions) as integers; anything else with full precision.
-      if (std::fabs(v.number) < 1e15 && v.number == std::floor(v.number)) return fixed(v.number, 0);
-      return fullPrecision(v.number);
-    }
-    case Json::Kind::kBool:
-      return v.boolean ? "true" : "false";
-    case Json::Kind::kNull:
-      return "null";
-    default:
-      return "...";
+  if (v.is_string()) return v.get<std::string>();
+  // Integers (rounds, sizes, versions) as integers; anything else with full precision.
+  if (v.is_number_integer()) return dumpJson(v);
+  if (v.is_number()) {
+    const double d = v.get<double>();
+    if (std::fabs(d) < 1e15 && d == std::floor(d)) return fixed(d, 0);
+    return fullPrecision(d);
   }
+  if (v.is_structured()) return "...";
+  return dumpJson(v);  // true, false, null
 }
 
 std::string objectText(const Json* o, std::string_view sep = " ") {
-  if (o == nullptr || o->kind != Json::Kind::kObject) return "";
+  if (o == nullptr || !o->is_object()) return "";
   std::string out;
-  for (const auto& [k, v] : o->object) out += (out.empty() ? "" : std::string(sep)) + k + "=" + jsonScalarText(v);
+  for (const auto& [k, v] : o->items()) out += (out.empty() ? "" : std::string(sep)) + k + "=" + jsonScalarText(v);
   return out;
+}
+
+// A plugin record's "resolved_params" (result_writer.h's PluginRecord): "" when absent (an older run), the note when
+// null, else key=value pairs ("(none)" for a plugin without parameters).
+std::string resolvedText(const Json& plugin) {
+  const Json* r = findMember(plugin, "resolved_params");
+  if (r == nullptr) return "";
+  if (!r->is_object()) return std::string(kDefaultsNotReported);
+  return r->empty() ? "(none)" : objectText(r);
 }
 
 }  // namespace
@@ -51,34 +56,36 @@ ProvenanceRow provenanceRow(const RunData& run) {
   r.config_sha256 = run.config_sha256;
   if (!run.provenance) return r;
   const Json& p = *run.provenance;
-  r.git_commit = p.str("git_commit");
-  r.terse_version = p.str("terse_version");
-  r.host = p.str("host");
-  r.start_time = p.str("start_time");
-  r.transport = p.str("transport");
-  r.mode = p.str("mode");
-  if (auto w = p.num("world_size")) r.world_size = fixed(*w, 0);
-  r.link = objectText(p.find("link_emulation"));
+  auto str = [](const Json& o, std::string_view key) { return getString(o, key).value_or(""); };
+  r.git_commit = str(p, "git_commit");
+  r.terse_version = str(p, "terse_version");
+  r.host = str(p, "host");
+  r.start_time = str(p, "start_time");
+  r.transport = str(p, "transport");
+  r.mode = str(p, "mode");
+  if (auto w = getNumber(p, "world_size")) r.world_size = fixed(*w, 0);
+  r.link = objectText(findMember(p, "link_emulation"));
   // Runs from before the clock setting existed measured real time.
-  r.clock = p.str("clock").empty() ? "real_time" : p.str("clock");
-  if (const Json* s = p.find("simulation"); s && s->kind == Json::Kind::kObject && !s->object.empty())
-    r.simulation = objectText(s);
-  if (const Json* plugins = p.find("plugins"); plugins && plugins->kind == Json::Kind::kArray) {
-    for (const auto& pl : plugins->array) {
-      if (pl.str("kind") == "compressor" && r.compressor.empty()) {
-        r.compressor = pl.str("name");
-        r.compressor_version = pl.str("version");
-        if (auto abi = pl.num("abi_version")) r.compressor_abi = "v" + fixed(*abi, 0);
-        r.compressor_path = pl.str("path");
-        r.caps = objectText(pl.find("caps"));
-        r.params = objectText(pl.find("params"));
-        r.compressor_sha256 = pl.str("sha256");
+  r.clock = str(p, "clock").empty() ? "real_time" : str(p, "clock");
+  if (const Json* s = findMember(p, "simulation"); s && s->is_object() && !s->empty()) r.simulation = objectText(s);
+  if (const Json* plugins = findMember(p, "plugins"); plugins && plugins->is_array()) {
+    for (const auto& pl : *plugins) {
+      if (str(pl, "kind") == "compressor" && r.compressor.empty()) {
+        r.compressor = str(pl, "name");
+        r.compressor_version = str(pl, "version");
+        if (auto abi = getNumber(pl, "abi_version")) r.compressor_abi = "v" + fixed(*abi, 0);
+        r.compressor_path = str(pl, "path");
+        r.caps = objectText(findMember(pl, "caps"));
+        r.params = objectText(findMember(pl, "params"));
+        r.compressor_sha256 = str(pl, "sha256");
+        r.resolved_params = resolvedText(pl);
       } else {
-        const std::string params = objectText(pl.find("params"));
-        r.other_plugins += (r.other_plugins.empty() ? "" : "; ") + pl.str("kind") + " " + pl.str("name") + " " +
-                           pl.str("version") + " " + pl.str("path") +
-                           (pl.str("sha256").empty() ? "" : " sha256 " + shortHash(pl.str("sha256"))) +
-                           (params.empty() ? "" : " " + params);
+        const std::string params = objectText(findMember(pl, "params"));
+        const std::string resolved = resolvedText(pl);
+        r.other_plugins +=
+            (r.other_plugins.empty() ? "" : "; ") + str(pl, "kind") + " " + str(pl, "name") + " " + str(pl, "version") +
+            " " + str(pl, "path") + (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
+            (params.empty() ? "" : " " + params) + (resolved.empty() ? "" : " (resolved: " + resolved + ")");
       }
     }
   }
@@ -99,6 +106,7 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"compressor_sha256", &ProvenanceRow::compressor_sha256},
           {"caps", &ProvenanceRow::caps},
           {"params", &ProvenanceRow::params},
+          {"resolved_params", &ProvenanceRow::resolved_params},
           {"other_plugins", &ProvenanceRow::other_plugins},
           {"transport", &ProvenanceRow::transport},
           {"mode", &ProvenanceRow::mode},

@@ -69,12 +69,11 @@ bool isRunDir(const fs::path& dir) {
   return false;
 }
 
-std::string valueText(const JsonValue& v) {
-  if (std::holds_alternative<std::nullptr_t>(v)) return "null";
-  if (std::holds_alternative<bool>(v)) return std::get<bool>(v) ? "true" : "false";
-  if (std::holds_alternative<std::string>(v)) return "\"" + shortText(std::get<std::string>(v), 30) + "\"";
+std::string valueText(const Json& v) {
+  if (v.is_string()) return "\"" + shortText(v.get<std::string>(), 30) + "\"";
+  if (!v.is_number()) return shortText(dumpJson(v), 30);
   std::ostringstream s;
-  s << std::get<double>(v);
+  s << v.get<double>();
   return s.str();
 }
 
@@ -98,10 +97,11 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     pos = has_newline ? nl + 1 : text->size();
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = file + ":" + std::to_string(line_no) + ": ";
-    auto obj = parseFlatJson(line);
+    std::string why;
+    auto obj = parseJsonObject(line, &why);
     if (!obj) {
       // The writer flushes whole lines, so a line without its newline at the end is a write cut short.
-      warnings.push_back(where + (has_newline ? "not a flat JSON object" : "torn last line (no newline)") +
+      warnings.push_back(where + (has_newline ? "not a JSON object (" + why + ")" : "torn last line (no newline)") +
                          ", skipped: " + shortText(line));
       continue;
     }
@@ -109,8 +109,8 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.line = line_no;
     std::string bad;
     auto required = [&](std::string_view key, double lo, double hi) -> double {
-      auto it = obj->find(key);
-      if (it == obj->end()) {
+      const Json* it = findMember(*obj, key);
+      if (it == nullptr) {
         if (bad.empty()) bad = "no '" + std::string(key) + "'";
         return 0;
       }
@@ -118,7 +118,7 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
       if (!v || !std::isfinite(*v) || *v < lo || *v > hi) {
         if (bad.empty()) {
           std::ostringstream s;
-          s << "'" << key << "' is " << valueText(it->second) << ", must be a number in [" << lo << ", " << hi << "]";
+          s << "'" << key << "' is " << valueText(*it) << ", must be a number in [" << lo << ", " << hi << "]";
           bad = s.str();
         }
         return 0;
@@ -128,11 +128,11 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     // Optional fields: absent is normal (older writers, sync runs without staleness); present but not a finite
     // non-negative number is reported and ignored.
     auto optional = [&](std::string_view key) -> double {
-      auto it = obj->find(key);
-      if (it == obj->end() || std::holds_alternative<std::nullptr_t>(it->second)) return std::nan("");
+      const Json* it = findMember(*obj, key);
+      if (it == nullptr || it->is_null()) return std::nan("");
       const auto v = getNumber(*obj, key);
       if (!v || !std::isfinite(*v) || *v < 0) {
-        warnings.push_back(where + "'" + std::string(key) + "' is " + valueText(it->second) +
+        warnings.push_back(where + "'" + std::string(key) + "' is " + valueText(*it) +
                            ", not a non-negative number; ignored");
         return std::nan("");
       }
@@ -162,7 +162,7 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.staleness_max = optional(kStalenessMaxKey);
     p.staleness_hist_overflow = optional(kStalenessHistOverflowKey);
     const std::string hist_prefix(kStalenessHistPrefix);
-    for (const auto& [key, value] : *obj) {
+    for (const auto& [key, value] : obj->items()) {
       if (key.rfind(hist_prefix, 0) != 0 || key == kStalenessHistOverflowKey) continue;
       const std::string tau = key.substr(hist_prefix.size());
       const bool digits = !tau.empty() && tau.size() <= 9 && tau.find_first_not_of("0123456789") == std::string::npos;
@@ -203,11 +203,12 @@ void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& wa
   }
   auto text = readFile(path, warnings);
   if (!text) return;
-  auto obj = parseFlatJson(*text);
+  std::string why;
+  auto obj = parseJsonObject(*text, &why);
   const auto state = obj ? getString(*obj, "state") : std::nullopt;
   if (!state) {
-    warnings.push_back(path.string() +
-                       ":1: not a status object with a \"state\" string; state unknown: " + shortText(*text));
+    warnings.push_back(path.string() + ":1: not a status object with a \"state\" string" +
+                       (obj ? "" : " (" + why + ")") + "; state unknown: " + shortText(*text));
     return;
   }
   if (*state != kStateCompleted && *state != kStateFailed && *state != kStateRunning) {
@@ -228,18 +229,19 @@ void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>
   auto text = readFile(path, warnings);
   if (!text) return;
   std::string error;
-  auto json = parseJson(*text, &error);
-  if (!json || json->kind != Json::Kind::kObject) {
-    warnings.push_back(path.string() + ": not a JSON object (" + (json ? "another value" : error) + "); ignored");
+  auto json = parseJsonObject(*text, &error);
+  if (!json) {
+    warnings.push_back(path.string() + ": not a JSON object (" + error + "); ignored");
     return;
   }
   run.provenance = std::move(*json);
-  run.simulated = run.provenance->str("clock") == "simulated";
+  run.simulated = getString(*run.provenance, "clock") == "simulated";
   // What actually loaded beats the name the config asked for (a path, say).
-  if (const Json* plugins = run.provenance->find("plugins"); plugins && plugins->kind == Json::Kind::kArray) {
-    for (const auto& p : plugins->array) {
-      if (p.str("kind") == "compressor" && !p.str("name").empty()) {
-        run.compressor = p.str("name");
+  if (const Json* plugins = findMember(*run.provenance, "plugins"); plugins && plugins->is_array()) {
+    for (const auto& p : *plugins) {
+      const auto name = getString(p, "name");
+      if (getString(p, "kind") == "compressor" && name && !name->empty()) {
+        run.compressor = *name;
         break;
       }
     }

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "results/json.h"
+#include "core/common/json.h"
 #include "results/sha256.h"  // sha256Hex: the config hash (config_sha256)
 
 namespace terse::results {

@@ -47,7 +47,8 @@ std::vector<float> gradOf(int rank, uint64_t numel, uint64_t step) {
 
 // Serializes the loader (it is thread-safe, but the tests open plugins once up front anyway).
 PluginLoader buildTreeLoader() {
-  return PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+  return PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true},
+                                       SearchDir{TERSE_TEST_PLUGIN_DIR, "test plugins", true}});
 }
 
 // ---- In-test fakes for the paths no test plugin covers.

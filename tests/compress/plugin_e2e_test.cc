@@ -1,6 +1,6 @@
-// Error feedback through real plugin files: the loader opens test_lossy / test_rounds from the build tree, and the
-// decorators drive them exactly as the pipeline will. Complements the fake-compressor tests beside this file, which
-// cannot catch a mismatch between the decorators and the ABI adapter.
+// Error feedback through real plugin files: the loader opens test_lossy / test_rounds from the test plugin directory,
+// and the decorators drive them exactly as the pipeline will. Complements the fake-compressor tests beside this file,
+// which cannot catch a mismatch between the decorators and the ABI adapter.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,7 +27,8 @@ TensorInfo flat(uint64_t n, int rank = 0, int world = 1) {
 }
 
 PluginLoader buildTreeLoader() {
-  return PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+  return PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true},
+                                       SearchDir{TERSE_TEST_PLUGIN_DIR, "test plugins", true}});
 }
 
 // Sums f32 payloads as the SUM path will: the header is carried through, the rest added elementwise.

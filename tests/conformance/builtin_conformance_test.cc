@@ -79,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(Plugins, BuiltIn, ::testing::ValuesIn(cases()),
 TEST(BuiltInDiscovery, FindsTheTestPlugins) {
   bool lossy = false;
   for (const auto& d : discovered()) lossy = lossy || d.name == "test_lossy";
-  EXPECT_TRUE(lossy) << "no test_lossy in " << TERSE_TEST_BUILD_PLUGIN_DIR;
+  EXPECT_TRUE(lossy) << "no test_lossy in " << TERSE_TEST_PLUGIN_DIR;
 }
 
 }  // namespace

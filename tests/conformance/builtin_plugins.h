@@ -79,7 +79,9 @@ struct Discovered {
 inline const std::vector<Discovered>& discovered() {
   static const std::vector<Discovered> list = [] {
     std::vector<Discovered> out;
-    auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, std::string(kOriginBuildTree), true}});
+    // The built-ins and the working test plugins (test_lossy, test_rounds), which live apart (tests/CMakeLists.txt).
+    auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, std::string(kOriginBuildTree), true},
+                                                {TERSE_TEST_PLUGIN_DIR, "test plugins", true}});
     for (const auto& e : loader.discover()) {
       if (e.kind == PluginKind::kCompressor) out.push_back({e.name, e.path, e.error});
     }

@@ -18,7 +18,7 @@
 namespace terse {
 namespace {
 
-const std::filesystem::path kBuildPluginDir = TERSE_TEST_BUILD_PLUGIN_DIR;
+const std::filesystem::path kTestPluginDir = TERSE_TEST_PLUGIN_DIR;
 const std::filesystem::path kFixtureDir = TERSE_TEST_FIXTURE_PLUGIN_DIR;
 const std::filesystem::path kConformanceFixtureDir = TERSE_TEST_CONFORMANCE_FIXTURE_DIR;
 
@@ -177,7 +177,7 @@ TEST(ConformanceSuite, HangingPluginFailsAtTheTimeLimit) {
 TEST(ConformanceSuite, InProcessAndIsolatedRunsAgree) {
   ConformanceOptions o = quick();
   o.only = {"shapes", "round_trip"};
-  const auto plugin = open(kBuildPluginDir, "test_lossy");
+  const auto plugin = open(kTestPluginDir, "test_lossy");
   const auto forked = checkCompressor(*plugin, {}, o);
   o.isolate = false;
   const auto in_process = checkCompressor(*plugin, {}, o);
@@ -250,7 +250,7 @@ TEST(ConformanceSuite, FailedInitSkipsTheRest) {
 }
 
 TEST(ConformanceSuite, RoundTripBoundIsEnforcedOnlyWhenGiven) {
-  const auto lossy = open(kBuildPluginDir, "test_lossy");  // truncation to 0.5: relative error about 0.28
+  const auto lossy = open(kTestPluginDir, "test_lossy");  // truncation to 0.5: relative error about 0.28
   ConformanceOptions o = quick();
   o.only = {"round_trip"};
   EXPECT_EQ(checkCompressor(*lossy, {}, o).find("round_trip")->status, CheckStatus::kPass);
@@ -268,7 +268,7 @@ TEST(ConformanceSuite, ProgressCallbacksSeeEveryCheckInOrder) {
   o.finite_input_limit = 1e30;  // test_rounds sums the tensor in one f32 (builtin_plugins.h)
   o.on_check_start = [&](std::string_view n) { started.emplace_back(n); };
   o.on_check_done = [&](const CheckResult& r) { done.push_back(r.name); };
-  const auto report = checkCompressor(*open(kBuildPluginDir, "test_rounds"), {}, o);
+  const auto report = checkCompressor(*open(kTestPluginDir, "test_rounds"), {}, o);
   std::vector<std::string> names;
   for (auto n : conformanceCheckNames()) names.emplace_back(n);
   EXPECT_EQ(started, names);
@@ -277,7 +277,7 @@ TEST(ConformanceSuite, ProgressCallbacksSeeEveryCheckInOrder) {
 }
 
 TEST(ConformanceSuite, RejectsMalformedOptions) {
-  const auto lossy = open(kBuildPluginDir, "test_lossy");
+  const auto lossy = open(kTestPluginDir, "test_lossy");
   ConformanceOptions o;
   o.world_size = 1;
   EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
@@ -293,7 +293,7 @@ TEST(ConformanceSuite, RejectsMalformedOptions) {
 // never a report of skips that would read as a pass. These run on every machine; the device suite itself is
 // tests/conformance/device_conformance_test.cc (label `cuda`).
 TEST(ConformanceDevice, MalformedDeviceOptionsAreInvalidArguments) {
-  const auto lossy = open(kBuildPluginDir, "test_lossy");
+  const auto lossy = open(kTestPluginDir, "test_lossy");
   ConformanceOptions o = quick();
   o.device = 0x4;
   EXPECT_THROW(checkCompressor(*lossy, {}, o), InvalidArgument);
@@ -308,7 +308,7 @@ TEST(ConformanceDevice, HostModeNeedsNoDevice) {
   EXPECT_EQ(conformanceDeviceProblem(TERSE_DEVICE_HOST, 0), "");
   ConformanceOptions o = quick();
   o.only = {"sizes"};
-  const auto report = checkCompressor(*open(kBuildPluginDir, "test_lossy"), {}, o);
+  const auto report = checkCompressor(*open(kTestPluginDir, "test_lossy"), {}, o);
   EXPECT_EQ(report.device, "host memory");
   EXPECT_TRUE(report.passed()) << describe(report);
 }
@@ -323,7 +323,7 @@ TEST(ConformanceDevice, AnUnavailableDeviceIsAClearError) {
   bool started = false;
   o.on_check_start = [&](std::string_view) { started = true; };
   try {
-    checkCompressor(*open(kBuildPluginDir, "test_lossy"), {}, o);
+    checkCompressor(*open(kTestPluginDir, "test_lossy"), {}, o);
     ADD_FAILURE() << "device mode on CUDA device 999 ran";
   } catch (const Unsupported& e) {
     EXPECT_NE(std::string(e.what()).find(problem), std::string::npos) << e.what();
@@ -342,7 +342,7 @@ TEST(ConformanceDevice, NoDeviceIsAClearError) {
   ConformanceOptions o = quick();
   o.device = TERSE_DEVICE_CUDA;
   try {
-    checkCompressor(*open(kBuildPluginDir, "test_lossy"), {}, o);
+    checkCompressor(*open(kTestPluginDir, "test_lossy"), {}, o);
     ADD_FAILURE() << "device mode without a device ran";
   } catch (const Unsupported& e) {
     EXPECT_NE(std::string(e.what()).find(problem), std::string::npos) << e.what();
@@ -350,11 +350,11 @@ TEST(ConformanceDevice, NoDeviceIsAClearError) {
 }
 
 TEST(PayloadSizes, MeasuresEveryRound) {
-  const auto lossy = measurePayloadSizes(*open(kBuildPluginDir, "test_lossy"), {}, ConformanceShape::flat(1000));
+  const auto lossy = measurePayloadSizes(*open(kTestPluginDir, "test_lossy"), {}, ConformanceShape::flat(1000));
   ASSERT_EQ(lossy.rounds.size(), 1u);
   EXPECT_EQ(lossy.rounds[0].max_output_bytes, 16u + 4000u);
   EXPECT_EQ(lossy.rounds[0].produced_bytes, 16u + 4000u);
-  const auto rounds = measurePayloadSizes(*open(kBuildPluginDir, "test_rounds"), {}, ConformanceShape::matrix(10, 100));
+  const auto rounds = measurePayloadSizes(*open(kTestPluginDir, "test_rounds"), {}, ConformanceShape::matrix(10, 100));
   ASSERT_EQ(rounds.rounds.size(), 2u);
   EXPECT_EQ(rounds.rounds[0].produced_bytes, 20u);
   EXPECT_EQ(rounds.rounds[1].produced_bytes, 16u + 4000u);

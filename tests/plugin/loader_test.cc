@@ -131,6 +131,30 @@ TEST(LoadByName, FromPluginPath) {
   EXPECT_TRUE(info.shadowed.empty());
 }
 
+// ---- Resolved parameters (terse/resolved_params_v1.h, optional): SDK plugins report theirs, defaults included;
+// a plugin written before the entry point existed (good_c and fake_sched, plain C) loads, runs and reports nothing.
+
+TEST(ResolvedParams, SdkPluginsReportTheirDefaults) {
+  PluginLoader loader(std::vector<std::string>{TERSE_TEST_PLUGIN_DIR});
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  EXPECT_EQ(lossy->resolvedParams(), (Params{{"step", "0.5"}}));
+  auto given = loader.loadCompressor("test_lossy")->instantiate({{"step", "0.25"}});
+  EXPECT_EQ(given->resolvedParams(), (Params{{"step", "0.25"}}));
+  auto fifo = loader.loadScheduler("test_fifo")->instantiate({{"credit_bytes", "64"}});
+  const auto resolved = fifo->resolvedParams();
+  ASSERT_TRUE(resolved);
+  EXPECT_EQ(*resolved, (Params{{"chunk_numel", "0"}, {"credit_bytes", "64"}}));
+}
+
+TEST(ResolvedParams, PluginsWithoutTheEntryPointStillLoadAndReportNothing) {
+  auto loader = fixtureLoader();
+  auto good = loader.loadCompressor("good_c")->instantiate({});
+  EXPECT_EQ(good->resolvedParams(), std::nullopt);
+  EXPECT_EQ(good->caps(DType::kF32).num_rounds, 1);
+  auto sched = loader.loadScheduler("fake_sched")->instantiate({});
+  EXPECT_EQ(sched->resolvedParams(), std::nullopt);
+}
+
 TEST(LoadByName, FromTersePluginPathEnvironment) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/dir:" + kFixtureDir.string());
   PluginLoader loader;
@@ -169,14 +193,19 @@ TEST(LoadByName, FirstMatchInSearchOrderWins) {
   EXPECT_EQ(loader.loadCompressor("good_dup")->info().path, fs::canonical(loc.path));
 }
 
-TEST(LoadByName, BuiltInTestPluginsComeFromTheBuildTree) {
+// The build tree holds what terse ships; the test plugins live apart and are found through a search directory.
+TEST(LoadByName, TestPluginsLiveApartFromTheBuiltIns) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
   PluginLoader loader;
-  auto fifo = loader.loadScheduler("test_fifo");
-  EXPECT_EQ(fifo->info().origin, "build tree");
+  EXPECT_EQ(loader.loadScheduler("fifo")->info().origin, "build tree");
+  for (const auto& e : loader.discover()) EXPECT_FALSE(e.name.starts_with("test_")) << e.path;
+  EXPECT_THROW(loader.loadCompressor("test_lossy"), PluginError);
+  PluginLoader with_tests(std::vector<std::string>{TERSE_TEST_PLUGIN_DIR});
+  auto fifo = with_tests.loadScheduler("test_fifo");
+  EXPECT_EQ(fifo->info().origin, "--plugin-path");
   EXPECT_EQ(fifo->info().kind, PluginKind::kScheduler);
-  auto lossy = loader.loadCompressor("test_lossy");
-  EXPECT_EQ(lossy->info().path.parent_path(), fs::canonical(kBuildPluginDir));
+  auto lossy = with_tests.loadCompressor("test_lossy");
+  EXPECT_EQ(lossy->info().path.parent_path(), fs::canonical(TERSE_TEST_PLUGIN_DIR));
 }
 
 // ---- Load errors: each names the file and the reason

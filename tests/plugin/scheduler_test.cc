@@ -18,8 +18,7 @@ using test::contains;
 using test::messageOf;
 
 std::unique_ptr<Scheduler> fifo(const Params& params = {}) {
-  test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
-  PluginLoader loader;
+  PluginLoader loader(std::vector<std::string>{TERSE_TEST_PLUGIN_DIR});
   return loader.loadScheduler("test_fifo")->instantiate(params);
 }
 

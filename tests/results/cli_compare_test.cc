@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "results/json.h"
+#include "core/common/json.h"
 #include "tests/results/results_fixture.h"
 
 namespace terse::results {
@@ -67,14 +67,14 @@ TEST_F(CompareCli, JsonParsesBackWithTargetAndBaseline) {
   std::string error;
   auto j = parseJson(r.out, &error);
   ASSERT_TRUE(j) << error << "\n" << r.out;
-  EXPECT_DOUBLE_EQ(*j->num("target"), 0.75);
-  const Json& study = j->find("studies")->array.at(0);
-  EXPECT_EQ(study.str("baseline"), "fp16");
-  const auto& rows = study.find("rows")->array;
+  EXPECT_DOUBLE_EQ(*getNumber(*j, "target"), 0.75);
+  const Json& study = j->at("studies").at(0);
+  EXPECT_EQ(getString(study, "baseline"), "fp16");
+  const Json& rows = study.at("rows");
   ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[0].str("variant"), "signsgd");
-  EXPECT_NEAR(*rows[0].num("bytes_to_target"), 20, 1e-9);
-  EXPECT_FALSE(j->find("warnings")->array.empty());
+  EXPECT_EQ(getString(rows[0], "variant"), "signsgd");
+  EXPECT_NEAR(*getNumber(rows[0], "bytes_to_target"), 20, 1e-9);
+  EXPECT_FALSE(j->at("warnings").empty());
 }
 
 TEST_F(CompareCli, CsvHasOneLinePerVariant) {
@@ -111,7 +111,7 @@ TEST_F(CompareCli, ProvenanceWarnsAboutDifferentWorkloads) {
   const Result j = compareCli("--provenance --format json " + results(), dir_);
   auto doc = parseJson(j.out);
   ASSERT_TRUE(doc) << j.out;
-  EXPECT_EQ(doc->find("runs")->array.size(), 6u);
+  EXPECT_EQ(doc->at("runs").size(), 6u);
 }
 
 TEST_F(CompareCli, UsageAndNothingToCompare) {

@@ -3,10 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
+#include "core/common/json.h"
 #include "results/compare.h"
-#include "results/json.h"
 #include "tests/results/results_fixture.h"
 
 namespace terse::results {
@@ -21,34 +22,6 @@ TEST(Sha256, KnownVectors) {
   EXPECT_EQ(sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(sha256Hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
-TEST(Json, ParsesNestedDocuments) {
-  auto j = parseJson(R"( {"a": [1, -2.5e3, {"b": "x\"y\u0041"}], "t": true, "f": false, "n": null} )");
-  ASSERT_TRUE(j);
-  ASSERT_EQ(j->kind, Json::Kind::kObject);
-  const Json* a = j->find("a");
-  ASSERT_TRUE(a && a->kind == Json::Kind::kArray && a->array.size() == 3);
-  EXPECT_DOUBLE_EQ(a->array[1].number, -2500);
-  EXPECT_EQ(a->array[2].str("b"), "x\"yA");
-  EXPECT_TRUE(j->find("t")->boolean);
-  EXPECT_FALSE(j->find("f")->boolean);
-  EXPECT_EQ(j->find("n")->kind, Json::Kind::kNull);
-  EXPECT_FALSE(j->num("missing"));
-}
-
-TEST(Json, RejectsMalformedTextWithAnOffset) {
-  std::string error;
-  EXPECT_FALSE(parseJson("{\"a\": nan}", &error));
-  EXPECT_NE(error.find("at byte 6"), std::string::npos) << error;
-  EXPECT_FALSE(parseJson("{\"a\": 1} x", &error));
-  EXPECT_NE(error.find("unexpected text after the value"), std::string::npos) << error;
-  EXPECT_FALSE(parseJson("[1, 2", &error));
-  EXPECT_FALSE(parseJson("0x10", &error));
-  EXPECT_FALSE(parseJson("01", &error));
-  EXPECT_FALSE(parseJson(std::string(100, '[') + std::string(100, ']'), &error));
-  EXPECT_NE(error.find("nested deeper than 64"), std::string::npos) << error;
-  EXPECT_TRUE(parseJson(std::string(60, '[') + std::string(60, ']')));
 }
 
 class ConfigRead : public ::testing::Test {
@@ -169,20 +142,20 @@ TEST_F(Formats, JsonParsesBack) {
   std::string error;
   auto j = parseJson(toJson(c_, {"w1"}), &error);
   ASSERT_TRUE(j) << error;
-  EXPECT_DOUBLE_EQ(*j->num("target"), 0.85);
-  ASSERT_EQ(j->find("warnings")->array.size(), 1u);
-  const Json& study = j->find("studies")->array.at(0);
-  EXPECT_EQ(study.str("baseline"), "dense");
-  const auto& rows = study.find("rows")->array;
+  EXPECT_DOUBLE_EQ(*getNumber(*j, "target"), 0.85);
+  ASSERT_EQ(j->at("warnings").size(), 1u);
+  const Json& study = j->at("studies").at(0);
+  EXPECT_EQ(getString(study, "baseline"), "dense");
+  const Json& rows = study.at("rows");
   ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[0].str("variant"), "topk");
-  EXPECT_DOUBLE_EQ(*rows[0].num("ratio_vs_baseline"), 10);
-  EXPECT_DOUBLE_EQ(*rows[2].num("bytes_to_target"), 2500);
-  EXPECT_TRUE(rows[2].find("baseline")->boolean);
-  EXPECT_EQ(rows[3].find("bytes_to_target")->kind, Json::Kind::kNull);  // not reached
-  EXPECT_FALSE(rows[3].find("reached_target")->boolean);
-  EXPECT_EQ(rows[4].str("state"), "failed");
-  EXPECT_EQ(rows[4].str("error"), "rank 2: \"bad\", payload | truncated");
+  EXPECT_EQ(getString(rows[0], "variant"), "topk");
+  EXPECT_DOUBLE_EQ(*getNumber(rows[0], "ratio_vs_baseline"), 10);
+  EXPECT_DOUBLE_EQ(*getNumber(rows[2], "bytes_to_target"), 2500);
+  EXPECT_TRUE(rows[2].at("baseline").get<bool>());
+  EXPECT_TRUE(rows[3].at("bytes_to_target").is_null());  // not reached
+  EXPECT_FALSE(rows[3].at("reached_target").get<bool>());
+  EXPECT_EQ(getString(rows[4], "state"), "failed");
+  EXPECT_EQ(getString(rows[4], "error"), "rank 2: \"bad\", payload | truncated");
 }
 
 TEST_F(Formats, MarkdownTableIsWellFormed) {
@@ -224,10 +197,10 @@ TEST_F(Formats, ProvenanceTables) {
   std::string error;
   auto j = parseJson(provenanceTableJson(runs_, {}), &error);
   ASSERT_TRUE(j) << error;
-  const auto& rows = j->find("runs")->array;
+  const Json& rows = j->at("runs");
   ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[0].str("config_sha256"), hash);
-  EXPECT_EQ(rows[0].str("host"), "testhost");
+  EXPECT_EQ(getString(rows[0], "config_sha256"), hash);
+  EXPECT_EQ(getString(rows[0], "host"), "testhost");
   const auto csv = parseCsv(provenanceTableCsv(runs_));
   ASSERT_EQ(csv.size(), 6u);
   for (const auto& r : csv) EXPECT_EQ(r.size(), csv[0].size());
@@ -259,6 +232,62 @@ TEST(GitCommit, DirtyTreesAreMarked) {
   testing::appendText(repo / "a.txt", "two\n");
   EXPECT_EQ(gitCommitOf(repo), *clean + "-dirty");
   fs::remove_all(repo);
+}
+
+// results/reference holds files written before JSON went through nlohmann-json (numbers as printf's %.17g): every
+// one still parses, and its run folders load without a warning, their numbers to the same bits as strtod reads them.
+TEST(ReferenceFolders, CommittedFilesStillRead) {
+  const fs::path ref = fs::path(TERSE_TEST_SOURCE_DIR) / "results" / "reference";
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(ref)) {
+    if (e.path().extension() != ".json") continue;
+    ++files;
+    std::string error;
+    const auto doc = parseJson(readText(e.path()), &error);
+    EXPECT_TRUE(doc) << e.path() << ": " << error;
+    if (doc && e.path().filename() == "compare.json") EXPECT_FALSE(doc->at("studies").empty()) << e.path();
+    if (doc && e.path().parent_path() == ref / e.path().parent_path().filename() &&
+        e.path().filename() == "provenance.json")
+      EXPECT_FALSE(doc->at("runs").empty()) << e.path();
+  }
+  EXPECT_GE(files, 20);
+
+  std::vector<std::string> w;
+  const auto runs = loadRuns({ref / "simulation" / "runs"}, w);
+  EXPECT_TRUE(w.empty()) << joined(w);
+  ASSERT_EQ(runs.size(), 6u);
+  for (const auto& r : runs) {
+    EXPECT_EQ(r.state, "completed") << r.dir;
+    EXPECT_EQ(r.compressor, "none") << r.dir;
+    ASSERT_TRUE(r.provenance) << r.dir;
+    ASSERT_FALSE(r.points.empty()) << r.dir;
+    const std::string first = readText(r.dir / "metrics.jsonl").substr(0, 2000);
+    const auto at = first.find("\"test_accuracy\":");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_EQ(r.points.front().accuracy, std::strtod(first.c_str() + at + 16, nullptr)) << r.dir;
+  }
+}
+
+// `terse compare --provenance` shows the parameters a plugin resolved, defaults included, and says when a plugin did
+// not report them; folders from before the field existed show nothing there.
+TEST(ProvenanceTable, ShowsResolvedParameters) {
+  const fs::path root = freshDir("ProvenanceResolved");
+  RunSpec reported("s", "reported", "qsgd", false, {{100, 0.5, 1000, 1.0}});
+  reported.resolved = Params{{"levels", "15"}, {"bucket_size", "512"}};
+  writeRun(root, reported);
+  writeRun(root, RunSpec("s", "silent", "none", false, {{100, 0.5, 1000, 1.0}}));
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 2u) << joined(w);
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_NE(md.find("| resolved params |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| levels=15 bucket_size=512 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| defaults not reported |"), std::string::npos) << md;
+  const auto j = parseJson(provenanceTableJson(runs, {}));
+  ASSERT_TRUE(j);
+  std::set<std::string> cells;
+  for (const auto& r : j->at("runs")) cells.insert(getString(r, "resolved_params").value_or("?"));
+  EXPECT_EQ(cells, (std::set<std::string>{"levels=15 bucket_size=512", "defaults not reported"}));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,10 +42,11 @@ struct RunSpec {
   std::vector<Point> points;
   std::string state = "completed";  // completed, failed, running
   std::string error;
-  std::string hidden = "256";     // workload.hidden_sizes
-  std::string batch_size = "32";  // data.batch_size
-  bool simulated = false;         // provenance clock "simulated"
-  std::string plugin_path;        // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
+  std::string hidden = "256";      // workload.hidden_sizes
+  std::string batch_size = "32";   // data.batch_size
+  bool simulated = false;          // provenance clock "simulated"
+  std::string plugin_path;         // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
+  std::optional<Params> resolved;  // what the compressor reported (resolved_params_v1.h); nullopt: not reported
   // A repeat (experiment.proto's seeds): `seeds` as the config lists them ("[1, 2, 3]") and this run's seed; the run
   // then goes to <study>/<variant>/seed-<seed>/ as the runner writes it.
   std::string seeds;
@@ -90,7 +92,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     info.origin = "build tree";
     CompressorCaps caps{};
     caps.num_rounds = 1;
-    p.plugins.push_back({info, caps, Params{}});
+    p.plugins.push_back({info, caps, Params{}, s.resolved});
     w.writeProvenance(p);
     for (const auto& pt : s.points) {
       MetricsRecord m;

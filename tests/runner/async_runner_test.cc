@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/common/json.h"
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
 #include "experiments/workloads/workloads.h"
-#include "results/json.h"
 #include "results/result_writer.h"
 #include "runner_test_util.h"
 
@@ -41,17 +41,17 @@ std::string statusOf(const fs::path& dir) {
   std::ifstream in(dir / "status.json");
   std::stringstream s;
   s << in.rdbuf();
-  auto obj = results::parseFlatJson(s.str());
-  return obj ? results::getString(*obj, "state").value_or("") : "";
+  auto obj = parseJsonObject(s.str());
+  return obj ? getString(*obj, "state").value_or("") : "";
 }
 
-double num(const results::FlatJson& r, const std::string& key) {
+double num(const Json& r, const std::string& key) {
   EXPECT_TRUE(r.contains(key)) << "record has no " << key;
-  return results::getNumber(r, key).value_or(NAN);
+  return getNumber(r, key).value_or(NAN);
 }
 
 struct Run {
-  std::vector<results::FlatJson> records;
+  std::vector<Json> records;
   std::string state;
   RunSummary summary;
 };
@@ -179,8 +179,8 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
     ASSERT_EQ(r.records.size(), 1u) << name;
     const auto& m = r.records[0];
     double hist = 0;
-    for (const auto& [k, v] : m)
-      if (k.starts_with(results::kStalenessHistPrefix)) hist += results::getNumber(m, k).value_or(0);
+    for (const auto& [k, v] : m.items())
+      if (k.starts_with(results::kStalenessHistPrefix)) hist += getNumber(m, k).value_or(0);
     // Every piece of every step of every worker: 42 steps x 3 workers x pieces (>= 4 tensors over 2 shards).
     EXPECT_GE(hist, 42 * 3 * 4) << name;
     EXPECT_GE(num(m, "staleness_max"), num(m, "staleness_mean")) << name;
@@ -282,8 +282,8 @@ TEST(AsyncRunner, HogwildTrainsWithoutAWire) {
   EXPECT_EQ(r.summary.wire_bytes_per_worker, 0u);
   // 4 x 128 updates, each counted once with its staleness.
   double hist = 0;
-  for (const auto& [k, v] : r.records.back())
-    if (k.starts_with(results::kStalenessHistPrefix)) hist += results::getNumber(r.records.back(), k).value_or(0);
+  for (const auto& [k, v] : r.records.back().items())
+    if (k.starts_with(results::kStalenessHistPrefix)) hist += getNumber(r.records.back(), k).value_or(0);
   EXPECT_EQ(hist, 4 * 128);
 }
 

@@ -18,10 +18,10 @@
 #include <sstream>
 #include <thread>
 
+#include "core/common/json.h"
 #include "core/plugin/loader.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
-#include "results/json.h"
 #include "results/result_writer.h"
 #include "runner_test_util.h"
 
@@ -29,42 +29,25 @@ namespace terse::runner {
 namespace {
 using namespace test_util;
 
-TEST(JsonWriter, EscapesAndRoundTrips) {
-  const std::string text = results::JsonObject()
-                               .add("s", "a\"b\\c\nd\x01")
-                               .add("x", 0.1)
-                               .add("n", int64_t{-3})
-                               .add("b", true)
-                               .add("inf", 1.0 / 0.0)
-                               .str();
-  auto obj = results::parseFlatJson(text);
-  ASSERT_TRUE(obj.has_value()) << text;
-  EXPECT_EQ(results::getString(*obj, "s"), "a\"b\\c\nd\x01");
-  EXPECT_EQ(results::getNumber(*obj, "x"), 0.1);  // 17 digits round-trip exactly
-  EXPECT_EQ(results::getNumber(*obj, "n"), -3);
-  EXPECT_TRUE(std::holds_alternative<std::nullptr_t>(obj->at("inf")));
-  EXPECT_FALSE(results::parseFlatJson("{\"a\":1").has_value());  // a torn line
-}
-
 TEST(ResultWriter, StatusLifecycle) {
   const fs::path root = freshDir("writer");
   results::MetricsRecord one;
   one.step = 1;
   {
     results::ResultWriter w(root, "s", "v");
-    EXPECT_EQ(results::getString(readStatus(w.dir()), "state"), "running");
+    EXPECT_EQ(getString(readStatus(w.dir()), "state"), "running");
     w.append(one);
     EXPECT_EQ(readMetrics(w.dir()).size(), 1u);  // flushed per record, before the writer closes
     w.markCompleted();
-    EXPECT_EQ(results::getString(readStatus(w.dir()), "state"), "completed");
+    EXPECT_EQ(getString(readStatus(w.dir()), "state"), "completed");
   }
   {
     results::ResultWriter w(root, "s", "unfinished");
     w.append(one);
   }  // destroyed while running: an exception unwound past it
   const auto status = readStatus(root / "s" / "unfinished");
-  EXPECT_EQ(results::getString(status, "state"), "failed");
-  EXPECT_EQ(results::getNumber(status, "records"), 1);
+  EXPECT_EQ(getString(status, "state"), "failed");
+  EXPECT_EQ(getNumber(status, "records"), 1);
 }
 
 TEST(Runner, WritesResultsFolder) {
@@ -75,7 +58,7 @@ TEST(Runner, WritesResultsFolder) {
   Runner runner(quietOptions(loader, root));
   const RunSummary s = runner.run(study.experiments.at(0));
   EXPECT_EQ(s.dir, root / "unit" / "base");
-  EXPECT_EQ(results::getString(readStatus(s.dir), "state"), "completed");
+  EXPECT_EQ(getString(readStatus(s.dir), "state"), "completed");
   EXPECT_TRUE(fs::exists(s.dir / "config.textproto"));
   // The resolved config parses back to the experiment that ran.
   const auto back = experiments::parseConfigText(readFile(s.dir / "config.textproto"), "config.textproto");
@@ -91,23 +74,22 @@ TEST(Runner, WritesResultsFolder) {
   ASSERT_EQ(records.size(), 6u);
   double prev_wire = 0;
   for (std::size_t i = 0; i < records.size(); ++i) {
-    EXPECT_EQ(results::getNumber(records[i], "step"), 5.0 * static_cast<double>(i + 1));
-    const double wire = results::getNumber(records[i], "wire_bytes_per_worker").value_or(0);
+    EXPECT_EQ(getNumber(records[i], "step"), 5.0 * static_cast<double>(i + 1));
+    const double wire = getNumber(records[i], "wire_bytes_per_worker").value_or(0);
     EXPECT_GT(wire, prev_wire);
-    EXPECT_GE(wire, results::getNumber(records[i], "payload_bytes_per_worker").value_or(0));  // headers included
+    EXPECT_GE(wire, getNumber(records[i], "payload_bytes_per_worker").value_or(0));  // headers included
     prev_wire = wire;
     for (const char* key :
          {"epoch", "test_accuracy", "test_loss", "train_loss", "wall_s", "compute_s_per_step", "compress_s_per_step",
           "decompress_s_per_step", "comm_s_per_step", "exposed_comm_s_per_step", "step_s_per_step"}) {
-      EXPECT_TRUE(results::getNumber(records[i], key).has_value()) << key;
+      EXPECT_TRUE(getNumber(records[i], key).has_value()) << key;
     }
     for (const char* key : {"compress_s_per_step", "decompress_s_per_step"}) {
-      EXPECT_GE(results::getNumber(records[i], key).value_or(-1), 0) << key;
+      EXPECT_GE(getNumber(records[i], key).value_or(-1), 0) << key;
     }
   }
-  EXPECT_EQ(results::getNumber(records.back(), "epoch"), 2);
-  EXPECT_LT(results::getNumber(records.back(), "test_loss").value(),
-            results::getNumber(records.front(), "test_loss").value());
+  EXPECT_EQ(getNumber(records.back(), "epoch"), 2);
+  EXPECT_LT(getNumber(records.back(), "test_loss").value(), getNumber(records.front(), "test_loss").value());
   EXPECT_EQ(s.records, 6);
   EXPECT_EQ(s.steps, 30);
 }
@@ -138,18 +120,38 @@ TEST(Runner, GloveSparseGradientsSameLossFewerBytes) {
   ASSERT_EQ(dense.size(), sparse.size());
   ASSERT_GE(dense.size(), 2u);
   for (std::size_t i = 0; i < dense.size(); ++i) {
-    EXPECT_NEAR(results::getNumber(dense[i], "test_loss").value(), results::getNumber(sparse[i], "test_loss").value(),
+    EXPECT_NEAR(getNumber(dense[i], "test_loss").value(), getNumber(sparse[i], "test_loss").value(),
                 1e-6);
-    EXPECT_LT(5 * results::getNumber(sparse[i], "wire_bytes_per_worker").value(),
-              results::getNumber(dense[i], "wire_bytes_per_worker").value());
+    EXPECT_LT(5 * getNumber(sparse[i], "wire_bytes_per_worker").value(),
+              getNumber(dense[i], "wire_bytes_per_worker").value());
   }
-  EXPECT_LT(results::getNumber(dense.back(), "test_loss").value(),
-            results::getNumber(dense.front(), "test_loss").value());
+  EXPECT_LT(getNumber(dense.back(), "test_loss").value(),
+            getNumber(dense.front(), "test_loss").value());
 }
 
 // The scheduler's negotiation is reported apart from the wire bytes, exactly: each round is one Bruck allgather of an
 // 8-byte word per rank (core/comm/allgather_bruck.h), which sends 8 (n - 1) bytes in ceil(log2 n) frames of 32-byte
 // headers per rank, so at 4 workers a round costs every rank 8 * 3 + 32 * 2 = 88 bytes.
+// Provenance records each plugin's resolved parameters: the config gives qsgd only `levels`; its default
+// bucket_size (qsgd.cc: 512) and fusion's defaults (fusion.cc) are recorded too, as the plugins report them.
+TEST(Runner, ProvenanceRecordsResolvedDefaults) {
+  auto loader = testLoader();
+  const std::string text = studyText(
+      "compressor { name: \"qsgd\" params { key: \"levels\" value: \"15\" } }\nscheduler { name: \"fusion\" }");
+  const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+  Runner runner(quietOptions(loader, freshDir("resolved")));
+  const RunSummary s = runner.run(study.experiments.at(0));
+  const auto prov = parseJsonObject(readFile(s.dir / "provenance.json"));
+  ASSERT_TRUE(prov);
+  const Json& qsgd = prov->at("plugins").at(0);
+  EXPECT_EQ(qsgd.at("params"), Json({{"levels", "15"}}));
+  EXPECT_EQ(qsgd.at("resolved_params"), Json({{"levels", "15"}, {"bucket_size", "512"}})) << dumpJson(qsgd);
+  const Json& scheduler = prov->at("plugins").at(1);
+  EXPECT_EQ(getString(scheduler, "kind"), "scheduler");
+  EXPECT_EQ(scheduler.at("resolved_params"), Json({{"bucket_bytes", "4194304"}, {"credit_bytes", "0"}}))
+      << dumpJson(scheduler);
+}
+
 TEST(Runner, ControlBytesAreTheNegotiationRoundsFrames) {
   auto loader = testLoader();
   for (const char* scheduler : {"fifo", "fusion"}) {
@@ -163,8 +165,8 @@ TEST(Runner, ControlBytesAreTheNegotiationRoundsFrames) {
     const auto records = readMetrics(s.dir);
     ASSERT_FALSE(records.empty());
     for (const auto& r : records) {
-      const double rounds = results::getNumber(r, "negotiation_rounds_per_worker").value_or(-1);
-      const double control = results::getNumber(r, "control_bytes_per_worker").value_or(-1);
+      const double rounds = getNumber(r, "negotiation_rounds_per_worker").value_or(-1);
+      const double control = getNumber(r, "control_bytes_per_worker").value_or(-1);
       EXPECT_GT(rounds, 0) << "every step negotiates at least once";
       EXPECT_EQ(control, rounds * (8 * 3 + 32 * 2));
     }
@@ -187,7 +189,7 @@ TEST(Runner, SameSeedSameMetricsOtherSeedOtherMetrics) {
   ASSERT_EQ(b.size(), a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].size(), b[i].size()) << "record " << i;
-    for (const auto& [key, value] : a[i]) {
+    for (const auto& [key, value] : a[i].items()) {
       if (isTimeField(key)) continue;
       ASSERT_TRUE(b[i].contains(key)) << key;
       EXPECT_EQ(b[i].at(key), value) << "record " << i << ", field " << key;
@@ -202,82 +204,6 @@ TEST(Runner, SameSeedSameMetricsOtherSeedOtherMetrics) {
   EXPECT_NE(c.back().at("test_loss"), a.back().at("test_loss"));
   EXPECT_NE(c.front().at("train_loss"), a.front().at("train_loss"));
 }
-
-// Whether `text` is one JSON value (objects and arrays nested), for provenance.json, which parseFlatJson does not
-// read. Checks the grammar only; the values are the writer's tests' business.
-class JsonChecker {
- public:
-  static bool valid(std::string_view text) {
-    JsonChecker c(text);
-    if (!c.value(0)) return false;
-    c.space();
-    return c.i_ == text.size();
-  }
-
- private:
-  explicit JsonChecker(std::string_view s) : s_(s) {}
-  void space() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool literal(std::string_view w) {
-    if (s_.substr(i_, w.size()) != w) return false;
-    i_ += w.size();
-    return true;
-  }
-  bool string() {
-    if (!literal("\"")) return false;
-    while (i_ < s_.size()) {
-      const char c = s_[i_++];
-      if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c == '\\') ++i_;
-    }
-    return false;
-  }
-  bool number() {
-    const std::size_t start = i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) ||
-                              std::string_view("+-.eE").find(s_[i_]) != std::string_view::npos))
-      ++i_;
-    return i_ > start;
-  }
-  // `close` ends the container; members are "key": value in objects, values in arrays.
-  bool container(char close, bool keyed, int depth) {
-    space();
-    if (i_ < s_.size() && s_[i_] == close) return ++i_, true;
-    for (;;) {
-      space();
-      if (keyed && !(string() && (space(), literal(":")))) return false;
-      if (!value(depth + 1)) return false;
-      space();
-      if (literal(",")) continue;
-      return literal(std::string_view(&close, 1));
-    }
-  }
-  bool value(int depth) {
-    space();
-    if (depth > 32 || i_ >= s_.size()) return false;
-    switch (s_[i_]) {
-      case '{':
-        return ++i_, container('}', true, depth);
-      case '[':
-        return ++i_, container(']', false, depth);
-      case '"':
-        return string();
-      case 't':
-        return literal("true");
-      case 'f':
-        return literal("false");
-      case 'n':
-        return literal("null");
-      default:
-        return number();
-    }
-  }
-
-  std::string_view s_;
-  std::size_t i_ = 0;
-};
 
 // metrics.jsonl as a reader of a possibly killed run must take it: every newline-terminated line is a record; text
 // after the last newline is a line the writer had not finished (see result_writer.h) and is handed back, not parsed.
@@ -294,9 +220,9 @@ TEST(ResultReader, SetsATornLastLineAside) {
   std::string partial;
   const auto lines = completeLines("{\"step\":2}\n{\"step\":4}\n{\"step\":", partial);
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_TRUE(results::parseFlatJson(lines[1]).has_value());
+  EXPECT_TRUE(parseJsonObject(lines[1]).has_value());
   EXPECT_EQ(partial, "{\"step\":");
-  EXPECT_FALSE(results::parseFlatJson(partial).has_value());
+  EXPECT_FALSE(parseJsonObject(partial).has_value());
 }
 
 // `terse run` as a child process that is killed and reaped however the test ends: a leaked child would keep writing
@@ -391,16 +317,16 @@ TEST(RunCommand, KilledRunLeavesValidResults) {
   const auto back = experiments::parseConfigText(readFile(run_dir / "config.textproto"), "config.textproto");
   EXPECT_EQ(back.workers(), 2);
   EXPECT_EQ(back.eval().every_steps(), 2);
-  EXPECT_TRUE(JsonChecker::valid(readFile(run_dir / "provenance.json"))) << readFile(run_dir / "provenance.json");
+  EXPECT_TRUE(parseJsonObject(readFile(run_dir / "provenance.json"))) << readFile(run_dir / "provenance.json");
 
   std::string partial;
   const auto lines = completeLines(readFile(run_dir / "metrics.jsonl"), partial);
   ASSERT_GE(lines.size(), 2u);
   double prev_step = 0;
   for (const auto& line : lines) {
-    const auto record = results::parseFlatJson(line);
+    const auto record = parseJsonObject(line);
     ASSERT_TRUE(record.has_value()) << "unparseable record: " << line;
-    const double step = results::getNumber(*record, "step").value_or(-1);
+    const double step = getNumber(*record, "step").value_or(-1);
     EXPECT_GT(step, prev_step);
     EXPECT_EQ(static_cast<int64_t>(step) % 2, 0) << "records come every 2 steps";
     prev_step = step;
@@ -409,7 +335,7 @@ TEST(RunCommand, KilledRunLeavesValidResults) {
   EXPECT_EQ(partial, "") << "torn last line";
 
   // The process died before it could say anything else.
-  EXPECT_EQ(results::getString(readStatus(run_dir), "state"), "running");
+  EXPECT_EQ(getString(readStatus(run_dir), "state"), "running");
 }
 
 int runTerse(const std::string& args, std::string& output) {
@@ -447,7 +373,7 @@ TEST(RunCommand, RunsOneVariant) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("wire MB/worker"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "results" / "unit" / "a"));
-  EXPECT_EQ(results::getString(readStatus(dir / "results" / "unit" / "b"), "state"), "completed");
+  EXPECT_EQ(getString(readStatus(dir / "results" / "unit" / "b"), "state"), "completed");
 }
 
 }  // namespace

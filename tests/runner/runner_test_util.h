@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "core/common/json.h"
 #include "core/plugin/loader.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
-#include "results/json.h"
 
 namespace terse::runner::test_util {
 
@@ -33,22 +33,22 @@ inline std::string readFile(const fs::path& p) {
   return s.str();
 }
 
-inline std::vector<results::FlatJson> readMetrics(const fs::path& dir) {
-  std::vector<results::FlatJson> out;
+inline std::vector<Json> readMetrics(const fs::path& dir) {
+  std::vector<Json> out;
   std::ifstream in(dir / "metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
-    auto obj = results::parseFlatJson(line);
+    auto obj = parseJsonObject(line);
     EXPECT_TRUE(obj.has_value()) << "unparseable record: " << line;
     if (obj) out.push_back(*obj);
   }
   return out;
 }
 
-inline results::FlatJson readStatus(const fs::path& dir) {
-  auto obj = results::parseFlatJson(readFile(dir / "status.json"));
+inline Json readStatus(const fs::path& dir) {
+  auto obj = parseJsonObject(readFile(dir / "status.json"));
   EXPECT_TRUE(obj.has_value());
-  return obj.value_or(results::FlatJson{});
+  return obj.value_or(Json{});
 }
 
 inline std::string studyText(const std::string& compressor_block, int workers = 2) {
@@ -85,7 +85,7 @@ inline bool isTimeField(const std::string& key) {
          key == "negotiation_rounds_per_worker";
 }
 
-inline std::vector<results::FlatJson> runStudy(PluginLoader& loader, const std::string& text, const fs::path& root) {
+inline std::vector<Json> runStudy(PluginLoader& loader, const std::string& text, const fs::path& root) {
   const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
   Runner runner(quietOptions(loader, root));
   return readMetrics(runner.run(study.experiments.at(0)).dir);
@@ -116,13 +116,13 @@ inline std::string expectFailsAtStep12(PluginLoader& loader, const std::string& 
   }
   const fs::path dir = root / "unit" / "base";
   const auto status = readStatus(dir);
-  EXPECT_EQ(results::getString(status, "state"), "failed");
-  EXPECT_EQ(results::getNumber(status, "records"), 2);
-  EXPECT_NE(results::getString(status, "error").value_or("").find("fail_at_step"), std::string::npos);
+  EXPECT_EQ(getString(status, "state"), "failed");
+  EXPECT_EQ(getNumber(status, "records"), 2);
+  EXPECT_NE(getString(status, "error").value_or("").find("fail_at_step"), std::string::npos);
   const auto records = readMetrics(dir);
   EXPECT_EQ(records.size(), 2u);
   if (records.size() == 2) {
-    EXPECT_EQ(results::getNumber(records[1], "step"), 10);
+    EXPECT_EQ(getNumber(records[1], "step"), 10);
   }
   return message;
 }

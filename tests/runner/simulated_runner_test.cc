@@ -8,9 +8,9 @@
 #include <string>
 
 #include "core/comm/allreduce_auto.h"
+#include "core/common/json.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
-#include "results/json.h"
 #include "runner_test_util.h"
 
 namespace terse::runner {
@@ -40,14 +40,14 @@ std::string mlpStudy(int slow_worker_factor) {
 }
 
 // The records of two runs of one config, field by field: time fields only non-negative, every other field equal.
-void expectSameExceptTimes(const std::vector<results::FlatJson>& real, const std::vector<results::FlatJson>& sim) {
+void expectSameExceptTimes(const std::vector<Json>& real, const std::vector<Json>& sim) {
   ASSERT_EQ(sim.size(), real.size());
   for (std::size_t i = 0; i < real.size(); ++i) {
     ASSERT_EQ(sim[i].size(), real[i].size()) << "record " << i;
-    for (const auto& [key, value] : real[i]) {
+    for (const auto& [key, value] : real[i].items()) {
       ASSERT_TRUE(sim[i].contains(key)) << key;
       if (isTimeField(key)) {
-        EXPECT_GE(results::getNumber(sim[i], key).value_or(-1), 0) << "record " << i << ", " << key;
+        EXPECT_GE(getNumber(sim[i], key).value_or(-1), 0) << "record " << i << ", " << key;
         continue;
       }
       EXPECT_EQ(sim[i].at(key), value) << "record " << i << ", field " << key;
@@ -69,8 +69,8 @@ TEST(SimulatedRun, SameRecordsAsRealTimeExceptTheTimes) {
   const auto sim = runStudy(loader, simulated(text), freshDir("sim_same_sim"));
   ASSERT_EQ(real.size(), 4u);
   expectSameExceptTimes(real, sim);
-  EXPECT_GT(results::getNumber(sim.back(), "wall_s").value_or(0), 0);
-  EXPECT_GT(results::getNumber(sim.back(), "step_s_per_step").value_or(0), 0);
+  EXPECT_GT(getNumber(sim.back(), "wall_s").value_or(0), 0);
+  EXPECT_GT(getNumber(sim.back(), "step_s_per_step").value_or(0), 0);
   const std::string prov =
       readFile(freshDir("unused").parent_path() / "sim_same_sim" / "unit" / "base" / "provenance.json");
   EXPECT_NE(prov.find("\"clock\":\"simulated\""), std::string::npos) << prov;
@@ -86,7 +86,7 @@ TEST(SimulatedRun, FlopModelTimesRepeatBitForBit) {
   ASSERT_EQ(a.size(), 2u);
   ASSERT_EQ(b.size(), a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
-    for (const auto& [key, value] : a[i]) EXPECT_EQ(b[i].at(key), value) << "record " << i << ", field " << key;
+    for (const auto& [key, value] : a[i].items()) EXPECT_EQ(b[i].at(key), value) << "record " << i << ", field " << key;
   }
 }
 
@@ -97,8 +97,8 @@ TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
   const auto slow = runStudy(loader, mlpStudy(2), freshDir("sim_straggler_2"));
   ASSERT_FALSE(base.empty());
   ASSERT_EQ(slow.size(), base.size());
-  const double t1 = results::getNumber(base.back(), "wall_s").value_or(0);
-  const double t2 = results::getNumber(slow.back(), "wall_s").value_or(0);
+  const double t1 = getNumber(base.back(), "wall_s").value_or(0);
+  const double t2 = getNumber(slow.back(), "wall_s").value_or(0);
   ASSERT_GT(t1, 0);
   EXPECT_NEAR(t2 / t1, 2.0, 0.1) << "base " << t1 << " s, straggler " << t2 << " s";
   // The math does not know about the straggler.
@@ -148,20 +148,21 @@ TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
   for (const auto& [name, seconds] : expected) step += seconds;
 
   // Each collective's span in rank 0's trace (microseconds) is its closed form.
-  const auto trace = results::parseJson(readFile(root / "unit" / "base" / "trace.rank0.json"));
+  const auto trace = parseJson(readFile(root / "unit" / "base" / "trace.rank0.json"));
   ASSERT_TRUE(trace.has_value());
-  const results::Json* events = trace->find("traceEvents");
+  const Json* events = findMember(*trace, "traceEvents");
   ASSERT_NE(events, nullptr);
   std::map<std::string, double> spans;
-  for (const auto& e : events->array) {
-    if (e.str("cat") == "allreduce") spans[e.str("name").substr(std::string("allreduce ").size())] = *e.num("dur");
+  for (const auto& e : *events) {
+    if (getString(e, "cat") == "allreduce")
+      spans[getString(e, "name")->substr(std::string("allreduce ").size())] = *getNumber(e, "dur");
   }
   for (const auto& [name, seconds] : expected) {
     ASSERT_TRUE(spans.contains(name)) << name;
     EXPECT_NEAR(spans[name] * 1e-6, seconds, 0.005 * seconds) << name;
   }
   // The step is the four negotiations and the four collectives back to back: nothing else costs time.
-  EXPECT_NEAR(results::getNumber(records.back(), "step_s_per_step").value_or(0), step, 0.005 * step);
+  EXPECT_NEAR(getNumber(records.back(), "step_s_per_step").value_or(0), step, 0.005 * step);
 }
 
 TEST(SimulatedRun, AFailingPluginEndsTheSimulationWithTheRealTimeMessage) {
@@ -256,8 +257,8 @@ TEST(SimulatedRun, AThousandAndTwentyFourWorkersRunInCiTime) {
       "simulation { compute: FLOP_MODEL topology { preset: \"8xH100-8x400G\" } }\n";
   const auto records = runStudy(loader, text, freshDir("sim_1024"));
   ASSERT_EQ(records.size(), 1u);  // 1,024 examples, one per worker: one step
-  EXPECT_EQ(results::getNumber(records[0], "payload_bytes_per_worker").value_or(0), 44);  // 11 parameters
-  EXPECT_GT(results::getNumber(records[0], "step_s_per_step").value_or(0), 0);
+  EXPECT_EQ(getNumber(records[0], "payload_bytes_per_worker").value_or(0), 44);  // 11 parameters
+  EXPECT_GT(getNumber(records[0], "step_s_per_step").value_or(0), 0);
   std::ifstream status("/proc/self/status");
   std::string line;
   double peak_kib = 0;

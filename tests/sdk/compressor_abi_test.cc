@@ -439,7 +439,7 @@ TEST(SdkCompressorAbi, NullContextIsRejectedWithoutCrashing) {
 
 class SdkTestLossy : public ::testing::Test {
  protected:
-  PluginFile file_{TERSE_TEST_BUILD_PLUGIN_DIR "/terse_compressor_test_lossy.so"};
+  PluginFile file_{TERSE_TEST_PLUGIN_DIR "/terse_compressor_test_lossy.so"};
   const terse_compressor_v1* api_ = file_.symbol<terse_compressor_v1>(TERSE_COMPRESSOR_PLUGIN_V1_SYMBOL);
 };
 
@@ -657,7 +657,7 @@ class SdkTestRounds : public ::testing::Test {
 
   std::vector<std::vector<std::byte>> last_payloads_;  // round 1's, per rank
 
-  PluginFile file_{TERSE_TEST_BUILD_PLUGIN_DIR "/terse_compressor_test_rounds.so"};
+  PluginFile file_{TERSE_TEST_PLUGIN_DIR "/terse_compressor_test_rounds.so"};
   const terse_compressor_v1* api_ = file_.symbol<terse_compressor_v1>(TERSE_COMPRESSOR_PLUGIN_V1_SYMBOL);
 };
 

@@ -71,6 +71,26 @@ TEST(SdkParams, AbsentKeysGiveTheDefaultsUnchecked) {
   EXPECT_EQ(p.plugin(), "topk");
 }
 
+// What terse_*_resolved_params_v1 reports: every key a getter returned, the config's values as parsed and the
+// defaults, in first-read order; a key read twice keeps its last value.
+TEST(Params, RecordsEveryResolvedValueDefaultsIncluded) {
+  ParamList l{{"ratio", "0.25"}, {"flag", "off"}, {"mode", "b"}};
+  Params p = l.make();
+  p.getDouble("ratio", 0.01);
+  p.getInt("levels", -1);
+  p.getUint("chunk", 18446744073709551615u);
+  p.getBool("flag", true);
+  p.getString("name", "dflt");
+  p.getChoice("mode", "a", {"a", "b"});
+  p.getDouble("scale", 0.1);
+  p.getDouble("scale", 1.0 / 3);
+  EXPECT_FALSE(p.has("absent"));
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"ratio", "0.25"}, {"levels", "-1"}, {"chunk", "18446744073709551615"}, {"flag", "false"},
+      {"name", "dflt"},  {"mode", "b"},    {"scale", "0.3333333333333333"}};
+  EXPECT_EQ(p.resolved(), expected);
+}
+
 TEST(SdkParams, GettersParseGivenValues) {
   ParamList l{{"d", "0.25"}, {"e", "1e-3"},     {"neg", "-2"}, {"i", "-7"},   {"u", "18446744073709551615"},
               {"b", "Yes"},  {"s", "any text"}, {"c", "b"},    {"half", ".5"}};

@@ -73,7 +73,7 @@ class SdkTestFifo : public ::testing::Test {
     return api_->on_complete(ctx_, ids.data(), ids.size(), wire_bytes);
   }
 
-  PluginFile file_{TERSE_TEST_BUILD_PLUGIN_DIR "/terse_scheduler_test_fifo.so"};
+  PluginFile file_{TERSE_TEST_PLUGIN_DIR "/terse_scheduler_test_fifo.so"};
   const terse_scheduler_v1* api_ = file_.symbol<terse_scheduler_v1>(TERSE_SCHEDULER_PLUGIN_V1_SYMBOL);
   RecordingHost host_;
   std::vector<std::pair<std::string, std::string>> params_;

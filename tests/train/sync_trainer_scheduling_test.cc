@@ -26,7 +26,7 @@
 #include "core/train/trace.h"
 #include "experiments/config/config.h"
 #include "experiments/workloads/workloads.h"
-#include "results/json.h"
+#include "core/common/json.h"
 
 namespace terse::train {
 namespace {
@@ -354,13 +354,13 @@ int overlapWindows(const std::string& json, bool expect_categories) {
   while (std::getline(lines, line)) {
     if (line.rfind("{\"name\"", 0) != 0) continue;
     if (line.back() == ',') line.pop_back();
-    auto obj = results::parseFlatJson(line);
+    auto obj = parseJsonObject(line);
     EXPECT_TRUE(obj.has_value()) << line;
     if (!obj) return -1;
-    const auto name = results::getString(*obj, "name").value_or("");
-    const auto cat = results::getString(*obj, "cat").value_or("");
+    const auto name = getString(*obj, "name").value_or("");
+    const auto cat = getString(*obj, "cat").value_or("");
     if (cat.empty()) continue;  // metadata
-    const double ts = results::getNumber(*obj, "ts").value_or(-1), dur = results::getNumber(*obj, "dur").value_or(-1);
+    const double ts = getNumber(*obj, "ts").value_or(-1), dur = getNumber(*obj, "dur").value_or(-1);
     EXPECT_GE(ts, 0) << line;
     EXPECT_GE(dur, 0) << line;
     if (name == "forward L0") forwards.push_back({ts, ts + dur});

@@ -13,9 +13,10 @@
  * randomness without a shared seed. The core checks every answer (ids known and pending, credit respected, progress
  * made) and fails the run with the plugin's name on a violation.
  *
- * One plugin exports exactly one symbol, a const terse_scheduler_v1 named `terse_scheduler_plugin_v1`, with
- * everything else hidden. No C++ exception may cross any function below. All calls of one instance come from one
- * thread at a time (the worker's communication thread); distinct instances are independent. */
+ * One plugin exports exactly one required symbol, a const terse_scheduler_v1 named `terse_scheduler_plugin_v1`, with
+ * everything else but the optional entry point of resolved_params_v1.h hidden. No C++ exception may cross any function
+ * below. All calls of one instance come from one thread at a time (the worker's communication thread); distinct
+ * instances are independent. */
 #ifndef TERSE_SCHEDULER_V1_H_
 #define TERSE_SCHEDULER_V1_H_
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "terse/compressor_v1.h"
+#include "terse/resolved_params_v1.h"
 #include "terse/sdk/abi_checks.hpp"
 #include "terse/sdk/error.hpp"
 #include "terse/sdk/host.hpp"
@@ -120,6 +121,7 @@ struct CompressorAdapter {
     explicit Context(const terse_host_v1* h) : host(h) {}
     Host host;
     std::unique_ptr<Class> instance;
+    ResolvedParams resolved;  // terse_compressor_resolved_params_v1
   };
 
   static terse_status_v1 init(const terse_param_v1* params, size_t num_params, const terse_host_v1* host,
@@ -132,6 +134,7 @@ struct CompressorAdapter {
       Params p(Export::kName, params, num_params);
       context->instance = std::make_unique<Class>(p, context->host);
       p.finish();
+      context->resolved.set(p.resolved());
       *ctx = context.release();
     });
   }
@@ -260,19 +263,23 @@ struct CompressorAdapter {
 }  // namespace detail
 }  // namespace terse::sdk
 
-// Exports Class as the plugin's one symbol, terse_compressor_plugin_v1 (constant-initialized, default visibility,
-// C linkage). Use once per shared library, at namespace scope. name_ must be a string literal matching [a-z0-9_]+ and
-// equal to the <name> given to terse_add_compressor(). reduce is exported only when Class overrides it.
-#define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                    \
-  static_assert(::terse::sdk::detail::isValidPluginName(name_),                           \
-                "TERSE_EXPORT_COMPRESSOR: the plugin name must match [a-z0-9_]+");        \
-  namespace {                                                                             \
-  struct TerseCompressorExport {                                                          \
-    using Type = Class_;                                                                  \
-    static constexpr const char* kName = name_;                                           \
-    static constexpr const char* kDescription = description_;                             \
-    static constexpr const char* kVersion = version_;                                     \
-  };                                                                                      \
-  }                                                                                       \
-  TERSE_PLUGIN_V1_EXPORT constinit const terse_compressor_v1 terse_compressor_plugin_v1 = \
+// Exports Class as the plugin's struct, terse_compressor_plugin_v1 (constant-initialized, default visibility,
+// C linkage), and the optional terse_compressor_resolved_params_v1 (resolved_params_v1.h: the parameters the
+// constructor read, defaults included). Use once per shared library, at namespace scope. name_ must be a string literal
+// matching [a-z0-9_]+ and equal to the <name> given to terse_add_compressor(). reduce is exported only when Class
+// overrides it.
+#define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                                             \
+  static_assert(::terse::sdk::detail::isValidPluginName(name_),                                                    \
+                "TERSE_EXPORT_COMPRESSOR: the plugin name must match [a-z0-9_]+");                                 \
+  namespace {                                                                                                      \
+  struct TerseCompressorExport {                                                                                   \
+    using Type = Class_;                                                                                           \
+    static constexpr const char* kName = name_;                                                                    \
+    static constexpr const char* kDescription = description_;                                                      \
+    static constexpr const char* kVersion = version_;                                                              \
+  };                                                                                                               \
+  }                                                                                                                \
+  TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_compressor_resolved_params_v1,                                     \
+                                          ::terse::sdk::detail::CompressorAdapter<TerseCompressorExport>::Context) \
+  TERSE_PLUGIN_V1_EXPORT constinit const terse_compressor_v1 terse_compressor_plugin_v1 =                          \
       ::terse::sdk::detail::CompressorAdapter<TerseCompressorExport>::table()

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -112,7 +113,7 @@ class Params {
 
   double getDouble(std::string_view key, double def, const Range& range = Range::any()) {
     const Entry* e = find(key);
-    if (e == nullptr) return def;
+    if (e == nullptr) return resolve(key, def);
     double v = 0;
     const char* first = e->value.data();
     const char* last = first + e->value.size();
@@ -127,12 +128,12 @@ class Params {
     if (!range.contains(static_cast<long double>(v))) {
       fail(quoteKey(key) + " must be " + range.describe() + ", got " + formatNumber(v));
     }
-    return v;
+    return resolve(key, v);
   }
 
   int64_t getInt(std::string_view key, int64_t def, const Range& range = Range::any()) {
     const Entry* e = find(key);
-    if (e == nullptr) return def;
+    if (e == nullptr) return resolve(key, def);
     int64_t v = 0;
     const char* first = e->value.data();
     const char* last = first + e->value.size();
@@ -145,12 +146,12 @@ class Params {
     if (!range.contains(static_cast<long double>(v))) {
       fail(quoteKey(key) + " must be an integer " + range.describe() + ", got " + std::to_string(v));
     }
-    return v;
+    return resolve(key, v);
   }
 
   uint64_t getUint(std::string_view key, uint64_t def, const Range& range = Range::any()) {
     const Entry* e = find(key);
-    if (e == nullptr) return def;
+    if (e == nullptr) return resolve(key, def);
     uint64_t v = 0;
     const char* first = e->value.data();
     const char* last = first + e->value.size();
@@ -164,36 +165,40 @@ class Params {
     if (!range.contains(static_cast<long double>(v))) {
       fail(quoteKey(key) + " must be an integer " + range.describe() + ", got " + std::to_string(v));
     }
-    return v;
+    return resolve(key, v);
   }
 
   // true/false, 1/0, yes/no, on/off, in any letter case.
   bool getBool(std::string_view key, bool def) {
     const Entry* e = find(key);
-    if (e == nullptr) return def;
+    if (e == nullptr) return resolve(key, def);
     std::string lower;
     for (char c : e->value) lower += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-    if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
-    if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
+    if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return resolve(key, true);
+    if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return resolve(key, false);
     fail(quoteKey(key) + " must be a boolean (true/false, 1/0, yes/no, on/off), got '" + e->value + "'");
   }
 
   std::string getString(std::string_view key, std::string def) {
     const Entry* e = find(key);
-    return e == nullptr ? std::move(def) : e->value;
+    return resolve(key, e == nullptr ? std::move(def) : e->value);
   }
 
   // One of `choices`, compared exactly.
   std::string getChoice(std::string_view key, std::string def, std::initializer_list<std::string_view> choices) {
     const Entry* e = find(key);
-    if (e == nullptr) return def;
+    if (e == nullptr) return resolve(key, std::move(def));
     for (std::string_view c : choices) {
-      if (c == e->value) return e->value;
+      if (c == e->value) return resolve(key, e->value);
     }
     std::string list;
     for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
     fail(quoteKey(key) + " must be one of {" + list + "}, got '" + e->value + "'");
   }
+
+  // Every parameter a getter returned, with the value returned (the config's or the default) as text, in first-read
+  // order; a key read twice keeps the last value. What terse_*_resolved_params_v1 reports (resolved_params_v1.h).
+  const std::vector<std::pair<std::string, std::string>>& resolved() const noexcept { return resolved_; }
 
   // Throws InvalidArgument naming every given key that no getter (or has()) asked for: a typo in a config must not
   // silently run the default. The export macros call this after the plugin's constructor.
@@ -232,6 +237,28 @@ class Params {
     return nullptr;
   }
 
+  template <class T>
+  T resolve(std::string_view key, T value) {
+    std::string text;
+    if constexpr (std::is_same_v<T, bool>) {
+      text = value ? "true" : "false";
+    } else if constexpr (std::is_same_v<T, double>) {
+      text = formatNumber(value);  // shortest text that parses back to the same double
+    } else if constexpr (std::is_integral_v<T>) {
+      text = std::to_string(value);
+    } else {
+      text = value;
+    }
+    for (auto& [k, v] : resolved_) {
+      if (k == key) {
+        v = std::move(text);
+        return value;
+      }
+    }
+    resolved_.emplace_back(std::string(key), std::move(text));
+    return value;
+  }
+
   static std::string quoteKey(std::string_view key) { return "'" + std::string(key) + "'"; }
 
   [[noreturn]] void fail(const std::string& what) const { throw InvalidArgument(plugin_ + ": " + what); }
@@ -239,6 +266,46 @@ class Params {
   std::string plugin_;
   std::vector<Entry> entries_;
   std::vector<std::string> known_;
+  std::vector<std::pair<std::string, std::string>> resolved_;
 };
 
+namespace detail {
+
+// An instance's resolved parameters as the C table terse_*_resolved_params_v1 hands out; lives in the export
+// macros' per-instance context, so the pointers stay valid until finalize.
+class ResolvedParams {
+ public:
+  void set(std::vector<std::pair<std::string, std::string>> kv) {
+    kv_ = std::move(kv);
+    table_.clear();
+    for (const auto& [k, v] : kv_) table_.push_back(terse_param_v1{k.c_str(), v.c_str()});
+  }
+  terse_status_v1 report(const terse_param_v1** params, size_t* num_params) const noexcept {
+    if (params == nullptr || num_params == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    *params = table_.data();
+    *num_params = table_.size();
+    return TERSE_OK;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> kv_;
+  std::vector<terse_param_v1> table_;
+};
+
+// terse_*_resolved_params_v1 for an adapter whose ctx is a Context with a `resolved` member.
+template <class Context>
+terse_status_v1 reportResolvedParams(void* ctx, const terse_param_v1** params, size_t* num_params) noexcept {
+  if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+  return static_cast<const Context*>(ctx)->resolved.report(params, num_params);
+}
+
+}  // namespace detail
+
 }  // namespace terse::sdk
+
+// The export macros' definition of terse_<kind>_resolved_params_v1 (symbol_) for the adapter context Context_.
+#define TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(symbol_, Context_)                         \
+  TERSE_PLUGIN_V1_EXPORT terse_status_v1 symbol_(void* ctx, const terse_param_v1** params, \
+                                                 size_t* num_params) noexcept {            \
+    return ::terse::sdk::detail::reportResolvedParams<Context_>(ctx, params, num_params);  \
+  }

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "terse/resolved_params_v1.h"
 #include "terse/scheduler_v1.h"
 #include "terse/sdk/abi_checks.hpp"
 #include "terse/sdk/error.hpp"
@@ -55,6 +56,7 @@ struct SchedulerAdapter {
     explicit Context(const terse_host_v1* h) : host(h) {}
     Host host;
     std::unique_ptr<Class> instance;
+    ResolvedParams resolved;  // terse_scheduler_resolved_params_v1
   };
 
   static terse_status_v1 init(const terse_param_v1* params, size_t num_params, const terse_host_v1* host,
@@ -67,6 +69,7 @@ struct SchedulerAdapter {
       Params p(Export::kName, params, num_params);
       context->instance = std::make_unique<Class>(p, context->host);
       p.finish();
+      context->resolved.set(p.resolved());
       *ctx = context.release();
     });
   }
@@ -158,17 +161,20 @@ struct SchedulerAdapter {
 }  // namespace detail
 }  // namespace terse::sdk
 
-// Exports Class as the plugin's one symbol, terse_scheduler_plugin_v1; the rules of TERSE_EXPORT_COMPRESSOR apply.
-#define TERSE_EXPORT_SCHEDULER(Class_, name_, description_, version_)                   \
-  static_assert(::terse::sdk::detail::isValidPluginName(name_),                         \
-                "TERSE_EXPORT_SCHEDULER: the plugin name must match [a-z0-9_]+");       \
-  namespace {                                                                           \
-  struct TerseSchedulerExport {                                                         \
-    using Type = Class_;                                                                \
-    static constexpr const char* kName = name_;                                         \
-    static constexpr const char* kDescription = description_;                           \
-    static constexpr const char* kVersion = version_;                                   \
-  };                                                                                    \
-  }                                                                                     \
-  TERSE_PLUGIN_V1_EXPORT constinit const terse_scheduler_v1 terse_scheduler_plugin_v1 = \
+// Exports Class as the plugin's struct, terse_scheduler_plugin_v1, and terse_scheduler_resolved_params_v1; the rules of
+// TERSE_EXPORT_COMPRESSOR apply.
+#define TERSE_EXPORT_SCHEDULER(Class_, name_, description_, version_)                                            \
+  static_assert(::terse::sdk::detail::isValidPluginName(name_),                                                  \
+                "TERSE_EXPORT_SCHEDULER: the plugin name must match [a-z0-9_]+");                                \
+  namespace {                                                                                                    \
+  struct TerseSchedulerExport {                                                                                  \
+    using Type = Class_;                                                                                         \
+    static constexpr const char* kName = name_;                                                                  \
+    static constexpr const char* kDescription = description_;                                                    \
+    static constexpr const char* kVersion = version_;                                                            \
+  };                                                                                                             \
+  }                                                                                                              \
+  TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_scheduler_resolved_params_v1,                                    \
+                                          ::terse::sdk::detail::SchedulerAdapter<TerseSchedulerExport>::Context) \
+  TERSE_PLUGIN_V1_EXPORT constinit const terse_scheduler_v1 terse_scheduler_plugin_v1 =                          \
       ::terse::sdk::detail::SchedulerAdapter<TerseSchedulerExport>::table()
