@@ -1,5 +1,7 @@
 #include "core/common/json.h"
 
+#include <cmath>
+#include <cstdint>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -20,10 +22,34 @@ std::string withoutExceptionId(const char* what) {
   return std::string(s.starts_with("[json.exception.") && close != std::string_view::npos ? s.substr(close + 2) : s);
 }
 
+// A double with an integer value as that integer: nlohmann writes 2.0 where terse's files (written with %.17g before
+// nlohmann) have 2, and scripts and tests compare such fields as text (workers_live, byte counts). Exact up to 2^53;
+// -0.0 stays a double, to keep its sign.
+Json integralAsInteger(const Json& value) {
+  if (value.is_number_float()) {
+    const double x = value.get<double>();
+    constexpr double kExact = 9007199254740992.0;  // 2^53
+    if (std::trunc(x) == x && std::fabs(x) <= kExact && !(x == 0 && std::signbit(x)))
+      return Json(static_cast<int64_t>(x));
+    return value;
+  }
+  if (value.is_object()) {
+    Json out = Json::object();
+    for (const auto& [k, v] : value.items()) out[k] = integralAsInteger(v);
+    return out;
+  }
+  if (value.is_array()) {
+    Json out = Json::array();
+    for (const auto& v : value) out.push_back(integralAsInteger(v));
+    return out;
+  }
+  return value;
+}
+
 }  // namespace
 
 std::string dumpJson(const Json& value, int indent) {
-  return value.dump(indent, ' ', false, Json::error_handler_t::replace);
+  return integralAsInteger(value).dump(indent, ' ', false, Json::error_handler_t::replace);
 }
 
 std::optional<Json> parseJson(std::string_view text, std::string* error) {

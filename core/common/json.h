@@ -20,6 +20,8 @@ inline constexpr int kMaxJsonDepth = 64;
 // `value` as JSON text: one line when indent < 0, else pretty-printed with `indent` spaces. Doubles are written with
 // the shortest digits that read back to the same bits (nlohmann's Grisu2); non-finite doubles, which JSON cannot
 // spell, become null; bytes that are not UTF-8 (a plugin's name, an error message) become U+FFFD instead of throwing.
+// A double with an integer value up to 2^53 is written as that integer (2, not 2.0), as the files written before
+// nlohmann spelled it.
 std::string dumpJson(const Json& value, int indent = -1);
 
 // Parses one whole JSON text (surrounding white space allowed). Result files are untrusted input, so these are

@@ -43,6 +43,11 @@ TEST(Json, ReadsThePrintfSpellingOfOlderFiles) {
   }
 }
 
+TEST(Json, IntegralDoublesAreWrittenAsIntegers) {
+  const Json o{{"live", 2.0}, {"bytes", 1e15}, {"half", 0.5}, {"neg_zero", -0.0}, {"big", 1e300}, {"nested", {3.0}}};
+  EXPECT_EQ(dumpJson(o), R"({"live":2,"bytes":1000000000000000,"half":0.5,"neg_zero":-0.0,"big":1e+300,"nested":[3]})");
+}
+
 TEST(Json, StringsAndOtherScalarsRoundTrip) {
   const Json record{{"s", "a\"b\\c\nd\x01/é"},
                     {"i", int64_t{-3}},
