@@ -120,13 +120,11 @@ TEST(Runner, GloveSparseGradientsSameLossFewerBytes) {
   ASSERT_EQ(dense.size(), sparse.size());
   ASSERT_GE(dense.size(), 2u);
   for (std::size_t i = 0; i < dense.size(); ++i) {
-    EXPECT_NEAR(getNumber(dense[i], "test_loss").value(), getNumber(sparse[i], "test_loss").value(),
-                1e-6);
+    EXPECT_NEAR(getNumber(dense[i], "test_loss").value(), getNumber(sparse[i], "test_loss").value(), 1e-6);
     EXPECT_LT(5 * getNumber(sparse[i], "wire_bytes_per_worker").value(),
               getNumber(dense[i], "wire_bytes_per_worker").value());
   }
-  EXPECT_LT(getNumber(dense.back(), "test_loss").value(),
-            getNumber(dense.front(), "test_loss").value());
+  EXPECT_LT(getNumber(dense.back(), "test_loss").value(), getNumber(dense.front(), "test_loss").value());
 }
 
 // The scheduler's negotiation is reported apart from the wire bytes, exactly: each round is one Bruck allgather of an

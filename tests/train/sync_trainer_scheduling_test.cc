@@ -18,6 +18,7 @@
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
 #include "core/common/error.h"
+#include "core/common/json.h"
 #include "core/common/runtime.h"
 #include "core/compress/make_codec.h"
 #include "core/plugin/loader.h"
@@ -26,7 +27,6 @@
 #include "core/train/trace.h"
 #include "experiments/config/config.h"
 #include "experiments/workloads/workloads.h"
-#include "core/common/json.h"
 
 namespace terse::train {
 namespace {
