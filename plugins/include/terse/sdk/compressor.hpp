@@ -268,18 +268,6 @@ struct CompressorAdapter {
 // constructor read, defaults included). Use once per shared library, at namespace scope. name_ must be a string literal
 // matching [a-z0-9_]+ and equal to the <name> given to terse_add_compressor(). reduce is exported only when Class
 // overrides it.
-#define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                                             \
-  static_assert(::terse::sdk::detail::isValidPluginName(name_),                                                    \
-                "TERSE_EXPORT_COMPRESSOR: the plugin name must match [a-z0-9_]+");                                 \
-  namespace {                                                                                                      \
-  struct TerseCompressorExport {                                                                                   \
-    using Type = Class_;                                                                                           \
-    static constexpr const char* kName = name_;                                                                    \
-    static constexpr const char* kDescription = description_;                                                      \
-    static constexpr const char* kVersion = version_;                                                              \
-  };                                                                                                               \
-  }                                                                                                                \
-  TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_compressor_resolved_params_v1,                                     \
-                                          ::terse::sdk::detail::CompressorAdapter<TerseCompressorExport>::Context) \
-  TERSE_PLUGIN_V1_EXPORT constinit const terse_compressor_v1 terse_compressor_plugin_v1 =                          \
-      ::terse::sdk::detail::CompressorAdapter<TerseCompressorExport>::table()
+#define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                                           \
+  TERSE_SDK_DETAIL_EXPORT_PLUGIN("TERSE_EXPORT_COMPRESSOR", Compressor, compressor, Class_, name_, description_, \
+                                 version_)

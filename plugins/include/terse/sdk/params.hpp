@@ -309,3 +309,21 @@ terse_status_v1 reportResolvedParams(void* ctx, const terse_param_v1** params, s
                                                  size_t* num_params) noexcept {            \
     return ::terse::sdk::detail::reportResolvedParams<Context_>(ctx, params, num_params);  \
   }
+
+// The body of TERSE_EXPORT_COMPRESSOR and TERSE_EXPORT_SCHEDULER, one plugin kind apart: Kind_ names the adapter
+// (::terse::sdk::detail::<Kind_>Adapter) and kind_ the C symbols (terse_<kind_>_plugin_v1 of type terse_<kind_>_v1,
+// terse_<kind_>_resolved_params_v1); macro_ is the public macro's name for the static_assert's message.
+#define TERSE_SDK_DETAIL_EXPORT_PLUGIN(macro_, Kind_, kind_, Class_, name_, description_, version_)                \
+  static_assert(::terse::sdk::detail::isValidPluginName(name_), macro_ ": the plugin name must match [a-z0-9_]+"); \
+  namespace {                                                                                                      \
+  struct Terse##Kind_##Export {                                                                                    \
+    using Type = Class_;                                                                                           \
+    static constexpr const char* kName = name_;                                                                    \
+    static constexpr const char* kDescription = description_;                                                      \
+    static constexpr const char* kVersion = version_;                                                              \
+  };                                                                                                               \
+  }                                                                                                                \
+  TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_##kind_##_resolved_params_v1,                                      \
+                                          ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::Context)     \
+  TERSE_PLUGIN_V1_EXPORT constinit const terse_##kind_##_v1 terse_##kind_##_plugin_v1 =                            \
+      ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::table()

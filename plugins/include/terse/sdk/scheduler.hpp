@@ -163,18 +163,5 @@ struct SchedulerAdapter {
 
 // Exports Class as the plugin's struct, terse_scheduler_plugin_v1, and terse_scheduler_resolved_params_v1; the rules of
 // TERSE_EXPORT_COMPRESSOR apply.
-#define TERSE_EXPORT_SCHEDULER(Class_, name_, description_, version_)                                            \
-  static_assert(::terse::sdk::detail::isValidPluginName(name_),                                                  \
-                "TERSE_EXPORT_SCHEDULER: the plugin name must match [a-z0-9_]+");                                \
-  namespace {                                                                                                    \
-  struct TerseSchedulerExport {                                                                                  \
-    using Type = Class_;                                                                                         \
-    static constexpr const char* kName = name_;                                                                  \
-    static constexpr const char* kDescription = description_;                                                    \
-    static constexpr const char* kVersion = version_;                                                            \
-  };                                                                                                             \
-  }                                                                                                              \
-  TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_scheduler_resolved_params_v1,                                    \
-                                          ::terse::sdk::detail::SchedulerAdapter<TerseSchedulerExport>::Context) \
-  TERSE_PLUGIN_V1_EXPORT constinit const terse_scheduler_v1 terse_scheduler_plugin_v1 =                          \
-      ::terse::sdk::detail::SchedulerAdapter<TerseSchedulerExport>::table()
+#define TERSE_EXPORT_SCHEDULER(Class_, name_, description_, version_) \
+  TERSE_SDK_DETAIL_EXPORT_PLUGIN("TERSE_EXPORT_SCHEDULER", Scheduler, scheduler, Class_, name_, description_, version_)
