@@ -297,6 +297,7 @@ std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vect
   IssuedGroup issued;
   issued.credit_left = scheduler_->creditLeft();
   issued.groups_in_flight = in_flight;
+  issued.min_pending_layer = scheduler_->minPendingLayer();
   for (const Chunk& c : group) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
     // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.

@@ -163,6 +163,9 @@ struct IssuedGroup {
   uint64_t credit_left = 0;  // the credit left once it was handed out (UINT64_MAX: unlimited)
   // Groups handed out before it whose completion the scheduler had not been told of: 0 when one runs at a time.
   uint64_t groups_in_flight = 0;
+  // The most urgent (smallest) layer among chunks left pending once it was handed out, -1 when none: a priority
+  // scheduler never hands out a chunk of a later layer than this.
+  int min_pending_layer = -1;
 };
 
 struct StepTimes {

@@ -147,9 +147,22 @@ void expectNoErrors(const std::vector<RankOutcome>& out) {
   for (std::size_t r = 0; r < out.size(); ++r) ASSERT_EQ(out[r].error, "") << "rank " << r;
 }
 
-// Within each step, once layer 0's first chunk has gone, no later layer's chunk precedes the rest of layer 0 (layer 0
-// is ready last and most urgent: priority's promise). Empty when kept, else which step broke it.
+// Priority's promise, two ways. Every group: none of its chunks is of a later layer than the most urgent chunk it left
+// pending (min_pending_layer, the scheduler's books when the group was handed out: what was ready, agreed by every
+// rank, and not yet sent) -- a less urgent chunk never goes while a more urgent one is ready. And within each step,
+// once layer 0's first chunk has gone, no later layer's chunk precedes the rest of layer 0 (layer 0 is ready last and
+// most urgent). oddMlp's tensors 2l and 2l + 1 are layer l. Empty when kept, else which step broke it.
 std::string priorityViolation(const std::vector<std::vector<IssuedGroup>>& steps) {
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    for (std::size_t g = 0; g < steps[s].size(); ++g) {
+      const IssuedGroup& group = steps[s][g];
+      if (group.min_pending_layer < 0) continue;
+      for (const auto& [t, c] : group.chunks)
+        if (static_cast<int>(t / 2) > group.min_pending_layer)
+          return "step " + std::to_string(s) + ", group " + std::to_string(g) + ": tensor " + std::to_string(t) +
+                 "'s chunk went while a chunk of layer " + std::to_string(group.min_pending_layer) + " was ready";
+    }
+  }
   for (std::size_t s = 0; s < steps.size(); ++s) {
     bool seen_l0 = false;
     std::size_t l0_left = 0;
@@ -523,6 +536,13 @@ TEST(GroupsInFlight, SeveralWhenTheCreditAllowsOneWhenItDoesNotSameBitsInSimulat
             for (const auto& g : step) most = std::max(most, g.groups_in_flight);
           if (k.several != (most >= 1))
             return "at most " + std::to_string(most) + " other groups in flight when one was handed out";
+          // A 1-byte credit hands out one chunk at a time: the per-group check of priorityViolation then has ready
+          // chunks to compare with.
+          std::size_t left_pending = 0;
+          for (const auto& step : out[0].groups)
+            for (const auto& g : step) left_pending += g.min_pending_layer >= 0;
+          if (std::string(k.credit) == "1" && left_pending == 0)
+            return std::string("no group left a ready chunk behind");
           const int overlaps = overlappingCollectives(out[0].trace_json);
           if (k.several != (overlaps > 0))
             return std::to_string(overlaps) + " collectives overlapped in simulated time";
