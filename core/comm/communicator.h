@@ -81,6 +81,8 @@ struct CommStats {
   const OpStats& kind(OpKind k) const { return by_kind[static_cast<std::size_t>(k)]; }
 };
 
+class CommChannel;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -140,6 +142,25 @@ class Communicator {
   virtual RankTraffic traffic() const = 0;
   virtual void resetTraffic() = 0;
   virtual CommStats stats() const = 0;
+
+  // A door for one more thread that runs blocking collectives while others run theirs (the sync trainer's groups in
+  // flight at once, sync_trainer.h); nullptr when this communicator runs one collective at a time (NCCL on its one
+  // stream). See CommChannel.
+  virtual std::unique_ptr<CommChannel> openChannel() { return nullptr; }
+};
+
+// Collectives of one thread beside the communicator's own sequence. The parent's tags come from one sequence drawn in
+// issue order, which threads racing for it would draw in a different order on every rank; a channel's operations
+// instead take their tags from the namespace of the id last passed to select() (0, 1, 2, ... within it), so two
+// operations in flight at once never share a tag as long as every rank selects the same id for the same operations
+// and no two channels use one id at a time. The sync trainer selects the run-wide number of the group a channel
+// runs, which the negotiation makes the same on every rank. A channel has its own scratch and its own stats (only its
+// operations; the parent's stats count them too); byte accounting, abort and failures are the parent's. Blocking calls
+// only: its non-blocking ones run at once and return a completed request. One thread at a time; the parent must
+// outlive it.
+class CommChannel : public Communicator {
+ public:
+  virtual void select(uint64_t id) = 0;
 };
 
 }  // namespace terse::comm

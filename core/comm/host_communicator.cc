@@ -102,12 +102,20 @@ void HostCommunicator::checkSum(DType dtype, ReduceOp op) const {
 }
 
 HostCommunicator::Op HostCommunicator::makeOp(OpKind kind, uint64_t tensor, uint64_t bytes, Body body) {
-  // The sequence is the only thing that makes tags agree across ranks: it relies on the same issue order everywhere.
-  const Tag tag = kCollectiveTagBit | next_seq_.fetch_add(1);
-  return Op{kind, tag, tensor, bytes, std::move(body)};
+  return Op{kind, 0, tensor, bytes, std::move(body)};
 }
 
-WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch) {
+Tag HostCommunicator::nextTag() {
+  // The sequence is the only thing that makes tags agree across ranks: it relies on the same issue order everywhere.
+  return kCollectiveTagBit | next_seq_.fetch_add(1);
+}
+
+WireBytes HostCommunicator::runHere(Op op) {
+  op.tag = nextTag();
+  return run(op, caller_scratch_);
+}
+
+WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch, CommStats* also) {
   CollectiveContext ctx{
       *transport_, FrameMeta{op.kind, op.tag, op.tensor}, options_.segment_bytes, &scratch, {}, {}, {}, -1};
   const auto start = rt::now();
@@ -127,14 +135,18 @@ WireBytes HostCommunicator::run(Op& op, std::vector<std::byte>& scratch) {
   }
   const double seconds = rt::seconds(start, rt::now());
   std::lock_guard lock(stats_mutex_);
-  OpStats& s = stats_.by_kind[static_cast<std::size_t>(op.kind)];
-  ++s.ops;
-  s.bytes += op.bytes;
-  s.seconds += seconds;
+  for (CommStats* stats : {&stats_, also}) {
+    if (stats == nullptr) continue;
+    OpStats& s = stats->by_kind[static_cast<std::size_t>(op.kind)];
+    ++s.ops;
+    s.bytes += op.bytes;
+    s.seconds += seconds;
+  }
   return ctx.wire;
 }
 
 CommRequest HostCommunicator::submit(Op op) {
+  op.tag = nextTag();
   auto state = std::make_shared<CommRequest::State>();
   {
     std::lock_guard lock(worker_mutex_);
@@ -210,6 +222,16 @@ HostCommunicator::Op HostCommunicator::barrierOp() {
   return makeOp(OpKind::kBarrier, kNoTensor, 0, [](CollectiveContext& ctx) { barrierDissemination(ctx); });
 }
 
+HostCommunicator::Op HostCommunicator::sizesOp(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
+  return makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
+                [mine, all](CollectiveContext& ctx) { exchangeSizes(ctx, mine, all); });
+}
+
+HostCommunicator::Op HostCommunicator::controlOp(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
+  return makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
+                [mine, all](CollectiveContext& ctx) { exchangeWordsBruck(ctx, mine, all); });
+}
+
 namespace {
 
 std::span<std::byte> elements(void* data, std::size_t count, DType dtype) {
@@ -231,43 +253,34 @@ std::span<std::byte> summedPart(std::span<std::byte> payload, std::size_t prefix
 
 WireBytes HostCommunicator::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) {
   checkSum(dtype, op);
-  Op o = allreduceOp(elements(data, count, dtype), dtype, tensor);
-  return run(o, caller_scratch_);
+  return runHere(allreduceOp(elements(data, count, dtype), dtype, tensor));
 }
 
 WireBytes HostCommunicator::allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
                                              uint64_t tensor) {
   checkSum(wire, ReduceOp::kSum);
-  Op o = allreduceOp(summedPart(payload, prefix_bytes, wire), wire, tensor);
-  return run(o, caller_scratch_);
+  return runHere(allreduceOp(summedPart(payload, prefix_bytes, wire), wire, tensor));
 }
 
 WireBytes HostCommunicator::allgatherv(std::span<const std::byte> send, std::span<std::byte> recv,
                                        std::span<const uint64_t> sizes, uint64_t tensor) {
-  Op o = allgathervOp(send, recv, std::vector<uint64_t>(sizes.begin(), sizes.end()), tensor);
-  return run(o, caller_scratch_);
+  return runHere(allgathervOp(send, recv, std::vector<uint64_t>(sizes.begin(), sizes.end()), tensor));
 }
 
 WireBytes HostCommunicator::allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
-  Op o = makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
-                [mine, all](CollectiveContext& ctx) { exchangeSizes(ctx, mine, all); });
-  return run(o, caller_scratch_);
+  return runHere(sizesOp(mine, all, tensor));
 }
 
 WireBytes HostCommunicator::allgatherControl(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
-  Op o = makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
-                [mine, all](CollectiveContext& ctx) { exchangeWordsBruck(ctx, mine, all); });
-  return run(o, caller_scratch_);
+  return runHere(controlOp(mine, all, tensor));
 }
 
 WireBytes HostCommunicator::broadcast(std::span<std::byte> data, int root, uint64_t tensor) {
-  Op o = broadcastOp(data, root, tensor);
-  return run(o, caller_scratch_);
+  return runHere(broadcastOp(data, root, tensor));
 }
 
 WireBytes HostCommunicator::barrier() {
-  Op o = barrierOp();
-  return run(o, caller_scratch_);
+  return runHere(barrierOp());
 }
 
 CommRequest HostCommunicator::iallreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) {
@@ -292,6 +305,108 @@ CommRequest HostCommunicator::ibroadcast(std::span<std::byte> data, int root, ui
 
 CommRequest HostCommunicator::ibarrier() {
   return submit(barrierOp());
+}
+
+namespace {
+
+// A channel's tag: the collective bit, the channel bit (the parent's sequence never reaches it), the selected id,
+// then the operation's number within it. 2^20 operations per id is far above what one group runs (a size exchange,
+// a gather or an allreduce per fusion class and round); 2^42 ids outlast any run.
+constexpr Tag kChannelTagBit = Tag{1} << 62;
+constexpr int kChannelSeqBits = 20;
+constexpr uint64_t kChannelIds = uint64_t{1} << (62 - kChannelSeqBits);
+
+CommRequest completedRequest(WireBytes wire) {
+  auto state = std::make_shared<CommRequest::State>();
+  state->wire = wire;
+  state->done.complete();
+  return CommRequest(state);
+}
+
+}  // namespace
+
+class HostCommunicator::Channel final : public CommChannel {
+ public:
+  explicit Channel(HostCommunicator& parent) : parent_(parent) {}
+
+  void select(uint64_t id) override {
+    TERSE_CHECK(id < kChannelIds, InvalidArgument,
+                "communicator channel: id " << id << " is not below " << kChannelIds);
+    id_ = id;
+    seq_ = 0;
+  }
+
+  std::string_view backend() const noexcept override { return parent_.backend(); }
+  int rank() const noexcept override { return parent_.rank(); }
+  int size() const noexcept override { return parent_.size(); }
+  bool supportsSum(DType dtype) const noexcept override { return parent_.supportsSum(dtype); }
+
+  WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) override {
+    parent_.checkSum(dtype, op);
+    return run(parent_.allreduceOp(elements(data, count, dtype), dtype, tensor));
+  }
+  WireBytes allreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                             uint64_t tensor) override {
+    parent_.checkSum(wire, ReduceOp::kSum);
+    return run(parent_.allreduceOp(summedPart(payload, prefix_bytes, wire), wire, tensor));
+  }
+  WireBytes allgatherv(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const uint64_t> sizes,
+                       uint64_t tensor) override {
+    return run(parent_.allgathervOp(send, recv, std::vector<uint64_t>(sizes.begin(), sizes.end()), tensor));
+  }
+  WireBytes allgatherSizes(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) override {
+    return run(parent_.sizesOp(mine, all, tensor));
+  }
+  WireBytes allgatherControl(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) override {
+    return run(parent_.controlOp(mine, all, tensor));
+  }
+  WireBytes broadcast(std::span<std::byte> data, int root, uint64_t tensor) override {
+    return run(parent_.broadcastOp(data, root, tensor));
+  }
+  WireBytes barrier() override { return run(parent_.barrierOp()); }
+
+  CommRequest iallreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) override {
+    return completedRequest(allreduce(data, count, dtype, op, tensor));
+  }
+  CommRequest iallreducePayload(std::span<std::byte> payload, std::size_t prefix_bytes, DType wire,
+                                uint64_t tensor) override {
+    return completedRequest(allreducePayload(payload, prefix_bytes, wire, tensor));
+  }
+  CommRequest iallgatherv(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const uint64_t> sizes,
+                          uint64_t tensor) override {
+    return completedRequest(allgatherv(send, recv, sizes, tensor));
+  }
+  CommRequest ibroadcast(std::span<std::byte> data, int root, uint64_t tensor) override {
+    return completedRequest(broadcast(data, root, tensor));
+  }
+  CommRequest ibarrier() override { return completedRequest(barrier()); }
+
+  void abort(const std::string& reason) override { parent_.abort(reason); }
+  RankTraffic traffic() const override { return parent_.traffic(); }
+  void resetTraffic() override { parent_.resetTraffic(); }
+  CommStats stats() const override {
+    std::lock_guard lock(parent_.stats_mutex_);
+    return stats_;
+  }
+
+ private:
+  WireBytes run(Op op) {
+    TERSE_CHECK(seq_ < (uint64_t{1} << kChannelSeqBits), InternalError,
+                "communicator channel " << id_ << ": more than " << (uint64_t{1} << kChannelSeqBits)
+                                        << " operations under one id");
+    op.tag = kCollectiveTagBit | kChannelTagBit | (id_ << kChannelSeqBits) | seq_++;
+    return parent_.run(op, scratch_, &stats_);
+  }
+
+  HostCommunicator& parent_;
+  uint64_t id_ = 0;
+  uint64_t seq_ = 0;
+  std::vector<std::byte> scratch_;
+  CommStats stats_;  // guarded by the parent's stats_mutex_
+};
+
+std::unique_ptr<CommChannel> HostCommunicator::openChannel() {
+  return std::make_unique<Channel>(*this);
 }
 
 CommStats HostCommunicator::stats() const {

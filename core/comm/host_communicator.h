@@ -78,8 +78,11 @@ class HostCommunicator : public Communicator {
   RankTraffic traffic() const override { return transport_->traffic(); }
   void resetTraffic() override { transport_->resetTraffic(); }
   CommStats stats() const override;
+  // A channel (communicator.h) whose operations run on the calling thread with tags of their own namespace.
+  std::unique_ptr<CommChannel> openChannel() override;
 
  private:
+  class Channel;
   // One collective ready to run on some thread: the algorithm with its arguments bound.
   using Body = std::function<void(CollectiveContext&)>;
   struct Op {
@@ -90,9 +93,14 @@ class HostCommunicator : public Communicator {
     Body body;
   };
 
+  // The op with its tag left 0: the caller gives it one (nextTag for the parent's sequence, a channel its own).
   Op makeOp(OpKind kind, uint64_t tensor, uint64_t bytes, Body body);
-  // Runs op on this thread with `scratch`; on failure aborts the job, waits out the op's requests, rethrows.
-  WireBytes run(Op& op, std::vector<std::byte>& scratch);
+  Tag nextTag();
+  // Runs op on this thread with `scratch`; on failure aborts the job, waits out the op's requests, rethrows. Its
+  // time counts in stats_ and, when given, in `also` (a channel's own).
+  WireBytes run(Op& op, std::vector<std::byte>& scratch, CommStats* also = nullptr);
+  // A blocking call of the parent: the next tag of the sequence, the caller's scratch.
+  WireBytes runHere(Op op);
   CommRequest submit(Op op);
   void workerLoop();
 
@@ -101,6 +109,8 @@ class HostCommunicator : public Communicator {
                   uint64_t tensor);
   Op broadcastOp(std::span<std::byte> data, int root, uint64_t tensor);
   Op barrierOp();
+  Op sizesOp(uint64_t mine, std::span<uint64_t> all, uint64_t tensor);
+  Op controlOp(uint64_t mine, std::span<uint64_t> all, uint64_t tensor);
   void checkSum(DType dtype, ReduceOp op) const;
 
   std::unique_ptr<Transport> transport_;

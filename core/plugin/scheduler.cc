@@ -206,6 +206,14 @@ uint64_t Scheduler::creditLeft() const noexcept {
   return impl_->creditLeft();
 }
 
+int Scheduler::minPendingLayer() const noexcept {
+  int layer = -1;
+  if (impl_->pending == 0) return layer;
+  for (const auto& e : impl_->chunks)
+    if (e.state == ChunkState::kPending && (layer < 0 || e.chunk.layer_index < layer)) layer = e.chunk.layer_index;
+  return layer;
+}
+
 bool Scheduler::stepDone() const noexcept {
   const Impl& s = *impl_;
   return s.all_enqueued && s.partitioned == 0 && s.pending == 0 && s.in_flight == 0;

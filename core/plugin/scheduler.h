@@ -94,6 +94,9 @@ class Scheduler {
   std::size_t inFlightChunks() const noexcept;  // handed out, not completed
   uint64_t bytesInFlight() const noexcept;      // sum of wire_bytes of in-flight chunks
   uint64_t creditLeft() const noexcept;         // UINT64_MAX when the credit is unlimited
+  // The smallest layer_index among pending chunks, -1 when none: what a group just handed out left behind, for checks
+  // of a priority order (sync_trainer.h's IssuedGroup). A scan of the step's chunks.
+  int minPendingLayer() const noexcept;
   // All enqueued, nothing partitioned but not enqueued, pending or in flight.
   bool stepDone() const noexcept;
 

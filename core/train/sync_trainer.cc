@@ -121,6 +121,23 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   applied_.assign(params.size(), -1);
   layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   for (int l = 0; l < workload.numLayers(); ++l) layer_flops_.push_back(workload.layerFlops(l));
+  TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
+              "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
+  if (options.max_groups_in_flight > 1) {
+    for (int k = 0; k < options.max_groups_in_flight; ++k) {
+      Lane lane;
+      lane.channel = comm.openChannel();
+      TERSE_CHECK(lane.channel != nullptr, InvalidArgument,
+                  "max_groups_in_flight " << options.max_groups_in_flight << " needs a communicator that runs "
+                                          << "collectives side by side; the '" << comm.backend()
+                                          << "' communicator runs one at a time (use 1)");
+      lane.engine = std::make_unique<AggregationEngine>(*lane.channel);
+      lanes_.push_back(std::move(lane));
+    }
+    for (std::size_t k = 0; k < lanes_.size(); ++k)
+      lanes_[k].thread = rt::Thread(
+          "lane " + std::to_string(comm_.rank()) + "." + std::to_string(k), [this, k] { laneLoop(k); }, comm_.rank());
+  }
   workload_.setLayerGate([this](int layer) { gate(layer); });
   comm_thread_ = rt::Thread(
       "comm " + std::to_string(comm_.rank()),
@@ -152,6 +169,12 @@ SyncTrainer::~SyncTrainer() {
   }
   work_cv_.notify_all();
   comm_thread_.join();
+  {
+    std::lock_guard lock(mutex_);
+    lanes_stop_ = true;
+  }
+  lane_cv_.notify_all();
+  for (Lane& lane : lanes_) lane.thread.join();
   workload_.setLayerGate({});
 }
 
@@ -262,18 +285,25 @@ void SyncTrainer::admit(const Ready& r) {
   if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
 }
 
-void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
+std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vector<Chunk>& group,
+                                                                 std::size_t in_flight) {
   const auto params = workload_.params();
-  const auto step = static_cast<uint64_t>(comm_step_);
+  auto job = std::make_unique<GroupJob>();
+  job->step = static_cast<uint64_t>(comm_step_);
+  job->chunks = group;
+  job->where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
+               std::to_string(group.front().tensor_id) + " '" +
+               params[static_cast<std::size_t>(group.front().tensor_id)].name + "')";
   IssuedGroup issued;
   issued.credit_left = scheduler_->creditLeft();
-  members_.clear();
+  issued.groups_in_flight = in_flight;
+  issued.min_pending_layer = scheduler_->minPendingLayer();
   for (const Chunk& c : group) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
     // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
     float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
     CompressionPipeline& pipe = chunkPipeline(c);
-    members_.push_back(GroupMember{&pipe, grad, grad});
+    job->members.push_back(GroupMember{&pipe, grad, grad});
     issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
     issued.wire_bytes += c.wire_bytes;
     if (!started_[t]) {
@@ -283,38 +313,47 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
       issue_order_.push_back(t);
     }
   }
-  // Codec and communicator time of this group, read on the only thread that writes them.
+  job->wire_bytes = issued.wire_bytes;
+  std::lock_guard lock(mutex_);
+  groups_.push_back(std::move(issued));
+  return job;
+}
+
+void SyncTrainer::executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid) {
+  // Codec and communicator time of this group: its pipelines and `timed` serve no other group meanwhile.
   double encode0 = 0, decode0 = 0;
-  for (const GroupMember& m : members_) {
+  for (const GroupMember& m : job.members) {
     encode0 += m.pipeline->stats().encode_s;
     decode0 += m.pipeline->stats().decode_s;
   }
-  const double comm0 = commSeconds(comm_);
+  const double comm0 = commSeconds(timed);
   GroupPhaseFn phase;
   std::string label;
   if (options_.trace) {
-    for (const Chunk& c : group) {
+    for (const Chunk& c : job.chunks) {
       if (!label.empty()) label += ' ';
       label += 't' + std::to_string(c.tensor_id) + '.' + std::to_string(c.chunk_index);
     }
     phase = [&](const char* what, Clock::time_point a, Clock::time_point b, std::size_t, std::size_t) {
-      options_.trace->span(TraceRecorder::kCommThread, std::string(what) + ' ' + label, what, a, b);
+      options_.trace->span(tid, std::string(what) + ' ' + label, what, a, b);
     };
   }
-  engine_.run(step, members_, phase);
+  engine.run(job.step, job.members, phase);
   double encode1 = 0, decode1 = 0;
-  for (const GroupMember& m : members_) {
+  for (const GroupMember& m : job.members) {
     encode1 += m.pipeline->stats().encode_s;
     decode1 += m.pipeline->stats().decode_s;
   }
-  const double comm1 = commSeconds(comm_);
+  job.encode_s = encode1 - encode0;
+  job.decode_s = decode1 - decode0;
+  job.comm_s = commSeconds(timed) - comm0;
+}
 
-  ids_.clear();
-  for (const Chunk& c : group) ids_.push_back(c.chunk_id);
-  scheduler_->onComplete(ids_, issued.wire_bytes);
+void SyncTrainer::finishGroup(const GroupJob& job) {
+  const auto params = workload_.params();
   // Tensors whose last chunk just arrived: apply the optimizer now, so the next forward of their layer can start.
   std::vector<std::size_t> done;
-  for (const Chunk& c : group) {
+  for (const Chunk& c : job.chunks) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
     if (--chunks_left_[t] == 0) done.push_back(t);
   }
@@ -341,10 +380,9 @@ void SyncTrainer::runGroup(const std::vector<Chunk>& group) {
   if (device_ && !done.empty()) cuda::synchronize(comm_.deviceStream());
   {
     std::lock_guard lock(mutex_);
-    acc_encode_s_ += encode1 - encode0;
-    acc_decode_s_ += decode1 - decode0;
-    acc_comm_s_ += comm1 - comm0;
-    groups_.push_back(std::move(issued));
+    acc_encode_s_ += job.encode_s;
+    acc_decode_s_ += job.decode_s;
+    acc_comm_s_ += job.comm_s;
     markAppliedLocked(done);
   }
   if (!done.empty()) applied_cv_.notify_all();
@@ -420,44 +458,135 @@ void SyncTrainer::runSparse(std::size_t t) {
   applied_cv_.notify_all();
 }
 
+void SyncTrainer::fail(std::exception_ptr failure, const std::string& where, int64_t step) {
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  {
+    // Recorded before the abort: the abort fails the other lanes' collectives, whose errors must not win.
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = failure;
+  }
+  failComm(where + " failed at step " + std::to_string(step) + ": " + what);
+  applied_cv_.notify_all();
+  work_cv_.notify_all();
+  lane_cv_.notify_all();
+}
+
+void SyncTrainer::laneLoop(std::size_t k) {
+  Lane& lane = lanes_[k];
+  for (;;) {
+    std::unique_ptr<GroupJob> job;
+    {
+      std::unique_lock lock(mutex_);
+      lane_cv_.wait(lock, [&] { return lanes_stop_ || !lane_queue_.empty(); });
+      if (lane_queue_.empty()) return;
+      job = std::move(lane_queue_.front());
+      lane_queue_.pop_front();
+      if (error_) continue;  // the job's peers fail through the abort anyway
+    }
+    try {
+      lane.channel->select(job->seq);
+      executeGroup(*job, *lane.engine, *lane.channel, TraceRecorder::kCommThread + static_cast<int>(k));
+      {
+        std::lock_guard lock(mutex_);
+        lane_done_.push_back(std::move(job));
+      }
+      work_cv_.notify_all();
+    } catch (...) {
+      fail(std::current_exception(), job->where, static_cast<int64_t>(job->step));
+    }
+  }
+}
+
 void SyncTrainer::commLoop() {
   // Ready tensors received from the worker but not yet admitted to the scheduler, in ready order.
   std::deque<Ready> received;
   uint64_t received_total = 0;  // tensors received over the whole run: the same sequence on every rank
   uint64_t admitted_total = 0;  // of those, admitted to the scheduler (agreed by every rank)
-  bool round = false;           // run another negotiation round without waiting for the worker
+  bool round = false;           // one group at a time: a round is owed to the peers after every group
   std::vector<uint64_t> counts(static_cast<std::size_t>(comm_.size()));
+  // Lanes: the groups handed out whose completion the scheduler has not been told of, in issue order, with whether
+  // they finished here; finished jobs come back through lane_done_.
+  struct Flying {
+    std::vector<uint64_t> ids;
+    uint64_t wire_bytes = 0;
+    bool finished = false;
+  };
+  std::deque<Flying> flying;
+  uint64_t flying_base = 0;  // run-wide number of flying.front()
+  const std::size_t max_flying = lanes_.empty() ? 1 : lanes_.size();
+  std::vector<std::unique_ptr<GroupJob>> finished;
+  bool failed = false;
+  // Groups finished here, from the oldest on, that the scheduler was not told of.
+  const auto finishedPrefix = [&] {
+    std::size_t n = 0;
+    while (n < flying.size() && flying[n].finished) ++n;
+    return n;
+  };
+  // Whether a round could change anything: a completion to agree on (every rank finishes it), or tensors to admit
+  // while a lane and credit are free to hand something out. The state it reads is agreed, so every rank that has the
+  // same news comes to the same answer, and a rank without it yet gets it (its worker or its lanes catch up).
+  const auto owed = [&] {
+    const bool can_hand_out = flying.size() < max_flying && (flying.empty() || scheduler_->creditLeft() > 0);
+    return !failed && (round || finishedPrefix() > 0 || (received_total > admitted_total && can_hand_out));
+  };
   for (;;) {
+    const bool owe = owed();
     {
       std::unique_lock lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || (round && !error_); });
-      // A round owed to the peers (they run it too after the same group) is finished even when stopping: skipping it
-      // would leave them waiting in the negotiation.
-      if (stop_ && (!round || error_)) return;
+      const auto quit = [&] { return stop_ && (error_ || (!owe && flying.empty())); };
+      work_cv_.wait(lock, [&] { return quit() || !inbox_.empty() || !lane_done_.empty() || (owe && !error_); });
+      // A round owed to the peers (they run it too) is finished even when stopping, and so are the groups in flight:
+      // skipping them would leave the peers waiting.
+      if (quit()) return;
       if (error_) {
         // After a failure nothing more runs: the other ranks' collectives fail through the abort anyway.
         inbox_.clear();
+        lane_done_.clear();
         round = false;
+        failed = true;
+        if (stop_) return;
         continue;
       }
       for (const Ready& r : inbox_) received.push_back(r);
       received_total += inbox_.size();
       inbox_.clear();
+      for (auto& job : lane_done_) finished.push_back(std::move(job));
+      lane_done_.clear();
     }
     std::string where = "scheduling";
     try {
+      for (const auto& job : finished) {
+        where = job->where;
+        finishGroup(*job);
+        flying[job->seq - flying_base].finished = true;
+      }
+      finished.clear();
+      where = "scheduling";
+      if (!owed()) continue;
+      const std::size_t prefix = finishedPrefix();
       // Negotiation (Horovod's coordinator cycle, Sergeev and Del Balso 2018): a scheduler's answer depends on what
-      // was enqueued before it was asked, and backward runs at a different pace on every rank, so every rank first
-      // learns how many tensors ALL ranks have ready -- one 8-byte allgather, in ceil(log2 n) rounds -- and admits only
-      // that many. Every rank then asks its scheduler with the same enqueues and completions behind it and gets the
-      // same group: the same collectives in the same order. Ready order itself is the same everywhere (backward's
-      // order).
+      // was enqueued and completed before it was asked, and backward and the collectives run at a different pace on
+      // every rank, so every rank first learns how many tensors ALL ranks have ready (and, with lanes, how many groups
+      // ALL have finished) -- one 8-byte allgather, in ceil(log2 n) rounds -- and tells its scheduler only that many.
+      // Every rank then asks its scheduler with the same enqueues and completions behind it and gets the same group:
+      // the same collectives in the same order. Ready order itself is the same everywhere (backward's order).
       uint64_t agreed = received_total;
+      std::size_t agreed_done = prefix;
       if (comm_.size() > 1) {
         where = "negotiation";
         const auto n0 = rt::now();
         const double c0 = commSeconds(comm_);
-        const comm::WireBytes sent = comm_.allgatherControl(received_total, counts, kNegotiationTensor);
+        const uint64_t news = received_total - admitted_total;
+        TERSE_CHECK(lanes_.empty() || news < (uint64_t{1} << 32), InternalError,
+                    "negotiation: " << news << " tensors received and not admitted do not fit its word");
+        const uint64_t word = lanes_.empty() ? received_total : news << 32 | prefix;
+        const comm::WireBytes sent = comm_.allgatherControl(word, counts, kNegotiationTensor);
         {
           // Control traffic, but communication time all the same: it counts in comm_s. Rounds and bytes are counted
           // together, once a round is complete, so the pair read by negotiation() always agrees.
@@ -466,42 +595,69 @@ void SyncTrainer::commLoop() {
           ++acc_negotiations_;
           acc_negotiation_bytes_ += sent.sent_bytes;
         }
-        agreed = *std::min_element(counts.begin(), counts.end());
+        if (lanes_.empty()) {
+          agreed = *std::min_element(counts.begin(), counts.end());
+        } else {
+          uint64_t min_news = news, min_done = prefix;
+          for (uint64_t c : counts) {
+            min_news = std::min(min_news, c >> 32);
+            min_done = std::min<uint64_t>(min_done, c & 0xffffffffu);
+          }
+          agreed = admitted_total + min_news;
+          agreed_done = static_cast<std::size_t>(min_done);
+        }
         const auto n1 = rt::now();
         if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
           options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
         where = "scheduling";
       }
+      // Completions first, in issue order: the scheduler hears of them as the one-at-a-time path tells it, before the
+      // tensors that became ready meanwhile.
+      for (std::size_t i = 0; i < agreed_done; ++i) {
+        scheduler_->onComplete(flying.front().ids, flying.front().wire_bytes);
+        flying.pop_front();
+        ++flying_base;
+      }
       for (; admitted_total < agreed; ++admitted_total) {
         admit(received.front());
         received.pop_front();
       }
-      const std::vector<Chunk> group = scheduler_->next();
-      if (!group.empty()) {
-        where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
-                std::to_string(group.front().tensor_id) + " '" +
-                workload_.params()[static_cast<std::size_t>(group.front().tensor_id)].name + "')";
-        runGroup(group);
+      if (lanes_.empty()) {
+        const std::vector<Chunk> group = scheduler_->next();
+        if (!group.empty()) {
+          auto job = prepareGroup(group, 0);
+          where = job->where;
+          executeGroup(*job, engine_, comm_, TraceRecorder::kCommThread);
+          ids_.clear();
+          for (const Chunk& c : group) ids_.push_back(c.chunk_id);
+          scheduler_->onComplete(ids_, job->wire_bytes);
+          finishGroup(*job);
+        }
+        // Symmetric on every rank: after a group everyone negotiates again at once; otherwise a rank that holds
+        // tensors the others have not agreed to yet goes again (blocking until they join), and the others wait for
+        // their worker.
+        round = !group.empty();
+      } else {
+        while (flying.size() < max_flying) {
+          const std::vector<Chunk> group = scheduler_->next();
+          if (group.empty()) break;
+          auto job = prepareGroup(group, flying.size());
+          job->seq = group_seq_++;
+          Flying f;
+          for (const Chunk& c : group) f.ids.push_back(c.chunk_id);
+          f.wire_bytes = job->wire_bytes;
+          flying.push_back(std::move(f));
+          {
+            std::lock_guard lock(mutex_);
+            lane_queue_.push_back(std::move(job));
+          }
+          lane_cv_.notify_one();
+        }
       }
-      // Symmetric on every rank: after a group everyone negotiates again at once; otherwise a rank that holds tensors
-      // the others have not agreed to yet goes again (blocking until they join), and the others wait for their worker.
-      round = !group.empty() || received_total > agreed;
     } catch (...) {
-      const std::exception_ptr failure = std::current_exception();
-      std::string what = "unknown error";
-      try {
-        std::rethrow_exception(failure);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      failComm(where + " failed at step " + std::to_string(comm_step_) + ": " + what);
-      {
-        std::lock_guard lock(mutex_);
-        if (!error_) error_ = failure;
-        round = false;
-      }
-      applied_cv_.notify_all();
+      fail(std::current_exception(), where, comm_step_);
+      failed = true;
+      round = false;
     }
   }
 }

@@ -26,10 +26,25 @@
 // scheduler thus sees the same history and hands out the same groups: the same collectives in the same order. These
 // control frames are labelled kNegotiationTensor in the byte accounting; their number depends on timing.
 //
-// One collective is in flight at a time (the communication thread runs groups one after another), so "bytes in
-// flight" is the current group's wire bytes, and the credit bounds how many bytes a newly ready high-priority chunk may
-// have to wait behind (ByteScheduler's credit, Peng et al. SOSP 2019). The scheduler's order is the issue order, the
-// same on every rank because every rank's scheduler sees the same enqueues, completions and credit.
+// Groups in flight. With max_groups_in_flight 1 (the default) the communication thread runs each group itself, so
+// one collective is in flight at a time and the credit bounds how many bytes a newly ready high-priority chunk may
+// have to wait behind (ByteScheduler's credit, Peng et al. SOSP 2019). With N > 1 the communication thread hands a
+// group to one of N lane threads and goes back to negotiating: the next group the scheduler hands out within the
+// credit left starts while earlier ones are still on the wire, and a newly ready urgent chunk can start without
+// waiting for them when the credit allows -- ByteScheduler's sliding window of credit. What keeps every rank's
+// scheduler in step is then the completions too: a lane finishes a group at a different moment on every rank, so a
+// completion reaches the scheduler (on_complete, which releases its credit) only once every rank has it. The
+// negotiation's 8-byte word carries both news, packed as (tensors received - admitted) << 32 | (groups finished, in
+// issue order, beyond those the scheduler was told of); every rank takes the minimum of each, tells the scheduler of
+// that many completions in issue order, admits that many tensors, then asks for groups while a lane is free. A
+// group's update is applied as soon as it finishes here (the math does not wait for the agreement). Rounds are run
+// only when they can change something: a completion to agree on, or tensors to admit while a lane and credit are
+// free. Concurrent collectives are kept apart on the transport by their tags: a lane's channel takes the group's
+// run-wide number (the same on every rank, since every rank hands out the same groups in the same order) as its tag
+// namespace, and the negotiation and row-sparse collectives keep the communicator's own sequence on the
+// communication thread. The scheduler's order is the issue order, the same on every rank. Only the order and overlap
+// of collectives change with N: every group is the same computation on the same bytes, so the parameters are
+// bit-identical for any N and credit whenever they are across groupings (below).
 //
 // A workload whose forward does not call awaitLayer (gatesLayers() false) gets every update applied before its
 // forwardBackward starts.
@@ -124,6 +139,12 @@ struct SyncTrainerOptions {
   // (core/compress/row_sparse_allgather.h) as soon as they are admitted, outside the scheduler and the compressor,
   // and updated row by row when that equals the dense update (SgdOptimizer::lazyRowsExact). Host workloads only.
   bool sparse_rows = false;
+  // Scheduler groups whose collectives may be in flight at once (>= 1), within the scheduler's credit. 1: the
+  // communication thread runs each group itself, one after another. N > 1: N lane threads run groups, each on a
+  // communicator channel of its own (communicator.h, CommChannel) selected by the group's run-wide number, while the
+  // communication thread goes on negotiating, admitting and handing out the next group the credit allows (see "Groups
+  // in flight" above). Host communicators only (NCCL runs one collective at a time on its stream).
+  int max_groups_in_flight = 1;
 };
 
 // Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
@@ -140,6 +161,11 @@ struct IssuedGroup {
   std::vector<std::pair<uint64_t, int>> chunks;
   uint64_t wire_bytes = 0;   // the group's wire_bytes as the scheduler saw them
   uint64_t credit_left = 0;  // the credit left once it was handed out (UINT64_MAX: unlimited)
+  // Groups handed out before it whose completion the scheduler had not been told of: 0 when one runs at a time.
+  uint64_t groups_in_flight = 0;
+  // The most urgent (smallest) layer among chunks left pending once it was handed out, -1 when none: a priority
+  // scheduler never hands out a chunk of a later layer than this.
+  int min_pending_layer = -1;
 };
 
 struct StepTimes {
@@ -236,7 +262,33 @@ class SyncTrainer {
     std::size_t tensor;
     double lr;
   };
+  // A group on its way: what the communication thread bound when it handed the group out, and what running it cost.
+  struct GroupJob {
+    uint64_t seq = 0;  // run-wide number, issue order: a lane's channel id, the same on every rank
+    uint64_t step = 0;
+    std::vector<Chunk> chunks;
+    std::vector<GroupMember> members;
+    uint64_t wire_bytes = 0;
+    std::string where;  // for an error: "a group of N chunks (first: tensor T 'name')"
+    double encode_s = 0, decode_s = 0, comm_s = 0;
+  };
+  // A lane (max_groups_in_flight > 1): a thread running groups on its own channel and engine.
+  struct Lane {
+    std::unique_ptr<comm::CommChannel> channel;
+    std::unique_ptr<AggregationEngine> engine;
+    rt::Thread thread;
+  };
   void commLoop();
+  void laneLoop(std::size_t lane);
+  // Communication thread: binds the chunks' pipelines and gradients, books issue order and the IssuedGroup.
+  std::unique_ptr<GroupJob> prepareGroup(const std::vector<Chunk>& group, std::size_t in_flight);
+  // The thread running the group: compression, collectives, decompression through `engine`; codec time and the time
+  // of `timed`'s collectives into the job; trace phases on trace thread `tid`.
+  void executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid);
+  // Communication thread: the updates of the tensors the job finished, and its times into the totals.
+  void finishGroup(const GroupJob& job);
+  // The first error wins (error_), then every rank's collectives are failed; gates and the loops wake.
+  void fail(std::exception_ptr failure, const std::string& where, int64_t step);
   void enqueue(int64_t step, std::span<const std::size_t> tensors, double lr);
   void gate(int layer);
   // Waits (lock held) until every tensor's update of step `upto` is in, or an error; returns the seconds waited.
@@ -244,7 +296,6 @@ class SyncTrainer {
   void failComm(const std::string& where);
   // Communication thread only.
   void admit(const Ready& r);
-  void runGroup(const std::vector<Chunk>& group);
   CompressionPipeline& chunkPipeline(const Chunk& c);
   // A row-sparse tensor's aggregation and update (options.sparse_rows).
   void runSparse(std::size_t tensor);
@@ -290,8 +341,9 @@ class SyncTrainer {
   // ---- Communication thread only (no lock): the scheduler's step and the per-tensor books.
   AggregationEngine engine_;
   std::map<std::tuple<std::size_t, uint64_t, uint64_t>, std::unique_ptr<CompressionPipeline>> chunk_pipelines_;
-  std::vector<GroupMember> members_;
   std::vector<uint64_t> ids_;
+  std::vector<Lane> lanes_;            // empty with max_groups_in_flight 1
+  uint64_t group_seq_ = 0;             // groups handed to lanes so far
   std::vector<uint64_t> chunks_left_;  // per tensor, this step
   std::vector<bool> started_;          // per tensor, this step
   int64_t comm_step_ = -1;
@@ -317,7 +369,11 @@ class SyncTrainer {
   double acc_comm_s_ = 0, acc_encode_s_ = 0, acc_decode_s_ = 0;
   uint64_t acc_negotiations_ = 0;
   uint64_t acc_negotiation_bytes_ = 0;
-  std::exception_ptr error_;  // the first failure; later groups are not run
+  std::exception_ptr error_;                          // the first failure; later groups are not run
+  rt::CondVar lane_cv_;                               // lanes wait here for groups
+  std::deque<std::unique_ptr<GroupJob>> lane_queue_;  // handed out, not yet taken by a lane
+  std::deque<std::unique_ptr<GroupJob>> lane_done_;   // run by a lane, not yet finished by the communication thread
+  bool lanes_stop_ = false;
   std::atomic<bool> backward_done_{false};
   std::atomic<int> overlapped_{0};
   rt::Thread comm_thread_;

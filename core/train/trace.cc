@@ -1,5 +1,7 @@
 #include "core/train/trace.h"
 
+#include <algorithm>
+
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -44,6 +46,10 @@ std::string TraceRecorder::json() const {
   meta("process_name", 0, "rank " + std::to_string(rank_));
   meta("thread_name", kComputeThread, "compute");
   meta("thread_name", kCommThread, "communication");
+  // The sync trainer's lanes (max_groups_in_flight > 1): lane k records its groups on kCommThread + k.
+  int lanes = 0;
+  for (const Event& e : events_) lanes = std::max(lanes, e.tid - kCommThread);
+  for (int k = 1; k <= lanes; ++k) meta("thread_name", kCommThread + k, "lane " + std::to_string(k));
   for (const Event& e : events_) {
     lines.push_back(dumpJson(Json{{"name", e.name},
                                   {"cat", e.category},

@@ -662,6 +662,16 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
   if (async_mode && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
   // Unset stays unset (1): a default written here would change every existing config's hash.
+  if (e.has_max_groups_in_flight()) {
+    // A lane is a thread (an actor in a simulation) per in-flight group: 64 is far above what a credit window needs.
+    if (e.max_groups_in_flight() < 1 || e.max_groups_in_flight() > 64)
+      c.fail("max_groups_in_flight") << " must be in [1, 64], got " << e.max_groups_in_flight();
+    if (e.max_groups_in_flight() > 1 && e.mode() != Experiment::SYNC)
+      c.fail("max_groups_in_flight") << ": groups are the sync trainer's; mode " << Experiment::Mode_Name(e.mode())
+                                     << " has none (leave it unset)";
+    if (e.max_groups_in_flight() > 1 && e.transport() == Experiment::NCCL)
+      c.fail("max_groups_in_flight") << ": transport NCCL runs one collective at a time on its stream (leave it unset)";
+  }
   if (e.has_gradient_accumulation_steps() && e.gradient_accumulation_steps() < 1)
     c.fail("gradient_accumulation_steps") << " must be >= 1, got " << e.gradient_accumulation_steps();
   const double clip = e.optimizer().clip_grad_norm();

@@ -70,6 +70,7 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   o.lr.gamma = opt.gamma();
   o.lr.scale_by_world_size = opt.scale_lr_by_world_size();
   o.accumulation_steps = e.has_gradient_accumulation_steps() ? e.gradient_accumulation_steps() : 1;
+  o.max_groups_in_flight = e.has_max_groups_in_flight() ? e.max_groups_in_flight() : 1;
   o.clip_grad_norm = opt.clip_grad_norm();
   o.warmup_epochs = opt.warmup_epochs();
   o.sgd.adagrad = e.workload().name() == "glove" && e.workload().glove().optimizer() == experiments::Glove::ADAGRAD;

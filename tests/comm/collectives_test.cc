@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "tests/comm/comm_test_util.h"
 
@@ -96,6 +97,47 @@ TEST(AllgatherControl, EveryRanksWordInRankOrderInLogRounds) {
       EXPECT_EQ(bytes[r].sent_frames, rounds) << "rank " << r << " of " << n;
       EXPECT_EQ(bytes[r].sent_bytes, 8 * static_cast<uint64_t>(n - 1) + kFrameHeaderBytes * rounds) << n;
     }
+  }
+}
+
+TEST(Channels, ConcurrentCollectivesStartedInAnyOrderKeepApart) {
+  // Three channels per rank run allreduces at once, each started in a different order on every rank (rank r starts
+  // channel (r + k) % 3 k-th), while the parent runs its own allreduce: tags from the channels' ids keep them apart,
+  // where the parent's sequence, drawn in start order, would pair up different operations on different ranks.
+  for (int n : {2, 3, 4}) {
+    World world(n);
+    constexpr int kChannels = 3;
+    constexpr std::size_t kCount = 70000;  // several frames, so the operations interleave on the links
+    std::vector<std::vector<std::vector<float>>> data(static_cast<std::size_t>(n));
+    world.runOk([&](int r, HostCommunicator& c) {
+      auto& mine = data[static_cast<std::size_t>(r)];
+      mine.assign(kChannels + 1, std::vector<float>(kCount));
+      for (int k = 0; k <= kChannels; ++k)
+        for (std::size_t i = 0; i < kCount; ++i)
+          mine[static_cast<std::size_t>(k)][i] = static_cast<float>(r + k * i % 7);
+      std::vector<std::thread> threads;
+      for (int j = 0; j < kChannels; ++j) {
+        const int k = (r + j) % kChannels;
+        threads.emplace_back([&, k] {
+          auto channel = c.openChannel();
+          channel->select(1000 + static_cast<uint64_t>(k));
+          auto& v = mine[static_cast<std::size_t>(k)];
+          channel->allreduce(v.data(), v.size(), DType::kF32);
+          EXPECT_EQ(channel->stats().kind(OpKind::kAllreduce).ops, 1u);
+        });
+      }
+      auto& own = mine[kChannels];
+      c.allreduce(own.data(), own.size(), DType::kF32);
+      for (auto& t : threads) t.join();
+      EXPECT_EQ(c.stats().kind(OpKind::kAllreduce).ops, static_cast<uint64_t>(kChannels + 1));
+    });
+    const float ranks = static_cast<float>(n * (n - 1) / 2);
+    for (int r = 0; r < n; ++r)
+      for (int k = 0; k <= kChannels; ++k)
+        for (std::size_t i = 0; i < kCount; i += 997)
+          ASSERT_EQ(data[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)][i],
+                    ranks + static_cast<float>(n) * static_cast<float>(k * i % 7))
+              << n << " ranks, rank " << r << ", channel " << k << ", element " << i;
   }
 }
 

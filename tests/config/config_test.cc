@@ -147,6 +147,16 @@ TEST_F(ConfigTest, AccumulationAndClippingNameTheirField) {
   })) << ::testing::PrintToString(sparse);
 }
 
+TEST_F(ConfigTest, MaxGroupsInFlightNamesItsField) {
+  expectError(kMinimal + "max_groups_in_flight: 0\n",
+              "t.textproto:7:1: max_groups_in_flight must be in [1, 64], got 0");
+  const auto async = errorsOf(kMinimal + "mode: ASYNC\nmax_groups_in_flight: 4\n");
+  EXPECT_TRUE(std::any_of(async.begin(), async.end(), [](const std::string& e) {
+    return e.find("max_groups_in_flight: groups are the sync trainer's; mode ASYNC") != std::string::npos;
+  })) << ::testing::PrintToString(async);
+  EXPECT_NO_THROW(load(kMinimal + "max_groups_in_flight: 4\n"));
+}
+
 TEST_F(ConfigTest, MissingPlugin) {
   std::string text = kMinimal;
   text.replace(text.find("\"none\""), 6, "\"topk2\"");

@@ -3,6 +3,8 @@
 //   stall    never hands anything out (the core sees a stall once every tensor is enqueued)
 //   unknown  hands out a chunk id the core never assigned
 //   repeat   hands the first chunk out again after it completed
+//   late     hands chunks out one per group under an unlimited credit, then fails its next() (an error status with a
+//            message) once three groups are in flight: a plugin error while several collectives are on the wire
 // Built into the fixture directory only: it must never be found by name in the default search path.
 #include <cstdint>
 #include <deque>
@@ -17,7 +19,7 @@ namespace sdk = terse::sdk;
 class BadSched final : public sdk::Scheduler {
  public:
   BadSched(sdk::Params& params, sdk::Host& /*host*/)
-      : mode_(params.getChoice("mode", "stall", {"stall", "unknown", "repeat"})) {}
+      : mode_(params.getChoice("mode", "stall", {"stall", "unknown", "repeat", "late"})) {}
 
   terse_scheduler_caps_v1 caps() const override { return terse_scheduler_caps_v1{}; }
   uint64_t partition(const terse_sched_tensor_v1& /*tensor*/) override { return 0; }
@@ -26,6 +28,13 @@ class BadSched final : public sdk::Scheduler {
   }
   size_t next(uint64_t /*credit_left*/, uint32_t /*flags*/, std::span<uint64_t> out) override {
     if (mode_ == "stall" || pending_.empty() || out.empty()) return 0;
+    if (mode_ == "late") {
+      if (in_flight_ >= 3) throw sdk::InvalidArgument("late: failing on purpose with 3 groups in flight");
+      out[0] = pending_.front();
+      pending_.pop_front();
+      ++in_flight_;
+      return 1;
+    }
     if (mode_ == "unknown") {
       out[0] = uint64_t{1} << 40;
       return 1;
@@ -44,6 +53,7 @@ class BadSched final : public sdk::Scheduler {
     return 1;
   }
   void onComplete(std::span<const uint64_t> ids, uint64_t /*wire_bytes*/) override {
+    --in_flight_;
     for (uint64_t id : ids)
       if (have_first_ && id == first_) completed_first_ = true;
   }
@@ -54,6 +64,7 @@ class BadSched final : public sdk::Scheduler {
   uint64_t first_ = 0;
   bool have_first_ = false;
   bool completed_first_ = false;
+  int in_flight_ = 0;  // late: groups handed out, not completed
 };
 
 }  // namespace

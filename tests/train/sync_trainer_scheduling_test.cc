@@ -3,12 +3,15 @@
 // the same whatever the scheduler, the next step's forward of a layer really overlaps the previous step's
 // communication of later layers and its waits are counted as exposed communication, a scheduler that breaks the
 // contract fails the run on every rank with its name (no hang), bad scheduler parameters in a config name file, field
-// and value, and the Chrome trace has what it promises.
+// and value, and the Chrome trace has what it promises. Groups in flight (max_groups_in_flight > 1): several at once
+// when the credit allows and one when it does not, in simulated time; the same bits for any credit; a plugin error
+// with several groups on the wire fails every rank by the plugin's name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -76,6 +79,7 @@ struct RunSpec {
   int epochs = 1;
   bool drain_every_step = false;  // record lastGroups() after each step (waits for the step's communication)
   bool trace = false;
+  int max_in_flight = 1;  // SyncTrainerOptions::max_groups_in_flight
 };
 
 struct RankOutcome {
@@ -113,6 +117,7 @@ std::vector<RankOutcome> run(const RunSpec& spec) {
             o.seed = 11;
             o.sgd.momentum = 0.9;
             o.lr.lr = 0.05;
+            o.max_groups_in_flight = spec.max_in_flight;
             TraceRecorder trace(r, origin);
             if (spec.trace) o.trace = &trace;
             SyncTrainer trainer(
@@ -142,9 +147,22 @@ void expectNoErrors(const std::vector<RankOutcome>& out) {
   for (std::size_t r = 0; r < out.size(); ++r) ASSERT_EQ(out[r].error, "") << "rank " << r;
 }
 
-// Within each step, once layer 0's first chunk has gone, no later layer's chunk precedes the rest of layer 0 (layer 0
-// is ready last and most urgent: priority's promise). Empty when kept, else which step broke it.
+// Priority's promise, two ways. Every group: none of its chunks is of a later layer than the most urgent chunk it left
+// pending (min_pending_layer, the scheduler's books when the group was handed out: what was ready, agreed by every
+// rank, and not yet sent) -- a less urgent chunk never goes while a more urgent one is ready. And within each step,
+// once layer 0's first chunk has gone, no later layer's chunk precedes the rest of layer 0 (layer 0 is ready last and
+// most urgent). oddMlp's tensors 2l and 2l + 1 are layer l. Empty when kept, else which step broke it.
 std::string priorityViolation(const std::vector<std::vector<IssuedGroup>>& steps) {
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    for (std::size_t g = 0; g < steps[s].size(); ++g) {
+      const IssuedGroup& group = steps[s][g];
+      if (group.min_pending_layer < 0) continue;
+      for (const auto& [t, c] : group.chunks)
+        if (static_cast<int>(t / 2) > group.min_pending_layer)
+          return "step " + std::to_string(s) + ", group " + std::to_string(g) + ": tensor " + std::to_string(t) +
+                 "'s chunk went while a chunk of layer " + std::to_string(group.min_pending_layer) + " was ready";
+    }
+  }
   for (std::size_t s = 0; s < steps.size(); ++s) {
     bool seen_l0 = false;
     std::size_t l0_left = 0;
@@ -226,6 +244,25 @@ TEST_P(SameOrderOnEveryRank, GroupsAndOrderMatchAcrossRanks) {
   }
 }
 
+// Runs `spec` with the ranks as actors of a simulation of 1 Gbps links (core/sim) and checks the outcome inside the
+// simulation's process: "" when every rank ran and `check` found nothing, else what broke (or what `check` returns).
+// The FLOP model makes the simulated times independent of this host's load.
+std::string inSimulation(const RunSpec& spec, const std::function<std::string(const std::vector<RankOutcome>&)>& check,
+                         sim::ComputeModel compute = sim::ComputeModel::kMeasured) {
+  sim::SimulationOptions so;
+  so.compute.model = compute;
+  so.platform.ranks = spec.world;
+  so.platform.links = comm::parseEmulation("bandwidth=1Gbps,latency=50us");
+  return sim::runSimulation(so, [&](const sim::SimulationContext& ctx) -> std::string {
+    RunSpec in_sim = spec;
+    in_sim.inproc.network = ctx.network;
+    const auto out = run(in_sim);
+    for (std::size_t r = 0; r < out.size(); ++r)
+      if (!out[r].error.empty()) return "rank " + std::to_string(r) + ": " + out[r].error;
+    return check(out);
+  });
+}
+
 TEST(SchedulingInSimulatedTime, PriorityOrderAndIdenticalGroupsHold) {
   // The same promises with the ranks as actors of a simulation of 1 Gbps links (core/sim): readiness, credit and
   // preemption then follow the simulated clock. Checked inside the simulation's process, which reports what broke.
@@ -235,15 +272,7 @@ TEST(SchedulingInSimulatedTime, PriorityOrderAndIdenticalGroupsHold) {
     spec.scheduler = sc.name;
     spec.scheduler_params = sc.params;
     spec.drain_every_step = true;
-    sim::SimulationOptions so;
-    so.platform.ranks = spec.world;
-    so.platform.links = comm::parseEmulation("bandwidth=1Gbps,latency=50us");
-    const std::string failure = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) -> std::string {
-      RunSpec in_sim = spec;
-      in_sim.inproc.network = ctx.network;
-      const auto out = run(in_sim);
-      for (std::size_t r = 0; r < out.size(); ++r)
-        if (!out[r].error.empty()) return "rank " + std::to_string(r) + ": " + out[r].error;
+    const std::string failure = inSimulation(spec, [&](const std::vector<RankOutcome>& out) -> std::string {
       if (out[0].groups.empty()) return "no groups recorded";
       for (std::size_t r = 1; r < out.size(); ++r) {
         for (std::size_t st = 0; st < out[0].groups.size(); ++st) {
@@ -435,6 +464,147 @@ TEST(Engine, ContractViolationFailsEveryRankWithThePluginName) {
       EXPECT_NE(out[r].error.find("bad_sched"), std::string::npos) << mode << ", rank " << r << ": " << out[r].error;
     }
   }
+}
+
+TEST(GroupsInFlight, APluginErrorWithSeveralGroupsInFlightEndsTheRunWithItsName) {
+  // bad_sched's "late" mode fails its next() with three groups on the wire; their collectives must fail too (the
+  // abort), and every rank reports the plugin by name instead of hanging or reporting a bare communication error.
+  RunSpec spec;
+  spec.world = 3;
+  spec.scheduler = "bad_sched";
+  spec.scheduler_params = {{"mode", "late"}};
+  spec.max_in_flight = 4;
+  const auto out = run(spec);
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    EXPECT_NE(out[r].error.find("bad_sched"), std::string::npos) << "rank " << r << ": " << out[r].error;
+    EXPECT_NE(out[r].error.find("3 groups in flight"), std::string::npos) << "rank " << r << ": " << out[r].error;
+  }
+}
+
+// Collective phases (allreduce / allgatherv spans) of a trace that overlap in time on different lanes.
+int overlappingCollectives(const std::string& json) {
+  struct Ev {
+    double ts, end;
+    int64_t tid;
+  };
+  std::vector<Ev> ev;
+  std::istringstream lines(json);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("{\"name\"", 0) != 0) continue;
+    if (line.back() == ',') line.pop_back();
+    auto obj = parseJsonObject(line);
+    if (!obj) return -1;
+    const auto cat = getString(*obj, "cat").value_or("");
+    if (cat != "allreduce" && cat != "allgatherv") continue;
+    const double ts = getNumber(*obj, "ts").value_or(0);
+    ev.push_back(
+        {ts, ts + getNumber(*obj, "dur").value_or(0), static_cast<int64_t>(getNumber(*obj, "tid").value_or(0))});
+  }
+  int n = 0;
+  for (std::size_t i = 0; i < ev.size(); ++i)
+    for (std::size_t j = i + 1; j < ev.size(); ++j)
+      n += ev[i].tid != ev[j].tid && ev[i].ts < ev[j].end && ev[j].ts < ev[i].end;
+  return n;
+}
+
+TEST(GroupsInFlight, SeveralWhenTheCreditAllowsOneWhenItDoesNotSameBitsInSimulatedTime) {
+  // Priority with 1 KiB chunks and four lanes, in a simulation of 1 Gbps links (readiness, credit and preemption on
+  // the simulated clock, collectives overlapping in simulated time): an unlimited credit puts several groups on the
+  // wire at once, a 1-byte credit (every chunk exceeds it, so it goes only when nothing is in flight) one at a time.
+  // Every rank hands out the same groups, priority's order holds, and the parameters are the same bits as one group
+  // at a time (2 ranks: a + b == b + a, so no grouping changes a sum).
+  struct Case {
+    const char* credit;
+    int lanes;
+    bool several;
+  };
+  std::string reference;
+  for (const Case& k : {Case{"0", 1, false}, Case{"0", 4, true}, Case{"1", 4, false}}) {
+    RunSpec spec;
+    spec.world = 2;
+    spec.scheduler = "priority";
+    spec.scheduler_params = {{"partition_bytes", "1024"}, {"credit_bytes", k.credit}};
+    spec.max_in_flight = k.lanes;
+    spec.drain_every_step = true;
+    spec.trace = true;
+    const std::string failure = inSimulation(
+        spec,
+        [&](const std::vector<RankOutcome>& out) -> std::string {
+          uint64_t most = 0;
+          for (const auto& step : out[0].groups)
+            for (const auto& g : step) most = std::max(most, g.groups_in_flight);
+          if (k.several != (most >= 1))
+            return "at most " + std::to_string(most) + " other groups in flight when one was handed out";
+          // A 1-byte credit hands out one chunk at a time: the per-group check of priorityViolation then has ready
+          // chunks to compare with.
+          std::size_t left_pending = 0;
+          for (const auto& step : out[0].groups)
+            for (const auto& g : step) left_pending += g.min_pending_layer >= 0;
+          if (std::string(k.credit) == "1" && left_pending == 0)
+            return std::string("no group left a ready chunk behind");
+          const int overlaps = overlappingCollectives(out[0].trace_json);
+          if (k.several != (overlaps > 0))
+            return std::to_string(overlaps) + " collectives overlapped in simulated time";
+          for (std::size_t st = 0; st < out[0].groups.size(); ++st) {
+            const auto& a = out[0].groups[st];
+            const auto& b = out[1].groups[st];
+            if (a.size() != b.size()) return "step " + std::to_string(st) + ": rank 1 ran other groups";
+            for (std::size_t g = 0; g < a.size(); ++g)
+              if (a[g].chunks != b[g].chunks || a[g].groups_in_flight != b[g].groups_in_flight)
+                return "step " + std::to_string(st) + ": group " + std::to_string(g) + " differs";
+          }
+          if (out[1].values != out[0].values) return "rank 1 diverged";
+          // Handed back through the simulation's pipe as text: a checksum of the parameters' bits.
+          uint64_t h = 1469598103934665603ull;
+          for (const auto& t : out[0].values) {
+            const auto* b = reinterpret_cast<const unsigned char*>(t.data());
+            for (std::size_t i = 0; i < t.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+          }
+          const std::string order = priorityViolation(out[0].groups);
+          return order.empty() ? "bits " + std::to_string(h) : order;
+        },
+        sim::ComputeModel::kFlops);
+    ASSERT_EQ(failure.rfind("bits ", 0), 0u) << "credit " << k.credit << ", " << k.lanes << " lanes: " << failure;
+    if (reference.empty()) reference = failure;
+    EXPECT_EQ(failure, reference) << "credit " << k.credit << ", " << k.lanes << " lanes: other bits";
+  }
+}
+
+TEST(GroupsInFlight, SameBitsForAnyCreditWithRecursiveDoublingAtFourRanks) {
+  // Real time, 4 ranks: the recursive-doubling allreduce sums every element in the same tree whatever the grouping,
+  // so one group at a time and several (any credit) must give the same bits, losses included.
+  std::vector<RankOutcome> reference;
+  for (const char* credit : {"1", "3000", "0"}) {
+    for (int lanes : {1, 3}) {
+      RunSpec spec;
+      spec.world = 4;
+      spec.algorithm = comm::AllreduceAlgorithm::kRecursiveDoubling;
+      spec.scheduler = "priority";
+      spec.scheduler_params = {{"partition_bytes", "1024"}, {"credit_bytes", credit}};
+      spec.max_in_flight = lanes;
+      const auto out = run(spec);
+      expectNoErrors(out);
+      if (reference.empty()) {
+        reference = out;
+        continue;
+      }
+      for (std::size_t r = 0; r < out.size(); ++r) {
+        EXPECT_EQ(out[r].values, reference[r].values) << "credit " << credit << ", " << lanes << " lanes, rank " << r;
+        ASSERT_EQ(out[r].records.size(), reference[r].records.size());
+        for (std::size_t i = 0; i < out[r].records.size(); ++i)
+          EXPECT_EQ(out[r].records[i].loss, reference[r].records[i].loss) << "step " << i;
+      }
+    }
+  }
+}
+
+TEST(GroupsInFlight, NeedsACommunicatorWithChannels) {
+  RunSpec spec;
+  spec.world = 1;
+  spec.max_in_flight = 0;
+  const auto out = run(spec);
+  EXPECT_NE(out[0].error.find("max_groups_in_flight must be >= 1"), std::string::npos) << out[0].error;
 }
 
 TEST(Engine, BadSchedulerParamsInAConfigNameFileFieldAndValue) {
