@@ -153,6 +153,21 @@ TEST(TcpFaults, KilledRankFailsEveryOtherRankNamingIt) {
   expectSurvivorsNamed(results, victim, fault, 1.0, {"without saying goodbye", "connection failed"});
 }
 
+// Five ranks, so the pipelined ring (allreduce_ring.h) has reduce-scatter and allgather frames of several steps in
+// flight at once when the middle rank dies: its neighbours notice the closed connections, the others learn it from
+// their abort notices, and nobody waits on a segment that will never come.
+TEST(TcpFaults, KilledRankMidPipelineFailsAllFourOthers) {
+  const int n = 5, victim = 2;
+  const auto timeout = std::chrono::milliseconds(2000);
+  const JobToken token = JobToken::generate();
+  FaultTime fault;
+  const auto results = testing::forkRanks(n, token, [&](int r, Store& store, std::string& out) {
+    runUntilFailure(r, n, store, token, timeout, out, victim, SIGKILL, fault);
+  });
+  EXPECT_TRUE(WIFSIGNALED(results[victim].status));
+  expectSurvivorsNamed(results, victim, fault, 1.0, {"without saying goodbye", "connection failed"});
+}
+
 // The liveness promise (transport.h): a silent peer fails every rank within tcp.timeout plus a 5% margin (one
 // liveness tick); the target is timeout + 10%, which leaves the other 5% for the abort notice and the scheduler.
 TEST(TcpFaults, StoppedRankFailsEveryRankWithinTheTimeoutPlusTenPercent) {
