@@ -9,7 +9,8 @@ result is checked after the timed loop (integer data, exact in f32).
 
 Needs PyTorch (CPU is enough), e.g. in a venv outside the repository:
     python3 -m venv /tmp/gloo-venv && /tmp/gloo-venv/bin/pip install torch numpy
-    /tmp/gloo-venv/bin/python scripts/bench_gloo_allreduce.py -n 2 4 --size 64M --iters 10
+    /tmp/gloo-venv/bin/python scripts/bench_gloo_allreduce.py -n 2 4 --size 4K 1M 64M --iters 10
+or Debian's python3-torch (/usr/bin/python3).
 """
 import argparse
 import os
@@ -29,13 +30,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, n, port, size, warmup, iters, out):
+def worker(rank, n, port, sizes, warmup, iters, out):
     import torch
     import torch.distributed as dist
 
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+    for size in sizes:
+        measure(rank, n, size, warmup, iters, out)
+    dist.destroy_process_group()
+
+
+def measure(rank, n, size, warmup, iters, out):
+    import torch
+    import torch.distributed as dist
+
     count = size // 4
     x = torch.ones(count, dtype=torch.float32)
     for _ in range(warmup):
@@ -58,37 +68,37 @@ def worker(rank, n, port, size, warmup, iters, out):
     if rank == 0:
         per_iter = [max(float(g[i]) for g in gathered) for i in range(iters)]
         out.put((statistics.median(per_iter), sum(int(g[-1]) for g in gathered)))
-    dist.destroy_process_group()
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, nargs="+", default=[2, 4], help="world sizes")
-    p.add_argument("--size", default="64M", help="message bytes (K/M/G binary)")
+    p.add_argument("--size", nargs="+", default=["64M"], help="message bytes (K/M/G binary), one or more")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     args = p.parse_args()
     import torch
     import torch.multiprocessing as mp
 
-    size = parse_size(args.size)
+    sizes = [parse_size(s) for s in args.size]
     print(f"# gloo allreduce (torch {torch.__version__}), loopback, f32, median of {args.iters} after {args.warmup} warm-up")
     print("#  ranks        size   time(us)  algbw(GB/s)  busbw(GB/s)  #wrong")
     ctx = mp.get_context("spawn")
     for n in args.n:
         out = ctx.SimpleQueue()
         port = free_port()
-        procs = [ctx.Process(target=worker, args=(r, n, port, size, args.warmup, args.iters, out)) for r in range(n)]
+        procs = [ctx.Process(target=worker, args=(r, n, port, sizes, args.warmup, args.iters, out)) for r in range(n)]
         for pr in procs:
             pr.start()
         for pr in procs:
             pr.join()
         if any(pr.exitcode != 0 for pr in procs):
             raise SystemExit(f"gloo run with {n} ranks failed")
-        t, wrong = out.get()
-        algbw = size / t / 1e9
-        busbw = algbw * 2 * (n - 1) / n
-        print(f"{n:8d} {size:11d} {t * 1e6:10.1f} {algbw:12.3f} {busbw:12.3f} {wrong:7d}")
+        for size in sizes:  # one process group for every size: torch's import is seconds, paid once per world
+            t, wrong = out.get()
+            algbw = size / t / 1e9
+            busbw = algbw * 2 * (n - 1) / n
+            print(f"{n:8d} {size:11d} {t * 1e6:10.1f} {algbw:12.3f} {busbw:12.3f} {wrong:7d}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
 // + sum over s of [bytes(chunk (r+1-s)) + 32 * frames(chunk (r+1-s))] (allgather)
 // = 2 (n-1)/n * S plus the remainder chunks' extra elements and the frame headers (tests/comm checks it exactly).
 //
+// Pipelining: each step's segments are forwarded as they complete (a reduce-scatter segment once added, an allgather
+// segment once landed), and the next step's receives are posted before the current step's are waited on, so the link
+// carries step t + 1 while step t is still being added; the frames and the order of additions are the ones above.
+//
 // Summation order of chunk c: ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+n-1} (ranks mod n), every pairwise add rounded
 // once in the element type (reduce.h); every rank ends with the same bits because the owner's result is copied.
 #pragma once

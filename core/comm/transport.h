@@ -57,8 +57,8 @@ class Transport {
   // Like irecv, but the frame's payload is added elementwise into `accumulate` as `dtype` (reduce.h: f32, f16, bf16)
   // instead of overwriting it; the frame must hold a whole number of elements and fit. This is the reduce-scatter's
   // receive: a transport over shared memory (inproc) adds straight from the sender's buffer, so the payload crosses
-  // memory once as a real wire's would, instead of once to land and again to be added; a socket transport receives
-  // into a bounce buffer and adds from there. Counted like any frame.
+  // memory once as a real wire's would, instead of once to land and again to be added; a socket transport reads it in
+  // cache-sized pieces and adds each as it is read (tcp/reader.cc). Counted like any frame.
   virtual Request irecvReduce(int peer, const FrameMeta& expect, std::span<std::byte> accumulate, DType dtype) = 0;
 
   void send(int peer, const FrameMeta& meta, std::span<const std::byte> data) { isend(peer, meta, data).wait(); }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <sstream>
 
 #include "core/comm/tcp/wire.h"
@@ -75,13 +76,41 @@ void Connector::noteError(int peer, const std::string& what) {
   last_error_[static_cast<std::size_t>(peer)] = what;
 }
 
+SocketBuffers wantedSocketBuffers(const EmulationConfig& emulation, int world_size) {
+  SocketBuffers b{kDirectSendBufferBytes, 0};
+  if (!emulation.enabled()) return b;
+  double bdp = 0;
+  for (int from = 0; from < world_size; ++from)
+    for (int to = 0; to < world_size; ++to) {
+      if (from == to) continue;
+      const LinkSpec l = emulation.linkSpec(from, to);
+      bdp = std::max(bdp, l.bandwidth_bps / 8 * 2 * l.latency_s);
+    }
+  b.receive = static_cast<uint64_t>(std::ceil(bdp));
+  b.send = std::max(b.send, b.receive);
+  return b;
+}
+
 void Connector::setSocketOptions(tcp::socket& s) {
   boost::system::error_code ignored;
+  // Every frame's header is its own small write at times (heartbeats, control frames, a 4 KiB message): Nagle's
+  // algorithm would hold it for the peer's acknowledgement, a delayed-ack timeout on an idle link.
   s.set_option(tcp::no_delay(true), ignored);
   if (options_.socket_buffer_bytes > 0) {
     s.set_option(asio::socket_base::send_buffer_size(options_.socket_buffer_bytes), ignored);
     s.set_option(asio::socket_base::receive_buffer_size(options_.socket_buffer_bytes), ignored);
+    return;
   }
+  // Only ever raised: setting a buffer turns the kernel's autotuning off for it, which may grow it further (the
+  // kernel reports, and caps at net.core.[rw]mem_max, twice what was asked).
+  const SocketBuffers want = wantedSocketBuffers(options_.emulation, n_);
+  auto raise = [&](auto option, uint64_t bytes) {
+    s.get_option(option, ignored);
+    if (bytes == 0 || static_cast<uint64_t>(std::max(option.value(), 0)) >= bytes) return;
+    s.set_option(decltype(option)(static_cast<int>(std::min<uint64_t>(bytes, INT32_MAX))), ignored);
+  };
+  raise(asio::socket_base::send_buffer_size(), want.send);
+  raise(asio::socket_base::receive_buffer_size(), want.receive);
 }
 
 void Connector::startAccept() {

@@ -26,6 +26,18 @@ namespace terse::comm::tcp {
 // have not authenticated yet hold a slot of a HandshakeSlots table for at most kUnauthenticatedDeadline, and are
 // evicted oldest first by newer ones, so idle or slow strangers cannot keep the real peers out. The handshakes run on
 // the transport's io thread; a link registered here is final once meet() returned.
+// The socket buffers a connection asks for when TcpOptions::socket_buffer_bytes leaves them to the transport (0 = keep
+// the OS's, and its autotuning). Sending: at least kDirectSendBufferBytes, so a caller writing a ring segment on an
+// idle link (writer.cc) hands all of it to the kernel in one non-blocking call instead of leaving the rest to the io
+// thread. Receiving, and sending at least as much: with an emulated link rate, the largest link's bandwidth-delay
+// product (bandwidth x round trip), which a window must cover to keep such a link busy.
+inline constexpr uint64_t kDirectSendBufferBytes = 4 << 20;
+struct SocketBuffers {
+  uint64_t send = 0;
+  uint64_t receive = 0;
+};
+SocketBuffers wantedSocketBuffers(const EmulationConfig& emulation, int world_size);
+
 class Connector {
  public:
   // `links` is the transport's table (one slot per rank, this rank's own filled): registered links land in it.

@@ -6,6 +6,7 @@
 // Before Asio, in its own block: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -44,7 +45,6 @@ struct RecvOp {
   // Guarded by the link's mutex.
   State state = State::kPosted;
   std::shared_ptr<Staged> staged;  // kStaged: the frame, possibly still arriving
-  std::vector<std::byte> bounce;   // kDirect + reduce: where the payload lands before it is added
   bool io_active = false;          // kDirect: the io thread is writing into `buffer`, which must stay alive
   bool arrived = false;            // kDirect: the whole payload is in
   bool cancelled = false;          // the request was dropped: the io thread drains the rest of the frame
@@ -92,11 +92,14 @@ struct Link {
   std::deque<std::shared_ptr<SendOp>> controls;  // written between data frames, never inside one
   bool mid_frame = false;                        // the last write ended inside a frame (emulated slices)
   bool pump_posted = false;                      // a pump of this link is queued on the io thread
+  // Someone writes on the socket: the io thread's async write, or a caller's direct write (requests.cc) while the link
+  // was idle. Whoever holds it is the only writer, so frames keep their order.
+  bool writing = false;
+  bool direct = false;  // the writer is a caller's thread, using `fd`: the io thread must not close it meanwhile
+  int fd = -1;          // the socket's descriptor while it is open (closeLink clears it), for direct writes
   bool parked = false;  // the io thread holds a frame's header and waits for a receive before reading its payload
-  std::vector<std::vector<std::byte>> bounce_pool;
 
   // io thread only.
-  bool writing = false;
   bool write_shut = false;  // our goodbye went out and the sending side is shut down
   bool bye_queued = false;
   bool notice_sent = false;  // our abort notice went out
@@ -105,6 +108,7 @@ struct Link {
   bool closed = false;
   Clock::time_point last_heard{};
   Clock::time_point last_sent{};
+  std::atomic<Clock::rep> direct_sent{0};  // when a caller's direct write last finished (the heartbeat reads both)
   EncodedHeader in_header{};
   FrameHeader cur;
   Clock::time_point cur_started{};
@@ -113,6 +117,11 @@ struct Link {
   std::shared_ptr<RecvOp> cur_recv;
   std::shared_ptr<Staged> cur_staged;
   bool discarding = false;
+  // A reduce receive's payload is read into `fuse` piece by piece and each piece added into the receive's buffer at
+  // once (reader.cc): the bytes are added while they are in cache, rather than landing in memory and being read back.
+  std::vector<std::byte> fuse;
+  std::size_t fuse_have = 0;       // bytes in `fuse`: a piece being read, or the tail of an element split across reads
+  uint64_t summed = 0;             // payload bytes already added into the receive's buffer
   std::vector<std::byte> scratch;  // control payloads and drained frames
 
   // Emulation, guarded by the pacer's mutex (pacer.h).

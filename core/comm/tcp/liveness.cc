@@ -35,7 +35,13 @@ void TcpTransport::armHeartbeat() {
                           secondsText(options_.timeout) + "): the process is stopped, hung or unreachable");
         continue;
       }
-      if (!l.writing && !l.write_shut && !l.bye_queued && now - l.last_sent >= heartbeat_period_)
+      bool writing = false;
+      {
+        std::lock_guard lock(l.mutex);
+        writing = l.writing;
+      }
+      const Clock::time_point sent = std::max(l.last_sent, Clock::time_point(Clock::duration(l.direct_sent.load())));
+      if (!writing && !l.write_shut && !l.bye_queued && now - sent >= heartbeat_period_)
         queueControl(l, kHeartbeatTag, {});
     }
     armHeartbeat();
@@ -137,6 +143,12 @@ void TcpTransport::markReadClosed(Link& l) {
 void TcpTransport::closeLink(Link& l) {
   if (l.closed || !l.socket) return;
   l.closed = true;
+  {
+    // A caller's direct write (non-blocking, so brief) must not see its descriptor closed and perhaps reused.
+    std::unique_lock lock(l.mutex);
+    l.cv.wait(lock, [&] { return !l.direct; });
+    l.fd = -1;
+  }
   boost::system::error_code ignored;
   l.socket->shutdown(tcp::socket::shutdown_both, ignored);
   l.socket->close(ignored);

@@ -73,6 +73,11 @@ void TcpTransport::startLinks() {
     l.last_heard = now;
     l.last_sent = now;
     l.reading = true;
+    if (!emulated_) {
+      // From now on a caller may write on an idle link itself (requests.cc); emulated frames go through the pacer.
+      std::lock_guard lock(l.mutex);
+      l.fd = l.socket->native_handle();
+    }
     readHeader(l);
     pump(l);
   }

@@ -21,16 +21,19 @@
 // every connection's frames, and runs the heartbeat timer. With link emulation, one pacer thread per transport (the
 // rank's NIC) releases frames to the writers slice by slice (link_emulation.h).
 //
-// Data path. isend queues the frame's header and the caller's span; the io thread writes them with one scatter-gather
-// write (no copy of the payload). The io thread reads each frame's 32-byte header, validates it (decodeFrameHeader),
-// and when a matching receive is posted reads the payload straight into that receive's buffer; only a frame that no
-// receive has been posted for yet is staged in memory, and copied out when the receive comes -- except a large one
+// Data path. isend on an idle connection (nothing queued, no write running) writes the frame's header and the caller's
+// span from the calling thread, with one non-blocking scatter-gather write (no copy of the payload, and no hand-off to
+// the io thread, whose wake-up would be most of a small message's latency); what the socket does not take at once, and
+// every frame sent while a write is running, is queued for the io thread, which writes it the same way. The io thread
+// reads each frame's 32-byte header, validates it (decodeFrameHeader), and when a matching receive is posted reads the
+// payload straight into that receive's buffer; only a frame that no receive has been posted for yet is staged in
+// memory, and copied out when the receive comes -- except a large one
 // (> 64 KiB) on a connection where no receive is posted at all: the io thread leaves its payload in the socket until a
 // receive is posted (TCP flow control holds the sender), so it too lands in place (a faster peer's next ring step
 // arrives before this rank posted its receives all the time). A parked connection's silence does not count against
-// the peer's liveness (it is this rank's). irecvReduce reads into a bounce buffer (pooled per link) and the waiting
-// thread adds it (reduce.h), so the io thread keeps reading meanwhile. Frames of one connection are written and read in
-// order, so frames of one (peer, tag) stay in order.
+// the peer's liveness (it is this rank's). irecvReduce's payload is read in pieces of 256 KiB, each added
+// into place (reduce.h) by the io thread right after it is read, while it is still in cache. Frames of one connection
+// are written and read in order, so frames of one (peer, tag) stay in order.
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which

@@ -60,6 +60,10 @@ class TcpTransport final : public Transport {
   // ---- io thread: writing (writer.cc) -----------------------------------------------------------------------------
   void queueControl(Link& l, Tag tag, std::string_view payload);
   void pump(Link& l);
+  // A caller's thread writes a frame on a link that was idle (isend claimed it); what the socket does not take at once
+  // is handed to the io thread.
+  void writeDirect(Link& l, const std::shared_ptr<SendOp>& op);
+  void postPump(Link& l);
   void onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec);
 
   // ---- io thread: reading (reader.cc) -----------------------------------------------------------------------------

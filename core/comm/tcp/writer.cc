@@ -1,7 +1,11 @@
 // The write half of the tcp transport's links, on the io thread (transport.h, "Data path"): each frame's header and the
 // caller's payload in one scatter-gather write, control frames between data frames, and the goodbye last.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 
 #include "core/comm/tcp/transport_detail.h"
@@ -38,10 +42,11 @@ void TcpTransport::queueControl(Link& l, Tag tag, std::string_view payload) {
 }
 
 void TcpTransport::pump(Link& l) {
-  if (l.writing || l.closed || l.write_shut || !l.socket) return;
+  if (l.closed || l.write_shut || !l.socket) return;
   WriteItem item;
   {
     std::lock_guard lock(l.mutex);
+    if (l.writing) return;  // the io thread's own write, or a caller's direct one, which pumps again when it ends
     if (!l.mid_frame && !l.controls.empty()) {
       auto op = std::move(l.controls.front());
       l.controls.pop_front();
@@ -53,6 +58,7 @@ void TcpTransport::pump(Link& l) {
       return;
     }
     item.op->io_active = true;
+    l.writing = true;
   }
   // Scatter-gather: the header (or its remaining part) and the caller's payload go out in one write, no copy.
   const SendOp& op = *item.op;
@@ -63,15 +69,72 @@ void TcpTransport::pump(Link& l) {
     const uint64_t b = std::max<uint64_t>(item.begin, kFrameHeaderBytes) - kFrameHeaderBytes;
     bufs[1] = asio::buffer(op.data.data() + b, item.end - kFrameHeaderBytes - b);
   }
-  l.writing = true;
   asio::async_write(*l.socket, bufs,
                     [this, &l, item](const boost::system::error_code& ec, std::size_t) { onWritten(l, item, ec); });
 }
 
-void TcpTransport::onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec) {
-  l.writing = false;
+void TcpTransport::postPump(Link& l) {
+  asio::post(io_, [this, link = &l] {
+    {
+      std::lock_guard lock(link->mutex);
+      link->pump_posted = false;
+    }
+    pump(*link);
+  });
+}
+
+void TcpTransport::writeDirect(Link& l, const std::shared_ptr<SendOp>& op) {
+  // The caller holds l.writing and l.direct, so l.fd stays open and no other write interleaves. Non-blocking: a full
+  // socket buffer (the peer reads slower) ends the attempt, and an error is left for the io thread to meet again on
+  // the same socket and report as it reports every failed write.
+  uint64_t off = 0;
+  for (;;) {
+    iovec iov[2];
+    int parts = 0;
+    if (off < kFrameHeaderBytes) iov[parts++] = iovec{op->header.data() + off, kFrameHeaderBytes - off};
+    const uint64_t body = std::max<uint64_t>(off, kFrameHeaderBytes) - kFrameHeaderBytes;
+    if (body < op->data.size())
+      iov[parts++] = iovec{const_cast<std::byte*>(op->data.data()) + body, op->data.size() - body};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(parts);
+    const ssize_t w = ::sendmsg(l.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w > 0) {
+      off += static_cast<uint64_t>(w);
+      if (off == op->wire_bytes) break;
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  bool post = false;
   {
     std::lock_guard lock(l.mutex);
+    l.direct = false;
+    l.writing = false;
+    op->io_active = false;
+    if (off == op->wire_bytes) {
+      op->done = true;
+    } else {
+      // The rest goes first, before any control frame (mid_frame), exactly as if the io thread had started it.
+      l.writes.push_front(WriteItem{op, off, op->wire_bytes});
+      l.mid_frame = off != 0;
+    }
+    if (!l.writes.empty() || !l.controls.empty()) {
+      post = !l.pump_posted;
+      l.pump_posted = true;
+    }
+  }
+  l.direct_sent.store(Clock::now().time_since_epoch().count());
+  l.cv.notify_all();
+  if (post) postPump(l);
+}
+
+void TcpTransport::onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec) {
+  {
+    std::lock_guard lock(l.mutex);
+    l.writing = false;
     item.op->io_active = false;
     if (!ec) {
       l.mid_frame = item.end != item.op->wire_bytes;

@@ -139,18 +139,28 @@ void expectSurvivorsNamed(const std::vector<testing::ProcessResult>& results, in
   }
 }
 
-TEST(TcpFaults, KilledRankFailsEveryOtherRankNamingIt) {
-  const int n = 3, victim = 2;
+// A killed process's sockets are closed by the kernel: noticed at once, well within the timeout. End of file or
+// reset, depending on whether unread bytes were in its socket.
+void expectKilledRankNamed(int n, int victim) {
   const auto timeout = std::chrono::milliseconds(2000);
   const JobToken token = JobToken::generate();
   FaultTime fault;
   const auto results = testing::forkRanks(n, token, [&](int r, Store& store, std::string& out) {
     runUntilFailure(r, n, store, token, timeout, out, victim, SIGKILL, fault);
   });
-  EXPECT_TRUE(WIFSIGNALED(results[victim].status));
-  // A killed process's sockets are closed by the kernel: noticed at once, well within the timeout.
-  // End of file or reset, depending on whether unread bytes were in its socket.
+  EXPECT_TRUE(WIFSIGNALED(results[static_cast<std::size_t>(victim)].status));
   expectSurvivorsNamed(results, victim, fault, 1.0, {"without saying goodbye", "connection failed"});
+}
+
+TEST(TcpFaults, KilledRankFailsEveryOtherRankNamingIt) {
+  expectKilledRankNamed(3, 2);
+}
+
+// Five ranks, so the pipelined ring (allreduce_ring.h) has reduce-scatter and allgather frames of several steps in
+// flight at once when the middle rank dies: its neighbours notice the closed connections, the others learn it from
+// their abort notices, and nobody waits on a segment that will never come.
+TEST(TcpFaults, KilledRankMidPipelineFailsAllFourOthers) {
+  expectKilledRankNamed(5, 2);
 }
 
 // The liveness promise (transport.h): a silent peer fails every rank within tcp.timeout plus a 5% margin (one
