@@ -42,6 +42,19 @@ void chargeForwardBackward(const Workload& workload, std::size_t examples) {
   rt::work(flops * static_cast<double>(examples));
 }
 
+// torch.nn.utils.clip_grad_norm_ on a worker's flat gradient (AsyncTrainerOptions::clip_grad_norm).
+void clipToNorm(std::span<float> grad, double max_norm) {
+  if (max_norm <= 0) return;
+  double sq = 0;
+  for (float g : grad) sq += static_cast<double>(g) * static_cast<double>(g);
+  rt::work(2 * static_cast<double>(grad.size()));          // FLOP model: square-add
+  const double scale = max_norm / (std::sqrt(sq) + 1e-6);  // the 1e-6 keeps a zero gradient finite
+  if (scale >= 1) return;
+  rt::work(static_cast<double>(grad.size()));
+  const auto f = static_cast<float>(scale);
+  for (float& g : grad) g *= f;
+}
+
 }  // namespace
 
 StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last) {
@@ -103,6 +116,8 @@ WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, 
       plan_(planSteps(num_examples, num_workers, options.batch_size, options.epochs, options.drop_last)) {
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
+  TERSE_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), InvalidArgument,
+              "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
 }
 
 const std::vector<int64_t>& WorkerBatches::batch(int64_t step) {
@@ -145,6 +160,7 @@ AsyncStepRecord AsyncWorker::step() {
   const auto t2 = rt::now();
   losses_.append(rec.loss);
   copyGradsOut(workload_.params(), flat_);
+  clipToNorm(flat_, options_.clip_grad_norm);
   const double encode_before = client_.encodeSeconds();
   client_.push(step, flat_);
   const auto t3 = rt::now();
@@ -233,6 +249,7 @@ AsyncStepRecord HogwildWorker::step() {
   const auto t2 = rt::now();
   losses_.append(rec.loss);
   copyGradsOut(workload_.params(), flat_);
+  clipToNorm(flat_, options_.clip_grad_norm);
   shared_.apply(flat_, rec.step, version);
   const auto t3 = rt::now();
   last_raw_compute_s_ = seconds(t1, t2);

@@ -668,11 +668,12 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   if (!(std::isfinite(clip) && clip >= 0))
     c.fail("optimizer.clip_grad_norm") << " must be finite and >= 0, got " << clip;
   // The parameter server and Hogwild apply each worker's gradient as it arrives: there is no aggregated step to
-  // accumulate into or to take one global norm of. NCCL's workloads keep their gradients on the device, where the
-  // trainer does not accumulate or clip.
+  // accumulate into. They clip the one gradient a worker has, its own, before it is pushed or applied
+  // (AsyncTrainerOptions::clip_grad_norm). NCCL's workloads keep their gradients on the device, where the trainer does
+  // not accumulate or clip.
   for (const auto& [field, set] : {std::pair{"gradient_accumulation_steps", e.gradient_accumulation_steps() > 1},
                                    std::pair{"optimizer.clip_grad_norm", clip > 0}}) {
-    if (set && async_mode)
+    if (set && async_mode && std::string_view(field) == "gradient_accumulation_steps")
       c.fail(field) << ": mode " << Experiment::Mode_Name(e.mode())
                     << " applies each worker's gradient on arrival; it needs mode SYNC";
     if (set && e.transport() == Experiment::NCCL)
