@@ -158,6 +158,33 @@ struct Ingress {
   PacedResource port;  // guarded by mutex
 };
 
+// A rank's doorbell (Transport::activityBell), in simulated time only.
+struct Bell final : ActivityBell {
+  rt::Mutex mutex;
+  rt::CondVar cv;
+  uint64_t count = 0;  // guarded by mutex
+
+  uint64_t rings() override {
+    std::lock_guard lock(mutex);
+    return count;
+  }
+  void ring() {
+    {
+      std::lock_guard lock(mutex);
+      ++count;
+    }
+    cv.notify_all();
+  }
+  void waitUntil(uint64_t seen, Clock::time_point deadline) override {
+    std::unique_lock lock(mutex);
+    if (deadline == Clock::time_point::max()) {
+      cv.wait(lock, [&] { return count != seen; });
+    } else {
+      cv.waitUntil(lock, deadline, [&] { return count != seen; });
+    }
+  }
+};
+
 class Fabric;
 
 class SendRequest final : public RequestImpl {
@@ -299,6 +326,10 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     // pointer per pair (8 MB at 1,024).
     links_ = std::make_unique<std::atomic<Link*>[]>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) counters_.push_back(std::make_unique<TrafficCounter>(r));
+    if (network_) {
+      bells_.resize(static_cast<std::size_t>(n));
+      armed_ = std::make_unique<std::atomic<Bell*>[]>(static_cast<std::size_t>(n));
+    }
     if (emulated_) {
       for (int r = 0; r < n; ++r) {
         auto nic = std::make_unique<Nic>();
@@ -353,6 +384,23 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_); ++i)
       if (Link* l = links_[i].load()) breakLink(*l, message);
     for (auto& nic : nics_) nic->cv.notify_all();
+    for (int r = 0; r < static_cast<int>(bells_.size()); ++r)
+      if (Bell* b = armed_[static_cast<std::size_t>(r)].load()) b->ring();
+  }
+
+  // Simulated time only (the class comment in inproc_transport.h); made on the first call.
+  ActivityBell* bell(int rank) {
+    if (!network_) return nullptr;
+    if (Bell* b = armed_[static_cast<std::size_t>(rank)].load()) return b;
+    // Made before the lock is taken: its runtime objects are SimGrid's, whose creation may let other actors run.
+    auto made = std::make_unique<Bell>();
+    std::lock_guard lock(bells_mutex_);
+    auto& b = bells_[static_cast<std::size_t>(rank)];
+    if (!b) {
+      b = std::move(made);
+      armed_[static_cast<std::size_t>(rank)].store(b.get());
+    }
+    return b.get();
   }
   bool aborted() const noexcept override { return aborted_.load(); }
 
@@ -371,6 +419,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       arrive(l, f, header);
     }
     l.cv.notify_all();
+    if (Bell* b = network_ ? armed_[static_cast<std::size_t>(to)].load() : nullptr) b->ring();
   }
 
   Request isend(int rank, int peer, const FrameMeta& meta, std::span<const std::byte> data) {
@@ -412,6 +461,15 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     }
     l.cv.notify_all();
     if (emulated_) nics_[static_cast<std::size_t>(rank)]->cv.notify_all();
+    if (Bell* b = network_ ? armed_[static_cast<std::size_t>(peer)].load() : nullptr) {
+      // The receiver's request completes when the transfer arrives: that is when its doorbell rings (the fabric, and
+      // with it the bell, stays alive until then).
+      if (f->transfer) {
+        network_->whenArrived(f->transfer, peer, [b, keep = shared_from_this()] { b->ring(); });
+      } else {
+        b->ring();
+      }
+    }
     return Request(std::make_shared<SendRequest>(shared_from_this(), &l, std::move(f)));
   }
 
@@ -651,6 +709,9 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   std::vector<std::unique_ptr<TrafficCounter>> counters_;
   std::vector<std::unique_ptr<Nic>> nics_;  // emulation only
   std::vector<std::unique_ptr<Ingress>> ingress_;
+  std::mutex bells_mutex_;                       // guards bells_ (made on first use)
+  std::vector<std::unique_ptr<Bell>> bells_;     // simulated time: per rank, null until armed
+  std::unique_ptr<std::atomic<Bell*>[]> armed_;  // bells_[r].get() once armed, read without the lock
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;
   std::string abort_reason_;  // guarded by abort_mutex_
@@ -676,6 +737,7 @@ class Endpoint final : public Transport {
   void resetTraffic() override { fabric_->resetRankTraffic(rank_); }
   void abort(const std::string& reason) override { fabric_->abort("rank " + std::to_string(rank_) + ": " + reason); }
   bool aborted() const noexcept override { return fabric_->aborted(); }
+  ActivityBell* activityBell() override { return fabric_->bell(rank_); }
 
  private:
   std::shared_ptr<Fabric> fabric_;

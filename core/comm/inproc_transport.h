@@ -22,9 +22,11 @@
 // wire bytes start a transfer on the simulated network when it is sent, and its send and receive requests complete no
 // earlier than that transfer. Matching, copies, accounting and errors are the ones above, so a simulated run moves
 // the same bytes in the same frames. The fabric's locks are then the runtime's (core/common/runtime.h), which every
-// link already uses.
+// link already uses. A rank's doorbell (Transport::activityBell) exists only then: a frame sent to a rank whose bell
+// is armed rings it when its transfer arrives, so a parameter server waits for its next request in simulated time.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,6 +49,8 @@ class FrameNetwork {
   virtual ~FrameNetwork() = default;
   // Starts moving `wire_bytes` (a frame, header included) from rank `from` to rank `to`.
   virtual std::shared_ptr<Transfer> start(int from, int to, uint64_t wire_bytes) = 0;
+  // Calls `fn` once `transfer` has arrived at rank `to`, without blocking the caller (a rank's doorbell rings then).
+  virtual void whenArrived(std::shared_ptr<Transfer> transfer, int to, std::function<void()> fn) = 0;
 };
 
 struct InprocOptions {

@@ -16,6 +16,7 @@
 // a hang.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -34,6 +35,19 @@ namespace terse::comm {
 class CommError : public Error {
  public:
   explicit CommError(const std::string& m) : Error(TERSE_ERR_INTERNAL, m) {}
+};
+
+// A rank's doorbell, for a thread that waits on receives from several peers at once (the parameter server's shards and
+// clients: the transport has no any-source receive). rings() grows whenever one of the rank's receives may have
+// become ready (a frame reached the rank) or the job aborted; so a thread reads it, tests its requests, and when none
+// was ready waits for the count to move instead of polling. The deadline lets it keep its own timers (heartbeats,
+// liveness) without a loop of timed polls.
+class ActivityBell {
+ public:
+  virtual ~ActivityBell() = default;
+  virtual uint64_t rings() = 0;
+  // Returns once rings() != seen, or at `deadline` (time_point::max(): none).
+  virtual void waitUntil(uint64_t seen, std::chrono::steady_clock::time_point deadline) = 0;
 };
 
 class Transport {
@@ -75,6 +89,11 @@ class Transport {
   // Fails every pending and future request of every rank with CommError(reason). Idempotent; the first reason wins.
   virtual void abort(const std::string& reason) = 0;
   virtual bool aborted() const noexcept = 0;
+
+  // This rank's doorbell, or nullptr where the transport has none (its users poll with a back-off). The first call
+  // arms it: only frames sent to the rank after that ring it, so a user asks for it before its first receive. The
+  // inproc transport has one in simulated time, where a poll would either burn simulated time or stop it advancing.
+  virtual ActivityBell* activityBell() { return nullptr; }
 };
 
 }  // namespace terse::comm

@@ -52,4 +52,14 @@ std::shared_ptr<comm::FrameNetwork::Transfer> SimNetwork::start(int from, int to
   return std::make_shared<SimTransfer>(std::move(c), runtime_);
 }
 
+void SimNetwork::whenArrived(std::shared_ptr<Transfer> transfer, int to, std::function<void()> fn) {
+  TERSE_CHECK(to >= 0 && static_cast<std::size_t>(to) < hosts_.size(), InvalidArgument,
+              "simulated network: no host " << to << " among " << hosts_.size());
+  runtime_.spawnDetached("arrival", hosts_[static_cast<std::size_t>(to)],
+                         [transfer = std::move(transfer), fn = std::move(fn)] {
+                           transfer->wait();
+                           fn();
+                         });
+}
+
 }  // namespace terse::sim

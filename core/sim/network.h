@@ -21,6 +21,9 @@ class SimNetwork final : public comm::FrameNetwork {
   // hosts[r]: rank r's host (platform.h); the runtime brackets the SimGrid calls (runtime.h).
   SimNetwork(std::vector<simgrid::s4u::Host*> hosts, SimRuntime& runtime);
   std::shared_ptr<Transfer> start(int from, int to, uint64_t wire_bytes) override;
+  // A helper actor on `to`'s host waits for the transfer and calls fn (SimGrid has no completion callback an actor's
+  // condition variable could be notified from).
+  void whenArrived(std::shared_ptr<Transfer> transfer, int to, std::function<void()> fn) override;
 
  private:
   std::vector<simgrid::s4u::Host*> hosts_;

@@ -219,7 +219,9 @@ void SimRuntime::resume() {
 }
 
 rt::Clock::time_point SimRuntime::toTimePoint(double sim_seconds) const {
-  return origin_ + std::chrono::duration_cast<rt::Clock::duration>(std::chrono::duration<double>(sim_seconds));
+  // Rounded, not truncated: a wait until time point t wakes at toSimSeconds(t), which must read back as t, or a loop
+  // that waits until a deadline would find it not yet passed and wait again at the same simulated instant, forever.
+  return origin_ + std::chrono::round<rt::Clock::duration>(std::chrono::duration<double>(sim_seconds));
 }
 
 double SimRuntime::toSimSeconds(rt::Clock::time_point t) const {
@@ -260,7 +262,20 @@ std::unique_ptr<rt::ThreadImpl> SimRuntime::startThread(const std::string& name,
   }
   // A new thread is as slow as the one that started it (a straggler's helper threads run on the same slow device).
   const double slowdown = sg4::Actor::is_maestro() ? 1.0 : self().slowdown;
-  sg4::ActorPtr actor = sg4::Actor::create(name, host, [this, name, slowdown, fn = std::move(fn)] {
+  sg4::ActorPtr actor = makeActor(name, host, slowdown, std::move(fn));
+  resume();
+  return std::make_unique<SimThread>(*this, std::move(actor));
+}
+
+void SimRuntime::spawnDetached(const std::string& name, sg4::Host* host, std::function<void()> fn) {
+  settle();
+  makeActor(name, host, 1.0, std::move(fn));
+  resume();
+}
+
+sg4::ActorPtr SimRuntime::makeActor(const std::string& name, sg4::Host* host, double slowdown,
+                                    std::function<void()> fn) {
+  return sg4::Actor::create(name, host, [this, name, slowdown, fn = std::move(fn)] {
     actors_[sg4::this_actor::get_pid()] = ActorClock{cpuMark(), 0, slowdown};
     try {
       fn();
@@ -273,8 +288,6 @@ std::unique_ptr<rt::ThreadImpl> SimRuntime::startThread(const std::string& name,
     settle();  // its last computation still takes simulated time before a join returns
     actors_.erase(sg4::this_actor::get_pid());
   });
-  resume();
-  return std::make_unique<SimThread>(*this, std::move(actor));
 }
 
 void SimRuntime::uncounted(const std::function<void()>& fn) {

@@ -16,6 +16,7 @@
 // device speed: times that depend on nothing but the config and the seed, bit for bit on any host.
 #pragma once
 
+#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Mutex.hpp>
 
@@ -60,6 +61,9 @@ class SimRuntime final : public rt::Backend {
   void uncounted(const std::function<void()>& fn) override;
   void setSlowdown(double factor) override;
   void work(double flops) override;
+  // Runs fn on a new actor on `host` that nobody joins (core/sim/network.h: a frame's arrival notice). It must end on
+  // its own before the simulation does.
+  void spawnDetached(const std::string& name, simgrid::s4u::Host* host, std::function<void()> fn);
 
   // Around the SimGrid calls an actor makes: settle() turns the computation since the last call into simulated time
   // (sleeping it; short ones are carried over), resume() starts measuring the next computation once a call that may
@@ -80,6 +84,9 @@ class SimRuntime final : public rt::Backend {
     double pending = 0;   // measured but not yet slept, simulated seconds
     double slowdown = 1;  // a straggler's factor
   };
+  // The actor of a thread, as slow as `slowdown` (its starter's), measured and ended as runtime.h says.
+  simgrid::s4u::ActorPtr makeActor(const std::string& name, simgrid::s4u::Host* host, double slowdown,
+                                   std::function<void()> fn);
   ActorClock& self();
   void account(ActorClock& a);
   // The thread's CPU seconds under the measured model, else 0: the FLOP model never reads the clock, whose system call

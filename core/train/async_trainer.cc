@@ -7,15 +7,14 @@
 #include <cstring>
 
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 
 namespace terse::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+// The runtime's clock: simulated time in a simulation (core/common/runtime.h).
+using Clock = rt::Clock;
+using rt::seconds;
 
 uint64_t totalNumel(std::span<const ParamTensor> params) {
   uint64_t n = 0;
@@ -30,6 +29,30 @@ void addTimes(StepTimes& into, const StepTimes& t) {
   into.comm_s += t.comm_s;
   into.exposed_comm_s += t.exposed_comm_s;
   into.step_s += t.step_s;
+}
+
+// The FLOP model of a simulation (rt::work): forward and backward of every layer for each example of the batch, as
+// the sync trainer charges them.
+void chargeForwardBackward(const Workload& workload, std::size_t examples) {
+  double flops = 0;
+  for (int l = 0; l < workload.numLayers(); ++l) {
+    const LayerFlops f = workload.layerFlops(l);
+    flops += f.forward + f.backward;
+  }
+  rt::work(flops * static_cast<double>(examples));
+}
+
+// torch.nn.utils.clip_grad_norm_ on a worker's flat gradient (AsyncTrainerOptions::clip_grad_norm).
+void clipToNorm(std::span<float> grad, double max_norm) {
+  if (max_norm <= 0) return;
+  double sq = 0;
+  for (float g : grad) sq += static_cast<double>(g) * static_cast<double>(g);
+  rt::work(2 * static_cast<double>(grad.size()));          // FLOP model: square-add
+  const double scale = max_norm / (std::sqrt(sq) + 1e-6);  // the 1e-6 keeps a zero gradient finite
+  if (scale >= 1) return;
+  rt::work(static_cast<double>(grad.size()));
+  const auto f = static_cast<float>(scale);
+  for (float& g : grad) g *= f;
 }
 
 }  // namespace
@@ -93,6 +116,8 @@ WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, 
       plan_(planSteps(num_examples, num_workers, options.batch_size, options.epochs, options.drop_last)) {
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
+  TERSE_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), InvalidArgument,
+              "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
 }
 
 const std::vector<int64_t>& WorkerBatches::batch(int64_t step) {
@@ -123,20 +148,22 @@ AsyncStepRecord AsyncWorker::step() {
   const auto& batch = batches_.batch(rec.step);
   const auto step = static_cast<uint64_t>(rec.step);
 
-  const auto t0 = Clock::now();
+  const auto t0 = rt::now();
   // The shards hold this pull while SSP says the worker is too far ahead of the slowest.
   client_.pull(step, flat_);
   copyValuesIn(workload_.params(), flat_);
-  const auto t1 = Clock::now();
+  const auto t1 = rt::now();
   stragglerSleep(options_.slowdown, last_raw_compute_s_);
-  const auto t1_work = Clock::now();
+  const auto t1_work = rt::now();
   rec.loss = workload_.forwardBackward(batch, {});
-  const auto t2 = Clock::now();
+  chargeForwardBackward(workload_, batch.size());
+  const auto t2 = rt::now();
   losses_.append(rec.loss);
   copyGradsOut(workload_.params(), flat_);
+  clipToNorm(flat_, options_.clip_grad_norm);
   const double encode_before = client_.encodeSeconds();
   client_.push(step, flat_);
-  const auto t3 = Clock::now();
+  const auto t3 = rt::now();
 
   last_raw_compute_s_ = seconds(t1_work, t2);
   rec.times.compute_s = seconds(t1, t2);
@@ -212,18 +239,19 @@ AsyncStepRecord HogwildWorker::step() {
   rec.step = next_step_;
   rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
   const auto& batch = batches_.batch(rec.step);
-  const auto t0 = Clock::now();
+  const auto t0 = rt::now();
   const uint64_t version = shared_.version();
   shared_.read(flat_);
   copyValuesIn(workload_.params(), flat_);
   stragglerSleep(options_.slowdown, last_raw_compute_s_);
-  const auto t1 = Clock::now();
+  const auto t1 = rt::now();
   rec.loss = workload_.forwardBackward(batch, {});
-  const auto t2 = Clock::now();
+  const auto t2 = rt::now();
   losses_.append(rec.loss);
   copyGradsOut(workload_.params(), flat_);
+  clipToNorm(flat_, options_.clip_grad_norm);
   shared_.apply(flat_, rec.step, version);
-  const auto t3 = Clock::now();
+  const auto t3 = rt::now();
   last_raw_compute_s_ = seconds(t1, t2);
   // Reading and updating shared memory is this mode's "communication": no bytes, but time all the same.
   rec.times.compute_s = seconds(t0, t2);

@@ -38,6 +38,10 @@ struct AsyncTrainerOptions {
   bool drop_last = false;
   uint64_t seed = 1;      // data order (ShardSampler)
   double slowdown = 1.0;  // straggler factor (SyncTrainerOptions::slowdown)
+  // > 0: the worker's gradient is scaled by clip_grad_norm / (norm + 1e-6) when that is < 1 before it is pushed
+  // (applied, in Hogwild), norm being its L2 norm over all tensors (torch.nn.utils.clip_grad_norm_ on the worker's
+  // gradient). Sync clips the aggregate instead (SyncTrainerOptions::clip_grad_norm): the same with one worker.
+  double clip_grad_norm = 0;
 };
 
 // Per-step accounting. times.comm_s is the time in pull and push minus the encoding inside push

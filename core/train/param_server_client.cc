@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/common/runtime.h"
 #include "core/train/param_server_detail.h"
 
 namespace terse::train {
 
-using Clock = std::chrono::steady_clock;
+// The runtime's clock: simulated time in a simulation (core/common/runtime.h).
+using Clock = rt::Clock;
 
 // The requests for one shard in one exchange, and the reply buffer.
 struct ParamServerClient::Outbox {
@@ -62,14 +64,15 @@ void ParamServerClient::exchange(const std::vector<int>& shards) {
       o.sends.push_back(
           transport_.isend(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag, psRequestLabel(r)}, r));
     }
-    o.last_sent = Clock::now();
+    o.last_sent = rt::now();
     if (!o.requests.empty()) o.recv = transport_.irecv(serverRank(k), expect, o.reply);
   }
   std::vector<comm::Request> pings;
   std::vector<std::string> errors;
-  int idle = 0;
+  ps_detail::IdleWait idle(transport_);
   for (;;) {
     bool pending = false, progress = false;
+    idle.mark();
     for (int k : shards) {
       Outbox& o = *out_[static_cast<std::size_t>(k)];
       while (o.received < o.requests.size()) {
@@ -83,16 +86,19 @@ void ParamServerClient::exchange(const std::vector<int>& shards) {
     }
     if (!pending) break;
     // While one shard holds us (SSP), tell the shards we are not waiting on that we are alive (elastic timeout).
-    const auto now = Clock::now();
+    const auto now = rt::now();
+    Clock::time_point next_ping = Clock::time_point::max();
     for (int k = 0; k < plan_.num_shards; ++k) {
       Outbox& o = *out_[static_cast<std::size_t>(k)];
       const bool waiting = active[static_cast<std::size_t>(k)] && o.received < o.requests.size();
-      if (!waiting && now - o.last_sent >= options_.heartbeat) {
+      if (waiting) continue;
+      if (now - o.last_sent >= options_.heartbeat) {
         pings.push_back(transport_.isend(serverRank(k), comm::FrameMeta{comm::OpKind::kP2P, kPsRequestTag}, ping_));
         o.last_sent = now;
       }
+      next_ping = std::min(next_ping, o.last_sent + options_.heartbeat);
     }
-    ps_detail::pollBackoff(progress, idle);
+    idle.wait(progress, next_ping);
   }
   for (int k : shards)
     for (auto& s : out_[static_cast<std::size_t>(k)]->sends) s.wait();
@@ -150,9 +156,10 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
       uint64_t n;
       if (options_.compressor) {
         // Error feedback (if configured) adds this worker's residual inside encode and keeps the new one here.
-        const auto t0 = Clock::now();
+        const auto t0 = rt::now();
         n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
-        encode_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+        rt::work(ps_detail::kCodecFlopsPerElement * static_cast<double>(p.numel));  // the FLOP model's encode
+        encode_s_ += std::chrono::duration<double>(rt::now() - t0).count();
       } else {
         n = p.numel * sizeof(float);
         std::memcpy(req.data() + kPsRequestHeaderBytes, g, n);

@@ -1,5 +1,5 @@
 // What the shard (param_server_shard.cc) and the client (param_server_client.cc) must agree on beyond the frames:
-// which compressors can push, the tensor a piece is to both ends' codecs, and how both poll the transport. Internal
+// which compressors can push, the tensor a piece is to both ends' codecs, and how both wait on the transport. Internal
 // to core/train.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/comm/transport.h"
 #include "core/common/error.h"
 #include "core/compress/codec.h"
 #include "core/train/param_server_plan.h"
@@ -43,16 +44,41 @@ inline TensorInfo pieceInfo(const PsPiece& p, int worker, int num_workers) {
   return t;
 }
 
-// No any-source receive exists on the transport, so shards and clients poll their receives; they back off when idle
-// so that a waiting rank does not eat a core the others need. `idle` counts the rounds without progress.
-inline void pollBackoff(bool progress, int& idle) {
-  if (progress) {
-    idle = 0;
-  } else if (++idle > 64) {
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(50 * (idle - 64), 1000)));
-  } else {
-    std::this_thread::yield();
+// The FLOP model of a simulation (rt::work), as the sync path charges it (core/compress/pipeline.cc,
+// core/train/sync_trainer.cc): a codec pass and an optimizer update read and write each element a few times.
+inline constexpr double kCodecFlopsPerElement = 4;
+inline constexpr double kUpdateFlopsPerElement = 4;
+
+// No any-source receive exists on the transport, so shards and clients sweep over their receives and, when none was
+// ready, wait. On a transport with a doorbell (comm::ActivityBell: the inproc transport in simulated time) they block
+// until a frame reaches them or their own deadline (a heartbeat, a liveness timeout): a polling loop in simulated time
+// would either advance the clock by its sleeps or, without them, never let another actor run. Elsewhere they poll,
+// backing off when idle so that a waiting rank does not eat a core the others need.
+class IdleWait {
+ public:
+  explicit IdleWait(comm::Transport& transport) : bell_(transport.activityBell()) {}
+  // Before a sweep: what the bell had rung so far.
+  void mark() {
+    if (bell_) seen_ = bell_->rings();
   }
-}
+  // After a sweep that made `progress` or not; `deadline` (time_point::max(): none) is when the caller must look again
+  // whatever arrives.
+  void wait(bool progress, std::chrono::steady_clock::time_point deadline) {
+    if (bell_) {
+      if (!progress) bell_->waitUntil(seen_, deadline);
+    } else if (progress) {
+      idle_ = 0;
+    } else if (++idle_ > 64) {
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(50 * (idle_ - 64), 1000)));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  comm::ActivityBell* bell_;
+  uint64_t seen_ = 0;
+  int idle_ = 0;  // rounds without progress (polling)
+};
 
 }  // namespace terse::train::ps_detail

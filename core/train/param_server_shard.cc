@@ -9,12 +9,14 @@
 
 #include "core/common/error.h"
 #include "core/common/log.h"
+#include "core/common/runtime.h"
 #include "core/train/param_server_detail.h"
 #include "core/train/sgd_math.h"
 
 namespace terse::train {
 
-using Clock = std::chrono::steady_clock;
+// The runtime's clock: simulated time in a simulation (core/common/runtime.h).
+using Clock = rt::Clock;
 
 // One worker's receive slot: the posted receive, or the request held by SSP, and the worker's clocks.
 struct ParamServerShard::Slot {
@@ -28,7 +30,7 @@ struct ParamServerShard::Slot {
   bool lost = false;    // its connection failed (an expendable peer, core/comm/tcp/transport.h): nothing more to read
   uint64_t pulled = 0;  // 1 + the step of the last pull (0: none yet)
   uint64_t completed = 0;  // steps completed (kClock)
-  Clock::time_point last_active = Clock::now();
+  Clock::time_point last_active = rt::now();
 };
 
 ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int shard, int num_workers,
@@ -106,7 +108,7 @@ void ParamServerShard::maybeSnapshot() {
     std::lock_guard lock(mutex_);
     // One copy serves every point it passed at once (async workers may cross several between two clocks).
     while (next_snapshot_ < points.size() && global >= points[next_snapshot_]) {
-      snapshots_[points[next_snapshot_]] = ShardSnapshot{points[next_snapshot_], params_, Clock::now()};
+      snapshots_[points[next_snapshot_]] = ShardSnapshot{points[next_snapshot_], params_, rt::now()};
       ++next_snapshot_;
       taken = true;
     }
@@ -116,9 +118,20 @@ void ParamServerShard::maybeSnapshot() {
 
 std::optional<ShardSnapshot> ParamServerShard::takeSnapshot(uint64_t step, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  if (!snapshot_cv_.wait_for(lock, timeout, [&] { return snapshots_.count(step) > 0; })) return std::nullopt;
+  const auto ready = [&] { return snapshots_.count(step) > 0 || finished_; };
+  if (timeout == std::chrono::milliseconds::max()) {
+    snapshot_cv_.wait(lock, ready);
+  } else {
+    snapshot_cv_.waitFor(lock, timeout, ready);
+  }
+  if (snapshots_.count(step) == 0) return std::nullopt;
   auto node = snapshots_.extract(step);
   return std::move(node.mapped());
+}
+
+bool ParamServerShard::finished() const {
+  std::lock_guard lock(mutex_);
+  return finished_;
 }
 
 bool ParamServerShard::live(int worker, Clock::time_point now) const {
@@ -173,7 +186,7 @@ void ParamServerShard::lose(int worker, const std::string& why) {
   std::lock_guard lock(mutex_);
   if (!was_dead) {
     stats_.dead[static_cast<std::size_t>(worker)] = true;
-    stats_.dead_at[static_cast<std::size_t>(worker)] = Clock::now();
+    stats_.dead_at[static_cast<std::size_t>(worker)] = rt::now();
   }
 }
 
@@ -301,6 +314,9 @@ bool ParamServerShard::process(int worker, Slot& slot) {
         refuse(worker, &h, std::string("push for piece ") + std::to_string(h.piece) + " failed to decode: " + e.what());
         return true;
       }
+      // The FLOP model: the decode (a raw push is a copy the NIC's DMA would do) and the update.
+      rt::work(((options_.compressor ? ps_detail::kCodecFlopsPerElement : 0) + ps_detail::kUpdateFlopsPerElement) *
+               static_cast<double>(p.numel));
       for (uint64_t i = 0; i < p.numel; ++i)
         if (!std::isfinite(g[i])) {
           refuse(
@@ -352,12 +368,24 @@ bool ParamServerShard::process(int worker, Slot& slot) {
 }
 
 void ParamServerShard::run() {
+  // However run() ends, a reader waiting for a snapshot learns that no more will come.
+  struct Finish {
+    ParamServerShard& shard;
+    ~Finish() {
+      {
+        std::lock_guard lock(shard.mutex_);
+        shard.finished_ = true;
+      }
+      shard.snapshot_cv_.notify_all();
+    }
+  } finish{*this};
   const comm::FrameMeta expect{comm::OpKind::kP2P, kPsRequestTag, comm::kNoTensor};
-  int idle = 0;
+  ps_detail::IdleWait idle(transport_);
   while (!stop_.load()) {
     if (transport_.aborted()) throw comm::CommError("parameter server shard " + std::to_string(shard_) + ": aborted");
     bool progress = false, anyone = false;
-    const auto now = Clock::now();
+    idle.mark();
+    const auto now = rt::now();
     for (int w = 0; w < num_workers_; ++w) {
       Slot& slot = *slots_[static_cast<std::size_t>(w)];
       if (slot.lost) continue;
@@ -411,7 +439,7 @@ void ParamServerShard::run() {
       if (slot.held) {
         if (process(w, slot)) {
           slot.held = false;
-          slot.last_active = Clock::now();
+          slot.last_active = rt::now();
           progress = true;
         }
         continue;
@@ -433,7 +461,7 @@ void ParamServerShard::run() {
         slot.posted = false;
         // Not added to bytes_in: a failed receive does not report the frame's length (the transport's own rank
         // totals still count it).
-        slot.last_active = Clock::now();
+        slot.last_active = rt::now();
         refuse(w, nullptr, e.what());
         progress = true;
         continue;
@@ -441,7 +469,7 @@ void ParamServerShard::run() {
       if (!done) continue;
       slot.posted = false;
       slot.held_bytes = slot.recv.bytes();
-      slot.last_active = Clock::now();
+      slot.last_active = rt::now();
       {
         std::lock_guard lock(mutex_);
         stats_.bytes_in[static_cast<std::size_t>(w)] += comm::frameWireBytes(slot.held_bytes);
@@ -450,7 +478,13 @@ void ParamServerShard::run() {
       if (!process(w, slot)) slot.held = true;
     }
     if (!anyone) break;
-    ps_detail::pollBackoff(progress, idle);
+    // Look again when the first live worker's silence would exceed the timeout (strictly after: at that instant it is
+    // still live, and a simulated clock would not move on by itself).
+    Clock::time_point deadline = Clock::time_point::max();
+    for (const auto& slot : slots_)
+      if (!slot->gone && !slot->held)
+        deadline = std::min(deadline, slot->last_active + options_.worker_timeout + Clock::duration(1));
+    idle.wait(progress, deadline);
   }
 }
 

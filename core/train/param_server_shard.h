@@ -31,25 +31,26 @@
 //
 // Known limits (next parts of issue 7): replies are blocking sends, so a worker that dies between sending a request
 // and receiving a large (rendezvous-sized) reply can stall its shard; dead workers cannot rejoin; one thread per
-// shard polls its workers' receives, since the transport has no any-source receive.
+// shard sweeps its workers' receives, since the transport has no any-source receive: it blocks on the transport's
+// doorbell between sweeps where there is one (simulated time), and polls with a back-off elsewhere. stop() is seen at
+// the next sweep (with a doorbell: after the next frame or timeout; aborting the transport rings it at once).
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/comm/transport.h"
+#include "core/common/runtime.h"
 #include "core/compress/codec.h"
 #include "core/train/optimizer.h"
 #include "core/train/param_server_plan.h"
@@ -123,9 +124,10 @@ class ParamServerShard {
   std::vector<float> params() const;
   std::vector<uint64_t> versions() const;  // per piece of this shard
   ServerStats stats() const;
-  // Waits up to `timeout` for the snapshot of options.snapshot_steps entry `step` and hands it over (each is taken
-  // once); nullopt on timeout.
+  // Waits up to `timeout` (milliseconds::max(): as long as it takes) for the snapshot of options.snapshot_steps entry
+  // `step` and hands it over (each is taken once); nullopt on timeout or once run() returned without taking it.
   std::optional<ShardSnapshot> takeSnapshot(uint64_t step, std::chrono::milliseconds timeout);
+  bool finished() const;  // run() returned (or threw)
 
  private:
   struct Slot;
@@ -154,14 +156,16 @@ class ParamServerShard {
   std::vector<std::byte> reply_buf_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<bool> stop_{false};
-  mutable std::mutex mutex_;  // guards params_ and stats_ against readers on other threads
+  // The runtime's (core/common/runtime.h): the evaluation thread waits on snapshot_cv_, in simulated time too.
+  mutable rt::Mutex mutex_;  // guards params_, stats_, snapshots_ and finished_ against readers on other threads
   std::vector<float> params_;
   std::vector<float> momentum_;  // the shard's range; empty when sgd.momentum is 0
   std::vector<float> sum_sq_;    // the shard's range; AdaGrad's sums of squared gradients (sgd.adagrad)
   ServerStats stats_;
   std::size_t next_snapshot_ = 0;                // index into options_.snapshot_steps (shard thread only)
   std::map<uint64_t, ShardSnapshot> snapshots_;  // taken, not yet handed over; guarded by mutex_
-  std::condition_variable snapshot_cv_;
+  rt::CondVar snapshot_cv_;
+  bool finished_ = false;  // run() returned; guarded by mutex_
 };
 
 }  // namespace terse::train

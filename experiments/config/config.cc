@@ -678,11 +678,12 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   if (!(std::isfinite(clip) && clip >= 0))
     c.fail("optimizer.clip_grad_norm") << " must be finite and >= 0, got " << clip;
   // The parameter server and Hogwild apply each worker's gradient as it arrives: there is no aggregated step to
-  // accumulate into or to take one global norm of. NCCL's workloads keep their gradients on the device, where the
-  // trainer does not accumulate or clip.
+  // accumulate into. They clip the one gradient a worker has, its own, before it is pushed or applied
+  // (AsyncTrainerOptions::clip_grad_norm). NCCL's workloads keep their gradients on the device, where the trainer does
+  // not accumulate or clip.
   for (const auto& [field, set] : {std::pair{"gradient_accumulation_steps", e.gradient_accumulation_steps() > 1},
                                    std::pair{"optimizer.clip_grad_norm", clip > 0}}) {
-    if (set && async_mode)
+    if (set && async_mode && std::string_view(field) == "gradient_accumulation_steps")
       c.fail(field) << ": mode " << Experiment::Mode_Name(e.mode())
                     << " applies each worker's gradient on arrival; it needs mode SYNC";
     if (set && e.transport() == Experiment::NCCL)
@@ -694,14 +695,15 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
   if (e.clock() == Experiment::CLOCK_UNSPECIFIED) c.fail("clock") << " must be REAL_TIME or SIMULATED";
   if (e.clock() == Experiment::SIMULATED) {
-    // The simulated cluster runs the in-process sync trainer's threads as SimGrid actors; the parameter server and
-    // Hogwild threads, and other processes or GPUs, keep real time.
+    // The simulated cluster runs the in-process threads (sync trainer, parameter server shards and workers) as
+    // SimGrid actors; other processes or GPUs keep real time, and so do Hogwild's threads, whose lock-free races
+    // happen between threads running at the same instant (actors run one at a time).
     if (e.transport() != Experiment::INPROC)
       c.fail("clock") << ": SIMULATED simulates the in-process cluster and needs transport INPROC, got "
                       << Experiment::Transport_Name(e.transport()) << " (which runs in real time)";
-    if (e.mode() != Experiment::SYNC)
-      c.fail("clock") << ": SIMULATED runs mode SYNC; mode " << Experiment::Mode_Name(e.mode())
-                      << " runs in real time (clock REAL_TIME)";
+    if (e.mode() == Experiment::HOGWILD)
+      c.fail("clock") << ": SIMULATED runs modes SYNC, ASYNC and SSP; mode HOGWILD's lock-free races need threads "
+                         "running at once and run in real time (clock REAL_TIME)";
   }
   if (e.simulation().has_topology()) {
     if (e.clock() != Experiment::SIMULATED)

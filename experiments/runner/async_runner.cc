@@ -13,17 +13,22 @@
 // crashed process's would); the shards drop it after parameter_server.worker_timeout and the others go on. Any other
 // failure -- a refused push, a shard that failed, a transport error -- aborts every endpoint and fails the run with
 // the first cause, naming the shard or worker.
+//
+// Simulated time (clock SIMULATED, ASYNC and SSP; DESIGN.md section 9): every thread above is a runtime thread
+// (core/common/runtime.h), so the shards and workers are SimGrid actors on their ranks' hosts (a shard's host is its
+// own, as a server process's machine would be), the frames cross the simulated network in the order they arrive, a
+// straggler's computation takes its factor longer, and the monitor waits without timeouts (a timed poll would advance
+// the simulated clock forever once the others are done). Evaluation is not training time (rt::uncounted). HOGWILD has
+// no simulated form: its races are between threads running at the same instant, and actors run one at a time.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <iostream>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "core/comm/inproc_transport.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"
 #include "core/train/param_server_client.h"
@@ -39,7 +44,7 @@
 namespace terse::runner {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = rt::Clock;
 using experiments::Experiment;
 using experiments::ParameterServer;
 
@@ -54,8 +59,8 @@ struct WorkerState {
 };
 
 struct Monitor {
-  std::mutex mutex;
-  std::condition_variable cv;
+  rt::Mutex mutex;
+  rt::CondVar cv;
   std::exception_ptr error;  // the root cause: a CommError is replaced by the error that caused it
   std::string error_where;
   std::atomic<bool> stop{false};
@@ -65,20 +70,16 @@ struct Monitor {
 
 using namespace detail;
 
-RunSummary Runner::runAsync(const Experiment& e) {
+void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, RunSummary& summary,
+                            std::shared_ptr<comm::FrameNetwork> network) {
   TERSE_CHECK(e.transport() == Experiment::INPROC, InvalidArgument,
-              "runAsync serves transport INPROC, got " << Experiment::Transport_Name(e.transport()));
-  const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  results::ResultWriter writer(root, e.study(), experiments::resultsSubfolder(e));
-  RunSummary summary;
-  summary.study = e.study();
-  summary.variant = e.variant();
-  summary.dir = writer.dir();
-  try {
-    writer.writeConfig(experiments::toText(e));
+              "runInprocAsync serves transport INPROC, got " << Experiment::Transport_Name(e.transport()));
+  const bool simulated = network != nullptr;
+  {
     const auto start_time = results::isoTimeUtc();
     const int W = e.workers();
     const bool hogwild = e.mode() == Experiment::HOGWILD;
+    TERSE_CHECK(!(hogwild && simulated), InvalidArgument, "mode HOGWILD has no simulated form (async_runner.cc)");
     const int S = hogwild ? 0 : e.parameter_server().servers();
 
     // ---- Setup: W worker replicas and one evaluation replica, all from the same init seed.
@@ -111,6 +112,13 @@ RunSummary Runner::runAsync(const Experiment& e) {
     results::Provenance prov = baseProvenance(e, "inproc", hogwild ? W : S + W, start_time, options_.terse_version,
                                               experiments::emulationConfig(e).enabled());
     prov.mode = asyncModeName(e.mode());
+    if (simulated) noteSimulation(prov, e);
+    // Simulated, a straggler's device is slower by its factor (its actor's, below); real time sleeps.
+    auto workerOptions = [&](int w) {
+      train::AsyncTrainerOptions o = asyncWorkerOptions(e, w);
+      if (simulated) o.slowdown = 1.0;
+      return o;
+    };
 
     std::vector<std::unique_ptr<comm::Transport>> transports;
     train::PsPlan plan;
@@ -127,12 +135,13 @@ RunSummary Runner::runAsync(const Experiment& e) {
       shared = std::make_unique<train::HogwildParams>(flat, W, lr, sync_like.sgd.weight_decay);
       for (int w = 0; w < W; ++w)
         hog_workers.push_back(std::make_unique<train::HogwildWorker>(*models[static_cast<std::size_t>(w)], *shared, w,
-                                                                     W, asyncWorkerOptions(e, w)));
+                                                                     W, workerOptions(w)));
     } else {
       auto plugin = options_.loader->loadCompressor(e.compressor().name());
       const Params params = experiments::pluginParams(e.compressor());
       comm::InprocOptions io;
       io.emulation = experiments::emulationConfig(e);
+      io.network = network;  // simulated: SimGrid times the frames instead of the pacers
       transports = comm::makeInprocTransports(S + W, io);
       plan = train::planShards(numel, S);
       std::shared_ptr<Compressor> first_instance;
@@ -155,7 +164,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
         clients.push_back(
             std::make_unique<train::ParamServerClient>(*transports[static_cast<std::size_t>(S + w)], plan, w, W, co));
         ps_workers.push_back(std::make_unique<train::AsyncWorker>(*models[static_cast<std::size_t>(w)], *clients.back(),
-                                                                  w, W, asyncWorkerOptions(e, w)));
+                                                                  w, W, workerOptions(w)));
       }
       prov.plugins.push_back(
           {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
@@ -167,7 +176,13 @@ RunSummary Runner::runAsync(const Experiment& e) {
     std::vector<WorkerState> state(static_cast<std::size_t>(W));
     Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
                       e.epochs(), total, per_epoch);
-    const auto run_start = Clock::now();
+    const auto run_start = rt::now();
+    // The progress line's rate and ETA are for the person waiting: host time, also when the records' times are
+    // simulated.
+    const auto host_start = std::chrono::steady_clock::now();
+    auto hostSince = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
+    };
 
     auto fail = [&](const std::string& where, std::exception_ptr err) {
       {
@@ -186,6 +201,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
       WorkerState& st = state[static_cast<std::size_t>(w)];
       const int64_t fail_after = experiments::workerSettings(e, w).fail_after_steps();
       try {
+        if (simulated) rt::backend().setSlowdown(experiments::workerSettings(e, w).slowdown());
         for (;;) {
           const bool finished = hogwild ? hog_workers[static_cast<std::size_t>(w)]->finished()
                                         : ps_workers[static_cast<std::size_t>(w)]->finished();
@@ -221,16 +237,22 @@ RunSummary Runner::runAsync(const Experiment& e) {
       mon.cv.notify_all();
     };
 
-    std::vector<std::thread> shard_threads, worker_threads;
+    // Each on its rank's host in a simulation (shards are ranks 0 .. S-1).
+    std::vector<rt::Thread> shard_threads, worker_threads;
     for (int k = 0; k < S; ++k)
-      shard_threads.emplace_back([&, k] {
-        try {
-          shards[static_cast<std::size_t>(k)]->run();
-        } catch (...) {
-          fail("server shard " + std::to_string(k) + " (rank " + std::to_string(k) + ")", std::current_exception());
-        }
-      });
-    for (int w = 0; w < W; ++w) worker_threads.emplace_back(workerLoop, w);
+      shard_threads.emplace_back(
+          "shard" + std::to_string(k),
+          [&, k] {
+            try {
+              shards[static_cast<std::size_t>(k)]->run();
+            } catch (...) {
+              fail("server shard " + std::to_string(k) + " (rank " + std::to_string(k) + ")", std::current_exception());
+            }
+          },
+          k);
+    for (int w = 0; w < W; ++w)
+      worker_threads.emplace_back(
+          "worker" + std::to_string(w), [&, w] { workerLoop(w); }, S + w);
 
     // Evaluates the global model and appends one record at global step `done`: `flat` already holds the parameters
     // when params_ready (shard snapshots taken at that step), otherwise they are read now.
@@ -246,7 +268,9 @@ RunSummary Runner::runAsync(const Experiment& e) {
         }
       }
       train::copyValuesIn(evaluator.params(), flat);
-      const train::EvalResult ev = evaluator.evaluate(0);
+      // Evaluation is outside the training time a simulated cluster models.
+      train::EvalResult ev;
+      rt::uncounted([&] { ev = evaluator.evaluate(0); });
       std::vector<WorkerTally> tally(static_cast<std::size_t>(W));
       {
         std::lock_guard lock(mon.mutex);
@@ -300,7 +324,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
                       hogwild ? shared->staleness() : std::map<uint64_t, uint64_t>{});
       writer.append(m);
       detail::noteRecord(summary, m, ev, writer.records());
-      progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
+      progress.update(done, ev.accuracy, m.wire_bytes_per_worker, hostSince(), true);
     };
 
     auto workerSteps = [&] {
@@ -318,7 +342,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
       while (next < points.size()) {
         {
           std::unique_lock lock(mon.mutex);
-          mon.cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
+          mon.cv.waitFor(lock, std::chrono::milliseconds(100), [&] {
             int64_t n = 0;
             bool done = true;
             for (const auto& st : state) {
@@ -335,21 +359,24 @@ RunSummary Runner::runAsync(const Experiment& e) {
           record(done, worker_steps, false, since(run_start));
           while (next < points.size() && points[next] <= done) ++next;
         } else {
-          progress.update(done, summary.records > 0 ? summary.final_accuracy : -1, 0, since(run_start), false);
+          progress.update(done, summary.records > 0 ? summary.final_accuracy : -1, 0, hostSince(), false);
         }
       }
     } else {
       // Each shard copied its range when the point was reached (ServerOptions::snapshot_steps); a point the workers
-      // never reach (one stopped early) has no snapshot once every worker is done.
+      // never reach (one stopped early) has no snapshot once every worker is done, or once its shard stopped. Real
+      // time looks up every 100 ms for the progress line; a simulation waits for the snapshot or the shard's end.
+      const std::chrono::milliseconds look =
+          simulated ? std::chrono::milliseconds::max() : std::chrono::milliseconds(100);
       for (const int64_t point : points) {
         bool complete = true;
         Clock::time_point taken{};
         for (int k = 0; k < S && complete; ++k) {
           for (;;) {
             if (mon.stop.load()) break;
-            const bool finished = allDone();  // before the wait: a snapshot is taken before its worker is done
-            auto snap = shards[static_cast<std::size_t>(k)]->takeSnapshot(static_cast<uint64_t>(point),
-                                                                          std::chrono::milliseconds(100));
+            // Before the wait: a snapshot is taken before its worker is done, and before its shard returns.
+            const bool finished = allDone() || shards[static_cast<std::size_t>(k)]->finished();
+            auto snap = shards[static_cast<std::size_t>(k)]->takeSnapshot(static_cast<uint64_t>(point), look);
             if (snap) {
               std::copy(snap->params.begin(), snap->params.end(),
                         flat.begin() + static_cast<std::ptrdiff_t>(plan.ranges[static_cast<std::size_t>(k)].first));
@@ -361,7 +388,7 @@ RunSummary Runner::runAsync(const Experiment& e) {
               break;
             }
             progress.update(workerSteps() / W, summary.records > 0 ? summary.final_accuracy : -1,
-                            summary.wire_bytes_per_worker, since(run_start), false);
+                            summary.wire_bytes_per_worker, hostSince(), false);
           }
           if (mon.stop.load()) complete = false;
         }
@@ -378,13 +405,6 @@ RunSummary Runner::runAsync(const Experiment& e) {
     }
     progress.finish();
     if (mon.error) throw std::runtime_error(mon.error_where + ": " + shortWhat(mon.error));
-    writer.markCompleted();
-    return summary;
-  } catch (const std::exception& x) {
-    writer.markFailed(x.what());
-    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
-                        writer.dir().string() + "): " + x.what(),
-                    writer.dir());
   }
 }
 

@@ -214,6 +214,23 @@ sim::ComputeOptions computeOptions(const Experiment& e) {
   return c;
 }
 
+sim::PlatformSpec simulatedPlatform(const Experiment& e) {
+  sim::PlatformSpec platform;
+  // A parameter server's shards are ranks of their own, before the workers (core/train/param_server_plan.h).
+  platform.ranks =
+      e.workers() +
+      (e.mode() == Experiment::SYNC || e.mode() == Experiment::HOGWILD ? 0 : e.parameter_server().servers());
+  platform.links = experiments::emulationConfig(e);
+  platform.topology = experiments::topology(e);
+  return platform;
+}
+
+void noteSimulation(results::Provenance& prov, const Experiment& e) {
+  prov.clock = "simulated";
+  prov.simulation = {{"platform", sim::describePlatform(simulatedPlatform(e))},
+                     {"compute", computeOptions(e).describe()}};
+}
+
 // A simulated run's summary crosses from the simulation's process (simulation.h) as text: one value per line, doubles
 // with 17 significant digits so they come back bit-exact.
 std::string encodeSummary(const RunSummary& s) {
@@ -276,11 +293,19 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 
 RunSummary Runner::run(const Experiment& e) {
   if (e.mode() != Experiment::SYNC && e.transport() == Experiment::TCP) return runTcpAsync(e);  // distributed_async.cc
-  if (e.mode() != Experiment::SYNC) return runAsync(e);  // parameter server or Hogwild threads: async_runner.cc
   // One rank per process (distributed.cc); NCCL: one per GPU.
   if (e.transport() == Experiment::TCP || e.transport() == Experiment::NCCL) return runTcp(e);
-  TERSE_CHECK(e.mode() == Experiment::SYNC && e.transport() == Experiment::INPROC, InvalidArgument,
-              "the runner implements mode SYNC on transport INPROC only");
+  TERSE_CHECK(e.transport() == Experiment::INPROC, InvalidArgument,
+              "the runner implements transport " << Experiment::Transport_Name(e.transport()) << " in-process");
+  // The ranks as threads: the sync trainer's, or the parameter server's shards and workers (async_runner.cc).
+  const auto runInproc = [&](results::ResultWriter& writer, RunSummary& summary,
+                             std::shared_ptr<comm::FrameNetwork> network) {
+    if (e.mode() == Experiment::SYNC) {
+      runInprocSync(e, writer, summary, std::move(network));
+    } else {
+      runInprocAsync(e, writer, summary, std::move(network));
+    }
+  };
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
   results::ResultWriter writer(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
@@ -294,21 +319,19 @@ RunSummary Runner::run(const Experiment& e) {
       // next variants (what the child loads is lost with it).
       dataFor(e);
       sim::SimulationOptions so;
-      so.platform.ranks = e.workers();
-      so.platform.links = experiments::emulationConfig(e);
-      so.platform.topology = experiments::topology(e);
+      so.platform = simulatedPlatform(e);
       so.compute = computeOptions(e);
       // The child writes metrics, provenance and traces; this process keeps the status (simulation.h: what the child
       // changes in memory is lost, so its record count is read back from the file).
       const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
-        runInprocSync(e, writer, summary, ctx.network);
+        runInproc(writer, summary, ctx.network);
         return encodeSummary(summary);
       });
       decodeSummary(reply, summary);
       summary.simulated = true;
       writer.recount();
     } else {
-      runInprocSync(e, writer, summary, nullptr);
+      runInproc(writer, summary, nullptr);
     }
     writer.markCompleted();
     return summary;
@@ -394,14 +417,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
       detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
   prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
   prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, sched_params));
-  if (simulated) {
-    sim::PlatformSpec platform;
-    platform.ranks = world;
-    platform.links = io.emulation;
-    platform.topology = experiments::topology(e);
-    prov.clock = "simulated";
-    prov.simulation = {{"platform", sim::describePlatform(platform)}, {"compute", computeOptions(e).describe()}};
-  }
+  if (simulated) noteSimulation(prov, e);
   writer.writeProvenance(prov);
 
   // ---- The run.

@@ -108,8 +108,10 @@ class Runner {
   // owns the status.
   void runInprocSync(const experiments::Experiment& experiment, results::ResultWriter& writer, RunSummary& summary,
                      std::shared_ptr<comm::FrameNetwork> network);
-  // Modes ASYNC, SSP, HOGWILD: parameter server shards and workers as threads (async_runner.cc).
-  RunSummary runAsync(const experiments::Experiment& experiment);
+  // Modes ASYNC, SSP, HOGWILD on transport INPROC: parameter server shards and workers as threads (async_runner.cc),
+  // in real time (network null) or as actors of a simulation (ASYNC and SSP); as runInprocSync.
+  void runInprocAsync(const experiments::Experiment& experiment, results::ResultWriter& writer, RunSummary& summary,
+                      std::shared_ptr<comm::FrameNetwork> network);
   // Modes ASYNC, SSP over transport TCP: this process is one shard or worker (distributed_async.cc).
   RunSummary runTcpAsync(const experiments::Experiment& experiment);
 

@@ -12,6 +12,8 @@
 #include "core/comm/tcp/transport.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/scheduler.h"
+#include "core/sim/platform.h"
+#include "core/sim/runtime.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
@@ -44,6 +46,11 @@ comm::TcpOptions tcpOptions(const experiments::Experiment& e, const comm::JobEnv
 results::Provenance baseProvenance(const experiments::Experiment& e, std::string_view transport, int world,
                                    const std::string& start_time, const std::string& terse_version,
                                    bool emulation_enabled);
+// Clock SIMULATED: the run's cluster (one host per rank of the in-process job: a parameter server's shards, then its
+// workers), how computation becomes simulated time, and both noted in the provenance (clock "simulated").
+sim::PlatformSpec simulatedPlatform(const experiments::Experiment& e);
+sim::ComputeOptions computeOptions(const experiments::Experiment& e);
+void noteSimulation(results::Provenance& prov, const experiments::Experiment& e);
 // The scheduler's provenance record. The trainers own the run's instances; one more, made and finalized here,
 // reports the resolved parameters (init depends only on the parameters, so every instance resolves the same).
 results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params);

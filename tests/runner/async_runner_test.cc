@@ -115,6 +115,34 @@ TEST(AsyncRunner, StalenessBoundZeroGivesTheSyncRecords) {
   }
 }
 
+TEST(AsyncRunner, AWorkerClipsItsGradientBeforeThePush) {
+  // One worker: sync's aggregate is that worker's gradient, so clipping it before the push (SSP, s = 0) is sync's
+  // clipping. The bound is below the gradients' norm (the unclipped run differs), so every step clips.
+  const std::string text =
+      "study: \"clip\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [32] }\n" +
+      kData +
+      "train_subset: 1024 test_subset: 500 }\n"
+      "optimizer { lr: 0.1 clip_grad_norm: 0.05 }\n"
+      "workers: 1\nepochs: 1\neval { every_steps: 8 }\nseed: 3\n"
+      "variants { name: \"sync\" overrides { mode: SYNC } }\n"
+      "variants { name: \"ssp0\" overrides { mode: SSP } }\n"
+      "variants { name: \"ssp0-unclipped\" overrides { mode: SSP optimizer { clip_grad_norm: 0 } } }\n";
+  const auto runs = runAll(text, "clip");
+  const auto& sync = runs.at("sync").records;
+  const auto& ssp = runs.at("ssp0").records;
+  const auto& free = runs.at("ssp0-unclipped").records;
+  ASSERT_EQ(sync.size(), 4u);
+  ASSERT_EQ(ssp.size(), sync.size());
+  ASSERT_EQ(free.size(), sync.size());
+  for (std::size_t i = 0; i < sync.size(); ++i) {
+    EXPECT_NEAR(num(ssp[i], "test_loss"), num(sync[i], "test_loss"), 1e-4 * num(sync[i], "test_loss")) << i;
+    EXPECT_NEAR(num(ssp[i], "train_loss"), num(sync[i], "train_loss"), 1e-4 * num(sync[i], "train_loss")) << i;
+  }
+  EXPECT_GT(std::abs(num(free.back(), "test_loss") - num(ssp.back(), "test_loss")), 1e-3 * num(ssp.back(), "test_loss"))
+      << "the bound never clipped: the test cannot tell";
+}
+
 TEST(AsyncRunner, AsyncEndsWithinOneAndAHalfPointsOfSync) {
   const std::string text =
       "study: \"gap\"\n"

@@ -184,7 +184,8 @@ void expectConfigError(const std::string& text, const std::string& needle) {
 TEST(SimulatedRun, ConfigChecksNameTheField) {
   const std::string base = studyText("compressor { name: \"none\" }");
   expectConfigError(simulated(base, "transport: TCP\n"), "clock: SIMULATED simulates the in-process cluster");
-  expectConfigError(simulated(base, "mode: ASYNC\n"), "clock: SIMULATED runs mode SYNC; mode ASYNC");
+  expectConfigError(simulated(base, "mode: HOGWILD\n"),
+                    "clock: SIMULATED runs modes SYNC, ASYNC and SSP; mode HOGWILD");
   expectConfigError(simulated(base, "simulation { compute_scale: -1 }\n"), "simulation.compute_scale must be in");
   expectConfigError(simulated(base, "simulation { flops_per_second: 0 }\n"),
                     "simulation.flops_per_second must be finite and > 0, got 0");
