@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "core/common/error.h"
 
@@ -19,10 +20,13 @@ void allgathervRing(CollectiveContext& ctx, std::span<const std::byte> send, std
   const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
   TERSE_CHECK(recv.size() >= total, InvalidArgument,
               "allgatherv: receive buffer of " << recv.size() << " bytes for " << total << " gathered bytes");
+  // Block offsets once: summing the sizes before block i on every call cost O(n) per step, O(n^2) per rank and call:
+  // at 1,024 simulated ranks, which share one core, a million additions per rank and a billion per allgather.
+  std::vector<uint64_t> offsets(static_cast<std::size_t>(n), 0);
+  std::exclusive_scan(sizes.begin(), sizes.end(), offsets.begin(), uint64_t{0});
   auto block = [&](int i) {
-    uint64_t off = 0;
-    for (int j = 0; j < i; ++j) off += sizes[static_cast<std::size_t>(j)];
-    return recv.subspan(static_cast<std::size_t>(off), static_cast<std::size_t>(sizes[static_cast<std::size_t>(i)]));
+    const auto k = static_cast<std::size_t>(i);
+    return recv.subspan(static_cast<std::size_t>(offsets[k]), static_cast<std::size_t>(sizes[k]));
   };
   const std::span<std::byte> own = block(r);
   if (!send.empty() && send.data() != own.data()) std::memmove(own.data(), send.data(), send.size());

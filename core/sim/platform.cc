@@ -39,6 +39,8 @@ void TwoLevelTopology::validate() const {
   TERSE_CHECK(workers_per_node >= 1, InvalidArgument,
               "topology: workers_per_node must be >= 1, got " << workers_per_node);
   TERSE_CHECK(nics_per_node >= 1, InvalidArgument, "topology: nics_per_node must be >= 1, got " << nics_per_node);
+  TERSE_CHECK(nodes_per_rack >= 0, InvalidArgument,
+              "topology: nodes_per_rack must be >= 0 (0 = no racks), got " << nodes_per_rack);
   TERSE_CHECK(std::isfinite(oversubscription) && oversubscription >= 1, InvalidArgument,
               "topology: oversubscription must be finite and >= 1, got " << oversubscription);
   for (const auto& [what, l] : {std::pair{"intra", intra}, std::pair{"nic", nic}}) {
@@ -55,10 +57,17 @@ std::string TwoLevelTopology::describe() const {
   out << "two-level: nodes of " << workers_per_node << " workers on " << comm::formatBandwidth(intra.bandwidth_bps)
       << " " << comm::formatDuration(intra.latency_s) << " links, " << nics_per_node << " x "
       << comm::formatBandwidth(nic.bandwidth_bps) << " NICs " << comm::formatDuration(nic.latency_s);
-  if (oversubscription > 1)
+  if (racks()) {
+    out << ", fat-tree: racks of " << nodes_per_rack << " nodes, leaf uplinks ";
+    if (oversubscription > 1)
+      out << "oversubscribed " << oversubscription << ":1";
+    else
+      out << "non-blocking";
+  } else if (oversubscription > 1) {
     out << ", core oversubscribed " << oversubscription << ":1";
-  else
+  } else {
     out << ", non-blocking core";
+  }
   return out.str();
 }
 
@@ -116,6 +125,8 @@ TwoLevelTopology parseTopology(std::string_view text) {
       t.workers_per_node = integer();
     } else if (key == "nics") {
       t.nics_per_node = integer();
+    } else if (key == "nodes_per_rack") {
+      t.nodes_per_rack = integer();
     } else if (key == "intra") {
       t.intra.bandwidth_bps = comm::parseBandwidth(value);
     } else if (key == "intra_latency") {
@@ -138,7 +149,7 @@ TwoLevelTopology parseTopology(std::string_view text) {
     } else {
       TERSE_THROW(InvalidArgument, "topology '" << text << "': unknown key '" << key
                                                 << "' (workers, intra, intra_latency, nic, nics, nic_latency, "
-                                                   "oversubscription)");
+                                                   "oversubscription, nodes_per_rack)");
     }
   }
   if (!t.enabled()) t.workers_per_node = -1;  // validate() names the missing node size
@@ -148,45 +159,85 @@ TwoLevelTopology parseTopology(std::string_view text) {
 
 namespace {
 
-// One star zone per node inside a star zone for the cluster, so routes grow with the hosts, not with their pairs (a
-// full zone of 1,024 ranks would hold a million routes): a host's UP links toward its node's centre and DOWN links
-// from it, and each node's UP (its NICs out, then the core) and DOWN (its NICs in) toward the cluster's centre
-// through the node's gateway router. SimGrid joins them into the routes platform.h describes.
+// One star zone per node inside a star zone for the cluster (or for its rack, inside the cluster's), so routes grow
+// with the hosts, not with their pairs (a full zone of 1,024 ranks would hold a million routes): a host's UP links
+// toward its node's centre and DOWN links from it, each node's UP (its NICs out, then the core when there is one) and
+// DOWN (its NICs in) toward its parent's centre through the node's gateway router, and each rack's UP (leaf uplink)
+// and DOWN (leaf downlink) toward the spine through the rack's gateway router. SimGrid joins them into the routes
+// platform.h describes.
+struct ZoneLinks {
+  sg4::NetZone* zone;
+  simgrid::kernel::routing::NetPoint* gateway;
+};
+
+// Hangs `child` off `parent`'s centre by UP links `up` and DOWN links `down`, leaving through `child.gateway`.
+void attach(sg4::NetZone* parent, const ZoneLinks& child, std::vector<sg4::LinkInRoute> up, sg4::Link* down) {
+  parent->add_route(child.zone->get_netpoint(), nullptr, child.gateway, nullptr, up, false);
+  parent->add_route(nullptr, child.zone->get_netpoint(), nullptr, child.gateway, {sg4::LinkInRoute(down)}, false);
+}
+
 std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {
   const TwoLevelTopology& t = spec.topology;
   t.validate();
   const int n = spec.ranks;
   const int per = t.workers_per_node;
   const int nodes = (n + per - 1) / per;
+  const int per_rack = t.racks() ? t.nodes_per_rack : nodes;
   const double node_bps = t.nic.bandwidth_bps * t.nics_per_node;
   sg4::NetZone* cluster = sg4::create_star_zone("cluster");
   sg4::Link* core = nullptr;
-  if (t.oversubscription > 1 && node_bps > 0)
+  if (!t.racks() && t.oversubscription > 1 && node_bps > 0)
     core = cluster->create_link("core", bytesPerSecond(node_bps * nodes / t.oversubscription));
   std::vector<sg4::Host*> hosts;
-  for (int a = 0; a < nodes; ++a) {
-    const std::string node = "node" + std::to_string(a);
-    sg4::NetZone* zone = sg4::create_star_zone(node);
-    zone->set_parent(cluster);
-    for (int r = a * per; r < std::min(n, (a + 1) * per); ++r) {
-      const std::string rank = std::to_string(r);
-      sg4::Host* host = zone->create_host("rank" + rank, 1e9);
-      sg4::Link* up = zone->create_link("up" + rank, bytesPerSecond(t.intra.bandwidth_bps));
-      up->set_latency(t.intra.latency_s);
-      sg4::Link* down = zone->create_link("down" + rank, bytesPerSecond(t.intra.bandwidth_bps));
-      zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
-      zone->add_route(nullptr, host->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
-      hosts.push_back(host);
+  for (int first_node = 0; first_node < nodes; first_node += per_rack) {
+    const int last_node = std::min(nodes, first_node + per_rack);
+    // Without racks the nodes hang off the cluster itself; with them, off their rack's zone.
+    ZoneLinks rack{cluster, nullptr};
+    if (t.racks()) {
+      const std::string name = "rack" + std::to_string(first_node / per_rack);
+      rack.zone = sg4::create_star_zone(name);
+      rack.zone->set_parent(cluster);
+      // The leaf switch is a router in a zone of its own, hung off the rack's centre by no links: SimGrid's recursive
+      // routing drops the lower levels' links of a route to a gateway that sits in a zone holding other zones (a
+      // router made in the rack's zone itself gave routes of the rack links alone).
+      ZoneLinks leaf{sg4::create_star_zone(name + "-leaf"), nullptr};
+      leaf.zone->set_parent(rack.zone);
+      leaf.gateway = leaf.zone->create_router(name + "-gw");
+      leaf.zone->seal();
+      rack.zone->add_route(leaf.zone->get_netpoint(), nullptr, leaf.gateway, nullptr, {}, false);
+      rack.zone->add_route(nullptr, leaf.zone->get_netpoint(), nullptr, leaf.gateway, {}, false);
+      rack.gateway = leaf.gateway;
     }
-    simgrid::kernel::routing::NetPoint* gateway = zone->create_router(node + "-gw");
-    zone->seal();
-    sg4::Link* out = cluster->create_link(node + "-out", bytesPerSecond(node_bps));
-    out->set_latency(t.nic.latency_s);
-    sg4::Link* in = cluster->create_link(node + "-in", bytesPerSecond(node_bps));
-    std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(out)};
-    if (core != nullptr) up.emplace_back(core);
-    cluster->add_route(zone->get_netpoint(), nullptr, gateway, nullptr, up, false);
-    cluster->add_route(nullptr, zone->get_netpoint(), nullptr, gateway, {sg4::LinkInRoute(in)}, false);
+    for (int a = first_node; a < last_node; ++a) {
+      const std::string name = "node" + std::to_string(a);
+      ZoneLinks node{sg4::create_star_zone(name), nullptr};
+      node.zone->set_parent(rack.zone);
+      for (int r = a * per; r < std::min(n, (a + 1) * per); ++r) {
+        const std::string rank = std::to_string(r);
+        sg4::Host* host = node.zone->create_host("rank" + rank, 1e9);
+        sg4::Link* up = node.zone->create_link("up" + rank, bytesPerSecond(t.intra.bandwidth_bps));
+        up->set_latency(t.intra.latency_s);
+        sg4::Link* down = node.zone->create_link("down" + rank, bytesPerSecond(t.intra.bandwidth_bps));
+        node.zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
+        node.zone->add_route(nullptr, host->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
+        hosts.push_back(host);
+      }
+      node.gateway = node.zone->create_router(name + "-gw");
+      node.zone->seal();
+      sg4::Link* out = rack.zone->create_link(name + "-out", bytesPerSecond(node_bps));
+      out->set_latency(t.nic.latency_s);
+      sg4::Link* in = rack.zone->create_link(name + "-in", bytesPerSecond(node_bps));
+      std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(out)};
+      if (core != nullptr) up.emplace_back(core);
+      attach(rack.zone, node, up, in);
+    }
+    if (!t.racks()) continue;
+    rack.zone->seal();
+    // The rack's share of the spine: its own nodes' NICs (a short last rack has fewer), divided by the ratio.
+    const double uplink = bytesPerSecond(node_bps * (last_node - first_node) / t.oversubscription);
+    const std::string name = rack.zone->get_name();
+    attach(cluster, rack, {sg4::LinkInRoute(cluster->create_link(name + "-up", uplink))},
+           cluster->create_link(name + "-down", uplink));
   }
   cluster->seal();
   return hosts;

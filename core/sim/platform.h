@@ -35,16 +35,27 @@ namespace terse::sim {
 // (nodes x nics x nic bandwidth) / r. Routes: same node: up(i) [intra latency], down(j); other node: up(i) [intra
 // latency], node-out(a) [nic latency], core, node-in(b), down(j). So one flow alone takes latency + S / (its slowest
 // link) as in the mesh, and SimGrid's max-min sharing divides each link among the flows that cross it.
+//
+// With nodes_per_rack > 0 the network is a two-tier fat-tree (leaf/spine) instead of one core: nodes in racks of
+// nodes_per_rack consecutive nodes (the last one shorter), each rack's leaf switch on an uplink and a downlink to the
+// spine of (rack's nodes x nics x nic bandwidth) / oversubscription each, the r:1 oversubscription of a leaf whose
+// uplink ports number 1/r of its node-facing ones (Leiserson 1985; Al-Fares et al., SIGCOMM 2008). Routes: same rack:
+// up(i), node-out(a), node-in(b), down(j), so traffic inside a rack never touches the oversubscribed uplinks; other
+// rack: up(i), node-out(a), rack-up(R), rack-down(S), node-in(b), down(j). No shared core link: the spine is
+// non-blocking, the leaves' uplinks are the bottleneck, as in a fat-tree whose spine has as many ports as the leaves
+// have uplinks.
 struct TwoLevelTopology {
   int workers_per_node = 0;  // 0 = no topology: the mesh of per-pair wires above
   comm::LinkSpec intra;
   comm::LinkSpec nic;  // per NIC
   int nics_per_node = 1;
   double oversubscription = 1;
+  int nodes_per_rack = 0;  // 0 = no racks: one core link (shared when oversubscribed), as before racks existed
 
   bool enabled() const noexcept { return workers_per_node > 0; }
-  // Throws InvalidArgument naming the field for workers_per_node < 1, nics_per_node < 1, oversubscription < 1 or not
-  // finite, or negative link values.
+  bool racks() const noexcept { return nodes_per_rack > 0; }
+  // Throws InvalidArgument naming the field for workers_per_node < 1, nics_per_node < 1, nodes_per_rack < 0,
+  // oversubscription < 1 or not finite, or negative link values.
   void validate() const;
   std::string describe() const;
 };
@@ -59,7 +70,8 @@ std::string presetNames();
 
 // The command line's spelling: a preset name and/or key=value pairs, comma-separated, later ones overriding earlier:
 // "8xA100-4x200G", "8xA100-4x200G,oversubscription=4",
-// "workers=8,intra=2400Gbps,intra_latency=2us,nic=200Gbps,nics=4,nic_latency=5us,oversubscription=4". Throws
+// "workers=8,intra=2400Gbps,intra_latency=2us,nic=200Gbps,nics=4,nic_latency=5us,oversubscription=4"; racks:
+// "8xA100-4x200G,nodes_per_rack=4,oversubscription=4". Throws
 // InvalidArgument quoting the text for an unknown key or preset, a malformed value, or an invalid result (validate).
 TwoLevelTopology parseTopology(std::string_view text);
 

@@ -185,13 +185,14 @@ SimRuntime::SimRuntime(std::vector<sg4::Host*> hosts, const ComputeOptions& comp
 }
 
 SimRuntime::ActorClock& SimRuntime::self() {
-  const long id = sg4::this_actor::get_pid();
-  auto it = actors_.find(id);
-  if (it == actors_.end()) {
+  const auto id = static_cast<std::size_t>(sg4::this_actor::get_pid());
+  if (id >= actors_.size()) actors_.resize(id + 1);
+  ActorClock& a = actors_[id];
+  if (!a.live) {
     // An actor SimRuntime did not start (the simulation's first one): it is measured from its first call on.
-    it = actors_.emplace(id, ActorClock{cpuMark(), 0, 1}).first;
+    a = ActorClock{cpuMark(), 0, 1, true};
   }
-  return it->second;
+  return a;
 }
 
 void SimRuntime::account(ActorClock& a) {
@@ -276,7 +277,9 @@ void SimRuntime::spawnDetached(const std::string& name, sg4::Host* host, std::fu
 sg4::ActorPtr SimRuntime::makeActor(const std::string& name, sg4::Host* host, double slowdown,
                                     std::function<void()> fn) {
   return sg4::Actor::create(name, host, [this, name, slowdown, fn = std::move(fn)] {
-    actors_[sg4::this_actor::get_pid()] = ActorClock{cpuMark(), 0, slowdown};
+    const auto id = static_cast<std::size_t>(sg4::this_actor::get_pid());
+    if (id >= actors_.size()) actors_.resize(id + 1);
+    actors_[id] = ActorClock{cpuMark(), 0, slowdown, true};
     try {
       fn();
     } catch (const std::exception& e) {
@@ -286,7 +289,7 @@ sg4::ActorPtr SimRuntime::makeActor(const std::string& name, sg4::Host* host, do
       fatal_("thread '" + name + "' ended with an uncaught exception");
     }
     settle();  // its last computation still takes simulated time before a join returns
-    actors_.erase(sg4::this_actor::get_pid());
+    actors_[static_cast<std::size_t>(sg4::this_actor::get_pid())].live = false;
   });
 }
 

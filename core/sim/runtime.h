@@ -20,9 +20,9 @@
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Mutex.hpp>
 
+#include <deque>
 #include <functional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/common/runtime.h"
@@ -83,6 +83,7 @@ class SimRuntime final : public rt::Backend {
     double mark = 0;      // the thread's CPU seconds when the actor last resumed
     double pending = 0;   // measured but not yet slept, simulated seconds
     double slowdown = 1;  // a straggler's factor
+    bool live = false;    // the actor exists (an entry of a pid not yet seen, or of an ended actor, does not)
   };
   // The actor of a thread, as slow as `slowdown` (its starter's), measured and ended as runtime.h says.
   simgrid::s4u::ActorPtr makeActor(const std::string& name, simgrid::s4u::Host* host, double slowdown,
@@ -97,7 +98,11 @@ class SimRuntime final : public rt::Backend {
   ComputeOptions compute_;
   std::function<void(const std::string&)> fatal_;
   rt::Clock::time_point origin_;
-  std::unordered_map<long, ActorClock> actors_;  // by SimGrid actor id; one OS thread touches it at a time
+  // By SimGrid actor id, which SimGrid hands out densely from 0 (the maestro) up: an index, where the hash map it
+  // replaced was 3% of a 1,024-rank run's host time in cache misses. A deque: growing it at the end keeps references
+  // valid, and callers hold self()'s across calls that let other actors run and start threads. One OS thread touches
+  // it at a time.
+  std::deque<ActorClock> actors_;
   simgrid::s4u::MutexPtr internal_;
   double injected_s_ = 0;
 };

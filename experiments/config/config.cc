@@ -944,6 +944,7 @@ sim::TwoLevelTopology topology(const Experiment& experiment) {
   if (t.has_nic_latency()) out.nic.latency_s = comm::parseDuration(t.nic_latency());
   if (t.has_nics_per_node()) out.nics_per_node = t.nics_per_node();
   if (t.has_oversubscription()) out.oversubscription = t.oversubscription();
+  if (t.has_nodes_per_rack()) out.nodes_per_rack = t.nodes_per_rack();
   // A topology without a node size is one nobody finished describing: validate() names the field.
   if (!out.enabled()) out.workers_per_node = -1;
   return out;

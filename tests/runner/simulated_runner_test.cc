@@ -201,6 +201,8 @@ TEST(SimulatedRun, TopologyAndCollectivesConfigChecksNameTheField) {
                     "workers_per_node must be >= 1");
   expectConfigError(simulated(base, "simulation { topology { workers_per_node: 2 oversubscription: 0.5 } }\n"),
                     "oversubscription must be finite and >= 1, got 0.5");
+  expectConfigError(simulated(base, "simulation { topology { workers_per_node: 2 nodes_per_rack: -1 } }\n"),
+                    "simulation.topology: topology: nodes_per_rack must be >= 0 (0 = no racks), got -1");
   expectConfigError(simulated(base, "simulation { topology { workers_per_node: 2 } }\nlink { bandwidth: \"1Gbps\" }\n"),
                     "link: simulation.topology describes the network");
   expectConfigError(base + "collectives { allreduce: \"butterfly\" }\n",

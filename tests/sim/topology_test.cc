@@ -1,12 +1,16 @@
 // The two-level cluster (core/sim/platform.h TwoLevelTopology): one frame's time inside a node and across nodes
 // against latency + bytes / the slowest link, the core's oversubscription dividing concurrent inter-node flows, the
 // hierarchical allreduce crossing the slow network once per node where the flat ring crosses it with every rank's
-// share, and invalid topologies refused before anything is forked.
+// share, and invalid topologies refused before anything is forked; the fat-tree's racks (their routes' links and
+// bandwidths, traffic inside a rack apart from the oversubscribed uplinks, the refusals).
 #include <gtest/gtest.h>
 
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Link.hpp>
 
 #include "core/comm/frame.h"
 #include "core/comm/host_communicator.h"
@@ -168,6 +172,99 @@ TEST(TwoLevel, PresetsCarryTheirFigures) {
     EXPECT_NO_THROW(p->validate());
     EXPECT_NE(presetNames().find(name), std::string::npos);
   }
+}
+
+// The links of route src -> dst, each as "name@bits-per-second", and the route's latency, read off the engine the
+// simulation built (platform.h's routes, spelled out).
+std::string routes(const SimulationOptions& o, const std::vector<std::pair<int, int>>& pairs) {
+  return runSimulation(o, [&](const SimulationContext&) {
+    std::ostringstream out;
+    for (const auto& [src, dst] : pairs) {
+      std::vector<simgrid::s4u::Link*> links;
+      double latency = 0;
+      simgrid::s4u::Host::by_name("rank" + std::to_string(src))
+          ->route_to(simgrid::s4u::Host::by_name("rank" + std::to_string(dst)), links, &latency);
+      out << src << "->" << dst << ":";
+      for (const auto* l : links) out << " " << l->get_name() << "@" << l->get_bandwidth() * 8;
+      out << " (" << latency * 1e6 << " us)\n";
+    }
+    return out.str();
+  });
+}
+
+// 10 ranks in nodes of 2 (5 nodes), racks of 2 nodes (the last rack one node), 4:1 leaf uplinks.
+SimulationOptions racks(double oversubscription = 4) {
+  SimulationOptions o = twoLevel(10, 2, oversubscription);
+  o.platform.topology.nodes_per_rack = 2;
+  return o;
+}
+
+TEST(FatTree, RoutesInsideARackSkipTheUplinksAndAcrossRacksCrossTheirsOnce) {
+  EXPECT_EQ(routes(racks(), {{0, 1}, {0, 2}, {1, 5}, {5, 9}, {9, 3}}),
+            // same node: the two intra-node links
+            "0->1: up0@1e+11 down1@1e+11 (1 us)\n"
+            // same rack, other node: the NICs, no uplink
+            "0->2: up0@1e+11 node0-out@1e+10 node1-in@1e+10 down2@1e+11 (6 us)\n"
+            // rack 0 -> rack 1: its leaf's uplink, rack 1's downlink, each (2 nodes x 10 Gbps) / 4
+            "1->5: up1@1e+11 node0-out@1e+10 rack0-up@5e+09 rack1-down@5e+09 node2-in@1e+10 down5@1e+11 (6 us)\n"
+            // into the short last rack: its downlink is (1 node x 10 Gbps) / 4
+            "5->9: up5@1e+11 node2-out@1e+10 rack1-up@5e+09 rack2-down@2.5e+09 node4-in@1e+10 down9@1e+11 (6 us)\n"
+            "9->3: up9@1e+11 node4-out@1e+10 rack2-up@2.5e+09 rack0-down@5e+09 node1-in@1e+10 down3@1e+11 (6 us)\n");
+}
+
+TEST(FatTree, WithoutRacksTheRoutesKeepTheOneCore) {
+  EXPECT_EQ(routes(twoLevel(4, 2, 4), {{0, 1}, {1, 2}}),
+            "0->1: up0@1e+11 down1@1e+11 (1 us)\n"
+            // the core: (2 nodes x 10 Gbps) / 4
+            "1->2: up1@1e+11 node0-out@1e+10 core@5e+09 node1-in@1e+10 down2@1e+11 (6 us)\n");
+  // A non-blocking fat-tree's uplinks carry the rack's NICs in full.
+  EXPECT_EQ(routes(racks(1), {{0, 4}}),
+            "0->4: up0@1e+11 node0-out@1e+10 rack0-up@2e+10 rack1-down@2e+10 node2-in@1e+10 down4@1e+11 (6 us)\n");
+}
+
+TEST(FatTree, TrafficInsideARackKeepsItsPaceWhileRacksShareTheirUplinks) {
+  // 8 nodes of 1 worker in racks of 4, 4:1: each leaf uplink carries (4 x 10) / 4 = 10 Gbps.
+  SimulationOptions o = twoLevel(8, 1, 4);
+  o.platform.topology.nodes_per_rack = 4;
+  // A ring inside each rack: every flow at its NIC's rate, the uplinks untouched.
+  const double free = 1e-6 + 5e-6 + kWireBits / 10e9;
+  EXPECT_NEAR(frames(o, {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {4, 5}, {5, 6}, {6, 7}, {7, 4}}, kBytes), free, free * 1e-5);
+  // Every node of rack 0 sends to rack 1: four flows share rack 0's one 10 Gbps uplink.
+  const double shared = 1e-6 + 5e-6 + 4 * kWireBits / 10e9;
+  EXPECT_NEAR(frames(o, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}, kBytes), shared, shared * 1e-5);
+}
+
+TEST(FatTree, ParsedAndDescribed) {
+  const TwoLevelTopology t = parseTopology("8xA100-4x200G,nodes_per_rack=4,oversubscription=4");
+  EXPECT_EQ(t.nodes_per_rack, 4);
+  EXPECT_EQ(t.oversubscription, 4);
+  EXPECT_EQ(t.workers_per_node, 8);
+  EXPECT_NE(t.describe().find("fat-tree: racks of 4 nodes, leaf uplinks oversubscribed 4:1"), std::string::npos)
+      << t.describe();
+  EXPECT_EQ(parseTopology("8xA100-4x200G").nodes_per_rack, 0);
+  EXPECT_NE(parseTopology("8xA100-4x200G,oversubscription=4").describe().find("core oversubscribed 4:1"),
+            std::string::npos);
+}
+
+TEST(FatTree, BadRacksAreRefusedNamingTheField) {
+  auto message = [](const std::string& text) {
+    try {
+      parseTopology(text);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("workers=8,nodes_per_rack=-1").find("nodes_per_rack must be >= 0 (0 = no racks), got -1"),
+            std::string::npos)
+      << message("workers=8,nodes_per_rack=-1");
+  EXPECT_NE(message("workers=8,nodes_per_rack=two").find("nodes_per_rack 'two' is not an integer"), std::string::npos)
+      << message("workers=8,nodes_per_rack=two");
+  EXPECT_NE(message("workers=8,racks=2").find("unknown key 'racks'"), std::string::npos);
+  EXPECT_NE(message("workers=8,racks=2").find("nodes_per_rack)"), std::string::npos);
+  SimulationOptions o = racks();
+  o.platform.topology.nodes_per_rack = -2;
+  EXPECT_THROW(runSimulation(o, [](const SimulationContext&) { return std::string(); }), InvalidArgument);
 }
 
 }  // namespace

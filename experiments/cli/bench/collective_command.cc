@@ -146,7 +146,8 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       "workers per node of the hierarchical allreduce (default: --topology's, else 1)")(
       "topology", po::value<std::string>(),
       "--clock simulated: a two-level cluster instead of per-pair links, a preset (8xA100-4x200G, 8xH100-8x400G, "
-      "4xV100-1x100G) and/or workers=,intra=,intra_latency=,nic=,nics=,nic_latency=,oversubscription=")(
+      "4xV100-1x100G) and/or workers=,intra=,intra_latency=,nic=,nics=,nic_latency=,oversubscription=, "
+      "nodes_per_rack= (a leaf/spine fat-tree whose leaf uplinks carry the rack's NICs / oversubscription)")(
       "threshold", po::value<std::string>()->default_value("table"),
       "auto: recursive doubling below this size and the ring above, or table: the measured table")(
       "segment", po::value<std::string>()->default_value("auto"),
