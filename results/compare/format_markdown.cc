@@ -190,7 +190,7 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
     const std::string compressor =
         p.compressor.empty()
             ? "-"
-            : p.compressor + " " + p.compressor_version + " (ABI " + p.compressor_abi + ", " + p.compressor_path +
+            : p.compressor + " " + p.compressor_version + " (ABI " + p.compressor_abi + ", " + p.compressor_file +
                   (p.compressor_sha256.empty() ? "" : ", sha256 " + detail::shortHash(p.compressor_sha256)) + ")" +
                   (p.other_plugins.empty() ? "" : "; " + p.other_plugins);
     // The clock belongs with the transport: a simulated run's times are its platform's (DESIGN.md section 9).

@@ -2,6 +2,7 @@
 #include "results/compare/provenance.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "results/compare/text.h"
 #include "results/result_writer.h"
@@ -39,6 +40,18 @@ std::string resolvedText(const Json& plugin) {
   return r->empty() ? "(none)" : objectText(r);
 }
 
+// Which file a plugin record names, as the tables show it: its file name and where the loader found it ("build tree",
+// "install", "plugin path", "path"), e.g. "terse_compressor_topk.so [build tree]". Not the absolute path: the table is
+// committed beside the study (results/reference/) and read on other machines, where the SHA-256 beside it says whether
+// two runs loaded the same file and the directory would only name the machine that made it. The run folder's own
+// provenance.json keeps the full path.
+std::string pluginFileText(const Json& plugin) {
+  const std::string path = getString(plugin, "path").value_or("");
+  if (path.empty()) return "";
+  const std::string origin = getString(plugin, "origin").value_or("");
+  return std::filesystem::path(path).filename().string() + (origin.empty() ? "" : " [" + origin + "]");
+}
+
 }  // namespace
 
 std::string shortHash(const std::string& h) {
@@ -74,7 +87,7 @@ ProvenanceRow provenanceRow(const RunData& run) {
         r.compressor = str(pl, "name");
         r.compressor_version = str(pl, "version");
         if (auto abi = getNumber(pl, "abi_version")) r.compressor_abi = "v" + fixed(*abi, 0);
-        r.compressor_path = str(pl, "path");
+        r.compressor_file = pluginFileText(pl);
         r.caps = objectText(findMember(pl, "caps"));
         r.params = objectText(findMember(pl, "params"));
         r.compressor_sha256 = str(pl, "sha256");
@@ -84,7 +97,7 @@ ProvenanceRow provenanceRow(const RunData& run) {
         const std::string resolved = resolvedText(pl);
         r.other_plugins +=
             (r.other_plugins.empty() ? "" : "; ") + str(pl, "kind") + " " + str(pl, "name") + " " + str(pl, "version") +
-            " " + str(pl, "path") + (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
+            " " + pluginFileText(pl) + (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
             (params.empty() ? "" : " " + params) + (resolved.empty() ? "" : " (resolved: " + resolved + ")");
       }
     }
@@ -102,7 +115,7 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"compressor", &ProvenanceRow::compressor},
           {"compressor_version", &ProvenanceRow::compressor_version},
           {"compressor_abi", &ProvenanceRow::compressor_abi},
-          {"compressor_path", &ProvenanceRow::compressor_path},
+          {"compressor_file", &ProvenanceRow::compressor_file},
           {"compressor_sha256", &ProvenanceRow::compressor_sha256},
           {"caps", &ProvenanceRow::caps},
           {"params", &ProvenanceRow::params},

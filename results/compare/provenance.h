@@ -12,7 +12,9 @@ namespace terse::results::detail {
 
 struct ProvenanceRow {
   std::string study, variant, state, config_sha256, git_commit, terse_version, host, start_time, transport, mode;
-  std::string world_size, link, compressor, compressor_version, compressor_abi, compressor_path, caps, params;
+  std::string world_size, link, compressor, compressor_version, compressor_abi, compressor_file, caps, params;
+  // compressor_file: the plugin's file name and where the loader found it, "terse_compressor_topk.so [build tree]";
+  // the run folder's provenance.json has the full path.
   std::string compressor_sha256;  // of the plugin file; empty for runs recorded before plugin hashes existed
   // Every parameter the compressor used, defaults included, as it reported them; "defaults not reported" for a
   // plugin without terse_compressor_resolved_params_v1; empty for runs recorded before the field existed.

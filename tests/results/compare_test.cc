@@ -471,8 +471,12 @@ TEST(PluginHash, RecordedPerRunAndWarnedWhenTheFileChanged) {
   const std::string md = provenanceTableMarkdown(runs);
   EXPECT_NE(md.find("sha256 " + before.substr(0, 12) + ")"), std::string::npos) << md;
   EXPECT_EQ(md.find(before.substr(0, 13)), std::string::npos) << "shortened to 12 digits: " << md;
+  // The file by name and origin, not by this machine's directories: the tables are committed and read elsewhere.
+  EXPECT_NE(md.find("terse_compressor_mine.so [build tree], sha256 "), std::string::npos) << md;
+  EXPECT_EQ(md.find(root.string()), std::string::npos) << md;
   const std::string csv = provenanceTableCsv(runs);
   EXPECT_NE(csv.find(after), std::string::npos) << csv;  // the full hash in the machine-readable table
+  EXPECT_EQ(csv.find(root.string()), std::string::npos) << csv;
 }
 
 // Runs recorded before plugin hashes (or whose plugin file is gone) read as before: no hash, no warning.
