@@ -79,7 +79,7 @@ __global__ void decodeKernel(const std::byte* __restrict__ payload, Prefix expec
                              uint64_t n, bool accumulate, uint32_t* status) {
   using Wire = typename Math::Wire;
   static_assert(sizeof(Prefix::bytes) <= kThreads, "every prefix byte needs a thread of the block");
-  const bool mine = threadIdx.x >= expected.size || payload[threadIdx.x] == expected.bytes[threadIdx.x];
+  const bool mine = threadIdx.x >= expected.size || payload[threadIdx.x] == prefixByte(expected, threadIdx.x);
   if (!__syncthreads_and(mine)) {
     if (blockIdx.x == 0 && threadIdx.x == 0) raiseStatus(status);
     return;
