@@ -23,39 +23,54 @@ namespace terse::kit::device {
 inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
 
 inline constexpr unsigned kCodeTile = 4 * kThreads;  // elements per block iteration of quantizeKernel
-inline constexpr unsigned kGroupsPerTile = kCodeTile / sdk::bitpack::kGroup;
-static_assert(kCodeTile % sdk::bitpack::kGroup == 0 && kGroupsPerTile <= kThreads);
+static_assert(kCodeTile % sdk::bitpack::kGroup == 0, "a tile is whole groups, so its words start on a word");
+
+// Bits [32 m, 32 m + 32) of the little-endian stream of the W-bit codes in `codes` (bitpack.hpp's layout: code j at
+// bits [j W, j W + W)). On a little-endian machine that is 32-bit word m of the packed stream, the low or high half of
+// 64-bit word m / 2, so words assembled this way are bitpack::packGroup's words, byte for byte.
+template <unsigned W>
+__device__ __forceinline__ uint32_t streamWord(const uint32_t* codes, unsigned m) {
+  constexpr uint32_t kMask = sdk::bitpack::lowMask(W);
+  const unsigned first_bit = 32 * m;
+  uint32_t word = 0;
+  for (unsigned j = first_bit / W; j * W < first_bit + 32; ++j) {
+    const uint64_t code = codes[j] & kMask;
+    const unsigned at = j * W;  // may start below the word: its low bits belong to word m - 1
+    word |= static_cast<uint32_t>(at >= first_bit ? code << (at - first_bit) : code >> (first_bit - at));
+  }
+  return word;
+}
 
 // One thread per 4 elements: one 16-byte load, one Philox block (counter i / 4: elements 4k .. 4k+3 draw words 0..3 of
-// block k, the layout of the host's groupRandomBits), four codes. The codes meet in shared memory, where one thread per
-// 64-element group packs them with the host's bitpack::packGroup<W> (a short last group with packTail<W>, which zeroes
-// the padding bits), so every payload word is written and each exactly once.
+// block k, the layout of the host's groupRandomBits), four codes into shared memory (zero past numel, the padding
+// bits bitpack::packTail leaves zero). Then every thread assembles whole 32-bit words of the tile's stream, 32 W of
+// them per tile, and stores each once. A tile of kCodeTile codes starts on a 64-bit word (kCodeTile W is a multiple of
+// 64), and the store stops at bitpack::wordCount(numel, W) words, so the payload is the host's, word for word.
+// (Packing one 64-code group per thread, as the host does, left 240 of 256 threads idle and put W words per thread in
+// local memory: compress ran at a third of a device copy on an H100.)
 template <unsigned W, class Coder>
 __global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, sdk::PhiloxStream rng, Coder coder,
                                uint64_t* __restrict__ words) {
-  constexpr unsigned kGroup = sdk::bitpack::kGroup;
+  constexpr unsigned kTileWords32 = kCodeTile * W / 32;
+  // streamWord reads codes up to index (32 m + 31) / W, which for the tile's last word is kCodeTile - 1.
   __shared__ uint32_t codes[kCodeTile];
+  uint32_t* out32 = reinterpret_cast<uint32_t*>(words);
+  const uint64_t total32 = 2 * sdk::bitpack::wordCount(numel, W);
   const uint64_t tiles = (numel + kCodeTile - 1) / kCodeTile;
   for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // block-uniform: __syncthreads below is safe
     const uint64_t i0 = tile * kCodeTile + 4 * threadIdx.x;
+    uint32_t c[4] = {0, 0, 0, 0};
     if (i0 < numel) {
       float v[4];
       loadQuad(x, i0, numel, v);
       const auto r = rng.block(i0 / 4);
-      for (unsigned j = 0; j < 4 && i0 + j < numel; ++j) codes[4 * threadIdx.x + j] = coder(i0 + j, v[j], r.v[j]);
+      for (unsigned j = 0; j < 4 && i0 + j < numel; ++j) c[j] = coder(i0 + j, v[j], r.v[j]);
     }
+    for (unsigned j = 0; j < 4; ++j) codes[4 * threadIdx.x + j] = c[j];
     __syncthreads();
-    if (threadIdx.x < kGroupsPerTile) {
-      const uint64_t g = tile * kGroupsPerTile + threadIdx.x;
-      const uint64_t first = g * kGroup;
-      if (first < numel) {
-        const uint32_t* c = codes + kGroup * threadIdx.x;
-        if (numel - first >= kGroup) {
-          sdk::bitpack::packGroup<W>(c, words + g * W);
-        } else {
-          sdk::bitpack::packTail<W>(c, static_cast<unsigned>(numel - first), words + g * W);
-        }
-      }
+    const uint64_t base32 = tile * kTileWords32;
+    for (unsigned m = threadIdx.x; m < kTileWords32 && base32 + m < total32; m += blockDim.x) {
+      out32[base32 + m] = streamWord<W>(codes, m);
     }
     __syncthreads();  // the next tile rewrites the codes
   }
