@@ -2,6 +2,7 @@
 #include "core/sim/runtime.h"
 
 #include <time.h>
+#include <simgrid/Exception.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Engine.hpp>
@@ -263,25 +264,28 @@ std::unique_ptr<rt::ThreadImpl> SimRuntime::startThread(const std::string& name,
   }
   // A new thread is as slow as the one that started it (a straggler's helper threads run on the same slow device).
   const double slowdown = sg4::Actor::is_maestro() ? 1.0 : self().slowdown;
-  sg4::ActorPtr actor = makeActor(name, host, slowdown, std::move(fn));
+  sg4::ActorPtr actor = makeActor(name, host, slowdown, false, std::move(fn));
   resume();
   return std::make_unique<SimThread>(*this, std::move(actor));
 }
 
-void SimRuntime::spawnDetached(const std::string& name, sg4::Host* host, std::function<void()> fn) {
+void SimRuntime::spawnDaemon(const std::string& name, sg4::Host* host, std::function<void()> fn) {
   settle();
-  makeActor(name, host, 1.0, std::move(fn));
+  makeActor(name, host, 0.0, true, std::move(fn));
   resume();
 }
 
-sg4::ActorPtr SimRuntime::makeActor(const std::string& name, sg4::Host* host, double slowdown,
+sg4::ActorPtr SimRuntime::makeActor(const std::string& name, sg4::Host* host, double slowdown, bool daemon,
                                     std::function<void()> fn) {
-  return sg4::Actor::create(name, host, [this, name, slowdown, fn = std::move(fn)] {
+  return sg4::Actor::create(name, host, [this, name, slowdown, daemon, fn = std::move(fn)] {
     const auto id = static_cast<std::size_t>(sg4::this_actor::get_pid());
     if (id >= actors_.size()) actors_.resize(id + 1);
     actors_[id] = ActorClock{cpuMark(), 0, slowdown, true};
+    if (daemon) sg4::Actor::self()->daemonize();
     try {
       fn();
+    } catch (const simgrid::ForcefulKillException&) {
+      throw;  // SimGrid ending the actor (a daemon at the end of the run): it must unwind through
     } catch (const std::exception& e) {
       // std::thread would terminate; a simulation ends with the reason instead.
       fatal_("thread '" + name + "' ended with an uncaught exception: " + e.what());

@@ -61,9 +61,10 @@ class SimRuntime final : public rt::Backend {
   void uncounted(const std::function<void()>& fn) override;
   void setSlowdown(double factor) override;
   void work(double flops) override;
-  // Runs fn on a new actor on `host` that nobody joins (core/sim/network.h: a frame's arrival notice). It must end on
-  // its own before the simulation does.
-  void spawnDetached(const std::string& name, simgrid::s4u::Host* host, std::function<void()> fn);
+  // Runs fn on a new daemon actor on `host` (core/sim/network.h: the courier of arrival notices): nobody joins it,
+  // SimGrid ends it once the run's other actors have ended, and its computation is not charged (it stands for no
+  // device's work: a NIC ringing a doorbell).
+  void spawnDaemon(const std::string& name, simgrid::s4u::Host* host, std::function<void()> fn);
 
   // Around the SimGrid calls an actor makes: settle() turns the computation since the last call into simulated time
   // (sleeping it; short ones are carried over), resume() starts measuring the next computation once a call that may
@@ -82,11 +83,12 @@ class SimRuntime final : public rt::Backend {
   struct ActorClock {
     double mark = 0;      // the thread's CPU seconds when the actor last resumed
     double pending = 0;   // measured but not yet slept, simulated seconds
-    double slowdown = 1;  // a straggler's factor
+    double slowdown = 1;  // a straggler's factor; 0 for an uncharged daemon (spawnDaemon)
     bool live = false;    // the actor exists (an entry of a pid not yet seen, or of an ended actor, does not)
   };
-  // The actor of a thread, as slow as `slowdown` (its starter's), measured and ended as runtime.h says.
-  simgrid::s4u::ActorPtr makeActor(const std::string& name, simgrid::s4u::Host* host, double slowdown,
+  // The actor of a thread, as slow as `slowdown` (its starter's; 0: uncharged), measured and ended as runtime.h says;
+  // a daemon if `daemon`.
+  simgrid::s4u::ActorPtr makeActor(const std::string& name, simgrid::s4u::Host* host, double slowdown, bool daemon,
                                    std::function<void()> fn);
   ActorClock& self();
   void account(ActorClock& a);

@@ -3,7 +3,9 @@
 #include "core/sim/simulation.h"
 
 #include <gtest/gtest.h>
+#include <simgrid/s4u/Actor.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -111,6 +113,64 @@ TEST(Simulation, NicEgressIsSharedByTwoFlows) {
   });
   const double expect = 2.0 * static_cast<double>(comm::frameWireBytes(1 << 20)) * 8 / 1e9;
   EXPECT_NEAR(std::stod(r), expect, expect * 1e-6);
+}
+
+TEST(Simulation, ADoorbellRingsAtEachArrivalWithoutAnActorPerFrame) {
+  // Rank 0 sends frames to rank 1 one after the other (each send completes when its frame lands), so frame k lands at
+  // k frame times; a watcher on rank 1 waits on its doorbell and must see the k-th ring at that instant. The arrival
+  // notices come from SimGrid's network signal through one courier actor (core/sim/network.h): a thread started after
+  // the frames gets the next actor id but for that courier, where an actor per frame would have used one id each.
+  constexpr int kFrames = 40;
+  constexpr uint64_t kBytes = 10000;
+  const std::string r = runSimulation(options(2, "bandwidth=1Gbps,latency=50us"), [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(2, io);
+    comm::ActivityBell* bell = t[1]->activityBell();
+    if (bell == nullptr) throw std::runtime_error("no doorbell in simulated time");
+    auto probePid = [] {
+      long pid = 0;
+      rt::Thread probe(
+          "probe", [&] { pid = simgrid::s4u::this_actor::get_pid(); }, 0);
+      probe.join();
+      return pid;
+    };
+    const long pid_before = probePid();
+    const rt::Clock::time_point t0 = rt::now();
+    std::vector<std::pair<uint64_t, double>> seen;  // (rings, when the watcher saw them)
+    rt::Thread watcher(
+        "watcher",
+        [&] {
+          uint64_t rings = 0;
+          while (rings < kFrames) {
+            bell->waitUntil(rings, rt::Clock::time_point::max());
+            rings = bell->rings();
+            seen.emplace_back(rings, since(t0));
+          }
+        },
+        1);
+    std::vector<std::byte> src(kBytes, std::byte{1});
+    for (int k = 0; k < kFrames; ++k) t[0]->send(1, comm::FrameMeta{comm::OpKind::kP2P, 1, 0}, src);
+    watcher.join();
+    const long pid_after = probePid();
+    const double frame = 50e-6 + static_cast<double>(comm::frameWireBytes(kBytes)) * 8 / 1e9;
+    double worst = 0;
+    for (const auto& [rings, when] : seen) worst = std::max(worst, std::abs(when - static_cast<double>(rings) * frame));
+    std::ostringstream out;
+    out << seen.size() << " " << seen.back().first << " " << worst << " " << pid_after - pid_before;
+    return out.str();
+  });
+  std::istringstream in(r);
+  std::size_t observations = 0;
+  uint64_t rings = 0;
+  double worst = 0;
+  long pids = 0;
+  in >> observations >> rings >> worst >> pids;
+  EXPECT_EQ(rings, static_cast<uint64_t>(kFrames)) << r;
+  EXPECT_EQ(observations, static_cast<std::size_t>(kFrames)) << "one ring per arrival, each seen alone: " << r;
+  EXPECT_LT(worst, 1e-9) << r;
+  // The watcher, the courier and the second probe: 3 ids whatever kFrames.
+  EXPECT_EQ(pids, 3) << r;
 }
 
 TEST(Simulation, ComputationBecomesSimulatedTimeTimesScale) {
