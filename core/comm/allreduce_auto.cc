@@ -1,6 +1,7 @@
 #include "core/comm/allreduce_auto.h"
 
 #include <algorithm>
+#include <bit>
 #include <span>
 
 namespace terse::comm {
@@ -31,9 +32,16 @@ constexpr std::span<const Band> kTable[] = {kWorld2, kWorld3, kWorld4, kWorld5, 
 
 }  // namespace
 
+uint64_t halvingDoublingCrossover(int world) noexcept {
+  const auto n = static_cast<uint64_t>(world);
+  const auto rounds = static_cast<uint64_t>(std::bit_width(n - 1));  // ceil(log2 n)
+  return (uint64_t{1024} * kKiB) * (n - 1 - rounds) / 4;
+}
+
 AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept {
   if (world <= 1) return kRing;
-  const std::span<const Band> row = kTable[static_cast<std::size_t>(std::min(world, 8) - 2)];
+  if (world > 8) return bytes < halvingDoublingCrossover(world) ? kHd : kRing;
+  const std::span<const Band> row = kTable[static_cast<std::size_t>(world - 2)];
   for (const Band& b : row)
     if (bytes < b.below) return b.algo;
   return row.back().algo;

@@ -4,8 +4,15 @@
 // (SimGrid, so host CPU contention does not enter the times) for every algorithm, 2..8 ranks and 4 KiB..64 MiB, on
 // single-port links of 10 Gbps / 5 us (per-pair wires with per-rank NIC egress and ingress caps of the same bandwidth),
 // and allreduce_auto.cc keeps, for each world size, the fastest algorithm's size range (results/reference/collectives/
-// README.md has the table and the measurements). Beyond 8 ranks the 8-rank row is used. It is a property of that
-// network: on another one, name the algorithm (config `collectives.allreduce`, `--algo`) or rerun the study.
+// README.md has the table and the measurements). It is a property of that network: on another one, name the algorithm
+// (config `collectives.allreduce`, `--algo`) or rerun the study.
+//
+// Beyond 8 ranks (no row: the study stops there, a simulated world does not) halving-doubling is picked below
+// halvingDoublingCrossover(n) and the ring above. In the latency-bandwidth model both move 2 (n-1)/n of the message
+// per rank, and halving-doubling saves ((n - 1) - ceil(log2 n)) latencies over the ring; what the ring wins back at
+// large messages grows with the message. So the crossover is taken proportional to the latencies saved, scaled from
+// the 8-rank row's (1 MiB for 4 latencies saved): 2.75 MiB at 16 ranks, 6.5 MiB at 32, 253 MiB at 1,024. Simulated
+// benches on the study's network put the measured crossover at 2 MiB (16 ranks) and 8 MiB (32 ranks).
 #pragma once
 
 #include <cstdint>
@@ -16,5 +23,8 @@ namespace terse::comm {
 
 // A flat algorithm (never kAuto or kHierarchical) for `bytes` bytes among `world` ranks; the same on every rank.
 AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept;
+
+// Below how many bytes a flat world of more than 8 ranks takes halving-doubling (see above).
+uint64_t halvingDoublingCrossover(int world) noexcept;
 
 }  // namespace terse::comm

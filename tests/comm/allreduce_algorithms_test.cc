@@ -162,6 +162,19 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   }
   EXPECT_EQ(measuredAllreduceChoice(64, 1 << 30), measuredAllreduceChoice(8, 1 << 30));
   EXPECT_EQ(measuredAllreduceChoice(1, 1024), AllreduceAlgorithm::kRing);
+  // Past the table: halving-doubling below a crossover that grows with the latencies it saves, the ring above.
+  const uint64_t mib = uint64_t{1} << 20;
+  EXPECT_EQ(halvingDoublingCrossover(8), mib) << "the extrapolation starts from the 8-rank row's crossover";
+  EXPECT_EQ(halvingDoublingCrossover(16), 11 * mib / 4);
+  EXPECT_EQ(halvingDoublingCrossover(1024), 1013 * mib / 4);
+  EXPECT_EQ(halvingDoublingCrossover(9), 4 * mib / 4) << "ceil(log2 9) = 4";
+  EXPECT_EQ(measuredAllreduceChoice(16, 2 * mib), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(measuredAllreduceChoice(16, 3 * mib), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(measuredAllreduceChoice(1024, 100 * mib), AllreduceAlgorithm::kHalvingDoubling);
+  for (int n = 9; n < 2048; ++n) EXPECT_LE(halvingDoublingCrossover(n), halvingDoublingCrossover(n + 1)) << n;
+  World twelve(12);  // a flat world past the table follows the extrapolation: (11 - 4) / 4 = 1.75 MiB
+  EXPECT_EQ(twelve.comms[0]->algorithmFor(mib), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(twelve.comms[0]->algorithmFor(2 * mib), AllreduceAlgorithm::kRing);
   const std::size_t count = 70000;  // 280 KB of f32
   World world(8);
   const auto in = testing::makeInputs(8, count, DType::kF32, 3);

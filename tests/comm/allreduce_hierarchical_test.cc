@@ -118,6 +118,10 @@ TEST(Hierarchical, AutoPicksItForLargeMessagesOnMoreThanOneNode) {
     EXPECT_EQ(one_node.comms[0]->algorithmFor(bytes), measuredAllreduceChoice(4, bytes));
   }
   EXPECT_TRUE(hierarchical) << "the table never picks the ring at 8 ranks";
+  // Past 8 ranks on several nodes the 8-rank row still decides: the extrapolation for flat worlds would hand the
+  // hierarchical allreduce's messages (up to 253 MiB at 1,024 ranks) to a flat halving-doubling.
+  World sixteen(16, options);
+  EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{2} << 20), AllreduceAlgorithm::kHierarchical);
   EXPECT_EQ(parseAllreduceAlgorithm("hierarchical"), AllreduceAlgorithm::kHierarchical);
   EXPECT_EQ(allreduceAlgorithmName(AllreduceAlgorithm::kHierarchical), "hierarchical");
 }
