@@ -146,16 +146,19 @@ TEST(AsyncRunner, AWorkerClipsItsGradientBeforeThePush) {
 TEST(AsyncRunner, AWorkerAccumulatesItsMicroBatchesAndPushesOnce) {
   // One worker, s = 0: two micro-batches of 16 are one batch of 32 (the same examples; the step plan, the evaluation
   // points and the learning-rate schedule count accumulated steps), and so is sync with the same accumulation.
-  const std::string text =
-      "study: \"accumulate\"\n"
-      "workload { name: \"mlp\" hidden_sizes: [32] }\n"
-      "data { batch_size: 16 train_subset: 1000 test_subset: 500 }\n"
-      "optimizer { lr: 0.1 warmup_steps: 4 }\n"
-      "workers: 1\nepochs: 1\neval { every_steps: 8 }\nseed: 3\ngradient_accumulation_steps: 2\n"
-      "variants { name: \"ssp0-k2\" overrides { mode: SSP } }\n"
-      "variants { name: \"sync-k2\" overrides { mode: SYNC } }\n"
-      "variants { name: \"ssp0-b32\" overrides { mode: SSP gradient_accumulation_steps: 1 data { batch_size: 32 } } "
-      "}\n";
+  const std::string text = R"(study: "accumulate"
+workload { name: "mlp" hidden_sizes: [32] }
+data { batch_size: 16 train_subset: 1000 test_subset: 500 }
+optimizer { lr: 0.1 warmup_steps: 4 }
+workers: 1
+epochs: 1
+eval { every_steps: 8 }
+seed: 3
+gradient_accumulation_steps: 2
+variants { name: "ssp0-k2" overrides { mode: SSP } }
+variants { name: "sync-k2" overrides { mode: SYNC } }
+variants { name: "ssp0-b32" overrides { mode: SSP gradient_accumulation_steps: 1 data { batch_size: 32 } } }
+)";
   const auto runs = runAll(text, "accumulate");
   const auto& big = runs.at("ssp0-b32").records;
   ASSERT_EQ(big.size(), 4u);  // 32 steps of 32 examples (the last of 8): evaluations at steps 8, 16, 24 and 32
