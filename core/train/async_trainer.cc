@@ -55,14 +55,51 @@ void clipToNorm(std::span<float> grad, double max_norm) {
   for (float& g : grad) g *= f;
 }
 
+// Forward and backward over a step's micro-batches with their gradients in `flat`: the micro-batches' gradients
+// weighted by their lengths, the gradient of the mean loss over all their examples (SyncTrainer's accumulation).
+// Returns that mean loss. rows (empty: not wanted): per tensor, the union of the micro-batches' grad_rows.
+double computeGradient(Workload& workload, std::span<const std::vector<int64_t>> micro, std::span<float> flat,
+                       std::vector<std::vector<int64_t>>& rows) {
+  std::size_t examples = 0;
+  for (const auto& b : micro) examples += b.size();
+  for (auto& r : rows) r.clear();
+  double loss = 0;
+  for (std::size_t m = 0; m < micro.size(); ++m) {
+    const double weight =
+        micro.size() == 1 ? 1.0 : static_cast<double>(micro[m].size()) / static_cast<double>(examples);
+    loss += weight * workload.forwardBackward(micro[m], {});
+    const auto params = workload.params();
+    for (std::size_t t = 0; t < rows.size(); ++t)
+      rows[t].insert(rows[t].end(), params[t].grad_rows.begin(), params[t].grad_rows.end());
+    if (micro.size() == 1) {
+      copyGradsOut(params, flat);
+      break;
+    }
+    const auto w = static_cast<float>(weight);
+    std::size_t at = 0;
+    for (const auto& p : params) {
+      float* a = flat.data() + at;
+      for (std::size_t i = 0; i < p.numel(); ++i) a[i] = m == 0 ? w * p.grad[i] : a[i] + w * p.grad[i];
+      at += p.numel();
+    }
+    rt::work(2 * static_cast<double>(flat.size()));  // FLOP model: the accumulation's multiply-add
+  }
+  chargeForwardBackward(workload, examples);
+  return loss;
+}
+
 }  // namespace
 
-StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last) {
+StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last,
+                   int64_t accumulation_steps) {
   TERSE_CHECK(batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << batch_size);
   TERSE_CHECK(epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << epochs);
+  TERSE_CHECK(accumulation_steps >= 1, InvalidArgument,
+              "gradient_accumulation_steps must be >= 1, got " << accumulation_steps);
   const ShardSampler sampler(num_examples, 0, num_workers, 0);
   StepPlan p;
   p.steps_per_epoch = sampler.batchesPerEpoch(batch_size, drop_last);
+  p.steps_per_epoch = (p.steps_per_epoch + accumulation_steps - 1) / accumulation_steps;
   TERSE_CHECK(
       p.steps_per_epoch >= 1, InvalidArgument,
       "a shard of " << sampler.shardSize() << " examples holds no full batch of " << batch_size << " (drop_last)");
@@ -113,20 +150,26 @@ std::pair<double, int64_t> LossLog::sum(int64_t from, int64_t to) const {
 WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, const AsyncTrainerOptions& options)
     : options_(options),
       sampler_(num_examples, worker, num_workers, options.seed),
-      plan_(planSteps(num_examples, num_workers, options.batch_size, options.epochs, options.drop_last)) {
+      plan_(planSteps(num_examples, num_workers, options.batch_size, options.epochs, options.drop_last,
+                      options.accumulation_steps)) {
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
   TERSE_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), InvalidArgument,
               "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
 }
 
-const std::vector<int64_t>& WorkerBatches::batch(int64_t step) {
+std::span<const std::vector<int64_t>> WorkerBatches::micro(int64_t step) {
   const int64_t epoch = step / plan_.steps_per_epoch;
   if (epoch != batches_epoch_) {
     epoch_batches_ = sampler_.epochBatches(epoch, options_.batch_size, options_.drop_last);
     batches_epoch_ = epoch;
   }
-  return epoch_batches_.at(static_cast<std::size_t>(step % plan_.steps_per_epoch));
+  // accumulation_steps consecutive batches, fewer at the end of an epoch (the sync trainer's grouping).
+  const auto k = static_cast<std::size_t>(options_.accumulation_steps);
+  const std::size_t first = static_cast<std::size_t>(step % plan_.steps_per_epoch) * k;
+  TERSE_CHECK(first < epoch_batches_.size(), InternalError, "step " << step << " past its epoch's batches");
+  return std::span<const std::vector<int64_t>>(epoch_batches_)
+      .subspan(first, std::min(k, epoch_batches_.size() - first));
 }
 
 // ---- AsyncWorker ----
@@ -138,6 +181,23 @@ AsyncWorker::AsyncWorker(Workload& workload, ParamServerClient& client, int work
       options_(options),
       batches_(workload.numTrainExamples(), worker, num_workers, options) {
   flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
+  const PsPlan& plan = client.plan();
+  const auto params = workload.params();
+  for (std::size_t t = 0; t < plan.row_length.size(); ++t) {
+    if (plan.row_length[t] == 0) continue;
+    TERSE_CHECK(t < params.size() && params[t].row_sparse && params[t].rowLength() == plan.row_length[t],
+                InvalidArgument,
+                "async worker: the parameter server's plan has tensor " << t << " row-sparse with rows of "
+                                                                        << plan.row_length[t]
+                                                                        << " elements; the workload does not report "
+                                                                           "it so");
+    sparse_ = true;
+  }
+  if (sparse_) {
+    pull_rows_.resize(params.size());
+    push_rows_.resize(params.size());
+    scratch_.resize(params.size());
+  }
 }
 
 AsyncStepRecord AsyncWorker::step() {
@@ -145,24 +205,32 @@ AsyncStepRecord AsyncWorker::step() {
   AsyncStepRecord rec;
   rec.step = next_step_;
   rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
-  const auto& batch = batches_.batch(rec.step);
+  const auto micro = batches_.micro(rec.step);
   const auto step = static_cast<uint64_t>(rec.step);
 
   const auto t0 = rt::now();
+  // Row-sparse tensors: pull only the rows this step's forward reads, when the workload can say which.
+  bool sparse_pull = sparse_;
+  for (auto& r : pull_rows_) r.clear();
+  for (std::size_t m = 0; sparse_pull && m < micro.size(); ++m) {
+    sparse_pull = workload_.forwardRows(micro[m], scratch_);
+    for (std::size_t t = 0; sparse_pull && t < scratch_.size(); ++t)
+      pull_rows_[t].insert(pull_rows_[t].end(), scratch_[t].begin(), scratch_[t].end());
+  }
   // The shards hold this pull while SSP says the worker is too far ahead of the slowest.
-  client_.pull(step, flat_);
+  client_.pull(
+      step, flat_,
+      sparse_pull ? std::span<const std::vector<int64_t>>(pull_rows_) : std::span<const std::vector<int64_t>>());
   copyValuesIn(workload_.params(), flat_);
   const auto t1 = rt::now();
   stragglerSleep(options_.slowdown, last_raw_compute_s_);
   const auto t1_work = rt::now();
-  rec.loss = workload_.forwardBackward(batch, {});
-  chargeForwardBackward(workload_, batch.size());
+  rec.loss = computeGradient(workload_, micro, flat_, push_rows_);
   const auto t2 = rt::now();
   losses_.append(rec.loss);
-  copyGradsOut(workload_.params(), flat_);
   clipToNorm(flat_, options_.clip_grad_norm);
   const double encode_before = client_.encodeSeconds();
-  client_.push(step, flat_);
+  client_.push(step, flat_, push_rows_);
   const auto t3 = rt::now();
 
   last_raw_compute_s_ = seconds(t1_work, t2);
@@ -238,17 +306,17 @@ AsyncStepRecord HogwildWorker::step() {
   AsyncStepRecord rec;
   rec.step = next_step_;
   rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
-  const auto& batch = batches_.batch(rec.step);
+  const auto micro = batches_.micro(rec.step);
   const auto t0 = rt::now();
   const uint64_t version = shared_.version();
   shared_.read(flat_);
   copyValuesIn(workload_.params(), flat_);
   stragglerSleep(options_.slowdown, last_raw_compute_s_);
   const auto t1 = rt::now();
-  rec.loss = workload_.forwardBackward(batch, {});
+  std::vector<std::vector<int64_t>> no_rows;
+  rec.loss = computeGradient(workload_, micro, flat_, no_rows);
   const auto t2 = rt::now();
   losses_.append(rec.loss);
-  copyGradsOut(workload_.params(), flat_);
   clipToNorm(flat_, options_.clip_grad_norm);
   shared_.apply(flat_, rec.step, version);
   const auto t3 = rt::now();

@@ -42,6 +42,10 @@ struct AsyncTrainerOptions {
   // (applied, in Hogwild), norm being its L2 norm over all tensors (torch.nn.utils.clip_grad_norm_ on the worker's
   // gradient). Sync clips the aggregate instead (SyncTrainerOptions::clip_grad_norm): the same with one worker.
   double clip_grad_norm = 0;
+  // Micro-batches of batch_size examples per step: their gradients are accumulated on the worker (weighted by their
+  // lengths, as the sync trainer does) and pushed (applied, in Hogwild) once, so a step is one batch of
+  // accumulation_steps x batch_size examples and staleness counts pushes. >= 1.
+  int64_t accumulation_steps = 1;
 };
 
 // Per-step accounting. times.comm_s is the time in pull and push minus the encoding inside push
@@ -72,7 +76,9 @@ struct StepPlan {
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;
 };
-StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last);
+// With accumulation_steps k, a step is k consecutive batches (fewer at an epoch's end, as in the sync trainer).
+StepPlan planSteps(int64_t num_examples, int num_workers, int64_t batch_size, int64_t epochs, bool drop_last,
+                   int64_t accumulation_steps = 1);
 
 // A worker's batches in the sync trainer's order (ShardSampler with rank = worker, world = workers) and its step
 // plan; checks the options both async workers share.
@@ -80,8 +86,8 @@ class WorkerBatches {
  public:
   WorkerBatches(int64_t num_examples, int worker, int num_workers, const AsyncTrainerOptions& options);
   const StepPlan& plan() const { return plan_; }
-  // The batch of this worker's step `step` (drawing the epoch's batches when an epoch starts).
-  const std::vector<int64_t>& batch(int64_t step);
+  // The micro-batches of this worker's step `step` (drawing the epoch's batches when an epoch starts).
+  std::span<const std::vector<int64_t>> micro(int64_t step);
 
  private:
   AsyncTrainerOptions options_;
@@ -94,7 +100,12 @@ class WorkerBatches {
 class AsyncWorker {
  public:
   // The client must be this worker's (client worker index == worker). Throws InvalidArgument for a model whose
-  // parameter count differs from the plan's, or a shard too small for one batch.
+  // parameter count differs from the plan's, a tensor the plan has row-sparse that the workload does not report so
+  // (with the same row length), or a shard too small for one batch.
+  //
+  // Row-sparse tensors (the plan's, PsPlan::row_length): the worker pushes the rows the workload reports in grad_rows
+  // (the union over a step's micro-batches) and, when the workload can say which rows the step's forward reads
+  // (Workload::forwardRows), pulls only those; otherwise it pulls them whole.
   AsyncWorker(Workload& workload, ParamServerClient& client, int worker, int num_workers, AsyncTrainerOptions options);
 
   bool finished() const { return next_step_ >= batches_.plan().total_steps; }
@@ -116,7 +127,9 @@ class AsyncWorker {
   AsyncTrainerOptions options_;
   WorkerBatches batches_;
   int64_t next_step_ = 0;
-  std::vector<float> flat_;  // pulled parameters, then gradients
+  std::vector<float> flat_;                                            // pulled parameters, then gradients
+  bool sparse_ = false;                                                // the plan has row-sparse tensors
+  std::vector<std::vector<int64_t>> pull_rows_, push_rows_, scratch_;  // per tensor
   double last_raw_compute_s_ = 0;
   StepTimes totals_;
   LossLog losses_;

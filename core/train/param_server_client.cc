@@ -105,20 +105,56 @@ void ParamServerClient::exchange(const std::vector<int>& shards) {
   for (auto& p : pings) p.wait();
 }
 
-void ParamServerClient::pull(uint64_t step, std::span<float> params) {
+std::vector<uint32_t> ParamServerClient::pieceRowIds(const PsPiece& p,
+                                                     std::span<const std::vector<int64_t>> rows) const {
+  TERSE_CHECK(
+      p.tensor < rows.size(), InvalidArgument,
+      "parameter server client: rows given for " << rows.size() << " tensors, tensor " << p.tensor << " is row-sparse");
+  const uint64_t n = pieceTensorRows(plan_, p);
+  const auto [first, last] = pieceRows(plan_, p);
+  std::vector<uint32_t> ids;
+  for (int64_t r : rows[p.tensor]) {
+    TERSE_CHECK(r >= 0 && static_cast<uint64_t>(r) < n, InvalidArgument,
+                "parameter server client: row " << r << " of tensor " << p.tensor << " outside 0.." << n - 1);
+    if (static_cast<uint64_t>(r) >= first && static_cast<uint64_t>(r) < last) ids.push_back(static_cast<uint32_t>(r));
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<const std::vector<int64_t>> rows) {
   TERSE_CHECK(
       params.size() == plan_.total_numel, InvalidArgument,
       "parameter server client: pull into " << params.size() << " elements, the model has " << plan_.total_numel);
   std::vector<int> shards;
+  // Per shard, per piece: the rows asked for (kPullRows), empty for a dense piece or a dense pull.
+  std::vector<std::vector<std::vector<uint32_t>>> asked(out_.size());
   for (int k = 0; k < plan_.num_shards; ++k) {
     Outbox& o = *out_[static_cast<std::size_t>(k)];
     o.requests.clear();
-    if (plan_.shard_pieces[static_cast<std::size_t>(k)].empty()) continue;  // an empty shard serves nothing
+    const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
+    if (ids.empty()) continue;  // an empty shard serves nothing
+    auto& want = asked[static_cast<std::size_t>(k)];
+    std::vector<std::vector<uint32_t>> sparse_ids;  // per row-sparse piece of the shard
+    if (!rows.empty()) {
+      want.resize(ids.size());
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const PsPiece& p = plan_.pieces[ids[i]];
+        if (!isRowSparse(plan_, p)) continue;
+        want[i] = pieceRowIds(p, rows);
+        sparse_ids.push_back(want[i]);
+      }
+      if (sparse_ids.empty()) want.clear();  // a shard of dense pieces only: a plain pull
+    }
+    const std::vector<std::byte> body = encodePsRowPull(sparse_ids);
     PsRequestHeader h;
-    h.op = PsOp::kPull;
+    h.op = sparse_ids.empty() ? PsOp::kPull : PsOp::kPullRows;
     h.dtype = options_.pull_dtype;
     h.step = step;
+    h.payload_bytes = body.size();
     o.requests.emplace_back(kPsRequestHeaderBytes);
+    o.requests.back().insert(o.requests.back().end(), body.begin(), body.end());
     encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
     shards.push_back(k);
   }
@@ -129,17 +165,24 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params) {
     const std::byte* body = r.data() + kPsReplyHeaderBytes;
     if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body), h.payload_bytes));
     const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
-    TERSE_CHECK(h.dtype == options_.pull_dtype && h.piece == ids.size() &&
-                    h.payload_bytes == psPullBodyBytes(plan_, k, options_.pull_dtype),
-                InvalidPayload, "parameter server client: malformed pull reply from shard " << k);
-    const auto [b, e] = plan_.ranges[static_cast<std::size_t>(k)];
+    const auto& want = asked[static_cast<std::size_t>(k)];
+    const uint64_t expected = want.empty() ? psPullBodyBytes(plan_, k, options_.pull_dtype)
+                                           : psRowPullBodyBytes(plan_, k, want, options_.pull_dtype);
+    TERSE_CHECK(h.dtype == options_.pull_dtype && h.piece == ids.size() && h.payload_bytes == expected, InvalidPayload,
+                "parameter server client: malformed pull reply from shard " << k);
     std::vector<uint64_t> versions(ids.size());
-    decodePsPullBody(std::span<const std::byte>(body, h.payload_bytes), h.dtype, versions, params.subspan(b, e - b));
+    const std::span<const std::byte> b(body, h.payload_bytes);
+    if (want.empty()) {
+      const auto [from, to] = plan_.ranges[static_cast<std::size_t>(k)];
+      decodePsPullBody(b, h.dtype, versions, params.subspan(from, to - from));
+    } else {
+      decodePsRowPullBody(plan_, k, want, b, h.dtype, versions, params);
+    }
     for (std::size_t i = 0; i < ids.size(); ++i) versions_[ids[i]] = versions[i];
   }
 }
 
-void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
+void ParamServerClient::push(uint64_t step, std::span<const float> grad, std::span<const std::vector<int64_t>> rows) {
   TERSE_CHECK(grad.size() == plan_.total_numel, InvalidArgument,
               "parameter server client: push of " << grad.size() << " elements, the model has " << plan_.total_numel);
   std::vector<int> shards;
@@ -151,10 +194,19 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
     for (uint64_t id : ids) {
       const PsPiece& p = plan_.pieces[id];
       const float* g = grad.data() + p.flat_begin;
-      uint64_t max_payload = options_.compressor ? codecs_[id]->sizes(0).max_output_bytes : p.numel * sizeof(float);
-      std::vector<std::byte> req(kPsRequestHeaderBytes + max_payload);
+      PsRequestHeader h;
+      h.op = PsOp::kPush;
+      std::vector<std::byte> req;
       uint64_t n;
-      if (options_.compressor) {
+      if (isRowSparse(plan_, p)) {
+        // Compressors serve dense tensors only: the rows go as they are (DESIGN.md section 2).
+        const std::vector<uint32_t> row_ids = pieceRowIds(p, rows);
+        h.op = PsOp::kPushRows;
+        n = psRowPushBytes(plan_, p, row_ids);
+        req.resize(kPsRequestHeaderBytes + n);
+        encodePsRowPush(plan_, p, row_ids, g, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
+      } else if (options_.compressor) {
+        req.resize(kPsRequestHeaderBytes + codecs_[id]->sizes(0).max_output_bytes);
         // Error feedback (if configured) adds this worker's residual inside encode and keeps the new one here.
         const auto t0 = rt::now();
         n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
@@ -162,12 +214,11 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad) {
         encode_s_ += std::chrono::duration<double>(rt::now() - t0).count();
       } else {
         n = p.numel * sizeof(float);
+        req.resize(kPsRequestHeaderBytes + n);
         std::memcpy(req.data() + kPsRequestHeaderBytes, g, n);
       }
       req.resize(kPsRequestHeaderBytes + n);
       payload_bytes_ += n;
-      PsRequestHeader h;
-      h.op = PsOp::kPush;
       h.step = step;
       h.piece = id;
       h.offset = p.offset;

@@ -1,6 +1,7 @@
-// A worker's side of the parameter server (param_server_shard.h): pulls every shard's range, pushes its gradient piece
-// by piece through its own codec chain (error feedback's residual lives here, on the worker), completes each step on
-// every shard, and pings the shards it is not waiting on so that a long SSP hold on one shard does not get it
+// A worker's side of the parameter server (param_server_shard.h): pulls every shard's range (or, for row-sparse
+// tensors, the rows its next batch reads), pushes its gradient piece by piece through its own codec chain (error
+// feedback's residual lives here, on the worker; row-sparse pieces go as their rows, uncompressed), completes each step
+// on every shard, and pings the shards it is not waiting on so that a long SSP hold on one shard does not get it
 // declared dead by the others.
 #pragma once
 
@@ -42,14 +43,20 @@ class ParamServerClient {
   ParamServerClient(comm::Transport& transport, PsPlan plan, int worker, int num_workers, ClientOptions options);
   ~ParamServerClient();
 
-  // Pulls every shard's range into params (total_numel elements) for step `step`; blocks while SSP holds it.
-  void pull(uint64_t step, std::span<float> params);
+  // Pulls every shard's range into params (total_numel elements) for step `step`; blocks while SSP holds it. With
+  // `rows` (per tensor; used for the plan's row-sparse tensors, any order, repeats allowed) only those rows of the
+  // row-sparse tensors travel (kPullRows) and the rest of their values in params stay as they were; empty = all.
+  void pull(uint64_t step, std::span<float> params, std::span<const std::vector<int64_t>> rows = {});
   // Compresses and pushes every piece of grad (total_numel elements) computed on the last pulled versions, then
-  // completes step `step` (kClock) on every shard. Throws PsRefused when a shard refused a piece.
-  void push(uint64_t step, std::span<const float> grad);
+  // completes step `step` (kClock) on every shard. A row-sparse tensor's pieces are pushed as the rows `rows` names
+  // for it (per tensor, any order, repeats allowed; grad must be zero in every other row), outside the codec: required
+  // when the plan has row-sparse tensors. Throws PsRefused when a shard refused a piece, InvalidArgument for a row
+  // out of range.
+  void push(uint64_t step, std::span<const float> grad, std::span<const std::vector<int64_t>> rows = {});
   // Leaves the job: the shards stop counting this worker. No reply.
   void bye();
 
+  const PsPlan& plan() const { return plan_; }
   const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
   double encodeSeconds() const { return encode_s_; }                   // codec encode time of every push so far
   uint64_t payloadBytes() const { return payload_bytes_; }  // compressed (or raw f32) payload bytes pushed so far
@@ -57,6 +64,8 @@ class ParamServerClient {
  private:
   // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
   void exchange(const std::vector<int>& shards);
+  // The distinct rows of `rows` (of piece p's tensor) that overlap piece p, ascending.
+  std::vector<uint32_t> pieceRowIds(const PsPiece& p, std::span<const std::vector<int64_t>> rows) const;
 
   comm::Transport& transport_;
   PsPlan plan_;

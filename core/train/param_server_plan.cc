@@ -60,4 +60,29 @@ PsPlan planShards(std::span<const uint64_t> tensor_numel, int num_shards) {
   return plan;
 }
 
+void markRowSparse(PsPlan& plan, uint32_t tensor, uint64_t row_length) {
+  TERSE_CHECK(tensor < plan.tensor_numel.size(), InvalidArgument,
+              "parameter server: row-sparse tensor " << tensor << " outside 0.." << plan.tensor_numel.size() - 1);
+  const uint64_t n = plan.tensor_numel[tensor];
+  TERSE_CHECK(row_length > 0 && n % row_length == 0, InvalidArgument,
+              "parameter server: row length " << row_length << " does not divide tensor " << tensor << "'s " << n
+                                              << " elements");
+  TERSE_CHECK(n / row_length <= std::numeric_limits<uint32_t>::max(), InvalidArgument,
+              "parameter server: tensor " << tensor << " has " << n / row_length << " rows; row ids travel as u32");
+  plan.row_length.resize(plan.tensor_numel.size(), 0);
+  plan.row_length[tensor] = row_length;
+}
+
+RowSegment rowSegment(const PsPlan& plan, const PsPiece& p, uint64_t row) {
+  const uint64_t len = plan.row_length[p.tensor];
+  const uint64_t b = std::max(row * len, p.offset), e = std::min((row + 1) * len, p.offset + p.numel);
+  if (b >= e) return {};
+  return {b - p.offset, e - p.offset};
+}
+
+std::pair<uint64_t, uint64_t> pieceRows(const PsPlan& plan, const PsPiece& p) {
+  const uint64_t len = plan.row_length[p.tensor];
+  return {p.offset / len, (p.offset + p.numel + len - 1) / len};
+}
+
 }  // namespace terse::train

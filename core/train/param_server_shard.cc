@@ -18,6 +18,13 @@ namespace terse::train {
 // The runtime's clock: simulated time in a simulation (core/common/runtime.h).
 using Clock = rt::Clock;
 
+namespace {
+// mine > slowest + s, saturating: a huge bound must not wrap around into a tiny one.
+bool aheadOf(uint64_t s, uint64_t mine, uint64_t slowest) {
+  return s != kNoStalenessBound && mine > slowest && mine - slowest > s;
+}
+}  // namespace
+
 // One worker's receive slot: the posted receive, or the request held by SSP, and the worker's clocks.
 struct ParamServerShard::Slot {
   std::vector<std::byte> buffer;
@@ -80,6 +87,16 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   } else {
     max_payload = max_numel * sizeof(float);
   }
+  // Row-sparse pieces: a push of every row the piece overlaps, and one pull request naming all of them.
+  uint64_t row_pull = 0;
+  for (uint64_t id : ids) {
+    const PsPiece& p = plan_.pieces[id];
+    if (!isRowSparse(plan_, p)) continue;
+    const auto [first, last] = pieceRows(plan_, p);
+    max_payload = std::max(max_payload, kPsRowPushHeaderBytes + 4 * (last - first) + 4 * p.numel);
+    row_pull += 4 + 4 * (last - first);
+  }
+  max_payload = std::max(max_payload, row_pull);
   grad_.resize(static_cast<std::size_t>(max_numel));
   // A little slack so a slightly-too-long push still arrives whole and is refused with the precise reason; a longer
   // one fails the receive itself (also refused, with the transport's message).
@@ -220,11 +237,7 @@ bool ParamServerShard::process(int worker, Slot& slot) {
     refuse(worker, nullptr, e.what());
     return true;
   }
-  const uint64_t s = options_.staleness_bound;
-  // mine > slowest + s, saturating: a huge bound must not wrap around into a tiny one.
-  auto ahead = [&](uint64_t mine, uint64_t slowest) {
-    return s != kNoStalenessBound && mine > slowest && mine - slowest > s;
-  };
+  auto ahead = [&](uint64_t mine, uint64_t slowest) { return aheadOf(options_.staleness_bound, mine, slowest); };
   switch (h.op) {
     case PsOp::kPing:
       return true;
@@ -243,128 +256,180 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       reply(worker, PsReplyHeader{PsStatus::kOk, DType::kF32, h.step, 0, 0}, {});
       return true;
     }
-    case PsOp::kPull: {
-      if (h.payload_bytes != 0) {
+    case PsOp::kPull:
+    case PsOp::kPullRows: {
+      const bool rows = h.op == PsOp::kPullRows;
+      if (!rows && h.payload_bytes != 0) {
         refuse(worker, &h, "pull carries " + std::to_string(h.payload_bytes) + " payload bytes, expected 0");
         return true;
       }
+      std::vector<std::vector<uint32_t>> ids;
+      if (rows) {
+        try {
+          ids = decodePsRowPull(plan_, shard_, frame.subspan(kPsRequestHeaderBytes));
+        } catch (const Error& e) {
+          refuse(worker, &h, e.what());
+          return true;
+        }
+      }
       // SSP read condition (Ho et al. 2013): a worker at clock t reads only once every live worker completed t - s.
       if (ahead(h.step, minCompleted())) return false;
-      const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
-      const std::span<std::byte> body(reply_buf_.data() + kPsReplyHeaderBytes,
-                                      static_cast<std::size_t>(psPullBodyBytes(plan_, shard_, h.dtype)));
+      const auto& pieces = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
+      const uint64_t n =
+          rows ? psRowPullBodyBytes(plan_, shard_, ids, h.dtype) : psPullBodyBytes(plan_, shard_, h.dtype);
+      const std::span<std::byte> body(reply_buf_.data() + kPsReplyHeaderBytes, static_cast<std::size_t>(n));
       {
         std::lock_guard lock(mutex_);
-        encodePsPullBody(piece_versions_, params_, h.dtype, body);
+        if (rows)
+          encodePsRowPullBody(plan_, shard_, ids, piece_versions_, params_, h.dtype, body);
+        else
+          encodePsPullBody(piece_versions_, params_, h.dtype, body);
         ++stats_.pulls_served;
       }
       slot.pulled = std::max(slot.pulled, h.step + 1);
-      reply(worker, PsReplyHeader{PsStatus::kOk, h.dtype, h.step, ids.size(), 0}, body);
+      reply(worker, PsReplyHeader{PsStatus::kOk, h.dtype, h.step, pieces.size(), 0}, body);
       return true;
     }
-    case PsOp::kPush: {
-      auto it = local_.find(h.piece);
-      if (it == local_.end()) {
-        refuse(worker, &h,
-               "push for piece " + std::to_string(h.piece) + ", which this shard does not own (unknown tensor)");
-        return true;
-      }
-      const std::size_t li = it->second;
-      const PsPiece& p = plan_.pieces[h.piece];
-      if (h.offset != p.offset || h.numel != p.numel) {
-        refuse(worker, &h,
-               "push for piece " + std::to_string(h.piece) + " covers [" + std::to_string(h.offset) + ", +" +
-                   std::to_string(h.numel) + ") of tensor " + std::to_string(p.tensor) + ", the piece is [" +
-                   std::to_string(p.offset) + ", +" + std::to_string(p.numel) + ")");
-        return true;
-      }
-      if (h.worker_version > piece_versions_[li]) {
-        refuse(worker, &h,
-               "push for piece " + std::to_string(h.piece) + " claims version " + std::to_string(h.worker_version) +
-                   ", from the future (the piece is at version " + std::to_string(piece_versions_[li]) + ")");
-        return true;
-      }
-      if (h.step + 1 < slot.pulled) {
-        refuse(worker, &h,
-               "push of step " + std::to_string(h.step) + " after a pull of step " + std::to_string(slot.pulled - 1));
-        return true;
-      }
-      if (h.step >= slot.pulled) {
-        refuse(worker, &h, "push of step " + std::to_string(h.step) + " before its pull");
-        return true;
-      }
-      // SSP write condition: a push of step t waits until every live worker read step t - s, so with s = 0 no
-      // worker reads a parameter that already holds part of its own step's updates.
-      if (ahead(h.step + 1, minPulled())) return false;
-      const std::span<const std::byte> payload = frame.subspan(kPsRequestHeaderBytes);
-      float* g = grad_.data();
-      try {
-        if (options_.compressor) {
-          TensorCodec& c = *codecs_[static_cast<std::size_t>(worker) * piece_versions_.size() + li];
-          if (payload.size() > c.sizes(0).max_output_bytes)
-            TERSE_THROW(InvalidPayload, "payload of " << payload.size() << " B above the compressor's maximum "
-                                                      << c.sizes(0).max_output_bytes);
-          c.decode(h.step, payload, worker, g, false);
-        } else {
-          if (payload.size() != p.numel * sizeof(float))
-            TERSE_THROW(InvalidPayload, "raw f32 payload of " << payload.size() << " B for " << p.numel << " elements");
-          std::memcpy(g, payload.data(), payload.size());
-        }
-      } catch (const Error& e) {
-        refuse(worker, &h, std::string("push for piece ") + std::to_string(h.piece) + " failed to decode: " + e.what());
-        return true;
-      }
-      // The FLOP model: the decode (a raw push is a copy the NIC's DMA would do) and the update.
-      rt::work(((options_.compressor ? ps_detail::kCodecFlopsPerElement : 0) + ps_detail::kUpdateFlopsPerElement) *
-               static_cast<double>(p.numel));
-      for (uint64_t i = 0; i < p.numel; ++i)
-        if (!std::isfinite(g[i])) {
-          refuse(
-              worker, &h,
-              "push for piece " + std::to_string(h.piece) + " decodes to a non-finite value at " + std::to_string(i));
-          return true;
-        }
-      const uint64_t tau = piece_versions_[li] - h.worker_version;
-      double lr = options_.lr_schedule ? options_.lr_schedule(h.step) : options_.lr;
-      const double scale = options_.average_over_workers ? 1.0 / num_workers_ : 1.0;
-      // Zhang et al. 2016: divide by the staleness; tau = 0 (no update since the read) is clamped to 1.
-      if (options_.staleness_aware_lr) lr /= static_cast<double>(std::max<uint64_t>(tau, 1));
-      {
-        std::lock_guard lock(mutex_);
-        float* w = params_.data() + (p.flat_begin - begin_);
-        const SgdOptions& sgd = options_.sgd;
-        if (sgd.adagrad) {
-          // AdaGrad per push (sgd_math.h), on the push's share of the mean: a push arriving alone is a step of its own.
-          const auto sc = static_cast<float>(scale), wd = static_cast<float>(sgd.weight_decay);
-          const auto lrf = static_cast<float>(lr), eps = static_cast<float>(sgd.adagrad_eps);
-          float* g2 = sum_sq_.data() + (p.flat_begin - begin_);
-          for (uint64_t i = 0; i < p.numel; ++i) adagrad(w[i], g2[i], sc * g[i], lrf, wd, eps);
-        } else if (sgd.momentum == 0 && sgd.weight_decay == 0) {
-          // Plain SGD keeps one multiply per element: w -= (lr / W) g, what s = 0 compares with sync's mean.
-          const float lrf = static_cast<float>(lr * scale);
-          for (uint64_t i = 0; i < p.numel; ++i) w[i] -= lrf * g[i];
-        } else {
-          const auto sc = static_cast<float>(scale), wd = static_cast<float>(sgd.weight_decay);
-          const auto m = static_cast<float>(sgd.momentum), lrf = static_cast<float>(lr);
-          float* b = momentum_.empty() ? nullptr : momentum_.data() + (p.flat_begin - begin_);
-          for (uint64_t i = 0; i < p.numel; ++i) {
-            float d = sc * (g[i] + wd * w[i]);
-            if (b) {
-              b[i] = m * b[i] + d;
-              d = sgd.nesterov ? d + m * b[i] : b[i];
-            }
-            w[i] -= lrf * d;
-          }
-        }
-        ++piece_versions_[li];
-        ++stats_.pushes_applied;
-        ++stats_.staleness[tau];
-      }
-      reply(worker, PsReplyHeader{PsStatus::kOk, DType::kF32, h.step, h.piece, 0}, {});
-      return true;
-    }
+    case PsOp::kPush:
+    case PsOp::kPushRows:
+      return processPush(worker, slot, h, frame.subspan(kPsRequestHeaderBytes));
   }
   return true;
+}
+
+bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader& h,
+                                   std::span<const std::byte> payload) {
+  auto it = local_.find(h.piece);
+  if (it == local_.end()) {
+    refuse(worker, &h,
+           "push for piece " + std::to_string(h.piece) + ", which this shard does not own (unknown tensor)");
+    return true;
+  }
+  const std::size_t li = it->second;
+  const PsPiece& p = plan_.pieces[h.piece];
+  if (h.offset != p.offset || h.numel != p.numel) {
+    refuse(worker, &h,
+           "push for piece " + std::to_string(h.piece) + " covers [" + std::to_string(h.offset) + ", +" +
+               std::to_string(h.numel) + ") of tensor " + std::to_string(p.tensor) + ", the piece is [" +
+               std::to_string(p.offset) + ", +" + std::to_string(p.numel) + ")");
+    return true;
+  }
+  const bool rows = h.op == PsOp::kPushRows;
+  if (rows != isRowSparse(plan_, p)) {
+    refuse(worker, &h,
+           "push for piece " + std::to_string(h.piece) +
+               (rows ? " names rows; its tensor is dense" : " is dense; its tensor is row-sparse (push rows)"));
+    return true;
+  }
+  if (h.worker_version > piece_versions_[li]) {
+    refuse(worker, &h,
+           "push for piece " + std::to_string(h.piece) + " claims version " + std::to_string(h.worker_version) +
+               ", from the future (the piece is at version " + std::to_string(piece_versions_[li]) + ")");
+    return true;
+  }
+  if (h.step + 1 < slot.pulled) {
+    refuse(worker, &h,
+           "push of step " + std::to_string(h.step) + " after a pull of step " + std::to_string(slot.pulled - 1));
+    return true;
+  }
+  if (h.step >= slot.pulled) {
+    refuse(worker, &h, "push of step " + std::to_string(h.step) + " before its pull");
+    return true;
+  }
+  // SSP write condition: a push of step t waits until every live worker read step t - s, so with s = 0 no
+  // worker reads a parameter that already holds part of its own step's updates.
+  if (aheadOf(options_.staleness_bound, h.step + 1, minPulled())) return false;
+  // The pushed values: a dense piece's whole gradient (decoded into grad_), or a row push's segments in place.
+  const float* g = grad_.data();
+  uint64_t count = p.numel;
+  std::vector<uint32_t> ids;
+  try {
+    if (rows) {
+      ids = decodePsRowPush(plan_, p, payload);
+      g = reinterpret_cast<const float*>(payload.data() + kPsRowPushHeaderBytes + 4 * ids.size());
+      count = psRowElements(plan_, p, ids);
+    } else if (options_.compressor) {
+      TensorCodec& c = *codecs_[static_cast<std::size_t>(worker) * piece_versions_.size() + li];
+      if (payload.size() > c.sizes(0).max_output_bytes)
+        TERSE_THROW(InvalidPayload, "payload of " << payload.size() << " B above the compressor's maximum "
+                                                  << c.sizes(0).max_output_bytes);
+      c.decode(h.step, payload, worker, grad_.data(), false);
+    } else {
+      if (payload.size() != p.numel * sizeof(float))
+        TERSE_THROW(InvalidPayload, "raw f32 payload of " << payload.size() << " B for " << p.numel << " elements");
+      std::memcpy(grad_.data(), payload.data(), payload.size());
+    }
+  } catch (const Error& e) {
+    refuse(worker, &h, std::string("push for piece ") + std::to_string(h.piece) + " failed to decode: " + e.what());
+    return true;
+  }
+  if (rows) {
+    // The payload's alignment is the transport's buffer's plus 8 + 4 k: copy the values out rather than assume it.
+    std::memcpy(grad_.data(), g, count * sizeof(float));
+    g = grad_.data();
+  }
+  // The FLOP model: the decode (a raw or row push is a copy the NIC's DMA would do) and the update.
+  rt::work(((options_.compressor && !rows ? ps_detail::kCodecFlopsPerElement : 0) + ps_detail::kUpdateFlopsPerElement) *
+           static_cast<double>(count));
+  for (uint64_t i = 0; i < count; ++i)
+    if (!std::isfinite(g[i])) {
+      refuse(worker, &h,
+             "push for piece " + std::to_string(h.piece) + " decodes to a non-finite value at " + std::to_string(i));
+      return true;
+    }
+  const uint64_t tau = piece_versions_[li] - h.worker_version;
+  double lr = options_.lr_schedule ? options_.lr_schedule(h.step) : options_.lr;
+  // Zhang et al. 2016: divide by the staleness; tau = 0 (no update since the read) is clamped to 1.
+  if (options_.staleness_aware_lr) lr /= static_cast<double>(std::max<uint64_t>(tau, 1));
+  {
+    std::lock_guard lock(mutex_);
+    const uint64_t at = p.flat_begin - begin_;
+    if (!rows) {
+      update(at, g, p.numel, lr);
+    } else {
+      // Only the rows pushed change, as a sparse optimizer step does (the sync trainer's Optimizer::updateRows):
+      // with momentum or weight decay the rows not pushed are left alone rather than decayed.
+      for (uint32_t r : ids) {
+        const RowSegment seg = rowSegment(plan_, p, r);
+        update(at + seg.begin, g, seg.end - seg.begin, lr);
+        g += seg.end - seg.begin;
+      }
+    }
+    ++piece_versions_[li];
+    ++stats_.pushes_applied;
+    ++stats_.staleness[tau];
+  }
+  reply(worker, PsReplyHeader{PsStatus::kOk, DType::kF32, h.step, h.piece, 0}, {});
+  return true;
+}
+
+void ParamServerShard::update(uint64_t at, const float* g, uint64_t n, double lr) {
+  const double scale = options_.average_over_workers ? 1.0 / num_workers_ : 1.0;
+  float* w = params_.data() + at;
+  const SgdOptions& sgd = options_.sgd;
+  if (sgd.adagrad) {
+    // AdaGrad per push (sgd_math.h), on the push's share of the mean: a push arriving alone is a step of its own.
+    const auto sc = static_cast<float>(scale), wd = static_cast<float>(sgd.weight_decay);
+    const auto lrf = static_cast<float>(lr), eps = static_cast<float>(sgd.adagrad_eps);
+    float* g2 = sum_sq_.data() + at;
+    for (uint64_t i = 0; i < n; ++i) adagrad(w[i], g2[i], sc * g[i], lrf, wd, eps);
+  } else if (sgd.momentum == 0 && sgd.weight_decay == 0) {
+    // Plain SGD keeps one multiply per element: w -= (lr / W) g, what s = 0 compares with sync's mean.
+    const float lrf = static_cast<float>(lr * scale);
+    for (uint64_t i = 0; i < n; ++i) w[i] -= lrf * g[i];
+  } else {
+    const auto sc = static_cast<float>(scale), wd = static_cast<float>(sgd.weight_decay);
+    const auto m = static_cast<float>(sgd.momentum), lrf = static_cast<float>(lr);
+    float* b = momentum_.empty() ? nullptr : momentum_.data() + at;
+    for (uint64_t i = 0; i < n; ++i) {
+      float d = sc * (g[i] + wd * w[i]);
+      if (b) {
+        b[i] = m * b[i] + d;
+        d = sgd.nesterov ? d + m * b[i] : b[i];
+      }
+      w[i] -= lrf * d;
+    }
+  }
 }
 
 void ParamServerShard::run() {

@@ -132,6 +132,9 @@ class ParamServerShard {
  private:
   struct Slot;
   bool process(int worker, Slot& slot);  // false: hold
+  bool processPush(int worker, Slot& slot, const PsRequestHeader& h, std::span<const std::byte> payload);
+  // One optimizer update of n elements at `at` in the shard's range with gradient g (caller holds mutex_).
+  void update(uint64_t at, const float* g, uint64_t n, double lr);
   void refuse(int worker, const PsRequestHeader* h, const std::string& why);
   void reply(int worker, const PsReplyHeader& h, std::span<const std::byte> body);
   bool live(int worker, std::chrono::steady_clock::time_point now) const;

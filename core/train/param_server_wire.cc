@@ -61,12 +61,12 @@ PsRequestHeader decodePsRequest(std::span<const std::byte> frame) {
   TERSE_CHECK(get32(p) == kPsRequestMagic, InvalidPayload, "ps request: bad magic 0x" << std::hex << get32(p));
   TERSE_CHECK(get16(p + 4) == kPsWireVersion, InvalidPayload, "ps request: unknown version " << get16(p + 4));
   const auto op = static_cast<uint8_t>(p[6]);
-  TERSE_CHECK(op >= 1 && op <= 5, InvalidPayload, "ps request: unknown op " << int{op});
+  TERSE_CHECK(op >= 1 && op <= 7, InvalidPayload, "ps request: unknown op " << int{op});
   PsRequestHeader h;
   h.op = static_cast<PsOp>(op);
   const auto dt = static_cast<uint8_t>(p[7]);
   h.dtype = static_cast<DType>(dt);
-  if (h.op == PsOp::kPull)
+  if (h.op == PsOp::kPull || h.op == PsOp::kPullRows)
     TERSE_CHECK(isPsPullDtype(h.dtype), InvalidPayload, "ps request: pull dtype " << int{dt} << " is not f32/f16/bf16");
   else
     TERSE_CHECK(dt == 0, InvalidPayload, "ps request: dtype field " << int{dt} << " must be 0 outside a pull");
@@ -115,7 +115,8 @@ PsReplyHeader decodePsReply(std::span<const std::byte> frame) {
 }
 
 uint64_t psRequestLabel(std::span<const std::byte> request) noexcept {
-  return static_cast<PsOp>(request[6]) == PsOp::kPush ? get64(request.data() + 16) : comm::kNoTensor;
+  const auto op = static_cast<PsOp>(request[6]);
+  return op == PsOp::kPush || op == PsOp::kPushRows ? get64(request.data() + 16) : comm::kNoTensor;
 }
 
 uint64_t psPullBodyBytes(const PsPlan& plan, int shard, DType dtype) {
@@ -127,19 +128,63 @@ std::size_t psMaxReplyBytes(const PsPlan& plan, int shard) {
   return kPsReplyHeaderBytes + std::max<uint64_t>(psPullBodyBytes(plan, shard, DType::kF32), kPsMaxErrorText);
 }
 
+namespace {
+
+// Values cast to `dtype` at `out`; returns the bytes written.
+std::size_t putValues(std::byte* out, std::span<const float> values, DType dtype) {
+  if (dtype == DType::kF32) {
+    if (!values.empty()) std::memcpy(out, values.data(), values.size() * sizeof(float));
+    return values.size() * sizeof(float);
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const uint16_t x = dtype == DType::kF16 ? sdk::floatToHalf(values[i]) : sdk::floatToBf16(values[i]);
+    std::memcpy(out + 2 * i, &x, 2);  // the host is little-endian (as frame.h's inproc path assumes)
+  }
+  return values.size() * 2;
+}
+
+std::size_t getValues(const std::byte* in, std::span<float> values, DType dtype) {
+  if (dtype == DType::kF32) {
+    if (!values.empty()) std::memcpy(values.data(), in, values.size() * sizeof(float));
+    return values.size() * sizeof(float);
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    uint16_t x;
+    std::memcpy(&x, in + 2 * i, 2);
+    values[i] = dtype == DType::kF16 ? sdk::halfToFloat(x) : sdk::bf16ToFloat(x);
+  }
+  return values.size() * 2;
+}
+
+// Reads k row ids at `p` for piece `piece` into `out`, checking each (`what` names the frame in the message).
+void readRowIds(const PsPlan& plan, const PsPiece& piece, const std::byte* p, uint64_t k, std::vector<uint32_t>& out,
+                const char* what) {
+  const uint64_t rows = pieceTensorRows(plan, piece);
+  const auto [first, last] = pieceRows(plan, piece);
+  out.resize(static_cast<std::size_t>(k));
+  for (uint64_t i = 0; i < k; ++i) {
+    const uint32_t id = get32(p + 4 * i);
+    TERSE_CHECK(id < rows, InvalidPayload,
+                what << ": row id " << id << " (entry " << i << ") outside the tensor's " << rows << " rows");
+    TERSE_CHECK(id >= first && id < last, InvalidPayload,
+                what << ": row id " << id << " (entry " << i << ") lies outside piece " << piece.id << " (rows "
+                     << first << ".." << last - 1 << ")");
+    if (i > 0) {
+      TERSE_CHECK(id != out[i - 1], InvalidPayload, what << ": duplicate row id " << id << " (entry " << i << ")");
+      TERSE_CHECK(id > out[i - 1], InvalidPayload,
+                  what << ": row ids not ascending: " << id << " after " << out[i - 1] << " (entry " << i << ")");
+    }
+    out[i] = id;
+  }
+}
+
+}  // namespace
+
 void encodePsPullBody(std::span<const uint64_t> versions, std::span<const float> values, DType dtype,
                       std::span<std::byte> out) noexcept {
   std::byte* body = out.data();
   for (std::size_t i = 0; i < versions.size(); ++i) put64(body + 8 * i, versions[i]);
-  std::byte* v = body + 8 * versions.size();
-  if (dtype == DType::kF32) {
-    if (!values.empty()) std::memcpy(v, values.data(), values.size() * sizeof(float));
-  } else {
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const uint16_t x = dtype == DType::kF16 ? sdk::floatToHalf(values[i]) : sdk::floatToBf16(values[i]);
-      std::memcpy(v + 2 * i, &x, 2);  // the host is little-endian (as frame.h's inproc path assumes)
-    }
-  }
+  putValues(body + 8 * versions.size(), values, dtype);
 }
 
 void decodePsPullBody(std::span<const std::byte> body, DType dtype, std::span<uint64_t> versions,
@@ -149,14 +194,139 @@ void decodePsPullBody(std::span<const std::byte> body, DType dtype, std::span<ui
               "ps pull reply: body of " << body.size() << " B, expected " << expected);
   const std::byte* p = body.data();
   for (std::size_t i = 0; i < versions.size(); ++i) versions[i] = get64(p + 8 * i);
-  const std::byte* v = p + 8 * versions.size();
-  if (dtype == DType::kF32) {
-    if (!values.empty()) std::memcpy(values.data(), v, values.size() * sizeof(float));
-  } else {
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      uint16_t x;
-      std::memcpy(&x, v + 2 * i, 2);
-      values[i] = dtype == DType::kF16 ? sdk::halfToFloat(x) : sdk::bf16ToFloat(x);
+  getValues(p + 8 * versions.size(), values, dtype);
+}
+
+uint64_t psRowElements(const PsPlan& plan, const PsPiece& p, std::span<const uint32_t> ids) {
+  uint64_t n = 0;
+  for (uint32_t r : ids) {
+    const RowSegment s = rowSegment(plan, p, r);
+    n += s.end - s.begin;
+  }
+  return n;
+}
+
+uint64_t psRowPushBytes(const PsPlan& plan, const PsPiece& p, std::span<const uint32_t> ids) {
+  return kPsRowPushHeaderBytes + 4 * ids.size() + 4 * psRowElements(plan, p, ids);
+}
+
+void encodePsRowPush(const PsPlan& plan, const PsPiece& p, std::span<const uint32_t> ids, const float* grad,
+                     std::span<std::byte> out) noexcept {
+  std::byte* o = out.data();
+  put32(o, static_cast<uint32_t>(ids.size()));
+  put32(o + 4, static_cast<uint32_t>(plan.row_length[p.tensor]));
+  o += kPsRowPushHeaderBytes;
+  for (uint32_t r : ids) put32(o, r), o += 4;
+  for (uint32_t r : ids) {
+    const RowSegment s = rowSegment(plan, p, r);
+    o += putValues(o, std::span<const float>(grad + s.begin, s.end - s.begin), DType::kF32);
+  }
+}
+
+std::vector<uint32_t> decodePsRowPush(const PsPlan& plan, const PsPiece& p, std::span<const std::byte> payload) {
+  TERSE_CHECK(payload.size() >= kPsRowPushHeaderBytes, InvalidPayload,
+              "row push: payload size " << payload.size() << " B is shorter than its 8-byte header");
+  const uint64_t k = get32(payload.data()), len = get32(payload.data() + 4);
+  TERSE_CHECK(
+      len == plan.row_length[p.tensor], InvalidPayload,
+      "row push: row length " << len << ", tensor " << p.tensor << " has rows of " << plan.row_length[p.tensor]);
+  TERSE_CHECK(k <= (payload.size() - kPsRowPushHeaderBytes) / 4, InvalidPayload,
+              "row push: row count " << k << " needs " << 4 * k << " B of ids, the payload carries "
+                                     << payload.size() - kPsRowPushHeaderBytes);
+  std::vector<uint32_t> ids;
+  readRowIds(plan, p, payload.data() + kPsRowPushHeaderBytes, k, ids, "row push");
+  const uint64_t expected = psRowPushBytes(plan, p, ids);
+  TERSE_CHECK(payload.size() == expected, InvalidPayload,
+              "row push: payload size " << payload.size() << " B, its " << k << " row ids imply " << expected);
+  return ids;
+}
+
+std::vector<std::byte> encodePsRowPull(std::span<const std::vector<uint32_t>> ids) {
+  std::size_t n = 0;
+  for (const auto& v : ids) n += 4 + 4 * v.size();
+  std::vector<std::byte> out(n);
+  std::byte* o = out.data();
+  for (const auto& v : ids) {
+    put32(o, static_cast<uint32_t>(v.size())), o += 4;
+    for (uint32_t r : v) put32(o, r), o += 4;
+  }
+  return out;
+}
+
+std::vector<std::vector<uint32_t>> decodePsRowPull(const PsPlan& plan, int shard, std::span<const std::byte> payload) {
+  const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
+  std::vector<std::vector<uint32_t>> ids(pieces.size());
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PsPiece& p = plan.pieces[pieces[i]];
+    if (!isRowSparse(plan, p)) continue;
+    TERSE_CHECK(payload.size() - at >= 4, InvalidPayload,
+                "row pull: payload size " << payload.size() << " B ends before piece " << p.id << "'s row count");
+    const uint64_t k = get32(payload.data() + at);
+    at += 4;
+    TERSE_CHECK(k <= (payload.size() - at) / 4, InvalidPayload,
+                "row pull: row count " << k << " of piece " << p.id << " needs " << 4 * k << " B, "
+                                       << payload.size() - at << " remain");
+    readRowIds(plan, p, payload.data() + at, k, ids[i], "row pull");
+    at += 4 * k;
+  }
+  TERSE_CHECK(at == payload.size(), InvalidPayload,
+              "row pull: payload size " << payload.size() << " B, its row counts account for " << at);
+  return ids;
+}
+
+uint64_t psRowPullBodyBytes(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids, DType dtype) {
+  const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
+  uint64_t n = 8 * pieces.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PsPiece& p = plan.pieces[pieces[i]];
+    n += (isRowSparse(plan, p) ? psRowElements(plan, p, ids[i]) : p.numel) * dtypeSize(dtype);
+  }
+  return n;
+}
+
+void encodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids,
+                         std::span<const uint64_t> versions, std::span<const float> values, DType dtype,
+                         std::span<std::byte> out) noexcept {
+  const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
+  const uint64_t begin = plan.ranges[static_cast<std::size_t>(shard)].first;
+  std::byte* o = out.data();
+  for (std::size_t i = 0; i < versions.size(); ++i) put64(o + 8 * i, versions[i]);
+  o += 8 * versions.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PsPiece& p = plan.pieces[pieces[i]];
+    const float* v = values.data() + (p.flat_begin - begin);
+    if (!isRowSparse(plan, p)) {
+      o += putValues(o, std::span<const float>(v, p.numel), dtype);
+      continue;
+    }
+    for (uint32_t r : ids[i]) {
+      const RowSegment s = rowSegment(plan, p, r);
+      o += putValues(o, std::span<const float>(v + s.begin, s.end - s.begin), dtype);
+    }
+  }
+}
+
+void decodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids,
+                         std::span<const std::byte> body, DType dtype, std::span<uint64_t> versions,
+                         std::span<float> params) {
+  const uint64_t expected = psRowPullBodyBytes(plan, shard, ids, dtype);
+  TERSE_CHECK(body.size() == expected, InvalidPayload,
+              "ps row pull reply: body of " << body.size() << " B, expected " << expected);
+  const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
+  const std::byte* in = body.data();
+  for (std::size_t i = 0; i < versions.size(); ++i) versions[i] = get64(in + 8 * i);
+  in += 8 * versions.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PsPiece& p = plan.pieces[pieces[i]];
+    float* v = params.data() + p.flat_begin;
+    if (!isRowSparse(plan, p)) {
+      in += getValues(in, std::span<float>(v, p.numel), dtype);
+      continue;
+    }
+    for (uint32_t r : ids[i]) {
+      const RowSegment s = rowSegment(plan, p, r);
+      in += getValues(in, std::span<float>(v + s.begin, s.end - s.begin), dtype);
     }
   }
 }

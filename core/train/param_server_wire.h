@@ -4,13 +4,15 @@
 // Wire format: every request is one frame (OpKind::kP2P, tag kPsRequestTag) from worker to shard: a fixed 56-byte
 // little-endian PsRequestHeader followed by `payload_bytes` bytes; every request but kPing and kBye gets exactly one
 // reply frame (tag kPsReplyTag): a 32-byte PsReplyHeader, then for a pull the pieces' versions (u64 each) and values
-// (f32/f16/bf16), for an error the message text. Headers are decoded field by field and validated like frame headers
+// (f32/f16/bf16), for an error the message text. Row-sparse pieces (param_server_plan.h) travel as rows: see the
+// row-sparse frames below. Headers are decoded field by field and validated like frame headers
 // (frame.h) because a shard must assume any worker may be buggy or hostile.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/comm/transport.h"
 #include "core/common/dtype.h"
@@ -21,7 +23,7 @@ namespace terse::train {
 inline constexpr comm::Tag kPsRequestTag = 0x5053'0001;  // "PS" requests, worker -> shard
 inline constexpr comm::Tag kPsReplyTag = 0x5053'0002;    // replies, shard -> worker
 
-enum class PsOp : uint8_t { kPush = 1, kPull = 2, kClock = 3, kPing = 4, kBye = 5 };
+enum class PsOp : uint8_t { kPush = 1, kPull = 2, kClock = 3, kPing = 4, kBye = 5, kPushRows = 6, kPullRows = 7 };
 
 inline constexpr uint32_t kPsRequestMagic = 0x52535054u;  // "TPSR"
 inline constexpr uint32_t kPsReplyMagic = 0x41535054u;    // "TPSA"
@@ -33,9 +35,9 @@ inline constexpr std::size_t kPsMaxErrorText = 1024;
 
 //   offset size field
 //        0    4 magic "TPSR"       4 2 version        6 1 op        7 1 dtype (pull: wire dtype of values; else 0)
-//        8    8 step (the worker's clock)             16 8 piece id (push) or 0
-//       24    8 offset in the tensor (push)           32 8 numel (push)
-//       40    8 worker_version (push: the piece's version the gradient was computed on)
+//        8    8 step (the worker's clock)             16 8 piece id (push, push rows) or 0
+//       24    8 offset in the tensor (push, push rows)  32 8 numel (push, push rows)
+//       40    8 worker_version (pushes: the piece's version the gradient was computed on)
 //       48    8 payload_bytes (must equal the frame's length minus this header)
 struct PsRequestHeader {
   PsOp op = PsOp::kPing;
@@ -87,5 +89,42 @@ void encodePsPullBody(std::span<const uint64_t> versions, std::span<const float>
 // is not the one they imply.
 void decodePsPullBody(std::span<const std::byte> body, DType dtype, std::span<uint64_t> versions,
                       std::span<float> values);
+
+// ---- Row-sparse frames (the pieces of tensors markRowSparse named; DESIGN.md section 2). Row ids are u32, strictly
+// ascending (no repeats), each < the tensor's rows and overlapping the piece; a row's values are its segment in the
+// piece (rowSegment), so every length follows from the ids. All little-endian.
+//
+// kPushRows payload, one piece:  u32 row count k | u32 row length | u32 ids[k] | f32 values[sum of the segments]
+// kPullRows request payload, for each row-sparse piece of the shard in order:  u32 k | u32 ids[k]
+// kPullRows reply body: the shard's pieces' versions (u64 each), then per piece in order its values in the pull dtype:
+// a dense piece whole, a row-sparse one the segments of the rows asked for.
+inline constexpr std::size_t kPsRowPushHeaderBytes = 8;
+
+// Elements of the segments of `ids` in piece `p`.
+uint64_t psRowElements(const PsPlan& plan, const PsPiece& p, std::span<const uint32_t> ids);
+// Payload bytes of a kPushRows of `ids` (the row ids must be valid).
+uint64_t psRowPushBytes(const PsPlan& plan, const PsPiece& p, std::span<const uint32_t> ids);
+// Encodes a kPushRows payload into `out` (psRowPushBytes long) from the piece's gradient `grad` (p.numel elements).
+void encodePsRowPush(const PsPlan& plan, const PsPiece& p, std::span<const uint32_t> ids, const float* grad,
+                     std::span<std::byte> out) noexcept;
+// Validates a kPushRows payload for piece `p` and returns its ids; its values start at payload + 8 + 4 k. Throws
+// InvalidPayload naming the field (row count, row length, row id, payload size) for a payload that does not add up.
+std::vector<uint32_t> decodePsRowPush(const PsPlan& plan, const PsPiece& p, std::span<const std::byte> payload);
+// Encodes a kPullRows request payload; `ids` per row-sparse piece of `shard`, in the order of its pieces.
+std::vector<std::byte> encodePsRowPull(std::span<const std::vector<uint32_t>> ids);
+// Validates a kPullRows request payload for `shard`: per piece of the shard, the ids asked for (empty for a dense
+// piece). Throws InvalidPayload naming the field as decodePsRowPush does.
+std::vector<std::vector<uint32_t>> decodePsRowPull(const PsPlan& plan, int shard, std::span<const std::byte> payload);
+// Bytes of a kPullRows reply body from `shard` for `ids` (per piece of the shard, as decodePsRowPull returns them).
+uint64_t psRowPullBodyBytes(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids, DType dtype);
+// Encodes a kPullRows reply body: `values` is the shard's range, `ids` as above; `out` psRowPullBodyBytes long.
+void encodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids,
+                         std::span<const uint64_t> versions, std::span<const float> values, DType dtype,
+                         std::span<std::byte> out) noexcept;
+// The inverse, into `params` (the whole flat vector: only the pieces' values that travelled are written) and
+// `versions` (per piece of the shard). Throws InvalidPayload when the body's length is not the one the ids imply.
+void decodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids,
+                         std::span<const std::byte> body, DType dtype, std::span<uint64_t> versions,
+                         std::span<float> params);
 
 }  // namespace terse::train

@@ -104,6 +104,15 @@ class Workload {
   std::span<const std::size_t> layerTensors(int layer) const;
   // Sum of numel over all tensors.
   std::size_t numParameters() const;
+  // Row-sparse workloads: fills rows[t], for every row-sparse tensor t, with the rows forwardBackward(batch) reads of
+  // it (any order, repeats allowed; rows has params().size() entries, the others are left alone) and returns true; a
+  // workload that cannot say returns false (the default). A parameter-server worker then pulls only those rows
+  // (core/train/param_server_client.h), as parameter servers do for embedding tables (Li et al., OSDI 2014).
+  virtual bool forwardRows(std::span<const int64_t> batch, std::span<std::vector<int64_t>> rows) {
+    (void)batch;
+    (void)rows;
+    return false;
+  }
   // FLOPs of one example through layer `layer`. The default is a dense layer's: every parameter is used once per
   // example, a multiply-add (2 flops) forward and two backward (weight and input gradients): 2 and 4 flops per
   // parameter. A layer that reuses its weights (a convolution: once per output position) overrides it.

@@ -575,9 +575,9 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   } else if (!w.name().empty() && w.has_glove()) {
     c.fail("workload.glove") << ": only workload glove reads it, not " << quoted(w.name());
   }
-  if (e.sparse_gradients() && e.mode() != Experiment::SYNC)
-    c.fail("sparse_gradients") << ": row-sparse aggregation is an allgather of mode SYNC; the parameter server and "
-                                  "Hogwild modes move dense tensors (leave it false)";
+  if (e.sparse_gradients() && e.mode() == Experiment::HOGWILD)
+    c.fail("sparse_gradients") << ": mode HOGWILD sends nothing (its workers write one shared vector in memory); "
+                                  "row-sparse tensors travel in modes SYNC, ASYNC and SSP (leave it false)";
   if (e.sparse_gradients() && e.transport() == Experiment::NCCL)
     c.fail("sparse_gradients") << ": transport NCCL trains on the GPU, whose tensors are dense (leave it false)";
 
@@ -677,19 +677,17 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   const double clip = e.optimizer().clip_grad_norm();
   if (!(std::isfinite(clip) && clip >= 0))
     c.fail("optimizer.clip_grad_norm") << " must be finite and >= 0, got " << clip;
-  // The parameter server and Hogwild apply each worker's gradient as it arrives: there is no aggregated step to
-  // accumulate into. They clip the one gradient a worker has, its own, before it is pushed or applied
-  // (AsyncTrainerOptions::clip_grad_norm). NCCL's workloads keep their gradients on the device, where the trainer does
-  // not accumulate or clip.
+  // The parameter server and Hogwild apply each worker's gradient as it arrives: a worker accumulates its own
+  // micro-batches and pushes (applies) once, and clips its own gradient before that
+  // (AsyncTrainerOptions::accumulation_steps, clip_grad_norm). NCCL's workloads keep their gradients on the device,
+  // where the trainer does not accumulate or clip.
   for (const auto& [field, set] : {std::pair{"gradient_accumulation_steps", e.gradient_accumulation_steps() > 1},
                                    std::pair{"optimizer.clip_grad_norm", clip > 0}}) {
-    if (set && async_mode && std::string_view(field) == "gradient_accumulation_steps")
-      c.fail(field) << ": mode " << Experiment::Mode_Name(e.mode())
-                    << " applies each worker's gradient on arrival; it needs mode SYNC";
     if (set && e.transport() == Experiment::NCCL)
       c.fail(field) << ": transport NCCL keeps gradients on the device; it needs INPROC or TCP";
-    // Row-sparse tensors are applied as their rows arrive (SyncTrainer::runSparse): not accumulated, not in the norm.
-    if (set && e.sparse_gradients())
+    // Mode SYNC applies row-sparse tensors as their rows arrive (SyncTrainer::runSparse): not accumulated, not in the
+    // norm. A parameter-server worker accumulates and clips its own gradient before the push, rows and all.
+    if (set && e.sparse_gradients() && !async_mode)
       c.fail(field) << ": sparse_gradients applies each row-sparse tensor as its rows arrive, with no accumulated "
                        "step or global norm; set one of the two";
   }

@@ -116,7 +116,23 @@ train::AsyncTrainerOptions asyncWorkerOptions(const Experiment& e, int worker) {
   o.seed = e.seed();
   o.slowdown = experiments::workerSettings(e, worker).slowdown();
   o.clip_grad_norm = e.optimizer().clip_grad_norm();
+  o.accumulation_steps = e.has_gradient_accumulation_steps() ? e.gradient_accumulation_steps() : 1;
   return o;
+}
+
+train::PsPlan psPlan(const Experiment& e, std::span<const train::ParamTensor> params, int num_shards) {
+  std::vector<uint64_t> numel;
+  for (const auto& p : params) numel.push_back(p.numel());
+  train::PsPlan plan = train::planShards(numel, num_shards);
+  if (e.sparse_gradients())
+    for (std::size_t t = 0; t < params.size(); ++t)
+      if (params[t].row_sparse) train::markRowSparse(plan, static_cast<uint32_t>(t), params[t].rowLength());
+  return plan;
+}
+
+train::StepPlan asyncStepPlan(const Experiment& e, int64_t num_examples) {
+  const train::AsyncTrainerOptions o = asyncWorkerOptions(e, 0);
+  return train::planSteps(num_examples, e.workers(), o.batch_size, o.epochs, o.drop_last, o.accumulation_steps);
 }
 
 bool rawPushes(const Experiment& e) {

@@ -56,6 +56,11 @@ train::ServerOptions serverOptions(const experiments::Experiment& e, const train
 // A worker's client options without the compressor.
 train::ClientOptions clientOptions(const experiments::Experiment& e);
 train::AsyncTrainerOptions asyncWorkerOptions(const experiments::Experiment& e, int worker);
+// The shards' plan over `params` (tensors in order) for S shards; with sparse_gradients every row-sparse tensor is
+// marked so (pushed and pulled as rows, param_server_plan.h).
+train::PsPlan psPlan(const experiments::Experiment& e, std::span<const train::ParamTensor> params, int num_shards);
+// A worker's step plan (gradient_accumulation_steps batches a step).
+train::StepPlan asyncStepPlan(const experiments::Experiment& e, int64_t num_examples);
 // A plain-f32 run (compressor none, no error feedback or momentum correction) pushes raw values: no codec at all.
 bool rawPushes(const experiments::Experiment& e);
 

@@ -92,18 +92,11 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
     for (int w = 0; w < W; ++w)
       TERSE_CHECK(train::parameterChecksum(models[static_cast<std::size_t>(w)]->params()) == init_checksum,
                   InternalError, "replica " << w << " of workload '" << e.workload().name() << "' starts differently");
-    std::vector<uint64_t> numel;
-    uint64_t total_numel = 0;
-    for (const auto& p : evaluator.params()) {
-      numel.push_back(p.numel());
-      total_numel += p.numel();
-    }
-    std::vector<float> flat(static_cast<std::size_t>(total_numel));
+    std::vector<float> flat(evaluator.numParameters());
     train::copyValuesOut(evaluator.params(), flat);
 
     const train::SyncTrainerOptions sync_like = trainerOptions(e);
-    const train::StepPlan steps =
-        train::planSteps(evaluator.numTrainExamples(), W, sync_like.batch_size, sync_like.epochs, false);
+    const train::StepPlan steps = asyncStepPlan(e, evaluator.numTrainExamples());
     const train::LrScheduleOptions lr = asyncLrSchedule(e, steps);
     const std::vector<int64_t> points = evalPoints(e, steps);
     const int64_t total = steps.total_steps;
@@ -143,7 +136,7 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
       io.emulation = experiments::emulationConfig(e);
       io.network = network;  // simulated: SimGrid times the frames instead of the pacers
       transports = comm::makeInprocTransports(S + W, io);
-      plan = train::planShards(numel, S);
+      plan = psPlan(e, evaluator.params(), S);
       std::shared_ptr<Compressor> first_instance;
       const bool raw = rawPushes(e);
       for (int k = 0; k < S; ++k) {

@@ -176,13 +176,10 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     auto dataset = dataFor(e);
     std::unique_ptr<train::Workload> model =
         workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), dataset);
-    std::vector<uint64_t> numel;
-    for (const auto& p : model->params()) numel.push_back(p.numel());
-    const train::PsPlan plan = train::planShards(numel, S);
+    const train::PsPlan plan = detail::psPlan(e, model->params(), S);
     std::vector<float> flat(static_cast<std::size_t>(plan.total_numel));
     train::copyValuesOut(model->params(), flat);
-    const train::StepPlan steps =
-        train::planSteps(model->numTrainExamples(), W, e.data().batch_size(), e.epochs(), false);
+    const train::StepPlan steps = detail::asyncStepPlan(e, model->numTrainExamples());
     const train::LrScheduleOptions lr = detail::asyncLrSchedule(e, steps);
     const std::vector<int64_t> points = detail::evalPoints(e, steps);
 

@@ -168,22 +168,36 @@ double GloveWorkload::forwardBackward(std::span<const int64_t> batch, const trai
   }
   // The rows each tensor's grad may be nonzero in: the batch's words (word tensors) and contexts (context tensors).
   for (const auto& [vec, bias, is_word] : {std::tuple{kWord, kWordBias, true}, {kContext, kContextBias, false}}) {
-    std::vector<int64_t>& rows = ps[vec].grad_rows;
-    rows.clear();
-    for (int64_t k : batch) {
-      const CoEntry& e = data_->cooc.train[static_cast<std::size_t>(k)];
-      const int32_t r = is_word ? e.i : e.j;
-      if (!seen_[static_cast<std::size_t>(r)]) {
-        seen_[static_cast<std::size_t>(r)] = 1;
-        rows.push_back(r);
-      }
-    }
-    for (int64_t r : rows) seen_[static_cast<std::size_t>(r)] = 0;
-    std::sort(rows.begin(), rows.end());
-    ps[bias].grad_rows = rows;
+    batchRows(batch, is_word, ps[vec].grad_rows);
+    ps[bias].grad_rows = ps[vec].grad_rows;
   }
   reportLayer(on_layer_ready, 0);
   return loss * inv;
+}
+
+void GloveWorkload::batchRows(std::span<const int64_t> batch, bool is_word, std::vector<int64_t>& rows) {
+  rows.clear();
+  for (int64_t k : batch) {
+    const CoEntry& e = data_->cooc.train[static_cast<std::size_t>(k)];
+    const int32_t r = is_word ? e.i : e.j;
+    if (!seen_[static_cast<std::size_t>(r)]) {
+      seen_[static_cast<std::size_t>(r)] = 1;
+      rows.push_back(r);
+    }
+  }
+  for (int64_t r : rows) seen_[static_cast<std::size_t>(r)] = 0;
+  std::sort(rows.begin(), rows.end());
+}
+
+bool GloveWorkload::forwardRows(std::span<const int64_t> batch, std::span<std::vector<int64_t>> rows) {
+  checkBatch(batch, numTrainExamples());
+  TERSE_CHECK(rows.size() == params().size(), InvalidArgument,
+              "glove: forwardRows into " << rows.size() << " tensors, the model has " << params().size());
+  for (const auto& [vec, bias, is_word] : {std::tuple{kWord, kWordBias, true}, {kContext, kContextBias, false}}) {
+    batchRows(batch, is_word, rows[vec]);
+    rows[bias] = rows[vec];
+  }
+  return true;
 }
 
 train::EvalResult GloveWorkload::evaluate(int64_t max_examples) {

@@ -66,10 +66,16 @@ class GloveWorkload final : public train::Workload {
   // Per example: the dot product and the loss (2 dim + 4), and the four gradients (4 dim + 4); not per parameter.
   train::LayerFlops layerFlops(int layer) const override;
 
+  // The batch's words (word tensors) and contexts (context tensors): the rows its forward reads and its gradient
+  // touches.
+  bool forwardRows(std::span<const int64_t> batch, std::span<std::vector<int64_t>> rows) override;
+
   const GloveData& data() const { return *data_; }
 
  private:
   double weight(float x) const;
+  // The distinct rows of the batch's words (is_word) or contexts, ascending.
+  void batchRows(std::span<const int64_t> batch, bool is_word, std::vector<int64_t>& rows);
 
   std::shared_ptr<const GloveData> data_;
   GloveOptions options_;

@@ -92,6 +92,13 @@ write("ps_wire", "reply_error", bytes([1]) + struct.pack("<IHBBQQQ", 0x41535054,
 for m, dt in ((2, "f32"), (5, "f16"), (8, "bf16")):
     size = 4 if dt == "f32" else 2
     write("ps_wire", f"body_{dt}", bytes([m, 2, 1]) + struct.pack("<QQ", 1, 2) + bytes(16 * size))
+# Row-sparse frames. Headers of ops 6 (push rows) and 7 (pull rows); then modes 128..255 (ps_wire_fuzz.cc's two-shard
+# plan): a row push of rows 1 and 3 of piece 0 (row 3 cut to 3 elements by the shard boundary), a row pull of rows 0
+# and 2 from shard 0.
+write("ps_wire", "op6", bytes([0]) + ps_request(6, 0, struct.pack("<IIII7f", 2, 4, 1, 3, *range(7))))
+write("ps_wire", "op7", bytes([0]) + ps_request(7, 0, struct.pack("<III", 2, 0, 2)))
+write("ps_wire", "row_push", bytes([128]) + struct.pack("<IIII7f", 2, 4, 1, 3, *range(7)))
+write("ps_wire", "row_pull", bytes([129]) + struct.pack("<III", 2, 0, 2))
 
 
 # idx: max_examples byte, split/4 byte, images file, labels file.

@@ -1,20 +1,76 @@
 // Fuzz target: the parameter server's frames (core/train/param_server_wire.h) as a shard reads a worker's request and
 // a worker reads a shard's reply. An accepted header re-encodes to its bytes; a pull body is accepted exactly when
-// its length is the one the layout implies, and an f32 one decodes and re-encodes bit for bit.
+// its length is the one the layout implies, and an f32 one decodes and re-encodes bit for bit. Modes 128..255 feed the
+// row-sparse frames of a fixed two-shard plan: an accepted row push or row pull re-encodes to its bytes.
 #include <cstring>
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/train/param_server_plan.h"
 #include "core/train/param_server_wire.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace terse;
 using namespace terse::train;
 
+namespace {
+
+// Tensors of 5 rows of 4 (row-sparse), 3 (dense) and 6 rows of 1 (row-sparse) over two shards: the cut falls inside
+// a row, so segments shorter than a row occur.
+PsPlan rowPlan() {
+  PsPlan plan = planShards(std::vector<uint64_t>{20, 3, 6}, 2);
+  markRowSparse(plan, 0, 4);
+  markRowSparse(plan, 2, 1);
+  return plan;
+}
+
+void rowFrames(uint8_t mode, std::span<const std::byte> frame) {
+  static const PsPlan plan = rowPlan();
+  if (mode % 2 == 0) {
+    const PsPiece& p = plan.pieces[(mode / 2) % plan.pieces.size()];
+    if (!isRowSparse(plan, p)) return;
+    try {
+      const std::vector<uint32_t> ids = decodePsRowPush(plan, p, frame);
+      TERSE_FUZZ_CHECK(frame.size() == psRowPushBytes(plan, p, ids), "a row push of the wrong length was accepted");
+      std::vector<float> grad(p.numel, 0.0f);
+      const std::byte* values = frame.data() + kPsRowPushHeaderBytes + 4 * ids.size();
+      for (uint32_t r : ids) {
+        const RowSegment seg = rowSegment(plan, p, r);
+        TERSE_FUZZ_CHECK(seg.end > seg.begin && seg.end <= p.numel, "an accepted row lies outside its piece");
+        std::memcpy(grad.data() + seg.begin, values, 4 * (seg.end - seg.begin));
+        values += 4 * (seg.end - seg.begin);
+      }
+      std::vector<std::byte> again(frame.size());
+      encodePsRowPush(plan, p, ids, grad.data(), again);
+      TERSE_FUZZ_CHECK(std::memcmp(again.data(), frame.data(), frame.size()) == 0, "row push round trip");
+    } catch (const InvalidPayload&) {
+    }
+  } else {
+    const int shard = (mode / 2) % 2;
+    try {
+      const auto ids = decodePsRowPull(plan, shard, frame);
+      std::vector<std::vector<uint32_t>> sparse;
+      const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
+      for (std::size_t i = 0; i < pieces.size(); ++i)
+        if (isRowSparse(plan, plan.pieces[pieces[i]])) sparse.push_back(ids[i]);
+      const std::vector<std::byte> again = encodePsRowPull(sparse);
+      TERSE_FUZZ_CHECK(again.size() == frame.size() && std::memcmp(again.data(), frame.data(), frame.size()) == 0,
+                       "row pull round trip");
+    } catch (const InvalidPayload&) {
+    }
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   fuzz::Input in(data, size);
   const uint8_t mode = in.byte();
   const auto frame = in.rest();
+  if (mode >= 128) {
+    rowFrames(mode, frame);
+    return 0;
+  }
   switch (mode % 3) {
     case 0:
       try {

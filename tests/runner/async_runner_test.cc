@@ -143,6 +143,39 @@ TEST(AsyncRunner, AWorkerClipsItsGradientBeforeThePush) {
       << "the bound never clipped: the test cannot tell";
 }
 
+TEST(AsyncRunner, AWorkerAccumulatesItsMicroBatchesAndPushesOnce) {
+  // One worker, s = 0: two micro-batches of 16 are one batch of 32 (the same examples; the step plan, the evaluation
+  // points and the learning-rate schedule count accumulated steps), and so is sync with the same accumulation.
+  const std::string text = R"(study: "accumulate"
+workload { name: "mlp" hidden_sizes: [32] }
+data { batch_size: 16 train_subset: 1000 test_subset: 500 }
+optimizer { lr: 0.1 warmup_steps: 4 }
+workers: 1
+epochs: 1
+eval { every_steps: 8 }
+seed: 3
+gradient_accumulation_steps: 2
+variants { name: "ssp0-k2" overrides { mode: SSP } }
+variants { name: "sync-k2" overrides { mode: SYNC } }
+variants { name: "ssp0-b32" overrides { mode: SSP gradient_accumulation_steps: 1 data { batch_size: 32 } } }
+)";
+  const auto runs = runAll(text, "accumulate");
+  const auto& big = runs.at("ssp0-b32").records;
+  ASSERT_EQ(big.size(), 4u);  // 32 steps of 32 examples (the last of 8): evaluations at steps 8, 16, 24 and 32
+  auto sameAsBig = [&](const std::string& v) {
+    const auto& r = runs.at(v).records;
+    if (r.size() != big.size()) return testing::AssertionFailure() << v << ": " << r.size() << " records";
+    for (std::size_t i = 0; i < big.size(); ++i)
+      if (num(r[i], "step") != num(big[i], "step") || num(r[i], "lr") != num(big[i], "lr") ||
+          std::abs(num(r[i], "test_loss") - num(big[i], "test_loss")) > 1e-4 * num(big[i], "test_loss"))
+        return testing::AssertionFailure() << v << " record " << i << ": test_loss " << num(r[i], "test_loss") << " vs "
+                                           << num(big[i], "test_loss");
+    return testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(sameAsBig("ssp0-k2"));
+  EXPECT_TRUE(sameAsBig("sync-k2"));
+}
+
 TEST(AsyncRunner, AsyncEndsWithinOneAndAHalfPointsOfSync) {
   const std::string text =
       "study: \"gap\"\n"

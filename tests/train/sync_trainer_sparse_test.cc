@@ -13,6 +13,7 @@
 #include "core/plugin/loader.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/workloads/glove.h"
+#include "tests/train/glove_test_corpus.h"
 
 namespace terse::train {
 namespace {
@@ -24,26 +25,11 @@ struct TrainRun {
   uint64_t payload_bytes = 0;              // rank 0's
 };
 
-std::shared_ptr<const workloads::GloveData> corpus() {
-  std::string text;
-  // 400 distinct words in a fixed pseudo-random order: a vocabulary large enough that a batch touches few rows.
-  uint64_t x = 7;
-  for (int k = 0; k < 4000; ++k) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    text += (k % 97 == 0 ? std::string("man") : "w" + std::to_string((x >> 33) % 400)) + ' ';
-  }
-  workloads::CooccurrenceOptions o;
-  o.window = 2;
-  o.min_count = 1;
-  o.test_fraction = 0.1;
-  return workloads::makeGloveData(workloads::countCooccurrence({text}, o));
-}
-
 TrainRun train(bool sparse) {
   constexpr int kWorld = 3;
   auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
   auto plugin = loader.loadCompressor("none");
-  auto data = corpus();
+  auto data = testing::gloveTestCorpus();
   workloads::GloveOptions g;
   g.dim = 8;
   SyncTrainerOptions options;

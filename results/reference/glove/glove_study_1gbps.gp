@@ -4,14 +4,16 @@
 stem = 'glove_study_1gbps'
 data = stem . '.dat'
 target = 0.25
-array names[4]
-array colors[4]
-array widths[4]
-array dashes[4]
-names[1] = 'sparse-allgather (simulated time)'; colors[1] = '#9400d3'; widths[1] = 1.5; dashes[1] = 1
-names[2] = 'ps-async'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
-names[3] = 'ps-ssp'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
-names[4] = 'dense-allreduce (simulated time) (baseline)'; colors[4] = 'black'; widths[4] = 3; dashes[4] = 1
+array names[6]
+array colors[6]
+array widths[6]
+array dashes[6]
+names[1] = 'ps-ssp-sparse'; colors[1] = '#9400d3'; widths[1] = 1.5; dashes[1] = 1
+names[2] = 'ps-async-sparse'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
+names[3] = 'sparse-allgather'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
+names[4] = 'ps-async'; colors[4] = '#e69f00'; widths[4] = 1.5; dashes[4] = 1
+names[5] = 'dense-allreduce (baseline)'; colors[5] = 'black'; widths[5] = 3; dashes[5] = 1
+names[6] = 'ps-ssp'; colors[6] = '#0072b2'; widths[6] = 1.5; dashes[6] = 1
 set key outside right top noenhanced
 set grid
 set ylabel 'test accuracy'
@@ -35,10 +37,10 @@ do for [fmt in 'png svg'] {
   plot for [i=1:|names|] data index (i-1) using 1:5:6 with filledcurves lc rgb colors[i] fs transparent solid 0.15 noborder notitle, \
        for [i=1:|names|] data index (i-1) using 1:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) + 1 ps 0.7 title names[i]
   set output stem . '_acc_vs_time.' . fmt
-  set title 'study ' . stem . ': test accuracy vs wall time' noenhanced
+  set title 'study ' . stem . ': test accuracy vs simulated time' noenhanced
   unset logscale x
   set format x '%g'
-  set xlabel 'wall time (s)'
+  set xlabel 'simulated time (s)'
   plot for [i=1:|names|] data index (i-1) using 2:5:6 with filledcurves lc rgb colors[i] fs transparent solid 0.15 noborder notitle, \
        for [i=1:|names|] data index (i-1) using 2:3 lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) + 1 ps 0.7 title names[i]
 }
