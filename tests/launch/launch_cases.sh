@@ -268,6 +268,54 @@ EOF
         fail "$v: payload bytes differ"
     done
     ;;
+  async_sparse_matches_inproc)
+    # Row-sparse pushes and pulls (param_server_wire.h) across processes: GloVe on a small corpus, 1 shard and 2
+    # workers, SSP with s = 0, sparse_gradients; the tcp run trains what the in-process run trains (steps and wire
+    # bytes equal: each push and pull carries the rows its batch names, whatever the timing; losses up to summation
+    # order), and the bytes are a fraction of the dense pushes'.
+    awk 'BEGIN { srand(11); for (k = 0; k < 6000; ++k) printf "%s ", (k % 89 == 0 ? "time" : "w" int(rand() * 500)) }' \
+      >corpus.txt
+    write_glove() {  # write_glove FILE TRANSPORT SPARSE
+      cat >"$1" <<EOF
+study: "glove"
+workload { name: "glove" glove { corpus: "$PWD/corpus.txt" min_count: 1 window: 3 dim: 8 cache_dir: "$PWD/cache" } }
+data { batch_size: 16 }
+optimizer { lr: 0.05 }
+workers: 2
+epochs: 1
+eval { every_steps: 50 }
+seed: 3
+transport: $2
+tcp { timeout: "5s" }
+mode: SSP
+staleness_bound: 0
+parameter_server { servers: 1 }
+sparse_gradients: $3
+EOF
+    }
+    write_glove inproc.textproto INPROC true
+    write_glove tcp.textproto TCP true
+    write_glove dense.textproto INPROC false
+    "$TERSE" run inproc.textproto --out inproc --plugin-path "$PLUGINS" >inproc.log 2>&1 ||
+      fail "in-process run exited $?"
+    "$TERSE" run dense.textproto --out dense --plugin-path "$PLUGINS" >dense.log 2>&1 ||
+      fail "in-process dense run exited $?"
+    "$TERSE" launch -n 3 -- "$TERSE" run tcp.textproto --out tcp --plugin-path "$PLUGINS" >tcp.log 2>&1 ||
+      fail "tcp run exited $?"
+    a=$(ls inproc/glove/*/metrics.jsonl)
+    b=$(ls tcp/glove/*/metrics.jsonl)
+    d=$(ls dense/glove/*/metrics.jsonl)
+    [[ -s $a && -s $b && -s $d ]] || fail "missing metrics"
+    [[ $(grep -o '"step":[^,}]*' "$a") == $(grep -o '"step":[^,}]*' "$b") ]] || fail "steps differ"
+    paste -d' ' <(grep -o '"test_loss":[^,}]*' "$a" | cut -d: -f2) <(grep -o '"test_loss":[^,}]*' "$b" | cut -d: -f2) |
+      awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($1 < 0 ? -$1 : $1)) { print $1 " vs " $2; exit 1 } }' ||
+      fail "test_loss differs beyond rounding"
+    sparse_bytes=$(field "$b" wire_bytes_per_worker)
+    [[ $(field "$a" wire_bytes_per_worker) == "$sparse_bytes" ]] || fail "wire bytes differ: in-process vs tcp"
+    awk -v s="$sparse_bytes" -v d="$(field "$d" wire_bytes_per_worker)" 'BEGIN { exit !(5 * s < d) }' ||
+      fail "row frames sent $sparse_bytes bytes per worker, dense pushes $(field "$d" wire_bytes_per_worker)"
+    expect_in "$(dirname "$b")/status.json" '"completed"'
+    ;;
   async_elastic)
     # A worker that stops dead after 12 steps is dropped by the shard after worker_timeout, and the job completes
     # with the others, recording when it left.
