@@ -45,6 +45,7 @@
 #include "onebit_math.h"
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
+#include "terse/kit/sign_bits.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 
@@ -99,8 +100,7 @@ TERSE_CPU_CLONES uint64_t binarizeAll(uint64_t numel, uint64_t bucket, uint32_t 
       ++next;
     }
     if (len == kGroup) {
-      for (unsigned j = 0; j < kGroup; ++j) codes[j] = math::signBit(x[i0 + j]);
-      bitpack::packGroup<1>(codes, words + g);
+      words[g] = terse::kit::signBits64(x + i0);
     } else {
       for (unsigned j = 0; j < len; ++j) codes[j] = math::signBit(x[i0 + j]);
       bitpack::packTail<1>(codes, len, words + g);

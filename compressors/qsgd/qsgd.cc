@@ -55,6 +55,10 @@ namespace math = terse::compressors::qsgd;
 constexpr sdk::PayloadFormat kFormat{"qsgd", sdk::fourcc("QSGD"), 1};
 constexpr int64_t kMaxLevels = (int64_t{1} << 24) - 1;
 constexpr unsigned kGroup = math::kGroup;
+// The input is read twice, for the bucket norm and then for the codes; the norm pass is the one that streams from
+// DRAM. Prefetching 8 KiB ahead of the codes (a few buckets) lets it find its lines in cache: 0.47 -> 0.52x memcpy at
+// 64 MiB on a 2-vCPU EPYC (medians of 7 alternating runs; 16 KiB ahead gave 0.48x).
+constexpr uint64_t kPrefetchAhead = 2048;
 
 // The parameters as they travel, right after the header.
 struct WireParams {
@@ -109,6 +113,9 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
         const float d = math::normDivisor(norms[b]);
         for (; j < stop; ++j) divisor[j] = d;
       }
+    }
+    if (i0 + kPrefetchAhead + kGroup <= c.numel) {
+      for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
     rng.group64(g, bits);
     if (len == kGroup) {

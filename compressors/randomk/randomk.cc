@@ -24,6 +24,7 @@
 // CUDA (randomk.cu, when built with CUDA): device tensors give the host's payload byte for byte and decode to the
 // host's floats bit for bit (one thread per coordinate computes pi(j) with the same integer math and Philox keys).
 // Decompress synchronizes `stream` once, to learn the verdict on the header (terse/kit/device.hpp).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +41,23 @@ namespace device = terse::kit::device;
 
 constexpr const char* kName = "randomk";
 constexpr sdk::PayloadFormat kFormat{kName, sdk::fourcc("RNDK"), 1};
+
+// Calls visit(j, pi(j)) for j = 0 .. k-1 in order. The indices land anywhere in a tensor that is usually far larger
+// than the caches, so each access would wait for DRAM on its own: computing kBatch indices first and prefetching their
+// lines lets those misses overlap (about 2x on 64 MiB tensors). The order of the visits is unchanged, so are the bytes.
+template <class Visit>
+void forEachSelected(const rk::Permutation& pi, uint64_t k, const float* data, Visit visit) {
+  constexpr uint64_t kBatch = 64;
+  uint64_t index[kBatch];
+  for (uint64_t j0 = 0; j0 < k; j0 += kBatch) {
+    const uint64_t len = std::min(kBatch, k - j0);
+    for (uint64_t t = 0; t < len; ++t) {
+      index[t] = rk::selectedIndex(pi, j0 + t);
+      __builtin_prefetch(data + index[t]);
+    }
+    for (uint64_t t = 0; t < len; ++t) visit(j0 + t, index[t]);
+  }
+}
 
 class RandomK final : public sdk::Compressor {
  public:
@@ -73,7 +91,7 @@ class RandomK final : public sdk::Compressor {
     if (k == 0) return w.offset();
     const rk::Permutation pi = rk::makePermutation(args.info.seed, args.info.step, args.info.tensor_id, g.size());
     const float scale = unbiased_ ? rk::unbiasedScale(g.size(), k) : 1.0f;
-    for (size_t j = 0; j < values.size(); ++j) values[j] = scale * g[rk::selectedIndex(pi, j)];
+    forEachSelected(pi, k, g.data(), [&](uint64_t j, uint64_t i) { values[j] = scale * g[i]; });
     return w.offset();
   }
 
@@ -98,7 +116,7 @@ class RandomK final : public sdk::Compressor {
     }
     if (k == 0) return;
     const rk::Permutation pi = rk::makePermutation(args.info.seed, args.info.step, args.info.tensor_id, out.size());
-    for (size_t j = 0; j < values.size(); ++j) out[rk::selectedIndex(pi, j)] += values[j];
+    forEachSelected(pi, k, out.data(), [&](uint64_t j, uint64_t i) { out[i] += values[j]; });
   }
 
  private:

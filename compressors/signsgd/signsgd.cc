@@ -53,6 +53,7 @@
 #include "signsgd_math.h"
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
+#include "terse/kit/sign_bits.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 
@@ -91,11 +92,8 @@ TERSE_CPU_CLONES uint64_t signsAll(uint64_t numel, const float* __restrict x, ui
     const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
     uint32_t nan = 0;
     if (len == kGroup) {
-      for (unsigned j = 0; j < kGroup; ++j) {
-        codes[j] = math::signBit(x[i0 + j]);
-        nan |= math::isNan(x[i0 + j]);
-      }
-      bitpack::packGroup<1>(codes, words + g);
+      for (unsigned j = 0; j < kGroup; ++j) nan |= math::isNan(x[i0 + j]);
+      words[g] = terse::kit::signBits64(x + i0);
     } else {
       for (unsigned j = 0; j < len; ++j) {
         codes[j] = math::signBit(x[i0 + j]);

@@ -65,6 +65,10 @@ void requireSupported(const terse_tensor_info_v1& info) {
   terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
+// As in qsgd.cc: the max pass streams the input from DRAM, the codes read it again; prefetching 8 KiB ahead of the
+// codes brings the max pass's lines in early.
+constexpr uint64_t kPrefetchAhead = 2048;
+
 // Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
 // `bucket` is the effective size in [1, numel], so (b + 1) * bucket cannot overflow. Each scaler is computed just
 // ahead of the group that first needs it, while its bucket is still in cache.
@@ -94,6 +98,9 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
         const float s = scales[b];
         for (; j < stop; ++j) scale[j] = s;
       }
+    }
+    if (i0 + kPrefetchAhead + kGroup <= numel) {
+      for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
     rng.group64(g, bits);
     if (len == kGroup) {

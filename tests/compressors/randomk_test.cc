@@ -2,6 +2,7 @@
 // SUM path end to end, the unbiased scaling in expectation, and payload validation.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -160,6 +161,32 @@ TEST(RandomK, UnbiasedScalingInExpectation) {
       EXPECT_NEAR(mean[i], want, 5 * std::fabs(g[i]) * s * std::sqrt(p * (1 - p) / steps) + 1e-6)
           << (unbiased ? "unbiased" : "plain") << ", coordinate " << i;
     }
+  }
+}
+
+// The plugin computes the indices in prefetched batches (randomk.cc): its payload and its decode must be exactly
+// the one-index-at-a-time definition, at sizes around a batch and the 64-element blocks and at a large one.
+TEST(RandomK, PayloadAndDecodeMatchTheIndexDefinition) {
+  Instance c(randomkPlugin(), {{"ratio", "0.3"}, {"unbiased", "true"}});
+  for (const size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{200003}}) {
+    const auto info = tensorInfo(n, {.step = 7, .seed = 11});
+    const std::vector<float> g = terse::testing::sparse::makeData(terse::testing::sparse::Dist::kNormal, n, 2);
+    const Bytes payload = c.compress(info, g);
+    const uint64_t k = rk::targetCount(0.3, n);
+    ASSERT_EQ(payload.size(), 16 + 4 * k) << n;
+    const rk::Permutation pi = rk::makePermutation(11, 7, info.tensor_id, n);
+    const float scale = rk::unbiasedScale(n, k);
+    std::vector<float> base(n), want(n);
+    for (size_t i = 0; i < n; ++i) base[i] = want[i] = 0.5f * static_cast<float>(i % 7);
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t i = rk::selectedIndex(pi, j);
+      float v;
+      std::memcpy(&v, payload.data() + 16 + 4 * j, sizeof v);
+      ASSERT_EQ(v, scale * g[i]) << "n " << n << ", value " << j;
+      want[i] += v;
+    }
+    ASSERT_EQ(c.decompress(info, payload, base, /*accumulate=*/true), TERSE_OK);
+    ASSERT_EQ(base, want) << n;
   }
 }
 

@@ -12,10 +12,31 @@
 
 #include <gtest/gtest.h>
 
+#include "terse/kit/sign_bits.hpp"
+#include "terse/sdk/bitpack.hpp"
 #include "tests/compressors/plugin_harness.h"
 
 namespace terse::testing {
 namespace {
+
+// onebit and signsgd pack a full group's signs with kit::signBits64 (movmskps on x86): it must give packGroup<1>'s
+// word of the IEEE sign bits, for -0, NaNs of either sign, infinities and subnormals too, at every position.
+TEST(SignBits64, IsPackGroupOfTheSignBits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float special[] = {0.0f, -0.0f, nan, -nan, inf, -inf, 1e-45f, -1e-45f, 1.0f, -1.0f};
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    float x[sdk::bitpack::kGroup];
+    uint32_t codes[sdk::bitpack::kGroup];
+    for (unsigned j = 0; j < sdk::bitpack::kGroup; ++j) {
+      x[j] = special[rng() % std::size(special)];
+      codes[j] = sdk::floatBits(x[j]) >> 31;
+    }
+    uint64_t want;
+    sdk::bitpack::packGroup<1>(codes, &want);
+    ASSERT_EQ(kit::signBits64(x), want) << "trial " << trial;
+  }
+}
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
