@@ -136,20 +136,20 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<c
     const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
     if (ids.empty()) continue;  // an empty shard serves nothing
     auto& want = asked[static_cast<std::size_t>(k)];
-    std::vector<std::vector<uint32_t>> sparse_ids;  // per row-sparse piece of the shard
+    bool row_pull = false;
     if (!rows.empty()) {
       want.resize(ids.size());
       for (std::size_t i = 0; i < ids.size(); ++i) {
         const PsPiece& p = plan_.pieces[ids[i]];
         if (!isRowSparse(plan_, p)) continue;
         want[i] = pieceRowIds(p, rows);
-        sparse_ids.push_back(want[i]);
+        row_pull = true;
       }
-      if (sparse_ids.empty()) want.clear();  // a shard of dense pieces only: a plain pull
+      if (!row_pull) want.clear();  // a shard of dense pieces only: a plain pull
     }
-    const std::vector<std::byte> body = encodePsRowPull(sparse_ids);
+    const std::vector<std::byte> body = row_pull ? encodePsRowPull(plan_, k, want) : std::vector<std::byte>{};
     PsRequestHeader h;
-    h.op = sparse_ids.empty() ? PsOp::kPull : PsOp::kPullRows;
+    h.op = row_pull ? PsOp::kPullRows : PsOp::kPull;
     h.dtype = options_.pull_dtype;
     h.step = step;
     h.payload_bytes = body.size();

@@ -339,15 +339,16 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
   // SSP write condition: a push of step t waits until every live worker read step t - s, so with s = 0 no
   // worker reads a parameter that already holds part of its own step's updates.
   if (aheadOf(options_.staleness_bound, h.step + 1, minPulled())) return false;
-  // The pushed values: a dense piece's whole gradient (decoded into grad_), or a row push's segments in place.
+  // The pushed values, in grad_: a dense piece's whole gradient, or a row push's segments one after another.
   const float* g = grad_.data();
   uint64_t count = p.numel;
   std::vector<uint32_t> ids;
   try {
     if (rows) {
       ids = decodePsRowPush(plan_, p, payload);
-      g = reinterpret_cast<const float*>(payload.data() + kPsRowPushHeaderBytes + 4 * ids.size());
       count = psRowElements(plan_, p, ids);
+      // The values follow the ids at 8 + 4 k bytes, whatever the transport buffer's alignment: copied out whole.
+      std::memcpy(grad_.data(), payload.data() + kPsRowPushHeaderBytes + 4 * ids.size(), count * sizeof(float));
     } else if (options_.compressor) {
       TensorCodec& c = *codecs_[static_cast<std::size_t>(worker) * piece_versions_.size() + li];
       if (payload.size() > c.sizes(0).max_output_bytes)
@@ -362,11 +363,6 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
   } catch (const Error& e) {
     refuse(worker, &h, std::string("push for piece ") + std::to_string(h.piece) + " failed to decode: " + e.what());
     return true;
-  }
-  if (rows) {
-    // The payload's alignment is the transport's buffer's plus 8 + 4 k: copy the values out rather than assume it.
-    std::memcpy(grad_.data(), g, count * sizeof(float));
-    g = grad_.data();
   }
   // The FLOP model: the decode (a raw or row push is a copy the NIC's DMA would do) and the update.
   rt::work(((options_.compressor && !rows ? ps_detail::kCodecFlopsPerElement : 0) + ps_detail::kUpdateFlopsPerElement) *

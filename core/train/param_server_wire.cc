@@ -241,14 +241,17 @@ std::vector<uint32_t> decodePsRowPush(const PsPlan& plan, const PsPiece& p, std:
   return ids;
 }
 
-std::vector<std::byte> encodePsRowPull(std::span<const std::vector<uint32_t>> ids) {
+std::vector<std::byte> encodePsRowPull(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids) {
+  const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
   std::size_t n = 0;
-  for (const auto& v : ids) n += 4 + 4 * v.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    if (isRowSparse(plan, plan.pieces[pieces[i]])) n += 4 + 4 * ids[i].size();
   std::vector<std::byte> out(n);
   std::byte* o = out.data();
-  for (const auto& v : ids) {
-    put32(o, static_cast<uint32_t>(v.size())), o += 4;
-    for (uint32_t r : v) put32(o, r), o += 4;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (!isRowSparse(plan, plan.pieces[pieces[i]])) continue;
+    put32(o, static_cast<uint32_t>(ids[i].size())), o += 4;
+    for (uint32_t r : ids[i]) put32(o, r), o += 4;
   }
   return out;
 }

@@ -110,8 +110,9 @@ void encodePsRowPush(const PsPlan& plan, const PsPiece& p, std::span<const uint3
 // Validates a kPushRows payload for piece `p` and returns its ids; its values start at payload + 8 + 4 k. Throws
 // InvalidPayload naming the field (row count, row length, row id, payload size) for a payload that does not add up.
 std::vector<uint32_t> decodePsRowPush(const PsPlan& plan, const PsPiece& p, std::span<const std::byte> payload);
-// Encodes a kPullRows request payload; `ids` per row-sparse piece of `shard`, in the order of its pieces.
-std::vector<std::byte> encodePsRowPull(std::span<const std::vector<uint32_t>> ids);
+// Encodes a kPullRows request payload to `shard`: `ids` per piece of the shard, as decodePsRowPull returns them (the
+// entries of dense pieces are not sent).
+std::vector<std::byte> encodePsRowPull(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids);
 // Validates a kPullRows request payload for `shard`: per piece of the shard, the ids asked for (empty for a dense
 // piece). Throws InvalidPayload naming the field as decodePsRowPush does.
 std::vector<std::vector<uint32_t>> decodePsRowPull(const PsPlan& plan, int shard, std::span<const std::byte> payload);

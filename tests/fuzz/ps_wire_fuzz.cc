@@ -49,11 +49,7 @@ void rowFrames(uint8_t mode, std::span<const std::byte> frame) {
     const int shard = (mode / 2) % 2;
     try {
       const auto ids = decodePsRowPull(plan, shard, frame);
-      std::vector<std::vector<uint32_t>> sparse;
-      const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(shard)];
-      for (std::size_t i = 0; i < pieces.size(); ++i)
-        if (isRowSparse(plan, plan.pieces[pieces[i]])) sparse.push_back(ids[i]);
-      const std::vector<std::byte> again = encodePsRowPull(sparse);
+      const std::vector<std::byte> again = encodePsRowPull(plan, shard, ids);
       TERSE_FUZZ_CHECK(again.size() == frame.size() && std::memcmp(again.data(), frame.data(), frame.size()) == 0,
                        "row pull round trip");
     } catch (const InvalidPayload&) {
