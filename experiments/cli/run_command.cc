@@ -1,9 +1,11 @@
-// `terse run [CONFIG] [--variant NAME]... [--workers N] [--out DIR] [--plugin-path P]...`: runs a study.
+// `terse run [CONFIG] [--variant NAME]... [--workers N] [--seeds LIST] [--out DIR] [--plugin-path P]...`: runs a study.
 //
 // The whole study is loaded and validated first (syntax, values, plugins instantiated with their parameters), so a
 // broken config fails with FILE:LINE:COL before any variant trains. Then each selected variant runs in turn into
 // <out>/<study>/<variant>/, and a small table compares them at the end. Without CONFIG the embedded quickstart runs.
 #include <boost/program_options.hpp>
+#include <charconv>
+#include <cstdint>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -24,7 +26,7 @@ namespace {
 namespace po = boost::program_options;
 
 constexpr std::string_view kUsage =
-    "usage: terse run [CONFIG] [--variant NAME]... [--workers N] [--out DIR] [--plugin-path DIR]...\n"
+    "usage: terse run [CONFIG] [--variant NAME]... [--workers N] [--seeds LIST] [--out DIR] [--plugin-path DIR]...\n"
     "\n"
     "Runs every variant of the study in CONFIG (a .textproto; default: the embedded quickstart study) and writes\n"
     "results/<study>/<variant>/{config.textproto,provenance.json,metrics.jsonl,status.json}.";
@@ -35,6 +37,22 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+// "1,2,3" -> {1, 2, 3}; anything but non-negative integers separated by single commas is refused, naming the text.
+std::vector<uint64_t> parseSeeds(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  for (;;) {
+    uint64_t seed = 0;
+    const auto [next, ec] = std::from_chars(p, end, seed);
+    if (ec != std::errc() || (next != end && *next != ','))
+      throw po::error("--seeds: '" + text + "' is not a comma-separated list of seeds (integers >= 0), e.g. 1,2,3");
+    seeds.push_back(seed);
+    if (next == end) return seeds;
+    p = next + 1;
+  }
+}
+
 }  // namespace
 
 int runCommand(const std::vector<std::string>& args) {
@@ -42,17 +60,20 @@ int runCommand(const std::vector<std::string>& args) {
   options.add_options()("help,h", "show this help")("variant", po::value<std::vector<std::string>>()->composing(),
                                                     "run only this variant (repeatable)")(
       "workers", po::value<int>(), "override the number of workers of every variant")(
+      "seeds", po::value<std::string>(), "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's")(
       "out", po::value<std::string>(), "results root (default: the config's output_dir)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "search DIR first (repeatable, DIR:DIR...)")(
       "config", po::value<std::vector<std::string>>(), "the study file");
   po::positional_options_description positional;
   positional.add("config", -1);
   po::variables_map vm;
+  std::vector<uint64_t> seeds;
   try {
     po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
     po::notify(vm);
     if (vm.count("config") && vm["config"].as<std::vector<std::string>>().size() > 1)
       throw po::error("give one CONFIG, got " + std::to_string(vm["config"].as<std::vector<std::string>>().size()));
+    if (vm.count("seeds")) seeds = parseSeeds(vm["seeds"].as<std::string>());
   } catch (const po::error& e) {
     std::cerr << "terse run: " << e.what() << "\n\n" << kUsage << "\n\n" << options;
     return kExitUsage;
@@ -75,6 +96,7 @@ int runCommand(const std::vector<std::string>& args) {
     experiments = experiments::selectVariants(
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
     if (vm.count("workers")) experiments::overrideWorkers(experiments, vm["workers"].as<int>());
+    if (!seeds.empty()) experiments::overrideSeeds(experiments, seeds);
     experiments = experiments::expandRepeats(experiments);
   } catch (const experiments::ConfigError& e) {
     for (const auto& line : e.errors()) std::cerr << "terse run: " << userMessage(line) << '\n';

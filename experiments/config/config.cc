@@ -539,6 +539,27 @@ void checkGlove(Checks& c, const Experiment& e) {
     c.fail("workload.glove.optimizer") << ": mode HOGWILD applies plain SGD; use SGD";
 }
 
+// Repeats: at most kMaxSeeds, none twice, and `seed`, when given beside them, one of them.
+void checkSeeds(Checks& c, const Experiment& e) {
+  if (e.seeds_size() > kMaxSeeds) c.fail("seeds") << " lists " << e.seeds_size() << " seeds, at most " << kMaxSeeds;
+  for (int i = 0; i < e.seeds_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (e.seeds(j) == e.seeds(i)) {
+        c.fail("seeds") << ": entry " << i << " repeats entry " << j << " (" << e.seeds(i)
+                        << "): a seed run twice gives the same numbers twice, which "
+                           "narrows the interval without measuring anything";
+        break;
+      }
+    }
+  }
+  if (e.seeds_size() > 0 && std::find(e.seeds().begin(), e.seeds().end(), e.seed()) == e.seeds().end()) {
+    std::string list;
+    for (const uint64_t s : e.seeds()) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    c.fail("seed") << " " << e.seed() << " is not one of seeds [" << list
+                   << "]: with seeds, give seed only to name one of them (or leave it out)";
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOptions& options) {
@@ -825,23 +846,7 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     c.fail("eval.per_epoch") << ": false with eval.every_steps 0 would never evaluate";
   }
   if (e.output_dir().empty()) c.fail("output_dir") << " must be set";
-  if (e.seeds_size() > kMaxSeeds) c.fail("seeds") << " lists " << e.seeds_size() << " seeds, at most " << kMaxSeeds;
-  for (int i = 0; i < e.seeds_size(); ++i) {
-    for (int j = 0; j < i; ++j) {
-      if (e.seeds(j) == e.seeds(i)) {
-        c.fail("seeds") << ": entry " << i << " repeats entry " << j << " (" << e.seeds(i)
-                        << "): a seed run twice gives the same numbers twice, which "
-                           "narrows the interval without measuring anything";
-        break;
-      }
-    }
-  }
-  if (e.seeds_size() > 0 && std::find(e.seeds().begin(), e.seeds().end(), e.seed()) == e.seeds().end()) {
-    std::string list;
-    for (const uint64_t s : e.seeds()) list += (list.empty() ? "" : ", ") + std::to_string(s);
-    c.fail("seed") << " " << e.seed() << " is not one of seeds [" << list
-                   << "]: with seeds, give seed only to name one of them (or leave it out)";
-  }
+  checkSeeds(c, e);
   return c.take();
 }
 
@@ -906,6 +911,19 @@ void overrideWorkers(std::vector<Experiment>& experiments, int workers, const st
     Checks c;
     checkLinkRanks(c, e);
     checkWorkerSettings(c, e);
+    for (const auto& m : c.take()) errors.push_back(source + ": variant " + quoted(e.variant()) + ": " + m);
+  }
+  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+}
+
+void overrideSeeds(std::vector<Experiment>& experiments, std::span<const uint64_t> seeds, const std::string& source) {
+  TERSE_CHECK(!seeds.empty(), InvalidArgument, source << " needs at least one seed");
+  std::vector<std::string> errors;
+  for (auto& e : experiments) {
+    e.mutable_seeds()->Assign(seeds.begin(), seeds.end());
+    e.set_seed(seeds.front());
+    Checks c;
+    checkSeeds(c, e);
     for (const auto& m : c.take()) errors.push_back(source + ": variant " + quoted(e.variant()) + ": " + m);
   }
   if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));

@@ -13,7 +13,9 @@
 // once per variant.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -124,6 +126,11 @@ std::string resultsSubfolder(const Experiment& experiment);
 // --workers N: sets workers on every experiment and re-checks what depends on it (link overrides' ranks). Throws
 // InvalidArgument for N < 1, ConfigError for what no longer holds.
 void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source = "--workers");
+// --seeds LIST: replaces every experiment's `seeds` by LIST (and `seed` by its first), so a one-seed study runs as
+// repeats (`scripts/run --seeds 1,2,3`); call before expandRepeats. Throws InvalidArgument for an empty list,
+// ConfigError for a seed listed twice or more than the config allows.
+void overrideSeeds(std::vector<Experiment>& experiments, std::span<const uint64_t> seeds,
+                   const std::string& source = "--seeds");
 
 // Modes ASYNC and SSP: a parameter server whose shards are ranks before the workers'.
 inline bool usesParameterServer(const Experiment& e) {

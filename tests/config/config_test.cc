@@ -395,6 +395,30 @@ TEST_F(ConfigTest, VariantSelectionAndWorkersOverride) {
   EXPECT_THROW(overrideWorkers(linked.experiments, 2), ConfigError);
 }
 
+TEST_F(ConfigTest, SeedsOverrideTurnsAStudyIntoRepeats) {
+  Study study = loadStudyText(quickstartConfigText(), std::string(kQuickstartSourceName), options_);
+  auto picked = selectVariants(study, {"dense", "fp16"});
+  ASSERT_EQ(picked[0].seeds_size(), 0);  // the quickstart runs one seed
+  const std::vector<uint64_t> seeds = {7, 2, 9};
+  overrideSeeds(picked, seeds);
+  const auto runs = expandRepeats(picked);
+  ASSERT_EQ(runs.size(), 6u);
+  EXPECT_EQ(runs[0].seed(), 7u);
+  EXPECT_EQ(runs[2].seed(), 9u);
+  EXPECT_EQ(runs[3].variant(), "fp16");
+  EXPECT_EQ(resultsSubfolder(runs[4]), "fp16/seed-2");
+
+  EXPECT_THROW(overrideSeeds(picked, std::vector<uint64_t>{}), InvalidArgument);
+  try {
+    overrideSeeds(picked, std::vector<uint64_t>{1, 2, 1});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--seeds: variant 'dense': seeds: entry 2 repeats entry 0 (1)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ConfigCodec, OptionsAndParams) {
   Experiment e = parseConfigText(
       "error_feedback: true\nmomentum_correction { factor: 0.9 nesterov: true }\n"

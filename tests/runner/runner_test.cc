@@ -374,5 +374,23 @@ TEST(RunCommand, RunsOneVariant) {
   EXPECT_EQ(getString(readStatus(dir / "results" / "unit" / "b"), "state"), "completed");
 }
 
+TEST(RunCommand, SeedsOptionRunsEachVariantPerSeedAndRefusesABadList) {
+  const fs::path dir = freshDir("cli_seeds");
+  const fs::path config = dir / "ok.textproto";
+  std::ofstream(config) << studyText("compressor { name: \"none\" }", 1) << "variants { name: \"a\" }\n";
+  std::string out;
+  EXPECT_NE(runTerse("run '" + config.string() + "' --seeds 1,x --out '" + (dir / "results").string() + "'", out), 0);
+  EXPECT_NE(out.find("--seeds: '1,x' is not a comma-separated list"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "results"));
+
+  const int rc = runTerse("run '" + config.string() + "' --seeds 4,5 --workers 2 --out '" +
+                              (dir / "results").string() + "' --plugin-path '" + TERSE_TEST_BUILD_PLUGIN_DIR + "'",
+                          out);
+  EXPECT_EQ(rc, 0) << out;
+  for (const char* seed : {"seed-4", "seed-5"})
+    EXPECT_EQ(getString(readStatus(dir / "results" / "unit" / "a" / seed), "state"), "completed") << seed;
+  EXPECT_FALSE(fs::exists(dir / "results" / "unit" / "a" / "seed-1"));
+}
+
 }  // namespace
 }  // namespace terse::runner
