@@ -60,7 +60,8 @@ int runCommand(const std::vector<std::string>& args) {
   options.add_options()("help,h", "show this help")("variant", po::value<std::vector<std::string>>()->composing(),
                                                     "run only this variant (repeatable)")(
       "workers", po::value<int>(), "override the number of workers of every variant")(
-      "seeds", po::value<std::string>(), "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's")(
+      "seeds", po::value<std::string>(),
+      "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's")(
       "out", po::value<std::string>(), "results root (default: the config's output_dir)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "search DIR first (repeatable, DIR:DIR...)")(
       "config", po::value<std::vector<std::string>>(), "the study file");

@@ -383,8 +383,8 @@ TEST(RunCommand, SeedsOptionRunsEachVariantPerSeedAndRefusesABadList) {
   EXPECT_NE(out.find("--seeds: '1,x' is not a comma-separated list"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "results"));
 
-  const int rc = runTerse("run '" + config.string() + "' --seeds 4,5 --workers 2 --out '" +
-                              (dir / "results").string() + "' --plugin-path '" + TERSE_TEST_BUILD_PLUGIN_DIR + "'",
+  const int rc = runTerse("run '" + config.string() + "' --seeds 4,5 --workers 2 --out '" + (dir / "results").string() +
+                              "' --plugin-path '" + TERSE_TEST_BUILD_PLUGIN_DIR + "'",
                           out);
   EXPECT_EQ(rc, 0) << out;
   for (const char* seed : {"seed-4", "seed-5"})
