@@ -17,6 +17,9 @@
 //                f32.
 //   bucket_size  elements per norm, >= 1 (default 512, the paper's choice for its CNN experiments); larger than numel
 //                means one norm for the whole tensor.
+//   threads      host compress of one tensor on this many threads, in [1, 64] (default 1): ranges of whole buckets
+//                and 64-code groups, the same bytes for any value (sdk/parallel.hpp). Off by default so that codec
+//                timings compare with other tools' single-threaded ones.
 //
 // Payload (ALLGATHER, fixed size): W = 1 + bitsFor(s) bits per element (bitsFor(127) = 7, so W = 8), B buckets.
 //   [0, 16)    sdk::PayloadHeader {magic "QSGD", version 1, dtype f32, numel N}
@@ -35,6 +38,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 
@@ -44,6 +48,7 @@
 #include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/parallel.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace {
@@ -85,9 +90,11 @@ struct Config {
 // Fills norms[] and words[]; returns numel on success, or the first element of a bucket whose norm is not finite.
 // Norms are computed bucket by bucket just ahead of the group that first needs them, so a bucket is still in cache
 // when its elements are quantized.
+// g0: the index of x[0]'s 64-element group in the tensor (its Philox counter), when x is a range of it that starts
+// on a bucket and a group boundary (compress on several threads).
 template <unsigned W>
 TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x, const sdk::PhiloxStream rng,
-                                      float* __restrict norms, uint64_t* __restrict words) {
+                                      uint64_t g0, float* __restrict norms, uint64_t* __restrict words) {
   const uint64_t buckets = c.numel == 0 ? 0 : (c.numel - 1) / c.bucket + 1;
   const float levels_f = static_cast<float>(c.levels);
   uint64_t next = 0;  // first bucket whose norm is not computed yet
@@ -117,7 +124,7 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
     if (i0 + kPrefetchAhead + kGroup <= c.numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
-    rng.group64(g, bits);
+    rng.group64(g0 + g, bits);
     if (len == kGroup) {
       for (unsigned j = 0; j < kGroup; ++j) {
         codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
@@ -201,7 +208,8 @@ class Qsgd final : public sdk::Compressor {
  public:
   Qsgd(sdk::Params& params, sdk::Host& /*host*/)
       : levels_(params.getInt("levels", 127, sdk::Range::atLeast(1))),
-        bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(1))) {
+        bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(1))),
+        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))) {
     if (levels_ > kMaxLevels) {
       throw sdk::InvalidArgument("qsgd: 'levels' must be an integer <= " + std::to_string(kMaxLevels) +
                                  " (2^24 - 1: larger levels are not exact in f32), got " + std::to_string(levels_));
@@ -236,8 +244,18 @@ class Qsgd final : public sdk::Compressor {
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const Config c = config(args.info.numel);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
-    uint64_t bad = c.numel;
-    TERSE_BITPACK_DISPATCH(code_bits_, bad = quantizeAll<kW>(c, in.data(), rng, norms.data(), words.data()));
+    // A range that starts on a bucket and a group boundary has its own norms and words: any such cut gives the bytes
+    // of one thread (the Philox counters are the tensor's group indices).
+    const uint64_t bad =
+        sdk::firstFailure(c.numel, std::lcm(c.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
+          Config range = c;
+          range.numel = end - begin;
+          uint64_t local = range.numel;
+          TERSE_BITPACK_DISPATCH(code_bits_, local = quantizeAll<kW>(range, in.data() + begin, rng, begin / kGroup,
+                                                                     norms.data() + begin / c.bucket,
+                                                                     words.data() + begin / kGroup * code_bits_));
+          return begin + local;
+        });
     if (bad != c.numel) {
       throw sdk::InvalidArgument("qsgd: the bucket starting at element " + std::to_string(bad) +
                                  " has no finite L2 norm (the gradient holds inf or NaN, or the norm exceeds f32)");
@@ -356,6 +374,7 @@ class Qsgd final : public sdk::Compressor {
 
   int64_t levels_;
   uint64_t bucket_size_;
+  int64_t threads_;  // host compress threads (sdk/parallel.hpp)
   unsigned mag_bits_ = 0;
   uint32_t code_bits_ = 0;
 };

@@ -13,6 +13,8 @@
 //
 // Parameters:
 //   bucket_size  elements per scaler, >= 0 (default 512); 0 means one scaler for the whole tensor (the paper's)
+//   threads      host compress of one tensor on this many threads, in [1, 64] (default 1): ranges of whole buckets
+//                and 64-code groups, the same bytes for any value (sdk/parallel.hpp)
 //
 // Payload (ALLGATHER, fixed size): B buckets, 2 bits per element.
 //   [0, 16)    sdk::PayloadHeader {magic "TERN", version 1, dtype f32, numel N}
@@ -31,6 +33,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 
@@ -40,6 +43,7 @@
 #include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/parallel.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace {
@@ -72,8 +76,10 @@ constexpr uint64_t kPrefetchAhead = 2048;
 // Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
 // `bucket` is the effective size in [1, numel], so (b + 1) * bucket cannot overflow. Each scaler is computed just
 // ahead of the group that first needs it, while its bucket is still in cache.
+// g0: the index of x[0]'s 64-element group in the tensor (its Philox counter), when x is a range of it that starts
+// on a bucket and a group boundary (compress on several threads).
 TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
-                                       const sdk::PhiloxStream rng, float* __restrict scales,
+                                       const sdk::PhiloxStream rng, uint64_t g0, float* __restrict scales,
                                        uint64_t* __restrict words) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
@@ -102,7 +108,7 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
     if (i0 + kPrefetchAhead + kGroup <= numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
-    rng.group64(g, bits);
+    rng.group64(g0 + g, bits);
     if (len == kGroup) {
       for (unsigned j = 0; j < kGroup; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
       bitpack::packGroup<kW>(codes, words + g * kW);
@@ -154,7 +160,8 @@ TERSE_CPU_CLONES void deternarizeAll(uint64_t numel, uint64_t bucket, const floa
 class TernGrad final : public sdk::Compressor {
  public:
   TernGrad(sdk::Params& params, sdk::Host& /*host*/)
-      : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))) {}
+      : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))),
+        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     terse::kit::requireF32(dtype);
@@ -181,7 +188,12 @@ class TernGrad final : public sdk::Compressor {
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
-    const uint64_t bad = ternarizeAll(args.info.numel, l.bucket, in.data(), rng, scales.data(), words.data());
+    // As in qsgd.cc: ranges of whole buckets and 64-code groups give the bytes of one thread.
+    const uint64_t bad = sdk::firstFailure(
+        args.info.numel, std::lcm(l.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
+          return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, begin / kGroup,
+                                      scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW);
+        });
     if (bad != args.info.numel) {
       throw sdk::InvalidArgument("terngrad: the bucket starting at element " + std::to_string(bad) +
                                  " has no finite scaler max|g| (the gradient holds inf or NaN)");
@@ -293,6 +305,7 @@ class TernGrad final : public sdk::Compressor {
 #endif
 
   uint64_t bucket_size_;
+  int64_t threads_;  // host compress threads (sdk/parallel.hpp)
 };
 
 }  // namespace

@@ -460,6 +460,29 @@ int main(int argc, char** argv) {
                                  step_instance)
         ->Unit(benchmark::kMicrosecond);
   }
+  // Multi-threaded compress of one tensor (the `threads` parameter, sdk/parallel.hpp): one and two threads, both timed
+  // by the clock on the wall (the helper thread's CPU time is not the caller's), so their ratio is the speed-up; at
+  // most min(2, cores).
+  for (const char* name : {"fp16", "bf16", "qsgd", "terngrad"}) {
+    if (std::find(present.begin(), present.end(), name) == present.end()) continue;
+    for (const char* threads : {"1", "2"}) {
+      std::shared_ptr<const Compressor> instance;
+      try {
+        instance = loader.loadCompressor(name)->instantiate({{"threads", threads}});
+      } catch (const std::exception& e) {
+        std::cerr << "terse-bench-compressors: no threads=" << threads << " bench for " << name << ": " << e.what()
+                  << '\n';
+        continue;
+      }
+      for (const Size& s : {kSizes[1], kSizes[2]}) {
+        benchmark::RegisterBenchmark(
+            ("compress_wall/" + std::string(name) + "-threads" + threads + "/" + s.label).c_str(), benchCompress,
+            instance, s)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
+    }
+  }
   for (const auto& s : kSizes) {
     benchmark::RegisterBenchmark((std::string("memcpy/") + s.label).c_str(), benchMemcpy, s)
         ->Unit(benchmark::kMicrosecond);

@@ -58,7 +58,7 @@ TEST(Qsgd, ParametersAreValidated) {
       {{{"levels", "16777216"}}, "qsgd: 'levels' must be an integer <= 16777215"},
       {{{"levels", "2.5"}}, "qsgd: 'levels' must be an integer, got '2.5'"},
       {{{"bucket_size", "0"}}, "qsgd: 'bucket_size' must be an integer >= 1, got 0"},
-      {{{"bucket", "512"}}, "qsgd: unknown parameter 'bucket' (known: levels, bucket_size)"},
+      {{{"bucket", "512"}}, "qsgd: unknown parameter 'bucket' (known: levels, bucket_size, threads)"},
   };
   for (const Case& c : cases) {
     Instance i(plugin, c.params);

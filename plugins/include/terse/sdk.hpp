@@ -19,6 +19,8 @@
 //                           GPU (Random123, which terse::compressor_kit links)
 //   terse/sdk/bitpack.hpp   codes of any width 1..32 bit-packed into 64-bit words, CPU and GPU alike
 //   terse/sdk/half.hpp      fp16 / bf16 conversions with the same bits on CPU and GPU
+//   terse/sdk/parallel.hpp  multi-threaded compress of one tensor in ranges that give one thread's bytes (a
+//                           plugin's `threads` parameter)
 //   terse/sdk/cuda.hpp, terse/sdk/cublas.hpp   TERSE_SDK_CUDA_CHECK / TERSE_SDK_CUBLAS_CHECK (CUDA translation units)
 // The compressor kit, terse/kit/ (CMake target terse::compressor_kit): what the built-in compressors share, for a new
 // compressor to start from: input checks (host_f32.hpp), the sparse (value, index) payload (sparse_payload.hpp) and

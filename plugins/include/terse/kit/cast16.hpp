@@ -16,6 +16,9 @@
 //
 // The loops stay in each plugin's source (compiled with TERSE_CPU_CLONES, which GCC does not offer for templates).
 //
+// Parameter: threads   host compress of one tensor on this many threads, in [1, 64] (default 1); the same bytes for
+//                      any value (sdk/parallel.hpp).
+//
 // Payload (SUM over the wire dtype, fixed size, 16 + 2N bytes):
 //   [0, 16)        sdk::PayloadHeader {magic, version 1, dtype f32, numel N}; identical on every rank:
 //                  sum_header_bytes = 16
@@ -33,13 +36,15 @@
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
 #include "terse/sdk.hpp"
+#include "terse/sdk/parallel.hpp"
 
 namespace terse::kit {
 
 template <class Traits>
 class Cast16 final : public sdk::Compressor {
  public:
-  Cast16(sdk::Params& /*params*/, sdk::Host& /*host*/) {}
+  Cast16(sdk::Params& params, sdk::Host& /*host*/)
+      : threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
@@ -63,7 +68,10 @@ class Cast16 final : public sdk::Compressor {
     sdk::writeHeader(w, Traits::kFormat, args.info);
     const std::span<const float> in = args.input<float>();
     const std::span<uint16_t> out = w.putArray<uint16_t>(in.size());
-    Traits::encodeAll(in.data(), out.data(), in.size());
+    // Elementwise, so any cut gives the same bytes; 16 elements keep each thread's output on its own cache lines.
+    sdk::forEachRange(in.size(), 16, threads_, [&](uint64_t begin, uint64_t end) {
+      Traits::encodeAll(in.data() + begin, out.data() + begin, end - begin);
+    });
     return w.offset();
   }
 
@@ -81,6 +89,7 @@ class Cast16 final : public sdk::Compressor {
   }
 
  private:
+  int64_t threads_;  // host compress on this many threads (sdk/parallel.hpp); 1 by default
   static void requireSupported(const terse_tensor_info_v1& info) {
     requireF32OneRound(info, device::kDevices);
   }
