@@ -1,7 +1,7 @@
 // Ring allgatherv: every rank contributes a block of its own size (0 included) and every rank ends with all blocks
 // concatenated in rank order. In step s (0 <= s < n-1) rank r sends block (r - s) mod n to r + 1 and receives block
 // (r - s - 1) mod n from r - 1 straight into place (Gloo's allgather_ring.h, with per-rank sizes). Every rank must
-// know every size beforehand (exchangeSizes does that in a first, fixed-size allgather).
+// know every size beforehand (Communicator::allgatherSizes does that in a first, fixed-size allgather).
 //
 // Bytes sent per rank: sum over the n-1 blocks it forwards (every block but block r + 1) of bytes + 32 per frame; an
 // empty block takes no frame.
@@ -18,8 +18,5 @@ namespace terse::comm {
 // to its place first unless it is already there (in place).
 void allgathervRing(CollectiveContext& ctx, std::span<const std::byte> send, std::span<std::byte> recv,
                     std::span<const uint64_t> sizes);
-
-// Every rank's value of `mine`, in rank order, as a fixed-size ring allgather of 8-byte little-endian words.
-void exchangeSizes(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all);
 
 }  // namespace terse::comm

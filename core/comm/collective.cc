@@ -1,6 +1,8 @@
 #include "core/comm/collective.h"
 
 #include <algorithm>
+#include <cstring>
+#include <numeric>
 
 #include "core/common/error.h"
 
@@ -102,17 +104,34 @@ void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, 
   expected.clear();
 }
 
+uint64_t checkAllgathervArguments(const CollectiveContext& ctx, std::span<const std::byte> send,
+                                  std::span<const std::byte> recv, std::span<const uint64_t> sizes) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  TERSE_CHECK(sizes.size() == static_cast<std::size_t>(n), InvalidArgument,
+              "allgatherv: " << sizes.size() << " sizes for " << n << " ranks");
+  TERSE_CHECK(send.size() == sizes[static_cast<std::size_t>(r)], InvalidArgument,
+              "allgatherv: rank " << r << " sends " << send.size() << " bytes but sizes says "
+                                  << sizes[static_cast<std::size_t>(r)]);
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  TERSE_CHECK(recv.size() >= total, InvalidArgument,
+              "allgatherv: receive buffer of " << recv.size() << " bytes for " << total << " gathered bytes");
+  return total;
+}
+
 void exchangeWords(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all, const WordGather& gather) {
   const auto n = static_cast<std::size_t>(ctx.size());
   TERSE_CHECK(all.size() == n, InvalidArgument, "exchanging words: " << all.size() << " slots for " << n << " ranks");
   std::byte mine_le[8];
   for (int i = 0; i < 8; ++i) mine_le[i] = static_cast<std::byte>((mine >> (8 * i)) & 0xFF);
-  const std::span<std::byte> words = ctx.scratchBytes(8 * n);
-  gather(std::span<const std::byte>(mine_le, 8), words);
-  for (std::size_t j = 0; j < n; ++j) {
+  // Straight into `all`, each word decoded in place: the gather may use the context's scratch itself.
+  gather(std::span<const std::byte>(mine_le, 8), std::as_writable_bytes(all));
+  for (uint64_t& word : all) {
+    std::byte le[8];
+    std::memcpy(le, &word, 8);
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(words[8 * j + static_cast<std::size_t>(i)]) << (8 * i);
-    all[j] = v;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(le[i]) << (8 * i);
+    word = v;
   }
 }
 

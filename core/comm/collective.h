@@ -112,9 +112,14 @@ void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> b
 // protocol error, never silently partial data). Clears both vectors.
 void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx);
 
+// An allgatherv's arguments against this rank's view (sizes has one entry per rank of ctx, send is this rank's size,
+// recv holds them all); returns the total. Throws InvalidArgument naming the mismatch.
+uint64_t checkAllgathervArguments(const CollectiveContext& ctx, std::span<const std::byte> send,
+                                  std::span<const std::byte> recv, std::span<const uint64_t> sizes);
+
 // all[i] = rank i's `mine`: each rank's word as 8 little-endian bytes through `gather`, an allgather of 8-byte blocks
-// (send: this rank's 8 bytes; recv: n * 8 bytes in rank order). exchangeSizes uses the ring, exchangeWordsBruck
-// Bruck's algorithm.
+// (send: this rank's 8 bytes; recv: n * 8 bytes in rank order). The host communicator's size exchange passes its
+// allgatherv algorithm, exchangeWordsBruck Bruck's.
 using WordGather = std::function<void(std::span<const std::byte> send, std::span<std::byte> recv)>;
 void exchangeWords(CollectiveContext& ctx, uint64_t mine, std::span<uint64_t> all, const WordGather& gather);
 

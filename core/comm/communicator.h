@@ -46,6 +46,16 @@ std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name)
 // The accepted names for messages: "ring, rd, hd, tree, reduce_broadcast, hierarchical or auto".
 std::string_view allreduceAlgorithmChoices() noexcept;
 
+// The allgatherv algorithm: the ring (allgatherv_ring.h), Bruck's (allgather_bruck.h), the two-level one
+// (allgatherv_hierarchical.h), or auto (allgather_auto.h) by world, node size and gathered bytes.
+enum class AllgatherAlgorithm { kAuto, kRing, kBruck, kHierarchical };
+// "auto", "ring", "bruck", "hierarchical"
+std::string_view allgatherAlgorithmName(AllgatherAlgorithm a) noexcept;
+// A name above; nullopt otherwise.
+std::optional<AllgatherAlgorithm> parseAllgatherAlgorithm(std::string_view name) noexcept;
+// The accepted names for messages: "ring, bruck, hierarchical or auto".
+std::string_view allgatherAlgorithmChoices() noexcept;
+
 // A non-blocking collective in flight. wait() rethrows the operation's error.
 class CommRequest {
  public:

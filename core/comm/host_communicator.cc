@@ -5,7 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "core/comm/allgather_auto.h"
 #include "core/comm/allgather_bruck.h"
+#include "core/comm/allgatherv_hierarchical.h"
 #include "core/comm/allgatherv_ring.h"
 #include "core/comm/allreduce_auto.h"
 #include "core/comm/allreduce_halving_doubling.h"
@@ -56,6 +58,31 @@ std::optional<AllreduceAlgorithm> parseAllreduceAlgorithm(std::string_view name)
   return std::nullopt;
 }
 
+std::string_view allgatherAlgorithmName(AllgatherAlgorithm a) noexcept {
+  switch (a) {
+    case AllgatherAlgorithm::kAuto:
+      return "auto";
+    case AllgatherAlgorithm::kRing:
+      return "ring";
+    case AllgatherAlgorithm::kBruck:
+      return "bruck";
+    case AllgatherAlgorithm::kHierarchical:
+      return "hierarchical";
+  }
+  return "?";
+}
+
+std::string_view allgatherAlgorithmChoices() noexcept {
+  return "ring, bruck, hierarchical or auto";
+}
+
+std::optional<AllgatherAlgorithm> parseAllgatherAlgorithm(std::string_view name) noexcept {
+  for (AllgatherAlgorithm a : {AllgatherAlgorithm::kAuto, AllgatherAlgorithm::kRing, AllgatherAlgorithm::kBruck,
+                               AllgatherAlgorithm::kHierarchical})
+    if (name == allgatherAlgorithmName(a)) return a;
+  return std::nullopt;
+}
+
 HostCommunicator::HostCommunicator(std::unique_ptr<Transport> transport, const HostCommOptions& options)
     : transport_(std::move(transport)), options_(options) {
   TERSE_CHECK(transport_ != nullptr, InvalidArgument, "communicator: transport is null");
@@ -95,6 +122,11 @@ AllreduceAlgorithm HostCommunicator::algorithmFor(uint64_t bytes) const noexcept
   }
   // Several nodes: the hierarchical allreduce where the flat choice is the bandwidth-bound ring.
   return flat == AllreduceAlgorithm::kRing && nodes ? AllreduceAlgorithm::kHierarchical : flat;
+}
+
+AllgatherAlgorithm HostCommunicator::allgatherAlgorithmFor(uint64_t total_bytes) const noexcept {
+  if (options_.allgather != AllgatherAlgorithm::kAuto) return options_.allgather;
+  return allgatherChoice(size(), options_.ranks_per_node, total_bytes);
 }
 
 void HostCommunicator::checkSum(DType dtype, ReduceOp op) const {
@@ -204,13 +236,37 @@ HostCommunicator::Op HostCommunicator::allreduceOp(std::span<std::byte> data, DT
   });
 }
 
+namespace {
+
+// One allgatherv with its algorithm (never kAuto); the leaders of a hierarchical one follow the flat rule.
+void runAllgatherv(CollectiveContext& ctx, AllgatherAlgorithm algo, int ranks_per_node, std::span<const std::byte> send,
+                   std::span<std::byte> recv, std::span<const uint64_t> sizes, uint64_t total) {
+  switch (algo) {
+    case AllgatherAlgorithm::kBruck:
+      return allgathervBruck(ctx, send, recv, sizes);
+    case AllgatherAlgorithm::kHierarchical: {
+      const int per = std::min(ranks_per_node, ctx.size());
+      const int nodes = (ctx.size() + per - 1) / per;
+      return allgathervHierarchical(ctx, send, recv, sizes, ranks_per_node, flatAllgatherChoice(nodes, total));
+    }
+    case AllgatherAlgorithm::kAuto:
+    case AllgatherAlgorithm::kRing:
+      return allgathervRing(ctx, send, recv, sizes);
+  }
+}
+
+}  // namespace
+
 HostCommunicator::Op HostCommunicator::allgathervOp(std::span<const std::byte> send, std::span<std::byte> recv,
                                                     std::vector<uint64_t> sizes, uint64_t tensor) {
   uint64_t total = 0;
   for (uint64_t s : sizes) total += s;
-  return makeOp(OpKind::kAllgather, tensor, total, [send, recv, sizes = std::move(sizes)](CollectiveContext& ctx) {
-    allgathervRing(ctx, send, recv, sizes);
-  });
+  const AllgatherAlgorithm algo = allgatherAlgorithmFor(total);
+  const int per_node = options_.ranks_per_node;
+  return makeOp(OpKind::kAllgather, tensor, total,
+                [send, recv, sizes = std::move(sizes), algo, per_node, total](CollectiveContext& ctx) {
+                  runAllgatherv(ctx, algo, per_node, send, recv, sizes, total);
+                });
 }
 
 HostCommunicator::Op HostCommunicator::broadcastOp(std::span<std::byte> data, int root, uint64_t tensor) {
@@ -225,8 +281,16 @@ HostCommunicator::Op HostCommunicator::barrierOp() {
 }
 
 HostCommunicator::Op HostCommunicator::sizesOp(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {
-  return makeOp(OpKind::kAllgather, tensor, 8 * all.size(),
-                [mine, all](CollectiveContext& ctx) { exchangeSizes(ctx, mine, all); });
+  // The size exchange is an allgatherv of one 8-byte word per rank, by the same rule as the payloads'.
+  const uint64_t total = 8 * all.size();
+  const AllgatherAlgorithm algo = allgatherAlgorithmFor(total);
+  const int per_node = options_.ranks_per_node;
+  return makeOp(OpKind::kAllgather, tensor, total, [mine, all, algo, per_node, total](CollectiveContext& ctx) {
+    const std::vector<uint64_t> sizes(static_cast<std::size_t>(ctx.size()), 8);
+    exchangeWords(ctx, mine, all, [&](std::span<const std::byte> send, std::span<std::byte> recv) {
+      runAllgatherv(ctx, algo, per_node, send, recv, sizes, total);
+    });
+  });
 }
 
 HostCommunicator::Op HostCommunicator::controlOp(uint64_t mine, std::span<uint64_t> all, uint64_t tensor) {

@@ -8,7 +8,8 @@
 // Allreduce picks its algorithm per call: with kAuto, the measured table of allreduce_auto.h by world size and message
 // size (or, when small_allreduce_bytes is set, recursive doubling below it and the ring from there on), and the
 // hierarchical allreduce (allreduce_hierarchical.h) instead of the ring when ranks_per_node > 1 describes more than
-// one node; the same size gives the same choice on every rank, as it must.
+// one node; the same size gives the same choice on every rank, as it must. Allgatherv (and the size exchange before a
+// variable-size one) likewise picks the ring, Bruck's or the hierarchical one by allgather_auto.h's rule with kAuto.
 #pragma once
 
 #include <atomic>
@@ -34,7 +35,9 @@ struct HostCommOptions {
   // Frames carry at most this many payload bytes (CollectiveContext::segment_bytes). 256 KiB keeps a frame's copy or
   // sum within L2 while its neighbour is in flight, and makes per-frame costs (a header, a match) negligible.
   uint64_t segment_bytes = 256 * 1024;
-  // Workers per node for the hierarchical allreduce (blocks of consecutive ranks); 1 = a flat cluster.
+  // kAuto: allgather_auto.h's rule by world, ranks_per_node and gathered bytes.
+  AllgatherAlgorithm allgather = AllgatherAlgorithm::kAuto;
+  // Workers per node for the hierarchical allreduce and allgatherv (blocks of consecutive ranks); 1 = a flat cluster.
   int ranks_per_node = 1;
 };
 
@@ -53,6 +56,8 @@ class HostCommunicator : public Communicator {
   const HostCommOptions& options() const noexcept { return options_; }
   // The algorithm an allreduce of `bytes` bytes runs.
   AllreduceAlgorithm algorithmFor(uint64_t bytes) const noexcept;
+  // The algorithm an allgatherv (or the size exchange) of `total_bytes` gathered bytes runs; never kAuto.
+  AllgatherAlgorithm allgatherAlgorithmFor(uint64_t total_bytes) const noexcept;
 
   WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum,
                       uint64_t tensor = kNoTensor) override;

@@ -8,7 +8,10 @@
 //              payload ratio.
 //   ALLGATHER  every rank receives, and the ring forwards, the n - 1 other payloads: (n-1) x payload, plus one 8-byte
 //              size per rank when the size varies; against the dense 2(n-1)/n x 4N the wire ratio is the payload
-//              ratio x 2/n (a 3.56x payload is 1.78x on the wire at 4 workers).
+//              ratio x 2/n (a 3.56x payload is 1.78x on the wire at 4 workers). Bruck's allgather, which `auto` picks
+//              for small gathers (core/comm/allgather_auto.h), sends the same (n-1) x payload per rank when payloads
+//              are equal (fewer frames, so fewer headers); the hierarchical one of a multi-node world moves other
+//              bytes per worker (core/comm/allgatherv_hierarchical.h), which this flat model does not predict.
 //   CUSTOM     per round, the raw payloads are gathered like ALLGATHER's and folded by the plugin's reduce.
 #pragma once
 

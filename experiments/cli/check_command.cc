@@ -288,7 +288,9 @@ bool printPayloadSizes(std::ostream& out, const CompressorPlugin& plugin, const 
   wire_table.add({std::to_string(wire), std::to_string(dense_wire), ratio_of(dense_wire, wire)});
   wire_table.print(out, "    ");
   out << "    DENSE WIRE: a ring allreduce of the " << dense << " B f32 tensor; WIRE RATIO = DENSE WIRE / PLUGIN WIRE\n"
-      << "    (ring model without frame headers; `terse compare` measures the frames, headers included)\n";
+      << "    (a flat world, without frame headers: an allgather's ring and Bruck's move the same bytes per worker;\n"
+      << "    the hierarchical allgather of multi-node worlds others; `terse compare` measures the frames, headers "
+         "included)\n";
   return true;
 }
 

@@ -143,6 +143,15 @@ std::string joined(const std::vector<T>& items) {
   return os.str();
 }
 
+// A collectives.<field> algorithm (allreduce, allgather): what `parse` makes of `value`, or nullopt with `problem` set
+// to what is wrong with it, in the same words for the validation's list and hostCommOptions' error.
+template <class Parse>
+auto parseCollective(const std::string& value, Parse parse, std::string_view choices, std::string& problem) {
+  auto algo = parse(value);
+  if (!algo) problem = " '" + value + "' is not one of " + std::string(choices);
+  return algo;
+}
+
 // Collects "PATH message" strings; the path is everything before the first ' ' or ':'.
 class Checks {
  public:
@@ -492,6 +501,7 @@ void applyDefaults(Experiment& e) {
   if (!e.simulation().has_compute()) e.mutable_simulation()->set_compute(Simulation::MEASURED);
   if (!e.simulation().has_flops_per_second()) e.mutable_simulation()->set_flops_per_second(1e11);
   if (!e.collectives().has_allreduce()) e.mutable_collectives()->set_allreduce("auto");
+  if (!e.collectives().has_allgather()) e.mutable_collectives()->set_allgather("auto");
 }
 
 std::vector<Experiment> resolveVariants(const Experiment& file) {
@@ -743,18 +753,25 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     if (links) c.fail("link") << ": simulation.topology describes the network; leave link (and its overrides) unset";
   }
   {
-    const auto algo = comm::parseAllreduceAlgorithm(e.collectives().allreduce());
-    if (!algo)
-      c.fail("collectives.allreduce") << " '" << e.collectives().allreduce() << "' is not one of "
-                                      << comm::allreduceAlgorithmChoices();
-    if (e.collectives().has_ranks_per_node()) {
-      const int per = e.collectives().ranks_per_node();
+    const auto& co = e.collectives();
+    std::string reduce_problem, gather_problem;
+    const auto reduce = parseCollective(co.allreduce(), comm::parseAllreduceAlgorithm,
+                                        comm::allreduceAlgorithmChoices(), reduce_problem);
+    const auto gather = parseCollective(co.allgather(), comm::parseAllgatherAlgorithm,
+                                        comm::allgatherAlgorithmChoices(), gather_problem);
+    if (!reduce) c.fail("collectives.allreduce") << reduce_problem;
+    if (!gather) c.fail("collectives.allgather") << gather_problem;
+    if (co.has_ranks_per_node()) {
+      const int per = co.ranks_per_node();
       if (per < 1 || per > std::max(1, e.workers()))
         c.fail("collectives.ranks_per_node") << " must be in [1, workers = " << e.workers() << "], got " << per;
     }
-    if (algo == comm::AllreduceAlgorithm::kHierarchical && !e.collectives().has_ranks_per_node() &&
-        !e.simulation().has_topology())
+    const bool nodes_known = co.has_ranks_per_node() || e.simulation().has_topology();
+    if (reduce == comm::AllreduceAlgorithm::kHierarchical && !nodes_known)
       c.fail("collectives.allreduce") << ": 'hierarchical' needs collectives.ranks_per_node (or a simulation "
+                                         "topology) to know the nodes";
+    if (gather == comm::AllgatherAlgorithm::kHierarchical && !nodes_known)
+      c.fail("collectives.allgather") << ": 'hierarchical' needs collectives.ranks_per_node (or a simulation "
                                          "topology) to know the nodes";
   }
   const double scale = e.simulation().compute_scale();
@@ -968,11 +985,15 @@ sim::TwoLevelTopology topology(const Experiment& experiment) {
 
 comm::HostCommOptions hostCommOptions(const Experiment& experiment) {
   comm::HostCommOptions o;
-  const auto algo = comm::parseAllreduceAlgorithm(experiment.collectives().allreduce());
-  TERSE_CHECK(algo.has_value(), InvalidArgument,
-              "collectives.allreduce '" << experiment.collectives().allreduce() << "' is not one of "
-                                        << comm::allreduceAlgorithmChoices());
-  o.algorithm = *algo;
+  std::string problem;
+  const auto reduce = parseCollective(experiment.collectives().allreduce(), comm::parseAllreduceAlgorithm,
+                                      comm::allreduceAlgorithmChoices(), problem);
+  TERSE_CHECK(reduce.has_value(), InvalidArgument, "collectives.allreduce" << problem);
+  const auto gather = parseCollective(experiment.collectives().allgather(), comm::parseAllgatherAlgorithm,
+                                      comm::allgatherAlgorithmChoices(), problem);
+  TERSE_CHECK(gather.has_value(), InvalidArgument, "collectives.allgather" << problem);
+  o.algorithm = *reduce;
+  o.allgather = *gather;
   if (experiment.collectives().has_ranks_per_node()) {
     o.ranks_per_node = experiment.collectives().ranks_per_node();
   } else if (experiment.clock() == Experiment::SIMULATED && experiment.simulation().has_topology()) {

@@ -156,7 +156,8 @@ inline WorkerSettings workerSettings(const Experiment& e, int worker) {
 comm::EmulationConfig emulationConfig(const Experiment& experiment);
 // simulation.topology with its preset applied (disabled when unset).
 sim::TwoLevelTopology topology(const Experiment& experiment);
-// The host transports' collective options: collectives.allreduce and ranks_per_node (or the topology's node size).
+// The host transports' collective options: collectives.allreduce, allgather and ranks_per_node (or the topology's node
+// size).
 comm::HostCommOptions hostCommOptions(const Experiment& experiment);
 CodecOptions codecOptions(const Experiment& experiment);
 Params pluginParams(const PluginSpec& spec);  // sorted by key, so the plugin sees the same order every run

@@ -87,6 +87,13 @@ inline void expectNoErrors(const SpawnResult& r) {
     EXPECT_EQ(r.errors[i], nullptr) << "rank " << i << ": " << r.message(static_cast<int>(i));
 }
 
+// Options that pin the ring allgatherv (auto picks Bruck for small gathers): for tests whose counts are the ring's.
+inline HostCommOptions ringAllgather() {
+  HostCommOptions o;
+  o.allgather = AllgatherAlgorithm::kRing;
+  return o;
+}
+
 // A fabric and one HostCommunicator per rank.
 struct World {
   std::shared_ptr<InprocFabric> fabric;

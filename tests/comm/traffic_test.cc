@@ -142,7 +142,7 @@ TEST(Traffic, AllgathervExactBytes) {
   for (int n : {2, 3, 5}) {
     std::vector<uint64_t> sizes;
     for (int r = 0; r < n; ++r) sizes.push_back(static_cast<uint64_t>(r % 3) * 777);
-    World world(n, HostCommOptions{AllreduceAlgorithm::kAuto, 64 * 1024, seg});
+    World world(n, HostCommOptions{AllreduceAlgorithm::kAuto, 64 * 1024, seg, AllgatherAlgorithm::kRing});
     const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
     std::vector<WireBytes> returned(static_cast<std::size_t>(n));
     world.runOk([&](int r, HostCommunicator& c) {

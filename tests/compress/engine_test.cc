@@ -326,7 +326,7 @@ TEST(Pipeline, AllgatherVariableAndFixedSize) {
   for (bool fixed : {false, true}) {
     for (int n : {1, 4}) {
       const uint64_t numel = 700;
-      World world(n);
+      World world(n, comm::testing::ringAllgather());  // the frame counts below are the ring's
       const PipelineRun run = runPipeline(world, numel, 2, [&](int r) {
         return makePluginCodec(std::make_shared<SparseFake>(fixed), tensorFor(numel, r, n), 1);
       });

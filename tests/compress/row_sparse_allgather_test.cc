@@ -73,7 +73,7 @@ TEST_P(RowSparse, AveragesTheRanksRowsAndCountsItsBytes) {
   }
   for (float& v : expected) v *= 1.0f / static_cast<float>(n);
 
-  World world(n);
+  World world(n, comm::testing::ringAllgather());  // the counts below are the ring's
   world.runOk([&](int r, comm::HostCommunicator& comm) {
     RowSparseAllgather agg(comm, kRows, kLen, kTensor);
     const auto rows = rowsOf(r, n, pattern);

@@ -210,6 +210,10 @@ TEST(SimulatedRun, TopologyAndCollectivesConfigChecksNameTheField) {
                     "hierarchical or auto");
   expectConfigError(base + "collectives { allreduce: \"hierarchical\" }\n",
                     "'hierarchical' needs collectives.ranks_per_node");
+  expectConfigError(base + "collectives { allgather: \"rd\" }\n",
+                    "collectives.allgather 'rd' is not one of ring, bruck, hierarchical or auto");
+  expectConfigError(base + "collectives { allgather: \"hierarchical\" }\n",
+                    "collectives.allgather: 'hierarchical' needs collectives.ranks_per_node");
   expectConfigError(base + "collectives { ranks_per_node: 5 }\n",
                     "collectives.ranks_per_node must be in [1, workers = 4], got 5");
 }

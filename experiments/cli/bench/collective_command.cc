@@ -46,6 +46,7 @@ constexpr std::string_view kCollectiveUsage =
     "usage: terse bench allreduce|allgather [-n RANKS] [-b MINBYTES] [-e MAXBYTES] [-f STEPFACTOR] [--dtype T]\n"
     "                                       [--algo ring|rd|hd|tree|reduce_broadcast|hierarchical|auto] "
     "[--ranks-per-node G]\n"
+    "                                       (allgather: [--algo ring|bruck|hierarchical|auto])\n"
     "                                       [--transport inproc|tcp|nccl] [--bandwidth BW] [--latency T]\n"
     "                                       [--clock real|simulated] [--topology SPEC] [--iters N] [-w WARMUP]\n"
     "                                       [--json] [--check]\n"
@@ -141,9 +142,10 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
   options.add_options()("dtype", po::value<std::string>()->default_value("f32"), "f32, f16 or bf16")(
       "algo", po::value<std::string>()->default_value("auto"),
       "allreduce algorithm: ring, rd, hd (halving-doubling), tree, reduce_broadcast, hierarchical or auto (the "
-      "measured table of core/comm/allreduce_auto.h, or --threshold's rule)")(
+      "measured table of core/comm/allreduce_auto.h, or --threshold's rule); allgather algorithm: ring, bruck, "
+      "hierarchical or auto (core/comm/allgather_auto.h)")(
       "ranks-per-node", po::value<int>(),
-      "workers per node of the hierarchical allreduce (default: --topology's, else 1)")(
+      "workers per node of the hierarchical allreduce and allgather (default: --topology's, else 1)")(
       "topology", po::value<std::string>(),
       "--clock simulated: a two-level cluster instead of per-pair links, a preset (8xA100-4x200G, 8xH100-8x400G, "
       "4xV100-1x100G) and/or workers=,intra=,intra_latency=,nic=,nics=,nic_latency=,oversubscription=, "
@@ -168,11 +170,17 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16))
       throw po::error("--dtype must be f32, f16 or bf16, got '" + (*vm)["dtype"].as<std::string>() + "'");
     o.dtype = *d;
-    const auto algo = comm::parseAllreduceAlgorithm((*vm)["algo"].as<std::string>());
-    if (!algo)
-      throw po::error("--algo must be " + std::string(comm::allreduceAlgorithmChoices()) + ", got '" +
-                      (*vm)["algo"].as<std::string>() + "'");
-    o.comm_options.algorithm = *algo;
+    // --algo names the allreduce's algorithm for `bench allreduce`, the allgatherv's for `bench allgather`.
+    const std::string algo_name = (*vm)["algo"].as<std::string>();
+    const bool allreduce = who == "allreduce";
+    const auto reduce = comm::parseAllreduceAlgorithm(algo_name);
+    const auto gather = comm::parseAllgatherAlgorithm(algo_name);
+    if (allreduce ? !reduce : !gather)
+      throw po::error("--algo must be " +
+                      std::string(allreduce ? comm::allreduceAlgorithmChoices() : comm::allgatherAlgorithmChoices()) +
+                      ", got '" + algo_name + "'");
+    if (allreduce) o.comm_options.algorithm = *reduce;
+    if (!allreduce) o.comm_options.allgather = *gather;
     if (vm->count("topology")) o.topology = sim::parseTopology((*vm)["topology"].as<std::string>());
     if (vm->count("ranks-per-node")) {
       o.comm_options.ranks_per_node = (*vm)["ranks-per-node"].as<int>();
@@ -180,8 +188,7 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     } else if (o.topology.enabled()) {
       o.comm_options.ranks_per_node = o.topology.workers_per_node;
     }
-    if (*algo == comm::AllreduceAlgorithm::kHierarchical && o.comm_options.ranks_per_node == 1 &&
-        !vm->count("ranks-per-node"))
+    if (algo_name == "hierarchical" && o.comm_options.ranks_per_node == 1 && !vm->count("ranks-per-node"))
       throw po::error("--algo hierarchical needs --ranks-per-node or --topology to know the nodes");
     const std::string threshold = (*vm)["threshold"].as<std::string>();
     o.comm_options.small_allreduce_bytes = threshold == "table" ? 0 : comm::parseByteSize(threshold);
@@ -362,8 +369,9 @@ CollectiveRow measureSize(const SizeStep& s, const World& w, MemcpyProbe* probe)
     onRanks(n, body);
   }
   const uint64_t bytes = s.allreduce ? s.size : s.per_rank * s.elem * static_cast<uint64_t>(n);
-  const std::string algo =
-      s.allreduce ? std::string(comm::allreduceAlgorithmName(w.any().algorithmFor(s.size))) : "ring";
+  const std::string algo = s.allreduce
+                               ? std::string(comm::allreduceAlgorithmName(w.any().algorithmFor(s.size)))
+                               : std::string(comm::allgatherAlgorithmName(w.any().allgatherAlgorithmFor(bytes)));
   CollectiveRow row = timedRow(s.allreduce, n, bytes, s.elem, algo, t.elapsed, s.batches);
   for (uint64_t wrong : t.wrong) row.wrong += wrong;
   return row;
@@ -415,7 +423,9 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
   const CommonArgs& a = o.a;
   std::ostringstream j;
   j << "{\"benchmark\":\"" << who << "\",\"transport\":\"" << a.transport << "\",\"dtype\":\"" << dtypeName(o.dtype)
-    << "\",\"algo\":\"" << comm::allreduceAlgorithmName(o.comm_options.algorithm)
+    << "\",\"algo\":\""
+    << (who == "allreduce" ? comm::allreduceAlgorithmName(o.comm_options.algorithm)
+                           : comm::allgatherAlgorithmName(o.comm_options.allgather))
     << "\",\"threshold_bytes\":" << o.comm_options.small_allreduce_bytes
     << ",\"segment_bytes\":" << o.comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
     << ",\"links\":\"" << a.inproc.emulation.describe() << "\",\"clock\":\"" << (o.simulated ? "simulated" : "real")
@@ -441,6 +451,8 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
       std::cout << " (rd below " << o.comm_options.small_allreduce_bytes << " B)";
     else if (o.comm_options.algorithm == AllreduceAlgorithm::kAuto)
       std::cout << " (measured table)";
+  } else {
+    std::cout << ", algo " << comm::allgatherAlgorithmName(o.comm_options.allgather);
   }
   if (o.comm_options.ranks_per_node > 1) std::cout << ", " << o.comm_options.ranks_per_node << " ranks per node";
   std::cout << ", segment " << o.comm_options.segment_bytes << " B, iters " << a.iters << ", warmup " << a.warmup
