@@ -143,7 +143,8 @@ TEST(Runner, ProvenanceRecordsResolvedDefaults) {
   ASSERT_TRUE(prov);
   const Json& qsgd = prov->at("plugins").at(0);
   EXPECT_EQ(qsgd.at("params"), Json({{"levels", "15"}}));
-  EXPECT_EQ(qsgd.at("resolved_params"), Json({{"levels", "15"}, {"bucket_size", "512"}})) << dumpJson(qsgd);
+  EXPECT_EQ(qsgd.at("resolved_params"), Json({{"levels", "15"}, {"bucket_size", "512"}, {"threads", "1"}}))
+      << dumpJson(qsgd);
   const Json& scheduler = prov->at("plugins").at(1);
   EXPECT_EQ(getString(scheduler, "kind"), "scheduler");
   EXPECT_EQ(scheduler.at("resolved_params"), Json({{"bucket_bytes", "4194304"}, {"credit_bytes", "0"}}))
