@@ -137,7 +137,7 @@ TEST_P(AllgatherGrid, ExactBytesAndFrames) {
   }
 }
 
-std::string gridName(const ::testing::TestParamInfo<Param>& info) {
+std::string allgatherGridName(const ::testing::TestParamInfo<Param>& info) {
   const auto [algo, n, kind] = info.param;
   const char* kinds[] = {"equal_odd", "unequal_zeros", "all_empty", "one_nonempty"};
   return std::string(allgatherAlgorithmName(algo)) + "_n" + std::to_string(n) + "_" + kinds[static_cast<int>(kind)];
@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, AllgatherGrid,
                                             ::testing::Range(1, 10),
                                             ::testing::Values(Sizes::kEqualOdd, Sizes::kUnequalWithZeros,
                                                               Sizes::kAllEmpty, Sizes::kOneNonEmpty)),
-                         gridName);
+                         allgatherGridName);
 
 // The replay is not a copy of the code under test: Bruck's frames are ceil(log2 n) per rank, the ring's n - 1.
 TEST(Allgatherv, BruckTakesLogRoundsTheRingLinear) {

@@ -18,18 +18,18 @@
 namespace terse::testing {
 namespace {
 
-std::vector<float> ramp(size_t n) {
+std::vector<float> threadsInput(size_t n) {
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) x[i] = std::sin(0.001f * static_cast<float>(i)) * static_cast<float>(1 + i % 7);
   return x;
 }
 
-struct Case {
+struct ThreadsCase {
   const char* name;
   Instance::ParamList params;
 };
 
-const Case kCases[] = {
+const ThreadsCase kThreadsCases[] = {
     {"fp16", {}},
     {"bf16", {}},
     {"qsgd", {}},                                         // 512-element buckets
@@ -40,21 +40,21 @@ const Case kCases[] = {
     {"terngrad", {{"bucket_size", "7"}}},
 };
 
-Instance::ParamList with(Instance::ParamList params, const std::string& threads) {
+Instance::ParamList withThreads(Instance::ParamList params, const std::string& threads) {
   params.emplace_back("threads", threads);
   return params;
 }
 
 TEST(CompressThreads, EveryThreadCountGivesTheBytesOfOne) {
   const size_t n = 3 * (size_t{1} << 16) + 12345;  // three ranges of more than 64K elements, ending mid-group
-  const auto x = ramp(n);
+  const auto x = threadsInput(n);
   const auto info = tensorInfo(n, {.rank = 1, .world_size = 4, .step = 9});
-  for (const auto& c : kCases) {
+  for (const auto& c : kThreadsCases) {
     Plugin plugin(c.name);
-    Instance one(plugin, with(c.params, "1"));
+    Instance one(plugin, withThreads(c.params, "1"));
     const Bytes expected = one.compress(info, x);
     for (const char* threads : {"2", "3", "4", "64"}) {
-      Instance many(plugin, with(c.params, threads));
+      Instance many(plugin, withThreads(c.params, threads));
       ASSERT_EQ(many.initStatus(), TERSE_OK) << c.name << " threads=" << threads;
       EXPECT_TRUE(many.compress(info, x) == expected) << c.name << " threads=" << threads;
     }
@@ -63,7 +63,7 @@ TEST(CompressThreads, EveryThreadCountGivesTheBytesOfOne) {
 
 TEST(CompressThreads, ANonFiniteInputInALaterRangeIsRefusedAsByOneThread) {
   const size_t n = 4 * (size_t{1} << 16);
-  auto x = ramp(n);
+  auto x = threadsInput(n);
   x[n - 700] = INFINITY;  // in the last range at 4 threads
   x[n / 2 + 3] = NAN;     // in the third: the first bad bucket is this one
   const auto info = tensorInfo(n, {.rank = 0, .world_size = 2, .step = 1});
