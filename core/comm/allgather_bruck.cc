@@ -39,7 +39,8 @@ void allgathervBruck(CollectiveContext& ctx, std::span<const std::byte> send, st
   // Through the scratch, the shorter side: std::rotate on bytes moves one byte per step.
   const auto left = static_cast<std::size_t>(held[static_cast<std::size_t>(modRank(n - r, n))]);
   const std::size_t right = all.size() - left;
-  if (left == 0) return;
+  // A rotation by 0 or by the whole moves nothing; returning also keeps memcpy off the empty scratch's null pointer.
+  if (left == 0 || right == 0) return;
   const std::span<std::byte> tmp = ctx.scratchBytes(std::min(left, right));
   if (left <= right) {
     std::memcpy(tmp.data(), all.data(), left);
