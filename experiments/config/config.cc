@@ -920,30 +920,44 @@ std::vector<Experiment> selectVariants(const Study& study, const std::vector<std
   return out;
 }
 
-void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source) {
-  TERSE_CHECK(workers >= 1, InvalidArgument, "--workers must be >= 1, got " << workers);
+namespace {
+
+// A command-line override changes every variant of a study after the file's own checks ran: `set` applies it to one
+// variant and `check` re-runs the checks it can break; every failure names the option and the variant, and all of
+// them come in one ConfigError, as a file's errors do.
+template <typename Set, typename Check>
+void recheckAfterOverride(std::vector<Experiment>& experiments, const std::string& source, Set set, Check check) {
   std::vector<std::string> errors;
   for (auto& e : experiments) {
-    e.set_workers(workers);
+    set(e);
     Checks c;
-    checkLinkRanks(c, e);
-    checkWorkerSettings(c, e);
+    check(c, e);
     for (const auto& m : c.take()) errors.push_back(source + ": variant " + quoted(e.variant()) + ": " + m);
   }
   if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
 }
 
+}  // namespace
+
+void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source) {
+  TERSE_CHECK(workers >= 1, InvalidArgument, "--workers must be >= 1, got " << workers);
+  recheckAfterOverride(
+      experiments, source, [&](Experiment& e) { e.set_workers(workers); },
+      [](Checks& c, const Experiment& e) {
+        checkLinkRanks(c, e);
+        checkWorkerSettings(c, e);
+      });
+}
+
 void overrideSeeds(std::vector<Experiment>& experiments, std::span<const uint64_t> seeds, const std::string& source) {
   TERSE_CHECK(!seeds.empty(), InvalidArgument, source << " needs at least one seed");
-  std::vector<std::string> errors;
-  for (auto& e : experiments) {
-    e.mutable_seeds()->Assign(seeds.begin(), seeds.end());
-    e.set_seed(seeds.front());
-    Checks c;
-    checkSeeds(c, e);
-    for (const auto& m : c.take()) errors.push_back(source + ": variant " + quoted(e.variant()) + ": " + m);
-  }
-  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+  recheckAfterOverride(
+      experiments, source,
+      [&](Experiment& e) {
+        e.mutable_seeds()->Assign(seeds.begin(), seeds.end());
+        e.set_seed(seeds.front());
+      },
+      checkSeeds);
 }
 
 comm::EmulationConfig emulationConfig(const Experiment& experiment) {
