@@ -1,12 +1,13 @@
 #include "results/result_writer.h"
 
 #include <unistd.h>
-#include "results/sha256.h"
 
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "core/common/dtype.h"
@@ -127,6 +128,7 @@ std::string provenanceJson(const Provenance& p) {
   }
   return dumpJson(Json{{"git_commit", p.git_commit},
                        {"host", p.host},
+                       {"cpu", p.cpu},
                        {"start_time", p.start_time},
                        {"terse_version", p.terse_version},
                        {"transport", p.transport},
@@ -156,6 +158,52 @@ std::string hostName() {
   std::array<char, 256> buf{};
   if (::gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
   return buf.data();
+}
+
+std::string cpuDescriptionFrom(std::string_view cpuinfo) {
+  // "key<tabs>: value" lines, one block per logical CPU; the first block's fields describe them all.
+  std::string model_name, family, model, flags;
+  int logical = 0;
+  size_t pos = 0;
+  while (pos < cpuinfo.size()) {
+    size_t end = cpuinfo.find('\n', pos);
+    if (end == std::string_view::npos) end = cpuinfo.size();
+    const std::string_view line = cpuinfo.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string_view key = line.substr(0, colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    if (key == "processor") {
+      ++logical;
+    } else if (logical == 1) {
+      if (key == "model name") model_name = value;
+      if (key == "cpu family") family = value;
+      if (key == "model") model = value;
+      if (key == "flags") flags = " " + std::string(value) + " ";
+    }
+  }
+  if (logical == 0 || model_name.empty()) return "unknown";
+  std::string out = model_name + " (";
+  if (!family.empty()) out += "family " + family + (model.empty() ? "" : " model " + model) + ", ";
+  out += std::to_string(logical) + " logical CPU" + (logical == 1 ? "" : "s");
+  for (const char* isa : {"avx512f", "avx2", "sse4_2"}) {
+    if (flags.find(std::string(" ") + isa + " ") != std::string::npos) {
+      out += std::string(", ") + isa;
+      break;
+    }
+  }
+  return out + ")";
+}
+
+std::string cpuDescription() {
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) return "unknown";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return cpuDescriptionFrom(text.str());
 }
 
 std::string isoTimeUtc() {

@@ -56,6 +56,8 @@ inline constexpr std::string_view kDefaultsNotReported = "defaults not reported"
 struct Provenance {
   std::string git_commit;  // gitCommit()
   std::string host;        // hostName()
+  std::string cpu;         // cpuDescription(): measured computation (real time, or simulated with measured compute)
+                           // depends on it, so two tables from different CPUs differ in their time columns
   std::string start_time;  // isoTimeUtc()
   std::string terse_version;
   std::string transport;  // "inproc", ...
@@ -132,6 +134,13 @@ std::string gitCommit();
 // The same for the repository holding `dir`; nullopt when `dir` is in none (or git is missing).
 std::optional<std::string> gitCommitOf(const std::filesystem::path& dir);
 std::string hostName();
+// The processor the run's computation was measured on, from /proc/cpuinfo: "AMD EPYC (family 26 model 2, 2 logical
+// CPUs, avx512f)": the model name alone does not tell CPU generations apart (a Zen 3 and a Zen 5 both say "AMD
+// EPYC"), the family and model do; the widest vector extension is the one the codecs' fast paths dispatch on.
+// "unknown" where the file cannot be read.
+std::string cpuDescription();
+// The same from a cpuinfo text (the parser, for tests); "unknown" when it names no processor.
+std::string cpuDescriptionFrom(std::string_view cpuinfo);
 // Now, as 2024-05-01T12:34:56Z.
 std::string isoTimeUtc();
 

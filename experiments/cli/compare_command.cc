@@ -73,6 +73,7 @@ int compareCommand(const std::vector<std::string>& args) {
   const std::vector<results::RunData> runs = results::loadRuns(dirs, warnings);
   for (auto& w : results::configMismatchWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::pluginHashWarnings(runs)) warnings.push_back(std::move(w));
+  for (auto& w : results::cpuWarnings(runs)) warnings.push_back(std::move(w));
 
   const std::string format = vm["format"].as<std::string>();
   const bool provenance = vm.count("provenance") > 0;

@@ -53,6 +53,7 @@ HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path&
   results::Provenance prov;
   prov.git_commit = extensionCommit();
   prov.host = results::hostName();
+  prov.cpu = results::cpuDescription();
   prov.start_time = results::isoTimeUtc();
   prov.terse_version = TERSE_VERSION;
   prov.transport = "torch.distributed:" + aggregator.communicator().torchBackend() + " (torch " + torch_version + ")";

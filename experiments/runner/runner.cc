@@ -162,6 +162,7 @@ results::Provenance baseProvenance(const Experiment& e, std::string_view transpo
   results::Provenance prov;
   prov.git_commit = results::gitCommit();
   prov.host = results::hostName();
+  prov.cpu = results::cpuDescription();
   prov.start_time = start_time;
   prov.terse_version = terse_version;
   prov.transport = std::string(transport);

@@ -398,4 +398,32 @@ std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs) {
   return out;
 }
 
+std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs) {
+  // study -> cpu -> the runs measured on it, in the order given.
+  std::map<std::string, std::map<std::string, std::vector<const RunData*>>> seen;
+  for (const auto& r : runs) {
+    if (!r.provenance) continue;
+    const std::string cpu = getString(*r.provenance, "cpu").value_or("");
+    if (cpu.empty()) continue;
+    // The FLOP model's times follow from the config alone (DESIGN.md section 9), whatever ran them.
+    if (const Json* sim = findMember(*r.provenance, "simulation"); sim != nullptr && sim->is_object()) {
+      if (getString(*sim, "compute").value_or("").starts_with("FLOP model")) continue;
+    }
+    seen[r.study][cpu].push_back(&r);
+  }
+  std::vector<std::string> out;
+  for (const auto& [study, by_cpu] : seen) {
+    if (by_cpu.size() < 2) continue;
+    std::ostringstream msg;
+    msg << "study " << study << ": computation was measured on " << by_cpu.size()
+        << " different CPUs, so the time columns compare machines as well as variants:";
+    for (const auto& [cpu, which] : by_cpu) {
+      msg << "\n  " << cpu << ":";
+      for (const RunData* r : which) msg << ' ' << r->variant << " (" << r->dir.string() << ")";
+    }
+    out.push_back(msg.str());
+  }
+  return out;
+}
+
 }  // namespace terse::results

@@ -127,4 +127,9 @@ std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs
 // naming each hash and its runs. Runs recorded before plugin hashes existed are left out.
 std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs);
 
+// Runs of one study whose computation was measured (real time, or simulated time with measured compute; not the FLOP
+// model) on different CPUs (provenance "cpu"): their time columns compare machines, not only variants. One warning
+// per study, naming each CPU and its runs. Runs recorded before the field existed are left out.
+std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs);
+
 }  // namespace terse::results

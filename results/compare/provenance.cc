@@ -73,6 +73,7 @@ ProvenanceRow provenanceRow(const RunData& run) {
   r.git_commit = str(p, "git_commit");
   r.terse_version = str(p, "terse_version");
   r.host = str(p, "host");
+  r.cpu = str(p, "cpu");
   r.start_time = str(p, "start_time");
   r.transport = str(p, "transport");
   r.mode = str(p, "mode");
@@ -128,6 +129,7 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"clock", &ProvenanceRow::clock},
           {"simulation", &ProvenanceRow::simulation},
           {"host", &ProvenanceRow::host},
+          {"cpu", &ProvenanceRow::cpu},
           {"start_time", &ProvenanceRow::start_time}};
 }
 

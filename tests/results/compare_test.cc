@@ -479,6 +479,64 @@ TEST(PluginHash, RecordedPerRunAndWarnedWhenTheFileChanged) {
   EXPECT_EQ(csv.find(root.string()), std::string::npos) << csv;
 }
 
+// The CPU a run measured its computation on is in its provenance and the --provenance table; runs of one study
+// measured on different CPUs are warned about (their time columns compare machines), unless the FLOP model set the
+// computation's time, or the runs predate the field.
+TEST(CpuProvenance, RecordedAndWarnedWhenOneStudyMixesCpus) {
+  const fs::path root = freshDir("CpuProvenance");
+  RunSpec a("s", "a", "none", false, {{100, 0.8, 1000, 1.0}});
+  a.cpu = "AMD EPYC (family 25 model 1, 2 logical CPUs, avx2)";
+  RunSpec b = a;
+  b.variant = "b";
+  RunSpec c = a;
+  c.variant = "c";
+  c.cpu = "AMD EPYC (family 26 model 2, 2 logical CPUs, avx512f)";
+  for (const auto& s : {a, b, c}) writeRun(root / "mixed", s);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "mixed"}, w);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(getString(*runs[2].provenance, "cpu"), c.cpu);
+  const auto warnings = cpuWarnings(runs);
+  ASSERT_EQ(warnings.size(), 1u) << joined(warnings);
+  const std::string& m = warnings[0];
+  for (const char* part : {"study s: computation was measured on 2 different CPUs",
+                           "family 25 model 1, 2 logical CPUs, avx2): a (", ") b (", "avx512f): c ("})
+    EXPECT_NE(m.find(part), std::string::npos) << part << " in " << m;
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_NE(md.find("| testhost, " + c.cpu + " |"), std::string::npos) << md;
+  EXPECT_NE(provenanceTableCsv(runs).find(c.cpu), std::string::npos);
+
+  // One CPU, or the FLOP model (times from the config alone), or runs from before the field: nothing to say.
+  EXPECT_TRUE(cpuWarnings(std::vector<RunData>(runs.begin(), runs.begin() + 2)).empty());
+  for (auto* s : {&a, &b, &c}) {
+    s->simulated = true;
+    s->flop_model = true;
+  }
+  for (const auto& s : {a, b, c}) writeRun(root / "flop", s);
+  EXPECT_TRUE(cpuWarnings(loadRuns({root / "flop"}, w)).empty());
+  a.cpu = b.cpu = "";
+  for (const auto& s : {a, b}) writeRun(root / "old", s);
+  EXPECT_TRUE(cpuWarnings(loadRuns({root / "old"}, w)).empty());
+}
+
+TEST(CpuProvenance, DescriptionFromCpuinfo) {
+  // Two blocks of Linux's /proc/cpuinfo as an AMD Zen 5 guest shows them (fields trimmed).
+  const std::string zen5 =
+      "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+      "flags\t\t: fpu sse4_2 avx2 avx512f avx512bw\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n"
+      "model name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx2 avx512f avx512bw\n";
+  EXPECT_EQ(cpuDescriptionFrom(zen5), "AMD EPYC (family 26 model 2, 2 logical CPUs, avx512f)");
+  // AVX2 without AVX-512; a flag that only starts like a wider one ("avx512_bf16" alone) does not count as avx512f.
+  EXPECT_EQ(cpuDescriptionFrom("processor : 0\ncpu family : 6\nmodel : 85\nmodel name : Intel(R) Xeon(R) CPU\n"
+                               "flags : sse4_2 avx2 avx512_bf16\n"),
+            "Intel(R) Xeon(R) CPU (family 6 model 85, 1 logical CPU, avx2)");
+  // No family (e.g. an ARM cpuinfo has none) and no known flag: the name and the count.
+  EXPECT_EQ(cpuDescriptionFrom("processor : 0\nmodel name : Some Core\n"), "Some Core (1 logical CPU)");
+  EXPECT_EQ(cpuDescriptionFrom(""), "unknown");
+  EXPECT_EQ(cpuDescriptionFrom("garbage without colons\n\n::\n"), "unknown");
+  EXPECT_NE(cpuDescription(), "");  // this machine's: "unknown" only where /proc/cpuinfo is unreadable
+}
+
 // Runs recorded before plugin hashes (or whose plugin file is gone) read as before: no hash, no warning.
 TEST(PluginHash, FoldersWithoutHashesStillRead) {
   const fs::path root = freshDir("PluginHashOld");

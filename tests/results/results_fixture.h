@@ -42,9 +42,11 @@ struct RunSpec {
   std::vector<Point> points;
   std::string state = "completed";  // completed, failed, running
   std::string error;
-  std::string hidden = "256";      // workload.hidden_sizes
-  std::string batch_size = "32";   // data.batch_size
-  bool simulated = false;          // provenance clock "simulated"
+  std::string hidden = "256";     // workload.hidden_sizes
+  std::string batch_size = "32";  // data.batch_size
+  bool simulated = false;         // provenance clock "simulated"
+  bool flop_model = false;        // with simulated: compute by the FLOP model instead of measured
+  std::string cpu = "Test CPU (family 1 model 2, 4 logical CPUs, avx2)";  // provenance "cpu"; "" leaves it out
   std::string plugin_path;         // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
   std::optional<Params> resolved;  // what the compressor reported (resolved_params_v1.h); nullopt: not reported
   // A repeat (experiment.proto's seeds): `seeds` as the config lists them ("[1, 2, 3]") and this run's seed; the run
@@ -73,6 +75,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     Provenance p;
     p.git_commit = "0123456789abcdef0123456789abcdef01234567";
     p.host = "testhost";
+    p.cpu = s.cpu;
     p.start_time = "2026-01-01T00:00:00Z";
     p.terse_version = "0.1.0";
     p.transport = "inproc";
@@ -81,7 +84,8 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     p.link = {{"bandwidth", "1Gbps"}, {"latency", "50us"}};
     if (s.simulated) {
       p.clock = "simulated";
-      p.simulation = {{"platform", "simgrid 3.32 CM02"}, {"compute", "measured thread CPU time x 1"}};
+      p.simulation = {{"platform", "simgrid 3.32 CM02"},
+                      {"compute", s.flop_model ? "FLOP model at 4e+10 flop/s" : "measured thread CPU time x 1"}};
     }
     PluginInfo info;
     info.kind = PluginKind::kCompressor;
