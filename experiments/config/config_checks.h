@@ -1,0 +1,86 @@
+// Internal to experiments/config (not installed, not for other targets): what loading and overrides (config.cc) and
+// validation (validate.cc) share -- the message helpers, the check collector, and the checks an override re-runs.
+#pragma once
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "experiments/config/config.h"
+
+namespace terse::experiments {
+
+// A terse::Error's message without its "[core/...:123] " tag: in a config message the tag is noise, the config's own
+// file:line is what the reader needs.
+inline std::string untagged(const std::exception& e) {
+  std::string m = e.what();
+  if (!m.empty() && m.front() == '[') {
+    if (auto end = m.find("] "); end != std::string::npos) return m.substr(end + 2);
+  }
+  return m;
+}
+
+inline std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
+// Study and variant names become folders under output_dir; anything else could escape it or collide.
+inline bool isFolderName(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
+template <typename T>
+std::string joined(const std::vector<T>& items) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < items.size(); ++i) os << (i ? ", " : "") << items[i];
+  return os.str();
+}
+
+// A collectives.<field> algorithm (allreduce, allgather): what `parse` makes of `value`, or nullopt with `problem` set
+// to what is wrong with it, in the same words for the validation's list and hostCommOptions' error.
+template <class Parse>
+auto parseCollective(const std::string& value, Parse parse, std::string_view choices, std::string& problem) {
+  auto algo = parse(value);
+  if (!algo) problem = " '" + value + "' is not one of " + std::string(choices);
+  return algo;
+}
+
+// Collects "PATH message" strings; the path is everything before the first ' ' or ':'.
+class Checks {
+ public:
+  std::ostringstream& fail(const std::string& path) {
+    flush();
+    pending_ = true;
+    os_.str("");
+    os_ << path;
+    return os_;
+  }
+  std::vector<std::string> take() {
+    flush();
+    return std::move(out_);
+  }
+
+ private:
+  void flush() {
+    if (pending_) out_.push_back(os_.str());
+    pending_ = false;
+  }
+  std::ostringstream os_;
+  bool pending_ = false;
+  std::vector<std::string> out_;
+};
+
+// The checks `--workers` and `--seeds` can break, re-run after they change a study (config.cc's overrides).
+void checkLinkRanks(Checks& c, const Experiment& e);
+// worker_settings against the workers and the mode (also after --workers changed the count).
+void checkWorkerSettings(Checks& c, const Experiment& e);
+// Repeats: at most kMaxSeeds, none twice, and `seed`, when given beside them, one of them.
+void checkSeeds(Checks& c, const Experiment& e);
+
+}  // namespace terse::experiments
