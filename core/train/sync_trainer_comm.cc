@@ -1,0 +1,428 @@
+// The synchronous trainer's communication side (sync_trainer.h): the communication thread that admits ready
+// gradients, asks the scheduler for groups and negotiates them across ranks, the lanes that run several groups in
+// flight, and what a finished group applies. The compute side is sync_trainer.cc.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/common/device_memory.h"
+#include "core/common/error.h"
+#include "core/train/param_info.h"
+#include "core/train/sync_trainer.h"
+
+namespace terse::train {
+namespace {
+
+using Clock = rt::Clock;
+
+double commSecondsOf(const comm::Communicator& comm) {
+  double s = 0;
+  for (const auto& k : comm.stats().by_kind) s += k.seconds;
+  return s;
+}
+
+// The FLOP model's optimizer cost: momentum update and step, each a multiply-add per element.
+constexpr double kOptimizerFlopsPerElement = 4;
+
+}  // namespace
+
+void SyncTrainer::enqueue(int64_t step, std::span<const std::size_t> tensors, double lr) {
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t t : tensors) inbox_.push_back(Ready{static_cast<uint64_t>(step), t, lr});
+  }
+  work_cv_.notify_one();
+}
+
+void SyncTrainer::failComm(const std::string& where) {
+  // Every rank's pending and later collectives fail at once instead of waiting for this rank.
+  comm_.abort("rank " + std::to_string(comm_.rank()) + ": " + where);
+}
+
+std::unique_ptr<CompressionPipeline> SyncTrainer::makePipeline(const TensorInfo& info) {
+  std::unique_ptr<CompressionPipeline> p = factory_(info);
+  // The factory is the caller's code: hold it to the tensor it was asked for, since the engine trusts the sizes.
+  TERSE_CHECK(p != nullptr, InvalidArgument, "the pipeline factory returned no pipeline for tensor " << info.tensor_id);
+  const TensorInfo& got = p->codec().info();
+  TERSE_CHECK(got.numel == info.numel && got.tensor_id == info.tensor_id && got.world_size == comm_.size() &&
+                  got.rank == comm_.rank(),
+              InvalidArgument,
+              "the pipeline factory was asked for tensor id "
+                  << info.tensor_id << " (" << info.numel << " elements, rank " << comm_.rank() << " of "
+                  << comm_.size() << ") and returned one for tensor id " << got.tensor_id << " (" << got.numel
+                  << " elements, rank " << got.rank << " of " << got.world_size << ")");
+  return p;
+}
+
+CompressionPipeline& SyncTrainer::chunkPipeline(const Chunk& c) {
+  const auto t = static_cast<std::size_t>(c.tensor_id);
+  if (c.offset == 0 && c.numel == pipelines_[t]->codec().info().numel) return *pipelines_[t];
+  auto& slot = chunk_pipelines_[{t, c.offset, c.numel}];
+  if (!slot) {
+    slot = makePipeline(chunkTensorInfo(workload_.params()[t], t, c.offset, c.numel, c.chunk_index, comm_.rank(),
+                                        comm_.size(), workload_.device()));
+  }
+  return *slot;
+}
+
+void SyncTrainer::admit(const Ready& r) {
+  const auto params = workload_.params();
+  if (static_cast<int64_t>(r.step) != comm_step_) {
+    // The previous step is complete here: its updates were all applied before this step's forward could pass the
+    // gates (or, for a non-gating workload, before forwardBackward started), and that is the only way to get here.
+    comm_step_ = static_cast<int64_t>(r.step);
+    comm_lr_ = r.lr;
+    admitted_ = 0;
+    std::fill(started_.begin(), started_.end(), false);
+    scheduler_->beginStep(r.step);
+    std::lock_guard lock(mutex_);
+    issue_order_.clear();
+    groups_.clear();
+  }
+  if (sparse_[r.tensor]) {
+    // The same admissions in the same order on every rank (the negotiation), so this collective lines up too.
+    runSparse(r.tensor);
+    if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
+    return;
+  }
+  const ParamTensor& p = params[r.tensor];
+  std::vector<Chunk> chunks;
+  {
+    SchedTensor t;
+    t.dtype = DType::kF32;
+    t.tensor_id = r.tensor;
+    t.numel = p.numel();
+    t.step = r.step;
+    t.layer_index = p.layer;
+    t.num_layers = workload_.numLayers();
+    chunks = scheduler_->partition(t);
+    // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
+    for (Chunk& c : chunks) c.wire_bytes = chunkPipeline(c).maxPayloadBytes();
+    scheduler_->enqueue(chunks);
+  }
+  chunks_left_[r.tensor] = chunks.size();
+  if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
+}
+
+std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vector<Chunk>& group,
+                                                                 std::size_t in_flight) {
+  const auto params = workload_.params();
+  auto job = std::make_unique<GroupJob>();
+  job->step = static_cast<uint64_t>(comm_step_);
+  job->chunks = group;
+  job->where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
+               std::to_string(group.front().tensor_id) + " '" +
+               params[static_cast<std::size_t>(group.front().tensor_id)].name + "')";
+  IssuedGroup issued;
+  issued.credit_left = scheduler_->creditLeft();
+  issued.groups_in_flight = in_flight;
+  issued.min_pending_layer = scheduler_->minPendingLayer();
+  for (const Chunk& c : group) {
+    const auto t = static_cast<std::size_t>(c.tensor_id);
+    // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
+    float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
+    CompressionPipeline& pipe = chunkPipeline(c);
+    job->members.push_back(GroupMember{&pipe, grad, grad});
+    issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
+    issued.wire_bytes += c.wire_bytes;
+    if (!started_[t]) {
+      started_[t] = true;
+      if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard lock(mutex_);
+      issue_order_.push_back(t);
+    }
+  }
+  job->wire_bytes = issued.wire_bytes;
+  std::lock_guard lock(mutex_);
+  groups_.push_back(std::move(issued));
+  return job;
+}
+
+void SyncTrainer::executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid) {
+  // Codec and communicator time of this group: its pipelines and `timed` serve no other group meanwhile.
+  double encode0 = 0, decode0 = 0;
+  for (const GroupMember& m : job.members) {
+    encode0 += m.pipeline->stats().encode_s;
+    decode0 += m.pipeline->stats().decode_s;
+  }
+  const double comm0 = commSecondsOf(timed);
+  GroupPhaseFn phase;
+  std::string label;
+  if (options_.trace) {
+    for (const Chunk& c : job.chunks) {
+      if (!label.empty()) label += ' ';
+      label += 't' + std::to_string(c.tensor_id) + '.' + std::to_string(c.chunk_index);
+    }
+    phase = [&](const char* what, Clock::time_point a, Clock::time_point b, std::size_t, std::size_t) {
+      options_.trace->span(tid, std::string(what) + ' ' + label, what, a, b);
+    };
+  }
+  engine.run(job.step, job.members, phase);
+  double encode1 = 0, decode1 = 0;
+  for (const GroupMember& m : job.members) {
+    encode1 += m.pipeline->stats().encode_s;
+    decode1 += m.pipeline->stats().decode_s;
+  }
+  job.encode_s = encode1 - encode0;
+  job.decode_s = decode1 - decode0;
+  job.comm_s = commSecondsOf(timed) - comm0;
+}
+
+void SyncTrainer::finishGroup(const GroupJob& job) {
+  const auto params = workload_.params();
+  // Tensors whose last chunk just arrived: apply the optimizer now, so the next forward of their layer can start.
+  std::vector<std::size_t> done;
+  for (const Chunk& c : job.chunks) {
+    const auto t = static_cast<std::size_t>(c.tensor_id);
+    if (--chunks_left_[t] == 0) done.push_back(t);
+  }
+  if (options_.clip_grad_norm > 0) {
+    // The norm is global: nothing is applied until the step's last tensor is in.
+    clip_ready_.insert(clip_ready_.end(), done.begin(), done.end());
+    done.clear();
+    if (clip_ready_.size() == params.size()) {
+      clipGradients();
+      done.swap(clip_ready_);
+    }
+  }
+  for (std::size_t t : done) {
+    const auto u0 = rt::now();
+    // FLOP model: SGD with momentum reads and writes each element a few times (rt::work).
+    rt::work(kOptimizerFlopsPerElement * static_cast<double>(params[t].numel()));
+    optimizer_.update(t, params[t], comm_lr_);
+    if (options_.trace)
+      options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, rt::now());
+  }
+  // Device updates were only enqueued on the communicator's stream; a gate opened below lets the worker's forward (on
+  // the workload's stream) read these values, so they must be complete first. One wait per group that finished a
+  // tensor, and the wait is the update kernels' time, which the host would otherwise spend on the next group's launch.
+  if (device_ && !done.empty()) cuda::synchronize(comm_.deviceStream());
+  {
+    std::lock_guard lock(mutex_);
+    acc_encode_s_ += job.encode_s;
+    acc_decode_s_ += job.decode_s;
+    acc_comm_s_ += job.comm_s;
+    markAppliedLocked(done);
+  }
+  if (!done.empty()) applied_cv_.notify_all();
+}
+
+void SyncTrainer::runSparse(std::size_t t) {
+  ParamTensor& p = workload_.params()[t];
+  if (!started_[t]) {
+    started_[t] = true;
+    if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex_);
+    issue_order_.push_back(t);
+  }
+  const double comm0 = commSecondsOf(comm_);
+  const auto c0 = rt::now();
+  const RowSparseResult result = sparse_[t]->run(p.grad.data(), p.grad_rows, union_rows_);
+  sparse_payload_bytes_ += result.payload_bytes;
+  const double comm1 = commSecondsOf(comm_);
+  if (options_.trace)
+    options_.trace->span(TraceRecorder::kCommThread, (result.sparse ? "sparse rows " : "dense ") + p.name, "comm", c0,
+                         rt::now());
+  const auto u0 = rt::now();
+  if (optimizer_.lazyRowsExact()) {
+    rt::work(kOptimizerFlopsPerElement * static_cast<double>(union_rows_.size() * p.rowLength()));
+    optimizer_.updateRows(t, p, comm_lr_, union_rows_);
+  } else {
+    rt::work(kOptimizerFlopsPerElement * static_cast<double>(p.numel()));
+    optimizer_.update(t, p, comm_lr_);
+  }
+  if (options_.trace) options_.trace->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, rt::now());
+  {
+    std::lock_guard lock(mutex_);
+    acc_comm_s_ += comm1 - comm0;
+    markAppliedLocked({t});
+  }
+  applied_cv_.notify_all();
+}
+
+void SyncTrainer::laneLoop(std::size_t k) {
+  Lane& lane = lanes_[k];
+  for (;;) {
+    std::unique_ptr<GroupJob> job;
+    {
+      std::unique_lock lock(mutex_);
+      lane_cv_.wait(lock, [&] { return lanes_stop_ || !lane_queue_.empty(); });
+      if (lane_queue_.empty()) return;
+      job = std::move(lane_queue_.front());
+      lane_queue_.pop_front();
+      if (error_) continue;  // the job's peers fail through the abort anyway
+    }
+    try {
+      lane.channel->select(job->seq);
+      executeGroup(*job, *lane.engine, *lane.channel, TraceRecorder::kCommThread + static_cast<int>(k));
+      {
+        std::lock_guard lock(mutex_);
+        lane_done_.push_back(std::move(job));
+      }
+      work_cv_.notify_all();
+    } catch (...) {
+      fail(std::current_exception(), job->where, static_cast<int64_t>(job->step));
+    }
+  }
+}
+
+void SyncTrainer::commLoop() {
+  // Ready tensors received from the worker but not yet admitted to the scheduler, in ready order.
+  std::deque<Ready> received;
+  uint64_t received_total = 0;  // tensors received over the whole run: the same sequence on every rank
+  uint64_t admitted_total = 0;  // of those, admitted to the scheduler (agreed by every rank)
+  bool round = false;           // one group at a time: a round is owed to the peers after every group
+  std::vector<uint64_t> counts(static_cast<std::size_t>(comm_.size()));
+  // Lanes: the groups handed out whose completion the scheduler has not been told of, in issue order, with whether
+  // they finished here; finished jobs come back through lane_done_.
+  struct Flying {
+    std::vector<uint64_t> ids;
+    uint64_t wire_bytes = 0;
+    bool finished = false;
+  };
+  std::deque<Flying> flying;
+  uint64_t flying_base = 0;  // run-wide number of flying.front()
+  const std::size_t max_flying = lanes_.empty() ? 1 : lanes_.size();
+  std::vector<std::unique_ptr<GroupJob>> finished;
+  bool failed = false;
+  // Groups finished here, from the oldest on, that the scheduler was not told of.
+  const auto finishedPrefix = [&] {
+    std::size_t n = 0;
+    while (n < flying.size() && flying[n].finished) ++n;
+    return n;
+  };
+  // Whether a round could change anything: a completion to agree on (every rank finishes it), or tensors to admit
+  // while a lane and credit are free to hand something out. The state it reads is agreed, so every rank that has the
+  // same news comes to the same answer, and a rank without it yet gets it (its worker or its lanes catch up).
+  const auto owed = [&] {
+    const bool can_hand_out = flying.size() < max_flying && (flying.empty() || scheduler_->creditLeft() > 0);
+    return !failed && (round || finishedPrefix() > 0 || (received_total > admitted_total && can_hand_out));
+  };
+  for (;;) {
+    const bool owe = owed();
+    {
+      std::unique_lock lock(mutex_);
+      const auto quit = [&] { return stop_ && (error_ || (!owe && flying.empty())); };
+      work_cv_.wait(lock, [&] { return quit() || !inbox_.empty() || !lane_done_.empty() || (owe && !error_); });
+      // A round owed to the peers (they run it too) is finished even when stopping, and so are the groups in flight:
+      // skipping them would leave the peers waiting.
+      if (quit()) return;
+      if (error_) {
+        // After a failure nothing more runs: the other ranks' collectives fail through the abort anyway.
+        inbox_.clear();
+        lane_done_.clear();
+        round = false;
+        failed = true;
+        if (stop_) return;
+        continue;
+      }
+      for (const Ready& r : inbox_) received.push_back(r);
+      received_total += inbox_.size();
+      inbox_.clear();
+      for (auto& job : lane_done_) finished.push_back(std::move(job));
+      lane_done_.clear();
+    }
+    std::string where = "scheduling";
+    try {
+      for (const auto& job : finished) {
+        where = job->where;
+        finishGroup(*job);
+        flying[job->seq - flying_base].finished = true;
+      }
+      finished.clear();
+      where = "scheduling";
+      if (!owed()) continue;
+      const std::size_t prefix = finishedPrefix();
+      // Negotiation (Horovod's coordinator cycle, Sergeev and Del Balso 2018): a scheduler's answer depends on what
+      // was enqueued and completed before it was asked, and backward and the collectives run at a different pace on
+      // every rank, so every rank first learns how many tensors ALL ranks have ready (and, with lanes, how many groups
+      // ALL have finished) -- one 8-byte allgather, in ceil(log2 n) rounds -- and tells its scheduler only that many.
+      // Every rank then asks its scheduler with the same enqueues and completions behind it and gets the same group:
+      // the same collectives in the same order. Ready order itself is the same everywhere (backward's order).
+      uint64_t agreed = received_total;
+      std::size_t agreed_done = prefix;
+      if (comm_.size() > 1) {
+        where = "negotiation";
+        const auto n0 = rt::now();
+        const double c0 = commSecondsOf(comm_);
+        const uint64_t news = received_total - admitted_total;
+        TERSE_CHECK(lanes_.empty() || news < (uint64_t{1} << 32), InternalError,
+                    "negotiation: " << news << " tensors received and not admitted do not fit its word");
+        const uint64_t word = lanes_.empty() ? received_total : news << 32 | prefix;
+        const comm::WireBytes sent = comm_.allgatherControl(word, counts, kNegotiationTensor);
+        {
+          // Control traffic, but communication time all the same: it counts in comm_s. Rounds and bytes are counted
+          // together, once a round is complete, so the pair read by negotiation() always agrees.
+          std::lock_guard lock(mutex_);
+          acc_comm_s_ += commSecondsOf(comm_) - c0;
+          ++acc_negotiations_;
+          acc_negotiation_bytes_ += sent.sent_bytes;
+        }
+        if (lanes_.empty()) {
+          agreed = *std::min_element(counts.begin(), counts.end());
+        } else {
+          uint64_t min_news = news, min_done = prefix;
+          for (uint64_t c : counts) {
+            min_news = std::min(min_news, c >> 32);
+            min_done = std::min<uint64_t>(min_done, c & 0xffffffffu);
+          }
+          agreed = admitted_total + min_news;
+          agreed_done = static_cast<std::size_t>(min_done);
+        }
+        const auto n1 = rt::now();
+        if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
+          options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
+        where = "scheduling";
+      }
+      // Completions first, in issue order: the scheduler hears of them as the one-at-a-time path tells it, before the
+      // tensors that became ready meanwhile.
+      for (std::size_t i = 0; i < agreed_done; ++i) {
+        scheduler_->onComplete(flying.front().ids, flying.front().wire_bytes);
+        flying.pop_front();
+        ++flying_base;
+      }
+      for (; admitted_total < agreed; ++admitted_total) {
+        admit(received.front());
+        received.pop_front();
+      }
+      if (lanes_.empty()) {
+        const std::vector<Chunk> group = scheduler_->next();
+        if (!group.empty()) {
+          auto job = prepareGroup(group, 0);
+          where = job->where;
+          executeGroup(*job, engine_, comm_, TraceRecorder::kCommThread);
+          ids_.clear();
+          for (const Chunk& c : group) ids_.push_back(c.chunk_id);
+          scheduler_->onComplete(ids_, job->wire_bytes);
+          finishGroup(*job);
+        }
+        // Symmetric on every rank: after a group everyone negotiates again at once; otherwise a rank that holds
+        // tensors the others have not agreed to yet goes again (blocking until they join), and the others wait for
+        // their worker.
+        round = !group.empty();
+      } else {
+        while (flying.size() < max_flying) {
+          const std::vector<Chunk> group = scheduler_->next();
+          if (group.empty()) break;
+          auto job = prepareGroup(group, flying.size());
+          job->seq = group_seq_++;
+          Flying f;
+          for (const Chunk& c : group) f.ids.push_back(c.chunk_id);
+          f.wire_bytes = job->wire_bytes;
+          flying.push_back(std::move(f));
+          {
+            std::lock_guard lock(mutex_);
+            lane_queue_.push_back(std::move(job));
+          }
+          lane_cv_.notify_one();
+        }
+      }
+    } catch (...) {
+      fail(std::current_exception(), where, comm_step_);
+      failed = true;
+      round = false;
+    }
+  }
+}
+
+}  // namespace terse::train
