@@ -16,9 +16,15 @@
 // node of G workers takes in about G T through its NIC, and the ring, which crosses it once per block, pays n - 1
 // latencies. The hierarchical allgatherv (allgatherv_hierarchical.h) takes in T per node once, with the node-level
 // phases on the fast intra-node links, and its leaders run the flat rule among themselves; auto picks it there.
-// Measured (results/reference/collectives/allgather.md, 64 workers in nodes of 8): it wins from 64 KiB (10 Gbps NICs)
-// or 1 MiB (100 Gbps) to 4 MiB, by up to 7x; flat Bruck is up to 1.7x faster below 16 KiB and the ring 5-15% faster
-// at 16 MiB, bands this rule does not have yet.
+// Measured (results/reference/collectives/allgather.md: 16, 64 and 256 workers in nodes of 8, 10 and 100 Gbps NICs,
+// 4 KiB to 16 MiB gathered): it is the fastest or within 7% of it in 34 of the 42 cells, and the flat bands that a
+// 64-worker measurement suggested do not hold across world sizes, so auto has none. Flat Bruck beats it by 1.2-1.5x
+// in scattered cells from 4 to 256 KiB at 16 and 64 workers (not at 16 KiB, where hierarchical wins everywhere), but
+// at 256 workers only at 4 KiB on 10 Gbps (1.3x), and is 2.1x slower there on 100 Gbps; the ring wins at 4 and 16 MiB
+// on two nodes of 100 Gbps (1.2x, 1.4x) and nowhere else (at 256 workers it is 20-70x slower at 16 MiB). The ring's
+// band turns on the NIC's speed, which this rule does not see. The bench's simulated times include the communicator's
+// measured CPU work per message (runtime.h), so a rerun moves them (the ring at 64 workers by up to 2x between the
+// 64-worker study and this one); the cells where a flat algorithm wins are among those that moved.
 #pragma once
 
 #include <cstdint>

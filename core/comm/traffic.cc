@@ -6,7 +6,11 @@ void TrafficCounter::record(Side& side, const FrameMeta& meta, uint64_t payload_
   const FrameCount one{frameWireBytes(payload_bytes), 1};
   std::lock_guard lock(side.mutex);
   side.traffic.by_kind[static_cast<std::size_t>(meta.kind)] += one;
-  side.traffic.by_tensor[meta.tensor] += one;
+  if (side.last == nullptr || side.last_tensor != meta.tensor) {
+    side.last = &side.traffic.by_tensor[meta.tensor];
+    side.last_tensor = meta.tensor;
+  }
+  *side.last += one;
 }
 
 RankTraffic TrafficCounter::snapshot() const {
@@ -27,9 +31,11 @@ void TrafficCounter::reset() {
   {
     std::lock_guard lock(sent_.mutex);
     sent_.traffic = DirectionTraffic{};
+    sent_.last = nullptr;
   }
   std::lock_guard lock(received_.mutex);
   received_.traffic = DirectionTraffic{};
+  received_.last = nullptr;
 }
 
 }  // namespace terse::comm

@@ -269,6 +269,10 @@ TEST(AllgatherAlgorithms, AutoRule) {
   EXPECT_EQ(flatAllgatherChoice(2, 8), AllgatherAlgorithm::kRing);
   EXPECT_EQ(allgatherChoice(16, 8, 8), AllgatherAlgorithm::kHierarchical);
   EXPECT_EQ(allgatherChoice(16, 8, uint64_t{1} << 30), AllgatherAlgorithm::kHierarchical);
+  // The worlds of results/reference/collectives/allgather.md's two-level study: no flat band held across them.
+  for (int world : {16, 64, 256})
+    for (uint64_t bytes = 4 * kib; bytes <= (uint64_t{16} << 20); bytes *= 4)
+      EXPECT_EQ(allgatherChoice(world, 8, bytes), AllgatherAlgorithm::kHierarchical) << world << " " << bytes;
   EXPECT_EQ(allgatherChoice(8, 8, 1000), AllgatherAlgorithm::kBruck) << "one node is a flat world";
   EXPECT_EQ(allgatherChoice(1024, 1, 1000), AllgatherAlgorithm::kBruck);
   HostCommOptions nodes;

@@ -225,5 +225,32 @@ TEST(Traffic, PerKindPerTensorSnapshotAndReset) {
   for (const auto& t : world.fabric->traffic()) EXPECT_EQ(t.received.total().frames, 0u);
 }
 
+// The counter remembers the by_tensor entry of the last frame (traffic.h): runs of one tensor, switches between
+// tensors and back, and a reset between two frames of the same tensor must all land in the right, fresh entries.
+TEST(Traffic, CounterPerTensorRunsAndResetBetweenThem) {
+  TrafficCounter counter(4);
+  const FrameMeta t7{OpKind::kAllreduce, 1, 7}, t9{OpKind::kAllgather, 2, 9};
+  counter.recordSent(t7, 100);
+  counter.recordSent(t7, 50);
+  counter.recordSent(t9, 10);
+  counter.recordSent(t7, 0);
+  counter.recordReceived(t9, 20);
+  RankTraffic t = counter.snapshot();
+  EXPECT_EQ(t.rank, 4);
+  EXPECT_EQ(t.sent.tensor(7), (FrameCount{150 + 3 * kHeader, 3}));
+  EXPECT_EQ(t.sent.tensor(9), (FrameCount{10 + kHeader, 1}));
+  EXPECT_EQ(t.received.tensor(9), (FrameCount{20 + kHeader, 1}));
+  EXPECT_EQ(t.received.tensor(7), FrameCount{});
+  EXPECT_EQ(t.sent.kind(OpKind::kAllreduce), t.sent.tensor(7));
+  counter.reset();
+  counter.recordSent(t7, 1);  // the same tensor as the last frame before the reset: a fresh entry
+  counter.recordReceived(t9, 2);
+  t = counter.snapshot();
+  EXPECT_EQ(t.sent.tensor(7), (FrameCount{1 + kHeader, 1}));
+  EXPECT_EQ(t.sent.by_tensor.size(), 1u);
+  EXPECT_EQ(t.received.tensor(9), (FrameCount{2 + kHeader, 1}));
+  EXPECT_EQ(t.sent.total(), (FrameCount{1 + kHeader, 1}));
+}
+
 }  // namespace
 }  // namespace terse::comm
