@@ -20,14 +20,6 @@ namespace {
 
 namespace math = compressors::fp16;
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
 std::vector<uint16_t> wireValues(const Bytes& p, size_t n) {
   std::vector<uint16_t> v(n);
   if (n > 0) std::memcpy(v.data(), p.data() + 16, 2 * n);

@@ -14,14 +14,6 @@
 namespace terse::testing {
 namespace {
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
 TEST(None, CapsAndSizes) {
   Plugin plugin("none");
   Instance c(plugin);

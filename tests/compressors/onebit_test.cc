@@ -17,20 +17,6 @@
 namespace terse::testing {
 namespace {
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float mean = 0.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(mean, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
-  if (n == 0) return 0;
-  if (bucket == 0) return 1;
-  return (n - 1) / bucket + 1;
-}
-
 TEST(OneBit, ParametersCapsAndSizes) {
   Plugin plugin("onebit");
   Instance bad(plugin, {{"scale", "median"}});
@@ -96,7 +82,7 @@ TEST(OneBit, ReconstructionsMatchTheirDefinitions) {
     for (uint64_t bucket : {0ull, 1ull, 5ull, 64ull, 512ull}) {
       Instance c(plugin, {{"scale", mode}, {"bucket_size", std::to_string(bucket)}});
       for (uint64_t n : {1ull, 2ull, 100ull, 1000ull}) {
-        auto g = gaussian(n, static_cast<uint32_t>(n + bucket), 0.3f);  // uneven sides
+        auto g = gaussian(n, static_cast<uint32_t>(n + bucket), 1.0f, 0.3f);  // uneven sides
         if (n > 10) g[1] = 0.0f, g[2] = -0.0f;
         const auto info = tensorInfo(n);
         const auto out = c.decode(info, c.compress(info, g));

@@ -41,14 +41,14 @@ std::vector<float> pinInput(size_t n) {
   return x;
 }
 
-struct Case {
+struct PayloadPinCase {
   const char* name;
   Instance::ParamList params;
 };
 
 TEST(PayloadPins, CompressorsKeepTheirBytes) {
   const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
-  const Case cases[] = {
+  const PayloadPinCase cases[] = {
       {"qsgd", {}},
       {"qsgd", {{"levels", "5"}, {"bucket_size", "100"}}},
       {"terngrad", {}},
@@ -67,7 +67,7 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
       {"signsgd", 0x342609b0840a86a8ull},
       {"randomk ratio=0.3", 0x34c43e5b3842d6d0ull},
   };
-  for (const Case& c : cases) {
+  for (const PayloadPinCase& c : cases) {
     std::string label = c.name;
     for (size_t k = 0; k < c.params.size(); ++k) {
       label += (k == 0 ? " " : ",") + c.params[k].first + "=" + c.params[k].second;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -402,6 +403,25 @@ inline Bytes foldPayloads(Instance& c, const terse_tensor_info_v1& info, const s
   terse_tensor_info_v1 agg = aggregateInfo(info);
   for (size_t r = 1; r < payloads.size(); ++r) acc = c.reduce(agg, acc, payloads[r]);
   return acc;
+}
+
+// ---- Inputs and sizes the per-compressor tests share (one definition, so that their files can join one unity batch).
+
+// n draws of N(mean, stddev^2) from mt19937(seed): the same values for the same arguments on every platform the tests
+// run on (libstdc++'s normal_distribution).
+inline std::vector<float> gaussian(size_t n, uint32_t seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(mean, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// How many buckets of `bucket` elements n elements make; bucket 0 is one bucket of all of them, and 0 elements none.
+inline uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
+  if (n == 0) return 0;
+  if (bucket == 0) return 1;
+  return (n - 1) / bucket + 1;
 }
 
 // ---- Payload surgery for validation tests.

@@ -20,29 +20,18 @@ namespace {
 
 namespace bitpack = sdk::bitpack;
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
-  return n == 0 ? 0 : (n - 1) / bucket + 1;
-}
-uint64_t expectedBytes(uint64_t n, uint64_t levels, uint64_t bucket) {
+uint64_t qsgdExpectedBytes(uint64_t n, uint64_t levels, uint64_t bucket) {
   const unsigned w = 1 + bitpack::bitsFor(levels);
   return 32 + (4 * bucketsOf(n, bucket) + 7) / 8 * 8 + 8 * bitpack::wordCount(n, w);
 }
 
 // The norms section as the payload holds it.
-std::vector<float> norms(const Bytes& p, uint64_t n, uint64_t bucket) {
+std::vector<float> qsgdNorms(const Bytes& p, uint64_t n, uint64_t bucket) {
   std::vector<float> v(bucketsOf(n, bucket));
   if (!v.empty()) std::memcpy(v.data(), p.data() + 32, 4 * v.size());
   return v;
 }
-size_t codesOffset(uint64_t n, uint64_t bucket) {
+size_t qsgdCodesOffset(uint64_t n, uint64_t bucket) {
   return 32 + (4 * bucketsOf(n, bucket) + 7) / 8 * 8;
 }
 
@@ -91,11 +80,11 @@ TEST(Qsgd, CapsAndExactSizes) {
       Instance q(plugin, {{"levels", std::to_string(levels)}, {"bucket_size", std::to_string(bucket)}});
       for (uint64_t n : {0ull, 1ull, 63ull, 64ull, 65ull, 1001ull}) {
         const auto info = tensorInfo(n);
-        ASSERT_EQ(q.sizes(info).max_output_bytes, expectedBytes(n, levels, bucket))
+        ASSERT_EQ(q.sizes(info).max_output_bytes, qsgdExpectedBytes(n, levels, bucket))
             << "levels " << levels << " bucket " << bucket << " n " << n;
         // Fixed size: the payload is exactly that long whatever the data.
-        EXPECT_EQ(q.compress(info, gaussian(n, 1)).size(), expectedBytes(n, levels, bucket));
-        EXPECT_EQ(q.compress(info, std::vector<float>(n, 0.0f)).size(), expectedBytes(n, levels, bucket));
+        EXPECT_EQ(q.compress(info, gaussian(n, 1)).size(), qsgdExpectedBytes(n, levels, bucket));
+        EXPECT_EQ(q.compress(info, std::vector<float>(n, 0.0f)).size(), qsgdExpectedBytes(n, levels, bucket));
       }
     }
   }
@@ -124,7 +113,7 @@ TEST(Qsgd, NormsAreTheBucketL2Norms) {
   const uint64_t n = 1050;
   const auto g = gaussian(n, 9);
   const Bytes p = c.compress(tensorInfo(n), g);
-  const auto got = norms(p, n, 100);
+  const auto got = qsgdNorms(p, n, 100);
   ASSERT_EQ(got.size(), 11u);
   for (uint64_t b = 0; b < got.size(); ++b) {
     double ss = 0;
@@ -146,7 +135,7 @@ TEST(Qsgd, ErrorBoundAndGridHoldForEveryElement) {
         const auto info = tensorInfo(n, {.step = levels});
         const Bytes p = c.compress(info, g);
         const auto out = c.decode(info, p);
-        const auto nb = norms(p, n, bucket);
+        const auto nb = qsgdNorms(p, n, bucket);
         for (uint64_t i = 0; i < n; ++i) {
           const double norm = nb[i / bucket];
           const double unit = norm / static_cast<double>(levels);
@@ -175,7 +164,7 @@ TEST(Qsgd, ExactCasesNeedNoRandomness) {
   for (uint64_t step = 0; step < 20; ++step) {
     const auto info = tensorInfo(g.size(), {.step = step});
     const Bytes p = c.compress(info, g);
-    EXPECT_EQ(norms(p, g.size(), 4), (std::vector<float>{5, 0, 2}));
+    EXPECT_EQ(qsgdNorms(p, g.size(), 4), (std::vector<float>{5, 0, 2}));
     const auto out = c.decode(info, p);
     EXPECT_TRUE(out[0] == 2.5f || out[0] == 3.75f) << out[0];  // xi in {2, 3} times 5/4
     EXPECT_TRUE(out[2] == -3.75f || out[2] == -5.0f) << out[2];
@@ -199,7 +188,7 @@ TEST(Qsgd, UnbiasedOverManySteps) {
   for (int s = 0; s < steps; ++s) {
     const auto info = tensorInfo(n, {.step = static_cast<uint64_t>(s), .seed = 77});
     const Bytes p = c.compress(info, g);
-    if (s == 0) nb = norms(p, n, 64);
+    if (s == 0) nb = qsgdNorms(p, n, 64);
     m.add(c.decode(info, p));
   }
   double z2 = 0;
@@ -256,9 +245,9 @@ TEST(Qsgd, CodesFollowTheDocumentedLayout) {
   EXPECT_EQ(readAt<uint32_t>(p, 16), 5u);
   EXPECT_EQ(readAt<uint32_t>(p, 20), 4u);
   EXPECT_EQ(readAt<uint64_t>(p, 24), 16u);
-  const auto nb = norms(p, n, 16);
+  const auto nb = qsgdNorms(p, n, 16);
   std::vector<uint64_t> words(bitpack::wordCount(n, 4));
-  std::memcpy(words.data(), p.data() + codesOffset(n, 16), 8 * words.size());
+  std::memcpy(words.data(), p.data() + qsgdCodesOffset(n, 16), 8 * words.size());
   const auto out = c.decode(info, p);
   for (uint64_t i = 0; i < n; ++i) {
     const uint32_t code = bitpack::get(words.data(), i, 4);
@@ -279,7 +268,7 @@ TEST(Qsgd, EmptyAndHugeOddTensors) {
   const auto g = gaussian(n, 12);
   const auto info = tensorInfo(n);
   const Bytes p = c.compress(info, g);
-  EXPECT_EQ(p.size(), expectedBytes(n, 127, 512));
+  EXPECT_EQ(p.size(), qsgdExpectedBytes(n, 127, 512));
   std::vector<float> out(n, 1.0f);
   ASSERT_EQ(c.decompress(info, p, out, /*accumulate=*/true), TERSE_OK);
   const auto plain = c.decode(info, p);
@@ -321,7 +310,7 @@ TEST(Qsgd, RejectsMalformedPayloads) {
   expectBad(patched<float>(p, 36, -1.0f), "negative norm", "bucket 1 has norm -1");
   expectBad(patched<float>(p, 40, std::numeric_limits<float>::infinity()), "infinite norm", "bucket 2 has norm");
   expectBad(patched<uint8_t>(p, 44, 1), "padding after the norms", "after the bucket norms: nonzero padding");
-  const size_t codes = codesOffset(n, 32);
+  const size_t codes = qsgdCodesOffset(n, 32);
   // Element 5's code is byte 5 of the codes (W = 8): magnitude 101 > levels.
   expectBad(patched<uint8_t>(p, codes + 5, 101), "magnitude above levels", "code of element 5");
   expectBad(patched<uint8_t>(p, codes + 76, 0x80 | 127), "last element's magnitude", "code of element 76");

@@ -38,18 +38,10 @@ TEST(SignBits64, IsPackGroupOfTheSignBits) {
   }
 }
 
-std::vector<float> gaussian(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-uint64_t rawBytes(uint64_t n) {
+uint64_t signsgdRawBytes(uint64_t n) {
   return 32 + 8 * ((n + 63) / 64);
 }
-uint64_t reducedBytes(uint64_t n, uint64_t count_bytes) {
+uint64_t signsgdReducedBytes(uint64_t n, uint64_t count_bytes) {
   return 32 + (n * count_bytes + 7) / 8 * 8;
 }
 
@@ -78,13 +70,13 @@ TEST(SignSgd, ParametersCapsAndSizes) {
   for (const Case& k : {Case{1, 1}, Case{5, 1}, Case{127, 1}, Case{128, 2}, Case{32767, 2}, Case{32768, 4}}) {
     const auto s = c.sizes(tensorInfo(n, {.world_size = k.world}));
     EXPECT_EQ(s.max_output_bytes, 32u + 131072u);
-    EXPECT_EQ(s.max_reduced_bytes, reducedBytes(n, k.count_bytes)) << k.world;
+    EXPECT_EQ(s.max_reduced_bytes, signsgdReducedBytes(n, k.count_bytes)) << k.world;
   }
   for (uint64_t m : {0ull, 1ull, 63ull, 64ull, 65ull, 1001ull}) {
     const auto info = tensorInfo(m, {.world_size = 3});
-    EXPECT_EQ(c.sizes(info).max_output_bytes, rawBytes(m));
+    EXPECT_EQ(c.sizes(info).max_output_bytes, signsgdRawBytes(m));
     EXPECT_GE(c.sizes(info).max_reduced_bytes, c.sizes(info).max_output_bytes);
-    EXPECT_EQ(c.compress(info, gaussian(m, 1)).size(), rawBytes(m));
+    EXPECT_EQ(c.compress(info, gaussian(m, 1)).size(), signsgdRawBytes(m));
   }
 }
 
@@ -106,7 +98,7 @@ TEST(SignSgd, OneRanksPayloadDecodesToItsScaledSigns) {
   EXPECT_EQ(out, (std::vector<float>{1.25f, 0.75f, 1.25f, 0.75f, 1.25f, 0.75f, 1.25f}));
 }
 
-struct FiveRanks {
+struct SignsgdFiveRanks {
   static constexpr int kWorld = 5;
   uint64_t n;
   std::vector<std::vector<float>> grads;
@@ -114,12 +106,12 @@ struct FiveRanks {
   std::vector<int> votes;  // sum of signs per element
 };
 
-FiveRanks fiveRanks(Instance& c, uint64_t n) {
-  FiveRanks f{n, {}, {}, std::vector<int>(n, 0)};
-  for (int r = 0; r < FiveRanks::kWorld; ++r) {
+SignsgdFiveRanks signsgdFiveRanks(Instance& c, uint64_t n) {
+  SignsgdFiveRanks f{n, {}, {}, std::vector<int>(n, 0)};
+  for (int r = 0; r < SignsgdFiveRanks::kWorld; ++r) {
     f.grads.push_back(gaussian(n, 50 + static_cast<uint32_t>(r)));
     for (uint64_t i = 0; i < n; ++i) f.votes[i] += f.grads[r][i] < 0 ? -1 : 1;
-    f.payloads.push_back(c.compress(tensorInfo(n, {.rank = r, .world_size = FiveRanks::kWorld}), f.grads[r]));
+    f.payloads.push_back(c.compress(tensorInfo(n, {.rank = r, .world_size = SignsgdFiveRanks::kWorld}), f.grads[r]));
   }
   return f;
 }
@@ -128,7 +120,7 @@ TEST(SignSgd, MajorityVoteIsTheSameInEveryAssociationOrder) {
   Plugin plugin("signsgd");
   Instance c(plugin, {{"scale", "0.5"}});
   for (uint64_t n : {1ull, 64ull, 1001ull}) {
-    FiveRanks f = fiveRanks(c, n);
+    SignsgdFiveRanks f = signsgdFiveRanks(c, n);
     const auto agg = aggregateInfo(tensorInfo(n, {.world_size = 5}));
     auto r = [&](const Bytes& a, const Bytes& b) { return c.reduce(agg, a, b); };
     const auto& p = f.payloads;
@@ -141,7 +133,7 @@ TEST(SignSgd, MajorityVoteIsTheSameInEveryAssociationOrder) {
         r(r(p[2], r(p[0], p[4])), r(p[3], p[1])),  // shuffled
     };
     for (size_t k = 0; k < orders.size(); ++k) ASSERT_EQ(orders[k], in_order) << "order " << k << " n " << n;
-    ASSERT_EQ(in_order.size(), reducedBytes(n, 1));
+    ASSERT_EQ(in_order.size(), signsgdReducedBytes(n, 1));
     EXPECT_EQ(readAt<uint32_t>(in_order, 16), 2u) << "reduced";
     EXPECT_EQ(readAt<uint32_t>(in_order, 20), 5u) << "voters";
     EXPECT_EQ(readAt<uint32_t>(in_order, 24), 1u) << "int8 counts";
@@ -182,7 +174,7 @@ TEST(SignSgd, WiderCountsForLargerWorlds) {
     const auto agg = aggregateInfo(tensorInfo(n, {.world_size = world}));
     const Bytes sum = foldPayloads(c, agg, p);
     const uint64_t width = world == 200 ? 2 : 4;
-    ASSERT_EQ(sum.size(), reducedBytes(n, width));
+    ASSERT_EQ(sum.size(), signsgdReducedBytes(n, width));
     EXPECT_EQ(readAt<uint32_t>(sum, 24), width);
     for (uint64_t i = 0; i < n; ++i) {
       const int64_t got = width == 2 ? readAt<int16_t>(sum, 32 + 2 * i) : readAt<int32_t>(sum, 32 + 4 * i);
@@ -221,7 +213,7 @@ TEST(SignSgd, DecompressRefusesMalformedAndMisplacedPayloads) {
   Plugin plugin("signsgd");
   Instance c(plugin);
   const uint64_t n = 100;
-  FiveRanks f = fiveRanks(c, n);
+  SignsgdFiveRanks f = signsgdFiveRanks(c, n);
   const auto one = tensorInfo(n, {.rank = 1, .world_size = 5});
   const auto agg = aggregateInfo(tensorInfo(n, {.world_size = 5}));
   expectRejectsStructuralDamage(c, one, f.payloads[1]);
@@ -256,7 +248,7 @@ TEST(SignSgd, ReduceRefusesMalformedOrImpossibleInputs) {
   Plugin plugin("signsgd");
   Instance c(plugin);
   const uint64_t n = 100;
-  FiveRanks f = fiveRanks(c, n);
+  SignsgdFiveRanks f = signsgdFiveRanks(c, n);
   const auto agg = aggregateInfo(tensorInfo(n, {.world_size = 5}));
   const Bytes four = foldPayloads(c, agg, {f.payloads[0], f.payloads[1], f.payloads[2], f.payloads[3]});
   const Bytes all = c.reduce(agg, four, f.payloads[4]);

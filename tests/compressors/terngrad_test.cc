@@ -19,23 +19,10 @@ namespace {
 
 namespace bitpack = sdk::bitpack;
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
-  if (n == 0) return 0;
-  if (bucket == 0) return 1;
-  return (n - 1) / bucket + 1;
-}
-uint64_t expectedBytes(uint64_t n, uint64_t bucket) {
+uint64_t terngradExpectedBytes(uint64_t n, uint64_t bucket) {
   return 32 + (4 * bucketsOf(n, bucket) + 7) / 8 * 8 + 8 * ((n + 31) / 32);
 }
-std::vector<float> scales(const Bytes& p, uint64_t n, uint64_t bucket) {
+std::vector<float> terngradScales(const Bytes& p, uint64_t n, uint64_t bucket) {
   std::vector<float> v(bucketsOf(n, bucket));
   if (!v.empty()) std::memcpy(v.data(), p.data() + 32, 4 * v.size());
   return v;
@@ -61,8 +48,8 @@ TEST(TernGrad, ParametersCapsAndSizes) {
   for (uint64_t bucket : {0ull, 1ull, 5ull, 512ull}) {
     Instance t(plugin, {{"bucket_size", std::to_string(bucket)}});
     for (uint64_t n : {0ull, 1ull, 31ull, 32ull, 33ull, 1000ull}) {
-      ASSERT_EQ(t.sizes(tensorInfo(n)).max_output_bytes, expectedBytes(n, bucket)) << bucket << " " << n;
-      EXPECT_EQ(t.compress(tensorInfo(n), gaussian(n, 3)).size(), expectedBytes(n, bucket));
+      ASSERT_EQ(t.sizes(tensorInfo(n)).max_output_bytes, terngradExpectedBytes(n, bucket)) << bucket << " " << n;
+      EXPECT_EQ(t.compress(tensorInfo(n), gaussian(n, 3)).size(), terngradExpectedBytes(n, bucket));
     }
   }
 }
@@ -76,7 +63,7 @@ TEST(TernGrad, ValuesAreTernaryTimesTheBucketMax) {
       if (n > 10) g[2] = 0.0f, g[3] = -0.0f;
       const auto info = tensorInfo(n, {.step = bucket});
       const Bytes p = c.compress(info, g);
-      const auto s = scales(p, n, bucket);
+      const auto s = terngradScales(p, n, bucket);
       const uint64_t b_size = bucket == 0 ? n : bucket;
       for (uint64_t b = 0; b < s.size(); ++b) {
         float mx = 0;
@@ -111,7 +98,7 @@ TEST(TernGrad, CodesFollowTheDocumentedLayout) {
   EXPECT_EQ(readAt<uint64_t>(p, 16), 10u);
   EXPECT_EQ(readAt<uint32_t>(p, 24), 2u);
   EXPECT_EQ(readAt<uint32_t>(p, 28), 0u);
-  const auto s = scales(p, n, 10);
+  const auto s = terngradScales(p, n, 10);
   std::vector<uint64_t> words(3);
   std::memcpy(words.data(), p.data() + 32 + 32, 24);
   const auto out = c.decode(info, p);
@@ -136,7 +123,7 @@ TEST(TernGrad, UnbiasedOverManySteps) {
   for (int k = 0; k < steps; ++k) {
     const auto info = tensorInfo(n, {.step = static_cast<uint64_t>(k), .seed = 5});
     const Bytes p = c.compress(info, g);
-    if (k == 0) s = scales(p, n, 50);
+    if (k == 0) s = terngradScales(p, n, 50);
     m.add(c.decode(info, p));
   }
   double z2 = 0;
@@ -181,7 +168,7 @@ TEST(TernGrad, EmptyOddAndAccumulate) {
   const auto g = gaussian(n, 8);
   const auto info = tensorInfo(n);
   const Bytes p = c.compress(info, g);
-  EXPECT_EQ(p.size(), expectedBytes(n, 512));
+  EXPECT_EQ(p.size(), terngradExpectedBytes(n, 512));
   const auto plain = c.decode(info, p);
   std::vector<float> out(n, 2.0f);
   ASSERT_EQ(c.decompress(info, p, out, /*accumulate=*/true), TERSE_OK);
