@@ -93,6 +93,53 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
   }
 }
 
+// Decodes of tensors large enough for the decoders' streaming stores (terse/kit/stream_store.hpp: 16 MiB of output
+// and more), with the output 64-byte aligned and 16 bytes off (the ABI's least alignment: partial lines at both ends
+// of every stage), plain and accumulated: the values must be those of the ordinary stores. Pins from the plugins before
+// streaming (1d64a51).
+TEST(PayloadPins, LargeDecodesKeepTheirValues) {
+  const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
+  const Case cases[] = {{"qsgd", {}},     {"qsgd", {{"levels", "5"}, {"bucket_size", "100"}}},
+                        {"terngrad", {}}, {"onebit", {}},
+                        {"signsgd", {}},  {"fp16", {}},
+                        {"bf16", {}},     {"none", {}}};
+  const std::map<std::string, uint64_t> pins = {
+      {"qsgd", 0xc122805fe3579a33ull},     {"qsgd levels=5,bucket_size=100", 0x0d7a330b742e14e0ull},
+      {"terngrad", 0x2536bc0fc66a724bull}, {"onebit", 0xd3be51df1f300429ull},
+      {"signsgd", 0x141db033dbca5e0cull},  {"fp16", 0xc1ca204daa95ded2ull},
+      {"bf16", 0x54a9952541fbe0c2ull},     {"none", 0x728a399bf0a02031ull},
+  };
+  const size_t n = (size_t{1} << 22) + 65;
+  const std::vector<float> x = pinInput(n);
+  for (const Case& c : cases) {
+    std::string label = c.name;
+    for (size_t k = 0; k < c.params.size(); ++k) {
+      label += (k == 0 ? " " : ",") + c.params[k].first + "=" + c.params[k].second;
+    }
+    Plugin plugin(c.name, dir != nullptr ? std::string(dir) : std::string(TERSE_TEST_BUILD_PLUGIN_DIR));
+    Instance codec(plugin, c.params);
+    const auto info = tensorInfo(n, {.step = 3, .seed = 9});
+    const Bytes payload = codec.compress(info, x);
+    std::vector<float, AlignedAllocator<float>> aligned(n + 16);
+    ASSERT_EQ(codec.decompress(info, payload, std::span<float>(aligned.data(), n)), TERSE_OK) << codec.lastError();
+    std::vector<float, AlignedAllocator<float>> offset(n + 16);
+    ASSERT_EQ(codec.decompress(info, payload, std::span<float>(offset.data() + 4, n)), TERSE_OK) << codec.lastError();
+    ASSERT_EQ(std::memcmp(aligned.data(), offset.data() + 4, n * sizeof(float)), 0) << label << ": offset output";
+    std::vector<float> acc(x.begin(), x.end());
+    ASSERT_EQ(codec.decompress(info, payload, acc, true), TERSE_OK) << codec.lastError();
+    uint64_t h = fnv1a(label.data(), label.size());
+    h = fnv1a(payload.data(), payload.size(), h);
+    h = fnv1a(aligned.data(), n * sizeof(float), h);
+    h = fnv1a(acc.data(), n * sizeof(float), h);
+    if (dir != nullptr) {
+      std::printf("      {\"%s\", 0x%016llxull},\n", label.c_str(), static_cast<unsigned long long>(h));
+      continue;
+    }
+    ASSERT_TRUE(pins.count(label)) << label;
+    EXPECT_EQ(h, pins.at(label)) << label << ": the payload or its decode changed";
+  }
+}
+
 // PowerSGD, two ranks over three steps (the warm start carries Q from step to step): both rounds' payloads, their
 // sums, every decode (a rank's own payload as error feedback decodes it, plain and accumulated, and the aggregate,
 // which also stores next step's Q) and the state, at the quickstart MLP's shapes (issue 22's step) and at shapes whose
