@@ -140,25 +140,49 @@ TEST(PayloadPins, LargeDecodesKeepTheirValues) {
   }
 }
 
+// The casts' payloads large enough to be streamed out (16 MiB of 16-bit values), on one thread and on two (each
+// streaming its own range), pinned from the plugins before streaming (1d64a51).
+TEST(PayloadPins, LargeCastPayloadsKeepTheirBytes) {
+  const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
+  const std::map<std::string, uint64_t> pins = {{"fp16", 0xa0e5c2e1fe29bab3ull}, {"bf16", 0xfc4c68e380c388efull}};
+  const size_t n = (size_t{1} << 23) + 65;
+  const std::vector<float> x = pinInput(n);
+  const auto info = tensorInfo(n, {.step = 3, .seed = 9});
+  for (const char* name : {"fp16", "bf16"}) {
+    Plugin plugin(name, dir != nullptr ? std::string(dir) : std::string(TERSE_TEST_BUILD_PLUGIN_DIR));
+    Instance one(plugin), two(plugin, {{"threads", "2"}});
+    const Bytes payload = one.compress(info, x);
+    ASSERT_EQ(two.compress(info, x), payload) << name << ": two threads";
+    const uint64_t h = fnv1a(payload.data(), payload.size(), fnv1a(name, std::strlen(name)));
+    if (dir != nullptr) {
+      std::printf("      {\"%s\", 0x%016llxull},\n", name, static_cast<unsigned long long>(h));
+      continue;
+    }
+    ASSERT_TRUE(pins.count(name)) << name;
+    EXPECT_EQ(h, pins.at(name)) << name << ": the payload changed";
+  }
+}
+
 // PowerSGD, two ranks over three steps (the warm start carries Q from step to step): both rounds' payloads, their
 // sums, every decode (a rank's own payload as error feedback decodes it, plain and accumulated, and the aggregate,
-// which also stores next step's Q) and the state, at the quickstart MLP's shapes (issue 22's step) and at shapes whose
-// sides are not multiples of the loops' blocks (4 rows, 64 columns). The host decode must equal the device's
-// productEntry bit for bit, so its bytes are pinned like the others'. Pins from the plugin before its fast paths
-// (commit 1d64a51); TERSE_TEST_PIN_PLUGIN_DIR prints them from another build.
+// which also stores next step's Q) and the state, at the quickstart MLP's shapes (issue 22's step), at shapes whose
+// sides are not multiples of the loops' blocks (4 rows, 64 columns), and at one whose decodes are streamed. The host
+// decode must equal the device's productEntry bit for bit, so its bytes are pinned like the others'. Pins from the
+// plugin before its fast paths (commit 1d64a51); TERSE_TEST_PIN_PLUGIN_DIR prints them from another build.
 TEST(PayloadPins, PowerSgdKeepsItsBytes) {
   const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
   struct Shape {
     uint64_t n, m, r;
   };
-  const Shape shapes[] = {{256, 784, 2}, {128, 256, 2}, {10, 128, 2}, {37, 23, 3}, {67, 131, 4},
-                          {5, 1000, 1},  {130, 65, 5},  {3, 200, 1},  {9, 70, 6},  {1, 300, 1}};
+  const Shape shapes[] = {{256, 784, 2}, {128, 256, 2}, {10, 128, 2}, {37, 23, 3}, {67, 131, 4},   {5, 1000, 1},
+                          {130, 65, 5},  {3, 200, 1},   {9, 70, 6},   {1, 300, 1}, {2049, 2051, 2}};
   const std::map<std::string, uint64_t> pins = {
-      {"256x784 r2", 0x3a44676576da8633ull}, {"128x256 r2", 0x53dde5b96065c6feull},
-      {"10x128 r2", 0x3a74beb207263d88ull},  {"37x23 r3", 0x700d8ac1d7781f91ull},
-      {"67x131 r4", 0x14ef99801a56ee82ull},  {"5x1000 r1", 0x473440d4999ceebdull},
-      {"130x65 r5", 0xe8c7f9a5cc8d3139ull},  {"3x200 r1", 0xedea009293b99495ull},
-      {"9x70 r6", 0xfc6ea6d0aa8a6232ull},    {"1x300 r1", 0x64b9f782ae25f5d0ull},
+      {"256x784 r2", 0x3a44676576da8633ull},   {"128x256 r2", 0x53dde5b96065c6feull},
+      {"10x128 r2", 0x3a74beb207263d88ull},    {"37x23 r3", 0x700d8ac1d7781f91ull},
+      {"67x131 r4", 0x14ef99801a56ee82ull},    {"5x1000 r1", 0x473440d4999ceebdull},
+      {"130x65 r5", 0xe8c7f9a5cc8d3139ull},    {"3x200 r1", 0xedea009293b99495ull},
+      {"9x70 r6", 0xfc6ea6d0aa8a6232ull},      {"1x300 r1", 0x64b9f782ae25f5d0ull},
+      {"2049x2051 r2", 0x27812a4bad790f34ull},
   };
   Plugin plugin("powersgd", dir != nullptr ? std::string(dir) : std::string(TERSE_TEST_BUILD_PLUGIN_DIR));
   for (const Shape& sh : shapes) {
@@ -175,7 +199,9 @@ TEST(PayloadPins, PowerSgdKeepsItsBytes) {
     Scratch scratch[2] = {Scratch(codec.sizes(info(0, 0, 0))), Scratch(codec.sizes(info(0, 0, 0)))};
     uint64_t h = fnv1a(label.data(), label.size());
     const auto hashFloats = [&h](const std::vector<float>& v) { h = fnv1a(v.data(), v.size() * sizeof(float), h); };
-    for (uint64_t step = 0; step < 3; ++step) {
+    // One step of the large shape (its decodes stream, terse/kit/stream_store.hpp), three of the others.
+    const uint64_t steps = sh.n * sh.m > (uint64_t{1} << 20) ? 1 : 3;
+    for (uint64_t step = 0; step < steps; ++step) {
       std::vector<float> grad[2];
       for (int w = 0; w < 2; ++w) {
         grad[w] = pinInput(sh.n * sh.m + 7 * step + static_cast<size_t>(w));
