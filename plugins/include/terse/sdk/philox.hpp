@@ -90,6 +90,11 @@ inline bool haveAvx512() {
   return yes;
 }
 
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32 (`__m512i __Y = __Y;`), which -Wuninitialized reports
+// wherever they are inlined (GCC bug 105593); the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // philoxGroup64Avx2's steps on two 8-lane vectors (blocks 16g .. 16g+7 and 16g+8 .. 16g+15), for hosts with
 // AVX-512F: half the instructions, and the 16 words fit in registers. The same bits
 // (Philox.Group64IsSixteenBlocksInOrder runs whichever the host picks; Philox.Group64VectorPathsAgree runs both).
@@ -136,6 +141,7 @@ __attribute__((target("avx512f"), noinline)) inline void philoxGroup64Avx512(uin
     _mm512_storeu_si512(out + 32 * v + 16, _mm512_permutex2var_epi64(even, hi, odd));
   }
 }
+#pragma GCC diagnostic pop
 
 }  // namespace detail
 #endif
