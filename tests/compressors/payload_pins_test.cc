@@ -93,10 +93,8 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
   }
 }
 
-// Decodes of tensors large enough for the decoders' streaming stores (terse/kit/stream_store.hpp: 16 MiB of output
-// and more), with the output 64-byte aligned and 16 bytes off (the ABI's least alignment: partial lines at both ends
-// of every stage), plain and accumulated: the values must be those of the ordinary stores. Pins from the plugins before
-// streaming (1d64a51).
+// Decodes of 16 MiB tensors (past the L2, thousands of buckets), with the output 64-byte aligned and 16 bytes off (the
+// ABI's least alignment), plain and accumulated, pinned from the plugins before this round of speed work (1d64a51).
 TEST(PayloadPins, LargeDecodesKeepTheirValues) {
   const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
   const Case cases[] = {{"qsgd", {}},     {"qsgd", {{"levels", "5"}, {"bucket_size", "100"}}},
@@ -140,8 +138,8 @@ TEST(PayloadPins, LargeDecodesKeepTheirValues) {
   }
 }
 
-// The casts' payloads large enough to be streamed out (16 MiB of 16-bit values), on one thread and on two (each
-// streaming its own range), pinned from the plugins before streaming (1d64a51).
+// The casts' payloads of 8M+65 elements (16 MiB of 16-bit values), on one thread and on two, pinned from the plugins
+// before this round of speed work (1d64a51).
 TEST(PayloadPins, LargeCastPayloadsKeepTheirBytes) {
   const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
   const std::map<std::string, uint64_t> pins = {{"fp16", 0xa0e5c2e1fe29bab3ull}, {"bf16", 0xfc4c68e380c388efull}};
@@ -166,7 +164,7 @@ TEST(PayloadPins, LargeCastPayloadsKeepTheirBytes) {
 // PowerSGD, two ranks over three steps (the warm start carries Q from step to step): both rounds' payloads, their
 // sums, every decode (a rank's own payload as error feedback decodes it, plain and accumulated, and the aggregate,
 // which also stores next step's Q) and the state, at the quickstart MLP's shapes (issue 22's step), at shapes whose
-// sides are not multiples of the loops' blocks (4 rows, 64 columns), and at one whose decodes are streamed. The host
+// sides are not multiples of the loops' blocks (4 rows; 8 and 64 columns), and at a 16 MiB one. The host
 // decode must equal the device's productEntry bit for bit, so its bytes are pinned like the others'. Pins from the
 // plugin before its fast paths (commit 1d64a51); TERSE_TEST_PIN_PLUGIN_DIR prints them from another build.
 TEST(PayloadPins, PowerSgdKeepsItsBytes) {
@@ -199,7 +197,7 @@ TEST(PayloadPins, PowerSgdKeepsItsBytes) {
     Scratch scratch[2] = {Scratch(codec.sizes(info(0, 0, 0))), Scratch(codec.sizes(info(0, 0, 0)))};
     uint64_t h = fnv1a(label.data(), label.size());
     const auto hashFloats = [&h](const std::vector<float>& v) { h = fnv1a(v.data(), v.size() * sizeof(float), h); };
-    // One step of the large shape (its decodes stream, terse/kit/stream_store.hpp), three of the others.
+    // One step of the large shape, three of the others.
     const uint64_t steps = sh.n * sh.m > (uint64_t{1} << 20) ? 1 : 3;
     for (uint64_t step = 0; step < steps; ++step) {
       std::vector<float> grad[2];
