@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "bf16_avx2.h"
 #include "bf16_cuda.h"
 #include "bf16_math.h"
 #include "terse/kit/cast16.hpp"
@@ -50,7 +51,12 @@ TERSE_CPU_CLONES void decodeAll(const uint16_t* __restrict in, float* __restrict
 struct Traits {
   static constexpr sdk::PayloadFormat kFormat{"bf16", sdk::fourcc("BF16"), 1};
   static constexpr terse_dtype_v1 kWireDtype = TERSE_DTYPE_BF16;
-  static void encodeAll(const float* in, uint16_t* out, uint64_t n) { ::encodeAll(in, out, n); }
+  static void encodeAll(const float* in, uint16_t* out, uint64_t n) {
+#if TERSE_BF16_AVX2
+    if (math::hasAvx2()) return math::encodeAvx2(in, out, n);
+#endif
+    ::encodeAll(in, out, n);
+  }
   static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate) {
     ::decodeAll(in, out, n, accumulate);
   }
