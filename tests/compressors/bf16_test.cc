@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compressors/bf16/bf16_avx2.h"
 #include "compressors/bf16/bf16_math.h"
 #include "terse/sdk/half.hpp"
 #include "tests/compressors/plugin_harness.h"
@@ -26,17 +27,28 @@ std::vector<uint16_t> wireValues(const Bytes& p, size_t n) {
 
 // The result depends on the upper 16 bits (kept or bumped by one) and on the lower 16 (the rounding): every lower
 // half for every 61st upper half, plus every float whose upper half is near the overflow and NaN boundaries of either
-// sign. About 88 million floats.
+// sign. About 88 million floats; the AVX2 loop the plugin runs where the host has AVX2 gets the same floats.
 TEST(Bf16Plugin, EncoderMatchesTheSdkConversionForEveryLowHalf) {
-  uint64_t mismatches = 0, checked = 0;
-  uint32_t first = 0;
+  uint64_t mismatches = 0, checked = 0, avx2_mismatches = 0;
+  uint32_t first = 0, avx2_first = 0;
+  std::vector<float> chunk(0x10000);
+  std::vector<uint16_t> avx2(chunk.size());
   auto checkUpper = [&](uint32_t hi) {
     for (uint32_t lo = 0; lo <= 0xFFFFu; ++lo) {
       const uint32_t u = hi << 16 | lo;
       const float f = sdk::bitsFloat(u);
+      chunk[lo] = f;
       ++checked;
       if (math::encodeValue(f) != sdk::floatToBf16(f) && mismatches++ == 0) first = u;
     }
+#if TERSE_BF16_AVX2
+    // The plugin's AVX2 loop (bf16_avx2.h) on the same floats, 16 at a time.
+    if (!math::hasAvx2()) return;
+    math::encodeAvx2(chunk.data(), avx2.data(), chunk.size());
+    for (uint32_t lo = 0; lo <= 0xFFFFu; ++lo) {
+      if (avx2[lo] != math::encodeValue(chunk[lo]) && avx2_mismatches++ == 0) avx2_first = hi << 16 | lo;
+    }
+#endif
   };
   for (uint32_t hi = 0; hi <= 0xFFFFu; hi += 61) checkUpper(hi);
   for (uint32_t hi = 0x7F70u; hi <= 0x7FFFu; ++hi) {
@@ -47,6 +59,7 @@ TEST(Bf16Plugin, EncoderMatchesTheSdkConversionForEveryLowHalf) {
   checkUpper(0x8000u);
   EXPECT_GT(checked, 80000000u);
   EXPECT_EQ(mismatches, 0u) << "first mismatch at float bits 0x" << std::hex << first;
+  EXPECT_EQ(avx2_mismatches, 0u) << "AVX2 loop: first mismatch at float bits 0x" << std::hex << avx2_first;
 }
 
 TEST(Bf16Plugin, CapsAndSizes) {

@@ -86,6 +86,37 @@ TEST(Philox, Group64IsSixteenBlocksInOrder) {
   }
 }
 
+// Each vector path on its own (group64 runs only the widest the host has): the same bits as block by block.
+TEST(Philox, Group64VectorPathsAgree) {
+#if TERSE_PHILOX_AVX2
+  int ran = 0;
+  for (const uint64_t seed : {uint64_t{7}, ~uint64_t{0}, uint64_t{0}}) {
+    const uint64_t step = seed ^ 3, tensor = seed + 9;
+    const PhiloxStream s(seed, step, tensor);
+    const uint64_t h = mix64(step ^ mix64(tensor));
+    const auto k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    const auto h0 = static_cast<uint32_t>(h), h1 = static_cast<uint32_t>(h >> 32);
+    for (uint64_t g : {uint64_t{0}, uint64_t{1}, uint64_t{12345}, (uint64_t{1} << 28) - 1, uint64_t{1} << 28,
+                       (uint64_t{1} << 40) + 3}) {
+      uint32_t bits[64];
+      if (detail::haveAvx2()) {
+        detail::philoxGroup64Avx2(k0, k1, h0, h1, g, bits);
+        for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "AVX2, group " << g << ", " << j;
+        ++ran;
+      }
+      if (detail::haveAvx512()) {
+        detail::philoxGroup64Avx512(k0, k1, h0, h1, g, bits);
+        for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "AVX-512, group " << g << ", " << j;
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
+#else
+  GTEST_SKIP() << "no vector Philox on this host";
+#endif
+}
+
 TEST(Philox, DeterministicForTheSameKeyAndDistinctOtherwise) {
   const PhiloxStream a(1, 2, 3), b(1, 2, 3);
   for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(a.bits(i), b.bits(i));
