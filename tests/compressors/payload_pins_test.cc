@@ -97,10 +97,10 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
 // ABI's least alignment), plain and accumulated, pinned from the plugins before this round of speed work (1d64a51).
 TEST(PayloadPins, LargeDecodesKeepTheirValues) {
   const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
-  const Case cases[] = {{"qsgd", {}},     {"qsgd", {{"levels", "5"}, {"bucket_size", "100"}}},
-                        {"terngrad", {}}, {"onebit", {}},
-                        {"signsgd", {}},  {"fp16", {}},
-                        {"bf16", {}},     {"none", {}}};
+  const PayloadPinCase cases[] = {{"qsgd", {}},     {"qsgd", {{"levels", "5"}, {"bucket_size", "100"}}},
+                                  {"terngrad", {}}, {"onebit", {}},
+                                  {"signsgd", {}},  {"fp16", {}},
+                                  {"bf16", {}},     {"none", {}}};
   const std::map<std::string, uint64_t> pins = {
       {"qsgd", 0xc122805fe3579a33ull},     {"qsgd levels=5,bucket_size=100", 0x0d7a330b742e14e0ull},
       {"terngrad", 0x2536bc0fc66a724bull}, {"onebit", 0xd3be51df1f300429ull},
@@ -109,7 +109,7 @@ TEST(PayloadPins, LargeDecodesKeepTheirValues) {
   };
   const size_t n = (size_t{1} << 22) + 65;
   const std::vector<float> x = pinInput(n);
-  for (const Case& c : cases) {
+  for (const PayloadPinCase& c : cases) {
     std::string label = c.name;
     for (size_t k = 0; k < c.params.size(); ++k) {
       label += (k == 0 ? " " : ",") + c.params[k].first + "=" + c.params[k].second;
