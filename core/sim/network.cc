@@ -3,10 +3,13 @@
 
 #include <simgrid/kernel/resource/Action.hpp>
 #include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Link.hpp>
+#include <simgrid/s4u/Mutex.hpp>
 #include <simgrid/s4u/Semaphore.hpp>
 
 #include <deque>
+#include <mutex>
 #include <unordered_map>
 
 #include "core/common/error.h"
@@ -65,10 +68,28 @@ class SimTransfer final : public comm::FrameNetwork::Transfer {
   // detached, and 3.32's wait and test of one search the maestro's list of detached communications (one entry per
   // frame in flight: O(world) per frame at scale) to remove it again. The caller's computation is still settled first,
   // so the simulated instants are those of a wait that returns at once.
+  //
+  // One actor at most waits through SimGrid: 3.32 gives each wait on a host-to-host communication a timeout action
+  // and keeps one per communication (CommImpl::dst_timeout_, overwritten by a second waiter), so a second concurrent
+  // wait's action was never released and stayed in the CPU model to the end of the run, with its LMM variable: one
+  // per frame that both of its ends waited on, the growth of the resident memory with the steps (issue 17). The other
+  // ends wait for the arrival signal instead, at the same simulated instant.
   void wait() override {
     if (done_) return;
     runtime_.settle();
-    if (!arrived_) comm_->wait();
+    if (!arrived_) {
+      if (!sg_waiting_) {
+        sg_waiting_ = true;
+        comm_->wait();
+      } else {
+        if (!arrival_cv_) {
+          arrival_mutex_ = sg4::Mutex::create();
+          arrival_cv_ = sg4::ConditionVariable::create();
+        }
+        std::unique_lock<sg4::Mutex> lock(*arrival_mutex_);
+        while (!arrived_) arrival_cv_->wait(lock);
+      }
+    }
     done_ = true;
     runtime_.resume();
   }
@@ -90,6 +111,7 @@ class SimTransfer final : public comm::FrameNetwork::Transfer {
   // From the maestro, at the simulated instant of arrival; Arrivals forgets the transfer.
   void arrive(Arrivals& arrivals) {
     arrived_ = true;
+    if (arrival_cv_) arrival_cv_->notify_all();
     for (auto& fn : on_arrival_) arrivals.post(std::move(fn));
     on_arrival_.clear();
   }
@@ -99,8 +121,11 @@ class SimTransfer final : public comm::FrameNetwork::Transfer {
   std::shared_ptr<Arrivals> arrivals_;
   SimRuntime& runtime_;
   std::vector<std::function<void()>> on_arrival_;
-  bool arrived_ = false;  // set by the network signal
-  bool done_ = false;     // both ends of a frame may wait on it; the first one to see it done remembers
+  sg4::MutexPtr arrival_mutex_;           // with arrival_cv_: made for a second waiter only
+  sg4::ConditionVariablePtr arrival_cv_;  // notified at arrival
+  bool sg_waiting_ = false;               // an actor is in comm_->wait()
+  bool arrived_ = false;                  // set by the network signal
+  bool done_ = false;                     // both ends of a frame may wait on it; the first one to see it done remembers
 };
 
 }  // namespace

@@ -9,6 +9,10 @@
 // finished detached communication costs a simcall and a linear search of the maestro's list of them, network.cc),
 // and the arrival notices (a rank's doorbell) are run by one courier actor per network, where a helper actor per frame
 // made the runtime's table of actors grow with every frame sent to a parameter server.
+//
+// Waits. One actor at most waits on a frame's communication through SimGrid; the frame's other end waits for the
+// arrival signal (3.32 keeps one timeout action per communication: a second concurrent wait leaked its action, and
+// the resident memory grew with every step, issue 17).
 #pragma once
 
 #include <memory>
