@@ -369,6 +369,24 @@ std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs
   return out;
 }
 
+namespace {
+
+// A warning about runs of one study that should agree on a value (a plugin file's hash, the CPU) and do not: the
+// opening, then each value as `show` writes it, followed by the runs that had it ("variant (dir)").
+template <typename Show>
+std::string runsByValue(const std::string& opening, const std::map<std::string, std::vector<const RunData*>>& by_value,
+                        Show show) {
+  std::ostringstream msg;
+  msg << opening;
+  for (const auto& [value, which] : by_value) {
+    msg << "\n  " << show(value) << ":";
+    for (const RunData* r : which) msg << ' ' << r->variant << " (" << r->dir.string() << ")";
+  }
+  return msg.str();
+}
+
+}  // namespace
+
 std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs) {
   // (study, kind, name) -> hash -> the runs that loaded that file, in the order given.
   std::map<std::tuple<std::string, std::string, std::string>, std::map<std::string, std::vector<const RunData*>>> seen;
@@ -386,14 +404,10 @@ std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs) {
   for (const auto& [key, by_hash] : seen) {
     if (by_hash.size() < 2) continue;
     const auto& [study, kind, name] = key;
-    std::ostringstream msg;
-    msg << "study " << study << ": " << kind << " " << name << " was loaded from " << by_hash.size()
-        << " different files (SHA-256), so these runs did not run the same plugin code:";
-    for (const auto& [hash, which] : by_hash) {
-      msg << "\n  " << detail::shortHash(hash) << ":";
-      for (const RunData* r : which) msg << ' ' << r->variant << " (" << r->dir.string() << ")";
-    }
-    out.push_back(msg.str());
+    out.push_back(runsByValue("study " + study + ": " + kind + " " + name + " was loaded from " +
+                                  std::to_string(by_hash.size()) +
+                                  " different files (SHA-256), so these runs did not run the same plugin code:",
+                              by_hash, detail::shortHash));
   }
   return out;
 }
@@ -414,14 +428,9 @@ std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs) {
   std::vector<std::string> out;
   for (const auto& [study, by_cpu] : seen) {
     if (by_cpu.size() < 2) continue;
-    std::ostringstream msg;
-    msg << "study " << study << ": computation was measured on " << by_cpu.size()
-        << " different CPUs, so the time columns compare machines as well as variants:";
-    for (const auto& [cpu, which] : by_cpu) {
-      msg << "\n  " << cpu << ":";
-      for (const RunData* r : which) msg << ' ' << r->variant << " (" << r->dir.string() << ")";
-    }
-    out.push_back(msg.str());
+    out.push_back(runsByValue("study " + study + ": computation was measured on " + std::to_string(by_cpu.size()) +
+                                  " different CPUs, so the time columns compare machines as well as variants:",
+                              by_cpu, [](const std::string& cpu) { return cpu; }));
   }
   return out;
 }

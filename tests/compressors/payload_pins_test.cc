@@ -47,6 +47,26 @@ struct PayloadPinCase {
   Instance::ParamList params;
 };
 
+// The name a case's pin is stored under: the plugin, then its parameters ("qsgd levels=5,bucket_size=100").
+std::string pinLabel(const PayloadPinCase& c) {
+  std::string label = c.name;
+  for (size_t k = 0; k < c.params.size(); ++k)
+    label += (k == 0 ? " " : ",") + c.params[k].first + "=" + c.params[k].second;
+  return label;
+}
+
+// Checks hash `h` against its pin; with TERSE_TEST_PIN_PLUGIN_DIR set (`dir`: pins taken from another build's
+// plugins) prints the pin's line for the table instead.
+void checkPin(const char* dir, const std::map<std::string, uint64_t>& pins, const std::string& label, uint64_t h,
+              const char* what) {
+  if (dir != nullptr) {
+    std::printf("      {\"%s\", 0x%016llxull},\n", label.c_str(), static_cast<unsigned long long>(h));
+    return;
+  }
+  ASSERT_TRUE(pins.count(label)) << label;
+  EXPECT_EQ(h, pins.at(label)) << label << ": " << what;
+}
+
 TEST(PayloadPins, CompressorsKeepTheirBytes) {
   const char* dir = std::getenv("TERSE_TEST_PIN_PLUGIN_DIR");
   const PayloadPinCase cases[] = {
@@ -69,10 +89,7 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
       {"randomk ratio=0.3", 0x34c43e5b3842d6d0ull},
   };
   for (const PayloadPinCase& c : cases) {
-    std::string label = c.name;
-    for (size_t k = 0; k < c.params.size(); ++k) {
-      label += (k == 0 ? " " : ",") + c.params[k].first + "=" + c.params[k].second;
-    }
+    const std::string label = pinLabel(c);
     Plugin plugin(c.name, dir != nullptr ? std::string(dir) : std::string(TERSE_TEST_BUILD_PLUGIN_DIR));
     Instance codec(plugin, c.params);
     uint64_t h = fnv1a(label.data(), label.size());
@@ -84,12 +101,7 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
       h = fnv1a(payload.data(), payload.size(), h);
       h = fnv1a(decoded.data(), decoded.size() * sizeof(float), h);
     }
-    if (dir != nullptr) {
-      std::printf("      {\"%s\", 0x%016llxull},\n", label.c_str(), static_cast<unsigned long long>(h));
-      continue;
-    }
-    ASSERT_TRUE(pins.count(label)) << label;
-    EXPECT_EQ(h, pins.at(label)) << label << ": the payload or its decode changed";
+    checkPin(dir, pins, label, h, "the payload or its decode changed");
   }
 }
 
@@ -110,10 +122,7 @@ TEST(PayloadPins, LargeDecodesKeepTheirValues) {
   const size_t n = (size_t{1} << 22) + 65;
   const std::vector<float> x = pinInput(n);
   for (const PayloadPinCase& c : cases) {
-    std::string label = c.name;
-    for (size_t k = 0; k < c.params.size(); ++k) {
-      label += (k == 0 ? " " : ",") + c.params[k].first + "=" + c.params[k].second;
-    }
+    const std::string label = pinLabel(c);
     Plugin plugin(c.name, dir != nullptr ? std::string(dir) : std::string(TERSE_TEST_BUILD_PLUGIN_DIR));
     Instance codec(plugin, c.params);
     const auto info = tensorInfo(n, {.step = 3, .seed = 9});
@@ -129,12 +138,7 @@ TEST(PayloadPins, LargeDecodesKeepTheirValues) {
     h = fnv1a(payload.data(), payload.size(), h);
     h = fnv1a(aligned.data(), n * sizeof(float), h);
     h = fnv1a(acc.data(), n * sizeof(float), h);
-    if (dir != nullptr) {
-      std::printf("      {\"%s\", 0x%016llxull},\n", label.c_str(), static_cast<unsigned long long>(h));
-      continue;
-    }
-    ASSERT_TRUE(pins.count(label)) << label;
-    EXPECT_EQ(h, pins.at(label)) << label << ": the payload or its decode changed";
+    checkPin(dir, pins, label, h, "the payload or its decode changed");
   }
 }
 
@@ -152,12 +156,7 @@ TEST(PayloadPins, LargeCastPayloadsKeepTheirBytes) {
     const Bytes payload = one.compress(info, x);
     ASSERT_EQ(two.compress(info, x), payload) << name << ": two threads";
     const uint64_t h = fnv1a(payload.data(), payload.size(), fnv1a(name, std::strlen(name)));
-    if (dir != nullptr) {
-      std::printf("      {\"%s\", 0x%016llxull},\n", name, static_cast<unsigned long long>(h));
-      continue;
-    }
-    ASSERT_TRUE(pins.count(name)) << name;
-    EXPECT_EQ(h, pins.at(name)) << name << ": the payload changed";
+    checkPin(dir, pins, name, h, "the payload changed");
   }
 }
 
@@ -228,12 +227,7 @@ TEST(PayloadPins, PowerSgdKeepsItsBytes) {
         h = fnv1a(scratch[w].state().data(), scratch[w].state().size(), h);
       }
     }
-    if (dir != nullptr) {
-      std::printf("      {\"%s\", 0x%016llxull},\n", label.c_str(), static_cast<unsigned long long>(h));
-      continue;
-    }
-    ASSERT_TRUE(pins.count(label)) << label;
-    EXPECT_EQ(h, pins.at(label)) << label << ": a payload, a decode or the state changed";
+    checkPin(dir, pins, label, h, "a payload, a decode or the state changed");
   }
 }
 
