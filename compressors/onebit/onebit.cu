@@ -1,9 +1,10 @@
 // onebit's kernels, calling onebit_math.h's functions as the host loops in onebit.cc do, so the device payload is the
 // host payload bit for bit:
-//   scales   one thread per (bucket, lane): laneBucketSums, the kLanes totals gathered into the bucket's first lane by
-//            warp shuffles and closed by combineLanes, then twoMeans or meanAbs. That is bucketSums's own order of f32
-//            and double additions, which a generic (cub) reduction would not keep.
-//   signs    one warp per 64-element group: each lane reads two elements (coalesced 128-byte rows), two __ballot_sync
+//   scales   one thread per (bucket, lane): laneBucketSums, the kLanes totals summed into the bucket's first lane by
+//            combineLanes's own tree of additions, run as warp shuffles, then twoMeans or meanAbs. That is bucketSums's
+//            own order of f32 and double additions, which a generic (cub) reduction would not keep.
+//   signs    one warp per kSignGroups 64-element groups: for each, every lane reads two elements (coalesced 128-byte
+//   rows), two __ballot_sync
 //            of their signBit give the group's word directly in the bitpack width-1 layout (bit i % 64 of word i / 64),
 //            elements past the end voting 0 so the padding bits are zero.
 //   validate one thread per scale / prefix byte, raising the status word on anything the host refuses.
@@ -27,6 +28,8 @@ namespace bitpack = sdk::bitpack;
 
 static_assert(32 % kLanes == 0 && device::kThreads % kLanes == 0, "a bucket's lanes must share one warp");
 
+constexpr unsigned kSignGroups = 4;  // 64-element groups one warp turns into sign words per iteration
+
 TERSE_HD const float* scalesOf(const Shape& s, const std::byte* payload) {
   return reinterpret_cast<const float*>(payload + s.scales_offset);
 }
@@ -34,8 +37,9 @@ TERSE_HD const uint64_t* wordsOf(const Shape& s, const std::byte* payload) {
   return reinterpret_cast<const uint64_t*>(payload + s.words_offset);
 }
 
-__device__ double gatherLane(double v, unsigned l) {
-  return __shfl_sync(0xFFFFFFFFu, v, static_cast<int>(l), kLanes);
+// Lane (this lane + w)'s v, within the bucket's kLanes lanes (a lane past them gets its own v, which no one uses).
+__device__ double sumFromLane(double v, unsigned w) {
+  return __shfl_down_sync(0xFFFFFFFFu, v, w, kLanes);
 }
 
 __global__ void scalesKernel(const float* __restrict__ x, Shape s, float* __restrict__ scales) {
@@ -48,16 +52,17 @@ __global__ void scalesKernel(const float* __restrict__ x, Shape s, float* __rest
     const unsigned lane = static_cast<unsigned>(t % kLanes);
     const uint64_t start = b * s.bucket;
     const uint64_t n = active ? (s.numel - start < s.bucket ? s.numel - start : s.bucket) : 0;
-    BucketSums mine{0, 0, 0};
-    if (active) mine = laneBucketSums(x + start, n, lane);
-    double pos[kLanes], neg[kLanes], cnt[kLanes];
-    for (unsigned l = 0; l < kLanes; ++l) {
-      pos[l] = gatherLane(mine.positive, l);
-      neg[l] = gatherLane(mine.negative_abs, l);
-      cnt[l] = gatherLane(mine.negatives, l);
+    BucketSums sums{0, 0, 0};
+    if (active) sums = laneBucketSums(x + start, n, lane);
+    // combineLanes's pairwise tree run on the lanes themselves: at width w lane l adds lane l + w's totals, the
+    // additions combineLanes makes on its arrays, so lane 0 ends with its result bit for bit. (Gathering all kLanes
+    // totals into every thread first took 48 shuffles and 108 registers a thread.)
+    for (unsigned w = kLanes / 2; w > 0; w /= 2) {
+      sums.positive += sumFromLane(sums.positive, w);
+      sums.negative_abs += sumFromLane(sums.negative_abs, w);
+      sums.negatives += sumFromLane(sums.negatives, w);
     }
     if (active && lane == 0) {
-      const BucketSums sums = combineLanes(pos, neg, cnt);
       if (s.scales_per_bucket == 2) {
         twoMeans(sums, n, &scales[2 * b], &scales[2 * b + 1]);
       } else {
@@ -73,11 +78,20 @@ __global__ void signsKernel(const float* __restrict__ x, uint64_t numel, uint64_
   const uint64_t warp = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t{gridDim.x} * blockDim.x / 32;
   const uint64_t groups = (numel + kGroup - 1) / kGroup;
-  for (uint64_t g = warp; g < groups; g += warps) {  // warp-uniform: every lane reaches the ballots
-    const uint64_t lo = g * kGroup + lane, hi = lo + 32;
-    const uint32_t lo_bits = __ballot_sync(0xFFFFFFFFu, lo < numel && signBit(x[lo]) != 0);
-    const uint32_t hi_bits = __ballot_sync(0xFFFFFFFFu, hi < numel && signBit(x[hi]) != 0);
-    if (lane == 0) words[g] = uint64_t{lo_bits} | uint64_t{hi_bits} << 32;
+  // kSignGroups consecutive groups per warp iteration, every load issued before the first ballot: with one group (two
+  // 128-byte rows) per iteration the kernel reached half the memory bandwidth of a copy on an H100.
+  for (uint64_t g0 = warp * kSignGroups; g0 < groups; g0 += warps * kSignGroups) {  // warp-uniform: ballots below
+    bool lo[kSignGroups], hi[kSignGroups];
+    for (unsigned u = 0; u < kSignGroups; ++u) {
+      const uint64_t i = (g0 + u) * kGroup + lane;
+      lo[u] = i < numel && signBit(x[i]) != 0;
+      hi[u] = i + 32 < numel && signBit(x[i + 32]) != 0;
+    }
+    for (unsigned u = 0; u < kSignGroups; ++u) {
+      const uint32_t lo_bits = __ballot_sync(0xFFFFFFFFu, lo[u]);
+      const uint32_t hi_bits = __ballot_sync(0xFFFFFFFFu, hi[u]);
+      if (lane == 0 && g0 + u < groups) words[g0 + u] = uint64_t{lo_bits} | uint64_t{hi_bits} << 32;
+    }
   }
 }
 
@@ -120,7 +134,7 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
       x, shape, reinterpret_cast<float*>(payload + shape.scales_offset));
   TERSE_COMPRESSOR_CHECK_LAUNCH();
   const uint64_t groups = (shape.numel + bitpack::kGroup - 1) / bitpack::kGroup;
-  signsKernel<<<device::gridFor(groups, device::kThreads / 32), device::kThreads, 0, st>>>(
+  signsKernel<<<device::gridFor(groups, device::kThreads / 32 * kSignGroups), device::kThreads, 0, st>>>(
       x, shape.numel, reinterpret_cast<uint64_t*>(payload + shape.words_offset));
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
