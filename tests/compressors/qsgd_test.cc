@@ -345,7 +345,9 @@ TEST(Qsgd, VectorNormLoopsMatchSumSquares) {
   namespace host = compressors::qsgd::host;
   std::vector<std::pair<const char*, host::SumSquaresBuckets>> loops = {{"scalar", host::sumSquaresBucketsScalar}};
 #if TERSE_QSGD_X86
-  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::sumSquaresBucketsAvx2);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    loops.emplace_back("AVX2", host::sumSquaresBucketsAvx2);
+  }
   if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::sumSquaresBucketsAvx512);
 #endif
   for (const uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{9}, uint64_t{63}, uint64_t{64}, uint64_t{65},
