@@ -85,10 +85,12 @@ constexpr uint64_t kRunGroups = 16;
 // g0: the index of x[0]'s 64-element group in the tensor (its Philox counter), when x is a range of it that starts
 // on a bucket and a group boundary (compress on several threads).
 // Runs of whole groups inside one bucket go to `run` (terngrad_host.h: the widest SIMD loop this host has, the same
-// bits as the scalar loop); a group that is short or straddles buckets is made here.
+// bits as the scalar loop); a group that is short or straddles buckets is made here. `max_abs` is bucketMaxAbs, with
+// vectors where the host has them.
 TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
                                        const sdk::PhiloxStream rng, uint64_t g0, float* __restrict scales,
-                                       uint64_t* __restrict words, const math::host::TernarizeGroups run) {
+                                       uint64_t* __restrict words, const math::host::TernarizeGroups run,
+                                       const math::host::BucketMaxAbs max_abs) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
   uint32_t bits[kRunGroups * kGroup];
@@ -98,7 +100,7 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
     const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
     while (next < buckets && next * bucket < i0 + len) {
       const uint64_t start = next * bucket;
-      const float s = math::bucketMaxAbs(x + start, std::min(bucket, numel - start));
+      const float s = max_abs(x + start, std::min(bucket, numel - start));
       if (!(s <= FLT_MAX)) return start;
       scales[next++] = s;
     }
@@ -214,11 +216,13 @@ class TernGrad final : public sdk::Compressor {
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
     static const math::host::TernarizeGroups run = math::host::pickTernarizeGroups();
+    static const math::host::BucketMaxAbs max_abs = math::host::pickBucketMaxAbs();
     // As in qsgd.cc: ranges of whole buckets and 64-code groups give the bytes of one thread.
     const uint64_t bad = sdk::firstFailure(
         args.info.numel, std::lcm(l.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
           return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, begin / kGroup,
-                                      scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW, run);
+                                      scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW, run,
+                                      max_abs);
         });
     if (bad != args.info.numel) {
       throw sdk::InvalidArgument("terngrad: the bucket starting at element " + std::to_string(bad) +

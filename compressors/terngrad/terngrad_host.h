@@ -22,6 +22,13 @@ namespace terse::compressors::terngrad::host {
 // Codes of `groups` consecutive 64-element groups of one bucket (scale s) from their Philox bits into 2 words each.
 using TernarizeGroups = void (*)(const float* x, float scale, const uint32_t* bits, uint64_t groups, uint64_t* words);
 
+// bucketMaxAbs of x[0, n): a max of magnitudeBits, exact in any order, so a vector loop may take it in any order.
+using BucketMaxAbs = float (*)(const float* x, uint64_t n);
+
+inline float bucketMaxAbsScalar(const float* x, uint64_t n) {
+  return bucketMaxAbs(x, n);
+}
+
 inline void ternarizeGroupsScalar(const float* x, float scale, const uint32_t* bits, uint64_t groups, uint64_t* words) {
   uint32_t codes[kGroup];
   for (uint64_t q = 0; q < groups; ++q) {
@@ -50,6 +57,32 @@ inline void storeTernaryWords(uint64_t plus, uint64_t minus, uint64_t* words) {
   words[1] = spreadBits32(plus >> 32) | spreadBits32(minus >> 32) << 1;
 }
 
+__attribute__((target("avx2"))) inline float bucketMaxAbsAvx2(const float* x, uint64_t n) {
+  // Four independent maxima per step of 32 elements (bucketMaxAbs's one chain of 16 lanes ran at a cycle per step).
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+  uint64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm256_max_epi32(m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask));
+    m1 = _mm256_max_epi32(m1,
+                          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), abs_mask));
+    m2 = _mm256_max_epi32(m2,
+                          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16)), abs_mask));
+    m3 = _mm256_max_epi32(m3,
+                          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 24)), abs_mask));
+  }
+  m0 = _mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3));
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m0);
+  int32_t best = 0;
+  for (const int32_t l : lanes) best = l > best ? l : best;
+  for (; i < n; ++i) {
+    const auto a = static_cast<int32_t>(magnitudeBits(x[i]));
+    best = a > best ? a : best;
+  }
+  return sdk::bitsFloat(static_cast<uint32_t>(best));
+}
+
 __attribute__((target("avx2"))) inline void ternarizeGroupsAvx2(const float* x, float scale, const uint32_t* bits,
                                                                 uint64_t groups, uint64_t* words) {
   const __m256 s = _mm256_set1_ps(scale);
@@ -76,6 +109,25 @@ __attribute__((target("avx2"))) inline void ternarizeGroupsAvx2(const float* x, 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) inline float bucketMaxAbsAvx512(const float* x, uint64_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+  uint64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm512_max_epi32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask));
+    m1 = _mm512_max_epi32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), abs_mask));
+    m2 = _mm512_max_epi32(m2, _mm512_and_si512(_mm512_loadu_si512(x + i + 32), abs_mask));
+    m3 = _mm512_max_epi32(m3, _mm512_and_si512(_mm512_loadu_si512(x + i + 48), abs_mask));
+  }
+  for (; i + 16 <= n; i += 16) m0 = _mm512_max_epi32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask));
+  if (i < n) {  // the last n - i < 16 elements under a mask (masked-off lanes load as 0, which no max changes)
+    const auto rest = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    m1 = _mm512_max_epi32(m1, _mm512_and_si512(_mm512_maskz_loadu_epi32(rest, x + i), abs_mask));
+  }
+  const int32_t best = _mm512_reduce_max_epi32(_mm512_max_epi32(_mm512_max_epi32(m0, m1), _mm512_max_epi32(m2, m3)));
+  return sdk::bitsFloat(static_cast<uint32_t>(best));
+}
+
 // With AVX-512F the compares give the masks directly, and BMI2's pdep spreads them (every AVX-512 CPU runs pdep in
 // hardware).
 __attribute__((target("avx512f,bmi2"))) inline void ternarizeGroupsAvx512(const float* x, float scale,
@@ -103,6 +155,14 @@ __attribute__((target("avx512f,bmi2"))) inline void ternarizeGroupsAvx512(const 
 }
 #pragma GCC diagnostic pop
 #endif
+
+inline BucketMaxAbs pickBucketMaxAbs() {
+#if TERSE_TERNGRAD_X86
+  if (__builtin_cpu_supports("avx512f")) return bucketMaxAbsAvx512;
+  if (__builtin_cpu_supports("avx2")) return bucketMaxAbsAvx2;
+#endif
+  return bucketMaxAbsScalar;
+}
 
 // The fastest of the above this host runs.
 inline TernarizeGroups pickTernarizeGroups() {

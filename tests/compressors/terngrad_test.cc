@@ -222,6 +222,34 @@ TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
   }
 }
 
+// The vector bucket maxima against bucketMaxAbs, bit for bit: lengths around the 16-lane vectors and the 64-element
+// unrolled steps, the largest magnitude in the masked tail, and inf and NaN (whose bits a max over magnitudeBits
+// keeps).
+TEST(TernGrad, VectorMaxLoopsMatchBucketMaxAbs) {
+  namespace host = compressors::terngrad::host;
+  std::vector<std::pair<const char*, host::BucketMaxAbs>> loops;
+#if TERSE_TERNGRAD_X86
+  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::bucketMaxAbsAvx2);
+  if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::bucketMaxAbsAvx512);
+#endif
+  if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
+  for (const uint64_t n : {uint64_t{1}, uint64_t{15}, uint64_t{16}, uint64_t{17}, uint64_t{63}, uint64_t{64},
+                           uint64_t{65}, uint64_t{100}, uint64_t{511}, uint64_t{512}, uint64_t{513}}) {
+    auto x = terngradAwkwardInput(n, static_cast<uint32_t>(n));
+    for (const float special :
+         {0.0f, -7e30f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+      for (const uint64_t at : {uint64_t{0}, n / 2, n - 1}) {
+        auto y = x;
+        if (special != 0.0f || std::isnan(special)) y[at] = special;
+        const uint32_t want = sdk::floatBits(compressors::terngrad::bucketMaxAbs(y.data(), n));
+        for (const auto& [name, loop] : loops) {
+          EXPECT_EQ(sdk::floatBits(loop(y.data(), n)), want) << name << ", n " << n << ", " << special << " at " << at;
+        }
+      }
+    }
+  }
+}
+
 // The payload of compress, whatever loops this host picks (vector runs of up to 16 groups, groups straddling buckets,
 // short last groups, several threads, one whole-tensor bucket), against one built here element by element from
 // terngrad_math.h and PhiloxStream::bits.
