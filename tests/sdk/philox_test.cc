@@ -109,6 +109,11 @@ TEST(Philox, Group64VectorPathsAgree) {
         for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "AVX-512, group " << g << ", " << j;
         ++ran;
       }
+      if (detail::haveAvx512Ifma()) {
+        detail::philoxGroup64Ifma(k0, k1, h0, h1, g, bits);
+        for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "IFMA, group " << g << ", " << j;
+        ++ran;
+      }
     }
   }
   if (ran == 0) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
@@ -138,6 +143,15 @@ TEST(Philox, GroupsMatchGroup64) {
                                      static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), g, count, bits.data());
           for (uint64_t j = 0; j < 64 * count; ++j) {
             ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "AVX-512 groups(" << g << ", " << count << "), word " << j;
+          }
+        }
+        if (detail::haveAvx512Ifma()) {
+          const uint64_t h = mix64((seed + 1) ^ mix64(seed ^ 5));
+          std::fill(bits.begin(), bits.end(), 0u);
+          detail::philoxGroupsIfma(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                                   static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), g, count, bits.data());
+          for (uint64_t j = 0; j < 64 * count; ++j) {
+            ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "IFMA groups(" << g << ", " << count << "), word " << j;
           }
         }
 #endif
