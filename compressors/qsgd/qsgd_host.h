@@ -56,12 +56,9 @@ void quantizeGroupsScalar(const float* x, float divisor, int32_t levels, const u
 }
 
 #if TERSE_QSGD_X86
-// sumSquares's lanes as two 4-double vectors per bucket. One bucket's sums are a chain of dependent adds (its order is
-// fixed: lane l adds x[l], x[l + 8], ... in turn), so its speed is the add latency's; up to four buckets at once are
-// four independent chains.
-// Lanes 0..3 and 4..7 of sumSquares's partial sums plus the squares of p[0..8).
-// The square of an f32 is exact in f64 (24-bit significands, exponents in range), so a fused multiply-add rounds once
-// where sumSquares's multiply and add round once, at the add: the same sums, one instruction fewer.
+// Lanes 0..3 and 4..7 of sumSquares's partial sums plus the squares of p[0..8). The square of an f32 is exact in f64
+// (24-bit significands, exponents in range), so a fused multiply-add rounds once where sumSquares's multiply and add
+// round once, at the add: the same sums, one instruction fewer.
 __attribute__((target("avx2,fma"), always_inline)) inline void squareStepAvx2(__m256d& lo, __m256d& hi,
                                                                               const float* p) {
   const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(p));
@@ -70,6 +67,9 @@ __attribute__((target("avx2,fma"), always_inline)) inline void squareStepAvx2(__
   hi = _mm256_fmadd_pd(b, b, hi);
 }
 
+// sumSquares's lanes as two 4-double vectors per bucket. One bucket's sums are a chain of dependent adds (its order is
+// fixed: lane l adds x[l], x[l + 8], ... in turn), so its speed is the add latency's; up to four buckets at once are
+// four independent chains.
 __attribute__((target("avx2,fma"))) inline void sumSquaresBucketsAvx2(const float* x, uint64_t n, unsigned count,
                                                                       double* sums) {
   // Named variables, not arrays, so that they stay in registers (see sumSquaresBucketsAvx512).
