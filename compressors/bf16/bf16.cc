@@ -66,6 +66,10 @@ struct Traits {
     ::encodeAll(in, out, n);
   }
   static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate) {
+#if TERSE_BF16_AVX2
+    // Beyond the caches, streaming stores (decodeStreamAvx2); accumulating reads the output anyway.
+    if (!accumulate && n >= kAvx2MinFloats && math::hasAvx2()) return math::decodeStreamAvx2(in, out, n);
+#endif
     ::decodeAll(in, out, n, accumulate);
   }
 #if TERSE_COMPRESSOR_CUDA

@@ -48,6 +48,25 @@ __attribute__((target("avx2"))) inline void encodeAvx2(const float* __restrict i
   for (; i < n; ++i) out[i] = encodeValue(in[i]);
 }
 
+// decodeValue (the bf16 as the upper half of an f32: exact, no rounding) for outputs beyond the caches, written with
+// non-temporal stores: an ordinary store first reads the line it writes (read for ownership), so a 64 MiB decode moved
+// 32 MiB in, 64 MiB of those reads and 64 MiB out; streaming skips the reads. The output is then not in cache, which
+// is why the plugin keeps the cached loop for smaller tensors (see kAvx2MinFloats in bf16.cc).
+__attribute__((target("avx2"))) inline void decodeStreamAvx2(const uint16_t* __restrict in, float* __restrict out,
+                                                             uint64_t n) {
+  uint64_t i = 0;
+  for (; i < n && (reinterpret_cast<uintptr_t>(out + i) & 31) != 0; ++i) out[i] = decodeValue(in[i]);
+  for (; i + 16 <= n; i += 16) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)), 16);
+    const __m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1)), 16);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), lo);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 8), hi);
+  }
+  _mm_sfence();  // streaming stores are weakly ordered: make them visible before the caller reads or publishes out
+  for (; i < n; ++i) out[i] = decodeValue(in[i]);
+}
+
 }  // namespace terse::compressors::bf16
 #else
 #define TERSE_BF16_AVX2 0

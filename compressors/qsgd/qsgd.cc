@@ -43,6 +43,7 @@
 #include <string>
 
 #include "qsgd_cuda.h"
+#include "qsgd_host.h"
 #include "qsgd_math.h"
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
@@ -87,55 +88,83 @@ struct Config {
   unsigned mag_bits;
 };
 
+// Groups whose codes are made in one run: a run shares one bucket's norm and its Philox bits are drawn together
+// (sdk::PhiloxStream::groups, two groups at a time on AVX-512).
+constexpr uint64_t kRunGroups = 16;
+
 // Fills norms[] and words[]; returns numel on success, or the first element of a bucket whose norm is not finite.
 // Norms are computed bucket by bucket just ahead of the group that first needs them, so a bucket is still in cache
 // when its elements are quantized.
 // g0: the index of x[0]'s 64-element group in the tensor (its Philox counter), when x is a range of it that starts
 // on a bucket and a group boundary (compress on several threads).
+// Runs of whole groups inside one bucket go to `run` (qsgd_host.h: the widest SIMD loop this host has, the same bits
+// as the scalar loop); a group that is short or straddles buckets is made here. `sum_squares` sums the squares of
+// several buckets at once (the same bits as sumSquares).
 template <unsigned W>
 TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x, const sdk::PhiloxStream rng,
-                                      uint64_t g0, float* __restrict norms, uint64_t* __restrict words) {
+                                      uint64_t g0, float* __restrict norms, uint64_t* __restrict words,
+                                      const math::host::QuantizeGroups run,
+                                      const math::host::SumSquaresBuckets sum_squares) {
   const uint64_t buckets = c.numel == 0 ? 0 : (c.numel - 1) / c.bucket + 1;
   const float levels_f = static_cast<float>(c.levels);
   uint64_t next = 0;  // first bucket whose norm is not computed yet
-  uint32_t bits[kGroup];
+  uint32_t bits[kRunGroups * kGroup];
   uint32_t codes[kGroup];
   float divisor[kGroup];
-  for (uint64_t i0 = 0, g = 0; i0 < c.numel; i0 += kGroup, ++g) {
+  for (uint64_t i0 = 0, g = 0; i0 < c.numel;) {
     const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, c.numel - i0));
     while (next < buckets && next * c.bucket < i0 + len) {
       const uint64_t start = next * c.bucket;
-      const float norm = math::bucketNorm(x + start, std::min(c.bucket, c.numel - start));
-      if (!(norm <= FLT_MAX)) return start;  // inf or NaN
-      norms[next++] = norm;
+      // Up to kNormBuckets whole buckets at once (independent chains of adds), the last, short one alone.
+      const auto count =
+          static_cast<unsigned>(std::min<uint64_t>(math::host::kNormBuckets, (c.numel - start) / c.bucket));
+      if (count == 0) {
+        const float norm = math::bucketNorm(x + start, c.numel - start);
+        if (!(norm <= FLT_MAX)) return start;  // inf or NaN
+        norms[next++] = norm;
+        continue;
+      }
+      double sums[math::host::kNormBuckets];
+      sum_squares(x + start, c.bucket, count, sums);
+      for (unsigned k = 0; k < count; ++k) {
+        const float norm = math::normOf(sums[k]);
+        if (!(norm <= FLT_MAX)) return start + k * c.bucket;
+        norms[next++] = norm;
+      }
     }
     const uint64_t b0 = i0 / c.bucket;
-    if (len == kGroup && i0 + kGroup <= (b0 + 1) * c.bucket) {
-      const float d = math::normDivisor(norms[b0]);  // a full group in one bucket: a constant-length fill
-      for (unsigned j = 0; j < kGroup; ++j) divisor[j] = d;
-    } else {
-      for (unsigned j = 0; j < len;) {
-        const uint64_t b = (i0 + j) / c.bucket;
-        const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
-        const float d = math::normDivisor(norms[b]);
-        for (; j < stop; ++j) divisor[j] = d;
+    const uint64_t run_end = std::min((b0 + 1) * c.bucket, c.numel);  // the whole groups from i0 up to here
+    if (i0 + kGroup <= run_end) {
+      const uint64_t n = std::min<uint64_t>(kRunGroups, (run_end - i0) / kGroup);
+      if (i0 + kPrefetchAhead + n * kGroup <= c.numel) {
+        for (uint64_t line = 0; line < n * kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
       }
+      rng.groups(g0 + g, n, bits);
+      run(x + i0, math::normDivisor(norms[b0]), c.levels, bits, n, words + g * W);
+      i0 += n * kGroup;
+      g += n;
+      continue;
+    }
+    for (unsigned j = 0; j < len;) {
+      const uint64_t b = (i0 + j) / c.bucket;
+      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * c.bucket - i0));
+      const float d = math::normDivisor(norms[b]);
+      for (; j < stop; ++j) divisor[j] = d;
     }
     if (i0 + kPrefetchAhead + kGroup <= c.numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
     rng.group64(g0 + g, bits);
+    for (unsigned j = 0; j < len; ++j) {
+      codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
+    }
     if (len == kGroup) {
-      for (unsigned j = 0; j < kGroup; ++j) {
-        codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
-      }
       bitpack::packGroup<W>(codes, words + g * W);
     } else {
-      for (unsigned j = 0; j < len; ++j) {
-        codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
-      }
       bitpack::packTail<W>(codes, len, words + g * W);
     }
+    i0 += kGroup;
+    ++g;
   }
   return c.numel;
 }
@@ -244,6 +273,7 @@ class Qsgd final : public sdk::Compressor {
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const Config c = config(args.info.numel);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+    static const math::host::SumSquaresBuckets sum_squares = math::host::pickSumSquaresBuckets();
     // A range that starts on a bucket and a group boundary has its own norms and words: any such cut gives the bytes
     // of one thread (the Philox counters are the tensor's group indices).
     const uint64_t bad =
@@ -251,9 +281,11 @@ class Qsgd final : public sdk::Compressor {
           Config range = c;
           range.numel = end - begin;
           uint64_t local = range.numel;
-          TERSE_BITPACK_DISPATCH(code_bits_, local = quantizeAll<kW>(range, in.data() + begin, rng, begin / kGroup,
-                                                                     norms.data() + begin / c.bucket,
-                                                                     words.data() + begin / kGroup * code_bits_));
+          TERSE_BITPACK_DISPATCH(
+              code_bits_,
+              local = quantizeAll<kW>(range, in.data() + begin, rng, begin / kGroup, norms.data() + begin / c.bucket,
+                                      words.data() + begin / kGroup * code_bits_, math::host::pickQuantizeGroups<kW>(),
+                                      sum_squares));
           return begin + local;
         });
     if (bad != c.numel) {

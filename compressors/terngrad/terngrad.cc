@@ -39,6 +39,7 @@
 #include <string>
 
 #include "terngrad_cuda.h"
+#include "terngrad_host.h"
 #include "terngrad_math.h"
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
@@ -74,49 +75,66 @@ void requireSupported(const terse_tensor_info_v1& info) {
 // codes brings the max pass's lines in early.
 constexpr uint64_t kPrefetchAhead = 2048;
 
+// Groups whose codes are made in one run: a run shares one bucket's scale and its Philox bits are drawn together
+// (sdk::PhiloxStream::groups, two groups at a time on AVX-512).
+constexpr uint64_t kRunGroups = 16;
+
 // Fills scales[] and words[]; returns numel on success or the first element of a bucket whose scaler is not finite.
 // `bucket` is the effective size in [1, numel], so (b + 1) * bucket cannot overflow. Each scaler is computed just
 // ahead of the group that first needs it, while its bucket is still in cache.
 // g0: the index of x[0]'s 64-element group in the tensor (its Philox counter), when x is a range of it that starts
 // on a bucket and a group boundary (compress on several threads).
+// Runs of whole groups inside one bucket go to `run` (terngrad_host.h: the widest SIMD loop this host has, the same
+// bits as the scalar loop); a group that is short or straddles buckets is made here. `max_abs` is bucketMaxAbs, with
+// vectors where the host has them.
 TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
                                        const sdk::PhiloxStream rng, uint64_t g0, float* __restrict scales,
-                                       uint64_t* __restrict words) {
+                                       uint64_t* __restrict words, const math::host::TernarizeGroups run,
+                                       const math::host::BucketMaxAbs max_abs) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
-  uint32_t bits[kGroup];
+  uint32_t bits[kRunGroups * kGroup];
   uint32_t codes[kGroup];
   float scale[kGroup];
-  for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
+  for (uint64_t i0 = 0, g = 0; i0 < numel;) {
     const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
     while (next < buckets && next * bucket < i0 + len) {
       const uint64_t start = next * bucket;
-      const float s = math::bucketMaxAbs(x + start, std::min(bucket, numel - start));
+      const float s = max_abs(x + start, std::min(bucket, numel - start));
       if (!(s <= FLT_MAX)) return start;
       scales[next++] = s;
     }
     const uint64_t b0 = i0 / bucket;
-    if (len == kGroup && i0 + kGroup <= (b0 + 1) * bucket) {
-      for (unsigned j = 0; j < kGroup; ++j) scale[j] = scales[b0];  // a full group in one bucket: constant length
-    } else {
-      for (unsigned j = 0; j < len;) {
-        const uint64_t b = (i0 + j) / bucket;
-        const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
-        const float s = scales[b];
-        for (; j < stop; ++j) scale[j] = s;
+    const uint64_t run_end = std::min((b0 + 1) * bucket, numel);  // the whole groups from i0 up to here
+    if (i0 + kGroup <= run_end) {
+      const uint64_t n = std::min<uint64_t>(kRunGroups, (run_end - i0) / kGroup);
+      if (i0 + kPrefetchAhead + n * kGroup <= numel) {
+        for (uint64_t line = 0; line < n * kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
       }
+      rng.groups(g0 + g, n, bits);
+      run(x + i0, scales[b0], bits, n, words + g * kW);
+      i0 += n * kGroup;
+      g += n;
+      continue;
+    }
+    for (unsigned j = 0; j < len;) {
+      const uint64_t b = (i0 + j) / bucket;
+      const unsigned stop = static_cast<unsigned>(std::min<uint64_t>(len, (b + 1) * bucket - i0));
+      const float s = scales[b];
+      for (; j < stop; ++j) scale[j] = s;
     }
     if (i0 + kPrefetchAhead + kGroup <= numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
     rng.group64(g0 + g, bits);
+    for (unsigned j = 0; j < len; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
     if (len == kGroup) {
-      for (unsigned j = 0; j < kGroup; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
       bitpack::packGroup<kW>(codes, words + g * kW);
     } else {
-      for (unsigned j = 0; j < len; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
       bitpack::packTail<kW>(codes, len, words + g * kW);
     }
+    i0 += kGroup;
+    ++g;
   }
   return numel;
 }
@@ -197,11 +215,14 @@ class TernGrad final : public sdk::Compressor {
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
+    static const math::host::TernarizeGroups run = math::host::pickTernarizeGroups();
+    static const math::host::BucketMaxAbs max_abs = math::host::pickBucketMaxAbs();
     // As in qsgd.cc: ranges of whole buckets and 64-code groups give the bytes of one thread.
     const uint64_t bad = sdk::firstFailure(
         args.info.numel, std::lcm(l.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
           return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, begin / kGroup,
-                                      scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW);
+                                      scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW, run,
+                                      max_abs);
         });
     if (bad != args.info.numel) {
       throw sdk::InvalidArgument("terngrad: the bucket starting at element " + std::to_string(bad) +

@@ -1,5 +1,6 @@
 // bf16: the vectorizable encoder in bf16_math.h against the SDK's reference conversion for every f32, exact wire bits
 // (RNE ties, overflow, infinities, NaN, subnormals), round trips, the core's SUM path in bf16, and payload validation.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,6 +61,44 @@ TEST(Bf16Plugin, EncoderMatchesTheSdkConversionForEveryLowHalf) {
   EXPECT_GT(checked, 80000000u);
   EXPECT_EQ(mismatches, 0u) << "first mismatch at float bits 0x" << std::hex << first;
   EXPECT_EQ(avx2_mismatches, 0u) << "AVX2 loop: first mismatch at float bits 0x" << std::hex << avx2_first;
+}
+
+// The streaming decode (bf16_avx2.h) against decodeValue for every bf16 value, at every alignment of the output to
+// the 32-byte stores and lengths around the 16-value steps; and the plugin's decompress of a tensor above the size
+// where it streams, bit for bit against the payload's values, accumulate (the cached loop) included.
+TEST(Bf16Plugin, StreamingDecodeMatchesDecodeValue) {
+#if TERSE_BF16_AVX2
+  if (!math::hasAvx2()) GTEST_SKIP() << "this host has no AVX2";
+  std::vector<uint16_t> all(0x10000);
+  for (uint32_t w = 0; w <= 0xFFFFu; ++w) all[w] = static_cast<uint16_t>(w);
+  std::vector<float> streamed(all.size() + 8);
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{40}, all.size()}) {
+    for (size_t offset = 0; offset < 8; ++offset) {
+      std::fill(streamed.begin(), streamed.end(), 1.5f);
+      math::decodeStreamAvx2(all.data(), streamed.data() + offset, n);
+      for (size_t i = 0; i < streamed.size(); ++i) {
+        const bool inside = i >= offset && i < offset + n;
+        const uint32_t want = inside ? sdk::floatBits(math::decodeValue(all[i - offset])) : sdk::floatBits(1.5f);
+        ASSERT_EQ(sdk::floatBits(streamed[i]), want) << "n " << n << ", offset " << offset << ", index " << i;
+      }
+    }
+  }
+#endif
+  Plugin plugin("bf16");
+  Instance c(plugin);
+  const size_t n = (size_t{4} << 20) + 13;  // at least kAvx2MinFloats in bf16.cc
+  auto g = gaussian(n, 5);
+  g[3] = std::numeric_limits<float>::infinity();
+  g[n - 2] = std::nanf("");
+  g[n - 1] = -0.0f;
+  const auto info = tensorInfo(n);
+  const Bytes p = c.compress(info, g);
+  const auto wire = wireValues(p, n);
+  const auto out = c.decode(info, p);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(sdk::floatBits(out[i]), uint32_t{wire[i]} << 16) << "element " << i;
+  std::vector<float> acc(n, 2.0f);
+  ASSERT_EQ(c.decompress(info, p, acc, /*accumulate=*/true), TERSE_OK);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(acc[i], 2.0f + math::decodeValue(wire[i])) << "element " << i;
 }
 
 TEST(Bf16Plugin, CapsAndSizes) {

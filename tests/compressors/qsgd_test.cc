@@ -1,18 +1,23 @@
 // qsgd: parameters, exact wire sizes and layout, the per-element error bound |Q(v)_i - v_i| <= ||v|| / s, values on
 // the quantization grid, unbiasedness measured over many steps with a bound derived from the variance, determinism
 // and per-element randomness, and validation of every field of untrusted payloads.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "compressors/qsgd/qsgd_host.h"
 #include "compressors/qsgd/qsgd_math.h"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/philox.hpp"
 #include "tests/compressors/plugin_harness.h"
 
 namespace terse::testing {
@@ -255,6 +260,158 @@ TEST(Qsgd, CodesFollowTheDocumentedLayout) {
     EXPECT_EQ(out[i], want) << i;
     EXPECT_EQ(code >> 3, g[i] < 0 ? 1u : 0u) << i;
     EXPECT_LE(code & 7u, 5u);
+  }
+}
+
+// ---- The host's vector loops (qsgd_host.h) against the scalar math they must reproduce bit for bit.
+
+// Gaussian values with the awkward ones mixed in: zeros of both signs, subnormals, tiny and huge normals, and runs of
+// equal magnitudes; every `bucket`-th bucket (when given) holds only subnormals, and the one after it only zeros.
+std::vector<float> qsgdAwkwardInput(uint64_t n, uint32_t seed, uint64_t bucket = 0) {
+  auto v = gaussian(n, seed);
+  const float special[] = {0.0f,   -0.0f,  1e-40f, -3e-42f, std::numeric_limits<float>::denorm_min(),
+                           1e-30f, -2e20f, 1.0f,   -1.0f,   std::numeric_limits<float>::min()};
+  for (uint64_t i = 0; i < n; i += 7) v[i] = special[(i / 7) % std::size(special)];
+  if (bucket != 0) {
+    for (uint64_t b = 2; (b + 2) * bucket <= n; b += 5) {
+      for (uint64_t i = 0; i < bucket; ++i) {
+        v[b * bucket + i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(i + 1) * 1e-44f;
+        v[(b + 1) * bucket + i] = i % 2 == 0 ? 0.0f : -0.0f;
+      }
+    }
+  }
+  return v;
+}
+
+// Philox bits of a tensor's first groups with the extremes forced in: 0 (u = 0), all ones (u just below 1), and
+// values whose uniform01 is exactly a small fraction.
+std::vector<uint32_t> qsgdAwkwardBits(uint64_t count, uint64_t seed) {
+  std::vector<uint32_t> bits(count);
+  const sdk::PhiloxStream s(seed, 1, 2);
+  for (uint64_t i = 0; i < count; ++i) bits[i] = s.bits(i);
+  const uint32_t special[] = {0u, 0xFFFFFFFFu, 0xFFu, 0x100u, 0x80000000u, 0x7FFFFF00u};
+  for (uint64_t i = 0; i < count; i += 5) bits[i] = special[(i / 5) % std::size(special)];
+  return bits;
+}
+
+// Every quantize loop this host can run against quantizeGroupsScalar, for code width W = bitsFor(levels) + 1, on
+// buckets whose divisor is a normal norm, a subnormal norm, 1 (all zeros) and a norm equal to one element. Returns
+// how many vector loops ran.
+template <unsigned W>
+int qsgdCheckQuantizeLoops(int32_t levels) {
+  namespace host = compressors::qsgd::host;
+  std::vector<std::pair<const char*, host::QuantizeGroups>> loops;
+#if TERSE_QSGD_X86
+  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::quantizeGroupsAvx2<W>);
+  if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::quantizeGroupsAvx512<W>);
+#endif
+  const uint64_t groups = 5, n = groups * 64;
+  const auto bits = qsgdAwkwardBits(n, static_cast<uint64_t>(levels));
+  std::vector<std::vector<float>> inputs = {qsgdAwkwardInput(n, 3), gaussian(n, 4, 1e-42f), std::vector<float>(n, 0.0f),
+                                            std::vector<float>(n, 0.0f)};
+  for (uint64_t i = 0; i < n; i += 3) inputs[2][i] = -0.0f;
+  inputs[3][77] = -5.5f;  // x = levels exactly for it, 0 for the rest
+  for (const auto& x : inputs) {
+    const float divisor = compressors::qsgd::normDivisor(compressors::qsgd::bucketNorm(x.data(), n));
+    std::vector<uint64_t> want(groups * W), got(groups * W);
+    host::quantizeGroupsScalar<W>(x.data(), divisor, levels, bits.data(), groups, want.data());
+    for (const auto& [name, loop] : loops) {
+      std::fill(got.begin(), got.end(), ~uint64_t{0});
+      loop(x.data(), divisor, levels, bits.data(), groups, got.data());
+      for (uint64_t k = 0; k < got.size(); ++k) {
+        if (got[k] != want[k]) {
+          ADD_FAILURE() << name << ", levels " << levels << ", divisor " << divisor << ": word " << k << " is "
+                        << got[k] << ", the scalar loop's " << want[k];
+          return static_cast<int>(loops.size());
+        }
+      }
+    }
+  }
+  return static_cast<int>(loops.size());
+}
+
+TEST(Qsgd, VectorQuantizeLoopsMatchTheScalarLoop) {
+  int ran = 0;
+  for (const int32_t levels : {1, 2, 3, 5, 7, 100, 127, 128, 200, 255, 1000, 65535, (1 << 24) - 1}) {
+    const unsigned w = 1 + bitpack::bitsFor(static_cast<uint64_t>(levels));
+    TERSE_BITPACK_DISPATCH(w, ran += qsgdCheckQuantizeLoops<kW>(levels));
+  }
+  if (ran == 0) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
+}
+
+// The several-buckets norm loops against sumSquares, bucket by bucket: lengths around the 8 lanes and the 64-element
+// groups, 1 to 4 buckets, subnormal, huge and infinite elements (the sum is then inf, as the scalar sum is).
+TEST(Qsgd, VectorNormLoopsMatchSumSquares) {
+  namespace host = compressors::qsgd::host;
+  std::vector<std::pair<const char*, host::SumSquaresBuckets>> loops = {{"scalar", host::sumSquaresBucketsScalar}};
+#if TERSE_QSGD_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    loops.emplace_back("AVX2", host::sumSquaresBucketsAvx2);
+  }
+  if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::sumSquaresBucketsAvx512);
+#endif
+  for (const uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{9}, uint64_t{63}, uint64_t{64}, uint64_t{65},
+                           uint64_t{511}, uint64_t{512}, uint64_t{513}}) {
+    auto x = qsgdAwkwardInput(4 * n, static_cast<uint32_t>(n));
+    x[2 * n + n / 2] = 3e38f;  // bucket 2's sum exceeds f32 but not f64
+    if (n > 1) x[3 * n + 1] = -std::numeric_limits<float>::infinity();
+    for (unsigned count = 1; count <= host::kNormBuckets; ++count) {
+      for (const auto& [name, loop] : loops) {
+        double sums[host::kNormBuckets];
+        loop(x.data(), n, count, sums);
+        for (unsigned k = 0; k < count; ++k) {
+          const double want = compressors::qsgd::sumSquares(x.data() + k * n, n);
+          EXPECT_EQ(std::memcmp(&sums[k], &want, sizeof want), 0)
+              << name << ", n " << n << ", " << count << " buckets, bucket " << k << ": " << sums[k] << " vs " << want;
+        }
+      }
+    }
+  }
+}
+
+// The payload of compress, whatever loops this host picks (vector runs of up to 16 groups, groups straddling buckets,
+// short last groups, several threads), against one built here element by element from qsgd_math.h and
+// PhiloxStream::bits.
+TEST(Qsgd, PayloadMatchesTheElementwiseDefinition) {
+  Plugin plugin("qsgd");
+  struct Case {
+    int32_t levels;
+    uint64_t bucket, n, threads;
+  };
+  for (const Case k : {Case{127, 512, 100000, 1}, Case{127, 2048, 9000, 1}, Case{127, 96, 1001, 1},
+                       Case{100, 512, 4096 + 17, 1}, Case{5, 16, 100, 1}, Case{1, 1, 70, 1}, Case{3, 64, 640, 1},
+                       Case{65535, 200, 999, 1}, Case{(1 << 24) - 1, 1000, 3000, 1}, Case{127, 4097, 20000, 3},
+                       Case{127, 512, 63, 1}, Case{255, 100000, 70000, 1}}) {
+    Instance c(plugin, {{"levels", std::to_string(k.levels)},
+                        {"bucket_size", std::to_string(k.bucket)},
+                        {"threads", std::to_string(k.threads)}});
+    const auto info = tensorInfo(k.n, {.step = 5, .seed = 99});
+    const auto x = qsgdAwkwardInput(k.n, static_cast<uint32_t>(k.n), std::min(k.bucket, k.n));
+    const Bytes p = c.compress(info, x);
+    const uint64_t bucket = std::min(k.bucket, k.n);
+    const unsigned mag = bitpack::bitsFor(static_cast<uint64_t>(k.levels));
+    const sdk::PhiloxStream s(info.seed, info.step, info.tensor_id);
+    std::vector<float> norms(bucketsOf(k.n, bucket));
+    std::vector<uint32_t> codes(k.n);
+    for (uint64_t b = 0; b < norms.size(); ++b) {
+      norms[b] = compressors::qsgd::bucketNorm(x.data() + b * bucket, std::min(bucket, k.n - b * bucket));
+    }
+    for (uint64_t i = 0; i < k.n; ++i) {
+      codes[i] = compressors::qsgd::quantizeValue(x[i], compressors::qsgd::normDivisor(norms[i / bucket]),
+                                                  static_cast<float>(k.levels), k.levels, mag, s.bits(i));
+    }
+    std::vector<uint64_t> words(bitpack::wordCount(k.n, mag + 1));
+    bitpack::pack(mag + 1, codes.data(), k.n, words.data());
+    const std::string label = "levels " + std::to_string(k.levels) + ", bucket " + std::to_string(k.bucket) + ", n " +
+                              std::to_string(k.n) + ", threads " + std::to_string(k.threads);
+    ASSERT_EQ(p.size(), qsgdCodesOffset(k.n, bucket) + 8 * words.size()) << label;
+    EXPECT_EQ(std::memcmp(p.data() + 32, norms.data(), 4 * norms.size()), 0) << label << ": the norms differ";
+    const auto* got = p.data() + qsgdCodesOffset(k.n, bucket);
+    for (uint64_t w = 0; w < words.size(); ++w) {
+      uint64_t word = 0;
+      std::memcpy(&word, got + 8 * w, 8);
+      ASSERT_EQ(word, words[w]) << label << ": word " << w << " (elements from " << w * 64 / (mag + 1) << ")";
+    }
   }
 }
 

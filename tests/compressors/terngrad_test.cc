@@ -1,17 +1,23 @@
 // terngrad: exact sizes and layout, values in {-s, 0, +s} with s the bucket's max |g|, signs kept, the largest element
 // always sent, unbiasedness over many steps with a bound from the Bernoulli variance, whole-tensor buckets,
 // determinism, and validation of untrusted payloads (code 3, bad scalers, padding, parameters).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "compressors/terngrad/terngrad_host.h"
+#include "compressors/terngrad/terngrad_math.h"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/philox.hpp"
 #include "tests/compressors/plugin_harness.h"
 
 namespace terse::testing {
@@ -158,6 +164,129 @@ TEST(TernGrad, DeterministicPerSeedStepAndTensor) {
   const auto hinfo = tensorInfo(1024, {.step = 1, .seed = 2, .tensor_id = 3});
   const auto part = c.decode(hinfo, c.compress(hinfo, head));
   for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], full[i]) << i;
+}
+
+// ---- The host's vector loops (terngrad_host.h) against the scalar math they must reproduce bit for bit.
+
+// Gaussian values with zeros of both signs, subnormals and tiny and huge normals mixed in; every `bucket`-th bucket
+// (when given) holds only subnormals, and the one after it only zeros.
+std::vector<float> terngradAwkwardInput(uint64_t n, uint32_t seed, uint64_t bucket = 0) {
+  auto v = gaussian(n, seed);
+  const float special[] = {0.0f,   -0.0f,  1e-40f, -3e-42f, std::numeric_limits<float>::denorm_min(),
+                           1e-30f, -2e20f, 1.0f,   -1.0f,   std::numeric_limits<float>::min()};
+  for (uint64_t i = 0; i < n; i += 7) v[i] = special[(i / 7) % std::size(special)];
+  if (bucket != 0) {
+    for (uint64_t b = 2; (b + 2) * bucket <= n; b += 5) {
+      for (uint64_t i = 0; i < bucket; ++i) {
+        v[b * bucket + i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(i + 1) * 1e-44f;
+        v[(b + 1) * bucket + i] = i % 2 == 0 ? 0.0f : -0.0f;
+      }
+    }
+  }
+  return v;
+}
+
+TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
+  namespace host = compressors::terngrad::host;
+  std::vector<std::pair<const char*, host::TernarizeGroups>> loops;
+#if TERSE_TERNGRAD_X86
+  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::ternarizeGroupsAvx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) {
+    loops.emplace_back("AVX-512", host::ternarizeGroupsAvx512);
+  }
+#endif
+  if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
+  const uint64_t groups = 5, n = groups * 64;
+  std::vector<uint32_t> bits(n);
+  const sdk::PhiloxStream s(17, 1, 2);
+  for (uint64_t i = 0; i < n; ++i) bits[i] = s.bits(i);
+  const uint32_t special_bits[] = {0u, 0xFFFFFFFFu, 0xFFu, 0x100u, 0x80000000u};
+  for (uint64_t i = 0; i < n; i += 5) bits[i] = special_bits[(i / 5) % std::size(special_bits)];
+  std::vector<std::vector<float>> inputs = {terngradAwkwardInput(n, 3), gaussian(n, 4, 1e-42f),
+                                            std::vector<float>(n, 0.0f)};
+  for (uint64_t i = 0; i < n; i += 3) inputs[2][i] = -0.0f;
+  for (const auto& x : inputs) {
+    // The bucket's own scale, and scales below and above it (codes that saturate, or that are all 0).
+    const float max = compressors::terngrad::bucketMaxAbs(x.data(), n);
+    for (const float scale : {max, max * 0.5f, max * 4.0f, 0.0f}) {
+      std::vector<uint64_t> want(groups * 2), got(groups * 2);
+      host::ternarizeGroupsScalar(x.data(), scale, bits.data(), groups, want.data());
+      for (const auto& [name, loop] : loops) {
+        std::fill(got.begin(), got.end(), ~uint64_t{0});
+        loop(x.data(), scale, bits.data(), groups, got.data());
+        for (uint64_t k = 0; k < got.size(); ++k) {
+          ASSERT_EQ(got[k], want[k]) << name << ", scale " << scale << ": word " << k;
+        }
+      }
+    }
+  }
+}
+
+// The vector bucket maxima against bucketMaxAbs, bit for bit: lengths around the 16-lane vectors and the 64-element
+// unrolled steps, the largest magnitude in the masked tail, and inf and NaN (whose bits a max over magnitudeBits
+// keeps).
+TEST(TernGrad, VectorMaxLoopsMatchBucketMaxAbs) {
+  namespace host = compressors::terngrad::host;
+  std::vector<std::pair<const char*, host::BucketMaxAbs>> loops;
+#if TERSE_TERNGRAD_X86
+  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::bucketMaxAbsAvx2);
+  if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::bucketMaxAbsAvx512);
+#endif
+  if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
+  for (const uint64_t n : {uint64_t{1}, uint64_t{15}, uint64_t{16}, uint64_t{17}, uint64_t{63}, uint64_t{64},
+                           uint64_t{65}, uint64_t{100}, uint64_t{511}, uint64_t{512}, uint64_t{513}}) {
+    auto x = terngradAwkwardInput(n, static_cast<uint32_t>(n));
+    for (const float special :
+         {0.0f, -7e30f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+      for (const uint64_t at : {uint64_t{0}, n / 2, n - 1}) {
+        auto y = x;
+        if (special != 0.0f || std::isnan(special)) y[at] = special;
+        const uint32_t want = sdk::floatBits(compressors::terngrad::bucketMaxAbs(y.data(), n));
+        for (const auto& [name, loop] : loops) {
+          EXPECT_EQ(sdk::floatBits(loop(y.data(), n)), want) << name << ", n " << n << ", " << special << " at " << at;
+        }
+      }
+    }
+  }
+}
+
+// The payload of compress, whatever loops this host picks (vector runs of up to 16 groups, groups straddling buckets,
+// short last groups, several threads, one whole-tensor bucket), against one built here element by element from
+// terngrad_math.h and PhiloxStream::bits.
+TEST(TernGrad, PayloadMatchesTheElementwiseDefinition) {
+  Plugin plugin("terngrad");
+  struct Case {
+    uint64_t bucket, n, threads;
+  };
+  for (const Case k : {Case{512, 100000, 1}, Case{2048, 9000, 1}, Case{96, 1001, 1}, Case{16, 100, 1}, Case{1, 70, 1},
+                       Case{0, 70000, 1}, Case{4097, 20000, 3}, Case{512, 63, 1}, Case{100, 6400, 2}}) {
+    Instance c(plugin, {{"bucket_size", std::to_string(k.bucket)}, {"threads", std::to_string(k.threads)}});
+    const auto info = tensorInfo(k.n, {.step = 5, .seed = 99});
+    const uint64_t bucket = k.bucket == 0 ? k.n : std::min(k.bucket, k.n);
+    const auto x = terngradAwkwardInput(k.n, static_cast<uint32_t>(k.n), bucket);
+    const Bytes p = c.compress(info, x);
+    const sdk::PhiloxStream s(info.seed, info.step, info.tensor_id);
+    std::vector<float> scales(bucketsOf(k.n, bucket));
+    std::vector<uint32_t> codes(k.n);
+    for (uint64_t b = 0; b < scales.size(); ++b) {
+      scales[b] = compressors::terngrad::bucketMaxAbs(x.data() + b * bucket, std::min(bucket, k.n - b * bucket));
+    }
+    for (uint64_t i = 0; i < k.n; ++i) {
+      codes[i] = compressors::terngrad::quantizeValue(x[i], scales[i / bucket], s.bits(i));
+    }
+    std::vector<uint64_t> words(bitpack::wordCount(k.n, 2));
+    bitpack::pack(2, codes.data(), k.n, words.data());
+    const std::string label =
+        "bucket " + std::to_string(k.bucket) + ", n " + std::to_string(k.n) + ", threads " + std::to_string(k.threads);
+    const size_t codes_at = 32 + (4 * scales.size() + 7) / 8 * 8;
+    ASSERT_EQ(p.size(), codes_at + 8 * words.size()) << label;
+    EXPECT_EQ(std::memcmp(p.data() + 32, scales.data(), 4 * scales.size()), 0) << label << ": the scalers differ";
+    for (uint64_t w = 0; w < words.size(); ++w) {
+      uint64_t word = 0;
+      std::memcpy(&word, p.data() + codes_at + 8 * w, 8);
+      ASSERT_EQ(word, words[w]) << label << ": word " << w << " (elements " << 32 * w << " to " << 32 * w + 31 << ")";
+    }
+  }
 }
 
 TEST(TernGrad, EmptyOddAndAccumulate) {

@@ -109,12 +109,55 @@ TEST(Philox, Group64VectorPathsAgree) {
         for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "AVX-512, group " << g << ", " << j;
         ++ran;
       }
+      if (detail::haveAvx512Ifma()) {
+        detail::philoxGroup64Ifma(k0, k1, h0, h1, g, bits);
+        for (uint64_t j = 0; j < 64; ++j) ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "IFMA, group " << g << ", " << j;
+        ++ran;
+      }
     }
   }
   if (ran == 0) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
 #else
   GTEST_SKIP() << "no vector Philox on this host";
 #endif
+}
+
+// groups(g, count) is count calls of group64 whatever the count (pairs and an odd last group on AVX-512), and the
+// AVX-512 kernel called directly agrees with the block-at-a-time definition.
+TEST(Philox, GroupsMatchGroup64) {
+  for (const uint64_t seed : {uint64_t{11}, ~uint64_t{0}}) {
+    const PhiloxStream s(seed, seed + 1, seed ^ 5);
+    for (const uint64_t g : {uint64_t{0}, uint64_t{3}, (uint64_t{1} << 28) - 2, (uint64_t{1} << 40) + 1}) {
+      for (const uint64_t count : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{5}, uint64_t{16}}) {
+        std::vector<uint32_t> bits(64 * count + 1, 0xDEADBEEFu);
+        s.groups(g, count, bits.data());
+        for (uint64_t j = 0; j < 64 * count; ++j) {
+          ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "groups(" << g << ", " << count << "), word " << j;
+        }
+        EXPECT_EQ(bits[64 * count], 0xDEADBEEFu) << "wrote past the last group";
+#if TERSE_PHILOX_AVX2
+        if (detail::haveAvx512()) {
+          const uint64_t h = mix64((seed + 1) ^ mix64(seed ^ 5));
+          std::fill(bits.begin(), bits.end(), 0u);
+          detail::philoxGroupsAvx512(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                                     static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), g, count, bits.data());
+          for (uint64_t j = 0; j < 64 * count; ++j) {
+            ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "AVX-512 groups(" << g << ", " << count << "), word " << j;
+          }
+        }
+        if (detail::haveAvx512Ifma()) {
+          const uint64_t h = mix64((seed + 1) ^ mix64(seed ^ 5));
+          std::fill(bits.begin(), bits.end(), 0u);
+          detail::philoxGroupsIfma(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                                   static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), g, count, bits.data());
+          for (uint64_t j = 0; j < 64 * count; ++j) {
+            ASSERT_EQ(bits[j], s.bits(64 * g + j)) << "IFMA groups(" << g << ", " << count << "), word " << j;
+          }
+        }
+#endif
+      }
+    }
+  }
 }
 
 TEST(Philox, DeterministicForTheSameKeyAndDistinctOtherwise) {

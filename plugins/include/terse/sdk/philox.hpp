@@ -95,18 +95,24 @@ inline bool haveAvx512() {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// philoxGroup64Avx2's steps on two 8-lane vectors (blocks 16g .. 16g+7 and 16g+8 .. 16g+15), for hosts with
-// AVX-512F: half the instructions, and the 16 words fit in registers. The same bits
-// (Philox.Group64IsSixteenBlocksInOrder runs whichever the host picks; Philox.Group64VectorPathsAgree runs both).
-__attribute__((target("avx512f"), noinline)) inline void philoxGroup64Avx512(uint32_t k0, uint32_t k1, uint32_t h0,
-                                                                             uint32_t h1, uint64_t g, uint32_t* out) {
+// philoxGroup64Avx2's steps on 8-lane vectors for hosts with AVX-512F: NV vectors of 8 blocks each, blocks 16g ..
+// 16g + 8 NV - 1 (NV = 2: one group; NV = 4: groups g and g + 1), written as out[4l + w] = word w of block 16g + l.
+// A round is a chain of multiply, shift and xor (about 5 cycles); two vectors (four chains) leave the multipliers
+// idle most of that time, four vectors (eight chains, 16 state registers of the 32) keep them busy: philoxGroupsAvx512
+// makes 128 words in about the time philoxGroup64Avx512 made 64. The same bits
+// (Philox.Group64IsSixteenBlocksInOrder runs whichever the host picks; Philox.Group64VectorPathsAgree and
+// Philox.GroupsMatchGroup64 run both).
+template <int NV>
+__attribute__((target("avx512f"), always_inline)) inline void philoxVectorsAvx512(uint32_t k0, uint32_t k1, uint32_t h0,
+                                                                                  uint32_t h1, uint64_t g,
+                                                                                  uint32_t* out) {
   const __m512i m0 = _mm512_set1_epi64(PHILOX_M4x32_0), m1 = _mm512_set1_epi64(PHILOX_M4x32_1);
   const __m512i w0 = _mm512_set1_epi32(static_cast<int>(PHILOX_W32_0));
   const __m512i w1 = _mm512_set1_epi32(static_cast<int>(PHILOX_W32_1));
-  __m512i c0[2], c1[2], c2[2], c3[2];
+  __m512i c0[NV], c1[NV], c2[NV], c3[NV];
   const auto first = static_cast<long long>(g * 16);
-#pragma GCC unroll 2
-  for (int v = 0; v < 2; ++v) {
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
     c0[v] = _mm512_add_epi64(_mm512_set1_epi64(first), _mm512_setr_epi64(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3,
                                                                          8 * v + 4, 8 * v + 5, 8 * v + 6, 8 * v + 7));
     c1[v] = _mm512_srli_epi64(c0[v], 32);
@@ -116,8 +122,8 @@ __attribute__((target("avx512f"), noinline)) inline void philoxGroup64Avx512(uin
   __m512i key0 = _mm512_set1_epi64(k0), key1 = _mm512_set1_epi64(k1);
 #pragma GCC unroll 10
   for (int round = 0; round < 10; ++round) {
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; ++v) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
       const __m512i p0 = _mm512_mul_epu32(c0[v], m0);
       const __m512i p1 = _mm512_mul_epu32(c2[v], m1);
       c0[v] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), c1[v]), key0);
@@ -128,18 +134,106 @@ __attribute__((target("avx512f"), noinline)) inline void philoxGroup64Avx512(uin
     key0 = _mm512_add_epi32(key0, w0);
     key1 = _mm512_add_epi32(key1, w1);
   }
-  // Lane l of each pair: (c0, c1) and (c2, c3) as 64-bit pairs; unpacking gives blocks 0, 2, 4, 6 (even) and 1, 3, 5,
-  // 7 (odd) as 128-bit lanes, which the permutes interleave into block order.
-  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-#pragma GCC unroll 2
-  for (int v = 0; v < 2; ++v) {
-    const __m512i c01 = _mm512_mask_blend_epi32(0xAAAA, c0[v], _mm512_slli_epi64(c1[v], 32));
-    const __m512i c23 = _mm512_mask_blend_epi32(0xAAAA, c2[v], _mm512_slli_epi64(c3[v], 32));
-    const __m512i even = _mm512_unpacklo_epi64(c01, c23);
-    const __m512i odd = _mm512_unpackhi_epi64(c01, c23);
-    _mm512_storeu_si512(out + 32 * v, _mm512_permutex2var_epi64(even, lo, odd));
-    _mm512_storeu_si512(out + 32 * v + 16, _mm512_permutex2var_epi64(even, hi, odd));
+  // Lane l as the 64-bit pairs (word 0, word 1) and (word 2, word 3) of block l, then the blocks in order: four
+  // two-source permutes per vector, 5% faster than shift + blend + unpack + permute (eight).
+  const __m512i pair = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const __m512i c01 = _mm512_permutex2var_epi32(c0[v], pair, c1[v]);
+    const __m512i c23 = _mm512_permutex2var_epi32(c2[v], pair, c3[v]);
+    _mm512_storeu_si512(out + 32 * v, _mm512_permutex2var_epi64(c01, lo, c23));
+    _mm512_storeu_si512(out + 32 * v + 16, _mm512_permutex2var_epi64(c01, hi, c23));
   }
+}
+
+__attribute__((target("avx512f"), noinline)) inline void philoxGroup64Avx512(uint32_t k0, uint32_t k1, uint32_t h0,
+                                                                             uint32_t h1, uint64_t g, uint32_t* out) {
+  philoxVectorsAvx512<2>(k0, k1, h0, h1, g, out);
+}
+
+// Groups g .. g + count - 1 into out[0 .. 64 count): two groups at a time, the odd last one alone.
+__attribute__((target("avx512f"), noinline)) inline void philoxGroupsAvx512(uint32_t k0, uint32_t k1, uint32_t h0,
+                                                                            uint32_t h1, uint64_t g, uint64_t count,
+                                                                            uint32_t* out) {
+  for (; count >= 2; count -= 2, g += 2, out += 128) philoxVectorsAvx512<4>(k0, k1, h0, h1, g, out);
+  if (count != 0) philoxVectorsAvx512<2>(k0, k1, h0, h1, g, out);
+}
+
+inline bool haveAvx512Ifma() {
+  static const bool yes = __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512ifma") != 0;
+  return yes;
+}
+
+// philoxVectorsAvx512 with the high half of each product from AVX-512 IFMA instead of a shift: vpmadd52huq of c and
+// M 2^20 is bits 52.. of c M 2^20, which is c M >> 32 (c M < 2^64) in the low bits of the lane, where the next
+// multiply reads it. It needs c's upper 32 bits zero (IFMA reads 52), so the xors are zero-masked to the even 32-bit
+// halves, which costs nothing; the low half still comes from vpmuludq. 11% faster on a Zen 5 EPYC (16.7M words in
+// 2.86-2.91 ms against 3.20-3.27, best of 15): the multiply-add units take the work the shifts queued for. The same
+// bits (Philox.Group64VectorPathsAgree, Philox.GroupsMatchGroup64).
+template <int NV>
+__attribute__((target("avx512f,avx512ifma"), always_inline)) inline void philoxVectorsIfma(uint32_t k0, uint32_t k1,
+                                                                                           uint32_t h0, uint32_t h1,
+                                                                                           uint64_t g, uint32_t* out) {
+  const __m512i m0 = _mm512_set1_epi64(PHILOX_M4x32_0), m1 = _mm512_set1_epi64(PHILOX_M4x32_1);
+  const __m512i m0_hi = _mm512_set1_epi64(static_cast<long long>(uint64_t{PHILOX_M4x32_0} << 20));
+  const __m512i m1_hi = _mm512_set1_epi64(static_cast<long long>(uint64_t{PHILOX_M4x32_1} << 20));
+  const __m512i w0 = _mm512_set1_epi32(static_cast<int>(PHILOX_W32_0));
+  const __m512i w1 = _mm512_set1_epi32(static_cast<int>(PHILOX_W32_1));
+  constexpr __mmask16 kEven = 0x5555;  // the low 32 bits of each 64-bit lane
+  __m512i c0[NV], c1[NV], c2[NV], c3[NV];
+  const auto first = static_cast<long long>(g * 16);
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const __m512i ctr = _mm512_add_epi64(
+        _mm512_set1_epi64(first),
+        _mm512_setr_epi64(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3, 8 * v + 4, 8 * v + 5, 8 * v + 6, 8 * v + 7));
+    c0[v] = _mm512_maskz_mov_epi32(kEven, ctr);
+    c1[v] = _mm512_srli_epi64(ctr, 32);
+    c2[v] = _mm512_set1_epi64(h0);
+    c3[v] = _mm512_set1_epi64(h1);
+  }
+  __m512i key0 = _mm512_set1_epi64(k0), key1 = _mm512_set1_epi64(k1);
+#pragma GCC unroll 10
+  for (int round = 0; round < 10; ++round) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m512i zero = _mm512_setzero_si512();
+      const __m512i hi0 = _mm512_madd52hi_epu64(zero, c0[v], m0_hi);
+      const __m512i hi1 = _mm512_madd52hi_epu64(zero, c2[v], m1_hi);
+      const __m512i p0 = _mm512_mul_epu32(c0[v], m0);
+      const __m512i p1 = _mm512_mul_epu32(c2[v], m1);
+      c0[v] = _mm512_maskz_ternarylogic_epi32(kEven, hi1, c1[v], key0, 0x96);  // 0x96: a ^ b ^ c
+      c2[v] = _mm512_maskz_ternarylogic_epi32(kEven, hi0, c3[v], key1, 0x96);
+      c1[v] = p1;
+      c3[v] = p0;
+    }
+    key0 = _mm512_add_epi32(key0, w0);
+    key1 = _mm512_add_epi32(key1, w1);
+  }
+  const __m512i pair = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const __m512i c01 = _mm512_permutex2var_epi32(c0[v], pair, c1[v]);
+    const __m512i c23 = _mm512_permutex2var_epi32(c2[v], pair, c3[v]);
+    _mm512_storeu_si512(out + 32 * v, _mm512_permutex2var_epi64(c01, lo, c23));
+    _mm512_storeu_si512(out + 32 * v + 16, _mm512_permutex2var_epi64(c01, hi, c23));
+  }
+}
+
+__attribute__((target("avx512f,avx512ifma"), noinline)) inline void philoxGroup64Ifma(uint32_t k0, uint32_t k1,
+                                                                                      uint32_t h0, uint32_t h1,
+                                                                                      uint64_t g, uint32_t* out) {
+  philoxVectorsIfma<2>(k0, k1, h0, h1, g, out);
+}
+
+__attribute__((target("avx512f,avx512ifma"), noinline)) inline void philoxGroupsIfma(uint32_t k0, uint32_t k1,
+                                                                                     uint32_t h0, uint32_t h1,
+                                                                                     uint64_t g, uint64_t count,
+                                                                                     uint32_t* out) {
+  for (; count >= 2; count -= 2, g += 2, out += 128) philoxVectorsIfma<4>(k0, k1, h0, h1, g, out);
+  if (count != 0) philoxVectorsIfma<2>(k0, k1, h0, h1, g, out);
 }
 #pragma GCC diagnostic pop
 
@@ -182,10 +276,15 @@ class PhiloxStream {
   }
 
   // The 32 random bits of elements 64g .. 64g+63 (bits[j] = bits(64g + j)): blocks 16g .. 16g+15, the same bits
-  // whoever computes them (philox_test checks it). On an x86 host with AVX2 the 16 blocks run as four 4-lane vectors
-  // (philoxGroup64Avx2 below); elsewhere, and in device code, block by block.
+  // whoever computes them (philox_test checks it). On an x86 host the 16 blocks run as vectors: two 8-lane ones with
+  // AVX-512 (with IFMA where the host has it), four 4-lane ones with AVX2 (detail:: above); elsewhere, and in device
+  // code, block by block.
   TERSE_HD void group64(uint64_t g, uint32_t* bits) const {
 #if TERSE_PHILOX_AVX2
+    if (detail::haveAvx512Ifma()) {
+      detail::philoxGroup64Ifma(key_.v[0], key_.v[1], hi_[0], hi_[1], g, bits);
+      return;
+    }
     if (detail::haveAvx512()) {
       detail::philoxGroup64Avx512(key_.v[0], key_.v[1], hi_[0], hi_[1], g, bits);
       return;
@@ -199,6 +298,23 @@ class PhiloxStream {
       const auto r = block(g * 16 + k);
       for (unsigned w = 0; w < 4; ++w) bits[4 * k + w] = r.v[w];
     }
+  }
+
+  // The bits of groups g .. g + count - 1 (bits[64k + j] = bits(64(g + k) + j)), the same as count calls of
+  // group64; on an AVX-512 host two groups at a time (philoxGroupsIfma or philoxGroupsAvx512), about 1.5x as fast
+  // per group.
+  TERSE_HD void groups(uint64_t g, uint64_t count, uint32_t* bits) const {
+#if TERSE_PHILOX_AVX2
+    if (detail::haveAvx512Ifma()) {
+      detail::philoxGroupsIfma(key_.v[0], key_.v[1], hi_[0], hi_[1], g, count, bits);
+      return;
+    }
+    if (detail::haveAvx512()) {
+      detail::philoxGroupsAvx512(key_.v[0], key_.v[1], hi_[0], hi_[1], g, count, bits);
+      return;
+    }
+#endif
+    for (uint64_t k = 0; k < count; ++k) group64(g + k, bits + 64 * k);
   }
 
   // Element i's 32 random bits; a loop over consecutive i should call block() once per 4 elements instead.
