@@ -1,8 +1,9 @@
 // qsgd: the host's vector loops for the codes of whole groups inside one bucket, the common case of compress. Each
 // makes the bits of qsgd_math.h's quantizeValue + bitpack::packGroup<W> (the scalar loop below, which the CUDA
 // kernels share): the same IEEE operations in the same order (|v| / divisor * levels, truncation, the compare with
-// uniform01, the clamp), lane by lane. Host only (x86 intrinsics); tests/compressors/qsgd_test.cc runs every path this
-// host can run against the scalar one on the same inputs.
+// uniform01, the clamp: the AVX-512 loop leaves it out where it cannot bind, see quantize16Avx512), lane by lane. Host
+// only (x86 intrinsics); tests/compressors/qsgd_test.cc runs every path this host can run against the scalar one on the
+// same inputs.
 #pragma once
 
 #include <cstdint>
