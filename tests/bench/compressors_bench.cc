@@ -83,6 +83,8 @@ struct Size {
 };
 constexpr Size kSizes[] = {{"64KiB", 128}, {"4MiB", 1024}, {"64MiB", 4096}};
 constexpr Size kBaselineSize = kSizes[2];
+// Between the two: where a second thread starts to pay for a cast (sdk/parallel.hpp's per-plugin minimum).
+constexpr Size kWallSize16MiB = {"16MiB", 2048};
 constexpr double kTopkBaselineRatio = 0.01;
 
 // Standard-normal gradients, made once per size and only for sizes some selected benchmark uses.
@@ -474,7 +476,7 @@ int main(int argc, char** argv) {
                   << '\n';
         continue;
       }
-      for (const Size& s : {kSizes[1], kSizes[2]}) {
+      for (const Size& s : {kSizes[1], kWallSize16MiB, kSizes[2]}) {
         benchmark::RegisterBenchmark(
             ("compress_wall/" + std::string(name) + "-threads" + threads + "/" + s.label).c_str(), benchCompress,
             instance, s)

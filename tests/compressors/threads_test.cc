@@ -1,7 +1,8 @@
 // The `threads` parameter (multi-threaded host compress of one tensor, terse/sdk/parallel.hpp): every thread count
-// gives the bytes of one thread, for tensors large enough to be cut (more than 64K elements per thread) at sizes that
-// leave a partial bucket and a partial 64-code group at the end, for bucket sizes that divide 64, that do not, and
-// that cover the whole tensor; a non-finite input in a later range is refused naming the bucket one thread names.
+// gives the bytes of one thread, for tensors large enough to be cut (more than 64K elements per thread, 2M for the
+// casts) at sizes that leave a partial bucket and a partial 64-code group at the end, for bucket sizes that divide 64,
+// that do not, and that cover the whole tensor; a non-finite input in a later range is refused naming the bucket one
+// thread names.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -88,6 +89,38 @@ TEST(CompressThreads, TheParameterIsBounded) {
       EXPECT_EQ(c.initStatus(), TERSE_ERR_INVALID_ARGUMENT) << name << " threads=" << bad;
       EXPECT_NE(c.lastError().find("'threads'"), std::string::npos) << c.lastError();
     }
+  }
+}
+
+// The casts split only from sdk::kMinCastElementsPerThread elements a thread (8 MiB of f32): a tensor that three
+// threads cut, ending mid-line, for every thread count.
+TEST(CompressThreads, CastsCutAboveTheirMinimumGiveTheBytesOfOne) {
+  const size_t n = 3 * sdk::kMinCastElementsPerThread + 12345;
+  const auto x = threadsInput(n);
+  const auto info = tensorInfo(n, {.rank = 0, .world_size = 2, .step = 1});
+  for (const char* name : {"fp16", "bf16"}) {
+    Plugin plugin(name);
+    const Bytes expected = Instance(plugin, {{"threads", "1"}}).compress(info, x);
+    for (const char* threads : {"2", "3", "8"}) {
+      EXPECT_TRUE(Instance(plugin, {{"threads", threads}}).compress(info, x) == expected)
+          << name << " threads=" << threads;
+    }
+  }
+}
+
+TEST(ForEachRange, FewerRangesBelowTheMinimumPerThread) {
+  const uint64_t min = 1000;
+  for (const auto& [n, want] : {std::pair<uint64_t, size_t>{1999, 1}, {2000, 2}, {3 * min + 1, 3}, {100 * min, 8}}) {
+    std::mutex m;
+    size_t ranges = 0;
+    sdk::forEachRange(
+        n, 1, 8,
+        [&](uint64_t, uint64_t) {
+          std::lock_guard lock(m);
+          ++ranges;
+        },
+        min);
+    EXPECT_EQ(ranges, want) << "n=" << n;
   }
 }
 

@@ -69,9 +69,10 @@ class Cast16 final : public sdk::Compressor {
     const std::span<const float> in = args.input<float>();
     const std::span<uint16_t> out = w.putArray<uint16_t>(in.size());
     // Elementwise, so any cut gives the same bytes; 16 elements keep each thread's output on its own cache lines.
-    sdk::forEachRange(in.size(), 16, threads_, [&](uint64_t begin, uint64_t end) {
-      Traits::encodeAll(in.data() + begin, out.data() + begin, end - begin);
-    });
+    sdk::forEachRange(
+        in.size(), 16, threads_,
+        [&](uint64_t begin, uint64_t end) { Traits::encodeAll(in.data() + begin, out.data() + begin, end - begin); },
+        sdk::kMinCastElementsPerThread);
     return w.offset();
   }
 

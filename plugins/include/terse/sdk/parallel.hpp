@@ -17,20 +17,27 @@
 namespace terse::sdk {
 
 // Below this many elements per thread, starting a thread (tens of microseconds) costs more than it saves: a range of
-// 64K f32 takes 50-250 us to quantize or cast on one core.
+// 64K f32 takes 20-40 us to quantize on one core of a Zen 5 EPYC (50-250 us on older x86). The default of forEachRange.
 inline constexpr uint64_t kMinElementsPerThread = uint64_t{1} << 16;
+
+// The same bound for a cast (fp16, bf16), which does a few instructions an element: 2M f32 (8 MiB) per thread. On a
+// 2-core Zen 5 EPYC (`terse-bench-compressors --benchmark_filter=compress_wall/`, medians of 5-7) two threads made
+// fp16 slower at 4 and 8 MiB (61 -> 91 us, 119 -> 154: the tensor is in cache and one core already streams it) and
+// faster from 16 MiB (344 -> 259 us; bf16 424 -> 230), where one core no longer keeps memory busy.
+inline constexpr uint64_t kMinCastElementsPerThread = uint64_t{1} << 21;
 
 // The `threads` parameter's bounds, for params.getInt("threads", 1, sdk::Range::closed(1, kMaxThreads)).
 inline constexpr int64_t kMaxThreads = 64;
 
 // Calls fn(begin, end) for contiguous ranges covering [0, n), each but the last a whole number of `unit` elements,
 // on up to `threads` threads: the first range on the calling thread, the others on threads joined before it returns.
-// Fewer threads when n is small (at least kMinElementsPerThread each). Ranges are never empty; n == 0 calls nothing.
+// Fewer threads when n is small (at least min_per_thread elements each). Ranges are never empty; n == 0 calls nothing.
 // The first exception a range throws is rethrown after every thread has joined. unit must be >= 1.
 template <class Fn>
-void forEachRange(uint64_t n, uint64_t unit, int64_t threads, Fn&& fn) {
+void forEachRange(uint64_t n, uint64_t unit, int64_t threads, Fn&& fn,
+                  uint64_t min_per_thread = kMinElementsPerThread) {
   const uint64_t units = n == 0 ? 0 : (n - 1) / unit + 1;
-  const uint64_t by_size = std::max<uint64_t>(1, n / kMinElementsPerThread);
+  const uint64_t by_size = std::max<uint64_t>(1, n / std::max<uint64_t>(min_per_thread, 1));
   const uint64_t pieces = std::min({static_cast<uint64_t>(std::max<int64_t>(threads, 1)), by_size, units});
   if (pieces <= 1) {
     if (n > 0) fn(uint64_t{0}, n);
