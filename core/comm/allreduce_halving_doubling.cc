@@ -1,7 +1,6 @@
 #include "core/comm/allreduce_halving_doubling.h"
 
 #include "core/comm/allreduce_recursive_doubling.h"
-#include "core/comm/reduce.h"
 
 namespace terse::comm {
 
@@ -10,7 +9,9 @@ void allreduceHalvingDoubling(CollectiveContext& ctx, std::span<std::byte> data,
   const std::size_t elem = dtypeSize(dtype);
   const std::size_t count = data.size() / elem;
   const uint64_t seg = ctx.segmentFor(elem);
-  const std::span<std::byte> tmp = ctx.scratchBytes(data.size());
+  // Scratch only for the fold of a world that is not a power of two: the halving adds into place (below).
+  const int n = ctx.size();
+  const std::span<std::byte> tmp = (n & (n - 1)) != 0 ? ctx.scratchBytes(data.size()) : std::span<std::byte>{};
   const PowerOfTwoFold fold = foldToPowerOfTwo(ctx, data, dtype, tmp);
   const int p = fold.p;
   const int v = fold.vrank;
@@ -29,12 +30,13 @@ void allreduceHalvingDoubling(CollectiveContext& ctx, std::span<std::byte> data,
       const int partner = fold.rankOf(v ^ d);
       const int keep = (v & d) == 0 ? lo : lo + d;
       const int give = (v & d) == 0 ? lo + d : lo;
-      const std::span<std::byte> mine = blockBytes(data, keep, d);
-      const std::span<std::byte> theirs = blockBytes(tmp, keep, d);
-      ctx.recvSegments(partner, theirs, seg, recvs, expected);
+      // The partner's half is added into ours as it is received (Transport::irecvReduce: on tcp each piece is added
+      // right after it is read, while in cache), instead of landing in scratch and being read back by one sumInto
+      // after the whole step: one pass over the half less, and the additions overlap the transfer. The kept and the
+      // given-away blocks are disjoint, so the sends (read from `data` in place) never see a half-added element.
+      ctx.recvReduceSegments(partner, blockBytes(data, keep, d), dtype, seg, recvs, expected);
       ctx.sendSegments(partner, blockBytes(data, give, d), seg, sends);
       waitRecvs(recvs, expected, ctx);
-      sumInto(mine.data(), theirs.data(), mine.size() / elem, dtype);
       // The given-away half is received into during the allgather: the partner must be done reading it.
       waitAll(sends);
       lo = keep;

@@ -187,8 +187,7 @@ TEST_P(TcpAllreduceGrid, EveryRankGetsTheExactSum) {
          {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, (std::size_t{1} << 18) + 3}) {
       std::vector<std::vector<std::byte>> in;
       for (int r = 0; r < n; ++r) in.push_back(testing::makeInput(r, count, dtype));
-      const auto want = algo == AllreduceAlgorithm::kRing ? testing::expectedRing(in, count, dtype)
-                                                          : testing::expectedRecursiveDoubling(in, count, dtype);
+      const auto want = testing::expectedFor(algo, in, count, dtype);
       auto out = in;
       world.runOk(
           [&](int r, HostCommunicator& c) { c.allreduce(out[static_cast<std::size_t>(r)].data(), count, dtype); });
@@ -203,11 +202,15 @@ std::string gridName(const ::testing::TestParamInfo<GridParam>& p) {
   return "n" + std::to_string(std::get<0>(p.param)) + "_" + std::string(allreduceAlgorithmName(std::get<1>(p.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, TcpAllreduceGrid,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values(AllreduceAlgorithm::kRing,
-                                                              AllreduceAlgorithm::kRecursiveDoubling)),
-                         gridName);
+INSTANTIATE_TEST_SUITE_P(
+    Grid, TcpAllreduceGrid,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                       // Halving-doubling adds each received half into place as it is read
+                       // (irecvReduce), as the ring does; tree and reduce-broadcast stage.
+                       ::testing::Values(AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
+                                         AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kTree,
+                                         AllreduceAlgorithm::kReduceBroadcast)),
+    gridName);
 
 class TcpCollectives : public ::testing::TestWithParam<int> {};
 
