@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -422,6 +424,25 @@ inline uint64_t bucketsOf(uint64_t n, uint64_t bucket) {
   if (n == 0) return 0;
   if (bucket == 0) return 1;
   return (n - 1) / bucket + 1;
+}
+
+// Gaussian values with the awkward ones mixed in (for the vector loops' bit-for-bit tests against the scalar ones):
+// zeros of both signs, subnormals, tiny and huge normals, and runs of equal magnitudes; every `bucket`-th bucket (when
+// given) holds only subnormals, and the one after it only zeros.
+inline std::vector<float> awkwardInput(uint64_t n, uint32_t seed, uint64_t bucket = 0) {
+  auto v = gaussian(n, seed);
+  const float special[] = {0.0f,   -0.0f,  1e-40f, -3e-42f, std::numeric_limits<float>::denorm_min(),
+                           1e-30f, -2e20f, 1.0f,   -1.0f,   std::numeric_limits<float>::min()};
+  for (uint64_t i = 0; i < n; i += 7) v[i] = special[(i / 7) % std::size(special)];
+  if (bucket != 0) {
+    for (uint64_t b = 2; (b + 2) * bucket <= n; b += 5) {
+      for (uint64_t i = 0; i < bucket; ++i) {
+        v[b * bucket + i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(i + 1) * 1e-44f;
+        v[(b + 1) * bucket + i] = i % 2 == 0 ? 0.0f : -0.0f;
+      }
+    }
+  }
+  return v;
 }
 
 // ---- Payload surgery for validation tests.

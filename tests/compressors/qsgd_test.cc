@@ -265,24 +265,6 @@ TEST(Qsgd, CodesFollowTheDocumentedLayout) {
 
 // ---- The host's vector loops (qsgd_host.h) against the scalar math they must reproduce bit for bit.
 
-// Gaussian values with the awkward ones mixed in: zeros of both signs, subnormals, tiny and huge normals, and runs of
-// equal magnitudes; every `bucket`-th bucket (when given) holds only subnormals, and the one after it only zeros.
-std::vector<float> qsgdAwkwardInput(uint64_t n, uint32_t seed, uint64_t bucket = 0) {
-  auto v = gaussian(n, seed);
-  const float special[] = {0.0f,   -0.0f,  1e-40f, -3e-42f, std::numeric_limits<float>::denorm_min(),
-                           1e-30f, -2e20f, 1.0f,   -1.0f,   std::numeric_limits<float>::min()};
-  for (uint64_t i = 0; i < n; i += 7) v[i] = special[(i / 7) % std::size(special)];
-  if (bucket != 0) {
-    for (uint64_t b = 2; (b + 2) * bucket <= n; b += 5) {
-      for (uint64_t i = 0; i < bucket; ++i) {
-        v[b * bucket + i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(i + 1) * 1e-44f;
-        v[(b + 1) * bucket + i] = i % 2 == 0 ? 0.0f : -0.0f;
-      }
-    }
-  }
-  return v;
-}
-
 // Philox bits of a tensor's first groups with the extremes forced in: 0 (u = 0), all ones (u just below 1), and
 // values whose uniform01 is exactly a small fraction.
 std::vector<uint32_t> qsgdAwkwardBits(uint64_t count, uint64_t seed) {
@@ -307,7 +289,7 @@ int qsgdCheckQuantizeLoops(int32_t levels) {
 #endif
   const uint64_t groups = 5, n = groups * 64;
   const auto bits = qsgdAwkwardBits(n, static_cast<uint64_t>(levels));
-  std::vector<std::vector<float>> inputs = {qsgdAwkwardInput(n, 3), gaussian(n, 4, 1e-42f), std::vector<float>(n, 0.0f),
+  std::vector<std::vector<float>> inputs = {awkwardInput(n, 3), gaussian(n, 4, 1e-42f), std::vector<float>(n, 0.0f),
                                             std::vector<float>(n, 0.0f)};
   for (uint64_t i = 0; i < n; i += 3) inputs[2][i] = -0.0f;
   inputs[3][77] = -5.5f;  // x = levels exactly for it, 0 for the rest
@@ -352,7 +334,7 @@ TEST(Qsgd, VectorNormLoopsMatchSumSquares) {
 #endif
   for (const uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{9}, uint64_t{63}, uint64_t{64}, uint64_t{65},
                            uint64_t{511}, uint64_t{512}, uint64_t{513}}) {
-    auto x = qsgdAwkwardInput(4 * n, static_cast<uint32_t>(n));
+    auto x = awkwardInput(4 * n, static_cast<uint32_t>(n));
     x[2 * n + n / 2] = 3e38f;  // bucket 2's sum exceeds f32 but not f64
     if (n > 1) x[3 * n + 1] = -std::numeric_limits<float>::infinity();
     for (unsigned count = 1; count <= host::kNormBuckets; ++count) {
@@ -386,7 +368,7 @@ TEST(Qsgd, PayloadMatchesTheElementwiseDefinition) {
                         {"bucket_size", std::to_string(k.bucket)},
                         {"threads", std::to_string(k.threads)}});
     const auto info = tensorInfo(k.n, {.step = 5, .seed = 99});
-    const auto x = qsgdAwkwardInput(k.n, static_cast<uint32_t>(k.n), std::min(k.bucket, k.n));
+    const auto x = awkwardInput(k.n, static_cast<uint32_t>(k.n), std::min(k.bucket, k.n));
     const Bytes p = c.compress(info, x);
     const uint64_t bucket = std::min(k.bucket, k.n);
     const unsigned mag = bitpack::bitsFor(static_cast<uint64_t>(k.levels));

@@ -168,24 +168,6 @@ TEST(TernGrad, DeterministicPerSeedStepAndTensor) {
 
 // ---- The host's vector loops (terngrad_host.h) against the scalar math they must reproduce bit for bit.
 
-// Gaussian values with zeros of both signs, subnormals and tiny and huge normals mixed in; every `bucket`-th bucket
-// (when given) holds only subnormals, and the one after it only zeros.
-std::vector<float> terngradAwkwardInput(uint64_t n, uint32_t seed, uint64_t bucket = 0) {
-  auto v = gaussian(n, seed);
-  const float special[] = {0.0f,   -0.0f,  1e-40f, -3e-42f, std::numeric_limits<float>::denorm_min(),
-                           1e-30f, -2e20f, 1.0f,   -1.0f,   std::numeric_limits<float>::min()};
-  for (uint64_t i = 0; i < n; i += 7) v[i] = special[(i / 7) % std::size(special)];
-  if (bucket != 0) {
-    for (uint64_t b = 2; (b + 2) * bucket <= n; b += 5) {
-      for (uint64_t i = 0; i < bucket; ++i) {
-        v[b * bucket + i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(i + 1) * 1e-44f;
-        v[(b + 1) * bucket + i] = i % 2 == 0 ? 0.0f : -0.0f;
-      }
-    }
-  }
-  return v;
-}
-
 TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
   namespace host = compressors::terngrad::host;
   std::vector<std::pair<const char*, host::TernarizeGroups>> loops;
@@ -202,8 +184,7 @@ TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
   for (uint64_t i = 0; i < n; ++i) bits[i] = s.bits(i);
   const uint32_t special_bits[] = {0u, 0xFFFFFFFFu, 0xFFu, 0x100u, 0x80000000u};
   for (uint64_t i = 0; i < n; i += 5) bits[i] = special_bits[(i / 5) % std::size(special_bits)];
-  std::vector<std::vector<float>> inputs = {terngradAwkwardInput(n, 3), gaussian(n, 4, 1e-42f),
-                                            std::vector<float>(n, 0.0f)};
+  std::vector<std::vector<float>> inputs = {awkwardInput(n, 3), gaussian(n, 4, 1e-42f), std::vector<float>(n, 0.0f)};
   for (uint64_t i = 0; i < n; i += 3) inputs[2][i] = -0.0f;
   for (const auto& x : inputs) {
     // The bucket's own scale, and scales below and above it (codes that saturate, or that are all 0).
@@ -235,7 +216,7 @@ TEST(TernGrad, VectorMaxLoopsMatchBucketMaxAbs) {
   if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
   for (const uint64_t n : {uint64_t{1}, uint64_t{15}, uint64_t{16}, uint64_t{17}, uint64_t{63}, uint64_t{64},
                            uint64_t{65}, uint64_t{100}, uint64_t{511}, uint64_t{512}, uint64_t{513}}) {
-    auto x = terngradAwkwardInput(n, static_cast<uint32_t>(n));
+    auto x = awkwardInput(n, static_cast<uint32_t>(n));
     for (const float special :
          {0.0f, -7e30f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
       for (const uint64_t at : {uint64_t{0}, n / 2, n - 1}) {
@@ -263,7 +244,7 @@ TEST(TernGrad, PayloadMatchesTheElementwiseDefinition) {
     Instance c(plugin, {{"bucket_size", std::to_string(k.bucket)}, {"threads", std::to_string(k.threads)}});
     const auto info = tensorInfo(k.n, {.step = 5, .seed = 99});
     const uint64_t bucket = k.bucket == 0 ? k.n : std::min(k.bucket, k.n);
-    const auto x = terngradAwkwardInput(k.n, static_cast<uint32_t>(k.n), bucket);
+    const auto x = awkwardInput(k.n, static_cast<uint32_t>(k.n), bucket);
     const Bytes p = c.compress(info, x);
     const sdk::PhiloxStream s(info.seed, info.step, info.tensor_id);
     std::vector<float> scales(bucketsOf(k.n, bucket));
