@@ -2,7 +2,7 @@
 // sums per chunk, in the same order, added in double in the same order, closed by the same pairwise tree) and, in the
 // same pass, the bucket's sign words of bitpack width 1, so the data is read once rather than twice (the sums, then
 // the signs). Host only (x86 intrinsics); tests/compressors/onebit_test.cc runs it against the scalar math on the same
-// inputs, and compress falls back to the scalar loops (onebit.cc's binarizeAll) on hosts without AVX-512F.
+// inputs, and compress falls back to the scalar loops (onebit.cc's binarizeAll) on hosts without AVX2.
 #pragma once
 
 #include <cstdint>
@@ -103,12 +103,96 @@ __attribute__((target("avx512f,popcnt"))) BucketSums sumsAndSignsAvx512(const fl
   return BucketSums{combineAvx512(pos_lo, pos_hi), combineAvx512(neg_lo, neg_hi), static_cast<double>(negatives)};
 }
 #pragma GCC diagnostic pop
+
+// ---- AVX2: the same loop with each row of 16 lanes as two 8-float vectors (lanes 0-7, 8-15).
+
+// addRowAvx512's operations on 8 lanes; returns their 8 sign bits.
+__attribute__((target("avx2"), always_inline)) inline uint64_t addHalfRowAvx2(__m256 v, __m256& pos, __m256& neg) {
+  const __m256 magnitude = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  const __m256 negative =
+      _mm256_and_ps(_mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(v), 31)), _mm256_set1_ps(1.0f));
+  const __m256 neg_part = _mm256_mul_ps(magnitude, negative);
+  neg = _mm256_add_ps(neg, neg_part);
+  pos = _mm256_add_ps(pos, _mm256_sub_ps(magnitude, neg_part));
+  return static_cast<uint64_t>(_mm256_movemask_ps(v));
+}
+
+// 8 f32 lane sums into their 8 double lanes (4 + 4).
+__attribute__((target("avx2"), always_inline)) inline void addHalfChunkAvx2(__m256 f, __m256d& lo, __m256d& hi) {
+  lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+  hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+}
+
+// combineLanes' tree over lanes 0-3 (a), 4-7 (b), 8-11 (c), 12-15 (d).
+__attribute__((target("avx2"), always_inline)) inline double combineAvx2(__m256d a, __m256d b, __m256d c, __m256d d) {
+  const __m256d w4 = _mm256_add_pd(_mm256_add_pd(a, c), _mm256_add_pd(b, d));
+  const __m128d w2 = _mm_add_pd(_mm256_castpd256_pd128(w4), _mm256_extractf128_pd(w4, 1));
+  return _mm_cvtsd_f64(w2) + _mm_cvtsd_f64(_mm_unpackhi_pd(w2, w2));
+}
+
+// 8 floats from x[0, count) (count <= 8), the rest +0.
+__attribute__((target("avx2"), always_inline)) inline __m256 loadPartialAvx2(const float* x, unsigned count) {
+  const __m256i mask =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_maskload_ps(x, mask);
+}
+
+template <bool kWords>
+__attribute__((target("avx2,popcnt"))) BucketSums sumsAndSignsAvx2(const float* x, uint64_t n, uint64_t* words) {
+  static_assert(kChunk == 128 && kLanes == 16, "a chunk is 8 rows of 16 lanes, two 64-element groups");
+  __m256d p0 = _mm256_setzero_pd(), p1 = p0, p2 = p0, p3 = p0, m0 = p0, m1 = p0, m2 = p0, m3 = p0;
+  uint64_t negatives = 0;
+  uint64_t c = 0;
+  for (; c + kChunk <= n; c += kChunk) {
+    __m256 pos_a = _mm256_setzero_ps(), pos_b = pos_a, neg_a = pos_a, neg_b = pos_a;
+    uint64_t w[2] = {0, 0};
+    for (unsigned r = 0; r < 8; ++r) {
+      const float* row = x + c + 16 * r;
+      const uint64_t bits = addHalfRowAvx2(_mm256_loadu_ps(row), pos_a, neg_a) |
+                            addHalfRowAvx2(_mm256_loadu_ps(row + 8), pos_b, neg_b) << 8;
+      w[r / 4] |= bits << (16 * (r % 4));
+    }
+    negatives += static_cast<uint64_t>(__builtin_popcountll(w[0]) + __builtin_popcountll(w[1]));
+    if constexpr (kWords) {
+      words[c / 64] = w[0];
+      words[c / 64 + 1] = w[1];
+    }
+    addHalfChunkAvx2(pos_a, p0, p1);
+    addHalfChunkAvx2(pos_b, p2, p3);
+    addHalfChunkAvx2(neg_a, m0, m1);
+    addHalfChunkAvx2(neg_b, m2, m3);
+  }
+  if (c < n) {
+    __m256 pos_a = _mm256_setzero_ps(), pos_b = pos_a, neg_a = pos_a, neg_b = pos_a;
+    const auto len = static_cast<unsigned>(n - c);
+    for (unsigned g = 0; 64 * g < len; ++g) {
+      uint64_t w = 0;
+      for (unsigned q = 0; q < 4; ++q) {
+        const unsigned row = 64 * g + 16 * q;
+        if (row >= len) break;
+        const unsigned left = len - row;
+        const uint64_t lo = addHalfRowAvx2(loadPartialAvx2(x + c + row, left < 8 ? left : 8), pos_a, neg_a);
+        const uint64_t hi =
+            left > 8 ? addHalfRowAvx2(loadPartialAvx2(x + c + row + 8, left - 8 < 8 ? left - 8 : 8), pos_b, neg_b) : 0;
+        w |= (lo | hi << 8) << (16 * q);
+      }
+      negatives += static_cast<uint64_t>(__builtin_popcountll(w));
+      if constexpr (kWords) words[c / 64 + g] = w;
+    }
+    addHalfChunkAvx2(pos_a, p0, p1);
+    addHalfChunkAvx2(pos_b, p2, p3);
+    addHalfChunkAvx2(neg_a, m0, m1);
+    addHalfChunkAvx2(neg_b, m2, m3);
+  }
+  return BucketSums{combineAvx2(p0, p1, p2, p3), combineAvx2(m0, m1, m2, m3), static_cast<double>(negatives)};
+}
 #endif
 
-// The vector loop this host runs, or null where there is none (compress then keeps its scalar loops).
+// The fastest vector loop this host runs, or null where there is none (compress then keeps its scalar loops).
 inline SumsAndSigns pickSumsAndSigns() {
 #if TERSE_ONEBIT_X86
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx512<true>;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx2<true>;
 #endif
   return nullptr;
 }
@@ -117,6 +201,7 @@ inline SumsAndSigns pickSumsAndSigns() {
 inline SumsAndSigns pickSums() {
 #if TERSE_ONEBIT_X86
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx512<false>;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx2<false>;
 #endif
   return nullptr;
 }

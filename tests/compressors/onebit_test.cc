@@ -108,10 +108,19 @@ void expectSameDouble(double got, double want, const std::string& what) {
 TEST(OneBit, HostVectorSumsAndSignsMatchTheScalarBitForBit) {
   namespace math = compressors::onebit;
   namespace host = compressors::onebit::host;
-  const host::SumsAndSigns fused = host::pickSumsAndSigns();
-  const host::SumsAndSigns sums = host::pickSums();
-  if (fused == nullptr) GTEST_SKIP() << "this host has no AVX-512F: compress runs the scalar loops only";
-  ASSERT_NE(sums, nullptr);
+  // Every loop this host runs, each with and without the sign words.
+  std::vector<std::pair<const char*, host::SumsAndSigns>> loops;
+#if TERSE_ONEBIT_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
+    loops.emplace_back("AVX2", host::sumsAndSignsAvx2<true>);
+    loops.emplace_back("AVX2 sums", host::sumsAndSignsAvx2<false>);
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) {
+    loops.emplace_back("AVX-512", host::sumsAndSignsAvx512<true>);
+    loops.emplace_back("AVX-512 sums", host::sumsAndSignsAvx512<false>);
+  }
+#endif
+  if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F: compress runs the scalar loops only";
   // Sizes around rows (16), groups (64) and chunks (128), a large one, and the special values at every position kind.
   for (uint64_t n : {0ull,   1ull,   15ull,  16ull,  17ull,  63ull,  64ull,  65ull,  100ull, 127ull,  128ull,
                      129ull, 191ull, 192ull, 255ull, 256ull, 257ull, 511ull, 512ull, 513ull, 1000ull, 100003ull}) {
@@ -120,22 +129,27 @@ TEST(OneBit, HostVectorSumsAndSignsMatchTheScalarBitForBit) {
       const std::string what = "n=" + std::to_string(n) + " special=" + std::to_string(special);
       const math::BucketSums want = math::bucketSums(x.data(), n);
       const uint64_t nwords = (n + 63) / 64;
-      std::vector<uint64_t> want_words(nwords + 1, 0), words(nwords + 1, 0xA5A5A5A5A5A5A5A5ull);
+      std::vector<uint64_t> want_words(nwords + 1, 0);
       for (uint64_t i = 0; i < n; ++i) want_words[i / 64] |= uint64_t{math::signBit(x[i])} << (i % 64);
       want_words[nwords] = 0xA5A5A5A5A5A5A5A5ull;  // the word past the end stays untouched
-      for (const host::SumsAndSigns f : {fused, sums}) {
-        const math::BucketSums got = f(x.data(), n, f == fused ? words.data() : nullptr);
-        expectSameDouble(got.positive, want.positive, what + " positive");
-        expectSameDouble(got.negative_abs, want.negative_abs, what + " negative_abs");
-        EXPECT_EQ(got.negatives, want.negatives) << what;
+      for (size_t v = 0; v < loops.size(); ++v) {
+        const bool with_words = v % 2 == 0;
+        std::vector<uint64_t> words(nwords + 1, 0xA5A5A5A5A5A5A5A5ull);
+        const math::BucketSums got = loops[v].second(x.data(), n, with_words ? words.data() : nullptr);
+        const std::string where = what + " " + loops[v].first;
+        expectSameDouble(got.positive, want.positive, where + " positive");
+        expectSameDouble(got.negative_abs, want.negative_abs, where + " negative_abs");
+        EXPECT_EQ(got.negatives, want.negatives) << where;
+        if (with_words) {
+          EXPECT_EQ(words, want_words) << where;
+        }
       }
-      EXPECT_EQ(words, want_words) << what;
     }
   }
 }
 
 // The whole payload of compress, whatever loop this host picks (the one-pass loop for buckets that start a group, the
-// vector sums with the scalar signs for the others, the scalar loops without AVX-512F), against one built here from
+// vector sums with the scalar signs for the others, the scalar loops without AVX2), against one built here from
 // the scalar math: bucket sizes that straddle groups and chunks, a whole-tensor bucket, both scale modes.
 TEST(OneBit, CompressMatchesTheScalarPayloadForEveryBucketShape) {
   namespace math = compressors::onebit;
