@@ -42,6 +42,7 @@
 #include <string>
 
 #include "onebit_cuda.h"
+#include "onebit_host.h"
 #include "onebit_math.h"
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
@@ -73,11 +74,27 @@ void requireSupported(const terse_tensor_info_v1& info) {
   terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
+// Writes bucket b's k scales from its sums; false if one is not finite.
+bool putScales(const math::BucketSums& s, uint64_t n, uint32_t k, uint64_t b, float* scales) {
+  float pos = 0, neg = 0;
+  if (k == 2) {
+    math::twoMeans(s, n, &pos, &neg);
+    scales[2 * b] = pos;
+    scales[2 * b + 1] = neg;
+  } else {
+    pos = neg = math::meanAbs(s, n);
+    scales[b] = pos;
+  }
+  return pos <= FLT_MAX && neg <= FLT_MAX;
+}
+
 // Fills scales[] (k per bucket) and words[]; returns numel, or the first element of a bucket whose scale is not
 // finite. `bucket` is the effective size in [1, numel]. Each bucket's sums are taken just before the group that
-// first needs them, so the sign pass reads the bucket from cache.
+// first needs them, so the sign pass reads the bucket from cache. `sums`, where not null, is a vector bucketSums
+// (onebit_host.h, called without words).
 TERSE_CPU_CLONES uint64_t binarizeAll(uint64_t numel, uint64_t bucket, uint32_t k, const float* __restrict x,
-                                      float* __restrict scales, uint64_t* __restrict words) {
+                                      float* __restrict scales, uint64_t* __restrict words,
+                                      math::host::SumsAndSigns sums) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
   uint32_t codes[kGroup];
@@ -86,17 +103,8 @@ TERSE_CPU_CLONES uint64_t binarizeAll(uint64_t numel, uint64_t bucket, uint32_t 
     while (next < buckets && next * bucket < i0 + len) {
       const uint64_t start = next * bucket;
       const uint64_t n = std::min(bucket, numel - start);
-      const math::BucketSums s = math::bucketSums(x + start, n);
-      float pos = 0, neg = 0;
-      if (k == 2) {
-        math::twoMeans(s, n, &pos, &neg);
-        scales[2 * next] = pos;
-        scales[2 * next + 1] = neg;
-      } else {
-        pos = neg = math::meanAbs(s, n);
-        scales[next] = pos;
-      }
-      if (!(pos <= FLT_MAX && neg <= FLT_MAX)) return start;
+      const math::BucketSums s = sums != nullptr ? sums(x + start, n, nullptr) : math::bucketSums(x + start, n);
+      if (!putScales(s, n, k, next, scales)) return start;
       ++next;
     }
     if (len == kGroup) {
@@ -105,6 +113,17 @@ TERSE_CPU_CLONES uint64_t binarizeAll(uint64_t numel, uint64_t bucket, uint32_t 
       for (unsigned j = 0; j < len; ++j) codes[j] = math::signBit(x[i0 + j]);
       bitpack::packTail<1>(codes, len, words + g);
     }
+  }
+  return numel;
+}
+
+// binarizeAll in one pass per bucket (sums and sign words together, onebit_host.h), for buckets that each start a
+// 64-element group: bucket a multiple of 64, or one bucket. Its payload is binarizeAll's, byte for byte.
+uint64_t binarizeFused(uint64_t numel, uint64_t bucket, uint32_t k, const float* x, float* scales, uint64_t* words,
+                       math::host::SumsAndSigns fused) {
+  for (uint64_t start = 0, b = 0; start < numel; start += bucket, ++b) {
+    const uint64_t n = std::min(bucket, numel - start);
+    if (!putScales(fused(x + start, n, words + start / kGroup), n, k, b, scales)) return start;
   }
   return numel;
 }
@@ -177,8 +196,12 @@ class OneBit final : public sdk::Compressor {
     const std::span<float> scales = w.putArray<float>(l.buckets * scalesPerBucket());
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
+    static const math::host::SumsAndSigns fused = math::host::pickSumsAndSigns();
+    static const math::host::SumsAndSigns sums = math::host::pickSums();
     const uint64_t bad =
-        binarizeAll(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(), words.data());
+        fused != nullptr && (l.bucket % kGroup == 0 || l.buckets == 1)
+            ? binarizeFused(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(), words.data(), fused)
+            : binarizeAll(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(), words.data(), sums);
     if (bad != args.info.numel) {
       throw sdk::InvalidArgument("onebit: the bucket starting at element " + std::to_string(bad) +
                                  " has no finite mean (the gradient holds inf or NaN)");

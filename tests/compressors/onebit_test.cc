@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compressors/onebit/onebit_host.h"
 #include "compressors/onebit/onebit_math.h"
 #include "terse/sdk/bitpack.hpp"
 #include "tests/compressors/plugin_harness.h"
@@ -72,6 +73,122 @@ TEST(OneBit, LaneSumsCombineToBucketSumsBitForBit) {
     EXPECT_EQ(0, std::memcmp(&combined.positive, &reference.positive, sizeof(double))) << "n=" << n;
     EXPECT_EQ(0, std::memcmp(&combined.negative_abs, &reference.negative_abs, sizeof(double))) << "n=" << n;
     EXPECT_EQ(combined.negatives, reference.negatives) << "n=" << n;
+  }
+}
+
+// ---- The host's vector loop (onebit_host.h) against the scalar math it must reproduce bit for bit.
+
+// Inputs that stress the sums' order and the sign bits: a wide range of magnitudes (another order of additions would
+// round differently), zeros of both signs, subnormals, and, where `special`, an inf or a NaN.
+std::vector<float> oneBitHostInput(uint64_t n, uint32_t seed, int special) {
+  std::vector<float> x = gaussian(static_cast<size_t>(n), seed);
+  for (size_t i = 0; i < x.size(); i += 5) x[i] *= 1e6f;
+  for (size_t i = 3; i < x.size(); i += 7) x[i] *= 1e-6f;
+  for (size_t i = 4; i < x.size(); i += 11) x[i] = (i & 1) != 0 ? -0.0f : 0.0f;
+  for (size_t i = 6; i < x.size(); i += 13) x[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i);
+  for (size_t i = 9; i < x.size(); i += 17) x[i] = -std::numeric_limits<float>::denorm_min() * static_cast<float>(i);
+  if (special != 0 && n > 0) {
+    const float v[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+    x[(seed * 7919u) % n] = v[(special - 1) % 4];
+  }
+  return x;
+}
+
+// Equal bits, or both NaN (which NaN an addition of two NaNs keeps is the compiler's choice of operand order, and a
+// NaN sum makes compress refuse the tensor whatever its bits).
+void expectSameDouble(double got, double want, const std::string& what) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << what << ": " << got;
+  } else {
+    EXPECT_EQ(0, std::memcmp(&got, &want, sizeof got)) << what << ": " << got << " vs " << want;
+  }
+}
+
+TEST(OneBit, HostVectorSumsAndSignsMatchTheScalarBitForBit) {
+  namespace math = compressors::onebit;
+  namespace host = compressors::onebit::host;
+  // Every loop this host runs, each with and without the sign words.
+  std::vector<std::pair<const char*, host::SumsAndSigns>> loops;
+#if TERSE_ONEBIT_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
+    loops.emplace_back("AVX2", host::sumsAndSignsAvx2<true>);
+    loops.emplace_back("AVX2 sums", host::sumsAndSignsAvx2<false>);
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) {
+    loops.emplace_back("AVX-512", host::sumsAndSignsAvx512<true>);
+    loops.emplace_back("AVX-512 sums", host::sumsAndSignsAvx512<false>);
+  }
+#endif
+  if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F: compress runs the scalar loops only";
+  // Sizes around rows (16), groups (64) and chunks (128), a large one, and the special values at every position kind.
+  for (uint64_t n : {0ull,   1ull,   15ull,  16ull,  17ull,  63ull,  64ull,  65ull,  100ull, 127ull,  128ull,
+                     129ull, 191ull, 192ull, 255ull, 256ull, 257ull, 511ull, 512ull, 513ull, 1000ull, 100003ull}) {
+    for (int special = 0; special <= 4; ++special) {
+      const std::vector<float> x = oneBitHostInput(n, static_cast<uint32_t>(n) + 11, special);
+      const std::string what = "n=" + std::to_string(n) + " special=" + std::to_string(special);
+      const math::BucketSums want = math::bucketSums(x.data(), n);
+      const uint64_t nwords = (n + 63) / 64;
+      std::vector<uint64_t> want_words(nwords + 1, 0);
+      for (uint64_t i = 0; i < n; ++i) want_words[i / 64] |= uint64_t{math::signBit(x[i])} << (i % 64);
+      want_words[nwords] = 0xA5A5A5A5A5A5A5A5ull;  // the word past the end stays untouched
+      for (size_t v = 0; v < loops.size(); ++v) {
+        const bool with_words = v % 2 == 0;
+        std::vector<uint64_t> words(nwords + 1, 0xA5A5A5A5A5A5A5A5ull);
+        const math::BucketSums got = loops[v].second(x.data(), n, with_words ? words.data() : nullptr);
+        const std::string where = what + " " + loops[v].first;
+        expectSameDouble(got.positive, want.positive, where + " positive");
+        expectSameDouble(got.negative_abs, want.negative_abs, where + " negative_abs");
+        EXPECT_EQ(got.negatives, want.negatives) << where;
+        if (with_words) {
+          EXPECT_EQ(words, want_words) << where;
+        }
+      }
+    }
+  }
+}
+
+// The whole payload of compress, whatever loop this host picks (the one-pass loop for buckets that start a group, the
+// vector sums with the scalar signs for the others, the scalar loops without AVX2), against one built here from
+// the scalar math: bucket sizes that straddle groups and chunks, a whole-tensor bucket, both scale modes.
+TEST(OneBit, CompressMatchesTheScalarPayloadForEveryBucketShape) {
+  namespace math = compressors::onebit;
+  Plugin plugin("onebit");
+  for (const char* mode : {"two_means", "mean_abs"}) {
+    const uint32_t k = std::string(mode) == "two_means" ? 2 : 1;
+    for (uint64_t bucket : {0ull, 1ull, 3ull, 17ull, 64ull, 100ull, 128ull, 192ull, 320ull, 512ull, 1000ull}) {
+      Instance c(plugin, {{"scale", mode}, {"bucket_size", std::to_string(bucket)}});
+      for (uint64_t n : {1ull, 63ull, 64ull, 65ull, 129ull, 700ull, 4099ull, 70001ull}) {
+        const std::vector<float> x = oneBitHostInput(n, static_cast<uint32_t>(n + bucket), 0);
+        const Bytes p = c.compress(tensorInfo(n), x);
+        const uint64_t b = bucket == 0 ? n : std::min(bucket, n);
+        const uint64_t buckets = (n - 1) / b + 1;
+        const size_t scales_at = 32, words_at = 32 + (4 * k * buckets + 7) / 8 * 8;
+        ASSERT_EQ(p.size(), words_at + 8 * ((n + 63) / 64));
+        const std::string what = std::string(mode) + " bucket=" + std::to_string(bucket) + " n=" + std::to_string(n);
+        for (uint64_t j = 0; j < buckets; ++j) {
+          const uint64_t len = std::min(b, n - j * b);
+          const math::BucketSums s = math::bucketSums(x.data() + j * b, len);
+          float pos = 0, neg = 0;
+          if (k == 2) {
+            math::twoMeans(s, len, &pos, &neg);
+          } else {
+            pos = neg = math::meanAbs(s, len);
+          }
+          ASSERT_EQ(readAt<uint32_t>(p, scales_at + 4 * k * j), sdk::floatBits(pos)) << what << " bucket " << j;
+          if (k == 2) {
+            ASSERT_EQ(readAt<uint32_t>(p, scales_at + 8 * j + 4), sdk::floatBits(neg)) << what << " bucket " << j;
+          }
+        }
+        for (uint64_t w = 0; w < (n + 63) / 64; ++w) {
+          uint64_t want = 0;
+          for (uint64_t i = 64 * w; i < std::min(n, 64 * w + 64); ++i) {
+            want |= uint64_t{math::signBit(x[i])} << (i % 64);
+          }
+          ASSERT_EQ(readAt<uint64_t>(p, words_at + 8 * w), want) << what << " word " << w;
+        }
+      }
+    }
   }
 }
 
@@ -178,6 +295,19 @@ TEST(OneBit, RefusesNonFiniteGradients) {
       Bytes out;
       EXPECT_EQ(c.tryCompress(tensorInfo(10), g, &out), TERSE_ERR_INVALID_ARGUMENT) << mode;
       EXPECT_NE(c.lastError().find("starting at element 4"), std::string::npos) << c.lastError();
+    }
+    // Buckets that start 64-element groups (the host's one-pass loop where it has one) and a whole-tensor bucket.
+    for (const auto& [bucket, want] : {std::pair<const char*, const char*>{"64", "starting at element 128"},
+                                       std::pair<const char*, const char*>{"0", "starting at element 0"}}) {
+      Instance d(plugin, {{"scale", mode}, {"bucket_size", bucket}});
+      for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()}) {
+        std::vector<float> g = gaussian(300, 6);
+        g[150] = bad;
+        Bytes out;
+        EXPECT_EQ(d.tryCompress(tensorInfo(300), g, &out), TERSE_ERR_INVALID_ARGUMENT) << mode << " " << bucket;
+        EXPECT_NE(d.lastError().find(want), std::string::npos) << d.lastError();
+      }
     }
   }
 }
