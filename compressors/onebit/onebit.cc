@@ -196,8 +196,8 @@ class OneBit final : public sdk::Compressor {
     const std::span<float> scales = w.putArray<float>(l.buckets * scalesPerBucket());
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
-    static const math::host::SumsAndSigns fused = math::host::pickSumsAndSigns();
-    static const math::host::SumsAndSigns sums = math::host::pickSums();
+    static const math::host::SumsAndSigns fused = math::host::pickSumsAndSigns<true>();
+    static const math::host::SumsAndSigns sums = math::host::pickSumsAndSigns<false>();
     const uint64_t bad =
         fused != nullptr && (l.bucket % kGroup == 0 || l.buckets == 1)
             ? binarizeFused(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(), words.data(), fused)

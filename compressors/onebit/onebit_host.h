@@ -189,19 +189,13 @@ __attribute__((target("avx2,popcnt"))) BucketSums sumsAndSignsAvx2(const float* 
 #endif
 
 // The fastest vector loop this host runs, or null where there is none (compress then keeps its scalar loops).
-inline SumsAndSigns pickSumsAndSigns() {
+// kSigns: sums and sign words in one pass; without it bucketSums alone, for buckets that do not start a 64-element
+// group (the words argument is then ignored).
+template <bool kSigns>
+SumsAndSigns pickSumsAndSigns() {
 #if TERSE_ONEBIT_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx512<true>;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx2<true>;
-#endif
-  return nullptr;
-}
-
-// bucketSums alone (no words), for buckets that do not start a 64-element group.
-inline SumsAndSigns pickSums() {
-#if TERSE_ONEBIT_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx512<false>;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx2<false>;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx512<kSigns>;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx2<kSigns>;
 #endif
   return nullptr;
 }
