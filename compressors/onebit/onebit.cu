@@ -3,10 +3,7 @@
 //   scales   one thread per (bucket, lane): laneBucketSums, the kLanes totals summed into the bucket's first lane by
 //            combineLanes's own tree of additions, run as warp shuffles, then twoMeans or meanAbs. That is bucketSums's
 //            own order of f32 and double additions, which a generic (cub) reduction would not keep.
-//   signs    one warp per kSignGroups 64-element groups: for each, every lane reads two elements (coalesced 128-byte
-//   rows), two __ballot_sync
-//            of their signBit give the group's word directly in the bitpack width-1 layout (bit i % 64 of word i / 64),
-//            elements past the end voting 0 so the padding bits are zero.
+//   signs    terse/kit/pack_kernels.cuh's sign words (signBit's bit, in the bitpack width-1 layout).
 //   validate one thread per scale / prefix byte, raising the status word on anything the host refuses.
 //   decode   terse/kit/pack_kernels.cuh with decodeValue.
 // Cost note: a bucket is summed by kLanes = 16 threads, so a bucket of d elements takes about d / 16 dependent f32
@@ -27,8 +24,6 @@ namespace {
 namespace bitpack = sdk::bitpack;
 
 static_assert(32 % kLanes == 0 && device::kThreads % kLanes == 0, "a bucket's lanes must share one warp");
-
-constexpr unsigned kSignGroups = 4;  // 64-element groups one warp turns into sign words per iteration
 
 TERSE_HD const float* scalesOf(const Shape& s, const std::byte* payload) {
   return reinterpret_cast<const float*>(payload + s.scales_offset);
@@ -72,38 +67,20 @@ __global__ void scalesKernel(const float* __restrict__ x, Shape s, float* __rest
   }
 }
 
-__global__ void signsKernel(const float* __restrict__ x, uint64_t numel, uint64_t* __restrict__ words) {
-  constexpr unsigned kGroup = bitpack::kGroup;
-  const unsigned lane = threadIdx.x % 32;
-  const uint64_t warp = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  const uint64_t warps = uint64_t{gridDim.x} * blockDim.x / 32;
-  const uint64_t groups = (numel + kGroup - 1) / kGroup;
-  // kSignGroups consecutive groups per warp iteration, every load issued before the first ballot: with one group (two
-  // 128-byte rows) per iteration the kernel reached half the memory bandwidth of a copy on an H100.
-  for (uint64_t g0 = warp * kSignGroups; g0 < groups; g0 += warps * kSignGroups) {  // warp-uniform: ballots below
-    bool lo[kSignGroups], hi[kSignGroups];
-    for (unsigned u = 0; u < kSignGroups; ++u) {
-      const uint64_t i = (g0 + u) * kGroup + lane;
-      lo[u] = i < numel && signBit(x[i]) != 0;
-      hi[u] = i + 32 < numel && signBit(x[i + 32]) != 0;
-    }
-    for (unsigned u = 0; u < kSignGroups; ++u) {
-      const uint32_t lo_bits = __ballot_sync(0xFFFFFFFFu, lo[u]);
-      const uint32_t hi_bits = __ballot_sync(0xFFFFFFFFu, hi[u]);
-      if (lane == 0 && g0 + u < groups) words[g0 + u] = uint64_t{lo_bits} | uint64_t{hi_bits} << 32;
-    }
-  }
-}
-
 // decodeValue with its bucket's magnitudes, as debinarizeAll picks them (pos = scale k*b, neg = scale k*b + k - 1).
 struct Decoder {
   const float* scales;
   uint64_t bucket;
   uint32_t k;
-  __device__ float operator()(uint64_t i, uint32_t bit) const {
+  struct Run {
+    uint64_t end;
+    float pos, neg;
+  };
+  __device__ Run run(uint64_t i) const {
     const uint64_t b = i / bucket;
-    return decodeValue(bit, scales[k * b], scales[k * b + k - 1]);
+    return {(b + 1) * bucket, scales[k * b], scales[k * b + k - 1]};
   }
+  __device__ float operator()(const Run& r, uint32_t bit) const { return decodeValue(bit, r.pos, r.neg); }
 };
 
 __global__ void validateKernel(const std::byte* __restrict__ payload, device::Prefix expected, Shape s,
@@ -133,10 +110,8 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   scalesKernel<<<device::gridFor(shape.buckets * kLanes, device::kThreads), device::kThreads, 0, st>>>(
       x, shape, reinterpret_cast<float*>(payload + shape.scales_offset));
   TERSE_COMPRESSOR_CHECK_LAUNCH();
-  const uint64_t groups = (shape.numel + bitpack::kGroup - 1) / bitpack::kGroup;
-  signsKernel<<<device::gridFor(groups, device::kThreads / 32 * kSignGroups), device::kThreads, 0, st>>>(
-      x, shape.numel, reinterpret_cast<uint64_t*>(payload + shape.words_offset));
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
+  device::launchSignWords(x, shape.numel, reinterpret_cast<uint64_t*>(payload + shape.words_offset), nullptr, 0,
+                          stream);
 }
 
 void validate(const Shape& shape, const device::Prefix& expected, const std::byte* payload, uint32_t* status,

@@ -67,15 +67,21 @@ struct Coder {
   }
 };
 
-// decodeValue with its bucket's unit ||v|| / s, as dequantizeAll computes it.
+// decodeValue with its bucket's unit ||v|| / s, as dequantizeAll computes it (once per bucket, here once per run).
 struct Decoder {
   const float* norms;
   uint64_t bucket;
   float levels_f;
   unsigned mag_bits;
-  __device__ float operator()(uint64_t i, uint32_t code) const {
-    return decodeValue(code, norms[i / bucket] / levels_f, mag_bits);
+  struct Run {
+    uint64_t end;
+    float unit;
+  };
+  __device__ Run run(uint64_t i) const {
+    const uint64_t b = i / bucket;
+    return {(b + 1) * bucket, norms[b] / levels_f};
   }
+  __device__ float operator()(const Run& r, uint32_t code) const { return decodeValue(code, r.unit, mag_bits); }
 };
 
 // Whether any of group g's codes (64 consecutive ones, fewer in the last group) is one quantizeValue cannot produce.

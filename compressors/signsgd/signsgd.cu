@@ -1,8 +1,7 @@
 // signsgd's kernels, calling signsgd_math.h's functions as the host loops in signsgd.cc do, so device payloads,
 // reductions and decodes are the host's bit for bit (the math is sign bits, integer votes and one product per value):
-//   compress   one warp per 64-element group: each lane reads two elements (coalesced 128-byte rows), two
-//              __ballot_sync of their signBit give the group's word directly in the bitpack width-1 layout, elements
-//              past the end voting 0 so the padding bits are zero; a third ballot of isNan poisons the payload.
+//   compress   terse/kit/pack_kernels.cuh's sign words (signBit's bit, in the bitpack width-1 layout), whose NaN
+//              check (isNan's test) poisons the payload.
 //   validate   one thread per count (countIsValid) or padding byte; raw payloads only need their padding bits.
 //   decode     one thread per 4 elements with decodeSign / decodeCount, one 16-byte store.
 //   fold       one thread per element: vote() of a raw bit or the stored count, added as the host's fold does.
@@ -24,26 +23,6 @@ constexpr uint64_t kPrefixBytes = 32;
 
 TERSE_HD uint64_t sectionBytes(uint64_t numel, uint32_t count_bytes) {
   return count_bytes == 0 ? 8 * bitpack::wordCount(numel, 1) : (numel * count_bytes + 7) / 8 * 8;
-}
-
-__global__ void signsKernel(const float* __restrict__ x, uint64_t numel, uint64_t* __restrict__ words,
-                            std::byte* kind) {
-  constexpr unsigned kGroup = bitpack::kGroup;
-  const unsigned lane = threadIdx.x % 32;
-  const uint64_t warp = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  const uint64_t warps = uint64_t{gridDim.x} * blockDim.x / 32;
-  const uint64_t groups = (numel + kGroup - 1) / kGroup;
-  for (uint64_t g = warp; g < groups; g += warps) {  // warp-uniform: every lane reaches the ballots
-    const uint64_t lo = g * kGroup + lane, hi = lo + 32;
-    const float vlo = lo < numel ? x[lo] : 0.0f, vhi = hi < numel ? x[hi] : 0.0f;
-    const uint32_t lo_bits = __ballot_sync(0xFFFFFFFFu, signBit(vlo) != 0);
-    const uint32_t hi_bits = __ballot_sync(0xFFFFFFFFu, signBit(vhi) != 0);
-    const uint32_t nans = __ballot_sync(0xFFFFFFFFu, (isNan(vlo) | isNan(vhi)) != 0);
-    if (lane == 0) {
-      words[g] = uint64_t{lo_bits} | uint64_t{hi_bits} << 32;
-      if (nans != 0) *reinterpret_cast<uint32_t*>(kind) = kPoisonedKind;  // after the prefix kernel, in stream order
-    }
-  }
 }
 
 template <class T>
@@ -83,7 +62,11 @@ __global__ void validateKernel(const std::byte* __restrict__ payload, uint64_t n
 
 struct RawDecoder {
   float scale;
-  __device__ float operator()(uint64_t, uint32_t bit) const { return decodeSign(bit, scale); }
+  struct Run {
+    uint64_t end;  // one run: every bit decodes with the same scale
+  };
+  __device__ Run run(uint64_t) const { return {UINT64_MAX}; }
+  __device__ float operator()(const Run&, uint32_t bit) const { return decodeSign(bit, scale); }
 };
 
 __global__ void decodeCountsKernel(const std::byte* __restrict__ payload, uint64_t numel, uint32_t count_bytes,
@@ -114,11 +97,9 @@ __global__ void foldKernel(const std::byte* __restrict__ a, uint32_t a_count_byt
 
 void compress(const device::Prefix& prefix, const float* x, uint64_t numel, std::byte* payload, void* stream) {
   device::writePrefix(prefix, payload, stream);
-  if (numel == 0) return;
-  const uint64_t groups = (numel + bitpack::kGroup - 1) / bitpack::kGroup;
-  signsKernel<<<device::gridFor(groups, device::kThreads / 32), device::kThreads, 0, device::streamOf(stream)>>>(
-      x, numel, reinterpret_cast<uint64_t*>(payload + kPrefixBytes), payload + kKindOffset);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
+  // The NaN flag is written after the prefix kernel, in stream order.
+  device::launchSignWords(x, numel, reinterpret_cast<uint64_t*>(payload + kPrefixBytes),
+                          reinterpret_cast<uint32_t*>(payload + kKindOffset), kPoisonedKind, stream);
 }
 
 void validate(const std::byte* payload, uint64_t numel, uint32_t count_bytes, int32_t voters, uint32_t* status,

@@ -78,7 +78,15 @@ struct Coder {
 struct Decoder {
   const float* scales;
   uint64_t bucket;
-  __device__ float operator()(uint64_t i, uint32_t code) const { return decodeValue(code, scales[i / bucket]); }
+  struct Run {
+    uint64_t end;
+    float scale;
+  };
+  __device__ Run run(uint64_t i) const {
+    const uint64_t b = i / bucket;
+    return {(b + 1) * bucket, scales[b]};
+  }
+  __device__ float operator()(const Run& r, uint32_t code) const { return decodeValue(code, r.scale); }
 };
 
 __global__ void validateKernel(const std::byte* __restrict__ payload, device::Prefix expected, Shape s, uint64_t words,

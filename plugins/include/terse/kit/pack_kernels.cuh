@@ -1,13 +1,20 @@
-// Kernels of the compressors that turn each element into a W-bit code with its own random draw and pack the codes with
-// sdk/bitpack.hpp (qsgd, terngrad), and the matching decode. The compressor supplies the per-element math as a small
-// functor over its TERSE_HD functions; the work split, the Philox counters and the packing are the same for all:
+// Kernels of the compressors that turn each element into a W-bit code and pack the codes with sdk/bitpack.hpp: with
+// its own random draw (qsgd, terngrad), or its sign bit (onebit, signsgd); and the matching decode. The compressor
+// supplies the per-element math as a small functor over its TERSE_HD functions; the work split, the Philox counters
+// and the packing are the same for all:
 //
 //   struct Coder {    // quantize: element i, its value, its 32 random bits -> its code
 //     __device__ uint32_t operator()(uint64_t i, float v, uint32_t random_bits) const;
 //   };
-//   struct Decoder {  // decode: element i, its code -> its value
-//     __device__ float operator()(uint64_t i, uint32_t code) const;
+//   struct Decoder {  // decode: the run of elements that share i's constants (its bucket's scale), then each code
+//     struct Run { uint64_t end; ... };         // the run holds for elements up to end (exclusive)
+//     __device__ Run run(uint64_t i) const;
+//     __device__ float operator()(const Run& run, uint32_t code) const;
 //   };
+//
+// A decoder looks its constants up once per run instead of once per element: that lookup is a 64-bit division
+// (i / bucket) and, for qsgd, an IEEE float division, which per element kept the decode kernels compute-bound at under
+// two thirds of a device copy on an H100.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +24,7 @@
 #include "terse/kit/cast_kernels.cuh"
 #include "terse/kit/device.cuh"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/half.hpp"
 #include "terse/sdk/philox.hpp"
 
 namespace terse::kit::device {
@@ -76,21 +84,73 @@ __global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, sdk:
   }
 }
 
-// One thread per 4 elements: each code read with bitpack::get (neighbouring threads share words, which the L1 cache
-// serves), decoded, and written (or added) with one 16-byte store.
-template <class Decoder>
-__global__ void decodeCodesKernel(const uint64_t* __restrict__ words, uint64_t numel, unsigned width, Decoder decoder,
+// Codes i0 .. i0+3 (zero past the stream's end, which the padding makes them anyway). Where 4 W divides 64 (W = 1, 2,
+// 4, 8, 16) the four lie in one 64-bit word at a constant offset pattern: one load and constant shifts. Other widths
+// read each code with bitpack::get (it may straddle two words).
+template <unsigned W>
+__device__ __forceinline__ void loadCodeQuad(const uint64_t* __restrict__ words, uint64_t i0, uint64_t numel,
+                                             uint32_t (&c)[4]) {
+  constexpr uint32_t kMask = sdk::bitpack::lowMask(W);
+  if constexpr (64 % (4 * W) == 0) {
+    const uint64_t bit = i0 * W;
+    const uint64_t w = words[bit / 64] >> (bit % 64);  // i0 < numel, so word bit / 64 is in the stream
+    for (unsigned j = 0; j < 4; ++j) c[j] = static_cast<uint32_t>(w >> (j * W)) & kMask;
+  } else {
+    for (unsigned j = 0; j < 4; ++j) c[j] = i0 + j < numel ? sdk::bitpack::get(words, i0 + j, W) : 0u;
+  }
+}
+
+// One thread per 4 elements: the four codes (loadCodeQuad), the decoder's run looked up once (again only where a run
+// ends inside the quad), each code decoded and written (or added) with one 16-byte store.
+template <unsigned W, class Decoder>
+__global__ void decodeCodesKernel(const uint64_t* __restrict__ words, uint64_t numel, Decoder decoder,
                                   float* __restrict__ out, bool accumulate) {
   const uint64_t quads = (numel + 3) / 4;
   for (uint64_t q = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; q < quads; q += uint64_t{gridDim.x} * blockDim.x) {
     const uint64_t i0 = 4 * q;
+    uint32_t c[4];
+    loadCodeQuad<W>(words, i0, numel, c);
     float o[4];
     if (accumulate) loadQuad(out, i0, numel, o);
+    auto run = decoder.run(i0);
     for (unsigned j = 0; j < 4 && i0 + j < numel; ++j) {
-      const float v = decoder(i0 + j, sdk::bitpack::get(words, i0 + j, width));
+      if (i0 + j >= run.end) run = decoder.run(i0 + j);
+      const float v = decoder(run, c[j]);
       o[j] = accumulate ? o[j] + v : v;
     }
     storeQuad(out, i0, numel, o);
+  }
+}
+
+inline constexpr unsigned kSignGroups = 4;  // 64-element groups one warp turns into sign words per iteration
+
+// The sign bits of x as width-1 codes (bit i % 64 of word i / 64, padding bits zero) and, when nan_flag is not null,
+// *nan_flag = nan_value if any element is a NaN. One warp per kSignGroups consecutive groups: each lane reads two
+// elements of a group (coalesced 128-byte rows), two __ballot_sync give the group's word directly, elements past the
+// end voting 0. Every load is issued before the first ballot: with one group per iteration the kernel reached half
+// the memory bandwidth of a copy on an H100.
+__global__ void signWordsKernel(const float* __restrict__ x, uint64_t numel, uint64_t* __restrict__ words,
+                                uint32_t* nan_flag, uint32_t nan_value) {
+  constexpr unsigned kGroup = sdk::bitpack::kGroup;
+  const unsigned lane = threadIdx.x % 32;
+  const uint64_t warp = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = uint64_t{gridDim.x} * blockDim.x / 32;
+  const uint64_t groups = (numel + kGroup - 1) / kGroup;
+  for (uint64_t g0 = warp * kSignGroups; g0 < groups; g0 += warps * kSignGroups) {  // warp-uniform: ballots below
+    uint32_t lo[kSignGroups], hi[kSignGroups];
+    for (unsigned u = 0; u < kSignGroups; ++u) {
+      const uint64_t i = (g0 + u) * kGroup + lane;
+      lo[u] = i < numel ? sdk::floatBits(x[i]) : 0u;
+      hi[u] = i + 32 < numel ? sdk::floatBits(x[i + 32]) : 0u;
+    }
+    bool nan = false;
+    for (unsigned u = 0; u < kSignGroups; ++u) {
+      const uint32_t lo_bits = __ballot_sync(0xFFFFFFFFu, (lo[u] >> 31) != 0);
+      const uint32_t hi_bits = __ballot_sync(0xFFFFFFFFu, (hi[u] >> 31) != 0);
+      if (lane == 0 && g0 + u < groups) words[g0 + u] = uint64_t{lo_bits} | uint64_t{hi_bits} << 32;
+      nan = nan || (lo[u] & 0x7FFFFFFFu) > 0x7F800000u || (hi[u] & 0x7FFFFFFFu) > 0x7F800000u;
+    }
+    if (nan_flag != nullptr && __any_sync(0xFFFFFFFFu, nan) && lane == 0) *nan_flag = nan_value;
   }
 }
 
@@ -111,8 +171,23 @@ template <class Decoder>
 void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, const Decoder& decoder, float* out,
                        bool accumulate, void* stream) {
   if (numel == 0) return;
-  decodeCodesKernel<Decoder><<<gridFor((numel + 3) / 4, kThreads), kThreads, 0, streamOf(stream)>>>(
-      words, numel, width, decoder, out, accumulate);
+  const unsigned grid = gridFor((numel + 3) / 4, kThreads);
+  const cudaStream_t st = streamOf(stream);
+  bool launched = false;
+  TERSE_BITPACK_DISPATCH(
+      width, decodeCodesKernel<kW, Decoder><<<grid, kThreads, 0, st>>>(words, numel, decoder, out, accumulate);
+      launched = true);
+  if (!launched) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+// signWordsKernel over numel elements; nan_flag may be null (no NaN check).
+inline void launchSignWords(const float* x, uint64_t numel, uint64_t* words, uint32_t* nan_flag, uint32_t nan_value,
+                            void* stream) {
+  if (numel == 0) return;
+  const uint64_t groups = (numel + sdk::bitpack::kGroup - 1) / sdk::bitpack::kGroup;
+  signWordsKernel<<<gridFor(groups, kThreads / 32 * kSignGroups), kThreads, 0, streamOf(stream)>>>(x, numel, words,
+                                                                                                   nan_flag, nan_value);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
