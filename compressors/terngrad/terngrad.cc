@@ -87,10 +87,11 @@ constexpr uint64_t kRunGroups = 16;
 // Runs of whole groups inside one bucket go to `run` (terngrad_host.h: the widest SIMD loop this host has, the same
 // bits as the scalar loop); a group that is short or straddles buckets is made here. `max_abs` is bucketMaxAbs, with
 // vectors where the host has them.
+// draw_bits: rounding_bits, 8, 16 or 24 (sdk/philox.hpp's drawAt; `run` must read the same width).
 TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
-                                       const sdk::PhiloxStream rng, uint64_t g0, float* __restrict scales,
-                                       uint64_t* __restrict words, const math::host::TernarizeGroups run,
-                                       const math::host::BucketMaxAbs max_abs) {
+                                       const sdk::PhiloxStream rng, unsigned draw_bits, uint64_t g0,
+                                       float* __restrict scales, uint64_t* __restrict words,
+                                       const math::host::TernarizeGroups run, const math::host::BucketMaxAbs max_abs) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
   uint32_t bits[kRunGroups * kGroup];
@@ -111,8 +112,7 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
       if (i0 + kPrefetchAhead + n * kGroup <= numel) {
         for (uint64_t line = 0; line < n * kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
       }
-      rng.groups(g0 + g, n, bits);
-      run(x + i0, scales[b0], bits, n, words + g * kW);
+      run(x + i0, scales[b0], rng.drawGroups(draw_bits, g0 + g, n, bits), n, words + g * kW);
       i0 += n * kGroup;
       g += n;
       continue;
@@ -126,8 +126,10 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
     if (i0 + kPrefetchAhead + kGroup <= numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
-    rng.group64(g0 + g, bits);
-    for (unsigned j = 0; j < len; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
+    const uint32_t* draws = rng.drawGroups(draw_bits, g0 + g, 1, bits);
+    for (unsigned j = 0; j < len; ++j) {
+      codes[j] = math::quantizeValue(x[i0 + j], scale[j], sdk::drawAt(draw_bits, draws, j));
+    }
     if (len == kGroup) {
       bitpack::packGroup<kW>(codes, words + g * kW);
     } else {
@@ -188,7 +190,8 @@ class TernGrad final : public sdk::Compressor {
  public:
   TernGrad(sdk::Params& params, sdk::Host& /*host*/)
       : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))),
-        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))) {}
+        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))),
+        rounding_bits_(static_cast<unsigned>(std::stoul(params.getChoice("rounding_bits", "24", {"8", "16", "24"})))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     terse::kit::requireF32(dtype);
@@ -215,12 +218,15 @@ class TernGrad final : public sdk::Compressor {
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
-    static const math::host::TernarizeGroups run = math::host::pickTernarizeGroups();
+    static const math::host::TernarizeGroups runs[] = {math::host::pickTernarizeGroups<8>(),
+                                                       math::host::pickTernarizeGroups<16>(),
+                                                       math::host::pickTernarizeGroups<24>()};
+    const math::host::TernarizeGroups run = runs[rounding_bits_ / 8 - 1];
     static const math::host::BucketMaxAbs max_abs = math::host::pickBucketMaxAbs();
     // As in qsgd.cc: ranges of whole buckets and 64-code groups give the bytes of one thread.
     const uint64_t bad = sdk::firstFailure(
         args.info.numel, std::lcm(l.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
-          return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, begin / kGroup,
+          return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, rounding_bits_, begin / kGroup,
                                       scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW, run,
                                       max_abs);
         });
@@ -312,7 +318,8 @@ class TernGrad final : public sdk::Compressor {
     const device::Scope scope(args.info);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
     terse::compressors::terngrad::cuda::compress(deviceShape(args.info.numel), prefixFor(args.info),
-                                                 args.input<float>().data(), rng, args.output.data(), args.stream);
+                                                 args.input<float>().data(), rng, rounding_bits_, args.output.data(),
+                                                 args.stream);
     return l.total;
   }
 
@@ -335,7 +342,8 @@ class TernGrad final : public sdk::Compressor {
 #endif
 
   uint64_t bucket_size_;
-  int64_t threads_;  // host compress threads (sdk/parallel.hpp)
+  int64_t threads_;         // host compress threads (sdk/parallel.hpp)
+  unsigned rounding_bits_;  // draw width of the stochastic rounding; compress only (the codes do not change form)
 };
 
 }  // namespace
