@@ -6,9 +6,9 @@
 //   Q_s(v)_i = ||v||_2 * sign(v_i) * xi_i(v, s) / s,
 //   xi_i = l + 1 with probability s|v_i|/||v|| - l, else l,   l = floor(s|v_i|/||v||)        (paper, eq. (3)-(4))
 //
-// so E[Q_s(v)] = v (unbiased), |Q_s(v)_i - v_i| <= ||v|| / s, and E||Q_s(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2
-// for a bucket of d elements (Lemma 3.1). u for the rounding is element i's own Philox draw keyed by (seed, step,
-// tensor id, i), so the result depends on nothing but those and the input.
+// so E[Q_s(v)] = v (unbiased, up to rounding_bits' resolution below), |Q_s(v)_i - v_i| <= ||v|| / s, and E||Q_s(v) -
+// v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2 for a bucket of d elements (Lemma 3.1). u for the rounding is element i's own
+// Philox draw keyed by (seed, step, tensor id, i), so the result depends on nothing but those and the input.
 //
 // Parameters:
 //   levels       s, an integer in [1, 2^24 - 1] (default 127). 127 makes each code sign + 7 bits = exactly one byte:
@@ -20,6 +20,16 @@
 //   threads      host compress of one tensor on this many threads, in [1, 64] (default 1): ranges of whole buckets
 //                and 64-code groups, the same bytes for any value (sdk/parallel.hpp). Off by default so that codec
 //                timings compare with other tools' single-threaded ones.
+//   rounding_bits  b, the resolution of u: 24 (default), 16 or 8. Element i rounds up iff r_i 2^-b < x_i - l with
+//                r_i uniform on b bits (sdk/philox.hpp's drawAt: at 24 the top 24 bits of element i's own Philox word,
+//                at 16 (8) the i-th u16 (u8) of the same stream, so one Philox block serves 8 (16) elements instead of
+//                4; Philox was half of compress's time). So P(xi_i = l + 1) = ceil(2^b (x_i - l)) / 2^b: E[Q(v)_i] -
+//                v_i = sign(v_i) (||v|| / s) (ceil(2^b f) - 2^b f) / 2^b for f = x_i - l, a bias away from zero below
+//                2^-b of one quantization step ||v|| / s (1/256 of a step at b = 8, 1/65536 at 16; at 24 below f32's
+//                own resolution of u). The error bound |Q(v)_i - v_i| <= ||v|| / s and the variance bound still hold
+//                (xi_i stays l or l + 1). Compress only: the codes and the payload are the same format for every b, so
+//                rounding_bits is not on the wire and decompress takes any (a different draw is a different
+//                sample, not a different code); the default's payloads are the ones 24-bit draws always made.
 //
 // Payload (ALLGATHER, fixed size): W = 1 + bitsFor(s) bits per element (bitsFor(127) = 7, so W = 8), B buckets.
 //   [0, 16)    sdk::PayloadHeader {magic "QSGD", version 1, dtype f32, numel N}

@@ -6,15 +6,25 @@
 //
 //   s_t = max_i |g_i|,   b_i ~ Bernoulli(|g_i| / s_t),   tern(g)_i = s_t * sign(g_i) * b_i            (paper, eq. (5))
 //
-// so E[tern(g)] = g (unbiased). b_i is drawn from element i's own Philox draw keyed by (seed, step, tensor id, i).
-// The paper's optional gradient clipping (to 2.5 sigma, section 3.4) is not done here: it is a biased transformation
-// of the gradient rather than part of the code, and per-bucket scalers already bound the variance it was meant to
-// reduce (s_t is the max of 512 elements, not of a whole layer).
+// so E[tern(g)] = g (unbiased, up to rounding_bits' resolution below). b_i is drawn from element i's own Philox draw
+// keyed by (seed, step, tensor id, i). The paper's optional gradient clipping (to 2.5 sigma, section 3.4) is not done
+// here: it is a biased transformation of the gradient rather than part of the code, and per-bucket scalers already
+// bound the variance it was meant to reduce (s_t is the max of 512 elements, not of a whole layer).
 //
 // Parameters:
 //   bucket_size  elements per scaler, >= 0 (default 512); 0 means one scaler for the whole tensor (the paper's)
 //   threads      host compress of one tensor on this many threads, in [1, 64] (default 1): ranges of whole buckets
 //                and 64-code groups, the same bytes for any value (sdk/parallel.hpp)
+//   rounding_bits  b, the resolution of u: 24 (default), 16 or 8. Element i is sent iff r_i 2^-b s_t < |g_i| with r_i
+//                uniform on b bits (sdk/philox.hpp's drawAt: at 24 the top 24 bits of element i's own Philox word,
+//                at 16 (8) the i-th u16 (u8) of the same stream, so one Philox block serves 8 (16) elements instead of
+//                4; Philox was 60% of compress's time). So P(b_i = 1) = ceil(2^b f) / 2^b for f = |g_i| / s_t (exactly
+//                so where u s_t rounds exactly, as for s_t a power of 2; else up to the rounding of u s_t, an f32 ulp
+//                of s_t, as at any b), and E[tern(g)_i] - g_i = sign(g_i) s_t (ceil(2^b f) - 2^b f) / 2^b: a bias
+//                away from zero below 2^-b of the single level s_t (s_t / 256 at b = 8, e.g. an element of |g| =
+//                s_t / 512 is sent with probability 1/256 rather than 1/512). Compress only: the codes and the
+//                payload are the same format for every b, so rounding_bits is not on the wire (the reserved word
+//                stays 0, and the default's payloads are the ones 24-bit draws always made) and decompress takes any.
 //
 // Payload (ALLGATHER, fixed size): B buckets, 2 bits per element.
 //   [0, 16)    sdk::PayloadHeader {magic "TERN", version 1, dtype f32, numel N}
