@@ -6,9 +6,9 @@
 //   Q_s(v)_i = ||v||_2 * sign(v_i) * xi_i(v, s) / s,
 //   xi_i = l + 1 with probability s|v_i|/||v|| - l, else l,   l = floor(s|v_i|/||v||)        (paper, eq. (3)-(4))
 //
-// so E[Q_s(v)] = v (unbiased), |Q_s(v)_i - v_i| <= ||v|| / s, and E||Q_s(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2
-// for a bucket of d elements (Lemma 3.1). u for the rounding is element i's own Philox draw keyed by (seed, step,
-// tensor id, i), so the result depends on nothing but those and the input.
+// so E[Q_s(v)] = v (unbiased, up to rounding_bits' resolution below), |Q_s(v)_i - v_i| <= ||v|| / s, and E||Q_s(v) -
+// v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2 for a bucket of d elements (Lemma 3.1). u for the rounding is element i's own
+// Philox draw keyed by (seed, step, tensor id, i), so the result depends on nothing but those and the input.
 //
 // Parameters:
 //   levels       s, an integer in [1, 2^24 - 1] (default 127). 127 makes each code sign + 7 bits = exactly one byte:
@@ -20,6 +20,16 @@
 //   threads      host compress of one tensor on this many threads, in [1, 64] (default 1): ranges of whole buckets
 //                and 64-code groups, the same bytes for any value (sdk/parallel.hpp). Off by default so that codec
 //                timings compare with other tools' single-threaded ones.
+//   rounding_bits  b, the resolution of u: 24 (default), 16 or 8. Element i rounds up iff r_i 2^-b < x_i - l with
+//                r_i uniform on b bits (sdk/philox.hpp's drawAt: at 24 the top 24 bits of element i's own Philox word,
+//                at 16 (8) the i-th u16 (u8) of the same stream, so one Philox block serves 8 (16) elements instead of
+//                4; Philox was half of compress's time). So P(xi_i = l + 1) = ceil(2^b (x_i - l)) / 2^b: E[Q(v)_i] -
+//                v_i = sign(v_i) (||v|| / s) (ceil(2^b f) - 2^b f) / 2^b for f = x_i - l, a bias away from zero below
+//                2^-b of one quantization step ||v|| / s (1/256 of a step at b = 8, 1/65536 at 16; at 24 below f32's
+//                own resolution of u). The error bound |Q(v)_i - v_i| <= ||v|| / s and the variance bound still hold
+//                (xi_i stays l or l + 1). Compress only: the codes and the payload are the same format for every b, so
+//                rounding_bits is not on the wire and decompress takes any (a different draw is a different
+//                sample, not a different code); the default's payloads are the ones 24-bit draws always made.
 //
 // Payload (ALLGATHER, fixed size): W = 1 + bitsFor(s) bits per element (bitsFor(127) = 7, so W = 8), B buckets.
 //   [0, 16)    sdk::PayloadHeader {magic "QSGD", version 1, dtype f32, numel N}
@@ -86,6 +96,7 @@ struct Config {
   uint64_t bucket;  // min(bucket_size, numel): (b + 1) * bucket cannot overflow
   int32_t levels;
   unsigned mag_bits;
+  unsigned draw_bits;  // rounding_bits: 8, 16 or 24 (sdk/philox.hpp's drawAt)
 };
 
 // Groups whose codes are made in one run: a run shares one bucket's norm and its Philox bits are drawn together
@@ -139,8 +150,8 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
       if (i0 + kPrefetchAhead + n * kGroup <= c.numel) {
         for (uint64_t line = 0; line < n * kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
       }
-      rng.groups(g0 + g, n, bits);
-      run(x + i0, math::normDivisor(norms[b0]), c.levels, bits, n, words + g * W);
+      run(x + i0, math::normDivisor(norms[b0]), c.levels, rng.drawGroups(c.draw_bits, g0 + g, n, bits), n,
+          words + g * W);
       i0 += n * kGroup;
       g += n;
       continue;
@@ -154,9 +165,10 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
     if (i0 + kPrefetchAhead + kGroup <= c.numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
-    rng.group64(g0 + g, bits);
+    const uint32_t* draws = rng.drawGroups(c.draw_bits, g0 + g, 1, bits);
     for (unsigned j = 0; j < len; ++j) {
-      codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits, bits[j]);
+      codes[j] = math::quantizeValue(x[i0 + j], divisor[j], levels_f, c.levels, c.mag_bits,
+                                     sdk::drawAt(c.draw_bits, draws, j));
     }
     if (len == kGroup) {
       bitpack::packGroup<W>(codes, words + g * W);
@@ -238,7 +250,8 @@ class Qsgd final : public sdk::Compressor {
   Qsgd(sdk::Params& params, sdk::Host& /*host*/)
       : levels_(params.getInt("levels", 127, sdk::Range::atLeast(1))),
         bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(1))),
-        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))) {
+        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))),
+        rounding_bits_(static_cast<unsigned>(std::stoul(params.getChoice("rounding_bits", "24", {"8", "16", "24"})))) {
     if (levels_ > kMaxLevels) {
       throw sdk::InvalidArgument("qsgd: 'levels' must be an integer <= " + std::to_string(kMaxLevels) +
                                  " (2^24 - 1: larger levels are not exact in f32), got " + std::to_string(levels_));
@@ -284,8 +297,8 @@ class Qsgd final : public sdk::Compressor {
           TERSE_BITPACK_DISPATCH(
               code_bits_,
               local = quantizeAll<kW>(range, in.data() + begin, rng, begin / kGroup, norms.data() + begin / c.bucket,
-                                      words.data() + begin / kGroup * code_bits_, math::host::pickQuantizeGroups<kW>(),
-                                      sum_squares));
+                                      words.data() + begin / kGroup * code_bits_,
+                                      math::host::pickQuantizeGroups<kW>(c.draw_bits), sum_squares));
           return begin + local;
         });
     if (bad != c.numel) {
@@ -372,9 +385,9 @@ class Qsgd final : public sdk::Compressor {
     device::requireCapacity(args.output, l.total, "qsgd");
     const device::Scope scope(args.info);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
-    terse::compressors::qsgd::cuda::compress(deviceShape(args.info.numel),
-                                             device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }),
-                                             args.input<float>().data(), rng, args.output.data(), args.stream);
+    terse::compressors::qsgd::cuda::compress(
+        deviceShape(args.info.numel), device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }),
+        args.input<float>().data(), rng, rounding_bits_, args.output.data(), args.stream);
     return l.total;
   }
 
@@ -400,13 +413,14 @@ class Qsgd final : public sdk::Compressor {
 #endif
 
   Config config(uint64_t numel) const {
-    return Config{numel, std::max<uint64_t>(1, std::min(bucket_size_, numel)), static_cast<int32_t>(levels_),
-                  mag_bits_};
+    return Config{numel, std::max<uint64_t>(1, std::min(bucket_size_, numel)), static_cast<int32_t>(levels_), mag_bits_,
+                  rounding_bits_};
   }
 
   int64_t levels_;
   uint64_t bucket_size_;
-  int64_t threads_;  // host compress threads (sdk/parallel.hpp)
+  int64_t threads_;         // host compress threads (sdk/parallel.hpp)
+  unsigned rounding_bits_;  // draw width of the stochastic rounding; compress only (the codes do not change form)
   unsigned mag_bits_ = 0;
   uint32_t code_bits_ = 0;
 };

@@ -3,8 +3,9 @@
 //   norms      one thread per (bucket, lane): laneSumSquares, the kLanes sums added into the bucket's first lane by
 //              combineLanes's own tree of additions, run as warp shuffles, then normOf. That is sumSquares's own order
 //              of double additions, which a generic (cub) reduction would not keep, and the norm feeds every code.
-//   quantize   terse/kit/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
-//              the host's layout), codes packed by the host's bitpack::packGroup / packTail.
+//   quantize   terse/kit/pack_kernels.cuh with quantizeValue: one Philox block per 4, 8 or 16 elements (rounding_bits
+//              24, 16 or 8; the host's stream layout, sdk/philox.hpp's drawAt), codes packed by the host's
+//              bitpack::packGroup / packTail.
 //   validate   one thread per 64-code group (when levels leave invalid codes possible) / norm / prefix byte, raising
 //              the status word on anything the host refuses.
 //   decode     terse/kit/pack_kernels.cuh with decodeValue.
@@ -117,7 +118,7 @@ __global__ void validateKernel(const std::byte* __restrict__ payload, device::Pr
 }  // namespace
 
 void compress(const Shape& shape, const device::Prefix& prefix, const float* x, const sdk::PhiloxStream& rng,
-              std::byte* payload, void* stream) {
+              unsigned rounding_bits, std::byte* payload, void* stream) {
   const cudaStream_t st = device::streamOf(stream);
   device::writePrefix(prefix, payload, stream);
   const uint64_t pad_begin = shape.norms_offset + shape.buckets * sizeof(float);
@@ -130,7 +131,7 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   normsKernel<<<device::gridFor(shape.buckets * kLanes, device::kThreads), device::kThreads, 0, st>>>(x, shape, norms);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
   const float levels_f = static_cast<float>(shape.levels);
-  device::launchQuantize(shape.code_bits, x, shape.numel, rng,
+  device::launchQuantize(shape.code_bits, rounding_bits, x, shape.numel, rng,
                          Coder{norms, shape.bucket, levels_f, shape.levels, shape.mag_bits}, words, stream);
 }
 

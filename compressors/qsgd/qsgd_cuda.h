@@ -24,9 +24,10 @@ struct Shape {
   uint64_t words_offset;
 };
 
-// Writes the whole payload: `prefix`, the bucket norms, the zero padding after them and the packed codes.
+// Writes the whole payload: `prefix`, the bucket norms, the zero padding after them and the packed codes, rounding
+// with draws of `rounding_bits` bits (8, 16 or 24: sdk/philox.hpp's drawAt).
 void compress(const Shape& shape, const device::Prefix& prefix, const float* x, const sdk::PhiloxStream& rng,
-              std::byte* payload, void* stream);
+              unsigned rounding_bits, std::byte* payload, void* stream);
 
 // Raises `status` unless the payload holds `expected`, finite norms >= 0, zero padding bytes and bits, and (when
 // check_codes) only codes with a magnitude <= levels: everything qsgd.cc's host decoder checks.

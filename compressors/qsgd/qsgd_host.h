@@ -1,9 +1,11 @@
 // qsgd: the host's vector loops for the codes of whole groups inside one bucket, the common case of compress. Each
 // makes the bits of qsgd_math.h's quantizeValue + bitpack::packGroup<W> (the scalar loop below, which the CUDA
 // kernels share): the same IEEE operations in the same order (|v| / divisor * levels, truncation, the compare with
-// uniform01, the clamp: the AVX-512 loop leaves it out where it cannot bind, see quantize16Avx512), lane by lane. Host
-// only (x86 intrinsics); tests/compressors/qsgd_test.cc runs every path this host can run against the scalar one on the
-// same inputs.
+// uniform01, the clamp: the AVX-512 loop leaves it out where it cannot bind, see quantize16Avx512), lane by lane. Each
+// loop is made for a draw width B (the rounding_bits parameter, sdk/philox.hpp's drawAt): B = 24 reads one Philox word
+// per element, B = 16 (8) zero-extends the stream's u16 (u8) lanes, r 2^-B being uniform01 of drawAt's word exactly.
+// Host only (x86 intrinsics); tests/compressors/qsgd_test.cc runs every path this host can run against the scalar one
+// on the same inputs.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,8 @@
 namespace terse::compressors::qsgd::host {
 
 // Codes of `groups` consecutive 64-element groups of one bucket (divisor: normDivisor of its norm, which the AVX-512
-// loop relies on: see quantize16Avx512) from their Philox bits into W words each, W = mag_bits + 1.
+// loop relies on: see quantize16Avx512) from their draws into W words each, W = mag_bits + 1. `bits` is the Philox
+// stream from the first element's word on (PhiloxStream::drawGroups), read at the loop's draw width.
 using QuantizeGroups = void (*)(const float* x, float divisor, int32_t levels, const uint32_t* bits, uint64_t groups,
                                 uint64_t* words);
 
@@ -43,14 +46,15 @@ inline double finishSumSquares(double* acc, const float* x, uint64_t n) {
   return combineLanes(acc);
 }
 
-template <unsigned W>
+template <unsigned W, unsigned B = sdk::kDrawBitsFull>
 void quantizeGroupsScalar(const float* x, float divisor, int32_t levels, const uint32_t* bits, uint64_t groups,
                           uint64_t* words) {
   const auto levels_f = static_cast<float>(levels);
   uint32_t codes[kGroup];
   for (uint64_t q = 0; q < groups; ++q) {
     for (unsigned j = 0; j < kGroup; ++j) {
-      codes[j] = quantizeValue(x[kGroup * q + j], divisor, levels_f, levels, W - 1, bits[kGroup * q + j]);
+      codes[j] =
+          quantizeValue(x[kGroup * q + j], divisor, levels_f, levels, W - 1, sdk::drawAt<B>(bits, kGroup * q + j));
     }
     sdk::bitpack::packGroup<W>(codes, words + W * q);
   }
@@ -101,8 +105,30 @@ __attribute__((target("avx2,fma"))) inline void sumSquaresBucketsAvx2(const floa
   }
 }
 
+// Elements 0..7 of `draws` (the stream at element 0, read at width B) as floats r 2^-B: uniform01 of drawAt<B>, exact.
+template <unsigned B>
+__attribute__((target("avx2"), always_inline)) inline __m256 uniform8Avx2(const void* draws) {
+  if constexpr (B == 24) {
+    const __m256i r = _mm256_loadu_si256(static_cast<const __m256i*>(draws));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+  } else if constexpr (B == 16) {
+    const __m256i r = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 65536.0f));
+  } else {
+    const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(draws)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 256.0f));
+  }
+}
+
+// Where element j's draw starts in the stream, in bytes: B = 24 reads whole 32-bit words.
+template <unsigned B>
+inline const unsigned char* drawsOf(const uint32_t* bits, uint64_t j) {
+  return reinterpret_cast<const unsigned char*>(bits) + j * (B == 24 ? 4 : B / 8);
+}
+
 // 8 lanes of quantizeValue.
-__attribute__((target("avx2"), always_inline)) inline __m256i quantize8Avx2(const float* x, const uint32_t* bits,
+template <unsigned B>
+__attribute__((target("avx2"), always_inline)) inline __m256i quantize8Avx2(const float* x, const void* draws,
                                                                             __m256 divisor, __m256 levels_f,
                                                                             __m256i levels, __m256i sign) {
   const __m256 v = _mm256_loadu_ps(x);
@@ -110,8 +136,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256i quantize8Avx2(cons
   const __m256 scaled = _mm256_mul_ps(_mm256_div_ps(magnitude, divisor), levels_f);
   const __m256i lower = _mm256_cvttps_epi32(scaled);  // scaled >= 0: truncation is floor
   const __m256 frac = _mm256_sub_ps(scaled, _mm256_cvtepi32_ps(lower));
-  const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits));
-  const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+  const __m256 u = uniform8Avx2<B>(draws);
   // All-ones (-1) where u < frac: subtracting it adds 1.
   const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(u, frac, _CMP_LT_OQ));
   const __m256i xi = _mm256_min_epi32(_mm256_sub_epi32(lower, up), levels);
@@ -119,19 +144,21 @@ __attribute__((target("avx2"), always_inline)) inline __m256i quantize8Avx2(cons
   return _mm256_or_si256(xi, _mm256_and_si256(negative, sign));
 }
 
-template <unsigned W>
+template <unsigned W, unsigned B = sdk::kDrawBitsFull>
 __attribute__((target("avx2"))) void quantizeGroupsAvx2(const float* x, float divisor, int32_t levels,
                                                         const uint32_t* bits, uint64_t groups, uint64_t* words) {
   const __m256 d = _mm256_set1_ps(divisor);
   const __m256 levels_f = _mm256_set1_ps(static_cast<float>(levels));
   const __m256i levels_i = _mm256_set1_epi32(levels);
   const __m256i sign = _mm256_set1_epi32(static_cast<int32_t>(1u << (W - 1)));
-  for (uint64_t q = 0; q < groups; ++q, x += kGroup, bits += kGroup, words += W) {
+  for (uint64_t q = 0; q < groups; ++q, x += kGroup, words += W) {
     if constexpr (W == 8) {
       // Codes < 256: two unsigned saturating packs keep them whole and in order, 16 bytes per pair of vectors.
       for (unsigned v = 0; v < 4; ++v) {
-        const __m256i a = quantize8Avx2(x + 16 * v, bits + 16 * v, d, levels_f, levels_i, sign);
-        const __m256i b = quantize8Avx2(x + 16 * v + 8, bits + 16 * v + 8, d, levels_f, levels_i, sign);
+        const __m256i a =
+            quantize8Avx2<B>(x + 16 * v, drawsOf<B>(bits, kGroup * q + 16 * v), d, levels_f, levels_i, sign);
+        const __m256i b =
+            quantize8Avx2<B>(x + 16 * v + 8, drawsOf<B>(bits, kGroup * q + 16 * v + 8), d, levels_f, levels_i, sign);
         const __m128i a16 = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
         const __m128i b16 = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(words) + v, _mm_packus_epi16(a16, b16));
@@ -139,8 +166,9 @@ __attribute__((target("avx2"))) void quantizeGroupsAvx2(const float* x, float di
     } else {
       alignas(32) uint32_t codes[kGroup];
       for (unsigned v = 0; v < 8; ++v) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * v),
-                           quantize8Avx2(x + 8 * v, bits + 8 * v, d, levels_f, levels_i, sign));
+        _mm256_store_si256(
+            reinterpret_cast<__m256i*>(codes + 8 * v),
+            quantize8Avx2<B>(x + 8 * v, drawsOf<B>(bits, kGroup * q + 8 * v), d, levels_f, levels_i, sign));
       }
       sdk::bitpack::packGroup<W>(codes, words);
     }
@@ -186,8 +214,24 @@ __attribute__((target("avx512f"))) inline void sumSquaresBucketsAvx512(const flo
   }
 }
 
+// Elements 0..15 of `draws` as floats r 2^-B (uniform8Avx2 on 16 lanes).
+template <unsigned B>
+__attribute__((target("avx512f"), always_inline)) inline __m512 uniform16Avx512(const void* draws) {
+  if constexpr (B == 24) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(draws), 8)),
+                         _mm512_set1_ps(1.0f / 16777216.0f));
+  } else if constexpr (B == 16) {
+    const __m512i r = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(draws)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 65536.0f));
+  } else {
+    const __m512i r = _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 256.0f));
+  }
+}
+
 // 16 lanes of quantizeValue, with the compares' masks adding the 1 and the sign.
-__attribute__((target("avx512f"), always_inline)) inline __m512i quantize16Avx512(const float* x, const uint32_t* bits,
+template <unsigned B>
+__attribute__((target("avx512f"), always_inline)) inline __m512i quantize16Avx512(const float* x, const void* draws,
                                                                                   __m512 divisor, __m512 levels_f,
                                                                                   __m512i sign) {
   const __m512 v = _mm512_loadu_ps(x);
@@ -195,8 +239,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512i quantize16Avx51
   const __m512 scaled = _mm512_mul_ps(_mm512_div_ps(magnitude, divisor), levels_f);
   const __m512i lower = _mm512_cvttps_epi32(scaled);
   const __m512 frac = _mm512_sub_ps(scaled, _mm512_cvtepi32_ps(lower));
-  const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(bits), 8)),
-                                 _mm512_set1_ps(1.0f / 16777216.0f));
+  const __m512 u = uniform16Avx512<B>(draws);
   const __mmask16 up = _mm512_cmp_ps_mask(u, frac, _CMP_LT_OQ);
   // No clamp to levels (11% of this loop's time): the divisor is a bucket norm (or 1 for an all-zero bucket), which
   // is >= every |v| of its bucket (the rounded sum of squares is at least each square, and sqrt and the roundings are
@@ -208,23 +251,25 @@ __attribute__((target("avx512f"), always_inline)) inline __m512i quantize16Avx51
   return _mm512_mask_or_epi32(xi, negative, xi, sign);
 }
 
-template <unsigned W>
+template <unsigned W, unsigned B = sdk::kDrawBitsFull>
 __attribute__((target("avx512f"))) void quantizeGroupsAvx512(const float* x, float divisor, int32_t levels,
                                                              const uint32_t* bits, uint64_t groups, uint64_t* words) {
   const __m512 d = _mm512_set1_ps(divisor);
   const __m512 levels_f = _mm512_set1_ps(static_cast<float>(levels));
   const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(1u << (W - 1)));
-  for (uint64_t q = 0; q < groups; ++q, x += kGroup, bits += kGroup, words += W) {
+  for (uint64_t q = 0; q < groups; ++q, x += kGroup, words += W) {
     if constexpr (W == 8) {
       // Code j is byte j of the group's 8 words: vpmovdb keeps each lane's low byte, the whole code.
       for (unsigned v = 0; v < 4; ++v) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(words) + v,
-                         _mm512_cvtepi32_epi8(quantize16Avx512(x + 16 * v, bits + 16 * v, d, levels_f, sign)));
+                         _mm512_cvtepi32_epi8(quantize16Avx512<B>(x + 16 * v, drawsOf<B>(bits, kGroup * q + 16 * v), d,
+                                                                  levels_f, sign)));
       }
     } else {
       alignas(64) uint32_t codes[kGroup];
       for (unsigned v = 0; v < 4; ++v) {
-        _mm512_store_si512(codes + 16 * v, quantize16Avx512(x + 16 * v, bits + 16 * v, d, levels_f, sign));
+        _mm512_store_si512(codes + 16 * v,
+                           quantize16Avx512<B>(x + 16 * v, drawsOf<B>(bits, kGroup * q + 16 * v), d, levels_f, sign));
       }
       sdk::bitpack::packGroup<W>(codes, words);
     }
@@ -241,14 +286,20 @@ inline SumSquaresBuckets pickSumSquaresBuckets() {
   return sumSquaresBucketsScalar;
 }
 
-// The fastest of the above this host runs, for code width W.
-template <unsigned W>
+// The fastest of the above this host runs, for code width W and draw width B.
+template <unsigned W, unsigned B>
 QuantizeGroups pickQuantizeGroups() {
 #if TERSE_QSGD_X86
-  if (__builtin_cpu_supports("avx512f")) return quantizeGroupsAvx512<W>;
-  if (__builtin_cpu_supports("avx2")) return quantizeGroupsAvx2<W>;
+  if (__builtin_cpu_supports("avx512f")) return quantizeGroupsAvx512<W, B>;
+  if (__builtin_cpu_supports("avx2")) return quantizeGroupsAvx2<W, B>;
 #endif
-  return quantizeGroupsScalar<W>;
+  return quantizeGroupsScalar<W, B>;
+}
+
+// pickQuantizeGroups for a draw width b known at run time (8, 16 or 24).
+template <unsigned W>
+QuantizeGroups pickQuantizeGroups(unsigned b) {
+  return b == 8 ? pickQuantizeGroups<W, 8>() : b == 16 ? pickQuantizeGroups<W, 16>() : pickQuantizeGroups<W, 24>();
 }
 
 }  // namespace terse::compressors::qsgd::host

@@ -3,9 +3,10 @@
 //
 // Per bucket v (bucket_size consecutive elements) with norm ||v||_2 and s = levels:
 //   x_i  = s |v_i| / ||v||                      in [0, s]
-//   xi_i = floor(x_i) + [u_i < x_i - floor(x_i)]   u_i uniform in [0, 1), element i's own Philox draw
+//   xi_i = floor(x_i) + [u_i < x_i - floor(x_i)]   u_i = r_i 2^-b, element i's own b-bit draw (b = rounding_bits:
+//                                                  uniform01 of sdk::drawAt's word; see qsgd.cc for the bias)
 //   Q(v)_i = sign(v_i) ||v|| xi_i / s
-// E[xi_i] = x_i, so E[Q(v)] = v; |Q(v)_i - v_i| <= ||v|| / s.
+// E[xi_i] = x_i (up to the resolution of u: below 2^-b, qsgd.cc), so E[Q(v)] = v; |Q(v)_i - v_i| <= ||v|| / s.
 // A code is xi_i in the low `mag_bits` bits (mag_bits = bitsFor(s)) and the sign (1 = negative) just above.
 #pragma once
 

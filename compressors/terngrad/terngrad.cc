@@ -6,15 +6,25 @@
 //
 //   s_t = max_i |g_i|,   b_i ~ Bernoulli(|g_i| / s_t),   tern(g)_i = s_t * sign(g_i) * b_i            (paper, eq. (5))
 //
-// so E[tern(g)] = g (unbiased). b_i is drawn from element i's own Philox draw keyed by (seed, step, tensor id, i).
-// The paper's optional gradient clipping (to 2.5 sigma, section 3.4) is not done here: it is a biased transformation
-// of the gradient rather than part of the code, and per-bucket scalers already bound the variance it was meant to
-// reduce (s_t is the max of 512 elements, not of a whole layer).
+// so E[tern(g)] = g (unbiased, up to rounding_bits' resolution below). b_i is drawn from element i's own Philox draw
+// keyed by (seed, step, tensor id, i). The paper's optional gradient clipping (to 2.5 sigma, section 3.4) is not done
+// here: it is a biased transformation of the gradient rather than part of the code, and per-bucket scalers already
+// bound the variance it was meant to reduce (s_t is the max of 512 elements, not of a whole layer).
 //
 // Parameters:
 //   bucket_size  elements per scaler, >= 0 (default 512); 0 means one scaler for the whole tensor (the paper's)
 //   threads      host compress of one tensor on this many threads, in [1, 64] (default 1): ranges of whole buckets
 //                and 64-code groups, the same bytes for any value (sdk/parallel.hpp)
+//   rounding_bits  b, the resolution of u: 24 (default), 16 or 8. Element i is sent iff r_i 2^-b s_t < |g_i| with r_i
+//                uniform on b bits (sdk/philox.hpp's drawAt: at 24 the top 24 bits of element i's own Philox word,
+//                at 16 (8) the i-th u16 (u8) of the same stream, so one Philox block serves 8 (16) elements instead of
+//                4; Philox was 60% of compress's time). So P(b_i = 1) = ceil(2^b f) / 2^b for f = |g_i| / s_t (exactly
+//                so where u s_t rounds exactly, as for s_t a power of 2; else up to the rounding of u s_t, an f32 ulp
+//                of s_t, as at any b), and E[tern(g)_i] - g_i = sign(g_i) s_t (ceil(2^b f) - 2^b f) / 2^b: a bias
+//                away from zero below 2^-b of the single level s_t (s_t / 256 at b = 8, e.g. an element of |g| =
+//                s_t / 512 is sent with probability 1/256 rather than 1/512). Compress only: the codes and the
+//                payload are the same format for every b, so rounding_bits is not on the wire (the reserved word
+//                stays 0, and the default's payloads are the ones 24-bit draws always made) and decompress takes any.
 //
 // Payload (ALLGATHER, fixed size): B buckets, 2 bits per element.
 //   [0, 16)    sdk::PayloadHeader {magic "TERN", version 1, dtype f32, numel N}
@@ -87,10 +97,11 @@ constexpr uint64_t kRunGroups = 16;
 // Runs of whole groups inside one bucket go to `run` (terngrad_host.h: the widest SIMD loop this host has, the same
 // bits as the scalar loop); a group that is short or straddles buckets is made here. `max_abs` is bucketMaxAbs, with
 // vectors where the host has them.
+// draw_bits: rounding_bits, 8, 16 or 24 (sdk/philox.hpp's drawAt; `run` must read the same width).
 TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
-                                       const sdk::PhiloxStream rng, uint64_t g0, float* __restrict scales,
-                                       uint64_t* __restrict words, const math::host::TernarizeGroups run,
-                                       const math::host::BucketMaxAbs max_abs) {
+                                       const sdk::PhiloxStream rng, unsigned draw_bits, uint64_t g0,
+                                       float* __restrict scales, uint64_t* __restrict words,
+                                       const math::host::TernarizeGroups run, const math::host::BucketMaxAbs max_abs) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
   uint32_t bits[kRunGroups * kGroup];
@@ -111,8 +122,7 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
       if (i0 + kPrefetchAhead + n * kGroup <= numel) {
         for (uint64_t line = 0; line < n * kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
       }
-      rng.groups(g0 + g, n, bits);
-      run(x + i0, scales[b0], bits, n, words + g * kW);
+      run(x + i0, scales[b0], rng.drawGroups(draw_bits, g0 + g, n, bits), n, words + g * kW);
       i0 += n * kGroup;
       g += n;
       continue;
@@ -126,8 +136,10 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
     if (i0 + kPrefetchAhead + kGroup <= numel) {
       for (unsigned line = 0; line < kGroup; line += 16) __builtin_prefetch(x + i0 + kPrefetchAhead + line);
     }
-    rng.group64(g0 + g, bits);
-    for (unsigned j = 0; j < len; ++j) codes[j] = math::quantizeValue(x[i0 + j], scale[j], bits[j]);
+    const uint32_t* draws = rng.drawGroups(draw_bits, g0 + g, 1, bits);
+    for (unsigned j = 0; j < len; ++j) {
+      codes[j] = math::quantizeValue(x[i0 + j], scale[j], sdk::drawAt(draw_bits, draws, j));
+    }
     if (len == kGroup) {
       bitpack::packGroup<kW>(codes, words + g * kW);
     } else {
@@ -188,7 +200,8 @@ class TernGrad final : public sdk::Compressor {
  public:
   TernGrad(sdk::Params& params, sdk::Host& /*host*/)
       : bucket_size_(params.getUint("bucket_size", 512, sdk::Range::atLeast(0))),
-        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))) {}
+        threads_(params.getInt("threads", 1, sdk::Range::closed(1, sdk::kMaxThreads))),
+        rounding_bits_(static_cast<unsigned>(std::stoul(params.getChoice("rounding_bits", "24", {"8", "16", "24"})))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     terse::kit::requireF32(dtype);
@@ -215,12 +228,15 @@ class TernGrad final : public sdk::Compressor {
     w.padTo(8);
     const std::span<uint64_t> words = w.putArray<uint64_t>(l.words);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
-    static const math::host::TernarizeGroups run = math::host::pickTernarizeGroups();
+    static const math::host::TernarizeGroups runs[] = {math::host::pickTernarizeGroups<8>(),
+                                                       math::host::pickTernarizeGroups<16>(),
+                                                       math::host::pickTernarizeGroups<24>()};
+    const math::host::TernarizeGroups run = runs[rounding_bits_ / 8 - 1];
     static const math::host::BucketMaxAbs max_abs = math::host::pickBucketMaxAbs();
     // As in qsgd.cc: ranges of whole buckets and 64-code groups give the bytes of one thread.
     const uint64_t bad = sdk::firstFailure(
         args.info.numel, std::lcm(l.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
-          return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, begin / kGroup,
+          return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, rounding_bits_, begin / kGroup,
                                       scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW, run,
                                       max_abs);
         });
@@ -312,7 +328,8 @@ class TernGrad final : public sdk::Compressor {
     const device::Scope scope(args.info);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
     terse::compressors::terngrad::cuda::compress(deviceShape(args.info.numel), prefixFor(args.info),
-                                                 args.input<float>().data(), rng, args.output.data(), args.stream);
+                                                 args.input<float>().data(), rng, rounding_bits_, args.output.data(),
+                                                 args.stream);
     return l.total;
   }
 
@@ -335,7 +352,8 @@ class TernGrad final : public sdk::Compressor {
 #endif
 
   uint64_t bucket_size_;
-  int64_t threads_;  // host compress threads (sdk/parallel.hpp)
+  int64_t threads_;         // host compress threads (sdk/parallel.hpp)
+  unsigned rounding_bits_;  // draw width of the stochastic rounding; compress only (the codes do not change form)
 };
 
 }  // namespace

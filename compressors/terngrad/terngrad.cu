@@ -6,8 +6,9 @@
 //              scaler) or one. (A block per chunk with cub::BlockReduce ran at a third of the memory bandwidth on an
 //              H100 for the default 512-element buckets: two elements per thread, then a block-wide reduction and
 //              barrier.)
-//   quantize   terse/kit/pack_kernels.cuh with quantizeValue: one Philox block per 4 elements (counter i / 4,
-//              the host's layout), 2-bit codes packed by the host's bitpack::packGroup<2> / packTail<2>.
+//   quantize   terse/kit/pack_kernels.cuh with quantizeValue: one Philox block per 4, 8 or 16 elements
+//              (rounding_bits 24, 16 or 8; the host's stream layout, sdk/philox.hpp's drawAt), 2-bit codes packed by
+//              the host's bitpack::packGroup<2> / packTail<2>.
 //   validate   one thread per code word / scaler / prefix byte, raising the status word on anything the host refuses.
 //   decode     terse/kit/pack_kernels.cuh with decodeValue.
 #include <cfloat>
@@ -108,7 +109,7 @@ __global__ void validateKernel(const std::byte* __restrict__ payload, device::Pr
 }  // namespace
 
 void compress(const Shape& shape, const device::Prefix& prefix, const float* x, const sdk::PhiloxStream& rng,
-              std::byte* payload, void* stream) {
+              unsigned rounding_bits, std::byte* payload, void* stream) {
   const cudaStream_t st = device::streamOf(stream);
   device::writePrefix(prefix, payload, stream);
   // The scalers start at 0 for atomicMax (a bucket of zeros keeps 0), and the padding after them must be 0 anyway.
@@ -122,7 +123,7 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   maxAbsKernel<<<device::gridFor(shape.buckets * chunks, device::kThreads / 32), device::kThreads, 0, st>>>(
       x, shape, chunks, reinterpret_cast<uint32_t*>(scales));
   TERSE_COMPRESSOR_CHECK_LAUNCH();
-  device::launchQuantize(kCodeBits, x, shape.numel, rng, Coder{scales, shape.bucket},
+  device::launchQuantize(kCodeBits, rounding_bits, x, shape.numel, rng, Coder{scales, shape.bucket},
                          reinterpret_cast<uint64_t*>(payload + shape.words_offset), stream);
 }
 

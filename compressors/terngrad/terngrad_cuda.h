@@ -21,9 +21,10 @@ struct Shape {
   uint64_t words_offset;
 };
 
-// Writes the whole payload: `prefix`, the scalers, the zero padding after them and the packed 2-bit codes.
+// Writes the whole payload: `prefix`, the scalers, the zero padding after them and the packed 2-bit codes, drawing
+// with `rounding_bits` bits (8, 16 or 24: sdk/philox.hpp's drawAt).
 void compress(const Shape& shape, const device::Prefix& prefix, const float* x, const sdk::PhiloxStream& rng,
-              std::byte* payload, void* stream);
+              unsigned rounding_bits, std::byte* payload, void* stream);
 
 // Raises `status` unless the payload holds `expected`, finite scalers >= 0, zero padding bytes and bits and no code 3:
 // everything terngrad.cc's host decoder checks.

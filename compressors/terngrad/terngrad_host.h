@@ -1,8 +1,10 @@
 // terngrad: the host's vector loops for the codes of whole groups inside one bucket, the common case of compress.
 // Each makes the bits of terngrad_math.h's quantizeValue + bitpack::packGroup<2> (the scalar loop below, which the
 // CUDA kernels share), only with SIMD compares whose masks are the code bits: keep_i & !negative_i is the code's low
-// bit, keep_i & negative_i its high bit. Host only (x86 intrinsics); tests/compressors/terngrad_test.cc runs every
-// path this host can run against the scalar one on the same inputs.
+// bit, keep_i & negative_i its high bit. Each loop is made for a draw width B (the rounding_bits parameter,
+// sdk/philox.hpp's drawAt): B = 24 reads one Philox word per element, B = 16 (8) zero-extends the stream's u16 (u8)
+// lanes, r 2^-B being uniform01 of drawAt's word exactly. Host only (x86 intrinsics);
+// tests/compressors/terngrad_test.cc runs every path this host can run against the scalar one on the same inputs.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,8 @@
 
 namespace terse::compressors::terngrad::host {
 
-// Codes of `groups` consecutive 64-element groups of one bucket (scale s) from their Philox bits into 2 words each.
+// Codes of `groups` consecutive 64-element groups of one bucket (scale s) from their draws into 2 words each. `bits`
+// is the Philox stream from the first element's word on (PhiloxStream::drawGroups), read at the loop's draw width.
 using TernarizeGroups = void (*)(const float* x, float scale, const uint32_t* bits, uint64_t groups, uint64_t* words);
 
 // bucketMaxAbs of x[0, n): a max of magnitudeBits, exact in any order, so a vector loop may take it in any order.
@@ -29,10 +32,13 @@ inline float bucketMaxAbsScalar(const float* x, uint64_t n) {
   return bucketMaxAbs(x, n);
 }
 
-inline void ternarizeGroupsScalar(const float* x, float scale, const uint32_t* bits, uint64_t groups, uint64_t* words) {
+template <unsigned B = sdk::kDrawBitsFull>
+void ternarizeGroupsScalar(const float* x, float scale, const uint32_t* bits, uint64_t groups, uint64_t* words) {
   uint32_t codes[kGroup];
   for (uint64_t q = 0; q < groups; ++q) {
-    for (unsigned j = 0; j < kGroup; ++j) codes[j] = quantizeValue(x[kGroup * q + j], scale, bits[kGroup * q + j]);
+    for (unsigned j = 0; j < kGroup; ++j) {
+      codes[j] = quantizeValue(x[kGroup * q + j], scale, sdk::drawAt<B>(bits, kGroup * q + j));
+    }
     sdk::bitpack::packGroup<kCodeBits>(codes, words + kCodeBits * q);
   }
 }
@@ -83,18 +89,39 @@ __attribute__((target("avx2"))) inline float bucketMaxAbsAvx2(const float* x, ui
   return sdk::bitsFloat(static_cast<uint32_t>(best));
 }
 
-__attribute__((target("avx2"))) inline void ternarizeGroupsAvx2(const float* x, float scale, const uint32_t* bits,
-                                                                uint64_t groups, uint64_t* words) {
+// Where element j's draw starts in the stream, in bytes: B = 24 reads whole 32-bit words.
+template <unsigned B>
+inline const unsigned char* drawsOf(const uint32_t* bits, uint64_t j) {
+  return reinterpret_cast<const unsigned char*>(bits) + j * (B == 24 ? 4 : B / 8);
+}
+
+// Elements 0..7 of `draws` (the stream at element 0, read at width B) as floats r 2^-B: uniform01 of drawAt<B>, exact
+// (r < 2^24).
+template <unsigned B>
+__attribute__((target("avx2"), always_inline)) inline __m256 uniform8Avx2(const void* draws) {
+  if constexpr (B == 24) {
+    const __m256i r = _mm256_loadu_si256(static_cast<const __m256i*>(draws));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+  } else if constexpr (B == 16) {
+    const __m256i r = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 65536.0f));
+  } else {
+    const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(draws)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 256.0f));
+  }
+}
+
+template <unsigned B = sdk::kDrawBitsFull>
+__attribute__((target("avx2"))) void ternarizeGroupsAvx2(const float* x, float scale, const uint32_t* bits,
+                                                         uint64_t groups, uint64_t* words) {
   const __m256 s = _mm256_set1_ps(scale);
-  const __m256 unit = _mm256_set1_ps(1.0f / 16777216.0f);  // uniform01's scale
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 zero = _mm256_setzero_ps();
-  for (uint64_t q = 0; q < groups; ++q, x += kGroup, bits += kGroup, words += kCodeBits) {
+  for (uint64_t q = 0; q < groups; ++q, x += kGroup, words += kCodeBits) {
     uint64_t plus = 0, minus = 0;
     for (unsigned v = 0; v < 8; ++v) {
       const __m256 g = _mm256_loadu_ps(x + 8 * v);
-      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + 8 * v));
-      const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), unit);  // exact: r >> 8 < 2^24
+      const __m256 u = uniform8Avx2<B>(drawsOf<B>(bits, kGroup * q + 8 * v));
       const auto keep = static_cast<uint64_t>(
           _mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(u, s), _mm256_and_ps(g, abs_mask), _CMP_LT_OQ)));
       const auto negative = static_cast<uint64_t>(_mm256_movemask_ps(_mm256_cmp_ps(g, zero, _CMP_LT_OQ)));
@@ -128,21 +155,35 @@ __attribute__((target("avx512f"))) inline float bucketMaxAbsAvx512(const float* 
   return sdk::bitsFloat(static_cast<uint32_t>(best));
 }
 
+// Elements 0..15 of `draws` as floats r 2^-B (uniform8Avx2 on 16 lanes).
+template <unsigned B>
+__attribute__((target("avx512f"), always_inline)) inline __m512 uniform16Avx512(const void* draws) {
+  if constexpr (B == 24) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(draws), 8)),
+                         _mm512_set1_ps(1.0f / 16777216.0f));
+  } else if constexpr (B == 16) {
+    const __m512i r = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(draws)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 65536.0f));
+  } else {
+    const __m512i r = _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 256.0f));
+  }
+}
+
 // With AVX-512F the compares give the masks directly, and BMI2's pdep spreads them (every AVX-512 CPU runs pdep in
 // hardware).
-__attribute__((target("avx512f,bmi2"))) inline void ternarizeGroupsAvx512(const float* x, float scale,
-                                                                          const uint32_t* bits, uint64_t groups,
-                                                                          uint64_t* words) {
+template <unsigned B = sdk::kDrawBitsFull>
+__attribute__((target("avx512f,bmi2"))) void ternarizeGroupsAvx512(const float* x, float scale, const uint32_t* bits,
+                                                                   uint64_t groups, uint64_t* words) {
   const __m512 s = _mm512_set1_ps(scale);
-  const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f);
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512 zero = _mm512_setzero_ps();
   constexpr uint64_t kEven = 0x5555555555555555ull;
-  for (uint64_t q = 0; q < groups; ++q, x += kGroup, bits += kGroup, words += kCodeBits) {
+  for (uint64_t q = 0; q < groups; ++q, x += kGroup, words += kCodeBits) {
     uint64_t plus = 0, minus = 0;
     for (unsigned v = 0; v < 4; ++v) {
       const __m512 g = _mm512_loadu_ps(x + 16 * v);
-      const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(bits + 16 * v), 8)), unit);
+      const __m512 u = uniform16Avx512<B>(drawsOf<B>(bits, kGroup * q + 16 * v));
       const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(g), abs_mask));
       const uint64_t keep = _mm512_cmp_ps_mask(_mm512_mul_ps(u, s), magnitude, _CMP_LT_OQ);
       const uint64_t negative = _mm512_cmp_ps_mask(g, zero, _CMP_LT_OQ);
@@ -164,13 +205,19 @@ inline BucketMaxAbs pickBucketMaxAbs() {
   return bucketMaxAbsScalar;
 }
 
-// The fastest of the above this host runs.
-inline TernarizeGroups pickTernarizeGroups() {
+// The fastest of the above this host runs, for draw width B.
+template <unsigned B>
+TernarizeGroups pickTernarizeGroups() {
 #if TERSE_TERNGRAD_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) return ternarizeGroupsAvx512;
-  if (__builtin_cpu_supports("avx2")) return ternarizeGroupsAvx2;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) return ternarizeGroupsAvx512<B>;
+  if (__builtin_cpu_supports("avx2")) return ternarizeGroupsAvx2<B>;
 #endif
-  return ternarizeGroupsScalar;
+  return ternarizeGroupsScalar<B>;
+}
+
+// pickTernarizeGroups for a draw width b known at run time (8, 16 or 24).
+inline TernarizeGroups pickTernarizeGroups(unsigned b) {
+  return b == 8 ? pickTernarizeGroups<8>() : b == 16 ? pickTernarizeGroups<16>() : pickTernarizeGroups<24>();
 }
 
 }  // namespace terse::compressors::terngrad::host

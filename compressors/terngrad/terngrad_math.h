@@ -3,8 +3,9 @@
 // runs.
 //
 // Per bucket with scale s = max_i |g_i|:
-//   b_i ~ Bernoulli(|g_i| / s), drawn as [u_i s < |g_i|] with u_i uniform in [0, 1), element i's own Philox draw
-//   T(g)_i = s sign(g_i) b_i,  so E[T(g)_i] = g_i
+//   b_i ~ Bernoulli(|g_i| / s), drawn as [u_i s < |g_i|] with u_i = r_i 2^-b, element i's own b-bit draw (b =
+//   rounding_bits: uniform01 of sdk::drawAt's word; see terngrad.cc for the bias)
+//   T(g)_i = s sign(g_i) b_i,  so E[T(g)_i] = g_i (up to the resolution of u: below s 2^-b, terngrad.cc)
 // A code is 2 bits: 0 -> 0, 1 -> +1, 2 -> -1 (code = b_i << negative_i); 3 never occurs and marks a corrupt payload.
 #pragma once
 

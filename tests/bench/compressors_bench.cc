@@ -52,9 +52,11 @@ namespace terse {
 namespace {
 
 // The built-ins and the parameters they are measured with: the sparsifiers at 1% (the regime the papers run in).
+// A variant (label set) is the plugin at other parameters, measured and listed under its label; it has no step bench.
 struct Builtin {
   const char* name;
   Params params;
+  const char* label = nullptr;
 };
 const std::vector<Builtin>& builtins() {
   static const std::vector<Builtin> list = {
@@ -62,7 +64,12 @@ const std::vector<Builtin>& builtins() {
       {"fp16", {}},
       {"bf16", {}},
       {"qsgd", {}},
+      // rounding_bits 16 and 8: one Philox block draws for 8 (16) elements instead of 4 (sdk/philox.hpp's drawAt).
+      {"qsgd", {{"rounding_bits", "16"}}, "qsgd-r16"},
+      {"qsgd", {{"rounding_bits", "8"}}, "qsgd-r8"},
       {"terngrad", {}},
+      {"terngrad", {{"rounding_bits", "16"}}, "terngrad-r16"},
+      {"terngrad", {{"rounding_bits", "8"}}, "terngrad-r8"},
       {"onebit", {}},
       {"signsgd", {}},
       {"topk", {{"ratio", "0.01"}}},
@@ -342,7 +349,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     out << "\nsummary (GB/s of f32 input per CPU second, one thread"
         << (medians_.empty() ? "" : ", medians of the repetitions")
         << "; c/memcpy, d/memcpy = compress, decompress GB/s / memcpy GB/s; ratio = dense bytes / payload bytes)\n";
-    std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %10s %9s\n", "compressor", "size", "compress",
+    std::snprintf(line, sizeof line, "%-12s %-6s %12s %14s %12s %10s %10s %9s\n", "compressor", "size", "compress",
                   "decompress", "memcpy", "c/memcpy", "d/memcpy", "ratio");
     out << line;
     for (const auto& p : plugins) {
@@ -353,7 +360,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         if (c == nullptr && d == nullptr) continue;
         const double cg = gbps(c), dg = gbps(d), mg = gbps(m);
         const auto vs = [mg](double g) { return mg > 0 && g > 0 ? fmt(g / mg, 3) : std::string("-"); };
-        std::snprintf(line, sizeof line, "%-10s %-6s %12s %14s %12s %10s %10s %9s\n", p.c_str(), s.label,
+        std::snprintf(line, sizeof line, "%-12s %-6s %12s %14s %12s %10s %10s %9s\n", p.c_str(), s.label,
                       fmt(cg, 2).c_str(), fmt(dg, 2).c_str(), fmt(mg, 2).c_str(), vs(cg).c_str(), vs(dg).c_str(),
                       c && c->counters.count("ratio") ? (fmt(c->counters.at("ratio").value, 1) + "x").c_str() : "-");
         out << line;
@@ -438,15 +445,15 @@ int main(int argc, char** argv) {
       std::cerr << "terse-bench-compressors: skipping " << b.name << ": " << e.what() << '\n';
       continue;
     }
-    present.emplace_back(b.name);
+    const std::string label = b.label != nullptr ? b.label : b.name;
+    present.emplace_back(label);
     for (const auto& s : kSizes) {
-      benchmark::RegisterBenchmark(("compress/" + std::string(b.name) + "/" + s.label).c_str(), benchCompress, instance,
-                                   s)
+      benchmark::RegisterBenchmark(("compress/" + label + "/" + s.label).c_str(), benchCompress, instance, s)
           ->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("decompress/" + std::string(b.name) + "/" + s.label).c_str(), benchDecompress,
-                                   instance, s)
+      benchmark::RegisterBenchmark(("decompress/" + label + "/" + s.label).c_str(), benchDecompress, instance, s)
           ->Unit(benchmark::kMicrosecond);
     }
+    if (b.label != nullptr) continue;
     // The step at the parameters issue 22's target names for PowerSGD (rank 2), the bench's own for the others.
     const bool low_rank = std::string(b.name) == "powersgd";
     auto step_instance = instance;

@@ -377,10 +377,10 @@ void printSummary(const std::vector<std::string>& present) {
   const double copy = rate("memcpy_d2d");
   std::printf("\nsummary (GB/s of f32 input, %llu MiB, device copy %.1f GB/s)\n",
               static_cast<unsigned long long>(g_numel * 4 >> 20), copy);
-  std::printf("%-10s %12s %10s %14s %10s\n", "compressor", "compress", "x copy", "decompress", "x copy");
+  std::printf("%-12s %12s %10s %14s %10s\n", "compressor", "compress", "x copy", "decompress", "x copy");
   for (const auto& p : present) {
     const double cg = rate("compress/" + p), dg = rate("decompress/" + p);
-    std::printf("%-10s %12.1f %10.2f %14.1f %10.2f\n", p.c_str(), cg, copy > 0 ? cg / copy : 0.0, dg,
+    std::printf("%-12s %12.1f %10.2f %14.1f %10.2f\n", p.c_str(), cg, copy > 0 ? cg / copy : 0.0, dg,
                 copy > 0 ? dg / copy : 0.0);
   }
   if (g_topk_checked) {
@@ -481,6 +481,27 @@ int main(int argc, char** argv) {
     if (std::string(name) == "dgc") dgc = instance;
     if (std::string(name) == "topk") {
       benchmark::RegisterBenchmark("sort/topk_reference", benchTopKSort, instance)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  // qsgd and terngrad at rounding_bits 16 and 8 (one Philox block per 8 or 16 elements), listed as variants.
+  for (const char* name : {"qsgd", "terngrad"}) {
+    if (std::find(present.begin(), present.end(), name) == present.end()) continue;
+    for (const char* bits : {"16", "8"}) {
+      const std::string label = std::string(name) + "-r" + bits;
+      std::shared_ptr<const Compressor> instance;
+      try {
+        instance = loader.loadCompressor(name)->instantiate({{"rounding_bits", bits}});
+      } catch (const std::exception& e) {
+        std::cerr << "terse-bench-compressors-cuda: skipping " << label << ": " << e.what() << '\n';
+        continue;
+      }
+      present.push_back(label);
+      benchmark::RegisterBenchmark(("compress/" + label).c_str(), benchCompress, label, instance)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("decompress/" + label).c_str(), benchDecompress, label, instance)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -35,6 +35,7 @@
 
 #include "terse/compressor_v1.h"
 #include "terse/sdk/half.hpp"
+#include "terse/sdk/philox.hpp"
 #include "terse/types_v1.h"
 
 #ifndef TERSE_TEST_CUDA_PLUGINS
@@ -443,6 +444,30 @@ inline std::vector<float> awkwardInput(uint64_t n, uint32_t seed, uint64_t bucke
     }
   }
   return v;
+}
+
+// ---- The stochastic rounding draws of qsgd and terngrad (their rounding_bits parameter), written out here from the
+// documented layout rather than through sdk::drawAt, so that a wrong drawAt fails the payload tests.
+
+// Element i's draw at width b as the quantizers read it: r_i << (32 - b), r_i being bits(i) >> 8 (b = 24), half
+// (i mod 2) of stream word i div 2 (b = 16), byte (i mod 4) of word i div 4 (b = 8), the low half / byte first.
+inline uint32_t referenceDraw(const sdk::PhiloxStream& s, uint64_t i, unsigned b) {
+  if (b == 24) return s.bits(i);
+  if (b == 16) return ((i % 2 == 0 ? s.bits(i / 2) : s.bits(i / 2) >> 16) & 0xFFFFu) << 16;
+  return ((s.bits(i / 4) >> (8 * (i % 4))) & 0xFFu) << 24;
+}
+
+// Stream words for the vector loops' bit-for-bit tests: Philox words with awkward ones forced in every 5th word, so
+// that 24-bit draws of 0 and of 1 - 2^-24 occur, and 16- and 8-bit draws of 0, of 1 - 2^-b and of 2^-b (the all-zero
+// and all-one words, and words whose halves or bytes differ: a loop that read the wrong half or byte would differ).
+inline std::vector<uint32_t> awkwardStreamWords(uint64_t count, uint64_t seed) {
+  std::vector<uint32_t> bits(count);
+  const sdk::PhiloxStream s(seed, 1, 2);
+  for (uint64_t i = 0; i < count; ++i) bits[i] = s.bits(i);
+  const uint32_t special[] = {0u,          0xFFFFFFFFu, 0xFFu,       0x100u,      0x80000000u, 0x7FFFFF00u,
+                              0x0000FFFFu, 0xFFFF0000u, 0x00010000u, 0x00000001u, 0xFF00FF00u, 0x01FE7F80u};
+  for (uint64_t i = 0; i < count; i += 5) bits[i] = special[(i / 5) % std::size(special)];
+  return bits;
 }
 
 // ---- Payload surgery for validation tests.

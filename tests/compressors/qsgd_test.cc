@@ -52,7 +52,10 @@ TEST(Qsgd, ParametersAreValidated) {
       {{{"levels", "16777216"}}, "qsgd: 'levels' must be an integer <= 16777215"},
       {{{"levels", "2.5"}}, "qsgd: 'levels' must be an integer, got '2.5'"},
       {{{"bucket_size", "0"}}, "qsgd: 'bucket_size' must be an integer >= 1, got 0"},
-      {{{"bucket", "512"}}, "qsgd: unknown parameter 'bucket' (known: levels, bucket_size, threads)"},
+      {{{"rounding_bits", "12"}}, "qsgd: 'rounding_bits' must be one of {8, 16, 24}, got '12'"},
+      {{{"rounding_bits", "32"}}, "qsgd: 'rounding_bits' must be one of {8, 16, 24}, got '32'"},
+      {{{"rounding_bits", "08"}}, "qsgd: 'rounding_bits' must be one of {8, 16, 24}, got '08'"},
+      {{{"bucket", "512"}}, "qsgd: unknown parameter 'bucket' (known: levels, bucket_size, threads, rounding_bits)"},
   };
   for (const Case& c : cases) {
     Instance i(plugin, c.params);
@@ -61,6 +64,10 @@ TEST(Qsgd, ParametersAreValidated) {
   }
   Instance ok(plugin, {{"levels", "16777215"}, {"bucket_size", "1"}});
   EXPECT_TRUE(ok.ok()) << ok.lastError();
+  for (const char* b : {"8", "16", "24"}) {
+    Instance rounding(plugin, {{"rounding_bits", b}});
+    EXPECT_TRUE(rounding.ok()) << b << ": " << rounding.lastError();
+  }
 }
 
 TEST(Qsgd, CapsAndExactSizes) {
@@ -209,6 +216,62 @@ TEST(Qsgd, UnbiasedOverManySteps) {
   EXPECT_LT(z2 / static_cast<double>(n), 1.5) << "mean squared z-score; 1 expected for an unbiased quantizer";
 }
 
+// rounding_bits b: element e rounds up iff r_e 2^-b < frac with r_e uniform on b bits, so P(up) = ceil(frac 2^b) / 2^b
+// and E[Q(v)_e] - v_e = unit (P(up) - frac), in [0, unit 2^-b). A bucket of 2^18 ones has norm 512 exactly, so with s
+// levels every element has x = s / 512 exactly: s = 513 gives frac 1/512, which 8-bit draws round up with probability
+// 1/256 (r = 0 only) and 16- and 24-bit draws with 1/512; s = 768 gives frac 1/2 at every b. Over 4 steps (2^20
+// draws) each rate must be within 5 sigma of its formula (the 1/256 and 1/512 rates are 32 sigma apart), the mean
+// decode within 5 sigma of v + unit (P(up) - frac) and below the bound; and at frac 1/2, elements d = 1, 2, 3, 4, 8,
+// 16 apart (halves and bytes of one stream word, neighbouring words and blocks) must agree half the time, as
+// independent draws do (a draw reused for two elements would make them agree 3/4 of the time or more).
+TEST(Qsgd, RoundingBitsGiveTheirRoundUpRateAndBias) {
+  Plugin plugin("qsgd");
+  const uint64_t n = uint64_t{1} << 18;
+  const std::vector<float> ones(n, 1.0f);
+  const int steps = 4;
+  const double draws = static_cast<double>(n) * steps;
+  for (const unsigned b : {24u, 16u, 8u}) {
+    for (const int levels : {513, 768}) {
+      SCOPED_TRACE("rounding_bits " + std::to_string(b) + ", levels " + std::to_string(levels));
+      Instance c(plugin, {{"levels", std::to_string(levels)},
+                          {"bucket_size", std::to_string(n)},
+                          {"rounding_bits", std::to_string(b)}});
+      ASSERT_TRUE(c.ok()) << c.lastError();
+      const double frac = levels == 513 ? 1.0 / 512 : 0.5;
+      const double p = std::ceil(frac * std::ldexp(1.0, static_cast<int>(b))) / std::ldexp(1.0, static_cast<int>(b));
+      const float unit = 512.0f / static_cast<float>(levels);  // decodeValue's unit: norm / s
+      double ups = 0, sum = 0;
+      const uint64_t lags[] = {1, 2, 3, 4, 8, 16};
+      double agree[std::size(lags)] = {};
+      for (int step = 0; step < steps; ++step) {
+        const auto info = tensorInfo(n, {.step = static_cast<uint64_t>(step), .seed = 31});
+        const auto out = c.decode(info, c.compress(info, ones));
+        std::vector<uint8_t> up(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(out[i] == 1.0f * unit || out[i] == 2.0f * unit) << i << ": " << out[i];
+          up[i] = out[i] == 2.0f * unit ? 1 : 0;
+          ups += up[i];
+          sum += out[i];
+        }
+        for (size_t k = 0; k < std::size(lags); ++k) {
+          for (uint64_t i = 0; i + lags[k] < n; ++i) agree[k] += up[i] == up[i + lags[k]] ? 1 : 0;
+        }
+      }
+      const double sd = std::sqrt(p * (1 - p) / draws);
+      EXPECT_NEAR(ups / draws, p, 5 * sd) << "round-up rate; ceil(frac 2^b) / 2^b expected";
+      const double bias = sum / draws - 1.0;
+      EXPECT_NEAR(bias, unit * (p - frac), 5 * unit * sd + 1e-6) << "mean decode minus v";
+      EXPECT_LE(bias, unit * std::ldexp(1.0, -static_cast<int>(b)) + 5 * unit * sd + 1e-6) << "the documented bound";
+      if (levels == 768) {
+        for (size_t k = 0; k < std::size(lags); ++k) {
+          const double pairs = static_cast<double>(n - lags[k]) * steps;
+          EXPECT_NEAR(agree[k] / pairs, 0.5, 5 * 0.5 / std::sqrt(pairs)) << "elements " << lags[k] << " apart";
+        }
+      }
+    }
+  }
+}
+
 TEST(Qsgd, DeterministicPerSeedStepAndTensor) {
   Plugin plugin("qsgd");
   Instance c(plugin, {{"levels", "7"}});
@@ -265,30 +328,20 @@ TEST(Qsgd, CodesFollowTheDocumentedLayout) {
 
 // ---- The host's vector loops (qsgd_host.h) against the scalar math they must reproduce bit for bit.
 
-// Philox bits of a tensor's first groups with the extremes forced in: 0 (u = 0), all ones (u just below 1), and
-// values whose uniform01 is exactly a small fraction.
-std::vector<uint32_t> qsgdAwkwardBits(uint64_t count, uint64_t seed) {
-  std::vector<uint32_t> bits(count);
-  const sdk::PhiloxStream s(seed, 1, 2);
-  for (uint64_t i = 0; i < count; ++i) bits[i] = s.bits(i);
-  const uint32_t special[] = {0u, 0xFFFFFFFFu, 0xFFu, 0x100u, 0x80000000u, 0x7FFFFF00u};
-  for (uint64_t i = 0; i < count; i += 5) bits[i] = special[(i / 5) % std::size(special)];
-  return bits;
-}
-
-// Every quantize loop this host can run against quantizeGroupsScalar, for code width W = bitsFor(levels) + 1, on
-// buckets whose divisor is a normal norm, a subnormal norm, 1 (all zeros) and a norm equal to one element. Returns
-// how many vector loops ran.
-template <unsigned W>
+// Every quantize loop this host can run against quantizeGroupsScalar, for code width W = bitsFor(levels) + 1 and draw
+// width B, on buckets whose divisor is a normal norm, a subnormal norm, 1 (all zeros) and a norm equal to one element.
+// The scalar loop reads the draws through sdk::drawAt, which PayloadMatchesTheElementwiseDefinition checks against the
+// documented layout. Returns how many vector loops ran.
+template <unsigned W, unsigned B>
 int qsgdCheckQuantizeLoops(int32_t levels) {
   namespace host = compressors::qsgd::host;
   std::vector<std::pair<const char*, host::QuantizeGroups>> loops;
 #if TERSE_QSGD_X86
-  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::quantizeGroupsAvx2<W>);
-  if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::quantizeGroupsAvx512<W>);
+  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::quantizeGroupsAvx2<W, B>);
+  if (__builtin_cpu_supports("avx512f")) loops.emplace_back("AVX-512", host::quantizeGroupsAvx512<W, B>);
 #endif
   const uint64_t groups = 5, n = groups * 64;
-  const auto bits = qsgdAwkwardBits(n, static_cast<uint64_t>(levels));
+  const auto bits = awkwardStreamWords(n, static_cast<uint64_t>(levels));
   std::vector<std::vector<float>> inputs = {awkwardInput(n, 3), gaussian(n, 4, 1e-42f), std::vector<float>(n, 0.0f),
                                             std::vector<float>(n, 0.0f)};
   for (uint64_t i = 0; i < n; i += 3) inputs[2][i] = -0.0f;
@@ -296,14 +349,14 @@ int qsgdCheckQuantizeLoops(int32_t levels) {
   for (const auto& x : inputs) {
     const float divisor = compressors::qsgd::normDivisor(compressors::qsgd::bucketNorm(x.data(), n));
     std::vector<uint64_t> want(groups * W), got(groups * W);
-    host::quantizeGroupsScalar<W>(x.data(), divisor, levels, bits.data(), groups, want.data());
+    host::quantizeGroupsScalar<W, B>(x.data(), divisor, levels, bits.data(), groups, want.data());
     for (const auto& [name, loop] : loops) {
       std::fill(got.begin(), got.end(), ~uint64_t{0});
       loop(x.data(), divisor, levels, bits.data(), groups, got.data());
       for (uint64_t k = 0; k < got.size(); ++k) {
         if (got[k] != want[k]) {
-          ADD_FAILURE() << name << ", levels " << levels << ", divisor " << divisor << ": word " << k << " is "
-                        << got[k] << ", the scalar loop's " << want[k];
+          ADD_FAILURE() << name << ", rounding_bits " << B << ", levels " << levels << ", divisor " << divisor
+                        << ": word " << k << " is " << got[k] << ", the scalar loop's " << want[k];
           return static_cast<int>(loops.size());
         }
       }
@@ -316,7 +369,8 @@ TEST(Qsgd, VectorQuantizeLoopsMatchTheScalarLoop) {
   int ran = 0;
   for (const int32_t levels : {1, 2, 3, 5, 7, 100, 127, 128, 200, 255, 1000, 65535, (1 << 24) - 1}) {
     const unsigned w = 1 + bitpack::bitsFor(static_cast<uint64_t>(levels));
-    TERSE_BITPACK_DISPATCH(w, ran += qsgdCheckQuantizeLoops<kW>(levels));
+    TERSE_BITPACK_DISPATCH(w, ran += qsgdCheckQuantizeLoops<kW, 24>(levels);
+                           ran += qsgdCheckQuantizeLoops<kW, 16>(levels); ran += qsgdCheckQuantizeLoops<kW, 8>(levels));
   }
   if (ran == 0) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
 }
@@ -359,14 +413,23 @@ TEST(Qsgd, PayloadMatchesTheElementwiseDefinition) {
   struct Case {
     int32_t levels;
     uint64_t bucket, n, threads;
+    unsigned rounding_bits = 24;
   };
-  for (const Case k : {Case{127, 512, 100000, 1}, Case{127, 2048, 9000, 1}, Case{127, 96, 1001, 1},
-                       Case{100, 512, 4096 + 17, 1}, Case{5, 16, 100, 1}, Case{1, 1, 70, 1}, Case{3, 64, 640, 1},
-                       Case{65535, 200, 999, 1}, Case{(1 << 24) - 1, 1000, 3000, 1}, Case{127, 4097, 20000, 3},
-                       Case{127, 512, 63, 1}, Case{255, 100000, 70000, 1}}) {
+  // rounding_bits 16 and 8: buckets and thread ranges that start inside a Philox group of the shorter draws (a bucket
+  // of 96 starts at elements 96, 192, ...: stream words 48, 96, ... at 16 bits, 24, 48, ... at 8), and runs of 16
+  // groups that start at odd groups.
+  for (const Case k : {Case{127, 512, 100000, 1},     Case{127, 2048, 9000, 1},     Case{127, 96, 1001, 1},
+                       Case{100, 512, 4096 + 17, 1},  Case{5, 16, 100, 1},          Case{1, 1, 70, 1},
+                       Case{3, 64, 640, 1},           Case{65535, 200, 999, 1},     Case{(1 << 24) - 1, 1000, 3000, 1},
+                       Case{127, 4097, 20000, 3},     Case{127, 512, 63, 1},        Case{255, 100000, 70000, 1},
+                       Case{127, 512, 100000, 1, 16}, Case{127, 512, 100000, 1, 8}, Case{127, 96, 1001, 1, 16},
+                       Case{127, 96, 1001, 1, 8},     Case{5, 16, 100, 1, 8},       Case{3, 64, 640, 1, 16},
+                       Case{65535, 200, 999, 1, 16},  Case{127, 4097, 20000, 3, 8}, Case{127, 4097, 20000, 3, 16},
+                       Case{127, 1088, 20000, 3, 8},  Case{127, 512, 63, 1, 8},     Case{255, 100000, 70000, 1, 16}}) {
     Instance c(plugin, {{"levels", std::to_string(k.levels)},
                         {"bucket_size", std::to_string(k.bucket)},
-                        {"threads", std::to_string(k.threads)}});
+                        {"threads", std::to_string(k.threads)},
+                        {"rounding_bits", std::to_string(k.rounding_bits)}});
     const auto info = tensorInfo(k.n, {.step = 5, .seed = 99});
     const auto x = awkwardInput(k.n, static_cast<uint32_t>(k.n), std::min(k.bucket, k.n));
     const Bytes p = c.compress(info, x);
@@ -380,12 +443,14 @@ TEST(Qsgd, PayloadMatchesTheElementwiseDefinition) {
     }
     for (uint64_t i = 0; i < k.n; ++i) {
       codes[i] = compressors::qsgd::quantizeValue(x[i], compressors::qsgd::normDivisor(norms[i / bucket]),
-                                                  static_cast<float>(k.levels), k.levels, mag, s.bits(i));
+                                                  static_cast<float>(k.levels), k.levels, mag,
+                                                  referenceDraw(s, i, k.rounding_bits));
     }
     std::vector<uint64_t> words(bitpack::wordCount(k.n, mag + 1));
     bitpack::pack(mag + 1, codes.data(), k.n, words.data());
     const std::string label = "levels " + std::to_string(k.levels) + ", bucket " + std::to_string(k.bucket) + ", n " +
-                              std::to_string(k.n) + ", threads " + std::to_string(k.threads);
+                              std::to_string(k.n) + ", threads " + std::to_string(k.threads) + ", rounding_bits " +
+                              std::to_string(k.rounding_bits);
     ASSERT_EQ(p.size(), qsgdCodesOffset(k.n, bucket) + 8 * words.size()) << label;
     EXPECT_EQ(std::memcmp(p.data() + 32, norms.data(), 4 * norms.size()), 0) << label << ": the norms differ";
     const auto* got = p.data() + qsgdCodesOffset(k.n, bucket);

@@ -42,6 +42,18 @@ TEST(TernGrad, ParametersCapsAndSizes) {
       << bad.lastError();
   Instance clip(plugin, {{"clip", "2.5"}});
   EXPECT_EQ(clip.initStatus(), TERSE_ERR_INVALID_ARGUMENT) << "clipping is not implemented, so it is not accepted";
+  for (const char* b : {"0", "4", "12", "32", "-8", "sixteen"}) {
+    Instance rounding(plugin, {{"rounding_bits", b}});
+    EXPECT_EQ(rounding.initStatus(), TERSE_ERR_INVALID_ARGUMENT) << b;
+    EXPECT_NE(
+        rounding.lastError().find("terngrad: 'rounding_bits' must be one of {8, 16, 24}, got '" + std::string(b) + "'"),
+        std::string::npos)
+        << rounding.lastError();
+  }
+  for (const char* b : {"8", "16", "24"}) {
+    Instance rounding(plugin, {{"rounding_bits", b}});
+    EXPECT_TRUE(rounding.ok()) << b << ": " << rounding.lastError();
+  }
 
   Instance c(plugin);
   const auto caps = c.caps();
@@ -147,6 +159,62 @@ TEST(TernGrad, UnbiasedOverManySteps) {
   EXPECT_LT(z2 / counted, 1.5) << "mean squared z-score; 1 expected for an unbiased quantizer";
 }
 
+// rounding_bits b: an element is sent iff r 2^-b s < |g| with r uniform on b bits, so P(sent) = ceil(f 2^b) / 2^b for
+// f = |g| / s, and E[T(g)] - g = s (P(sent) - f), in [0, s 2^-b): the one level's step is s. Buckets of 512 whose first
+// element is 1 (the scaler) and the rest 2^-9 (f = 1/512: 8-bit draws send with probability 1/256, r = 0 only; 16-
+// and 24-bit draws with 1/512) or 0.5 (f = 1/2 at every b), 2^18 elements over 4 steps: the rate within 5 sigma of
+// the formula (1/256 and 1/512 are 32 sigma apart), the mean decode within 5 sigma of g + s (P(sent) - f) and below
+// the bound, and at f = 1/2, elements d = 1, 2, 3, 4, 8, 16 apart agreeing half the time (independent draws).
+TEST(TernGrad, RoundingBitsGiveTheirSendRateAndBias) {
+  Plugin plugin("terngrad");
+  const uint64_t n = uint64_t{1} << 18, bucket = 512;
+  const int steps = 4;
+  for (const unsigned b : {24u, 16u, 8u}) {
+    for (const float f : {1.0f / 512, 0.5f}) {
+      SCOPED_TRACE("rounding_bits " + std::to_string(b) + ", f " + std::to_string(f));
+      Instance c(plugin, {{"rounding_bits", std::to_string(b)}});
+      ASSERT_TRUE(c.ok()) << c.lastError();
+      std::vector<float> g(n, f);
+      for (uint64_t i = 0; i < n; i += bucket) g[i] = 1.0f;
+      const double scale = std::ldexp(1.0, static_cast<int>(b));
+      const double p = std::ceil(f * scale) / scale;
+      const double draws = static_cast<double>(n - n / bucket) * steps;
+      double sent = 0, sum = 0;
+      const uint64_t lags[] = {1, 2, 3, 4, 8, 16};
+      double agree[std::size(lags)] = {}, pairs[std::size(lags)] = {};
+      for (int step = 0; step < steps; ++step) {
+        const auto info = tensorInfo(n, {.step = static_cast<uint64_t>(step), .seed = 41});
+        const auto out = c.decode(info, c.compress(info, g));
+        for (uint64_t i = 0; i < n; ++i) {
+          if (i % bucket == 0) {
+            ASSERT_EQ(out[i], 1.0f) << "the scaler's own element is always sent";
+            continue;
+          }
+          ASSERT_TRUE(out[i] == 0.0f || out[i] == 1.0f) << i << ": " << out[i];
+          sent += out[i];
+          sum += out[i];
+          for (size_t k = 0; k < std::size(lags); ++k) {
+            if (i + lags[k] < n && (i + lags[k]) % bucket != 0) {
+              agree[k] += out[i] == out[i + lags[k]] ? 1 : 0;
+              pairs[k] += 1;
+            }
+          }
+        }
+      }
+      const double sd = std::sqrt(p * (1 - p) / draws);
+      EXPECT_NEAR(sent / draws, p, 5 * sd) << "send rate; ceil(f 2^b) / 2^b expected";
+      const double bias = sum / draws - f;
+      EXPECT_NEAR(bias, p - f, 5 * sd) << "mean decode minus g";
+      EXPECT_LE(bias, 1.0 / scale + 5 * sd) << "the documented bound s 2^-b";
+      if (f == 0.5f) {
+        for (size_t k = 0; k < std::size(lags); ++k) {
+          EXPECT_NEAR(agree[k] / pairs[k], 0.5, 5 * 0.5 / std::sqrt(pairs[k])) << "elements " << lags[k] << " apart";
+        }
+      }
+    }
+  }
+}
+
 TEST(TernGrad, DeterministicPerSeedStepAndTensor) {
   Plugin plugin("terngrad");
   Instance c(plugin);
@@ -168,22 +236,22 @@ TEST(TernGrad, DeterministicPerSeedStepAndTensor) {
 
 // ---- The host's vector loops (terngrad_host.h) against the scalar math they must reproduce bit for bit.
 
-TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
+// Every vector loop this host runs against ternarizeGroupsScalar at draw width B (which reads the draws through
+// sdk::drawAt, checked against the documented layout by PayloadMatchesTheElementwiseDefinition).
+template <unsigned B>
+void ternCheckVectorLoops() {
   namespace host = compressors::terngrad::host;
   std::vector<std::pair<const char*, host::TernarizeGroups>> loops;
 #if TERSE_TERNGRAD_X86
-  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::ternarizeGroupsAvx2);
+  if (__builtin_cpu_supports("avx2")) loops.emplace_back("AVX2", host::ternarizeGroupsAvx2<B>);
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) {
-    loops.emplace_back("AVX-512", host::ternarizeGroupsAvx512);
+    loops.emplace_back("AVX-512", host::ternarizeGroupsAvx512<B>);
   }
 #endif
   if (loops.empty()) GTEST_SKIP() << "this host has neither AVX2 nor AVX-512F";
+  SCOPED_TRACE("rounding_bits " + std::to_string(B));
   const uint64_t groups = 5, n = groups * 64;
-  std::vector<uint32_t> bits(n);
-  const sdk::PhiloxStream s(17, 1, 2);
-  for (uint64_t i = 0; i < n; ++i) bits[i] = s.bits(i);
-  const uint32_t special_bits[] = {0u, 0xFFFFFFFFu, 0xFFu, 0x100u, 0x80000000u};
-  for (uint64_t i = 0; i < n; i += 5) bits[i] = special_bits[(i / 5) % std::size(special_bits)];
+  const auto bits = awkwardStreamWords(n, 17);
   std::vector<std::vector<float>> inputs = {awkwardInput(n, 3), gaussian(n, 4, 1e-42f), std::vector<float>(n, 0.0f)};
   for (uint64_t i = 0; i < n; i += 3) inputs[2][i] = -0.0f;
   for (const auto& x : inputs) {
@@ -191,7 +259,7 @@ TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
     const float max = compressors::terngrad::bucketMaxAbs(x.data(), n);
     for (const float scale : {max, max * 0.5f, max * 4.0f, 0.0f}) {
       std::vector<uint64_t> want(groups * 2), got(groups * 2);
-      host::ternarizeGroupsScalar(x.data(), scale, bits.data(), groups, want.data());
+      host::ternarizeGroupsScalar<B>(x.data(), scale, bits.data(), groups, want.data());
       for (const auto& [name, loop] : loops) {
         std::fill(got.begin(), got.end(), ~uint64_t{0});
         loop(x.data(), scale, bits.data(), groups, got.data());
@@ -201,6 +269,12 @@ TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
       }
     }
   }
+}
+
+TEST(TernGrad, VectorLoopsMatchTheScalarLoop) {
+  ternCheckVectorLoops<24>();
+  ternCheckVectorLoops<16>();
+  ternCheckVectorLoops<8>();
 }
 
 // The vector bucket maxima against bucketMaxAbs, bit for bit: lengths around the 16-lane vectors and the 64-element
@@ -238,10 +312,18 @@ TEST(TernGrad, PayloadMatchesTheElementwiseDefinition) {
   Plugin plugin("terngrad");
   struct Case {
     uint64_t bucket, n, threads;
+    unsigned rounding_bits = 24;
   };
-  for (const Case k : {Case{512, 100000, 1}, Case{2048, 9000, 1}, Case{96, 1001, 1}, Case{16, 100, 1}, Case{1, 70, 1},
-                       Case{0, 70000, 1}, Case{4097, 20000, 3}, Case{512, 63, 1}, Case{100, 6400, 2}}) {
-    Instance c(plugin, {{"bucket_size", std::to_string(k.bucket)}, {"threads", std::to_string(k.threads)}});
+  // At 16 and 8 bits: buckets, runs and thread ranges that start inside a Philox group of the shorter draws.
+  for (const Case k :
+       {Case{512, 100000, 1},     Case{2048, 9000, 1},      Case{96, 1001, 1},       Case{16, 100, 1},
+        Case{1, 70, 1},           Case{0, 70000, 1},        Case{4097, 20000, 3},    Case{512, 63, 1},
+        Case{100, 6400, 2},       Case{512, 100000, 1, 16}, Case{512, 100000, 1, 8}, Case{96, 1001, 1, 16},
+        Case{96, 1001, 1, 8},     Case{1, 70, 1, 8},        Case{0, 70000, 1, 16},   Case{4097, 20000, 3, 8},
+        Case{1088, 20000, 3, 16}, Case{1088, 20000, 3, 8},  Case{512, 63, 1, 16},    Case{100, 6400, 2, 8}}) {
+    Instance c(plugin, {{"bucket_size", std::to_string(k.bucket)},
+                        {"threads", std::to_string(k.threads)},
+                        {"rounding_bits", std::to_string(k.rounding_bits)}});
     const auto info = tensorInfo(k.n, {.step = 5, .seed = 99});
     const uint64_t bucket = k.bucket == 0 ? k.n : std::min(k.bucket, k.n);
     const auto x = awkwardInput(k.n, static_cast<uint32_t>(k.n), bucket);
@@ -253,12 +335,12 @@ TEST(TernGrad, PayloadMatchesTheElementwiseDefinition) {
       scales[b] = compressors::terngrad::bucketMaxAbs(x.data() + b * bucket, std::min(bucket, k.n - b * bucket));
     }
     for (uint64_t i = 0; i < k.n; ++i) {
-      codes[i] = compressors::terngrad::quantizeValue(x[i], scales[i / bucket], s.bits(i));
+      codes[i] = compressors::terngrad::quantizeValue(x[i], scales[i / bucket], referenceDraw(s, i, k.rounding_bits));
     }
     std::vector<uint64_t> words(bitpack::wordCount(k.n, 2));
     bitpack::pack(2, codes.data(), k.n, words.data());
-    const std::string label =
-        "bucket " + std::to_string(k.bucket) + ", n " + std::to_string(k.n) + ", threads " + std::to_string(k.threads);
+    const std::string label = "bucket " + std::to_string(k.bucket) + ", n " + std::to_string(k.n) + ", threads " +
+                              std::to_string(k.threads) + ", rounding_bits " + std::to_string(k.rounding_bits);
     const size_t codes_at = 32 + (4 * scales.size() + 7) / 8 * 8;
     ASSERT_EQ(p.size(), codes_at + 8 * words.size()) << label;
     EXPECT_EQ(std::memcmp(p.data() + 32, scales.data(), 4 * scales.size()), 0) << label << ": the scalers differ";

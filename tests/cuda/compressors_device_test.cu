@@ -51,8 +51,18 @@ std::vector<Case> cases() {
       {"qsgd", {}, "qsgd"},
       // 5-bit codes straddle words, levels 15 < 2^4 - 1 needs the code scan, buckets of 100 straddle groups.
       {"qsgd", {{"levels", "13"}, {"bucket_size", "100"}}, "qsgd_levels13_bucket100"},
+      // rounding_bits 16 and 8: one Philox block serves 8 (16) elements, one thread each (pack_kernels.cuh).
+      {"qsgd", {{"rounding_bits", "16"}}, "qsgd_rounding16"},
+      {"qsgd", {{"rounding_bits", "8"}}, "qsgd_rounding8"},
+      {"qsgd", {{"levels", "13"}, {"bucket_size", "100"}, {"rounding_bits", "8"}}, "qsgd_levels13_bucket100_rounding8"},
+      {"qsgd",
+       {{"levels", "1000"}, {"bucket_size", "100"}, {"rounding_bits", "16"}},
+       "qsgd_levels1000_bucket100_rounding16"},
       {"terngrad", {}, "terngrad"},
       {"terngrad", {{"bucket_size", "0"}}, "terngrad_whole_tensor"},
+      {"terngrad", {{"rounding_bits", "16"}}, "terngrad_rounding16"},
+      {"terngrad", {{"rounding_bits", "8"}}, "terngrad_rounding8"},
+      {"terngrad", {{"bucket_size", "100"}, {"rounding_bits", "8"}}, "terngrad_bucket100_rounding8"},
       {"onebit", {}, "onebit"},
       {"onebit", {{"scale", "mean_abs"}, {"bucket_size", "1000"}}, "onebit_mean_abs_bucket1000"},
       {"topk", {}, "topk"},

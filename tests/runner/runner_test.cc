@@ -131,7 +131,8 @@ TEST(Runner, GloveSparseGradientsSameLossFewerBytes) {
 // 8-byte word per rank (core/comm/allgather_bruck.h), which sends 8 (n - 1) bytes in ceil(log2 n) frames of 32-byte
 // headers per rank, so at 4 workers a round costs every rank 8 * 3 + 32 * 2 = 88 bytes.
 // Provenance records each plugin's resolved parameters: the config gives qsgd only `levels`; its default
-// bucket_size (qsgd.cc: 512) and fusion's defaults (fusion.cc) are recorded too, as the plugins report them.
+// bucket_size (qsgd.cc: 512), threads and rounding_bits and fusion's defaults (fusion.cc) are recorded too, as the
+// plugins report them.
 TEST(Runner, ProvenanceRecordsResolvedDefaults) {
   auto loader = testLoader();
   const std::string text = studyText(
@@ -143,7 +144,8 @@ TEST(Runner, ProvenanceRecordsResolvedDefaults) {
   ASSERT_TRUE(prov);
   const Json& qsgd = prov->at("plugins").at(0);
   EXPECT_EQ(qsgd.at("params"), Json({{"levels", "15"}}));
-  EXPECT_EQ(qsgd.at("resolved_params"), Json({{"levels", "15"}, {"bucket_size", "512"}, {"threads", "1"}}))
+  EXPECT_EQ(qsgd.at("resolved_params"),
+            Json({{"levels", "15"}, {"bucket_size", "512"}, {"threads", "1"}, {"rounding_bits", "24"}}))
       << dumpJson(qsgd);
   const Json& scheduler = prov->at("plugins").at(1);
   EXPECT_EQ(getString(scheduler, "kind"), "scheduler");

@@ -73,6 +73,65 @@ TEST(Philox, ElementBitsAreWordIOfBlockIDiv4) {
   EXPECT_EQ(s.uniform(5), uniform01(s.bits(5)));
 }
 
+// Shorter draws (qsgd's and terngrad's rounding_bits): element e's b-bit draw is the e-th little-endian b-bit unit of
+// the stream of words bits(0), bits(1), ..., placed at the top of drawAt's word; at 24 bits the whole word. Written out
+// here from bytes, the way a little-endian SIMD load sees them.
+uint32_t philoxDrawFromBytes(const PhiloxStream& s, uint64_t e, unsigned b) {
+  if (b == 24) return s.bits(e);
+  const unsigned bytes = b / 8;
+  const uint64_t first = e * bytes;  // the draw's first byte in the stream
+  uint32_t r = 0;
+  for (unsigned k = 0; k < bytes; ++k) {
+    const uint64_t at = first + k;
+    r |= ((s.bits(at / 4) >> (8 * (at % 4))) & 0xFFu) << (8 * k);
+  }
+  return r << (32 - b);
+}
+
+TEST(Philox, DrawBitsAreTheStreamsLittleEndianUnits) {
+  const PhiloxStream s(7, 3, 9);
+  for (const unsigned b : {8u, 16u, 24u}) {
+    EXPECT_TRUE(validDrawBits(b));
+    for (uint64_t e = 0; e < 200; ++e) {
+      const uint32_t want = philoxDrawFromBytes(s, e, b);
+      ASSERT_EQ(s.drawBits(e, b), want) << "b " << b << " element " << e;
+      // uniform01 of it is exactly r 2^-b.
+      EXPECT_EQ(uniform01(want), static_cast<float>(want >> (32 - b)) * std::ldexp(1.0f, -static_cast<int>(b)));
+    }
+  }
+  EXPECT_FALSE(validDrawBits(0));
+  EXPECT_FALSE(validDrawBits(12));
+  EXPECT_FALSE(validDrawBits(32));
+  // One block serves 4, 8, 16 elements: the first 8 16-bit draws are the halves of block 0's words, low half first.
+  const auto block0 = s.block(0);
+  for (unsigned j = 0; j < 8; ++j) {
+    EXPECT_EQ(s.drawBits(j, 16) >> 16, (block0.v[j / 2] >> (16 * (j % 2))) & 0xFFFFu) << j;
+  }
+}
+
+// drawGroups: for any first group g and count, the returned words hold elements 64g .. 64(g + count) - 1's draws at
+// drawAt's indices 0 .., and the buffer of 64 (count / k + 2) words (k draws a word) is enough.
+TEST(Philox, DrawGroupsServeAnyRangeOfGroups) {
+  const PhiloxStream s(11, 5, 2);
+  for (const unsigned b : {8u, 16u, 24u}) {
+    const uint64_t k = drawsPerWord(b);
+    for (uint64_t g :
+         {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{5}, uint64_t{17}, uint64_t{1} << 30}) {
+      for (uint64_t count : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, uint64_t{8}, uint64_t{16}}) {
+        std::vector<uint32_t> buf(64 * (count / k + 2) + 64, 0xDEADBEEFu);
+        const uint32_t* words = s.drawGroups(b, g, count, buf.data());
+        ASSERT_GE(words, buf.data());
+        ASSERT_LE(words + 64 * count / k, buf.data() + 64 * (count / k + 2)) << "b " << b << " g " << g;
+        ASSERT_EQ(buf[64 * (count / k + 2)], 0xDEADBEEFu) << "wrote past 64 (count / k + 2) words";
+        for (uint64_t j = 0; j < 64 * count; ++j) {
+          ASSERT_EQ(drawAt(b, words, j), philoxDrawFromBytes(s, 64 * g + j, b))
+              << "b " << b << " g " << g << " count " << count << " element " << j;
+        }
+      }
+    }
+  }
+}
+
 // group64 (vectorized on an AVX2 host) gives bits(64g + j) exactly, counters past 2^32 blocks and all-ones keys
 // included.
 TEST(Philox, Group64IsSixteenBlocksInOrder) {

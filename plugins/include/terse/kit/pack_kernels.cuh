@@ -3,7 +3,7 @@
 // supplies the per-element math as a small functor over its TERSE_HD functions; the work split, the Philox counters
 // and the packing are the same for all:
 //
-//   struct Coder {    // quantize: element i, its value, its 32 random bits -> its code
+//   struct Coder {    // quantize: element i, its value, its draw (sdk::drawAt's 32-bit word) -> its code
 //     __device__ uint32_t operator()(uint64_t i, float v, uint32_t random_bits) const;
 //   };
 //   struct Decoder {  // decode: the run of elements that share i's constants (its bucket's scale), then each code
@@ -30,8 +30,13 @@
 namespace terse::kit::device {
 inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
 
-inline constexpr unsigned kCodeTile = 4 * kThreads;  // elements per block iteration of quantizeKernel
-static_assert(kCodeTile % sdk::bitpack::kGroup == 0, "a tile is whole groups, so its words start on a word");
+// Elements per thread of quantizeKernel at draw width B: the draws of one Philox block (4 words of 1, 2 or 4 draws).
+template <unsigned B>
+inline constexpr unsigned kCodesPerThread = 4 * sdk::drawsPerWord(B);
+// Elements per block iteration of quantizeKernel.
+template <unsigned B>
+inline constexpr unsigned kCodeTile = kCodesPerThread<B>* kThreads;
+static_assert(kCodeTile<24> % sdk::bitpack::kGroup == 0, "a tile is whole groups, so its words start on a word");
 
 // Bits [32 m, 32 m + 32) of the little-endian stream of the W-bit codes in `codes` (bitpack.hpp's layout: code j at
 // bits [j W, j W + W)). On a little-endian machine that is 32-bit word m of the packed stream, the low or high half of
@@ -49,32 +54,53 @@ __device__ __forceinline__ uint32_t streamWord(const uint32_t* codes, unsigned m
   return word;
 }
 
-// One thread per 4 elements: one 16-byte load, one Philox block (counter i / 4: elements 4k .. 4k+3 draw words 0..3 of
-// block k, the layout of the host's groupRandomBits), four codes into shared memory (zero past numel, the padding
-// bits bitpack::packTail leaves zero). Then every thread assembles whole 32-bit words of the tile's stream, 32 W of
-// them per tile, and stores each once. A tile of kCodeTile codes starts on a 64-bit word (kCodeTile W is a multiple of
-// 64), and the store stops at bitpack::wordCount(numel, W) words, so the payload is the host's, word for word.
+// One thread per K = kCodesPerThread<B> elements, the draws of one Philox block at draw width B (sdk/philox.hpp's
+// drawAt: at B = 24 elements 4k .. 4k+3 draw words 0..3 of block k; at B = 16 elements 8k .. 8k+7 their halves, at
+// B = 8 elements 16k .. 16k+15 their bytes, the host's layout), so each block is computed once: K / 4 16-byte loads,
+// K codes into shared memory (zero past numel, the padding bits bitpack::packTail leaves zero). Then every thread
+// assembles whole 32-bit words of the tile's stream, K W kThreads / 32 of them per tile, and stores each once. A tile
+// of kCodeTile<B> codes starts on a 64-bit word (a multiple of 64 codes), and the store stops at
+// bitpack::wordCount(numel, W) words, so the payload is the host's, word for word. Shared memory: 4 K kThreads bytes,
+// 16 KiB at B = 8.
 // (Packing one 64-code group per thread, as the host does, left 240 of 256 threads idle and put W words per thread in
 // local memory: compress ran at a third of a device copy on an H100.)
-template <unsigned W, class Coder>
+template <unsigned W, unsigned B, class Coder>
 __global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, sdk::PhiloxStream rng, Coder coder,
                                uint64_t* __restrict__ words) {
-  constexpr unsigned kTileWords32 = kCodeTile * W / 32;
-  // streamWord reads codes up to index (32 m + 31) / W, which for the tile's last word is kCodeTile - 1.
-  __shared__ uint32_t codes[kCodeTile];
+  constexpr unsigned K = kCodesPerThread<B>;
+  constexpr unsigned kTile = kCodeTile<B>;
+  constexpr unsigned kTileWords32 = kTile * W / 32;
+  // streamWord reads codes up to index (32 m + 31) / W, which for the tile's last word is kTile - 1.
+  __shared__ __align__(16) uint32_t codes[kTile];
   uint32_t* out32 = reinterpret_cast<uint32_t*>(words);
   const uint64_t total32 = 2 * sdk::bitpack::wordCount(numel, W);
-  const uint64_t tiles = (numel + kCodeTile - 1) / kCodeTile;
+  const uint64_t tiles = (numel + kTile - 1) / kTile;
   for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // block-uniform: __syncthreads below is safe
-    const uint64_t i0 = tile * kCodeTile + 4 * threadIdx.x;
-    uint32_t c[4] = {0, 0, 0, 0};
+    const uint64_t i0 = tile * kTile + K * threadIdx.x;
+    uint32_t c[K];
+#pragma unroll
+    for (unsigned j = 0; j < K; ++j) c[j] = 0;
     if (i0 < numel) {
-      float v[4];
-      loadQuad(x, i0, numel, v);
-      const auto r = rng.block(i0 / 4);
-      for (unsigned j = 0; j < 4 && i0 + j < numel; ++j) c[j] = coder(i0 + j, v[j], r.v[j]);
+      const auto r = rng.block(i0 / K);  // stream words i0 / (K / 4) .. + 3: this block's words 0..3
+      // Fully unrolled with the bounds checks inside, so that r.v and c are indexed by constants (registers).
+#pragma unroll
+      for (unsigned q = 0; q < K / 4; ++q) {
+        if (i0 + 4 * q < numel) {
+          float v[4];
+          loadQuad(x, i0 + 4 * q, numel, v);
+#pragma unroll
+          for (unsigned j = 0; j < 4; ++j) {
+            if (i0 + 4 * q + j < numel) c[4 * q + j] = coder(i0 + 4 * q + j, v[j], sdk::drawAt<B>(r.v, 4 * q + j));
+          }
+        }
+      }
     }
-    for (unsigned j = 0; j < 4; ++j) codes[4 * threadIdx.x + j] = c[j];
+    // 16-byte stores: K / 4 per thread.
+#pragma unroll
+    for (unsigned q = 0; q < K / 4; ++q) {
+      reinterpret_cast<uint4*>(codes)[K / 4 * threadIdx.x + q] =
+          make_uint4(c[4 * q], c[4 * q + 1], c[4 * q + 2], c[4 * q + 3]);
+    }
     __syncthreads();
     const uint64_t base32 = tile * kTileWords32;
     for (unsigned m = threadIdx.x; m < kTileWords32 && base32 + m < total32; m += blockDim.x) {
@@ -154,15 +180,28 @@ __global__ void signWordsKernel(const float* __restrict__ x, uint64_t numel, uin
   }
 }
 
-template <class Coder>
-void launchQuantize(unsigned width, const float* x, uint64_t numel, const sdk::PhiloxStream& rng, const Coder& coder,
-                    uint64_t* words, void* stream) {
-  if (numel == 0) return;
-  const unsigned grid = gridFor(numel, kCodeTile);
-  const cudaStream_t st = streamOf(stream);
+template <unsigned B, class Coder>
+bool launchQuantizeDraws(unsigned width, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
+                         const Coder& coder, uint64_t* words, cudaStream_t st) {
+  const unsigned grid = gridFor(numel, kCodeTile<B>);
   bool launched = false;
-  TERSE_BITPACK_DISPATCH(width, quantizeKernel<kW, Coder><<<grid, kThreads, 0, st>>>(x, numel, rng, coder, words);
+  TERSE_BITPACK_DISPATCH(width, quantizeKernel<kW, B, Coder><<<grid, kThreads, 0, st>>>(x, numel, rng, coder, words);
                          launched = true);
+  return launched;
+}
+
+// draw_bits: the rounding_bits parameter, 8, 16 or 24 (sdk/philox.hpp's drawAt).
+template <class Coder>
+void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
+                    const Coder& coder, uint64_t* words, void* stream) {
+  if (numel == 0) return;
+  if (!sdk::validDrawBits(draw_bits)) {
+    throw sdk::Error(TERSE_ERR_INTERNAL, "draw width " + std::to_string(draw_bits) + " is not 8, 16 or 24");
+  }
+  const cudaStream_t st = streamOf(stream);
+  const bool launched = draw_bits == 8    ? launchQuantizeDraws<8>(width, x, numel, rng, coder, words, st)
+                        : draw_bits == 16 ? launchQuantizeDraws<16>(width, x, numel, rng, coder, words, st)
+                                          : launchQuantizeDraws<24>(width, x, numel, rng, coder, words, st);
   if (!launched) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }

@@ -253,6 +253,46 @@ TERSE_HD float uniform01(uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }
 
+// Draws of fewer bits (the `rounding_bits` parameter of qsgd and terngrad): with b = 16 or 8, element e's draw is the
+// e-th b-bit number of the stream of Philox words read as little-endian b-bit units, stream word w being word w mod 4
+// of block w div 4:
+//
+//   b = 24   r_e = bits(e) >> 8                    (one word per element: uniform01 as above)
+//   b = 16   r_e = half (e mod 2) of word e div 2  (one block serves 8 elements)
+//   b = 8    r_e = byte (e mod 4) of word e div 4  (one block serves 16 elements)
+//
+// drawAt returns r_e at the top of a 32-bit word (r_e << (32 - b); at b = 24 the whole word, whose low 8 bits
+// uniform01 drops), so uniform01 of it is exactly r_e 2^-b and the quantizers' compares stay as they are. A host
+// SIMD loop reads the same numbers by zero-extending the stream's u16 (u8) lanes, since x86 is little-endian.
+inline constexpr unsigned kDrawBitsFull = 24;
+
+TERSE_HD constexpr bool validDrawBits(unsigned b) {
+  return b == 8 || b == 16 || b == 24;
+}
+
+// Elements served by one 32-bit stream word at draw width b.
+TERSE_HD constexpr unsigned drawsPerWord(unsigned b) {
+  return b == 24 ? 1u : 32u / b;
+}
+
+// Element j's draw (as above) from `stream`, the stream words from element 0's word on (element 0 at the start of a
+// word: j counts from an element whose index is a multiple of drawsPerWord(B)).
+template <unsigned B>
+TERSE_HD uint32_t drawAt(const uint32_t* stream, uint64_t j) {
+  static_assert(B == 8 || B == 16 || B == 24, "draw widths are 8, 16 and 24 bits");
+  if constexpr (B == 24) {
+    return stream[j];
+  } else if constexpr (B == 16) {
+    return (stream[j >> 1] >> (16 * (j & 1))) << 16;
+  } else {
+    return (stream[j >> 2] >> (8 * (j & 3))) << 24;
+  }
+}
+
+TERSE_HD uint32_t drawAt(unsigned b, const uint32_t* stream, uint64_t j) {
+  return b == 24 ? drawAt<24>(stream, j) : b == 16 ? drawAt<16>(stream, j) : drawAt<8>(stream, j);
+}
+
 class PhiloxStream {
  public:
   using Rng = r123::Philox4x32;
@@ -315,6 +355,24 @@ class PhiloxStream {
     }
 #endif
     for (uint64_t k = 0; k < count; ++k) group64(g + k, bits + 64 * k);
+  }
+
+  // The stream words that hold the draws of elements 64g .. 64(g + count) - 1 at draw width b (see drawAt), made
+  // with groups() into buf; returns where element 64g's word is in buf. buf holds 64 (count / k + 2) words for k =
+  // drawsPerWord(b) (64 count at b = 24, where this is groups() and returns buf).
+  TERSE_HD const uint32_t* drawGroups(unsigned b, uint64_t g, uint64_t count, uint32_t* buf) const {
+    const unsigned k = drawsPerWord(b);
+    const uint64_t first = g / k;                           // the Philox group of element 64g's word
+    const uint64_t last = ((g + count) * 64 / k - 1) / 64;  // ... of the last element's word
+    groups(first, last - first + 1, buf);
+    return buf + (g % k) * (64 / k);
+  }
+
+  // Element i's draw at width b (drawAt's value), one block per call.
+  TERSE_HD uint32_t drawBits(uint64_t i, unsigned b) const {
+    const unsigned k = drawsPerWord(b);
+    const uint32_t word = bits(i / k);
+    return drawAt(b, &word, i % k);
   }
 
   // Element i's 32 random bits; a loop over consecutive i should call block() once per 4 elements instead.
