@@ -56,15 +56,23 @@ __global__ void normsKernel(const float* __restrict__ x, Shape s, float* __restr
   }
 }
 
-// quantizeValue with its bucket's divisor, as quantizeAll computes it per element.
+// quantizeValue with its bucket's divisor, as quantizeAll computes it (looked up once per run of a bucket's elements).
 struct Coder {
   const float* norms;
   uint64_t bucket;
   float levels_f;
   int32_t levels;
   unsigned mag_bits;
-  __device__ uint32_t operator()(uint64_t i, float v, uint32_t random_bits) const {
-    return quantizeValue(v, normDivisor(norms[i / bucket]), levels_f, levels, mag_bits, random_bits);
+  struct Run {
+    uint64_t end;
+    float divisor;
+  };
+  __device__ Run run(uint64_t i) const {
+    const uint64_t b = i / bucket;
+    return {(b + 1) * bucket, normDivisor(norms[b])};
+  }
+  __device__ uint32_t operator()(const Run& r, float v, uint32_t random_bits) const {
+    return quantizeValue(v, r.divisor, levels_f, levels, mag_bits, random_bits);
   }
 };
 

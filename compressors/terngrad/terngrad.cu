@@ -67,12 +67,20 @@ __global__ void maxAbsKernel(const float* __restrict__ x, Shape s, uint64_t chun
   }
 }
 
-// quantizeValue with its bucket's scaler, as ternarizeAll computes it per element.
+// quantizeValue with its bucket's scaler, as ternarizeAll computes it (looked up once per run of a bucket's elements).
 struct Coder {
   const float* scales;
   uint64_t bucket;
-  __device__ uint32_t operator()(uint64_t i, float v, uint32_t random_bits) const {
-    return quantizeValue(v, scales[i / bucket], random_bits);
+  struct Run {
+    uint64_t end;
+    float scale;
+  };
+  __device__ Run run(uint64_t i) const {
+    const uint64_t b = i / bucket;
+    return {(b + 1) * bucket, scales[b]};
+  }
+  __device__ uint32_t operator()(const Run& r, float v, uint32_t random_bits) const {
+    return quantizeValue(v, r.scale, random_bits);
   }
 };
 

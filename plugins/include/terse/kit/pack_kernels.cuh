@@ -3,18 +3,20 @@
 // supplies the per-element math as a small functor over its TERSE_HD functions; the work split, the Philox counters
 // and the packing are the same for all:
 //
-//   struct Coder {    // quantize: element i, its value, its draw (sdk::drawAt's 32-bit word) -> its code
-//     __device__ uint32_t operator()(uint64_t i, float v, uint32_t random_bits) const;
+//   struct Coder {    // quantize: the run of elements that share i's constants (its bucket's scale), then each
+//     struct Run { uint64_t end; ... };         // element's value and draw (sdk::drawAt's 32-bit word) -> its code;
+//     __device__ Run run(uint64_t i) const;     // the run holds for elements up to end (exclusive)
+//     __device__ uint32_t operator()(const Run& run, float v, uint32_t random_bits) const;
 //   };
-//   struct Decoder {  // decode: the run of elements that share i's constants (its bucket's scale), then each code
-//     struct Run { uint64_t end; ... };         // the run holds for elements up to end (exclusive)
+//   struct Decoder {  // decode: the same runs, then each code -> its value
+//     struct Run { uint64_t end; ... };
 //     __device__ Run run(uint64_t i) const;
 //     __device__ float operator()(const Run& run, uint32_t code) const;
 //   };
 //
-// A decoder looks its constants up once per run instead of once per element: that lookup is a 64-bit division
-// (i / bucket) and, for qsgd, an IEEE float division, which per element kept the decode kernels compute-bound at under
-// two thirds of a device copy on an H100.
+// Coders and decoders look their constants up once per run of a thread's elements instead of once per element: that
+// lookup is a 64-bit division (i / bucket) and, for qsgd, an IEEE float division, which per element kept the decode
+// kernels compute-bound at under two thirds of a device copy on an H100.
 #pragma once
 
 #include <cstddef>
@@ -82,6 +84,7 @@ __global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, sdk:
     for (unsigned j = 0; j < K; ++j) c[j] = 0;
     if (i0 < numel) {
       const auto r = rng.block(i0 / K);  // stream words i0 / (K / 4) .. + 3: this block's words 0..3
+      auto run = coder.run(i0);
       // Fully unrolled with the bounds checks inside, so that r.v and c are indexed by constants (registers).
 #pragma unroll
       for (unsigned q = 0; q < K / 4; ++q) {
@@ -90,7 +93,11 @@ __global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, sdk:
           loadQuad(x, i0 + 4 * q, numel, v);
 #pragma unroll
           for (unsigned j = 0; j < 4; ++j) {
-            if (i0 + 4 * q + j < numel) c[4 * q + j] = coder(i0 + 4 * q + j, v[j], sdk::drawAt<B>(r.v, 4 * q + j));
+            const uint64_t i = i0 + 4 * q + j;
+            if (i < numel) {
+              if (i >= run.end) run = coder.run(i);
+              c[4 * q + j] = coder(run, v[j], sdk::drawAt<B>(r.v, 4 * q + j));
+            }
           }
         }
       }
