@@ -146,8 +146,8 @@ void pBlock(const float* M, uint64_t m, const float* Q, uint64_t i0, uint64_t c0
   }
 }
 
-TERSE_CPU_CLONES void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t m, const float* __restrict Q,
-                                 uint64_t r, float* __restrict P) {
+void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t m, const float* __restrict Q, uint64_t r,
+                float* __restrict P) {
   uint64_t i0 = 0;
   for (; i0 + kRows <= n; i0 += kRows) {
     for (uint64_t c0 = 0; c0 < r; c0 += kCols) {
@@ -173,8 +173,8 @@ TERSE_CPU_CLONES void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t
 
 // qacc = M^T P^ as qRowUpdate's sums (row by row, each Q[c*m + j] accumulating over i in order), every column of a
 // row updated from one conversion of the row's values.
-TERSE_CPU_CLONES void multiplyMtP(const float* __restrict M, uint64_t n, uint64_t m, const double* __restrict phat,
-                                  uint64_t r, double* __restrict qacc) {
+void multiplyMtP(const float* __restrict M, uint64_t n, uint64_t m, const double* __restrict phat, uint64_t r,
+                 double* __restrict qacc) {
   std::fill(qacc, qacc + m * r, 0.0);
   constexpr uint64_t kBlock = 64;
   double x[kBlock];
@@ -264,8 +264,8 @@ inline void decodeRows(const double* __restrict phat, uint64_t n, const float* _
   }
 }
 
-TERSE_CPU_CLONES void decodeProduct(const double* __restrict phat, uint64_t n, const float* __restrict Q, uint64_t m,
-                                    uint64_t r, float* __restrict out, bool accumulate) {
+void decodeProduct(const double* __restrict phat, uint64_t n, const float* __restrict Q, uint64_t m, uint64_t r,
+                   float* __restrict out, bool accumulate) {
   uint64_t i0 = 0;
   for (; i0 + kDecodeRows <= n; i0 += kDecodeRows) decodeRows(phat, n, Q, m, r, i0, kDecodeRows, out, accumulate);
   for (; i0 < n; ++i0) decodeRows(phat, n, Q, m, r, i0, 1, out, accumulate);
@@ -328,13 +328,13 @@ class PowerSgd final : public sdk::Compressor {
       float* Q = prepareQ(sc, s, args.info);
       sdk::writeHeader(w, kRoundP, args.info);
       const std::span<float> P = w.putArray<float>(static_cast<size_t>(s.n * s.r));
-      multiplyMQ(g.data(), s.n, s.m, Q, s.r, P.data());
+      sdk::cpu::clones<multiplyMQ>(g.data(), s.n, s.m, Q, s.r, P.data());
       requireFiniteInput(P);
       setTag(sc, args.info.step, 1, s);
     } else {
       const std::span<const float> P = readPrev(args, kRoundP, s.n * s.r);
       orthogonalize(P, sc.phat, s.n, s.r);
-      multiplyMtP(g.data(), s.n, s.m, sc.phat, s.r, sc.qacc);
+      sdk::cpu::clones<multiplyMtP>(g.data(), s.n, s.m, sc.phat, s.r, sc.qacc);
       sdk::writeHeader(w, kRoundQ, args.info);
       const std::span<float> Q = w.putArray<float>(static_cast<size_t>(s.m * s.r));
       for (size_t e = 0; e < Q.size(); ++e) Q[e] = static_cast<float>(sc.qacc[e]);
@@ -363,7 +363,7 @@ class PowerSgd final : public sdk::Compressor {
     // Only reads the workspace (P^), as the ABI requires; writes the state only for the aggregate, below.
     const Scratch sc = scratchOf(args.workspace, args.state, s);
     expectTag(sc, args.info.step, 2, s, "decompress");
-    decodeProduct(sc.phat, s.n, Q.data(), s.m, s.r, out.data(), args.accumulate);
+    sdk::cpu::clones<decodeProduct>(sc.phat, s.n, Q.data(), s.m, s.r, out.data(), args.accumulate);
     if (args.info.source_rank == -1) {  // the aggregate Q' becomes next step's Q (warm start)
       std::memcpy(sc.q, Q.data(), Q.size_bytes());
     }

@@ -9,6 +9,7 @@
 
 #include "terngrad_math.h"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/cpu.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_TERNGRAD_X86 1
@@ -158,8 +159,8 @@ __attribute__((target("avx512f,bmi2"))) inline void ternarizeGroupsAvx512(const 
 
 inline BucketMaxAbs pickBucketMaxAbs() {
 #if TERSE_TERNGRAD_X86
-  if (__builtin_cpu_supports("avx512f")) return bucketMaxAbsAvx512;
-  if (__builtin_cpu_supports("avx2")) return bucketMaxAbsAvx2;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f)) return bucketMaxAbsAvx512;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2)) return bucketMaxAbsAvx2;
 #endif
   return bucketMaxAbsScalar;
 }
@@ -167,8 +168,9 @@ inline BucketMaxAbs pickBucketMaxAbs() {
 // The fastest of the above this host runs.
 inline TernarizeGroups pickTernarizeGroups() {
 #if TERSE_TERNGRAD_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) return ternarizeGroupsAvx512;
-  if (__builtin_cpu_supports("avx2")) return ternarizeGroupsAvx2;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f) && sdk::cpu::has(sdk::cpu::Feature::kBmi2))
+    return ternarizeGroupsAvx512;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2)) return ternarizeGroupsAvx2;
 #endif
   return ternarizeGroupsScalar;
 }

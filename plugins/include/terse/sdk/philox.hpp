@@ -19,6 +19,8 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_PHILOX_AVX2 1
 #include <immintrin.h>
+
+#include "terse/sdk/cpu.hpp"
 #else
 #define TERSE_PHILOX_AVX2 0
 #endif
@@ -29,7 +31,7 @@ namespace terse::sdk {
 namespace detail {
 
 inline bool haveAvx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  static const bool yes = cpu::has(cpu::Feature::kAvx2);
   return yes;
 }
 
@@ -86,7 +88,7 @@ __attribute__((target("avx2"), noinline)) inline void philoxGroup64Avx2(uint32_t
 }
 
 inline bool haveAvx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") != 0;
+  static const bool yes = cpu::has(cpu::Feature::kAvx512f);
   return yes;
 }
 
@@ -169,7 +171,7 @@ __attribute__((target("avx512f"), noinline)) inline void philoxGroupsAvx512(uint
 }
 
 inline bool haveAvx512Ifma() {
-  static const bool yes = __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512ifma") != 0;
+  static const bool yes = cpu::has(cpu::Feature::kAvx512f) && cpu::has(cpu::Feature::kAvx512ifma);
   return yes;
 }
 
