@@ -204,7 +204,7 @@ using DecodeD8 = double __attribute__((vector_size(64)));
 constexpr uint64_t kDecodeLanes = 8;
 constexpr uint64_t kDecodeRows = 4;
 
-// Stores (or adds) one row's 8 entries. Vectors by reference: these are inlined into every TERSE_CPU_CLONES clone, and
+// Stores (or adds) one row's 8 entries. Vectors by reference: these are inlined into every sdk::cpu::clones level, and
 // a 64-byte vector passed by value would have a different calling convention in the baseline clone (-Wpsabi).
 inline void storeDecoded(float* dst, const DecodeD8& acc, bool accumulate) {
   DecodeF8 v = __builtin_convertvector(acc, DecodeF8);
