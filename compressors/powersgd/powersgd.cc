@@ -200,7 +200,9 @@ void multiplyMtP(const float* __restrict M, uint64_t n, uint64_t m, const double
 // and converted Q for every row: 4.7 -> 19.9 GB/s (0.24 -> 1.01x memcpy) at 4096^2, rank 4, on a 2-vCPU AVX-512 EPYC
 // (medians of 3 alternating runs). The width follows the level: 8 doubles (one AVX-512 register) for x86-64-v4, 4 (one
 // AVX2 register, two SSE2 ones) below, because GCC lowers an 8-double vector on AVX2 through the stack: 0.13x memcpy
-// under TERSE_CPU_ISA=avx2 (below the baseline build's 0.23x) on the same EPYC.
+// under TERSE_CPU_ISA=avx2 (below the baseline build's 0.23x), 0.66x with 4 (medians of 5, the same EPYC). AVX2 stays
+// below AVX-512 here: every lane-term is a double multiply and add (no FMA: the bits), at half the width. Two 4-double
+// vectors a row (8 accumulators) were no faster on AVX2 and spilled on SSE2 (0.23x -> 0.04x).
 template <unsigned kLanes>
 struct DecodeVec;  // F: kLanes floats, D: kLanes doubles (spelled out: GCC takes no dependent vector_size)
 template <>
