@@ -25,7 +25,7 @@ namespace math = terse::compressors::bf16;
 
 constexpr uint64_t kBlock = 64;  // fixed-length inner loops: GCC -O2 vectorizes only known trip counts
 
-TERSE_CPU_CLONES void encodeAll(const float* __restrict in, uint16_t* __restrict out, uint64_t n) {
+void encodeAll(const float* __restrict in, uint16_t* __restrict out, uint64_t n) {
   uint64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     for (uint64_t j = 0; j < kBlock; ++j) out[i + j] = math::encodeValue(in[i + j]);
@@ -33,7 +33,7 @@ TERSE_CPU_CLONES void encodeAll(const float* __restrict in, uint16_t* __restrict
   for (; i < n; ++i) out[i] = math::encodeValue(in[i]);
 }
 
-TERSE_CPU_CLONES void decodeAll(const uint16_t* __restrict in, float* __restrict out, uint64_t n, bool accumulate) {
+void decodeAll(const uint16_t* __restrict in, float* __restrict out, uint64_t n, bool accumulate) {
   uint64_t i = 0;
   if (accumulate) {
     for (; i + kBlock <= n; i += kBlock) {
@@ -63,14 +63,14 @@ struct Traits {
     // kAvx2MinFloats (16 MiB) is placed above the size known to lose.
     if (n >= kAvx2MinFloats && math::hasAvx2()) return math::encodeAvx2(in, out, n);
 #endif
-    ::encodeAll(in, out, n);
+    sdk::cpu::clones<::encodeAll>(in, out, n);
   }
   static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate) {
 #if TERSE_BF16_AVX2
     // Beyond the caches, streaming stores (decodeStreamAvx2); accumulating reads the output anyway.
     if (!accumulate && n >= kAvx2MinFloats && math::hasAvx2()) return math::decodeStreamAvx2(in, out, n);
 #endif
-    ::decodeAll(in, out, n, accumulate);
+    sdk::cpu::clones<::decodeAll>(in, out, n, accumulate);
   }
 #if TERSE_COMPRESSOR_CUDA
   static void encodeDevice(const float* in, uint16_t* out, uint64_t n, void* stream) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "bf16_math.h"
+#include "terse/sdk/cpu.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_BF16_AVX2 1
@@ -18,7 +19,7 @@
 namespace terse::compressors::bf16 {
 
 inline bool hasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") != 0;
+  static const bool has = terse::sdk::cpu::has(terse::sdk::cpu::Feature::kAvx2);
   return has;
 }
 

@@ -25,7 +25,7 @@ namespace math = terse::compressors::fp16;
 
 constexpr uint64_t kBlock = 64;  // fixed-length inner loops: GCC -O2 vectorizes only known trip counts
 
-TERSE_CPU_CLONES void encodeAll(const float* __restrict in, uint16_t* __restrict out, uint64_t n) {
+void encodeAll(const float* __restrict in, uint16_t* __restrict out, uint64_t n) {
   uint64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     for (uint64_t j = 0; j < kBlock; ++j) out[i + j] = math::encodeValue(in[i + j]);
@@ -33,7 +33,7 @@ TERSE_CPU_CLONES void encodeAll(const float* __restrict in, uint16_t* __restrict
   for (; i < n; ++i) out[i] = math::encodeValue(in[i]);
 }
 
-TERSE_CPU_CLONES void decodeAll(const uint16_t* __restrict in, float* __restrict out, uint64_t n, bool accumulate) {
+void decodeAll(const uint16_t* __restrict in, float* __restrict out, uint64_t n, bool accumulate) {
   uint64_t i = 0;
   if (accumulate) {
     for (; i + kBlock <= n; i += kBlock) {
@@ -55,13 +55,13 @@ struct Traits {
 #if TERSE_FP16_F16C
     if (math::hasF16c()) return math::encodeF16c(in, out, n);
 #endif
-    ::encodeAll(in, out, n);
+    sdk::cpu::clones<::encodeAll>(in, out, n);
   }
   static void decodeAll(const uint16_t* in, float* out, uint64_t n, bool accumulate) {
 #if TERSE_FP16_F16C
     if (math::hasF16c()) return math::decodeF16c(in, out, n, accumulate);
 #endif
-    ::decodeAll(in, out, n, accumulate);
+    sdk::cpu::clones<::decodeAll>(in, out, n, accumulate);
   }
 #if TERSE_COMPRESSOR_CUDA
   static void encodeDevice(const float* in, uint16_t* out, uint64_t n, void* stream) {

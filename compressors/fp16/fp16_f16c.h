@@ -12,21 +12,17 @@
 #include <cstdint>
 
 #include "fp16_math.h"
+#include "terse/sdk/cpu.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_FP16_F16C 1
-#include <cpuid.h>
 #include <immintrin.h>
 
 namespace terse::compressors::fp16 {
 
-// F16C is cpuid leaf 1, ECX bit 29 (GCC's __builtin_cpu_supports has no name for it); it needs AVX's registers.
+// F16C with AVX's registers (sdk::cpu reads cpuid itself: GCC's __builtin_cpu_supports has no name for F16C).
 inline bool hasF16c() {
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-  }();
-  return has;
+  return terse::sdk::cpu::has(terse::sdk::cpu::Feature::kF16c);
 }
 
 __attribute__((target("avx,f16c"))) inline void encodeF16c(const float* __restrict in, uint16_t* __restrict out,

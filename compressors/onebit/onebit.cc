@@ -92,9 +92,8 @@ bool putScales(const math::BucketSums& s, uint64_t n, uint32_t k, uint64_t b, fl
 // finite. `bucket` is the effective size in [1, numel]. Each bucket's sums are taken just before the group that
 // first needs them, so the sign pass reads the bucket from cache. `sums`, where not null, is a vector bucketSums
 // (onebit_host.h, called without words).
-TERSE_CPU_CLONES uint64_t binarizeAll(uint64_t numel, uint64_t bucket, uint32_t k, const float* __restrict x,
-                                      float* __restrict scales, uint64_t* __restrict words,
-                                      math::host::SumsAndSigns sums) {
+uint64_t binarizeAll(uint64_t numel, uint64_t bucket, uint32_t k, const float* __restrict x, float* __restrict scales,
+                     uint64_t* __restrict words, math::host::SumsAndSigns sums) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
   uint32_t codes[kGroup];
@@ -128,8 +127,8 @@ uint64_t binarizeFused(uint64_t numel, uint64_t bucket, uint32_t k, const float*
   return numel;
 }
 
-TERSE_CPU_CLONES void debinarizeAll(uint64_t numel, uint64_t bucket, uint32_t k, const float* __restrict scales,
-                                    const uint64_t* __restrict words, float* __restrict out, bool accumulate) {
+void debinarizeAll(uint64_t numel, uint64_t bucket, uint32_t k, const float* __restrict scales,
+                   const uint64_t* __restrict words, float* __restrict out, bool accumulate) {
   uint32_t codes[kGroup];
   float pos[kGroup], neg[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
@@ -201,7 +200,8 @@ class OneBit final : public sdk::Compressor {
     const uint64_t bad =
         fused != nullptr && (l.bucket % kGroup == 0 || l.buckets == 1)
             ? binarizeFused(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(), words.data(), fused)
-            : binarizeAll(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(), words.data(), sums);
+            : sdk::cpu::clones<binarizeAll>(args.info.numel, l.bucket, scalesPerBucket(), in.data(), scales.data(),
+                                            words.data(), sums);
     if (bad != args.info.numel) {
       throw sdk::InvalidArgument("onebit: the bucket starting at element " + std::to_string(bad) +
                                  " has no finite mean (the gradient holds inf or NaN)");
@@ -240,8 +240,8 @@ class OneBit final : public sdk::Compressor {
       throw sdk::InvalidPayload("onebit: nonzero padding bits after the last sign bit");
     }
     const std::span<float> out = args.output<float>();
-    debinarizeAll(args.info.numel, l.bucket, scalesPerBucket(), scales.data(), words.data(), out.data(),
-                  args.accumulate);
+    sdk::cpu::clones<debinarizeAll>(args.info.numel, l.bucket, scalesPerBucket(), scales.data(), words.data(),
+                                    out.data(), args.accumulate);
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "onebit_math.h"
+#include "terse/sdk/cpu.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_ONEBIT_X86 1
@@ -194,8 +195,10 @@ __attribute__((target("avx2,popcnt"))) BucketSums sumsAndSignsAvx2(const float* 
 template <bool kSigns>
 SumsAndSigns pickSumsAndSigns() {
 #if TERSE_ONEBIT_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx512<kSigns>;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return sumsAndSignsAvx2<kSigns>;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f) && sdk::cpu::has(sdk::cpu::Feature::kPopcnt))
+    return sumsAndSignsAvx512<kSigns>;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2) && sdk::cpu::has(sdk::cpu::Feature::kPopcnt))
+    return sumsAndSignsAvx2<kSigns>;
 #endif
   return nullptr;
 }

@@ -146,8 +146,8 @@ void pBlock(const float* M, uint64_t m, const float* Q, uint64_t i0, uint64_t c0
   }
 }
 
-TERSE_CPU_CLONES void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t m, const float* __restrict Q,
-                                 uint64_t r, float* __restrict P) {
+void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t m, const float* __restrict Q, uint64_t r,
+                float* __restrict P) {
   uint64_t i0 = 0;
   for (; i0 + kRows <= n; i0 += kRows) {
     for (uint64_t c0 = 0; c0 < r; c0 += kCols) {
@@ -173,8 +173,8 @@ TERSE_CPU_CLONES void multiplyMQ(const float* __restrict M, uint64_t n, uint64_t
 
 // qacc = M^T P^ as qRowUpdate's sums (row by row, each Q[c*m + j] accumulating over i in order), every column of a
 // row updated from one conversion of the row's values.
-TERSE_CPU_CLONES void multiplyMtP(const float* __restrict M, uint64_t n, uint64_t m, const double* __restrict phat,
-                                  uint64_t r, double* __restrict qacc) {
+void multiplyMtP(const float* __restrict M, uint64_t n, uint64_t m, const double* __restrict phat, uint64_t r,
+                 double* __restrict qacc) {
   std::fill(qacc, qacc + m * r, 0.0);
   constexpr uint64_t kBlock = 64;
   double x[kBlock];
@@ -193,66 +193,84 @@ TERSE_CPU_CLONES void multiplyMtP(const float* __restrict M, uint64_t n, uint64_
   }
 }
 
-// out = (or +=) P^ Q^T with each entry productEntry's sum (over c in order, from 0). Eight entries of a row at a time
-// as one vector of doubles (GCC's vector extensions: one AVX-512 register, two AVX2 ones, four SSE2 ones) that stays
-// in registers across the r terms, each lane the scalar sum's steps in its order, so the same bits; kDecodeRows rows
-// at once, so that each 8 entries of Q are converted to double once for all of them. The 64-entry arrays this replaces
-// went through memory for every term and converted Q for every row: 4.7 -> 19.9 GB/s (0.24 -> 1.01x memcpy) at 4096^2,
-// rank 4, on a 2-vCPU AVX-512 EPYC (medians of 3 alternating runs).
-using DecodeF8 = float __attribute__((vector_size(32)));
-using DecodeD8 = double __attribute__((vector_size(64)));
-constexpr uint64_t kDecodeLanes = 8;
+// out = (or +=) P^ Q^T with each entry productEntry's sum (over c in order, from 0). A row's entries kLanes at a time
+// as one vector of doubles (GCC's vector extensions) that stays in registers across the r terms, each lane the scalar
+// sum's steps in its order, so the same bits at every width; kDecodeRows rows at once, so that each kLanes entries of
+// Q are converted to double once for all of them. The 64-entry arrays this replaces went through memory for every term
+// and converted Q for every row: 4.7 -> 19.9 GB/s (0.24 -> 1.01x memcpy) at 4096^2, rank 4, on a 2-vCPU AVX-512 EPYC
+// (medians of 3 alternating runs). The width follows the level: 8 doubles (one AVX-512 register) for x86-64-v4, 4 (one
+// AVX2 register, two SSE2 ones) below, because GCC lowers an 8-double vector on AVX2 through the stack: 0.13x memcpy
+// under TERSE_CPU_ISA=avx2 (below the baseline build's 0.23x), 0.66x with 4 (medians of 5, the same EPYC). AVX2 stays
+// below AVX-512 here: every lane-term is a double multiply and add (no FMA: the bits), at half the width. Two 4-double
+// vectors a row (8 accumulators) were no faster on AVX2 and spilled on SSE2 (0.23x -> 0.04x).
+template <unsigned kLanes>
+struct DecodeVec;  // F: kLanes floats, D: kLanes doubles (spelled out: GCC takes no dependent vector_size)
+template <>
+struct DecodeVec<8> {
+  using F = float __attribute__((vector_size(32)));
+  using D = double __attribute__((vector_size(64)));
+};
+template <>
+struct DecodeVec<4> {
+  using F = float __attribute__((vector_size(16)));
+  using D = double __attribute__((vector_size(32)));
+};
 constexpr uint64_t kDecodeRows = 4;
 
-// Stores (or adds) one row's 8 entries. Vectors by reference: these are inlined into every TERSE_CPU_CLONES clone, and
-// a 64-byte vector passed by value would have a different calling convention in the baseline clone (-Wpsabi).
-inline void storeDecoded(float* dst, const DecodeD8& acc, bool accumulate) {
-  DecodeF8 v = __builtin_convertvector(acc, DecodeF8);
+// Stores (or adds) one row's kLanes entries. Vectors by reference: these are inlined into every sdk::cpu::clones level,
+// and a wide vector passed by value would have a different calling convention in the baseline clone (-Wpsabi).
+template <unsigned kLanes>
+inline void storeDecoded(float* dst, const typename DecodeVec<kLanes>::D& acc, bool accumulate) {
+  using F = typename DecodeVec<kLanes>::F;
+  F v = __builtin_convertvector(acc, F);
   if (accumulate) {
-    DecodeF8 o;
+    F o;
     std::memcpy(&o, dst, sizeof o);
     v = o + v;
   }
   std::memcpy(dst, &v, sizeof v);
 }
 
-inline void loadQ(const float* q, DecodeD8& out) {
-  DecodeF8 qf;
+template <unsigned kLanes>
+inline void loadQ(const float* q, typename DecodeVec<kLanes>::D& out) {
+  typename DecodeVec<kLanes>::F qf;
   std::memcpy(&qf, q, sizeof qf);
-  out = __builtin_convertvector(qf, DecodeD8);
+  out = __builtin_convertvector(qf, typename DecodeVec<kLanes>::D);
 }
 
 // Rows i0 .. i0 + rows - 1 (rows 1 or kDecodeRows). Named accumulators, not an array: GCC keeps arrays of vectors in
 // memory.
+template <unsigned kLanes>
 inline void decodeRows(const double* __restrict phat, uint64_t n, const float* __restrict Q, uint64_t m, uint64_t r,
                        uint64_t i0, uint64_t rows, float* __restrict out, bool accumulate) {
+  using D = typename DecodeVec<kLanes>::D;
   uint64_t j0 = 0;
   if (rows == kDecodeRows) {
-    for (; j0 + kDecodeLanes <= m; j0 += kDecodeLanes) {
-      DecodeD8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (; j0 + kLanes <= m; j0 += kLanes) {
+      D a0 = {}, a1 = {}, a2 = {}, a3 = {};
       for (uint64_t c = 0; c < r; ++c) {
-        DecodeD8 q;
-        loadQ(Q + c * m + j0, q);
+        D q;
+        loadQ<kLanes>(Q + c * m + j0, q);
         const double* p = phat + c * n + i0;
         a0 += p[0] * q;
         a1 += p[1] * q;
         a2 += p[2] * q;
         a3 += p[3] * q;
       }
-      storeDecoded(out + i0 * m + j0, a0, accumulate);
-      storeDecoded(out + (i0 + 1) * m + j0, a1, accumulate);
-      storeDecoded(out + (i0 + 2) * m + j0, a2, accumulate);
-      storeDecoded(out + (i0 + 3) * m + j0, a3, accumulate);
+      storeDecoded<kLanes>(out + i0 * m + j0, a0, accumulate);
+      storeDecoded<kLanes>(out + (i0 + 1) * m + j0, a1, accumulate);
+      storeDecoded<kLanes>(out + (i0 + 2) * m + j0, a2, accumulate);
+      storeDecoded<kLanes>(out + (i0 + 3) * m + j0, a3, accumulate);
     }
   } else {
-    for (; j0 + kDecodeLanes <= m; j0 += kDecodeLanes) {
-      DecodeD8 a0 = {};
+    for (; j0 + kLanes <= m; j0 += kLanes) {
+      D a0 = {};
       for (uint64_t c = 0; c < r; ++c) {
-        DecodeD8 q;
-        loadQ(Q + c * m + j0, q);
+        D q;
+        loadQ<kLanes>(Q + c * m + j0, q);
         a0 += phat[c * n + i0] * q;
       }
-      storeDecoded(out + i0 * m + j0, a0, accumulate);
+      storeDecoded<kLanes>(out + i0 * m + j0, a0, accumulate);
     }
   }
   for (uint64_t k = 0; k < rows; ++k) {
@@ -264,11 +282,14 @@ inline void decodeRows(const double* __restrict phat, uint64_t n, const float* _
   }
 }
 
-TERSE_CPU_CLONES void decodeProduct(const double* __restrict phat, uint64_t n, const float* __restrict Q, uint64_t m,
-                                    uint64_t r, float* __restrict out, bool accumulate) {
+template <unsigned kLanes>
+void decodeProduct(const double* __restrict phat, uint64_t n, const float* __restrict Q, uint64_t m, uint64_t r,
+                   float* __restrict out, bool accumulate) {
   uint64_t i0 = 0;
-  for (; i0 + kDecodeRows <= n; i0 += kDecodeRows) decodeRows(phat, n, Q, m, r, i0, kDecodeRows, out, accumulate);
-  for (; i0 < n; ++i0) decodeRows(phat, n, Q, m, r, i0, 1, out, accumulate);
+  for (; i0 + kDecodeRows <= n; i0 += kDecodeRows) {
+    decodeRows<kLanes>(phat, n, Q, m, r, i0, kDecodeRows, out, accumulate);
+  }
+  for (; i0 < n; ++i0) decodeRows<kLanes>(phat, n, Q, m, r, i0, 1, out, accumulate);
 }
 
 class PowerSgd final : public sdk::Compressor {
@@ -328,13 +349,13 @@ class PowerSgd final : public sdk::Compressor {
       float* Q = prepareQ(sc, s, args.info);
       sdk::writeHeader(w, kRoundP, args.info);
       const std::span<float> P = w.putArray<float>(static_cast<size_t>(s.n * s.r));
-      multiplyMQ(g.data(), s.n, s.m, Q, s.r, P.data());
+      sdk::cpu::clones<multiplyMQ>(g.data(), s.n, s.m, Q, s.r, P.data());
       requireFiniteInput(P);
       setTag(sc, args.info.step, 1, s);
     } else {
       const std::span<const float> P = readPrev(args, kRoundP, s.n * s.r);
       orthogonalize(P, sc.phat, s.n, s.r);
-      multiplyMtP(g.data(), s.n, s.m, sc.phat, s.r, sc.qacc);
+      sdk::cpu::clones<multiplyMtP>(g.data(), s.n, s.m, sc.phat, s.r, sc.qacc);
       sdk::writeHeader(w, kRoundQ, args.info);
       const std::span<float> Q = w.putArray<float>(static_cast<size_t>(s.m * s.r));
       for (size_t e = 0; e < Q.size(); ++e) Q[e] = static_cast<float>(sc.qacc[e]);
@@ -363,7 +384,11 @@ class PowerSgd final : public sdk::Compressor {
     // Only reads the workspace (P^), as the ABI requires; writes the state only for the aggregate, below.
     const Scratch sc = scratchOf(args.workspace, args.state, s);
     expectTag(sc, args.info.step, 2, s, "decompress");
-    decodeProduct(sc.phat, s.n, Q.data(), s.m, s.r, out.data(), args.accumulate);
+    if (sdk::cpu::has(sdk::cpu::Feature::kX86_64_v4)) {
+      sdk::cpu::clones<decodeProduct<8>>(sc.phat, s.n, Q.data(), s.m, s.r, out.data(), args.accumulate);
+    } else {
+      sdk::cpu::clones<decodeProduct<4>>(sc.phat, s.n, Q.data(), s.m, s.r, out.data(), args.accumulate);
+    }
     if (args.info.source_rank == -1) {  // the aggregate Q' becomes next step's Q (warm start)
       std::memcpy(sc.q, Q.data(), Q.size_bytes());
     }

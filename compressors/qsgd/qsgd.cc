@@ -112,10 +112,9 @@ constexpr uint64_t kRunGroups = 16;
 // as the scalar loop); a group that is short or straddles buckets is made here. `sum_squares` sums the squares of
 // several buckets at once (the same bits as sumSquares).
 template <unsigned W>
-TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x, const sdk::PhiloxStream rng,
-                                      uint64_t g0, float* __restrict norms, uint64_t* __restrict words,
-                                      const math::host::QuantizeGroups run,
-                                      const math::host::SumSquaresBuckets sum_squares) {
+uint64_t quantizeAll(const Config c, const float* __restrict x, const sdk::PhiloxStream rng, uint64_t g0,
+                     float* __restrict norms, uint64_t* __restrict words, const math::host::QuantizeGroups run,
+                     const math::host::SumSquaresBuckets sum_squares) {
   const uint64_t buckets = c.numel == 0 ? 0 : (c.numel - 1) / c.bucket + 1;
   const float levels_f = static_cast<float>(c.levels);
   uint64_t next = 0;  // first bucket whose norm is not computed yet
@@ -184,7 +183,7 @@ TERSE_CPU_CLONES uint64_t quantizeAll(const Config c, const float* __restrict x,
 // The first code that quantizeValue could not have produced, or numel if all are valid.
 // Full groups are checked with a loop of constant length, which vectorizes.
 template <unsigned W>
-TERSE_CPU_CLONES uint64_t firstInvalidCode(const Config c, const uint64_t* __restrict words) {
+uint64_t firstInvalidCode(const Config c, const uint64_t* __restrict words) {
   const auto levels = static_cast<uint32_t>(c.levels);
   uint32_t codes[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < c.numel; i0 += kGroup, ++g) {
@@ -207,8 +206,8 @@ TERSE_CPU_CLONES uint64_t firstInvalidCode(const Config c, const uint64_t* __res
 }
 
 template <unsigned W>
-TERSE_CPU_CLONES void dequantizeAll(const Config c, const float* __restrict norms, const uint64_t* __restrict words,
-                                    float* __restrict out, bool accumulate) {
+void dequantizeAll(const Config c, const float* __restrict norms, const uint64_t* __restrict words,
+                   float* __restrict out, bool accumulate) {
   const float levels_f = static_cast<float>(c.levels);
   uint32_t codes[kGroup];
   float unit[kGroup];
@@ -294,11 +293,11 @@ class Qsgd final : public sdk::Compressor {
           Config range = c;
           range.numel = end - begin;
           uint64_t local = range.numel;
-          TERSE_BITPACK_DISPATCH(
-              code_bits_,
-              local = quantizeAll<kW>(range, in.data() + begin, rng, begin / kGroup, norms.data() + begin / c.bucket,
-                                      words.data() + begin / kGroup * code_bits_,
-                                      math::host::pickQuantizeGroups<kW>(c.draw_bits), sum_squares));
+          TERSE_BITPACK_DISPATCH(code_bits_,
+                                 local = sdk::cpu::clones<quantizeAll<kW>>(
+                                     range, in.data() + begin, rng, begin / kGroup, norms.data() + begin / c.bucket,
+                                     words.data() + begin / kGroup * code_bits_,
+                                     math::host::pickQuantizeGroups<kW>(c.draw_bits), sum_squares));
           return begin + local;
         });
     if (bad != c.numel) {
@@ -341,14 +340,15 @@ class Qsgd final : public sdk::Compressor {
     // bad payload leaves the output untouched.
     if (static_cast<uint32_t>(levels_) != bitpack::lowMask(mag_bits_)) {
       uint64_t bad = c.numel;
-      TERSE_BITPACK_DISPATCH(code_bits_, bad = firstInvalidCode<kW>(c, words.data()));
+      TERSE_BITPACK_DISPATCH(code_bits_, bad = sdk::cpu::clones<firstInvalidCode<kW>>(c, words.data()));
       if (bad != c.numel) {
         throw sdk::InvalidPayload("qsgd: code of element " + std::to_string(bad) + " has a magnitude above levels " +
                                   std::to_string(levels_));
       }
     }
     const std::span<float> out = args.output<float>();
-    TERSE_BITPACK_DISPATCH(code_bits_, dequantizeAll<kW>(c, norms.data(), words.data(), out.data(), args.accumulate));
+    TERSE_BITPACK_DISPATCH(
+        code_bits_, sdk::cpu::clones<dequantizeAll<kW>>(c, norms.data(), words.data(), out.data(), args.accumulate));
   }
 
  private:

@@ -12,6 +12,7 @@
 
 #include "qsgd_math.h"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/cpu.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_QSGD_X86 1
@@ -280,8 +281,8 @@ __attribute__((target("avx512f"))) void quantizeGroupsAvx512(const float* x, flo
 
 inline SumSquaresBuckets pickSumSquaresBuckets() {
 #if TERSE_QSGD_X86
-  if (__builtin_cpu_supports("avx512f")) return sumSquaresBucketsAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return sumSquaresBucketsAvx2;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f)) return sumSquaresBucketsAvx512;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2) && sdk::cpu::has(sdk::cpu::Feature::kFma)) return sumSquaresBucketsAvx2;
 #endif
   return sumSquaresBucketsScalar;
 }
@@ -290,8 +291,8 @@ inline SumSquaresBuckets pickSumSquaresBuckets() {
 template <unsigned W, unsigned B>
 QuantizeGroups pickQuantizeGroups() {
 #if TERSE_QSGD_X86
-  if (__builtin_cpu_supports("avx512f")) return quantizeGroupsAvx512<W, B>;
-  if (__builtin_cpu_supports("avx2")) return quantizeGroupsAvx2<W, B>;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f)) return quantizeGroupsAvx512<W, B>;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2)) return quantizeGroupsAvx2<W, B>;
 #endif
   return quantizeGroupsScalar<W, B>;
 }

@@ -86,7 +86,7 @@ void requireSupported(const terse_tensor_info_v1& info) {
 }
 
 // Packs the sign bits; returns numel, or the index of the first NaN.
-TERSE_CPU_CLONES uint64_t signsAll(uint64_t numel, const float* __restrict x, uint64_t* __restrict words) {
+uint64_t signsAll(uint64_t numel, const float* __restrict x, uint64_t* __restrict words) {
   uint32_t codes[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
     const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
@@ -112,8 +112,8 @@ TERSE_CPU_CLONES uint64_t signsAll(uint64_t numel, const float* __restrict x, ui
 
 // One rank's raw payload decoded: scale * sign per element. Full groups run loops of constant length, which
 // vectorize (2.3x the per-element loop a short group needs, at 64 MiB).
-TERSE_CPU_CLONES void signsToValues(uint64_t numel, float scale, const uint64_t* __restrict words,
-                                    float* __restrict out, bool accumulate) {
+void signsToValues(uint64_t numel, float scale, const uint64_t* __restrict words, float* __restrict out,
+                   bool accumulate) {
   uint32_t bits[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
     float* o = out + i0;
@@ -182,7 +182,7 @@ class SignSgd final : public sdk::Compressor {
     sdk::writeHeader(w, kFormat, args.info);
     w.put(WireBlock{kRaw, 1, 0, scale_});
     const std::span<uint64_t> words = w.putArray<uint64_t>(bitpack::wordCount(args.info.numel, 1));
-    const uint64_t nan = signsAll(args.info.numel, in.data(), words.data());
+    const uint64_t nan = sdk::cpu::clones<signsAll>(args.info.numel, in.data(), words.data());
     if (nan != args.info.numel) {
       throw sdk::InvalidArgument("signsgd: gradient element " + std::to_string(nan) + " is NaN, which has no sign");
     }
@@ -369,7 +369,7 @@ class SignSgd final : public sdk::Compressor {
   }
 
   void decodeRaw(const uint64_t* words, uint64_t numel, float* out, bool accumulate) const {
-    signsToValues(numel, scale_, words, out, accumulate);
+    sdk::cpu::clones<signsToValues>(numel, scale_, words, out, accumulate);
   }
 
   // Validates every count before writing any output, so a bad aggregate leaves the output untouched.

@@ -98,10 +98,9 @@ constexpr uint64_t kRunGroups = 16;
 // bits as the scalar loop); a group that is short or straddles buckets is made here. `max_abs` is bucketMaxAbs, with
 // vectors where the host has them.
 // draw_bits: rounding_bits, 8, 16 or 24 (sdk/philox.hpp's drawAt; `run` must read the same width).
-TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x,
-                                       const sdk::PhiloxStream rng, unsigned draw_bits, uint64_t g0,
-                                       float* __restrict scales, uint64_t* __restrict words,
-                                       const math::host::TernarizeGroups run, const math::host::BucketMaxAbs max_abs) {
+uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict x, const sdk::PhiloxStream rng,
+                      unsigned draw_bits, uint64_t g0, float* __restrict scales, uint64_t* __restrict words,
+                      const math::host::TernarizeGroups run, const math::host::BucketMaxAbs max_abs) {
   const uint64_t buckets = numel == 0 ? 0 : (numel - 1) / bucket + 1;
   uint64_t next = 0;
   uint32_t bits[kRunGroups * kGroup];
@@ -151,8 +150,8 @@ TERSE_CPU_CLONES uint64_t ternarizeAll(uint64_t numel, uint64_t bucket, const fl
   return numel;
 }
 
-TERSE_CPU_CLONES void deternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict scales,
-                                     const uint64_t* __restrict words, float* __restrict out, bool accumulate) {
+void deternarizeAll(uint64_t numel, uint64_t bucket, const float* __restrict scales, const uint64_t* __restrict words,
+                    float* __restrict out, bool accumulate) {
   uint32_t codes[kGroup];
   float scale[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
@@ -236,9 +235,9 @@ class TernGrad final : public sdk::Compressor {
     // As in qsgd.cc: ranges of whole buckets and 64-code groups give the bytes of one thread.
     const uint64_t bad = sdk::firstFailure(
         args.info.numel, std::lcm(l.bucket, uint64_t{kGroup}), threads_, [&](uint64_t begin, uint64_t end) {
-          return begin + ternarizeAll(end - begin, l.bucket, in.data() + begin, rng, rounding_bits_, begin / kGroup,
-                                      scales.data() + begin / l.bucket, words.data() + begin / kGroup * kW, run,
-                                      max_abs);
+          return begin + sdk::cpu::clones<ternarizeAll>(end - begin, l.bucket, in.data() + begin, rng, rounding_bits_,
+                                                        begin / kGroup, scales.data() + begin / l.bucket,
+                                                        words.data() + begin / kGroup * kW, run, max_abs);
         });
     if (bad != args.info.numel) {
       throw sdk::InvalidArgument("terngrad: the bucket starting at element " + std::to_string(bad) +
@@ -285,7 +284,8 @@ class TernGrad final : public sdk::Compressor {
       throw sdk::InvalidPayload("terngrad: nonzero padding bits after the last code");
     }
     const std::span<float> out = args.output<float>();
-    deternarizeAll(args.info.numel, l.bucket, scales.data(), words.data(), out.data(), args.accumulate);
+    sdk::cpu::clones<deternarizeAll>(args.info.numel, l.bucket, scales.data(), words.data(), out.data(),
+                                     args.accumulate);
   }
 
  private:

@@ -11,6 +11,7 @@
 
 #include "terngrad_math.h"
 #include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/cpu.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_TERNGRAD_X86 1
@@ -199,8 +200,8 @@ __attribute__((target("avx512f,bmi2"))) void ternarizeGroupsAvx512(const float* 
 
 inline BucketMaxAbs pickBucketMaxAbs() {
 #if TERSE_TERNGRAD_X86
-  if (__builtin_cpu_supports("avx512f")) return bucketMaxAbsAvx512;
-  if (__builtin_cpu_supports("avx2")) return bucketMaxAbsAvx2;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f)) return bucketMaxAbsAvx512;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2)) return bucketMaxAbsAvx2;
 #endif
   return bucketMaxAbsScalar;
 }
@@ -209,8 +210,9 @@ inline BucketMaxAbs pickBucketMaxAbs() {
 template <unsigned B>
 TernarizeGroups pickTernarizeGroups() {
 #if TERSE_TERNGRAD_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("bmi2")) return ternarizeGroupsAvx512<B>;
-  if (__builtin_cpu_supports("avx2")) return ternarizeGroupsAvx2<B>;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx512f) && sdk::cpu::has(sdk::cpu::Feature::kBmi2))
+    return ternarizeGroupsAvx512<B>;
+  if (sdk::cpu::has(sdk::cpu::Feature::kAvx2)) return ternarizeGroupsAvx2<B>;
 #endif
   return ternarizeGroupsScalar<B>;
 }

@@ -3,10 +3,10 @@
 #include <cstdint>
 
 #include "core/common/error.h"
+#include "terse/sdk/cpu.hpp"
 #include "terse/sdk/half.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define TERSE_COMM_X86 1
 #else
@@ -23,11 +23,9 @@ void sumF32(float* __restrict dst, const float* __restrict src, std::size_t n) {
 }
 
 // bf16: sdk::floatToBf16 written without its early return, so the loop vectorizes (the NaN case becomes a mask).
-// Bit-identical to the SDK's conversion for every input (tests/comm checks it). Built twice and picked at load time:
-// with SSE2 alone (x86-64's baseline) the 16 <-> 32-bit widening and narrowing cost more than the memory traffic.
-#if TERSE_COMM_X86 && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
+// Bit-identical to the SDK's conversion for every input (tests/comm checks it). Called through sdk::cpu::clones (one
+// build per x86-64 level, picked under TERSE_CPU_ISA): with SSE2 alone (x86-64's baseline) the 16 <-> 32-bit widening
+// and narrowing cost more than the memory traffic.
 void sumBf16(uint16_t* __restrict dst, const uint16_t* __restrict src, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const uint32_t u = sdk::floatBits(sdk::bf16ToFloat(dst[i]) + sdk::bf16ToFloat(src[i]));
@@ -57,13 +55,9 @@ __attribute__((target("avx,f16c"))) void sumF16F16c(uint16_t* __restrict dst, co
   sumF16Portable(dst + i, src + i, n - i);
 }
 
+// F16C with AVX's registers, as the plugins see it: sdk::cpu, under the same TERSE_CPU_ISA cap.
 bool hasF16c() {
-  // F16C from cpuid leaf 1 (ECX bit 29) rather than __builtin_cpu_supports("f16c"), which clang 14 does not know.
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-  }();
-  return has;
+  return sdk::cpu::has(sdk::cpu::Feature::kF16c);
 }
 #endif
 
@@ -93,7 +87,7 @@ void sumInto(void* dst, const void* src, std::size_t count, DType dtype) {
       sumF16(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
       return;
     case DType::kBF16:
-      sumBf16(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
+      sdk::cpu::clones<sumBf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
       return;
     default:
       break;

@@ -13,7 +13,7 @@
 //   params.hpp                     typed, validated parameters: errors like `topk: 'ratio' must be in (0, 1], got 2`
 //   bytes.hpp                      bounds-checked payload writing and reading, the self-describing payload header
 //   caps.hpp                       capabilities with defaults: sdk::Caps::allgather(), sdk::Caps::sum(wire_dtype), ...
-//   dtype.hpp, error.hpp, host.hpp, cpu.hpp   dtype names, the exceptions, logging through the core, TERSE_CPU_CLONES
+//   dtype.hpp, error.hpp, host.hpp, cpu.hpp   dtype names, the exceptions, logging through the core, the CPU ISA query
 // Included on their own, because not every plugin needs them (and what they need):
 //   terse/sdk/philox.hpp    counter-based random numbers keyed by (seed, step, tensor, element), the same on CPU and
 //                           GPU (Random123, which terse::compressor_kit links)

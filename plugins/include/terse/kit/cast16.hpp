@@ -14,7 +14,7 @@
 //                              bool accumulate, uint32_t* status, void* stream);
 //   };
 //
-// The loops stay in each plugin's source (compiled with TERSE_CPU_CLONES, which GCC does not offer for templates).
+// The loops stay in each plugin's source (each called through sdk::cpu::clones, compiled per x86-64 level there).
 //
 // Parameter: threads   host compress of one tensor on this many threads, in [1, 64] (default 1); the same bytes for
 //                      any value (sdk/parallel.hpp).

@@ -4,7 +4,7 @@
 // Why not packGroup<1> on the host: it assembles the word from eight byte stores, and reading the word back right
 // after them cannot be forwarded from the store buffer, so every group waited on a store-forwarding stall (12% of
 // onebit's compress). On x86, SSE2's movmskps yields four sign bits per instruction in a register; SSE2 is in the
-// x86-64 baseline, so every TERSE_CPU_CLONES clone can inline it. Other hosts use packGroup<1>.
+// x86-64 baseline, so every sdk::cpu::clones level can inline it. Other hosts use packGroup<1>.
 #pragma once
 
 #include <cstdint>

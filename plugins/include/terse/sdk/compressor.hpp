@@ -11,6 +11,7 @@
 #include "terse/compressor_v1.h"
 #include "terse/resolved_params_v1.h"
 #include "terse/sdk/abi_checks.hpp"
+#include "terse/sdk/cpu.hpp"
 #include "terse/sdk/error.hpp"
 #include "terse/sdk/host.hpp"
 #include "terse/sdk/params.hpp"
@@ -130,6 +131,7 @@ struct CompressorAdapter {
     if (host == nullptr || host->log == nullptr) return TERSE_ERR_INVALID_ARGUMENT;  // nowhere to say why
     return guard(host, Export::kName, [&] {
       checkedPointer(ctx, "init: ctx");
+      cpu::check();  // a bad TERSE_CPU_ISA fails here, at setup, rather than in the first compress
       auto context = std::make_unique<Context>(host);
       Params p(Export::kName, params, num_params);
       context->instance = std::make_unique<Class>(p, context->host);

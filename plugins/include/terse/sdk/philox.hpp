@@ -19,6 +19,8 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define TERSE_PHILOX_AVX2 1
 #include <immintrin.h>
+
+#include "terse/sdk/cpu.hpp"
 #else
 #define TERSE_PHILOX_AVX2 0
 #endif
@@ -29,7 +31,7 @@ namespace terse::sdk {
 namespace detail {
 
 inline bool haveAvx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  static const bool yes = cpu::has(cpu::Feature::kAvx2);
   return yes;
 }
 
@@ -38,7 +40,7 @@ inline bool haveAvx2() {
 // multiplies exactly those halves into the full 64-bit product, whose high half is the next round's mulhi and whose
 // low half is already in place as the mullo (the high halves of the other lanes carry junk that no multiply reads
 // and the final pack drops). About 3x the throughput of block-at-a-time Philox on an AVX2 EPYC with two chains at a
-// time, 4x with the four below. noinline: the compressors' loops are `flatten`ed (TERSE_CPU_CLONES), and inlined into
+// time, 4x with the four below. noinline: the compressors' loops are `flatten`ed (sdk::cpu::clones), and inlined into
 // them these 16 live vectors spilled so badly that qsgd's compress got 20% slower instead of faster.
 __attribute__((target("avx2"), noinline)) inline void philoxGroup64Avx2(uint32_t k0, uint32_t k1, uint32_t h0,
                                                                         uint32_t h1, uint64_t g, uint32_t* out) {
@@ -86,7 +88,7 @@ __attribute__((target("avx2"), noinline)) inline void philoxGroup64Avx2(uint32_t
 }
 
 inline bool haveAvx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") != 0;
+  static const bool yes = cpu::has(cpu::Feature::kAvx512f);
   return yes;
 }
 
@@ -169,7 +171,7 @@ __attribute__((target("avx512f"), noinline)) inline void philoxGroupsAvx512(uint
 }
 
 inline bool haveAvx512Ifma() {
-  static const bool yes = __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512ifma") != 0;
+  static const bool yes = cpu::has(cpu::Feature::kAvx512f) && cpu::has(cpu::Feature::kAvx512ifma);
   return yes;
 }
 
