@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "qsgd_math.h"
+#include "terse/kit/draws_x86.hpp"
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/cpu.hpp"
 
@@ -106,27 +107,6 @@ __attribute__((target("avx2,fma"))) inline void sumSquaresBucketsAvx2(const floa
   }
 }
 
-// Elements 0..7 of `draws` (the stream at element 0, read at width B) as floats r 2^-B: uniform01 of drawAt<B>, exact.
-template <unsigned B>
-__attribute__((target("avx2"), always_inline)) inline __m256 uniform8Avx2(const void* draws) {
-  if constexpr (B == 24) {
-    const __m256i r = _mm256_loadu_si256(static_cast<const __m256i*>(draws));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
-  } else if constexpr (B == 16) {
-    const __m256i r = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 65536.0f));
-  } else {
-    const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(draws)));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 256.0f));
-  }
-}
-
-// Where element j's draw starts in the stream, in bytes: B = 24 reads whole 32-bit words.
-template <unsigned B>
-inline const unsigned char* drawsOf(const uint32_t* bits, uint64_t j) {
-  return reinterpret_cast<const unsigned char*>(bits) + j * (B == 24 ? 4 : B / 8);
-}
-
 // 8 lanes of quantizeValue.
 template <unsigned B>
 __attribute__((target("avx2"), always_inline)) inline __m256i quantize8Avx2(const float* x, const void* draws,
@@ -137,7 +117,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256i quantize8Avx2(cons
   const __m256 scaled = _mm256_mul_ps(_mm256_div_ps(magnitude, divisor), levels_f);
   const __m256i lower = _mm256_cvttps_epi32(scaled);  // scaled >= 0: truncation is floor
   const __m256 frac = _mm256_sub_ps(scaled, _mm256_cvtepi32_ps(lower));
-  const __m256 u = uniform8Avx2<B>(draws);
+  const __m256 u = kit::uniform8Avx2<B>(draws);
   // All-ones (-1) where u < frac: subtracting it adds 1.
   const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(u, frac, _CMP_LT_OQ));
   const __m256i xi = _mm256_min_epi32(_mm256_sub_epi32(lower, up), levels);
@@ -157,9 +137,9 @@ __attribute__((target("avx2"))) void quantizeGroupsAvx2(const float* x, float di
       // Codes < 256: two unsigned saturating packs keep them whole and in order, 16 bytes per pair of vectors.
       for (unsigned v = 0; v < 4; ++v) {
         const __m256i a =
-            quantize8Avx2<B>(x + 16 * v, drawsOf<B>(bits, kGroup * q + 16 * v), d, levels_f, levels_i, sign);
-        const __m256i b =
-            quantize8Avx2<B>(x + 16 * v + 8, drawsOf<B>(bits, kGroup * q + 16 * v + 8), d, levels_f, levels_i, sign);
+            quantize8Avx2<B>(x + 16 * v, kit::drawsOf<B>(bits, kGroup * q + 16 * v), d, levels_f, levels_i, sign);
+        const __m256i b = quantize8Avx2<B>(x + 16 * v + 8, kit::drawsOf<B>(bits, kGroup * q + 16 * v + 8), d, levels_f,
+                                           levels_i, sign);
         const __m128i a16 = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
         const __m128i b16 = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(words) + v, _mm_packus_epi16(a16, b16));
@@ -169,7 +149,7 @@ __attribute__((target("avx2"))) void quantizeGroupsAvx2(const float* x, float di
       for (unsigned v = 0; v < 8; ++v) {
         _mm256_store_si256(
             reinterpret_cast<__m256i*>(codes + 8 * v),
-            quantize8Avx2<B>(x + 8 * v, drawsOf<B>(bits, kGroup * q + 8 * v), d, levels_f, levels_i, sign));
+            quantize8Avx2<B>(x + 8 * v, kit::drawsOf<B>(bits, kGroup * q + 8 * v), d, levels_f, levels_i, sign));
       }
       sdk::bitpack::packGroup<W>(codes, words);
     }
@@ -215,21 +195,6 @@ __attribute__((target("avx512f"))) inline void sumSquaresBucketsAvx512(const flo
   }
 }
 
-// Elements 0..15 of `draws` as floats r 2^-B (uniform8Avx2 on 16 lanes).
-template <unsigned B>
-__attribute__((target("avx512f"), always_inline)) inline __m512 uniform16Avx512(const void* draws) {
-  if constexpr (B == 24) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(draws), 8)),
-                         _mm512_set1_ps(1.0f / 16777216.0f));
-  } else if constexpr (B == 16) {
-    const __m512i r = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(draws)));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 65536.0f));
-  } else {
-    const __m512i r = _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 256.0f));
-  }
-}
-
 // 16 lanes of quantizeValue, with the compares' masks adding the 1 and the sign.
 template <unsigned B>
 __attribute__((target("avx512f"), always_inline)) inline __m512i quantize16Avx512(const float* x, const void* draws,
@@ -240,7 +205,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512i quantize16Avx51
   const __m512 scaled = _mm512_mul_ps(_mm512_div_ps(magnitude, divisor), levels_f);
   const __m512i lower = _mm512_cvttps_epi32(scaled);
   const __m512 frac = _mm512_sub_ps(scaled, _mm512_cvtepi32_ps(lower));
-  const __m512 u = uniform16Avx512<B>(draws);
+  const __m512 u = kit::uniform16Avx512<B>(draws);
   const __mmask16 up = _mm512_cmp_ps_mask(u, frac, _CMP_LT_OQ);
   // No clamp to levels (11% of this loop's time): the divisor is a bucket norm (or 1 for an all-zero bucket), which
   // is >= every |v| of its bucket (the rounded sum of squares is at least each square, and sqrt and the roundings are
@@ -263,14 +228,14 @@ __attribute__((target("avx512f"))) void quantizeGroupsAvx512(const float* x, flo
       // Code j is byte j of the group's 8 words: vpmovdb keeps each lane's low byte, the whole code.
       for (unsigned v = 0; v < 4; ++v) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(words) + v,
-                         _mm512_cvtepi32_epi8(quantize16Avx512<B>(x + 16 * v, drawsOf<B>(bits, kGroup * q + 16 * v), d,
-                                                                  levels_f, sign)));
+                         _mm512_cvtepi32_epi8(quantize16Avx512<B>(
+                             x + 16 * v, kit::drawsOf<B>(bits, kGroup * q + 16 * v), d, levels_f, sign)));
       }
     } else {
       alignas(64) uint32_t codes[kGroup];
       for (unsigned v = 0; v < 4; ++v) {
-        _mm512_store_si512(codes + 16 * v,
-                           quantize16Avx512<B>(x + 16 * v, drawsOf<B>(bits, kGroup * q + 16 * v), d, levels_f, sign));
+        _mm512_store_si512(codes + 16 * v, quantize16Avx512<B>(x + 16 * v, kit::drawsOf<B>(bits, kGroup * q + 16 * v),
+                                                               d, levels_f, sign));
       }
       sdk::bitpack::packGroup<W>(codes, words);
     }

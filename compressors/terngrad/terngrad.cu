@@ -67,8 +67,9 @@ __global__ void maxAbsKernel(const float* __restrict__ x, Shape s, uint64_t chun
   }
 }
 
-// quantizeValue with its bucket's scaler, as ternarizeAll computes it (looked up once per run of a bucket's elements).
-struct Coder {
+// A bucket's scaler for the elements around i (terse/kit/pack_kernels.cuh's runs): looked up once per run of a thread's
+// elements in one bucket, by the coder and the decoder alike.
+struct ScaleRuns {
   const float* scales;
   uint64_t bucket;
   struct Run {
@@ -79,22 +80,16 @@ struct Coder {
     const uint64_t b = i / bucket;
     return {(b + 1) * bucket, scales[b]};
   }
+};
+
+// quantizeValue with its bucket's scaler, as ternarizeAll computes it.
+struct Coder : ScaleRuns {
   __device__ uint32_t operator()(const Run& r, float v, uint32_t random_bits) const {
     return quantizeValue(v, r.scale, random_bits);
   }
 };
 
-struct Decoder {
-  const float* scales;
-  uint64_t bucket;
-  struct Run {
-    uint64_t end;
-    float scale;
-  };
-  __device__ Run run(uint64_t i) const {
-    const uint64_t b = i / bucket;
-    return {(b + 1) * bucket, scales[b]};
-  }
+struct Decoder : ScaleRuns {
   __device__ float operator()(const Run& r, uint32_t code) const { return decodeValue(code, r.scale); }
 };
 
@@ -131,7 +126,7 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   maxAbsKernel<<<device::gridFor(shape.buckets * chunks, device::kThreads / 32), device::kThreads, 0, st>>>(
       x, shape, chunks, reinterpret_cast<uint32_t*>(scales));
   TERSE_COMPRESSOR_CHECK_LAUNCH();
-  device::launchQuantize(kCodeBits, rounding_bits, x, shape.numel, rng, Coder{scales, shape.bucket},
+  device::launchQuantize(kCodeBits, rounding_bits, x, shape.numel, rng, Coder{{scales, shape.bucket}},
                          reinterpret_cast<uint64_t*>(payload + shape.words_offset), stream);
 }
 
@@ -147,7 +142,7 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
 
 void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
   device::launchDecodeCodes(wordsOf(shape, payload), shape.numel, kCodeBits,
-                            Decoder{scalesOf(shape, payload), shape.bucket}, out, accumulate, stream);
+                            Decoder{{scalesOf(shape, payload), shape.bucket}}, out, accumulate, stream);
 }
 
 }  // namespace terse::compressors::terngrad::cuda

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "terngrad_math.h"
+#include "terse/kit/draws_x86.hpp"
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/cpu.hpp"
 
@@ -90,28 +91,6 @@ __attribute__((target("avx2"))) inline float bucketMaxAbsAvx2(const float* x, ui
   return sdk::bitsFloat(static_cast<uint32_t>(best));
 }
 
-// Where element j's draw starts in the stream, in bytes: B = 24 reads whole 32-bit words.
-template <unsigned B>
-inline const unsigned char* drawsOf(const uint32_t* bits, uint64_t j) {
-  return reinterpret_cast<const unsigned char*>(bits) + j * (B == 24 ? 4 : B / 8);
-}
-
-// Elements 0..7 of `draws` (the stream at element 0, read at width B) as floats r 2^-B: uniform01 of drawAt<B>, exact
-// (r < 2^24).
-template <unsigned B>
-__attribute__((target("avx2"), always_inline)) inline __m256 uniform8Avx2(const void* draws) {
-  if constexpr (B == 24) {
-    const __m256i r = _mm256_loadu_si256(static_cast<const __m256i*>(draws));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
-  } else if constexpr (B == 16) {
-    const __m256i r = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 65536.0f));
-  } else {
-    const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(draws)));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 256.0f));
-  }
-}
-
 template <unsigned B = sdk::kDrawBitsFull>
 __attribute__((target("avx2"))) void ternarizeGroupsAvx2(const float* x, float scale, const uint32_t* bits,
                                                          uint64_t groups, uint64_t* words) {
@@ -122,7 +101,7 @@ __attribute__((target("avx2"))) void ternarizeGroupsAvx2(const float* x, float s
     uint64_t plus = 0, minus = 0;
     for (unsigned v = 0; v < 8; ++v) {
       const __m256 g = _mm256_loadu_ps(x + 8 * v);
-      const __m256 u = uniform8Avx2<B>(drawsOf<B>(bits, kGroup * q + 8 * v));
+      const __m256 u = kit::uniform8Avx2<B>(kit::drawsOf<B>(bits, kGroup * q + 8 * v));
       const auto keep = static_cast<uint64_t>(
           _mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(u, s), _mm256_and_ps(g, abs_mask), _CMP_LT_OQ)));
       const auto negative = static_cast<uint64_t>(_mm256_movemask_ps(_mm256_cmp_ps(g, zero, _CMP_LT_OQ)));
@@ -156,21 +135,6 @@ __attribute__((target("avx512f"))) inline float bucketMaxAbsAvx512(const float* 
   return sdk::bitsFloat(static_cast<uint32_t>(best));
 }
 
-// Elements 0..15 of `draws` as floats r 2^-B (uniform8Avx2 on 16 lanes).
-template <unsigned B>
-__attribute__((target("avx512f"), always_inline)) inline __m512 uniform16Avx512(const void* draws) {
-  if constexpr (B == 24) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(draws), 8)),
-                         _mm512_set1_ps(1.0f / 16777216.0f));
-  } else if constexpr (B == 16) {
-    const __m512i r = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(draws)));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 65536.0f));
-  } else {
-    const __m512i r = _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(draws)));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(r), _mm512_set1_ps(1.0f / 256.0f));
-  }
-}
-
 // With AVX-512F the compares give the masks directly, and BMI2's pdep spreads them (every AVX-512 CPU runs pdep in
 // hardware).
 template <unsigned B = sdk::kDrawBitsFull>
@@ -184,7 +148,7 @@ __attribute__((target("avx512f,bmi2"))) void ternarizeGroupsAvx512(const float* 
     uint64_t plus = 0, minus = 0;
     for (unsigned v = 0; v < 4; ++v) {
       const __m512 g = _mm512_loadu_ps(x + 16 * v);
-      const __m512 u = uniform16Avx512<B>(drawsOf<B>(bits, kGroup * q + 16 * v));
+      const __m512 u = kit::uniform16Avx512<B>(kit::drawsOf<B>(bits, kGroup * q + 16 * v));
       const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(g), abs_mask));
       const uint64_t keep = _mm512_cmp_ps_mask(_mm512_mul_ps(u, s), magnitude, _CMP_LT_OQ);
       const uint64_t negative = _mm512_cmp_ps_mask(g, zero, _CMP_LT_OQ);
