@@ -159,8 +159,15 @@ constexpr Mask reported(Mask native, Isa cap) {
 
 // Evaluated once per process (per plugin library, each with the same inputs). A bad TERSE_CPU_ISA throws on every
 // call (a throwing static initializer runs again next time), so no loop ever runs under a cap nobody asked for.
+// noinline and cold: sdk::cpu::clones' wrappers are `flatten`, which would otherwise inline the cpuid reading, the
+// parsing and the error message's string building into every clone of every hot loop that asks has() (ten times the
+// compile time and the object size of qsgd's plugin).
+__attribute__((noinline, cold)) inline Mask readFeatures() {
+  return reported(detectNative(), parseIsa(std::getenv(kIsaVariable)));
+}
+
 inline Mask features() {
-  static const Mask m = reported(detectNative(), parseIsa(std::getenv(kIsaVariable)));
+  static const Mask m = readFeatures();
   return m;
 }
 
