@@ -125,7 +125,7 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
 
 void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
   const Decoder decoder{scalesOf(shape, payload), shape.bucket, shape.scales_per_bucket};
-  device::launchDecodeCodes(wordsOf(shape, payload), shape.numel, 1, decoder, out, accumulate, stream);
+  device::launchDecodeCodes<1>(wordsOf(shape, payload), shape.numel, decoder, out, accumulate, stream);
 }
 
 }  // namespace terse::compressors::onebit::cuda

@@ -111,8 +111,8 @@ void validate(const std::byte* payload, uint64_t numel, uint32_t count_bytes, in
 }
 
 void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream) {
-  device::launchDecodeCodes(reinterpret_cast<const uint64_t*>(payload + kPrefixBytes), numel, 1, RawDecoder{scale}, out,
-                            accumulate, stream);
+  device::launchDecodeCodes<1>(reinterpret_cast<const uint64_t*>(payload + kPrefixBytes), numel, RawDecoder{scale}, out,
+                               accumulate, stream);
 }
 
 void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes, float magnitude, float* out,

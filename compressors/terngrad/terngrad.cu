@@ -126,8 +126,8 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   maxAbsKernel<<<device::gridFor(shape.buckets * chunks, device::kThreads / 32), device::kThreads, 0, st>>>(
       x, shape, chunks, reinterpret_cast<uint32_t*>(scales));
   TERSE_COMPRESSOR_CHECK_LAUNCH();
-  device::launchQuantize(kCodeBits, rounding_bits, x, shape.numel, rng, Coder{{scales, shape.bucket}},
-                         reinterpret_cast<uint64_t*>(payload + shape.words_offset), stream);
+  device::launchQuantize<kCodeBits>(rounding_bits, x, shape.numel, rng, Coder{{scales, shape.bucket}},
+                                    reinterpret_cast<uint64_t*>(payload + shape.words_offset), stream);
 }
 
 void validate(const Shape& shape, const device::Prefix& expected, const std::byte* payload, uint32_t* status,
@@ -141,8 +141,8 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
 }
 
 void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
-  device::launchDecodeCodes(wordsOf(shape, payload), shape.numel, kCodeBits,
-                            Decoder{{scalesOf(shape, payload), shape.bucket}}, out, accumulate, stream);
+  device::launchDecodeCodes<kCodeBits>(wordsOf(shape, payload), shape.numel,
+                                       Decoder{{scalesOf(shape, payload), shape.bucket}}, out, accumulate, stream);
 }
 
 }  // namespace terse::compressors::terngrad::cuda

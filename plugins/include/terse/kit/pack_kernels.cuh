@@ -187,44 +187,51 @@ __global__ void signWordsKernel(const float* __restrict__ x, uint64_t numel, uin
   }
 }
 
-template <unsigned B, class Coder>
-bool launchQuantizeDraws(unsigned width, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
-                         const Coder& coder, uint64_t* words, cudaStream_t st) {
-  const unsigned grid = gridFor(numel, kCodeTile<B>);
-  bool launched = false;
-  TERSE_BITPACK_DISPATCH(width, quantizeKernel<kW, B, Coder><<<grid, kThreads, 0, st>>>(x, numel, rng, coder, words);
-                         launched = true);
-  return launched;
+// Codes of a width W fixed at compile time (terngrad's 2 bits, the sign codecs' 1): only W's kernels are built.
+// draw_bits: the rounding_bits parameter, 8, 16 or 24 (sdk/philox.hpp's drawAt), one kernel each.
+template <unsigned W, class Coder>
+void launchQuantize(unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
+                    const Coder& coder, uint64_t* words, void* stream) {
+  if (numel == 0) return;
+  const cudaStream_t st = streamOf(stream);
+  if (draw_bits == 8) {
+    quantizeKernel<W, 8, Coder><<<gridFor(numel, kCodeTile<8>), kThreads, 0, st>>>(x, numel, rng, coder, words);
+  } else if (draw_bits == 16) {
+    quantizeKernel<W, 16, Coder><<<gridFor(numel, kCodeTile<16>), kThreads, 0, st>>>(x, numel, rng, coder, words);
+  } else if (draw_bits == 24) {
+    quantizeKernel<W, 24, Coder><<<gridFor(numel, kCodeTile<24>), kThreads, 0, st>>>(x, numel, rng, coder, words);
+  } else {
+    throw sdk::Error(TERSE_ERR_INTERNAL, "draw width " + std::to_string(draw_bits) + " is not 8, 16 or 24");
+  }
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-// draw_bits: the rounding_bits parameter, 8, 16 or 24 (sdk/philox.hpp's drawAt).
+// A width known only at run time (qsgd's, from its levels): the kernels of every width 1..32 are built.
 template <class Coder>
 void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
                     const Coder& coder, uint64_t* words, void* stream) {
+  bool known = false;
+  TERSE_BITPACK_DISPATCH(width, launchQuantize<kW>(draw_bits, x, numel, rng, coder, words, stream); known = true);
+  if (!known) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
+}
+
+// Decode of a width W fixed at compile time (terngrad, onebit, signsgd): one kernel.
+template <unsigned W, class Decoder>
+void launchDecodeCodes(const uint64_t* words, uint64_t numel, const Decoder& decoder, float* out, bool accumulate,
+                       void* stream) {
   if (numel == 0) return;
-  if (!sdk::validDrawBits(draw_bits)) {
-    throw sdk::Error(TERSE_ERR_INTERNAL, "draw width " + std::to_string(draw_bits) + " is not 8, 16 or 24");
-  }
-  const cudaStream_t st = streamOf(stream);
-  const bool launched = draw_bits == 8    ? launchQuantizeDraws<8>(width, x, numel, rng, coder, words, st)
-                        : draw_bits == 16 ? launchQuantizeDraws<16>(width, x, numel, rng, coder, words, st)
-                                          : launchQuantizeDraws<24>(width, x, numel, rng, coder, words, st);
-  if (!launched) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
+  decodeCodesKernel<W, Decoder>
+      <<<gridFor((numel + 3) / 4, kThreads), kThreads, 0, streamOf(stream)>>>(words, numel, decoder, out, accumulate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
+// Decode of a width known only at run time (qsgd): every width's kernel is built.
 template <class Decoder>
 void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, const Decoder& decoder, float* out,
                        bool accumulate, void* stream) {
-  if (numel == 0) return;
-  const unsigned grid = gridFor((numel + 3) / 4, kThreads);
-  const cudaStream_t st = streamOf(stream);
-  bool launched = false;
-  TERSE_BITPACK_DISPATCH(
-      width, decodeCodesKernel<kW, Decoder><<<grid, kThreads, 0, st>>>(words, numel, decoder, out, accumulate);
-      launched = true);
-  if (!launched) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
+  bool known = false;
+  TERSE_BITPACK_DISPATCH(width, launchDecodeCodes<kW>(words, numel, decoder, out, accumulate, stream); known = true);
+  if (!known) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
 }
 
 // signWordsKernel over numel elements; nan_flag may be null (no NaN check).
