@@ -70,6 +70,10 @@ namespace math = terse::compressors::qsgd;
 
 constexpr sdk::PayloadFormat kFormat{"qsgd", sdk::fourcc("QSGD"), 1};
 constexpr int64_t kMaxLevels = (int64_t{1} << 24) - 1;
+// The device kernels are built for the code widths levels in [1, kMaxLevels] give, and only those (qsgd_cuda.h).
+static_assert(bitpack::bitsFor(1) + 1 == math::cuda::kMinCodeBits &&
+                  bitpack::bitsFor(kMaxLevels) + 1 == math::cuda::kMaxCodeBits,
+              "qsgd's device code widths no longer match its levels");
 constexpr unsigned kGroup = math::kGroup;
 // The input is read twice, for the bucket norm and then for the codes; the norm pass is the one that streams from
 // DRAM. Prefetching 8 KiB ahead of the codes (a few buckets) lets it find its lines in cache: 0.47 -> 0.52x memcpy at

@@ -139,8 +139,9 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   normsKernel<<<device::gridFor(shape.buckets * kLanes, device::kThreads), device::kThreads, 0, st>>>(x, shape, norms);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
   const float levels_f = static_cast<float>(shape.levels);
-  device::launchQuantize(shape.code_bits, rounding_bits, x, shape.numel, rng,
-                         Coder{norms, shape.bucket, levels_f, shape.levels, shape.mag_bits}, words, stream);
+  device::launchQuantize<kMinCodeBits, kMaxCodeBits>(shape.code_bits, rounding_bits, x, shape.numel, rng,
+                                                     Coder{norms, shape.bucket, levels_f, shape.levels, shape.mag_bits},
+                                                     words, stream);
 }
 
 void validate(const Shape& shape, const device::Prefix& expected, const std::byte* payload, bool check_codes,
@@ -155,7 +156,8 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
 
 void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
   const Decoder decoder{normsOf(shape, payload), shape.bucket, static_cast<float>(shape.levels), shape.mag_bits};
-  device::launchDecodeCodes(wordsOf(shape, payload), shape.numel, shape.code_bits, decoder, out, accumulate, stream);
+  device::launchDecodeCodes<kMinCodeBits, kMaxCodeBits>(wordsOf(shape, payload), shape.numel, shape.code_bits, decoder,
+                                                        out, accumulate, stream);
 }
 
 }  // namespace terse::compressors::qsgd::cuda

@@ -12,6 +12,11 @@ namespace terse::compressors::qsgd::cuda {
 
 namespace device = kit::device;
 
+// The code widths qsgd can produce: sign + bitsFor(levels) bits, levels in [1, 2^24 - 1] (qsgd.cc checks that its
+// own kMaxLevels fits). The device kernels are built for these widths only.
+inline constexpr unsigned kMinCodeBits = 2;
+inline constexpr unsigned kMaxCodeBits = 25;
+
 // Where things are in a payload and how it was made (qsgd.cc's layout).
 struct Shape {
   uint64_t numel;

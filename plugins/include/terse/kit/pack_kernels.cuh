@@ -206,13 +206,34 @@ void launchQuantize(unsigned draw_bits, const float* x, uint64_t numel, const sd
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-// A width known only at run time (qsgd's, from its levels): the kernels of every width 1..32 are built.
-template <class Coder>
+// Calls f.template operator()<W>() for the one W in [Lo, Hi] that equals `width`; false when none does. Host code:
+// the run-time dispatch of the launchers below, which builds only the kernels of the widths in the range.
+template <unsigned Lo, unsigned Hi, class F>
+bool dispatchWidth(unsigned width, F&& f) {
+  static_assert(1 <= Lo && Lo <= Hi && Hi <= 32, "code widths are 1..32 bits");
+  if (width == Lo) {
+    f.template operator()<Lo>();
+    return true;
+  }
+  if constexpr (Lo < Hi) {
+    return dispatchWidth<Lo + 1, Hi>(width, std::forward<F>(f));
+  } else {
+    return false;
+  }
+}
+
+// A width known only at run time, within [Lo, Hi] (qsgd's, 2..25 from its levels): the kernels of each width in the
+// range are built (three draw widths each), and only those -- a plugin that asked for all 32 widths carried a quarter
+// more device code for widths it cannot produce.
+template <unsigned Lo, unsigned Hi, class Coder>
 void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
                     const Coder& coder, uint64_t* words, void* stream) {
-  bool known = false;
-  TERSE_BITPACK_DISPATCH(width, launchQuantize<kW>(draw_bits, x, numel, rng, coder, words, stream); known = true);
-  if (!known) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
+  const bool known = dispatchWidth<Lo, Hi>(
+      width, [&]<unsigned W>() { launchQuantize<W>(draw_bits, x, numel, rng, coder, words, stream); });
+  if (!known) {
+    throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in " + std::to_string(Lo) +
+                                             ".." + std::to_string(Hi));
+  }
 }
 
 // Decode of a width W fixed at compile time (terngrad, onebit, signsgd): one kernel.
@@ -225,13 +246,17 @@ void launchDecodeCodes(const uint64_t* words, uint64_t numel, const Decoder& dec
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-// Decode of a width known only at run time (qsgd): every width's kernel is built.
-template <class Decoder>
+// Decode of a width known only at run time, within [Lo, Hi] (qsgd): each width's kernel in the range is built. The
+// width comes from a payload that was validated against the plugin's own parameters first.
+template <unsigned Lo, unsigned Hi, class Decoder>
 void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, const Decoder& decoder, float* out,
                        bool accumulate, void* stream) {
-  bool known = false;
-  TERSE_BITPACK_DISPATCH(width, launchDecodeCodes<kW>(words, numel, decoder, out, accumulate, stream); known = true);
-  if (!known) throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in 1..32");
+  const bool known = dispatchWidth<Lo, Hi>(
+      width, [&]<unsigned W>() { launchDecodeCodes<W>(words, numel, decoder, out, accumulate, stream); });
+  if (!known) {
+    throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in " + std::to_string(Lo) +
+                                             ".." + std::to_string(Hi));
+  }
 }
 
 // signWordsKernel over numel elements; nan_flag may be null (no NaN check).
