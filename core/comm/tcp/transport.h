@@ -55,7 +55,8 @@
 // the io thread, after each handler it runs, keeps polling the io_context without blocking until B has passed with
 // nothing to do, then blocks in epoll again (timers -- heartbeats, the liveness tick -- fire from either). Spinning
 // pays only when each spinning thread has a CPU of its own, so the automatic choice (-1) turns it on (kAutoBusyPollUs)
-// only when the CPUs this process may run on (sched_getaffinity) number at least 2 x 2 x local ranks: two spinning
+// only when the CPUs this process may use (sched_getaffinity, capped by a cgroup CPU quota) number at least
+// 2 x 2 x local ranks: two spinning
 // threads per rank (the caller's and the io thread), and as many CPUs again for the ranks' other work (compute threads,
 // reduces, the OS) -- 4 ranks need 16, one rank 4; off on 2 CPUs. With link emulation it is always off: the pacer
 // sets the times there. TERSE_TCP_BUSY_POLL_US (-1, 0 or 1..1000000) replaces the automatic choice where the options
@@ -119,8 +120,18 @@ int autoBusyPollUs(int cpus, int local_ranks);
 // variable and the value for a bad TERSE_TCP_BUSY_POLL_US, or naming the field for a bad option.
 int resolveBusyPollUs(const TcpOptions& options, const EnvLookup& env, int cpus);
 
-// The CPUs this process may run on (sched_getaffinity; the online count where that fails).
-int affinityCpuCount();
+// The CPUs this process may use: its affinity mask (sched_getaffinity), capped by a cgroup CPU quota where one is
+// set (a container limited with --cpus, a Kubernetes CPU limit: such a process sees every CPU in its mask but gets
+// only quota / period of them, and a spinner there is throttled rather than given a core).
+int usableCpuCount();
+
+// The whole CPUs a cgroup quota grants (quota / period, rounded up); 0 for none (quota <= 0: "max" or -1).
+int quotaCpus(int64_t quota_us, int64_t period_us);
+
+// The tightest CPU quota, in whole CPUs, of the cgroups listed in `cgroup_file` (/proc/self/cgroup) and their
+// ancestors under `cgroup_root` (/sys/fs/cgroup): cgroup v2's cpu.max ("max 100000", "150000 100000"), v1's
+// cpu.cfs_quota_us / cpu.cfs_period_us of the hierarchy holding the cpu controller; 0 where none is set or readable.
+int cgroupCpuQuota(const std::string& cgroup_file, const std::string& cgroup_root);
 
 // Collective: every rank of the job calls it with the same world_size and store; returns once the full mesh is
 // connected and authenticated. Throws CommError naming the missing ranks/hosts on timeout, InvalidArgument for bad

@@ -524,7 +524,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     t.emulation = o.a.inproc.emulation;
     t.busy_poll_us = o.busy_poll_us;
     t.local_ranks = job ? job->env.local_world_size : *std::max_element(o.a.ranks.begin(), o.a.ranks.end());
-    o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv(), comm::affinityCpuCount());
+    o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv(), comm::usableCpuCount());
   }
 
   SweepResult result;

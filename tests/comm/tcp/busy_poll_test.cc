@@ -3,7 +3,12 @@
 // transports that spin: exact data over many round trips, and a spinning wait that still wakes at once for a frame,
 // an abort and a departed peer (an event it missed would hold it for the whole, long, budget). The transport's other
 // behaviour tests run once more with spinning forced on (ctest's tcp_busy_poll_* entries, tests/comm/tcp/CMakeLists).
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -40,6 +45,56 @@ TEST(TcpBusyPoll, AutomaticRuleWantsFourCpusPerLocalRank) {
   EXPECT_EQ(autoBusyPollUs(16, 5), 0);
   EXPECT_EQ(autoBusyPollUs(8, 3), 0);
   EXPECT_EQ(autoBusyPollUs(4, 0), kAutoBusyPollUs);  // unknown local ranks count as one
+}
+
+// A container's CPU quota caps the CPUs the rule sees: quota / period, rounded up; none for "max" (-1 in cgroup v1).
+TEST(TcpBusyPoll, CgroupQuotaInWholeCpus) {
+  EXPECT_EQ(quotaCpus(-1, 100000), 0);
+  EXPECT_EQ(quotaCpus(0, 100000), 0);
+  EXPECT_EQ(quotaCpus(200000, 100000), 2);
+  EXPECT_EQ(quotaCpus(150000, 100000), 2);
+  EXPECT_EQ(quotaCpus(50000, 100000), 1);
+  EXPECT_EQ(quotaCpus(1600000, 100000), 16);
+  EXPECT_EQ(quotaCpus(100000, 0), 0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int usable = usableCpuCount();
+  EXPECT_GE(usable, 1);
+  EXPECT_LE(usable, CPU_COUNT(&set));
+}
+
+// The quota read from a cgroup tree (a fake one in a temporary folder): v2's cpu.max on the process's cgroup or an
+// ancestor, v1's cfs files in the cpu controller's hierarchy, the tightest one winning, and none where none is set.
+TEST(TcpBusyPoll, CgroupQuotaFromTheProcessesCgroupAndItsAncestors) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("terse_busy_poll_cgroup_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const auto put = [&](const std::filesystem::path& file, const std::string& text) {
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  };
+  const std::string fs = (root / "fs").string(), self = (root / "self").string();
+  put(root / "self", "0::/job/rank");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 0);  // no files at all
+  put(root / "fs/job/rank/cpu.max", "max 100000");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 0);
+  put(root / "fs/job/cpu.max", "250000 100000");  // the parent's limit holds for the child
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 3);
+  put(root / "fs/job/rank/cpu.max", "100000 100000");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 1);
+  put(root / "self", "12:cpu,cpuacct:/pod\n4:memory:/pod\n0::/other");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 0);
+  put(root / "fs/cpu,cpuacct/pod/cpu.cfs_quota_us", "-1");
+  put(root / "fs/cpu,cpuacct/pod/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 0);
+  put(root / "fs/cpu,cpuacct/cpu.cfs_quota_us", "400000");  // the hierarchy's root (a container's own cgroup)
+  put(root / "fs/cpu,cpuacct/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 4);
+  put(root / "fs/cpu,cpuacct/pod/cpu.cfs_quota_us", "garbage");
+  EXPECT_EQ(cgroupCpuQuota(self, fs), 4);
+  EXPECT_EQ(cgroupCpuQuota((root / "missing").string(), fs), 0);
+  std::filesystem::remove_all(root);
 }
 
 TEST(TcpBusyPoll, OptionThenEnvironmentThenTheRule) {
@@ -121,7 +176,7 @@ TEST(TcpBusyPoll, TransportsUseTheResolvedBudget) {
   MemoryStore store;
   const JobToken token = JobToken::generate();
   const TcpOptions o = testing::tcpOptions(0, 2);
-  const auto expected = std::chrono::microseconds(resolveBusyPollUs(o, processEnv(), affinityCpuCount()));
+  const auto expected = std::chrono::microseconds(resolveBusyPollUs(o, processEnv(), usableCpuCount()));
   auto t = testing::connectTcpWorld(2, store, token);
   for (auto& x : t) EXPECT_EQ(budgetOf(*x), expected);
   if (const char* v = std::getenv("TERSE_TCP_BUSY_POLL_US"); v != nullptr && std::string(v) != "-1") {
