@@ -80,11 +80,13 @@ struct Link {
   std::string who;                                // "rank 2 (host a)"
   std::unique_ptr<asio::ip::tcp::socket> socket;  // null for the link to this rank itself
 
-  std::mutex mutex;
-  std::condition_variable cv;
   // Bumped with every wake-up of the link's waiters (notifyWaiters): a busy-polling request (requests.cc) watches it
-  // instead of sleeping on cv, and re-checks its conditions under the mutex when it moves.
-  std::atomic<uint64_t> events{0};
+  // instead of sleeping on cv, and re-checks its conditions under the mutex when it moves. A cache line of its own:
+  // the spinner reads it in a loop, and a neighbour written under the lock would pull the line from under it at every
+  // change (and the writer would wait for the spinner's copy).
+  alignas(64) std::atomic<uint64_t> events{0};
+  alignas(64) std::mutex mutex;
+  std::condition_variable cv;
   // Every change a waiter may be waiting for -- made under `mutex` -- is followed by this, never by cv.notify_all()
   // alone, so that no busy-polling waiter misses it.
   void notifyWaiters() {
