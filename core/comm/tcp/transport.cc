@@ -191,9 +191,9 @@ void TcpTransport::shutdown() {
 int autoBusyPollUs(int cpus, int local_ranks) {
   // Every rank spins two threads while it waits (a request's caller and the io thread). A spinner that shares its CPU
   // delays the thread it waits for by a whole time slice (milliseconds, where the spin saves microseconds), so each
-  // needs a CPU of its own; and the ranks' other threads (compute, reduces, the pacer-less io work, the OS) need as
-  // many again, or spinning steals from them what it saves in wake-ups: 2 CPUs x 2 spinners x local ranks. On the
-  // 16-core machine of issue 22 that admits up to 4 ranks; on 2 CPUs none.
+  // needs a CPU of its own; and the ranks' other threads (compute, a trainer's workers, the OS) need as many again,
+  // or spinning steals from them what it saves in wake-ups: 2 CPUs x 2 spinners x local ranks. On the 16-core machine
+  // of issue 22 that admits up to 4 ranks; on 2 CPUs none.
   return cpus >= 4 * std::max(local_ranks, 1) ? kAutoBusyPollUs : 0;
 }
 
