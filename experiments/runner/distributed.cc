@@ -124,6 +124,9 @@ comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joi
   to.emulation = experiments::emulationConfig(e);
   to.store_prefix = prefix;
   to.host_label = joined.host;
+  // The automatic busy-poll rule counts the ranks sharing this host's CPUs (tcp/transport.h); TERSE_TCP_BUSY_POLL_US
+  // overrides it.
+  to.local_ranks = joined.local_world_size;
   return to;
 }
 
@@ -203,7 +206,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
     const CodecOptions codec_options = experiments::codecOptions(e);
 
     comm::TcpOptions co = to;
-    co.emulation = {};  // bookkeeping, not the experiment: in-process it is shared memory
+    co.emulation = {};    // bookkeeping, not the experiment: in-process it is shared memory
+    co.busy_poll_us = 0;  // rare and off the critical path: its threads sleep rather than spin beside the trainer's
     co.store_prefix = prefix + "control/";
     control = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(co, job_->token, *job_->store));
 

@@ -190,6 +190,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     data = &data_comm->transport();
     comm::TcpOptions co = to;
     co.emulation = {};
+    co.busy_poll_us = 0;  // bookkeeping off the critical path: its threads sleep rather than spin beside the trainer's
     co.store_prefix = prefix + "control/";
     control = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(co, job_->token, *job_->store));
     comm::Transport& ctl = control->transport();

@@ -29,7 +29,7 @@ void TcpTransport::abortJob(const std::string& reason, Link* bad_link, const std
         bad_link->broken_by_payload = true;
       }
     }
-    bad_link->cv.notify_all();
+    bad_link->notifyWaiters();
   }
   if (!first) return;
   TERSE_LOG(LogLevel::kWarn, who_ << ": communication aborted: " << reason);
@@ -46,7 +46,7 @@ void TcpTransport::abortJob(const std::string& reason, Link* bad_link, const std
       // the connection is closed), since it reads from a caller's buffer.
       lp->writes.clear();
     }
-    lp->cv.notify_all();
+    lp->notifyWaiters();
   }
   pacer_.dropAll(links_);
   if (io_started_) asio::post(io_, [this] { sendAbortNotices(); });

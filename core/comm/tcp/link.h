@@ -80,8 +80,19 @@ struct Link {
   std::string who;                                // "rank 2 (host a)"
   std::unique_ptr<asio::ip::tcp::socket> socket;  // null for the link to this rank itself
 
-  std::mutex mutex;
+  // Bumped with every wake-up of the link's waiters (notifyWaiters): a busy-polling request (requests.cc) watches it
+  // instead of sleeping on cv, and re-checks its conditions under the mutex when it moves. A cache line of its own:
+  // the spinner reads it in a loop, and a neighbour written under the lock would pull the line from under it at every
+  // change (and the writer would wait for the spinner's copy).
+  alignas(64) std::atomic<uint64_t> events{0};
+  alignas(64) std::mutex mutex;
   std::condition_variable cv;
+  // Every change a waiter may be waiting for -- made under `mutex` -- is followed by this, never by cv.notify_all()
+  // alone, so that no busy-polling waiter misses it.
+  void notifyWaiters() {
+    events.fetch_add(1, std::memory_order_release);
+    cv.notify_all();
+  }
   // Guarded by mutex.
   std::deque<std::shared_ptr<RecvOp>> posted;
   std::deque<std::shared_ptr<Staged>> unmatched;
@@ -132,6 +143,16 @@ struct Link {
   Clock::time_point head_end{};
   std::deque<std::pair<Clock::time_point, WriteItem>> release;  // slices reserved, handed to the writer at their end
 };
+
+// One step of a spin-wait: the CPU's pause hint, which yields the core's pipeline to its sibling hyperthread and saves
+// power without giving up the time slice.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 [[noreturn]] void throwBroken(const Link& l);
 

@@ -73,7 +73,7 @@ void TcpTransport::handleControl(Link& l) {
         }
         l.posted.clear();
       }
-      l.cv.notify_all();
+      l.notifyWaiters();
       if (!l.bye_queued && !l.write_shut) {
         l.bye_queued = true;
         queueControl(l, kByeTag, {});
@@ -90,7 +90,7 @@ void TcpTransport::readFailed(Link& l, const boost::system::error_code& ec) {
     std::lock_guard lock(l.mutex);
     if (l.cur_recv) l.cur_recv->io_active = false;
   }
-  l.cv.notify_all();
+  l.notifyWaiters();
   l.cur_recv.reset();
   l.cur_staged.reset();
   if (l.closed) return markReadClosed(l);
@@ -125,7 +125,7 @@ void TcpTransport::linkFailed(Link& l, const std::string& what) {
       }
       l.writes.clear();
     }
-    l.cv.notify_all();
+    l.notifyWaiters();
     pacer_.drop(l);
     return;
   }

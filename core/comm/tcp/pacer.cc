@@ -124,7 +124,7 @@ void Pacer::loop() {
         head->sent_at = sent_at;
         head->scheduled = true;
       }
-      l.cv.notify_all();
+      l.notifyWaiters();
       lock.lock();
     }
   }

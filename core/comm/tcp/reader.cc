@@ -105,7 +105,7 @@ void TcpTransport::route(Link& l, bool force_stage) {
     }
     l.parked = false;
   }
-  if (notify) l.cv.notify_all();
+  if (notify) l.notifyWaiters();
   if (l.discarding) l.scratch.resize(std::min<std::size_t>(l.cur.length, std::size_t{1} << 20));
   readPayload(l);
 }
@@ -143,7 +143,7 @@ void TcpTransport::readPayload(Link& l) {
         }
       }
       if (release) {
-        l.cv.notify_all();
+        l.notifyWaiters();
         l.cur_recv.reset();
         l.discarding = true;
         l.scratch.resize(std::size_t{1} << 20);
@@ -195,7 +195,7 @@ void TcpTransport::frameDone(Link& l) {
       l.cur_staged->deliver_at = deliver;
     }
   }
-  l.cv.notify_all();
+  l.notifyWaiters();
   l.cur_recv.reset();
   l.cur_staged.reset();
   readHeader(l);

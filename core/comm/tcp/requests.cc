@@ -12,6 +12,45 @@
 namespace terse::comm::tcp {
 namespace {
 
+// How a request's wait() waits for its link's next event (transport.h, "Busy polling"): spinning on the link's event
+// counter until `budget` has passed since the wait began, then sleeping on the link's condition variable. Each
+// return hands the caller its lock back with the conditions to re-check: the counter only says something changed.
+class LinkWaiter {
+ public:
+  LinkWaiter(Link& l, Clock::duration budget) : l_(l), budget_(budget) {}
+
+  void await(std::unique_lock<std::mutex>& lock) {
+    if (budget_ > Clock::duration::zero()) {
+      Clock::time_point now = Clock::now();
+      if (!spinning_) {
+        spinning_ = true;
+        deadline_ = now + budget_;
+      }
+      if (now < deadline_) {
+        // Read under the lock: every change the caller just found missing is made under it and bumps the counter
+        // afterwards, so a change after this point moves it.
+        const uint64_t seen = l_.events.load(std::memory_order_acquire);
+        lock.unlock();
+        while (l_.events.load(std::memory_order_acquire) == seen && now < deadline_) {
+          cpuRelax();
+          now = Clock::now();
+        }
+        lock.lock();
+        return;
+      }
+    }
+    // The caller checked its conditions under this same lock, and a change is made under it before its notify: it
+    // cannot slip between the check and the sleep.
+    l_.cv.wait(lock);
+  }
+
+ private:
+  Link& l_;
+  Clock::duration budget_;
+  bool spinning_ = false;
+  Clock::time_point deadline_{};
+};
+
 // A send that completed when it was issued (to this rank itself).
 class DoneRequest final : public RequestImpl {
  public:
@@ -26,7 +65,8 @@ class DoneRequest final : public RequestImpl {
 
 class SendRequest final : public RequestImpl {
  public:
-  SendRequest(std::shared_ptr<Link> link, std::shared_ptr<SendOp> op) : link_(std::move(link)), op_(std::move(op)) {}
+  SendRequest(std::shared_ptr<Link> link, std::shared_ptr<SendOp> op, Clock::duration spin)
+      : link_(std::move(link)), op_(std::move(op)), spin_(spin) {}
   // A send dropped before completing still delivers its data (request.h): what is not written yet is copied into the
   // frame's own storage, so the caller may free its buffer at once.
   ~SendRequest() override {
@@ -46,13 +86,14 @@ class SendRequest final : public RequestImpl {
   bool progress(bool block) {
     if (done_) return true;
     Link& l = *link_;
+    LinkWaiter waiter(l, spin_);
     std::unique_lock lock(l.mutex);
     for (;;) {
       if (op_->done && op_->scheduled) break;
       // A write in progress reads from the caller's buffer: it must end before the caller hears of the failure.
       if (!l.broken.empty() && !op_->io_active) throwBroken(l);
       if (!block) return false;
-      l.cv.wait(lock);
+      waiter.await(lock);
     }
     const Clock::time_point t = op_->sent_at;
     lock.unlock();
@@ -67,12 +108,14 @@ class SendRequest final : public RequestImpl {
 
   std::shared_ptr<Link> link_;
   std::shared_ptr<SendOp> op_;
+  Clock::duration spin_;  // busy-poll budget of a wait (transport.h); zero: sleep at once
   bool done_ = false;
 };
 
 class RecvRequest final : public RequestImpl {
  public:
-  RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op) : link_(std::move(link)), op_(std::move(op)) {}
+  RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin)
+      : link_(std::move(link)), op_(std::move(op)), spin_(spin) {}
   // A receive dropped before completing is cancelled: it leaves the posted list, or the io thread stops writing into
   // its buffer (which its owner may free next) and drains the rest of the frame.
   ~RecvRequest() override {
@@ -95,6 +138,7 @@ class RecvRequest final : public RequestImpl {
     RecvOp& r = *op_;
     if (!landed_) {
       Link& l = *link_;
+      LinkWaiter waiter(l, spin_);
       std::unique_lock lock(l.mutex);
       for (;;) {
         if (r.state == RecvOp::State::kFailed) {
@@ -105,7 +149,7 @@ class RecvRequest final : public RequestImpl {
         if (r.state == RecvOp::State::kDirect && r.arrived) break;
         if (!l.broken.empty() && !r.io_active) throwBroken(l);
         if (!block) return false;
-        l.cv.wait(lock);
+        waiter.await(lock);
       }
       // The frame is complete and this request alone owns it now: finish outside the lock.
       std::shared_ptr<Staged> staged = std::move(r.staged);
@@ -132,6 +176,7 @@ class RecvRequest final : public RequestImpl {
 
   std::shared_ptr<Link> link_;
   std::shared_ptr<RecvOp> op_;
+  Clock::duration spin_;  // busy-poll budget of a wait (transport.h); zero: sleep at once
   uint64_t length_ = 0;
   Clock::time_point deliver_at_{};
   bool landed_ = false;  // copied or added into the caller's buffer (exactly once)
@@ -188,7 +233,7 @@ Request TcpTransport::isend(int peer, const FrameMeta& meta, std::span<const std
   } else if (post_pump) {
     postPump(l);
   }
-  return Request(std::make_shared<SendRequest>(lp, std::move(op)));
+  return Request(std::make_shared<SendRequest>(lp, std::move(op), busy_poll_));
 }
 
 void TcpTransport::checkPeer(int r, const char* what) const {
@@ -234,7 +279,7 @@ Request TcpTransport::post(int peer, const FrameMeta& expect, std::span<std::byt
     }
   }
   if (wake) asio::post(io_, [this, link = &l] { unpark(*link, false); });
-  return Request(std::make_shared<RecvRequest>(lp, std::move(r)));
+  return Request(std::make_shared<RecvRequest>(lp, std::move(r), busy_poll_));
 }
 
 // A frame to this rank itself crosses no socket: it is matched at once and copied (or staged), and counted as
@@ -274,7 +319,7 @@ Request TcpTransport::sendToSelf(Link& l, const FrameMeta& meta, std::span<const
       }
     }
   }
-  l.cv.notify_all();
+  l.notifyWaiters();
   return Request(std::make_shared<DoneRequest>(data.size()));  // complete: the data has been copied
 }
 

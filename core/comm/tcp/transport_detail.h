@@ -51,6 +51,9 @@ class TcpTransport final : public Transport {
   // ---- setup (transport.cc) ---------------------------------------------------------------------------------------
   void connect(Store& store);
 
+  // The busy-poll budget in use (transport.h, "Busy polling"); zero: off.
+  Clock::duration busyPoll() const noexcept { return busy_poll_; }
+
  private:
   // ---- requests (requests.cc) -------------------------------------------------------------------------------------
   void checkPeer(int r, const char* what) const;
@@ -90,6 +93,9 @@ class TcpTransport final : public Transport {
   // ---- setup and teardown (transport.cc) --------------------------------------------------------------------------
   void startLinks();
   void shutdown();
+  // The io thread's loop: io_.run(), or with busy polling, blocking for the next handler and then polling for
+  // busy_poll_ after the last one that ran.
+  void runIo();
 
   TcpOptions options_;
   JobToken token_;
@@ -98,6 +104,7 @@ class TcpTransport final : public Transport {
   std::string label_;
   std::string who_;
   bool emulated_;
+  Clock::duration busy_poll_;  // zero: the io thread blocks and requests sleep at once
   TrafficCounter counter_;
 
   asio::io_context io_;

@@ -127,7 +127,7 @@ void TcpTransport::writeDirect(Link& l, const std::shared_ptr<SendOp>& op) {
     }
   }
   l.direct_sent.store(Clock::now().time_since_epoch().count());
-  l.cv.notify_all();
+  l.notifyWaiters();
   if (post) postPump(l);
 }
 
@@ -141,7 +141,7 @@ void TcpTransport::onWritten(Link& l, const WriteItem& item, const boost::system
       if (!l.mid_frame) item.op->done = true;
     }
   }
-  l.cv.notify_all();
+  l.notifyWaiters();
   if (ec) {
     // A reset or broken pipe on write is how a killed peer shows up when our write races its death.
     if (!l.closed)

@@ -10,6 +10,7 @@
 // collective moves memory, so memcpy is its natural ceiling on this machine.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +67,8 @@ struct CollectiveOptions {
   DType dtype = DType::kF32;
   HostCommOptions comm_options;
   uint64_t socket_buffer = 0;
+  int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: automatic)
+  int busy_poll_resolved = 0;      // tcp: what the transports of the largest world use (tables and JSON say it)
   bool ranks_given = false;        // -n was on the command line
   bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
@@ -156,6 +159,9 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
       "syscalls per byte)")("socket-buffer", po::value<std::string>()->default_value("0"),
                             "tcp: SO_SNDBUF/SO_RCVBUF per connection, e.g. 4M (0: the OS default, autotuned)")(
+      "busy-poll", po::value<std::string>()->default_value("auto"),
+      "tcp: microseconds a waiting rank (and its io thread) spins before sleeping, 0 = off; auto: on where this "
+      "process has 4 CPUs per rank on the host, or TERSE_TCP_BUSY_POLL_US (core/comm/tcp/transport.h)")(
       "clock", po::value<std::string>()->default_value("real"),
       "real, or simulated: --transport inproc on a SimGrid simulation of the links (--bandwidth, --latency, --nic, "
       "--nic-ingress); times are simulated seconds, the summation is measured CPU time (DESIGN.md section 9)");
@@ -198,6 +204,17 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     if (o.comm_options.segment_bytes == 0) throw po::error("--segment must be > 0");
     o.socket_buffer = comm::parseByteSize((*vm)["socket-buffer"].as<std::string>());
     if (o.socket_buffer > (uint64_t{1} << 30)) throw po::error("--socket-buffer must be at most 1G");
+    const std::string busy = (*vm)["busy-poll"].as<std::string>();
+    if (busy != "auto") {
+      int v = -1;
+      const auto [ptr, ec] = std::from_chars(busy.data(), busy.data() + busy.size(), v);
+      if (busy.empty() || ec != std::errc() || ptr != busy.data() + busy.size() || v < 0 || v > comm::kMaxBusyPollUs)
+        throw po::error("--busy-poll must be auto or 0.." + std::to_string(comm::kMaxBusyPollUs) +
+                        " (microseconds), got '" + busy + "'");
+      o.busy_poll_us = v;
+    }
+    // A bad TERSE_TCP_BUSY_POLL_US is a usage error before any rank starts, not a failure in each rank's setup.
+    if (a.transport == "tcp") (void)comm::resolveBusyPollUs(comm::TcpOptions{}, comm::processEnv(), 1);
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
     const std::string clock = (*vm)["clock"].as<std::string>();
@@ -263,6 +280,9 @@ World connectRanks(int n, const CollectiveOptions& o, const comm::Job* job) {
     t.world_size = n;
     t.emulation = o.a.inproc.emulation;
     t.socket_buffer_bytes = static_cast<int>(o.socket_buffer);
+    t.busy_poll_us = o.busy_poll_us;
+    // Ranks as threads share this process's CPUs: all n count for the automatic busy-poll rule.
+    t.local_ranks = job ? job->env.local_world_size : n;
     t.store_prefix = prefix;
     t.host_label = host;
     // As a run's ranks do (experiments/runner/distributed.cc): the launcher's address for this host when it gives
@@ -430,6 +450,7 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
     << ",\"segment_bytes\":" << o.comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
     << ",\"links\":\"" << a.inproc.emulation.describe() << "\",\"clock\":\"" << (o.simulated ? "simulated" : "real")
     << "\",";
+  if (a.transport == "tcp") j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",";
   writeRunsJson(j, r.runs, o.dtype);
   j << ",\"memcpy\":{\"bytes\":" << r.largest << ",\"gbps\":" << fixed(r.memcpy_gbps, 3)
     << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << r.total_wrong << "}";
@@ -456,7 +477,15 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
   }
   if (o.comm_options.ranks_per_node > 1) std::cout << ", " << o.comm_options.ranks_per_node << " ranks per node";
   std::cout << ", segment " << o.comm_options.segment_bytes << " B, iters " << a.iters << ", warmup " << a.warmup
-            << ", links " << (o.topology.enabled() ? o.topology.describe() : a.inproc.emulation.describe()) << "\n";
+            << ", links " << (o.topology.enabled() ? o.topology.describe() : a.inproc.emulation.describe());
+  if (a.transport == "tcp") {
+    std::cout << ", busy poll ";
+    if (o.busy_poll_resolved > 0)
+      std::cout << o.busy_poll_resolved << " us";
+    else
+      std::cout << "off";
+  }
+  std::cout << "\n";
   printRunTables(r.runs, o.dtype);
   printWrongSummary(r.total_wrong);
   std::cout << "# memcpy " << r.largest
@@ -490,6 +519,13 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     return kExitFailure;
   }
   const bool printer = !job || job->env.rank == 0;
+  if (o.a.transport == "tcp") {
+    comm::TcpOptions t;
+    t.emulation = o.a.inproc.emulation;
+    t.busy_poll_us = o.busy_poll_us;
+    t.local_ranks = job ? job->env.local_world_size : *std::max_element(o.a.ranks.begin(), o.a.ranks.end());
+    o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv(), comm::usableCpuCount());
+  }
 
   SweepResult result;
   try {
