@@ -44,6 +44,7 @@ void TcpTransport::connect(Store& store) {
   work_.emplace(io_.get_executor());
   io_thread_ = std::thread([this] { io_.run(); });
   io_started_ = true;
+  startBulkWriter();
   connector_.meet(store, published, deadline);
 
   // Settle on the io thread: what registered by now is final.
@@ -134,6 +135,7 @@ void TcpTransport::shutdown() {
       io_.stop();
     });
     io_thread_.join();
+    stopBulkWriter();
     for (auto& lp : links_)
       if (lp) lp->socket.reset();  // a socket must not outlive its io_context; requests may keep the link
   }

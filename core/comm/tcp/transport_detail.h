@@ -65,6 +65,13 @@ class TcpTransport final : public Transport {
   void writeDirect(Link& l, const std::shared_ptr<SendOp>& op);
   void postPump(Link& l);
   void onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec);
+  // The bulk writer (writer.cc): a thread that finishes the frames a caller's direct write could not, so that the io
+  // thread only reads (and adds) while a link's backlog drains.
+  void startBulkWriter();
+  void stopBulkWriter();
+  void bulkWriterLoop();
+  // Writes what the socket takes now; false once the link went back to the io thread or became idle.
+  bool bulkWrite(Link& l);
 
   // ---- io thread: reading (reader.cc) -----------------------------------------------------------------------------
   void readHeader(Link& l);
@@ -125,6 +132,14 @@ class TcpTransport final : public Transport {
   bool notices_queued_ = false;  // io thread only: sendAbortNotices ran
   std::mutex life_mutex_;        // guards Link::read_closed for the destructor's wait
   std::condition_variable life_cv_;
+
+  // The bulk writer's thread (not with emulation, whose frames the pacer releases to the io thread), the eventfd that
+  // wakes it, and the links handed to it (guarded by bulk_mutex_).
+  std::thread bulk_thread_;
+  int bulk_wake_fd_ = -1;
+  std::mutex bulk_mutex_;
+  std::vector<Link*> bulk_incoming_;
+  bool bulk_stop_ = false;
 
   // Emulation: the ingress port (io thread only), and the pacer (the rank's egress port and its thread).
   PacedResource ingress_;
