@@ -1,7 +1,8 @@
 // The tcp transport's object (transport.h), which ties the folder's parts together: the state of one rank's transport,
 // and its member functions spread over one file per job -- requests.cc (posting sends and receives, and completing
-// them), writer.cc and reader.cc (the io thread's two halves of every link), liveness.cc (heartbeats, silent and
-// crashed peers, goodbyes), abort.cc (a failure made job-wide) and transport.cc (setup and teardown). Apart from it:
+// them), writer.cc and reader.cc (the two halves of every link: writes on the io thread and the bulk writer's thread,
+// reads on the io thread), liveness.cc (heartbeats, silent and crashed peers, goodbyes), abort.cc (a failure made
+// job-wide) and transport.cc (setup and teardown). Apart from it:
 // link.h (the state of one connection), connect.h (connection setup) and pacer.h (link emulation's NIC). Internal to
 // core/comm/tcp/.
 #pragma once

@@ -134,15 +134,14 @@ void TcpTransport::writeDirect(Link& l, const std::shared_ptr<SendOp>& op) {
     op->io_active = false;
     if (item.begin == op->wire_bytes) {
       op->done = true;
-      l.writing = false;
     } else {
       // The rest goes first, before any control frame (mid_frame), exactly as if the io thread had started it.
       l.writes.push_front(item);
       l.mid_frame = item.begin != 0;
-      // The bulk writer keeps l.writing: it is the link's writer now.
-      bulk = err == 0 && bulk_wake_fd_ >= 0;
-      if (!bulk) l.writing = false;
     }
+    // The rest, or frames other threads queued meanwhile: the bulk writer keeps l.writing, it is the link's writer now.
+    bulk = err == 0 && bulk_wake_fd_ >= 0 && !l.writes.empty();
+    if (!bulk) l.writing = false;
     if (!bulk && (!l.writes.empty() || !l.controls.empty())) {
       post = !l.pump_posted;
       l.pump_posted = true;
