@@ -214,12 +214,12 @@ TEST(TcpBulkWriter, AStalledPeerHoldsUpNoOtherLinkAndItsBacklogArrivesWhole) {
 }
 
 // Many frames of two tags, sizes from a byte to several socket buffers, sent as fast as the caller can to a reader that
-// takes them slowly: the link passes between the caller's direct writes, the bulk writer and back many times (and a
-// heartbeat goes between frames, the timeout being short), and every frame arrives whole, each tag in order.
+// takes them slowly: the link passes between the caller's direct writes, the bulk writer and back many times, and every
+// frame arrives whole, each tag in order.
 TEST(TcpBulkWriter, HandOversKeepEachTagsOrderAndBytes) {
   MemoryStore store;
   const JobToken token = JobToken::generate();
-  auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& o) { o.timeout = std::chrono::seconds(2); });
+  auto t = testing::connectTcpWorld(2, store, token);
   constexpr int kFrames = 40;
   auto sizeOf = [](int i) {
     return static_cast<std::size_t>(i % 5 == 0 ? (std::size_t{9} << 20) + static_cast<std::size_t>(i)
