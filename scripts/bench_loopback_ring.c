@@ -1,6 +1,6 @@
 /* The loopback bound of a ring allreduce's traffic, for scripts/bench-vs-peers: n processes in a ring of TCP
- * connections on 127.0.0.1, each sending 2(n-1)/n * SIZE bytes to its right neighbour while it receives as many from its
- * left (a sender and a receiver thread per process, blocking send/recv of 1 MiB, TCP_NODELAY), and nothing else: no
+ * connections on 127.0.0.1, each sending 2(n-1)/n * SIZE bytes to its right neighbour while it receives as many from
+ * its left (a sender and a receiver thread per process, blocking send/recv of 1 MiB, TCP_NODELAY), and nothing else: no
  * framing, no reduction, no waiting on the ring's steps. That is the bytes a ring allreduce of SIZE bytes moves per
  * rank, so its time is what the kernel's loopback copies alone cost on this machine (a transport's floor). After the
  * warm-up, each timed iteration starts after a token went twice round the ring; an iteration's time is the slowest
@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
       die("bench_loopback_ring: listen");
   }
   // times[rank * iters + i]: shared with the parent (rank 0), which takes each iteration's slowest rank.
-  double* times = mmap(NULL, sizeof(double) * (size_t)n * (size_t)iters, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  double* times =
+      mmap(NULL, sizeof(double) * (size_t)n * (size_t)iters, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (times == MAP_FAILED) die("bench_loopback_ring: mmap");
   int me = 0;
   for (int i = 1; i < n; ++i) {
