@@ -46,6 +46,7 @@ void TcpTransport::connect(Store& store) {
   work_.emplace(io_.get_executor());
   io_thread_ = std::thread([this] { runIo(); });
   io_started_ = true;
+  startBulkWriter();
   connector_.meet(store, published, deadline);
 
   // Settle on the io thread: what registered by now is final.
@@ -159,6 +160,7 @@ void TcpTransport::shutdown() {
       io_.stop();
     });
     io_thread_.join();
+    stopBulkWriter();
     for (auto& lp : links_)
       if (lp) lp->socket.reset();  // a socket must not outlive its io_context; requests may keep the link
   }

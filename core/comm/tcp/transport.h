@@ -17,14 +17,20 @@
 // rank it is still missing, what it knows: never published its address, published but not reachable (the last
 // error), or never connected here -- and whether the rendezvous store itself is gone.
 //
-// Threads. One io thread per transport runs an io_context: it writes the queued frames of every connection and reads
-// every connection's frames, and runs the heartbeat timer. With link emulation, one pacer thread per transport (the
-// rank's NIC) releases frames to the writers slice by slice (link_emulation.h).
+// Threads. One io thread per transport runs an io_context: it reads every connection's frames, writes the control
+// frames (heartbeats, abort notices, goodbyes), and runs the heartbeat timer. One bulk writer thread per transport
+// finishes the frames that a caller's direct write left in a full socket, and the frames queued behind them (see "Data
+// path"). With link emulation, one pacer thread per transport (the rank's NIC) releases frames slice by slice to the
+// io thread, which writes them all (link_emulation.h), and there is no bulk writer.
 //
 // Data path. isend on an idle connection (nothing queued, no write running) writes the frame's header and the caller's
 // span from the calling thread, with one non-blocking scatter-gather write (no copy of the payload, and no hand-off to
 // the io thread, whose wake-up would be most of a small message's latency); what the socket does not take at once, and
-// every frame sent while a write is running, is queued for the io thread, which writes it the same way. The io thread
+// every frame sent while that write is unfinished, goes to the bulk writer, which owns the connection until its queue
+// is empty: it waits (poll) on all the connections it owns at once, writes whatever each socket takes, the same way,
+// and hands the connection back to the io thread for a goodbye, an abort notice or an error. So the io thread, which
+// reads and adds every incoming byte, no longer also writes the backlog that a ring step's burst of segments leaves in
+// the socket (most of an allreduce's bytes when the peer reads slower than this rank writes). The io thread
 // reads each frame's 32-byte header, validates it (decodeFrameHeader), and when a matching receive is posted reads the
 // payload straight into that receive's buffer; only a frame that no receive has been posted for yet is staged in
 // memory, and copied out when the receive comes -- except a large one
@@ -37,9 +43,11 @@
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which
-// reads from the caller's buffer: when that frame is parked at the peer (no receive posted there) and larger than the
-// socket buffers, the drop waits until the peer posts the receive (or the link fails). Collectives wait on all of
-// their sends, so this only concerns point-to-point code that drops large unfinished sends.
+// reads from the caller's buffer. The caller's and the bulk writer's writes are non-blocking bursts, so that wait is
+// short; the io thread's (emulated links; and after an error) lasts until the socket took the frame: when that
+// frame is parked at the peer (no receive posted there) and larger than the socket buffers, the drop waits until the
+// peer posts the receive (or the link fails). Collectives wait on all of their sends, so this only concerns
+// point-to-point code that drops large unfinished sends.
 //
 // Liveness. Every connection sends a heartbeat (a header-only kControl frame) when it has written nothing for
 // timeout/4, and a connection that has received nothing for `timeout` is declared dead; silence is checked every

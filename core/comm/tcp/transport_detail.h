@@ -1,7 +1,8 @@
 // The tcp transport's object (transport.h), which ties the folder's parts together: the state of one rank's transport,
 // and its member functions spread over one file per job -- requests.cc (posting sends and receives, and completing
-// them), writer.cc and reader.cc (the io thread's two halves of every link), liveness.cc (heartbeats, silent and
-// crashed peers, goodbyes), abort.cc (a failure made job-wide) and transport.cc (setup and teardown). Apart from it:
+// them), writer.cc and reader.cc (the two halves of every link: writes on the io thread and the bulk writer's thread,
+// reads on the io thread), liveness.cc (heartbeats, silent and crashed peers, goodbyes), abort.cc (a failure made
+// job-wide) and transport.cc (setup and teardown). Apart from it:
 // link.h (the state of one connection), connect.h (connection setup) and pacer.h (link emulation's NIC). Internal to
 // core/comm/tcp/.
 #pragma once
@@ -68,6 +69,13 @@ class TcpTransport final : public Transport {
   void writeDirect(Link& l, const std::shared_ptr<SendOp>& op);
   void postPump(Link& l);
   void onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec);
+  // The bulk writer (writer.cc): a thread that finishes the frames a caller's direct write could not, so that the io
+  // thread only reads (and adds) while a link's backlog drains.
+  void startBulkWriter();
+  void stopBulkWriter();
+  void bulkWriterLoop();
+  // Writes what the socket takes now; false once the link went back to the io thread or became idle.
+  bool bulkWrite(Link& l);
 
   // ---- io thread: reading (reader.cc) -----------------------------------------------------------------------------
   void readHeader(Link& l);
@@ -132,6 +140,14 @@ class TcpTransport final : public Transport {
   bool notices_queued_ = false;  // io thread only: sendAbortNotices ran
   std::mutex life_mutex_;        // guards Link::read_closed for the destructor's wait
   std::condition_variable life_cv_;
+
+  // The bulk writer's thread (not with emulation, whose frames the pacer releases to the io thread), the eventfd that
+  // wakes it, and the links handed to it (guarded by bulk_mutex_).
+  std::thread bulk_thread_;
+  int bulk_wake_fd_ = -1;
+  std::mutex bulk_mutex_;
+  std::vector<Link*> bulk_incoming_;
+  bool bulk_stop_ = false;
 
   // Emulation: the ingress port (io thread only), and the pacer (the rank's egress port and its thread).
   PacedResource ingress_;

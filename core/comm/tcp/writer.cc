@@ -1,7 +1,10 @@
 // The write half of the tcp transport's links, on the io thread (transport.h, "Data path"): each frame's header and the
 // caller's payload in one scatter-gather write, control frames between data frames, and the goodbye last.
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +19,7 @@ namespace terse::comm::tcp {
 using asio::ip::tcp;
 using tcp_wire::kAbortTag;
 using tcp_wire::kByeTag;
+using tcp_wire::kHeartbeatTag;
 using tcp_wire::kMaxControlBytes;
 
 void TcpTransport::queueControl(Link& l, Tag tag, std::string_view payload) {
@@ -83,52 +87,210 @@ void TcpTransport::postPump(Link& l) {
   });
 }
 
-void TcpTransport::writeDirect(Link& l, const std::shared_ptr<SendOp>& op) {
-  // The caller holds l.writing and l.direct, so l.fd stays open and no other write interleaves. Non-blocking: a full
-  // socket buffer (the peer reads slower) ends the attempt, and an error is left for the io thread to meet again on
-  // the same socket and report as it reports every failed write.
-  uint64_t off = 0;
-  for (;;) {
+// Writes wire bytes [item.begin, item.end) of item.op on fd, non-blocking, advancing item.begin; 0 when the socket took
+// all of them or is full (EAGAIN), else the errno that ended the attempt.
+static int writeNonBlocking(int fd, WriteItem& item) {
+  const SendOp& op = *item.op;
+  while (item.begin < item.end) {
     iovec iov[2];
     int parts = 0;
-    if (off < kFrameHeaderBytes) iov[parts++] = iovec{op->header.data() + off, kFrameHeaderBytes - off};
-    const uint64_t body = std::max<uint64_t>(off, kFrameHeaderBytes) - kFrameHeaderBytes;
-    if (body < op->data.size())
-      iov[parts++] = iovec{const_cast<std::byte*>(op->data.data()) + body, op->data.size() - body};
+    if (item.begin < kFrameHeaderBytes)
+      iov[parts++] = iovec{const_cast<std::byte*>(op.header.data()) + item.begin,
+                           static_cast<std::size_t>(std::min<uint64_t>(item.end, kFrameHeaderBytes) - item.begin)};
+    if (item.end > kFrameHeaderBytes) {
+      const uint64_t b = std::max<uint64_t>(item.begin, kFrameHeaderBytes) - kFrameHeaderBytes;
+      iov[parts++] =
+          iovec{const_cast<std::byte*>(op.data.data()) + b, static_cast<std::size_t>(item.end - kFrameHeaderBytes - b)};
+    }
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(parts);
-    const ssize_t w = ::sendmsg(l.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t w = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w > 0) {
-      off += static_cast<uint64_t>(w);
-      if (off == op->wire_bytes) break;
+      item.begin += static_cast<uint64_t>(w);
     } else if (w < 0 && errno == EINTR) {
       continue;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return 0;
     } else {
-      break;
+      return w < 0 ? errno : EPIPE;
     }
   }
+  return 0;
+}
+
+void TcpTransport::writeDirect(Link& l, const std::shared_ptr<SendOp>& op) {
+  // The caller holds l.writing and l.direct, so l.fd stays open and no other write interleaves. Non-blocking: a full
+  // socket buffer (the peer reads slower) ends the attempt. The rest goes to the bulk writer, whose thread finishes it
+  // (and the frames queued behind it) as the peer reads; an error is left for the io thread to meet again on the same
+  // socket and report as it reports every failed write.
+  WriteItem item{op, 0, op->wire_bytes};
+  const int err = writeNonBlocking(l.fd, item);
   bool post = false;
+  bool bulk = false;
   {
     std::lock_guard lock(l.mutex);
     l.direct = false;
-    l.writing = false;
     op->io_active = false;
-    if (off == op->wire_bytes) {
+    if (item.begin == op->wire_bytes) {
       op->done = true;
     } else {
       // The rest goes first, before any control frame (mid_frame), exactly as if the io thread had started it.
-      l.writes.push_front(WriteItem{op, off, op->wire_bytes});
-      l.mid_frame = off != 0;
+      l.writes.push_front(item);
+      l.mid_frame = item.begin != 0;
     }
-    if (!l.writes.empty() || !l.controls.empty()) {
+    // The rest, or frames other threads queued meanwhile: the bulk writer keeps l.writing, it is the link's writer now.
+    bulk = err == 0 && bulk_wake_fd_ >= 0 && !l.writes.empty();
+    if (!bulk) l.writing = false;
+    if (!bulk && (!l.writes.empty() || !l.controls.empty())) {
       post = !l.pump_posted;
       l.pump_posted = true;
     }
   }
   l.direct_sent.store(Clock::now().time_since_epoch().count());
   l.notifyWaiters();
+  if (bulk) {
+    {
+      std::lock_guard lock(bulk_mutex_);
+      bulk_incoming_.push_back(&l);
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(bulk_wake_fd_, &one, sizeof one);
+  }
   if (post) postPump(l);
+}
+
+// ---- the bulk writer ------------------------------------------------------------------------------------------------
+// A frame that a caller's direct write could not finish (the peer's receive window is full: it reads, and adds, slower
+// than this rank writes) used to go to the io thread, which then wrote it -- and every frame queued behind it -- in
+// pieces of one window opening each (about 60 KiB on loopback), between the reads and additions of every link: a ring
+// step posts all of its segments at once, so most of an allreduce's bytes went out that way and the io thread did both
+// halves of the copying. The bulk writer is a thread of its own for them; it owns the link (l.writing) until its queue
+// is empty, writes as the socket takes bytes (poll on every link it owns, so one slow peer holds up no other link),
+// and hands the link back to the io thread for what the io thread must do itself: an abort notice, the goodbye (after
+// which it shuts the socket down), an error (which it reports). Heartbeats it writes between frames like the io thread.
+
+void TcpTransport::startBulkWriter() {
+  if (emulated_ || n_ < 2) return;
+  bulk_wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (bulk_wake_fd_ < 0) return;  // the io thread writes the backlog, as it can
+  bulk_thread_ = std::thread([this] { bulkWriterLoop(); });
+}
+
+void TcpTransport::stopBulkWriter() {
+  if (!bulk_thread_.joinable()) return;
+  {
+    std::lock_guard lock(bulk_mutex_);
+    bulk_stop_ = true;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t w = ::write(bulk_wake_fd_, &one, sizeof one);
+  bulk_thread_.join();
+  ::close(bulk_wake_fd_);
+  bulk_wake_fd_ = -1;
+}
+
+bool TcpTransport::bulkWrite(Link& l) {
+  for (;;) {
+    WriteItem item;
+    int fd = -1;
+    bool post = false;
+    {
+      std::lock_guard lock(l.mutex);
+      // Back to the io thread, which pumps what is left (or meets the link's end).
+      auto giveBack = [&] {
+        l.writing = false;
+        if (!l.writes.empty() || !l.controls.empty()) {
+          post = !l.pump_posted;
+          l.pump_posted = true;
+        }
+      };
+      if (!l.broken.empty() || l.fd < 0) {
+        giveBack();
+      } else if (!l.mid_frame && !l.controls.empty()) {
+        if (l.controls.front()->control_tag == kHeartbeatTag) {
+          item = WriteItem{l.controls.front(), 0, l.controls.front()->wire_bytes};
+          l.controls.pop_front();
+        } else {
+          giveBack();
+        }
+      } else if (!l.writes.empty() && l.writes.front().op->control_tag != kByeTag) {
+        item = std::move(l.writes.front());
+        l.writes.pop_front();
+      } else {
+        giveBack();
+      }
+      if (item.op) {
+        item.op->io_active = true;
+        l.direct = true;
+        fd = l.fd;
+      }
+    }
+    if (!item.op) {
+      l.notifyWaiters();
+      if (post) postPump(l);
+      return false;
+    }
+    const int err = writeNonBlocking(fd, item);
+    {
+      std::lock_guard lock(l.mutex);
+      l.direct = false;
+      item.op->io_active = false;
+      if (item.begin == item.end) {
+        item.op->done = true;
+        l.mid_frame = false;
+      } else {
+        l.mid_frame = item.begin != 0;
+        l.writes.push_front(item);
+      }
+      if (err != 0) {
+        // The io thread writes the rest: its write meets the same error and reports it (onWritten).
+        l.writing = false;
+        post = !l.pump_posted;
+        l.pump_posted = true;
+      }
+    }
+    l.direct_sent.store(Clock::now().time_since_epoch().count());
+    l.notifyWaiters();
+    if (err != 0) {
+      postPump(l);
+      return false;
+    }
+    if (item.begin != item.end) return true;  // the socket is full: wait until it takes more
+  }
+}
+
+void TcpTransport::bulkWriterLoop() {
+  std::vector<Link*> owned;
+  std::vector<pollfd> fds;
+  for (;;) {
+    {
+      std::lock_guard lock(bulk_mutex_);
+      if (bulk_stop_) break;
+      owned.insert(owned.end(), bulk_incoming_.begin(), bulk_incoming_.end());
+      bulk_incoming_.clear();
+    }
+    std::erase_if(owned, [&](Link* l) { return !bulkWrite(*l); });
+    fds.assign(1, pollfd{bulk_wake_fd_, POLLIN, 0});
+    for (Link* l : owned) {
+      std::lock_guard lock(l->mutex);
+      fds.push_back(pollfd{l->fd, POLLOUT, 0});
+    }
+    // The timeout only bounds how long a link that was closed under a poll (which then never reports it) stays owned.
+    const int r = ::poll(fds.data(), fds.size(), owned.empty() ? -1 : 100);
+    if (r > 0 && (fds[0].revents & POLLIN) != 0) {
+      uint64_t count = 0;
+      [[maybe_unused]] const ssize_t n = ::read(bulk_wake_fd_, &count, sizeof count);
+    }
+  }
+  // The io thread has stopped (shutdown): hand the links back; shutdown() fails what they still hold.
+  for (Link* l : owned) {
+    {
+      std::lock_guard lock(l->mutex);
+      l->writing = false;
+    }
+    l->notifyWaiters();
+  }
 }
 
 void TcpTransport::onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec) {

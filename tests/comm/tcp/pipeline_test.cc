@@ -1,7 +1,10 @@
 // The tcp data path's fast parts: the pipelined ring (allreduce_ring.h) over real sockets at sizes that divide into
 // neither the ranks nor the segment, with its frames exactly those of the step-by-step ring; a reduce receive added
 // piece by piece as it is read (reader.cc), with elements split across reads; sends written by the calling thread
-// while the io thread writes others (writer.cc) keeping their order; and the socket buffers asked for (connect.h).
+// while the io thread writes others (writer.cc) keeping their order; the bulk writer's backlogs (writer.cc); and the
+// socket buffers asked for (connect.h).
+#include <algorithm>
+#include <future>
 #include <numeric>
 #include <thread>
 
@@ -147,6 +150,107 @@ TEST(TcpDirectSend, ConcurrentSendersKeepEachTagsOrder) {
   }
   for (auto& s : senders) s.join();
   for (auto& r : receivers) r.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// ---- the bulk writer (writer.cc): the frames a direct write could not finish ------------------------------------
+
+// Bytes that differ with the seed and with the 4 KiB block they are in, so a block out of place shows.
+std::vector<std::byte> bulkPattern(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::byte>((i * 31 + (i >> 12) * 7 + static_cast<std::size_t>(seed) * 13) & 0xFF);
+  return v;
+}
+
+// Frames larger than a socket's buffers to a peer that reads nothing yet: the caller's direct write stops when the
+// socket is full and the bulk writer owns the link until the peer reads. Meanwhile another link's large frame must go
+// through -- the bulk writer waits on every link it owns at once, so a stalled peer holds up no other -- and once the
+// stalled peer posts its receives, its frames arrive whole and in order; one of them was dropped by its sender while
+// backlogged (request.h: the transport copies what it has not written) and its buffer overwritten at once.
+TEST(TcpBulkWriter, AStalledPeerHoldsUpNoOtherLinkAndItsBacklogArrivesWhole) {
+  MemoryStore store;
+  const JobToken token = JobToken::generate();
+  auto t = testing::connectTcpWorld(3, store, token);
+  constexpr std::size_t kBig = std::size_t{24} << 20;  // above the 8 MiB send buffer plus any receive window
+  const FrameMeta to1{OpKind::kP2P, 11, kNoTensor};
+  const FrameMeta to2{OpKind::kP2P, 12, kNoTensor};
+  std::vector<std::vector<std::byte>> frames;
+  for (int i = 0; i < 3; ++i) frames.push_back(bulkPattern(kBig - static_cast<std::size_t>(i) * 4099, i + 1));
+  std::vector<Request> sends;
+  sends.push_back(t[0]->isend(1, to1, frames[0]));
+  { Request dropped = t[0]->isend(1, to1, frames[1]); }  // queued behind frames[0]: the transport keeps a copy
+  std::fill(frames[1].begin(), frames[1].end(), std::byte{0});
+  sends.push_back(t[0]->isend(1, to1, frames[2]));
+
+  const std::vector<std::byte> other = bulkPattern(kBig + 5, 9);
+  std::vector<std::byte> got2(other.size());
+  auto second = std::async(std::launch::async, [&] {
+    // Sent before rank 2 posts its receive, so that rank 2 parks it and this link too fills up and goes to the bulk
+    // writer, which then owns both.
+    Request s = t[0]->isend(2, to2, other);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Request r = t[2]->irecv(0, to2, got2);
+    r.wait();
+    s.wait();
+    return r.bytes();
+  });
+  const bool through = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  EXPECT_TRUE(through) << "a frame to rank 2 waited for rank 1, which reads nothing";
+
+  std::vector<std::vector<std::byte>> got;
+  for (int i = 0; i < 3; ++i) got.emplace_back(kBig);
+  for (int i = 0; i < 3; ++i) {
+    auto buf = std::span(got[static_cast<std::size_t>(i)]);
+    const uint64_t n = t[1]->recv(0, to1, buf);
+    EXPECT_EQ(n, kBig - static_cast<std::size_t>(i) * 4099) << "frame " << i;
+    EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n),
+                           bulkPattern(static_cast<std::size_t>(n), i + 1).begin()))
+        << "frame " << i;
+  }
+  for (auto& s : sends) s.wait();
+  EXPECT_EQ(second.get(), other.size());
+  EXPECT_EQ(got2, other);
+}
+
+// Many frames of two tags, sizes from a byte to several socket buffers, sent as fast as the caller can to a reader that
+// takes them slowly: the link passes between the caller's direct writes, the bulk writer and back many times, and every
+// frame arrives whole, each tag in order.
+TEST(TcpBulkWriter, HandOversKeepEachTagsOrderAndBytes) {
+  MemoryStore store;
+  const JobToken token = JobToken::generate();
+  auto t = testing::connectTcpWorld(2, store, token);
+  constexpr int kFrames = 40;
+  auto sizeOf = [](int i) {
+    return static_cast<std::size_t>(i % 5 == 0 ? (std::size_t{9} << 20) + static_cast<std::size_t>(i)
+                                               : (static_cast<std::size_t>(i) * 104729) % (std::size_t{3} << 20) + 1);
+  };
+  auto metaOf = [](int i) { return FrameMeta{OpKind::kP2P, static_cast<Tag>(30 + i % 2), kNoTensor}; };
+  std::atomic<int> wrong{0};
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the first frames fill the socket
+    std::vector<std::byte> buf((std::size_t{9} << 20) + kFrames);
+    // Tag 31's frames first, then tag 30's: each tag's frames in the order they were sent.
+    for (int parity : {1, 0})
+      for (int i = parity; i < kFrames; i += 2) {
+        try {
+          const uint64_t n = t[1]->recv(0, metaOf(i), buf);
+          if (n != sizeOf(i) ||
+              !std::equal(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n), bulkPattern(sizeOf(i), i).begin()))
+            ++wrong;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "frame " << i << ": " << e.what();
+          return;
+        }
+        if (i % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+  });
+  std::vector<std::vector<std::byte>> data;
+  for (int i = 0; i < kFrames; ++i) data.push_back(bulkPattern(sizeOf(i), i));
+  std::vector<Request> sends;
+  for (int i = 0; i < kFrames; ++i) sends.push_back(t[0]->isend(1, metaOf(i), data[static_cast<std::size_t>(i)]));
+  for (auto& s : sends) s.wait();
+  reader.join();
   EXPECT_EQ(wrong.load(), 0);
 }
 
