@@ -124,9 +124,6 @@ comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joi
   to.emulation = experiments::emulationConfig(e);
   to.store_prefix = prefix;
   to.host_label = joined.host;
-  // The automatic busy-poll rule counts the ranks sharing this host's CPUs (tcp/transport.h); TERSE_TCP_BUSY_POLL_US
-  // overrides it.
-  to.local_ranks = joined.local_world_size;
   return to;
 }
 

@@ -1,6 +1,7 @@
 // The tcp transport's life (transport.h): the object and its threads, setup of the full mesh through the connector
 // (connect.h) up to the point where every link reads, and the orderly end.
 #include <algorithm>
+#include <charconv>
 #include <future>
 #include <thread>
 
@@ -20,7 +21,7 @@ TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
       label_(options.host_label.empty() ? asio::ip::host_name() : options.host_label),
       who_("rank " + std::to_string(options.rank) + " (host " + label_ + ")"),
       emulated_(options.emulation.enabled()),
-      busy_poll_(std::chrono::microseconds(resolveBusyPollUs(options, processEnv(), usableCpuCount()))),
+      busy_poll_(std::chrono::microseconds(resolveBusyPollUs(options, processEnv()))),
       counter_(options.rank),
       connector_(io_, options_, token_, label_, who_, links_),
       heartbeat_(io_),
@@ -182,6 +183,28 @@ void TcpTransport::shutdown() {
 }
 
 }  // namespace tcp
+
+int resolveBusyPollUs(const TcpOptions& options, const EnvLookup& env) {
+  TERSE_CHECK(options.busy_poll_us >= -1 && options.busy_poll_us <= kMaxBusyPollUs, InvalidArgument,
+              "tcp transport: busy_poll_us must be -1 (unset), 0 (off) or 1.."
+                  << kMaxBusyPollUs << " microseconds, got " << options.busy_poll_us);
+  int us = options.busy_poll_us;
+  if (us < 0) {
+    us = 0;
+    if (const auto text = env("TERSE_TCP_BUSY_POLL_US")) {
+      int64_t v = 0;
+      const char* end = text->data() + text->size();
+      const auto [ptr, ec] = std::from_chars(text->data(), end, v);
+      TERSE_CHECK(!text->empty() && ec == std::errc() && ptr == end && v >= 0 && v <= kMaxBusyPollUs, InvalidArgument,
+                  "TERSE_TCP_BUSY_POLL_US='" << *text << "': expected 0 (off) or 1.." << kMaxBusyPollUs
+                                             << " (microseconds to spin before sleeping)");
+      us = static_cast<int>(v);
+    }
+  }
+  // Emulated links take their times from the pacer: spinning would only burn CPU (the variable is checked first, so a
+  // bad value is reported there too).
+  return options.emulation.enabled() ? 0 : us;
+}
 
 std::unique_ptr<Transport> connectTcpTransport(const TcpOptions& options, const JobToken& token, Store& store) {
   TERSE_CHECK(options.world_size >= 1, InvalidArgument,

@@ -26,14 +26,16 @@
 // Data path. isend on an idle connection (nothing queued, no write running) writes the frame's header and the caller's
 // span from the calling thread, with one non-blocking scatter-gather write (no copy of the payload, and no hand-off to
 // the io thread, whose wake-up would be most of a small message's latency); what the socket does not take at once, and
-// every frame sent while that write is unfinished, goes to the bulk writer, which owns the connection until its queue
-// is empty: it waits (poll) on all the connections it owns at once, writes whatever each socket takes, the same way,
-// and hands the connection back to the io thread for a goodbye, an abort notice or an error. So the io thread, which
-// reads and adds every incoming byte, no longer also writes the backlog that a ring step's burst of segments leaves in
-// the socket (most of an allreduce's bytes when the peer reads slower than this rank writes). The io thread
-// reads each frame's 32-byte header, validates it (decodeFrameHeader), and when a matching receive is posted reads the
-// payload straight into that receive's buffer; only a frame that no receive has been posted for yet is staged in
-// memory, and copied out when the receive comes -- except a large one
+// every frame sent while that write is unfinished, goes to the bulk writer when the frame is 1 MiB or more (a large
+// message's pipeline segments; smaller ones go to the io thread, which is usually awake already, where the bulk
+// writer's wake-up made a 1 MiB allreduce slower: writer.cc, kBulkMinFrameBytes); the bulk writer owns the connection
+// until its queue is empty: it waits (poll) on all the connections it owns at once, writes whatever each socket takes,
+// the same way, and hands the connection back to the io thread for a goodbye, an abort notice or an error. So the io
+// thread, which reads and adds every incoming byte, no longer also writes the backlog that a ring step's burst of
+// segments leaves in the socket (most of an allreduce's bytes when the peer reads slower than this rank writes). The io
+// thread reads each frame's 32-byte header, validates it (decodeFrameHeader), and when a matching receive is posted
+// reads the payload straight into that receive's buffer; only a frame that no receive has been posted for yet is staged
+// in memory, and copied out when the receive comes -- except a large one
 // (> 64 KiB) on a connection where no receive is posted at all: the io thread leaves its payload in the socket until a
 // receive is posted (TCP flow control holds the sender), so it too lands in place (a faster peer's next ring step
 // arrives before this rank posted its receives all the time). A parked connection's silence does not count against
@@ -61,14 +63,14 @@
 // pause instruction) on its link's event counter for up to B before it sleeps on the link's condition variable,
 // re-checking exactly the conditions a wake-up would (so failures, broken links and cancellation behave the same), and
 // the io thread, after each handler it runs, keeps polling the io_context without blocking until B has passed with
-// nothing to do, then blocks in epoll again (timers -- heartbeats, the liveness tick -- fire from either). Spinning
-// pays only when each spinning thread has a CPU of its own, so the automatic choice (-1) turns it on (kAutoBusyPollUs)
-// only when the CPUs this process may use (sched_getaffinity, capped by a cgroup CPU quota) number at least
-// 2 x 2 x local ranks: two spinning
-// threads per rank (the caller's and the io thread), and as many CPUs again for the ranks' other work (compute threads,
-// reduces, the OS) -- 4 ranks need 16, one rank 4; off on 2 CPUs. With link emulation it is always off: the pacer
-// sets the times there. TERSE_TCP_BUSY_POLL_US (-1, 0 or 1..1000000) replaces the automatic choice where the options
-// leave it automatic; a bad value is InvalidArgument naming the variable and the value.
+// nothing to do, then blocks in epoll again (timers -- heartbeats, the liveness tick -- fire from either). It is off
+// unless asked for: on the only many-core machine measured (a 16-vCPU KVM guest, loopback, `scripts/bench-vs-peers
+// --allreduce --terse-env off:TERSE_TCP_BUSY_POLL_US=0`, 3 rounds) a 50 us budget made the 4 KiB allreduce 2.3x slower
+// at 2 ranks (76 against 33 us) and 4.4x at 4 (485 against 110 us), and 1 MiB no faster, although every spinning thread
+// had a CPU of its own -- a pause loop in a guest can make the hypervisor deschedule the spinning vCPU (pause-loop
+// exiting); a bare-metal host may differ, which is what the knob is for. With link emulation it is always off: the
+// pacer sets the times there. TERSE_TCP_BUSY_POLL_US (0..1000000) sets it where the options leave it unset (-1); a bad
+// value is InvalidArgument naming the variable and the value.
 //
 // Errors. abort(reason) fails every pending and future request of this rank with CommError and sends an abort notice
 // (kControl, carrying the reason) to every peer, which aborts with the same reason, so the first reason wins job-wide.
@@ -107,39 +109,19 @@ struct TcpOptions {
   // (CommError naming the peer) instead of aborting the job: the workers of a parameter server, which the shards drop
   // and train on without (elastic workers, core/train/param_server.h). Any other lost peer aborts the job.
   std::vector<int> expendable_ranks;
-  // Busy polling (header comment): -1 = automatic (autoBusyPollUs, or TERSE_TCP_BUSY_POLL_US when set), 0 = off, N =
-  // spin up to N microseconds (at most kMaxBusyPollUs) before sleeping.
+  // Busy polling (header comment): -1 = unset (TERSE_TCP_BUSY_POLL_US when set, else off), 0 = off, N = spin up to N
+  // microseconds (at most kMaxBusyPollUs) before sleeping.
   int busy_poll_us = -1;
-  // The ranks of this job whose transports share this host's CPUs, for the automatic busy-poll rule; 0 = the job
-  // environment's local world size (job.h; 1 without a launcher). Ranks run as threads of one process count each.
-  int local_ranks = 0;
 };
 
-// The spin budget the automatic choice gives, and the largest one accepted.
-inline constexpr int kAutoBusyPollUs = 50;
+// The largest busy-poll budget accepted, in microseconds.
 inline constexpr int kMaxBusyPollUs = 1000000;
 
-// The automatic rule (header comment, "Busy polling"): kAutoBusyPollUs when cpus >= 4 * local_ranks, else 0.
-int autoBusyPollUs(int cpus, int local_ranks);
-
 // The budget (microseconds, 0 = off) a transport with these options uses: off with link emulation; else the option
-// when it is >= 0; else TERSE_TCP_BUSY_POLL_US from `env` when set (-1 there = the automatic rule); else the
-// automatic rule for `cpus` and the options' (or the environment's) local ranks. Throws InvalidArgument naming the
-// variable and the value for a bad TERSE_TCP_BUSY_POLL_US, or naming the field for a bad option.
-int resolveBusyPollUs(const TcpOptions& options, const EnvLookup& env, int cpus);
-
-// The CPUs this process may use: its affinity mask (sched_getaffinity), capped by a cgroup CPU quota where one is
-// set (a container limited with --cpus, a Kubernetes CPU limit: such a process sees every CPU in its mask but gets
-// only quota / period of them, and a spinner there is throttled rather than given a core).
-int usableCpuCount();
-
-// The whole CPUs a cgroup quota grants (quota / period, rounded up); 0 for none (quota <= 0: "max" or -1).
-int quotaCpus(int64_t quota_us, int64_t period_us);
-
-// The tightest CPU quota, in whole CPUs, of the cgroups listed in `cgroup_file` (/proc/self/cgroup) and their
-// ancestors under `cgroup_root` (/sys/fs/cgroup): cgroup v2's cpu.max ("max 100000", "150000 100000"), v1's
-// cpu.cfs_quota_us / cpu.cfs_period_us of the hierarchy holding the cpu controller; 0 where none is set or readable.
-int cgroupCpuQuota(const std::string& cgroup_file, const std::string& cgroup_root);
+// when it is >= 0; else TERSE_TCP_BUSY_POLL_US from `env` when set; else off. Throws InvalidArgument naming the
+// variable and the value for a bad TERSE_TCP_BUSY_POLL_US (checked with emulation too), or naming the field for a bad
+// option.
+int resolveBusyPollUs(const TcpOptions& options, const EnvLookup& env);
 
 // Collective: every rank of the job calls it with the same world_size and store; returns once the full mesh is
 // connected and authenticated. Throws CommError naming the missing ranks/hosts on timeout, InvalidArgument for bad

@@ -67,7 +67,7 @@ struct CollectiveOptions {
   DType dtype = DType::kF32;
   HostCommOptions comm_options;
   uint64_t socket_buffer = 0;
-  int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: automatic)
+  int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: TERSE_TCP_BUSY_POLL_US, else off)
   int busy_poll_resolved = 0;      // tcp: what the transports of the largest world use (tables and JSON say it)
   bool ranks_given = false;        // -n was on the command line
   bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
@@ -159,9 +159,9 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       "maximum frame payload; auto: 256K inproc (a frame's copy stays in L2), 1M tcp (fewer frames, wake-ups and "
       "syscalls per byte)")("socket-buffer", po::value<std::string>()->default_value("0"),
                             "tcp: SO_SNDBUF/SO_RCVBUF per connection, e.g. 4M (0: the OS default, autotuned)")(
-      "busy-poll", po::value<std::string>()->default_value("auto"),
-      "tcp: microseconds a waiting rank (and its io thread) spins before sleeping, 0 = off; auto: on where this "
-      "process has 4 CPUs per rank on the host, or TERSE_TCP_BUSY_POLL_US (core/comm/tcp/transport.h)")(
+      "busy-poll", po::value<std::string>()->default_value("env"),
+      "tcp: microseconds a waiting rank (and its io thread) spins before sleeping, 0 = off; env: "
+      "TERSE_TCP_BUSY_POLL_US, else off (core/comm/tcp/transport.h)")(
       "clock", po::value<std::string>()->default_value("real"),
       "real, or simulated: --transport inproc on a SimGrid simulation of the links (--bandwidth, --latency, --nic, "
       "--nic-ingress); times are simulated seconds, the summation is measured CPU time (DESIGN.md section 9)");
@@ -205,16 +205,16 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
     o.socket_buffer = comm::parseByteSize((*vm)["socket-buffer"].as<std::string>());
     if (o.socket_buffer > (uint64_t{1} << 30)) throw po::error("--socket-buffer must be at most 1G");
     const std::string busy = (*vm)["busy-poll"].as<std::string>();
-    if (busy != "auto") {
+    if (busy != "env") {
       int v = -1;
       const auto [ptr, ec] = std::from_chars(busy.data(), busy.data() + busy.size(), v);
       if (busy.empty() || ec != std::errc() || ptr != busy.data() + busy.size() || v < 0 || v > comm::kMaxBusyPollUs)
-        throw po::error("--busy-poll must be auto or 0.." + std::to_string(comm::kMaxBusyPollUs) +
+        throw po::error("--busy-poll must be env or 0.." + std::to_string(comm::kMaxBusyPollUs) +
                         " (microseconds), got '" + busy + "'");
       o.busy_poll_us = v;
     }
     // A bad TERSE_TCP_BUSY_POLL_US is a usage error before any rank starts, not a failure in each rank's setup.
-    if (a.transport == "tcp") (void)comm::resolveBusyPollUs(comm::TcpOptions{}, comm::processEnv(), 1);
+    if (a.transport == "tcp") (void)comm::resolveBusyPollUs(comm::TcpOptions{}, comm::processEnv());
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
     const std::string clock = (*vm)["clock"].as<std::string>();
@@ -281,8 +281,6 @@ World connectRanks(int n, const CollectiveOptions& o, const comm::Job* job) {
     t.emulation = o.a.inproc.emulation;
     t.socket_buffer_bytes = static_cast<int>(o.socket_buffer);
     t.busy_poll_us = o.busy_poll_us;
-    // Ranks as threads share this process's CPUs: all n count for the automatic busy-poll rule.
-    t.local_ranks = job ? job->env.local_world_size : n;
     t.store_prefix = prefix;
     t.host_label = host;
     // As a run's ranks do (experiments/runner/distributed.cc): the launcher's address for this host when it gives
@@ -523,8 +521,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     comm::TcpOptions t;
     t.emulation = o.a.inproc.emulation;
     t.busy_poll_us = o.busy_poll_us;
-    t.local_ranks = job ? job->env.local_world_size : *std::max_element(o.a.ranks.begin(), o.a.ranks.end());
-    o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv(), comm::usableCpuCount());
+    o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv());
   }
 
   SweepResult result;

@@ -34,7 +34,6 @@ inline TcpOptions tcpOptions(int rank, int n, std::chrono::milliseconds timeout 
   o.world_size = n;
   o.timeout = timeout;
   o.host_label = "h" + std::to_string(rank);
-  o.local_ranks = n;  // the test's ranks share this process's CPUs (the automatic busy-poll rule counts them)
   return o;
 }
 
