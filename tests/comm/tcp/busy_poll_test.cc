@@ -26,7 +26,7 @@ EnvLookup busyPollEnv(std::map<std::string, std::string> vars) {
   };
 }
 
-Clock::duration budgetOf(const Transport& t) {
+tcp::Clock::duration budgetOf(const Transport& t) {
   return dynamic_cast<const tcp::TcpTransport&>(t).busyPoll();
 }
 
