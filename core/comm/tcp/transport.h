@@ -27,28 +27,27 @@
 // span from the calling thread, with one non-blocking scatter-gather write (no copy of the payload, and no hand-off to
 // the io thread, whose wake-up would be most of a small message's latency); what the socket does not take at once, and
 // every frame sent while that write is unfinished, goes to the bulk writer when the frame is 1 MiB or more (a large
-// message's pipeline segments; smaller ones go to the io thread, which is usually awake already, where the bulk
-// writer's wake-up made a 1 MiB allreduce slower: writer.cc, kBulkMinFrameBytes); the bulk writer owns the connection
-// until its queue is empty: it waits (poll) on all the connections it owns at once, writes whatever each socket takes,
-// the same way, and hands the connection back to the io thread for a goodbye, an abort notice or an error. So the io
-// thread, which reads and adds every incoming byte, no longer also writes the backlog that a ring step's burst of
-// segments leaves in the socket (most of an allreduce's bytes when the peer reads slower than this rank writes). The io
-// thread reads each frame's 32-byte header, validates it (decodeFrameHeader), and when a matching receive is posted
-// reads the payload straight into that receive's buffer; only a frame that no receive has been posted for yet is staged
-// in memory, and copied out when the receive comes -- except a large one
-// (> 64 KiB) on a connection where no receive is posted at all: the io thread leaves its payload in the socket until a
-// receive is posted (TCP flow control holds the sender), so it too lands in place (a faster peer's next ring step
-// arrives before this rank posted its receives all the time). A parked connection's silence does not count against
-// the peer's liveness (it is this rank's). irecvReduce's payload is read in pieces of 256 KiB, each added
+// message's pipeline segments; smaller ones go to the io thread, as handing them over made a 1 MiB allreduce slower:
+// writer.cc, kBulkMinFrameBytes); the bulk writer owns the connection until its queue is empty: it waits (poll) on all
+// the connections it owns at once, writes whatever each socket takes, the same way, and hands the connection back to
+// the io thread for a goodbye, an abort notice or an error. So the io thread, which reads and adds every incoming byte,
+// no longer also writes the backlog that a ring step's burst of segments leaves in the socket (most of an allreduce's
+// bytes when the peer reads slower than this rank writes). The io thread reads each frame's 32-byte header, validates
+// it (decodeFrameHeader), and when a matching receive is posted reads the payload straight into that receive's buffer;
+// only a frame that no receive has been posted for yet is staged in memory, and copied out when the receive comes --
+// except a large one (> 64 KiB) on a connection where no receive is posted at all: the io thread leaves its payload in
+// the socket until a receive is posted (TCP flow control holds the sender), so it too lands in place (a faster peer's
+// next ring step arrives before this rank posted its receives all the time). A parked connection's silence does not
+// count against the peer's liveness (it is this rank's). irecvReduce's payload is read in pieces of 256 KiB, each added
 // into place (reduce.h) by the io thread right after it is read, while it is still in cache. Frames of one connection
 // are written and read in order, so frames of one (peer, tag) stay in order.
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which
 // reads from the caller's buffer. The caller's and the bulk writer's writes are non-blocking bursts, so that wait is
-// short; the io thread's (emulated links; and after an error) lasts until the socket took the frame: when that
-// frame is parked at the peer (no receive posted there) and larger than the socket buffers, the drop waits until the
-// peer posts the receive (or the link fails). Collectives wait on all of their sends, so this only concerns
+// short; the io thread's (frames under 1 MiB, emulated links, after an error) lasts until the socket took the frame:
+// when that frame is parked at the peer (no receive posted there) and larger than the socket buffers, the drop waits
+// until the peer posts the receive (or the link fails). Collectives wait on all of their sends, so this only concerns
 // point-to-point code that drops large unfinished sends.
 //
 // Liveness. Every connection sends a heartbeat (a header-only kControl frame) when it has written nothing for

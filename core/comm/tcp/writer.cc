@@ -120,11 +120,12 @@ static int writeNonBlocking(int fd, WriteItem& item) {
 }
 
 // Frames from this size up that a direct write leaves unfinished go to the bulk writer; smaller ones to the io thread,
-// as before the bulk writer. Its hand-over wakes a sleeping thread, where the io thread is usually awake already
-// (reading the peer's half of the exchange): for a 1 MiB allreduce (segments of 512 KiB at 2 ranks, 256 KiB at 4)
-// handing every frame over made it 1.2-1.5x slower on a 16-core machine and 1.45x at 2 ranks on 2 vCPUs, while at
-// 64 MiB (1 MiB segments, a backlog of a ring step's segments) it made 4 ranks 1.64x faster on 16 cores, 1.1x on 2.
-// The default ring segment is 1 MiB, so this is "the segments of a large message's pipeline".
+// as before the bulk writer. With every frame handed over, a 1 MiB allreduce (segments of 512 KiB at 2 ranks, 256 KiB
+// at 4) ran 1.2-1.5x slower than without the bulk writer on a 16-core machine, presumably because the hand-over wakes a
+// sleeping thread where the io thread is usually awake already (reading the peer's half of the exchange); at 64 MiB
+// (1 MiB segments, a ring step's backlog of them) it made 4 ranks 1.68x faster there and 1.1x on 2 vCPUs. The default
+// ring segment is 1 MiB, so this keeps the bulk writer for a large message's pipeline. Whether the small sizes are then
+// as fast as before on the 16-core machine has not been measured (results/reference/gpu/README.md).
 constexpr std::size_t kBulkMinFrameBytes = std::size_t{1} << 20;
 
 void TcpTransport::writeDirect(Link& l, const std::shared_ptr<SendOp>& op) {
