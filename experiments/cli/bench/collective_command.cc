@@ -70,7 +70,7 @@ struct CollectiveOptions {
   HostCommOptions comm_options;
   uint64_t socket_buffer = 0;
   int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: TERSE_TCP_BUSY_POLL_US, else off)
-  int busy_poll_resolved = 0;      // tcp: what the transports of the largest world use (tables and JSON say it)
+  int busy_poll_resolved = 0;      // tcp: what the transports use (resolveBusyPollUs; tables and JSON say it)
   bool ranks_given = false;        // -n was on the command line
   bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
@@ -215,8 +215,14 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
                         " (microseconds), got '" + busy + "'");
       o.busy_poll_us = v;
     }
-    // A bad TERSE_TCP_BUSY_POLL_US is a usage error before any rank starts, not a failure in each rank's setup.
-    if (a.transport == "tcp") (void)comm::resolveBusyPollUs(comm::TcpOptions{}, comm::processEnv());
+    // Resolved here, once: a bad TERSE_TCP_BUSY_POLL_US is a usage error before any rank starts, not a failure in each
+    // rank's setup, and the tables say what the transports will use.
+    if (a.transport == "tcp") {
+      comm::TcpOptions t;
+      t.emulation = a.inproc.emulation;
+      t.busy_poll_us = o.busy_poll_us;
+      o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv());
+    }
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
     const std::string clock = (*vm)["clock"].as<std::string>();
@@ -519,12 +525,6 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
     return kExitFailure;
   }
   const bool printer = !job || job->env.rank == 0;
-  if (o.a.transport == "tcp") {
-    comm::TcpOptions t;
-    t.emulation = o.a.inproc.emulation;
-    t.busy_poll_us = o.busy_poll_us;
-    o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv());
-  }
 
   SweepResult result;
   try {

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "terse/kit/cast_kernels.cuh"
 #include "terse/kit/device.cuh"
@@ -222,18 +223,23 @@ bool dispatchWidth(unsigned width, F&& f) {
   }
 }
 
+// dispatchWidth, and an internal error naming the range for a width outside it (the plugin validated the width).
+template <unsigned Lo, unsigned Hi, class F>
+void launchForWidth(unsigned width, F&& f) {
+  if (!dispatchWidth<Lo, Hi>(width, std::forward<F>(f))) {
+    throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in " + std::to_string(Lo) +
+                                             ".." + std::to_string(Hi));
+  }
+}
+
 // A width known only at run time, within [Lo, Hi] (qsgd's, 2..25 from its levels): the kernels of each width in the
 // range are built (three draw widths each), and only those -- a plugin that asked for all 32 widths carried a quarter
 // more device code for widths it cannot produce.
 template <unsigned Lo, unsigned Hi, class Coder>
 void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
                     const Coder& coder, uint64_t* words, void* stream) {
-  const bool known = dispatchWidth<Lo, Hi>(
-      width, [&]<unsigned W>() { launchQuantize<W>(draw_bits, x, numel, rng, coder, words, stream); });
-  if (!known) {
-    throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in " + std::to_string(Lo) +
-                                             ".." + std::to_string(Hi));
-  }
+  launchForWidth<Lo, Hi>(width,
+                         [&]<unsigned W>() { launchQuantize<W>(draw_bits, x, numel, rng, coder, words, stream); });
 }
 
 // Decode of a width W fixed at compile time (terngrad, onebit, signsgd): one kernel.
@@ -251,12 +257,8 @@ void launchDecodeCodes(const uint64_t* words, uint64_t numel, const Decoder& dec
 template <unsigned Lo, unsigned Hi, class Decoder>
 void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, const Decoder& decoder, float* out,
                        bool accumulate, void* stream) {
-  const bool known = dispatchWidth<Lo, Hi>(
-      width, [&]<unsigned W>() { launchDecodeCodes<W>(words, numel, decoder, out, accumulate, stream); });
-  if (!known) {
-    throw sdk::Error(TERSE_ERR_INTERNAL, "code width " + std::to_string(width) + " is not in " + std::to_string(Lo) +
-                                             ".." + std::to_string(Hi));
-  }
+  launchForWidth<Lo, Hi>(width,
+                         [&]<unsigned W>() { launchDecodeCodes<W>(words, numel, decoder, out, accumulate, stream); });
 }
 
 // signWordsKernel over numel elements; nan_flag may be null (no NaN check).
