@@ -62,6 +62,7 @@ void TcpTransport::sendAbortNotices() {
     std::lock_guard lock(abort_mutex_);
     reason = abort_reason_;
   }
+  watchIdleLinks();  // read on, callers' links too: what follows may be notices
   for (auto& lp : links_) {
     if (!lp) continue;
     Link& l = *lp;

@@ -2,12 +2,45 @@
 // durations in messages about links.
 #include "core/comm/tcp/link.h"
 
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <sstream>
 
 #include "core/comm/transport.h"
 #include "core/common/error.h"
 
 namespace terse::comm::tcp {
+
+Link::~Link() {
+  if (wake_fd >= 0) ::close(wake_fd);
+}
+
+void Link::kickReader() const {
+  // A full counter (it never is: the reader drains it) only means a wake-up is already pending.
+  if (wake_fd >= 0) (void)::eventfd_write(wake_fd, 1);
+}
+
+IoResult recvSome(int fd, void* data, std::size_t size) {
+  IoResult r;
+  for (;;) {
+    const ssize_t n = ::recv(fd, data, size, MSG_DONTWAIT);
+    if (n >= 0) {
+      r.n = n;
+      return r;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      r.would_block = true;
+    } else {
+      r.error = boost::system::error_code(errno, boost::system::system_category());
+    }
+    return r;
+  }
+}
 
 void throwBroken(const Link& l) {
   if (l.broken_by_payload) throw InvalidPayload(l.broken);

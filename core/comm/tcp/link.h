@@ -88,11 +88,28 @@ struct Link {
   alignas(64) std::mutex mutex;
   std::condition_variable cv;
   // Every change a waiter may be waiting for -- made under `mutex` -- is followed by this, never by cv.notify_all()
-  // alone, so that no busy-polling waiter misses it.
+  // alone, so that no busy-polling waiter misses it, nor a caller that reads the connection and sleeps in poll().
   void notifyWaiters() {
     events.fetch_add(1, std::memory_order_release);
     cv.notify_all();
+    if (caller_polling.load()) kickReader();
   }
+  // Wakes a caller sleeping in poll() on the socket (caller_read.cc) through `wake_fd`.
+  void kickReader() const;
+
+  // Caller reads (transport.h, "Data path"): who reads the connection's next bytes. kIo: the io thread, inside a
+  // frame or holding a parked one; kCaller: a caller's thread waiting for a receive; kNone: nobody, at a frame
+  // boundary -- the io thread reads when its readiness wait (`read_armed`) fires, a caller may claim it first.
+  enum class Reader : uint8_t { kIo, kNone, kCaller };
+  // Guarded by mutex.
+  Reader reader = Reader::kIo;
+  bool read_armed = false;  // the io thread waits for the socket to become readable
+  bool callers_may_read =
+      false;  // set once the link reads (not emulated), cleared when it closes or the transport ends
+  std::atomic<bool> caller_polling{false};  // a caller sleeps in poll() on the socket and `wake_fd`
+  int wake_fd = -1;                         // an eventfd, for the reading caller's poll(); closed by ~Link
+  std::atomic<Clock::rep> caller_heard{0};  // when a reading caller last received bytes (the liveness tick reads it)
+  ~Link();
   // Guarded by mutex.
   std::deque<std::shared_ptr<RecvOp>> posted;
   std::deque<std::shared_ptr<Staged>> unmatched;
@@ -120,7 +137,10 @@ struct Link {
   Clock::time_point last_heard{};
   Clock::time_point last_sent{};
   std::atomic<Clock::rep> direct_sent{0};  // when a caller's direct write last finished (the heartbeat reads both)
+  // The reader's (Reader says who), from here to `scratch`.
   EncodedHeader in_header{};
+  std::size_t header_got = 0;  // bytes of in_header read so far
+  bool in_frame = false;       // a header was taken: its payload is being read (or parked), not the next header
   FrameHeader cur;
   Clock::time_point cur_started{};
   std::byte* target = nullptr;
@@ -153,6 +173,14 @@ inline void cpuRelax() {
   asm volatile("yield" ::: "memory");
 #endif
 }
+
+// One non-blocking recv(): n > 0 bytes read, n == 0 the peer's end of file, else would_block or an error.
+struct IoResult {
+  long n = -1;
+  bool would_block = false;
+  boost::system::error_code error;
+};
+IoResult recvSome(int fd, void* data, std::size_t size);
 
 [[noreturn]] void throwBroken(const Link& l);
 

@@ -28,8 +28,10 @@ void TcpTransport::armHeartbeat() {
         std::lock_guard lock(l.mutex);
         parked = l.parked;
       }
-      // A parked link is silent because this rank stopped reading it, not because the peer did.
+      // A parked link is silent because this rank stopped reading it, not because the peer did; a caller may have
+      // read the link meanwhile (caller_read.cc).
       if (parked) l.last_heard = now;
+      l.last_heard = std::max(l.last_heard, Clock::time_point(Clock::duration(l.caller_heard.load())));
       if (!l.peer_left && !aborted_.load() && now - l.last_heard > options_.timeout) {
         linkFailed(l, "has sent nothing for " + secondsText(now - l.last_heard) + " (heartbeat timeout " +
                           secondsText(options_.timeout) + "): the process is stopped, hung or unreachable");
@@ -144,9 +146,16 @@ void TcpTransport::closeLink(Link& l) {
   if (l.closed || !l.socket) return;
   l.closed = true;
   {
-    // A caller's direct write (non-blocking, so brief) must not see its descriptor closed and perhaps reused.
+    // A caller's direct write (non-blocking, so brief) and a reading caller (woken: it gives the link back) must not
+    // see their descriptor closed and perhaps reused.
     std::unique_lock lock(l.mutex);
-    l.cv.wait(lock, [&] { return !l.direct; });
+    l.callers_may_read = false;
+    if (l.reader == Link::Reader::kCaller) {
+      lock.unlock();
+      l.notifyWaiters();
+      lock.lock();
+    }
+    l.cv.wait(lock, [&] { return !l.direct && l.reader != Link::Reader::kCaller; });
     l.fd = -1;
   }
   boost::system::error_code ignored;

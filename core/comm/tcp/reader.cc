@@ -10,6 +10,7 @@
 
 namespace terse::comm::tcp {
 
+using asio::ip::tcp;
 using tcp_wire::kMaxControlBytes;
 
 // Unexpected frames up to this size are staged at once (small control-like messages need no rendezvous); larger ones
@@ -19,30 +20,80 @@ constexpr uint64_t kParkBytes = 64 * 1024;
 // run on) beside the destination's lines, large enough that a read is one syscall for many socket-buffer pages.
 constexpr std::size_t kFuseBytes = 256 * 1024;
 
+// A frame boundary: the io thread no longer holds the connection. It waits for it to become readable, and a caller
+// waiting for a receive may claim it first and read on its own thread (caller_read.cc).
 void TcpTransport::readHeader(Link& l) {
   if (l.closed) return;
-  asio::async_read(*l.socket, asio::buffer(l.in_header),
-                   [this, &l](const boost::system::error_code& ec, std::size_t) { onHeader(l, ec); });
+  l.header_got = 0;
+  l.in_frame = false;
+  {
+    std::lock_guard lock(l.mutex);
+    l.reader = Link::Reader::kNone;
+  }
+  l.notifyWaiters();  // a waiting caller may claim the connection now
+  armRead(l);
+}
+
+void TcpTransport::armRead(Link& l) {
+  if (l.closed || l.read_closed) return;
+  {
+    std::lock_guard lock(l.mutex);
+    if (l.read_armed || l.reader == Link::Reader::kCaller) return;
+    l.read_armed = true;
+  }
+  // A readiness wait reads nothing: a caller that claims the connection meanwhile reads it alone.
+  l.socket->async_wait(tcp::socket::wait_read, [this, &l](const boost::system::error_code& ec) { onReadable(l, ec); });
+}
+
+void TcpTransport::onReadable(Link& l, const boost::system::error_code& ec) {
+  {
+    std::lock_guard lock(l.mutex);
+    l.read_armed = false;
+    if (l.reader == Link::Reader::kCaller) {
+      // A caller reads the connection (and will again at its next wait): the io thread looks at it again on the
+      // caller-read tick, for the frames no caller waits for (control frames, an end of file).
+      callerTick();
+      return;
+    }
+    // A wait armed before a caller took the connection and gave it back with a whole header or inside a frame: the
+    // io thread goes on from there (posted), and the next header is not due yet.
+    if (l.reader == Link::Reader::kIo && (l.in_frame || l.header_got == kFrameHeaderBytes)) return;
+    if (!ec) l.reader = Link::Reader::kIo;
+  }
+  if (ec) return readFailed(l, ec);
+  for (;;) {
+    // The socket's own descriptor: `fd` is for callers, and unset with emulation.
+    const IoResult r =
+        recvSome(l.socket->native_handle(), l.in_header.data() + l.header_got, kFrameHeaderBytes - l.header_got);
+    if (r.n > 0) {
+      l.header_got += static_cast<std::size_t>(r.n);
+      if (l.header_got == kFrameHeaderBytes) return onHeader(l, {});
+      continue;
+    }
+    if (r.n == 0) return readFailed(l, asio::error::eof);
+    if (r.would_block) break;
+    return readFailed(l, r.error);
+  }
+  if (l.header_got == 0) {
+    // Nothing after all: a caller read it first and let go. Callers read this connection, then: the boundary is open
+    // to them again, and the io thread looks at it on the caller-read tick instead of waking for every frame.
+    {
+      std::lock_guard lock(l.mutex);
+      l.reader = Link::Reader::kNone;
+    }
+    return callerTick();
+  }
+  armRead(l);
 }
 
 void TcpTransport::onHeader(Link& l, const boost::system::error_code& ec) {
   if (ec) return readFailed(l, ec);
-  const Clock::time_point now = Clock::now();
-  l.last_heard = now;
+  l.last_heard = Clock::now();
   try {
-    l.cur = decodeFrameHeader(l.in_header, options_.max_frame_bytes, "frame from " + l.who + " to " + who_);
-    TERSE_CHECK(
-        l.cur.meta.kind != OpKind::kControl || l.cur.length <= kMaxControlBytes, InvalidPayload,
-        "control frame from " << l.who << " of " << l.cur.length << " bytes exceeds the limit of " << kMaxControlBytes);
+    decodeHeader(l);
   } catch (const InvalidPayload& e) {
     return protocolError(l, e.what());
   }
-  counter_.recordReceived(l.cur.meta, l.cur.length);
-  l.cur_started = now;
-  l.got = 0;
-  l.discarding = false;
-  l.cur_recv.reset();
-  l.cur_staged.reset();
   if (l.cur.meta.kind == OpKind::kControl) {
     l.scratch.resize(static_cast<std::size_t>(l.cur.length));
     l.target = l.scratch.data();
@@ -50,6 +101,20 @@ void TcpTransport::onHeader(Link& l, const boost::system::error_code& ec) {
   }
   if (l.peer_left) return protocolError(l, "frame from " + l.who + " after its goodbye");
   route(l, false);
+}
+
+void TcpTransport::decodeHeader(Link& l) {
+  l.cur = decodeFrameHeader(l.in_header, options_.max_frame_bytes, "frame from " + l.who + " to " + who_);
+  TERSE_CHECK(
+      l.cur.meta.kind != OpKind::kControl || l.cur.length <= kMaxControlBytes, InvalidPayload,
+      "control frame from " << l.who << " of " << l.cur.length << " bytes exceeds the limit of " << kMaxControlBytes);
+  counter_.recordReceived(l.cur.meta, l.cur.length);
+  l.in_frame = true;
+  l.cur_started = Clock::now();
+  l.got = 0;
+  l.discarding = false;
+  l.cur_recv.reset();
+  l.cur_staged.reset();
 }
 
 // Decides where the payload of the frame whose header was just read goes: straight into a posted receive's buffer
@@ -61,6 +126,10 @@ void TcpTransport::onHeader(Link& l, const boost::system::error_code& ec) {
 // since any posted receive on the link makes the frame staged instead. `force_stage` stages whatever is parked (a
 // receive of another tag was posted, or the transport is aborting or closing and must read on).
 void TcpTransport::route(Link& l, bool force_stage) {
+  if (routeFrame(l, force_stage)) readPayload(l);
+}
+
+bool TcpTransport::routeFrame(Link& l, bool force_stage) {
   bool notify = false;
   {
     std::lock_guard lock(l.mutex);
@@ -94,7 +163,7 @@ void TcpTransport::route(Link& l, bool force_stage) {
       }
     } else if (!force_stage && l.cur.length > kParkBytes && l.posted.empty() && l.broken.empty() && !stopping_.load()) {
       l.parked = true;
-      return;
+      return false;
     } else {
       auto f = std::make_shared<Staged>();
       f->header = l.cur;
@@ -107,7 +176,7 @@ void TcpTransport::route(Link& l, bool force_stage) {
   }
   if (notify) l.notifyWaiters();
   if (l.discarding) l.scratch.resize(std::min<std::size_t>(l.cur.length, std::size_t{1} << 20));
-  readPayload(l);
+  return true;
 }
 
 // io thread: a receive was posted on a parked link (or the transport must read on): route the parked frame again.
@@ -120,49 +189,55 @@ void TcpTransport::unpark(Link& l, bool force_stage) {
 }
 
 void TcpTransport::readPayload(Link& l) {
-  const uint64_t left = l.cur.length - l.got;
-  if (left == 0) return frameDone(l);
-  // Whatever is available, up to the rest of the frame: every read refreshes the link's liveness, and between reads
-  // a dropped receive or a broken link takes the caller's buffer out of the io thread's hands.
-  const bool fused = l.cur_recv && l.cur_recv->reduce && !l.discarding;
-  asio::mutable_buffer buf =
-      l.discarding ? asio::buffer(l.scratch.data(), std::min<uint64_t>(left, l.scratch.size()))
-      : fused      ? asio::buffer(l.fuse.data() + l.fuse_have, std::min<uint64_t>(left, l.fuse.size() - l.fuse_have))
-                   : asio::buffer(l.target + l.got, left);
-  l.socket->async_read_some(buf, [this, &l, fused](const boost::system::error_code& ec, std::size_t n) {
+  if (l.got == l.cur.length) return frameDone(l);
+  l.socket->async_read_some(payloadBuffer(l), [this, &l](const boost::system::error_code& ec, std::size_t n) {
     if (ec) return readFailed(l, ec);
     l.last_heard = Clock::now();
-    l.got += n;
-    if (l.cur_recv && !l.discarding) {
-      bool release = false;
-      {
-        std::lock_guard lock(l.mutex);
-        if (l.cur_recv->cancelled || !l.broken.empty()) {
-          l.cur_recv->io_active = false;
-          release = true;
-        }
-      }
-      if (release) {
-        l.notifyWaiters();
-        l.cur_recv.reset();
-        l.discarding = true;
-        l.scratch.resize(std::size_t{1} << 20);
-      } else if (fused) {
-        // Still owned (io_active): add the whole elements read so far; a split element's bytes wait for the rest.
-        const RecvOp& r = *l.cur_recv;
-        const std::size_t elem = dtypeSize(r.dtype);
-        l.fuse_have += n;
-        const std::size_t whole = l.fuse_have / elem * elem;
-        if (whole != 0) {
-          sumInto(l.target + l.summed, l.fuse.data(), whole / elem, r.dtype);
-          l.summed += whole;
-          l.fuse_have -= whole;
-          if (l.fuse_have != 0) std::memmove(l.fuse.data(), l.fuse.data() + whole, l.fuse_have);
-        }
-      }
-    }
+    payloadRead(l, n);
     readPayload(l);
   });
+}
+
+// Whatever is available, up to the rest of the frame: every read refreshes the link's liveness, and between reads a
+// dropped receive or a broken link takes the caller's buffer out of the reader's hands.
+asio::mutable_buffer TcpTransport::payloadBuffer(Link& l) {
+  const uint64_t left = l.cur.length - l.got;
+  if (l.discarding) return asio::buffer(l.scratch.data(), std::min<uint64_t>(left, l.scratch.size()));
+  if (l.cur_recv && l.cur_recv->reduce)
+    return asio::buffer(l.fuse.data() + l.fuse_have, std::min<uint64_t>(left, l.fuse.size() - l.fuse_have));
+  return asio::buffer(l.target + l.got, left);
+}
+
+void TcpTransport::payloadRead(Link& l, std::size_t n) {
+  const bool fused = l.cur_recv && l.cur_recv->reduce && !l.discarding;
+  l.got += n;
+  if (!l.cur_recv || l.discarding) return;
+  bool release = false;
+  {
+    std::lock_guard lock(l.mutex);
+    if (l.cur_recv->cancelled || !l.broken.empty()) {
+      l.cur_recv->io_active = false;
+      release = true;
+    }
+  }
+  if (release) {
+    l.notifyWaiters();
+    l.cur_recv.reset();
+    l.discarding = true;
+    l.scratch.resize(std::size_t{1} << 20);
+  } else if (fused) {
+    // Still owned (io_active): add the whole elements read so far; a split element's bytes wait for the rest.
+    const RecvOp& r = *l.cur_recv;
+    const std::size_t elem = dtypeSize(r.dtype);
+    l.fuse_have += n;
+    const std::size_t whole = l.fuse_have / elem * elem;
+    if (whole != 0) {
+      sumInto(l.target + l.summed, l.fuse.data(), whole / elem, r.dtype);
+      l.summed += whole;
+      l.fuse_have -= whole;
+      if (l.fuse_have != 0) std::memmove(l.fuse.data(), l.fuse.data() + whole, l.fuse_have);
+    }
+  }
 }
 
 void TcpTransport::frameDone(Link& l) {
@@ -171,6 +246,11 @@ void TcpTransport::frameDone(Link& l) {
     if (!l.closed && !l.read_closed) readHeader(l);
     return;
   }
+  finishDataFrame(l);
+  readHeader(l);
+}
+
+void TcpTransport::finishDataFrame(Link& l) {
   Clock::time_point deliver{};
   if (emulated_) {
     // The sender's pacer released the frame's last slice when it left its NIC and the link; the receiver adds its
@@ -198,7 +278,6 @@ void TcpTransport::frameDone(Link& l) {
   l.notifyWaiters();
   l.cur_recv.reset();
   l.cur_staged.reset();
-  readHeader(l);
 }
 
 }  // namespace terse::comm::tcp

@@ -114,8 +114,10 @@ class SendRequest final : public RequestImpl {
 
 class RecvRequest final : public RequestImpl {
  public:
-  RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin)
-      : link_(std::move(link)), op_(std::move(op)), spin_(spin) {}
+  // `reader`: the transport, when its callers may read connections themselves (transport.h, "Data path"); used only
+  // while this request holds the link, which the transport waits for before it closes the link.
+  RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin, TcpTransport* reader)
+      : link_(std::move(link)), op_(std::move(op)), spin_(spin), reader_(reader) {}
   // A receive dropped before completing is cancelled: it leaves the posted list, or the io thread stops writing into
   // its buffer (which its owner may free next) and drains the rest of the frame.
   ~RecvRequest() override {
@@ -140,6 +142,7 @@ class RecvRequest final : public RequestImpl {
       Link& l = *link_;
       LinkWaiter waiter(l, spin_);
       std::unique_lock lock(l.mutex);
+      bool read_once = false;
       for (;;) {
         if (r.state == RecvOp::State::kFailed) {
           if (r.error_comm) throw CommError(r.error);
@@ -148,6 +151,17 @@ class RecvRequest final : public RequestImpl {
         if (r.state == RecvOp::State::kStaged && r.staged->complete) break;
         if (r.state == RecvOp::State::kDirect && r.arrived) break;
         if (!l.broken.empty() && !r.io_active) throwBroken(l);
+        // Nobody reads the connection and this receive's frame has not begun: read it on this thread. test() reads
+        // what is there, once; wait() reads until the frame is in, or hands the connection back and sleeps below.
+        if (reader_ != nullptr && (block || !read_once) && r.state == RecvOp::State::kPosted && l.callers_may_read &&
+            l.reader == Link::Reader::kNone) {
+          l.reader = Link::Reader::kCaller;
+          read_once = true;
+          lock.unlock();
+          reader_->callerRead(l, r, block);
+          lock.lock();
+          continue;
+        }
         if (!block) return false;
         waiter.await(lock);
       }
@@ -177,6 +191,7 @@ class RecvRequest final : public RequestImpl {
   std::shared_ptr<Link> link_;
   std::shared_ptr<RecvOp> op_;
   Clock::duration spin_;  // busy-poll budget of a wait (transport.h); zero: sleep at once
+  TcpTransport* reader_;  // null: the io thread reads every frame
   uint64_t length_ = 0;
   Clock::time_point deliver_at_{};
   bool landed_ = false;  // copied or added into the caller's buffer (exactly once)
@@ -279,7 +294,7 @@ Request TcpTransport::post(int peer, const FrameMeta& expect, std::span<std::byt
     }
   }
   if (wake) asio::post(io_, [this, link = &l] { unpark(*link, false); });
-  return Request(std::make_shared<RecvRequest>(lp, std::move(r), busy_poll_));
+  return Request(std::make_shared<RecvRequest>(lp, std::move(r), busy_poll_, caller_reads_ ? this : nullptr));
 }
 
 // A frame to this rank itself crosses no socket: it is matched at once and copied (or staged), and counted as

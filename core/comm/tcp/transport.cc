@@ -1,5 +1,7 @@
 // The tcp transport's life (transport.h): the object and its threads, setup of the full mesh through the connector
 // (connect.h) up to the point where every link reads, and the orderly end.
+#include <sys/eventfd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <future>
@@ -22,10 +24,12 @@ TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
       who_("rank " + std::to_string(options.rank) + " (host " + label_ + ")"),
       emulated_(options.emulation.enabled()),
       busy_poll_(std::chrono::microseconds(resolveBusyPollUs(options, processEnv()))),
+      caller_reads_(resolveCallerReads(options, processEnv())),
       counter_(options.rank),
       connector_(io_, options_, token_, label_, who_, links_),
       heartbeat_(io_),
       abort_grace_(io_),
+      caller_tick_(io_),
       heartbeat_period_(std::max<Clock::duration>(options.timeout / 4, std::chrono::milliseconds(1))),
       liveness_tick_(
           std::max<Clock::duration>(options.timeout / kLivenessTicksPerTimeout, std::chrono::milliseconds(1))),
@@ -101,9 +105,13 @@ void TcpTransport::startLinks() {
     l.last_sent = now;
     l.reading = true;
     if (!emulated_) {
-      // From now on a caller may write on an idle link itself (requests.cc); emulated frames go through the pacer.
+      // From now on a caller may write on an idle link itself (requests.cc), and read it (caller_read.cc); emulated
+      // frames go through the pacer, and their delivery times through the io thread.
+      const int wake = caller_reads_ ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
       std::lock_guard lock(l.mutex);
       l.fd = l.socket->native_handle();
+      l.wake_fd = wake;
+      l.callers_may_read = wake >= 0;  // without an eventfd (out of descriptors), the io thread reads, as it can
     }
     readHeader(l);
     pump(l);
@@ -115,8 +123,19 @@ void TcpTransport::startLinks() {
 // with its own end of file, and stop the threads.
 void TcpTransport::shutdown() {
   stopping_.store(true);
+  // No caller reads from now on (a reading one is woken and gives its link back): the io thread reads on to every
+  // peer's goodbye, and this object may go once it has closed the links.
+  for (auto& lp : links_) {
+    if (!lp) continue;
+    {
+      std::lock_guard lock(lp->mutex);
+      lp->callers_may_read = false;
+    }
+    lp->notifyWaiters();
+  }
   if (io_started_) {
     asio::post(io_, [this] {
+      watchIdleLinks();
       // The abort's own post may still be queued behind this one (it was posted from a handler): the notices must be
       // queued before the connections are closed.
       if (aborted_.load()) sendAbortNotices();
@@ -153,6 +172,7 @@ void TcpTransport::shutdown() {
       connector_.closeListener();
       heartbeat_.cancel();
       abort_grace_.cancel();
+      caller_tick_.cancel();
       for (auto& lp : links_)
         if (lp) closeLink(*lp);
       work_.reset();
@@ -204,6 +224,21 @@ int resolveBusyPollUs(const TcpOptions& options, const EnvLookup& env) {
   // Emulated links take their times from the pacer: spinning would only burn CPU (the variable is checked first, so a
   // bad value is reported there too).
   return options.emulation.enabled() ? 0 : us;
+}
+
+bool resolveCallerReads(const TcpOptions& options, const EnvLookup& env) {
+  TERSE_CHECK(options.caller_reads >= -1 && options.caller_reads <= 1, InvalidArgument,
+              "tcp transport: caller_reads must be -1 (unset), 0 (off) or 1 (on), got " << options.caller_reads);
+  bool on = options.caller_reads != 0;
+  if (options.caller_reads < 0) {
+    if (const auto text = env("TERSE_TCP_CALLER_READS")) {
+      TERSE_CHECK(*text == "0" || *text == "1", InvalidArgument,
+                  "TERSE_TCP_CALLER_READS='" << *text << "': expected 0 (the io thread reads every frame) or 1");
+      on = *text == "1";
+    }
+  }
+  // Emulated links deliver at times the io thread computes (the receiver's ingress port).
+  return on && !options.emulation.enabled();
 }
 
 std::unique_ptr<Transport> connectTcpTransport(const TcpOptions& options, const JobToken& token, Store& store) {

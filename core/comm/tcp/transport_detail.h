@@ -78,12 +78,43 @@ class TcpTransport final : public Transport {
   bool bulkWrite(Link& l);
 
   // ---- io thread: reading (reader.cc) -----------------------------------------------------------------------------
+  // At a frame boundary: hands the connection to whoever reads first, the io thread (armRead) or a waiting caller.
   void readHeader(Link& l);
+  void armRead(Link& l);
+  void onReadable(Link& l, const boost::system::error_code& ec);
   void onHeader(Link& l, const boost::system::error_code& ec);
   void route(Link& l, bool force_stage);
   void unpark(Link& l, bool force_stage);
   void readPayload(Link& l);
   void frameDone(Link& l);
+  // ---- the reader's steps, on the io thread or a reading caller's (reader.cc) --------------------------------------
+  // Takes in_header as the current frame (throws InvalidPayload for a malformed one) and counts it.
+  void decodeHeader(Link& l);
+  // Matches the current data frame with a posted receive or stages it; false when it is parked instead.
+  bool routeFrame(Link& l, bool force_stage);
+  asio::mutable_buffer payloadBuffer(Link& l);
+  void payloadRead(Link& l, std::size_t n);
+  void finishDataFrame(Link& l);
+
+  // ---- caller reads (caller_read.cc) ------------------------------------------------------------------------------
+ public:
+  // Whether callers may read connections themselves (transport.h, "Data path").
+  bool callerReads() const noexcept { return caller_reads_; }
+  // Frames read whole by callers' threads so far (for tests).
+  uint64_t framesReadByCallers() const noexcept { return caller_frames_.load(); }
+  // A caller's thread, which claimed `l` (Link::reader == kCaller) to complete `mine`: reads frames until `mine` is
+  // complete or failed, or it must stop (the link breaks or closes, the transport ends, a frame for the io thread:
+  // control, large, malformed, an end of file), then gives the connection back. `block`: wait in poll() for bytes;
+  // else only what is there.
+  void callerRead(Link& l, const RecvOp& mine, bool block);
+
+ private:
+  // Gives the connection back to the io thread in the state a reading caller left it.
+  void handBack(Link& l, const boost::system::error_code& ec);
+  // io thread: starts the caller-read tick if it is not running (transport.h, "Data path").
+  void callerTick();
+  // io thread: every link at a frame boundary that nobody reads is watched again.
+  void watchIdleLinks();
 
   // ---- liveness (liveness.cc) -------------------------------------------------------------------------------------
   void armHeartbeat();
@@ -113,6 +144,8 @@ class TcpTransport final : public Transport {
   std::string who_;
   bool emulated_;
   Clock::duration busy_poll_;  // zero: the io thread blocks and requests sleep at once
+  bool caller_reads_;          // callers may read connections (caller_read.cc): on unless emulated or turned off
+  std::atomic<uint64_t> caller_frames_{0};
   TrafficCounter counter_;
 
   asio::io_context io_;
@@ -126,6 +159,9 @@ class TcpTransport final : public Transport {
 
   asio::steady_timer heartbeat_;  // fires every liveness_tick_
   asio::steady_timer abort_grace_;
+  // Watches the connections that callers read and left at a frame boundary (io thread only).
+  asio::steady_timer caller_tick_;
+  bool caller_tick_running_ = false;
   Clock::duration heartbeat_period_;  // an idle connection sends a heartbeat this often (timeout / 4)
   // Silence is checked this often, so a silent peer is declared dead at most one tick after `timeout` (transport.h,
   // "Liveness": the documented margin of timeout / kLivenessTicksPerTimeout). A tick only reads clocks.

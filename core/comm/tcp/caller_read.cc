@@ -1,0 +1,168 @@
+// Caller reads (transport.h, "Data path"): a caller's thread waiting for a receive reads its connection itself, so a
+// small message costs one wake-up per hop (the kernel's, of the waiting thread) instead of two (epoll waking the io
+// thread, whose notify wakes the caller). The caller runs the io thread's reader steps (reader.cc) on the same link
+// state, one frame at a time; whatever it does not take -- a control frame, a frame over kCallerFrameBytes, a
+// malformed header, an end of file, an error, or a frame it must leave half read -- goes back to the io thread exactly
+// where it stands.
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#include "core/comm/tcp/transport_detail.h"
+
+namespace terse::comm::tcp {
+
+// The largest payload a caller reads itself: the latency-bound sizes. Larger frames are the io thread's, which reads
+// them as they come (parking, fused reduction) while the caller sleeps; kParkBytes is where parking starts.
+constexpr uint64_t kCallerFrameBytes = 64 * 1024;
+
+// How often the io thread looks again at connections that callers read and then left unwatched at a frame boundary,
+// for frames nobody waits for (heartbeats, an abort notice, a goodbye, an end of file): the extra time such a frame
+// may sit in the socket.
+constexpr auto kCallerTickPeriod = std::chrono::milliseconds(2);
+
+namespace {
+
+enum class Stop : uint8_t { kHeader, kFrame, kPayload };
+
+bool settled(const RecvOp& r) {
+  return r.state == RecvOp::State::kFailed || (r.state == RecvOp::State::kDirect && r.arrived);
+}
+
+}  // namespace
+
+void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
+  // The descriptor stays open while this thread holds the connection: closeLink waits for it (liveness.cc).
+  const int fd = l.fd;
+  const int tick_ms = static_cast<int>(
+      std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(liveness_tick_).count()));
+  auto must_stop = [&] {
+    std::lock_guard lock(l.mutex);
+    return !l.callers_may_read || !l.broken.empty();
+  };
+  // Sleeps until the socket has bytes or a notifier kicked: false when this thread must give the connection up.
+  auto await_bytes = [&] {
+    l.caller_polling.store(true);
+    if (must_stop()) {
+      l.caller_polling.store(false);
+      return false;
+    }
+    pollfd p[2] = {{fd, POLLIN, 0}, {l.wake_fd, POLLIN, 0}};
+    // Bounded: a kick is never lost (notifyWaiters sees caller_polling after any change made under the lock), but the
+    // wait re-checks once per liveness tick all the same.
+    (void)::poll(p, 2, tick_ms);
+    l.caller_polling.store(false);
+    if ((p[1].revents & POLLIN) != 0) {
+      eventfd_t ignored = 0;
+      (void)::eventfd_read(l.wake_fd, &ignored);
+    }
+    return true;
+  };
+  auto heard = [&] { l.caller_heard.store(Clock::now().time_since_epoch().count()); };
+  auto give_back = [&](Stop where, const boost::system::error_code& ec) {
+    {
+      // Posted before the connection is the io thread's again: the transport outlives this thread's hold on it
+      // (closeLink waits for it), not the moment after.
+      std::lock_guard lock(l.mutex);
+      l.reader = Link::Reader::kIo;
+      if (ec) {
+        asio::post(io_, [this, link = &l, ec] { readFailed(*link, ec); });
+      } else if (where == Stop::kHeader) {
+        asio::post(io_, [this, link = &l] { armRead(*link); });
+      } else if (where == Stop::kFrame) {
+        asio::post(io_, [this, link = &l] { onHeader(*link, {}); });
+      } else {
+        asio::post(io_, [this, link = &l] { readPayload(*link); });
+      }
+    }
+    l.notifyWaiters();
+  };
+  auto release = [&] {
+    {
+      std::lock_guard lock(l.mutex);
+      l.reader = Link::Reader::kNone;
+    }
+    l.notifyWaiters();
+  };
+
+  for (;;) {
+    while (l.header_got < kFrameHeaderBytes) {
+      const IoResult r = recvSome(fd, l.in_header.data() + l.header_got, kFrameHeaderBytes - l.header_got);
+      if (r.n > 0) {
+        heard();
+        l.header_got += static_cast<std::size_t>(r.n);
+        continue;
+      }
+      if (r.n == 0) return give_back(Stop::kHeader, asio::error::eof);
+      if (!r.would_block) return give_back(Stop::kHeader, r.error);
+      if (!block || !await_bytes()) return l.header_got == 0 ? release() : give_back(Stop::kHeader, {});
+    }
+    // A whole header: this thread takes small data frames only, and leaves a malformed header to the io thread, which
+    // decodes it again and fails the connection.
+    bool take = false;
+    try {
+      const FrameHeader h = decodeFrameHeader(l.in_header, options_.max_frame_bytes, "frame");
+      take = h.meta.kind != OpKind::kControl && h.length <= kCallerFrameBytes;
+    } catch (const InvalidPayload&) {
+    }
+    if (take) {
+      std::lock_guard lock(l.mutex);
+      take = !l.peer_left;
+    }
+    if (!take) return give_back(Stop::kFrame, {});
+    decodeHeader(l);
+    (void)routeFrame(l, false);  // never parks: parking starts above kCallerFrameBytes
+    while (l.got < l.cur.length) {
+      const asio::mutable_buffer b = payloadBuffer(l);
+      const IoResult r = recvSome(fd, b.data(), b.size());
+      if (r.n > 0) {
+        heard();
+        payloadRead(l, static_cast<std::size_t>(r.n));
+        continue;
+      }
+      if (r.n == 0) return give_back(Stop::kPayload, asio::error::eof);
+      if (!r.would_block) return give_back(Stop::kPayload, r.error);
+      // A frame begun is finished, by this thread or (test(), a link to give up) by the io thread.
+      if (!block || !await_bytes()) return give_back(Stop::kPayload, {});
+    }
+    finishDataFrame(l);
+    l.header_got = 0;
+    l.in_frame = false;
+    caller_frames_.fetch_add(1, std::memory_order_relaxed);
+    bool done = false;
+    {
+      std::lock_guard lock(l.mutex);
+      done = settled(mine) || !l.callers_may_read || !l.broken.empty();
+    }
+    if (done) return release();
+  }
+}
+
+void TcpTransport::callerTick() {
+  if (caller_tick_running_) return;
+  caller_tick_running_ = true;
+  caller_tick_.expires_after(kCallerTickPeriod);
+  caller_tick_.async_wait([this](const boost::system::error_code& ec) {
+    caller_tick_running_ = false;
+    if (ec) return;
+    watchIdleLinks();
+  });
+}
+
+void TcpTransport::watchIdleLinks() {
+  bool held = false;
+  for (auto& lp : links_) {
+    if (!lp || !lp->socket) continue;
+    Link& l = *lp;
+    Link::Reader who = Link::Reader::kIo;
+    {
+      std::lock_guard lock(l.mutex);
+      who = l.reader;
+    }
+    if (who == Link::Reader::kCaller) held = true;
+    if (who == Link::Reader::kNone) armRead(l);
+  }
+  // A connection a caller holds now is unwatched when it lets go: look again then.
+  if (held) callerTick();
+}
+
+}  // namespace terse::comm::tcp

@@ -1,0 +1,248 @@
+// Caller reads in the tcp transport (core/comm/tcp/transport.h, "Data path"; caller_read.cc): which of the option and
+// TERSE_TCP_CALLER_READS decides (on unless told otherwise, off with emulation), the variable's bad values, and the
+// hand-overs between a reading caller and the io thread -- frames of every size and kind in one stream, receives that
+// wait and receives that only test, control frames arriving while a caller reads, and a reading caller woken by an
+// abort or a departed peer. The transport's other behaviour tests run once more with caller reads off (ctest's
+// tcp_caller_reads_off entry, tests/comm/tcp/CMakeLists), so the io thread's own reading stays tested.
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "core/comm/tcp/transport_detail.h"
+#include "tests/comm/tcp/tcp_test_util.h"
+
+namespace terse::comm {
+namespace {
+
+using CallerClock = std::chrono::steady_clock;
+
+EnvLookup callerEnv(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+const tcp::TcpTransport& tcpOf(const Transport& t) {
+  return dynamic_cast<const tcp::TcpTransport&>(t);
+}
+
+std::vector<std::byte> pattern(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t k = 0; k < n; ++k)
+    v[k] = static_cast<std::byte>((k * 131 + static_cast<std::size_t>(seed) * 7) & 0xFF);
+  return v;
+}
+
+TEST(TcpCallerReads, OptionThenVariableThenOn) {
+  TcpOptions o;
+  EXPECT_TRUE(resolveCallerReads(o, callerEnv({})));
+  EXPECT_FALSE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "0"}})));
+  EXPECT_TRUE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "1"}})));
+  o.caller_reads = 0;
+  EXPECT_FALSE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "1"}})));
+  o.caller_reads = 1;
+  EXPECT_TRUE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "0"}})));
+  // Emulated links: the io thread computes each frame's delivery time, so it reads every frame.
+  o.emulation.link.bandwidth_bps = 1e9;
+  EXPECT_FALSE(resolveCallerReads(o, callerEnv({})));
+}
+
+TEST(TcpCallerReads, BadValuesNameTheVariableOrTheField) {
+  TcpOptions o;
+  for (const char* bad : {"", "2", "yes", "on", " 1", "-1"}) {
+    try {
+      (void)resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", bad}}));
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("TERSE_TCP_CALLER_READS='" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  o.caller_reads = 2;
+  try {
+    (void)resolveCallerReads(o, callerEnv({}));
+    ADD_FAILURE() << "accepted caller_reads = 2";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("caller_reads"), std::string::npos) << e.what();
+  }
+}
+
+// Ping-pong of small frames: every frame exact, and with caller reads on, the waiting callers read (most of) them --
+// the count is what tells this path from the io thread's, which gives the same bytes. Off: none.
+TEST(TcpCallerReads, SmallFramesAreReadByTheWaitingCaller) {
+  for (int on : {1, 0}) {
+    MemoryStore store;
+    const JobToken token = JobToken::generate();
+    auto t = testing::connectTcpWorld(2, store, token, [on](TcpOptions& x) { x.caller_reads = on; });
+    ASSERT_EQ(tcpOf(*t[0]).callerReads(), on == 1);
+    constexpr int kRounds = 200;
+    const FrameMeta meta{OpKind::kP2P, 5, kNoTensor};
+    const testing::SpawnResult res = testing::spawnRanks(
+        2,
+        [&](int r) {
+          Transport& me = *t[static_cast<std::size_t>(r)];
+          for (int i = 0; i < kRounds; ++i) {
+            const std::vector<std::byte> out = pattern(4096 + static_cast<std::size_t>(i % 3), i * 2 + r);
+            std::vector<std::byte> in(out.size());
+            Request rr = me.irecv(1 - r, meta, in);
+            me.isend(1 - r, meta, out).wait();
+            rr.wait();
+            if (in != pattern(in.size(), i * 2 + 1 - r)) throw std::runtime_error("round " + std::to_string(i));
+          }
+        },
+        nullptr, std::chrono::seconds(60));
+    testing::expectNoErrors(res);
+    for (int r = 0; r < 2; ++r) {
+      const uint64_t n = tcpOf(*t[static_cast<std::size_t>(r)]).framesReadByCallers();
+      if (on == 1) {
+        // A frame that arrived before its receive's wait is the io thread's (or staged): not every one is a caller's.
+        EXPECT_GT(n, 0u) << "rank " << r;
+      } else {
+        EXPECT_EQ(n, 0u) << "rank " << r;
+      }
+    }
+  }
+}
+
+// One stream of frames from 0 bytes to 1 MiB (below, at and above the size a caller reads itself, 64 KiB), of two
+// tags, each received out of order of arrival or in order, by a waiting caller or one that only tests: each tag's
+// frames in order and exact. Every hand-over (a large frame's header read by the caller and given to the io thread, a
+// staged frame of the other tag, a test() that leaves a frame half read) is on this path.
+TEST(TcpCallerReads, MixedSizesAndTagsHandOverExactly) {
+  const std::vector<std::size_t> sizes = {0,         1,    4096,          65535, 65536, 65537,
+                                          256 << 10, 1000, (1 << 20) + 3, 7,     32768, 65536 * 2};
+  for (bool polling : {false, true}) {
+    MemoryStore store;
+    const JobToken token = JobToken::generate();
+    auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) { x.caller_reads = 1; });
+    const std::size_t n = sizes.size();
+    auto metaOf = [](std::size_t i) { return FrameMeta{OpKind::kP2P, static_cast<Tag>(40 + i % 2), kNoTensor}; };
+    std::thread sender([&] {
+      std::vector<Request> sends;
+      std::vector<std::vector<std::byte>> data;
+      for (std::size_t i = 0; i < n; ++i) data.push_back(pattern(sizes[i], static_cast<int>(i)));
+      for (int rep = 0; rep < 3; ++rep)
+        for (std::size_t i = 0; i < n; ++i) sends.push_back(t[0]->isend(1, metaOf(i), data[i]));
+      for (auto& s : sends) s.wait();
+    });
+    int wrong = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      // Tag 41's frames of this repetition first, then tag 40's: the earlier ones of tag 40 are staged meanwhile.
+      for (std::size_t parity : {std::size_t{1}, std::size_t{0}})
+        for (std::size_t i = parity; i < n; i += 2) {
+          std::vector<std::byte> in(sizes[i] + 5);
+          Request rr = t[1]->irecv(0, metaOf(i), in);
+          if (polling) {
+            const auto limit = CallerClock::now() + std::chrono::seconds(30);
+            while (!rr.test() && CallerClock::now() < limit) std::this_thread::yield();
+          }
+          rr.wait();
+          if (rr.bytes() != sizes[i] || !std::equal(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(sizes[i]),
+                                                    pattern(sizes[i], static_cast<int>(i)).begin()))
+            ++wrong;
+        }
+    }
+    sender.join();
+    EXPECT_EQ(wrong, 0) << (polling ? "test()" : "wait()");
+  }
+}
+
+// The same sizes sent one at a time to a receiver already waiting for each: the caller holds the connection when every
+// frame begins, reads the header of each large one and gives the frame to the io thread, whose readiness wait, armed
+// at the previous frame's end, may fire meanwhile and must not read a header from the middle of that frame. (That
+// race needs a slow io thread: TcpBulkWriter.HandOvers* and TcpNonBlocking.Overlapping* are the cases that caught it,
+// on 2 CPUs; this one did not when the guard was removed.)
+TEST(TcpCallerReads, FramesSentToAWaitingCallerHandOverExactly) {
+  const std::vector<std::size_t> sizes = {4096, 65537, 100, 1 << 20, 0, 65536, 300000, 1, 70000, 70000, 5, 1 << 18};
+  MemoryStore store;
+  const JobToken token = JobToken::generate();
+  auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) { x.caller_reads = 1; });
+  const FrameMeta meta{OpKind::kP2P, 8, kNoTensor};
+  constexpr int kReps = 8;
+  std::thread sender([&] {
+    for (int rep = 0; rep < kReps; ++rep)
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));  // the receiver waits already
+        t[0]->send(1, meta, pattern(sizes[i], static_cast<int>(i) + rep));
+      }
+  });
+  int wrong = 0;
+  std::string failure;
+  try {
+    for (int rep = 0; rep < kReps; ++rep)
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<std::byte> in(sizes[i]);
+        if (t[1]->recv(0, meta, in) != sizes[i] || in != pattern(sizes[i], static_cast<int>(i) + rep)) ++wrong;
+      }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  sender.join();
+  EXPECT_EQ(failure, "");
+  EXPECT_EQ(wrong, 0);
+}
+
+// A caller that holds its connection while the peer stays quiet for several heartbeat periods reads the heartbeats
+// (control frames: handed to the io thread) and gets the frame that follows; the link is not taken for silent.
+TEST(TcpCallerReads, HeartbeatsWhileACallerReadsKeepTheLinkAlive) {
+  MemoryStore store;
+  const JobToken token = JobToken::generate();
+  const auto timeout = std::chrono::milliseconds(400);  // a heartbeat every 100 ms
+  auto t = testing::connectTcpWorld(2, store, token, [&](TcpOptions& x) {
+    x.caller_reads = 1;
+    x.timeout = timeout;
+  });
+  const FrameMeta meta{OpKind::kP2P, 6, kNoTensor};
+  const std::vector<std::byte> out = pattern(3000, 1);
+  std::vector<std::byte> in(out.size());
+  Request rr = t[1]->irecv(0, meta, in);
+  std::thread late([&] {
+    std::this_thread::sleep_for(3 * timeout);
+    t[0]->send(1, meta, out);
+  });
+  EXPECT_NO_THROW(rr.wait());
+  late.join();
+  EXPECT_EQ(in, out);
+  EXPECT_GT(tcpOf(*t[1]).traffic().received.kind(OpKind::kControl).frames, 0u) << "no heartbeat arrived";
+}
+
+// A caller asleep in poll() on its connection is woken by its rank's abort and by the peer's goodbye: the failure,
+// not the next frame or the liveness timeout, ends the wait.
+TEST(TcpCallerReads, ReadingWaitFailsAtOnceOnAbortAndOnADepartedPeer) {
+  for (bool abort_it : {true, false}) {
+    MemoryStore store;
+    const JobToken token = JobToken::generate();
+    auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) {
+      x.caller_reads = 1;
+      x.timeout = std::chrono::seconds(20);
+    });
+    std::vector<std::byte> in(64);
+    Request rr = t[0]->irecv(1, FrameMeta{OpKind::kP2P, 7, kNoTensor}, in);
+    std::thread other([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (abort_it) {
+        t[0]->abort("the test aborts a reading wait");
+      } else {
+        t[1].reset();  // its goodbye: rank 1 has left
+      }
+    });
+    const auto begin = CallerClock::now();
+    std::string message;
+    try {
+      rr.wait();
+    } catch (const CommError& e) {
+      message = e.what();
+    }
+    const auto took = CallerClock::now() - begin;
+    other.join();
+    EXPECT_NE(message, "") << "the wait did not fail (abort " << abort_it << ")";
+    const std::string why = abort_it ? "the test aborts a reading wait" : "rank 1 (host h1)";
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+    EXPECT_LT(took, std::chrono::seconds(5)) << message;
+  }
+}
+
+}  // namespace
+}  // namespace terse::comm
