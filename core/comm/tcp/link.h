@@ -128,7 +128,14 @@ struct Link {
   bool parked = false;  // the io thread holds a frame's header and waits for a receive before reading its payload
 
   // io thread only.
-  bool write_shut = false;  // our goodbye went out and the sending side is shut down
+  // Caller reads: a connection that callers read is taken out of the io_context's epoll set (Asio's edge-triggered
+  // registration would wake the io thread for every packet, with or without a wait pending) and put back before the
+  // io thread waits on it, writes on it or closes it (reader.cc, watch / unwatch).
+  bool unwatched = false;
+  int raw_fd = -1;                               // the descriptor, kept while the socket object has let go of it
+  asio::ip::tcp protocol = asio::ip::tcp::v4();  // for putting it back
+  bool io_writing = false;                       // an async_write of the io thread is in flight
+  bool write_shut = false;                       // our goodbye went out and the sending side is shut down
   bool bye_queued = false;
   bool notice_sent = false;  // our abort notice went out
   bool reading = false;

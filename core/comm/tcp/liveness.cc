@@ -1,6 +1,9 @@
 // Liveness of the tcp transport's links (transport.h, "Liveness"): heartbeats on idle connections, a silent peer
 // declared dead after the timeout, an end of file told apart from the goodbye of an orderly end, and what a lost link
 // fails -- the job, or only the operations with an expendable peer.
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -159,8 +162,16 @@ void TcpTransport::closeLink(Link& l) {
     l.fd = -1;
   }
   boost::system::error_code ignored;
-  l.socket->shutdown(tcp::socket::shutdown_both, ignored);
-  l.socket->close(ignored);
+  if (l.unwatched) {
+    // Out of the epoll set (caller reads): the socket object no longer owns the descriptor.
+    ::shutdown(l.raw_fd, SHUT_RDWR);
+    ::close(l.raw_fd);
+    l.unwatched = false;
+  } else {
+    l.socket->shutdown(tcp::socket::shutdown_both, ignored);
+    l.socket->close(ignored);
+  }
+  l.raw_fd = -1;
   {
     std::lock_guard lock(life_mutex_);
     l.read_closed = true;

@@ -39,6 +39,11 @@ void TcpTransport::armRead(Link& l) {
   {
     std::lock_guard lock(l.mutex);
     if (l.read_armed || l.reader == Link::Reader::kCaller) return;
+  }
+  if (!watch(l)) return;
+  {
+    std::lock_guard lock(l.mutex);
+    if (l.read_armed || l.reader == Link::Reader::kCaller) return;
     l.read_armed = true;
   }
   // A readiness wait reads nothing: a caller that claims the connection meanwhile reads it alone.
@@ -46,20 +51,22 @@ void TcpTransport::armRead(Link& l) {
 }
 
 void TcpTransport::onReadable(Link& l, const boost::system::error_code& ec) {
+  bool held = false;
   {
     std::lock_guard lock(l.mutex);
     l.read_armed = false;
     if (l.reader == Link::Reader::kCaller) {
-      // A caller reads the connection (and will again at its next wait): the io thread looks at it again on the
-      // caller-read tick, for the frames no caller waits for (control frames, an end of file).
-      callerTick();
-      return;
+      // A caller reads the connection (and will again at its next wait): the io thread stops watching it, and looks
+      // at it again on the caller-read tick, for the frames no caller waits for (control frames, an end of file).
+      held = true;
+    } else {
+      // A wait armed before a caller took the connection and gave it back with a whole header or inside a frame: the
+      // io thread goes on from there (posted), and the next header is not due yet.
+      if (l.in_frame || l.header_got == kFrameHeaderBytes) return;
+      if (!ec) l.reader = Link::Reader::kIo;
     }
-    // A wait armed before a caller took the connection and gave it back with a whole header or inside a frame: the
-    // io thread goes on from there (posted), and the next header is not due yet.
-    if (l.reader == Link::Reader::kIo && (l.in_frame || l.header_got == kFrameHeaderBytes)) return;
-    if (!ec) l.reader = Link::Reader::kIo;
   }
+  if (held) return unwatch(l);
   if (ec) return readFailed(l, ec);
   for (;;) {
     // The socket's own descriptor: `fd` is for callers, and unset with emulation.
@@ -81,9 +88,38 @@ void TcpTransport::onReadable(Link& l, const boost::system::error_code& ec) {
       std::lock_guard lock(l.mutex);
       l.reader = Link::Reader::kNone;
     }
-    return callerTick();
+    return unwatch(l);
   }
   armRead(l);
+}
+
+bool TcpTransport::watch(Link& l) {
+  if (!l.unwatched) return true;
+  boost::system::error_code ec;
+  l.socket->assign(l.protocol, l.raw_fd, ec);
+  if (ec) {
+    // The descriptor stays ours: closeLink closes it.
+    linkFailed(l, "connection could not be watched again (" + ec.message() + ")");
+    return false;
+  }
+  l.unwatched = false;
+  return true;
+}
+
+void TcpTransport::unwatch(Link& l) {
+  if (!caller_reads_) return armRead(l);  // a spurious wake-up: nobody else reads
+  callerTick();
+  bool armed = false;
+  {
+    std::lock_guard lock(l.mutex);
+    armed = l.read_armed;
+  }
+  // Only with nothing of the io thread's pending on the socket (a wait, a write): releasing it would cancel that. A
+  // reading caller uses the descriptor itself, which stays open.
+  if (l.unwatched || l.closed || l.io_writing || armed) return;
+  boost::system::error_code ec;
+  l.socket->release(ec);
+  if (!ec) l.unwatched = true;
 }
 
 void TcpTransport::onHeader(Link& l, const boost::system::error_code& ec) {
@@ -190,6 +226,7 @@ void TcpTransport::unpark(Link& l, bool force_stage) {
 
 void TcpTransport::readPayload(Link& l) {
   if (l.got == l.cur.length) return frameDone(l);
+  if (!watch(l)) return;
   l.socket->async_read_some(payloadBuffer(l), [this, &l](const boost::system::error_code& ec, std::size_t n) {
     if (ec) return readFailed(l, ec);
     l.last_heard = Clock::now();

@@ -104,6 +104,8 @@ void TcpTransport::startLinks() {
     l.last_heard = now;
     l.last_sent = now;
     l.reading = true;
+    l.raw_fd = l.socket->native_handle();
+    l.protocol = l.socket->local_endpoint().protocol();
     if (!emulated_) {
       // From now on a caller may write on an idle link itself (requests.cc), and read it (caller_read.cc); emulated
       // frames go through the pacer, and their delivery times through the io thread.

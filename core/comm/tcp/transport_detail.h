@@ -115,6 +115,10 @@ class TcpTransport final : public Transport {
   void callerTick();
   // io thread: every link at a frame boundary that nobody reads is watched again.
   void watchIdleLinks();
+  // io thread: puts a link's socket back into the io_context's epoll set (false: it failed, and so did the link) /
+  // takes it out, when no operation of the io thread is pending on it.
+  bool watch(Link& l);
+  void unwatch(Link& l);
 
   // ---- liveness (liveness.cc) -------------------------------------------------------------------------------------
   void armHeartbeat();

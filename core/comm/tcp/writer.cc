@@ -47,6 +47,12 @@ void TcpTransport::queueControl(Link& l, Tag tag, std::string_view payload) {
 
 void TcpTransport::pump(Link& l) {
   if (l.closed || l.write_shut || !l.socket) return;
+  {
+    std::lock_guard lock(l.mutex);
+    if (l.writing || (l.controls.empty() && l.writes.empty())) return;
+  }
+  // The io thread's writes go through the socket object: back into the epoll set first (caller reads took it out).
+  if (!watch(l)) return;
   WriteItem item;
   {
     std::lock_guard lock(l.mutex);
@@ -73,6 +79,7 @@ void TcpTransport::pump(Link& l) {
     const uint64_t b = std::max<uint64_t>(item.begin, kFrameHeaderBytes) - kFrameHeaderBytes;
     bufs[1] = asio::buffer(op.data.data() + b, item.end - kFrameHeaderBytes - b);
   }
+  l.io_writing = true;
   asio::async_write(*l.socket, bufs,
                     [this, &l, item](const boost::system::error_code& ec, std::size_t) { onWritten(l, item, ec); });
 }
@@ -304,6 +311,7 @@ void TcpTransport::bulkWriterLoop() {
 }
 
 void TcpTransport::onWritten(Link& l, const WriteItem& item, const boost::system::error_code& ec) {
+  l.io_writing = false;
   {
     std::lock_guard lock(l.mutex);
     l.writing = false;

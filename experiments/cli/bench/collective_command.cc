@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/comm/host_communicator.h"
@@ -502,6 +503,9 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
 
 }  // namespace
 
+// How long the real-clock sweep waits before its first row (collectiveCommand).
+constexpr auto kLibrarySettle = std::chrono::milliseconds(250);
+
 int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
   const std::string who = allreduce ? "allreduce" : "allgather";
   int exit_code = kExitOk;
@@ -547,6 +551,11 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
       });
       return std::stoi(reply);
     }
+    // OpenBLAS (linked for PowerSGD and the trainers; nothing here calls it) starts its worker threads when the library
+    // loads, and they spin-wait with sched_yield for 2^28 TSC cycles, about 0.1 s, before they sleep. On a small
+    // machine that takes a CPU from the ranks during the first row (on 2 vCPUs a 4-rank tcp 4 KiB row measured 1.3x
+    // slower than the same size run later); sleeping it out keeps the first row comparable with the others.
+    std::this_thread::sleep_for(kLibrarySettle);
     result = runSweep(allreduce, o, job ? &*job : nullptr, printer);
   } catch (const std::exception& e) {
     std::cerr << "terse bench " << who << ": " << userMessage(e.what()) << '\n';
