@@ -51,11 +51,12 @@
 // its header), a malformed header, an end of file or an error, a frame that test() or a failure leaves half read. A
 // small message then costs one wake-up per hop, the receiving thread's, instead of two (epoll waking the io thread,
 // whose notify wakes the caller). The io thread, when its wait finds a caller holding the connection or nothing left to
-// read, stops watching that connection and looks at every such one every 2 ms (the caller-read tick), so a frame
-// nobody waits for (a heartbeat, an abort notice, a goodbye, an end of file) may sit up to 2 ms longer in the socket;
-// an abort and the transport's end watch every connection again at once. Measured (2 vCPUs, loopback, rd, 4 KiB): 2
-// ranks 20-30% faster; 4 ranks no faster, as the io threads still wake for every packet on their connections (Asio's
-// edge-triggered epoll reports each one, with or without a wait pending) and eight threads share the two CPUs.
+// read, stops watching that connection: it takes the socket out of the io_context's epoll set (Asio registers it
+// edge-triggered for good, which wakes the io thread for every packet whether or not it waits for one; measured, that
+// left 4 ranks on 2 vCPUs no faster), and looks at every such connection every 2 ms (the caller-read tick), so a frame
+// nobody waits for (a heartbeat, an abort notice, a goodbye, an end of file) may sit up to 2 ms longer in the socket.
+// The socket goes back into the set before the io thread waits on it, writes on it or closes it; an abort and the
+// transport's end watch every connection again at once.
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which

@@ -554,15 +554,17 @@ TEST(TcpEmulation, BandwidthAndLatencyHold) {
 
   // Small frames pay the latency each way: a round trip takes about 2 latencies (median of 11, robust to a burst of
   // load elsewhere on the machine; the lower bound is the strict one: emulation is never faster than configured).
-  std::vector<std::byte> one(1);
+  // Each rank sends from its own byte and receives into another: one byte for all four would be written by one io
+  // thread while another reads it to send, ordered only by the kernel, which a thread sanitizer cannot see.
+  std::vector<std::byte> out0(1), in0(1), out1(1), in1(1);
   std::vector<double> rtts;
   for (int i = 0; i < 11; ++i) {
     const auto ping = Clock::now();
-    Request a = t[1]->irecv(0, kP2P, one);
-    t[0]->isend(1, kP2P, one).wait();
+    Request a = t[1]->irecv(0, kP2P, in1);
+    t[0]->isend(1, kP2P, out0).wait();
     a.wait();
-    Request b = t[0]->irecv(1, kP2P, one);
-    t[1]->isend(0, kP2P, one).wait();
+    Request b = t[0]->irecv(1, kP2P, in0);
+    t[1]->isend(0, kP2P, out1).wait();
     b.wait();
     rtts.push_back(seconds(Clock::now() - ping));
   }
