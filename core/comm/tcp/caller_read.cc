@@ -11,10 +11,6 @@
 
 namespace terse::comm::tcp {
 
-// The largest payload a caller reads itself: the latency-bound sizes. Larger frames are the io thread's, which reads
-// them as they come (parking, fused reduction) while the caller sleeps; kParkBytes is where parking starts.
-constexpr uint64_t kCallerFrameBytes = 64 * 1024;
-
 // How often the io thread looks again at connections that callers read and then left unwatched at a frame boundary,
 // for frames nobody waits for (heartbeats, an abort notice, a goodbye, an end of file): the extra time such a frame
 // may sit in the socket.
@@ -110,7 +106,7 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     }
     if (!take) return give_back(Stop::kFrame, {});
     decodeHeader(l);
-    (void)routeFrame(l, false);  // never parks: parking starts above kCallerFrameBytes
+    (void)routeFrame(l, false);  // never parks: parking starts above kCallerFrameBytes (reader.cc, kParkBytes)
     while (l.got < l.cur.length) {
       const asio::mutable_buffer b = payloadBuffer(l);
       const IoResult r = recvSome(fd, b.data(), b.size());
@@ -135,6 +131,10 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     }
     if (done) return release();
   }
+}
+
+void TcpTransport::watchSoon(Link& l) {
+  asio::post(io_, [this, link = &l] { armRead(*link); });
 }
 
 void TcpTransport::callerTick() {

@@ -16,6 +16,7 @@ using tcp_wire::kMaxControlBytes;
 // Unexpected frames up to this size are staged at once (small control-like messages need no rendezvous); larger ones
 // wait for their receive (TcpTransport::route).
 constexpr uint64_t kParkBytes = 64 * 1024;
+static_assert(kCallerFrameBytes <= kParkBytes, "a reading caller routes the frames it takes without parking them");
 // The piece a reduce receive reads before adding it: small enough to stay in L2 (512 KiB and up on the x86 parts we
 // run on) beside the destination's lines, large enough that a read is one syscall for many socket-buffer pages.
 constexpr std::size_t kFuseBytes = 256 * 1024;
@@ -36,16 +37,22 @@ void TcpTransport::readHeader(Link& l) {
 
 void TcpTransport::armRead(Link& l) {
   if (l.closed || l.read_closed) return;
+  bool held = false;
   {
     std::lock_guard lock(l.mutex);
-    if (l.read_armed || l.reader == Link::Reader::kCaller) return;
+    if (l.read_armed) return;
+    held = l.reader == Link::Reader::kCaller;
   }
+  // A caller holds the connection: nobody watches it when the caller lets go, but the caller-read tick.
+  if (held) return callerTick();
   if (!watch(l)) return;
   {
     std::lock_guard lock(l.mutex);
-    if (l.read_armed || l.reader == Link::Reader::kCaller) return;
-    l.read_armed = true;
+    if (l.read_armed) return;
+    held = l.reader == Link::Reader::kCaller;
+    if (!held) l.read_armed = true;
   }
+  if (held) return callerTick();
   // A readiness wait reads nothing: a caller that claims the connection meanwhile reads it alone.
   l.socket->async_wait(tcp::socket::wait_read, [this, &l](const boost::system::error_code& ec) { onReadable(l, ec); });
 }

@@ -65,8 +65,10 @@ class DoneRequest final : public RequestImpl {
 
 class SendRequest final : public RequestImpl {
  public:
-  SendRequest(std::shared_ptr<Link> link, std::shared_ptr<SendOp> op, Clock::duration spin)
-      : link_(std::move(link)), op_(std::move(op)), spin_(spin) {}
+  // `reader`: the transport, when its callers may read connections (RecvRequest); used only under the link's lock
+  // while callers may read it, which the transport's end clears first.
+  SendRequest(std::shared_ptr<Link> link, std::shared_ptr<SendOp> op, Clock::duration spin, TcpTransport* reader)
+      : link_(std::move(link)), op_(std::move(op)), spin_(spin), reader_(reader) {}
   // A send dropped before completing still delivers its data (request.h): what is not written yet is copied into the
   // frame's own storage, so the caller may free its buffer at once.
   ~SendRequest() override {
@@ -88,11 +90,19 @@ class SendRequest final : public RequestImpl {
     Link& l = *link_;
     LinkWaiter waiter(l, spin_);
     std::unique_lock lock(l.mutex);
+    bool asked = false;
     for (;;) {
       if (op_->done && op_->scheduled) break;
       // A write in progress reads from the caller's buffer: it must end before the caller hears of the failure.
       if (!l.broken.empty() && !op_->io_active) throwBroken(l);
       if (!block) return false;
+      if (reader_ != nullptr && !asked && l.callers_may_read && l.reader == Link::Reader::kNone && !l.read_armed) {
+        // Callers read this connection and none does now; the send may wait for the peer, which may wait for this
+        // rank to read (both ranks' sends in full sockets): the io thread reads it meanwhile, rather than at its
+        // next caller-read tick.
+        reader_->watchSoon(l);
+        asked = true;
+      }
       waiter.await(lock);
     }
     const Clock::time_point t = op_->sent_at;
@@ -109,6 +119,7 @@ class SendRequest final : public RequestImpl {
   std::shared_ptr<Link> link_;
   std::shared_ptr<SendOp> op_;
   Clock::duration spin_;  // busy-poll budget of a wait (transport.h); zero: sleep at once
+  TcpTransport* reader_;  // null: the io thread reads every frame
   bool done_ = false;
 };
 
@@ -151,10 +162,11 @@ class RecvRequest final : public RequestImpl {
         if (r.state == RecvOp::State::kStaged && r.staged->complete) break;
         if (r.state == RecvOp::State::kDirect && r.arrived) break;
         if (!l.broken.empty() && !r.io_active) throwBroken(l);
-        // Nobody reads the connection and this receive's frame has not begun: read it on this thread. test() reads
-        // what is there, once; wait() reads until the frame is in, or hands the connection back and sleeps below.
-        if (reader_ != nullptr && (block || !read_once) && r.state == RecvOp::State::kPosted && l.callers_may_read &&
-            l.reader == Link::Reader::kNone) {
+        // Nobody reads the connection and this receive's frame, a small one, has not begun: read it on this thread.
+        // test() reads what is there, once; wait() reads until the frame is in, or hands the connection back and
+        // sleeps below.
+        if (reader_ != nullptr && (block || !read_once) && r.state == RecvOp::State::kPosted &&
+            r.buffer.size() <= kCallerFrameBytes && l.callers_may_read && l.reader == Link::Reader::kNone) {
           l.reader = Link::Reader::kCaller;
           read_once = true;
           lock.unlock();
@@ -248,7 +260,7 @@ Request TcpTransport::isend(int peer, const FrameMeta& meta, std::span<const std
   } else if (post_pump) {
     postPump(l);
   }
-  return Request(std::make_shared<SendRequest>(lp, std::move(op), busy_poll_));
+  return Request(std::make_shared<SendRequest>(lp, std::move(op), busy_poll_, caller_reads_ ? this : nullptr));
 }
 
 void TcpTransport::checkPeer(int r, const char* what) const {

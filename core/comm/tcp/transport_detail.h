@@ -107,6 +107,8 @@ class TcpTransport final : public Transport {
   // control, large, malformed, an end of file), then gives the connection back. `block`: wait in poll() for bytes;
   // else only what is there.
   void callerRead(Link& l, const RecvOp& mine, bool block);
+  // Any thread, under the link's lock while callers may read it: the io thread watches the link again now.
+  void watchSoon(Link& l);
 
  private:
   // Gives the connection back to the io thread in the state a reading caller left it.

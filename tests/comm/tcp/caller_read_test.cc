@@ -184,6 +184,52 @@ TEST(TcpCallerReads, FramesSentToAWaitingCallerHandOverExactly) {
   EXPECT_EQ(wrong, 0);
 }
 
+// A caller claims a connection just as the io thread lets go of it after a large frame, and then both ranks wait for
+// their large sends before their receives (a ring allreduce does at its allgather steps): neither caller reads while
+// its send waits, so the io thread must be watching the connection. An earlier version left it unwatched when the
+// claim came between the io thread's handing over and its readiness wait, and the exchange hung until the liveness
+// timeout failed it.
+TEST(TcpCallerReads, SendsWaitedBeforeReceivesDoNotStall) {
+  MemoryStore store;
+  const JobToken token = JobToken::generate();
+  auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) {
+    x.caller_reads = 1;
+    x.timeout = std::chrono::seconds(10);
+  });
+  const FrameMeta small{OpKind::kP2P, 11, kNoTensor};
+  const FrameMeta big{OpKind::kP2P, 12, kNoTensor};
+  constexpr std::size_t kBig = std::size_t{8} << 20;  // several socket buffers: each send waits for the peer's reads
+  const testing::SpawnResult res = testing::spawnRanks(
+      2,
+      [&](int r) {
+        Transport& me = *t[static_cast<std::size_t>(r)];
+        const int peer = 1 - r;
+        const std::vector<std::byte> out = pattern(kBig, r);
+        std::vector<std::byte> in(kBig);
+        for (int round = 0; round < 20; ++round) {
+          // A large frame, then a small one, whose receive waits first: its caller sleeps while the io thread reads
+          // the large frame, and claims the connection as the io thread lets go of it.
+          {
+            std::vector<std::byte> a(100, std::byte{1}), b(100);
+            Request big_in = me.irecv(peer, big, in);
+            Request small_in = me.irecv(peer, small, b);
+            Request big_out = me.isend(peer, big, out);
+            me.send(peer, small, a);
+            small_in.wait();
+            big_out.wait();
+            big_in.wait();
+          }
+          // Then large sends waited before their receives.
+          Request rr = me.irecv(peer, big, in);
+          me.isend(peer, big, out).wait();
+          rr.wait();
+          if (in != pattern(kBig, peer)) throw std::runtime_error("round " + std::to_string(round));
+        }
+      },
+      nullptr, std::chrono::seconds(60));
+  testing::expectNoErrors(res);
+}
+
 // A caller that holds its connection while the peer stays quiet for several heartbeat periods reads the heartbeats
 // (control frames: handed to the io thread) and gets the frame that follows; the link is not taken for silent.
 TEST(TcpCallerReads, HeartbeatsWhileACallerReadsKeepTheLinkAlive) {
