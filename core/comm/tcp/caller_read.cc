@@ -134,6 +134,8 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
 }
 
 void TcpTransport::watchSoon(Link& l) {
+  if (!l.callers_may_read || l.reader != Link::Reader::kNone || l.read_armed || l.watch_asked) return;
+  l.watch_asked = true;
   asio::post(io_, [this, link = &l] { armRead(*link); });
 }
 

@@ -103,7 +103,10 @@ struct Link {
   enum class Reader : uint8_t { kIo, kNone, kCaller };
   // Guarded by mutex.
   Reader reader = Reader::kIo;
-  bool read_armed = false;  // the io thread waits for the socket to become readable
+  bool read_armed = false;    // the io thread waits for the socket to become readable
+  bool watch_asked = false;   // a waiting request asked the io thread to watch the socket (watchSoon)
+  uint64_t claims = 0;        // how often callers claimed the connection
+  uint64_t claims_armed = 0;  // `claims` when the io thread's readiness wait was armed
   bool callers_may_read =
       false;  // set once the link reads (not emulated), cleared when it closes or the transport ends
   std::atomic<bool> caller_polling{false};  // a caller sleeps in poll() on the socket and `wake_fd`

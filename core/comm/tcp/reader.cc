@@ -40,6 +40,7 @@ void TcpTransport::armRead(Link& l) {
   bool held = false;
   {
     std::lock_guard lock(l.mutex);
+    l.watch_asked = false;
     if (l.read_armed) return;
     held = l.reader == Link::Reader::kCaller;
   }
@@ -50,7 +51,10 @@ void TcpTransport::armRead(Link& l) {
     std::lock_guard lock(l.mutex);
     if (l.read_armed) return;
     held = l.reader == Link::Reader::kCaller;
-    if (!held) l.read_armed = true;
+    if (!held) {
+      l.read_armed = true;
+      l.claims_armed = l.claims;
+    }
   }
   if (held) return callerTick();
   // A readiness wait reads nothing: a caller that claims the connection meanwhile reads it alone.
@@ -89,13 +93,17 @@ void TcpTransport::onReadable(Link& l, const boost::system::error_code& ec) {
     return readFailed(l, r.error);
   }
   if (l.header_got == 0) {
-    // Nothing after all: a caller read it first and let go. Callers read this connection, then: the boundary is open
-    // to them again, and the io thread looks at it on the caller-read tick instead of waking for every frame.
+    // Nothing after all. When a caller claimed the connection since the wait was armed, it read the bytes and let go:
+    // callers read this connection, so the boundary is open to them again, and the io thread looks at it on the
+    // caller-read tick instead of waking for every frame. Otherwise the wake-up was spurious (a readiness left over
+    // from bytes read since): wait again.
+    bool callers = false;
     {
       std::lock_guard lock(l.mutex);
       l.reader = Link::Reader::kNone;
+      callers = l.claims != l.claims_armed;
     }
-    return unwatch(l);
+    if (callers) return unwatch(l);
   }
   armRead(l);
 }

@@ -90,19 +90,15 @@ class SendRequest final : public RequestImpl {
     Link& l = *link_;
     LinkWaiter waiter(l, spin_);
     std::unique_lock lock(l.mutex);
-    bool asked = false;
     for (;;) {
       if (op_->done && op_->scheduled) break;
       // A write in progress reads from the caller's buffer: it must end before the caller hears of the failure.
       if (!l.broken.empty() && !op_->io_active) throwBroken(l);
       if (!block) return false;
-      if (reader_ != nullptr && !asked && l.callers_may_read && l.reader == Link::Reader::kNone && !l.read_armed) {
-        // Callers read this connection and none does now; the send may wait for the peer, which may wait for this
-        // rank to read (both ranks' sends in full sockets): the io thread reads it meanwhile, rather than at its
-        // next caller-read tick.
-        reader_->watchSoon(l);
-        asked = true;
-      }
+      // When callers read this connection and none does now: the send may wait for the peer, which may wait for this
+      // rank to read (both ranks' sends in full sockets), so the io thread reads it meanwhile, rather than at its next
+      // caller-read tick.
+      if (reader_ != nullptr) reader_->watchSoon(l);
       waiter.await(lock);
     }
     const Clock::time_point t = op_->sent_at;
@@ -168,12 +164,16 @@ class RecvRequest final : public RequestImpl {
         if (reader_ != nullptr && (block || !read_once) && r.state == RecvOp::State::kPosted &&
             r.buffer.size() <= kCallerFrameBytes && l.callers_may_read && l.reader == Link::Reader::kNone) {
           l.reader = Link::Reader::kCaller;
+          ++l.claims;
           read_once = true;
           lock.unlock();
           reader_->callerRead(l, r, block);
           lock.lock();
           continue;
         }
+        // A large receive (or one test() already read for) on a connection that callers read and nobody reads now:
+        // the io thread reads it, now rather than at its next caller-read tick.
+        if (reader_ != nullptr) reader_->watchSoon(l);
         if (!block) return false;
         waiter.await(lock);
       }

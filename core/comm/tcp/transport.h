@@ -44,19 +44,21 @@
 //
 // Caller reads (caller_read.cc; TcpOptions::caller_reads, TERSE_TCP_CALLER_READS=0|1, on by default, off with link
 // emulation). At a frame boundary a connection belongs to whoever reads first: the io thread waits for it to become
-// readable (a readiness wait, which reads nothing), and a caller waiting for a receive on it whose frame has not begun
-// claims it and reads on its own thread, sleeping in poll() on the socket and an eventfd that every notify kicks. It
-// takes data frames of up to 64 KiB (routed, staged or added in place by the io thread's own steps, reader.cc) until
-// its receive is in, and gives anything else to the io thread where it stands: a control frame, a larger frame (after
-// its header), a malformed header, an end of file or an error, a frame that test() or a failure leaves half read. A
-// small message then costs one wake-up per hop, the receiving thread's, instead of two (epoll waking the io thread,
-// whose notify wakes the caller). The io thread, when its wait finds a caller holding the connection or nothing left to
-// read, stops watching that connection: it takes the socket out of the io_context's epoll set (Asio registers it
-// edge-triggered for good, which wakes the io thread for every packet whether or not it waits for one; measured, that
-// left 4 ranks on 2 vCPUs no faster), and looks at every such connection every 2 ms (the caller-read tick), so a frame
-// nobody waits for (a heartbeat, an abort notice, a goodbye, an end of file) may sit up to 2 ms longer in the socket.
-// The socket goes back into the set before the io thread waits on it, writes on it or closes it; an abort and the
-// transport's end watch every connection again at once.
+// readable (a readiness wait, which reads nothing), and a caller waiting for a receive of up to 64 KiB on it whose
+// frame has not begun claims it and reads on its own thread, sleeping in poll() on the socket and an eventfd that every
+// notify kicks (larger receives leave their frames to the io thread: measured, a caller reading 256 KiB frames made a
+// 1 MiB ring allreduce slower). It takes data frames of up to 64 KiB (routed, staged or added in place by the io
+// thread's own steps, reader.cc) until its receive is in, and gives anything else to the io thread where it stands: a
+// control frame, a larger frame (after its header), a malformed header, an end of file or an error, a frame that test()
+// or a failure leaves half read. A small message then costs one wake-up per hop, the receiving thread's, instead of two
+// (epoll waking the io thread, whose notify wakes the caller). The io thread, when its wait finds a caller holding the
+// connection or nothing left to read, stops watching that connection: it takes the socket out of the io_context's epoll
+// set (Asio registers it edge-triggered for good, which wakes the io thread for every packet whether or not it waits
+// for one; measured, that left 4 ranks on 2 vCPUs no faster), and looks at every such connection every 2 ms (the
+// caller-read tick), so a frame nobody waits for (a heartbeat, an abort notice, a goodbye, an end of file) may sit up
+// to 2 ms longer in the socket. The socket goes back into the set before the io thread waits on it, writes on it or
+// closes it; an abort, the transport's end and a send that waits on a connection nobody reads (both ranks' sends may
+// wait for the other's reads) watch it again at once.
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which

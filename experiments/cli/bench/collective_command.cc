@@ -72,6 +72,7 @@ struct CollectiveOptions {
   uint64_t socket_buffer = 0;
   int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: TERSE_TCP_BUSY_POLL_US, else off)
   int busy_poll_resolved = 0;      // tcp: what the transports use (resolveBusyPollUs; tables and JSON say it)
+  bool caller_reads = false;       // tcp: whether callers read their connections (resolveCallerReads; likewise)
   bool ranks_given = false;        // -n was on the command line
   bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
@@ -223,6 +224,7 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       t.emulation = a.inproc.emulation;
       t.busy_poll_us = o.busy_poll_us;
       o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv());
+      o.caller_reads = comm::resolveCallerReads(t, comm::processEnv());
     }
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
@@ -457,7 +459,9 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
     << ",\"segment_bytes\":" << o.comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
     << ",\"links\":\"" << a.inproc.emulation.describe() << "\",\"clock\":\"" << (o.simulated ? "simulated" : "real")
     << "\",";
-  if (a.transport == "tcp") j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",";
+  if (a.transport == "tcp")
+    j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",\"caller_reads\":" << (o.caller_reads ? "true" : "false")
+      << ",";
   writeRunsJson(j, r.runs, o.dtype);
   j << ",\"memcpy\":{\"bytes\":" << r.largest << ",\"gbps\":" << fixed(r.memcpy_gbps, 3)
     << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << r.total_wrong << "}";
@@ -491,6 +495,7 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
       std::cout << o.busy_poll_resolved << " us";
     else
       std::cout << "off";
+    std::cout << ", caller reads " << (o.caller_reads ? "on" : "off");
   }
   std::cout << "\n";
   printRunTables(r.runs, o.dtype);
