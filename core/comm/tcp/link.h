@@ -106,6 +106,7 @@ struct Link {
   bool read_armed = false;    // the io thread waits for the socket to become readable
   bool watch_asked = false;   // a waiting request asked the io thread to watch the socket (watchSoon)
   uint64_t claims = 0;        // how often callers claimed the connection
+  int claim_waiters = 0;      // callers asleep on cv whose receive they would read if the connection were free
   uint64_t claims_armed = 0;  // `claims` when the io thread's readiness wait was armed
   bool callers_may_read =
       false;  // set once the link reads (not emulated), cleared when it closes or the transport ends

@@ -27,11 +27,15 @@ void TcpTransport::readHeader(Link& l) {
   if (l.closed) return;
   l.header_got = 0;
   l.in_frame = false;
+  bool claimers = false;
   {
     std::lock_guard lock(l.mutex);
     l.reader = Link::Reader::kNone;
+    claimers = l.claim_waiters > 0;
   }
-  l.notifyWaiters();  // a waiting caller may claim the connection now
+  // A caller asleep for a receive it would read may claim the connection now (and only such a one is woken: a
+  // notify for nothing costs the waiters of large receives a wake-up per frame).
+  if (claimers) l.notifyWaiters();
   armRead(l);
 }
 

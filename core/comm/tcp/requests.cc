@@ -150,6 +150,7 @@ class RecvRequest final : public RequestImpl {
       LinkWaiter waiter(l, spin_);
       std::unique_lock lock(l.mutex);
       bool read_once = false;
+      const bool small = r.buffer.size() <= kCallerFrameBytes;
       for (;;) {
         if (r.state == RecvOp::State::kFailed) {
           if (r.error_comm) throw CommError(r.error);
@@ -161,8 +162,8 @@ class RecvRequest final : public RequestImpl {
         // Nobody reads the connection and this receive's frame, a small one, has not begun: read it on this thread.
         // test() reads what is there, once; wait() reads until the frame is in, or hands the connection back and
         // sleeps below.
-        if (reader_ != nullptr && (block || !read_once) && r.state == RecvOp::State::kPosted &&
-            r.buffer.size() <= kCallerFrameBytes && l.callers_may_read && l.reader == Link::Reader::kNone) {
+        if (reader_ != nullptr && (block || !read_once) && r.state == RecvOp::State::kPosted && small &&
+            l.callers_may_read && l.reader == Link::Reader::kNone) {
           l.reader = Link::Reader::kCaller;
           ++l.claims;
           read_once = true;
@@ -175,7 +176,11 @@ class RecvRequest final : public RequestImpl {
         // the io thread reads it, now rather than at its next caller-read tick.
         if (reader_ != nullptr) reader_->watchSoon(l);
         if (!block) return false;
+        // A receive this thread could read for sleeps: the io thread wakes it when it lets go of the connection.
+        const bool could_claim = reader_ != nullptr && r.state == RecvOp::State::kPosted && small;
+        if (could_claim) ++l.claim_waiters;
         waiter.await(lock);
+        if (could_claim) --l.claim_waiters;
       }
       // The frame is complete and this request alone owns it now: finish outside the lock.
       std::shared_ptr<Staged> staged = std::move(r.staged);
