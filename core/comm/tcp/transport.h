@@ -86,7 +86,8 @@
 // at 2 ranks (76 against 33 us) and 4.4x at 4 (485 against 110 us), and 1 MiB no faster, although every spinning thread
 // had a CPU of its own -- a pause loop in a guest can make the hypervisor deschedule the spinning vCPU (pause-loop
 // exiting); a bare-metal host may differ, which is what the knob is for. With link emulation it is always off: the
-// pacer sets the times there. TERSE_TCP_BUSY_POLL_US (0..1000000) sets it where the options leave it unset (-1); a bad
+// pacer sets the times there. A receive that reads its own connection (caller reads, above) sleeps in poll() instead
+// of spinning. TERSE_TCP_BUSY_POLL_US (0..1000000) sets it where the options leave it unset (-1); a bad
 // value is InvalidArgument naming the variable and the value.
 //
 // Errors. abort(reason) fails every pending and future request of this rank with CommError and sends an abort notice

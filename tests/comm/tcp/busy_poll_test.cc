@@ -4,8 +4,6 @@
 // (an event it missed would hold it for the whole, long, budget). The transport's other behaviour tests run once more
 // with spinning forced on (ctest's tcp_busy_poll_* entries, tests/comm/tcp/CMakeLists).
 #include <algorithm>
-#include <map>
-#include <optional>
 #include <thread>
 
 #include "core/comm/tcp/transport_detail.h"
@@ -18,42 +16,34 @@ using BusyPollClock = std::chrono::steady_clock;
 
 const FrameMeta kBusyPollP2P{OpKind::kP2P, 9, kNoTensor};
 
-EnvLookup busyPollEnv(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
-    auto it = vars.find(std::string(name));
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
 tcp::Clock::duration budgetOf(const Transport& t) {
   return dynamic_cast<const tcp::TcpTransport&>(t).busyPoll();
 }
 
 TEST(TcpBusyPoll, OptionThenEnvironmentElseOff) {
   TcpOptions o;
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({})), 0);  // off unless asked for
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "0"}})), 0);
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "75"}})), 75);
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "1000000"}})), 1000000);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({})), 0);  // off unless asked for
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "0"}})), 0);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "75"}})), 75);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "1000000"}})), 1000000);
   // A value set in the options (a command-line flag, the runner's control transport) wins over the variable.
   o.busy_poll_us = 0;
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "75"}})), 0);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "75"}})), 0);
   o.busy_poll_us = 12;
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "0"}})), 12);
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({})), 12);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "0"}})), 12);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({})), 12);
   // Emulated links never spin: the pacer sets their times.
   o.emulation.nic_egress_bps = 1e9;
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({})), 0);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({})), 0);
   o.busy_poll_us = -1;
-  EXPECT_EQ(resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "75"}})), 0);
+  EXPECT_EQ(resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "75"}})), 0);
 }
 
 TEST(TcpBusyPoll, BadValuesNameTheVariableOrTheField) {
   TcpOptions o;
   for (const char* bad : {"", "fast", "50us", " 50", "-1", "-2", "1000001", "1e3", "99999999999999999999"}) {
     try {
-      (void)resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", bad}}));
+      (void)resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", bad}}));
       ADD_FAILURE() << "accepted TERSE_TCP_BUSY_POLL_US='" << bad << "'";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("TERSE_TCP_BUSY_POLL_US='" + std::string(bad) + "'"), std::string::npos)
@@ -62,12 +52,12 @@ TEST(TcpBusyPoll, BadValuesNameTheVariableOrTheField) {
   }
   // Checked even where emulation turns spinning off: a typo is not silently ignored.
   o.emulation.nic_egress_bps = 1e9;
-  EXPECT_THROW((void)resolveBusyPollUs(o, busyPollEnv({{"TERSE_TCP_BUSY_POLL_US", "x"}})), InvalidArgument);
+  EXPECT_THROW((void)resolveBusyPollUs(o, testing::envOf({{"TERSE_TCP_BUSY_POLL_US", "x"}})), InvalidArgument);
   o.emulation = {};
   for (int bad : {-2, kMaxBusyPollUs + 1}) {
     o.busy_poll_us = bad;
     try {
-      (void)resolveBusyPollUs(o, busyPollEnv({}));
+      (void)resolveBusyPollUs(o, testing::envOf({}));
       ADD_FAILURE() << "accepted busy_poll_us " << bad;
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("busy_poll_us must be"), std::string::npos) << e.what();
@@ -107,8 +97,10 @@ TEST(TcpBusyPoll, SpinningRoundTripsAreExactAndWakeOnTheFrame) {
   constexpr int kBudgetUs = kMaxBusyPollUs;  // 1 s: far above any round trip, so a wait that ran it out stands out
   MemoryStore store;
   const JobToken token = JobToken::generate();
-  auto t =
-      testing::connectTcpWorld(2, store, token, [](TcpOptions& x) { x.busy_poll_us = x.rank == 0 ? kBudgetUs : 0; });
+  auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) {
+    x.busy_poll_us = x.rank == 0 ? kBudgetUs : 0;
+    x.caller_reads = 0;  // else rank 0's receives read their connection, asleep in poll(), and never spin
+  });
   ASSERT_EQ(budgetOf(*t[0]), std::chrono::microseconds(kBudgetUs));
   ASSERT_EQ(budgetOf(*t[1]), std::chrono::microseconds(0));
   constexpr int kRounds = 20;
@@ -146,34 +138,13 @@ TEST(TcpBusyPoll, SpinningRoundTripsAreExactAndWakeOnTheFrame) {
 // is destroyed: the failures, not the budget, end the wait.
 TEST(TcpBusyPoll, SpinningWaitFailsAtOnceOnAbortAndOnADepartedPeer) {
   constexpr int kBudgetUs = 1000000;
-  for (bool abort_it : {true, false}) {
-    MemoryStore store;
-    const JobToken token = JobToken::generate();
-    auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) { x.busy_poll_us = kBudgetUs; });
-    std::vector<std::byte> in(64);
-    Request rr = t[0]->irecv(1, kBusyPollP2P, in);
-    std::thread other([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      if (abort_it) {
-        t[0]->abort("the test aborts a spinning wait");
-      } else {
-        t[1].reset();  // its goodbye: rank 1 has left
-      }
-    });
-    const auto begin = BusyPollClock::now();
-    std::string message;
-    try {
-      rr.wait();
-    } catch (const CommError& e) {
-      message = e.what();
-    }
-    const auto took = BusyPollClock::now() - begin;
-    other.join();
-    EXPECT_NE(message, "") << "the wait did not fail (abort " << abort_it << ")";
-    const std::string why = abort_it ? "the test aborts a spinning wait" : "rank 1 (host h1)";
-    EXPECT_NE(message.find(why), std::string::npos) << message;
-    EXPECT_LT(took, std::chrono::microseconds(kBudgetUs / 2)) << message;
-  }
+  // Caller reads off: the receive spins on its link's event counter instead of sleeping in poll() on the socket.
+  testing::expectWaitEndsOnAbortAndOnADepartedPeer(
+      [](TcpOptions& x) {
+        x.busy_poll_us = kBudgetUs;
+        x.caller_reads = 0;
+      },
+      std::chrono::microseconds(kBudgetUs / 2));
 }
 
 }  // namespace

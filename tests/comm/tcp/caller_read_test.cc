@@ -4,8 +4,6 @@
 // wait and receives that only test, control frames arriving while a caller reads, and a reading caller woken by an
 // abort or a departed peer. The transport's other behaviour tests run once more with caller reads off (ctest's
 // tcp_caller_reads_off entry, tests/comm/tcp/CMakeLists), so the io thread's own reading stays tested.
-#include <map>
-#include <optional>
 #include <thread>
 
 #include "core/comm/tcp/transport_detail.h"
@@ -15,14 +13,6 @@ namespace terse::comm {
 namespace {
 
 using CallerClock = std::chrono::steady_clock;
-
-EnvLookup callerEnv(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
-    auto it = vars.find(std::string(name));
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 const tcp::TcpTransport& tcpOf(const Transport& t) {
   return dynamic_cast<const tcp::TcpTransport&>(t);
@@ -37,23 +27,23 @@ std::vector<std::byte> pattern(std::size_t n, int seed) {
 
 TEST(TcpCallerReads, OptionThenVariableThenOn) {
   TcpOptions o;
-  EXPECT_TRUE(resolveCallerReads(o, callerEnv({})));
-  EXPECT_FALSE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "0"}})));
-  EXPECT_TRUE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "1"}})));
+  EXPECT_TRUE(resolveCallerReads(o, testing::envOf({})));
+  EXPECT_FALSE(resolveCallerReads(o, testing::envOf({{"TERSE_TCP_CALLER_READS", "0"}})));
+  EXPECT_TRUE(resolveCallerReads(o, testing::envOf({{"TERSE_TCP_CALLER_READS", "1"}})));
   o.caller_reads = 0;
-  EXPECT_FALSE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "1"}})));
+  EXPECT_FALSE(resolveCallerReads(o, testing::envOf({{"TERSE_TCP_CALLER_READS", "1"}})));
   o.caller_reads = 1;
-  EXPECT_TRUE(resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", "0"}})));
+  EXPECT_TRUE(resolveCallerReads(o, testing::envOf({{"TERSE_TCP_CALLER_READS", "0"}})));
   // Emulated links: the io thread computes each frame's delivery time, so it reads every frame.
   o.emulation.link.bandwidth_bps = 1e9;
-  EXPECT_FALSE(resolveCallerReads(o, callerEnv({})));
+  EXPECT_FALSE(resolveCallerReads(o, testing::envOf({})));
 }
 
 TEST(TcpCallerReads, BadValuesNameTheVariableOrTheField) {
   TcpOptions o;
   for (const char* bad : {"", "2", "yes", "on", " 1", "-1"}) {
     try {
-      (void)resolveCallerReads(o, callerEnv({{"TERSE_TCP_CALLER_READS", bad}}));
+      (void)resolveCallerReads(o, testing::envOf({{"TERSE_TCP_CALLER_READS", bad}}));
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("TERSE_TCP_CALLER_READS='" + std::string(bad) + "'"), std::string::npos)
@@ -62,7 +52,7 @@ TEST(TcpCallerReads, BadValuesNameTheVariableOrTheField) {
   }
   o.caller_reads = 2;
   try {
-    (void)resolveCallerReads(o, callerEnv({}));
+    (void)resolveCallerReads(o, testing::envOf({}));
     ADD_FAILURE() << "accepted caller_reads = 2";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("caller_reads"), std::string::npos) << e.what();
@@ -257,37 +247,7 @@ TEST(TcpCallerReads, HeartbeatsWhileACallerReadsKeepTheLinkAlive) {
 // A caller asleep in poll() on its connection is woken by its rank's abort and by the peer's goodbye: the failure,
 // not the next frame or the liveness timeout, ends the wait.
 TEST(TcpCallerReads, ReadingWaitFailsAtOnceOnAbortAndOnADepartedPeer) {
-  for (bool abort_it : {true, false}) {
-    MemoryStore store;
-    const JobToken token = JobToken::generate();
-    auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) {
-      x.caller_reads = 1;
-      x.timeout = std::chrono::seconds(20);
-    });
-    std::vector<std::byte> in(64);
-    Request rr = t[0]->irecv(1, FrameMeta{OpKind::kP2P, 7, kNoTensor}, in);
-    std::thread other([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (abort_it) {
-        t[0]->abort("the test aborts a reading wait");
-      } else {
-        t[1].reset();  // its goodbye: rank 1 has left
-      }
-    });
-    const auto begin = CallerClock::now();
-    std::string message;
-    try {
-      rr.wait();
-    } catch (const CommError& e) {
-      message = e.what();
-    }
-    const auto took = CallerClock::now() - begin;
-    other.join();
-    EXPECT_NE(message, "") << "the wait did not fail (abort " << abort_it << ")";
-    const std::string why = abort_it ? "the test aborts a reading wait" : "rank 1 (host h1)";
-    EXPECT_NE(message.find(why), std::string::npos) << message;
-    EXPECT_LT(took, std::chrono::seconds(5)) << message;
-  }
+  testing::expectWaitEndsOnAbortAndOnADepartedPeer([](TcpOptions& x) { x.caller_reads = 1; }, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -298,6 +300,51 @@ inline std::vector<ProcessResult> forkRanks(int n, const JobToken& token,
     close(from_child[static_cast<std::size_t>(r)]);
   }
   return results;
+}
+
+// An environment of just these variables, for the resolve*(options, env) functions.
+inline EnvLookup envOf(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// A receive of rank 0's, waiting for a frame that never comes in whatever way `tweak` makes it wait (spinning, reading
+// its connection), fails soon after its rank aborts, and after rank 1's transport is destroyed (its goodbye): within
+// `limit`, with the abort's reason or rank 1's name in the message. The failure, not a budget or a timeout, must end
+// the wait.
+inline void expectWaitEndsOnAbortAndOnADepartedPeer(const std::function<void(TcpOptions&)>& tweak,
+                                                    std::chrono::steady_clock::duration limit) {
+  for (bool abort_it : {true, false}) {
+    MemoryStore store;
+    const JobToken token = JobToken::generate();
+    auto t = connectTcpWorld(2, store, token, tweak);
+    std::vector<std::byte> in(64);
+    Request rr = t[0]->irecv(1, FrameMeta{OpKind::kP2P, 7, kNoTensor}, in);
+    std::thread other([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      if (abort_it) {
+        t[0]->abort("the test aborts a waiting receive");
+      } else {
+        t[1].reset();  // its goodbye: rank 1 has left
+      }
+    });
+    const auto begin = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      rr.wait();
+    } catch (const CommError& e) {
+      message = e.what();
+    }
+    const auto took = std::chrono::steady_clock::now() - begin;
+    other.join();
+    EXPECT_NE(message, "") << "the wait did not fail (abort " << abort_it << ")";
+    const std::string why = abort_it ? "the test aborts a waiting receive" : "rank 1 (host h1)";
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+    EXPECT_LT(took, limit) << message;
+  }
 }
 
 }  // namespace terse::comm::testing
