@@ -52,13 +52,13 @@
 // control frame, a larger frame (after its header), a malformed header, an end of file or an error, a frame that test()
 // or a failure leaves half read. A small message then costs one wake-up per hop, the receiving thread's, instead of two
 // (epoll waking the io thread, whose notify wakes the caller). The io thread, when its wait finds a caller holding the
-// connection or nothing left to read, stops watching that connection: it takes the socket out of the io_context's epoll
-// set (Asio registers it edge-triggered for good, which wakes the io thread for every packet whether or not it waits
-// for one; measured, that left 4 ranks on 2 vCPUs no faster), and looks at every such connection every 2 ms (the
-// caller-read tick), so a frame nobody waits for (a heartbeat, an abort notice, a goodbye, an end of file) may sit up
-// to 2 ms longer in the socket. The socket goes back into the set before the io thread waits on it, writes on it or
-// closes it; an abort, the transport's end and a send that waits on a connection nobody reads (both ranks' sends may
-// wait for the other's reads) watch it again at once.
+// connection, or nothing left to read after a caller claimed it, stops watching that connection: it takes the socket
+// out of the io_context's epoll set (Asio registers it edge-triggered for good, which wakes the io thread for every
+// packet whether or not it waits for one; measured, that left 4 ranks on 2 vCPUs no faster), and looks at every such
+// connection every 2 ms (the caller-read tick), so a frame nobody waits for (a heartbeat, an abort notice, a goodbye,
+// an end of file) may sit up to 2 ms longer in the socket. The socket goes back into the set before the io thread waits
+// on it, writes on it or closes it; an abort, the transport's end and any request that waits on a connection nobody
+// reads (a large receive; a send, as both ranks' sends may wait for the other's reads) watch it again at once.
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which
