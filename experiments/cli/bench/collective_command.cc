@@ -50,6 +50,7 @@ constexpr std::string_view kCollectiveUsage =
     "[--ranks-per-node G]\n"
     "                                       (allgather: [--algo ring|bruck|hierarchical|auto])\n"
     "                                       [--transport inproc|tcp|nccl] [--bandwidth BW] [--latency T]\n"
+    "                                       [--nic BW] [--nic-ingress BW]\n"
     "                                       [--threshold BYTES|table] [--segment BYTES|auto]\n"
     "                                       [--socket-buffer BYTES] [--busy-poll US|env] (tcp)\n"
     "                                       [--clock real|simulated] [--topology SPEC] [--iters N] [-w WARMUP]\n"

@@ -225,7 +225,7 @@ TEST(TcpCallerReads, SendsWaitedBeforeReceivesDoNotStall) {
 TEST(TcpCallerReads, HeartbeatsWhileACallerReadsKeepTheLinkAlive) {
   MemoryStore store;
   const JobToken token = JobToken::generate();
-  const auto timeout = std::chrono::milliseconds(400);  // a heartbeat every 100 ms
+  const auto timeout = std::chrono::milliseconds(800);  // a heartbeat every 200 ms; 4 periods of margin under load
   auto t = testing::connectTcpWorld(2, store, token, [&](TcpOptions& x) {
     x.caller_reads = 1;
     x.timeout = timeout;
