@@ -12,8 +12,10 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "core/comm/collective.h"
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
+#include "core/comm/job.h"
 #include "core/common/dtype.h"
 #include "terse/sdk/half.hpp"
 
@@ -46,6 +49,15 @@ struct SpawnResult {
     }
   }
 };
+
+// An environment of just these variables, for the functions that take an EnvLookup (job.h).
+inline EnvLookup envOf(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
 
 // Runs fn(rank) on n threads. When they have not all returned after `timeout`, the watchdog aborts the fabric, which
 // fails every pending operation, so the threads return with errors instead of hanging the test.

@@ -8,23 +8,17 @@
 #include <thread>
 
 #include "core/comm/transport.h"
+#include "tests/comm/comm_test_util.h"
 
 namespace terse::comm {
 namespace {
 
 using namespace std::chrono_literals;
 
-EnvLookup fakeEnv(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
-    if (auto it = vars.find(std::string(name)); it != vars.end()) return it->second;
-    return std::nullopt;
-  };
-}
-
 // The InvalidArgument's message, or a failure when none is thrown.
 std::string errorOf(const std::map<std::string, std::string>& vars) {
   try {
-    detectJobEnv(fakeEnv(vars));
+    detectJobEnv(testing::envOf(vars));
   } catch (const InvalidArgument& e) {
     return e.what();
   }
@@ -33,16 +27,16 @@ std::string errorOf(const std::map<std::string, std::string>& vars) {
 }
 
 TEST(JobEnv, NothingSetIsNoJob) {
-  EXPECT_FALSE(detectJobEnv(fakeEnv({{"HOME", "/root"}})).has_value());
+  EXPECT_FALSE(detectJobEnv(testing::envOf({{"HOME", "/root"}})).has_value());
 }
 
 TEST(JobEnv, ExplicitTerseVariables) {
-  const auto j = detectJobEnv(fakeEnv({{"TERSE_RANK", "2"},
-                                       {"TERSE_WORLD_SIZE", "4"},
-                                       {"TERSE_LOCAL_RANK", "0"},
-                                       {"TERSE_LOCAL_WORLD_SIZE", "1"},
-                                       {"TERSE_MASTER_ADDR", "10.0.0.1"},
-                                       {"TERSE_MASTER_PORT", "29400"}}));
+  const auto j = detectJobEnv(testing::envOf({{"TERSE_RANK", "2"},
+                                              {"TERSE_WORLD_SIZE", "4"},
+                                              {"TERSE_LOCAL_RANK", "0"},
+                                              {"TERSE_LOCAL_WORLD_SIZE", "1"},
+                                              {"TERSE_MASTER_ADDR", "10.0.0.1"},
+                                              {"TERSE_MASTER_PORT", "29400"}}));
   ASSERT_TRUE(j);
   EXPECT_EQ(j->source, "terse");
   EXPECT_EQ(j->rank, 2);
@@ -53,20 +47,21 @@ TEST(JobEnv, ExplicitTerseVariables) {
   EXPECT_EQ(j->master_port, 29400);
   EXPECT_FALSE(j->host.empty());
   // Without local variables: one host, local = global.
-  const auto k = detectJobEnv(fakeEnv({{"TERSE_RANK", "1"}, {"TERSE_WORLD_SIZE", "3"}, {"TERSE_MASTER_PORT", "5"}}));
+  const auto k =
+      detectJobEnv(testing::envOf({{"TERSE_RANK", "1"}, {"TERSE_WORLD_SIZE", "3"}, {"TERSE_MASTER_PORT", "5"}}));
   EXPECT_EQ(k->local_rank, 1);
   EXPECT_EQ(k->local_world_size, 3);
   EXPECT_EQ(k->master_addr, "127.0.0.1");
 }
 
 TEST(JobEnv, ExplicitVariablesWinOverSchedulers) {
-  const auto j = detectJobEnv(fakeEnv({{"TERSE_RANK", "0"},
-                                       {"TERSE_WORLD_SIZE", "2"},
-                                       {"TERSE_MASTER_PORT", "1234"},
-                                       {"SLURM_PROCID", "5"},
-                                       {"SLURM_NTASKS", "8"},
-                                       {"OMPI_COMM_WORLD_RANK", "3"},
-                                       {"OMPI_COMM_WORLD_SIZE", "4"}}));
+  const auto j = detectJobEnv(testing::envOf({{"TERSE_RANK", "0"},
+                                              {"TERSE_WORLD_SIZE", "2"},
+                                              {"TERSE_MASTER_PORT", "1234"},
+                                              {"SLURM_PROCID", "5"},
+                                              {"SLURM_NTASKS", "8"},
+                                              {"OMPI_COMM_WORLD_RANK", "3"},
+                                              {"OMPI_COMM_WORLD_SIZE", "4"}}));
   EXPECT_EQ(j->source, "terse");
   EXPECT_EQ(j->world_size, 2);
 }
@@ -105,11 +100,11 @@ TEST(JobEnv, BadExplicitValuesNameTheVariableAndValue) {
 }
 
 TEST(JobEnv, OpenMpi) {
-  const auto j = detectJobEnv(fakeEnv({{"OMPI_COMM_WORLD_RANK", "3"},
-                                       {"OMPI_COMM_WORLD_SIZE", "4"},
-                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                                       {"TERSE_MASTER_ADDR", "head"}}));
+  const auto j = detectJobEnv(testing::envOf({{"OMPI_COMM_WORLD_RANK", "3"},
+                                              {"OMPI_COMM_WORLD_SIZE", "4"},
+                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                              {"TERSE_MASTER_ADDR", "head"}}));
   ASSERT_TRUE(j);
   EXPECT_EQ(j->source, "openmpi");
   EXPECT_EQ(j->rank, 3);
@@ -131,13 +126,13 @@ TEST(JobEnv, OpenMpi) {
 }
 
 TEST(JobEnv, Slurm) {
-  const auto j = detectJobEnv(fakeEnv({{"SLURM_PROCID", "5"},
-                                       {"SLURM_NTASKS", "8"},
-                                       {"SLURM_LOCALID", "1"},
-                                       {"SLURM_NODEID", "1"},
-                                       {"SLURM_TASKS_PER_NODE", "4(x2)"},
-                                       {"SLURM_JOB_NODELIST", "node[01-04,07],gpu3"},
-                                       {"SLURM_JOB_ID", "123456"}}));
+  const auto j = detectJobEnv(testing::envOf({{"SLURM_PROCID", "5"},
+                                              {"SLURM_NTASKS", "8"},
+                                              {"SLURM_LOCALID", "1"},
+                                              {"SLURM_NODEID", "1"},
+                                              {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                                              {"SLURM_JOB_NODELIST", "node[01-04,07],gpu3"},
+                                              {"SLURM_JOB_ID", "123456"}}));
   ASSERT_TRUE(j);
   EXPECT_EQ(j->source, "slurm");
   EXPECT_EQ(j->rank, 5);
@@ -147,12 +142,12 @@ TEST(JobEnv, Slurm) {
   EXPECT_EQ(j->master_addr, "node01");
   EXPECT_EQ(j->master_port, kSlurmPortBase + 123456 % kSlurmPortSpan);
   // TERSE_MASTER_* override, and the step's node list wins over the job's.
-  const auto k = detectJobEnv(fakeEnv({{"SLURM_PROCID", "0"},
-                                       {"SLURM_NTASKS", "2"},
-                                       {"SLURM_STEP_NODELIST", "gpu[7-8]"},
-                                       {"SLURM_JOB_NODELIST", "node[01-04]"},
-                                       {"SLURM_JOB_ID", "1"},
-                                       {"TERSE_MASTER_PORT", "4000"}}));
+  const auto k = detectJobEnv(testing::envOf({{"SLURM_PROCID", "0"},
+                                              {"SLURM_NTASKS", "2"},
+                                              {"SLURM_STEP_NODELIST", "gpu[7-8]"},
+                                              {"SLURM_JOB_NODELIST", "node[01-04]"},
+                                              {"SLURM_JOB_ID", "1"},
+                                              {"TERSE_MASTER_PORT", "4000"}}));
   EXPECT_EQ(k->master_addr, "gpu7");
   EXPECT_EQ(k->master_port, 4000);
   EXPECT_NE(errorOf({{"SLURM_PROCID", "8"}, {"SLURM_NTASKS", "8"}, {"SLURM_NODELIST", "n1"}, {"SLURM_JOB_ID", "1"}})
@@ -209,22 +204,22 @@ TEST(Loopback, Addresses) {
 
 TEST(JoinJob, SeveralRanksWithoutATokenIsAClearError) {
   try {
-    joinJob(1s, fakeEnv({{"TERSE_RANK", "1"}, {"TERSE_WORLD_SIZE", "2"}, {"TERSE_MASTER_PORT", "1"}}));
+    joinJob(1s, testing::envOf({{"TERSE_RANK", "1"}, {"TERSE_WORLD_SIZE", "2"}, {"TERSE_MASTER_PORT", "1"}}));
     FAIL();
   } catch (const InvalidArgument& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("terse launch"), std::string::npos) << m;
     EXPECT_NE(m.find("TERSE_JOB_TOKEN"), std::string::npos) << m;
   }
-  EXPECT_THROW(joinJob(1s, fakeEnv({{"TERSE_RANK", "1"},
-                                    {"TERSE_WORLD_SIZE", "2"},
-                                    {"TERSE_MASTER_PORT", "1"},
-                                    {"TERSE_JOB_TOKEN", "short"}})),
+  EXPECT_THROW(joinJob(1s, testing::envOf({{"TERSE_RANK", "1"},
+                                           {"TERSE_WORLD_SIZE", "2"},
+                                           {"TERSE_MASTER_PORT", "1"},
+                                           {"TERSE_JOB_TOKEN", "short"}})),
                InvalidArgument);
 }
 
 TEST(JoinJob, SingleRankHostsItsOwnStore) {
-  Job job = joinJob(2s, fakeEnv({}));
+  Job job = joinJob(2s, testing::envOf({}));
   EXPECT_EQ(job.env.world_size, 1);
   ASSERT_NE(job.server, nullptr);
   job.store->set("k", "v");
@@ -238,11 +233,11 @@ TEST(JoinJob, RanksMeetThroughRankZerosStore) {
   probe.stop();
   const std::string token = "4a6c8e0b2d4f6a8c0e2b4d6f8a0c2e4b";
   auto env = [&](int rank) {
-    return fakeEnv({{"TERSE_RANK", std::to_string(rank)},
-                    {"TERSE_WORLD_SIZE", "2"},
-                    {"TERSE_MASTER_ADDR", "127.0.0.1"},
-                    {"TERSE_MASTER_PORT", std::to_string(port)},
-                    {"TERSE_JOB_TOKEN", token}});
+    return testing::envOf({{"TERSE_RANK", std::to_string(rank)},
+                           {"TERSE_WORLD_SIZE", "2"},
+                           {"TERSE_MASTER_ADDR", "127.0.0.1"},
+                           {"TERSE_MASTER_PORT", std::to_string(port)},
+                           {"TERSE_JOB_TOKEN", token}});
   };
   std::string seen_by_1;
   std::thread rank1([&] {
@@ -264,9 +259,9 @@ TEST(JoinJob, RanksMeetThroughRankZerosStore) {
 }
 
 TEST(JoinJob, ExternalStoreNeedsAPortAndBadFlagsAreNamed) {
-  EXPECT_THROW(joinJob(1s, fakeEnv({{"TERSE_STORE_EXTERNAL", "maybe"}})), InvalidArgument);
+  EXPECT_THROW(joinJob(1s, testing::envOf({{"TERSE_STORE_EXTERNAL", "maybe"}})), InvalidArgument);
   try {
-    joinJob(1s, fakeEnv({{"TERSE_STORE_EXTERNAL", "1"}}));
+    joinJob(1s, testing::envOf({{"TERSE_STORE_EXTERNAL", "1"}}));
     FAIL();
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("TERSE_MASTER_PORT"), std::string::npos) << e.what();
@@ -274,9 +269,9 @@ TEST(JoinJob, ExternalStoreNeedsAPortAndBadFlagsAreNamed) {
   // With an external store, rank 0 only connects.
   const JobToken t = JobToken::fromString("e5a7c9b1d3f50a2c4e6b8d0f1a3c5e7b");
   TcpStoreServer external(t, {});
-  Job j = joinJob(2s, fakeEnv({{"TERSE_STORE_EXTERNAL", "1"},
-                               {"TERSE_MASTER_PORT", std::to_string(external.port())},
-                               {"TERSE_JOB_TOKEN", t.secret()}}));
+  Job j = joinJob(2s, testing::envOf({{"TERSE_STORE_EXTERNAL", "1"},
+                                      {"TERSE_MASTER_PORT", std::to_string(external.port())},
+                                      {"TERSE_JOB_TOKEN", t.secret()}}));
   EXPECT_EQ(j.server, nullptr);
   j.store->set("k", "v");
 }

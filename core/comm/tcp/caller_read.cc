@@ -24,6 +24,11 @@ bool settled(const RecvOp& r) {
   return r.state == RecvOp::State::kFailed || (r.state == RecvOp::State::kDirect && r.arrived);
 }
 
+// Under the link's lock: the reading caller must give the connection up (it closes, the transport ends, it broke).
+bool mustLetGo(const Link& l) {
+  return !l.callers_may_read || !l.broken.empty();
+}
+
 }  // namespace
 
 void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
@@ -33,7 +38,7 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
       std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(liveness_tick_).count()));
   auto must_stop = [&] {
     std::lock_guard lock(l.mutex);
-    return !l.callers_may_read || !l.broken.empty();
+    return mustLetGo(l);
   };
   // Sleeps until the socket has bytes or a notifier kicked: false when this thread must give the connection up.
   auto await_bytes = [&] {
@@ -127,14 +132,14 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     bool done = false;
     {
       std::lock_guard lock(l.mutex);
-      done = settled(mine) || !l.callers_may_read || !l.broken.empty();
+      done = settled(mine) || mustLetGo(l);
     }
     if (done) return release();
   }
 }
 
 void TcpTransport::watchSoon(Link& l) {
-  if (!l.callers_may_read || l.reader != Link::Reader::kNone || l.read_armed || l.watch_asked) return;
+  if (l.reader != Link::Reader::kNone || l.read_armed || l.watch_asked) return;
   l.watch_asked = true;
   asio::post(io_, [this, link = &l] { armRead(*link); });
 }
@@ -151,20 +156,17 @@ void TcpTransport::callerTick() {
 }
 
 void TcpTransport::watchIdleLinks() {
-  bool held = false;
   for (auto& lp : links_) {
     if (!lp || !lp->socket) continue;
     Link& l = *lp;
-    Link::Reader who = Link::Reader::kIo;
+    bool io_reads = false;
     {
       std::lock_guard lock(l.mutex);
-      who = l.reader;
+      io_reads = l.reader == Link::Reader::kIo;
     }
-    if (who == Link::Reader::kCaller) held = true;
-    if (who == Link::Reader::kNone) armRead(l);
+    // armRead watches a link nobody reads, and keeps the tick going for one a caller holds (unwatched when it lets go).
+    if (!io_reads) armRead(l);
   }
-  // A connection a caller holds now is unwatched when it lets go: look again then.
-  if (held) callerTick();
 }
 
 }  // namespace terse::comm::tcp

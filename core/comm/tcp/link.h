@@ -108,8 +108,8 @@ struct Link {
   uint64_t claims = 0;        // how often callers claimed the connection
   int claim_waiters = 0;      // callers asleep on cv whose receive they would read if the connection were free
   uint64_t claims_armed = 0;  // `claims` when the io thread's readiness wait was armed
-  bool callers_may_read =
-      false;  // set once the link reads (not emulated), cleared when it closes or the transport ends
+  // Set once the link reads (not emulated); cleared when it closes or the transport ends.
+  bool callers_may_read = false;
   std::atomic<bool> caller_polling{false};  // a caller sleeps in poll() on the socket and `wake_fd`
   int wake_fd = -1;                         // an eventfd, for the reading caller's poll(); closed by ~Link
   std::atomic<Clock::rep> caller_heard{0};  // when a reading caller last received bytes (the liveness tick reads it)

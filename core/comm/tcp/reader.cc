@@ -126,7 +126,6 @@ bool TcpTransport::watch(Link& l) {
 }
 
 void TcpTransport::unwatch(Link& l) {
-  if (!caller_reads_) return armRead(l);  // a spurious wake-up: nobody else reads
   callerTick();
   bool armed = false;
   {

@@ -65,8 +65,8 @@ class DoneRequest final : public RequestImpl {
 
 class SendRequest final : public RequestImpl {
  public:
-  // `reader`: the transport, when its callers may read connections (RecvRequest); used only under the link's lock
-  // while callers may read it, which the transport's end clears first.
+  // `reader`: the transport, when its callers may read connections (RecvRequest); called only under the link's lock
+  // while callers may read it, which the transport's end clears first (the request may outlive the transport).
   SendRequest(std::shared_ptr<Link> link, std::shared_ptr<SendOp> op, Clock::duration spin, TcpTransport* reader)
       : link_(std::move(link)), op_(std::move(op)), spin_(spin), reader_(reader) {}
   // A send dropped before completing still delivers its data (request.h): what is not written yet is copied into the
@@ -98,7 +98,7 @@ class SendRequest final : public RequestImpl {
       // When callers read this connection and none does now: the send may wait for the peer, which may wait for this
       // rank to read (both ranks' sends in full sockets), so the io thread reads it meanwhile, rather than at its next
       // caller-read tick.
-      if (reader_ != nullptr) reader_->watchSoon(l);
+      if (reader_ != nullptr && l.callers_may_read) reader_->watchSoon(l);
       waiter.await(lock);
     }
     const Clock::time_point t = op_->sent_at;
@@ -174,7 +174,7 @@ class RecvRequest final : public RequestImpl {
         }
         // A large receive (or one test() already read for) on a connection that callers read and nobody reads now:
         // the io thread reads it, now rather than at its next caller-read tick.
-        if (reader_ != nullptr) reader_->watchSoon(l);
+        if (reader_ != nullptr && l.callers_may_read) reader_->watchSoon(l);
         if (!block) return false;
         // A receive this thread could read for sleeps: the io thread wakes it when it lets go of the connection.
         const bool could_claim = reader_ != nullptr && r.state == RecvOp::State::kPosted && small;

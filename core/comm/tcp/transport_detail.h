@@ -107,8 +107,8 @@ class TcpTransport final : public Transport {
   // control, large, malformed, an end of file), then gives the connection back. `block`: wait in poll() for bytes;
   // else only what is there.
   void callerRead(Link& l, const RecvOp& mine, bool block);
-  // Any thread, under the link's lock: when callers may read the link and nobody reads or watches it now, asks the
-  // io thread to watch it (once until it does).
+  // Any thread, under the link's lock while callers may read the link (so the transport is alive): when nobody reads or
+  // watches it now, asks the io thread to watch it (once until it does).
   void watchSoon(Link& l);
 
  private:

@@ -14,9 +14,7 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -300,15 +298,6 @@ inline std::vector<ProcessResult> forkRanks(int n, const JobToken& token,
     close(from_child[static_cast<std::size_t>(r)]);
   }
   return results;
-}
-
-// An environment of just these variables, for the resolve*(options, env) functions.
-inline EnvLookup envOf(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
-    auto it = vars.find(std::string(name));
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
 }
 
 // A receive of rank 0's, waiting for a frame that never comes in whatever way `tweak` makes it wait (spinning, reading
