@@ -5,6 +5,7 @@
 // malformed header, an end of file, an error, or a frame it must leave half read -- goes back to the io thread exactly
 // where it stands.
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 
 #include "core/comm/tcp/transport_detail.h"
@@ -40,8 +41,26 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     std::lock_guard lock(l.mutex);
     return mustLetGo(l);
   };
-  // Sleeps until the socket has bytes or a notifier kicked: false when this thread must give the connection up.
+  // Spinning (transport.h, "Data path"): after the socket was found empty, the caller retries for up to caller_spin_
+  // before it sleeps, yielding its CPU between tries, so that a thread it waits for (a peer rank's on the same CPU)
+  // runs. Sleeping costs a wake-up, and in a virtual machine an idle vCPU's halt and the interrupt that ends it.
+  // The budget starts when the socket is first found empty and again after any bytes.
+  bool spinning = false;
+  Clock::time_point spin_end{};
+  // Waits until the socket may have bytes or a notifier kicked: false when this thread must give the connection up.
   auto await_bytes = [&] {
+    if (caller_spin_ > Clock::duration::zero()) {
+      const Clock::time_point now = Clock::now();
+      if (!spinning) {
+        spinning = true;
+        spin_end = now + caller_spin_;
+      }
+      if (now < spin_end) {
+        if (must_stop()) return false;
+        (void)::sched_yield();
+        return true;  // the caller's recv tries again
+      }
+    }
     l.caller_polling.store(true);
     if (must_stop()) {
       l.caller_polling.store(false);
@@ -50,6 +69,7 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     pollfd p[2] = {{fd, POLLIN, 0}, {l.wake_fd, POLLIN, 0}};
     // Bounded: a kick is never lost (notifyWaiters sees caller_polling after any change made under the lock), but the
     // wait re-checks once per liveness tick all the same.
+    caller_sleeps_.fetch_add(1, std::memory_order_relaxed);
     (void)::poll(p, 2, tick_ms);
     l.caller_polling.store(false);
     if ((p[1].revents & POLLIN) != 0) {
@@ -58,7 +78,10 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     }
     return true;
   };
-  auto heard = [&] { l.caller_heard.store(Clock::now().time_since_epoch().count()); };
+  auto heard = [&] {
+    spinning = false;
+    l.caller_heard.store(Clock::now().time_since_epoch().count());
+  };
   auto give_back = [&](Stop where, const boost::system::error_code& ec) {
     {
       // Posted before the connection is the io thread's again: the transport outlives this thread's hold on it

@@ -25,6 +25,7 @@ TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
       emulated_(options.emulation.enabled()),
       busy_poll_(std::chrono::microseconds(resolveBusyPollUs(options, processEnv()))),
       caller_reads_(resolveCallerReads(options, processEnv())),
+      caller_spin_(std::chrono::microseconds(resolveCallerSpinUs(options, processEnv()))),
       counter_(options.rank),
       connector_(io_, options_, token_, label_, who_, links_),
       heartbeat_(io_),
@@ -206,25 +207,39 @@ void TcpTransport::shutdown() {
 
 }  // namespace tcp
 
+namespace {
+
+// A budget in microseconds from `name`'s value, or from `option` when that is set (>= 0); `fallback` when neither is.
+int resolveMicroseconds(int option, const char* field, const char* name, const EnvLookup& env, int fallback,
+                        const char* meaning) {
+  TERSE_CHECK(option >= -1 && option <= kMaxBusyPollUs, InvalidArgument,
+              "tcp transport: " << field << " must be -1 (unset), 0 (off) or 1.." << kMaxBusyPollUs
+                                << " microseconds, got " << option);
+  if (option >= 0) return option;
+  const auto text = env(name);
+  if (!text) return fallback;
+  int64_t v = 0;
+  const char* end = text->data() + text->size();
+  const auto [ptr, ec] = std::from_chars(text->data(), end, v);
+  TERSE_CHECK(!text->empty() && ec == std::errc() && ptr == end && v >= 0 && v <= kMaxBusyPollUs, InvalidArgument,
+              name << "='" << *text << "': expected 0 (off) or 1.." << kMaxBusyPollUs << " (" << meaning << ")");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
 int resolveBusyPollUs(const TcpOptions& options, const EnvLookup& env) {
-  TERSE_CHECK(options.busy_poll_us >= -1 && options.busy_poll_us <= kMaxBusyPollUs, InvalidArgument,
-              "tcp transport: busy_poll_us must be -1 (unset), 0 (off) or 1.."
-                  << kMaxBusyPollUs << " microseconds, got " << options.busy_poll_us);
-  int us = options.busy_poll_us;
-  if (us < 0) {
-    us = 0;
-    if (const auto text = env("TERSE_TCP_BUSY_POLL_US")) {
-      int64_t v = 0;
-      const char* end = text->data() + text->size();
-      const auto [ptr, ec] = std::from_chars(text->data(), end, v);
-      TERSE_CHECK(!text->empty() && ec == std::errc() && ptr == end && v >= 0 && v <= kMaxBusyPollUs, InvalidArgument,
-                  "TERSE_TCP_BUSY_POLL_US='" << *text << "': expected 0 (off) or 1.." << kMaxBusyPollUs
-                                             << " (microseconds to spin before sleeping)");
-      us = static_cast<int>(v);
-    }
-  }
+  const int us = resolveMicroseconds(options.busy_poll_us, "busy_poll_us", "TERSE_TCP_BUSY_POLL_US", env, 0,
+                                     "microseconds to spin before sleeping");
   // Emulated links take their times from the pacer: spinning would only burn CPU (the variable is checked first, so a
   // bad value is reported there too).
+  return options.emulation.enabled() ? 0 : us;
+}
+
+int resolveCallerSpinUs(const TcpOptions& options, const EnvLookup& env) {
+  const int us = resolveMicroseconds(options.caller_spin_us, "caller_spin_us", "TERSE_TCP_CALLER_SPIN_US", env,
+                                     kDefaultCallerSpinUs, "microseconds a reading caller retries before sleeping");
+  // Emulated links have no caller reads (the variable is checked first, so a bad value is reported there too).
   return options.emulation.enabled() ? 0 : us;
 }
 

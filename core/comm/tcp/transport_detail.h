@@ -102,6 +102,8 @@ class TcpTransport final : public Transport {
   bool callerReads() const noexcept { return caller_reads_; }
   // Frames read whole by callers' threads so far (for tests).
   uint64_t framesReadByCallers() const noexcept { return caller_frames_.load(); }
+  // Times a reading caller slept in poll() so far, after its spin budget, if any (for tests).
+  uint64_t callerSleeps() const noexcept { return caller_sleeps_.load(); }
   // A caller's thread, which claimed `l` (Link::reader == kCaller) to complete `mine`: reads frames until `mine` is
   // complete or failed, or it must stop (the link breaks or closes, the transport ends, a frame for the io thread:
   // control, large, malformed, an end of file), then gives the connection back. `block`: wait in poll() for bytes;
@@ -150,9 +152,11 @@ class TcpTransport final : public Transport {
   std::string label_;
   std::string who_;
   bool emulated_;
-  Clock::duration busy_poll_;  // zero: the io thread blocks and requests sleep at once
-  bool caller_reads_;          // callers may read connections (caller_read.cc): on unless emulated or turned off
+  Clock::duration busy_poll_;    // zero: the io thread blocks and requests sleep at once
+  bool caller_reads_;            // callers may read connections (caller_read.cc): on unless emulated or turned off
+  Clock::duration caller_spin_;  // how long a reading caller retries, yielding, before it sleeps in poll()
   std::atomic<uint64_t> caller_frames_{0};
+  std::atomic<uint64_t> caller_sleeps_{0};
   TrafficCounter counter_;
 
   asio::io_context io_;

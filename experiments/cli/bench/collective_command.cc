@@ -74,6 +74,7 @@ struct CollectiveOptions {
   int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: TERSE_TCP_BUSY_POLL_US, else off)
   int busy_poll_resolved = 0;      // tcp: what the transports use (resolveBusyPollUs; tables and JSON say it)
   bool caller_reads = false;       // tcp: whether callers read their connections (resolveCallerReads; likewise)
+  int caller_spin_us = 0;          // tcp: a reading caller's spin budget (resolveCallerSpinUs; likewise)
   bool ranks_given = false;        // -n was on the command line
   bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
@@ -226,6 +227,7 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       t.busy_poll_us = o.busy_poll_us;
       o.busy_poll_resolved = comm::resolveBusyPollUs(t, comm::processEnv());
       o.caller_reads = comm::resolveCallerReads(t, comm::processEnv());
+      o.caller_spin_us = comm::resolveCallerSpinUs(t, comm::processEnv());
     }
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
@@ -462,7 +464,7 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
     << "\",";
   if (a.transport == "tcp")
     j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",\"caller_reads\":" << (o.caller_reads ? "true" : "false")
-      << ",";
+      << ",\"caller_spin_us\":" << (o.caller_reads ? o.caller_spin_us : 0) << ",";
   writeRunsJson(j, r.runs, o.dtype);
   j << ",\"memcpy\":{\"bytes\":" << r.largest << ",\"gbps\":" << fixed(r.memcpy_gbps, 3)
     << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << r.total_wrong << "}";
@@ -496,7 +498,13 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
       std::cout << o.busy_poll_resolved << " us";
     else
       std::cout << "off";
-    std::cout << ", caller reads " << (o.caller_reads ? "on" : "off");
+    std::cout << ", caller reads ";
+    if (!o.caller_reads)
+      std::cout << "off";
+    else if (o.caller_spin_us > 0)
+      std::cout << "on (spin " << o.caller_spin_us << " us)";
+    else
+      std::cout << "on (no spin)";
   }
   std::cout << "\n";
   printRunTables(r.runs, o.dtype);

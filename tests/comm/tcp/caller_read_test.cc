@@ -1,5 +1,6 @@
 // Caller reads in the tcp transport (core/comm/tcp/transport.h, "Data path"; caller_read.cc): which of the option and
-// TERSE_TCP_CALLER_READS decides (on unless told otherwise, off with emulation), the variable's bad values, and the
+// TERSE_TCP_CALLER_READS decides (on unless told otherwise, off with emulation), the variable's bad values, the
+// reading caller's spin (TERSE_TCP_CALLER_SPIN_US: its resolution, a wait it spans, failures ending it), and the
 // hand-overs between a reading caller and the io thread -- frames of every size and kind in one stream, receives that
 // wait and receives that only test, control frames arriving while a caller reads, and a reading caller woken by an
 // abort or a departed peer. The transport's other behaviour tests run once more with caller reads off (ctest's
@@ -56,6 +57,76 @@ TEST(TcpCallerReads, BadValuesNameTheVariableOrTheField) {
     ADD_FAILURE() << "accepted caller_reads = 2";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("caller_reads"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpCallerReads, SpinOptionThenVariableThenDefault) {
+  TcpOptions o;
+  EXPECT_EQ(resolveCallerSpinUs(o, testing::envOf({})), kDefaultCallerSpinUs);
+  EXPECT_EQ(resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", "0"}})), 0);
+  EXPECT_EQ(resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", "1000000"}})), 1000000);
+  o.caller_spin_us = 7;
+  EXPECT_EQ(resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", "0"}})), 7);
+  o.caller_spin_us = 0;
+  EXPECT_EQ(resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", "30"}})), 0);
+  o.caller_spin_us = -1;
+  o.emulation.link.bandwidth_bps = 1e9;  // no caller reads, so no spinning; the variable is still checked
+  EXPECT_EQ(resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", "30"}})), 0);
+  EXPECT_THROW((void)resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", "x"}})), InvalidArgument);
+}
+
+TEST(TcpCallerReads, BadSpinValuesNameTheVariableOrTheField) {  // boilerplate: the busy-poll test's loop, another knob
+  TcpOptions o;
+  for (const char* bad : {"", "-1", "1000001", "5us", " 5", "1e3"}) {
+    try {
+      (void)resolveCallerSpinUs(o, testing::envOf({{"TERSE_TCP_CALLER_SPIN_US", bad}}));
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("TERSE_TCP_CALLER_SPIN_US='" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (int bad : {-2, 1000001}) {
+    o.caller_spin_us = bad;
+    try {
+      (void)resolveCallerSpinUs(o, testing::envOf({}));
+      ADD_FAILURE() << "accepted caller_spin_us = " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("caller_spin_us"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A reading caller with a spin budget longer than the peer's pause retries until the frame comes and never sleeps in
+// poll(); without one it sleeps. The count of sleeps is what tells the two apart (the bytes are the same).
+TEST(TcpCallerReads, ASpinningCallerReadsWithoutSleeping) {
+  for (int spin_us : {1000000, 0}) {
+    MemoryStore store;
+    const JobToken token = JobToken::generate();
+    auto t = testing::connectTcpWorld(2, store, token, [spin_us](TcpOptions& x) {
+      x.caller_reads = 1;
+      x.caller_spin_us = spin_us;
+    });
+    const FrameMeta meta{OpKind::kP2P, 8, kNoTensor};
+    const std::vector<std::byte> out = pattern(4096, 3);
+    std::vector<std::byte> in(out.size());
+    for (int round = 0; round < 3; ++round) {
+      Request rr = t[0]->irecv(1, meta, in);
+      std::thread late([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        t[1]->send(0, meta, out);
+      });
+      rr.wait();
+      late.join();
+      ASSERT_EQ(in, out);
+    }
+    const auto& rank0 = tcpOf(*t[0]);
+    EXPECT_GT(rank0.framesReadByCallers(), 0u) << "spin " << spin_us;
+    if (spin_us > 0) {
+      EXPECT_EQ(rank0.callerSleeps(), 0u) << "a caller with a 1 s budget slept waiting 20 ms";
+    } else {
+      EXPECT_GT(rank0.callerSleeps(), 0u) << "a caller without a budget never slept";
+    }
   }
 }
 
@@ -247,7 +318,23 @@ TEST(TcpCallerReads, HeartbeatsWhileACallerReadsKeepTheLinkAlive) {
 // A caller asleep in poll() on its connection is woken by its rank's abort and by the peer's goodbye: the failure,
 // not the next frame or the liveness timeout, ends the wait.
 TEST(TcpCallerReads, ReadingWaitFailsAtOnceOnAbortAndOnADepartedPeer) {
-  testing::expectWaitEndsOnAbortAndOnADepartedPeer([](TcpOptions& x) { x.caller_reads = 1; }, std::chrono::seconds(5));
+  testing::expectWaitEndsOnAbortAndOnADepartedPeer(
+      [](TcpOptions& x) {
+        x.caller_reads = 1;
+        x.caller_spin_us = 0;
+      },
+      std::chrono::seconds(5));
+}
+
+// The same for a caller still spinning: a 1 s budget, ended within half of it (the spin re-checks the link's state at
+// every try).
+TEST(TcpCallerReads, SpinningWaitFailsAtOnceOnAbortAndOnADepartedPeer) {
+  testing::expectWaitEndsOnAbortAndOnADepartedPeer(
+      [](TcpOptions& x) {
+        x.caller_reads = 1;
+        x.caller_spin_us = 1000000;
+      },
+      std::chrono::milliseconds(500));
 }
 
 }  // namespace
