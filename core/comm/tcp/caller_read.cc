@@ -1,7 +1,7 @@
 // Caller reads (transport.h, "Data path"): a caller's thread waiting for a receive reads its connection itself, so a
 // small message costs one wake-up per hop (the kernel's, of the waiting thread) instead of two (epoll waking the io
 // thread, whose notify wakes the caller). The caller runs the io thread's reader steps (reader.cc) on the same link
-// state, one frame at a time; whatever it does not take -- a control frame, a frame over kCallerFrameBytes, a
+// state, one frame at a time; whatever it does not take -- a control frame, a frame over callerFrameBytes(), a
 // malformed header, an end of file, an error, or a frame it must leave half read -- goes back to the io thread exactly
 // where it stands.
 #include <poll.h>
@@ -125,7 +125,7 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     bool take = false;
     try {
       const FrameHeader h = decodeFrameHeader(l.in_header, options_.max_frame_bytes, "frame");
-      take = h.meta.kind != OpKind::kControl && h.length <= kCallerFrameBytes;
+      take = h.meta.kind != OpKind::kControl && h.length <= caller_frame_bytes_;
     } catch (const InvalidPayload&) {
     }
     if (take) {
@@ -134,7 +134,9 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     }
     if (!take) return give_back(Stop::kFrame, {});
     decodeHeader(l);
-    (void)routeFrame(l, false);  // never parks: parking starts above kCallerFrameBytes (reader.cc, kParkBytes)
+    // Never parks: parking needs a link with no receive posted (reader.cc), and this caller's own stays posted until
+    // its frame is routed, after which this loop ends.
+    (void)routeFrame(l, false);
     while (l.got < l.cur.length) {
       const asio::mutable_buffer b = payloadBuffer(l);
       const IoResult r = recvSome(fd, b.data(), b.size());

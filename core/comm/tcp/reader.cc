@@ -16,7 +16,6 @@ using tcp_wire::kMaxControlBytes;
 // Unexpected frames up to this size are staged at once (small control-like messages need no rendezvous); larger ones
 // wait for their receive (TcpTransport::route).
 constexpr uint64_t kParkBytes = 64 * 1024;
-static_assert(kCallerFrameBytes <= kParkBytes, "a reading caller routes the frames it takes without parking them");
 // The piece a reduce receive reads before adding it: small enough to stay in L2 (512 KiB and up on the x86 parts we
 // run on) beside the destination's lines, large enough that a read is one syscall for many socket-buffer pages.
 constexpr std::size_t kFuseBytes = 256 * 1024;

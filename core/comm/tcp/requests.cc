@@ -124,7 +124,11 @@ class RecvRequest final : public RequestImpl {
   // `reader`: the transport, when its callers may read connections themselves (transport.h, "Data path"); used only
   // while this request holds the link, which the transport waits for before it closes the link.
   RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin, TcpTransport* reader)
-      : link_(std::move(link)), op_(std::move(op)), spin_(spin), reader_(reader) {}
+      : link_(std::move(link)),
+        op_(std::move(op)),
+        spin_(spin),
+        reader_(reader),
+        caller_frame_bytes_(reader != nullptr ? reader->callerFrameBytes() : 0) {}
   // A receive dropped before completing is cancelled: it leaves the posted list, or the io thread stops writing into
   // its buffer (which its owner may free next) and drains the rest of the frame.
   ~RecvRequest() override {
@@ -150,7 +154,7 @@ class RecvRequest final : public RequestImpl {
       LinkWaiter waiter(l, spin_);
       std::unique_lock lock(l.mutex);
       bool read_once = false;
-      const bool small = r.buffer.size() <= kCallerFrameBytes;
+      const bool small = r.buffer.size() <= caller_frame_bytes_;
       for (;;) {
         if (r.state == RecvOp::State::kFailed) {
           if (r.error_comm) throw CommError(r.error);
@@ -207,8 +211,9 @@ class RecvRequest final : public RequestImpl {
 
   std::shared_ptr<Link> link_;
   std::shared_ptr<RecvOp> op_;
-  Clock::duration spin_;  // busy-poll budget of a wait (transport.h); zero: sleep at once
-  TcpTransport* reader_;  // null: the io thread reads every frame
+  Clock::duration spin_;         // busy-poll budget of a wait (transport.h); zero: sleep at once
+  TcpTransport* reader_;         // null: the io thread reads every frame
+  uint64_t caller_frame_bytes_;  // the largest receive this thread reads for itself (with reader_)
   uint64_t length_ = 0;
   Clock::time_point deliver_at_{};
   bool landed_ = false;  // copied or added into the caller's buffer (exactly once)

@@ -26,6 +26,7 @@ TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
       busy_poll_(std::chrono::microseconds(resolveBusyPollUs(options, processEnv()))),
       caller_reads_(resolveCallerReads(options, processEnv())),
       caller_spin_(std::chrono::microseconds(resolveCallerSpinUs(options, processEnv()))),
+      caller_frame_bytes_(caller_spin_ > Clock::duration::zero() ? kSpinningCallerFrameBytes : kCallerFrameBytes),
       counter_(options.rank),
       connector_(io_, options_, token_, label_, who_, links_),
       heartbeat_(io_),

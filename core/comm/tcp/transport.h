@@ -44,10 +44,10 @@
 //
 // Caller reads (caller_read.cc; TcpOptions::caller_reads, TERSE_TCP_CALLER_READS=0|1, on by default, off with link
 // emulation). At a frame boundary a connection belongs to whoever reads first: the io thread waits for it to become
-// readable (a readiness wait, which reads nothing), and a caller waiting for a receive of up to 64 KiB on it whose
-// frame has not begun claims it and reads on its own thread, sleeping in poll() on the socket and an eventfd that every
-// notify kicks (larger receives leave their frames to the io thread: measured, a caller reading 256 KiB frames made a
-// 1 MiB ring allreduce slower). It takes data frames of up to 64 KiB (routed, staged or added in place by the io
+// readable (a readiness wait, which reads nothing), and a caller waiting for a receive of up to 256 KiB on it (64 KiB
+// with the spin below off) whose frame has not begun claims it and reads on its own thread, sleeping in poll() on the
+// socket and an eventfd that every notify kicks (larger receives leave their frames to the io thread: the sizes are
+// measured, link.h). It takes data frames up to that size (routed, staged or added in place by the io
 // thread's own steps, reader.cc) until its receive is in, and gives anything else to the io thread where it stands: a
 // control frame, a larger frame (after its header), a malformed header, an end of file or an error, a frame that test()
 // or a failure leaves half read. A small message then costs one wake-up per hop, the receiving thread's, instead of two
@@ -66,7 +66,8 @@
 // pause loop of busy polling below, hands the CPU to whatever else is runnable there (on a machine with more ranks than
 // CPUs, often the peer it waits for) and traps nothing in the hypervisor. Measured on 2 vCPUs (processes, loopback,
 // medians of 4 alternations, `TERSE_TCP_CALLER_SPIN_US=0` against 50): a 4 KiB allreduce 19 -> 8 us at 2 ranks and
-// 68 -> 51 us at 4, 64 KiB 29 -> 20 us and 100 -> 75 us; 20 and 100 us budgets were within the noise of 50.
+// 68 -> 51 us at 4, 64 KiB 29 -> 20 us and 100 -> 75 us; 20 and 100 us budgets were within the noise of 50. With the
+// spin a caller also reads frames up to 256 KiB itself (64 KiB without: link.h has both measurements).
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which

@@ -104,6 +104,8 @@ class TcpTransport final : public Transport {
   uint64_t framesReadByCallers() const noexcept { return caller_frames_.load(); }
   // Times a reading caller slept in poll() so far, after its spin budget, if any (for tests).
   uint64_t callerSleeps() const noexcept { return caller_sleeps_.load(); }
+  // The largest frame (and receive) a caller reads itself: link.h, kCallerFrameBytes / kSpinningCallerFrameBytes.
+  uint64_t callerFrameBytes() const noexcept { return caller_frame_bytes_; }
   // A caller's thread, which claimed `l` (Link::reader == kCaller) to complete `mine`: reads frames until `mine` is
   // complete or failed, or it must stop (the link breaks or closes, the transport ends, a frame for the io thread:
   // control, large, malformed, an end of file), then gives the connection back. `block`: wait in poll() for bytes;
@@ -155,6 +157,7 @@ class TcpTransport final : public Transport {
   Clock::duration busy_poll_;    // zero: the io thread blocks and requests sleep at once
   bool caller_reads_;            // callers may read connections (caller_read.cc): on unless emulated or turned off
   Clock::duration caller_spin_;  // how long a reading caller retries, yielding, before it sleeps in poll()
+  uint64_t caller_frame_bytes_;  // follows caller_spin_ (link.h)
   std::atomic<uint64_t> caller_frames_{0};
   std::atomic<uint64_t> caller_sleeps_{0};
   TrafficCounter counter_;

@@ -130,6 +130,40 @@ TEST(TcpCallerReads, ASpinningCallerReadsWithoutSleeping) {
   }
 }
 
+// The largest frame a waiting caller reads itself follows the spin: 256 KiB with it, 64 KiB without (link.h, measured
+// there). A 200,000-byte frame sent to a receiver already waiting is the caller's with the spin, the io thread's
+// without.
+TEST(TcpCallerReads, TheFrameSizeCallersReadFollowsTheSpin) {
+  for (int spin_us : {50, 0}) {
+    MemoryStore store;
+    const JobToken token = JobToken::generate();
+    auto t = testing::connectTcpWorld(2, store, token, [spin_us](TcpOptions& x) {
+      x.caller_reads = 1;
+      x.caller_spin_us = spin_us;
+    });
+    const auto& rank1 = tcpOf(*t[1]);
+    EXPECT_EQ(rank1.callerFrameBytes(), spin_us > 0 ? 256u * 1024 : 64u * 1024);
+    const FrameMeta meta{OpKind::kP2P, 9, kNoTensor};
+    const std::vector<std::byte> out = pattern(200000, 5);
+    std::vector<std::byte> in(out.size());
+    for (int round = 0; round < 3; ++round) {
+      Request rr = t[1]->irecv(0, meta, in);
+      std::thread late([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        t[0]->send(1, meta, out);
+      });
+      rr.wait();
+      late.join();
+      ASSERT_EQ(in, out);
+    }
+    if (spin_us > 0) {
+      EXPECT_GT(rank1.framesReadByCallers(), 0u) << "a spinning caller left a 200,000-byte frame to the io thread";
+    } else {
+      EXPECT_EQ(rank1.framesReadByCallers(), 0u) << "a caller without the spin read a 200,000-byte frame";
+    }
+  }
+}
+
 // Ping-pong of small frames: every frame exact, and with caller reads on, the waiting callers read (most of) them --
 // the count is what tells this path from the io thread's, which gives the same bytes. Off: none.
 TEST(TcpCallerReads, SmallFramesAreReadByTheWaitingCaller) {
@@ -167,13 +201,14 @@ TEST(TcpCallerReads, SmallFramesAreReadByTheWaitingCaller) {
   }
 }
 
-// One stream of frames from 0 bytes to 1 MiB (below, at and above the size a caller reads itself, 64 KiB), of two
+// One stream of frames from 0 bytes to 1 MiB (below, at and above the sizes a caller reads itself, 64 KiB without
+// the spin and 256 KiB with it; ctest's tcp_caller_spin_off entry runs this without), of two
 // tags, each received out of order of arrival or in order, by a waiting caller or one that only tests: each tag's
 // frames in order and exact. Every hand-over (a large frame's header read by the caller and given to the io thread, a
 // staged frame of the other tag, a test() that leaves a frame half read) is on this path.
 TEST(TcpCallerReads, MixedSizesAndTagsHandOverExactly) {
-  const std::vector<std::size_t> sizes = {0,         1,    4096,          65535, 65536, 65537,
-                                          256 << 10, 1000, (1 << 20) + 3, 7,     32768, 65536 * 2};
+  const std::vector<std::size_t> sizes = {0,    1, 4096,          65535, 65536,  65537,  256 << 10,
+                                          1000, 7, (1 << 20) + 3, 32768, 262143, 262145, 65536 * 2};
   for (bool polling : {false, true}) {
     MemoryStore store;
     const JobToken token = JobToken::generate();
@@ -216,7 +251,8 @@ TEST(TcpCallerReads, MixedSizesAndTagsHandOverExactly) {
 // race needs a slow io thread: TcpBulkWriter.HandOvers* and TcpNonBlocking.Overlapping* are the cases that caught it,
 // on 2 CPUs; this one did not when the guard was removed.)
 TEST(TcpCallerReads, FramesSentToAWaitingCallerHandOverExactly) {
-  const std::vector<std::size_t> sizes = {4096, 65537, 100, 1 << 20, 0, 65536, 300000, 1, 70000, 70000, 5, 1 << 18};
+  const std::vector<std::size_t> sizes = {4096, 65537, 100,   1 << 20, 0,       65536,  300000,
+                                          1,    70000, 70000, 5,       1 << 18, 262145, 262143};
   MemoryStore store;
   const JobToken token = JobToken::generate();
   auto t = testing::connectTcpWorld(2, store, token, [](TcpOptions& x) { x.caller_reads = 1; });
