@@ -121,8 +121,9 @@ class SendRequest final : public RequestImpl {
 
 class RecvRequest final : public RequestImpl {
  public:
-  // `reader`: the transport, when its callers may read connections themselves (transport.h, "Data path"); used only
-  // while this request holds the link, which the transport waits for before it closes the link.
+  // `reader`: the transport, when its callers may read connections themselves (transport.h, "Data path"); asked here
+  // for the largest receive a caller reads for (the transport is alive: it is making this request), and used after
+  // only while this request holds the link, which the transport waits for before it closes the link.
   RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin, TcpTransport* reader)
       : link_(std::move(link)),
         op_(std::move(op)),
