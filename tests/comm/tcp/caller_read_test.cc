@@ -26,6 +26,38 @@ std::vector<std::byte> pattern(std::size_t n, int seed) {
   return v;
 }
 
+// A two-rank world and the store it was set up through (kept, as the transports were made against it).
+struct World {
+  std::unique_ptr<MemoryStore> store = std::make_unique<MemoryStore>();
+  std::vector<std::unique_ptr<Transport>> t;
+};
+
+// Three frames of `bytes` from rank 1 - to to rank `to` over a two-rank world whose callers read with `spin_us`, each
+// sent `delay` after the receiver began waiting for it; every frame exact. Returns the world for its counters.
+World sendToAWaitingReceiver(int spin_us, int to, std::size_t bytes, std::chrono::milliseconds delay) {
+  World w;
+  w.t = testing::connectTcpWorld(2, *w.store, JobToken::generate(), [spin_us](TcpOptions& x) {
+    x.caller_reads = 1;
+    x.caller_spin_us = spin_us;
+  });
+  Transport& receiver = *w.t[static_cast<std::size_t>(to)];
+  Transport& sender = *w.t[static_cast<std::size_t>(1 - to)];
+  const FrameMeta meta{OpKind::kP2P, 8, kNoTensor};
+  const std::vector<std::byte> out = pattern(bytes, 3);
+  std::vector<std::byte> in(out.size());
+  for (int round = 0; round < 3; ++round) {
+    Request rr = receiver.irecv(1 - to, meta, in);
+    std::thread late([&] {
+      std::this_thread::sleep_for(delay);
+      sender.send(to, meta, out);
+    });
+    rr.wait();
+    late.join();
+    EXPECT_EQ(in, out) << "round " << round;
+  }
+  return w;
+}
+
 TEST(TcpCallerReads, OptionThenVariableThenOn) {
   TcpOptions o;
   EXPECT_TRUE(resolveCallerReads(o, testing::envOf({})));
@@ -101,26 +133,8 @@ TEST(TcpCallerReads, BadSpinValuesNameTheVariableOrTheField) {  // boilerplate: 
 // poll(); without one it sleeps. The count of sleeps is what tells the two apart (the bytes are the same).
 TEST(TcpCallerReads, ASpinningCallerReadsWithoutSleeping) {
   for (int spin_us : {1000000, 0}) {
-    MemoryStore store;
-    const JobToken token = JobToken::generate();
-    auto t = testing::connectTcpWorld(2, store, token, [spin_us](TcpOptions& x) {
-      x.caller_reads = 1;
-      x.caller_spin_us = spin_us;
-    });
-    const FrameMeta meta{OpKind::kP2P, 8, kNoTensor};
-    const std::vector<std::byte> out = pattern(4096, 3);
-    std::vector<std::byte> in(out.size());
-    for (int round = 0; round < 3; ++round) {
-      Request rr = t[0]->irecv(1, meta, in);
-      std::thread late([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        t[1]->send(0, meta, out);
-      });
-      rr.wait();
-      late.join();
-      ASSERT_EQ(in, out);
-    }
-    const auto& rank0 = tcpOf(*t[0]);
+    const World w = sendToAWaitingReceiver(spin_us, 0, 4096, std::chrono::milliseconds(20));
+    const auto& rank0 = tcpOf(*w.t[0]);
     EXPECT_GT(rank0.framesReadByCallers(), 0u) << "spin " << spin_us;
     if (spin_us > 0) {
       EXPECT_EQ(rank0.callerSleeps(), 0u) << "a caller with a 1 s budget slept waiting 20 ms";
@@ -135,27 +149,9 @@ TEST(TcpCallerReads, ASpinningCallerReadsWithoutSleeping) {
 // without.
 TEST(TcpCallerReads, TheFrameSizeCallersReadFollowsTheSpin) {
   for (int spin_us : {50, 0}) {
-    MemoryStore store;
-    const JobToken token = JobToken::generate();
-    auto t = testing::connectTcpWorld(2, store, token, [spin_us](TcpOptions& x) {
-      x.caller_reads = 1;
-      x.caller_spin_us = spin_us;
-    });
-    const auto& rank1 = tcpOf(*t[1]);
+    const World w = sendToAWaitingReceiver(spin_us, 1, 200000, std::chrono::milliseconds(10));
+    const auto& rank1 = tcpOf(*w.t[1]);
     EXPECT_EQ(rank1.callerFrameBytes(), spin_us > 0 ? 256u * 1024 : 64u * 1024);
-    const FrameMeta meta{OpKind::kP2P, 9, kNoTensor};
-    const std::vector<std::byte> out = pattern(200000, 5);
-    std::vector<std::byte> in(out.size());
-    for (int round = 0; round < 3; ++round) {
-      Request rr = t[1]->irecv(0, meta, in);
-      std::thread late([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        t[0]->send(1, meta, out);
-      });
-      rr.wait();
-      late.join();
-      ASSERT_EQ(in, out);
-    }
     if (spin_us > 0) {
       EXPECT_GT(rank1.framesReadByCallers(), 0u) << "a spinning caller left a 200,000-byte frame to the io thread";
     } else {
