@@ -84,13 +84,14 @@
 // its last frame. The failure is a CommError naming the peer's rank and host, and the abort propagates to every other
 // rank (one more frame's latency): every rank fails within tcp.timeout plus that 5% margin.
 //
-// Busy polling (TcpOptions::busy_poll_us). A small message otherwise pays two wake-ups per hop: epoll wakes the io
-// thread, whose notify wakes the waiting caller. With a budget of B microseconds, a request's wait() spins (with a
-// pause instruction) on its link's event counter for up to B before it sleeps on the link's condition variable,
-// re-checking exactly the conditions a wake-up would (so failures, broken links and cancellation behave the same), and
-// the io thread, after each handler it runs, keeps polling the io_context without blocking until B has passed with
-// nothing to do, then blocks in epoll again (timers -- heartbeats, the liveness tick -- fire from either). It is off
-// unless asked for: on the only many-core machine measured (a 16-vCPU KVM guest, loopback, `scripts/bench-vs-peers
+// Busy polling (TcpOptions::busy_poll_us). A message the io thread reads (caller reads off, or a frame larger than a
+// caller takes) pays two wake-ups per hop: epoll wakes the io thread, whose notify wakes the waiting caller. With a
+// budget of B microseconds, a request's wait() spins (with a pause instruction) on its link's event counter for up to B
+// before it sleeps on the link's condition variable, re-checking exactly the conditions a wake-up would (so failures,
+// broken links and cancellation behave the same), and the io thread, after each handler it runs, keeps polling the
+// io_context without blocking until B has passed with nothing to do, then blocks in epoll again (timers -- heartbeats,
+// the liveness tick -- fire from either). It is off unless asked for: on the only many-core machine measured (a 16-vCPU
+// KVM guest, loopback, `scripts/bench-vs-peers
 // --allreduce --terse-env off:TERSE_TCP_BUSY_POLL_US=0`, 3 rounds) a 50 us budget made the 4 KiB allreduce 2.3x slower
 // at 2 ranks (76 against 33 us) and 4.4x at 4 (485 against 110 us), and 1 MiB no faster, although every spinning thread
 // had a CPU of its own -- a pause loop in a guest can make the hypervisor deschedule the spinning vCPU (pause-loop
