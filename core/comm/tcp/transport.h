@@ -91,15 +91,14 @@
 // broken links and cancellation behave the same), and the io thread, after each handler it runs, keeps polling the
 // io_context without blocking until B has passed with nothing to do, then blocks in epoll again (timers -- heartbeats,
 // the liveness tick -- fire from either). It is off unless asked for: on the only many-core machine measured (a 16-vCPU
-// KVM guest, loopback, `scripts/bench-vs-peers
-// --allreduce --terse-env off:TERSE_TCP_BUSY_POLL_US=0`, 3 rounds) a 50 us budget made the 4 KiB allreduce 2.3x slower
-// at 2 ranks (76 against 33 us) and 4.4x at 4 (485 against 110 us), and 1 MiB no faster, although every spinning thread
-// had a CPU of its own -- a pause loop in a guest can make the hypervisor deschedule the spinning vCPU (pause-loop
-// exiting); a bare-metal host may differ, which is what the knob is for. With link emulation it is always off: the
-// pacer sets the times there. A receive that reads its own connection (caller reads, above) does not spin this way: it
-// retries its socket for the caller-spin budget instead, and then sleeps in poll(). TERSE_TCP_BUSY_POLL_US
-// (0..1000000) sets it where the options leave it unset (-1); a bad value is InvalidArgument naming the variable and
-// the value.
+// KVM guest, loopback, `scripts/bench-vs-peers --allreduce --terse-env off:TERSE_TCP_BUSY_POLL_US=0`, 3 rounds) a
+// 50 us budget made the 4 KiB allreduce 2.3x slower at 2 ranks (76 against 33 us) and 4.4x at 4 (485 against 110 us),
+// and 1 MiB no faster, although every spinning thread had a CPU of its own -- a pause loop in a guest can make the
+// hypervisor deschedule the spinning vCPU (pause-loop exiting); a bare-metal host may differ, which is what the knob
+// is for. With link emulation it is always off: the pacer sets the times there. A receive that reads its own
+// connection (caller reads, above) does not spin this way: it retries its socket for the caller-spin budget instead,
+// and then sleeps in poll(). TERSE_TCP_BUSY_POLL_US (0..1000000) sets it where the options leave it unset (-1); a bad
+// value is InvalidArgument naming the variable and the value.
 //
 // Errors. abort(reason) fails every pending and future request of this rank with CommError and sends an abort notice
 // (kControl, carrying the reason) to every peer, which aborts with the same reason, so the first reason wins job-wide.
