@@ -121,15 +121,16 @@ class SendRequest final : public RequestImpl {
 
 class RecvRequest final : public RequestImpl {
  public:
-  // `reader`: the transport, when its callers may read connections themselves (transport.h, "Data path"); asked here
-  // for the largest receive a caller reads for (the transport is alive: it is making this request), and used after
-  // only while this request holds the link, which the transport waits for before it closes the link.
-  RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin, TcpTransport* reader)
+  // `reader`: the transport, when its callers may read connections themselves (transport.h, "Data path"); used only
+  // while this request holds the link, which the transport waits for before it closes the link. `caller_frame_bytes`:
+  // the largest receive this thread reads for itself (TcpTransport::callerFrameBytes()).
+  RecvRequest(std::shared_ptr<Link> link, std::shared_ptr<RecvOp> op, Clock::duration spin, TcpTransport* reader,
+              uint64_t caller_frame_bytes)
       : link_(std::move(link)),
         op_(std::move(op)),
         spin_(spin),
         reader_(reader),
-        caller_frame_bytes_(reader != nullptr ? reader->callerFrameBytes() : 0) {}
+        caller_frame_bytes_(reader != nullptr ? caller_frame_bytes : 0) {}
   // A receive dropped before completing is cancelled: it leaves the posted list, or the io thread stops writing into
   // its buffer (which its owner may free next) and drains the rest of the frame.
   ~RecvRequest() override {
@@ -317,7 +318,8 @@ Request TcpTransport::post(int peer, const FrameMeta& expect, std::span<std::byt
     }
   }
   if (wake) asio::post(io_, [this, link = &l] { unpark(*link, false); });
-  return Request(std::make_shared<RecvRequest>(lp, std::move(r), busy_poll_, caller_reads_ ? this : nullptr));
+  return Request(
+      std::make_shared<RecvRequest>(lp, std::move(r), busy_poll_, caller_reads_ ? this : nullptr, caller_frame_bytes_));
 }
 
 // A frame to this rank itself crosses no socket: it is matched at once and copied (or staged), and counted as

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -333,6 +334,32 @@ inline void expectWaitEndsOnAbortAndOnADepartedPeer(const std::function<void(Tcp
     const std::string why = abort_it ? "the test aborts a waiting receive" : "rank 1 (host h1)";
     EXPECT_NE(message.find(why), std::string::npos) << message;
     EXPECT_LT(took, limit) << message;
+  }
+}
+
+// A TcpOptions resolver (resolveBusyPollUs, resolveCallerReads, resolveCallerSpinUs) rejects every value in `bad` of
+// the environment variable `name` with InvalidArgument quoting `name='value'`, and every option value in `bad_options`
+// (set into a default TcpOptions by `set`) with a message containing `field`.
+template <class Resolve, class Set>
+void expectBadValuesNamed(Resolve resolve, const std::string& name, std::initializer_list<const char*> bad, Set set,
+                          const std::string& field, std::initializer_list<int> bad_options) {
+  for (const char* value : bad) {
+    try {
+      (void)resolve(TcpOptions{}, envOf({{name, value}}));
+      ADD_FAILURE() << "accepted " << name << "='" << value << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(name + "='" + value + "'"), std::string::npos) << e.what();
+    }
+  }
+  for (int value : bad_options) {
+    TcpOptions o;
+    set(o, value);
+    try {
+      (void)resolve(o, envOf({}));
+      ADD_FAILURE() << "accepted " << field << " = " << value;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
   }
 }
 
