@@ -133,10 +133,14 @@ PYBIND11_MODULE(_terse, m) {
             std::vector<BucketMember> layout;
             layout.reserve(members.size());
             for (const auto& [id, offset, shape] : members) layout.push_back(BucketMember{id, offset, shape});
-            a.aggregate(index, data, numel, dtypeFromTorch(dtype), layout, is_last);
+            const DType d = dtypeFromTorch(dtype);
+            // Without the GIL: the codecs and the waits overlap backward; the communicator takes it per call.
+            py::gil_scoped_release released;
+            a.aggregate(index, data, numel, d, layout, is_last);
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"))
+      .def("add_exposed", &DdpAggregator::addExposed, py::arg("seconds"))
       .def_property_readonly("step", &DdpAggregator::step)
       .def_property_readonly("rank", [](DdpAggregator& a) { return a.communicator().rank(); })
       .def_property_readonly("world_size", [](DdpAggregator& a) { return a.communicator().size(); })
@@ -176,6 +180,7 @@ PYBIND11_MODULE(_terse, m) {
         d["decode_s"] = a.decodeSeconds();
         d["comm_s"] = a.commSeconds();
         d["hook_s"] = a.hookSeconds();
+        d["exposed_s"] = a.exposedSeconds();
         return d;
       });
 
@@ -184,14 +189,25 @@ PYBIND11_MODULE(_terse, m) {
                     const std::string&, const std::string&>(),
            py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
            py::arg("torch_version"), py::keep_alive<1, 2>())
+      .def_static(
+          "baseline",
+          [](py::object group, const std::filesystem::path& root, const std::string& study, const std::string& variant,
+             const std::string& compressor, uint64_t bytes_per_step, const std::string& description,
+             const std::string& torch_version) {
+            return std::make_unique<HookResults>(std::move(group), BaselineRun{compressor, bytes_per_step}, root, study,
+                                                 variant, description, torch_version);
+          },
+          py::arg("group"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("compressor"),
+          py::arg("bytes_per_step"), py::arg("description"), py::arg("torch_version"))
       .def(
           "record",
           [](HookResults& r, double test_accuracy, double test_loss, int64_t test_examples, double train_loss,
-             double epoch, double lr) {
-            r.record(EvalNumbers{test_accuracy, test_loss, test_examples, train_loss, epoch, lr});
+             double epoch, double lr, int64_t step) {
+            r.record(EvalNumbers{test_accuracy, test_loss, test_examples, train_loss, epoch, lr},
+                     step < 0 ? std::nullopt : std::optional<int64_t>(step));
           },
           py::arg("test_accuracy"), py::arg("test_loss") = 0.0, py::arg("test_examples") = 0,
-          py::arg("train_loss") = 0.0, py::arg("epoch") = 0.0, py::arg("lr") = 0.0)
+          py::arg("train_loss") = 0.0, py::arg("epoch") = 0.0, py::arg("lr") = 0.0, py::arg("step") = -1)
       .def("finish", &HookResults::finish, py::arg("error") = py::none())
       .def_property_readonly("dir", &HookResults::dir);
 

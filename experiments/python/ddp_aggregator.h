@@ -15,6 +15,10 @@
 //       through). A bucket whose size or dtype changes gets a new pipeline -- its residual starts from zero -- and a
 //       warning says so.
 //
+// Threads. aggregate() runs without the GIL -- on the hook's worker thread when the hook overlaps backward, inside the
+// hook otherwise -- and takes it only for the torch.distributed calls (torch_communicator.h). One call at a time: the
+// Python state (terse/torch.py) runs every bucket of a state on one thread and waits for it before reading counters.
+//
 // Steps. DDP has no step number; this counts one per backward pass, ending with the bucket DDP marks last. Every
 // call validates the whole bucket layout before the first collective, so a bad call (a CUDA tensor, a dtype, an
 // overlapping layout) raises on every rank alike and no peer is left inside a collective.
@@ -93,6 +97,10 @@ class DdpAggregator {
   // Time inside torch.distributed calls, and inside aggregate() altogether (this rank).
   double commSeconds() const;
   double hookSeconds() const noexcept { return hook_s_; }
+  // What backward waited for the aggregation, as the Python state measures it (terse/torch.py): the whole of each
+  // call without overlap, the tail after DDP's last bucket with it.
+  void addExposed(double seconds) noexcept { exposed_s_ += seconds; }
+  double exposedSeconds() const noexcept { return exposed_s_; }
 
   const AggregatorOptions& options() const noexcept { return options_; }
   const CompressorPlugin& plugin() const noexcept { return *plugin_; }
@@ -119,6 +127,7 @@ class DdpAggregator {
   std::vector<GroupMember> group_;  // reused per call
   uint64_t step_ = 0;
   double hook_s_ = 0;
+  double exposed_s_ = 0;
 };
 
 }  // namespace terse::python

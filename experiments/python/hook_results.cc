@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "core/comm/ring_model.h"
 #include "core/common/error.h"
 #include "experiments/config/config.h"
 
@@ -28,11 +29,24 @@ std::string extensionCommit() {
 
 HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
                          const std::string& variant, const std::string& description, const std::string& torch_version)
-    : aggregator_(aggregator), start_(std::chrono::steady_clock::now()) {
+    : aggregator_(&aggregator), comm_(&aggregator.communicator()) {
+  start(root, study, variant, description, torch_version);
+}
+
+HookResults::HookResults(py::object group, const BaselineRun& baseline, const std::filesystem::path& root,
+                         const std::string& study, const std::string& variant, const std::string& description,
+                         const std::string& torch_version)
+    : own_comm_(std::make_unique<TorchCommunicator>(std::move(group))), comm_(own_comm_.get()), baseline_(baseline) {
+  TERSE_CHECK(!baseline_.compressor.empty(), InvalidArgument, "terse.torch: ResultsLogger: compressor is empty");
+  start(root, study, variant, description, torch_version);
+}
+
+void HookResults::start(const std::filesystem::path& root, const std::string& study, const std::string& variant,
+                        const std::string& description, const std::string& torch_version) {
+  start_ = std::chrono::steady_clock::now();
   // Parsed on every rank, so a bad description raises everywhere alike.
-  experiments::Experiment e = experiments::parseConfigText(description, "ddp_hook description");
-  const AggregatorOptions& o = aggregator.options();
-  const int world = aggregator.communicator().size();
+  experiments::Experiment e = experiments::parseConfigText(description, "ResultsLogger description");
+  const int world = comm_->size();
   e.set_study(study);
   e.set_variant(variant);
   e.set_workers(world);
@@ -40,13 +54,21 @@ HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path&
   e.clear_transport();
   e.clear_link();
   e.clear_variants();
-  e.mutable_compressor()->set_name(o.compressor);
   e.mutable_compressor()->clear_params();
-  for (const auto& [k, v] : o.params) (*e.mutable_compressor()->mutable_params())[k] = v;
-  e.set_error_feedback(o.codec.error_feedback);
-  e.mutable_momentum_correction()->set_factor(o.codec.momentum_correction);
-  e.set_seed(o.seed);
-  if (aggregator.communicator().rank() != 0) return;
+  if (aggregator_ != nullptr) {
+    const AggregatorOptions& o = aggregator_->options();
+    e.mutable_compressor()->set_name(o.compressor);
+    for (const auto& [k, v] : o.params) (*e.mutable_compressor()->mutable_params())[k] = v;
+    e.set_error_feedback(o.codec.error_feedback);
+    e.mutable_momentum_correction()->set_factor(o.codec.momentum_correction);
+    e.set_seed(o.seed);
+  } else {
+    // What terse knows of a baseline is its label; the description keeps whatever else the script says.
+    e.mutable_compressor()->set_name(baseline_.compressor);
+    e.set_error_feedback(false);
+    e.clear_momentum_correction();
+  }
+  if (comm_->rank() != 0) return;
 
   writer_ = std::make_unique<results::ResultWriter>(root, study, variant);
   writer_->writeConfig(experiments::toText(e));
@@ -56,10 +78,13 @@ HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path&
   prov.cpu = results::cpuDescription();
   prov.start_time = results::isoTimeUtc();
   prov.terse_version = TERSE_VERSION;
-  prov.transport = "torch.distributed:" + aggregator.communicator().torchBackend() + " (torch " + torch_version + ")";
+  prov.transport = "torch.distributed:" + comm_->torchBackend() + " (torch " + torch_version + ")";
   prov.world_size = world;
   prov.mode = "sync";
-  prov.plugins.push_back({aggregator.plugin().info(), aggregator.caps(), o.params, aggregator.resolvedParams()});
+  if (aggregator_ != nullptr) {
+    prov.plugins.push_back({aggregator_->plugin().info(), aggregator_->caps(), aggregator_->options().params,
+                            aggregator_->resolvedParams()});
+  }
   writer_->writeProvenance(prov);
 }
 
@@ -68,35 +93,44 @@ std::optional<std::filesystem::path> HookResults::dir() const {
   return writer_->dir();
 }
 
-void HookResults::record(const EvalNumbers& eval) {
+void HookResults::record(const EvalNumbers& eval, std::optional<int64_t> step) {
   TERSE_CHECK(std::isfinite(eval.test_accuracy) && eval.test_accuracy >= 0 && eval.test_accuracy <= 1, InvalidArgument,
               "terse.torch: record: test_accuracy must be a fraction in [0, 1], got " << eval.test_accuracy);
-  const ByteCounts t = aggregator_.totals();
-  const double steps = static_cast<double>(std::max<uint64_t>(1, aggregator_.step()));
+  TERSE_CHECK(aggregator_ != nullptr || step.has_value(), InvalidArgument,
+              "terse.torch: record: a run without a terse hook must say its step (record(..., step=N))");
+  TERSE_CHECK(!step || *step >= 0, InvalidArgument, "terse.torch: record: step must be >= 0, got " << *step);
+  const int64_t steps_done = step ? *step : static_cast<int64_t>(aggregator_->step());
+  const double steps = static_cast<double>(std::max<int64_t>(1, steps_done));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  // Summed over ranks with one all_reduce, divided below: the means terse runs report.
-  std::array<double, 6> sums{static_cast<double>(t.wire.sent_bytes),
-                             static_cast<double>(t.payload),
-                             aggregator_.encodeSeconds(),
-                             aggregator_.decodeSeconds(),
-                             aggregator_.commSeconds(),
-                             aggregator_.hookSeconds()};
-  {
+  const double world = comm_->size();
+  // Per rank: wire bytes sent, payload bytes, encode, decode, communication, exposed seconds.
+  std::array<double, 6> means{};
+  if (aggregator_ != nullptr) {
+    const ByteCounts t = aggregator_->totals();
+    std::array<double, 6> sums{
+        static_cast<double>(t.wire.sent_bytes), static_cast<double>(t.payload), aggregator_->encodeSeconds(),
+        aggregator_->decodeSeconds(),           aggregator_->commSeconds(),     aggregator_->exposedSeconds()};
+    // Summed over ranks with one all_reduce: the means terse runs report.
+    py::gil_scoped_acquire gil;
     py::object torch = py::module_::import("torch");
     py::object dist = py::module_::import("torch.distributed");
     py::list values;
     for (double v : sums) values.append(v);
     py::object tensor = torch.attr("tensor")(values, py::arg("dtype") = torch.attr("float64"));
-    py::object group = aggregator_.communicator().groupObject();
-    dist.attr("all_reduce")(tensor, py::arg("group") = group);
+    dist.attr("all_reduce")(tensor, py::arg("group") = comm_->groupObject());
     const py::list summed = tensor.attr("tolist")();
-    for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = summed[i].cast<double>();
+    for (std::size_t i = 0; i < sums.size(); ++i) means[i] = summed[i].cast<double>() / world;
+  } else {
+    // Every rank hands the same bytes to the allreduce: nothing to average.
+    const auto payload = static_cast<double>(baseline_.payload_bytes_per_step);
+    means[0] = static_cast<double>(comm::ringAllreduceBytes(baseline_.payload_bytes_per_step, comm_->size())) *
+               static_cast<double>(steps_done);
+    means[1] = payload * static_cast<double>(steps_done);
   }
   ++records_;
   if (!writer_) return;
-  const double world = aggregator_.communicator().size();
   results::MetricsRecord m;
-  m.step = static_cast<int64_t>(aggregator_.step());
+  m.step = steps_done;
   m.epoch = static_cast<int64_t>(std::floor(eval.epoch));
   m.epoch_progress = eval.epoch;
   m.test_accuracy = eval.test_accuracy;
@@ -104,18 +138,16 @@ void HookResults::record(const EvalNumbers& eval) {
   m.test_examples = eval.test_examples;
   m.train_loss = eval.train_loss;
   m.lr = eval.lr;
-  m.wire_bytes_per_worker = static_cast<uint64_t>(std::llround(sums[0] / world));
-  m.payload_bytes_per_worker = static_cast<uint64_t>(std::llround(sums[1] / world));
+  m.wire_bytes_per_worker = static_cast<uint64_t>(std::llround(means[0]));
+  m.payload_bytes_per_worker = static_cast<uint64_t>(std::llround(means[1]));
   m.wall_s = wall;
-  m.compress_s_per_step = sums[2] / world / steps;
-  m.decompress_s_per_step = sums[3] / world / steps;
-  m.comm_s_per_step = sums[4] / world / steps;
-  // The hook runs synchronously inside backward: all of its communication is exposed, and what the step spends outside
-  // the hook (forward, backward, optimizer, the script's own work) is its compute.
-  m.exposed_comm_s_per_step = m.comm_s_per_step;
-  // Wall time per step since the hook was built: the script's evaluations are in it, as in wall_s.
+  m.compress_s_per_step = means[2] / steps;
+  m.decompress_s_per_step = means[3] / steps;
+  m.comm_s_per_step = means[4] / steps;
+  m.exposed_comm_s_per_step = means[5] / steps;
+  // Wall time per step since the logger was built: the script's evaluations are in it, as in wall_s.
   m.step_s_per_step = wall / steps;
-  m.compute_s_per_step = std::max(0.0, m.step_s_per_step - sums[5] / world / steps);
+  m.compute_s_per_step = std::max(0.0, m.step_s_per_step - m.exposed_comm_s_per_step);
   writer_->append(m);
 }
 

@@ -1,5 +1,9 @@
-// The results folder of a PyTorch run through terse.torch.ddp_hook: the same folder a terse run writes
-// (results/result_writer.h), so `terse compare` puts the two side by side.
+// The results folder of a PyTorch run (terse.torch.ResultsLogger): the same folder a terse run writes
+// (results/result_writer.h), so `terse compare` puts the two side by side. Two kinds of run:
+//   through terse's hook   the aggregator's counters: bytes, codec and communication times, steps;
+//   a baseline             a run terse did not aggregate (DDP's default allreduce, one of DDP's own hooks): the caller
+//                          says what one worker hands to the allreduce per step and counts the steps; wire bytes follow
+//                          the ring model of torch_communicator.h. Its times are wall time per step, not split.
 //
 //   config.textproto  the training script's description of its recipe (an Experiment in text format: workload, data,
 //                     optimizer, epochs, seed, ...), with what the hook knows filled in over it -- study, variant,
@@ -10,8 +14,10 @@
 //                     world size, mode, and the plugin as core's loader loaded it (path, origin, ABI, version, caps
 //                     for f32, parameters).
 //   metrics.jsonl     one record per record() call -- the training script's evaluation points -- with the hook's step
-//                     count, wall time since the hook was built, the cumulative wire and payload bytes (the means over
-//                     ranks, as terse runs report them) and per-step times.
+//                     count, wall time since the logger was built, the cumulative wire and payload bytes (the means
+//                     over ranks, as terse runs report them) and per-step times. Exposed communication is what
+//                     backward waited for the hook (the aggregator's exposed seconds: all of it without overlap, the
+//                     tail after DDP's last bucket with it); compute is the step's wall time less that.
 //
 // record() is collective (every rank calls it at the same point): the per-rank counters are averaged with one
 // torch.distributed all_reduce of a few doubles, which is bookkeeping and so not counted as gradient traffic. Rank 0
@@ -38,21 +44,40 @@ struct EvalNumbers {
   double lr = 0;
 };
 
+// A run terse did not aggregate: the compressor named in its config ("none" for DDP's allreduce) and the bytes one
+// worker hands to the allreduce per step.
+struct BaselineRun {
+  std::string compressor = "none";
+  uint64_t payload_bytes_per_step = 0;
+};
+
 class HookResults {
  public:
   // Writes config and provenance (rank 0) and starts the clock. `description` is text-format Experiment fields; a parse
   // error is a ConfigError naming the line. Throws InvalidArgument for an unwritable folder.
   HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
               const std::string& variant, const std::string& description, const std::string& torch_version);
+  // A baseline over `group` (a torch.distributed ProcessGroup, or None for the default one).
+  HookResults(pybind11::object group, const BaselineRun& baseline, const std::filesystem::path& root,
+              const std::string& study, const std::string& variant, const std::string& description,
+              const std::string& torch_version);
 
   // Collective; see above. test_accuracy outside [0, 1] is an InvalidArgument (compare would skip the record).
-  void record(const EvalNumbers& eval);
+  // `step`: the steps done; required for a baseline, the hook's count when absent.
+  void record(const EvalNumbers& eval, std::optional<int64_t> step);
   // Marks the run completed (or failed with `error`); idempotent. Rank 0 only writes.
   void finish(const std::optional<std::string>& error);
   std::optional<std::filesystem::path> dir() const;
 
  private:
-  DdpAggregator& aggregator_;
+  // Parses the description, fills in what is known of the run, and (rank 0) writes config and provenance.
+  void start(const std::filesystem::path& root, const std::string& study, const std::string& variant,
+             const std::string& description, const std::string& torch_version);
+
+  DdpAggregator* aggregator_ = nullptr;          // null for a baseline
+  std::unique_ptr<TorchCommunicator> own_comm_;  // a baseline's view of its group
+  TorchCommunicator* comm_ = nullptr;
+  BaselineRun baseline_;
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;

@@ -93,12 +93,13 @@ py::object TorchCommunicator::groupObject() const {
 }
 
 void TorchCommunicator::checkGroup() const {
+  py::gil_scoped_acquire gil;
   const int size = get_world_size_(groupObject()).cast<int>();
   const int rank = get_rank_(groupObject()).cast<int>();
   TERSE_CHECK(size == size_ && rank == rank_, InvalidArgument,
               "terse.torch: the hook was built for rank " << rank_ << " of a process group of " << size_
                                                           << ", the group is now rank " << rank << " of " << size
-                                                          << "; build a new hook (terse.torch.ddp_hook) for the new "
+                                                          << "; build a new terse.torch.CompressionState for the new "
                                                              "group");
 }
 
@@ -118,7 +119,7 @@ py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) {
 template <class Fn>
 comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint64_t bytes, const comm::WireBytes& wire,
                                         const char* what, Fn&& fn) {
-  TERSE_CHECK(PyGILState_Check(), InternalError, "terse.torch: " << what << " called without the GIL");
+  py::gil_scoped_acquire gil;  // the aggregation runs without it (torch_communicator.h)
   if (!aborted_.empty()) throw comm::CommError("terse.torch: " + std::string(what) + " after abort: " + aborted_);
   const auto start = Clock::now();
   in_call_.clear();

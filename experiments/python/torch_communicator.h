@@ -1,7 +1,8 @@
 // core's Communicator (core/comm/communicator.h) over a torch.distributed process group, so that core's aggregation
 // engine (core/compress/engine.h) runs unchanged inside a PyTorch DDP communication hook: every collective the engine
 // issues becomes one torch.distributed call on the hook's process group, made through pybind11 on the thread that runs
-// the hook, with the GIL held (DDP calls a Python hook with it held; every method checks).
+// the aggregation (the hook's worker thread, or the hook itself), which takes the GIL for the call and lets it go
+// again: the encode and decode around it run without the GIL, overlapping the rest of backward.
 //
 // Buffers. The engine hands raw host memory (its payload buffers, the bucket's gradient); each call wraps it as a torch
 // tensor without a copy (torch.frombuffer over a writable memoryview), so torch.distributed reads and writes the
@@ -17,7 +18,8 @@
 //                                 expects, at the price of the padding, which the wire bytes count.
 //   allgatherSizes                dist.all_gather of one int64 per rank.
 //   broadcast, barrier            dist.broadcast, dist.barrier.
-//   i* (non-blocking)             run at once and return a completed request: the hook's engine never overlaps.
+//   i* (non-blocking)             run at once and return a completed request: the engine's rounds run one after the
+//                                 other on the aggregating thread, which is itself what overlaps backward.
 //
 // Byte accounting. torch.distributed does not report what it moved, so traffic() and each call's WireBytes count what
 // gloo's algorithms move per rank, the model NCCL's communicator uses (nccl_communicator.h): a ring allreduce of B

@@ -57,18 +57,21 @@ def ddp_powersgd_bytes(model, rank_r, min_rate=2):
     return 4 * (total + uncompressed)
 
 
+def terse_hook(compressor, **kwargs):
+    return terse.torch.CompressionState(compressor, **kwargs), terse.torch.compression_hook
+
+
 def configs(model):
     dense = 4 * sum(p.numel() for p in model.parameters())
     return [
         ("ddp-allreduce", None, lambda m: ring_sent(dense), dense),
         ("ddp-fp16_compress_hook", lambda m: (None, default_hooks.fp16_compress_hook), lambda m: ring_sent(dense // 2),
          dense // 2),
-        ("terse-fp16", lambda m: terse.torch.ddp_hook("fp16", module=m), None, None),
+        ("terse-fp16", lambda m: terse_hook("fp16", module=m), None, None),
         ("ddp-powerSGD-r2", lambda m: (powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=2,
                                                                start_powerSGD_iter=2), powerSGD.powerSGD_hook),
          lambda m: ring_sent(ddp_powersgd_bytes(m, 2)), ddp_powersgd_bytes(model, 2)),
-        ("terse-powersgd-r2-ef", lambda m: terse.torch.ddp_hook("powersgd", params={"rank": "2"}, error_feedback=True,
-                                                                module=m), None, None),
+        ("terse-powersgd-r2-ef", lambda m: terse_hook("powersgd", rank=2, error_feedback=True, module=m), None, None),
     ]
 
 
@@ -94,7 +97,7 @@ def run_one(rank, name, make_hook, steps, warmup):
         if s >= warmup:
             times.append(t1 - t0)
     sent = payload = None
-    if isinstance(state, terse.torch.HookState):
+    if isinstance(state, terse.torch.CompressionState):
         last = [b["last_step"] for b in state.buckets().values()]
         sent = sum(b["wire_sent"] for b in last)
         payload = sum(b["payload"] for b in last)

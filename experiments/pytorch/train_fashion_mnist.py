@@ -110,11 +110,15 @@ def train(rank, s):
 
     model = build_mlp(recipe.initial_parameters())
     ddp = nn.parallel.DistributedDataParallel(model)
-    state, hook = terse.torch.ddp_hook(
-        s.compressor, params=s.params, error_feedback=s.error_feedback, momentum_correction=s.momentum_correction,
-        results_dir=s.args.results, module=model, seed=s.seed, study=s.study, variant=s.variant,
-        description=recipe.text, granularity=s.args.granularity)
-    ddp.register_comm_hook(state, hook)
+    # The config's parameters are text already (a config's params map); the state takes them as they are.
+    state = terse.torch.CompressionState(
+        s.compressor, params=s.params, error_feedback=bool(s.error_feedback),
+        momentum_correction=float(s.momentum_correction), module=model, seed=s.seed, granularity=s.args.granularity)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    logger = None
+    if s.args.results is not None:
+        logger = terse.torch.ResultsLogger(s.args.results, study=s.study, variant=s.variant, state=state,
+                                           description=recipe.text)
     opt = torch.optim.SGD(model.parameters(), lr=recipe.learning_rate(0, world),
                           momentum=float(s.optimizer.get("momentum", 0.0)),
                           nesterov=bool(s.optimizer.get("nesterov", False)),
@@ -139,19 +143,22 @@ def train(rank, s):
                 if (s.every_steps and step % s.every_steps == 0) or (s.per_epoch and step % per_epoch == 0) \
                         or step == total:
                     accuracy, test_loss = evaluate(model, test_x, test_y)
-                    state.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test_y),
-                                 train_loss=loss_since / steps_since, epoch=step / per_epoch, lr=lr)
+                    if logger is not None:
+                        logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test_y),
+                                      train_loss=loss_since / steps_since, epoch=step / per_epoch, lr=lr)
                     loss_since, steps_since = 0.0, 0
                     if rank == 0:
                         print("%s step %d/%d epoch %.2f: test accuracy %.4f, loss %.4f, payload %d B, wire %d B"
                               % (s.variant, step, total, step / per_epoch, accuracy, test_loss,
                                  state.totals()["payload"], state.totals()["wire_sent"]), flush=True)
     except BaseException as e:
-        state.finish(error=e)
+        if logger is not None:
+            logger.finish(error=e)
         raise
-    state.finish()
-    if rank == 0 and state.results_dir is not None:
-        print("results in %s" % state.results_dir)
+    if logger is not None:
+        logger.finish()
+        if rank == 0:
+            print("results in %s" % logger.results_dir)
 
 
 def main(argv=None):

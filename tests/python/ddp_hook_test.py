@@ -1,12 +1,23 @@
 #!/usr/bin/env python3
-"""terse.torch.ddp_hook end to end: 2 DDP processes (torch.multiprocessing, gloo, CPU), one ctest case per
-subcommand (tests/python/CMakeLists.txt):
+"""terse.torch's DDP hook (CompressionState + compression_hook) and ResultsLogger end to end: 2 DDP processes
+(torch.multiprocessing, gloo, CPU), one ctest case per subcommand (tests/python/CMakeLists.txt):
 
-  equivalence       the `none` hook and DDP's built-in allreduce give bit-identical parameters after 12 steps
+  equivalence       the `none` hook and DDP's built-in allreduce give bit-identical parameters after 12 steps, with
+                    the hook overlapping backward and without
+  overlap           on a model of several buckets, the first bucket's Future is not complete when the hook returns;
+                    top-k + EF and PowerSGD (two rounds) give the same parameters bit for bit with overlap and without;
+                    a failure on the worker reaches DDP as an error naming terse's exception, and fails the buckets
+                    queued behind it without a collective
+  api               typed keyword values (ratio=0.01, unbiased=True) become the plugin's parameters; values of other
+                    types, non-bool flags, bad seeds, a parameter given twice and a module off the CPU are refused
+                    with terse.InvalidArgument / terse.Unsupported naming the value
+  logger            ResultsLogger writes the folder `terse run` writes, for a hook run and for a plain-DDP baseline
+                    (bytes from the module, steps from the caller), and `terse compare` lists both
   payload_bytes     each bucket's payload bytes equal `terse plugins show` for its tensors (tensor granularity) or
                     its size (bucket granularity), for top-k, fp16, 1-bit and PowerSGD (two rounds)
   errors            a missing plugin, a bad parameter, a plugin that throws in compress and a bf16 SUM wire that gloo
-                    cannot sum raise terse's exceptions with terse's messages, and the job shuts down
+                    cannot sum raise terse's exceptions with terse's messages (out of backward: a RuntimeError naming
+                    them), and the job shuts down
   one_rank_fails    a plugin failing on rank 0 only: rank 0 raises terse's error, rank 1 is released by gloo (no hang)
   layout            a bucket that changes size (bucket granularity: new pipeline; tensor granularity: refused), a
                     layout that does not tile the bucket, and a re-formed group of another size are handled or refused
@@ -96,23 +107,25 @@ def equivalence(rank):
     # the hook divides the sum by 2 after it; with two ranks the gloo sum is a + b either way (addition commutes) and
     # scaling by a power of two is exact, so (a + b) / 2 == a / 2 + b / 2 bit for bit. `none` hands the gradient over
     # unchanged (a SUM of f32), so any difference would be the hook's.
-    ref, ours = mlp(), mlp()
+    ref = mlp()
     ddp_ref = nn.parallel.DistributedDataParallel(ref)
-    ddp_ours = nn.parallel.DistributedDataParallel(ours)
-    state, hook = terse.torch.ddp_hook("none", module=ours)
-    ddp_ours.register_comm_hook(state, hook)
     train_steps(ddp_ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), 12, rank)
-    train_steps(ddp_ours, torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9), 12, rank)
-    for (name, a), b in zip(ref.named_parameters(), ours.parameters()):
-        check(torch.equal(a, b), "rank %d: %s differs from DDP's allreduce by up to %g" % (rank, name,
-                                                                                         (a - b).abs().max()))
-    check(state.step == 12, "the hook counted %d steps, expected 12" % state.step)
+    for overlap in (True, False):
+        ours = mlp()
+        ddp_ours = nn.parallel.DistributedDataParallel(ours)
+        state = terse.torch.CompressionState("none", module=ours, overlap=overlap)
+        ddp_ours.register_comm_hook(state, terse.torch.compression_hook)
+        train_steps(ddp_ours, torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9), 12, rank)
+        for (name, a), b in zip(ref.named_parameters(), ours.parameters()):
+            check(torch.equal(a, b), "rank %d, overlap=%s: %s differs from DDP's allreduce by up to %g"
+                  % (rank, overlap, name, (a - b).abs().max()))
+        check(state.step == 12, "the hook counted %d steps, expected 12" % state.step)
 
 
 # ---- payload bytes
 
 
-CASES = [("topk", {"ratio": "0.01"}), ("fp16", {}), ("onebit", {}), ("powersgd", {"rank": "2"})]
+CASES = [("topk", {"ratio": 0.01}), ("fp16", {}), ("onebit", {}), ("powersgd", {"rank": 2})]
 
 
 def payload_bytes(rank, out_path):
@@ -125,9 +138,9 @@ def payload_bytes(rank, out_path):
             dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
             model = mlp()
             ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
-            state, hook = terse.torch.ddp_hook(name, params=params, module=model, granularity=granularity,
-                                               error_feedback=name != "fp16")
-            ddp.register_comm_hook(state, hook)
+            state = terse.torch.CompressionState(name, module=model, granularity=granularity,
+                                                 error_feedback=name != "fp16", **params)
+            ddp.register_comm_hook(state, terse.torch.compression_hook)
             # Two steps: DDP re-forms its buckets after the first; the second step's buckets are the ones checked.
             train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.01), 2, rank)
             for index, b in state.buckets().items():
@@ -186,42 +199,46 @@ def check_payload_bytes(path):
 
 
 def errors(rank):
-    expect_error(terse.PluginError, "compressor 'no_such_compressor' not found",
-                 lambda: terse.torch.ddp_hook("no_such_compressor"))
-    expect_error(terse.InvalidArgument, "topk: 'ratio' must be in (0, 1], got 2",
-                 lambda: terse.torch.ddp_hook("topk", params={"ratio": "2"}))
+    State = terse.torch.CompressionState
+    expect_error(terse.PluginError, "compressor 'no_such_compressor' not found", lambda: State("no_such_compressor"))
+    expect_error(terse.InvalidArgument, "topk: 'ratio' must be in (0, 1], got 2", lambda: State("topk", ratio=2))
     expect_error(terse.InvalidArgument, "'momentum_correction' must be in [0, 1)",
-                 lambda: terse.torch.ddp_hook("none", momentum_correction=1.5))
+                 lambda: State("none", momentum_correction=1.5))
     expect_error(terse.InvalidArgument, "granularity must be 'tensor' or 'bucket'",
-                 lambda: terse.torch.ddp_hook("none", granularity="layer"))
+                 lambda: State("none", granularity="layer"))
     check(issubclass(terse.InvalidArgument, ValueError), "terse.InvalidArgument should be a ValueError")
 
-    # A plugin that throws in compress: every rank raises out of backward before the collective, so none waits.
-    model = mlp()
-    ddp = nn.parallel.DistributedDataParallel(model)
-    state, hook = terse.torch.ddp_hook("test_throws", plugin_path=[ARGS.fixture_plugins], module=model)
-    ddp.register_comm_hook(state, hook)
     x, y = batch(0, rank)
-    expect_error(RuntimeError, "deliberate failure in compress", lambda: F.cross_entropy(ddp(x), y).backward())
-    check(isinstance(state.error, terse.PluginError), "state.error is %r" % (state.error,))
+    for overlap in (True, False):
+        # A plugin that throws in compress: every rank raises out of backward before the collective, so none waits.
+        # Out of backward it is torch's RuntimeError, naming terse's exception and keeping its message.
+        model = mlp()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = State("test_throws", plugin_path=[ARGS.fixture_plugins], module=model, overlap=overlap)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        message = expect_error(RuntimeError, "deliberate failure in compress",
+                               lambda: F.cross_entropy(ddp(x), y).backward())
+        check("PluginError" in message, "backward's error does not name terse.PluginError: %s" % message)
+        check(isinstance(state.error, terse.PluginError), "state.error is %r" % (state.error,))
+        expect_error(terse.PluginError, "deliberate failure in compress", state.raise_if_failed)
 
-    # A SUM compressor whose wire dtype gloo cannot sum: core's pipeline validation refuses it when the bucket is
-    # first bound, with core's message naming the communicator.
-    model = mlp()
-    ddp = nn.parallel.DistributedDataParallel(model)
-    state, hook = terse.torch.ddp_hook("bf16", module=model)
-    ddp.register_comm_hook(state, hook)
-    expect_error(RuntimeError, "wire dtype bf16 cannot be summed by the 'torch:gloo' communicator",
-                 lambda: F.cross_entropy(ddp(x), y).backward())
+        # A SUM compressor whose wire dtype gloo cannot sum: core's pipeline validation refuses it when the bucket
+        # is first bound, with core's message naming the communicator.
+        model = mlp()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = State("bf16", module=model, overlap=overlap)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        expect_error(RuntimeError, "wire dtype bf16 cannot be summed by the 'torch:gloo' communicator",
+                     lambda: F.cross_entropy(ddp(x), y).backward())
     # The job can still shut down cleanly (the finally of _run destroys the group).
 
 
 def one_rank_fails(rank, marker_dir):
     model = mlp()
     ddp = nn.parallel.DistributedDataParallel(model)
-    state, hook = terse.torch.ddp_hook("fail_at_step", params={"fail_step": "2", "fail_rank": "0"},
-                                       plugin_path=[ARGS.runner_plugins], module=model)
-    ddp.register_comm_hook(state, hook)
+    state = terse.torch.CompressionState("fail_at_step", fail_step=2, fail_rank=0, plugin_path=ARGS.runner_plugins,
+                                         module=model)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     try:
         train_steps(ddp, opt, 4, rank)
@@ -266,29 +283,219 @@ class FakeBucket:
 
 
 def layout(rank, store2):
-    hook_fn = terse.torch._hook
+    # Inside the hook (overlap=False), so that each refusal raises from the call itself.
+    hook_fn = terse.torch.compression_hook
     # Bucket granularity: a bucket that grows gets a new pipeline and goes on.
-    state, _ = terse.torch.ddp_hook("topk", params={"ratio": "0.1"}, granularity="bucket", error_feedback=True)
+    state = terse.torch.CompressionState("topk", ratio=0.1, granularity="bucket", error_feedback=True, overlap=False)
     a = [torch.zeros(10, 10)]
     hook_fn(state, FakeBucket(0, a)).wait()
     hook_fn(state, FakeBucket(0, a + [torch.zeros(20)])).wait()
     check(state.buckets()[0]["numel"] == 120, "bucket 0 should now hold 120 elements: %s" % state.buckets())
     # Tensor granularity: the same parameter object with another shape is refused, naming the shapes.
-    state, _ = terse.torch.ddp_hook("topk", params={"ratio": "0.1"})
+    state = terse.torch.CompressionState("topk", ratio=0.1, overlap=False)
     p = torch.zeros(10, 10)
     hook_fn(state, FakeBucket(0, [p])).wait()
     p.data = torch.zeros(5, 10)
     expect_error(terse.InvalidArgument, "was bound as f32 [10, 10] and is now f32 [5, 10]",
                  lambda: hook_fn(state, FakeBucket(0, [p])))
+    # A failed state stays failed, with the same exception type.
+    expect_error(terse.InvalidArgument, "an earlier bucket failed, the hook is stopped",
+                 lambda: hook_fn(state, FakeBucket(0, [p])))
     # A layout that leaves a gap in the bucket is refused before any collective.
     q, r = torch.zeros(10), torch.zeros(10)
     bad = FakeBucket(1, [q, r], offsets=[0, 0])
+    state = terse.torch.CompressionState("topk", ratio=0.1, overlap=False)
     expect_error(terse.InvalidArgument, "must tile its buffer", lambda: hook_fn(state, bad))
     # A re-formed default group of another size: the hook says it needs rebuilding.
+    state = terse.torch.CompressionState("topk", ratio=0.1, overlap=False)
     dist.destroy_process_group()
     dist.init_process_group("gloo", init_method="file://%s.%d" % (store2, rank), rank=0, world_size=1)
     expect_error(terse.InvalidArgument, "built for rank %d of a process group of 2, the group is now rank 0 of 1" % rank,
                  lambda: hook_fn(state, FakeBucket(0, [torch.zeros(10, 10)])))
+
+
+# ---- overlap
+
+
+def deep_mlp(seed=1):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(784, 256), nn.ReLU()]
+    for _ in range(4):
+        layers += [nn.Linear(256, 256), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(256, 10))
+
+
+def overlap(rank):
+    # Several buckets: 64 KB for the first, 0.25 MB for the others, about six over this model's 1.2 MB.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    # No involuntary GIL switch inside a hook call: the worker can complete a Future only once the hook has returned
+    # and DDP let the GIL go, so `done()` right after the call is False whenever the hook returned before the work.
+    sys.setswitchinterval(30.0)
+    try:
+        for name, params in (("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
+            finals = {}
+            for overlapped in (True, False):
+                model = deep_mlp()
+                ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+                state = terse.torch.CompressionState(name, module=model, error_feedback=True, overlap=overlapped,
+                                                     **params)
+                seen = []  # (bucket index, done when the hook returned)
+
+                def probe(state, bucket):
+                    fut = terse.torch.compression_hook(state, bucket)
+                    done = fut.done()  # first: torch's GradBucket methods let the GIL go
+                    seen.append((bucket.index(), done))
+                    return fut
+
+                ddp.register_comm_hook(state, probe)
+                train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 6, rank)
+                buckets = len(state.buckets())
+                check(buckets >= 3, "%s: expected several buckets, DDP made %d" % (name, buckets))
+                firsts = [done for index, done in seen if index == 0]
+                if overlapped:
+                    check(not any(firsts), "%s: bucket 0's Future was complete when the hook returned (%d of %d "
+                          "steps)" % (name, sum(firsts), len(firsts)))
+                    check(not any(done for _, done in seen), "%s: a Future completed inside the hook" % name)
+                else:
+                    check(all(done for _, done in seen), "%s: without overlap every Future is complete" % name)
+                times = state.times()
+                check(0 < times["exposed_s"] <= times["hook_s"] + 1e-3 if overlapped else
+                      abs(times["exposed_s"] - times["hook_s"]) < 0.05 * times["hook_s"] + 1e-3,
+                      "%s overlap=%s: exposed %s against hook %s" % (name, overlapped, times["exposed_s"],
+                                                                      times["hook_s"]))
+                finals[overlapped] = [p.detach().clone() for p in model.parameters()]
+                state.close()
+            for i, (a, b) in enumerate(zip(finals[True], finals[False])):
+                check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap by up to %g"
+                      % (rank, name, i, (a - b).abs().max()))
+        # A bucket that fails on the worker: DDP's error names terse's exception, and no bucket behind it reaches a
+        # collective (both ranks fail alike here, so none would wait either way).
+        model = deep_mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+        # Failing at step 1 on every rank: DDP holds one bucket in its first step and its own ones from the second.
+        state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=rank,
+                                             plugin_path=ARGS.runner_plugins, module=model)
+        futures = []
+
+        def keep(state, bucket):  # DDP checks a hook's parameter names
+            futures.append(terse.torch.compression_hook(state, bucket))
+            return futures[-1]
+
+        ddp.register_comm_hook(state, keep)
+        train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 1, rank)
+        del futures[:]
+        x, y = batch(1, rank)
+        expect_error(RuntimeError, "PluginError", lambda: F.cross_entropy(ddp(x), y).backward())
+        state.close()
+        errors = []
+        for fut in futures:
+            try:
+                fut.wait()
+            except RuntimeError as e:
+                errors.append(str(e))
+        # Buckets queued before the worker failed fail through their Futures; a hook call after it raises at once
+        # (then backward stops there): which of the two the later buckets meet depends on timing, not on the rule.
+        check(len(errors) == len(futures) >= 1, "%d of %d futures failed" % (len(errors), len(futures)))
+        check(all("an earlier bucket failed" in e for e in errors[1:]), "later buckets: %s" % errors[1:])
+        # Step 0 ran DDP's one bucket; in step 1 no bucket behind the failed one reached the aggregator.
+        check(sorted(state.buckets()) == [0], "buckets that ran: %s" % sorted(state.buckets()))
+    finally:
+        sys.setswitchinterval(0.005)
+
+
+# ---- api
+
+
+def api(rank):
+    State = terse.torch.CompressionState
+    state = State("randomk", ratio=0.01, unbiased=True, overlap=False)
+    check(state.params == {"ratio": "0.01", "unbiased": "true"}, "typed values became %s" % state.params)
+    state = State("qsgd", params={"levels": 16})
+    check(state.params == {"levels": "16"}, "params= became %s" % state.params)
+    expect_error(terse.InvalidArgument, "compressor parameter 'ratio' must be a bool, int, float or str, got list",
+                 lambda: State("topk", ratio=[0.01]))
+    expect_error(terse.InvalidArgument, "compressor parameter 'ratio' must be finite, got nan",
+                 lambda: State("topk", ratio=float("nan")))
+    expect_error(terse.InvalidArgument, "compressor parameter 'ratio' is given twice",
+                 lambda: State("topk", ratio=0.1, params={"ratio": 0.2}))
+    expect_error(terse.InvalidArgument, "'error_feedback' must be True or False, got 'yes'",
+                 lambda: State("topk", error_feedback="yes"))
+    expect_error(terse.InvalidArgument, "'overlap' must be True or False, got 1", lambda: State("none", overlap=1))
+    expect_error(terse.InvalidArgument, "'seed' must be an integer in [0, 2^64), got -1",
+                 lambda: State("none", seed=-1))
+    expect_error(terse.InvalidArgument, "'momentum_correction' must be a number in [0, 1), got '0.9'",
+                 lambda: State("none", momentum_correction="0.9"))
+    expect_error(terse.InvalidArgument, "compressor must be a plugin name or path, got None", lambda: State(None))
+    # The plugin's own validation, on the typed value's text.
+    expect_error(terse.InvalidArgument, "topk: unknown parameter 'ration'", lambda: State("topk", ration=0.1))
+    # A module off the CPU is refused here, naming its device and the compressor, before anything is registered
+    # (the meta device stands in for CUDA on a machine without one).
+    meta = nn.Linear(4, 4, device="meta")
+    expect_error(terse.Unsupported, "the module's parameters are on meta", lambda: State("fp16", module=meta))
+    expect_error(terse.InvalidArgument, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=",
+                 lambda: terse.torch.ResultsLogger("unused"))
+
+
+# ---- logger
+
+
+def logger(rank, root):
+    steps = 4
+    # A terse hook's run and a plain-DDP baseline in one study.
+    model = mlp()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terse.torch.CompressionState("fp16", module=model)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    log = terse.torch.ResultsLogger(root, study="logged", variant="terse-fp16", state=state)
+    train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.01), steps, rank)
+    log.record(test_accuracy=0.5, test_loss=1.0, epoch=1.0)
+    log.finish()
+    if rank == 0:  # fp16 sends the same bytes from every rank: one rank's count is the mean
+        with open(os.path.join(root, "fp16_payload"), "w") as f:
+            f.write(str(state.totals()["payload"]))
+
+    base = mlp()
+    ddp = nn.parallel.DistributedDataParallel(base)
+    log = terse.torch.ResultsLogger(root, study="logged", variant="ddp-allreduce", module=base)
+    expect_error(terse.InvalidArgument, "a run without a terse hook must say its step",
+                 lambda: log.record(test_accuracy=0.5))
+    train_steps(ddp, torch.optim.SGD(base.parameters(), lr=0.01), steps, rank)
+    log.record(test_accuracy=0.25, test_loss=2.0, epoch=1.0, step=steps)
+    log.finish()
+    if rank == 0:
+        check(log.results_dir is not None and os.path.isdir(log.results_dir), "no folder: %r" % log.results_dir)
+    else:
+        check(log.results_dir is None, "rank 1 has a folder: %r" % log.results_dir)
+
+
+def check_logger(root):
+    study = os.path.join(root, "logged")
+
+    def last(variant):
+        return json.loads(open(os.path.join(study, variant, "metrics.jsonl")).read().splitlines()[-1])
+
+    numel = sum(p.numel() for p in mlp().parameters())
+    dense = 4 * numel
+    base, ours = last("ddp-allreduce"), last("terse-fp16")
+    check(base["step"] == 4 and ours["step"] == 4, "steps %d / %d" % (base["step"], ours["step"]))
+    check(base["payload_bytes_per_worker"] == 4 * dense, "baseline payload %d, expected %d"
+          % (base["payload_bytes_per_worker"], 4 * dense))
+    check(base["wire_bytes_per_worker"] == 4 * dense, "two ranks: a ring allreduce sends the payload once, got %d"
+          % base["wire_bytes_per_worker"])
+    hook_payload = int(open(os.path.join(root, "fp16_payload")).read())
+    check(ours["payload_bytes_per_worker"] == hook_payload and 4 * dense // 2 < hook_payload < 4 * dense,
+          "fp16 payload %d, the hook counted %d (dense %d)" % (ours["payload_bytes_per_worker"], hook_payload, 4 * dense))
+    for variant in ("ddp-allreduce", "terse-fp16"):
+        status = json.load(open(os.path.join(study, variant, "status.json")))
+        check(status.get("state") == "completed", "%s: status %s" % (variant, status))
+    config = open(os.path.join(study, "ddp-allreduce", "config.textproto")).read()
+    check('name: "none"' in config and "workers: 2" in config, "baseline config:\n%s" % config)
+    table = subprocess.run([ARGS.terse, "compare", study, "--format", "csv"], check=True, capture_output=True,
+                           text=True).stdout
+    rows = {line.split(",")[1] for line in table.splitlines() if "," in line}
+    check({"ddp-allreduce", "terse-fp16"} <= rows, "`terse compare` does not list both runs:\n%s" % table)
+    print("logger: baseline %d B, fp16 %d B per worker; compare lists both" % (base["payload_bytes_per_worker"],
+                                                                               ours["payload_bytes_per_worker"]))
 
 
 # ---- accuracy against the native run
@@ -324,7 +531,8 @@ def accuracy(out):
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["equivalence", "payload_bytes", "errors", "one_rank_fails", "layout", "accuracy"])
+    p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
+                                    "one_rank_fails", "layout", "accuracy"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -333,6 +541,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if ARGS.case == "equivalence":
             spawn(equivalence)
+        elif ARGS.case == "overlap":
+            spawn(overlap)
+        elif ARGS.case == "api":
+            spawn(api)
+        elif ARGS.case == "logger":
+            spawn(logger, tmp)
+            check_logger(tmp)
         elif ARGS.case == "payload_bytes":
             path = os.path.join(tmp, "payload.json")
             spawn(payload_bytes, path)

@@ -5,7 +5,9 @@ PyTorch, beside the `terse` command line. The work is done by the extension modu
 own engine (plugin loader, codecs, error feedback and momentum correction, aggregation engine, results writer), so a
 compressor behaves and fails here exactly as it does in `terse run`.
 
-    terse.torch.ddp_hook(...)   a DistributedDataParallel communication hook (see terse/torch.py)
+    terse.torch.CompressionState(...), terse.torch.compression_hook
+                                a DistributedDataParallel communication hook (see terse/torch.py)
+    terse.torch.ResultsLogger   a terse results folder for a PyTorch run
     terse.Recipe(path, variant) one variant of a terse experiment config: its data, initial parameters, batches and
                                 learning rates, to train the same recipe in PyTorch as `terse run` does natively
 

@@ -1,19 +1,36 @@
 """terse compressors as a PyTorch DistributedDataParallel communication hook.
 
-    state, hook = terse.torch.ddp_hook("topk", params={"ratio": "0.01"}, error_feedback=True, module=model)
-    ddp_model.register_comm_hook(state, hook)
-    ...
-    state.record(test_accuracy=acc, test_loss=loss)   # an evaluation point, on every rank (results_dir only)
-    state.finish()                                     # marks the results folder completed
+    state = terse.torch.CompressionState("topk", ratio=0.01, error_feedback=True, module=model)
+    ddp_model.register_comm_hook(state, terse.torch.compression_hook)
 
-What runs per bucket is terse's, not a copy of it (terse/_terse, experiments/python/ddp_aggregator.h): the plugin is
-found and validated by terse's loader, each tensor's codec chain is built by terse's make_codec (error feedback and
-DGC momentum correction are terse's decorators), and terse's aggregation engine runs the collective the plugin's caps
-ask for -- SUM: one allreduce of the summable payload; ALLGATHER: an all-gather of sizes, then of the payloads;
-CUSTOM: an all-gather and the plugin's reduce fold; every round of a multi-round plugin such as PowerSGD -- over the
-DDP process group through torch.distributed (experiments/python/torch_communicator.h). The bucket is averaged in place
-and returned as an already-completed torch.futures.Future: the hook runs synchronously inside backward, so DDP's
-overlap of communication with the rest of backward is not used (its built-in hooks overlap; ours do not yet).
+    logger = terse.torch.ResultsLogger("results", study="mine", state=state)   # optional: a terse results folder
+    ...
+    logger.record(test_accuracy=acc, test_loss=loss)   # an evaluation point, collective: on every rank
+    logger.finish()                                     # marks the results folder completed
+
+This reads like torch's own hooks (`PowerSGDState(...)` + `powerSGD_hook`): a state object built with typed keyword
+arguments, and one module-level hook function. The compressor's own parameters are keyword arguments too, by the names
+`terse plugins show NAME` lists (`ratio=0.01`, `rank=4`, `levels=256`, `unbiased=True`); `params={...}` takes the same
+as a dict, for a name that is also one of the state's keywords.
+
+What runs per bucket is terse's, not a copy of it (experiments/python/ddp_aggregator.h): the plugin is found and
+validated by terse's loader, each tensor's codec chain is built by terse's make_codec (error feedback and DGC momentum
+correction are terse's decorators), and terse's aggregation engine runs the collective the plugin's caps ask for --
+SUM: one allreduce of the summable payload; ALLGATHER: an all-gather of sizes, then of the payloads; CUSTOM: an
+all-gather and the plugin's reduce fold; every round of a multi-round plugin such as PowerSGD, one after the other --
+over the DDP process group through torch.distributed (experiments/python/torch_communicator.h).
+
+Overlap (`overlap=True`, the default). The hook returns at once with a torch.futures.Future; one worker thread per
+state aggregates the buckets in the order DDP hands them over (the same order on every rank, so the collectives match
+across ranks) and completes each bucket's Future when its aggregation is done. The encode, decode and the waits inside
+torch.distributed run without the GIL, so they overlap the rest of backward, which autograd runs in C++; DDP waits for
+every Future before backward returns. `overlap=False` aggregates inside the hook and returns a completed Future: the
+same bits (tests/python/ddp_hook_test.py checks it), with every microsecond exposed.
+
+Once a bucket fails, the state is failed: the buckets queued behind it fail without a collective (so a rank that
+fails alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises
+the same error. `state.error` holds terse's exception. Out of `loss.backward()` torch re-raises a hook's error as a
+RuntimeError whose message names terse's exception and keeps its text; `state.raise_if_failed()` raises terse's own.
 
 Granularity (`granularity=`): "tensor" (the default) compresses each parameter of a bucket as its own tensor with its
 shape, as terse's trainer does -- PowerSGD needs the matrices, top-k keeps k per tensor -- and fuses the bucket's
@@ -21,37 +38,145 @@ tensors into one collective per fusion class; "bucket" compresses the flat bucke
 `module=`, a parameter's index in module.parameters() (terse's own numbering for the same model, which keys the
 random streams); without it, the order in which the hook first sees the parameters, which is the same on every rank.
 
-Devices: CPU tensors with gloo. CUDA tensors are refused with terse.Unsupported: the CUDA path (the plugins' device
-code on the current stream, NCCL) is not built into this hook, and Debian's torch has no CUDA to test it with.
+Devices: CPU tensors with gloo. A CUDA bucket, or a `module=` with parameters on a CUDA device, is refused with
+terse.Unsupported: the device path (the plugins' CUDA kernels on torch's current stream, NCCL) is not built into
+this hook yet.
 
 Failures: a missing plugin, a bad parameter, a plugin that fails, a bucket layout the hook cannot serve -- each raises
-terse's exception with terse's message, out of ddp_hook() or out of loss.backward(). Refusals happen before the
-bucket's first collective, so when they hit every rank alike (the usual case: same plugin, same parameters, same
-model) no rank is left waiting in one. A failure on one rank only leaves its peers in a gloo collective until this
-process's connections close (it exits or calls torch.distributed.destroy_process_group()) or the group's timeout
-expires: gloo cannot be aborted from Python.
+terse's exception with terse's message. Refusals happen before the bucket's first collective, so when they hit every
+rank alike (the usual case: same plugin, same parameters, same model) no rank is left waiting in one. A failure on one
+rank only leaves its peers in a gloo collective until this process's connections close (it exits or calls
+torch.distributed.destroy_process_group()) or the group's timeout expires: gloo cannot be aborted from Python.
+
+`ddp_hook()`, the factory of earlier versions that returned a (state, hook) pair and took string parameters, is
+retired: CompressionState + compression_hook do its job, and ResultsLogger writes what its results_dir wrote.
 """
+
+import atexit
+import math
+import numbers
+import os
+import queue
+import threading
+import time
+import weakref
 
 import torch
 
 from . import _terse
 
-__all__ = ["ddp_hook", "HookState"]
+__all__ = ["CompressionState", "compression_hook", "ResultsLogger"]
+
+# The states whose worker threads are alive, stopped at interpreter exit (see _stop_workers).
+_live_states = weakref.WeakSet()
 
 
-class HookState:
-    """What ddp_hook returns as DDP's hook state: the aggregator, its counters and, with results_dir, the results."""
+def _invalid(message):
+    return _terse.InvalidArgument("terse.torch: " + message)
 
-    def __init__(self, aggregator, param_ids, results):
-        self._agg = aggregator
-        self._ids = param_ids  # id(parameter) -> tensor id; filled as parameters are first seen when not given
-        self._fixed_ids = bool(param_ids)
-        self._results = results
-        self.error = None  # the first exception the hook raised
+
+def _plugin_value(key, value):
+    """A typed keyword value as the plugin's parameter text (the form a config's `params` map holds)."""
+    if isinstance(value, bool):  # before Integral: bool is an int
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if not math.isfinite(v):
+            raise _invalid("compressor parameter '%s' must be finite, got %r" % (key, value))
+        return repr(v)  # the shortest text that reads back as the same double
+    if isinstance(value, str):
+        return value
+    raise _invalid("compressor parameter '%s' must be a bool, int, float or str, got %s %r"
+                   % (key, type(value).__name__, value))
+
+
+def _require(cond, message):
+    if not cond:
+        raise _invalid(message)
+
+
+def _module_device(module):
+    for p in module.parameters():
+        if p.device.type != "cpu":
+            return p.device
+    return None
+
+
+class CompressionState:
+    """The state of terse's DDP hook: the compressor, its codec chains and counters, and the overlap worker.
+
+    compressor           a terse compressor plugin: a name found on the plugin path (`terse plugins list`) or a path
+    **plugin_params      the plugin's parameters as typed keywords (bool, int, float or str): ratio=0.01, rank=4
+    params               the same as a dict, for a parameter whose name is one of the keywords below
+    error_feedback       terse's residual memory around the compressor
+    momentum_correction  DGC momentum factor in [0, 1) (0 = off); implies error feedback, and the optimizer must then
+                         run without momentum of its own
+    momentum_masking, momentum_nesterov   DGC's options (terse's momentum-correction decorator)
+    module               the model (or its DDP wrapper): its parameter order gives the tensor ids; its device is
+                         checked here, before anything is registered
+    granularity          "tensor" (default) or "bucket"; see the module's documentation
+    overlap              True (default): aggregate on a worker thread, overlapping backward; False: inside the hook
+    process_group        the DDP process group (None: the default group)
+    seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
+    plugin_path          directories searched before TERSE_PLUGIN_PATH and the install and build trees
+
+    Raises terse.PluginError, terse.InvalidArgument, terse.Unsupported ... with terse's messages, before any
+    collective.
+    """
+
+    def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
+                 momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
+                 seed=1, plugin_path=(), params=None, **plugin_params):
+        _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
+                 "compressor must be a plugin name or path, got %r" % (compressor,))
+        for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
+                           ("momentum_nesterov", momentum_nesterov), ("overlap", overlap)):
+            _require(isinstance(value, bool), "'%s' must be True or False, got %r" % (key, value))
+        _require(isinstance(momentum_correction, numbers.Real) and not isinstance(momentum_correction, bool),
+                 "'momentum_correction' must be a number in [0, 1), got %r" % (momentum_correction,))
+        _require(isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and 0 <= seed < 2 ** 64,
+                 "'seed' must be an integer in [0, 2^64), got %r" % (seed,))
+        _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
+                 % (granularity,))
+        if isinstance(plugin_path, (str, os.PathLike)):
+            plugin_path = [plugin_path]
+        _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
+        merged = {}
+        for key, value in list((params or {}).items()) + list(plugin_params.items()):
+            _require(isinstance(key, str), "compressor parameter names must be strings, got %r" % (key,))
+            _require(key not in merged, "compressor parameter '%s' is given twice (params= and a keyword)" % key)
+            merged[key] = _plugin_value(key, value)
+        if module is not None:
+            device = _module_device(module)
+            if device is not None:
+                raise _terse.Unsupported(
+                    "terse.torch: the module's parameters are on %s; this hook aggregates CPU tensors (gloo) only -- "
+                    "the CUDA path for compressor '%s' is not built into it yet" % (device, compressor))
+
+        self._agg = _terse.DdpAggregator(
+            compressor=str(compressor), params=merged, error_feedback=error_feedback,
+            momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
+            momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=[str(p) for p in plugin_path],
+            granularity=granularity, group=process_group)
+        self.compressor = str(compressor)
+        self.params = merged
+        self.overlap = overlap
+        self.process_group = process_group
+        self._ids = {} if module is None else {id(p): i for i, p in enumerate(module.parameters())}
+        self._fixed_ids = module is not None
+        self.error = None  # terse's exception of the first bucket that failed
+        self._queue = None
+        self._worker = None
+        self._last_submit = 0.0
+
+    # ---- what the hook counted (each waits for the buckets in flight first)
 
     @property
     def step(self):
         """Backward passes aggregated so far."""
+        self._drain()
         return self._agg.step
 
     @property
@@ -72,107 +197,222 @@ class HookState:
         """The compressor's caps for float32 gradients."""
         return self._agg.caps
 
-    @property
-    def results_dir(self):
-        """The results folder (rank 0 with results_dir; None otherwise)."""
-        return None if self._results is None else self._results.dir
-
     def buckets(self):
         """Per bucket index: numel, tensors, steps, and payload / wire bytes of the last step and in total."""
+        self._drain()
         return self._agg.buckets()
 
     def totals(self):
         """This rank's payload and wire bytes (sent, received) over every bucket and step."""
+        self._drain()
         return self._agg.totals()
 
     def times(self):
-        """This rank's seconds: codec encode and decode, torch.distributed calls, and the hook altogether."""
+        """This rank's seconds: codec encode and decode, torch.distributed calls, the aggregation altogether
+        (hook_s), and what backward waited for it (exposed_s: with overlap, from DDP's hand-over of its last bucket
+        to that bucket's completion, summed over steps; without, all of hook_s)."""
+        self._drain()
         return self._agg.times()
 
-    def record(self, test_accuracy, test_loss=0.0, test_examples=0, train_loss=0.0, epoch=0.0, lr=0.0):
-        """Appends an evaluation point to metrics.jsonl (with results_dir; a no-op without). Collective: call it on
-        every rank at the same point, with test_accuracy as a fraction in [0, 1]."""
-        if self._results is not None:
-            self._results.record(test_accuracy=float(test_accuracy), test_loss=float(test_loss),
-                                 test_examples=int(test_examples), train_loss=float(train_loss), epoch=float(epoch),
-                                 lr=float(lr))
+    def raise_if_failed(self):
+        """Raises terse's exception of the first bucket that failed, if one did."""
+        if self.error is not None:
+            raise self.error
 
-    def finish(self, error=None):
-        """Marks the results folder completed, or failed with `error` (a message)."""
-        if self._results is not None:
-            self._results.finish(None if error is None else str(error))
+    def close(self):
+        """Waits for the buckets in flight and stops the worker thread (it starts again if the hook runs again)."""
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
+            self._worker, self._queue = None, None
+
+    # ---- the hook's side
 
     def _tensor_id(self, param):
         key = id(param)
         tid = self._ids.get(key)
         if tid is None:
             if self._fixed_ids:
-                raise _terse.InvalidArgument(
-                    "terse.torch: a bucket holds a parameter of shape %s that is not in the module given to ddp_hook"
-                    % (tuple(param.shape),))
+                raise _invalid("a bucket holds a parameter of shape %s that is not in the module given to "
+                               "CompressionState" % (tuple(param.shape),))
             tid = len(self._ids)
             self._ids[key] = tid
         return tid
 
-
-def _hook(state, bucket):
-    buf = bucket.buffer()
-    try:
+    def _read_bucket(self, bucket):
+        """What the aggregator needs of a DDP GradBucket, checked before anything is queued."""
+        buf = bucket.buffer()
         if buf.device.type != "cpu":
             raise _terse.Unsupported(
-                "terse.torch: bucket %d is on %s; this hook aggregates CPU tensors (gloo) only -- the CUDA path is "
-                "not built into it" % (bucket.index(), buf.device))
+                "terse.torch: bucket %d is on %s; this hook aggregates CPU tensors (gloo) only -- the CUDA path for "
+                "compressor '%s' is not built into it yet" % (bucket.index(), buf.device, self.compressor))
         if not buf.is_contiguous():
-            raise _terse.InvalidArgument("terse.torch: bucket %d's buffer is not contiguous" % bucket.index())
+            raise _invalid("bucket %d's buffer is not contiguous" % bucket.index())
         members = []
-        if state._agg.granularity == "tensor":
+        if self._agg.granularity == "tensor":
             base, size = buf.data_ptr(), buf.element_size()
             for param, grad in zip(bucket.parameters(), bucket.gradients()):
                 # DDP's gradients() are views into the bucket's buffer; their offsets say where each tensor lies.
-                members.append((state._tensor_id(param), (grad.data_ptr() - base) // size, tuple(param.shape)))
-        state._agg.aggregate(bucket.index(), buf.data_ptr(), buf.numel(), str(buf.dtype), members, bucket.is_last())
-    except Exception as e:
-        if state.error is None:
-            state.error = e
-            state.finish(error=e)
-        raise
-    fut = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
+                members.append((self._tensor_id(param), (grad.data_ptr() - base) // size, tuple(param.shape)))
+        return buf, members
+
+    def _aggregate(self, index, buf, members, is_last):
+        self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
+
+    def _fail(self, error):
+        if self.error is None:
+            self.error = error
+
+    def _failed_again(self):
+        # The same exception type, so that except clauses written for the first error catch the later ones too.
+        return type(self.error)("terse.torch: an earlier bucket failed, the hook is stopped: %s" % (self.error,))
+
+    def _submit(self, bucket):
+        if self.error is not None:
+            raise self._failed_again()
+        try:
+            buf, members = self._read_bucket(bucket)
+        except Exception as e:
+            self._fail(e)
+            raise
+        index, is_last = bucket.index(), bucket.is_last()
+        fut = torch.futures.Future()
+        if not self.overlap:
+            start = time.perf_counter()
+            try:
+                self._aggregate(index, buf, members, is_last)
+            except Exception as e:
+                self._fail(e)
+                raise
+            self._agg.add_exposed(time.perf_counter() - start)
+            fut.set_result(buf)
+            return fut
+        if self._worker is None:
+            self._queue = queue.Queue()
+            self._worker = threading.Thread(target=self._work, args=(self._queue,), daemon=True,
+                                            name="terse.torch hook")
+            self._worker.start()
+            _live_states.add(self)
+        # DDP reads the Future's value from C++, where an exception set from Python would arrive as the value, not as
+        # an error; a callback that raises it turns it into the chained Future's error, as DDP's own hooks chain.
+        # Chained before the job is queued: torch's then() lets the GIL go, and nothing between the put and the
+        # return does, so the worker cannot complete a bucket before its hook call has returned.
+        chained = fut.then(_value)
+        # The buffer is held by the job until its Future completes: DDP does not reuse it before waiting.
+        self._queue.put((index, buf, members, is_last, fut, time.perf_counter()))
+        return chained
+
+    def _work(self, jobs):
+        while True:
+            job = jobs.get()
+            try:
+                if job is None:
+                    return
+                index, buf, members, is_last, fut, submitted = job
+                if self.error is not None:
+                    fut.set_exception(self._failed_again())
+                    continue
+                try:
+                    self._aggregate(index, buf, members, is_last)
+                except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
+                    self._fail(e)
+                    fut.set_exception(e)
+                    continue
+                if is_last:
+                    # Backward's own work ended about when DDP handed over its last bucket: what follows, it waits.
+                    self._agg.add_exposed(time.perf_counter() - submitted)
+                fut.set_result(buf)
+            finally:
+                jobs.task_done()
+
+    def _drain(self):
+        if self._queue is not None:
+            self._queue.join()
 
 
-def ddp_hook(compressor, params=None, error_feedback=False, momentum_correction=0.0, results_dir=None, *,
-             module=None, granularity="tensor", process_group=None, seed=1, plugin_path=(), momentum_masking=True,
-             momentum_nesterov=False, study="pytorch", variant=None, description=""):
-    """Returns (state, hook) for DistributedDataParallel.register_comm_hook(state, hook).
+def _value(fut):
+    return fut.value()  # raises the exception the worker set
 
-    compressor           a terse compressor plugin: a name found on the plugin path (`terse plugins list`) or a path
-    params               the plugin's parameters, a dict (values are passed as strings, as a config's params are)
-    error_feedback       terse's residual memory around the compressor
-    momentum_correction  DGC momentum factor in [0, 1) (0 = off); implies error feedback, and the optimizer must then
-                         run without momentum of its own
-    results_dir          a results root: rank 0 writes <results_dir>/<study>/<variant>/ as `terse run` does
-    module               the model (or its DDP wrapper): its parameter order gives the tensor ids
-    granularity          "tensor" (default) or "bucket"; see the module's documentation
-    process_group        the DDP process group (None: the default group)
-    seed                 the run seed (random streams of random-k, stochastic rounding)
-    plugin_path          directories searched before TERSE_PLUGIN_PATH and the build/install trees
-    study, variant       the results folder's names (variant defaults to the compressor's name)
-    description          text-format fields of terse's experiment schema describing the recipe (workload, data,
-                         optimizer, epochs, ...) for config.textproto; see terse.Recipe.text
-    Raises terse.PluginError, terse.InvalidArgument, ... with terse's messages before anything is registered.
+
+def compression_hook(state, bucket):
+    """DDP communication hook: averages `bucket` across the process group through state's terse compressor.
+    Register it as ddp_model.register_comm_hook(state, terse.torch.compression_hook)."""
+    return state._submit(bucket)
+
+
+@atexit.register
+def _stop_workers():
+    # A worker that takes the GIL while the interpreter finalizes is killed inside C++ frames; stop them first. The
+    # queues are empty unless a backward was abandoned, and a failed state's queued buckets fail without collectives.
+    for state in list(_live_states):
+        state.close()
+
+
+def _param_bytes(module):
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+class ResultsLogger:
+    """A terse results folder for a PyTorch run: <root>/<study>/<variant>/ with config.textproto, provenance.json,
+    metrics.jsonl and status.json, the folder `terse run` writes, so `terse compare` sets the run beside native ones.
+
+    With `state=` (a CompressionState) the bytes and times are the hook's. Without one it records a run terse did not
+    aggregate -- DDP's default allreduce or one of DDP's own hooks -- as a baseline: give `module=` (bytes per step
+    default to a dense f32 allreduce of its parameters) or `bytes_per_step=` (the payload one worker hands to the
+    allreduce per step, e.g. half the dense bytes for DDP's fp16_compress_hook), and pass `step=` to record().
+
+    Rank 0 writes; every rank must construct the logger and call record() at the same points (it averages the
+    ranks' counters with one all_reduce). `description` holds text-format fields of terse's experiment schema
+    describing the recipe (workload, data, optimizer, epochs, ...) for config.textproto; see terse.Recipe.text.
     """
-    plugin_params = {str(k): str(v) for k, v in (params or {}).items()}
-    aggregator = _terse.DdpAggregator(
-        compressor=str(compressor), params=plugin_params, error_feedback=bool(error_feedback),
-        momentum_correction=float(momentum_correction), momentum_masking=bool(momentum_masking),
-        momentum_nesterov=bool(momentum_nesterov), seed=int(seed), plugin_path=[str(p) for p in plugin_path],
-        granularity=str(granularity), group=process_group)
-    ids = {}
-    if module is not None:
-        ids = {id(p): i for i, p in enumerate(module.parameters())}
-    results = None
-    if results_dir is not None:
-        results = _terse.HookResults(aggregator, str(results_dir), str(study), str(variant or compressor),
-                                     str(description), torch.__version__)
-    return HookState(aggregator, ids, results), _hook
+
+    def __init__(self, root, *, study="pytorch", variant=None, state=None, module=None, bytes_per_step=None,
+                 compressor=None, process_group=None, description=""):
+        _require(isinstance(root, (str, os.PathLike)), "ResultsLogger: root must be a path, got %r" % (root,))
+        _require(isinstance(study, str) and study, "ResultsLogger: study must be a non-empty string, got %r"
+                 % (study,))
+        _require(state is None or isinstance(state, CompressionState),
+                 "ResultsLogger: state must be a terse.torch.CompressionState, got %r" % (state,))
+        self.state = state
+        if state is not None:
+            _require(bytes_per_step is None and compressor is None,
+                     "ResultsLogger: bytes_per_step and compressor describe a run without a terse hook; with state= "
+                     "the hook's own counts are logged")
+            variant = state.compressor if variant is None else variant
+            self._results = _terse.HookResults(state._agg, str(root), study, str(variant), str(description),
+                                               torch.__version__)
+            return
+        if bytes_per_step is None:
+            _require(module is not None, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=")
+            bytes_per_step = _param_bytes(module)
+        _require(isinstance(bytes_per_step, numbers.Integral) and not isinstance(bytes_per_step, bool)
+                 and bytes_per_step >= 0, "ResultsLogger: bytes_per_step must be a non-negative integer, got %r"
+                 % (bytes_per_step,))
+        variant = "ddp" if variant is None else variant
+        self._results = _terse.HookResults.baseline(process_group, str(root), study, str(variant),
+                                                    str(compressor or "none"), int(bytes_per_step),
+                                                    str(description), torch.__version__)
+
+    @property
+    def results_dir(self):
+        """The results folder (on rank 0; None on the others)."""
+        return self._results.dir
+
+    def record(self, test_accuracy, test_loss=0.0, test_examples=0, train_loss=0.0, epoch=0.0, lr=0.0, step=None):
+        """Appends an evaluation point to metrics.jsonl. Collective: call it on every rank at the same point, with
+        test_accuracy as a fraction in [0, 1]. `step` (steps done) is required without a terse hook; with one it
+        defaults to the hook's count of backward passes."""
+        if self.state is not None:
+            self.state._drain()
+        _require(step is None or (isinstance(step, numbers.Integral) and step >= 0),
+                 "ResultsLogger.record: step must be a non-negative integer, got %r" % (step,))
+        self._results.record(test_accuracy=float(test_accuracy), test_loss=float(test_loss),
+                             test_examples=int(test_examples), train_loss=float(train_loss), epoch=float(epoch),
+                             lr=float(lr), step=-1 if step is None else int(step))
+
+    def finish(self, error=None):
+        """Marks the results folder completed, or failed with `error` (an exception or a message); a hook that
+        failed marks it failed with its error even when `error` is not given."""
+        if error is None and self.state is not None:
+            error = self.state.error
+        self._results.finish(None if error is None else str(error))
