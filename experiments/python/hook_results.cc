@@ -119,6 +119,7 @@ void HookResults::record(const EvalNumbers& eval, std::optional<int64_t> step) {
     py::object tensor = torch.attr("tensor")(values, py::arg("dtype") = torch.attr("float64"));
     dist.attr("all_reduce")(tensor, py::arg("group") = comm_->groupObject());
     const py::list summed = tensor.attr("tolist")();
+    last_sums_ = tensor;
     for (std::size_t i = 0; i < sums.size(); ++i) means[i] = summed[i].cast<double>() / world;
   } else {
     // Every rank hands the same bytes to the allreduce: nothing to average.

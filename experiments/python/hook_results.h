@@ -24,6 +24,8 @@
 // writes; the other ranks only contribute their counters.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -81,6 +83,8 @@ class HookResults {
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;
+  // The last record's all_reduce tensor, kept until the next record: torch_communicator.h's in_call_ says why.
+  pybind11::object last_sums_;
 };
 
 }  // namespace terse::python

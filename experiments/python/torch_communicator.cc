@@ -122,7 +122,7 @@ comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint
   py::gil_scoped_acquire gil;  // the aggregation runs without it (torch_communicator.h)
   if (!aborted_.empty()) throw comm::CommError("terse.torch: " + std::string(what) + " after abort: " + aborted_);
   const auto start = Clock::now();
-  in_call_.clear();
+  in_call_.clear();  // the previous call's tensors: gloo let go of them long ago (see in_call_ in the header)
   try {
     fn();
   } catch (py::error_already_set& e) {
@@ -132,7 +132,6 @@ comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint
     in_call_.clear();
     throw comm::CommError("terse.torch: " + aborted_);
   }
-  in_call_.clear();
   comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(kind)];
   ++s.ops;
   s.bytes += bytes;

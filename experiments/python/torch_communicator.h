@@ -111,12 +111,16 @@ class TorchCommunicator final : public comm::Communicator {
   comm::RankTraffic traffic_;
   comm::CommStats stats_;
   std::vector<std::byte> pad_send_, pad_recv_;  // unequal all-gather blocks, padded (grow-only)
-  // The tensors handed to the torch.distributed call in progress. When the call fails, gloo's worker thread
-  // (ProcessGroupGloo::runLoop in torch 1.13) may still hold them and drop the last reference after ours; a tensor
-  // made in Python then needs the GIL to die, and if the interpreter is finalizing by then (the process is leaving
-  // after the error) the thread is killed inside a noexcept frame and the process aborts ("terminate called without
-  // an active exception"). A failed call therefore leaks one reference to each of its tensors: a few views per
-  // failed job, and every later call fails fast on aborted_.
+  // The tensors handed to the last torch.distributed call, kept until the next call starts (or this communicator
+  // dies). Gloo's worker thread (ProcessGroupGloo::runLoop in torch 1.13) drops its reference to a work's tensors
+  // after the caller's wait has returned; were that the last reference, a tensor made in Python would need the GIL to
+  // die there. Whoever holds the GIL while destroying the process group -- DDP's reducer, deallocated by the main
+  // thread -- joins that thread, and the two wait for each other forever (seen at the end of a `terse run` of a
+  // pytorch workload). Holding our reference past the call makes gloo's the earlier one, which needs no GIL.
+  // When the call fails, gloo may still hold them and drop the last reference after ours; if the interpreter is
+  // finalizing by then (the process is leaving after the error) the thread is killed inside a noexcept frame and the
+  // process aborts ("terminate called without an active exception"). A failed call therefore leaks one reference to
+  // each of its tensors: a few views per failed job, and every later call fails fast on aborted_.
   std::vector<pybind11::object> in_call_;
 };
 
