@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdint>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -96,6 +97,16 @@ int runCommand(const std::vector<std::string>& args) {
                                          std::string(experiments::kQuickstartSourceName), config_options);
     experiments = experiments::selectVariants(
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
+    if (vm.count("config")) {
+      // A pytorch workload's module is named relative to its config file (experiment.proto PyTorch.module).
+      const std::filesystem::path dir =
+          std::filesystem::absolute(vm["config"].as<std::vector<std::string>>().front()).parent_path();
+      for (auto& x : experiments) {
+        const auto& t = x.workload().pytorch();
+        if (x.workload().name() == "pytorch" && t.has_module() && std::filesystem::path(t.module()).is_relative())
+          x.mutable_workload()->mutable_pytorch()->set_module((dir / t.module()).lexically_normal().string());
+      }
+    }
     if (vm.count("workers")) experiments::overrideWorkers(experiments, vm["workers"].as<int>());
     if (!seeds.empty()) experiments::overrideSeeds(experiments, seeds);
     experiments = experiments::expandRepeats(experiments);

@@ -322,6 +322,19 @@ void applyDefaults(Experiment& e) {
     if (!g->has_test_fraction()) g->set_test_fraction(0.1);
     if (!g->has_cache_dir()) g->set_cache_dir("");
   }
+  if (e.workload().name() == "pytorch") {
+    auto* t = e.mutable_workload()->mutable_pytorch();
+    // The model's own data replaces the data source; the other fields only shape a torchvision model's inputs.
+    if (t->has_torchvision()) {
+      if (!t->has_data()) t->set_data(PyTorch::FASHION_MNIST);
+      if (!t->has_image_size()) t->set_image_size(32);
+      if (!t->has_channels()) t->set_channels(3);
+      if (!t->has_num_classes()) t->set_num_classes(10);
+      if (t->data() == PyTorch::SYNTHETIC && !t->has_synthetic_examples()) t->set_synthetic_examples(4096);
+    }
+    if (!t->has_max_steps_per_epoch()) t->set_max_steps_per_epoch(0);
+    if (!t->has_device()) t->set_device("cpu");
+  }
   if (!e.has_sparse_gradients()) e.set_sparse_gradients(false);
   if (!e.compressor().has_name()) e.mutable_compressor()->set_name("none");
   if (!e.has_error_feedback()) e.set_error_feedback(false);

@@ -1,5 +1,7 @@
 // Validation of a resolved experiment (config.h's validateExperiment): each field's range and the combinations the
 // runners refuse, as "path message" strings that loadStudyText turns into file:line errors.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -92,6 +94,68 @@ void checkGlove(Checks& c, const Experiment& e) {
 }
 
 }  // namespace
+
+// workload pytorch: the model block, and what a DDP run through terse's hook can honour (experiment.proto PyTorch).
+void checkPyTorch(Checks& c, const Experiment& e) {
+  if (!e.workload().has_pytorch()) {
+    c.fail("workload.pytorch") << " must be set for workload pytorch (torchvision: \"resnet18\" or module: a file)";
+    return;
+  }
+  const PyTorch& t = e.workload().pytorch();
+  if (t.has_torchvision() == t.has_module())
+    c.fail("workload.pytorch") << " must name exactly one model: torchvision (a torchvision.models constructor) or "
+                                  "module (a Python file defining model() and data(rank, world))";
+  if (t.has_torchvision() && !std::all_of(t.torchvision().begin(), t.torchvision().end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+      }))
+    c.fail("workload.pytorch.torchvision")
+        << " must be a torchvision.models constructor name like \"resnet18\", got " << quoted(t.torchvision());
+  if (t.has_torchvision() && t.torchvision().empty()) c.fail("workload.pytorch.torchvision") << " is empty";
+  if (t.has_module() && t.module().empty()) c.fail("workload.pytorch.module") << " is empty";
+  if (t.has_module()) {
+    for (const char* field : {"data", "image_size", "channels", "num_classes", "synthetic_examples"}) {
+      const auto* f = PyTorch::descriptor()->FindFieldByName(field);
+      if (PyTorch::GetReflection()->HasField(t, f))
+        c.fail(std::string("workload.pytorch.") + field)
+            << ": a module's data(rank, world) gives its inputs; " << field << " is for torchvision models";
+    }
+  }
+  if (t.has_image_size() && (t.image_size() < 8 || t.image_size() > 1024))
+    c.fail("workload.pytorch.image_size") << " must be in [8, 1024], got " << t.image_size();
+  if (t.has_channels() && t.channels() != 1 && t.channels() != 3)
+    c.fail("workload.pytorch.channels") << " must be 1 or 3, got " << t.channels();
+  if (t.has_num_classes() && (t.num_classes() < 2 || t.num_classes() > 100000))
+    c.fail("workload.pytorch.num_classes") << " must be in [2, 100000], got " << t.num_classes();
+  if (t.has_synthetic_examples() && t.synthetic_examples() < 1)
+    c.fail("workload.pytorch.synthetic_examples") << " must be >= 1, got " << t.synthetic_examples();
+  if (t.has_synthetic_examples() && t.data() != PyTorch::SYNTHETIC)
+    c.fail("workload.pytorch.synthetic_examples") << ": only data SYNTHETIC reads it";
+  if (t.has_num_classes() && t.data() == PyTorch::FASHION_MNIST && t.num_classes() < 10)
+    c.fail("workload.pytorch.num_classes") << ": Fashion-MNIST has 10 classes, got " << t.num_classes();
+  if (t.max_steps_per_epoch() < 0)
+    c.fail("workload.pytorch.max_steps_per_epoch") << " must be >= 0, got " << t.max_steps_per_epoch();
+  if (t.device() != "cpu" && t.device() != "cuda")
+    c.fail("workload.pytorch.device") << " must be \"cpu\" or \"cuda\", got " << quoted(t.device());
+  // What DDP and the hook do not have: refused rather than ignored.
+  if (e.mode() != Experiment::SYNC)
+    c.fail("mode") << ": workload pytorch trains with DistributedDataParallel, which is synchronous (mode SYNC)";
+  if (e.transport() != Experiment::INPROC && e.transport() != Experiment::TCP)
+    c.fail("transport") << ": workload pytorch runs its ranks as processes on this host (INPROC) or one per "
+                           "`terse launch` process (TCP); NCCL is chosen by device \"cuda\"";
+  if (e.clock() != Experiment::REAL_TIME)
+    c.fail("clock") << ": workload pytorch runs in real time (REAL_TIME); the simulated clock needs terse's own "
+                       "workloads";
+  if (e.scheduler().name() != "fifo")
+    c.fail("scheduler.name") << ": workload pytorch is scheduler-free (DDP buckets and orders the gradients), got "
+                             << quoted(e.scheduler().name());
+  if (e.has_link() && (e.link().bandwidth() != "unlimited" || e.link().latency() != "0" ||
+                       e.link().nic() != "unlimited" || e.link().overrides_size() > 0))
+    c.fail("link") << ": workload pytorch has no link emulation (torch.distributed's own transport carries it)";
+  if (e.sparse_gradients()) c.fail("sparse_gradients") << ": workload pytorch's gradients are dense";
+  if (e.gradient_accumulation_steps() > 1)
+    c.fail("gradient_accumulation_steps") << ": workload pytorch takes one batch per step";
+  if (e.worker_settings_size() > 0) c.fail("worker_settings") << ": workload pytorch has no per-worker settings";
+}
 
 void checkLinkRanks(Checks& c, const Experiment& e) {
   // A parameter server's shards are ranks too (the first ones), and their links are emulated like the workers'.
@@ -188,6 +252,13 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     checkGlove(c, e);
   } else if (!w.name().empty() && w.has_glove()) {
     c.fail("workload.glove") << ": only workload glove reads it, not " << quoted(w.name());
+  }
+  if (w.name() == "pytorch") {
+    checkPyTorch(c, e);
+    if (w.hidden_sizes_size() > 0)
+      c.fail("workload.hidden_sizes") << ": workload pytorch's model is the pytorch block's, not terse's mlp";
+  } else if (!w.name().empty() && w.has_pytorch()) {
+    c.fail("workload.pytorch") << ": only workload pytorch reads it, not " << quoted(w.name());
   }
   if (e.sparse_gradients() && e.mode() == Experiment::HOGWILD)
     c.fail("sparse_gradients") << ": mode HOGWILD sends nothing (its workers write one shared vector in memory); "

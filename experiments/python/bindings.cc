@@ -249,5 +249,6 @@ PYBIND11_MODULE(_terse, m) {
             return out;
           },
           py::arg("rank"), py::arg("world_size"), py::arg("epoch"))
-      .def("learning_rate", &Recipe::learningRate, py::arg("step"), py::arg("world_size"));
+      .def("learning_rate", &Recipe::learningRate, py::arg("step"), py::arg("world_size"),
+           py::arg("steps_per_epoch") = 0);
 }

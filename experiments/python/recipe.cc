@@ -64,11 +64,11 @@ std::vector<std::vector<int64_t>> Recipe::batches(int rank, int world, int64_t e
   return sampler.epochBatches(epoch, e_.data().batch_size());
 }
 
-double Recipe::learningRate(int64_t step, int world) {
+double Recipe::learningRate(int64_t step, int world, int64_t steps_per_epoch) {
   // The trainer's own conversion (sync_trainer.cc): warm-up epochs become steps of this world's epoch.
   train::LrScheduleOptions lr = runner::detail::trainerOptions(e_).lr;
   lr.world_size = world;
-  lr.steps_per_epoch = stepsPerEpoch(world);
+  lr.steps_per_epoch = steps_per_epoch > 0 ? steps_per_epoch : stepsPerEpoch(world);
   lr.total_steps = lr.steps_per_epoch * e_.epochs();
   if (e_.optimizer().warmup_epochs() > 0)
     lr.warmup_steps = std::llround(e_.optimizer().warmup_epochs() * static_cast<double>(lr.steps_per_epoch));

@@ -41,8 +41,9 @@ class Recipe {
   int64_t totalSteps(int world) { return stepsPerEpoch(world) * e_.epochs(); }
   // This rank's batches of `epoch` (example indices), as the native trainer draws them.
   std::vector<std::vector<int64_t>> batches(int rank, int world, int64_t epoch);
-  // The learning rate of 0-based step `step` of a run with `world` workers.
-  double learningRate(int64_t step, int world);
+  // The learning rate of 0-based step `step` of a run with `world` workers. `steps_per_epoch` > 0 replaces the count
+  // from terse's sampler over the Fashion-MNIST shard (a pytorch workload's own data has its own count).
+  double learningRate(int64_t step, int world, int64_t steps_per_epoch = 0);
 
  private:
   PluginLoader loader_;

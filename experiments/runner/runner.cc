@@ -261,6 +261,7 @@ using namespace detail;
 experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader) {
   experiments::ConfigOptions o;
   for (auto name : workloads::workloadNames()) o.workloads.emplace_back(name);
+  o.workloads.emplace_back("pytorch");  // trained by the Python package's driver (pytorch_runner.cc)
   // Names only: whether this build has CUDA is the transport's question (NCCL is offered only by CUDA builds).
   for (auto name : workloads::workloadsWithCuda()) o.cuda_workloads.emplace_back(name);
   o.loader = loader;
@@ -293,6 +294,7 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 }
 
 RunSummary Runner::run(const Experiment& e) {
+  if (e.workload().name() == "pytorch") return runPyTorch(e);                                   // pytorch_runner.cc
   if (e.mode() != Experiment::SYNC && e.transport() == Experiment::TCP) return runTcpAsync(e);  // distributed_async.cc
   // One rank per process (distributed.cc); NCCL: one per GPU.
   if (e.transport() == Experiment::TCP || e.transport() == Experiment::NCCL) return runTcp(e);

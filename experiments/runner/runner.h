@@ -114,6 +114,8 @@ class Runner {
                       std::shared_ptr<comm::FrameNetwork> network);
   // Modes ASYNC, SSP over transport TCP: this process is one shard or worker (distributed_async.cc).
   RunSummary runTcpAsync(const experiments::Experiment& experiment);
+  // Workload pytorch: the Python package's driver trains the variant (pytorch_runner.cc).
+  RunSummary runPyTorch(const experiments::Experiment& experiment);
 
   RunnerOptions options_;
   // Data sets by (dir, train subset, test subset): variants of one study load Fashion-MNIST once.

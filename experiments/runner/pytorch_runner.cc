@@ -1,0 +1,201 @@
+// Workload pytorch (experiment.proto PyTorch): the variant is trained by the Python package's driver,
+// `python3 -m terse.train` (experiments/python/terse/train.py), with DistributedDataParallel and terse's hook, and this
+// process keeps what it keeps for every variant: the results folder's status, and the summary row of `terse run`.
+//
+// Why a child process and not the extension in this process: the model, its data and DDP are torch's, and torch is a
+// Python library; the terse binary stays free of libtorch and of an embedded interpreter.
+//
+// The handshake is the results folder. This process creates it (status "running", config.textproto), writes the
+// resolved experiment to a file the driver reads, and runs the driver with the folder's name; the driver's
+// terse.torch.ResultsLogger rewrites config and provenance with what the hook knows and appends metrics.jsonl (rank 0).
+// When the driver exits, the folder's status is settled here whatever the driver managed to write: completed only
+// when it exited with 0 and marked the run completed, failed (with the exit status or signal) otherwise, so a killed
+// or crashed driver never leaves a folder saying "running".
+//
+// Which Python: TERSE_PYTHON if set, else the interpreter the package was built for (TERSE_PYTHON_EXECUTABLE, a
+// compile definition), else python3 from PATH. The build tree's package goes first on PYTHONPATH when it exists; an
+// installed or pip-installed package is found on the interpreter's own path.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/common/json.h"
+#include "experiments/runner/runner.h"
+
+namespace terse::runner {
+namespace {
+
+using experiments::Experiment;
+
+std::string pythonExecutable() {
+  if (const char* p = std::getenv("TERSE_PYTHON"); p != nullptr && *p != '\0') return p;
+#if defined(TERSE_PYTHON_EXECUTABLE)
+  if (::access(TERSE_PYTHON_EXECUTABLE, X_OK) == 0) return TERSE_PYTHON_EXECUTABLE;
+#endif
+  return "python3";
+}
+
+std::string pythonPath() {
+  std::string path;
+#if defined(TERSE_PYTHON_BUILD_DIR)
+  if (std::filesystem::is_directory(std::filesystem::path(TERSE_PYTHON_BUILD_DIR) / "terse"))
+    path = TERSE_PYTHON_BUILD_DIR;
+#endif
+  if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
+    path += (path.empty() ? "" : ":") + std::string(old);
+  }
+  return path;
+}
+
+// Runs argv with PYTHONPATH set; returns waitpid's status. Standard streams are inherited: the driver's progress is
+// the run's progress.
+int runChild(const std::vector<std::string>& argv, const std::string& python_path) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  TERSE_CHECK(pid >= 0, InvalidArgument, "workload pytorch: cannot start " << argv[0] << ": " << std::strerror(errno));
+  if (pid == 0) {
+    if (!python_path.empty()) ::setenv("PYTHONPATH", python_path.c_str(), 1);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "terse run: workload pytorch: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    TERSE_CHECK(errno == EINTR, InternalError, "workload pytorch: waitpid: " << std::strerror(errno));
+  }
+  return status;
+}
+
+std::string describeExit(int status) {
+  if (WIFEXITED(status)) {
+    if (WEXITSTATUS(status) == 127) return "the Python driver could not be started (exit status 127)";
+    return "the Python driver exited with status " + std::to_string(WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status))
+    return std::string("the Python driver was killed by signal ") + ::strsignal(WTERMSIG(status));
+  return "the Python driver ended with wait status " + std::to_string(status);
+}
+
+struct FolderStatus {
+  std::string state;  // empty when status.json cannot be read
+  std::string error;
+};
+
+FolderStatus folderStatus(const std::filesystem::path& dir) {
+  std::ifstream in(dir / std::string(results::kStatusFile));
+  if (!in) return {};
+  try {
+    const Json j = Json::parse(in);
+    return {j.value("state", ""), j.value("error", "")};
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// The summary row from the folder's metrics.jsonl: the last record's numbers and the best accuracy.
+void summarize(const std::filesystem::path& dir, RunSummary& s) {
+  std::ifstream in(dir / std::string(results::kMetricsFile));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    Json r;
+    try {
+      r = Json::parse(line);
+    } catch (const std::exception& x) {
+      TERSE_THROW(InvalidArgument, (dir / std::string(results::kMetricsFile)).string()
+                                       << ": record " << s.records + 1 << " is not JSON: " << x.what());
+    }
+    ++s.records;
+    s.steps = r.value("step", int64_t{0});
+    s.final_accuracy = r.value("test_accuracy", 0.0);
+    s.best_accuracy = std::max(s.best_accuracy, s.final_accuracy);
+    s.final_test_loss = r.value("test_loss", 0.0);
+    s.wire_bytes_per_worker = r.value("wire_bytes_per_worker", uint64_t{0});
+    s.payload_bytes_per_worker = r.value("payload_bytes_per_worker", uint64_t{0});
+    s.wall_s = r.value("wall_s", 0.0);
+  }
+}
+
+}  // namespace
+
+RunSummary Runner::runPyTorch(const Experiment& e) {
+  const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
+  const std::string folder = experiments::resultsSubfolder(e);
+  const bool multi_process = e.transport() == Experiment::TCP;
+  const bool rank0 =
+      !multi_process || std::getenv("TERSE_RANK") == nullptr || std::string(std::getenv("TERSE_RANK")) == "0";
+  primary_ = primary_ && rank0;
+
+  // Rank 0 owns the folder (as the native multi-process runner: the other ranks write nothing).
+  std::optional<results::ResultWriter> writer;
+  RunSummary summary;
+  summary.study = e.study();
+  summary.variant = e.variant();
+  if (rank0) {
+    writer.emplace(root, e.study(), folder);
+    writer->writeConfig(experiments::toText(e));
+    summary.dir = writer->dir();
+  }
+  // The resolved experiment, for the driver: beside the folder on rank 0, in the temporary directory on the others.
+  const std::filesystem::path spec =
+      rank0 ? writer->dir() / ".pytorch-experiment.textproto"
+            : std::filesystem::temp_directory_path() / ("terse-pytorch-" + std::to_string(::getpid()) + ".textproto");
+  try {
+    {
+      std::ofstream out(spec);
+      out << experiments::toText(e);
+      TERSE_CHECK(out.good(), InvalidArgument, "cannot write " << spec.string());
+    }
+    std::vector<std::string> argv{pythonExecutable(), "-m",       "terse.train", spec.string(), "--out",
+                                  root.string(),      "--folder", folder};
+    for (const SearchDir& d : options_.loader->searchDirs()) {
+      if (d.exists) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
+    }
+    const int status = runChild(argv, pythonPath());
+    std::error_code ignored;
+    std::filesystem::remove(spec, ignored);
+    if (!rank0) {
+      TERSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, InvalidArgument,
+                  "variant '" << e.variant() << "' of study '" << e.study() << "': " << describeExit(status));
+      return summary;
+    }
+    writer->recount();
+    const FolderStatus left = folderStatus(writer->dir());
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      // The driver's own reason when it wrote one (its logger marks the run failed with the exception's text).
+      throw std::runtime_error(left.state == results::kStateFailed && !left.error.empty()
+                                   ? left.error + " (" + describeExit(status) + ")"
+                                   : describeExit(status));
+    }
+    TERSE_CHECK(
+        left.state == results::kStateCompleted, InvalidArgument,
+        "the Python driver exited with 0 but left the run " << (left.state.empty() ? "without a status" : left.state));
+    summarize(writer->dir(), summary);
+    writer->markCompleted();
+    return summary;
+  } catch (const RunFailed&) {
+    throw;
+  } catch (const std::exception& x) {
+    std::error_code ignored;
+    std::filesystem::remove(spec, ignored);
+    if (!writer) throw;
+    writer->recount();
+    writer->markFailed(x.what());
+    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
+                        writer->dir().string() + "): " + x.what(),
+                    writer->dir());
+  }
+}
+
+}  // namespace terse::runner
