@@ -155,6 +155,36 @@ TEST(ResolvedParams, PluginsWithoutTheEntryPointStillLoadAndReportNothing) {
   EXPECT_EQ(sched->resolvedParams(), std::nullopt);
 }
 
+// ---- Build info (terse/build_info_v1.h, optional): SDK plugins say whether they were compiled with optimisation, so
+// `terse plugins show` can name one built at -O0; plugins in C (good_c, fake_sched) say nothing and load as before.
+
+TEST(BuildInfo, SdkPluginsSayWhetherTheyWereOptimised) {
+  const auto unoptimised = CompressorPlugin::open(TERSE_TEST_UNOPTIMISED_PLUGIN);
+  EXPECT_EQ(unoptimised->info().name, "test_lossy");
+  EXPECT_EQ(unoptimised->info().optimized, std::optional<bool>(false));
+  PluginLoader loader(std::vector<std::string>{TERSE_TEST_PLUGIN_DIR});
+  // The test plugins are built with the build type's flags, as the built-ins are.
+  const std::optional<bool> expected(TERSE_TEST_BUILTINS_OPTIMISED != 0);
+  EXPECT_EQ(loader.loadCompressor("test_lossy")->info().optimized, expected);
+  EXPECT_EQ(loader.loadScheduler("test_fifo")->info().optimized, expected);
+}
+
+TEST(BuildInfo, PluginsWithoutItLoadAndSayNothing) {
+  auto loader = fixtureLoader();
+  EXPECT_EQ(loader.loadCompressor("good_c")->info().optimized, std::nullopt);
+  EXPECT_EQ(loader.loadScheduler("fake_sched")->info().optimized, std::nullopt);
+}
+
+TEST(BuildInfo, TooSmallIsUnknownAndTheFlagsAreNotRead) {
+  test::LogCapture log;
+  auto plugin = fixtureLoader().loadCompressor("bad_build_info");
+  // Its flags say optimised, beyond the 4 bytes it declares.
+  EXPECT_EQ(plugin->info().optimized, std::nullopt);
+  EXPECT_TRUE(contains(log.text(), {"warn", "terse_compressor_bad_build_info.so", "terse_compressor_build_info_v1",
+                                    "struct_size 4", "unknown"}));
+  EXPECT_EQ(plugin->instantiate({})->caps(DType::kF32).num_rounds, 1);
+}
+
 TEST(LoadByName, FromTersePluginPathEnvironment) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/dir:" + kFixtureDir.string());
   PluginLoader loader;
