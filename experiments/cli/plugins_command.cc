@@ -25,8 +25,8 @@ constexpr std::string_view kPluginsUsage =
     "  show   everything known about one plugin: path, ABI, version, description, caps per dtype\n"
     "  check  run the conformance suite on one compressor plugin\n"
     "\n"
-    "Plugins are searched in: --plugin-path directories, TERSE_PLUGIN_PATH (colon-separated), the build tree,\n"
-    "then <prefix>/lib/terse/plugins of this installation. The first file with a name wins.\n";
+    "Plugins are searched in: --plugin-path directories, TERSE_PLUGIN_PATH (colon-separated), this installation's\n"
+    "<prefix>/lib/terse/plugins, then the build tree. The first file with a name wins.\n";
 
 constexpr std::string_view kListUsage = "usage: terse plugins list [--plugin-path DIR[:DIR...]]...\n";
 constexpr std::string_view kShowUsage =

@@ -1,4 +1,4 @@
-# Run by ctest (see CMakeLists.txt) with CASE=template or CASE=builtin. Fails with the step and its output on any
+# Run by ctest (see CMakeLists.txt) with CASE=template, builtin or python. Fails with the step and its output on any
 # error.
 cmake_minimum_required(VERSION 3.25)
 
@@ -10,6 +10,16 @@ function(run_step what)
   set(step_output "${out}${err}" PARENT_SCOPE)
 endfunction()
 
+if(CASE STREQUAL "python")
+  # The installed package is run from outside the build tree, so that nothing of the tree is found by accident: a
+  # fresh folder under the temporary directory holds the prefix and is the working directory.
+  set(tmp "/tmp")
+  if(DEFINED ENV{TMPDIR} AND IS_DIRECTORY "$ENV{TMPDIR}")
+    set(tmp "$ENV{TMPDIR}")
+  endif()
+  string(RANDOM LENGTH 10 suffix)
+  set(WORK_DIR "${tmp}/terse-install-python-${suffix}")
+endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 
@@ -96,6 +106,36 @@ elseif(CASE STREQUAL "builtin")
     message(FATAL_ERROR "terse plugins check should not call the copied topk unoptimised:\n${step_output}")
   endif()
   message(STATUS "the copied topk passes the conformance suite:\n${step_output}")
+elseif(CASE STREQUAL "python")
+  # The installed Python package finds the plugins of its own prefix, with the build tree still in place: the
+  # extension terse._terse runs inside python3, whose executable says nothing of where terse is installed. A test
+  # plugin copied into the prefix's plugin folder, and only there, tells that folder from the build tree's.
+  set(plugin_dir "${prefix}/${PLUGIN_SUBDIR}")
+  file(COPY "${EXTRA_PLUGIN}" DESTINATION "${plugin_dir}")
+  get_filename_component(extra_file "${EXTRA_PLUGIN}" NAME)
+  string(REGEX REPLACE "^terse_compressor_(.*)\\.so$" "\\1" extra_name "${extra_file}")
+  # A config is validated whole, every compressor it names loaded: one config per compressor.
+  foreach(pair "extra;${extra_name}" "builtin;topk" "missing;no_such_plugin")
+    list(GET pair 0 what)
+    list(GET pair 1 compressor)
+    file(WRITE "${WORK_DIR}/${what}.textproto"
+         "study: \"installed\"\nworkload { name: \"mlp\" hidden_sizes: [8] }\n"
+         "data { dataset_dir: \"/nonexistent\" batch_size: 8 }\noptimizer { lr: 0.1 }\n"
+         "workers: 2\nmode: SYNC\ntransport: INPROC\nepochs: 1\nseed: 1\ncompressor { name: \"${compressor}\" }\n")
+  endforeach()
+  run_step("the installed package, from ${WORK_DIR}"
+           ${CMAKE_COMMAND} -E chdir "${WORK_DIR}"
+           ${CMAKE_COMMAND} -E env --unset=PYTHONHOME "PYTHONPATH=${prefix}/${PYTHON_PACKAGE_DIR}" TERSE_PLUGIN_PATH=
+           "${PYTHON}" -s "${TERSE_SOURCE_DIR}/tests/install/installed_package.py" "${prefix}" "${WORK_DIR}")
+  message(STATUS "${step_output}")
+  file(REAL_PATH "${plugin_dir}" plugin_dir)  # as the loader names it, links resolved
+  string(FIND "${step_output}" "${plugin_dir} (install)" at_install)
+  string(FIND "${step_output}" "(build tree)" at_build_tree)
+  if(at_install LESS 0 OR at_build_tree LESS 0 OR at_install GREATER at_build_tree)
+    message(FATAL_ERROR "the installed package should search ${plugin_dir} (install) before the build tree:\n"
+                        "${step_output}")
+  endif()
+  file(REMOVE_RECURSE "${WORK_DIR}")
 else()
-  message(FATAL_ERROR "CASE must be template or builtin, got '${CASE}'")
+  message(FATAL_ERROR "CASE must be template, builtin or python, got '${CASE}'")
 endif()

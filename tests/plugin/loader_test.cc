@@ -100,6 +100,43 @@ TEST(SearchDirs, OrderIsPluginPathEnvInstallBuildTree) {
   }
 }
 
+// An extension module (terse._terse) finds the plugins of the installation it belongs to from its own file, not from
+// python3's executable: the nearest of its folder and 4 parents that holds the plugin subdirectory.
+TEST(SearchDirs, InstallPluginDirOfAModuleIsTheNearestPrefixWithPlugins) {
+  const fs::path root = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "plugin" / "install_dir_of";
+  fs::remove_all(root);
+  const fs::path subdir = "lib/terse/plugins";
+  fs::create_directories(root);
+  const fs::path prefix = fs::canonical(root) / "prefix";  // the answers are links resolved
+  const fs::path package = prefix / "lib/python3.11/dist-packages/terse";
+  fs::create_directories(package);
+  const fs::path module = package / "_terse.cpython-311-x86_64-linux-gnu.so";
+  std::ofstream(module).put('\0');
+  EXPECT_EQ(PluginLoader::installPluginDirOf(module, subdir), std::nullopt);  // no plugin folder anywhere yet
+
+  fs::create_directories(prefix / subdir);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(module, subdir), prefix / subdir);
+  // Debian's layout for /usr, one level less deep; and a link to the module finds the module's installation.
+  const fs::path usr_package = prefix / "lib/python3/dist-packages/terse";
+  fs::create_directories(usr_package);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(usr_package / "_terse.so", subdir), prefix / subdir);
+  const fs::path elsewhere = root / "elsewhere";
+  fs::create_directories(elsewhere);
+  fs::create_symlink(module, elsewhere / "_terse.so");
+  EXPECT_EQ(PluginLoader::installPluginDirOf(elsewhere / "_terse.so", subdir), prefix / subdir);
+
+  // The nearest wins: a plugin folder of a tree inside the prefix comes before the prefix's own.
+  fs::create_directories(prefix / "lib/python3.11" / subdir);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(module, subdir), prefix / "lib/python3.11" / subdir);
+  fs::remove_all(prefix / "lib/python3.11" / subdir);
+
+  // Never further up than a package's depth below its prefix: an installation above it is not this module's.
+  const fs::path deep = prefix / "lib/python3.11/dist-packages/terse/sub/deeper";
+  fs::create_directories(deep);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(deep / "_terse.so", subdir), std::nullopt);
+  fs::remove_all(root);
+}
+
 TEST(SearchDirs, ADirectoryListedTwiceIsSearchedOnceAtItsFirstPlace) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", kBuildPluginDir.string());
   PluginLoader loader(std::vector<fs::path>{kBuildPluginDir, kBuildPluginDir / "."});
