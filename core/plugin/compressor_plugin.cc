@@ -487,6 +487,7 @@ std::shared_ptr<const CompressorPlugin> CompressorPlugin::open(const std::filesy
     impl->api = row.adapt(symbol, prefix);
     impl->info.path = file;
     impl->resolved_params = detail::resolvedParamsEntry(*lib, PluginKind::kCompressor);
+    impl->info.optimized = detail::builtOptimized(*lib, PluginKind::kCompressor);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kCompressor;
     impl->info.name = impl->api.name;

@@ -1,5 +1,8 @@
 #include "core/plugin/loader.h"
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -43,6 +46,19 @@ std::optional<fs::path> installPluginDir() {
 #else
   return std::nullopt;
 #endif
+}
+
+// The file of the shared object this loader was linked into, when that is not the main program: the Python extension
+// terse._terse, loaded into python3, whose own installation holds the plugins it was installed with. nullopt in the
+// main program (`terse`, the tests), whose directory installPluginDir() covers.
+std::optional<fs::path> loaderObjectFile() {
+  Dl_info info{};
+  void* extra = nullptr;
+  if (dladdr1(reinterpret_cast<void*>(&loaderObjectFile), &info, &extra, RTLD_DL_LINKMAP) == 0) return std::nullopt;
+  // The main program's link map has an empty name (dli_fname is then argv[0], which need not be a path).
+  const auto* map = static_cast<const link_map*>(extra);
+  if (map == nullptr || map->l_name == nullptr || map->l_name[0] == '\0') return std::nullopt;
+  return fs::path(map->l_name);
 }
 
 std::string describeDirs(const std::vector<SearchDir>& dirs) {
@@ -143,17 +159,25 @@ std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::pat
   if (const char* env = std::getenv("TERSE_PLUGIN_PATH")) {
     for (const auto& d : splitPathList(env)) dirs.push_back({fs::absolute(d), std::string(kOriginEnv)});
   }
-  // The running executable's own plugins come before the build tree's: an installed terse uses the plugins installed
-  // with it, not those of the tree it was built in (which may be newer, older or gone). For a binary of the build
-  // tree the two are one folder, searched once, as the build tree. The build tree stays last for programs that are
-  // not terse's own (python3 running the bindings finds no plugins beside its executable).
-  const auto own = installPluginDir();
+  // An installation's own plugins come before the build tree's: an installed terse uses the plugins installed with it,
+  // not those of the tree it was built in (which may be newer, older or gone). Its own are found from the file that
+  // holds this code: the Python extension's installation first when the loader runs inside one (python3's executable
+  // says nothing of where terse is installed), then the running executable's. For a file of the build tree its folder
+  // is the build tree's, searched once, as the build tree.
+  std::vector<fs::path> own;
+#ifdef TERSE_PLUGIN_SUBDIR
+  if (const auto object = loaderObjectFile()) {
+    if (auto d = installPluginDirOf(*object, TERSE_PLUGIN_SUBDIR)) own.push_back(std::move(*d));
+  }
+#endif
+  if (auto d = installPluginDir()) own.push_back(std::move(*d));
 #ifdef TERSE_BUILD_PLUGIN_DIR
   const fs::path build(TERSE_BUILD_PLUGIN_DIR);
-  if (own && identity(*own) != identity(build)) dirs.push_back({*own, std::string(kOriginInstall)});
+  for (auto& d : own)
+    if (identity(d) != identity(build)) dirs.push_back({std::move(d), std::string(kOriginInstall)});
   dirs.push_back({build, std::string(kOriginBuildTree)});
 #else
-  if (own) dirs.push_back({*own, std::string(kOriginInstall)});
+  for (auto& d : own) dirs.push_back({std::move(d), std::string(kOriginInstall)});
 #endif
 
   std::vector<SearchDir> unique;
@@ -164,6 +188,21 @@ std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::pat
     unique.push_back(std::move(d));
   }
   return unique;
+}
+
+std::optional<fs::path> PluginLoader::installPluginDirOf(const fs::path& object_file, const fs::path& plugin_subdir) {
+  // The object's real place: a link to an installed extension still finds the installation it belongs to.
+  std::error_code ec;
+  fs::path file = fs::weakly_canonical(object_file, ec);
+  if (ec) file = object_file.lexically_normal();
+  fs::path dir = fs::absolute(file, ec).parent_path();
+  if (ec) return std::nullopt;
+  for (int up = 0; up <= kMaxInstallDepth; ++up) {
+    if (isDirectory(dir / plugin_subdir)) return (dir / plugin_subdir).lexically_normal();
+    if (!dir.has_relative_path()) break;  // the root
+    dir = dir.parent_path();
+  }
+  return std::nullopt;
 }
 
 PluginLoader::PluginLoader() : PluginLoader(std::vector<fs::path>{}) {}

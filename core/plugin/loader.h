@@ -81,10 +81,13 @@ class PluginRegistry {
 
 class PluginLoader {
  public:
-  // Search order for a name: the --plugin-path entries, TERSE_PLUGIN_PATH (read now, colon-separated), the build
-  // tree's plugin directory, then <dir of the running executable>/../<plugin subdir> (so an installed tree can be
-  // moved). Empty entries are skipped rather than meaning "the current directory" as in PATH: a plugin must never be
-  // picked up from wherever the user happens to stand. A directory listed twice is searched once, at its first place.
+  // Search order for a name: the --plugin-path entries, TERSE_PLUGIN_PATH (read now, colon-separated), the plugins of
+  // the installation this code belongs to (origin "install"), then the build tree's plugin directory. The
+  // installation's are, when the loader is linked into a shared object that python3 or another program loaded (the
+  // extension terse._terse), installPluginDirOf(that object), then <dir of the running executable>/../<plugin subdir>
+  // (both relative to a file, so an installed tree can be moved). Empty entries are skipped rather than meaning "the
+  // current directory" as in PATH: a plugin must never be picked up from wherever the user happens to stand. A
+  // directory listed twice is searched once, at its first place.
   PluginLoader();
   // Each argument may hold several directories separated by ':' (as --plugin-path a:b or repeated --plugin-path).
   explicit PluginLoader(const std::vector<std::string>& plugin_path_args);
@@ -94,6 +97,17 @@ class PluginLoader {
   static PluginLoader withSearchDirs(std::vector<SearchDir> dirs);
   // The search list the constructors build for `plugin_dirs` (--plugin-path), with `exists` filled.
   static std::vector<SearchDir> defaultSearchDirs(const std::vector<std::filesystem::path>& plugin_dirs);
+  // The plugin directory of the installation that holds `object_file` (a shared object: the Python extension
+  // terse._terse): <dir>/<plugin_subdir> for the nearest of the file's directory and its kMaxInstallDepth parents
+  // where that is a directory, after resolving links; nullopt when there is none. An extension installed at
+  // <prefix>/lib/python3.11/dist-packages/terse/ finds <prefix>/lib/terse/plugins four levels up. Looking for the
+  // folder rather than stripping the configured package path off the file's directory keeps this room free of the
+  // Python package's settings, and works for any place the package is installed to at that depth or less; the
+  // nearest wins, and the walk stops at that depth, so an installation above the prefix is never taken for its own.
+  static std::optional<std::filesystem::path> installPluginDirOf(const std::filesystem::path& object_file,
+                                                                 const std::filesystem::path& plugin_subdir);
+  // <prefix>/lib/python3.X/{dist,site}-packages/terse: the deepest place the package is installed to, below its prefix.
+  static constexpr int kMaxInstallDepth = 4;
   // Splits colon-separated --plugin-path arguments into directories, skipping empty entries.
   static std::vector<std::filesystem::path> splitPathList(std::string_view list);
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,10 @@ struct PluginInfo {
   std::string origin;
   // Files with the same name later in the search order that were NOT loaded (first match wins).
   std::vector<std::filesystem::path> shadowed;
+  // Whether the plugin was compiled with optimisation, as its optional terse_<kind>_build_info_v1 says
+  // (terse/build_info_v1.h); nullopt when the file does not export it (C plugins, plugins built before it existed).
+  // A plugin at -O0 runs several times slower, which would pass for a property of its method in a benchmark.
+  std::optional<bool> optimized;
 };
 
 // Plugin names are [a-z0-9_]+: they become file names (terse_compressor_<name>.so), so anything else (a '/', "..")

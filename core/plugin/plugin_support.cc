@@ -204,6 +204,25 @@ terse_resolved_params_fn_v1 resolvedParamsEntry(const SharedLibrary& lib, Plugin
   return reinterpret_cast<terse_resolved_params_fn_v1>(const_cast<void*>(symbol));
 }
 
+std::optional<bool> builtOptimized(const SharedLibrary& lib, PluginKind kind) {
+  const char* name =
+      kind == PluginKind::kCompressor ? TERSE_COMPRESSOR_BUILD_INFO_V1_SYMBOL : TERSE_SCHEDULER_BUILD_INFO_V1_SYMBOL;
+  const void* symbol = lib.symbol(name);
+  if (symbol == nullptr) return std::nullopt;
+  // struct_size first: the flags may only be read once it says they are there.
+  uint32_t struct_size = 0;
+  std::memcpy(&struct_size, symbol, sizeof struct_size);
+  if (struct_size < sizeof(terse_build_info_v1)) {
+    TERSE_LOG(LogLevel::kWarn, pluginKindName(kind) << " plugin " << lib.path().string() << ": " << name
+                                                    << " has struct_size " << struct_size << ", v1 needs "
+                                                    << sizeof(terse_build_info_v1) << "; how it was built is unknown");
+    return std::nullopt;
+  }
+  terse_build_info_v1 info;
+  std::memcpy(&info, symbol, sizeof info);
+  return (info.flags & TERSE_BUILD_OPTIMIZED) != 0;
+}
+
 std::optional<Params> queryResolvedParams(terse_resolved_params_fn_v1 entry, void* ctx, const std::string& label) {
   if (entry == nullptr) return std::nullopt;
   const terse_param_v1* table = nullptr;

@@ -17,6 +17,7 @@
 #include "core/common/error.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/plugin_info.h"
+#include "terse/build_info_v1.h"
 #include "terse/resolved_params_v1.h"
 #include "terse/types_v1.h"
 
@@ -133,6 +134,11 @@ std::vector<terse_param_v1> toAbiParams(const Params& params, const std::string&
 // The optional entry point terse_<kind>_resolved_params_v1 of `lib` (terse/resolved_params_v1.h); nullptr when the
 // file does not export it (every plugin built before it existed, and C plugins that leave it out).
 terse_resolved_params_fn_v1 resolvedParamsEntry(const SharedLibrary& lib, PluginKind kind);
+
+// What the optional terse_<kind>_build_info_v1 of `lib` (terse/build_info_v1.h) says of optimisation; nullopt when
+// the file does not export it, or exports one too small to hold the flags (logged as a warning: the plugin still
+// loads, since the symbol only informs).
+std::optional<bool> builtOptimized(const SharedLibrary& lib, PluginKind kind);
 
 // The parameters the instance `ctx` resolved, defaults included, through `entry`; nullopt when `entry` is nullptr.
 // A failed call or a malformed answer (a NULL table or string, a repeated key) is logged as a warning and also gives

@@ -474,6 +474,7 @@ std::shared_ptr<const SchedulerPlugin> SchedulerPlugin::open(const std::filesyst
     auto impl = std::make_unique<Impl>();
     impl->api = row.adapt(symbol, prefix);
     impl->resolved_params = detail::resolvedParamsEntry(*lib, PluginKind::kScheduler);
+    impl->info.optimized = detail::builtOptimized(*lib, PluginKind::kScheduler);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kScheduler;
     impl->info.name = impl->api.name;

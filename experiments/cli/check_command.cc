@@ -181,6 +181,9 @@ int checkCommand(const std::vector<std::string>& args) {
             << "  parameters: " << paramText(params) << ", seed " << opts.seed << ", max relative error "
             << (opts.max_rel_error ? fixed(*opts.max_rel_error, 4) : std::string("not given")) << ", unbiased "
             << (opts.claims_unbiased ? "claimed" : "not claimed") << "\n";
+  // The checks hold at any optimisation level, but a user about to time the plugin should hear it was built at -O0.
+  if (const auto& optimized = plugin->info().optimized; optimized && !*optimized)
+    std::cout << "  build: " << kNotOptimisedText << "\n";
   // Host output stays as it always was; the device mode says where the buffers are (instantiate names the device).
   if (opts.device == TERSE_DEVICE_CUDA) std::cout << "  buffers on CUDA device " << opts.device_index << "\n";
   std::size_t width = 0;

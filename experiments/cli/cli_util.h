@@ -21,6 +21,12 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// What `terse plugins show` and `terse plugins check` say of a plugin compiled without optimisation
+// (PluginInfo::optimized): a benchmark of it measures the build, not the method.
+inline constexpr std::string_view kNotOptimisedText =
+    "NOT optimised: compiled at -O0, its loops run several times slower than an optimised build's; rebuild it with "
+    "-DCMAKE_BUILD_TYPE=Release";
+
 // An exception's message without the "[core/plugin/x.cc:123] " locations that terse errors carry: they help a
 // developer reading a log, not a user reading `terse plugins show`.
 std::string userMessage(std::string_view what);

@@ -25,8 +25,8 @@ constexpr std::string_view kPluginsUsage =
     "  show   everything known about one plugin: path, ABI, version, description, caps per dtype\n"
     "  check  run the conformance suite on one compressor plugin\n"
     "\n"
-    "Plugins are searched in: --plugin-path directories, TERSE_PLUGIN_PATH (colon-separated), the build tree,\n"
-    "then <prefix>/lib/terse/plugins of this installation. The first file with a name wins.\n";
+    "Plugins are searched in: --plugin-path directories, TERSE_PLUGIN_PATH (colon-separated), this installation's\n"
+    "<prefix>/lib/terse/plugins, then the build tree. The first file with a name wins.\n";
 
 constexpr std::string_view kListUsage = "usage: terse plugins list [--plugin-path DIR[:DIR...]]...\n";
 constexpr std::string_view kShowUsage =
@@ -168,12 +168,21 @@ Params parseParams(const std::vector<std::string>& raw) {
   return params;
 }
 
+std::string buildText(const PluginInfo& info) {
+  if (!info.optimized) {
+    return "not reported (the file exports no terse_" + std::string(pluginKindName(info.kind)) +
+           "_build_info_v1: a plugin in C, or built before terse reported it)";
+  }
+  return *info.optimized ? "optimised" : std::string(kNotOptimisedText);
+}
+
 void printInfo(std::ostream& out, const PluginInfo& info, const Params& params) {
   out << pluginKindName(info.kind) << " " << info.name << '\n'
       << "  path:         " << info.path.string() << '\n'
       << "  found:        " << (info.origin == kOriginPath ? "given as a path" : "in " + info.origin) << '\n'
       << "  ABI:          " << abiName(info.abi_version) << '\n'
       << "  version:      " << (info.version.empty() ? "(none)" : info.version) << '\n'
+      << "  build:        " << buildText(info) << '\n'
       << "  description:  " << (info.description.empty() ? "(none)" : info.description) << '\n';
   for (const auto& s : info.shadowed) out << "  shadows:      " << s.string() << '\n';
   if (!params.empty()) {

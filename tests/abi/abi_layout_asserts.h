@@ -3,6 +3,7 @@
  * The ABI is defined for LP64 platforms (64-bit Linux), which the first assertion states. */
 #include <stddef.h>
 
+#include "terse/build_info_v1.h"
 #include "terse/compressor_v1.h"
 #include "terse/scheduler_v1.h"
 
@@ -135,3 +136,9 @@ TERSE_AT(terse_scheduler_v1, enqueue, 64);
 TERSE_AT(terse_scheduler_v1, next, 72);
 TERSE_AT(terse_scheduler_v1, on_complete, 80);
 TERSE_LOCK(sizeof(terse_scheduler_v1) == 88);
+
+/* build_info_v1.h (optional symbol) */
+TERSE_AT(terse_build_info_v1, struct_size, 0);
+TERSE_AT(terse_build_info_v1, flags, 4);
+TERSE_LOCK(sizeof(terse_build_info_v1) == 8);
+TERSE_LOCK(TERSE_BUILD_OPTIMIZED == 1 && TERSE_BUILD_ALL_V1 == 1);

@@ -1,4 +1,4 @@
-# Run by ctest (see CMakeLists.txt) with CASE=template or CASE=builtin. Fails with the step and its output on any
+# Run by ctest (see CMakeLists.txt) with CASE=template, builtin or python. Fails with the step and its output on any
 # error.
 cmake_minimum_required(VERSION 3.25)
 
@@ -10,6 +10,16 @@ function(run_step what)
   set(step_output "${out}${err}" PARENT_SCOPE)
 endfunction()
 
+if(CASE STREQUAL "python")
+  # The installed package is run from outside the build tree, so that nothing of the tree is found by accident: a
+  # fresh folder under the temporary directory holds the prefix and is the working directory.
+  set(tmp "/tmp")
+  if(DEFINED ENV{TMPDIR} AND IS_DIRECTORY "$ENV{TMPDIR}")
+    set(tmp "$ENV{TMPDIR}")
+  endif()
+  string(RANDOM LENGTH 10 suffix)
+  set(WORK_DIR "${tmp}/terse-install-python-${suffix}")
+endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 
@@ -23,9 +33,11 @@ foreach(f include/terse/compressor_v1.h include/terse/scheduler_v1.h include/ter
 endforeach()
 
 # A consumer project built from nothing but the installed prefix; further arguments go to its configure step.
+# configure_output: what its configure step printed.
 function(build_consumer name src_dir)
   run_step("configure ${name}" ${CMAKE_COMMAND} -S "${src_dir}" -B "${WORK_DIR}/${name}-build" -G "${GENERATOR}"
            -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} ${ARGN})
+  set(configure_output "${step_output}" PARENT_SCOPE)
   run_step("build ${name}" ${CMAKE_COMMAND} --build "${WORK_DIR}/${name}-build")
 endfunction()
 
@@ -38,6 +50,7 @@ function(expect_loads plugin_file name)
     message(FATAL_ERROR "terse plugins show did not report '${name}':\n${step_output}")
   endif()
   message(STATUS "${name} loads:\n${step_output}")
+  set(step_output "${step_output}" PARENT_SCOPE)
 endfunction()
 
 if(CASE STREQUAL "template")
@@ -49,6 +62,15 @@ if(CASE STREQUAL "template")
     message(FATAL_ERROR "the template should default to an optimised build, got '${build_type}'")
   endif()
   expect_loads("${WORK_DIR}/template-build/terse_compressor_my_int8.so" "my_int8")
+  if(NOT step_output MATCHES "build: +optimised")
+    message(FATAL_ERROR "terse plugins show should report the Release template as optimised:\n${step_output}")
+  endif()
+  # A Debug build asked for stays at -O0, and terse says so.
+  build_consumer(template-debug "${WORK_DIR}/template-src" -DCMAKE_BUILD_TYPE=Debug)
+  expect_loads("${WORK_DIR}/template-debug-build/terse_compressor_my_int8.so" "my_int8")
+  if(NOT step_output MATCHES "build: +NOT optimised: compiled at -O0")
+    message(FATAL_ERROR "terse plugins show should report the Debug template as not optimised:\n${step_output}")
+  endif()
   # The installed terse uses the plugins installed with it, ahead of the build tree it came from.
   run_step("installed terse plugins show topk" "${prefix}/bin/terse" plugins show topk)
   if(NOT step_output MATCHES "found: +in install" OR step_output MATCHES "build tree")
@@ -57,18 +79,63 @@ if(CASE STREQUAL "template")
 elseif(CASE STREQUAL "builtin")
   # A built-in as a starting point: compressors/topk copied out of the tree builds from the installed SDK and kit
   # alone (its own CMakeLists.txt uses in-tree helpers, so the copy gets the few lines a researcher writes; the CUDA
-  # line does nothing in this CXX-only project), and the copy passes the conformance suite.
+  # line does nothing in this CXX-only project), and the copy passes the conformance suite. Those lines set no build
+  # type, as a researcher's often do not: terse_add_compressor() then builds the plugin with -O2 and says so.
   file(COPY "${TERSE_SOURCE_DIR}/compressors/topk/" DESTINATION "${WORK_DIR}/topk-src")
   file(WRITE "${WORK_DIR}/topk-src/CMakeLists.txt"
     "cmake_minimum_required(VERSION 3.25)\nproject(topk_copy CXX)\nfind_package(terse REQUIRED)\n"
     "terse_add_compressor(topk SOURCES topk.cc)\n"
     "target_link_libraries(terse_compressor_topk PRIVATE terse::compressor_kit)\n"
     "terse_compressor_cuda_sources(topk topk.cu)\n")
-  build_consumer(topk "${WORK_DIR}/topk-src" -DCMAKE_BUILD_TYPE=Release)
+  build_consumer(topk "${WORK_DIR}/topk-src" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
+  if(NOT configure_output MATCHES "terse_add_compressor\\(topk\\): CMAKE_BUILD_TYPE is not set, so the plugin is built")
+    message(FATAL_ERROR "configuring without a build type should say the plugin gets -O2:\n${configure_output}")
+  endif()
+  file(READ "${WORK_DIR}/topk-build/compile_commands.json" commands)
+  string(REGEX MATCH "\"command\": \"[^\n]*/topk\\.cc\"" command "${commands}")
+  if(NOT command MATCHES " -O2 ")
+    message(FATAL_ERROR "topk.cc should compile with -O2 when no build type is set:\n${commands}")
+  endif()
   set(plugin "${WORK_DIR}/topk-build/terse_compressor_topk.so")
   expect_loads("${plugin}" "topk")
+  if(NOT step_output MATCHES "build: +optimised")
+    message(FATAL_ERROR "terse plugins show should report the copied topk as optimised:\n${step_output}")
+  endif()
   run_step("terse plugins check ${plugin}" "${prefix}/bin/terse" plugins check "${plugin}")
+  if(step_output MATCHES "NOT optimised")
+    message(FATAL_ERROR "terse plugins check should not call the copied topk unoptimised:\n${step_output}")
+  endif()
   message(STATUS "the copied topk passes the conformance suite:\n${step_output}")
+elseif(CASE STREQUAL "python")
+  # The installed Python package finds the plugins of its own prefix, with the build tree still in place: the
+  # extension terse._terse runs inside python3, whose executable says nothing of where terse is installed. A test
+  # plugin copied into the prefix's plugin folder, and only there, tells that folder from the build tree's.
+  set(plugin_dir "${prefix}/${PLUGIN_SUBDIR}")
+  file(COPY "${EXTRA_PLUGIN}" DESTINATION "${plugin_dir}")
+  get_filename_component(extra_file "${EXTRA_PLUGIN}" NAME)
+  string(REGEX REPLACE "^terse_compressor_(.*)\\.so$" "\\1" extra_name "${extra_file}")
+  # A config is validated whole, every compressor it names loaded: one config per compressor.
+  foreach(pair "extra;${extra_name}" "builtin;topk" "missing;no_such_plugin")
+    list(GET pair 0 what)
+    list(GET pair 1 compressor)
+    file(WRITE "${WORK_DIR}/${what}.textproto"
+         "study: \"installed\"\nworkload { name: \"mlp\" hidden_sizes: [8] }\n"
+         "data { dataset_dir: \"/nonexistent\" batch_size: 8 }\noptimizer { lr: 0.1 }\n"
+         "workers: 2\nmode: SYNC\ntransport: INPROC\nepochs: 1\nseed: 1\ncompressor { name: \"${compressor}\" }\n")
+  endforeach()
+  run_step("the installed package, from ${WORK_DIR}"
+           ${CMAKE_COMMAND} -E chdir "${WORK_DIR}"
+           ${CMAKE_COMMAND} -E env --unset=PYTHONHOME "PYTHONPATH=${prefix}/${PYTHON_PACKAGE_DIR}" TERSE_PLUGIN_PATH=
+           "${PYTHON}" -s "${TERSE_SOURCE_DIR}/tests/install/installed_package.py" "${prefix}" "${WORK_DIR}")
+  message(STATUS "${step_output}")
+  file(REAL_PATH "${plugin_dir}" plugin_dir)  # as the loader names it, links resolved
+  string(FIND "${step_output}" "${plugin_dir} (install)" at_install)
+  string(FIND "${step_output}" "(build tree)" at_build_tree)
+  if(at_install LESS 0 OR at_build_tree LESS 0 OR at_install GREATER at_build_tree)
+    message(FATAL_ERROR "the installed package should search ${plugin_dir} (install) before the build tree:\n"
+                        "${step_output}")
+  endif()
+  file(REMOVE_RECURSE "${WORK_DIR}")
 else()
-  message(FATAL_ERROR "CASE must be template or builtin, got '${CASE}'")
+  message(FATAL_ERROR "CASE must be template, builtin or python, got '${CASE}'")
 endif()

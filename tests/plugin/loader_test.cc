@@ -100,6 +100,43 @@ TEST(SearchDirs, OrderIsPluginPathEnvInstallBuildTree) {
   }
 }
 
+// An extension module (terse._terse) finds the plugins of the installation it belongs to from its own file, not from
+// python3's executable: the nearest of its folder and 4 parents that holds the plugin subdirectory.
+TEST(SearchDirs, InstallPluginDirOfAModuleIsTheNearestPrefixWithPlugins) {
+  const fs::path root = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "plugin" / "install_dir_of";
+  fs::remove_all(root);
+  const fs::path subdir = "lib/terse/plugins";
+  fs::create_directories(root);
+  const fs::path prefix = fs::canonical(root) / "prefix";  // the answers are links resolved
+  const fs::path package = prefix / "lib/python3.11/dist-packages/terse";
+  fs::create_directories(package);
+  const fs::path module = package / "_terse.cpython-311-x86_64-linux-gnu.so";
+  std::ofstream(module).put('\0');
+  EXPECT_EQ(PluginLoader::installPluginDirOf(module, subdir), std::nullopt);  // no plugin folder anywhere yet
+
+  fs::create_directories(prefix / subdir);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(module, subdir), prefix / subdir);
+  // Debian's layout for /usr, one level less deep; and a link to the module finds the module's installation.
+  const fs::path usr_package = prefix / "lib/python3/dist-packages/terse";
+  fs::create_directories(usr_package);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(usr_package / "_terse.so", subdir), prefix / subdir);
+  const fs::path elsewhere = root / "elsewhere";
+  fs::create_directories(elsewhere);
+  fs::create_symlink(module, elsewhere / "_terse.so");
+  EXPECT_EQ(PluginLoader::installPluginDirOf(elsewhere / "_terse.so", subdir), prefix / subdir);
+
+  // The nearest wins: a plugin folder of a tree inside the prefix comes before the prefix's own.
+  fs::create_directories(prefix / "lib/python3.11" / subdir);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(module, subdir), prefix / "lib/python3.11" / subdir);
+  fs::remove_all(prefix / "lib/python3.11" / subdir);
+
+  // Never further up than a package's depth below its prefix: an installation above it is not this module's.
+  const fs::path deep = prefix / "lib/python3.11/dist-packages/terse/sub/deeper";
+  fs::create_directories(deep);
+  EXPECT_EQ(PluginLoader::installPluginDirOf(deep / "_terse.so", subdir), std::nullopt);
+  fs::remove_all(root);
+}
+
 TEST(SearchDirs, ADirectoryListedTwiceIsSearchedOnceAtItsFirstPlace) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", kBuildPluginDir.string());
   PluginLoader loader(std::vector<fs::path>{kBuildPluginDir, kBuildPluginDir / "."});
@@ -153,6 +190,36 @@ TEST(ResolvedParams, PluginsWithoutTheEntryPointStillLoadAndReportNothing) {
   EXPECT_EQ(good->caps(DType::kF32).num_rounds, 1);
   auto sched = loader.loadScheduler("fake_sched")->instantiate({});
   EXPECT_EQ(sched->resolvedParams(), std::nullopt);
+}
+
+// ---- Build info (terse/build_info_v1.h, optional): SDK plugins say whether they were compiled with optimisation, so
+// `terse plugins show` can name one built at -O0; plugins in C (good_c, fake_sched) say nothing and load as before.
+
+TEST(BuildInfo, SdkPluginsSayWhetherTheyWereOptimised) {
+  const auto unoptimised = CompressorPlugin::open(TERSE_TEST_UNOPTIMISED_PLUGIN);
+  EXPECT_EQ(unoptimised->info().name, "test_lossy");
+  EXPECT_EQ(unoptimised->info().optimized, std::optional<bool>(false));
+  PluginLoader loader(std::vector<std::string>{TERSE_TEST_PLUGIN_DIR});
+  // The test plugins are built with the build type's flags, as the built-ins are.
+  const std::optional<bool> expected(TERSE_TEST_BUILTINS_OPTIMISED != 0);
+  EXPECT_EQ(loader.loadCompressor("test_lossy")->info().optimized, expected);
+  EXPECT_EQ(loader.loadScheduler("test_fifo")->info().optimized, expected);
+}
+
+TEST(BuildInfo, PluginsWithoutItLoadAndSayNothing) {
+  auto loader = fixtureLoader();
+  EXPECT_EQ(loader.loadCompressor("good_c")->info().optimized, std::nullopt);
+  EXPECT_EQ(loader.loadScheduler("fake_sched")->info().optimized, std::nullopt);
+}
+
+TEST(BuildInfo, TooSmallIsUnknownAndTheFlagsAreNotRead) {
+  test::LogCapture log;
+  auto plugin = fixtureLoader().loadCompressor("bad_build_info");
+  // Its flags say optimised, beyond the 4 bytes it declares.
+  EXPECT_EQ(plugin->info().optimized, std::nullopt);
+  EXPECT_TRUE(contains(log.text(), {"warn", "terse_compressor_bad_build_info.so", "terse_compressor_build_info_v1",
+                                    "struct_size 4", "unknown"}));
+  EXPECT_EQ(plugin->instantiate({})->caps(DType::kF32).num_rounds, 1);
 }
 
 TEST(LoadByName, FromTersePluginPathEnvironment) {

@@ -241,6 +241,18 @@ TEST(SdkCompressorAbi, TableFromTheMacro) {
   EXPECT_NE(t.reduce, nullptr);  // Probe overrides reduce
 }
 
+// The build info describes the file that expanded the macro, this one (compiled at -O0 in optimised builds, see
+// terse_add_test): the loader can only tell a plugin's optimisation from what its own compiler defined.
+TEST(SdkCompressorAbi, BuildInfoFromTheMacroDescribesThisFile) {
+  const terse_build_info_v1& b = probe_plugin::terse_compressor_build_info_v1;
+  EXPECT_EQ(b.struct_size, sizeof(terse_build_info_v1));
+#ifdef __OPTIMIZE__
+  EXPECT_EQ(b.flags, TERSE_BUILD_OPTIMIZED);
+#else
+  EXPECT_EQ(b.flags, 0u);
+#endif
+}
+
 TEST(SdkCompressorAbi, ExceptionsBecomeStatusesWithLoggedMessages) {
   struct Case {
     const char* mode;

@@ -266,10 +266,10 @@ struct CompressorAdapter {
 }  // namespace terse::sdk
 
 // Exports Class as the plugin's struct, terse_compressor_plugin_v1 (constant-initialized, default visibility,
-// C linkage), and the optional terse_compressor_resolved_params_v1 (resolved_params_v1.h: the parameters the
-// constructor read, defaults included). Use once per shared library, at namespace scope. name_ must be a string literal
-// matching [a-z0-9_]+ and equal to the <name> given to terse_add_compressor(). reduce is exported only when Class
-// overrides it.
+// C linkage), the optional terse_compressor_resolved_params_v1 (resolved_params_v1.h: the parameters the constructor
+// read, defaults included) and terse_compressor_build_info_v1 (build_info_v1.h: whether this file was compiled with
+// optimisation). Use once per shared library, at namespace scope. name_ must be a string literal matching [a-z0-9_]+
+// and equal to the <name> given to terse_add_compressor(). reduce is exported only when Class overrides it.
 #define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                                           \
   TERSE_SDK_DETAIL_EXPORT_PLUGIN("TERSE_EXPORT_COMPRESSOR", Compressor, compressor, Class_, name_, description_, \
                                  version_)

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "terse/build_info_v1.h"
 #include "terse/sdk/error.hpp"
 #include "terse/types_v1.h"
 
@@ -310,9 +311,15 @@ terse_status_v1 reportResolvedParams(void* ctx, const terse_param_v1** params, s
     return ::terse::sdk::detail::reportResolvedParams<Context_>(ctx, params, num_params);  \
   }
 
+// The export macros' definition of terse_<kind>_build_info_v1 (symbol_). It is expanded in the plugin's own translation
+// unit, which alone knows how the plugin was compiled (__OPTIMIZE__, read by terse/build_info_v1.h).
+#define TERSE_SDK_DETAIL_EXPORT_BUILD_INFO(symbol_) \
+  TERSE_PLUGIN_V1_EXPORT constinit const terse_build_info_v1 symbol_ = TERSE_BUILD_INFO_V1_INIT;
+
 // The body of TERSE_EXPORT_COMPRESSOR and TERSE_EXPORT_SCHEDULER, one plugin kind apart: Kind_ names the adapter
 // (::terse::sdk::detail::<Kind_>Adapter) and kind_ the C symbols (terse_<kind_>_plugin_v1 of type terse_<kind_>_v1,
-// terse_<kind_>_resolved_params_v1); macro_ is the public macro's name for the static_assert's message.
+// terse_<kind_>_resolved_params_v1, terse_<kind_>_build_info_v1); macro_ is the public macro's name for the
+// static_assert's message.
 #define TERSE_SDK_DETAIL_EXPORT_PLUGIN(macro_, Kind_, kind_, Class_, name_, description_, version_)                \
   static_assert(::terse::sdk::detail::isValidPluginName(name_), macro_ ": the plugin name must match [a-z0-9_]+"); \
   namespace {                                                                                                      \
@@ -325,5 +332,6 @@ terse_status_v1 reportResolvedParams(void* ctx, const terse_param_v1** params, s
   }                                                                                                                \
   TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_##kind_##_resolved_params_v1,                                      \
                                           ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::Context)     \
+  TERSE_SDK_DETAIL_EXPORT_BUILD_INFO(terse_##kind_##_build_info_v1)                                                \
   TERSE_PLUGIN_V1_EXPORT constinit const terse_##kind_##_v1 terse_##kind_##_plugin_v1 =                            \
       ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::table()

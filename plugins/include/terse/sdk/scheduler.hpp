@@ -161,7 +161,7 @@ struct SchedulerAdapter {
 }  // namespace detail
 }  // namespace terse::sdk
 
-// Exports Class as the plugin's struct, terse_scheduler_plugin_v1, and terse_scheduler_resolved_params_v1; the rules of
-// TERSE_EXPORT_COMPRESSOR apply.
+// Exports Class as the plugin's struct, terse_scheduler_plugin_v1, terse_scheduler_resolved_params_v1 and
+// terse_scheduler_build_info_v1; the rules of TERSE_EXPORT_COMPRESSOR apply.
 #define TERSE_EXPORT_SCHEDULER(Class_, name_, description_, version_) \
   TERSE_SDK_DETAIL_EXPORT_PLUGIN("TERSE_EXPORT_SCHEDULER", Scheduler, scheduler, Class_, name_, description_, version_)
