@@ -70,6 +70,21 @@ __all__ = ["CompressionState", "compression_hook", "ResultsLogger"]
 # The states whose worker threads are alive, stopped at interpreter exit (see _stop_workers).
 _live_states = weakref.WeakSet()
 
+# Where a pip-installed package keeps the built-in plugins (experiments/python/pyproject.toml). A wheel's loader has no
+# build tree or install folder to fall back on, so this folder is passed as the last plugin_path entry: after the
+# caller's, and so before TERSE_PLUGIN_PATH. The built-in plugins are then those built with this extension; a plugin of
+# another name on TERSE_PLUGIN_PATH is still found, one of the same name is shadowed (the loader warns), and
+# plugin_path= or a path replaces a built-in. The build tree's package has no such folder: its loader finds the build
+# tree's plugins, as before.
+_PACKAGE_PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
+
+
+def _search_path(plugin_path):
+    dirs = [str(p) for p in plugin_path]
+    if os.path.isdir(_PACKAGE_PLUGINS):
+        dirs.append(_PACKAGE_PLUGINS)
+    return dirs
+
 
 def _invalid(message):
     return _terse.InvalidArgument("terse.torch: " + message)
@@ -120,7 +135,8 @@ class CompressionState:
     overlap              True (default): aggregate on a worker thread, overlapping backward; False: inside the hook
     process_group        the DDP process group (None: the default group)
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
-    plugin_path          directories searched before TERSE_PLUGIN_PATH and the install and build trees
+    plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
+                         and the install and build trees
 
     Raises terse.PluginError, terse.InvalidArgument, terse.Unsupported ... with terse's messages, before any
     collective.
@@ -158,7 +174,7 @@ class CompressionState:
         self._agg = _terse.DdpAggregator(
             compressor=str(compressor), params=merged, error_feedback=error_feedback,
             momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
-            momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=[str(p) for p in plugin_path],
+            momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
             granularity=granularity, group=process_group)
         self.compressor = str(compressor)
         self.params = merged
