@@ -97,10 +97,6 @@ void checkGlove(Checks& c, const Experiment& e) {
 
 // workload pytorch: the model block, and what a DDP run through terse's hook can honour (experiment.proto PyTorch).
 void checkPyTorch(Checks& c, const Experiment& e) {
-  if (!e.workload().has_pytorch()) {
-    c.fail("workload.pytorch") << " must be set for workload pytorch (torchvision: \"resnet18\" or module: a file)";
-    return;
-  }
   const PyTorch& t = e.workload().pytorch();
   if (t.has_torchvision() == t.has_module())
     c.fail("workload.pytorch") << " must name exactly one model: torchvision (a torchvision.models constructor) or "

@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""Step time and bytes of DDP communication hooks on the quickstart MLP (784-256-128-10), batch 64 per worker,
-2 workers (torch.multiprocessing, gloo, CPU, one thread each): DDP's default allreduce, DDP's fp16_compress_hook
-beside terse's fp16, DDP's PowerSGD hook (rank 2, its error feedback and warm start) beside terse's powersgd rank 2
-with terse's error feedback.
+"""Step time and bytes of DDP communication hooks, DDP's own beside terse's, on the quickstart MLP (784-256-128-10,
+0.24M parameters) or a CNN of 4M parameters (--model cnn), batch 64 per worker, 2 workers (torch.multiprocessing,
+gloo, CPU, one thread each).
+
+Rows: DDP's default allreduce and terse's `none`; DDP's fp16_compress_hook and terse's fp16; DDP's PowerSGD hook
+(rank 2, its error feedback and warm start) and terse's powersgd rank 2 with terse's error feedback. terse's hooks run
+twice, overlapping backward (the default) and inside the hook (overlap=False), to show what the overlap hides.
 
 Every configuration runs in the same two processes, one after another, from the same initial parameters on the same
 batches; each is timed over --steps steps after --warmup untimed ones (DDP's PowerSGD starts compressing at step 2),
-and the table gives the median step time of rank 0 (forward, backward with the hook, optimizer step), with the
-interquartile range. Bytes are per worker per step: for terse's hooks, what its communicator handed to
-torch.distributed (payload, and wire bytes sent under the ring model of experiments/python/torch_communicator.h);
-for DDP's built-ins, the same ring model applied to the tensors their documented algorithms allreduce (dense: the
-f32 gradients; fp16: half of that; PowerSGD: P and Q of each compressed matrix, the rest uncompressed).
+and rounds interleave the configurations so that a change in the host's load hits all of them. The table gives rank
+0's median step time (forward, backward with the hook, optimizer step) with its interquartile range, the median of
+backward alone (DDP waits for every hook's Future inside it), and for terse's hooks the time backward waited for the
+hook per step (state.times()["exposed_s"]: with overlap, from DDP's hand-over of its last bucket to that bucket's
+completion). Bytes are per worker per step: for terse's hooks, what its communicator handed to torch.distributed
+(payload, and wire bytes sent under the ring model of experiments/python/torch_communicator.h); for DDP's, the same
+ring model applied to the tensors their documented algorithms allreduce.
 
-    PYTHONPATH=build-cpu/python python3 experiments/pytorch/bench_ddp_hooks.py [--steps 300] [--rounds 2]
+--one-bucket puts the whole model in one DDP bucket (bucket_cap_mb large): DDP's PowerSGD hook aborts in gloo with
+several buckets on torch 1.13 (CPU), so compare PowerSGD with it.
+
+    PYTHONPATH=build/python python3 experiments/pytorch/bench_ddp_hooks.py [--model cnn] [--steps 300] [--rounds 2]
 """
 
 import argparse
@@ -35,9 +43,15 @@ WORLD = 2
 BATCH = 64
 
 
-def mlp():
+def build(name):
     torch.manual_seed(1)
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    # 28x28 -> two 3x3 convolutions -> 2x2 pooling -> 64 x 12 x 12 -> 432 -> 10: 3.99M parameters, most of them in
+    # the first fully-connected layer, as in the classic MNIST CNNs.
+    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 12 * 12, 432), nn.ReLU(), nn.Linear(432, 10))
 
 
 def ring_sent(nbytes):
@@ -58,65 +72,79 @@ def ddp_powersgd_bytes(model, rank_r, min_rate=2):
 
 
 def terse_hook(compressor, **kwargs):
-    return terse.torch.CompressionState(compressor, **kwargs), terse.torch.compression_hook
+    return lambda m: (terse.torch.CompressionState(compressor, module=m, **kwargs), terse.torch.compression_hook)
 
 
 def configs(model):
+    """(name, hook factory or None, DDP's bytes per step or None when terse counts them)."""
     dense = 4 * sum(p.numel() for p in model.parameters())
-    return [
-        ("ddp-allreduce", None, lambda m: ring_sent(dense), dense),
-        ("ddp-fp16_compress_hook", lambda m: (None, default_hooks.fp16_compress_hook), lambda m: ring_sent(dense // 2),
-         dense // 2),
-        ("terse-fp16", lambda m: terse_hook("fp16", module=m), None, None),
-        ("ddp-powerSGD-r2", lambda m: (powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=2,
-                                                               start_powerSGD_iter=2), powerSGD.powerSGD_hook),
-         lambda m: ring_sent(ddp_powersgd_bytes(m, 2)), ddp_powersgd_bytes(model, 2)),
-        ("terse-powersgd-r2-ef", lambda m: terse_hook("powersgd", rank=2, error_feedback=True, module=m), None, None),
-    ]
+    rows = [("ddp-allreduce", None, dense)]
+    rows += [("terse-none" + tag, terse_hook("none", overlap=o), None) for tag, o in (("", True), (" (no overlap)",
+                                                                                                 False))]
+    rows += [("ddp-fp16_compress_hook", lambda m: (None, default_hooks.fp16_compress_hook), dense // 2)]
+    rows += [("terse-fp16" + tag, terse_hook("fp16", overlap=o), None) for tag, o in (("", True), (" (no overlap)",
+                                                                                                 False))]
+    rows += [("ddp-powerSGD-r2", lambda m: (powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=2,
+                                                                    start_powerSGD_iter=2), powerSGD.powerSGD_hook),
+              ddp_powersgd_bytes(model, 2))]
+    rows += [("terse-powersgd-r2-ef" + tag, terse_hook("powersgd", rank=2, error_feedback=True, overlap=o), None)
+             for tag, o in (("", True), (" (no overlap)", False))]
+    return rows
 
 
-def run_one(rank, name, make_hook, steps, warmup):
-    model = mlp()
-    ddp = nn.parallel.DistributedDataParallel(model)
+def run_one(rank, args, make_hook):
+    model = build(args.model)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1024 if args.one_bucket else 25)
     state = None
     if make_hook is not None:
         state, hook = make_hook(model)
         ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(rank)
-    xs = torch.randn(16, BATCH, 784, generator=g)
+    xs = torch.randn(16, BATCH, 1, 28, 28, generator=g)
     ys = torch.randint(0, 10, (16, BATCH), generator=g)
-    times = []
-    for s in range(warmup + steps):
+    steps, backwards = [], []
+    exposed0 = 0.0
+    for s in range(args.warmup + args.steps):
+        if s == args.warmup and isinstance(state, terse.torch.CompressionState):
+            exposed0 = state.times()["exposed_s"]
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
-        F.cross_entropy(ddp(xs[s % 16]), ys[s % 16]).backward()
-        opt.step()
+        loss = F.cross_entropy(ddp(xs[s % 16]), ys[s % 16])
         t1 = time.perf_counter()
-        if s >= warmup:
-            times.append(t1 - t0)
-    sent = payload = None
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if s >= args.warmup:
+            steps.append(t3 - t0)
+            backwards.append(t2 - t1)
+    measured = None
     if isinstance(state, terse.torch.CompressionState):
         last = [b["last_step"] for b in state.buckets().values()]
-        sent = sum(b["wire_sent"] for b in last)
-        payload = sum(b["payload"] for b in last)
-    return times, sent, payload, model
+        measured = {"sent": sum(b["wire_sent"] for b in last), "payload": sum(b["payload"] for b in last),
+                    "exposed": (state.times()["exposed_s"] - exposed0) / args.steps}
+        state.close()
+    return steps, backwards, measured
 
 
-def worker(rank, store, steps, warmup, rounds, out):
+def worker(rank, store, args, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=WORLD)
     rows = {}
-    template = mlp()
-    for _ in range(rounds):
-        for name, make_hook, sent_fn, payload_model in configs(template):
-            times, sent, payload, model = run_one(rank, name, make_hook, steps, warmup)
-            row = rows.setdefault(name, {"times": []})
-            row["times"] += times
-            row["sent"] = sent if sent is not None else sent_fn(model)
-            row["payload"] = payload if payload is not None else payload_model
-            row["measured"] = sent is not None
+    template = build(args.model)
+    for _ in range(args.rounds):
+        for name, make_hook, ddp_bytes in configs(template):
+            steps, backwards, measured = run_one(rank, args, make_hook)
+            row = rows.setdefault(name, {"steps": [], "backwards": [], "exposed": []})
+            row["steps"] += steps
+            row["backwards"] += backwards
+            if measured is None:
+                row["payload"], row["sent"] = ddp_bytes, ring_sent(ddp_bytes)
+            else:
+                row["payload"], row["sent"] = measured["payload"], measured["sent"]
+                row["exposed"].append(measured["exposed"])
     if rank == 0:
         with open(out, "w") as f:
             f.write(repr(rows))
@@ -125,26 +153,35 @@ def worker(rank, store, steps, warmup, rounds, out):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--steps", type=int, default=300, help="timed steps per configuration and round")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2, help="passes over the configurations (interleaved)")
+    p.add_argument("--one-bucket", action="store_true", help="the whole model in one DDP bucket")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows")
-        mp.spawn(worker, args=(os.path.join(tmp, "store"), args.steps, args.warmup, args.rounds, out), nprocs=WORLD)
+        mp.spawn(worker, args=(os.path.join(tmp, "store"), args, out), nprocs=WORLD)
         rows = eval(open(out).read())  # noqa: S307  (our own repr of dicts of numbers)
-    base = statistics.median(rows["ddp-allreduce"]["times"])
-    print("DDP MLP 784-256-128-10, batch %d, %d workers, gloo, CPU; %d steps x %d rounds per row" % (
-        BATCH, WORLD, args.steps, args.rounds))
-    print("| hook | step ms (median) | IQR ms | vs allreduce | payload B/step | wire sent B/step | bytes |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    params = sum(p.numel() for p in build(args.model).parameters())
+    print("DDP %s (%d parameters), batch %d, %d workers, gloo, CPU, %s; %d steps x %d rounds per row" % (
+        args.model, params, BATCH, WORLD, "one bucket" if args.one_bucket else "DDP's buckets", args.steps,
+        args.rounds))
+    print("| hook | step ms (median) | IQR ms | backward ms | exposed hook ms | payload B/step | wire sent B/step |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, row in rows.items():
-        t = sorted(row["times"])
+        t = sorted(row["steps"])
         q1, q3 = t[len(t) // 4], t[3 * len(t) // 4]
-        med = statistics.median(t)
-        print("| %s | %.3f | %.3f-%.3f | %.2fx | %d | %d | %s |" % (
-            name, 1e3 * med, 1e3 * q1, 1e3 * q3, med / base, row["payload"], row["sent"],
-            "measured by terse's communicator" if row["measured"] else "ring model of the hook's allreduces"))
+        exposed = "%.3f" % (1e3 * statistics.median(row["exposed"])) if row["exposed"] else ""
+        print("| %s | %.3f | %.3f-%.3f | %.3f | %s | %d | %d |" % (
+            name, 1e3 * statistics.median(t), 1e3 * q1, 1e3 * q3, 1e3 * statistics.median(row["backwards"]),
+            exposed, row["payload"], row["sent"]))
+    print()
+    print("ratios of medians, same run:")
+    for ours, theirs in (("terse-none", "ddp-allreduce"), ("terse-fp16", "ddp-fp16_compress_hook"),
+                         ("terse-powersgd-r2-ef", "ddp-powerSGD-r2")):
+        print("  %s / %s = %.3f" % (ours, theirs, statistics.median(rows[ours]["steps"]) /
+                                    statistics.median(rows[theirs]["steps"])))
 
 
 if __name__ == "__main__":

@@ -157,26 +157,33 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       out << experiments::toText(e);
       TERSE_CHECK(out.good(), InvalidArgument, "cannot write " << spec.string());
     }
-    std::vector<std::string> argv{pythonExecutable(), "-m",       "terse.train", spec.string(), "--out",
-                                  root.string(),      "--folder", folder};
+    // Where the driver leaves its error's one-line summary when it fails before its logger could.
+    const std::filesystem::path error_file = spec.string() + ".error";
+    std::vector<std::string> argv{pythonExecutable(), "-m",       "terse.train", spec.string(),  "--out",
+                                  root.string(),      "--folder", folder,        "--error-file", error_file.string()};
     for (const SearchDir& d : options_.loader->searchDirs()) {
       if (d.exists) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
     }
     const int status = runChild(argv, pythonPath());
+    std::string driver_error;
+    if (std::ifstream in(error_file); in) std::getline(in, driver_error);
     std::error_code ignored;
     std::filesystem::remove(spec, ignored);
+    std::filesystem::remove(error_file, ignored);
     if (!rank0) {
       TERSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, InvalidArgument,
-                  "variant '" << e.variant() << "' of study '" << e.study() << "': " << describeExit(status));
+                  "variant '" << e.variant() << "' of study '" << e.study()
+                              << "': " << (driver_error.empty() ? "" : driver_error + " (") << describeExit(status)
+                              << (driver_error.empty() ? "" : ")"));
       return summary;
     }
     writer->recount();
     const FolderStatus left = folderStatus(writer->dir());
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      // The driver's own reason when it wrote one (its logger marks the run failed with the exception's text).
-      throw std::runtime_error(left.state == results::kStateFailed && !left.error.empty()
-                                   ? left.error + " (" + describeExit(status) + ")"
-                                   : describeExit(status));
+      // The driver's own reason: its summary, else what its logger wrote into the status.
+      std::string why = driver_error;
+      if (why.empty() && left.state == results::kStateFailed) why = left.error;
+      throw std::runtime_error(why.empty() ? describeExit(status) : why + " (" + describeExit(status) + ")");
     }
     TERSE_CHECK(
         left.state == results::kStateCompleted, InvalidArgument,

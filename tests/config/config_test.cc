@@ -15,7 +15,7 @@
 namespace terse::experiments {
 namespace {
 
-const std::vector<std::string> kWorkloads = {"linear_regression", "softmax", "mlp", "cnn", "glove"};
+const std::vector<std::string> kWorkloads = {"linear_regression", "softmax", "mlp", "cnn", "glove", "pytorch"};
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -214,7 +214,7 @@ TEST_F(ConfigTest, UnknownWorkloadEmptyStudyAndWorkers) {
   EXPECT_EQ(errors[0], "t.textproto:1:1: study must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ''");
   EXPECT_EQ(errors[1],
             "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn, "
-            "glove)");
+            "glove, pytorch)");
   EXPECT_EQ(errors[2], "t.textproto:3:1: workers must be >= 1, got 0");
 }
 
@@ -269,6 +269,60 @@ TEST_F(ConfigTest, GloveFieldsAndSparseGradients) {
   EXPECT_TRUE(std::none_of(ps.begin(), ps.end(), [](const std::string& e) {
     return e.find("sparse_gradients") != std::string::npos;
   })) << ::testing::PrintToString(ps);
+}
+
+// workload pytorch: defaults only for its block (the image fields only for torchvision models), every range named, and
+// what DDP through the hook cannot honour refused by name.
+TEST_F(ConfigTest, PyTorchWorkload) {
+  const std::string rt = "clock: REAL_TIME\n";
+  const Study tv = load("study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\n" + rt);
+  const auto& t = tv.experiments[0].workload().pytorch();
+  EXPECT_EQ(t.data(), PyTorch::FASHION_MNIST);
+  EXPECT_EQ(t.image_size(), 32);
+  EXPECT_EQ(t.channels(), 3);
+  EXPECT_EQ(t.num_classes(), 10);
+  EXPECT_EQ(t.device(), "cpu");
+  EXPECT_FALSE(t.has_synthetic_examples()) << "only SYNTHETIC gets a synthetic size";
+  const Study mod = load("study: \"s\"\nworkload { name: \"pytorch\" pytorch { module: \"m.py\" } }\n" + rt);
+  EXPECT_FALSE(mod.experiments[0].workload().pytorch().has_image_size()) << "a module's data is its own";
+  EXPECT_FALSE(load(kMinimal).experiments[0].workload().has_pytorch()) << "only pytorch gets the defaults";
+
+  const auto has = [](const std::vector<std::string>& errors, const std::string& fragment) {
+    return std::any_of(errors.begin(), errors.end(),
+                       [&](const std::string& e) { return e.find(fragment) != std::string::npos; });
+  };
+  const std::string head = "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"study: \"s\"\nworkload { name: \"pytorch\" }\n" + rt, "must name exactly one model"},
+      {"study: \"s\"\nworkload { name: \"pytorch\" pytorch { } }\n" + rt, "must name exactly one model"},
+      {"study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"a\" module: \"b\" } }\n" + rt,
+       "must name exactly one model"},
+      {"study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"os.system\" } }\n" + rt,
+       "workload.pytorch.torchvision must be a torchvision.models constructor name like \"resnet18\", got 'os.system'"},
+      {"study: \"s\"\nworkload { name: \"pytorch\" pytorch { module: \"m.py\" image_size: 64 } }\n" + rt,
+       "workload.pytorch.image_size: a module's data(rank, world) gives its inputs"},
+      {head + "image_size: 4 } }\n" + rt, "workload.pytorch.image_size must be in [8, 1024], got 4"},
+      {head + "channels: 2 } }\n" + rt, "workload.pytorch.channels must be 1 or 3, got 2"},
+      {head + "num_classes: 1 } }\n" + rt, "workload.pytorch.num_classes must be in [2, 100000], got 1"},
+      {head + "num_classes: 5 } }\n" + rt, "Fashion-MNIST has 10 classes, got 5"},
+      {head + "synthetic_examples: 8 } }\n" + rt, "workload.pytorch.synthetic_examples: only data SYNTHETIC reads it"},
+      {head + "data: SYNTHETIC synthetic_examples: 0 } }\n" + rt,
+       "workload.pytorch.synthetic_examples must be >= 1, got 0"},
+      {head + "max_steps_per_epoch: -1 } }\n" + rt, "workload.pytorch.max_steps_per_epoch must be >= 0, got -1"},
+      {head + "device: \"tpu\" } }\n" + rt, "workload.pytorch.device must be \"cpu\" or \"cuda\", got 'tpu'"},
+      {head + "} }\nclock: SIMULATED\n", "clock: workload pytorch runs in real time"},
+      {head + "} }\nmode: ASYNC\n" + rt, "mode: workload pytorch trains with DistributedDataParallel"},
+      {head + "} }\nscheduler { name: \"priority\" }\n" + rt, "scheduler.name: workload pytorch is scheduler-free"},
+      {head + "} }\nlink { bandwidth: \"1Gbps\" }\n" + rt, "link: workload pytorch has no link emulation"},
+      {head + "} hidden_sizes: [4] }\n" + rt, "workload.hidden_sizes: workload pytorch's model is the pytorch block's"},
+      {"study: \"s\"\nworkload { name: \"mlp\" pytorch { torchvision: \"resnet18\" } }\n",
+       "workload.pytorch: only workload pytorch reads it, not 'mlp'"},
+  };
+  for (const auto& [text, fragment] : bad) {
+    const auto errors = errorsOf(text);
+    EXPECT_TRUE(has(errors, fragment)) << text << "\nwanted: " << fragment
+                                       << "\ngot: " << ::testing::PrintToString(errors);
+  }
 }
 
 // seeds: one run per seed (expandRepeats), each in <variant>/seed-<seed>; the seed defaults to the first; bad lists

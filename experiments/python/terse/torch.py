@@ -64,27 +64,12 @@ import weakref
 import torch
 
 from . import _terse
+from ._plugins import search_path as _search_path
 
 __all__ = ["CompressionState", "compression_hook", "ResultsLogger"]
 
 # The states whose worker threads are alive, stopped at interpreter exit (see _stop_workers).
 _live_states = weakref.WeakSet()
-
-# Where a pip-installed package keeps the built-in plugins (experiments/python/pyproject.toml). A wheel's loader has no
-# build tree or install folder to fall back on, so this folder is passed as the last plugin_path entry: after the
-# caller's, and so before TERSE_PLUGIN_PATH. The built-in plugins are then those built with this extension; a plugin of
-# another name on TERSE_PLUGIN_PATH is still found, one of the same name is shadowed (the loader warns), and
-# plugin_path= or a path replaces a built-in. The build tree's package has no such folder: its loader finds the build
-# tree's plugins, as before.
-_PACKAGE_PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
-
-
-def _search_path(plugin_path):
-    dirs = [str(p) for p in plugin_path]
-    if os.path.isdir(_PACKAGE_PLUGINS):
-        dirs.append(_PACKAGE_PLUGINS)
-    return dirs
-
 
 def _invalid(message):
     return _terse.InvalidArgument("terse.torch: " + message)

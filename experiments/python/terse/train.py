@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from datetime import timedelta
 
 import torch
@@ -284,12 +285,18 @@ def _spawned(rank, world, args, store_path):
     train_rank(rank, world, Spec(args), store_path)
 
 
+def _last_line(text):
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1] if lines else str(text)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m terse.train", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", help="one resolved variant, in terse's text format")
     p.add_argument("--out", required=True, help="the results root")
     p.add_argument("--folder", required=True, help="the variant's results folder name")
     p.add_argument("--plugin-path", action="append", default=[], help="search DIR for plugins (repeatable)")
+    p.add_argument("--error-file", help="on failure, write the error's one-line summary here (for terse run)")
     args = p.parse_args(argv)
     try:
         spec = Spec(args)
@@ -305,14 +312,23 @@ def main(argv=None):
         else:
             with tempfile.TemporaryDirectory(prefix="terse-train-") as tmp:
                 mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store")), nprocs=spec.workers)
+        return 0
     except mp.ProcessRaisedException as e:
-        # The failing rank's traceback is in the message; its last line is the error.
-        print("terse.train: a rank failed:\n%s" % e, file=sys.stderr)
-        return 1
-    except terse.Error as e:
-        print("terse.train: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+        # The failing rank's traceback is the message; its last line is the error.
+        summary = "rank %d: %s" % (e.error_index, _last_line(e.msg))
+        print("terse.train: a rank failed:\n%s" % e.msg, file=sys.stderr)
+    except mp.ProcessExitedException as e:
+        summary = "rank %d exited with code %s" % (e.error_index, e.exit_code)
+        print("terse.train: %s" % summary, file=sys.stderr)
+    except Exception as e:  # noqa: BLE001  (any failure ends the run, reported to terse run)
+        summary = "%s: %s" % (type(e).__name__, e)
+        if not isinstance(e, terse.Error):
+            traceback.print_exc()
+        print("terse.train: %s" % summary, file=sys.stderr)
+    if args.error_file:
+        with open(args.error_file, "w") as f:
+            f.write(summary + "\n")
+    return 1
 
 
 if __name__ == "__main__":

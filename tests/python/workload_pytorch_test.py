@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Workload pytorch end to end: `terse run` of configs naming PyTorch models (experiment.proto PyTorch), trained by the
+Python package's driver through terse's DDP hook. One ctest case per subcommand (tests/python/CMakeLists.txt):
+
+  inproc    a 2-worker study of two variants -- the GPT-style module of experiments/configs/models (named relative to
+            the config) dense, and torchvision's ResNet-18 on synthetic 16x16 images with top-k 1% + EF -- writes
+            completed results folders whose bytes follow the compressors, and `terse compare` tables both
+  tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder
+  failures  a module whose model() raises, and one whose rank 1 dies in data(): terse run fails, naming the error,
+            and neither folder is left "running"
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ARGS = None
+
+
+def check(cond, message):
+    if not cond:
+        raise AssertionError(message)
+
+
+def study(name, workload, variants, workers=2, transport="INPROC", batch=4, extra=""):
+    return """study: "%s"
+workload { name: "pytorch" pytorch { %s } }
+data { batch_size: %d test_subset: 64 }
+optimizer { lr: 0.05 momentum: 0.9 }
+workers: %d
+mode: SYNC
+transport: %s
+compressor { name: "none" }
+epochs: 1
+eval { per_epoch: true }
+seed: 3
+%s
+%s
+""" % (name, workload, batch, workers, transport, extra, variants)
+
+
+def run(cmd, cwd, expect_ok=True, timeout=600):
+    env = dict(os.environ, OMP_NUM_THREADS="1", TERSE_PLUGIN_PATH="")
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if expect_ok:
+        check(p.returncode == 0, "%s failed (%d):\n%s\n%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def folder(root, study_name, variant):
+    d = os.path.join(root, study_name, variant)
+    status = json.load(open(os.path.join(d, "status.json")))
+    lines = [json.loads(x) for x in open(os.path.join(d, "metrics.jsonl")).read().splitlines() if x]
+    return status, lines
+
+
+def copy_model(tmp):
+    # The module sits beside the config and is named relative to it: terse run resolves it from the config's folder.
+    os.makedirs(os.path.join(tmp, "models"), exist_ok=True)
+    shutil.copy(os.path.join(ARGS.source, "experiments", "configs", "models", "tiny_gpt.py"),
+                os.path.join(tmp, "models", "tiny_gpt.py"))
+
+
+def inproc(tmp):
+    copy_model(tmp)
+    cfg = os.path.join(tmp, "study.textproto")
+    # The base names no model; each variant brings its own (a variant's block merges into the base's).
+    open(cfg, "w").write(study("pt", "", """
+variants {
+  name: "gpt-dense"
+  overrides { workload { pytorch { module: "models/tiny_gpt.py" max_steps_per_epoch: 3 } } }
+}
+variants {
+  name: "resnet-topk"
+  overrides {
+    workload {
+      pytorch { torchvision: "resnet18" data: SYNTHETIC image_size: 16 synthetic_examples: 64 max_steps_per_epoch: 2 }
+    }
+    compressor { name: "topk" params { key: "ratio" value: "0.01" } }
+    error_feedback: true
+  }
+}"""))
+    out = os.path.join(tmp, "results")
+    elsewhere = tempfile.mkdtemp(dir=tmp)  # not the config's folder: the module is found from the config's
+    p = run([ARGS.terse, "run", cfg, "--out", out], cwd=elsewhere)
+    gpt_status, gpt = folder(out, "pt", "gpt-dense")
+    res_status, res = folder(out, "pt", "resnet-topk")
+    for name, status, lines, steps in (("gpt-dense", gpt_status, gpt, 3), ("resnet-topk", res_status, res, 2)):
+        check(status["state"] == "completed", "%s: status %s" % (name, status))
+        check(len(lines) == 1 and lines[-1]["step"] == steps, "%s: records %s" % (name, lines))
+        check(0 <= lines[-1]["test_accuracy"] <= 1, "%s: accuracy %s" % (name, lines[-1]))
+    # Dense GPT: every step allreduces all of its f32 gradients (and terse's 16-byte header per tensor).
+    spec = importlib.util.spec_from_file_location("tiny_gpt", os.path.join(tmp, "models", "tiny_gpt.py"))
+    tiny_gpt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny_gpt)
+    gpt_params = sum(p.numel() for p in tiny_gpt.model().parameters())
+    check(gpt[-1]["payload_bytes_per_worker"] >= 3 * 4 * gpt_params,
+          "gpt dense payload %d below 3 steps of %d parameters" % (gpt[-1]["payload_bytes_per_worker"], gpt_params))
+    resnet_dense = 2 * 4 * 11_181_642  # two steps of ResNet-18's 11.2M f32 gradients, uncompressed
+    check(res[-1]["payload_bytes_per_worker"] < resnet_dense / 10,
+          "resnet top-k 1%% payload %d is not a small part of dense %d" % (res[-1]["payload_bytes_per_worker"],
+                                                                           resnet_dense))
+    config = open(os.path.join(out, "pt", "resnet-topk", "config.textproto")).read()
+    check('torchvision: "resnet18"' in config and 'name: "topk"' in config, "config.textproto:\n%s" % config)
+    check("resnet-topk" in p.stdout and "gpt-dense" in p.stdout, "terse run's table:\n%s" % p.stdout)
+    table = run([ARGS.terse, "compare", os.path.join(out, "pt"), "--format", "csv"], cwd=tmp).stdout
+    rows = {line.split(",")[1] for line in table.splitlines() if "," in line}
+    check({"gpt-dense", "resnet-topk"} <= rows, "`terse compare` does not list both:\n%s" % table)
+    print("inproc: gpt %d B, resnet top-k %d B per worker" % (gpt[-1]["payload_bytes_per_worker"],
+                                                              res[-1]["payload_bytes_per_worker"]))
+
+
+def tcp(tmp):
+    copy_model(tmp)
+    cfg = os.path.join(tmp, "study.textproto")
+    open(cfg, "w").write(study("pt", 'module: "models/tiny_gpt.py" max_steps_per_epoch: 2', 'variants { name: "a" }',
+                               transport="TCP"))
+    out = os.path.join(tmp, "results")
+    run([ARGS.terse, "launch", "-n", "2", "--", ARGS.terse, "run", cfg, "--out", out], cwd=tmp)
+    status, lines = folder(out, "pt", "a")
+    check(status["state"] == "completed" and lines[-1]["step"] == 2, "tcp: %s %s" % (status, lines))
+    print("tcp: 2 ranks, %d steps" % lines[-1]["step"])
+
+
+BROKEN_MODEL = '''
+import torch
+def model():
+    raise ValueError("no model here on purpose")
+def data(rank, world):
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+'''
+
+DYING_RANK = '''
+import os
+import torch
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    if rank == 1:
+        os._exit(3)
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+'''
+
+
+def failures(tmp):
+    for name, source, fragment in (("broken", BROKEN_MODEL, "no model here on purpose"),
+                                   ("dying", DYING_RANK, "")):
+        open(os.path.join(tmp, name + ".py"), "w").write(source)
+        cfg = os.path.join(tmp, name + ".textproto")
+        # A short timeout: the surviving rank of "dying" is released by the driver, not by a 30 s default.
+        open(cfg, "w").write(study(name, 'module: "%s.py"' % name, 'variants { name: "v" }',
+                                   extra='tcp { timeout: "10s" }'))
+        out = os.path.join(tmp, "results")
+        p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
+        check(p.returncode != 0, "%s: terse run succeeded:\n%s" % (name, p.stdout))
+        status = json.load(open(os.path.join(out, name, "v", "status.json")))
+        check(status["state"] == "failed", "%s: status %s" % (name, status))
+        check(fragment in status.get("error", ""), "%s: status error %r lacks %r" % (name, status.get("error"),
+                                                                                      fragment))
+        check(fragment in p.stderr, "%s: terse run's message lacks %r:\n%s" % (name, fragment, p.stderr))
+        print("failures: %s -> %s" % (name, status["error"][:160]))
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("case", choices=["inproc", "tcp", "failures"])
+    p.add_argument("--terse", required=True)
+    p.add_argument("--source", required=True)
+    ARGS = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        {"inproc": inproc, "tcp": tcp, "failures": failures}[ARGS.case](tmp)
+    print("%s: ok" % ARGS.case)
+
+
+if __name__ == "__main__":
+    main()
