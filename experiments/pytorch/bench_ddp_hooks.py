@@ -17,8 +17,9 @@ completion). Bytes are per worker per step: for terse's hooks, what its communic
 (payload, and wire bytes sent under the ring model of experiments/python/torch_communicator.h); for DDP's, the same
 ring model applied to the tensors their documented algorithms allreduce.
 
---one-bucket puts the whole model in one DDP bucket (bucket_cap_mb large): DDP's PowerSGD hook aborts in gloo with
-several buckets on torch 1.13 (CPU), so compare PowerSGD with it.
+--one-bucket puts the whole model in one DDP bucket: DDP's PowerSGD hook aborts in gloo with several buckets on torch
+1.13 (CPU: "op.preamble.length <= op.nbytes" in gloo's pair.cc), so compare PowerSGD with it, or leave its row out
+with --only (e.g. --only none,fp16,terse-powersgd).
 
     PYTHONPATH=build/python python3 experiments/pytorch/bench_ddp_hooks.py [--model cnn] [--steps 300] [--rounds 2]
 """
@@ -93,6 +94,9 @@ def configs(model):
 
 
 def run_one(rank, args, make_hook):
+    if args.one_bucket:
+        # DDP caps its first bucket at this (1 MiB by default) whatever bucket_cap_mb says.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
     model = build(args.model)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1024 if args.one_bucket else 25)
     state = None
@@ -136,6 +140,8 @@ def worker(rank, store, args, out):
     template = build(args.model)
     for _ in range(args.rounds):
         for name, make_hook, ddp_bytes in configs(template):
+            if args.only and not any(o in name for o in args.only.split(",")):
+                continue
             steps, backwards, measured = run_one(rank, args, make_hook)
             row = rows.setdefault(name, {"steps": [], "backwards": [], "exposed": []})
             row["steps"] += steps
@@ -158,6 +164,7 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2, help="passes over the configurations (interleaved)")
     p.add_argument("--one-bucket", action="store_true", help="the whole model in one DDP bucket")
+    p.add_argument("--only", default="", help="comma-separated fragments: run only the rows whose name has one")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows")
@@ -180,6 +187,8 @@ def main():
     print("ratios of medians, same run:")
     for ours, theirs in (("terse-none", "ddp-allreduce"), ("terse-fp16", "ddp-fp16_compress_hook"),
                          ("terse-powersgd-r2-ef", "ddp-powerSGD-r2")):
+        if ours not in rows or theirs not in rows:
+            continue
         print("  %s / %s = %.3f" % (ours, theirs, statistics.median(rows[ours]["steps"]) /
                                     statistics.median(rows[theirs]["steps"])))
 
