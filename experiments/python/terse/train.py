@@ -272,17 +272,48 @@ def train_rank(rank, world, spec, store_path):
                     loss_since, steps_since = 0.0, 0
         state.close()
         logger.finish()
+        # Every rank is past its last collective before any of them leaves (see _leave).
+        dist.barrier()
     except BaseException as e:
         if logger is not None:
             logger.finish(error="%s: %s" % (type(e).__name__, e))
         raise
-    finally:
-        dist.destroy_process_group()
+
+
+def _leave(code, error_file=None, summary=None):
+    """Ends a rank's process at once, without the interpreter's teardown. Tearing down a gloo process group joins
+    gloo's worker threads while holding the GIL, and a worker dropping the last reference to a tensor made in Python
+    needs the GIL: torch 1.13 can hang there (seen at the end of runs of this driver). Everything worth keeping is
+    written by now: metrics are flushed per record, the status is written atomically, and the error summary goes to
+    the file terse run reads (the first failing rank's; later ones leave it)."""
+    if error_file and summary is not None:
+        try:
+            with open(error_file, "x") as f:
+                f.write(summary + "\n")
+        except FileExistsError:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run_rank(rank, world, spec, store_path, error_file):
+    try:
+        train_rank(rank, world, spec, store_path)
+    except BaseException as e:  # noqa: BLE001  (reported to terse run, then the process ends)
+        traceback.print_exc()
+        _leave(1, error_file, "rank %d: %s: %s" % (rank, type(e).__name__, _last_line(e)))
+    _leave(0)
 
 
 def _spawned(rank, world, args, store_path):
     # Each process loads the experiment itself: a terse.Recipe does not cross a process boundary.
-    train_rank(rank, world, Spec(args), store_path)
+    try:
+        spec = Spec(args)
+    except BaseException as e:  # noqa: BLE001
+        traceback.print_exc()
+        _leave(1, args.error_file, "rank %d: %s: %s" % (rank, type(e).__name__, _last_line(e)))
+    _run_rank(rank, world, spec, store_path, args.error_file)
 
 
 def _last_line(text):
@@ -308,7 +339,7 @@ def main(argv=None):
                                             "CONFIG` (TERSE_RANK and TERSE_WORLD_SIZE are not set)")
             if world != spec.workers:
                 raise terse.InvalidArgument("workers is %d but the job has %d ranks" % (spec.workers, world))
-            train_rank(rank, world, spec, None)
+            _run_rank(rank, world, spec, None, args.error_file)
         else:
             with tempfile.TemporaryDirectory(prefix="terse-train-") as tmp:
                 mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store")), nprocs=spec.workers)
@@ -325,7 +356,7 @@ def main(argv=None):
         if not isinstance(e, terse.Error):
             traceback.print_exc()
         print("terse.train: %s" % summary, file=sys.stderr)
-    if args.error_file:
+    if args.error_file and not os.path.exists(args.error_file):  # a failing rank's own summary goes first
         with open(args.error_file, "w") as f:
             f.write(summary + "\n")
     return 1
