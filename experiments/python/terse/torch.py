@@ -141,8 +141,6 @@ class CompressionState:
                  "'seed' must be an integer in [0, 2^64), got %r" % (seed,))
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
                  % (granularity,))
-        if isinstance(plugin_path, (str, os.PathLike)):
-            plugin_path = [plugin_path]
         _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
         merged = {}
         for key, value in list((params or {}).items()) + list(plugin_params.items()):

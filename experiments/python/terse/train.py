@@ -123,7 +123,7 @@ def build_model(spec, user):
 class ImageData:
     """A torchvision model's inputs: Fashion-MNIST (28x28 grey, resized per batch) or synthetic images."""
 
-    def __init__(self, spec, rank, world):
+    def __init__(self, spec):
         self.size = int(spec.pt["image_size"])
         self.channels = int(spec.pt["channels"])
         if spec.pt.get("data", "FASHION_MNIST") == "SYNTHETIC":
@@ -145,7 +145,6 @@ class ImageData:
             self.test_y = torch.from_numpy(vy).long()
             self.resize = True
         # Every rank holds the whole training set and draws from its own shard of it (shard()).
-        self.rank, self.world = rank, world
 
     def inputs(self, x):
         if self.resize:
@@ -214,7 +213,7 @@ def train_rank(rank, world, spec, store_path):
             prepare = lambda x: x  # noqa: E731
             own = torch.arange(len(train_y))
         else:
-            images = ImageData(spec, rank, world)
+            images = ImageData(spec)
             train_x, train_y, test_x, test_y = images.train_x, images.train_y, images.test_x, images.test_y
             prepare = images.inputs
             own = shard(len(train_y), rank, world)
