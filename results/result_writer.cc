@@ -265,6 +265,7 @@ void ResultWriter::append(const MetricsRecord& record) {
   TERSE_CHECK(ok, InvalidArgument,
               "cannot append to " << (dir_ / std::string(kMetricsFile)).string() << ": " << std::strerror(errno));
   ++records_;
+  if (crash_status_) crash_status_->setRecords(records_);
 }
 
 void ResultWriter::recount() {
@@ -276,6 +277,7 @@ void ResultWriter::recount() {
     if (c == '\n') ++lines;
   std::fclose(f);
   records_ = lines;
+  if (crash_status_) crash_status_->setRecords(records_);
 }
 
 void ResultWriter::markCompleted() {
@@ -289,8 +291,15 @@ void ResultWriter::markFailed(std::string_view error) {
 void ResultWriter::writeStatus(std::string_view state, std::string_view error) {
   Json o{{"state", state}, {"records", records_}, {"started", started_}, {"updated", isoTimeUtc()}};
   if (!error.empty()) o["error"] = error;
-  writeFileAtomic(dir_ / std::string(kStatusFile), dumpJson(o) + "\n");
+  const auto path = dir_ / std::string(kStatusFile);
+  writeFileAtomic(path, dumpJson(o) + "\n");
   state_ = std::string(state);
+  if (state_ != kStateRunning) {
+    crash_status_.reset();
+  } else if (!crash_status_) {
+    crash_status_ = std::make_unique<crash::StatusFile>(path.string(), started_);
+    crash_status_->setRecords(records_);
+  }
 }
 
 }  // namespace terse::results

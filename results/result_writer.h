@@ -7,23 +7,26 @@
 //   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
 //
 // A killed run keeps every record already written (each is flushed to the OS as it is appended) and its status says
-// "running". A record line is far shorter than the stdio buffer, which each flush empties, so it reaches the file in
-// one write(2) and a kill leaves whole lines; readers should still skip a last line without its newline (a partial
-// line, e.g. after a full disk) rather than fail on it. A failed run's status says "failed" with the error message.
-// Files that are rewritten (config, provenance, status) go through a temporary file and a rename, so a reader never
-// sees half of one. No fsync: surviving a process crash is the goal, not a power cut, and an fsync per record would
-// make a fast run I/O bound.
+// "running" -- unless it died of a fatal signal: then the handler of core/common/crash.h has rewritten the status as
+// "failed", naming the signal and the plugin call. A record line is far shorter than the stdio buffer, which each flush
+// empties, so it reaches the file in one write(2) and a kill leaves whole lines; readers should still skip a last line
+// without its newline (a partial line, e.g. after a full disk) rather than fail on it. A failed run's status says
+// "failed" with the error message. Files that are rewritten (config, provenance, status) go through a temporary file
+// and a rename, so a reader never sees half of one. No fsync: surviving a process crash is the goal, not a power cut,
+// and an fsync per record would make a fast run I/O bound.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/common/crash.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/plugin_info.h"
 
@@ -179,6 +182,8 @@ class ResultWriter {
   int64_t records_ = 0;
   std::string state_;
   std::string started_;
+  // While "running": the status the fatal-signal handler (core/common/crash.h) writes should the process die.
+  std::unique_ptr<crash::StatusFile> crash_status_;
 };
 
 }  // namespace terse::results

@@ -8,6 +8,7 @@
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/common/watchdog.h"
 #include "core/compress/device_kernels.h"
 #include "terse/sdk/half.hpp"
 
@@ -108,13 +109,38 @@ CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, con
     max_payload = std::max(max_payload, s.max_output_bytes);
     max_reduced = std::max(max_reduced, s.max_reduced_bytes);
   }
-  payload_[0] = TensorBuffer(static_cast<std::size_t>(max_payload), placement_);
-  if (caps_.aggregation == Aggregation::kSum && caps_.num_rounds > 1)
-    payload_[1] = TensorBuffer(static_cast<std::size_t>(max_payload), placement_);
+  payload_[0] = guardedBuffer(max_payload);
+  if (caps_.aggregation == Aggregation::kSum && caps_.num_rounds > 1) payload_[1] = guardedBuffer(max_payload);
   if (caps_.aggregation == Aggregation::kCustom) {
-    reduced_[0] = TensorBuffer(static_cast<std::size_t>(max_reduced), placement_);
-    reduced_[1] = TensorBuffer(static_cast<std::size_t>(max_reduced), placement_);
+    reduced_[0] = guardedBuffer(max_reduced);
+    reduced_[1] = guardedBuffer(max_reduced);
   }
+}
+
+TensorBuffer CompressionPipeline::guardedBuffer(uint64_t bytes) const {
+  const std::size_t guard = placement_.device ? 0 : kGuardBytes;
+  TensorBuffer buf(static_cast<std::size_t>(bytes) + guard, placement_);
+  if (guard > 0) std::fill_n(buf.data() + bytes, guard, kGuardByte);
+  return buf;
+}
+
+std::span<std::byte> CompressionPipeline::usable(const TensorBuffer& buf) const noexcept {
+  return buf.span().first(buf.size() - (placement_.device ? 0 : kGuardBytes));
+}
+
+void CompressionPipeline::checkGuard(const TensorBuffer& buf, const char* call) const {
+  if (placement_.device) return;
+  const std::span<const std::byte> guard = buf.span().last(kGuardBytes);
+  const bool intact = std::all_of(guard.begin(), guard.end(), [](std::byte b) { return b == kGuardByte; });
+  if (intact) return;
+  // The plugin call that just returned on this thread is the one that wrote there.
+  const std::string plugin = watchdog::lastPluginOfThisThread();
+  TERSE_CHECK(intact, PluginError,
+              (plugin.empty() ? std::string() : plugin + ": ")
+                  << where(*codec_) << call << " wrote past the end of its output buffer of "
+                  << buf.size() - kGuardBytes
+                  << " bytes (the guard bytes after it changed): the plugin corrupts memory it does not "
+                     "own, so the run stops here");
 }
 
 uint64_t CompressionPipeline::maxPayloadBytes() const noexcept {
@@ -127,7 +153,8 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
                                                  std::span<const std::byte> prev) {
   TensorBuffer& buf = payload_[caps_.aggregation == Aggregation::kSum ? static_cast<std::size_t>(round % 2) : 0];
   const auto encode_start = rt::now();
-  const uint64_t bytes = codec_->encode(step, round, grad, prev, buf.span());
+  const uint64_t bytes = codec_->encode(step, round, grad, prev, usable(buf));
+  checkGuard(buf, "compress");
   rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel));
   stats_.encode_s += seconds(encode_start, rt::now());
   stats_.payload_bytes += bytes;
@@ -148,10 +175,11 @@ std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
   std::span<const std::byte> aggregate = blocks[0];
   for (std::size_t i = 1; i < blocks.size(); ++i) {
     TensorBuffer& dst = reduced_[i % 2];
-    const uint64_t n = codec_->reduce(step, round, aggregate, blocks[i], dst.span());
+    const uint64_t n = codec_->reduce(step, round, aggregate, blocks[i], usable(dst));
+    checkGuard(dst, "reduce");
     TERSE_CHECK(n <= bound, PluginError,
                 where(*codec_) << "reduce wrote " << n << " bytes, above max_reduced_bytes " << bound);
-    aggregate = dst.span().first(static_cast<std::size_t>(n));
+    aggregate = usable(dst).first(static_cast<std::size_t>(n));
   }
   rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel) * static_cast<double>(blocks.size() - 1));
   stats_.decode_s += seconds(reduce_start, rt::now());

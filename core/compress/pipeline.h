@@ -108,6 +108,15 @@ class CompressionPipeline {
   // In the tensor's memory (the codec's placement), like every buffer the engine hands the communicator.
   Placement placement_;
   // SUM: two payload buffers (round r's aggregate is round r+1's prev). ALLGATHER/CUSTOM: [0] is the local payload.
+  // Host buffers the plugin writes (payload, fold outputs) carry kGuardBytes of a known pattern after their end,
+  // checked after every call: a plugin writing past its output is named at the call that did it, not found later as a
+  // corrupted heap. Device buffers have none (checking would cost a copy per call).
+  static constexpr std::size_t kGuardBytes = 64;
+  static constexpr std::byte kGuardByte{0xA5};
+  TensorBuffer guardedBuffer(uint64_t bytes) const;
+  std::span<std::byte> usable(const TensorBuffer& buf) const noexcept;
+  void checkGuard(const TensorBuffer& buf, const char* call) const;
+
   std::array<TensorBuffer, 2> payload_;
   std::array<TensorBuffer, 2> reduced_;  // CUSTOM: the fold's two alternating outputs
 };

@@ -12,6 +12,7 @@
 
 #include "core/common/error.h"
 #include "core/common/log.h"
+#include "core/common/watchdog.h"
 #include "core/plugin/plugin_support.h"
 #include "terse/compressor_v1.h"
 
@@ -125,9 +126,11 @@ class PluginCompressor final : public Compressor {
         resolved_params_(impl.resolved_params),
         info_(impl.info),
         label_(impl.label),
-        host_(impl.label) {
+        host_(impl.label),
+        watch_label_(watchdog::intern(impl.label)) {
     const auto abi_params = detail::toAbiParams(params, label_);
     detail::clearPluginError();
+    const watchdog::WatchedCall watched(watch_label_, "init", watchdog::kNoTensor, -1);
     const terse_status_v1 status = api_.init(abi_params.data(), abi_params.size(), host_.host(), &ctx_);
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "init", status);
     for (int32_t d = 0; d < TERSE_DTYPE_COUNT_V1; ++d) {
@@ -141,7 +144,11 @@ class PluginCompressor final : public Compressor {
 
   ~PluginCompressor() override {
     detail::clearPluginError();
-    const terse_status_v1 status = api_.finalize(ctx_);
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "finalize", watchdog::kNoTensor, -1);
+      status = api_.finalize(ctx_);
+    }
     if (status != TERSE_OK) {
       TERSE_LOG(LogLevel::kWarn,
                 label_ << ": finalize failed [" << detail::statusName(status) << "]: " << detail::takePluginError());
@@ -197,8 +204,12 @@ class PluginCompressor final : public Compressor {
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     uint64_t written = 0;
     detail::clearPluginError();
-    const terse_status_v1 status = api_.compress(ctx_, &abi, input, prev.empty() ? nullptr : prev.data(), prev.size(),
-                                                 &abi_scratch, out.data(), out.size(), &written, stream);
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "compress", info.tensor_id, info.rank);
+      status = api_.compress(ctx_, &abi, input, prev.empty() ? nullptr : prev.data(), prev.size(), &abi_scratch,
+                             out.data(), out.size(), &written, stream);
+    }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "compress", status);
     TERSE_CHECK(written <= out.size(), PluginError,
                 label_ << ": compress wrote " << written << " bytes into a buffer of " << out.size() << " for "
@@ -218,8 +229,12 @@ class PluginCompressor final : public Compressor {
     const terse_tensor_info_v1 abi = toAbi(info);
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     detail::clearPluginError();
-    const terse_status_v1 status =
-        api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out, accumulate ? 1 : 0, stream);
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "decompress", info.tensor_id, info.rank);
+      status =
+          api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out, accumulate ? 1 : 0, stream);
+    }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "decompress", status);
   }
 
@@ -230,8 +245,12 @@ class PluginCompressor final : public Compressor {
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     uint64_t written = 0;
     detail::clearPluginError();
-    const terse_status_v1 status = api_.reduce(ctx_, &abi, a.data(), a.size(), b.data(), b.size(), &abi_scratch,
-                                               out.data(), out.size(), &written, stream);
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "reduce", info.tensor_id, info.rank);
+      status = api_.reduce(ctx_, &abi, a.data(), a.size(), b.data(), b.size(), &abi_scratch, out.data(), out.size(),
+                           &written, stream);
+    }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "reduce", status);
     TERSE_CHECK(written <= out.size(), PluginError,
                 label_ << ": reduce wrote " << written << " bytes into a buffer of " << out.size() << " for "
@@ -296,6 +315,7 @@ class PluginCompressor final : public Compressor {
     terse_compressor_caps_v1 raw{};
     raw.struct_size = sizeof raw;
     detail::clearPluginError();
+    const watchdog::WatchedCall watched(watch_label_, "get_caps", watchdog::kNoTensor, -1);
     const terse_status_v1 status = api_.get_caps(ctx_, static_cast<terse_dtype_v1>(dtype), &raw);
     if (status != TERSE_OK) {
       detail::throwPluginStatus(label_, "get_caps(" + std::string(dtypeName(dtype)) + ")", status);
@@ -413,7 +433,11 @@ class PluginCompressor final : public Compressor {
     terse_compressor_sizes_v1 raw{};
     raw.struct_size = sizeof raw;
     detail::clearPluginError();
-    const terse_status_v1 status = api_.get_sizes(ctx_, &abi, &raw);
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "get_sizes", info.tensor_id, info.rank);
+      status = api_.get_sizes(ctx_, &abi, &raw);
+    }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "get_sizes", status);
     const std::string prefix = label_ + ": invalid sizes for " + describeTensor(info) + ": ";
     TERSE_CHECK(raw.state_bytes == 0 || caps.stateful, PluginError,
@@ -452,6 +476,7 @@ class PluginCompressor final : public Compressor {
   const PluginInfo& info_;
   const std::string& label_;
   detail::HostBinding host_;
+  const char* watch_label_;  // label_ as the watchdog and the crash handler name it (watchdog::intern)
   void* ctx_ = nullptr;
   std::array<CapsEntry, TERSE_DTYPE_COUNT_V1> caps_;
   // Guards sizes_: compress for different tensors runs concurrently and may fill the cache.

@@ -9,6 +9,7 @@
 
 #include "core/common/error.h"
 #include "core/common/log.h"
+#include "core/common/watchdog.h"
 #include "core/plugin/plugin_support.h"
 #include "terse/scheduler_v1.h"
 
@@ -97,7 +98,8 @@ struct Scheduler::Impl {
         resolved_params(pi.resolved_params),
         info(pi.info),
         label(pi.label),
-        host(pi.label) {}
+        host(pi.label),
+        watch_label(watchdog::intern(pi.label)) {}
 
   struct Entry {
     Chunk chunk;
@@ -119,8 +121,17 @@ struct Scheduler::Impl {
   const PluginInfo& info;
   const std::string& label;
   detail::HostBinding host;
+  const char* watch_label;  // label as the watchdog and the crash handler name it (watchdog::intern)
   void* ctx = nullptr;
   SchedulerCaps caps;
+
+  // Runs one plugin call under the watchdog (core/common/watchdog.h). A scheduler does not know its rank: the crash
+  // handler falls back to the process's.
+  template <class F>
+  terse_status_v1 watched(const char* what, uint64_t tensor, F&& f) {
+    const watchdog::WatchedCall mark(watch_label, what, tensor, -1);
+    return f();
+  }
 
   // The step's books. Chunk ids are indices into `chunks`, so ids are 0.. in partition order and lookups are O(1).
   uint64_t step = 0;
@@ -171,7 +182,8 @@ Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Scheduler::~Scheduler() {
   detail::clearPluginError();
-  const terse_status_v1 status = impl_->api.finalize(impl_->ctx);
+  const terse_status_v1 status =
+      impl_->watched("finalize", watchdog::kNoTensor, [&] { return impl_->api.finalize(impl_->ctx); });
   if (status != TERSE_OK) {
     TERSE_LOG(LogLevel::kWarn, impl_->label << ": finalize failed [" << detail::statusName(status)
                                             << "]: " << detail::takePluginError());
@@ -268,7 +280,8 @@ std::vector<Chunk> Scheduler::partition(const SchedTensor& tensor) {
   abi.num_layers = tensor.num_layers;
   uint64_t chunk_numel = 0;
   detail::clearPluginError();
-  s.call(s.api.partition(s.ctx, &abi, &chunk_numel), "partition");
+  s.call(s.watched("partition", tensor.tensor_id, [&] { return s.api.partition(s.ctx, &abi, &chunk_numel); }),
+         "partition");
 
   // 0 or a slice at least the tensor's size: the whole tensor; an empty tensor is still one (empty) chunk so that its
   // completion is observable like any other tensor's.
@@ -332,7 +345,8 @@ void Scheduler::enqueue(std::span<const Chunk> chunks) {
   abi.reserve(chunks.size());
   for (const Chunk& c : chunks) abi.push_back(toAbi(c));
   detail::clearPluginError();
-  s.call(s.api.enqueue(s.ctx, abi.data(), abi.size()), "enqueue");
+  s.call(s.watched("enqueue", watchdog::kNoTensor, [&] { return s.api.enqueue(s.ctx, abi.data(), abi.size()); }),
+         "enqueue");
   for (const Chunk& c : chunks) {
     auto& e = s.chunks[c.chunk_id];
     e.chunk.wire_bytes = c.wire_bytes;
@@ -362,7 +376,9 @@ std::vector<Chunk> Scheduler::next() {
   s.ids.assign(s.pending, 0);
   uint64_t count = 0;
   detail::clearPluginError();
-  s.call(s.api.next(s.ctx, credit_left, flags, s.ids.data(), s.ids.size(), &count), "next");
+  s.call(s.watched("next", watchdog::kNoTensor,
+                   [&] { return s.api.next(s.ctx, credit_left, flags, s.ids.data(), s.ids.size(), &count); }),
+         "next");
 
   std::ostringstream o;
   if (count > s.ids.size()) {
@@ -442,7 +458,9 @@ void Scheduler::onComplete(std::span<const uint64_t> chunk_ids, uint64_t wire_by
       wire_bytes <= g.wire_bytes, InvalidArgument,
       s.label << ": onComplete reports " << wire_bytes << " wire bytes for a group of at most " << g.wire_bytes);
   detail::clearPluginError();
-  s.call(s.api.on_complete(s.ctx, chunk_ids.data(), chunk_ids.size(), wire_bytes), "on_complete");
+  s.call(s.watched("on_complete", watchdog::kNoTensor,
+                   [&] { return s.api.on_complete(s.ctx, chunk_ids.data(), chunk_ids.size(), wire_bytes); }),
+         "on_complete");
   for (uint64_t id : chunk_ids) s.chunks[id].state = ChunkState::kDone;
   s.groups.erase(group);
   s.in_flight -= chunk_ids.size();
@@ -495,7 +513,9 @@ std::unique_ptr<Scheduler> SchedulerPlugin::instantiate(const Params& params) co
   auto impl = std::make_unique<Scheduler::Impl>(shared_from_this(), *impl_);
   const auto abi_params = detail::toAbiParams(params, impl->label);
   detail::clearPluginError();
-  const terse_status_v1 status = impl->api.init(abi_params.data(), abi_params.size(), impl->host.host(), &impl->ctx);
+  const terse_status_v1 status = impl->watched("init", watchdog::kNoTensor, [&] {
+    return impl->api.init(abi_params.data(), abi_params.size(), impl->host.host(), &impl->ctx);
+  });
   if (status != TERSE_OK) detail::throwPluginStatus(impl->label, "init", status);
   // From here on the instance owns ctx: the Scheduler's destructor finalizes it even if get_caps fails below.
   auto scheduler = std::make_unique<Scheduler>(std::move(impl));
@@ -503,7 +523,8 @@ std::unique_ptr<Scheduler> SchedulerPlugin::instantiate(const Params& params) co
   terse_scheduler_caps_v1 raw{};
   raw.struct_size = sizeof raw;
   detail::clearPluginError();
-  const terse_status_v1 caps_status = s.api.get_caps(s.ctx, &raw);
+  const terse_status_v1 caps_status =
+      s.watched("get_caps", watchdog::kNoTensor, [&] { return s.api.get_caps(s.ctx, &raw); });
   if (caps_status != TERSE_OK) detail::throwPluginStatus(s.label, "get_caps", caps_status);
   TERSE_CHECK(raw.flags == 0, PluginError,
               s.label << ": invalid caps: flags = " << raw.flags << ", reserved in v1 and must be 0");

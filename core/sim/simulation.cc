@@ -18,6 +18,7 @@
 
 #include "core/common/runtime.h"
 #include "core/common/subprocess.h"
+#include "core/common/watchdog.h"
 #include "core/sim/network.h"
 #include "core/sim/runtime.h"
 
@@ -94,6 +95,9 @@ std::string blockedActors() {
     rt::installBackend(&runtime);
     auto network = std::make_shared<SimNetwork>(hosts, runtime);
     const SimulationContext ctx{options, network};
+    // A plugin call past plugin_timeout (core/common/watchdog.h) holds the simulation's only running actor forever:
+    // report the overrun as the simulation's error and end the child, which nothing else could.
+    const watchdog::Registration overrun([fd](const watchdog::Overrun& o) { answer(fd, kError, o.message()); });
 
     std::optional<std::string> result;
     sg4::Engine::on_deadlock_cb([fd] {

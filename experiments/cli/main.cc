@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/common/crash.h"
 #include "core/common/cuda.h"
 #include "core/plugin/compressor_plugin.h"
 #include "core/plugin/scheduler.h"
@@ -75,6 +76,8 @@ int run(int argc, char** argv) {
 }  // namespace terse::cli
 
 int main(int argc, char** argv) {
+  // A rank that dies of a fatal signal (a crashing plugin, a stack overflow) says so and marks its results failed.
+  terse::crash::install();
   try {
     return terse::cli::run(argc, argv);
   } catch (const std::exception& e) {

@@ -283,6 +283,7 @@ void applyDefaults(Experiment& e) {
   if (!e.has_mode()) e.set_mode(Experiment::SYNC);
   if (!e.has_staleness_bound()) e.set_staleness_bound(0);
   if (!e.has_transport()) e.set_transport(Experiment::INPROC);
+  if (!e.has_plugin_timeout()) e.set_plugin_timeout("60s");
   auto* ps = e.mutable_parameter_server();
   if (!ps->has_servers()) ps->set_servers(1);
   if (!ps->has_staleness_aware_lr()) ps->set_staleness_aware_lr(false);

@@ -468,6 +468,13 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
 
   try {
+    const double plugin_timeout = comm::parseDuration(e.plugin_timeout());
+    if (!(plugin_timeout >= 0 && plugin_timeout <= 3600))
+      c.fail("plugin_timeout") << " must be in [0s, 1h] (0 turns the watchdog off), got '" << e.plugin_timeout() << "'";
+  } catch (const Error& err) {
+    c.fail("plugin_timeout") << ": " << untagged(err);
+  }
+  try {
     if (!(comm::parseDuration(e.tcp().timeout()) > 0))
       c.fail("tcp.timeout") << " must be > 0, got '" << e.tcp().timeout() << "'";
   } catch (const Error& err) {

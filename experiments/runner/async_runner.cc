@@ -114,6 +114,11 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
     };
 
     std::vector<std::unique_ptr<comm::Transport>> transports;
+    // A plugin call past plugin_timeout fails every endpoint (the process then ends, detail::PluginWatch). The
+    // transports exist before the first plugin call.
+    const auto on_overrun = abortOnOverrun([&transports](const std::string& reason) {
+      for (auto& t : transports) t->abort(reason);
+    });
     train::PsPlan plan;
     std::vector<std::unique_ptr<train::ParamServerShard>> shards;
     std::vector<std::unique_ptr<train::ParamServerClient>> clients;

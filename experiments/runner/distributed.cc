@@ -39,6 +39,7 @@
 #include "core/comm/link_emulation.h"
 #include "core/comm/tcp/transport.h"
 #include "core/comm/transport.h"
+#include "core/common/crash.h"
 #include "core/common/error.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
@@ -147,6 +148,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
   env.source = "single";
   if (detected) env = *detected;
   const int rank = env.rank;
+  crash::setProcessRank(rank);
   const int world = env.world_size;
   primary_ = rank == 0;
   TERSE_CHECK(world == e.workers(), InvalidArgument,
@@ -207,6 +209,12 @@ RunSummary Runner::runTcp(const Experiment& e) {
     co.busy_poll_us = 0;  // rare and off the critical path: its threads sleep rather than spin beside the trainer's
     co.store_prefix = prefix + "control/";
     control = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(co, job_->token, *job_->store));
+    // A plugin call past plugin_timeout: tell every other rank now (the process then ends, detail::PluginWatch).
+    const auto on_overrun = detail::abortOnOverrun([&](const std::string& reason) {
+      const std::string why = "rank " + std::to_string(rank) + " (" + joined.host + ") failed: " + reason;
+      if (comm) comm->abort(why);
+      if (control) control->abort(why);
+    });
 
     // Every replica must start from the same parameters (same seed, same build): checked once, up front.
     {

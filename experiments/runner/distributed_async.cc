@@ -29,6 +29,7 @@
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
 #include "core/comm/tcp/transport.h"
+#include "core/common/crash.h"
 #include "core/common/error.h"
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"
@@ -132,6 +133,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   env.source = "single";
   if (detected) env = *detected;
   const int rank = env.rank;
+  crash::setProcessRank(rank);
   const int world = env.world_size;
   const int S = e.parameter_server().servers();
   const int W = e.workers();
@@ -194,6 +196,11 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     co.store_prefix = prefix + "control/";
     control = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(co, job_->token, *job_->store));
     comm::Transport& ctl = control->transport();
+    const auto on_overrun = detail::abortOnOverrun([&](const std::string& reason) {
+      const std::string why = "rank " + std::to_string(rank) + " (" + joined.host + ") failed: " + reason;
+      data->abort(why);
+      ctl.abort(why);
+    });
     {
       // Every replica must start from the same parameters (same seed, same build).
       const uint64_t mine = train::parameterChecksum(model->params());

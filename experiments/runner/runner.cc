@@ -17,6 +17,7 @@
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
 #include "core/comm/transport.h"
+#include "core/common/crash.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 #include "core/compress/make_codec.h"
@@ -109,6 +110,34 @@ workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   wo.glove.x_max = g.x_max();
   wo.glove.alpha = g.alpha();
   return wo;
+}
+
+PluginWatch::PluginWatch(const Experiment& e) {
+  watchdog::setTimeout(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(comm::parseDuration(e.plugin_timeout()))));
+  exit_ = watchdog::Registration([](const watchdog::Overrun& o) {
+    // Handlers run in registration order and this one is the outermost: it must not end the process before the run's
+    // abort actions, registered after it, have run. So the exit waits on its own thread.
+    std::thread([o] {
+      std::this_thread::sleep_for(kOverrunGrace);
+      const auto folders = crash::failRegistered(o.message(), o.plugin);
+      std::ostringstream msg;
+      msg << "terse: " << o.message() << "; a hung call can be neither stopped nor joined, so the process ends";
+      for (const auto& f : folders) msg << " (status: " << f << ")";
+      msg << '\n';
+      std::cerr << msg.str() << std::flush;
+      std::fflush(nullptr);
+      ::_exit(1);
+    }).detach();
+  });
+}
+
+PluginWatch::~PluginWatch() {
+  watchdog::setTimeout(std::chrono::nanoseconds(0));
+}
+
+watchdog::Registration abortOnOverrun(std::function<void(const std::string& reason)> abort) {
+  return watchdog::Registration([abort = std::move(abort)](const watchdog::Overrun& o) { abort(o.message()); });
 }
 
 std::string shortWhat(const std::exception_ptr& e) {
@@ -294,6 +323,7 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
 }
 
 RunSummary Runner::run(const Experiment& e) {
+  const PluginWatch watch(e);
   if (e.workload().name() == "pytorch") return runPyTorch(e);                                   // pytorch_runner.cc
   if (e.mode() != Experiment::SYNC && e.transport() == Experiment::TCP) return runTcpAsync(e);  // distributed_async.cc
   // One rank per process (distributed.cc); NCCL: one per GPU.
@@ -375,6 +405,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
   const comm::HostCommOptions comm_options = experiments::hostCommOptions(e);
   for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t), comm_options));
+  // One abort fails every rank's collectives (the in-process job is one communicator).
+  const auto on_overrun = abortOnOverrun([&comms](const std::string& reason) { comms[0]->abort(reason); });
 
   // The scheduler, one instance per rank like the compressor; "fifo" (the default) is a plugin like any other.
   auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());

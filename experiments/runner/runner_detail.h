@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 
 #include "core/comm/job.h"
 #include "core/comm/tcp/transport.h"
+#include "core/common/watchdog.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/scheduler.h"
 #include "core/sim/platform.h"
@@ -54,5 +56,24 @@ void noteSimulation(results::Provenance& prov, const experiments::Experiment& e)
 // The scheduler's provenance record. The trainers own the run's instances; one more, made and finalized here,
 // reports the resolved parameters (init depends only on the parameters, so every instance resolves the same).
 results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params);
+
+// Plugin calls run under the study's plugin_timeout (core/common/watchdog.h). A PluginWatch sets the deadline for its
+// lifetime and arms the way out: when a call overruns, the abort actions registered with abortOnOverrun run first (the
+// run's communicators: every pending and later collective fails, and over tcp the abort notices make the peers fail
+// at once, naming this rank); a grace later (kOverrunGrace, for the notices to leave), the process writes every results
+// folder it has open as failed with the overrun's message, says so on stderr and exits with status 1. It cannot do
+// better: the hung thread can be neither stopped nor joined, and a trainer's destructor would join it.
+inline constexpr std::chrono::milliseconds kOverrunGrace{1000};
+class PluginWatch {
+ public:
+  explicit PluginWatch(const experiments::Experiment& e);
+  ~PluginWatch();
+  PluginWatch(const PluginWatch&) = delete;
+  PluginWatch& operator=(const PluginWatch&) = delete;
+
+ private:
+  watchdog::Registration exit_;
+};
+[[nodiscard]] watchdog::Registration abortOnOverrun(std::function<void(const std::string& reason)> abort);
 
 }  // namespace terse::runner::detail
