@@ -168,6 +168,7 @@ void watchLoop() {
       o.rank = slot.rank.load(std::memory_order_relaxed);
       o.seconds = static_cast<double>(now - start) * 1e-9;
       o.timeout_s = static_cast<double>(timeout) * 1e-9;
+      o.thread = slot.tid.load(std::memory_order_relaxed);
       found.push_back(std::move(o));
     }
     if (found.empty()) continue;

@@ -32,6 +32,7 @@ struct Overrun {
   int rank = -1;         // the calling rank, -1 when unknown
   double seconds = 0;    // how long the call had run when the watchdog saw it
   double timeout_s = 0;  // the deadline it ran past
+  pid_t thread = 0;      // the calling thread (gettid(): Python's threading.get_native_id())
 
   // "rank 1: compressor 'x' (path): decompress of tensor 3 has not returned after 2.02 s (plugin_timeout 2 s)"
   std::string message() const;

@@ -12,6 +12,7 @@
 
 #include "core/comm/transport.h"
 #include "core/common/error.h"
+#include "core/common/watchdog.h"
 #include "experiments/python/ddp_aggregator.h"
 #include "experiments/python/hook_results.h"
 #include "experiments/python/recipe.h"
@@ -103,6 +104,37 @@ PYBIND11_MODULE(_terse, m) {
       error(e.what());
     }
   });
+
+  // The plugin-call watchdog (core/common/watchdog.h): terse.torch sets the deadline and fails the bucket of a call
+  // past it. The deadline is the process's; the handler is called on the watchdog's thread with the GIL taken.
+  m.def(
+      "set_plugin_timeout",
+      [](double seconds) {
+        TERSE_CHECK(seconds >= 0 && seconds <= 3600, InvalidArgument,
+                    "plugin_timeout must be in [0, 3600] seconds (0 turns the watchdog off), got " << seconds);
+        watchdog::setTimeout(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds)));
+      },
+      py::arg("seconds"));
+  py::class_<watchdog::Registration>(m, "PluginWatch");
+  m.def(
+      "on_plugin_overrun",
+      [](py::function fn) {
+        // Copies of the handler live on the watchdog's thread, which holds no GIL: the Python callable is released
+        // with the GIL taken, whoever drops the last copy.
+        std::shared_ptr<py::function> callable(new py::function(std::move(fn)), [](py::function* f) {
+          py::gil_scoped_acquire gil;
+          delete f;
+        });
+        return std::make_unique<watchdog::Registration>([callable](const watchdog::Overrun& o) {
+          py::gil_scoped_acquire gil;
+          try {
+            (*callable)(o.message(), static_cast<long>(o.thread));
+          } catch (py::error_already_set& e) {
+            e.discard_as_unraisable("terse.torch's plugin watchdog handler");
+          }
+        });
+      },
+      py::arg("handler"));
 
   py::class_<DdpAggregator>(m, "DdpAggregator")
       .def(py::init([](const std::string& compressor, const std::map<std::string, std::string>& params,

@@ -19,6 +19,9 @@
                     cannot sum raise terse's exceptions with terse's messages (out of backward: a RuntimeError naming
                     them), and the job shuts down
   one_rank_fails    a plugin failing on rank 0 only: rank 0 raises terse's error, rank 1 is released by gloo (no hang)
+  plugin_hangs      a plugin whose compress hangs on rank 0 (plugin_timeout 2 s): rank 0's backward raises terse's
+                    PluginError naming the plugin, the call and the tensor within the deadline and a margin, with
+                    overlap and without (then the process exits 1, naming it); rank 1 is released by gloo
   layout            a bucket that changes size (bucket granularity: new pipeline; tensor granularity: refused), a
                     layout that does not tile the bucket, and a re-formed group of another size are handled or refused
   accuracy          top-k 1% + EF + DGC momentum through the hook on the quickstart MLP (tests/python/
@@ -34,6 +37,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from datetime import timedelta
 
@@ -252,6 +256,56 @@ def one_rank_fails(rank, marker_dir):
             os._exit(0)
         return
     raise AssertionError("rank %d trained through a plugin that fails on rank 0" % rank)
+
+
+# ---- plugin_hangs
+
+
+def plugin_hangs(rank, marker_dir, overlap):
+    model = mlp()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terse.torch.CompressionState(os.path.join(ARGS.fixture_dir, "terse_compressor_misbehave.so"),
+                                         fault="hang", call="compress", rank=0, after=6, plugin_timeout=2.0,
+                                         overlap=overlap, module=model)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        train_steps(ddp, opt, 6, rank)
+    except Exception as e:  # noqa: BLE001  (rank 1 sees gloo's error, whatever its type)
+        with open(os.path.join(marker_dir, "rank%d" % rank), "w") as f:
+            f.write("%.3f %s: %s" % (time.time(), type(e).__name__, e))
+        if rank == 0:
+            check(state._stuck and isinstance(state.error, terse.PluginError), "rank 0's state: %r" % state.error)
+            state.close()  # must not wait for the hung worker
+            dist.destroy_process_group()
+            os._exit(0)
+        return
+    raise AssertionError("rank %d trained through a plugin that hangs on rank 0" % rank)
+
+
+def spawn_hanging(tmp, overlap):
+    mark = os.path.join(tmp, "fault-started")
+    os.environ["TERSE_MISBEHAVE_MARK"] = mark
+    try:
+        spawn(plugin_hangs, tmp, overlap, timeout_s=20)
+    except Exception as e:  # noqa: BLE001
+        if overlap:
+            traceback.print_exc()
+            raise
+        # Without overlap rank 0 exits 1 from the watchdog (mp.spawn reports it): that is the expected end.
+        check("exited with exit code 1" in str(e) or "exit code 1" in str(e), "rank 0 ended otherwise: %s" % e)
+    started = os.stat(mark).st_mtime
+    if overlap:
+        r0 = open(os.path.join(tmp, "rank0")).read()
+        when, text = r0.split(" ", 1)
+        took = float(when) - started
+        check("PluginError" in text and "misbehave" in text and "compress of tensor" in text
+              and "plugin_timeout 2 s" in text, "rank 0 raised %s" % text)
+        # The deadline, the watchdog's look (1/40 of it) and the way back through DDP: well within a second more.
+        check(took < 3.5, "rank 0's backward raised %.2f s after the hang began (plugin_timeout 2 s)" % took)
+        print("plugin hangs (overlap): rank 0 raised %.2f s after the hang began: %s" % (took, text[:200]))
+    r1 = open(os.path.join(tmp, "rank1")).read()
+    print("  rank 1: %s" % r1[:200])
 
 
 # ---- layout
@@ -532,11 +586,12 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
-                                    "one_rank_fails", "layout", "accuracy"])
+                                    "one_rank_fails", "plugin_hangs", "layout", "accuracy"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
     p.add_argument("--runner-plugins", required=True)
+    p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if ARGS.case == "equivalence":
@@ -554,6 +609,10 @@ def main():
             check_payload_bytes(path)
         elif ARGS.case == "errors":
             spawn(errors)
+        elif ARGS.case == "plugin_hangs":
+            spawn_hanging(tmp, overlap=True)
+            with tempfile.TemporaryDirectory() as tmp2:
+                spawn_hanging(tmp2, overlap=False)
         elif ARGS.case == "one_rank_fails":
             spawn_failing(tmp)
         elif ARGS.case == "layout":

@@ -57,6 +57,7 @@ import math
 import numbers
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -122,6 +123,11 @@ class CompressionState:
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
                          and the install and build trees
+    plugin_timeout       seconds one compressor call may run (default 60; 0 = no limit; at most 3600). The process's
+                         deadline: the last state made sets it. A call past it fails its bucket with terse.PluginError
+                         naming the plugin, the call and the tensor, so backward raises; the hung thread is abandoned.
+                         Without overlap the hung call holds backward's own thread, so the process prints the error
+                         and exits with status 1 instead (nothing else could end it)
 
     Raises terse.PluginError, terse.InvalidArgument, terse.Unsupported ... with terse's messages, before any
     collective.
@@ -129,7 +135,7 @@ class CompressionState:
 
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
-                 seed=1, plugin_path=(), params=None, **plugin_params):
+                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
@@ -142,6 +148,9 @@ class CompressionState:
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
                  % (granularity,))
         _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
+        _require(isinstance(plugin_timeout, numbers.Real) and not isinstance(plugin_timeout, bool)
+                 and 0 <= plugin_timeout <= 3600,
+                 "'plugin_timeout' must be a number of seconds in [0, 3600] (0 = no limit), got %r" % (plugin_timeout,))
         merged = {}
         for key, value in list((params or {}).items()) + list(plugin_params.items()):
             _require(isinstance(key, str), "compressor parameter names must be strings, got %r" % (key,))
@@ -169,6 +178,14 @@ class CompressionState:
         self._queue = None
         self._worker = None
         self._last_submit = 0.0
+        self._current = None       # the Future of the bucket the worker aggregates now
+        self._stuck = False        # a plugin call of the worker overran plugin_timeout: the worker is abandoned
+        self._sync_thread = None   # overlap=False: the native id of the thread inside the hook, while it is
+        _terse.set_plugin_timeout(float(plugin_timeout))
+        self.plugin_timeout = float(plugin_timeout)
+        ref = weakref.ref(self)
+        self._watch = _terse.on_plugin_overrun(lambda message, thread: CompressionState._overrun_of(ref, message,
+                                                                                                     thread))
 
     # ---- what the hook counted (each waits for the buckets in flight first)
 
@@ -219,11 +236,45 @@ class CompressionState:
             raise self.error
 
     def close(self):
-        """Waits for the buckets in flight and stops the worker thread (it starts again if the hook runs again)."""
+        """Waits for the buckets in flight and stops the worker thread (it starts again if the hook runs again). A worker
+        stuck in a plugin call past plugin_timeout is left where it is."""
         if self._worker is not None:
-            self._queue.put(None)
-            self._worker.join()
+            if not self._stuck:
+                self._queue.put(None)
+                self._worker.join()
             self._worker, self._queue = None, None
+
+    @staticmethod
+    def _overrun_of(ref, message, thread):
+        # Called on terse's watchdog thread (with the GIL) for any plugin call of the process past the deadline: this
+        # state acts only when the call is its own.
+        self = ref()
+        if self is None:
+            return
+        if self._sync_thread is not None and thread == self._sync_thread:
+            sys.stderr.write("terse.torch: %s; the call holds backward's thread, so the process exits\n" % message)
+            sys.stderr.flush()
+            os._exit(1)
+        worker = self._worker
+        if worker is None or worker.native_id != thread:
+            return
+        error = _terse.PluginError("terse.torch: %s; the hook is stopped" % message)
+        self._stuck = True
+        self._fail(error)
+        # The bucket in the hung call, then every bucket queued behind it: each fails now, so backward raises instead
+        # of waiting for a call that will not return. The worker never takes another job.
+        failed = [self._current] if self._current is not None else []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            self._queue.task_done()
+            if job is not None:
+                failed.append(job[4])
+        for fut in failed:
+            if not fut.done():
+                fut.set_exception(error if fut is self._current else self._failed_again())
 
     # ---- the hook's side
 
@@ -278,11 +329,14 @@ class CompressionState:
         fut = torch.futures.Future()
         if not self.overlap:
             start = time.perf_counter()
+            self._sync_thread = threading.get_native_id()
             try:
                 self._aggregate(index, buf, members, is_last)
             except Exception as e:
                 self._fail(e)
                 raise
+            finally:
+                self._sync_thread = None
             self._agg.add_exposed(time.perf_counter() - start)
             fut.set_result(buf)
             return fut
@@ -311,12 +365,18 @@ class CompressionState:
                 if self.error is not None:
                     fut.set_exception(self._failed_again())
                     continue
+                self._current = fut
                 try:
                     self._aggregate(index, buf, members, is_last)
                 except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
                     self._fail(e)
-                    fut.set_exception(e)
+                    if not fut.done():
+                        fut.set_exception(e)
                     continue
+                finally:
+                    self._current = None
+                if fut.done():
+                    continue  # the watchdog failed it: the call returned, but past its deadline
                 if is_last:
                     # Backward's own work ended about when DDP handed over its last bucket: what follows, it waits.
                     self._agg.add_exposed(time.perf_counter() - submitted)
