@@ -112,7 +112,8 @@ PYBIND11_MODULE(_terse, m) {
       [](double seconds) {
         TERSE_CHECK(seconds >= 0 && seconds <= 3600, InvalidArgument,
                     "plugin_timeout must be in [0, 3600] seconds (0 turns the watchdog off), got " << seconds);
-        watchdog::setTimeout(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds)));
+        watchdog::setTimeout(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds)));
       },
       py::arg("seconds"));
   py::class_<watchdog::Registration>(m, "PluginWatch");

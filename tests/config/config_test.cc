@@ -273,6 +273,18 @@ TEST_F(ConfigTest, GloveFieldsAndSparseGradients) {
 
 // workload pytorch: defaults only for its block (the image fields only for torchvision models), every range named, and
 // what DDP through the hook cannot honour refused by name.
+TEST_F(ConfigTest, PluginTimeout) {
+  // Default 60 s; 0 turns the watchdog off; a day, a negative or a malformed value is refused naming the field.
+  EXPECT_EQ(load(kMinimal).experiments.at(0).plugin_timeout(), "60s");
+  EXPECT_EQ(load(kMinimal + "plugin_timeout: \"0s\"\n").experiments.at(0).plugin_timeout(), "0s");
+  for (const char* bad : {"24h", "soon", "-1s"}) {
+    const auto errors = errorsOf(kMinimal + "plugin_timeout: \"" + bad + "\"\n");
+    ASSERT_EQ(errors.size(), 1u) << bad << ": " << ::testing::PrintToString(errors);
+    EXPECT_NE(errors[0].find("plugin_timeout"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find(bad), std::string::npos) << errors[0];
+  }
+}
+
 TEST_F(ConfigTest, PyTorchWorkload) {
   const std::string rt = "clock: REAL_TIME\n";
   const Study tv = load("study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\n" + rt);
