@@ -301,8 +301,9 @@ def spawn_hanging(tmp, overlap):
         took = float(when) - started
         check("PluginError" in text and "misbehave" in text and "compress of tensor" in text
               and "plugin_timeout 2 s" in text, "rank 0 raised %s" % text)
-        # The deadline, the watchdog's look (1/40 of it) and the way back through DDP: well within a second more.
-        check(took < 3.5, "rank 0's backward raised %.2f s after the hang began (plugin_timeout 2 s)" % took)
+        # The deadline, the watchdog's look (1/40 of it) and the way back through DDP: about 2.05 s on an idle host;
+        # the bound leaves room for a loaded one (two torch processes on 2 busy cores).
+        check(took < 6.0, "rank 0's backward raised %.2f s after the hang began (plugin_timeout 2 s)" % took)
         print("plugin hangs (overlap): rank 0 raised %.2f s after the hang began: %s" % (took, text[:200]))
     r1 = open(os.path.join(tmp, "rank1")).read()
     print("  rank 1: %s" % r1[:200])
