@@ -38,6 +38,8 @@ struct FileSlot {
 
 std::array<FileSlot, kMaxFiles> g_files;
 std::atomic<int> g_rank{-1};
+char g_error_file[kPath];
+std::atomic<bool> g_have_error_file{false};
 std::atomic<bool> g_installed{false};
 std::mutex g_install_mutex;
 
@@ -258,9 +260,16 @@ void onFatalSignal(int sig, siginfo_t* info, void* context) {
 
   static Text<2200> line;
   line.len = 0;
-  line.add("terse: ");
   line.add(message.buf);
   line.add("\n");
+  if (g_have_error_file.load(std::memory_order_acquire)) {
+    const int fd = ::open(g_error_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      writeAll(line.buf, line.len, fd);
+      ::close(fd);
+    }
+  }
+  writeAll("terse: ", 7, STDERR_FILENO);
   writeAll(line.buf, line.len, STDERR_FILENO);
 
   // Die of the same signal: the exit status and a core dump stay what they would have been without the handler.
@@ -294,6 +303,14 @@ void install() {
 
 void setProcessRank(int rank) noexcept {
   g_rank.store(rank, std::memory_order_relaxed);
+}
+
+void setErrorFile(std::string_view path) {
+  TERSE_CHECK(path.size() < kPath, InvalidArgument, "error file path too long for the crash handler: " << path);
+  g_have_error_file.store(false, std::memory_order_release);
+  std::memcpy(g_error_file, path.data(), path.size());
+  g_error_file[path.size()] = '\0';
+  g_have_error_file.store(!path.empty(), std::memory_order_release);
 }
 
 StatusFile::StatusFile(std::string_view path, std::string_view started) {

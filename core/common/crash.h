@@ -27,6 +27,10 @@ void install();
 // call's mark. -1 (the default): unknown.
 void setProcessRank(int rank) noexcept;
 
+// A file to create (O_EXCL: the first failing rank's stays) with the handler's one-line message, for a parent that
+// reports a child's failure from such a file (terse run's PyTorch driver). "" = none.
+void setErrorFile(std::string_view path);
+
 // A status.json to rewrite as failed should the process die of a signal while this object lives.
 class StatusFile {
  public:

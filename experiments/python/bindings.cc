@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/comm/transport.h"
+#include "core/common/crash.h"
 #include "core/common/error.h"
 #include "core/common/watchdog.h"
 #include "experiments/python/ddp_aggregator.h"
@@ -117,6 +118,16 @@ PYBIND11_MODULE(_terse, m) {
       },
       py::arg("seconds"));
   py::class_<watchdog::Registration>(m, "PluginWatch");
+  // For processes terse owns (terse.train's ranks), not for a user's: the handler replaces Python's own reports of a
+  // fatal signal (faulthandler) with terse's, which name the plugin call.
+  m.def(
+      "install_crash_handler",
+      [](int rank, const std::string& error_file) {
+        crash::install();
+        crash::setProcessRank(rank);
+        crash::setErrorFile(error_file);
+      },
+      py::arg("rank"), py::arg("error_file") = "");
   m.def(
       "on_plugin_overrun",
       [](py::function fn) {

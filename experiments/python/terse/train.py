@@ -87,6 +87,7 @@ class Spec:
         self.max_steps = int(self.pt.get("max_steps_per_epoch", 0))
         self.multi_process = e.get("transport", "INPROC") == "TCP"
         self.timeout_s = _duration_s(e.get("tcp", {}).get("timeout", "30s"))
+        self.plugin_timeout_s = _duration_s(e.get("plugin_timeout", "60s"))
 
 
 # ---- model and data
@@ -222,7 +223,7 @@ def train_rank(rank, world, spec, store_path):
         state = terse.torch.CompressionState(
             spec.compressor, params=spec.params, error_feedback=spec.error_feedback, momentum_correction=spec.mc,
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov, module=model, seed=spec.seed,
-            plugin_path=spec.args.plugin_path)
+            plugin_path=spec.args.plugin_path, plugin_timeout=spec.plugin_timeout_s)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
         logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=spec.args.folder, state=state,
                                            description=spec.text)
@@ -297,6 +298,9 @@ def _leave(code, error_file=None, summary=None):
 
 
 def _run_rank(rank, world, spec, store_path, error_file):
+    # A fatal signal (a crashing plugin) names the rank and the plugin call on stderr and in the error file, which
+    # terse run turns into the status (core/common/crash.h); the process still dies of the signal.
+    terse._terse.install_crash_handler(rank, error_file or "")
     try:
         train_rank(rank, world, spec, store_path)
     except BaseException as e:  # noqa: BLE001  (reported to terse run, then the process ends)
