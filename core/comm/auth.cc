@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 namespace terse::comm {
@@ -68,6 +69,54 @@ std::string_view serviceName(uint16_t service) {
   }
 }
 
+bool isLowerHexDigit(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+bool isHexDigit(char c) {
+  return isLowerHexDigit(c) || (c >= 'A' && c <= 'F');
+}
+
+std::string toHex(std::span<const std::byte> bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (std::byte b : bytes) {
+    hex.push_back(kHex[std::to_integer<unsigned>(b) >> 4]);
+    hex.push_back(kHex[std::to_integer<unsigned>(b) & 0xf]);
+  }
+  return hex;
+}
+
+// What makes a token's random part (lowercase hex) a pattern rather than a draw, in words, or nullopt: too few
+// distinct digits (zeros and a counter, "abcdef" repeated), or the whole is a shorter string repeated ("deadbeef",
+// "0123456789abcdef"). 64 random digits are either with probability below 1e-11 (JobToken::kMinDistinctDigits).
+std::optional<std::string> patternIn(std::string_view hex) {
+  std::array<bool, 16> seen{};
+  for (char c : hex) seen[static_cast<std::size_t>(c <= '9' ? c - '0' : c - 'a' + 10)] = true;
+  const auto distinct = static_cast<std::size_t>(std::count(seen.begin(), seen.end(), true));
+  if (distinct < JobToken::kMinDistinctDigits) {
+    return "only " + std::to_string(distinct) + " distinct digits, fewer than " +
+           std::to_string(JobToken::kMinDistinctDigits);
+  }
+  for (std::size_t period = 1; period <= hex.size() / 2; ++period) {
+    if (hex.substr(period) == hex.substr(0, hex.size() - period)) {
+      return "it repeats every " + std::to_string(period) + " digits";
+    }
+  }
+  return std::nullopt;
+}
+
+// Every refusal names the source and what is wrong, ends with how to make a token, and shows no character of the
+// secret: a mistyped token is still mostly the real one.
+[[noreturn]] void refuseToken(std::string_view source, const std::string& what) {
+  TERSE_THROW(InvalidArgument,
+              source << ": the job token " << what
+                     << "; terse accepts only tokens that `terse token` or `terse launch` generated, since a chosen "
+                        "one can be guessed offline by whoever gets a rank to connect to it (core/comm/auth.h): make "
+                        "one with `"
+                     << JobToken::kHowToMakeOne << "`, or run the job under `terse launch`, which makes one");
+}
+
 std::string stripTrailingWhitespace(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
   return s;
@@ -75,44 +124,69 @@ std::string stripTrailingWhitespace(std::string s) {
 
 }  // namespace
 
+std::string JobToken::checksum(std::string_view random_hex) {
+  // The domain tag keeps this digest apart from any other SHA-256 of the same digits.
+  constexpr std::string_view kTag = "terse-token-v1:";
+  std::string input;
+  input.reserve(kTag.size() + random_hex.size());
+  input.append(kTag).append(random_hex);
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int md_len = 0;
+  TERSE_CHECK(EVP_Digest(input.data(), input.size(), md.data(), &md_len, EVP_sha256(), nullptr) == 1 && md_len == 32,
+              InternalError, "auth: SHA-256 failed (OpenSSL EVP_Digest)");
+  const auto digest = std::as_bytes(std::span(md.data(), kChecksumHexDigits / 2));
+  return toHex(digest);
+}
+
 JobToken JobToken::generate() {
-  const auto raw = makeNonce();  // 32 random bytes
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(raw.size() * 2);
-  for (std::byte b : raw) {
-    hex.push_back(kHex[std::to_integer<unsigned>(b) >> 4]);
-    hex.push_back(kHex[std::to_integer<unsigned>(b) & 0xf]);
+  // A draw that looks like a pattern (probability below 1e-11) is drawn again, so that every generated token passes
+  // fromString.
+  for (;;) {
+    const auto raw = makeNonce();  // 32 random bytes
+    std::string random_hex = toHex(raw);
+    if (patternIn(random_hex)) continue;
+    std::string token;
+    token.reserve(kLength);
+    token.append(kPrefix).append(random_hex).append("-").append(checksum(random_hex));
+    return JobToken(std::move(token));
   }
-  return JobToken(std::move(hex));
 }
 
 JobToken JobToken::fromString(std::string secret, std::string_view source) {
-  std::size_t non_hex = 0;
-  std::array<bool, 16> seen{};
-  for (char c : secret) {
-    const char lower = (c >= 'A' && c <= 'F') ? static_cast<char>(c - 'A' + 'a') : c;
-    if (lower >= '0' && lower <= '9') {
-      seen[static_cast<std::size_t>(lower - '0')] = true;
-    } else if (lower >= 'a' && lower <= 'f') {
-      seen[static_cast<std::size_t>(lower - 'a' + 10)] = true;
-    } else {
-      ++non_hex;
+  if (secret.empty()) refuseToken(source, "is empty");
+  if (!secret.starts_with(kPrefix)) {
+    if (secret.size() >= 32 && std::all_of(secret.begin(), secret.end(), isHexDigit)) {
+      refuseToken(
+          source,
+          "is " + std::to_string(secret.size()) +
+              " bare hexadecimal digits (what `openssl rand -hex` prints, and what earlier terse versions accepted), "
+              "not a terse token (they start with \"" +
+              std::string(kPrefix) + "\")");
+    }
+    refuseToken(source, "does not start with \"" + std::string(kPrefix) +
+                            "\": it was not made by `terse token` but chosen by a person or another tool");
+  }
+  if (secret.size() != kLength) {
+    refuseToken(source, "is " + std::to_string(secret.size()) + " characters, a " + std::string(kPrefix) +
+                            " token has " + std::to_string(kLength) + ": it was cut short or added to");
+  }
+  const std::string_view random_hex = std::string_view(secret).substr(kPrefix.size(), kRandomHexDigits);
+  const std::string_view sum = std::string_view(secret).substr(kPrefix.size() + kRandomHexDigits + 1);
+  for (std::size_t i = kPrefix.size(); i < secret.size(); ++i) {
+    const bool dash_here = i == kPrefix.size() + kRandomHexDigits;
+    if (dash_here ? secret[i] != '-' : !isLowerHexDigit(secret[i])) {
+      refuseToken(source, "has an unexpected character at position " + std::to_string(i + 1) + " (expected " +
+                              (dash_here ? std::string("'-'") : std::string("a lowercase hexadecimal digit")) + ")");
     }
   }
-  const auto distinct = static_cast<std::size_t>(std::count(seen.begin(), seen.end(), true));
-  constexpr std::string_view kHow =
-      " (a job token must be at least 32 random hexadecimal digits: use `terse launch`, which generates one, or "
-      "`openssl rand -hex 32`)";
-  TERSE_CHECK(non_hex == 0, InvalidArgument,
-              source << ": the job token has " << non_hex << " of its " << secret.size()
-                     << " characters outside 0-9a-f: it looks chosen by a person, which a guesser tries first" << kHow);
-  TERSE_CHECK(
-      secret.size() >= kMinHexDigits, InvalidArgument,
-      source << ": the job token is " << secret.size() << " hexadecimal digits, fewer than " << kMinHexDigits << kHow);
-  TERSE_CHECK(distinct >= kMinDistinctDigits, InvalidArgument,
-              source << ": the job token uses only " << distinct << " distinct hexadecimal digits: a pattern, not "
-                     << "random" << kHow);
+  if (checksum(random_hex) != sum) {
+    refuseToken(source, "fails its checksum: it was mistyped or edited, or made by hand in terse's format");
+  }
+  if (const std::optional<std::string> pattern = patternIn(random_hex)) {
+    refuseToken(source, "has a random part that is a pattern (" + *pattern +
+                            "), which 256 random bits almost never are: it was "
+                            "made by hand in terse's format");
+  }
   return JobToken(std::move(secret));
 }
 

@@ -32,9 +32,24 @@
 // Tokens come, in order, from the launcher (which generates one and passes it to its children in TERSE_JOB_TOKEN),
 // the environment (TERSE_JOB_TOKEN), or a file (TERSE_JOB_TOKEN_FILE) that must be a regular file owned by the user
 // and not readable or writable by group or others -- like ssh's private keys, a world-readable secret is refused.
-// A token must look random: at least 32 hexadecimal digits (128 bits when drawn at random, `openssl rand -hex 32`),
-// using at least 6 distinct digits. Anything else -- a word, a pass phrase, "deadbeef" repeated -- is refused: an
-// online guesser gets one guess per connection, but a token a person made up is in every guessing list.
+//
+// A token must be one that `terse token` or `terse launch` generated (JobToken::generate):
+//
+//   terse-v1-<64 lowercase hex digits: 256 bits from RAND_bytes>-<8 hex digits: checksum>
+//   checksum = the first 8 hex digits of SHA-256("terse-token-v1:" | the 64 digits)
+//
+// Why nothing else: the connecting side proves first, so whoever gets a rank to connect to it -- by listening on the
+// store's port before the store does, which on SLURM is predictable (20000 + job id % 10000) -- receives an HMAC of the
+// token over nonces it knows, and can test guesses against it offline at any speed. Against 256 random bits that is
+// hopeless; against a token a person made up it is not: a 23k-entry guess list found `deadbeefcafebabe...`,
+// `0123456789abcdef` repeated, zeros ending in 12345 and `abcdef` repeated in seconds, and the earlier rule (32 hex
+// digits, 6 distinct) accepted all four. No rule about what a string looks like tells chosen from drawn reliably, and
+// a PAKE (SPAKE2, CPace), which would leave nothing to test guesses against, has no C library among the packages terse
+// builds against (OpenSSL 3.0 and libsodium 1.0.18 have none). So terse accepts only its own format: the checksum makes
+// every string a person types or another tool prints -- `openssl rand -hex 32` included -- fail before it is used, and
+// the random part must not be a pattern (fewer than 10 distinct digits, or a repetition), which 256 random bits are
+// with probability below 1e-11, so a hand-made string given a recomputed checksum fails too. The checksum is public:
+// it proves nothing to a peer, it only makes "made by terse" the one way to get a token that works.
 #pragma once
 
 #include <array>
@@ -62,22 +77,31 @@ inline constexpr const char* kJobTokenFileEnv = "TERSE_JOB_TOKEN_FILE";
 
 class JobToken {
  public:
-  // The rule above: a token shorter than 128 bits' worth of hex digits, or not hex at all, is refused.
-  static constexpr std::size_t kMinHexDigits = 32;
-  // A random 32-digit token has fewer than 6 distinct digits with probability below 1e-12; "deadbeef" has 5.
-  static constexpr std::size_t kMinDistinctDigits = 6;
+  // The format above: "terse-v1-" + 64 hex digits + "-" + 8 hex digits.
+  static constexpr std::string_view kPrefix = "terse-v1-";
+  static constexpr std::size_t kRandomHexDigits = 64;  // 256 bits
+  static constexpr std::size_t kChecksumHexDigits = 8;
+  static constexpr std::size_t kLength = kPrefix.size() + kRandomHexDigits + 1 + kChecksumHexDigits;  // 82
+  // A random part with fewer distinct digits than this is a pattern: 64 random digits have fewer than 10 distinct ones
+  // with probability about 1e-12.
+  static constexpr std::size_t kMinDistinctDigits = 10;
+  // How a user makes a token; every refusal says it.
+  static constexpr std::string_view kHowToMakeOne = "terse token > ~/.terse_token && chmod 600 ~/.terse_token";
 
-  // 32 random bytes from the OS (OpenSSL RAND_bytes), hex-encoded (64 characters) so it passes through environment
-  // variables and files unchanged.
+  // 32 random bytes from the OS (OpenSSL RAND_bytes) in the format above, which passes through environment variables
+  // and files unchanged.
   static JobToken generate();
-  // Throws InvalidArgument when `secret` breaks the rule above (the message names `source`, the length and what is
-  // wrong, never the secret).
+  // Throws InvalidArgument when `secret` is not a token in the format above (the message names `source`, says what
+  // is wrong and how to make a token, never shows the secret or any part of it).
   static JobToken fromString(std::string secret, std::string_view source = "token");
   // Reads the file (trailing whitespace stripped). Throws InvalidArgument naming the file when it cannot be read, is
   // not a regular file, is not owned by the current user, or is accessible by group or others (the mode is named).
   static JobToken fromFile(const std::filesystem::path& path);
   // TERSE_JOB_TOKEN, else TERSE_JOB_TOKEN_FILE, else nullopt. Errors as fromString/fromFile.
   static std::optional<JobToken> fromEnvironment();
+  // The checksum of a random part (8 lowercase hex digits). Public so that tests can build tokens in the format (a
+  // shell does it with sha256sum, scripts/netns-cluster); knowing it grants nothing, since the checksum is no secret.
+  static std::string checksum(std::string_view random_hex);
 
   const std::string& secret() const noexcept { return secret_; }
 

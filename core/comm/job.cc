@@ -339,13 +339,11 @@ Job joinJob(std::chrono::milliseconds timeout, const EnvLookup& env) {
   if (!token) {
     TERSE_CHECK(
         je.world_size == 1, InvalidArgument,
-        "this is rank "
-            << je.rank << " of " << je.world_size << " (from " << je.source
-            << ") but no job token is set: run under `terse launch` (it generates one), or give "
-               "every rank the same secret in TERSE_JOB_TOKEN (at least "
-            << JobToken::kMinHexDigits
-            << " random hexadecimal digits, e.g. `openssl rand -hex 32`) or in a file named by TERSE_JOB_TOKEN_FILE "
-               "(mode 0600)");
+        "this is rank " << je.rank << " of " << je.world_size << " (from " << je.source
+                        << ") but no job token is set: run under `terse launch` (it generates one), or give "
+                           "every rank the same token, made by `terse token`, in TERSE_JOB_TOKEN or in a file named by "
+                           "TERSE_JOB_TOKEN_FILE (mode 0600): `"
+                        << JobToken::kHowToMakeOne << "`");
     token = JobToken::generate();  // one rank: nobody else needs to know it
   }
   const bool external = env("TERSE_STORE_EXTERNAL") && parseFlag("TERSE_STORE_EXTERNAL", *env("TERSE_STORE_EXTERNAL"));

@@ -29,5 +29,6 @@ int compareCommand(const std::vector<std::string>& args);  // compare_command.cc
 int traceCommand(const std::vector<std::string>& args);    // trace_command.cc
 int launchCommand(const std::vector<std::string>& args);   // launch_command.cc
 int storeCommand(const std::vector<std::string>& args);    // launch_command.cc
+int tokenCommand(const std::vector<std::string>& args);    // token_command.cc
 
 }  // namespace terse::cli

@@ -1,7 +1,7 @@
 // `terse launch -n N [--master-port P] [--timeout S] [--no-prefix] -- COMMAND ARGS...`: a one-host job launcher (like
 // torchrun --standalone). It generates the job's token (auth.h) and starts N copies of COMMAND, rank r with
 //   TERSE_RANK=r TERSE_WORLD_SIZE=N TERSE_LOCAL_RANK=r TERSE_LOCAL_WORLD_SIZE=N
-//   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<64 hex chars>
+//   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<a fresh terse-v1- token>
 // so that joinJob (core/comm/job.h) in each child finds the others through rank 0's store. The token travels in the
 // environment, which only this user (and root) can read in /proc, never on a command line.
 //
@@ -450,7 +450,8 @@ int storeCommand(const std::vector<std::string>& args) {
                                : comm::JobToken::fromEnvironment();
     if (!token) {
       std::cerr << "terse store: no job token: give --token-file FILE, or set TERSE_JOB_TOKEN or TERSE_JOB_TOKEN_FILE "
-                   "(the same secret every rank has; e.g. `openssl rand -hex 32`)\n";
+                   "(the same token every rank has, made by `"
+                << comm::JobToken::kHowToMakeOne << "`)\n";
       return kExitUsage;
     }
     // Block the stop signals before the server thread exists, so only sigwait below sees them.

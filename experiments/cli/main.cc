@@ -23,6 +23,7 @@ constexpr std::array kCommands{
     Command{"trace", "timelines: merge per-rank Chrome traces into one file", &traceCommand},
     Command{"launch", "start N ranks of a command on this host (a multi-process job)", &launchCommand},
     Command{"store", "serve a standalone rendezvous store for a multi-process job", &storeCommand},
+    Command{"token", "print a fresh job token (for jobs that terse launch does not start)", &tokenCommand},
 };
 
 std::string versionList(const std::vector<uint32_t>& versions) {

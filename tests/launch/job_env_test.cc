@@ -210,12 +210,28 @@ TEST(JoinJob, SeveralRanksWithoutATokenIsAClearError) {
     const std::string m = e.what();
     EXPECT_NE(m.find("terse launch"), std::string::npos) << m;
     EXPECT_NE(m.find("TERSE_JOB_TOKEN"), std::string::npos) << m;
+    EXPECT_NE(m.find(JobToken::kHowToMakeOne), std::string::npos) << m;
   }
   EXPECT_THROW(joinJob(1s, testing::envOf({{"TERSE_RANK", "1"},
                                            {"TERSE_WORLD_SIZE", "2"},
                                            {"TERSE_MASTER_PORT", "1"},
                                            {"TERSE_JOB_TOKEN", "short"}})),
                InvalidArgument);
+  // What `openssl rand -hex 32` prints is random but not terse's format: refused before any connection, the variable
+  // named, the token not shown.
+  const std::string openssl_style = "4a6c8e0b2d4f6a8c0e2b4d6f8a0c2e4b9d1f3a5c7e9b0d2f4a6c8e0b2d4f6a8c";
+  try {
+    joinJob(1s, testing::envOf({{"TERSE_RANK", "1"},
+                                {"TERSE_WORLD_SIZE", "2"},
+                                {"TERSE_MASTER_PORT", "1"},
+                                {"TERSE_JOB_TOKEN", openssl_style}}));
+    FAIL() << "a token terse did not generate was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("TERSE_JOB_TOKEN: the job token is 64 bare hexadecimal digits"), std::string::npos) << m;
+    EXPECT_NE(m.find(JobToken::kHowToMakeOne), std::string::npos) << m;
+    EXPECT_EQ(m.find(openssl_style.substr(0, 12)), std::string::npos) << m;
+  }
 }
 
 TEST(JoinJob, SingleRankHostsItsOwnStore) {
@@ -231,7 +247,7 @@ TEST(JoinJob, RanksMeetThroughRankZerosStore) {
   TcpStoreServer probe(JobToken::generate(), {});
   const uint16_t port = probe.port();
   probe.stop();
-  const std::string token = "4a6c8e0b2d4f6a8c0e2b4d6f8a0c2e4b";
+  const std::string token = JobToken::generate().secret();
   auto env = [&](int rank) {
     return testing::envOf({{"TERSE_RANK", std::to_string(rank)},
                            {"TERSE_WORLD_SIZE", "2"},
@@ -267,7 +283,8 @@ TEST(JoinJob, ExternalStoreNeedsAPortAndBadFlagsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("TERSE_MASTER_PORT"), std::string::npos) << e.what();
   }
   // With an external store, rank 0 only connects.
-  const JobToken t = JobToken::fromString("e5a7c9b1d3f50a2c4e6b8d0f1a3c5e7b");
+  const JobToken t =
+      JobToken::fromString("terse-v1-cbccfbeb9a208ad35bcf85dd6722ad1d2e32a5de1d0f758c738084a962b61009-a25d10a2");
   TcpStoreServer external(t, {});
   Job j = joinJob(2s, testing::envOf({{"TERSE_STORE_EXTERNAL", "1"},
                                       {"TERSE_MASTER_PORT", std::to_string(external.port())},

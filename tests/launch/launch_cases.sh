@@ -95,14 +95,14 @@ compare_runs() {  # compare_runs INPROC_ROOT TCP_ROOT
 
 case $CASE in
   env)
-    # Every rank gets its own rank, the shared world size, port and 64-hex-character token; the token is not on any
-    # command line.
+    # Every rank gets its own rank, the shared world size, port and a token in terse's format (core/comm/auth.h); the
+    # token is not on any command line.
     "$TERSE" launch -n 3 -- sh -c 'echo "r=$TERSE_RANK w=$TERSE_WORLD_SIZE l=$TERSE_LOCAL_RANK/$TERSE_LOCAL_WORLD_SIZE m=$TERSE_MASTER_ADDR:$TERSE_MASTER_PORT t=$TERSE_JOB_TOKEN"; tr "\0" " " </proc/$$/cmdline; echo' \
       >out.log 2>&1 || fail "launch exited $?"
-    for r in 0 1 2; do expect_in out.log "^\[rank $r\] r=$r w=3 l=$r/3 m=127\.0\.0\.1:[0-9]+ t=[0-9a-f]{64}$"; done
-    [[ $(grep -oE 't=[0-9a-f]{64}' out.log | sort -u | wc -l) -eq 1 ]] || fail "ranks got different tokens"
+    for r in 0 1 2; do expect_in out.log "^\[rank $r\] r=$r w=3 l=$r/3 m=127\.0\.0\.1:[0-9]+ t=terse-v1-[0-9a-f]{64}-[0-9a-f]{8}$"; done
+    [[ $(grep -oE 't=terse-v1-[0-9a-f]{64}-[0-9a-f]{8}' out.log | sort -u | wc -l) -eq 1 ]] || fail "ranks got different tokens"
     [[ $(grep -oE 'm=[0-9.]+:[0-9]+' out.log | sort -u | wc -l) -eq 1 ]] || fail "ranks got different master ports"
-    token=$(grep -oE 't=[0-9a-f]{64}' out.log | head -1 | cut -c3-)
+    token=$(grep -oE 't=terse-v1-[0-9a-f]{64}-[0-9a-f]{8}' out.log | head -1 | cut -c3-)
     grep -v "t=$token" out.log | grep -q "$token" && fail "the token appears on a command line"
     ;;
   rendezvous)
@@ -146,14 +146,15 @@ case $CASE in
   external_store)
     # A standalone `terse store`: ranks with TERSE_STORE_EXTERNAL=1 meet there; a wrong token is refused (and logged)
     # and the store goes on serving.
-    token=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')  # 64 hex digits, as the token rule asks (core/comm/auth.h)
+    token=$("$TERSE" token) || fail "terse token failed"
     TERSE_JOB_TOKEN=$token TERSE_LOG_LEVEL=warn "$TERSE" store --port 0 >store.log 2>&1 &
     store=$!
     trap 'kill $store 2>/dev/null' EXIT
     for _ in $(seq 100); do grep -q "serving on" store.log && break; sleep 0.05; done
     port=$(grep -o 'serving on 127.0.0.1:[0-9]*' store.log | cut -d: -f2)
     [[ -n $port ]] || fail "terse store did not say where it serves"
-    TERSE_JOB_TOKEN=0123456789abcdef0123456789abcdef TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" >bad.log 2>&1
+    other=$("$TERSE" token) || fail "terse token failed"
+    TERSE_JOB_TOKEN=$other TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" >bad.log 2>&1
     (($? == 1)) || fail "ranks with the wrong token did not fail"
     expect_in bad.log "authentication failed"
     TERSE_JOB_TOKEN=$token TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" >good.log 2>&1 ||
@@ -166,6 +167,46 @@ case $CASE in
     "$TERSE" store >notoken.log 2>&1 </dev/null
     (($? == 2)) || fail "terse store without a token did not exit 2"
     expect_in notoken.log "no job token"
+    ;;
+  token)
+    # `terse token` prints a fresh token in the one format terse accepts, and nothing else; two calls differ; a store
+    # and ranks take it from a 0600 file. A token a person made, or `openssl rand -hex 32`'s output, stops the job
+    # before it starts, with a message that names where the token came from and how to make one, and does not show it.
+    re='^terse-v1-[0-9a-f]{64}-[0-9a-f]{8}$'
+    "$TERSE" token >t1.txt 2>t1.log || fail "terse token exited $?"
+    "$TERSE" token >t2.txt 2>t2.log || fail "terse token exited $?"
+    [[ $(wc -l <t1.txt) -eq 1 && ! -s t1.log ]] || fail "terse token printed more than one line: $(cat t1.txt t1.log)"
+    expect_in t1.txt "$re"
+    expect_in t2.txt "$re"
+    cmp -s t1.txt t2.txt && fail "two calls of terse token printed the same token"
+    # scripts/netns-cluster makes its token in the shell (its COMMAND need not be terse): the same format.
+    expect_in <(bash -c "$(sed -n '/^make_token() {/,/^}/p' "$SRC/scripts/netns-cluster"); make_token") "$re"
+    chmod 600 t1.txt
+    TERSE_LOG_LEVEL=warn "$TERSE" store --port 0 --token-file t1.txt >store.log 2>&1 &
+    store=$!
+    trap 'kill $store 2>/dev/null' EXIT
+    for _ in $(seq 100); do grep -q "serving on" store.log && break; sleep 0.05; done
+    port=$(grep -o 'serving on 127.0.0.1:[0-9]*' store.log | cut -d: -f2)
+    [[ -n $port ]] || fail "terse store did not take terse token's output"
+    TERSE_JOB_TOKEN_FILE=$WORK/t1.txt TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" \
+      >good.log 2>&1 || fail "ranks with terse token's output failed"
+    expect_in good.log "probe rank 1 of 2 .* saw ranks 0,1"
+    kill -TERM $store
+    wait $store
+    openssl_style=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')  # 64 random hex digits, as `openssl rand -hex 32`
+    for weak in 0123456789abcdef0123456789abcdef deadbeefcafebabedeadbeefcafebabe "$openssl_style"; do
+      TERSE_JOB_TOKEN=$weak TERSE_STORE_EXTERNAL=1 "$TERSE" launch -n 2 --master-port "$port" -- "$PROBE" >weak.log 2>&1
+      (($? != 0)) || fail "a job ran with a human-made token"
+      expect_in weak.log "TERSE_JOB_TOKEN: the job token is [0-9]+ bare hexadecimal digits"
+      expect_in weak.log "terse token > ~/\.terse_token && chmod 600 ~/\.terse_token"
+      grep -qF -- "$weak" weak.log && fail "the refusal shows the token"
+    done
+    printf 'correct horse battery staple\n' >weak.txt
+    chmod 600 weak.txt
+    "$TERSE" store --port 0 --token-file weak.txt >weakstore.log 2>&1 </dev/null
+    (($? == 1)) || fail "terse store took a pass phrase for a token"
+    expect_in weakstore.log "job token file \"?weak\.txt\"?: the job token does not start with \"terse-v1-\""
+    grep -qF "horse" weakstore.log && fail "the refusal shows the token"
     ;;
   run_matches_inproc)
     # `terse launch -n N -- terse run` over TCP reports exactly what the in-process run of the same study reports.

@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 JobToken testToken() {
-  return JobToken::fromString("7c3e0a9b5d1f2e4c6a8b0d2f4e6c8a0b");
+  return JobToken::fromString("terse-v1-47712a4a20d1d7ebea195145df017ecc74783003fe485822bfef87ed6d63dc36-10620a2d");
 }
 
 // A port nobody listens on right now (bound then released); good enough for a test that starts a server later.
@@ -252,7 +252,7 @@ TEST(TcpStore, WrongTokenIsRefusedAndTheServerKeepsServing) {
   TcpStore good("127.0.0.1", server.port(), testToken(), 5s);
   good.set("x", "1");
   try {
-    TcpStore bad("127.0.0.1", server.port(), JobToken::fromString("0f1e2d3c4b5a69788796a5b4c3d2e1f0"), 5s);
+    TcpStore bad("127.0.0.1", server.port(), JobToken::generate(), 5s);
     FAIL() << "a client with the wrong token connected";
   } catch (const AuthError& e) {
     EXPECT_NE(std::string(e.what()).find("job token"), std::string::npos) << e.what();
@@ -260,7 +260,7 @@ TEST(TcpStore, WrongTokenIsRefusedAndTheServerKeepsServing) {
   // A peer that sends a wrong proof gets the refusal, is dropped and logged.
   {
     RawPeer raw(server.port());
-    AuthClient liar(JobToken::fromString("0f1e2d3c4b5a69788796a5b4c3d2e1f0"), AuthService::kStore);
+    AuthClient liar(JobToken::generate(), AuthService::kStore);
     const auto hello = liar.hello();
     raw.send(hello.data(), hello.size());
     AuthChallenge challenge{};
