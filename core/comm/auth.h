@@ -86,7 +86,7 @@ class JobToken {
   // with probability about 1e-12.
   static constexpr std::size_t kMinDistinctDigits = 10;
   // How a user makes a token; every refusal says it.
-  static constexpr std::string_view kHowToMakeOne = "terse token > ~/.terse_token && chmod 600 ~/.terse_token";
+  static constexpr std::string_view kHowToMakeOne = "(umask 077; terse token > ~/.terse_token)";
 
   // 32 random bytes from the OS (OpenSSL RAND_bytes) in the format above, which passes through environment variables
   // and files unchanged.

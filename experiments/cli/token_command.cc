@@ -1,7 +1,7 @@
 // `terse token`: prints one fresh job token (core/comm/auth.h) and a newline. terse accepts no other kind of token --
 // not a pass phrase, not `openssl rand -hex 32` -- so this is how a job that `terse launch` does not start (SLURM,
 // OpenMPI, a standalone `terse store`) gets its secret:
-//   terse token > ~/.terse_token && chmod 600 ~/.terse_token
+//   (umask 077; terse token > ~/.terse_token)
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -19,7 +19,7 @@ constexpr std::string_view kTokenUsage =
     "\n"
     "Prints a fresh job token (256 random bits and a checksum) for the ranks of a job that `terse launch` does not\n"
     "start; every rank gets the same one, through TERSE_JOB_TOKEN or a file named by TERSE_JOB_TOKEN_FILE, e.g.\n"
-    "  terse token > ~/.terse_token && chmod 600 ~/.terse_token\n"
+    "  (umask 077; terse token > ~/.terse_token)\n"
     "  TERSE_JOB_TOKEN_FILE=~/.terse_token srun -N 2 terse run study.textproto\n"
     "terse accepts only tokens made this way (or by `terse launch`): a token a person chooses, or one another tool\n"
     "prints, is refused, since whoever gets a rank to connect to it could test guesses of it offline.\n";
