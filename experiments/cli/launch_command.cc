@@ -1,19 +1,29 @@
 // `terse launch -n N [--master-port P] [--timeout S] [--no-prefix] -- COMMAND ARGS...`: a one-host job launcher (like
 // torchrun --standalone). It generates the job's token (auth.h) and starts N copies of COMMAND, rank r with
 //   TERSE_RANK=r TERSE_WORLD_SIZE=N TERSE_LOCAL_RANK=r TERSE_LOCAL_WORLD_SIZE=N
-//   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<a fresh terse-v1- token>
+//   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<a fresh terse-v1- token> TERSE_LAUNCH_NOTIFY_FD=<fd>
 // so that joinJob (core/comm/job.h) in each child finds the others through rank 0's store. The token travels in the
 // environment, which only this user (and root) can read in /proc, never on a command line.
 //
 // With TERSE_STORE_EXTERNAL=1 in its environment the launcher does not generate a token: the ranks get the external
 // store's (from TERSE_JOB_TOKEN or TERSE_JOB_TOKEN_FILE), and --master-port must name that store's port.
 //
+// Control channel (core/common/launch_notify.h): each rank gets its own Unix socket to the launcher, named by
+// TERSE_LAUNCH_NOTIFY_FD, on which it says `study-done` (the rank writing the results, once the study completed),
+// `failed <reason>` (before it exits non-zero) or `crashed <SIGNAME> [plugin=<name> path=<path>]` (from a fatal-signal
+// handler). Without it the launcher could only wait for exits, and a rank that never exits -- a SIGSTOPped
+// parameter-server worker the shards dropped long ago -- kept it waiting forever.
+//
 // Supervision: each child runs in its own process group (so a rank that is a shell script is killed with its
-// children); SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every rank. When a rank fails (non-zero exit or a
-// signal) the launcher says which rank and how, then gives the others --timeout seconds to fail on their own -- they
-// should, naming the dead rank, through the transport's fault detection -- and then terminates the rest (SIGTERM, then
-// SIGKILL after a grace period). Exit status: 0 when every rank succeeded, else 1 (128+signal when the launcher itself
-// was interrupted).
+// children); SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every rank. The clock starts when the study is
+// done (`study-done`) or when a rank fails (a `failed` or `crashed` message, a non-zero exit or a signal; the launcher
+// says which rank and how); a rank exiting 0 starts nothing, since an asynchronous worker may finish long before the
+// rest. The other ranks then get --timeout seconds to end on their own -- after a failure they should, naming the dead
+// rank, through the transport's fault detection -- and each one still running is named and terminated: SIGTERM and
+// SIGCONT (a stopped process acts on nothing else), SIGKILL after a grace period. Exit status: 0 when every rank exited
+// 0 and none reported a failure; else 1, also when the study completed but a rank had to be terminated after it (the
+// summary then says that the study completed and names the rank); 128+signal when the launcher itself was
+// interrupted.
 //
 // `terse store [--bind ADDR] [--port P] [--token-file F]`: a standalone rendezvous store for jobs whose ranks set
 // TERSE_STORE_EXTERNAL=1 (e.g. when no rank should own it, or across srun steps). The token comes from --token-file,
@@ -29,6 +39,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <atomic>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -44,6 +55,7 @@
 #include "core/comm/auth.h"
 #include "core/comm/job.h"
 #include "core/comm/tcp_store.h"
+#include "core/common/launch_notify.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
 
@@ -61,8 +73,10 @@ constexpr std::string_view kLaunchUsage =
     "Starts N ranks of COMMAND on this host with TERSE_RANK, TERSE_WORLD_SIZE, TERSE_LOCAL_RANK,\n"
     "TERSE_LOCAL_WORLD_SIZE, TERSE_MASTER_ADDR, TERSE_MASTER_PORT and a fresh TERSE_JOB_TOKEN set, e.g.\n"
     "  terse launch -n 3 -- terse run study.textproto\n"
-    "Output lines are prefixed with [rank R]. When a rank fails, the others get --timeout seconds to stop on their\n"
-    "own, then they are terminated; the exit status is non-zero.";
+    "Output lines are prefixed with [rank R]. Once the study is done (the rank writing its results says so) or a\n"
+    "rank fails, the others get --timeout seconds to end on their own, then they are named and terminated. The exit\n"
+    "status is 0 only when every rank exited 0; 1 when a rank failed or had to be terminated (the summary says\n"
+    "whether the study completed).";
 
 constexpr std::string_view kStoreUsage =
     "usage: terse store [--bind ADDR] [--port P] [--token-file FILE]\n"
@@ -120,12 +134,65 @@ struct OutputPipe {
   std::string partial;
 };
 
+// What a rank's `crashed` message said (launch_notify.h).
+struct Crash {
+  std::string signal;  // "SIGSEGV"
+  std::string plugin;  // empty when the crash was not inside a plugin call
+  std::string path;
+};
+
 struct Child {
   int rank = 0;
   pid_t pid = -1;
   bool running = true;
   int status = 0;
+  int notify_fd = -1;                 // the launcher's end of the rank's control channel; -1 once closed
+  int stopped_by = 0;                 // the signal that stopped the rank (SIGSTOP, SIGTSTP), 0 while it runs
+  bool terminated = false;            // the launcher sent it SIGTERM for outliving --timeout
+  std::optional<std::string> failed;  // the reason of its `failed` message
+  std::optional<Crash> crash;
 };
+
+// "crashed SIGSEGV plugin=NAME path=PATH" -> {SIGSEGV, NAME, PATH}; the path is the rest of the line (it may hold
+// spaces), the plugin name what comes before " path=".
+Crash parseCrash(std::string_view rest) {
+  Crash c;
+  const std::size_t space = rest.find(' ');
+  c.signal = std::string(rest.substr(0, space));
+  if (space == std::string_view::npos) return c;
+  std::string_view tail = rest.substr(space + 1);
+  if (!tail.starts_with("plugin=")) return c;
+  tail.remove_prefix(7);
+  const std::size_t path = tail.find(" path=");
+  c.plugin = std::string(tail.substr(0, path));
+  if (path != std::string_view::npos) c.path = std::string(tail.substr(path + 6));
+  return c;
+}
+
+std::string crashPlace(const Crash& c) {
+  if (c.plugin.empty()) return {};
+  return " in plugin '" + c.plugin + "'" + (c.path.empty() ? std::string() : " (" + c.path + ")");
+}
+
+// How a rank ended, with where it crashed when it said so: "was killed by signal 11 (SIGSEGV) in plugin 'x' (/p/x.so)".
+std::string describeEnd(const Child& c) {
+  std::string s = describeStatus(c.status);
+  if (c.crash) {
+    if (WIFSIGNALED(c.status) && signalName(WTERMSIG(c.status)) == c.crash->signal)
+      s += crashPlace(*c.crash);
+    else
+      s += " after reporting a crash (" + c.crash->signal + crashPlace(*c.crash) + ")";
+  }
+  return s;
+}
+
+// The summary's line: the end, whether the launcher caused it, and the rank's own reason.
+std::string describeChild(const Child& c) {
+  std::string s = describeEnd(c);
+  if (c.terminated) s += ", terminated by the launcher";
+  if (c.failed) s += "; it reported: " + *c.failed;
+  return s;
+}
 
 void writeLines(OutputPipe& p, std::string_view data, bool flush_partial) {
   p.partial.append(data);
@@ -176,15 +243,16 @@ class Launcher {
   }
 
  private:
-  std::vector<std::string> childEnv(int rank, const comm::JobToken& token) const {
+  std::vector<std::string> childEnv(int rank, const comm::JobToken& token, int notify_fd) const {
     // Ours replace any inherited TERSE_* of the same name; a token file would be ignored anyway, drop it to be clear.
     static const std::vector<std::string_view> kOwned{
         "TERSE_RANK=",        "TERSE_WORLD_SIZE=",  "TERSE_LOCAL_RANK=", "TERSE_LOCAL_WORLD_SIZE=",
         "TERSE_MASTER_ADDR=", "TERSE_MASTER_PORT=", "TERSE_JOB_TOKEN=",  "TERSE_JOB_TOKEN_FILE="};
+    const std::string notify_prefix = std::string(kLaunchNotifyFdEnv) + "=";
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string_view v(*e);
-      bool owned = false;
+      bool owned = v.starts_with(notify_prefix);
       for (auto prefix : kOwned) owned = owned || v.starts_with(prefix);
       if (!owned) env.emplace_back(v);
     }
@@ -195,6 +263,7 @@ class Launcher {
     env.push_back("TERSE_MASTER_ADDR=127.0.0.1");
     env.push_back("TERSE_MASTER_PORT=" + std::to_string(port_));
     env.push_back(std::string(comm::kJobTokenEnv) + "=" + token.secret());
+    env.push_back(std::string(kLaunchNotifyFdEnv) + "=" + std::to_string(notify_fd));
     return env;
   }
 
@@ -221,7 +290,14 @@ class Launcher {
       posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
       posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
     }
-    std::vector<std::string> env = childEnv(rank, token);
+    // The control channel (launch_notify.h): the rank's end must survive exec (a rank that is a script passes it on),
+    // the launcher's must not. This process has one thread, so the rank's end cannot leak into another rank before
+    // it is closed below.
+    int notify[2] = {-1, -1};
+    TERSE_CHECK(
+        ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, notify) == 0 && ::fcntl(notify[1], F_SETFD, 0) == 0,
+        InvalidArgument, "launch: control channel socketpair: " << std::strerror(errno));
+    std::vector<std::string> env = childEnv(rank, token, notify[1]);
     std::vector<char*> envp, argv;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -232,11 +308,13 @@ class Launcher {
     const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
+    ::close(notify[1]);
     if (prefix_) {
       ::close(out[1]);
       ::close(err[1]);
     }
     if (rc != 0) {
+      ::close(notify[0]);
       if (prefix_) {
         ::close(out[0]);
         ::close(err[0]);
@@ -247,31 +325,96 @@ class Launcher {
       g_signal.store(SIGTERM);  // stop the ranks already started
       return;
     }
-    children_.push_back({rank, pid});
+    Child& c = children_.emplace_back();
+    c.rank = rank;
+    c.pid = pid;
+    c.notify_fd = notify[0];
     if (prefix_) {
       pipes_.push_back({out[0], rank, false, {}});
       pipes_.push_back({err[0], rank, true, {}});
     }
   }
 
-  // Reaps exited children; reports the first failure.
+  // The clock of --timeout: started by the study's end or the first failure, whichever came first.
+  std::optional<Clock::time_point> clockStart() const {
+    if (study_done_ && first_failure_) return std::min(*study_done_, *first_failure_);
+    return study_done_ ? study_done_ : first_failure_;
+  }
+
+  std::string waitingNote() const {
+    const auto left = timeout_ - std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - *clockStart());
+    return "; waiting up to " + std::to_string(std::max<int64_t>(left.count(), 0)) + " s for the other ranks to stop";
+  }
+
+  // A rank failed (`what` says how): the first failure starts the clock, and is said with it. `only_first`: a line
+  // the rank printed itself and the summary repeats, worth saying here only when it starts the clock.
+  void noteFailure(const Child& c, const std::string& what, bool only_first = false) {
+    const bool first = !first_failure_;
+    if (first) first_failure_ = Clock::now();
+    if (terminating_ || (only_first && !first)) return;  // the ranks the launcher killed are listed in the summary
+    std::cerr << "terse launch: rank " << c.rank << " (pid " << c.pid << ") " << what
+              << (first ? waitingNote() : std::string()) << '\n';
+  }
+
+  // One message from rank c's control channel (launch_notify.h).
+  void handleMessage(Child& c, std::string_view line) {
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    const std::size_t space = line.find(' ');
+    const std::string_view kind = line.substr(0, space);
+    const std::string_view rest = space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
+    if (kind == "study-done") {
+      if (!study_done_) study_done_ = Clock::now(), done_rank_ = c.rank;
+    } else if (kind == "failed") {
+      if (c.failed) return;  // the first reason is the one that matters
+      c.failed = rest.empty() ? std::string("(no reason given)") : std::string(rest);
+      noteFailure(c, "reports its run failed: " + *c.failed, true);
+    } else if (kind == "crashed") {
+      if (c.crash) return;
+      c.crash = parseCrash(rest);
+      noteFailure(c, "reports a crash: " + c.crash->signal + crashPlace(*c.crash));
+    } else {
+      std::cerr << "terse launch: rank " << c.rank << " sent an unknown control message: '" << line << "'\n";
+    }
+  }
+
+  // Reads every message waiting on rank c's control channel; closes it at its end (every process holding the rank's
+  // end closed it) or on an error.
+  void drainNotify(Child& c) {
+    while (c.notify_fd >= 0) {
+      char buf[kLaunchNotifyMaxBytes + 1];
+      const ssize_t n = ::recv(c.notify_fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) {
+        handleMessage(c, std::string_view(buf, static_cast<std::size_t>(n)));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (n < 0 && errno == EAGAIN) return;
+        ::close(c.notify_fd);
+        c.notify_fd = -1;
+      }
+    }
+  }
+
+  // Reaps exited children and follows stops; reports failures.
   void reap() {
     for (auto& c : children_) {
-      if (!c.running) continue;
-      int status = 0;
-      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-      if (r != c.pid) continue;
-      c.running = false;
-      c.status = status;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (ok) continue;
-      if (!first_failure_) {
-        first_failure_ = Clock::now();
-        std::cerr << "terse launch: rank " << c.rank << " (pid " << c.pid << ") " << describeStatus(status);
-        if (!terminating_) std::cerr << "; waiting up to " << timeout_.count() << " s for the other ranks to stop";
-        std::cerr << '\n';
-      } else if (!terminating_) {
-        std::cerr << "terse launch: rank " << c.rank << " (pid " << c.pid << ") " << describeStatus(status) << '\n';
+      while (c.running) {
+        int status = 0;
+        const pid_t r = ::waitpid(c.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
+        if (r != c.pid) break;
+        if (WIFSTOPPED(status)) {
+          c.stopped_by = WSTOPSIG(status);
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          c.stopped_by = 0;
+          continue;
+        }
+        // What the rank said before it ended (a crash report comes just before its death) belongs to its account.
+        drainNotify(c);
+        c.running = false;
+        c.status = status;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) noteFailure(c, describeEnd(c));
       }
     }
   }
@@ -279,6 +422,12 @@ class Launcher {
   void signalAll(int sig) {
     for (const auto& c : children_)
       if (c.running) ::kill(-c.pid, sig);  // the rank's process group
+  }
+
+  // SIGTERM, then SIGCONT: a stopped process acts on a pending SIGTERM only once it runs again.
+  void terminateAll() {
+    signalAll(SIGTERM);
+    signalAll(SIGCONT);
   }
 
   int running() const {
@@ -291,13 +440,20 @@ class Launcher {
     std::vector<pollfd> fds;
     fds.push_back({wake_read_, POLLIN, 0});
     for (const auto& p : pipes_) fds.push_back({p.fd, POLLIN, 0});
+    std::vector<Child*> notifying;
+    for (auto& c : children_)
+      if (c.notify_fd >= 0) {
+        fds.push_back({c.notify_fd, POLLIN, 0});
+        notifying.push_back(&c);
+      }
     if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
     if (fds[0].revents != 0) {
       char drain[64];
       while (::read(wake_read_, drain, sizeof(drain)) > 0) {
       }
     }
-    for (std::size_t i = 1; i < fds.size(); ++i) {
+    const std::size_t first_notify = 1 + pipes_.size();
+    for (std::size_t i = 1; i < first_notify; ++i) {
       if (fds[i].revents == 0) continue;
       OutputPipe& p = pipes_[i - 1];
       char buf[8192];
@@ -311,6 +467,8 @@ class Launcher {
       }
     }
     std::erase_if(pipes_, [](const OutputPipe& p) { return p.fd < 0; });
+    for (std::size_t i = first_notify; i < fds.size(); ++i)
+      if (fds[i].revents != 0) drainNotify(*notifying[i - first_notify]);
   }
 
   int supervise() {
@@ -338,17 +496,26 @@ class Launcher {
         if (pipes_.empty() || now - *all_exited >= std::chrono::seconds(1)) break;
         continue;
       }
-      if (first_failure_ && !terminating_ && now - *first_failure_ >= timeout_) {
-        std::cerr << "terse launch: " << running() << " rank(s) still running " << timeout_.count()
-                  << " s after the first failure; terminating them\n";
+      const auto clock = clockStart();
+      if (clock && !terminating_ && now - *clock >= timeout_) {
+        // Named one by one: a rank that outlives the study is a stopped or hung process someone will want to find.
+        const bool after_study = study_done_ && (!first_failure_ || *study_done_ <= *first_failure_);
+        for (auto& c : children_) {
+          if (!c.running) continue;
+          std::cerr << "terse launch: rank " << c.rank << " (pid " << c.pid << ") still running " << timeout_.count()
+                    << " s after " << (after_study ? "the study completed" : "the first failure");
+          if (c.stopped_by != 0) std::cerr << " (stopped by " << signalName(c.stopped_by) << ")";
+          std::cerr << "; terminating it\n";
+          c.terminated = true;
+        }
         terminating_ = true;
-        signalAll(SIGTERM);
+        terminateAll();
         term_sent = now;
       } else if (terminating_ && term_sent && now - *term_sent >= kKillGrace) {
         signalAll(SIGKILL);
         term_sent = now + std::chrono::hours(1);  // once
       } else if (terminating_ && !term_sent) {
-        signalAll(SIGTERM);
+        terminateAll();
         term_sent = now;
       }
     }
@@ -356,19 +523,27 @@ class Launcher {
       writeLines(p, {}, true);
       ::close(p.fd);
     }
-    int failed = 0;
-    for (const auto& c : children_) failed += (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) ? 0 : 1;
+    // A grandchild may hold a rank's end of its channel open: read what is there, wait for nothing more.
+    for (auto& c : children_) {
+      drainNotify(c);
+      if (c.notify_fd >= 0) ::close(c.notify_fd);
+      c.notify_fd = -1;
+    }
     if (interrupted_ != 0) return 128 + interrupted_;
     if (spawn_failed_) return kExitFailure;
-    if (failed > 0) {
-      std::cerr << "terse launch: " << failed << " of " << n_ << " rank(s) failed:";
-      for (const auto& c : children_)
-        if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0))
-          std::cerr << " rank " << c.rank << " " << describeStatus(c.status) << ";";
-      std::cerr << '\n';
-      return kExitFailure;
-    }
-    return kExitOk;
+    const auto bad = [](const Child& c) {
+      return !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) || c.failed || c.crash;
+    };
+    const auto failed = std::count_if(children_.begin(), children_.end(), bad);
+    if (failed == 0) return kExitOk;
+    if (study_done_)
+      std::cerr << "terse launch: the study completed (rank " << done_rank_ << " said so), but " << failed << " of "
+                << n_ << " rank(s) did not end cleanly:\n";
+    else
+      std::cerr << "terse launch: " << failed << " of " << n_ << " rank(s) failed:\n";
+    for (const auto& c : children_)
+      if (bad(c)) std::cerr << "terse launch:   rank " << c.rank << " " << describeChild(c) << '\n';
+    return kExitFailure;
   }
 
   int n_;
@@ -380,6 +555,8 @@ class Launcher {
   std::vector<OutputPipe> pipes_;
   int wake_read_ = -1;
   std::optional<Clock::time_point> first_failure_;
+  std::optional<Clock::time_point> study_done_;
+  int done_rank_ = -1;
   bool terminating_ = false;
   bool spawn_failed_ = false;
   int interrupted_ = 0;

@@ -3,6 +3,11 @@
 // The whole study is loaded and validated first (syntax, values, plugins instantiated with their parameters), so a
 // broken config fails with FILE:LINE:COL before any variant trains. Then each selected variant runs in turn into
 // <out>/<study>/<variant>/, and a small table compares them at the end. Without CONFIG the embedded quickstart runs.
+//
+// Under `terse launch` the process tells the launcher how the study went (core/common/launch_notify.h): the rank that
+// writes the results says `study-done` once every variant completed, and a rank that fails says `failed <reason>`
+// before it exits non-zero. Not per variant: a multi-process study goes on to its next variant after one fails, and
+// the launcher's clock must not start while ranks still train.
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/launch_notify.h"
 #include "core/plugin/loader.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
@@ -112,9 +118,11 @@ int runCommand(const std::vector<std::string>& args) {
     experiments = experiments::expandRepeats(experiments);
   } catch (const experiments::ConfigError& e) {
     for (const auto& line : e.errors()) std::cerr << "terse run: " << userMessage(line) << '\n';
+    if (!e.errors().empty()) notifyLauncher("failed " + userMessage(e.errors().front()));
     return kExitFailure;
   } catch (const std::exception& e) {
     std::cerr << "terse run: " << userMessage(e.what()) << '\n';
+    notifyLauncher("failed " + userMessage(e.what()));
     return kExitFailure;
   }
 
@@ -125,6 +133,7 @@ int runCommand(const std::vector<std::string>& args) {
   runner::Runner run(ro);
   Table table({"variant", "final acc", "best acc", "wire MB/worker", "payload MB/worker", "time"});
   int failed = 0;
+  std::string first_error;
   for (const auto& experiment : experiments) {
     try {
       const runner::RunSummary s = run.run(experiment);
@@ -138,14 +147,23 @@ int runCommand(const std::vector<std::string>& args) {
     } catch (const std::exception& e) {
       std::cerr << "terse run: " << userMessage(e.what()) << '\n';
       if (run.primary()) table.add({experiment.variant(), "failed", "-", "-", "-", "-"});
-      ++failed;
+      if (failed++ == 0) first_error = userMessage(e.what());
     }
   }
   if (!experiments.empty() && run.primary()) {
     std::cout << '\n';
     table.print(std::cout);
   }
-  return failed == 0 ? kExitOk : kExitFailure;
+  if (failed > 0) {
+    notifyLauncher(experiments.size() == 1
+                       ? "failed " + first_error
+                       : "failed " + std::to_string(failed) + " of " + std::to_string(experiments.size()) +
+                             " variants failed; the first: " + first_error);
+    return kExitFailure;
+  }
+  // Before this process's teardown, which a launcher that waits for exits alone would have to wait for.
+  if (run.primary()) notifyLauncher("study-done");
+  return kExitOk;
 }
 
 }  // namespace terse::cli

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-process cases for ctest: launch_cases.sh CASE TERSE JOB_PROBE PLUGIN_DIR SOURCE_DIR WORK_DIR
+# Multi-process cases for ctest: launch_cases.sh CASE TERSE JOB_PROBE PLUGIN_DIR SOURCE_DIR WORK_DIR NOTIFY_PROBE
 #
 # Each case runs real processes (`terse launch`, `terse store`, `terse run` over TCP, scripts/netns-cluster) and
 # checks exit codes, the words that must appear, results folders, and how long failures take to surface. Exit 0 =
@@ -12,6 +12,7 @@ PROBE=$3
 PLUGINS=$4
 SRC=$5
 WORK=$6/$CASE
+NOTIFY=$7
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK" || exit 1
@@ -50,6 +51,63 @@ rank_pid() {  # rank_pid LAUNCHER RANK
     tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "TERSE_RANK=$2" && { echo "$child"; return 0; }
   done
   kill "$1" 2>/dev/null
+}
+# Waits up to SECONDS for the background LAUNCHER to end and sets rc to its exit status. When it does not end, kills it
+# and every rank's process group (a stopped or sleeping rank must not outlive the test) and fails.
+await_launcher() {  # await_launcher LAUNCHER SECONDS
+  local deadline=$((SECONDS + $2)) stat child ppid
+  while kill -0 "$1" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      for stat in /proc/[0-9]*/stat; do
+        read -r child _ _ ppid _ <"$stat" 2>/dev/null || continue
+        [[ $ppid == "$1" ]] && kill -KILL -- "-$child" 2>/dev/null
+      done
+      kill -KILL "$1" 2>/dev/null
+      wait "$1" 2>/dev/null
+      fail "terse launch still running $2 s later"
+    fi
+    sleep 0.05
+  done
+  wait "$1"
+  rc=$?
+}
+# A parameter-server study whose worker rank 3 is SIGSTOPped mid-run (2 shards, 2 workers, tcp.timeout 2 s): the
+# shards drop the worker, the study completes, every other rank exits 0, and the launcher -- told by rank 0 that the
+# study is done -- terminates the stopped rank --timeout seconds later, naming it, instead of waiting forever.
+stopped_worker() {  # stopped_worker MODE EXTRA
+  cat >ps.textproto <<EOF
+study: "stop"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 960 test_subset: 100 }
+optimizer { lr: 0.02 }
+workers: 2
+epochs: 10
+eval { every_steps: 10 }
+seed: 7
+transport: TCP
+tcp { timeout: "2s" }
+mode: $1
+$2
+parameter_server { servers: 2 }
+link { latency: "1ms" }
+EOF
+  "$TERSE" launch -n 4 --timeout 2 -- "$TERSE" run ps.textproto --out out --plugin-path "$PLUGINS" >run.log 2>&1 &
+  local launcher=$! pid stopped_at took
+  await_records out/stop/base/metrics.jsonl $launcher 2
+  pid=$(rank_pid $launcher 3)
+  [[ -n $pid ]] || fail "cannot find rank 3's process"
+  kill -STOP "$pid"
+  stopped_at=$SECONDS
+  await_launcher $launcher 60
+  took=$((SECONDS - stopped_at))
+  ((rc == 1)) || fail "launch exited $rc, expected 1 (a rank had to be terminated)"
+  ((took < 30)) || fail "the launcher took $took s to end after rank 3 was stopped"
+  expect_in out/stop/base/status.json '"completed"'
+  expect_in run.log "rank 3 \(pid $pid\) still running 2 s after the study completed \(stopped by SIGSTOP\); terminating it"
+  expect_in run.log "the study completed \(rank 0 said so\), but 1 of 4 rank\(s\) did not end cleanly"
+  expect_in run.log "rank 3 was killed by signal 15 \(SIGTERM\), terminated by the launcher"
+  kill -0 "$pid" 2>/dev/null && fail "rank 3 (pid $pid) outlived the launcher"
+  return 0
 }
 # The tiny study: linear regression, 2 epochs of 15 steps, a record every 5 steps; variants dense and top-k with
 # error feedback (an allgather path), so both the allreduce and the allgather paths are compared.
@@ -118,7 +176,7 @@ case $CASE in
     ((rc == 1)) || fail "launch exited $rc, expected 1"
     ((SECONDS - start < 10)) || fail "launch took $((SECONDS - start)) s to give up"
     expect_in out.log "rank 1 \(pid [0-9]+\) exited with status 3"
-    expect_in out.log "still running 1 s after the first failure; terminating them"
+    expect_in out.log "rank [02] \(pid [0-9]+\) still running 1 s after the first failure; terminating it"
     expect_in out.log "rank 0 was killed by signal 15 \(SIGTERM\)"
     "$TERSE" launch -n 2 -- sh -c '[ "$TERSE_RANK" = 1 ] && kill -9 $$; exit 0' >kill.log 2>&1
     (($? == 1)) || fail "launch with a SIGKILLed rank did not exit 1"
@@ -247,7 +305,7 @@ case $CASE in
     ((took < 15)) || fail "the job took $took s to stop after rank $victim died (tcp timeout 3 s)"
     expect_in run.log "rank $victim \(pid $pid\) was killed by signal 9 \(SIGKILL\)"
     # The survivors fail on their own (no SIGTERM from the launcher needed), naming the dead rank.
-    grep -q "terminating them" run.log && fail "the surviving ranks had to be killed by the launcher"
+    grep -q "; terminating it" run.log && fail "the surviving ranks had to be killed by the launcher"
     expect_in run.log "\[rank [0-9]\] terse run: .*rank $victim"
     if [[ $victim == 1 ]]; then
       expect_in out/e2e/dense/status.json '"failed"'
@@ -419,7 +477,7 @@ EOF
     took=$((SECONDS - killed_at))
     ((rc == 1)) || fail "launch exited $rc, expected 1"
     ((took < 15)) || fail "the job took $took s to stop after shard 1 died (tcp timeout 3 s)"
-    grep -q "terminating them" run.log && fail "the surviving ranks had to be killed by the launcher"
+    grep -q "; terminating it" run.log && fail "the surviving ranks had to be killed by the launcher"
     expect_in run.log "\[rank [023]\] terse run: .*rank 1"
     expect_in out/sk/base/status.json '"failed"'
     expect_in out/sk/base/status.json "rank 1"
@@ -456,12 +514,107 @@ EOF
     wait $launcher
     rc=$?
     ((rc == 1)) || fail "launch exited $rc, expected 1 (a rank was killed)"
-    grep -q "terminating them" run.log && fail "the surviving ranks had to be killed by the launcher"
+    grep -q "; terminating it" run.log && fail "the surviving ranks had to be killed by the launcher"
     expect_in run.log 'worker 1 lost its connection, dropped as dead'
     expect_in out/wk/base/status.json '"completed"'
     [[ $(field "$metrics" workers_live) == 2 ]] || fail "workers_live $(field "$metrics" workers_live)"
     left=$(field "$metrics" worker1_left_step)
     [[ -n $left ]] && ((left > 0 && left < 60 * 30)) || fail "worker1_left_step '$left'"
+    ;;
+  notify_channel)
+    # The control channel (core/common/launch_notify.h) through the library's own calls. Once a rank says the study is
+    # done, a rank that never ends is named and terminated after --timeout: one asleep, one stopped (SIGCONT after
+    # the SIGTERM), one asleep under a shell that runs the probe (the channel survives exec).
+    start=$SECONDS
+    "$TERSE" launch -n 3 --timeout 2 -- "$NOTIFY" 0:done 1:sleep >sleep.log 2>&1 &
+    await_launcher $! 30
+    ((rc == 1)) || fail "launch exited $rc with a rank terminated after the study, expected 1"
+    ((SECONDS - start < 10)) || fail "launch took $((SECONDS - start)) s to end 2 s after the study completed"
+    for r in 0 1 2; do expect_in sleep.log "\[rank $r\] notify probe rank $r: channel on"; done
+    expect_in sleep.log "rank 1 \(pid [0-9]+\) still running 2 s after the study completed; terminating it"
+    expect_in sleep.log "the study completed \(rank 0 said so\), but 1 of 3 rank\(s\) did not end cleanly"
+    expect_in sleep.log "rank 1 was killed by signal 15 \(SIGTERM\), terminated by the launcher"
+    grep -Eq "rank [02] (was killed|exited)" sleep.log && fail "ranks 0 and 2 exited 0 but were listed"
+    "$TERSE" launch -n 2 --timeout 1 --no-prefix -- "$NOTIFY" 0:done 1:stop >stop.log 2>&1 &
+    await_launcher $! 30
+    ((rc == 1)) || fail "launch exited $rc with a stopped rank terminated, expected 1"
+    expect_in stop.log "rank 1 \(pid [0-9]+\) still running 1 s after the study completed \(stopped by SIGSTOP\)"
+    expect_in stop.log "rank 1 was killed by signal 15 \(SIGTERM\), terminated by the launcher"
+    "$TERSE" launch -n 2 --timeout 1 -- sh -c '"$0" 0:done 1:sleep; exit 0' "$NOTIFY" >shell.log 2>&1 &
+    await_launcher $! 30
+    ((rc == 1)) || fail "launch exited $rc with a shell rank terminated, expected 1"
+    expect_in shell.log "rank 1 \(pid [0-9]+\) still running 1 s after the study completed; terminating it"
+    # Done, and everyone ends: 0, and no summary.
+    "$TERSE" launch -n 3 --timeout 1 -- "$NOTIFY" 2:done >done.log 2>&1 || fail "launch of a completed study exited $?"
+    grep -Eq "did not end cleanly|failed" done.log && fail "a clean run printed a summary"
+    # A rank that exits 0 starts no clock: the slow one is not terminated.
+    "$TERSE" launch -n 2 --timeout 1 -- sh -c '[ "$TERSE_RANK" = 1 ] && sleep 3; exit 0' >slow.log 2>&1 ||
+      fail "launch with a slow rank exited $? (terminated after another rank exited 0?)"
+    # A crash report names the plugin in which the rank died; a failure report gives the reason in the summary.
+    "$TERSE" launch -n 2 --timeout 1 -- "$NOTIFY" 0:crash 1:sleep >crash.log 2>&1 &
+    await_launcher $! 30
+    ((rc == 1)) || fail "launch exited $rc after a crash, expected 1"
+    expect_in crash.log "rank 0 \(pid [0-9]+\) reports a crash: SIGSEGV in plugin 'hang-decomp' \(/plugins/lib hang\.so\); waiting up to 1 s"
+    expect_in crash.log "rank 0 was killed by signal 11 \(SIGSEGV\) in plugin 'hang-decomp' \(/plugins/lib hang\.so\)$"
+    expect_in crash.log "rank 1 \(pid [0-9]+\) still running 1 s after the first failure; terminating it"
+    "$TERSE" launch -n 2 --timeout 1 -- "$NOTIFY" '0:fail=variant x of study y broke: z,exit=1' >fail.log 2>&1
+    (($? == 1)) || fail "launch with a failing rank did not exit 1"
+    expect_in fail.log "rank 0 \(pid [0-9]+\) reports its run failed: variant x of study y broke: z; waiting"
+    expect_in fail.log "1 of 2 rank\(s\) failed:"
+    expect_in fail.log "rank 0 exited with status 1; it reported: variant x of study y broke: z$"
+    ;;
+  liveness_stopped_peer)
+    # The liveness promise (README, core/comm/tcp/transport.h): with tcp.timeout 2 s, the survivors of a SIGSTOPped
+    # rank fail naming it and exit within 2 s + 5% of the stop. Measured from the stop to each `terse run` process's
+    # exit, which a wrapper shell notes. Other work on the machine can delay a process's exit, so the bound must hold
+    # in one of three tries, and every try within 2 s + 50%.
+    cat >live.textproto <<EOF
+study: "live"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 480 test_subset: 100 }
+optimizer { lr: 0.02 momentum: 0.9 }
+workers: 3
+epochs: 40
+eval { every_steps: 2 }
+seed: 7
+transport: TCP
+tcp { timeout: "2s" }
+link { latency: "2ms" }
+EOF
+    met=0
+    for try in 1 2 3; do
+      rm -rf out pid.* exit.*
+      "$TERSE" launch -n 3 --timeout 2 -- bash -c '"$0" run live.textproto --out out --plugin-path "$1" &
+        echo $! >pid.$TERSE_RANK; wait $!; rc=$?; echo "$EPOCHREALTIME" >exit.$TERSE_RANK; exit $rc' \
+        "$TERSE" "$PLUGINS" >live$try.log 2>&1 &
+      launcher=$!
+      await_records out/live/base/metrics.jsonl $launcher 3
+      kill -STOP "$(cat pid.1)"
+      stopped=$EPOCHREALTIME
+      await_launcher $launcher 60
+      ((rc == 1)) || fail "launch exited $rc, expected 1"
+      line="try $try:"
+      ok=1
+      for r in 0 2; do
+        [[ -f exit.$r ]] || fail "rank $r's run never ended"
+        expect_in live$try.log "\[rank $r\] terse run: .*rank 1 \(host [^)]*\) has sent nothing for"
+        took=$(awk -v a="$stopped" -v b="$(cat exit.$r)" 'BEGIN { printf "%.3f", b - a }')
+        line+=" rank $r exited $took s after the stop;"
+        awk -v t="$took" 'BEGIN { exit !(t <= 3.0) }' || fail "$line beyond 2 s + 50%"
+        awk -v t="$took" 'BEGIN { exit !(t <= 2.1) }' || ok=0
+      done
+      echo "$line"
+      ((ok)) && { met=1; break; }
+    done
+    ((met)) || fail "no try in which every survivor exited within 2 s + 5% of the stop"
+    ;;
+  async_worker_stopped)
+    stopped_worker ASYNC ""
+    expect_in run.log 'worker 1 (lost its connection|silent for more than [0-9]+ ms), dropped as dead'
+    ;;
+  ssp_worker_stopped)
+    stopped_worker SSP "staleness_bound: 2"
+    expect_in run.log 'worker 1 (lost its connection|silent for more than [0-9]+ ms), dropped as dead'
     ;;
   netns)
     # Three "hosts" (network namespaces with their own addresses, host names and a 1 Gbit/s shaped link) run the tiny

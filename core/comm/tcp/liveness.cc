@@ -18,11 +18,15 @@ using tcp_wire::kAbortTag;
 using tcp_wire::kByeTag;
 using tcp_wire::kHeartbeatTag;
 
-void TcpTransport::armHeartbeat() {
-  heartbeat_.expires_after(liveness_tick_);
+void TcpTransport::armHeartbeat(Clock::time_point at) {
+  heartbeat_.expires_at(at);
   heartbeat_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopping_.load()) return;
     const Clock::time_point now = Clock::now();
+    // The next tick, or sooner: the moment the first link's silence would pass the timeout. A silent peer is declared
+    // dead at the timeout itself, not up to a tick after it, so the tick's granularity no longer eats into the margin
+    // left for the abort to travel and the ranks to exit (transport.h, "Liveness").
+    Clock::time_point next = now + liveness_tick_;
     for (auto& lp : links_) {
       Link& l = *lp;
       if (!l.socket || l.closed || l.read_closed) continue;
@@ -40,6 +44,9 @@ void TcpTransport::armHeartbeat() {
                           secondsText(options_.timeout) + "): the process is stopped, hung or unreachable");
         continue;
       }
+      // The check above is strict: one microsecond past the timeout is the first moment it can hold.
+      if (!l.peer_left && !aborted_.load())
+        next = std::min(next, l.last_heard + options_.timeout + std::chrono::microseconds(1));
       bool writing = false;
       {
         std::lock_guard lock(l.mutex);
@@ -49,7 +56,8 @@ void TcpTransport::armHeartbeat() {
       if (!writing && !l.write_shut && !l.bye_queued && now - sent >= heartbeat_period_)
         queueControl(l, kHeartbeatTag, {});
     }
-    armHeartbeat();
+    // Never sooner than a millisecond from now: a deadline just missed must not spin the io thread.
+    armHeartbeat(std::max(next, now + std::chrono::milliseconds(1)));
   });
 }
 

@@ -120,7 +120,7 @@ void TcpTransport::startLinks() {
     readHeader(l);
     pump(l);
   }
-  armHeartbeat();
+  armHeartbeat(now + liveness_tick_);
 }
 
 // Goodbye to every peer (so its end of file is not taken for a crash), then wait, bounded, until every peer answered

@@ -78,11 +78,16 @@
 // point-to-point code that drops large unfinished sends.
 //
 // Liveness. Every connection sends a heartbeat (a header-only kControl frame) when it has written nothing for
-// timeout/4, and a connection that has received nothing for `timeout` is declared dead; silence is checked every
-// timeout/20. A peer whose connection ends without the goodbye its transport sends when destroyed (it crashed or was
-// killed) fails this rank at once; one that stays silent (SIGSTOP, a hang, a cable) within timeout + timeout/20 of
-// its last frame. The failure is a CommError naming the peer's rank and host, and the abort propagates to every other
-// rank (one more frame's latency): every rank fails within tcp.timeout plus that 5% margin.
+// timeout/4, and a connection that has received nothing for `timeout` is declared dead. The liveness timer ticks every
+// timeout/20 (heartbeats are due at that granularity) and, in between, fires at the moment the first link's silence
+// would pass `timeout`, so a silent peer is caught at the timeout itself: a fixed tick alone caught it up to timeout/20
+// late, which used the whole 5% margin before the abort had travelled or a rank had exited (survivors of a stopped
+// rank exited as much as 8% past a 5 s timeout). A peer whose connection ends without the goodbye its transport sends
+// when destroyed (it crashed or was killed) fails this rank at once; one that stays silent (SIGSTOP, a hang, a cable)
+// at `timeout` after its last frame. The failure is a CommError naming the peer's rank and host, and the abort
+// propagates to every other rank (one more frame's latency): every rank fails within tcp.timeout + 5%, which leaves
+// the margin to the abort notice and the scheduler (measured: a `terse run` rank exits 2.01-2.07 s after its peer is
+// stopped, with a 2 s timeout).
 //
 // Busy polling (TcpOptions::busy_poll_us). A message the io thread reads (caller reads off, or a frame larger than a
 // caller takes) pays two wake-ups per hop: epoll wakes the io thread, whose notify wakes the waiting caller. With a

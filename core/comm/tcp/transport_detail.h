@@ -128,7 +128,8 @@ class TcpTransport final : public Transport {
   void unwatch(Link& l);
 
   // ---- liveness (liveness.cc) -------------------------------------------------------------------------------------
-  void armHeartbeat();
+  // Sets the liveness timer for `at` (io thread): its handler checks silence, sends heartbeats, and sets it again.
+  void armHeartbeat(Clock::time_point at);
   void handleControl(Link& l);
   void readFailed(Link& l, const boost::system::error_code& ec);
   void linkFailed(Link& l, const std::string& what);
@@ -171,14 +172,14 @@ class TcpTransport final : public Transport {
   std::vector<std::shared_ptr<Link>> links_;
   Connector connector_;
 
-  asio::steady_timer heartbeat_;  // fires every liveness_tick_
+  asio::steady_timer heartbeat_;  // fires every liveness_tick_, or sooner when a link's silence reaches the timeout
   asio::steady_timer abort_grace_;
   // Watches the connections that callers read and left at a frame boundary (io thread only).
   asio::steady_timer caller_tick_;
   bool caller_tick_running_ = false;
   Clock::duration heartbeat_period_;  // an idle connection sends a heartbeat this often (timeout / 4)
-  // Silence is checked this often, so a silent peer is declared dead at most one tick after `timeout` (transport.h,
-  // "Liveness": the documented margin of timeout / kLivenessTicksPerTimeout). A tick only reads clocks.
+  // The liveness timer fires at least this often (heartbeats are due at this granularity), and in between at the
+  // moment a link's silence would reach `timeout` (transport.h, "Liveness"). A tick only reads clocks.
   static constexpr int kLivenessTicksPerTimeout = 20;
   Clock::duration liveness_tick_;
 

@@ -1,6 +1,6 @@
 // The tcp transport across processes: n forked ranks meet through a TcpStoreServer and run the collectives, checked bit
 // for bit; a rank SIGKILLed mid-allreduce, and a rank SIGSTOPped (alive but silent), make every other rank fail within
-// the timeout (+10%, measured from the signal) with a CommError naming the lost rank, instead of hanging.
+// the timeout (+5%, measured from the signal) with a CommError naming the lost rank, instead of hanging.
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -163,9 +163,10 @@ TEST(TcpFaults, KilledRankMidPipelineFailsAllFourOthers) {
   expectKilledRankNamed(5, 2);
 }
 
-// The liveness promise (transport.h): a silent peer fails every rank within tcp.timeout plus a 5% margin (one
-// liveness tick); the target is timeout + 10%, which leaves the other 5% for the abort notice and the scheduler.
-TEST(TcpFaults, StoppedRankFailsEveryRankWithinTheTimeoutPlusTenPercent) {
+// The liveness promise (transport.h): a silent peer fails every rank within tcp.timeout plus 5%. The silence is
+// caught at the timeout itself (the liveness timer is set for that moment), so the 5% is left to the abort notice and
+// the scheduler.
+TEST(TcpFaults, StoppedRankFailsEveryRankWithinTheTimeoutPlusFivePercent) {
   const int n = 3, victim = 1;
   const auto timeout = std::chrono::milliseconds(2000);
   const JobToken token = JobToken::generate();
@@ -174,7 +175,7 @@ TEST(TcpFaults, StoppedRankFailsEveryRankWithinTheTimeoutPlusTenPercent) {
     runUntilFailure(r, n, store, token, timeout, out, victim, SIGSTOP, fault);
   });
   EXPECT_TRUE(results[victim].stopped);
-  expectSurvivorsNamed(results, victim, fault, 2.0 * 1.1, {"heartbeat timeout"});
+  expectSurvivorsNamed(results, victim, fault, 2.0 * 1.05, {"heartbeat timeout"});
 }
 
 TEST(TcpFaults, AnExpendableRankIsLostAloneAndTheOthersGoOn) {
