@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/common/launch_notify.h"
 #include "core/common/watchdog.h"
 
 namespace terse::crash {
@@ -233,6 +234,28 @@ bool writeFailed(FileSlot& f, Text<N>& json, const char* error, const char* sign
   return ::rename(f.tmp, f.path) == 0;
 }
 
+// Tells `terse launch` (launch_notify.h): "crashed SIGSEGV plugin=NAME path=PATH" when the thread was inside a plugin
+// call, "crashed SIGSEGV" otherwise (the launcher says "in plugin" only for the first). The name and path are cut out
+// of the label "<kind> '<name>' (<path>)" by scanning, which is async-signal-safe.
+void notifyCrash(int sig, const watchdog::CallView& call) {
+  if (!launcherNotifyEnabled()) return;
+  std::string_view name, path;
+  if (call.plugin != nullptr && call.in_call) {
+    const std::string_view label(call.plugin);
+    const std::size_t open = label.find('\'');
+    const std::size_t close = open == std::string_view::npos ? open : label.find("' (", open + 1);
+    if (close != std::string_view::npos && label.back() == ')') {
+      name = label.substr(open + 1, close - open - 1);
+      path = label.substr(close + 3, label.size() - close - 4);
+    }
+  }
+  if (name.empty()) {
+    notifyLauncherParts({"crashed ", signalName(sig)});
+  } else {
+    notifyLauncherParts({"crashed ", signalName(sig), " plugin=", name, " path=", path});
+  }
+}
+
 void onFatalSignal(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   static std::atomic<bool> entered{false};
@@ -271,6 +294,7 @@ void onFatalSignal(int sig, siginfo_t* info, void* context) {
   }
   writeAll("terse: ", 7, STDERR_FILENO);
   writeAll(line.buf, line.len, STDERR_FILENO);
+  notifyCrash(sig, call);
 
   // Die of the same signal: the exit status and a core dump stay what they would have been without the handler.
   errno = saved_errno;

@@ -19,6 +19,7 @@
 #include "core/comm/transport.h"
 #include "core/common/crash.h"
 #include "core/common/error.h"
+#include "core/common/launch_notify.h"
 #include "core/common/runtime.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
@@ -127,6 +128,7 @@ PluginWatch::PluginWatch(const Experiment& e) {
       msg << '\n';
       std::cerr << msg.str() << std::flush;
       std::fflush(nullptr);
+      notifyLauncher("failed " + o.message());  // terse launch: this rank failed (launch_notify.h)
       ::_exit(1);
     }).detach();
   });

@@ -108,6 +108,8 @@ case $CASE in
     grep -q "terminating them" run.log && fail "the launcher had to terminate ranks: they did not fail on their own"
     expect_in run.log "\[rank 1\].*compressor 'misbehave'.*compress of tensor [0-9]+ has not returned"
     for r in 0 2; do expect_in run.log "\[rank $r\] terse run: .*rank 1.*misbehave"; done
+    # The launcher's summary gives rank 1's own reason (its `failed` message, launch_notify.h).
+    expect_in run.log "rank 1 .*exited with status 1.*it reported: rank 1: compressor 'misbehave'"
     check_folder "rank 1.*compressor 'misbehave'"
     echo "[$CASE] every rank exited $took s after the hang began"
     ;;
@@ -145,7 +147,7 @@ case $CASE in
     rc=$?
     ((rc == 1)) || fail "terse launch exited $rc, expected 1"
     expect_in run.log "\[rank 1\] terse: rank 1 died of SIGSEGV in compressor 'misbehave'"
-    expect_in run.log "rank 1 \(pid [0-9]+\) was killed by signal 11 \(SIGSEGV\)"
+    expect_in run.log "rank 1 \(pid [0-9]+\) was killed by signal 11 \(SIGSEGV\) in plugin 'misbehave' \(.*terse_compressor_misbehave.so\)"
     check_folder "rank 1"
     ;;
   *)
