@@ -166,6 +166,25 @@ def failures(tmp):
                                                                                       fragment))
         check(fragment in p.stderr, "%s: terse run's message lacks %r:\n%s" % (name, fragment, p.stderr))
         print("failures: %s -> %s" % (name, status["error"][:160]))
+    # A plugin that crashes (SIGSEGV) in the hook on rank 1: the rank's crash handler names the plugin call in the
+    # driver's error file, and the status says so (core/common/crash.h); a plugin that hangs past plugin_timeout
+    # fails its bucket and the run, naming it.
+    copy_model(tmp)
+    plugin = os.path.join(ARGS.fixture_dir, "terse_compressor_misbehave.so")
+    for name, fault, fragment in (("crashing", "crash", "rank 1 died of SIGSEGV in compressor 'misbehave'"),
+                                  ("hanging", "hang", "has not returned after")):
+        cfg = os.path.join(tmp, name + ".textproto")
+        variant = ('variants { name: "v" overrides { compressor { name: "%s" params { key: "fault" value: "%s" } '
+                   'params { key: "rank" value: "1" } params { key: "after" value: "2" } } } }' % (plugin, fault))
+        open(cfg, "w").write(study(name, 'module: "models/tiny_gpt.py" max_steps_per_epoch: 3', variant,
+                                   extra='tcp { timeout: "10s" }\nplugin_timeout: "2s"'))
+        out = os.path.join(tmp, "results")
+        p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
+        check(p.returncode != 0, "%s: terse run succeeded:\n%s" % (name, p.stdout))
+        status = json.load(open(os.path.join(out, name, "v", "status.json")))
+        check(status["state"] == "failed" and fragment in status.get("error", "")
+              and "misbehave" in status.get("error", ""), "%s: status %s" % (name, status))
+        print("failures: %s -> %s" % (name, status["error"][:200]))
 
 
 def main():
@@ -174,6 +193,7 @@ def main():
     p.add_argument("case", choices=["inproc", "tcp", "failures"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
+    p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         {"inproc": inproc, "tcp": tcp, "failures": failures}[ARGS.case](tmp)

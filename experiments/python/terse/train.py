@@ -200,6 +200,7 @@ def train_rank(rank, world, spec, store_path):
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     init_group(spec, rank, world, store_path)
     logger = None
+    state = None
     try:
         if spec.device == "cuda":
             device = torch.device("cuda", rank % torch.cuda.device_count())
@@ -275,9 +276,13 @@ def train_rank(rank, world, spec, store_path):
         # Every rank is past its last collective before any of them leaves (see _leave).
         dist.barrier()
     except BaseException as e:
+        # Out of backward, autograd wraps the hook's error in a RuntimeError whose text ends in the callback's
+        # traceback; terse's own exception, kept by the state, is the one worth reporting.
+        if state is not None and state.error is not None and e is not state.error:
+            e = state.error
         if logger is not None:
             logger.finish(error="%s: %s" % (type(e).__name__, e))
-        raise
+        raise e
 
 
 def _leave(code, error_file=None, summary=None):
