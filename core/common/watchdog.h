@@ -2,11 +2,12 @@
 // under a deadline, and a call past it fails its rank with a message naming the plugin, the call and the tensor.
 //
 // A hung call cannot be interrupted: the plugin's code owns the thread, and a thread cannot be cancelled safely. So
-// the watchdog does not try. A call marks its thread busy (WatchedCall, two relaxed stores and a clock read), one
-// watchdog thread per process looks at the busy marks a few dozen times per deadline, and when a call has run past it
-// hands an Overrun to the handlers registered by whoever owns the rank: the runner aborts the rank's communicators (so
-// its peers fail at once, naming it) and ends the process with a failed status; the PyTorch hook fails the bucket's
-// Future, which raises in backward. The hung thread is left where it is.
+// the watchdog does not try. A call marks its thread busy (WatchedCall: a few relaxed stores, no clock read), one
+// watchdog thread per process looks at the busy marks a few dozen times per deadline, timing each call from its first
+// look at it, and when a call has run past it hands an Overrun to the handlers registered by whoever owns the rank:
+// the runner aborts the rank's communicators (so its peers fail at once, naming it) and ends the process with a
+// failed status; the PyTorch hook fails the bucket's Future, which raises in backward. The hung thread is left where
+// it is.
 //
 // The marks live in a fixed table, not in thread_local storage, so that the fatal-signal handler (crash.h) can read
 // which plugin call the crashing thread was in, or returned from last, without allocating or locking.
