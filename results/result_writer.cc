@@ -126,18 +126,21 @@ std::string provenanceJson(const Provenance& p) {
     }
     plugins.push_back(std::move(o));
   }
-  return dumpJson(Json{{"git_commit", p.git_commit},
-                       {"host", p.host},
-                       {"cpu", p.cpu},
-                       {"start_time", p.start_time},
-                       {"terse_version", p.terse_version},
-                       {"transport", p.transport},
-                       {"mode", p.mode},
-                       {"world_size", p.world_size},
-                       {"link_emulation", std::move(link)},
-                       {"clock", p.clock},
-                       {"simulation", std::move(simulation)},
-                       {"plugins", std::move(plugins)}});
+  Json out = Json::object();
+  out["git_commit"] = p.git_commit;
+  out["host"] = p.host;
+  out["cpu"] = p.cpu;
+  if (!p.gemm.empty()) out["gemm"] = p.gemm;
+  out["start_time"] = p.start_time;
+  out["terse_version"] = p.terse_version;
+  out["transport"] = p.transport;
+  out["mode"] = p.mode;
+  out["world_size"] = p.world_size;
+  out["link_emulation"] = std::move(link);
+  out["clock"] = p.clock;
+  out["simulation"] = std::move(simulation);
+  out["plugins"] = std::move(plugins);
+  return dumpJson(out);
 }
 
 std::optional<std::string> gitCommitOf(const std::filesystem::path& dir) {

@@ -1,8 +1,8 @@
 // The results folder of one run (DESIGN.md section 7): <root>/<study>/<variant>/ holding
 //
 //   config.textproto   the resolved config the run used (the runner passes the text)
-//   provenance.json    what ran: git commit, plugins (path, SHA-256, version, ABI, caps, parameters), host, transport,
-//                      link emulation, world size, start time
+//   provenance.json    what ran: git commit, plugins (path, SHA-256, version, ABI, caps, parameters), host, CPU, GEMM
+//                      kernel, transport, link emulation, world size, start time
 //   metrics.jsonl      one JSON object per evaluation point, one per line, appended and flushed per record
 //   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
 //
@@ -61,6 +61,10 @@ struct Provenance {
   std::string host;        // hostName()
   std::string cpu;         // cpuDescription(): measured computation (real time, or simulated with measured compute)
                            // depends on it, so two tables from different CPUs differ in their time columns
+  // The kernel of the host workloads' matrix products (experiments/workloads/gemm.h): "terse-fixed-order-v1", whose
+  // sums come out the same on every x86-64 CPU, or "openblas <core> (<config>)", whose order is the core's; "cublas"
+  // for models on a CUDA device. Empty (left out of the file) where terse computes no model (the PyTorch hook).
+  std::string gemm;
   std::string start_time;  // isoTimeUtc()
   std::string terse_version;
   std::string transport;  // "inproc", ...

@@ -74,6 +74,7 @@ int compareCommand(const std::vector<std::string>& args) {
   for (auto& w : results::configMismatchWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::pluginHashWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::cpuWarnings(runs)) warnings.push_back(std::move(w));
+  for (auto& w : results::gemmWarnings(runs)) warnings.push_back(std::move(w));
 
   const std::string format = vm["format"].as<std::string>();
   const bool provenance = vm.count("provenance") > 0;

@@ -264,6 +264,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
       // rank 0's host; the other ranks' hosts are in the job's messages
       results::Provenance prov = detail::baseProvenance(e, transport_name, world, start_time, options_.terse_version,
                                                         !nccl && to.emulation.enabled());
+      if (device >= 0) prov.gemm = "cublas";
       prov.link.emplace_back("job", joined.source + ", " + std::to_string(world) + " processes, store " +
                                         joined.master_addr + ":" + std::to_string(joined.master_port));
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});

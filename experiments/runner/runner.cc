@@ -31,6 +31,7 @@
 #include "experiments/runner/progress.h"
 #include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/fashion_mnist.h"
+#include "experiments/workloads/gemm.h"
 #include "experiments/workloads/workloads.h"
 #include "results/result_writer.h"
 
@@ -194,6 +195,9 @@ results::Provenance baseProvenance(const Experiment& e, std::string_view transpo
   prov.git_commit = results::gitCommit();
   prov.host = results::hostName();
   prov.cpu = results::cpuDescription();
+  // The host models' GEMM (a device model's is cuBLAS: distributed.cc says so); it decides the last digits of every
+  // accuracy, so a table that mixes kernels must say so (`terse compare` warns).
+  prov.gemm = workloads::gemmDescription();
   prov.start_time = start_time;
   prov.terse_version = terse_version;
   prov.transport = std::string(transport);

@@ -5,7 +5,7 @@
 // none) and the dropout probability workload.dropout (default 0). On 28x28 Fashion-MNIST: 28 -> 24 -> 12 -> 8 -> 4;
 // the default model is fc 256 -> 10, 5,994 parameters. Every shape is kept under 100k parameters (the constructor
 // checks the bound) so a CPU worker steps fast. Other image sizes work when both conv outputs have even sides.
-// Convolutions are im2col + GEMM (cblas_sgemm), one image at a time; backward is by hand and checked by a
+// Convolutions are im2col + GEMM (nn_ops.h's gemm), one image at a time; backward is by hand and checked by a
 // finite-difference test (tests/workloads).
 //
 // Dropout (Srivastava et al. 2014), inverted: in training each hidden unit is kept with probability 1 - p and scaled by

@@ -1,5 +1,5 @@
 // Fully connected classifier: inputs -> [Linear -> ReLU] per hidden size -> Linear -> softmax cross-entropy. With no
-// hidden layers it is multinomial logistic regression (the `softmax` workload). GEMMs go through cblas_sgemm.
+// hidden layers it is multinomial logistic regression (the `softmax` workload). GEMMs go through nn_ops.h's gemm.
 //
 // Layer l holds "fc<l>.weight" [out, in] (He-normal before a ReLU, Glorot-uniform for the output layer) and
 // "fc<l>.bias" [out] (zero).

@@ -5,20 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "core/common/error.h"
+#include "experiments/workloads/gemm.h"
 
 namespace terse::workloads {
-namespace {
-
-int blasInt(int64_t v) {
-  TERSE_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), InvalidArgument,
-              "matrix dimension " << v << " does not fit BLAS's int");
-  return static_cast<int>(v);
-}
-
-}  // namespace
 
 void setBlasThreads(int threads) {
   TERSE_CHECK(threads >= 1, InvalidArgument, "blas_threads must be >= 1, got " << threads);
@@ -27,9 +18,11 @@ void setBlasThreads(int threads) {
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
           float beta, float* c) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasInt(m),
-              blasInt(n), blasInt(k), alpha, a, blasInt(trans_a ? m : k), b, blasInt(trans_b ? k : n), beta, c,
-              blasInt(n));
+  if (gemmKernel() == GemmKernel::kOpenBlas) {
+    gemmOpenBlas(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  } else {
+    gemmFixed(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  }
 }
 
 double softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch, int64_t classes, float grad_scale,

@@ -1,5 +1,5 @@
-// The few building blocks the CPU workloads share: a row-major GEMM over cblas_sgemm, softmax cross-entropy, seeded
-// initializers, batch gathering. Internal to experiments/workloads.
+// The few building blocks the CPU workloads share: a row-major GEMM (terse's fixed-order kernel or OpenBLAS: gemm.h),
+// softmax cross-entropy, seeded initializers, batch gathering. Internal to experiments/workloads.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,9 @@ struct ParamSpec {
 // oversubscribe the cores; makeWorkload sets it once (WorkloadOptions::blas_threads, default 1).
 void setBlasThreads(int threads);
 
-// C[m x n] = alpha * op(A) * op(B) + beta * C, all row-major and densely packed; op(A) is m x k, op(B) is k x n.
+// C[m x n] = alpha * op(A) * op(B) + beta * C, all row-major and densely packed; op(A) is m x k, op(B) is k x n. Every
+// matrix product of the CPU models goes through here, computed by the kernel TERSE_GEMM names (gemm.h): by default
+// terse's own, whose summation order (defined in gemm.h) makes the result the same bits on every x86-64 CPU.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
           float beta, float* c);
 

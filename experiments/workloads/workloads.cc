@@ -6,6 +6,7 @@
 #include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "experiments/workloads/cnn.h"
+#include "experiments/workloads/gemm.h"
 #include "experiments/workloads/linear_regression.h"
 #include "experiments/workloads/mlp.h"
 #include "experiments/workloads/nn_ops.h"
@@ -75,7 +76,9 @@ std::unique_ptr<train::Workload> makeWorkload(std::string_view name, const Workl
 #endif
     // (Without CUDA, checkDevice has thrown Unsupported.)
   }
-  // The device models use cuBLAS; OpenBLAS's thread count matters only for the CPU models.
+  // The device models use cuBLAS; the GEMM kernel (a bad TERSE_GEMM fails here, before any training) and OpenBLAS's
+  // thread count matter only for the CPU models.
+  (void)gemmKernel();
   if (options.blas_threads != 0) setBlasThreads(options.blas_threads);
   if (name == "linear_regression") {
     LinearRegressionOptions lr;

@@ -435,4 +435,24 @@ std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs) {
   return out;
 }
 
+std::vector<std::string> gemmWarnings(const std::vector<RunData>& runs) {
+  // study -> kernel -> its runs, in the order given.
+  std::map<std::string, std::map<std::string, std::vector<const RunData*>>> seen;
+  for (const auto& r : runs) {
+    if (!r.provenance) continue;
+    const std::string gemm = getString(*r.provenance, "gemm").value_or("");
+    if (!gemm.empty()) seen[r.study][gemm].push_back(&r);
+  }
+  std::vector<std::string> out;
+  for (const auto& [study, by_gemm] : seen) {
+    if (by_gemm.size() < 2) continue;
+    out.push_back(runsByValue("study " + study + ": the models' matrix products came from " +
+                                  std::to_string(by_gemm.size()) +
+                                  " different GEMM kernels, whose sums round differently, so accuracies and losses "
+                                  "differ in their last digits for that reason alone:",
+                              by_gemm, [](const std::string& gemm) { return gemm; }));
+  }
+  return out;
+}
+
 }  // namespace terse::results

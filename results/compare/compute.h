@@ -132,4 +132,10 @@ std::vector<std::string> pluginHashWarnings(const std::vector<RunData>& runs);
 // per study, naming each CPU and its runs. Runs recorded before the field existed are left out.
 std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs);
 
+// Runs of one study whose host models' matrix products came from different GEMM kernels (provenance "gemm":
+// terse's fixed order, or OpenBLAS with its per-CPU core: experiments/workloads/gemm.h): the kernel decides the order
+// of the sums, so their accuracies differ in the last digits for that reason alone. One warning per study, naming
+// each kernel and its runs. Runs recorded before the field existed (or without a model of terse's) are left out.
+std::vector<std::string> gemmWarnings(const std::vector<RunData>& runs);
+
 }  // namespace terse::results

@@ -184,7 +184,7 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
       study = run.study;
       o << (first ? "" : "\n") << "### " << mdCell(study) << " (provenance)\n\n"
         << "| variant | state | config sha256 | git commit | compressor | caps | params | resolved params | transport "
-           "| link emulation | host, cpu | started |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+           "| link emulation | host, cpu, gemm | started |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
       first = false;
     }
     const std::string compressor =
@@ -208,7 +208,8 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
                                             p.resolved_params.empty() ? "-" : p.resolved_params,
                                             transport,
                                             p.link.empty() ? "-" : p.link,
-                                            (p.host.empty() ? "-" : p.host) + (p.cpu.empty() ? "" : ", " + p.cpu),
+                                            (p.host.empty() ? "-" : p.host) + (p.cpu.empty() ? "" : ", " + p.cpu) +
+                                                (p.gemm.empty() ? "" : ", gemm " + p.gemm),
                                             p.start_time.empty() ? "-" : p.start_time};
     o << '|';
     for (const auto& c : cells) o << ' ' << mdCell(c) << " |";

@@ -74,6 +74,7 @@ ProvenanceRow provenanceRow(const RunData& run) {
   r.terse_version = str(p, "terse_version");
   r.host = str(p, "host");
   r.cpu = str(p, "cpu");
+  r.gemm = str(p, "gemm");
   r.start_time = str(p, "start_time");
   r.transport = str(p, "transport");
   r.mode = str(p, "mode");
@@ -130,6 +131,7 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"simulation", &ProvenanceRow::simulation},
           {"host", &ProvenanceRow::host},
           {"cpu", &ProvenanceRow::cpu},
+          {"gemm", &ProvenanceRow::gemm},
           {"start_time", &ProvenanceRow::start_time}};
 }
 

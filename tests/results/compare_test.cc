@@ -519,6 +519,48 @@ TEST(CpuProvenance, RecordedAndWarnedWhenOneStudyMixesCpus) {
   EXPECT_TRUE(cpuWarnings(loadRuns({root / "old"}, w)).empty());
 }
 
+// The GEMM kernel of a run's models is in its provenance and the --provenance tables; runs of one study whose kernels
+// differ are warned about (the kernel's summation order shows in the accuracies' last digits), unless they predate the
+// field.
+TEST(GemmProvenance, RecordedAndWarnedWhenOneStudyMixesKernels) {
+  const fs::path root = freshDir("GemmProvenance");
+  RunSpec a("s", "a", "none", false, {{100, 0.8, 1000, 1.0}});
+  a.gemm = "terse-fixed-order-v1";
+  RunSpec b = a;
+  b.variant = "b";
+  RunSpec c = a;
+  c.variant = "c";
+  c.gemm = "openblas Haswell (OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell MAX_THREADS=64)";
+  for (const auto& s : {a, b, c}) writeRun(root / "mixed", s);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "mixed"}, w);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(getString(*runs[0].provenance, "gemm"), a.gemm);
+  EXPECT_EQ(getString(*runs[2].provenance, "gemm"), c.gemm);
+  const auto warnings = gemmWarnings(runs);
+  ASSERT_EQ(warnings.size(), 1u) << joined(warnings);
+  const std::string& m = warnings[0];
+  for (const char* part : {"study s: the models' matrix products came from 2 different GEMM kernels",
+                           "openblas Haswell (OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell MAX_THREADS=64): c (",
+                           "terse-fixed-order-v1: a (", ") b ("})
+    EXPECT_NE(m.find(part), std::string::npos) << part << " in " << m;
+  // Kernels are not CPUs: the same CPU throughout, so no CPU warning.
+  EXPECT_TRUE(cpuWarnings(runs).empty());
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_NE(md.find("| host, cpu, gemm |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| testhost, " + c.cpu + ", gemm " + c.gemm + " |"), std::string::npos) << md;
+  EXPECT_NE(provenanceTableCsv(runs).find(c.gemm), std::string::npos);
+
+  // One kernel, or runs from before the field: nothing to say; and the field is left out when empty.
+  EXPECT_TRUE(gemmWarnings(std::vector<RunData>(runs.begin(), runs.begin() + 2)).empty());
+  a.gemm = b.gemm = "";
+  for (const auto& s : {a, b, c}) writeRun(root / "old", s);
+  const auto old = loadRuns({root / "old"}, w);
+  EXPECT_TRUE(gemmWarnings(old).empty());
+  EXPECT_EQ(findMember(*old[0].provenance, "gemm"), nullptr);
+  EXPECT_NE(provenanceTableMarkdown(old).find("| testhost, " + a.cpu + " |"), std::string::npos);
+}
+
 TEST(CpuProvenance, DescriptionFromCpuinfo) {
   // Two blocks of Linux's /proc/cpuinfo as an AMD Zen 5 guest shows them (fields trimmed).
   const std::string zen5 =

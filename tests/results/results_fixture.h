@@ -47,6 +47,7 @@ struct RunSpec {
   bool simulated = false;         // provenance clock "simulated"
   bool flop_model = false;        // with simulated: compute by the FLOP model instead of measured
   std::string cpu = "Test CPU (family 1 model 2, 4 logical CPUs, avx2)";  // provenance "cpu"; "" leaves it out
+  std::string gemm;                // provenance "gemm"; "" leaves it out (as in runs recorded before the field)
   std::string plugin_path;         // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
   std::optional<Params> resolved;  // what the compressor reported (resolved_params_v1.h); nullopt: not reported
   // A repeat (experiment.proto's seeds): `seeds` as the config lists them ("[1, 2, 3]") and this run's seed; the run
@@ -76,6 +77,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     p.git_commit = "0123456789abcdef0123456789abcdef01234567";
     p.host = "testhost";
     p.cpu = s.cpu;
+    p.gemm = s.gemm;
     p.start_time = "2026-01-01T00:00:00Z";
     p.terse_version = "0.1.0";
     p.transport = "inproc";
