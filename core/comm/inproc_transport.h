@@ -20,7 +20,13 @@
 // up to the budget counted from the start of the wait, then parks. A waker notifies only when a waiter is parked (the
 // link counts them). Parking at once cost every hop a futex wake-up and, in a virtual machine, an idle vCPU's halt and
 // the interrupt that ends it: a 4 KiB allreduce of 2 ranks took 55-64 us on 2 vCPUs where Open MPI's shared memory
-// took 3 us. MEASURED_NUMBERS
+// took 3 us. Measured
+// with the spin (scripts/bench-vs-peers --allreduce --shm --terse-env park:TERSE_INPROC_SPIN_US=0, 2 vCPUs with other
+// builds running, load 5-7, medians of 3 rounds, spin / park / Open MPI vader): 2 ranks 4 KiB 4.4 / 16.3 / 1.1 us,
+// 64 KiB 31 / 56 / 19 us, 16 MiB 4.7 / 5.3 / 1.1 GB/s; 4 ranks 4 KiB 33 / 45 / 39 us, 64 KiB 144 / 190 / 120 us,
+// 16 MiB 3.6 / 3.4 / 0.8 GB/s. Beside a two-job build (load 7) a spin step's sched_yield() handed the CPU to a
+// compiler for its whole slice (a 4 KiB allreduce of 800 us); a step that takes longer than the budget now makes the
+// thread park at once for a while (inproc_transport.cc, t_spin_backoff), and the spin then costs what parking does.
 // The spin is off in simulated time (the actors share one OS thread: nothing changes while one spins, and the
 // simulation's calls stay exactly those of before) and on emulated links (the pacers set the times and need the CPU).
 //
