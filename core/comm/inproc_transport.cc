@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/comm/reduce.h"
+#include "core/comm/spin_wait.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
 
@@ -63,6 +64,33 @@ struct Link {
   // The runtime's, not std's: in a simulation the requests of a link block in simulated time (runtime.h).
   rt::Mutex mutex;
   rt::CondVar cv;
+  // Waiting (inproc_transport.h, "Waiting"). Every change a waiter may wait for -- made under `mutex` -- is followed by
+  // notifyWaiters(), never by cv.notify_all() alone: it bumps `events`, which a spinning waiter watches, and notifies
+  // only when a waiter is parked on cv (`sleepers`, changed under `mutex`). A cache line of its own: the spinner reads
+  // it in a loop, and a neighbour written under the lock would pull the line from under it at every change.
+  alignas(64) std::atomic<uint64_t> events{0};
+  std::atomic<int> sleepers{0};
+  Clock::duration spin{};         // a blocking wait's spin budget; zero: it parks at once
+  bool skip_idle_notify = false;  // real time: no notify when nobody is parked (a simulation keeps every call)
+  void notifyWaiters() {
+    events.fetch_add(1, std::memory_order_release);
+    // A waiter that found its condition missing did so under `mutex` and counted itself before cv.wait released it;
+    // the change was made under `mutex` after that, so this load sees the count (or the waiter saw the change).
+    if (!skip_idle_notify || sleepers.load(std::memory_order_relaxed) > 0) cv.notify_all();
+  }
+  // Sleeps on cv until notified (or spuriously); the caller re-checks its conditions.
+  void park(std::unique_lock<rt::Mutex>& lock) {
+    sleepers.fetch_add(1, std::memory_order_relaxed);
+    cv.wait(lock);
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
+  template <class Pred>
+  void parkUntil(std::unique_lock<rt::Mutex>& lock, Pred pred) {
+    while (!pred()) park(lock);
+  }
+  // A blocking request's wait for the link's next change: while `budget` runs, spin (spin_wait.h) until `events` moves,
+  // then hand the lock back for the caller to re-check; after it, park.
+  void await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget);
   // Guarded by mutex.
   std::deque<std::shared_ptr<Frame>> unmatched;
   std::deque<std::shared_ptr<PostedRecv>> posted;
@@ -76,6 +104,42 @@ struct Link {
   uint64_t head_reserved = 0;  // wire bytes of the head frame already reserved
   Clock::time_point head_end{};
 };
+
+// A spin step yields the CPU. Where another thread keeps it busy (another process, or a peer computing), the yield
+// hands it over for that thread's whole time slice, a millisecond or more, where a parked waiter's wake-up would have
+// preempted it; measured beside two CPU-bound processes on 2 vCPUs, such waits made a 4 KiB allreduce take 800 us.
+// A step that took longer than the whole budget says so: this thread then parks at once for a while, doubled (from
+// 10 ms up to 1 s) each time it happens again, halved by each spin that ends with its change.
+thread_local Clock::duration t_spin_backoff{};
+thread_local Clock::time_point t_park_until{};
+constexpr Clock::duration kMinSpinBackoff = std::chrono::milliseconds(10);
+constexpr Clock::duration kMaxSpinBackoff = std::chrono::seconds(1);
+
+void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget) {
+  if (spin > Clock::duration::zero() && Clock::now() >= t_park_until && budget.running()) {
+    // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
+    const uint64_t seen = events.load(std::memory_order_acquire);
+    lock.unlock();
+    for (;;) {
+      const Clock::time_point before = Clock::now();
+      spinStep();
+      const Clock::time_point after = Clock::now();
+      if (after - before > spin) {
+        t_spin_backoff = std::clamp(t_spin_backoff * 2, kMinSpinBackoff, kMaxSpinBackoff);
+        t_park_until = after + t_spin_backoff;
+        break;
+      }
+      if (events.load(std::memory_order_acquire) != seen) {
+        t_spin_backoff /= 2;
+        break;
+      }
+      if (!budget.running()) break;
+    }
+    lock.lock();
+    return;
+  }
+  park(lock);
+}
 
 [[noreturn]] void throwBroken(const Link& l) {
   if (l.broken_by_payload) throw InvalidPayload(l.broken);
@@ -127,7 +191,7 @@ void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
   }
   lock.lock();
   f.copy = Frame::Copy::kDone;
-  l.cv.notify_all();
+  l.notifyWaiters();
 }
 
 // The time side of a request whose frame is matched and copied: the emulated instant `t` (real time), or the frame's
@@ -198,7 +262,7 @@ class SendRequest final : public RequestImpl {
     Link& l = *link_;
     Frame& f = *frame_;
     std::unique_lock lock(l.mutex);
-    l.cv.wait(lock, [&] { return f.copy != Frame::Copy::kCopying; });
+    l.parkUntil(lock, [&] { return f.copy != Frame::Copy::kCopying; });
     if (f.eager || f.copy != Frame::Copy::kPending) return;
     if (f.matched) {
       copyFrame(lock, l, f);
@@ -217,11 +281,12 @@ class SendRequest final : public RequestImpl {
     if (done_) return true;
     Link& l = *link_;
     Frame& f = *frame_;
+    SpinBudget spin(l.spin);
     std::unique_lock lock(l.mutex);
     for (;;) {
       if (f.copy == Frame::Copy::kCopying) {
         if (!block) return false;
-        l.cv.wait(lock);
+        l.await(lock, spin);
         continue;
       }
       if ((f.eager || f.copy == Frame::Copy::kDone) && f.scheduled) break;
@@ -231,7 +296,7 @@ class SendRequest final : public RequestImpl {
         continue;
       }
       if (!block) return false;
-      l.cv.wait(lock);
+      l.await(lock, spin);
     }
     const Clock::time_point t = f.sent_at;
     const std::shared_ptr<FrameNetwork::Transfer> transfer = f.transfer;
@@ -263,10 +328,10 @@ class RecvRequest final : public RequestImpl {
       return;
     }
     Frame& f = *recv_->frame;
-    l.cv.wait(lock, [&] { return f.copy != Frame::Copy::kCopying; });
+    l.parkUntil(lock, [&] { return f.copy != Frame::Copy::kCopying; });
     if (f.copy == Frame::Copy::kPending) {
       f.copy = Frame::Copy::kDone;
-      l.cv.notify_all();
+      l.notifyWaiters();
     }
   }
   bool test() override { return progress(false); }
@@ -278,6 +343,7 @@ class RecvRequest final : public RequestImpl {
     if (done_) return true;
     Link& l = *link_;
     PostedRecv& r = *recv_;
+    SpinBudget spin(l.spin);
     std::unique_lock lock(l.mutex);
     for (;;) {
       if (!r.error.empty()) throw InvalidPayload(r.error);
@@ -285,7 +351,7 @@ class RecvRequest final : public RequestImpl {
         Frame& f = *r.frame;
         if (f.copy == Frame::Copy::kCopying) {
           if (!block) return false;
-          l.cv.wait(lock);
+          l.await(lock, spin);
           continue;
         }
         if (f.copy == Frame::Copy::kDone && f.scheduled) break;
@@ -298,7 +364,7 @@ class RecvRequest final : public RequestImpl {
         throwBroken(l);
       }
       if (!block) return false;
-      l.cv.wait(lock);
+      l.await(lock, spin);
     }
     const Clock::time_point t = r.frame->deliver_at;
     const std::shared_ptr<FrameNetwork::Transfer> transfer = r.frame->transfer;
@@ -319,8 +385,13 @@ class RecvRequest final : public RequestImpl {
 
 class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fabric> {
  public:
-  Fabric(int n, const InprocOptions& options)
-      : n_(n), options_(options), network_(options.network), emulated_(!network_ && options.emulation.enabled()) {
+  Fabric(int n, const InprocOptions& options, int spin_us)
+      : n_(n),
+        options_(options),
+        network_(options.network),
+        emulated_(!network_ && options.emulation.enabled()),
+        spin_us_(spin_us),
+        skip_idle_notify_(!network_ && !rt::simulated()) {
     // Links are made on first use: a ring or a tree touches O(1) peers per rank, and a link (a runtime mutex and
     // condition variable, queues) made for every pair took 2.9 GB at 1,024 simulated ranks. The table itself is one
     // pointer per pair (8 MB at 1,024).
@@ -358,6 +429,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
 
   int size() const noexcept override { return n_; }
   const InprocOptions& options() const noexcept override { return options_; }
+  int spinMicroseconds() const noexcept override { return spin_us_; }
   std::unique_ptr<Transport> endpoint(int rank) override;
 
   std::vector<RankTraffic> traffic() const override {
@@ -418,7 +490,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       std::lock_guard lock(l.mutex);
       arrive(l, f, header);
     }
-    l.cv.notify_all();
+    l.notifyWaiters();
     if (Bell* b = network_ ? armed_[static_cast<std::size_t>(to)].load() : nullptr) b->ring();
   }
 
@@ -459,7 +531,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         l.nic_queue.push_back(f);
       }
     }
-    l.cv.notify_all();
+    l.notifyWaiters();
     if (emulated_) nics_[static_cast<std::size_t>(rank)]->cv.notify_all();
     if (Bell* b = network_ ? armed_[static_cast<std::size_t>(peer)].load() : nullptr) {
       // The receiver's request completes when the transfer arrives: that is when its doorbell rings (the fabric, and
@@ -501,7 +573,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     }
     // The frame's sender may be blocked in wait() until its frame is matched (to copy it) or consumed (refused): wake
     // it, or a sender of a large frame would wait forever for a receive that has already come and gone.
-    if (matched_queued) l.cv.notify_all();
+    if (matched_queued) l.notifyWaiters();
     return Request(std::make_shared<RecvRequest>(shared_from_this(), &l, std::move(r)));
   }
 
@@ -518,6 +590,8 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     made->where = "frame on link " + std::to_string(from) + " -> " + std::to_string(to);
     made->spec = options_.emulation.linkSpec(from, to);
     made->wire = PacedResource(made->spec.bandwidth_bps);
+    made->spin = std::chrono::microseconds(spin_us_);
+    made->skip_idle_notify = skip_idle_notify_;
     Link* expected = nullptr;
     if (!slot.compare_exchange_strong(expected, made.get())) return *expected;  // another thread made it first
     Link& l = *made.release();
@@ -542,7 +616,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         l.broken_by_payload = false;
       }
     }
-    l.cv.notify_all();
+    l.notifyWaiters();
   }
   void checkRank(int r, const char* what) const {
     TERSE_CHECK(r >= 0 && r < n_, InvalidArgument, what << " must be in [0, " << n_ << "), got " << r);
@@ -684,7 +758,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
               sent_at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(l.spec.latency_s));
           finished->scheduled = true;
         }
-        l.cv.notify_all();
+        l.notifyWaiters();
         lock.lock();
       }
     }
@@ -705,6 +779,8 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   InprocOptions options_;
   std::shared_ptr<FrameNetwork> network_;
   bool emulated_;
+  int spin_us_;                                  // resolveInprocSpinUs
+  bool skip_idle_notify_;                        // Link::skip_idle_notify
   std::unique_ptr<std::atomic<Link*>[]> links_;  // from * n + to, made by link(), owned here (~Fabric)
   std::vector<std::unique_ptr<TrafficCounter>> counters_;
   std::vector<std::unique_ptr<Nic>> nics_;  // emulation only
@@ -751,10 +827,21 @@ std::unique_ptr<Transport> Fabric::endpoint(int rank) {
 
 }  // namespace
 
+int resolveInprocSpinUs(const InprocOptions& options, const EnvLookup& env) {
+  const int us =
+      resolveSpinMicroseconds(options.spin_us, "inproc transport", "spin_us", "TERSE_INPROC_SPIN_US", env,
+                              kDefaultInprocSpinUs, "microseconds a waiting in-process rank spins before it sleeps");
+  // Checked first, so that a bad value is reported in these cases too. Simulated time: the actors share one thread, so
+  // nothing changes while one spins. Emulated links: the pacer threads set the times and need the CPU.
+  if (options.network || rt::simulated() || options.emulation.enabled()) return 0;
+  return us;
+}
+
 std::shared_ptr<InprocFabric> InprocFabric::create(int world_size, const InprocOptions& options) {
   TERSE_CHECK(world_size >= 1, InvalidArgument, "inproc fabric: world size must be >= 1, got " << world_size);
   options.emulation.validate(world_size);
-  return std::make_shared<Fabric>(world_size, options);
+  const int spin_us = resolveInprocSpinUs(options, processEnv());
+  return std::make_shared<Fabric>(world_size, options, spin_us);
 }
 
 std::vector<std::unique_ptr<Transport>> makeInprocTransports(int world_size, const InprocOptions& options) {

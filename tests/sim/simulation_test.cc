@@ -528,6 +528,47 @@ TEST(Simulation, ADeadlockIsAnErrorNamingTheBlockedThreadsNotAHang) {
   }
 }
 
+// A waiting in-process rank never spins in simulated time (inproc_transport.h, "Waiting"): the actors share one OS
+// thread, so nothing changes while one spins. Off whatever the option asks, for the simulation's own fabric (it has a
+// network) and for one made without a network while the simulated runtime is installed; the same option outside a
+// simulation is used as given. The frames still arrive at the model's time.
+TEST(Simulation, InprocRanksNeverSpinInSimulatedTime) {
+  comm::InprocOptions asked;
+  asked.spin_us = 500;
+  EXPECT_EQ(comm::InprocFabric::create(2, asked)->spinMicroseconds(), 500);
+  const std::string r = runSimulation(options(2, "bandwidth=1Gbps,latency=50us"), [&](const SimulationContext& ctx) {
+    comm::InprocOptions io = asked;
+    io.network = ctx.network;
+    auto fabric = comm::InprocFabric::create(2, io);
+    const int with_network = fabric->spinMicroseconds();
+    const int without_network = comm::InprocFabric::create(2, asked)->spinMicroseconds();
+    auto a = fabric->endpoint(0);
+    auto b = fabric->endpoint(1);
+    std::vector<std::byte> src(1000, std::byte{3}), dst(1000);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    const rt::Clock::time_point t0 = rt::now();
+    double arrived = 0;
+    rt::Thread receiver(
+        "receiver",
+        [&] {
+          b->recv(0, meta, dst);
+          arrived = since(t0);
+        },
+        1);
+    a->send(1, meta, src);
+    receiver.join();
+    return std::to_string(with_network) + " " + std::to_string(without_network) + " " + str(arrived);
+  });
+  std::istringstream in(r);
+  int with_network = -1, without_network = -1;
+  double arrived = 0;
+  in >> with_network >> without_network >> arrived;
+  EXPECT_EQ(with_network, 0) << r;
+  EXPECT_EQ(without_network, 0) << r;
+  const double expect = 50e-6 + static_cast<double>(comm::frameWireBytes(1000)) * 8 / 1e9;
+  EXPECT_NEAR(arrived, expect, expect * 1e-6) << r;
+}
+
 TEST(Simulation, InvalidOptionsAreRefusedBeforeForking) {
   EXPECT_THROW(runSimulation(options(0, ""), [](const SimulationContext&) { return std::string(); }), InvalidArgument);
   SimulationOptions o = options(2, "");

@@ -5,7 +5,6 @@
 // malformed header, an end of file, an error, or a frame it must leave half read -- goes back to the io thread exactly
 // where it stands.
 #include <poll.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 
 #include "core/comm/tcp/transport_detail.h"
@@ -45,21 +44,13 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
   // before it sleeps, yielding its CPU between tries, so that a thread it waits for (a peer rank's on the same CPU)
   // runs. Sleeping costs a wake-up, and in a virtual machine an idle vCPU's halt and the interrupt that ends it.
   // The budget starts when the socket is first found empty and again after any bytes.
-  bool spinning = false;
-  Clock::time_point spin_end{};
+  SpinBudget spin(caller_spin_);
   // Waits until the socket may have bytes or a notifier kicked: false when this thread must give the connection up.
   auto await_bytes = [&] {
-    if (caller_spin_ > Clock::duration::zero()) {
-      const Clock::time_point now = Clock::now();
-      if (!spinning) {
-        spinning = true;
-        spin_end = now + caller_spin_;
-      }
-      if (now < spin_end) {
-        if (must_stop()) return false;
-        (void)::sched_yield();
-        return true;  // the caller's recv tries again
-      }
+    if (spin.running()) {
+      if (must_stop()) return false;
+      yieldCpu();
+      return true;  // the caller's recv tries again
     }
     l.caller_polling.store(true);
     if (must_stop()) {
@@ -79,7 +70,7 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     return true;
   };
   auto heard = [&] {
-    spinning = false;
+    spin.restart();
     l.caller_heard.store(Clock::now().time_since_epoch().count());
   };
   auto give_back = [&](Stop where, const boost::system::error_code& ec) {

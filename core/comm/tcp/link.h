@@ -20,6 +20,7 @@
 
 #include "core/comm/frame.h"
 #include "core/comm/link_emulation.h"
+#include "core/comm/spin_wait.h"
 #include "core/common/dtype.h"
 
 namespace terse::comm::tcp {
@@ -174,16 +175,6 @@ struct Link {
   Clock::time_point head_end{};
   std::deque<std::pair<Clock::time_point, WriteItem>> release;  // slices reserved, handed to the writer at their end
 };
-
-// One step of a spin-wait: the CPU's pause hint, which yields the core's pipeline to its sibling hyperthread and saves
-// power without giving up the time slice.
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // The largest frame a caller reads itself (caller_read.cc), and the largest receive it reads for, when it sleeps in
 // poll() at once (TcpOptions::caller_spin_us = 0) / when it spins first (the default). Larger frames are the io

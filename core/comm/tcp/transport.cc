@@ -213,18 +213,7 @@ namespace {
 // A budget in microseconds from `name`'s value, or from `option` when that is set (>= 0); `fallback` when neither is.
 int resolveMicroseconds(int option, const char* field, const char* name, const EnvLookup& env, int fallback,
                         const char* meaning) {
-  TERSE_CHECK(option >= -1 && option <= kMaxBusyPollUs, InvalidArgument,
-              "tcp transport: " << field << " must be -1 (unset), 0 (off) or 1.." << kMaxBusyPollUs
-                                << " microseconds, got " << option);
-  if (option >= 0) return option;
-  const auto text = env(name);
-  if (!text) return fallback;
-  int64_t v = 0;
-  const char* end = text->data() + text->size();
-  const auto [ptr, ec] = std::from_chars(text->data(), end, v);
-  TERSE_CHECK(!text->empty() && ec == std::errc() && ptr == end && v >= 0 && v <= kMaxBusyPollUs, InvalidArgument,
-              name << "='" << *text << "': expected 0 (off) or 1.." << kMaxBusyPollUs << " (" << meaning << ")");
-  return static_cast<int>(v);
+  return resolveSpinMicroseconds(option, "tcp transport", field, name, env, fallback, meaning);
 }
 
 }  // namespace

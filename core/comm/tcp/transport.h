@@ -121,6 +121,7 @@
 #include "core/comm/auth.h"
 #include "core/comm/job.h"
 #include "core/comm/link_emulation.h"
+#include "core/comm/spin_wait.h"
 #include "core/comm/store.h"
 #include "core/comm/transport.h"
 
@@ -155,7 +156,7 @@ struct TcpOptions {
 };
 
 // The largest busy-poll or caller-spin budget accepted, in microseconds.
-inline constexpr int kMaxBusyPollUs = 1000000;
+inline constexpr int kMaxBusyPollUs = kMaxSpinUs;
 
 // A reading caller's spin budget when neither the options nor TERSE_TCP_CALLER_SPIN_US set one (transport.h, "Data
 // path": measured).

@@ -75,6 +75,7 @@ struct CollectiveOptions {
   int busy_poll_resolved = 0;      // tcp: what the transports use (resolveBusyPollUs; tables and JSON say it)
   bool caller_reads = false;       // tcp: whether callers read their connections (resolveCallerReads; likewise)
   int caller_spin_us = 0;          // tcp: a reading caller's spin budget (resolveCallerSpinUs; likewise)
+  int inproc_spin_us = 0;          // inproc: a waiting rank's spin budget (resolveInprocSpinUs; likewise)
   bool ranks_given = false;        // -n was on the command line
   bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
@@ -229,12 +230,18 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       o.caller_reads = comm::resolveCallerReads(t, comm::processEnv());
       o.caller_spin_us = comm::resolveCallerSpinUs(t, comm::processEnv());
     }
+    if (a.transport == "inproc") {
+      // A bad TERSE_INPROC_SPIN_US is a usage error here too; simulated time never spins (the fabric gets a network).
+      comm::InprocOptions io = a.inproc;
+      o.inproc_spin_us = comm::resolveInprocSpinUs(io, comm::processEnv());
+    }
     for (int n : a.ranks)
       if (o.dtype == DType::kBF16 && n > 36) throw po::error("--dtype bf16 checks exact sums only up to 36 ranks");
     const std::string clock = (*vm)["clock"].as<std::string>();
     if (clock != "real" && clock != "simulated")
       throw po::error("--clock must be real or simulated, got '" + clock + "'");
     o.simulated = clock == "simulated";
+    if (o.simulated) o.inproc_spin_us = 0;
     if (o.topology.enabled() && !o.simulated)
       throw po::error("--topology builds the simulated cluster; add --clock simulated");
     if (o.topology.enabled() && a.inproc.emulation.enabled())
@@ -465,6 +472,7 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
   if (a.transport == "tcp")
     j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",\"caller_reads\":" << (o.caller_reads ? "true" : "false")
       << ",\"caller_spin_us\":" << (o.caller_reads ? o.caller_spin_us : 0) << ",";
+  if (a.transport == "inproc") j << "\"spin_us\":" << o.inproc_spin_us << ",";
   writeRunsJson(j, r.runs, o.dtype);
   j << ",\"memcpy\":{\"bytes\":" << r.largest << ",\"gbps\":" << fixed(r.memcpy_gbps, 3)
     << "},\"busbw_over_memcpy\":" << fixed(ratio, 3) << ",\"wrong\":" << r.total_wrong << "}";
@@ -505,6 +513,13 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
       std::cout << "on (spin " << o.caller_spin_us << " us)";
     else
       std::cout << "on (no spin)";
+  }
+  if (a.transport == "inproc") {
+    std::cout << ", spin ";
+    if (o.inproc_spin_us > 0)
+      std::cout << o.inproc_spin_us << " us";
+    else
+      std::cout << "off";
   }
   std::cout << "\n";
   printRunTables(r.runs, o.dtype);
