@@ -17,6 +17,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/common/json.h"
 #include "core/plugin/loader.h"
@@ -360,6 +362,43 @@ TEST(RunCommand, BrokenConfigFailsBeforeTraining) {
   EXPECT_NE(out.find("broken.textproto:13:"), std::string::npos) << out;  // the line of `lr: -0.1`
   EXPECT_NE(out.find("lr must be > 0"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "results")) << "variant 'a' trained before the config was rejected";
+}
+
+// An untrusted config is refused before anything runs, with exit status 1 and a message naming the file and the field,
+// never a signal: 5,000 levels of nesting overflowed protobuf's parser (SIGSEGV), `workers: 100000` was a
+// std::bad_alloc a minute into the setup, and a latency of 1e10 s was accepted and ignored.
+TEST(RunCommand, OutOfBoundsConfigsAreRefusedBeforeAnythingRuns) {
+  const fs::path dir = freshDir("cli_bounds");
+  std::string deep = "study: \"unit\"\n";
+  for (int i = 0; i < 5000; ++i) deep += "variants { overrides { ";
+  for (int i = 0; i < 5000; ++i) deep += "} } ";
+  const std::string ok = studyText("compressor { name: \"none\" }", 1);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {deep, "deep.textproto:2:"},
+      {deep, "messages nest deeper than 32 levels"},
+      {studyText("compressor { name: \"none\" }", 100000), "workers must be at most 1024, got 100000"},
+      {ok + "link { latency: \"1e10s\" }\n",
+       "link.latency: duration '1e10s' is 1e+10 s, longer than the limit of 3600 s"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const fs::path config = dir / (text == deep ? "deep.textproto" : "bounds.textproto");
+    std::ofstream(config) << text;
+    std::string out;
+    const int rc = runTerse("run '" + config.string() + "' --out '" + (dir / "results").string() + "'", out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dir / "results")) << out;
+  }
+  // The command line's --workers is bounded like the file's.
+  std::ofstream(dir / "ok.textproto") << ok;
+  std::string out;
+  EXPECT_EQ(runTerse("run '" + (dir / "ok.textproto").string() + "' --workers 100000 --out '" +
+                         (dir / "results").string() + "'",
+                     out),
+            1)
+      << out;
+  EXPECT_NE(out.find("--workers must be in [1, 1024], got 100000"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "results")) << out;
 }
 
 TEST(RunCommand, RunsOneVariant) {
