@@ -341,8 +341,9 @@ TEST(RunCommand, KilledRunLeavesValidResults) {
   EXPECT_EQ(getString(readStatus(run_dir), "state"), "running");
 }
 
-int runTerse(const std::string& args, std::string& output) {
-  const std::string cmd = std::string("'") + TERSE_TEST_TERSE_BIN + "' " + args + " 2>&1";
+// Runs `terse ARGS` through the shell, after `before` (shell commands, e.g. a ulimit) when given.
+int runTerse(const std::string& args, std::string& output, const std::string& before = "") {
+  const std::string cmd = before + std::string("'") + TERSE_TEST_TERSE_BIN + "' " + args + " 2>&1";
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return -1;
   char buf[512];
@@ -399,6 +400,25 @@ TEST(RunCommand, OutOfBoundsConfigsAreRefusedBeforeAnythingRuns) {
       << out;
   EXPECT_NE(out.find("--workers must be in [1, 1024], got 100000"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "results")) << out;
+}
+
+// Counts within their limits can still multiply past a machine: a setup that runs out of memory says what it was
+// allocating, not a bare std::bad_alloc. Under a 4 GB address-space limit an MLP with hidden layers [1, 65536, 65536]
+// (4.3e9 parameters in its last hidden layer, 17 GB) cannot be made; the small layers before it take no time.
+TEST(RunCommand, OutOfMemoryInTheSetupNamesWhatWasBeingAllocated) {
+  const fs::path dir = freshDir("cli_oom");
+  std::ofstream(dir / "oom.textproto") << "study: \"oom\"\n"
+                                          "workload { name: \"mlp\" hidden_sizes: [1, 65536, 65536] }\n"
+                                          "data { batch_size: 16 train_subset: 64 test_subset: 16 }\n"
+                                          "workers: 2\n";
+  std::string out;
+  const int rc = runTerse("run '" + (dir / "oom.textproto").string() + "' --out '" + (dir / "results").string() + "'",
+                          out, "ulimit -v 4000000 && ");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("allocating 2 model replicas of workload 'mlp' (hidden sizes [1, 65536, 65536]): out of memory"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(getString(readStatus(dir / "results" / "oom" / "base"), "state"), "failed");
 }
 
 TEST(RunCommand, RunsOneVariant) {
