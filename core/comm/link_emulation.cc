@@ -109,10 +109,13 @@ double parseBandwidth(std::string_view text) {
               "bandwidth '" << text
                             << "' is not valid: expected a number with bps, Kbps, Mbps, Gbps or Tbps (e.g. "
                                "10Gbps), or 'unlimited'");
+  // The number is finite, its product with the unit need not be; an infinite rate would reach the pacers as 0 s per
+  // byte and 1 / rate as 0.
+  TERSE_CHECK(std::isfinite(v * scale), InvalidArgument, "bandwidth '" << text << "' is too large");
   return v * scale;
 }
 
-double parseDuration(std::string_view text) {
+double parseDuration(std::string_view text, double max_s) {
   double v = 0;
   std::string unit;
   const bool ok = splitNumber(text, v, unit);
@@ -126,6 +129,8 @@ double parseDuration(std::string_view text) {
   }
   TERSE_CHECK(ok && scale > 0 && v >= 0, InvalidArgument,
               "duration '" << text << "' is not valid: expected a number with ns, us, ms or s (e.g. 50us)");
+  TERSE_CHECK(v * scale <= max_s, InvalidArgument,
+              "duration '" << text << "' is " << v * scale << " s, longer than the limit of " << max_s << " s");
   return v * scale;
 }
 

@@ -52,10 +52,14 @@ struct EmulationConfig {
 
 // "1Gbps", "10Gbps", "100Mbps", "2.5Gbps", "800kbps", "1e9bps", "1000000" (bits/s) -> bits per second. Units are
 // decimal (k = 1e3) and end in "bps" (case-insensitive); "0", "off" and "unlimited" mean 0. Throws InvalidArgument
-// quoting the text otherwise.
+// quoting the text otherwise, and for a rate too large for a double ("1e300Tbps").
 double parseBandwidth(std::string_view text);
-// "50us", "5ms", "1.5s", "200ns", "0" -> seconds. Throws InvalidArgument quoting the text otherwise.
-double parseDuration(std::string_view text);
+// The longest duration parseDuration accepts unless given a shorter limit: about 31 years, inside what a clock's int64
+// nanoseconds hold (292 years), so that converting a parsed duration to a std::chrono duration cannot overflow.
+inline constexpr double kMaxDurationSeconds = 1e9;
+// "50us", "5ms", "1.5s", "200ns", "0" -> seconds. Throws InvalidArgument quoting the text otherwise, and naming the
+// limit for a duration longer than max_s.
+double parseDuration(std::string_view text, double max_s = kMaxDurationSeconds);
 std::string formatBandwidth(double bps);  // "10Gbps", "2.5Gbps", "unlimited"
 std::string formatDuration(double secs);  // "50us", "5ms", "0"
 

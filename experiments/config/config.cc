@@ -3,15 +3,18 @@
 // runtime options runtime_options.cc.
 #include "experiments/config/config.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "experiments/config/config_checks.h"
@@ -101,8 +104,21 @@ std::string describeParseError(std::string_view text, const std::string& source,
   std::ostringstream os;
   os << source;
   if (report.line >= 0) os << ':' << report.line + 1 << ':' << report.column + 1;
+  if (report.message.find("Message is too deep") != std::string::npos) {
+    // Protobuf's words name its own setting, and the path would be the nesting itself, kNesting names long: say what
+    // the limit is and what a valid config needs.
+    os << ": messages nest deeper than " << limits::kNesting
+       << " levels here; a valid config nests at most 4 (variants { overrides { simulation { topology {)";
+    return os.str();
+  }
   os << ": " << (path.empty() ? "" : path + ": ") << report.message;
   return os.str();
+}
+
+std::string tooLarge(const std::string& source, std::size_t size) {
+  return source + ": " + (size > limits::kConfigBytes ? "more than " : "") + std::to_string(size) +
+         " bytes, larger than the limit of " + std::to_string(limits::kConfigBytes) + " bytes (" +
+         std::to_string(limits::kConfigBytes >> 20) + " MiB) for a config";
 }
 
 [[noreturn]] void throwConfigError(const char* file, int line, const std::string& source,
@@ -167,15 +183,73 @@ void clearReplaced(pb::Message& base, const pb::Message& over) {
   }
 }
 
+// Lists and strings of `message` (the file, or the part of it at `path`) against limits.h, before anything is copied:
+// a list over its limit is reported once and not looked into, so the work is linear in the file and what comes after
+// (resolving, validating) is bounded.
+void checkSizes(const pb::Message& message, const std::string& path,
+                const std::function<void(const std::string&)>& report) {
+  const pb::Reflection* r = message.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(message, &fields);
+  auto checkString = [&](const std::string& value, const std::string& where) {
+    if (value.size() > limits::kStringBytes) {
+      report(where + " is " + std::to_string(value.size()) + " bytes long, at most " +
+             std::to_string(limits::kStringBytes) + " (" + quoted(value.substr(0, 24) + "...") + ")");
+    }
+  };
+  for (const auto* f : fields) {
+    const std::string p = path.empty() ? f->name() : path + "." + f->name();
+    if (f->is_repeated()) {
+      const int n = r->FieldSize(message, f);
+      if (const int limit = listLimit(*f); limit >= 0 && n > limit) {
+        report(p + " lists " + std::to_string(n) + " entries, at most " + std::to_string(limit));
+        continue;
+      }
+      for (int i = 0; i < n; ++i) {
+        const std::string pi = p + "[" + std::to_string(i) + "]";
+        if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+          checkSizes(r->GetRepeatedMessage(message, f, i), pi, report);
+        } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING) {
+          std::string scratch;
+          checkString(r->GetRepeatedStringReference(message, f, i, &scratch), pi);
+        }
+      }
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      checkSizes(r->GetMessage(message, f), p, report);
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING) {
+      std::string scratch;
+      checkString(r->GetStringReference(message, f, &scratch), p);
+    }
+  }
+}
+
 }  // namespace
 
+int listLimit(const pb::FieldDescriptor& field) {
+  static const std::unordered_map<const pb::FieldDescriptor*, int> limits_by_field = [] {
+    auto f = [](const pb::Descriptor* type, const char* name) { return type->FindFieldByName(name); };
+    return std::unordered_map<const pb::FieldDescriptor*, int>{
+        {f(Experiment::descriptor(), "variants"), limits::kVariants},
+        {f(Experiment::descriptor(), "worker_settings"), limits::kWorkers},
+        {f(Experiment::descriptor(), "seeds"), limits::kSeeds},
+        {f(Workload::descriptor(), "hidden_sizes"), limits::kHiddenLayers},
+        {f(Workload::descriptor(), "conv_channels"), limits::kConvChannels},
+        {f(Optimizer::descriptor(), "milestones"), limits::kMilestones},
+        {f(LinkEmulation::descriptor(), "overrides"), limits::kLinkOverrides},
+        {f(PluginSpec::descriptor(), "params"), limits::kPluginParams},
+    };
+  }();
+  const auto it = limits_by_field.find(&field);
+  return it == limits_by_field.end() ? -1 : it->second;
+}
+
 Experiment parseConfigText(std::string_view text, const std::string& source, pb::TextFormat::ParseInfoTree* tree) {
-  if (text.size() > static_cast<std::size_t>(INT_MAX)) {
-    throwConfigError(__FILE__, __LINE__, source,
-                     {source + ": file too large (" + std::to_string(text.size()) + " bytes)"});
-  }
+  if (text.size() > limits::kConfigBytes) throwConfigError(__FILE__, __LINE__, source, {tooLarge(source, text.size())});
   CollectingErrors errors;
   pb::TextFormat::Parser parser;
+  // Protobuf's parser recurses once per nesting level and sets no limit of its own: thousands of levels overflow the
+  // stack. A valid config nests 4 deep.
+  parser.SetRecursionLimit(limits::kNesting);
   parser.RecordErrorsTo(&errors);
   if (tree != nullptr) parser.WriteLocationsTo(tree);
   pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
@@ -192,10 +266,18 @@ Experiment parseConfigText(std::string_view text, const std::string& source, pb:
 Study loadStudy(const std::filesystem::path& path, const ConfigOptions& options) {
   std::ifstream in(path, std::ios::binary);
   TERSE_CHECK(in, InvalidArgument, "cannot read experiment config " << path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Read up to one byte past the limit, so that a huge file (or a never-ending one: a FIFO, /dev/zero) is refused
+  // without reading it all.
+  std::string text;
+  std::vector<char> chunk(std::size_t{1} << 16);
+  while (text.size() <= limits::kConfigBytes && in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()))) {
+    text.append(chunk.data(), chunk.size());
+  }
+  if (text.size() <= limits::kConfigBytes) text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
   TERSE_CHECK(!in.bad(), InvalidArgument, "error reading experiment config " << path.string());
-  return loadStudyText(text.str(), path.string(), options);
+  if (text.size() > limits::kConfigBytes)
+    throwConfigError(__FILE__, __LINE__, path.string(), {tooLarge(path.string(), text.size())});
+  return loadStudyText(text, path.string(), options);
 }
 
 Study loadStudyText(std::string_view text, const std::string& source, const ConfigOptions& options) {
@@ -205,36 +287,77 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   study.file = parseConfigText(text, source, &tree);
   const Experiment& file = study.file;
 
-  // Structure first: resolving needs unique variant names and overrides that stay inside one experiment.
+  // Structure first: resolving needs unique variant names and overrides that stay inside one experiment, and lists
+  // and strings within their limits, so that resolving (each variant a copy of the base) and the checks are bounded.
+  // Every pass is linear in the file. At most kMaxReportedErrors are kept: a file of 10,000 bad variants must not make
+  // a million lines.
   std::vector<std::string> errors;
-  auto report = [&](const std::string& message) {
-    errors.push_back(at(source, locate(&tree, pathOf(message))) + message);
+  bool truncated = false;
+  auto keep = [&](std::string line) {
+    if (errors.size() < kMaxReportedErrors) {
+      errors.push_back(std::move(line));
+    } else {
+      truncated = true;
+    }
   };
+  auto fail = [&] {
+    if (truncated)
+      errors.push_back(source + ": stopped after the first " + std::to_string(kMaxReportedErrors) + " errors");
+    throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+  };
+  auto report = [&](const std::string& message) {
+    if (errors.size() >= kMaxReportedErrors) {
+      truncated = true;
+      return;
+    }
+    keep(at(source, locate(&tree, pathOf(message))) + message);
+  };
+  checkSizes(file, "", report);
+  if (!errors.empty()) fail();
   if (file.has_variant() && file.variants_size() > 0) {
     report("variant: names the base of a study without variants; here each variant has its own name");
   }
+  std::unordered_map<std::string_view, int> first_named;  // name -> its first variant's index
+  first_named.reserve(static_cast<std::size_t>(file.variants_size()));
+  std::uint64_t variant_bytes = 0;
   for (int i = 0; i < file.variants_size(); ++i) {
     const Variant& v = file.variants(i);
+    // Its bytes in the file's encoding: tag, length, message (what the file's ByteSizeLong counts for it).
+    const std::size_t size = v.ByteSizeLong();
+    variant_bytes += pb::io::CodedOutputStream::VarintSize32(Experiment::kVariantsFieldNumber << 3) +
+                     pb::io::CodedOutputStream::VarintSize64(size) + size;
     const std::string p = "variants[" + std::to_string(i) + "]";
     if (!isFolderName(v.name())) {
       report(p + ".name must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got " + quoted(v.name()));
     }
-    for (int j = 0; j < i; ++j) {
-      if (file.variants(j).name() == v.name()) {
-        report(p + ".name " + quoted(v.name()) + " repeats variants[" + std::to_string(j) + "].name");
-        break;
-      }
+    if (const auto [it, inserted] = first_named.emplace(v.name(), i); !inserted) {
+      report(p + ".name " + quoted(v.name()) + " repeats variants[" + std::to_string(it->second) + "].name");
     }
     if (v.overrides().has_study()) report(p + ".overrides.study: a variant cannot change the study");
     if (v.overrides().has_variant()) report(p + ".overrides.variant: the variant's name is variants[].name");
     if (v.overrides().variants_size() > 0) report(p + ".overrides.variants: variants do not nest");
   }
-  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+  // Each variant is a copy of the base: bound the copies' total before making them.
+  const std::uint64_t file_bytes = file.ByteSizeLong();
+  const std::uint64_t base_bytes = file_bytes > variant_bytes ? file_bytes - variant_bytes : 0;
+  const auto variants = static_cast<std::uint64_t>(file.variants_size());
+  if (variants > 0 && base_bytes * variants > limits::kResolvedBytes) {
+    report("variants: " + std::to_string(variants) + " variants, each a copy of a base of " +
+           std::to_string(base_bytes) + " bytes, resolve to " + std::to_string(base_bytes * variants) +
+           " bytes, more than the limit of " + std::to_string(limits::kResolvedBytes) +
+           "; shorten the base's lists or split the study");
+  }
+  if (!errors.empty()) fail();
 
   study.experiments = resolveVariants(file);
   std::set<std::string> reported;  // a base field's error is the same in every variant: say it once
+  PluginCheckMemo plugin_checks;
   for (std::size_t k = 0; k < study.experiments.size(); ++k) {
-    for (const auto& message : validateExperiment(study.experiments[k], options)) {
+    if (errors.size() >= kMaxReportedErrors) {
+      truncated = true;  // the variants after k are not checked: there may be more
+      break;
+    }
+    for (const auto& message : validateExperiment(study.experiments[k], options, &plugin_checks)) {
       const std::string path = pathOf(message);
       std::string line;
       if (file.variants_size() > 0) {
@@ -250,10 +373,10 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       } else {
         line = at(source, locate(&tree, path)) + message;
       }
-      if (reported.insert(line).second) errors.push_back(line);
+      if (reported.insert(line).second) keep(std::move(line));
     }
   }
-  if (!errors.empty()) throwConfigError(__FILE__, __LINE__, source, std::move(errors));
+  if (!errors.empty()) fail();
   return study;
 }
 
@@ -451,7 +574,8 @@ void recheckAfterOverride(std::vector<Experiment>& experiments, const std::strin
 }  // namespace
 
 void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source) {
-  TERSE_CHECK(workers >= 1, InvalidArgument, "--workers must be >= 1, got " << workers);
+  TERSE_CHECK(workers >= 1 && workers <= limits::kWorkers, InvalidArgument,
+              "--workers must be in [1, " << limits::kWorkers << "], got " << workers);
   recheckAfterOverride(
       experiments, source, [&](Experiment& e) { e.set_workers(workers); },
       [](Checks& c, const Experiment& e) {

@@ -30,6 +30,7 @@
 #include "core/plugin/compressor.h"
 #include "core/sim/platform.h"
 #include "experiments/config/experiment.pb.h"
+#include "experiments/config/limits.h"
 
 namespace terse {
 class PluginLoader;
@@ -81,13 +82,16 @@ struct Study {
 };
 
 // Parses text-format `text` into an Experiment. Throws ConfigError with "SOURCE:LINE:COL: message" for a syntax error,
-// an unknown field, a value of the wrong type or an unknown enum name (protobuf's parser stops at the first). `tree`,
-// when given, receives the location of every field for later messages.
+// an unknown field, a value of the wrong type, an unknown enum name (protobuf's parser stops at the first), messages
+// nested deeper than limits::kNesting, or text longer than limits::kConfigBytes. `tree`, when given, receives the
+// location of every field for later messages.
 Experiment parseConfigText(std::string_view text, const std::string& source,
                            google::protobuf::TextFormat::ParseInfoTree* tree = nullptr);
 
 // Reads, parses, resolves and validates. Throws InvalidArgument when the file cannot be read, ConfigError listing every
-// problem otherwise. `source` in messages is the path as given.
+// problem otherwise (the first kMaxReportedErrors of them). `source` in messages is the path as given. The work is
+// linear in the file's size: lists and strings are bounded (limits.h) before the variants are resolved.
+inline constexpr std::size_t kMaxReportedErrors = 100;
 Study loadStudy(const std::filesystem::path& path, const ConfigOptions& options);
 Study loadStudyText(std::string_view text, const std::string& source, const ConfigOptions& options);
 
@@ -102,6 +106,10 @@ void applyDefaults(Experiment& experiment);
 // One experiment per variant (the base alone, named `variant` or "base", when there are none): merged and defaulted,
 // not validated. Assumes variant names are present and unique (loadStudy checks that first).
 std::vector<Experiment> resolveVariants(const Experiment& file);
+
+// The most entries the repeated field or map `field` of experiment.proto may hold in a config (limits.h), or -1 for
+// one without a limit (tests/config checks that every list of the schema has one).
+int listLimit(const google::protobuf::FieldDescriptor& field);
 
 // Semantic checks of one resolved experiment; each entry is "PATH message" (e.g. "optimizer.lr must be > 0, got
 // -0.1") or "PATH: message" (for a plugin's or parser's own message), without file or variant.
@@ -124,7 +132,7 @@ std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments
 std::string resultsSubfolder(const Experiment& experiment);
 
 // --workers N: sets workers on every experiment and re-checks what depends on it (link overrides' ranks). Throws
-// InvalidArgument for N < 1, ConfigError for what no longer holds.
+// InvalidArgument for N outside [1, limits::kWorkers], ConfigError for what no longer holds.
 void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source = "--workers");
 // --seeds LIST: replaces every experiment's `seeds` by LIST (and `seed` by its first), so a one-seed study runs as
 // repeats (`scripts/run --seeds 1,2,3`); call before expandRepeats. Throws InvalidArgument for an empty list,

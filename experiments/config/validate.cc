@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/plugin/loader.h"
 #include "experiments/config/config.h"
@@ -14,23 +16,47 @@ namespace {
 
 namespace pb = google::protobuf;
 
-// Repeats per variant: enough for any interval a table reports, few enough that a typo (a range pasted in) fails.
-constexpr int kMaxSeeds = 100;
+// Repeats per variant (limits::kSeeds): enough for any interval a table reports, few enough that a typo (a range
+// pasted in) fails.
+constexpr int kMaxSeeds = limits::kSeeds;
 
-void checkPositiveList(Checks& c, const std::string& path, const pb::RepeatedField<int32_t>& values) {
+void checkSizeList(Checks& c, const std::string& path, const pb::RepeatedField<int32_t>& values, int32_t most) {
   for (int i = 0; i < values.size(); ++i) {
-    if (values[i] < 1) c.fail(path + "[" + std::to_string(i) + "]") << " must be >= 1, got " << values[i];
+    if (values[i] < 1) {
+      c.fail(path + "[" + std::to_string(i) + "]") << " must be >= 1, got " << values[i];
+    } else if (values[i] > most) {
+      c.fail(path + "[" + std::to_string(i) + "]") << " must be at most " << most << ", got " << values[i];
+    }
   }
 }
 
-// Parses one emulation string with the comm parser; records the parser's message under `path` on failure.
-template <typename Parse>
-double parseLinkValue(Checks& c, const std::string& path, const std::string& text, Parse parse) {
+// A count's ceiling (limits.h); the floor the schema states is checked beside it, with its own message.
+template <typename T, typename L>
+void checkAtMost(Checks& c, const std::string& path, T value, L most, std::string_view why = {}) {
+  if (value > most) c.fail(path) << " must be at most " << most << ", got " << value << why;
+}
+
+// A duration string (comm::parseDuration) no longer than max_s, and above 0 when `positive`. The limit keeps every
+// conversion of it (to a clock's int64 nanoseconds, to milliseconds) in range; the parser refuses not-a-number and
+// infinity.
+void checkDuration(Checks& c, const std::string& path, const std::string& text, double max_s, bool positive) {
   try {
-    return parse(text);
+    const double s = comm::parseDuration(text, max_s);
+    if (positive && !(s > 0)) c.fail(path) << " must be > 0, got '" << text << "'";
   } catch (const Error& e) {
     c.fail(path) << ": " << untagged(e);
-    return 0;
+  }
+}
+
+// A bandwidth string (comm::parseBandwidth): unlimited, or a rate in [kMinBandwidthBps, kMaxBandwidthBps].
+void checkBandwidth(Checks& c, const std::string& path, const std::string& text) {
+  try {
+    const double bps = comm::parseBandwidth(text);
+    if (bps != 0 && !(bps >= limits::kMinBandwidthBps && bps <= limits::kMaxBandwidthBps))
+      c.fail(path) << " '" << text << "' must be in [" << comm::formatBandwidth(limits::kMinBandwidthBps) << ", "
+                   << comm::formatBandwidth(limits::kMaxBandwidthBps) << "] or \"unlimited\"";
+  } catch (const Error& e) {
+    c.fail(path) << ": " << untagged(e);
   }
 }
 
@@ -124,6 +150,18 @@ void checkPyTorch(Checks& c, const Experiment& e) {
     c.fail("workload.pytorch.num_classes") << " must be in [2, 100000], got " << t.num_classes();
   if (t.has_synthetic_examples() && t.synthetic_examples() < 1)
     c.fail("workload.pytorch.synthetic_examples") << " must be >= 1, got " << t.synthetic_examples();
+  checkAtMost(c, "workload.pytorch.synthetic_examples", t.synthetic_examples(), limits::kSyntheticExamples);
+  // Every rank draws the whole synthetic set at once (terse/train.py ImageData), train and a tenth more for test.
+  if (t.data() == PyTorch::SYNTHETIC && t.synthetic_examples() >= 1 &&
+      t.synthetic_examples() <= limits::kSyntheticExamples && t.image_size() >= 1 && t.image_size() <= 1024) {
+    const double bytes =
+        1.1 * static_cast<double>(t.synthetic_examples()) * t.channels() * t.image_size() * t.image_size() * 4.0;
+    if (bytes > limits::kSyntheticBytes)
+      c.fail("workload.pytorch.synthetic_examples")
+          << " " << t.synthetic_examples() << " images of " << t.channels() << "x" << t.image_size() << "x"
+          << t.image_size() << " f32 take " << bytes / (1 << 30) << " GiB per rank (with the test tenth), at most "
+          << limits::kSyntheticBytes / (1 << 30) << " GiB";
+  }
   if (t.has_synthetic_examples() && t.data() != PyTorch::SYNTHETIC)
     c.fail("workload.pytorch.synthetic_examples") << ": only data SYNTHETIC reads it";
   if (t.has_num_classes() && t.data() == PyTorch::FASHION_MNIST && t.num_classes() < 10)
@@ -172,7 +210,10 @@ void checkLinkRanks(Checks& c, const Experiment& e) {
 void checkWorkerSettings(Checks& c, const Experiment& e) {
   const bool async_mode =
       e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP || e.mode() == Experiment::HOGWILD;
-  std::vector<bool> listed(static_cast<std::size_t>(std::max(0, e.workers())), false);
+  // The workers listed so far: a set of the entries, not a flag per worker, so the work follows the list's length
+  // whatever `workers` says.
+  std::unordered_set<int32_t> listed;
+  listed.reserve(static_cast<std::size_t>(e.worker_settings_size()));
   for (int i = 0; i < e.worker_settings_size(); ++i) {
     const auto& w = e.worker_settings(i);
     const std::string p = "worker_settings[" + std::to_string(i) + "]";
@@ -180,13 +221,14 @@ void checkWorkerSettings(Checks& c, const Experiment& e) {
       c.fail(p + ".worker") << " must be set";
     } else if (w.worker() < 0 || w.worker() >= e.workers()) {
       c.fail(p + ".worker") << " must be in [0, workers = " << e.workers() << "), got " << w.worker();
-    } else if (listed[static_cast<std::size_t>(w.worker())]) {
+    } else if (!listed.insert(w.worker()).second) {
       c.fail(p + ".worker") << ": worker " << w.worker() << " is listed twice";
-    } else {
-      listed[static_cast<std::size_t>(w.worker())] = true;
     }
-    if (!(w.slowdown() >= 1 && std::isfinite(w.slowdown())))
+    if (!(w.slowdown() >= 1 && std::isfinite(w.slowdown()))) {
       c.fail(p + ".slowdown") << " must be a finite factor >= 1, got " << w.slowdown();
+    } else {
+      checkAtMost(c, p + ".slowdown", w.slowdown(), limits::kSlowdown);
+    }
     if (w.fail_after_steps() < 0) c.fail(p + ".fail_after_steps") << " must be >= 0, got " << w.fail_after_steps();
     if (w.fail_after_steps() > 0 && !async_mode)
       c.fail(p + ".fail_after_steps") << ": a failed worker stops a " << Experiment::Mode_Name(e.mode())
@@ -194,20 +236,23 @@ void checkWorkerSettings(Checks& c, const Experiment& e) {
   }
 }
 
-// Repeats: at most kMaxSeeds, none twice, and `seed`, when given beside them, one of them.
+// Repeats: at most kMaxSeeds, none twice (a hash map: --seeds lists come here without the file's bound), and `seed`,
+// when given beside them, one of them.
 void checkSeeds(Checks& c, const Experiment& e) {
-  if (e.seeds_size() > kMaxSeeds) c.fail("seeds") << " lists " << e.seeds_size() << " seeds, at most " << kMaxSeeds;
+  if (e.seeds_size() > kMaxSeeds) {
+    // --seeds comes here without the file's list limit; the rest would only repeat the count's error.
+    c.fail("seeds") << " lists " << e.seeds_size() << " seeds, at most " << kMaxSeeds;
+    return;
+  }
+  std::unordered_map<uint64_t, int> first;  // seed -> its first entry
   for (int i = 0; i < e.seeds_size(); ++i) {
-    for (int j = 0; j < i; ++j) {
-      if (e.seeds(j) == e.seeds(i)) {
-        c.fail("seeds") << ": entry " << i << " repeats entry " << j << " (" << e.seeds(i)
-                        << "): a seed run twice gives the same numbers twice, which "
-                           "narrows the interval without measuring anything";
-        break;
-      }
+    if (const auto [it, inserted] = first.emplace(e.seeds(i), i); !inserted) {
+      c.fail("seeds") << ": entry " << i << " repeats entry " << it->second << " (" << e.seeds(i)
+                      << "): a seed run twice gives the same numbers twice, which "
+                         "narrows the interval without measuring anything";
     }
   }
-  if (e.seeds_size() > 0 && std::find(e.seeds().begin(), e.seeds().end(), e.seed()) == e.seeds().end()) {
+  if (e.seeds_size() > 0 && !first.contains(e.seed())) {
     std::string list;
     for (const uint64_t s : e.seeds()) list += (list.empty() ? "" : ", ") + std::to_string(s);
     c.fail("seed") << " " << e.seed() << " is not one of seeds [" << list
@@ -216,6 +261,25 @@ void checkSeeds(Checks& c, const Experiment& e) {
 }
 
 std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOptions& options) {
+  return validateExperiment(e, options, nullptr);
+}
+
+std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOptions& options, PluginCheckMemo* memo) {
+  // A plugin spec's check (load, instantiate with the params) depends on the spec alone: with a memo each distinct one
+  // is checked once per study.
+  auto plugin = [&](Checks& c, const std::string& what, const PluginSpec& spec, bool scheduler) {
+    if (memo == nullptr) return checkPlugin(c, what, spec, options, scheduler);
+    std::string key = what + '\n' + spec.name();
+    for (const auto& [k, v] : pluginParams(spec))
+      key += '\n' + std::to_string(k.size()) + ':' + k + std::to_string(v.size()) + ':' + v;
+    auto [it, inserted] = memo->try_emplace(std::move(key));
+    if (inserted) {
+      Checks mine;
+      checkPlugin(mine, what, spec, options, scheduler);
+      it->second = mine.take();
+    }
+    for (const auto& m : it->second) c.fail(m);
+  };
   Checks c;
   const auto folder_rule = " must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got ";
   if (!isFolderName(e.study())) c.fail("study") << folder_rule << quoted(e.study());
@@ -230,8 +294,8 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     c.fail("workload.name") << ": unknown workload " << quoted(w.name()) << " (known: " << joined(options.workloads)
                             << ")";
   }
-  checkPositiveList(c, "workload.hidden_sizes", w.hidden_sizes());
-  checkPositiveList(c, "workload.conv_channels", w.conv_channels());
+  checkSizeList(c, "workload.hidden_sizes", w.hidden_sizes(), limits::kHiddenSize);
+  checkSizeList(c, "workload.conv_channels", w.conv_channels(), limits::kConvChannelsEach);
   // Fields a workload does not read are errors, not silently ignored settings.
   if (w.name() == "cnn") {
     if (w.conv_channels_size() != 0 && w.conv_channels_size() != 2)
@@ -265,6 +329,7 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   const auto& d = e.data();
   if (d.dataset_dir().empty()) c.fail("data.dataset_dir") << " must be set";
   if (d.batch_size() < 1) c.fail("data.batch_size") << " must be >= 1, got " << d.batch_size();
+  checkAtMost(c, "data.batch_size", d.batch_size(), limits::kBatchSize);
   if (d.train_subset() < 0) c.fail("data.train_subset") << " must be >= 0 (0 = all), got " << d.train_subset();
   if (d.test_subset() < 0) c.fail("data.test_subset") << " must be >= 0 (0 = all), got " << d.test_subset();
 
@@ -303,6 +368,8 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
 
   if (e.workers() < 1) c.fail("workers") << " must be >= 1, got " << e.workers();
+  checkAtMost(c, "workers", e.workers(), limits::kWorkers,
+              " (the most `terse launch -n` starts and the simulator is studied at)");
   auto names = [](const auto& values, auto name_of) {
     std::vector<std::string> out;
     for (auto v : values) out.push_back(name_of(v));
@@ -313,6 +380,7 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
                    << names(options.modes, [](auto m) { return Experiment::Mode_Name(m); }) << ")";
   }
   if (e.staleness_bound() < 0) c.fail("staleness_bound") << " must be >= 0, got " << e.staleness_bound();
+  checkAtMost(c, "staleness_bound", e.staleness_bound(), limits::kStalenessBound);
   if (e.staleness_bound() > 0 && e.mode() != Experiment::SSP) {
     c.fail("staleness_bound") << " only applies with mode SSP, got mode " << Experiment::Mode_Name(e.mode());
   }
@@ -320,14 +388,11 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
       e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP || e.mode() == Experiment::HOGWILD;
   const auto& ps = e.parameter_server();
   if (ps.servers() < 1) c.fail("parameter_server.servers") << " must be >= 1, got " << ps.servers();
+  checkAtMost(c, "parameter_server.servers", ps.servers(), limits::kServers);
   if (ps.pull_dtype() == ParameterServer::PULL_DTYPE_UNSPECIFIED)
     c.fail("parameter_server.pull_dtype") << " must be F32, F16 or BF16";
-  try {
-    if (!(comm::parseDuration(ps.worker_timeout()) > 0))
-      c.fail("parameter_server.worker_timeout") << " must be > 0, got '" << ps.worker_timeout() << "'";
-  } catch (const Error& err) {
-    c.fail("parameter_server.worker_timeout") << ": " << untagged(err);
-  }
+  checkDuration(c, "parameter_server.worker_timeout", ps.worker_timeout(), limits::kTimeoutSeconds,
+                /*positive=*/true);
   if (e.mode() == Experiment::HOGWILD) {
     // Hogwild shares one parameter vector in memory: there is nothing to compress and no wire.
     if (e.transport() != Experiment::INPROC)
@@ -355,6 +420,7 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
   if (e.has_gradient_accumulation_steps() && e.gradient_accumulation_steps() < 1)
     c.fail("gradient_accumulation_steps") << " must be >= 1, got " << e.gradient_accumulation_steps();
+  checkAtMost(c, "gradient_accumulation_steps", e.gradient_accumulation_steps(), limits::kGradientAccumulationSteps);
   const double clip = e.optimizer().clip_grad_norm();
   if (!(std::isfinite(clip) && clip >= 0))
     c.fail("optimizer.clip_grad_norm") << " must be finite and >= 0, got " << clip;
@@ -388,11 +454,29 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     if (e.clock() != Experiment::SIMULATED)
       c.fail("simulation.topology") << ": a topology is built for the simulated cluster (clock SIMULATED); the "
                                        "real-time emulation paces the per-link model of `link`";
-    try {
-      const sim::TwoLevelTopology t = topology(e);
-      t.validate();
-    } catch (const Error& err) {
-      c.fail("simulation.topology") << ": " << untagged(err);
+    // The fields' own bounds first, each under its name; the whole (preset filled in) is validated when they hold.
+    const Topology& tf = e.simulation().topology();
+    Checks fields;
+    const std::string tp = "simulation.topology.";
+    if (tf.has_intra_bandwidth()) checkBandwidth(fields, tp + "intra_bandwidth", tf.intra_bandwidth());
+    if (tf.has_nic_bandwidth()) checkBandwidth(fields, tp + "nic_bandwidth", tf.nic_bandwidth());
+    if (tf.has_intra_latency())
+      checkDuration(fields, tp + "intra_latency", tf.intra_latency(), limits::kLatencySeconds, /*positive=*/false);
+    if (tf.has_nic_latency())
+      checkDuration(fields, tp + "nic_latency", tf.nic_latency(), limits::kLatencySeconds, /*positive=*/false);
+    checkAtMost(fields, tp + "workers_per_node", tf.workers_per_node(), limits::kWorkers);
+    checkAtMost(fields, tp + "nics_per_node", tf.nics_per_node(), limits::kNicsPerNode);
+    checkAtMost(fields, tp + "nodes_per_rack", tf.nodes_per_rack(), limits::kWorkers);
+    checkAtMost(fields, tp + "oversubscription", tf.oversubscription(), limits::kOversubscription);
+    auto field_errors = fields.take();
+    for (const auto& m : field_errors) c.fail(m);
+    if (field_errors.empty()) {
+      try {
+        const sim::TwoLevelTopology t = topology(e);
+        t.validate();
+      } catch (const Error& err) {
+        c.fail("simulation.topology") << ": " << untagged(err);
+      }
     }
     bool links = false;
     try {
@@ -429,8 +513,12 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   if (e.simulation().compute() == Simulation::COMPUTE_UNSPECIFIED)
     c.fail("simulation.compute") << " must be MEASURED or FLOP_MODEL";
   const double flops = e.simulation().flops_per_second();
-  if (!(flops > 0 && std::isfinite(flops)))
+  if (!(flops > 0 && std::isfinite(flops))) {
     c.fail("simulation.flops_per_second") << " must be finite and > 0, got " << flops;
+  } else if (flops < limits::kMinFlopsPerSecond || flops > limits::kMaxFlopsPerSecond) {
+    c.fail("simulation.flops_per_second")
+        << " must be in [" << limits::kMinFlopsPerSecond << ", " << limits::kMaxFlopsPerSecond << "], got " << flops;
+  }
   checkWorkerSettings(c, e);
   if (std::find(options.transports.begin(), options.transports.end(), e.transport()) == options.transports.end()) {
     c.fail("transport")
@@ -474,14 +562,10 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   } catch (const Error& err) {
     c.fail("plugin_timeout") << ": " << untagged(err);
   }
-  try {
-    if (!(comm::parseDuration(e.tcp().timeout()) > 0))
-      c.fail("tcp.timeout") << " must be > 0, got '" << e.tcp().timeout() << "'";
-  } catch (const Error& err) {
-    c.fail("tcp.timeout") << ": " << untagged(err);
-  }
+  checkDuration(c, "tcp.timeout", e.tcp().timeout(), limits::kTimeoutSeconds, /*positive=*/true);
   if (e.tcp().socket_buffer_bytes() < 0)
     c.fail("tcp.socket_buffer_bytes") << " must be >= 0, got " << e.tcp().socket_buffer_bytes();
+  checkAtMost(c, "tcp.socket_buffer_bytes", e.tcp().socket_buffer_bytes(), limits::kSocketBufferBytes);
   for (char ch : e.tcp().bind_address()) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == ':' || ch == '-' || ch == '_')) {
       c.fail("tcp.bind_address") << " '" << e.tcp().bind_address() << "' is not a host name or address";
@@ -490,18 +574,18 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
 
   const auto& link = e.link();
-  parseLinkValue(c, "link.bandwidth", link.bandwidth(), comm::parseBandwidth);
-  parseLinkValue(c, "link.latency", link.latency(), comm::parseDuration);
-  parseLinkValue(c, "link.nic", link.nic(), comm::parseBandwidth);
-  parseLinkValue(c, "link.nic_ingress", link.nic_ingress(), comm::parseBandwidth);
+  checkBandwidth(c, "link.bandwidth", link.bandwidth());
+  checkDuration(c, "link.latency", link.latency(), limits::kLatencySeconds, /*positive=*/false);
+  checkBandwidth(c, "link.nic", link.nic());
+  checkBandwidth(c, "link.nic_ingress", link.nic_ingress());
   for (int i = 0; i < link.overrides_size(); ++i) {
     const std::string p = "link.overrides[" + std::to_string(i) + "]";
-    parseLinkValue(c, p + ".bandwidth", link.overrides(i).bandwidth(), comm::parseBandwidth);
-    parseLinkValue(c, p + ".latency", link.overrides(i).latency(), comm::parseDuration);
+    checkBandwidth(c, p + ".bandwidth", link.overrides(i).bandwidth());
+    checkDuration(c, p + ".latency", link.overrides(i).latency(), limits::kLatencySeconds, /*positive=*/false);
   }
   if (e.workers() >= 1) checkLinkRanks(c, e);
 
-  checkPlugin(c, "compressor", e.compressor(), options, /*scheduler=*/false);
+  plugin(c, "compressor", e.compressor(), /*scheduler=*/false);
   try {
     validateCodecOptions(codecOptions(e));
   } catch (const Error& err) {
@@ -512,9 +596,10 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
                                          << " needs optimizer.momentum 0, got " << o.momentum()
                                          << ": DGC's momentum correction carries the momentum itself";
   }
-  checkPlugin(c, "scheduler", e.scheduler(), options, /*scheduler=*/true);
+  plugin(c, "scheduler", e.scheduler(), /*scheduler=*/true);
 
   if (e.epochs() < 1) c.fail("epochs") << " must be >= 1, got " << e.epochs();
+  checkAtMost(c, "epochs", e.epochs(), limits::kEpochs);
   if (e.eval().every_steps() < 0) c.fail("eval.every_steps") << " must be >= 0, got " << e.eval().every_steps();
   if (e.eval().every_steps() == 0 && !e.eval().per_epoch()) {
     c.fail("eval.per_epoch") << ": false with eval.every_steps 0 would never evaluate";

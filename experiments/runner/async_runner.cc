@@ -86,7 +86,11 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
     auto data = dataFor(e);
     const workloads::WorkloadOptions wo = workloadOptions(e);
     std::vector<std::unique_ptr<train::Workload>> models;
-    for (int i = 0; i <= W; ++i) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+    allocating(
+        [&] {
+          for (int i = 0; i <= W; ++i) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+        },
+        [&] { return replicasWhat(e, W + 1, models); });
     train::Workload& evaluator = *models.back();
     const uint64_t init_checksum = train::parameterChecksum(evaluator.params());
     for (int w = 0; w < W; ++w)
@@ -125,48 +129,58 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
     std::vector<std::unique_ptr<train::AsyncWorker>> ps_workers;
     std::unique_ptr<train::HogwildParams> shared;
     std::vector<std::unique_ptr<train::HogwildWorker>> hog_workers;
-    if (hogwild) {
-      TERSE_CHECK(sync_like.sgd.momentum == 0, InvalidArgument,
-                  "mode HOGWILD applies plain SGD (shared lock-free parameters have no agreed momentum buffer): "
-                  "optimizer.momentum must be 0, got "
-                      << sync_like.sgd.momentum);
-      shared = std::make_unique<train::HogwildParams>(flat, W, lr, sync_like.sgd.weight_decay);
-      for (int w = 0; w < W; ++w)
-        hog_workers.push_back(std::make_unique<train::HogwildWorker>(*models[static_cast<std::size_t>(w)], *shared, w,
-                                                                     W, workerOptions(w)));
-    } else {
-      auto plugin = options_.loader->loadCompressor(e.compressor().name());
-      const Params params = experiments::pluginParams(e.compressor());
-      comm::InprocOptions io;
-      io.emulation = experiments::emulationConfig(e);
-      io.network = network;  // simulated: SimGrid times the frames instead of the pacers
-      transports = comm::makeInprocTransports(S + W, io);
-      plan = psPlan(e, evaluator.params(), S);
-      std::shared_ptr<Compressor> first_instance;
-      const bool raw = rawPushes(e);
-      for (int k = 0; k < S; ++k) {
-        train::ServerOptions so = serverOptions(e, lr, points);
-        // One instance per shard, as separate processes would have.
-        std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-        if (!first_instance) first_instance = instance;
-        if (!raw) so.compressor = instance;
-        const auto [b, end] = plan.ranges[static_cast<std::size_t>(k)];
-        std::vector<float> initial(flat.begin() + static_cast<std::ptrdiff_t>(b),
-                                   flat.begin() + static_cast<std::ptrdiff_t>(end));
-        shards.push_back(std::make_unique<train::ParamServerShard>(*transports[static_cast<std::size_t>(k)], plan, k, W,
-                                                                   std::move(initial), so));
-      }
-      for (int w = 0; w < W; ++w) {
-        train::ClientOptions co = clientOptions(e);
-        if (!raw) co.compressor = plugin->instantiate(params);
-        clients.push_back(
-            std::make_unique<train::ParamServerClient>(*transports[static_cast<std::size_t>(S + w)], plan, w, W, co));
-        ps_workers.push_back(std::make_unique<train::AsyncWorker>(*models[static_cast<std::size_t>(w)], *clients.back(),
-                                                                  w, W, workerOptions(w)));
-      }
-      prov.plugins.push_back(
-          {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
-    }
+    // The shards, clients and workers: per rank, each with its share of the parameters and its buffers.
+    allocating(
+        [&] {
+          if (hogwild) {
+            TERSE_CHECK(sync_like.sgd.momentum == 0, InvalidArgument,
+                        "mode HOGWILD applies plain SGD (shared lock-free parameters have no agreed momentum buffer): "
+                        "optimizer.momentum must be 0, got "
+                            << sync_like.sgd.momentum);
+            shared = std::make_unique<train::HogwildParams>(flat, W, lr, sync_like.sgd.weight_decay);
+            for (int w = 0; w < W; ++w)
+              hog_workers.push_back(std::make_unique<train::HogwildWorker>(*models[static_cast<std::size_t>(w)],
+                                                                           *shared, w, W, workerOptions(w)));
+          } else {
+            auto plugin = options_.loader->loadCompressor(e.compressor().name());
+            const Params params = experiments::pluginParams(e.compressor());
+            comm::InprocOptions io;
+            io.emulation = experiments::emulationConfig(e);
+            io.network = network;  // simulated: SimGrid times the frames instead of the pacers
+            transports = comm::makeInprocTransports(S + W, io);
+            plan = psPlan(e, evaluator.params(), S);
+            std::shared_ptr<Compressor> first_instance;
+            const bool raw = rawPushes(e);
+            for (int k = 0; k < S; ++k) {
+              train::ServerOptions so = serverOptions(e, lr, points);
+              // One instance per shard, as separate processes would have.
+              std::shared_ptr<Compressor> instance = plugin->instantiate(params);
+              if (!first_instance) first_instance = instance;
+              if (!raw) so.compressor = instance;
+              const auto [b, end] = plan.ranges[static_cast<std::size_t>(k)];
+              std::vector<float> initial(flat.begin() + static_cast<std::ptrdiff_t>(b),
+                                         flat.begin() + static_cast<std::ptrdiff_t>(end));
+              shards.push_back(std::make_unique<train::ParamServerShard>(*transports[static_cast<std::size_t>(k)], plan,
+                                                                         k, W, std::move(initial), so));
+            }
+            for (int w = 0; w < W; ++w) {
+              train::ClientOptions co = clientOptions(e);
+              if (!raw) co.compressor = plugin->instantiate(params);
+              clients.push_back(std::make_unique<train::ParamServerClient>(*transports[static_cast<std::size_t>(S + w)],
+                                                                           plan, w, W, co));
+              ps_workers.push_back(std::make_unique<train::AsyncWorker>(*models[static_cast<std::size_t>(w)],
+                                                                        *clients.back(), w, W, workerOptions(w)));
+            }
+            prov.plugins.push_back(
+                {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
+          }
+        },
+        [&] {
+          return std::to_string(S) + " parameter-server shards and " + std::to_string(W) +
+                 " workers (clients, buffers, "
+                 "compressor instances) for " +
+                 std::to_string(evaluator.numParameters()) + " parameters";
+        });
     writer.writeProvenance(prov);
 
     // ---- The run.

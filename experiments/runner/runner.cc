@@ -143,6 +143,25 @@ watchdog::Registration abortOnOverrun(std::function<void(const std::string& reas
   return watchdog::Registration([abort = std::move(abort)](const watchdog::Overrun& o) { abort(o.message()); });
 }
 
+std::string replicasWhat(const Experiment& e, int count, const std::vector<std::unique_ptr<train::Workload>>& built) {
+  std::ostringstream out;
+  out << count << " model replicas of workload '" << e.workload().name() << "'";
+  std::string details;
+  if (e.workload().hidden_sizes_size() > 0) {
+    details = "hidden sizes [";
+    for (int i = 0; i < e.workload().hidden_sizes_size(); ++i)
+      details += (i ? ", " : "") + std::to_string(e.workload().hidden_sizes(i));
+    details += "]";
+  }
+  if (!built.empty() && built.front() != nullptr) {
+    const std::size_t n = built.front()->numParameters();
+    details += (details.empty() ? "" : "; ") + std::to_string(n) + " parameters, " + std::to_string(n * sizeof(float)) +
+               " bytes of f32 values each";
+  }
+  if (!details.empty()) out << " (" << details << ")";
+  return out.str();
+}
+
 std::string shortWhat(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -392,7 +411,11 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   auto data = dataFor(e);
   const workloads::WorkloadOptions wo = workloadOptions(e);
   std::vector<std::unique_ptr<train::Workload>> models;
-  for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+  allocating(
+      [&] {
+        for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+      },
+      [&] { return replicasWhat(e, world, models); });
   const uint64_t init_checksum = train::parameterChecksum(models[0]->params());
   for (int r = 1; r < world; ++r) {
     TERSE_CHECK(train::parameterChecksum(models[r]->params()) == init_checksum, InternalError,
@@ -407,10 +430,15 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   comm::InprocOptions io;
   io.emulation = experiments::emulationConfig(e);
   io.network = network;  // simulated: SimGrid times the frames instead of the pacers
-  auto transports = comm::makeInprocTransports(world, io);
   std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
   const comm::HostCommOptions comm_options = experiments::hostCommOptions(e);
-  for (auto& t : transports) comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t), comm_options));
+  allocating(
+      [&] {
+        auto transports = comm::makeInprocTransports(world, io);
+        for (auto& t : transports)
+          comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t), comm_options));
+      },
+      [&] { return std::to_string(world) + " in-process transports and communicators"; });
   // One abort fails every rank's collectives (the in-process job is one communicator).
   const auto on_overrun = abortOnOverrun([&comms](const std::string& reason) { comms[0]->abort(reason); });
 
@@ -421,24 +449,34 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   const auto trace_origin = rt::now();
   std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
   std::shared_ptr<Compressor> first_instance;
-  for (int r = 0; r < world; ++r) {
-    // One instance per rank, as separate processes would have: no plugin state is shared between ranks.
-    std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-    if (!first_instance) first_instance = instance;
-    train::SyncTrainerOptions to = trainerOptions(e);
-    // Simulated, a straggler's device is slower by its factor (its worker's compute scale, below); real time sleeps.
-    to.slowdown = simulated ? 1.0 : experiments::workerSettings(e, r).slowdown();
-    if (e.trace()) {
-      traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
-      to.trace = traces.back().get();
-    }
-    comm::Communicator& comm = *comms[r];
-    auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
-      return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
-    };
-    trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], comm, std::move(pipelines), to,
-                                                            sched_plugin->instantiate(sched_params)));
-  }
+  // The trainers' gradient buffers, compressor instances and pipelines: per worker, per tensor.
+  allocating(
+      [&] {
+        for (int r = 0; r < world; ++r) {
+          // One instance per rank, as separate processes would have: no plugin state is shared between ranks.
+          std::shared_ptr<Compressor> instance = plugin->instantiate(params);
+          if (!first_instance) first_instance = instance;
+          train::SyncTrainerOptions to = trainerOptions(e);
+          // Simulated, a straggler's device is slower by its factor (its worker's compute scale, below); real time
+          // sleeps.
+          to.slowdown = simulated ? 1.0 : experiments::workerSettings(e, r).slowdown();
+          if (e.trace()) {
+            traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
+            to.trace = traces.back().get();
+          }
+          comm::Communicator& comm = *comms[r];
+          auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
+            return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
+          };
+          trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], comm, std::move(pipelines), to,
+                                                                  sched_plugin->instantiate(sched_params)));
+        }
+      },
+      [&] {
+        return std::to_string(world) + " workers' trainers (gradient buffers, compressor '" + e.compressor().name() +
+               "' instances and pipelines for " + std::to_string(models[0]->params().size()) + " tensors of " +
+               std::to_string(models[0]->numParameters()) + " parameters each)";
+      });
   // Timelines are written whatever happens to the run: a failed run's trace shows where it stopped.
   struct TraceFiles {
     std::vector<std::unique_ptr<train::TraceRecorder>>& traces;

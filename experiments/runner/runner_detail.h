@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "core/comm/job.h"
 #include "core/comm/tcp/transport.h"
@@ -53,6 +56,23 @@ results::Provenance baseProvenance(const experiments::Experiment& e, std::string
 sim::PlatformSpec simulatedPlatform(const experiments::Experiment& e);
 sim::ComputeOptions computeOptions(const experiments::Experiment& e);
 void noteSimulation(results::Provenance& prov, const experiments::Experiment& e);
+// Runs `setup`, a step that allocates per worker or per layer from the config's counts, and turns a std::bad_alloc out
+// of it into an InvalidArgument naming what was being allocated ("allocating 1024 model replicas of workload 'mlp'
+// (...): out of memory"): a bare std::bad_alloc names nothing, and the config is what the reader can change. The
+// config's bounds (experiments/config/limits.h) keep each count sane; their product can still outgrow a machine.
+template <typename Setup, typename What>
+void allocating(Setup&& setup, What&& what) {
+  try {
+    setup();
+  } catch (const std::bad_alloc&) {
+    TERSE_THROW(InvalidArgument, "allocating " << what() << ": out of memory");
+  }
+}
+// "4 model replicas of workload 'mlp' (hidden sizes [256, 128]; 235146 parameters, 940584 bytes of f32 values each)":
+// the size from a replica already built (in `built`), when there is one.
+std::string replicasWhat(const experiments::Experiment& e, int count,
+                         const std::vector<std::unique_ptr<train::Workload>>& built);
+
 // The scheduler's provenance record. The trainers own the run's instances; one more, made and finalized here,
 // reports the resolved parameters (init depends only on the parameters, so every instance resolves the same).
 results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params);

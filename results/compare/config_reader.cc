@@ -7,6 +7,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "experiments/config/experiment.pb.h"
+#include "experiments/config/limits.h"
 #include "results/compare/reader.h"
 #include "results/compare/reader_detail.h"
 #include "results/sha256.h"
@@ -66,6 +67,9 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   // newer terse (unknown fields) or damaged on disk is reported with its line and not used.
   experiments::Experiment config;
   google::protobuf::TextFormat::Parser parser;
+  // A results folder may come from anyone: without a limit protobuf's parser recurses once per nesting level, and a
+  // few thousand levels overflow the stack (experiments/config/limits.h).
+  parser.SetRecursionLimit(experiments::limits::kNesting);
   FirstError errors;
   parser.RecordErrorsTo(&errors);
   if (text->size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||

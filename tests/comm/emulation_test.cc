@@ -33,6 +33,21 @@ TEST(EmulationConfig, Parsing) {
   EXPECT_DOUBLE_EQ(parseDuration("200ns"), 200e-9);
   EXPECT_DOUBLE_EQ(parseDuration("0"), 0);
   for (const char* bad : {"5", "5 parsecs", "-1us", "us"}) EXPECT_THROW(parseDuration(bad), InvalidArgument) << bad;
+  // Bounded so that a conversion to int64 nanoseconds cannot overflow (1e10 s is 1e19 ns); not-a-number and overflow
+  // to infinity are refused as malformed.
+  EXPECT_DOUBLE_EQ(parseDuration("1e9s"), 1e9);
+  for (const char* bad : {"1e10s", "1e300s", "1e400s", "nans", "infs"})
+    EXPECT_THROW(parseDuration(bad), InvalidArgument) << bad;
+  EXPECT_DOUBLE_EQ(parseDuration("2s", 2.0), 2.0);
+  try {
+    parseDuration("3s", 2.0);
+    ADD_FAILURE() << "3s accepted under a 2 s limit";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("duration '3s' is 3 s, longer than the limit of 2 s"), std::string::npos)
+        << e.what();
+  }
+  for (const char* bad : {"1e300Tbps", "1e400bps", "nanGbps"})
+    EXPECT_THROW(parseBandwidth(bad), InvalidArgument) << bad;
   EXPECT_EQ(parseByteSize("4K"), 4096u);
   EXPECT_EQ(parseByteSize("256M"), 256u << 20);
   EXPECT_EQ(parseByteSize("1G"), 1u << 30);

@@ -118,3 +118,7 @@ write("config_text", "minimal", b'name: "m" workload { name: "mlp" } workers: 2 
 write("config_text", "variants", b'name: "v" workers: 3 link { bandwidth: "1Gbps" latency: "1ms" }\n'
       b'variants { variant: "a" compressor { name: "topk" params { key: "ratio" value: "0.01" } } }\n'
       b'variants { variant: "b" mode: ASYNC parameter_server { servers: 1 } }\n')
+# Nesting at the parser's limit (32 messages: experiments/config/limits.h) and one level past it, the shape of the
+# input that once overflowed the parser's stack (regressions/config_text/deep_nesting).
+write("config_text", "nested_32", b'study: "s"\n' + b'variants { overrides { ' * 16 + b'} } ' * 16 + b'\n')
+write("config_text", "nested_34", b'study: "s"\n' + b'variants { overrides { ' * 17 + b'} } ' * 17 + b'\n')

@@ -68,6 +68,22 @@ TEST_F(ConfigRead, ABrokenOrForeignConfigIsReportedWithItsLineAndNotUsed) {
   }
 }
 
+// A results folder may come from anyone: a config nested thousands of levels deep (which overflowed protobuf's
+// recursive parser) is reported and not used, like any unreadable one.
+TEST_F(ConfigRead, ADeeplyNestedConfigIsRefusedNotACrash) {
+  const fs::path dir = writeRun(root_, RunSpec("s", "v", "topk", true, {{10, 0.5, 1000, 1.0}}));
+  std::string deep = "study: \"s\"\n";
+  for (int i = 0; i < 5000; ++i) deep += "variants { overrides { ";
+  for (int i = 0; i < 5000; ++i) deep += "} } ";
+  writeFileAtomic(dir / "config.textproto", deep);
+  std::vector<std::string> warnings;
+  const RunData run = loadRun(dir, warnings);
+  EXPECT_FALSE(run.has_config);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings.front().find("recursion limit of 32"), std::string::npos) << warnings.front();
+  EXPECT_NE(warnings.front().find("config not used"), std::string::npos) << warnings.front();
+}
+
 // A CSV reader for the round trip: quoted cells with doubled quotes, no newlines inside cells in what we write.
 std::vector<std::vector<std::string>> parseCsv(const std::string& text) {
   std::vector<std::vector<std::string>> rows;

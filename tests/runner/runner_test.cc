@@ -17,6 +17,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/common/json.h"
 #include "core/plugin/loader.h"
@@ -339,8 +341,9 @@ TEST(RunCommand, KilledRunLeavesValidResults) {
   EXPECT_EQ(getString(readStatus(run_dir), "state"), "running");
 }
 
-int runTerse(const std::string& args, std::string& output) {
-  const std::string cmd = std::string("'") + TERSE_TEST_TERSE_BIN + "' " + args + " 2>&1";
+// Runs `terse ARGS` through the shell, after `before` (shell commands, e.g. a ulimit) when given.
+int runTerse(const std::string& args, std::string& output, const std::string& before = "") {
+  const std::string cmd = before + std::string("'") + TERSE_TEST_TERSE_BIN + "' " + args + " 2>&1";
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return -1;
   char buf[512];
@@ -360,6 +363,62 @@ TEST(RunCommand, BrokenConfigFailsBeforeTraining) {
   EXPECT_NE(out.find("broken.textproto:13:"), std::string::npos) << out;  // the line of `lr: -0.1`
   EXPECT_NE(out.find("lr must be > 0"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "results")) << "variant 'a' trained before the config was rejected";
+}
+
+// An untrusted config is refused before anything runs, with exit status 1 and a message naming the file and the field,
+// never a signal: 5,000 levels of nesting overflowed protobuf's parser (SIGSEGV), `workers: 100000` was a
+// std::bad_alloc a minute into the setup, and a latency of 1e10 s was accepted and ignored.
+TEST(RunCommand, OutOfBoundsConfigsAreRefusedBeforeAnythingRuns) {
+  const fs::path dir = freshDir("cli_bounds");
+  std::string deep = "study: \"unit\"\n";
+  for (int i = 0; i < 5000; ++i) deep += "variants { overrides { ";
+  for (int i = 0; i < 5000; ++i) deep += "} } ";
+  const std::string ok = studyText("compressor { name: \"none\" }", 1);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {deep, "deep.textproto:2:"},
+      {deep, "messages nest deeper than 32 levels"},
+      {studyText("compressor { name: \"none\" }", 100000), "workers must be at most 1024, got 100000"},
+      {ok + "link { latency: \"1e10s\" }\n",
+       "link.latency: duration '1e10s' is 1e+10 s, longer than the limit of 3600 s"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const fs::path config = dir / (text == deep ? "deep.textproto" : "bounds.textproto");
+    std::ofstream(config) << text;
+    std::string out;
+    const int rc = runTerse("run '" + config.string() + "' --out '" + (dir / "results").string() + "'", out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dir / "results")) << out;
+  }
+  // The command line's --workers is bounded like the file's.
+  std::ofstream(dir / "ok.textproto") << ok;
+  std::string out;
+  EXPECT_EQ(runTerse("run '" + (dir / "ok.textproto").string() + "' --workers 100000 --out '" +
+                         (dir / "results").string() + "'",
+                     out),
+            1)
+      << out;
+  EXPECT_NE(out.find("--workers must be in [1, 1024], got 100000"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "results")) << out;
+}
+
+// Counts within their limits can still multiply past a machine: a setup that runs out of memory says what it was
+// allocating, not a bare std::bad_alloc. Under a 4 GB address-space limit an MLP with hidden layers [1, 65536, 65536]
+// (4.3e9 parameters in its last hidden layer, 17 GB) cannot be made; the small layers before it take no time.
+TEST(RunCommand, OutOfMemoryInTheSetupNamesWhatWasBeingAllocated) {
+  const fs::path dir = freshDir("cli_oom");
+  std::ofstream(dir / "oom.textproto") << "study: \"oom\"\n"
+                                          "workload { name: \"mlp\" hidden_sizes: [1, 65536, 65536] }\n"
+                                          "data { batch_size: 16 train_subset: 64 test_subset: 16 }\n"
+                                          "workers: 2\n";
+  std::string out;
+  const int rc = runTerse("run '" + (dir / "oom.textproto").string() + "' --out '" + (dir / "results").string() + "'",
+                          out, "ulimit -v 4000000 && ");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("allocating 2 model replicas of workload 'mlp' (hidden sizes [1, 65536, 65536]): out of memory"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(getString(readStatus(dir / "results" / "oom" / "base"), "state"), "failed");
 }
 
 TEST(RunCommand, RunsOneVariant) {
