@@ -1,7 +1,8 @@
 // `terse launch -n N [--master-port P] [--timeout S] [--no-prefix] -- COMMAND ARGS...`: a one-host job launcher (like
 // torchrun --standalone). It generates the job's token (auth.h) and starts N copies of COMMAND, rank r with
 //   TERSE_RANK=r TERSE_WORLD_SIZE=N TERSE_LOCAL_RANK=r TERSE_LOCAL_WORLD_SIZE=N
-//   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<a fresh terse-v1- token> TERSE_LAUNCH_NOTIFY_FD=<fd>
+//   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<a fresh terse-v1- token>
+//   TERSE_LAUNCH_NOTIFY_FD=<fd>
 // so that joinJob (core/comm/job.h) in each child finds the others through rank 0's store. The token travels in the
 // environment, which only this user (and root) can read in /proc, never on a command line.
 //
