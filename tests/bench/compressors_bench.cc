@@ -50,6 +50,7 @@
 #include "core/plugin/compressor_plugin.h"
 #include "core/plugin/loader.h"
 #include "terse/sdk/half.hpp"
+#include "tests/bench/median_reporter.h"
 
 namespace terse {
 namespace {
@@ -331,26 +332,14 @@ void benchStep(benchmark::State& state, std::shared_ptr<const Compressor> compre
 
 // Keeps what the console shows and, at the end, prints the summary table from it (the median of repetitions when
 // there are several).
-class SummaryReporter : public benchmark::ConsoleReporter {
+class SummaryReporter : public bench::MedianReporter {
  public:
-  explicit SummaryReporter(OutputOptions options) : ConsoleReporter(options) {}
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const auto& r : runs) {
-      if (r.error_occurred) continue;
-      const std::string name = r.run_name.function_name;
-      if (r.run_type == Run::RT_Aggregate) {
-        if (r.aggregate_name == "median") medians_[name] = r;
-      } else {
-        last_[name] = r;
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
+  explicit SummaryReporter(OutputOptions options) : MedianReporter(options) {}
 
   void printSummary(std::ostream& out, const std::vector<std::string>& plugins) const {
     char line[256];
     out << "\nsummary (GB/s of f32 input per CPU second, one thread"
-        << (medians_.empty() ? "" : ", medians of the repetitions")
+        << (!haveMedians() ? "" : ", medians of the repetitions")
         << "; c/memcpy, d/memcpy = compress, decompress GB/s / memcpy GB/s; ratio = dense bytes / payload bytes)\n";
     std::snprintf(line, sizeof line, "%-12s %-6s %12s %14s %12s %10s %10s %9s\n", "compressor", "size", "compress",
                   "decompress", "memcpy", "c/memcpy", "d/memcpy", "ratio");
@@ -370,7 +359,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       }
     }
     bool step_header = false;
-    for (const auto& [name, run] : medians_.empty() ? last_ : medians_) {
+    for (const auto& [name, run] : runs()) {
       if (name.rfind("step/", 0) != 0) continue;
       if (!step_header) {
         out << "\ncodec per training step (quickstart MLP, 6 tensors, world of 2, error feedback; CPU ms per step)\n";
@@ -393,11 +382,6 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   }
 
  private:
-  const Run* find(const std::string& name) const {
-    if (auto it = medians_.find(name); it != medians_.end()) return &it->second;
-    if (auto it = last_.find(name); it != last_.end()) return &it->second;
-    return nullptr;
-  }
   static double gbps(const Run* r) {
     if (r == nullptr) return 0;
     auto it = r->counters.find("bytes_per_second");
@@ -409,12 +393,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     std::snprintf(b, sizeof b, "%.*f", digits, v);
     return b;
   }
-
-  std::map<std::string, Run> medians_, last_;
 };
 
-// The plugin-call watchdog's mark (core/common/watchdog.h), which every plugin call pays: a clock read and a few
-// relaxed stores. Set against the compress rows above, it is the watchdog's share of a call.
+// The plugin-call watchdog's mark (core/common/watchdog.h), which every plugin call pays: a few relaxed stores, no
+// clock read. Set against the compress rows above, it is the watchdog's share of a call.
 void benchWatchMark(benchmark::State& state) {
   const char* label = watchdog::intern("compressor 'bench' (bench.so)");
   uint64_t tensor = 0;

@@ -18,6 +18,7 @@
 #include "experiments/workloads/gemm.h"
 #include "experiments/workloads/nn_ops.h"
 #include "terse/sdk/cpu.hpp"
+#include "tests/bench/median_reporter.h"
 
 namespace terse::workloads {
 namespace {
@@ -72,25 +73,13 @@ void runGemm(benchmark::State& state, const std::string& kernel, const GemmShape
 
 // Prints, after the console table, each shape's GFLOP/s per kernel (medians of repetitions when there are several) and
 // each fixed level's ratio to OpenBLAS, and the same for a whole step's products (the sum of the shapes' times).
-class GemmSummary : public benchmark::ConsoleReporter {
+class GemmSummary : public terse::bench::MedianReporter {
  public:
-  explicit GemmSummary(OutputOptions options) : ConsoleReporter(options) {}
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const auto& r : runs) {
-      if (r.error_occurred) continue;
-      const std::string name = r.run_name.function_name;
-      if (r.run_type == Run::RT_Aggregate) {
-        if (r.aggregate_name == "median") medians_[name] = r;
-      } else if (!medians_.count(name)) {
-        last_[name] = r;
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
+  explicit GemmSummary(OutputOptions options) : MedianReporter(options) {}
 
   void print(const std::vector<GemmShape>& shapes, const std::vector<std::string>& kernels) const {
     std::printf("\nsummary (GFLOP/s, one thread%s; ratio = fixed / openblas, measured in this run)\n",
-                medians_.empty() ? "" : ", medians of the repetitions");
+                !haveMedians() ? "" : ", medians of the repetitions");
     std::printf("%-24s", "shape");
     for (const auto& k : kernels) std::printf(" %10s", k.c_str());
     for (const auto& k : kernels)
@@ -120,14 +109,6 @@ class GemmSummary : public benchmark::ConsoleReporter {
         std::printf(" %12.2f", step_seconds[k] > 0 ? step_seconds["openblas"] / step_seconds[k] : 0.0);
     std::printf("\n");
   }
-
- private:
-  const Run* find(const std::string& name) const {
-    if (auto it = medians_.find(name); it != medians_.end()) return &it->second;
-    if (auto it = last_.find(name); it != last_.end()) return &it->second;
-    return nullptr;
-  }
-  std::map<std::string, Run> medians_, last_;
 };
 
 }  // namespace
