@@ -148,10 +148,10 @@ void addUtcNow(Text<N>& t) {
   t.add("Z");
 }
 
-// The message: who died of what, and in which plugin. `pc` is the faulting instruction, or null.
+// The message: who died of what, and in which plugin call (`call`, looked up once by the caller). `pc` is the faulting
+// instruction, or null.
 template <std::size_t N>
-void describe(Text<N>& t, int sig, const void* pc) {
-  const watchdog::CallView call = watchdog::callOfThread(static_cast<pid_t>(::syscall(SYS_gettid)));
+void describe(Text<N>& t, int sig, const void* pc, const watchdog::CallView& call) {
   const int rank = call.rank >= 0 ? call.rank : g_rank.load(std::memory_order_relaxed);
   if (rank >= 0) {
     t.add("rank ");
@@ -275,8 +275,8 @@ void onFatalSignal(int sig, siginfo_t* info, void* context) {
   (void)info;
   static Text<2048> message;
   message.len = 0;
-  describe(message, sig, pc);
   const watchdog::CallView call = watchdog::callOfThread(static_cast<pid_t>(::syscall(SYS_gettid)));
+  describe(message, sig, pc, call);
 
   static Text<8192> json;
   for (FileSlot& f : g_files) writeFailed(f, json, message.buf, signalName(sig), call.plugin);
@@ -379,7 +379,7 @@ std::vector<std::string> failRegistered(std::string_view error, std::string_view
 
 std::string describeForTest(int sig) {
   Text<2048> t;
-  describe(t, sig, nullptr);
+  describe(t, sig, nullptr, watchdog::callOfThread(static_cast<pid_t>(::syscall(SYS_gettid))));
   return std::string(t.buf, t.len);
 }
 
