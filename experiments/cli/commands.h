@@ -30,5 +30,6 @@ int traceCommand(const std::vector<std::string>& args);    // trace_command.cc
 int launchCommand(const std::vector<std::string>& args);   // launch_command.cc
 int storeCommand(const std::vector<std::string>& args);    // launch_command.cc
 int tokenCommand(const std::vector<std::string>& args);    // token_command.cc
+int configCommand(const std::vector<std::string>& args);   // config_command.cc
 
 }  // namespace terse::cli

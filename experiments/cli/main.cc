@@ -24,6 +24,7 @@ constexpr std::array kCommands{
     Command{"launch", "start N ranks of a command on this host (a multi-process job)", &launchCommand},
     Command{"store", "serve a standalone rendezvous store for a multi-process job", &storeCommand},
     Command{"token", "print a fresh job token (for jobs that terse launch does not start)", &tokenCommand},
+    Command{"config", "the experiment config field reference (README), from the schema's tables", &configCommand},
 };
 
 std::string versionList(const std::vector<uint32_t>& versions) {

@@ -11,13 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 
-#include "experiments/config/config_checks.h"
+#include "experiments/config/config_table.h"
 
 namespace terse::experiments {
 namespace {
@@ -357,13 +358,17 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       truncated = true;  // the variants after k are not checked: there may be more
       break;
     }
+    // One experiment's errors in the file's order (those without a place last): the checks run table by table, rule
+    // by rule, and the reader goes down the file.
+    std::vector<std::pair<pb::TextFormat::ParseLocation, std::string>> found;
     for (const auto& message : validateExperiment(study.experiments[k], options, &plugin_checks)) {
       const std::string path = pathOf(message);
+      pb::TextFormat::ParseLocation loc;
       std::string line;
       if (file.variants_size() > 0) {
         const std::string variant = "variants[" + std::to_string(k) + "]";
         const std::string prefix = variant + " (\"" + file.variants(static_cast<int>(k)).name() + "\").";
-        if (auto loc = locate(&tree, variant + ".overrides." + path); loc.line >= 0) {
+        if (loc = locate(&tree, variant + ".overrides." + path); loc.line >= 0) {
           line = at(source, loc) + prefix + message;
         } else if (loc = locate(&tree, path); loc.line >= 0) {
           line = at(source, loc) + message;
@@ -371,10 +376,19 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
           line = at(source, loc) + prefix + message;
         }
       } else {
-        line = at(source, locate(&tree, path)) + message;
+        loc = locate(&tree, path);
+        line = at(source, loc) + message;
       }
-      if (reported.insert(line).second) keep(std::move(line));
+      found.emplace_back(loc, std::move(line));
     }
+    std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+      auto key = [](const pb::TextFormat::ParseLocation& l) {
+        return std::pair{l.line < 0 ? std::numeric_limits<int>::max() : l.line, l.column};
+      };
+      return key(a.first) < key(b.first);
+    });
+    for (auto& [loc, line] : found)
+      if (reported.insert(line).second) keep(std::move(line));
   }
   if (!errors.empty()) fail();
   return study;
@@ -386,99 +400,15 @@ void mergeOverrides(Experiment& base, const Experiment& overrides) {
 }
 
 void applyDefaults(Experiment& e) {
-  if (!e.has_variant()) e.set_variant(std::string(kBaseVariantName));
-  auto* data = e.mutable_data();
-  if (!data->has_dataset_dir()) data->set_dataset_dir(std::string(kDefaultDatasetDir));
-  if (!data->has_batch_size()) data->set_batch_size(32);
-  if (!data->has_train_subset()) data->set_train_subset(0);
-  if (!data->has_test_subset()) data->set_test_subset(0);
-  auto* opt = e.mutable_optimizer();
-  if (!opt->has_lr()) opt->set_lr(0.01);
-  if (!opt->has_momentum()) opt->set_momentum(0);
-  if (!opt->has_nesterov()) opt->set_nesterov(false);
-  if (!opt->has_weight_decay()) opt->set_weight_decay(0);
-  if (!opt->has_warmup_steps()) opt->set_warmup_steps(0);
-  if (!opt->has_warmup_epochs()) opt->set_warmup_epochs(0);
-  if (!opt->has_schedule()) opt->set_schedule(Optimizer::CONSTANT);
-  if (!opt->has_gamma()) opt->set_gamma(0.1);
-  if (!opt->has_scale_lr_by_world_size()) opt->set_scale_lr_by_world_size(false);
-  if (!e.has_workers()) e.set_workers(1);
-  if (!e.has_mode()) e.set_mode(Experiment::SYNC);
-  if (!e.has_staleness_bound()) e.set_staleness_bound(0);
-  if (!e.has_transport()) e.set_transport(Experiment::INPROC);
-  if (!e.has_plugin_timeout()) e.set_plugin_timeout("60s");
-  auto* ps = e.mutable_parameter_server();
-  if (!ps->has_servers()) ps->set_servers(1);
-  if (!ps->has_staleness_aware_lr()) ps->set_staleness_aware_lr(false);
-  if (!ps->has_pull_dtype()) ps->set_pull_dtype(ParameterServer::F32);
-  if (!ps->has_worker_timeout()) ps->set_worker_timeout("10s");
-  for (auto& w : *e.mutable_worker_settings()) {
-    if (!w.has_slowdown()) w.set_slowdown(1);
-    if (!w.has_fail_after_steps()) w.set_fail_after_steps(0);
-  }
-  auto* tcp = e.mutable_tcp();
-  if (!tcp->has_timeout()) tcp->set_timeout("30s");
-  if (!tcp->has_socket_buffer_bytes()) tcp->set_socket_buffer_bytes(0);
-  if (!tcp->has_bind_address()) tcp->set_bind_address("");
-  auto* link = e.mutable_link();
-  if (!link->has_bandwidth()) link->set_bandwidth("unlimited");
-  if (!link->has_latency()) link->set_latency("0");
-  if (!link->has_nic()) link->set_nic("unlimited");
-  if (!link->has_nic_ingress()) link->set_nic_ingress("unlimited");
-  for (auto& o : *link->mutable_overrides()) {
-    if (!o.has_src()) o.set_src(0);
-    if (!o.has_dst()) o.set_dst(0);
-    if (!o.has_bandwidth()) o.set_bandwidth(link->bandwidth());
-    if (!o.has_latency()) o.set_latency(link->latency());
-  }
-  // Only the cnn reads dropout: another workload's resolved config stays as it was before the field existed.
-  if (e.workload().name() == "cnn" && !e.workload().has_dropout()) e.mutable_workload()->set_dropout(0);
-  if (e.workload().name() == "glove") {
-    auto* g = e.mutable_workload()->mutable_glove();
-    if (!g->has_corpus()) g->set_corpus("/usr/share/games/fortunes");
-    if (!g->has_window()) g->set_window(10);
-    if (!g->has_vocab_size()) g->set_vocab_size(10000);
-    if (!g->has_min_count()) g->set_min_count(5);
-    if (!g->has_dim()) g->set_dim(50);
-    if (!g->has_x_max()) g->set_x_max(100);
-    if (!g->has_alpha()) g->set_alpha(0.75);
-    if (!g->has_optimizer()) g->set_optimizer(Glove::ADAGRAD);
-    if (!g->has_test_fraction()) g->set_test_fraction(0.1);
-    if (!g->has_cache_dir()) g->set_cache_dir("");
-  }
-  if (e.workload().name() == "pytorch") {
-    auto* t = e.mutable_workload()->mutable_pytorch();
-    // The model's own data replaces the data source; the other fields only shape a torchvision model's inputs.
-    if (t->has_torchvision()) {
-      if (!t->has_data()) t->set_data(PyTorch::FASHION_MNIST);
-      if (!t->has_image_size()) t->set_image_size(32);
-      if (!t->has_channels()) t->set_channels(3);
-      if (!t->has_num_classes()) t->set_num_classes(10);
-      if (t->data() == PyTorch::SYNTHETIC && !t->has_synthetic_examples()) t->set_synthetic_examples(4096);
-    }
-    if (!t->has_max_steps_per_epoch()) t->set_max_steps_per_epoch(0);
-    if (!t->has_device()) t->set_device("cpu");
-  }
-  if (!e.has_sparse_gradients()) e.set_sparse_gradients(false);
-  if (!e.compressor().has_name()) e.mutable_compressor()->set_name("none");
-  if (!e.has_error_feedback()) e.set_error_feedback(false);
-  auto* mc = e.mutable_momentum_correction();
-  if (!mc->has_factor()) mc->set_factor(0);
-  if (!mc->has_masking()) mc->set_masking(true);
-  if (!mc->has_nesterov()) mc->set_nesterov(false);
-  if (!e.scheduler().has_name()) e.mutable_scheduler()->set_name("fifo");
-  if (!e.has_epochs()) e.set_epochs(1);
-  auto* eval = e.mutable_eval();
-  if (!eval->has_every_steps()) eval->set_every_steps(0);
-  if (!eval->has_per_epoch()) eval->set_per_epoch(true);
-  if (!e.has_seed()) e.set_seed(e.seeds_size() > 0 ? e.seeds(0) : 1);
-  if (!e.has_output_dir()) e.set_output_dir("results");
-  if (!e.has_clock()) e.set_clock(Experiment::REAL_TIME);
-  if (!e.simulation().has_compute_scale()) e.mutable_simulation()->set_compute_scale(1.0);
-  if (!e.simulation().has_compute()) e.mutable_simulation()->set_compute(Simulation::MEASURED);
-  if (!e.simulation().has_flops_per_second()) e.mutable_simulation()->set_flops_per_second(1e11);
-  if (!e.collectives().has_allreduce()) e.mutable_collectives()->set_allreduce("auto");
-  if (!e.collectives().has_allgather()) e.mutable_collectives()->set_allgather("auto");
+  table::fillDefaults(e);
+}
+
+std::string configReference() {
+  return table::reference();
+}
+
+std::string withConfigReference(std::string_view text, const std::string& source) {
+  return table::withReference(text, source);
 }
 
 std::vector<Experiment> resolveVariants(const Experiment& file) {

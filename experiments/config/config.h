@@ -99,9 +99,16 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
 // that a non-empty repeated field or map replaces the base's and a PluginSpec replaces the base's whole PluginSpec.
 void mergeOverrides(Experiment& base, const Experiment& overrides);
 
-// Fills every unset field with its default (listed in experiment.proto), so a resolved config written out says
-// everything the run used.
+// Fills every unset field with its default (the field tables of config_fields.cc, which experiment.proto's comments
+// and the README's reference repeat), so a resolved config written out says everything the run used.
 void applyDefaults(Experiment& experiment);
+
+// The field reference of experiments/configs/README.md in Markdown: every section's fields with their defaults, the
+// values they accept and what they mean, then the checks across fields, all from the tables that fill and check them.
+std::string configReference();
+// `text` (a README) with its generated reference, between the marker lines configReference's section starts and ends
+// with, replaced by configReference(). Throws InvalidArgument naming `source` when the markers are missing.
+std::string withConfigReference(std::string_view text, const std::string& source);
 
 // One experiment per variant (the base alone, named `variant` or "base", when there are none): merged and defaulted,
 // not validated. Assumes variant names are present and unique (loadStudy checks that first).

@@ -84,11 +84,19 @@ using PluginCheckMemo = std::unordered_map<std::string, std::vector<std::string>
 // validateExperiment (config.h), with the plugin checks looked up in `memo` (null: none).
 std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOptions& options, PluginCheckMemo* memo);
 
+// A duration string (comm::parseDuration) no longer than max_s, and above 0 when `positive`. The limit keeps every
+// conversion of it (to a clock's int64 nanoseconds, to milliseconds) in range; the parser refuses not-a-number and
+// infinity.
+void checkDuration(Checks& c, const std::string& path, const std::string& text, double max_s, bool positive);
+// A bandwidth string (comm::parseBandwidth): unlimited, or a rate in [kMinBandwidthBps, kMaxBandwidthBps].
+void checkBandwidth(Checks& c, const std::string& path, const std::string& text);
+
 // The checks `--workers` and `--seeds` can break, re-run after they change a study (config.cc's overrides).
 void checkLinkRanks(Checks& c, const Experiment& e);
-// worker_settings against the workers and the mode (also after --workers changed the count).
+// worker_settings against the workers and the mode (also after --workers changed the count); the entries' own ranges
+// are the table's.
 void checkWorkerSettings(Checks& c, const Experiment& e);
-// Repeats: at most kMaxSeeds, none twice, and `seed`, when given beside them, one of them.
+// Repeats: at most limits::kSeeds, none twice, and `seed`, when given beside them, one of them.
 void checkSeeds(Checks& c, const Experiment& e);
 
 }  // namespace terse::experiments

@@ -117,25 +117,25 @@ TEST_F(ConfigBounds, BandwidthsAndRatesAreBounded) {
 // workers: 100000 answered std::bad_alloc after a minute of allocating; it is refused at once, naming the limit.
 TEST_F(ConfigBounds, CountsAreBoundedAndNameTheLimit) {
   expectOneError(kBase + "workers: 100000\n",
-                 "t.textproto:3:1: workers must be at most 1024, got 100000 (the most `terse launch -n` starts");
-  expectOneError(kBase + "workers: 2147483647\n", "workers must be at most 1024, got 2147483647");
+                 "t.textproto:3:1: workers must be in [1, 1024], got 100000 (the most `terse launch -n` starts");
+  expectOneError(kBase + "workers: 2147483647\n", "workers must be in [1, 1024], got 2147483647");
   load(kBase + "workers: 1024\n");
-  expectOneError(kBase + "epochs: 1000000\n", "epochs must be at most 100000, got 1000000");
-  expectOneError(kBase + "data { batch_size: 1000000 }\n", "data.batch_size must be at most 65536, got 1000000");
+  expectOneError(kBase + "epochs: 1000000\n", "epochs must be in [1, 100000], got 1000000");
+  expectOneError(kBase + "data { batch_size: 1000000 }\n", "data.batch_size must be in [1, 65536], got 1000000");
   expectOneError(kBase + "gradient_accumulation_steps: 5000\n",
-                 "gradient_accumulation_steps must be at most 1024, got 5000");
+                 "gradient_accumulation_steps must be in [1, 1024], got 5000");
   expectOneError(kBase + "mode: ASYNC\nparameter_server { servers: 5000 }\n",
-                 "parameter_server.servers must be at most 1024, got 5000");
+                 "parameter_server.servers must be in [1, 1024], got 5000");
   expectOneError(kBase + "mode: SSP\nstaleness_bound: 2000000000\n",
-                 "staleness_bound must be at most 1000000, got 2000000000");
+                 "staleness_bound must be in [0, 1000000], got 2000000000");
   expectOneError("study: \"s\"\nworkload { name: \"mlp\" hidden_sizes: [8, 100000] }\n",
-                 "workload.hidden_sizes[1] must be at most 65536, got 100000");
+                 "workload.hidden_sizes[1] must be in [1, 65536], got 100000");
   expectOneError("study: \"s\"\nworkload { name: \"cnn\" conv_channels: [8, 5000] }\n",
-                 "workload.conv_channels[1] must be at most 1024, got 5000");
+                 "workload.conv_channels[1] must be in [1, 1024], got 5000");
   expectOneError(kBase + "workers: 2\nworker_settings { worker: 1 slowdown: 1e300 }\n",
-                 "worker_settings[0].slowdown must be at most 1000, got 1e+300");
+                 "worker_settings[0].slowdown must be in [1, 1000], got 1e+300");
   expectOneError(kBase + "tcp { socket_buffer_bytes: 2000000000 }\n",
-                 "tcp.socket_buffer_bytes must be at most 1073741824, got 2000000000");
+                 "tcp.socket_buffer_bytes must be in [0, 1073741824], got 2000000000");
   expectOneError(kBase + "clock: SIMULATED\nsimulation { topology { workers_per_node: 1 nics_per_node: 1000000 } }\n",
                  "simulation.topology.nics_per_node must be at most 64, got 1000000");
   // The command line's --workers is bounded alike.

@@ -129,10 +129,13 @@ TEST_F(ConfigTest, NegativeLr) {
 
 TEST_F(ConfigTest, AccumulationAndClippingNameTheirField) {
   expectError(kMinimal + "gradient_accumulation_steps: 0\n",
-              "t.textproto:7:1: gradient_accumulation_steps must be >= 1, got 0");
+              "t.textproto:7:1: gradient_accumulation_steps must be in [1, 1024], got 0");
   std::string text = kMinimal;
   text.replace(text.find("lr: 0.1"), 7, "lr: 0.1 clip_grad_norm: -2");
-  expectError(text, "t.textproto:4:11: optimizer.clip_grad_norm must be finite and >= 0, got -2");
+  expectError(text, "t.textproto:4:11: optimizer.clip_grad_norm must be >= 0, got -2");
+  std::string infinite = kMinimal;
+  infinite.replace(infinite.find("lr: 0.1"), 7, "lr: 0.1 clip_grad_norm: inf");
+  expectError(infinite, "t.textproto:4:11: optimizer.clip_grad_norm must be finite and >= 0, got inf");
   // A parameter-server worker accumulates its own micro-batches (this test's runner options offer SYNC only: that
   // error is all).
   const auto async = errorsOf(kMinimal + "mode: ASYNC\ngradient_accumulation_steps: 4\n");
@@ -215,7 +218,9 @@ TEST_F(ConfigTest, UnknownWorkloadEmptyStudyAndWorkers) {
   EXPECT_EQ(errors[1],
             "t.textproto:2:12: workload.name: unknown workload 'resnet' (known: linear_regression, softmax, mlp, cnn, "
             "glove, pytorch)");
-  EXPECT_EQ(errors[2], "t.textproto:3:1: workers must be >= 1, got 0");
+  EXPECT_EQ(errors[2],
+            "t.textproto:3:1: workers must be in [1, 1024], got 0 (the most `terse launch -n` starts and the simulator "
+            "is studied at)");
 }
 
 // conv_channels and dropout belong to the cnn: two channel counts there, and an error anywhere else (they used to be
@@ -319,7 +324,7 @@ TEST_F(ConfigTest, PyTorchWorkload) {
       {head + "num_classes: 5 } }\n" + rt, "Fashion-MNIST has 10 classes, got 5"},
       {head + "synthetic_examples: 8 } }\n" + rt, "workload.pytorch.synthetic_examples: only data SYNTHETIC reads it"},
       {head + "data: SYNTHETIC synthetic_examples: 0 } }\n" + rt,
-       "workload.pytorch.synthetic_examples must be >= 1, got 0"},
+       "workload.pytorch.synthetic_examples must be in [1, 2^24], got 0"},
       {head + "max_steps_per_epoch: -1 } }\n" + rt, "workload.pytorch.max_steps_per_epoch must be >= 0, got -1"},
       {head + "device: \"tpu\" } }\n" + rt, "workload.pytorch.device must be \"cpu\" or \"cuda\", got 'tpu'"},
       {head + "} }\nclock: SIMULATED\n", "clock: workload pytorch runs in real time"},
@@ -526,11 +531,11 @@ TEST_F(ConfigTest, AsyncModesDefaultsAndErrors) {
                          "worker_settings { worker: 1 }\n"
                          "link { overrides { src: 0 dst: 2 bandwidth: \"1Gbps\" } }\n");
   ASSERT_EQ(errors.size(), 7u) << ::testing::PrintToString(errors);
-  EXPECT_EQ(errors[0], "t.textproto:9:20: parameter_server.servers must be >= 1, got 0");
+  EXPECT_EQ(errors[0], "t.textproto:9:20: parameter_server.servers must be in [1, 1024], got 0");
   EXPECT_NE(errors[1].find("parameter_server.worker_timeout: "), std::string::npos) << errors[1];
   EXPECT_NE(errors[1].find("soon"), std::string::npos) << errors[1];
   EXPECT_EQ(errors[2], "t.textproto:10:19: worker_settings[0].worker must be in [0, workers = 2), got 2");
-  EXPECT_EQ(errors[3], "t.textproto:10:29: worker_settings[0].slowdown must be a finite factor >= 1, got 0.5");
+  EXPECT_EQ(errors[3], "t.textproto:10:29: worker_settings[0].slowdown must be in [1, 1000], got 0.5");
   EXPECT_EQ(errors[4], "t.textproto:11:29: worker_settings[1].fail_after_steps must be >= 0, got -1");
   EXPECT_EQ(errors[5], "t.textproto:12:19: worker_settings[2].worker: worker 1 is listed twice");
   // The shards are ranks too: with servers 0 only 2 ranks remain.
@@ -551,14 +556,15 @@ TEST_F(ConfigTest, AsyncModesDefaultsAndErrors) {
   errors = errorsOf(
       "study: \"s\"\nworkload { name: \"mlp\" }\noptimizer { momentum: 0.9 }\nmode: HOGWILD\ntransport: TCP\n"
       "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.1\" } }\nerror_feedback: true\ntrace: true\n");
+  // In the file's order (lines 3, 5, 5, 6, 7, 8).
   ASSERT_EQ(errors.size(), 6u) << ::testing::PrintToString(errors);
-  EXPECT_NE(errors[0].find("transport: mode HOGWILD shares memory between threads and needs INPROC"),
+  EXPECT_NE(errors[0].find("optimizer.momentum: mode HOGWILD applies plain SGD"), std::string::npos);
+  EXPECT_NE(errors[1].find("transport: mode HOGWILD shares memory between threads and needs INPROC"),
             std::string::npos);
-  EXPECT_NE(errors[1].find("compressor.name: mode HOGWILD sends nothing to compress, got 'topk'"), std::string::npos);
-  EXPECT_NE(errors[2].find("error_feedback: mode HOGWILD"), std::string::npos);
-  EXPECT_NE(errors[3].find("optimizer.momentum: mode HOGWILD applies plain SGD"), std::string::npos);
-  EXPECT_NE(errors[4].find("trace: timelines are recorded in mode SYNC only"), std::string::npos);
-  EXPECT_NE(errors[5].find("transport: TCP is not supported"), std::string::npos);
+  EXPECT_NE(errors[2].find("transport: TCP is not supported"), std::string::npos);
+  EXPECT_NE(errors[3].find("compressor.name: mode HOGWILD sends nothing to compress, got 'topk'"), std::string::npos);
+  EXPECT_NE(errors[4].find("error_feedback: mode HOGWILD"), std::string::npos);
+  EXPECT_NE(errors[5].find("trace: timelines are recorded in mode SYNC only"), std::string::npos);
 }
 
 // Transport NCCL: offered only by builds with CUDA and NCCL, and then only for what runs on a GPU.
@@ -580,11 +586,11 @@ TEST_F(ConfigTest, NcclTransport) {
       "study: \"s\"\nworkload { name: \"linear_regression\" }\nmode: ASYNC\ntransport: NCCL\n"
       "link { bandwidth: \"1Gbps\" }\n");
   ASSERT_EQ(errors.size(), 3u) << ::testing::PrintToString(errors);
-  EXPECT_NE(errors[0].find("mode: transport NCCL runs mode SYNC"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[1].find("workload.name: transport NCCL trains on the GPU, and 'linear_regression' has no CUDA "
+  EXPECT_NE(errors[0].find("workload.name: transport NCCL trains on the GPU, and 'linear_regression' has no CUDA "
                            "version (those with one: softmax, mlp, cnn)"),
             std::string::npos)
-      << errors[1];
+      << errors[0];
+  EXPECT_NE(errors[1].find("mode: transport NCCL runs mode SYNC"), std::string::npos) << errors[1];
   EXPECT_NE(errors[2].find("link: emulated links apply to the host transports"), std::string::npos) << errors[2];
 }
 

@@ -49,7 +49,8 @@ TEST(TcpConfig, BadValuesNameTheFieldAndValue) {
   EXPECT_NE(errors[0].find("tcp.timeout must be > 0, got '0'"), std::string::npos) << errors[0];
   errors = errorsOf(kTcpStudy + "tcp { socket_buffer_bytes: -1 }\n");
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("tcp.socket_buffer_bytes must be >= 0, got -1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("tcp.socket_buffer_bytes must be in [0, 1073741824], got -1"), std::string::npos)
+      << errors[0];
   errors = errorsOf(kTcpStudy + "tcp { bind_address: \"10.0.0.1; rm\" }\n");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("tcp.bind_address '10.0.0.1; rm' is not a host name or address"), std::string::npos)

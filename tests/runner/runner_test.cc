@@ -377,7 +377,7 @@ TEST(RunCommand, OutOfBoundsConfigsAreRefusedBeforeAnythingRuns) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {deep, "deep.textproto:2:"},
       {deep, "messages nest deeper than 32 levels"},
-      {studyText("compressor { name: \"none\" }", 100000), "workers must be at most 1024, got 100000"},
+      {studyText("compressor { name: \"none\" }", 100000), "workers must be in [1, 1024], got 100000"},
       {ok + "link { latency: \"1e10s\" }\n",
        "link.latency: duration '1e10s' is 1e+10 s, longer than the limit of 3600 s"},
   };

@@ -188,7 +188,7 @@ TEST(SimulatedRun, ConfigChecksNameTheField) {
                     "clock: SIMULATED runs modes SYNC, ASYNC and SSP; mode HOGWILD");
   expectConfigError(simulated(base, "simulation { compute_scale: -1 }\n"), "simulation.compute_scale must be in");
   expectConfigError(simulated(base, "simulation { flops_per_second: 0 }\n"),
-                    "simulation.flops_per_second must be finite and > 0, got 0");
+                    "simulation.flops_per_second must be in [1e+06, 1e+18], got 0");
 }
 
 TEST(SimulatedRun, TopologyAndCollectivesConfigChecksNameTheField) {
