@@ -5,6 +5,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -177,10 +178,18 @@ std::string rangeText(const pb::FieldDescriptor* f, const Rule& r) {
   return std::string(r.hi_open ? "below " : "at most ") + bound(f, r.hi, r.hi_text);
 }
 
-void checkValue(Checks& c, const std::string& path, const pb::Message& m, const pb::FieldDescriptor* f, int index,
+// Checks the field `entry` (element `index` of a list, -1 for a single value) of message `m`, whose path in messages is
+// `prefix` + the field's name. The path is spelt out only for a message: a study of 10,000 variants of 1,024 layers
+// checks ten million list entries, and building a path for each took seconds.
+void checkValue(Checks& c, const std::string& prefix, const pb::Message& m, const pb::FieldDescriptor* f, int index,
                 const Field& entry) {
   const Rule& r = entry.rule;
-  auto fail = [&]() -> std::ostringstream& { return c.fail(path); };
+  auto path = [&] {
+    std::string p = prefix + std::string(entry.name);
+    return index < 0 ? p : p + "[" + std::to_string(index) + "]";
+  };
+  auto fail = [&]() -> std::ostringstream& { return c.fail(path()); };
+  index = std::max(index, 0);
   switch (r.kind) {
     case Kind::kFree:
       return;
@@ -224,9 +233,9 @@ void checkValue(Checks& c, const std::string& path, const pb::Message& m, const 
       return;
     }
     case Kind::kDuration:
-      return checkDuration(c, path, stringValue(m, f), r.max_s, r.positive);
+      return checkDuration(c, path(), stringValue(m, f), r.max_s, r.positive);
     case Kind::kBandwidth:
-      return checkBandwidth(c, path, stringValue(m, f));
+      return checkBandwidth(c, path(), stringValue(m, f));
     case Kind::kNonEmpty:
       if (stringValue(m, f).empty()) fail() << r.says << entry.note;
       return;
@@ -236,7 +245,7 @@ void checkValue(Checks& c, const std::string& path, const pb::Message& m, const 
                << entry.note;
       return;
     case Kind::kCustom:
-      return r.check(c, path, stringValue(m, f));
+      return r.check(c, path(), stringValue(m, f));
   }
 }
 
@@ -333,8 +342,8 @@ std::vector<BoundSection> bind(std::span<const Section> sections, std::vector<st
           } else if (entry.rule.kind != Kind::kFree && ruleMismatch(f, entry.rule).empty()) {
             // A default its own rule refuses is a table error, not the user's.
             Checks c;
-            checkValue(c, "default", into, f, 0, entry);
-            for (const auto& m : c.take()) problems.push_back(at + ": " + m);
+            checkValue(c, "", into, f, -1, entry);
+            for (const auto& m : c.take()) problems.push_back(at + ": its own rule refuses the default: " + m);
           }
         }
       }
@@ -435,12 +444,11 @@ void checkOne(Checks& c, const Experiment& e, const BoundSection& s) {
       if (!entry.check_when.holds(e)) continue;
       if (b.field->is_repeated()) {
         const int n = m->GetReflection()->FieldSize(*m, b.field);
-        for (int i = 0; i < n; ++i)
-          checkValue(c, prefix + std::string(entry.name) + "[" + std::to_string(i) + "]", *m, b.field, i, entry);
+        for (int i = 0; i < n; ++i) checkValue(c, prefix, *m, b.field, i, entry);
         continue;
       }
       if (entry.if_set && !m->GetReflection()->HasField(*m, b.field)) continue;
-      checkValue(c, prefix + std::string(entry.name), *m, b.field, 0, entry);
+      checkValue(c, prefix, *m, b.field, -1, entry);
     }
   });
 }

@@ -71,7 +71,7 @@ struct Rule {
   double lo = -kNoBound, hi = kNoBound;
   bool lo_open = false, hi_open = false;
   // Doubles only: NaN and infinities fail too. A range with both ends implies it; an upper bound alone lets NaN
-  // through, as checkAtMost did, to the check that owns the field's lower end (the topology's validate()).
+  // through to the check that owns the field's lower end (simulation.topology's: core/sim/platform.h validate()).
   bool finite = false;
   std::string_view lo_text{}, hi_text{};  // how messages write the bounds ("2^24"); empty: the number
   std::span<const std::string_view> choices{};

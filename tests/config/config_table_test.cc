@@ -96,7 +96,7 @@ TEST(ConfigTable, ABrokenTableIsCaughtNamingTheEntry) {
       "section 'optimizer' field 'lr': default 'fast' is not a double",
       "section 'optimizer' field 'learning_rate': no such field in terse.experiments.Optimizer",
       "section 'optimizer' field 'schedule': default 'SOMETIMES' is not a terse.experiments.Optimizer.Schedule",
-      "section 'optimizer' field 'momentum': default must be in [0, 1), got 2",
+      "section 'optimizer' field 'momentum': its own rule refuses the default: momentum must be in [0, 1), got 2",
       "section 'optimizer' field 'nesterov': the rule needs a (non-repeated) string",
       "section 'optimizer' field 'gamma': an enum rule needs an enum",
       "section 'optimizer' field 'milestones': a list takes no default here",
