@@ -184,12 +184,12 @@ std::string rangeText(const pb::FieldDescriptor* f, const Rule& r) {
 void checkValue(Checks& c, const std::string& prefix, const pb::Message& m, const pb::FieldDescriptor* f, int index,
                 const Field& entry) {
   const Rule& r = entry.rule;
-  auto path = [&] {
+  auto path = [&, list = index >= 0] {
     std::string p = prefix + std::string(entry.name);
-    return index < 0 ? p : p + "[" + std::to_string(index) + "]";
+    return list ? p + "[" + std::to_string(index) + "]" : p;
   };
   auto fail = [&]() -> std::ostringstream& { return c.fail(path()); };
-  index = std::max(index, 0);
+  index = std::max(index, 0);  // the element to read: 0 for a single value
   switch (r.kind) {
     case Kind::kFree:
       return;
