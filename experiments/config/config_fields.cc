@@ -94,7 +94,7 @@ constexpr Field kExperiment[] = {
      .doc = "Names the study; results go to "
             "<output_dir>/<study>/<variant>/."},
     {.name = "variant",
-     .def = value("base"),
+     .def = value(kBaseVariantName),
      .rule = folderName(),
      .doc = "Set by the loader; in a file only to name the base of a study without variants."},
     {.name = "workers",
