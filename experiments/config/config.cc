@@ -475,7 +475,10 @@ void applyDefaults(Experiment& e) {
   if (!e.has_output_dir()) e.set_output_dir("results");
   if (!e.has_clock()) e.set_clock(Experiment::REAL_TIME);
   if (!e.simulation().has_compute_scale()) e.mutable_simulation()->set_compute_scale(1.0);
-  if (!e.simulation().has_compute()) e.mutable_simulation()->set_compute(Simulation::MEASURED);
+  // CALIBRATED needs a simulation to charge; a real-time run keeps the mode it always resolved to (unused there).
+  if (!e.simulation().has_compute())
+    e.mutable_simulation()->set_compute(e.clock() == Experiment::SIMULATED ? Simulation::CALIBRATED
+                                                                           : Simulation::MEASURED);
   if (!e.simulation().has_flops_per_second()) e.mutable_simulation()->set_flops_per_second(1e11);
   if (!e.collectives().has_allreduce()) e.mutable_collectives()->set_allreduce("auto");
   if (!e.collectives().has_allgather()) e.mutable_collectives()->set_allgather("auto");

@@ -510,8 +510,27 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
   }
   const double scale = e.simulation().compute_scale();
   if (!(scale >= 0 && scale < 1e6)) c.fail("simulation.compute_scale") << " must be in [0, 1e6), got " << scale;
-  if (e.simulation().compute() == Simulation::COMPUTE_UNSPECIFIED)
-    c.fail("simulation.compute") << " must be MEASURED or FLOP_MODEL";
+  const Simulation& sim = e.simulation();
+  if (sim.compute() == Simulation::COMPUTE_UNSPECIFIED)
+    c.fail("simulation.compute") << " must be CALIBRATED, MEASURED or FLOP_MODEL";
+  // The calibrated table prices the kernel regions of a simulation; a real-time run (any transport) and a TCP or NCCL
+  // run take the time their kernels take and cannot honour it.
+  if (sim.compute() == Simulation::CALIBRATED && e.clock() != Experiment::SIMULATED)
+    c.fail("simulation.compute") << ": CALIBRATED charges the kernels of a simulated run (clock SIMULATED, transport "
+                                    "INPROC); clock "
+                                 << Experiment::Clock_Name(e.clock()) << " with transport "
+                                 << Experiment::Transport_Name(e.transport()) << " runs in real time";
+  if (sim.has_calibration()) {
+    if (sim.compute() != Simulation::CALIBRATED)
+      c.fail("simulation.calibration") << ": a table is replayed by compute CALIBRATED, got compute "
+                                       << Simulation::Compute_Name(sim.compute());
+    if (sim.calibration().empty())
+      c.fail("simulation.calibration") << " must name a calibration.json (leave it unset to use the cache)";
+    else if (sim.calibration().size() > 4096)
+      c.fail("simulation.calibration") << " is a path of " << sim.calibration().size() << " bytes, above 4096";
+  }
+  if (sim.allow_foreign_calibration() && !sim.has_calibration())
+    c.fail("simulation.allow_foreign_calibration") << ": true only applies to a replayed simulation.calibration";
   const double flops = e.simulation().flops_per_second();
   if (!(flops > 0 && std::isfinite(flops))) {
     c.fail("simulation.flops_per_second") << " must be finite and > 0, got " << flops;
