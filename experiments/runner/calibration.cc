@@ -329,7 +329,7 @@ CalibrationIdentity thisMachine() {
 std::string CalibrationTable::toJson() const {
   Json kernels = Json::object();
   for (const auto& [key, s] : seconds) kernels[key] = s;
-  Json j = {{"format", kFormat},
+  Json j = {{"format", std::string(kFormat)},
             {"cpu", identity.cpu},
             {"flags", identity.flags},
             {"commit", identity.commit},
@@ -399,8 +399,8 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   codec << e.compressor().ShortDebugString() << " ef=" << co.error_feedback << " mc=" << co.momentum_correction
         << " mask=" << co.momentum_masking << " nesterov=" << co.momentum_nesterov;
   p.codec = e.compressor().name() + "#" + shortHash(codec.str());
-  p.rounds = std::max(1, compressor.caps().num_rounds);
-  p.reduce = compressor.caps().aggregation == Aggregation::kCustom;
+  p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
+  p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
   const train::SgdOptions sgd = detail::trainerOptions(e).sgd;
   std::ostringstream opt;
   opt.precision(17);

@@ -20,6 +20,7 @@
 #include "core/common/crash.h"
 #include "core/common/error.h"
 #include "core/common/launch_notify.h"
+#include "core/common/log.h"
 #include "core/common/runtime.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
