@@ -192,6 +192,18 @@ class Measurer {
   Measurer(const CalibrationInputs& in, const CalibrationPlan& plan) : in_(in), plan_(plan) {}
 
   void measure(const std::vector<std::string>& want, std::map<std::string, double>& into) {
+    // The clock's own cost (two reads of the thread CPU clock, a system call each) is in every time below: taken
+    // off, or a ten-element kernel would cost what the clock does.
+    floor_ = timeKernel([] {});
+    measureAll(want, into);
+  }
+
+ private:
+  double timed(const std::function<void()>& fn, const std::function<void()>& prepare = {}) const {
+    return std::max(0.0, timeKernel(fn, prepare) - floor_);
+  }
+
+  void measureAll(const std::vector<std::string>& want, std::map<std::string, double>& into) {
     const auto wanted = [&](const std::string& key) { return std::find(want.begin(), want.end(), key) != want.end(); };
     const experiments::Experiment& e = in_.experiment;
     // Forward and backward: the whole pass at the run's batch size, split by the layers' flops.
@@ -203,7 +215,7 @@ class Measurer {
       const int64_t n = std::min<int64_t>(plan_.batch, model->numTrainExamples());
       std::vector<int64_t> batch(static_cast<std::size_t>(n));
       std::iota(batch.begin(), batch.end(), 0);
-      const double pass = timeKernel([&] { model->forwardBackward(batch, {}); }) * static_cast<double>(plan_.batch) /
+      const double pass = timed([&] { model->forwardBackward(batch, {}); }) * static_cast<double>(plan_.batch) /
                           static_cast<double>(std::max<int64_t>(n, 1));
       double total = 0;
       for (const auto& f : plan_.layers) total += f.forward + f.backward;
@@ -231,11 +243,11 @@ class Measurer {
         const DType dt = sumDtype(d);
         std::vector<std::byte> dst(n * dtypeSize(dt)), src(n * dtypeSize(dt));
         // Zero bytes are zeros in every summed dtype: the sum stays finite however often it runs.
-        into[key] = timeKernel([&] { comm::sumInto(dst.data(), src.data(), n, dt); });
+        into[key] = timed([&] { comm::sumInto(dst.data(), src.data(), n, dt); });
       }
       if (wanted(sizeKey("accumulate", "", n))) {
         // A multiply-add pass like SyncTrainer::accumulate's.
-        into[sizeKey("accumulate", "", n)] = timeKernel([&] {
+        into[sizeKey("accumulate", "", n)] = timed([&] {
           for (uint64_t i = 0; i < n; ++i) a[i] = a[i] * 0.5f + 0.25f * g[i];
         });
       }
@@ -246,12 +258,11 @@ class Measurer {
         p[0].value = gaussian(n, 2 * n + 3);
         p[0].grad = g;
         train::SgdOptimizer opt(p, sgd);
-        into[sizeKey("optimizer", plan_.optimizer, n)] = timeKernel([&] { opt.update(0, p[0], 1e-3); });
+        into[sizeKey("optimizer", plan_.optimizer, n)] = timed([&] { opt.update(0, p[0], 1e-3); });
       }
     }
   }
 
- private:
   void measureCodec(const std::shared_ptr<Compressor>& instance, const CodecOptions& options, uint64_t n,
                     std::map<std::string, double>& into) {
     const experiments::Experiment& e = in_.experiment;
@@ -279,26 +290,27 @@ class Measurer {
           codec->encode(step, r, grad.data(), prev, payload[static_cast<std::size_t>(r)]);
     };
     for (int r = 0; r < rounds; ++r) {
-      into[sizeKey("compress", roundSubject(plan_, r), n)] = timeKernel([&] { encodeRound(r); },
-                                                                        [&] {
-                                                                          for (int q = 0; q < r; ++q) encodeRound(q);
-                                                                        });
+      into[sizeKey("compress", roundSubject(plan_, r), n)] = timed([&] { encodeRound(r); },
+                                                                   [&] {
+                                                                     for (int q = 0; q < r; ++q) encodeRound(q);
+                                                                   });
     }
     const auto last = static_cast<std::size_t>(rounds - 1);
     const std::span<const std::byte> final_payload = std::span<const std::byte>(payload[last]).first(bytes[last]);
     std::vector<float> out(n);
     const bool sum = codec->caps().aggregation == Aggregation::kSum;
     into[sizeKey("decompress", plan_.codec, n)] =
-        timeKernel([&] { codec->decode(step, final_payload, sum ? -1 : 0, out.data(), !sum); });
+        timed([&] { codec->decode(step, final_payload, sum ? -1 : 0, out.data(), !sum); });
     if (plan_.reduce) {
       std::vector<std::byte> reduced(codec->sizes(rounds - 1).max_reduced_bytes);
       into[sizeKey("reduce", plan_.codec, n)] =
-          timeKernel([&] { codec->reduce(step, rounds - 1, final_payload, final_payload, reduced); });
+          timed([&] { codec->reduce(step, rounds - 1, final_payload, final_payload, reduced); });
     }
   }
 
   const CalibrationInputs& in_;
   const CalibrationPlan& plan_;
+  double floor_ = 0;
 };
 
 }  // namespace
