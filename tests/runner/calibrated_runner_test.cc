@@ -59,7 +59,7 @@ struct Ran {
   Json provenance;
 };
 
-Ran run(PluginLoader& loader, const std::string& text, const fs::path& root) {
+Ran runCalibrated(PluginLoader& loader, const std::string& text, const fs::path& root) {
   const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
   Runner runner(quietOptions(loader, root));
   const RunSummary s = runner.run(study.experiments.at(0));
@@ -77,7 +77,7 @@ std::string simulationNote(const Json& provenance, const std::string& key) {
 
 std::string failure(PluginLoader& loader, const std::string& text, const fs::path& root) {
   try {
-    run(loader, text, root);
+    runCalibrated(loader, text, root);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -90,8 +90,8 @@ TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
   // A fresh cache: the first run measures every kernel, the second none, a replay none either.
   const fs::path cache = freshDir("cal_cache_reuse");
   setenv("XDG_CACHE_HOME", cache.c_str(), 1);
-  const Ran first = run(loader, calibratedStudy(), freshDir("cal_same_1"));
-  const Ran second = run(loader, calibratedStudy(), freshDir("cal_same_2"));
+  const Ran first = runCalibrated(loader, calibratedStudy(), freshDir("cal_same_1"));
+  const Ran second = runCalibrated(loader, calibratedStudy(), freshDir("cal_same_2"));
   ASSERT_FALSE(first.metrics.empty());
   EXPECT_EQ(second.metrics, first.metrics) << "the same table must give the same records, time fields included";
   const std::string measured1 = simulationNote(first.provenance, "calibration_measured");
@@ -109,7 +109,7 @@ TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
 
   // Replayed from the first run's folder, with an empty cache: nothing is measured and the records are the same.
   setenv("XDG_CACHE_HOME", freshDir("cal_cache_replay").c_str(), 1);
-  const Ran replay = run(
+  const Ran replay = runCalibrated(
       loader, calibratedStudy("simulation { calibration: \"" + (first.dir / "calibration.json").string() + "\" }\n"),
       freshDir("cal_same_3"));
   EXPECT_EQ(replay.metrics, first.metrics);
@@ -120,7 +120,7 @@ TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
 
 TEST(CalibratedRun, AForeignTableIsRefusedNamingBothUnlessAllowed) {
   auto loader = testLoader();
-  const Ran first = run(loader, calibratedStudy(), freshDir("cal_foreign_src"));
+  const Ran first = runCalibrated(loader, calibratedStudy(), freshDir("cal_foreign_src"));
   CalibrationTable t = CalibrationTable::load(first.dir / "calibration.json");
   t.identity.cpu = "Imaginary CPU 9000 (family 1 model 2, 3 logical CPUs, avx2)";
   const fs::path foreign = freshDir("cal_foreign_file") / "calibration.json";
@@ -133,7 +133,7 @@ TEST(CalibratedRun, AForeignTableIsRefusedNamingBothUnlessAllowed) {
   EXPECT_NE(m.find("allow_foreign_calibration"), std::string::npos) << m;
 
   const Ran allowed =
-      run(loader, calibratedStudy(use + "allow_foreign_calibration: true }\n"), freshDir("cal_foreign_ok"));
+      runCalibrated(loader, calibratedStudy(use + "allow_foreign_calibration: true }\n"), freshDir("cal_foreign_ok"));
   EXPECT_NE(simulationNote(allowed.provenance, "calibration_foreign").find("Imaginary CPU 9000"), std::string::npos);
   // The foreign table's times are the ones charged: the records equal the run it came from.
   EXPECT_EQ(allowed.metrics, first.metrics);
@@ -141,7 +141,7 @@ TEST(CalibratedRun, AForeignTableIsRefusedNamingBothUnlessAllowed) {
 
 TEST(CalibratedRun, ATableWithoutTheRunsKernelsIsRefused) {
   auto loader = testLoader();
-  const Ran first = run(loader, calibratedStudy(), freshDir("cal_missing_src"));
+  const Ran first = runCalibrated(loader, calibratedStudy(), freshDir("cal_missing_src"));
   // Another batch size charges other forward and backward keys.
   std::string text =
       calibratedStudy("simulation { calibration: \"" + (first.dir / "calibration.json").string() + "\" }\n");
@@ -173,7 +173,7 @@ TEST(CalibratedRun, ABrokenTableFileIsRefusedNamingTheFileAndField) {
   EXPECT_EQ(CalibrationTable::parse(ok.toJson(), "again").seconds, ok.seconds);
 }
 
-void expectConfigError(const std::string& text, const std::string& needle) {
+void expectCalibrationConfigError(const std::string& text, const std::string& needle) {
   auto loader = testLoader();
   try {
     experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
@@ -186,14 +186,16 @@ void expectConfigError(const std::string& text, const std::string& needle) {
 TEST(CalibratedRun, ConfigChecksNameTheField) {
   std::string real = calibratedStudy();
   real.erase(real.find("clock: SIMULATED"));
-  expectConfigError(real + "simulation { compute: CALIBRATED }\n",
-                    "simulation.compute: CALIBRATED charges the kernels of a simulated run");
-  expectConfigError(real + "transport: TCP\nsimulation { compute: CALIBRATED }\n", "with transport TCP");
-  expectConfigError(calibratedStudy("simulation { compute: FLOP_MODEL calibration: \"c.json\" }\n"),
-                    "simulation.calibration: a table is replayed by compute CALIBRATED, got compute FLOP_MODEL");
-  expectConfigError(calibratedStudy("simulation { calibration: \"\" }\n"), "simulation.calibration must name");
-  expectConfigError(calibratedStudy("simulation { allow_foreign_calibration: true }\n"),
-                    "simulation.allow_foreign_calibration: true only applies");
+  expectCalibrationConfigError(real + "simulation { compute: CALIBRATED }\n",
+                               "simulation.compute: CALIBRATED charges the kernels of a simulated run");
+  expectCalibrationConfigError(real + "transport: TCP\nsimulation { compute: CALIBRATED }\n", "with transport TCP");
+  expectCalibrationConfigError(
+      calibratedStudy("simulation { compute: FLOP_MODEL calibration: \"c.json\" }\n"),
+      "simulation.calibration: a table is replayed by compute CALIBRATED, got compute FLOP_MODEL");
+  expectCalibrationConfigError(calibratedStudy("simulation { calibration: \"\" }\n"),
+                               "simulation.calibration must name");
+  expectCalibrationConfigError(calibratedStudy("simulation { allow_foreign_calibration: true }\n"),
+                               "simulation.allow_foreign_calibration: true only applies");
   // The default: CALIBRATED when simulated, MEASURED (unused) in real time.
   auto loader = testLoader();
   const auto sim = experiments::loadStudyText(calibratedStudy(), "u", runnerConfigOptions(&loader));
