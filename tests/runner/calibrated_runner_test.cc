@@ -216,7 +216,15 @@ TEST(CalibratedRun, CodecsArePricedByTheirCostTopKAboveFp16PerElement) {
   const auto costOf = [&](const std::string& compressor) {
     const auto study = experiments::loadStudyText(calibratedStudy("", compressor), "u", runnerConfigOptions(&loader));
     const CalibrationOutcome out = calibrate({study.experiments.at(0), data, loader, std::nullopt});
-    EXPECT_EQ(out.measured.size(), out.table.seconds.size()) << "a fresh cache measures every kernel";
+    // The calibrator reports what it timed: the first compressor's run every kernel (a fresh cache), the second's
+    // only its own codec's, the rest coming from the cache.
+    EXPECT_FALSE(out.measured.empty());
+    for (const std::string& k : out.measured) {
+      if (compressor == "topk") break;
+      EXPECT_TRUE(k.starts_with("compress " + compressor + "#") || k.starts_with("decompress " + compressor + "#"))
+          << k;
+    }
+    if (compressor == "topk") EXPECT_EQ(out.measured.size(), out.table.seconds.size());
     // The MLP's largest tensor: 784 x 32 weights.
     const double n = 784 * 32;
     return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
