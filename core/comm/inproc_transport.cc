@@ -182,8 +182,12 @@ void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
   const auto len = static_cast<std::size_t>(f.header.length);
   if (f.reduce) {
     const std::size_t n = len / dtypeSize(f.reduce_dtype);
+    // The FLOP model: one add per element.
+    const rt::Kernel kernel({.kind = rt::CostKind::kSum,
+                             .size = static_cast<double>(n),
+                             .flops = static_cast<double>(n),
+                             .dtype = static_cast<int>(f.reduce_dtype)});
     sumInto(f.dst, f.data, n, f.reduce_dtype);
-    rt::work(static_cast<double>(n));  // the FLOP model: one add per element
   } else {
     // A real NIC's DMA lands the bytes: the copy is not the rank's computation (the network times the transfer). The
     // sum above is: a real rank adds what it received.

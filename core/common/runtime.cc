@@ -67,6 +67,30 @@ std::atomic<Backend*> g_backend{&g_real};
 
 }  // namespace
 
+std::string_view costKindName(CostKind kind) noexcept {
+  switch (kind) {
+    case CostKind::kNone:
+      return "none";
+    case CostKind::kForward:
+      return "forward";
+    case CostKind::kBackward:
+      return "backward";
+    case CostKind::kCompress:
+      return "compress";
+    case CostKind::kDecompress:
+      return "decompress";
+    case CostKind::kReduce:
+      return "reduce";
+    case CostKind::kSum:
+      return "sum";
+    case CostKind::kOptimizer:
+      return "optimizer";
+    case CostKind::kAccumulate:
+      return "accumulate";
+  }
+  return "?";
+}
+
 Backend& backend() noexcept {
   return *g_backend.load(std::memory_order_acquire);
 }

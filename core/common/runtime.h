@@ -5,10 +5,15 @@
 //     this file existed, at the same cost (one virtual call per lock).
 //   - Simulated time (core/sim/runtime.h, installed for the length of one simulation): every thread is a SimGrid actor,
 //     the actors of a process run one at a time, blocking is blocking in simulated time, and now() is the simulated
-//     clock. The CPU time an actor spends between two calls into this runtime is its computation: the simulated
-//     backend turns it into simulated time (times a configured scale) before the next call takes effect, as SimGrid's
-//     SMPI does for MPI programs. So code that times itself with now() around a computation gets that computation's
-//     simulated duration, and a notify or a send happens at the simulated instant the computation before it ended.
+//     clock. An actor's computation is its kernels: the regions a call site opens with rt::Kernel around a piece of
+//     model or codec work, each with a Cost that says what the work is (forward of layer L over so many examples, a
+//     codec's compress of so many elements, a sum, an optimizer update, with its FLOP count). The simulated backend
+//     turns each into simulated time before the next call takes effect, by the configured compute model: the
+//     calibrated table's time for the cost's key, its flops at a device speed, or the thread CPU time spent inside the
+//     region (SimGrid's SMPI benchmarks the code between MPI calls the same way). CPU time outside every region --
+//     the runtime's and the simulator's own bookkeeping, frame matching, queues, the trainer's glue -- is never
+//     charged. So code that times itself with now() around a kernel gets its simulated duration, and a notify or a
+//     send happens at the simulated instant the kernel before it ended.
 //
 // Code that may run in a simulation must block only through this file: a std::condition_variable or a spin on an
 // atomic would stop the one thread all actors share. A std::mutex stays fine where it is never held across a call
@@ -23,11 +28,37 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 namespace terse::rt {
 
 // Every time point in core is a steady_clock time point; in a simulation it is an origin plus simulated seconds.
 using Clock = std::chrono::steady_clock;
+
+// What a kernel is, for the compute models of a simulation: the calibrated table's key is (kind, layer or round,
+// size), the FLOP model reads flops. A region of kind kNone is measured (MEASURED) but costs nothing modeled: the
+// whole of a workload's forwardBackward, inside which the per-layer costs are charged one by one (rt::charge).
+enum class CostKind : uint8_t {
+  kNone,
+  kForward,     // layer `layer`, `size` examples
+  kBackward,    // layer `layer`, `size` examples (weight and input gradients)
+  kCompress,    // a codec's encode of round `layer`, `size` elements (error feedback and momentum correction included)
+  kDecompress,  // a codec's decode, `size` elements, `count` payloads (a gather decodes every rank's)
+  kReduce,      // a codec's custom reduce of two payloads, `size` elements, `count` folds
+  kSum,         // a collective's elementwise sum of a received frame into a buffer, `size` elements
+  kOptimizer,   // an optimizer's update (or a parameter server shard's), `size` elements
+  kAccumulate,  // gradient accumulation or clipping passes over the gradient, `size` elements x `count` passes
+};
+std::string_view costKindName(CostKind kind) noexcept;  // "forward", "compress", ...
+
+struct Cost {
+  CostKind kind = CostKind::kNone;
+  int layer = -1;    // kForward/kBackward: the layer; kCompress: the round
+  double size = 0;   // examples (kForward, kBackward) or elements
+  double count = 1;  // repetitions of the kernel on `size` (payloads decoded, folds, passes)
+  double flops = 0;  // the FLOP model's count for the whole region
+  int dtype = 0;     // kSum: the summed dtype (terse::DType's value; 0: f32)
+};
 
 class MutexImpl {
  public:
@@ -70,10 +101,18 @@ class Backend {
   // The calling thread's computation takes `factor` times as long from now on (a straggler's slower device); real time
   // ignores it (the trainer sleeps instead).
   virtual void setSlowdown(double /*factor*/) {}
-  // Computation of `flops` floating-point operations, as a FLOP-count model sees it. A simulation whose computation is
-  // measured ignores it (the measurement sees the work itself), as does real time; a simulation with the FLOP model
-  // takes its time from these calls alone.
-  virtual void work(double /*flops*/) {}
+  // A kernel region (Kernel below) opens and closes on the calling thread; regions nest (an inner one's cost is charged
+  // as well, its CPU time once). Real time ignores them (the work takes the time it takes).
+  virtual void beginKernel() {}
+  virtual void endKernel(const Cost& /*cost*/) {}
+  // A modeled charge without a region of its own: a layer's forward or backward inside forwardBackward's region,
+  // whose CPU time that region measures. A measured simulation ignores it.
+  virtual void charge(const Cost& /*cost*/) {}
+  // Suspends (and resumes) the calling thread's open regions: the trainer's glue that runs inside a workload's
+  // forwardBackward (its layer gates and callbacks) is not the model's work.
+  // suspendKernels returns what resumeKernels(depth) needs to reopen them.
+  virtual int suspendKernels() { return 0; }
+  virtual void resumeKernels(int /*depth*/) {}
 };
 
 // The backend installed now: the real-time one unless a simulation installed its own.
@@ -101,9 +140,37 @@ inline double seconds(Clock::time_point a, Clock::time_point b) {
 inline void uncounted(const std::function<void()>& fn) {
   backend().uncounted(fn);
 }
-inline void work(double flops) {
-  backend().work(flops);
+inline void charge(const Cost& cost) {
+  backend().charge(cost);
 }
+
+// A kernel region: every piece of model or codec work runs inside one, so that a simulation charges it (and nothing
+// else) as computation. The cost is charged when the region closes; it may be filled in meanwhile (a payload's size is
+// known after the encode). Scoped rather than a call after the work: under MEASURED the region's bounds are what is
+// charged, and a scope cannot forget its end on an early return or an exception.
+class Kernel {
+ public:
+  explicit Kernel(const Cost& cost) : cost_(cost) { backend().beginKernel(); }
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+  ~Kernel() { backend().endKernel(cost_); }
+  Cost& cost() noexcept { return cost_; }
+
+ private:
+  Cost cost_;
+};
+
+// Glue inside a kernel region (a callback out of a workload's forwardBackward): not charged while it lasts.
+class OutsideKernel {
+ public:
+  OutsideKernel() : depth_(backend().suspendKernels()) {}
+  OutsideKernel(const OutsideKernel&) = delete;
+  OutsideKernel& operator=(const OutsideKernel&) = delete;
+  ~OutsideKernel() { backend().resumeKernels(depth_); }
+
+ private:
+  int depth_;
+};
 
 // Lockable: use with std::lock_guard, std::unique_lock and std::scoped_lock.
 class Mutex {

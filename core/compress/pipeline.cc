@@ -24,7 +24,7 @@ std::string where(const TensorCodec& codec) {
 using Clock = rt::Clock;
 using rt::seconds;
 
-// The FLOP model of a simulation (rt::work): a codec pass reads and writes each element a few times, whatever the
+// The FLOP model of a simulation (rt::Kernel): a codec pass reads and writes each element a few times, whatever the
 // compressor. In that model compressors differ by their bytes only; measured computation sees their real cost.
 constexpr double kCodecFlopsPerElement = 4;
 
@@ -153,9 +153,14 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
                                                  std::span<const std::byte> prev) {
   TensorBuffer& buf = payload_[caps_.aggregation == Aggregation::kSum ? static_cast<std::size_t>(round % 2) : 0];
   const auto encode_start = rt::now();
-  const uint64_t bytes = codec_->encode(step, round, grad, prev, usable(buf));
+  const auto numel = static_cast<double>(codec_->info().numel);
+  uint64_t bytes = 0;
+  {
+    const rt::Kernel kernel(
+        {.kind = rt::CostKind::kCompress, .layer = round, .size = numel, .flops = kCodecFlopsPerElement * numel});
+    bytes = codec_->encode(step, round, grad, prev, usable(buf));
+  }
   checkGuard(buf, "compress");
-  rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel));
   stats_.encode_s += seconds(encode_start, rt::now());
   stats_.payload_bytes += bytes;
   if (caps_.aggregation == Aggregation::kSum) stats_.unsent_header_bytes += std::min(bytes, sumHeaderBytes(round));
@@ -173,23 +178,30 @@ std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
   const uint64_t bound = bounds_[static_cast<std::size_t>(round)].max_reduced;
   const auto reduce_start = rt::now();
   std::span<const std::byte> aggregate = blocks[0];
+  const auto numel = static_cast<double>(codec_->info().numel);
   for (std::size_t i = 1; i < blocks.size(); ++i) {
     TensorBuffer& dst = reduced_[i % 2];
-    const uint64_t n = codec_->reduce(step, round, aggregate, blocks[i], usable(dst));
+    uint64_t n = 0;
+    {
+      const rt::Kernel kernel({.kind = rt::CostKind::kReduce, .size = numel, .flops = kCodecFlopsPerElement * numel});
+      n = codec_->reduce(step, round, aggregate, blocks[i], usable(dst));
+    }
     checkGuard(dst, "reduce");
     TERSE_CHECK(n <= bound, PluginError,
                 where(*codec_) << "reduce wrote " << n << " bytes, above max_reduced_bytes " << bound);
     aggregate = usable(dst).first(static_cast<std::size_t>(n));
   }
-  rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel) * static_cast<double>(blocks.size() - 1));
   stats_.decode_s += seconds(reduce_start, rt::now());
   return aggregate;
 }
 
 void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out) {
   const auto decode_start = rt::now();
-  codec_->decode(step, aggregate, -1, out, false);
-  rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel));
+  const auto numel = static_cast<double>(codec_->info().numel);
+  {
+    const rt::Kernel kernel({.kind = rt::CostKind::kDecompress, .size = numel, .flops = kCodecFlopsPerElement * numel});
+    codec_->decode(step, aggregate, -1, out, false);
+  }
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
@@ -200,9 +212,15 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
   TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InternalError,
               where(*codec_) << payloads.size() << " gathered payloads for a world of " << world_);
   const auto decode_start = rt::now();
-  zeroOut(out);
-  for (int i = 0; i < world_; ++i) codec_->decode(step, payloads[static_cast<std::size_t>(i)], i, out, true);
-  rt::work(kCodecFlopsPerElement * static_cast<double>(codec_->info().numel) * world_);
+  const auto numel = static_cast<double>(codec_->info().numel);
+  {
+    const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
+                             .size = numel,
+                             .count = static_cast<double>(world_),
+                             .flops = kCodecFlopsPerElement * numel * world_});
+    zeroOut(out);
+    for (int i = 0; i < world_; ++i) codec_->decode(step, payloads[static_cast<std::size_t>(i)], i, out, true);
+  }
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
@@ -222,6 +240,8 @@ void CompressionPipeline::zeroOut(void* out) const {
 void CompressionPipeline::average(void* out) const {
   if (world_ == 1) return;
   const auto n = static_cast<std::size_t>(codec_->info().numel);
+  // A pass over the tensor, which the FLOP model counts in the decode's four flops per element.
+  const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(n)});
   if (placement_.device) {
     device_kernels::divide(out, n, codec_->info().dtype, world_, placement_.stream);
     return;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 
 namespace terse {
 namespace {
@@ -72,7 +73,11 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
     result.sparse = false;
     result.payload_bytes = dense;
     result.wire += comm_.allreduce(grad, rows_ * len, DType::kF32, comm::ReduceOp::kSum, tensor_);
-    for (uint64_t i = 0; i < rows_ * len; ++i) grad[i] *= scale;
+    {
+      // A simulation's kernels (core/common/runtime.h); the FLOP model has never charged this path's passes.
+      const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(rows_ * len)});
+      for (uint64_t i = 0; i < rows_ * len; ++i) grad[i] *= scale;
+    }
     union_rows.resize(rows_);
     for (uint64_t r = 0; r < rows_; ++r) union_rows[r] = static_cast<int64_t>(r);
     return result;
@@ -81,6 +86,8 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
   recv_.resize(total);
   result.wire += comm_.allgatherv(send_, recv_, sizes_, tensor_);
 
+  // The sum of every rank's rows into the gradient: its size is known once the payloads are read.
+  rt::Kernel sum({.kind = rt::CostKind::kSum});
   for (uint32_t r : mine_) std::fill(grad + r * len, grad + (r + 1) * len, 0.0f);
   uint64_t offset = 0;
   for (int src = 0; src < n; ++src) {
@@ -98,6 +105,7 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
                                      << ")");
     const std::byte* ids = q + kRowSparseHeaderBytes;
     const std::byte* vals = ids + count * 4;
+    sum.cost().size += static_cast<double>(count * len);
     uint32_t prev = 0;
     for (uint64_t m = 0; m < count; ++m) {
       const uint32_t r = getU32(ids + m * 4);
@@ -119,6 +127,7 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
     }
   }
   std::sort(union_rows.begin(), union_rows.end());
+  rt::Kernel average({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(union_rows.size() * len)});
   for (int64_t r : union_rows) {
     touched_[static_cast<std::size_t>(r)] = 0;
     for (std::size_t c = 0; c < len; ++c) grad[static_cast<std::size_t>(r) * len + c] *= scale;

@@ -1,4 +1,4 @@
-// SimRuntime: actors, SimGrid locks and the measured-computation clock (runtime.h).
+// SimRuntime: actors, SimGrid locks and the kernels' computation clock (runtime.h).
 #include "core/sim/runtime.h"
 
 #include <time.h>
@@ -163,14 +163,23 @@ void ComputeOptions::validate() const {
               "simulation: compute_scale must be in [0, 1e6), got " << compute_scale);
   TERSE_CHECK(flops_per_second > 0 && std::isfinite(flops_per_second), InvalidArgument,
               "simulation: flops_per_second must be finite and > 0, got " << flops_per_second);
+  TERSE_CHECK(model != ComputeModel::kCalibrated || table != nullptr, InvalidArgument,
+              "simulation: compute CALIBRATED needs a calibration table (none was given to the simulation)");
 }
 
 std::string ComputeOptions::describe() const {
   std::ostringstream out;
-  if (model == ComputeModel::kMeasured) {
-    out << "measured thread CPU time x " << compute_scale;
-  } else {
-    out << "FLOP model at " << flops_per_second << " flop/s";
+  switch (model) {
+    case ComputeModel::kCalibrated:
+      out << "calibrated kernel times (" << (table ? table->describe() : std::string("no table")) << ") x "
+          << compute_scale;
+      break;
+    case ComputeModel::kMeasured:
+      out << "measured thread CPU time in kernels x " << compute_scale;
+      break;
+    case ComputeModel::kFlops:
+      out << "FLOP model at " << flops_per_second << " flop/s";
+      break;
   }
   return out.str();
 }
@@ -197,9 +206,23 @@ SimRuntime::ActorClock& SimRuntime::self() {
 }
 
 void SimRuntime::account(ActorClock& a) {
-  const double cpu = cpuMark();
-  if (compute_.model == ComputeModel::kMeasured) a.pending += (cpu - a.mark) * compute_.compute_scale * a.slowdown;
+  // Outside every region nothing is charged and the clock is not read: the mark is set again when a region opens.
+  if (a.kernels == 0 || compute_.model != ComputeModel::kMeasured) return;
+  const double cpu = threadCpuSeconds();
+  a.pending += (cpu - a.mark) * compute_.compute_scale * a.slowdown;
   a.mark = cpu;
+}
+
+double SimRuntime::modeled(const ActorClock& a, const rt::Cost& cost) const {
+  switch (compute_.model) {
+    case ComputeModel::kCalibrated:
+      return compute_.table->seconds(cost) * compute_.compute_scale * a.slowdown;
+    case ComputeModel::kFlops:
+      return cost.flops > 0 ? cost.flops / compute_.flops_per_second * a.slowdown : 0.0;
+    case ComputeModel::kMeasured:
+      break;
+  }
+  return 0.0;
 }
 
 void SimRuntime::settle() {
@@ -211,13 +234,53 @@ void SimRuntime::settle() {
     a.pending = 0;
     injected_s_ += d;
     sg4::this_actor::sleep_for(d);
-    a.mark = cpuMark();  // the others ran meanwhile, on this thread
+    if (a.kernels > 0) a.mark = cpuMark();  // the others ran meanwhile, on this thread
   }
 }
 
 void SimRuntime::resume() {
   if (sg4::Actor::is_maestro()) return;
-  self().mark = cpuMark();
+  ActorClock& a = self();
+  if (a.kernels > 0) a.mark = cpuMark();
+}
+
+void SimRuntime::beginKernel() {
+  if (sg4::Actor::is_maestro()) return;
+  ActorClock& a = self();
+  account(a);  // an enclosing region's CPU time so far is its own
+  ++a.kernels;
+  a.mark = cpuMark();
+}
+
+void SimRuntime::endKernel(const rt::Cost& cost) {
+  if (sg4::Actor::is_maestro()) return;
+  ActorClock& a = self();
+  account(a);
+  if (a.kernels > 0) --a.kernels;
+  a.pending += modeled(a, cost);
+}
+
+void SimRuntime::charge(const rt::Cost& cost) {
+  if (sg4::Actor::is_maestro()) return;
+  ActorClock& a = self();
+  a.pending += modeled(a, cost);
+}
+
+int SimRuntime::suspendKernels() {
+  if (sg4::Actor::is_maestro()) return 0;
+  ActorClock& a = self();
+  account(a);
+  const int depth = a.kernels;
+  a.kernels = 0;
+  return depth;
+}
+
+void SimRuntime::resumeKernels(int depth) {
+  if (sg4::Actor::is_maestro()) return;
+  ActorClock& a = self();
+  account(a);
+  a.kernels = depth;
+  a.mark = cpuMark();
 }
 
 rt::Clock::time_point SimRuntime::toTimePoint(double sim_seconds) const {
@@ -305,7 +368,7 @@ void SimRuntime::uncounted(const std::function<void()>& fn) {
   ActorClock& a = self();
   account(a);
   fn();
-  a.mark = cpuMark();
+  if (a.kernels > 0) a.mark = cpuMark();
 }
 
 void SimRuntime::setSlowdown(double factor) {
@@ -315,12 +378,6 @@ void SimRuntime::setSlowdown(double factor) {
   ActorClock& a = self();
   account(a);
   a.slowdown = factor;
-}
-
-void SimRuntime::work(double flops) {
-  if (compute_.model != ComputeModel::kFlops || sg4::Actor::is_maestro() || !(flops > 0)) return;
-  ActorClock& a = self();
-  a.pending += flops / compute_.flops_per_second * a.slowdown;
 }
 
 }  // namespace terse::sim

@@ -31,26 +31,29 @@ void addTimes(StepTimes& into, const StepTimes& t) {
   into.step_s += t.step_s;
 }
 
-// The FLOP model of a simulation (rt::work): forward and backward of every layer for each example of the batch, as
-// the sync trainer charges them.
+// The modeled cost of a simulation (rt::charge): forward and backward of every layer for each example of the batch,
+// as the sync trainer charges them.
 void chargeForwardBackward(const Workload& workload, std::size_t examples) {
-  double flops = 0;
+  const auto n = static_cast<double>(examples);
   for (int l = 0; l < workload.numLayers(); ++l) {
     const LayerFlops f = workload.layerFlops(l);
-    flops += f.forward + f.backward;
+    rt::charge({.kind = rt::CostKind::kForward, .layer = l, .size = n, .flops = f.forward * n});
+    rt::charge({.kind = rt::CostKind::kBackward, .layer = l, .size = n, .flops = f.backward * n});
   }
-  rt::work(flops * static_cast<double>(examples));
 }
 
 // torch.nn.utils.clip_grad_norm_ on a worker's flat gradient (AsyncTrainerOptions::clip_grad_norm).
 void clipToNorm(std::span<float> grad, double max_norm) {
   if (max_norm <= 0) return;
+  const auto n = static_cast<double>(grad.size());
+  // FLOP model: square-add, then a multiply when it scales.
+  rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = 2 * n});
   double sq = 0;
   for (float g : grad) sq += static_cast<double>(g) * static_cast<double>(g);
-  rt::work(2 * static_cast<double>(grad.size()));          // FLOP model: square-add
   const double scale = max_norm / (std::sqrt(sq) + 1e-6);  // the 1e-6 keeps a zero gradient finite
   if (scale >= 1) return;
-  rt::work(static_cast<double>(grad.size()));
+  kernel.cost().count = 2;
+  kernel.cost().flops = 3 * n;
   const auto f = static_cast<float>(scale);
   for (float& g : grad) g *= f;
 }
@@ -67,7 +70,11 @@ double computeGradient(Workload& workload, std::span<const std::vector<int64_t>>
   for (std::size_t m = 0; m < micro.size(); ++m) {
     const double weight =
         micro.size() == 1 ? 1.0 : static_cast<double>(micro[m].size()) / static_cast<double>(examples);
-    loss += weight * workload.forwardBackward(micro[m], {});
+    {
+      // The whole pass is one region (a workload cannot run one layer alone); its per-layer costs are charged below.
+      const rt::Kernel pass(rt::Cost{});
+      loss += weight * workload.forwardBackward(micro[m], {});
+    }
     const auto params = workload.params();
     for (std::size_t t = 0; t < rows.size(); ++t)
       rows[t].insert(rows[t].end(), params[t].grad_rows.begin(), params[t].grad_rows.end());
@@ -77,12 +84,14 @@ double computeGradient(Workload& workload, std::span<const std::vector<int64_t>>
     }
     const auto w = static_cast<float>(weight);
     std::size_t at = 0;
+    const auto n = static_cast<double>(flat.size());
+    // FLOP model: the accumulation's multiply-add.
+    const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = 2 * n});
     for (const auto& p : params) {
       float* a = flat.data() + at;
       for (std::size_t i = 0; i < p.numel(); ++i) a[i] = m == 0 ? w * p.grad[i] : a[i] + w * p.grad[i];
       at += p.numel();
     }
-    rt::work(2 * static_cast<double>(flat.size()));  // FLOP model: the accumulation's multiply-add
   }
   chargeForwardBackward(workload, examples);
   return loss;

@@ -209,8 +209,14 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad, std::sp
         req.resize(kPsRequestHeaderBytes + codecs_[id]->sizes(0).max_output_bytes);
         // Error feedback (if configured) adds this worker's residual inside encode and keeps the new one here.
         const auto t0 = rt::now();
-        n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
-        rt::work(ps_detail::kCodecFlopsPerElement * static_cast<double>(p.numel));  // the FLOP model's encode
+        {
+          const auto numel = static_cast<double>(p.numel);
+          const rt::Kernel kernel({.kind = rt::CostKind::kCompress,
+                                   .layer = 0,
+                                   .size = numel,
+                                   .flops = ps_detail::kCodecFlopsPerElement * numel});
+          n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
+        }
         encode_s_ += std::chrono::duration<double>(rt::now() - t0).count();
       } else {
         n = p.numel * sizeof(float);

@@ -44,7 +44,7 @@ inline TensorInfo pieceInfo(const PsPiece& p, int worker, int num_workers) {
   return t;
 }
 
-// The FLOP model of a simulation (rt::work), as the sync path charges it (core/compress/pipeline.cc,
+// The FLOP model of a simulation (rt::Kernel), as the sync path charges it (core/compress/pipeline.cc,
 // core/train/sync_trainer.cc): a codec pass and an optimizer update read and write each element a few times.
 inline constexpr double kCodecFlopsPerElement = 4;
 inline constexpr double kUpdateFlopsPerElement = 4;

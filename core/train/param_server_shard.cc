@@ -354,6 +354,9 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
       if (payload.size() > c.sizes(0).max_output_bytes)
         TERSE_THROW(InvalidPayload, "payload of " << payload.size() << " B above the compressor's maximum "
                                                   << c.sizes(0).max_output_bytes);
+      const auto numel = static_cast<double>(p.numel);
+      const rt::Kernel kernel(
+          {.kind = rt::CostKind::kDecompress, .size = numel, .flops = ps_detail::kCodecFlopsPerElement * numel});
       c.decode(h.step, payload, worker, grad_.data(), false);
     } else {
       if (payload.size() != p.numel * sizeof(float))
@@ -364,9 +367,8 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
     refuse(worker, &h, std::string("push for piece ") + std::to_string(h.piece) + " failed to decode: " + e.what());
     return true;
   }
-  // The FLOP model: the decode (a raw or row push is a copy the NIC's DMA would do) and the update.
-  rt::work(((options_.compressor && !rows ? ps_detail::kCodecFlopsPerElement : 0) + ps_detail::kUpdateFlopsPerElement) *
-           static_cast<double>(count));
+  // A raw or row push's copy above is what the NIC's DMA would do: no region. The finiteness check below is the
+  // shard's validation of untrusted input, not the modeled server's work: no region either.
   for (uint64_t i = 0; i < count; ++i)
     if (!std::isfinite(g[i])) {
       refuse(worker, &h,
@@ -380,6 +382,9 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
   {
     std::lock_guard lock(mutex_);
     const uint64_t at = p.flat_begin - begin_;
+    const auto n = static_cast<double>(count);
+    const rt::Kernel kernel(
+        {.kind = rt::CostKind::kOptimizer, .size = n, .flops = ps_detail::kUpdateFlopsPerElement * n});
     if (!rows) {
       update(at, g, p.numel, lr);
     } else {

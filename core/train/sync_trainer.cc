@@ -203,13 +203,16 @@ uint64_t SyncTrainer::checksum() {
 
 void SyncTrainer::clipGradients() {
   const auto params = workload_.params();
+  // One pass over the gradient for the norm, a second to scale it. The FLOP model charges only a clip that scales.
+  rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(workload_.numParameters())});
   double sq = 0;
   for (const ParamTensor& p : params)
     for (float g : p.grad) sq += static_cast<double>(g) * static_cast<double>(g);
   // torch.nn.utils.clip_grad_norm_: the 1e-6 keeps a zero gradient finite; a scale >= 1 leaves the gradient alone.
   const double scale = options_.clip_grad_norm / (std::sqrt(sq) + 1e-6);
   if (scale >= 1) return;
-  rt::work(static_cast<double>(workload_.numParameters()) * 3);  // FLOP model: square-add, then scale
+  kernel.cost().count = 2;
+  kernel.cost().flops = static_cast<double>(workload_.numParameters()) * 3;  // square-add, then scale
   const auto f = static_cast<float>(scale);
   for (ParamTensor& p : params)
     for (float& g : p.grad) g *= f;
@@ -220,7 +223,8 @@ void SyncTrainer::accumulate(std::span<const std::size_t> tensors, float weight,
   for (std::size_t t : tensors) {
     std::vector<float>& g = params[t].grad;
     std::vector<float>& a = accumulated_[t];
-    rt::work(2 * static_cast<double>(g.size()));
+    const auto n = static_cast<double>(g.size());
+    rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = 2 * n});
     for (std::size_t i = 0; i < g.size(); ++i) {
       a[i] = first ? weight * g[i] : a[i] + weight * g[i];
       if (last) g[i] = a[i];
@@ -270,12 +274,18 @@ double SyncTrainer::waitApplied(std::unique_lock<rt::Mutex>& lock, int64_t upto)
 
 void SyncTrainer::chargeForwardUpTo(int layer) {
   if (!in_step_) return;
-  for (; forward_charged_ < layer; ++forward_charged_)
-    rt::work(layer_flops_[static_cast<std::size_t>(forward_charged_)].forward * batch_examples_);
+  for (; forward_charged_ < layer; ++forward_charged_) {
+    rt::charge({.kind = rt::CostKind::kForward,
+                .layer = forward_charged_,
+                .size = batch_examples_,
+                .flops = layer_flops_[static_cast<std::size_t>(forward_charged_)].forward * batch_examples_});
+  }
 }
 
 void SyncTrainer::gate(int layer) {
   chargeForwardUpTo(layer);
+  // Waiting for the layer's update is the trainer's, not the forward pass's (the region forwardBackward runs in).
+  const rt::OutsideKernel glue;
   std::unique_lock lock(mutex_);
   TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
               "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
@@ -361,9 +371,17 @@ StepRecord SyncTrainer::step() {
       const bool last = m + 1 == micro;
       forward_charged_ = 0;
       batch_examples_ = static_cast<double>(batch.size());
+      // The workload is one region: its CPU time (MEASURED) is the pass's, less the gates and callbacks, which step
+      // out of it; the modeled costs are charged per layer as the pass reaches it (chargeForwardUpTo, below), since a
+      // workload cannot run one layer alone.
+      const rt::Kernel pass(rt::Cost{});
       rec.loss += weight * workload_.forwardBackward(batch, [&](int layer, std::span<const std::size_t> tensors) {
         chargeForwardUpTo(workload_.numLayers());
-        rt::work(layer_flops_[static_cast<std::size_t>(layer)].backward * batch_examples_);
+        rt::charge({.kind = rt::CostKind::kBackward,
+                    .layer = layer,
+                    .size = batch_examples_,
+                    .flops = layer_flops_[static_cast<std::size_t>(layer)].backward * batch_examples_});
+        const rt::OutsideKernel glue;
         if (micro > 1) accumulate(tensors, static_cast<float>(weight), m == 0, last);
         if (!last) return;
         if (options_.trace) {

@@ -322,7 +322,7 @@ class SyncTrainer {
   double gate_wait_s_ = 0;
   double last_raw_compute_s_ = 0;  // the previous step's compute without the straggler sleep
   int gate_layer_ = -1;
-  // The FLOP model of a simulation (rt::work): per layer and example, and this step's progress through it. Forward of
+  // The FLOP model of a simulation (rt::charge): per layer and example, and this step's progress through it. Forward of
   // layer l is charged when the gate of a later layer (or the first report) shows it is done; backward of l when l
   // is reported. Only inside forwardBackward: evaluate() also passes the gates.
   std::vector<LayerFlops> layer_flops_;

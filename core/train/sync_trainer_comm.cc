@@ -187,9 +187,12 @@ void SyncTrainer::finishGroup(const GroupJob& job) {
   }
   for (std::size_t t : done) {
     const auto u0 = rt::now();
-    // FLOP model: SGD with momentum reads and writes each element a few times (rt::work).
-    rt::work(kOptimizerFlopsPerElement * static_cast<double>(params[t].numel()));
-    optimizer_.update(t, params[t], comm_lr_);
+    {
+      // FLOP model: SGD with momentum reads and writes each element a few times.
+      const auto n = static_cast<double>(params[t].numel());
+      const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
+      optimizer_.update(t, params[t], comm_lr_);
+    }
     if (options_.trace)
       options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, rt::now());
   }
@@ -225,10 +228,12 @@ void SyncTrainer::runSparse(std::size_t t) {
                          rt::now());
   const auto u0 = rt::now();
   if (optimizer_.lazyRowsExact()) {
-    rt::work(kOptimizerFlopsPerElement * static_cast<double>(union_rows_.size() * p.rowLength()));
+    const auto n = static_cast<double>(union_rows_.size() * p.rowLength());
+    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
     optimizer_.updateRows(t, p, comm_lr_, union_rows_);
   } else {
-    rt::work(kOptimizerFlopsPerElement * static_cast<double>(p.numel()));
+    const auto n = static_cast<double>(p.numel());
+    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
     optimizer_.update(t, p, comm_lr_);
   }
   if (options_.trace) options_.trace->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, rt::now());

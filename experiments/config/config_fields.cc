@@ -56,7 +56,19 @@ std::string linkLatency(const Experiment& e) {
   return e.link().latency();
 }
 
+// The calibrated table prices a simulation's kernel regions; a real-time run keeps the mode it always resolved to
+// (unused there), so a real-time config resolves as it did before CALIBRATED existed.
+std::string defaultCompute(const Experiment& e) {
+  return e.clock() == Experiment::SIMULATED ? "CALIBRATED" : "MEASURED";
+}
+
 // ---- Rules of one string field.
+void checkCalibrationPath(Checks& c, const std::string& path, const std::string& v) {
+  if (v.empty())
+    c.fail(path) << " must name a calibration.json (leave it unset to use the cache)";
+  else if (v.size() > 4096)
+    c.fail(path) << " is a path of " << v.size() << " bytes, above 4096";
+}
 void checkBindAddress(Checks& c, const std::string& path, const std::string& v) {
   for (char ch : v) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == ':' || ch == '-' || ch == '_')) {
@@ -406,13 +418,26 @@ constexpr Field kSimulation[] = {
      .rule = upTo(0, 1e6, "1e6"),
      .doc = "MEASURED: simulated seconds per measured CPU second (0.1 = a device ten times faster)."},
     {.name = "compute",
-     .def = value("MEASURED"),
+     .def = computed("CALIBRATED under clock SIMULATED, else MEASURED", &defaultCompute),
      .rule = enumValue(),
-     .doc = "MEASURED: each thread's CPU time x compute_scale; FLOP_MODEL: FLOP counts at flops_per_second."},
+     .doc = "CALIBRATED: each kernel region charged its time from a table measured once per CPU and commit (rule "
+            "`calibrated-clock`); MEASURED: the thread CPU time inside kernel regions x compute_scale; FLOP_MODEL: "
+            "FLOP counts at flops_per_second."},
     {.name = "flops_per_second",
      .def = value("1e11"),
      .rule = between(limits::kMinFlopsPerSecond, limits::kMaxFlopsPerSecond),
      .doc = "FLOP_MODEL: the device's speed."},
+    {.name = "calibration",
+     .def = none("unset: the cache, measuring what it lacks"),
+     .rule = custom(&checkCalibrationPath, "a calibration.json of at most 4096 bytes of path"),
+     .doc = "CALIBRATED: replay this table (a results folder's calibration.json) instead of the cache (rule "
+            "`calibration-replay`).",
+     .if_set = true},
+    {.name = "allow_foreign_calibration",
+     .def = none("false"),
+     .doc = "Replay a `calibration` measured on another CPU or commit; provenance records it (rule "
+            "`calibration-replay`).",
+     .if_set = true},
 };
 
 // Never filled: the preset fills what is unset, and an unset field keeps its meaning (core/sim/platform.h).
@@ -848,6 +873,25 @@ void evalSometime(Checks& c, const Experiment& e, const Ctx&) {
     c.fail("eval.per_epoch") << ": false with eval.every_steps 0 would never evaluate";
 }
 
+// The calibrated table prices the kernel regions of a simulation; a real-time run (any transport) and a TCP or NCCL
+// run take the time their kernels take and cannot honour it.
+void calibratedClock(Checks& c, const Experiment& e, const Ctx&) {
+  if (e.simulation().compute() == Simulation::CALIBRATED && e.clock() != Experiment::SIMULATED)
+    c.fail("simulation.compute") << ": CALIBRATED charges the kernels of a simulated run (clock SIMULATED, transport "
+                                    "INPROC); clock "
+                                 << Experiment::Clock_Name(e.clock()) << " with transport "
+                                 << Experiment::Transport_Name(e.transport()) << " runs in real time";
+}
+
+void calibrationReplay(Checks& c, const Experiment& e, const Ctx&) {
+  const Simulation& sim = e.simulation();
+  if (sim.has_calibration() && sim.compute() != Simulation::CALIBRATED)
+    c.fail("simulation.calibration") << ": a table is replayed by compute CALIBRATED, got compute "
+                                     << Simulation::Compute_Name(sim.compute());
+  if (sim.allow_foreign_calibration() && !sim.has_calibration())
+    c.fail("simulation.allow_foreign_calibration") << ": true only applies to a replayed simulation.calibration";
+}
+
 void seedsRule(Checks& c, const Experiment& e, const Ctx&) {
   checkSeeds(c, e);
 }
@@ -888,6 +932,11 @@ constexpr CrossRule kRules[] = {
      "accumulation or clipping on NCCL, or beside sparse_gradients in mode SYNC", &accumulateAndClip},
     {"simulated-clock", "clock, transport, mode", "clock SIMULATED with a transport but INPROC, or in mode HOGWILD",
      &simulatedClock},
+    {"calibrated-clock", "simulation.compute, clock, transport", "compute CALIBRATED without clock SIMULATED",
+     &calibratedClock},
+    {"calibration-replay", "simulation.calibration, allow_foreign_calibration, compute",
+     "a calibration table under a compute mode but CALIBRATED; allow_foreign_calibration without a table",
+     &calibrationReplay},
     {"topology", "simulation.topology, clock, link",
      "a topology without clock SIMULATED, one core/sim/platform.h's validate() refuses, or beside link emulation",
      &topologyRule},

@@ -109,7 +109,7 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
     results::Provenance prov = baseProvenance(e, "inproc", hogwild ? W : S + W, start_time, options_.terse_version,
                                               experiments::emulationConfig(e).enabled());
     prov.mode = asyncModeName(e.mode());
-    if (simulated) noteSimulation(prov, e);
+    if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
     // Simulated, a straggler's device is slower by its factor (its actor's, below); real time sleeps.
     auto workerOptions = [&](int w) {
       train::AsyncTrainerOptions o = asyncWorkerOptions(e, w);

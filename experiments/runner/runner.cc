@@ -20,6 +20,7 @@
 #include "core/common/crash.h"
 #include "core/common/error.h"
 #include "core/common/launch_notify.h"
+#include "core/common/log.h"
 #include "core/common/runtime.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
@@ -28,6 +29,7 @@
 #include "core/sim/simulation.h"
 #include "core/train/sync_trainer.h"
 #include "core/train/trace.h"
+#include "experiments/runner/calibration.h"
 #include "experiments/runner/progress.h"
 #include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/fashion_mnist.h"
@@ -262,8 +264,17 @@ results::MetricsRecord evalRecord(int64_t done, int64_t per_epoch, const train::
 
 sim::ComputeOptions computeOptions(const Experiment& e) {
   sim::ComputeOptions c;
-  c.model = e.simulation().compute() == experiments::Simulation::FLOP_MODEL ? sim::ComputeModel::kFlops
-                                                                            : sim::ComputeModel::kMeasured;
+  switch (e.simulation().compute()) {
+    case experiments::Simulation::FLOP_MODEL:
+      c.model = sim::ComputeModel::kFlops;
+      break;
+    case experiments::Simulation::MEASURED:
+      c.model = sim::ComputeModel::kMeasured;
+      break;
+    default:
+      c.model = sim::ComputeModel::kCalibrated;
+      break;
+  }
   c.compute_scale = e.simulation().compute_scale();
   c.flops_per_second = e.simulation().flops_per_second();
   return c;
@@ -280,10 +291,11 @@ sim::PlatformSpec simulatedPlatform(const Experiment& e) {
   return platform;
 }
 
-void noteSimulation(results::Provenance& prov, const Experiment& e) {
+void noteSimulation(results::Provenance& prov, const Experiment& e, const sim::ComputeOptions& compute,
+                    const std::vector<std::pair<std::string, std::string>>& notes) {
   prov.clock = "simulated";
-  prov.simulation = {{"platform", sim::describePlatform(simulatedPlatform(e))},
-                     {"compute", computeOptions(e).describe()}};
+  prov.simulation = {{"platform", sim::describePlatform(simulatedPlatform(e))}, {"compute", compute.describe()}};
+  prov.simulation.insert(prov.simulation.end(), notes.begin(), notes.end());
 }
 
 // A simulated run's summary crosses from the simulation's process (simulation.h) as text: one value per line, doubles
@@ -375,10 +387,28 @@ RunSummary Runner::run(const Experiment& e) {
     if (e.clock() == Experiment::SIMULATED) {
       // The data set is loaded here, before the simulation's process is forked, so the cache keeps it for the study's
       // next variants (what the child loads is lost with it).
-      dataFor(e);
+      const auto data = dataFor(e);
       sim::SimulationOptions so;
       so.platform = simulatedPlatform(e);
       so.compute = computeOptions(e);
+      sim_notes_.clear();
+      if (so.compute.model == sim::ComputeModel::kCalibrated) {
+        // Measured here, before the fork, on this thread: nothing of the simulation runs yet (calibration.h).
+        CalibrationOutcome cal = calibrate({e, data, *options_.loader, std::nullopt});
+        results::writeFileAtomic(writer.dir() / "calibration.json", cal.table.toJson());
+        so.compute.table = cal.costs;
+        std::string measured = std::to_string(cal.measured.size()) + " of " + std::to_string(cal.table.seconds.size()) +
+                               " kernels timed for this run";
+        sim_notes_ = {{"calibration", "calibration.json"},
+                      {"calibration_source", cal.source},
+                      {"calibration_measured", measured}};
+        if (cal.foreign) {
+          sim_notes_.emplace_back("calibration_foreign",
+                                  "allowed (allow_foreign_calibration): measured on " + cal.table.identity.describe());
+        }
+        TERSE_LOG(LogLevel::kInfo, "calibration: " << measured << " (" << cal.source << ")");
+      }
+      sim_compute_ = std::make_shared<const sim::ComputeOptions>(so.compute);
       // The child writes metrics, provenance and traces; this process keeps the status (simulation.h: what the child
       // changes in memory is lost, so its record count is read back from the file).
       const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
@@ -496,7 +526,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
       detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
   prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
   prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, sched_params));
-  if (simulated) noteSimulation(prov, e);
+  if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
   writer.writeProvenance(prov);
 
   // ---- The run.

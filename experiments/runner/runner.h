@@ -35,6 +35,10 @@
 #include "experiments/workloads/dataset.h"
 #include "results/result_writer.h"
 
+namespace terse::sim {
+struct ComputeOptions;
+}
+
 namespace terse {
 class PluginLoader;
 }
@@ -124,6 +128,9 @@ class Runner {
   std::shared_ptr<comm::Job> job_;
   int tcp_runs_ = 0;  // TCP variants started: numbers each variant's store keys (every rank runs the same sequence)
   bool primary_ = true;
+  // The simulated run's compute model (its calibrated table) and what provenance says of the table (Runner::run).
+  std::shared_ptr<const sim::ComputeOptions> sim_compute_;
+  std::vector<std::pair<std::string, std::string>> sim_notes_;
 };
 
 }  // namespace terse::runner

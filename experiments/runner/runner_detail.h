@@ -54,8 +54,11 @@ results::Provenance baseProvenance(const experiments::Experiment& e, std::string
 // Clock SIMULATED: the run's cluster (one host per rank of the in-process job: a parameter server's shards, then its
 // workers), how computation becomes simulated time, and both noted in the provenance (clock "simulated").
 sim::PlatformSpec simulatedPlatform(const experiments::Experiment& e);
+// computeOptions: the config's model and scales; a CALIBRATED run's table is added by Runner::run (calibration.h).
+// noteSimulation records `compute` (table included) and `notes` (the calibration's file and source).
 sim::ComputeOptions computeOptions(const experiments::Experiment& e);
-void noteSimulation(results::Provenance& prov, const experiments::Experiment& e);
+void noteSimulation(results::Provenance& prov, const experiments::Experiment& e, const sim::ComputeOptions& compute,
+                    const std::vector<std::pair<std::string, std::string>>& notes);
 // Runs `setup`, a step that allocates per worker or per layer from the config's counts, and turns a std::bad_alloc out
 // of it into an InvalidArgument naming what was being allocated ("allocating 1024 model replicas of workload 'mlp'
 // (...): out of memory"): a bare std::bad_alloc names nothing, and the config is what the reader can change. The

@@ -16,6 +16,8 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK" || exit 1
 export TERSE_MISBEHAVE_MARK=$WORK/fault-started
+# A simulated case calibrates its compute (simulation.compute CALIBRATED): into the work folder, not the user's cache.
+export XDG_CACHE_HOME=$WORK/cache
 
 fail() {
   echo "FAIL [$CASE]: $*"

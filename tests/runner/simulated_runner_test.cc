@@ -75,7 +75,8 @@ TEST(SimulatedRun, SameRecordsAsRealTimeExceptTheTimes) {
       readFile(freshDir("unused").parent_path() / "sim_same_sim" / "unit" / "base" / "provenance.json");
   EXPECT_NE(prov.find("\"clock\":\"simulated\""), std::string::npos) << prov;
   EXPECT_NE(prov.find("CM02"), std::string::npos) << prov;
-  EXPECT_NE(prov.find("measured thread CPU time x 1"), std::string::npos) << prov;
+  // The default compute model: kernels priced from a calibration table (calibrated_runner_test.cc).
+  EXPECT_NE(prov.find("calibrated kernel times ("), std::string::npos) << prov;
 }
 
 TEST(SimulatedRun, FlopModelTimesRepeatBitForBit) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,7 +44,10 @@ SimulationOptions options(int ranks, const std::string& links) {
 }
 
 // Burns about `s` seconds of this thread's CPU.
-double burnCpu(double s) {
+// Burns `s` seconds of thread CPU time; inside a kernel region (the computation a simulation charges) unless `glue`.
+double burnCpu(double s, bool glue = false) {
+  std::optional<rt::Kernel> kernel;
+  if (!glue) kernel.emplace(rt::Cost{});
   const double t0 = threadCpuSeconds();
   volatile double x = 1;
   while (threadCpuSeconds() - t0 < s) {
@@ -51,6 +55,17 @@ double burnCpu(double s) {
   }
   return threadCpuSeconds() - t0;
 }
+
+// A calibrated table of fixed prices: 1 ms per forward example, 10 us per compressed element.
+class FixedCosts final : public CostTable {
+ public:
+  double seconds(const rt::Cost& c) const override {
+    if (c.kind == rt::CostKind::kForward) return 1e-3 * c.size * c.count;
+    if (c.kind == rt::CostKind::kCompress) return 1e-5 * c.size * c.count;
+    return 0;
+  }
+  std::string describe() const override { return "fixed"; }
+};
 
 // Rank 0 sends one frame of `bytes` to rank 1; returns the simulated seconds until rank 1 has it.
 double oneFrame(const SimulationOptions& o, uint64_t bytes) {
@@ -250,6 +265,105 @@ TEST(Simulation, ComputationBecomesSimulatedTimeTimesScale) {
     // What the actor burned between its two clock readings, plus the little around the loop.
     EXPECT_NEAR(sim, cpu * scale, 0.002 + cpu * scale * 0.02) << "scale " << scale;
   }
+}
+
+TEST(Simulation, MeasuredChargesKernelRegionsOnlyNotTheGlueAroundThem) {
+  // 40 ms of CPU in the runtime's glue (outside every region, as the simulator's own bookkeeping is), 20 ms inside a
+  // region, and 30 ms of glue stepping out of a region (a trainer callback inside forwardBackward): only the 20 ms are
+  // the device's computation.
+  SimulationOptions o = options(1, "");
+  o.compute.compute_scale = 1;
+  const std::string r = runSimulation(o, [&](const SimulationContext&) {
+    const rt::Clock::time_point t0 = rt::now();
+    burnCpu(0.04, /*glue=*/true);
+    const double after_glue = rt::seconds(t0, rt::now());
+    burnCpu(0.02);
+    const double after_kernel = rt::seconds(t0, rt::now());
+    {
+      const rt::Kernel pass(rt::Cost{});
+      {
+        const rt::OutsideKernel glue;
+        burnCpu(0.03, /*glue=*/true);
+        rt::now();  // a runtime call inside the glue: settles nothing of it
+      }
+    }
+    const double after_callback = rt::seconds(t0, rt::now());
+    return str(after_glue) + " " + str(after_kernel) + " " + str(after_callback);
+  });
+  std::istringstream in(r);
+  double glue = -1, kernel = -1, callback = -1;
+  in >> glue >> kernel >> callback;
+  EXPECT_LT(glue, 1e-4) << r;
+  EXPECT_NEAR(kernel, 0.02, 0.002) << r;
+  EXPECT_NEAR(callback, kernel, 1e-3) << r;
+}
+
+TEST(Simulation, CalibratedChargesTheTablesTimeNotTheCpusTimesScaleAndSlowdown) {
+  // The region burns 30 ms of CPU but the table says a forward of 8 examples costs 8 ms: 8 ms it is, x compute_scale
+  // 0.5, x a straggler's 3 on the second thread; a plain rt::charge costs the same without a region.
+  SimulationOptions o = options(2, "");
+  o.compute.model = ComputeModel::kCalibrated;
+  o.compute.compute_scale = 0.5;
+  o.compute.table = std::make_shared<FixedCosts>();
+  const std::string r = runSimulation(o, [&](const SimulationContext&) {
+    const rt::Cost forward{.kind = rt::CostKind::kForward, .layer = 0, .size = 8};
+    const rt::Clock::time_point t0 = rt::now();
+    {
+      const rt::Kernel k(forward);
+      burnCpu(0.03, /*glue=*/true);
+    }
+    const double one = rt::seconds(t0, rt::now());
+    rt::charge({.kind = rt::CostKind::kCompress, .size = 100, .count = 2});
+    const double two = rt::seconds(t0, rt::now());
+    double slow = 0;
+    rt::Thread straggler(
+        "s",
+        [&] {
+          rt::backend().setSlowdown(3);
+          const auto s0 = rt::now();
+          { const rt::Kernel k(forward); }
+          slow = rt::seconds(s0, rt::now());
+        },
+        1);
+    straggler.join();
+    return str(one) + " " + str(two) + " " + str(slow);
+  });
+  std::istringstream in(r);
+  double one = -1, two = -1, slow = -1;
+  in >> one >> two >> slow;
+  EXPECT_NEAR(one, 8e-3 * 0.5, 1e-9) << r;
+  EXPECT_NEAR(two - one, 2e-3 * 0.5, 1e-9) << r;
+  EXPECT_NEAR(slow, 8e-3 * 0.5 * 3, 1e-9) << r;
+}
+
+TEST(Simulation, CalibratedWithoutATableIsRefusedBeforeTheFork) {
+  SimulationOptions o = options(1, "");
+  o.compute.model = ComputeModel::kCalibrated;
+  EXPECT_THROW(
+      {
+        try {
+          runSimulation(o, [](const SimulationContext&) { return std::string(); });
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("calibration table"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InvalidArgument);
+}
+
+TEST(Simulation, FlopModelChargesTheRegionsFlops) {
+  SimulationOptions o = options(1, "");
+  o.compute.model = ComputeModel::kFlops;
+  o.compute.flops_per_second = 1e9;
+  const std::string r = runSimulation(o, [&](const SimulationContext&) {
+    const rt::Clock::time_point t0 = rt::now();
+    {
+      const rt::Kernel k({.kind = rt::CostKind::kSum, .size = 5e6, .flops = 5e6});
+      burnCpu(0.02, /*glue=*/true);
+    }
+    return str(rt::seconds(t0, rt::now()));
+  });
+  EXPECT_NEAR(std::stod(r), 5e-3, 1e-9) << r;
 }
 
 TEST(Simulation, ThreadsRunOneAtATimeSoEachIsMeasuredAlone) {

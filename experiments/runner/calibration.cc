@@ -1,0 +1,521 @@
+// The calibrated compute model's table: its keys, its file, the measurements and the run's lookup (calibration.h).
+#include "experiments/runner/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "core/comm/reduce.h"
+#include "core/common/error.h"
+#include "core/common/json.h"
+#include "core/common/log.h"
+#include "core/compress/make_codec.h"
+#include "core/plugin/loader.h"
+#include "core/train/optimizer.h"
+#include "experiments/runner/runner_detail.h"
+#include "experiments/workloads/workloads.h"
+#include "results/result_writer.h"
+#include "results/sha256.h"
+
+namespace terse::runner {
+namespace {
+
+constexpr std::string_view kFormat = "terse calibration 1";
+// The flags compilers and kernel libraries dispatch on: two CPUs that differ in them run different code.
+constexpr std::string_view kKernelFlags[] = {"sse4_2",   "avx",      "avx2",     "fma",         "f16c",
+                                             "avx512f",  "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+                                             "amx_bf16", "amx_tile", "avx_vnni", "avx512_vnni"};
+constexpr std::string_view kSumDtypes[] = {"f32", "f16", "bf16"};
+
+std::string shortHash(std::string_view text) {
+  return results::sha256Hex(text).substr(0, 12);
+}
+
+std::string sizeKey(std::string_view kind, std::string_view subject, uint64_t n) {
+  std::string key(kind);
+  key += ' ';
+  if (!subject.empty()) {
+    key += subject;
+    key += ' ';
+  }
+  return key + "n" + std::to_string(n);
+}
+
+std::string layerKey(std::string_view kind, const CalibrationPlan& plan, int layer) {
+  return std::string(kind) + " " + plan.workload + " L" + std::to_string(layer) + " b" + std::to_string(plan.batch);
+}
+
+std::string roundSubject(const CalibrationPlan& plan, int round) {
+  return plan.codec + " r" + std::to_string(round);
+}
+
+DType sumDtype(std::string_view name) {
+  if (name == "f16") return DType::kF16;
+  if (name == "bf16") return DType::kBF16;
+  return DType::kF32;
+}
+
+std::string_view sumDtypeName(int dtype) {
+  if (dtype == static_cast<int>(DType::kF16)) return "f16";
+  if (dtype == static_cast<int>(DType::kBF16)) return "bf16";
+  return "f32";
+}
+
+// Seconds of one call, as the header says: the least thread CPU time over the repetitions. `prepare` runs untimed
+// before each (a multi-round codec's earlier rounds).
+double timeKernel(const std::function<void()>& fn, const std::function<void()>& prepare = {}) {
+  if (prepare) prepare();
+  fn();  // warm: first-touch page faults and lazily grown buffers are not the kernel's steady cost
+  double best = INFINITY;
+  const double start = sim::threadCpuSeconds();
+  const double budget = std::chrono::duration<double>(kKernelBudget).count();
+  for (int rep = 0; rep < kMaxRepetitions; ++rep) {
+    if (prepare) prepare();
+    const double t0 = sim::threadCpuSeconds();
+    fn();
+    best = std::min(best, sim::threadCpuSeconds() - t0);
+    if (rep + 1 >= kMinRepetitions && sim::threadCpuSeconds() - start > budget) break;
+  }
+  return std::max(best, 0.0);
+}
+
+std::vector<float> gaussian(uint64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// One entry per size: seconds(n) by linear interpolation between the measured sizes around n, in proportion beyond.
+class SizeCurve {
+ public:
+  SizeCurve() = default;
+  SizeCurve(const std::vector<uint64_t>& sizes, const std::vector<double>& seconds) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) points_.emplace_back(static_cast<double>(sizes[i]), seconds[i]);
+  }
+  double at(double n) const noexcept {
+    if (points_.empty() || !(n > 0)) return 0.0;
+    if (n <= points_.front().first) return points_.front().second * n / points_.front().first;
+    if (n >= points_.back().first) return points_.back().second * n / points_.back().first;
+    const auto hi = std::lower_bound(points_.begin(), points_.end(), n,
+                                     [](const std::pair<double, double>& p, double x) { return p.first < x; });
+    const auto lo = hi - 1;
+    const double f = (n - lo->first) / (hi->first - lo->first);
+    return lo->second + f * (hi->second - lo->second);
+  }
+
+ private:
+  std::vector<std::pair<double, double>> points_;
+};
+
+// The run's view of a table: every key resolved up front, so a lookup inside a simulation cannot fail (it runs in a
+// kernel region's destructor).
+class RunCosts final : public sim::CostTable {
+ public:
+  RunCosts(const CalibrationPlan& plan, const runner::CalibrationTable& table) : batch_(plan.batch) {
+    const auto get = [&](const std::string& key) {
+      const auto it = table.seconds.find(key);
+      TERSE_CHECK(it != table.seconds.end(), InternalError, "the calibration table lacks kernel '" << key << "'");
+      return it->second;
+    };
+    for (int l = 0; l < static_cast<int>(plan.layers.size()); ++l) {
+      forward_.push_back(get(layerKey("forward", plan, l)));
+      backward_.push_back(get(layerKey("backward", plan, l)));
+    }
+    const auto curve = [&](std::string_view kind, std::string_view subject) {
+      std::vector<double> s;
+      for (uint64_t n : plan.sizes) s.push_back(get(sizeKey(kind, subject, n)));
+      return SizeCurve(plan.sizes, s);
+    };
+    for (int r = 0; r < plan.rounds; ++r) compress_.push_back(curve("compress", roundSubject(plan, r)));
+    decompress_ = curve("decompress", plan.codec);
+    if (plan.reduce) reduce_ = curve("reduce", plan.codec);
+    for (std::string_view d : kSumDtypes) sum_.push_back(curve("sum", d));
+    optimizer_ = curve("optimizer", plan.optimizer);
+    accumulate_ = curve("accumulate", "");
+    description_ = std::to_string(table.seconds.size()) + " kernels on " + table.identity.describe();
+  }
+
+  double seconds(const rt::Cost& c) const override {
+    const double count = c.count > 0 ? c.count : 0.0;
+    switch (c.kind) {
+      case rt::CostKind::kNone:
+        return 0.0;
+      case rt::CostKind::kForward:
+      case rt::CostKind::kBackward: {
+        const auto& v = c.kind == rt::CostKind::kForward ? forward_ : backward_;
+        if (c.layer < 0 || static_cast<std::size_t>(c.layer) >= v.size() || batch_ <= 0) return 0.0;
+        return v[static_cast<std::size_t>(c.layer)] * c.size / static_cast<double>(batch_) * count;
+      }
+      case rt::CostKind::kCompress: {
+        if (compress_.empty()) return 0.0;
+        const auto r = static_cast<std::size_t>(std::clamp(c.layer, 0, static_cast<int>(compress_.size()) - 1));
+        return compress_[r].at(c.size) * count;
+      }
+      case rt::CostKind::kDecompress:
+        return decompress_.at(c.size) * count;
+      case rt::CostKind::kReduce:
+        return reduce_.at(c.size) * count;
+      case rt::CostKind::kSum: {
+        const std::string_view d = sumDtypeName(c.dtype);
+        for (std::size_t i = 0; i < std::size(kSumDtypes); ++i)
+          if (kSumDtypes[i] == d) return sum_[i].at(c.size) * count;
+        return 0.0;
+      }
+      case rt::CostKind::kOptimizer:
+        return optimizer_.at(c.size) * count;
+      case rt::CostKind::kAccumulate:
+        return accumulate_.at(c.size) * count;
+    }
+    return 0.0;
+  }
+  std::string describe() const override { return description_; }
+
+ private:
+  int64_t batch_;
+  std::vector<double> forward_, backward_;
+  std::vector<SizeCurve> compress_;
+  SizeCurve decompress_, reduce_, optimizer_, accumulate_;
+  std::vector<SizeCurve> sum_;
+  std::string description_;
+};
+
+// Times every key of `plan` that `want` names, adding them to `into`.
+class Measurer {
+ public:
+  Measurer(const CalibrationInputs& in, const CalibrationPlan& plan) : in_(in), plan_(plan) {}
+
+  void measure(const std::vector<std::string>& want, std::map<std::string, double>& into) {
+    // The clock's own cost (two reads of the thread CPU clock, a system call each) is in every time below: taken
+    // off, or a ten-element kernel would cost what the clock does.
+    // In passes over every kernel, each kernel keeping its least time: a host whose cores are shared (another
+    // process on the sibling hyperthread, a compiler filling the caches) is quiet at some moments, and passes spread
+    // over the whole calibration catch more of them than one burst per kernel would.
+    for (int pass = 0; pass < kCalibrationPasses; ++pass) {
+      floor_ = pass == 0 ? timeKernel([] {}) : std::min(floor_, timeKernel([] {}));
+      std::map<std::string, double> got;
+      measureAll(want, got);
+      for (const auto& [key, s] : got) into[key] = pass == 0 ? s : std::min(into[key], s);
+    }
+  }
+
+ private:
+  double timed(const std::function<void()>& fn, const std::function<void()>& prepare = {}) const {
+    return std::max(0.0, timeKernel(fn, prepare) - floor_);
+  }
+
+  void measureAll(const std::vector<std::string>& want, std::map<std::string, double>& into) {
+    const auto wanted = [&](const std::string& key) { return std::find(want.begin(), want.end(), key) != want.end(); };
+    const experiments::Experiment& e = in_.experiment;
+    // Forward and backward: the whole pass at the run's batch size, split by the layers' flops.
+    bool layers = false;
+    for (int l = 0; l < static_cast<int>(plan_.layers.size()); ++l)
+      layers = layers || wanted(layerKey("forward", plan_, l)) || wanted(layerKey("backward", plan_, l));
+    if (layers) {
+      auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in_.data);
+      const int64_t n = std::min<int64_t>(plan_.batch, model->numTrainExamples());
+      std::vector<int64_t> batch(static_cast<std::size_t>(n));
+      std::iota(batch.begin(), batch.end(), 0);
+      const double pass = timed([&] { model->forwardBackward(batch, {}); }) * static_cast<double>(plan_.batch) /
+                          static_cast<double>(std::max<int64_t>(n, 1));
+      double total = 0;
+      for (const auto& f : plan_.layers) total += f.forward + f.backward;
+      for (int l = 0; l < static_cast<int>(plan_.layers.size()); ++l) {
+        const auto& f = plan_.layers[static_cast<std::size_t>(l)];
+        // A model without flops (none declared) splits evenly.
+        const double nl = static_cast<double>(plan_.layers.size());
+        into[layerKey("forward", plan_, l)] = total > 0 ? pass * f.forward / total : pass / (2 * nl);
+        into[layerKey("backward", plan_, l)] = total > 0 ? pass * f.backward / total : pass / (2 * nl);
+      }
+    }
+    auto plugin = in_.loader.loadCompressor(e.compressor().name());
+    std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
+    const CodecOptions codec_options = experiments::codecOptions(e);
+    train::SgdOptions sgd = detail::trainerOptions(e).sgd;
+    for (uint64_t n : plan_.sizes) {
+      bool codec = wanted(sizeKey("decompress", plan_.codec, n)) || wanted(sizeKey("reduce", plan_.codec, n));
+      for (int r = 0; r < plan_.rounds; ++r) codec = codec || wanted(sizeKey("compress", roundSubject(plan_, r), n));
+      if (codec) measureCodec(instance, codec_options, n, into);
+      const std::vector<float> g = gaussian(n, 2 * n + 1);
+      std::vector<float> a = gaussian(n, 2 * n + 2);
+      for (std::string_view d : kSumDtypes) {
+        const std::string key = sizeKey("sum", d, n);
+        if (!wanted(key)) continue;
+        const DType dt = sumDtype(d);
+        std::vector<std::byte> dst(n * dtypeSize(dt)), src(n * dtypeSize(dt));
+        // Zero bytes are zeros in every summed dtype: the sum stays finite however often it runs.
+        into[key] = timed([&] { comm::sumInto(dst.data(), src.data(), n, dt); });
+      }
+      if (wanted(sizeKey("accumulate", "", n))) {
+        // A multiply-add pass like SyncTrainer::accumulate's.
+        into[sizeKey("accumulate", "", n)] = timed([&] {
+          for (uint64_t i = 0; i < n; ++i) a[i] = a[i] * 0.5f + 0.25f * g[i];
+        });
+      }
+      if (wanted(sizeKey("optimizer", plan_.optimizer, n))) {
+        std::vector<train::ParamTensor> p(1);
+        p[0].name = "calibration";
+        p[0].shape = {static_cast<int64_t>(n)};
+        p[0].value = gaussian(n, 2 * n + 3);
+        p[0].grad = g;
+        train::SgdOptimizer opt(p, sgd);
+        into[sizeKey("optimizer", plan_.optimizer, n)] = timed([&] { opt.update(0, p[0], 1e-3); });
+      }
+    }
+  }
+
+  void measureCodec(const std::shared_ptr<Compressor>& instance, const CodecOptions& options, uint64_t n,
+                    std::map<std::string, double>& into) {
+    const experiments::Experiment& e = in_.experiment;
+    TensorInfo info;
+    info.dtype = DType::kF32;
+    info.numel = n;
+    info.ndim = 1;
+    info.shape[0] = static_cast<int64_t>(n);
+    info.world_size = e.workers();
+    std::unique_ptr<TensorCodec> codec = makeCodec(instance, info, e.seed(), options);
+    const std::vector<float> grad = gaussian(n, n);
+    const int rounds = codec->caps().num_rounds;
+    std::vector<std::vector<std::byte>> payload(static_cast<std::size_t>(rounds));
+    std::vector<uint64_t> bytes(static_cast<std::size_t>(rounds));
+    for (int r = 0; r < rounds; ++r) payload[static_cast<std::size_t>(r)].resize(codec->sizes(r).max_output_bytes);
+    // Step 0 throughout: a plugin's behaviour at a given step (a fixture failing at step 12) is the run's to see.
+    const uint64_t step = 0;
+    // Every round in order (a round's prev is the round before's payload: one rank's aggregate), each timed alone.
+    const auto encodeRound = [&](int r) {
+      const std::span<const std::byte> prev =
+          r == 0 ? std::span<const std::byte>()
+                 : std::span<const std::byte>(payload[static_cast<std::size_t>(r - 1)])
+                       .first(static_cast<std::size_t>(bytes[static_cast<std::size_t>(r - 1)]));
+      bytes[static_cast<std::size_t>(r)] =
+          codec->encode(step, r, grad.data(), prev, payload[static_cast<std::size_t>(r)]);
+    };
+    for (int r = 0; r < rounds; ++r) {
+      into[sizeKey("compress", roundSubject(plan_, r), n)] = timed([&] { encodeRound(r); },
+                                                                   [&] {
+                                                                     for (int q = 0; q < r; ++q) encodeRound(q);
+                                                                   });
+    }
+    const auto last = static_cast<std::size_t>(rounds - 1);
+    const std::span<const std::byte> final_payload = std::span<const std::byte>(payload[last]).first(bytes[last]);
+    std::vector<float> out(n);
+    const bool sum = codec->caps().aggregation == Aggregation::kSum;
+    into[sizeKey("decompress", plan_.codec, n)] =
+        timed([&] { codec->decode(step, final_payload, sum ? -1 : 0, out.data(), !sum); });
+    if (plan_.reduce) {
+      std::vector<std::byte> reduced(codec->sizes(rounds - 1).max_reduced_bytes);
+      into[sizeKey("reduce", plan_.codec, n)] =
+          timed([&] { codec->reduce(step, rounds - 1, final_payload, final_payload, reduced); });
+    }
+  }
+
+  const CalibrationInputs& in_;
+  const CalibrationPlan& plan_;
+  double floor_ = 0;
+};
+
+}  // namespace
+
+std::string CalibrationIdentity::describe() const {
+  return "cpu '" + cpu + "' (flags " + (flags.empty() ? std::string("none") : flags) + ") at commit " + commit;
+}
+
+CalibrationIdentity thisMachine() {
+  CalibrationIdentity id;
+  id.cpu = results::cpuDescription();
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    const std::string flags = " " + line.substr(line.find(':') + 1) + " ";
+    for (std::string_view f : kKernelFlags) {
+      if (flags.find(" " + std::string(f) + " ") == std::string::npos) continue;
+      if (!id.flags.empty()) id.flags += ' ';
+      id.flags += f;
+    }
+    break;
+  }
+  id.commit = results::gitCommit();
+  return id;
+}
+
+std::string CalibrationTable::toJson() const {
+  Json kernels = Json::object();
+  for (const auto& [key, s] : seconds) kernels[key] = s;
+  Json j = {{"format", std::string(kFormat)},
+            {"cpu", identity.cpu},
+            {"flags", identity.flags},
+            {"commit", identity.commit},
+            {"seconds", kernels}};
+  return dumpJson(j, 1) + "\n";
+}
+
+CalibrationTable CalibrationTable::parse(std::string_view text, const std::string& file) {
+  std::string error;
+  const auto j = parseJsonObject(text, &error);
+  TERSE_CHECK(j.has_value(), InvalidArgument, "calibration table " << file << ": not JSON: " << error);
+  TERSE_CHECK(getString(*j, "format") == std::string(kFormat), InvalidArgument,
+              "calibration table " << file << ": field 'format' must be \"" << kFormat << "\"");
+  CalibrationTable t;
+  for (auto [field, into] : {std::pair{"cpu", &t.identity.cpu}, std::pair{"flags", &t.identity.flags},
+                             std::pair{"commit", &t.identity.commit}}) {
+    const auto v = getString(*j, field);
+    TERSE_CHECK(v.has_value(), InvalidArgument,
+                "calibration table " << file << ": field '" << field << "' is missing or not a string");
+    *into = *v;
+  }
+  const Json* kernels = findMember(*j, "seconds");
+  TERSE_CHECK(kernels != nullptr && kernels->is_object(), InvalidArgument,
+              "calibration table " << file << ": field 'seconds' is missing or not an object");
+  for (const auto& [key, value] : kernels->items()) {
+    TERSE_CHECK(value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0, InvalidArgument,
+                "calibration table " << file << ": kernel '" << key << "' must have a finite time >= 0 in seconds");
+    t.seconds[key] = value.get<double>();
+  }
+  return t;
+}
+
+CalibrationTable CalibrationTable::load(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  TERSE_CHECK(in.good(), InvalidArgument, "calibration table " << file.string() << ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), file.string());
+}
+
+std::vector<std::string> CalibrationPlan::keys() const {
+  std::vector<std::string> k;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    k.push_back(layerKey("forward", *this, l));
+    k.push_back(layerKey("backward", *this, l));
+  }
+  for (uint64_t n : sizes) {
+    for (int r = 0; r < rounds; ++r) k.push_back(sizeKey("compress", roundSubject(*this, r), n));
+    k.push_back(sizeKey("decompress", codec, n));
+    if (reduce) k.push_back(sizeKey("reduce", codec, n));
+    for (std::string_view d : kSumDtypes) k.push_back(sizeKey("sum", d, n));
+    k.push_back(sizeKey("optimizer", optimizer, n));
+    k.push_back(sizeKey("accumulate", "", n));
+  }
+  return k;
+}
+
+CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
+                                const Compressor& compressor) {
+  CalibrationPlan p;
+  p.workload = e.workload().name() + "#" + shortHash(e.workload().ShortDebugString());
+  p.batch = e.data().batch_size();
+  for (int l = 0; l < model.numLayers(); ++l) p.layers.push_back(model.layerFlops(l));
+  const CodecOptions co = experiments::codecOptions(e);
+  std::ostringstream codec;
+  codec.precision(17);
+  codec << e.compressor().ShortDebugString() << " ef=" << co.error_feedback << " mc=" << co.momentum_correction
+        << " mask=" << co.momentum_masking << " nesterov=" << co.momentum_nesterov;
+  p.codec = e.compressor().name() + "#" + shortHash(codec.str());
+  p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
+  p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
+  const train::SgdOptions sgd = detail::trainerOptions(e).sgd;
+  std::ostringstream opt;
+  opt.precision(17);
+  opt << "momentum=" << sgd.momentum << " nesterov=" << sgd.nesterov << " wd=" << sgd.weight_decay
+      << " adagrad=" << sgd.adagrad << " eps=" << sgd.adagrad_eps;
+  p.optimizer = "sgd#" + shortHash(opt.str());
+  for (const train::ParamTensor& t : model.params())
+    if (t.numel() > 0) p.sizes.push_back(t.numel());
+  std::sort(p.sizes.begin(), p.sizes.end());
+  p.sizes.erase(std::unique(p.sizes.begin(), p.sizes.end()), p.sizes.end());
+  return p;
+}
+
+std::shared_ptr<const sim::CostTable> makeCostTable(const CalibrationPlan& plan, const CalibrationTable& table) {
+  return std::make_shared<RunCosts>(plan, table);
+}
+
+std::filesystem::path defaultCalibrationCache() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && *xdg == '/') return std::filesystem::path(xdg) / "terse" / "calibration";
+  const char* home = std::getenv("HOME");
+  TERSE_CHECK(home != nullptr && *home != '\0', InvalidArgument,
+              "simulation.compute CALIBRATED caches its table under $XDG_CACHE_HOME or $HOME/.cache, and neither "
+              "is set");
+  return std::filesystem::path(home) / ".cache" / "terse" / "calibration";
+}
+
+CalibrationOutcome calibrate(const CalibrationInputs& in) {
+  const experiments::Experiment& e = in.experiment;
+  const CalibrationIdentity here = thisMachine();
+  // The plan needs the model's layers and sizes and the compressor's caps: one replica and one instance, built here.
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in.data);
+  auto plugin = in.loader.loadCompressor(e.compressor().name());
+  const std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  model.reset();
+  const std::vector<std::string> keys = plan.keys();
+
+  CalibrationOutcome out;
+  out.table.identity = here;
+  if (!e.simulation().calibration().empty()) {
+    const std::filesystem::path file = e.simulation().calibration();
+    const CalibrationTable given = CalibrationTable::load(file);
+    if (!(given.identity == here)) {
+      TERSE_CHECK(e.simulation().allow_foreign_calibration(), InvalidArgument,
+                  "simulation.calibration: " << file.string() << " was measured on " << given.identity.describe()
+                                             << ", this run is on " << here.describe()
+                                             << "; set simulation.allow_foreign_calibration: true to replay it anyway");
+      out.foreign = true;
+    }
+    out.table.identity = given.identity;
+    for (const std::string& k : keys) {
+      const auto it = given.seconds.find(k);
+      TERSE_CHECK(it != given.seconds.end(), InvalidArgument,
+                  "simulation.calibration: " << file.string() << " has no time for kernel '" << k
+                                             << "', which this run charges (a table from a run of another workload, "
+                                                "batch size, compressor or optimizer)");
+      out.table.seconds[k] = it->second;
+    }
+    out.source = "replayed " + file.string();
+  } else {
+    const std::filesystem::path dir = in.cache_dir.value_or(defaultCalibrationCache());
+    const std::filesystem::path file = dir / (shortHash(here.cpu + "\n" + here.flags + "\n" + here.commit) + ".json");
+    CalibrationTable cache;
+    cache.identity = here;
+    std::error_code ec;
+    if (std::filesystem::exists(file, ec)) {
+      try {
+        CalibrationTable found = CalibrationTable::load(file);
+        if (found.identity == here) cache = std::move(found);
+      } catch (const Error& x) {
+        // A damaged cache is measured again, not fatal: it is a cache.
+        TERSE_LOG(LogLevel::kWarn, "ignoring the calibration cache: " << x.what());
+      }
+    }
+    std::vector<std::string> missing;
+    for (const std::string& k : keys)
+      if (!cache.seconds.count(k)) missing.push_back(k);
+    if (!missing.empty()) {
+      std::map<std::string, double> measured;
+      Measurer(in, plan).measure(missing, measured);
+      for (const std::string& k : missing) {
+        TERSE_CHECK(measured.count(k), InternalError, "calibration did not measure kernel '" << k << "'");
+        cache.seconds[k] = measured[k];
+      }
+      out.measured = missing;
+      std::filesystem::create_directories(dir, ec);
+      TERSE_CHECK(!ec, InvalidArgument,
+                  "the calibration cache " << dir.string() << " cannot be created: " << ec.message());
+      results::writeFileAtomic(file, cache.toJson());
+    }
+    for (const std::string& k : keys) out.table.seconds[k] = cache.seconds.at(k);
+    out.source = missing.size() == keys.size() ? "measured" : "cache " + file.string();
+  }
+  out.costs = makeCostTable(plan, out.table);
+  return out;
+}
+
+}  // namespace terse::runner

@@ -1,0 +1,116 @@
+// The calibrated compute model of a simulation (simulation.compute: CALIBRATED, DESIGN.md section 9): before the
+// simulation starts, each kernel the run will charge is timed in isolation on the calling thread, and the simulated
+// runtime charges every kernel region the table's time for its key (core/sim/runtime.h). A table depends on the
+// CPU and the code, so it is keyed by both, cached under ${XDG_CACHE_HOME:-~/.cache}/terse/calibration/ (a study's
+// variants, and the next study, reuse what is there and measure only the keys they add) and written into the results
+// folder as calibration.json, which `simulation.calibration` replays.
+//
+// The keys (entry names in the file, "kind subject size"):
+//   forward <workload>#<hash> L<layer> b<batch>      a layer's forward over one batch of the run's batch size
+//   backward <workload>#<hash> L<layer> b<batch>     its backward
+//   compress <compressor>#<hash> r<round> n<elements>, decompress ... n<elements>, reduce ... n<elements>
+//   sum <dtype> n<elements>, optimizer <options hash> n<elements>, accumulate n<elements>
+// A workload cannot run one layer alone (Workload::forwardBackward is the whole pass), so the whole pass is timed and
+// split among the layers' forward and backward by their FLOP counts (Workload::layerFlops); a batch of another size
+// (the epoch's last, a micro-batch) is charged in proportion. Codecs are timed on seeded gaussian data at every tensor
+// size of the model; the per-element kernels at the same sizes. A region of another size (a scheduler's chunk or
+// fused group, a parameter-server piece, a ring's segment) is charged by linear interpolation between the two
+// measured sizes around it, in proportion beyond the ends.
+//
+// Each time is the minimum thread CPU time over repetitions (at least kMinRepetitions, more until kKernelBudget) in
+// each of kCalibrationPasses passes over all the kernels: the kernel's cost with warm caches and nothing preempting
+// it, what a quiet run measures. The minimum resists time slicing and short bursts of load; it does not undo load
+// that lasts the whole calibration on a core's sibling hyperthread or in the shared caches (calibrated.md in
+// results/reference/simulation has the spread between calibrations on a shared host).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/sim/runtime.h"
+#include "core/train/workload.h"
+#include "experiments/config/config.h"
+
+namespace terse {
+class Compressor;
+class PluginLoader;
+}  // namespace terse
+namespace terse::workloads {
+struct DataSplit;
+}
+
+namespace terse::runner {
+
+// What a table is valid for: the CPU (model and the flags that pick kernels) and the code that ran.
+struct CalibrationIdentity {
+  std::string cpu;     // results::cpuDescription(): model name, family/model, logical CPUs, widest vector ISA
+  std::string flags;   // the /proc/cpuinfo flags among those compilers and kernels dispatch on ("avx2 f16c fma")
+  std::string commit;  // results::gitCommit()
+  bool operator==(const CalibrationIdentity&) const = default;
+  std::string describe() const;  // "cpu '...' (flags ...) at commit ..."
+};
+CalibrationIdentity thisMachine();
+
+// A calibration table: its identity and the seconds of each kernel key.
+struct CalibrationTable {
+  CalibrationIdentity identity;
+  std::map<std::string, double> seconds;
+  std::string toJson() const;
+  // Throws InvalidArgument naming `file` and what is wrong (a missing field, a negative time).
+  static CalibrationTable parse(std::string_view text, const std::string& file);
+  static CalibrationTable load(const std::filesystem::path& file);
+};
+
+// The kernels one run charges and their keys.
+struct CalibrationPlan {
+  std::string workload;  // "mlp#1a2b3c4d5e6f": the name and a hash of the workload config
+  int64_t batch = 0;
+  std::vector<train::LayerFlops> layers;
+  std::string codec;  // "topk#...": the compressor, its parameters and the codec decorators
+  int rounds = 1;
+  bool reduce = false;          // CUSTOM aggregation: the codec's reduce is charged
+  std::string optimizer;        // a hash of the optimizer's options
+  std::vector<uint64_t> sizes;  // ascending, no repeats, none zero
+  std::vector<std::string> keys() const;
+};
+
+struct CalibrationOutcome {
+  CalibrationTable table;                       // the entries of plan.keys(), with the run's identity
+  std::vector<std::string> measured;            // keys timed for this run (neither cached nor replayed)
+  std::string source;                           // "measured", "cache <file>", "replayed <file>"
+  bool foreign = false;                         // a replayed table from another CPU or commit, allowed by the config
+  std::shared_ptr<const sim::CostTable> costs;  // what the simulated runtime charges from it
+};
+
+struct CalibrationInputs {
+  const experiments::Experiment& experiment;
+  std::shared_ptr<const workloads::DataSplit> data;
+  PluginLoader& loader;
+  // The cache folder; nullopt: ${XDG_CACHE_HOME:-$HOME/.cache}/terse/calibration.
+  std::optional<std::filesystem::path> cache_dir;
+};
+
+inline constexpr int kCalibrationPasses = 3;
+inline constexpr int kMinRepetitions = 5;
+inline constexpr int kMaxRepetitions = 200;
+inline constexpr std::chrono::milliseconds kKernelBudget{60};  // per kernel and pass
+
+std::filesystem::path defaultCalibrationCache();
+// The run's table: replayed from simulation.calibration (refused when from another CPU or commit unless
+// allow_foreign_calibration, or when it lacks one of the run's keys), else the cache's entries with the missing ones
+// measured now and added to the cache. Throws InvalidArgument naming the file or field at fault.
+CalibrationOutcome calibrate(const CalibrationInputs& in);
+
+// The pieces calibrate() is made of, for tests.
+CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
+                                const Compressor& compressor);
+std::shared_ptr<const sim::CostTable> makeCostTable(const CalibrationPlan& plan, const CalibrationTable& table);
+
+}  // namespace terse::runner

@@ -1,0 +1,268 @@
+// simulation.compute CALIBRATED end to end (experiments/runner/calibration.h, DESIGN.md section 9): one table gives
+// bit-identical records, time fields included; the cache is reused and a replayed table is not measured again; a table
+// from another CPU or commit is refused unless allowed; the codecs are priced by what they cost (top-k above fp16 per
+// element); the table's file and the config's new fields are checked with messages that name them.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "core/common/json.h"
+#include "core/plugin/loader.h"
+#include "experiments/config/config.h"
+#include "experiments/runner/calibration.h"
+#include "experiments/runner/runner.h"
+#include "experiments/workloads/fashion_mnist.h"
+#include "runner_test_util.h"
+
+namespace terse::runner {
+namespace {
+using namespace test_util;
+
+// Every simulated run of this binary calibrates (CALIBRATED is the default): into a cache of the build tree, never the
+// user's.
+class CacheInBuildTree : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const fs::path dir = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "runner_out" / "calibration_cache";
+    fs::create_directories(dir);
+    setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  }
+};
+const auto* const kCache = ::testing::AddGlobalTestEnvironment(new CacheInBuildTree);
+
+// Three workers (odd), an MLP, top-k 1% with error feedback: forward, backward, codecs, sums and the optimizer are all
+// charged from the table.
+std::string calibratedStudy(const std::string& extra = "", const std::string& compressor = "topk") {
+  return "study: \"unit\"\n"
+         "workload { name: \"mlp\" hidden_sizes: [32] }\n"
+         "data { batch_size: 32 train_subset: 960 test_subset: 100 }\n"
+         "optimizer { lr: 0.05 momentum: 0.9 }\n"
+         "compressor { name: \"" +
+         compressor +
+         "\" }\n"
+         "error_feedback: " +
+         (compressor == "topk" ? "true" : "false") +
+         "\n"
+         "workers: 3\n"
+         "epochs: 1\n"
+         "eval { every_steps: 4 per_epoch: true }\n"
+         "seed: 7\n"
+         "clock: SIMULATED\n" +
+         extra;
+}
+
+struct Ran {
+  fs::path dir;
+  std::string metrics;
+  Json provenance;
+};
+
+Ran runCalibrated(PluginLoader& loader, const std::string& text, const fs::path& root) {
+  const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+  Runner runner(quietOptions(loader, root));
+  const RunSummary s = runner.run(study.experiments.at(0));
+  Ran r{s.dir, readFile(s.dir / "metrics.jsonl"), Json{}};
+  r.provenance = parseJsonObject(readFile(s.dir / "provenance.json")).value_or(Json{});
+  return r;
+}
+
+// provenance.json's simulation entry `key`.
+std::string simulationNote(const Json& provenance, const std::string& key) {
+  const Json* sim = findMember(provenance, "simulation");
+  if (sim == nullptr) return "";
+  return getString(*sim, key).value_or("");
+}
+
+std::string failure(PluginLoader& loader, const std::string& text, const fs::path& root) {
+  try {
+    runCalibrated(loader, text, root);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the run should have failed";
+  return "";
+}
+
+TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
+  auto loader = testLoader();
+  // A fresh cache: the first run measures every kernel, the second none, a replay none either.
+  const fs::path cache = freshDir("cal_cache_reuse");
+  setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  const Ran first = runCalibrated(loader, calibratedStudy(), freshDir("cal_same_1"));
+  const Ran second = runCalibrated(loader, calibratedStudy(), freshDir("cal_same_2"));
+  ASSERT_FALSE(first.metrics.empty());
+  EXPECT_EQ(second.metrics, first.metrics) << "the same table must give the same records, time fields included";
+  const std::string measured1 = simulationNote(first.provenance, "calibration_measured");
+  const std::string measured2 = simulationNote(second.provenance, "calibration_measured");
+  EXPECT_NE(measured1.rfind("0 of ", 0), 0u) << measured1;
+  EXPECT_EQ(measured2.rfind("0 of ", 0), 0u) << measured2;
+  EXPECT_EQ(simulationNote(first.provenance, "calibration_source"), "measured");
+  EXPECT_EQ(simulationNote(second.provenance, "calibration_source").rfind("cache ", 0), 0u);
+  EXPECT_EQ(simulationNote(first.provenance, "calibration"), "calibration.json");
+  EXPECT_NE(simulationNote(first.provenance, "compute").find("calibrated"), std::string::npos);
+  // The table used is in the results folder, and the second run used the same one.
+  const std::string table = readFile(first.dir / "calibration.json");
+  ASSERT_FALSE(table.empty());
+  EXPECT_EQ(readFile(second.dir / "calibration.json"), table);
+
+  // Replayed from the first run's folder, with an empty cache: nothing is measured and the records are the same.
+  setenv("XDG_CACHE_HOME", freshDir("cal_cache_replay").c_str(), 1);
+  const Ran replay = runCalibrated(
+      loader, calibratedStudy("simulation { calibration: \"" + (first.dir / "calibration.json").string() + "\" }\n"),
+      freshDir("cal_same_3"));
+  EXPECT_EQ(replay.metrics, first.metrics);
+  EXPECT_EQ(simulationNote(replay.provenance, "calibration_measured").rfind("0 of ", 0), 0u);
+  EXPECT_EQ(simulationNote(replay.provenance, "calibration_source").rfind("replayed ", 0), 0u);
+  EXPECT_TRUE(fs::is_empty(fs::path(std::getenv("XDG_CACHE_HOME")))) << "a replay writes no cache";
+}
+
+TEST(CalibratedRun, AForeignTableIsRefusedNamingBothUnlessAllowed) {
+  auto loader = testLoader();
+  const Ran first = runCalibrated(loader, calibratedStudy(), freshDir("cal_foreign_src"));
+  CalibrationTable t = CalibrationTable::load(first.dir / "calibration.json");
+  t.identity.cpu = "Imaginary CPU 9000 (family 1 model 2, 3 logical CPUs, avx2)";
+  const fs::path foreign = freshDir("cal_foreign_file") / "calibration.json";
+  std::ofstream(foreign) << t.toJson();
+  const std::string use = "simulation { calibration: \"" + foreign.string() + "\" ";
+  const std::string m = failure(loader, calibratedStudy(use + "}\n"), freshDir("cal_foreign_run"));
+  EXPECT_NE(m.find("simulation.calibration"), std::string::npos) << m;
+  EXPECT_NE(m.find("Imaginary CPU 9000"), std::string::npos) << m;
+  EXPECT_NE(m.find(thisMachine().cpu), std::string::npos) << m;
+  EXPECT_NE(m.find("allow_foreign_calibration"), std::string::npos) << m;
+
+  const Ran allowed =
+      runCalibrated(loader, calibratedStudy(use + "allow_foreign_calibration: true }\n"), freshDir("cal_foreign_ok"));
+  EXPECT_NE(simulationNote(allowed.provenance, "calibration_foreign").find("Imaginary CPU 9000"), std::string::npos);
+  // The foreign table's times are the ones charged: the records equal the run it came from.
+  EXPECT_EQ(allowed.metrics, first.metrics);
+}
+
+TEST(CalibratedRun, ATableWithoutTheRunsKernelsIsRefused) {
+  auto loader = testLoader();
+  const Ran first = runCalibrated(loader, calibratedStudy(), freshDir("cal_missing_src"));
+  // Another batch size charges other forward and backward keys.
+  std::string text =
+      calibratedStudy("simulation { calibration: \"" + (first.dir / "calibration.json").string() + "\" }\n");
+  text.replace(text.find("batch_size: 32"), 14, "batch_size: 16");
+  const std::string m = failure(loader, text, freshDir("cal_missing_run"));
+  EXPECT_NE(m.find("has no time for kernel 'forward mlp#"), std::string::npos) << m;
+  EXPECT_NE(m.find(" b16'"), std::string::npos) << m;
+}
+
+TEST(CalibratedRun, ABrokenTableFileIsRefusedNamingTheFileAndField) {
+  const auto bad = [](const std::string& text) {
+    try {
+      CalibrationTable::parse(text, "cal.json");
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted: " << text;
+    return std::string();
+  };
+  const std::string head = R"({"format": "terse calibration 1", "cpu": "c", "flags": "", "commit": "x", )";
+  EXPECT_NE(bad("{").find("cal.json: not JSON"), std::string::npos);
+  EXPECT_NE(bad(R"({"format": "other"})").find("field 'format'"), std::string::npos);
+  EXPECT_NE(bad(R"({"format": "terse calibration 1", "cpu": 3})").find("field 'cpu'"), std::string::npos);
+  EXPECT_NE(bad(head + R"("seconds": []})").find("field 'seconds'"), std::string::npos);
+  EXPECT_NE(bad(head + R"("seconds": {"sum f32 n4": -1}})").find("kernel 'sum f32 n4'"), std::string::npos);
+  EXPECT_NE(bad(head + R"("seconds": {"sum f32 n4": "1"}})").find("kernel 'sum f32 n4'"), std::string::npos);
+  const CalibrationTable ok = CalibrationTable::parse(head + R"("seconds": {"sum f32 n4": 1.5e-9}})", "cal.json");
+  EXPECT_EQ(ok.seconds.at("sum f32 n4"), 1.5e-9);
+  EXPECT_EQ(CalibrationTable::parse(ok.toJson(), "again").seconds, ok.seconds);
+}
+
+void expectCalibrationConfigError(const std::string& text, const std::string& needle) {
+  auto loader = testLoader();
+  try {
+    experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+    FAIL() << "accepted: " << text;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(CalibratedRun, ConfigChecksNameTheField) {
+  std::string real = calibratedStudy();
+  real.erase(real.find("clock: SIMULATED"));
+  expectCalibrationConfigError(real + "simulation { compute: CALIBRATED }\n",
+                               "simulation.compute: CALIBRATED charges the kernels of a simulated run");
+  expectCalibrationConfigError(real + "transport: TCP\nsimulation { compute: CALIBRATED }\n", "with transport TCP");
+  expectCalibrationConfigError(
+      calibratedStudy("simulation { compute: FLOP_MODEL calibration: \"c.json\" }\n"),
+      "simulation.calibration: a table is replayed by compute CALIBRATED, got compute FLOP_MODEL");
+  expectCalibrationConfigError(calibratedStudy("simulation { calibration: \"\" }\n"),
+                               "simulation.calibration must name");
+  expectCalibrationConfigError(calibratedStudy("simulation { allow_foreign_calibration: true }\n"),
+                               "simulation.allow_foreign_calibration: true only applies");
+  // The default: CALIBRATED when simulated, MEASURED (unused) in real time.
+  auto loader = testLoader();
+  const auto sim = experiments::loadStudyText(calibratedStudy(), "u", runnerConfigOptions(&loader));
+  EXPECT_EQ(sim.experiments.at(0).simulation().compute(), experiments::Simulation::CALIBRATED);
+  const auto rt = experiments::loadStudyText(real, "u", runnerConfigOptions(&loader));
+  EXPECT_EQ(rt.experiments.at(0).simulation().compute(), experiments::Simulation::MEASURED);
+}
+
+TEST(CalibratedRun, CodecsArePricedByTheirCostTopKAboveFp16PerElement) {
+  // The FLOP model charges every codec 4 flops per element; the calibrated table times them: a top-k selection with
+  // error feedback does far more per element than a cast to half precision, as measured compute shows.
+  auto loader = testLoader();
+  setenv("XDG_CACHE_HOME", freshDir("cal_cache_rank").c_str(), 1);
+  workloads::FashionMnistOptions fo;
+  fo.max_train = 960;
+  fo.max_test = 100;
+  const auto data = std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(fo));
+  const auto costOf = [&](const std::string& compressor) {
+    const auto study = experiments::loadStudyText(calibratedStudy("", compressor), "u", runnerConfigOptions(&loader));
+    const CalibrationOutcome out = calibrate({study.experiments.at(0), data, loader, std::nullopt});
+    // The calibrator reports what it timed: the first compressor's run every kernel (a fresh cache), the second's
+    // only its own codec's, the rest coming from the cache.
+    EXPECT_FALSE(out.measured.empty());
+    for (const std::string& k : out.measured) {
+      if (compressor == "topk") break;
+      EXPECT_TRUE(k.starts_with("compress " + compressor + "#") || k.starts_with("decompress " + compressor + "#"))
+          << k;
+    }
+    if (compressor == "topk") EXPECT_EQ(out.measured.size(), out.table.seconds.size());
+    // The MLP's largest tensor: 784 x 32 weights.
+    const double n = 784 * 32;
+    return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
+           out.costs->seconds({.kind = rt::CostKind::kDecompress, .size = n});
+  };
+  const double topk = costOf("topk");
+  const double fp16 = costOf("fp16");
+  EXPECT_GT(fp16, 0);
+  EXPECT_GT(topk, 1.5 * fp16) << "top-k " << topk << " s, fp16 " << fp16 << " s per compress and decompress";
+}
+
+TEST(CalibratedRun, SizesBetweenTheMeasuredOnesAreInterpolated) {
+  CalibrationPlan plan;
+  plan.workload = "w#0";
+  plan.batch = 10;
+  plan.layers = {{1, 2}};
+  plan.codec = "c#0";
+  plan.optimizer = "o#0";
+  plan.sizes = {100, 1000};
+  CalibrationTable t;
+  for (const std::string& k : plan.keys()) t.seconds[k] = 1;
+  t.seconds["compress c#0 r0 n100"] = 1e-6;
+  t.seconds["compress c#0 r0 n1000"] = 4e-6;
+  t.seconds["forward w#0 L0 b10"] = 3e-3;
+  const auto costs = makeCostTable(plan, t);
+  const auto compress = [&](double n) { return costs->seconds({.kind = rt::CostKind::kCompress, .size = n}); };
+  EXPECT_DOUBLE_EQ(compress(100), 1e-6);
+  EXPECT_DOUBLE_EQ(compress(550), 2.5e-6);  // halfway
+  EXPECT_DOUBLE_EQ(compress(50), 0.5e-6);   // in proportion below the smallest
+  EXPECT_DOUBLE_EQ(compress(2000), 8e-6);   // and above the largest
+  EXPECT_EQ(compress(0), 0);
+  // A forward of 5 examples is half the batch of 10's.
+  EXPECT_DOUBLE_EQ(costs->seconds({.kind = rt::CostKind::kForward, .layer = 0, .size = 5}), 1.5e-3);
+  EXPECT_EQ(costs->seconds({}), 0);
+  // A table without one of the plan's keys cannot be made into costs.
+  t.seconds.erase("compress c#0 r0 n100");
+  EXPECT_THROW(makeCostTable(plan, t), InternalError);
+}
+
+}  // namespace
+}  // namespace terse::runner
