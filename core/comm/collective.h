@@ -1,6 +1,8 @@
-// What every collective algorithm (one per file: allreduce_ring.h, allreduce_recursive_doubling.h, allgatherv_ring.h,
-// broadcast_binomial.h, barrier_dissemination.h) receives, and the helpers they share. The algorithms see only the
-// Transport interface, so they run unchanged over inproc and tcp.
+// What every collective algorithm receives, and the helpers they share. The algorithms are one per file in this folder,
+// named <collective>_<algorithm>.h: allreduce_ring, _recursive_doubling, _halving_doubling, _tree, _reduce_broadcast
+// and _hierarchical; allgatherv_ring and _hierarchical, allgather_bruck; broadcast_binomial; barrier_dissemination; and
+// the `auto` choosers allreduce_auto.h and allgather_auto.h. The algorithms see only the Transport interface, so they
+// run unchanged over inproc and tcp.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // The communicator the trainer and the compression pipeline use (DESIGN.md section 2): collectives on the gradient
 // path, blocking and non-blocking, plus what they cost on the wire. HostCommunicator (host_communicator.h) runs the
-// algorithms of this folder over a Transport; an NCCL communicator implements the same interface with NCCL's
-// collectives later.
+// algorithms of this folder over a Transport (inproc or tcp); NcclCommunicator (nccl_communicator.h) implements the
+// same interface with NCCL's collectives on device memory.
 //
 // Rules every implementation keeps:
 //  - Collectives are issued in the same order on every rank (blocking and non-blocking ones share that order); each

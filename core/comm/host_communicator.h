@@ -1,4 +1,4 @@
-// The host communicator: the collectives of this folder over any Transport (inproc now, tcp next).
+// The host communicator: the collectives of this folder over any Transport (inproc_transport.h, tcp/transport.h).
 //
 // Blocking calls run on the calling thread. Non-blocking calls go to one worker thread per communicator, which runs
 // them in issue order, so a rank overlaps communication with its own compute while the order stays the same on every

@@ -1,7 +1,7 @@
 // Per-tensor compression as the pipeline drives it: one TensorCodec per gradient tensor (or chunk), with every
 // buffer sized from the plugin's two-phase answers and allocated once at setup, so encode/decode allocate nothing.
 // Decorators (error feedback, momentum correction) wrap any TensorCodec and keep the same interface, so the pipeline
-// never knows which compressor or which decorators it drives (BytePS's habit, STYLE.md 8).
+// never knows which compressor or which decorators it drives (BytePS's habit, docs/STYLE.md 8).
 #pragma once
 
 #include <cstdint>

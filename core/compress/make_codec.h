@@ -1,5 +1,5 @@
 // Builds one tensor's codec chain from the experiment's options: the plugin codec innermost, then the decorators
-// (STYLE.md 8), outermost last:
+// (docs/STYLE.md 8), outermost last:
 //
 //   momentum_correction > 0:  MomentumCorrection(ErrorFeedback(PluginCodec))
 //   error_feedback:           ErrorFeedback(PluginCodec)

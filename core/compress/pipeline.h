@@ -3,11 +3,11 @@
 // never calls the communicator: the engine is the only code that moves gradients, for a lone tensor (a group of one)
 // and for a fused group alike, so the aggregation paths exist once (engine.h has the math).
 //
-// Every caps/path mismatch is an error at construction, before any step runs (STYLE.md 5): a SUM compressor without a
-// fixed size, a wire dtype the communicator cannot sum, a SUM header that is not whole wire elements, a multi-round
-// ALLGATHER, a CUSTOM reduce bound below the payload bound, a codec built for another rank or world size, a tensor in
-// memory the communicator cannot reach. What can change per call -- the size a plugin actually wrote -- is checked per
-// call, in encode() and fold(), once.
+// Every caps/path mismatch is an error at construction, before any step runs (docs/STYLE.md 5): a SUM compressor
+// without a fixed size, a wire dtype the communicator cannot sum, a SUM header that is not whole wire elements, a
+// multi-round ALLGATHER, a CUSTOM reduce bound below the payload bound, a codec built for another rank or world size, a
+// tensor in memory the communicator cannot reach. What can change per call -- the size a plugin actually wrote -- is
+// checked per call, in encode() and fold(), once.
 //
 // Two byte counts are kept apart: payload bytes (what the compressor produced on this rank, all rounds) and wire bytes
 // (what this rank's transport sent and received for the tensor's operations, frame headers included, size exchanges

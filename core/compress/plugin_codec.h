@@ -1,6 +1,6 @@
 // The innermost codec of every chain: it drives one plugin instance (terse::Compressor) for one tensor on the host.
 //
-// Setup does everything that may allocate or ask the plugin a question (Gloo's habit, STYLE.md 6): caps for the
+// Setup does everything that may allocate or ask the plugin a question (Gloo's habit, docs/STYLE.md 6): caps for the
 // tensor's dtype, the two-phase sizes of every round (kept per round), and this tensor's workspace and state, each
 // allocated once at the maximum over rounds, aligned to 64 bytes, the state zero-filled (compressor_v1.h,
 // terse_compressor_sizes_v1). encode/decode/reduce only fill the per-call fields (step, round, seed, source_rank),

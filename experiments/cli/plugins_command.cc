@@ -37,7 +37,7 @@ constexpr std::string_view kShowUsage =
     "--param values are passed to the plugin's init (needed to show caps of a plugin with required parameters).\n"
     "--numel / --shape add a compressor's exact payload bytes per round for that f32 tensor beside its dense size,\n"
     "and the bytes one worker sends per step at --world W workers (default 4) under the plugin's aggregation beside\n"
-    "a dense f32 ring allreduce's: the payload ratio is not the wire ratio (README: payload ratio and wire ratio).\n";
+    "a dense f32 ring allreduce's: the payload ratio is not the wire ratio (docs/compressors-and-schedulers.md).\n";
 
 // The quickstart's worker count (experiments/configs/quickstart.textproto): the wire bytes a newcomer first compares.
 constexpr int kDefaultWorld = 4;

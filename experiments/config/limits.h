@@ -1,6 +1,6 @@
-// The bounds an experiment config must keep (experiment.proto lists them beside the fields, README "Experiment
-// configs" in short). A config is untrusted text: without a ceiling a count becomes an allocation that ends in
-// std::bad_alloc a minute later, a duration overflows the clock it is converted to, and a list makes the checks
+// The bounds an experiment config must keep (experiment.proto lists them beside the fields, docs/running-studies.md
+// "Experiment configs" in short). A config is untrusted text: without a ceiling a count becomes an allocation that
+// ends in std::bad_alloc a minute later, a duration overflows the clock it is converted to, and a list makes the checks
 // themselves take minutes. Each limit is far above what a study needs and is named in the message that refuses it.
 // Header-only constants, so that readers of configs outside this target (results/compare) share them.
 #pragma once

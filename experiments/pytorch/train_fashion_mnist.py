@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Trains a terse experiment's recipe in PyTorch with DistributedDataParallel and a terse compressor as DDP's
-communication hook (README "Use terse compressors from PyTorch").
+communication hook (docs/pytorch.md "Use terse compressors from PyTorch").
 
 The recipe is a variant of a terse config (default: the quickstart study's "dense"), read through terse.Recipe: the
 MLP with terse's initial parameters, the Fashion-MNIST arrays from terse's IDX reader, each rank's batches from terse's

@@ -1,6 +1,6 @@
 // TERSE_CUBLAS_CHECK: the cuBLAS twin of TERSE_CUDA_CHECK (core/common/cuda.h) for the CUDA workloads, so a failed
-// GEMM on a cluster node names the call and cuBLAS's own status (NCCL's CUDACHECK habit, STYLE.md 4). Included only by
-// CUDA builds (TERSE_HAVE_CUDA).
+// GEMM on a cluster node names the call and cuBLAS's own status (NCCL's CUDACHECK habit, docs/STYLE.md 4). Included
+// only by CUDA builds (TERSE_HAVE_CUDA).
 #pragma once
 
 #include <cublas_v2.h>

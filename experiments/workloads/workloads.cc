@@ -32,7 +32,7 @@ std::vector<std::string_view> workloadsWithCuda() {
 namespace {
 
 // Validates options.device >= 0 before any model is built, so a wrong device is one clear message up front rather
-// than a CUDA error from deep inside a constructor (STYLE.md 5: ask, never assume).
+// than a CUDA error from deep inside a constructor (docs/STYLE.md 5: ask, never assume).
 void checkDevice(std::string_view name, int device) {
   bool has_cuda_model = false;
   for (std::string_view n : workloadsWithCuda()) has_cuda_model = has_cuda_model || n == name;

@@ -1,8 +1,8 @@
 // terse-bench-compressors: compress and decompress throughput of every built-in compressor present in the plugin
 // directory, in GB/s of f32 input, one thread, at 64 KiB, 4 MiB and 64 MiB, beside a memcpy of the same size measured
-// in the same run (STYLE.md 10: kernel benchmarks report GB/s of input and the ratio to a memcpy). Each plugin runs
-// through the core's own per-tensor codec (makePluginCodec), so the numbers include what a training step pays for the
-// plugin boundary.
+// in the same run (docs/STYLE.md 10: kernel benchmarks report GB/s of input and the ratio to a memcpy). Each plugin
+// runs through the core's own per-tensor codec (makePluginCodec), so the numbers include what a training step pays for
+// the plugin boundary.
 //
 //   compress     one full step on one rank: every round (round r > 0 gets round r - 1's payload as its aggregate);
 //                a new step each iteration, so stochastic compressors draw fresh randomness

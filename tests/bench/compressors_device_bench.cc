@@ -1,7 +1,7 @@
 // terse-bench-compressors-cuda: compress and decompress throughput of the built-in compressors on CUDA tensors, in
 // GB/s of f32 input at 256 MiB (64M floats), beside a device-to-device cudaMemcpyAsync of the same bytes measured in
-// the same run (STYLE.md 10; issue 9's target: casts and quantizers >= 0.8x the device copy). Each plugin runs through
-// the core's Compressor wrapper, so the numbers include what a training step pays for the plugin boundary.
+// the same run (docs/STYLE.md 10; issue 9's target: casts and quantizers >= 0.8x the device copy). Each plugin runs
+// through the core's Compressor wrapper, so the numbers include what a training step pays for the plugin boundary.
 //
 //   compress     one step on one rank, a new step each iteration (stochastic compressors draw fresh numbers)
 //   decompress   the payload accumulated onto an output, as the core does per rank; this includes the one stream

@@ -1,4 +1,4 @@
-# Run by ctest (see CMakeLists.txt) with CASE=template, builtin or python. Fails with the step and its output on any
+# Run by ctest (see CMakeLists.txt) with CASE=template, builtin, readme or python. Fails with the step and its output on any
 # error.
 cmake_minimum_required(VERSION 3.25)
 
@@ -106,6 +106,45 @@ elseif(CASE STREQUAL "builtin")
     message(FATAL_ERROR "terse plugins check should not call the copied topk unoptimised:\n${step_output}")
   endif()
   message(STATUS "the copied topk passes the conformance suite:\n${step_output}")
+elseif(CASE STREQUAL "readme")
+  # README.md's "Write your own compressor", as a reader follows it: its C++ block and its CMake block written to a
+  # fresh folder, built against the installed prefix, loaded by path and by name, and passed through the conformance
+  # suite. So the front door's example cannot stop compiling, loading or keeping the contract unnoticed.
+  file(READ "${TERSE_SOURCE_DIR}/README.md" readme)
+  function(fenced_block lang out)
+    string(FIND "${readme}" "\n```${lang}\n" begin)
+    if(begin LESS 0)
+      message(FATAL_ERROR "README.md has no ```${lang} block: the compressor example moved or lost its code")
+    endif()
+    string(LENGTH "\n```${lang}\n" skip)
+    math(EXPR begin "${begin} + ${skip}")
+    string(SUBSTRING "${readme}" ${begin} -1 rest)
+    string(FIND "${rest}" "\n```\n" end)
+    if(end LESS 0)
+      message(FATAL_ERROR "README.md's ```${lang} block is not closed")
+    endif()
+    string(SUBSTRING "${rest}" 0 ${end} block)
+    set(${out} "${block}\n" PARENT_SCOPE)
+  endfunction()
+  fenced_block(cpp source)
+  fenced_block(cmake lists)
+  if(NOT lists MATCHES "terse_add_compressor\\(([A-Za-z0-9_]+) SOURCES ([A-Za-z0-9_.]+)\\)")
+    message(FATAL_ERROR "README.md's CMake block has no terse_add_compressor(<name> SOURCES <file>):\n${lists}")
+  endif()
+  set(name "${CMAKE_MATCH_1}")
+  set(src_dir "${WORK_DIR}/readme-src")
+  file(WRITE "${src_dir}/CMakeLists.txt" "${lists}")
+  file(WRITE "${src_dir}/${CMAKE_MATCH_2}" "${source}")
+  build_consumer(readme "${src_dir}")
+  set(plugin "${WORK_DIR}/readme-build/terse_compressor_${name}.so")
+  expect_loads("${plugin}" "${name}")
+  run_step("terse plugins show ${name} by name" "${prefix}/bin/terse" plugins show "${name}"
+           --plugin-path "${WORK_DIR}/readme-build")
+  if(NOT step_output MATCHES "${name}")
+    message(FATAL_ERROR "terse plugins show ${name} --plugin-path should find the README's plugin:\n${step_output}")
+  endif()
+  run_step("terse plugins check ${plugin}" "${prefix}/bin/terse" plugins check "${plugin}")
+  message(STATUS "the README's compressor passes the conformance suite:\n${step_output}")
 elseif(CASE STREQUAL "python")
   # The installed Python package finds the plugins of its own prefix, with the build tree still in place: the
   # extension terse._terse runs inside python3, whose executable says nothing of where terse is installed. A test
@@ -137,5 +176,5 @@ elseif(CASE STREQUAL "python")
   endif()
   file(REMOVE_RECURSE "${WORK_DIR}")
 else()
-  message(FATAL_ERROR "CASE must be template, builtin or python, got '${CASE}'")
+  message(FATAL_ERROR "CASE must be template, builtin, readme or python, got '${CASE}'")
 endif()

@@ -564,8 +564,8 @@ EOF
     expect_in fail.log "rank 0 exited with status 1; it reported: variant x of study y broke: z$"
     ;;
   liveness_stopped_peer)
-    # The liveness promise (README, core/comm/tcp/transport.h): with tcp.timeout 2 s, the survivors of a SIGSTOPped
-    # rank fail naming it and exit within 2 s + 5% of the stop. Measured from the stop to each `terse run` process's
+    # The liveness promise (docs/clusters.md, core/comm/tcp/transport.h): with tcp.timeout 2 s, the survivors of a
+    # SIGSTOPped rank fail naming it and exit within 2 s + 5% of the stop. Measured from the stop to each `terse run` process's
     # exit, which a wrapper shell notes. Other work on the machine can delay a process's exit, so the bound must hold
     # in one of three tries, and every try within 2 s + 50%.
     cat >live.textproto <<EOF

@@ -1,4 +1,4 @@
-// The parameter server over the inproc transport, one thread per shard and per worker (STYLE.md 9), on a synthetic
+// The parameter server over the inproc transport, one thread per shard and per worker (docs/STYLE.md 9), on a synthetic
 // quadratic whose sync data-parallel trajectory is computed locally: f_w(x) = 1/2 sum_i a_i (x_i - c_wi)^2, so
 // grad_w(x)_i = a_i (x_i - c_wi) and the mean objective's optimum is the mean of the c_w.
 #include <gtest/gtest.h>

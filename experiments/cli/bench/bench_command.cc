@@ -1,4 +1,4 @@
-// `terse bench`: communication benchmarks in nccl-tests' format (STYLE.md 10), one file per benchmark; this one
+// `terse bench`: communication benchmarks in nccl-tests' format (docs/STYLE.md 10), one file per benchmark; this one
 // dispatches to them.
 //
 //   terse bench links       achieved bandwidth and latency of emulated links against the configured ones

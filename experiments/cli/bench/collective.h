@@ -1,6 +1,6 @@
 // What `terse bench allreduce|allgather` shares between its host transports (collective_command.cc) and NCCL
 // (nccl_collective.cc): the deterministic data and its check, the row computed from every rank's batch times, and
-// nccl-tests' table and the JSON rows (STYLE.md 10).
+// nccl-tests' table and the JSON rows (docs/STYLE.md 10).
 #pragma once
 
 #include <cstddef>

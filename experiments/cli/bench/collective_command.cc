@@ -1,5 +1,5 @@
 // `terse bench allreduce|allgather`: size, count, type, algo, time, algbw, busbw and #wrong per message size in
-// nccl-tests' format (STYLE.md 10), over the host transports; --transport nccl goes to nccl_collective.cc.
+// nccl-tests' format (docs/STYLE.md 10), over the host transports; --transport nccl goes to nccl_collective.cc.
 //
 // With --transport inproc every rank is a thread of this process. With --transport tcp the ranks talk over real
 // sockets (core/comm/tcp/transport.h): under `terse launch` (or any launcher job.h detects) each process is one rank

@@ -1,6 +1,6 @@
 // `terse bench links`: achieved bandwidth and latency of emulated inproc links against the configured ones (one-way
 // time from a ping-pong, streaming bandwidth of back-to-back frames, and with more than 2 ranks a fan-out from rank 0
-// that --nic caps), in nccl-tests' table style (STYLE.md 10).
+// that --nic caps), in nccl-tests' table style (docs/STYLE.md 10).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>

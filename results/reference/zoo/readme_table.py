@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Prints the zoo table of README.md ("Reference results: the compressor zoo") from this folder's compare.json.
+"""Prints the zoo table of docs/compressors-and-schedulers.md ("Reference results: the compressor zoo") from this
+folder's compare.json. (The name is older than docs/: the table used to be in the top-level README.)
 
     results/reference/zoo/readme_table.py [compare.json]            print the table
-    results/reference/zoo/readme_table.py --check README.md [compare.json]
-                                      exit 1, naming the first row that differs, when README's table is not this one
-                                      (ctest zoo_readme_table: the README cannot drift from the committed tables)
+    results/reference/zoo/readme_table.py --check docs/compressors-and-schedulers.md [compare.json]
+                                      exit 1, naming the first row that differs, when the document's table is not
+                                      this one (ctest zoo_readme_table: the page cannot drift from the committed
+                                      tables)
 
 The two studies (zoo_1gbps, zoo_10gbps) run the same variants at the same seeds, and their runs are deterministic in
 everything but time, so accuracy and bytes come from the 1 Gbps study and each time column from its own study. A
@@ -77,7 +79,7 @@ def main():
     readme = None
     if args[:1] == ["--check"]:
         if len(args) < 2:
-            sys.exit("readme_table.py: --check needs the README's path")
+            sys.exit("readme_table.py: --check needs the path of the document that holds the table")
         readme, args = pathlib.Path(args[1]), args[2:]
     lines = table(pathlib.Path(args[0]) if args else pathlib.Path(__file__).with_name("compare.json"))
     if readme is None:
@@ -91,7 +93,7 @@ def main():
         have = text[first + i] if first + i < len(text) else "(end of file)"
         if have != want:
             sys.exit(f"readme_table.py: {readme}:{first + i + 1} differs from compare.json's table\n"
-                     f"  README:       {have}\n  compare.json: {want}\n"
+                     f"  document:     {have}\n  compare.json: {want}\n"
                      "regenerate it with results/reference/zoo/readme_table.py")
     if first + len(lines) < len(text) and text[first + len(lines)].startswith("|"):
         sys.exit(f"readme_table.py: {readme}:{first + len(lines) + 1} is a row compare.json does not have")
