@@ -165,12 +165,41 @@ void ComputeOptions::validate() const {
               "simulation: flops_per_second must be finite and > 0, got " << flops_per_second);
 }
 
+std::optional<ComputeModel> parseComputeModel(std::string_view name) {
+  if (name == "measured") return ComputeModel::kMeasured;
+  if (name == "flops") return ComputeModel::kFlops;
+  if (name == "none") return ComputeModel::kNone;
+  return std::nullopt;
+}
+
+std::string_view computeModelName(ComputeModel model) {
+  switch (model) {
+    case ComputeModel::kMeasured:
+      return "measured";
+    case ComputeModel::kFlops:
+      return "flops";
+    case ComputeModel::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+std::string_view computeModelChoices() {
+  return "none, measured or flops";
+}
+
 std::string ComputeOptions::describe() const {
   std::ostringstream out;
-  if (model == ComputeModel::kMeasured) {
-    out << "measured thread CPU time x " << compute_scale;
-  } else {
-    out << "FLOP model at " << flops_per_second << " flop/s";
+  switch (model) {
+    case ComputeModel::kMeasured:
+      out << "measured thread CPU time x " << compute_scale;
+      break;
+    case ComputeModel::kFlops:
+      out << "FLOP model at " << flops_per_second << " flop/s";
+      break;
+    case ComputeModel::kNone:
+      out << "no computation (network time only)";
+      break;
   }
   return out.str();
 }

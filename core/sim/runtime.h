@@ -14,6 +14,12 @@
 //
 // The FLOP model instead ignores what the CPU did and takes computation from rt::work(flops) calls, at a configured
 // device speed: times that depend on nothing but the config and the seed, bit for bit on any host.
+//
+// No computation at all (kNone) charges nothing: simulated time is the network's alone, the alpha-beta model's world,
+// where a collective's time is its frames' latencies and bytes (scripts/validate-alpha-beta compares the two). Measured
+// time would charge the simulator's own per-frame bookkeeping too, which at 256 ranks was most of a small allreduce's
+// simulated time. Another model (a calibrated per-kernel table) is one more enumerator here, charged in work() like
+// the FLOP model.
 #pragma once
 
 #include <simgrid/s4u/Actor.hpp>
@@ -22,7 +28,9 @@
 
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/common/runtime.h"
@@ -32,7 +40,14 @@ namespace terse::sim {
 enum class ComputeModel {
   kMeasured,  // thread CPU time x compute_scale
   kFlops,     // rt::work(flops) / flops_per_second
+  kNone,      // nothing: simulated time is the network's alone
 };
+
+// The spelling of the command line and of describe(): "measured", "flops", "none"; parseComputeModel returns nullopt
+// for any other text, computeModelChoices() lists the names for messages.
+std::optional<ComputeModel> parseComputeModel(std::string_view name);
+std::string_view computeModelName(ComputeModel model);
+std::string_view computeModelChoices();
 
 struct ComputeOptions {
   ComputeModel model = ComputeModel::kMeasured;
@@ -40,7 +55,8 @@ struct ComputeOptions {
   double flops_per_second = 1e11;  // kFlops: the device's speed
   // Throws InvalidArgument naming the field when out of range.
   void validate() const;
-  std::string describe() const;  // "measured thread CPU time x 1", "FLOP model at 1e+11 flop/s"
+  // "measured thread CPU time x 1", "FLOP model at 1e+11 flop/s", "no computation (network time only)"
+  std::string describe() const;
 };
 
 // The thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
