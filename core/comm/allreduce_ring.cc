@@ -31,8 +31,10 @@ void allreduceRing(CollectiveContext& ctx, std::span<std::byte> data, DType dtyp
       // buffer first (with zero-copy sends the transport reads them from it until they complete).
       const int s = t - (n - 1);
       for (std::size_t i = step_sends[static_cast<std::size_t>(s)]; i < step_sends[static_cast<std::size_t>(s) + 1];
-           ++i)
+           ++i) {
         sends[i].wait();
+        sends[i] = Request();
+      }
     }
     auto& rv = recvs[t % 2];
     auto& ex = expected[t % 2];
@@ -53,6 +55,11 @@ void allreduceRing(CollectiveContext& ctx, std::span<std::byte> data, DType dtyp
   for (int t = 0; t < steps; ++t) {
     const auto ut = static_cast<std::size_t>(t);
     if (t + 1 < steps) postRecvs(t + 1);
+    // Step t - 2's frames have landed by now, as a rule: let go of those that have (a test, never a wait), so the
+    // operation holds a few steps' requests instead of all 2 (n - 1) to the end (CollectiveContext::track).
+    if (t >= 2)
+      for (std::size_t i = step_sends[ut - 2]; i < step_sends[ut - 1]; ++i)
+        if (sends[i].test()) sends[i] = Request();
     auto& rv = recvs[t % 2];
     auto& ex = expected[t % 2];
     const std::span<std::byte> chunk = chunkBytes(recvChunk(t));

@@ -14,6 +14,21 @@ std::span<std::byte> CollectiveContext::scratchBytes(std::size_t bytes) {
   return std::span<std::byte>(scratch->data(), bytes);
 }
 
+void CollectiveContext::track(const Request& request) {
+  if (inflight.size() >= prune_at) {
+    std::erase_if(inflight, [](Request& r) {
+      if (!r.alone()) return false;
+      try {
+        return r.test();
+      } catch (...) {
+        return false;  // kept: the failure path waits it out (HostCommunicator::run)
+      }
+    });
+    prune_at = std::max<std::size_t>(64, 2 * inflight.size());
+  }
+  inflight.push_back(request);
+}
+
 uint64_t CollectiveContext::segmentFor(std::size_t elem) const noexcept {
   const uint64_t cap = std::min<uint64_t>(segment_bytes, transport.maxFrameBytes());
   const uint64_t e = elem == 0 ? 1 : elem;
@@ -36,7 +51,7 @@ int CollectiveContext::peerRank(int peer) const noexcept {
 
 void CollectiveContext::send(int peer, std::span<const std::byte> data, std::vector<Request>& out) {
   out.push_back(transport.isend(peerRank(peer), meta, data));
-  inflight.push_back(out.back());
+  track(out.back());
   wire.sent_bytes += frameWireBytes(data.size());
   ++wire.sent_frames;
 }
@@ -44,7 +59,7 @@ void CollectiveContext::send(int peer, std::span<const std::byte> data, std::vec
 void CollectiveContext::recv(int peer, std::span<std::byte> data, std::vector<Request>& out,
                              std::vector<uint64_t>& expected) {
   out.push_back(transport.irecv(peerRank(peer), meta, data));
-  inflight.push_back(out.back());
+  track(out.back());
   expected.push_back(data.size());
   wire.received_bytes += frameWireBytes(data.size());
   ++wire.received_frames;
@@ -53,8 +68,9 @@ void CollectiveContext::recv(int peer, std::span<std::byte> data, std::vector<Re
 Request CollectiveContext::irecv(int peer, std::span<std::byte> data) {
   wire.received_bytes += frameWireBytes(data.size());
   ++wire.received_frames;
-  inflight.push_back(transport.irecv(peerRank(peer), meta, data));
-  return inflight.back();
+  Request r = transport.irecv(peerRank(peer), meta, data);
+  track(r);
+  return r;
 }
 
 void CollectiveContext::waitRecv(Request& request, uint64_t expected) const {
@@ -81,7 +97,7 @@ void CollectiveContext::recvReduceSegments(int peer, std::span<std::byte> data, 
   for (std::size_t off = 0; off < data.size(); off += segment) {
     const std::size_t len = std::min<std::size_t>(segment, data.size() - off);
     out.push_back(transport.irecvReduce(peerRank(peer), meta, data.subspan(off, len), dtype));
-    inflight.push_back(out.back());
+    track(out.back());
     expected.push_back(len);
     wire.received_bytes += frameWireBytes(len);
     ++wire.received_frames;

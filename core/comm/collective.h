@@ -53,6 +53,8 @@ struct CollectiveContext {
   // in the helpers below). A hierarchical collective runs the flat algorithms on its node and leader groups this way.
   std::span<const int> group;
   int group_rank = -1;
+  // inflight's size at which track() next drops the requests that are complete and held by nobody else.
+  std::size_t prune_at = 64;
 
   int rank() const noexcept { return group.empty() ? transport.rank() : group_rank; }
   int size() const noexcept { return group.empty() ? transport.size() : static_cast<int>(group.size()); }
@@ -64,6 +66,11 @@ struct CollectiveContext {
   std::span<std::byte> scratchBytes(std::size_t bytes);
   // Payload bytes per frame for elements of `elem` bytes: a whole number of elements, at least one.
   uint64_t segmentFor(std::size_t elem) const noexcept;
+  // Keeps `request` in `inflight`. A request the algorithm has waited and let go of is complete and no peer touches
+  // its buffers any more: track() drops those, every time inflight has doubled, so an operation holds what is still
+  // in flight rather than every frame it ever sent (4 (n - 1) per rank for the ring, each with its frame and its
+  // simulated transfer: 2n^2 of them held to the end, gigabytes at 1,024 simulated ranks).
+  void track(const Request& request);
 
   // One frame; the request is kept in `out`.
   void send(int peer, std::span<const std::byte> data, std::vector<Request>& out);

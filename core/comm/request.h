@@ -36,6 +36,8 @@ class Request {
     if (impl_) impl_->wait();
   }
   uint64_t bytes() const { return impl_ ? impl_->bytes() : 0; }
+  // No other handle shares this request's operation (an empty handle is alone too).
+  bool alone() const noexcept { return impl_.use_count() <= 1; }
 
  private:
   std::shared_ptr<RequestImpl> impl_;

@@ -8,6 +8,8 @@
 #include <simgrid/config.h>
 #include <simgrid/version.h>
 #include <xbt/base.h>
+#include <simgrid/kernel/routing/NetPoint.hpp>
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
@@ -176,6 +178,91 @@ void attach(sg4::NetZone* parent, const ZoneLinks& child, std::vector<sg4::LinkI
   parent->add_route(nullptr, child.zone->get_netpoint(), nullptr, child.gateway, {sg4::LinkInRoute(down)}, false);
 }
 
+// The mesh of per-pair wires (platform.h), its wires made when a route first crosses them. A full zone holds every
+// wire and every route from the start: n(n-1) of each, a million links at 1,024 ranks, gigabytes of SimGrid's link and
+// constraint objects and seconds to build them, for the n or n log n pairs a collective ever uses. This zone keeps the
+// ranks' NIC links and answers a route by looking its wire up in a table indexed by pair, making the wire on the first
+// route through it: the routes, their links, latencies and so the simulated times are those of the full mesh.
+//
+// The wires live in a zone of their own that is never sealed (SimGrid refuses new links in a sealed zone, and the
+// engine seals the platform's tree when it starts running): no routes go through it, it only owns the links. SimGrid
+// asks for routes from its kernel (the maestro) when a communication starts, where the s4u calls below run in place.
+class MeshZone final : public simgrid::kernel::routing::NetZoneImpl {
+ public:
+  MeshZone(const std::string& name, const comm::EmulationConfig& links, int ranks)
+      : NetZoneImpl(name), links_(links), n_(static_cast<std::size_t>(ranks)), wires_(n_ * n_, nullptr) {}
+
+  // The hosts in rank order, with their NIC links; the zone sealed.
+  std::vector<sg4::Host*> build() {
+    std::vector<sg4::Host*> hosts;
+    egress_.assign(n_, nullptr);
+    ingress_.assign(n_, nullptr);
+    for (std::size_t r = 0; r < n_; ++r) {
+      // The speed only matters to SimGrid executions, which terse does not use: computation is slept (runtime.h).
+      sg4::Host* host = get_iface()->create_host("rank" + std::to_string(r), 1e9);
+      // NetPoint ids number a zone's vertices in the order they joined it: the ranks' here, nothing else joins.
+      TERSE_CHECK(host->get_netpoint()->id() == r, InternalError,
+                  "simulated platform: rank " << r << "'s host got vertex " << host->get_netpoint()->id());
+      hosts.push_back(host);
+      if (links_.nic_egress_bps > 0)
+        egress_[r] =
+            get_iface()->create_link("nic-out" + std::to_string(r), bytesPerSecond(links_.nic_egress_bps))->get_impl();
+      if (links_.nic_ingress_bps > 0)
+        ingress_[r] =
+            get_iface()->create_link("nic-in" + std::to_string(r), bytesPerSecond(links_.nic_ingress_bps))->get_impl();
+    }
+    wire_zone_ = new WireZone(get_name() + "-wires");
+    wire_zone_->set_network_model(get_network_model());
+    get_iface()->seal();
+    return hosts;
+  }
+
+  void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* dst,
+                       simgrid::kernel::routing::Route* into, double* latency) override {
+    const std::size_t i = src->id();
+    const std::size_t j = dst->id();
+    // A rank's frames to itself never touch the network (network.h), and nothing else lives in this zone.
+    TERSE_CHECK(i < n_ && j < n_ && i != j, InternalError,
+                "simulated platform: no route " << src->get_name() << " -> " << dst->get_name());
+    if (egress_[i] != nullptr) into->link_list_.push_back(egress_[i]);
+    into->link_list_.push_back(wire(i, j));
+    if (ingress_[j] != nullptr) into->link_list_.push_back(ingress_[j]);
+    // The NIC links have no latency: the wire's is the route's.
+    if (latency != nullptr) *latency += links_.linkSpec(static_cast<int>(i), static_cast<int>(j)).latency_s;
+  }
+
+ private:
+  // Owns the wires; routes nothing.
+  class WireZone final : public simgrid::kernel::routing::NetZoneImpl {
+   public:
+    explicit WireZone(const std::string& name) : NetZoneImpl(name) {}
+    void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint*,
+                         simgrid::kernel::routing::Route*, double*) override {
+      TERSE_THROW(InternalError,
+                  "simulated platform: the wires' zone routes nothing (asked from " << src->get_name() << ")");
+    }
+  };
+
+  simgrid::kernel::resource::StandardLinkImpl* wire(std::size_t i, std::size_t j) {
+    auto*& w = wires_[i * n_ + j];
+    if (w == nullptr) {
+      const comm::LinkSpec s = links_.linkSpec(static_cast<int>(i), static_cast<int>(j));
+      sg4::Link* link = wire_zone_->create_link("wire" + std::to_string(i) + "-" + std::to_string(j),
+                                                {bytesPerSecond(s.bandwidth_bps)});
+      link->set_latency(s.latency_s);
+      link->seal();
+      w = link->get_impl();
+    }
+    return w;
+  }
+
+  comm::EmulationConfig links_;
+  std::size_t n_;
+  std::vector<simgrid::kernel::resource::StandardLinkImpl*> egress_, ingress_;
+  std::vector<simgrid::kernel::resource::StandardLinkImpl*> wires_;  // i * n + j, made by wire()
+  WireZone* wire_zone_ = nullptr;
+};
+
 std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {
   const TwoLevelTopology& t = spec.topology;
   t.validate();
@@ -255,34 +342,8 @@ std::vector<sg4::Host*> buildPlatform(sg4::Engine& engine, const PlatformSpec& s
                                                                       << ") both describe the network; use one");
     return buildTwoLevel(spec);
   }
-  const auto n = static_cast<std::size_t>(spec.ranks);
-  sg4::NetZone* zone = sg4::create_full_zone("cluster");
-  std::vector<sg4::Host*> hosts;
-  std::vector<sg4::Link*> egress(n, nullptr), ingress(n, nullptr);
-  for (std::size_t r = 0; r < n; ++r) {
-    // The speed only matters to SimGrid executions, which terse does not use: computation is slept (runtime.h).
-    hosts.push_back(zone->create_host("rank" + std::to_string(r), 1e9));
-    if (spec.links.nic_egress_bps > 0)
-      egress[r] = zone->create_link("nic-out" + std::to_string(r), bytesPerSecond(spec.links.nic_egress_bps));
-    if (spec.links.nic_ingress_bps > 0)
-      ingress[r] = zone->create_link("nic-in" + std::to_string(r), bytesPerSecond(spec.links.nic_ingress_bps));
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < n; ++j) {
-      if (i == j) continue;  // a rank's frames to itself never touch the network (network.h)
-      const comm::LinkSpec s = spec.links.linkSpec(static_cast<int>(i), static_cast<int>(j));
-      sg4::Link* wire =
-          zone->create_link("wire" + std::to_string(i) + "-" + std::to_string(j), bytesPerSecond(s.bandwidth_bps));
-      wire->set_latency(s.latency_s);
-      std::vector<sg4::LinkInRoute> route;
-      if (egress[i] != nullptr) route.emplace_back(egress[i]);
-      route.emplace_back(wire);
-      if (ingress[j] != nullptr) route.emplace_back(ingress[j]);
-      zone->add_route(hosts[i]->get_netpoint(), hosts[j]->get_netpoint(), nullptr, nullptr, route, false);
-    }
-  }
-  zone->seal();
-  return hosts;
+  auto* zone = new MeshZone("cluster", spec.links, spec.ranks);
+  return zone->build();
 }
 
 std::string describePlatform(const PlatformSpec& spec) {

@@ -167,6 +167,31 @@ void ComputeOptions::validate() const {
               "simulation: compute CALIBRATED needs a calibration table (none was given to the simulation)");
 }
 
+std::optional<ComputeModel> parseComputeModel(std::string_view name) {
+  if (name == "measured") return ComputeModel::kMeasured;
+  if (name == "flops") return ComputeModel::kFlops;
+  if (name == "none") return ComputeModel::kNone;
+  return std::nullopt;
+}
+
+std::string_view computeModelName(ComputeModel model) {
+  switch (model) {
+    case ComputeModel::kCalibrated:
+      return "calibrated";
+    case ComputeModel::kMeasured:
+      return "measured";
+    case ComputeModel::kFlops:
+      return "flops";
+    case ComputeModel::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+std::string_view computeModelChoices() {
+  return "none, measured or flops";
+}
+
 std::string ComputeOptions::describe() const {
   std::ostringstream out;
   switch (model) {
@@ -179,6 +204,9 @@ std::string ComputeOptions::describe() const {
       break;
     case ComputeModel::kFlops:
       out << "FLOP model at " << flops_per_second << " flop/s";
+      break;
+    case ComputeModel::kNone:
+      out << "no computation (network time only)";
       break;
   }
   return out.str();
@@ -219,7 +247,8 @@ double SimRuntime::modeled(const ActorClock& a, const rt::Cost& cost) const {
       return compute_.table->seconds(cost) * compute_.compute_scale * a.slowdown;
     case ComputeModel::kFlops:
       return cost.flops > 0 ? cost.flops / compute_.flops_per_second * a.slowdown : 0.0;
-    case ComputeModel::kMeasured:
+    case ComputeModel::kMeasured:  // account() charges the region's CPU time instead
+    case ComputeModel::kNone:
       break;
   }
   return 0.0;

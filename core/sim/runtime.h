@@ -20,6 +20,9 @@
 //
 // Measuring on one OS thread also works when SimGrid runs each actor on a thread of its own (the thread context
 // factory): the clock read is then that actor's thread's, and it is only read while the actor runs.
+//
+// No computation at all (kNone) charges nothing: simulated time is the network's alone, the alpha-beta model's world,
+// where a collective's time is its frames' latencies and bytes (scripts/validate-alpha-beta compares the two).
 #pragma once
 
 #include <simgrid/s4u/Actor.hpp>
@@ -29,7 +32,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/common/runtime.h"
@@ -40,6 +45,7 @@ enum class ComputeModel {
   kCalibrated,  // the cost table's seconds per kernel x compute_scale
   kMeasured,    // thread CPU time inside kernel regions x compute_scale
   kFlops,       // the regions' flops / flops_per_second
+  kNone,        // nothing: simulated time is the network's alone
 };
 
 // Seconds of one kernel on the calibrated CPU (experiments/runner/calibration.h builds one for a run). Pure: the same
@@ -51,6 +57,12 @@ class CostTable {
   virtual std::string describe() const = 0;  // provenance's words for it
 };
 
+// The spelling of the command line and of describe(): "measured", "flops", "none"; parseComputeModel returns nullopt
+// for any other text, computeModelChoices() lists the names for messages.
+std::optional<ComputeModel> parseComputeModel(std::string_view name);
+std::string_view computeModelName(ComputeModel model);
+std::string_view computeModelChoices();
+
 struct ComputeOptions {
   ComputeModel model =
       ComputeModel::kMeasured;  // the config's default is kCalibrated (experiments/runner/calibration.h)
@@ -59,7 +71,8 @@ struct ComputeOptions {
   std::shared_ptr<const CostTable> table;  // kCalibrated: required
   // Throws InvalidArgument naming the field when out of range.
   void validate() const;
-  // "calibrated table (...) x 1", "measured thread CPU time in kernels x 1", "FLOP model at 1e+11 flop/s"
+  // "calibrated table (...) x 1", "measured thread CPU time in kernels x 1", "FLOP model at 1e+11 flop/s",
+  // "no computation (network time only)"
   std::string describe() const;
 };
 

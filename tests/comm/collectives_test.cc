@@ -6,6 +6,8 @@
 #include <numeric>
 #include <thread>
 
+#include "core/comm/collective.h"
+#include "core/comm/inproc_transport.h"
 #include "tests/comm/comm_test_util.h"
 
 namespace terse::comm {
@@ -139,6 +141,42 @@ TEST(Channels, ConcurrentCollectivesStartedInAnyOrderKeepApart) {
                     ranks + static_cast<float>(n) * static_cast<float>(k * i % 7))
               << n << " ranks, rank " << r << ", channel " << k << ", element " << i;
   }
+}
+
+TEST(CollectiveContext, HoldsWhatIsInFlightNotEveryRequestItMade) {
+  // 10,000 frames each way, each waited and let go of at once: the context keeps a bounded list (track() drops the
+  // complete ones nobody else holds whenever the list has doubled), where it used to keep all 20,000 to the end.
+  // Requests the caller still holds, and those not complete, stay.
+  auto t = makeInprocTransports(2);
+  std::vector<std::byte> scratch0, scratch1;
+  CollectiveContext c0{*t[0], FrameMeta{OpKind::kAllreduce, 7, 0}, 1 << 20, &scratch0, {}, {}, {}, -1};
+  CollectiveContext c1{*t[1], FrameMeta{OpKind::kAllreduce, 7, 0}, 1 << 20, &scratch1, {}, {}, {}, -1};
+  std::vector<std::byte> out(16, std::byte{3}), in(16);
+  std::size_t most = 0;
+  for (int i = 0; i < 10000; ++i) {
+    std::vector<Request> sends, recvs;
+    std::vector<uint64_t> expected;
+    c1.recv(0, in, recvs, expected);
+    c0.send(1, out, sends);
+    waitRecvs(recvs, expected, c1);
+    waitAll(sends);
+    most = std::max({most, c0.inflight.size(), c1.inflight.size()});
+  }
+  EXPECT_LE(most, 128u);
+  // A held request is kept however many others come and go, and so is one still in flight.
+  std::vector<Request> held, pending;
+  std::vector<uint64_t> expected;
+  c1.recv(0, in, pending, expected);  // nothing sent yet: not complete
+  c0.send(1, out, held);
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<Request> sends;
+    c0.send(1, out, sends);
+  }
+  EXPECT_EQ(std::count_if(c0.inflight.begin(), c0.inflight.end(), [](const Request& r) { return !r.alone(); }), 1);
+  EXPECT_FALSE(c1.inflight.empty());
+  // The first frame sent after the 10,000 matches the pending receive.
+  waitRecvs(pending, expected, c1);
+  EXPECT_EQ(in, out);
 }
 
 TEST(Allgatherv, BadArguments) {

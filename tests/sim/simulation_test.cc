@@ -366,6 +366,81 @@ TEST(Simulation, FlopModelChargesTheRegionsFlops) {
   EXPECT_NEAR(std::stod(r), 5e-3, 1e-9) << r;
 }
 
+TEST(Simulation, NoComputeModelChargesNeitherCpuTimeNorDeclaredFlops) {
+  // The same body under each model: 50 ms of CPU and 1e10 declared flops (0.1 s at the FLOP model's 1e11 flop/s).
+  auto simulated = [](ComputeModel model) {
+    SimulationOptions o = options(1, "");
+    o.compute.model = model;
+    o.compute.compute_scale = 1;
+    return std::stod(runSimulation(o, [&](const SimulationContext&) {
+      const rt::Clock::time_point t0 = rt::now();
+      burnCpu(0.05);
+      rt::charge({.kind = rt::CostKind::kSum, .size = 1e10, .flops = 1e10});
+      return str(rt::seconds(t0, rt::now()));
+    }));
+  };
+  EXPECT_EQ(simulated(ComputeModel::kNone), 0.0);
+  EXPECT_GE(simulated(ComputeModel::kMeasured), 0.05);
+  EXPECT_NEAR(simulated(ComputeModel::kFlops), 0.1, 1e-9);
+}
+
+TEST(Simulation, ComputeModelsParseAndDescribeThemselves) {
+  for (ComputeModel m : {ComputeModel::kNone, ComputeModel::kMeasured, ComputeModel::kFlops})
+    EXPECT_EQ(parseComputeModel(computeModelName(m)), m);
+  EXPECT_FALSE(parseComputeModel("").has_value());
+  EXPECT_FALSE(parseComputeModel("None").has_value());
+  ComputeOptions c;
+  c.model = ComputeModel::kNone;
+  EXPECT_EQ(c.describe(), "no computation (network time only)");
+}
+
+TEST(Simulation, TheMeshMakesOnlyTheWiresItsFramesCrossWithTheirOwnLinks) {
+  // 512 ranks (a full mesh would be 261,632 wires): ranks 0 -> 1 on an overridden 1 Gbps / 20 us pair, 7 -> 300 on
+  // the default 10 Gbps / 5 us, 300 -> 7 back, each alone on its wire; then rank 0 to ranks 2 and 3 together through
+  // its 2 Gbps NIC. Times as the full mesh gives them, and the run stays small.
+  SimulationOptions o = options(512, "bandwidth=10Gbps,latency=5us,nic=2Gbps");
+  o.platform.links.overrides.push_back({0, 1, {1e9, 20e-6}});
+  const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto fabric = comm::InprocFabric::create(512, io);
+    std::vector<std::unique_ptr<comm::Transport>> t(512);
+    for (int rank : {0, 1, 2, 3, 7, 300}) t[static_cast<std::size_t>(rank)] = fabric->endpoint(rank);
+    const uint64_t n = 100000;
+    std::vector<std::byte> src(n), dst(n), dst2(n);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    std::ostringstream out;
+    auto hop = [&](int from, int to) {
+      const rt::Clock::time_point t0 = rt::now();
+      auto s = t[static_cast<std::size_t>(from)]->isend(to, meta, src);
+      t[static_cast<std::size_t>(to)]->recv(from, meta, dst);
+      s.wait();
+      out << since(t0) << ' ';
+    };
+    hop(0, 1);
+    hop(7, 300);
+    hop(300, 7);
+    const rt::Clock::time_point t0 = rt::now();
+    auto a = t[0]->isend(2, meta, src);
+    auto b = t[0]->isend(3, meta, src);
+    t[2]->recv(0, meta, dst);
+    t[3]->recv(0, meta, dst2);
+    a.wait();
+    b.wait();
+    out << since(t0);
+    return out.str();
+  });
+  std::istringstream in(r);
+  double t01 = 0, t7 = 0, t300 = 0, shared = 0;
+  in >> t01 >> t7 >> t300 >> shared;
+  const double bits = static_cast<double>(comm::frameWireBytes(100000)) * 8;
+  EXPECT_NEAR(t01, 20e-6 + bits / 1e9, 1e-9);
+  // The NIC (2 Gbps) is slower than the 10 Gbps wire: it sets the rate of a flow alone.
+  EXPECT_NEAR(t7, 5e-6 + bits / 2e9, 1e-9);
+  EXPECT_NEAR(t300, 5e-6 + bits / 2e9, 1e-9);
+  EXPECT_NEAR(shared, 5e-6 + 2 * bits / 2e9, 1e-9);
+}
+
 TEST(Simulation, ThreadsRunOneAtATimeSoEachIsMeasuredAlone) {
   // Two threads each burn 30 ms of CPU: in real time on a busy host they would stretch each other; simulated, each
   // ends 30 ms after it started, on its own host, whatever else runs.

@@ -53,7 +53,9 @@ constexpr std::string_view kCollectiveUsage =
     "                                       [--nic BW] [--nic-ingress BW]\n"
     "                                       [--threshold BYTES|table] [--segment BYTES|auto]\n"
     "                                       [--socket-buffer BYTES] [--busy-poll US|env] (tcp)\n"
-    "                                       [--clock real|simulated] [--topology SPEC] [--iters N] [-w WARMUP]\n"
+    "                                       [--clock real|simulated] [--compute none|measured|flops] [--topology "
+    "SPEC]\n"
+    "                                       [--iters N] [-w WARMUP]\n"
     "                                       [--json] [--check]\n"
     "\n"
     "Sizes are total message bytes (allgather: the gathered output, size/n per rank), K/M/G binary. RANKS is N, A..B\n"
@@ -71,13 +73,14 @@ struct CollectiveOptions {
   DType dtype = DType::kF32;
   HostCommOptions comm_options;
   uint64_t socket_buffer = 0;
-  int busy_poll_us = -1;           // --busy-poll: TcpOptions::busy_poll_us (-1: TERSE_TCP_BUSY_POLL_US, else off)
-  int busy_poll_resolved = 0;      // tcp: what the transports use (resolveBusyPollUs; tables and JSON say it)
-  bool caller_reads = false;       // tcp: whether callers read their connections (resolveCallerReads; likewise)
-  int caller_spin_us = 0;          // tcp: a reading caller's spin budget (resolveCallerSpinUs; likewise)
-  int inproc_spin_us = 0;          // inproc: a waiting rank's spin budget (resolveInprocSpinUs; likewise)
-  bool ranks_given = false;        // -n was on the command line
-  bool simulated = false;          // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
+  int busy_poll_us = -1;       // --busy-poll: TcpOptions::busy_poll_us (-1: TERSE_TCP_BUSY_POLL_US, else off)
+  int busy_poll_resolved = 0;  // tcp: what the transports use (resolveBusyPollUs; tables and JSON say it)
+  bool caller_reads = false;   // tcp: whether callers read their connections (resolveCallerReads; likewise)
+  int caller_spin_us = 0;      // tcp: a reading caller's spin budget (resolveCallerSpinUs; likewise)
+  int inproc_spin_us = 0;      // inproc: a waiting rank's spin budget (resolveInprocSpinUs; likewise)
+  bool ranks_given = false;    // -n was on the command line
+  bool simulated = false;      // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
+  sim::ComputeModel compute = sim::ComputeModel::kMeasured;  // --compute: what the simulated clock charges as work
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
 };
 
@@ -171,7 +174,11 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       "TERSE_TCP_BUSY_POLL_US, else off (core/comm/tcp/transport.h)")(
       "clock", po::value<std::string>()->default_value("real"),
       "real, or simulated: --transport inproc on a SimGrid simulation of the links (--bandwidth, --latency, --nic, "
-      "--nic-ingress); times are simulated seconds, the summation is measured CPU time (DESIGN.md section 9)");
+      "--nic-ingress); times are simulated seconds, the summation is charged as --compute says (DESIGN.md section 9)")(
+      "compute", po::value<std::string>(),
+      "--clock simulated: what counts as computation, none (simulated time is the network's alone: the alpha-beta "
+      "model's), measured (each rank's thread CPU time, the default) or flops (FLOP counts at 1e11 "
+      "flop/s: only what the kernels declare through rt::work)");
   auto vm = parse(args, options, kCollectiveUsage, who, exit_code);
   if (!vm) return std::nullopt;
 
@@ -242,6 +249,15 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       throw po::error("--clock must be real or simulated, got '" + clock + "'");
     o.simulated = clock == "simulated";
     if (o.simulated) o.inproc_spin_us = 0;
+    if (vm->count("compute")) {
+      const std::string compute = (*vm)["compute"].as<std::string>();
+      const auto model = sim::parseComputeModel(compute);
+      if (!model)
+        throw po::error("--compute must be " + std::string(sim::computeModelChoices()) + ", got '" + compute + "'");
+      // Real time has no model of computation to choose: the ranks' CPUs take what they take.
+      if (!o.simulated) throw po::error("--compute chooses the simulated clock's computation; add --clock simulated");
+      o.compute = *model;
+    }
     if (o.topology.enabled() && !o.simulated)
       throw po::error("--topology builds the simulated cluster; add --clock simulated");
     if (o.topology.enabled() && a.inproc.emulation.enabled())
@@ -469,6 +485,7 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
     << ",\"segment_bytes\":" << o.comm_options.segment_bytes << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup
     << ",\"links\":\"" << a.inproc.emulation.describe() << "\",\"clock\":\"" << (o.simulated ? "simulated" : "real")
     << "\",";
+  if (o.simulated) j << "\"compute\":\"" << sim::computeModelName(o.compute) << "\",";
   if (a.transport == "tcp")
     j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",\"caller_reads\":" << (o.caller_reads ? "true" : "false")
       << ",\"caller_spin_us\":" << (o.caller_reads ? o.caller_spin_us : 0) << ",";
@@ -485,8 +502,9 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
   std::cout << "# terse bench " << who << ": transport " << a.transport
             << (in_job                 ? " (one process per rank)"
                 : a.transport == "tcp" ? " (ranks as threads, loopback)"
-                : o.simulated          ? " (simulated time: SimGrid, DESIGN.md section 9)"
-                                       : "")
+                : o.simulated          ? " (simulated time: SimGrid, DESIGN.md section 9, compute " +
+                                    std::string(sim::computeModelName(o.compute)) + ")"
+                              : "")
             << ", dtype " << dtypeName(o.dtype);
   if (allreduce) {
     std::cout << ", algo " << comm::allreduceAlgorithmName(o.comm_options.algorithm);
@@ -567,6 +585,7 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
       so.platform.ranks = *std::max_element(o.a.ranks.begin(), o.a.ranks.end());
       so.platform.links = o.a.inproc.emulation;
       so.platform.topology = o.topology;
+      so.compute.model = o.compute;
       const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
         CollectiveOptions in_sim = o;
         in_sim.a.inproc.network = ctx.network;
