@@ -40,11 +40,13 @@ struct Piece {
 struct Stream {
   sg4::Host* from = nullptr;
   sg4::Host* to = nullptr;
-  uint64_t piece = 0;        // bytes per piece (pieceBytesFor)
-  uint64_t queued = 0;       // the end of the last frame handed to the network
-  uint64_t started = 0;      // bytes in pieces started
-  uint64_t delivered = 0;    // bytes arrived in order
-  uint64_t in_flight = 0;    // bytes of pieces started and not finished
+  uint64_t piece = 0;               // bytes per piece (pieceBytesFor)
+  uint64_t queued = 0;              // the end of the last frame handed to the network
+  uint64_t started = 0;             // bytes in pieces started
+  uint64_t delivered = 0;           // bytes arrived in order
+  uint64_t in_flight = 0;           // bytes of pieces started and not finished
+  int flying = 0;                   // pieces started and not finished
+  std::deque<uint64_t> frame_ends;  // where the frames not yet wholly started end: a piece never crosses one
   std::deque<Piece> pieces;  // started and not yet delivered, in stream order (references stay valid: push_back and
                              // pop_front only)
   std::multimap<uint64_t, std::function<void()>> notices;  // whenArrived: by the end of their frame
@@ -188,17 +190,30 @@ Stream& Arrivals::stream(sg4::Host* from, sg4::Host* to, int from_rank, int to_r
 void Arrivals::pump(Stream& s) {
   s.pump_posted = false;
   while (s.started < s.queued) {
-    uint64_t bytes = std::min(s.queued - s.started, s.piece);
-    // An idle stream's first piece is half a piece, so that its successors end half a piece apart and each one's
-    // latency is paid while the other flows (network.h).
-    if (s.in_flight == 0) bytes = std::min(bytes, std::max<uint64_t>(s.piece / 2, 1));
-    if (s.in_flight > 0 && s.in_flight + bytes > 2 * s.piece) break;
+    while (s.frame_ends.front() <= s.started) s.frame_ends.pop_front();
+    // At most two pieces in flight, but for small ones: a burst of small frames goes out together, as on a stream.
+    if (s.flying >= 2 && s.in_flight >= s.piece) break;
+    // A piece ends with its frame, so a frame arrives with its own last byte, not with the next frame's first piece.
+    const uint64_t frame_left = s.frame_ends.front() - s.started;
+    uint64_t bytes = 0;
+    if (s.flying == 0) {
+      // An idle stream's first piece is half a piece: the next one then ends half a piece after it.
+      bytes = std::min(frame_left, std::max<uint64_t>(s.piece / 2, 1));
+    } else {
+      // Half a piece more than the longest one still in flight has left, and at least a piece: when that one ends,
+      // this one still has half a piece to go, which covers the next one's latency (network.h).
+      double left = 0;
+      for (const Piece& p : s.pieces)
+        if (!p.finished) left = std::max(left, p.comm->get_remaining());
+      bytes = std::min(frame_left, std::max(s.piece, static_cast<uint64_t>(left) + s.piece / 2));
+    }
     s.pieces.push_back(Piece{&s, sg4::Comm::sendto_async(s.from, s.to, bytes), s.started + bytes, bytes, false});
     Piece& p = s.pieces.back();
     // Watched before this actor's next SimGrid call: the communication cannot end before the clock moves.
     watched_.emplace(p.comm->get_impl(), &p);
     s.started += bytes;
     s.in_flight += bytes;
+    ++s.flying;
   }
 }
 
@@ -210,6 +225,7 @@ void Arrivals::finished(const void* comm) {
   Stream& s = *p.stream;
   p.finished = true;
   s.in_flight -= p.bytes;
+  --s.flying;
   const uint64_t before = s.delivered;
   // In order, as a stream delivers: a piece that overtook one before it (a small one behind a large one) waits for it.
   while (!s.pieces.empty() && s.pieces.front().finished) {
@@ -268,6 +284,7 @@ std::shared_ptr<comm::FrameNetwork::Transfer> SimNetwork::start(int from, int to
   Stream& s = arrivals_->stream(src, hosts_[static_cast<std::size_t>(to)], from, to, hosts_.size());
   const uint64_t begin = s.queued;
   s.queued += wire_bytes;
+  s.frame_ends.push_back(s.queued);
   arrivals_->pump(s);
   auto t = std::make_shared<StreamTransfer>(s, begin, s.queued, arrivals_, runtime_);
   runtime_.resume();

@@ -3,18 +3,19 @@
 // (core/comm/inproc_transport.h FrameNetwork). SimGrid's flow model decides when each arrives: communications in
 // flight on a wire or a NIC share its bandwidth max-min fairly, and each pays its route's latency once.
 //
-// Streams. A frame sent to a peer is appended to the pair's stream; the stream goes out in pieces of at most
-// kStreamPieceBytes (more where bandwidth x latency is large, below), each one SimGrid communication, at most two
-// pieces' worth of bytes in flight, and its bytes are delivered in order: a frame has arrived when the piece holding
-// its last byte and every piece before it have. So frames sent together to one peer arrive one after the other, as a
-// TCP stream delivers them, where one communication per frame made them share the wire and all arrive at the end; and
-// a frame larger than a piece arrives a piece at a time, so its receiver adds each piece as it lands
-// (Transfer::waitBytes) and only the last piece's sum is exposed, as the tcp transport reads and adds 256 KiB at a
-// time (tcp/reader.cc, kFuseBytes). An idle stream's first piece is half a piece, so the pieces in flight end half a
-// piece apart and each new piece's latency (CM02 gives a flow no bandwidth during its latency) passes while the other
-// one still flows: with pieces of at least 2 x bandwidth x latency the wire never idles, and one frame alone of S bytes
-// still takes latency + S / bandwidth. Pieces are therefore max(kStreamPieceBytes, 4 x bandwidth x latency) of the
-// route (its slowest link's bandwidth, its summed latency). A frame up to half a piece is one communication, as before.
+// Streams. A frame sent to a peer is appended to the pair's stream; the stream goes out in pieces, each one SimGrid
+// communication, and its bytes are delivered in order: a frame has arrived when the piece holding its last byte and
+// every piece before it have. So frames sent together to one peer arrive one after the other, as a TCP stream delivers
+// them, where one communication per frame made them share the wire and all arrive at the end; and a frame larger than
+// a piece arrives a piece at a time, so its receiver adds each piece as it lands (Transfer::waitBytes) and only the
+// last piece's sum is exposed, as the tcp transport reads and adds 256 KiB at a time (tcp/reader.cc, kFuseBytes).
+// The pieces: P = max(kStreamPieceBytes, 4 x bandwidth x latency of the route: its slowest link, its summed latency);
+// a piece never crosses a frame's end (a frame arrives with its own last byte, not with the next one's first piece);
+// at most two in flight, but for small ones (less than P in flight: a burst of small frames goes out together). An
+// idle stream's first piece is P / 2, each later one half a piece longer than what the longest piece in flight still
+// has to send, and at least P: when that one ends, the new one still has P / 2 to go, which covers the latency of the
+// one started then (CM02 gives a flow no bandwidth during its latency). So the wire never idles between the pieces of
+// a stream, and one frame alone of S bytes still takes latency + S / bandwidth.
 //
 // Arrivals. SimGrid 3.32 calls no user code when a host-to-host communication ends except its network actions' state
 // signal (s4u::Link::on_communication_state_change, in the maestro, at the simulated instant the last byte lands).
