@@ -8,14 +8,15 @@
 // every piece before it have. So frames sent together to one peer arrive one after the other, as a TCP stream delivers
 // them, where one communication per frame made them share the wire and all arrive at the end; and a frame larger than
 // a piece arrives a piece at a time, so its receiver adds each piece as it lands (Transfer::waitBytes) and only the
-// last piece's sum is exposed, as the tcp transport reads and adds 256 KiB at a time (tcp/reader.cc, kFuseBytes).
-// The pieces: P = max(kStreamPieceBytes, 4 x bandwidth x latency of the route: its slowest link, its summed latency);
-// a piece never crosses a frame's end (a frame arrives with its own last byte, not with the next one's first piece);
-// at most two in flight, but for small ones (less than P in flight: a burst of small frames goes out together). An
-// idle stream's first piece is P / 2, each later one half a piece longer than what the longest piece in flight still
-// has to send, and at least P: when that one ends, the new one still has P / 2 to go, which covers the latency of the
-// one started then (CM02 gives a flow no bandwidth during its latency). So the wire never idles between the pieces of
-// a stream, and one frame alone of S bytes still takes latency + S / bandwidth.
+// last piece's sum or two (a piece need not end where a 256 KiB add does) are exposed, as the tcp transport reads and
+// adds 256 KiB at a time (tcp/reader.cc, kFuseBytes). The pieces: P = max(kStreamPieceBytes, 4 x bandwidth x latency of
+// the route: its slowest link, its summed latency); a piece never crosses a frame's end (a frame arrives with its own
+// last byte, not with the next one's first piece); at most two in flight, but for small ones (less than P in flight: a
+// burst of small frames goes out together). An idle stream's first piece is P / 2, each later one half a piece longer
+// than what the longest piece in flight still has to send, and at least P: when that one ends, the new one still has P
+// / 2 to go, which covers the latency of the one started then (CM02 gives a flow no bandwidth during its latency). So
+// the wire never idles between the pieces of a stream, and one frame alone of S bytes still takes latency + S /
+// bandwidth.
 //
 // Arrivals. SimGrid 3.32 calls no user code when a host-to-host communication ends except its network actions' state
 // signal (s4u::Link::on_communication_state_change, in the maestro, at the simulated instant the last byte lands).

@@ -466,6 +466,45 @@ TEST(Simulation, ALargeRingAddsEachPieceAsItArrivesSoOnlyTheLastSumIsExposed) {
   }
 }
 
+TEST(Simulation, AReceiverAddsAPieceOnlyOnceItHasArrived) {
+  // One 16 MiB frame added into rank 1's buffer (irecvReduce), 1 Gbps / 50 us, sums at 1e8 adds per second (the
+  // whole sum is 42 ms of the transfer's 134 ms): each 256 KiB piece is added when it lands, so the receive completes
+  // a piece's sum or two after the frame's last byte. A sum taken at the wait, before the bytes came, hid itself wholly
+  // under the transfer (the frame done at its arrival).
+  const uint64_t bytes = 16 << 20;
+  SimulationOptions o = options(2, "bandwidth=1Gbps,latency=50us");
+  o.compute.model = ComputeModel::kFlops;
+  o.compute.flops_per_second = 1e8;
+  const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(2, io);
+    std::vector<float> src(bytes / 4, 1.5f), acc(bytes / 4, 2.0f);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    const rt::Clock::time_point t0 = rt::now();
+    double done = 0;
+    rt::Thread receiver(
+        "receiver",
+        [&] {
+          t[1]->irecvReduce(0, meta, std::as_writable_bytes(std::span(acc)), DType::kF32).wait();
+          done = since(t0);
+        },
+        1);
+    auto send = t[0]->isend(1, meta, std::as_bytes(std::span(src)));
+    receiver.join();
+    send.wait();
+    for (float v : acc)
+      if (v != 3.5f) throw std::runtime_error("wrong sum");
+    return str(done);
+  });
+  const double arrival = 50e-6 + static_cast<double>(comm::frameWireBytes(bytes)) * 8 / 1e9;
+  const double piece_sum = static_cast<double>(kStreamPieceBytes / 4) / 1e8;
+  // The stream's pieces (up to 1.5 of them: core/sim/network.h) need not end where the adds' 256 KiB do, so the last
+  // piece to land may complete two of them: one or two pieces' sums after the last byte, never none.
+  EXPECT_GE(std::stod(r), arrival + piece_sum - 1e-9) << r;
+  EXPECT_LE(std::stod(r), arrival + 2 * piece_sum + 1e-9) << r;
+}
+
 TEST(Simulation, LocksAndConditionVariablesBlockInSimulatedTime) {
   // Four threads take one lock and hold it across a 1 ms sleep (so the others queue on it), then meet at a
   // condition-variable barrier; a fifth waits on the condition with a deadline that passes. Every lock holder is
