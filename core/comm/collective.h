@@ -111,9 +111,9 @@ constexpr int modRank(int r, int n) noexcept {
 
 void waitAll(std::vector<Request>& requests);
 // A pipelined sender keeps at most this many of its frames to one peer in flight: frames posted together may share the
-// link's bandwidth (they do on the simulated network, where each frame is its own flow) and then all arrive at the
-// end, which would stall a receiver that forwards each segment as it completes -- a chain of G ranks would cost
-// (G - 1) S / B instead of S / B.
+// link's bandwidth on a transport that gives each its own flow (the simulated network did, before it carried a peer's
+// frames as one in-order stream, core/sim/network.h) and then all arrive at the end, which would stall a receiver that
+// forwards each segment as it completes -- a chain of G ranks would cost (G - 1) S / B instead of S / B.
 constexpr std::size_t kPipelineWindow = 2;
 // Sends one frame to `peer` after the frame kPipelineWindow places back in `sends` (this peer's sends only) is done.
 void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, std::vector<Request>& sends);

@@ -181,13 +181,25 @@ void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
   lock.unlock();
   const auto len = static_cast<std::size_t>(f.header.length);
   if (f.reduce) {
-    const std::size_t n = len / dtypeSize(f.reduce_dtype);
-    // The FLOP model: one add per element.
-    const rt::Kernel kernel({.kind = rt::CostKind::kSum,
-                             .size = static_cast<double>(n),
-                             .flops = static_cast<double>(n),
-                             .dtype = static_cast<int>(f.reduce_dtype)});
-    sumInto(f.dst, f.data, n, f.reduce_dtype);
+    // Simulated time: each piece is added once it has arrived (inproc_transport.h), so the sum of all but the last
+    // piece runs while the rest is in flight, as the tcp transport's reads do. Elementwise, so the pieces give the
+    // whole frame's bits.
+    FrameNetwork::Transfer* transfer = f.transfer.get();
+    const std::size_t elem = dtypeSize(f.reduce_dtype);
+    std::size_t step = len;
+    if (transfer != nullptr && transfer->pieceBytes() != 0 && transfer->pieceBytes() < len)
+      step = std::max<std::size_t>(static_cast<std::size_t>(transfer->pieceBytes()) / elem * elem, elem);
+    for (std::size_t off = 0; off < len; off += step) {
+      const std::size_t bytes = std::min(step, len - off);
+      if (transfer != nullptr) transfer->waitBytes(kFrameHeaderBytes + off + bytes);
+      const std::size_t n = bytes / elem;
+      // The FLOP model: one add per element.
+      const rt::Kernel kernel({.kind = rt::CostKind::kSum,
+                               .size = static_cast<double>(n),
+                               .flops = static_cast<double>(n),
+                               .dtype = static_cast<int>(f.reduce_dtype)});
+      sumInto(f.dst + off, f.data + off, n, f.reduce_dtype);
+    }
   } else {
     // A real NIC's DMA lands the bytes: the copy is not the rank's computation (the network times the transfer). The
     // sum above is: a real rank adds what it received.
@@ -196,6 +208,18 @@ void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
   lock.lock();
   f.copy = Frame::Copy::kDone;
   l.notifyWaiters();
+}
+
+// A non-blocking request's check before it adds a frame (irecvReduce) in simulated time: the bytes are added once
+// they have arrived (copyFrame), so until then the request is not done rather than waiting for them. The lock is let
+// go around the transfer's test (a runtime call); the caller re-checks the frame's state.
+bool readyToAdd(std::unique_lock<rt::Mutex>& lock, const Frame& f) {
+  if (!f.reduce || !f.transfer) return true;
+  const std::shared_ptr<FrameNetwork::Transfer> transfer = f.transfer;
+  lock.unlock();
+  const bool arrived = transfer->test();
+  lock.lock();
+  return arrived;
 }
 
 // The time side of a request whose frame is matched and copied: the emulated instant `t` (real time), or the frame's
@@ -296,7 +320,8 @@ class SendRequest final : public RequestImpl {
       if ((f.eager || f.copy == Frame::Copy::kDone) && f.scheduled) break;
       if (!l.broken.empty()) throwBroken(l);
       if (!f.eager && f.matched && f.copy == Frame::Copy::kPending) {
-        copyFrame(lock, l, f);
+        if (!block && !readyToAdd(lock, f)) return false;
+        if (f.copy == Frame::Copy::kPending) copyFrame(lock, l, f);
         continue;
       }
       if (!block) return false;
@@ -361,7 +386,8 @@ class RecvRequest final : public RequestImpl {
         if (f.copy == Frame::Copy::kDone && f.scheduled) break;
         if (!l.broken.empty()) throwBroken(l);
         if (f.copy == Frame::Copy::kPending) {
-          copyFrame(lock, l, f);
+          if (!block && !readyToAdd(lock, f)) return false;
+          if (f.copy == Frame::Copy::kPending) copyFrame(lock, l, f);
           continue;
         }
       } else if (!l.broken.empty()) {

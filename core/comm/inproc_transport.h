@@ -37,10 +37,13 @@
 //
 // Simulated time (DESIGN.md section 9). With a FrameNetwork (core/sim: SimGrid), there are no pacers: each frame's
 // wire bytes start a transfer on the simulated network when it is sent, and its send and receive requests complete no
-// earlier than that transfer. Matching, copies, accounting and errors are the ones above, so a simulated run moves
-// the same bytes in the same frames. The fabric's locks are then the runtime's (core/common/runtime.h), which every
-// link already uses. A rank's doorbell (Transport::activityBell) exists only then: a frame sent to a rank whose bell
-// is armed rings it when its transfer arrives, so a parameter server waits for its next request in simulated time.
+// earlier than that transfer. A frame's bytes are added (irecvReduce) only once they have arrived, a piece at a time
+// when the network delivers the frame in pieces: a rank cannot add what it has not received, and a sum taken at the
+// wait, before the transfer, hid it under the transfer whole. Matching, copies, accounting and errors are the ones
+// above, so a simulated run moves the same bytes in the same frames. The fabric's locks are then the runtime's
+// (core/common/runtime.h), which every link already uses. A rank's doorbell (Transport::activityBell) exists only then:
+// a frame sent to a rank whose bell is armed rings it when its transfer arrives, so a parameter server waits for its
+// next request in simulated time.
 #pragma once
 
 #include <functional>
@@ -64,6 +67,14 @@ class FrameNetwork {
     virtual ~Transfer() = default;
     virtual void wait() = 0;  // returns once the frame has arrived
     virtual bool test() = 0;
+    // Returns once the frame's first `bytes` (its wire bytes, header first) have arrived: a network that delivers a
+    // frame in pieces (core/sim/network.h) lets its receiver add the first ones while the rest is in flight.
+    virtual void waitBytes(uint64_t bytes) {
+      (void)bytes;
+      wait();
+    }
+    // The pieces the frame arrives in (bytes); 0: whole.
+    virtual uint64_t pieceBytes() const { return 0; }
   };
   virtual ~FrameNetwork() = default;
   // Starts moving `wire_bytes` (a frame, header included) from rank `from` to rank `to`.

@@ -19,6 +19,7 @@
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
 #include "core/common/runtime.h"
+#include "core/sim/network.h"
 #include "core/sim/runtime.h"
 
 namespace terse::sim {
@@ -535,6 +536,162 @@ TEST(Simulation, RingAllreduceGivesTheRealTimeBitsAndTheModelsTime) {
   // 2 (n-1) steps of count/n floats each (headers add < 0.1%), each step one latency.
   const double expect = 2.0 * (n - 1) * (static_cast<double>(count) * 4 / n * 8 / 1e9 + 20e-6);
   EXPECT_NEAR(t, expect, expect * 0.02);
+}
+
+TEST(Simulation, FramesSentTogetherToOnePeerArriveOneAfterTheOther) {
+  // Two frames of 1 MiB posted at once to one peer: one stream, as on a TCP connection (core/sim/network.h), so the
+  // first lands after one frame's time and the second after two, where a flow per frame made both share the wire and
+  // land together at the end. The first one's arrival waits for the piece holding its last byte: at most a piece late.
+  const uint64_t bytes = 1 << 20;
+  const std::string r = runSimulation(options(2, "bandwidth=1Gbps,latency=50us"), [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(2, io);
+    std::vector<std::byte> src(bytes, std::byte{5}), d1(bytes), d2(bytes);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    const rt::Clock::time_point t0 = rt::now();
+    double first = 0, second = 0;
+    rt::Thread receiver(
+        "receiver",
+        [&] {
+          auto a = t[1]->irecv(0, meta, d1);
+          auto b = t[1]->irecv(0, meta, d2);
+          a.wait();
+          first = since(t0);
+          b.wait();
+          second = since(t0);
+        },
+        1);
+    auto a = t[0]->isend(1, meta, src);
+    auto b = t[0]->isend(1, meta, src);
+    a.wait();
+    b.wait();
+    receiver.join();
+    if (d1 != src || d2 != src) throw std::runtime_error("payload corrupted");
+    return str(first) + " " + str(second);
+  });
+  std::istringstream in(r);
+  double first = 0, second = 0;
+  in >> first >> second;
+  const double frame = static_cast<double>(comm::frameWireBytes(bytes)) * 8 / 1e9;
+  const double piece = static_cast<double>(kStreamPieceBytes) * 8 / 1e9;
+  EXPECT_GE(first, 50e-6 + frame - 1e-9) << r;
+  EXPECT_LE(first, 50e-6 + frame + piece) << r;
+  // A frame's tail is a piece of its own (a piece never crosses a frame's end); one shorter than bandwidth x latency
+  // can leave the wire idle for part of the next piece's latency: the second lands within a latency of the model.
+  EXPECT_GE(second, 50e-6 + 2 * frame - 1e-9) << r;
+  EXPECT_LE(second, 50e-6 + 2 * frame + 50e-6) << r;
+}
+
+// A 2-rank ring allreduce of `count` f32 under the FLOP model at `flops` per second, frames of at most `segment`
+// bytes: "<simulated seconds>\n<rank 0's result bytes>".
+std::string twoRankRing(std::size_t count, uint64_t segment, double flops, const std::string& links) {
+  SimulationOptions o = options(2, links);
+  o.compute.model = ComputeModel::kFlops;
+  o.compute.flops_per_second = flops;
+  return runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(2, io);
+    std::vector<std::vector<float>> out(2);
+    const rt::Clock::time_point t0 = rt::now();
+    std::vector<rt::Thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back(
+          "rank" + str(rank),
+          [&, rank] {
+            comm::HostCommOptions co;
+            co.algorithm = comm::AllreduceAlgorithm::kRing;
+            co.segment_bytes = segment;
+            comm::HostCommunicator c(std::move(t[static_cast<std::size_t>(rank)]), co);
+            std::vector<float> v(count);
+            for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i * 3 + 7 * rank) % 97) * 0.37f;
+            c.allreduce(v.data(), count, DType::kF32);
+            out[static_cast<std::size_t>(rank)] = std::move(v);
+          },
+          rank);
+    }
+    for (auto& th : threads) th.join();
+    if (out[1] != out[0]) throw std::runtime_error("ranks disagree");
+    return str(since(t0)) + "\n" + std::string(reinterpret_cast<const char*>(out[0].data()), count * sizeof(float));
+  });
+}
+
+TEST(Simulation, ALargeRingAddsEachPieceAsItArrivesSoOnlyTheLastSumIsExposed) {
+  // 2 ranks, 32 MB of f32 (an odd count), 1 Gbps / 50 us, sums at 1e8 adds per second: a step moves a 16 MB chunk in
+  // 134 ms and its sum takes 40 ms. A TCP stream delivers the chunk's bytes in order and its receiver adds them as
+  // they come (tcp/reader.cc), so the allreduce takes the closed form 2 (alpha + S/2 beta) plus the last piece's sum.
+  // Frames that all arrived at the end (one flow each, posted together; or one frame delivered whole) exposed the
+  // whole last sum: 1.15x. Both with the default 256 KiB frames and with the chunk as one frame; the bits are those of
+  // the real-time run.
+  const std::size_t count = 8'000'001;
+  std::vector<float> real(count);
+  {
+    auto t = comm::makeInprocTransports(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r, tr = std::move(t[static_cast<std::size_t>(r)])]() mutable {
+        comm::HostCommOptions co;
+        co.algorithm = comm::AllreduceAlgorithm::kRing;
+        comm::HostCommunicator c(std::move(tr), co);
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i * 3 + 7 * r) % 97) * 0.37f;
+        c.allreduce(v.data(), count, DType::kF32);
+        if (r == 0) real = v;
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  const double chunk = static_cast<double>((count + 1) / 2 * sizeof(float));
+  const double closed = 2 * (50e-6 + chunk * 8 / 1e9);
+  for (const uint64_t segment : {uint64_t{256} << 10, uint64_t{64} << 20}) {
+    const std::string r = twoRankRing(count, segment, 1e8, "bandwidth=1Gbps,latency=50us");
+    const auto nl = r.find('\n');
+    const double t = std::stod(r.substr(0, nl));
+    ASSERT_EQ(r.size() - nl - 1, count * sizeof(float));
+    EXPECT_EQ(std::memcmp(r.data() + nl + 1, real.data(), count * sizeof(float)), 0)
+        << "segment " << segment << ": simulated sum differs";
+    EXPECT_NEAR(t / closed, 1.0, 0.02) << "segment " << segment << ": " << t << " s against " << closed;
+  }
+}
+
+TEST(Simulation, AReceiverAddsAPieceOnlyOnceItHasArrived) {
+  // One 16 MiB frame added into rank 1's buffer (irecvReduce), 1 Gbps / 50 us, sums at 1e8 adds per second (the
+  // whole sum is 42 ms of the transfer's 134 ms): each 256 KiB piece is added when it lands, so the receive completes
+  // a piece's sum or two after the frame's last byte. A sum taken at the wait, before the bytes came, hid itself wholly
+  // under the transfer (the frame done at its arrival).
+  const uint64_t bytes = 16 << 20;
+  SimulationOptions o = options(2, "bandwidth=1Gbps,latency=50us");
+  o.compute.model = ComputeModel::kFlops;
+  o.compute.flops_per_second = 1e8;
+  const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
+    comm::InprocOptions io;
+    io.network = ctx.network;
+    auto t = comm::makeInprocTransports(2, io);
+    std::vector<float> src(bytes / 4, 1.5f), acc(bytes / 4, 2.0f);
+    const comm::FrameMeta meta{comm::OpKind::kP2P, 1, 0};
+    const rt::Clock::time_point t0 = rt::now();
+    double done = 0;
+    rt::Thread receiver(
+        "receiver",
+        [&] {
+          t[1]->irecvReduce(0, meta, std::as_writable_bytes(std::span(acc)), DType::kF32).wait();
+          done = since(t0);
+        },
+        1);
+    auto send = t[0]->isend(1, meta, std::as_bytes(std::span(src)));
+    receiver.join();
+    send.wait();
+    for (float v : acc)
+      if (v != 3.5f) throw std::runtime_error("wrong sum");
+    return str(done);
+  });
+  const double arrival = 50e-6 + static_cast<double>(comm::frameWireBytes(bytes)) * 8 / 1e9;
+  const double piece_sum = static_cast<double>(kStreamPieceBytes / 4) / 1e8;
+  // The stream's pieces (up to 1.5 of them: core/sim/network.h) need not end where the adds' 256 KiB do, so the last
+  // piece to land may complete two of them: one or two pieces' sums after the last byte, never none.
+  EXPECT_GE(std::stod(r), arrival + piece_sum - 1e-9) << r;
+  EXPECT_LE(std::stod(r), arrival + 2 * piece_sum + 1e-9) << r;
 }
 
 TEST(Simulation, LocksAndConditionVariablesBlockInSimulatedTime) {

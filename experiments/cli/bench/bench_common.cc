@@ -60,8 +60,10 @@ void addCommonOptions(po::options_description& o) {
       "(one process per GPU, device buffers)")("bandwidth", po::value<std::string>(),
                                                "emulated bandwidth per directed link, e.g. 10Gbps")(
       "latency", po::value<std::string>(), "emulated one-way latency per link, e.g. 5us")(
-      "nic", po::value<std::string>(), "emulated per-rank NIC egress cap shared by its links, e.g. 25Gbps")(
-      "nic-ingress", po::value<std::string>(), "emulated per-rank NIC ingress cap")(
+      "nic", po::value<std::string>(),
+      "emulated per-rank NIC egress cap shared by its links, e.g. 25Gbps; default: --bandwidth (one port per rank); "
+      "none: a wire of its own per peer")("nic-ingress", po::value<std::string>(),
+                                          "emulated per-rank NIC ingress cap; default: the egress cap; none: no cap")(
       "json", "print JSON instead of the table")("check", "exit with status 1 when a check fails");
 }
 
@@ -97,9 +99,16 @@ CommonArgs commonArgs(const po::variables_map& vm, uint64_t min_default, uint64_
     emu.link.bandwidth_bps = wrap([&] { return comm::parseBandwidth(vm["bandwidth"].as<std::string>()); });
   if (vm.count("latency"))
     emu.link.latency_s = wrap([&] { return comm::parseDuration(vm["latency"].as<std::string>()); });
-  if (vm.count("nic")) emu.nic_egress_bps = wrap([&] { return comm::parseBandwidth(vm["nic"].as<std::string>()); });
-  if (vm.count("nic-ingress"))
-    emu.nic_ingress_bps = wrap([&] { return comm::parseBandwidth(vm["nic-ingress"].as<std::string>()); });
+  // A rank has one port, as a host has one NIC, unless told otherwise: by default its NIC runs at its links' rate both
+  // ways, so an algorithm that sends to or receives from several peers at once (a tree's parent, a parameter server)
+  // shares it, as on a real cluster, instead of getting a dedicated wire per peer and looking as fast as the ring.
+  // "none" (or 0, unlimited) gives back the wires of their own.
+  auto nic = [&](const char* option) {
+    const std::string v = vm[option].as<std::string>();
+    return v == "none" ? 0.0 : wrap([&] { return comm::parseBandwidth(v); });
+  };
+  emu.nic_egress_bps = vm.count("nic") ? nic("nic") : emu.link.bandwidth_bps;
+  emu.nic_ingress_bps = vm.count("nic-ingress") ? nic("nic-ingress") : emu.nic_egress_bps;
   return a;
 }
 
