@@ -92,6 +92,17 @@ inline std::vector<Json> runStudy(PluginLoader& loader, const std::string& text,
 }
 
 // A study whose rank 1 compressor fails at step 12 (the fail_at_step fixture), with `extra` appended to the config.
+// A config the loader must refuse, with `needle` in its message (the field, the value, the rule).
+inline void expectConfigError(const std::string& text, const std::string& needle) {
+  auto loader = testLoader();
+  try {
+    experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
+    FAIL() << "accepted: " << text;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 inline std::string failAtStep12Study(const std::string& extra = "") {
   const std::string plugin = (fs::path(TERSE_TEST_RUNNER_FIXTURE_DIR) / "terse_compressor_fail_at_step.so").string();
   return studyText("compressor { name: \"" + plugin +

@@ -172,16 +172,6 @@ TEST(SimulatedRun, AFailingPluginEndsTheSimulationWithTheRealTimeMessage) {
   expectFailsAtStep12(loader, simulated(failAtStep12Study("link { bandwidth: \"10Gbps\" }\n")), freshDir("sim_fail"));
 }
 
-void expectConfigError(const std::string& text, const std::string& needle) {
-  auto loader = testLoader();
-  try {
-    experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
-    FAIL() << "accepted: " << text;
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(SimulatedRun, ConfigChecksNameTheField) {
   const std::string base = studyText("compressor { name: \"none\" }");
   expectConfigError(simulated(base, "transport: TCP\n"), "clock: SIMULATED simulates the in-process cluster");
