@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "experiments/config/config_table.h"
+#include "experiments/config/ignore_errors.h"
 
 namespace terse::experiments {
 namespace {
@@ -47,23 +48,13 @@ class CollectingErrors : public pb::io::ErrorCollector {
   std::vector<Report> reports;
 };
 
-// Swallows the tokenizer's own complaints: the parser reports the same text better.
-class IgnoreErrors : public pb::io::ErrorCollector {
- public:
-#if GOOGLE_PROTOBUF_VERSION >= 4022000
-  void RecordError(int, pb::io::ColumnNumber, absl::string_view) override {}
-#else
-  void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
-#endif
-};
-
 // The text parser's messages do not always say which field they are about ("Expected double, got: \"fast\""), and
 // some point at the token after the culprit (an unknown field name or enum value is reported once consumed). This
 // re-reads the tokens before the error to name the field path being parsed ("optimizer.lr") and, where the message
 // quotes the culprit, moves the position back onto it.
 std::string describeParseError(std::string_view text, const std::string& source, CollectingErrors::Report report) {
   pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
-  IgnoreErrors ignore;
+  IgnoreErrors ignore;  // the parser has reported these tokens better
   pb::io::Tokenizer tokens(&input, &ignore);
   tokens.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
   std::string quoted_culprit;

@@ -1,6 +1,7 @@
 // The engine behind the config tables (config_table.h): the entries resolved once against Experiment's descriptor,
 // then used by protobuf reflection to fill defaults, check values and write the field reference.
 #include "experiments/config/config_table.h"
+#include "experiments/config/ignore_errors.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/reflection.h>
@@ -86,19 +87,9 @@ std::string textValue(const pb::FieldDescriptor* f, std::string_view text) {
   return out + '"';
 }
 
-// Swallows the parser's reports: a default that does not parse is reported by bind() in the table's words.
-class Quiet : public pb::io::ErrorCollector {
- public:
-#if GOOGLE_PROTOBUF_VERSION >= 4022000
-  void RecordError(int, pb::io::ColumnNumber, absl::string_view) override {}
-#else
-  void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
-#endif
-};
-
 // Sets one (non-repeated) field of `m` from text; false when the text is not a value of its type.
 bool parseInto(pb::Message& m, const pb::FieldDescriptor* f, std::string_view text) {
-  Quiet quiet;
+  IgnoreErrors quiet;  // bind() reports a default that does not parse, in the table's words
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&quiet);
   return parser.ParseFieldValueFromString(textValue(f, text), f, &m);
