@@ -10,13 +10,22 @@
 // a piece arrives a piece at a time, so its receiver adds each piece as it lands (Transfer::waitBytes) and only the
 // last piece's sum or two (a piece need not end where a 256 KiB add does) are exposed, as the tcp transport reads and
 // adds 256 KiB at a time (tcp/reader.cc, kFuseBytes). The pieces: P = max(kStreamPieceBytes, 4 x bandwidth x latency of
-// the route: its slowest link, its summed latency); a piece never crosses a frame's end (a frame arrives with its own
-// last byte, not with the next one's first piece); at most two in flight, but for small ones (less than P in flight: a
-// burst of small frames goes out together). An idle stream's first piece is P / 2, each later one half a piece longer
-// than what the longest piece in flight still has to send, and at least P: when that one ends, the new one still has P
-// / 2 to go, which covers the latency of the one started then (CM02 gives a flow no bandwidth during its latency). So
-// the wire never idles between the pieces of a stream, and one frame alone of S bytes still takes latency + S /
-// bandwidth.
+// the route: its slowest link, its summed latency), and a piece never crosses a frame's end (a frame arrives with its
+// own last byte, not with the next one's first piece).
+//
+// Lanes. Pieces go out one after the other on their port, the first link of their route: a rank's NIC egress when the
+// platform has one (every stream of the rank then shares one lane), else the pair's own wire (a lane per stream). The
+// next piece starts its route's latency before the last one started on the lane sends its last byte (a timer on the
+// courier, below), so its first byte follows that one's last on the port: the wire never idles between pieces and two
+// pieces never share it. That is what the tcp transport's wire does. On a connection the bytes are one stream: frames
+// are written whole, in order, and nothing idles at a frame's end (a ring's chunk of two frames, 256 KiB + 85 KiB at
+// 3 ranks, crosses in latency + its bytes / bandwidth, where two pieces in flight at once made the frame that ended
+// first share the wire with the next and land late). Across connections, isend writes a frame into its socket at once
+// (tcp/writer.cc; the socket buffers hold a pipeline segment), so the frames reach the NIC's queue, and the wire, in
+// the order they were sent: a tree's parent sends a segment to its first child, then to its second
+// (allreduce_tree.cc), and the first child has it a whole frame earlier, where SimGrid's max-min sharing of the NIC
+// handed both children the segment at the end of both frames. The projection of the last piece's end uses the rate it
+// has been getting; a piece slowed by flows of other lanes is looked at again when it was due.
 //
 // Arrivals. SimGrid 3.32 calls no user code when a host-to-host communication ends except its network actions' state
 // signal (s4u::Link::on_communication_state_change, in the maestro, at the simulated instant the last byte lands).
