@@ -38,34 +38,29 @@ struct Piece {
   double started_at = 0;  // simulated seconds
   double seen_at = -1;    // the last look at its progress (projectedEnd), and the bytes it then had left
   double seen_left = 0;
-  int looks = 0;  // projections made for the piece after it: a bound on the timer's re-arms (network.h, "Lanes")
-};
-
-// The frames queued on one port, in the order they were sent (network.h, "Lanes").
-struct Lane {
-  std::deque<std::pair<Stream*, uint64_t>> frames;  // (stream, frame end) of the frames not yet wholly started
-  Piece* last = nullptr;  // the last piece started, while it has not finished: the next one follows it
-  std::multimap<double, Lane*>::iterator timer;  // into Arrivals::timers_, when `timed`
-  bool timed = false;
-  bool pump_posted = false;  // a pump of this lane is queued for the courier
+  int looks = 0;  // projections made for the piece after it: a bound on the timer's re-arms (network.h, "Streams")
 };
 
 // The frames from one rank to another, one byte stream as a TCP connection's (network.h, "Streams").
 struct Stream {
   sg4::Host* from = nullptr;
   sg4::Host* to = nullptr;
-  Lane* lane = nullptr;
-  uint64_t piece = 0;        // bytes per piece (pieceBytesFor)
-  double latency = 0;        // the route's, seconds
-  double bandwidth = 0;      // its slowest link's, bytes per second
-  uint64_t queued = 0;       // the end of the last frame handed to the network
-  uint64_t started = 0;      // bytes in pieces started
-  uint64_t delivered = 0;    // bytes arrived in order
+  uint64_t piece = 0;               // bytes per piece (pieceBytesFor)
+  double latency = 0;               // the route's, seconds
+  double bandwidth = 0;             // its slowest link's, bytes per second
+  uint64_t queued = 0;              // the end of the last frame handed to the network
+  uint64_t started = 0;             // bytes in pieces started
+  uint64_t delivered = 0;           // bytes arrived in order
+  std::deque<uint64_t> frame_ends;  // where the frames not yet wholly started end: a piece never crosses one
   std::deque<Piece> pieces;  // started and not yet delivered, in stream order (references stay valid: push_back and
                              // pop_front only)
+  Piece* last = nullptr;     // the last piece started, while it has not finished: the next one follows it
+  std::multimap<double, Stream*>::iterator timer;  // into Arrivals::timers_, when `timed`
+  bool timed = false;
   std::multimap<uint64_t, std::function<void()>> notices;  // whenArrived: by the end of their frame
   sg4::MutexPtr mutex;                                     // with cv: made for the stream's first waiter
   sg4::ConditionVariablePtr cv;                            // notified whenever `delivered` moves
+  bool pump_posted = false;                                // a pump of this stream is queued for the courier
 };
 
 }  // namespace
@@ -77,11 +72,12 @@ class Arrivals {
   Arrivals();
   ~Arrivals();
   Stream& stream(sg4::Host* from, sg4::Host* to, int from_rank, int to_rank, std::size_t ranks);
-  // Appends a frame of `bytes` to the stream and to its lane, and starts what the lane allows (from an actor).
+  // Appends a frame of `bytes` to the stream and starts what its timing allows (from an actor); returns where the
+  // frame begins in the stream.
   uint64_t queue(Stream& s, uint64_t bytes);
-  // Starts the pieces the lane's order and timing allow, or arms its timer for the next (from an actor: SimGrid's
-  // calls are not the maestro's to make).
-  void pump(Lane& l);
+  // Starts the pieces the stream's timing allows, or arms its timer for the next (from an actor: SimGrid's calls are
+  // not the maestro's to make).
+  void pump(Stream& s);
   // Queues fn for the courier and wakes it: from an actor, or from the maestro (a semaphore's release is then run in
   // place; it blocks nobody).
   void post(std::function<void()> fn);
@@ -90,16 +86,15 @@ class Arrivals {
 
  private:
   void finished(const void* comm);
-  void arm(Lane& l, double at);
+  void arm(Stream& s, double at);
 
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;  // by from * ranks + to, made on a pair's first frame
-  std::unordered_map<const void*, std::unique_ptr<Lane>> lanes_;   // by the first link of their streams' routes
   std::unordered_map<const void*, Piece*> watched_;
   std::vector<sg4::CommPtr> ended_;  // communications of delivered pieces, released by the courier (not the maestro,
                                      // inside whose model update a communication's last reference must not go)
   std::deque<std::function<void()>> notices_;
   sg4::SemaphorePtr ready_ = sg4::Semaphore::create(0);  // counts notices_
-  std::multimap<double, Lane*> timers_;  // lanes whose next piece is due at a simulated instant, for the courier
+  std::multimap<double, Stream*> timers_;  // streams whose next piece is due at a simulated instant, for the courier
   double waking_at_ = HUGE_VAL;  // the timer the courier sleeps until (HUGE_VAL: none; -HUGE_VAL: it is running)
   bool courier_ = false;
 };
@@ -116,12 +111,11 @@ Arrivals*& current() {
 // Simulated instants closer than this are one (a timer that fired at its time, give or take the clock's rounding).
 constexpr double kInstant = 1e-12;
 
-// A route's latency (summed) and bandwidth (its slowest link's, bytes per second), and its first link: the port its
-// frames queue on (network.h, "Lanes"); nullptr for a route of no links.
+// A route's latency (summed) and bandwidth (its slowest link's, bytes per second; HUGE_VAL for a route of no links).
 struct Route {
   double latency = 0;
   double bandwidth = HUGE_VAL;
-  const void* port = nullptr;
+  bool links = false;
 };
 
 Route routeOf(sg4::Host* from, sg4::Host* to) {
@@ -129,21 +123,21 @@ Route routeOf(sg4::Host* from, sg4::Host* to) {
   Route r;
   from->route_to(to, links, &r.latency);
   for (const sg4::Link* l : links) r.bandwidth = std::min(r.bandwidth, l->get_bandwidth());
-  if (!links.empty()) r.port = links.front();
+  r.links = !links.empty();
   return r;
 }
 
 // The piece size of a route (network.h, "Streams"): kStreamPieceBytes, or 4 x bandwidth x latency when that is more,
 // so that a long route is not cut into more pieces than its latency needs.
 uint64_t pieceBytesFor(const Route& r) {
-  const double bdp4 = r.port == nullptr ? 0.0 : 4 * r.bandwidth * r.latency;
+  const double bdp4 = r.links ? 4 * r.bandwidth * r.latency : 0.0;
   // Above a gigabyte a frame is never split (an unlimited link, 1e15 bytes/s, times any latency).
   return bdp4 > static_cast<double>(kStreamPieceBytes) ? static_cast<uint64_t>(std::min(bdp4, 1e9)) : kStreamPieceBytes;
 }
 
-// When piece p will have sent its last byte (network.h, "Lanes"), as far as can be told now: its latency first, then
+// When piece p will have sent its last byte (network.h, "Streams"), as far as can be told now: its latency first, then
 // its bytes left at the rate it has been getting since the last look (the route's bandwidth before that). A rate that
-// falls after the look makes the estimate early: the lane looks again when it comes.
+// falls after the look makes the estimate early: the stream looks again when it comes.
 double projectedEnd(Piece& p, double now) {
   const double bandwidth = p.stream->bandwidth;
   const double left = std::max(p.comm->get_remaining(), 0.0);
@@ -236,9 +230,6 @@ Stream& Arrivals::stream(sg4::Host* from, sg4::Host* to, int from_rank, int to_r
     s->piece = pieceBytesFor(r);
     s->latency = r.latency;
     s->bandwidth = std::isfinite(r.bandwidth) ? r.bandwidth : 1e15;
-    auto& lane = lanes_[r.port != nullptr ? r.port : s.get()];
-    if (!lane) lane = std::make_unique<Lane>();
-    s->lane = lane.get();
   }
   return *s;
 }
@@ -246,48 +237,43 @@ Stream& Arrivals::stream(sg4::Host* from, sg4::Host* to, int from_rank, int to_r
 uint64_t Arrivals::queue(Stream& s, uint64_t bytes) {
   const uint64_t begin = s.queued;
   s.queued += bytes;
-  s.lane->frames.emplace_back(&s, s.queued);
-  // A lane waiting for its timer starts the frame then, behind those queued before it.
-  if (!s.lane->timed) pump(*s.lane);
+  s.frame_ends.push_back(s.queued);
+  // A stream waiting for its timer starts the frame then, behind those queued before it.
+  if (!s.timed) pump(s);
   return begin;
 }
 
-void Arrivals::pump(Lane& l) {
-  l.pump_posted = false;
+void Arrivals::pump(Stream& s) {
+  s.pump_posted = false;
   const double now = sg4::Engine::get_clock();
-  while (!l.frames.empty()) {
-    Stream& s = *l.frames.front().first;
-    const uint64_t frame_end = l.frames.front().second;
-    if (s.started >= frame_end) {
-      l.frames.pop_front();
-      continue;
-    }
-    if (l.last != nullptr) {
-      // The next piece starts its route's latency before the last one sends its last byte: its first byte then
-      // follows that one on the port, as a TCP stream's (or a NIC queue's) next bytes do, where two pieces sending at
-      // once shared the port and both came in late. The projection looks a few times at most (a piece slowed by
-      // other flows is looked at again when it was due), then the piece goes.
-      const double due = projectedEnd(*l.last, now) - s.latency;
-      if (due > now + kInstant && l.last->looks++ < 8) {
-        arm(l, due);
+  while (s.started < s.queued) {
+    while (s.frame_ends.front() <= s.started) s.frame_ends.pop_front();
+    if (s.last != nullptr) {
+      // The next piece starts a latency before the last one sends its last byte: its first byte then follows that
+      // one's last on the wire, as a TCP connection's next bytes do, where two pieces sending at once shared the wire
+      // and the first came in late. The projection looks a few times at most (a piece slowed by other flows is looked
+      // at again when it was due), then the piece goes.
+      const double due = projectedEnd(*s.last, now) - s.latency;
+      if (due > now + kInstant && s.last->looks++ < 8) {
+        arm(s, due);
         return;
       }
     }
     // A piece ends with its frame, so a frame arrives with its own last byte, not with the next frame's first piece.
-    const uint64_t bytes = std::min(frame_end - s.started, s.piece);
+    const uint64_t bytes = std::min(s.frame_ends.front() - s.started, s.piece);
     s.pieces.push_back(Piece{&s, sg4::Comm::sendto_async(s.from, s.to, bytes), s.started + bytes, bytes, false, now});
     Piece& p = s.pieces.back();
     // Watched before this actor's next SimGrid call: the communication cannot end before the clock moves.
     watched_.emplace(p.comm->get_impl(), &p);
     s.started += bytes;
-    l.last = &p;
+    s.last = &p;
   }
 }
 
-void Arrivals::arm(Lane& l, double at) {
-  if (l.timed) timers_.erase(l.timer);
-  l.timer = timers_.emplace(at, &l);
-  l.timed = true;
+void Arrivals::arm(Stream& s, double at) {
+  if (s.timed) timers_.erase(s.timer);
+  s.timer = timers_.emplace(at, &s);
+  s.timed = true;
   // The courier sleeps until its earliest timer or the next notice: an earlier timer wakes it to sleep less.
   if (at < waking_at_) post([] {});
 }
@@ -299,9 +285,8 @@ void Arrivals::finished(const void* comm) {
   watched_.erase(it);
   Stream& s = *p.stream;
   p.finished = true;
-  Lane& l = *s.lane;
-  // Delivered pieces leave the deque below: the lane forgets a finished one first (nothing follows it any more).
-  if (l.last == &p) l.last = nullptr;
+  // Delivered pieces leave the deque below: the stream forgets a finished one first (nothing follows it any more).
+  if (s.last == &p) s.last = nullptr;
   const uint64_t before = s.delivered;
   // In order, as a stream delivers: a piece that overtook one before it waits for it.
   while (!s.pieces.empty() && s.pieces.front().finished) {
@@ -316,14 +301,14 @@ void Arrivals::finished(const void* comm) {
       s.notices.erase(s.notices.begin());
     }
   }
-  // The lane's port is free: what waited for this piece (a timer that came too early, or none) goes now.
-  if (l.last == nullptr && !l.frames.empty() && !l.pump_posted) {
-    if (l.timed) {
-      timers_.erase(l.timer);
-      l.timed = false;
+  // The wire is free: what waited for this piece (a timer that came too early, or none) goes now.
+  if (s.last == nullptr && s.started < s.queued && !s.pump_posted) {
+    if (s.timed) {
+      timers_.erase(s.timer);
+      s.timed = false;
     }
-    l.pump_posted = true;
-    post([this, &l] { pump(l); });
+    s.pump_posted = true;
+    post([this, &s] { pump(s); });
   }
 }
 
@@ -339,13 +324,13 @@ void Arrivals::startCourier(SimRuntime& runtime, sg4::Host* host) {
   runtime.spawnDaemon("arrivals", host, [this] {
     for (;;) {
       ended_.clear();
-      // The lanes whose next piece is due (pump), then the notices; with a timer set, the wait ends at the earliest.
+      // The streams whose next piece is due (pump), then the notices; with a timer set, the wait ends at the earliest.
       const double now = sg4::Engine::get_clock();
       while (!timers_.empty() && timers_.begin()->first <= now + kInstant) {
-        Lane& l = *timers_.begin()->second;
+        Stream& s = *timers_.begin()->second;
         timers_.erase(timers_.begin());
-        l.timed = false;
-        pump(l);
+        s.timed = false;
+        pump(s);
       }
       if (timers_.empty()) {
         waking_at_ = HUGE_VAL;

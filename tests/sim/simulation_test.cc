@@ -106,10 +106,10 @@ TEST(Simulation, OneFrameTakesLatencyPlusBytesOverBandwidth) {
   }
 }
 
-TEST(Simulation, ANicSendsTwoFlowsFramesInTheOrderTheyWereSent) {
-  // Rank 0 sends 1 MiB to rank 1, then to rank 2, through a 1 Gbps NIC on 10 Gbps wires: the NIC's queue is one lane
-  // (core/sim/network.h, "Lanes"), so rank 1 has its frame after one frame of NIC time and rank 2 after two, as the
-  // tcp transport's frames leave a NIC in the order they were written; max-min sharing landed both at two.
+TEST(Simulation, NicEgressIsSharedByTwoFlows) {
+  // Rank 0 sends 1 MiB to rank 1, then to rank 2, through a 1 Gbps NIC on 10 Gbps wires: the two streams share the
+  // NIC (core/sim/network.h, "NICs"), as two TCP connections' bytes alternate in the NIC's queue, so both frames land
+  // after 2 MiB of NIC time, the first one not a frame earlier.
   SimulationOptions o = options(3, "bandwidth=10Gbps,nic=1Gbps");
   const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
     comm::InprocOptions io;
@@ -134,19 +134,16 @@ TEST(Simulation, ANicSendsTwoFlowsFramesInTheOrderTheyWereSent) {
   std::istringstream in(r);
   double first = 0, second = 0;
   in >> first >> second;
-  const double nic = static_cast<double>(comm::frameWireBytes(1 << 20)) * 8 / 1e9;
-  const double wire = static_cast<double>(comm::frameWireBytes(1 << 20)) * 8 / 1e10;
-  // The wire after the NIC is 10x faster: the first frame's last byte crosses it a wire-time after a NIC-time at most.
-  EXPECT_GE(first, nic - 1e-9) << r;
-  EXPECT_LE(first, nic + wire) << r;
-  EXPECT_NEAR(second, 2 * nic, 2 * nic * 1e-6) << r;
+  const double expect = 2.0 * static_cast<double>(comm::frameWireBytes(1 << 20)) * 8 / 1e9;
+  EXPECT_NEAR(first, expect, expect * 1e-3) << r;
+  EXPECT_NEAR(second, expect, expect * 1e-3) << r;
 }
 
-TEST(Simulation, ATreeParentSendsToItsChildrenOneAfterTheOtherThroughItsNic) {
-  // A 3-rank tree allreduce of 1 MiB in one frame, 1 Gbps links and NICs: the root sends the result to rank 1, then
-  // to rank 2 (allreduce_tree.cc), so rank 2 finishes one frame's NIC time after rank 1 does. With the NIC shared
-  // max-min between the children, both finished together (issue 44: the simulated tree was 13-21% slower than real
-  // TCP in namespaces).
+TEST(Simulation, ATreeParentsNicServesBothChildrenAtOnce) {
+  // A 3-rank tree allreduce of 1 MiB in one frame, 1 Gbps links and NICs: the root hands the result to rank 1's
+  // connection, then to rank 2's (allreduce_tree.cc), and both leave through its NIC together (network.h, "NICs":
+  // measured against real TCP in namespaces, a NIC lane sending one child's frame after the other made the tree 15%
+  // faster than real at 1 MiB), so the children finish together, two frames of NIC time after the reduce.
   const std::size_t count = (1 << 20) / sizeof(float);
   SimulationOptions o = options(3, "bandwidth=1Gbps,latency=20us,nic=1Gbps");
   const std::string r = runSimulation(o, [&](const SimulationContext& ctx) {
@@ -181,9 +178,9 @@ TEST(Simulation, ATreeParentSendsToItsChildrenOneAfterTheOtherThroughItsNic) {
   double one = 0, two = 0;
   in >> one >> two;
   const double frame = static_cast<double>(comm::frameWireBytes(1 << 20)) * 8 / 1e9;
-  EXPECT_NEAR(two - one, frame, frame * 1e-3) << r;
-  // The reduce (each child's frame on its own NIC and wire; no ingress NIC), then the root's first frame to rank 1.
-  EXPECT_NEAR(one, 2 * (20e-6 + frame), frame * 1e-3) << r;
+  // The reduce: each child's frame on its own NIC and wire (no ingress NIC); then both children's through the root's.
+  EXPECT_NEAR(one, 20e-6 + frame + 20e-6 + 2 * frame, frame * 1e-3) << r;
+  EXPECT_NEAR(two, one, frame * 1e-3) << r;
 }
 
 TEST(Simulation, ADoorbellRingsAtEachArrivalWithoutAnActorPerFrame) {
