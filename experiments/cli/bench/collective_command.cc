@@ -86,7 +86,7 @@ struct CollectiveOptions {
   sim::ComputeModel compute = sim::ComputeModel::kMeasured;  // --compute: what the simulated clock charges as work
   std::optional<std::string> calibration;                    // --calibration: a table to replay (--compute calibrated)
   bool allow_foreign_calibration = false;  // --allow-foreign-calibration: replay it though another CPU or commit's
-  std::shared_ptr<const runner::CalibrationOutcome> calibrated;  // --compute calibrated: the table used (sumsTable)
+  std::shared_ptr<const runner::CalibrationOutcome> calibrated;  // --compute calibrated: the table used (calibrateSums)
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
 };
 
