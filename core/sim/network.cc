@@ -4,6 +4,7 @@
 #include <simgrid/kernel/resource/Action.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/ConditionVariable.hpp>
+#include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/Mutex.hpp>
@@ -34,6 +35,10 @@ struct Piece {
   uint64_t end = 0;
   uint64_t bytes = 0;
   bool finished = false;  // its communication has ended (it is delivered once every piece before it has too)
+  double started_at = 0;  // simulated seconds
+  double seen_at = -1;    // the last look at its progress (projectedEnd), and the bytes it then had left
+  double seen_left = 0;
+  int looks = 0;  // projections made for the piece after it: a bound on the timer's re-arms (network.h, "Streams")
 };
 
 // The frames from one rank to another, one byte stream as a TCP connection's (network.h, "Streams").
@@ -41,14 +46,17 @@ struct Stream {
   sg4::Host* from = nullptr;
   sg4::Host* to = nullptr;
   uint64_t piece = 0;               // bytes per piece (pieceBytesFor)
+  double latency = 0;               // the route's, seconds
+  double bandwidth = 0;             // its slowest link's, bytes per second
   uint64_t queued = 0;              // the end of the last frame handed to the network
   uint64_t started = 0;             // bytes in pieces started
   uint64_t delivered = 0;           // bytes arrived in order
-  uint64_t in_flight = 0;           // bytes of pieces started and not finished
-  int flying = 0;                   // pieces started and not finished
   std::deque<uint64_t> frame_ends;  // where the frames not yet wholly started end: a piece never crosses one
   std::deque<Piece> pieces;  // started and not yet delivered, in stream order (references stay valid: push_back and
                              // pop_front only)
+  Piece* last = nullptr;     // the last piece started, while it has not finished: the next one follows it
+  std::multimap<double, Stream*>::iterator timer;  // into Arrivals::timers_, when `timed`
+  bool timed = false;
   std::multimap<uint64_t, std::function<void()>> notices;  // whenArrived: by the end of their frame
   sg4::MutexPtr mutex;                                     // with cv: made for the stream's first waiter
   sg4::ConditionVariablePtr cv;                            // notified whenever `delivered` moves
@@ -64,7 +72,11 @@ class Arrivals {
   Arrivals();
   ~Arrivals();
   Stream& stream(sg4::Host* from, sg4::Host* to, int from_rank, int to_rank, std::size_t ranks);
-  // Starts the pieces the stream's window allows (from an actor: SimGrid's calls are not the maestro's to make).
+  // Appends a frame of `bytes` to the stream and starts what its timing allows (from an actor); returns where the
+  // frame begins in the stream.
+  uint64_t queue(Stream& s, uint64_t bytes);
+  // Starts the pieces the stream's timing allows, or arms its timer for the next (from an actor: SimGrid's calls are
+  // not the maestro's to make).
   void pump(Stream& s);
   // Queues fn for the courier and wakes it: from an actor, or from the maestro (a semaphore's release is then run in
   // place; it blocks nobody).
@@ -74,6 +86,7 @@ class Arrivals {
 
  private:
   void finished(const void* comm);
+  void arm(Stream& s, double at);
 
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;  // by from * ranks + to, made on a pair's first frame
   std::unordered_map<const void*, Piece*> watched_;
@@ -81,6 +94,8 @@ class Arrivals {
                                      // inside whose model update a communication's last reference must not go)
   std::deque<std::function<void()>> notices_;
   sg4::SemaphorePtr ready_ = sg4::Semaphore::create(0);  // counts notices_
+  std::multimap<double, Stream*> timers_;  // streams whose next piece is due at a simulated instant, for the courier
+  double waking_at_ = HUGE_VAL;  // the timer the courier sleeps until (HUGE_VAL: none; -HUGE_VAL: it is running)
   bool courier_ = false;
 };
 
@@ -93,17 +108,46 @@ Arrivals*& current() {
   return arrivals;
 }
 
-// The piece size of a route (network.h, "Streams"): kStreamPieceBytes, or 4 x bandwidth x latency when that is more,
-// so that a piece's latency is always paid while the piece before it still flows.
-uint64_t pieceBytesFor(sg4::Host* from, sg4::Host* to) {
-  std::vector<sg4::Link*> links;
+// Simulated instants closer than this are one (a timer that fired at its time, give or take the clock's rounding).
+constexpr double kInstant = 1e-12;
+
+// A route's latency (summed) and bandwidth (its slowest link's, bytes per second; HUGE_VAL for a route of no links).
+struct Route {
   double latency = 0;
-  from->route_to(to, links, &latency);
-  double bandwidth = HUGE_VAL;  // bytes per second
-  for (const sg4::Link* l : links) bandwidth = std::min(bandwidth, l->get_bandwidth());
-  const double bdp4 = links.empty() ? 0.0 : 4 * bandwidth * latency;
+  double bandwidth = HUGE_VAL;
+  bool links = false;
+};
+
+Route routeOf(sg4::Host* from, sg4::Host* to) {
+  std::vector<sg4::Link*> links;
+  Route r;
+  from->route_to(to, links, &r.latency);
+  for (const sg4::Link* l : links) r.bandwidth = std::min(r.bandwidth, l->get_bandwidth());
+  r.links = !links.empty();
+  return r;
+}
+
+// The piece size of a route (network.h, "Streams"): kStreamPieceBytes, or 4 x bandwidth x latency when that is more,
+// so that a long route is not cut into more pieces than its latency needs.
+uint64_t pieceBytesFor(const Route& r) {
+  const double bdp4 = r.links ? 4 * r.bandwidth * r.latency : 0.0;
   // Above a gigabyte a frame is never split (an unlimited link, 1e15 bytes/s, times any latency).
   return bdp4 > static_cast<double>(kStreamPieceBytes) ? static_cast<uint64_t>(std::min(bdp4, 1e9)) : kStreamPieceBytes;
+}
+
+// When piece p will have sent its last byte (network.h, "Streams"), as far as can be told now: its latency first, then
+// its bytes left at the rate it has been getting since the last look (the route's bandwidth before that). A rate that
+// falls after the look makes the estimate early: the stream looks again when it comes.
+double projectedEnd(Piece& p, double now) {
+  const double bandwidth = p.stream->bandwidth;
+  const double left = std::max(p.comm->get_remaining(), 0.0);
+  double rate = bandwidth;
+  // Only a look taken after its latency measures a rate: one taken during it would count the latency as slowness.
+  if (p.seen_at >= p.started_at + p.stream->latency && now > p.seen_at && p.seen_left > left)
+    rate = std::min(bandwidth, (p.seen_left - left) / (now - p.seen_at));
+  p.seen_at = now;
+  p.seen_left = left;
+  return std::max(now, p.started_at + p.stream->latency) + left / rate;
 }
 
 class StreamTransfer final : public comm::FrameNetwork::Transfer {
@@ -182,39 +226,56 @@ Stream& Arrivals::stream(sg4::Host* from, sg4::Host* to, int from_rank, int to_r
     s = std::make_unique<Stream>();
     s->from = from;
     s->to = to;
-    s->piece = pieceBytesFor(from, to);
+    const Route r = routeOf(from, to);
+    s->piece = pieceBytesFor(r);
+    s->latency = r.latency;
+    s->bandwidth = std::isfinite(r.bandwidth) ? r.bandwidth : 1e15;
   }
   return *s;
 }
 
+uint64_t Arrivals::queue(Stream& s, uint64_t bytes) {
+  const uint64_t begin = s.queued;
+  s.queued += bytes;
+  s.frame_ends.push_back(s.queued);
+  // A stream waiting for its timer starts the frame then, behind those queued before it.
+  if (!s.timed) pump(s);
+  return begin;
+}
+
 void Arrivals::pump(Stream& s) {
   s.pump_posted = false;
+  const double now = sg4::Engine::get_clock();
   while (s.started < s.queued) {
     while (s.frame_ends.front() <= s.started) s.frame_ends.pop_front();
-    // At most two pieces in flight, but for small ones: a burst of small frames goes out together, as on a stream.
-    if (s.flying >= 2 && s.in_flight >= s.piece) break;
-    // A piece ends with its frame, so a frame arrives with its own last byte, not with the next frame's first piece.
-    const uint64_t frame_left = s.frame_ends.front() - s.started;
-    uint64_t bytes = 0;
-    if (s.flying == 0) {
-      // An idle stream's first piece is half a piece: the next one then ends half a piece after it.
-      bytes = std::min(frame_left, std::max<uint64_t>(s.piece / 2, 1));
-    } else {
-      // Half a piece more than the longest one still in flight has left, and at least a piece: when that one ends,
-      // this one still has half a piece to go, which covers the next one's latency (network.h).
-      double left = 0;
-      for (const Piece& p : s.pieces)
-        if (!p.finished) left = std::max(left, p.comm->get_remaining());
-      bytes = std::min(frame_left, std::max(s.piece, static_cast<uint64_t>(left) + s.piece / 2));
+    if (s.last != nullptr) {
+      // The next piece starts a latency before the last one sends its last byte: its first byte then follows that
+      // one's last on the wire, as a TCP connection's next bytes do, where two pieces sending at once shared the wire
+      // and the first came in late. The projection looks a few times at most (a piece slowed by other flows is looked
+      // at again when it was due), then the piece goes.
+      const double due = projectedEnd(*s.last, now) - s.latency;
+      if (due > now + kInstant && s.last->looks++ < 8) {
+        arm(s, due);
+        return;
+      }
     }
-    s.pieces.push_back(Piece{&s, sg4::Comm::sendto_async(s.from, s.to, bytes), s.started + bytes, bytes, false});
+    // A piece ends with its frame, so a frame arrives with its own last byte, not with the next frame's first piece.
+    const uint64_t bytes = std::min(s.frame_ends.front() - s.started, s.piece);
+    s.pieces.push_back(Piece{&s, sg4::Comm::sendto_async(s.from, s.to, bytes), s.started + bytes, bytes, false, now});
     Piece& p = s.pieces.back();
     // Watched before this actor's next SimGrid call: the communication cannot end before the clock moves.
     watched_.emplace(p.comm->get_impl(), &p);
     s.started += bytes;
-    s.in_flight += bytes;
-    ++s.flying;
+    s.last = &p;
   }
+}
+
+void Arrivals::arm(Stream& s, double at) {
+  if (s.timed) timers_.erase(s.timer);
+  s.timer = timers_.emplace(at, &s);
+  s.timed = true;
+  // The courier sleeps until its earliest timer or the next notice: an earlier timer wakes it to sleep less.
+  if (at < waking_at_) post([] {});
 }
 
 void Arrivals::finished(const void* comm) {
@@ -224,10 +285,10 @@ void Arrivals::finished(const void* comm) {
   watched_.erase(it);
   Stream& s = *p.stream;
   p.finished = true;
-  s.in_flight -= p.bytes;
-  --s.flying;
+  // Delivered pieces leave the deque below: the stream forgets a finished one first (nothing follows it any more).
+  if (s.last == &p) s.last = nullptr;
   const uint64_t before = s.delivered;
-  // In order, as a stream delivers: a piece that overtook one before it (a small one behind a large one) waits for it.
+  // In order, as a stream delivers: a piece that overtook one before it waits for it.
   while (!s.pieces.empty() && s.pieces.front().finished) {
     s.delivered = s.pieces.front().end;
     ended_.push_back(std::move(s.pieces.front().comm));
@@ -240,7 +301,12 @@ void Arrivals::finished(const void* comm) {
       s.notices.erase(s.notices.begin());
     }
   }
-  if (s.started < s.queued && !s.pump_posted) {
+  // The wire is free: what waited for this piece (a timer that came too early, or none) goes now.
+  if (s.last == nullptr && s.started < s.queued && !s.pump_posted) {
+    if (s.timed) {
+      timers_.erase(s.timer);
+      s.timed = false;
+    }
     s.pump_posted = true;
     post([this, &s] { pump(s); });
   }
@@ -257,8 +323,26 @@ void Arrivals::startCourier(SimRuntime& runtime, sg4::Host* host) {
   // A daemon: SimGrid ends it when the last of the run's own actors ends, blocked on an empty queue.
   runtime.spawnDaemon("arrivals", host, [this] {
     for (;;) {
-      ready_->acquire();
       ended_.clear();
+      // The streams whose next piece is due (pump), then the notices; with a timer set, the wait ends at the earliest.
+      const double now = sg4::Engine::get_clock();
+      while (!timers_.empty() && timers_.begin()->first <= now + kInstant) {
+        Stream& s = *timers_.begin()->second;
+        timers_.erase(timers_.begin());
+        s.timed = false;
+        pump(s);
+      }
+      if (timers_.empty()) {
+        waking_at_ = HUGE_VAL;
+        ready_->acquire();
+      } else {
+        waking_at_ = timers_.begin()->first;
+        const bool timed_out = ready_->acquire_timeout(waking_at_ - now);
+        // Awake: a timer armed now is seen before the next sleep, without a notice to wake for.
+        waking_at_ = -HUGE_VAL;
+        if (timed_out) continue;
+      }
+      waking_at_ = -HUGE_VAL;
       std::function<void()> fn = std::move(notices_.front());
       notices_.pop_front();
       fn();
@@ -282,10 +366,7 @@ std::shared_ptr<comm::FrameNetwork::Transfer> SimNetwork::start(int from, int to
   sg4::Host* src = hosts_[static_cast<std::size_t>(from)];
   arrivals_->startCourier(runtime_, src);
   Stream& s = arrivals_->stream(src, hosts_[static_cast<std::size_t>(to)], from, to, hosts_.size());
-  const uint64_t begin = s.queued;
-  s.queued += wire_bytes;
-  s.frame_ends.push_back(s.queued);
-  arrivals_->pump(s);
+  const uint64_t begin = arrivals_->queue(s, wire_bytes);
   auto t = std::make_shared<StreamTransfer>(s, begin, s.queued, arrivals_, runtime_);
   runtime_.resume();
   return t;

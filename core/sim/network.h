@@ -10,22 +10,36 @@
 // a piece arrives a piece at a time, so its receiver adds each piece as it lands (Transfer::waitBytes) and only the
 // last piece's sum or two (a piece need not end where a 256 KiB add does) are exposed, as the tcp transport reads and
 // adds 256 KiB at a time (tcp/reader.cc, kFuseBytes). The pieces: P = max(kStreamPieceBytes, 4 x bandwidth x latency of
-// the route: its slowest link, its summed latency); a piece never crosses a frame's end (a frame arrives with its own
-// last byte, not with the next one's first piece); at most two in flight, but for small ones (less than P in flight: a
-// burst of small frames goes out together). An idle stream's first piece is P / 2, each later one half a piece longer
-// than what the longest piece in flight still has to send, and at least P: when that one ends, the new one still has P
-// / 2 to go, which covers the latency of the one started then (CM02 gives a flow no bandwidth during its latency). So
-// the wire never idles between the pieces of a stream, and one frame alone of S bytes still takes latency + S /
-// bandwidth.
+// the route: its slowest link, its summed latency), and a piece never crosses a frame's end (a frame arrives with its
+// own last byte, not with the next one's first piece).
+//
+// A stream's pieces go out one after the other: the next one starts its route's latency before the last one sends its
+// last byte (a timer on the courier, below; CM02 gives a flow no bandwidth during its latency), so its first byte
+// follows that one's last on the wire. The wire never idles between pieces and two pieces of a stream never share it,
+// as on a TCP connection, where frames are written whole and in order and nothing idles at a frame's end: a ring's
+// chunk of two frames (256 KiB + 85 KiB at 3 ranks) crosses in latency + its bytes / bandwidth, where two pieces in
+// flight at once made the frame that ended first share the wire with the next one and land late (1.06x the alpha-beta
+// form), and the tree's segments follow each other to the next level at the wire's rate. The projection of the last
+// piece's end uses the rate it has been getting, so a piece slowed by other flows is looked at again when it was due.
+//
+// NICs. The streams of one rank share its NIC max-min, as SimGrid shares a link, and not one frame after the other:
+// that is what the tcp transport's bytes do on a real NIC. isend writes each frame into its socket at once
+// (tcp/writer.cc), so a tree's parent hands a segment to both children's connections together (allreduce_tree.cc),
+// and the kernel's TCP small queues let each socket hold about a millisecond of its pacing rate (two 64 KB GSO
+// packets at least) in the NIC's queue: the two connections' bytes alternate on the wire. Captured on the root's veth
+// in the 4-rank tree at 300 Mbit (tc tbf, 96 kB bucket), its broadcast to the two children alternates in bursts of
+// 64-330 KB. A lane per NIC, each frame leaving whole in the order it was sent, was tried and measured against the
+// same runs: 0.85 / 0.95 / 0.98 of the real tree's time at 1 / 4 / 16 MiB, where sharing gives 1.07 / 1.00 / 0.99
+// (results/reference/simulation/report.md).
 //
 // Arrivals. SimGrid 3.32 calls no user code when a host-to-host communication ends except its network actions' state
 // signal (s4u::Link::on_communication_state_change, in the maestro, at the simulated instant the last byte lands).
 // SimNetwork listens to it: a piece knows it has arrived without asking SimGrid (a wait or a test of a finished
 // detached communication costs a simcall and a linear search of the maestro's list of them), the waiters of a stream
 // sleep on its condition variable until its delivered bytes pass theirs, and the arrival notices (a rank's doorbell)
-// and the starts of the next pieces (SimGrid calls, which are an actor's to make) are run by one courier actor per
-// network, where a helper actor per frame made the runtime's table of actors grow with every frame sent to a
-// parameter server.
+// and the starts of the next pieces (SimGrid calls, which are an actor's to make, at the instants the streams'
+// timers say) are run by one courier actor per network, where a helper actor per frame made the runtime's table of
+// actors grow with every frame sent to a parameter server.
 //
 // Waits. No actor waits on a communication through SimGrid (3.32 keeps one timeout action per communication: a second
 // concurrent wait leaked its action, and the resident memory grew with every step, issue 17).

@@ -168,6 +168,7 @@ void ComputeOptions::validate() const {
 }
 
 std::optional<ComputeModel> parseComputeModel(std::string_view name) {
+  if (name == "calibrated") return ComputeModel::kCalibrated;
   if (name == "measured") return ComputeModel::kMeasured;
   if (name == "flops") return ComputeModel::kFlops;
   if (name == "none") return ComputeModel::kNone;
@@ -189,7 +190,7 @@ std::string_view computeModelName(ComputeModel model) {
 }
 
 std::string_view computeModelChoices() {
-  return "none, measured or flops";
+  return "none, calibrated, measured or flops";
 }
 
 std::string ComputeOptions::describe() const {

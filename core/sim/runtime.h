@@ -57,8 +57,8 @@ class CostTable {
   virtual std::string describe() const = 0;  // provenance's words for it
 };
 
-// The spelling of the command line and of describe(): "measured", "flops", "none"; parseComputeModel returns nullopt
-// for any other text, computeModelChoices() lists the names for messages.
+// The spelling of the command line and of describe(): "calibrated", "measured", "flops", "none"; parseComputeModel
+// returns nullopt for any other text, computeModelChoices() lists the names for messages.
 std::optional<ComputeModel> parseComputeModel(std::string_view name);
 std::string_view computeModelName(ComputeModel model);
 std::string_view computeModelChoices();

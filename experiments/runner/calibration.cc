@@ -133,12 +133,18 @@ class RunCosts final : public sim::CostTable {
       for (uint64_t n : plan.sizes) s.push_back(get(sizeKey(kind, subject, n)));
       return SizeCurve(plan.sizes, s);
     };
-    for (int r = 0; r < plan.rounds; ++r) compress_.push_back(curve("compress", roundSubject(plan, r)));
-    decompress_ = curve("decompress", plan.codec);
-    if (plan.reduce) reduce_ = curve("reduce", plan.codec);
-    for (std::string_view d : kSumDtypes) sum_.push_back(curve("sum", d));
-    optimizer_ = curve("optimizer", plan.optimizer);
-    accumulate_ = curve("accumulate", "");
+    // A sums-only plan (a collective benchmark's) charges nothing else: its other curves stay empty (0 s).
+    if (!plan.sums_only) {
+      for (int r = 0; r < plan.rounds; ++r) compress_.push_back(curve("compress", roundSubject(plan, r)));
+      decompress_ = curve("decompress", plan.codec);
+      if (plan.reduce) reduce_ = curve("reduce", plan.codec);
+      optimizer_ = curve("optimizer", plan.optimizer);
+      accumulate_ = curve("accumulate", "");
+    }
+    for (std::string_view d : kSumDtypes)
+      sum_.push_back(std::find(plan.sum_dtypes.begin(), plan.sum_dtypes.end(), d) != plan.sum_dtypes.end()
+                         ? curve("sum", d)
+                         : SizeCurve());
     description_ = std::to_string(table.seconds.size()) + " kernels on " + table.identity.describe();
   }
 
@@ -189,7 +195,8 @@ class RunCosts final : public sim::CostTable {
 // Times every key of `plan` that `want` names, adding them to `into`.
 class Measurer {
  public:
-  Measurer(const CalibrationInputs& in, const CalibrationPlan& plan) : in_(in), plan_(plan) {}
+  // `in`: the run's experiment, for its workload, codec and optimizer; nullptr for a sums-only plan.
+  Measurer(const CalibrationInputs* in, const CalibrationPlan& plan) : in_(in), plan_(plan) {}
 
   void measure(const std::vector<std::string>& want, std::map<std::string, double>& into) {
     // The clock's own cost (two reads of the thread CPU clock, a system call each) is in every time below: taken
@@ -212,13 +219,15 @@ class Measurer {
 
   void measureAll(const std::vector<std::string>& want, std::map<std::string, double>& into) {
     const auto wanted = [&](const std::string& key) { return std::find(want.begin(), want.end(), key) != want.end(); };
-    const experiments::Experiment& e = in_.experiment;
+    measureSums(wanted, into);
+    if (plan_.sums_only) return;
+    const experiments::Experiment& e = in_->experiment;
     // Forward and backward: the whole pass at the run's batch size, split by the layers' flops.
     bool layers = false;
     for (int l = 0; l < static_cast<int>(plan_.layers.size()); ++l)
       layers = layers || wanted(layerKey("forward", plan_, l)) || wanted(layerKey("backward", plan_, l));
     if (layers) {
-      auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in_.data);
+      auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in_->data);
       const int64_t n = std::min<int64_t>(plan_.batch, model->numTrainExamples());
       std::vector<int64_t> batch(static_cast<std::size_t>(n));
       std::iota(batch.begin(), batch.end(), 0);
@@ -234,7 +243,7 @@ class Measurer {
         into[layerKey("backward", plan_, l)] = total > 0 ? pass * f.backward / total : pass / (2 * nl);
       }
     }
-    auto plugin = in_.loader.loadCompressor(e.compressor().name());
+    auto plugin = in_->loader.loadCompressor(e.compressor().name());
     std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
     const CodecOptions codec_options = experiments::codecOptions(e);
     train::SgdOptions sgd = detail::trainerOptions(e).sgd;
@@ -244,14 +253,6 @@ class Measurer {
       if (codec) measureCodec(instance, codec_options, n, into);
       const std::vector<float> g = gaussian(n, 2 * n + 1);
       std::vector<float> a = gaussian(n, 2 * n + 2);
-      for (std::string_view d : kSumDtypes) {
-        const std::string key = sizeKey("sum", d, n);
-        if (!wanted(key)) continue;
-        const DType dt = sumDtype(d);
-        std::vector<std::byte> dst(n * dtypeSize(dt)), src(n * dtypeSize(dt));
-        // Zero bytes are zeros in every summed dtype: the sum stays finite however often it runs.
-        into[key] = timed([&] { comm::sumInto(dst.data(), src.data(), n, dt); });
-      }
       if (wanted(sizeKey("accumulate", "", n))) {
         // A multiply-add pass like SyncTrainer::accumulate's.
         into[sizeKey("accumulate", "", n)] = timed([&] {
@@ -270,9 +271,22 @@ class Measurer {
     }
   }
 
+  void measureSums(const std::function<bool(const std::string&)>& wanted, std::map<std::string, double>& into) {
+    for (uint64_t n : plan_.sizes) {
+      for (std::string_view d : kSumDtypes) {
+        const std::string key = sizeKey("sum", d, n);
+        if (!wanted(key)) continue;
+        const DType dt = sumDtype(d);
+        std::vector<std::byte> dst(n * dtypeSize(dt)), src(n * dtypeSize(dt));
+        // Zero bytes are zeros in every summed dtype: the sum stays finite however often it runs.
+        into[key] = timed([&] { comm::sumInto(dst.data(), src.data(), n, dt); });
+      }
+    }
+  }
+
   void measureCodec(const std::shared_ptr<Compressor>& instance, const CodecOptions& options, uint64_t n,
                     std::map<std::string, double>& into) {
-    const experiments::Experiment& e = in_.experiment;
+    const experiments::Experiment& e = in_->experiment;
     TensorInfo info;
     info.dtype = DType::kF32;
     info.numel = n;
@@ -315,7 +329,7 @@ class Measurer {
     }
   }
 
-  const CalibrationInputs& in_;
+  const CalibrationInputs* in_;
   const CalibrationPlan& plan_;
   double floor_ = 0;
 };
@@ -391,6 +405,11 @@ CalibrationTable CalibrationTable::load(const std::filesystem::path& file) {
 
 std::vector<std::string> CalibrationPlan::keys() const {
   std::vector<std::string> k;
+  if (sums_only) {
+    for (uint64_t n : sizes)
+      for (const std::string& d : sum_dtypes) k.push_back(sizeKey("sum", d, n));
+    return k;
+  }
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
     k.push_back(layerKey("forward", *this, l));
     k.push_back(layerKey("backward", *this, l));
@@ -447,41 +466,48 @@ std::filesystem::path defaultCalibrationCache() {
   return std::filesystem::path(home) / ".cache" / "terse" / "calibration";
 }
 
-CalibrationOutcome calibrate(const CalibrationInputs& in) {
-  const experiments::Experiment& e = in.experiment;
-  const CalibrationIdentity here = thisMachine();
-  // The plan needs the model's layers and sizes and the compressor's caps: one replica and one instance, built here.
-  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in.data);
-  auto plugin = in.loader.loadCompressor(e.compressor().name());
-  const std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
-  const CalibrationPlan plan = planCalibration(e, *model, *instance);
-  model.reset();
-  const std::vector<std::string> keys = plan.keys();
+namespace {
 
+// Where a table comes from and how its faults are named: the runner's config fields, or the bench's flags.
+struct TableSource {
+  std::optional<std::filesystem::path> replay;  // a table to replay instead of the cache
+  bool allow_foreign = false;
+  std::string field;         // names the replayed file in messages: "simulation.calibration", "--calibration"
+  std::string allow_hint;    // what lets a foreign table through
+  std::string missing_hint;  // why a replayed table may lack a key
+  std::optional<std::filesystem::path> cache_dir;
+};
+
+// The table of plan's keys (calibration.h, calibrate): replayed, refused when foreign unless allowed or when it lacks
+// a key, else the cache's entries with the missing ones measured by `measure` and added to the cache.
+CalibrationOutcome resolveTable(
+    const CalibrationPlan& plan, const TableSource& src,
+    const std::function<void(const std::vector<std::string>&, std::map<std::string, double>&)>& measure) {
+  const CalibrationIdentity here = thisMachine();
+  const std::vector<std::string> keys = plan.keys();
   CalibrationOutcome out;
   out.table.identity = here;
-  if (!e.simulation().calibration().empty()) {
-    const std::filesystem::path file = e.simulation().calibration();
+  if (src.replay) {
+    const std::filesystem::path& file = *src.replay;
     const CalibrationTable given = CalibrationTable::load(file);
     if (!(given.identity == here)) {
-      TERSE_CHECK(e.simulation().allow_foreign_calibration(), InvalidArgument,
-                  "simulation.calibration: " << file.string() << " was measured on " << given.identity.describe()
-                                             << ", this run is on " << here.describe()
-                                             << "; set simulation.allow_foreign_calibration: true to replay it anyway");
+      TERSE_CHECK(src.allow_foreign, InvalidArgument,
+                  src.field << ": " << file.string() << " was measured on " << given.identity.describe()
+                            << ", this run is on " << here.describe() << "; " << src.allow_hint
+                            << " to replay it anyway");
       out.foreign = true;
     }
     out.table.identity = given.identity;
     for (const std::string& k : keys) {
       const auto it = given.seconds.find(k);
       TERSE_CHECK(it != given.seconds.end(), InvalidArgument,
-                  "simulation.calibration: " << file.string() << " has no time for kernel '" << k
-                                             << "', which this run charges (a table from a run of another workload, "
-                                                "batch size, compressor or optimizer)");
+                  src.field << ": " << file.string() << " has no time for kernel '" << k
+                            << "', which this run charges (" << src.missing_hint << ")");
       out.table.seconds[k] = it->second;
     }
     out.source = "replayed " + file.string();
   } else {
-    const std::filesystem::path dir = in.cache_dir.value_or(defaultCalibrationCache());
+    const std::filesystem::path dir = src.cache_dir.value_or(defaultCalibrationCache());
     const std::filesystem::path file = dir / (shortHash(here.cpu + "\n" + here.flags + "\n" + here.commit) + ".json");
     CalibrationTable cache;
     cache.identity = here;
@@ -500,7 +526,7 @@ CalibrationOutcome calibrate(const CalibrationInputs& in) {
       if (!cache.seconds.count(k)) missing.push_back(k);
     if (!missing.empty()) {
       std::map<std::string, double> measured;
-      Measurer(in, plan).measure(missing, measured);
+      measure(missing, measured);
       for (const std::string& k : missing) {
         TERSE_CHECK(measured.count(k), InternalError, "calibration did not measure kernel '" << k << "'");
         cache.seconds[k] = measured[k];
@@ -516,6 +542,55 @@ CalibrationOutcome calibrate(const CalibrationInputs& in) {
   }
   out.costs = makeCostTable(plan, out.table);
   return out;
+}
+
+}  // namespace
+
+CalibrationOutcome calibrate(const CalibrationInputs& in) {
+  const experiments::Experiment& e = in.experiment;
+  // The plan needs the model's layers and sizes and the compressor's caps: one replica and one instance, built here.
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in.data);
+  auto plugin = in.loader.loadCompressor(e.compressor().name());
+  const std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  model.reset();
+  TableSource src;
+  if (!e.simulation().calibration().empty()) src.replay = std::filesystem::path(e.simulation().calibration());
+  src.allow_foreign = e.simulation().allow_foreign_calibration();
+  src.field = "simulation.calibration";
+  src.allow_hint = "set simulation.allow_foreign_calibration: true";
+  src.missing_hint = "a table from a run of another workload, batch size, compressor or optimizer";
+  src.cache_dir = in.cache_dir;
+  return resolveTable(plan, src, [&](const std::vector<std::string>& want, std::map<std::string, double>& into) {
+    Measurer(&in, plan).measure(want, into);
+  });
+}
+
+CalibrationPlan planSums(DType dtype, std::vector<uint64_t> sizes) {
+  CalibrationPlan p;
+  p.sums_only = true;
+  p.sum_dtypes = {std::string(sumDtypeName(static_cast<int>(dtype)))};
+  sizes.erase(std::remove(sizes.begin(), sizes.end(), uint64_t{0}), sizes.end());
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  p.sizes = std::move(sizes);
+  return p;
+}
+
+CalibrationOutcome calibrateSums(const SumCalibrationInputs& in) {
+  const CalibrationPlan plan = planSums(in.dtype, in.sizes);
+  TableSource src;
+  src.replay = in.replay;
+  src.allow_foreign = in.allow_foreign;
+  src.field = "--calibration";
+  src.allow_hint = "add --allow-foreign-calibration";
+  src.missing_hint =
+      "the bench charges the sums of its frames, 'sum <dtype> n<elements>' at the element counts of "
+      "its sweep: a table of another dtype, sweep or segment";
+  src.cache_dir = in.cache_dir;
+  return resolveTable(plan, src, [&](const std::vector<std::string>& want, std::map<std::string, double>& into) {
+    Measurer(nullptr, plan).measure(want, into);
+  });
 }
 
 }  // namespace terse::runner

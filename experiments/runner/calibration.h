@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/common/dtype.h"
 #include "core/sim/runtime.h"
 #include "core/train/workload.h"
 #include "experiments/config/config.h"
@@ -78,6 +79,9 @@ struct CalibrationPlan {
   bool reduce = false;          // CUSTOM aggregation: the codec's reduce is charged
   std::string optimizer;        // a hash of the optimizer's options
   std::vector<uint64_t> sizes;  // ascending, no repeats, none zero
+  // A collective benchmark's plan (planSums): the sums of sum_dtypes at `sizes` elements, and no other kernel.
+  bool sums_only = false;
+  std::vector<std::string> sum_dtypes = {"f32", "f16", "bf16"};
   std::vector<std::string> keys() const;
 };
 
@@ -107,6 +111,20 @@ std::filesystem::path defaultCalibrationCache();
 // allow_foreign_calibration, or when it lacks one of the run's keys), else the cache's entries with the missing ones
 // measured now and added to the cache. Throws InvalidArgument naming the file or field at fault.
 CalibrationOutcome calibrate(const CalibrationInputs& in);
+
+// `terse bench allreduce --clock simulated --compute calibrated`: a collective charges its sums alone, so its table is
+// `sum <dtype> n<elements>` at the element counts its frames are summed in (the caller's `sizes`), from the same cache
+// as the runner's tables, or replayed from `replay` with the same refusal of another CPU's or commit's table (naming
+// both) unless allow_foreign.
+struct SumCalibrationInputs {
+  DType dtype = DType::kF32;
+  std::vector<uint64_t> sizes;  // elements; sorted and deduplicated here, zeros dropped
+  std::optional<std::filesystem::path> replay;
+  bool allow_foreign = false;
+  std::optional<std::filesystem::path> cache_dir;  // nullopt: defaultCalibrationCache()
+};
+CalibrationOutcome calibrateSums(const SumCalibrationInputs& in);
+CalibrationPlan planSums(DType dtype, std::vector<uint64_t> sizes);
 
 // The pieces calibrate() is made of, for tests.
 CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,

@@ -28,13 +28,16 @@
 #include "core/comm/link_emulation.h"
 #include "core/comm/tcp/transport.h"
 #include "core/common/error.h"
+#include "core/common/json.h"
 #include "core/common/runtime.h"
+#include "core/sim/network.h"
 #include "core/sim/platform.h"
 #include "core/sim/simulation.h"
 #include "experiments/cli/bench/bench_common.h"
 #include "experiments/cli/bench/collective.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
+#include "experiments/runner/calibration.h"
 
 namespace terse::cli::bench {
 namespace {
@@ -53,8 +56,8 @@ constexpr std::string_view kCollectiveUsage =
     "                                       [--nic BW] [--nic-ingress BW]\n"
     "                                       [--threshold BYTES|table] [--segment BYTES|auto]\n"
     "                                       [--socket-buffer BYTES] [--busy-poll US|env] (tcp)\n"
-    "                                       [--clock real|simulated] [--compute none|measured|flops] [--topology "
-    "SPEC]\n"
+    "                                       [--clock real|simulated] [--compute none|calibrated|measured|flops]\n"
+    "                                       [--calibration FILE [--allow-foreign-calibration]] [--topology SPEC]\n"
     "                                       [--iters N] [-w WARMUP]\n"
     "                                       [--json] [--check]\n"
     "\n"
@@ -81,6 +84,9 @@ struct CollectiveOptions {
   bool ranks_given = false;    // -n was on the command line
   bool simulated = false;      // --clock simulated: the inproc ranks as actors of a SimGrid simulation of the links
   sim::ComputeModel compute = sim::ComputeModel::kMeasured;  // --compute: what the simulated clock charges as work
+  std::optional<std::string> calibration;                    // --calibration: a table to replay (--compute calibrated)
+  bool allow_foreign_calibration = false;  // --allow-foreign-calibration: replay it though another CPU or commit's
+  std::shared_ptr<const runner::CalibrationOutcome> calibrated;  // --compute calibrated: the table used (calibrateSums)
   sim::TwoLevelTopology topology;  // --topology: the simulated cluster's two levels instead of per-pair links
 };
 
@@ -177,8 +183,14 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       "--nic-ingress); times are simulated seconds, the summation is charged as --compute says (DESIGN.md section 9)")(
       "compute", po::value<std::string>(),
       "--clock simulated: what counts as computation, none (simulated time is the network's alone: the alpha-beta "
-      "model's), measured (each rank's thread CPU time, the default) or flops (FLOP counts at 1e11 "
-      "flop/s: only what the kernels declare through rt::work)");
+      "model's), calibrated (the sums' times on this CPU, from the calibration cache or measured first: "
+      "experiments/runner/calibration.h), measured (each rank's thread CPU time, the default) or flops (FLOP counts "
+      "at 1e11 flop/s: only what the kernels declare through rt::work)")(
+      "calibration", po::value<std::string>(),
+      "--compute calibrated: replay this calibration table (a run's calibration.json, or a cache file) instead of the "
+      "cache; one from another CPU or commit is refused")(
+      "allow-foreign-calibration", po::bool_switch(),
+      "--calibration: replay a table from another CPU or commit anyway (the JSON and the header say so)");
   auto vm = parse(args, options, kCollectiveUsage, who, exit_code);
   if (!vm) return std::nullopt;
 
@@ -258,6 +270,17 @@ std::optional<CollectiveOptions> parseCollectiveOptions(const std::string& who, 
       if (!o.simulated) throw po::error("--compute chooses the simulated clock's computation; add --clock simulated");
       o.compute = *model;
     }
+    if (vm->count("calibration")) {
+      if (o.compute != sim::ComputeModel::kCalibrated)
+        throw po::error(
+            "--calibration replays the table of --compute calibrated; add --clock simulated --compute "
+            "calibrated");
+      o.calibration = (*vm)["calibration"].as<std::string>();
+      if (o.calibration->empty()) throw po::error("--calibration needs a file name");
+    }
+    o.allow_foreign_calibration = (*vm)["allow-foreign-calibration"].as<bool>();
+    if (o.allow_foreign_calibration && !o.calibration)
+      throw po::error("--allow-foreign-calibration lets a replayed table through; add --calibration FILE");
     if (o.topology.enabled() && !o.simulated)
       throw po::error("--topology builds the simulated cluster; add --clock simulated");
     if (o.topology.enabled() && a.inproc.emulation.enabled())
@@ -486,6 +509,20 @@ void printJson(const std::string& who, const CollectiveOptions& o, const SweepRe
     << ",\"links\":\"" << a.inproc.emulation.describe() << "\",\"clock\":\"" << (o.simulated ? "simulated" : "real")
     << "\",";
   if (o.simulated) j << "\"compute\":\"" << sim::computeModelName(o.compute) << "\",";
+  if (o.calibrated) {
+    // What was charged, entry by entry: the run can be redone with these times (--calibration).
+    const runner::CalibrationOutcome& c = *o.calibrated;
+    Json kernels = Json::object();
+    for (const auto& [key, seconds] : c.table.seconds) kernels[key] = seconds;
+    const Json cal = {{"source", c.source},
+                      {"cpu", c.table.identity.cpu},
+                      {"flags", c.table.identity.flags},
+                      {"commit", c.table.identity.commit},
+                      {"foreign", c.foreign},
+                      {"measured", c.measured.size()},
+                      {"seconds", kernels}};
+    j << "\"calibration\":" << dumpJson(cal) << ",";
+  }
   if (a.transport == "tcp")
     j << "\"busy_poll_us\":" << o.busy_poll_resolved << ",\"caller_reads\":" << (o.caller_reads ? "true" : "false")
       << ",\"caller_spin_us\":" << (o.caller_reads ? o.caller_spin_us : 0) << ",";
@@ -540,12 +577,40 @@ void printTables(bool allreduce, const std::string& who, const CollectiveOptions
       std::cout << "off";
   }
   std::cout << "\n";
+  if (o.calibrated) {
+    const runner::CalibrationOutcome& c = *o.calibrated;
+    std::cout << "# calibrated sums: " << c.table.seconds.size() << " kernels (" << c.source << ", "
+              << c.measured.size() << " measured now) on " << c.table.identity.describe()
+              << (c.foreign ? ", FOREIGN: another CPU or commit than this one (--allow-foreign-calibration)" : "")
+              << "\n";
+  }
   printRunTables(r.runs, o.dtype);
   printWrongSummary(r.total_wrong);
   std::cout << "# memcpy " << r.largest
             << " B (1 thread, sampled between that row's batches): " << fixed(r.memcpy_gbps, 2) << " GB/s\n"
             << "# busbw/memcpy at " << r.largest << " B (ranks " << r.runs.back().ranks << "): " << fixed(ratio, 2)
             << "\n";
+}
+
+// --compute calibrated: the sums this sweep charges, `sum <dtype> n<elements>` at the element counts its frames are
+// added in (the inproc transport adds a frame a stream piece at a time: inproc_transport.cc copyFrame), for each
+// world and message size: the whole message and one rank's share (a ring's or halving-doubling's chunk), each cut to
+// a segment and to a piece. A sum of another count is interpolated between these (calibration.h); the sweep's counts
+// are measured, not extrapolated.
+std::vector<uint64_t> sumCounts(bool allreduce, const CollectiveOptions& o) {
+  const uint64_t elem = dtypeSize(o.dtype);
+  const uint64_t cap = std::min<uint64_t>(o.comm_options.segment_bytes, sim::kStreamPieceBytes) / elem;
+  std::vector<uint64_t> counts;
+  for (int n : o.a.ranks) {
+    const uint64_t align = allreduce ? elem : elem * static_cast<uint64_t>(n);
+    for (uint64_t size : sizeSweep(o.a, align)) {
+      const uint64_t count = size / elem;
+      const uint64_t share = (count + static_cast<uint64_t>(n) - 1) / static_cast<uint64_t>(n);
+      for (uint64_t c : {count, share})
+        counts.push_back(std::max<uint64_t>(1, std::min(c, std::max<uint64_t>(cap, 1))));
+    }
+  }
+  return counts;
 }
 
 }  // namespace
@@ -586,6 +651,16 @@ int collectiveCommand(bool allreduce, const std::vector<std::string>& args) {
       so.platform.links = o.a.inproc.emulation;
       so.platform.topology = o.topology;
       so.compute.model = o.compute;
+      if (o.compute == sim::ComputeModel::kCalibrated) {
+        // Before the simulation, on this thread: the sums are timed alone (calibration.h), as the runner's are.
+        runner::SumCalibrationInputs in;
+        in.dtype = o.dtype;
+        in.sizes = sumCounts(allreduce, o);
+        if (o.calibration) in.replay = std::filesystem::path(*o.calibration);
+        in.allow_foreign = o.allow_foreign_calibration;
+        o.calibrated = std::make_shared<runner::CalibrationOutcome>(runner::calibrateSums(in));
+        so.compute.table = o.calibrated->costs;
+      }
       const std::string reply = sim::runSimulation(so, [&](const sim::SimulationContext& ctx) {
         CollectiveOptions in_sim = o;
         in_sim.a.inproc.network = ctx.network;
