@@ -266,7 +266,7 @@ std::string linkClass(const std::string& name) {
   if (starts("rack") && ends("-down")) return "rack downlink";
   if (name == "core") return "core";
   if (starts("up") || starts("down")) return "intra-node";
-  return "other";
+  return "";  // SimGrid's own (its loopback): no route of terse's crosses it
 }
 
 // Measures every pattern on the SimGrid platform, in one simulation (the child process of simulation.h); returns JSON:
@@ -290,7 +290,7 @@ std::string measurePatterns(const std::map<std::string, Flows>& patterns, const 
       latency = std::max(latency, l);
       for (const sg4::Link* link : route) {
         const std::string c = linkClass(link->get_name());
-        crossings[c] = crossings.value(c, 0.0) + 1.0;
+        if (!c.empty()) crossings[c] = crossings.value(c, 0.0) + 1.0;
       }
     }
     const double start = sg4::Engine::get_clock();
@@ -308,6 +308,7 @@ std::string measurePatterns(const std::map<std::string, Flows>& patterns, const 
   // After the probes: a mesh makes its wires on first use, so the wires counted are those that carried flows.
   for (const sg4::Link* link : engine->get_all_links()) {
     const std::string c = linkClass(link->get_name());
+    if (c.empty()) continue;
     Json& entry = out["classes"][c];
     if (entry.is_null()) entry = Json::array({0.0, 0.0});
     entry[0] = entry[0].get<double>() + 1;
@@ -332,20 +333,20 @@ struct PricedCollective {
 }  // namespace
 
 void ReplayOptions::validate() const {
-  TERSE_CHECK(workers >= 1, InvalidArgument, "whatif: --workers must be >= 1, got " << workers);
+  TERSE_CHECK(workers >= 1, InvalidArgument, "replay: --workers must be >= 1, got " << workers);
   TERSE_CHECK(std::isfinite(compute_scale) && compute_scale > 0, InvalidArgument,
-              "whatif: --compute-scale must be a finite number > 0, got " << compute_scale);
+              "replay: --compute-scale must be a finite number > 0, got " << compute_scale);
   TERSE_CHECK(std::isfinite(jitter_sigma) && jitter_sigma >= 0, InvalidArgument,
-              "whatif: --jitter must be a finite sigma >= 0, got " << jitter_sigma);
-  TERSE_CHECK(steps >= 0, InvalidArgument, "whatif: --steps must be >= 0, got " << steps);
+              "replay: --jitter must be a finite sigma >= 0, got " << jitter_sigma);
+  TERSE_CHECK(steps >= 0, InvalidArgument, "replay: --steps must be >= 0, got " << steps);
   TERSE_CHECK(stragglers >= 0 && stragglers <= workers, InvalidArgument,
-              "whatif: --stragglers K must be between 0 and the " << workers << " workers, got " << stragglers);
+              "replay: --stragglers K must be between 0 and the " << workers << " workers, got " << stragglers);
   TERSE_CHECK(std::isfinite(straggler_factor) && straggler_factor >= 1, InvalidArgument,
-              "whatif: --stragglers K:F needs a slowdown F >= 1, got " << straggler_factor);
+              "replay: --stragglers K:F needs a slowdown F >= 1, got " << straggler_factor);
   if (topology.enabled()) {
     topology.validate();
     TERSE_CHECK(!links.enabled(), InvalidArgument,
-                "whatif: --topology and per-pair links (--bandwidth, --latency, --nic) both describe the network; "
+                "replay: --topology and per-pair links (--bandwidth, --latency, --nic) both describe the network; "
                 "use one");
   } else {
     links.validate(workers);
@@ -396,19 +397,19 @@ void checkReplayable(const train::StepTrace& trace, const std::string& what) {
 
 ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const ReplayOptions& options) {
   options.validate();
-  TERSE_CHECK(!ranks.empty(), InvalidArgument, "whatif: no trace to replay");
+  TERSE_CHECK(!ranks.empty(), InvalidArgument, "replay: no trace to replay");
   for (std::size_t r = 0; r < ranks.size(); ++r) checkReplayable(ranks[r], "trace of rank " + std::to_string(r));
   const train::StepTrace& lead = ranks.front();
   const std::size_t recorded = lead.steps.size();
   for (std::size_t r = 1; r < ranks.size(); ++r) {
     TERSE_CHECK(ranks[r].steps.size() == recorded && ranks[r].header.tensors.size() == lead.header.tensors.size(),
                 InvalidArgument,
-                "whatif: the trace of rank " << r << " has " << ranks[r].steps.size() << " steps and "
+                "replay: the trace of rank " << r << " has " << ranks[r].steps.size() << " steps and "
                                              << ranks[r].header.tensors.size() << " tensors, rank 0's " << recorded
                                              << " and " << lead.header.tensors.size());
     for (std::size_t s = 0; s < recorded; ++s)
       TERSE_CHECK(ranks[r].steps[s].groups.size() == lead.steps[s].groups.size(), InvalidArgument,
-                  "whatif: step " << lead.steps[s].step << ": rank " << r << " ran " << ranks[r].steps[s].groups.size()
+                  "replay: step " << lead.steps[s].step << ": rank " << r << " ran " << ranks[r].steps[s].groups.size()
                                   << " groups, rank 0 " << lead.steps[s].groups.size());
   }
   const int n = options.workers;

@@ -95,10 +95,10 @@ TEST(Replay, AutoResolvesAtTheReplayedWorldSize) {
   const StepTrace t = handTrace({{16000, 0.001, 0.002}}, {0}, {64000}, 2, "auto");
   const ReplayResult r = replayTrace({t}, mesh(2, 1 * kGbps, 50e-6));
   expectRel(r.median_step_s, 0.003 + 50e-6 + 64000 / 125e6);
-  EXPECT_EQ(r.collectives.at(0), "allreduce recursive_doubling x 1 per step");
+  EXPECT_EQ(r.collectives.at(0), "allreduce rd x 1 per step");
   // At 16 workers it is halving-doubling: 2 log2(16) = 8 latencies and 2 (n-1)/n of the buffer.
   const ReplayResult r16 = replayTrace({t}, mesh(16, 1 * kGbps, 50e-6));
-  EXPECT_EQ(r16.collectives.at(0), "allreduce halving_doubling x 1 per step");
+  EXPECT_EQ(r16.collectives.at(0), "allreduce hd x 1 per step");
   expectRel(r16.median_step_s, 0.003 + 8 * 50e-6 + 2.0 * 15 / 16 * 64000 / 125e6);
 }
 
