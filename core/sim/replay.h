@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,13 @@ void checkReplayable(const train::StepTrace& trace, const std::string& what);
 // Throws InvalidArgument for invalid options or traces (before anything runs), SimulationError when the simulation
 // fails.
 ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const ReplayOptions& options);
+
+// The first evaluation record of a run's metrics.jsonl (results/result_writer.h: one JSON object per line with `step`
+// and `test_accuracy`) whose test accuracy reaches `target`: its step, or -1 when none does. The time to that accuracy
+// at another world size is this step count x the replayed step time, the accuracy as recorded at the trace's world.
+// Throws InvalidArgument naming the file (and line) when it cannot be read or a record is not a JSON object with a
+// numeric step and test_accuracy.
+int64_t stepToAccuracy(const std::filesystem::path& metrics, double target);
 
 // A synthetic trace in the shape a sync run writes (core/train/step_trace.h), for tests and scale studies: layers with
 // their tensors' element counts and forward and backward times; groups of whole tensors in backward order, closed

@@ -125,30 +125,6 @@ Source loadSource(const std::string& text, int steps) {
   return src;
 }
 
-// The first evaluation record at or above `target` in the run's metrics.jsonl: its step, or -1 when none reaches it.
-// Throws naming the file and line for a record that is not JSON or has no numeric step / test_accuracy.
-int64_t stepToAccuracy(const fs::path& metrics, double target) {
-  std::ifstream in(metrics);
-  TERSE_CHECK(in.good(), InvalidArgument,
-              metrics.string() << ": cannot open (--target-accuracy needs the run's metrics.jsonl beside the trace)");
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.empty()) continue;
-    std::string why;
-    const auto obj = parseJsonObject(line, &why);
-    TERSE_CHECK(obj.has_value(), InvalidArgument,
-                metrics.string() << ":" << n << ": not a JSON object (" << why << ")");
-    const auto step = getNumber(*obj, "step");
-    const auto acc = getNumber(*obj, "test_accuracy");
-    TERSE_CHECK(step && acc, InvalidArgument,
-                metrics.string() << ":" << n << ": an evaluation record needs numeric 'step' and 'test_accuracy'");
-    if (*acc >= target) return static_cast<int64_t>(*step);
-  }
-  return -1;
-}
-
 std::string seconds(double s) {
   std::ostringstream o;
   if (s >= 1)
@@ -244,7 +220,7 @@ int whatifCommand(const std::vector<std::string>& args) {
       TERSE_CHECK(!src.folder.empty(), InvalidArgument,
                   "--target-accuracy needs a recorded run's metrics.jsonl; " << trace_text << " has none");
       metrics = src.folder / "metrics.jsonl";
-      accuracy_step = stepToAccuracy(metrics, vm["target-accuracy"].as<double>());
+      accuracy_step = sim::stepToAccuracy(metrics, vm["target-accuracy"].as<double>());
     }
     const sim::ReplayResult r = sim::replayTrace(src.ranks, o);
     const train::TraceHeader& h = src.ranks.front().header;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -243,6 +245,34 @@ TEST(Replay, SyntheticResNet50HasItsShape) {
   EXPECT_GT(r.median_step_s, 0.3);
   EXPECT_GT(r.exposed_comm_s, 0);
   EXPECT_EQ(r.step_s.size(), 2u);
+}
+
+TEST(Replay, StepToAccuracyReadsTheRunsEvaluationRecords) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "replay_accuracy";
+  std::filesystem::create_directories(dir);
+  const auto metrics = dir / "metrics.jsonl";
+  {
+    std::ofstream f(metrics);
+    f << "{\"epoch\":0,\"step\":100,\"test_accuracy\":0.41}\n"
+      << "{\"epoch\":1,\"step\":200,\"test_accuracy\":0.62}\n"
+      << "{\"epoch\":2,\"step\":300,\"test_accuracy\":0.70}\n";
+  }
+  EXPECT_EQ(stepToAccuracy(metrics, 0.6), 200);
+  EXPECT_EQ(stepToAccuracy(metrics, 0.7), 300);
+  EXPECT_EQ(stepToAccuracy(metrics, 0.9), -1);
+  {
+    std::ofstream f(metrics, std::ios::app);
+    f << "{\"epoch\":3,\"step\":\"four hundred\",\"test_accuracy\":0.95}\n";
+  }
+  try {
+    stepToAccuracy(metrics, 0.9);
+    ADD_FAILURE() << "a record without a numeric step was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.jsonl:4: an evaluation record needs numeric 'step'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(stepToAccuracy(dir / "missing.jsonl", 0.5), InvalidArgument);
 }
 
 template <typename F>
