@@ -13,7 +13,6 @@
 #include <sstream>
 #include <unordered_map>
 
-#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
@@ -36,8 +35,8 @@ namespace {
 // The probe's bytes per flow: large enough that the latencies are a small part of the measured time, and the seconds
 // per byte come out to many digits; the time itself is simulated, so the size costs nothing.
 constexpr double kProbeBytes = 1 << 30;
-// Flows per starter actor (measurePatterns).
-constexpr std::size_t kFlowsPerActor = 256;
+// Flows timed together at most, but for a component larger than this (measurePatterns).
+constexpr std::size_t kFlowsPerBatch = 512;
 
 // A set of flows that run at once: src -> dst pairs, each carrying the same bytes.
 using Flows = std::vector<std::pair<int, int>>;
@@ -283,42 +282,68 @@ std::string measurePatterns(const std::map<std::string, Flows>& patterns, const 
   for (int r = 0; r < n; ++r) hosts.push_back(engine->host_by_name("rank" + std::to_string(r)));
   Json out{{"patterns", Json::object()}, {"classes", Json::object()}};
   for (const auto& [key, flows] : patterns) {
-    Json crossings = Json::object();
+    std::map<std::string, double> crossings;
     double latency = 0;
-    for (const auto& [src, dst] : flows) {
+    // Flows that share a link are one component (union-find over the links of their routes): max-min sharing couples
+    // a component's flows and nothing else, so components can be timed apart and the pattern's time is the slowest
+    // one's.
+    std::vector<std::size_t> parent(flows.size());
+    std::iota(parent.begin(), parent.end(), std::size_t{0});
+    auto root = [&parent](std::size_t i) {
+      while (parent[i] != i) i = parent[i] = parent[parent[i]];
+      return i;
+    };
+    std::unordered_map<const sg4::Link*, std::size_t> first_user;
+    std::vector<double> route_latency(flows.size(), 0);
+    for (std::size_t f = 0; f < flows.size(); ++f) {
       std::vector<sg4::Link*> route;
       double l = 0;
-      hosts[static_cast<std::size_t>(src)]->route_to(hosts[static_cast<std::size_t>(dst)], route, &l);
+      hosts[static_cast<std::size_t>(flows[f].first)]->route_to(hosts[static_cast<std::size_t>(flows[f].second)], route,
+                                                                &l);
+      route_latency[f] = l;
       latency = std::max(latency, l);
       for (const sg4::Link* link : route) {
         const std::string c = linkClass(link->get_name());
-        if (!c.empty()) crossings[c] = crossings.value(c, 0.0) + 1.0;
+        if (!c.empty()) crossings[c] += 1.0;
+        const auto [it, fresh] = first_user.emplace(link, f);
+        if (!fresh) parent[root(f)] = root(it->second);
       }
     }
-    // The flows start together from starter actors of kFlowsPerActor each: SimGrid 3.32 ends a communication with a
-    // linear search of its issuer's list of activities, so one actor issuing a pattern's 16,384 flows made the
-    // measurement quadratic in N (49 s for the patterns at 8,192 workers, minutes at 16,384).
-    const double start = sg4::Engine::get_clock();
-    std::vector<sg4::ActorPtr> starters;
-    for (std::size_t first = 0; first < flows.size(); first += kFlowsPerActor) {
-      const std::size_t last = std::min(flows.size(), first + kFlowsPerActor);
-      starters.push_back(sg4::Actor::create(
-          "flows", hosts[static_cast<std::size_t>(flows[first].first)], [&hosts, &flows, first, last] {
-            std::vector<sg4::CommPtr> comms;
-            comms.reserve(last - first);
-            for (std::size_t i = first; i < last; ++i)
-              comms.push_back(sg4::Comm::sendto_async(hosts[static_cast<std::size_t>(flows[i].first)],
-                                                      hosts[static_cast<std::size_t>(flows[i].second)],
-                                                      static_cast<uint64_t>(kProbeBytes)));
-            sg4::Comm::wait_all(comms);
-          }));
+    std::map<std::size_t, std::vector<std::size_t>> components;
+    for (std::size_t f = 0; f < flows.size(); ++f) components[root(f)].push_back(f);
+    // Whole components packed into batches of about kFlowsPerBatch flows, each batch's flows started together and
+    // waited for before the next batch: SimGrid 3.32 ends every host-to-host communication with a linear search of
+    // a list of all of them in flight, so a pattern's 16,384 flows at once made the measurement quadratic in N (49 s
+    // for the patterns at 8,192 workers). A component larger than a batch runs alone, as large as it is.
+    double s_per_byte = 0;
+    std::vector<std::size_t> batch;
+    auto runBatch = [&] {
+      if (batch.empty()) return;
+      double lat = 0;
+      std::vector<sg4::CommPtr> comms;
+      comms.reserve(batch.size());
+      const double start = sg4::Engine::get_clock();
+      for (std::size_t f : batch) {
+        lat = std::max(lat, route_latency[f]);
+        comms.push_back(sg4::Comm::sendto_async(hosts[static_cast<std::size_t>(flows[f].first)],
+                                                hosts[static_cast<std::size_t>(flows[f].second)],
+                                                static_cast<uint64_t>(kProbeBytes)));
+      }
+      sg4::Comm::wait_all(comms);
+      s_per_byte = std::max(s_per_byte, (sg4::Engine::get_clock() - start - lat) / kProbeBytes);
+      batch.clear();
+    };
+    for (const auto& [r, members] : components) {
+      if (batch.size() + members.size() > kFlowsPerBatch) runBatch();
+      batch.insert(batch.end(), members.begin(), members.end());
     }
-    for (const auto& a : starters) a->join();
-    const double took = sg4::Engine::get_clock() - start;
+    runBatch();
+    Json classes = Json::object();
+    for (const auto& [c, x] : crossings) classes[c] = x;
     out["patterns"][key] = Json{{"latency_s", latency},
-                                {"s_per_byte", std::max(0.0, took - latency) / kProbeBytes},
+                                {"s_per_byte", s_per_byte},
                                 {"flows", static_cast<double>(flows.size())},
-                                {"crossings", crossings}};
+                                {"crossings", classes}};
   }
   // After the probes: a mesh makes its wires on first use, so the wires counted are those that carried flows.
   for (const sg4::Link* link : engine->get_all_links()) {

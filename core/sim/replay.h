@@ -22,9 +22,11 @@
 //     round time = latencies x L + bytes x s
 // where L is the longest route latency among the pattern's flows and s the seconds per byte of its slowest flow when
 // all of them run at once on the SimGrid platform (CM02 max-min sharing, the topology's links: the NICs, the racks'
-// oversubscribed uplinks). s is measured once per pattern by running its N flows together with a probe size, in one
-// simulation before the replay; the replay then prices every collective from the rounds, so the cost is linear in N
-// per pattern and the steps add only the per-worker timeline (O(N x segments) with jitter; one worker per behaviour
+// oversubscribed uplinks). s is measured once per pattern, before the replay, in one simulation: the pattern's flows
+// that share a link form a component (max-min couples nothing else), and whole components are timed together in
+// batches of about 512 flows, with a probe size; the replay then prices every collective from the rounds. So the
+// measurement is linear in N (but for one component of all N flows: a flat core link shared by every inter-node
+// flow), and the steps add only the per-worker timeline (O(N x segments) with jitter; one worker per behaviour
 // without it, since identical workers have identical timelines).
 //
 // Where it must differ from the full simulation: a round's flows are taken to start together and to share for the
