@@ -626,6 +626,14 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
     std::vector<int> last_group(nt, -1);
     for (std::size_t gi = 0; gi < groups.size(); ++gi)
       for (const auto& [id, chunk] : groups[gi].chunks) last_group[id] = static_cast<int>(gi);
+    // Each recorded rank's updates by the group that releases them: a scan of every update per group and worker was
+    // tensors^2 x workers per step (a jittered replay at 1,024 workers spent 0.16 s of host time per step there).
+    std::vector<std::vector<std::vector<const train::TraceUpdate*>>> group_updates(nr);
+    for (std::size_t r = 0; r < nr; ++r) {
+      group_updates[r].resize(groups.size());
+      for (const auto& u : ranks[r].steps[si].updates)
+        if (last_group[u.tensor] >= 0) group_updates[r][static_cast<std::size_t>(last_group[u.tensor])].push_back(&u);
+    }
     double step_comm = 0, step_sent = 0;
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       for (std::size_t b = 0; b < nb; ++b) {
@@ -653,11 +661,9 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       }
       // The updates of the tensors whose last chunk this group carried.
       for (std::size_t b = 0; b < nb; ++b) {
-        const train::TraceStep& st = ranks[behaviours[b].rank].steps[si];
-        for (const auto& u : st.updates) {
-          if (last_group[u.tensor] != static_cast<int>(gi)) continue;
-          arrive[b] += u.dur_s * scale;
-          updated[b][u.tensor] = arrive[b];
+        for (const train::TraceUpdate* u : group_updates[behaviours[b].rank][gi]) {
+          arrive[b] += u->dur_s * scale;
+          updated[b][u->tensor] = arrive[b];
         }
         for (const auto& [id, chunk] : groups[gi].chunks)
           if (last_group[id] == static_cast<int>(gi)) updated[b][id] = std::max(updated[b][id], arrive[b]);
