@@ -217,6 +217,21 @@ TEST(Replay, StragglersSlowTheStepByTheirFactor) {
   expectRel(r.median_step_s, 0.060 + 2.0 * 3 / 4 * 1000 / 125e6 + 0);
 }
 
+TEST(Replay, EveryRecordedRankLendsItsBehaviour) {
+  // Two recorded ranks, rank 1's backward twice rank 0's: at 4 workers, workers 1 and 3 behave as rank 1 and the
+  // collective waits for them.
+  const StepTrace r0 = handTrace({{1, 0.010, 0.020}}, {0}, {1000}, 2);
+  StepTrace r1 = r0;
+  r1.header.rank = 1;
+  for (auto& st : r1.steps) st.compute[1].dur_s = 0.040;
+  const ReplayResult r = replayTrace({r0, r1}, mesh(4, 1 * kGbps, 0));
+  EXPECT_EQ(r.behaviours, 2);
+  expectRel(r.compute_s, 0.050);
+  expectRel(r.median_step_s, 0.050 + 2.0 * 3 / 4 * 1000 / 125e6);
+  // Rank 0's trace alone is the faster step.
+  expectRel(replayTrace({r0}, mesh(4, 1 * kGbps, 0)).median_step_s, 0.030 + 2.0 * 3 / 4 * 1000 / 125e6);
+}
+
 TEST(Replay, ComputeScaleScalesComputeOnly) {
   const StepTrace t = handTrace({{250000, 0.010, 0.020}}, {0}, {1000000});
   ReplayOptions o = mesh(2, 1 * kGbps, 50e-6);
