@@ -47,4 +47,19 @@ AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept {
   return row.back().algo;
 }
 
+AllreduceAlgorithm autoAllreduceChoice(int world, int ranks_per_node, uint64_t bytes,
+                                       uint64_t small_allreduce_bytes) noexcept {
+  const bool nodes = ranks_per_node > 1 && world > ranks_per_node;
+  AllreduceAlgorithm flat = kRing;
+  if (small_allreduce_bytes != 0) {
+    if (bytes < small_allreduce_bytes) flat = kRd;
+  } else {
+    // Several nodes keep the 8-rank row: its halving-doubling band is where a flat exchange beats the hierarchical
+    // allreduce's three phases; the extrapolation past 8 ranks weighs halving-doubling against a flat ring only.
+    flat = measuredAllreduceChoice(nodes ? std::min(world, 8) : world, bytes);
+  }
+  // Several nodes: the hierarchical allreduce where the flat choice is the bandwidth-bound ring.
+  return flat == kRing && nodes ? AllreduceAlgorithm::kHierarchical : flat;
+}
+
 }  // namespace terse::comm

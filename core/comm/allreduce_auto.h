@@ -27,4 +27,11 @@ AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept;
 // Below how many bytes a flat world of more than 8 ranks takes halving-doubling (see above).
 uint64_t halvingDoublingCrossover(int world) noexcept;
 
+// What `auto` runs (never kAuto): the flat choice above, or, with small_allreduce_bytes != 0, recursive doubling below
+// it and the ring above; on several nodes of ranks_per_node (> 1) ranks, the 8-rank row's flat choice and the
+// hierarchical allreduce where that is the bandwidth-bound ring. HostCommunicator::algorithmFor and the replay of a
+// step trace at another world size (core/sim/replay.h) both ask here, so the two cannot drift apart.
+AllreduceAlgorithm autoAllreduceChoice(int world, int ranks_per_node, uint64_t bytes,
+                                       uint64_t small_allreduce_bytes = 0) noexcept;
+
 }  // namespace terse::comm

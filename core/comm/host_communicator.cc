@@ -111,17 +111,7 @@ bool HostCommunicator::supportsSum(DType dtype) const noexcept {
 
 AllreduceAlgorithm HostCommunicator::algorithmFor(uint64_t bytes) const noexcept {
   if (options_.algorithm != AllreduceAlgorithm::kAuto) return options_.algorithm;
-  const bool nodes = options_.ranks_per_node > 1 && size() > options_.ranks_per_node;
-  AllreduceAlgorithm flat = AllreduceAlgorithm::kRing;
-  if (options_.small_allreduce_bytes != 0) {
-    if (bytes < options_.small_allreduce_bytes) flat = AllreduceAlgorithm::kRecursiveDoubling;
-  } else {
-    // Several nodes keep the 8-rank row: its halving-doubling band is where a flat exchange beats the hierarchical
-    // allreduce's three phases; the extrapolation past 8 ranks weighs halving-doubling against a flat ring only.
-    flat = measuredAllreduceChoice(nodes ? std::min(size(), 8) : size(), bytes);
-  }
-  // Several nodes: the hierarchical allreduce where the flat choice is the bandwidth-bound ring.
-  return flat == AllreduceAlgorithm::kRing && nodes ? AllreduceAlgorithm::kHierarchical : flat;
+  return autoAllreduceChoice(size(), options_.ranks_per_node, bytes, options_.small_allreduce_bytes);
 }
 
 AllgatherAlgorithm HostCommunicator::allgatherAlgorithmFor(uint64_t total_bytes) const noexcept {

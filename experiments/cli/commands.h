@@ -31,5 +31,6 @@ int launchCommand(const std::vector<std::string>& args);   // launch_command.cc
 int storeCommand(const std::vector<std::string>& args);    // launch_command.cc
 int tokenCommand(const std::vector<std::string>& args);    // token_command.cc
 int configCommand(const std::vector<std::string>& args);   // config_command.cc
+int whatifCommand(const std::vector<std::string>& args);   // whatif_command.cc
 
 }  // namespace terse::cli

@@ -25,6 +25,7 @@ constexpr std::array kCommands{
     Command{"store", "serve a standalone rendezvous store for a multi-process job", &storeCommand},
     Command{"token", "print a fresh job token (for jobs that terse launch does not start)", &tokenCommand},
     Command{"config", "the experiment config field reference (README), from the schema's tables", &configCommand},
+    Command{"whatif", "replay a recorded step trace on a simulated cluster of N workers", &whatifCommand},
 };
 
 std::string versionList(const std::vector<uint32_t>& versions) {

@@ -175,6 +175,18 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   World twelve(12);  // a flat world past the table follows the extrapolation: (11 - 4) / 4 = 1.75 MiB
   EXPECT_EQ(twelve.comms[0]->algorithmFor(mib), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(twelve.comms[0]->algorithmFor(2 * mib), AllreduceAlgorithm::kRing);
+  // The communicator's auto is autoAllreduceChoice, which the step trace replay (core/sim/replay.h) asks at other
+  // world sizes: flat, the measured choice; on several nodes the 8-rank row, hierarchical where that is the ring; a
+  // small_allreduce_bytes threshold splits recursive doubling from the ring.
+  for (int n : {2, 12, 1024})
+    for (uint64_t bytes : {uint64_t{4} << 10, mib, 64 * mib})
+      EXPECT_EQ(autoAllreduceChoice(n, 1, bytes), measuredAllreduceChoice(n, bytes)) << n << " " << bytes;
+  EXPECT_EQ(autoAllreduceChoice(12, 12, 64 * mib), AllreduceAlgorithm::kRing) << "one node: flat";
+  EXPECT_EQ(autoAllreduceChoice(1024, 8, 64 * mib), AllreduceAlgorithm::kHierarchical);
+  EXPECT_EQ(autoAllreduceChoice(1024, 8, 64 << 10), measuredAllreduceChoice(8, 64 << 10));
+  EXPECT_EQ(autoAllreduceChoice(16, 1, 1000, 4096), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(autoAllreduceChoice(16, 1, 8192, 4096), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(twelve.comms[0]->algorithmFor(mib), autoAllreduceChoice(12, 1, mib));
   const std::size_t count = 70000;  // 280 KB of f32
   World world(8);
   const auto in = testing::makeInputs(8, count, DType::kF32, 3);

@@ -1,0 +1,306 @@
+// `terse whatif TRACE --workers N ...`: replays a recorded step trace on a simulated cluster of N workers (issue 40,
+// core/sim/replay.h) and reports the step time, the exposed communication, the links' utilisation and, with the run's
+// evaluation records beside the trace, the time to a target accuracy as recorded at the trace's world size.
+//
+// Every argument is checked before anything runs: the options (replay.h's validate), the topology's text, the traces
+// (their reader, then checkReplayable), so a bad flag or file is an error naming it, never a simulation that fails
+// later.
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/common/error.h"
+#include "core/common/json.h"
+#include "core/sim/replay.h"
+#include "core/train/step_trace.h"
+#include "experiments/cli/cli_util.h"
+#include "experiments/cli/commands.h"
+
+namespace terse::cli {
+namespace {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+constexpr std::string_view kUsage =
+    "usage: terse whatif TRACE --workers N [--topology SPEC | --bandwidth BW --latency T [--nic BW|none]]\n"
+    "                    [--steps K] [--compute-scale F] [--jitter SIGMA] [--seed S] [--stragglers K:F]\n"
+    "                    [--target-accuracy A] [--json FILE|-]\n"
+    "\n"
+    "Replays a recorded step trace on N simulated workers (SimGrid) and reports the simulated step time, exposed\n"
+    "communication, compute, bytes per worker and per-link-class utilisation. TRACE is a run's steps.rank<R>.jsonl, a\n"
+    "folder holding them (every rank's is replayed: worker w behaves as rank w mod W), synthetic:resnet50 (a\n"
+    "ResNet-50-sized trace built in code: 161 tensors, 25.6 M parameters, 0.1 s of compute per step, one allreduce\n"
+    "per tensor) or synthetic:allreduce=BYTES[K|M|G][,algo=NAME] (one allreduce, no compute).";
+
+// The one place the CLI reads trace files: train::readStepTrace (core/train/step_trace.h), which the trace writer's
+// branch (issue 40, deliverable 1) implements. Until that reader is in the build, a file is refused with that reason;
+// the synthetic source works either way.
+train::StepTrace readTraceFile(const fs::path& file) {
+#ifdef TERSE_HAVE_STEP_TRACE_READER
+  return train::readStepTrace(file);
+#else
+  TERSE_THROW(Unsupported, file.string() << ": this build has no step trace reader yet (core/train/step_trace.cc, "
+                                            "issue 40 deliverable 1); replay a synthetic:resnet50 trace instead");
+#endif
+}
+
+struct Source {
+  std::vector<train::StepTrace> ranks;
+  std::vector<std::string> names;  // the files, for messages
+  fs::path folder;                 // where metrics.jsonl would be; empty for a synthetic trace
+};
+
+Source loadSource(const std::string& text, int steps) {
+  Source src;
+  if (text.rfind("synthetic:", 0) == 0) {
+    const std::string which = text.substr(10);
+    static const std::regex kAllreduce(R"(allreduce=([0-9]+)([KMG]?)(,algo=([a-z_]+))?)");
+    std::smatch m;
+    sim::SyntheticTraceSpec spec;
+    spec.steps = std::max(steps, 1);
+    if (which == "resnet50") {
+      spec.layers = sim::resnet50Layers(0.1);
+    } else if (std::regex_match(which, m, kAllreduce)) {
+      // One buffer of BYTES, no computation: the replayed step is the collective's network time alone, to set beside
+      // `terse bench allreduce --clock simulated --compute none` (scripts/validate-replay-model).
+      const uint64_t unit = m[2] == "K" ? 1024 : m[2] == "M" ? 1024 * 1024 : m[2] == "G" ? 1024ull * 1024 * 1024 : 1;
+      const uint64_t bytes = std::stoull(m[1]) * unit;
+      TERSE_CHECK(bytes % 4 == 0, InvalidArgument,
+                  "TRACE '" << text << "': the buffer is f32: bytes must be a multiple of 4");
+      spec.layers = {{{bytes / 4}, 0, 0}};
+      if (m[4].matched) {
+        TERSE_CHECK(comm::parseAllreduceAlgorithm(m[4].str()).has_value(), InvalidArgument,
+                    "TRACE '" << text << "': unknown algorithm '" << m[4].str() << "' ("
+                              << comm::allreduceAlgorithmChoices() << ")");
+        spec.allreduce = m[4].str();
+      }
+    } else {
+      TERSE_THROW(InvalidArgument, "TRACE '" << text << "': unknown synthetic trace '" << which
+                                             << "' (resnet50, allreduce=BYTES[K|M|G][,algo=NAME])");
+    }
+    src.ranks.push_back(sim::syntheticStepTrace(spec));
+    src.names.push_back(text);
+    return src;
+  }
+  const fs::path p(text);
+  std::error_code ec;
+  std::vector<fs::path> files;
+  if (fs::is_directory(p, ec)) {
+    static const std::regex kRankFile(R"(steps\.rank([0-9]+)\.jsonl)");
+    std::vector<std::pair<int, fs::path>> found;
+    for (const auto& e : fs::directory_iterator(p)) {
+      std::smatch m;
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && std::regex_match(name, m, kRankFile)) found.emplace_back(std::stoi(m[1]), e.path());
+    }
+    TERSE_CHECK(!found.empty(), InvalidArgument,
+                p.string() << ": no steps.rank<R>.jsonl files (was the run recorded with step traces?)");
+    std::sort(found.begin(), found.end());
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      TERSE_CHECK(found[i].first == static_cast<int>(i), InvalidArgument,
+                  p.string() << ": the step traces skip rank " << i << " (found " << found[i].second.filename().string()
+                             << ")");
+      files.push_back(found[i].second);
+    }
+    src.folder = p;
+  } else if (fs::is_regular_file(p, ec)) {
+    files.push_back(p);
+    src.folder = p.parent_path();
+  } else {
+    TERSE_THROW(InvalidArgument, p.string() << ": no such file or directory");
+  }
+  for (const auto& f : files) {
+    src.ranks.push_back(readTraceFile(f));
+    src.names.push_back(f.string());
+    sim::checkReplayable(src.ranks.back(), f.string());
+  }
+  return src;
+}
+
+std::string seconds(double s) {
+  std::ostringstream o;
+  if (s >= 1)
+    o << std::fixed << std::setprecision(3) << s << " s";
+  else if (s >= 1e-3)
+    o << std::fixed << std::setprecision(3) << s * 1e3 << " ms";
+  else
+    o << std::fixed << std::setprecision(2) << s * 1e6 << " us";
+  return o.str();
+}
+
+}  // namespace
+
+int whatifCommand(const std::vector<std::string>& args) {
+  po::options_description options("options");
+  options.add_options()("help,h", "show this help")("trace", po::value<std::string>(), "the step trace")(
+      "workers", po::value<int>(), "simulated workers N (>= 1)")(
+      "topology", po::value<std::string>(),
+      "two-level cluster: a preset (8xA100-4x200G, 8xH100-8x400G, 4xV100-1x100G) and/or workers=,intra=,"
+      "intra_latency=,nic=,nics=,nic_latency=,oversubscription=,nodes_per_rack=")(
+      "bandwidth", po::value<std::string>(), "per-pair wires: bandwidth per directed link, e.g. 10Gbps")(
+      "latency", po::value<std::string>(), "per-pair wires: one-way latency, e.g. 5us")(
+      "nic", po::value<std::string>(), "per-rank NIC cap shared by its links (default: --bandwidth; none: no cap)")(
+      "steps", po::value<int>()->default_value(0), "steps to replay (0: the trace's)")(
+      "compute-scale", po::value<double>()->default_value(1.0),
+      "multiplies every recorded compute, codec and update time (0.5: a device twice as fast)")(
+      "jitter", po::value<double>()->default_value(0.0), "lognormal sigma per compute segment (0: none)")(
+      "seed", po::value<uint64_t>()->default_value(1), "the jitter's seed")(
+      "stragglers", po::value<std::string>(), "K:F: the first K workers compute F times slower")(
+      "target-accuracy", po::value<double>(), "time to this test accuracy from the run's metrics.jsonl")(
+      "json", po::value<std::string>(), "also write the result as JSON to FILE (- for stdout)");
+  po::positional_options_description positional;
+  positional.add("trace", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "terse whatif: " << e.what() << "\n" << kUsage << '\n';
+    return kExitUsage;
+  }
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n\n" << options;
+    return kExitOk;
+  }
+  sim::ReplayOptions o;
+  std::string trace_text;
+  try {
+    if (!vm.count("trace") || !vm.count("workers")) throw po::error("needs TRACE and --workers N");
+    trace_text = vm["trace"].as<std::string>();
+    o.workers = vm["workers"].as<int>();
+    if (vm.count("topology")) {
+      if (vm.count("bandwidth") || vm.count("latency") || vm.count("nic"))
+        throw po::error("--topology describes the network; leave out --bandwidth, --latency and --nic");
+      o.topology = sim::parseTopology(vm["topology"].as<std::string>());
+    } else {
+      if (!vm.count("bandwidth")) throw po::error("needs --topology SPEC or --bandwidth BW (per-pair wires)");
+      o.links.link.bandwidth_bps = comm::parseBandwidth(vm["bandwidth"].as<std::string>());
+      if (vm.count("latency")) o.links.link.latency_s = comm::parseDuration(vm["latency"].as<std::string>());
+      const std::string nic = vm.count("nic") ? vm["nic"].as<std::string>() : "";
+      o.links.nic_egress_bps = nic.empty() ? o.links.link.bandwidth_bps : nic == "none" ? 0 : comm::parseBandwidth(nic);
+      o.links.nic_ingress_bps = o.links.nic_egress_bps;
+    }
+    o.steps = vm["steps"].as<int>();
+    o.compute_scale = vm["compute-scale"].as<double>();
+    o.jitter_sigma = vm["jitter"].as<double>();
+    o.seed = vm["seed"].as<uint64_t>();
+    if (vm.count("stragglers")) {
+      const std::string s = vm["stragglers"].as<std::string>();
+      static const std::regex kSpec(R"(([0-9]+):([0-9]*\.?[0-9]+(e[+-]?[0-9]+)?))");
+      std::smatch m;
+      if (!std::regex_match(s, m, kSpec)) throw po::error("--stragglers '" + s + "' is not K:F (e.g. 4:1.5)");
+      o.stragglers = std::stoi(m[1]);
+      o.straggler_factor = std::stod(m[2]);
+    }
+    if (vm.count("target-accuracy")) {
+      const double a = vm["target-accuracy"].as<double>();
+      if (!(a > 0 && a <= 1)) throw po::error("--target-accuracy must be in (0, 1], got " + std::to_string(a));
+    }
+    o.validate();
+  } catch (const po::error& e) {
+    std::cerr << "terse whatif: " << e.what() << "\n" << kUsage << '\n';
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "terse whatif: " << userMessage(e.what()) << '\n';
+    return kExitUsage;
+  }
+  try {
+    const Source src = loadSource(trace_text, o.steps);
+    int64_t accuracy_step = -2;  // -2: not asked
+    fs::path metrics;
+    if (vm.count("target-accuracy")) {
+      TERSE_CHECK(!src.folder.empty(), InvalidArgument,
+                  "--target-accuracy needs a recorded run's metrics.jsonl; " << trace_text << " has none");
+      metrics = src.folder / "metrics.jsonl";
+      accuracy_step = sim::stepToAccuracy(metrics, vm["target-accuracy"].as<double>());
+    }
+    const sim::ReplayResult r = sim::replayTrace(src.ranks, o);
+    const train::TraceHeader& h = src.ranks.front().header;
+    std::cout << "whatif: " << src.names.front() << (src.ranks.size() > 1 ? " (+ other ranks)" : "") << ", recorded at "
+              << h.world << " worker(s), " << h.compressor << " / " << h.scheduler << ", replayed at " << r.workers
+              << " workers, " << r.step_s.size() << " steps\n"
+              << "network: " << r.platform << "\n";
+    for (const auto& c : r.collectives) std::cout << "collectives: " << c << "\n";
+    Table t({"metric", "value"});
+    t.add({"step time (mean)", seconds(r.mean_step_s)});
+    t.add({"step time (median)", seconds(r.median_step_s)});
+    t.add({"compute per step", seconds(r.compute_s)});
+    t.add({"exposed communication per step", seconds(r.exposed_comm_s)});
+    t.add({"collectives' network time per step", seconds(r.comm_s)});
+    std::ostringstream bytes;
+    bytes << std::fixed << std::setprecision(2) << r.bytes_per_worker / 1e6 << " MB";
+    t.add({"bytes sent per worker per step", bytes.str()});
+    std::string accuracy_text;
+    if (accuracy_step >= 0) {
+      accuracy_text = seconds(static_cast<double>(accuracy_step) * r.mean_step_s) + " (" +
+                      std::to_string(accuracy_step) + " steps; accuracy as recorded at world " +
+                      std::to_string(h.world) + ")";
+      t.add({"time to target accuracy", accuracy_text});
+    } else if (accuracy_step == -1) {
+      accuracy_text = "not reached in the recorded run";
+      t.add({"time to target accuracy", accuracy_text});
+    }
+    t.print(std::cout);
+    Table links({"link class", "links", "capacity", "bytes", "utilisation"});
+    for (const auto& l : r.links) {
+      std::ostringstream cap, b, u;
+      cap << std::setprecision(4) << l.capacity_bytes_per_s * 8 / 1e9 << " Gbps";
+      b << std::setprecision(4) << l.bytes / 1e9 << " GB";
+      u << std::fixed << std::setprecision(2) << 100 * l.utilisation << "%";
+      links.add({l.name, std::to_string(l.links), cap.str(), b.str(), u.str()});
+    }
+    std::cout << "\n";
+    links.print(std::cout);
+    if (vm.count("json")) {
+      Json j{{"trace", src.names.front()},
+             {"recorded_world", h.world},
+             {"compressor", h.compressor},
+             {"scheduler", h.scheduler},
+             {"workers", r.workers},
+             {"platform", r.platform},
+             {"steps", r.step_s.size()},
+             {"step_s", r.step_s},
+             {"mean_step_s", r.mean_step_s},
+             {"median_step_s", r.median_step_s},
+             {"compute_s_per_step", r.compute_s},
+             {"exposed_comm_s_per_step", r.exposed_comm_s},
+             {"comm_s_per_step", r.comm_s},
+             {"bytes_per_worker_per_step", r.bytes_per_worker},
+             {"collectives", r.collectives},
+             {"links", Json::array()}};
+      for (const auto& l : r.links)
+        j["links"].push_back(Json{{"class", l.name},
+                                  {"links", l.links},
+                                  {"capacity_bytes_per_s", l.capacity_bytes_per_s},
+                                  {"bytes", l.bytes},
+                                  {"utilisation", l.utilisation}});
+      if (accuracy_step >= 0)
+        j["time_to_accuracy"] = Json{{"target", vm["target-accuracy"].as<double>()},
+                                     {"step", accuracy_step},
+                                     {"seconds", static_cast<double>(accuracy_step) * r.mean_step_s},
+                                     {"label", "accuracy as recorded at world " + std::to_string(h.world)}};
+      const std::string out = vm["json"].as<std::string>();
+      if (out == "-") {
+        std::cout << dumpJson(j, 2) << "\n";
+      } else {
+        std::ofstream f(out, std::ios::trunc);
+        f << dumpJson(j, 2) << "\n";
+        TERSE_CHECK(f.good(), InvalidArgument, out << ": cannot write");
+      }
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    std::cerr << "terse whatif: " << userMessage(e.what()) << '\n';
+    return kExitFailure;
+  }
+}
+
+}  // namespace terse::cli
