@@ -3,14 +3,17 @@
 
 #include <simgrid/kernel/resource/Action.hpp>
 #include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
+#include <simgrid/s4u/Mutex.hpp>
 #include <simgrid/s4u/Semaphore.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 
 #include "core/common/error.h"
@@ -47,11 +50,9 @@ struct Stream {
   std::deque<Piece> pieces;  // started and not yet delivered, in stream order (references stay valid: push_back and
                              // pop_front only)
   std::multimap<uint64_t, std::function<void()>> notices;  // whenArrived: by the end of their frame
-  // Parked until `delivered` reaches their byte, in the order they came (StreamTransfer::waitBytes): each one is woken
-  // by the arrival that brings its byte, where a condition variable's notify_all woke them all at every arrival, and
-  // its mutex cost two more simcalls per wait.
-  std::vector<std::pair<uint64_t, SimWaiter*>> waiters;
-  bool pump_posted = false;  // a pump of this stream is queued for the courier
+  sg4::MutexPtr mutex;                                     // with cv: made for the stream's first waiter
+  sg4::ConditionVariablePtr cv;                            // notified whenever `delivered` moves
+  bool pump_posted = false;                                // a pump of this stream is queued for the courier
 };
 
 }  // namespace
@@ -118,9 +119,12 @@ class StreamTransfer final : public comm::FrameNetwork::Transfer {
     const uint64_t target = begin_ + std::min(bytes, end_ - begin_);
     runtime_.settle();
     if (stream_.delivered < target) {
-      SimWaiter w = runtime_.waiter();
-      stream_.waiters.emplace_back(target, &w);
-      runtime_.park(w);
+      if (!stream_.cv) {
+        stream_.mutex = sg4::Mutex::create();
+        stream_.cv = sg4::ConditionVariable::create();
+      }
+      std::unique_lock<sg4::Mutex> lock(*stream_.mutex);
+      while (stream_.delivered < target) stream_.cv->wait(lock);
     }
     done_ = stream_.delivered >= end_;
     runtime_.resume();
@@ -230,13 +234,7 @@ void Arrivals::finished(const void* comm) {
     s.pieces.pop_front();
   }
   if (s.delivered != before) {
-    if (!s.waiters.empty()) {
-      // Stable: those still waiting keep their order.
-      auto waiting = std::stable_partition(s.waiters.begin(), s.waiters.end(),
-                                           [&](const auto& w) { return w.first > s.delivered; });
-      for (auto w = waiting; w != s.waiters.end(); ++w) wakeWaiter(*w->second);
-      s.waiters.erase(waiting, s.waiters.end());
-    }
+    if (s.cv) s.cv->notify_all();
     while (!s.notices.empty() && s.notices.begin()->first <= s.delivered) {
       post(std::move(s.notices.begin()->second));
       s.notices.erase(s.notices.begin());

@@ -22,10 +22,10 @@
 // signal (s4u::Link::on_communication_state_change, in the maestro, at the simulated instant the last byte lands).
 // SimNetwork listens to it: a piece knows it has arrived without asking SimGrid (a wait or a test of a finished
 // detached communication costs a simcall and a linear search of the maestro's list of them), the waiters of a stream
-// are parked (SimRuntime::park: one simcall) until the arrival that brings their byte wakes them, and the arrival
-// notices (a rank's doorbell) and the starts of the next pieces (SimGrid calls, which are an actor's to make) are run
-// by one courier actor per network, where a helper actor per frame made the runtime's table of actors grow with every
-// frame sent to a parameter server.
+// sleep on its condition variable until its delivered bytes pass theirs, and the arrival notices (a rank's doorbell)
+// and the starts of the next pieces (SimGrid calls, which are an actor's to make) are run by one courier actor per
+// network, where a helper actor per frame made the runtime's table of actors grow with every frame sent to a
+// parameter server.
 //
 // Waits. No actor waits on a communication through SimGrid (3.32 keeps one timeout action per communication: a second
 // concurrent wait leaked its action, and the resident memory grew with every step, issue 17).

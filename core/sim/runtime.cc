@@ -4,13 +4,11 @@
 #include <time.h>
 #include <simgrid/Exception.hpp>
 #include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Engine.hpp>
-#include <simgrid/s4u/Semaphore.hpp>
-#include <simgrid/simix.hpp>
+#include <simgrid/s4u/Mutex.hpp>
 
-#include <algorithm>
 #include <cmath>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <sstream>
@@ -33,15 +31,13 @@ namespace {
 constexpr double kMinSleepSeconds = 1e-6;
 
 // Actors run one at a time and switch only inside SimGrid calls, so a lock nobody holds is taken without asking
-// SimGrid (most are): SimGrid is asked only to block and to wake, each waiter parked on its actor's own semaphore
-// (SimRuntime::park), one simcall to park and one to wake. (A SimGrid mutex and condition variable per lock cost three
-// each way: take the mutex, wait or notify, let it go; every simcall is a switch to the maestro and back, after every
-// other runnable actor has had its turn, a fifth of a 1,024-rank ring's host time.) Taking and releasing both settle
-// the caller's computation first (SimRuntime::settle): a lock is taken at the simulated instant the taker gets there,
-// and what the holder did becomes visible to the others at the instant it is done.
+// SimGrid (most are): SimGrid is asked only to block and to wake, through the runtime's internal mutex and a
+// condition variable of the lock's own. Taking and releasing both settle the caller's computation first
+// (SimRuntime::settle): a lock is taken at the simulated instant the taker gets there, and what the holder did becomes
+// visible to the others at the instant it is done.
 class SimMutex final : public rt::MutexImpl {
  public:
-  explicit SimMutex(SimRuntime& rt) : rt_(rt) {}
+  explicit SimMutex(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
   void lock() override {
     // The taker's computation so far happens before it takes the lock, not while it holds it (a lock taken at an
     // earlier simulated instant than the taker's would be held through that computation, blocking the others).
@@ -50,24 +46,26 @@ class SimMutex final : public rt::MutexImpl {
       locked_ = true;
       return;
     }
-    // Woken by an unlock, the lock may have been taken again by an actor that ran first (as a woken thread may find
-    // a std::mutex taken): it then waits again, at the back.
-    SimWaiter w = rt_.waiter();
-    while (locked_) {
-      w.woken = false;
-      waiters_.push_back(&w);
-      rt_.park(w);
+    ++waiters_;
+    {
+      std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+      while (locked_) cv_->wait(internal);
+      // Taken before the internal mutex is released: releasing it is a SimGrid call, and another actor running
+      // meanwhile would find the lock free.
+      locked_ = true;
+      --waiters_;
     }
-    locked_ = true;
     rt_.resume();
   }
   void unlock() override {
     rt_.settle();
-    if (waiters_.empty()) {
+    if (waiters_ == 0) {
       locked_ = false;
       return;
     }
-    release();
+    std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+    releaseHoldingInternal();
+    internal.unlock();
     rt_.resume();
   }
   bool tryLock() override {
@@ -76,30 +74,27 @@ class SimMutex final : public rt::MutexImpl {
     locked_ = true;
     return true;
   }
-  // Lets the lock go and wakes its first waiter (a SimGrid call when there is one: other actors may run).
-  void release() {
+  // Releases the lock while the caller holds the internal mutex (a condition variable's wait).
+  void releaseHoldingInternal() {
     locked_ = false;
-    if (waiters_.empty()) return;
-    SimWaiter* w = waiters_.front();
-    waiters_.pop_front();
-    wakeWaiter(*w);
+    if (waiters_ > 0) cv_->notify_one();
   }
 
  private:
   SimRuntime& rt_;
+  sg4::ConditionVariablePtr cv_;
   bool locked_ = false;
-  std::deque<SimWaiter*> waiters_;  // parked in lock(), first come first woken
+  int waiters_ = 0;
 };
 
-// No lost wake-up: a waiter lists itself before it lets the lock go (which may let other actors run), and a wake-up
-// given before it parks is counted by its semaphore; a notify with nobody waiting costs nothing.
+// No lost wake-up: a waiter counts itself and releases the lock while holding the internal mutex, which a notifier
+// with waiters to wake takes first; a notify with nobody waiting costs nothing.
 class SimCondVar final : public rt::CondVarImpl {
  public:
-  explicit SimCondVar(SimRuntime& rt) : rt_(rt) {}
+  explicit SimCondVar(SimRuntime& rt) : rt_(rt), cv_(sg4::ConditionVariable::create()) {}
   void wait(rt::MutexImpl& mutex) override { waitImpl(mutex, -1); }
   std::cv_status waitUntil(rt::MutexImpl& mutex, rt::Clock::time_point deadline) override {
-    // Never below 0, which park() reads as "no deadline": a deadline at the start is one that has passed.
-    return waitImpl(mutex, std::max(0.0, rt_.toSimSeconds(deadline)));
+    return waitImpl(mutex, rt_.toSimSeconds(deadline));
   }
   void notifyOne() override { notify(false); }
   void notifyAll() override { notify(true); }
@@ -108,36 +103,40 @@ class SimCondVar final : public rt::CondVarImpl {
   std::cv_status waitImpl(rt::MutexImpl& mutex, double deadline) {
     rt_.settle();
     auto& m = static_cast<SimMutex&>(mutex);
-    SimWaiter w = rt_.waiter();
-    waiters_.push_back(&w);
-    m.release();
-    const bool woken = rt_.park(w, deadline);
-    if (!woken) waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
+    std::cv_status status = std::cv_status::no_timeout;
+    {
+      std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+      ++waiters_;
+      m.releaseHoldingInternal();
+      if (deadline < 0) {
+        cv_->wait(internal);
+      } else {
+        status = cv_->wait_until(internal, deadline);
+      }
+      --waiters_;
+    }
     // Other actors ran while this one waited: measure from here, before the lock (which may settle) is taken.
     rt_.resume();
     m.lock();
-    return woken ? std::cv_status::no_timeout : std::cv_status::timeout;
+    return status;
   }
   void notify(bool all) {
     rt_.settle();
-    if (waiters_.empty()) return;
-    if (all) {
-      std::deque<SimWaiter*> woken;
-      woken.swap(waiters_);
-      // One simcall for them all, in the order they came (each release is then run in place by the maestro).
-      simgrid::kernel::actor::simcall_answered([&woken] {
-        for (SimWaiter* w : woken) wakeWaiter(*w);
-      });
-    } else {
-      SimWaiter* w = waiters_.front();
-      waiters_.pop_front();
-      wakeWaiter(*w);
+    if (waiters_ == 0) return;
+    {
+      std::unique_lock<sg4::Mutex> internal(rt_.internalMutex());
+      if (all) {
+        cv_->notify_all();
+      } else {
+        cv_->notify_one();
+      }
     }
     rt_.resume();
   }
 
   SimRuntime& rt_;
-  std::deque<SimWaiter*> waiters_;  // parked, first come first woken
+  sg4::ConditionVariablePtr cv_;
+  int waiters_ = 0;
 };
 
 class SimThread final : public rt::ThreadImpl {
@@ -215,39 +214,12 @@ std::string ComputeOptions::describe() const {
 
 SimRuntime::SimRuntime(std::vector<sg4::Host*> hosts, const ComputeOptions& compute,
                        std::function<void(const std::string&)> fatal)
-    : hosts_(std::move(hosts)), compute_(compute), fatal_(std::move(fatal)), origin_(rt::Clock::now()) {
+    : hosts_(std::move(hosts)),
+      compute_(compute),
+      fatal_(std::move(fatal)),
+      origin_(rt::Clock::now()),
+      internal_(sg4::Mutex::create()) {
   compute.validate();
-}
-
-void wakeWaiter(SimWaiter& w) {
-  w.woken = true;
-  w.sem->release();
-}
-
-SimWaiter SimRuntime::waiter() {
-  ActorClock& a = self();
-  if (!a.wake) a.wake = sg4::Semaphore::create(0);
-  return SimWaiter{a.wake.get(), false};
-}
-
-bool SimRuntime::park(SimWaiter& w, double deadline) {
-  // Every wake-up is one release of the actor's semaphore and every park takes exactly one back, so the semaphore is
-  // at 0 whenever its actor is not parked.
-  if (deadline < 0) {
-    w.sem->acquire();
-    return true;
-  }
-  const double timeout = deadline - sg4::Engine::get_clock();
-  if (timeout <= 0) {
-    // SimGrid 3.32 reads an acquisition's timeout of 0 as none and would wait for good: time is up already.
-    if (w.woken) w.sem->acquire();
-    return w.woken;
-  }
-  const bool timed_out = w.sem->acquire_timeout(timeout);
-  // Woken after the timeout fired but before this actor ran again: a wake-up all the same, whose release the
-  // semaphore kept.
-  if (timed_out && w.woken) w.sem->acquire();
-  return w.woken;
 }
 
 SimRuntime::ActorClock& SimRuntime::self() {
@@ -256,7 +228,7 @@ SimRuntime::ActorClock& SimRuntime::self() {
   ActorClock& a = actors_[id];
   if (!a.live) {
     // An actor SimRuntime did not start (the simulation's first one): it is measured from its first call on.
-    a = ActorClock{cpuMark(), 0, 1, true, 0, nullptr};
+    a = ActorClock{cpuMark(), 0, 1, true};
   }
   return a;
 }
@@ -400,7 +372,7 @@ sg4::ActorPtr SimRuntime::makeActor(const std::string& name, sg4::Host* host, do
   return sg4::Actor::create(name, host, [this, name, slowdown, daemon, fn = std::move(fn)] {
     const auto id = static_cast<std::size_t>(sg4::this_actor::get_pid());
     if (id >= actors_.size()) actors_.resize(id + 1);
-    actors_[id] = ActorClock{cpuMark(), 0, slowdown, true, 0, nullptr};
+    actors_[id] = ActorClock{cpuMark(), 0, slowdown, true};
     if (daemon) sg4::Actor::self()->daemonize();
     try {
       fn();

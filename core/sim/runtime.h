@@ -27,7 +27,7 @@
 
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Host.hpp>
-#include <simgrid/s4u/Semaphore.hpp>
+#include <simgrid/s4u/Mutex.hpp>
 
 #include <deque>
 #include <functional>
@@ -79,16 +79,6 @@ struct ComputeOptions {
 // The thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
 double threadCpuSeconds() noexcept;
 
-// An actor parked until another actor or the maestro wakes it (runtime.cc: the locks, the condition variables and the
-// streams' waits, core/sim/network.cc). It lives on the parked actor's stack and sits in one wait list at a time.
-struct SimWaiter {
-  simgrid::s4u::Semaphore* sem = nullptr;  // its actor's own (SimRuntime::park)
-  bool woken = false;
-};
-
-// Wakes a parked actor: its semaphore's release, in place when called from the maestro, a simcall from an actor.
-void wakeWaiter(SimWaiter& w);
-
 class SimRuntime final : public rt::Backend {
  public:
   // hosts[r]: rank r's host. `fatal` is called with a message when an actor's body throws (it must not return).
@@ -118,12 +108,8 @@ class SimRuntime final : public rt::Backend {
   // have let other actors run returns.
   void settle();
   void resume();
-  // Parks the calling actor on `w` until wakeWaiter(w), or until the simulated instant `deadline` (seconds; < 0: none)
-  // passes. Returns w.woken: false only when the deadline came first. The caller puts `w` in a wait list first, so a
-  // wake-up given while the caller still runs (before it parks) is kept, not lost: the semaphore counts it.
-  bool park(SimWaiter& w, double deadline = -1);
-  // A waiter for the calling actor, to list before it parks.
-  SimWaiter waiter();
+  // Held only across the SimGrid calls that block or wake a lock's or a condition variable's waiters (runtime.cc).
+  simgrid::s4u::Mutex& internalMutex() { return *internal_; }
   // Simulated seconds since the simulation started, as a time point of the rt clock.
   rt::Clock::time_point toTimePoint(double sim_seconds) const;
   double toSimSeconds(rt::Clock::time_point t) const;
@@ -137,7 +123,6 @@ class SimRuntime final : public rt::Backend {
     double slowdown = 1;  // a straggler's factor; 0 for an uncharged daemon (spawnDaemon)
     bool live = false;    // the actor exists (an entry of a pid not yet seen, or of an ended actor, does not)
     int kernels = 0;      // open kernel regions: the measured model charges CPU time only while it is > 0
-    simgrid::s4u::SemaphorePtr wake;  // park()'s, made on the actor's first wait
   };
   // The actor of a thread, as slow as `slowdown` (its starter's; 0: uncharged), measured and ended as runtime.h says;
   // a daemon if `daemon`.
@@ -162,6 +147,7 @@ class SimRuntime final : public rt::Backend {
   // valid, and callers hold self()'s across calls that let other actors run and start threads. One OS thread touches
   // it at a time.
   std::deque<ActorClock> actors_;
+  simgrid::s4u::MutexPtr internal_;
   double injected_s_ = 0;
 };
 
