@@ -71,6 +71,11 @@ class Arrivals {
   void post(std::function<void()> fn);
   // Starts the courier on its first call, from an actor.
   void startCourier(SimRuntime& runtime, sg4::Host* host);
+  // Lets go of the communications of the pieces delivered so far, from an actor (ended_). Every frame's start does, as
+  // the courier does before each notice: where no notice was ever posted (a ring of frames smaller than a piece rings
+  // no bell and pumps every piece at once), nothing else did, and every piece's communication stayed to the end of the
+  // run, its memory growing with the frames (results/reference/simulation/cost_curve.md).
+  void releaseEnded() { ended_.clear(); }
 
  private:
   void finished(const void* comm);
@@ -281,6 +286,7 @@ std::shared_ptr<comm::FrameNetwork::Transfer> SimNetwork::start(int from, int to
   runtime_.settle();
   sg4::Host* src = hosts_[static_cast<std::size_t>(from)];
   arrivals_->startCourier(runtime_, src);
+  arrivals_->releaseEnded();
   Stream& s = arrivals_->stream(src, hosts_[static_cast<std::size_t>(to)], from, to, hosts_.size());
   const uint64_t begin = s.queued;
   s.queued += wire_bytes;
