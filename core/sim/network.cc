@@ -76,6 +76,7 @@ class Arrivals {
   // no bell and pumps every piece at once), nothing else did, and every piece's communication stayed to the end of the
   // run, its memory growing with the frames (results/reference/simulation/cost_curve.md).
   void releaseEnded() { ended_.clear(); }
+  std::size_t held() const { return watched_.size() + ended_.size(); }
 
  private:
   void finished(const void* comm);
@@ -305,6 +306,10 @@ void SimNetwork::whenArrived(std::shared_ptr<Transfer> transfer, int to, std::fu
   runtime_.settle();
   t->whenArrived(std::move(fn));
   runtime_.resume();
+}
+
+std::size_t SimNetwork::heldCommunications() const {
+  return arrivals_->held();
 }
 
 }  // namespace terse::sim
