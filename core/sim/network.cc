@@ -83,6 +83,12 @@ class Arrivals {
   void post(std::function<void()> fn);
   // Starts the courier on its first call, from an actor.
   void startCourier(SimRuntime& runtime, sg4::Host* host);
+  // Lets go of the communications of the pieces delivered so far, from an actor (ended_). Every frame's start does, as
+  // the courier does before each notice: where no notice was ever posted (a ring of frames smaller than a piece rings
+  // no bell and pumps every piece at once), nothing else did, and every piece's communication stayed to the end of the
+  // run, its memory growing with the frames (results/reference/simulation/cost_curve.md).
+  void releaseEnded() { ended_.clear(); }
+  std::size_t held() const { return watched_.size() + ended_.size(); }
 
  private:
   void finished(const void* comm);
@@ -365,6 +371,7 @@ std::shared_ptr<comm::FrameNetwork::Transfer> SimNetwork::start(int from, int to
   runtime_.settle();
   sg4::Host* src = hosts_[static_cast<std::size_t>(from)];
   arrivals_->startCourier(runtime_, src);
+  arrivals_->releaseEnded();
   Stream& s = arrivals_->stream(src, hosts_[static_cast<std::size_t>(to)], from, to, hosts_.size());
   const uint64_t begin = arrivals_->queue(s, wire_bytes);
   auto t = std::make_shared<StreamTransfer>(s, begin, s.queued, arrivals_, runtime_);
@@ -380,6 +387,10 @@ void SimNetwork::whenArrived(std::shared_ptr<Transfer> transfer, int to, std::fu
   runtime_.settle();
   t->whenArrived(std::move(fn));
   runtime_.resume();
+}
+
+std::size_t SimNetwork::heldCommunications() const {
+  return arrivals_->held();
 }
 
 }  // namespace terse::sim

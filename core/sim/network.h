@@ -73,6 +73,8 @@ class SimNetwork final : public comm::FrameNetwork {
   // fn runs on the network's courier actor at the simulated instant the transfer arrives (or, if it already has, at
   // once on the courier), in arrival order. `transfer` must come from this network's start().
   void whenArrived(std::shared_ptr<Transfer> transfer, int to, std::function<void()> fn) override;
+  // The SimGrid communications it still holds: pieces in flight, and delivered ones not yet let go (tests).
+  std::size_t heldCommunications() const;
 
  private:
   std::vector<simgrid::s4u::Host*> hosts_;
