@@ -90,14 +90,16 @@ class Planner {
         break;
       }
       case A::kTree: {
-        // Each phase pipelines windows of kPipelineWindow frames level by level (allreduce_tree.h): D + G - 1
-        // window times for G windows over a depth of D, each a latency and a window's bytes.
+        // Each phase pipelines segments level by level (allreduce_tree.h): a segment goes on up (or down) as soon as
+        // it is in, and a stream's segments leave back to back (core/sim/network.h, "Streams"), so a phase over a
+        // depth of D takes D latencies and D + k - 1 segment times for k segments (scripts/validate-alpha-beta's
+        // tree form, which the full simulation meets within 1%).
         const int depth = static_cast<int>(std::bit_width(static_cast<unsigned>(n_))) - 1;  // floor(log2 n): heap order
-        const double window = std::min(b, static_cast<double>(comm::kPipelineWindow * segment_));
-        const double windows = window > 0 ? std::ceil(b / window) : 1;
-        const double hops = depth + windows - 1;
-        rounds.push_back({tree(true), b, static_cast<int>(hops), hops * window});
-        rounds.push_back({tree(false), b, static_cast<int>(hops), hops * window});
+        const double seg = std::min(b, static_cast<double>(segment_));
+        const double segments = seg > 0 ? std::ceil(b / seg) : 1;
+        const double timed = (depth + segments - 1) * seg;
+        rounds.push_back({tree(true), b, depth, timed});
+        rounds.push_back({tree(false), b, depth, timed});
         break;
       }
       case A::kReduceBroadcast:

@@ -31,11 +31,12 @@
 //
 // Where it must differ from the full simulation: a round's flows are taken to start together and to share for the
 // whole round (a ring's 2 (N-1) steps are one flow of their summed bytes and 2 (N-1) latencies; a tree's phase is
-// D + G - 1 window times, the windowed model of scripts/validate-alpha-beta); frames' 32-byte headers, the streams'
-// pieces and the communicator's CPU work per message are not modelled; blocks of unequal size (allgatherv) are priced
-// at their mean; one collective runs at a time in the whole cluster (each worker issues one group at a time and a
-// collective needs every worker), so two groups never share the network. Codec and update times are the recorded ones:
-// a codec whose time depends on the world size (an allgather's decode) keeps the recorded world's.
+// D latencies and D + k - 1 segment times, scripts/validate-alpha-beta's per-segment pipeline); frames' 32-byte
+// headers, the streams' pieces and the communicator's CPU work per message are not modelled; blocks of unequal size
+// (allgatherv) are priced at their mean; one collective runs at a time in the whole cluster (each worker issues one
+// group at a time and a collective needs every worker), so two groups never share the network. Codec and update times
+// are the recorded ones: a codec whose time depends on the world size (an allgather's decode) keeps the recorded
+// world's.
 #pragma once
 
 #include <cstdint>
