@@ -81,6 +81,7 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
 
   // num_rounds is in 1..TERSE_MAX_ROUNDS_V1 and each round's sizes keep the caps' rules: Compressor::caps and ::sizes
   // check both (core/plugin/compressor_plugin.cc), so sizes_ has at least one entry and the pipeline can trust them.
+
   // The per-call fields as the ABI wants them at sizing time: step, seed and source_rank 0.
   if (!cuda) info_.device_index = -1;
   info_.step = 0;

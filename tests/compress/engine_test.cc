@@ -1,7 +1,8 @@
 // The compression pipeline through every aggregation path, one thread per rank: SUM with the test plugins (test_lossy,
-// the 2-round test_rounds), ALLGATHER and CUSTOM with in-test fakes, error feedback through the pipeline, caps/path
-// mismatches refused before anything runs, payload bytes versus wire bytes, and the built-in compressors that exist
-// in this build.
+// the 2-round test_rounds), ALLGATHER and CUSTOM with in-test fakes, error feedback through the pipeline, communicator
+// mismatches refused before anything runs, plugins that break their contract (the fixtures bad_caps and bad_custom)
+// driven through the whole stack, payload bytes versus wire bytes, and the built-in compressors that exist in this
+// build.
 #include <gtest/gtest.h>
 
 #include <array>
