@@ -17,12 +17,16 @@ class TensorCodec {
  public:
   virtual ~TensorCodec() = default;
 
+  // The compressor instance's own caps (Compressor::caps, checked in core/plugin): a reference, not a copy.
   virtual const CompressorCaps& caps() const = 0;
   // The tensor this codec serves: dtype, numel, shape, tensor id, rank, world size, device. step/round/seed/source
   // are per call.
   virtual const TensorInfo& info() const = 0;
-  // The plugin's sizes for `round` (0 <= round < caps().num_rounds).
-  virtual const CompressorSizes& sizes(int round) const = 0;
+  // The plugin's sizes, one per round (caps().num_rounds of them), asked once when the tensor was bound and checked
+  // against the caps then (Compressor::sizes). The one per-tensor copy: the pipeline and the engine read them here.
+  virtual std::span<const CompressorSizes> roundSizes() const = 0;
+  // Round `round`'s sizes; throws InvalidArgument outside 0..caps().num_rounds - 1.
+  const CompressorSizes& sizes(int round) const;
   // Where the tensor's buffers live and, on a device, the stream every call of this codec is ordered on: grad, out,
   // payloads and prev of the calls below are memory of that placement. Decorators forward their inner codec's.
   virtual Placement placement() const = 0;

@@ -44,7 +44,7 @@ class ErrorFeedback final : public TensorCodec {
 
   const CompressorCaps& caps() const override { return inner_->caps(); }
   const TensorInfo& info() const override { return inner_->info(); }
-  const CompressorSizes& sizes(int round) const override { return inner_->sizes(round); }
+  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
   Placement placement() const override { return inner_->placement(); }
 
   // Round 0 computes p = grad + e; every round encodes p (grad is read in round 0 only); after the last round the

@@ -42,7 +42,7 @@ class MomentumCorrection final : public TensorCodec {
 
   const CompressorCaps& caps() const override { return inner_->caps(); }
   const TensorInfo& info() const override { return inner_->info(); }
-  const CompressorSizes& sizes(int round) const override { return inner_->sizes(round); }
+  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
   Placement placement() const override { return inner_->placement(); }
 
   // Round 0 stages u_t from grad and feeds the accumulation input (u_t, or u_t + g_t for Nesterov) to the inner error

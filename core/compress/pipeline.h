@@ -3,11 +3,14 @@
 // never calls the communicator: the engine is the only code that moves gradients, for a lone tensor (a group of one)
 // and for a fused group alike, so the aggregation paths exist once (engine.h has the math).
 //
-// Every caps/path mismatch is an error at construction, before any step runs (docs/STYLE.md 5): a SUM compressor
-// without a fixed size, a wire dtype the communicator cannot sum, a SUM header that is not whole wire elements, a
-// multi-round ALLGATHER, a CUSTOM reduce bound below the payload bound, a codec built for another rank or world size, a
-// tensor in memory the communicator cannot reach. What can change per call -- the size a plugin actually wrote -- is
-// checked per call, in encode() and fold(), once.
+// Every mismatch between the codec and the communicator is an error at construction, before any step runs
+// (docs/STYLE.md 5): a wire dtype the communicator cannot sum, a codec built for another rank or world size, a tensor
+// in memory the communicator cannot reach, a gradient dtype that cannot be averaged. What a plugin promises is not
+// checked again here: core/plugin (compressor_plugin.cc) checks it once and every layer above trusts it -- the caps'
+// rules (a SUM compressor has a fixed size, ALLGATHER has one round, CUSTOM has reduce) and the sizes' (a SUM header
+// within the payload and the rest whole wire elements, CUSTOM's reduce bound at least the payload's) when the codec is
+// bound, and what can change per call -- the size a plugin actually wrote, a fixed size exactly -- in the compressor's
+// bound calls. The pipeline's own per-call check is the guard bytes after the buffers it hands the plugin.
 //
 // Two byte counts are kept apart: payload bytes (what the compressor produced on this rank, all rounds) and wire bytes
 // (what this rank's transport sent and received for the tensor's operations, frame headers included, size exchanges
@@ -42,8 +45,8 @@ struct PipelineStats {
   double decode_s = 0;
 };
 
-// Throws InvalidArgument (Unsupported for a wire dtype the communicator cannot sum) naming the tensor, the aggregation
-// and the offending value; see the list above.
+// Throws InvalidArgument (Unsupported for a wire dtype the communicator cannot sum, a dtype that cannot be averaged or
+// memory the communicator cannot reach) naming the tensor, the aggregation and the offending value; see the list above.
 void validatePipeline(const TensorCodec& codec, const comm::Communicator& comm);
 
 class CompressionPipeline {
@@ -53,16 +56,18 @@ class CompressionPipeline {
   CompressionPipeline(std::unique_ptr<TensorCodec> codec, const comm::Communicator& comm);
 
   // ---- What the engine asks (all fixed at construction).
-  Aggregation aggregation() const noexcept { return caps_.aggregation; }
-  int rounds() const noexcept { return caps_.num_rounds; }
-  bool fixedSize() const noexcept { return caps_.fixed_size; }
-  DType wireDtype() const noexcept { return caps_.wire_dtype; }
+  Aggregation aggregation() const noexcept { return caps_->aggregation; }
+  int rounds() const noexcept { return caps_->num_rounds; }
+  bool fixedSize() const noexcept { return caps_->fixed_size; }
+  DType wireDtype() const noexcept { return caps_->wire_dtype; }
   uint64_t tensorId() const noexcept { return tensor_; }
   int worldSize() const noexcept { return world_; }
   // Round r's payload bound (its exact size for a fixed-size compressor) and, for SUM, the header bytes that are not
   // summed.
-  uint64_t maxPayloadBytes(int round) const noexcept { return bounds_[static_cast<std::size_t>(round)].max_output; }
-  uint64_t sumHeaderBytes(int round) const noexcept { return bounds_[static_cast<std::size_t>(round)].sum_header; }
+  uint64_t maxPayloadBytes(int round) const noexcept {
+    return sizes_[static_cast<std::size_t>(round)].max_output_bytes;
+  }
+  uint64_t sumHeaderBytes(int round) const noexcept { return sizes_[static_cast<std::size_t>(round)].sum_header_bytes; }
   // Most payload bytes one step produces on this rank: the bounds summed over rounds (exact for fixed-size
   // compressors). What a scheduler sees as a chunk's wire_bytes.
   uint64_t maxPayloadBytes() const noexcept;
@@ -73,7 +78,7 @@ class CompressionPipeline {
   // Round `round`'s payload of this rank, timed and counted; prev = the aggregate of round - 1 (empty in round 0).
   // The span points into this pipeline's buffer for the round (SUM alternates two, so round r's aggregate can be round
   // r + 1's prev) and stays valid until that buffer is encoded into again. A fixed-size compressor is held to its size
-  // here, the one place it is checked.
+  // by the compressor's bound call (core/plugin/compressor_plugin.cc), the one place it is checked.
   std::span<std::byte> encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev);
   // CUSTOM: folds every rank's round-`round` payload (blocks in rank order) with the codec's reduce, left to right on
   // every rank so that every rank decodes the same aggregate. Timed as decode.
@@ -90,18 +95,15 @@ class CompressionPipeline {
   const PipelineStats& stats() const noexcept { return stats_; }
 
  private:
-  struct RoundBounds {
-    uint64_t max_output = 0;
-    uint64_t sum_header = 0;
-    uint64_t max_reduced = 0;
-  };
   // out = 0 (the ALLGATHER path's accumulation start) and out /= world_size, in the tensor's memory.
   void zeroOut(void* out) const;
   void average(void* out) const;
 
   std::unique_ptr<TensorCodec> codec_;
-  CompressorCaps caps_;              // the codec's, copied once: the hot path reads no virtual call for them
-  std::vector<RoundBounds> bounds_;  // per round, from the codec's sizes
+  // The compressor's caps and the codec's per-round sizes, viewed, not copied (the codec, owned above, keeps both): the
+  // hot path reads them without a virtual call.
+  const CompressorCaps* caps_ = nullptr;
+  std::span<const CompressorSizes> sizes_;
   int world_ = 1;
   uint64_t tensor_ = 0;
   PipelineStats stats_;

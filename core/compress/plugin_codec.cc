@@ -18,6 +18,14 @@ std::string where(const Compressor& c, const TensorInfo& t) {
   return "compressor '" + c.plugin().name + "', tensor " + std::to_string(t.tensor_id) + ": ";
 }
 
+// The codec's first step, run before its caps_ reference is bound: a compressor to ask, a well-formed tensor, and the
+// compressor's caps for its dtype (Unsupported for a dtype the plugin does not handle).
+const CompressorCaps& capsFor(const std::shared_ptr<const Compressor>& compressor, const TensorInfo& tensor) {
+  TERSE_CHECK(compressor != nullptr, InvalidArgument, "makePluginCodec: compressor is null");
+  validateTensorInfo(tensor);
+  return compressor->caps(tensor.dtype);
+}
+
 }  // namespace
 
 void validateTensorInfo(const TensorInfo& t) {
@@ -51,9 +59,7 @@ void validateTensorInfo(const TensorInfo& t) {
 
 PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed,
                          void* stream)
-    : compressor_(std::move(compressor)), info_(tensor) {
-  TERSE_CHECK(compressor_ != nullptr, InvalidArgument, "makePluginCodec: compressor is null");
-  validateTensorInfo(tensor);
+    : compressor_(std::move(compressor)), info_(tensor), caps_(capsFor(compressor_, tensor)) {
   const std::string who = where(*compressor_, tensor);
   TERSE_CHECK(tensor.device == TERSE_DEVICE_HOST || tensor.device == TERSE_DEVICE_CUDA, InvalidArgument,
               who << "device must be HOST (" << TERSE_DEVICE_HOST << ") or CUDA (" << TERSE_DEVICE_CUDA << "), got "
@@ -63,7 +69,6 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
       !cuda || cuda::builtWithCuda(), Unsupported,
       who << "a CUDA tensor needs a build with CUDA (this one was configured with TERSE_CUDA=OFF or without nvcc)");
 
-  caps_ = compressor_->caps(tensor.dtype);  // throws Unsupported for a dtype the plugin does not handle
   TERSE_CHECK((caps_.devices & tensor.device) != 0, Unsupported,
               who << "the plugin does not support " << (cuda ? "CUDA" : "host") << " tensors (devices mask "
                   << caps_.devices << ")");
@@ -74,9 +79,8 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
               who << "a CUDA tensor needs its device ordinal in device_index, got " << tensor.device_index);
   placement_ = cuda ? Placement::cuda(stream) : Placement::host();
 
-  // Compressor::caps validated the range already; the codec indexes sizes_ by round, so it does not rely on that.
-  TERSE_CHECK(caps_.num_rounds >= 1 && caps_.num_rounds <= TERSE_MAX_ROUNDS_V1, PluginError,
-              who << "num_rounds must be in 1.." << TERSE_MAX_ROUNDS_V1 << ", got " << caps_.num_rounds);
+  // num_rounds is in 1..TERSE_MAX_ROUNDS_V1 and each round's sizes keep the caps' rules: Compressor::caps and ::sizes
+  // check both (core/plugin/compressor_plugin.cc), so sizes_ has at least one entry and the pipeline can trust them.
 
   // The per-call fields as the ABI wants them at sizing time: step, seed and source_rank 0.
   if (!cuda) info_.device_index = -1;
@@ -103,9 +107,11 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
   info_.seed = codecSeed(run_seed, caps_.shared_seed, info_.rank);
 }
 
-const CompressorSizes& PluginCodec::sizes(int round) const {
-  checkRound("sizes", round);
-  return sizes_[static_cast<std::size_t>(round)];
+const CompressorSizes& TensorCodec::sizes(int round) const {
+  const std::span<const CompressorSizes> all = roundSizes();
+  TERSE_CHECK(round >= 0 && static_cast<std::size_t>(round) < all.size(), InvalidArgument,
+              "tensor " << info().tensor_id << ": sizes: round must be in [0, " << all.size() << "), got " << round);
+  return all[static_cast<std::size_t>(round)];
 }
 
 void PluginCodec::checkRound(const char* call, int round) const {
@@ -125,17 +131,14 @@ TensorInfo PluginCodec::callInfo(uint64_t step, int round, int source_rank) cons
 uint64_t PluginCodec::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                              std::span<std::byte> out) {
   checkRound("encode", round);
-  const CompressorSizes& s = sizes_[static_cast<std::size_t>(round)];
-  TERSE_CHECK(out.size() >= s.max_output_bytes, InvalidArgument,
-              where(*compressor_, info_) << "encode round " << round << ": output span holds " << out.size()
-                                         << " B, the plugin needs up to " << s.max_output_bytes << " B");
   TERSE_CHECK(grad != nullptr || info_.numel == 0, InvalidArgument,
               where(*compressor_, info_) << "encode: gradient is null for " << info_.numel << " elements");
   TERSE_CHECK(round > 0 || prev.empty(), InvalidArgument,
               where(*compressor_, info_) << "encode round 0 takes no previous aggregate, got " << prev.size() << " B");
-  // Bound call: the tensor was validated and sized at setup; the compressor checks what the plugin wrote against `s`
-  // (at most max_output_bytes, exactly that when fixed), which is what the wire buffers were sized from.
-  return compressor_->compressBound(callInfo(step, round, info_.rank), s, grad, prev, scratch(), out, stream());
+  // Bound call: the tensor was validated and sized at setup; the compressor checks `out` against the round's sizes and
+  // what the plugin wrote (at most max_output_bytes, exactly that when fixed), which the wire buffers were sized from.
+  return compressor_->compressBound(callInfo(step, round, info_.rank), sizes_[static_cast<std::size_t>(round)], grad,
+                                    prev, scratch(), out, stream());
 }
 
 void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
@@ -156,11 +159,9 @@ uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte
               where(*compressor_, info_) << "reduce is only for custom aggregation; this plugin's aggregation is "
                                          << aggregationName(caps_.aggregation));
   checkRound("reduce", round);
-  const CompressorSizes& s = sizes_[static_cast<std::size_t>(round)];
-  TERSE_CHECK(out.size() >= s.max_reduced_bytes, InvalidArgument,
-              where(*compressor_, info_) << "reduce round " << round << ": output span holds " << out.size()
-                                         << " B, the plugin needs up to " << s.max_reduced_bytes << " B");
-  return compressor_->reduceBound(callInfo(step, round, -1), s, a, b, scratch(), out, stream());
+  // The compressor checks `out` against max_reduced_bytes and what the plugin wrote.
+  return compressor_->reduceBound(callInfo(step, round, -1), sizes_[static_cast<std::size_t>(round)], a, b, scratch(),
+                                  out, stream());
 }
 
 std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,

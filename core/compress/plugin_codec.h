@@ -4,8 +4,9 @@
 // tensor's dtype, the two-phase sizes of every round (kept per round), and this tensor's workspace and state, each
 // allocated once at the maximum over rounds, aligned to 64 bytes, the state zero-filled (compressor_v1.h,
 // terse_compressor_sizes_v1). encode/decode/reduce only fill the per-call fields (step, round, seed, source_rank),
-// check bounds and forward through the compressor's bound calls (compressor.h: no re-validation, no size lookup),
-// so the hot path allocates nothing and takes no lock.
+// check their own arguments (round, source rank, null pointers) and forward through the compressor's bound calls
+// (compressor.h: no re-validation, no size lookup), which check every per-call size, so the hot path allocates nothing
+// and takes no lock. The caps and the sizes' rules are the compressor's to check (core/plugin); this codec trusts them.
 //
 // makePluginCodec (declared in codec.h) builds one. A CUDA tensor (TensorInfo::device == TERSE_DEVICE_CUDA) needs a
 // plugin that advertises TERSE_DEVICE_CUDA and a stream: its workspace and state are then device memory allocated on
@@ -39,7 +40,7 @@ class PluginCodec final : public TensorCodec {
   const CompressorCaps& caps() const override { return caps_; }
   // info().seed is the derived per-run seed (seed.h); step and round are 0, source_rank == rank.
   const TensorInfo& info() const override { return info_; }
-  const CompressorSizes& sizes(int round) const override;
+  std::span<const CompressorSizes> roundSizes() const override { return sizes_; }
   Placement placement() const override { return placement_; }
 
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
@@ -59,8 +60,8 @@ class PluginCodec final : public TensorCodec {
 
   std::shared_ptr<const Compressor> compressor_;
   TensorInfo info_;
-  CompressorCaps caps_;
-  std::vector<CompressorSizes> sizes_;  // one per round, asked once at setup
+  const CompressorCaps& caps_;          // the compressor's own (compressor_ keeps it alive)
+  std::vector<CompressorSizes> sizes_;  // one per round, asked once at setup: the tensor's one copy
   Placement placement_;
   TensorBuffer workspace_;  // max over rounds; contents undefined when a step starts
   TensorBuffer state_;      // max over rounds; zero-filled once, kept across steps

@@ -62,9 +62,9 @@ TensorInfo tensorInfo(const ConformanceShape& shape, uint64_t tensor_id, int wor
 Simulation::Simulation(std::shared_ptr<const Compressor> compressor, std::shared_ptr<ConformanceMemory> memory,
                        const ConformanceShape& shape, int world, uint64_t run_seed, uint64_t tensor_id)
     : compressor_(std::move(compressor)), memory_(std::move(memory)), shape_(shape), world_(world) {
-  caps_ = compressor_->caps(DType::kF32);
+  caps_ = &compressor_->caps(DType::kF32);
   base_ = tensorInfo(shape, tensor_id, world, *memory_);
-  for (int r = 0; r < caps_.num_rounds; ++r) {
+  for (int r = 0; r < caps_->num_rounds; ++r) {
     TensorInfo t = base_;
     t.round = r;
     sizes_.push_back(compressor_->sizes(t));
@@ -77,7 +77,7 @@ Simulation::Simulation(std::shared_ptr<const Compressor> compressor, std::shared
   for (int k = 0; k < world_; ++k) {
     ranks_.push_back(std::make_unique<Rank>(*memory_, static_cast<std::size_t>(workspace),
                                             static_cast<std::size_t>(state),
-                                            codecSeed(run_seed, caps_.shared_seed, k)));
+                                            codecSeed(run_seed, caps_->shared_seed, k)));
   }
 }
 
@@ -157,7 +157,7 @@ Bytes Simulation::reduce(int rank, uint64_t step, int round, std::span<const std
 }
 
 Bytes Simulation::aggregate(uint64_t step, int round, const std::vector<Bytes>& payloads) {
-  if (caps_.aggregation == Aggregation::kSum) {
+  if (caps_->aggregation == Aggregation::kSum) {
     const uint64_t header = sizes(round).sum_header_bytes;
     Bytes sum = payloads.at(0);
     for (std::size_t k = 1; k < payloads.size(); ++k) {
@@ -170,11 +170,11 @@ Bytes Simulation::aggregate(uint64_t step, int round, const std::vector<Bytes>& 
         issue(cat("round ", round, ": the first ", header, " bytes (sum_header_bytes) differ between rank 0 and rank ",
                   k, " at byte ", at, "; the ABI says they are identical on every rank"));
       }
-      addWire(sum.data() + h, payloads[k].data() + h, sum.size() - h, caps_.wire_dtype);
+      addWire(sum.data() + h, payloads[k].data() + h, sum.size() - h, caps_->wire_dtype);
     }
     return sum;
   }
-  if (caps_.aggregation == Aggregation::kCustom) {
+  if (caps_->aggregation == Aggregation::kCustom) {
     Bytes first;
     for (int k = 0; k < world_; ++k) {
       Bytes acc = payloads.at(0);

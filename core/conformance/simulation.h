@@ -41,14 +41,14 @@ class Simulation {
   Simulation(std::shared_ptr<const Compressor> compressor, std::shared_ptr<ConformanceMemory> memory,
              const ConformanceShape& shape, int world, uint64_t run_seed, uint64_t tensor_id);
 
-  const CompressorCaps& caps() const { return caps_; }
+  const CompressorCaps& caps() const { return *caps_; }
   const CompressorSizes& sizes(int round) const { return sizes_.at(static_cast<std::size_t>(round)); }
-  int rounds() const { return caps_.num_rounds; }
-  int lastRound() const { return caps_.num_rounds - 1; }
+  int rounds() const { return caps_->num_rounds; }
+  int lastRound() const { return caps_->num_rounds - 1; }
   int world() const { return world_; }
   uint64_t numel() const { return base_.numel; }
   const ConformanceShape& shape() const { return shape_; }
-  bool aggregated() const { return caps_.aggregation != Aggregation::kAllgather; }
+  bool aggregated() const { return caps_->aggregation != Aggregation::kAllgather; }
   const std::vector<std::string>& issues() const { return issues_; }
   void watchPurity(bool on) { watch_purity_ = on; }
   // Fills every compress and reduce output buffer with `fill` before the call (the default leaves them zeroed, as
@@ -94,7 +94,7 @@ class Simulation {
   std::shared_ptr<ConformanceMemory> memory_;
   ConformanceShape shape_;
   int world_;
-  CompressorCaps caps_;
+  const CompressorCaps* caps_ = nullptr;  // the instance's own (Compressor::caps), which compressor_ keeps
   TensorInfo base_;
   std::vector<CompressorSizes> sizes_;
   std::vector<std::unique_ptr<Rank>> ranks_;

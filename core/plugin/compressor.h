@@ -66,6 +66,8 @@ using Params = std::vector<std::pair<std::string, std::string>>;
 
 // One initialized instance of a compressor plugin (init on construction, finalize on destruction). Thread-safety is
 // the ABI's: calls for different tensors may run concurrently, calls for one tensor must be serialized by the caller.
+// A plugin's instance (compressor_plugin.cc) checks everything the plugin answers; any other implementation (an
+// in-test fake) keeps the same contract itself, since no layer above checks it again.
 class Compressor {
  public:
   virtual ~Compressor() = default;
@@ -74,14 +76,19 @@ class Compressor {
   // nullopt when the plugin does not report them (terse/resolved_params_v1.h is optional) or is not a plugin.
   virtual std::optional<Params> resolvedParams() const { return std::nullopt; }
 
-  // Validated: devices nonzero and known, aggregation known, SUM has a float wire dtype and fixed size, rounds in
-  // 1..TERSE_MAX_ROUNDS_V1, CUSTOM has reduce. Throws Unsupported when the plugin does not handle the dtype.
-  virtual CompressorCaps caps(DType dtype) const = 0;
-  // Validated against caps: state only when stateful, SUM header a multiple of the wire dtype and below the output,
-  // CUSTOM's max_reduced_bytes >= max_output_bytes, SUM's summed region a whole number of wire elements.
+  // The contract a plugin promises, checked once here in core/plugin (compressor_plugin.cc) for every plugin and
+  // trusted by every layer above (plugin_codec.cc, pipeline.cc, engine.cc), which therefore do not check it again:
+  // devices nonzero and known, aggregation known, SUM has a float wire dtype and fixed size, rounds in
+  // 1..TERSE_MAX_ROUNDS_V1, several rounds only with SUM or CUSTOM, CUSTOM has reduce. Throws Unsupported when the
+  // plugin does not handle the dtype. The answer is the instance's one copy of the caps: it stays valid and unchanged
+  // while the instance lives, so codecs and pipelines hold a reference to it instead of a copy.
+  virtual const CompressorCaps& caps(DType dtype) const = 0;
+  // Checked against caps here as well: state only when stateful, SUM header a multiple of the wire dtype and within the
+  // output, SUM's summed region a whole number of wire elements, CUSTOM's max_reduced_bytes >= max_output_bytes.
   virtual CompressorSizes sizes(const TensorInfo& info) const = 0;
 
-  // Returns the payload size; checks it against out.size() and, for fixed-size caps, against max_output_bytes.
+  // Returns the payload size. The checked calls validate `info` and ask `sizes` (get_sizes) for this call, then run the
+  // bound call below, which checks the per-call sizes.
   virtual uint64_t compress(const TensorInfo& info, const void* input, std::span<const std::byte> prev,
                             const Scratch& scratch, std::span<std::byte> out, void* stream) const = 0;
   virtual void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch, void* out,
@@ -92,8 +99,10 @@ class Compressor {
 
   // ---- The hot path of a bound tensor (core/compress/plugin_codec.h binds one per tensor). The codec validated `info`
   // once at setup (shape, device, rank, round range) and asked `sizes` for the call's round then; these calls trust
-  // both and check only what the plugin hands back on every call (its status, the bytes it wrote against `out` and
-  // `sizes`, a fixed size), so the hot path looks nothing up and takes no lock. The defaults run the checked calls.
+  // both, so the hot path looks nothing up and takes no lock. They are the one place every per-call size is checked,
+  // for bound and checked calls alike: the caller's scratch and output capacity against `sizes` (InvalidArgument), and
+  // what the plugin hands back (its status, the bytes it wrote against `out` and `sizes`, a fixed size exactly;
+  // PluginError). The layers above trust a returned size. The defaults run the checked calls.
   virtual uint64_t compressBound(const TensorInfo& info, const CompressorSizes& sizes, const void* input,
                                  std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
                                  void* stream) const {

@@ -3,11 +3,8 @@
 #include <array>
 #include <cstring>
 #include <exception>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <sstream>
-#include <unordered_map>
 #include <utility>
 
 #include "core/common/error.h"
@@ -160,29 +157,32 @@ class PluginCompressor final : public Compressor {
     return detail::queryResolvedParams(resolved_params_, ctx_, label_);
   }
 
-  CompressorCaps caps(DType dtype) const override { return capsRef(dtype); }
+  const CompressorCaps& caps(DType dtype) const override { return capsRef(dtype); }
 
   CompressorSizes sizes(const TensorInfo& info) const override {
     const CompressorCaps& caps = capsRef(info.dtype);
     checkInfo(info, caps, Call::kSizes);
-    return cachedSizes(info, caps);
+    return querySizes(info, caps);
   }
+
+  // The checked calls validate the tensor and ask get_sizes for it, then run the bound call, which checks the scratch,
+  // the capacity and what the plugin wrote. They keep no cache: the one per-tensor copy of the sizes is the bound
+  // codec's (core/compress/plugin_codec.h), and the hot path runs the bound calls.
 
   uint64_t compress(const TensorInfo& info_in, const void* input, std::span<const std::byte> prev,
                     const Scratch& scratch, std::span<std::byte> out, void* stream) const override {
     const CompressorCaps& caps = capsRef(info_in.dtype);
     TensorInfo info = info_in;
     info.source_rank = info.rank;  // the ABI: compress sees source_rank == rank
-    const CompressorSizes sz =
-        checkedSizes(info, caps, Call::kCompress, scratch, out.size(), &CompressorSizes::max_output_bytes);
-    return compressBound(info, sz, input, prev, scratch, out, stream);
+    checkInfo(info, caps, Call::kCompress);
+    return compressBound(info, querySizes(info, caps), input, prev, scratch, out, stream);
   }
 
   void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& scratch, void* out,
                   bool accumulate, void* stream) const override {
     const CompressorCaps& caps = capsRef(info.dtype);
-    const CompressorSizes sz = checkedSizes(info, caps, Call::kDecompress, scratch, 0, nullptr);
-    decompressBound(info, sz, payload, scratch, out, accumulate, stream);
+    checkInfo(info, caps, Call::kDecompress);
+    decompressBound(info, querySizes(info, caps), payload, scratch, out, accumulate, stream);
   }
 
   uint64_t reduce(const TensorInfo& info, std::span<const std::byte> a, std::span<const std::byte> b,
@@ -191,15 +191,15 @@ class PluginCompressor final : public Compressor {
     TERSE_CHECK(caps.aggregation == Aggregation::kCustom, InvalidArgument,
                 label_ << ": reduce called, but its aggregation for " << dtypeName(info.dtype) << " is "
                        << aggregationName(caps.aggregation) << ", not custom");
-    const CompressorSizes sz =
-        checkedSizes(info, caps, Call::kReduce, scratch, out.size(), &CompressorSizes::max_reduced_bytes);
-    return reduceBound(info, sz, a, b, scratch, out, stream);
+    checkInfo(info, caps, Call::kReduce);
+    return reduceBound(info, querySizes(info, caps), a, b, scratch, out, stream);
   }
 
-  // The bound calls: the plugin's answers are checked here, once, for bound and checked calls alike.
+  // The bound calls: every per-call size is checked here, once, for bound and checked calls alike (compressor.h).
   uint64_t compressBound(const TensorInfo& info, const CompressorSizes& sz, const void* input,
                          std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
                          void* stream) const override {
+    checkCapacity(Call::kCompress, info, sz, scratch, out.size());
     const terse_tensor_info_v1 abi = toAbi(info);
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     uint64_t written = 0;
@@ -226,6 +226,7 @@ class PluginCompressor final : public Compressor {
 
   void decompressBound(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> payload,
                        const Scratch& scratch, void* out, bool accumulate, void* stream) const override {
+    checkCapacity(Call::kDecompress, info, sz, scratch, 0);
     const terse_tensor_info_v1 abi = toAbi(info);
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     detail::clearPluginError();
@@ -241,6 +242,7 @@ class PluginCompressor final : public Compressor {
   uint64_t reduceBound(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> a,
                        std::span<const std::byte> b, const Scratch& scratch, std::span<std::byte> out,
                        void* stream) const override {
+    checkCapacity(Call::kReduce, info, sz, scratch, out.size());
     const terse_tensor_info_v1 abi = toAbi(info);
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
     uint64_t written = 0;
@@ -265,39 +267,6 @@ class PluginCompressor final : public Compressor {
   struct CapsEntry {
     std::optional<CompressorCaps> caps;
     std::exception_ptr error;  // the Unsupported / PluginError the query raised
-  };
-
-  // What a sizes answer was computed for; a cache hit must match all of it.
-  struct SizesEntry {
-    DType dtype;
-    uint64_t numel;
-    int ndim;
-    std::array<int64_t, 4> shape;
-    uint32_t device;
-    int rank;
-    int world_size;
-    CompressorSizes sizes;
-
-    bool matches(const TensorInfo& i) const {
-      return dtype == i.dtype && numel == i.numel && ndim == i.ndim && shape == i.shape && device == i.device &&
-             rank == i.rank && world_size == i.world_size;
-    }
-  };
-
-  // In-process ranks share one instance, so the rank is part of the key; without it ranks would evict each other's
-  // entry and push get_sizes onto the hot path.
-  struct SizesKey {
-    uint64_t tensor_id;
-    int round;
-    int rank;
-    bool operator==(const SizesKey&) const = default;
-  };
-  struct SizesKeyHash {
-    std::size_t operator()(const SizesKey& k) const noexcept {
-      uint64_t h = k.tensor_id * 0x9E3779B97F4A7C15ull;
-      h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.round)) << 32) | static_cast<uint32_t>(k.rank);
-      return std::hash<uint64_t>()(h);
-    }
   };
 
   // A bound tensor's dtype was checked against the caps table at bind time: this is one array read.
@@ -389,39 +358,23 @@ class PluginCompressor final : public Compressor {
     }
   }
 
-  // The checked calls' preamble: the tensor against the caps, its sizes (asked once, then remembered), the scratch, and
-  // the output's capacity against the `bound` of those sizes (none for decompress, whose output is the tensor).
-  CompressorSizes checkedSizes(const TensorInfo& info, const CompressorCaps& caps, Call call, const Scratch& scratch,
-                               std::size_t capacity, uint64_t CompressorSizes::*bound) const {
-    checkInfo(info, caps, call);
-    const CompressorSizes sz = cachedSizes(info, caps);
+  // The caller's side of a call's sizes (InvalidArgument: a bug or misuse on the core side): the scratch holds what the
+  // plugin asked for, and the output holds the call's bound (max_output_bytes for compress, max_reduced_bytes for
+  // reduce; decompress writes the tensor, which the caller sized from `info`).
+  void checkCapacity(Call call, const TensorInfo& info, const CompressorSizes& sz, const Scratch& scratch,
+                     std::size_t capacity) const {
     const char* name = call == Call::kCompress ? "compress" : call == Call::kReduce ? "reduce" : "decompress";
     TERSE_CHECK(scratch.workspace.size() >= sz.workspace_bytes && scratch.state.size() >= sz.state_bytes,
                 InvalidArgument,
                 label_ << ": " << name << ": scratch has workspace " << scratch.workspace.size() << " / state "
                        << scratch.state.size() << " bytes, the plugin needs " << sz.workspace_bytes << " / "
                        << sz.state_bytes << " for " << describeTensor(info));
-    TERSE_CHECK(bound == nullptr || capacity >= sz.*bound, InvalidArgument,
+    if (call == Call::kDecompress) return;
+    const uint64_t bound = call == Call::kCompress ? sz.max_output_bytes : sz.max_reduced_bytes;
+    TERSE_CHECK(capacity >= bound, InvalidArgument,
                 label_ << ": " << name << ": output capacity " << capacity << " is below "
-                       << (call == Call::kCompress ? "max_output_bytes " : "max_reduced_bytes ") << sz.*bound << " for "
+                       << (call == Call::kCompress ? "max_output_bytes " : "max_reduced_bytes ") << bound << " for "
                        << describeTensor(info));
-    return sz;
-  }
-
-  // get_sizes is a setup call (the ABI forbids it on the hot path), so its answer is remembered per tensor and round;
-  // compress then checks fixed sizes and capacities against the remembered answer.
-  CompressorSizes cachedSizes(const TensorInfo& info, const CompressorCaps& caps) const {
-    const SizesKey key{info.tensor_id, info.round, info.rank};
-    {
-      std::shared_lock lock(sizes_mutex_);
-      auto it = sizes_.find(key);
-      if (it != sizes_.end() && it->second.matches(info)) return it->second.sizes;
-    }
-    CompressorSizes sz = querySizes(info, caps);
-    std::unique_lock lock(sizes_mutex_);
-    sizes_.insert_or_assign(
-        key, SizesEntry{info.dtype, info.numel, info.ndim, info.shape, info.device, info.rank, info.world_size, sz});
-    return sz;
   }
 
   CompressorSizes querySizes(const TensorInfo& info_in, const CompressorCaps& caps) const {
@@ -478,10 +431,8 @@ class PluginCompressor final : public Compressor {
   detail::HostBinding host_;
   const char* watch_label_;  // label_ as the watchdog and the crash handler name it (watchdog::intern)
   void* ctx_ = nullptr;
+  // The instance's one copy of the caps (compressor.h): codecs and pipelines hold references into it.
   std::array<CapsEntry, TERSE_DTYPE_COUNT_V1> caps_;
-  // Guards sizes_: compress for different tensors runs concurrently and may fill the cache.
-  mutable std::shared_mutex sizes_mutex_;
-  mutable std::unordered_map<SizesKey, SizesEntry, SizesKeyHash> sizes_;
 };
 
 }  // namespace

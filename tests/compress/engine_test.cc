@@ -1,7 +1,8 @@
 // The compression pipeline through every aggregation path, one thread per rank: SUM with the test plugins (test_lossy,
-// the 2-round test_rounds), ALLGATHER and CUSTOM with in-test fakes, error feedback through the pipeline, caps/path
-// mismatches refused before anything runs, payload bytes versus wire bytes, and the built-in compressors that exist
-// in this build.
+// the 2-round test_rounds), ALLGATHER and CUSTOM with in-test fakes, error feedback through the pipeline, communicator
+// mismatches refused before anything runs, plugins that break their contract (the fixtures bad_caps and bad_custom)
+// driven through the whole stack, payload bytes versus wire bytes, and the built-in compressors that exist in this
+// build.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -14,6 +15,7 @@
 #include "core/compress/error_feedback.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
+#include "core/plugin/compressor_plugin.h"
 #include "core/plugin/loader.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/compress/fake_compressors.h"
@@ -61,7 +63,7 @@ class SparseFake final : public FakeCompressor {
   explicit SparseFake(bool fixed) : FakeCompressor("sparse_fake"), fixed_(fixed) {}
   static float keep(float x) { return std::fabs(x) >= 4.0f ? x : 0.0f; }
 
-  CompressorCaps caps(DType) const override {
+  CompressorCaps makeCaps(DType) const override {
     CompressorCaps c;
     c.devices = TERSE_DEVICE_HOST;
     c.aggregation = Aggregation::kAllgather;
@@ -118,7 +120,7 @@ class VoteFake final : public FakeCompressor {
  public:
   static constexpr uint32_t kMagic = 0x45544f56;
   VoteFake() : FakeCompressor("vote_fake") {}
-  CompressorCaps caps(DType) const override {
+  CompressorCaps makeCaps(DType) const override {
     CompressorCaps c;
     c.devices = TERSE_DEVICE_HOST;
     c.aggregation = Aggregation::kCustom;
@@ -182,7 +184,7 @@ class ConfiguredFake final : public FakeCompressor {
  public:
   ConfiguredFake(CompressorCaps caps, CompressorSizes sizes)
       : FakeCompressor("configured_fake"), caps_(caps), sizes_(sizes) {}
-  CompressorCaps caps(DType) const override { return caps_; }
+  CompressorCaps makeCaps(DType) const override { return caps_; }
   CompressorSizes sizes(const TensorInfo&) const override { return sizes_; }
   uint64_t compress(const TensorInfo&, const void*, std::span<const std::byte>, const Scratch&, std::span<std::byte>,
                     void*) const override {
@@ -392,7 +394,8 @@ void expectRefused(const CompressorCaps& caps, const CompressorSizes& sizes, con
   EXPECT_EQ(fabric->traffic()[0].sent.total().frames, 0u);
 }
 
-TEST(Pipeline, CapsPathMismatchesAreRefusedBeforeRunning) {
+// What the pipeline itself owns: whether the communicator can carry the codec's path.
+TEST(Pipeline, CommunicatorMismatchesAreRefusedBeforeRunning) {
   CompressorCaps sum;
   sum.devices = TERSE_DEVICE_HOST;
   sum.aggregation = Aggregation::kSum;
@@ -401,34 +404,105 @@ TEST(Pipeline, CapsPathMismatchesAreRefusedBeforeRunning) {
   sizes.max_output_bytes = 56;
   sizes.sum_header_bytes = 16;
 
-  CompressorCaps variable = sum;
-  variable.fixed_size = false;
-  expectRefused<InvalidArgument>(variable, sizes, "needs a fixed size");
-
   CompressorCaps f16 = sum;
   f16.wire_dtype = DType::kF16;
   expectRefused<Unsupported>(f16, sizes, "wire dtype f16 cannot be summed", true);
-
-  CompressorSizes odd = sizes;
-  odd.sum_header_bytes = 6;
-  expectRefused<InvalidArgument>(sum, odd, "whole f32 elements");
-
-  CompressorCaps multi_gather = sum;
-  multi_gather.aggregation = Aggregation::kAllgather;
-  multi_gather.num_rounds = 2;
-  expectRefused<InvalidArgument>(multi_gather, sizes, "ALLGATHER does not produce");
-
-  CompressorCaps custom = sum;
-  custom.aggregation = Aggregation::kCustom;
-  CompressorSizes small_reduce = sizes;
-  small_reduce.max_reduced_bytes = 8;
-  expectRefused<InvalidArgument>(custom, small_reduce, "max_reduced_bytes 8 is below max_output_bytes 56");
 
   // A codec built for another rank than the communicator's.
   auto fabric = comm::InprocFabric::create(2);
   HostCommunicator c1(fabric->endpoint(1));
   auto codec = makePluginCodec(std::make_shared<SparseFake>(false), tensorFor(10, 0, 2), 1);
   EXPECT_THROW(CompressionPipeline(std::move(codec), c1), InvalidArgument);
+}
+
+// ---- A plugin that breaks its contract, driven through the whole stack. The caps' and sizes' rules and every per-call
+// size are checked once, in core/plugin (compressor_plugin.cc); the codec, the pipeline and the engine trust them.
+// These cases show the guarantee did not weaken on the way up: the same clear PluginError reaches the caller, before
+// any frame for what is wrong at setup, and on every rank at the call that lied.
+
+std::shared_ptr<Compressor> lyingFixture(const std::string& name, const std::string& mode) {
+  const std::filesystem::path file =
+      std::filesystem::path(TERSE_TEST_FIXTURE_PLUGIN_DIR) / PluginLoader::fileNameFor(PluginKind::kCompressor, name);
+  return CompressorPlugin::open(file)->instantiate({{"mode", mode}});
+}
+
+TEST(Pipeline, PluginContractBreachesAreRefusedWhenTheTensorIsBound) {
+  struct Case {
+    const char* fixture;
+    const char* mode;
+    const char* needle;
+  };
+  // Tensors of 10 f32: the fixtures' payload is 40 bytes.
+  const std::vector<Case> cases = {
+      {"bad_caps", "sum_not_fixed", "aggregation sum requires TERSE_CAP_FIXED_SIZE"},
+      {"bad_caps", "bad_wire", "aggregation sum needs f32, f16 or bf16"},
+      {"bad_caps", "rounds_allgather", "num_rounds = 2 needs aggregation sum or custom, got allgather"},
+      {"bad_caps", "many_rounds", "num_rounds = 9, must be in 1..8"},
+      {"bad_caps", "custom_no_reduce", "aggregation custom requires the function pointer 'reduce'"},
+      {"bad_caps", "bad_header", "sum_header_bytes = 2 is not a multiple of the wire dtype f32's 4 bytes"},
+      {"bad_caps", "header_over", "sum_header_bytes = 44 exceeds max_output_bytes = 40"},
+      {"bad_caps", "ragged_body", "is not a whole number of f32 elements"},
+      {"bad_custom", "reduced_small", "max_reduced_bytes = 36 is below max_output_bytes = 40"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode);
+    auto fabric = comm::InprocFabric::create(2);
+    HostCommunicator comm(fabric->endpoint(0));
+    try {
+      CompressionPipeline p(makeCodec(lyingFixture(c.fixture, c.mode), tensorFor(10, 0, 2), 1, {}), comm);
+      ADD_FAILURE() << "accepted; expected: " << c.needle;
+    } catch (const PluginError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("compressor '") + c.fixture + "'"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(fabric->traffic()[0].sent.total().frames, 0u);
+  }
+}
+
+TEST(Engine, APluginsPerCallLieStopsEveryRankAtTheLyingCall) {
+  struct Case {
+    const char* fixture;
+    const char* mode;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      // SUM, fixed size: a short payload would be summed against the peers' longer ones.
+      {"bad_caps", "fixed_lies", "compress returned 36 bytes, but caps say fixed size and max_output_bytes is 40"},
+      // ALLGATHER, variable size: a payload above its buffer (sized to max_output_bytes, so the pipeline's buffers
+      // leave too_big no room to lie; loader_test.cc has it) would overrun the slot every peer reserved for it.
+      {"bad_caps", "overflow", "compress wrote 41 bytes into a buffer of 40"},
+      // CUSTOM: the fold's output is the next fold's input and the decoded aggregate.
+      {"bad_custom", "reduce_overflow", "reduce wrote 41 bytes into a buffer of 40"}};
+  for (const int n : {1, 2, 3}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.mode) + " on " + std::to_string(n) + " ranks");
+      World world(n);
+      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+      for (int r = 0; r < n; ++r) {
+        pipes.push_back(std::make_unique<CompressionPipeline>(
+            makeCodec(lyingFixture(c.fixture, c.mode), tensorFor(10, r, n), 1, {}),
+            *world.comms[static_cast<std::size_t>(r)]));
+      }
+      const auto result = world.run([&](int r, HostCommunicator& comm) {
+        AggregationEngine engine(comm);
+        const std::vector<float> g = gradOf(r, 10, 0);
+        std::vector<float> o(10);
+        engine.run(0, *pipes[static_cast<std::size_t>(r)], g.data(), o.data());
+      });
+      ASSERT_FALSE(result.watchdog_fired);
+      // A reduce runs only with a peer to fold in: alone, a CUSTOM rank decodes its own payload.
+      const bool folds = std::string(c.fixture) == "bad_custom";
+      for (int r = 0; r < n; ++r) {
+        if (folds && n == 1) {
+          EXPECT_EQ(result.message(r), "") << "rank " << r;
+          continue;
+        }
+        EXPECT_NE(result.message(r).find(c.needle), std::string::npos) << "rank " << r << ": " << result.message(r);
+        EXPECT_NE(result.message(r).find("compressor '" + std::string(c.fixture) + "'"), std::string::npos)
+            << result.message(r);
+      }
+    }
+  }
 }
 
 // ---- Built-in compressors (compressors/), each run through the pipeline when this build has it.
@@ -527,7 +601,7 @@ class DevicePlacedCodec final : public TensorCodec {
   }
   const CompressorCaps& caps() const override { return caps_; }
   const TensorInfo& info() const override { return info_; }
-  const CompressorSizes& sizes(int) const override { return sizes_; }
+  std::span<const CompressorSizes> roundSizes() const override { return {&sizes_, 1}; }
   Placement placement() const override { return Placement::cuda(&stream_); }
   uint64_t encode(uint64_t, int, const void*, std::span<const std::byte>, std::span<std::byte>) override { return 0; }
   void decode(uint64_t, std::span<const std::byte>, int, void*, bool) override {}

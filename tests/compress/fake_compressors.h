@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -73,12 +76,29 @@ class FakeCompressor : public Compressor {
     plugin_.abi_version = 1;
   }
   const PluginInfo& plugin() const override { return plugin_; }
+  // Compressor::caps answers a reference that lives as long as the instance: each dtype's answer (or its error) is
+  // made once, by makeCaps, on first use; in-process ranks may ask concurrently.
+  const CompressorCaps& caps(DType dtype) const final {
+    const auto raw = static_cast<int32_t>(dtype);
+    if (!isValidDType(raw)) TERSE_THROW(InvalidArgument, plugin_.name << ": dtype value " << raw << " is not known");
+    CapsSlot& slot = caps_[static_cast<std::size_t>(raw)];
+    std::call_once(slot.once, [&] {
+      try {
+        slot.caps = makeCaps(dtype);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+    });
+    if (slot.error) std::rethrow_exception(slot.error);
+    return slot.caps;
+  }
   uint64_t reduce(const TensorInfo&, std::span<const std::byte>, std::span<const std::byte>, const Scratch&,
                   std::span<std::byte>, void*) const override {
     TERSE_THROW(InvalidArgument, plugin_.name << ": reduce is for CUSTOM aggregation only");
   }
 
  protected:
+  virtual CompressorCaps makeCaps(DType dtype) const = 0;
   // Writes a header + floats payload; returns its size.
   static uint64_t writePayload(uint32_t magic, uint32_t round, std::span<const float> values,
                                std::span<std::byte> out) {
@@ -109,7 +129,13 @@ class FakeCompressor : public Compressor {
   }
 
  private:
+  struct CapsSlot {
+    std::once_flag once;
+    CompressorCaps caps;
+    std::exception_ptr error;
+  };
   PluginInfo plugin_;
+  mutable std::array<CapsSlot, TERSE_DTYPE_COUNT_V1> caps_;
 };
 
 // Deterministic lossy compressor: truncates toward zero to a multiple of 0.5. SUM over f32 with a 16-byte header.
@@ -123,7 +149,7 @@ class TruncCompressor : public FakeCompressor {
   // x * 2, trunc and * 0.5 are exact in binary floating point, so D(C(p)) is exactly this.
   static float quantize(float x) { return std::trunc(x * 2.0f) * 0.5f; }
 
-  CompressorCaps caps(DType dtype) const override {
+  CompressorCaps makeCaps(DType dtype) const override {
     if (!isFloat(dtype)) TERSE_THROW(Unsupported, "trunc: dtype " << dtypeName(dtype));
     CompressorCaps c;
     c.devices = TERSE_DEVICE_HOST;
@@ -170,7 +196,7 @@ class ThresholdCompressor : public FakeCompressor {
 
   float keep(float x) const { return std::fabs(x) >= threshold_ ? x : 0.0f; }
 
-  CompressorCaps caps(DType dtype) const override {
+  CompressorCaps makeCaps(DType dtype) const override {
     if (dtype != DType::kF32) TERSE_THROW(Unsupported, "threshold: dtype " << dtypeName(dtype));
     CompressorCaps c;
     c.devices = TERSE_DEVICE_HOST;
@@ -220,7 +246,7 @@ class TwoRoundCompressor : public FakeCompressor {
 
   TwoRoundCompressor() : FakeCompressor("two_round") {}
 
-  CompressorCaps caps(DType dtype) const override {
+  CompressorCaps makeCaps(DType dtype) const override {
     if (dtype != DType::kF32) TERSE_THROW(Unsupported, "two_round: dtype " << dtypeName(dtype));
     CompressorCaps c;
     c.devices = TERSE_DEVICE_HOST;
@@ -285,7 +311,7 @@ class ScratchProbe : public FakeCompressor {
 
   ScratchProbe() : FakeCompressor("scratch_probe") {}
 
-  CompressorCaps caps(DType dtype) const override {
+  CompressorCaps makeCaps(DType dtype) const override {
     if (dtype != DType::kF32) TERSE_THROW(Unsupported, "scratch_probe: dtype " << dtypeName(dtype));
     CompressorCaps c;
     c.devices = TERSE_DEVICE_HOST;

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/common/cuda.h"
 #include "core/compress/seed.h"
+#include "core/plugin/compressor_plugin.h"
 #include "tests/compress/fake_compressors.h"
 
 namespace terse {
@@ -70,7 +72,9 @@ TEST(PluginCodec, AsksSizesOncePerRoundAndHandsMaxScratchAlignedToEveryCall) {
   EXPECT_THROW(codec->decode(5, out, -2, dec, false), InvalidArgument);  // below -1
 }
 
-TEST(PluginCodec, ReduceCarriesTheRoundAndChecksTheOutputBound) {
+// The output bound (max_reduced_bytes of the call's round) is the compressor's bound call to check (core/plugin;
+// loader_test.cc, CompressorAdapter.ReduceOutputsAreChecked), so an in-test fake sees whatever span it is given.
+TEST(PluginCodec, ReduceCarriesTheRound) {
   auto probe = std::make_shared<ScratchProbe>();
   auto codec = makePluginCodec(probe, flatTensor(4), 0);
   std::vector<std::byte> a(8), b(8), out8(8), out16(16);
@@ -81,7 +85,7 @@ TEST(PluginCodec, ReduceCarriesTheRoundAndChecksTheOutputBound) {
   EXPECT_EQ(probe->seen.back().info.step, 3u);
 
   // The round-less overload is the last round, which needs 16 B here.
-  expectThrowWith<InvalidArgument>([&] { codec->reduce(3, a, b, out8); }, {"reduce round 1", "16"});
+  EXPECT_EQ(codec->sizes(1).max_reduced_bytes, 16u);
   EXPECT_EQ(codec->reduce(3, a, b, out16), 8u);
   EXPECT_EQ(probe->seen.back().info.round, 1);
   EXPECT_THROW(codec->reduce(3, 2, a, b, out16), InvalidArgument);
@@ -135,17 +139,31 @@ TEST(PluginCodec, NonSharedSeedDiffersPerRankIsStableAndFollowsTheRunSeed) {
   }
 }
 
-TEST(PluginCodec, EncodeChecksOutputRoundAndPrev) {
+TEST(PluginCodec, EncodeChecksRoundAndPrev) {
   auto codec = makePluginCodec(std::make_shared<TruncCompressor>(), flatTensor(8), 0);
   float grad[8] = {};
-  std::vector<std::byte> small(payloadBytes(8) - 1), out(payloadBytes(8));
-  expectThrowWith<InvalidArgument>([&] { codec->encode(0, 0, grad, {}, small); },
-                                   {"trunc", "tensor 0", std::to_string(small.size()), std::to_string(out.size())});
+  std::vector<std::byte> out(payloadBytes(8));
   EXPECT_THROW(codec->encode(0, 1, grad, {}, out), InvalidArgument);   // only 1 round
   EXPECT_THROW(codec->encode(0, -1, grad, {}, out), InvalidArgument);  // negative
   EXPECT_THROW(codec->encode(0, 0, grad, out, out), InvalidArgument);  // a prev in round 0
   EXPECT_THROW(codec->encode(0, 0, nullptr, {}, out), InvalidArgument);
   EXPECT_EQ(codec->encode(0, 0, grad, {}, out), out.size());
+}
+
+// The output's capacity is a per-call size, checked once, in the compressor's bound call (core/plugin): the codec
+// forwards a short span and the plugin's instance refuses it before the plugin runs.
+TEST(PluginCodec, ShortOutputIsRefusedByTheCompressorsBoundCall) {
+  auto good =
+      CompressorPlugin::open(std::filesystem::path(TERSE_TEST_FIXTURE_PLUGIN_DIR) / "terse_compressor_good_c.so")
+          ->instantiate();
+  auto codec = makePluginCodec(good, flatTensor(12), 0);
+  std::vector<float> grad(12, 1.0f);
+  std::vector<std::byte> small(47);
+  expectThrowWith<InvalidArgument>([&] { codec->encode(0, 0, grad.data(), {}, small); },
+                                   {"compressor 'good_c'", "compress: output capacity 47 is below max_output_bytes 48",
+                                    "tensor 0 (f32, numel 12, round 0)"});
+  std::vector<std::byte> out(48);
+  EXPECT_EQ(codec->encode(0, 0, grad.data(), {}, out), 48u);
 }
 
 TEST(PluginCodec, CudaTensorIsUnsupported) {
@@ -216,8 +234,8 @@ TEST(Seed, Splitmix64MatchesTheReferenceSequence) {
 // A plugin that advertises CUDA as well: what a CUDA tensor needs besides the device itself.
 class CudaTrunc : public testing::TruncCompressor {
  public:
-  CompressorCaps caps(DType dtype) const override {
-    CompressorCaps c = TruncCompressor::caps(dtype);
+  CompressorCaps makeCaps(DType dtype) const override {
+    CompressorCaps c = TruncCompressor::makeCaps(dtype);
     c.devices = TERSE_DEVICE_HOST | TERSE_DEVICE_CUDA;
     return c;
   }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <vector>
 
 #include "core/common/error.h"
@@ -515,6 +516,92 @@ TEST(CompressorAdapter, InvalidSizes) {
   auto header = instantiateFixture("bad_caps", {{"mode", "bad_header"}});
   m = messageOf<PluginError>([&] { header->sizes(f32Tensor(12)); });
   EXPECT_TRUE(contains(m, {"sum_header_bytes = 2 is not a multiple of the wire dtype f32's 4 bytes"}));
+  // The rest of the sizes' rules (compressor.h). Each is checked once, here; the codec, the pipeline and the engine
+  // build their buffers and their wire sums on these sizes without looking again, so each case fails if its check goes.
+  auto over = instantiateFixture("bad_caps", {{"mode", "header_over"}});
+  m = messageOf<PluginError>([&] { over->sizes(f32Tensor(12)); });
+  EXPECT_TRUE(contains(m, {"sum_header_bytes = 52 exceeds max_output_bytes = 48"}));
+  auto ragged = instantiateFixture("bad_caps", {{"mode", "ragged_body"}});
+  m = messageOf<PluginError>([&] { ragged->sizes(f32Tensor(12)); });
+  EXPECT_TRUE(
+      contains(m, {"the summed region (max_output_bytes 50 - sum_header_bytes 0) is not a whole number of f32"}));
+  auto reduced = instantiateFixture("bad_custom", {{"mode", "reduced_small"}});
+  m = messageOf<PluginError>([&] { reduced->sizes(f32Tensor(12)); });
+  EXPECT_TRUE(contains(m, {"compressor 'bad_custom'", "invalid sizes for tensor 7 (f32, numel 12, round 0)",
+                           "max_reduced_bytes = 44 is below max_output_bytes = 48"}));
+  // The checked calls ask for the sizes too, so they cannot run on sizes the check refused.
+  std::vector<float> in(12, 1.0f);
+  std::vector<std::byte> out(64);
+  m = messageOf<PluginError>([&] { ragged->compress(f32Tensor(12), in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"is not a whole number of f32"}));
+}
+
+TEST(CompressorAdapter, ReduceOutputsAreChecked) {
+  TensorInfo info = f32Tensor(12);
+  info.source_rank = -1;
+  std::vector<float> a(12, 1.0f), b(12, 2.0f);
+  const auto bytesOf = [](const std::vector<float>& v) { return std::as_bytes(std::span(v)); };
+  std::vector<std::byte> out(64);
+
+  auto ok = instantiateFixture("bad_custom");
+  EXPECT_EQ(ok->caps(DType::kF32).aggregation, Aggregation::kCustom);
+  EXPECT_EQ(ok->reduce(info, bytesOf(a), bytesOf(b), {}, out, nullptr), 48u);
+  float first = 0;
+  std::memcpy(&first, out.data(), sizeof first);
+  EXPECT_EQ(first, 3.0f);
+
+  auto too_big = instantiateFixture("bad_custom", {{"mode", "reduce_too_big"}});
+  std::string m = messageOf<PluginError>([&] { too_big->reduce(info, bytesOf(a), bytesOf(b), {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compressor 'bad_custom'", "reduce returned 52 bytes, above its max_reduced_bytes 48"}));
+
+  auto overflow = instantiateFixture("bad_custom", {{"mode", "reduce_overflow"}});
+  m = messageOf<PluginError>([&] { overflow->reduce(info, bytesOf(a), bytesOf(b), {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"reduce wrote 65 bytes into a buffer of 64"}));
+
+  // The caller's side: an output below max_reduced_bytes is refused before the plugin runs.
+  std::vector<std::byte> small(44);
+  m = messageOf<InvalidArgument>([&] { ok->reduce(info, bytesOf(a), bytesOf(b), {}, small, nullptr); });
+  EXPECT_TRUE(contains(m, {"reduce: output capacity 44 is below max_reduced_bytes 48"}));
+}
+
+// The bound calls (what a codec's hot path runs) are the one place every per-call size is checked: the same errors as
+// the checked calls, with the sizes the caller bound the tensor with and no lookup.
+TEST(CompressorAdapter, BoundCallsCheckEveryPerCallSize) {
+  const TensorInfo info = f32Tensor(12);
+  std::vector<float> in(12, 1.0f);
+  std::vector<std::byte> out(64);
+
+  auto good = instantiateFixture("good_c");
+  const CompressorSizes sizes = good->sizes(info);
+  std::vector<std::byte> small(40);
+  std::string m =
+      messageOf<InvalidArgument>([&] { good->compressBound(info, sizes, in.data(), {}, {}, small, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress: output capacity 40 is below max_output_bytes 48"}));
+
+  auto lies = instantiateFixture("bad_caps", {{"mode", "fixed_lies"}});
+  m = messageOf<PluginError>([&] { lies->compressBound(info, lies->sizes(info), in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress returned 44 bytes, but caps say fixed size and max_output_bytes is 48"}));
+
+  auto too_big = instantiateFixture("bad_caps", {{"mode", "too_big"}});
+  m = messageOf<PluginError>(
+      [&] { too_big->compressBound(info, too_big->sizes(info), in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress returned 52 bytes, above its max_output_bytes 48"}));
+
+  // A scratch smaller than the plugin asked for, on every call that hands one over, bound or checked.
+  auto workspace = instantiateFixture("bad_caps", {{"mode", "needs_workspace"}});
+  const CompressorSizes ws = workspace->sizes(info);
+  EXPECT_EQ(ws.workspace_bytes, 64u);
+  const std::string needle = "scratch has workspace 0 / state 0 bytes, the plugin needs 64 / 0";
+  m = messageOf<InvalidArgument>([&] { workspace->compressBound(info, ws, in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress: " + needle}));
+  m = messageOf<InvalidArgument>([&] { workspace->compress(info, in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"compress: " + needle}));
+  std::vector<float> dense(12);
+  m = messageOf<InvalidArgument>(
+      [&] { workspace->decompressBound(info, ws, std::span(out).first(48), {}, dense.data(), false, nullptr); });
+  EXPECT_TRUE(contains(m, {"decompress: " + needle}));
+  std::vector<std::byte> scratch(64);
+  EXPECT_EQ(workspace->compressBound(info, ws, in.data(), {}, Scratch{scratch, {}}, out, nullptr), 48u);
 }
 
 TEST(CompressorAdapter, CompressOutputsAreChecked) {

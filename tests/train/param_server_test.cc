@@ -43,15 +43,15 @@ class QuantCompressor : public Compressor {
     info_.abi_version = 1;
   }
   static float q(float x) { return std::nearbyint(x * 64.0f) / 64.0f; }
+
+ protected:
+  CompressorCaps caps_{
+      .devices = TERSE_DEVICE_HOST, .aggregation = Aggregation::kSum, .wire_dtype = DType::kF32, .fixed_size = true};
+
+ public:
   const PluginInfo& plugin() const override { return info_; }
-  CompressorCaps caps(DType) const override {
-    CompressorCaps c;
-    c.devices = TERSE_DEVICE_HOST;
-    c.aggregation = Aggregation::kSum;
-    c.wire_dtype = DType::kF32;
-    c.fixed_size = true;
-    return c;
-  }
+  // Compressor::caps answers a reference that lives as long as the instance.
+  const CompressorCaps& caps(DType) const override { return caps_; }
   CompressorSizes sizes(const TensorInfo& info) const override {
     CompressorSizes s;
     s.max_output_bytes = 16 + info.numel * 4;
@@ -113,13 +113,8 @@ class DeltaCompressor : public Compressor {
     info_.abi_version = 1;
   }
   const PluginInfo& plugin() const override { return info_; }
-  CompressorCaps caps(DType) const override {
-    CompressorCaps c;
-    c.devices = TERSE_DEVICE_HOST;
-    c.aggregation = Aggregation::kAllgather;
-    c.stateful = true;
-    return c;
-  }
+  const CompressorCaps& caps(DType) const override { return caps_; }
+  CompressorCaps caps_{.devices = TERSE_DEVICE_HOST, .aggregation = Aggregation::kAllgather, .stateful = true};
   CompressorSizes sizes(const TensorInfo& info) const override {
     CompressorSizes s;
     s.max_output_bytes = 16 + info.numel * 4;
@@ -670,11 +665,7 @@ TEST(PsMalformed, ConstructionRejectsBadSetups) {
   // A CUSTOM compressor's payloads only make sense folded with the other ranks' (reduce); a push must decode alone.
   class CustomQuant : public QuantCompressor {
    public:
-    CompressorCaps caps(DType d) const override {
-      CompressorCaps c = QuantCompressor::caps(d);
-      c.aggregation = Aggregation::kCustom;
-      return c;
-    }
+    CustomQuant() { caps_.aggregation = Aggregation::kCustom; }
   };
   ServerOptions so;
   so.compressor = std::make_shared<CustomQuant>();
