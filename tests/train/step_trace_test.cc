@@ -153,8 +153,8 @@ TEST(StepTrace, BadInputIsRefusedNamingFileLineAndField) {
                 "field 'groups[1].chunk_elements' has 1 entries for 2 chunks");
   expectRefused("negative_time", replaceOn(2, "\"dur_s\":0.001", "\"dur_s\":-0.001"), 2,
                 "field 'compute[0].dur_s' must be finite and >= 0");
-  expectRefused("infinite_time", replaceOn(3, "\"issue_s\":0.003", "\"issue_s\":1e999"), 3,
-                "field 'groups[0].issue_s' must be finite and >= 0");
+  // Beyond a double: the parser's refusal (a non-finite time cannot be spelled in JSON otherwise).
+  expectRefused("infinite_time", replaceOn(3, "\"issue_s\":0.003", "\"issue_s\":1e999"), 3, "number overflow");
   expectRefused("backwards", replaceOn(3, "{\"step\":3", "{\"step\":0"), 3,
                 "field 'step' is 0, not after the previous line's 0");
   expectRefused("rank_bytes", replaceOn(2, "\"rank_bytes\":[96,120]", "\"rank_bytes\":[96,120,7]"), 2,

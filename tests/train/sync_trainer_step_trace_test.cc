@@ -2,7 +2,7 @@
 // ranks: every rank records the same groups (seq, chunks, collectives, allreduce bytes, every rank's gather sizes),
 // a step's compute segments add up to the compute the trainer reports, the collectives' bytes are what the
 // communicator counted, PowerSGD's rounds show as compress / allreduce pairs, top-k's gathers carry their size
-// exchange, and odd world sizes, an empty tensor and groups in flight change none of it.
+// exchange, and odd world sizes, a one-element tensor, row-sparse tensors and groups in flight change none of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,15 +25,19 @@ PluginLoader traceLoader() {
   return PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
 }
 
-// Two layers with odd sizes and an empty tensor (a 0-element bias): 37 x 3 and 0 in layer 0, 3 x 5 and 5 in layer 1.
+// Two layers with odd sizes and a one-element tensor: 37 x 3 and 1 in layer 0, 3 x 5 and 5 in layer 1. (A 0-element
+// tensor cannot be had: Workload::addParam refuses a dimension of 0, so no trainer ever sees one; the file's empty
+// tensor is step_trace_test.cc's.)
 // Gradients depend on the rank's batch, so ranks disagree until averaged.
+// With `sparse`, w0 is row-sparse (an embedding's shape): two rows of it per batch, the rank's own.
 class OddWithEmpty : public Workload {
  public:
-  OddWithEmpty() {
+  explicit OddWithEmpty(bool sparse = false) {
     addParam("w0", {37, 3}, 0);
-    addParam("b0", {0}, 0);
+    addParam("b0", {1}, 0);
     addParam("w1", {3, 5}, 1);
     addParam("b1", {5}, 1);
+    params()[0].row_sparse = sparse;
   }
   std::string_view name() const override { return "odd_with_empty"; }
   int64_t numTrainExamples() const override { return 120; }
@@ -45,6 +49,12 @@ class OddWithEmpty : public Workload {
         auto& p = params()[t];
         for (std::size_t i = 0; i < p.numel(); ++i)
           p.grad[i] = static_cast<float>(std::sin(first + static_cast<double>(i)) * 0.1);
+        if (p.row_sparse) {
+          const auto a = static_cast<int64_t>(batch.empty() ? 0 : batch[0] % 37);
+          p.grad_rows = {std::min(a, (a + 5) % 37), std::max(a, (a + 5) % 37)};
+          for (int64_t row = 0; row < 37; ++row)
+            if (row != p.grad_rows[0] && row != p.grad_rows[1]) std::fill_n(p.grad.begin() + row * 3, 3, 0.0f);
+        }
       }
       reportLayer(ready, l);
     }
@@ -61,6 +71,7 @@ struct TraceSpec {
   std::string scheduler = "fifo";
   Params scheduler_params;
   int max_in_flight = 1;
+  bool sparse = false;  // w0 row-sparse, aggregated by RowSparseAllgather (SyncTrainerOptions::sparse_rows)
 };
 
 struct TraceOutcome {
@@ -85,7 +96,7 @@ std::vector<TraceOutcome> runTraced(const TraceSpec& spec) {
           TraceOutcome& res = out[static_cast<std::size_t>(r)];
           try {
             comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
-            OddWithEmpty w;
+            OddWithEmpty w(spec.sparse);
             auto instance = compressor->instantiate(spec.params);
             TraceHeader header;
             header.clock = "real_time";
@@ -96,6 +107,7 @@ std::vector<TraceOutcome> runTraced(const TraceSpec& spec) {
             o.seed = 3;
             o.lr.lr = 0.05;
             o.max_groups_in_flight = spec.max_in_flight;
+            o.sparse_rows = spec.sparse;
             o.step_trace = &recorder;
             {
               SyncTrainer trainer(
@@ -142,7 +154,7 @@ void checkTraces(const TraceSpec& spec, const std::vector<TraceOutcome>& out, st
     EXPECT_EQ(t.header.world, spec.world);
     EXPECT_EQ(t.header.layers, 2);
     ASSERT_EQ(t.header.tensors.size(), 4u);
-    EXPECT_EQ(t.header.tensors[1].elements, 0u);
+    EXPECT_EQ(t.header.tensors[1].elements, 1u);
     ASSERT_EQ(t.steps.size(), out[r].records.size()) << "rank " << r;
     ASSERT_EQ(t.steps.size(), t0.steps.size());
     uint64_t allreduce_bytes = 0, allreduce_ops = 0, gather_bytes = 0, gather_ops = 0;
@@ -216,7 +228,7 @@ void checkTraces(const TraceSpec& spec, const std::vector<TraceOutcome>& out, st
   for (const TraceGroup& g : t0.steps.at(0).groups) shapes.push_back(shapeOf(g));
 }
 
-TEST(SyncTrainerStepTrace, DenseAtThreeAndFiveRanksWithAnEmptyTensor) {
+TEST(SyncTrainerStepTrace, DenseAtThreeAndFiveRanksWithAOneElementTensor) {
   for (int world : {3, 5}) {
     TraceSpec spec;
     spec.world = world;
@@ -270,6 +282,26 @@ TEST(SyncTrainerStepTrace, GroupsInFlightKeepSeqOrderAndTheSameGroups) {
   std::vector<std::string> shapes;
   checkTraces(spec, runTraced(spec), shapes);
   EXPECT_FALSE(shapes.empty());
+}
+
+TEST(SyncTrainerStepTrace, RowSparseTensorsAreAGroupWithTheirSizeExchangeAndGather) {
+  for (int world : {3, 5}) {
+    TraceSpec spec;
+    spec.world = world;
+    spec.sparse = true;
+    std::vector<std::string> shapes;
+    checkTraces(spec, runTraced(spec), shapes);
+    ASSERT_FALSE(shapes.empty()) << world;
+    // w0 (tensor 0) is aggregated outside the scheduler: its rows' encoding, the size exchange, then the gather of
+    // every rank's rows, or, when the rows together outweigh the dense tensor twice, the dense f32 allreduce.
+    int sparse_groups = 0;
+    for (const std::string& s : shapes) {
+      if (s.find("allgather_sizes/") == std::string::npos) continue;
+      ++sparse_groups;
+      EXPECT_TRUE(s.find("allgatherv/") != std::string::npos || s.find("allreduce/") != std::string::npos) << s;
+    }
+    EXPECT_EQ(sparse_groups, 1) << ::testing::PrintToString(shapes);
+  }
 }
 
 }  // namespace
