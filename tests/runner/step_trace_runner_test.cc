@@ -59,26 +59,32 @@ std::vector<train::StepTrace> readRanks(const fs::path& dir, int world, int64_t 
   return traces;
 }
 
+// Three simulated ranks of the quickstart's MLP (smaller), a top-k and a PowerSGD variant.
+std::string simulatedStudy(bool step_trace) {
+  return std::string(
+             "study: \"steps\"\n"
+             "workload { name: \"mlp\" hidden_sizes: [32] }\n"
+             "data { batch_size: 16 train_subset: 192 test_subset: 64 }\n"
+             "optimizer { lr: 0.05 momentum: 0.9 }\n"
+             "workers: 3\n"
+             "epochs: 1\n"
+             "eval { per_epoch: true }\n"
+             "seed: 3\n") +
+         (step_trace ? "step_trace: true\n" : "") +
+         "clock: SIMULATED\n"
+         "simulation { compute: FLOP_MODEL flops_per_second: 1e11 }\n"
+         "link { bandwidth: \"10Gbps\" latency: \"50us\" }\n"
+         "compressor { name: \"none\" }\n"
+         "variants { name: \"topk\" overrides {\n"
+         "  compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } }\n"
+         "  error_feedback: true } }\n"
+         "variants { name: \"powersgd\" overrides {\n"
+         "  compressor { name: \"powersgd\" params { key: \"rank\" value: \"2\" } } } }\n";
+}
+
 TEST(StepTraceRun, SimulatedThreeRanksWriteOneTracePerRankPerVariant) {
   auto loader = testLoader();
-  const std::string text =
-      "study: \"steps\"\n"
-      "workload { name: \"mlp\" hidden_sizes: [32] }\n"
-      "data { batch_size: 16 train_subset: 192 test_subset: 64 }\n"
-      "optimizer { lr: 0.05 momentum: 0.9 }\n"
-      "workers: 3\n"
-      "epochs: 1\n"
-      "eval { per_epoch: true }\n"
-      "seed: 3\n"
-      "step_trace: true\n"
-      "clock: SIMULATED\n"
-      "simulation { compute: FLOP_MODEL flops_per_second: 1e11 }\n"
-      "link { bandwidth: \"10Gbps\" latency: \"50us\" }\n"
-      "compressor { name: \"none\" }\n"
-      "variants { name: \"topk\" overrides { compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } } "
-      "error_feedback: true } }\n"
-      "variants { name: \"powersgd\" overrides { compressor { name: \"powersgd\" params { key: \"rank\" value: \"2\" } "
-      "} } }\n";
+  const std::string text = simulatedStudy(true);
   const fs::path root = freshDir("step_trace_sim");
   const auto study = experiments::loadStudyText(text, "unit.textproto", runnerConfigOptions(&loader));
   ASSERT_EQ(study.experiments.size(), 2u);
@@ -128,6 +134,22 @@ TEST(StepTraceRun, SimulatedThreeRanksWriteOneTracePerRankPerVariant) {
     if (e.variant() == "topk") EXPECT_TRUE(gathers);
     if (e.variant() == "powersgd") EXPECT_TRUE(rounds);
   }
+}
+
+TEST(StepTraceRun, RecordingChangesNothingTheRunReports) {
+  // Under the FLOP model a simulated run's records are exact: the trace's extra clock readings must not move a thing.
+  auto loader = testLoader();
+  std::vector<std::vector<Json>> records;
+  for (bool traced : {false, true}) {
+    const auto study =
+        experiments::loadStudyText(simulatedStudy(traced), "unit.textproto", runnerConfigOptions(&loader));
+    Runner runner(quietOptions(loader, freshDir(traced ? "step_trace_on" : "step_trace_off")));
+    records.push_back(readMetrics(runner.run(study.experiments.at(0)).dir));
+  }
+  ASSERT_EQ(records[0].size(), records[1].size());
+  for (std::size_t i = 0; i < records[0].size(); ++i)
+    for (const auto& [key, value] : records[0][i].items())
+      EXPECT_EQ(records[1][i].at(key), value) << "record " << i << ", field " << key;
 }
 
 // Runs `terse ARGS` through the shell.
