@@ -116,7 +116,9 @@ void expectRefused(const std::string& name, const std::function<void(std::string
   } catch (const InvalidArgument& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find(p.string()), std::string::npos) << name << ": " << msg;
-    if (line > 0) EXPECT_NE(msg.find("line " + std::to_string(line)), std::string::npos) << name << ": " << msg;
+    if (line > 0) {
+      EXPECT_NE(msg.find("line " + std::to_string(line)), std::string::npos) << name << ": " << msg;
+    }
     EXPECT_NE(msg.find(what), std::string::npos) << name << ": " << msg;
   }
 }
