@@ -218,6 +218,15 @@ std::string isoTimeUtc() {
   return buf;
 }
 
+void writeStepTrace(const std::filesystem::path& dir, const train::StepTrace& trace) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TERSE_CHECK(!ec, InvalidArgument, "step trace: cannot create " << dir << ": " << ec.message());
+  std::string text = train::stepTraceHeaderLine(trace.header) + '\n';
+  for (const train::TraceStep& s : trace.steps) text += train::stepTraceStepLine(s) + '\n';
+  writeFileAtomic(dir / train::stepTraceFileName(trace.header.rank), text);
+}
+
 void writeFileAtomic(const std::filesystem::path& path, std::string_view text) {
   const std::filesystem::path tmp = path.string() + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

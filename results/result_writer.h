@@ -29,6 +29,7 @@
 #include "core/common/crash.h"
 #include "core/plugin/compressor.h"
 #include "core/plugin/plugin_info.h"
+#include "core/train/step_trace.h"
 
 namespace terse::results {
 
@@ -153,6 +154,10 @@ std::string isoTimeUtc();
 
 // Writes `text` to `path` through `path`.tmp and a rename. Throws InvalidArgument naming the file and errno's text.
 void writeFileAtomic(const std::filesystem::path& path, std::string_view text);
+
+// Rank R's step trace (core/train/step_trace.h) as steps.rank<R>.jsonl in `dir`, a variant's folder (created when
+// missing: a rank of a multi-host job may be the first to write there), atomically like every file of the folder.
+void writeStepTrace(const std::filesystem::path& dir, const train::StepTrace& trace);
 
 class ResultWriter {
  public:

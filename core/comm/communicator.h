@@ -108,6 +108,12 @@ class Communicator {
   // The cudaStream_t (as void*) a device communicator orders its operations on; null for a host communicator. Work
   // that produces a collective's input on this stream needs no further synchronization with it.
   virtual void* deviceStream() const noexcept { return nullptr; }
+  // The algorithm an allreduce of `bytes` summed bytes runs here, auto resolved, as allreduceAlgorithmName spells it;
+  // the backend's name where a library picks its own (NCCL). A step trace (core/train/step_trace.h) records it per
+  // collective, since what `auto` chose is what a replay must run again.
+  virtual std::string_view allreduceAlgorithmRun(uint64_t /*bytes*/) const noexcept { return backend(); }
+  // The same for an allgatherv gathering `total_bytes` in all (a size exchange: 8 bytes per rank).
+  virtual std::string_view allgatherAlgorithmRun(uint64_t /*total_bytes*/) const noexcept { return backend(); }
 
   // ---- Blocking. Each returns what this rank put on the wire for the operation (headers included).
 

@@ -396,6 +396,12 @@ class HostCommunicator::Channel final : public CommChannel {
   int rank() const noexcept override { return parent_.rank(); }
   int size() const noexcept override { return parent_.size(); }
   bool supportsSum(DType dtype) const noexcept override { return parent_.supportsSum(dtype); }
+  std::string_view allreduceAlgorithmRun(uint64_t bytes) const noexcept override {
+    return parent_.allreduceAlgorithmRun(bytes);
+  }
+  std::string_view allgatherAlgorithmRun(uint64_t total_bytes) const noexcept override {
+    return parent_.allgatherAlgorithmRun(total_bytes);
+  }
 
   WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) override {
     parent_.checkSum(dtype, op);

@@ -58,6 +58,12 @@ class HostCommunicator : public Communicator {
   AllreduceAlgorithm algorithmFor(uint64_t bytes) const noexcept;
   // The algorithm an allgatherv (or the size exchange) of `total_bytes` gathered bytes runs; never kAuto.
   AllgatherAlgorithm allgatherAlgorithmFor(uint64_t total_bytes) const noexcept;
+  std::string_view allreduceAlgorithmRun(uint64_t bytes) const noexcept override {
+    return allreduceAlgorithmName(algorithmFor(bytes));
+  }
+  std::string_view allgatherAlgorithmRun(uint64_t total_bytes) const noexcept override {
+    return allgatherAlgorithmName(allgatherAlgorithmFor(total_bytes));
+  }
 
   WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum,
                       uint64_t tensor = kNoTensor) override;

@@ -70,6 +70,10 @@ std::optional<Json> parseJson(std::string_view text, std::string* error) {
     return Json::parse(text.begin(), text.end(), check, /*allow_exceptions=*/true, /*ignore_comments=*/false);
   } catch (const Json::parse_error& e) {
     if (error != nullptr) *error = withoutExceptionId(e.what());
+  } catch (const Json::out_of_range& e) {
+    // A number too large for a double (1e999) is well-formed JSON that nlohmann refuses with out_of_range, not
+    // parse_error: still the file's fault, so the same nullopt, never an exception out of a reader.
+    if (error != nullptr) *error = withoutExceptionId(e.what());
   } catch (const Rejected& e) {
     if (error != nullptr) *error = e.what();
   }

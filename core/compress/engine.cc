@@ -83,9 +83,11 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
           members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local_[m]);
       body_bytes += local_[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
     }
-    if (phase) phase("compress", t0, rt::now(), first, k);
+    if (phase) phase("compress", t0, rt::now(), first, k, {});
 
     t0 = rt::now();
+    ran_.clear();
+    const uint64_t summed = k == 1 ? local_[0].size() - static_cast<std::size_t>(lead.sumHeaderBytes(r)) : body_bytes;
     if (k == 1) {
       // Nothing to concatenate: sum in place behind the header.
       wire_bytes +=
@@ -108,25 +110,37 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
       bodies(false);
     }
     ++collectives_;
-    if (phase) phase("allreduce", t0, rt::now(), first, k);
+    if (phase) {
+      const auto t1 = rt::now();
+      ran_.push_back(PhaseCollective{"allreduce", comm_.allreduceAlgorithmRun(summed), wire, summed, {}, t0, t1});
+      phase("allreduce", t0, t1, first, k, ran_);
+    }
   }
   lead.addWire(wire_bytes);
 
   const auto t0 = rt::now();
   for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
-  if (phase) phase("decompress", t0, rt::now(), first, k);
+  if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 
 comm::WireBytes AggregationEngine::gather(std::span<const std::byte> block, bool fixed, uint64_t min_bytes,
-                                          uint64_t max_bytes, uint64_t tensor, const Placement& where) {
+                                          uint64_t max_bytes, uint64_t tensor, const Placement& where, bool record) {
   const int world = comm_.size();
   comm::WireBytes wire_bytes;
   sizes_.assign(static_cast<std::size_t>(world), max_bytes);
+  ran_.clear();
+  auto t0 = record ? rt::now() : Clock::time_point{};
   // A fixed-size block is exactly max_bytes on every rank, so no size exchange is needed: each member's payload was
   // held to its max_output_bytes by the compressor's bound call (core/plugin/compressor_plugin.cc), checked there once.
   if (!fixed) {
     wire_bytes += comm_.allgatherSizes(block.size(), sizes_, tensor);
     ++collectives_;
+    if (record) {
+      const auto t1 = rt::now();
+      const uint64_t words = 8 * static_cast<uint64_t>(world);
+      ran_.push_back(PhaseCollective{"allgather_sizes", comm_.allgatherAlgorithmRun(words), DType::kU8, 8, {}, t0, t1});
+      t0 = t1;
+    }
     for (int r = 0; r < world; ++r) {
       // A peer's size is untrusted: it must fit the slot every rank reserved for it.
       const uint64_t s = sizes_[static_cast<std::size_t>(r)];
@@ -140,6 +154,9 @@ comm::WireBytes AggregationEngine::gather(std::span<const std::byte> block, bool
   grow(recv_, static_cast<std::size_t>(total), where);
   wire_bytes += comm_.allgatherv(block, recv_.span().first(static_cast<std::size_t>(total)), sizes_, tensor);
   ++collectives_;
+  if (record)
+    ran_.push_back(PhaseCollective{"allgatherv", comm_.allgatherAlgorithmRun(total), DType::kU8, block.size(), sizes_,
+                                   t0, rt::now()});
   return wire_bytes;
 }
 
@@ -160,19 +177,19 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   for (int r = 0; r < p.rounds(); ++r) {
     auto t0 = rt::now();
     const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate);
-    if (phase) phase("compress", t0, rt::now(), first, 1);
+    if (phase) phase("compress", t0, rt::now(), first, 1, {});
     t0 = rt::now();
-    wire_bytes += gather(local, p.fixedSize(), 0, p.maxPayloadBytes(r), p.tensorId(), p.placement());
-    if (phase) phase("allgatherv", t0, rt::now(), first, 1);
+    wire_bytes += gather(local, p.fixedSize(), 0, p.maxPayloadBytes(r), p.tensorId(), p.placement(), bool(phase));
+    if (phase) phase("allgatherv", t0, rt::now(), first, 1, ran_);
     t0 = rt::now();
     splitByRank();
     aggregate = p.fold(step, r, blocks_);
-    if (phase) phase("decompress", t0, rt::now(), first, 1);
+    if (phase) phase("decompress", t0, rt::now(), first, 1, {});
   }
   p.addWire(wire_bytes);
   const auto t0 = rt::now();
   p.finishAggregate(step, aggregate, member.out);
-  if (phase) phase("decompress", t0, rt::now(), first, 1);
+  if (phase) phase("decompress", t0, rt::now(), first, 1, {});
 }
 
 void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first,
@@ -211,17 +228,17 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
     copyBytes(send_.data(), table_.data(), table, where);
     block = send_.span().first(at);
   }
-  if (phase) phase("compress", t0, rt::now(), first, k);
+  if (phase) phase("compress", t0, rt::now(), first, k, {});
 
   t0 = rt::now();
-  lead.addWire(gather(block, fixed, table, max_block, lead.tensorId(), where));
-  if (phase) phase("allgatherv", t0, rt::now(), first, k);
+  lead.addWire(gather(block, fixed, table, max_block, lead.tensorId(), where, bool(phase)));
+  if (phase) phase("allgatherv", t0, rt::now(), first, k, ran_);
 
   t0 = rt::now();
   splitByRank();
   if (k == 1) {
     lead.finishGathered(step, blocks_, members[0].out);
-    if (phase) phase("decompress", t0, rt::now(), first, k);
+    if (phase) phase("decompress", t0, rt::now(), first, k, {});
     return;
   }
   if (table > 0) {
@@ -258,7 +275,7 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
                                             i * static_cast<std::size_t>(world), static_cast<std::size_t>(world)),
                                         members[i].out);
   }
-  if (phase) phase("decompress", t0, rt::now(), first, k);
+  if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 
 }  // namespace terse

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -57,11 +58,22 @@ struct GroupMember {
   void* out = nullptr;         // the averaged result; may equal grad
 };
 
+// One collective a phase ran, for a step trace (core/train/step_trace.h): what a replay needs to run it again.
+struct PhaseCollective {
+  const char* op = "";         // "allreduce", "allgatherv", "allgather_sizes" (the 8-byte size exchange before one)
+  std::string_view algorithm;  // as the communicator ran it (Communicator::allreduceAlgorithmRun, ...): auto resolved
+  DType dtype = DType::kU8;    // allreduce: the summed type; the gathers move bytes
+  uint64_t bytes = 0;          // this rank's: the summed buffer (headers that stay home excluded) or its block
+  std::span<const uint64_t> rank_bytes;  // allgatherv: every rank's block, rank order; valid during the callback
+  std::chrono::steady_clock::time_point start, end;
+};
+
 // Phases of a group for a timeline: "compress", "allreduce", "allgatherv", "decompress"; `members` is how many members
-// the phase covers, from `first_member`.
-using GroupPhaseFn =
-    std::function<void(const char* phase, std::chrono::steady_clock::time_point start,
-                       std::chrono::steady_clock::time_point end, std::size_t first_member, std::size_t members)>;
+// the phase covers, from `first_member`. `collectives`: the collectives a communication phase ran, in order (an
+// allgatherv phase may hold the size exchange before the gather); empty for the codec phases.
+using GroupPhaseFn = std::function<void(const char* phase, std::chrono::steady_clock::time_point start,
+                                        std::chrono::steady_clock::time_point end, std::size_t first_member,
+                                        std::size_t members, std::span<const PhaseCollective> collectives)>;
 
 class AggregationEngine {
  public:
@@ -89,7 +101,7 @@ class AggregationEngine {
   // Gathers `block` from every rank into recv_, each rank's block in [min_bytes, max_bytes] (exactly max_bytes when
   // `fixed`: no size exchange); sizes_ holds every rank's size afterwards. Returns the wire bytes.
   comm::WireBytes gather(std::span<const std::byte> block, bool fixed, uint64_t min_bytes, uint64_t max_bytes,
-                         uint64_t tensor, const Placement& where);
+                         uint64_t tensor, const Placement& where, bool record);
   // blocks_[0..world) = every rank's block in recv_ after gather().
   void splitByRank();
 
@@ -102,6 +114,7 @@ class AggregationEngine {
   std::vector<uint64_t> sizes_;
   std::vector<std::span<const std::byte>> blocks_;    // per rank, into recv_
   std::vector<std::span<const std::byte>> segments_;  // a fused gather's members' payloads, member-major
+  std::vector<PhaseCollective> ran_;                  // the current phase's collectives, when a caller records phases
 };
 
 }  // namespace terse

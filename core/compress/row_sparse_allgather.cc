@@ -34,7 +34,8 @@ RowSparseAllgather::RowSparseAllgather(comm::Communicator& comm, uint64_t rows, 
   touched_.assign(rows, 0);
 }
 
-RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> rows, std::vector<int64_t>& union_rows) {
+RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> rows, std::vector<int64_t>& union_rows,
+                                        bool timed) {
   const std::size_t len = row_length_;
   mine_.clear();
   for (int64_t r : rows) {
@@ -63,7 +64,12 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
   float* values = reinterpret_cast<float*>(p + kRowSparseHeaderBytes + k * 4);
   for (uint64_t m = 0; m < k; ++m) std::memcpy(values + m * len, grad + mine_[m] * len, len * sizeof(float));
 
+  if (timed) result.exchange_start = rt::now();
   result.wire += comm_.allgatherSizes(send_.size(), sizes_, tensor_);
+  if (timed) {
+    result.exchange_end = rt::now();
+    result.sizes = sizes_;
+  }
   uint64_t total = 0;
   for (uint64_t s : sizes_) total += s;
   const uint64_t dense = rows_ * len * sizeof(float);
@@ -73,6 +79,7 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
     result.sparse = false;
     result.payload_bytes = dense;
     result.wire += comm_.allreduce(grad, rows_ * len, DType::kF32, comm::ReduceOp::kSum, tensor_);
+    if (timed) result.collective_end = rt::now();
     {
       // A simulation's kernels (core/common/runtime.h); the FLOP model has never charged this path's passes.
       const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(rows_ * len)});
@@ -85,6 +92,7 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
   result.payload_bytes = send_.size();
   recv_.resize(total);
   result.wire += comm_.allgatherv(send_, recv_, sizes_, tensor_);
+  if (timed) result.collective_end = rt::now();
 
   // The sum of every rank's rows into the gradient: its size is known once the payloads are read.
   rt::Kernel sum({.kind = rt::CostKind::kSum});

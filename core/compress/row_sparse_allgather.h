@@ -22,6 +22,7 @@
 // with the tensor's id; payload_bytes is this rank's encoded block (or the dense tensor on the fallback).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -35,6 +36,10 @@ struct RowSparseResult {
   bool sparse = true;          // false: the dense allreduce ran
   uint64_t payload_bytes = 0;  // this rank's block (sparse) or its dense tensor (fallback)
   comm::WireBytes wire;        // what this rank put on the wire, size exchange included
+  // run(..., timed): when the size exchange began and ended and when the allgatherv or allreduce after it ended (the
+  // runtime's clock), for a step trace; with one rank nothing runs and they stay empty.
+  std::vector<uint64_t> sizes;  // every rank's payload bytes, as the size exchange told them
+  std::chrono::steady_clock::time_point exchange_start, exchange_end, collective_end;
 };
 
 inline constexpr std::size_t kRowSparseHeaderBytes = 16;
@@ -54,7 +59,8 @@ class RowSparseAllgather {
   // fine). Replaces it with the average over ranks and fills union_rows with the ascending rows of the average that may
   // be nonzero (every row on the dense fallback). Throws InvalidArgument for a row out of range, CommError /
   // InvalidArgument for a malformed payload from a peer (naming it).
-  RowSparseResult run(float* grad, std::span<const int64_t> rows, std::vector<int64_t>& union_rows);
+  // `timed`: fill the result's sizes and time points (a step trace asks; an untraced run reads no extra clock).
+  RowSparseResult run(float* grad, std::span<const int64_t> rows, std::vector<int64_t>& union_rows, bool timed = false);
 
  private:
   comm::Communicator& comm_;

@@ -21,8 +21,11 @@
 // unknown tensor or an event out of order is an InvalidArgument naming the file, the line and the field.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -46,18 +49,18 @@ struct TraceHeader {
   int version = kStepTraceVersion;
   int rank = 0;
   int world = 1;
-  std::string mode = "sync";          // "sync" (the only mode a replay takes today) or "async"
-  std::string source = "terse";       // "terse" (terse run / launch) or "pytorch" (the DDP hook)
-  std::string workload;               // the workload or model's name
-  std::string compressor;             // the variant's compressor spec as configured (e.g. "topk:ratio=0.01")
-  std::string scheduler;              // the scheduler plugin's name ("fifo", "fusion", "priority", ...)
-  std::string allreduce_algorithm;    // as configured ("auto", "ring", ...); each collective records what ran
-  std::string allgather_algorithm;    // as configured
-  std::string clock;                  // "simulated" or "real_time"
-  std::string compute_model;          // under the simulated clock: "calibrated", "measured", "flops"; else ""
-  int64_t batch_size = 0;             // examples per rank per step
-  int layers = 0;                     // the workload's layer count
-  std::vector<TraceTensor> tensors;   // by id, 0..n-1
+  std::string mode = "sync";         // "sync" (the only mode a replay takes today) or "async"
+  std::string source = "terse";      // "terse" (terse run / launch) or "pytorch" (the DDP hook)
+  std::string workload;              // the workload or model's name
+  std::string compressor;            // the variant's compressor spec as configured (e.g. "topk:ratio=0.01")
+  std::string scheduler;             // the scheduler plugin's name ("fifo", "fusion", "priority", ...)
+  std::string allreduce_algorithm;   // as configured ("auto", "ring", ...); each collective records what ran
+  std::string allgather_algorithm;   // as configured
+  std::string clock;                 // "simulated" or "real_time"
+  std::string compute_model;         // under the simulated clock: "calibrated", "measured", "flops"; else ""
+  int64_t batch_size = 0;            // examples per rank per step
+  int layers = 0;                    // the workload's layer count
+  std::vector<TraceTensor> tensors;  // by id, 0..n-1
 };
 
 // One segment of the worker thread's computation.
@@ -87,11 +90,11 @@ struct TracePhase {
 };
 
 struct TraceGroup {
-  uint64_t seq = 0;                             // run-wide issue number, the same on every rank
-  std::vector<std::pair<uint64_t, int>> chunks; // (tensor id, chunk index) in fused order
-  std::vector<uint64_t> chunk_elements;         // elements of each chunk, parallel to chunks
-  double issue_s = 0;                           // when the scheduler handed it out
-  std::vector<TracePhase> phases;               // in order
+  uint64_t seq = 0;                              // run-wide issue number, the same on every rank
+  std::vector<std::pair<uint64_t, int>> chunks;  // (tensor id, chunk index) in fused order
+  std::vector<uint64_t> chunk_elements;          // elements of each chunk, parallel to chunks
+  double issue_s = 0;                            // when the scheduler handed it out
+  std::vector<TracePhase> phases;                // in order
 };
 
 struct TraceUpdate {
@@ -101,9 +104,9 @@ struct TraceUpdate {
 };
 
 struct TraceStep {
-  int64_t step = 0;      // global step index, 0-based
-  double start_s = 0;    // from the run's origin
-  double step_s = 0;     // the step's whole time on this rank as the metrics report it
+  int64_t step = 0;    // global step index, 0-based
+  double start_s = 0;  // from the run's origin
+  double step_s = 0;   // the step's whole time on this rank as the metrics report it
   std::vector<TraceCompute> compute;
   std::vector<TraceGroup> groups;
   std::vector<TraceUpdate> updates;
@@ -124,5 +127,52 @@ void writeStepTrace(const std::filesystem::path& path, const StepTrace& trace);
 // Reads and validates a whole trace (see the top of this file); throws InvalidArgument naming the file, the line and
 // the field.
 StepTrace readStepTrace(const std::filesystem::path& path);
+
+// The file name of rank R's trace in a results folder: "steps.rank<R>.jsonl".
+std::string stepTraceFileName(int rank);
+
+// Records one rank's trace while the sync trainer runs (SyncTrainerOptions::step_trace). Thread-safe: the worker
+// thread records steps and compute, the communication thread and its lanes groups and updates, each for the step it
+// belongs to -- a step's communication may finish after the next step began, and lanes finish groups out of issue
+// order, so events are filed by step and groups sorted by seq when read. Time points are the runtime's (rt::now()):
+// simulated under the simulated clock. Added beside the format's model (issue 40's recorder); the model is unchanged.
+class StepTraceRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Span = std::pair<Clock::time_point, Clock::time_point>;
+
+  // `header`: what the caller knows of the run (workload, compressor, scheduler, algorithms, clock, compute model,
+  // source, mode); the trainer fills in the rest (describe). `origin`: time zero of every step's start_s.
+  StepTraceRecorder(TraceHeader header, Clock::time_point origin);
+
+  // The trainer's part of the header: rank, world, examples per rank per step, layers and tensors.
+  void describe(int rank, int world, int64_t batch_size, int layers, std::vector<TraceTensor> tensors);
+  int rank() const;
+
+  // Worker thread. A step is begun before any of its events is recorded (its tensors are handed over after).
+  void beginStep(int64_t step, Clock::time_point start);
+  void compute(int64_t step, TraceCompute::Kind kind, int layer, Span span, std::vector<uint64_t> ready = {});
+  // Moves the end of the step's last compute segment to `end` (the pass's tail after its last report).
+  void extendLastCompute(int64_t step, Clock::time_point end);
+  void endStep(int64_t step, double step_s);
+
+  // Communication thread or a lane: one group, its phases' start_s / dur_s taken from `phase_spans` (parallel to
+  // group.phases) and its issue_s from `issued`.
+  void group(int64_t step, TraceGroup group, Clock::time_point issued, const std::vector<Span>& phase_spans);
+  void update(int64_t step, uint64_t tensor, Span span);
+
+  // The trace so far: the steps begun, in order, each with its groups in seq order.
+  StepTrace snapshot() const;
+
+ private:
+  TraceStep& stepLocked(int64_t step);
+  double since(int64_t step, Clock::time_point t) const;  // mutex_ held
+
+  mutable std::mutex mutex_;  // never held across a call into the runtime
+  TraceHeader header_;
+  Clock::time_point origin_;
+  std::map<int64_t, TraceStep> steps_;
+  std::map<int64_t, Clock::time_point> starts_;
+};
 
 }  // namespace terse::train

@@ -132,6 +132,13 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
       lanes_[k].thread = rt::Thread(
           "lane " + std::to_string(comm_.rank()) + "." + std::to_string(k), [this, k] { laneLoop(k); }, comm_.rank());
   }
+  if (options.step_trace) {
+    std::vector<TraceTensor> tensors;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      tensors.push_back(TraceTensor{i, params[i].name, static_cast<uint64_t>(params[i].numel()), params[i].layer});
+    options.step_trace->describe(comm.rank(), comm.size(), options.batch_size * options.accumulation_steps,
+                                 workload.numLayers(), std::move(tensors));
+  }
   workload_.setLayerGate([this](int layer) { gate(layer); });
   comm_thread_ = rt::Thread(
       "comm " + std::to_string(comm_.rank()),
@@ -279,10 +286,20 @@ void SyncTrainer::chargeForwardUpTo(int layer) {
                 .layer = forward_charged_,
                 .size = batch_examples_,
                 .flops = layer_flops_[static_cast<std::size_t>(forward_charged_)].forward * batch_examples_});
+    if (options_.step_trace) {
+      // now() turns the charge into simulated time first, so the segment is the layer's modeled forward. In real time
+      // the charge is nothing: the forward of a gated layer runs up to the next gate, and the last layer's up to the
+      // first report, its backward included (a workload's pass cannot be timed layer by layer from outside).
+      const auto now = rt::now();
+      options_.step_trace->compute(trace_step_, TraceCompute::Kind::kForward, forward_charged_, {seg_mark_, now});
+      seg_mark_ = now;
+      gate_charged_ = true;
+    }
   }
 }
 
 void SyncTrainer::gate(int layer) {
+  gate_charged_ = false;
   chargeForwardUpTo(layer);
   // Waiting for the layer's update is the trainer's, not the forward pass's (the region forwardBackward runs in).
   const rt::OutsideKernel glue;
@@ -295,6 +312,18 @@ void SyncTrainer::gate(int layer) {
   const auto t1 = rt::now();
   gate_wait_s_ += seconds(t0, t1);
   lock.unlock();
+  if (options_.step_trace && in_step_) {
+    // The segments tile the step's compute exactly: what ran since the last mark up to the wait belongs to the forward
+    // just charged, or, before the first charge, to this layer's (a straggler's sleep, the pass's start).
+    if (t0 > seg_mark_) {
+      if (gate_charged_) {
+        options_.step_trace->extendLastCompute(trace_step_, t0);
+      } else {
+        options_.step_trace->compute(trace_step_, TraceCompute::Kind::kForward, layer, {seg_mark_, t0});
+      }
+    }
+    seg_mark_ = t1;
+  }
   if (options_.trace) {
     const auto now = rt::now();
     if (t1 - t0 > std::chrono::microseconds(1))
@@ -335,6 +364,8 @@ StepRecord SyncTrainer::step() {
   rec.lr = learningRate(lr_, rec.step);
 
   const auto t0 = rt::now();
+  if (options_.step_trace) options_.step_trace->beginStep(rec.step, t0);
+  trace_step_ = rec.step;
   double full_wait = 0;
   double comm_before = 0, encode_before = 0, decode_before = 0;
   {
@@ -355,6 +386,7 @@ StepRecord SyncTrainer::step() {
   gate_layer_ = -1;
 
   const auto t1 = rt::now();
+  seg_mark_ = t1;  // compute (metrics and trace alike) starts here, a straggler's sleep included
   stragglerSleep(options_.slowdown, last_raw_compute_s_);
   const auto t1_work = rt::now();
   std::exception_ptr compute_error;
@@ -383,6 +415,15 @@ StepRecord SyncTrainer::step() {
                     .flops = layer_flops_[static_cast<std::size_t>(layer)].backward * batch_examples_});
         const rt::OutsideKernel glue;
         if (micro > 1) accumulate(tensors, static_cast<float>(weight), m == 0, last);
+        if (options_.step_trace) {
+          // The backward of `layer` with the accumulation of its gradient; its tensors are ready on the last
+          // micro-batch only.
+          const auto now = rt::now();
+          options_.step_trace->compute(
+              step_index, TraceCompute::Kind::kBackward, layer, {seg_mark_, now},
+              last ? std::vector<uint64_t>(tensors.begin(), tensors.end()) : std::vector<uint64_t>{});
+          seg_mark_ = now;
+        }
         if (!last) return;
         if (options_.trace) {
           const auto now = rt::now();
@@ -406,6 +447,8 @@ StepRecord SyncTrainer::step() {
   in_step_ = false;
   backward_done_.store(true, std::memory_order_release);
   const auto t2 = rt::now();
+  // The pass's tail after its last report (in real time, the workload's return) is the last segment's.
+  if (options_.step_trace && !compute_error) options_.step_trace->extendLastCompute(rec.step, t2);
   {
     std::unique_lock lock(mutex_);
     if (compute_error && !error_) {
@@ -448,6 +491,7 @@ StepRecord SyncTrainer::step() {
   last_raw_compute_s_ = seconds(t1_work, t2) - gate_wait_s_;
   rec.times.exposed_comm_s = full_wait + gate_wait_s_ + drain_wait;
   rec.times.step_s = seconds(t0, t3);
+  if (options_.step_trace) options_.step_trace->endStep(rec.step, rec.times.step_s);
 
   ++totals_.steps;
   totals_.loss_sum += rec.loss;

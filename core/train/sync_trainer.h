@@ -104,6 +104,7 @@
 #include "core/plugin/scheduler.h"
 #include "core/train/optimizer.h"
 #include "core/train/shard_sampler.h"
+#include "core/train/step_trace.h"
 #include "core/train/trace.h"
 #include "core/train/workload.h"
 
@@ -122,6 +123,10 @@ struct SyncTrainerOptions {
   double warmup_epochs = 0;
   // When set, the timeline of this rank is recorded into it (must outlive the trainer).
   TraceRecorder* trace = nullptr;
+  // When set, this rank's step trace (step_trace.h) is recorded into it (must outlive the trainer): compute segments
+  // on the worker thread, every group with its phases and collectives, every update. The trainer fills in the header's
+  // rank, world, batch size, layers and tensors.
+  StepTraceRecorder* step_trace = nullptr;
   // Micro-batches per optimizer step (>= 1): forwardBackward runs on this many consecutive batches of batch_size (the
   // sampler's order, so they are one batch of accumulation_steps x batch_size examples cut in pieces), their gradients
   // are averaged weighted by their lengths, and one communication and one update follow. With compressor `none` this
@@ -271,6 +276,10 @@ class SyncTrainer {
     uint64_t wire_bytes = 0;
     std::string where;  // for an error: "a group of N chunks (first: tensor T 'name')"
     double encode_s = 0, decode_s = 0, comm_s = 0;
+    // Step trace: the group's number among everything the communication thread issued (row-sparse tensors included;
+    // the same on every rank) and when the scheduler handed it out.
+    uint64_t trace_seq = 0;
+    rt::Clock::time_point issued;
   };
   // A lane (max_groups_in_flight > 1): a thread running groups on its own channel and engine.
   struct Lane {
@@ -299,6 +308,9 @@ class SyncTrainer {
   CompressionPipeline& chunkPipeline(const Chunk& c);
   // A row-sparse tensor's aggregation and update (options.sparse_rows).
   void runSparse(std::size_t tensor);
+  // Its group in the step trace.
+  void traceSparse(std::size_t tensor, uint64_t seq, const RowSparseResult& result, rt::Clock::time_point start,
+                   rt::Clock::time_point end);
   // mutex_ held: tensors whose update of comm_step_ is applied; the caller notifies applied_cv_.
   void markAppliedLocked(const std::vector<std::size_t>& done);
   std::unique_ptr<CompressionPipeline> makePipeline(const TensorInfo& info);
@@ -337,6 +349,11 @@ class SyncTrainer {
   double batch_examples_ = 0;
   void chargeForwardUpTo(int layer);
   rt::Clock::time_point gate_mark_;
+  // Step trace, worker thread: where the current compute segment began (the last charge's end or a gate's wait's), and
+  // whether the current gate charged a forward.
+  rt::Clock::time_point seg_mark_;
+  int64_t trace_step_ = -1;
+  bool gate_charged_ = false;
 
   // ---- Communication thread only (no lock): the scheduler's step and the per-tensor books.
   AggregationEngine engine_;
@@ -344,6 +361,7 @@ class SyncTrainer {
   std::vector<uint64_t> ids_;
   std::vector<Lane> lanes_;            // empty with max_groups_in_flight 1
   uint64_t group_seq_ = 0;             // groups handed to lanes so far
+  uint64_t trace_seq_ = 0;             // groups and row-sparse aggregations issued so far (step trace)
   std::vector<uint64_t> chunks_left_;  // per tensor, this step
   std::vector<bool> started_;          // per tensor, this step
   int64_t comm_step_ = -1;

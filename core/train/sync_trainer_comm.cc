@@ -133,6 +133,8 @@ std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vect
     }
   }
   job->wire_bytes = issued.wire_bytes;
+  job->trace_seq = trace_seq_++;
+  if (options_.step_trace) job->issued = rt::now();
   std::lock_guard lock(mutex_);
   groups_.push_back(std::move(issued));
   return job;
@@ -153,11 +155,44 @@ void SyncTrainer::executeGroup(GroupJob& job, AggregationEngine& engine, const c
       if (!label.empty()) label += ' ';
       label += 't' + std::to_string(c.tensor_id) + '.' + std::to_string(c.chunk_index);
     }
-    phase = [&](const char* what, Clock::time_point a, Clock::time_point b, std::size_t, std::size_t) {
-      options_.trace->span(tid, std::string(what) + ' ' + label, what, a, b);
+  }
+  // Step trace: the group's phases in order, one per collective (a size exchange and its gather are two).
+  TraceGroup traced;
+  std::vector<StepTraceRecorder::Span> spans;
+  if (options_.trace || options_.step_trace) {
+    phase = [&](const char* what, Clock::time_point a, Clock::time_point b, std::size_t, std::size_t,
+                std::span<const PhaseCollective> collectives) {
+      if (options_.trace) options_.trace->span(tid, std::string(what) + ' ' + label, what, a, b);
+      if (!options_.step_trace) return;
+      if (collectives.empty()) {
+        TracePhase p;
+        p.kind = std::string_view(what) == "compress" ? TracePhase::Kind::kCompress : TracePhase::Kind::kDecompress;
+        traced.phases.push_back(std::move(p));
+        spans.emplace_back(a, b);
+        return;
+      }
+      for (const PhaseCollective& c : collectives) {
+        TracePhase p;
+        p.kind = TracePhase::Kind::kCollective;
+        p.op = c.op;
+        p.algorithm = std::string(c.algorithm);
+        p.dtype = std::string(dtypeName(c.dtype));
+        p.bytes = c.bytes;
+        p.rank_bytes.assign(c.rank_bytes.begin(), c.rank_bytes.end());
+        traced.phases.push_back(std::move(p));
+        spans.emplace_back(c.start, c.end);
+      }
     };
   }
   engine.run(job.step, job.members, phase);
+  if (options_.step_trace) {
+    traced.seq = job.trace_seq;
+    for (const Chunk& c : job.chunks) {
+      traced.chunks.emplace_back(c.tensor_id, c.chunk_index);
+      traced.chunk_elements.push_back(c.numel);
+    }
+    options_.step_trace->group(static_cast<int64_t>(job.step), std::move(traced), job.issued, spans);
+  }
   double encode1 = 0, decode1 = 0;
   for (const GroupMember& m : job.members) {
     encode1 += m.pipeline->stats().encode_s;
@@ -193,8 +228,12 @@ void SyncTrainer::finishGroup(const GroupJob& job) {
       const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
       optimizer_.update(t, params[t], comm_lr_);
     }
-    if (options_.trace)
-      options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, rt::now());
+    if (options_.trace || options_.step_trace) {
+      const auto u1 = rt::now();
+      if (options_.trace)
+        options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, u1);
+      if (options_.step_trace) options_.step_trace->update(static_cast<int64_t>(job.step), t, {u0, u1});
+    }
   }
   // Device updates were only enqueued on the communicator's stream; a gate opened below lets the worker's forward (on
   // the workload's stream) read these values, so they must be complete first. One wait per group that finished a
@@ -210,6 +249,51 @@ void SyncTrainer::finishGroup(const GroupJob& job) {
   if (!done.empty()) applied_cv_.notify_all();
 }
 
+void SyncTrainer::traceSparse(std::size_t t, uint64_t seq, const RowSparseResult& result, Clock::time_point start,
+                              Clock::time_point end) {
+  // A group of one whole tensor outside the scheduler: its encoding, the size exchange, the gather of every rank's
+  // rows (or the dense allreduce a crowded step falls back to), and the sum into the gradient, as a compressor's
+  // group would show them. One rank runs nothing (the average of one is itself): a group without phases.
+  TraceGroup g;
+  g.seq = seq;
+  g.chunks.emplace_back(t, 0);
+  g.chunk_elements.push_back(static_cast<uint64_t>(workload_.params()[t].numel()));
+  std::vector<StepTraceRecorder::Span> spans;
+  const auto phase = [&](TracePhase::Kind kind, Clock::time_point a, Clock::time_point b) {
+    TracePhase p;
+    p.kind = kind;
+    g.phases.push_back(std::move(p));
+    spans.emplace_back(a, b);
+    return &g.phases.back();
+  };
+  if (!result.sizes.empty()) {
+    phase(TracePhase::Kind::kCompress, start, result.exchange_start);
+    const uint64_t world = result.sizes.size();
+    TracePhase* sizes = phase(TracePhase::Kind::kCollective, result.exchange_start, result.exchange_end);
+    sizes->op = "allgather_sizes";
+    sizes->algorithm = std::string(comm_.allgatherAlgorithmRun(8 * world));
+    sizes->dtype = "u8";
+    sizes->bytes = 8;
+    TracePhase* main = phase(TracePhase::Kind::kCollective, result.exchange_end, result.collective_end);
+    if (result.sparse) {
+      uint64_t total = 0;
+      for (uint64_t s : result.sizes) total += s;
+      main->op = "allgatherv";
+      main->algorithm = std::string(comm_.allgatherAlgorithmRun(total));
+      main->dtype = "u8";
+      main->bytes = result.sizes[static_cast<std::size_t>(comm_.rank())];
+      main->rank_bytes = result.sizes;
+    } else {
+      main->op = "allreduce";
+      main->algorithm = std::string(comm_.allreduceAlgorithmRun(result.payload_bytes));
+      main->dtype = "f32";
+      main->bytes = result.payload_bytes;
+    }
+    phase(TracePhase::Kind::kDecompress, result.collective_end, end);
+  }
+  options_.step_trace->group(comm_step_, std::move(g), start, spans);
+}
+
 void SyncTrainer::runSparse(std::size_t t) {
   ParamTensor& p = workload_.params()[t];
   if (!started_[t]) {
@@ -220,12 +304,16 @@ void SyncTrainer::runSparse(std::size_t t) {
   }
   const double comm0 = commSecondsOf(comm_);
   const auto c0 = rt::now();
-  const RowSparseResult result = sparse_[t]->run(p.grad.data(), p.grad_rows, union_rows_);
+  const uint64_t seq = trace_seq_++;
+  const RowSparseResult result =
+      sparse_[t]->run(p.grad.data(), p.grad_rows, union_rows_, options_.step_trace != nullptr);
   sparse_payload_bytes_ += result.payload_bytes;
   const double comm1 = commSecondsOf(comm_);
+  const auto c1 = rt::now();
   if (options_.trace)
     options_.trace->span(TraceRecorder::kCommThread, (result.sparse ? "sparse rows " : "dense ") + p.name, "comm", c0,
-                         rt::now());
+                         c1);
+  if (options_.step_trace) traceSparse(t, seq, result, c0, c1);
   const auto u0 = rt::now();
   if (optimizer_.lazyRowsExact()) {
     const auto n = static_cast<double>(union_rows_.size() * p.rowLength());
@@ -236,7 +324,11 @@ void SyncTrainer::runSparse(std::size_t t) {
     const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
     optimizer_.update(t, p, comm_lr_);
   }
-  if (options_.trace) options_.trace->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, rt::now());
+  if (options_.trace || options_.step_trace) {
+    const auto u1 = rt::now();
+    if (options_.trace) options_.trace->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, u1);
+    if (options_.step_trace) options_.step_trace->update(comm_step_, t, {u0, u1});
+  }
   {
     std::lock_guard lock(mutex_);
     acc_comm_s_ += comm1 - comm0;

@@ -139,6 +139,9 @@ constexpr Field kExperiment[] = {
     {.name = "trace",
      .def = unfilled("false"),
      .doc = "Per-rank Chrome trace trace.rank<R>.json in the results folder (`terse trace merge`)."},
+    {.name = "step_trace",
+     .def = unfilled("false"),
+     .doc = "Per-rank step trace steps.rank<R>.jsonl in the results folder, for a replay at another scale."},
     {.name = "clock",
      .def = value("REAL_TIME"),
      .rule = enumValue(),
@@ -725,6 +728,16 @@ void traceSyncOnly(Checks& c, const Experiment& e, const Ctx&) {
   if (asyncMode(e) && e.trace()) c.fail("trace") << ": timelines are recorded in mode SYNC only";
 }
 
+void stepTraceSyncOnly(Checks& c, const Experiment& e, const Ctx&) {
+  if (!e.step_trace()) return;
+  // Async workers run no scheduler groups; the format has room for them (mode "async") once they are traced.
+  if (asyncMode(e))
+    c.fail("step_trace") << ": step traces are recorded in mode SYNC only, got mode "
+                         << Experiment::Mode_Name(e.mode());
+  else if (isPyTorch(e))
+    c.fail("step_trace") << ": workload pytorch does not write step traces yet (terse's own workloads do)";
+}
+
 void groupsInFlight(Checks& c, const Experiment& e, const Ctx&) {
   if (e.max_groups_in_flight() > 1 && e.mode() != Experiment::SYNC)
     c.fail("max_groups_in_flight") << ": groups are the sync trainer's; mode " << Experiment::Mode_Name(e.mode())
@@ -926,6 +939,10 @@ constexpr CrossRule kRules[] = {
     {"hogwild", "transport, compressor.name, error_feedback, optimizer.momentum, mode",
      "mode HOGWILD with a transport but INPROC, a compressor, error feedback or momentum", &hogwild},
     {"trace-sync-only", "trace, mode", "trace in modes ASYNC, SSP, HOGWILD", &traceSyncOnly},
+    {"step-trace-sync-only", "step_trace, mode, workload.name",
+     "step_trace in modes ASYNC, SSP, HOGWILD or with "
+     "workload pytorch",
+     &stepTraceSyncOnly},
     {"groups-in-flight", "max_groups_in_flight, mode, transport", "max_groups_in_flight > 1 outside SYNC or on NCCL",
      &groupsInFlight},
     {"accumulate-and-clip", "gradient_accumulation_steps, optimizer.clip_grad_norm, transport, sparse_gradients",

@@ -239,6 +239,9 @@ RunSummary Runner::runTcp(const Experiment& e) {
       trace = std::make_unique<train::TraceRecorder>(rank, Clock::now());
       topts.trace = trace.get();
     }
+    // Every rank writes its own, into the variant's folder (on one host, rank 0's: it collects them all).
+    detail::StepTraceFiles step_trace(e, root / e.study() / experiments::resultsSubfolder(e), false);
+    topts.step_trace = step_trace.add(Clock::now());
     comm::Communicator& comm_ref = *comm;
     auto pipelines = [&comm_ref, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
       return std::make_unique<CompressionPipeline>(

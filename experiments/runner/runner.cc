@@ -321,6 +321,63 @@ void decodeSummary(const std::string& text, RunSummary& s) {
   TERSE_CHECK(!in.fail(), InternalError, "the simulation's summary is malformed: '" << text << "'");
 }
 
+train::TraceHeader stepTraceHeader(const Experiment& e, bool simulated) {
+  train::TraceHeader h;
+  h.mode = "sync";
+  h.source = "terse";
+  h.workload = e.workload().name();
+  h.compressor = e.compressor().name();
+  const Params params = experiments::pluginParams(e.compressor());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    h.compressor += (i == 0 ? ":" : ",") + params[i].first + "=" + params[i].second;
+  h.scheduler = e.scheduler().name();
+  if (e.transport() == Experiment::NCCL) {
+    h.allreduce_algorithm = h.allgather_algorithm = "nccl";
+  } else {
+    const comm::HostCommOptions co = experiments::hostCommOptions(e);
+    h.allreduce_algorithm = comm::allreduceAlgorithmName(co.algorithm);
+    h.allgather_algorithm = comm::allgatherAlgorithmName(co.allgather);
+  }
+  h.clock = simulated ? "simulated" : "real_time";
+  if (simulated) {
+    switch (computeOptions(e).model) {
+      case sim::ComputeModel::kCalibrated:
+        h.compute_model = "calibrated";
+        break;
+      case sim::ComputeModel::kMeasured:
+        h.compute_model = "measured";
+        break;
+      case sim::ComputeModel::kFlops:
+        h.compute_model = "flops";
+        break;
+      case sim::ComputeModel::kNone:
+        h.compute_model = "none";
+        break;
+    }
+  }
+  return h;
+}
+
+StepTraceFiles::StepTraceFiles(const Experiment& e, std::filesystem::path dir, bool simulated) : dir_(std::move(dir)) {
+  if (e.step_trace()) header_ = stepTraceHeader(e, simulated);
+}
+
+StepTraceFiles::~StepTraceFiles() {
+  for (const auto& r : recorders_) {
+    try {
+      results::writeStepTrace(dir_, r->snapshot());
+    } catch (const std::exception& x) {
+      std::cerr << "warning: " << x.what() << '\n';
+    }
+  }
+}
+
+train::StepTraceRecorder* StepTraceFiles::add(std::chrono::steady_clock::time_point origin) {
+  if (!header_) return nullptr;
+  recorders_.push_back(std::make_unique<train::StepTraceRecorder>(*header_, origin));
+  return recorders_.back().get();
+}
+
 }  // namespace detail
 using namespace detail;
 
@@ -477,6 +534,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   const Params sched_params = experiments::pluginParams(e.scheduler());
   std::vector<std::unique_ptr<train::TraceRecorder>> traces;
   const auto trace_origin = rt::now();
+  StepTraceFiles step_traces(e, writer.dir(), simulated);
   std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
   std::shared_ptr<Compressor> first_instance;
   // The trainers' gradient buffers, compressor instances and pipelines: per worker, per tensor.
@@ -494,6 +552,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
             traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
             to.trace = traces.back().get();
           }
+          to.step_trace = step_traces.add(trace_origin);
           comm::Communicator& comm = *comms[r];
           auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
             return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);

@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,5 +100,28 @@ class PluginWatch {
   watchdog::Registration exit_;
 };
 [[nodiscard]] watchdog::Registration abortOnOverrun(std::function<void(const std::string& reason)> abort);
+
+// The step trace's header as the variant describes it (core/train/step_trace.h): workload, compressor spec
+// ("topk:ratio=0.01"), scheduler, the algorithms as configured ("nccl" on NCCL), clock and compute model. The trainer
+// adds rank, world, batch size, layers and tensors.
+train::TraceHeader stepTraceHeader(const experiments::Experiment& e, bool simulated);
+// Step traces (step_trace: true): one recorder per rank, each written into the variant's folder `dir` through the
+// results writer when this goes -- whatever happened to the run, so a failed run's trace shows where it stopped.
+// Declared before the trainers, so that they are joined before their recorders are read.
+class StepTraceFiles {
+ public:
+  StepTraceFiles(const experiments::Experiment& e, std::filesystem::path dir, bool simulated);
+  ~StepTraceFiles();
+  StepTraceFiles(const StepTraceFiles&) = delete;
+  StepTraceFiles& operator=(const StepTraceFiles&) = delete;
+  // A recorder for the next trainer (SyncTrainerOptions::step_trace); nullptr when the experiment records none.
+  // `origin`: the run's time zero, the steps' start_s.
+  train::StepTraceRecorder* add(std::chrono::steady_clock::time_point origin);
+
+ private:
+  std::optional<train::TraceHeader> header_;
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<train::StepTraceRecorder>> recorders_;
+};
 
 }  // namespace terse::runner::detail

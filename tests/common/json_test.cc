@@ -84,6 +84,10 @@ TEST(Json, MalformedAndTruncatedTextSaysWhereAndWhat) {
     EXPECT_FALSE(parseJson(bad, &error)) << bad;
   EXPECT_FALSE(parseJsonObject("[1]", &error));
   EXPECT_EQ(error, "a JSON array, not an object");
+  // Well-formed JSON a double cannot hold: an error like the rest, not an exception out of the parser.
+  EXPECT_FALSE(parseJson("{\"t\": 1e999}", &error));
+  EXPECT_NE(error.find("number overflow"), std::string::npos) << error;
+  EXPECT_EQ(error.find("json.exception"), std::string::npos) << error;
 }
 
 TEST(Json, NestingBeyondTheLimitIsAnErrorNotAStackOverflow) {
