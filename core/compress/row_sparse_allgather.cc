@@ -60,7 +60,7 @@ RowSparseResult RowSparseAllgather::run(float* grad, std::span<const int64_t> ro
   putU32(p + 4, static_cast<uint32_t>(k));
   putU32(p + 8, static_cast<uint32_t>(len));
   putU32(p + 12, 0);
-  std::memcpy(p + kRowSparseHeaderBytes, mine_.data(), k * 4);
+  if (k > 0) std::memcpy(p + kRowSparseHeaderBytes, mine_.data(), k * 4);  // mine_.data() may be null when empty
   float* values = reinterpret_cast<float*>(p + kRowSparseHeaderBytes + k * 4);
   for (uint64_t m = 0; m < k; ++m) std::memcpy(values + m * len, grad + mine_[m] * len, len * sizeof(float));
 

@@ -40,18 +40,6 @@ constexpr std::string_view kUsage =
     "ResNet-50-sized trace built in code: 161 tensors, 25.6 M parameters, 0.1 s of compute per step, one allreduce\n"
     "per tensor) or synthetic:allreduce=BYTES[K|M|G][,algo=NAME] (one allreduce, no compute).";
 
-// The one place the CLI reads trace files: train::readStepTrace (core/train/step_trace.h), which the trace writer's
-// branch (issue 40, deliverable 1) implements. Until that reader is in the build, a file is refused with that reason;
-// the synthetic source works either way.
-train::StepTrace readTraceFile(const fs::path& file) {
-#ifdef TERSE_HAVE_STEP_TRACE_READER
-  return train::readStepTrace(file);
-#else
-  TERSE_THROW(Unsupported, file.string() << ": this build has no step trace reader yet (core/train/step_trace.cc, "
-                                            "issue 40 deliverable 1); replay a synthetic:resnet50 trace instead");
-#endif
-}
-
 struct Source {
   std::vector<train::StepTrace> ranks;
   std::vector<std::string> names;  // the files, for messages
@@ -118,7 +106,7 @@ Source loadSource(const std::string& text, int steps) {
     TERSE_THROW(InvalidArgument, p.string() << ": no such file or directory");
   }
   for (const auto& f : files) {
-    src.ranks.push_back(readTraceFile(f));
+    src.ranks.push_back(train::readStepTrace(f));
     src.names.push_back(f.string());
     sim::checkReplayable(src.ranks.back(), f.string());
   }

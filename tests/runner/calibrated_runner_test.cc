@@ -212,7 +212,9 @@ TEST(CalibratedRun, CodecsArePricedByTheirCostTopKAboveFp16PerElement) {
       EXPECT_TRUE(k.starts_with("compress " + compressor + "#") || k.starts_with("decompress " + compressor + "#"))
           << k;
     }
-    if (compressor == "topk") EXPECT_EQ(out.measured.size(), out.table.seconds.size());
+    if (compressor == "topk") {
+      EXPECT_EQ(out.measured.size(), out.table.seconds.size());
+    }
     // The MLP's largest tensor: 784 x 32 weights.
     const double n = 784 * 32;
     return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
