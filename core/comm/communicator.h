@@ -114,6 +114,10 @@ class Communicator {
   virtual std::string_view allreduceAlgorithmRun(uint64_t /*bytes*/) const noexcept { return backend(); }
   // The same for an allgatherv gathering `total_bytes` in all (a size exchange: 8 bytes per rank).
   virtual std::string_view allgatherAlgorithmRun(uint64_t /*total_bytes*/) const noexcept { return backend(); }
+  // The same for allgatherControl's exchange (below): by default it is allgatherSizes'.
+  virtual std::string_view controlAlgorithmRun() const noexcept {
+    return allgatherAlgorithmRun(8 * static_cast<uint64_t>(size()));
+  }
 
   // ---- Blocking. Each returns what this rank put on the wire for the operation (headers included).
 

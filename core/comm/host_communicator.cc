@@ -402,6 +402,7 @@ class HostCommunicator::Channel final : public CommChannel {
   std::string_view allgatherAlgorithmRun(uint64_t total_bytes) const noexcept override {
     return parent_.allgatherAlgorithmRun(total_bytes);
   }
+  std::string_view controlAlgorithmRun() const noexcept override { return parent_.controlAlgorithmRun(); }
 
   WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, uint64_t tensor) override {
     parent_.checkSum(dtype, op);

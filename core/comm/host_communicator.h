@@ -64,6 +64,9 @@ class HostCommunicator : public Communicator {
   std::string_view allgatherAlgorithmRun(uint64_t total_bytes) const noexcept override {
     return allgatherAlgorithmName(allgatherAlgorithmFor(total_bytes));
   }
+  std::string_view controlAlgorithmRun() const noexcept override {
+    return allgatherAlgorithmName(AllgatherAlgorithm::kBruck);  // controlOp's exchangeWordsBruck
+  }
 
   WireBytes allreduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum,
                       uint64_t tensor = kNoTensor) override;

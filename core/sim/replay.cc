@@ -483,8 +483,9 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         if (p.op == "allreduce") {
           comm::AllreduceAlgorithm a = configured_ar.value_or(comm::AllreduceAlgorithm::kAuto);
           if (a == comm::AllreduceAlgorithm::kAuto) a = comm::autoAllreduceChoice(n, rpn, p.bytes);
-          c.rounds = planner.allreduce(a, static_cast<double>(p.bytes));
-          c.label = "allreduce " + std::string(comm::allreduceAlgorithmName(a));
+          // An empty buffer sends nothing: every algorithm returns at once (a PowerSGD round of a vector tensor).
+          if (p.bytes > 0) c.rounds = planner.allreduce(a, static_cast<double>(p.bytes));
+          c.label = p.bytes > 0 ? "allreduce " + std::string(comm::allreduceAlgorithmName(a)) : "allreduce of 0 bytes";
         } else {
           // allgatherv: worker w's block is the recorded rank_bytes[w mod W]; allgather_sizes: 8 bytes each.
           double total = 0;
@@ -508,6 +509,23 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         priced.emplace(key, std::move(c));
       }
     }
+  }
+
+  // The scheduler negotiation's rounds (step_trace.h): one 8-byte word per worker, by the algorithm the trace says
+  // ran (the host communicator's Bruck), at N.
+  const std::string kNegotiationKey = "negotiation";
+  bool negotiates = false;
+  for (std::size_t s = 0; s < recorded && !negotiates; ++s) negotiates = !lead.steps[s].negotiations.empty();
+  if (negotiates) {
+    const auto recorded_algo = comm::parseAllgatherAlgorithm(lead.steps.front().negotiations.empty()
+                                                                 ? std::string("bruck")
+                                                                 : lead.steps.front().negotiations.front().algorithm);
+    comm::AllgatherAlgorithm a = recorded_algo.value_or(comm::AllgatherAlgorithm::kBruck);
+    if (a == comm::AllgatherAlgorithm::kAuto) a = comm::AllgatherAlgorithm::kBruck;
+    PricedCollective c;
+    c.rounds = planner.allgather(a, 8.0 * n);
+    c.label = "negotiation " + std::string(comm::allgatherAlgorithmName(a));
+    priced.emplace(kNegotiationKey, std::move(c));
   }
 
   // The patterns on SimGrid.
@@ -637,12 +655,37 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         if (last_group[u.tensor] >= 0) group_updates[r][static_cast<std::size_t>(last_group[u.tensor])].push_back(&u);
     }
     double step_comm = 0, step_sent = 0;
+    // The negotiation rounds each group waited for: those recorded after the previous group's issue and up to its
+    // own (every rank runs the same rounds; rank 0's are taken). The last of them agreed on the group's tensors, so
+    // it starts once they are ready on every worker; the others ran while the communication side waited for them,
+    // so they start when it was free. Rounds after the last group's issue hold up the next step's communication.
+    const auto& rounds_recorded = lead.steps[si].negotiations;
+    std::size_t next_round = 0;
+    const CollectiveCost* negotiation = negotiates ? &collective.at(kNegotiationKey) : nullptr;
+    auto countRounds = [&](double until) {
+      std::size_t k = 0;
+      while (next_round < rounds_recorded.size() && rounds_recorded[next_round].start_s <= until) ++next_round, ++k;
+      return k;
+    };
+    auto chargeRounds = [&](std::size_t k) {
+      step_comm += static_cast<double>(k) * negotiation->seconds;
+      step_sent += static_cast<double>(k) * negotiation->sent_per_worker;
+      for (const auto& [cls, x] : negotiation->class_bytes) class_bytes[cls] += static_cast<double>(k) * x;
+      per_step_count[*negotiation->label] += static_cast<int>(k);
+    };
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const std::size_t k = negotiation ? countRounds(groups[gi].issue_s) : 0;
       for (std::size_t b = 0; b < nb; ++b) {
-        double a = comm_free[b];
+        double a = comm_free[b] + (k > 1 ? static_cast<double>(k - 1) * negotiation->seconds : 0.0);
         for (const auto& [id, chunk] : ranks[behaviours[b].rank].steps[si].groups[gi].chunks)
           a = std::max(a, ready[b][id]);
         arrive[b] = a;
+      }
+      if (k > 0) {
+        // The agreeing round: a collective of every worker.
+        const double start = *std::max_element(arrive.begin(), arrive.end());
+        for (double& a : arrive) a = start + negotiation->seconds;
+        chargeRounds(k);
       }
       const auto& phases = groups[gi].phases;
       for (std::size_t pi = 0; pi < phases.size(); ++pi) {
@@ -670,6 +713,15 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         for (const auto& [id, chunk] : groups[gi].chunks)
           if (last_group[id] == static_cast<int>(gi)) updated[b][id] = std::max(updated[b][id], arrive[b]);
         comm_free[b] = arrive[b];
+      }
+    }
+    if (negotiation) {
+      const std::size_t k = rounds_recorded.size() - next_round;
+      next_round = rounds_recorded.size();
+      if (k > 0) {
+        const double start = *std::max_element(comm_free.begin(), comm_free.end());
+        for (double& c : comm_free) c = start + static_cast<double>(k) * negotiation->seconds;
+        chargeRounds(k);
       }
     }
     // Tensors no group carried (nothing to exchange) are updated by the worker once ready.

@@ -11,6 +11,11 @@
 //     decompress take their recorded times (scaled); a collective starts when the last worker reaches it and ends,
 //     for all, its network time later; then the updates of the tensors whose last chunk it carried (recorded times,
 //     scaled), on the communication side. The step ends when every update is in.
+//   - The scheduler negotiation. The recorded rounds (rank 0's; their count depends on the recorded paces) are
+//     8-byte allgathers of every worker, by the algorithm they ran (Bruck's), priced at N. The last round before a
+//     group agreed on its tensors: it starts once they are ready on every worker, and the group after it. The earlier
+//     ones ran while the communication side waited, from when it was free; rounds after a step's last group hold up
+//     the next step's communication.
 //   - Collectives at N. The algorithm is the one the trace's configuration asks for, `auto` resolved at N by the
 //     communicator's own rule (core/comm/allreduce_auto.h, allgather_auto.h); allgatherv blocks are redrawn at N from
 //     the recorded per-rank sizes (worker w sends rank_bytes[w mod W]), so what each worker receives grows with N.

@@ -271,6 +271,18 @@ TraceStep readStep(const LineReader& r, const TraceHeader& h, const Json& o) {
     u.dur_s = r.seconds(updates[i], path, "dur_s");
     s.updates.push_back(u);
   }
+  const Json& negotiations = r.array(o, "", "negotiations");
+  for (std::size_t i = 0; i < negotiations.size(); ++i) {
+    const std::string path = LineReader::at("negotiations", i);
+    TraceNegotiation n;
+    n.start_s = r.seconds(negotiations[i], path, "start_s");
+    n.dur_s = r.seconds(negotiations[i], path, "dur_s");
+    n.algorithm = r.str(negotiations[i], path, "algorithm");
+    if (n.algorithm.empty()) r.fail(path + ".algorithm", "must name the algorithm that ran, got \"\"");
+    if (!s.negotiations.empty() && n.start_s < s.negotiations.back().start_s)
+      r.fail(path + ".start_s", "is before the previous round's (rounds are in order)");
+    s.negotiations.push_back(std::move(n));
+  }
   return s;
 }
 
@@ -335,12 +347,16 @@ std::string stepTraceStepLine(const TraceStep& s) {
   Json updates = Json::array();
   for (const TraceUpdate& u : s.updates)
     updates.push_back(Json{{"tensor", u.tensor}, {"start_s", u.start_s}, {"dur_s", u.dur_s}});
+  Json negotiations = Json::array();
+  for (const TraceNegotiation& n : s.negotiations)
+    negotiations.push_back(Json{{"start_s", n.start_s}, {"dur_s", n.dur_s}, {"algorithm", n.algorithm}});
   return dumpJson(Json{{"step", s.step},
                        {"start_s", s.start_s},
                        {"step_s", s.step_s},
                        {"compute", std::move(compute)},
                        {"groups", std::move(groups)},
-                       {"updates", std::move(updates)}});
+                       {"updates", std::move(updates)},
+                       {"negotiations", std::move(negotiations)}});
 }
 
 void writeStepTrace(const std::filesystem::path& path, const StepTrace& trace) {
@@ -464,6 +480,13 @@ void StepTraceRecorder::update(int64_t step, uint64_t tensor, Span span) {
   std::lock_guard lock(mutex_);
   const double start = since(step, span.first);
   stepLocked(step).updates.push_back(TraceUpdate{tensor, start, std::max(0.0, since(step, span.second) - start)});
+}
+
+void StepTraceRecorder::negotiation(int64_t step, Span span, std::string algorithm) {
+  std::lock_guard lock(mutex_);
+  const double start = since(step, span.first);
+  stepLocked(step).negotiations.push_back(
+      TraceNegotiation{start, std::max(0.0, since(step, span.second) - start), std::move(algorithm)});
 }
 
 StepTrace StepTraceRecorder::snapshot() const {

@@ -14,7 +14,12 @@
 //   - groups: the scheduler's groups in issue order, each with its chunks and its phases in order: compress,
 //     one or more collectives (op, algorithm as run, this rank's bytes), decompress; a multi-round codec (PowerSGD)
 //     has one compress / collective pair per round;
-//   - updates: the optimizer's update of each tensor once its last chunk is in.
+//   - updates: the optimizer's update of each tensor once its last chunk is in;
+//   - negotiations: the scheduler negotiation's rounds (sync_trainer.h, "Negotiation": one 8-byte allgather of every
+//     rank's ready count before groups are handed out). Every rank runs the same rounds; how many depends on the
+//     ranks' paces, so a replay takes the recorded count. They are control traffic, but on the critical path: a
+//     group is issued only after the round that agreed on its tensors (at 64 ranks and 50 us links a round costs
+//     six latencies, about 2 ms per step of the quickstart's MLP).
 // Waits (a forward's gate, the step's drain) are not events: they are what a replay computes.
 //
 // Readers treat the file as untrusted: a wrong format or version, a truncated line, a missing or mistyped field, an
@@ -35,7 +40,8 @@ namespace terse::train {
 
 inline constexpr std::string_view kStepTraceFormat = "terse-step-trace";
 // Bumped whenever a field changes meaning or a required one is added; readers refuse every other version.
-inline constexpr int kStepTraceVersion = 1;
+// 2: steps carry their negotiation rounds.
+inline constexpr int kStepTraceVersion = 2;
 
 struct TraceTensor {
   uint64_t id = 0;  // the trainer's tensor id (params()[id])
@@ -103,6 +109,13 @@ struct TraceUpdate {
   double dur_s = 0;
 };
 
+// One round of the scheduler negotiation on the communication thread.
+struct TraceNegotiation {
+  double start_s = 0;
+  double dur_s = 0;
+  std::string algorithm;  // the 8-byte allgather's algorithm as run ("bruck")
+};
+
 struct TraceStep {
   int64_t step = 0;    // global step index, 0-based
   double start_s = 0;  // from the run's origin
@@ -110,6 +123,7 @@ struct TraceStep {
   std::vector<TraceCompute> compute;
   std::vector<TraceGroup> groups;
   std::vector<TraceUpdate> updates;
+  std::vector<TraceNegotiation> negotiations;  // in order
 };
 
 struct StepTrace {
@@ -160,6 +174,8 @@ class StepTraceRecorder {
   // group.phases) and its issue_s from `issued`.
   void group(int64_t step, TraceGroup group, Clock::time_point issued, const std::vector<Span>& phase_spans);
   void update(int64_t step, uint64_t tensor, Span span);
+  // Communication thread: one negotiation round, filed under the step whose tensors the thread last received.
+  void negotiation(int64_t step, Span span, std::string algorithm);
 
   // The trace so far: the steps begun, in order, each with its groups in seq order.
   StepTrace snapshot() const;

@@ -367,6 +367,7 @@ void SyncTrainer::commLoop() {
   // Ready tensors received from the worker but not yet admitted to the scheduler, in ready order.
   std::deque<Ready> received;
   uint64_t received_total = 0;  // tensors received over the whole run: the same sequence on every rank
+  int64_t received_step = -1;   // the step of the last tensor received: the step trace files a round under it
   uint64_t admitted_total = 0;  // of those, admitted to the scheduler (agreed by every rank)
   bool round = false;           // one group at a time: a round is owed to the peers after every group
   std::vector<uint64_t> counts(static_cast<std::size_t>(comm_.size()));
@@ -414,6 +415,7 @@ void SyncTrainer::commLoop() {
         continue;
       }
       for (const Ready& r : inbox_) received.push_back(r);
+      if (!inbox_.empty()) received_step = static_cast<int64_t>(inbox_.back().step);
       received_total += inbox_.size();
       inbox_.clear();
       for (auto& job : lane_done_) finished.push_back(std::move(job));
@@ -469,6 +471,9 @@ void SyncTrainer::commLoop() {
         const auto n1 = rt::now();
         if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
           options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
+        // Filed under the step of the tensors it agrees on (admit() moves comm_step_ on only after the round).
+        if (options_.step_trace && received_step >= 0)
+          options_.step_trace->negotiation(received_step, {n0, n1}, std::string(comm_.controlAlgorithmRun()));
         where = "scheduling";
       }
       // Completions first, in issue order: the scheduler hears of them as the one-at-a-time path tells it, before the

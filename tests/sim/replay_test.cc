@@ -76,6 +76,45 @@ void expectRel(double got, double want, double rel = 1e-6) {
   EXPECT_NEAR(got, want, rel * std::abs(want)) << "got " << got << ", want " << want;
 }
 
+TEST(Replay, NegotiationRoundsSitOnTheCriticalPath) {
+  // The one-layer trace above, with the scheduler negotiation's rounds recorded (step_trace.h): one before the group
+  // (the round that agreed on its tensor), two before it of which one waited while the tensor was not ready (no
+  // cost: it ran during the backward), and one after the group (which holds up the next step's communication, not
+  // this step's end). Each round is an 8-byte Bruck allgather: at 2 workers one exchange of a latency and 8 bytes.
+  const double round = 50e-6 + 8 / 125e6;
+  const double bare = 0.030 + 2 * 50e-6 + 1e6 / 125e6;
+  auto traced = [&](std::vector<double> starts) {
+    StepTrace t = handTrace({{250000, 0.010, 0.020}}, {0}, {1000000});
+    for (auto& st : t.steps) {
+      st.groups[0].issue_s = 0.030;
+      for (double at : starts) st.negotiations.push_back({at, 0, "bruck"});
+    }
+    return replayTrace({t}, mesh(2, 1 * kGbps, 50e-6));
+  };
+  const ReplayResult one = traced({0.030});
+  for (double s : one.step_s) expectRel(s, bare + round);
+  expectRel(traced({0.010, 0.030}).step_s.at(0), bare + round);
+  // A round after the group: the step ends as before, and the next step's group waits for it only if the worker's
+  // communication is still busy when the tensor is ready (it is not: 30 ms of compute come first).
+  const ReplayResult after = traced({0.030, 0.040});
+  expectRel(after.step_s.at(0), bare + round);
+  expectRel(after.step_s.at(1), bare + round);
+  bool listed = false;
+  for (const std::string& c : one.collectives) listed = listed || c.starts_with("negotiation bruck x 1 per step");
+  EXPECT_TRUE(listed) << "the negotiation is one of the replay's collectives";
+}
+
+TEST(Replay, AnEmptyAllreduceCostsNothing) {
+  // PowerSGD's first round of a vector tensor allreduces 0 bytes; the communicator's algorithms return at once, so a
+  // replay that charged it latencies (2 (N-1) of them for a ring) made the step 20% long at 64 workers.
+  StepTrace t = handTrace({{250000, 0.010, 0.020}}, {0}, {1000000});
+  const double with_one = replayTrace({t}, mesh(16, 1 * kGbps, 50e-6)).median_step_s;
+  for (auto& st : t.steps)
+    st.groups[0].phases.insert(st.groups[0].phases.begin(),
+                               {TracePhase::Kind::kCollective, 0, 0, "allreduce", "ring", "f32", 0, {}});
+  expectRel(replayTrace({t}, mesh(16, 1 * kGbps, 50e-6)).median_step_s, with_one);
+}
+
 TEST(Replay, OneLayerRingAtTwoWorkersIsComputePlusAlphaBeta) {
   // 10 ms forward, 20 ms backward, 1 MB on a 1 Gbps / 50 us link: a ring of 2 pays 2 latencies and sends 2 (n-1)/n of
   // the buffer, the whole megabyte, at 125 MB/s.
@@ -303,9 +342,10 @@ void expectInvalid(F&& f, const std::string& needle) {
 TEST(Replay, BadInputIsRefusedNamingTheField) {
   const StepTrace good = handTrace({{1, 0.001, 0.001}}, {0}, {1000}, 1);
   expectInvalid([&] { replayTrace({good}, mesh(0, kGbps, 0)); }, "--workers must be >= 1, got 0");
-  StepTrace v2 = good;
-  v2.header.version = 2;
-  expectInvalid([&] { replayTrace({v2}, mesh(2, kGbps, 0)); }, "field 'version' is 2");
+  StepTrace newer = good;
+  newer.header.version = train::kStepTraceVersion + 1;
+  expectInvalid([&] { replayTrace({newer}, mesh(2, kGbps, 0)); },
+                "field 'version' is " + std::to_string(train::kStepTraceVersion + 1));
   StepTrace async = good;
   async.header.mode = "async";
   expectInvalid([&] { replayTrace({async}, mesh(2, kGbps, 0)); }, "field 'mode' is 'async'");

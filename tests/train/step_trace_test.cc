@@ -57,6 +57,7 @@ StepTrace sample() {
     st.groups = {{4, {{2, 0}}, {333}, 3e-3, {compress, sizes, gather, decompress}},
                  {5, {{0, 0}, {1, 0}}, {1000, 0}, 7e-3, {compress, reduce, compress, reduce, decompress}}};
     st.updates = {{2, 4.2e-3, 1e-5}, {0, 9.3e-3, 2e-5}, {1, 9.32e-3, 0}};
+    st.negotiations = {{2.9e-3, 1e-4, "bruck"}, {6.9e-3, 1e-4, "bruck"}};
     t.steps.push_back(st);
   }
   return t;
@@ -93,12 +94,15 @@ TEST(StepTrace, WrittenAndReadBackIsTheSameTrace) {
   EXPECT_EQ(back.steps[0].groups.at(1).phases.size(), 5u);
   EXPECT_EQ(back.steps[0].compute.at(3).ready, (std::vector<uint64_t>{0, 1}));
   EXPECT_EQ(back.steps[0].updates.at(1).dur_s, 2e-5);
+  ASSERT_EQ(back.steps[1].negotiations.size(), 2u);
+  EXPECT_EQ(back.steps[1].negotiations[1].start_s, 6.9e-3);
+  EXPECT_EQ(back.steps[1].negotiations[1].algorithm, "bruck");
 }
 
 TEST(StepTrace, TheHeaderLineIsTheDocumentedOne) {
   // DESIGN.md section 7 shows these lines: keep the example and the writer in step.
   const std::string h = stepTraceHeaderLine(sample().header);
-  EXPECT_EQ(h.rfind("{\"format\":\"terse-step-trace\",\"version\":1,\"rank\":1,\"world\":2,\"mode\":\"sync\"", 0), 0u)
+  EXPECT_EQ(h.rfind("{\"format\":\"terse-step-trace\",\"version\":2,\"rank\":1,\"world\":2,\"mode\":\"sync\"", 0), 0u)
       << h;
 }
 
@@ -136,8 +140,8 @@ std::function<void(std::string&)> replaceOn(int line, const std::string& from, c
 
 TEST(StepTrace, BadInputIsRefusedNamingFileLineAndField) {
   expectRefused("format", replaceOn(1, "terse-step-trace", "chrome-trace"), 1, "field 'format'");
-  expectRefused("version", replaceOn(1, "\"version\":1", "\"version\":2"), 1,
-                "field 'version' is 2; this build reads version 1 only");
+  expectRefused("version", replaceOn(1, "\"version\":2", "\"version\":3"), 1,
+                "field 'version' is 3; this build reads version 2 only");
   expectRefused(
       "truncated", [](std::string& t) { t.resize(t.size() - 20); }, 3, "truncated");
   expectRefused("not_json", replaceOn(2, "{\"step\":0", "{\"step\":0,,"), 2, "not a JSON object");
@@ -165,6 +169,10 @@ TEST(StepTrace, BadInputIsRefusedNamingFileLineAndField) {
                 "gives rank 1 121 bytes, but bytes is 120");
   expectRefused("op", replaceOn(2, "\"op\":\"allreduce\"", "\"op\":\"alltoall\""), 2,
                 "field 'groups[1].phases[1].op' must be allreduce, allgatherv or allgather_sizes");
+  expectRefused("negotiation_order", replaceOn(2, "{\"start_s\":0.0069", "{\"start_s\":0.0028"), 2,
+                "field 'negotiations[1].start_s' is before the previous round's");
+  expectRefused("negotiation_missing", replaceOn(3, "\"negotiations\":", "\"negotiationz\":"), 3,
+                "field 'negotiations' is missing");
   expectRefused("groups_order", replaceOn(2, "{\"seq\":5", "{\"seq\":4"), 2, "field 'groups[1].seq' is 4");
   expectRefused("rank", replaceOn(1, "\"rank\":1", "\"rank\":2"), 1, "field 'rank' must be in [0, 1], got 2");
   expectRefused("tensor_ids", replaceOn(1, "{\"id\":1", "{\"id\":5"), 1, "field 'tensors[1].id' must be 1");
