@@ -155,98 +155,89 @@ class Planner {
  private:
   // m members `stride` apart (rank stride x i), each to the next (mod m).
   std::string ring(const std::string& name, int m, int stride) {
-    const std::string key = name + "/" + std::to_string(stride);
-    if (!patterns_.count(key)) {
+    return pattern(name + "/" + std::to_string(stride), [&] {
       Flows f;
       for (int i = 0; i < m; ++i) f.emplace_back(i * stride, ((i + 1) % m) * stride);
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   // Bruck among m members `stride` apart: round k sends min(2^k, m - 2^k) blocks of total / m to the member 2^k back.
   void bruck(std::vector<Round>& rounds, const std::string& name, int m, int stride, double total) {
     for (int d = 1; d < m; d *= 2) {
       const std::string key = name + "/" + std::to_string(stride) + "/" + std::to_string(d);
-      if (!patterns_.count(key)) {
+      pattern(key, [&] {
         Flows f;
         for (int i = 0; i < m; ++i) f.emplace_back(i * stride, ((i - d + m) % m) * stride);
-        patterns_[key] = std::move(f);
-      }
+        return f;
+      });
       rounds.push_back({key, std::min(d, m - d) * total / m, 1});
     }
   }
   // The power-of-two fold (allreduce_recursive_doubling.h): the first 2 rem ranks pair up, the even ones hand their
   // buffer to the odd ones (in) and get the result back (out).
   std::string fold(bool in) {
-    const std::string key = in ? "fold-in" : "fold-out";
-    if (!patterns_.count(key)) {
+    return pattern(in ? "fold-in" : "fold-out", [&] {
       const int rem = n_ - static_cast<int>(std::bit_floor(static_cast<unsigned>(n_)));
       Flows f;
       for (int i = 0; i < rem; ++i) f.push_back(in ? std::pair{2 * i, 2 * i + 1} : std::pair{2 * i + 1, 2 * i});
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   // Virtual rank v (of p) exchanges with v ^ d; virtual ranks below rem are the odd ranks of the folded pairs.
   std::string exchange(int d, int p, int rem) {
-    const std::string key = "xor/" + std::to_string(d);
-    if (!patterns_.count(key)) {
+    return pattern("xor/" + std::to_string(d), [&] {
       auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
       Flows f;
       for (int v = 0; v < p; ++v) f.emplace_back(real(v), real(v ^ d));
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   // Heap-ordered binary tree: each rank v > 0 to its parent (up) or from it (down).
   std::string tree(bool up) {
-    const std::string key = up ? "tree-up" : "tree-down";
-    if (!patterns_.count(key)) {
+    return pattern(up ? "tree-up" : "tree-down", [&] {
       Flows f;
       for (int v = 1; v < n_; ++v) f.push_back(up ? std::pair{v, (v - 1) / 2} : std::pair{(v - 1) / 2, v});
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   std::string star(bool in) {
-    const std::string key = in ? "to-root" : "from-root";
-    if (!patterns_.count(key)) {
+    return pattern(in ? "to-root" : "from-root", [&] {
       Flows f;
       for (int v = 1; v < n_; ++v) f.push_back(in ? std::pair{v, 0} : std::pair{0, v});
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   // The hierarchical allreduce's pipelined chains inside each node: member j + 1 -> j (reduce) or j -> j + 1.
   std::string chain(bool up, int g) {
-    const std::string key = up ? "chain-up" : "chain-down";
-    if (!patterns_.count(key)) {
+    return pattern(up ? "chain-up" : "chain-down", [&] {
       Flows f;
       for (int r = 0; r + 1 < n_; ++r)
         if ((r + 1) % g != 0) f.push_back(up ? std::pair{r + 1, r} : std::pair{r, r + 1});
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   std::string gatherToLeaders(int g) {
-    const std::string key = "to-leader";
-    if (!patterns_.count(key)) {
+    return pattern("to-leader", [&] {
       Flows f;
       for (int r = 0; r < n_; ++r)
         if (r % g != 0) f.emplace_back(r, r - r % g);
-      patterns_[key] = std::move(f);
-    }
-    return key;
+      return f;
+    });
   }
   // Binomial broadcast round at distance d inside each node: member j < d sends to j + d.
   std::string nodeBroadcast(int d, int g) {
-    const std::string key = "node-bcast/" + std::to_string(d);
-    if (!patterns_.count(key)) {
+    return pattern("node-bcast/" + std::to_string(d), [&] {
       Flows f;
       for (int leader = 0; leader < n_; leader += g)
         for (int j = 0; j < d && j + d < g && leader + j + d < n_; ++j) f.emplace_back(leader + j, leader + j + d);
-      patterns_[key] = std::move(f);
-    }
+      return f;
+    });
+  }
+
+  // Makes pattern `key` by `build` the first time it is asked for (each is measured once); returns the key.
+  template <class Build>
+  std::string pattern(std::string key, Build&& build) {
+    if (!patterns_.count(key)) patterns_[key] = build();
     return key;
   }
 
