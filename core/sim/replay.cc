@@ -609,6 +609,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   std::map<std::string, int> per_step_count;  // label -> collectives in the replay
   double prev_end = 0, compute_sum = 0, exposed_sum = 0, comm_sum = 0, sent_sum = 0;
   const double scale = options.compute_scale;
+  const bool updates_after_backward = h.source == "pytorch";
   for (int s = 0; s < steps; ++s) {
     const std::size_t si = static_cast<std::size_t>(s) % recorded;
     // Compute: each behaviour's segments in order.
@@ -639,11 +640,14 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       for (const auto& [id, chunk] : groups[gi].chunks) last_group[id] = static_cast<int>(gi);
     // Each recorded rank's updates by the group that releases them: a scan of every update per group and worker was
     // tensors^2 x workers per step (a jittered replay at 1,024 workers spent 0.16 s of host time per step there).
+    // A PyTorch trace's updates are the script's optimizer step, after backward returns: after the last group.
     std::vector<std::vector<std::vector<const train::TraceUpdate*>>> group_updates(nr);
     for (std::size_t r = 0; r < nr; ++r) {
       group_updates[r].resize(groups.size());
       for (const auto& u : ranks[r].steps[si].updates)
-        if (last_group[u.tensor] >= 0) group_updates[r][static_cast<std::size_t>(last_group[u.tensor])].push_back(&u);
+        if (last_group[u.tensor] >= 0)
+          group_updates[r][updates_after_backward ? groups.size() - 1 : static_cast<std::size_t>(last_group[u.tensor])]
+              .push_back(&u);
     }
     double step_comm = 0, step_sent = 0;
     // The negotiation rounds each group waited for: those recorded after the previous group's issue and up to its

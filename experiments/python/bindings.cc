@@ -173,17 +173,21 @@ PYBIND11_MODULE(_terse, m) {
       .def(
           "aggregate",
           [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,
-             const std::vector<std::tuple<uint64_t, uint64_t, std::vector<int64_t>>>& members, bool is_last) {
+             const std::vector<std::tuple<uint64_t, uint64_t, std::vector<int64_t>>>& members, bool is_last,
+             double issued, const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
             std::vector<BucketMember> layout;
             layout.reserve(members.size());
             for (const auto& [id, offset, shape] : members) layout.push_back(BucketMember{id, offset, shape});
             const DType d = dtypeFromTorch(dtype);
             // Without the GIL: the codecs and the waits overlap backward; the communicator takes it per call.
             py::gil_scoped_release released;
-            a.aggregate(index, data, numel, d, layout, is_last);
+            a.aggregate(index, data, numel, d, layout, is_last, issued, traced);
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
-          py::arg("is_last"))
+          py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
+      .def(
+          "trace_to", [](DdpAggregator& a, HookTrace* t) { a.traceTo(t); }, py::arg("trace").none(true),
+          py::keep_alive<1, 2>())
       .def("add_exposed", &DdpAggregator::addExposed, py::arg("seconds"))
       .def_property_readonly("step", &DdpAggregator::step)
       .def_property_readonly("rank", [](DdpAggregator& a) { return a.communicator().rank(); })
@@ -226,6 +230,50 @@ PYBIND11_MODULE(_terse, m) {
         d["hook_s"] = a.hookSeconds();
         d["exposed_s"] = a.exposedSeconds();
         return d;
+      });
+
+  m.def("monotonic", &steadySeconds,
+        "seconds on the clock terse stamps its phases with (steady_clock), for step-trace events from Python");
+  py::class_<HookTrace>(m, "HookTrace")
+      .def(py::init([](const std::string& workload, const std::string& compressor, const std::string& backend) {
+             train::TraceHeader h;
+             h.mode = "sync";
+             h.source = "pytorch";
+             h.workload = workload;
+             h.compressor = compressor;
+             // DDP's order: buckets one at a time as they become ready, each a group of the trace.
+             h.scheduler = "ddp";
+             // torch.distributed picks its own algorithms; a replay prices the collectives as terse's `auto` at N.
+             h.allreduce_algorithm = "torch:" + backend;
+             h.allgather_algorithm = "torch:" + backend;
+             h.clock = "real_time";
+             return std::make_unique<HookTrace>(std::move(h));
+           }),
+           py::arg("workload"), py::arg("compressor"), py::arg("backend"))
+      .def(
+          "describe",
+          [](HookTrace& t, int rank, int world, int64_t batch_size, int layers,
+             const std::vector<std::tuple<std::string, uint64_t, int>>& tensors) {
+            std::vector<train::TraceTensor> v;
+            for (const auto& [name, elements, layer] : tensors)
+              v.push_back(train::TraceTensor{0, name, elements, layer});
+            t.describe(rank, world, batch_size, layers, std::move(v));
+          },
+          py::arg("rank"), py::arg("world"), py::arg("batch_size"), py::arg("layers"), py::arg("tensors"))
+      .def_property_readonly("described", &HookTrace::described)
+      .def("begin_step", &HookTrace::beginStep, py::arg("step"), py::arg("start"))
+      .def("forward", &HookTrace::forward, py::arg("step"), py::arg("layer"), py::arg("start"), py::arg("end"))
+      .def("backward", &HookTrace::backward, py::arg("step"), py::arg("layer"), py::arg("start"), py::arg("end"),
+           py::arg("ready"))
+      .def("optimizer", &HookTrace::optimizer, py::arg("step"), py::arg("start"), py::arg("end"))
+      .def("end_step", &HookTrace::endStep, py::arg("step"), py::arg("step_s"))
+      .def("write", &HookTrace::write, py::arg("dir"))
+      .def("lines", [](const HookTrace& t) {
+        // The trace as the file would hold it, line by line (tests).
+        const train::StepTrace s = t.snapshot();
+        std::vector<std::string> out{train::stepTraceHeaderLine(s.header)};
+        for (const auto& step : s.steps) out.push_back(train::stepTraceStepLine(step));
+        return out;
       });
 
   py::class_<HookResults>(m, "HookResults")

@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/train/param_info.h"
+#include "core/train/trace_group.h"
 
 namespace py = pybind11;
 
@@ -82,6 +83,12 @@ CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<i
 
 void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                               const std::vector<BucketMember>& members, bool is_last) {
+  aggregate(bucket_index, data, numel, dtype, members, is_last, 0.0, {});
+}
+
+void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                              const std::vector<BucketMember>& members, bool is_last, double issued,
+                              const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
   const auto start = Clock::now();
   comm_->checkGroup();
   TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
@@ -120,7 +127,18 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
     void* at = base + m.offset * elem;
     group_.push_back(GroupMember{&p, at, at});
   }
-  engine_->run(step_, group_);
+  if (trace_ != nullptr) {
+    train::TracedGroupPhases phases;
+    engine_->run(step_, group_, phases.recorder());
+    phases.group.seq = trace_seq_++;
+    for (const auto& [id, elements] : traced) {
+      phases.group.chunks.emplace_back(id, 0);
+      phases.group.chunk_elements.push_back(elements);
+    }
+    trace_->recorder().group(static_cast<int64_t>(step_), std::move(phases.group), steadyPoint(issued), phases.spans);
+  } else {
+    engine_->run(step_, group_);
+  }
 
   ByteCounts after;
   for (const GroupMember& m : group_) after += countsOf(m.pipeline->stats());

@@ -23,6 +23,10 @@
 // call validates the whole bucket layout before the first collective, so a bad call (a CUDA tensor, a dtype, an
 // overlapping layout) raises on every rank alike and no peer is left inside a collective.
 //
+// Step trace. With a HookTrace attached (traceTo), each aggregated bucket is one group of the trace's step (this
+// aggregator's step count): its chunks are the parameters the caller names (whole tensors, also in kBucket mode, where
+// the bucket is compressed as one), issued when the hook was called, its phases as the engine ran them.
+//
 // Bytes. Per bucket index: the last step's payload bytes (what the compressor produced on this rank, all rounds) and
 // wire bytes (what the communicator passed to torch.distributed, modelled as torch_communicator.h says), and their
 // sums since the start.
@@ -42,6 +46,7 @@
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/loader.h"
+#include "experiments/python/hook_trace.h"
 #include "experiments/python/torch_communicator.h"
 
 namespace terse::python {
@@ -87,6 +92,14 @@ class DdpAggregator {
   // `members` lay the parameters out in the buffer (they must tile it exactly); in kBucket mode they are ignored.
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                  const std::vector<BucketMember>& members, bool is_last);
+  // The same, recorded as a group of the attached trace (see the top of this file): `issued` is when the hook was
+  // called (steadySeconds), `traced` the bucket's parameters (tensor id, elements) in DDP's order.
+  void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                 const std::vector<BucketMember>& members, bool is_last, double issued,
+                 const std::vector<std::pair<uint64_t, uint64_t>>& traced);
+  // Attaches (or with null detaches) a step trace; it must outlive the aggregator's calls.
+  void traceTo(HookTrace* trace) noexcept { trace_ = trace; }
+  HookTrace* trace() const noexcept { return trace_; }
 
   uint64_t step() const noexcept { return step_; }
   const std::map<int, BucketBytes>& buckets() const noexcept { return buckets_; }
@@ -126,6 +139,8 @@ class DdpAggregator {
   std::map<int, BucketBytes> buckets_;
   std::vector<GroupMember> group_;  // reused per call
   uint64_t step_ = 0;
+  HookTrace* trace_ = nullptr;
+  uint64_t trace_seq_ = 0;  // groups recorded so far: the run-wide issue number
   double hook_s_ = 0;
   double exposed_s_ = 0;
 };

@@ -24,6 +24,11 @@
                     overlap and without (then the process exits 1, naming it); rank 1 is released by gloo
   layout            a bucket that changes size (bucket granularity: new pipeline; tensor granularity: refused), a
                     layout that does not tile the bucket, and a re-formed group of another size are handled or refused
+  step_trace        step_trace=True with a logger: every rank's steps.rank<R>.jsonl in the results folder, each step
+                    with a forward segment per Linear (its parameters that layer's tensors), a backward segment and a
+                    group per DDP bucket (same tensors, in order; compress, gloo all-gathers, decompress), the
+                    optimizer's time as updates; the parameters equal an untraced run's bit for bit; `terse whatif`
+                    replays the folder at 16 workers; step_trace without module= is refused
   accuracy          top-k 1% + EF + DGC momentum through the hook on the quickstart MLP (tests/python/
                     ddp_recipe.textproto) ends within 1 point of `terse run` of the same recipe, and `terse compare`
                     shows both runs in one table
@@ -555,6 +560,88 @@ def check_logger(root):
                                                                                ours["payload_bytes_per_worker"]))
 
 
+# ---- step trace
+
+
+def step_trace(rank, root):
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    expect_error(terse.InvalidArgument, "step_trace=True needs module=",
+                 lambda: terse.torch.CompressionState("topk", ratio=0.01, step_trace=True))
+    finals = {}
+    for traced in (False, True):
+        model = deep_mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+        state = terse.torch.CompressionState("topk", module=ddp, ratio=0.01, error_feedback=True, step_trace=traced)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        log = terse.torch.ResultsLogger(root, study="traced", variant="topk-%s" % traced, state=state)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for s in range(5):
+            x, y = batch(s, rank)
+            opt.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            opt.step()
+            if s == 2:
+                with torch.no_grad():  # an evaluation's forward between steps is not a step's
+                    ddp.eval()
+                    ddp(x)
+                    ddp.train()
+        log.record(test_accuracy=0.5)
+        log.finish()
+        finals[traced] = [p.detach().clone() for p in model.parameters()]
+        if rank == 0:
+            with open(os.path.join(root, "buckets"), "w") as f:
+                f.write(str(len(state.buckets())))
+    for a, b in zip(finals[False], finals[True]):
+        check(torch.equal(a, b), "rank %d: tracing changed the parameters by up to %g" % (rank, (a - b).abs().max()))
+
+
+def check_step_trace(root):
+    folder = os.path.join(root, "traced", "topk-True")
+    check(not os.path.exists(os.path.join(root, "traced", "topk-False", "steps.rank0.jsonl")),
+          "an untraced run wrote a step trace")
+    buckets = int(open(os.path.join(root, "buckets")).read())
+    check(buckets > 2, "the model should have several buckets, DDP made %d" % buckets)
+    layers = sum(1 for m in deep_mlp().modules() if isinstance(m, nn.Linear))
+    for rank in range(WORLD):
+        lines = open(os.path.join(folder, "steps.rank%d.jsonl" % rank)).read().splitlines()
+        header, steps = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+        check(header["source"] == "pytorch" and header["rank"] == rank and header["world"] == WORLD,
+              "header %s" % lines[0][:300])
+        check(header["batch_size"] == 32 and header["layers"] == layers and header["compressor"] == "topk:ratio=0.01",
+              "header %s" % lines[0][:300])
+        tensors = header["tensors"]
+        check([t["name"] for t in tensors[:2]] == ["0.weight", "0.bias"] and tensors[-1]["layer"] == layers - 1,
+              "tensors %s" % tensors)
+        check([st["step"] for st in steps] == list(range(5)), "steps %s" % [st["step"] for st in steps])
+        for st in steps[1:]:  # after DDP rebuilt its buckets in the first step
+            fwd = [c for c in st["compute"] if c["kind"] == "forward"]
+            bwd = [c for c in st["compute"] if c["kind"] == "backward"]
+            check([c["layer"] for c in fwd] == list(range(layers)), "forward layers %s" % [c["layer"] for c in fwd])
+            check(len(bwd) == buckets == len(st["groups"]), "step %d: %d backward segments, %d groups, %d buckets"
+                  % (st["step"], len(bwd), len(st["groups"]), buckets))
+            for c, g in zip(bwd, st["groups"]):
+                check(c["ready"] == [t for t, _ in g["chunks"]], "a group's tensors are not its bucket's: %s vs %s"
+                      % (c["ready"], g["chunks"]))
+                check(g["issue_s"] >= c["start_s"] + c["dur_s"] - 1e-6, "a bucket issued before it was ready")
+                kinds = [p["kind"] for p in g["phases"]]
+                check(kinds[0] == "compress" and kinds[-1] == "decompress" and "collective" in kinds, "phases %s" % kinds)
+                ops = {p["op"] for p in g["phases"] if p["kind"] == "collective"}
+                check(ops <= {"allgatherv", "allgather_sizes"} and all(
+                    p["algorithm"] == "torch:gloo" for p in g["phases"] if p["kind"] == "collective"), "ops %s" % ops)
+            check(sorted(t for c in bwd for t in c["ready"]) == list(range(len(tensors))), "not every tensor ready")
+            check(sorted(u["tensor"] for u in st["updates"]) == list(range(len(tensors))), "updates %s" % st["updates"])
+            last = max(c["start_s"] + c["dur_s"] for c in bwd)
+            check(min(u["start_s"] for u in st["updates"]) >= last - 1e-6, "the optimizer ran before backward ended")
+            check(st["step_s"] >= max(u["start_s"] + u["dur_s"] for u in st["updates"]) - 1e-6, "step_s too short")
+        check(steps[3]["start_s"] > steps[2]["start_s"] + steps[2]["step_s"] - 1e-6, "steps overlap")
+    out = subprocess.run([ARGS.terse, "whatif", folder, "--workers", "16", "--bandwidth", "10Gbps", "--latency", "5us",
+                          "--json", "-"], check=True, capture_output=True, text=True).stdout
+    result = json.loads(out[out.index("\n{") + 1:])
+    check(result["workers"] == 16 and result["mean_step_s"] > 0, "whatif: %s" % out[-400:])
+    print("step_trace: %d buckets, %d layers; whatif at 16 workers: %.2f ms per step" % (
+        buckets, layers, 1e3 * result["mean_step_s"]))
+
+
 # ---- accuracy against the native run
 
 
@@ -589,7 +676,7 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
-                                    "one_rank_fails", "plugin_hangs", "layout", "accuracy"])
+                                    "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -618,6 +705,9 @@ def main():
                 spawn_hanging(tmp2, overlap=False)
         elif ARGS.case == "one_rank_fails":
             spawn_failing(tmp)
+        elif ARGS.case == "step_trace":
+            spawn(step_trace, tmp)
+            check_step_trace(tmp)
         elif ARGS.case == "layout":
             spawn(layout, os.path.join(tmp, "store2"))
         else:

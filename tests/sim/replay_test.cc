@@ -156,6 +156,22 @@ TEST(Replay, CommunicationHidesBehindTheNextLayersBackward) {
   expectRel(e.median_step_s, 0.004 + 0.004 + 0.003 + c1 + c0);
 }
 
+TEST(Replay, APyTorchTraceUpdatesAfterItsLastGroup) {
+  // The hidden case above with a 3 ms update of layer 1's tensor. terse's trainer updates a tensor as soon as its group
+  // is in: the update hides in layer 0's backward as the transfer does (20 ms a step). A PyTorch trace's optimizer
+  // runs after backward returned, so the update follows the last group: 3 ms more a step.
+  StepTrace t = handTrace({{1, 0.004, 0.008}, {1, 0.004, 0.003}}, {1, 0}, {625000, 125000});
+  for (auto& st : t.steps)
+    for (auto& u : st.updates)
+      if (u.tensor == 1) u.dur_s = 0.003;
+  const double c0 = 125000 / 125e6;
+  const ReplayResult native = replayTrace({t}, mesh(2, 1 * kGbps, 0));
+  for (double s : native.step_s) expectRel(s, 0.004 + 0.004 + 0.003 + 0.008 + c0);
+  t.header.source = "pytorch";
+  const ReplayResult torch = replayTrace({t}, mesh(2, 1 * kGbps, 0));
+  for (double s : torch.step_s) expectRel(s, 0.004 + 0.004 + 0.003 + 0.008 + c0 + 0.003);
+}
+
 TEST(Replay, PriorityOrderLetsTheNextForwardStartEarlier) {
   // Layers: f0 10 ms, f1 1 ms, b1 2 ms, b0 1 ms; layer 1's group 5 ms, layer 0's 0.5 ms on the wire.
   // fifo (backward order: 1 then 0): f0 + f1 + b1 + c1 + c0 per step.

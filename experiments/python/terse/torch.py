@@ -48,6 +48,14 @@ rank alike (the usual case: same plugin, same parameters, same model) no rank is
 rank only leaves its peers in a gloo collective until this process's connections close (it exits or calls
 torch.distributed.destroy_process_group()) or the group's timeout expires: gloo cannot be aborted from Python.
 
+Step traces (`step_trace=True`, with `module=`): the state records what each training step did -- the forward of
+every module that owns parameters, backward as DDP hands over each bucket, each bucket's compress, collectives and
+decompress, and the time from the end of backward to the next forward (the script's optimizer step) -- in the format
+`terse whatif` replays on a simulated cluster of N workers (experiments/python/hook_trace.h says what is recorded and
+how). ResultsLogger.finish() writes every rank's steps.rank<R>.jsonl into the results folder; without a logger,
+`state.write_step_trace(folder)` does. Forward hooks on the module's parameter-owning modules take the times; they
+cost a few microseconds a module.
+
 `ddp_hook()`, the factory of earlier versions that returned a (state, hook) pair and took string parameters, is
 retired: CompressionState + compression_hook do its job, and ResultsLogger writes what its results_dir wrote.
 """
@@ -123,6 +131,7 @@ class CompressionState:
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
                          and the install and build trees
+    step_trace           record this rank's step trace for `terse whatif` (needs module=); see the module's text
     plugin_timeout       seconds one compressor call may run (default 60; 0 = no limit; at most 3600). The process's
                          deadline: the last state made sets it. A call past it fails its bucket with terse.PluginError
                          naming the plugin, the call and the tensor, so backward raises; the hung thread is abandoned.
@@ -135,11 +144,12 @@ class CompressionState:
 
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
-                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, **plugin_params):
+                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
-                           ("momentum_nesterov", momentum_nesterov), ("overlap", overlap)):
+                           ("momentum_nesterov", momentum_nesterov), ("overlap", overlap),
+                           ("step_trace", step_trace)):
             _require(isinstance(value, bool), "'%s' must be True or False, got %r" % (key, value))
         _require(isinstance(momentum_correction, numbers.Real) and not isinstance(momentum_correction, bool),
                  "'momentum_correction' must be a number in [0, 1), got %r" % (momentum_correction,))
@@ -148,6 +158,9 @@ class CompressionState:
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
                  % (granularity,))
         _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
+        _require(not step_trace or module is not None,
+                 "step_trace=True needs module= (the model or its DDP wrapper): the trace names its parameters and "
+                 "times its modules' forward")
         _require(isinstance(plugin_timeout, numbers.Real) and not isinstance(plugin_timeout, bool)
                  and 0 <= plugin_timeout <= 3600,
                  "'plugin_timeout' must be a number of seconds in [0, 3600] (0 = no limit), got %r" % (plugin_timeout,))
@@ -183,6 +196,12 @@ class CompressionState:
         self._sync_thread = None   # overlap=False: the native id of the thread inside the hook, while it is
         _terse.set_plugin_timeout(float(plugin_timeout))
         self.plugin_timeout = float(plugin_timeout)
+        self._tracer = None
+        if step_trace:
+            spec = self.compressor + "".join(("," if i else ":") + "%s=%s" % kv
+                                             for i, kv in enumerate(sorted(merged.items())))
+            self._tracer = _StepTracer(self, module, spec)
+            self._agg.trace_to(self._tracer.trace)
         ref = weakref.ref(self)
         self._watch = _terse.on_plugin_overrun(lambda message, thread: CompressionState._overrun_of(ref, message,
                                                                                                      thread))
@@ -229,6 +248,14 @@ class CompressionState:
         to that bucket's completion, summed over steps; without, all of hook_s)."""
         self._drain()
         return self._agg.times()
+
+    def write_step_trace(self, folder):
+        """Writes this rank's step trace (step_trace=True) as <folder>/steps.rank<R>.jsonl, creating the folder; the
+        step in progress is closed first. ResultsLogger.finish() calls it with the results folder."""
+        _require(self._tracer is not None, "write_step_trace: the state was built without step_trace=True")
+        self._drain()
+        self._tracer.close_step(_terse.monotonic())
+        self._tracer.trace.write(str(folder))
 
     def raise_if_failed(self):
         """Raises terse's exception of the first bucket that failed, if one did."""
@@ -299,15 +326,23 @@ class CompressionState:
         if not buf.is_contiguous():
             raise _invalid("bucket %d's buffer is not contiguous" % bucket.index())
         members = []
-        if self._agg.granularity == "tensor":
+        if self._agg.granularity == "tensor" or self._tracer is not None:
             base, size = buf.data_ptr(), buf.element_size()
             for param, grad in zip(bucket.parameters(), bucket.gradients()):
                 # DDP's gradients() are views into the bucket's buffer; their offsets say where each tensor lies.
                 members.append((self._tensor_id(param), (grad.data_ptr() - base) // size, tuple(param.shape)))
         return buf, members
 
-    def _aggregate(self, index, buf, members, is_last):
-        self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
+    def _aggregate_traced(self, index, buf, members, is_last, issued):
+        traced = [(tid, math.prod(shape)) for tid, _, shape in members]
+        layout = members if self._agg.granularity == "tensor" else []
+        self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), layout, is_last, issued, traced)
+
+    def _aggregate(self, index, buf, members, is_last, issued=None):
+        if issued is not None:
+            self._aggregate_traced(index, buf, members, is_last, issued)
+        else:
+            self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
 
     def _fail(self, error):
         if self.error is None:
@@ -326,18 +361,23 @@ class CompressionState:
             self._fail(e)
             raise
         index, is_last = bucket.index(), bucket.is_last()
+        issued = None
+        if self._tracer is not None:
+            issued = self._tracer.bucket(members, is_last)
         fut = torch.futures.Future()
         if not self.overlap:
             start = time.perf_counter()
             self._sync_thread = threading.get_native_id()
             try:
-                self._aggregate(index, buf, members, is_last)
+                self._aggregate(index, buf, members, is_last, issued)
             except Exception as e:
                 self._fail(e)
                 raise
             finally:
                 self._sync_thread = None
             self._agg.add_exposed(time.perf_counter() - start)
+            if self._tracer is not None:
+                self._tracer.handed_back(is_last)
             fut.set_result(buf)
             return fut
         if self._worker is None:
@@ -352,7 +392,9 @@ class CompressionState:
         # return does, so the worker cannot complete a bucket before its hook call has returned.
         chained = fut.then(_value)
         # The buffer is held by the job until its Future completes: DDP does not reuse it before waiting.
-        self._queue.put((index, buf, members, is_last, fut, time.perf_counter()))
+        self._queue.put((index, buf, members, is_last, fut, time.perf_counter(), issued))
+        if self._tracer is not None:
+            self._tracer.handed_back(False)
         return chained
 
     def _work(self, jobs):
@@ -361,13 +403,13 @@ class CompressionState:
             try:
                 if job is None:
                     return
-                index, buf, members, is_last, fut, submitted = job
+                index, buf, members, is_last, fut, submitted, issued = job
                 if self.error is not None:
                     fut.set_exception(self._failed_again())
                     continue
                 self._current = fut
                 try:
-                    self._aggregate(index, buf, members, is_last)
+                    self._aggregate(index, buf, members, is_last, issued)
                 except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
                     self._fail(e)
                     if not fut.done():
@@ -380,6 +422,8 @@ class CompressionState:
                 if is_last:
                     # Backward's own work ended about when DDP handed over its last bucket: what follows, it waits.
                     self._agg.add_exposed(time.perf_counter() - submitted)
+                    if self._tracer is not None:
+                        self._tracer.last_done()
                 fut.set_result(buf)
             finally:
                 jobs.task_done()
@@ -387,6 +431,145 @@ class CompressionState:
     def _drain(self):
         if self._queue is not None:
             self._queue.join()
+
+
+class _StepTracer:
+    """The step trace of one CompressionState (experiments/python/hook_trace.h says what is recorded and why). Runs on
+    the training thread (module hooks, the DDP hook) but for last_done(), which the overlap worker calls; the GIL
+    orders them."""
+
+    def __init__(self, state, module, compressor_spec):
+        ddp = torch.nn.parallel.DistributedDataParallel
+        inner = module.module if isinstance(module, ddp) else module
+        prefix = "module." if isinstance(module, ddp) else ""
+        self.state = state
+        self._params = list(module.parameters())
+        self._names = [n[len(prefix):] if prefix and n.startswith(prefix) else n for n, _ in module.named_parameters()]
+        backend = torch.distributed.get_backend(state.process_group) if torch.distributed.is_initialized() else "none"
+        self.trace = _terse.HookTrace(workload=type(inner).__name__, compressor=compressor_spec, backend=str(backend))
+        # The modules that own parameters directly: each is a layer of the trace, numbered in the order the first traced
+        # forward runs them.
+        self._owners = [m for m in inner.modules() if next(m.parameters(recurse=False), None) is not None]
+        self._order = {}  # owner index -> layer, from the first traced forward
+        self._handles = [module.register_forward_pre_hook(self._forward_start),
+                         module.register_forward_hook(self._forward_end)]
+        for i, owner in enumerate(self._owners):
+            self._handles.append(owner.register_forward_hook(lambda m, inputs, output, i=i: self._owner_done(i)))
+        self._forward = None  # the training forward in progress or last done: start, marks [(owner, t)], end, backward
+        self._step = 0        # the next step to begin (the aggregator's count of backward passes)
+        self._open = None     # the step begun and not yet closed: step, start, last (hand-over), done, ended
+
+    # ---- forward (module hooks)
+
+    def _forward_start(self, module, inputs):
+        now = _terse.monotonic()
+        self.close_step(now)
+        if not (torch.is_grad_enabled() and module.training):
+            self._forward = None  # an evaluation's forward is not a training step's
+            return
+        batch = next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), 0)
+        self._forward = {"start": now, "marks": [], "end": None, "backward": None, "batch": int(batch)}
+
+    def _owner_done(self, owner):
+        f = self._forward
+        if f is not None and f["end"] is None:
+            f["marks"].append((owner, _terse.monotonic()))
+
+    def _forward_end(self, module, inputs, output):
+        f = self._forward
+        if f is None or f["end"] is not None:
+            return
+        f["end"] = _terse.monotonic()
+        # Backward starts when the output's gradient is computed (the loss's own backward is a few operations).
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        for out in outputs:
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                def started(grad, f=f):
+                    if f["backward"] is None:
+                        f["backward"] = _terse.monotonic()
+                out.register_hook(started)
+                break
+
+    # ---- the hook's side
+
+    def _describe(self, f):
+        order = [] if f is None else [o for o, _ in f["marks"]]
+        for o in order:
+            self._order.setdefault(o, len(self._order))
+        for o in range(len(self._owners)):  # owners the forward did not run: after the others
+            self._order.setdefault(o, len(self._order))
+        layer_of = {}
+        for o, owner in enumerate(self._owners):
+            for p in owner.parameters(recurse=False):
+                layer_of.setdefault(id(p), self._order[o])
+        last = max(self._order.values(), default=0)
+        tensors = [(name, p.numel(), layer_of.get(id(p), last)) for name, p in zip(self._names, self._params)]
+        self._layer_of = [t[2] for t in tensors]
+        self.trace.describe(rank=self.state.rank, world=self.state.world_size,
+                            batch_size=0 if f is None else f["batch"], layers=max(1, len(self._order)),
+                            tensors=tensors)
+
+    def bucket(self, members, is_last):
+        """A bucket handed over by DDP: begins the step at its first bucket and records the backward that made the
+        bucket ready. Returns the issue time for the aggregator's group."""
+        now = _terse.monotonic()
+        if self._open is None:
+            f = self._forward
+            if not self.trace.described:
+                self._describe(f)
+            step = self._step
+            start = now if f is None else f["start"]
+            self.trace.begin_step(step, start)
+            last = start
+            if f is not None:
+                end = f["backward"] or f["end"] or now
+                marks = f["marks"]
+                for k, (owner, t) in enumerate(marks):
+                    # The last module's segment runs on to backward's start: the loss is computed in it.
+                    self.trace.forward(step, self._order.get(owner, 0), last, end if k == len(marks) - 1 else t)
+                    last = end if k == len(marks) - 1 else t
+                if not marks:
+                    self.trace.forward(step, 0, start, end)
+                last = end
+            self._forward = None
+            self._open = {"step": step, "start": start, "last": last, "done": None, "ended": False}
+        o = self._open
+        ids = [tid for tid, _, _ in members]
+        layer = min((self._layer_of[t] for t in ids if t < len(self._layer_of)), default=0)
+        self.trace.backward(o["step"], layer, o["last"], max(now, o["last"]), ids)
+        if is_last:
+            o["ended"] = True
+            self._step += 1
+        return now
+
+    def handed_back(self, is_last):
+        """The hook returns to DDP: backward goes on from here."""
+        if self._open is not None:
+            now = _terse.monotonic()
+            self._open["last"] = now
+            if is_last:
+                self._open["done"] = now
+
+    def last_done(self):
+        """The overlap worker completed the step's last bucket."""
+        if self._open is not None:
+            self._open["done"] = _terse.monotonic()
+
+    def close_step(self, now):
+        """Closes the open step at `now` (the next forward, a record, the trace's writing) once its backward ended:
+        what lies between backward's end and now is the script's optimizer step."""
+        o = self._open
+        if o is None or not o["ended"]:
+            return
+        end = max(o["last"], o["done"] or o["last"])
+        self.trace.optimizer(o["step"], end, max(now, end))
+        self.trace.end_step(o["step"], max(now, end) - o["start"])
+        self._open = None
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
 
 def _value(fut):
@@ -440,6 +623,8 @@ class ResultsLogger:
             variant = state.compressor if variant is None else variant
             self._results = _terse.HookResults(state._agg, str(root), study, str(variant), str(description),
                                                torch.__version__)
+            # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
+            self._folder = os.path.join(str(root), study, str(variant))
             return
         if bytes_per_step is None:
             _require(module is not None, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=")
@@ -463,6 +648,8 @@ class ResultsLogger:
         defaults to the hook's count of backward passes."""
         if self.state is not None:
             self.state._drain()
+            if self.state._tracer is not None:
+                self.state._tracer.close_step(_terse.monotonic())
         _require(step is None or (isinstance(step, numbers.Integral) and step >= 0),
                  "ResultsLogger.record: step must be a non-negative integer, got %r" % (step,))
         self._results.record(test_accuracy=float(test_accuracy), test_loss=float(test_loss),
@@ -474,4 +661,13 @@ class ResultsLogger:
         failed marks it failed with its error even when `error` is not given."""
         if error is None and self.state is not None:
             error = self.state.error
+        if self.state is not None and self.state._tracer is not None and self.state._tracer.trace.described:
+            # Before the status says completed: a finished folder holds its traces. A failed run's trace shows where
+            # it stopped.
+            try:
+                self.state.write_step_trace(self._folder)
+            except Exception as e:  # noqa: BLE001
+                if error is None:
+                    self._results.finish(str(e))
+                    raise
         self._results.finish(None if error is None else str(error))

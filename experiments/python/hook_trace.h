@@ -1,0 +1,71 @@
+// The step trace of a PyTorch run through terse's DDP hook (terse.torch.CompressionState(step_trace=True); the format
+// is core/train/step_trace.h, source "pytorch"), for `terse whatif`: what one rank's training step did, recorded from
+// what a hook can see without touching the training script.
+//
+//   compute   forward: one segment per module that owns parameters, in the order the first traced forward ran them
+//             (module forward hooks; a segment runs from the previous one's end to its module's end, the first from
+//             the model's forward start, the last to the start of backward, so the loss is in it). Each such module
+//             is a layer of the trace and its parameters are that layer's tensors.
+//             backward: one segment per DDP bucket, from the previous bucket's hand-over (or the start of backward) to
+//             this one's, its `ready` tensors the bucket's parameters -- DDP hands a bucket over once all of its
+//             gradients are in, which is what a replay needs.
+//   groups    one per bucket, in DDP's hand-over order (the same on every rank), its phases as the aggregation
+//             engine ran them (core/train/trace_group.h): compress, the collectives through torch.distributed
+//             (algorithm "torch:<backend>"), decompress.
+//   updates   torch's optimizer step is the training script's, after backward returns: the hook sees only the time
+//             from the end of backward (its last bucket done) to the next forward (or the next ResultsLogger.record):
+//             optimizer.step(), zero_grad() and the data loader together. It is recorded as one update per tensor,
+//             one after the other, each its share of that time by elements; a replay runs a PyTorch trace's updates
+//             after the step's last group, as the script does (core/sim/replay.h).
+//
+// Times come from Python as seconds of the steady clock (monotonic(), the clock the engine stamps its phases with),
+// so every event of a step is on one time line. Steps are the aggregator's: one per backward pass, ending with the
+// bucket DDP marks last.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/train/step_trace.h"
+
+namespace terse::python {
+
+// Seconds on std::chrono::steady_clock, as Python sees them (terse._terse.monotonic()).
+double steadySeconds();
+std::chrono::steady_clock::time_point steadyPoint(double seconds);
+
+class HookTrace {
+ public:
+  // `header`: what the Python state knows (workload, compressor, clock...); rank, world, batch and tensors come with
+  // describe(). The run's time zero is now.
+  explicit HookTrace(train::TraceHeader header);
+
+  // Once, at the first traced step: the parameters in the module's order (id = index), their names, elements and
+  // layers. Throws InvalidArgument for a layer outside [0, layers) or an empty list.
+  void describe(int rank, int world, int64_t batch_size, int layers, std::vector<train::TraceTensor> tensors);
+  bool described() const noexcept { return described_; }
+
+  void beginStep(int64_t step, double start);
+  void forward(int64_t step, int layer, double start, double end);
+  void backward(int64_t step, int layer, double start, double end, std::vector<uint64_t> ready);
+  // The time between backward's end and the next forward, split over the tensors by elements (see above).
+  void optimizer(int64_t step, double start, double end);
+  void endStep(int64_t step, double step_s);
+
+  train::StepTraceRecorder& recorder() noexcept { return recorder_; }
+  // Writes steps.rank<R>.jsonl into `dir` (created when missing; results::writeStepTrace).
+  void write(const std::filesystem::path& dir) const;
+  // The trace so far (tests).
+  train::StepTrace snapshot() const { return recorder_.snapshot(); }
+
+ private:
+  train::StepTraceRecorder recorder_;
+  std::vector<uint64_t> elements_;  // by tensor id
+  uint64_t total_elements_ = 0;
+  bool described_ = false;
+};
+
+}  // namespace terse::python
