@@ -1,9 +1,9 @@
 // The group scheduler (core/train/group_scheduler.h) on its own, without a trainer: ranks feed it gradients by hand in
 // an order that is not the layers', in uneven batches (empty ones included) and at different paces, and a recording
-// sink checks that every tensor of every step arrives once, averaged over the ranks, in the same order on every rank,
-// with 1 and 3 ranks, odd tensor sizes cut into odd chunks, and one or two groups in flight. A rank that gives up in
-// the middle of a negotiation round, or a sink that throws, fails every rank's wait instead of hanging it; bad
-// construction arguments are refused by name.
+// sink checks that every tensor of every step arrives once, averaged over the ranks, from the same groups on every
+// rank (and in the same order with one group at a time), with 1 and 3 ranks, odd tensor sizes cut into odd chunks, and
+// one or two groups in flight. A rank that gives up in the middle of a negotiation round, or a sink that throws, fails
+// every rank's wait instead of hanging it; bad construction arguments are refused by name.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -178,8 +178,10 @@ void expectAveragedOnceInOneOrder(const Spec& spec) {
       // Every tensor started once.
       EXPECT_EQ(run.issue_orders[static_cast<std::size_t>(s)].size(), tensors);
     }
-    // The same updates in the same order, and the same groups, on every rank.
-    EXPECT_EQ(run.arrivals, runs[0].arrivals) << "rank " << r;
+    // The same groups on every rank, and with one group at a time the same updates in the same order. With lanes a
+    // group is applied as soon as it finishes here, which is a race between the lanes of each rank (sync_trainer.h,
+    // "Groups in flight"): the order may differ, what each update is may not.
+    if (spec.in_flight == 1) EXPECT_EQ(run.arrivals, runs[0].arrivals) << "rank " << r;
     ASSERT_EQ(run.groups.size(), runs[0].groups.size());
     for (std::size_t s = 0; s < run.groups.size(); ++s) {
       ASSERT_EQ(run.groups[s].size(), runs[0].groups[s].size()) << "rank " << r << " step " << s;
