@@ -9,7 +9,6 @@
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
-#include "core/train/param_info.h"
 
 namespace terse::train {
 namespace {
@@ -33,14 +32,12 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
       options_(options),
       device_(workload.device() >= 0),
       scheduler_(std::move(scheduler)),
-      factory_(std::move(pipelines)),
+      pipelines_(workload, comm, std::move(pipelines)),
       engine_(comm) {
   TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
               "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
-  TERSE_CHECK(factory_ != nullptr, InvalidArgument, "the trainer needs a pipeline factory");
   const auto params = workload.params();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    pipelines_.push_back(makePipeline(paramTensorInfo(params[i], i, comm.rank(), comm.size(), workload.device())));
     const bool sparse = options.sparse_rows && params[i].row_sparse;
     TERSE_CHECK(!sparse || !device_, InvalidArgument,
                 "tensor '" << params[i].name << "' is row-sparse, but sparse rows are aggregated on the host only");
@@ -186,10 +183,7 @@ CommCounters GroupScheduler::counters() const {
 }
 
 uint64_t GroupScheduler::payloadBytes() const {
-  uint64_t total = 0;
-  for (const auto& p : pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
-  for (const auto& [key, p] : chunk_pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
-  return total + sparse_payload_bytes_;
+  return pipelines_.payloadBytes() + sparse_payload_bytes_;
 }
 
 bool GroupScheduler::anyRowSparse() const {
@@ -197,32 +191,6 @@ bool GroupScheduler::anyRowSparse() const {
 }
 
 // ---- The communication thread and its lanes.
-
-std::unique_ptr<CompressionPipeline> GroupScheduler::makePipeline(const TensorInfo& info) {
-  std::unique_ptr<CompressionPipeline> p = factory_(info);
-  // The factory is the caller's code: hold it to the tensor it was asked for, since the engine trusts the sizes.
-  TERSE_CHECK(p != nullptr, InvalidArgument, "the pipeline factory returned no pipeline for tensor " << info.tensor_id);
-  const TensorInfo& got = p->codec().info();
-  TERSE_CHECK(got.numel == info.numel && got.tensor_id == info.tensor_id && got.world_size == comm_.size() &&
-                  got.rank == comm_.rank(),
-              InvalidArgument,
-              "the pipeline factory was asked for tensor id "
-                  << info.tensor_id << " (" << info.numel << " elements, rank " << comm_.rank() << " of "
-                  << comm_.size() << ") and returned one for tensor id " << got.tensor_id << " (" << got.numel
-                  << " elements, rank " << got.rank << " of " << got.world_size << ")");
-  return p;
-}
-
-CompressionPipeline& GroupScheduler::chunkPipeline(const Chunk& c) {
-  const auto t = static_cast<std::size_t>(c.tensor_id);
-  if (c.offset == 0 && c.numel == pipelines_[t]->codec().info().numel) return *pipelines_[t];
-  auto& slot = chunk_pipelines_[{t, c.offset, c.numel}];
-  if (!slot) {
-    slot = makePipeline(chunkTensorInfo(workload_.params()[t], t, c.offset, c.numel, c.chunk_index, comm_.rank(),
-                                        comm_.size(), workload_.device()));
-  }
-  return *slot;
-}
 
 void GroupScheduler::markStarted(std::size_t t) {
   if (started_[t]) return;
@@ -288,7 +256,7 @@ void GroupScheduler::admit(const Ready& r) {
   t.num_layers = workload_.numLayers();
   std::vector<Chunk> chunks = scheduler_->partition(t);
   // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
-  for (Chunk& c : chunks) c.wire_bytes = chunkPipeline(c).maxPayloadBytes();
+  for (Chunk& c : chunks) c.wire_bytes = pipelines_.chunk(c).maxPayloadBytes();
   scheduler_->enqueue(chunks);
   chunks_left_[r.tensor] = chunks.size();
   if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
@@ -311,7 +279,7 @@ std::unique_ptr<GroupScheduler::GroupJob> GroupScheduler::prepareGroup(const std
     const auto t = static_cast<std::size_t>(c.tensor_id);
     // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
     float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
-    CompressionPipeline& pipe = chunkPipeline(c);
+    CompressionPipeline& pipe = pipelines_.chunk(c);
     job->members.push_back(GroupMember{&pipe, grad, grad});
     issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
     issued.wire_bytes += c.wire_bytes;

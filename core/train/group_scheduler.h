@@ -18,12 +18,9 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
-#include <functional>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,18 +30,12 @@
 #include "core/compress/pipeline.h"
 #include "core/compress/row_sparse_allgather.h"
 #include "core/plugin/scheduler.h"
+#include "core/train/pipeline_set.h"
 #include "core/train/step_trace.h"
 #include "core/train/trace.h"
 #include "core/train/workload.h"
 
 namespace terse::train {
-
-// Builds the pipeline for one tensor or chunk as core describes it (param_info.h: paramTensorInfo for a whole tensor,
-// chunkTensorInfo for a chunk; rank, world size and device filled in): the caller chooses the compressor, its
-// decorators and seed (make_codec.h) and the communicator the pipeline is validated against. Called for every tensor
-// when the group scheduler is built, and on the communication thread the first time a scheduler cuts a tensor a new
-// way.
-using PipelineFactory = std::function<std::unique_ptr<CompressionPipeline>(const TensorInfo& tensor)>;
 
 // One group as the communication thread issued it: its chunks as (tensor id, chunk index) in fused order.
 struct IssuedGroup {
@@ -143,7 +134,7 @@ class GroupScheduler {
   const std::vector<IssuedGroup>& groups() const noexcept { return groups_; }
   // Compressor output this rank sent, all tensors, chunks and row-sparse tensors (SyncTrainer::payloadBytes).
   uint64_t payloadBytes() const;
-  const CompressionPipeline& pipeline(std::size_t tensor) const { return *pipelines_.at(tensor); }
+  const CompressionPipeline& pipeline(std::size_t tensor) const { return pipelines_.tensor(tensor); }
   const Scheduler& scheduler() const noexcept { return *scheduler_; }
   bool anyRowSparse() const;
 
@@ -199,8 +190,6 @@ class GroupScheduler {
   void abortComm(const std::string& reason);
   // mutex_ held: whether every tensor's update of `step` is in.
   bool appliedLocked(int64_t step) const;
-  CompressionPipeline& chunkPipeline(const Chunk& c);
-  std::unique_ptr<CompressionPipeline> makePipeline(const TensorInfo& info);
 
   Workload& workload_;
   comm::Communicator& comm_;
@@ -208,14 +197,12 @@ class GroupScheduler {
   const GroupSchedulerOptions options_;
   const bool device_;  // the workload computes on a CUDA device: gradients and pipelines live there
   std::unique_ptr<Scheduler> scheduler_;
-  PipelineFactory factory_;
-  std::vector<std::unique_ptr<CompressionPipeline>> pipelines_;  // per tensor
-  std::vector<std::unique_ptr<RowSparseAllgather>> sparse_;      // per tensor; null for a tensor the engine moves
-  AggregationEngine engine_;                                     // groups run on the communication thread
-  std::vector<Lane> lanes_;                                      // empty with max_groups_in_flight 1
+  PipelineSet pipelines_;
+  std::vector<std::unique_ptr<RowSparseAllgather>> sparse_;  // per tensor; null for a tensor the engine moves
+  AggregationEngine engine_;                                 // groups run on the communication thread
+  std::vector<Lane> lanes_;                                  // empty with max_groups_in_flight 1
 
   // ---- Communication thread only (no lock): the step being scheduled and the per-tensor books.
-  std::map<std::tuple<std::size_t, uint64_t, uint64_t>, std::unique_ptr<CompressionPipeline>> chunk_pipelines_;
   int64_t step_ = -1;
   double lr_ = 0;
   std::size_t admitted_ = 0;           // tensors of step_ admitted

@@ -181,7 +181,9 @@ void expectAveragedOnceInOneOrder(const Spec& spec) {
     // The same groups on every rank, and with one group at a time the same updates in the same order. With lanes a
     // group is applied as soon as it finishes here, which is a race between the lanes of each rank (sync_trainer.h,
     // "Groups in flight"): the order may differ, what each update is may not.
-    if (spec.in_flight == 1) EXPECT_EQ(run.arrivals, runs[0].arrivals) << "rank " << r;
+    if (spec.in_flight == 1) {
+      EXPECT_EQ(run.arrivals, runs[0].arrivals) << "rank " << r;
+    }
     ASSERT_EQ(run.groups.size(), runs[0].groups.size());
     for (std::size_t s = 0; s < run.groups.size(); ++s) {
       ASSERT_EQ(run.groups[s].size(), runs[0].groups[s].size()) << "rank " << r << " step " << s;
