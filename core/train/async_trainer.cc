@@ -181,15 +181,27 @@ std::span<const std::vector<int64_t>> WorkerBatches::micro(int64_t step) {
       .subspan(first, std::min(k, epoch_batches_.size() - first));
 }
 
+// ---- AsyncWorkerBase ----
+
+AsyncWorkerBase::AsyncWorkerBase(Workload& workload, int worker, int num_workers, const AsyncTrainerOptions& options)
+    : workload_(workload),
+      options_(options),
+      batches_(workload.numTrainExamples(), worker, num_workers, options),
+      flat_(static_cast<std::size_t>(totalNumel(workload.params()))) {}
+
+AsyncStepRecord AsyncWorkerBase::nextRecord() const {
+  TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
+  AsyncStepRecord rec;
+  rec.step = next_step_;
+  rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
+  return rec;
+}
+
 // ---- AsyncWorker ----
 
 AsyncWorker::AsyncWorker(Workload& workload, ParamServerClient& client, int worker, int num_workers,
                          AsyncTrainerOptions options)
-    : workload_(workload),
-      client_(client),
-      options_(options),
-      batches_(workload.numTrainExamples(), worker, num_workers, options) {
-  flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
+    : AsyncWorkerBase(workload, worker, num_workers, options), client_(client) {
   const PsPlan& plan = client.plan();
   const auto params = workload.params();
   for (std::size_t t = 0; t < plan.row_length.size(); ++t) {
@@ -210,10 +222,7 @@ AsyncWorker::AsyncWorker(Workload& workload, ParamServerClient& client, int work
 }
 
 AsyncStepRecord AsyncWorker::step() {
-  TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
-  AsyncStepRecord rec;
-  rec.step = next_step_;
-  rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
+  AsyncStepRecord rec = nextRecord();
   const auto micro = batches_.micro(rec.step);
   const auto step = static_cast<uint64_t>(rec.step);
 
@@ -301,20 +310,13 @@ void HogwildParams::apply(std::span<const float> grad, int64_t step, uint64_t re
 
 HogwildWorker::HogwildWorker(Workload& workload, HogwildParams& shared, int worker, int num_workers,
                              AsyncTrainerOptions options)
-    : workload_(workload),
-      shared_(shared),
-      options_(options),
-      batches_(workload.numTrainExamples(), worker, num_workers, options) {
-  flat_.resize(static_cast<std::size_t>(totalNumel(workload.params())));
+    : AsyncWorkerBase(workload, worker, num_workers, options), shared_(shared) {
   TERSE_CHECK(flat_.size() == shared.size(), InvalidArgument,
               "hogwild: the workload has " << flat_.size() << " parameters, the shared vector " << shared.size());
 }
 
 AsyncStepRecord HogwildWorker::step() {
-  TERSE_CHECK(!finished(), InvalidArgument, "training finished after " << totalSteps() << " steps");
-  AsyncStepRecord rec;
-  rec.step = next_step_;
-  rec.epoch = next_step_ / batches_.plan().steps_per_epoch;
+  AsyncStepRecord rec = nextRecord();
   const auto micro = batches_.micro(rec.step);
   const auto t0 = rt::now();
   const uint64_t version = shared_.version();

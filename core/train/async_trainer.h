@@ -97,7 +97,34 @@ class WorkerBatches {
   int64_t batches_epoch_ = -1;
 };
 
-class AsyncWorker {
+// What both kinds of async worker keep and report: the workload, its batches and steps so far, the flat vector its
+// parameters and gradients pass through, and the sums the results want.
+class AsyncWorkerBase {
+ public:
+  bool finished() const { return next_step_ >= batches_.plan().total_steps; }
+  int64_t totalSteps() const { return batches_.plan().total_steps; }
+  int64_t stepsPerEpoch() const { return batches_.plan().steps_per_epoch; }
+  int64_t stepsDone() const { return next_step_; }
+  const StepTimes& totals() const { return totals_; }
+  const LossLog& losses() const { return losses_; }
+
+ protected:
+  // flat_ holds every parameter of the workload. Throws what WorkerBatches throws.
+  AsyncWorkerBase(Workload& workload, int worker, int num_workers, const AsyncTrainerOptions& options);
+  // The next step's record with its step and epoch; InvalidArgument once finished().
+  AsyncStepRecord nextRecord() const;
+
+  Workload& workload_;
+  AsyncTrainerOptions options_;
+  WorkerBatches batches_;
+  int64_t next_step_ = 0;
+  std::vector<float> flat_;  // pulled parameters, then gradients
+  double last_raw_compute_s_ = 0;
+  StepTimes totals_;
+  LossLog losses_;
+};
+
+class AsyncWorker : public AsyncWorkerBase {
  public:
   // The client must be this worker's (client worker index == worker). Throws InvalidArgument for a model whose
   // parameter count differs from the plan's, a tensor the plan has row-sparse that the workload does not report so
@@ -108,31 +135,15 @@ class AsyncWorker {
   // (Workload::forwardRows), pulls only those; otherwise it pulls them whole.
   AsyncWorker(Workload& workload, ParamServerClient& client, int worker, int num_workers, AsyncTrainerOptions options);
 
-  bool finished() const { return next_step_ >= batches_.plan().total_steps; }
-  int64_t totalSteps() const { return batches_.plan().total_steps; }
-  int64_t stepsPerEpoch() const { return batches_.plan().steps_per_epoch; }
-  int64_t stepsDone() const { return next_step_; }
-
   // Pull, compute, push. Throws PsRefused when a shard refused the push, CommError when the transport failed.
   AsyncStepRecord step();
   // Leaves the job cleanly (the shards stop counting this worker at once).
   void leave() { client_.bye(); }
 
-  const StepTimes& totals() const { return totals_; }
-  const LossLog& losses() const { return losses_; }
-
  private:
-  Workload& workload_;
   ParamServerClient& client_;
-  AsyncTrainerOptions options_;
-  WorkerBatches batches_;
-  int64_t next_step_ = 0;
-  std::vector<float> flat_;                                            // pulled parameters, then gradients
   bool sparse_ = false;                                                // the plan has row-sparse tensors
   std::vector<std::vector<int64_t>> pull_rows_, push_rows_, scratch_;  // per tensor
-  double last_raw_compute_s_ = 0;
-  StepTimes totals_;
-  LossLog losses_;
 };
 
 // Staleness counts kept the way the results want them: tau -> updates (shared by HOGWILD's workers).
@@ -171,28 +182,14 @@ class HogwildParams {
   StalenessHistogram staleness_;
 };
 
-class HogwildWorker {
+class HogwildWorker : public AsyncWorkerBase {
  public:
   HogwildWorker(Workload& workload, HogwildParams& shared, int worker, int num_workers, AsyncTrainerOptions options);
 
-  bool finished() const { return next_step_ >= batches_.plan().total_steps; }
-  int64_t totalSteps() const { return batches_.plan().total_steps; }
-  int64_t stepsPerEpoch() const { return batches_.plan().steps_per_epoch; }
-  int64_t stepsDone() const { return next_step_; }
   AsyncStepRecord step();
-  const StepTimes& totals() const { return totals_; }
-  const LossLog& losses() const { return losses_; }
 
  private:
-  Workload& workload_;
   HogwildParams& shared_;
-  AsyncTrainerOptions options_;
-  WorkerBatches batches_;
-  int64_t next_step_ = 0;
-  std::vector<float> flat_;
-  double last_raw_compute_s_ = 0;
-  StepTimes totals_;
-  LossLog losses_;
 };
 
 // Copies between a workload's tensors and one flat vector (tensors concatenated in order).

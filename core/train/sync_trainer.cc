@@ -1,6 +1,6 @@
 // The synchronous trainer's compute side (sync_trainer.h): construction, the step (forward, backward, the per-layer
-// gates that wait for the communication thread), gradient clipping and accumulation. The communication thread, its
-// lanes and the groups they run are sync_trainer_comm.cc.
+// gates that wait for the group scheduler) and gradient accumulation. The communication thread, its lanes and the
+// negotiation are group_scheduler.cc; the updates they trigger, parameter_updater.cc.
 #include "core/train/sync_trainer.h"
 
 #include <algorithm>
@@ -46,51 +46,41 @@ uint64_t parameterChecksum(std::span<const ParamTensor> params) {
 SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
                          const SyncTrainerOptions& options, std::unique_ptr<Scheduler> scheduler)
     : workload_(workload),
-      comm_(comm),
-      device_(workload.device() >= 0),
       options_(options),
       sampler_(workload.numTrainExamples(), comm.rank(), comm.size(), options.seed),
-      optimizer_(workload.params(), options.sgd, workload.device() >= 0 ? comm.deviceStream() : nullptr),
-      scheduler_(std::move(scheduler)),
-      factory_(std::move(pipelines)),
-      engine_(comm) {
+      updater_(workload, options.sgd, workload.device() >= 0 ? comm.deviceStream() : nullptr, options.clip_grad_norm,
+               options.trace, options.step_trace) {
   TERSE_CHECK(options.batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << options.batch_size);
   TERSE_CHECK(options.epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << options.epochs);
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
-  const auto params = workload.params();
-  TERSE_CHECK((workload.device() >= 0) == comm.deviceMemory(), InvalidArgument,
+  const bool device = workload.device() >= 0;
+  TERSE_CHECK(device == comm.deviceMemory(), InvalidArgument,
               "workload '" << workload.name() << "' computes on "
-                           << (workload.device() >= 0 ? "CUDA device " + std::to_string(workload.device()) : "the host")
-                           << " but the '" << comm.backend() << "' communicator works on "
-                           << (comm.deviceMemory() ? "device" : "host")
+                           << (device ? "CUDA device " + std::to_string(workload.device()) : "the host") << " but the '"
+                           << comm.backend() << "' communicator works on " << (comm.deviceMemory() ? "device" : "host")
                            << " memory (a GPU workload needs the NCCL transport, a host one a host transport)");
-  TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
-              "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
-  TERSE_CHECK(factory_ != nullptr, InvalidArgument, "the trainer needs a pipeline factory");
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    pipelines_.push_back(makePipeline(paramTensorInfo(params[i], i, comm.rank(), comm.size(), workload.device())));
-    const bool sparse = options.sparse_rows && params[i].row_sparse;
-    TERSE_CHECK(!sparse || !device_, InvalidArgument,
-                "tensor '" << params[i].name << "' is row-sparse, but sparse rows are aggregated on the host only");
-    sparse_.push_back(sparse ? std::make_unique<RowSparseAllgather>(comm, static_cast<uint64_t>(params[i].shape.at(0)),
-                                                                    params[i].rowLength(), i)
-                             : nullptr);
-  }
+  groups_ = std::make_unique<GroupScheduler>(workload, comm, std::move(pipelines), std::move(scheduler),
+                                             GroupSchedulerOptions{.max_groups_in_flight = options.max_groups_in_flight,
+                                                                   .sparse_rows = options.sparse_rows,
+                                                                   .trace = options.trace,
+                                                                   .step_trace = options.step_trace},
+                                             updater_);
   TERSE_CHECK(options.accumulation_steps >= 1, InvalidArgument,
               "gradient_accumulation_steps must be >= 1, got " << options.accumulation_steps);
   TERSE_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0, InvalidArgument,
               "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
-  const bool any_sparse = std::any_of(sparse_.begin(), sparse_.end(), [](const auto& s) { return s != nullptr; });
-  TERSE_CHECK(!any_sparse || (options.accumulation_steps == 1 && options.clip_grad_norm == 0), InvalidArgument,
+  TERSE_CHECK(!groups_->anyRowSparse() || (options.accumulation_steps == 1 && options.clip_grad_norm == 0),
+              InvalidArgument,
               "gradient_accumulation_steps (" << options.accumulation_steps << ") and optimizer.clip_grad_norm ("
                                               << options.clip_grad_norm
                                               << ") do not combine with sparse_rows: row-sparse tensors are applied "
                                                  "as their rows arrive");
-  TERSE_CHECK(device_ == false || (options.accumulation_steps == 1 && options.clip_grad_norm == 0), InvalidArgument,
+  TERSE_CHECK(!device || (options.accumulation_steps == 1 && options.clip_grad_norm == 0), InvalidArgument,
               "gradient_accumulation_steps (" << options.accumulation_steps << ") and optimizer.clip_grad_norm ("
                                               << options.clip_grad_norm << ") are host-only; workload '"
                                               << workload.name() << "' computes on a CUDA device");
+  const auto params = workload.params();
   const int64_t micro_batches = sampler_.batchesPerEpoch(options.batch_size, options.drop_last);
   steps_per_epoch_ = (micro_batches + options.accumulation_steps - 1) / options.accumulation_steps;
   if (options.accumulation_steps > 1)
@@ -109,29 +99,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
     lr_.warmup_steps = std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch_));
   }
   validateLrSchedule(lr_);
-  issue_order_.reserve(params.size());
-  chunks_left_.assign(params.size(), 0);
-  started_.assign(params.size(), false);
-  applied_.assign(params.size(), -1);
-  layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   for (int l = 0; l < workload.numLayers(); ++l) layer_flops_.push_back(workload.layerFlops(l));
-  TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
-              "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
-  if (options.max_groups_in_flight > 1) {
-    for (int k = 0; k < options.max_groups_in_flight; ++k) {
-      Lane lane;
-      lane.channel = comm.openChannel();
-      TERSE_CHECK(lane.channel != nullptr, InvalidArgument,
-                  "max_groups_in_flight " << options.max_groups_in_flight << " needs a communicator that runs "
-                                          << "collectives side by side; the '" << comm.backend()
-                                          << "' communicator runs one at a time (use 1)");
-      lane.engine = std::make_unique<AggregationEngine>(*lane.channel);
-      lanes_.push_back(std::move(lane));
-    }
-    for (std::size_t k = 0; k < lanes_.size(); ++k)
-      lanes_[k].thread = rt::Thread(
-          "lane " + std::to_string(comm_.rank()) + "." + std::to_string(k), [this, k] { laneLoop(k); }, comm_.rank());
-  }
   if (options.step_trace) {
     std::vector<TraceTensor> tensors;
     for (std::size_t i = 0; i < params.size(); ++i)
@@ -140,89 +108,37 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                                  workload.numLayers(), std::move(tensors));
   }
   workload_.setLayerGate([this](int layer) { gate(layer); });
-  comm_thread_ = rt::Thread(
-      "comm " + std::to_string(comm_.rank()),
-      [this] {
-        if (device_) {
-          // CUDA's current device is per host thread: this thread launches the pipelines' kernels and allocates the
-          // chunk pipelines' buffers, which must land on the workload's device, not on device 0.
-          try {
-            cuda::setDevice(workload_.device());
-          } catch (const std::exception& x) {
-            {
-              std::lock_guard lock(mutex_);
-              if (!error_) error_ = std::current_exception();
-            }
-            failComm(x.what());
-            applied_cv_.notify_all();
-            return;
-          }
-        }
-        commLoop();
-      },
-      comm_.rank());
+  groups_->start();
 }
 
 SyncTrainer::~SyncTrainer() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
-  comm_thread_.join();
-  {
-    std::lock_guard lock(mutex_);
-    lanes_stop_ = true;
-  }
-  lane_cv_.notify_all();
-  for (Lane& lane : lanes_) lane.thread.join();
+  groups_.reset();  // joins the communication thread and the lanes, which call into updater_
   workload_.setLayerGate({});
 }
 
 Negotiation SyncTrainer::negotiation() const {
-  std::lock_guard lock(mutex_);
-  return {acc_negotiations_, acc_negotiation_bytes_};
+  return groups_->counters().negotiation;
 }
 
 uint64_t SyncTrainer::payloadBytes() {
   drain();
-  uint64_t total = 0;
-  for (const auto& p : pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
-  for (const auto& [key, p] : chunk_pipelines_) total += p->stats().payload_bytes - p->stats().unsent_header_bytes;
-  return total + sparse_payload_bytes_;
+  return groups_->payloadBytes();
 }
 
 const std::vector<std::size_t>& SyncTrainer::lastIssueOrder() {
   drain();
-  return issue_order_;
+  return groups_->issueOrder();
 }
 
 const std::vector<IssuedGroup>& SyncTrainer::lastGroups() {
   drain();
-  return groups_;
+  return groups_->groups();
 }
 
 uint64_t SyncTrainer::checksum() {
   drain();
   workload_.copyValuesToHost();  // a device workload's host mirror is refreshed only on request
   return parameterChecksum(workload_.params());
-}
-
-void SyncTrainer::clipGradients() {
-  const auto params = workload_.params();
-  // One pass over the gradient for the norm, a second to scale it. The FLOP model charges only a clip that scales.
-  rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(workload_.numParameters())});
-  double sq = 0;
-  for (const ParamTensor& p : params)
-    for (float g : p.grad) sq += static_cast<double>(g) * static_cast<double>(g);
-  // torch.nn.utils.clip_grad_norm_: the 1e-6 keeps a zero gradient finite; a scale >= 1 leaves the gradient alone.
-  const double scale = options_.clip_grad_norm / (std::sqrt(sq) + 1e-6);
-  if (scale >= 1) return;
-  kernel.cost().count = 2;
-  kernel.cost().flops = static_cast<double>(workload_.numParameters()) * 3;  // square-add, then scale
-  const auto f = static_cast<float>(scale);
-  for (ParamTensor& p : params)
-    for (float& g : p.grad) g *= f;
 }
 
 void SyncTrainer::accumulate(std::span<const std::size_t> tensors, float weight, bool first, bool last) {
@@ -237,46 +153,6 @@ void SyncTrainer::accumulate(std::span<const std::size_t> tensors, float weight,
       if (last) g[i] = a[i];
     }
   }
-}
-
-void SyncTrainer::markAppliedLocked(const std::vector<std::size_t>& done) {
-  for (std::size_t t : done) {
-    applied_[t] = comm_step_;
-    const int layer = workload_.params()[t].layer;
-    int64_t m = std::numeric_limits<int64_t>::max();
-    for (std::size_t u : workload_.layerTensors(layer)) m = std::min(m, applied_[u]);
-    layer_applied_[static_cast<std::size_t>(layer)] = m;
-  }
-}
-
-void SyncTrainer::fail(std::exception_ptr failure, const std::string& where, int64_t step) {
-  std::string what = "unknown error";
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& e) {
-    what = e.what();
-  } catch (...) {
-  }
-  {
-    // Recorded before the abort: the abort fails the other lanes' collectives, whose errors must not win.
-    std::lock_guard lock(mutex_);
-    if (!error_) error_ = failure;
-  }
-  failComm(where + " failed at step " + std::to_string(step) + ": " + what);
-  applied_cv_.notify_all();
-  work_cv_.notify_all();
-  lane_cv_.notify_all();
-}
-
-double SyncTrainer::waitApplied(std::unique_lock<rt::Mutex>& lock, int64_t upto) {
-  const auto t0 = rt::now();
-  applied_cv_.wait(lock, [&] {
-    if (error_) return true;
-    for (int64_t a : layer_applied_)
-      if (a < upto) return false;
-    return true;
-  });
-  return seconds(t0, rt::now());
 }
 
 void SyncTrainer::chargeForwardUpTo(int layer) {
@@ -303,15 +179,8 @@ void SyncTrainer::gate(int layer) {
   chargeForwardUpTo(layer);
   // Waiting for the layer's update is the trainer's, not the forward pass's (the region forwardBackward runs in).
   const rt::OutsideKernel glue;
-  std::unique_lock lock(mutex_);
-  TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
-              "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
-  const auto t0 = rt::now();
-  applied_cv_.wait(lock, [&] { return error_ || layer_applied_[static_cast<std::size_t>(layer)] >= handed_step_; });
-  if (error_) std::rethrow_exception(error_);
-  const auto t1 = rt::now();
+  const auto [t0, t1] = groups_->awaitLayer(layer, handed_step_);
   gate_wait_s_ += seconds(t0, t1);
-  lock.unlock();
   if (options_.step_trace && in_step_) {
     // The segments tile the step's compute exactly: what ran since the last mark up to the wait belongs to the forward
     // just charged, or, before the first charge, to this layer's (a straggler's sleep, the pass's start).
@@ -338,10 +207,8 @@ void SyncTrainer::gate(int layer) {
 }
 
 void SyncTrainer::drain() {
-  std::unique_lock lock(mutex_);
-  if (drained_step_ >= handed_step_ && !error_) return;
-  const double waited = waitApplied(lock, handed_step_);
-  if (error_) std::rethrow_exception(error_);
+  if (drained_step_ >= handed_step_ && !groups_->failed()) return;
+  const double waited = groups_->awaitApplied(handed_step_);
   drained_step_ = handed_step_;
   totals_.times.exposed_comm_s += waited;
   totals_.times.step_s += waited;
@@ -367,21 +234,13 @@ StepRecord SyncTrainer::step() {
   if (options_.step_trace) options_.step_trace->beginStep(rec.step, t0);
   trace_step_ = rec.step;
   double full_wait = 0;
-  double comm_before = 0, encode_before = 0, decode_before = 0;
-  {
-    std::unique_lock lock(mutex_);
-    // The communication thread may have failed after the previous step returned (step() does not wait for the
-    // step's communication): report that first failure, not a misuse of the API.
-    if (error_) std::rethrow_exception(error_);
-    // A workload that does not gate its forward per layer reads every layer: every update must be in first.
-    if (!workload_.gatesLayers()) full_wait = waitApplied(lock, handed_step_);
-    if (error_) std::rethrow_exception(error_);
-    comm_before = acc_comm_s_;
-    encode_before = acc_encode_s_;
-    decode_before = acc_decode_s_;
-  }
-  backward_done_.store(false, std::memory_order_release);
-  overlapped_.store(0, std::memory_order_relaxed);
+  // The communication thread may have failed after the previous step returned (step() does not wait for the step's
+  // communication): report that first failure, not a misuse of the API.
+  groups_->throwIfFailed();
+  // A workload that does not gate its forward per layer reads every layer: every update must be in first.
+  if (!workload_.gatesLayers()) full_wait = groups_->awaitApplied(handed_step_);
+  const CommCounters before = groups_->counters();
+  groups_->backwardStarts();
   gate_wait_s_ = 0;
   gate_layer_ = -1;
 
@@ -438,54 +297,40 @@ StepRecord SyncTrainer::step() {
           }
           last_mark = now;
         }
-        enqueue(step_index, tensors, lr);
+        groups_->feed(step_index, tensors, lr);
       });
     }
   } catch (...) {
     compute_error = std::current_exception();
   }
   in_step_ = false;
-  backward_done_.store(true, std::memory_order_release);
+  groups_->backwardEnds();
   const auto t2 = rt::now();
   // The pass's tail after its last report (in real time, the workload's return) is the last segment's.
   if (options_.step_trace && !compute_error) options_.step_trace->extendLastCompute(rec.step, t2);
-  {
-    std::unique_lock lock(mutex_);
-    if (compute_error && !error_) {
-      // Tensors already handed over may be mid-collective; the peers would wait for the rest forever.
-      error_ = compute_error;
-      lock.unlock();
-      failComm("forwardBackward failed at step " + std::to_string(rec.step));
-      applied_cv_.notify_all();
-      std::rethrow_exception(compute_error);
-    }
-    if (error_) std::rethrow_exception(error_);
-    handed_step_ = rec.step;
-  }
+  if (compute_error) groups_->failFrom(compute_error, "forwardBackward failed at step " + std::to_string(rec.step));
+  groups_->throwIfFailed();
+  handed_step_ = rec.step;
   ++next_step_;
   // The last step has no next forward to overlap with: wait for its updates so the replica is final.
   double drain_wait = 0;
   if (finished()) {
-    std::unique_lock lock(mutex_);
-    drain_wait = waitApplied(lock, handed_step_);
-    if (error_) std::rethrow_exception(error_);
+    drain_wait = groups_->awaitApplied(handed_step_);
     drained_step_ = handed_step_;
   }
   const auto t3 = rt::now();
-  {
-    std::lock_guard lock(mutex_);
-    rec.times.comm_s = acc_comm_s_ - comm_before;
-    rec.times.compress_s = acc_encode_s_ - encode_before;
-    rec.times.decompress_s = acc_decode_s_ - decode_before;
-    totals_.negotiation_rounds = acc_negotiations_;
-  }
+  const CommCounters after = groups_->counters();
+  rec.times.comm_s = after.comm_s - before.comm_s;
+  rec.times.compress_s = after.encode_s - before.encode_s;
+  rec.times.decompress_s = after.decode_s - before.decode_s;
+  totals_.negotiation_rounds = after.negotiation.rounds;
   if (options_.trace && full_wait > 0) options_.trace->span(TraceRecorder::kComputeThread, "wait all", "wait", t0, t1);
   if (options_.trace && drain_wait > 0) options_.trace->span(TraceRecorder::kComputeThread, "drain", "wait", t2, t3);
 
   if (options_.trace)
     options_.trace->span(TraceRecorder::kComputeThread, "step " + std::to_string(rec.step), "step", t0, t3);
 
-  rec.overlapped_tensors = overlapped_.load(std::memory_order_relaxed);
+  rec.overlapped_tensors = groups_->overlapped();
   rec.gate_wait_s = gate_wait_s_;
   rec.times.compute_s = seconds(t1, t2) - gate_wait_s_;
   last_raw_compute_s_ = seconds(t1_work, t2) - gate_wait_s_;

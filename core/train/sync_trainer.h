@@ -2,7 +2,11 @@
 // its own Workload replica and Communicator; the replicas start identical (same init seed) and stay identical because
 // every rank applies the same averaged gradient with the same optimizer.
 //
-// One step on one rank (two threads: the worker's, which calls step(), and this trainer's communication thread):
+// The trainer is the worker's side; its communication thread, lanes and negotiation are a GroupScheduler
+// (group_scheduler.h) it feeds ready gradients and waits on, and the updates that thread applies are a
+// ParameterUpdater's (parameter_updater.h). DESIGN.md section 2 says who does what.
+//
+// One step on one rank (two threads: the worker's, which calls step(), and the group scheduler's communication thread):
 //   1. the rank's batch: ShardSampler (disjoint shards, a seeded shuffle per epoch, the same step count on every rank)
 //   2. Workload::forwardBackward. Forward of layer i first waits (Workload::awaitLayer, the gate this trainer installs)
 //      for the PREVIOUS step's update of layer i only; later layers may still be on the wire. Each time backward
@@ -80,29 +84,19 @@
 // called after the failure, since a step's communication may fail after step() returned. A failed trainer is done.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
-#include <thread>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/common/runtime.h"
-#include "core/compress/engine.h"
 #include "core/compress/pipeline.h"
-#include "core/compress/row_sparse_allgather.h"
 #include "core/plugin/scheduler.h"
+#include "core/train/group_scheduler.h"
 #include "core/train/optimizer.h"
+#include "core/train/parameter_updater.h"
 #include "core/train/shard_sampler.h"
 #include "core/train/step_trace.h"
 #include "core/train/trace.h"
@@ -155,24 +149,6 @@ struct SyncTrainerOptions {
 // Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
 void stragglerSleep(double slowdown, double raw_compute_s);
 
-// Builds the pipeline for one tensor or chunk as core describes it (param_info.h: paramTensorInfo for a whole tensor,
-// chunkTensorInfo for a chunk; rank, world size and device filled in): the caller chooses the compressor, its
-// decorators and seed (make_codec.h) and the communicator the pipeline is validated against. Called for every tensor
-// in the trainer's constructor, and on the communication thread the first time a scheduler cuts a tensor a new way.
-using PipelineFactory = std::function<std::unique_ptr<CompressionPipeline>(const TensorInfo& tensor)>;
-
-// One group as the communication thread issued it: its chunks as (tensor id, chunk index) in fused order.
-struct IssuedGroup {
-  std::vector<std::pair<uint64_t, int>> chunks;
-  uint64_t wire_bytes = 0;   // the group's wire_bytes as the scheduler saw them
-  uint64_t credit_left = 0;  // the credit left once it was handed out (UINT64_MAX: unlimited)
-  // Groups handed out before it whose completion the scheduler had not been told of: 0 when one runs at a time.
-  uint64_t groups_in_flight = 0;
-  // The most urgent (smallest) layer among chunks left pending once it was handed out, -1 when none: a priority
-  // scheduler never hands out a chunk of a later layer than this.
-  int min_pending_layer = -1;
-};
-
 struct StepTimes {
   double compute_s = 0;
   double compress_s = 0;    // encode, error feedback included
@@ -193,16 +169,6 @@ struct StepRecord {
   int overlapped_tensors = 0;
   // Of times.exposed_comm_s: the part spent in forward waiting for a layer's update.
   double gate_wait_s = 0;
-};
-
-// The byte-accounting label (comm::traffic.h, per tensor) of the negotiation rounds' frames: control traffic, kept
-// apart so results can report gradient bytes, which do not depend on how the ranks' paces interleaved.
-inline constexpr uint64_t kNegotiationTensor = ~uint64_t{0} - 1;
-
-// The scheduler negotiation's completed rounds and the bytes this rank sent for them (frames, headers included).
-struct Negotiation {
-  uint64_t rounds = 0;
-  uint64_t bytes = 0;
 };
 
 // Sums over the steps run so far.
@@ -237,7 +203,7 @@ class SyncTrainer {
   bool finished() const noexcept { return next_step_ >= totalSteps(); }
   const SyncTrainerOptions& options() const noexcept { return options_; }
   const LrScheduleOptions& lrSchedule() const noexcept { return lr_; }
-  const Scheduler& scheduler() const noexcept { return *scheduler_; }
+  const Scheduler& scheduler() const noexcept { return groups_->scheduler(); }
 
   // Runs the next step (see the top of this file). Throws when finished() or on any error.
   StepRecord step();
@@ -253,7 +219,7 @@ class SyncTrainer {
   // The negotiation so far, rounds and bytes counted together as each round completes. Call after drain() at an
   // evaluation point: the communication thread may already be in the next round, which is not in yet.
   Negotiation negotiation() const;
-  const CompressionPipeline& pipeline(std::size_t tensor) const { return *pipelines_.at(tensor); }
+  const CompressionPipeline& pipeline(std::size_t tensor) const { return groups_->pipeline(tensor); }
   // Tensor ids in the order their first chunk started in the last step; drains first.
   const std::vector<std::size_t>& lastIssueOrder();
   // The groups of the last step in issue order; drains first.
@@ -262,139 +228,47 @@ class SyncTrainer {
   uint64_t checksum();
 
  private:
-  struct Ready {
-    uint64_t step;
-    std::size_t tensor;
-    double lr;
-  };
-  // A group on its way: what the communication thread bound when it handed the group out, and what running it cost.
-  struct GroupJob {
-    uint64_t seq = 0;  // run-wide number, issue order: a lane's channel id, the same on every rank
-    uint64_t step = 0;
-    std::vector<Chunk> chunks;
-    std::vector<GroupMember> members;
-    uint64_t wire_bytes = 0;
-    std::string where;  // for an error: "a group of N chunks (first: tensor T 'name')"
-    double encode_s = 0, decode_s = 0, comm_s = 0;
-    // Step trace: the group's number among everything the communication thread issued (row-sparse tensors included;
-    // the same on every rank) and when the scheduler handed it out.
-    uint64_t trace_seq = 0;
-    rt::Clock::time_point issued;
-  };
-  // A lane (max_groups_in_flight > 1): a thread running groups on its own channel and engine.
-  struct Lane {
-    std::unique_ptr<comm::CommChannel> channel;
-    std::unique_ptr<AggregationEngine> engine;
-    rt::Thread thread;
-  };
-  void commLoop();
-  void laneLoop(std::size_t lane);
-  // Communication thread: binds the chunks' pipelines and gradients, books issue order and the IssuedGroup.
-  std::unique_ptr<GroupJob> prepareGroup(const std::vector<Chunk>& group, std::size_t in_flight);
-  // The thread running the group: compression, collectives, decompression through `engine`; codec time and the time
-  // of `timed`'s collectives into the job; trace phases on trace thread `tid`.
-  void executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid);
-  // Communication thread: the updates of the tensors the job finished, and its times into the totals.
-  void finishGroup(const GroupJob& job);
-  // The first error wins (error_), then every rank's collectives are failed; gates and the loops wake.
-  void fail(std::exception_ptr failure, const std::string& where, int64_t step);
-  void enqueue(int64_t step, std::span<const std::size_t> tensors, double lr);
+  // The gate the trainer installs in the workload: charges the forward up to `layer`, waits for its update.
   void gate(int layer);
-  // Waits (lock held) until every tensor's update of step `upto` is in, or an error; returns the seconds waited.
-  double waitApplied(std::unique_lock<rt::Mutex>& lock, int64_t upto);
-  void failComm(const std::string& where);
-  // Communication thread only.
-  void admit(const Ready& r);
-  CompressionPipeline& chunkPipeline(const Chunk& c);
-  // A row-sparse tensor's aggregation and update (options.sparse_rows).
-  void runSparse(std::size_t tensor);
-  // Its group in the step trace.
-  void traceSparse(std::size_t tensor, uint64_t seq, const RowSparseResult& result, rt::Clock::time_point start,
-                   rt::Clock::time_point end);
-  // mutex_ held: tensors whose update of comm_step_ is applied; the caller notifies applied_cv_.
-  void markAppliedLocked(const std::vector<std::size_t>& done);
-  std::unique_ptr<CompressionPipeline> makePipeline(const TensorInfo& info);
+  // The FLOP model's forward charges up to `layer` (rt::charge), each a compute segment of the step trace.
+  void chargeForwardUpTo(int layer);
+  // Gradient accumulation: `weight` x this micro-batch's gradients into accumulated_; the last one writes the sum back.
+  void accumulate(std::span<const std::size_t> tensors, float weight, bool first, bool last);
 
   Workload& workload_;
-  comm::Communicator& comm_;
-  bool device_ = false;  // the workload computes on a CUDA device: gradients, updates and pipelines live there
-  std::vector<std::unique_ptr<CompressionPipeline>> pipelines_;
   SyncTrainerOptions options_;
   LrScheduleOptions lr_;
   ShardSampler sampler_;
-  SgdOptimizer optimizer_;
-  std::unique_ptr<Scheduler> scheduler_;
-  PipelineFactory factory_;
+  ParameterUpdater updater_;                // the optimizer, on the communication thread
+  std::unique_ptr<GroupScheduler> groups_;  // the communication thread, its lanes and the negotiation
   int64_t steps_per_epoch_ = 0;
   int64_t next_step_ = 0;
   std::vector<std::vector<int64_t>> epoch_batches_;  // the current epoch's batches
   TrainerTotals totals_;
-  int64_t drained_step_ = -1;  // worker thread: the last step drain() has waited for
-  // Worker thread: this step's gate waits, and the trace's last gated layer and when its forward began.
+  int64_t handed_step_ = -1;   // the last step whose forwardBackward returned (all its tensors fed)
+  int64_t drained_step_ = -1;  // the last step drain() has waited for
+  // Gradient accumulation (accumulation_steps > 1): the weighted sum of the step's micro-batch gradients so far.
+  std::vector<std::vector<float>> accumulated_;
+
+  // ---- The step in progress, worker thread. This step's gate waits and the previous step's compute without the
+  // straggler sleep.
   double gate_wait_s_ = 0;
-  double last_raw_compute_s_ = 0;  // the previous step's compute without the straggler sleep
-  int gate_layer_ = -1;
+  double last_raw_compute_s_ = 0;
   // The FLOP model of a simulation (rt::charge): per layer and example, and this step's progress through it. Forward of
   // layer l is charged when the gate of a later layer (or the first report) shows it is done; backward of l when l
   // is reported. Only inside forwardBackward: evaluate() also passes the gates.
   std::vector<LayerFlops> layer_flops_;
-  // Gradient accumulation (accumulation_steps > 1): the weighted sum of the step's micro-batch gradients so far.
-  std::vector<std::vector<float>> accumulated_;
-  // Clipping (clip_grad_norm > 0): tensors of this step aggregated and waiting for the rest before the norm is known.
-  std::vector<std::size_t> clip_ready_;
-  void accumulate(std::span<const std::size_t> tensors, float weight, bool first, bool last);
-  void clipGradients();
   bool in_step_ = false;
   int forward_charged_ = 0;
   double batch_examples_ = 0;
-  void chargeForwardUpTo(int layer);
+  // Chrome trace: the last gated layer and when its forward began.
+  int gate_layer_ = -1;
   rt::Clock::time_point gate_mark_;
-  // Step trace, worker thread: where the current compute segment began (the last charge's end or a gate's wait's), and
-  // whether the current gate charged a forward.
+  // Step trace: where the current compute segment began (the last charge's end or a gate's wait's), and whether the
+  // current gate charged a forward.
   rt::Clock::time_point seg_mark_;
   int64_t trace_step_ = -1;
   bool gate_charged_ = false;
-
-  // ---- Communication thread only (no lock): the scheduler's step and the per-tensor books.
-  AggregationEngine engine_;
-  std::map<std::tuple<std::size_t, uint64_t, uint64_t>, std::unique_ptr<CompressionPipeline>> chunk_pipelines_;
-  std::vector<uint64_t> ids_;
-  std::vector<Lane> lanes_;            // empty with max_groups_in_flight 1
-  uint64_t group_seq_ = 0;             // groups handed to lanes so far
-  uint64_t trace_seq_ = 0;             // groups and row-sparse aggregations issued so far (step trace)
-  std::vector<uint64_t> chunks_left_;  // per tensor, this step
-  std::vector<bool> started_;          // per tensor, this step
-  int64_t comm_step_ = -1;
-  double comm_lr_ = 0;
-  std::size_t admitted_ = 0;
-  std::vector<std::unique_ptr<RowSparseAllgather>> sparse_;  // per tensor; null for a tensor the engine moves
-  std::vector<int64_t> union_rows_;
-  uint64_t sparse_payload_bytes_ = 0;  // read by payloadBytes() after a drain
-
-  // ---- Shared. mutex_ guards everything below down to error_.
-  // The runtime's (core/common/runtime.h): in a simulation the trainer's threads are actors and wait in simulated time.
-  mutable rt::Mutex mutex_;
-  rt::CondVar work_cv_;     // the communication thread waits here for ready tensors
-  rt::CondVar applied_cv_;  // gates and drains wait here for updates
-  std::deque<Ready> inbox_;
-  bool stop_ = false;
-  int64_t handed_step_ = -1;            // the last step whose forwardBackward returned (all its tensors handed over)
-  std::vector<int64_t> applied_;        // per tensor: the last step whose update is applied
-  std::vector<int64_t> layer_applied_;  // per layer: min of applied_ over its tensors
-  std::vector<std::size_t> issue_order_;
-  std::vector<IssuedGroup> groups_;
-  // Accumulated on the communication thread, read by step() for per-step deltas.
-  double acc_comm_s_ = 0, acc_encode_s_ = 0, acc_decode_s_ = 0;
-  uint64_t acc_negotiations_ = 0;
-  uint64_t acc_negotiation_bytes_ = 0;
-  std::exception_ptr error_;                          // the first failure; later groups are not run
-  rt::CondVar lane_cv_;                               // lanes wait here for groups
-  std::deque<std::unique_ptr<GroupJob>> lane_queue_;  // handed out, not yet taken by a lane
-  std::deque<std::unique_ptr<GroupJob>> lane_done_;   // run by a lane, not yet finished by the communication thread
-  bool lanes_stop_ = false;
-  std::atomic<bool> backward_done_{false};
-  std::atomic<int> overlapped_{0};
-  rt::Thread comm_thread_;
 };
 
 }  // namespace terse::train

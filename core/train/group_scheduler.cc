@@ -1,14 +1,14 @@
-// The synchronous trainer's communication side (sync_trainer.h): the communication thread that admits ready
-// gradients, asks the scheduler for groups and negotiates them across ranks, the lanes that run several groups in
-// flight, and what a finished group applies. The compute side is sync_trainer.cc.
+// The group scheduler (group_scheduler.h): the communication thread that admits ready gradients, asks the scheduler for
+// groups and negotiates them across ranks, the lanes that run several groups in flight, and the waits the worker's
+// gates and drains do on the updates.
+#include "core/train/group_scheduler.h"
+
 #include <algorithm>
-#include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
-#include "core/train/param_info.h"
-#include "core/train/sync_trainer.h"
 
 namespace terse::train {
 namespace {
@@ -21,57 +21,218 @@ double commSecondsOf(const comm::Communicator& comm) {
   return s;
 }
 
-// The FLOP model's optimizer cost: momentum update and step, each a multiply-add per element.
-constexpr double kOptimizerFlopsPerElement = 4;
-
 }  // namespace
 
-void SyncTrainer::enqueue(int64_t step, std::span<const std::size_t> tensors, double lr) {
+GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
+                               std::unique_ptr<Scheduler> scheduler, const GroupSchedulerOptions& options,
+                               GradientSink& sink)
+    : workload_(workload),
+      comm_(comm),
+      sink_(sink),
+      options_(options),
+      device_(workload.device() >= 0),
+      scheduler_(std::move(scheduler)),
+      pipelines_(workload, comm, std::move(pipelines)),
+      engine_(comm) {
+  TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
+              "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
+  const auto params = workload.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const bool sparse = options.sparse_rows && params[i].row_sparse;
+    TERSE_CHECK(!sparse || !device_, InvalidArgument,
+                "tensor '" << params[i].name << "' is row-sparse, but sparse rows are aggregated on the host only");
+    sparse_.push_back(sparse ? std::make_unique<RowSparseAllgather>(comm, static_cast<uint64_t>(params[i].shape.at(0)),
+                                                                    params[i].rowLength(), i)
+                             : nullptr);
+  }
+  issue_order_.reserve(params.size());
+  chunks_left_.assign(params.size(), 0);
+  started_.assign(params.size(), false);
+  applied_.assign(params.size(), -1);
+  layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
+  TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
+              "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
+  if (options.max_groups_in_flight > 1) {
+    for (int k = 0; k < options.max_groups_in_flight; ++k) {
+      Lane lane;
+      lane.channel = comm.openChannel();
+      TERSE_CHECK(lane.channel != nullptr, InvalidArgument,
+                  "max_groups_in_flight " << options.max_groups_in_flight << " needs a communicator that runs "
+                                          << "collectives side by side; the '" << comm.backend()
+                                          << "' communicator runs one at a time (use 1)");
+      lane.engine = std::make_unique<AggregationEngine>(*lane.channel);
+      lanes_.push_back(std::move(lane));
+    }
+  }
+}
+
+void GroupScheduler::start() {
+  for (std::size_t k = 0; k < lanes_.size(); ++k)
+    lanes_[k].thread = rt::Thread(
+        "lane " + std::to_string(comm_.rank()) + "." + std::to_string(k), [this, k] { laneLoop(k); }, comm_.rank());
+  comm_thread_ = rt::Thread(
+      "comm " + std::to_string(comm_.rank()),
+      [this] {
+        if (device_) {
+          // CUDA's current device is per host thread: this thread launches the pipelines' kernels and allocates the
+          // chunk pipelines' buffers, which must land on the workload's device, not on device 0.
+          try {
+            cuda::setDevice(workload_.device());
+          } catch (const std::exception& x) {
+            recordError(std::current_exception());
+            abortComm(x.what());
+            applied_cv_.notify_all();
+            return;
+          }
+        }
+        commLoop();
+      },
+      comm_.rank());
+}
+
+GroupScheduler::~GroupScheduler() {
   {
     std::lock_guard lock(mutex_);
-    for (std::size_t t : tensors) inbox_.push_back(Ready{static_cast<uint64_t>(step), t, lr});
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  comm_thread_.join();
+  {
+    std::lock_guard lock(mutex_);
+    lanes_stop_ = true;
+  }
+  lane_cv_.notify_all();
+  for (Lane& lane : lanes_) lane.thread.join();
+}
+
+// ---- The worker's side.
+
+void GroupScheduler::feed(int64_t step, std::span<const std::size_t> tensors, double lr) {
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t t : tensors) ready_.push_back(Ready{static_cast<uint64_t>(step), t, lr});
   }
   work_cv_.notify_one();
 }
 
-void SyncTrainer::failComm(const std::string& where) {
+bool GroupScheduler::appliedLocked(int64_t step) const {
+  for (int64_t a : layer_applied_)
+    if (a < step) return false;
+  return true;
+}
+
+double GroupScheduler::awaitApplied(int64_t step) {
+  std::unique_lock lock(mutex_);
+  const auto t0 = rt::now();
+  applied_cv_.wait(lock, [&] { return error_ || appliedLocked(step); });
+  if (error_) std::rethrow_exception(error_);
+  return rt::seconds(t0, rt::now());
+}
+
+std::pair<rt::Clock::time_point, rt::Clock::time_point> GroupScheduler::awaitLayer(int layer, int64_t step) {
+  std::unique_lock lock(mutex_);
+  TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
+              "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
+  const auto t0 = rt::now();
+  applied_cv_.wait(lock, [&] { return error_ || layer_applied_[static_cast<std::size_t>(layer)] >= step; });
+  if (error_) std::rethrow_exception(error_);
+  return {t0, rt::now()};
+}
+
+bool GroupScheduler::recordError(std::exception_ptr failure) {
+  std::lock_guard lock(mutex_);
+  if (error_) return false;
+  error_ = std::move(failure);
+  return true;
+}
+
+void GroupScheduler::abortComm(const std::string& reason) {
   // Every rank's pending and later collectives fail at once instead of waiting for this rank.
-  comm_.abort("rank " + std::to_string(comm_.rank()) + ": " + where);
+  comm_.abort("rank " + std::to_string(comm_.rank()) + ": " + reason);
 }
 
-std::unique_ptr<CompressionPipeline> SyncTrainer::makePipeline(const TensorInfo& info) {
-  std::unique_ptr<CompressionPipeline> p = factory_(info);
-  // The factory is the caller's code: hold it to the tensor it was asked for, since the engine trusts the sizes.
-  TERSE_CHECK(p != nullptr, InvalidArgument, "the pipeline factory returned no pipeline for tensor " << info.tensor_id);
-  const TensorInfo& got = p->codec().info();
-  TERSE_CHECK(got.numel == info.numel && got.tensor_id == info.tensor_id && got.world_size == comm_.size() &&
-                  got.rank == comm_.rank(),
-              InvalidArgument,
-              "the pipeline factory was asked for tensor id "
-                  << info.tensor_id << " (" << info.numel << " elements, rank " << comm_.rank() << " of "
-                  << comm_.size() << ") and returned one for tensor id " << got.tensor_id << " (" << got.numel
-                  << " elements, rank " << got.rank << " of " << got.world_size << ")");
-  return p;
+void GroupScheduler::failFrom(std::exception_ptr failure, const std::string& reason) {
+  // Tensors already handed over may be mid-collective; the peers would wait for the rest forever.
+  if (!recordError(std::move(failure))) return;
+  abortComm(reason);
+  applied_cv_.notify_all();
 }
 
-CompressionPipeline& SyncTrainer::chunkPipeline(const Chunk& c) {
-  const auto t = static_cast<std::size_t>(c.tensor_id);
-  if (c.offset == 0 && c.numel == pipelines_[t]->codec().info().numel) return *pipelines_[t];
-  auto& slot = chunk_pipelines_[{t, c.offset, c.numel}];
-  if (!slot) {
-    slot = makePipeline(chunkTensorInfo(workload_.params()[t], t, c.offset, c.numel, c.chunk_index, comm_.rank(),
-                                        comm_.size(), workload_.device()));
+bool GroupScheduler::failed() const {
+  std::lock_guard lock(mutex_);
+  return error_ != nullptr;
+}
+
+void GroupScheduler::throwIfFailed() const {
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void GroupScheduler::backwardStarts() {
+  backward_done_.store(false, std::memory_order_release);
+  overlapped_.store(0, std::memory_order_relaxed);
+}
+
+void GroupScheduler::backwardEnds() {
+  backward_done_.store(true, std::memory_order_release);
+}
+
+CommCounters GroupScheduler::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
+uint64_t GroupScheduler::payloadBytes() const {
+  return pipelines_.payloadBytes() + sparse_payload_bytes_;
+}
+
+bool GroupScheduler::anyRowSparse() const {
+  return std::any_of(sparse_.begin(), sparse_.end(), [](const auto& s) { return s != nullptr; });
+}
+
+// ---- The communication thread and its lanes.
+
+void GroupScheduler::markStarted(std::size_t t) {
+  if (started_[t]) return;
+  started_[t] = true;
+  if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  issue_order_.push_back(t);
+}
+
+void GroupScheduler::markAppliedLocked(std::span<const std::size_t> done) {
+  for (std::size_t t : done) {
+    applied_[t] = step_;
+    const int layer = workload_.params()[t].layer;
+    int64_t m = std::numeric_limits<int64_t>::max();
+    for (std::size_t u : workload_.layerTensors(layer)) m = std::min(m, applied_[u]);
+    layer_applied_[static_cast<std::size_t>(layer)] = m;
   }
-  return *slot;
 }
 
-void SyncTrainer::admit(const Ready& r) {
+void GroupScheduler::fail(std::exception_ptr failure, const std::string& where, int64_t step) {
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  // Recorded before the abort: the abort fails the other lanes' collectives, whose errors must not win.
+  recordError(failure);
+  abortComm(where + " failed at step " + std::to_string(step) + ": " + what);
+  applied_cv_.notify_all();
+  work_cv_.notify_all();
+  lane_cv_.notify_all();
+}
+
+void GroupScheduler::admit(const Ready& r) {
   const auto params = workload_.params();
-  if (static_cast<int64_t>(r.step) != comm_step_) {
+  if (static_cast<int64_t>(r.step) != step_) {
     // The previous step is complete here: its updates were all applied before this step's forward could pass the
     // gates (or, for a non-gating workload, before forwardBackward started), and that is the only way to get here.
-    comm_step_ = static_cast<int64_t>(r.step);
-    comm_lr_ = r.lr;
+    step_ = static_cast<int64_t>(r.step);
+    lr_ = r.lr;
     admitted_ = 0;
     std::fill(started_.begin(), started_.end(), false);
     scheduler_->beginStep(r.step);
@@ -86,29 +247,26 @@ void SyncTrainer::admit(const Ready& r) {
     return;
   }
   const ParamTensor& p = params[r.tensor];
-  std::vector<Chunk> chunks;
-  {
-    SchedTensor t;
-    t.dtype = DType::kF32;
-    t.tensor_id = r.tensor;
-    t.numel = p.numel();
-    t.step = r.step;
-    t.layer_index = p.layer;
-    t.num_layers = workload_.numLayers();
-    chunks = scheduler_->partition(t);
-    // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
-    for (Chunk& c : chunks) c.wire_bytes = chunkPipeline(c).maxPayloadBytes();
-    scheduler_->enqueue(chunks);
-  }
+  SchedTensor t;
+  t.dtype = DType::kF32;
+  t.tensor_id = r.tensor;
+  t.numel = p.numel();
+  t.step = r.step;
+  t.layer_index = p.layer;
+  t.num_layers = workload_.numLayers();
+  std::vector<Chunk> chunks = scheduler_->partition(t);
+  // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
+  for (Chunk& c : chunks) c.wire_bytes = pipelines_.chunk(c).maxPayloadBytes();
+  scheduler_->enqueue(chunks);
   chunks_left_[r.tensor] = chunks.size();
   if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
 }
 
-std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vector<Chunk>& group,
-                                                                 std::size_t in_flight) {
+std::unique_ptr<GroupScheduler::GroupJob> GroupScheduler::prepareGroup(const std::vector<Chunk>& group,
+                                                                       std::size_t in_flight) {
   const auto params = workload_.params();
   auto job = std::make_unique<GroupJob>();
-  job->step = static_cast<uint64_t>(comm_step_);
+  job->step = static_cast<uint64_t>(step_);
   job->chunks = group;
   job->where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
                std::to_string(group.front().tensor_id) + " '" +
@@ -121,16 +279,11 @@ std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vect
     const auto t = static_cast<std::size_t>(c.tensor_id);
     // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
     float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
-    CompressionPipeline& pipe = chunkPipeline(c);
+    CompressionPipeline& pipe = pipelines_.chunk(c);
     job->members.push_back(GroupMember{&pipe, grad, grad});
     issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
     issued.wire_bytes += c.wire_bytes;
-    if (!started_[t]) {
-      started_[t] = true;
-      if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
-      std::lock_guard lock(mutex_);
-      issue_order_.push_back(t);
-    }
+    markStarted(t);
   }
   job->wire_bytes = issued.wire_bytes;
   job->trace_seq = trace_seq_++;
@@ -140,7 +293,7 @@ std::unique_ptr<SyncTrainer::GroupJob> SyncTrainer::prepareGroup(const std::vect
   return job;
 }
 
-void SyncTrainer::executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid) {
+void GroupScheduler::executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid) {
   // Codec and communicator time of this group: its pipelines and `timed` serve no other group meanwhile.
   double encode0 = 0, decode0 = 0;
   for (const GroupMember& m : job.members) {
@@ -203,54 +356,26 @@ void SyncTrainer::executeGroup(GroupJob& job, AggregationEngine& engine, const c
   job.comm_s = commSecondsOf(timed) - comm0;
 }
 
-void SyncTrainer::finishGroup(const GroupJob& job) {
-  const auto params = workload_.params();
-  // Tensors whose last chunk just arrived: apply the optimizer now, so the next forward of their layer can start.
+void GroupScheduler::finishGroup(const GroupJob& job) {
+  // Tensors whose last chunk just arrived go to the sink now, so the next forward of their layer can start.
   std::vector<std::size_t> done;
   for (const Chunk& c : job.chunks) {
     const auto t = static_cast<std::size_t>(c.tensor_id);
     if (--chunks_left_[t] == 0) done.push_back(t);
   }
-  if (options_.clip_grad_norm > 0) {
-    // The norm is global: nothing is applied until the step's last tensor is in.
-    clip_ready_.insert(clip_ready_.end(), done.begin(), done.end());
-    done.clear();
-    if (clip_ready_.size() == params.size()) {
-      clipGradients();
-      done.swap(clip_ready_);
-    }
-  }
-  for (std::size_t t : done) {
-    const auto u0 = rt::now();
-    {
-      // FLOP model: SGD with momentum reads and writes each element a few times.
-      const auto n = static_cast<double>(params[t].numel());
-      const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
-      optimizer_.update(t, params[t], comm_lr_);
-    }
-    if (options_.trace || options_.step_trace) {
-      const auto u1 = rt::now();
-      if (options_.trace)
-        options_.trace->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, u1);
-      if (options_.step_trace) options_.step_trace->update(static_cast<int64_t>(job.step), t, {u0, u1});
-    }
-  }
-  // Device updates were only enqueued on the communicator's stream; a gate opened below lets the worker's forward (on
-  // the workload's stream) read these values, so they must be complete first. One wait per group that finished a
-  // tensor, and the wait is the update kernels' time, which the host would otherwise spend on the next group's launch.
-  if (device_ && !done.empty()) cuda::synchronize(comm_.deviceStream());
+  if (!done.empty()) done = sink_.aggregated(step_, lr_, std::move(done));
   {
     std::lock_guard lock(mutex_);
-    acc_encode_s_ += job.encode_s;
-    acc_decode_s_ += job.decode_s;
-    acc_comm_s_ += job.comm_s;
+    counters_.encode_s += job.encode_s;
+    counters_.decode_s += job.decode_s;
+    counters_.comm_s += job.comm_s;
     markAppliedLocked(done);
   }
   if (!done.empty()) applied_cv_.notify_all();
 }
 
-void SyncTrainer::traceSparse(std::size_t t, uint64_t seq, const RowSparseResult& result, Clock::time_point start,
-                              Clock::time_point end) {
+void GroupScheduler::traceSparse(std::size_t t, uint64_t seq, const RowSparseResult& result, Clock::time_point start,
+                                 Clock::time_point end) {
   // A group of one whole tensor outside the scheduler: its encoding, the size exchange, the gather of every rank's
   // rows (or the dense allreduce a crowded step falls back to), and the sum into the gradient, as a compressor's
   // group would show them. One rank runs nothing (the average of one is itself): a group without phases.
@@ -291,17 +416,12 @@ void SyncTrainer::traceSparse(std::size_t t, uint64_t seq, const RowSparseResult
     }
     phase(TracePhase::Kind::kDecompress, result.collective_end, end);
   }
-  options_.step_trace->group(comm_step_, std::move(g), start, spans);
+  options_.step_trace->group(step_, std::move(g), start, spans);
 }
 
-void SyncTrainer::runSparse(std::size_t t) {
+void GroupScheduler::runSparse(std::size_t t) {
   ParamTensor& p = workload_.params()[t];
-  if (!started_[t]) {
-    started_[t] = true;
-    if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(mutex_);
-    issue_order_.push_back(t);
-  }
+  markStarted(t);
   const double comm0 = commSecondsOf(comm_);
   const auto c0 = rt::now();
   const uint64_t seq = trace_seq_++;
@@ -314,39 +434,26 @@ void SyncTrainer::runSparse(std::size_t t) {
     options_.trace->span(TraceRecorder::kCommThread, (result.sparse ? "sparse rows " : "dense ") + p.name, "comm", c0,
                          c1);
   if (options_.step_trace) traceSparse(t, seq, result, c0, c1);
-  const auto u0 = rt::now();
-  if (optimizer_.lazyRowsExact()) {
-    const auto n = static_cast<double>(union_rows_.size() * p.rowLength());
-    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
-    optimizer_.updateRows(t, p, comm_lr_, union_rows_);
-  } else {
-    const auto n = static_cast<double>(p.numel());
-    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
-    optimizer_.update(t, p, comm_lr_);
-  }
-  if (options_.trace || options_.step_trace) {
-    const auto u1 = rt::now();
-    if (options_.trace) options_.trace->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, u1);
-    if (options_.step_trace) options_.step_trace->update(comm_step_, t, {u0, u1});
-  }
+  sink_.aggregatedRows(step_, lr_, t, union_rows_);
   {
     std::lock_guard lock(mutex_);
-    acc_comm_s_ += comm1 - comm0;
-    markAppliedLocked({t});
+    counters_.comm_s += comm1 - comm0;
+    const std::size_t done[] = {t};
+    markAppliedLocked(done);
   }
   applied_cv_.notify_all();
 }
 
-void SyncTrainer::laneLoop(std::size_t k) {
+void GroupScheduler::laneLoop(std::size_t k) {
   Lane& lane = lanes_[k];
   for (;;) {
     std::unique_ptr<GroupJob> job;
     {
       std::unique_lock lock(mutex_);
-      lane_cv_.wait(lock, [&] { return lanes_stop_ || !lane_queue_.empty(); });
-      if (lane_queue_.empty()) return;
-      job = std::move(lane_queue_.front());
-      lane_queue_.pop_front();
+      lane_cv_.wait(lock, [&] { return lanes_stop_ || !lane_jobs_.empty(); });
+      if (lane_jobs_.empty()) return;
+      job = std::move(lane_jobs_.front());
+      lane_jobs_.pop_front();
       if (error_) continue;  // the job's peers fail through the abort anyway
     }
     try {
@@ -363,16 +470,19 @@ void SyncTrainer::laneLoop(std::size_t k) {
   }
 }
 
-void SyncTrainer::commLoop() {
-  // Ready tensors received from the worker but not yet admitted to the scheduler, in ready order.
-  std::deque<Ready> received;
-  uint64_t received_total = 0;  // tensors received over the whole run: the same sequence on every rank
-  int64_t received_step = -1;   // the step of the last tensor received: the step trace files a round under it
-  uint64_t admitted_total = 0;  // of those, admitted to the scheduler (agreed by every rank)
-  bool round = false;           // one group at a time: a round is owed to the peers after every group
+void GroupScheduler::commLoop() {
+  // Tensors received from the worker over the whole run (the same sequence on every rank) and, of those, admitted to
+  // the scheduler (agreed by every rank): ready_ holds the difference, oldest first.
+  uint64_t received_total = 0;
+  uint64_t admitted_total = 0;
+  int64_t received_step = -1;  // the step of the last tensor received: the step trace files a round under it
+  bool round = false;          // one group at a time: a round is owed to the peers after every group
   std::vector<uint64_t> counts(static_cast<std::size_t>(comm_.size()));
+  std::vector<Ready> admitting;
+  std::vector<uint64_t> ids;
   // Lanes: the groups handed out whose completion the scheduler has not been told of, in issue order, with whether
-  // they finished here; finished jobs come back through lane_done_.
+  // they finished here. This is the scheduler's book of its credit, not a hand-over: the jobs travel in lane_jobs_ and
+  // lane_done_.
   struct Flying {
     std::vector<uint64_t> ids;
     uint64_t wire_bytes = 0;
@@ -401,23 +511,25 @@ void SyncTrainer::commLoop() {
     {
       std::unique_lock lock(mutex_);
       const auto quit = [&] { return stop_ && (error_ || (!owe && flying.empty())); };
-      work_cv_.wait(lock, [&] { return quit() || !inbox_.empty() || !lane_done_.empty() || (owe && !error_); });
+      // ready_ holds every tensor received and not admitted; news is what came after the last wake-up.
+      const auto news = [&] { return admitted_total + ready_.size() > received_total; };
+      work_cv_.wait(lock, [&] { return quit() || news() || !lane_done_.empty() || (owe && !error_); });
       // A round owed to the peers (they run it too) is finished even when stopping, and so are the groups in flight:
       // skipping them would leave the peers waiting.
       if (quit()) return;
       if (error_) {
         // After a failure nothing more runs: the other ranks' collectives fail through the abort anyway.
-        inbox_.clear();
+        ready_.clear();
         lane_done_.clear();
         round = false;
         failed = true;
         if (stop_) return;
         continue;
       }
-      for (const Ready& r : inbox_) received.push_back(r);
-      if (!inbox_.empty()) received_step = static_cast<int64_t>(inbox_.back().step);
-      received_total += inbox_.size();
-      inbox_.clear();
+      if (news()) {
+        received_step = static_cast<int64_t>(ready_.back().step);
+        received_total = admitted_total + ready_.size();
+      }
       for (auto& job : lane_done_) finished.push_back(std::move(job));
       lane_done_.clear();
     }
@@ -453,9 +565,9 @@ void SyncTrainer::commLoop() {
           // Control traffic, but communication time all the same: it counts in comm_s. Rounds and bytes are counted
           // together, once a round is complete, so the pair read by negotiation() always agrees.
           std::lock_guard lock(mutex_);
-          acc_comm_s_ += commSecondsOf(comm_) - c0;
-          ++acc_negotiations_;
-          acc_negotiation_bytes_ += sent.sent_bytes;
+          counters_.comm_s += commSecondsOf(comm_) - c0;
+          ++counters_.negotiation.rounds;
+          counters_.negotiation.bytes += sent.sent_bytes;
         }
         if (lanes_.empty()) {
           agreed = *std::min_element(counts.begin(), counts.end());
@@ -471,7 +583,7 @@ void SyncTrainer::commLoop() {
         const auto n1 = rt::now();
         if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
           options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
-        // Filed under the step of the tensors it agrees on (admit() moves comm_step_ on only after the round).
+        // Filed under the step of the tensors it agrees on (admit() moves step_ on only after the round).
         if (options_.step_trace && received_step >= 0)
           options_.step_trace->negotiation(received_step, {n0, n1}, std::string(comm_.controlAlgorithmRun()));
         where = "scheduling";
@@ -483,9 +595,17 @@ void SyncTrainer::commLoop() {
         flying.pop_front();
         ++flying_base;
       }
-      for (; admitted_total < agreed; ++admitted_total) {
-        admit(received.front());
-        received.pop_front();
+      if (agreed > admitted_total) {
+        // The agreed tensors leave ready_ (the worker only appends behind them) before the scheduler sees them.
+        admitting.clear();
+        {
+          std::lock_guard lock(mutex_);
+          for (; admitted_total < agreed; ++admitted_total) {
+            admitting.push_back(ready_.front());
+            ready_.pop_front();
+          }
+        }
+        for (const Ready& r : admitting) admit(r);
       }
       if (lanes_.empty()) {
         const std::vector<Chunk> group = scheduler_->next();
@@ -493,9 +613,9 @@ void SyncTrainer::commLoop() {
           auto job = prepareGroup(group, 0);
           where = job->where;
           executeGroup(*job, engine_, comm_, TraceRecorder::kCommThread);
-          ids_.clear();
-          for (const Chunk& c : group) ids_.push_back(c.chunk_id);
-          scheduler_->onComplete(ids_, job->wire_bytes);
+          ids.clear();
+          for (const Chunk& c : group) ids.push_back(c.chunk_id);
+          scheduler_->onComplete(ids, job->wire_bytes);
           finishGroup(*job);
         }
         // Symmetric on every rank: after a group everyone negotiates again at once; otherwise a rank that holds
@@ -514,13 +634,13 @@ void SyncTrainer::commLoop() {
           flying.push_back(std::move(f));
           {
             std::lock_guard lock(mutex_);
-            lane_queue_.push_back(std::move(job));
+            lane_jobs_.push_back(std::move(job));
           }
           lane_cv_.notify_one();
         }
       }
     } catch (...) {
-      fail(std::current_exception(), where, comm_step_);
+      fail(std::current_exception(), where, step_);
       failed = true;
       round = false;
     }

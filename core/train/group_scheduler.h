@@ -1,0 +1,238 @@
+// The synchronous trainer's communication side (sync_trainer.h): one rank's communication thread, which admits the
+// ready gradients the trainer feeds it, negotiates with the other ranks what every scheduler may see, asks the
+// scheduler (core/plugin/scheduler.h) for groups and runs them through the aggregation engine -- itself or on lanes --
+// and hands every tensor whose chunks are all aggregated to a GradientSink (the trainer's optimizer). The trainer waits
+// on it: a layer's gate for that layer's updates, a drain for all of them. The protocol (negotiation, groups in
+// flight, row-sparse tensors, device streams, errors) is described at the top of sync_trainer.h; this file is the
+// unit that runs it, usable without a trainer (tests/train/group_scheduler_test.cc feeds one by hand).
+//
+// Hand-overs, one queue each (mutex_ guards them):
+//   worker -> communication thread: ready_, tensors fed and not yet admitted to the scheduler. The thread reads how
+//     many there are at each wake-up (the negotiation's news) and takes the agreed ones off the front.
+//   communication thread -> lanes: lane_jobs_, groups handed out and not yet taken by a lane (max_groups_in_flight >
+//   1). lanes -> communication thread: lane_done_, groups a lane has run, waiting for their updates and completions.
+// What the scheduler holds between admission and hand-out is its own queue (the plugin's, not ours).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/common/runtime.h"
+#include "core/compress/engine.h"
+#include "core/compress/pipeline.h"
+#include "core/compress/row_sparse_allgather.h"
+#include "core/plugin/scheduler.h"
+#include "core/train/pipeline_set.h"
+#include "core/train/step_trace.h"
+#include "core/train/trace.h"
+#include "core/train/workload.h"
+
+namespace terse::train {
+
+// One group as the communication thread issued it: its chunks as (tensor id, chunk index) in fused order.
+struct IssuedGroup {
+  std::vector<std::pair<uint64_t, int>> chunks;
+  uint64_t wire_bytes = 0;   // the group's wire_bytes as the scheduler saw them
+  uint64_t credit_left = 0;  // the credit left once it was handed out (UINT64_MAX: unlimited)
+  // Groups handed out before it whose completion the scheduler had not been told of: 0 when one runs at a time.
+  uint64_t groups_in_flight = 0;
+  // The most urgent (smallest) layer among chunks left pending once it was handed out, -1 when none: a priority
+  // scheduler never hands out a chunk of a later layer than this.
+  int min_pending_layer = -1;
+};
+
+// The byte-accounting label (comm::traffic.h, per tensor) of the negotiation rounds' frames: control traffic, kept
+// apart so results can report gradient bytes, which do not depend on how the ranks' paces interleaved.
+inline constexpr uint64_t kNegotiationTensor = ~uint64_t{0} - 1;
+
+// The scheduler negotiation's completed rounds and the bytes this rank sent for them (frames, headers included).
+struct Negotiation {
+  uint64_t rounds = 0;
+  uint64_t bytes = 0;
+};
+
+// What the communication thread has spent so far, summed over every group and round: a step's share is the
+// difference of two readings.
+struct CommCounters {
+  double comm_s = 0;    // the communicator's collectives (negotiation rounds included)
+  double encode_s = 0;  // the pipelines' encode
+  double decode_s = 0;  // the pipelines' decode
+  Negotiation negotiation;
+};
+
+// Where aggregated gradients go: called on the communication thread, in the same order on every rank, with no lock
+// held. The group scheduler marks a tensor's update of the step applied (opening gates and drains) once the call
+// returns it.
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // Tensors of `step` whose every chunk is aggregated (their gradients hold the average, on the device for a device
+  // workload). Returns the tensors whose update is now in: those, or none and later more (a global clip waits for the
+  // step's last tensor).
+  virtual std::vector<std::size_t> aggregated(int64_t step, double lr, std::vector<std::size_t> tensors) = 0;
+  // A row-sparse tensor (GroupSchedulerOptions::sparse_rows) aggregated: its gradient holds the average on `rows`
+  // (the union of every rank's rows) and zeros elsewhere. Its update is in once the call returns.
+  virtual void aggregatedRows(int64_t step, double lr, std::size_t tensor, std::span<const int64_t> rows) = 0;
+};
+
+struct GroupSchedulerOptions {
+  // SyncTrainerOptions' fields of the same names.
+  int max_groups_in_flight = 1;
+  bool sparse_rows = false;
+  TraceRecorder* trace = nullptr;
+  StepTraceRecorder* step_trace = nullptr;
+};
+
+class GroupScheduler {
+ public:
+  // Builds one pipeline per parameter tensor through `pipelines` (tensor id i for params()[i]), a row-sparse
+  // aggregator per row-sparse tensor (sparse_rows) and the lanes. Throws InvalidArgument for a null scheduler or
+  // factory, a factory that returns a pipeline of the wrong tensor, size or rank, a row-sparse tensor of a device
+  // workload, max_groups_in_flight < 1 or > 1 on a communicator without channels; what the factory throws. start()
+  // starts the threads: the owner finishes its own checks first. `sink` must outlive this.
+  GroupScheduler(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
+                 std::unique_ptr<Scheduler> scheduler, const GroupSchedulerOptions& options, GradientSink& sink);
+  // Stops and joins the threads (groups not started are dropped: awaitApplied() first to finish them).
+  ~GroupScheduler();
+  GroupScheduler(const GroupScheduler&) = delete;
+  GroupScheduler& operator=(const GroupScheduler&) = delete;
+
+  void start();
+
+  // ---- The worker's side.
+  // Hands over tensors of `step` whose gradients are final (backward's order, the same on every rank), to be updated
+  // with `lr`. A step's tensors all come before the next step's, and a step's first only once every update of the
+  // step before is applied (a gate or a wait saw it).
+  void feed(int64_t step, std::span<const std::size_t> tensors, double lr);
+  // Waits until every tensor's update of `step` is applied; rethrows the first error. Returns the seconds waited.
+  double awaitApplied(int64_t step);
+  // Waits until every tensor of `layer` has its update of `step` applied; rethrows the first error. Returns when the
+  // wait began and ended. InvalidArgument for a layer the workload does not have.
+  std::pair<rt::Clock::time_point, rt::Clock::time_point> awaitLayer(int layer, int64_t step);
+  // Records a failure outside the communication thread (the worker's forwardBackward) as the first error unless one is
+  // already in, and then aborts the communicator with `reason` (the peers' collectives fail, nothing hangs).
+  void failFrom(std::exception_ptr failure, const std::string& reason);
+  bool failed() const;
+  void throwIfFailed() const;
+  // Backward's progress, for overlapped(): tensors whose communication started between these two calls.
+  void backwardStarts();
+  void backwardEnds();
+  int overlapped() const noexcept { return overlapped_.load(std::memory_order_relaxed); }
+  CommCounters counters() const;
+
+  // ---- Read after awaitApplied() (the communication thread is idle between steps then).
+  // Tensor ids in the order their first chunk started in the last step, and its groups in issue order.
+  const std::vector<std::size_t>& issueOrder() const noexcept { return issue_order_; }
+  const std::vector<IssuedGroup>& groups() const noexcept { return groups_; }
+  // Compressor output this rank sent, all tensors, chunks and row-sparse tensors (SyncTrainer::payloadBytes).
+  uint64_t payloadBytes() const;
+  const CompressionPipeline& pipeline(std::size_t tensor) const { return pipelines_.tensor(tensor); }
+  const Scheduler& scheduler() const noexcept { return *scheduler_; }
+  bool anyRowSparse() const;
+
+ private:
+  struct Ready {
+    uint64_t step;
+    std::size_t tensor;
+    double lr;
+  };
+  // A group on its way: what the communication thread bound when it handed the group out, and what running it cost.
+  struct GroupJob {
+    uint64_t seq = 0;  // run-wide number, issue order: a lane's channel id, the same on every rank
+    uint64_t step = 0;
+    std::vector<Chunk> chunks;
+    std::vector<GroupMember> members;
+    uint64_t wire_bytes = 0;
+    std::string where;  // for an error: "a group of N chunks (first: tensor T 'name')"
+    double encode_s = 0, decode_s = 0, comm_s = 0;
+    // Step trace: the group's number among everything the communication thread issued (row-sparse tensors included;
+    // the same on every rank) and when the scheduler handed it out.
+    uint64_t trace_seq = 0;
+    rt::Clock::time_point issued;
+  };
+  // A lane (max_groups_in_flight > 1): a thread running groups on its own channel and engine.
+  struct Lane {
+    std::unique_ptr<comm::CommChannel> channel;
+    std::unique_ptr<AggregationEngine> engine;
+    rt::Thread thread;
+  };
+
+  void commLoop();
+  void laneLoop(std::size_t lane);
+  // Communication thread: a tensor the negotiation agreed on goes to the scheduler (or, row-sparse, is aggregated).
+  void admit(const Ready& r);
+  // Communication thread: binds the chunks' pipelines and gradients, books issue order and the IssuedGroup.
+  std::unique_ptr<GroupJob> prepareGroup(const std::vector<Chunk>& group, std::size_t in_flight);
+  // The thread running the group: compression, collectives, decompression through `engine`; codec time and the time
+  // of `timed`'s collectives into the job; trace phases on trace thread `tid`.
+  void executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid);
+  // Communication thread: the sink's updates of the tensors the job finished, and its times into the counters.
+  void finishGroup(const GroupJob& job);
+  // A row-sparse tensor's aggregation, its group in the step trace, and its update.
+  void runSparse(std::size_t tensor);
+  void traceSparse(std::size_t tensor, uint64_t seq, const RowSparseResult& result, rt::Clock::time_point start,
+                   rt::Clock::time_point end);
+  // Communication thread: books the tensor as started (issue order, overlap) the first time one of its chunks goes.
+  void markStarted(std::size_t tensor);
+  // mutex_ held: tensors whose update of step_ is applied; the caller notifies applied_cv_.
+  void markAppliedLocked(std::span<const std::size_t> done);
+  // The first error wins (error_), then every rank's collectives are failed; waiters and the loops wake.
+  void fail(std::exception_ptr failure, const std::string& where, int64_t step);
+  bool recordError(std::exception_ptr failure);
+  void abortComm(const std::string& reason);
+  // mutex_ held: whether every tensor's update of `step` is in.
+  bool appliedLocked(int64_t step) const;
+
+  Workload& workload_;
+  comm::Communicator& comm_;
+  GradientSink& sink_;
+  const GroupSchedulerOptions options_;
+  const bool device_;  // the workload computes on a CUDA device: gradients and pipelines live there
+  std::unique_ptr<Scheduler> scheduler_;
+  PipelineSet pipelines_;
+  std::vector<std::unique_ptr<RowSparseAllgather>> sparse_;  // per tensor; null for a tensor the engine moves
+  AggregationEngine engine_;                                 // groups run on the communication thread
+  std::vector<Lane> lanes_;                                  // empty with max_groups_in_flight 1
+
+  // ---- Communication thread only (no lock): the step being scheduled and the per-tensor books.
+  int64_t step_ = -1;
+  double lr_ = 0;
+  std::size_t admitted_ = 0;           // tensors of step_ admitted
+  std::vector<uint64_t> chunks_left_;  // per tensor, this step
+  std::vector<bool> started_;          // per tensor, this step
+  uint64_t group_seq_ = 0;             // groups handed to lanes so far
+  uint64_t trace_seq_ = 0;             // groups and row-sparse aggregations issued so far (step trace)
+  std::vector<int64_t> union_rows_;
+  uint64_t sparse_payload_bytes_ = 0;  // read by payloadBytes() after a wait
+
+  // ---- Shared. mutex_ guards everything below down to error_. The runtime's (core/common/runtime.h): in a
+  // simulation the threads are actors and wait in simulated time.
+  mutable rt::Mutex mutex_;
+  rt::CondVar work_cv_;     // the communication thread waits here for ready tensors and finished lanes
+  rt::CondVar applied_cv_;  // gates and drains wait here for updates
+  rt::CondVar lane_cv_;     // lanes wait here for groups
+  std::deque<Ready> ready_;
+  std::deque<std::unique_ptr<GroupJob>> lane_jobs_;
+  std::deque<std::unique_ptr<GroupJob>> lane_done_;
+  bool stop_ = false;
+  bool lanes_stop_ = false;
+  std::vector<int64_t> applied_;        // per tensor: the last step whose update is applied
+  std::vector<int64_t> layer_applied_;  // per layer: min of applied_ over its tensors
+  std::vector<std::size_t> issue_order_;
+  std::vector<IssuedGroup> groups_;
+  CommCounters counters_;
+  std::exception_ptr error_;  // the first failure; later groups are not run
+  std::atomic<bool> backward_done_{false};
+  std::atomic<int> overlapped_{0};
+  rt::Thread comm_thread_;
+};
+
+}  // namespace terse::train

@@ -1,0 +1,96 @@
+// The trainer's updates (parameter_updater.h), on the group scheduler's communication thread.
+#include "core/train/parameter_updater.h"
+
+#include <cmath>
+
+#include "core/common/device_memory.h"
+#include "core/common/runtime.h"
+
+namespace terse::train {
+namespace {
+
+// The FLOP model's optimizer cost: momentum update and step, each a multiply-add per element.
+constexpr double kOptimizerFlopsPerElement = 4;
+
+}  // namespace
+
+ParameterUpdater::ParameterUpdater(Workload& workload, const SgdOptions& sgd, void* stream, double clip_grad_norm,
+                                   TraceRecorder* trace, StepTraceRecorder* step_trace)
+    : workload_(workload),
+      optimizer_(workload.params(), sgd, stream),
+      stream_(stream),
+      device_(workload.device() >= 0),
+      clip_grad_norm_(clip_grad_norm),
+      trace_(trace),
+      step_trace_(step_trace) {}
+
+std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, std::vector<std::size_t> done) {
+  const auto params = workload_.params();
+  if (clip_grad_norm_ > 0) {
+    // The norm is global: nothing is applied until the step's last tensor is in.
+    clip_ready_.insert(clip_ready_.end(), done.begin(), done.end());
+    done.clear();
+    if (clip_ready_.size() == params.size()) {
+      clipGradients();
+      done.swap(clip_ready_);
+    }
+  }
+  for (std::size_t t : done) {
+    const auto u0 = rt::now();
+    {
+      // FLOP model: SGD with momentum reads and writes each element a few times.
+      const auto n = static_cast<double>(params[t].numel());
+      const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
+      optimizer_.update(t, params[t], lr);
+    }
+    if (trace_ || step_trace_) {
+      const auto u1 = rt::now();
+      if (trace_) trace_->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, u1);
+      if (step_trace_) step_trace_->update(step, t, {u0, u1});
+    }
+  }
+  // Device updates were only enqueued on the communicator's stream; a gate opened once these are marked applied lets
+  // the worker's forward (on the workload's stream) read these values, so they must be complete first. One wait per
+  // group that finished a tensor, and the wait is the update kernels' time, which the host would otherwise spend on the
+  // next group's launch.
+  if (device_ && !done.empty()) cuda::synchronize(stream_);
+  return done;
+}
+
+void ParameterUpdater::aggregatedRows(int64_t step, double lr, std::size_t t, std::span<const int64_t> rows) {
+  ParamTensor& p = workload_.params()[t];
+  const auto u0 = rt::now();
+  if (optimizer_.lazyRowsExact()) {
+    const auto n = static_cast<double>(rows.size() * p.rowLength());
+    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
+    optimizer_.updateRows(t, p, lr, rows);
+  } else {
+    const auto n = static_cast<double>(p.numel());
+    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
+    optimizer_.update(t, p, lr);
+  }
+  if (trace_ || step_trace_) {
+    const auto u1 = rt::now();
+    if (trace_) trace_->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, u1);
+    if (step_trace_) step_trace_->update(step, t, {u0, u1});
+  }
+}
+
+void ParameterUpdater::clipGradients() {
+  const auto params = workload_.params();
+  // One pass over the gradient for the norm, a second to scale it. The FLOP model charges only a clip that scales.
+  rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(workload_.numParameters())});
+  double sq = 0;
+  for (const ParamTensor& p : params)
+    for (float g : p.grad) sq += static_cast<double>(g) * static_cast<double>(g);
+  // torch.nn.utils.clip_grad_norm_: the 1e-6 keeps a zero gradient finite; a scale >= 1 leaves the gradient alone.
+  const double scale = clip_grad_norm_ / (std::sqrt(sq) + 1e-6);
+  if (scale >= 1) return;
+  kernel.cost().count = 2;
+  kernel.cost().flops = static_cast<double>(workload_.numParameters()) * 3;  // square-add, then scale
+  const auto f = static_cast<float>(scale);
+  for (ParamTensor& p : params)
+    for (float& g : p.grad) g *= f;
+}
+
+}  // namespace terse::train

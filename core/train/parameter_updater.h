@@ -1,0 +1,43 @@
+// The synchronous trainer's update side (sync_trainer.h): what the group scheduler's communication thread does with a
+// tensor whose gradient is aggregated -- the optimizer's update at the step's learning rate, after a global clip when
+// one is set -- and the update's place in the Chrome trace and the step trace.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/train/group_scheduler.h"
+#include "core/train/optimizer.h"
+#include "core/train/step_trace.h"
+#include "core/train/trace.h"
+#include "core/train/workload.h"
+
+namespace terse::train {
+
+class ParameterUpdater final : public GradientSink {
+ public:
+  // `stream` orders a device workload's updates (the communicator's, where its pipelines run; null on the host).
+  // clip_grad_norm > 0: SyncTrainerOptions::clip_grad_norm. Throws what SgdOptimizer throws for bad options.
+  ParameterUpdater(Workload& workload, const SgdOptions& sgd, void* stream, double clip_grad_norm, TraceRecorder* trace,
+                   StepTraceRecorder* step_trace);
+
+  std::vector<std::size_t> aggregated(int64_t step, double lr, std::vector<std::size_t> tensors) override;
+  void aggregatedRows(int64_t step, double lr, std::size_t tensor, std::span<const int64_t> rows) override;
+
+ private:
+  // Scales every gradient by clip / (norm + 1e-6) when that is < 1 (torch.nn.utils.clip_grad_norm_).
+  void clipGradients();
+
+  Workload& workload_;
+  SgdOptimizer optimizer_;
+  void* stream_;
+  const bool device_;  // the workload computes on a CUDA device: updates are enqueued on stream_
+  const double clip_grad_norm_;
+  TraceRecorder* trace_;
+  StepTraceRecorder* step_trace_;
+  // Clipping: tensors of the step aggregated and waiting for the rest before the norm is known.
+  std::vector<std::size_t> clip_ready_;
+};
+
+}  // namespace terse::train
