@@ -14,15 +14,14 @@
 // Transport NCCL (one process per GPU, builds with CUDA and NCCL): the same path with the trainer's communicator an
 // NcclCommunicator (core/comm/nccl_communicator.h) bootstrapped through the job's store, the device picked by local
 // rank; the workload is the model's CUDA version on that device (Workload::device()), and every tensor's codec runs
-// on the communicator's stream with device buffers, so gradients never leave the GPU. The control communicator stays
-// TCP (host words). Link emulation does not apply (the config refuses it): NCCL runs at the hardware's speed, and its
-// byte counts are the ring model nccl_communicator.h documents.
+// on the communicator's stream with device buffers, so gradients never leave the GPU. The control channel stays a
+// tcp transport (host words). Link emulation does not apply (the config refuses it): NCCL runs at the hardware's speed,
+// and its byte counts are the ring model nccl_communicator.h documents.
 //
 // Results: rank 0 writes the results folder; other ranks write nothing. A failure on any rank aborts the transport on
 // every rank (the first reason wins, naming the rank and host); rank 0 marks the folder failed and keeps every record
 // already written. A rank 0 that dies leaves the folder "running" with its records intact (flushed per record).
 #include <chrono>
-#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -52,7 +51,6 @@
 namespace terse::runner {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using experiments::Experiment;
 
 // The address this rank's transport listens on (experiment.proto Tcp.bind_address).

@@ -564,8 +564,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
           std::shared_ptr<Compressor> instance = plugin->instantiate(params);
           if (!first_instance) first_instance = instance;
           train::SyncTrainerOptions to = trainerOptions(e);
-          // Simulated, a straggler's device is slower by its factor (SimulatedWorld); real time sleeps.
-          to.slowdown = simulated ? 1.0 : experiments::workerSettings(e, r).slowdown();
+          to.slowdown = ranks->trainerSlowdown(experiments::workerSettings(e, r).slowdown());
           to.trace = traces.add(r, trace_origin);
           to.step_trace = step_traces.add(trace_origin);
           trainers.push_back(makeSyncTrainer(e, *models[r], *links.comms[r], instance, *sched_plugin, to));

@@ -42,6 +42,9 @@ class World {
   virtual void run(const std::function<void(int rank)>& body) = 0;
   // Bookkeeping, not training (evaluation, records, progress): a simulation does not charge its computation.
   virtual void aside(const std::function<void()>& fn) const { fn(); }
+  // What a trainer of a straggler with this compute factor sleeps by (SyncTrainerOptions::slowdown): in real time it
+  // sleeps; in a simulation its actor computes slower instead (SimulatedWorld), so its trainer sleeps by 1.
+  virtual double trainerSlowdown(double factor) const { return factor; }
   // What rank's communicators do to fail every pending and later collective; called with the reason.
   void onAbort(std::function<void(const std::string& reason)> abort);
   // Runs every abort action (idempotent per action: a communicator keeps the first reason).
@@ -85,6 +88,7 @@ class SimulatedWorld final : public ThreadWorld {
   // slowdowns[r]: rank r's compute factor (experiment worker_settings).
   explicit SimulatedWorld(std::vector<double> slowdowns);
   void aside(const std::function<void()>& fn) const override;
+  double trainerSlowdown(double /*factor*/) const override { return 1.0; }
 
  private:
   void enterRank(int rank) override;

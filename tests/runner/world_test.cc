@@ -162,6 +162,7 @@ TEST(ThreadWorld, RunsEveryRankOnceAndAsksNothingOfTheSimulation) {
   int asides = 0;
   world.aside([&] { ++asides; });
   EXPECT_EQ(asides, 1);
+  EXPECT_EQ(world.trainerSlowdown(2.5), 2.5);  // real time: the straggler's trainer sleeps
 }
 
 TEST(ProcessWorld, IsOneRankAndTellsTheJobItsFailure) {
