@@ -46,18 +46,24 @@ void ThreadWorld::fail(int rank, std::exception_ptr err) {
 void ThreadWorld::run(const std::function<void(int rank)>& body) {
   {
     std::vector<rt::Thread> threads;
-    for (int r = 0; r < size(); ++r) {
-      threads.emplace_back(
-          "worker " + std::to_string(r),
-          [this, &body, r] {
-            try {
-              enterRank(r);
-              body(r);
-            } catch (...) {
-              fail(r, std::current_exception());
-            }
-          },
-          r);
+    try {
+      for (int r = 0; r < size(); ++r) {
+        threads.emplace_back(
+            "worker " + std::to_string(r),
+            [this, &body, r] {
+              try {
+                enterRank(r);
+                body(r);
+              } catch (...) {
+                fail(r, std::current_exception());
+              }
+            },
+            r);
+      }
+    } catch (const std::exception& x) {
+      // The ranks started so far would wait for the others forever: abort them before their threads are joined.
+      abortAll(std::string("starting the ranks' threads failed: ") + x.what());
+      throw;
     }
     for (auto& t : threads) t.join();
   }
