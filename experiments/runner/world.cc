@@ -26,6 +26,10 @@ void World::abortAll(const std::string& reason) {
   for (const auto& a : aborts) a(reason);
 }
 
+ThreadWorld::ThreadWorld(int size, std::function<std::string(int rank)> label) : World(size), label_(std::move(label)) {
+  if (!label_) label_ = [](int rank) { return "rank " + std::to_string(rank); };
+}
+
 std::vector<int> ThreadWorld::localRanks() const {
   std::vector<int> ranks;
   for (int r = 0; r < size(); ++r) ranks.push_back(r);
@@ -40,10 +44,11 @@ void ThreadWorld::fail(int rank, std::exception_ptr err) {
       error_rank_ = rank;
     }
   }
-  abortAll("rank " + std::to_string(rank) + " failed: " + shortWhat(err));
+  abortAll(label_(rank) + " failed: " + shortWhat(err));
 }
 
-void ThreadWorld::run(const std::function<void(int rank)>& body) {
+void ThreadWorld::run(const std::function<void(int rank)>& body, const std::function<void()>& monitor) {
+  std::exception_ptr monitor_error;
   {
     std::vector<rt::Thread> threads;
     try {
@@ -65,14 +70,21 @@ void ThreadWorld::run(const std::function<void(int rank)>& body) {
       abortAll(std::string("starting the ranks' threads failed: ") + x.what());
       throw;
     }
+    try {
+      monitor();
+    } catch (...) {
+      monitor_error = std::current_exception();
+      abortAll("the run failed: " + shortWhat(monitor_error));  // the ranks must not wait for it forever
+    }
     for (auto& t : threads) t.join();
   }
+  if (monitor_error) std::rethrow_exception(monitor_error);
   std::lock_guard lock(error_mutex_);
-  if (error_) throw std::runtime_error("rank " + std::to_string(error_rank_) + ": " + shortWhat(error_));
+  if (error_) throw std::runtime_error(label_(error_rank_) + ": " + shortWhat(error_));
 }
 
-SimulatedWorld::SimulatedWorld(std::vector<double> slowdowns)
-    : ThreadWorld(static_cast<int>(slowdowns.size())), slowdowns_(std::move(slowdowns)) {}
+SimulatedWorld::SimulatedWorld(std::vector<double> slowdowns, std::function<std::string(int rank)> label)
+    : ThreadWorld(static_cast<int>(slowdowns.size()), std::move(label)), slowdowns_(std::move(slowdowns)) {}
 
 void SimulatedWorld::enterRank(int rank) {
   rt::backend().setSlowdown(slowdowns_[static_cast<std::size_t>(rank)]);

@@ -65,9 +65,15 @@ class World {
 // The ranks as threads of this process (rt::Thread: OS threads, or actors in a simulation).
 class ThreadWorld : public World {
  public:
-  explicit ThreadWorld(int size) : World(size) {}
+  // `label`: what an error and an abort call rank r ("rank 2"; a parameter server's "worker 1 (rank 3)").
+  explicit ThreadWorld(int size, std::function<std::string(int rank)> label = {});
   std::vector<int> localRanks() const override;
-  void run(const std::function<void(int rank)>& body) override;
+  void run(const std::function<void(int rank)>& body) override {
+    run(body, [] {});
+  }
+  // As run(body), with `monitor` on the calling thread while the ranks run (the parameter server's evaluation, which
+  // reads the shards in place). A monitor that throws aborts every rank; its error wins over theirs.
+  void run(const std::function<void(int rank)>& body, const std::function<void()>& monitor);
 
  protected:
   // On the rank's own thread, before its body.
@@ -77,6 +83,7 @@ class ThreadWorld : public World {
   // Keeps the root cause and aborts every rank's communicators (the in-process job is one fabric).
   void fail(int rank, std::exception_ptr err);
 
+  std::function<std::string(int rank)> label_;
   std::mutex error_mutex_;
   std::exception_ptr error_;
   int error_rank_ = -1;
@@ -86,7 +93,7 @@ class ThreadWorld : public World {
 class SimulatedWorld final : public ThreadWorld {
  public:
   // slowdowns[r]: rank r's compute factor (experiment worker_settings).
-  explicit SimulatedWorld(std::vector<double> slowdowns);
+  explicit SimulatedWorld(std::vector<double> slowdowns, std::function<std::string(int rank)> label = {});
   void aside(const std::function<void()>& fn) const override;
   double trainerSlowdown(double /*factor*/) const override { return 1.0; }
 
