@@ -1,13 +1,14 @@
 // Modes ASYNC, SSP and HOGWILD on the inproc transport (runner.h; core/train/param_server_shard.h, async_trainer.h).
 //
 // Threads: one per server shard (ranks 0 .. S-1 of the inproc job, serving until every worker left or was dropped),
-// one per worker (ranks S .. S+W-1: pull, compute, push), and the calling thread as the monitor, which evaluates the
-// global model. There is no common step in async training, so the records' `step` is the workers' progress in
-// global-batch units: completed worker steps / W, the step a sync run would be at after the same number of gradients.
-// An evaluation point is due when that crosses one of the sync schedule's points (every_steps, epoch ends, the last
-// step); the monitor then reads the shards' current parameters (each under its shard's lock: pushes in flight may land
-// on one shard and not yet on another, as any reader of a parameter server sees) into a separate evaluation replica.
-// Training does not pause for it. The last record is taken after every worker finished and every shard stopped.
+// one per worker (ranks S .. S+W-1: pull, compute, push), the ranks of a ThreadWorld (world.h, which owns their
+// failure), and the calling thread as the monitor, which evaluates the global model. There is no common step in async
+// training, so the records' `step` is the workers' progress in global-batch units: completed worker steps / W, the step
+// a sync run would be at after the same number of gradients. An evaluation point is due when that crosses one of the
+// sync schedule's points (every_steps, epoch ends, the last step); the monitor then reads the shards' current
+// parameters (each under its shard's lock: pushes in flight may land on one shard and not yet on another, as any reader
+// of a parameter server sees) into a separate evaluation replica. Training does not pause for it. The last record is
+// taken after every worker finished and every shard stopped.
 //
 // Elastic workers: worker_settings[].fail_after_steps stops a worker dead (no goodbye; its endpoint stays silent as a
 // crashed process's would); the shards drop it after parameter_server.worker_timeout and the others go on. Any other

@@ -1,7 +1,8 @@
 // The rank as the unit of the runner (experiments/runner/world.h, rank_driver.h): the control channel's gather and
 // allgather at odd sizes and with empty records, a record of the wrong size named by its rank, a World whose rank
 // throws (every rank stops, the error names the rank, a comm error does not hide the root cause, a rank blocked in
-// the evaluation collective is released), and sync runs through the runner at one and three ranks.
+// the evaluation collective is released), ranks' labels, a monitor beside the ranks and one that throws, and sync runs
+// through the runner at one and three ranks.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -163,6 +164,53 @@ TEST(ThreadWorld, RunsEveryRankOnceAndAsksNothingOfTheSimulation) {
   world.aside([&] { ++asides; });
   EXPECT_EQ(asides, 1);
   EXPECT_EQ(world.trainerSlowdown(2.5), 2.5);  // real time: the straggler's trainer sleeps
+}
+
+// A parameter server's names for its ranks, and the monitor beside them: it runs while the ranks do, and one that
+// throws aborts the ranks (here waiting for a record that never comes) and its own error is the run's.
+TEST(ThreadWorld, LabelsNameTheFailingRank) {
+  ThreadWorld world(
+      3, [](int r) { return r == 0 ? std::string("server shard 0 (rank 0)") : "worker " + std::to_string(r - 1); });
+  try {
+    world.run([](int r) {
+      if (r == 2) throw std::invalid_argument("push refused");
+    });
+    FAIL() << "the run should have failed";
+  } catch (const std::runtime_error& x) {
+    EXPECT_EQ(std::string(x.what()), "worker 1: push refused");
+  }
+}
+
+TEST(ThreadWorld, TheMonitorRunsBesideTheRanks) {
+  ControlJob job(3);
+  std::atomic<int> arrived{0};
+  bool saw_all = false;
+  job.world.run(
+      [&](int r) {
+        ++arrived;
+        ControlChannel control(*job.links[static_cast<std::size_t>(r)]);
+        control.barrier();
+      },
+      [&] {
+        while (arrived.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        saw_all = true;
+      });
+  EXPECT_TRUE(saw_all);
+}
+
+TEST(ThreadWorld, AMonitorThatThrowsAbortsTheRanksAndIsTheError) {
+  ControlJob job(3);
+  try {
+    job.world.run(
+        [&](int r) {
+          ControlChannel control(*job.links[static_cast<std::size_t>(r)]);
+          if (r != 1) control.gather(std::vector<uint64_t>{1});  // rank 1 never sends: rank 0 waits until aborted
+        },
+        [] { throw std::invalid_argument("disk full"); });
+    FAIL() << "the run should have failed";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_EQ(std::string(x.what()), "disk full");
+  }
 }
 
 TEST(ProcessWorld, IsOneRankAndTellsTheJobItsFailure) {
