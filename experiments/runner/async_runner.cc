@@ -1,13 +1,14 @@
 // Modes ASYNC, SSP and HOGWILD on the inproc transport (runner.h; core/train/param_server_shard.h, async_trainer.h).
 //
 // Threads: one per server shard (ranks 0 .. S-1 of the inproc job, serving until every worker left or was dropped),
-// one per worker (ranks S .. S+W-1: pull, compute, push), and the calling thread as the monitor, which evaluates the
-// global model. There is no common step in async training, so the records' `step` is the workers' progress in
-// global-batch units: completed worker steps / W, the step a sync run would be at after the same number of gradients.
-// An evaluation point is due when that crosses one of the sync schedule's points (every_steps, epoch ends, the last
-// step); the monitor then reads the shards' current parameters (each under its shard's lock: pushes in flight may land
-// on one shard and not yet on another, as any reader of a parameter server sees) into a separate evaluation replica.
-// Training does not pause for it. The last record is taken after every worker finished and every shard stopped.
+// one per worker (ranks S .. S+W-1: pull, compute, push), the ranks of a ThreadWorld (world.h, which owns their
+// failure), and the calling thread as the monitor, which evaluates the global model. There is no common step in async
+// training, so the records' `step` is the workers' progress in global-batch units: completed worker steps / W, the step
+// a sync run would be at after the same number of gradients. An evaluation point is due when that crosses one of the
+// sync schedule's points (every_steps, epoch ends, the last step); the monitor then reads the shards' current
+// parameters (each under its shard's lock: pushes in flight may land on one shard and not yet on another, as any reader
+// of a parameter server sees) into a separate evaluation replica. Training does not pause for it. The last record is
+// taken after every worker finished and every shard stopped.
 //
 // Elastic workers: worker_settings[].fail_after_steps stops a worker dead (no goodbye; its endpoint stays silent as a
 // crashed process's would); the shards drop it after parameter_server.worker_timeout and the others go on. Any other
@@ -38,6 +39,7 @@
 #include "experiments/runner/progress.h"
 #include "experiments/runner/runner.h"
 #include "experiments/runner/runner_detail.h"
+#include "experiments/runner/world.h"
 #include "experiments/workloads/workloads.h"
 #include "results/result_writer.h"
 
@@ -61,9 +63,7 @@ struct WorkerState {
 struct Monitor {
   rt::Mutex mutex;
   rt::CondVar cv;
-  std::exception_ptr error;  // the root cause: a CommError is replaced by the error that caused it
-  std::string error_where;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false};  // a rank failed (the World keeps the root cause and aborts the endpoints)
 };
 
 }  // namespace
@@ -110,19 +110,35 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
                                               experiments::emulationConfig(e).enabled());
     prov.mode = asyncModeName(e.mode());
     if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
-    // Simulated, a straggler's device is slower by its factor (its actor's, below); real time sleeps.
-    auto workerOptions = [&](int w) {
-      train::AsyncTrainerOptions o = asyncWorkerOptions(e, w);
-      if (simulated) o.slowdown = 1.0;
-      return o;
-    };
-
     std::vector<std::unique_ptr<comm::Transport>> transports;
-    // A plugin call past plugin_timeout fails every endpoint (the process then ends, detail::PluginWatch). The
-    // transports exist before the first plugin call.
-    const auto on_overrun = abortOnOverrun([&transports](const std::string& reason) {
+    // The ranks: shards 0 .. S-1, then workers, as actors of the simulation (each worker at its straggler factor) or
+    // threads. The World aborts every endpoint when one fails or a plugin call overruns (the process then ends,
+    // detail::PluginWatch); the transports exist before the first plugin call.
+    auto label = [S](int r) {
+      return r < S ? "server shard " + std::to_string(r) + " (rank " + std::to_string(r) + ")"
+                   : "worker " + std::to_string(r - S) + " (rank " + std::to_string(r) + ")";
+    };
+    std::unique_ptr<ThreadWorld> ranks;
+    if (simulated) {
+      std::vector<double> slowdowns(static_cast<std::size_t>(S), 1.0);
+      for (int w = 0; w < W; ++w) slowdowns.push_back(experiments::workerSettings(e, w).slowdown());
+      ranks = std::make_unique<SimulatedWorld>(std::move(slowdowns), label);
+    } else {
+      ranks = std::make_unique<ThreadWorld>(S + W, label);
+    }
+    Monitor mon;
+    ranks->onAbort([&mon](const std::string&) {
+      mon.stop.store(true);
+      mon.cv.notify_all();
+    });
+    ranks->onAbort([&transports](const std::string& reason) {
       for (auto& t : transports) t->abort(reason);
     });
+    auto workerOptions = [&](int w) {
+      train::AsyncTrainerOptions o = asyncWorkerOptions(e, w);
+      o.slowdown = ranks->trainerSlowdown(o.slowdown);
+      return o;
+    };
     train::PsPlan plan;
     std::vector<std::unique_ptr<train::ParamServerShard>> shards;
     std::vector<std::unique_ptr<train::ParamServerClient>> clients;
@@ -184,7 +200,6 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
     writer.writeProvenance(prov);
 
     // ---- The run.
-    Monitor mon;
     std::vector<WorkerState> state(static_cast<std::size_t>(W));
     Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
                       e.epochs(), total, per_epoch);
@@ -196,24 +211,10 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
     };
 
-    auto fail = [&](const std::string& where, std::exception_ptr err) {
-      {
-        std::lock_guard lock(mon.mutex);
-        if (!mon.error || (isCommError(mon.error) && !isCommError(err))) {
-          mon.error = err;
-          mon.error_where = where;
-        }
-      }
-      mon.stop.store(true);
-      for (auto& t : transports) t->abort(where + " failed: " + shortWhat(err));
-      mon.cv.notify_all();
-    };
-
     auto workerLoop = [&](int w) {
       WorkerState& st = state[static_cast<std::size_t>(w)];
       const int64_t fail_after = experiments::workerSettings(e, w).fail_after_steps();
       try {
-        if (simulated) rt::backend().setSlowdown(experiments::workerSettings(e, w).slowdown());
         for (;;) {
           const bool finished = hogwild ? hog_workers[static_cast<std::size_t>(w)]->finished()
                                         : ps_workers[static_cast<std::size_t>(w)]->finished();
@@ -242,29 +243,14 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
         }
         if (!hogwild && !mon.stop.load()) ps_workers[static_cast<std::size_t>(w)]->leave();
       } catch (...) {
-        fail("worker " + std::to_string(w) + " (rank " + std::to_string(S + w) + ")", std::current_exception());
+        std::lock_guard lock(mon.mutex);
+        st.done = true;
+        throw;  // to the World, which aborts every endpoint (and so wakes the monitor)
       }
       std::lock_guard lock(mon.mutex);
       st.done = true;
       mon.cv.notify_all();
     };
-
-    // Each on its rank's host in a simulation (shards are ranks 0 .. S-1).
-    std::vector<rt::Thread> shard_threads, worker_threads;
-    for (int k = 0; k < S; ++k)
-      shard_threads.emplace_back(
-          "shard" + std::to_string(k),
-          [&, k] {
-            try {
-              shards[static_cast<std::size_t>(k)]->run();
-            } catch (...) {
-              fail("server shard " + std::to_string(k) + " (rank " + std::to_string(k) + ")", std::current_exception());
-            }
-          },
-          k);
-    for (int w = 0; w < W; ++w)
-      worker_threads.emplace_back(
-          "worker" + std::to_string(w), [&, w] { workerLoop(w); }, S + w);
 
     // Evaluates the global model and appends one record at global step `done`: `flat` already holds the parameters
     // when params_ready (shard snapshots taken at that step), otherwise they are read now.
@@ -282,7 +268,7 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
       train::copyValuesIn(evaluator.params(), flat);
       // Evaluation is outside the training time a simulated cluster models.
       train::EvalResult ev;
-      rt::uncounted([&] { ev = evaluator.evaluate(0); });
+      ranks->aside([&] { ev = evaluator.evaluate(0); });
       std::vector<WorkerTally> tally(static_cast<std::size_t>(W));
       {
         std::lock_guard lock(mon.mutex);
@@ -348,75 +334,88 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
       std::lock_guard lock(mon.mutex);
       return std::all_of(state.begin(), state.end(), [](const WorkerState& s) { return s.done; });
     };
-    if (hogwild) {
-      // No server to hold a consistent copy: the monitor reads the shared vector when progress crosses a point.
-      std::size_t next = 0;  // into points
-      while (next < points.size()) {
-        {
-          std::unique_lock lock(mon.mutex);
-          mon.cv.waitFor(lock, std::chrono::milliseconds(100), [&] {
-            int64_t n = 0;
-            bool done = true;
-            for (const auto& st : state) {
-              n += st.steps.load();
-              done = done && st.done;
-            }
-            return mon.stop.load() || done || n / W >= points[next];
-          });
-        }
-        if (mon.stop.load() || allDone()) break;
-        const int64_t worker_steps = workerSteps();
-        const int64_t done = worker_steps / W;
-        if (done >= points[next]) {
-          record(done, worker_steps, false, since(run_start));
-          while (next < points.size() && points[next] <= done) ++next;
-        } else {
-          progress.update(done, summary.records > 0 ? summary.final_accuracy : -1, 0, hostSince(), false);
-        }
-      }
-    } else {
-      // Each shard copied its range when the point was reached (ServerOptions::snapshot_steps); a point the workers
-      // never reach (one stopped early) has no snapshot once every worker is done, or once its shard stopped. Real
-      // time looks up every 100 ms for the progress line; a simulation waits for the snapshot or the shard's end.
-      const std::chrono::milliseconds look =
-          simulated ? std::chrono::milliseconds::max() : std::chrono::milliseconds(100);
-      for (const int64_t point : points) {
-        bool complete = true;
-        Clock::time_point taken{};
-        for (int k = 0; k < S && complete; ++k) {
-          for (;;) {
-            if (mon.stop.load()) break;
-            // Before the wait: a snapshot is taken before its worker is done, and before its shard returns.
-            const bool finished = allDone() || shards[static_cast<std::size_t>(k)]->finished();
-            auto snap = shards[static_cast<std::size_t>(k)]->takeSnapshot(static_cast<uint64_t>(point), look);
-            if (snap) {
-              std::copy(snap->params.begin(), snap->params.end(),
-                        flat.begin() + static_cast<std::ptrdiff_t>(plan.ranges[static_cast<std::size_t>(k)].first));
-              taken = std::max(taken, snap->taken);
-              break;
-            }
-            if (finished) {
-              complete = false;
-              break;
-            }
-            progress.update(workerSteps() / W, summary.records > 0 ? summary.final_accuracy : -1,
-                            summary.wire_bytes_per_worker, hostSince(), false);
+    // The monitor, on this thread while the ranks run.
+    auto monitor = [&] {
+      if (hogwild) {
+        // No server to hold a consistent copy: the monitor reads the shared vector when progress crosses a point.
+        std::size_t next = 0;  // into points
+        while (next < points.size()) {
+          {
+            std::unique_lock lock(mon.mutex);
+            mon.cv.waitFor(lock, std::chrono::milliseconds(100), [&] {
+              int64_t n = 0;
+              bool done = true;
+              for (const auto& st : state) {
+                n += st.steps.load();
+                done = done && st.done;
+              }
+              return mon.stop.load() || done || n / W >= points[next];
+            });
           }
-          if (mon.stop.load()) complete = false;
+          if (mon.stop.load() || allDone()) break;
+          const int64_t worker_steps = workerSteps();
+          const int64_t done = worker_steps / W;
+          if (done >= points[next]) {
+            record(done, worker_steps, false, since(run_start));
+            while (next < points.size() && points[next] <= done) ++next;
+          } else {
+            progress.update(done, summary.records > 0 ? summary.final_accuracy : -1, 0, hostSince(), false);
+          }
         }
-        if (!complete) break;
-        record(point, workerSteps(), true, std::chrono::duration<double>(taken - run_start).count());
+      } else {
+        // Each shard copied its range when the point was reached (ServerOptions::snapshot_steps); a point the workers
+        // never reach (one stopped early) has no snapshot once every worker is done, or once its shard stopped. Real
+        // time looks up every 100 ms for the progress line; a simulation waits for the snapshot or the shard's end.
+        const std::chrono::milliseconds look =
+            simulated ? std::chrono::milliseconds::max() : std::chrono::milliseconds(100);
+        for (const int64_t point : points) {
+          bool complete = true;
+          Clock::time_point taken{};
+          for (int k = 0; k < S && complete; ++k) {
+            for (;;) {
+              if (mon.stop.load()) break;
+              // Before the wait: a snapshot is taken before its worker is done, and before its shard returns.
+              const bool finished = allDone() || shards[static_cast<std::size_t>(k)]->finished();
+              auto snap = shards[static_cast<std::size_t>(k)]->takeSnapshot(static_cast<uint64_t>(point), look);
+              if (snap) {
+                std::copy(snap->params.begin(), snap->params.end(),
+                          flat.begin() + static_cast<std::ptrdiff_t>(plan.ranges[static_cast<std::size_t>(k)].first));
+                taken = std::max(taken, snap->taken);
+                break;
+              }
+              if (finished) {
+                complete = false;
+                break;
+              }
+              progress.update(workerSteps() / W, summary.records > 0 ? summary.final_accuracy : -1,
+                              summary.wire_bytes_per_worker, hostSince(), false);
+            }
+            if (mon.stop.load()) complete = false;
+          }
+          if (!complete) break;
+          record(point, workerSteps(), true, std::chrono::duration<double>(taken - run_start).count());
+        }
       }
+    };
+    // Each on its rank's host in a simulation (shards are ranks 0 .. S-1). The shards return once every worker left or
+    // was dropped after the timeout.
+    try {
+      ranks->run(
+          [&](int r) {
+            if (r < S) {
+              shards[static_cast<std::size_t>(r)]->run();
+            } else {
+              workerLoop(r - S);
+            }
+          },
+          monitor);
+    } catch (...) {
+      progress.finish();
+      throw;
     }
-    for (auto& t : worker_threads) t.join();
-    // The shards return once every worker left or was dropped after the timeout.
-    for (auto& t : shard_threads) t.join();
-    if (!mon.error) {
-      const int64_t worker_steps = workerSteps();
-      record(worker_steps / W, worker_steps, false, since(run_start));
-    }
+    const int64_t worker_steps = workerSteps();
+    record(worker_steps / W, worker_steps, false, since(run_start));
     progress.finish();
-    if (mon.error) throw std::runtime_error(mon.error_where + ": " + shortWhat(mon.error));
   }
 }
 

@@ -28,6 +28,7 @@
 
 #include "core/common/error.h"
 #include "core/common/json.h"
+#include "core/plugin/loader.h"
 #include "experiments/runner/runner.h"
 
 namespace terse::runner {

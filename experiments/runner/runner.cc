@@ -31,7 +31,9 @@
 #include "core/train/trace.h"
 #include "experiments/runner/calibration.h"
 #include "experiments/runner/progress.h"
+#include "experiments/runner/rank_driver.h"
 #include "experiments/runner/runner_detail.h"
+#include "experiments/runner/world.h"
 #include "experiments/workloads/fashion_mnist.h"
 #include "experiments/workloads/gemm.h"
 #include "experiments/workloads/workloads.h"
@@ -183,27 +185,6 @@ bool isCommError(const std::exception_ptr& e) {
     return false;
   }
 }
-
-// What a rank publishes at an evaluation point.
-struct EvalSlot {
-  uint64_t wire_bytes = 0;
-  uint64_t payload_bytes = 0;
-  uint64_t control_bytes = 0;  // the negotiation's completed rounds: their frames' bytes and their number
-  uint64_t control_rounds = 0;
-  uint64_t checksum = 0;
-  train::TrainerTotals totals;
-};
-
-// The state the worker threads share. mutex guards everything below it. The runtime's primitives: in a simulation the
-// workers are actors (core/common/runtime.h).
-struct Shared {
-  rt::Mutex mutex;
-  rt::CondVar cv;
-  std::vector<std::vector<EvalSlot>> slots;  // [rank][eval index]
-  bool aborted = false;
-  std::exception_ptr error;  // the root cause: a CommError is replaced by the error that caused it when it arrives
-  int error_rank = -1;
-};
 
 results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params) {
   return {plugin.info(), std::nullopt, params, plugin.instantiate(params)->resolvedParams()};
@@ -378,6 +359,50 @@ train::StepTraceRecorder* StepTraceFiles::add(std::chrono::steady_clock::time_po
   return recorders_.back().get();
 }
 
+TraceFiles::~TraceFiles() {
+  for (const auto& t : traces_) {
+    try {
+      t->write(dir_ / ("trace.rank" + std::to_string(t->rank()) + ".json"));
+    } catch (const std::exception& x) {
+      std::cerr << "warning: " << x.what() << '\n';
+    }
+  }
+}
+
+train::TraceRecorder* TraceFiles::add(int rank, std::chrono::steady_clock::time_point origin) {
+  if (!enabled_) return nullptr;
+  traces_.push_back(std::make_unique<train::TraceRecorder>(rank, origin));
+  return traces_.back().get();
+}
+
+InprocLinks makeInprocLinks(const Experiment& e, const comm::InprocOptions& io) {
+  InprocLinks links;
+  const int world = e.workers();
+  allocating(
+      [&] {
+        for (auto& t : comm::makeInprocTransports(world, io)) {
+          links.comms.push_back(
+              std::make_unique<comm::HostCommunicator>(std::move(t), experiments::hostCommOptions(e)));
+        }
+        // Bookkeeping, not the experiment: no link emulation, no simulated network (rank_driver.h).
+        links.control = comm::makeInprocTransports(world, comm::InprocOptions{});
+      },
+      [&] { return std::to_string(world) + " in-process transports and communicators"; });
+  return links;
+}
+
+std::unique_ptr<train::SyncTrainer> makeSyncTrainer(const Experiment& e, train::Workload& model,
+                                                    comm::Communicator& comm, std::shared_ptr<Compressor> instance,
+                                                    const SchedulerPlugin& scheduler, train::SyncTrainerOptions to) {
+  auto pipelines = [&comm, instance, seed = e.seed(),
+                    codec_options = experiments::codecOptions(e)](const TensorInfo& info) {
+    return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options, comm.deviceStream()),
+                                                 comm);
+  };
+  return std::make_unique<train::SyncTrainer>(model, comm, std::move(pipelines), to,
+                                              scheduler.instantiate(experiments::pluginParams(e.scheduler())));
+}
+
 }  // namespace detail
 using namespace detail;
 
@@ -503,41 +528,35 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
         for (int r = 0; r < world; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
       },
       [&] { return replicasWhat(e, world, models); });
-  const uint64_t init_checksum = train::parameterChecksum(models[0]->params());
-  for (int r = 1; r < world; ++r) {
-    TERSE_CHECK(train::parameterChecksum(models[r]->params()) == init_checksum, InternalError,
-                "replica " << r << " of workload '" << e.workload().name()
-                           << "' starts with different parameters than replica 0 (same seed " << e.seed() << ")");
-  }
-
   auto plugin = options_.loader->loadCompressor(e.compressor().name());
   const Params params = experiments::pluginParams(e.compressor());
-  const CodecOptions codec_options = experiments::codecOptions(e);
-
   comm::InprocOptions io;
   io.emulation = experiments::emulationConfig(e);
   io.network = network;  // simulated: SimGrid times the frames instead of the pacers
-  std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
-  const comm::HostCommOptions comm_options = experiments::hostCommOptions(e);
-  allocating(
-      [&] {
-        auto transports = comm::makeInprocTransports(world, io);
-        for (auto& t : transports)
-          comms.push_back(std::make_unique<comm::HostCommunicator>(std::move(t), comm_options));
-      },
-      [&] { return std::to_string(world) + " in-process transports and communicators"; });
-  // One abort fails every rank's collectives (the in-process job is one communicator).
-  const auto on_overrun = abortOnOverrun([&comms](const std::string& reason) { comms[0]->abort(reason); });
+  InprocLinks links = makeInprocLinks(e, io);
+  // The ranks: actors of the simulation (each at its straggler factor), or threads.
+  std::unique_ptr<ThreadWorld> ranks;
+  if (simulated) {
+    std::vector<double> slowdowns;
+    for (int r = 0; r < world; ++r) slowdowns.push_back(experiments::workerSettings(e, r).slowdown());
+    ranks = std::make_unique<SimulatedWorld>(std::move(slowdowns));
+  } else {
+    ranks = std::make_unique<ThreadWorld>(world);
+  }
+  for (int r = 0; r < world; ++r) {
+    ranks->onAbort([&links, r](const std::string& reason) {
+      links.comms[static_cast<std::size_t>(r)]->abort(reason);
+      links.control[static_cast<std::size_t>(r)]->abort(reason);
+    });
+  }
 
   // The scheduler, one instance per rank like the compressor; "fifo" (the default) is a plugin like any other.
   auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
-  const Params sched_params = experiments::pluginParams(e.scheduler());
-  std::vector<std::unique_ptr<train::TraceRecorder>> traces;
   const auto trace_origin = rt::now();
   StepTraceFiles step_traces(e, writer.dir(), simulated);
+  TraceFiles traces(e.trace(), writer.dir());  // before the trainers: they are joined before it writes
   std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
   std::shared_ptr<Compressor> first_instance;
-  // The trainers' gradient buffers, compressor instances and pipelines: per worker, per tensor.
   allocating(
       [&] {
         for (int r = 0; r < world; ++r) {
@@ -545,20 +564,10 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
           std::shared_ptr<Compressor> instance = plugin->instantiate(params);
           if (!first_instance) first_instance = instance;
           train::SyncTrainerOptions to = trainerOptions(e);
-          // Simulated, a straggler's device is slower by its factor (its worker's compute scale, below); real time
-          // sleeps.
-          to.slowdown = simulated ? 1.0 : experiments::workerSettings(e, r).slowdown();
-          if (e.trace()) {
-            traces.push_back(std::make_unique<train::TraceRecorder>(r, trace_origin));
-            to.trace = traces.back().get();
-          }
+          to.slowdown = ranks->trainerSlowdown(experiments::workerSettings(e, r).slowdown());
+          to.trace = traces.add(r, trace_origin);
           to.step_trace = step_traces.add(trace_origin);
-          comm::Communicator& comm = *comms[r];
-          auto pipelines = [&comm, instance, seed = e.seed(), codec_options](const TensorInfo& info) {
-            return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options), comm);
-          };
-          trainers.push_back(std::make_unique<train::SyncTrainer>(*models[r], comm, std::move(pipelines), to,
-                                                                  sched_plugin->instantiate(sched_params)));
+          trainers.push_back(makeSyncTrainer(e, *models[r], *links.comms[r], instance, *sched_plugin, to));
         }
       },
       [&] {
@@ -566,187 +575,22 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
                "' instances and pipelines for " + std::to_string(models[0]->params().size()) + " tensors of " +
                std::to_string(models[0]->numParameters()) + " parameters each)";
       });
-  // Timelines are written whatever happens to the run: a failed run's trace shows where it stopped.
-  struct TraceFiles {
-    std::vector<std::unique_ptr<train::TraceRecorder>>& traces;
-    std::filesystem::path dir;
-    ~TraceFiles() {
-      for (const auto& t : traces) {
-        try {
-          t->write(dir / ("trace.rank" + std::to_string(t->rank()) + ".json"));
-        } catch (const std::exception& x) {
-          std::cerr << "warning: " << x.what() << '\n';
-        }
-      }
-    }
-  } trace_files{traces, writer.dir()};
-
   results::Provenance prov =
-      detail::baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
+      baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
   prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
-  prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, sched_params));
+  prov.plugins.push_back(schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
   if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
   writer.writeProvenance(prov);
 
-  // ---- The run.
-  const train::SyncTrainer& t0 = *trainers[0];
-  const int64_t total = t0.totalSteps();
-  const int64_t per_epoch = t0.stepsPerEpoch();
-  const int64_t every = e.eval().every_steps();
-  const bool per_epoch_eval = e.eval().per_epoch();
-  auto isEvalPoint = [&](int64_t done) {
-    return (every > 0 && done % every == 0) || (per_epoch_eval && done % per_epoch == 0) || done == total;
-  };
-
-  Shared shared;
-  shared.slots.resize(static_cast<std::size_t>(world));
+  // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.
   Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
-                    e.epochs(), total, per_epoch);
-  const auto run_start = rt::now();
-  // The progress line's rate and ETA are for the person waiting: host time, also when the records' times are simulated.
-  const auto host_start = std::chrono::steady_clock::now();
-  auto hostSince = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count(); };
-
-  auto fail = [&](int rank, std::exception_ptr err) {
-    {
-      std::lock_guard lock(shared.mutex);
-      if (!shared.error || (isCommError(shared.error) && !isCommError(err))) {
-        shared.error = err;
-        shared.error_rank = rank;
-      }
-      shared.aborted = true;
-    }
-    shared.cv.notify_all();
-    comms[static_cast<std::size_t>(rank)]->abort("rank " + std::to_string(rank) + " failed: " + shortWhat(err));
-  };
-
-  auto worker = [&](int rank) {
-    try {
-      if (simulated) rt::backend().setSlowdown(experiments::workerSettings(e, rank).slowdown());
-      train::SyncTrainer& trainer = *trainers[static_cast<std::size_t>(rank)];
-      train::Workload& model = *models[static_cast<std::size_t>(rank)];
-      std::size_t eval_index = 0;
-      double loss_since = 0;
-      int64_t steps_since = 0;
-      while (!trainer.finished()) {
-        const train::StepRecord rec = trainer.step();
-        const int64_t done = rec.step + 1;
-        loss_since += rec.loss;
-        ++steps_since;
-        if (!isEvalPoint(done)) {
-          if (rank == 0) {
-            const double elapsed = hostSince();
-            // Reporting, not training (a simulation does not count it).
-            rt::uncounted([&] {
-              progress.update(done, summary.records > 0 ? summary.final_accuracy : -1,
-                              comms[0]->traffic().sent.total().bytes, elapsed, false);
-            });
-          }
-          continue;
-        }
-        // Communication of the last step overlaps the next one; an evaluation point needs all of it done first.
-        trainer.drain();
-        // Gradient traffic apart from the scheduler's negotiation rounds (control frames whose count depends on how
-        // the ranks' paces interleaved, sync_trainer.h), so that one seed gives one wire byte count; the negotiation
-        // is reported in its own fields (control_bytes_per_worker, negotiation_rounds_per_worker).
-        const auto traffic = comms[static_cast<std::size_t>(rank)]->traffic();
-        EvalSlot mine;
-        // Bookkeeping, not training: a simulation does not count its computation (the drain in it still waits).
-        rt::uncounted([&] {
-          const train::Negotiation nego = trainer.negotiation();
-          mine = EvalSlot{traffic.sent.total().bytes - traffic.sent.tensor(train::kNegotiationTensor).bytes,
-                          trainer.payloadBytes(),
-                          nego.bytes,
-                          nego.rounds,
-                          trainer.checksum(),
-                          trainer.totals()};
-        });
-        {
-          std::lock_guard lock(shared.mutex);
-          shared.slots[static_cast<std::size_t>(rank)].push_back(mine);
-        }
-        shared.cv.notify_all();
-        if (rank != 0) continue;
-
-        std::vector<EvalSlot> all;
-        {
-          std::unique_lock lock(shared.mutex);
-          shared.cv.wait(lock, [&] {
-            if (shared.aborted) return true;
-            for (const auto& s : shared.slots)
-              if (s.size() <= eval_index) return false;
-            return true;
-          });
-          if (shared.aborted) return;  // the failing rank reported; this rank's trainer is stopped by the abort
-          for (const auto& s : shared.slots) all.push_back(s[eval_index]);
-        }
-        ++eval_index;
-        for (int r = 1; r < world; ++r) {
-          TERSE_CHECK(all[static_cast<std::size_t>(r)].checksum == all[0].checksum, InternalError,
-                      "replicas diverged: after step " << done << " rank " << r << "'s parameters differ from rank 0's"
-                                                       << " (checksums " << all[static_cast<std::size_t>(r)].checksum
-                                                       << " vs " << all[0].checksum << ")");
-        }
-        // Evaluation is outside the training time a simulated cluster models (wall_s is the time to train to this
-        // point).
-        train::EvalResult ev;
-        rt::uncounted([&] { ev = model.evaluate(0); });
-        results::MetricsRecord m = evalRecord(done, per_epoch, ev, loss_since, steps_since, rec.lr);
-        train::StepTimes sum;
-        uint64_t wire = 0, payload = 0, control = 0, rounds = 0;
-        for (const auto& s : all) {
-          wire += s.wire_bytes;
-          payload += s.payload_bytes;
-          control += s.control_bytes;
-          rounds += s.control_rounds;
-          sum.compute_s += s.totals.times.compute_s;
-          sum.compress_s += s.totals.times.compress_s;
-          sum.decompress_s += s.totals.times.decompress_s;
-          sum.comm_s += s.totals.times.comm_s;
-          sum.exposed_comm_s += s.totals.times.exposed_comm_s;
-          sum.step_s += s.totals.times.step_s;
-        }
-        const auto w = static_cast<uint64_t>(world);
-        const double n = static_cast<double>(done) * world;
-        m.wire_bytes_per_worker = wire / w;
-        m.payload_bytes_per_worker = payload / w;
-        m.control_bytes_per_worker = static_cast<double>(control) / world;
-        m.negotiation_rounds_per_worker = static_cast<double>(rounds) / world;
-        m.wall_s = since(run_start);
-        m.compute_s_per_step = sum.compute_s / n;
-        m.compress_s_per_step = sum.compress_s / n;
-        m.decompress_s_per_step = sum.decompress_s / n;
-        m.comm_s_per_step = sum.comm_s / n;
-        m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
-        m.step_s_per_step = sum.step_s / n;
-        rt::uncounted([&] {
-          writer.append(m);
-          noteRecord(summary, m, ev, writer.records());
-          progress.update(done, ev.accuracy, m.wire_bytes_per_worker, hostSince(), true);
-        });
-        loss_since = 0;
-        steps_since = 0;
-      }
-    } catch (...) {
-      fail(rank, std::current_exception());
-    }
-  };
-
-  {
-    std::vector<rt::Thread> threads;
-    for (int r = 0; r < world; ++r)
-      threads.emplace_back(
-          "worker " + std::to_string(r), [&worker, r] { worker(r); }, r);
-    for (auto& t : threads) t.join();
-  }
-  progress.finish();
-  // Trainers own communication threads that use the communicators: stop them first.
-  trainers.clear();
-  if (shared.error) {
-    std::ostringstream msg;
-    msg << "rank " << shared.error_rank << ": " << shortWhat(shared.error);
-    throw std::runtime_error(msg.str());
-  }
+                    e.epochs(), trainers[0]->totalSteps(), trainers[0]->stepsPerEpoch());
+  SyncReport report{writer, summary, progress, rt::now()};
+  ranks->run([&](int r) {
+    const auto i = static_cast<std::size_t>(r);
+    ControlChannel control(*links.control[i]);
+    SyncRankDriver(e, *ranks, {*trainers[i], *models[i], *links.comms[i], control}, r == 0 ? &report : nullptr).run();
+  });
 }
 
 }  // namespace terse::runner

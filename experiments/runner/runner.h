@@ -3,15 +3,16 @@
 // Sync mode on the inproc transport: the data set is loaded once and shared read-only; N workloads are built with the
 // same init seed (and checked to start bit-identical), N inproc endpoints with the config's link emulation, one
 // HostCommunicator and one CompressionPipeline per parameter tensor per rank, and one thread per rank runs a
-// SyncTrainer. At every evaluation point (every eval.every_steps steps, each epoch end when eval.per_epoch, and always
-// after the last step) every rank publishes its counters and parameter checksum; rank 0 waits for all of them,
-// checks that the replicas are still identical, evaluates on the held-out set and appends the metrics record. Ranks
-// other than 0 never wait for rank 0 here: they block in the next step's collectives until it joins, which is what
-// makes the published numbers belong to the same step.
+// SyncTrainer. Each rank runs the SyncRankDriver (rank_driver.h), the multi-process code: at every evaluation point
+// (every eval.every_steps steps, each epoch end when eval.per_epoch, and always after the last step) every rank sends
+// its counters and parameter checksum to rank 0 over a control channel; rank 0 checks that the replicas are still
+// identical, evaluates on the held-out set and appends the metrics record. Ranks other than 0 never wait for rank 0
+// here: they block in the next step's collectives until it joins, which is what makes the published numbers belong to
+// the same step. A World (world.h) makes the ranks -- threads, or actors of a simulation -- and owns their failure.
 //
 // Transport TCP (distributed.cc): this process is one rank of a multi-process job (`terse launch -n N -- terse run
-// CONFIG`, srun, mpirun); workers must equal the job's world size. The same per-rank setup runs over a tcp transport,
-// the evaluation-point counters travel by an allgather on a control communicator, and only rank 0 writes results.
+// CONFIG`, srun, mpirun); workers must equal the job's world size. The same per-rank setup and driver run over a tcp
+// transport, the control channel is a tcp transport of its own, and only rank 0 writes results.
 //
 // Modes ASYNC, SSP and HOGWILD (async_runner.cc, distributed_async.cc): parameter-server shards and workers as threads
 // of this process, or as processes of a TCP job of servers + workers ranks (rank 0 = shard 0 writes the results).

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
 #include "core/comm/job.h"
 #include "core/comm/tcp/transport.h"
 #include "core/common/watchdog.h"
@@ -22,6 +24,7 @@
 #include "core/sim/platform.h"
 #include "core/sim/runtime.h"
 #include "core/train/sync_trainer.h"
+#include "core/train/trace.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
 #include "experiments/workloads/workloads.h"
@@ -123,5 +126,38 @@ class StepTraceFiles {
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<train::StepTraceRecorder>> recorders_;
 };
+
+// Timelines (trace: true): one recorder per rank, each written to `dir`/trace.rank<R>.json when this goes --
+// whatever happened to the run, so a failed run's trace shows where it stopped. Declared before the trainers, so that
+// they are joined before their recorders are read.
+class TraceFiles {
+ public:
+  TraceFiles(bool enabled, std::filesystem::path dir) : enabled_(enabled), dir_(std::move(dir)) {}
+  ~TraceFiles();
+  TraceFiles(const TraceFiles&) = delete;
+  TraceFiles& operator=(const TraceFiles&) = delete;
+  // Rank's recorder (SyncTrainerOptions::trace); nullptr when the experiment records none.
+  train::TraceRecorder* add(int rank, std::chrono::steady_clock::time_point origin);
+
+ private:
+  bool enabled_;
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<train::TraceRecorder>> traces_;
+};
+
+// Rank r's sync trainer over `comm`: its own compressor instance, a scheduler instance of its own, the variant's
+// codec options and seed, and codecs on the communicator's stream (NCCL: device buffers). Every World's ranks are
+// built by this one function, so an in-process rank is the same trainer as a process's.
+std::unique_ptr<train::SyncTrainer> makeSyncTrainer(const experiments::Experiment& e, train::Workload& model,
+                                                    comm::Communicator& comm, std::shared_ptr<Compressor> instance,
+                                                    const SchedulerPlugin& scheduler, train::SyncTrainerOptions to);
+
+// An in-process sync job's links: the trainers' communicators over the config's link emulation (and the simulated
+// network, io.network) and the control channels' transports (rank_driver.h), one fabric each.
+struct InprocLinks {
+  std::vector<std::unique_ptr<comm::HostCommunicator>> comms;
+  std::vector<std::unique_ptr<comm::Transport>> control;
+};
+InprocLinks makeInprocLinks(const experiments::Experiment& e, const comm::InprocOptions& io);
 
 }  // namespace terse::runner::detail
