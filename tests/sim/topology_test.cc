@@ -327,6 +327,26 @@ TEST(FatTree, EveryRouteOfAnOddClusterIsItsPath) {
   EXPECT_EQ(routeNames(single), expectedRoutes(5, 1, 1, false));
 }
 
+// The mesh's routes (platform.cc MeshZone): each asked in turn, so the wire a rank's last route crossed (kept per rank)
+// is never handed out for another peer, and a pair's overridden wire keeps its latency however often it is asked.
+TEST(Mesh, EachRouteCrossesItsOwnWireWhateverWasAskedBefore) {
+  SimulationOptions o;
+  o.platform.ranks = 3;
+  o.platform.links.link = comm::LinkSpec{10e9, 5e-6};
+  o.platform.links.overrides.push_back({0, 2, {1e9, 20e-6}});
+  o.platform.links.nic_egress_bps = 10e9;
+  o.compute.compute_scale = 0;
+  EXPECT_EQ(routes(o, {{0, 1}, {0, 2}, {0, 1}, {0, 2}, {0, 2}, {2, 0}, {1, 0}, {0, 1}}),
+            "0->1: nic-out0@1e+10 wire0-1@1e+10 (5 us)\n"
+            "0->2: nic-out0@1e+10 wire0-2@1e+09 (20 us)\n"
+            "0->1: nic-out0@1e+10 wire0-1@1e+10 (5 us)\n"
+            "0->2: nic-out0@1e+10 wire0-2@1e+09 (20 us)\n"
+            "0->2: nic-out0@1e+10 wire0-2@1e+09 (20 us)\n"
+            "2->0: nic-out2@1e+10 wire2-0@1e+10 (5 us)\n"
+            "1->0: nic-out1@1e+10 wire1-0@1e+10 (5 us)\n"
+            "0->1: nic-out0@1e+10 wire0-1@1e+10 (5 us)\n");
+}
+
 // The platform is one SimGrid zone whatever its size: SimGrid checks each host and link it creates against the names
 // of every zone, so a zone per node or rack made building N workers cost N x N / workers_per_node (minutes at 16,384
 // workers in racks). The links are one per rank each way, two per node and per rack, and the core's: N, not N^2.
