@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <unordered_map>
 #include <utility>
 
 #include <simgrid/config.h>
@@ -161,28 +162,12 @@ TwoLevelTopology parseTopology(std::string_view text) {
 
 namespace {
 
-// One star zone per node inside a star zone for the cluster (or for its rack, inside the cluster's), so routes grow
-// with the hosts, not with their pairs (a full zone of 1,024 ranks would hold a million routes): a host's UP links
-// toward its node's centre and DOWN links from it, each node's UP (its NICs out, then the core when there is one) and
-// DOWN (its NICs in) toward its parent's centre through the node's gateway router, and each rack's UP (leaf uplink)
-// and DOWN (leaf downlink) toward the spine through the rack's gateway router. SimGrid joins them into the routes
-// platform.h describes.
-struct ZoneLinks {
-  sg4::NetZone* zone;
-  simgrid::kernel::routing::NetPoint* gateway;
-};
-
-// Hangs `child` off `parent`'s centre by UP links `up` and DOWN links `down`, leaving through `child.gateway`.
-void attach(sg4::NetZone* parent, const ZoneLinks& child, std::vector<sg4::LinkInRoute> up, sg4::Link* down) {
-  parent->add_route(child.zone->get_netpoint(), nullptr, child.gateway, nullptr, up, false);
-  parent->add_route(nullptr, child.zone->get_netpoint(), nullptr, child.gateway, {sg4::LinkInRoute(down)}, false);
-}
-
 // The mesh of per-pair wires (platform.h), its wires made when a route first crosses them. A full zone holds every
 // wire and every route from the start: n(n-1) of each, a million links at 1,024 ranks, gigabytes of SimGrid's link and
 // constraint objects and seconds to build them, for the n or n log n pairs a collective ever uses. This zone keeps the
 // ranks' NIC links and answers a route by looking its wire up in a table indexed by pair, making the wire on the first
-// route through it: the routes, their links, latencies and so the simulated times are those of the full mesh.
+// route through it: the routes, their links, latencies and so the simulated times are those of the full mesh. The table
+// is a hash map of the wires made, not an n x n array: the array's pointers alone were 2 GiB at 16,384 ranks.
 //
 // The wires live in a zone of their own that is never sealed (SimGrid refuses new links in a sealed zone, and the
 // engine seals the platform's tree when it starts running): no routes go through it, it only owns the links. SimGrid
@@ -190,13 +175,14 @@ void attach(sg4::NetZone* parent, const ZoneLinks& child, std::vector<sg4::LinkI
 class MeshZone final : public simgrid::kernel::routing::NetZoneImpl {
  public:
   MeshZone(const std::string& name, const comm::EmulationConfig& links, int ranks)
-      : NetZoneImpl(name), links_(links), n_(static_cast<std::size_t>(ranks)), wires_(n_ * n_, nullptr) {}
+      : NetZoneImpl(name), links_(links), n_(static_cast<std::size_t>(ranks)) {}
 
   // The hosts in rank order, with their NIC links; the zone sealed.
   std::vector<sg4::Host*> build() {
     std::vector<sg4::Host*> hosts;
     egress_.assign(n_, nullptr);
     ingress_.assign(n_, nullptr);
+    last_.assign(n_, LastWire{});
     for (std::size_t r = 0; r < n_; ++r) {
       // The speed only matters to SimGrid executions, which terse does not use: computation is slept (runtime.h).
       sg4::Host* host = get_iface()->create_host("rank" + std::to_string(r), 1e9);
@@ -244,7 +230,12 @@ class MeshZone final : public simgrid::kernel::routing::NetZoneImpl {
   };
 
   simgrid::kernel::resource::StandardLinkImpl* wire(std::size_t i, std::size_t j) {
-    auto*& w = wires_[i * n_ + j];
+    // SimGrid asks for a route at every communication's start, and a rank mostly sends to the peer it sent to last (a
+    // ring's next rank, a stream's pieces): that answer is kept per rank, where the hash lookup behind it was 1.4% of
+    // a 512-rank ring's host time.
+    LastWire& last = last_[i];
+    if (last.link != nullptr && last.to == j) return last.link;
+    auto*& w = wires_[i * n_ + j];  // a new entry is nullptr
     if (w == nullptr) {
       const comm::LinkSpec s = links_.linkSpec(static_cast<int>(i), static_cast<int>(j));
       sg4::Link* link = wire_zone_->create_link("wire" + std::to_string(i) + "-" + std::to_string(j),
@@ -253,81 +244,132 @@ class MeshZone final : public simgrid::kernel::routing::NetZoneImpl {
       link->seal();
       w = link->get_impl();
     }
+    last = LastWire{j, w};
     return w;
   }
+
+  struct LastWire {
+    std::size_t to = 0;
+    simgrid::kernel::resource::StandardLinkImpl* link = nullptr;
+  };
 
   comm::EmulationConfig links_;
   std::size_t n_;
   std::vector<simgrid::kernel::resource::StandardLinkImpl*> egress_, ingress_;
-  std::vector<simgrid::kernel::resource::StandardLinkImpl*> wires_;  // i * n + j, made by wire()
+  std::unordered_map<std::size_t, simgrid::kernel::resource::StandardLinkImpl*> wires_;  // i * n + j, made by wire()
+  std::vector<LastWire> last_;  // per rank: the wire of its last route (wire())
   WireZone* wire_zone_ = nullptr;
 };
 
-std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {
-  const TwoLevelTopology& t = spec.topology;
-  t.validate();
-  const int n = spec.ranks;
-  const int per = t.workers_per_node;
-  const int nodes = (n + per - 1) / per;
-  const int per_rack = t.racks() ? t.nodes_per_rack : nodes;
-  const double node_bps = t.nic.bandwidth_bps * t.nics_per_node;
-  sg4::NetZone* cluster = sg4::create_star_zone("cluster");
-  sg4::Link* core = nullptr;
-  if (!t.racks() && t.oversubscription > 1 && node_bps > 0)
-    core = cluster->create_link("core", bytesPerSecond(node_bps * nodes / t.oversubscription));
-  std::vector<sg4::Host*> hosts;
-  for (int first_node = 0; first_node < nodes; first_node += per_rack) {
-    const int last_node = std::min(nodes, first_node + per_rack);
-    // Without racks the nodes hang off the cluster itself; with them, off their rack's zone.
-    ZoneLinks rack{cluster, nullptr};
-    if (t.racks()) {
-      const std::string name = "rack" + std::to_string(first_node / per_rack);
-      rack.zone = sg4::create_star_zone(name);
-      rack.zone->set_parent(cluster);
-      // The leaf switch is a router in a zone of its own, hung off the rack's centre by no links: SimGrid's recursive
-      // routing drops the lower levels' links of a route to a gateway that sits in a zone holding other zones (a
-      // router made in the rack's zone itself gave routes of the rack links alone).
-      ZoneLinks leaf{sg4::create_star_zone(name + "-leaf"), nullptr};
-      leaf.zone->set_parent(rack.zone);
-      leaf.gateway = leaf.zone->create_router(name + "-gw");
-      leaf.zone->seal();
-      rack.zone->add_route(leaf.zone->get_netpoint(), nullptr, leaf.gateway, nullptr, {}, false);
-      rack.zone->add_route(nullptr, leaf.zone->get_netpoint(), nullptr, leaf.gateway, {}, false);
-      rack.gateway = leaf.gateway;
-    }
-    for (int a = first_node; a < last_node; ++a) {
-      const std::string name = "node" + std::to_string(a);
-      ZoneLinks node{sg4::create_star_zone(name), nullptr};
-      node.zone->set_parent(rack.zone);
-      for (int r = a * per; r < std::min(n, (a + 1) * per); ++r) {
-        const std::string rank = std::to_string(r);
-        sg4::Host* host = node.zone->create_host("rank" + rank, 1e9);
-        sg4::Link* up = node.zone->create_link("up" + rank, bytesPerSecond(t.intra.bandwidth_bps));
-        up->set_latency(t.intra.latency_s);
-        sg4::Link* down = node.zone->create_link("down" + rank, bytesPerSecond(t.intra.bandwidth_bps));
-        node.zone->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {sg4::LinkInRoute(up)}, false);
-        node.zone->add_route(nullptr, host->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(down)}, false);
-        hosts.push_back(host);
+// The two-level cluster (platform.h) in one zone that computes each route from the ranks' indices. A tree of SimGrid
+// zones (a star per node, per rack and for the cluster) gave the same routes, but SimGrid checks every host and link it
+// creates against the names of the whole platform by walking every zone: one walk per creation over N /
+// workers_per_node zones, so building 16,384 workers in racks took minutes (70% of a whole `terse whatif` at 8,192).
+// Here the platform has one zone, a creation's check is one map lookup, and a route is a few array reads.
+//
+// The links are made in the order the zone tree made them (the core; then per node its ranks' up and down links and
+// its NICs out and in; per rack, after its nodes, its uplink and downlink), and each route lists its links in the
+// order SimGrid's recursive routing joined them (platform.h), so the max-min solver sees the same constraints in the
+// same order and every simulated time is the tree's to the bit. A route's latency is the sum of its links' as the tree
+// summed them: the up link's intra-node latency and the node's egress NIC latency, the only links with one.
+class TwoLevelZone final : public simgrid::kernel::routing::NetZoneImpl {
+ public:
+  TwoLevelZone(const std::string& name, const TwoLevelTopology& t, int ranks)
+      : NetZoneImpl(name), t_(t), n_(static_cast<std::size_t>(ranks)) {}
+
+  // The hosts in rank order, with every link; the zone sealed.
+  std::vector<sg4::Host*> build() {
+    const std::size_t per = static_cast<std::size_t>(t_.workers_per_node);
+    const std::size_t nodes = (n_ + per - 1) / per;
+    const std::size_t per_rack = t_.racks() ? static_cast<std::size_t>(t_.nodes_per_rack) : nodes;
+    const double node_bps = t_.nic.bandwidth_bps * t_.nics_per_node;
+    sg4::NetZone* zone = get_iface();
+    if (!t_.racks() && t_.oversubscription > 1 && node_bps > 0)
+      core_ = zone->create_link("core", bytesPerSecond(node_bps * static_cast<double>(nodes) / t_.oversubscription))
+                  ->get_impl();
+    std::vector<sg4::Host*> hosts;
+    hosts.reserve(n_);
+    up_.reserve(n_);
+    down_.reserve(n_);
+    for (std::size_t first_node = 0; first_node < nodes; first_node += per_rack) {
+      const std::size_t last_node = std::min(nodes, first_node + per_rack);
+      for (std::size_t a = first_node; a < last_node; ++a) {
+        for (std::size_t r = a * per; r < std::min(n_, (a + 1) * per); ++r) {
+          const std::string rank = std::to_string(r);
+          sg4::Host* host = zone->create_host("rank" + rank, 1e9);
+          // NetPoint ids number a zone's vertices in the order they joined it: the ranks' here, nothing else joins.
+          TERSE_CHECK(host->get_netpoint()->id() == r, InternalError,
+                      "simulated platform: rank " << r << "'s host got vertex " << host->get_netpoint()->id());
+          hosts.push_back(host);
+          sg4::Link* up = zone->create_link("up" + rank, bytesPerSecond(t_.intra.bandwidth_bps));
+          up->set_latency(t_.intra.latency_s);
+          up_.push_back(up->get_impl());
+          down_.push_back(zone->create_link("down" + rank, bytesPerSecond(t_.intra.bandwidth_bps))->get_impl());
+        }
+        const std::string name = "node" + std::to_string(a);
+        sg4::Link* out = zone->create_link(name + "-out", bytesPerSecond(node_bps));
+        out->set_latency(t_.nic.latency_s);
+        node_out_.push_back(out->get_impl());
+        node_in_.push_back(zone->create_link(name + "-in", bytesPerSecond(node_bps))->get_impl());
       }
-      node.gateway = node.zone->create_router(name + "-gw");
-      node.zone->seal();
-      sg4::Link* out = rack.zone->create_link(name + "-out", bytesPerSecond(node_bps));
-      out->set_latency(t.nic.latency_s);
-      sg4::Link* in = rack.zone->create_link(name + "-in", bytesPerSecond(node_bps));
-      std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(out)};
-      if (core != nullptr) up.emplace_back(core);
-      attach(rack.zone, node, up, in);
+      if (!t_.racks()) continue;
+      // The rack's share of the spine: its own nodes' NICs (a short last rack has fewer), divided by the ratio.
+      const double uplink =
+          bytesPerSecond(node_bps * static_cast<double>(last_node - first_node) / t_.oversubscription);
+      const std::string name = "rack" + std::to_string(first_node / per_rack);
+      rack_up_.push_back(zone->create_link(name + "-up", uplink)->get_impl());
+      rack_down_.push_back(zone->create_link(name + "-down", uplink)->get_impl());
     }
-    if (!t.racks()) continue;
-    rack.zone->seal();
-    // The rack's share of the spine: its own nodes' NICs (a short last rack has fewer), divided by the ratio.
-    const double uplink = bytesPerSecond(node_bps * (last_node - first_node) / t.oversubscription);
-    const std::string name = rack.zone->get_name();
-    attach(cluster, rack, {sg4::LinkInRoute(cluster->create_link(name + "-up", uplink))},
-           cluster->create_link(name + "-down", uplink));
+    zone->seal();
+    return hosts;
   }
-  cluster->seal();
-  return hosts;
+
+  void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* dst,
+                       simgrid::kernel::routing::Route* into, double* latency) override {
+    const std::size_t i = src->id();
+    const std::size_t j = dst->id();
+    // A rank's frames to itself never touch the network (network.h), and nothing else lives in this zone.
+    TERSE_CHECK(i < n_ && j < n_ && i != j, InternalError,
+                "simulated platform: no route " << src->get_name() << " -> " << dst->get_name());
+    const std::size_t per = static_cast<std::size_t>(t_.workers_per_node);
+    const std::size_t a = i / per;
+    const std::size_t b = j / per;
+    auto& links = into->link_list_;
+    links.push_back(up_[i]);
+    double l = t_.intra.latency_s;
+    if (a != b) {
+      links.push_back(node_out_[a]);
+      // The tree's recursive routing added the node's egress NIC's latency first, the up link's after: the same sum
+      // (two terms, the other links add zeros).
+      l = t_.nic.latency_s + l;
+      if (t_.racks()) {
+        const std::size_t per_rack = static_cast<std::size_t>(t_.nodes_per_rack);
+        if (a / per_rack != b / per_rack) {
+          links.push_back(rack_up_[a / per_rack]);
+          links.push_back(rack_down_[b / per_rack]);
+        }
+      } else if (core_ != nullptr) {
+        links.push_back(core_);
+      }
+      links.push_back(node_in_[b]);
+    }
+    links.push_back(down_[j]);
+    if (latency != nullptr) *latency += l;
+  }
+
+ private:
+  TwoLevelTopology t_;
+  std::size_t n_;
+  simgrid::kernel::resource::StandardLinkImpl* core_ = nullptr;
+  std::vector<simgrid::kernel::resource::StandardLinkImpl*> up_, down_;            // per rank
+  std::vector<simgrid::kernel::resource::StandardLinkImpl*> node_out_, node_in_;   // per node
+  std::vector<simgrid::kernel::resource::StandardLinkImpl*> rack_up_, rack_down_;  // per rack
+};
+
+std::vector<sg4::Host*> buildTwoLevel(const PlatformSpec& spec) {
+  spec.topology.validate();
+  auto* zone = new TwoLevelZone("cluster", spec.topology, spec.ranks);
+  return zone->build();
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // `terse`: the command line. git-style: `terse <command> [<args>]`, each command with its own --help. The dispatch
 // table below is the one place a new subcommand is registered.
+#include <dlfcn.h>
+
 #include <array>
 #include <iostream>
 #include <string>
@@ -27,6 +29,18 @@ constexpr std::array kCommands{
     Command{"config", "the experiment config field reference (README), from the schema's tables", &configCommand},
     Command{"whatif", "replay a recorded step trace on a simulated cluster of N workers", &whatifCommand},
 };
+
+// The allocator the process runs on (experiments/cli/CMakeLists.txt links jemalloc where the host has it): jemalloc
+// answers mallctl("version"), found by name so that a binary without it still links and says so.
+std::string allocatorName() {
+  using Mallctl = int (*)(const char*, void*, std::size_t*, void*, std::size_t);
+  auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  const char* version = nullptr;
+  std::size_t size = sizeof(version);
+  if (mallctl != nullptr && mallctl("version", &version, &size, nullptr, 0) == 0 && version != nullptr)
+    return std::string("jemalloc ") + version;
+  return "system malloc";
+}
 
 std::string versionList(const std::vector<uint32_t>& versions) {
   std::string out;
@@ -61,6 +75,8 @@ int run(int argc, char** argv) {
       std::cout << ", " << gpu.count << " device(s), device 0: " << gpu.first_name << '\n';
     else
       std::cout << ", no usable device: " << gpu.reason << '\n';
+    // The allocator moves a simulation's host cost by a third (results/reference/simulation/cost_curve.md).
+    std::cout << "allocator: " << allocatorName() << '\n';
     return kExitOk;
   }
   if (first == "--help" || first == "-h" || first == "help") {

@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
+#include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
+#include <simgrid/s4u/NetZone.hpp>
 
 #include "core/comm/frame.h"
 #include "core/comm/host_communicator.h"
@@ -265,6 +268,101 @@ TEST(FatTree, BadRacksAreRefusedNamingTheField) {
   SimulationOptions o = racks();
   o.platform.topology.nodes_per_rack = -2;
   EXPECT_THROW(runSimulation(o, [](const SimulationContext&) { return std::string(); }), InvalidArgument);
+}
+
+// Every route of an odd-sized cluster (13 ranks in nodes of 3, the last node one rank; racks of 2 nodes, the last rack
+// one node) against platform.h's description, spelled out here from the ranks' indices: the one-zone platform computes
+// its routes (platform.cc TwoLevelZone), so each case of that computation is checked, with and without racks and the
+// core.
+std::string expectedRoutes(int ranks, int per, int per_rack, bool core) {
+  std::ostringstream out;
+  for (int i = 0; i < ranks; ++i) {
+    for (int j = 0; j < ranks; ++j) {
+      if (i == j) continue;
+      const int a = i / per;
+      const int b = j / per;
+      out << i << "->" << j << ": up" << i;
+      if (a != b) {
+        out << " node" << a << "-out";
+        if (per_rack > 0 && a / per_rack != b / per_rack)
+          out << " rack" << a / per_rack << "-up rack" << b / per_rack << "-down";
+        if (per_rack == 0 && core) out << " core";
+        out << " node" << b << "-in";
+      }
+      out << " down" << j << " (" << (a != b ? 6 : 1) << " us)\n";
+    }
+  }
+  return out.str();
+}
+
+std::string routeNames(const SimulationOptions& o) {
+  return runSimulation(o, [&](const SimulationContext&) {
+    std::ostringstream out;
+    for (int i = 0; i < o.platform.ranks; ++i) {
+      for (int j = 0; j < o.platform.ranks; ++j) {
+        if (i == j) continue;
+        std::vector<simgrid::s4u::Link*> links;
+        double latency = 0;
+        simgrid::s4u::Host::by_name("rank" + std::to_string(i))
+            ->route_to(simgrid::s4u::Host::by_name("rank" + std::to_string(j)), links, &latency);
+        out << i << "->" << j << ":";
+        for (const auto* l : links) out << " " << l->get_name();
+        out << " (" << latency * 1e6 << " us)\n";
+      }
+    }
+    return out.str();
+  });
+}
+
+TEST(FatTree, EveryRouteOfAnOddClusterIsItsPath) {
+  SimulationOptions o = twoLevel(13, 3, 4);
+  o.platform.topology.nodes_per_rack = 2;
+  EXPECT_EQ(routeNames(o), expectedRoutes(13, 3, 2, false));
+  o.platform.topology.nodes_per_rack = 0;  // one oversubscribed core
+  EXPECT_EQ(routeNames(o), expectedRoutes(13, 3, 0, true));
+  EXPECT_EQ(routeNames(twoLevel(13, 3)), expectedRoutes(13, 3, 0, false));  // non-blocking: no core link
+  // One worker per node, one node per rack: every route crosses the spine.
+  SimulationOptions single = twoLevel(5, 1, 2);
+  single.platform.topology.nodes_per_rack = 1;
+  EXPECT_EQ(routeNames(single), expectedRoutes(5, 1, 1, false));
+}
+
+// The mesh's routes (platform.cc MeshZone): each asked in turn, so the wire a rank's last route crossed (kept per rank)
+// is never handed out for another peer, and a pair's overridden wire keeps its latency however often it is asked.
+TEST(Mesh, EachRouteCrossesItsOwnWireWhateverWasAskedBefore) {
+  SimulationOptions o;
+  o.platform.ranks = 3;
+  o.platform.links.link = comm::LinkSpec{10e9, 5e-6};
+  o.platform.links.overrides.push_back({0, 2, {1e9, 20e-6}});
+  o.platform.links.nic_egress_bps = 10e9;
+  o.compute.compute_scale = 0;
+  EXPECT_EQ(routes(o, {{0, 1}, {0, 2}, {0, 1}, {0, 2}, {0, 2}, {2, 0}, {1, 0}, {0, 1}}),
+            "0->1: nic-out0@1e+10 wire0-1@1e+10 (5 us)\n"
+            "0->2: nic-out0@1e+10 wire0-2@1e+09 (20 us)\n"
+            "0->1: nic-out0@1e+10 wire0-1@1e+10 (5 us)\n"
+            "0->2: nic-out0@1e+10 wire0-2@1e+09 (20 us)\n"
+            "0->2: nic-out0@1e+10 wire0-2@1e+09 (20 us)\n"
+            "2->0: nic-out2@1e+10 wire2-0@1e+10 (5 us)\n"
+            "1->0: nic-out1@1e+10 wire1-0@1e+10 (5 us)\n"
+            "0->1: nic-out0@1e+10 wire0-1@1e+10 (5 us)\n");
+}
+
+// The platform is one SimGrid zone whatever its size: SimGrid checks each host and link it creates against the names
+// of every zone, so a zone per node or rack made building N workers cost N x N / workers_per_node (minutes at 16,384
+// workers in racks). The links are one per rank each way, two per node and per rack, and the core's: N, not N^2.
+TEST(FatTree, ThePlatformIsOneZoneWithLinksLinearInTheRanks) {
+  SimulationOptions o = twoLevel(1000, 8, 4);
+  o.platform.topology.nodes_per_rack = 4;
+  const std::string got = runSimulation(o, [&](const SimulationContext&) {
+    auto* e = simgrid::s4u::Engine::get_instance();
+    // get_filtered_netzones lists the zones below the root.
+    return std::to_string(e->get_filtered_netzones<simgrid::kernel::routing::NetZoneImpl>().size()) +
+           " zones below the root, " + std::to_string(e->get_link_count()) + " links, " +
+           std::to_string(e->get_host_count()) + " hosts";
+  });
+  // 1000 x (up, down) + 125 nodes x (out, in) + 32 racks x (up, down) (the last rack one node), and SimGrid's own
+  // loopback.
+  EXPECT_EQ(got, "0 zones below the root, " + std::to_string(2000 + 250 + 64 + 1) + " links, 1000 hosts");
 }
 
 }  // namespace
