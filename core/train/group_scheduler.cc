@@ -9,6 +9,7 @@
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
+#include "core/train/trace_group.h"
 
 namespace terse::train {
 namespace {
@@ -310,41 +311,22 @@ void GroupScheduler::executeGroup(GroupJob& job, AggregationEngine& engine, cons
     }
   }
   // Step trace: the group's phases in order, one per collective (a size exchange and its gather are two).
-  TraceGroup traced;
-  std::vector<StepTraceRecorder::Span> spans;
+  TracedGroupPhases traced;
   if (options_.trace || options_.step_trace) {
     phase = [&](const char* what, Clock::time_point a, Clock::time_point b, std::size_t, std::size_t,
                 std::span<const PhaseCollective> collectives) {
       if (options_.trace) options_.trace->span(tid, std::string(what) + ' ' + label, what, a, b);
-      if (!options_.step_trace) return;
-      if (collectives.empty()) {
-        TracePhase p;
-        p.kind = std::string_view(what) == "compress" ? TracePhase::Kind::kCompress : TracePhase::Kind::kDecompress;
-        traced.phases.push_back(std::move(p));
-        spans.emplace_back(a, b);
-        return;
-      }
-      for (const PhaseCollective& c : collectives) {
-        TracePhase p;
-        p.kind = TracePhase::Kind::kCollective;
-        p.op = c.op;
-        p.algorithm = std::string(c.algorithm);
-        p.dtype = std::string(dtypeName(c.dtype));
-        p.bytes = c.bytes;
-        p.rank_bytes.assign(c.rank_bytes.begin(), c.rank_bytes.end());
-        traced.phases.push_back(std::move(p));
-        spans.emplace_back(c.start, c.end);
-      }
+      if (options_.step_trace) traced.add(what, a, b, collectives);
     };
   }
   engine.run(job.step, job.members, phase);
   if (options_.step_trace) {
-    traced.seq = job.trace_seq;
+    traced.group.seq = job.trace_seq;
     for (const Chunk& c : job.chunks) {
-      traced.chunks.emplace_back(c.tensor_id, c.chunk_index);
-      traced.chunk_elements.push_back(c.numel);
+      traced.group.chunks.emplace_back(c.tensor_id, c.chunk_index);
+      traced.group.chunk_elements.push_back(c.numel);
     }
-    options_.step_trace->group(static_cast<int64_t>(job.step), std::move(traced), job.issued, spans);
+    options_.step_trace->group(static_cast<int64_t>(job.step), std::move(traced.group), job.issued, traced.spans);
   }
   double encode1 = 0, decode1 = 0;
   for (const GroupMember& m : job.members) {

@@ -1,7 +1,8 @@
 // A group's phases as the aggregation engine runs them, in the step trace's terms (step_trace.h): the one translation
-// of AggregationEngine::run's phase callback (engine.h) into TracePhase records, shared by every writer of step traces
-// that drives the engine -- the PyTorch hook's aggregator (experiments/python/ddp_aggregator.h) -- so that a codec
-// phase, a size exchange and a gather are recorded alike whoever ran them.
+// of AggregationEngine::run's phase callback (engine.h) into TracePhase records, shared by both writers of step traces
+// that drive the engine -- the trainer's GroupScheduler (group_scheduler.h) and the PyTorch hook's aggregator
+// (experiments/python/ddp_aggregator.h) -- so that a codec phase, a size exchange and a gather are recorded alike
+// whoever ran them.
 #pragma once
 
 #include <chrono>
