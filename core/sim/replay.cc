@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -376,6 +377,8 @@ void ReplayOptions::validate() const {
               "replay: --stragglers K must be between 0 and the " << workers << " workers, got " << stragglers);
   TERSE_CHECK(std::isfinite(straggler_factor) && straggler_factor >= 1, InvalidArgument,
               "replay: --stragglers K:F needs a slowdown F >= 1, got " << straggler_factor);
+  TERSE_CHECK(std::isfinite(codec_scale) && codec_scale >= 0, InvalidArgument,
+              "replay: --codec-scale must be a finite number > 0 (0: --compute-scale), got " << codec_scale);
   if (topology.enabled()) {
     topology.validate();
     TERSE_CHECK(!links.enabled(), InvalidArgument,
@@ -384,6 +387,34 @@ void ReplayOptions::validate() const {
   } else {
     links.validate(workers);
   }
+}
+
+ReplayOptions::Order parseReplayOrder(const std::string& text) {
+  if (text == "recorded") return ReplayOptions::Order::kRecorded;
+  if (text == "fifo") return ReplayOptions::Order::kFifo;
+  if (text == "priority") return ReplayOptions::Order::kPriority;
+  TERSE_THROW(InvalidArgument, "replay: --scheduler '" << text << "' is not one of recorded, fifo, priority");
+}
+
+const char* replayOrderName(ReplayOptions::Order order) {
+  switch (order) {
+    case ReplayOptions::Order::kFifo:
+      return "fifo";
+    case ReplayOptions::Order::kPriority:
+      return "priority";
+    case ReplayOptions::Order::kRecorded:
+      break;
+  }
+  return "recorded";
+}
+
+void checkReorderable(const train::StepTrace& trace, const std::string& what) {
+  for (const auto& st : trace.steps)
+    TERSE_CHECK(st.negotiations.empty(), InvalidArgument,
+                what << ": step " << st.step << " has " << st.negotiations.size()
+                     << " recorded 'negotiations': scheduler '" << trace.header.scheduler
+                     << "' agreed on its order across the workers, so the trace can only be replayed in that order "
+                        "(--scheduler recorded); record the run with the scheduler to compare instead");
 }
 
 void checkReplayable(const train::StepTrace& trace, const std::string& what) {
@@ -609,7 +640,16 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   std::map<std::string, int> per_step_count;  // label -> collectives in the replay
   double prev_end = 0, compute_sum = 0, exposed_sum = 0, comm_sum = 0, sent_sum = 0;
   const double scale = options.compute_scale;
-  const bool updates_after_backward = h.source == "pytorch";
+  const double codec_scale = options.codec_scale > 0 ? options.codec_scale : scale;
+  const bool reorder = options.order != ReplayOptions::Order::kRecorded;
+  if (reorder)
+    for (std::size_t r = 0; r < nr; ++r) checkReorderable(ranks[r], "the trace of rank " + std::to_string(r));
+  // A PyTorch trace as recorded: DDP's optimizer step, after backward returns. Re-ordered, the updates follow their
+  // tensors' last groups (a per-parameter optimizer, as ByteScheduler's PyTorch plugin runs one).
+  const bool updates_after_backward = h.source == "pytorch" && !reorder;
+  // Each tensor's layer, for the priority order (the front-most layer's group goes first).
+  std::vector<int> layer_of(nt, 0);
+  for (const auto& t : h.tensors) layer_of[t.id] = t.layer;
   for (int s = 0; s < steps; ++s) {
     const std::size_t si = static_cast<std::size_t>(s) % recorded;
     // Compute: each behaviour's segments in order.
@@ -633,10 +673,63 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         if (r < 0) r = t;
       comm_free[b] = std::max(comm_free[b], 0.0);
     }
-    // Communication: the groups in issue order.
+    // The issue order. Re-issued, the communication side is one queue for the whole cluster (a collective needs every
+    // worker): a group may go once its tensors are ready on every worker; whenever the side frees, the ready group
+    // first by the order's key goes (fifo: the earliest ready; priority: the front-most layer, then the earliest
+    // ready), or, when none is ready, the next to become so. A group holds the side for its collectives' network time,
+    // the lead rank's codec times and the updates of the tensors it carries whole; the replay below then times the
+    // chosen order exactly as it times a recorded one.
+    auto issueOrder = [&](std::size_t step_index) {
+      const auto& gs = lead.steps[step_index].groups;
+      std::vector<std::size_t> order(gs.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      if (!reorder || gs.size() < 2) return order;
+      const std::size_t ng = gs.size();
+      std::vector<double> at(ng, 0), hold(ng, 0);
+      std::vector<int> front(ng, std::numeric_limits<int>::max());
+      std::vector<int> carriers(nt, 0);
+      for (const auto& g : gs)
+        for (const auto& [id, chunk] : g.chunks) ++carriers[id];
+      std::vector<double> update_s(nt, 0);
+      for (const auto& u : lead.steps[step_index].updates) update_s[u.tensor] = u.dur_s * scale;
+      for (std::size_t g = 0; g < ng; ++g) {
+        for (std::size_t b = 0; b < nb; ++b)
+          for (const auto& [id, chunk] : ranks[behaviours[b].rank].steps[step_index].groups[g].chunks)
+            at[g] = std::max(at[g], ready[b][id]);
+        for (const auto& [id, chunk] : gs[g].chunks) {
+          front[g] = std::min(front[g], layer_of[id]);
+          if (carriers[id] == 1) hold[g] += update_s[id];
+        }
+        for (const auto& ph : gs[g].phases)
+          hold[g] += ph.kind == train::TracePhase::Kind::kCollective ? collective.at(keyOf(ph)).seconds
+                                                                     : ph.dur_s * codec_scale;
+      }
+      const bool by_layer = options.order == ReplayOptions::Order::kPriority;
+      auto before = [&](std::size_t a, std::size_t b) {
+        if (by_layer && front[a] != front[b]) return front[a] < front[b];
+        return at[a] != at[b] ? at[a] < at[b] : a < b;
+      };
+      std::vector<char> issued(ng, 0);
+      double t = *std::max_element(comm_free.begin(), comm_free.end());
+      for (std::size_t k = 0; k < ng; ++k) {
+        std::size_t pick = ng, next = ng;
+        for (std::size_t g = 0; g < ng; ++g) {
+          if (issued[g]) continue;
+          if (at[g] <= t && (pick == ng || before(g, pick))) pick = g;
+          if (next == ng || at[g] < at[next] || (at[g] == at[next] && before(g, next))) next = g;
+        }
+        if (pick == ng) pick = next;
+        issued[pick] = 1;
+        order[k] = pick;
+        t = std::max(t, at[pick]) + hold[pick];
+      }
+      return order;
+    };
+    // Communication: the groups in issue order (the recorded one, or re-issued by options.order).
     const auto& groups = lead.steps[si].groups;
+    const std::vector<std::size_t> issue = issueOrder(si);
     std::vector<int> last_group(nt, -1);
-    for (std::size_t gi = 0; gi < groups.size(); ++gi)
+    for (std::size_t gi : issue)
       for (const auto& [id, chunk] : groups[gi].chunks) last_group[id] = static_cast<int>(gi);
     // Each recorded rank's updates by the group that releases them: a scan of every update per group and worker was
     // tensors^2 x workers per step (a jittered replay at 1,024 workers spent 0.16 s of host time per step there).
@@ -646,7 +739,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       group_updates[r].resize(groups.size());
       for (const auto& u : ranks[r].steps[si].updates)
         if (last_group[u.tensor] >= 0)
-          group_updates[r][updates_after_backward ? groups.size() - 1 : static_cast<std::size_t>(last_group[u.tensor])]
+          group_updates[r][updates_after_backward ? issue.back() : static_cast<std::size_t>(last_group[u.tensor])]
               .push_back(&u);
     }
     double step_comm = 0, step_sent = 0;
@@ -668,7 +761,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       for (const auto& [cls, x] : negotiation->class_bytes) class_bytes[cls] += static_cast<double>(k) * x;
       per_step_count[*negotiation->label] += static_cast<int>(k);
     };
-    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    for (std::size_t gi : issue) {
       const std::size_t k = negotiation ? countRounds(groups[gi].issue_s) : 0;
       for (std::size_t b = 0; b < nb; ++b) {
         double a = comm_free[b] + (k > 1 ? static_cast<double>(k - 1) * negotiation->seconds : 0.0);
@@ -695,7 +788,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         } else {
           for (std::size_t b = 0; b < nb; ++b) {
             const auto& mine = ranks[behaviours[b].rank].steps[si].groups[gi].phases;
-            arrive[b] += (pi < mine.size() ? mine[pi].dur_s : phases[pi].dur_s) * scale;
+            arrive[b] += (pi < mine.size() ? mine[pi].dur_s : phases[pi].dur_s) * codec_scale;
           }
         }
       }

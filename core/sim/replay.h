@@ -67,6 +67,17 @@ struct ReplayOptions {
   uint64_t seed = 1;
   int stragglers = 0;           // the first `stragglers` workers compute straggler_factor times slower
   double straggler_factor = 1;  // >= 1
+  // Codec (compress, decompress) times are multiplied by this instead of compute_scale when it is > 0: a trace
+  // recorded on a CPU replayed for a GPU, whose codecs and layers do not speed up alike.
+  double codec_scale = 0;
+  // The order the groups are issued in. kRecorded: the trace's (its scheduler's, or DDP's bucket order), with its
+  // update rule (a PyTorch trace updates after the step's last group). kFifo and kPriority re-issue them as a
+  // ByteScheduler-style scheduler would: whenever the communication side is free, the group ready first (kFifo) or
+  // the ready group holding the front-most layer (kPriority: P3), and each tensor is updated as soon as its last
+  // group is in, so the next step's forward starts on the front layers while the back ones still communicate.
+  // Neither applies to a trace whose scheduler negotiated its order (checkReorderable).
+  enum class Order { kRecorded, kFifo, kPriority };
+  Order order = Order::kRecorded;
   // Throws InvalidArgument naming the option (workers < 1, compute_scale <= 0, a topology that cannot hold the
   // workers...).
   void validate() const;
@@ -101,6 +112,13 @@ struct ReplayResult {
 // Throws InvalidArgument naming `what` (the file) and the field when a trace cannot be replayed: another format or
 // version, an async run, no steps, a step whose groups name an unknown tensor, an unknown collective op.
 void checkReplayable(const train::StepTrace& trace, const std::string& what);
+
+// Throws InvalidArgument naming `what` and the field when `trace` cannot be re-ordered (options.order other than
+// kRecorded): its scheduler negotiated the order across workers (recorded 'negotiations'), which a re-issue would
+// have to invent.
+void checkReorderable(const train::StepTrace& trace, const std::string& what);
+ReplayOptions::Order parseReplayOrder(const std::string& text);  // recorded, fifo, priority; InvalidArgument else
+const char* replayOrderName(ReplayOptions::Order order);
 
 // Replays `ranks` (one trace, or one per recorded rank: worker w behaves as ranks[w mod size]) as described above.
 // Throws InvalidArgument for invalid options or traces (before anything runs), SimulationError when the simulation

@@ -31,8 +31,8 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kUsage =
     "usage: terse whatif TRACE --workers N [--topology SPEC | --bandwidth BW --latency T [--nic BW|none]]\n"
-    "                    [--steps K] [--compute-scale F] [--jitter SIGMA] [--seed S] [--stragglers K:F]\n"
-    "                    [--target-accuracy A] [--json FILE|-]\n"
+    "                    [--steps K] [--compute-scale F] [--codec-scale F] [--scheduler recorded|fifo|priority]\n"
+    "                    [--jitter SIGMA] [--seed S] [--stragglers K:F] [--target-accuracy A] [--json FILE|-]\n"
     "\n"
     "Replays a recorded step trace on N simulated workers (SimGrid) and reports the simulated step time, exposed\n"
     "communication, compute, bytes per worker and per-link-class utilisation. TRACE is a run's steps.rank<R>.jsonl, a\n"
@@ -139,6 +139,10 @@ int whatifCommand(const std::vector<std::string>& args) {
       "steps", po::value<int>()->default_value(0), "steps to replay (0: the trace's)")(
       "compute-scale", po::value<double>()->default_value(1.0),
       "multiplies every recorded compute, codec and update time (0.5: a device twice as fast)")(
+      "codec-scale", po::value<double>()->default_value(0.0),
+      "multiplies the recorded codec times instead (0: --compute-scale's factor)")(
+      "scheduler", po::value<std::string>()->default_value("recorded"),
+      "the groups' issue order: recorded (the trace's), or re-issued fifo or priority (P3) with per-tensor updates")(
       "jitter", po::value<double>()->default_value(0.0), "lognormal sigma per compute segment (0: none)")(
       "seed", po::value<uint64_t>()->default_value(1), "the jitter's seed")(
       "stragglers", po::value<std::string>(), "K:F: the first K workers compute F times slower")(
@@ -178,6 +182,8 @@ int whatifCommand(const std::vector<std::string>& args) {
     }
     o.steps = vm["steps"].as<int>();
     o.compute_scale = vm["compute-scale"].as<double>();
+    o.codec_scale = vm["codec-scale"].as<double>();
+    o.order = sim::parseReplayOrder(vm["scheduler"].as<std::string>());
     o.jitter_sigma = vm["jitter"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
     if (vm.count("stragglers")) {
@@ -202,6 +208,8 @@ int whatifCommand(const std::vector<std::string>& args) {
   }
   try {
     const Source src = loadSource(trace_text, o.steps);
+    if (o.order != sim::ReplayOptions::Order::kRecorded)
+      for (std::size_t r = 0; r < src.ranks.size(); ++r) sim::checkReorderable(src.ranks[r], src.names[r]);
     int64_t accuracy_step = -2;  // -2: not asked
     fs::path metrics;
     if (vm.count("target-accuracy")) {
@@ -213,8 +221,11 @@ int whatifCommand(const std::vector<std::string>& args) {
     const sim::ReplayResult r = sim::replayTrace(src.ranks, o);
     const train::TraceHeader& h = src.ranks.front().header;
     std::cout << "whatif: " << src.names.front() << (src.ranks.size() > 1 ? " (+ other ranks)" : "") << ", recorded at "
-              << h.world << " worker(s), " << h.compressor << " / " << h.scheduler << ", replayed at " << r.workers
-              << " workers, " << r.step_s.size() << " steps\n"
+              << h.world << " worker(s), " << h.compressor << " / " << h.scheduler
+              << (o.order == sim::ReplayOptions::Order::kRecorded
+                      ? std::string()
+                      : std::string(" re-issued ") + sim::replayOrderName(o.order))
+              << ", replayed at " << r.workers << " workers, " << r.step_s.size() << " steps\n"
               << "network: " << r.platform << "\n";
     for (const auto& c : r.collectives) std::cout << "collectives: " << c << "\n";
     Table t({"metric", "value"});
@@ -252,6 +263,9 @@ int whatifCommand(const std::vector<std::string>& args) {
              {"recorded_world", h.world},
              {"compressor", h.compressor},
              {"scheduler", h.scheduler},
+             {"order", sim::replayOrderName(o.order)},
+             {"compute_scale", o.compute_scale},
+             {"codec_scale", o.codec_scale > 0 ? o.codec_scale : o.compute_scale},
              {"workers", r.workers},
              {"platform", r.platform},
              {"steps", r.step_s.size()},

@@ -189,6 +189,58 @@ TEST(Replay, PriorityOrderLetsTheNextForwardStartEarlier) {
   EXPECT_LT(p.median_step_s, f.median_step_s);
 }
 
+TEST(Replay, PriorityReissueSendsTheFrontLayerFirstAndUpdatesPerTensor) {
+  // A PyTorch trace of three layers (forward 10, 1, 1 ms; each backward 1 ms) whose buckets DDP issued in backward
+  // order: layer 2's and layer 1's 5 ms on the wire, layer 0's 0.5 ms. As recorded the optimizer waits for all three:
+  // f + b2 + c2 + c1 + c0 a step. Re-issued fifo, the order and so the step are the same. Re-issued priority, layer
+  // 0's group overtakes layer 1's (both wait while layer 2's transfers), its update is in at once and the next
+  // forward starts under layer 1's transfer: f + b2 + c2 + c0 a step once the pipeline runs.
+  const std::vector<Layer> layers{{1, 0.010, 0.001}, {1, 0.001, 0.001}, {1, 0.001, 0.001}};
+  StepTrace t = handTrace(layers, {2, 1, 0}, {625000, 625000, 62500}, 4);
+  t.header.source = "pytorch";
+  const double c = 625000 / 125e6, c0 = 62500 / 125e6;
+  ReplayOptions o = mesh(2, 1 * kGbps, 0);
+  for (double s : replayTrace({t}, o).step_s) expectRel(s, 0.012 + 0.001 + 2 * c + c0);
+  o.order = ReplayOptions::Order::kFifo;
+  for (double s : replayTrace({t}, o).step_s) expectRel(s, 0.012 + 0.001 + 2 * c + c0);
+  o.order = ReplayOptions::Order::kPriority;
+  const ReplayResult p = replayTrace({t}, o);
+  expectRel(p.step_s.at(0), 0.012 + 0.001 + 2 * c + c0);
+  for (std::size_t i = 1; i < p.step_s.size(); ++i) expectRel(p.step_s[i], 0.012 + 0.001 + c + c0);
+}
+
+TEST(Replay, FifoReissueSendsWhatIsReadyFirst) {
+  // Two layers (forward 10 and 1 ms, backward 1 ms each), 5 ms on the wire each, recorded front layer first as a
+  // priority scheduler issues them: the side waits for layer 0's tensor (ready 1 ms after layer 1's), and from the
+  // second step layer 1's transfer hides under the next forward: f + b + c a step. Re-issued fifo, layer 1's goes
+  // as soon as it is ready and layer 0's, the next forward's first need, waits behind it: f + b1 + 2 c a step.
+  const std::vector<Layer> layers{{1, 0.010, 0.001}, {1, 0.001, 0.001}};
+  StepTrace t = handTrace(layers, {0, 1}, {625000, 625000}, 3);
+  const double c = 625000 / 125e6;
+  ReplayOptions o = mesh(2, 1 * kGbps, 0);
+  const ReplayResult recorded = replayTrace({t}, o);
+  expectRel(recorded.step_s.at(0), 0.013 + 2 * c);
+  for (std::size_t i = 1; i < recorded.step_s.size(); ++i) expectRel(recorded.step_s[i], 0.013 + c);
+  o.order = ReplayOptions::Order::kFifo;
+  for (double s : replayTrace({t}, o).step_s) expectRel(s, 0.012 + 2 * c);
+}
+
+TEST(Replay, CodecScaleScalesCodecsOnly) {
+  // A 2 ms compress before the group's allreduce: with compute_scale alone it scales as compute does; codec_scale
+  // takes it over and leaves compute at compute_scale.
+  StepTrace t = handTrace({{250000, 0.010, 0.020}}, {0}, {1000000});
+  for (auto& st : t.steps)
+    st.groups[0].phases.insert(st.groups[0].phases.begin(), {TracePhase::Kind::kCompress, 0, 0.002});
+  const double comm = 2 * 50e-6 + 1e6 / 125e6;
+  ReplayOptions o = mesh(2, 1 * kGbps, 50e-6);
+  o.compute_scale = 0.5;
+  expectRel(replayTrace({t}, o).median_step_s, 0.015 + 0.001 + comm);
+  o.codec_scale = 3;
+  const ReplayResult r = replayTrace({t}, o);
+  expectRel(r.median_step_s, 0.015 + 0.006 + comm);
+  expectRel(r.compute_s, 0.015);
+}
+
 TEST(Replay, OversubscribedRackUplinksSlowCrossRackRings) {
   // 8 workers, one per node and per rack: every ring hop crosses two racks' uplinks. At 4:1 an uplink is a quarter
   // of the NIC, so a bandwidth-bound ring takes about 4 times as long.
@@ -388,6 +440,19 @@ TEST(Replay, BadInputIsRefusedNamingTheField) {
   ReplayOptions both = mesh(2, kGbps, 0);
   both.topology = parseTopology("8xA100-4x200G");
   expectInvalid([&] { replayTrace({good}, both); }, "both describe the network");
+  ReplayOptions codec = mesh(2, kGbps, 0);
+  codec.codec_scale = -1;
+  expectInvalid([&] { replayTrace({good}, codec); }, "--codec-scale");
+  expectInvalid([] { parseReplayOrder("lifo"); }, "--scheduler 'lifo' is not one of recorded, fifo, priority");
+  // A trace whose scheduler negotiated its order cannot be re-issued; as recorded it replays.
+  StepTrace negotiated = good;
+  negotiated.steps[0].negotiations.push_back({0.001, 0, "bruck"});
+  ReplayOptions reissue = mesh(2, kGbps, 0);
+  reissue.order = ReplayOptions::Order::kPriority;
+  expectInvalid([&] { checkReorderable(negotiated, "steps.rank0.jsonl"); },
+                "steps.rank0.jsonl: step 0 has 1 recorded 'negotiations'");
+  expectInvalid([&] { replayTrace({negotiated}, reissue); }, "'negotiations'");
+  EXPECT_NO_THROW(replayTrace({negotiated}, mesh(2, kGbps, 0)));
   // Ranks that disagree on their groups.
   StepTrace other = good;
   other.steps[0].groups.clear();
