@@ -379,6 +379,10 @@ void ReplayOptions::validate() const {
               "replay: --stragglers K:F needs a slowdown F >= 1, got " << straggler_factor);
   TERSE_CHECK(std::isfinite(codec_scale) && codec_scale >= 0, InvalidArgument,
               "replay: --codec-scale must be a finite number > 0 (0: --compute-scale), got " << codec_scale);
+  TERSE_CHECK(allreduce.empty() || comm::parseAllreduceAlgorithm(allreduce), InvalidArgument,
+              "replay: --allreduce '" << allreduce << "' is not one of " << comm::allreduceAlgorithmChoices());
+  TERSE_CHECK(allgather.empty() || comm::parseAllgatherAlgorithm(allgather), InvalidArgument,
+              "replay: --allgather '" << allgather << "' is not one of " << comm::allgatherAlgorithmChoices());
   if (topology.enabled()) {
     topology.validate();
     TERSE_CHECK(!links.enabled(), InvalidArgument,
@@ -481,9 +485,12 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   const int rpn = options.topology.enabled() ? options.topology.workers_per_node : 1;
   const train::TraceHeader& h = lead.header;
 
-  // The algorithms as configured ("auto" or a name); an unknown name (a trace from NCCL says "nccl") is auto's.
-  const auto configured_ar = comm::parseAllreduceAlgorithm(h.allreduce_algorithm);
-  const auto configured_ag = comm::parseAllgatherAlgorithm(h.allgather_algorithm);
+  // The algorithms as configured ("auto" or a name), or as the options override them; an unknown name (a trace from
+  // NCCL says "nccl", one from the PyTorch hook "torch:gloo") is auto's.
+  const auto configured_ar =
+      comm::parseAllreduceAlgorithm(options.allreduce.empty() ? h.allreduce_algorithm : options.allreduce);
+  const auto configured_ag =
+      comm::parseAllgatherAlgorithm(options.allgather.empty() ? h.allgather_algorithm : options.allgather);
 
   // Every collective of the replayed steps, priced as rounds (identical phases share one entry).
   Planner planner(n, rpn);

@@ -78,6 +78,11 @@ struct ReplayOptions {
   // Neither applies to a trace whose scheduler negotiated its order (checkReorderable).
   enum class Order { kRecorded, kFifo, kPriority };
   Order order = Order::kRecorded;
+  // The collective algorithms, when not the trace's configured ones ("auto" resolved at N, as the communicator
+  // would): a name of comm::parseAllreduceAlgorithm / parseAllgatherAlgorithm, e.g. "ring" for NCCL's ring. Empty:
+  // the trace's.
+  std::string allreduce;
+  std::string allgather;
   // Throws InvalidArgument naming the option (workers < 1, compute_scale <= 0, a topology that cannot hold the
   // workers...).
   void validate() const;

@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 constexpr std::string_view kUsage =
     "usage: terse whatif TRACE --workers N [--topology SPEC | --bandwidth BW --latency T [--nic BW|none]]\n"
     "                    [--steps K] [--compute-scale F] [--codec-scale F] [--scheduler recorded|fifo|priority]\n"
+    "                    [--allreduce ALGO] [--allgather ALGO]\n"
     "                    [--jitter SIGMA] [--seed S] [--stragglers K:F] [--target-accuracy A] [--json FILE|-]\n"
     "\n"
     "Replays a recorded step trace on N simulated workers (SimGrid) and reports the simulated step time, exposed\n"
@@ -141,6 +142,10 @@ int whatifCommand(const std::vector<std::string>& args) {
       "multiplies every recorded compute, codec and update time (0.5: a device twice as fast)")(
       "codec-scale", po::value<double>()->default_value(0.0),
       "multiplies the recorded codec times instead (0: --compute-scale's factor)")(
+      "allreduce", po::value<std::string>()->default_value(""),
+      "allreduce algorithm instead of the trace's (ring, rd, hd, tree, reduce_broadcast, hierarchical, auto)")(
+      "allgather", po::value<std::string>()->default_value(""),
+      "allgather algorithm instead of the trace's (ring, bruck, hierarchical, auto)")(
       "scheduler", po::value<std::string>()->default_value("recorded"),
       "the groups' issue order: recorded (the trace's), or re-issued fifo or priority (P3) with per-tensor updates")(
       "jitter", po::value<double>()->default_value(0.0), "lognormal sigma per compute segment (0: none)")(
@@ -184,6 +189,8 @@ int whatifCommand(const std::vector<std::string>& args) {
     o.compute_scale = vm["compute-scale"].as<double>();
     o.codec_scale = vm["codec-scale"].as<double>();
     o.order = sim::parseReplayOrder(vm["scheduler"].as<std::string>());
+    o.allreduce = vm["allreduce"].as<std::string>();
+    o.allgather = vm["allgather"].as<std::string>();
     o.jitter_sigma = vm["jitter"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
     if (vm.count("stragglers")) {

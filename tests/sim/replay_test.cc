@@ -225,6 +225,21 @@ TEST(Replay, FifoReissueSendsWhatIsReadyFirst) {
   for (double s : replayTrace({t}, o).step_s) expectRel(s, 0.012 + 2 * c);
 }
 
+TEST(Replay, AnAlgorithmOverrideReplacesTheTracesOwn) {
+  // The trace configured auto (halving-doubling for 1 MB at 8 workers on this mesh) replayed with the ring asked
+  // for: the ring's 2 (N-1) latencies, where the override is ignored if the auto label stays.
+  const StepTrace t = handTrace({{250000, 0.001, 0.001}}, {0}, {1000000}, 1, "auto");
+  ReplayOptions o = mesh(8, 10 * kGbps, 50e-6);
+  const ReplayResult automatic = replayTrace({t}, o);
+  o.allreduce = "ring";
+  const ReplayResult ring = replayTrace({t}, o);
+  ASSERT_EQ(ring.collectives.size(), 1u);
+  EXPECT_TRUE(ring.collectives[0].starts_with("allreduce ring x 1")) << ring.collectives[0];
+  ASSERT_EQ(automatic.collectives.size(), 1u);
+  EXPECT_FALSE(automatic.collectives[0].starts_with("allreduce ring")) << automatic.collectives[0];
+  expectRel(ring.median_step_s, 0.002 + 14 * 50e-6 + 2.0 * 7 / 8 * 1e6 / 1.25e9, 1e-3);
+}
+
 TEST(Replay, CodecScaleScalesCodecsOnly) {
   // A 2 ms compress before the group's allreduce: with compute_scale alone it scales as compute does; codec_scale
   // takes it over and leaves compute at compute_scale.
@@ -444,6 +459,12 @@ TEST(Replay, BadInputIsRefusedNamingTheField) {
   codec.codec_scale = -1;
   expectInvalid([&] { replayTrace({good}, codec); }, "--codec-scale");
   expectInvalid([] { parseReplayOrder("lifo"); }, "--scheduler 'lifo' is not one of recorded, fifo, priority");
+  ReplayOptions algo = mesh(2, kGbps, 0);
+  algo.allreduce = "butterfly";
+  expectInvalid([&] { replayTrace({good}, algo); }, "--allreduce 'butterfly' is not one of");
+  algo.allreduce.clear();
+  algo.allgather = "hd";
+  expectInvalid([&] { replayTrace({good}, algo); }, "--allgather 'hd' is not one of");
   // A trace whose scheduler negotiated its order cannot be re-issued; as recorded it replays.
   StepTrace negotiated = good;
   negotiated.steps[0].negotiations.push_back({0.001, 0, "bruck"});
