@@ -377,6 +377,17 @@ void ReplayOptions::validate() const {
               "replay: --stragglers K must be between 0 and the " << workers << " workers, got " << stragglers);
   TERSE_CHECK(std::isfinite(straggler_factor) && straggler_factor >= 1, InvalidArgument,
               "replay: --stragglers K:F needs a slowdown F >= 1, got " << straggler_factor);
+  TERSE_CHECK(std::isfinite(step_flops) && step_flops >= 0 && std::isfinite(device_flops) && device_flops >= 0,
+              InvalidArgument,
+              "replay: --step-flops and --device-flops must be finite numbers > 0, got " << step_flops << " and "
+                                                                                         << device_flops);
+  TERSE_CHECK((step_flops > 0) == (device_flops > 0), InvalidArgument,
+              "replay: --step-flops (the model's training FLOPs per worker step) and --device-flops (the device's "
+              "effective FLOP/s) go together; got only "
+                  << (step_flops > 0 ? "--step-flops" : "--device-flops"));
+  TERSE_CHECK(step_flops == 0 || compute_scale == 1.0, InvalidArgument,
+              "replay: --compute-scale " << compute_scale
+                                         << " and --step-flops/--device-flops both set the compute's speed; use one");
   TERSE_CHECK(std::isfinite(codec_scale) && codec_scale >= 0, InvalidArgument,
               "replay: --codec-scale must be a finite number > 0 (0: --compute-scale), got " << codec_scale);
   TERSE_CHECK(allreduce.empty() || comm::parseAllreduceAlgorithm(allreduce), InvalidArgument,
@@ -484,6 +495,22 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   const int steps = options.steps > 0 ? options.steps : static_cast<int>(recorded);
   const int rpn = options.topology.enabled() ? options.topology.workers_per_node : 1;
   const train::TraceHeader& h = lead.header;
+
+  // The recorded compute a step (rank 0's segments, median over its steps), and the factor that makes it the
+  // device's when the options give a FLOP count and rate.
+  std::vector<double> recorded_compute;
+  for (const auto& st : lead.steps) {
+    double c = 0;
+    for (const auto& seg : st.compute) c += seg.dur_s;
+    recorded_compute.push_back(c);
+  }
+  const double recorded_compute_s = median(recorded_compute);
+  double scale = options.compute_scale;
+  if (options.step_flops > 0) {
+    TERSE_CHECK(recorded_compute_s > 0, InvalidArgument,
+                "replay: --step-flops/--device-flops scale the trace's compute, but its steps record none");
+    scale = options.step_flops / options.device_flops / recorded_compute_s;
+  }
 
   // The algorithms as configured ("auto" or a name), or as the options override them; an unknown name (a trace from
   // NCCL says "nccl", one from the PyTorch hook "torch:gloo") is auto's.
@@ -646,7 +673,8 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   std::map<std::string, double> class_bytes;
   std::map<std::string, int> per_step_count;  // label -> collectives in the replay
   double prev_end = 0, compute_sum = 0, exposed_sum = 0, comm_sum = 0, sent_sum = 0;
-  const double scale = options.compute_scale;
+  result.recorded_compute_s = recorded_compute_s;
+  result.compute_scale = scale;
   const double codec_scale = options.codec_scale > 0 ? options.codec_scale : scale;
   const bool reorder = options.order != ReplayOptions::Order::kRecorded;
   if (reorder)

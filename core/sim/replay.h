@@ -67,6 +67,11 @@ struct ReplayOptions {
   uint64_t seed = 1;
   int stragglers = 0;           // the first `stragglers` workers compute straggler_factor times slower
   double straggler_factor = 1;  // >= 1
+  // Compute by a device's FLOP rate instead of a factor: with both > 0, compute_scale becomes (step_flops /
+  // device_flops) / the trace's median step compute (rank 0's segments), so a step computes as long as the model's
+  // training FLOPs per worker step take at the device's effective rate. compute_scale must then be left at 1.
+  double step_flops = 0;
+  double device_flops = 0;
   // Codec (compress, decompress) times are multiplied by this instead of compute_scale when it is > 0: a trace
   // recorded on a CPU replayed for a GPU, whose codecs and layers do not speed up alike.
   double codec_scale = 0;
@@ -109,6 +114,8 @@ struct ReplayResult {
   double bytes_per_worker = 0;           // per step: bytes a worker sends, mean over workers and steps
   std::vector<LinkClassUse> links;       // by class name
   std::vector<std::string> collectives;  // "allreduce halving_doubling x 160 per step", ... (what `auto` chose)
+  double compute_scale = 1;              // the factor applied to compute (derived when step_flops was given)
+  double recorded_compute_s = 0;         // the trace's median step compute (rank 0), before scaling
   int behaviours = 0;                    // distinct worker timelines computed (1 when all workers are alike)
   int patterns = 0;                      // flow patterns measured on SimGrid
   uint64_t flows = 0;                    // SimGrid flows those measurements ran

@@ -31,8 +31,9 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kUsage =
     "usage: terse whatif TRACE --workers N [--topology SPEC | --bandwidth BW --latency T [--nic BW|none]]\n"
-    "                    [--steps K] [--compute-scale F] [--codec-scale F] [--scheduler recorded|fifo|priority]\n"
-    "                    [--allreduce ALGO] [--allgather ALGO]\n"
+    "                    [--steps K] [--compute-scale F | --step-flops F --device-flops R] [--codec-scale F]\n"
+    "                    [--scheduler recorded|fifo|priority]"
+    " [--allreduce ALGO] [--allgather ALGO]\n"
     "                    [--jitter SIGMA] [--seed S] [--stragglers K:F] [--target-accuracy A] [--json FILE|-]\n"
     "\n"
     "Replays a recorded step trace on N simulated workers (SimGrid) and reports the simulated step time, exposed\n"
@@ -140,6 +141,10 @@ int whatifCommand(const std::vector<std::string>& args) {
       "steps", po::value<int>()->default_value(0), "steps to replay (0: the trace's)")(
       "compute-scale", po::value<double>()->default_value(1.0),
       "multiplies every recorded compute, codec and update time (0.5: a device twice as fast)")(
+      "step-flops", po::value<double>()->default_value(0.0),
+      "with --device-flops: the model's training FLOPs per worker step (e.g. 3.1e12)")(
+      "device-flops", po::value<double>()->default_value(0.0),
+      "with --step-flops: the device's effective FLOP/s; compute then takes step-flops / device-flops a step")(
       "codec-scale", po::value<double>()->default_value(0.0),
       "multiplies the recorded codec times instead (0: --compute-scale's factor)")(
       "allreduce", po::value<std::string>()->default_value(""),
@@ -188,6 +193,8 @@ int whatifCommand(const std::vector<std::string>& args) {
     o.steps = vm["steps"].as<int>();
     o.compute_scale = vm["compute-scale"].as<double>();
     o.codec_scale = vm["codec-scale"].as<double>();
+    o.step_flops = vm["step-flops"].as<double>();
+    o.device_flops = vm["device-flops"].as<double>();
     o.order = sim::parseReplayOrder(vm["scheduler"].as<std::string>());
     o.allreduce = vm["allreduce"].as<std::string>();
     o.allgather = vm["allgather"].as<std::string>();
@@ -234,6 +241,9 @@ int whatifCommand(const std::vector<std::string>& args) {
                       : std::string(" re-issued ") + sim::replayOrderName(o.order))
               << ", replayed at " << r.workers << " workers, " << r.step_s.size() << " steps\n"
               << "network: " << r.platform << "\n";
+    if (r.compute_scale != 1.0)
+      std::cout << "compute: x " << r.compute_scale << " (" << seconds(r.recorded_compute_s) << " recorded a step"
+                << (o.step_flops > 0 ? ", scaled to the device's FLOP rate" : "") << ")\n";
     for (const auto& c : r.collectives) std::cout << "collectives: " << c << "\n";
     Table t({"metric", "value"});
     t.add({"step time (mean)", seconds(r.mean_step_s)});
@@ -271,8 +281,9 @@ int whatifCommand(const std::vector<std::string>& args) {
              {"compressor", h.compressor},
              {"scheduler", h.scheduler},
              {"order", sim::replayOrderName(o.order)},
-             {"compute_scale", o.compute_scale},
-             {"codec_scale", o.codec_scale > 0 ? o.codec_scale : o.compute_scale},
+             {"compute_scale", r.compute_scale},
+             {"recorded_compute_s_per_step", r.recorded_compute_s},
+             {"codec_scale", o.codec_scale > 0 ? o.codec_scale : r.compute_scale},
              {"workers", r.workers},
              {"platform", r.platform},
              {"steps", r.step_s.size()},

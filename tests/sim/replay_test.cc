@@ -240,6 +240,23 @@ TEST(Replay, AnAlgorithmOverrideReplacesTheTracesOwn) {
   expectRel(ring.median_step_s, 0.002 + 14 * 50e-6 + 2.0 * 7 / 8 * 1e6 / 1.25e9, 1e-3);
 }
 
+TEST(Replay, ADeviceFlopRateSetsTheStepsCompute) {
+  // 30 ms of recorded compute a step; 6e9 FLOPs a step at 1e12 FLOP/s is 6 ms: compute scaled by 0.2, exactly as
+  // --compute-scale 0.2 gives.
+  const StepTrace t = handTrace({{250000, 0.010, 0.020}}, {0}, {1000000});
+  ReplayOptions o = mesh(2, 1 * kGbps, 50e-6);
+  o.step_flops = 6e9;
+  o.device_flops = 1e12;
+  const ReplayResult r = replayTrace({t}, o);
+  expectRel(r.recorded_compute_s, 0.030);
+  expectRel(r.compute_scale, 0.2);
+  expectRel(r.compute_s, 0.006);
+  ReplayOptions by_factor = mesh(2, 1 * kGbps, 50e-6);
+  by_factor.compute_scale = 0.2;
+  expectRel(r.median_step_s, replayTrace({t}, by_factor).median_step_s);
+  expectRel(r.median_step_s, 0.006 + 2 * 50e-6 + 1e6 / 125e6);
+}
+
 TEST(Replay, CodecScaleScalesCodecsOnly) {
   // A 2 ms compress before the group's allreduce: with compute_scale alone it scales as compute does; codec_scale
   // takes it over and leaves compute at compute_scale.
@@ -455,6 +472,20 @@ TEST(Replay, BadInputIsRefusedNamingTheField) {
   ReplayOptions both = mesh(2, kGbps, 0);
   both.topology = parseTopology("8xA100-4x200G");
   expectInvalid([&] { replayTrace({good}, both); }, "both describe the network");
+  ReplayOptions flops = mesh(2, kGbps, 0);
+  flops.step_flops = 1e9;
+  expectInvalid([&] { replayTrace({good}, flops); }, "go together; got only --step-flops");
+  flops.device_flops = 1e12;
+  flops.compute_scale = 0.5;
+  expectInvalid([&] { replayTrace({good}, flops); }, "both set the compute's speed");
+  flops.compute_scale = 1;
+  flops.device_flops = -1;
+  expectInvalid([&] { replayTrace({good}, flops); }, "must be finite numbers > 0");
+  StepTrace idle = good;
+  for (auto& st : idle.steps)
+    for (auto& c : st.compute) c.dur_s = 0;
+  flops.device_flops = 1e12;
+  expectInvalid([&] { replayTrace({idle}, flops); }, "its steps record none");
   ReplayOptions codec = mesh(2, kGbps, 0);
   codec.codec_scale = -1;
   expectInvalid([&] { replayTrace({good}, codec); }, "--codec-scale");
