@@ -172,6 +172,17 @@ namespace {
 // The wires live in a zone of their own that is never sealed (SimGrid refuses new links in a sealed zone, and the
 // engine seals the platform's tree when it starts running): no routes go through it, it only owns the links. SimGrid
 // asks for routes from its kernel (the maestro) when a communication starts, where the s4u calls below run in place.
+// The ranks a route of a zone of n ranks joins. A rank's frames to itself never touch the network (network.h), and
+// nothing else lives in these zones.
+std::pair<std::size_t, std::size_t> routeEnds(const simgrid::kernel::routing::NetPoint* src,
+                                              const simgrid::kernel::routing::NetPoint* dst, std::size_t n) {
+  const std::size_t i = src->id();
+  const std::size_t j = dst->id();
+  TERSE_CHECK(i < n && j < n && i != j, InternalError,
+              "simulated platform: no route " << src->get_name() << " -> " << dst->get_name());
+  return {i, j};
+}
+
 class MeshZone final : public simgrid::kernel::routing::NetZoneImpl {
  public:
   MeshZone(const std::string& name, const comm::EmulationConfig& links, int ranks)
@@ -205,11 +216,7 @@ class MeshZone final : public simgrid::kernel::routing::NetZoneImpl {
 
   void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* dst,
                        simgrid::kernel::routing::Route* into, double* latency) override {
-    const std::size_t i = src->id();
-    const std::size_t j = dst->id();
-    // A rank's frames to itself never touch the network (network.h), and nothing else lives in this zone.
-    TERSE_CHECK(i < n_ && j < n_ && i != j, InternalError,
-                "simulated platform: no route " << src->get_name() << " -> " << dst->get_name());
+    const auto [i, j] = routeEnds(src, dst, n_);
     if (egress_[i] != nullptr) into->link_list_.push_back(egress_[i]);
     into->link_list_.push_back(wire(i, j));
     if (ingress_[j] != nullptr) into->link_list_.push_back(ingress_[j]);
@@ -326,11 +333,7 @@ class TwoLevelZone final : public simgrid::kernel::routing::NetZoneImpl {
 
   void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* dst,
                        simgrid::kernel::routing::Route* into, double* latency) override {
-    const std::size_t i = src->id();
-    const std::size_t j = dst->id();
-    // A rank's frames to itself never touch the network (network.h), and nothing else lives in this zone.
-    TERSE_CHECK(i < n_ && j < n_ && i != j, InternalError,
-                "simulated platform: no route " << src->get_name() << " -> " << dst->get_name());
+    const auto [i, j] = routeEnds(src, dst, n_);
     const std::size_t per = static_cast<std::size_t>(t_.workers_per_node);
     const std::size_t a = i / per;
     const std::size_t b = j / per;

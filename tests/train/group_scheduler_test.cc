@@ -226,6 +226,26 @@ TEST(GroupScheduler, OneRankAndFifo) {
   EXPECT_EQ(runs[0].negotiation_rounds, 0u);
 }
 
+// Runs body(rank, comm) on `world` ranks of in-process transports, each on a thread of its own; returns each rank's
+// error message ("" when its body returned).
+std::vector<std::string> onRanks(int world, const std::function<void(int, comm::HostCommunicator&)>& body) {
+  auto transports = comm::makeInprocTransports(world);
+  std::vector<std::string> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
+        body(r, comm);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
 // Rank 2 feeds part of step 0 and then fails (as a forwardBackward that throws does): ranks 0 and 1, whose
 // communication threads are in a negotiation round or a collective waiting for rank 2, must fail too, not hang.
 TEST(GroupScheduler, ARankFailingMidRoundFailsEveryRank) {
@@ -233,39 +253,28 @@ TEST(GroupScheduler, ARankFailingMidRoundFailsEveryRank) {
   auto loader = buildTreeLoader();
   auto compressor = loader.loadCompressor("none")->instantiate({});
   auto scheduler = loader.loadScheduler("priority");
-  auto transports = comm::makeInprocTransports(kWorld);
-  std::vector<std::string> errors(kWorld);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
-        HandFedWorkload w;
-        RecordingSink sink(w);
-        GroupScheduler groups(
-            w, comm,
-            [&](const TensorInfo& info) {
-              return std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, {}), comm);
-            },
-            scheduler->instantiate({{"partition_bytes", "204"}}), {}, sink);
-        groups.start();
-        if (r == 2) {
-          const std::size_t first[] = {4};
-          groups.feed(0, first, 0.1);
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          groups.failFrom(std::make_exception_ptr(std::runtime_error("injected backward failure")),
-                          "forwardBackward failed at step 0");
-          EXPECT_TRUE(groups.failed());
-        } else {
-          for (const auto& batch : kFeeds) groups.feed(0, batch, 0.1);
-        }
-        groups.awaitApplied(0);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = onRanks(kWorld, [&](int r, comm::HostCommunicator& comm) {
+    HandFedWorkload w;
+    RecordingSink sink(w);
+    GroupScheduler groups(
+        w, comm,
+        [&](const TensorInfo& info) {
+          return std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, {}), comm);
+        },
+        scheduler->instantiate({{"partition_bytes", "204"}}), {}, sink);
+    groups.start();
+    if (r == 2) {
+      const std::size_t first[] = {4};
+      groups.feed(0, first, 0.1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      groups.failFrom(std::make_exception_ptr(std::runtime_error("injected backward failure")),
+                      "forwardBackward failed at step 0");
+      EXPECT_TRUE(groups.failed());
+    } else {
+      for (const auto& batch : kFeeds) groups.feed(0, batch, 0.1);
+    }
+    groups.awaitApplied(0);
+  });
   EXPECT_NE(errors[2].find("injected backward failure"), std::string::npos) << errors[2];
   for (int r = 0; r < 2; ++r) EXPECT_NE(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " did not fail";
 }
@@ -278,38 +287,27 @@ TEST(GroupScheduler, ASinkErrorFailsEveryRank) {
     auto loader = buildTreeLoader();
     auto compressor = loader.loadCompressor("none")->instantiate({});
     auto scheduler = loader.loadScheduler("fifo");
-    auto transports = comm::makeInprocTransports(kWorld);
-    std::vector<std::string> errors(kWorld);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorld; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
-          HandFedWorkload w;
-          RecordingSink sink(w);
-          if (r == 1) {
-            sink.fail_step = 1;
-            sink.fail_tensor = 2;
-          }
-          GroupSchedulerOptions o;
-          o.max_groups_in_flight = in_flight;
-          GroupScheduler groups(
-              w, comm,
-              [&](const TensorInfo& info) {
-                return std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, {}), comm);
-              },
-              scheduler->instantiate({}), o, sink);
-          groups.start();
-          for (int64_t s = 0; s < 3; ++s) {
-            for (const auto& batch : kFeeds) groups.feed(s, batch, 0.1);
-            groups.awaitApplied(s);
-          }
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const auto errors = onRanks(kWorld, [&](int r, comm::HostCommunicator& comm) {
+      HandFedWorkload w;
+      RecordingSink sink(w);
+      if (r == 1) {
+        sink.fail_step = 1;
+        sink.fail_tensor = 2;
+      }
+      GroupSchedulerOptions o;
+      o.max_groups_in_flight = in_flight;
+      GroupScheduler groups(
+          w, comm,
+          [&](const TensorInfo& info) {
+            return std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, {}), comm);
+          },
+          scheduler->instantiate({}), o, sink);
+      groups.start();
+      for (int64_t s = 0; s < 3; ++s) {
+        for (const auto& batch : kFeeds) groups.feed(s, batch, 0.1);
+        groups.awaitApplied(s);
+      }
+    });
     EXPECT_NE(errors[1].find("sink refused tensor 2"), std::string::npos) << errors[1];
     EXPECT_NE(errors[0], "") << "in flight " << in_flight;
     EXPECT_NE(errors[2], "") << "in flight " << in_flight;
