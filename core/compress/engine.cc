@@ -13,18 +13,23 @@ namespace {
 // The runtime's clock: phases are simulated time in a simulation (core/common/runtime.h).
 using Clock = rt::Clock;
 
-// Members of one fusion class share one collective; multi-round and CUSTOM members run alone.
+// Members of one fusion class share one collective (a round of SUM members: one per round); CUSTOM members and
+// multi-round ALLGATHER ones (which the caps contract rules out) run alone.
 enum class FusionClass { kAlone, kSum, kGather };
 
 FusionClass fusionClass(const CompressionPipeline& p) {
-  if (p.rounds() != 1 || p.aggregation() == Aggregation::kCustom) return FusionClass::kAlone;
-  return p.aggregation() == Aggregation::kSum ? FusionClass::kSum : FusionClass::kGather;
+  if (p.aggregation() == Aggregation::kCustom) return FusionClass::kAlone;
+  if (p.aggregation() == Aggregation::kSum) return FusionClass::kSum;
+  return p.rounds() == 1 ? FusionClass::kGather : FusionClass::kAlone;
 }
 
+// SUM members fuse when each round of theirs can share one allreduce: the same wire dtype and the same number of
+// rounds (PowerSGD's tensors of a bucket: its P round and its Q round, each one allreduce for them all, as torch's
+// PowerSGD hook batches a bucket's matrices).
 bool sameClass(const CompressionPipeline& a, const CompressionPipeline& b) {
   const FusionClass ca = fusionClass(a);
   if (ca == FusionClass::kAlone || ca != fusionClass(b)) return false;
-  return ca != FusionClass::kSum || a.wireDtype() == b.wireDtype();
+  return ca != FusionClass::kSum || (a.wireDtype() == b.wireDtype() && a.rounds() == b.rounds());
 }
 
 // Grows a concatenation buffer in the group's memory (the first member's placement; a group never mixes them). A
@@ -49,7 +54,7 @@ void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members,
     std::size_t j = i + 1;
     while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline)) ++j;
     const auto run = members.subspan(i, j - i);
-    // A run of one multi-round SUM member is a SUM run too (runSum loops its rounds); CUSTOM is always alone.
+    // runSum loops the rounds of its run (one allreduce a round for all its members); CUSTOM is always alone.
     switch (members[i].pipeline->aggregation()) {
       case Aggregation::kSum:
         runSum(step, run, i, phase);
@@ -71,8 +76,8 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   const DType wire = lead.wireDtype();
   const Placement& where = lead.placement();
   const std::size_t k = members.size();
-  // Several rounds only for a member alone (fusionClass); round r's aggregate is round r + 1's prev.
-  const int rounds = k == 1 ? lead.rounds() : 1;
+  // Every member has the lead's rounds (sameClass); round r's aggregate is round r + 1's prev, member by member.
+  const int rounds = lead.rounds();
   comm::WireBytes wire_bytes;
   local_.assign(k, {});
   for (int r = 0; r < rounds; ++r) {
@@ -97,7 +102,7 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
       auto bodies = [&](bool to_send) {
         std::size_t off = 0;
         for (std::size_t m = 0; m < k; ++m) {
-          const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(0));
+          const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
           std::byte* body = local_[m].data() + header;
           const std::size_t n = local_[m].size() - header;
           copyBytes(to_send ? send_.data() + off : body, to_send ? body : send_.data() + off, n, where);

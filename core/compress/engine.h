@@ -8,8 +8,9 @@
 //       concatenation is the concatenation of the sums -- then copied back behind each member's own header and decoded
 //       per member. Headers are identical on every rank by the SUM contract, so they need not travel. A group of one
 //       sums in place behind its header: no copy.
-//   SUM, several rounds (PowerSGD; never fused):  for r in 0..R-1: payload_r = encode(grad, prev = aggregate_{r-1}),
-//       allreduce it in place -> aggregate_r; then decode(aggregate_{R-1}).
+//   SUM, several rounds (PowerSGD):  for r in 0..R-1: payload_r = encode(grad, prev = aggregate_{r-1}), allreduce it
+//       -> aggregate_r; then decode(aggregate_{R-1}). Members with the same rounds and wire dtype are fused round by
+//       round as above (one allreduce a round for the run; a lone member sums in place).
 //   ALLGATHER (one round by the caps contract; fused):  each rank's block is its members' payloads concatenated,
 //       preceded by a table of their byte sizes when the compressor's size varies and the group has several members;
 //       ONE allgatherv moves every rank's block (after one 8-byte size exchange when sizes vary), and each member
@@ -19,11 +20,11 @@
 //       every rank -> aggregate_r (the next round's prev); then decode(aggregate_{R-1}).
 //   every path: out /= world_size (the decoded aggregate is the SUM of the ranks' contributions).
 //
-// Members are taken in the group's order; a run of consecutive members of one fusion class (single-round SUM with a
-// given wire dtype, or ALLGATHER) forms one collective. Every rank fuses the same way because every rank gets the same
-// group from its scheduler and the same caps from its compressor. Fusion is tensor fusion at the wire level as DDP
-// buckets and Horovod's fusion buffer do it (Li et al. 2020, "PyTorch Distributed"; Sergeev and Del Balso 2018,
-// "Horovod"), with compression kept per chunk so the math does not change.
+// Members are taken in the group's order; a run of consecutive members of one fusion class (SUM with a given wire
+// dtype and number of rounds, or ALLGATHER) forms one collective a round. Every rank fuses the same way because every
+// rank gets the same group from its scheduler and the same caps from its compressor. Fusion is tensor fusion at the
+// wire level as DDP buckets and Horovod's fusion buffer do it (Li et al. 2020, "PyTorch Distributed"; Sergeev and Del
+// Balso 2018, "Horovod"), with compression kept per chunk so the math does not change.
 //
 // Device tensors (a communicator on device memory, pipelines on its stream): the same steps, with the concatenation
 // copies stream-ordered on that stream and the variable-size table built on the host, copied into the block, and read

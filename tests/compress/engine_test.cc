@@ -689,6 +689,75 @@ TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
   }
 }
 
+TEST(Engine, MultiRoundMembersFuseRoundByRound) {
+  // SUM members with the same rounds share one allreduce a round (engine.h): a group of k costs `rounds` allreduces a
+  // step, not k x rounds, and each member's math is its own. test_rounds is exact on integer-valued gradients, so at 3
+  // ranks (where a ring's sum order follows the cut) grouped and alone still agree bit for bit; PowerSGD, with two
+  // matrices, a vector and an empty tensor, at 2 ranks (a + b == b + a).
+  auto loader = buildTreeLoader();
+  struct Case {
+    std::string plugin;
+    Params params;
+    int world;
+    std::vector<std::array<int64_t, 2>> shapes;  // {rows, cols}; cols 0: a vector
+  };
+  const std::vector<Case> cases = {
+      {"test_rounds", {}, 3, {{301, 0}, {0, 0}, {77, 0}, {5, 0}}},
+      {"powersgd", {{"rank", "2"}}, 2, {{32, 24}, {40, 0}, {0, 0}, {16, 48}}},
+  };
+  for (const Case& c : cases) {
+    auto plugin = loader.loadCompressor(c.plugin)->instantiate(c.params);
+    const std::size_t k = c.shapes.size();
+    auto infoFor = [&](std::size_t m, int r) {
+      const auto [rows, cols] = c.shapes[m];
+      TensorInfo t = tensorFor(static_cast<uint64_t>(cols == 0 ? rows : rows * cols), r, c.world, 200 + m);
+      if (cols > 0) {
+        t.ndim = 2;
+        t.shape = {rows, cols, 0, 0};
+      }
+      return t;
+    };
+    auto gradFor = [&](std::size_t m, int r, uint64_t numel, uint64_t step) {
+      std::vector<float> g(numel);
+      for (std::size_t i = 0; i < numel; ++i)
+        g[i] = static_cast<float>(static_cast<int>(comm::testing::mix(r * 7 + m * 31 + step * 1000 + i) % 41) - 20);
+      return g;
+    };
+    std::array<std::vector<std::vector<float>>, 2> outs;
+    std::array<uint64_t, 2> collectives{};
+    for (int grouped = 0; grouped < 2; ++grouped) {
+      World world(c.world);
+      outs[grouped].assign(static_cast<std::size_t>(c.world) * k, {});
+      world.runOk([&](int r, HostCommunicator& comm) {
+        std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+        for (std::size_t m = 0; m < k; ++m)
+          pipes.push_back(std::make_unique<CompressionPipeline>(makePluginCodec(plugin, infoFor(m, r), 1), comm));
+        AggregationEngine engine(comm);
+        for (uint64_t step = 0; step < 3; ++step) {
+          std::vector<std::vector<float>> grads, outputs;
+          std::vector<GroupMember> members;
+          for (std::size_t m = 0; m < k; ++m) {
+            grads.push_back(gradFor(m, r, pipes[m]->codec().info().numel, step));
+            outputs.emplace_back(pipes[m]->codec().info().numel, -1.0f);
+          }
+          for (std::size_t m = 0; m < k; ++m)
+            members.push_back(GroupMember{pipes[m].get(), grads[m].data(), outputs[m].data()});
+          if (grouped == 1) {
+            engine.run(step, members);
+          } else {
+            for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
+          }
+          for (std::size_t m = 0; m < k; ++m) outs[grouped][static_cast<std::size_t>(r) * k + m] = outputs[m];
+        }
+        if (r == 0) collectives[grouped] = engine.collectives();
+      });
+    }
+    for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[0][i], outs[1][i]) << c.plugin << " rank*k+m " << i;
+    EXPECT_EQ(collectives[0], 3u * 2u * k) << c.plugin << ": alone, two rounds a member a step";
+    EXPECT_EQ(collectives[1], 3u * 2u) << c.plugin << ": grouped, two rounds a step";
+  }
+}
+
 TEST(Engine, GroupOfOneGathersThePayloadAsIsWithoutATable) {
   // What a lone variable-size tensor costs is one size exchange and one allgatherv of the bare payloads: the same
   // frames and bytes as those two collectives called by hand with this rank's payload.
