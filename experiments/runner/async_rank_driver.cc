@@ -1,0 +1,78 @@
+#include "experiments/runner/async_rank_driver.h"
+
+#include <algorithm>
+
+#include "experiments/runner/runner_detail.h"
+
+namespace terse::runner::detail {
+
+std::pair<double, int64_t> asyncTrainLoss(int workers, int64_t last, int64_t done, const WorkerLosses& losses) {
+  auto [loss, count] = losses(0, last, done);
+  if (count == 0) {
+    for (int w = 1; w < workers; ++w) {
+      const auto [l, n] = losses(w, last, done);
+      loss += l;
+      count += n;
+    }
+  }
+  return {loss, count};
+}
+
+ShardTally shardTally(const train::ServerStats& stats, std::chrono::steady_clock::time_point start) {
+  ShardTally t;
+  t.staleness = stats.staleness;
+  for (std::size_t w = 0; w < stats.dead.size(); ++w) {
+    t.bytes_in += stats.bytes_in[w];
+    t.bytes_out += stats.bytes_out[w];
+    t.dropped_s.push_back(stats.dead[w] ? std::chrono::duration<double>(stats.dead_at[w] - start).count() : -1.0);
+  }
+  return t;
+}
+
+int64_t runAsyncWorker(const train::AsyncWorkerBase& worker, int64_t fail_after, const std::function<void()>& step,
+                       const std::function<bool()>& stop) {
+  while (!worker.finished() && !stop()) {
+    if (fail_after > 0 && worker.stepsDone() >= fail_after) return worker.stepsDone();
+    step();
+  }
+  return -1;
+}
+
+AsyncRecorder::AsyncRecorder(const experiments::Experiment& e, const train::StepPlan& steps,
+                             const train::LrScheduleOptions& lr, train::Workload& evaluator, const World& world,
+                             AsyncReport report)
+    : workers_(e.workers()),
+      steps_(steps),
+      lr_(lr),
+      evaluator_(evaluator),
+      world_(world),
+      report_(report),
+      host_start_(std::chrono::steady_clock::now()) {}
+
+double AsyncRecorder::hostSeconds() const {
+  return since(host_start_);
+}
+
+void AsyncRecorder::record(int64_t done, int64_t worker_steps, double wall_s, std::span<const float> flat,
+                           const std::function<AsyncTallies()>& tallies, const WorkerLosses& losses) {
+  train::copyValuesIn(evaluator_.params(), flat);
+  train::EvalResult ev;
+  world_.aside([&] { ev = evaluator_.evaluate(0); });
+  const AsyncTallies t = tallies();
+  const auto [loss, count] = asyncTrainLoss(workers_, last_done_, done, losses);
+  results::MetricsRecord m = evalRecord(done, steps_.steps_per_epoch, ev, loss, count,
+                                        train::learningRate(lr_, std::max<int64_t>(0, done - 1)));
+  last_done_ = done;
+  m.wall_s = wall_s;
+  fillAsyncRecord(m, worker_steps, t.workers, t.shards, t.hogwild_staleness);
+  report_.writer.append(m);
+  noteRecord(report_.summary, m, ev, report_.writer.records());
+  report_.progress.update(done, ev.accuracy, m.wire_bytes_per_worker, hostSeconds(), true);
+}
+
+void AsyncRecorder::waiting(int64_t done) {
+  const RunSummary& s = report_.summary;
+  report_.progress.update(done, s.records > 0 ? s.final_accuracy : -1, s.wire_bytes_per_worker, hostSeconds(), false);
+}
+
+}  // namespace terse::runner::detail

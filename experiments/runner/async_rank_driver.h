@@ -1,0 +1,89 @@
+// The rank-side pieces of the asynchronous modes (issue 41) that the in-process (async_runner.cc) and the
+// multi-process (distributed_async.cc) paths both run, so that they are one code, not two copies that drift apart: a
+// worker's loop (step until done, stopped, or its fail_after_steps), a shard's tally at a record, and rank 0's
+// records (evaluate the global model, train_loss, the async keys, the progress line).
+//
+// Where the two paths still differ is how rank 0 learns the other ranks' numbers: in process it reads them in place,
+// over tcp from their reports (async_report.proto). A simulated run reads in place because a report's arrival is an
+// event of its own in the simulation: reading the reports would change which worker steps a record counts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/train/async_trainer.h"
+#include "core/train/param_server_shard.h"
+#include "core/train/workload.h"
+#include "experiments/config/config.h"
+#include "experiments/runner/async_detail.h"
+#include "experiments/runner/progress.h"
+#include "experiments/runner/runner.h"
+#include "experiments/runner/world.h"
+#include "results/result_writer.h"
+
+namespace terse::runner::detail {
+
+// Worker w's loss sum and count over its own steps [from, to).
+using WorkerLosses = std::function<std::pair<double, int64_t>(int worker, int64_t from, int64_t to)>;
+
+// The train_loss of the record at global step `done` after the record at `last`: worker 0's batch losses over steps
+// [last, done), as sync's is rank 0's (so SSP with s = 0 matches sync); every other worker's over those steps when
+// worker 0 ran none of them (it stopped, or it is a straggler far behind). Returns their sum and count.
+std::pair<double, int64_t> asyncTrainLoss(int workers, int64_t last, int64_t done, const WorkerLosses& losses);
+
+// A shard's cumulative numbers from its stats; `start` is when the run started (the drop times count from it).
+ShardTally shardTally(const train::ServerStats& stats, std::chrono::steady_clock::time_point start);
+
+// Runs a worker until it finished all its steps or stop() says the run failed elsewhere; step() takes one step and
+// publishes it. A worker with fail_after > 0 stops dead after that many steps (no goodbye: its endpoint stays silent,
+// as a crashed process's would). Returns the step it stopped dead at, or -1.
+int64_t runAsyncWorker(const train::AsyncWorkerBase& worker, int64_t fail_after, const std::function<void()>& step,
+                       const std::function<bool()>& stop);
+
+// Every rank's numbers at one record, however rank 0 learned them.
+struct AsyncTallies {
+  std::vector<WorkerTally> workers;
+  std::vector<ShardTally> shards;                  // empty for HOGWILD
+  std::map<uint64_t, uint64_t> hogwild_staleness;  // HOGWILD's, which has no shards
+};
+
+// Rank 0's records of an async run: what it writes to, and the progress line.
+struct AsyncReport {
+  results::ResultWriter& writer;
+  RunSummary& summary;
+  Progress& progress;
+};
+
+class AsyncRecorder {
+ public:
+  // `evaluator`: the replica the global model is evaluated on (its parameters are overwritten at each record).
+  AsyncRecorder(const experiments::Experiment& e, const train::StepPlan& steps, const train::LrScheduleOptions& lr,
+                train::Workload& evaluator, const World& world, AsyncReport report);
+  // Evaluates the parameters in `flat` (every shard's range) and appends the record of global step `done` after
+  // `worker_steps` completed worker steps. tallies() is asked after the evaluation: in real time the workers go on
+  // meanwhile, and the record counts what they did by then.
+  void record(int64_t done, int64_t worker_steps, double wall_s, std::span<const float> flat,
+              const std::function<AsyncTallies()>& tallies, const WorkerLosses& losses);
+  // The progress line between records, at global step `done`.
+  void waiting(int64_t done);
+
+ private:
+  double hostSeconds() const;
+
+  int workers_;
+  train::StepPlan steps_;
+  train::LrScheduleOptions lr_;
+  train::Workload& evaluator_;
+  const World& world_;
+  AsyncReport report_;
+  int64_t last_done_ = 0;
+  // The progress line's rate and ETA are for the person waiting: host time, also when the records' times are simulated.
+  std::chrono::steady_clock::time_point host_start_;
+};
+
+}  // namespace terse::runner::detail
