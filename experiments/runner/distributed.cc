@@ -107,16 +107,6 @@ std::unique_ptr<comm::Communicator> connectTrainerComm(const Experiment& e, cons
   return std::make_unique<comm::HostCommunicator>(std::move(data_transport), experiments::hostCommOptions(e));
 }
 
-// The control channel's transport (rank_driver.h): bookkeeping, not the experiment -- in-process it has no emulation
-// either -- and rare and off the critical path: its threads sleep rather than spin beside the trainer's.
-std::unique_ptr<comm::Transport> connectControl(const comm::TcpOptions& to, comm::Job& job, const std::string& prefix) {
-  comm::TcpOptions co = to;
-  co.emulation = {};
-  co.busy_poll_us = 0;
-  co.store_prefix = prefix + "control/";
-  return comm::connectTcpTransport(co, job.token, *job.store);
-}
-
 // What rank 0 writes to provenance.json before the plugins: rank 0's host (the other ranks' are in the job's
 // messages), the job, and cuBLAS as the GEMM when the workload runs on a device.
 results::Provenance jobProvenance(const Experiment& e, const comm::JobEnv& joined, int device,
@@ -132,6 +122,17 @@ results::Provenance jobProvenance(const Experiment& e, const comm::JobEnv& joine
 }
 
 }  // namespace
+
+// Bookkeeping, not the experiment -- in-process it has no emulation either -- and rare and off the critical path:
+// its threads sleep rather than spin beside the trainer's.
+std::unique_ptr<comm::Transport> detail::connectControl(const comm::TcpOptions& to, comm::Job& job,
+                                                        const std::string& prefix) {
+  comm::TcpOptions co = to;
+  co.emulation = {};
+  co.busy_poll_us = 0;
+  co.store_prefix = prefix + "control/";
+  return comm::connectTcpTransport(co, job.token, *job.store);
+}
 
 comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joined, int rank, int world,
                                     std::chrono::milliseconds timeout, const std::string& prefix) {
@@ -183,7 +184,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     workloads::WorkloadOptions wo = detail::workloadOptions(e);
     wo.device = device;
     std::unique_ptr<train::Workload> model = workloads::makeWorkload(e.workload().name(), wo, dataFor(e));
-    control = connectControl(to, *job_, prefix);
+    control = detail::connectControl(to, *job_, prefix);
     auto plugin = options_.loader->loadCompressor(e.compressor().name());
     const Params params = experiments::pluginParams(e.compressor());
     auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
