@@ -521,8 +521,7 @@ void TcpAsyncRank::primary(detail::AsyncRecorder& recorder) {
 }  // namespace
 
 RunSummary Runner::runTcpAsync(const Experiment& e) {
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(comm::parseDuration(e.tcp().timeout()) * 1000 + 0.5));
+  const auto timeout = detail::tcpTimeout(e);
   const std::optional<comm::JobEnv> detected = comm::detectJobEnv();
   comm::JobEnv env;
   env.source = "single";
@@ -532,21 +531,17 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   const int world = env.world_size;
   const int S = e.parameter_server().servers();
   const int W = e.workers();
-  primary_ = rank == 0;
   TERSE_CHECK(world == S + W, InvalidArgument,
               "variant '" << e.variant() << "': mode " << Experiment::Mode_Name(e.mode())
                           << " needs servers + workers = " << S << " + " << W << " = " << S + W
                           << " ranks but this job has " << world << " (from "
                           << (env.source == "single" ? "no launcher: a single process" : env.source)
                           << "); start it with `terse launch -n " << S + W << " -- terse run CONFIG`");
-  if (!job_) job_ = std::make_shared<comm::Job>(comm::joinJob(timeout));
-  const comm::JobEnv& joined = job_->env;
-  const std::string prefix = "run" + std::to_string(tcp_runs_++) + "/" + e.study() + "/" + e.variant() + "/";
   std::optional<results::ResultWriter> writer;
-  const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  if (rank == 0) writer.emplace(root, e.study(), experiments::resultsSubfolder(e));
-  RunSummary summary{
-      .study = e.study(), .variant = e.variant(), .dir = writer ? writer->dir() : std::filesystem::path()};
+  RunSummary summary;
+  const std::string prefix = startTcpVariant(
+      e, rank, timeout, options_.output_root.value_or(std::filesystem::path(e.output_dir())), writer, summary);
+  const comm::JobEnv& joined = job_->env;
   // The data transport lives in a communicator only so that a barrier on it, once aborted, throws the job's first
   // failure (communicator.h); the shard and the client use its transport directly.
   std::unique_ptr<comm::HostCommunicator> data;
@@ -595,11 +590,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   } catch (const std::exception& x) {
     const std::string what = ranks.failed(x);
     if (me) me->stop();
-    if (writer) writer->markFailed(what);
-    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed on rank " +
-                        std::to_string(rank) + " of " + std::to_string(world) +
-                        (writer ? " (partial results in " + writer->dir().string() + ")" : std::string()) + ": " + what,
-                    writer ? writer->dir() : std::filesystem::path());
+    throw detail::tcpRunFailed(e, rank, world, writer, what);
   }
 }
 
