@@ -546,7 +546,8 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   // failure (communicator.h); the shard and the client use its transport directly.
   std::unique_ptr<comm::HostCommunicator> data;
   std::unique_ptr<comm::HostCommunicator> control;
-  std::unique_ptr<TcpAsyncRank> me;
+  std::unique_ptr<train::Workload> model;
+  std::unique_ptr<TcpAsyncRank> me;                      // after what it refers to
   detail::ProcessWorld ranks(rank, world, joined.host);  // after what it aborts: it goes first
   ranks.onAbort([&](const std::string& why) {
     if (data) data->transport().abort(why);
@@ -555,8 +556,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   try {
     if (writer) writer->writeConfig(experiments::toText(e));
     const auto start_time = results::isoTimeUtc();
-    std::unique_ptr<train::Workload> model =
-        workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), dataFor(e));
+    model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), dataFor(e));
     comm::TcpOptions to = detail::tcpOptions(e, joined, rank, world, timeout, prefix);
     // Workers are expendable: a worker process that dies or goes silent is dropped by the shards, the job goes on.
     for (int r = S; r < world; ++r) to.expendable_ranks.push_back(r);
