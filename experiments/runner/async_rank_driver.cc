@@ -53,21 +53,35 @@ double AsyncRecorder::hostSeconds() const {
   return since(host_start_);
 }
 
-void AsyncRecorder::record(int64_t done, int64_t worker_steps, double wall_s, std::span<const float> flat,
-                           const std::function<AsyncTallies()>& tallies, const WorkerLosses& losses) {
-  train::copyValuesIn(evaluator_.params(), flat);
+void AsyncRecorder::recordPoints(AsyncView& view, std::span<const int64_t> points) {
+  std::size_t next = 0;
+  while (next < points.size()) {
+    const std::optional<AsyncPoint> at = view.collect(points[next]);
+    if (!at) return;
+    record(view, *at);
+    while (next < points.size() && points[next] <= at->step) ++next;
+  }
+}
+
+void AsyncRecorder::recordFinal(AsyncView& view) {
+  record(view, view.collectFinal());
+}
+
+void AsyncRecorder::record(AsyncView& view, const AsyncPoint& at) {
+  train::copyValuesIn(evaluator_.params(), view.params());
   train::EvalResult ev;
   world_.aside([&] { ev = evaluator_.evaluate(0); });
-  const AsyncTallies t = tallies();
-  const auto [loss, count] = asyncTrainLoss(workers_, last_done_, done, losses);
-  results::MetricsRecord m = evalRecord(done, steps_.steps_per_epoch, ev, loss, count,
-                                        train::learningRate(lr_, std::max<int64_t>(0, done - 1)));
-  last_done_ = done;
-  m.wall_s = wall_s;
-  fillAsyncRecord(m, worker_steps, t.workers, t.shards, t.hogwild_staleness);
+  const AsyncTallies t = view.tallies();
+  const auto [loss, count] = asyncTrainLoss(workers_, last_done_, at.step,
+                                            [&](int w, int64_t from, int64_t to) { return view.losses(w, from, to); });
+  results::MetricsRecord m = evalRecord(at.step, steps_.steps_per_epoch, ev, loss, count,
+                                        train::learningRate(lr_, std::max<int64_t>(0, at.step - 1)));
+  last_done_ = at.step;
+  m.wall_s = at.wall_s;
+  fillAsyncRecord(m, at.worker_steps, t.workers, t.shards, t.hogwild_staleness);
   report_.writer.append(m);
   noteRecord(report_.summary, m, ev, report_.writer.records());
-  report_.progress.update(done, ev.accuracy, m.wire_bytes_per_worker, hostSeconds(), true);
+  report_.progress.update(at.step, ev.accuracy, m.wire_bytes_per_worker, hostSeconds(), true);
 }
 
 void AsyncRecorder::waiting(int64_t done) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -52,6 +53,32 @@ struct AsyncTallies {
   std::map<uint64_t, uint64_t> hogwild_staleness;  // HOGWILD's, which has no shards
 };
 
+// The global model at a record, as rank 0 collected it.
+struct AsyncPoint {
+  int64_t step = 0;          // the record's global step
+  int64_t worker_steps = 0;  // completed worker steps, all workers together
+  double wall_s = 0;         // when the last of its parameters were taken
+};
+
+// How rank 0 sees the other ranks of an async run: in place (in process, async_runner.cc) or from their reports (a
+// tcp job, distributed_async.cc). The evaluation-point rule and the records are AsyncRecorder's, the same for both.
+class AsyncView {
+ public:
+  virtual ~AsyncView() = default;
+  // Waits until the workers' progress reaches evaluation point `point` and puts the global model there into params():
+  // a parameter server's shards' snapshots at that step (the record's step is the point), HOGWILD's shared vector once
+  // progress crossed it (the record's step is the progress then). nullopt: the workers never reach it (they all
+  // stopped first) or the run failed; the records but the last end there.
+  virtual std::optional<AsyncPoint> collect(int64_t point) = 0;
+  // Once every worker stopped and every shard is done: the final model in params().
+  virtual AsyncPoint collectFinal() = 0;
+  virtual std::span<const float> params() const = 0;
+  // Asked after the evaluation: in real time the workers go on meanwhile, and the record counts what they did by then.
+  virtual AsyncTallies tallies() = 0;
+  // Worker w's loss sum and count over its own steps [from, to).
+  virtual std::pair<double, int64_t> losses(int worker, int64_t from, int64_t to) = 0;
+};
+
 // Rank 0's records of an async run: what it writes to, and the progress line.
 struct AsyncReport {
   results::ResultWriter& writer;
@@ -64,15 +91,17 @@ class AsyncRecorder {
   // `evaluator`: the replica the global model is evaluated on (its parameters are overwritten at each record).
   AsyncRecorder(const experiments::Experiment& e, const train::StepPlan& steps, const train::LrScheduleOptions& lr,
                 train::Workload& evaluator, const World& world, AsyncReport report);
-  // Evaluates the parameters in `flat` (every shard's range) and appends the record of global step `done` after
-  // `worker_steps` completed worker steps. tallies() is asked after the evaluation: in real time the workers go on
-  // meanwhile, and the record counts what they did by then.
-  void record(int64_t done, int64_t worker_steps, double wall_s, std::span<const float> flat,
-              const std::function<AsyncTallies()>& tallies, const WorkerLosses& losses);
+  // A record at every evaluation point of the sync schedule (`points`, every_steps and epoch ends) the workers reach,
+  // each point once: a record at step s stands for every point up to s.
+  void recordPoints(AsyncView& view, std::span<const int64_t> points);
+  // The last record, at the end of the run.
+  void recordFinal(AsyncView& view);
   // The progress line between records, at global step `done`.
   void waiting(int64_t done);
 
  private:
+  // Evaluates view.params() and appends the record of `at`.
+  void record(AsyncView& view, const AsyncPoint& at);
   double hostSeconds() const;
 
   int workers_;

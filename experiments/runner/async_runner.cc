@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "core/comm/inproc_transport.h"
@@ -179,8 +180,8 @@ struct InprocAsyncJob {
   std::vector<std::unique_ptr<train::HogwildWorker>> hog_workers;
 };
 
-// The ranks' bodies and the monitor of one in-process run.
-class InprocAsyncRun {
+// The ranks' bodies of one in-process run, and how the monitor sees them: in place.
+class InprocAsyncRun final : public AsyncView {
  public:
   InprocAsyncRun(InprocAsyncJob& job, AsyncRecorder& recorder, bool simulated)
       : job_(job), recorder_(recorder), simulated_(simulated), state_(static_cast<std::size_t>(job.W)) {}
@@ -200,18 +201,21 @@ class InprocAsyncRun {
   }
 
   // On the calling thread while the ranks run.
-  void monitor() {
-    if (job_.hogwild)
-      monitorShared();
-    else
-      monitorShards();
-  }
+  void monitor() { recorder_.recordPoints(*this, job_.points); }
 
   // The last record: after every worker finished and every shard stopped.
-  void finish() {
+  void finish() { recorder_.recordFinal(*this); }
+
+  std::optional<AsyncPoint> collect(int64_t point) override { return job_.hogwild ? crossed(point) : snapshots(point); }
+  AsyncPoint collectFinal() override {
     const int64_t worker_steps = workerSteps();
+    const double wall_s = since(start_);
     readParams();
-    record(worker_steps / job_.W, worker_steps, since(start_));
+    return {worker_steps / job_.W, worker_steps, wall_s};
+  }
+  std::span<const float> params() const override { return job_.flat; }
+  std::pair<double, int64_t> losses(int w, int64_t from, int64_t to) override {
+    return job_.worker(w).losses().sum(from, to);
   }
 
  private:
@@ -269,13 +273,7 @@ class InprocAsyncRun {
     }
   }
 
-  // The record at global step `done` of the parameters in job_.flat.
-  void record(int64_t done, int64_t worker_steps, double wall_s) {
-    recorder_.record(
-        done, worker_steps, wall_s, job_.flat, [&] { return tallies(); },
-        [&](int w, int64_t from, int64_t to) { return job_.worker(w).losses().sum(from, to); });
-  }
-  AsyncTallies tallies() {
+  AsyncTallies tallies() override {
     AsyncTallies t;
     t.workers.resize(static_cast<std::size_t>(job_.W));
     {
@@ -301,11 +299,9 @@ class InprocAsyncRun {
     return t;
   }
 
-  // No server to hold a consistent copy: reads the shared vector when progress crosses a point.
-  void monitorShared() {
-    const auto& points = job_.points;
-    std::size_t next = 0;  // into points
-    while (next < points.size()) {
+  // No server to hold a consistent copy: reads the shared vector once progress crossed the point.
+  std::optional<AsyncPoint> crossed(int64_t point) {
+    for (;;) {
       {
         std::unique_lock lock(mutex_);
         cv_.waitFor(lock, std::chrono::milliseconds(100), [&] {
@@ -315,19 +311,18 @@ class InprocAsyncRun {
             n += st.steps.load();
             done = done && st.done;
           }
-          return stop_.load() || done || n / job_.W >= points[next];
+          return stop_.load() || done || n / job_.W >= point;
         });
       }
-      if (stop_.load() || allDone()) break;
+      if (stop_.load() || allDone()) return std::nullopt;
       const int64_t worker_steps = workerSteps();
       const int64_t done = worker_steps / job_.W;
-      if (done >= points[next]) {
+      if (done >= point) {
+        const double wall_s = since(start_);
         readParams();
-        record(done, worker_steps, since(start_));
-        while (next < points.size() && points[next] <= done) ++next;
-      } else {
-        recorder_.waiting(done);
+        return AsyncPoint{done, worker_steps, wall_s};
       }
+      recorder_.waiting(done);
     }
   }
 
@@ -335,34 +330,27 @@ class InprocAsyncRun {
   // reach (one stopped early) has no snapshot once every worker is done, or once its shard stopped. Real time looks up
   // every 100 ms for the progress line; a simulation waits for the snapshot or the shard's end (a timed poll would
   // advance the simulated clock forever once the others are done).
-  void monitorShards() {
+  std::optional<AsyncPoint> snapshots(int64_t point) {
     const std::chrono::milliseconds look =
         simulated_ ? std::chrono::milliseconds::max() : std::chrono::milliseconds(100);
-    for (const int64_t point : job_.points) {
-      bool complete = true;
-      Clock::time_point taken{};
-      for (int k = 0; k < job_.S && complete; ++k) {
-        for (;;) {
-          if (stop_.load()) break;
-          // Before the wait: a snapshot is taken before its worker is done, and before its shard returns.
-          const bool finished = allDone() || job_.shards[static_cast<std::size_t>(k)]->finished();
-          auto snap = job_.shards[static_cast<std::size_t>(k)]->takeSnapshot(static_cast<uint64_t>(point), look);
-          if (snap) {
-            std::copy(snap->params.begin(), snap->params.end(), job_.range(k));
-            taken = std::max(taken, snap->taken);
-            break;
-          }
-          if (finished) {
-            complete = false;
-            break;
-          }
-          recorder_.waiting(workerSteps() / job_.W);
+    Clock::time_point taken{};
+    for (int k = 0; k < job_.S; ++k) {
+      for (;;) {
+        if (stop_.load()) return std::nullopt;
+        // Before the wait: a snapshot is taken before its worker is done, and before its shard returns.
+        const bool finished = allDone() || job_.shards[static_cast<std::size_t>(k)]->finished();
+        auto snap = job_.shards[static_cast<std::size_t>(k)]->takeSnapshot(static_cast<uint64_t>(point), look);
+        if (snap) {
+          std::copy(snap->params.begin(), snap->params.end(), job_.range(k));
+          taken = std::max(taken, snap->taken);
+          break;
         }
-        if (stop_.load()) complete = false;
+        if (finished) return std::nullopt;
+        recorder_.waiting(workerSteps() / job_.W);
       }
-      if (!complete) break;
-      record(point, workerSteps(), std::chrono::duration<double>(taken - start_).count());
     }
+    if (stop_.load()) return std::nullopt;
+    return AsyncPoint{point, workerSteps(), std::chrono::duration<double>(taken - start_).count()};
   }
 
   InprocAsyncJob& job_;

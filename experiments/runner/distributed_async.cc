@@ -131,7 +131,7 @@ detail::ShardTally tallyOf(const ShardReport& r) {
 
 // This process's rank of the job: its replica (shards take their initial range from it; rank 0 evaluates on it) and
 // its endpoints. Ranks 0 .. S-1 serve a shard, the others are workers; rank 0 also writes the records.
-class TcpAsyncRank {
+class TcpAsyncRank final : public detail::AsyncView {
  public:
   TcpAsyncRank(const Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
                comm::HostCommunicator& control, std::shared_ptr<Compressor> instance)
@@ -200,9 +200,14 @@ class TcpAsyncRank {
   bool pump();
   bool workersStopped() const;
   bool shardsFinished() const;
-  // The record at global step `done`: `own` is shard 0's range, `others` shard k's report (k = 1 .. S-1).
-  void record(detail::AsyncRecorder& recorder, int64_t done, double wall_s, std::span<const float> own,
-              const std::function<const ShardReport&(int k)>& others);
+  // Rank 0's view of the others, from their reports.
+  std::optional<detail::AsyncPoint> collect(int64_t point) override;
+  detail::AsyncPoint collectFinal() override;
+  std::span<const float> params() const override { return flat_; }
+  detail::AsyncTallies tallies() override;
+  std::pair<double, int64_t> losses(int worker, int64_t from, int64_t to) override;
+  // The global model and the shards' tallies: `own` is shard 0's range, `others` shard k's report (k = 1 .. S-1).
+  void assemble(std::span<const float> own, const std::function<const ShardReport&(int k)>& others);
 
   const Experiment& e_;
   const int rank_, S_, W_;
@@ -238,6 +243,7 @@ class TcpAsyncRank {
   std::vector<bool> lost_;      // its process died: no more reports
   std::vector<std::map<int64_t, ShardReport>> shard_reports_;
   std::vector<std::optional<ShardReport>> finals_;
+  std::vector<detail::ShardTally> shard_tallies_;  // of the record being written
 };
 
 void TcpAsyncRank::worker() {
@@ -402,56 +408,93 @@ bool TcpAsyncRank::shardsFinished() const {
   return finished;
 }
 
-void TcpAsyncRank::record(detail::AsyncRecorder& recorder, int64_t done, double wall_s, std::span<const float> own,
-                          const std::function<const ShardReport&(int k)>& others) {
-  std::vector<detail::ShardTally> shard_tally;
+void TcpAsyncRank::assemble(std::span<const float> own, const std::function<const ShardReport&(int k)>& others) {
+  shard_tallies_.clear();
   std::copy(own.begin(), own.end(), flat_.begin());
-  shard_tally.push_back(detail::shardTally(shard_->stats(), start_));
+  shard_tallies_.push_back(detail::shardTally(shard_->stats(), start_));
   for (int k = 1; k < S_; ++k) {
     const ShardReport& rep = others(k);
     std::memcpy(flat_.data() + plan_.ranges[static_cast<std::size_t>(k)].first, rep.params().data(),
                 rep.params().size());
-    shard_tally.push_back(tallyOf(rep));
+    shard_tallies_.push_back(tallyOf(rep));
   }
-  int64_t worker_steps = 0;
-  for (const auto& r : latest_) worker_steps += r.steps();
-  recorder.record(
-      done, worker_steps, wall_s, flat_,
-      [&] {
-        detail::AsyncTallies t;
-        t.shards = std::move(shard_tally);
-        for (int w = 0; w < W_; ++w) {
-          const WorkerReport& r = latest_[static_cast<std::size_t>(w)];
-          detail::WorkerTally& wt = t.workers.emplace_back();
-          wt.steps = r.steps();
-          wt.times.compute_s = r.compute_s();
-          wt.times.compress_s = r.compress_s();
-          wt.times.comm_s = r.comm_s();
-          wt.times.exposed_comm_s = r.exposed_comm_s();
-          wt.times.step_s = r.step_time_s();
-          wt.payload_bytes = r.payload_bytes();
-          wt.bytes_out = r.bytes_out();
-          wt.bytes_in = r.bytes_in();
-          if (r.left_step() > 0) {
-            wt.left_step = r.left_step();
-            wt.left_s = left_s_[static_cast<std::size_t>(w)];
-          }
-        }
-        return t;
-      },
-      [&](int w, int64_t from, int64_t to) {
-        const auto& l = losses_[static_cast<std::size_t>(w)];
-        std::pair<double, int64_t> sum{0.0, 0};
-        for (int64_t i = from; i < std::min<int64_t>(to, static_cast<int64_t>(l.size())); ++i) {
-          sum.first += l[static_cast<std::size_t>(i)];
-          ++sum.second;
-        }
-        return sum;
-      });
 }
 
-// Rank 0: shard 0, and the monitor that writes the records. A point is evaluated once its own snapshot and every
-// other shard's are in, so a record holds the parameters at that global step as in process.
+detail::AsyncTallies TcpAsyncRank::tallies() {
+  detail::AsyncTallies t;
+  t.shards = shard_tallies_;
+  for (int w = 0; w < W_; ++w) {
+    const WorkerReport& r = latest_[static_cast<std::size_t>(w)];
+    detail::WorkerTally& wt = t.workers.emplace_back();
+    wt.steps = r.steps();
+    wt.times.compute_s = r.compute_s();
+    wt.times.compress_s = r.compress_s();
+    wt.times.comm_s = r.comm_s();
+    wt.times.exposed_comm_s = r.exposed_comm_s();
+    wt.times.step_s = r.step_time_s();
+    wt.payload_bytes = r.payload_bytes();
+    wt.bytes_out = r.bytes_out();
+    wt.bytes_in = r.bytes_in();
+    if (r.left_step() > 0) {
+      wt.left_step = r.left_step();
+      wt.left_s = left_s_[static_cast<std::size_t>(w)];
+    }
+  }
+  return t;
+}
+
+std::pair<double, int64_t> TcpAsyncRank::losses(int worker, int64_t from, int64_t to) {
+  const auto& l = losses_[static_cast<std::size_t>(worker)];
+  std::pair<double, int64_t> sum{0.0, 0};
+  for (int64_t i = from; i < std::min<int64_t>(to, static_cast<int64_t>(l.size())); ++i) {
+    sum.first += l[static_cast<std::size_t>(i)];
+    ++sum.second;
+  }
+  return sum;
+}
+
+// A point is evaluated once rank 0's own snapshot and every other shard's are in, so a record holds the parameters at
+// that global step as in process.
+std::optional<detail::AsyncPoint> TcpAsyncRank::collect(int64_t point) {
+  std::optional<train::ShardSnapshot> own;
+  for (;;) {
+    check();
+    const bool any = pump();
+    if (!own) own = shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(0));
+    bool all = own.has_value();
+    for (int k = 1; k < S_ && all; ++k) all = shard_reports_[static_cast<std::size_t>(k)].count(point) > 0;
+    if (all) break;
+    // Unreachable: every worker stopped and every shard is done without a snapshot of it.
+    if (!own && shardsFinished()) return std::nullopt;
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<ShardReport> reports(static_cast<std::size_t>(S_));
+  for (int k = 1; k < S_; ++k)
+    reports[static_cast<std::size_t>(k)] =
+        std::move(shard_reports_[static_cast<std::size_t>(k)].extract(point).mapped());
+  assemble(own->params, [&](int k) -> const ShardReport& { return reports[static_cast<std::size_t>(k)]; });
+  int64_t worker_steps = 0;
+  for (const auto& r : latest_) worker_steps += r.steps();
+  return detail::AsyncPoint{point, worker_steps, std::chrono::duration<double>(own->taken - start_).count()};
+}
+
+// The end: every worker stopped, every shard done and reported.
+detail::AsyncPoint TcpAsyncRank::collectFinal() {
+  for (;;) {
+    check();
+    const bool any = pump();
+    if (shardsFinished()) break;
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  joinShard();
+  check();
+  assemble(shard_->params(), [&](int k) -> const ShardReport& { return *finals_[static_cast<std::size_t>(k)]; });
+  int64_t worker_steps = 0;
+  for (const auto& r : latest_) worker_steps += r.steps();
+  return {worker_steps / W_, worker_steps, detail::since(start_)};
+}
+
+// Rank 0: shard 0, and the monitor that writes the records.
 void TcpAsyncRank::primary(detail::AsyncRecorder& recorder) {
   const int world = S_ + W_;
   inbox_.resize(static_cast<std::size_t>(world));
@@ -469,44 +512,8 @@ void TcpAsyncRank::primary(detail::AsyncRecorder& recorder) {
     }
     inbox_[static_cast<std::size_t>(r)].buffer.resize(cap);
   }
-  for (const int64_t point : points_) {
-    std::optional<train::ShardSnapshot> own;
-    bool reachable = true;
-    for (;;) {
-      check();
-      const bool any = pump();
-      if (!own) own = shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(0));
-      bool all = own.has_value();
-      for (int k = 1; k < S_ && all; ++k) all = shard_reports_[static_cast<std::size_t>(k)].count(point) > 0;
-      if (all) break;
-      // Unreachable: every worker stopped and every shard is done without a snapshot of it.
-      if (!own && shardsFinished()) {
-        reachable = false;
-        break;
-      }
-      if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!reachable) break;
-    std::vector<ShardReport> reports(static_cast<std::size_t>(S_));
-    for (int k = 1; k < S_; ++k)
-      reports[static_cast<std::size_t>(k)] =
-          std::move(shard_reports_[static_cast<std::size_t>(k)].extract(point).mapped());
-    record(recorder, point, std::chrono::duration<double>(own->taken - start_).count(), own->params,
-           [&](int k) -> const ShardReport& { return reports[static_cast<std::size_t>(k)]; });
-  }
-  // The end: every worker stopped, every shard done and reported.
-  for (;;) {
-    check();
-    const bool any = pump();
-    if (shardsFinished()) break;
-    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  joinShard();
-  check();
-  int64_t worker_steps = 0;
-  for (const auto& r : latest_) worker_steps += r.steps();
-  record(recorder, worker_steps / W_, detail::since(start_), shard_->params(),
-         [&](int k) -> const ShardReport& { return *finals_[static_cast<std::size_t>(k)]; });
+  recorder.recordPoints(*this, points_);
+  recorder.recordFinal(*this);
   // Not a barrier: a lost worker cannot take part in one. Every rank still connected is told to leave.
   for (int r = 1; r < world; ++r)
     if (r < S_ || !lost_[static_cast<std::size_t>(r - S_)]) {
