@@ -1,11 +1,13 @@
 // The rank-side pieces of the asynchronous modes (issue 41) that the in-process (async_runner.cc) and the
 // multi-process (distributed_async.cc) paths both run, so that they are one code, not two copies that drift apart: a
-// worker's loop (step until done, stopped, or its fail_after_steps), a shard's tally at a record, and rank 0's
-// records (evaluate the global model, train_loss, the async keys, the progress line).
+// worker's loop (step until done, stopped, or its fail_after_steps), a shard's tally, and rank 0's records -- the
+// evaluation-point rule, the global model's evaluation, train_loss, the async keys and the progress line.
 //
-// Where the two paths still differ is how rank 0 learns the other ranks' numbers: in process it reads them in place,
-// over tcp from their reports (async_report.proto). A simulated run reads in place because a report's arrival is an
-// event of its own in the simulation: reading the reports would change which worker steps a record counts.
+// Where the two paths still differ is how rank 0 learns the other ranks' numbers (AsyncView): in process it reads
+// them in place, over tcp from their reports (async_report.proto). In process reads every shard's counters when it
+// writes the record; a tcp shard other than rank 0 reports its counters with its snapshot, when it took it. So the
+// in-process run does not go through the reports: its records (the study configs' simulated ones, repeated bit for
+// bit) would change.
 #pragma once
 
 #include <chrono>
