@@ -107,16 +107,6 @@ std::unique_ptr<comm::Communicator> connectTrainerComm(const Experiment& e, cons
   return std::make_unique<comm::HostCommunicator>(std::move(data_transport), experiments::hostCommOptions(e));
 }
 
-// The control channel's transport (rank_driver.h): bookkeeping, not the experiment -- in-process it has no emulation
-// either -- and rare and off the critical path: its threads sleep rather than spin beside the trainer's.
-std::unique_ptr<comm::Transport> connectControl(const comm::TcpOptions& to, comm::Job& job, const std::string& prefix) {
-  comm::TcpOptions co = to;
-  co.emulation = {};
-  co.busy_poll_us = 0;
-  co.store_prefix = prefix + "control/";
-  return comm::connectTcpTransport(co, job.token, *job.store);
-}
-
 // What rank 0 writes to provenance.json before the plugins: rank 0's host (the other ranks' are in the job's
 // messages), the job, and cuBLAS as the GEMM when the workload runs on a device.
 results::Provenance jobProvenance(const Experiment& e, const comm::JobEnv& joined, int device,
@@ -132,6 +122,44 @@ results::Provenance jobProvenance(const Experiment& e, const comm::JobEnv& joine
 }
 
 }  // namespace
+
+// Bookkeeping, not the experiment -- in-process it has no emulation either -- and rare and off the critical path:
+// its threads sleep rather than spin beside the trainer's.
+std::unique_ptr<comm::Transport> detail::connectControl(const comm::TcpOptions& to, comm::Job& job,
+                                                        const std::string& prefix) {
+  comm::TcpOptions co = to;
+  co.emulation = {};
+  co.busy_poll_us = 0;
+  co.store_prefix = prefix + "control/";
+  return comm::connectTcpTransport(co, job.token, *job.store);
+}
+
+std::chrono::milliseconds detail::tcpTimeout(const Experiment& e) {
+  return std::chrono::milliseconds(static_cast<int64_t>(comm::parseDuration(e.tcp().timeout()) * 1000 + 0.5));
+}
+
+RunFailed detail::tcpRunFailed(const Experiment& e, int rank, int world, std::optional<results::ResultWriter>& writer,
+                               const std::string& what) {
+  if (writer) writer->markFailed(what);
+  return RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed on rank " + std::to_string(rank) +
+                       " of " + std::to_string(world) +
+                       (writer ? " (partial results in " + writer->dir().string() + ")" : std::string()) + ": " + what,
+                   writer ? writer->dir() : std::filesystem::path());
+}
+
+std::string Runner::startTcpVariant(const Experiment& e, int rank, std::chrono::milliseconds timeout,
+                                    const std::filesystem::path& root, std::optional<results::ResultWriter>& writer,
+                                    RunSummary& summary) {
+  primary_ = rank == 0;
+  if (!job_) job_ = std::make_shared<comm::Job>(comm::joinJob(timeout));
+  // Numbered before anything can fail on one rank only: every rank must keep the same count for the later variants.
+  std::string prefix = "run" + std::to_string(tcp_runs_++) + "/" + e.study() + "/" + e.variant() + "/";
+  if (rank == 0) writer.emplace(root, e.study(), experiments::resultsSubfolder(e));
+  summary.study = e.study();
+  summary.variant = e.variant();
+  if (writer) summary.dir = writer->dir();
+  return prefix;
+}
 
 comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joined, int rank, int world,
                                     std::chrono::milliseconds timeout, const std::string& prefix) {
@@ -149,20 +177,14 @@ comm::TcpOptions detail::tcpOptions(const Experiment& e, const comm::JobEnv& joi
 }
 
 RunSummary Runner::runTcp(const Experiment& e) {
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(comm::parseDuration(e.tcp().timeout()) * 1000 + 0.5));
+  const auto timeout = detail::tcpTimeout(e);
   const comm::JobEnv env = checkedJobEnv(e);
   const int rank = env.rank;
-  primary_ = rank == 0;
-  if (!job_) job_ = std::make_shared<comm::Job>(comm::joinJob(timeout));
-  const comm::JobEnv& joined = job_->env;
-  const std::string prefix = "run" + std::to_string(tcp_runs_++) + "/" + e.study() + "/" + e.variant() + "/";
-  // Rank 0 owns the results folder; the others write nothing.
-  std::optional<results::ResultWriter> writer;
   const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  if (rank == 0) writer.emplace(root, e.study(), experiments::resultsSubfolder(e));
-  RunSummary summary{
-      .study = e.study(), .variant = e.variant(), .dir = writer ? writer->dir() : std::filesystem::path()};
+  std::optional<results::ResultWriter> writer;
+  RunSummary summary;
+  const std::string prefix = startTcpVariant(e, rank, timeout, root, writer, summary);
+  const comm::JobEnv& joined = job_->env;
   std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<comm::Transport> control;
   detail::ProcessWorld ranks(rank, env.world_size, joined.host);  // after what it aborts: it goes first
@@ -183,7 +205,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     workloads::WorkloadOptions wo = detail::workloadOptions(e);
     wo.device = device;
     std::unique_ptr<train::Workload> model = workloads::makeWorkload(e.workload().name(), wo, dataFor(e));
-    control = connectControl(to, *job_, prefix);
+    control = detail::connectControl(to, *job_, prefix);
     auto plugin = options_.loader->loadCompressor(e.compressor().name());
     const Params params = experiments::pluginParams(e.compressor());
     auto sched_plugin = options_.loader->loadScheduler(e.scheduler().name());
@@ -220,12 +242,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     if (writer) writer->markCompleted();
     return summary;
   } catch (const std::exception& x) {
-    const std::string what = ranks.failed(x);
-    if (writer) writer->markFailed(what);
-    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed on rank " +
-                        std::to_string(rank) + " of " + std::to_string(env.world_size) +
-                        (writer ? " (partial results in " + writer->dir().string() + ")" : std::string()) + ": " + what,
-                    writer ? writer->dir() : std::filesystem::path());
+    throw detail::tcpRunFailed(e, rank, env.world_size, writer, ranks.failed(x));
   }
 }
 

@@ -19,9 +19,13 @@
 // The end: workers leave with a goodbye, shards stop once every worker left or was dropped, shards 1.. send their
 // final reports, rank 0 writes the last record and releases every rank still connected (a message, not a barrier: a
 // lost worker cannot join a barrier).
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -37,10 +41,12 @@
 #include "core/train/param_server_plan.h"
 #include "core/train/param_server_shard.h"
 #include "experiments/runner/async_detail.h"
+#include "experiments/runner/async_rank_driver.h"
 #include "experiments/runner/async_report.pb.h"
 #include "experiments/runner/progress.h"
 #include "experiments/runner/runner.h"
 #include "experiments/runner/runner_detail.h"
+#include "experiments/runner/world.h"
 #include "experiments/workloads/workloads.h"
 #include "results/result_writer.h"
 
@@ -123,11 +129,406 @@ detail::ShardTally tallyOf(const ShardReport& r) {
   return t;
 }
 
+// This process's rank of the job: its replica (shards take their initial range from it; rank 0 evaluates on it) and
+// its endpoints. Ranks 0 .. S-1 serve a shard, the others are workers; rank 0 also writes the records.
+class TcpAsyncRank final : public detail::AsyncView {
+ public:
+  TcpAsyncRank(const Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
+               comm::HostCommunicator& control, std::shared_ptr<Compressor> instance)
+      : e_(e),
+        rank_(rank),
+        S_(e.parameter_server().servers()),
+        W_(e.workers()),
+        model_(model),
+        data_comm_(data),
+        data_(data.transport()),
+        control_(control),
+        ctl_(control.transport()),
+        instance_(detail::rawPushes(e) ? nullptr : std::move(instance)),
+        plan_(detail::psPlan(e, model.params(), S_)),
+        flat_(static_cast<std::size_t>(plan_.total_numel)),
+        steps_(detail::asyncStepPlan(e, model.numTrainExamples())),
+        lr_(detail::asyncLrSchedule(e, steps_)),
+        points_(detail::evalPoints(e, steps_)),
+        sender_(ctl_) {
+    train::copyValuesOut(model.params(), flat_);
+  }
+  ~TcpAsyncRank() { joinShard(); }
+
+  const train::StepPlan& steps() const { return steps_; }
+
+  // Every replica must start from the same parameters (same seed, same build).
+  void checkInitialReplicas() {
+    const int world = S_ + W_;
+    const uint64_t mine = train::parameterChecksum(model_.params());
+    std::vector<uint64_t> all(static_cast<std::size_t>(world));
+    control_.allgatherv(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)),
+                        std::vector<uint64_t>(static_cast<std::size_t>(world), sizeof(uint64_t)));
+    for (int r = 0; r < world; ++r)
+      TERSE_CHECK(all[static_cast<std::size_t>(r)] == mine, InternalError,
+                  "replica " << r << " starts with different parameters than replica " << rank_
+                             << ": do all ranks run the same build and config?");
+  }
+
+  // The rank's loop; `report` is rank 0's (records), null on the others. Returns after rank 0's last record.
+  void run(std::optional<detail::AsyncReport> report, const detail::World& world, const std::string& host) {
+    start_ = Clock::now();
+    if (rank_ >= S_) return worker();
+    startShard(host);
+    if (rank_ != 0) return shard();
+    detail::AsyncRecorder recorder(e_, steps_, lr_, model_, world, *report);
+    primary(recorder);
+  }
+
+  // A failed rank: its shard stops serving (the World already aborted the endpoints).
+  void stop() {
+    if (shard_) shard_->stop();
+    joinShard();
+  }
+
+ private:
+  void worker();
+  void startShard(const std::string& host);
+  void shard();
+  void primary(detail::AsyncRecorder& recorder);
+  // Throws the shard's failure, or the job's first one once an endpoint was aborted.
+  void check();
+  void joinShard() {
+    if (shard_thread_.joinable()) shard_thread_.join();
+  }
+  // Takes every report that arrived; throws InvalidPayload naming the rank for one that does not parse.
+  bool pump();
+  bool workersStopped() const;
+  bool shardsFinished() const;
+  // Rank 0's view of the others, from their reports.
+  std::optional<detail::AsyncPoint> collect(int64_t point) override;
+  detail::AsyncPoint collectFinal() override;
+  std::span<const float> params() const override { return flat_; }
+  detail::AsyncTallies tallies() override;
+  std::pair<double, int64_t> losses(int worker, int64_t from, int64_t to) override;
+  // The global model and the shards' tallies: `own` is shard 0's range, `others` shard k's report (k = 1 .. S-1).
+  void assemble(std::span<const float> own, const std::function<const ShardReport&(int k)>& others);
+
+  const Experiment& e_;
+  const int rank_, S_, W_;
+  train::Workload& model_;
+  comm::HostCommunicator& data_comm_;
+  comm::Transport& data_;
+  comm::HostCommunicator& control_;
+  comm::Transport& ctl_;
+  std::shared_ptr<Compressor> instance_;  // null: raw pushes
+  const train::PsPlan plan_;
+  std::vector<float> flat_;
+  const train::StepPlan steps_;
+  const train::LrScheduleOptions lr_;
+  const std::vector<int64_t> points_;
+  Clock::time_point start_;
+  ReportSender sender_;
+
+  std::unique_ptr<train::ParamServerShard> shard_;
+  std::thread shard_thread_;
+  std::exception_ptr shard_error_;
+  std::atomic<bool> shard_done_{false};
+
+  // Rank 0's view of the others.
+  struct Inbox {
+    std::vector<std::byte> buffer;
+    comm::Request recv;
+    bool posted = false;
+  };
+  std::vector<Inbox> inbox_;
+  std::vector<WorkerReport> latest_;
+  std::vector<std::vector<double>> losses_;
+  std::vector<double> left_s_;  // when rank 0 learned a worker stopped dead
+  std::vector<bool> lost_;      // its process died: no more reports
+  std::vector<std::map<int64_t, ShardReport>> shard_reports_;
+  std::vector<std::optional<ShardReport>> finals_;
+  std::vector<detail::ShardTally> shard_tallies_;  // of the record being written
+};
+
+void TcpAsyncRank::worker() {
+  const int w = rank_ - S_;
+  train::ClientOptions copts = detail::clientOptions(e_);
+  copts.compressor = instance_;
+  train::ParamServerClient client(data_, plan_, w, W_, copts);
+  train::AsyncWorker worker(model_, client, w, W_, detail::asyncWorkerOptions(e_, w));
+  WorkerReport rep;
+  auto fill = [&] {
+    rep.set_steps(worker.stepsDone());
+    rep.set_compute_s(worker.totals().compute_s);
+    rep.set_compress_s(worker.totals().compress_s);
+    rep.set_comm_s(worker.totals().comm_s);
+    rep.set_exposed_comm_s(worker.totals().exposed_comm_s);
+    rep.set_step_time_s(worker.totals().step_s);
+    rep.set_payload_bytes(client.payloadBytes());
+    const auto t = data_.traffic();
+    rep.set_bytes_out(dataBytes(t, true));
+    rep.set_bytes_in(dataBytes(t, false));
+  };
+  const int64_t left = detail::runAsyncWorker(
+      worker, experiments::workerSettings(e_, w).fail_after_steps(),
+      [&] {
+        const train::AsyncStepRecord rec = worker.step();
+        fill();
+        rep.set_loss(rec.loss);
+        sender_.send(kWorkerReportTag, rep);
+      },
+      [] { return false; });
+  if (left >= 0) {
+    rep.set_left_step(left);  // silent from here on: no goodbye to the shards
+  } else {
+    worker.leave();
+    rep.set_done(true);
+  }
+  fill();
+  sender_.send(kWorkerReportTag, rep);
+  sender_.flush();
+  awaitRelease(ctl_);  // rank 0 wrote its last record
+}
+
+void TcpAsyncRank::startShard(const std::string& host) {
+  train::ServerOptions so = detail::serverOptions(e_, lr_, points_);
+  so.compressor = instance_;
+  const auto [begin, end] = plan_.ranges[static_cast<std::size_t>(rank_)];
+  shard_ =
+      std::make_unique<train::ParamServerShard>(data_, plan_, rank_, W_,
+                                                std::vector<float>(flat_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                                   flat_.begin() + static_cast<std::ptrdiff_t>(end)),
+                                                so);
+  shard_thread_ = std::thread([this, host] {
+    try {
+      shard_->run();
+    } catch (...) {
+      shard_error_ = std::current_exception();
+      // Tell every rank at once rather than leaving the workers to time out.
+      data_.abort("server shard " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ", " + host +
+                  ") failed");
+    }
+    shard_done_.store(true);
+  });
+}
+
+void TcpAsyncRank::check() {
+  if (shard_error_) std::rethrow_exception(shard_error_);
+  // Barriers on an aborted communicator throw its first failure at once.
+  if (data_.aborted()) data_comm_.barrier();
+  if (ctl_.aborted()) control_.barrier();
+}
+
+// Shards 1 .. S-1: their snapshot at every evaluation point, then their final report.
+void TcpAsyncRank::shard() {
+  for (const int64_t point : points_) {
+    std::optional<train::ShardSnapshot> snap;
+    while (!snap) {
+      check();
+      const bool stopped = shard_done_.load();
+      snap = shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(100));
+      if (!snap && stopped) break;  // a point the workers never reached
+    }
+    if (!snap) break;
+    sender_.send(kShardReportTag, shardReport(point, snap->params, shard_->stats(), start_));
+  }
+  joinShard();
+  check();
+  sender_.send(kShardReportTag, shardReport(-1, shard_->params(), shard_->stats(), start_));
+  sender_.flush();
+  awaitRelease(ctl_);
+}
+
+bool TcpAsyncRank::pump() {
+  bool any = false;
+  for (int r = 1; r < S_ + W_; ++r) {
+    Inbox& in = inbox_[static_cast<std::size_t>(r)];
+    const bool from_shard = r < S_;
+    if (!from_shard && lost_[static_cast<std::size_t>(r - S_)]) continue;
+    for (;;) {
+      bool arrived = false;
+      try {
+        if (!in.posted) {
+          in.recv = ctl_.irecv(
+              r, comm::FrameMeta{comm::OpKind::kP2P, from_shard ? kShardReportTag : kWorkerReportTag, comm::kNoTensor},
+              in.buffer);
+          in.posted = true;
+        }
+        arrived = in.recv.test();
+      } catch (const comm::CommError&) {
+        if (from_shard || ctl_.aborted()) throw;
+        // A worker process that died (an expendable rank): it left at its last report.
+        const int w = r - S_;
+        lost_[static_cast<std::size_t>(w)] = true;
+        WorkerReport& last = latest_[static_cast<std::size_t>(w)];
+        if (!last.done() && last.left_step() == 0) {
+          last.set_left_step(std::max<int64_t>(1, last.steps()));
+          left_s_[static_cast<std::size_t>(w)] = detail::since(start_);
+        }
+        any = true;
+        break;
+      }
+      if (!arrived) break;
+      in.posted = false;
+      any = true;
+      const auto n = static_cast<int>(in.recv.bytes());
+      if (from_shard) {
+        ShardReport rep;
+        TERSE_CHECK(rep.ParseFromArray(in.buffer.data(), n), InvalidPayload,
+                    "rank " << r << " (server shard " << r << ") sent an unreadable report of " << n << " bytes");
+        const auto [b, e2] = plan_.ranges[static_cast<std::size_t>(r)];
+        TERSE_CHECK(rep.params().size() == (e2 - b) * sizeof(float) && rep.dead_size() == W_, InvalidPayload,
+                    "rank " << r << " (server shard " << r << ") sent a report of the wrong shape");
+        if (rep.step() < 0)
+          finals_[static_cast<std::size_t>(r)] = std::move(rep);
+        else
+          shard_reports_[static_cast<std::size_t>(r)][rep.step()] = std::move(rep);
+      } else {
+        WorkerReport rep;
+        const int w = r - S_;
+        TERSE_CHECK(rep.ParseFromArray(in.buffer.data(), n), InvalidPayload,
+                    "rank " << r << " (worker " << w << ") sent an unreadable report of " << n << " bytes");
+        auto& l = losses_[static_cast<std::size_t>(w)];
+        if (!rep.done() && rep.left_step() == 0 && rep.steps() == static_cast<int64_t>(l.size()) + 1)
+          l.push_back(rep.loss());
+        if (rep.left_step() > 0 && left_s_[static_cast<std::size_t>(w)] == 0)
+          left_s_[static_cast<std::size_t>(w)] = detail::since(start_);
+        latest_[static_cast<std::size_t>(w)] = std::move(rep);
+      }
+    }
+  }
+  return any;
+}
+
+bool TcpAsyncRank::workersStopped() const {
+  for (const auto& rep : latest_)
+    if (!rep.done() && rep.left_step() == 0) return false;
+  return true;
+}
+
+bool TcpAsyncRank::shardsFinished() const {
+  bool finished = workersStopped() && shard_done_.load();
+  for (int k = 1; k < S_ && finished; ++k) finished = finals_[static_cast<std::size_t>(k)].has_value();
+  return finished;
+}
+
+void TcpAsyncRank::assemble(std::span<const float> own, const std::function<const ShardReport&(int k)>& others) {
+  shard_tallies_.clear();
+  std::copy(own.begin(), own.end(), flat_.begin());
+  shard_tallies_.push_back(detail::shardTally(shard_->stats(), start_));
+  for (int k = 1; k < S_; ++k) {
+    const ShardReport& rep = others(k);
+    std::memcpy(flat_.data() + plan_.ranges[static_cast<std::size_t>(k)].first, rep.params().data(),
+                rep.params().size());
+    shard_tallies_.push_back(tallyOf(rep));
+  }
+}
+
+detail::AsyncTallies TcpAsyncRank::tallies() {
+  detail::AsyncTallies t;
+  t.shards = shard_tallies_;
+  for (int w = 0; w < W_; ++w) {
+    const WorkerReport& r = latest_[static_cast<std::size_t>(w)];
+    detail::WorkerTally& wt = t.workers.emplace_back();
+    wt.steps = r.steps();
+    wt.times.compute_s = r.compute_s();
+    wt.times.compress_s = r.compress_s();
+    wt.times.comm_s = r.comm_s();
+    wt.times.exposed_comm_s = r.exposed_comm_s();
+    wt.times.step_s = r.step_time_s();
+    wt.payload_bytes = r.payload_bytes();
+    wt.bytes_out = r.bytes_out();
+    wt.bytes_in = r.bytes_in();
+    if (r.left_step() > 0) {
+      wt.left_step = r.left_step();
+      wt.left_s = left_s_[static_cast<std::size_t>(w)];
+    }
+  }
+  return t;
+}
+
+std::pair<double, int64_t> TcpAsyncRank::losses(int worker, int64_t from, int64_t to) {
+  const auto& l = losses_[static_cast<std::size_t>(worker)];
+  std::pair<double, int64_t> sum{0.0, 0};
+  for (int64_t i = from; i < std::min<int64_t>(to, static_cast<int64_t>(l.size())); ++i) {
+    sum.first += l[static_cast<std::size_t>(i)];
+    ++sum.second;
+  }
+  return sum;
+}
+
+// A point is evaluated once rank 0's own snapshot and every other shard's are in, so a record holds the parameters at
+// that global step as in process.
+std::optional<detail::AsyncPoint> TcpAsyncRank::collect(int64_t point) {
+  std::optional<train::ShardSnapshot> own;
+  for (;;) {
+    check();
+    const bool any = pump();
+    if (!own) own = shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(0));
+    bool all = own.has_value();
+    for (int k = 1; k < S_ && all; ++k) all = shard_reports_[static_cast<std::size_t>(k)].count(point) > 0;
+    if (all) break;
+    // Unreachable: every worker stopped and every shard is done without a snapshot of it.
+    if (!own && shardsFinished()) return std::nullopt;
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<ShardReport> reports(static_cast<std::size_t>(S_));
+  for (int k = 1; k < S_; ++k)
+    reports[static_cast<std::size_t>(k)] =
+        std::move(shard_reports_[static_cast<std::size_t>(k)].extract(point).mapped());
+  assemble(own->params, [&](int k) -> const ShardReport& { return reports[static_cast<std::size_t>(k)]; });
+  int64_t worker_steps = 0;
+  for (const auto& r : latest_) worker_steps += r.steps();
+  return detail::AsyncPoint{point, worker_steps, std::chrono::duration<double>(own->taken - start_).count()};
+}
+
+// The end: every worker stopped, every shard done and reported.
+detail::AsyncPoint TcpAsyncRank::collectFinal() {
+  for (;;) {
+    check();
+    const bool any = pump();
+    if (shardsFinished()) break;
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  joinShard();
+  check();
+  assemble(shard_->params(), [&](int k) -> const ShardReport& { return *finals_[static_cast<std::size_t>(k)]; });
+  int64_t worker_steps = 0;
+  for (const auto& r : latest_) worker_steps += r.steps();
+  return {worker_steps / W_, worker_steps, detail::since(start_)};
+}
+
+// Rank 0: shard 0, and the monitor that writes the records.
+void TcpAsyncRank::primary(detail::AsyncRecorder& recorder) {
+  const int world = S_ + W_;
+  inbox_.resize(static_cast<std::size_t>(world));
+  latest_.resize(static_cast<std::size_t>(W_));
+  losses_.resize(static_cast<std::size_t>(W_));
+  left_s_.assign(static_cast<std::size_t>(W_), 0);
+  lost_.assign(static_cast<std::size_t>(W_), false);
+  shard_reports_.resize(static_cast<std::size_t>(S_));
+  finals_.resize(static_cast<std::size_t>(S_));
+  for (int r = 1; r < world; ++r) {
+    std::size_t cap = kWorkerReportMax;
+    if (r < S_) {
+      const auto [b, e2] = plan_.ranges[static_cast<std::size_t>(r)];
+      cap = (e2 - b) * sizeof(float) + kShardReportSlack;
+    }
+    inbox_[static_cast<std::size_t>(r)].buffer.resize(cap);
+  }
+  recorder.recordPoints(*this, points_);
+  recorder.recordFinal(*this);
+  // Not a barrier: a lost worker cannot take part in one. Every rank still connected is told to leave.
+  for (int r = 1; r < world; ++r)
+    if (r < S_ || !lost_[static_cast<std::size_t>(r - S_)]) {
+      try {
+        ctl_.send(r, comm::FrameMeta{comm::OpKind::kP2P, kReleaseTag, comm::kNoTensor}, {});
+      } catch (const comm::CommError&) {
+        if (ctl_.aborted()) throw;  // otherwise a worker lost just now: nothing to tell it
+      }
+    }
+}
+
 }  // namespace
 
 RunSummary Runner::runTcpAsync(const Experiment& e) {
-  const double timeout_s = comm::parseDuration(e.tcp().timeout());
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000 + 0.5));
+  const auto timeout = detail::tcpTimeout(e);
   const std::optional<comm::JobEnv> detected = comm::detectJobEnv();
   comm::JobEnv env;
   env.source = "single";
@@ -137,86 +538,43 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   const int world = env.world_size;
   const int S = e.parameter_server().servers();
   const int W = e.workers();
-  primary_ = rank == 0;
   TERSE_CHECK(world == S + W, InvalidArgument,
               "variant '" << e.variant() << "': mode " << Experiment::Mode_Name(e.mode())
                           << " needs servers + workers = " << S << " + " << W << " = " << S + W
                           << " ranks but this job has " << world << " (from "
                           << (env.source == "single" ? "no launcher: a single process" : env.source)
                           << "); start it with `terse launch -n " << S + W << " -- terse run CONFIG`");
-  if (!job_) job_ = std::make_shared<comm::Job>(comm::joinJob(timeout));
-  const comm::JobEnv& joined = job_->env;
-  const std::string prefix = "run" + std::to_string(tcp_runs_++) + "/" + e.study() + "/" + e.variant() + "/";
-  const bool is_shard = rank < S;
-  const int shard_index = rank;
-  const int worker_index = rank - S;
-
   std::optional<results::ResultWriter> writer;
-  const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
-  if (rank == 0) writer.emplace(root, e.study(), experiments::resultsSubfolder(e));
   RunSummary summary;
-  summary.study = e.study();
-  summary.variant = e.variant();
-  if (writer) summary.dir = writer->dir();
+  const std::string prefix = startTcpVariant(
+      e, rank, timeout, options_.output_root.value_or(std::filesystem::path(e.output_dir())), writer, summary);
+  const comm::JobEnv& joined = job_->env;
   // The data transport lives in a communicator only so that a barrier on it, once aborted, throws the job's first
   // failure (communicator.h); the shard and the client use its transport directly.
-  std::unique_ptr<comm::HostCommunicator> data_comm;
-  comm::Transport* data = nullptr;
+  std::unique_ptr<comm::HostCommunicator> data;
   std::unique_ptr<comm::HostCommunicator> control;
-  std::unique_ptr<train::ParamServerShard> shard;
-  std::thread shard_thread;
-  std::exception_ptr shard_error;
-  std::atomic<bool> shard_done{false};
-  auto joinShard = [&] {
-    if (shard_thread.joinable()) shard_thread.join();
-  };
+  std::unique_ptr<train::Workload> model;
+  std::unique_ptr<TcpAsyncRank> me;                      // after what it refers to
+  detail::ProcessWorld ranks(rank, world, joined.host);  // after what it aborts: it goes first
+  ranks.onAbort([&](const std::string& why) {
+    if (data) data->transport().abort(why);
+    if (control) control->transport().abort(why);
+  });
   try {
     if (writer) writer->writeConfig(experiments::toText(e));
     const auto start_time = results::isoTimeUtc();
-
-    // ---- Setup: the same replica on every rank (shards take their initial range from it; rank 0 evaluates on it).
-    auto dataset = dataFor(e);
-    std::unique_ptr<train::Workload> model =
-        workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), dataset);
-    const train::PsPlan plan = detail::psPlan(e, model->params(), S);
-    std::vector<float> flat(static_cast<std::size_t>(plan.total_numel));
-    train::copyValuesOut(model->params(), flat);
-    const train::StepPlan steps = detail::asyncStepPlan(e, model->numTrainExamples());
-    const train::LrScheduleOptions lr = detail::asyncLrSchedule(e, steps);
-    const std::vector<int64_t> points = detail::evalPoints(e, steps);
-
+    model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), dataFor(e));
     comm::TcpOptions to = detail::tcpOptions(e, joined, rank, world, timeout, prefix);
     // Workers are expendable: a worker process that dies or goes silent is dropped by the shards, the job goes on.
     for (int r = S; r < world; ++r) to.expendable_ranks.push_back(r);
-    data_comm = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(to, job_->token, *job_->store));
-    data = &data_comm->transport();
-    comm::TcpOptions co = to;
-    co.emulation = {};
-    co.busy_poll_us = 0;  // bookkeeping off the critical path: its threads sleep rather than spin beside the trainer's
-    co.store_prefix = prefix + "control/";
-    control = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(co, job_->token, *job_->store));
-    comm::Transport& ctl = control->transport();
-    const auto on_overrun = detail::abortOnOverrun([&](const std::string& reason) {
-      const std::string why = "rank " + std::to_string(rank) + " (" + joined.host + ") failed: " + reason;
-      data->abort(why);
-      ctl.abort(why);
-    });
-    {
-      // Every replica must start from the same parameters (same seed, same build).
-      const uint64_t mine = train::parameterChecksum(model->params());
-      std::vector<uint64_t> all(static_cast<std::size_t>(world));
-      control->allgatherv(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)),
-                          std::vector<uint64_t>(static_cast<std::size_t>(world), sizeof(uint64_t)));
-      for (int r = 0; r < world; ++r)
-        TERSE_CHECK(all[static_cast<std::size_t>(r)] == mine, InternalError,
-                    "replica " << r << " starts with different parameters than replica " << rank
-                               << ": do all ranks run the same build and config?");
-    }
-
+    data = std::make_unique<comm::HostCommunicator>(comm::connectTcpTransport(to, job_->token, *job_->store));
+    ranks.attach(data.get(), &data->transport());
+    control = std::make_unique<comm::HostCommunicator>(detail::connectControl(to, *job_, prefix));
     auto plugin = options_.loader->loadCompressor(e.compressor().name());
     const Params params = experiments::pluginParams(e.compressor());
     std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-    const bool raw = detail::rawPushes(e);
+    me = std::make_unique<TcpAsyncRank>(e, rank, *model, *data, *control, instance);
+    me->checkInitialReplicas();
     if (writer) {
       results::Provenance prov =
           detail::baseProvenance(e, "tcp", world, start_time, options_.terse_version, to.emulation.enabled());
@@ -227,329 +585,19 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
       writer->writeProvenance(prov);
     }
-    const auto run_start = Clock::now();
-    ReportSender sender(ctl);
-
-    if (!is_shard) {
-      // ---- A worker.
-      train::ClientOptions copts = detail::clientOptions(e);
-      if (!raw) copts.compressor = instance;
-      train::ParamServerClient client(*data, plan, worker_index, W, copts);
-      train::AsyncWorker worker(*model, client, worker_index, W, detail::asyncWorkerOptions(e, worker_index));
-      const int64_t fail_after = experiments::workerSettings(e, worker_index).fail_after_steps();
-      WorkerReport rep;
-      auto fill = [&] {
-        rep.set_steps(worker.stepsDone());
-        rep.set_compute_s(worker.totals().compute_s);
-        rep.set_compress_s(worker.totals().compress_s);
-        rep.set_comm_s(worker.totals().comm_s);
-        rep.set_exposed_comm_s(worker.totals().exposed_comm_s);
-        rep.set_step_time_s(worker.totals().step_s);
-        rep.set_payload_bytes(client.payloadBytes());
-        const auto t = data->traffic();
-        rep.set_bytes_out(dataBytes(t, true));
-        rep.set_bytes_in(dataBytes(t, false));
-      };
-      while (!worker.finished()) {
-        if (fail_after > 0 && worker.stepsDone() >= fail_after) {
-          rep.set_left_step(worker.stepsDone());
-          break;  // silent from here on: no goodbye to the shards
-        }
-        const train::AsyncStepRecord rec = worker.step();
-        fill();
-        rep.set_loss(rec.loss);
-        sender.send(kWorkerReportTag, rep);
-      }
-      if (rep.left_step() == 0) {
-        worker.leave();
-        rep.set_done(true);
-      }
-      fill();
-      sender.send(kWorkerReportTag, rep);
-      sender.flush();
-      awaitRelease(ctl);  // rank 0 wrote its last record
-      return summary;
-    }
-
-    // ---- A shard.
-    train::ServerOptions so = detail::serverOptions(e, lr, points);
-    if (!raw) so.compressor = instance;
-    const auto [begin, end] = plan.ranges[static_cast<std::size_t>(shard_index)];
-    shard =
-        std::make_unique<train::ParamServerShard>(*data, plan, shard_index, W,
-                                                  std::vector<float>(flat.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                                     flat.begin() + static_cast<std::ptrdiff_t>(end)),
-                                                  so);
-    shard_thread = std::thread([&] {
-      try {
-        shard->run();
-      } catch (...) {
-        shard_error = std::current_exception();
-        // Tell every rank at once rather than leaving the workers to time out.
-        data->abort("server shard " + std::to_string(shard_index) + " (rank " + std::to_string(rank) + ", " +
-                    joined.host + ") failed");
-      }
-      shard_done.store(true);
-    });
-    auto check = [&] {
-      if (shard_error) std::rethrow_exception(shard_error);
-      // Barriers on an aborted communicator throw its first failure at once.
-      if (data->aborted()) data_comm->barrier();
-      if (ctl.aborted()) control->barrier();
-    };
-
-    if (rank != 0) {
-      for (const int64_t point : points) {
-        std::optional<train::ShardSnapshot> snap;
-        while (!snap) {
-          check();
-          const bool stopped = shard_done.load();
-          snap = shard->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(100));
-          if (!snap && stopped) break;  // a point the workers never reached
-        }
-        if (!snap) break;
-        sender.send(kShardReportTag, shardReport(point, snap->params, shard->stats(), run_start));
-      }
-      joinShard();
-      check();
-      sender.send(kShardReportTag, shardReport(-1, shard->params(), shard->stats(), run_start));
-      sender.flush();
-      awaitRelease(ctl);
-      return summary;
-    }
-
-    // ---- Rank 0: shard 0, and the monitor that writes the records.
-    struct Inbox {
-      std::vector<std::byte> buffer;
-      comm::Request recv;
-      bool posted = false;
-    };
-    std::vector<Inbox> inbox(static_cast<std::size_t>(world));
-    std::vector<WorkerReport> latest(static_cast<std::size_t>(W));
-    std::vector<std::vector<double>> losses(static_cast<std::size_t>(W));
-    std::vector<double> left_s(static_cast<std::size_t>(W), 0);  // when rank 0 learned a worker stopped dead
-    std::vector<bool> lost(static_cast<std::size_t>(W), false);  // its process died: no more reports
-    std::vector<std::map<int64_t, ShardReport>> shard_reports(static_cast<std::size_t>(S));
-    std::vector<std::optional<ShardReport>> finals(static_cast<std::size_t>(S));
-    for (int r = 1; r < world; ++r) {
-      const bool from_shard = r < S;
-      std::size_t cap = kWorkerReportMax;
-      if (from_shard) {
-        const auto [b, e2] = plan.ranges[static_cast<std::size_t>(r)];
-        cap = (e2 - b) * sizeof(float) + kShardReportSlack;
-      }
-      inbox[static_cast<std::size_t>(r)].buffer.resize(cap);
-    }
-    // Takes every report that arrived; throws InvalidPayload naming the rank for one that does not parse.
-    auto pump = [&] {
-      bool any = false;
-      for (int r = 1; r < world; ++r) {
-        Inbox& in = inbox[static_cast<std::size_t>(r)];
-        const bool from_shard = r < S;
-        if (!from_shard && lost[static_cast<std::size_t>(r - S)]) continue;
-        for (;;) {
-          bool arrived = false;
-          try {
-            if (!in.posted) {
-              in.recv = ctl.irecv(
-                  r,
-                  comm::FrameMeta{comm::OpKind::kP2P, from_shard ? kShardReportTag : kWorkerReportTag, comm::kNoTensor},
-                  in.buffer);
-              in.posted = true;
-            }
-            arrived = in.recv.test();
-          } catch (const comm::CommError&) {
-            if (from_shard || ctl.aborted()) throw;
-            // A worker process that died (an expendable rank): it left at its last report.
-            const int w = r - S;
-            lost[static_cast<std::size_t>(w)] = true;
-            WorkerReport& last = latest[static_cast<std::size_t>(w)];
-            if (!last.done() && last.left_step() == 0) {
-              last.set_left_step(std::max<int64_t>(1, last.steps()));
-              left_s[static_cast<std::size_t>(w)] = detail::since(run_start);
-            }
-            any = true;
-            break;
-          }
-          if (!arrived) break;
-          in.posted = false;
-          any = true;
-          const auto n = static_cast<int>(in.recv.bytes());
-          if (from_shard) {
-            ShardReport rep;
-            TERSE_CHECK(rep.ParseFromArray(in.buffer.data(), n), InvalidPayload,
-                        "rank " << r << " (server shard " << r << ") sent an unreadable report of " << n << " bytes");
-            const auto [b, e2] = plan.ranges[static_cast<std::size_t>(r)];
-            TERSE_CHECK(rep.params().size() == (e2 - b) * sizeof(float) && rep.dead_size() == W, InvalidPayload,
-                        "rank " << r << " (server shard " << r << ") sent a report of the wrong shape");
-            if (rep.step() < 0)
-              finals[static_cast<std::size_t>(r)] = std::move(rep);
-            else
-              shard_reports[static_cast<std::size_t>(r)][rep.step()] = std::move(rep);
-          } else {
-            WorkerReport rep;
-            const int w = r - S;
-            TERSE_CHECK(rep.ParseFromArray(in.buffer.data(), n), InvalidPayload,
-                        "rank " << r << " (worker " << w << ") sent an unreadable report of " << n << " bytes");
-            auto& l = losses[static_cast<std::size_t>(w)];
-            if (!rep.done() && rep.left_step() == 0 && rep.steps() == static_cast<int64_t>(l.size()) + 1)
-              l.push_back(rep.loss());
-            if (rep.left_step() > 0 && left_s[static_cast<std::size_t>(w)] == 0)
-              left_s[static_cast<std::size_t>(w)] = detail::since(run_start);
-            latest[static_cast<std::size_t>(w)] = std::move(rep);
-          }
-        }
-      }
-      return any;
-    };
-    auto workersStopped = [&] {
-      for (const auto& rep : latest)
-        if (!rep.done() && rep.left_step() == 0) return false;
-      return true;
-    };
-    detail::Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr,
-                              e.variant(), e.epochs(), steps.total_steps, steps.steps_per_epoch);
-    int64_t last_done = 0;
-    // One record at global step `done` with the parameters in `flat`.
-    auto record = [&](int64_t done, double wall_s, const std::vector<detail::ShardTally>& shard_tally) {
-      train::copyValuesIn(model->params(), flat);
-      const train::EvalResult ev = model->evaluate(0);
-      std::vector<detail::WorkerTally> tally(static_cast<std::size_t>(W));
-      int64_t worker_steps = 0;
-      for (int w = 0; w < W; ++w) {
-        const WorkerReport& r = latest[static_cast<std::size_t>(w)];
-        detail::WorkerTally& t = tally[static_cast<std::size_t>(w)];
-        t.steps = r.steps();
-        t.times.compute_s = r.compute_s();
-        t.times.compress_s = r.compress_s();
-        t.times.comm_s = r.comm_s();
-        t.times.exposed_comm_s = r.exposed_comm_s();
-        t.times.step_s = r.step_time_s();
-        t.payload_bytes = r.payload_bytes();
-        t.bytes_out = r.bytes_out();
-        t.bytes_in = r.bytes_in();
-        if (r.left_step() > 0) {
-          t.left_step = r.left_step();
-          t.left_s = left_s[static_cast<std::size_t>(w)];
-        }
-        worker_steps += r.steps();
-      }
-      // train_loss as in process: worker 0's losses of steps [last_done, done), else every worker's.
-      double loss = 0;
-      int64_t count = 0;
-      for (int w = 0; w < W && count == 0; ++w) {
-        const auto& l = losses[static_cast<std::size_t>(w)];
-        for (int64_t i = last_done; i < std::min<int64_t>(done, static_cast<int64_t>(l.size())); ++i) {
-          loss += l[static_cast<std::size_t>(i)];
-          ++count;
-        }
-        if (w == 0 && count > 0) break;
-      }
-      results::MetricsRecord m = detail::evalRecord(done, steps.steps_per_epoch, ev, loss, count,
-                                                    train::learningRate(lr, std::max<int64_t>(0, done - 1)));
-      last_done = done;
-      m.wall_s = wall_s;
-      detail::fillAsyncRecord(m, worker_steps, tally, shard_tally, {});
-      writer->append(m);
-      detail::noteRecord(summary, m, ev, writer->records());
-      progress.update(done, ev.accuracy, m.wire_bytes_per_worker, m.wall_s, true);
-    };
-    auto ownTally = [&] {
-      const train::ServerStats st = shard->stats();
-      ShardReport r = shardReport(0, {}, st, run_start);
-      return tallyOf(r);
-    };
-
-    for (const int64_t point : points) {
-      std::optional<train::ShardSnapshot> own;
-      bool reachable = true;
-      for (;;) {
-        check();
-        const bool any = pump();
-        if (!own) own = shard->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(0));
-        bool all = own.has_value();
-        for (int k = 1; k < S && all; ++k) all = shard_reports[static_cast<std::size_t>(k)].count(point) > 0;
-        if (all) break;
-        // Unreachable: every worker stopped and every shard is done without a snapshot of it.
-        bool finished = workersStopped() && shard_done.load() && !own;
-        for (int k = 1; k < S && finished; ++k) finished = finals[static_cast<std::size_t>(k)].has_value();
-        if (finished) {
-          reachable = false;
-          break;
-        }
-        if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      if (!reachable) break;
-      std::vector<detail::ShardTally> shard_tally;
-      std::copy(own->params.begin(), own->params.end(), flat.begin());
-      shard_tally.push_back(ownTally());
-      for (int k = 1; k < S; ++k) {
-        auto node = shard_reports[static_cast<std::size_t>(k)].extract(point);
-        const ShardReport& rep = node.mapped();
-        std::memcpy(flat.data() + plan.ranges[static_cast<std::size_t>(k)].first, rep.params().data(),
-                    rep.params().size());
-        shard_tally.push_back(tallyOf(rep));
-      }
-      record(point, std::chrono::duration<double>(own->taken - run_start).count(), shard_tally);
-    }
-    // The end: every worker stopped, every shard done and reported.
-    for (;;) {
-      check();
-      const bool any = pump();
-      bool finished = workersStopped() && shard_done.load();
-      for (int k = 1; k < S && finished; ++k) finished = finals[static_cast<std::size_t>(k)].has_value();
-      if (finished) break;
-      if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    joinShard();
-    check();
-    {
-      std::vector<detail::ShardTally> shard_tally;
-      const auto own = shard->params();
-      std::copy(own.begin(), own.end(), flat.begin());
-      shard_tally.push_back(ownTally());
-      for (int k = 1; k < S; ++k) {
-        const ShardReport& rep = *finals[static_cast<std::size_t>(k)];
-        std::memcpy(flat.data() + plan.ranges[static_cast<std::size_t>(k)].first, rep.params().data(),
-                    rep.params().size());
-        shard_tally.push_back(tallyOf(rep));
-      }
-      int64_t worker_steps = 0;
-      for (const auto& r : latest) worker_steps += r.steps();
-      record(worker_steps / W, detail::since(run_start), shard_tally);
-    }
+    detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,
+                              options_.progress_out ? *options_.progress_out : std::cerr, e.variant(), e.epochs(),
+                              me->steps().total_steps, me->steps().steps_per_epoch);
+    std::optional<detail::AsyncReport> report;
+    if (writer) report.emplace(detail::AsyncReport{*writer, summary, progress});
+    ranks.run([&](int) { me->run(report, ranks, joined.host); });
     progress.finish();
-    // Not a barrier: a lost worker cannot take part in one. Every rank still connected is told to leave.
-    for (int r = 1; r < world; ++r)
-      if (r < S || !lost[static_cast<std::size_t>(r - S)]) {
-        try {
-          ctl.send(r, comm::FrameMeta{comm::OpKind::kP2P, kReleaseTag, comm::kNoTensor}, {});
-        } catch (const comm::CommError&) {
-          if (ctl.aborted()) throw;  // otherwise a worker lost just now: nothing to tell it
-        }
-      }
-    writer->markCompleted();
+    if (writer) writer->markCompleted();
     return summary;
   } catch (const std::exception& x) {
-    std::string what = x.what();
-    if (data != nullptr && data->aborted()) {
-      // The job-wide first reason travels on the data transport's abort notices (distributed.cc explains).
-      try {
-        data_comm->barrier();
-      } catch (const std::exception& first) {
-        what = first.what();
-      }
-    }
-    const std::string reason = "rank " + std::to_string(rank) + " (" + joined.host + ") failed: " + what;
-    if (data != nullptr) data->abort(reason);
-    if (control) control->abort(reason);
-    if (shard) shard->stop();
-    joinShard();
-    if (writer) writer->markFailed(what);
-    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed on rank " +
-                        std::to_string(rank) + " of " + std::to_string(world) +
-                        (writer ? " (partial results in " + writer->dir().string() + ")" : std::string()) + ": " + what,
-                    writer ? writer->dir() : std::filesystem::path());
+    const std::string what = ranks.failed(x);
+    if (me) me->stop();
+    throw detail::tcpRunFailed(e, rank, world, writer, what);
   }
 }
 

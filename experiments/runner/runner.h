@@ -21,6 +21,7 @@
 // message, keeps the records already written, and is rethrown as RunFailed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -108,6 +109,12 @@ class Runner {
   std::shared_ptr<const workloads::DataSplit> dataFor(const experiments::Experiment& experiment);
   // Transport TCP: this process is one rank of a job (distributed.cc).
   RunSummary runTcp(const experiments::Experiment& experiment);
+  // The start of a TCP variant on this process, sync or async (distributed.cc): joins the job (once per process) and
+  // numbers the variant's store keys, returning their prefix; rank 0 opens the results folder under `root`, the others
+  // write nothing.
+  std::string startTcpVariant(const experiments::Experiment& experiment, int rank, std::chrono::milliseconds timeout,
+                              const std::filesystem::path& root, std::optional<results::ResultWriter>& writer,
+                              RunSummary& summary);
   // Mode SYNC on transport INPROC: the ranks as threads of this process, in real time (network null) or as actors of
   // a simulation whose network times the frames (clock SIMULATED). Writes metrics, provenance and traces; the caller
   // owns the status.

@@ -51,6 +51,14 @@ void noteRecord(RunSummary& summary, const results::MetricsRecord& m, const trai
 // variant's store prefix and the host label.
 comm::TcpOptions tcpOptions(const experiments::Experiment& e, const comm::JobEnv& joined, int rank, int world,
                             std::chrono::milliseconds timeout, const std::string& prefix);
+// tcp.timeout of a TCP variant.
+std::chrono::milliseconds tcpTimeout(const experiments::Experiment& e);
+// What a TCP variant that failed on `rank` throws, after `writer` (rank 0's) marked the folder failed.
+RunFailed tcpRunFailed(const experiments::Experiment& e, int rank, int world,
+                       std::optional<results::ResultWriter>& writer, const std::string& what);
+// The control channel's transport of a multi-process run (sync: rank_driver.h; async: the ranks' reports): `to`
+// without link emulation, under the variant's "control/" store prefix.
+std::unique_ptr<comm::Transport> connectControl(const comm::TcpOptions& to, comm::Job& job, const std::string& prefix);
 // What both paths write to provenance.json before the plugins: commit, host, time, version, transport, mode, world
 // size and the link emulation as configured (overrides included).
 results::Provenance baseProvenance(const experiments::Experiment& e, std::string_view transport, int world,

@@ -1,6 +1,7 @@
 // The rank as the unit of the runner (issue 41): a World makes a run's ranks and owns their failure; a rank driver
 // (rank_driver.h: sync runs) runs one rank's loop and knows nothing of how the rank was made. The in-process parameter
-// server (async_runner.cc) runs its shards and workers as a ThreadWorld's ranks too, its monitor beside them. Three
+// server (async_runner.cc) runs its shards and workers as a ThreadWorld's ranks too, its monitor beside them, and a
+// process of a tcp one (distributed_async.cc) is a ProcessWorld; both run async_rank_driver.h's pieces. Three
 // Worlds:
 //
 //   - ThreadWorld: the ranks as threads of this process (transport INPROC, clock REAL_TIME).
