@@ -538,7 +538,9 @@ CalibrationOutcome resolveTable(
       results::writeFileAtomic(file, cache.toJson());
     }
     for (const std::string& k : keys) out.table.seconds[k] = cache.seconds.at(k);
-    out.source = missing.size() == keys.size() ? "measured" : "cache " + file.string();
+    // The cache file's name, not its path: provenance travels (committed reference results, other people's
+    // machines) and the table itself is saved beside the run; the name is the CPU-and-commit key.
+    out.source = missing.size() == keys.size() ? "measured" : "cache " + file.filename().string();
   }
   out.costs = makeCostTable(plan, out.table);
   return out;

@@ -88,7 +88,7 @@ struct CalibrationPlan {
 struct CalibrationOutcome {
   CalibrationTable table;                       // the entries of plan.keys(), with the run's identity
   std::vector<std::string> measured;            // keys timed for this run (neither cached nor replayed)
-  std::string source;                           // "measured", "cache <file>", "replayed <file>"
+  std::string source;                           // "measured", "cache <file name>", "replayed <file>"
   bool foreign = false;                         // a replayed table from another CPU or commit, allowed by the config
   std::shared_ptr<const sim::CostTable> costs;  // what the simulated runtime charges from it
 };

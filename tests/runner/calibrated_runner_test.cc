@@ -100,6 +100,9 @@ TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
   EXPECT_EQ(measured2.rfind("0 of ", 0), 0u) << measured2;
   EXPECT_EQ(simulationNote(first.provenance, "calibration_source"), "measured");
   EXPECT_EQ(simulationNote(second.provenance, "calibration_source").rfind("cache ", 0), 0u);
+  // The cache file by name only: no directory of this machine travels with the run's provenance.
+  EXPECT_EQ(simulationNote(second.provenance, "calibration_source").find('/'), std::string::npos)
+      << simulationNote(second.provenance, "calibration_source");
   EXPECT_EQ(simulationNote(first.provenance, "calibration"), "calibration.json");
   EXPECT_NE(simulationNote(first.provenance, "compute").find("calibrated"), std::string::npos);
   // The table used is in the results folder, and the second run used the same one.
