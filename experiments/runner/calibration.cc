@@ -294,7 +294,13 @@ class Measurer {
     info.shape[0] = static_cast<int64_t>(n);
     info.world_size = e.workers();
     std::unique_ptr<TensorCodec> codec = makeCodec(instance, info, e.seed(), options);
-    const std::vector<float> grad = gaussian(n, n);
+    // The real gradient of this size (calibration.h says why); computed once, outside every timed region.
+    if (!gradients_) gradients_ = codecCalibrationGradients(e, in_->data);
+    const auto found = gradients_->find(n);
+    TERSE_CHECK(
+        found != gradients_->end(), InternalError,
+        "calibration: the model has no gradient of " << n << " elements to time codec '" << plan_.codec << "' on");
+    const std::vector<float>& grad = found->second;
     const int rounds = codec->caps().num_rounds;
     std::vector<std::vector<std::byte>> payload(static_cast<std::size_t>(rounds));
     std::vector<uint64_t> bytes(static_cast<std::size_t>(rounds));
@@ -332,6 +338,7 @@ class Measurer {
   const CalibrationInputs* in_;
   const CalibrationPlan& plan_;
   double floor_ = 0;
+  std::optional<std::map<uint64_t, std::vector<float>>> gradients_;
 };
 
 }  // namespace
@@ -436,6 +443,9 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   codec.precision(17);
   codec << e.compressor().ShortDebugString() << " ef=" << co.error_feedback << " mc=" << co.momentum_correction
         << " mask=" << co.momentum_masking << " nesterov=" << co.momentum_nesterov;
+  // The codec is timed on the model's gradient (codecCalibrationGradients), so its key also names what made it: the
+  // workload, the data and the seed. Two runs that share a codec and a tensor size share a time only on the same data.
+  codec << " on " << p.workload << " data=" << e.data().ShortDebugString() << " seed=" << e.seed();
   p.codec = e.compressor().name() + "#" + shortHash(codec.str());
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
@@ -450,6 +460,25 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   std::sort(p.sizes.begin(), p.sizes.end());
   p.sizes.erase(std::unique(p.sizes.begin(), p.sizes.end()), p.sizes.end());
   return p;
+}
+
+std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,
+                                                                 std::shared_ptr<const workloads::DataSplit> data) {
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), std::move(data));
+  const int64_t n = std::min<int64_t>(e.data().batch_size(), model->numTrainExamples());
+  std::vector<int64_t> batch(static_cast<std::size_t>(std::max<int64_t>(n, 0)));
+  std::iota(batch.begin(), batch.end(), 0);
+  // makeWorkload builds the host version (a CUDA workload runs only under NCCL, never on the simulated clock).
+  model->forwardBackward(batch, {});
+  std::map<uint64_t, std::vector<float>> out;
+  for (const train::ParamTensor& t : model->params()) {
+    if (t.numel() == 0 || out.count(t.numel())) continue;
+    TERSE_CHECK(t.grad.size() == t.numel(), InternalError,
+                "calibration: tensor '" << t.name << "' has " << t.grad.size() << " gradient elements on the host, "
+                                        << t.numel() << " values");
+    out.emplace(t.numel(), t.grad);
+  }
+  return out;
 }
 
 std::shared_ptr<const sim::CostTable> makeCostTable(const CalibrationPlan& plan, const CalibrationTable& table) {

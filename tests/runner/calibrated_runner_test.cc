@@ -4,8 +4,11 @@
 // element); the table's file and the config's new fields are checked with messages that name them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <string>
 
 #include "core/common/json.h"
@@ -13,7 +16,9 @@
 #include "experiments/config/config.h"
 #include "experiments/runner/calibration.h"
 #include "experiments/runner/runner.h"
+#include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/fashion_mnist.h"
+#include "experiments/workloads/workloads.h"
 #include "runner_test_util.h"
 
 namespace terse::runner {
@@ -227,6 +232,85 @@ TEST(CalibratedRun, CodecsArePricedByTheirCostTopKAboveFp16PerElement) {
   const double fp16 = costOf("fp16");
   EXPECT_GT(fp16, 0);
   EXPECT_GT(topk, 1.5 * fp16) << "top-k " << topk << " s, fp16 " << fp16 << " s per compress and decompress";
+}
+
+TEST(CalibratedRun, CodecsAreTimedOnTheModelsGradientWhichTheirKeysName) {
+  // A codec's work can follow its input: threshold keeps what reaches tau. Timed on unit gaussians, threshold at tau
+  // 0.03 kept 98% of every tensor and was priced 10x what the zoo measured for it; the calibration times codecs on
+  // the model's own gradient, one per tensor size.
+  auto loader = testLoader();
+  workloads::FashionMnistOptions fo;
+  fo.max_train = 960;
+  fo.max_test = 100;
+  const auto data = std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(fo));
+  const auto experiment = [&](const std::string& text) {
+    return experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
+  };
+  const experiments::Experiment e = experiment(calibratedStudy());
+  const auto grads = codecCalibrationGradients(e, data);
+
+  // The gradient a fresh replica computes over the first batch, tensor by tensor.
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), data);
+  std::vector<int64_t> batch(static_cast<std::size_t>(e.data().batch_size()));
+  std::iota(batch.begin(), batch.end(), 0);
+  model->forwardBackward(batch, {});
+  auto instance = loader.loadCompressor("topk")->instantiate(experiments::pluginParams(e.compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  ASSERT_EQ(grads.size(), plan.sizes.size());
+  for (uint64_t n : plan.sizes) {
+    ASSERT_TRUE(grads.count(n)) << n;
+    const train::ParamTensor* first = nullptr;
+    for (const auto& t : model->params())
+      if (t.numel() == n && first == nullptr) first = &t;
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(grads.at(n), first->grad) << first->name;
+  }
+  // Gradient-like, not unit gaussian: the largest tensor (784 x 32 weights) has few elements at 0.03 or more, where
+  // a unit gaussian has 97.6%.
+  const std::vector<float>& w = grads.at(784 * 32);
+  const auto big = std::count_if(w.begin(), w.end(), [](float x) { return std::abs(x) >= 0.03f; });
+  EXPECT_LT(static_cast<double>(big), 0.2 * static_cast<double>(w.size())) << big << " of " << w.size();
+
+  // And the calibration times the codecs on them: threshold at tau 0.03 keeps a few percent of this gradient and costs
+  // well under threshold at tau 1e-9, which keeps all of it (on unit gaussians the two kept 98% and 100%, and cost
+  // the same).
+  setenv("XDG_CACHE_HOME", freshDir("cal_cache_threshold").c_str(), 1);
+  const auto thresholdCost = [&](const std::string& tau) {
+    std::string text = calibratedStudy("", "threshold");
+    const std::string plain = "name: \"threshold\" }";
+    text.replace(text.find(plain), plain.size(),
+                 "name: \"threshold\" params { key: \"tau\" value: \"" + tau + "\" } }");
+    const CalibrationOutcome out = calibrate({experiment(text), data, loader, std::nullopt});
+    const double n = 784 * 32;
+    return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
+           out.costs->seconds({.kind = rt::CostKind::kDecompress, .size = n});
+  };
+  const double sparse = thresholdCost("0.03");
+  const double all = thresholdCost("1e-9");
+  EXPECT_GT(sparse, 0);
+  EXPECT_LT(sparse, 0.5 * all) << "tau 0.03: " << sparse << " s, tau 1e-9: " << all << " s";
+
+  // The codec's key names the data it was timed on: another workload, data or seed is another key; the optimizer's
+  // learning rate, which the codec never sees, is not.
+  const auto codecKey = [&](const std::string& text) {
+    const experiments::Experiment x = experiment(text);
+    auto m = workloads::makeWorkload(x.workload().name(), detail::workloadOptions(x), data);
+    return planCalibration(x, *m, *instance).codec;
+  };
+  const std::string base = codecKey(calibratedStudy());
+  EXPECT_EQ(base, plan.codec);
+  std::string other = calibratedStudy();
+  other.replace(other.find("hidden_sizes: [32]"), 18, "hidden_sizes: [33]");
+  EXPECT_NE(codecKey(other), base);
+  std::string seed = calibratedStudy();
+  seed.replace(seed.find("seed: 7"), 7, "seed: 8");
+  EXPECT_NE(codecKey(seed), base);
+  std::string subset = calibratedStudy();
+  subset.replace(subset.find("train_subset: 960"), 17, "train_subset: 480");
+  EXPECT_NE(codecKey(subset), base);
+  std::string lr = calibratedStudy();
+  lr.replace(lr.find("lr: 0.05"), 8, "lr: 0.06");
+  EXPECT_EQ(codecKey(lr), base);
 }
 
 TEST(CalibratedRun, SizesBetweenTheMeasuredOnesAreInterpolated) {
