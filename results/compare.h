@@ -4,6 +4,8 @@
 // markdown, CSV or JSON (compare/format.h), and plots accuracy against bytes and time with gnuplot (compare/plot.h).
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include "results/compare/compute.h"
 #include "results/compare/format.h"
 #include "results/compare/plot.h"

@@ -4,6 +4,8 @@
 // experiments/runner.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <cstdint>
 #include <map>
 #include <span>

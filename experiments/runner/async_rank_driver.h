@@ -10,6 +10,8 @@
 // bit) would change.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -27,6 +27,8 @@
 // results/reference/simulation has the spread between calibrations on a shared host).
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>

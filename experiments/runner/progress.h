@@ -2,6 +2,8 @@
 // in-process runner (runner.cc) and the multi-process one (distributed.cc). Internal to experiments/runner.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <unistd.h>
 
 #include <algorithm>

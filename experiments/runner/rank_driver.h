@@ -16,6 +16,8 @@
 // goes on, as it went on after leaving its slot in shared memory before the ranks were one code.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <array>
 #include <chrono>
 #include <cstdint>

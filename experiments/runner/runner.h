@@ -21,6 +21,8 @@
 // message, keeps the records already written, and is rethrown as RunFailed.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>

@@ -2,6 +2,8 @@
 // rank's trainer and compressor tensors the same way. Internal to experiments/runner.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

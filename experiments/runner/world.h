@@ -18,6 +18,8 @@
 // goes first.
 #pragma once
 
+#include "experiments/runner/room.h"  // the room's guard
+
 #include <exception>
 #include <functional>
 #include <mutex>

@@ -36,6 +36,8 @@
 // answer (what does accuracy X cost on the wire), and final accuracy ranks the ones that never got there.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>

@@ -3,6 +3,8 @@
 // Each format is its own file: format_markdown.cc, format_csv.cc, format_json.cc.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <string>
 #include <vector>
 

@@ -4,6 +4,8 @@
 // optional at run time (a missing one is reported, never a failure of the tables).
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <filesystem>
 #include <optional>
 #include <string>

@@ -2,6 +2,8 @@
 // the text cells the three formats of format.h print, so they cannot disagree on what a cell says.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <string>
 #include <utility>
 #include <vector>

@@ -7,6 +7,8 @@
 // with whatever records it wrote.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <cstdint>
 #include <filesystem>
 #include <map>

@@ -2,6 +2,8 @@
 // that a problem in a folder is a warning, never an exception.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <filesystem>
 #include <optional>
 #include <string>

@@ -18,6 +18,8 @@
 // intervals still allow differences significant at about the 1% level, so overlap would call real differences noise.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <optional>
 #include <span>
 

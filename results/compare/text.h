@@ -1,6 +1,8 @@
 // Internal to the compare library: number and list text that more than one of its files prints.
 #pragma once
 
+#include "results/compare/room.h"  // the room's guard
+
 #include <string>
 #include <string_view>
 #include <vector>
