@@ -444,8 +444,9 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   codec << e.compressor().ShortDebugString() << " ef=" << co.error_feedback << " mc=" << co.momentum_correction
         << " mask=" << co.momentum_masking << " nesterov=" << co.momentum_nesterov;
   // The codec is timed on the model's gradient (codecCalibrationGradients), so its key also names what made it: the
-  // workload, the data and the seed. Two runs that share a codec and a tensor size share a time only on the same data.
-  codec << " on " << p.workload << " data=" << e.data().ShortDebugString() << " seed=" << e.seed();
+  // workload and the data (not the run's seed: the gradient is taken at kCalibrationSeed's initialization). Two runs
+  // that share a codec and a tensor size share a time only on the same model and data.
+  codec << " on " << p.workload << " data=" << e.data().ShortDebugString();
   p.codec = e.compressor().name() + "#" + shortHash(codec.str());
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
@@ -464,7 +465,12 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
 
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,
                                                                  std::shared_ptr<const workloads::DataSplit> data) {
-  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), std::move(data));
+  // At one initialization whatever the run's seed: a seed changes the gradient's values, not what they cost to
+  // compress, and one input per workload lets every seed of a study share one timing (its ± then measures training,
+  // not the calibration's noise).
+  workloads::WorkloadOptions options = detail::workloadOptions(e);
+  options.seed = kCalibrationSeed;
+  auto model = workloads::makeWorkload(e.workload().name(), options, std::move(data));
   const int64_t n = std::min<int64_t>(e.data().batch_size(), model->numTrainExamples());
   std::vector<int64_t> batch(static_cast<std::size_t>(std::max<int64_t>(n, 0)));
   std::iota(batch.begin(), batch.end(), 0);
