@@ -8,12 +8,12 @@ array names[7]
 array colors[7]
 array widths[7]
 array dashes[7]
-names[1] = 'fusion'; colors[1] = '#9400d3'; widths[1] = 1.5; dashes[1] = 1
-names[2] = 'priority'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
-names[3] = 'priority-1'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
-names[4] = 'priority-off'; colors[4] = '#e69f00'; widths[4] = 1.5; dashes[4] = 1
-names[5] = 'fifo (baseline)'; colors[5] = 'black'; widths[5] = 3; dashes[5] = 1
-names[6] = 'fifo-4'; colors[6] = '#0072b2'; widths[6] = 1.5; dashes[6] = 1
+names[1] = 'fifo (baseline)'; colors[1] = 'black'; widths[1] = 3; dashes[1] = 1
+names[2] = 'fifo-4'; colors[2] = '#9400d3'; widths[2] = 1.5; dashes[2] = 1
+names[3] = 'fusion'; colors[3] = '#009e73'; widths[3] = 1.5; dashes[3] = 1
+names[4] = 'priority'; colors[4] = '#56b4e9'; widths[4] = 1.5; dashes[4] = 1
+names[5] = 'priority-1'; colors[5] = '#e69f00'; widths[5] = 1.5; dashes[5] = 1
+names[6] = 'priority-off'; colors[6] = '#0072b2'; widths[6] = 1.5; dashes[6] = 1
 names[7] = 'priority-off-1'; colors[7] = '#e51e10'; widths[7] = 1.5; dashes[7] = 1
 set key outside right top noenhanced
 set grid

@@ -30,8 +30,8 @@ set ylabel 'test accuracy'
 set style data linespoints
 # From the data (plot.h, accuracyRange): points far below the weakest line's best leave the plot
 # downwards. `set yrange [*:*]` shows every point.
-set yrange [0.2762333333:0.9003]
-if (target >= 0.2762333333 && target <= 0.9003) {
+set yrange [0.2762:0.901]
+if (target >= 0.2762 && target <= 0.901) {
   set arrow 1 from graph 0, first target to graph 1, first target nohead dashtype 2 lc rgb 'gray40'
   set label 1 sprintf('target %g', target) at graph 0.01, first target offset 0, 0.6 tc rgb 'gray40'
 }
