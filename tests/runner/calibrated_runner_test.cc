@@ -200,15 +200,27 @@ TEST(CalibratedRun, ConfigChecksNameTheField) {
   EXPECT_EQ(rt.experiments.at(0).simulation().compute(), experiments::Simulation::MEASURED);
 }
 
+// The compress and decompress cost of the MLP's largest tensor (784 x 32 weights) in a calibrated table.
+double largestTensorCodecCost(const CalibrationOutcome& out) {
+  const double n = 784 * 32;
+  return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
+         out.costs->seconds({.kind = rt::CostKind::kDecompress, .size = n});
+}
+
+// The calibration's data: 960 training and 100 test images.
+std::shared_ptr<const workloads::DataSplit> smallData() {
+  workloads::FashionMnistOptions fo;
+  fo.max_train = 960;
+  fo.max_test = 100;
+  return std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(fo));
+}
+
 TEST(CalibratedRun, CodecsArePricedByTheirCostTopKAboveFp16PerElement) {
   // The FLOP model charges every codec 4 flops per element; the calibrated table times them: a top-k selection with
   // error feedback does far more per element than a cast to half precision, as measured compute shows.
   auto loader = testLoader();
   setenv("XDG_CACHE_HOME", freshDir("cal_cache_rank").c_str(), 1);
-  workloads::FashionMnistOptions fo;
-  fo.max_train = 960;
-  fo.max_test = 100;
-  const auto data = std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(fo));
+  const auto data = smallData();
   const auto costOf = [&](const std::string& compressor) {
     const auto study = experiments::loadStudyText(calibratedStudy("", compressor), "u", runnerConfigOptions(&loader));
     const CalibrationOutcome out = calibrate({study.experiments.at(0), data, loader, std::nullopt});
@@ -223,10 +235,7 @@ TEST(CalibratedRun, CodecsArePricedByTheirCostTopKAboveFp16PerElement) {
     if (compressor == "topk") {
       EXPECT_EQ(out.measured.size(), out.table.seconds.size());
     }
-    // The MLP's largest tensor: 784 x 32 weights.
-    const double n = 784 * 32;
-    return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
-           out.costs->seconds({.kind = rt::CostKind::kDecompress, .size = n});
+    return largestTensorCodecCost(out);
   };
   const double topk = costOf("topk");
   const double fp16 = costOf("fp16");
@@ -239,10 +248,7 @@ TEST(CalibratedRun, CodecsAreTimedOnTheModelsGradientWhichTheirKeysName) {
   // 0.03 kept 98% of every tensor and was priced 10x what the zoo measured for it; the calibration times codecs on
   // the model's own gradient, one per tensor size.
   auto loader = testLoader();
-  workloads::FashionMnistOptions fo;
-  fo.max_train = 960;
-  fo.max_test = 100;
-  const auto data = std::make_shared<const workloads::DataSplit>(workloads::loadFashionMnist(fo));
+  const auto data = smallData();
   const auto experiment = [&](const std::string& text) {
     return experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
   };
@@ -283,10 +289,7 @@ TEST(CalibratedRun, CodecsAreTimedOnTheModelsGradientWhichTheirKeysName) {
     const std::string plain = "name: \"threshold\" }";
     text.replace(text.find(plain), plain.size(),
                  "name: \"threshold\" params { key: \"tau\" value: \"" + tau + "\" } }");
-    const CalibrationOutcome out = calibrate({experiment(text), data, loader, std::nullopt});
-    const double n = 784 * 32;
-    return out.costs->seconds({.kind = rt::CostKind::kCompress, .layer = 0, .size = n}) +
-           out.costs->seconds({.kind = rt::CostKind::kDecompress, .size = n});
+    return largestTensorCodecCost(calibrate({experiment(text), data, loader, std::nullopt}));
   };
   const double sparse = thresholdCost("0.03");
   const double all = thresholdCost("1e-9");
@@ -302,18 +305,16 @@ TEST(CalibratedRun, CodecsAreTimedOnTheModelsGradientWhichTheirKeysName) {
   };
   const std::string base = codecKey(calibratedStudy());
   EXPECT_EQ(base, plan.codec);
-  std::string other = calibratedStudy();
-  other.replace(other.find("hidden_sizes: [32]"), 18, "hidden_sizes: [33]");
-  EXPECT_NE(codecKey(other), base);
-  std::string seed = calibratedStudy();
-  seed.replace(seed.find("seed: 7"), 7, "seed: 8");
-  EXPECT_EQ(codecKey(seed), base);
-  std::string subset = calibratedStudy();
-  subset.replace(subset.find("train_subset: 960"), 17, "train_subset: 480");
-  EXPECT_NE(codecKey(subset), base);
-  std::string lr = calibratedStudy();
-  lr.replace(lr.find("lr: 0.05"), 8, "lr: 0.06");
-  EXPECT_EQ(codecKey(lr), base);
+  // The study with `from` replaced by `to`.
+  const auto edited = [](const std::string& from, const std::string& to) {
+    std::string text = calibratedStudy();
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  EXPECT_NE(codecKey(edited("hidden_sizes: [32]", "hidden_sizes: [33]")), base);
+  EXPECT_NE(codecKey(edited("train_subset: 960", "train_subset: 480")), base);
+  EXPECT_EQ(codecKey(edited("seed: 7", "seed: 8")), base);
+  EXPECT_EQ(codecKey(edited("lr: 0.05", "lr: 0.06")), base);
 }
 
 TEST(CalibratedRun, SizesBetweenTheMeasuredOnesAreInterpolated) {
