@@ -34,18 +34,11 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
       device_(workload.device() >= 0),
       scheduler_(std::move(scheduler)),
       pipelines_(workload, comm, std::move(pipelines)),
+      sparse_(workload.params(), comm, options.sparse_rows, device_),
       engine_(comm) {
   TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
               "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
   const auto params = workload.params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const bool sparse = options.sparse_rows && params[i].row_sparse;
-    TERSE_CHECK(!sparse || !device_, InvalidArgument,
-                "tensor '" << params[i].name << "' is row-sparse, but sparse rows are aggregated on the host only");
-    sparse_.push_back(sparse ? std::make_unique<RowSparseAllgather>(comm, static_cast<uint64_t>(params[i].shape.at(0)),
-                                                                    params[i].rowLength(), i)
-                             : nullptr);
-  }
   issue_order_.reserve(params.size());
   chunks_left_.assign(params.size(), 0);
   started_.assign(params.size(), false);
@@ -184,11 +177,11 @@ CommCounters GroupScheduler::counters() const {
 }
 
 uint64_t GroupScheduler::payloadBytes() const {
-  return pipelines_.payloadBytes() + sparse_payload_bytes_;
+  return pipelines_.payloadBytes() + sparse_.payloadBytes();
 }
 
 bool GroupScheduler::anyRowSparse() const {
-  return std::any_of(sparse_.begin(), sparse_.end(), [](const auto& s) { return s != nullptr; });
+  return sparse_.any();
 }
 
 // ---- The communication thread and its lanes.
@@ -241,7 +234,7 @@ void GroupScheduler::admit(const Ready& r) {
     issue_order_.clear();
     groups_.clear();
   }
-  if (sparse_[r.tensor]) {
+  if (sparse_.handles(r.tensor)) {
     // The same admissions in the same order on every rank (the negotiation), so this collective lines up too.
     runSparse(r.tensor);
     if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
@@ -356,67 +349,23 @@ void GroupScheduler::finishGroup(const GroupJob& job) {
   if (!done.empty()) applied_cv_.notify_all();
 }
 
-void GroupScheduler::traceSparse(std::size_t t, uint64_t seq, const RowSparseResult& result, Clock::time_point start,
-                                 Clock::time_point end) {
-  // A group of one whole tensor outside the scheduler: its encoding, the size exchange, the gather of every rank's
-  // rows (or the dense allreduce a crowded step falls back to), and the sum into the gradient, as a compressor's
-  // group would show them. One rank runs nothing (the average of one is itself): a group without phases.
-  TraceGroup g;
-  g.seq = seq;
-  g.chunks.emplace_back(t, 0);
-  g.chunk_elements.push_back(static_cast<uint64_t>(workload_.params()[t].numel()));
-  std::vector<StepTraceRecorder::Span> spans;
-  const auto phase = [&](TracePhase::Kind kind, Clock::time_point a, Clock::time_point b) {
-    TracePhase p;
-    p.kind = kind;
-    g.phases.push_back(std::move(p));
-    spans.emplace_back(a, b);
-    return &g.phases.back();
-  };
-  if (!result.sizes.empty()) {
-    phase(TracePhase::Kind::kCompress, start, result.exchange_start);
-    const uint64_t world = result.sizes.size();
-    TracePhase* sizes = phase(TracePhase::Kind::kCollective, result.exchange_start, result.exchange_end);
-    sizes->op = "allgather_sizes";
-    sizes->algorithm = std::string(comm_.allgatherAlgorithmRun(8 * world));
-    sizes->dtype = "u8";
-    sizes->bytes = 8;
-    TracePhase* main = phase(TracePhase::Kind::kCollective, result.exchange_end, result.collective_end);
-    if (result.sparse) {
-      uint64_t total = 0;
-      for (uint64_t s : result.sizes) total += s;
-      main->op = "allgatherv";
-      main->algorithm = std::string(comm_.allgatherAlgorithmRun(total));
-      main->dtype = "u8";
-      main->bytes = result.sizes[static_cast<std::size_t>(comm_.rank())];
-      main->rank_bytes = result.sizes;
-    } else {
-      main->op = "allreduce";
-      main->algorithm = std::string(comm_.allreduceAlgorithmRun(result.payload_bytes));
-      main->dtype = "f32";
-      main->bytes = result.payload_bytes;
-    }
-    phase(TracePhase::Kind::kDecompress, result.collective_end, end);
-  }
-  options_.step_trace->group(step_, std::move(g), start, spans);
-}
-
 void GroupScheduler::runSparse(std::size_t t) {
   ParamTensor& p = workload_.params()[t];
   markStarted(t);
   const double comm0 = commSecondsOf(comm_);
   const auto c0 = rt::now();
   const uint64_t seq = trace_seq_++;
-  const RowSparseResult result =
-      sparse_[t]->run(p.grad.data(), p.grad_rows, union_rows_, options_.step_trace != nullptr);
-  sparse_payload_bytes_ += result.payload_bytes;
+  const RowSparseResult result = sparse_.run(t, p, options_.step_trace != nullptr);
   const double comm1 = commSecondsOf(comm_);
   const auto c1 = rt::now();
   if (options_.trace)
     options_.trace->span(TraceRecorder::kCommThread, (result.sparse ? "sparse rows " : "dense ") + p.name, "comm", c0,
                          c1);
-  if (options_.step_trace) traceSparse(t, seq, result, c0, c1);
-  sink_.aggregatedRows(step_, lr_, t, union_rows_);
+  if (options_.step_trace) {
+    std::vector<StepTraceRecorder::Span> spans;
+    options_.step_trace->group(step_, sparse_.traceGroup(t, p.numel(), seq, result, c0, c1, spans), c0, spans);
+  }
+  sink_.aggregatedRows(step_, lr_, t, sparse_.rows());
   {
     std::lock_guard lock(mutex_);
     counters_.comm_s += comm1 - comm0;

@@ -28,9 +28,9 @@
 #include "core/common/runtime.h"
 #include "core/compress/engine.h"
 #include "core/compress/pipeline.h"
-#include "core/compress/row_sparse_allgather.h"
 #include "core/plugin/scheduler.h"
 #include "core/train/pipeline_set.h"
+#include "core/train/row_sparse_tensors.h"
 #include "core/train/step_trace.h"
 #include "core/train/trace.h"
 #include "core/train/workload.h"
@@ -176,10 +176,8 @@ class GroupScheduler {
   void executeGroup(GroupJob& job, AggregationEngine& engine, const comm::Communicator& timed, int tid);
   // Communication thread: the sink's updates of the tensors the job finished, and its times into the counters.
   void finishGroup(const GroupJob& job);
-  // A row-sparse tensor's aggregation, its group in the step trace, and its update.
+  // A row-sparse tensor's aggregation (sparse_), its group in the step trace, and its update.
   void runSparse(std::size_t tensor);
-  void traceSparse(std::size_t tensor, uint64_t seq, const RowSparseResult& result, rt::Clock::time_point start,
-                   rt::Clock::time_point end);
   // Communication thread: books the tensor as started (issue order, overlap) the first time one of its chunks goes.
   void markStarted(std::size_t tensor);
   // mutex_ held: tensors whose update of step_ is applied; the caller notifies applied_cv_.
@@ -198,9 +196,9 @@ class GroupScheduler {
   const bool device_;  // the workload computes on a CUDA device: gradients and pipelines live there
   std::unique_ptr<Scheduler> scheduler_;
   PipelineSet pipelines_;
-  std::vector<std::unique_ptr<RowSparseAllgather>> sparse_;  // per tensor; null for a tensor the engine moves
-  AggregationEngine engine_;                                 // groups run on the communication thread
-  std::vector<Lane> lanes_;                                  // empty with max_groups_in_flight 1
+  RowSparseTensors sparse_;   // the tensors aggregated as rows, outside the groups
+  AggregationEngine engine_;  // groups run on the communication thread
+  std::vector<Lane> lanes_;   // empty with max_groups_in_flight 1
 
   // ---- Communication thread only (no lock): the step being scheduled and the per-tensor books.
   int64_t step_ = -1;
@@ -210,8 +208,6 @@ class GroupScheduler {
   std::vector<bool> started_;          // per tensor, this step
   uint64_t group_seq_ = 0;             // groups handed to lanes so far
   uint64_t trace_seq_ = 0;             // groups and row-sparse aggregations issued so far (step trace)
-  std::vector<int64_t> union_rows_;
-  uint64_t sparse_payload_bytes_ = 0;  // read by payloadBytes() after a wait
 
   // ---- Shared. mutex_ guards everything below down to error_. The runtime's (core/common/runtime.h): in a
   // simulation the threads are actors and wait in simulated time.
