@@ -192,6 +192,38 @@ class RunCosts final : public sim::CostTable {
   std::string description_;
 };
 
+// The run's workload at kCalibrationSeed's initialization, whatever the run's seed: a seed changes the gradient's
+// values, not what a pass or a codec costs, and one input per workload lets every seed of a study share one timing (its
+// ± then measures training, not the calibration's noise). makeWorkload builds the host version (a CUDA workload runs
+// only under NCCL, never on the simulated clock).
+std::unique_ptr<train::Workload> calibrationReplica(const experiments::Experiment& e,
+                                                    std::shared_ptr<const workloads::DataSplit> data) {
+  workloads::WorkloadOptions options = detail::workloadOptions(e);
+  options.seed = kCalibrationSeed;
+  return workloads::makeWorkload(e.workload().name(), options, std::move(data));
+}
+
+// The first batch_size examples of the model's training data (all of them when there are fewer).
+std::vector<int64_t> firstBatch(const train::Workload& model, int64_t batch_size) {
+  std::vector<int64_t> batch(
+      static_cast<std::size_t>(std::max<int64_t>(std::min<int64_t>(batch_size, model.numTrainExamples()), 0)));
+  std::iota(batch.begin(), batch.end(), 0);
+  return batch;
+}
+
+// The model's gradient per tensor size, after a pass; where two tensors share a size, the first in the model's order.
+std::map<uint64_t, std::vector<float>> gradientsBySize(train::Workload& model) {
+  std::map<uint64_t, std::vector<float>> out;
+  for (const train::ParamTensor& t : model.params()) {
+    if (t.numel() == 0 || out.count(t.numel())) continue;
+    TERSE_CHECK(t.grad.size() == t.numel(), InternalError,
+                "calibration: tensor '" << t.name << "' has " << t.grad.size() << " gradient elements on the host, "
+                                        << t.numel() << " values");
+    out.emplace(t.numel(), t.grad);
+  }
+  return out;
+}
+
 // Times every key of `plan` that `want` names, adding them to `into`.
 class Measurer {
  public:
@@ -227,12 +259,10 @@ class Measurer {
     for (int l = 0; l < static_cast<int>(plan_.layers.size()); ++l)
       layers = layers || wanted(layerKey("forward", plan_, l)) || wanted(layerKey("backward", plan_, l));
     if (layers) {
-      auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in_->data);
-      const int64_t n = std::min<int64_t>(plan_.batch, model->numTrainExamples());
-      std::vector<int64_t> batch(static_cast<std::size_t>(n));
-      std::iota(batch.begin(), batch.end(), 0);
-      const double pass = timed([&] { model->forwardBackward(batch, {}); }) * static_cast<double>(plan_.batch) /
-                          static_cast<double>(std::max<int64_t>(n, 1));
+      train::Workload& model = replica();
+      const std::vector<int64_t> batch = firstBatch(model, plan_.batch);
+      const double pass = timed([&] { model.forwardBackward(batch, {}); }) * static_cast<double>(plan_.batch) /
+                          static_cast<double>(std::max<std::size_t>(batch.size(), 1));
       double total = 0;
       for (const auto& f : plan_.layers) total += f.forward + f.backward;
       for (int l = 0; l < static_cast<int>(plan_.layers.size()); ++l) {
@@ -295,7 +325,11 @@ class Measurer {
     info.world_size = e.workers();
     std::unique_ptr<TensorCodec> codec = makeCodec(instance, info, e.seed(), options);
     // The real gradient of this size (calibration.h says why); computed once, outside every timed region.
-    if (!gradients_) gradients_ = codecCalibrationGradients(e, in_->data);
+    if (!gradients_) {
+      train::Workload& model = replica();
+      model.forwardBackward(firstBatch(model, e.data().batch_size()), {});
+      gradients_ = gradientsBySize(model);
+    }
     const auto found = gradients_->find(n);
     TERSE_CHECK(
         found != gradients_->end(), InternalError,
@@ -335,9 +369,16 @@ class Measurer {
     }
   }
 
+  // The model every pass times and takes the codecs' gradients from (calibrationReplica), built on first use.
+  train::Workload& replica() {
+    if (!replica_) replica_ = calibrationReplica(in_->experiment, in_->data);
+    return *replica_;
+  }
+
   const CalibrationInputs* in_;
   const CalibrationPlan& plan_;
   double floor_ = 0;
+  std::unique_ptr<train::Workload> replica_;
   std::optional<std::map<uint64_t, std::vector<float>>> gradients_;
 };
 
@@ -465,26 +506,9 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
 
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,
                                                                  std::shared_ptr<const workloads::DataSplit> data) {
-  // At one initialization whatever the run's seed: a seed changes the gradient's values, not what they cost to
-  // compress, and one input per workload lets every seed of a study share one timing (its ± then measures training,
-  // not the calibration's noise).
-  workloads::WorkloadOptions options = detail::workloadOptions(e);
-  options.seed = kCalibrationSeed;
-  auto model = workloads::makeWorkload(e.workload().name(), options, std::move(data));
-  const int64_t n = std::min<int64_t>(e.data().batch_size(), model->numTrainExamples());
-  std::vector<int64_t> batch(static_cast<std::size_t>(std::max<int64_t>(n, 0)));
-  std::iota(batch.begin(), batch.end(), 0);
-  // makeWorkload builds the host version (a CUDA workload runs only under NCCL, never on the simulated clock).
-  model->forwardBackward(batch, {});
-  std::map<uint64_t, std::vector<float>> out;
-  for (const train::ParamTensor& t : model->params()) {
-    if (t.numel() == 0 || out.count(t.numel())) continue;
-    TERSE_CHECK(t.grad.size() == t.numel(), InternalError,
-                "calibration: tensor '" << t.name << "' has " << t.grad.size() << " gradient elements on the host, "
-                                        << t.numel() << " values");
-    out.emplace(t.numel(), t.grad);
-  }
-  return out;
+  auto model = calibrationReplica(e, std::move(data));
+  model->forwardBackward(firstBatch(*model, e.data().batch_size()), {});
+  return gradientsBySize(*model);
 }
 
 std::shared_ptr<const sim::CostTable> makeCostTable(const CalibrationPlan& plan, const CalibrationTable& table) {
