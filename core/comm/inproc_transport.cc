@@ -72,6 +72,9 @@ struct Link {
   std::atomic<int> sleepers{0};
   Clock::duration spin{};         // a blocking wait's spin budget; zero: it parks at once
   bool skip_idle_notify = false;  // real time: no notify when nobody is parked (a simulation keeps every call)
+  // Real time without emulation: an eager frame's send is complete when isend returns (its bytes are the frame's own,
+  // and nothing times it), and its receive copies it without the lock (copyEagerAlone).
+  bool eager_sends_complete = false;
   void notifyWaiters() {
     events.fetch_add(1, std::memory_order_release);
     // A waiter that found its condition missing did so under `mutex` and counted itself before cv.wait released it;
@@ -105,18 +108,11 @@ struct Link {
   Clock::time_point head_end{};
 };
 
-// A spin step yields the CPU. Where another thread keeps it busy (another process, or a peer computing), the yield
-// hands it over for that thread's whole time slice, a millisecond or more, where a parked waiter's wake-up would have
-// preempted it; measured beside two CPU-bound processes on 2 vCPUs, such waits made a 4 KiB allreduce take 800 us.
-// A step that took longer than the whole budget says so: this thread then parks at once for a while, doubled (from
-// 10 ms up to 1 s) each time it happens again, halved by each spin that ends with its change.
-thread_local Clock::duration t_spin_backoff{};
-thread_local Clock::time_point t_park_until{};
-constexpr Clock::duration kMinSpinBackoff = std::chrono::milliseconds(10);
-constexpr Clock::duration kMaxSpinBackoff = std::chrono::seconds(1);
+// When this thread's waits stop spinning for a while (spin_wait.h, SpinStalls).
+thread_local SpinStalls t_stalls;
 
 void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget) {
-  if (spin > Clock::duration::zero() && Clock::now() >= t_park_until && budget.running()) {
+  if (spin > Clock::duration::zero() && t_stalls.maySpin(Clock::now()) && budget.running()) {
     // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
     const uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
@@ -124,13 +120,9 @@ void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget) {
       const Clock::time_point before = Clock::now();
       spinStep();
       const Clock::time_point after = Clock::now();
-      if (after - before > spin) {
-        t_spin_backoff = std::clamp(t_spin_backoff * 2, kMinSpinBackoff, kMaxSpinBackoff);
-        t_park_until = after + t_spin_backoff;
-        break;
-      }
+      if (t_stalls.step(after - before, spin, after)) break;
       if (events.load(std::memory_order_acquire) != seen) {
-        t_spin_backoff /= 2;
+        t_stalls.progressed();
         break;
       }
       if (!budget.running()) break;
@@ -174,11 +166,8 @@ void copyPayload(std::byte* dst, const std::byte* src, std::size_t len) {
   if (len != 0) std::memcpy(dst, src, len);
 }
 
-// The single copy of a matched frame, done outside the lock; kCopying keeps both owners of the buffers from leaving
-// (or the abort path from declaring the request failed) while it runs.
-void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
-  f.copy = Frame::Copy::kCopying;
-  lock.unlock();
+// Moves a matched frame's bytes into its receive's buffer: a copy, or irecvReduce's sum. Called without the lock.
+void moveBytes(Frame& f) {
   const auto len = static_cast<std::size_t>(f.header.length);
   if (f.reduce) {
     // Simulated time: each piece is added once it has arrived (inproc_transport.h), so the sum of all but the last
@@ -205,9 +194,28 @@ void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
     // sum above is: a real rank adds what it received.
     rt::uncounted([&] { copyPayload(f.dst, f.data, len); });
   }
+}
+
+// The single copy of a matched frame, done outside the lock; kCopying keeps both owners of the buffers from leaving
+// (or the abort path from declaring the request failed) while it runs.
+void copyFrame(std::unique_lock<rt::Mutex>& lock, Link& l, Frame& f) {
+  f.copy = Frame::Copy::kCopying;
+  lock.unlock();
+  moveBytes(f);
   lock.lock();
   f.copy = Frame::Copy::kDone;
   l.notifyWaiters();
+}
+
+// The receive's copy of an eager frame on a link whose eager sends complete at once (Link::eager_sends_complete):
+// nobody else waits for it -- the send is done, the sender's bytes are the frame's own -- so it is marked done before
+// the lock is let go, and neither the lock taken again nor the waiters told after: two of the four lock hand-overs a
+// small message cost, and the ones its sender and receiver fought over (a futex wake-up each; issue 45's profile).
+// Returns with the lock released.
+void copyEagerAlone(std::unique_lock<rt::Mutex>& lock, Frame& f) {
+  f.copy = Frame::Copy::kDone;
+  lock.unlock();
+  moveBytes(f);
 }
 
 // A non-blocking request's check before it adds a frame (irecvReduce) in simulated time: the bytes are added once
@@ -281,8 +289,9 @@ class Fabric;
 
 class SendRequest final : public RequestImpl {
  public:
-  SendRequest(std::shared_ptr<Fabric> fabric, Link* link, std::shared_ptr<Frame> frame)
-      : fabric_(std::move(fabric)), link_(link), frame_(std::move(frame)) {}
+  // `done`: complete already (an eager frame where Link::eager_sends_complete).
+  SendRequest(std::shared_ptr<Fabric> fabric, Link* link, std::shared_ptr<Frame> frame, bool done)
+      : fabric_(std::move(fabric)), link_(link), frame_(std::move(frame)), done_(done) {}
   // A send dropped before completing must not leave the link pointing into a buffer its owner may free next: a matched
   // frame is copied now, an unmatched one is staged into its own storage (and still delivered).
   ~SendRequest() override {
@@ -387,6 +396,13 @@ class RecvRequest final : public RequestImpl {
         if (!l.broken.empty()) throwBroken(l);
         if (f.copy == Frame::Copy::kPending) {
           if (!block && !readyToAdd(lock, f)) return false;
+          if (f.copy == Frame::Copy::kPending && f.eager && l.eager_sends_complete) {
+            const uint64_t length = r.length;
+            copyEagerAlone(lock, f);
+            length_ = length;
+            done_ = true;
+            return true;
+          }
           if (f.copy == Frame::Copy::kPending) copyFrame(lock, l, f);
           continue;
         }
@@ -572,7 +588,8 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         b->ring();
       }
     }
-    return Request(std::make_shared<SendRequest>(shared_from_this(), &l, std::move(f)));
+    const bool done = f->eager && l.eager_sends_complete;
+    return Request(std::make_shared<SendRequest>(shared_from_this(), &l, std::move(f), done));
   }
 
   Request irecv(int rank, int peer, const FrameMeta& expect, std::span<std::byte> buffer, bool reduce = false,
@@ -622,6 +639,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     made->wire = PacedResource(made->spec.bandwidth_bps);
     made->spin = std::chrono::microseconds(spin_us_);
     made->skip_idle_notify = skip_idle_notify_;
+    made->eager_sends_complete = skip_idle_notify_ && !emulated_;
     Link* expected = nullptr;
     if (!slot.compare_exchange_strong(expected, made.get())) return *expected;  // another thread made it first
     Link& l = *made.release();

@@ -13,6 +13,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
 
@@ -67,6 +68,54 @@ class SpinBudget {
   Clock::duration budget_;
   bool started_ = false;
   Clock::time_point end_{};
+};
+
+// When a waiter should stop spinning for a while. A spin step yields the CPU; where another thread keeps that CPU busy
+// (another process, or a peer computing), the yield hands it over for that thread's whole time slice, a millisecond or
+// more, where a parked waiter's wake-up would have preempted it: beside two CPU-bound processes on 2 vCPUs such waits
+// made a 4 KiB allreduce take 800 us. A step that takes longer than the whole budget is such a stall. After
+// kStallsToBackOff stalls within kStallWindow of the first, the waiter parks at once (no spin) for a while: 10 ms,
+// doubled each time it happens again up to 1 s, halved by each spin that ends with its change.
+//
+// Why several stalls, not one: a lone stall also happens on a quiet host (a yield that ran the bench's main thread, a
+// kernel worker, a peer still starting up: 60-200 us measured at a run's start), and one of them used to send the
+// thread to parking for 10 ms, which is 1,600 4-KiB allreduces at the spin's pace: a 2,000-iteration benchmark then
+// measured parking (6.6 us) where the spin gives 3.6. Under real contention the stalls come at every step, so the
+// third arrives within a few slices. Not thread-safe: one per thread (the transports keep it thread_local).
+class SpinStalls {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kStallsToBackOff = 3;
+  static constexpr Clock::duration kStallWindow = std::chrono::milliseconds(100);
+  static constexpr Clock::duration kMinBackoff = std::chrono::milliseconds(10);
+  static constexpr Clock::duration kMaxBackoff = std::chrono::seconds(1);
+
+  // Whether a wait starting at `now` may spin (false: it parks, backing off).
+  bool maySpin(Clock::time_point now) const { return now >= park_until_; }
+  // A spin step ended at `now` after `step`, against the wait's whole `budget`. Returns true when the step was a stall
+  // (the caller stops spinning); the third stall in a window starts a back-off.
+  bool step(Clock::duration step, Clock::duration budget, Clock::time_point now) {
+    if (step <= budget) return false;
+    if (stalls_ == 0 || now - first_stall_ > kStallWindow) {
+      stalls_ = 0;
+      first_stall_ = now;
+    }
+    if (++stalls_ >= kStallsToBackOff) {
+      stalls_ = 0;
+      backoff_ = std::clamp(backoff_ * 2, kMinBackoff, kMaxBackoff);
+      park_until_ = now + backoff_;
+    }
+    return true;
+  }
+  // A spin ended with the change it waited for.
+  void progressed() { backoff_ /= 2; }
+  Clock::duration backoff() const { return backoff_; }
+
+ private:
+  int stalls_ = 0;
+  Clock::time_point first_stall_{};
+  Clock::duration backoff_{};
+  Clock::time_point park_until_{};
 };
 
 // A budget in microseconds: `option` when it is set (>= 0); else the variable `name` from `env` when set; else

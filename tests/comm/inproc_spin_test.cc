@@ -1,7 +1,8 @@
 // The inproc transport's waiting (inproc_transport.h, "Waiting"): where its spin budget comes from (option, then
 // TERSE_INPROC_SPIN_US, then the default), bad values refused naming themselves, no spin in simulated time or with
 // emulated links, and a waiter that is woken whatever the budget -- parked at once, after a short spin, or spinning
-// through the whole exchange -- for eager and rendezvous frames alike.
+// through the whole exchange -- for eager and rendezvous frames alike; when a thread's stalled spins make it park for a
+// while (SpinStalls); and an eager send complete at once in real time, its receive's copy alone.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -131,6 +132,92 @@ TEST(InprocSpin, AbortReachesASpinningOrParkedWaiter) {
     EXPECT_THROW(a->recv(1, FrameMeta{OpKind::kP2P, 3, kNoTensor}, buf), CommError) << us;
     killer.join();
   }
+}
+
+// A lone stall (a yield that ran something else for longer than the budget) ends the spin but does not make the
+// thread park for a while; three within the window do, for 10 ms, doubled each time up to 1 s and halved by progress.
+// Stalls spread wider than the window never back off.
+TEST(InprocSpin, ThreeStallsInAWindowBackOffALoneOneDoesNot) {
+  using namespace std::chrono_literals;
+  using C = SpinStalls::Clock;
+  const C::duration budget = 50us;
+  const C::time_point t0 = C::now();
+  SpinStalls s;
+  EXPECT_TRUE(s.maySpin(t0));
+  EXPECT_FALSE(s.step(budget, budget, t0)) << "a step within the budget is no stall";
+  EXPECT_TRUE(s.step(200us, budget, t0));
+  EXPECT_TRUE(s.step(200us, budget, t0 + 1ms));
+  EXPECT_TRUE(s.maySpin(t0 + 1ms)) << "two stalls backed off";
+  EXPECT_TRUE(s.step(200us, budget, t0 + 2ms));
+  EXPECT_FALSE(s.maySpin(t0 + 2ms)) << "the third stall in the window did not back off";
+  EXPECT_EQ(s.backoff(), SpinStalls::kMinBackoff);
+  EXPECT_TRUE(s.maySpin(t0 + 2ms + SpinStalls::kMinBackoff));
+  // Again at once: the next back-off doubles.
+  const C::time_point t1 = t0 + 20ms;
+  for (int i = 0; i < SpinStalls::kStallsToBackOff; ++i) s.step(1ms, budget, t1);
+  EXPECT_EQ(s.backoff(), 2 * SpinStalls::kMinBackoff);
+  EXPECT_FALSE(s.maySpin(t1 + SpinStalls::kMinBackoff));
+  s.progressed();
+  EXPECT_EQ(s.backoff(), SpinStalls::kMinBackoff);
+  // Stalls further apart than the window: each starts a new count.
+  SpinStalls spread;
+  for (int i = 0; i < 10; ++i) {
+    const C::time_point t = t0 + i * (SpinStalls::kStallWindow + 1ms);
+    EXPECT_TRUE(spread.step(1ms, budget, t));
+    EXPECT_TRUE(spread.maySpin(t)) << "stall " << i;
+  }
+  // Back-offs keep doubling to the cap.
+  SpinStalls capped;
+  for (int round = 0; round < 20; ++round)
+    for (int i = 0; i < SpinStalls::kStallsToBackOff; ++i) capped.step(1ms, budget, t0 + round * 2s);
+  EXPECT_EQ(capped.backoff(), SpinStalls::kMaxBackoff);
+}
+
+// In real time an eager frame's send is complete as isend returns, before any receive exists, and its bytes stay the
+// frame's own: the sender may overwrite its buffer and drop the request at once, and the receive, posted later or
+// already waiting, gets the bytes sent (copied alone, without telling a sender that no longer waits). A rendezvous
+// frame's send is not complete until a receive has its bytes; with emulated links, not before its time.
+TEST(InprocSpin, AnEagerSendIsCompleteAtOnceInRealTime) {
+  const FrameMeta meta{OpKind::kP2P, 4, kNoTensor};
+  for (int us : {0, kDefaultInprocSpinUs}) {
+    auto fabric = InprocFabric::create(2, withSpin(us));
+    auto a = fabric->endpoint(0);
+    auto b = fabric->endpoint(1);
+    std::vector<std::byte> out(1000, std::byte{7});
+    {
+      Request s = a->isend(1, meta, out);
+      EXPECT_TRUE(s.test()) << "budget " << us;
+    }
+    std::fill(out.begin(), out.end(), std::byte{9});
+    std::vector<float> sum(250, 1.0f);
+    const std::vector<float> two(250, 2.0f);
+    Request late = a->isend(1, meta, std::as_bytes(std::span(two)));
+    EXPECT_TRUE(late.test());
+    std::vector<std::byte> in(1000);
+    EXPECT_EQ(b->recv(0, meta, in), 1000u);
+    EXPECT_EQ(in, std::vector<std::byte>(1000, std::byte{7}));
+    Request r = b->irecvReduce(0, meta, std::as_writable_bytes(std::span(sum)), DType::kF32);
+    r.wait();
+    EXPECT_EQ(r.bytes(), 1000u);
+    EXPECT_EQ(sum, std::vector<float>(250, 3.0f));
+    // Rendezvous: the sender's bytes are copied straight into the receive, so its send waits for one.
+    std::vector<std::byte> big(fabric->options().eager_bytes + 1, std::byte{3});
+    Request rs = a->isend(1, meta, big);
+    EXPECT_FALSE(rs.test());
+    std::vector<std::byte> got(big.size());
+    b->recv(0, meta, got);
+    rs.wait();
+    EXPECT_EQ(got, big);
+  }
+  // Emulated links time every frame: an eager send of 1 MB/s completes after its bytes have been on the wire.
+  InprocOptions slow;
+  slow.emulation.link.bandwidth_bps = 8e6;
+  auto fabric = InprocFabric::create(2, slow);
+  auto a = fabric->endpoint(0);
+  std::vector<std::byte> out(10000);
+  Request s = a->isend(1, meta, out);
+  EXPECT_FALSE(s.test()) << "an emulated 10 ms frame was sent at once";
+  s.wait();
 }
 
 }  // namespace
