@@ -35,7 +35,8 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
       scheduler_(std::move(scheduler)),
       pipelines_(workload, comm, std::move(pipelines)),
       sparse_(workload.params(), comm, options.sparse_rows, device_),
-      engine_(comm) {
+      engine_(comm),
+      lanes_(comm, options.max_groups_in_flight) {
   TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
               "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
   const auto params = workload.params();
@@ -46,24 +47,11 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
   layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
               "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
-  if (options.max_groups_in_flight > 1) {
-    for (int k = 0; k < options.max_groups_in_flight; ++k) {
-      Lane lane;
-      lane.channel = comm.openChannel();
-      TERSE_CHECK(lane.channel != nullptr, InvalidArgument,
-                  "max_groups_in_flight " << options.max_groups_in_flight << " needs a communicator that runs "
-                                          << "collectives side by side; the '" << comm.backend()
-                                          << "' communicator runs one at a time (use 1)");
-      lane.engine = std::make_unique<AggregationEngine>(*lane.channel);
-      lanes_.push_back(std::move(lane));
-    }
-  }
 }
 
 void GroupScheduler::start() {
-  for (std::size_t k = 0; k < lanes_.size(); ++k)
-    lanes_[k].thread = rt::Thread(
-        "lane " + std::to_string(comm_.rank()) + "." + std::to_string(k), [this, k] { laneLoop(k); }, comm_.rank());
+  lanes_.start([this](std::unique_ptr<GroupJob> job, Lane& lane, std::size_t k) { runOnLane(std::move(job), lane, k); },
+               comm_.rank());
   comm_thread_ = rt::Thread(
       "comm " + std::to_string(comm_.rank()),
       [this] {
@@ -91,12 +79,7 @@ GroupScheduler::~GroupScheduler() {
   }
   work_cv_.notify_all();
   comm_thread_.join();
-  {
-    std::lock_guard lock(mutex_);
-    lanes_stop_ = true;
-  }
-  lane_cv_.notify_all();
-  for (Lane& lane : lanes_) lane.thread.join();
+  lanes_.stop();  // before the members its jobs use go
 }
 
 // ---- The worker's side.
@@ -217,7 +200,6 @@ void GroupScheduler::fail(std::exception_ptr failure, const std::string& where, 
   abortComm(where + " failed at step " + std::to_string(step) + ": " + what);
   applied_cv_.notify_all();
   work_cv_.notify_all();
-  lane_cv_.notify_all();
 }
 
 void GroupScheduler::admit(const Ready& r) {
@@ -375,29 +357,18 @@ void GroupScheduler::runSparse(std::size_t t) {
   applied_cv_.notify_all();
 }
 
-void GroupScheduler::laneLoop(std::size_t k) {
-  Lane& lane = lanes_[k];
-  for (;;) {
-    std::unique_ptr<GroupJob> job;
+void GroupScheduler::runOnLane(std::unique_ptr<GroupJob> job, Lane& lane, std::size_t k) {
+  if (failed()) return;  // the job's peers fail through the abort anyway
+  try {
+    lane.channel->select(job->seq);
+    executeGroup(*job, *lane.engine, *lane.channel, TraceRecorder::kCommThread + static_cast<int>(k));
     {
-      std::unique_lock lock(mutex_);
-      lane_cv_.wait(lock, [&] { return lanes_stop_ || !lane_jobs_.empty(); });
-      if (lane_jobs_.empty()) return;
-      job = std::move(lane_jobs_.front());
-      lane_jobs_.pop_front();
-      if (error_) continue;  // the job's peers fail through the abort anyway
+      std::lock_guard lock(mutex_);
+      lane_done_.push_back(std::move(job));
     }
-    try {
-      lane.channel->select(job->seq);
-      executeGroup(*job, *lane.engine, *lane.channel, TraceRecorder::kCommThread + static_cast<int>(k));
-      {
-        std::lock_guard lock(mutex_);
-        lane_done_.push_back(std::move(job));
-      }
-      work_cv_.notify_all();
-    } catch (...) {
-      fail(std::current_exception(), job->where, static_cast<int64_t>(job->step));
-    }
+    work_cv_.notify_all();
+  } catch (...) {
+    fail(std::current_exception(), job->where, static_cast<int64_t>(job->step));
   }
 }
 
@@ -412,8 +383,8 @@ void GroupScheduler::commLoop() {
   std::vector<Ready> admitting;
   std::vector<uint64_t> ids;
   // Lanes: the groups handed out whose completion the scheduler has not been told of, in issue order, with whether
-  // they finished here. This is the scheduler's book of its credit, not a hand-over: the jobs travel in lane_jobs_ and
-  // lane_done_.
+  // they finished here. This is the scheduler's book of its credit, not a hand-over: the jobs travel through the lanes'
+  // queue and lane_done_.
   struct Flying {
     std::vector<uint64_t> ids;
     uint64_t wire_bytes = 0;
@@ -563,11 +534,7 @@ void GroupScheduler::commLoop() {
           for (const Chunk& c : group) f.ids.push_back(c.chunk_id);
           f.wire_bytes = job->wire_bytes;
           flying.push_back(std::move(f));
-          {
-            std::lock_guard lock(mutex_);
-            lane_jobs_.push_back(std::move(job));
-          }
-          lane_cv_.notify_one();
+          lanes_.submit(std::move(job));
         }
       }
     } catch (...) {

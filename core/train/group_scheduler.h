@@ -6,11 +6,13 @@
 // flight, row-sparse tensors, device streams, errors) is described at the top of sync_trainer.h; this file is the
 // unit that runs it, usable without a trainer (tests/train/group_scheduler_test.cc feeds one by hand).
 //
-// Hand-overs, one queue each (mutex_ guards them):
-//   worker -> communication thread: ready_, tensors fed and not yet admitted to the scheduler. The thread reads how
-//     many there are at each wake-up (the negotiation's news) and takes the agreed ones off the front.
-//   communication thread -> lanes: lane_jobs_, groups handed out and not yet taken by a lane (max_groups_in_flight >
-//   1). lanes -> communication thread: lane_done_, groups a lane has run, waiting for their updates and completions.
+// Hand-overs, one queue each:
+//   worker -> communication thread: ready_ (under mutex_), tensors fed and not yet admitted to the scheduler. The
+//     thread reads how many there are at each wake-up (the negotiation's news) and takes the agreed ones off the front.
+//   communication thread -> lanes: the LanePool's queue (lane_pool.h, under its own lock), groups handed out and not
+//     yet taken by a lane (max_groups_in_flight > 1).
+//   lanes -> communication thread: lane_done_ (under mutex_), groups a lane has run, waiting for their updates and
+//     completions.
 // What the scheduler holds between admission and hand-out is its own queue (the plugin's, not ours).
 #pragma once
 
@@ -29,6 +31,7 @@
 #include "core/compress/engine.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/scheduler.h"
+#include "core/train/lane_pool.h"
 #include "core/train/pipeline_set.h"
 #include "core/train/row_sparse_tensors.h"
 #include "core/train/step_trace.h"
@@ -158,15 +161,9 @@ class GroupScheduler {
     uint64_t trace_seq = 0;
     rt::Clock::time_point issued;
   };
-  // A lane (max_groups_in_flight > 1): a thread running groups on its own channel and engine.
-  struct Lane {
-    std::unique_ptr<comm::CommChannel> channel;
-    std::unique_ptr<AggregationEngine> engine;
-    rt::Thread thread;
-  };
-
   void commLoop();
-  void laneLoop(std::size_t lane);
+  // A lane's thread: runs the job on the lane's channel and engine and hands it back through lane_done_.
+  void runOnLane(std::unique_ptr<GroupJob> job, Lane& lane, std::size_t k);
   // Communication thread: a tensor the negotiation agreed on goes to the scheduler (or, row-sparse, is aggregated).
   void admit(const Ready& r);
   // Communication thread: binds the chunks' pipelines and gradients, books issue order and the IssuedGroup.
@@ -198,7 +195,7 @@ class GroupScheduler {
   PipelineSet pipelines_;
   RowSparseTensors sparse_;   // the tensors aggregated as rows, outside the groups
   AggregationEngine engine_;  // groups run on the communication thread
-  std::vector<Lane> lanes_;   // empty with max_groups_in_flight 1
+  LanePool<GroupJob> lanes_;  // empty with max_groups_in_flight 1
 
   // ---- Communication thread only (no lock): the step being scheduled and the per-tensor books.
   int64_t step_ = -1;
@@ -214,12 +211,9 @@ class GroupScheduler {
   mutable rt::Mutex mutex_;
   rt::CondVar work_cv_;     // the communication thread waits here for ready tensors and finished lanes
   rt::CondVar applied_cv_;  // gates and drains wait here for updates
-  rt::CondVar lane_cv_;     // lanes wait here for groups
   std::deque<Ready> ready_;
-  std::deque<std::unique_ptr<GroupJob>> lane_jobs_;
   std::deque<std::unique_ptr<GroupJob>> lane_done_;
   bool stop_ = false;
-  bool lanes_stop_ = false;
   std::vector<int64_t> applied_;        // per tensor: the last step whose update is applied
   std::vector<int64_t> layer_applied_;  // per layer: min of applied_ over its tensors
   std::vector<std::size_t> issue_order_;
