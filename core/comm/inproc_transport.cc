@@ -70,6 +70,14 @@ struct Link {
   // it in a loop, and a neighbour written under the lock would pull the line from under it at every change.
   alignas(64) std::atomic<uint64_t> events{0};
   std::atomic<int> sleepers{0};
+  // The CPU the sender (isend) and the receiver (irecv) last posted from, -1 before: a spinning waiter checks whether
+  // it shares its CPU with the thread it waits for (spin_wait.h, CpuSharing). Written only when it changed.
+  std::atomic<int> sender_cpu{-1};
+  std::atomic<int> receiver_cpu{-1};
+  static void noteCpu(std::atomic<int>& slot) {
+    const int cpu = currentCpu();
+    if (slot.load(std::memory_order_relaxed) != cpu) slot.store(cpu, std::memory_order_relaxed);
+  }
   Clock::duration spin{};         // a blocking wait's spin budget; zero: it parks at once
   bool skip_idle_notify = false;  // real time: no notify when nobody is parked (a simulation keeps every call)
   // Real time without emulation: an eager frame's send is complete when isend returns (its bytes are the frame's own,
@@ -92,8 +100,9 @@ struct Link {
     while (!pred()) park(lock);
   }
   // A blocking request's wait for the link's next change: while `budget` runs, spin (spin_wait.h) until `events` moves,
-  // then hand the lock back for the caller to re-check; after it, park.
-  void await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget);
+  // then hand the lock back for the caller to re-check; after it, park. `receiving`: the waiter is the link's receiver
+  // (the change it waits for is the sender's), else its sender.
+  void await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving);
   // Guarded by mutex.
   std::deque<std::shared_ptr<Frame>> unmatched;
   std::deque<std::shared_ptr<PostedRecv>> posted;
@@ -108,10 +117,12 @@ struct Link {
   Clock::time_point head_end{};
 };
 
-// When this thread's waits stop spinning for a while (spin_wait.h, SpinStalls).
+// When this thread's waits stop spinning for a while (spin_wait.h, SpinStalls), and whether it shares its CPU with the
+// threads it waits for (CpuSharing).
 thread_local SpinStalls t_stalls;
+thread_local CpuSharing t_sharing;
 
-void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget) {
+void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving) {
   if (spin > Clock::duration::zero() && t_stalls.maySpin(Clock::now()) && budget.running()) {
     // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
     const uint64_t seen = events.load(std::memory_order_acquire);
@@ -123,6 +134,10 @@ void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget) {
       if (t_stalls.step(after - before, spin, after)) break;
       if (events.load(std::memory_order_acquire) != seen) {
         t_stalls.progressed();
+        const int own = currentCpu();
+        const int peer_cpu = (receiving ? sender_cpu : receiver_cpu).load(std::memory_order_relaxed);
+        if (t_sharing.spinEnded(receiving ? to : from, receiving ? from : to, peer_cpu, own, after))
+          moveToAnotherCpu(own);
         break;
       }
       if (!budget.running()) break;
@@ -323,7 +338,7 @@ class SendRequest final : public RequestImpl {
     for (;;) {
       if (f.copy == Frame::Copy::kCopying) {
         if (!block) return false;
-        l.await(lock, spin);
+        l.await(lock, spin, false);
         continue;
       }
       if ((f.eager || f.copy == Frame::Copy::kDone) && f.scheduled) break;
@@ -334,7 +349,7 @@ class SendRequest final : public RequestImpl {
         continue;
       }
       if (!block) return false;
-      l.await(lock, spin);
+      l.await(lock, spin, false);
     }
     const Clock::time_point t = f.sent_at;
     const std::shared_ptr<FrameNetwork::Transfer> transfer = f.transfer;
@@ -389,7 +404,7 @@ class RecvRequest final : public RequestImpl {
         Frame& f = *r.frame;
         if (f.copy == Frame::Copy::kCopying) {
           if (!block) return false;
-          l.await(lock, spin);
+          l.await(lock, spin, true);
           continue;
         }
         if (f.copy == Frame::Copy::kDone && f.scheduled) break;
@@ -410,7 +425,7 @@ class RecvRequest final : public RequestImpl {
         throwBroken(l);
       }
       if (!block) return false;
-      l.await(lock, spin);
+      l.await(lock, spin, true);
     }
     const Clock::time_point t = r.frame->deliver_at;
     const std::shared_ptr<FrameNetwork::Transfer> transfer = r.frame->transfer;
@@ -564,6 +579,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     // As the wire would carry it: encoded here, decoded and validated on arrival.
     const EncodedHeader raw = encodeFrameHeader(f->header);
     Link& l = link(rank, peer);
+    if (l.spin > Clock::duration::zero()) Link::noteCpu(l.sender_cpu);
     {
       std::lock_guard lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
@@ -603,6 +619,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     r->reduce = reduce;
     r->reduce_dtype = dtype;
     Link& l = link(peer, rank);
+    if (l.spin > Clock::duration::zero()) Link::noteCpu(l.receiver_cpu);
     bool matched_queued = false;
     {
       std::lock_guard lock(l.mutex);

@@ -25,7 +25,7 @@
 // builds running, load 5-7, medians of 3 rounds, spin / park / Open MPI vader): 2 ranks 4 KiB 4.4 / 16.3 / 1.1 us,
 // 64 KiB 31 / 56 / 19 us, 16 MiB 4.7 / 5.3 / 1.1 GB/s; 4 ranks 4 KiB 33 / 45 / 39 us, 64 KiB 144 / 190 / 120 us,
 // 16 MiB 3.6 / 3.4 / 0.8 GB/s. Beside a two-job build (load 7) a spin step's sched_yield() handed the CPU to a
-// compiler for its whole slice (a 4 KiB allreduce of 800 us); three steps that take longer than the budget within
+// compiler for its whole slice (a 4 KiB allreduce of 800 us); steps longer than the budget that add up to 2 ms within
 // 100 ms now make the thread park at once for a while (spin_wait.h, SpinStalls), and the spin then costs what parking
 // does.
 // The spin is off in simulated time (the actors share one OS thread: nothing changes while one spins, and the

@@ -1,11 +1,35 @@
 #include "core/comm/spin_wait.h"
 
+#include <sched.h>
+
 #include <charconv>
 #include <cstdint>
 
 #include "core/common/error.h"
 
 namespace terse::comm {
+
+int currentCpu() {
+  return ::sched_getcpu();
+}
+
+bool moveToAnotherCpu(int from) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (from < 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return false;
+  int target = -1;
+  for (int k = 1; k < CPU_SETSIZE && target < 0; ++k) {
+    const int c = (from + k) % CPU_SETSIZE;
+    if (CPU_ISSET(c, &allowed)) target = c;
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(target, &one);
+  // Narrowing the affinity migrates the running thread before the call returns; widening it again leaves it there.
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) return false;
+  ::sched_setaffinity(0, sizeof allowed, &allowed);
+  return true;
+}
 
 int resolveSpinMicroseconds(int option, std::string_view who, std::string_view field, const char* name,
                             const EnvLookup& env, int fallback, std::string_view meaning) {

@@ -73,19 +73,21 @@ class SpinBudget {
 // When a waiter should stop spinning for a while. A spin step yields the CPU; where another thread keeps that CPU busy
 // (another process, or a peer computing), the yield hands it over for that thread's whole time slice, a millisecond or
 // more, where a parked waiter's wake-up would have preempted it: beside two CPU-bound processes on 2 vCPUs such waits
-// made a 4 KiB allreduce take 800 us. A step that takes longer than the whole budget is such a stall. After
-// kStallsToBackOff stalls within kStallWindow of the first, the waiter parks at once (no spin) for a while: 10 ms,
-// doubled each time it happens again up to 1 s, halved by each spin that ends with its change.
+// made a 4 KiB allreduce take 800 us. A step that takes longer than the wait's whole budget is such a stall, and ends
+// the spin. Once the stalls since the first of a window (kStallWindow) add up to kStallTimeToBackOff, the waiter parks
+// at once (no spin) for a while: 10 ms, doubled each time it happens again up to 1 s, halved by each spin that ends
+// with its change.
 //
-// Why several stalls, not one: a lone stall also happens on a quiet host (a yield that ran the bench's main thread, a
-// kernel worker, a peer still starting up: 60-200 us measured at a run's start), and one of them used to send the
-// thread to parking for 10 ms, which is 1,600 4-KiB allreduces at the spin's pace: a 2,000-iteration benchmark then
-// measured parking (6.6 us) where the spin gives 3.6. Under real contention the stalls come at every step, so the
-// third arrives within a few slices. Not thread-safe: one per thread (the transports keep it thread_local).
+// Why stalled time, not one stall: short stalls also happen on a quiet host, in bursts at a run's start (a peer rank
+// still faulting in its buffers on the same CPU, the main thread starting the others: 4-5 stalls of 50-220 us within
+// a millisecond, measured). A back-off on the first of them parked the thread for 10 ms, which is thousands of 4-KiB
+// allreduces at the spin's pace: a 2,000-iteration benchmark then measured parking (5-7 us a call) where the spin
+// gives 2.3-2.8. Under a CPU hog each stall is a time slice, so two or three of them reach the sum. Not thread-safe:
+// one per thread (the transports keep it thread_local).
 class SpinStalls {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr int kStallsToBackOff = 3;
+  static constexpr Clock::duration kStallTimeToBackOff = std::chrono::milliseconds(2);
   static constexpr Clock::duration kStallWindow = std::chrono::milliseconds(100);
   static constexpr Clock::duration kMinBackoff = std::chrono::milliseconds(10);
   static constexpr Clock::duration kMaxBackoff = std::chrono::seconds(1);
@@ -93,15 +95,16 @@ class SpinStalls {
   // Whether a wait starting at `now` may spin (false: it parks, backing off).
   bool maySpin(Clock::time_point now) const { return now >= park_until_; }
   // A spin step ended at `now` after `step`, against the wait's whole `budget`. Returns true when the step was a stall
-  // (the caller stops spinning); the third stall in a window starts a back-off.
+  // (the caller stops spinning); stalls adding up to kStallTimeToBackOff within a window start a back-off.
   bool step(Clock::duration step, Clock::duration budget, Clock::time_point now) {
     if (step <= budget) return false;
-    if (stalls_ == 0 || now - first_stall_ > kStallWindow) {
-      stalls_ = 0;
+    if (stalled_ == Clock::duration::zero() || now - first_stall_ > kStallWindow) {
+      stalled_ = Clock::duration::zero();
       first_stall_ = now;
     }
-    if (++stalls_ >= kStallsToBackOff) {
-      stalls_ = 0;
+    stalled_ += step;
+    if (stalled_ >= kStallTimeToBackOff) {
+      stalled_ = Clock::duration::zero();
       backoff_ = std::clamp(backoff_ * 2, kMinBackoff, kMaxBackoff);
       park_until_ = now + backoff_;
     }
@@ -112,11 +115,57 @@ class SpinStalls {
   Clock::duration backoff() const { return backoff_; }
 
  private:
-  int stalls_ = 0;
+  Clock::duration stalled_{};  // stalled time since first_stall_
   Clock::time_point first_stall_{};
   Clock::duration backoff_{};
   Clock::time_point park_until_{};
 };
+
+// Moves a spinning thread off a CPU it shares with the thread it waits for. Two in-process ranks started at once can
+// land on one CPU while another stays idle, and stay there: each hands the CPU to the other at every spin step, so
+// neither is ever idle long enough, nor cold enough (the scheduler's migration cost, 0.5 ms), for the load balancer to
+// move it. Measured on 2 vCPUs (`perf sched timehist`): both ranks of a 4 KiB allreduce on CPU 1 for a whole
+// 2,000-iteration benchmark, 700 context switches each, CPU 0 idle: 4.5-7 us a call where apart they take 2.2-2.8.
+// Open MPI binds its ranks to cores for the same reason; a thread of terse's cannot be bound (the threads it starts,
+// a trainer's communication thread among them, would inherit the binding), so it is moved once and left free: its
+// affinity is narrowed to another allowed CPU, which migrates it, and restored at once, which does not move it back.
+//
+// When: a spin that ends with its change finds the thread that made it last on this thread's own CPU
+// (kSharedSpinsToMove times in a row), this thread's rank is the higher of the two (so that only one of a pair moves),
+// and it has not moved within kMinMoveInterval (where ranks outnumber CPUs, sharing cannot be helped). Not
+// thread-safe: one per thread (the transports keep it thread_local).
+class CpuSharing {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kSharedSpinsToMove = 2;
+  static constexpr Clock::duration kMinMoveInterval = std::chrono::milliseconds(100);
+
+  // A spin ended with its change, made by rank `peer` last seen on CPU `peer_cpu` (-1: not known) while this thread,
+  // rank `self`, ran on `own_cpu`. Returns whether the caller should move to another CPU now (moveToAnotherCpu).
+  bool spinEnded(int self, int peer, int peer_cpu, int own_cpu, Clock::time_point now) {
+    if (peer_cpu < 0 || peer_cpu != own_cpu || self < peer) {
+      shared_ = 0;
+      return false;
+    }
+    if (++shared_ < kSharedSpinsToMove || (moved_ && now - last_move_ < kMinMoveInterval)) return false;
+    shared_ = 0;
+    moved_ = true;
+    last_move_ = now;
+    return true;
+  }
+
+ private:
+  int shared_ = 0;  // spins in a row that found the peer on this CPU
+  bool moved_ = false;
+  Clock::time_point last_move_{};
+};
+
+// The CPU the calling thread runs on, -1 where it cannot be known.
+int currentCpu();
+
+// Moves the calling thread to the next CPU after `from` that its affinity allows, leaving its affinity as it was.
+// Returns false (and does nothing) where only one CPU is allowed or the system refuses.
+bool moveToAnotherCpu(int from);
 
 // A budget in microseconds: `option` when it is set (>= 0); else the variable `name` from `env` when set; else
 // `fallback`. Throws InvalidArgument "<who>: <field> must be -1 (unset), 0 (off) or 1..1000000 microseconds, got N"

@@ -2,8 +2,10 @@
 // TERSE_INPROC_SPIN_US, then the default), bad values refused naming themselves, no spin in simulated time or with
 // emulated links, and a waiter that is woken whatever the budget -- parked at once, after a short spin, or spinning
 // through the whole exchange -- for eager and rendezvous frames alike; when a thread's stalled spins make it park for a
-// while (SpinStalls); and an eager send complete at once in real time, its receive's copy alone.
+// while (SpinStalls); when a spinning thread leaves a CPU it shares with its peer (CpuSharing); and an eager send
+// complete at once in real time, its receive's copy alone.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <chrono>
 #include <thread>
@@ -134,10 +136,10 @@ TEST(InprocSpin, AbortReachesASpinningOrParkedWaiter) {
   }
 }
 
-// A lone stall (a yield that ran something else for longer than the budget) ends the spin but does not make the
-// thread park for a while; three within the window do, for 10 ms, doubled each time up to 1 s and halved by progress.
-// Stalls spread wider than the window never back off.
-TEST(InprocSpin, ThreeStallsInAWindowBackOffALoneOneDoesNot) {
+// Short stalls (a yield that ran something else for longer than the budget) end the spin but do not make the thread
+// park for a while, as a burst of them at a run's start must not; stalls adding up to 2 ms within the window do, for
+// 10 ms, doubled each time up to 1 s and halved by progress. Stalls spread wider than the window never back off.
+TEST(InprocSpin, StallsBackOffOnceTheyAddUpInAWindow) {
   using namespace std::chrono_literals;
   using C = SpinStalls::Clock;
   const C::duration budget = 50us;
@@ -145,32 +147,99 @@ TEST(InprocSpin, ThreeStallsInAWindowBackOffALoneOneDoesNot) {
   SpinStalls s;
   EXPECT_TRUE(s.maySpin(t0));
   EXPECT_FALSE(s.step(budget, budget, t0)) << "a step within the budget is no stall";
-  EXPECT_TRUE(s.step(200us, budget, t0));
-  EXPECT_TRUE(s.step(200us, budget, t0 + 1ms));
-  EXPECT_TRUE(s.maySpin(t0 + 1ms)) << "two stalls backed off";
-  EXPECT_TRUE(s.step(200us, budget, t0 + 2ms));
-  EXPECT_FALSE(s.maySpin(t0 + 2ms)) << "the third stall in the window did not back off";
+  // The start-of-run burst measured: 217, 50+, 50+, 54, 110 us.
+  C::time_point t = t0;
+  for (C::duration d : {217us, 51us, 51us, 54us, 110us}) {
+    t += d;
+    EXPECT_TRUE(s.step(d, budget, t));
+    EXPECT_TRUE(s.maySpin(t)) << "a burst of short stalls backed off";
+  }
+  // Two time slices of a CPU hog: 1.3 ms each.
+  t += 1300us;
+  EXPECT_TRUE(s.step(1300us, budget, t));
+  EXPECT_TRUE(s.maySpin(t));
+  t += 1300us;
+  EXPECT_TRUE(s.step(1300us, budget, t));
+  EXPECT_FALSE(s.maySpin(t)) << "2.8 ms stalled within the window did not back off";
   EXPECT_EQ(s.backoff(), SpinStalls::kMinBackoff);
-  EXPECT_TRUE(s.maySpin(t0 + 2ms + SpinStalls::kMinBackoff));
+  EXPECT_TRUE(s.maySpin(t + SpinStalls::kMinBackoff));
   // Again at once: the next back-off doubles.
-  const C::time_point t1 = t0 + 20ms;
-  for (int i = 0; i < SpinStalls::kStallsToBackOff; ++i) s.step(1ms, budget, t1);
+  const C::time_point t1 = t + 20ms;
+  s.step(3ms, budget, t1);
   EXPECT_EQ(s.backoff(), 2 * SpinStalls::kMinBackoff);
   EXPECT_FALSE(s.maySpin(t1 + SpinStalls::kMinBackoff));
   s.progressed();
   EXPECT_EQ(s.backoff(), SpinStalls::kMinBackoff);
-  // Stalls further apart than the window: each starts a new count.
+  // Stalls of 1 ms further apart than the window: each starts a new sum.
   SpinStalls spread;
   for (int i = 0; i < 10; ++i) {
-    const C::time_point t = t0 + i * (SpinStalls::kStallWindow + 1ms);
-    EXPECT_TRUE(spread.step(1ms, budget, t));
-    EXPECT_TRUE(spread.maySpin(t)) << "stall " << i;
+    const C::time_point at = t0 + i * (SpinStalls::kStallWindow + 1ms);
+    EXPECT_TRUE(spread.step(1ms, budget, at));
+    EXPECT_TRUE(spread.maySpin(at)) << "stall " << i;
   }
   // Back-offs keep doubling to the cap.
   SpinStalls capped;
-  for (int round = 0; round < 20; ++round)
-    for (int i = 0; i < SpinStalls::kStallsToBackOff; ++i) capped.step(1ms, budget, t0 + round * 2s);
+  for (int round = 0; round < 20; ++round) capped.step(5ms, budget, t0 + round * 2s);
   EXPECT_EQ(capped.backoff(), SpinStalls::kMaxBackoff);
+}
+
+// A spin that keeps finding the thread it waits for on its own CPU moves, once the second time in a row and then at
+// most every 100 ms; only the higher rank of the pair moves, and a peer on another CPU (or not known yet) resets the
+// count.
+TEST(InprocSpin, ASharedCpuIsLeftByTheHigherRankAtMostEvery100Ms) {
+  using namespace std::chrono_literals;
+  const auto t0 = CpuSharing::Clock::now();
+  CpuSharing s;
+  EXPECT_FALSE(s.spinEnded(1, 0, 3, 3, t0));
+  EXPECT_TRUE(s.spinEnded(1, 0, 3, 3, t0)) << "the second shared spin in a row did not move";
+  EXPECT_FALSE(s.spinEnded(1, 0, 5, 5, t0 + 1ms));
+  EXPECT_FALSE(s.spinEnded(1, 0, 5, 5, t0 + 2ms)) << "moved again within 100 ms";
+  EXPECT_TRUE(s.spinEnded(1, 0, 5, 5, t0 + 101ms));
+  CpuSharing apart;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_FALSE(apart.spinEnded(1, 0, 3, 3, t0));
+    EXPECT_FALSE(apart.spinEnded(1, 0, 2, 3, t0)) << "a peer on another CPU kept the count";
+    EXPECT_FALSE(apart.spinEnded(1, 0, -1, 3, t0)) << "an unknown CPU counted as shared";
+  }
+  CpuSharing lower;
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(lower.spinEnded(0, 1, 3, 3, t0)) << "the lower rank moved";
+}
+
+// The move itself: the calling thread ends up on another allowed CPU and keeps the affinity it had. Where only one CPU
+// is allowed it refuses and stays.
+TEST(InprocSpin, MovingToAnotherCpuKeepsTheAffinity) {
+  cpu_set_t before;
+  CPU_ZERO(&before);
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  const int from = currentCpu();
+  ASSERT_GE(from, 0);
+  std::thread([&] {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+    const int start = currentCpu();
+    if (CPU_COUNT(&mask) < 2) {
+      EXPECT_FALSE(moveToAnotherCpu(start));
+      return;
+    }
+    ASSERT_TRUE(moveToAnotherCpu(start));
+    EXPECT_NE(currentCpu(), start) << "still on the CPU it left";
+    cpu_set_t after;
+    CPU_ZERO(&after);
+    ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+    EXPECT_TRUE(CPU_EQUAL(&after, &mask)) << "the affinity was not restored";
+    // One CPU allowed: nowhere to go.
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(currentCpu(), &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    EXPECT_FALSE(moveToAnotherCpu(currentCpu()));
+  }).join();
+  EXPECT_FALSE(moveToAnotherCpu(-1));
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  ASSERT_EQ(sched_getaffinity(0, sizeof now, &now), 0);
+  EXPECT_TRUE(CPU_EQUAL(&now, &before)) << "the test thread's affinity changed";
 }
 
 // In real time an eager frame's send is complete as isend returns, before any receive exists, and its bytes stay the
