@@ -36,15 +36,14 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
       pipelines_(workload, comm, std::move(pipelines)),
       sparse_(workload.params(), comm, options.sparse_rows, device_),
       engine_(comm),
-      lanes_(comm, options.max_groups_in_flight) {
+      lanes_(comm, options.max_groups_in_flight),
+      gates_(workload) {
   TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
               "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
   const auto params = workload.params();
   issue_order_.reserve(params.size());
   chunks_left_.assign(params.size(), 0);
   started_.assign(params.size(), false);
-  applied_.assign(params.size(), -1);
-  layer_applied_.assign(static_cast<std::size_t>(workload.numLayers()), -1);
   TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
               "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
 }
@@ -61,9 +60,9 @@ void GroupScheduler::start() {
           try {
             cuda::setDevice(workload_.device());
           } catch (const std::exception& x) {
-            recordError(std::current_exception());
+            gates_.record(std::current_exception());
             abortComm(x.what());
-            applied_cv_.notify_all();
+            gates_.wake();
             return;
           }
         }
@@ -92,35 +91,12 @@ void GroupScheduler::feed(int64_t step, std::span<const std::size_t> tensors, do
   work_cv_.notify_one();
 }
 
-bool GroupScheduler::appliedLocked(int64_t step) const {
-  for (int64_t a : layer_applied_)
-    if (a < step) return false;
-  return true;
-}
-
 double GroupScheduler::awaitApplied(int64_t step) {
-  std::unique_lock lock(mutex_);
-  const auto t0 = rt::now();
-  applied_cv_.wait(lock, [&] { return error_ || appliedLocked(step); });
-  if (error_) std::rethrow_exception(error_);
-  return rt::seconds(t0, rt::now());
+  return gates_.awaitStep(step);
 }
 
 std::pair<rt::Clock::time_point, rt::Clock::time_point> GroupScheduler::awaitLayer(int layer, int64_t step) {
-  std::unique_lock lock(mutex_);
-  TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
-              "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
-  const auto t0 = rt::now();
-  applied_cv_.wait(lock, [&] { return error_ || layer_applied_[static_cast<std::size_t>(layer)] >= step; });
-  if (error_) std::rethrow_exception(error_);
-  return {t0, rt::now()};
-}
-
-bool GroupScheduler::recordError(std::exception_ptr failure) {
-  std::lock_guard lock(mutex_);
-  if (error_) return false;
-  error_ = std::move(failure);
-  return true;
+  return gates_.awaitLayer(layer, step);
 }
 
 void GroupScheduler::abortComm(const std::string& reason) {
@@ -130,19 +106,17 @@ void GroupScheduler::abortComm(const std::string& reason) {
 
 void GroupScheduler::failFrom(std::exception_ptr failure, const std::string& reason) {
   // Tensors already handed over may be mid-collective; the peers would wait for the rest forever.
-  if (!recordError(std::move(failure))) return;
+  if (!gates_.record(std::move(failure))) return;
   abortComm(reason);
-  applied_cv_.notify_all();
+  gates_.wake();
 }
 
 bool GroupScheduler::failed() const {
-  std::lock_guard lock(mutex_);
-  return error_ != nullptr;
+  return gates_.failed();
 }
 
 void GroupScheduler::throwIfFailed() const {
-  std::lock_guard lock(mutex_);
-  if (error_) std::rethrow_exception(error_);
+  gates_.throwIfFailed();
 }
 
 void GroupScheduler::backwardStarts() {
@@ -177,16 +151,6 @@ void GroupScheduler::markStarted(std::size_t t) {
   issue_order_.push_back(t);
 }
 
-void GroupScheduler::markAppliedLocked(std::span<const std::size_t> done) {
-  for (std::size_t t : done) {
-    applied_[t] = step_;
-    const int layer = workload_.params()[t].layer;
-    int64_t m = std::numeric_limits<int64_t>::max();
-    for (std::size_t u : workload_.layerTensors(layer)) m = std::min(m, applied_[u]);
-    layer_applied_[static_cast<std::size_t>(layer)] = m;
-  }
-}
-
 void GroupScheduler::fail(std::exception_ptr failure, const std::string& where, int64_t step) {
   std::string what = "unknown error";
   try {
@@ -196,9 +160,12 @@ void GroupScheduler::fail(std::exception_ptr failure, const std::string& where, 
   } catch (...) {
   }
   // Recorded before the abort: the abort fails the other lanes' collectives, whose errors must not win.
-  recordError(failure);
+  gates_.record(failure);
   abortComm(where + " failed at step " + std::to_string(step) + ": " + what);
-  applied_cv_.notify_all();
+  gates_.wake();
+  // The communication thread checks failed() under mutex_: taking it here orders this wake-up after any check that
+  // came before the failure was recorded, so none is lost.
+  { std::lock_guard lock(mutex_); }
   work_cv_.notify_all();
 }
 
@@ -326,9 +293,9 @@ void GroupScheduler::finishGroup(const GroupJob& job) {
     counters_.encode_s += job.encode_s;
     counters_.decode_s += job.decode_s;
     counters_.comm_s += job.comm_s;
-    markAppliedLocked(done);
   }
-  if (!done.empty()) applied_cv_.notify_all();
+  // After the counters: a worker that finds its updates in reads the counters that include them.
+  gates_.markApplied(step_, done);
 }
 
 void GroupScheduler::runSparse(std::size_t t) {
@@ -351,10 +318,9 @@ void GroupScheduler::runSparse(std::size_t t) {
   {
     std::lock_guard lock(mutex_);
     counters_.comm_s += comm1 - comm0;
-    const std::size_t done[] = {t};
-    markAppliedLocked(done);
   }
-  applied_cv_.notify_all();
+  const std::size_t done[] = {t};
+  gates_.markApplied(step_, done);
 }
 
 void GroupScheduler::runOnLane(std::unique_ptr<GroupJob> job, Lane& lane, std::size_t k) {
@@ -412,14 +378,14 @@ void GroupScheduler::commLoop() {
     const bool owe = owed();
     {
       std::unique_lock lock(mutex_);
-      const auto quit = [&] { return stop_ && (error_ || (!owe && flying.empty())); };
+      const auto quit = [&] { return stop_ && (gates_.failed() || (!owe && flying.empty())); };
       // ready_ holds every tensor received and not admitted; news is what came after the last wake-up.
       const auto news = [&] { return admitted_total + ready_.size() > received_total; };
-      work_cv_.wait(lock, [&] { return quit() || news() || !lane_done_.empty() || (owe && !error_); });
+      work_cv_.wait(lock, [&] { return quit() || news() || !lane_done_.empty() || (owe && !gates_.failed()); });
       // A round owed to the peers (they run it too) is finished even when stopping, and so are the groups in flight:
       // skipping them would leave the peers waiting.
       if (quit()) return;
-      if (error_) {
+      if (gates_.failed()) {
         // After a failure nothing more runs: the other ranks' collectives fail through the abort anyway.
         ready_.clear();
         lane_done_.clear();

@@ -36,6 +36,7 @@
 #include "core/train/row_sparse_tensors.h"
 #include "core/train/step_trace.h"
 #include "core/train/trace.h"
+#include "core/train/update_gates.h"
 #include "core/train/workload.h"
 
 namespace terse::train {
@@ -177,14 +178,9 @@ class GroupScheduler {
   void runSparse(std::size_t tensor);
   // Communication thread: books the tensor as started (issue order, overlap) the first time one of its chunks goes.
   void markStarted(std::size_t tensor);
-  // mutex_ held: tensors whose update of step_ is applied; the caller notifies applied_cv_.
-  void markAppliedLocked(std::span<const std::size_t> done);
-  // The first error wins (error_), then every rank's collectives are failed; waiters and the loops wake.
+  // The first error wins (gates_), then every rank's collectives are failed; waiters and the loops wake.
   void fail(std::exception_ptr failure, const std::string& where, int64_t step);
-  bool recordError(std::exception_ptr failure);
   void abortComm(const std::string& reason);
-  // mutex_ held: whether every tensor's update of `step` is in.
-  bool appliedLocked(int64_t step) const;
 
   Workload& workload_;
   comm::Communicator& comm_;
@@ -206,20 +202,19 @@ class GroupScheduler {
   uint64_t group_seq_ = 0;             // groups handed to lanes so far
   uint64_t trace_seq_ = 0;             // groups and row-sparse aggregations issued so far (step trace)
 
-  // ---- Shared. mutex_ guards everything below down to error_. The runtime's (core/common/runtime.h): in a
-  // simulation the threads are actors and wait in simulated time.
+  // ---- Shared. The updates applied and the first failure, under their own lock (update_gates.h; mutex_ may be held
+  // while it is taken, never the other way round).
+  UpdateGates gates_;
+  // mutex_ guards everything below down to counters_. The runtime's (core/common/runtime.h): in a simulation the
+  // threads are actors and wait in simulated time.
   mutable rt::Mutex mutex_;
-  rt::CondVar work_cv_;     // the communication thread waits here for ready tensors and finished lanes
-  rt::CondVar applied_cv_;  // gates and drains wait here for updates
+  rt::CondVar work_cv_;  // the communication thread waits here for ready tensors and finished lanes
   std::deque<Ready> ready_;
   std::deque<std::unique_ptr<GroupJob>> lane_done_;
   bool stop_ = false;
-  std::vector<int64_t> applied_;        // per tensor: the last step whose update is applied
-  std::vector<int64_t> layer_applied_;  // per layer: min of applied_ over its tensors
   std::vector<std::size_t> issue_order_;
   std::vector<IssuedGroup> groups_;
   CommCounters counters_;
-  std::exception_ptr error_;  // the first failure; later groups are not run
   std::atomic<bool> backward_done_{false};
   std::atomic<int> overlapped_{0};
   rt::Thread comm_thread_;
