@@ -117,13 +117,13 @@ struct Link {
   Clock::time_point head_end{};
 };
 
-// When this thread's waits stop spinning for a while (spin_wait.h, SpinStalls), and whether it shares its CPU with the
-// threads it waits for (CpuSharing).
-thread_local SpinStalls t_stalls;
+// Whether this thread shares its CPU with the threads it waits for (spin_wait.h, CpuSharing). When its waits stop
+// spinning for a while is threadSpinStalls(), shared with the tcp transport.
 thread_local CpuSharing t_sharing;
 
 void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving) {
-  if (spin > Clock::duration::zero() && t_stalls.maySpin(Clock::now()) && budget.running()) {
+  SpinStalls& stalls = threadSpinStalls();
+  if (spin > Clock::duration::zero() && stalls.maySpin(Clock::now()) && budget.running()) {
     // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
     const uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
@@ -131,9 +131,9 @@ void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool rec
       const Clock::time_point before = Clock::now();
       spinStep();
       const Clock::time_point after = Clock::now();
-      if (t_stalls.step(after - before, spin, after)) break;
+      if (stalls.step(after - before, spin, after)) break;
       if (events.load(std::memory_order_acquire) != seen) {
-        t_stalls.progressed();
+        stalls.progressed();
         const int own = currentCpu();
         const int peer_cpu = (receiving ? sender_cpu : receiver_cpu).load(std::memory_order_relaxed);
         if (t_sharing.spinEnded(receiving ? to : from, receiving ? from : to, peer_cpu, own, after))

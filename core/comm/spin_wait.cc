@@ -9,6 +9,11 @@
 
 namespace terse::comm {
 
+SpinStalls& threadSpinStalls() {
+  thread_local SpinStalls stalls;
+  return stalls;
+}
+
 int currentCpu() {
   return ::sched_getcpu();
 }

@@ -82,8 +82,9 @@ class SpinBudget {
 // still faulting in its buffers on the same CPU, the main thread starting the others: 4-5 stalls of 50-220 us within
 // a millisecond, measured). A back-off on the first of them parked the thread for 10 ms, which is thousands of 4-KiB
 // allreduces at the spin's pace: a 2,000-iteration benchmark then measured parking (5-7 us a call) where the spin
-// gives 2.3-2.8. Under a CPU hog each stall is a time slice, so two or three of them reach the sum. Not thread-safe:
-// one per thread (the transports keep it thread_local).
+// gives 2.3-2.8. Under a CPU hog each stall is a time slice, so two or three of them reach the sum. The tcp transport's
+// caller reads spin the same way and met the same hog: beside two CPU-bound processes a 4 KiB allreduce of 2 ranks took
+// 1,004 us with their spin against 32 us without it. Not thread-safe: one per thread (threadSpinStalls()).
 class SpinStalls {
  public:
   using Clock = std::chrono::steady_clock;
@@ -159,6 +160,10 @@ class CpuSharing {
   bool moved_ = false;
   Clock::time_point last_move_{};
 };
+
+// The calling thread's stall book, shared by both transports' spins: stalls are a property of the CPU the thread runs
+// on, whichever transport it waits in.
+SpinStalls& threadSpinStalls();
 
 // The CPU the calling thread runs on, -1 where it cannot be known.
 int currentCpu();

@@ -44,14 +44,24 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
   // before it sleeps, yielding its CPU between tries, so that a thread it waits for (a peer rank's on the same CPU)
   // runs. Sleeping costs a wake-up, and in a virtual machine an idle vCPU's halt and the interrupt that ends it.
   // The budget starts when the socket is first found empty and again after any bytes.
+  // A yield that ran another thread for longer than the whole budget (a CPU hog's time slice) ends the spin, and once
+  // such stalls add up the thread sleeps at once for a while (spin_wait.h, SpinStalls; the inproc transport's too).
   SpinBudget spin(caller_spin_);
+  SpinStalls& stalls = threadSpinStalls();
+  bool stalled = false;  // this wait's spin ended with a stall
+  bool spun = false;     // the last wait spun (the bytes it heard came during a spin)
   // Waits until the socket may have bytes or a notifier kicked: false when this thread must give the connection up.
   auto await_bytes = [&] {
-    if (spin.running()) {
+    if (!stalled && stalls.maySpin(Clock::now()) && spin.running()) {
       if (must_stop()) return false;
+      const Clock::time_point before = Clock::now();
       yieldCpu();
+      const Clock::time_point after = Clock::now();
+      stalled = stalls.step(after - before, caller_spin_, after);
+      spun = true;
       return true;  // the caller's recv tries again
     }
+    spun = false;
     l.caller_polling.store(true);
     if (must_stop()) {
       l.caller_polling.store(false);
@@ -70,6 +80,9 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
     return true;
   };
   auto heard = [&] {
+    if (spun && !stalled) stalls.progressed();
+    spun = false;
+    stalled = false;
     spin.restart();
     l.caller_heard.store(Clock::now().time_since_epoch().count());
   };

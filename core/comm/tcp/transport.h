@@ -67,7 +67,11 @@
 // CPUs, often the peer it waits for) and traps nothing in the hypervisor. Measured on 2 vCPUs (processes, loopback,
 // medians of 4 alternations, `TERSE_TCP_CALLER_SPIN_US=0` against 50): a 4 KiB allreduce 19 -> 8 us at 2 ranks and
 // 68 -> 51 us at 4, 64 KiB 29 -> 20 us and 100 -> 75 us; 20 and 100 us budgets were within the noise of 50. With the
-// spin a caller also reads frames up to 256 KiB itself (64 KiB without: link.h has both measurements).
+// spin a caller also reads frames up to 256 KiB itself (64 KiB without: link.h has both measurements). A yield that
+// hands the CPU to a busy process costs its whole time slice: beside two CPU-bound processes the spin made a 4 KiB
+// allreduce of 2 ranks take 1,004 us (32 without), so a try whose yield took longer than the budget ends the spin, and
+// once such stalls add up to 2 ms the thread sleeps at once for a while (spin_wait.h, SpinStalls, as the inproc
+// transport's waits do).
 //
 // Requests. A send completes when the socket has taken all of its bytes, a receive when its payload is in place. A send
 // dropped unfinished (request.h) copies what is not yet written, but first waits for a write already running, which
