@@ -128,15 +128,12 @@ void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool rec
     const uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
     for (;;) {
-      const Clock::time_point before = Clock::now();
-      spinStep();
-      const Clock::time_point after = Clock::now();
-      if (stalls.step(after - before, spin, after)) break;
+      if (stalls.timedStep(spinStep, spin)) break;
       if (events.load(std::memory_order_acquire) != seen) {
         stalls.progressed();
         const int own = currentCpu();
         const int peer_cpu = (receiving ? sender_cpu : receiver_cpu).load(std::memory_order_relaxed);
-        if (t_sharing.spinEnded(receiving ? to : from, receiving ? from : to, peer_cpu, own, after))
+        if (t_sharing.spinEnded(receiving ? to : from, receiving ? from : to, peer_cpu, own, Clock::now()))
           moveToAnotherCpu(own);
         break;
       }

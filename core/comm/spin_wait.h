@@ -111,6 +111,14 @@ class SpinStalls {
     }
     return true;
   }
+  // Runs one spin step (`step_fn`) and times it: step() above. The transports' spins call this, not step().
+  template <class StepFn>
+  bool timedStep(StepFn&& step_fn, Clock::duration budget) {
+    const Clock::time_point before = Clock::now();
+    step_fn();
+    const Clock::time_point after = Clock::now();
+    return step(after - before, budget, after);
+  }
   // A spin ended with the change it waited for.
   void progressed() { backoff_ /= 2; }
   Clock::duration backoff() const { return backoff_; }

@@ -4,7 +4,6 @@
 #include "core/train/group_scheduler.h"
 
 #include <algorithm>
-#include <limits>
 #include <string>
 
 #include "core/common/device_memory.h"

@@ -32,22 +32,26 @@ bool UpdateGates::appliedLocked(int64_t step) const {
   return std::all_of(layer_applied_.begin(), layer_applied_.end(), [&](int64_t a) { return a >= step; });
 }
 
+template <class Open>
+std::pair<rt::Clock::time_point, rt::Clock::time_point> UpdateGates::waitLocked(std::unique_lock<rt::Mutex>& lock,
+                                                                                Open open) {
+  const auto t0 = rt::now();
+  cv_.wait(lock, [&] { return error_ || open(); });
+  if (error_) std::rethrow_exception(error_);
+  return {t0, rt::now()};
+}
+
 double UpdateGates::awaitStep(int64_t step) {
   std::unique_lock lock(mutex_);
-  const auto t0 = rt::now();
-  cv_.wait(lock, [&] { return error_ || appliedLocked(step); });
-  if (error_) std::rethrow_exception(error_);
-  return rt::seconds(t0, rt::now());
+  const auto [t0, t1] = waitLocked(lock, [&] { return appliedLocked(step); });
+  return rt::seconds(t0, t1);
 }
 
 std::pair<rt::Clock::time_point, rt::Clock::time_point> UpdateGates::awaitLayer(int layer, int64_t step) {
   std::unique_lock lock(mutex_);
   TERSE_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < layer_applied_.size(), InvalidArgument,
               "workload '" << workload_.name() << "' awaited layer " << layer << " of " << layer_applied_.size());
-  const auto t0 = rt::now();
-  cv_.wait(lock, [&] { return error_ || layer_applied_[static_cast<std::size_t>(layer)] >= step; });
-  if (error_) std::rethrow_exception(error_);
-  return {t0, rt::now()};
+  return waitLocked(lock, [&] { return layer_applied_[static_cast<std::size_t>(layer)] >= step; });
 }
 
 bool UpdateGates::record(std::exception_ptr failure) {

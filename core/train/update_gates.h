@@ -43,6 +43,9 @@ class UpdateGates {
 
  private:
   bool appliedLocked(int64_t step) const;
+  // mutex_ held by `lock`: waits until open() or a failure, which it rethrows; returns when the wait began and ended.
+  template <class Open>
+  std::pair<rt::Clock::time_point, rt::Clock::time_point> waitLocked(std::unique_lock<rt::Mutex>& lock, Open open);
 
   const Workload& workload_;
   mutable rt::Mutex mutex_;             // the runtime's: in a simulation the waits block in simulated time

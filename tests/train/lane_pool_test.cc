@@ -11,13 +11,14 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
 #include "core/common/error.h"
+#include "tests/comm/comm_test_util.h"
 
 namespace terse::train {
 namespace {
@@ -98,40 +99,28 @@ TEST(LanePool, EveryJobRunsOnceLanesRunSideBySideStopDrains) {
 // every rank (as the negotiation makes them), but which lane takes which is up to timing, so lane 0 of one rank may
 // serve a job that lane 1 serves on another: the sums come out right only if the channels of one id meet.
 TEST(LanePool, ChannelsCarryEachJobsCollectivesAcrossRanks) {
-  constexpr int kWorld = 3;
   constexpr int kJobs = 8;
-  auto transports = comm::makeInprocTransports(kWorld);
-  std::vector<std::string> errors(kWorld);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
-        LanePool<Job> pool(comm, 2);
-        std::mutex m;
-        std::vector<float> sums(kJobs, 0);
-        pool.start(
-            [&](std::unique_ptr<Job> job, Lane& lane, std::size_t) {
-              lane.channel->select(static_cast<uint64_t>(job->id));
-              std::vector<float> v(5 + static_cast<std::size_t>(job->id), static_cast<float>((r + 1) * job->id));
-              lane.channel->allreduce(v.data(), v.size(), DType::kF32);
-              std::lock_guard lock(m);
-              sums[static_cast<std::size_t>(job->id)] = v.back();
-            },
-            r);
-        for (int i = 0; i < kJobs; ++i) pool.submit(std::make_unique<Job>(Job{(i * 3 + 1) % kJobs}));
-        pool.stop();
-        for (int id = 0; id < kJobs; ++id)
-          if (sums[static_cast<std::size_t>(id)] != 6.0f * static_cast<float>(id))
-            throw std::runtime_error("job " + std::to_string(id) + " summed " +
-                                     std::to_string(sums[static_cast<std::size_t>(id)]));
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  comm::testing::World world(3);
+  world.runOk([&](int r, comm::HostCommunicator& comm) {
+    LanePool<Job> pool(comm, 2);
+    std::mutex m;
+    std::vector<float> sums(kJobs, 0);
+    pool.start(
+        [&](std::unique_ptr<Job> job, Lane& lane, std::size_t) {
+          lane.channel->select(static_cast<uint64_t>(job->id));
+          std::vector<float> v(5 + static_cast<std::size_t>(job->id), static_cast<float>((r + 1) * job->id));
+          lane.channel->allreduce(v.data(), v.size(), DType::kF32);
+          std::lock_guard lock(m);
+          sums[static_cast<std::size_t>(job->id)] = v.back();
+        },
+        r);
+    for (int i = 0; i < kJobs; ++i) pool.submit(std::make_unique<Job>(Job{(i * 3 + 1) % kJobs}));
+    pool.stop();
+    for (int id = 0; id < kJobs; ++id)
+      if (sums[static_cast<std::size_t>(id)] != 6.0f * static_cast<float>(id))
+        throw std::runtime_error("job " + std::to_string(id) + " summed " +
+                                 std::to_string(sums[static_cast<std::size_t>(id)]));
+  });
 }
 
 }  // namespace

@@ -54,10 +54,7 @@ void TcpTransport::callerRead(Link& l, const RecvOp& mine, bool block) {
   auto await_bytes = [&] {
     if (!stalled && stalls.maySpin(Clock::now()) && spin.running()) {
       if (must_stop()) return false;
-      const Clock::time_point before = Clock::now();
-      yieldCpu();
-      const Clock::time_point after = Clock::now();
-      stalled = stalls.step(after - before, caller_spin_, after);
+      stalled = stalls.timedStep(yieldCpu, caller_spin_);
       spun = true;
       return true;  // the caller's recv tries again
     }
