@@ -7,9 +7,31 @@
 namespace terse::rt {
 namespace {
 
+// The CPU's spin-wait hint (core/comm/spin_wait.h has the transports' own; the common room cannot include it).
+inline void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Adaptive, as glibc's PTHREAD_MUTEX_ADAPTIVE_NP: a contended lock() retries for about kLockSpinPauses pause hints
+// before it sleeps in the kernel. The runtime's locks guard short sections (an in-process link's queues, a request's
+// state) that a thread on another CPU leaves within a microsecond, where sleeping costs a futex wait and a wake-up
+// system call for the holder, tens of microseconds in a virtual machine. Measured on 2 vCPUs (AMD EPYC), a 4 KiB
+// allreduce of 2 in-process ranks, medians of interleaved runs: 3.19 -> 2.74 us over 2,000 operations, 6.7 -> 4.2 us
+// over 10 (the link's sender and receiver meet on its lock at every frame).
 class StdMutex final : public MutexImpl {
  public:
-  void lock() override { m.lock(); }
+  static constexpr int kLockSpinPauses = 128;  // about 3 us at 26 ns a pause (the EPYC measured)
+  void lock() override {
+    for (int i = 0; i < kLockSpinPauses; ++i) {
+      if (m.try_lock()) return;
+      pause();
+    }
+    m.lock();
+  }
   void unlock() override { m.unlock(); }
   bool tryLock() override { return m.try_lock(); }
   std::mutex m;
