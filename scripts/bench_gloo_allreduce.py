@@ -3,8 +3,10 @@
 transport is compared with; scripts/bench-tcp-vs-gloo runs both in one window).
 
 n processes (torch.multiprocessing), torch.distributed with backend gloo over 127.0.0.1, a float32 tensor of SIZE
-bytes. After the warm-up, each timed iteration runs between barriers; an iteration's time is the slowest rank's, and
-the figure is the median over the iterations. busbw = size * 2(n-1)/n / time (nccl-tests' allreduce factor). The
+bytes. After the warm-up the timed iterations run in min(iters, 5) batches of iters / batches back-to-back operations,
+each batch after a barrier; a batch's time is the slowest rank's, and the figure is the median batch divided by its
+operations, as experiments/cli/bench/collective.cc times terse's (a median over single operations would drop the slow
+ones a batch keeps). busbw = size * 2(n-1)/n / time (nccl-tests' allreduce factor). The
 result is checked after the timed loop (integer data, exact in f32).
 
 Needs PyTorch (CPU is enough), e.g. in a venv outside the repository:
@@ -15,7 +17,6 @@ or Debian's python3-torch (/usr/bin/python3).
 import argparse
 import os
 import socket
-import statistics
 import time
 
 
@@ -50,12 +51,15 @@ def measure(rank, n, size, warmup, iters, out):
     x = torch.ones(count, dtype=torch.float32)
     for _ in range(warmup):
         dist.all_reduce(x)
+    batches = min(iters, 5)
+    per_batch = iters // batches
     times = []
-    for _ in range(iters):
+    for _ in range(batches):
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(x)
-        times.append(time.perf_counter() - t0)
+        for _ in range(per_batch):
+            dist.all_reduce(x)
+        times.append((time.perf_counter() - t0) / per_batch)
     # Correctness after the timed loop: element i of rank r is (i + r) % 7, so the sum is exact in f32.
     idx = torch.arange(count, dtype=torch.int64)
     x = ((idx + rank) % 7).to(torch.float32)
@@ -66,8 +70,8 @@ def measure(rank, n, size, warmup, iters, out):
     gathered = [torch.zeros_like(t) for _ in range(n)]
     dist.all_gather(gathered, t)
     if rank == 0:
-        per_iter = [max(float(g[i]) for g in gathered) for i in range(iters)]
-        out.put((statistics.median(per_iter), sum(int(g[-1]) for g in gathered)))
+        per_batch = sorted(max(float(g[b]) for g in gathered) for b in range(batches))
+        out.put((per_batch[batches // 2], sum(int(g[-1]) for g in gathered)))
 
 
 def main():
