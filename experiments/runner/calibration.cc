@@ -68,18 +68,22 @@ std::string_view sumDtypeName(int dtype) {
 
 // Seconds of one call, as the header says: the least thread CPU time over the repetitions. `prepare` runs untimed
 // before each (a multi-round codec's earlier rounds).
-double timeKernel(const std::function<void()>& fn, const std::function<void()>& prepare = {}) {
-  if (prepare) prepare();
-  fn();  // warm: first-touch page faults and lazily grown buffers are not the kernel's steady cost
+// `repetitions` > 0: exactly that many, without the warm call (a stateful codec's fixed schedule, calibration.h).
+double timeKernel(std::chrono::milliseconds kernel_budget, const std::function<void()>& fn,
+                  const std::function<void()>& prepare = {}, int repetitions = 0) {
+  if (repetitions <= 0) {
+    if (prepare) prepare();
+    fn();  // warm: first-touch page faults and lazily grown buffers are not the kernel's steady cost
+  }
   double best = INFINITY;
   const double start = sim::threadCpuSeconds();
-  const double budget = std::chrono::duration<double>(kKernelBudget).count();
-  for (int rep = 0; rep < kMaxRepetitions; ++rep) {
+  const double budget = std::chrono::duration<double>(kernel_budget).count();
+  for (int rep = 0; rep < (repetitions > 0 ? repetitions : kMaxRepetitions); ++rep) {
     if (prepare) prepare();
     const double t0 = sim::threadCpuSeconds();
     fn();
     best = std::min(best, sim::threadCpuSeconds() - t0);
-    if (rep + 1 >= kMinRepetitions && sim::threadCpuSeconds() - start > budget) break;
+    if (repetitions <= 0 && rep + 1 >= kMinRepetitions && sim::threadCpuSeconds() - start > budget) break;
   }
   return std::max(best, 0.0);
 }
@@ -228,7 +232,8 @@ std::map<uint64_t, std::vector<float>> gradientsBySize(train::Workload& model) {
 class Measurer {
  public:
   // `in`: the run's experiment, for its workload, codec and optimizer; nullptr for a sums-only plan.
-  Measurer(const CalibrationInputs* in, const CalibrationPlan& plan) : in_(in), plan_(plan) {}
+  Measurer(const CalibrationInputs* in, const CalibrationPlan& plan)
+      : in_(in), plan_(plan), budget_(in != nullptr ? in->kernel_budget : CalibrationInputs::kDefaultKernelBudget) {}
 
   void measure(const std::vector<std::string>& want, std::map<std::string, double>& into) {
     // The clock's own cost (two reads of the thread CPU clock, a system call each) is in every time below: taken
@@ -237,7 +242,7 @@ class Measurer {
     // process on the sibling hyperthread, a compiler filling the caches) is quiet at some moments, and passes spread
     // over the whole calibration catch more of them than one burst per kernel would.
     for (int pass = 0; pass < kCalibrationPasses; ++pass) {
-      floor_ = pass == 0 ? timeKernel([] {}) : std::min(floor_, timeKernel([] {}));
+      floor_ = pass == 0 ? timeKernel(budget_, [] {}) : std::min(floor_, timeKernel(budget_, [] {}));
       std::map<std::string, double> got;
       measureAll(want, got);
       for (const auto& [key, s] : got) into[key] = pass == 0 ? s : std::min(into[key], s);
@@ -245,8 +250,8 @@ class Measurer {
   }
 
  private:
-  double timed(const std::function<void()>& fn, const std::function<void()>& prepare = {}) const {
-    return std::max(0.0, timeKernel(fn, prepare) - floor_);
+  double timed(const std::function<void()>& fn, const std::function<void()>& prepare = {}, int repetitions = 0) const {
+    return std::max(0.0, timeKernel(budget_, fn, prepare, repetitions) - floor_);
   }
 
   void measureAll(const std::vector<std::string>& want, std::map<std::string, double>& into) {
@@ -350,22 +355,32 @@ class Measurer {
       bytes[static_cast<std::size_t>(r)] =
           codec->encode(step, r, grad.data(), prev, payload[static_cast<std::size_t>(r)]);
     };
+    const auto last = static_cast<std::size_t>(rounds - 1);
+    const auto finalPayload = [&] { return std::span<const std::byte>(payload[last]).first(bytes[last]); };
+    std::vector<float> out(n);
+    const bool sum = codec->caps().aggregation == Aggregation::kSum;
+    const auto decode = [&] { codec->decode(step, finalPayload(), sum ? -1 : 0, out.data(), !sum); };
+    // A stateful codec's fixed schedule (calibration.h): the state's steps, each every round and the decode as a step
+    // runs them, then a count of timed repetitions the budget does not change. A stateless codec repeats as long as
+    // the budget allows, every repetition alike.
+    const bool stateful = codec->caps().stateful || options.error_feedback || options.momentum_correction > 0;
+    const int repetitions = stateful ? kCodecRepetitions : 0;
+    for (int s = 0; stateful && s < kCodecStateSteps; ++s) {
+      for (int r = 0; r < rounds; ++r) encodeRound(r);
+      decode();
+    }
     for (int r = 0; r < rounds; ++r) {
       into[sizeKey("compress", roundSubject(plan_, r), n)] = timed([&] { encodeRound(r); },
                                                                    [&] {
                                                                      for (int q = 0; q < r; ++q) encodeRound(q);
-                                                                   });
+                                                                   },
+                                                                   repetitions);
     }
-    const auto last = static_cast<std::size_t>(rounds - 1);
-    const std::span<const std::byte> final_payload = std::span<const std::byte>(payload[last]).first(bytes[last]);
-    std::vector<float> out(n);
-    const bool sum = codec->caps().aggregation == Aggregation::kSum;
-    into[sizeKey("decompress", plan_.codec, n)] =
-        timed([&] { codec->decode(step, final_payload, sum ? -1 : 0, out.data(), !sum); });
+    into[sizeKey("decompress", plan_.codec, n)] = timed(decode, {}, repetitions);
     if (plan_.reduce) {
       std::vector<std::byte> reduced(codec->sizes(rounds - 1).max_reduced_bytes);
       into[sizeKey("reduce", plan_.codec, n)] =
-          timed([&] { codec->reduce(step, rounds - 1, final_payload, final_payload, reduced); });
+          timed([&] { codec->reduce(step, rounds - 1, finalPayload(), finalPayload(), reduced); }, {}, repetitions);
     }
   }
 
@@ -377,6 +392,7 @@ class Measurer {
 
   const CalibrationInputs* in_;
   const CalibrationPlan& plan_;
+  std::chrono::milliseconds budget_;
   double floor_ = 0;
   std::unique_ptr<train::Workload> replica_;
   std::optional<std::map<uint64_t, std::vector<float>>> gradients_;

@@ -20,7 +20,8 @@
 // another size (a scheduler's chunk or fused group, a parameter-server piece, a ring's segment) is charged by linear
 // interpolation between the two measured sizes around it, in proportion beyond the ends.
 //
-// Each time is the minimum thread CPU time over repetitions (at least kMinRepetitions, more until kKernelBudget) in
+// Each time is the minimum thread CPU time over repetitions (at least kMinRepetitions, more until the kernel budget,
+// CalibrationInputs::kernel_budget) in
 // each of kCalibrationPasses passes over all the kernels: the kernel's cost with warm caches and nothing preempting
 // it, what a quiet run measures. The minimum resists time slicing and short bursts of load; it does not undo load
 // that lasts the whole calibration on a core's sibling hyperthread or in the shared caches (calibrated.md in
@@ -104,12 +105,23 @@ struct CalibrationInputs {
   PluginLoader& loader;
   // The cache folder; nullopt: ${XDG_CACHE_HOME:-$HOME/.cache}/terse/calibration.
   std::optional<std::filesystem::path> cache_dir;
+  // Thread CPU time a kernel repeats for in each pass (at least kMinRepetitions); tests shorten or stretch it.
+  static constexpr std::chrono::milliseconds kDefaultKernelBudget{60};
+  std::chrono::milliseconds kernel_budget = kDefaultKernelBudget;
 };
 
 inline constexpr int kCalibrationPasses = 3;
 inline constexpr int kMinRepetitions = 5;
 inline constexpr int kMaxRepetitions = 200;
-inline constexpr std::chrono::milliseconds kKernelBudget{60};  // per kernel and pass
+// A stateful codec (the plugin's caps say so, or error feedback or momentum correction wrap it) carries state from one
+// encode to the next -- a residual, DGC's momentum, PowerSGD's warm start -- and what an encode costs follows that
+// state: threshold with error feedback sends every element whose residual has grown past tau, so it sends more the
+// more steps ran. Such a codec's kernels are timed on a fixed schedule, the same in every calibration: a fresh codec
+// per pass, kCodecStateSteps untimed steps on the gradient, then exactly kCodecRepetitions timed ones. As many
+// repetitions as the budget allowed made the state, and with it threshold-ef's decode, differ 200x between two
+// calibrations on one host (0.4 us against 92 us at 200,704 elements).
+inline constexpr int kCodecStateSteps = 20;
+inline constexpr int kCodecRepetitions = 30;
 
 std::filesystem::path defaultCalibrationCache();
 // The run's table: replayed from simulation.calibration (refused when from another CPU or commit unless
