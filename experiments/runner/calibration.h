@@ -21,11 +21,12 @@
 // interpolation between the two measured sizes around it, in proportion beyond the ends.
 //
 // Each time is the minimum thread CPU time over repetitions (at least kMinRepetitions, more until the kernel budget,
-// CalibrationInputs::kernel_budget) in
-// each of kCalibrationPasses passes over all the kernels: the kernel's cost with warm caches and nothing preempting
-// it, what a quiet run measures. The minimum resists time slicing and short bursts of load; it does not undo load
-// that lasts the whole calibration on a core's sibling hyperthread or in the shared caches (calibrated.md in
-// results/reference/simulation has the spread between calibrations on a shared host).
+// CalibrationInputs::kernel_budget) in each of kCalibrationPasses passes over all the kernels: the kernel's cost with
+// nothing preempting it, what a quiet run measures. The minimum resists time slicing and short bursts of load; it does
+// not undo load that lasts the whole calibration on a core's sibling hyperthread or in the shared caches
+// (calibrated.md in results/reference/simulation has the spread between calibrations on a shared host). Forward,
+// backward, sums and the optimizer are timed with warm caches; a codec's kernels start each repetition on cold ones,
+// as a run meets them (calibration.cc, evictCaches; results/reference/simulation/codec_ranking.md).
 #pragma once
 
 #include "experiments/runner/room.h"  // the room's guard
@@ -121,7 +122,7 @@ inline constexpr int kMaxRepetitions = 200;
 // repetitions as the budget allowed made the state, and with it threshold-ef's decode, differ 200x between two
 // calibrations on one host (0.4 us against 92 us at 200,704 elements).
 inline constexpr int kCodecStateSteps = 20;
-inline constexpr int kCodecRepetitions = 30;
+inline constexpr int kCodecRepetitions = 10;
 
 std::filesystem::path defaultCalibrationCache();
 // The run's table: replayed from simulation.calibration (refused when from another CPU or commit unless
