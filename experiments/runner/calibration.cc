@@ -110,9 +110,9 @@ uint64_t cacheBytes() {
 // its state (a residual, a momentum) and its payload after other work went through the caches -- in a simulation
 // every rank's step runs on this host's caches, and a model of real size does not fit them. Timed warm, the minimum
 // priced the memory-bound codecs (a cast, a copy, a residual's pass) at a third of what a run measures and ranked the
-// zoo's codecs at Spearman 0.79-0.86 against MEASURED compute (which agrees with itself at 0.95-0.97); timed after
-// this, 0.95 (results/reference/simulation/calibrated.md). Reads, not writes: dirty lines would be written back
-// inside the timed kernel.
+// zoo's codecs at Spearman 0.79-0.86 against MEASURED compute (which agrees with itself at 0.95-0.96); timed after
+// this, 0.89-0.94 (results/reference/simulation/codec_ranking.md). Reads, not writes: dirty lines would be written
+// back inside the timed kernel. The buffer stays for the process (40 MiB on a 32 MiB last level).
 void evictCaches() {
   static const std::vector<uint64_t> lines((cacheBytes() + cacheBytes() / 4) / sizeof(uint64_t), 1);
   uint64_t sum = 0;
