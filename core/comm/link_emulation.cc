@@ -2,10 +2,6 @@
 
 #include <sys/prctl.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "core/common/cpu_relax.h"
 #include "core/common/error.h"
 
 namespace terse::comm {
@@ -216,9 +213,7 @@ void sleepUntilPrecise(std::chrono::steady_clock::time_point t) {
     now = steady_clock::now();
   }
   while (now < t) {
-#if defined(__SSE2__)
-    _mm_pause();
-#endif
+    cpuRelax();
     now = steady_clock::now();
   }
 }

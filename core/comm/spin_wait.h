@@ -1,5 +1,6 @@
-// Spinning before sleeping, shared by the transports (DESIGN.md section 6): the CPU's pause hint, one spin step, the
-// budget a waiter spins for, and how that budget is resolved from an option, an environment variable and a default.
+// Spinning before sleeping, shared by the transports (DESIGN.md section 6): one spin step (over the CPU's pause hint in
+// core/common/cpu_relax.h), the budget a waiter spins for, and how that budget is resolved from an option, an
+// environment variable and a default.
 //
 // Why spin at all: a waiter that sleeps on a condition variable or in poll() pays a wake-up when its frame comes -- a
 // futex wake and, in a virtual machine, the halt of an idle vCPU and the interrupt that ends it, tens of microseconds
@@ -18,18 +19,9 @@
 #include <string_view>
 
 #include "core/comm/job.h"
+#include "core/common/cpu_relax.h"
 
 namespace terse::comm {
-
-// One step of a pure spin-wait: the CPU's pause hint, which yields the core's pipeline to its sibling hyperthread and
-// saves power without giving up the time slice.
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // Hands the CPU to another runnable thread of this CPU, if any (it returns at once when there is none).
 inline void yieldCpu() {

@@ -4,17 +4,10 @@
 #include <atomic>
 #include <thread>
 
+#include "core/common/cpu_relax.h"
+
 namespace terse::rt {
 namespace {
-
-// The CPU's spin-wait hint (core/comm/spin_wait.h has the transports' own; the common room cannot include it).
-inline void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // Adaptive, as glibc's PTHREAD_MUTEX_ADAPTIVE_NP: a contended lock() retries for about kLockSpinPauses pause hints
 // before it sleeps in the kernel. The runtime's locks guard short sections (an in-process link's queues, a request's
@@ -28,7 +21,7 @@ class StdMutex final : public MutexImpl {
   void lock() override {
     for (int i = 0; i < kLockSpinPauses; ++i) {
       if (m.try_lock()) return;
-      pause();
+      cpuRelax();
     }
     m.lock();
   }
