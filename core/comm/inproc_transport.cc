@@ -127,9 +127,11 @@ void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool rec
     // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
     const uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
+    const auto changed = [&] { return events.load(std::memory_order_acquire) != seen; };
     for (;;) {
-      if (stalls.timedStep(spinStep, spin)) break;
-      if (events.load(std::memory_order_acquire) != seen) {
+      bool moved = false;
+      if (stalls.timedStep([&] { moved = spinStepUntil(changed); }, spin)) break;
+      if (moved) {
         stalls.progressed();
         const int own = currentCpu();
         const int peer_cpu = (receiving ? sender_cpu : receiver_cpu).load(std::memory_order_relaxed);

@@ -15,21 +15,20 @@
 //
 // Waiting (spin_wait.h; InprocOptions::spin_us, TERSE_INPROC_SPIN_US; 50 us by default, 0 = park at once). A rank whose
 // wait finds its frame not there yet (not sent, not matched, not copied) spins before it parks on the link's condition
-// variable: it watches the link's event counter, bumped after every change a waiter may wait for, between spin steps
-// (a few pause hints, then sched_yield(), so that where ranks outnumber CPUs the peer it waits for gets the CPU), for
-// up to the budget counted from the start of the wait, then parks. A waker notifies only when a waiter is parked (the
-// link counts them). Parking at once cost every hop a futex wake-up and, in a virtual machine, an idle vCPU's halt and
-// the interrupt that ends it: a 4 KiB allreduce of 2 ranks took 55-64 us on 2 vCPUs where Open MPI's shared memory
-// took 3 us. Measured
-// with the spin (scripts/bench-vs-peers --allreduce --shm --terse-env park:TERSE_INPROC_SPIN_US=0, 2 vCPUs with other
-// builds running, load 5-7, medians of 3 rounds, spin / park / Open MPI vader): 2 ranks 4 KiB 4.4 / 16.3 / 1.1 us,
-// 64 KiB 31 / 56 / 19 us, 16 MiB 4.7 / 5.3 / 1.1 GB/s; 4 ranks 4 KiB 33 / 45 / 39 us, 64 KiB 144 / 190 / 120 us,
-// 16 MiB 3.6 / 3.4 / 0.8 GB/s. Beside a two-job build (load 7) a spin step's sched_yield() handed the CPU to a
-// compiler for its whole slice (a 4 KiB allreduce of 800 us); steps longer than the budget that add up to 2 ms within
-// 100 ms now make the thread park at once for a while (spin_wait.h, SpinStalls), and the spin then costs what parking
-// does.
-// The spin is off in simulated time (the actors share one OS thread: nothing changes while one spins, and the
-// simulation's calls stay exactly those of before) and on emulated links (the pacers set the times and need the CPU).
+// variable: it watches the link's event counter, bumped after every change a waiter may wait for, between pause hints,
+// and after every few without a change calls sched_yield(), so that where ranks outnumber CPUs the peer it waits for
+// gets the CPU (spin_wait.h, spinStepUntil); it does so for up to the budget counted from the start of the wait, then
+// parks. A waker notifies only when a waiter is parked (the link counts them). Parking at once cost every hop a futex
+// wake-up and, in a virtual machine, an idle vCPU's halt and the interrupt that ends it: a 4 KiB allreduce of 2 ranks
+// took 55-64 us on 2 vCPUs where Open MPI's shared memory took 3 us. Measured with the spin (scripts/bench-vs-peers
+// --allreduce --shm --terse-env park:TERSE_INPROC_SPIN_US=0, 2 vCPUs with other builds running, load 5-7, medians of 3
+// rounds, spin / park / Open MPI vader): 2 ranks 4 KiB 4.4 / 16.3 / 1.1 us, 64 KiB 31 / 56 / 19 us, 16 MiB 4.7 / 5.3
+// / 1.1 GB/s; 4 ranks 4 KiB 33 / 45 / 39 us, 64 KiB 144 / 190 / 120 us, 16 MiB 3.6 / 3.4 / 0.8 GB/s. Beside a two-job
+// build (load 7) a spin step's sched_yield() handed the CPU to a compiler for its whole slice (a 4 KiB allreduce of 800
+// us); steps longer than the budget that add up to 2 ms within 100 ms now make the thread park at once for a while
+// (spin_wait.h, SpinStalls), and the spin then costs what parking does. The spin is off in simulated time (the actors
+// share one OS thread: nothing changes while one spins, and the simulation's calls stay exactly those of before) and on
+// emulated links (the pacers set the times and need the CPU).
 //
 // Emulation (link_emulation.h). When enabled, each rank gets one pacer thread, its NIC: it interleaves the slices of
 // the frames queued on the rank's outgoing links, sleeping until the token buckets of the link, the rank's egress and

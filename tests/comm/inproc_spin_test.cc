@@ -183,6 +183,21 @@ TEST(InprocSpin, StallsBackOffOnceTheyAddUpInAWindow) {
   EXPECT_EQ(capped.backoff(), SpinStalls::kMaxBackoff);
 }
 
+// A spin step watches for its change between its pause hints: a change that came after the third look ends the step
+// there, before the rest of the pauses and the yield; one that never comes is looked for after every pause and once
+// more after the yield.
+TEST(InprocSpin, ASpinStepSeesItsChangeBetweenPauseHints) {
+  int looks = 0;
+  EXPECT_TRUE(spinStepUntil([&] { return ++looks == 3; }));
+  EXPECT_EQ(looks, 3) << "the step did not end at the look that found the change";
+  looks = 0;
+  EXPECT_FALSE(spinStepUntil([&] {
+    ++looks;
+    return false;
+  }));
+  EXPECT_EQ(looks, 9);
+}
+
 // A spin that keeps finding the thread it waits for on its own CPU moves, once the second time in a row and then at
 // most every 100 ms; only the higher rank of the pair moves, and a peer on another CPU (or not known yet) resets the
 // count.
