@@ -9,6 +9,14 @@
 // evaluates a point once its own snapshot and every other shard's are in, so a record holds the parameters at that
 // global step as in process. Reports are cumulative, so rank 0 only keeps the latest of each worker.
 //
+// Rank 0 blocks for what it needs, in an order every report arrives in, and never polls: its own shard's snapshot
+// (which comes, or its shard stops without it), then each other shard's next report (a shard sends its points in order,
+// then its final one), then whatever worker reports are in; at the end each worker's last report. A blocking read
+// fails at once when the job is aborted or the peer's process is lost, so nothing waits on a rank that is gone. Why:
+// the loop this replaces looked at every inbox and slept 1 ms when nothing had come, which cost a wake-up every
+// millisecond for the whole run, delayed each record by up to a millisecond, and has no meaning in simulated time,
+// where a timed sleep moves the clock.
+//
 // Elastic workers: workers are expendable ranks of both tcp transports (TcpOptions::expendable_ranks), so a worker
 // process that dies or goes silent past the tcp timeout fails only its own links: the shards drop it at once, rank 0
 // records that it left at its last report, and the others finish the run. A worker with
@@ -20,14 +28,11 @@
 // final reports, rank 0 writes the last record and releases every rank still connected (a message, not a barrier: a
 // lost worker cannot join a barrier).
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <iostream>
-#include <map>
 #include <optional>
-#include <thread>
 
 #include "core/comm/host_communicator.h"
 #include "core/comm/job.h"
@@ -35,6 +40,7 @@
 #include "core/comm/tcp/transport.h"
 #include "core/common/crash.h"
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 #include "core/plugin/loader.h"
 #include "core/train/async_trainer.h"
 #include "core/train/param_server_client.h"
@@ -53,7 +59,7 @@
 namespace terse::runner {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = rt::Clock;
 using experiments::Experiment;
 
 constexpr comm::Tag kWorkerReportTag = 0x4152'5057;  // "ARPW"
@@ -172,7 +178,7 @@ class TcpAsyncRank final : public detail::AsyncView {
 
   // The rank's loop; `report` is rank 0's (records), null on the others. Returns after rank 0's last record.
   void run(std::optional<detail::AsyncReport> report, const detail::World& world, const std::string& host) {
-    start_ = Clock::now();
+    start_ = rt::now();
     if (rank_ >= S_) return worker();
     startShard(host);
     if (rank_ != 0) return shard();
@@ -196,10 +202,15 @@ class TcpAsyncRank final : public detail::AsyncView {
   void joinShard() {
     if (shard_thread_.joinable()) shard_thread_.join();
   }
-  // Takes every report that arrived; throws InvalidPayload naming the rank for one that does not parse.
-  bool pump();
-  bool workersStopped() const;
-  bool shardsFinished() const;
+  // Takes every worker report that has arrived, without waiting.
+  void takeWorkerReports();
+  // Takes rank r's next report (a worker's, or a shard's: its next point or its final report) if it is in, or waits
+  // for it (`block`), and files it; false when none came. A worker whose process is lost (the read fails, and the job
+  // was not aborted) is filed as stopped at its last report. Throws InvalidPayload naming the rank for a report that
+  // does not parse or has the wrong shape, CommError when the job failed.
+  bool receive(int r, bool block);
+  void file(int r, std::size_t bytes);
+  bool workerStopped(int w) const;
   // Rank 0's view of the others, from their reports.
   std::optional<detail::AsyncPoint> collect(int64_t point) override;
   detail::AsyncPoint collectFinal() override;
@@ -226,9 +237,8 @@ class TcpAsyncRank final : public detail::AsyncView {
   ReportSender sender_;
 
   std::unique_ptr<train::ParamServerShard> shard_;
-  std::thread shard_thread_;
+  rt::Thread shard_thread_;  // the runtime's: an actor on this rank's host in a simulation
   std::exception_ptr shard_error_;
-  std::atomic<bool> shard_done_{false};
 
   // Rank 0's view of the others.
   struct Inbox {
@@ -239,9 +249,9 @@ class TcpAsyncRank final : public detail::AsyncView {
   std::vector<Inbox> inbox_;
   std::vector<WorkerReport> latest_;
   std::vector<std::vector<double>> losses_;
-  std::vector<double> left_s_;  // when rank 0 learned a worker stopped dead
-  std::vector<bool> lost_;      // its process died: no more reports
-  std::vector<std::map<int64_t, ShardReport>> shard_reports_;
+  std::vector<double> left_s_;                    // when rank 0 learned a worker stopped dead
+  std::vector<bool> lost_;                        // its process died: no more reports
+  std::vector<std::optional<ShardReport>> next_;  // per shard, the report of a point not yet asked for
   std::vector<std::optional<ShardReport>> finals_;
   std::vector<detail::ShardTally> shard_tallies_;  // of the record being written
 };
@@ -295,17 +305,19 @@ void TcpAsyncRank::startShard(const std::string& host) {
                                                 std::vector<float>(flat_.begin() + static_cast<std::ptrdiff_t>(begin),
                                                                    flat_.begin() + static_cast<std::ptrdiff_t>(end)),
                                                 so);
-  shard_thread_ = std::thread([this, host] {
-    try {
-      shard_->run();
-    } catch (...) {
-      shard_error_ = std::current_exception();
-      // Tell every rank at once rather than leaving the workers to time out.
-      data_.abort("server shard " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ", " + host +
-                  ") failed");
-    }
-    shard_done_.store(true);
-  });
+  shard_thread_ = rt::Thread(
+      "shard " + std::to_string(rank_),
+      [this, host] {
+        try {
+          shard_->run();
+        } catch (...) {
+          shard_error_ = std::current_exception();
+          // Tell every rank at once rather than leaving the workers to time out.
+          data_.abort("server shard " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ", " + host +
+                      ") failed");
+        }
+      },
+      rank_);
 }
 
 void TcpAsyncRank::check() {
@@ -318,13 +330,10 @@ void TcpAsyncRank::check() {
 // Shards 1 .. S-1: their snapshot at every evaluation point, then their final report.
 void TcpAsyncRank::shard() {
   for (const int64_t point : points_) {
-    std::optional<train::ShardSnapshot> snap;
-    while (!snap) {
-      check();
-      const bool stopped = shard_done_.load();
-      snap = shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(100));
-      if (!snap && stopped) break;  // a point the workers never reached
-    }
+    // Blocks until the shard takes it, or returns nothing once the shard stopped without it: a point the workers never
+    // reached, or a failed job (the abort ends the shard's loop).
+    const std::optional<train::ShardSnapshot> snap =
+        shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds::max());
     if (!snap) break;
     sender_.send(kShardReportTag, shardReport(point, snap->params, shard_->stats(), start_));
   }
@@ -335,77 +344,70 @@ void TcpAsyncRank::shard() {
   awaitRelease(ctl_);
 }
 
-bool TcpAsyncRank::pump() {
-  bool any = false;
-  for (int r = 1; r < S_ + W_; ++r) {
-    Inbox& in = inbox_[static_cast<std::size_t>(r)];
-    const bool from_shard = r < S_;
-    if (!from_shard && lost_[static_cast<std::size_t>(r - S_)]) continue;
-    for (;;) {
-      bool arrived = false;
-      try {
-        if (!in.posted) {
-          in.recv = ctl_.irecv(
-              r, comm::FrameMeta{comm::OpKind::kP2P, from_shard ? kShardReportTag : kWorkerReportTag, comm::kNoTensor},
-              in.buffer);
-          in.posted = true;
-        }
-        arrived = in.recv.test();
-      } catch (const comm::CommError&) {
-        if (from_shard || ctl_.aborted()) throw;
-        // A worker process that died (an expendable rank): it left at its last report.
-        const int w = r - S_;
-        lost_[static_cast<std::size_t>(w)] = true;
-        WorkerReport& last = latest_[static_cast<std::size_t>(w)];
-        if (!last.done() && last.left_step() == 0) {
-          last.set_left_step(std::max<int64_t>(1, last.steps()));
-          left_s_[static_cast<std::size_t>(w)] = detail::since(start_);
-        }
-        any = true;
-        break;
-      }
-      if (!arrived) break;
-      in.posted = false;
-      any = true;
-      const auto n = static_cast<int>(in.recv.bytes());
-      if (from_shard) {
-        ShardReport rep;
-        TERSE_CHECK(rep.ParseFromArray(in.buffer.data(), n), InvalidPayload,
-                    "rank " << r << " (server shard " << r << ") sent an unreadable report of " << n << " bytes");
-        const auto [b, e2] = plan_.ranges[static_cast<std::size_t>(r)];
-        TERSE_CHECK(rep.params().size() == (e2 - b) * sizeof(float) && rep.dead_size() == W_, InvalidPayload,
-                    "rank " << r << " (server shard " << r << ") sent a report of the wrong shape");
-        if (rep.step() < 0)
-          finals_[static_cast<std::size_t>(r)] = std::move(rep);
-        else
-          shard_reports_[static_cast<std::size_t>(r)][rep.step()] = std::move(rep);
-      } else {
-        WorkerReport rep;
-        const int w = r - S_;
-        TERSE_CHECK(rep.ParseFromArray(in.buffer.data(), n), InvalidPayload,
-                    "rank " << r << " (worker " << w << ") sent an unreadable report of " << n << " bytes");
-        auto& l = losses_[static_cast<std::size_t>(w)];
-        if (!rep.done() && rep.left_step() == 0 && rep.steps() == static_cast<int64_t>(l.size()) + 1)
-          l.push_back(rep.loss());
-        if (rep.left_step() > 0 && left_s_[static_cast<std::size_t>(w)] == 0)
-          left_s_[static_cast<std::size_t>(w)] = detail::since(start_);
-        latest_[static_cast<std::size_t>(w)] = std::move(rep);
-      }
+bool TcpAsyncRank::receive(int r, bool block) {
+  Inbox& in = inbox_[static_cast<std::size_t>(r)];
+  const bool from_shard = r < S_;
+  const int w = r - S_;
+  try {
+    if (!in.posted) {
+      in.recv = ctl_.irecv(
+          r, comm::FrameMeta{comm::OpKind::kP2P, from_shard ? kShardReportTag : kWorkerReportTag, comm::kNoTensor},
+          in.buffer);
+      in.posted = true;
     }
+    if (block)
+      in.recv.wait();
+    else if (!in.recv.test())
+      return false;
+  } catch (const comm::CommError&) {
+    if (from_shard || ctl_.aborted()) throw;
+    // A worker process that died (an expendable rank): it left at its last report.
+    lost_[static_cast<std::size_t>(w)] = true;
+    WorkerReport& last = latest_[static_cast<std::size_t>(w)];
+    if (!last.done() && last.left_step() == 0) {
+      last.set_left_step(std::max<int64_t>(1, last.steps()));
+      left_s_[static_cast<std::size_t>(w)] = detail::since(start_);
+    }
+    return true;
   }
-  return any;
-}
-
-bool TcpAsyncRank::workersStopped() const {
-  for (const auto& rep : latest_)
-    if (!rep.done() && rep.left_step() == 0) return false;
+  in.posted = false;
+  file(r, static_cast<std::size_t>(in.recv.bytes()));
   return true;
 }
 
-bool TcpAsyncRank::shardsFinished() const {
-  bool finished = workersStopped() && shard_done_.load();
-  for (int k = 1; k < S_ && finished; ++k) finished = finals_[static_cast<std::size_t>(k)].has_value();
-  return finished;
+void TcpAsyncRank::file(int r, std::size_t n) {
+  const std::vector<std::byte>& buffer = inbox_[static_cast<std::size_t>(r)].buffer;
+  if (r < S_) {
+    ShardReport rep;
+    TERSE_CHECK(rep.ParseFromArray(buffer.data(), static_cast<int>(n)), InvalidPayload,
+                "rank " << r << " (server shard " << r << ") sent an unreadable report of " << n << " bytes");
+    const auto [b, e2] = plan_.ranges[static_cast<std::size_t>(r)];
+    TERSE_CHECK(rep.params().size() == (e2 - b) * sizeof(float) && rep.dead_size() == W_, InvalidPayload,
+                "rank " << r << " (server shard " << r << ") sent a report of the wrong shape");
+    auto& slot = rep.step() < 0 ? finals_[static_cast<std::size_t>(r)] : next_[static_cast<std::size_t>(r)];
+    slot = std::move(rep);
+    return;
+  }
+  WorkerReport rep;
+  const int w = r - S_;
+  TERSE_CHECK(rep.ParseFromArray(buffer.data(), static_cast<int>(n)), InvalidPayload,
+              "rank " << r << " (worker " << w << ") sent an unreadable report of " << n << " bytes");
+  auto& l = losses_[static_cast<std::size_t>(w)];
+  if (!rep.done() && rep.left_step() == 0 && rep.steps() == static_cast<int64_t>(l.size()) + 1) l.push_back(rep.loss());
+  if (rep.left_step() > 0 && left_s_[static_cast<std::size_t>(w)] == 0)
+    left_s_[static_cast<std::size_t>(w)] = detail::since(start_);
+  latest_[static_cast<std::size_t>(w)] = std::move(rep);
+}
+
+void TcpAsyncRank::takeWorkerReports() {
+  for (int w = 0; w < W_; ++w)
+    while (!lost_[static_cast<std::size_t>(w)] && receive(S_ + w, false)) {
+    }
+}
+
+bool TcpAsyncRank::workerStopped(int w) const {
+  const WorkerReport& rep = latest_[static_cast<std::size_t>(w)];
+  return lost_[static_cast<std::size_t>(w)] || rep.done() || rep.left_step() > 0;
 }
 
 void TcpAsyncRank::assemble(std::span<const float> own, const std::function<const ShardReport&(int k)>& others) {
@@ -454,40 +456,48 @@ std::pair<double, int64_t> TcpAsyncRank::losses(int worker, int64_t from, int64_
 }
 
 // A point is evaluated once rank 0's own snapshot and every other shard's are in, so a record holds the parameters at
-// that global step as in process.
+// that global step as in process. A point some shard never reached (its workers all stopped first) has no record.
 std::optional<detail::AsyncPoint> TcpAsyncRank::collect(int64_t point) {
-  std::optional<train::ShardSnapshot> own;
-  for (;;) {
-    check();
-    const bool any = pump();
-    if (!own) own = shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds(0));
-    bool all = own.has_value();
-    for (int k = 1; k < S_ && all; ++k) all = shard_reports_[static_cast<std::size_t>(k)].count(point) > 0;
-    if (all) break;
-    // Unreachable: every worker stopped and every shard is done without a snapshot of it.
-    if (!own && shardsFinished()) return std::nullopt;
-    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::optional<train::ShardSnapshot> own =
+      shard_->takeSnapshot(static_cast<uint64_t>(point), std::chrono::milliseconds::max());
+  if (!own) {
+    check();  // a failed job, rather than a point never reached
+    return std::nullopt;
   }
+  for (int k = 1; k < S_; ++k) {
+    auto& next = next_[static_cast<std::size_t>(k)];
+    while (!next && !finals_[static_cast<std::size_t>(k)]) receive(k, true);
+    // Shard k stopped before the point: its final report came instead.
+    if (!next) return std::nullopt;
+    TERSE_CHECK(next->step() == point, InvalidPayload,
+                "rank " << k << " (server shard " << k << ") reported step " << next->step() << " where step " << point
+                        << " was due");
+  }
+  takeWorkerReports();
   std::vector<ShardReport> reports(static_cast<std::size_t>(S_));
-  for (int k = 1; k < S_; ++k)
-    reports[static_cast<std::size_t>(k)] =
-        std::move(shard_reports_[static_cast<std::size_t>(k)].extract(point).mapped());
+  for (int k = 1; k < S_; ++k) {
+    reports[static_cast<std::size_t>(k)] = std::move(*next_[static_cast<std::size_t>(k)]);
+    next_[static_cast<std::size_t>(k)].reset();
+  }
   assemble(own->params, [&](int k) -> const ShardReport& { return reports[static_cast<std::size_t>(k)]; });
   int64_t worker_steps = 0;
   for (const auto& r : latest_) worker_steps += r.steps();
-  return detail::AsyncPoint{point, worker_steps, std::chrono::duration<double>(own->taken - start_).count()};
+  return detail::AsyncPoint{point, worker_steps, rt::seconds(start_, own->taken)};
 }
 
-// The end: every worker stopped, every shard done and reported.
+// The end: every worker stopped (its last report, or its process lost), every shard done and its final report in.
 detail::AsyncPoint TcpAsyncRank::collectFinal() {
-  for (;;) {
-    check();
-    const bool any = pump();
-    if (shardsFinished()) break;
-    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  joinShard();
+  joinShard();  // its shard returns once every worker left or was dropped
   check();
+  for (int k = 1; k < S_; ++k) {
+    // Points past the last record (asked for no more once one was not reached) come before the final report.
+    while (!finals_[static_cast<std::size_t>(k)]) {
+      next_[static_cast<std::size_t>(k)].reset();
+      receive(k, true);
+    }
+  }
+  for (int w = 0; w < W_; ++w)
+    while (!workerStopped(w)) receive(S_ + w, true);
   assemble(shard_->params(), [&](int k) -> const ShardReport& { return *finals_[static_cast<std::size_t>(k)]; });
   int64_t worker_steps = 0;
   for (const auto& r : latest_) worker_steps += r.steps();
@@ -502,7 +512,7 @@ void TcpAsyncRank::primary(detail::AsyncRecorder& recorder) {
   losses_.resize(static_cast<std::size_t>(W_));
   left_s_.assign(static_cast<std::size_t>(W_), 0);
   lost_.assign(static_cast<std::size_t>(W_), false);
-  shard_reports_.resize(static_cast<std::size_t>(S_));
+  next_.resize(static_cast<std::size_t>(S_));
   finals_.resize(static_cast<std::size_t>(S_));
   for (int r = 1; r < world; ++r) {
     std::size_t cap = kWorkerReportMax;
