@@ -118,14 +118,18 @@ void ParamServerShard::maybeSnapshot() {
   const auto& points = options_.snapshot_steps;
   if (next_snapshot_ >= points.size()) return;
   uint64_t sum = 0;
-  for (const auto& s : slots_) sum += s->completed;
+  std::vector<uint64_t> completed;
+  for (const auto& s : slots_) {
+    sum += s->completed;
+    completed.push_back(s->completed);
+  }
   const uint64_t global = sum / static_cast<uint64_t>(num_workers_);
   bool taken = false;
   {
     std::lock_guard lock(mutex_);
     // One copy serves every point it passed at once (async workers may cross several between two clocks).
     while (next_snapshot_ < points.size() && global >= points[next_snapshot_]) {
-      snapshots_[points[next_snapshot_]] = ShardSnapshot{points[next_snapshot_], params_, rt::now()};
+      snapshots_[points[next_snapshot_]] = ShardSnapshot{points[next_snapshot_], params_, rt::now(), completed, stats_};
       ++next_snapshot_;
       taken = true;
     }

@@ -88,12 +88,6 @@ struct ServerOptions {
   std::vector<uint64_t> snapshot_steps;
 };
 
-struct ShardSnapshot {
-  uint64_t step = 0;
-  std::vector<float> params;  // the shard's range
-  std::chrono::steady_clock::time_point taken;
-};
-
 struct ServerStats {
   uint64_t pushes_applied = 0;
   uint64_t pulls_served = 0;
@@ -104,6 +98,15 @@ struct ServerStats {
   std::vector<bool> dead;                  // per worker: declared dead after the timeout
   std::vector<std::chrono::steady_clock::time_point> dead_at;  // per worker: when (meaningful where dead)
   std::vector<std::string> errors;                             // the refusals' messages, in order
+};
+
+struct ShardSnapshot {
+  uint64_t step = 0;
+  std::vector<float> params;  // the shard's range
+  std::chrono::steady_clock::time_point taken;
+  // Per worker, the steps it had completed (its clocks) when the snapshot was taken: the progress the snapshot holds.
+  std::vector<uint64_t> completed;
+  ServerStats stats;  // the shard's counters then
 };
 
 // One shard. run() serves until every worker said bye or was declared dead, or stop() was called; it throws

@@ -1,13 +1,9 @@
-// The rank-side pieces of the asynchronous modes (issue 41) that the in-process (async_runner.cc) and the
-// multi-process (distributed_async.cc) paths both run, so that they are one code, not two copies that drift apart: a
-// worker's loop (step until done, stopped, or its fail_after_steps), a shard's tally, and rank 0's records -- the
-// evaluation-point rule, the global model's evaluation, train_loss, the async keys and the progress line.
-//
-// Where the two paths still differ is how rank 0 learns the other ranks' numbers (AsyncView): in process it reads
-// them in place, over tcp from their reports (async_report.proto). In process reads every shard's counters when it
-// writes the record; a tcp shard other than rank 0 reports its counters with its snapshot, when it took it. So the
-// in-process run does not go through the reports: its records (the study configs' simulated ones, repeated bit for
-// bit) would change.
+// The rank-side pieces of the asynchronous modes (issue 41) that every path runs, so that they are one code, not
+// copies that drift apart: a worker's loop (step until done, stopped, or its fail_after_steps), a shard's tally, and
+// rank 0's records -- the evaluation-point rule, the global model's evaluation, train_loss, the async keys and the
+// progress line. ASYNC and SSP run them inside async_rank.h's rank, in process and over tcp alike; HOGWILD, which has
+// no shards and no multi-process form, runs them with a monitor that reads the shared vector in place
+// (async_runner.cc). How rank 0 learns the others' numbers is an AsyncView.
 #pragma once
 
 #include "experiments/runner/room.h"  // the room's guard
@@ -64,8 +60,9 @@ struct AsyncPoint {
   double wall_s = 0;         // when the last of its parameters were taken
 };
 
-// How rank 0 sees the other ranks of an async run: in place (in process, async_runner.cc) or from their reports (a
-// tcp job, distributed_async.cc). The evaluation-point rule and the records are AsyncRecorder's, the same for both.
+// How rank 0 sees the other ranks of an async run: from their reports (a parameter server's ranks, async_rank.h) or in
+// place (HOGWILD's monitor, async_runner.cc). The evaluation-point rule and the records are AsyncRecorder's, the same
+// for both.
 class AsyncView {
  public:
   virtual ~AsyncView() = default;

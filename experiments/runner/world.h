@@ -1,8 +1,7 @@
 // The rank as the unit of the runner (issue 41): a World makes a run's ranks and owns their failure; a rank driver
-// (rank_driver.h: sync runs) runs one rank's loop and knows nothing of how the rank was made. The in-process parameter
-// server (async_runner.cc) runs its shards and workers as a ThreadWorld's ranks too, its monitor beside them, and a
-// process of a tcp one (distributed_async.cc) is a ProcessWorld; both run async_rank_driver.h's pieces. Three
-// Worlds:
+// (rank_driver.h: sync runs; async_rank.h: a parameter server's shards and workers) runs one rank's loop and knows
+// nothing of how the rank was made: an in-process job's ranks are a ThreadWorld's, a process of a tcp job is a
+// ProcessWorld, and both run the same rank code. Three Worlds:
 //
 //   - ThreadWorld: the ranks as threads of this process (transport INPROC, clock REAL_TIME).
 //   - SimulatedWorld: the same threads as actors of a SimGrid simulation (clock SIMULATED). Everything the simulation
@@ -76,8 +75,8 @@ class ThreadWorld : public World {
   void run(const std::function<void(int rank)>& body) override {
     run(body, [] {});
   }
-  // As run(body), with `monitor` on the calling thread while the ranks run (the parameter server's evaluation, which
-  // reads the shards in place). A monitor that throws aborts every rank; its error wins over theirs.
+  // As run(body), with `monitor` on the calling thread while the ranks run (HOGWILD's evaluation, which reads the
+  // shared parameters in place). A monitor that throws aborts every rank; its error wins over theirs.
   void run(const std::function<void(int rank)>& body, const std::function<void()>& monitor);
 
  protected:
