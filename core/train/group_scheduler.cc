@@ -36,13 +36,10 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
       sparse_(workload.params(), comm, options.sparse_rows, device_),
       engine_(comm),
       lanes_(comm, options.max_groups_in_flight),
+      books_(workload.params().size()),
       gates_(workload) {
   TERSE_CHECK(scheduler_ != nullptr, InvalidArgument,
               "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
-  const auto params = workload.params();
-  issue_order_.reserve(params.size());
-  chunks_left_.assign(params.size(), 0);
-  started_.assign(params.size(), false);
   TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
               "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
 }
@@ -143,11 +140,8 @@ bool GroupScheduler::anyRowSparse() const {
 // ---- The communication thread and its lanes.
 
 void GroupScheduler::markStarted(std::size_t t) {
-  if (started_[t]) return;
-  started_[t] = true;
-  if (!backward_done_.load(std::memory_order_acquire)) overlapped_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(mutex_);
-  issue_order_.push_back(t);
+  if (books_.start(t) && !backward_done_.load(std::memory_order_acquire))
+    overlapped_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void GroupScheduler::fail(std::exception_ptr failure, const std::string& where, int64_t step) {
@@ -170,22 +164,13 @@ void GroupScheduler::fail(std::exception_ptr failure, const std::string& where, 
 
 void GroupScheduler::admit(const Ready& r) {
   const auto params = workload_.params();
-  if (static_cast<int64_t>(r.step) != step_) {
-    // The previous step is complete here: its updates were all applied before this step's forward could pass the
-    // gates (or, for a non-gating workload, before forwardBackward started), and that is the only way to get here.
-    step_ = static_cast<int64_t>(r.step);
-    lr_ = r.lr;
-    admitted_ = 0;
-    std::fill(started_.begin(), started_.end(), false);
-    scheduler_->beginStep(r.step);
-    std::lock_guard lock(mutex_);
-    issue_order_.clear();
-    groups_.clear();
-  }
+  // A new step: the previous one is complete here. Its updates were all applied before this step's forward could pass
+  // the gates (or, for a non-gating workload, before forwardBackward started), and that is the only way to get here.
+  if (books_.begin(static_cast<int64_t>(r.step), r.lr)) scheduler_->beginStep(r.step);
   if (sparse_.handles(r.tensor)) {
     // The same admissions in the same order on every rank (the negotiation), so this collective lines up too.
     runSparse(r.tensor);
-    if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
+    if (books_.admitted()) scheduler_->markAllEnqueued();
     return;
   }
   const ParamTensor& p = params[r.tensor];
@@ -200,15 +185,15 @@ void GroupScheduler::admit(const Ready& r) {
   // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
   for (Chunk& c : chunks) c.wire_bytes = pipelines_.chunk(c).maxPayloadBytes();
   scheduler_->enqueue(chunks);
-  chunks_left_[r.tensor] = chunks.size();
-  if (++admitted_ == params.size()) scheduler_->markAllEnqueued();
+  books_.expect(r.tensor, chunks.size());
+  if (books_.admitted()) scheduler_->markAllEnqueued();
 }
 
 std::unique_ptr<GroupScheduler::GroupJob> GroupScheduler::prepareGroup(const std::vector<Chunk>& group,
                                                                        std::size_t in_flight) {
   const auto params = workload_.params();
   auto job = std::make_unique<GroupJob>();
-  job->step = static_cast<uint64_t>(step_);
+  job->step = static_cast<uint64_t>(books_.step());
   job->chunks = group;
   job->where = "a group of " + std::to_string(group.size()) + " chunks (first: tensor " +
                std::to_string(group.front().tensor_id) + " '" +
@@ -230,8 +215,7 @@ std::unique_ptr<GroupScheduler::GroupJob> GroupScheduler::prepareGroup(const std
   job->wire_bytes = issued.wire_bytes;
   job->trace_seq = trace_seq_++;
   if (options_.step_trace) job->issued = rt::now();
-  std::lock_guard lock(mutex_);
-  groups_.push_back(std::move(issued));
+  books_.issued(std::move(issued));
   return job;
 }
 
@@ -281,12 +265,8 @@ void GroupScheduler::executeGroup(GroupJob& job, AggregationEngine& engine, cons
 
 void GroupScheduler::finishGroup(const GroupJob& job) {
   // Tensors whose last chunk just arrived go to the sink now, so the next forward of their layer can start.
-  std::vector<std::size_t> done;
-  for (const Chunk& c : job.chunks) {
-    const auto t = static_cast<std::size_t>(c.tensor_id);
-    if (--chunks_left_[t] == 0) done.push_back(t);
-  }
-  if (!done.empty()) done = sink_.aggregated(step_, lr_, std::move(done));
+  std::vector<std::size_t> done = books_.finish(job.chunks);
+  if (!done.empty()) done = sink_.aggregated(books_.step(), books_.lr(), std::move(done));
   {
     std::lock_guard lock(mutex_);
     counters_.encode_s += job.encode_s;
@@ -294,7 +274,7 @@ void GroupScheduler::finishGroup(const GroupJob& job) {
     counters_.comm_s += job.comm_s;
   }
   // After the counters: a worker that finds its updates in reads the counters that include them.
-  gates_.markApplied(step_, done);
+  gates_.markApplied(books_.step(), done);
 }
 
 void GroupScheduler::runSparse(std::size_t t) {
@@ -311,15 +291,15 @@ void GroupScheduler::runSparse(std::size_t t) {
                          c1);
   if (options_.step_trace) {
     std::vector<StepTraceRecorder::Span> spans;
-    options_.step_trace->group(step_, sparse_.traceGroup(t, p.numel(), seq, result, c0, c1, spans), c0, spans);
+    options_.step_trace->group(books_.step(), sparse_.traceGroup(t, p.numel(), seq, result, c0, c1, spans), c0, spans);
   }
-  sink_.aggregatedRows(step_, lr_, t, sparse_.rows());
+  sink_.aggregatedRows(books_.step(), books_.lr(), t, sparse_.rows());
   {
     std::lock_guard lock(mutex_);
     counters_.comm_s += comm1 - comm0;
   }
   const std::size_t done[] = {t};
-  gates_.markApplied(step_, done);
+  gates_.markApplied(books_.step(), done);
 }
 
 void GroupScheduler::runOnLane(std::unique_ptr<GroupJob> job, Lane& lane, std::size_t k) {
@@ -450,7 +430,7 @@ void GroupScheduler::commLoop() {
         const auto n1 = rt::now();
         if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
           options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
-        // Filed under the step of the tensors it agrees on (admit() moves step_ on only after the round).
+        // Filed under the step of the tensors it agrees on (admit() moves the books on only after the round).
         if (options_.step_trace && received_step >= 0)
           options_.step_trace->negotiation(received_step, {n0, n1}, std::string(comm_.controlAlgorithmRun()));
         where = "scheduling";
@@ -503,7 +483,7 @@ void GroupScheduler::commLoop() {
         }
       }
     } catch (...) {
-      fail(std::current_exception(), where, step_);
+      fail(std::current_exception(), where, books_.step());
       failed = true;
       round = false;
     }

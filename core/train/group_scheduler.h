@@ -34,24 +34,13 @@
 #include "core/train/lane_pool.h"
 #include "core/train/pipeline_set.h"
 #include "core/train/row_sparse_tensors.h"
+#include "core/train/step_books.h"
 #include "core/train/step_trace.h"
 #include "core/train/trace.h"
 #include "core/train/update_gates.h"
 #include "core/train/workload.h"
 
 namespace terse::train {
-
-// One group as the communication thread issued it: its chunks as (tensor id, chunk index) in fused order.
-struct IssuedGroup {
-  std::vector<std::pair<uint64_t, int>> chunks;
-  uint64_t wire_bytes = 0;   // the group's wire_bytes as the scheduler saw them
-  uint64_t credit_left = 0;  // the credit left once it was handed out (UINT64_MAX: unlimited)
-  // Groups handed out before it whose completion the scheduler had not been told of: 0 when one runs at a time.
-  uint64_t groups_in_flight = 0;
-  // The most urgent (smallest) layer among chunks left pending once it was handed out, -1 when none: a priority
-  // scheduler never hands out a chunk of a later layer than this.
-  int min_pending_layer = -1;
-};
 
 // The byte-accounting label (comm::traffic.h, per tensor) of the negotiation rounds' frames: control traffic, kept
 // apart so results can report gradient bytes, which do not depend on how the ranks' paces interleaved.
@@ -134,8 +123,8 @@ class GroupScheduler {
 
   // ---- Read after awaitApplied() (the communication thread is idle between steps then).
   // Tensor ids in the order their first chunk started in the last step, and its groups in issue order.
-  const std::vector<std::size_t>& issueOrder() const noexcept { return issue_order_; }
-  const std::vector<IssuedGroup>& groups() const noexcept { return groups_; }
+  const std::vector<std::size_t>& issueOrder() const noexcept { return books_.issueOrder(); }
+  const std::vector<IssuedGroup>& groups() const noexcept { return books_.groups(); }
   // Compressor output this rank sent, all tensors, chunks and row-sparse tensors (SyncTrainer::payloadBytes).
   uint64_t payloadBytes() const;
   const CompressionPipeline& pipeline(std::size_t tensor) const { return pipelines_.tensor(tensor); }
@@ -193,14 +182,11 @@ class GroupScheduler {
   AggregationEngine engine_;  // groups run on the communication thread
   LanePool<GroupJob> lanes_;  // empty with max_groups_in_flight 1
 
-  // ---- Communication thread only (no lock): the step being scheduled and the per-tensor books.
-  int64_t step_ = -1;
-  double lr_ = 0;
-  std::size_t admitted_ = 0;           // tensors of step_ admitted
-  std::vector<uint64_t> chunks_left_;  // per tensor, this step
-  std::vector<bool> started_;          // per tensor, this step
-  uint64_t group_seq_ = 0;             // groups handed to lanes so far
-  uint64_t trace_seq_ = 0;             // groups and row-sparse aggregations issued so far (step trace)
+  // ---- Communication thread only (no lock): the step being scheduled and its books (step_books.h says how the trainer
+  // reads their issue order and groups), and the run-wide group numbers.
+  StepBooks books_;
+  uint64_t group_seq_ = 0;  // groups handed to lanes so far
+  uint64_t trace_seq_ = 0;  // groups and row-sparse aggregations issued so far (step trace)
 
   // ---- Shared. The updates applied and the first failure, under their own lock (update_gates.h; mutex_ may be held
   // while it is taken, never the other way round).
@@ -212,8 +198,6 @@ class GroupScheduler {
   std::deque<Ready> ready_;
   std::deque<std::unique_ptr<GroupJob>> lane_done_;
   bool stop_ = false;
-  std::vector<std::size_t> issue_order_;
-  std::vector<IssuedGroup> groups_;
   CommCounters counters_;
   std::atomic<bool> backward_done_{false};
   std::atomic<int> overlapped_{0};
