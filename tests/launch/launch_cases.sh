@@ -321,7 +321,11 @@ case $CASE in
   async_matches_inproc)
     # The parameter server across processes (2 shards, 2 workers, SSP with s = 0) trains the model the in-process run
     # of the same study trains: every record's step and test accuracy equal, losses equal up to the order in which a
-    # shard summed the workers' pushes (arrival order), and the records carry the async fields.
+    # shard summed the workers' pushes (arrival order), and the records carry the async fields. Both run the same rank
+    # code (experiments/runner/async_rank.h), whose records hold every worker's counts as of its step that the shards'
+    # snapshot holds; in lockstep that is the same step of the same protocol, so the workers' byte counts of every
+    # record are equal too. (A shard's own counts are not: a worker's next pull may reach it before or after the last
+    # clock of the step, whichever the transport delivers first.)
     write_async() {  # write_async FILE TRANSPORT
       cat >"$1" <<EOF
 study: "ps"
@@ -351,6 +355,10 @@ EOF
       [[ -s $a && -s $b ]] || fail "missing metrics for $v"
       [[ $(wc -l <"$a") -eq $(wc -l <"$b") ]] || fail "$v: $(wc -l <"$a") records in-process, $(wc -l <"$b") over tcp"
       [[ $(grep -o '"step":[^,}]*' "$a") == $(grep -o '"step":[^,}]*' "$b") ]] || fail "$v: steps differ"
+      for f in payload_bytes_per_worker wire_bytes_per_worker worker0_bytes_out worker1_bytes_in; do
+        [[ $(grep -o "\"$f\":[^,}]*" "$a") == $(grep -o "\"$f\":[^,}]*" "$b") ]] ||
+          fail "$v: $f differs: $(grep -o "\"$f\":[^,}]*" "$a" | tr '\n' ' ') in process, $(grep -o "\"$f\":[^,}]*" "$b" | tr '\n' ' ') over tcp"
+      done
       # linear_regression's "accuracy" is a continuous score (R^2), so it gets the losses' rounding tolerance.
       for f in test_accuracy test_loss; do
         paste -d' ' <(grep -o "\"$f\":[^,}]*" "$a" | cut -d: -f2) <(grep -o "\"$f\":[^,}]*" "$b" | cut -d: -f2) |
