@@ -59,6 +59,48 @@ ShardTally tallyOf(const ShardReport& r) {
 
 }  // namespace
 
+AsyncRank::AsyncRank(const experiments::Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
+                     comm::HostCommunicator& control, std::shared_ptr<Compressor> instance)
+    : e_(e),
+      rank_(rank),
+      S_(e.parameter_server().servers()),
+      W_(e.workers()),
+      model_(model),
+      data_comm_(data),
+      data_(data.transport()),
+      control_(control),
+      ctl_(control.transport()),
+      instance_(rawPushes(e) ? nullptr : std::move(instance)),
+      plan_(psPlan(e, model.params(), S_)),
+      flat_(static_cast<std::size_t>(plan_.total_numel)),
+      steps_(asyncStepPlan(e, model.numTrainExamples())),
+      lr_(asyncLrSchedule(e, steps_)),
+      points_(evalPoints(e, steps_)),
+      sender_(ctl_) {
+  train::copyValuesOut(model.params(), flat_);
+}
+
+void AsyncRank::checkInitialReplicas() {
+  const int world = S_ + W_;
+  const uint64_t mine = train::parameterChecksum(model_.params());
+  std::vector<uint64_t> all(static_cast<std::size_t>(world));
+  control_.allgatherv(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)),
+                      std::vector<uint64_t>(static_cast<std::size_t>(world), sizeof(uint64_t)));
+  for (int r = 0; r < world; ++r)
+    TERSE_CHECK(all[static_cast<std::size_t>(r)] == mine, InternalError,
+                "replica " << r << " starts with different parameters than replica " << rank_
+                           << ": do all ranks run the same build and config?");
+}
+
+void AsyncRank::run(std::optional<AsyncReport> report, const World& world, const std::string& host) {
+  start_ = rt::now();
+  if (rank_ >= S_) return worker(world);
+  startShard(host);
+  if (rank_ != 0) return shard();
+  AsyncRecorder recorder(e_, steps_, lr_, model_, world, *report);
+  primary(recorder);
+}
+
 ReportSender::~ReportSender() {
   try {
     if (pending_) pending_->wait();

@@ -68,51 +68,16 @@ class AsyncRank final : public AsyncView {
   // `data` carries the pushes and pulls (what the records count), `control` the reports (not counted); `instance` is
   // this rank's compressor (unused with raw pushes).
   AsyncRank(const experiments::Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
-            comm::HostCommunicator& control, std::shared_ptr<Compressor> instance)
-      : e_(e),
-        rank_(rank),
-        S_(e.parameter_server().servers()),
-        W_(e.workers()),
-        model_(model),
-        data_comm_(data),
-        data_(data.transport()),
-        control_(control),
-        ctl_(control.transport()),
-        instance_(rawPushes(e) ? nullptr : std::move(instance)),
-        plan_(psPlan(e, model.params(), S_)),
-        flat_(static_cast<std::size_t>(plan_.total_numel)),
-        steps_(asyncStepPlan(e, model.numTrainExamples())),
-        lr_(asyncLrSchedule(e, steps_)),
-        points_(evalPoints(e, steps_)),
-        sender_(ctl_) {
-    train::copyValuesOut(model.params(), flat_);
-  }
+            comm::HostCommunicator& control, std::shared_ptr<Compressor> instance);
   ~AsyncRank() { joinShard(); }
 
   const train::StepPlan& steps() const { return steps_; }
 
   // Every replica must start from the same parameters (same seed, same build).
-  void checkInitialReplicas() {
-    const int world = S_ + W_;
-    const uint64_t mine = train::parameterChecksum(model_.params());
-    std::vector<uint64_t> all(static_cast<std::size_t>(world));
-    control_.allgatherv(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)),
-                        std::vector<uint64_t>(static_cast<std::size_t>(world), sizeof(uint64_t)));
-    for (int r = 0; r < world; ++r)
-      TERSE_CHECK(all[static_cast<std::size_t>(r)] == mine, InternalError,
-                  "replica " << r << " starts with different parameters than replica " << rank_
-                             << ": do all ranks run the same build and config?");
-  }
+  void checkInitialReplicas();
 
   // The rank's loop; `report` is rank 0's (records), null on the others. Returns after rank 0's last record.
-  void run(std::optional<AsyncReport> report, const World& world, const std::string& host) {
-    start_ = rt::now();
-    if (rank_ >= S_) return worker(world);
-    startShard(host);
-    if (rank_ != 0) return shard();
-    AsyncRecorder recorder(e_, steps_, lr_, model_, world, *report);
-    primary(recorder);
-  }
+  void run(std::optional<AsyncReport> report, const World& world, const std::string& host);
 
   // A failed rank: its shard stops serving (the World already aborted the endpoints).
   void stop() {
