@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
@@ -317,6 +318,50 @@ void GroupScheduler::runOnLane(std::unique_ptr<GroupJob> job, Lane& lane, std::s
   }
 }
 
+// Negotiation (Horovod's coordinator cycle, Sergeev and Del Balso 2018): a scheduler's answer depends on what was
+// enqueued and completed before it was asked, and backward and the collectives run at a different pace on every rank,
+// so every rank first learns how many tensors ALL ranks have ready (and, with lanes, how many groups ALL have
+// finished) -- one 8-byte allgather, in ceil(log2 n) rounds -- and tells its scheduler only that many. Every rank then
+// asks its scheduler with the same enqueues and completions behind it and gets the same group: the same collectives in
+// the same order. Ready order itself is the same everywhere (backward's order).
+std::pair<uint64_t, std::size_t> GroupScheduler::negotiate(uint64_t received_total, uint64_t admitted_total,
+                                                           std::size_t finished, int64_t received_step,
+                                                           std::vector<uint64_t>& counts) {
+  const auto n0 = rt::now();
+  const double c0 = commSecondsOf(comm_);
+  const uint64_t news = received_total - admitted_total;
+  TERSE_CHECK(lanes_.empty() || news < (uint64_t{1} << 32), InternalError,
+              "negotiation: " << news << " tensors received and not admitted do not fit its word");
+  const uint64_t word = lanes_.empty() ? received_total : news << 32 | finished;
+  const comm::WireBytes sent = comm_.allgatherControl(word, counts, kNegotiationTensor);
+  {
+    // Control traffic, but communication time all the same: it counts in comm_s. Rounds and bytes are counted
+    // together, once a round is complete, so the pair read by negotiation() always agrees.
+    std::lock_guard lock(mutex_);
+    counters_.comm_s += commSecondsOf(comm_) - c0;
+    ++counters_.negotiation.rounds;
+    counters_.negotiation.bytes += sent.sent_bytes;
+  }
+  std::pair<uint64_t, std::size_t> agreed;
+  if (lanes_.empty()) {
+    agreed = {*std::min_element(counts.begin(), counts.end()), finished};
+  } else {
+    uint64_t min_news = news, min_done = finished;
+    for (uint64_t c : counts) {
+      min_news = std::min(min_news, c >> 32);
+      min_done = std::min<uint64_t>(min_done, c & 0xffffffffu);
+    }
+    agreed = {admitted_total + min_news, static_cast<std::size_t>(min_done)};
+  }
+  const auto n1 = rt::now();
+  if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
+    options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
+  // Filed under the step of the tensors it agrees on (admit() moves the books on only after the round).
+  if (options_.step_trace && received_step >= 0)
+    options_.step_trace->negotiation(received_step, {n0, n1}, std::string(comm_.controlAlgorithmRun()));
+  return agreed;
+}
+
 void GroupScheduler::commLoop() {
   // Tensors received from the worker over the whole run (the same sequence on every rank) and, of those, admitted to
   // the scheduler (agreed by every rank): ready_ holds the difference, oldest first.
@@ -391,48 +436,11 @@ void GroupScheduler::commLoop() {
       where = "scheduling";
       if (!owed()) continue;
       const std::size_t prefix = finishedPrefix();
-      // Negotiation (Horovod's coordinator cycle, Sergeev and Del Balso 2018): a scheduler's answer depends on what
-      // was enqueued and completed before it was asked, and backward and the collectives run at a different pace on
-      // every rank, so every rank first learns how many tensors ALL ranks have ready (and, with lanes, how many groups
-      // ALL have finished) -- one 8-byte allgather, in ceil(log2 n) rounds -- and tells its scheduler only that many.
-      // Every rank then asks its scheduler with the same enqueues and completions behind it and gets the same group:
-      // the same collectives in the same order. Ready order itself is the same everywhere (backward's order).
       uint64_t agreed = received_total;
       std::size_t agreed_done = prefix;
       if (comm_.size() > 1) {
         where = "negotiation";
-        const auto n0 = rt::now();
-        const double c0 = commSecondsOf(comm_);
-        const uint64_t news = received_total - admitted_total;
-        TERSE_CHECK(lanes_.empty() || news < (uint64_t{1} << 32), InternalError,
-                    "negotiation: " << news << " tensors received and not admitted do not fit its word");
-        const uint64_t word = lanes_.empty() ? received_total : news << 32 | prefix;
-        const comm::WireBytes sent = comm_.allgatherControl(word, counts, kNegotiationTensor);
-        {
-          // Control traffic, but communication time all the same: it counts in comm_s. Rounds and bytes are counted
-          // together, once a round is complete, so the pair read by negotiation() always agrees.
-          std::lock_guard lock(mutex_);
-          counters_.comm_s += commSecondsOf(comm_) - c0;
-          ++counters_.negotiation.rounds;
-          counters_.negotiation.bytes += sent.sent_bytes;
-        }
-        if (lanes_.empty()) {
-          agreed = *std::min_element(counts.begin(), counts.end());
-        } else {
-          uint64_t min_news = news, min_done = prefix;
-          for (uint64_t c : counts) {
-            min_news = std::min(min_news, c >> 32);
-            min_done = std::min<uint64_t>(min_done, c & 0xffffffffu);
-          }
-          agreed = admitted_total + min_news;
-          agreed_done = static_cast<std::size_t>(min_done);
-        }
-        const auto n1 = rt::now();
-        if (options_.trace && n1 - n0 > std::chrono::microseconds(200))
-          options_.trace->span(TraceRecorder::kCommThread, "negotiate", "negotiate", n0, n1);
-        // Filed under the step of the tensors it agrees on (admit() moves the books on only after the round).
-        if (options_.step_trace && received_step >= 0)
-          options_.step_trace->negotiation(received_step, {n0, n1}, std::string(comm_.controlAlgorithmRun()));
+        std::tie(agreed, agreed_done) = negotiate(received_total, admitted_total, prefix, received_step, counts);
         where = "scheduling";
       }
       // Completions first, in issue order: the scheduler hears of them as the one-at-a-time path tells it, before the

@@ -167,6 +167,11 @@ class GroupScheduler {
   void runSparse(std::size_t tensor);
   // Communication thread: books the tensor as started (issue order, overlap) the first time one of its chunks goes.
   void markStarted(std::size_t tensor);
+  // Communication thread: one negotiation round (group_scheduler.cc). `received_total` tensors received over the run,
+  // `admitted_total` of them admitted, `finished` groups finished here and not yet told to the scheduler; returns the
+  // tensors every rank has received (run-wide) and the groups every rank has finished. `counts` is its buffer.
+  std::pair<uint64_t, std::size_t> negotiate(uint64_t received_total, uint64_t admitted_total, std::size_t finished,
+                                             int64_t received_step, std::vector<uint64_t>& counts);
   // The first error wins (gates_), then every rank's collectives are failed; waiters and the loops wake.
   void fail(std::exception_ptr failure, const std::string& where, int64_t step);
   void abortComm(const std::string& reason);
