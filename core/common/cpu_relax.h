@@ -1,5 +1,5 @@
-// The CPU's spin-wait hint, one definition for every room that spins: the runtime's adaptive mutex (runtime.cc) and
-// the transports' waits (core/comm/spin_wait.h).
+// The CPU's spin-wait hint, one definition for every room that spins: the runtime's adaptive mutex (runtime.cc), the
+// transports' waits (core/comm/spin_wait.h) and the link emulation's precise sleep (link_emulation.cc).
 #pragma once
 
 namespace terse {
