@@ -7,11 +7,15 @@
 // (frame.h header included) and the header is stored encoded and validated on arrival like a tcp frame's.
 //
 // Copies. A frame up to `eager_bytes` is copied once into the frame at send time, so the sender's buffer is free at
-// once (small control messages need no rendezvous), and copied again into the receive buffer. A larger frame is never
-// staged: once matched it is copied exactly once, sender's buffer -> receiver's buffer (with non-temporal stores when
-// large), by whichever of the two threads waits (or tests) first. The receiver usually gets there first, so in a ring
-// each rank copies what it receives and the copying work is spread evenly over the ranks' threads. irecvReduce adds
-// the sender's bytes into the receive buffer in that same single pass, instead of copying them (Transport).
+// once (small control messages need no rendezvous), and copied again into the receive buffer. Where its receive is
+// already posted and nothing times the link (real time, no emulation), the sender copies (or adds) it straight into
+// the receive's buffer instead, under the link's lock: one pass and no staging buffer, where staging cost two passes
+// and an allocation (a 4 KiB allreduce of 2 ranks, interleaved medians of 15 rounds: 3.09 -> 2.65 us). A larger frame
+// is never staged: once matched it is copied exactly once, sender's buffer -> receiver's buffer (with non-temporal
+// stores when large), by whichever of the two threads waits (or tests) first. The receiver usually gets there first, so
+// in a ring each rank copies what it receives and the copying work is spread evenly over the ranks' threads.
+// irecvReduce adds the sender's bytes into the receive buffer in that same single pass, instead of copying them
+// (Transport).
 //
 // Waiting (spin_wait.h; InprocOptions::spin_us, TERSE_INPROC_SPIN_US; 50 us by default, 0 = park at once). A rank whose
 // wait finds its frame not there yet (not sent, not matched, not copied) spins before it parks on the link's condition
