@@ -372,7 +372,7 @@ class Measurer {
     TERSE_CHECK(
         found != gradients_->end(), InternalError,
         "calibration: the model has no gradient of " << n << " elements to time codec '" << plan_.codec << "' on");
-    const std::vector<float>& grad = found->second;
+    const float* grad = found->second.data();
     const int rounds = codec->caps().num_rounds;
     std::vector<std::vector<std::byte>> payload(static_cast<std::size_t>(rounds));
     std::vector<uint64_t> bytes(static_cast<std::size_t>(rounds));
@@ -385,8 +385,7 @@ class Measurer {
           r == 0 ? std::span<const std::byte>()
                  : std::span<const std::byte>(payload[static_cast<std::size_t>(r - 1)])
                        .first(static_cast<std::size_t>(bytes[static_cast<std::size_t>(r - 1)]));
-      bytes[static_cast<std::size_t>(r)] =
-          codec->encode(step, r, grad.data(), prev, payload[static_cast<std::size_t>(r)]);
+      bytes[static_cast<std::size_t>(r)] = codec->encode(step, r, grad, prev, payload[static_cast<std::size_t>(r)]);
     };
     const auto last = static_cast<std::size_t>(rounds - 1);
     const auto finalPayload = [&] { return std::span<const std::byte>(payload[last]).first(bytes[last]); };
@@ -398,10 +397,7 @@ class Measurer {
     // the budget allows, every repetition alike.
     const bool stateful = codec->caps().stateful || options.error_feedback || options.momentum_correction > 0;
     const int repetitions = stateful ? kCodecRepetitions : 0;
-    for (int s = 0; stateful && s < kCodecStateSteps; ++s) {
-      for (int r = 0; r < rounds; ++r) encodeRound(r);
-      decode();
-    }
+    if (stateful) runCodecState(*codec, found->second);
     // Every codec kernel starts on cold caches (evictCaches says why).
     for (int r = 0; r < rounds; ++r) {
       into[sizeKey("compress", roundSubject(plan_, r), n)] = timed([&] { encodeRound(r); },
@@ -553,6 +549,32 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   std::sort(p.sizes.begin(), p.sizes.end());
   p.sizes.erase(std::unique(p.sizes.begin(), p.sizes.end()), p.sizes.end());
   return p;
+}
+
+std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad) {
+  std::vector<float> negated(grad.size());
+  std::transform(grad.begin(), grad.end(), negated.begin(), [](float x) { return -x; });
+  const int rounds = codec.caps().num_rounds;
+  std::vector<std::vector<std::byte>> payload(static_cast<std::size_t>(rounds));
+  std::vector<uint64_t> bytes(static_cast<std::size_t>(rounds));
+  for (int r = 0; r < rounds; ++r) payload[static_cast<std::size_t>(r)].resize(codec.sizes(r).max_output_bytes);
+  std::vector<float> out(grad.size());
+  const bool sum = codec.caps().aggregation == Aggregation::kSum;
+  std::mt19937_64 signs(kCalibrationSeed);
+  std::vector<uint64_t> sent;
+  for (int s = 0; s < kCodecStateSteps; ++s) {
+    const float* g = (signs() & 1) != 0 ? negated.data() : grad.data();
+    for (int r = 0; r < rounds; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      const std::span<const std::byte> prev =
+          r == 0 ? std::span<const std::byte>() : std::span<const std::byte>(payload[i - 1]).first(bytes[i - 1]);
+      bytes[i] = codec.encode(0, r, g, prev, payload[i]);
+    }
+    const auto last = static_cast<std::size_t>(rounds - 1);
+    codec.decode(0, std::span<const std::byte>(payload[last]).first(bytes[last]), sum ? -1 : 0, out.data(), !sum);
+    sent.push_back(bytes[last]);
+  }
+  return sent;
 }
 
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,7 @@
 namespace terse {
 class Compressor;
 class PluginLoader;
+class TensorCodec;
 }  // namespace terse
 namespace terse::workloads {
 struct DataSplit;
@@ -118,11 +120,20 @@ inline constexpr int kMaxRepetitions = 200;
 // encode to the next -- a residual, DGC's momentum, PowerSGD's warm start -- and what an encode costs follows that
 // state: threshold with error feedback sends every element whose residual has grown past tau, so it sends more the
 // more steps ran. Such a codec's kernels are timed on a fixed schedule, the same in every calibration: a fresh codec
-// per pass, kCodecStateSteps untimed steps on the gradient, then exactly kCodecRepetitions timed ones. As many
+// per pass, kCodecStateSteps untimed steps on the gradient (runCodecState below), then exactly kCodecRepetitions
+// timed ones. As many
 // repetitions as the budget allowed made the state, and with it threshold-ef's decode, differ 200x between two
 // calibrations on one host (0.4 us against 92 us at 200,704 elements).
 inline constexpr int kCodecStateSteps = 20;
 inline constexpr int kCodecRepetitions = 10;
+
+// A stateful codec's state steps, before its timed repetitions: step s encodes every round of `grad` times a sign drawn
+// for that step (seeded by kCalibrationSeed: the same in every calibration), then decodes the last round's payload, as
+// a run's step does. Why the sign: a residual fed the same gradient at every step grows by it at every step, and
+// threshold with error feedback then sent, and cost, about 1.5x what runs measure; a run's gradients partly cancel from
+// step to step, and with the sign drawn per step the residual walks as theirs does
+// (results/reference/simulation/codec_ranking.md). Returns each step's last-round payload bytes.
+std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad);
 
 std::filesystem::path defaultCalibrationCache();
 // The run's table: replayed from simulation.calibration (refused when from another CPU or commit unless

@@ -350,6 +350,50 @@ TEST(CalibratedRun, AStatefulCodecIsTimedAtOneStateWhateverTheBudget) {
       << "decode at 25,088 elements: " << short_budget << " s (no budget), " << long_budget << " s (60 ms)";
 }
 
+TEST(CalibratedRun, AStatefulCodecsStateStepsDrawTheGradientsSignSoItsResidualWalks) {
+  // Threshold with error feedback sends the elements whose residual reached tau. Fed the same gradient at every state
+  // step, the residual grows by it at every step and the codec sends more each time; with the sign drawn per step
+  // (runCodecState) it walks, as a run's does, and sends a fraction of that.
+  auto loader = testLoader();
+  const auto data = smallData();
+  std::string text = calibratedStudy("", "threshold");
+  const std::string plain = "name: \"threshold\" }";
+  text.replace(text.find(plain), plain.size(), "name: \"threshold\" params { key: \"tau\" value: \"0.03\" } }");
+  text.replace(text.find("error_feedback: false"), 21, "error_feedback: true");
+  const experiments::Experiment e =
+      experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
+  const std::map<uint64_t, std::vector<float>> gradients = codecCalibrationGradients(e, data);
+  const std::vector<float>& grad = gradients.at(784 * 32);
+  // tau at 4x the gradient's mean magnitude: the same gradient crosses it within a few steps wherever it is large.
+  double mean = 0;
+  for (float g : grad) mean += std::fabs(g) / static_cast<double>(grad.size());
+  auto plugin = loader.loadCompressor("threshold");
+  const auto instance = plugin->instantiate({{"tau", std::to_string(4 * mean)}});
+  TensorInfo info;
+  info.dtype = DType::kF32;
+  info.numel = grad.size();
+  info.ndim = 1;
+  info.shape[0] = static_cast<int64_t>(grad.size());
+  info.world_size = e.workers();
+  const CodecOptions options = experiments::codecOptions(e);
+  ASSERT_TRUE(options.error_feedback);
+  // The schedule's own steps, twice from a fresh codec: seeded, so the same bytes.
+  const std::vector<uint64_t> walked = runCodecState(*makeCodec(instance, info, 1, options), grad);
+  ASSERT_EQ(walked.size(), static_cast<std::size_t>(kCodecStateSteps));
+  EXPECT_EQ(runCodecState(*makeCodec(instance, info, 1, options), grad), walked);
+  // The same gradient at every step.
+  auto same = makeCodec(instance, info, 1, options);
+  std::vector<std::byte> payload(same->sizes(0).max_output_bytes);
+  std::vector<float> out(grad.size());
+  uint64_t straight = 0;
+  for (int s = 0; s < kCodecStateSteps; ++s) {
+    straight = same->encode(0, 0, grad.data(), {}, payload);
+    same->decode(0, std::span<const std::byte>(payload).first(straight), -1, out.data(), true);
+  }
+  // Measured: the last step sends 13,296 bytes walked against 55,584 straight.
+  EXPECT_LT(2 * walked.back(), straight) << walked.back() << " bytes walked, " << straight << " straight";
+}
+
 TEST(CalibratedRun, SizesBetweenTheMeasuredOnesAreInterpolated) {
   CalibrationPlan plan;
   plan.workload = "w#0";
