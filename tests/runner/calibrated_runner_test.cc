@@ -318,6 +318,15 @@ TEST(CalibratedRun, CodecsAreTimedOnTheModelsGradientWhichTheirKeysName) {
   EXPECT_EQ(codecKey(edited("lr: 0.05", "lr: 0.06")), base);
 }
 
+// The calibrated study with threshold at tau 0.03 and error feedback: a stateful codec whose cost follows its state.
+experiments::Experiment thresholdWithErrorFeedback(PluginLoader& loader) {
+  std::string text = calibratedStudy("", "threshold");
+  const std::string plain = "name: \"threshold\" }";
+  text.replace(text.find(plain), plain.size(), "name: \"threshold\" params { key: \"tau\" value: \"0.03\" } }");
+  text.replace(text.find("error_feedback: false"), 21, "error_feedback: true");
+  return experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
+}
+
 TEST(CalibratedRun, AStatefulCodecIsTimedAtOneStateWhateverTheBudget) {
   // Threshold with error feedback sends every element whose residual has reached tau, so what its decode costs follows
   // how many encodes ran before it. Timed for as many repetitions as the budget allowed, its decode at 200,704
@@ -325,12 +334,7 @@ TEST(CalibratedRun, AStatefulCodecIsTimedAtOneStateWhateverTheBudget) {
   // short budget and a long one time it at the same state.
   auto loader = testLoader();
   const auto data = smallData();
-  std::string text = calibratedStudy("", "threshold");
-  const std::string plain = "name: \"threshold\" }";
-  text.replace(text.find(plain), plain.size(), "name: \"threshold\" params { key: \"tau\" value: \"0.03\" } }");
-  text.replace(text.find("error_feedback: false"), 21, "error_feedback: true");
-  const experiments::Experiment e =
-      experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
+  const experiments::Experiment e = thresholdWithErrorFeedback(loader);
   // The least of three calibrations, each from a fresh cache: a burst of load from elsewhere moves one of them.
   const auto decodeCost = [&](std::chrono::milliseconds budget, const std::string& cache) {
     double best = INFINITY;
@@ -356,12 +360,7 @@ TEST(CalibratedRun, AStatefulCodecsStateStepsDrawTheGradientsSignSoItsResidualWa
   // (runCodecState) it walks, as a run's does, and sends a fraction of that.
   auto loader = testLoader();
   const auto data = smallData();
-  std::string text = calibratedStudy("", "threshold");
-  const std::string plain = "name: \"threshold\" }";
-  text.replace(text.find(plain), plain.size(), "name: \"threshold\" params { key: \"tau\" value: \"0.03\" } }");
-  text.replace(text.find("error_feedback: false"), 21, "error_feedback: true");
-  const experiments::Experiment e =
-      experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
+  const experiments::Experiment e = thresholdWithErrorFeedback(loader);
   const std::map<uint64_t, std::vector<float>> gradients = codecCalibrationGradients(e, data);
   const std::vector<float>& grad = gradients.at(784 * 32);
   // tau at 4x the gradient's mean magnitude: the same gradient crosses it within a few steps wherever it is large.
