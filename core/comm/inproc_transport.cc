@@ -574,21 +574,24 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     // As the wire would carry it: encoded here, decoded and validated on arrival.
     const EncodedHeader raw = encodeFrameHeader(f->header);
     Link& l = link(rank, peer);
+    // Where nothing times the link, a frame whose receive is posted is moved by the sender (deliverToPosted), and one
+    // staged otherwise; elsewhere -- emulated links, simulated time -- an eager frame is staged at once, as always.
+    const bool direct = f->eager && l.eager_sends_complete;
+    if (f->eager && !direct) stage(*f);
     if (l.spin > Clock::duration::zero()) Link::noteCpu(l.sender_cpu);
     {
       std::unique_lock lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
-      if (f->eager && l.eager_sends_complete && deliverToPosted(l, f, raw)) {
+      if (direct && deliverToPosted(l, f, raw)) {
         countFrame(rank, peer, meta, data.size());
         lock.unlock();
         l.notifyWaiters();
         return Request(std::make_shared<SendRequest>(shared_from_this(), &l, std::move(f), true));
       }
-      if (f->eager) {
+      if (direct) {
         // Staged outside the lock (up to eager_bytes), which the receiver may want meanwhile.
         lock.unlock();
-        f->owned.assign(data.begin(), data.end());
-        f->data = f->owned.data();
+        stage(*f);
         lock.lock();
         if (!l.broken.empty()) throwBroken(l);
       }
@@ -718,6 +721,12 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     std::shared_ptr<PostedRecv> r = std::move(*it);
     l.posted.erase(it);
     match(l, *r, f);
+  }
+
+  // An eager frame's bytes copied into the frame's own storage: the sender's buffer is free once isend returns.
+  static void stage(Frame& f) {
+    f.owned.assign(f.data, f.data + f.header.length);
+    f.data = f.owned.data();
   }
 
   // Called under l.mutex.
