@@ -121,9 +121,8 @@ inline constexpr int kMaxRepetitions = 200;
 // state: threshold with error feedback sends every element whose residual has grown past tau, so it sends more the
 // more steps ran. Such a codec's kernels are timed on a fixed schedule, the same in every calibration: a fresh codec
 // per pass, kCodecStateSteps untimed steps on the gradient (runCodecState below), then exactly kCodecRepetitions
-// timed ones. As many
-// repetitions as the budget allowed made the state, and with it threshold-ef's decode, differ 200x between two
-// calibrations on one host (0.4 us against 92 us at 200,704 elements).
+// timed ones. As many repetitions as the budget allowed made the state, and with it threshold-ef's decode, differ 200x
+// between two calibrations on one host (0.4 us against 92 us at 200,704 elements).
 inline constexpr int kCodecStateSteps = 20;
 inline constexpr int kCodecRepetitions = 10;
 
