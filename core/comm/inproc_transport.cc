@@ -300,6 +300,13 @@ struct Bell final : ActivityBell {
   }
 };
 
+// A frame's bytes copied into its own storage: the sender's buffer is free from then on (an eager send, or a dropped
+// send whose frame no receive has matched yet).
+void stage(Frame& f) {
+  f.owned.assign(f.data, f.data + f.header.length);
+  f.data = f.owned.data();
+}
+
 class Fabric;
 
 class SendRequest final : public RequestImpl {
@@ -319,8 +326,7 @@ class SendRequest final : public RequestImpl {
     if (f.matched) {
       copyFrame(lock, l, f);
     } else {
-      f.owned.assign(f.data, f.data + f.header.length);
-      f.data = f.owned.data();
+      stage(f);
       f.eager = true;
     }
   }
@@ -721,12 +727,6 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     std::shared_ptr<PostedRecv> r = std::move(*it);
     l.posted.erase(it);
     match(l, *r, f);
-  }
-
-  // An eager frame's bytes copied into the frame's own storage: the sender's buffer is free once isend returns.
-  static void stage(Frame& f) {
-    f.owned.assign(f.data, f.data + f.header.length);
-    f.data = f.owned.data();
   }
 
   // Called under l.mutex.
