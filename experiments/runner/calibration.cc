@@ -261,6 +261,43 @@ std::map<uint64_t, std::vector<float>> gradientsBySize(train::Workload& model) {
   return out;
 }
 
+// One rank's step of a codec on its own: every round in order (a round's prev is the round before's payload: one rank's
+// aggregate), then the decode of the last round's payload. Step 0 throughout: a plugin's behaviour at a given step (a
+// fixture failing at step 12) is the run's to see. The state steps (runCodecState) and the timed repetitions
+// (Measurer::measureCodec) both run it.
+class CodecStep {
+ public:
+  CodecStep(TensorCodec& codec, uint64_t n)
+      : codec_(codec),
+        rounds_(codec.caps().num_rounds),
+        payload_(static_cast<std::size_t>(rounds_)),
+        bytes_(static_cast<std::size_t>(rounds_)),
+        out_(n),
+        sum_(codec.caps().aggregation == Aggregation::kSum) {
+    for (int r = 0; r < rounds_; ++r) payload_[static_cast<std::size_t>(r)].resize(codec.sizes(r).max_output_bytes);
+  }
+  int rounds() const { return rounds_; }
+  void encode(int r, const float* grad) {
+    const auto i = static_cast<std::size_t>(r);
+    const std::span<const std::byte> prev =
+        r == 0 ? std::span<const std::byte>() : std::span<const std::byte>(payload_[i - 1]).first(bytes_[i - 1]);
+    bytes_[i] = codec_.encode(0, r, grad, prev, payload_[i]);
+  }
+  std::span<const std::byte> finalPayload() const {
+    const auto last = static_cast<std::size_t>(rounds_ - 1);
+    return std::span<const std::byte>(payload_[last]).first(bytes_[last]);
+  }
+  void decode() { codec_.decode(0, finalPayload(), sum_ ? -1 : 0, out_.data(), !sum_); }
+
+ private:
+  TensorCodec& codec_;
+  int rounds_;
+  std::vector<std::vector<std::byte>> payload_;
+  std::vector<uint64_t> bytes_;
+  std::vector<float> out_;
+  bool sum_;
+};
+
 // Times every key of `plan` that `want` names, adding them to `into`.
 class Measurer {
  public:
@@ -373,25 +410,10 @@ class Measurer {
         found != gradients_->end(), InternalError,
         "calibration: the model has no gradient of " << n << " elements to time codec '" << plan_.codec << "' on");
     const float* grad = found->second.data();
-    const int rounds = codec->caps().num_rounds;
-    std::vector<std::vector<std::byte>> payload(static_cast<std::size_t>(rounds));
-    std::vector<uint64_t> bytes(static_cast<std::size_t>(rounds));
-    for (int r = 0; r < rounds; ++r) payload[static_cast<std::size_t>(r)].resize(codec->sizes(r).max_output_bytes);
-    // Step 0 throughout: a plugin's behaviour at a given step (a fixture failing at step 12) is the run's to see.
-    const uint64_t step = 0;
-    // Every round in order (a round's prev is the round before's payload: one rank's aggregate), each timed alone.
-    const auto encodeRound = [&](int r) {
-      const std::span<const std::byte> prev =
-          r == 0 ? std::span<const std::byte>()
-                 : std::span<const std::byte>(payload[static_cast<std::size_t>(r - 1)])
-                       .first(static_cast<std::size_t>(bytes[static_cast<std::size_t>(r - 1)]));
-      bytes[static_cast<std::size_t>(r)] = codec->encode(step, r, grad, prev, payload[static_cast<std::size_t>(r)]);
-    };
-    const auto last = static_cast<std::size_t>(rounds - 1);
-    const auto finalPayload = [&] { return std::span<const std::byte>(payload[last]).first(bytes[last]); };
-    std::vector<float> out(n);
-    const bool sum = codec->caps().aggregation == Aggregation::kSum;
-    const auto decode = [&] { codec->decode(step, finalPayload(), sum ? -1 : 0, out.data(), !sum); };
+    CodecStep one(*codec, n);
+    const int rounds = one.rounds();
+    const auto encodeRound = [&](int r) { one.encode(r, grad); };
+    const auto decode = [&] { one.decode(); };
     // A stateful codec's fixed schedule (calibration.h): the state's steps, each every round and the decode as a step
     // runs them, then a count of timed repetitions the budget does not change. A stateless codec repeats as long as
     // the budget allows, every repetition alike.
@@ -410,8 +432,9 @@ class Measurer {
     into[sizeKey("decompress", plan_.codec, n)] = timed(decode, evictCaches, repetitions);
     if (plan_.reduce) {
       std::vector<std::byte> reduced(codec->sizes(rounds - 1).max_reduced_bytes);
-      into[sizeKey("reduce", plan_.codec, n)] = timed(
-          [&] { codec->reduce(step, rounds - 1, finalPayload(), finalPayload(), reduced); }, evictCaches, repetitions);
+      into[sizeKey("reduce", plan_.codec, n)] =
+          timed([&] { codec->reduce(0, rounds - 1, one.finalPayload(), one.finalPayload(), reduced); }, evictCaches,
+                repetitions);
     }
   }
 
@@ -554,25 +577,14 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
 std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad) {
   std::vector<float> negated(grad.size());
   std::transform(grad.begin(), grad.end(), negated.begin(), [](float x) { return -x; });
-  const int rounds = codec.caps().num_rounds;
-  std::vector<std::vector<std::byte>> payload(static_cast<std::size_t>(rounds));
-  std::vector<uint64_t> bytes(static_cast<std::size_t>(rounds));
-  for (int r = 0; r < rounds; ++r) payload[static_cast<std::size_t>(r)].resize(codec.sizes(r).max_output_bytes);
-  std::vector<float> out(grad.size());
-  const bool sum = codec.caps().aggregation == Aggregation::kSum;
+  CodecStep one(codec, grad.size());
   std::mt19937_64 signs(kCalibrationSeed);
   std::vector<uint64_t> sent;
   for (int s = 0; s < kCodecStateSteps; ++s) {
     const float* g = (signs() & 1) != 0 ? negated.data() : grad.data();
-    for (int r = 0; r < rounds; ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      const std::span<const std::byte> prev =
-          r == 0 ? std::span<const std::byte>() : std::span<const std::byte>(payload[i - 1]).first(bytes[i - 1]);
-      bytes[i] = codec.encode(0, r, g, prev, payload[i]);
-    }
-    const auto last = static_cast<std::size_t>(rounds - 1);
-    codec.decode(0, std::span<const std::byte>(payload[last]).first(bytes[last]), sum ? -1 : 0, out.data(), !sum);
-    sent.push_back(bytes[last]);
+    for (int r = 0; r < one.rounds(); ++r) one.encode(r, g);
+    one.decode();
+    sent.push_back(one.finalPayload().size());
   }
   return sent;
 }
