@@ -1,9 +1,11 @@
 #include "core/common/subprocess.h"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +35,48 @@ ForkedChild forkWithPipe(const char* what, const std::function<void(int write_fd
   }
   ::close(fds[1]);
   return ForkedChild{pid, fds[0]};
+}
+
+void writeAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string readAll(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return out;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+ChildExit awaitChild(const ForkedChild& child) {
+  ChildExit got;
+  got.report = readAll(child.read_fd);
+  ::close(child.read_fd);
+  while (::waitpid(child.pid, &got.status, 0) < 0 && errno == EINTR) {
+  }
+  return got;
+}
+
+std::string signalText(int sig) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  if (const char* abbrev = ::sigabbrev_np(sig)) return "SIG" + std::string(abbrev) + " (" + ::strsignal(sig) + ")";
+#endif
+  return "signal " + std::to_string(sig);
+}
+
+std::string exitText(int status) {
+  if (WIFSIGNALED(status)) return "died of " + signalText(WTERMSIG(status));
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  return "ended with wait status " + std::to_string(status);
 }
 
 }  // namespace terse

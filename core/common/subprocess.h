@@ -5,6 +5,8 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <string>
+#include <string_view>
 
 namespace terse {
 
@@ -17,5 +19,24 @@ struct ForkedChild {
 // forks. The child closes the read end and runs child(write_fd), which must not return (it ends with _exit). Throws
 // InternalError naming `what` when pipe() or fork() fails.
 ForkedChild forkWithPipe(const char* what, const std::function<void(int write_fd)>& child);
+
+// Writes all of `bytes`, retrying on EINTR. Gives up silently when the reader is gone: a child reporting to a parent
+// that stopped listening has nobody left to tell.
+void writeAll(int fd, std::string_view bytes);
+
+// Reads `fd` to its end (EOF or an error), retrying on EINTR.
+std::string readAll(int fd);
+
+// What a child sent and how it ended: reads its pipe to the end, closes it and reaps the child.
+struct ChildExit {
+  std::string report;
+  int status = 0;  // waitpid's
+};
+ChildExit awaitChild(const ForkedChild& child);
+
+// "SIGSEGV (Segmentation fault)", or "signal N" where the C library cannot name it.
+std::string signalText(int sig);
+// How a child ended, for messages: "died of SIGSEGV (Segmentation fault)" or "exited with status 3".
+std::string exitText(int status);
 
 }  // namespace terse

@@ -125,15 +125,6 @@ bool decode(std::string_view bytes, Outcome& o, Context& ctx) {
   return true;
 }
 
-void writeAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the parent is gone or gave up: nobody is left to tell
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
 [[noreturn]] void childMain(CheckFn fn, Context& ctx, int fd) {
   Outcome o{CheckStatus::kFail, {}};
   bool ready = true;
@@ -172,13 +163,6 @@ Outcome runCheckInProcess(CheckFn fn, Context& ctx) {
   }
   ctx.instantiated = ctx.instance != nullptr;
   return o;
-}
-
-std::string signalText(int sig) {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
-  if (const char* abbrev = ::sigabbrev_np(sig)) return cat("SIG", abbrev, " (", ::strsignal(sig), ")");
-#endif
-  return cat("signal ", sig);
 }
 
 Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {

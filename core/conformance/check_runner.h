@@ -22,7 +22,4 @@ Outcome runCheckInProcess(CheckFn fn, Context& ctx);
 // fork() fail (the machine's problem, not the plugin's).
 Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s);
 
-// "SIGSEGV (Segmentation fault)"; "signal 70" for a number the C library does not name.
-std::string signalText(int sig);
-
 }  // namespace terse::conformance

@@ -1,7 +1,6 @@
 // The simulation driver: a forked child per simulation, the engine, the platform, the runtime (simulation.h).
 #include "core/sim/simulation.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 #include <xbt/log.h>
 #include <simgrid/s4u/Actor.hpp>
@@ -30,27 +29,6 @@ namespace {
 // The child's answer: one byte (O: the body's result follows, E: an error message follows), then the text.
 constexpr char kOk = 'O';
 constexpr char kError = 'E';
-
-void writeAll(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the parent is gone: nobody is left to tell
-    done += static_cast<std::size_t>(n);
-  }
-}
-
-std::string readAll(int fd) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return out;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-}
 
 // Sends the answer and ends the child at once: no destructors of the parent's objects, no atexit handlers (they belong
 // to the parent), no SimGrid teardown of actors that may still be blocked.
@@ -139,21 +117,10 @@ std::string runSimulation(const SimulationOptions& options,
   }
   options.compute.validate();
   const ForkedChild forked = forkWithPipe("simulation", [&](int write_fd) { child(write_fd, options, body); });
-  const pid_t pid = forked.pid;
-  const std::string reply = readAll(forked.read_fd);
-  ::close(forked.read_fd);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const ChildExit done = awaitChild(forked);
+  const std::string& reply = done.report;
   if (reply.empty()) {
-    std::ostringstream m;
-    if (WIFSIGNALED(status)) {
-      m << "the simulation process died of signal " << WTERMSIG(status) << " (" << ::strsignal(WTERMSIG(status))
-        << ") before it could report";
-    } else {
-      m << "the simulation process exited with status " << WEXITSTATUS(status) << " without a report";
-    }
-    throw SimulationError(m.str());
+    throw SimulationError("the simulation process " + exitText(done.status) + " before it could report");
   }
   if (reply[0] == kOk) return reply.substr(1);
   throw SimulationError(reply.substr(1));

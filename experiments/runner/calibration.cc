@@ -1,8 +1,12 @@
 // The calibrated compute model's table: its keys, its file, the measurements and the run's lookup (calibration.h).
 #include "experiments/runner/calibration.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -14,6 +18,7 @@
 #include "core/common/error.h"
 #include "core/common/json.h"
 #include "core/common/log.h"
+#include "core/common/subprocess.h"
 #include "core/compress/make_codec.h"
 #include "core/plugin/loader.h"
 #include "core/train/optimizer.h"
@@ -44,6 +49,10 @@ std::string sizeKey(std::string_view kind, std::string_view subject, uint64_t n)
     key += ' ';
   }
   return key + "n" + std::to_string(n);
+}
+
+bool isCodecKey(std::string_view key) {
+  return key.starts_with("compress ") || key.starts_with("decompress ") || key.starts_with("reduce ");
 }
 
 std::string layerKey(std::string_view kind, const CalibrationPlan& plan, int layer) {
@@ -306,17 +315,30 @@ class Measurer {
       : in_(in), plan_(plan), budget_(in != nullptr ? in->kernel_budget : CalibrationInputs::kDefaultKernelBudget) {}
 
   void measure(const std::vector<std::string>& want, std::map<std::string, double>& into) {
-    // The clock's own cost (two reads of the thread CPU clock, a system call each) is in every time below: taken
-    // off, or a ten-element kernel would cost what the clock does.
-    // In passes over every kernel, each kernel keeping its least time: a host whose cores are shared (another
-    // process on the sibling hyperthread, a compiler filling the caches) is quiet at some moments, and passes spread
-    // over the whole calibration catch more of them than one burst per kernel would.
-    for (int pass = 0; pass < kCalibrationPasses; ++pass) {
-      floor_ = pass == 0 ? timeKernel(budget_, [] {}) : std::min(floor_, timeKernel(budget_, [] {}));
-      std::map<std::string, double> got;
-      measureAll(want, got);
-      for (const auto& [key, s] : got) into[key] = pass == 0 ? s : std::min(into[key], s);
+    std::vector<std::string> kernels, codecs;
+    for (const std::string& key : want) (isCodecKey(key) ? codecs : kernels).push_back(key);
+    inPasses(kernels, kCalibrationPasses, into, [this](const auto& wanted, auto& got) { measureKernels(wanted, got); });
+    if (codecs.empty()) return;
+    // A codec's kernels start on cold caches, and what that costs depends on where the process's pages landed: on a
+    // virtual machine one process's cold codec kernels all ran 1.5-3x another's, consistently for a whole calibration
+    // (calibration_spread.md). No repetition inside one process averages that out, so each of kCodecProcesses
+    // children, forked with pages of their own, times every codec kernel in one pass, and a kernel's time is the
+    // median of theirs. The gradients are taken here once; a child copies them into its own pages.
+    train::Workload& model = replica();
+    if (!gradients_) {
+      model.forwardBackward(firstBatch(model, in_->experiment.data().batch_size()), {});
+      gradients_ = gradientsBySize(model);
     }
+    // Loaded here, instantiated in each child: no plugin thread or lock is ever forked.
+    plugin_ = in_->loader.loadCompressor(in_->experiment.compressor().name());
+    const std::map<std::string, double> median =
+        medianOverProcesses(kCodecProcesses, "calibration: timing codec '" + plan_.codec + "'", [&](int) {
+          gradients_ = std::map<uint64_t, std::vector<float>>(*gradients_);
+          std::map<std::string, double> got;
+          inPasses(codecs, 1, got, [this](const auto& wanted, auto& times) { measureCodecs(wanted, times); });
+          return got;
+        });
+    into.insert(median.begin(), median.end());
   }
 
  private:
@@ -324,8 +346,29 @@ class Measurer {
     return std::max(0.0, timeKernel(budget_, fn, prepare, repetitions) - floor_);
   }
 
-  void measureAll(const std::vector<std::string>& want, std::map<std::string, double>& into) {
-    const auto wanted = [&](const std::string& key) { return std::find(want.begin(), want.end(), key) != want.end(); };
+  using Wanted = std::function<bool(const std::string&)>;
+
+  // `passes` passes over every kernel `want` names, each kernel keeping its least time: a host whose cores are shared
+  // (another process on the sibling hyperthread, a compiler filling the caches) is quiet at some moments, and passes
+  // spread over the whole calibration catch more of them than one burst per kernel would. The clock's own cost (two
+  // reads of the thread CPU clock, a system call each) is in every time: taken off, or a ten-element kernel would
+  // cost what the clock does.
+  template <typename Fn>
+  void inPasses(const std::vector<std::string>& want, int passes, std::map<std::string, double>& into, Fn&& fn) {
+    if (want.empty()) return;
+    const Wanted wanted = [&](const std::string& key) {
+      return std::find(want.begin(), want.end(), key) != want.end();
+    };
+    for (int pass = 0; pass < passes; ++pass) {
+      floor_ = pass == 0 ? timeKernel(budget_, [] {}) : std::min(floor_, timeKernel(budget_, [] {}));
+      std::map<std::string, double> got;
+      fn(wanted, got);
+      for (const auto& [key, s] : got) into[key] = pass == 0 ? s : std::min(into[key], s);
+    }
+  }
+
+  // Every kernel but the codecs'.
+  void measureKernels(const Wanted& wanted, std::map<std::string, double>& into) {
     measureSums(wanted, into);
     if (plan_.sums_only) return;
     const experiments::Experiment& e = in_->experiment;
@@ -348,14 +391,8 @@ class Measurer {
         into[layerKey("backward", plan_, l)] = total > 0 ? pass * f.backward / total : pass / (2 * nl);
       }
     }
-    auto plugin = in_->loader.loadCompressor(e.compressor().name());
-    std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
-    const CodecOptions codec_options = experiments::codecOptions(e);
     train::SgdOptions sgd = detail::trainerOptions(e).sgd;
     for (uint64_t n : plan_.sizes) {
-      bool codec = wanted(sizeKey("decompress", plan_.codec, n)) || wanted(sizeKey("reduce", plan_.codec, n));
-      for (int r = 0; r < plan_.rounds; ++r) codec = codec || wanted(sizeKey("compress", roundSubject(plan_, r), n));
-      if (codec) measureCodec(instance, codec_options, n, into);
       const std::vector<float> g = gaussian(n, 2 * n + 1);
       std::vector<float> a = gaussian(n, 2 * n + 2);
       if (wanted(sizeKey("accumulate", "", n))) {
@@ -376,7 +413,18 @@ class Measurer {
     }
   }
 
-  void measureSums(const std::function<bool(const std::string&)>& wanted, std::map<std::string, double>& into) {
+  void measureCodecs(const Wanted& wanted, std::map<std::string, double>& into) {
+    const experiments::Experiment& e = in_->experiment;
+    std::shared_ptr<Compressor> instance = plugin_->instantiate(experiments::pluginParams(e.compressor()));
+    const CodecOptions codec_options = experiments::codecOptions(e);
+    for (uint64_t n : plan_.sizes) {
+      bool codec = wanted(sizeKey("decompress", plan_.codec, n)) || wanted(sizeKey("reduce", plan_.codec, n));
+      for (int r = 0; r < plan_.rounds; ++r) codec = codec || wanted(sizeKey("compress", roundSubject(plan_, r), n));
+      if (codec) measureCodec(instance, codec_options, n, into);
+    }
+  }
+
+  void measureSums(const Wanted& wanted, std::map<std::string, double>& into) {
     for (uint64_t n : plan_.sizes) {
       for (std::string_view d : kSumDtypes) {
         const std::string key = sizeKey("sum", d, n);
@@ -399,12 +447,7 @@ class Measurer {
     info.shape[0] = static_cast<int64_t>(n);
     info.world_size = e.workers();
     std::unique_ptr<TensorCodec> codec = makeCodec(instance, info, e.seed(), options);
-    // The real gradient of this size (calibration.h says why); computed once, outside every timed region.
-    if (!gradients_) {
-      train::Workload& model = replica();
-      model.forwardBackward(firstBatch(model, e.data().batch_size()), {});
-      gradients_ = gradientsBySize(model);
-    }
+    // The real gradient of this size (calibration.h says why), taken by measure() outside every timed region.
     const auto found = gradients_->find(n);
     TERSE_CHECK(
         found != gradients_->end(), InternalError,
@@ -450,6 +493,7 @@ class Measurer {
   double floor_ = 0;
   std::unique_ptr<train::Workload> replica_;
   std::optional<std::map<uint64_t, std::vector<float>>> gradients_;
+  std::shared_ptr<const CompressorPlugin> plugin_;
 };
 
 }  // namespace
@@ -587,6 +631,111 @@ std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> g
     sent.push_back(one.finalPayload().size());
   }
   return sent;
+}
+
+namespace {
+
+// A child's report: 'O' then one "<key length> <key> <seconds as %a>\n" per kernel, or 'E', the error's kind ('P' a
+// PluginError, 'O' another), its terse_status_v1 code, a space and its message.
+constexpr char kTimes = 'O';
+constexpr char kFailed = 'E';
+constexpr char kPluginError = 'P';
+constexpr char kOtherError = 'O';
+
+std::string encodeTimes(const std::map<std::string, double>& times) {
+  std::string out(1, kTimes);
+  char value[64];
+  for (const auto& [key, s] : times) {
+    std::snprintf(value, sizeof value, "%a", s);
+    out += std::to_string(key.size()) + ' ' + key + ' ' + value + '\n';
+  }
+  return out;
+}
+
+std::map<std::string, double> decodeTimes(std::string_view text, const std::string& what) {
+  std::map<std::string, double> times;
+  while (!text.empty()) {
+    const std::size_t space = text.find(' ');
+    const unsigned long long length = std::strtoull(std::string(text.substr(0, space)).c_str(), nullptr, 10);
+    const std::size_t end = space == std::string_view::npos ? space : text.find('\n', space + 1 + length);
+    TERSE_CHECK(end != std::string_view::npos && space + 1 + length + 1 < end, InternalError,
+                what << ": a child's report is cut short");
+    const std::string key(text.substr(space + 1, length));
+    times[key] = std::strtod(std::string(text.substr(space + 2 + length, end - space - 2 - length)).c_str(), nullptr);
+    text.remove_prefix(end + 1);
+  }
+  return times;
+}
+
+[[noreturn]] void rethrow(bool plugin, terse_status_v1 status, const std::string& message) {
+  if (plugin) throw PluginError(message, status);
+  switch (status) {
+    case TERSE_ERR_INVALID_ARGUMENT:
+      throw InvalidArgument(message);
+    case TERSE_ERR_INVALID_PAYLOAD:
+      throw InvalidPayload(message);
+    case TERSE_ERR_UNSUPPORTED:
+      throw Unsupported(message);
+    case TERSE_ERR_DEVICE:
+      throw DeviceError(message);
+    default:
+      throw InternalError(message);
+  }
+}
+
+}  // namespace
+
+std::map<std::string, double> medianOverProcesses(int processes, const std::string& what,
+                                                  const std::function<std::map<std::string, double>(int)>& measure) {
+  TERSE_CHECK(processes >= 1, InternalError, what << ": " << processes << " processes");
+  std::vector<std::map<std::string, double>> samples;
+  for (int c = 0; c < processes; ++c) {
+    const ForkedChild child = forkWithPipe(what.c_str(), [&](int fd) {
+      std::string report;
+      try {
+        report = encodeTimes(measure(c));
+      } catch (const Error& e) {
+        const char kind = dynamic_cast<const PluginError*>(&e) != nullptr ? kPluginError : kOtherError;
+        report = std::string{kFailed, kind} + std::to_string(static_cast<int>(e.status())) + ' ' + e.what();
+      } catch (const std::exception& e) {
+        report =
+            std::string{kFailed, kOtherError} + std::to_string(static_cast<int>(TERSE_ERR_INTERNAL)) + ' ' + e.what();
+      }
+      writeAll(fd, report);
+      ::close(fd);
+      // _exit: the atexit handlers and static destructors belong to the parent and run once, there.
+      std::fflush(nullptr);
+      ::_exit(0);
+    });
+    const ChildExit done = awaitChild(child);
+    const std::string& r = done.report;
+    if (r.size() >= 2 && r[0] == kFailed) {
+      const std::size_t space = r.find(' ');
+      rethrow(r[1] == kPluginError, static_cast<terse_status_v1>(std::atoi(r.substr(2, space).c_str())),
+              space == std::string::npos ? std::string() : r.substr(space + 1));
+    }
+    TERSE_CHECK(
+        !r.empty() && r[0] == kTimes && WIFEXITED(done.status) && WEXITSTATUS(done.status) == 0, PluginError,
+        what << ": its process " << exitText(done.status)
+             << " before reporting (the plugin's code crashed or ended it; the message above, if any, says why)");
+    samples.push_back(decodeTimes(std::string_view(r).substr(1), what));
+    TERSE_CHECK(samples.back().size() == samples.front().size(), InternalError,
+                what << ": process " << c << " timed " << samples.back().size() << " kernels, process 0 "
+                     << samples.front().size());
+  }
+  std::map<std::string, double> median;
+  for (const auto& [key, unused] : samples.front()) {
+    std::vector<double> v;
+    for (const auto& sample : samples) {
+      const auto it = sample.find(key);
+      TERSE_CHECK(it != sample.end(), InternalError, what << ": a process did not time kernel '" << key << "'");
+      v.push_back(it->second);
+    }
+    std::sort(v.begin(), v.end());
+    const std::size_t mid = v.size() / 2;
+    median[key] = v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+  }
+  return median;
 }
 
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,

@@ -4,9 +4,12 @@
 // element); the table's file and the config's new fields are checked with messages that name them.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
@@ -419,6 +422,53 @@ TEST(CalibratedRun, SizesBetweenTheMeasuredOnesAreInterpolated) {
   // A table without one of the plan's keys cannot be made into costs.
   t.seconds.erase("compress c#0 r0 n100");
   EXPECT_THROW(makeCostTable(plan, t), InternalError);
+}
+
+TEST(CalibratedRun, CodecTimesAreTheMedianOfSeveralProcessesWhoseFailuresComeBackNamed) {
+  const pid_t parent = ::getpid();
+  // Five children: each is a process of its own, and a kernel's time is the median of theirs, bit for bit (1e-9
+  // and an odd key survive the pipe).
+  const auto got = medianOverProcesses(5, "test", [&](int c) {
+    return std::map<std::string, double>{{"own process", ::getpid() != parent ? 1.0 : 0.0},
+                                         {"k", c == 0 ? 100.0 : static_cast<double>(c)},
+                                         {"key with spaces 12 n7", 1e-9 * (c + 1)}};
+  });
+  EXPECT_EQ(got.at("own process"), 1.0);
+  EXPECT_EQ(got.at("k"), 3.0);  // of 100, 1, 2, 3, 4
+  EXPECT_EQ(got.at("key with spaces 12 n7"), 1e-9 * 3);
+  // An even count takes the mean of the middle two: 1, 2, 3, 100.
+  EXPECT_EQ(medianOverProcesses(4, "test",
+                                [](int c) {
+                                  return std::map<std::string, double>{{"k", c == 0 ? 100.0 : static_cast<double>(c)}};
+                                })
+                .at("k"),
+            2.5);
+  // A child's terse error comes back as its kind, with its message.
+  try {
+    medianOverProcesses(3, "test", [](int c) -> std::map<std::string, double> {
+      if (c == 1) throw PluginError("compressor 'x': compress failed", TERSE_ERR_INVALID_PAYLOAD);
+      return {{"k", 1}};
+    });
+    ADD_FAILURE() << "a child's error was not rethrown";
+  } catch (const PluginError& e) {
+    EXPECT_STREQ(e.what(), "compressor 'x': compress failed");
+    EXPECT_EQ(e.status(), TERSE_ERR_INVALID_PAYLOAD);
+  }
+  EXPECT_THROW(
+      medianOverProcesses(2, "test", [](int) -> std::map<std::string, double> { throw InvalidArgument("bad"); }),
+      InvalidArgument);
+  // A child that crashes takes only itself down: the error names what it was timing and how it ended.
+  try {
+    medianOverProcesses(3, "calibration: timing codec 'x#1'", [](int c) -> std::map<std::string, double> {
+      if (c == 2) std::raise(SIGSEGV);
+      return {{"k", 1}};
+    });
+    ADD_FAILURE() << "a crashed child was not reported";
+  } catch (const PluginError& e) {
+    EXPECT_NE(std::string(e.what()).find("calibration: timing codec 'x#1': its process died of SIGSEGV"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -152,6 +152,20 @@ case $CASE in
     expect_in run.log "rank 1 \(pid [0-9]+\) was killed by signal 11 \(SIGSEGV\) in plugin 'misbehave' \(.*terse_compressor_misbehave.so\)"
     check_folder "rank 1"
     ;;
+  crash_calibration)
+    # A simulated run times its codec before it starts (simulation.compute CALIBRATED), in child processes
+    # (experiments/runner/calibration.h, medianOverProcesses): a crash there takes only the child, and the run fails
+    # with a message naming the codec and the signal instead of dying of it.
+    write_study study.textproto INPROC 3 crash 0 0 'clock: SIMULATED'
+    sed -i 's/value: "crash" }/value: "crash" }\n  params { key: "call" value: "compress" }/' study.textproto
+    timeout 60 "$TERSE" run study.textproto --out out >run.log 2>&1
+    rc=$?
+    ((rc != 124)) || fail "the run hung after the crash"
+    ((rc == 1)) || fail "terse run exited $rc, expected 1 (a failed run, not a death by signal)"
+    expect_in run.log "calibration: timing codec '[^']*misbehave[^']*#[0-9a-f]+': its process died of SIGSEGV"
+    expect_in $STATUS '"state":"failed"'
+    expect_in $STATUS "timing codec '[^']*misbehave.*died of SIGSEGV"
+    ;;
   *)
     fail "unknown case"
     ;;
