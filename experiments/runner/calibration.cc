@@ -319,26 +319,20 @@ class Measurer {
     for (const std::string& key : want) (isCodecKey(key) ? codecs : kernels).push_back(key);
     inPasses(kernels, kCalibrationPasses, into, [this](const auto& wanted, auto& got) { measureKernels(wanted, got); });
     if (codecs.empty()) return;
-    // A codec's kernels start on cold caches, and what that costs depends on where the process's pages landed: on a
-    // virtual machine one process's cold codec kernels all ran 1.5-3x another's, consistently for a whole calibration
-    // (calibration_spread.md). No repetition inside one process averages that out, so each of kCodecProcesses
-    // children, forked with pages of their own, times every codec kernel in one pass, and a kernel's time is the
-    // median of theirs. The gradients are taken here once; a child copies them into its own pages.
+    // In a child of its own (timeInChild). The gradients are taken and the plugin loaded here; it is instantiated
+    // there, so that no plugin thread or lock is ever forked.
     train::Workload& model = replica();
     if (!gradients_) {
       model.forwardBackward(firstBatch(model, in_->experiment.data().batch_size()), {});
       gradients_ = gradientsBySize(model);
     }
-    // Loaded here, instantiated in each child: no plugin thread or lock is ever forked.
     plugin_ = in_->loader.loadCompressor(in_->experiment.compressor().name());
-    const std::map<std::string, double> median =
-        medianOverProcesses(kCodecProcesses, "calibration: timing codec '" + plan_.codec + "'", [&](int) {
-          gradients_ = std::map<uint64_t, std::vector<float>>(*gradients_);
-          std::map<std::string, double> got;
-          inPasses(codecs, 1, got, [this](const auto& wanted, auto& times) { measureCodecs(wanted, times); });
-          return got;
-        });
-    into.insert(median.begin(), median.end());
+    const std::map<std::string, double> times = timeInChild("calibration: timing codec '" + plan_.codec + "'", [&] {
+      std::map<std::string, double> got;
+      inPasses(codecs, kCalibrationPasses, got, [this](const auto& wanted, auto& t) { measureCodecs(wanted, t); });
+      return got;
+    });
+    into.insert(times.begin(), times.end());
   }
 
  private:
@@ -685,57 +679,36 @@ std::map<std::string, double> decodeTimes(std::string_view text, const std::stri
 
 }  // namespace
 
-std::map<std::string, double> medianOverProcesses(int processes, const std::string& what,
-                                                  const std::function<std::map<std::string, double>(int)>& measure) {
-  TERSE_CHECK(processes >= 1, InternalError, what << ": " << processes << " processes");
-  std::vector<std::map<std::string, double>> samples;
-  for (int c = 0; c < processes; ++c) {
-    const ForkedChild child = forkWithPipe(what.c_str(), [&](int fd) {
-      std::string report;
-      try {
-        report = encodeTimes(measure(c));
-      } catch (const Error& e) {
-        const char kind = dynamic_cast<const PluginError*>(&e) != nullptr ? kPluginError : kOtherError;
-        report = std::string{kFailed, kind} + std::to_string(static_cast<int>(e.status())) + ' ' + e.what();
-      } catch (const std::exception& e) {
-        report =
-            std::string{kFailed, kOtherError} + std::to_string(static_cast<int>(TERSE_ERR_INTERNAL)) + ' ' + e.what();
-      }
-      writeAll(fd, report);
-      ::close(fd);
-      // _exit: the atexit handlers and static destructors belong to the parent and run once, there.
-      std::fflush(nullptr);
-      ::_exit(0);
-    });
-    const ChildExit done = awaitChild(child);
-    const std::string& r = done.report;
-    if (r.size() >= 2 && r[0] == kFailed) {
-      const std::size_t space = r.find(' ');
-      rethrow(r[1] == kPluginError, static_cast<terse_status_v1>(std::atoi(r.substr(2, space).c_str())),
-              space == std::string::npos ? std::string() : r.substr(space + 1));
+std::map<std::string, double> timeInChild(const std::string& what,
+                                          const std::function<std::map<std::string, double>()>& measure) {
+  const ForkedChild child = forkWithPipe(what.c_str(), [&](int fd) {
+    std::string report;
+    try {
+      report = encodeTimes(measure());
+    } catch (const Error& e) {
+      const char kind = dynamic_cast<const PluginError*>(&e) != nullptr ? kPluginError : kOtherError;
+      report = std::string{kFailed, kind} + std::to_string(static_cast<int>(e.status())) + ' ' + e.what();
+    } catch (const std::exception& e) {
+      report =
+          std::string{kFailed, kOtherError} + std::to_string(static_cast<int>(TERSE_ERR_INTERNAL)) + ' ' + e.what();
     }
-    TERSE_CHECK(
-        !r.empty() && r[0] == kTimes && WIFEXITED(done.status) && WEXITSTATUS(done.status) == 0, PluginError,
-        what << ": its process " << exitText(done.status)
-             << " before reporting (the plugin's code crashed or ended it; the message above, if any, says why)");
-    samples.push_back(decodeTimes(std::string_view(r).substr(1), what));
-    TERSE_CHECK(samples.back().size() == samples.front().size(), InternalError,
-                what << ": process " << c << " timed " << samples.back().size() << " kernels, process 0 "
-                     << samples.front().size());
+    writeAll(fd, report);
+    ::close(fd);
+    // _exit: the atexit handlers and static destructors belong to the parent and run once, there.
+    std::fflush(nullptr);
+    ::_exit(0);
+  });
+  const ChildExit done = awaitChild(child);
+  const std::string& r = done.report;
+  if (r.size() >= 2 && r[0] == kFailed) {
+    const std::size_t space = r.find(' ');
+    rethrow(r[1] == kPluginError, static_cast<terse_status_v1>(std::atoi(r.substr(2, space).c_str())),
+            space == std::string::npos ? std::string() : r.substr(space + 1));
   }
-  std::map<std::string, double> median;
-  for (const auto& [key, unused] : samples.front()) {
-    std::vector<double> v;
-    for (const auto& sample : samples) {
-      const auto it = sample.find(key);
-      TERSE_CHECK(it != sample.end(), InternalError, what << ": a process did not time kernel '" << key << "'");
-      v.push_back(it->second);
-    }
-    std::sort(v.begin(), v.end());
-    const std::size_t mid = v.size() / 2;
-    median[key] = v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
-  }
-  return median;
+  TERSE_CHECK(!r.empty() && r[0] == kTimes && WIFEXITED(done.status) && WEXITSTATUS(done.status) == 0, PluginError,
+              what << ": its process " << exitText(done.status)
+                   << " before reporting (the plugin's code crashed or ended it; the message above, if any, says why)");
+  return decodeTimes(std::string_view(r).substr(1), what);
 }
 
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,

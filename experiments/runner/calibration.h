@@ -26,10 +26,9 @@
 // not undo load that lasts the whole calibration on a core's sibling hyperthread or in the shared caches
 // (calibrated.md in results/reference/simulation has the spread between calibrations on a shared host). Forward,
 // backward, sums and the optimizer are timed with warm caches; a codec's kernels start each repetition on cold ones,
-// as a run meets them (calibration.cc, evictCaches; results/reference/simulation/codec_ranking.md). What cold caches
-// cost depends on where a process's pages landed, which no repetition inside the process changes, so the codecs are
-// timed in kCodecProcesses forked children, one pass each, and each of their kernels costs the median of the children's
-// times (medianOverProcesses; calibration_spread.md measures what that leaves).
+// as a run meets them (calibration.cc, evictCaches; results/reference/simulation/codec_ranking.md). The codecs are
+// timed in a forked child (timeInChild): a plugin that crashes there fails its variant's run, naming the codec and
+// the signal, instead of ending the process and every variant after it.
 #pragma once
 
 #include "experiments/runner/room.h"  // the room's guard
@@ -129,16 +128,11 @@ inline constexpr int kMaxRepetitions = 200;
 // between two calibrations on one host (0.4 us against 92 us at 200,704 elements).
 inline constexpr int kCodecStateSteps = 20;
 inline constexpr int kCodecRepetitions = 10;
-// A codec's kernels are timed in this many forked processes, one pass each, and each kernel's time is the median of
-// theirs (calibration.cc says why).
-inline constexpr int kCodecProcesses = 5;
-
-// Runs measure(c) in a forked child for c in [0, processes), one after another, and returns each kernel's median over
-// the children (the mean of the middle two for an even count). A child's terse error comes back as the same kind of
-// error with its message; a child that crashes or exits without reporting is a PluginError naming `what` and how it
-// ended. Every child must time the same kernels.
-std::map<std::string, double> medianOverProcesses(int processes, const std::string& what,
-                                                  const std::function<std::map<std::string, double>(int)>& measure);
+// Runs `measure` in a forked child and returns the kernel times it measured, bit for bit. A child's terse error comes
+// back as the same kind of error with its message; a child that crashes or exits without reporting is a PluginError
+// naming `what` and how it ended.
+std::map<std::string, double> timeInChild(const std::string& what,
+                                          const std::function<std::map<std::string, double>()>& measure);
 
 // A stateful codec's state steps, before its timed repetitions: step s encodes every round of `grad` times a sign drawn
 // for that step (seeded by kCalibrationSeed: the same in every calibration), then decodes the last round's payload, as

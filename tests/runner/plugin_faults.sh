@@ -153,9 +153,9 @@ case $CASE in
     check_folder "rank 1"
     ;;
   crash_calibration)
-    # A simulated run times its codec before it starts (simulation.compute CALIBRATED), in child processes
-    # (experiments/runner/calibration.h, medianOverProcesses): a crash there takes only the child, and the run fails
-    # with a message naming the codec and the signal instead of dying of it.
+    # A simulated run times its codec before it starts (simulation.compute CALIBRATED), in a child process
+    # (experiments/runner/calibration.h, timeInChild): a crash there takes only the child, and the run fails with a
+    # message naming the codec and the signal instead of dying of it.
     write_study study.textproto INPROC 3 crash 0 0 'clock: SIMULATED'
     sed -i 's/value: "crash" }/value: "crash" }\n  params { key: "call" value: "compress" }/' study.textproto
     timeout 60 "$TERSE" run study.textproto --out out >run.log 2>&1
