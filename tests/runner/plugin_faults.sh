@@ -155,13 +155,17 @@ case $CASE in
   crash_calibration)
     # A simulated run times its codec before it starts (simulation.compute CALIBRATED), in a child process
     # (experiments/runner/calibration.h, timeInChild): a crash there takes only the child, and the run fails with a
-    # message naming the codec and the signal instead of dying of it.
-    write_study study.textproto INPROC 3 crash 0 0 'clock: SIMULATED'
+    # message naming the codec and the signal instead of dying of it; the study's next variant still runs.
+    write_study study.textproto INPROC 3 crash 0 0 'clock: SIMULATED
+variants { name: "misbehave" }
+variants { name: "fp16" overrides { compressor { name: "fp16" } } }'
+    sed -i '/^variant: /d' study.textproto
     sed -i 's/value: "crash" }/value: "crash" }\n  params { key: "call" value: "compress" }/' study.textproto
     timeout 60 "$TERSE" run study.textproto --out out >run.log 2>&1
     rc=$?
     ((rc != 124)) || fail "the run hung after the crash"
     ((rc == 1)) || fail "terse run exited $rc, expected 1 (a failed run, not a death by signal)"
+    expect_in out/faults/fp16/status.json '"state":"completed"'
     expect_in run.log "calibration: timing codec '[^']*misbehave[^']*#[0-9a-f]+': its process died of SIGSEGV"
     expect_in $STATUS '"state":"failed"'
     expect_in $STATUS "timing codec '[^']*misbehave.*died of SIGSEGV"
