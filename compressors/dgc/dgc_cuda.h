@@ -1,6 +1,27 @@
 // dgc's CUDA launchers (dgc.cu), called by dgc.cc for device tensors. plan() synchronizes `stream` once per counting
 // pass (dgc is variable-size: the count must reach the host before compress returns, and the host decides each next
 // step from the counts, as dgc_select.h does); write, validate and decode queue work and return.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs dgc (defaults: ratio 0.01,
+// sample_ratio 0.01, max_passes 4; k = s = 671089 of n = 64M; decompress accumulates onto the output). DRAM traffic
+// sets a floor under each call's time, so its bound, 8 B (a device copy's 4 read + 4 written) over the call's bytes, is
+// the fastest it can run as a fraction of a device copy. The input (256 MiB) does not fit in the 50 MB L2; the sample
+// (2.7 MB) does. In the common case, one counting pass (the first threshold aims at 1.05 k, inside [0.8k, 1.3k]):
+//   compress     sampleKernel gathers s elements, one in each stratum of about 100: 4 s / n = 0.04 B useful, but
+//                each gather reads a 32-byte sector of its own, 0.32 B; the sample written, 0.04 B. The radix select
+//                over the sample (three histograms) and countPassKernel's sample counts read it from L2.
+//                countPassKernel reads x, 4 B (then one synchronization). compactByCut by that threshold: countKernel
+//                4 B, writeKernel 4 B + count (about 1.05 k) values and indices written, 0.084 B. Total about 12.4 B
+//                (12.2 B counting useful bytes only); bound 0.64x. Each further counting pass adds 4 B; the exact
+//                fallback adds a radix select over x, 12 B (worst case, four passes and the fallback, about 36 B).
+//                Selection bound: any exact top-k reads the input once and writes k values and indices, 4.08 B, so
+//                it could run at 1.96x a device copy; this compress moves 3.0x that (its bound is 33% of that one).
+//                countPassKernel and countKernel both read x only to count keys against the same cut.
+//   decompress   the count copied to the host (one synchronization), then as topk: validateSparseKernel reads the
+//                payload, 8 count / n = 0.084 B; scatterKernel re-reads it (from L2) and adds each value onto
+//                out[index]: 4 read + 4 written per entry, 0.084 B useful, 32 + 32 B per entry in 32-byte sectors,
+//                0.67 B. Total 0.17 B useful (bound 48x), 0.76 B in sectors (bound 11x): a scatter, not a dense pass,
+//                so the two synchronizations and the launches, not traffic, likely set its time.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,19 @@
 // onebit's CUDA launchers (onebit.cu), called by onebit.cc for device tensors. Each queues work on `stream` (a
 // cudaStream_t) and returns without waiting for it.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs onebit (default scale
+// two_means and bucket_size 512, whose two 4-byte scales are 0.016 B an element; decompress accumulates onto the
+// output). DRAM traffic sets a floor under each call's time, so its bound, 8 B (a device copy's 4 read + 4 written)
+// over the call's bytes, is the fastest it can run as a fraction of a device copy:
+//   compress     scalesKernel: 4 read + 0.016 scales written; then signWordsKernel (terse/kit/pack_kernels.cuh): 4
+//                read again + 0.125 written (one sign bit). 8.141 B; bound 0.98x. The sign pass does not need the
+//                scales, but it reads the input again because the two are separate kernels and a 256 MiB input does
+//                not stay in L2; that second read is what keeps compress below a copy. The 32-byte prefix comes first
+//                from a one-block kernel, a fixed cost.
+//   decompress   validateKernel reads the scales (0.016; every sign bit is valid, so only the last word's padding is
+//                read, a fixed cost), then decodeCodesKernel: 0.125 bits + 0.016 scales + 4 output read + 4 output
+//                written = 8.141 B. 8.156 B in all; bound 0.98x. Accumulating reads the output too, so decompress
+//                cannot reach a copy. Plus one stream synchronization for the verdict: time, not traffic.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,25 @@
 // powersgd's CUDA launchers (powersgd.cu), called by powersgd.cc for device tensors. Plain C++ (no CUDA header), so
 // powersgd.cc builds the same with and without CUDA. Each function queues work on `stream` (a cudaStream_t) and returns
 // without waiting for it; pointers are device memory.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs powersgd (rank r = 4, M of
+// n x m = 4096 x 16384, world 1; compress is both rounds of a step, decompress the aggregate's decode accumulated onto
+// the output, with the warm start). DRAM traffic sets a floor under each call's time, so its bound, 8 B (a device
+// copy's 4 read + 4 written) over the call's bytes, is the fastest it can run as a fraction of a device copy. M (256
+// MiB) does not fit in the 50 MB L2; the factors do (P 64 KiB, Q 256 KiB, P^ 128 KiB in double), and each touch of
+// one costs 0.001 to 0.004 B per element, left out of the passes below:
+//   compress     round 0: prepareQKernel reads Q (its zero-column test); multiplyMQ, P = M Q on cuBLAS: M read, 4 B,
+//                P written into the payload. Round 1: validateKernel on prev (P; one synchronization);
+//                orthogonalizeKernel, one block, a few tens of sweeps over n doubles (32 KiB each) in L2;
+//                multiplyMtP, Q' = M^T P^: M read, 4 B, Q' written into the payload. Total 8.0 B (8.02 B with the
+//                factors; cuBLAS's split-K partial sums stay in its 4 MiB scratch, in L2); bound 1.00x. Two reads of
+//                M are the least a step can do: Q' needs P^, which needs all of P = M Q (summed over the ranks). This
+//                assumes cuBLAS reads M once per GEMM (the output has r = 4 columns, narrower than a GEMM tile;
+//                unmeasured). The one-block orthogonalization costs time (serial block reductions), not traffic.
+//   decompress   validateKernel on Q' (one synchronization); decodeKernel: out read 4 + written 4 = 8 B, each entry
+//                also reading r floats of Q' (16 B) and r doubles of P^ from L2 or L1, not DRAM; copyValues of Q'
+//                into the state (the warm start). Total 8.0 B (8.02 B with the factors); bound 1.00x. The cached
+//                reads of Q', twice the DRAM bytes, may cost as much time as the DRAM traffic: unmeasured.
 #pragma once
 
 #include <cstddef>

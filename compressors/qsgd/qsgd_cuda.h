@@ -1,5 +1,21 @@
 // qsgd's CUDA launchers (qsgd.cu), called by qsgd.cc for device tensors. Each queues work on `stream` (a cudaStream_t)
 // and returns without waiting for it.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs qsgd (default levels 127,
+// so 8-bit codes, and bucket_size 512, whose 4-byte norm is 0.008 B an element; decompress accumulates onto the
+// output). DRAM traffic sets a floor under each call's time, so its bound, 8 B (a device copy's 4 read + 4 written)
+// over the call's bytes, is the fastest it can run as a fraction of a device copy:
+//   compress     normsKernel: 4 read + 0.008 norm written; then quantizeKernel (terse/kit/pack_kernels.cuh): 4 read
+//                again (the codes need the finished norm, and a 256 MiB input does not stay in L2 between the passes)
+//                + 0.008 norm read + 1 code written. 9.016 B; bound 0.89x. The second read of the input is what keeps
+//                compress below a copy. Philox draws are arithmetic, not traffic, so the rounding_bits 16 and 8
+//                variants move the same bytes. The 32-byte prefix comes first from a one-block kernel, a fixed cost.
+//   decompress   validateKernel reads the norms (0.008; at levels 127 every 8-bit code is valid, so the codes are not
+//                scanned), then decodeCodesKernel: 1 code + 0.008 norm + 4 output read + 4 output written = 9.008 B.
+//                9.016 B in all; bound 0.89x. Accumulating reads the output too, so decompress cannot reach a copy.
+//                Plus one stream synchronization for the verdict: time, not traffic.
+//   Levels below 2^(W-1) - 1 for W = code_bits (not the benchmark's) leave invalid codes possible, and validation
+//   then reads the codes as well: W/8 B more.
 #pragma once
 
 #include <cstddef>

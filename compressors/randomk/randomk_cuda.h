@@ -1,5 +1,22 @@
 // randomk's CUDA launchers (randomk.cu), called by randomk.cc for device tensors. Each queues work on `stream` (a
 // cudaStream_t) and returns without waiting for it.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs randomk (default ratio
+// 0.01, not unbiased: k = n / 100; decompress accumulates onto the output), in bytes per INPUT element, so each byte
+// per selected coordinate counts 0.01. The indices are computed in registers (randomk_math.h's Feistel permutation):
+// arithmetic, not traffic. A random 4-byte access moves a whole 32-byte DRAM sector, so the useful bytes and the
+// sector bytes are both given; the bound is 8 B (a device copy's 4 read + 4 written) over the call's bytes:
+//   compress     gatherKernel: x[pi(j)] read (useful 0.04, sectors 0.32) + values[j] written, coalesced (0.04).
+//                0.08 B useful, 0.36 B in sectors; bound 100x useful, 22x in sectors. The 16-byte header comes first
+//                from a one-block kernel, a fixed cost.
+//   decompress   validateKernel reads only the 16-byte header (a fixed cost); scatterAddKernel: values read, coalesced
+//                (0.04) + out[pi(j)] read and written (useful 0.04 + 0.04, sectors 0.32 + 0.32; the read brings the
+//                sector in whole, so it is written back whole). 0.12 B useful, 0.68 B in sectors; bound 67x useful,
+//                12x in sectors. Plus one stream synchronization for the verdict: time, not traffic.
+//   Sector counts are upper bounds: at 1% two selected elements share a sector now and then (about 3% fewer sectors).
+//   Bytes are unlikely to be what limits randomk: a 256 MiB device copy takes on the order of 0.1 ms at a few TB/s,
+//   so these bounds leave a few microseconds a call, about what the launches and (decompress) the synchronization
+//   cost, and scattered sector accesses do not reach streaming bandwidth.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,20 @@
 // signsgd's CUDA launchers (signsgd.cu), called by signsgd.cc for device tensors. Each queues work on `stream` (a
 // cudaStream_t) and returns without waiting for it. Payload offsets are signsgd.cc's: a 32-byte prefix, then sign bits
 // (raw) or vote counts of `count_bytes` bytes each (reduced).
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs signsgd (default scale 1,
+// world_size 1, so decompress decodes one raw payload and accumulates onto the output). DRAM traffic sets a floor under
+// each call's time, so its bound, 8 B (a device copy's 4 read + 4 written) over the call's bytes, is the fastest it can
+// run as a fraction of a device copy:
+//   compress     signWordsKernel (terse/kit/pack_kernels.cuh): 4 read + 1/8 written (one sign bit) = 4.125 B; bound
+//                1.94x. The NaN check is in the same pass (a NaN only rewrites the one 4-byte kind word); the 32-byte
+//                prefix comes first from a one-block kernel, a fixed cost that does not grow with N.
+//   decompress   validateKernel on a raw payload reads only the last sign word (8 B, a fixed cost), then
+//                decodeCodesKernel: 1/8 payload read + 4 output read + 4 output written = 8.125 B; bound 0.98x.
+//                Accumulating reads the output too, so decompress cannot quite reach a copy. Plus the 32-byte prefix
+//                copied to the host and two stream synchronizations: time, not traffic.
+//   A reduced aggregate of b-byte counts (several ranks, not in the benchmark) costs validateKernel's b read, then
+//   decodeCountsKernel's b + 4 + 4: 8 + 2b B, bound 0.80x at b = 1.
 #pragma once
 
 #include <cstddef>

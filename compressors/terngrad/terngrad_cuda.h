@@ -1,5 +1,21 @@
 // terngrad's CUDA launchers (terngrad.cu), called by terngrad.cc for device tensors. Each queues work on `stream` (a
 // cudaStream_t) and returns without waiting for it.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs terngrad (default
+// bucket_size 512, whose 4-byte scaler is 0.008 B an element; 2-bit codes, 0.25 B; decompress accumulates onto the
+// output). DRAM traffic sets a floor under each call's time, so its bound, 8 B (a device copy's 4 read + 4 written)
+// over the call's bytes, is the fastest it can run as a fraction of a device copy:
+//   compress     cudaMemsetAsync zeroes the scalers for atomicMax (0.008 written); maxAbsKernel: 4 read + one
+//                atomicMax per bucket (at most 0.008 read + 0.008 written; the scalers are small enough that they
+//                likely stay in L2); then quantizeKernel (terse/kit/pack_kernels.cuh): 4 read again (the codes need
+//                the finished scaler) + 0.008 scaler read + 0.25 codes written. 8.281 B; bound 0.97x. The scaler
+//                arrays are under 0.04 B of it; the second read of the input is what keeps compress below a copy.
+//                Philox draws are arithmetic, not traffic, so the rounding_bits 16 and 8 variants move the same bytes.
+//                The 32-byte prefix comes first from a one-block kernel, a fixed cost.
+//   decompress   validateKernel reads every code word (0.25: code 3 is invalid at any scaler) and the scalers (0.008),
+//                then decodeCodesKernel: 0.25 codes + 0.008 scaler + 4 output read + 4 output written = 8.258 B.
+//                8.516 B in all; bound 0.94x. Accumulating reads the output too, so decompress cannot reach a copy.
+//                Plus one stream synchronization for the verdict: time, not traffic.
 #pragma once
 
 #include <cstddef>

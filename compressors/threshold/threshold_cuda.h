@@ -1,5 +1,22 @@
 // threshold's CUDA launchers (threshold.cu), called by threshold.cc for device tensors. compress synchronizes `stream`
 // (a variable-size payload: the count must reach the host); validate and decode queue work and return.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs threshold (tau 2.576, which
+// about 1% of its standard-normal input reaches: count c ~ 0.01 n of n = 64M; decompress accumulates onto the output).
+// DRAM traffic sets a floor under each call's time, so its bound, 8 B (a device copy's 4 read + 4 written) over the
+// call's bytes, is the fastest it can run as a fraction of a device copy. The input (256 MiB) does not fit in the 50 MB
+// L2:
+//   compress     cub::DeviceSelect::If over x (one pass, decoupled look-back): 4 read + c values written, 0.04 B;
+//                nonfiniteKernel re-reads those values (2.7 MB, from L2); the count to the host (one
+//                synchronization); cub::DeviceSelect::If over the indices, whose predicate reads x again: 4 read + c
+//                indices written, 0.04 B. Total 8.08 B; bound 0.99x. cub's tile states (a few bytes per tile of
+//                thousands of elements) stay in L2. x is read twice because the indices' offset, 24 + 4 c, is known
+//                only after the first pass; a one-pass filter (4 read + 8 c / n written, 4.08 B) could run at 1.96x.
+//   decompress   the count to the host (one synchronization); validateSparseKernel<true> reads the payload, 8 c / n =
+//                0.08 B; scatterKernel re-reads it (from L2) and adds each value onto out[index]: 4 read + 4 written
+//                per entry, 0.08 B useful, 32 + 32 B per entry in 32-byte sectors, 0.64 B. Total 0.16 B useful (bound
+//                50x), 0.72 B in sectors (bound 11x): a scatter, not a dense pass, so the two synchronizations and the
+//                launches, not traffic, likely set its time.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,26 @@
 // topk's CUDA launchers (topk.cu), called by topk.cc for device tensors. Each queues work on `stream` (a cudaStream_t)
 // and returns without waiting for it.
+//
+// Memory traffic per f32 element (device), as tests/bench/compressors_device_bench.cc runs topk (default ratio 0.01:
+// k = 671089 of n = 64M, 1%; decompress accumulates onto the output). DRAM traffic sets a floor under each call's time,
+// so its bound, 8 B (a device copy's 4 read + 4 written) over the call's bytes, is the fastest it can run as a fraction
+// of a device copy. The input (256 MiB) does not fit in the 50 MB L2, so every pass over it reads 4 B:
+//   compress     radixSelect (terse/kit/topk_select_kernels.cuh): three histogramKernel passes, each reading every
+//                element whatever its prefix, 3 x 4 = 12 B; compactByCut: countKernel 4 B, then writeKernel 4 B (a
+//                4096-element tile holds about 41 selected, so no tile is skipped) + k values and k indices written,
+//                8 k / n = 0.08 B. Total 20.08 B; bound 0.40x. The picks, memsets, the 128 KiB of tile counts and
+//                their cub scan stay in L2: fixed costs, not per element.
+//                Selection bound: any exact top-k reads the input once and writes k values and indices, 4.08 B, so
+//                it could run at 1.96x a device copy; this compress moves 4.9x that (its bound is 20% of that one).
+//                The bench's reference, a cub radix sort of (key, index) pairs, moves about 80 B: 12 B to build the
+//                pairs, a 4 B histogram pass, and passes of 16 B over keys and values (four, if cub takes the 31 key
+//                bits 8 at a time).
+//   decompress   validateSparseKernel reads the payload, 8 k / n = 0.08 B; scatterKernel re-reads it (5.4 MB, from
+//                L2) and adds each value onto out[index]: 4 read + 4 written per entry, 0.08 B useful, but with 1%
+//                selected each entry has a 32-byte sector of its own, 32 read + 32 written, 0.64 B. Total 0.16 B
+//                useful (bound 50x), 0.72 B in sectors (bound 11x): accumulating a sparse payload is a scatter, not a
+//                dense pass, so the stream synchronization for the verdict and the launches, not traffic, likely set
+//                its time.
 #pragma once
 
 #include <cstddef>

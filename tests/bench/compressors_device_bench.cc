@@ -10,7 +10,8 @@
 //
 // Times are device times between CUDA events recorded on the stream around each call (manual time), so host-side
 // launch overhead that overlaps earlier work does not count and a call that waits is charged its wait. After the run a
-// table gives compress and decompress GB/s and their ratios to the copy.
+// table gives compress and decompress GB/s, their ratios to the copy and to each call's own memory bound
+// (trafficPerElement).
 //
 // topk (ratio 0.01) also runs beside its reference, the full cub radix sort of (|g| key, index) pairs
 // (topk_sort_reference.h), as "sort/topk_reference"; the summary prints the speedup (issue 9's target: >= 3x), and
@@ -59,6 +60,28 @@ Params paramsFor(const std::string& name) {
 }
 
 uint64_t g_numel = uint64_t{64} << 20;
+
+// Device memory traffic per f32 input element at this benchmark's parameters, pass by pass in each compressor's
+// <name>_cuda.h: what sets the fastest a call can run, 8 B (a copy's 4 read + 4 written) over these bytes as a fraction
+// of the device copy. The summary prints achieved / bound beside achieved / copy: how far a kernel is from its own
+// memory traffic, not from a copy it need not match. Sparse payloads count whole 32-byte sectors for their gathers
+// and scatters (their bounds are 11-22x a copy, where launches and the verdict's synchronization set the time).
+struct Traffic {
+  double compress = 0;
+  double decompress = 0;
+};
+const std::map<std::string, Traffic>& trafficPerElement() {
+  static const std::map<std::string, Traffic> bytes = {
+      {"none", {8.0, 12.0}},           {"fp16", {6.0, 10.0}},
+      {"bf16", {6.0, 10.0}},           {"qsgd", {9.016, 9.016}},
+      {"qsgd-r16", {9.016, 9.016}},    {"qsgd-r8", {9.016, 9.016}},
+      {"terngrad", {8.281, 8.516}},    {"terngrad-r16", {8.281, 8.516}},
+      {"terngrad-r8", {8.281, 8.516}}, {"onebit", {8.141, 8.156}},
+      {"signsgd", {4.125, 8.125}},     {"topk", {20.08, 0.72}},
+      {"dgc", {12.4, 0.76}},           {"randomk", {0.36, 0.68}},
+      {"threshold", {8.08, 0.72}},     {"powersgd", {8.02, 8.02}}};
+  return bytes;
+}
 
 // What every benchmark shares: one stream, the input on the device, the memcpy reference.
 struct Device {
@@ -377,11 +400,18 @@ void printSummary(const std::vector<std::string>& present) {
   const double copy = rate("memcpy_d2d");
   std::printf("\nsummary (GB/s of f32 input, %llu MiB, device copy %.1f GB/s)\n",
               static_cast<unsigned long long>(g_numel * 4 >> 20), copy);
-  std::printf("%-12s %12s %10s %14s %10s\n", "compressor", "compress", "x copy", "decompress", "x copy");
+  std::printf("%-12s %12s %8s %8s %14s %8s %8s\n", "compressor", "compress", "x copy", "x bound", "decompress",
+              "x copy", "x bound");
   for (const auto& p : present) {
     const double cg = rate("compress/" + p), dg = rate("decompress/" + p);
-    std::printf("%-12s %12.1f %10.2f %14.1f %10.2f\n", p.c_str(), cg, copy > 0 ? cg / copy : 0.0, dg,
-                copy > 0 ? dg / copy : 0.0);
+    const auto traffic = trafficPerElement().find(p);
+    // A bound's rate is the copy's times 8 B over the call's bytes; achieved / bound = achieved * bytes / (copy * 8).
+    const auto ofBound = [&](double gbps, double bytes) {
+      return copy > 0 && bytes > 0 ? gbps * bytes / (copy * 8.0) : 0.0;
+    };
+    const Traffic t = traffic == trafficPerElement().end() ? Traffic{} : traffic->second;
+    std::printf("%-12s %12.1f %8.2f %8.2f %14.1f %8.2f %8.2f\n", p.c_str(), cg, copy > 0 ? cg / copy : 0.0,
+                ofBound(cg, t.compress), dg, copy > 0 ? dg / copy : 0.0, ofBound(dg, t.decompress));
   }
   if (g_topk_checked) {
     // Rates are of the same input bytes, so their ratio is the ratio of the times.
