@@ -242,12 +242,12 @@ class HogwildRun final : public AsyncView {
 // An in-process parameter-server job: per rank a replica, a data and a control endpoint, its compressor instance and
 // its AsyncRank (async_rank.h), as the processes of a tcp job would each have.
 struct ParamServerJob {
-  ParamServerJob(const Experiment& experiment, const std::shared_ptr<const workloads::DataSplit>& data)
+  ParamServerJob(const Experiment& experiment, const std::shared_ptr<const workloads::DataSplit>& split)
       : e(experiment), S(e.parameter_server().servers()), W(e.workers()) {
     const workloads::WorkloadOptions wo = workloadOptions(e);
     allocating(
         [&] {
-          for (int r = 0; r < S + W; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, data));
+          for (int r = 0; r < S + W; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, split));
         },
         [&] { return replicasWhat(e, S + W, models); });
   }
