@@ -271,9 +271,13 @@ std::map<uint64_t, std::vector<float>> gradientsBySize(train::Workload& model) {
 }
 
 // One rank's step of a codec on its own: every round in order (a round's prev is the round before's payload: one rank's
-// aggregate), then the decode of the last round's payload. Step 0 throughout: a plugin's behaviour at a given step (a
-// fixture failing at step 12) is the run's to see. The state steps (runCodecState) and the timed repetitions
-// (Measurer::measureCodec) both run it.
+// aggregate), then the decode, as a run's step decodes: a SUM codec's payload as the aggregate (source -1), an
+// allgather codec's as one rank's payload accumulated onto the output, and a CUSTOM codec's (signSGD's majority vote)
+// aggregate of the world's payloads, folded by its reduce (fold(), untimed), as the aggregate (source -1). A run
+// decodes that aggregate, not a rank's payload: signSGD's is a count per element where the payload is a bit, and
+// decoding the payload priced signSGD's decompress at two thirds of what runs measure. Step 0 throughout: a plugin's
+// behaviour at a given step (a fixture failing at step 12) is the run's to see. The state steps (runCodecState) and
+// the timed repetitions (Measurer::measureCodec) both run it.
 class CodecStep {
  public:
   CodecStep(TensorCodec& codec, uint64_t n)
@@ -282,10 +286,13 @@ class CodecStep {
         payload_(static_cast<std::size_t>(rounds_)),
         bytes_(static_cast<std::size_t>(rounds_)),
         out_(n),
-        sum_(codec.caps().aggregation == Aggregation::kSum) {
+        aggregation_(codec.caps().aggregation) {
     for (int r = 0; r < rounds_; ++r) payload_[static_cast<std::size_t>(r)].resize(codec.sizes(r).max_output_bytes);
+    if (aggregation_ == Aggregation::kCustom)
+      for (auto& r : reduced_) r.resize(codec.sizes(rounds_ - 1).max_reduced_bytes);
   }
   int rounds() const { return rounds_; }
+  std::span<const float> output() const { return out_; }
   void encode(int r, const float* grad) {
     const auto i = static_cast<std::size_t>(r);
     const std::span<const std::byte> prev =
@@ -296,7 +303,36 @@ class CodecStep {
     const auto last = static_cast<std::size_t>(rounds_ - 1);
     return std::span<const std::byte>(payload_[last]).first(bytes_[last]);
   }
-  void decode() { codec_.decode(0, finalPayload(), sum_ ? -1 : 0, out_.data(), !sum_); }
+  // A CUSTOM codec's aggregate of `world` ranks' payloads, each this one's, folded as a run folds them (world - 1
+  // reduces, CompressionPipeline::fold): what decode() then decodes. Nothing for the others.
+  void fold(int world) {
+    if (aggregation_ != Aggregation::kCustom) return;
+    foldStart();
+    for (int i = 1; i < world; ++i) foldNext();
+  }
+  // A fold's pieces, for timing its reduces one by one: the aggregate of one rank, then one more rank's payload.
+  void foldStart() {
+    aggregate_ = finalPayload();
+    folded_ = 1;
+  }
+  void foldNext() {
+    std::vector<std::byte>& dst = reduced_[folded_ % 2];
+    aggregate_ = std::span<const std::byte>(dst).first(codec_.reduce(0, rounds_ - 1, aggregate_, finalPayload(), dst));
+    ++folded_;
+  }
+  void decode() {
+    switch (aggregation_) {
+      case Aggregation::kSum:
+        codec_.decode(0, finalPayload(), -1, out_.data(), false);
+        break;
+      case Aggregation::kAllgather:
+        codec_.decode(0, finalPayload(), 0, out_.data(), true);
+        break;
+      case Aggregation::kCustom:
+        codec_.decode(0, aggregate_, -1, out_.data(), false);
+        break;
+    }
+  }
 
  private:
   TensorCodec& codec_;
@@ -304,7 +340,10 @@ class CodecStep {
   std::vector<std::vector<std::byte>> payload_;
   std::vector<uint64_t> bytes_;
   std::vector<float> out_;
-  bool sum_;
+  Aggregation aggregation_;
+  std::vector<std::byte> reduced_[2];
+  std::span<const std::byte> aggregate_;
+  std::size_t folded_ = 0;  // ranks in aggregate_
 };
 
 // Times every key of `plan` that `want` names, adding them to `into`.
@@ -466,12 +505,33 @@ class Measurer {
                                                                    },
                                                                    repetitions);
     }
-    into[sizeKey("decompress", plan_.codec, n)] = timed(decode, evictCaches, repetitions);
+    // A CUSTOM codec's aggregate is folded before each decode (CodecStep), untimed: its reduce is the next key's.
+    into[sizeKey("decompress", plan_.codec, n)] = timed(
+        decode,
+        [&] {
+          one.fold(e.workers());
+          evictCaches();
+        },
+        repetitions);
     if (plan_.reduce) {
-      std::vector<std::byte> reduced(codec->sizes(rounds - 1).max_reduced_bytes);
-      into[sizeKey("reduce", plan_.codec, n)] =
-          timed([&] { codec->reduce(0, rounds - 1, one.finalPayload(), one.finalPayload(), reduced); }, evictCaches,
-                repetitions);
+      // A run's fold of w payloads makes w - 1 reduces: the first of two payloads, the others of the aggregate and a
+      // payload (signSGD's: a count per element against a bit), each timed on cold caches; the key is their mean.
+      const int world = e.workers();
+      const double first = timed([&] { one.foldNext(); },
+                                 [&] {
+                                   one.foldStart();
+                                   evictCaches();
+                                 },
+                                 repetitions);
+      const double later = world < 3 ? first
+                                     : timed([&] { one.foldNext(); },
+                                             [&] {
+                                               one.foldStart();
+                                               one.foldNext();
+                                               evictCaches();
+                                             },
+                                             repetitions);
+      into[sizeKey("reduce", plan_.codec, n)] = world < 3 ? first : (first + (world - 2) * later) / (world - 1);
     }
   }
 
@@ -596,6 +656,9 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   // workload and the data (not the run's seed: the gradient is taken at kCalibrationSeed's initialization). Two runs
   // that share a codec and a tensor size share a time only on the same model and data.
   codec << " on " << p.workload << " data=" << e.data().ShortDebugString();
+  // A CUSTOM codec's decode and reduces take the aggregate of the world's payloads (CodecStep::fold), whose size and
+  // cost follow the world size.
+  if (compressor.caps(DType::kF32).aggregation == Aggregation::kCustom) codec << " world=" << e.workers();
   p.codec = e.compressor().name() + "#" + shortHash(codec.str());
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
@@ -621,6 +684,7 @@ std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> g
   for (int s = 0; s < kCodecStateSteps; ++s) {
     const float* g = (signs() & 1) != 0 ? negated.data() : grad.data();
     for (int r = 0; r < one.rounds(); ++r) one.encode(r, g);
+    one.fold(static_cast<int>(codec.info().world_size));
     one.decode();
     sent.push_back(one.finalPayload().size());
   }
@@ -709,6 +773,14 @@ std::map<std::string, double> timeInChild(const std::string& what,
               what << ": its process " << exitText(done.status)
                    << " before reporting (the plugin's code crashed or ended it; the message above, if any, says why)");
   return decodeTimes(std::string_view(r).substr(1), what);
+}
+
+std::vector<float> calibrationStepOutput(TensorCodec& codec, std::span<const float> grad) {
+  CodecStep one(codec, grad.size());
+  for (int r = 0; r < one.rounds(); ++r) one.encode(r, grad.data());
+  one.fold(static_cast<int>(codec.info().world_size));
+  one.decode();
+  return {one.output().begin(), one.output().end()};
 }
 
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,

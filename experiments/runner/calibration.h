@@ -170,6 +170,9 @@ std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experimen
                                                                  std::shared_ptr<const workloads::DataSplit> data);
 
 // The pieces calibrate() is made of, for tests.
+// One step of `codec` as calibration times it (calibration.cc, CodecStep): its rounds on `grad`, a CUSTOM codec's fold
+// of info().world_size payloads (each this one's), then the decode as a run decodes; returns the decoded output.
+std::vector<float> calibrationStepOutput(TensorCodec& codec, std::span<const float> grad);
 CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
                                 const Compressor& compressor);
 std::shared_ptr<const sim::CostTable> makeCostTable(const CalibrationPlan& plan, const CalibrationTable& table);

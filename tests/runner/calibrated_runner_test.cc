@@ -461,5 +461,40 @@ TEST(CalibratedRun, CodecsAreTimedInAChildWhoseFailuresComeBackNamed) {
   }
 }
 
+TEST(CalibratedRun, ACustomCodecIsTimedDecodingTheWorldsAggregateAsItsRunDoes) {
+  // bad_custom (mode ok): an identity codec whose CUSTOM reduce sums. A run folds the world's payloads and decodes
+  // the aggregate, the sum; decoding one rank's payload (what calibration timed before: signSGD's bit where the run
+  // decodes a count, at a fifth of the cost) would give the gradient itself.
+  auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_FIXTURE_PLUGIN_DIR, "fixtures", true}});
+  const auto instance =
+      loader.loadCompressor(std::string(TERSE_TEST_FIXTURE_PLUGIN_DIR) + "/terse_compressor_bad_custom.so")
+          ->instantiate({{"mode", "ok"}});
+  const std::vector<float> grad = {1.5f, -2.0f, 0.25f, 3.0f, -0.5f};
+  for (const int world : {1, 2, 4}) {
+    TensorInfo info;
+    info.dtype = DType::kF32;
+    info.numel = grad.size();
+    info.ndim = 1;
+    info.shape[0] = static_cast<int64_t>(grad.size());
+    info.world_size = world;
+    const std::vector<float> out = calibrationStepOutput(*makeCodec(instance, info, 1, {}), grad);
+    for (std::size_t i = 0; i < grad.size(); ++i) EXPECT_EQ(out[i], grad[i] * static_cast<float>(world)) << world;
+  }
+  // Its cost follows the world, so its key names it; a codec that sums or gathers keeps one key for every world.
+  auto plugins = testLoader();
+  const auto data = smallData();
+  const auto codecKey = [&](const std::string& compressor, int workers) {
+    std::string text = calibratedStudy("", compressor);
+    const std::string three = "workers: 3";
+    text.replace(text.find(three), three.size(), "workers: " + std::to_string(workers));
+    const experiments::Experiment e =
+        experiments::loadStudyText(text, "u", runnerConfigOptions(&plugins)).experiments.at(0);
+    auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), data);
+    return planCalibration(e, *model, *plugins.loadCompressor(compressor)->instantiate({})).codec;
+  };
+  EXPECT_NE(codecKey("signsgd", 4), codecKey("signsgd", 2));
+  EXPECT_EQ(codecKey("topk", 4), codecKey("topk", 2));
+}
+
 }  // namespace
 }  // namespace terse::runner
