@@ -12,6 +12,7 @@
 
 #include "core/comm/transport.h"
 #include "core/common/crash.h"
+#include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "core/common/watchdog.h"
 #include "experiments/python/ddp_aggregator.h"
@@ -73,6 +74,8 @@ PYBIND11_MODULE(_terse, m) {
   using namespace terse::python;  // NOLINT
   m.doc() = "terse's codecs and aggregation engine for PyTorch (terse.torch wraps this module)";
   m.attr("__version__") = TERSE_VERSION;
+  // Whether this build has the plugins' CUDA code and core's device buffers (terse.torch's CUDA path needs them).
+  m.attr("built_with_cuda") = cuda::builtWithCuda();
 
   // Translators are tried last-registered first, so the base goes first.
   static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
@@ -185,6 +188,11 @@ PYBIND11_MODULE(_terse, m) {
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
+      .def("bind_host", &DdpAggregator::bindHost)
+      .def("bind_cuda", &DdpAggregator::bindCuda, py::arg("device"), py::arg("stream"))
+      .def_property_readonly("bound", &DdpAggregator::bound)
+      .def_property_readonly("on_device", &DdpAggregator::onDevice)
+      .def_property_readonly("device", &DdpAggregator::device)
       .def(
           "trace_to", [](DdpAggregator& a, HookTrace* t) { a.traceTo(t); }, py::arg("trace").none(true),
           py::keep_alive<1, 2>())

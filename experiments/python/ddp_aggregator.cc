@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/train/param_info.h"
@@ -55,6 +56,52 @@ DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
   engine_ = std::make_unique<AggregationEngine>(*comm_);
 }
 
+void DdpAggregator::bindHost() {
+  TERSE_CHECK(!placement_.device, InvalidArgument,
+              "terse.torch: a CPU bucket reached a state bound to cuda:"
+                  << device_ << "; a model's gradients must all be on one device (build one state per device)");
+  TERSE_CHECK(comm_->torchBackend() != "nccl", Unsupported,
+              "terse.torch: the gradients are CPU tensors and the process group's backend is 'nccl', which carries "
+              "CUDA tensors only; use a 'gloo' process group for a CPU model, or move the model to its GPU");
+  bound_ = true;
+}
+
+void DdpAggregator::bindCuda(int device, uintptr_t stream) {
+  void* handle = reinterpret_cast<void*>(stream);
+  if (placement_.device && device == device_ && handle == placement_.stream) return;
+  TERSE_CHECK(!placement_.device, InvalidArgument,
+              "terse.torch: a bucket on cuda:" << device << " reached a state bound to cuda:" << device_
+                                               << "; a model's gradients must all be on one device (build one state "
+                                                  "per device)");
+  TERSE_CHECK(!bound_, InvalidArgument,
+              "terse.torch: a bucket on cuda:" << device
+                                               << " reached a state bound to CPU tensors; a model's gradients must all "
+                                                  "be on one device (build one state per device)");
+  TERSE_CHECK(device >= 0, InvalidArgument, "terse.torch: CUDA device ordinal " << device << " is negative");
+  TERSE_CHECK(handle != nullptr, InvalidArgument,
+              "terse.torch: a CUDA state needs a stream; torch's default stream is passed as cudaStreamLegacy (1)");
+  // The plugin first: the refusal that names what the user can change (another compressor) holds on any machine.
+  TERSE_CHECK((caps().devices & TERSE_DEVICE_CUDA) != 0, Unsupported,
+              "terse.torch: compressor '"
+                  << plugin_->info().name << "' (" << plugin_->info().path.string()
+                  << ") has no CUDA code, so it cannot compress this model's CUDA gradients; pick a compressor whose "
+                     "`terse plugins show` lists devices cuda, or train on the CPU"
+                  << (cuda::builtWithCuda() ? "" : " (this terse was built without CUDA, so are its plugins)"));
+  TERSE_CHECK(cuda::builtWithCuda(), Unsupported,
+              "terse.torch: the gradients are on cuda:" << device
+                                                        << " and this terse extension was built without CUDA; "
+                                                           "rebuild it with -DTERSE_CUDA=ON");
+  const cuda::DeviceSummary devices = cuda::deviceSummary();
+  TERSE_CHECK(device < devices.count, Unsupported,
+              "terse.torch: CUDA device "
+                  << device << " is not visible to terse ("
+                  << (devices.count == 0 ? devices.reason : std::to_string(devices.count) + " device(s)") << ")");
+  comm_->useDevice(device, handle);
+  placement_ = Placement::cuda(handle);
+  device_ = device;
+  bound_ = true;
+}
+
 CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<int64_t>& shape, DType dtype,
                                                 bool rebind) {
   auto it = pipelines_.find(id);
@@ -76,7 +123,13 @@ CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<i
   p.value.resize(static_cast<std::size_t>(numelOf(shape)));  // paramTensorInfo reads numel from the values
   TensorInfo info = train::paramTensorInfo(p, static_cast<std::size_t>(id), comm_->rank(), comm_->size());
   info.dtype = dtype;
-  Bound b{std::make_unique<CompressionPipeline>(makeCodec(instance_, info, options_.seed, options_.codec), *comm_),
+  if (placement_.device) {
+    info.device = TERSE_DEVICE_CUDA;
+    info.device_index = device_;
+  }
+  Bound b{std::make_unique<CompressionPipeline>(makeCodec(instance_, info, options_.seed, options_.codec,
+                                                          placement_.device ? placement_.stream : nullptr),
+                                                *comm_),
           shape, dtype};
   return *pipelines_.emplace(id, std::move(b)).first->second.pipeline;
 }
@@ -91,6 +144,7 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
                               const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
   const auto start = Clock::now();
   comm_->checkGroup();
+  if (!bound_) bindHost();  // a caller that binds nothing aggregates host tensors, as before devices were known
   TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
   TERSE_CHECK(bucket_index >= 0, InvalidArgument, "terse.torch: bucket index " << bucket_index << " is negative");
   const std::size_t elem = dtypeSize(dtype);

@@ -15,6 +15,14 @@
 //       through). A bucket whose size or dtype changes gets a new pipeline -- its residual starts from zero -- and a
 //       warning says so.
 //
+// Devices. A state aggregates host tensors or the CUDA tensors of one device, never both: the Python side binds it
+// (bindHost, bindCuda) at construction when the module shows its device, else at the first bucket, and refuses a later
+// bucket elsewhere. Bound to CUDA, every pipeline is built on the device (TensorInfo device CUDA, the plugin's device
+// code, codec buffers in device memory) ordered on the bound stream, and the communicator runs in device mode
+// (torch_communicator.h): the bucket's gradients are encoded, gathered or summed and decoded where they lie, with no
+// copy to the host. Bound to the host, a process group whose backend carries CUDA tensors only (nccl) is refused.
+// Both bindings refuse before any collective, so a refusal that hits every rank leaves none inside one.
+//
 // Threads. aggregate() runs without the GIL -- on the hook's worker thread when the hook overlaps backward, inside the
 // hook otherwise -- and takes it only for the torch.distributed calls (torch_communicator.h). One call at a time: the
 // Python state (terse/torch.py) runs every bucket of a state on one thread and waits for it before reading counters.
@@ -88,7 +96,21 @@ class DdpAggregator {
   // codec options, all before any collective. `group` as TorchCommunicator's.
   DdpAggregator(AggregatorOptions options, pybind11::object group);
 
-  // Averages one bucket in place: `data` points to `numel` elements of `dtype` in host memory. In kTensor mode
+  // Binds the state to host tensors: throws Unsupported when the process group carries CUDA tensors only (nccl), and
+  // InvalidArgument when it is bound to a CUDA device already. Idempotent.
+  void bindHost();
+  // Binds the state to CUDA device `device`, its pipelines ordered on `stream` (a cudaStream_t; never 0, which terse
+  // reserves for host tensors: torch's default stream comes as cudaStreamLegacy). Throws, before any collective:
+  // Unsupported naming the plugin when it has no CUDA code; Unsupported when this build has no CUDA or the device is
+  // not there; Unsupported naming the backend when the process group cannot carry CUDA tensors; InvalidArgument when
+  // the state is bound to the host or to another device or stream already. Idempotent for the same device and stream.
+  void bindCuda(int device, uintptr_t stream);
+  bool bound() const noexcept { return bound_; }
+  bool onDevice() const noexcept { return placement_.device; }
+  int device() const noexcept { return device_; }
+
+  // Averages one bucket in place: `data` points to `numel` elements of `dtype` in the bound memory (host, or the
+  // bound CUDA device's). In kTensor mode
   // `members` lay the parameters out in the buffer (they must tile it exactly); in kBucket mode they are ignored.
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                  const std::vector<BucketMember>& members, bool is_last);
@@ -139,6 +161,9 @@ class DdpAggregator {
   std::map<int, BucketBytes> buckets_;
   std::vector<GroupMember> group_;  // reused per call
   uint64_t step_ = 0;
+  bool bound_ = false;
+  Placement placement_;  // where the bound tensors live (host until bindCuda)
+  int device_ = -1;
   HookTrace* trace_ = nullptr;
   uint64_t trace_seq_ = 0;  // groups recorded so far: the run-wide issue number
   double hook_s_ = 0;

@@ -117,6 +117,8 @@ void HookResults::record(const EvalNumbers& eval, std::optional<int64_t> step) {
     py::list values;
     for (double v : sums) values.append(v);
     py::object tensor = torch.attr("tensor")(values, py::arg("dtype") = torch.attr("float64"));
+    // NCCL carries device tensors only: a CUDA state sums its counters on its device (one small copy each way).
+    if (aggregator_->onDevice()) tensor = tensor.attr("to")(torch.attr("device")("cuda", aggregator_->device()));
     dist.attr("all_reduce")(tensor, py::arg("group") = comm_->groupObject());
     const py::list summed = tensor.attr("tolist")();
     last_sums_ = tensor;

@@ -56,6 +56,25 @@ const char* torchDtypeName(DType d) {
   }
 }
 
+// The CUDA Array Interface's typestr for a dtype; bf16 has none and travels as int16 (view() views it back).
+const char* caiTypestr(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return "<f4";
+    case DType::kF64:
+      return "<f8";
+    case DType::kF16:
+    case DType::kBF16:
+      return d == DType::kF16 ? "<f2" : "<i2";
+    case DType::kU8:
+      return "|u1";
+    case DType::kI64:
+      return "<i8";
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 TorchCommunicator::TorchCommunicator(py::object group) : group_(std::move(group)) {
@@ -84,8 +103,28 @@ TorchCommunicator::~TorchCommunicator() {
   // The Python references must be dropped with the GIL held; the owner may be destroyed from a thread without it.
   py::gil_scoped_acquire gil;
   for (py::object* o : {&dist_, &torch_, &group_, &frombuffer_, &all_reduce_, &all_gather_, &broadcast_, &barrier_,
-                        &get_rank_, &get_world_size_})
+                        &get_rank_, &get_world_size_, &as_tensor_, &namespace_, &device_object_})
     *o = py::object();
+  in_call_.clear();  // the last call's tensors (long completed), dropped while the GIL is held
+}
+
+void TorchCommunicator::useDevice(int device, void* stream) {
+  TERSE_CHECK(device >= 0 && stream != nullptr, InvalidArgument,
+              "terse.torch: a CUDA communicator needs a device ordinal and a stream, got device " << device);
+  TERSE_CHECK(device_ < 0 || (device_ == device && stream_ == stream), InvalidArgument,
+              "terse.torch: the communicator is bound to cuda:" << device_ << " already");
+  // NCCL carries CUDA tensors; gloo stages them through the host itself. Others (mpi, ucc) are not known to carry
+  // every collective the engine issues on CUDA tensors, so they are refused before any collective.
+  TERSE_CHECK(torch_backend_ == "nccl" || torch_backend_ == "gloo", Unsupported,
+              "terse.torch: the process group's backend '" << torch_backend_
+                                                           << "' cannot carry the CUDA payloads of this hook; use a "
+                                                              "process group with backend 'nccl' (or 'gloo')");
+  py::gil_scoped_acquire gil;
+  as_tensor_ = torch_.attr("as_tensor");
+  namespace_ = py::module_::import("types").attr("SimpleNamespace");
+  device_object_ = torch_.attr("device")("cuda", device);
+  device_ = device;
+  stream_ = stream;
 }
 
 py::object TorchCommunicator::groupObject() const {
@@ -104,11 +143,33 @@ void TorchCommunicator::checkGroup() const {
 }
 
 bool TorchCommunicator::supportsSum(DType dtype) const noexcept {
-  // Gloo's CPU allreduce sums float, double and half; it rejects bfloat16 ("Invalid scalar type").
+  // Gloo's allreduce sums float, double and half; it rejects bfloat16 ("Invalid scalar type"). NCCL sums all four.
+  if (dtype == DType::kBF16) return torch_backend_ == "nccl";
   return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16;
 }
 
 py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) {
+  const char* name = torchDtypeName(dtype);
+  TERSE_CHECK(name != nullptr, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
+  if (device_ >= 0) {
+    // Version 2 of the interface, without a stream: the caller's current stream is already deviceStream() (see the
+    // top of the header), so torch needs no synchronization to order the collective.
+    py::dict cai;
+    cai["shape"] = py::make_tuple(bytes / dtypeSize(dtype));
+    cai["typestr"] = caiTypestr(dtype);
+    cai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(data), false);
+    cai["strides"] = py::none();
+    cai["version"] = 2;
+    py::object t =
+        as_tensor_(namespace_(py::arg("__cuda_array_interface__") = cai), py::arg("device") = device_object_);
+    if (dtype == DType::kBF16) t = t.attr("view")(torch_.attr("bfloat16"));
+    in_call_.push_back(std::move(t));
+    return in_call_.back();
+  }
+  return hostView(data, bytes, dtype);
+}
+
+py::object TorchCommunicator::hostView(void* data, std::size_t bytes, DType dtype) {
   const char* name = torchDtypeName(dtype);
   TERSE_CHECK(name != nullptr, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
   auto memory = py::memoryview::from_memory(data, static_cast<py::ssize_t>(bytes), /*readonly=*/false);
@@ -189,7 +250,14 @@ comm::WireBytes TorchCommunicator::allgatherv(std::span<const std::byte> send, s
   // Equal blocks go straight into recv; unequal ones through padded scratch (see the header).
   std::byte* out = recv.data();
   const std::byte* in = send.data();
-  if (!equal) {
+  const Placement where = device_ >= 0 ? Placement::cuda(stream_) : Placement::host();
+  if (!equal && where.device) {
+    growBuffer(device_pad_send_, block, where);
+    growBuffer(device_pad_recv_, block * n, where);
+    copyBytes(device_pad_send_.data(), send.data(), send.size(), where);
+    in = device_pad_send_.data();
+    out = device_pad_recv_.data();
+  } else if (!equal) {
     pad_send_.resize(std::max(pad_send_.size(), block));
     pad_recv_.resize(std::max(pad_recv_.size(), block * n));
     std::memcpy(pad_send_.data(), send.data(), send.size());
@@ -204,9 +272,10 @@ comm::WireBytes TorchCommunicator::allgatherv(std::span<const std::byte> send, s
     all_gather_(outputs, view(const_cast<std::byte*>(in), block, DType::kU8), py::arg("group") = groupObject());
   });
   if (!equal) {
+    // Stream-ordered on the device: the gather's completion is already ordered before it on deviceStream().
     std::size_t at = 0;
     for (std::size_t r = 0; r < n; ++r) {
-      std::memcpy(recv.data() + at, pad_recv_.data() + r * block, static_cast<std::size_t>(sizes[r]));
+      copyBytes(recv.data() + at, out + r * block, static_cast<std::size_t>(sizes[r]), where);
       at += static_cast<std::size_t>(sizes[r]);
     }
   }
@@ -219,10 +288,26 @@ comm::WireBytes TorchCommunicator::allgatherSizes(uint64_t mine, std::span<uint6
   all[static_cast<std::size_t>(rank_)] = mine;
   if (size_ == 1) return {};
   const comm::WireBytes wire = comm::symmetricWire(comm::ringAllgatherBytes(sizeof(uint64_t), size_));
+  if (device_ >= 0 && torch_backend_ == "nccl") {
+    // NCCL gathers device tensors only: the word goes up, the n words come back (the read-back waits for the stream).
+    return call(comm::OpKind::kAllgather, tensor, all.size() * sizeof(uint64_t), wire, "all_gather (sizes)", [&] {
+      py::object int64 = torch_.attr("int64");
+      py::object words = torch_.attr("empty")(static_cast<py::ssize_t>(all.size()), py::arg("dtype") = int64,
+                                              py::arg("device") = device_object_);
+      py::object word = torch_.attr("full")(py::make_tuple(1), static_cast<int64_t>(mine), py::arg("dtype") = int64,
+                                            py::arg("device") = device_object_);
+      in_call_.push_back(words);
+      in_call_.push_back(word);
+      all_gather_(py::list(words.attr("chunk")(static_cast<py::ssize_t>(all.size()))), word,
+                  py::arg("group") = groupObject());
+      const auto values = words.attr("tolist")().cast<std::vector<int64_t>>();
+      for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<uint64_t>(values[r]);
+    });
+  }
   return call(comm::OpKind::kAllgather, tensor, all.size() * sizeof(uint64_t), wire, "all_gather (sizes)", [&] {
     py::list outputs;
-    for (uint64_t& s : all) outputs.append(view(&s, sizeof s, DType::kI64));
-    all_gather_(outputs, view(&mine, sizeof mine, DType::kI64), py::arg("group") = groupObject());
+    for (uint64_t& s : all) outputs.append(hostView(&s, sizeof s, DType::kI64));
+    all_gather_(outputs, hostView(&mine, sizeof mine, DType::kI64), py::arg("group") = groupObject());
   });
 }
 

@@ -28,6 +28,18 @@
 // per child and receiving B once unless it is the root. No frame headers (gloo's are not visible from here); one
 // frame per direction per call that moves bytes. World size 1 moves nothing.
 //
+// Devices (useDevice). A hook on CUDA gradients puts the communicator in device mode before any pipeline is built:
+// every buffer the engine hands over is then CUDA memory of one device, ordered on one stream (deviceStream(), the
+// stream the hook's codecs run on), and each call wraps it as a CUDA tensor without a copy through the CUDA Array
+// Interface (torch.as_tensor of an object carrying __cuda_array_interface__; bf16, which that interface cannot name,
+// travels as int16 and is viewed back). The collectives are torch's on that device: NCCL, or gloo, which stages CUDA
+// tensors through host memory itself. The caller runs the aggregation with torch's current stream set to
+// deviceStream() (terse/torch.py does), so torch.distributed orders each collective after the kernels that produced its
+// input and the kernels after it wait for it -- no host synchronization. Two calls need host words: allgatherSizes
+// (variable-size payloads only) gathers them as a device tensor under NCCL and reads them back, one small copy each
+// way; under gloo they stay host tensors. Unequal all-gather blocks are padded in device scratch, stream-ordered.
+// supportsSum: NCCL sums f32, f64, f16 and bf16; gloo has no bf16 sum on either device.
+//
 // Failures. A torch.distributed error (a peer gone, the group's timeout) comes back as a Python exception, which this
 // class turns into CommError carrying its message. Gloo cannot be aborted from here: abort() makes every later call of
 // this communicator throw, and peers blocked in a collective are released by gloo itself when this process's
@@ -42,6 +54,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/compress/tensor_buffer.h"
 
 namespace terse::python {
 
@@ -60,6 +73,12 @@ class TorchCommunicator final : public comm::Communicator {
   pybind11::object groupObject() const;
   // The group's backend as torch names it ("gloo"), for provenance.
   const std::string& torchBackend() const noexcept { return torch_backend_; }
+  // Device mode (see the top of this file): every later call's buffers are CUDA memory of `device`, ordered on
+  // `stream` (a cudaStream_t, never null). Once, before the first call; throws Unsupported when the group's backend
+  // cannot carry CUDA tensors (neither nccl nor gloo), naming it.
+  void useDevice(int device, void* stream);
+  bool deviceMemory() const noexcept override { return device_ >= 0; }
+  void* deviceStream() const noexcept override { return stream_; }
 
   std::string_view backend() const noexcept override { return name_; }
   int rank() const noexcept override { return rank_; }
@@ -92,7 +111,10 @@ class TorchCommunicator final : public comm::Communicator {
 
  private:
   // A torch tensor of `dtype` viewing `bytes` bytes at `data` (no copy), remembered in `in_call_` until the call ends.
+  // In device mode `data` is device memory (see the top of this file).
   pybind11::object view(void* data, std::size_t bytes, DType dtype);
+  // The same over host memory in either mode (allgatherSizes' words under gloo).
+  pybind11::object hostView(void* data, std::size_t bytes, DType dtype);
   // Runs one torch.distributed call: checks the GIL and the abort flag, turns a Python error into CommError, times it
   // and adds `wire` to the accounting under `kind` and `tensor`.
   template <class Fn>
@@ -103,6 +125,9 @@ class TorchCommunicator final : public comm::Communicator {
   pybind11::object torch_;
   pybind11::object group_;  // None = the default group
   pybind11::object frombuffer_, all_reduce_, all_gather_, broadcast_, barrier_, get_rank_, get_world_size_;
+  pybind11::object as_tensor_, namespace_, device_object_;  // device mode: torch.as_tensor, types.SimpleNamespace
+  int device_ = -1;                                         // the CUDA device in device mode, -1 on the host
+  void* stream_ = nullptr;
   std::string name_;           // "torch:<backend>"
   std::string torch_backend_;  // "gloo"
   int rank_ = 0;
@@ -110,7 +135,8 @@ class TorchCommunicator final : public comm::Communicator {
   std::string aborted_;  // the reason, once aborted
   comm::RankTraffic traffic_;
   comm::CommStats stats_;
-  std::vector<std::byte> pad_send_, pad_recv_;  // unequal all-gather blocks, padded (grow-only)
+  std::vector<std::byte> pad_send_, pad_recv_;      // unequal all-gather blocks, padded (grow-only)
+  TensorBuffer device_pad_send_, device_pad_recv_;  // the same in device mode
   // The tensors handed to the last torch.distributed call, kept until the next call starts (or this communicator
   // dies). Gloo's worker thread (ProcessGroupGloo::runLoop in torch 1.13) drops its reference to a work's tensors
   // after the caller's wait has returned; were that the last reference, a tensor made in Python would need the GIL to

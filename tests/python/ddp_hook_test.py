@@ -369,12 +369,48 @@ def layout(rank, store2):
     bad = FakeBucket(1, [q, r], offsets=[0, 0])
     state = terse.torch.CompressionState("topk", ratio=0.1, overlap=False)
     expect_error(terse.InvalidArgument, "must tile its buffer", lambda: hook_fn(state, bad))
+    devices(rank)
     # A re-formed default group of another size: the hook says it needs rebuilding.
     state = terse.torch.CompressionState("topk", ratio=0.1, overlap=False)
     dist.destroy_process_group()
     dist.init_process_group("gloo", init_method="file://%s.%d" % (store2, rank), rank=0, world_size=1)
     expect_error(terse.InvalidArgument, "built for rank %d of a process group of 2, the group is now rank 0 of 1" % rank,
                  lambda: hook_fn(state, FakeBucket(0, [torch.zeros(10, 10)])))
+
+
+def devices(rank):
+    """The device binding's refusals that a machine without a GPU can reach (tests/python/ddp_hook_cuda_test.py has
+    the CUDA path itself). Each is raised before any collective, on every rank alike."""
+    hook_fn = terse.torch.compression_hook
+    State = terse.torch.CompressionState
+    # The state binds to its first bucket's device; a bucket elsewhere is refused, naming both (meta stands in for a
+    # second device).
+    state = State("topk", ratio=0.1, overlap=False)
+    check(state.device is None, "an unbound state reports device %s" % state.device)
+    hook_fn(state, FakeBucket(0, [torch.zeros(10)])).wait()
+    check(state.device == torch.device("cpu"), "the state bound to %s" % state.device)
+    other = FakeBucket(1, [torch.zeros(10)])
+    other.buf = torch.zeros(10, device="meta")
+    expect_error(terse.InvalidArgument, "bucket 1 is on meta, and this state aggregates the gradients of cpu",
+                 lambda: hook_fn(state, other))
+    # A module across devices, and a module on a device that is neither CPU nor CUDA.
+    mixed = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4, device="meta"))
+    expect_error(terse.InvalidArgument, "the module's parameters are on cpu and meta", lambda: State("none", module=mixed))
+    # A state bound to CPU tensors refuses CUDA ones (the aggregator's own check, reached here directly).
+    state = State("none", module=mlp(), overlap=False)
+    expect_error(terse.InvalidArgument, "reached a state bound to CPU tensors", lambda: state._agg.bind_cuda(0, 1))
+    if not torch.cuda.is_available():
+        # A compressor without CUDA code is refused naming it, on any machine (test_throws is host-only).
+        state = State("test_throws", plugin_path=[ARGS.fixture_plugins], overlap=False)
+        expect_error(terse.Unsupported, "compressor 'test_throws'", lambda: state._agg.bind_cuda(0, 1))
+        expect_error(terse.Unsupported, "has no CUDA code", lambda: state._agg.bind_cuda(0, 1))
+        # A built-in one reaches the next check: this build has no CUDA (its plugins are host-only then), or no device.
+        state = State("fp16", overlap=False)
+        want = "is not visible to terse" if terse._terse.built_with_cuda else "this terse was built without CUDA"
+        expect_error(terse.Unsupported, want, lambda: state._agg.bind_cuda(0, 1))
+        check(not state._agg.bound, "a refused binding left the state bound")
+        # The stream handle 0 is terse's "host"; torch's default stream arrives as cudaStreamLegacy.
+        expect_error(terse.InvalidArgument, "needs a stream", lambda: state._agg.bind_cuda(0, 0))
 
 
 # ---- overlap

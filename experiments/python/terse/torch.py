@@ -38,9 +38,20 @@ tensors into one collective per fusion class; "bucket" compresses the flat bucke
 `module=`, a parameter's index in module.parameters() (terse's own numbering for the same model, which keys the
 random streams); without it, the order in which the hook first sees the parameters, which is the same on every rank.
 
-Devices: CPU tensors with gloo. A CUDA bucket, or a `module=` with parameters on a CUDA device, is refused with
-terse.Unsupported: the device path (the plugins' CUDA kernels on torch's current stream, NCCL) is not built into
-this hook yet.
+Devices: CPU tensors over gloo, or the CUDA tensors of one device over NCCL (or gloo, which stages CUDA tensors
+through the host itself: two ranks sharing one GPU). A state binds to its gradients' device -- at construction when
+`module=` shows it, else at the first bucket -- and refuses a bucket on another device. On CUDA the plugin's device
+code runs on torch's current stream of that device as the state first saw it (the bound stream): every codec buffer is
+device memory, the payloads are wrapped as CUDA tensors for torch.distributed without a copy, and the decode writes the
+bucket in place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back).
+The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
+collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
+streams wait for the aggregation on the device, not on the host. A bucket written on another stream than the bound one
+is waited for on the device (wait_stream) and recorded on the bound stream for torch's caching allocator. Refused
+before any collective: a compressor without CUDA code (naming it), a build without CUDA, a process group whose
+backend cannot carry CUDA tensors, an NCCL group for CPU gradients, a model across several devices, a device that is
+neither CPU nor CUDA. Times on CUDA (encode_s, decode_s, comm_s, the step trace's phases) are the host's issue times
+of asynchronous work, not the device's.
 
 Failures: a missing plugin, a bad parameter, a plugin that fails, a bucket layout the hook cannot serve -- each raises
 terse's exception with terse's message. Refusals happen before the bucket's first collective, so when they hit every
@@ -61,6 +72,7 @@ retired: CompressionState + compression_hook do its job, and ResultsLogger write
 """
 
 import atexit
+import contextlib
 import math
 import numbers
 import os
@@ -106,11 +118,18 @@ def _require(cond, message):
         raise _invalid(message)
 
 
+# cudaStreamLegacy: the same stream as handle 0, torch's default stream; terse's ABI reserves a null stream for host
+# tensors, so a CUDA state on torch's default stream is bound to this handle.
+_CUDA_STREAM_LEGACY = 1
+
+
 def _module_device(module):
-    for p in module.parameters():
-        if p.device.type != "cpu":
-            return p.device
-    return None
+    """The one device of the module's parameters, None for a module without any."""
+    devices = sorted({str(p.device) for p in module.parameters()})
+    if len(devices) > 1:
+        raise _invalid("the module's parameters are on %s; a CompressionState aggregates the gradients of one "
+                       "device (build one state per device)" % " and ".join(devices))
+    return torch.device(devices[0]) if devices else None
 
 
 class CompressionState:
@@ -169,12 +188,11 @@ class CompressionState:
             _require(isinstance(key, str), "compressor parameter names must be strings, got %r" % (key,))
             _require(key not in merged, "compressor parameter '%s' is given twice (params= and a keyword)" % key)
             merged[key] = _plugin_value(key, value)
-        if module is not None:
-            device = _module_device(module)
-            if device is not None:
-                raise _terse.Unsupported(
-                    "terse.torch: the module's parameters are on %s; this hook aggregates CPU tensors (gloo) only -- "
-                    "the CUDA path for compressor '%s' is not built into it yet" % (device, compressor))
+        device = _module_device(module) if module is not None else None
+        if device is not None and device.type not in ("cpu", "cuda"):
+            raise _terse.Unsupported(
+                "terse.torch: the module's parameters are on %s; this hook aggregates CPU tensors (gloo) and CUDA "
+                "tensors (NCCL, or gloo) only -- compressor '%s' cannot run there" % (device, compressor))
 
         self._agg = _terse.DdpAggregator(
             compressor=str(compressor), params=merged, error_feedback=error_feedback,
@@ -182,6 +200,10 @@ class CompressionState:
             momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
             granularity=granularity, group=process_group)
         self.compressor = str(compressor)
+        self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
+        self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
+        if device is not None:
+            self._bind(device)  # refusals (a plugin without CUDA code, the backend) before anything is registered
         self.params = merged
         self.overlap = overlap
         self.process_group = process_group
@@ -213,6 +235,12 @@ class CompressionState:
         """Backward passes aggregated so far."""
         self._drain()
         return self._agg.step
+
+    @property
+    def device(self):
+        """The device of the gradients the state aggregates (torch.device), None until the first bucket or module=
+        shows it."""
+        return self._device
 
     @property
     def rank(self):
@@ -316,13 +344,41 @@ class CompressionState:
             self._ids[key] = tid
         return tid
 
+    def _bind(self, device):
+        """Binds the state to `device` (see the module's text on devices); raises terse's refusal otherwise."""
+        if device.type == "cpu":
+            self._agg.bind_host()
+        elif device.type == "cuda":
+            device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+            stream = torch.cuda.current_stream(device)
+            self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
+            self._stream = stream
+        else:
+            raise _terse.Unsupported(
+                "terse.torch: the gradients are on %s; this hook aggregates CPU tensors (gloo) and CUDA tensors "
+                "(NCCL, or gloo) only -- compressor '%s' cannot run there" % (device, self.compressor))
+        self._device = device
+
+    def _on_stream(self):
+        """The bound stream as torch's current one (CUDA), so that torch.distributed orders the collectives the
+        aggregation issues after its kernels; nothing on the host."""
+        if self._stream is None:
+            return contextlib.nullcontext()
+        scope = contextlib.ExitStack()
+        # The device as well: terse's device buffers are allocated on the calling thread's current device.
+        scope.enter_context(torch.cuda.device(self._device))
+        scope.enter_context(torch.cuda.stream(self._stream))
+        return scope
+
     def _read_bucket(self, bucket):
         """What the aggregator needs of a DDP GradBucket, checked before anything is queued."""
         buf = bucket.buffer()
-        if buf.device.type != "cpu":
-            raise _terse.Unsupported(
-                "terse.torch: bucket %d is on %s; this hook aggregates CPU tensors (gloo) only -- the CUDA path for "
-                "compressor '%s' is not built into it yet" % (bucket.index(), buf.device, self.compressor))
+        if self._device is None:
+            self._bind(buf.device)
+        elif buf.device != self._device:
+            raise _invalid("bucket %d is on %s, and this state aggregates the gradients of %s; a model's gradients "
+                           "must all be on one device (build one state per device)"
+                           % (bucket.index(), buf.device, self._device))
         if not buf.is_contiguous():
             raise _invalid("bucket %d's buffer is not contiguous" % bucket.index())
         members = []
@@ -364,12 +420,25 @@ class CompressionState:
         issued = None
         if self._tracer is not None:
             issued = self._tracer.bucket(members, is_last)
-        fut = torch.futures.Future()
+        if self._stream is None:
+            fut = torch.futures.Future()
+        else:
+            # CUDA-aware: set_result records an event on the bound stream, and DDP's wait makes its own stream wait
+            # for it on the device.
+            fut = torch.futures.Future(devices=[self._device])
+            current = torch.cuda.current_stream(self._device)
+            if current != self._stream:
+                # Backward wrote the bucket on `current`: the bound stream waits for it, and the caching allocator
+                # learns that the bound stream uses the buffer.
+                self._stream.wait_stream(current)
+                buf.record_stream(self._stream)
         if not self.overlap:
             start = time.perf_counter()
             self._sync_thread = threading.get_native_id()
             try:
-                self._aggregate(index, buf, members, is_last, issued)
+                with self._on_stream():
+                    self._aggregate(index, buf, members, is_last, issued)
+                    fut.set_result(buf)
             except Exception as e:
                 self._fail(e)
                 raise
@@ -378,7 +447,6 @@ class CompressionState:
             self._agg.add_exposed(time.perf_counter() - start)
             if self._tracer is not None:
                 self._tracer.handed_back(is_last)
-            fut.set_result(buf)
             return fut
         if self._worker is None:
             self._queue = queue.Queue()
@@ -408,23 +476,25 @@ class CompressionState:
                     fut.set_exception(self._failed_again())
                     continue
                 self._current = fut
-                try:
-                    self._aggregate(index, buf, members, is_last, issued)
-                except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
-                    self._fail(e)
-                    if not fut.done():
-                        fut.set_exception(e)
-                    continue
-                finally:
-                    self._current = None
-                if fut.done():
-                    continue  # the watchdog failed it: the call returned, but past its deadline
-                if is_last:
-                    # Backward's own work ended about when DDP handed over its last bucket: what follows, it waits.
-                    self._agg.add_exposed(time.perf_counter() - submitted)
-                    if self._tracer is not None:
-                        self._tracer.last_done()
-                fut.set_result(buf)
+                with self._on_stream():
+                    try:
+                        self._aggregate(index, buf, members, is_last, issued)
+                    except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
+                        self._fail(e)
+                        if not fut.done():
+                            fut.set_exception(e)
+                        continue
+                    finally:
+                        self._current = None
+                    if fut.done():
+                        continue  # the watchdog failed it: the call returned, but past its deadline
+                    if is_last:
+                        # Backward's own work ended about when DDP handed over its last bucket: what follows, it
+                        # waits.
+                        self._agg.add_exposed(time.perf_counter() - submitted)
+                        if self._tracer is not None:
+                            self._tracer.last_done()
+                    fut.set_result(buf)  # on the bound stream: a CUDA Future records its event there
             finally:
                 jobs.task_done()
 

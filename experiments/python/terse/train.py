@@ -229,7 +229,8 @@ def train_rank(rank, world, spec, store_path):
         logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=spec.args.folder, state=state,
                                            description=spec.text)
         # Every rank takes the same number of steps: the smallest shard's.
-        steps = torch.tensor([len(own) // spec.batch], dtype=torch.int64)
+        # On the model's device: NCCL (device "cuda") carries CUDA tensors only.
+        steps = torch.tensor([len(own) // spec.batch], dtype=torch.int64, device=device)
         dist.all_reduce(steps, op=dist.ReduceOp.MIN)
         per_epoch = int(steps.item())
         if spec.max_steps > 0:

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Step time of DDP communication hooks on a GPU, DDP's own beside terse's: torchvision's ResNet-50 (25.6M parameters)
+at batch 64 of synthetic 224x224 images, one process, NCCL (issue 39's GPU check; scripts/gpu-check --torch runs it).
+
+Rows: DDP's default allreduce; DDP's fp16_compress_hook; DDP's PowerSGD hook at rank 4 (its error feedback and warm
+start); terse's none, fp16, powersgd rank 4 + EF, top-k 1% + EF and qsgd (127 levels), each overlapping backward (the
+default). Every row runs in the same process from the same initial parameters on the same batches, timed over --steps
+steps after --warmup untimed ones (DDP's PowerSGD compresses from step 2), rounds interleaving the rows. A step is
+forward, backward with the hook, and the optimizer, ended by torch.cuda.synchronize(): the table gives its median and
+interquartile range.
+
+One rank moves nothing over the network, so a row's time above DDP's default is the hook's own cost on the device:
+`codec share` is (row - ddp-allreduce) / row, the fraction of the step the compressor adds (issue 39's target for
+top-k: at most 10%). Device-to-host copies per step are counted by torch.profiler over --profile-steps steps after the
+timed ones (the CUDA path copies no gradient to the host: expected 0 for every fixed-size compressor).
+
+    python3 experiments/pytorch/bench_ddp_gpu.py [--steps 30] [--warmup 10] [--rounds 2] [--model resnet50]
+    python3 experiments/pytorch/bench_ddp_gpu.py --device cpu --model resnet18 --batch 4 --steps 2 --warmup 1
+        (a CPU dry run of the script itself, gloo; its times mean nothing)
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.algorithms.ddp_comm_hooks.default_hooks as default_hooks
+import torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook as powerSGD
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+import terse.torch
+
+
+def terse_hook(compressor, **kwargs):
+    return lambda m: (terse.torch.CompressionState(compressor, module=m, **kwargs), terse.torch.compression_hook)
+
+
+def rows():
+    """(name, hook factory or None)."""
+    return [
+        ("ddp-allreduce", None),
+        ("ddp-fp16_compress_hook", lambda m: (None, default_hooks.fp16_compress_hook)),
+        ("ddp-powerSGD-r4", lambda m: (powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                                                               start_powerSGD_iter=2), powerSGD.powerSGD_hook)),
+        ("terse-none", terse_hook("none")),
+        ("terse-fp16", terse_hook("fp16")),
+        ("terse-powersgd-r4-ef", terse_hook("powersgd", rank=4, error_feedback=True)),
+        ("terse-topk-1pct-ef", terse_hook("topk", ratio=0.01, error_feedback=True)),
+        ("terse-qsgd", terse_hook("qsgd", levels=127)),
+    ]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def d2h_per_step(step_fn, steps, device):
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step_fn()
+        sync(device)
+    copies = sum(1 for e in prof.events() if "memcpy dtoh" in e.name.lower())
+    return copies / steps
+
+
+def run_row(args, device, make_hook, data):
+    torch.manual_seed(1)
+    model = getattr(torchvision.models, args.model)(num_classes=1000).to(device)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    state = None
+    if make_hook is not None:
+        state, hook = make_hook(model)
+        ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    xs, ys = data
+    counter = [0]
+
+    def step():
+        s = counter[0]
+        counter[0] += 1
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(xs[s % len(xs)]), ys[s % len(ys)]).backward()
+        opt.step()
+
+    times = []
+    for s in range(args.warmup + args.steps):
+        sync(device)
+        t0 = time.perf_counter()
+        step()
+        sync(device)
+        if s >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    d2h = d2h_per_step(step, args.profile_steps, device)
+    if isinstance(state, terse.torch.CompressionState):
+        state.raise_if_failed()
+        state.close()
+    return times, d2h
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet50", help="a torchvision.models constructor (resnet50, resnet18, ...)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=30, help="timed steps per row and round")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=2, help="passes over the rows (interleaved)")
+    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled for device-to-host copies")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--only", default="", help="comma-separated fragments: run only the rows whose name has one")
+    args = p.parse_args()
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                init_method="file://" + os.path.join(tmp, "store"), rank=0, world_size=1)
+        g = torch.Generator().manual_seed(0)
+        data = ([torch.randn(args.batch, 3, 224, 224, generator=g).to(device) for _ in range(4)],
+                [torch.randint(0, 1000, (args.batch,), generator=g).to(device) for _ in range(4)])
+        table = {}
+        for _ in range(args.rounds):
+            for name, make_hook in rows():
+                if args.only and not any(o in name for o in args.only.split(",")):
+                    continue
+                times, d2h = run_row(args, device, make_hook, data)
+                row = table.setdefault(name, {"times": [], "d2h": []})
+                row["times"] += times
+                row["d2h"].append(d2h)
+        dist.destroy_process_group()
+    what = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    params = sum(q.numel() for q in getattr(torchvision.models, args.model)().parameters())
+    print("DDP %s (%d parameters), batch %d, 1 rank, %s, %s, torch %s; %d steps x %d rounds per row" % (
+        args.model, params, args.batch, "NCCL" if device.type == "cuda" else "gloo", what, torch.__version__,
+        args.steps, args.rounds))
+    print("| hook | step ms (median) | IQR ms | codec share | device-to-host copies per step |")
+    print("|---|---:|---:|---:|---:|")
+    base = statistics.median(table["ddp-allreduce"]["times"]) if "ddp-allreduce" in table else None
+    for name, row in table.items():
+        t = sorted(row["times"])
+        med = statistics.median(t)
+        q1, q3 = t[len(t) // 4], t[3 * len(t) // 4]
+        share = "%.3f" % ((med - base) / med) if base is not None and name != "ddp-allreduce" else ""
+        d2h = "" if row["d2h"][0] is None else "%.1f" % max(row["d2h"])
+        print("| %s | %.2f | %.2f-%.2f | %s | %s |" % (name, 1e3 * med, 1e3 * q1, 1e3 * q3, share, d2h))
+    print()
+    print("ratios of medians, same run (issue 39's GPU targets: each <= 1.0):")
+    for ours, theirs in (("terse-fp16", "ddp-fp16_compress_hook"), ("terse-powersgd-r4-ef", "ddp-powerSGD-r4"),
+                         ("terse-none", "ddp-allreduce")):
+        if ours in table and theirs in table:
+            print("  %s / %s = %.3f" % (ours, theirs, statistics.median(table[ours]["times"]) /
+                                        statistics.median(table[theirs]["times"])))
+
+
+if __name__ == "__main__":
+    main()

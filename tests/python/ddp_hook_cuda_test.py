@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""terse.torch's DDP hook on CUDA tensors (issue 39, the device path of experiments/python/terse/torch.py), one ctest
+case per subcommand (tests/python/CMakeLists.txt, labels cuda and python). Without a CUDA device -- a CPU build of
+torch, or no GPU -- every case exits 77, which ctest reports as skipped; scripts/gpu-check counts that skip as a failure
+on a GPU machine.
+
+  bits_nccl    one rank, NCCL: for each built-in compressor with device code (and its usual options), the gradients
+               the hook leaves in the CUDA model equal, bit for bit, those of the same hook on a CPU copy of the model
+               over gloo, for 4 steps of error feedback and warm starts; the model has several DDP buckets and odd
+               sizes; a step of a fixed-size compressor copies nothing from the device to the host (torch.profiler)
+               (bf16, which gloo cannot sum, against torch's own bf16 rounding)
+  bits_gloo2   the same with two ranks sharing GPU 0 over gloo (NCCL refuses two ranks on one device): gloo sums and
+               gathers the CUDA payloads; the CPU reference runs over a second gloo group in the same processes; bf16
+               is refused naming the communicator
+  overlap      two ranks (gloo, CUDA): the first bucket's Future is not complete when the hook returns, and top-k + EF
+               and PowerSGD r2 + EF give the same parameters with overlap and without, bit for bit
+  refusals     a compressor without device code is refused at construction naming it, before any collective; a CPU
+               model under an NCCL group is refused naming the backend; a bucket on another device than the state's
+               is refused naming both
+
+The gradients are made exact on both devices -- loss = sum(p * c) gives grad = c with no arithmetic -- so that every
+difference is the hook's: the model's own math (cuBLAS against terse's fixed-order GEMM) never enters the comparison.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+terse = None  # imported by main() once a CUDA device is seen: a CPU-only host skips before needing the extension
+
+SKIP = 77  # ctest's SKIP_RETURN_CODE for these cases
+
+# Each built-in compressor with device code, as a user would configure it: (label, compressor, state keywords).
+CASES = [
+    ("none", "none", {}),
+    ("fp16", "fp16", {}),
+    ("qsgd", "qsgd", {"levels": 16}),
+    ("terngrad", "terngrad", {}),
+    ("onebit-ef", "onebit", {"error_feedback": True}),
+    ("signsgd", "signsgd", {}),
+    ("topk-ef", "topk", {"ratio": 0.05, "error_feedback": True}),
+    ("randomk", "randomk", {"ratio": 0.05}),
+    ("threshold-ef", "threshold", {"tau": 2.0, "error_feedback": True}),
+    ("dgc", "dgc", {"ratio": 0.05, "error_feedback": True, "momentum_correction": 0.9}),
+    ("powersgd-ef", "powersgd", {"rank": 2, "error_feedback": True}),
+]
+
+# bf16 is not among them: gloo cannot sum bf16, so the CPU reference cannot run it. bf16_case checks it against
+# torch's own rounding instead (world 1, NCCL) and its refusal under gloo.
+
+# Odd sizes, a matrix for PowerSGD, a 4-D convolution weight, a vector; small buckets make several of them.
+SHAPES = [(64, 48), (301,), (17, 5, 3, 3), (1000,), (33, 7)]
+BUCKET_MB = 0.01
+
+
+def check(cond, message):
+    if not cond:
+        raise AssertionError(message)
+
+
+def expect_error(kind, fragment, fn):
+    try:
+        fn()
+    except kind as e:
+        check(fragment in str(e), "%s raised %s without %r in its message: %s" % (fn, kind.__name__, fragment, e))
+        return str(e)
+    raise AssertionError("%s did not raise %s (%r)" % (fn, kind.__name__, fragment))
+
+
+class Exact(nn.Module):
+    """Parameters only; forward(c) = sum(p * c), so backward writes grad = c exactly, on any device."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.ps = nn.ParameterList([nn.Parameter(torch.randn(s, generator=g)) for s in SHAPES])
+
+    def forward(self, cs):
+        return sum((p * c).sum() for p, c in zip(self.ps, cs))
+
+
+def gradients(step, rank):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    # Mixed magnitudes, so that top-k, threshold and the quantizers' scales all see something to choose.
+    return [torch.randn(s, generator=g) * (1 + 3 * torch.rand(s, generator=g)) for s in SHAPES]
+
+
+def bits_equal(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def hooked(model, group, compressor, kwargs, device_ids=None, overlap=True):
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=device_ids, process_group=group,
+                                              bucket_cap_mb=BUCKET_MB)
+    state = terse.torch.CompressionState(compressor, module=model, process_group=group, overlap=overlap, **kwargs)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    return ddp, state
+
+
+def d2h_copies(fn):
+    """Device-to-host memcpys the CUDA work of fn() issued, as torch.profiler sees them."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if "Memcpy DtoH" in e.name or "memcpy DtoH" in e.name.lower())
+
+
+def bits(rank, world, cpu_group, steps=4):
+    device = torch.device("cuda", 0)
+    failures = []
+    for label, compressor, kwargs in CASES:
+        host = Exact()
+        cuda = Exact().to(device)
+        host_ddp, host_state = hooked(host, cpu_group, compressor, kwargs)
+        cuda_ddp, cuda_state = hooked(cuda, None, compressor, kwargs, device_ids=[0])
+        check(cuda_state.device == device, "%s: the state bound to %s" % (label, cuda_state.device))
+        copies = []
+        for step in range(steps):
+            cs = gradients(step, rank)
+            for m in (host, cuda):
+                m.zero_grad(set_to_none=True)
+            host_ddp(cs).backward()
+            cs_dev = [c.to(device) for c in cs]
+            torch.cuda.synchronize()
+            copies.append(d2h_copies(lambda: cuda_ddp(cs_dev).backward()))
+            for i, (a, b) in enumerate(zip(host.ps, cuda.ps)):
+                got = b.grad.cpu()
+                if not bits_equal(a.grad, got):
+                    diff = (a.grad - got).abs().max().item()
+                    failures.append("%s step %d tensor %d %s: CUDA gradients differ from the host path's (max |diff| "
+                                    "%.3g)" % (label, step, i, tuple(a.shape), diff))
+                    break
+        fixed = cuda_state.caps["fixed_size"]
+        if fixed and world == 1 and any(copies[1:]):
+            failures.append("%s: %s device-to-host copies per step (expected 0 after the first)" % (label, copies))
+        print("rank %d %-13s %d steps: %s; device-to-host copies per step %s" % (
+            rank, label, steps, "bit-identical to the host path" if not failures else "see failures", copies))
+        host_state.close()
+        cuda_state.close()
+    check(not failures, "\n".join(failures))
+
+
+def bf16_case(rank, world, backend):
+    device = torch.device("cuda", 0)
+    model = Exact().to(device)
+    ddp, state = hooked(model, None, "bf16", {}, device_ids=[0])
+    cs = gradients(0, rank)
+    if backend == "gloo":
+        expect_error(RuntimeError, "wire dtype bf16 cannot be summed by the 'torch:gloo' communicator",
+                     lambda: ddp([c.to(device) for c in cs]).backward())
+        print("rank %d bf16 under gloo: refused, naming the communicator" % rank)
+        return
+    # One rank: the aggregate is the gradient rounded to bf16 (to nearest even, as torch rounds), divided by 1.
+    ddp([c.to(device) for c in cs]).backward()
+    for i, (p, c) in enumerate(zip(model.ps, cs)):
+        check(bits_equal(p.grad.cpu(), c.bfloat16().float()), "bf16 tensor %d: not torch's bf16 rounding" % i)
+    state.close()
+    print("rank %d bf16 under NCCL: the gradients are torch's bf16 rounding, bit for bit" % rank)
+
+
+def overlap_case(rank):
+    device = torch.device("cuda", 0)
+    for compressor, kwargs in (("topk", {"ratio": 0.05, "error_feedback": True}),
+                               ("powersgd", {"rank": 2, "error_feedback": True})):
+        results = []
+        for overlap in (True, False):
+            model = Exact().to(device)
+            ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], bucket_cap_mb=BUCKET_MB)
+            state = terse.torch.CompressionState(compressor, module=model, overlap=overlap, **kwargs)
+            first_done = []
+
+            def spy(st, bucket):
+                fut = terse.torch.compression_hook(st, bucket)
+                if bucket.index() == 0:
+                    first_done.append(fut.done())
+                return fut
+            ddp.register_comm_hook(state, spy)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(4):
+                opt.zero_grad(set_to_none=True)
+                ddp([c.to(device) for c in gradients(step, rank)]).backward()
+                opt.step()
+            torch.cuda.synchronize()
+            results.append([p.detach().cpu() for p in model.ps])
+            check(len(first_done) == 4, "%s: bucket 0 reached the hook %d times in 4 steps" % (compressor,
+                                                                                            len(first_done)))
+            if overlap:
+                check(not any(first_done), "%s: the first bucket's Future was complete when the hook returned: %s"
+                      % (compressor, first_done))
+            else:
+                check(all(first_done), "%s: without overlap the Future should be complete: %s" % (compressor,
+                                                                                              first_done))
+            state.close()
+        for i, (a, b) in enumerate(zip(*results)):
+            check(bits_equal(a, b), "%s: tensor %d differs between overlap and the synchronous path" % (compressor, i))
+        print("rank %d overlap %s: the first bucket's Future was pending each step; parameters bit-identical" % (
+            rank, compressor))
+
+
+def refusals(rank, fixture_plugins):
+    device = torch.device("cuda", 0)
+    State = terse.torch.CompressionState
+    # test_throws is host-only: refused at construction, naming it, before DDP or any collective.
+    expect_error(terse.Unsupported, "compressor 'test_throws'",
+                 lambda: State("test_throws", plugin_path=[fixture_plugins], module=Exact().to(device)))
+    # A state bound to cuda:0 refuses a CPU bucket, naming both devices.
+    state = State("none", module=Exact().to(device), overlap=False)
+    cpu_model = Exact()
+    ddp = nn.parallel.DistributedDataParallel(cpu_model, bucket_cap_mb=BUCKET_MB)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    expect_error(RuntimeError, "and this state aggregates the gradients of cuda:0",
+                 lambda: ddp(gradients(0, rank)).backward())
+    print("rank %d refusals: host-only plugin, CPU bucket on a CUDA state" % rank)
+
+
+def nccl_refuses_cpu(rank):
+    # Under an NCCL group a CPU model is refused at construction, naming the backend.
+    expect_error(terse.Unsupported, "backend is 'nccl'", lambda: terse.torch.CompressionState("none", module=Exact()))
+    print("rank %d refusals: a CPU model under NCCL" % rank)
+
+
+def _run(rank, case, world, backend, store, args):
+    _import_terse()  # a spawned process imports this file afresh
+    torch.set_num_threads(1)
+    torch.cuda.set_device(0)
+    dist.init_process_group(backend, init_method="file://" + store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    try:
+        if case in ("bits_nccl", "bits_gloo2"):
+            cpu_group = dist.new_group(backend="gloo")
+            bits(rank, world, cpu_group)
+            bf16_case(rank, world, backend)
+        elif case == "overlap":
+            overlap_case(rank)
+        elif case == "refusals":
+            if backend == "nccl":
+                nccl_refuses_cpu(rank)
+            else:
+                refusals(rank, args.fixture_plugins)
+    finally:
+        dist.destroy_process_group()
+
+
+def _import_terse():
+    global terse
+    import terse.torch  # noqa: F401  (binds the package to the module's name `terse`)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("case", choices=["bits_nccl", "bits_gloo2", "overlap", "refusals"])
+    p.add_argument("--fixture-plugins", required=True, help="the directory of terse_compressor_test_throws")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("skipped: torch %s sees no CUDA device" % torch.__version__)
+        return SKIP
+    _import_terse()
+    runs = {"bits_nccl": [("nccl", 1)], "bits_gloo2": [("gloo", 2)], "overlap": [("gloo", 2)],
+            "refusals": [("gloo", 1), ("nccl", 1)]}[args.case]
+    for backend, world in runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            mp.spawn(_run, args=(args.case, world, backend, os.path.join(tmp, "store"), args), nprocs=world)
+    print("ok: %s" % args.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
