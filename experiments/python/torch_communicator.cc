@@ -1,6 +1,7 @@
 #include "experiments/python/torch_communicator.h"
 
 #include <Python.h>
+#include <dlpack/dlpack.h>
 
 #include <algorithm>
 #include <cstring>
@@ -36,42 +37,44 @@ comm::WireBytes treeBroadcastWire(uint64_t bytes, int root, int rank, int n) {
   return w;
 }
 
-// torch's name of a dtype the engine may hand over; null for one it never does.
-const char* torchDtypeName(DType d) {
+// DLPack's type of a dtype the engine may hand over; lanes 0 for one it never does.
+DLDataType dlpackType(DType d) {
   switch (d) {
     case DType::kF32:
-      return "float32";
+      return {kDLFloat, 32, 1};
     case DType::kF64:
-      return "float64";
+      return {kDLFloat, 64, 1};
     case DType::kF16:
-      return "float16";
+      return {kDLFloat, 16, 1};
     case DType::kBF16:
-      return "bfloat16";
+      return {kDLBfloat, 16, 1};
     case DType::kU8:
-      return "uint8";
+      return {kDLUInt, 8, 1};
     case DType::kI64:
-      return "int64";
+      return {kDLInt, 64, 1};
     default:
-      return nullptr;
+      return {kDLFloat, 0, 0};
   }
 }
 
-// The CUDA Array Interface's typestr for a dtype; bf16 has none and travels as int16 (view() views it back).
-const char* caiTypestr(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return "<f4";
-    case DType::kF64:
-      return "<f8";
-    case DType::kF16:
-    case DType::kBF16:
-      return d == DType::kF16 ? "<f2" : "<i2";
-    case DType::kU8:
-      return "|u1";
-    case DType::kI64:
-      return "<i8";
-    default:
-      return nullptr;
+// One view's DLPack descriptor with the shape and strides it points to. torch calls the deleter when its tensor's
+// storage dies, from whichever thread drops the last reference: it frees this holder only, never the engine's memory.
+struct DlpackView {
+  DLManagedTensor managed{};
+  int64_t shape[1] = {0};
+  int64_t strides[1] = {1};
+};
+
+void deleteDlpackView(DLManagedTensor* m) {
+  delete static_cast<DlpackView*>(m->manager_ctx);
+}
+
+// The capsule's destructor: torch renames a capsule it consumed ("used_dltensor", the tensor then owns the view); one
+// it never consumed (a failed call) still owns it.
+void dlpackCapsuleDestructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor") != 0) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    m->deleter(m);
   }
 }
 
@@ -83,7 +86,7 @@ TorchCommunicator::TorchCommunicator(py::object group) : group_(std::move(group)
   torch_ = py::module_::import("torch");
   TERSE_CHECK(dist_.attr("is_available")().cast<bool>() && dist_.attr("is_initialized")().cast<bool>(), InvalidArgument,
               "terse.torch: torch.distributed is not initialized; call torch.distributed.init_process_group first");
-  frombuffer_ = torch_.attr("frombuffer");
+  from_dlpack_ = py::module_::import("torch.utils.dlpack").attr("from_dlpack");
   all_reduce_ = dist_.attr("all_reduce");
   all_gather_ = dist_.attr("all_gather");
   broadcast_ = dist_.attr("broadcast");
@@ -102,8 +105,8 @@ TorchCommunicator::TorchCommunicator(py::object group) : group_(std::move(group)
 TorchCommunicator::~TorchCommunicator() {
   // The Python references must be dropped with the GIL held; the owner may be destroyed from a thread without it.
   py::gil_scoped_acquire gil;
-  for (py::object* o : {&dist_, &torch_, &group_, &frombuffer_, &all_reduce_, &all_gather_, &broadcast_, &barrier_,
-                        &get_rank_, &get_world_size_, &as_tensor_, &namespace_, &device_object_})
+  for (py::object* o : {&dist_, &torch_, &group_, &from_dlpack_, &all_reduce_, &all_gather_, &broadcast_, &barrier_,
+                        &get_rank_, &get_world_size_, &device_object_})
     *o = py::object();
   in_call_.clear();  // the last call's tensors (long completed), dropped while the GIL is held
 }
@@ -120,8 +123,6 @@ void TorchCommunicator::useDevice(int device, void* stream) {
                                                            << "' cannot carry the CUDA payloads of this hook; use a "
                                                               "process group with backend 'nccl' (or 'gloo')");
   py::gil_scoped_acquire gil;
-  as_tensor_ = torch_.attr("as_tensor");
-  namespace_ = py::module_::import("types").attr("SimpleNamespace");
   device_object_ = torch_.attr("device")("cuda", device);
   device_ = device;
   stream_ = stream;
@@ -149,31 +150,32 @@ bool TorchCommunicator::supportsSum(DType dtype) const noexcept {
 }
 
 py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) {
-  const char* name = torchDtypeName(dtype);
-  TERSE_CHECK(name != nullptr, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
-  if (device_ >= 0) {
-    // Version 2 of the interface, without a stream: the caller's current stream is already deviceStream() (see the
-    // top of the header), so torch needs no synchronization to order the collective.
-    py::dict cai;
-    cai["shape"] = py::make_tuple(bytes / dtypeSize(dtype));
-    cai["typestr"] = caiTypestr(dtype);
-    cai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(data), false);
-    cai["strides"] = py::none();
-    cai["version"] = 2;
-    py::object t =
-        as_tensor_(namespace_(py::arg("__cuda_array_interface__") = cai), py::arg("device") = device_object_);
-    if (dtype == DType::kBF16) t = t.attr("view")(torch_.attr("bfloat16"));
-    in_call_.push_back(std::move(t));
-    return in_call_.back();
-  }
-  return hostView(data, bytes, dtype);
+  return wrap(data, bytes, dtype, device_);
 }
 
 py::object TorchCommunicator::hostView(void* data, std::size_t bytes, DType dtype) {
-  const char* name = torchDtypeName(dtype);
-  TERSE_CHECK(name != nullptr, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
-  auto memory = py::memoryview::from_memory(data, static_cast<py::ssize_t>(bytes), /*readonly=*/false);
-  in_call_.push_back(frombuffer_(memory, py::arg("dtype") = torch_.attr(name)));
+  return wrap(data, bytes, dtype, -1);
+}
+
+py::object TorchCommunicator::wrap(void* data, std::size_t bytes, DType dtype, int device) {
+  const DLDataType type = dlpackType(dtype);
+  TERSE_CHECK(type.lanes != 0, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));
+  auto view = std::make_unique<DlpackView>();
+  view->shape[0] = static_cast<int64_t>(bytes / dtypeSize(dtype));
+  DLTensor& t = view->managed.dl_tensor;
+  t.data = data;
+  t.device = device >= 0 ? DLDevice{kDLCUDA, device} : DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = type;
+  t.shape = view->shape;
+  t.strides = view->strides;
+  t.byte_offset = 0;
+  view->managed.manager_ctx = view.get();
+  view->managed.deleter = deleteDlpackView;
+  PyObject* capsule = PyCapsule_New(&view->managed, "dltensor", dlpackCapsuleDestructor);
+  if (capsule == nullptr) throw py::error_already_set();
+  view.release();  // the capsule owns it now, then the tensor
+  in_call_.push_back(from_dlpack_(py::reinterpret_steal<py::object>(capsule)));
   return in_call_.back();
 }
 
@@ -268,7 +270,7 @@ comm::WireBytes TorchCommunicator::allgatherv(std::span<const std::byte> send, s
   call(comm::OpKind::kAllgather, tensor, total, wire, "all_gather", [&] {
     py::list outputs;
     for (std::size_t r = 0; r < n; ++r) outputs.append(view(out + r * block, block, DType::kU8));
-    // The input is only read; torch.frombuffer needs a writable buffer, which the engine's payload buffer is.
+    // The input is only read: all_gather never writes its input.
     all_gather_(outputs, view(const_cast<std::byte*>(in), block, DType::kU8), py::arg("group") = groupObject());
   });
   if (!equal) {

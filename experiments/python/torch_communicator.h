@@ -4,9 +4,11 @@
 // the aggregation (the hook's worker thread, or the hook itself), which takes the GIL for the call and lets it go
 // again: the encode and decode around it run without the GIL, overlapping the rest of backward.
 //
-// Buffers. The engine hands raw host memory (its payload buffers, the bucket's gradient); each call wraps it as a torch
-// tensor without a copy (torch.frombuffer over a writable memoryview), so torch.distributed reads and writes the
-// engine's memory directly.
+// Buffers. The engine hands raw memory (its payload buffers, the bucket's gradient); each call wraps it as a torch
+// tensor without a copy -- a DLPack capsule (dlpack/dlpack.h) that torch.utils.dlpack.from_dlpack consumes -- so
+// torch.distributed reads and writes the engine's memory directly. One wrapping for both placements: the DLPack device
+// says host (kDLCPU) or the bound CUDA device (kDLCUDA), so the host path's tests run the device path's code but for
+// that field. The descriptor's deleter frees only the descriptor (the engine owns the memory) and needs no GIL.
 //
 // What maps to what:
 //   allreduce, allreducePayload   dist.all_reduce (SUM) on the summed bytes viewed as f32 / f64 / f16. Gloo has no
@@ -30,10 +32,9 @@
 //
 // Devices (useDevice). A hook on CUDA gradients puts the communicator in device mode before any pipeline is built:
 // every buffer the engine hands over is then CUDA memory of one device, ordered on one stream (deviceStream(), the
-// stream the hook's codecs run on), and each call wraps it as a CUDA tensor without a copy through the CUDA Array
-// Interface (torch.as_tensor of an object carrying __cuda_array_interface__; bf16, which that interface cannot name,
-// travels as int16 and is viewed back). The collectives are torch's on that device: NCCL, or gloo, which stages CUDA
-// tensors through host memory itself. The caller runs the aggregation with torch's current stream set to
+// stream the hook's codecs run on), and each call wraps it as a CUDA tensor (a DLPack capsule on kDLCUDA: no copy, no
+// synchronization). The collectives are torch's on that device: NCCL, or gloo, which stages CUDA tensors through host
+// memory itself. The caller runs the aggregation with torch's current stream set to
 // deviceStream() (terse/torch.py does), so torch.distributed orders each collective after the kernels that produced its
 // input and the kernels after it wait for it -- no host synchronization. Two calls need host words: allgatherSizes
 // (variable-size payloads only) gathers them as a device tensor under NCCL and reads them back, one small copy each
@@ -115,6 +116,8 @@ class TorchCommunicator final : public comm::Communicator {
   pybind11::object view(void* data, std::size_t bytes, DType dtype);
   // The same over host memory in either mode (allgatherSizes' words under gloo).
   pybind11::object hostView(void* data, std::size_t bytes, DType dtype);
+  // Both: a DLPack view on `device` (-1: the host).
+  pybind11::object wrap(void* data, std::size_t bytes, DType dtype, int device);
   // Runs one torch.distributed call: checks the GIL and the abort flag, turns a Python error into CommError, times it
   // and adds `wire` to the accounting under `kind` and `tensor`.
   template <class Fn>
@@ -124,9 +127,9 @@ class TorchCommunicator final : public comm::Communicator {
   pybind11::object dist_;
   pybind11::object torch_;
   pybind11::object group_;  // None = the default group
-  pybind11::object frombuffer_, all_reduce_, all_gather_, broadcast_, barrier_, get_rank_, get_world_size_;
-  pybind11::object as_tensor_, namespace_, device_object_;  // device mode: torch.as_tensor, types.SimpleNamespace
-  int device_ = -1;                                         // the CUDA device in device mode, -1 on the host
+  pybind11::object from_dlpack_, all_reduce_, all_gather_, broadcast_, barrier_, get_rank_, get_world_size_;
+  pybind11::object device_object_;  // device mode: torch.device("cuda", device_)
+  int device_ = -1;                 // the CUDA device in device mode, -1 on the host
   void* stream_ = nullptr;
   std::string name_;           // "torch:<backend>"
   std::string torch_backend_;  // "gloo"
