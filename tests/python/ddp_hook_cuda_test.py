@@ -33,6 +33,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 
+from checks import check, expect_error  # tests/python/checks.py, beside this file
+
 terse = None  # imported by main() once a CUDA device is seen: a CPU-only host skips before needing the extension
 
 SKIP = 77  # ctest's SKIP_RETURN_CODE for these cases
@@ -58,20 +60,6 @@ CASES = [
 # Odd sizes, a matrix for PowerSGD, a 4-D convolution weight, a vector; small buckets make several of them.
 SHAPES = [(64, 48), (301,), (17, 5, 3, 3), (1000,), (33, 7)]
 BUCKET_MB = 0.01
-
-
-def check(cond, message):
-    if not cond:
-        raise AssertionError(message)
-
-
-def expect_error(kind, fragment, fn):
-    try:
-        fn()
-    except kind as e:
-        check(fragment in str(e), "%s raised %s without %r in its message: %s" % (fn, kind.__name__, fragment, e))
-        return str(e)
-    raise AssertionError("%s did not raise %s (%r)" % (fn, kind.__name__, fragment))
 
 
 class Exact(nn.Module):

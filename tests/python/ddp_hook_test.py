@@ -55,23 +55,10 @@ import torch.nn.functional as F
 import terse
 import terse.torch
 
+from checks import check, expect_error  # tests/python/checks.py, beside this file
+
 WORLD = 2
 ARGS = None  # the command line, set in main (spawned workers get it as an argument)
-
-
-def check(cond, message):
-    if not cond:
-        raise AssertionError(message)
-
-
-def expect_error(kind, fragment, fn):
-    """fn() must raise `kind` whose message contains `fragment`; returns the message."""
-    try:
-        fn()
-    except kind as e:
-        check(fragment in str(e), "%s raised %s without %r in its message: %s" % (fn, kind.__name__, fragment, e))
-        return str(e)
-    raise AssertionError("%s did not raise %s (%r)" % (fn, kind.__name__, fragment))
 
 
 def mlp(seed=1):
