@@ -29,8 +29,11 @@ same bits (tests/python/ddp_hook_test.py checks it), with every microsecond expo
 
 Once a bucket fails, the state is failed: the buckets queued behind it fail without a collective (so a rank that
 fails alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises
-the same error. `state.error` holds terse's exception. Out of `loss.backward()` torch re-raises a hook's error as a
-RuntimeError whose message names terse's exception and keeps its text; `state.raise_if_failed()` raises terse's own.
+the same error. `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
+itself where torch re-raises what the hook raised (torch 2.x, without overlap or when the hook call refuses), and
+torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
+torch): `except RuntimeError` catches both (terse.Error is a RuntimeError). `state.raise_if_failed()` raises
+terse's own.
 
 Granularity (`granularity=`): "tensor" (the default) compresses each parameter of a bucket as its own tensor with its
 shape, as terse's trainer does -- PowerSGD needs the matrices, top-k keeps k per tensor -- and fuses the bucket's
