@@ -4,7 +4,6 @@
 #include <dlpack/dlpack.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/comm/ring_model.h"
 #include "core/comm/transport.h"
@@ -253,16 +252,11 @@ comm::WireBytes TorchCommunicator::allgatherv(std::span<const std::byte> send, s
   std::byte* out = recv.data();
   const std::byte* in = send.data();
   const Placement where = device_ >= 0 ? Placement::cuda(stream_) : Placement::host();
-  if (!equal && where.device) {
-    growBuffer(device_pad_send_, block, where);
-    growBuffer(device_pad_recv_, block * n, where);
-    copyBytes(device_pad_send_.data(), send.data(), send.size(), where);
-    in = device_pad_send_.data();
-    out = device_pad_recv_.data();
-  } else if (!equal) {
-    pad_send_.resize(std::max(pad_send_.size(), block));
-    pad_recv_.resize(std::max(pad_recv_.size(), block * n));
-    std::memcpy(pad_send_.data(), send.data(), send.size());
+  if (!equal) {
+    // Scratch in the call's memory (host, or the bound device), copies ordered on its stream there.
+    growBuffer(pad_send_, block, where);
+    growBuffer(pad_recv_, block * n, where);
+    copyBytes(pad_send_.data(), send.data(), send.size(), where);
     in = pad_send_.data();
     out = pad_recv_.data();
   }

@@ -138,8 +138,8 @@ class TorchCommunicator final : public comm::Communicator {
   std::string aborted_;  // the reason, once aborted
   comm::RankTraffic traffic_;
   comm::CommStats stats_;
-  std::vector<std::byte> pad_send_, pad_recv_;      // unequal all-gather blocks, padded (grow-only)
-  TensorBuffer device_pad_send_, device_pad_recv_;  // the same in device mode
+  // Unequal all-gather blocks, padded (grow-only), in the calls' memory: host, or the bound device in device mode.
+  TensorBuffer pad_send_, pad_recv_;
   // The tensors handed to the last torch.distributed call, kept until the next call starts (or this communicator
   // dies). Gloo's worker thread (ProcessGroupGloo::runLoop in torch 1.13) drops its reference to a work's tensors
   // after the caller's wait has returned; were that the last reference, a tensor made in Python would need the GIL to
