@@ -119,6 +119,73 @@ def equivalence(rank):
         check(state.step == 12, "the hook counted %d steps, expected 12" % state.step)
 
 
+# ---- variable-size payloads (the padded all-gather)
+
+
+class Exact(nn.Module):
+    """Parameters only; forward(cs) = sum(p * c), so backward writes grad = c exactly: every difference from the
+    reference below is the hook's, none the model's arithmetic."""
+
+    SHAPES = [(40, 30), (301,), (7, 5, 3, 3), (1000,)]
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.ps = nn.ParameterList([nn.Parameter(torch.randn(s, generator=g)) for s in self.SHAPES])
+
+    def forward(self, cs):
+        return sum((p * c).sum() for p, c in zip(self.ps, cs))
+
+
+def exact_gradients(step, rank):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    # Rank-dependent scales: the two ranks send different numbers of elements, so every all-gather has unequal blocks.
+    return [torch.randn(s, generator=g) * (1.0 + rank + 2 * torch.rand(s, generator=g)) for s in Exact.SHAPES]
+
+
+def variable_size(rank):
+    # threshold's payload size is its count of |g| >= tau, different on each rank: the engine all-gathers the sizes,
+    # then the payloads through the communicator's padded scratch (torch.distributed's all_gather takes equal blocks).
+    # The reference is the textbook rule in torch: with error feedback x = g + e, sent = x where |x| >= tau, e = x -
+    # sent; the aggregate is (sent_0 + sent_1) / 2 -- exact sums of disjoint or two terms, so compared bit for bit.
+    tau = 2.0
+    for error_feedback in (False, True):
+        model = Exact()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.005)  # several buckets
+        state = terse.torch.CompressionState("threshold", tau=tau, error_feedback=error_feedback, module=model)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        residual = [[torch.zeros(s) for s in Exact.SHAPES] for _ in range(WORLD)]
+        sizes = set()
+        for step in range(3):
+            model.zero_grad(set_to_none=True)
+            ddp(exact_gradients(step, rank)).backward()
+            sent = []
+            for r in range(WORLD):
+                sent_r = []
+                for i, c in enumerate(exact_gradients(step, r)):
+                    x = c + residual[r][i] if error_feedback else c
+                    kept = torch.where(x.abs() >= tau, x, torch.zeros_like(x))
+                    if error_feedback:
+                        residual[r][i] = x - kept
+                    sent_r.append(kept)
+                sent.append(sent_r)
+            for i, p in enumerate(model.ps):
+                want = (sent[0][i] + sent[1][i]) / WORLD
+                check(torch.equal(p.grad, want), "rank %d, error_feedback=%s, step %d, tensor %d %s: the hook's "
+                      "average differs from the reference by up to %g" % (rank, error_feedback, step, i,
+                                                                          tuple(p.shape), (p.grad - want).abs().max()))
+            # The payload bytes of this step, per bucket, as both ranks saw them: unequal, or the padded path idled.
+            mine = sorted((k, b["last_step"]["payload"]) for k, b in state.buckets().items())
+            both = [None] * WORLD
+            dist.all_gather_object(both, mine)
+            sizes.add(both[0] != both[1])
+        check(sizes == {True}, "rank %d, error_feedback=%s: the ranks' payloads had equal sizes in some step: the "
+              "unequal all-gather was not exercised" % (rank, error_feedback))
+        state.close()
+    print("rank %d variable_size: threshold with and without error feedback, unequal payloads, bit-identical to "
+          "the reference" % rank)
+
+
 # ---- payload bytes
 
 
@@ -701,7 +768,8 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
-                                    "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy"])
+                                    "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
+                                    "variable_size"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -735,6 +803,8 @@ def main():
             check_step_trace(tmp)
         elif ARGS.case == "layout":
             spawn(layout, os.path.join(tmp, "store2"))
+        elif ARGS.case == "variable_size":
+            spawn(variable_size)
         else:
             accuracy(tmp)
     print("%s: ok" % ARGS.case)
