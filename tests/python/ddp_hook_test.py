@@ -32,6 +32,9 @@
   accuracy          top-k 1% + EF + DGC momentum through the hook on the quickstart MLP (tests/python/
                     ddp_recipe.textproto) ends within 1 point of `terse run` of the same recipe, and `terse compare`
                     shows both runs in one table
+  variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
+                    whose payloads differ between the ranks every step (the communicator's padded all-gather): the
+                    averaged gradients equal a reference computed in torch bit for bit
 """
 
 import argparse
