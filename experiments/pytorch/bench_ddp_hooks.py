@@ -21,6 +21,11 @@ ring model applied to the tensors their documented algorithms allreduce.
 1.13 (CPU: "op.preamble.length <= op.nbytes" in gloo's pair.cc), so compare PowerSGD with it, or leave its row out
 with --only (e.g. --only none,fp16,terse-powersgd).
 
+--bucket-rows adds terse's none and fp16 with granularity="bucket": the flat bucket as one tensor, which the engine
+sums in place behind its header, where the default (tensor granularity, one fused group per bucket) copies every
+tensor's body into one buffer and back. For these elementwise codecs both give the same bits; the difference is the
+cost of those two copies.
+
     PYTHONPATH=build/python python3 experiments/pytorch/bench_ddp_hooks.py [--model cnn] [--steps 300] [--rounds 2]
 """
 
@@ -76,7 +81,7 @@ def terse_hook(compressor, **kwargs):
     return lambda m: (terse.torch.CompressionState(compressor, module=m, **kwargs), terse.torch.compression_hook)
 
 
-def configs(model):
+def configs(model, bucket_rows=False):
     """(name, hook factory or None, DDP's bytes per step or None when terse counts them)."""
     dense = 4 * sum(p.numel() for p in model.parameters())
     rows = [("ddp-allreduce", None, dense)]
@@ -90,6 +95,11 @@ def configs(model):
               ddp_powersgd_bytes(model, 2))]
     rows += [("terse-powersgd-r2-ef" + tag, terse_hook("powersgd", rank=2, error_feedback=True, overlap=o), None)
              for tag, o in (("", True), (" (no overlap)", False))]
+    if bucket_rows:
+        # The flat bucket as one tensor: a group of one, which the engine sums in place behind its header, against the
+        # default tensor granularity's fused group (each tensor's body copied into one buffer and back).
+        rows += [("terse-%s (bucket granularity)" % c, terse_hook(c, granularity="bucket"), None)
+                 for c in ("none", "fp16")]
     return rows
 
 
@@ -139,7 +149,7 @@ def worker(rank, store, args, out):
     rows = {}
     template = build(args.model)
     for _ in range(args.rounds):
-        for name, make_hook, ddp_bytes in configs(template):
+        for name, make_hook, ddp_bytes in configs(template, args.bucket_rows):
             if args.only and not any(o in name for o in args.only.split(",")):
                 continue
             steps, backwards, measured = run_one(rank, args, make_hook)
@@ -164,6 +174,8 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2, help="passes over the configurations (interleaved)")
     p.add_argument("--one-bucket", action="store_true", help="the whole model in one DDP bucket")
+    p.add_argument("--bucket-rows", action="store_true",
+                   help="add terse none and fp16 with granularity='bucket' (no fusion copies)")
     p.add_argument("--only", default="", help="comma-separated fragments: run only the rows whose name has one")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
