@@ -34,6 +34,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 
 from checks import check, expect_error  # tests/python/checks.py, beside this file
+from exact import Exact, exact_gradients  # tests/python/exact.py
 
 terse = None  # imported by main() once a CUDA device is seen: a CPU-only host skips before needing the extension
 
@@ -62,22 +63,8 @@ SHAPES = [(64, 48), (301,), (17, 5, 3, 3), (1000,), (33, 7)]
 BUCKET_MB = 0.01
 
 
-class Exact(nn.Module):
-    """Parameters only; forward(c) = sum(p * c), so backward writes grad = c exactly, on any device."""
-
-    def __init__(self):
-        super().__init__()
-        g = torch.Generator().manual_seed(7)
-        self.ps = nn.ParameterList([nn.Parameter(torch.randn(s, generator=g)) for s in SHAPES])
-
-    def forward(self, cs):
-        return sum((p * c).sum() for p, c in zip(self.ps, cs))
-
-
 def gradients(step, rank):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    # Mixed magnitudes, so that top-k, threshold and the quantizers' scales all see something to choose.
-    return [torch.randn(s, generator=g) * (1 + 3 * torch.rand(s, generator=g)) for s in SHAPES]
+    return exact_gradients(SHAPES, step, rank, spread=3)
 
 
 def bits_equal(a, b):
@@ -105,8 +92,8 @@ def bits(rank, world, cpu_group, steps=4):
     device = torch.device("cuda", 0)
     failures = []
     for label, compressor, kwargs in CASES:
-        host = Exact()
-        cuda = Exact().to(device)
+        host = Exact(SHAPES)
+        cuda = Exact(SHAPES).to(device)
         host_ddp, host_state = hooked(host, cpu_group, compressor, kwargs)
         cuda_ddp, cuda_state = hooked(cuda, None, compressor, kwargs, device_ids=[0])
         check(cuda_state.device == device, "%s: the state bound to %s" % (label, cuda_state.device))
@@ -138,7 +125,7 @@ def bits(rank, world, cpu_group, steps=4):
 
 def bf16_case(rank, world, backend):
     device = torch.device("cuda", 0)
-    model = Exact().to(device)
+    model = Exact(SHAPES).to(device)
     ddp, state = hooked(model, None, "bf16", {}, device_ids=[0])
     cs = gradients(0, rank)
     if backend == "gloo":
@@ -160,7 +147,7 @@ def overlap_case(rank):
                                ("powersgd", {"rank": 2, "error_feedback": True})):
         results = []
         for overlap in (True, False):
-            model = Exact().to(device)
+            model = Exact(SHAPES).to(device)
             ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], bucket_cap_mb=BUCKET_MB)
             state = terse.torch.CompressionState(compressor, module=model, overlap=overlap, **kwargs)
             first_done = []
@@ -198,10 +185,10 @@ def refusals(rank, fixture_plugins):
     State = terse.torch.CompressionState
     # test_throws is host-only: refused at construction, naming it, before DDP or any collective.
     expect_error(terse.Unsupported, "compressor 'test_throws'",
-                 lambda: State("test_throws", plugin_path=[fixture_plugins], module=Exact().to(device)))
+                 lambda: State("test_throws", plugin_path=[fixture_plugins], module=Exact(SHAPES).to(device)))
     # A state bound to cuda:0 refuses a CPU bucket, naming both devices.
-    state = State("none", module=Exact().to(device), overlap=False)
-    cpu_model = Exact()
+    state = State("none", module=Exact(SHAPES).to(device), overlap=False)
+    cpu_model = Exact(SHAPES)
     ddp = nn.parallel.DistributedDataParallel(cpu_model, bucket_cap_mb=BUCKET_MB)
     ddp.register_comm_hook(state, terse.torch.compression_hook)
     expect_error(RuntimeError, "and this state aggregates the gradients of cuda:0",
@@ -211,7 +198,8 @@ def refusals(rank, fixture_plugins):
 
 def nccl_refuses_cpu(rank):
     # Under an NCCL group a CPU model is refused at construction, naming the backend.
-    expect_error(terse.Unsupported, "backend is 'nccl'", lambda: terse.torch.CompressionState("none", module=Exact()))
+    expect_error(terse.Unsupported, "backend is 'nccl'",
+                 lambda: terse.torch.CompressionState("none", module=Exact(SHAPES)))
     print("rank %d refusals: a CPU model under NCCL" % rank)
 
 

@@ -59,6 +59,7 @@ import terse
 import terse.torch
 
 from checks import check, expect_error, expect_terse_error  # tests/python/checks.py, beside this file
+from exact import Exact, exact_gradients  # tests/python/exact.py
 
 WORLD = 2
 ARGS = None  # the command line, set in main (spawned workers get it as an argument)
@@ -125,25 +126,13 @@ def equivalence(rank):
 # ---- variable-size payloads (the padded all-gather)
 
 
-class Exact(nn.Module):
-    """Parameters only; forward(cs) = sum(p * c), so backward writes grad = c exactly: every difference from the
-    reference below is the hook's, none the model's arithmetic."""
-
-    SHAPES = [(40, 30), (301,), (7, 5, 3, 3), (1000,)]
-
-    def __init__(self):
-        super().__init__()
-        g = torch.Generator().manual_seed(7)
-        self.ps = nn.ParameterList([nn.Parameter(torch.randn(s, generator=g)) for s in self.SHAPES])
-
-    def forward(self, cs):
-        return sum((p * c).sum() for p, c in zip(self.ps, cs))
+# Unequal magnitudes per rank: the two ranks send different numbers of elements, so every all-gather has unequal
+# blocks. Several buckets (variable_size's bucket_cap_mb).
+VARIABLE_SHAPES = [(40, 30), (301,), (7, 5, 3, 3), (1000,)]
 
 
-def exact_gradients(step, rank):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    # Rank-dependent scales: the two ranks send different numbers of elements, so every all-gather has unequal blocks.
-    return [torch.randn(s, generator=g) * (1.0 + rank + 2 * torch.rand(s, generator=g)) for s in Exact.SHAPES]
+def variable_gradients(step, rank):
+    return exact_gradients(VARIABLE_SHAPES, step, rank, spread=2, rank_scale=1)
 
 
 def variable_size(rank):
@@ -153,19 +142,19 @@ def variable_size(rank):
     # sent; the aggregate is (sent_0 + sent_1) / 2 -- exact sums of disjoint or two terms, so compared bit for bit.
     tau = 2.0
     for error_feedback in (False, True):
-        model = Exact()
+        model = Exact(VARIABLE_SHAPES)
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.005)  # several buckets
         state = terse.torch.CompressionState("threshold", tau=tau, error_feedback=error_feedback, module=model)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
-        residual = [[torch.zeros(s) for s in Exact.SHAPES] for _ in range(WORLD)]
+        residual = [[torch.zeros(s) for s in VARIABLE_SHAPES] for _ in range(WORLD)]
         sizes = set()
         for step in range(3):
             model.zero_grad(set_to_none=True)
-            ddp(exact_gradients(step, rank)).backward()
+            ddp(variable_gradients(step, rank)).backward()
             sent = []
             for r in range(WORLD):
                 sent_r = []
-                for i, c in enumerate(exact_gradients(step, r)):
+                for i, c in enumerate(variable_gradients(step, r)):
                     x = c + residual[r][i] if error_feedback else c
                     kept = torch.where(x.abs() >= tau, x, torch.zeros_like(x))
                     if error_feedback:
