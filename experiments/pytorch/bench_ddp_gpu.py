@@ -4,7 +4,7 @@ at batch 64 of synthetic 224x224 images, one process, NCCL (issue 39's GPU check
 
 Rows: DDP's default allreduce; DDP's fp16_compress_hook; DDP's PowerSGD hook at rank 4 (its error feedback and warm
 start); terse's none, fp16, powersgd rank 4 + EF, top-k 1% + EF and qsgd (127 levels), each overlapping backward (the
-default). Every row runs in the same process from the same initial parameters on the same batches, timed over --steps
+default); and terse's none, fp16 and top-k with granularity="bucket" (the flat bucket as one tensor). Every row runs in the same process from the same initial parameters on the same batches, timed over --steps
 steps after --warmup untimed ones (DDP's PowerSGD compresses from step 2), rounds interleaving the rows. A step is
 forward, backward with the hook, and the optimizer, ended by torch.cuda.synchronize(): the table gives its median and
 interquartile range.
@@ -52,6 +52,12 @@ def rows():
         ("terse-powersgd-r4-ef", terse_hook("powersgd", rank=4, error_feedback=True)),
         ("terse-topk-1pct-ef", terse_hook("topk", ratio=0.01, error_feedback=True)),
         ("terse-qsgd", terse_hook("qsgd", levels=127)),
+        # The flat bucket as one tensor (granularity="bucket"): one codec call and collective per bucket instead of
+        # one per parameter; the same bits as the rows above for none and fp16, another selection for top-k (k of
+        # the bucket). Beside the default rows, they show what the per-tensor path costs.
+        ("terse-none-bucket", terse_hook("none", granularity="bucket")),
+        ("terse-fp16-bucket", terse_hook("fp16", granularity="bucket")),
+        ("terse-topk-1pct-ef-bucket", terse_hook("topk", ratio=0.01, error_feedback=True, granularity="bucket")),
     ]
 
 
@@ -155,7 +161,8 @@ def main():
     print()
     print("ratios of medians, same run (issue 39's GPU targets: each <= 1.0):")
     for ours, theirs in (("terse-fp16", "ddp-fp16_compress_hook"), ("terse-powersgd-r4-ef", "ddp-powerSGD-r4"),
-                         ("terse-none", "ddp-allreduce")):
+                         ("terse-none", "ddp-allreduce"), ("terse-fp16-bucket", "ddp-fp16_compress_hook"),
+                         ("terse-none-bucket", "ddp-allreduce")):
         if ours in table and theirs in table:
             print("  %s / %s = %.3f" % (ours, theirs, statistics.median(table[ours]["times"]) /
                                         statistics.median(table[theirs]["times"])))

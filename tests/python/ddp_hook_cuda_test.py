@@ -7,8 +7,13 @@ on a GPU machine.
   bits_nccl    one rank, NCCL: for each built-in compressor with device code (and its usual options), the gradients
                the hook leaves in the CUDA model equal, bit for bit, those of the same hook on a CPU copy of the model
                over gloo, for 4 steps of error feedback and warm starts; the model has several DDP buckets and odd
-               sizes; a step of a fixed-size compressor copies nothing from the device to the host (torch.profiler)
-               (bf16, which gloo cannot sum, against torch's own bf16 rounding)
+               sizes. PowerSGD is the one exception, as in the device suite: cuBLAS sums in f32 where the host sums in
+               double, so its matrices are held to the tolerance of compressors/powersgd/powersgd.cc's header (its
+               vectors, which travel uncompressed, bit for bit). A step of a fixed-size compressor copies from the
+               device to the host exactly what plain DDP's step copies (torch.profiler; DDP itself copies its rebuilt
+               bucket layout once, at step 2), but for signsgd, whose decompress reads each payload's 40-byte prefix to
+               validate it as the host parser does: one copy per tensor. (bf16, which gloo cannot sum, against torch's
+               own bf16 rounding)
   bits_gloo2   the same with two ranks sharing GPU 0 over gloo (NCCL refuses two ranks on one device): gloo sums and
                gathers the CUDA payloads; the CPU reference runs over a second gloo group in the same processes; bf16
                is refused naming the communicator
@@ -23,6 +28,7 @@ difference is the hook's: the model's own math (cuBLAS against terse's fixed-ord
 """
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -88,16 +94,45 @@ def d2h_copies(fn):
     return sum(1 for e in prof.events() if "Memcpy DtoH" in e.name or "memcpy DtoH" in e.name.lower())
 
 
+# PowerSGD's tolerance (compressors/powersgd/powersgd.cc's header): ||D_dev - D_host||_F <= 8 u K S ||M||_F, u = 2^-24,
+# K = max(n, m) of the tensor's matrix view, S = steps since Q was drawn (all of them: warm starts). With error
+# feedback M = g + e, and e = M - D is no larger than M (D is M's projection), so ||M_s|| <= sum of ||g_j|| for j <= s.
+def powersgd_tolerance(shape, steps, grad_norms):
+    n = shape[0]
+    m = math.prod(shape) // n
+    return 8.0 * 2.0 ** -24 * max(n, m) * steps * sum(grad_norms)
+
+
+def plain_ddp_copies(rank, steps, device):
+    """Device-to-host copies per step of DDP's own allreduce on the same model and buckets: DDP's share."""
+    model = Exact(SHAPES).to(device)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], bucket_cap_mb=BUCKET_MB)
+    copies = []
+    for step in range(steps):
+        model.zero_grad(set_to_none=True)
+        cs_dev = [c.to(device) for c in gradients(step, rank)]
+        torch.cuda.synchronize()
+        copies.append(d2h_copies(lambda: ddp(cs_dev).backward()))
+    return copies
+
+
 def bits(rank, world, cpu_group, steps=4):
     device = torch.device("cuda", 0)
     failures = []
+    base = plain_ddp_copies(rank, steps, device) if world == 1 else None
+    # Per tensor and step, the norms of the ranks' gradients added up: PowerSGD compresses the ranks' sum of M, whose
+    # norm is at most the sum of theirs (the average's tolerance is then 1/world of this: the bound stays safe).
+    norms = [[sum(float(gradients(step, r)[i].norm()) for r in range(world)) for step in range(steps)]
+             for i in range(len(SHAPES))]
     for label, compressor, kwargs in CASES:
+        mine = []
         host = Exact(SHAPES)
         cuda = Exact(SHAPES).to(device)
         host_ddp, host_state = hooked(host, cpu_group, compressor, kwargs)
         cuda_ddp, cuda_state = hooked(cuda, None, compressor, kwargs, device_ids=[0])
         check(cuda_state.device == device, "%s: the state bound to %s" % (label, cuda_state.device))
         copies = []
+        worst = 0.0  # PowerSGD: the largest ||diff||_F / tolerance seen
         for step in range(steps):
             cs = gradients(step, rank)
             for m in (host, cuda):
@@ -108,16 +143,31 @@ def bits(rank, world, cpu_group, steps=4):
             copies.append(d2h_copies(lambda: cuda_ddp(cs_dev).backward()))
             for i, (a, b) in enumerate(zip(host.ps, cuda.ps)):
                 got = b.grad.cpu()
-                if not bits_equal(a.grad, got):
-                    diff = (a.grad - got).abs().max().item()
-                    failures.append("%s step %d tensor %d %s: CUDA gradients differ from the host path's (max |diff| "
-                                    "%.3g)" % (label, step, i, tuple(a.shape), diff))
-                    break
+                if bits_equal(a.grad, got):
+                    continue
+                diff = (a.grad.double() - got.double()).norm().item()
+                if compressor == "powersgd" and a.dim() >= 2:
+                    tau = powersgd_tolerance(tuple(a.shape), step + 1, norms[i][:step + 1])
+                    worst = max(worst, diff / tau)
+                    if diff <= tau:
+                        continue
+                mine.append("%s step %d tensor %d %s: CUDA gradients differ from the host path's (||diff||_F %.3g, "
+                            "max |diff| %.3g)" % (label, step, i, tuple(a.shape), diff,
+                                                  (a.grad - got).abs().max().item()))
+                break
         fixed = cuda_state.caps["fixed_size"]
-        if fixed and world == 1 and any(copies[1:]):
-            failures.append("%s: %s device-to-host copies per step (expected 0 after the first)" % (label, copies))
-        print("rank %d %-13s %d steps: %s; device-to-host copies per step %s" % (
-            rank, label, steps, "bit-identical to the host path" if not failures else "see failures", copies))
+        if fixed and world == 1:
+            # DDP's own copies, and signsgd's prefix reads (one per tensor it decodes), nothing else.
+            extra = [c - b for c, b in zip(copies, base)]
+            expected = len(SHAPES) if compressor == "signsgd" else 0
+            if any(e != expected for e in extra):
+                mine.append("%s: %s device-to-host copies per step beyond plain DDP's %s (expected %d a step)"
+                            % (label, extra, base, expected))
+        verdict = "bit-identical to the host path" if compressor != "powersgd" else (
+            "vectors bit-identical, matrices within %.2g of PowerSGD's tolerance" % worst)
+        print("rank %d %-13s %d steps: %s; device-to-host copies per step %s (plain DDP %s)" % (
+            rank, label, steps, verdict if not mine else "FAILED", copies, base))
+        failures += mine
         host_state.close()
         cuda_state.close()
     check(not failures, "\n".join(failures))
