@@ -18,7 +18,8 @@ on a GPU machine.
                gathers the CUDA payloads; the CPU reference runs over a second gloo group in the same processes; bf16
                is refused naming the communicator
   overlap      two ranks (gloo, CUDA): the first bucket's Future is not complete when the hook returns, and top-k + EF
-               and PowerSGD r2 + EF give the same parameters with overlap and without, bit for bit
+               and PowerSGD r2 + EF give the same parameters with overlap and without, and with overlap on a side
+               stream of the state's own (stream="side"), bit for bit
   refusals     a compressor without device code is refused at construction naming it, before any collective; a CPU
                model under an NCCL group is refused naming the backend; a bucket on another device than the state's
                is refused naming both
@@ -196,10 +197,12 @@ def overlap_case(rank):
     for compressor, kwargs in (("topk", {"ratio": 0.05, "error_feedback": True}),
                                ("powersgd", {"rank": 2, "error_feedback": True})):
         results = []
-        for overlap in (True, False):
+        for overlap, stream in ((True, "current"), (False, "current"), (True, "side")):
             model = Exact(SHAPES).to(device)
             ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], bucket_cap_mb=BUCKET_MB)
-            state = terse.torch.CompressionState(compressor, module=model, overlap=overlap, **kwargs)
+            state = terse.torch.CompressionState(compressor, module=model, overlap=overlap, stream=stream, **kwargs)
+            if stream == "side":
+                check(state._stream != torch.cuda.current_stream(device), "stream='side' bound torch's current stream")
             first_done = []
 
             def spy(st, bucket):
@@ -224,10 +227,11 @@ def overlap_case(rank):
                 check(all(first_done), "%s: without overlap the Future should be complete: %s" % (compressor,
                                                                                               first_done))
             state.close()
-        for i, (a, b) in enumerate(zip(*results)):
-            check(bits_equal(a, b), "%s: tensor %d differs between overlap and the synchronous path" % (compressor, i))
-        print("rank %d overlap %s: the first bucket's Future was pending each step; parameters bit-identical" % (
-            rank, compressor))
+        for name, other in (("the synchronous path", results[1]), ("overlap on a side stream", results[2])):
+            for i, (a, b) in enumerate(zip(results[0], other)):
+                check(bits_equal(a, b), "%s: tensor %d differs between overlap and %s" % (compressor, i, name))
+        print("rank %d overlap %s: the first bucket's Future was pending each step; parameters bit-identical with and "
+              "without overlap and on a side stream" % (rank, compressor))
 
 
 def refusals(rank, fixture_plugins):

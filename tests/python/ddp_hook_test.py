@@ -567,6 +567,9 @@ def api(rank):
     expect_error(terse.InvalidArgument, "'error_feedback' must be True or False, got 'yes'",
                  lambda: State("topk", error_feedback="yes"))
     expect_error(terse.InvalidArgument, "'overlap' must be True or False, got 1", lambda: State("none", overlap=1))
+    expect_error(terse.InvalidArgument, "stream must be 'current' or 'side', got 'own'",
+                 lambda: State("none", stream="own"))
+    check(State("none", stream="side").stream == "side", "stream='side' was not kept")
     expect_error(terse.InvalidArgument, "'seed' must be an integer in [0, 2^64), got -1",
                  lambda: State("none", seed=-1))
     expect_error(terse.InvalidArgument, "'momentum_correction' must be a number in [0, 1), got '0.9'",

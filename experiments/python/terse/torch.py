@@ -47,8 +47,12 @@ through the host itself: two ranks sharing one GPU). A state binds to its gradie
 code runs on torch's current stream of that device as the state first saw it (the bound stream): every codec buffer is
 device memory, the payloads are wrapped as CUDA tensors for torch.distributed without a copy, and the decode writes the
 bucket in place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back).
-The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
-collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
+With `stream="side"` the state binds a stream of its own instead, which waits on the device for each bucket's
+gradients as DDP hands it over: a codec that synchronizes its stream (every device decompress does, once, to read its
+payload check's verdict before decoding) then waits for the hook's own work only, not for the backward kernels queued
+behind the bucket on torch's stream (results/reference/gpu/README.md measured what the per-tensor path costs on
+ResNet-50 with the current stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so
+torch.distributed orders each collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
 streams wait for the aggregation on the device, not on the host. A bucket written on another stream than the bound one
 is waited for on the device (wait_stream) and recorded on the bound stream for torch's caching allocator. Refused
 before any collective: a compressor without CUDA code (naming it), a build without CUDA, a process group whose
@@ -149,6 +153,9 @@ class CompressionState:
                          checked here, before anything is registered
     granularity          "tensor" (default) or "bucket"; see the module's documentation
     overlap              True (default): aggregate on a worker thread, overlapping backward; False: inside the hook
+    stream               CUDA gradients: "current" (default) runs the codecs and collectives on torch's current stream
+                         as the state first sees it; "side" on a stream of the state's own, which waits for each
+                         bucket's gradients on the device (see the module's text). No effect on CPU gradients
     process_group        the DDP process group (None: the default group)
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
@@ -166,7 +173,8 @@ class CompressionState:
 
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
-                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, **plugin_params):
+                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, stream="current",
+                 **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
@@ -179,6 +187,7 @@ class CompressionState:
                  "'seed' must be an integer in [0, 2^64), got %r" % (seed,))
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
                  % (granularity,))
+        _require(stream in ("current", "side"), "stream must be 'current' or 'side', got %r" % (stream,))
         _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
         _require(not step_trace or module is not None,
                  "step_trace=True needs module= (the model or its DDP wrapper): the trace names its parameters and "
@@ -205,6 +214,8 @@ class CompressionState:
         self.compressor = str(compressor)
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
+        self._side_stream = stream == "side"
+        self.stream = stream
         if device is not None:
             self._bind(device)  # refusals (a plugin without CUDA code, the backend) before anything is registered
         self.params = merged
@@ -353,7 +364,7 @@ class CompressionState:
             self._agg.bind_host()
         elif device.type == "cuda":
             device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
-            stream = torch.cuda.current_stream(device)
+            stream = torch.cuda.Stream(device) if self._side_stream else torch.cuda.current_stream(device)
             self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
             self._stream = stream
         else:
