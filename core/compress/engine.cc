@@ -52,7 +52,10 @@ void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members,
   std::size_t i = 0;
   while (i < members.size()) {
     std::size_t j = i + 1;
-    while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline)) ++j;
+    if (!sumsAlone(members[i])) {
+      while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline) && !sumsAlone(members[j]))
+        ++j;
+    }
     const auto run = members.subspan(i, j - i);
     // runSum loops the rounds of its run (one allreduce a round for all its members); CUSTOM is always alone.
     switch (members[i].pipeline->aggregation()) {
@@ -68,6 +71,12 @@ void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members,
     }
     i = j;
   }
+}
+
+bool AggregationEngine::sumsAlone(const GroupMember& m) const noexcept {
+  const CompressionPipeline& p = *m.pipeline;
+  return sum_in_place_from_ > 0 && p.aggregation() == Aggregation::kSum &&
+         p.maxPayloadBytes(0) - p.sumHeaderBytes(0) >= sum_in_place_from_;
 }
 
 void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first,

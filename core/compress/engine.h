@@ -95,6 +95,14 @@ class AggregationEngine {
   // Communicator calls issued so far (allreduces, allgathervs and size exchanges), for tests and traces.
   uint64_t collectives() const noexcept { return collectives_; }
 
+  // SUM members whose summed body (round 0's payload less its header) is `bytes` or more leave their fusion run and
+  // are summed alone, in place behind their header: one collective more each, and none of the concatenation's two
+  // copies of the body. 0 (the default) fuses every member, as above. A caller that keeps its memory traffic low
+  // (the DDP hook, whose gradients are already one bucket) sets it; the trainer does not, so its collectives, and
+  // with them its simulated times, stay as they are. The sums are bit-identical to the fused ones at 1 and 2 ranks
+  // (see "Bit-identity across groupings").
+  void sumInPlaceFrom(uint64_t bytes) noexcept { sum_in_place_from_ = bytes; }
+
  private:
   void runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
   void runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
@@ -106,8 +114,12 @@ class AggregationEngine {
   // blocks_[0..world) = every rank's block in recv_ after gather().
   void splitByRank();
 
+  // Whether member m sums alone (sumInPlaceFrom).
+  bool sumsAlone(const GroupMember& m) const noexcept;
+
   comm::Communicator& comm_;
   uint64_t collectives_ = 0;
+  uint64_t sum_in_place_from_ = 0;
   TensorBuffer send_;            // a fused group's concatenation
   TensorBuffer recv_;            // every rank's gathered block
   std::vector<uint64_t> table_;  // a variable-size fused gather's size table, on the host (device blocks: its staging)

@@ -92,6 +92,9 @@ struct BucketBytes {
 
 class DdpAggregator {
  public:
+  // Host tensors whose summed body is this large or larger are summed alone in place (ddp_aggregator.cc, bindHost).
+  static constexpr uint64_t kHostSumInPlaceBytes = uint64_t{1} << 20;
+
   // Loads and instantiates the compressor (PluginError, InvalidArgument with the plugin's message) and validates the
   // codec options, all before any collective. `group` as TorchCommunicator's.
   DdpAggregator(AggregatorOptions options, pybind11::object group);

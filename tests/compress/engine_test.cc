@@ -11,6 +11,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "core/comm/frame.h"
 #include "core/compress/engine.h"
 #include "core/compress/error_feedback.h"
 #include "core/compress/make_codec.h"
@@ -686,6 +687,59 @@ TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(collectives[0][static_cast<std::size_t>(r)], 3u * 7u);
     EXPECT_EQ(collectives[1][static_cast<std::size_t>(r)], 3u * 4u);
+  }
+}
+
+// sumInPlaceFrom (the DDP hook's setting): a SUM member whose body reaches the threshold leaves its fusion run and is
+// summed alone in place; the members around it still fuse. Two ranks: the sums are bit-identical to the fused run's,
+// and so are the payload bytes; the wire carries the same bodies in more frames (one 32-byte frame header each).
+TEST(Engine, LargeSumMembersSumAloneInPlace) {
+  const int n = 2;
+  const std::vector<uint64_t> numels = {301, 77, 5000, 40, 4000, 0, 9};
+  auto loader = buildTreeLoader();
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  std::array<std::vector<std::vector<float>>, 2> outs;  // [in place][rank * members + m]
+  std::array<std::array<uint64_t, 2>, 2> collectives{}, sent{}, frames{}, payload{};
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    World world(n);
+    outs[in_place].assign(static_cast<std::size_t>(n) * numels.size(), {});
+    world.runOk([&](int r, HostCommunicator& comm) {
+      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+      for (std::size_t m = 0; m < numels.size(); ++m)
+        pipes.push_back(std::make_unique<CompressionPipeline>(
+            makePluginCodec(lossy, tensorFor(numels[m], r, n, 100 + m), 1), comm));
+      AggregationEngine engine(comm);
+      // The threshold is member 4's body: members 2 and 4 sum alone, {0, 1}, {3} and {5, 6} fuse.
+      if (in_place == 1) engine.sumInPlaceFrom(pipes[4]->maxPayloadBytes(0) - pipes[4]->sumHeaderBytes(0));
+      for (uint64_t step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> grads, outputs;
+        std::vector<GroupMember> members;
+        for (std::size_t m = 0; m < numels.size(); ++m) {
+          grads.push_back(memberGrad(static_cast<int>(m), r, numels[m], step));
+          outputs.emplace_back(numels[m], -1.0f);
+        }
+        for (std::size_t m = 0; m < numels.size(); ++m)
+          members.push_back(GroupMember{pipes[m].get(), grads[m].data(), outputs[m].data()});
+        engine.run(step, members);
+        for (std::size_t m = 0; m < numels.size(); ++m)
+          outs[in_place][static_cast<std::size_t>(r) * numels.size() + m] = outputs[m];
+      }
+      collectives[in_place][static_cast<std::size_t>(r)] = engine.collectives();
+      for (const auto& p : pipes) {
+        sent[in_place][static_cast<std::size_t>(r)] += p->stats().wire.sent_bytes;
+        frames[in_place][static_cast<std::size_t>(r)] += p->stats().wire.sent_frames;
+        payload[in_place][static_cast<std::size_t>(r)] += p->stats().payload_bytes;
+      }
+    });
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[0][i], outs[1][i]) << "rank*members+member " << i;
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(collectives[0][r], 3u * 1u) << "fused: one allreduce a step";
+    EXPECT_EQ(collectives[1][r], 3u * 5u) << "in place: {0, 1}, {2}, {3}, {4}, {5, 6}";
+    EXPECT_EQ(payload[0][r], payload[1][r]) << "the same payloads";
+    EXPECT_GT(frames[1][r], frames[0][r]);
+    EXPECT_EQ(sent[1][r] - sent[0][r], (frames[1][r] - frames[0][r]) * comm::kFrameHeaderBytes)
+        << "the same bodies sent, in more frames";
   }
 }
 
