@@ -627,6 +627,24 @@ std::vector<float> memberGrad(int member, int rank, uint64_t numel, uint64_t ste
   return gradOf(rank + 7 * member, numel, step);
 }
 
+// One step's gradients (memberGrad), outputs (-1 everywhere, so an unwritten one shows) and the group over them.
+struct StepGroup {
+  std::vector<std::vector<float>> grads, outputs;
+  std::vector<GroupMember> members;
+};
+
+StepGroup stepGroup(const std::vector<std::unique_ptr<CompressionPipeline>>& pipes, const std::vector<uint64_t>& numels,
+                    int rank, uint64_t step) {
+  StepGroup g;
+  for (std::size_t m = 0; m < numels.size(); ++m) {
+    g.grads.push_back(memberGrad(static_cast<int>(m), rank, numels[m], step));
+    g.outputs.emplace_back(numels[m], -1.0f);
+  }
+  for (std::size_t m = 0; m < numels.size(); ++m)
+    g.members.push_back(GroupMember{pipes[m].get(), g.grads[m].data(), g.outputs[m].data()});
+  return g;
+}
+
 TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
   // Two ranks, so a fused SUM is bit-identical too (a + b == b + a; engine.h).
   const int n = 2;
@@ -662,14 +680,9 @@ TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
         pipes.push_back(std::make_unique<CompressionPipeline>(codecFor(m, r), comm));
       AggregationEngine engine(comm);
       for (uint64_t step = 0; step < 3; ++step) {
-        std::vector<std::vector<float>> grads, outputs;
-        std::vector<GroupMember> members;
-        for (std::size_t m = 0; m < numels.size(); ++m) {
-          grads.push_back(memberGrad(static_cast<int>(m), r, numels[m], step));
-          outputs.emplace_back(numels[m], -1.0f);
-        }
-        for (std::size_t m = 0; m < numels.size(); ++m)
-          members.push_back(GroupMember{pipes[m].get(), grads[m].data(), outputs[m].data()});
+        StepGroup g = stepGroup(pipes, numels, r, step);
+        const std::vector<GroupMember>& members = g.members;
+        const std::vector<std::vector<float>>& outputs = g.outputs;
         if (grouped == 1) {
           engine.run(step, members);
         } else {
@@ -712,14 +725,9 @@ TEST(Engine, LargeSumMembersSumAloneInPlace) {
       // The threshold is member 4's body: members 2 and 4 sum alone, {0, 1}, {3} and {5, 6} fuse.
       if (in_place == 1) engine.sumInPlaceFrom(pipes[4]->maxPayloadBytes(0) - pipes[4]->sumHeaderBytes(0));
       for (uint64_t step = 0; step < 3; ++step) {
-        std::vector<std::vector<float>> grads, outputs;
-        std::vector<GroupMember> members;
-        for (std::size_t m = 0; m < numels.size(); ++m) {
-          grads.push_back(memberGrad(static_cast<int>(m), r, numels[m], step));
-          outputs.emplace_back(numels[m], -1.0f);
-        }
-        for (std::size_t m = 0; m < numels.size(); ++m)
-          members.push_back(GroupMember{pipes[m].get(), grads[m].data(), outputs[m].data()});
+        StepGroup g = stepGroup(pipes, numels, r, step);
+        const std::vector<GroupMember>& members = g.members;
+        const std::vector<std::vector<float>>& outputs = g.outputs;
         engine.run(step, members);
         for (std::size_t m = 0; m < numels.size(); ++m)
           outs[in_place][static_cast<std::size_t>(r) * numels.size() + m] = outputs[m];
