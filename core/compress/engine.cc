@@ -53,8 +53,7 @@ void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members,
   while (i < members.size()) {
     std::size_t j = i + 1;
     if (!sumsAlone(members[i])) {
-      while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline) && !sumsAlone(members[j]))
-        ++j;
+      while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline) && !sumsAlone(members[j])) ++j;
     }
     const auto run = members.subspan(i, j - i);
     // runSum loops the rounds of its run (one allreduce a round for all its members); CUSTOM is always alone.
