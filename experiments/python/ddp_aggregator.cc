@@ -66,7 +66,7 @@ void DdpAggregator::bindHost() {
   // A tensor of 1 MiB or more is summed alone, in place behind its header, instead of being copied into the fused
   // buffer and back: on the CPU two copies of a megabyte cost about what one more gloo collective's latency does,
   // and DDP's own allreduce copies nothing. Measured with bench_ddp_hooks.py's CNN (one 15.9 MB weight among small
-  // tensors), terse none over DDP's allreduce 1.067-1.125 fused against 0.941-1.024 with the large tensor alone; the
+  // tensors), terse none over DDP's allreduce 1.067-1.125 fused against 0.941-1.040 with the large tensor alone; the
   // MLP (largest tensor 0.8 MB) is fused as before. Bit-identical at 1 and 2 ranks (engine.h). On the device the
   // engine fuses everything, as measured on the H200: a copy there costs far less beside a collective's latency.
   engine_->sumInPlaceFrom(kHostSumInPlaceBytes);

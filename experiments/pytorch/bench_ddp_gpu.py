@@ -5,10 +5,10 @@ at batch 64 of synthetic 224x224 images, one process, NCCL (issue 39's GPU check
 Rows: DDP's default allreduce; DDP's fp16_compress_hook; DDP's PowerSGD hook at rank 4 (its error feedback and warm
 start); terse's none, fp16, powersgd rank 4 + EF, top-k 1% + EF and qsgd (127 levels), each overlapping backward (the
 default); and terse's none, fp16 and top-k with granularity="bucket" (the flat bucket as one tensor) and with
-stream="side" (a stream of the hook's own). Every row runs in the same process from the same initial parameters on the same batches, timed over --steps
-steps after --warmup untimed ones (DDP's PowerSGD compresses from step 2), rounds interleaving the rows. A step is
-forward, backward with the hook, and the optimizer, ended by torch.cuda.synchronize(): the table gives its median and
-interquartile range.
+stream="side" (a stream of the hook's own). Every row runs in the same process from the same initial parameters on the
+same batches, timed over --steps steps after --warmup untimed ones (DDP's PowerSGD compresses from step 2), rounds
+interleaving the rows. A step is forward, backward with the hook, and the optimizer, ended by torch.cuda.synchronize():
+the table gives its median and interquartile range.
 
 One rank moves nothing over the network, so a row's time above DDP's default is the hook's own cost on the device:
 `codec share` is (row - ddp-allreduce) / row, the fraction of the step the compressor adds (issue 39's target for

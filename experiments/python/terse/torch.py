@@ -41,24 +41,24 @@ tensors into one collective per fusion class; "bucket" compresses the flat bucke
 `module=`, a parameter's index in module.parameters() (terse's own numbering for the same model, which keys the
 random streams); without it, the order in which the hook first sees the parameters, which is the same on every rank.
 
-Devices: CPU tensors over gloo, or the CUDA tensors of one device over NCCL (or gloo, which stages CUDA tensors
-through the host itself: two ranks sharing one GPU). A state binds to its gradients' device -- at construction when
-`module=` shows it, else at the first bucket -- and refuses a bucket on another device. On CUDA the plugin's device
-code runs on torch's current stream of that device as the state first saw it (the bound stream): every codec buffer is
-device memory, the payloads are wrapped as CUDA tensors for torch.distributed without a copy, and the decode writes the
-bucket in place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back).
-With `stream="side"` the state binds a stream of its own instead, which waits on the device for each bucket's
-gradients as DDP hands it over: a codec that synchronizes its stream (every device decompress does, once, to read its
-payload check's verdict before decoding) then waits for the hook's own work only, not for the backward kernels queued
-behind the bucket on torch's stream (results/reference/gpu/README.md measured what the per-tensor path costs on
-ResNet-50 with the current stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so
-torch.distributed orders each collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
+Devices: CPU tensors over gloo, or the CUDA tensors of one device over NCCL (or gloo, which stages CUDA tensors through
+the host itself: two ranks sharing one GPU). A state binds to its gradients' device -- at construction when `module=`
+shows it, else at the first bucket -- and refuses a bucket on another device. On CUDA the plugin's device code runs on
+torch's current stream of that device as the state first saw it (the bound stream): every codec buffer is device memory,
+the payloads are wrapped as CUDA tensors for torch.distributed without a copy, and the decode writes the bucket in
+place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back). With
+`stream="side"` the state binds a stream of its own instead, which waits on the device for each bucket's gradients as
+DDP hands it over: a codec that synchronizes its stream (every device decompress does, once, to read its payload check's
+verdict before decoding) then waits for the hook's own work only, not for the backward kernels queued behind the bucket
+on torch's stream (results/reference/gpu/README.md measured what the per-tensor path costs on ResNet-50 with the current
+stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
+collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
 streams wait for the aggregation on the device, not on the host. A bucket written on another stream than the bound one
-is waited for on the device (wait_stream) and recorded on the bound stream for torch's caching allocator. Refused
-before any collective: a compressor without CUDA code (naming it), a build without CUDA, a process group whose
-backend cannot carry CUDA tensors, an NCCL group for CPU gradients, a model across several devices, a device that is
-neither CPU nor CUDA. Times on CUDA (encode_s, decode_s, comm_s, the step trace's phases) are the host's issue times
-of asynchronous work, not the device's.
+is waited for on the device (wait_stream) and recorded on the bound stream for torch's caching allocator. Refused before
+any collective: a compressor without CUDA code (naming it), a build without CUDA, a process group whose backend cannot
+carry CUDA tensors, an NCCL group for CPU gradients, a model across several devices, a device that is neither CPU nor
+CUDA. Times on CUDA (encode_s, decode_s, comm_s, the step trace's phases) are the host's issue times of asynchronous
+work, not the device's.
 
 Failures: a missing plugin, a bad parameter, a plugin that fails, a bucket layout the hook cannot serve -- each raises
 terse's exception with terse's message. Refusals happen before the bucket's first collective, so when they hit every
@@ -214,8 +214,7 @@ class CompressionState:
         self.compressor = str(compressor)
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
-        self._side_stream = stream == "side"
-        self.stream = stream
+        self.stream = stream  # "current" or "side": which stream a CUDA state binds (_bind)
         if device is not None:
             self._bind(device)  # refusals (a plugin without CUDA code, the backend) before anything is registered
         self.params = merged
@@ -364,7 +363,7 @@ class CompressionState:
             self._agg.bind_host()
         elif device.type == "cuda":
             device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
-            stream = torch.cuda.Stream(device) if self._side_stream else torch.cuda.current_stream(device)
+            stream = torch.cuda.Stream(device) if self.stream == "side" else torch.cuda.current_stream(device)
             self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
             self._stream = stream
         else:
