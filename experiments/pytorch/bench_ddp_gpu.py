@@ -53,18 +53,21 @@ def rows():
         ("terse-powersgd-r4-ef", terse_hook("powersgd", rank=4, error_feedback=True)),
         ("terse-topk-1pct-ef", terse_hook("topk", ratio=0.01, error_feedback=True)),
         ("terse-qsgd", terse_hook("qsgd", levels=127)),
-        # The flat bucket as one tensor (granularity="bucket"): one codec call and collective per bucket instead of
-        # one per parameter; the same bits as the rows above for none and fp16, another selection for top-k (k of
-        # the bucket). Beside the default rows, they show what the per-tensor path costs.
-        ("terse-none-bucket", terse_hook("none", granularity="bucket")),
-        ("terse-fp16-bucket", terse_hook("fp16", granularity="bucket")),
-        ("terse-topk-1pct-ef-bucket", terse_hook("topk", ratio=0.01, error_feedback=True, granularity="bucket")),
-        # The codecs and collectives on a stream of the state's own (stream="side"): a decode's synchronization
-        # waits for the hook's work only, not for the backward kernels queued behind the bucket.
-        ("terse-none-side", terse_hook("none", stream="side")),
-        ("terse-fp16-side", terse_hook("fp16", stream="side")),
-        ("terse-topk-1pct-ef-side", terse_hook("topk", ratio=0.01, error_feedback=True, stream="side")),
-    ]
+    ] + [(name + suffix, terse_hook(compressor, **kwargs, **variant))
+         for suffix, variant in VARIANTS for name, compressor, kwargs in VARIANT_ROWS]
+
+
+# Rows run again with one option changed, beside the defaults, to show what the per-tensor path costs: "-bucket" is
+# the flat bucket as one tensor (granularity="bucket": one codec call and collective per bucket instead of one per
+# parameter; the same bits for none and fp16, another selection for top-k, k of the bucket); "-side" runs the codecs
+# and collectives on a stream of the state's own (stream="side": a decode's synchronization waits for the hook's work
+# only, not for the backward kernels queued behind the bucket).
+VARIANTS = [("-bucket", {"granularity": "bucket"}), ("-side", {"stream": "side"})]
+VARIANT_ROWS = [("terse-none", "none", {}), ("terse-fp16", "fp16", {}),
+                ("terse-topk-1pct-ef", "topk", {"ratio": 0.01, "error_feedback": True})]
+# Issue 39's GPU targets: each terse row (and its variants) against DDP's own hook for the same job.
+TARGETS = [("terse-fp16", "ddp-fp16_compress_hook"), ("terse-powersgd-r4-ef", "ddp-powerSGD-r4"),
+           ("terse-none", "ddp-allreduce")]
 
 
 def sync(device):
@@ -166,10 +169,8 @@ def main():
         print("| %s | %.2f | %.2f-%.2f | %s | %s |" % (name, 1e3 * med, 1e3 * q1, 1e3 * q3, share, d2h))
     print()
     print("ratios of medians, same run (issue 39's GPU targets: each <= 1.0):")
-    for ours, theirs in (("terse-fp16", "ddp-fp16_compress_hook"), ("terse-powersgd-r4-ef", "ddp-powerSGD-r4"),
-                         ("terse-none", "ddp-allreduce"), ("terse-fp16-bucket", "ddp-fp16_compress_hook"),
-                         ("terse-none-bucket", "ddp-allreduce"), ("terse-fp16-side", "ddp-fp16_compress_hook"),
-                         ("terse-none-side", "ddp-allreduce")):
+    pairs = [(ours + suffix, theirs) for ours, theirs in TARGETS for suffix in [""] + [v for v, _ in VARIANTS]]
+    for ours, theirs in pairs:
         if ours in table and theirs in table:
             print("  %s / %s = %.3f" % (ours, theirs, statistics.median(table[ours]["times"]) /
                                         statistics.median(table[theirs]["times"])))

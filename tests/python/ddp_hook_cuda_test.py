@@ -92,7 +92,7 @@ def d2h_copies(fn):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if "Memcpy DtoH" in e.name or "memcpy DtoH" in e.name.lower())
+    return sum(1 for e in prof.events() if "memcpy dtoh" in e.name.lower())
 
 
 # PowerSGD's tolerance (compressors/powersgd/powersgd.cc's header): ||D_dev - D_host||_F <= 8 u K S ||M||_F, u = 2^-24,
