@@ -7,9 +7,10 @@ Rows: DDP's default allreduce and terse's `none`; DDP's fp16_compress_hook and t
 (rank 2, its error feedback and warm start) and terse's powersgd rank 2 with terse's error feedback. terse's hooks run
 twice, overlapping backward (the default) and inside the hook (overlap=False), to show what the overlap hides.
 
-Every configuration runs in the same two processes, one after another, from the same initial parameters on the same
-batches; each is timed over --steps steps after --warmup untimed ones (DDP's PowerSGD starts compressing at step 2),
-and rounds interleave the configurations so that a change in the host's load hits all of them. The table gives rank
+Every configuration is its own model, DDP wrapper and hook in the same two processes, from the same initial parameters
+on the same batches. They take turns step by step, the order rotating each cycle, so that a change in the host's load
+hits all of them alike; each is timed over --steps steps after --warmup untimed ones (DDP's PowerSGD starts compressing
+at step 2). Ratios are given twice: of the rows' medians, and as the median of the ratios of steps of one cycle. The table gives rank
 0's median step time (forward, backward with the hook, optimizer step) with its interquartile range, the median of
 backward alone (DDP waits for every hook's Future inside it), and for terse's hooks the time backward waited for the
 hook per step (state.times()["exposed_s"]: with overlap, from DDP's hand-over of its last bucket to that bucket's
@@ -26,7 +27,7 @@ sums in place behind its header, where the default (tensor granularity, one fuse
 tensor's body into one buffer and back. For these elementwise codecs both give the same bits; the difference is the
 cost of those two copies.
 
-    PYTHONPATH=build/python python3 experiments/pytorch/bench_ddp_hooks.py [--model cnn] [--steps 300] [--rounds 2]
+    PYTHONPATH=build/python python3 experiments/pytorch/bench_ddp_hooks.py [--model cnn] [--steps 600]
 """
 
 import argparse
@@ -103,76 +104,87 @@ def configs(model, bucket_rows=False):
     return rows
 
 
-def run_one(rank, args, make_hook):
-    if args.one_bucket:
-        # DDP caps its first bucket at this (1 MiB by default) whatever bucket_cap_mb says.
-        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
-    model = build(args.model)
-    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1024 if args.one_bucket else 25)
-    state = None
-    if make_hook is not None:
-        state, hook = make_hook(model)
-        ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    g = torch.Generator().manual_seed(rank)
-    xs = torch.randn(16, BATCH, 1, 28, 28, generator=g)
-    ys = torch.randint(0, 10, (16, BATCH), generator=g)
-    steps, backwards = [], []
-    exposed0 = 0.0
-    for s in range(args.warmup + args.steps):
-        if s == args.warmup and isinstance(state, terse.torch.CompressionState):
-            exposed0 = state.times()["exposed_s"]
+class Row:
+    """One configuration: its own model, DDP wrapper, hook and optimizer, from the same initial parameters."""
+
+    def __init__(self, args, make_hook):
+        self.model = build(args.model)
+        self.ddp = nn.parallel.DistributedDataParallel(self.model, bucket_cap_mb=1024 if args.one_bucket else 25)
+        self.state = None
+        if make_hook is not None:
+            self.state, hook = make_hook(self.model)
+            self.ddp.register_comm_hook(self.state, hook)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.steps, self.backwards = [], []
+        self.exposed0 = 0.0
+
+    def terse(self):
+        return isinstance(self.state, terse.torch.CompressionState)
+
+    def step(self, x, y, timed):
         dist.barrier()
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = F.cross_entropy(ddp(xs[s % 16]), ys[s % 16])
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.ddp(x), y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
-        opt.step()
+        self.opt.step()
         t3 = time.perf_counter()
-        if s >= args.warmup:
-            steps.append(t3 - t0)
-            backwards.append(t2 - t1)
-    measured = None
-    if isinstance(state, terse.torch.CompressionState):
-        last = [b["last_step"] for b in state.buckets().values()]
-        measured = {"sent": sum(b["wire_sent"] for b in last), "payload": sum(b["payload"] for b in last),
-                    "exposed": (state.times()["exposed_s"] - exposed0) / args.steps}
-        state.close()
-    return steps, backwards, measured
+        if timed:
+            self.steps.append(t3 - t0)
+            self.backwards.append(t2 - t1)
 
 
 def worker(rank, store, args, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=WORLD)
-    rows = {}
+    if args.one_bucket:
+        # DDP caps its first bucket at this (1 MiB by default) whatever bucket_cap_mb says.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
     template = build(args.model)
-    for _ in range(args.rounds):
-        for name, make_hook, ddp_bytes in configs(template, args.bucket_rows):
-            if args.only and not any(o in name for o in args.only.split(",")):
-                continue
-            steps, backwards, measured = run_one(rank, args, make_hook)
-            row = rows.setdefault(name, {"steps": [], "backwards": [], "exposed": []})
-            row["steps"] += steps
-            row["backwards"] += backwards
-            if measured is None:
-                row["payload"], row["sent"] = ddp_bytes, ring_sent(ddp_bytes)
-            else:
-                row["payload"], row["sent"] = measured["payload"], measured["sent"]
-                row["exposed"].append(measured["exposed"])
+    chosen = [c for c in configs(template, args.bucket_rows)
+              if not args.only or any(o in c[0] for o in args.only.split(","))]
+    rows = [(name, ddp_bytes, Row(args, make_hook)) for name, make_hook, ddp_bytes in chosen]
+    g = torch.Generator().manual_seed(rank)
+    xs = torch.randn(16, BATCH, 1, 28, 28, generator=g)
+    ys = torch.randint(0, 10, (16, BATCH), generator=g)
+    for s in range(args.warmup):
+        for _, _, row in rows:
+            row.step(xs[s % 16], ys[s % 16], False)
+    for _, _, row in rows:
+        if row.terse():
+            row.exposed0 = row.state.times()["exposed_s"]
+    # Step by step, every configuration once per cycle, the order rotating from cycle to cycle: a change of the host's
+    # load hits every row alike, and no row always runs first (or right after the same neighbour).
+    timed = args.steps
+    for s in range(timed):
+        shift = s % len(rows)
+        for _, _, row in rows[shift:] + rows[:shift]:
+            row.step(xs[s % 16], ys[s % 16], True)
+    result = {}
+    for name, ddp_bytes, row in rows:
+        r = {"steps": row.steps, "backwards": row.backwards, "exposed": []}
+        if row.terse():
+            last = [b["last_step"] for b in row.state.buckets().values()]
+            r["payload"] = sum(b["payload"] for b in last)
+            r["sent"] = sum(b["wire_sent"] for b in last)
+            r["exposed"] = [(row.state.times()["exposed_s"] - row.exposed0) / timed]
+            row.state.close()
+        else:
+            r["payload"], r["sent"] = ddp_bytes, ring_sent(ddp_bytes)
+        result[name] = r
     if rank == 0:
         with open(out, "w") as f:
-            f.write(repr(rows))
+            f.write(repr(result))
     dist.destroy_process_group()
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    p.add_argument("--steps", type=int, default=300, help="timed steps per configuration and round")
+    p.add_argument("--steps", type=int, default=600, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=2, help="passes over the configurations (interleaved)")
     p.add_argument("--one-bucket", action="store_true", help="the whole model in one DDP bucket")
     p.add_argument("--bucket-rows", action="store_true",
                    help="add terse none and fp16 with granularity='bucket' (no fusion copies)")
@@ -183,9 +195,8 @@ def main():
         mp.spawn(worker, args=(os.path.join(tmp, "store"), args, out), nprocs=WORLD)
         rows = eval(open(out).read())  # noqa: S307  (our own repr of dicts of numbers)
     params = sum(p.numel() for p in build(args.model).parameters())
-    print("DDP %s (%d parameters), batch %d, %d workers, gloo, CPU, %s; %d steps x %d rounds per row" % (
-        args.model, params, BATCH, WORLD, "one bucket" if args.one_bucket else "DDP's buckets", args.steps,
-        args.rounds))
+    print("DDP %s (%d parameters), batch %d, %d workers, gloo, CPU, %s; %d steps per row, interleaved" % (
+        args.model, params, BATCH, WORLD, "one bucket" if args.one_bucket else "DDP's buckets", args.steps))
     print("| hook | step ms (median) | IQR ms | backward ms | exposed hook ms | payload B/step | wire sent B/step |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, row in rows.items():
@@ -201,8 +212,11 @@ def main():
                          ("terse-powersgd-r2-ef", "ddp-powerSGD-r2")):
         if ours not in rows or theirs not in rows:
             continue
-        print("  %s / %s = %.3f" % (ours, theirs, statistics.median(rows[ours]["steps"]) /
-                                    statistics.median(rows[theirs]["steps"])))
+        # Paired: the same cycle's steps, so slow drifts of the host's load cancel.
+        paired = [a / b for a, b in zip(rows[ours]["steps"], rows[theirs]["steps"])]
+        print("  %s / %s = %.3f (median of per-cycle ratios %.3f)" % (
+            ours, theirs, statistics.median(rows[ours]["steps"]) / statistics.median(rows[theirs]["steps"]),
+            statistics.median(paired)))
 
 
 if __name__ == "__main__":
