@@ -5,17 +5,19 @@ at batch 64 of synthetic 224x224 images, one process, NCCL (issue 39's GPU check
 Rows: DDP's default allreduce; DDP's fp16_compress_hook; DDP's PowerSGD hook at rank 4 (its error feedback and warm
 start); terse's none, fp16, powersgd rank 4 + EF, top-k 1% + EF and qsgd (127 levels), each overlapping backward (the
 default); and terse's none, fp16 and top-k with granularity="bucket" (the flat bucket as one tensor) and with
-stream="side" (a stream of the hook's own). Every row runs in the same process from the same initial parameters on the
-same batches, timed over --steps steps after --warmup untimed ones (DDP's PowerSGD compresses from step 2), rounds
-interleaving the rows. A step is forward, backward with the hook, and the optimizer, ended by torch.cuda.synchronize():
-the table gives its median and interquartile range.
+stream="side" (a stream of the hook's own). Every row is its own model, DDP wrapper and hook in the same process, from
+the same initial parameters on the same batches; after --warmup untimed steps each (DDP's PowerSGD compresses from step
+2), the rows take turns step by step for --steps timed steps each, the order rotating each cycle, so that a change in
+the machine's state hits every row alike, and each row is built and warmed up once. A step is forward, backward with
+the hook, and the optimizer, ended by torch.cuda.synchronize(): the table gives its median and interquartile range, and
+the ratios are given of the rows' medians and as the median of the ratios of steps of one cycle.
 
 One rank moves nothing over the network, so a row's time above DDP's default is the hook's own cost on the device:
 `codec share` is (row - ddp-allreduce) / row, the fraction of the step the compressor adds (issue 39's target for
 top-k: at most 10%). Device-to-host copies per step are counted by torch.profiler over --profile-steps steps after the
 timed ones (the CUDA path copies no gradient to the host: expected 0 for every fixed-size compressor).
 
-    python3 experiments/pytorch/bench_ddp_gpu.py [--steps 30] [--warmup 10] [--rounds 2] [--model resnet50]
+    python3 experiments/pytorch/bench_ddp_gpu.py [--steps 60] [--warmup 10] [--model resnet50]
     python3 experiments/pytorch/bench_ddp_gpu.py --device cpu --model resnet18 --batch 4 --steps 2 --warmup 1
         (a CPU dry run of the script itself, gloo; its times mean nothing)
 """
@@ -87,47 +89,52 @@ def d2h_per_step(step_fn, steps, device):
     return copies / steps
 
 
-def run_row(args, device, make_hook, data):
-    torch.manual_seed(1)
-    model = getattr(torchvision.models, args.model)(num_classes=1000).to(device)
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    state = None
-    if make_hook is not None:
-        state, hook = make_hook(model)
-        ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    xs, ys = data
-    counter = [0]
+class Row:
+    """One row: its model, DDP wrapper, hook and optimizer, built once."""
 
-    def step():
-        s = counter[0]
-        counter[0] += 1
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(xs[s % len(xs)]), ys[s % len(ys)]).backward()
-        opt.step()
+    def __init__(self, args, device, make_hook, data):
+        torch.manual_seed(1)
+        model = getattr(torchvision.models, args.model)(num_classes=1000).to(device)
+        self.ddp = nn.parallel.DistributedDataParallel(model,
+                                                       device_ids=[device.index] if device.type == "cuda" else None)
+        self.state = None
+        if make_hook is not None:
+            self.state, hook = make_hook(model)
+            self.ddp.register_comm_hook(self.state, hook)
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        self.device, self.data, self.count = device, data, 0
+        self.times = []
 
-    times = []
-    for s in range(args.warmup + args.steps):
-        sync(device)
+    def step(self):
+        xs, ys = self.data
+        s = self.count
+        self.count += 1
+        self.opt.zero_grad(set_to_none=True)
+        F.cross_entropy(self.ddp(xs[s % len(xs)]), ys[s % len(ys)]).backward()
+        self.opt.step()
+
+    def timed_step(self):
+        sync(self.device)
         t0 = time.perf_counter()
-        step()
-        sync(device)
-        if s >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    d2h = d2h_per_step(step, args.profile_steps, device)
-    if isinstance(state, terse.torch.CompressionState):
-        state.raise_if_failed()
-        state.close()
-    return times, d2h
+        self.step()
+        sync(self.device)
+        self.times.append(time.perf_counter() - t0)
+
+    def finish(self, profile_steps):
+        """Device-to-host copies per step (None on the CPU); raises the hook's error if it failed; stops its worker."""
+        d2h = d2h_per_step(self.step, profile_steps, self.device)
+        if isinstance(self.state, terse.torch.CompressionState):
+            self.state.raise_if_failed()
+            self.state.close()
+        return d2h
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet50", help="a torchvision.models constructor (resnet50, resnet18, ...)")
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=30, help="timed steps per row and round")
+    p.add_argument("--steps", type=int, default=60, help="timed steps per row")
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=2, help="passes over the rows (interleaved)")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled for device-to-host copies")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--only", default="", help="comma-separated fragments: run only the rows whose name has one")
@@ -142,21 +149,24 @@ def main():
         g = torch.Generator().manual_seed(0)
         data = ([torch.randn(args.batch, 3, 224, 224, generator=g).to(device) for _ in range(4)],
                 [torch.randint(0, 1000, (args.batch,), generator=g).to(device) for _ in range(4)])
-        table = {}
-        for _ in range(args.rounds):
-            for name, make_hook in rows():
-                if args.only and not any(o in name for o in args.only.split(",")):
-                    continue
-                times, d2h = run_row(args, device, make_hook, data)
-                row = table.setdefault(name, {"times": [], "d2h": []})
-                row["times"] += times
-                row["d2h"].append(d2h)
+        chosen = [(name, make) for name, make in rows()
+                  if not args.only or any(o in name for o in args.only.split(","))]
+        built = [(name, Row(args, device, make, data)) for name, make in chosen]
+        for _ in range(args.warmup):
+            for _, row in built:
+                row.step()
+        # Step by step, every row once per cycle, the order rotating from cycle to cycle.
+        for s in range(args.steps):
+            shift = s % len(built)
+            for _, row in built[shift:] + built[:shift]:
+                row.timed_step()
+        table = {name: {"times": row.times, "d2h": [row.finish(args.profile_steps)]} for name, row in built}
         dist.destroy_process_group()
     what = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     params = sum(q.numel() for q in getattr(torchvision.models, args.model)().parameters())
-    print("DDP %s (%d parameters), batch %d, 1 rank, %s, %s, torch %s; %d steps x %d rounds per row" % (
+    print("DDP %s (%d parameters), batch %d, 1 rank, %s, %s, torch %s; %d steps per row, interleaved" % (
         args.model, params, args.batch, "NCCL" if device.type == "cuda" else "gloo", what, torch.__version__,
-        args.steps, args.rounds))
+        args.steps))
     print("| hook | step ms (median) | IQR ms | codec share | device-to-host copies per step |")
     print("|---|---:|---:|---:|---:|")
     base = statistics.median(table["ddp-allreduce"]["times"]) if "ddp-allreduce" in table else None
@@ -172,8 +182,10 @@ def main():
     pairs = [(ours + suffix, theirs) for ours, theirs in TARGETS for suffix in [""] + [v for v, _ in VARIANTS]]
     for ours, theirs in pairs:
         if ours in table and theirs in table:
-            print("  %s / %s = %.3f" % (ours, theirs, statistics.median(table[ours]["times"]) /
-                                        statistics.median(table[theirs]["times"])))
+            paired = [a / b for a, b in zip(table[ours]["times"], table[theirs]["times"])]
+            print("  %s / %s = %.3f (median of per-cycle ratios %.3f)" % (
+                ours, theirs, statistics.median(table[ours]["times"]) / statistics.median(table[theirs]["times"]),
+                statistics.median(paired)))
 
 
 if __name__ == "__main__":

@@ -36,15 +36,19 @@ import statistics
 import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-import torch.distributed.algorithms.ddp_comm_hooks.default_hooks as default_hooks
-import torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook as powerSGD
-import torch.multiprocessing as mp
-import torch.nn as nn
-import torch.nn.functional as F
+# One thread per worker means OpenBLAS's too: Debian's torch multiplies through it, and its worker threads spin beside
+# the ranks on a small host unless told otherwise. Set before torch loads OpenBLAS; the spawned workers inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import terse.torch
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.algorithms.ddp_comm_hooks.default_hooks as default_hooks  # noqa: E402
+import torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook as powerSGD  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import terse.torch  # noqa: E402
 
 WORLD = 2
 BATCH = 64
