@@ -1,5 +1,6 @@
 #include "core/compress/engine.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -38,6 +39,12 @@ bool sameClass(const CompressionPipeline& a, const CompressionPipeline& b) {
 void grow(TensorBuffer& a, std::size_t bytes, const Placement& where) {
   if (a.size() < bytes || a.onDevice() != where.device) a = TensorBuffer(bytes, where);
 }
+
+// A host concatenation starts this far into its buffer, so that the first member's header fits in front of its body
+// when it is decoded where it was summed (runSum). A multiple of the buffer's own 64-byte alignment.
+constexpr std::size_t kSendHeadroom = 64;
+// What the plugin ABI promises of every buffer passed in (terse/compressor_v1.h).
+constexpr std::uintptr_t kPayloadAlignment = 16;
 
 }  // namespace
 
@@ -87,6 +94,7 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   // Every member has the lead's rounds (sameClass); round r's aggregate is round r + 1's prev, member by member.
   const int rounds = lead.rounds();
   comm::WireBytes wire_bytes;
+  bool decode_from_concat = false;
   local_.assign(k, {});
   for (int r = 0; r < rounds; ++r) {
     auto t0 = rt::now();
@@ -107,20 +115,27 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
           comm_.allreducePayload(local_[0], static_cast<std::size_t>(lead.sumHeaderBytes(r)), wire, lead.tensorId());
     } else {
       // Each member's body in turn, into the concatenation (to_send) or back behind its header.
+      std::byte* const concat = send_start(body_bytes, where);
       auto bodies = [&](bool to_send) {
         std::size_t off = 0;
         for (std::size_t m = 0; m < k; ++m) {
           const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
           std::byte* body = local_[m].data() + header;
           const std::size_t n = local_[m].size() - header;
-          copyBytes(to_send ? send_.data() + off : body, to_send ? body : send_.data() + off, n, where);
+          copyBytes(to_send ? concat + off : body, to_send ? body : concat + off, n, where);
+          copied_ += n;
           off += n;
         }
       };
-      grow(send_, body_bytes, where);
       bodies(true);
-      wire_bytes += comm_.allreducePayload(send_.span().first(body_bytes), 0, wire, lead.tensorId());
-      bodies(false);
+      wire_bytes += comm_.allreducePayload(std::span<std::byte>(concat, body_bytes), 0, wire, lead.tensorId());
+      // The last round's sums are decoded where they lie (below) on the host; an earlier round's are the next round's
+      // prev, behind their headers.
+      if (r + 1 < rounds || where.device) {
+        bodies(false);
+      } else {
+        decode_from_concat = true;
+      }
     }
     ++collectives_;
     if (phase) {
@@ -132,8 +147,40 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   lead.addWire(wire_bytes);
 
   const auto t0 = rt::now();
-  for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
+  if (!decode_from_concat) {
+    for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
+  } else {
+    // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
+    // its payload buffer is the aggregate's) is written in front of its summed body, over the tail of members before
+    // it that are decoded already, so each payload reads [header | summed body] without the body's copy back. A member
+    // whose payload would not start at the ABI's 16-byte alignment there, or whose header does not fit in front of
+    // the concatenation, has its body copied back behind its header as before. Plugins read payloads and never write
+    // them (terse/compressor_v1.h), so nothing else moves.
+    std::byte* const concat = send_.data() + kSendHeadroom;
+    const int last = rounds - 1;
+    std::size_t off = 0;
+    for (std::size_t m = 0; m < k; ++m) {
+      const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(last));
+      const std::size_t n = local_[m].size() - header;
+      std::byte* const at = header <= off + kSendHeadroom ? concat + off - header : nullptr;
+      if (at != nullptr && reinterpret_cast<std::uintptr_t>(at) % kPayloadAlignment == 0) {
+        std::memcpy(at, local_[m].data(), header);
+        members[m].pipeline->finishAggregate(step, std::span<const std::byte>(at, header + n), members[m].out);
+      } else {
+        std::memcpy(local_[m].data() + header, concat + off, n);
+        copied_ += n;
+        members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
+      }
+      off += n;
+    }
+  }
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
+}
+
+std::byte* AggregationEngine::send_start(std::size_t body_bytes, const Placement& where) {
+  const std::size_t room = where.device ? 0 : kSendHeadroom;
+  grow(send_, room + body_bytes, where);
+  return send_.data() + room;
 }
 
 comm::WireBytes AggregationEngine::gather(std::span<const std::byte> block, bool fixed, uint64_t min_bytes,

@@ -5,9 +5,11 @@
 //
 //   SUM, one round, same wire dtype (fused):  each member encodes its chunk; the summable bodies (payload bytes after
 //       the compressor's sum_header_bytes) are concatenated into one buffer and summed by ONE allreduce -- the sum of a
-//       concatenation is the concatenation of the sums -- then copied back behind each member's own header and decoded
-//       per member. Headers are identical on every rank by the SUM contract, so they need not travel. A group of one
-//       sums in place behind its header: no copy.
+//       concatenation is the concatenation of the sums -- and decoded per member. Headers are identical on every rank
+//       by the SUM contract, so they need not travel. On the host each member is decoded where its body was summed,
+//       its header written in front of the body over what the members before it (decoded already) no longer need,
+//       when that payload starts at the ABI's 16-byte alignment; otherwise (and on the device) the body is copied
+//       back behind the member's own header first. A group of one sums in place behind its header: no copy.
 //   SUM, several rounds (PowerSGD):  for r in 0..R-1: payload_r = encode(grad, prev = aggregate_{r-1}), allreduce it
 //       -> aggregate_r; then decode(aggregate_{R-1}). Members with the same rounds and wire dtype are fused round by
 //       round as above (one allreduce a round for the run; a lone member sums in place).
@@ -94,6 +96,8 @@ class AggregationEngine {
 
   // Communicator calls issued so far (allreduces, allgathervs and size exchanges), for tests and traces.
   uint64_t collectives() const noexcept { return collectives_; }
+  // Bytes of fused SUM bodies copied so far, into the concatenation and back behind a header, for tests.
+  uint64_t copiedBodyBytes() const noexcept { return copied_; }
 
   // SUM members whose summed body (round 0's payload less its header) is `bytes` or more leave their fusion run and
   // are summed alone, in place behind their header: one collective more each, and none of the concatenation's two
@@ -116,9 +120,13 @@ class AggregationEngine {
 
   // Whether member m sums alone (sumInPlaceFrom).
   bool sumsAlone(const GroupMember& m) const noexcept;
+  // Grows send_ for a fused SUM of body_bytes and returns where the concatenation starts: on the host past a headroom
+  // that lets the first member's header sit in front of its body (runSum decodes there).
+  std::byte* send_start(std::size_t body_bytes, const Placement& where);
 
   comm::Communicator& comm_;
   uint64_t collectives_ = 0;
+  uint64_t copied_ = 0;
   uint64_t sum_in_place_from_ = 0;
   TensorBuffer send_;            // a fused group's concatenation
   TensorBuffer recv_;            // every rank's gathered block

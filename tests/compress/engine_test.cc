@@ -751,6 +751,51 @@ TEST(Engine, LargeSumMembersSumAloneInPlace) {
   }
 }
 
+// A fused SUM on the host is decoded where it was summed (engine.h): each member's header goes in front of its summed
+// body in the concatenation, unless that payload would not start 16-byte aligned, and only then is the body copied
+// back. test_lossy's header is 16 bytes, so a member whose body starts at a multiple of 16 decodes in place; bodies of
+// 64, 4, 13, 32, 0 and 7 floats start at bytes 0, 256, 272, 324, 452 and 452 of the concatenation: the first three
+// decode there, the last three are copied back. Two ranks: bit for bit the members run alone.
+TEST(Engine, FusedSumDecodesWhereItWasSummed) {
+  const int n = 2;
+  const std::vector<uint64_t> numels = {64, 4, 13, 32, 0, 7};
+  const uint64_t bodies = 4 * (64 + 4 + 13 + 32 + 0 + 7);
+  const uint64_t copied_back = 4 * (32 + 0 + 7);
+  const uint64_t steps = 3;
+  auto loader = buildTreeLoader();
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  std::array<std::vector<std::vector<float>>, 2> outs;  // [grouped][rank * members + m]
+  std::array<std::array<uint64_t, 2>, 2> copied{};
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    World world(n);
+    outs[grouped].assign(static_cast<std::size_t>(n) * numels.size(), {});
+    world.runOk([&](int r, HostCommunicator& comm) {
+      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+      for (std::size_t m = 0; m < numels.size(); ++m)
+        pipes.push_back(std::make_unique<CompressionPipeline>(
+            makePluginCodec(lossy, tensorFor(numels[m], r, n, 100 + m), 1), comm));
+      AggregationEngine engine(comm);
+      for (uint64_t step = 0; step < steps; ++step) {
+        StepGroup g = stepGroup(pipes, numels, r, step);
+        if (grouped == 1) {
+          engine.run(step, g.members);
+        } else {
+          for (const GroupMember& m : g.members) engine.run(step, *m.pipeline, m.grad, m.out);
+        }
+        for (std::size_t m = 0; m < numels.size(); ++m)
+          outs[grouped][static_cast<std::size_t>(r) * numels.size() + m] = g.outputs[m];
+      }
+      copied[grouped][static_cast<std::size_t>(r)] = engine.copiedBodyBytes();
+    });
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[0][i], outs[1][i]) << "rank*members+member " << i;
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(copied[0][r], 0u) << "alone: each sums in place behind its header";
+    EXPECT_EQ(copied[1][r], steps * (bodies + copied_back))
+        << "fused: every body into the concatenation, and back only the three that cannot decode there";
+  }
+}
+
 TEST(Engine, MultiRoundMembersFuseRoundByRound) {
   // SUM members with the same rounds share one allreduce a round (engine.h): a group of k costs `rounds` allreduces a
   // step, not k x rounds, and each member's math is its own. test_rounds is exact on integer-valued gradients, so at 3
