@@ -94,7 +94,8 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   // Every member has the lead's rounds (sameClass); round r's aggregate is round r + 1's prev, member by member.
   const int rounds = lead.rounds();
   comm::WireBytes wire_bytes;
-  bool decode_from_concat = false;
+  // Where the fused bodies were summed, when the last round's are decoded there (host); null otherwise.
+  std::byte* decode_from = nullptr;
   local_.assign(k, {});
   for (int r = 0; r < rounds; ++r) {
     auto t0 = rt::now();
@@ -134,7 +135,7 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
       if (r + 1 < rounds || where.device) {
         bodies(false);
       } else {
-        decode_from_concat = true;
+        decode_from = concat;
       }
     }
     ++collectives_;
@@ -147,7 +148,7 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   lead.addWire(wire_bytes);
 
   const auto t0 = rt::now();
-  if (!decode_from_concat) {
+  if (decode_from == nullptr) {
     for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
   } else {
     // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
@@ -156,18 +157,17 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
     // whose payload would not start at the ABI's 16-byte alignment there, or whose header does not fit in front of
     // the concatenation, has its body copied back behind its header as before. Plugins read payloads and never write
     // them (terse/compressor_v1.h), so nothing else moves.
-    std::byte* const concat = send_.data() + kSendHeadroom;
     const int last = rounds - 1;
     std::size_t off = 0;
     for (std::size_t m = 0; m < k; ++m) {
       const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(last));
       const std::size_t n = local_[m].size() - header;
-      std::byte* const at = header <= off + kSendHeadroom ? concat + off - header : nullptr;
+      std::byte* const at = header <= off + kSendHeadroom ? decode_from + off - header : nullptr;
       if (at != nullptr && reinterpret_cast<std::uintptr_t>(at) % kPayloadAlignment == 0) {
         std::memcpy(at, local_[m].data(), header);
         members[m].pipeline->finishAggregate(step, std::span<const std::byte>(at, header + n), members[m].out);
       } else {
-        std::memcpy(local_[m].data() + header, concat + off, n);
+        std::memcpy(local_[m].data() + header, decode_from + off, n);
         copied_ += n;
         members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
       }

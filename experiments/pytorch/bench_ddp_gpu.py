@@ -160,7 +160,7 @@ def main():
             shift = s % len(built)
             for _, row in built[shift:] + built[:shift]:
                 row.timed_step()
-        table = {name: {"times": row.times, "d2h": [row.finish(args.profile_steps)]} for name, row in built}
+        table = {name: {"times": row.times, "d2h": row.finish(args.profile_steps)} for name, row in built}
         dist.destroy_process_group()
     what = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     params = sum(q.numel() for q in getattr(torchvision.models, args.model)().parameters())
@@ -175,7 +175,7 @@ def main():
         med = statistics.median(t)
         q1, q3 = t[len(t) // 4], t[3 * len(t) // 4]
         share = "%.3f" % ((med - base) / med) if base is not None and name != "ddp-allreduce" else ""
-        d2h = "" if row["d2h"][0] is None else "%.1f" % max(row["d2h"])
+        d2h = "" if row["d2h"] is None else "%.1f" % row["d2h"]
         print("| %s | %.2f | %.2f-%.2f | %s | %s |" % (name, 1e3 * med, 1e3 * q1, 1e3 * q3, share, d2h))
     print()
     print("ratios of medians, same run (issue 39's GPU targets: each <= 1.0):")

@@ -168,12 +168,12 @@ def worker(rank, store, args, out):
             row.step(xs[s % 16], ys[s % 16], True)
     result = {}
     for name, ddp_bytes, row in rows:
-        r = {"steps": row.steps, "backwards": row.backwards, "exposed": []}
+        r = {"steps": row.steps, "backwards": row.backwards, "exposed": None}
         if row.terse():
             last = [b["last_step"] for b in row.state.buckets().values()]
             r["payload"] = sum(b["payload"] for b in last)
             r["sent"] = sum(b["wire_sent"] for b in last)
-            r["exposed"] = [(row.state.times()["exposed_s"] - row.exposed0) / timed]
+            r["exposed"] = (row.state.times()["exposed_s"] - row.exposed0) / timed
             row.state.close()
         else:
             r["payload"], r["sent"] = ddp_bytes, ring_sent(ddp_bytes)
@@ -215,7 +215,7 @@ def main():
     for name, row in rows.items():
         t = sorted(row["steps"])
         q1, q3 = t[len(t) // 4], t[3 * len(t) // 4]
-        exposed = "%.3f" % (1e3 * statistics.median(row["exposed"])) if row["exposed"] else ""
+        exposed = "" if row["exposed"] is None else "%.3f" % (1e3 * row["exposed"])
         print("| %s | %.3f | %.3f-%.3f | %.3f | %s | %d | %d |" % (
             name, 1e3 * statistics.median(t), 1e3 * q1, 1e3 * q3, 1e3 * statistics.median(row["backwards"]),
             exposed, row["payload"], row["sent"]))

@@ -645,6 +645,23 @@ StepGroup stepGroup(const std::vector<std::unique_ptr<CompressionPipeline>>& pip
   return g;
 }
 
+// One pipeline per member over `codec` (test_lossy in the tests below), each tensor its own id.
+std::vector<std::unique_ptr<CompressionPipeline>> pipelinesOf(const std::shared_ptr<Compressor>& codec,
+                                                              const std::vector<uint64_t>& numels, int rank, int world,
+                                                              HostCommunicator& comm) {
+  std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+  for (std::size_t m = 0; m < numels.size(); ++m)
+    pipes.push_back(std::make_unique<CompressionPipeline>(
+        makePluginCodec(codec, tensorFor(numels[m], rank, world, 100 + m), 1), comm));
+  return pipes;
+}
+
+// A step's outputs into outs[rank * members + m] (the last step's stay).
+void keepOutputs(std::vector<std::vector<float>>& outs, int rank, const std::vector<std::vector<float>>& outputs) {
+  for (std::size_t m = 0; m < outputs.size(); ++m)
+    outs[static_cast<std::size_t>(rank) * outputs.size() + m] = outputs[m];
+}
+
 TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
   // Two ranks, so a fused SUM is bit-identical too (a + b == b + a; engine.h).
   const int n = 2;
@@ -688,8 +705,7 @@ TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
         } else {
           for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
         }
-        for (std::size_t m = 0; m < numels.size(); ++m)
-          outs[grouped][static_cast<std::size_t>(r) * numels.size() + m] = outputs[m];
+        keepOutputs(outs[grouped], r, outputs);
       }
       collectives[grouped][static_cast<std::size_t>(r)] = engine.collectives();
     });
@@ -717,20 +733,14 @@ TEST(Engine, LargeSumMembersSumAloneInPlace) {
     World world(n);
     outs[in_place].assign(static_cast<std::size_t>(n) * numels.size(), {});
     world.runOk([&](int r, HostCommunicator& comm) {
-      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
-      for (std::size_t m = 0; m < numels.size(); ++m)
-        pipes.push_back(std::make_unique<CompressionPipeline>(
-            makePluginCodec(lossy, tensorFor(numels[m], r, n, 100 + m), 1), comm));
+      const auto pipes = pipelinesOf(lossy, numels, r, n, comm);
       AggregationEngine engine(comm);
       // The threshold is member 4's body: members 2 and 4 sum alone, {0, 1}, {3} and {5, 6} fuse.
       if (in_place == 1) engine.sumInPlaceFrom(pipes[4]->maxPayloadBytes(0) - pipes[4]->sumHeaderBytes(0));
       for (uint64_t step = 0; step < 3; ++step) {
         StepGroup g = stepGroup(pipes, numels, r, step);
-        const std::vector<GroupMember>& members = g.members;
-        const std::vector<std::vector<float>>& outputs = g.outputs;
-        engine.run(step, members);
-        for (std::size_t m = 0; m < numels.size(); ++m)
-          outs[in_place][static_cast<std::size_t>(r) * numels.size() + m] = outputs[m];
+        engine.run(step, g.members);
+        keepOutputs(outs[in_place], r, g.outputs);
       }
       collectives[in_place][static_cast<std::size_t>(r)] = engine.collectives();
       for (const auto& p : pipes) {
@@ -770,10 +780,7 @@ TEST(Engine, FusedSumDecodesWhereItWasSummed) {
     World world(n);
     outs[grouped].assign(static_cast<std::size_t>(n) * numels.size(), {});
     world.runOk([&](int r, HostCommunicator& comm) {
-      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
-      for (std::size_t m = 0; m < numels.size(); ++m)
-        pipes.push_back(std::make_unique<CompressionPipeline>(
-            makePluginCodec(lossy, tensorFor(numels[m], r, n, 100 + m), 1), comm));
+      const auto pipes = pipelinesOf(lossy, numels, r, n, comm);
       AggregationEngine engine(comm);
       for (uint64_t step = 0; step < steps; ++step) {
         StepGroup g = stepGroup(pipes, numels, r, step);
@@ -782,8 +789,7 @@ TEST(Engine, FusedSumDecodesWhereItWasSummed) {
         } else {
           for (const GroupMember& m : g.members) engine.run(step, *m.pipeline, m.grad, m.out);
         }
-        for (std::size_t m = 0; m < numels.size(); ++m)
-          outs[grouped][static_cast<std::size_t>(r) * numels.size() + m] = g.outputs[m];
+        keepOutputs(outs[grouped], r, g.outputs);
       }
       copied[grouped][static_cast<std::size_t>(r)] = engine.copiedBodyBytes();
     });
