@@ -58,7 +58,9 @@ class TrafficCounter {
   void reset();
 
  private:
-  struct Side {
+  // A line of its own each: a rank's sent side is written by its own thread, its received side by its peers'
+  // (the inproc transport counts both ends at send).
+  struct alignas(64) Side {
     mutable std::mutex mutex;
     // Guarded by mutex.
     DirectionTraffic traffic;
