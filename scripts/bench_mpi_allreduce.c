@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     const double algbw = (double)size / med / 1e9;
     printf("#  ranks        size   time(us)  algbw(GB/s)  busbw(GB/s)  #wrong\n");
-    printf("%8d %11ld %10.1f %12.3f %12.3f %7ld\n", n, size, med * 1e6, algbw, algbw * 2.0 * (n - 1) / n, wrong_all);
+    printf("%8d %11ld %10.2f %12.3f %12.3f %7ld\n", n, size, med * 1e6, algbw, algbw * 2.0 * (n - 1) / n, wrong_all);
   }
   free(x);
   free(times);

@@ -320,12 +320,15 @@ class Fabric;
 class SendRequest final : public RequestImpl {
  public:
   // `done`: complete already (an eager frame where Link::eager_sends_complete).
-  // A send complete at once keeps nothing of its frame but the length: the frame is the receiver's from then on, and
-  // a count shared with it was one more line the two threads pulled back and forth.
+  // A send complete at once keeps nothing of its frame but the length: the frame is the receiver's from then on (or
+  // was never on the heap: Fabric::isend), and a count shared with it was one more line the two threads pulled back and
+  // forth.
   SendRequest(std::shared_ptr<const void> keep, Link* link, std::shared_ptr<Frame> frame, bool done)
       : keep_(std::move(keep)), link_(link), bytes_(frame->header.length), done_(done) {
     if (!done_) frame_ = std::move(frame);
   }
+  SendRequest(std::shared_ptr<const void> keep, Link* link, uint64_t bytes)
+      : keep_(std::move(keep)), link_(link), bytes_(bytes), done_(true) {}
   // A send dropped before completing must not leave the link pointing into a buffer its owner may free next: a matched
   // frame is copied now, an unmatched one is staged into its own storage (and still delivered).
   ~SendRequest() override {
@@ -386,20 +389,27 @@ class SendRequest final : public RequestImpl {
 
 class RecvRequest final : public RequestImpl {
  public:
-  RecvRequest(std::shared_ptr<const void> keep, Link* link, std::shared_ptr<PostedRecv> recv)
-      : keep_(std::move(keep)), link_(link), recv_(std::move(recv)) {}
+  RecvRequest(std::shared_ptr<const void> keep, Link* link, const FrameMeta& expect, std::span<std::byte> buffer,
+              bool reduce, DType dtype)
+      : keep_(std::move(keep)), link_(link) {
+    recv_.expect = expect;
+    recv_.buffer = buffer;
+    recv_.reduce = reduce;
+    recv_.reduce_dtype = dtype;
+  }
+  PostedRecv& posted() noexcept { return recv_; }
   // A receive dropped before completing is cancelled: it leaves the posted list, or its matched frame is consumed
   // without touching the buffer, which its owner may free next.
   ~RecvRequest() override {
     if (done_) return;
     Link& l = *link_;
     std::unique_lock lock(l.mutex);
-    if (!recv_->frame) {
-      auto it = std::find(l.posted.begin(), l.posted.end(), recv_.get());
+    if (!recv_.frame) {
+      auto it = std::find(l.posted.begin(), l.posted.end(), &recv_);
       if (it != l.posted.end()) l.posted.erase(it);
       return;
     }
-    Frame& f = *recv_->frame;
+    Frame& f = *recv_.frame;
     l.parkUntil(lock, [&] { return f.copy != Frame::Copy::kCopying; });
     if (f.copy == Frame::Copy::kPending) {
       f.copy = Frame::Copy::kDone;
@@ -414,7 +424,7 @@ class RecvRequest final : public RequestImpl {
   bool progress(bool block) {
     if (done_) return true;
     Link& l = *link_;
-    PostedRecv& r = *recv_;
+    PostedRecv& r = recv_;
     if (r.delivered.load(std::memory_order_acquire)) return complete(r.length);
     SpinBudget spin(l.spin);
     std::unique_lock lock(l.mutex);
@@ -463,7 +473,7 @@ class RecvRequest final : public RequestImpl {
 
   std::shared_ptr<const void> keep_;  // keeps the link alive (Endpoint::keep_)
   Link* link_;
-  std::shared_ptr<PostedRecv> recv_;
+  PostedRecv recv_;  // on the link's posted list until matched (or this request is dropped)
   uint64_t length_ = 0;
   bool done_ = false;
 };
@@ -587,39 +597,54 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
                 "isend to rank " << peer << ": frame of " << data.size() << " bytes exceeds the maximum of "
                                  << options_.max_frame_bytes);
     TERSE_CHECK(data.data() != nullptr || data.empty(), InvalidArgument, "isend: null data");
+    FrameHeader header;
+    header.meta = meta;
+    header.length = data.size();
+    // As the wire would carry it: encoded here, decoded and validated on arrival.
+    const EncodedHeader raw = encodeFrameHeader(header);
+    Link& l = link(rank, peer);
+    const bool eager = data.size() <= options_.eager_bytes;
+    // Where nothing times the link, a frame whose receive is posted is moved by the sender (deliverToPosted), and one
+    // staged otherwise; elsewhere -- emulated links, simulated time -- an eager frame is staged at once, as always.
+    const bool direct = eager && l.eager_sends_complete;
+    if (l.spin > Clock::duration::zero()) Link::noteCpu(l.sender_cpu);
+    if (direct) {
+      // Delivered here and now, the frame never leaves this call: it lives on the stack, and the request keeps only
+      // its length.
+      Frame local;
+      local.header = header;
+      local.eager = true;
+      local.data = data.data();
+      local.scheduled = true;
+      std::unique_lock lock(l.mutex);
+      if (!l.broken.empty()) throwBroken(l);
+      if (deliverToPosted(l, local, raw)) {
+        countFrame(rank, peer, meta, data.size());
+        lock.unlock();
+        l.notifyWaiters();
+        return Request(std::make_shared<SendRequest>(keep, &l, data.size()));
+      }
+    }
     auto f = std::make_shared<Frame>();
-    f->header.meta = meta;
-    f->header.length = data.size();
-    f->eager = data.size() <= options_.eager_bytes;
+    f->header = header;
+    f->eager = eager;
     f->data = data.data();
     f->scheduled = !emulated_;
     if (emulated_) f->queued_at = Clock::now();
     // Sent now in simulated time: the frame's transfer runs while the receiver has not matched it yet, as bytes on a
     // wire do (a rank's frames to itself never touch the network).
     if (network_ && peer != rank) f->transfer = network_->start(rank, peer, frameWireBytes(data.size()));
-    // As the wire would carry it: encoded here, decoded and validated on arrival.
-    const EncodedHeader raw = encodeFrameHeader(f->header);
-    Link& l = link(rank, peer);
-    // Where nothing times the link, a frame whose receive is posted is moved by the sender (deliverToPosted), and one
-    // staged otherwise; elsewhere -- emulated links, simulated time -- an eager frame is staged at once, as always.
-    const bool direct = f->eager && l.eager_sends_complete;
-    if (f->eager && !direct) stage(*f);
-    if (l.spin > Clock::duration::zero()) Link::noteCpu(l.sender_cpu);
+    // Staged outside the lock (up to eager_bytes), which the receiver may want meanwhile.
+    if (f->eager) stage(*f);
     {
       std::unique_lock lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
-      if (direct && deliverToPosted(l, f, raw)) {
+      // A receive posted since the look above: the sender moves the bytes still (from its staged copy).
+      if (direct && deliverToPosted(l, *f, raw)) {
         countFrame(rank, peer, meta, data.size());
         lock.unlock();
         l.notifyWaiters();
-        return Request(std::make_shared<SendRequest>(keep, &l, std::move(f), true));
-      }
-      if (direct) {
-        // Staged outside the lock (up to eager_bytes), which the receiver may want meanwhile.
-        lock.unlock();
-        stage(*f);
-        lock.lock();
-        if (!l.broken.empty()) throwBroken(l);
+        return Request(std::make_shared<SendRequest>(keep, &l, data.size()));
       }
       countFrame(rank, peer, meta, data.size());
       arrive(l, f, raw);
@@ -650,12 +675,9 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     checkRank(peer, "irecv: peer");
     TERSE_CHECK(buffer.data() != nullptr || buffer.empty(), InvalidArgument, "irecv: null buffer");
     TERSE_CHECK(!reduce || isSummable(dtype), Unsupported, "irecvReduce: cannot sum " << dtypeName(dtype));
-    auto r = std::make_shared<PostedRecv>();
-    r->expect = expect;
-    r->buffer = buffer;
-    r->reduce = reduce;
-    r->reduce_dtype = dtype;
     Link& l = link(peer, rank);
+    auto request = std::make_shared<RecvRequest>(keep, &l, expect, buffer, reduce, dtype);
+    PostedRecv& r = request->posted();
     if (l.spin > Clock::duration::zero()) Link::noteCpu(l.receiver_cpu);
     bool matched_queued = false;
     {
@@ -666,16 +688,16 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       if (it != l.unmatched.end()) {
         std::shared_ptr<Frame> f = std::move(*it);
         l.unmatched.erase(it);
-        match(l, *r, f);
+        if (match(l, r, *f)) r.frame = std::move(f);
         matched_queued = true;
       } else {
-        l.posted.push_back(r.get());
+        l.posted.push_back(&r);
       }
     }
     // The frame's sender may be blocked in wait() until its frame is matched (to copy it) or consumed (refused): wake
     // it, or a sender of a large frame would wait forever for a receive that has already come and gone.
     if (matched_queued) l.notifyWaiters();
-    return Request(std::make_shared<RecvRequest>(keep, &l, std::move(r)));
+    return Request(std::move(request));
   }
 
  private:
@@ -728,25 +750,34 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   // with the oldest posted receive of its tag or queued. A malformed header breaks the link: the stream has lost its
   // framing, so nothing after it could be trusted either. Returns the receive it matched, if any. Called under
   // l.mutex.
-  PostedRecv* arrive(Link& l, const std::shared_ptr<Frame>& f, std::span<const std::byte> raw) {
+  void arrive(Link& l, const std::shared_ptr<Frame>& f, std::span<const std::byte> raw) {
+    if (!decodeArriving(l, *f, raw)) return;
+    PostedRecv* r = takePosted(l, f->header.meta.tag);
+    if (r == nullptr) {
+      l.unmatched.push_back(f);
+      return;
+    }
+    if (match(l, *r, *f)) r->frame = f;
+  }
+  // The header as the receiving end reads it off the wire, into f.header; false (the link broken) when malformed.
+  bool decodeArriving(Link& l, Frame& f, std::span<const std::byte> raw) {
     try {
-      f->header = decodeFrameHeader(raw, options_.max_frame_bytes, l.where);
+      f.header = decodeFrameHeader(raw, options_.max_frame_bytes, l.where);
+      return true;
     } catch (const InvalidPayload& e) {
       if (l.broken.empty()) {
         l.broken = e.what();
         l.broken_by_payload = true;
       }
-      return nullptr;
+      return false;
     }
-    const Tag tag = f->header.meta.tag;
+  }
+  // The oldest posted receive of `tag`, taken off the list; null when there is none.
+  static PostedRecv* takePosted(Link& l, Tag tag) {
     auto it = std::find_if(l.posted.begin(), l.posted.end(), [&](const PostedRecv* r) { return r->expect.tag == tag; });
-    if (it == l.posted.end()) {
-      l.unmatched.push_back(f);
-      return nullptr;
-    }
+    if (it == l.posted.end()) return nullptr;
     PostedRecv* r = *it;
     l.posted.erase(it);
-    match(l, *r, f);
     return r;
   }
 
@@ -760,28 +791,29 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   // pacing or timing frames): the sender moves its bytes into the receive's buffer (copies or adds them) itself, under
   // the lock, instead of staging them for the receiver to copy again. One pass over the bytes and no allocation of
   // them, where staging cost two passes and a buffer (header comment, "Copies"). Returns false, changing nothing, when
-  // no receive of the frame's tag is posted. Called under l.mutex, with f's data the sender's buffer.
-  bool deliverToPosted(Link& l, const std::shared_ptr<Frame>& f, std::span<const std::byte> raw) {
-    const Tag tag = f->header.meta.tag;
+  // no receive of the frame's tag is posted. The receive keeps nothing of the frame (PostedRecv::delivered), so `f`
+  // may be the sender's own (Fabric::isend). Called under l.mutex, with f's data the sender's buffer or its staged
+  // copy.
+  bool deliverToPosted(Link& l, Frame& f, std::span<const std::byte> raw) {
+    const Tag tag = f.header.meta.tag;
     if (std::none_of(l.posted.begin(), l.posted.end(), [&](const PostedRecv* r) { return r->expect.tag == tag; }))
       return false;
-    // Validates the header as a received one, and matches the oldest receive of the tag.
-    PostedRecv* r = arrive(l, f, raw);
-    if (f->matched && f->copy == Frame::Copy::kPending) moveBytes(*f);
-    f->copy = Frame::Copy::kDone;  // moved, or refused by the receive (match() says why), or the link broke
-    if (r != nullptr && r->frame) {
-      // Moved: the receive needs nothing more of the frame, which stays this thread's alone (its count, released by
-      // the receiver's thread, was a line pulled back and forth at every message).
-      r->frame.reset();
-      r->delivered.store(true, std::memory_order_release);
+    // Validated as a received header, then matched with the oldest receive of its tag, as arrive() does.
+    if (!decodeArriving(l, f, raw)) return true;  // the link broke: the frame is consumed
+    PostedRecv& r = *takePosted(l, f.header.meta.tag);
+    if (match(l, r, f)) {
+      if (f.copy == Frame::Copy::kPending) moveBytes(f);
+      r.delivered.store(true, std::memory_order_release);
     }
+    f.copy = Frame::Copy::kDone;  // moved, or refused by the receive (match() says why)
     return true;
   }
 
   // Called under l.mutex. A frame the receive cannot take is consumed (its sender completes, as a wire's would) and
-  // the receive fails.
-  void match(Link& l, PostedRecv& r, const std::shared_ptr<Frame>& f) {
-    const FrameHeader& h = f->header;
+  // the receive fails. Returns whether the receive takes it; the caller then links the two (PostedRecv::frame) or
+  // delivers it (deliverToPosted).
+  bool match(Link& l, PostedRecv& r, Frame& f) {
+    const FrameHeader& h = f.header;
     r.length = h.length;
     if (h.meta.kind != r.expect.kind) {
       std::ostringstream m;
@@ -789,27 +821,28 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         << ") belongs to a " << opKindName(h.meta.kind) << " operation, the receive expected "
         << opKindName(r.expect.kind) << " (two operations share a tag)";
       r.error = m.str();
-      f->copy = Frame::Copy::kDone;
+      f.copy = Frame::Copy::kDone;
     } else if (r.reduce && h.length % dtypeSize(r.reduce_dtype) != 0) {
       std::ostringstream m;
       m << detail::where(__FILE__, __LINE__) << l.where << " (" << opKindName(h.meta.kind) << ") carries " << h.length
         << " bytes, not a whole number of " << dtypeName(r.reduce_dtype) << " elements to add";
       r.error = m.str();
-      f->copy = Frame::Copy::kDone;
+      f.copy = Frame::Copy::kDone;
     } else if (h.length > r.buffer.size()) {
       std::ostringstream m;
       m << detail::where(__FILE__, __LINE__) << l.where << " (" << opKindName(h.meta.kind) << ", tag 0x" << std::hex
         << h.meta.tag << std::dec << ") carries " << h.length << " bytes, the receive buffer holds " << r.buffer.size();
       r.error = m.str();
-      f->copy = Frame::Copy::kDone;
+      f.copy = Frame::Copy::kDone;
     } else {
-      f->matched = true;
-      f->dst = r.buffer.data();
-      f->reduce = r.reduce;
-      f->reduce_dtype = r.reduce_dtype;
-      r.frame = f;
-      if (h.length == 0) f->copy = Frame::Copy::kDone;
+      f.matched = true;
+      f.dst = r.buffer.data();
+      f.reduce = r.reduce;
+      f.reduce_dtype = r.reduce_dtype;
+      if (h.length == 0) f.copy = Frame::Copy::kDone;
+      return true;
     }
+    return false;
   }
 
   // The rank's NIC: paces the frames queued on its outgoing links, one slice at a time (link_emulation.h).
