@@ -21,9 +21,9 @@ void allgathervBruck(CollectiveContext& ctx, std::span<const std::byte> send, st
   // memmove: in place, the own block lies somewhere in recv and may overlap its new place.
   if (!send.empty() && send.data() != all.data()) std::memmove(all.data(), send.data(), send.size());
   const uint64_t seg = ctx.segmentFor(1);
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   // At the start of every round this rank holds exactly `dist` blocks.
   for (int dist = 1; dist < n; dist *= 2) {
     const auto have = static_cast<std::size_t>(dist);

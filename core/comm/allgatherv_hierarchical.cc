@@ -38,9 +38,9 @@ void allgathervHierarchical(CollectiveContext& ctx, std::span<const std::byte> s
   std::vector<int> members(static_cast<std::size_t>(end - first));
   std::iota(members.begin(), members.end(), first);
   const uint64_t seg = ctx.segmentFor(1);
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
 
   if (members.size() > 1) {
     ctx.setGroup(members);

@@ -25,9 +25,9 @@ void allgathervRing(CollectiveContext& ctx, std::span<const std::byte> send, std
   const uint64_t seg = ctx.segmentFor(1);
   const int right = modRank(r + 1, n);
   const int left = modRank(r - 1, n);
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   for (int s = 0; s < n - 1; ++s) {
     ctx.recvSegments(left, block(modRank(r - s - 1, n)), seg, recvs, expected);
     ctx.sendSegments(right, block(modRank(r - s, n)), seg, sends);

@@ -21,9 +21,9 @@ void allreduceHalvingDoubling(CollectiveContext& ctx, std::span<std::byte> data,
     const Range last = ringChunk(count, p, first + blocks - 1);
     return buf.subspan(begin * elem, (last.begin + last.size - begin) * elem);
   };
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   if (v >= 0) {
     int lo = 0;
     for (int d = p / 2; d >= 1; d /= 2) {

@@ -18,8 +18,8 @@ void chainReduceToLeader(CollectiveContext& ctx, std::span<std::byte> data, DTyp
   const int g = ctx.rank();
   const int last = ctx.size() - 1;
   const uint64_t seg = ctx.segmentFor(dtypeSize(dtype));
-  std::vector<Request> recvs, sends;
-  std::vector<uint64_t> expected;
+  RequestList recvs, sends;
+  LengthList expected;
   if (g < last) ctx.recvReduceSegments(g + 1, data, dtype, seg, recvs, expected);
   for (std::size_t off = 0, k = 0; off < data.size(); off += seg, ++k) {
     const std::size_t len = std::min<std::size_t>(seg, data.size() - off);
@@ -36,8 +36,8 @@ void chainBroadcastFromLeader(CollectiveContext& ctx, std::span<std::byte> data,
   const int g = ctx.rank();
   const int last = ctx.size() - 1;
   const uint64_t seg = ctx.segmentFor(dtypeSize(dtype));
-  std::vector<Request> recvs, sends;
-  std::vector<uint64_t> expected;
+  RequestList recvs, sends;
+  LengthList expected;
   if (g > 0) ctx.recvSegments(g - 1, data, seg, recvs, expected);
   for (std::size_t off = 0, k = 0; off < data.size(); off += seg, ++k) {
     const std::size_t len = std::min<std::size_t>(seg, data.size() - off);

@@ -14,8 +14,8 @@ PowerOfTwoFold foldToPowerOfTwo(CollectiveContext& ctx, std::span<std::byte> dat
   f.vrank = r - f.rem;
   if (r >= 2 * f.rem) return f;
   const uint64_t seg = ctx.segmentFor(dtypeSize(dtype));
-  std::vector<Request> requests;
-  std::vector<uint64_t> expected;
+  RequestList requests;
+  LengthList expected;
   // Even ranks below 2*rem hand their data to the next odd rank and sit out the power-of-two phase.
   if (r % 2 == 0) {
     ctx.sendSegments(r + 1, data, seg, requests);
@@ -34,8 +34,8 @@ void unfoldFromPowerOfTwo(CollectiveContext& ctx, std::span<std::byte> data, DTy
   const int r = ctx.rank();
   if (r >= 2 * fold.rem) return;
   const uint64_t seg = ctx.segmentFor(dtypeSize(dtype));
-  std::vector<Request> requests;
-  std::vector<uint64_t> expected;
+  RequestList requests;
+  LengthList expected;
   if (r % 2 == 1) {
     ctx.sendSegments(r - 1, data, seg, requests);
     waitAll(requests);
@@ -51,9 +51,9 @@ void allreduceRecursiveDoubling(CollectiveContext& ctx, std::span<std::byte> dat
   const uint64_t seg = ctx.segmentFor(dtypeSize(dtype));
   const std::span<std::byte> tmp = ctx.scratchBytes(data.size());
   const PowerOfTwoFold fold = foldToPowerOfTwo(ctx, data, dtype, tmp);
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   if (fold.vrank >= 0) {
     for (int d = 1; d < fold.p; d *= 2) {
       const int partner = fold.rankOf(fold.vrank ^ d);

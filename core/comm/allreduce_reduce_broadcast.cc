@@ -11,9 +11,9 @@ void allreduceReduceBroadcast(CollectiveContext& ctx, std::span<std::byte> data,
   if (n == 1 || data.empty()) return;
   const std::size_t elem = dtypeSize(dtype);
   const uint64_t seg = ctx.segmentFor(elem);
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   if (ctx.rank() != 0) {
     ctx.sendSegments(0, data, seg, sends);
     // The result is received into `data`: the root must have taken all of it first.

@@ -21,10 +21,10 @@ void allreduceRing(CollectiveContext& ctx, std::span<std::byte> data, DType dtyp
   // lets a segment go on to the right as soon as it has been added (or has landed), instead of at the step's end.
   auto recvChunk = [&](int t) { return t < n - 1 ? modRank(r - t - 1, n) : modRank(r - (t - (n - 1)), n); };
 
-  std::vector<Request> sends;
+  RequestList sends;
   std::vector<std::size_t> step_sends(static_cast<std::size_t>(steps) + 1, 0);  // sends[step_sends[t]..] are step t's
-  std::vector<Request> recvs[2];
-  std::vector<uint64_t> expected[2];
+  RequestList recvs[2];
+  LengthList expected[2];
   auto postRecvs = [&](int t) {
     if (t >= n - 1) {
       // Allgather step s lands in chunk r - s, which reduce-scatter step s sent: those frames must be out of the

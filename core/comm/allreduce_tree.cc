@@ -16,9 +16,9 @@ void allreduceTree(CollectiveContext& ctx, std::span<std::byte> data, DType dtyp
   const int children = std::clamp(n - (2 * v + 1), 0, 2);
   // Each child's partial sums land in their own scratch half: added in a fixed order whatever order they arrive in.
   const std::span<std::byte> tmp = ctx.scratchBytes(static_cast<std::size_t>(children) * data.size());
-  std::vector<Request> recvs[2];
-  std::vector<uint64_t> expected[2];
-  std::vector<Request> sends[2];
+  RequestList recvs[2];
+  LengthList expected[2];
+  RequestList sends[2];
 
   // Reduce: every segment's receives are posted up front.
   for (int c = 0; c < children; ++c)

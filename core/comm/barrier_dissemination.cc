@@ -5,9 +5,9 @@ namespace terse::comm {
 void barrierDissemination(CollectiveContext& ctx) {
   const int n = ctx.size();
   const int r = ctx.rank();
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   for (int k = 1; k < n; k *= 2) {
     ctx.recv(modRank(r - k, n), {}, recvs, expected);
     ctx.send(modRank(r + k, n), {}, sends);

@@ -10,9 +10,9 @@ void broadcastBinomial(CollectiveContext& ctx, std::span<std::byte> data, int ro
   if (n == 1) return;
   const int vr = modRank(ctx.rank() - root, n);
   const uint64_t seg = ctx.segmentFor(1);
-  std::vector<Request> sends;
-  std::vector<Request> recvs;
-  std::vector<uint64_t> expected;
+  RequestList sends;
+  RequestList recvs;
+  LengthList expected;
   int mask = 1;
   while (mask < n) {
     if (vr & mask) {

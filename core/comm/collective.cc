@@ -16,14 +16,16 @@ std::span<std::byte> CollectiveContext::scratchBytes(std::size_t bytes) {
 
 void CollectiveContext::track(const Request& request) {
   if (inflight.size() >= prune_at) {
-    std::erase_if(inflight, [](Request& r) {
-      if (!r.alone()) return false;
-      try {
-        return r.test();
-      } catch (...) {
-        return false;  // kept: the failure path waits it out (HostCommunicator::run)
-      }
-    });
+    inflight.erase(std::remove_if(inflight.begin(), inflight.end(),
+                                  [](Request& r) {
+                                    if (!r.alone()) return false;
+                                    try {
+                                      return r.test();
+                                    } catch (...) {
+                                      return false;  // kept: the failure path waits it out (HostCommunicator::run)
+                                    }
+                                  }),
+                   inflight.end());
     prune_at = std::max<std::size_t>(64, 2 * inflight.size());
   }
   inflight.push_back(request);
@@ -49,15 +51,14 @@ int CollectiveContext::peerRank(int peer) const noexcept {
   return group.empty() ? peer : group[static_cast<std::size_t>(peer)];
 }
 
-void CollectiveContext::send(int peer, std::span<const std::byte> data, std::vector<Request>& out) {
+void CollectiveContext::send(int peer, std::span<const std::byte> data, RequestList& out) {
   out.push_back(transport.isend(peerRank(peer), meta, data));
   track(out.back());
   wire.sent_bytes += frameWireBytes(data.size());
   ++wire.sent_frames;
 }
 
-void CollectiveContext::recv(int peer, std::span<std::byte> data, std::vector<Request>& out,
-                             std::vector<uint64_t>& expected) {
+void CollectiveContext::recv(int peer, std::span<std::byte> data, RequestList& out, LengthList& expected) {
   out.push_back(transport.irecv(peerRank(peer), meta, data));
   track(out.back());
   expected.push_back(data.size());
@@ -80,20 +81,19 @@ void CollectiveContext::waitRecv(Request& request, uint64_t expected) const {
                       << " bytes where " << expected << " were expected");
 }
 
-void CollectiveContext::sendSegments(int peer, std::span<const std::byte> data, uint64_t segment,
-                                     std::vector<Request>& out) {
+void CollectiveContext::sendSegments(int peer, std::span<const std::byte> data, uint64_t segment, RequestList& out) {
   for (std::size_t off = 0; off < data.size(); off += segment)
     send(peer, data.subspan(off, std::min<std::size_t>(segment, data.size() - off)), out);
 }
 
-void CollectiveContext::recvSegments(int peer, std::span<std::byte> data, uint64_t segment, std::vector<Request>& out,
-                                     std::vector<uint64_t>& expected) {
+void CollectiveContext::recvSegments(int peer, std::span<std::byte> data, uint64_t segment, RequestList& out,
+                                     LengthList& expected) {
   for (std::size_t off = 0; off < data.size(); off += segment)
     recv(peer, data.subspan(off, std::min<std::size_t>(segment, data.size() - off)), out, expected);
 }
 
 void CollectiveContext::recvReduceSegments(int peer, std::span<std::byte> data, DType dtype, uint64_t segment,
-                                           std::vector<Request>& out, std::vector<uint64_t>& expected) {
+                                           RequestList& out, LengthList& expected) {
   for (std::size_t off = 0; off < data.size(); off += segment) {
     const std::size_t len = std::min<std::size_t>(segment, data.size() - off);
     out.push_back(transport.irecvReduce(peerRank(peer), meta, data.subspan(off, len), dtype));
@@ -104,17 +104,17 @@ void CollectiveContext::recvReduceSegments(int peer, std::span<std::byte> data, 
   }
 }
 
-void waitAll(std::vector<Request>& requests) {
+void waitAll(RequestList& requests) {
   for (auto& r : requests) r.wait();
   requests.clear();
 }
 
-void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, std::vector<Request>& sends) {
+void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, RequestList& sends) {
   if (sends.size() >= kPipelineWindow) sends[sends.size() - kPipelineWindow].wait();
   ctx.send(peer, bytes, sends);
 }
 
-void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx) {
+void waitRecvs(RequestList& requests, LengthList& expected, const CollectiveContext& ctx) {
   for (std::size_t i = 0; i < requests.size(); ++i) ctx.waitRecv(requests[i], expected[i]);
   requests.clear();
   expected.clear();

@@ -11,10 +11,18 @@
 #include <span>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "core/comm/frame.h"
 #include "core/comm/transport.h"
 
 namespace terse::comm {
+
+// The requests an algorithm holds for one step, and the lengths its receives expect: a handful, so they live inline.
+// Heap vectors cost a small allreduce three allocations per step and one more for the operation's tracked requests,
+// a tenth of a 4 KiB allreduce between two in-process ranks.
+using RequestList = boost::container::small_vector<Request, 4>;
+using LengthList = boost::container::small_vector<uint64_t, 4>;
 
 // What one operation put on the wire from this rank, headers included: the same numbers the transport's accounting
 // adds for its frames (frameWireBytes), kept per operation so a caller can attribute them.
@@ -46,7 +54,7 @@ struct CollectiveContext {
   // Every request the helpers created during this operation. When the operation fails, the caller aborts the job and
   // waits these out (runCollective), so no peer is still copying from or into this rank's buffers once the error
   // reaches code that may free them.
-  std::vector<Request> inflight;
+  RequestList inflight;
 
   // A sub-communicator for the algorithms: when set (setGroup), rank() and size() are this rank's index in `group`
   // and the group's size, and every peer an algorithm names is an index into `group` (mapped to the transport's rank
@@ -73,19 +81,18 @@ struct CollectiveContext {
   void track(const Request& request);
 
   // One frame; the request is kept in `out`.
-  void send(int peer, std::span<const std::byte> data, std::vector<Request>& out);
+  void send(int peer, std::span<const std::byte> data, RequestList& out);
   // A receive of exactly data.size() bytes; wait with waitRecvs, which checks the length.
-  void recv(int peer, std::span<std::byte> data, std::vector<Request>& out, std::vector<uint64_t>& expected);
+  void recv(int peer, std::span<std::byte> data, RequestList& out, LengthList& expected);
   // A single receive of exactly data.size() bytes, for callers that manage their own requests; wait with waitRecv.
   Request irecv(int peer, std::span<std::byte> data);
   void waitRecv(Request& request, uint64_t expected) const;
   // Receives adding into `data` as dtype (Transport::irecvReduce), split like sendSegments.
-  void recvReduceSegments(int peer, std::span<std::byte> data, DType dtype, uint64_t segment, std::vector<Request>& out,
-                          std::vector<uint64_t>& expected);
+  void recvReduceSegments(int peer, std::span<std::byte> data, DType dtype, uint64_t segment, RequestList& out,
+                          LengthList& expected);
   // A message as frames of at most `segment` bytes (none for an empty message; the receiver knows the size too).
-  void sendSegments(int peer, std::span<const std::byte> data, uint64_t segment, std::vector<Request>& out);
-  void recvSegments(int peer, std::span<std::byte> data, uint64_t segment, std::vector<Request>& out,
-                    std::vector<uint64_t>& expected);
+  void sendSegments(int peer, std::span<const std::byte> data, uint64_t segment, RequestList& out);
+  void recvSegments(int peer, std::span<std::byte> data, uint64_t segment, RequestList& out, LengthList& expected);
 };
 
 // Number of frames a message of `bytes` takes with frames of at most `segment` bytes.
@@ -109,17 +116,17 @@ constexpr int modRank(int r, int n) noexcept {
   return ((r % n) + n) % n;
 }
 
-void waitAll(std::vector<Request>& requests);
+void waitAll(RequestList& requests);
 // A pipelined sender keeps at most this many of its frames to one peer in flight: frames posted together may share the
 // link's bandwidth on a transport that gives each its own flow (the simulated network did, before it carried a peer's
 // frames as one in-order stream, core/sim/network.h) and then all arrive at the end, which would stall a receiver that
 // forwards each segment as it completes -- a chain of G ranks would cost (G - 1) S / B instead of S / B.
 constexpr std::size_t kPipelineWindow = 2;
 // Sends one frame to `peer` after the frame kPipelineWindow places back in `sends` (this peer's sends only) is done.
-void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, std::vector<Request>& sends);
+void windowedSend(CollectiveContext& ctx, int peer, std::span<const std::byte> bytes, RequestList& sends);
 // Waits the receives and checks that each frame had exactly its expected length (a shorter frame from a peer is a
 // protocol error, never silently partial data). Clears both vectors.
-void waitRecvs(std::vector<Request>& requests, std::vector<uint64_t>& expected, const CollectiveContext& ctx);
+void waitRecvs(RequestList& requests, LengthList& expected, const CollectiveContext& ctx);
 
 // An allgatherv's arguments against this rank's view (sizes has one entry per rank of ctx, send is this rank's size,
 // recv holds them all); returns the total. Throws InvalidArgument naming the mismatch.

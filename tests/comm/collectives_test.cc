@@ -154,8 +154,8 @@ TEST(CollectiveContext, HoldsWhatIsInFlightNotEveryRequestItMade) {
   std::vector<std::byte> out(16, std::byte{3}), in(16);
   std::size_t most = 0;
   for (int i = 0; i < 10000; ++i) {
-    std::vector<Request> sends, recvs;
-    std::vector<uint64_t> expected;
+    RequestList sends, recvs;
+    LengthList expected;
     c1.recv(0, in, recvs, expected);
     c0.send(1, out, sends);
     waitRecvs(recvs, expected, c1);
@@ -164,12 +164,12 @@ TEST(CollectiveContext, HoldsWhatIsInFlightNotEveryRequestItMade) {
   }
   EXPECT_LE(most, 128u);
   // A held request is kept however many others come and go, and so is one still in flight.
-  std::vector<Request> held, pending;
-  std::vector<uint64_t> expected;
+  RequestList held, pending;
+  LengthList expected;
   c1.recv(0, in, pending, expected);  // nothing sent yet: not complete
   c0.send(1, out, held);
   for (int i = 0; i < 1000; ++i) {
-    std::vector<Request> sends;
+    RequestList sends;
     c0.send(1, out, sends);
   }
   EXPECT_EQ(std::count_if(c0.inflight.begin(), c0.inflight.end(), [](const Request& r) { return !r.alone(); }), 1);
