@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/intrusive/list.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,7 +47,9 @@ struct Frame {
   std::shared_ptr<FrameNetwork::Transfer> transfer;  // simulated time: the frame's transfer on the network
 };
 
-struct PostedRecv {
+// On its link's posted list (Link::posted) through the hook, from irecv until matched or dropped. Safe-link mode: the
+// hook knows whether it is on the list, which a dropped receive asks.
+struct PostedRecv : boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> {
   FrameMeta expect;
   std::span<std::byte> buffer;
   bool reduce = false;
@@ -111,9 +114,10 @@ struct Link {
   void await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving);
   // Guarded by mutex.
   std::deque<std::shared_ptr<Frame>> unmatched;
-  // Owned by their RecvRequests, which take them off this list when dropped unmatched: a shared count here was an
-  // atomic the sender's thread changed on the receiver's cache line at every match.
-  std::deque<PostedRecv*> posted;
+  // Owned by their RecvRequests, which take them off this list when dropped unmatched, oldest first. Intrusive: a
+  // sender finds the receive and takes it off in the receive's own line and this one, where a deque's header, its
+  // node and a shared count in the receive's line were each a line the two threads passed back and forth.
+  boost::intrusive::list<PostedRecv, boost::intrusive::constant_time_size<false>> posted;
   std::string broken;              // nonempty: every request on the link fails with this reason
   bool broken_by_payload = false;  // InvalidPayload (a malformed header) rather than an abort (CommError)
 
@@ -131,23 +135,28 @@ thread_local CpuSharing t_sharing;
 
 void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving) {
   SpinStalls& stalls = threadSpinStalls();
-  if (spin > Clock::duration::zero() && stalls.maySpin(Clock::now()) && budget.running()) {
+  // One clock read per spin step, which times the step, runs the budget and dates a CPU move alike: three reads a step
+  // were a tenth of a microsecond in a guest, in which a change that came meanwhile went unseen.
+  Clock::time_point before = Clock::now();
+  if (spin > Clock::duration::zero() && stalls.maySpin(before) && budget.running(before)) {
     // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
     const uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
     const auto changed = [&] { return events.load(std::memory_order_acquire) != seen; };
     for (;;) {
-      bool moved = false;
-      if (stalls.timedStep([&] { moved = spinStepUntil(changed); }, spin)) break;
+      const bool moved = spinStepUntil(changed);
+      const Clock::time_point after = Clock::now();
+      if (stalls.step(after - before, spin, after)) break;
       if (moved) {
         stalls.progressed();
         const int own = currentCpu();
         const int peer_cpu = (receiving ? sender_cpu : receiver_cpu).load(std::memory_order_relaxed);
-        if (t_sharing.spinEnded(receiving ? to : from, receiving ? from : to, peer_cpu, own, Clock::now()))
+        if (t_sharing.spinEnded(receiving ? to : from, receiving ? from : to, peer_cpu, own, after))
           moveToAnotherCpu(own);
         break;
       }
-      if (!budget.running()) break;
+      if (!budget.running(after)) break;
+      before = after;
     }
     lock.lock();
     return;
@@ -405,8 +414,7 @@ class RecvRequest final : public RequestImpl {
     Link& l = *link_;
     std::unique_lock lock(l.mutex);
     if (!recv_.frame) {
-      auto it = std::find(l.posted.begin(), l.posted.end(), &recv_);
-      if (it != l.posted.end()) l.posted.erase(it);
+      if (recv_.is_linked()) l.posted.erase(l.posted.iterator_to(recv_));
       return;
     }
     Frame& f = *recv_.frame;
@@ -691,7 +699,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         if (match(l, r, *f)) r.frame = std::move(f);
         matched_queued = true;
       } else {
-        l.posted.push_back(&r);
+        l.posted.push_back(r);
       }
     }
     // The frame's sender may be blocked in wait() until its frame is matched (to copy it) or consumed (refused): wake
@@ -774,11 +782,11 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   }
   // The oldest posted receive of `tag`, taken off the list; null when there is none.
   static PostedRecv* takePosted(Link& l, Tag tag) {
-    auto it = std::find_if(l.posted.begin(), l.posted.end(), [&](const PostedRecv* r) { return r->expect.tag == tag; });
+    auto it = std::find_if(l.posted.begin(), l.posted.end(), [&](const PostedRecv& r) { return r.expect.tag == tag; });
     if (it == l.posted.end()) return nullptr;
-    PostedRecv* r = *it;
+    PostedRecv& r = *it;
     l.posted.erase(it);
-    return r;
+    return &r;
   }
 
   // Called under l.mutex.
@@ -796,7 +804,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   // copy.
   bool deliverToPosted(Link& l, Frame& f, std::span<const std::byte> raw) {
     const Tag tag = f.header.meta.tag;
-    if (std::none_of(l.posted.begin(), l.posted.end(), [&](const PostedRecv* r) { return r->expect.tag == tag; }))
+    if (std::none_of(l.posted.begin(), l.posted.end(), [&](const PostedRecv& r) { return r.expect.tag == tag; }))
       return false;
     // Validated as a received header, then matched with the oldest receive of its tag, as arrive() does.
     if (!decodeArriving(l, f, raw)) return true;  // the link broke: the frame is consumed

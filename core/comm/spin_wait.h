@@ -55,9 +55,10 @@ class SpinBudget {
  public:
   using Clock = std::chrono::steady_clock;
   explicit SpinBudget(Clock::duration budget) : budget_(budget) {}
-  bool running() {
+  bool running() { return budget_ > Clock::duration::zero() && running(Clock::now()); }
+  // The same at `now`, a time the caller has just read.
+  bool running(Clock::time_point now) {
     if (budget_ <= Clock::duration::zero()) return false;
-    const Clock::time_point now = Clock::now();
     if (!started_) {
       started_ = true;
       end_ = now + budget_;
@@ -113,7 +114,8 @@ class SpinStalls {
     }
     return true;
   }
-  // Runs one spin step (`step_fn`) and times it: step() above. The transports' spins call this, not step().
+  // Runs one spin step (`step_fn`) and times it: step() above. A spin that reads the clock once per step anyway calls
+  // step() with the time between two of its reads instead (the inproc transport's Link::await).
   template <class StepFn>
   bool timedStep(StepFn&& step_fn, Clock::duration budget) {
     const Clock::time_point before = Clock::now();
