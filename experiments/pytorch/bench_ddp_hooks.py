@@ -203,6 +203,9 @@ def main():
         args.skip.append("ddp-powerSGD-r2")
         print("leaving out ddp-powerSGD-r2: DDP's PowerSGD hook aborts gloo with several buckets on torch %s; compare "
               "PowerSGD with --one-bucket" % torch.__version__)
+    names = [c[0] for c in configs(build(args.model), args.bucket_rows) if c[0] not in args.skip]
+    if args.only and not any(o in n for n in names for o in args.only.split(",")):
+        p.error("--only %r matches none of the rows: %s" % (args.only, ", ".join(names)))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows")
         mp.spawn(worker, args=(os.path.join(tmp, "store"), args, out), nprocs=WORLD)
