@@ -107,7 +107,10 @@ TorchCommunicator::~TorchCommunicator() {
   for (py::object* o : {&dist_, &torch_, &group_, &from_dlpack_, &all_reduce_, &all_gather_, &broadcast_, &barrier_,
                         &get_rank_, &get_world_size_, &device_object_})
     *o = py::object();
-  in_call_.clear();  // the last call's tensors (long completed), dropped while the GIL is held
+  // The last calls' tensors are left alive, not dropped: this may run right after the last collective, before gloo's
+  // thread has let go of it, and ours would then not be the last reference (see in_call_ in the header).
+  for (std::vector<py::object>* calls : {&before_call_, &in_call_})
+    for (py::object& t : *calls) t.release();
 }
 
 void TorchCommunicator::useDevice(int device, void* stream) {
@@ -184,7 +187,9 @@ comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint
   py::gil_scoped_acquire gil;  // the aggregation runs without it (torch_communicator.h)
   if (!aborted_.empty()) throw comm::CommError("terse.torch: " + std::string(what) + " after abort: " + aborted_);
   const auto start = Clock::now();
-  in_call_.clear();  // the previous call's tensors: gloo let go of them long ago (see in_call_ in the header)
+  // The tensors of the call before the previous one: gloo let go of them long ago (see in_call_ in the header).
+  before_call_.clear();
+  std::swap(before_call_, in_call_);
   try {
     fn();
   } catch (py::error_already_set& e) {

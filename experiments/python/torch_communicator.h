@@ -150,7 +150,13 @@ class TorchCommunicator final : public comm::Communicator {
   // finalizing by then (the process is leaving after the error) the thread is killed inside a noexcept frame and the
   // process aborts ("terminate called without an active exception"). A failed call therefore leaks one reference to
   // each of its tensors: a few views per failed job, and every later call fails fast on aborted_.
+  // Gloo's drop comes after the wait has returned, so a caller that goes on at once -- the next call's start, or this
+  // communicator's destruction right after a step -- can still beat it: a run of bench_ddp_hooks.py hung so at its
+  // end, in ~ProcessGroupGloo joining a gloo thread that waited for the GIL to free a tensor. So a call's tensors are
+  // kept one call longer (before_call_), and the destructor leaves the last two calls' views alive (a few small
+  // objects per communicator) rather than race gloo for the last reference.
   std::vector<pybind11::object> in_call_;
+  std::vector<pybind11::object> before_call_;
 };
 
 }  // namespace terse::python
