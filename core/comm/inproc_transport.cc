@@ -649,12 +649,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         if (!l.broken.empty()) throwBroken(l);
         if (i < kAwaitPostPauses) delivered = deliverToPosted(l, local, raw);
       }
-      if (delivered) {
-        countFrame(rank, peer, meta, data.size());
-        lock.unlock();
-        l.notifyWaiters();
-        return Request(std::make_shared<SendRequest>(keep, &l, data.size()));
-      }
+      if (delivered) return sentAtOnce(keep, lock, l, rank, peer, meta, data.size());
     }
     auto f = std::make_shared<Frame>();
     f->header = header;
@@ -671,12 +666,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       std::unique_lock lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
       // A receive posted since the look above: the sender moves the bytes still (from its staged copy).
-      if (direct && deliverToPosted(l, *f, raw)) {
-        countFrame(rank, peer, meta, data.size());
-        lock.unlock();
-        l.notifyWaiters();
-        return Request(std::make_shared<SendRequest>(keep, &l, data.size()));
-      }
+      if (direct && deliverToPosted(l, *f, raw)) return sentAtOnce(keep, lock, l, rank, peer, meta, data.size());
       countFrame(rank, peer, meta, data.size());
       arrive(l, f, raw);
       if (emulated_) {
@@ -780,8 +770,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
 
   // A frame reaches the receiving end of l: its header is validated as an untrusted one would be, then it is matched
   // with the oldest posted receive of its tag or queued. A malformed header breaks the link: the stream has lost its
-  // framing, so nothing after it could be trusted either. Returns the receive it matched, if any. Called under
-  // l.mutex.
+  // framing, so nothing after it could be trusted either. Called under l.mutex.
   void arrive(Link& l, const std::shared_ptr<Frame>& f, std::span<const std::byte> raw) {
     if (!decodeArriving(l, *f, raw)) return;
     PostedRecv* r = takePosted(l, f->header.meta.tag);
@@ -804,13 +793,27 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       return false;
     }
   }
-  // The oldest posted receive of `tag`, taken off the list; null when there is none.
+  // The oldest posted receive of `tag`, or posted.end().
+  static auto findPosted(Link& l, Tag tag) {
+    return std::find_if(l.posted.begin(), l.posted.end(), [&](const PostedRecv& r) { return r.expect.tag == tag; });
+  }
+  // The same, taken off the list; null when there is none.
   static PostedRecv* takePosted(Link& l, Tag tag) {
-    auto it = std::find_if(l.posted.begin(), l.posted.end(), [&](const PostedRecv& r) { return r.expect.tag == tag; });
+    auto it = findPosted(l, tag);
     if (it == l.posted.end()) return nullptr;
     PostedRecv& r = *it;
     l.posted.erase(it);
     return &r;
+  }
+
+  // A frame isend delivered to its posted receive (deliverToPosted): counted, the lock let go, the waiters told, and
+  // a request complete already.
+  Request sentAtOnce(const std::shared_ptr<const void>& keep, std::unique_lock<rt::Mutex>& lock, Link& l, int rank,
+                     int peer, const FrameMeta& meta, uint64_t bytes) {
+    countFrame(rank, peer, meta, bytes);
+    lock.unlock();
+    l.notifyWaiters();
+    return Request(std::make_shared<SendRequest>(keep, &l, bytes));
   }
 
   // Called under l.mutex.
@@ -827,12 +830,13 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   // may be the sender's own (Fabric::isend). Called under l.mutex, with f's data the sender's buffer or its staged
   // copy.
   bool deliverToPosted(Link& l, Frame& f, std::span<const std::byte> raw) {
-    const Tag tag = f.header.meta.tag;
-    if (std::none_of(l.posted.begin(), l.posted.end(), [&](const PostedRecv& r) { return r.expect.tag == tag; }))
-      return false;
-    // Validated as a received header, then matched with the oldest receive of its tag, as arrive() does.
+    auto it = findPosted(l, f.header.meta.tag);
+    if (it == l.posted.end()) return false;
+    // Validated as a received header (which leaves the tag as it was), then matched with the oldest receive of its
+    // tag, as arrive() does.
     if (!decodeArriving(l, f, raw)) return true;  // the link broke: the frame is consumed
-    PostedRecv& r = *takePosted(l, f.header.meta.tag);
+    PostedRecv& r = *it;
+    l.posted.erase(it);
     if (match(l, r, f)) {
       if (f.copy == Frame::Copy::kPending) moveBytes(f);
       r.delivered.store(true, std::memory_order_release);
