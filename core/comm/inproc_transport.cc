@@ -74,6 +74,9 @@ struct Link {
   // Set when the link is made, read on every request: kept off the lines below, which the two threads write.
   Clock::duration spin{};         // a blocking wait's spin budget; zero: it parks at once
   bool skip_idle_notify = false;  // real time: no notify when nobody is parked (a simulation keeps every call)
+  // A backed-off waiter holds its CPU for a short spin before it parks (await): set where the spin is on and the
+  // fabric's ranks do not outnumber the CPUs the process may use, so that a rank that holds its CPU keeps none waiting.
+  bool hold_when_backed_off = false;
   // Real time without emulation: an eager frame's send is complete when isend returns (its bytes are the frame's own,
   // and nothing times it), and its receive copies it without the lock (copyEagerAlone).
   bool eager_sends_complete = false;
@@ -136,12 +139,43 @@ struct Link {
 // spinning for a while is threadSpinStalls(), shared with the tcp transport.
 thread_local CpuSharing t_sharing;
 
+// How long a backed-off waiter holds its CPU before it parks (Link::await), within the wait's own budget. Beside two
+// CPU-bound processes on 2 vCPUs, 20 us took a 4 KiB allreduce of 2 ranks from 5.1 us (parking) to 3.3, vader 4.1
+// (docs/performance.md); the whole budget unyielded, an experiment, 3.0.
+constexpr Clock::duration kHeldSpin = std::chrono::microseconds(20);
+
 void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving) {
   SpinStalls& stalls = threadSpinStalls();
   // One clock read per spin step, which times the step, runs the budget and dates a CPU move alike: three reads a step
   // were a tenth of a microsecond in a guest, in which a change that came meanwhile went unseen.
   Clock::time_point before = Clock::now();
-  if (spin > Clock::duration::zero() && stalls.maySpin(before) && budget.running(before)) {
+  if (spin <= Clock::duration::zero() || !budget.running(before)) {
+    park(lock);
+    return;
+  }
+  if (!stalls.maySpin(before)) {
+    // Backed off (SpinStalls): another process takes this CPU at every yield. Where every rank has a CPU of its own
+    // the peer is most likely running and answers within microseconds, so hold the CPU for a short spin without
+    // yielding, as a busy-polling MPI does, before parking; a yield would hand the CPU over for a time slice and a
+    // park costs a wake-up, which that other process then delays. Not when the peer last ran on this very CPU: it
+    // cannot answer while this thread holds it. Measured beside two CPU-bound processes (2 ranks, 4 KiB allreduce,
+    // docs/performance.md).
+    const int own = currentCpu();
+    const int peer_cpu = (receiving ? sender_cpu : receiver_cpu).load(std::memory_order_relaxed);
+    if (hold_when_backed_off && peer_cpu != own && budget.within(kHeldSpin, before)) {
+      const uint64_t seen = events.load(std::memory_order_acquire);
+      lock.unlock();
+      const auto changed = [&] { return events.load(std::memory_order_acquire) != seen; };
+      while (!holdStepUntil(changed) && budget.within(kHeldSpin, Clock::now())) {
+      }
+      stalls.heldSpin();
+      lock.lock();
+      return;
+    }
+    park(lock);
+    return;
+  }
+  {
     // Read under the lock: a change the caller just found missing is made under it and bumps the counter after.
     const uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
@@ -162,9 +196,7 @@ void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool rec
       before = after;
     }
     lock.lock();
-    return;
   }
-  park(lock);
 }
 
 [[noreturn]] void throwBroken(const Link& l) {
@@ -501,7 +533,8 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         network_(options.network),
         emulated_(!network_ && options.emulation.enabled()),
         spin_us_(spin_us),
-        skip_idle_notify_(!network_ && !rt::simulated()) {
+        skip_idle_notify_(!network_ && !rt::simulated()),
+        hold_when_backed_off_(spin_us > 0 && n <= allowedCpus()) {
     // Links are made on first use: a ring or a tree touches O(1) peers per rank, and a link (a runtime mutex and
     // condition variable, queues) made for every pair took 2.9 GB at 1,024 simulated ranks. The table itself is one
     // pointer per pair (8 MB at 1,024).
@@ -540,6 +573,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   int size() const noexcept override { return n_; }
   const InprocOptions& options() const noexcept override { return options_; }
   int spinMicroseconds() const noexcept override { return spin_us_; }
+  bool holdsWhenBackedOff() const noexcept override { return hold_when_backed_off_; }
   std::unique_ptr<Transport> endpoint(int rank) override;
 
   std::vector<RankTraffic> traffic() const override {
@@ -737,6 +771,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     made->wire = PacedResource(made->spec.bandwidth_bps);
     made->spin = std::chrono::microseconds(spin_us_);
     made->skip_idle_notify = skip_idle_notify_;
+    made->hold_when_backed_off = hold_when_backed_off_;
     made->eager_sends_complete = skip_idle_notify_ && !emulated_;
     Link* expected = nullptr;
     if (!slot.compare_exchange_strong(expected, made.get())) return *expected;  // another thread made it first
@@ -981,6 +1016,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   bool emulated_;
   int spin_us_;                                  // resolveInprocSpinUs
   bool skip_idle_notify_;                        // Link::skip_idle_notify
+  bool hold_when_backed_off_;                    // Link::hold_when_backed_off
   std::unique_ptr<std::atomic<Link*>[]> links_;  // from * n + to, made by link(), owned here (~Fabric)
   std::vector<std::unique_ptr<TrafficCounter>> counters_;
   std::vector<std::unique_ptr<Nic>> nics_;  // emulation only

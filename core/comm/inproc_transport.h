@@ -39,7 +39,10 @@
 // / 1.1 GB/s; 4 ranks 4 KiB 33 / 45 / 39 us, 64 KiB 144 / 190 / 120 us, 16 MiB 3.6 / 3.4 / 0.8 GB/s. Beside a two-job
 // build (load 7) a spin step's sched_yield() handed the CPU to a compiler for its whole slice (a 4 KiB allreduce of 800
 // us); steps longer than the budget that add up to 2 ms within 100 ms now make the thread park at once for a while
-// (spin_wait.h, SpinStalls), and the spin then costs what parking does. The spin is off in simulated time (the actors
+// (spin_wait.h, SpinStalls), and the spin then costs what parking does -- except where every rank has a CPU of its own
+// (ranks <= the CPUs of the creating thread's affinity): there a backed-off wait holds its CPU for up to 20 us without
+// yielding before it parks, as a busy-polling MPI does; beside two CPU-bound processes on 2 vCPUs a 4 KiB allreduce of
+// 2 ranks took 5.1 us parking, 3.3 holding, Open MPI's vader 4.1 (docs/performance.md). The spin is off in simulated time (the actors
 // share one OS thread: nothing changes while one spins, and the simulation's calls stay exactly those of before) and on
 // emulated links (the pacers set the times and need the CPU).
 //
@@ -127,6 +130,10 @@ class InprocFabric {
   virtual const InprocOptions& options() const noexcept = 0;
   // The budget its waiting ranks spin for (resolveInprocSpinUs, at create()).
   virtual int spinMicroseconds() const noexcept = 0;
+  // Whether a waiting rank whose spins are backed off (spin_wait.h, SpinStalls) holds its CPU for a short spin before
+  // it parks: where the spin is on and the ranks do not outnumber the CPUs the creating thread may use (header
+  // comment, "Waiting").
+  virtual bool holdsWhenBackedOff() const noexcept = 0;
   // Rank `rank`'s transport. Endpoints keep the fabric alive; call once per rank.
   virtual std::unique_ptr<Transport> endpoint(int rank) = 0;
 

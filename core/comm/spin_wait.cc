@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 
@@ -16,6 +17,13 @@ SpinStalls& threadSpinStalls() {
 
 int currentCpu() {
   return ::sched_getcpu();
+}
+
+int allowedCpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 1;
+  return std::max(1, CPU_COUNT(&allowed));
 }
 
 bool moveToAnotherCpu(int from) {

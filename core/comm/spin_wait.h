@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string_view>
 
 #include "core/comm/job.h"
@@ -46,6 +47,17 @@ bool spinStepUntil(Changed&& changed) {
   return changed();
 }
 
+// One step of a spin that holds its CPU: the same pause hints and looks as spinStepUntil, without the yield. For a
+// waiter that must not hand its CPU to another process for a time slice (Link::await while backed off).
+template <class Changed>
+bool holdStepUntil(Changed&& changed) {
+  for (int i = 0; i < 8; ++i) {
+    if (changed()) return true;
+    cpuRelax();
+  }
+  return changed();
+}
+
 // The largest spin budget accepted, in microseconds.
 inline constexpr int kMaxSpinUs = 1000000;
 
@@ -61,16 +73,20 @@ class SpinBudget {
     if (budget_ <= Clock::duration::zero()) return false;
     if (!started_) {
       started_ = true;
-      end_ = now + budget_;
+      start_ = now;
     }
-    return now < end_;
+    return now - start_ < budget_;
+  }
+  // Whether a budget that started (running() was called) has run for less than `limit` and less than itself at `now`.
+  bool within(Clock::duration limit, Clock::time_point now) const {
+    return started_ && now - start_ < std::min(budget_, limit);
   }
   void restart() { started_ = false; }
 
  private:
   Clock::duration budget_;
   bool started_ = false;
-  Clock::time_point end_{};
+  Clock::time_point start_{};
 };
 
 // When a waiter should stop spinning for a while. A spin step yields the CPU; where another thread keeps that CPU busy
@@ -107,11 +123,7 @@ class SpinStalls {
       first_stall_ = now;
     }
     stalled_ += step;
-    if (stalled_ >= kStallTimeToBackOff) {
-      stalled_ = Clock::duration::zero();
-      backoff_ = std::clamp(backoff_ * 2, kMinBackoff, kMaxBackoff);
-      park_until_ = now + backoff_;
-    }
+    if (stalled_ >= kStallTimeToBackOff) backOff(now);
     return true;
   }
   // Runs one spin step (`step_fn`) and times it: step() above. A spin that reads the clock once per step anyway calls
@@ -126,12 +138,23 @@ class SpinStalls {
   // A spin ended with the change it waited for.
   void progressed() { backoff_ /= 2; }
   Clock::duration backoff() const { return backoff_; }
+  // Starts a back-off at `now` as stalls adding up to kStallTimeToBackOff would: the tests' way to put a thread where a
+  // CPU hog puts it.
+  void backOff(Clock::time_point now) {
+    stalled_ = Clock::duration::zero();
+    backoff_ = std::clamp(backoff_ * 2, kMinBackoff, kMaxBackoff);
+    park_until_ = now + backoff_;
+  }
+  // Waits that held their CPU while backed off (the inproc transport's Link::await), for tests.
+  uint64_t heldSpins() const { return held_spins_; }
+  void heldSpin() { ++held_spins_; }
 
  private:
   Clock::duration stalled_{};  // stalled time since first_stall_
   Clock::time_point first_stall_{};
   Clock::duration backoff_{};
   Clock::time_point park_until_{};
+  uint64_t held_spins_ = 0;
 };
 
 // Moves a spinning thread off a CPU it shares with the thread it waits for. Two in-process ranks started at once can
@@ -179,6 +202,9 @@ SpinStalls& threadSpinStalls();
 
 // The CPU the calling thread runs on, -1 where it cannot be known.
 int currentCpu();
+
+// The CPUs the calling thread may run on (its affinity); 1 where that cannot be known.
+int allowedCpus();
 
 // Moves the calling thread to the next CPU after `from` that its affinity allows, leaving its affinity as it was.
 // Returns false (and does nothing) where only one CPU is allowed or the system refuses.

@@ -2,7 +2,8 @@
 // TERSE_INPROC_SPIN_US, then the default), bad values refused naming themselves, no spin in simulated time or with
 // emulated links, and a waiter that is woken whatever the budget -- parked at once, after a short spin, or spinning
 // through the whole exchange -- for eager and rendezvous frames alike; when a thread's stalled spins make it park for a
-// while (SpinStalls); when a spinning thread leaves a CPU it shares with its peer (CpuSharing); and an eager send
+// while (SpinStalls), and when such a thread holds its CPU before it parks; when a spinning thread leaves a CPU it
+// shares with its peer (CpuSharing); and an eager send
 // complete at once in real time, its receive's copy alone.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -255,6 +256,88 @@ TEST(InprocSpin, MovingToAnotherCpuKeepsTheAffinity) {
   CPU_ZERO(&now);
   ASSERT_EQ(sched_getaffinity(0, sizeof now, &now), 0);
   EXPECT_TRUE(CPU_EQUAL(&now, &before)) << "the test thread's affinity changed";
+}
+
+// A backed-off wait holds its CPU (a short spin without yielding) only where every rank has a CPU of its own: ranks
+// no more than the creating thread's allowed CPUs, and the spin on.
+TEST(InprocSpin, BackedOffWaitsHoldTheirCpuOnlyWhereEveryRankHasOne) {
+  const int cpus = allowedCpus();
+  ASSERT_GE(cpus, 1);
+  EXPECT_EQ(InprocFabric::create(2, withSpin(kDefaultInprocSpinUs))->holdsWhenBackedOff(), cpus >= 2);
+  EXPECT_EQ(InprocFabric::create(cpus, withSpin(kDefaultInprocSpinUs))->holdsWhenBackedOff(), true);
+  EXPECT_FALSE(InprocFabric::create(cpus + 1, withSpin(kDefaultInprocSpinUs))->holdsWhenBackedOff());
+  EXPECT_FALSE(InprocFabric::create(2, withSpin(0))->holdsWhenBackedOff()) << "held with the spin off";
+  InprocOptions simulated = withSpin(kDefaultInprocSpinUs);
+  simulated.network = std::make_shared<UnusedNetwork>();
+  EXPECT_FALSE(InprocFabric::create(2, simulated)->holdsWhenBackedOff()) << "held in simulated time";
+  // A thread bound to one CPU: two ranks would share it.
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(currentCpu(), &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    EXPECT_EQ(allowedCpus(), 1);
+    EXPECT_FALSE(InprocFabric::create(2, withSpin(kDefaultInprocSpinUs))->holdsWhenBackedOff());
+    EXPECT_TRUE(InprocFabric::create(1, withSpin(kDefaultInprocSpinUs))->holdsWhenBackedOff());
+  }).join();
+}
+
+// Ping-pong with both threads backed off (as a CPU hog puts them): waits hold their CPU where the fabric says so and
+// park otherwise, and every wake-up still arrives -- late replies outlast the held spin, so those waits end parked.
+TEST(InprocSpin, BackedOffWaitersHoldThenParkAndAreWoken) {
+  const FrameMeta meta{OpKind::kP2P, 11, kNoTensor};
+  // Each thread on a CPU of its own where there are two (a held spin never waits for a peer on its own CPU), and
+  // backed off.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const auto backOff = [&](int which) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[static_cast<std::size_t>(which) % cpus.size()], &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    SpinStalls& stalls = threadSpinStalls();
+    while (stalls.backoff() < SpinStalls::kMaxBackoff) stalls.backOff(SpinStalls::Clock::now());
+    ASSERT_FALSE(stalls.maySpin(SpinStalls::Clock::now()));
+  };
+  for (int ranks : {2, allowedCpus() + 1}) {
+    for (std::size_t size : {std::size_t{64}, std::size_t{256 * 1024}}) {  // eager, rendezvous
+      auto fabric = InprocFabric::create(ranks, withSpin(kDefaultInprocSpinUs));
+      auto a = fabric->endpoint(0);
+      auto b = fabric->endpoint(1);
+      constexpr int kRounds = 200;
+      std::thread echo([&] {
+        backOff(1);
+        std::vector<std::byte> buf(size);
+        for (int i = 0; i < kRounds; ++i) {
+          b->recv(0, meta, buf);
+          if (i % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a late reply
+          b->send(0, meta, buf);
+        }
+      });
+      std::thread main([&] {
+        backOff(0);
+        std::vector<std::byte> out(size), in(size);
+        for (int i = 0; i < kRounds; ++i) {
+          for (std::size_t k = 0; k < size; ++k)
+            out[k] = static_cast<std::byte>((k * 5 + static_cast<std::size_t>(i)) & 0xFF);
+          a->send(1, meta, out);
+          a->recv(1, meta, in);
+          ASSERT_EQ(in, out) << ranks << " ranks, " << size << " bytes, round " << i;
+        }
+        // The late replies alone make this thread wait past any spin's end.
+        if (fabric->holdsWhenBackedOff())
+          EXPECT_GT(threadSpinStalls().heldSpins(), 0u) << ranks << " ranks: no wait held its CPU";
+        else
+          EXPECT_EQ(threadSpinStalls().heldSpins(), 0u) << ranks << " ranks: a wait held a CPU another rank needs";
+      });
+      main.join();
+      echo.join();
+    }
+  }
 }
 
 // In real time an eager frame's send is complete as isend returns, before any receive exists, and its bytes stay the
