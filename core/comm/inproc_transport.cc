@@ -140,8 +140,9 @@ struct Link {
 thread_local CpuSharing t_sharing;
 
 // How long a backed-off waiter holds its CPU before it parks (Link::await), within the wait's own budget. Beside two
-// CPU-bound processes on 2 vCPUs, 20 us took a 4 KiB allreduce of 2 ranks from 5.1 us (parking) to 3.3, vader 4.1
-// (docs/performance.md); the whole budget unyielded, an experiment, 3.0.
+// CPU-bound processes on 2 vCPUs, 20 us took a 4 KiB allreduce of 2 ranks from 5.2 us (parking) to 3.3, vader 7.1
+// (docs/performance.md). A spin that never yields lost whole time slices whenever the peer was descheduled (131 us
+// against vader's 43 in one window), so only a backed-off wait holds, and briefly.
 constexpr Clock::duration kHeldSpin = std::chrono::microseconds(20);
 
 void Link::await(std::unique_lock<rt::Mutex>& lock, SpinBudget& budget, bool receiving) {

@@ -42,9 +42,9 @@
 // (spin_wait.h, SpinStalls), and the spin then costs what parking does -- except where every rank has a CPU of its own
 // (ranks <= the CPUs of the creating thread's affinity): there a backed-off wait holds its CPU for up to 20 us without
 // yielding before it parks, as a busy-polling MPI does; beside two CPU-bound processes on 2 vCPUs a 4 KiB allreduce of
-// 2 ranks took 5.1 us parking, 3.3 holding, Open MPI's vader 4.1 (docs/performance.md). The spin is off in simulated time (the actors
-// share one OS thread: nothing changes while one spins, and the simulation's calls stay exactly those of before) and on
-// emulated links (the pacers set the times and need the CPU).
+// 2 ranks took 5.2 us parking, 3.3 holding, Open MPI's vader 7.1 (docs/performance.md). The spin is off in simulated
+// time (the actors share one OS thread: nothing changes while one spins, and the simulation's calls stay exactly those
+// of before) and on emulated links (the pacers set the times and need the CPU).
 //
 // Emulation (link_emulation.h). When enabled, each rank gets one pacer thread, its NIC: it interleaves the slices of
 // the frames queued on the rank's outgoing links, sleeping until the token buckets of the link, the rank's egress and
