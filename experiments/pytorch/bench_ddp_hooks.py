@@ -3,7 +3,8 @@
 0.24M parameters) or a CNN of 4M parameters (--model cnn), batch 64 per worker, 2 workers (torch.multiprocessing,
 gloo, CPU, one thread each).
 
-Rows: DDP's default allreduce and terse's `none`; DDP's fp16_compress_hook and terse's fp16; DDP's PowerSGD hook
+Rows: DDP's default allreduce (its C++ path), the same allreduce as DDP's Python allreduce_hook (what any Python hook's
+path costs), and terse's `none`; DDP's fp16_compress_hook and terse's fp16; DDP's PowerSGD hook
 (rank 2, its error feedback and warm start) and terse's powersgd rank 2 with terse's error feedback. terse's hooks run
 twice, overlapping backward (the default) and inside the hook (overlap=False), to show what the overlap hides.
 
@@ -90,6 +91,10 @@ def configs(model, bucket_rows=False):
     """(name, hook factory or None, DDP's bytes per step or None when terse counts them)."""
     dense = 4 * sum(p.numel() for p in model.parameters())
     rows = [("ddp-allreduce", None, dense)]
+    # DDP's allreduce_hook, registered as any Python hook is: the same allreduce as the row above, reached through
+    # DDP's Python comm-hook path (the GIL, a Python Future and its then() callback). What that path costs is a floor
+    # under every Python hook, terse's among them, which the built-in C++ allreduce does not pay.
+    rows += [("ddp-allreduce_hook (Python)", lambda m: (None, default_hooks.allreduce_hook), dense)]
     rows += [("terse-none" + tag, terse_hook("none", overlap=o), None) for tag, o in (("", True), (" (no overlap)",
                                                                                                  False))]
     rows += [("ddp-fp16_compress_hook", lambda m: (None, default_hooks.fp16_compress_hook), dense // 2)]
@@ -224,7 +229,8 @@ def main():
             exposed, row["payload"], row["sent"]))
     print()
     print("ratios of medians, same run:")
-    for ours, theirs in (("terse-none", "ddp-allreduce"), ("terse-fp16", "ddp-fp16_compress_hook"),
+    for ours, theirs in (("terse-none", "ddp-allreduce"), ("ddp-allreduce_hook (Python)", "ddp-allreduce"),
+                         ("terse-none", "ddp-allreduce_hook (Python)"), ("terse-fp16", "ddp-fp16_compress_hook"),
                          ("terse-powersgd-r2-ef", "ddp-powerSGD-r2")):
         if ours not in rows or theirs not in rows:
             continue
