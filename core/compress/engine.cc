@@ -48,7 +48,7 @@ constexpr std::uintptr_t kPayloadAlignment = 16;
 
 }  // namespace
 
-void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members, const GroupPhaseFn& phase) {
+void AggregationEngine::checkMembers(std::span<const GroupMember> members) const {
   // Refused before any collective, so a caller's mistake cannot leave the peers inside one.
   for (std::size_t i = 0; i < members.size(); ++i) {
     const GroupMember& m = members[i];
@@ -56,12 +56,13 @@ void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members,
     TERSE_CHECK((m.out != nullptr && m.grad != nullptr) || m.pipeline->codec().info().numel == 0, InvalidArgument,
                 "aggregation: tensor " << m.pipeline->tensorId() << " has a null gradient or output");
   }
+}
+
+void AggregationEngine::run(uint64_t step, std::span<const GroupMember> members, const GroupPhaseFn& phase) {
+  checkMembers(members);
   std::size_t i = 0;
   while (i < members.size()) {
-    std::size_t j = i + 1;
-    if (!sumsAlone(members[i])) {
-      while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline) && !sumsAlone(members[j])) ++j;
-    }
+    const std::size_t j = nextRun(members, i);
     const auto run = members.subspan(i, j - i);
     // runSum loops the rounds of its run (one allreduce a round for all its members); CUSTOM is always alone.
     switch (members[i].pipeline->aggregation()) {
@@ -85,6 +86,37 @@ bool AggregationEngine::sumsAlone(const GroupMember& m) const noexcept {
          p.maxPayloadBytes(0) - p.sumHeaderBytes(0) >= sum_in_place_from_;
 }
 
+namespace {
+
+// Round r of every member: local[m] = member m's payload; returns the bytes of their summable bodies (past each
+// member's SUM header).
+std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> members,
+                        std::vector<std::span<std::byte>>& local) {
+  std::size_t body_bytes = 0;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    local[m] = members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m]);
+    body_bytes += local[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
+  }
+  return body_bytes;
+}
+
+// Each member's round-r body in turn, into the concatenation (to_send) or back behind its header. Returns the bytes
+// copied.
+uint64_t copyBodies(std::span<const GroupMember> members, std::span<const std::span<std::byte>> local, int r,
+                    std::byte* concat, bool to_send, const Placement& where) {
+  std::size_t off = 0;
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
+    std::byte* body = local[m].data() + header;
+    const std::size_t n = local[m].size() - header;
+    copyBytes(to_send ? concat + off : body, to_send ? body : concat + off, n, where);
+    off += n;
+  }
+  return off;
+}
+
+}  // namespace
+
 void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first,
                                const GroupPhaseFn& phase) {
   CompressionPipeline& lead = *members[0].pipeline;
@@ -99,12 +131,7 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   local_.assign(k, {});
   for (int r = 0; r < rounds; ++r) {
     auto t0 = rt::now();
-    std::size_t body_bytes = 0;
-    for (std::size_t m = 0; m < k; ++m) {
-      local_[m] =
-          members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local_[m]);
-      body_bytes += local_[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
-    }
+    const std::size_t body_bytes = encodeRound(step, r, members, local_);
     if (phase) phase("compress", t0, rt::now(), first, k, {});
 
     t0 = rt::now();
@@ -115,25 +142,13 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
       wire_bytes +=
           comm_.allreducePayload(local_[0], static_cast<std::size_t>(lead.sumHeaderBytes(r)), wire, lead.tensorId());
     } else {
-      // Each member's body in turn, into the concatenation (to_send) or back behind its header.
       std::byte* const concat = send_start(body_bytes, where);
-      auto bodies = [&](bool to_send) {
-        std::size_t off = 0;
-        for (std::size_t m = 0; m < k; ++m) {
-          const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
-          std::byte* body = local_[m].data() + header;
-          const std::size_t n = local_[m].size() - header;
-          copyBytes(to_send ? concat + off : body, to_send ? body : concat + off, n, where);
-          copied_ += n;
-          off += n;
-        }
-      };
-      bodies(true);
+      copied_ += copyBodies(members, local_, r, concat, true, where);
       wire_bytes += comm_.allreducePayload(std::span<std::byte>(concat, body_bytes), 0, wire, lead.tensorId());
       // The last round's sums are decoded where they lie (below) on the host; an earlier round's are the next round's
       // prev, behind their headers.
       if (r + 1 < rounds || where.device) {
-        bodies(false);
+        copied_ += copyBodies(members, local_, r, concat, false, where);
       } else {
         decode_from = concat;
       }
@@ -148,33 +163,107 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   lead.addWire(wire_bytes);
 
   const auto t0 = rt::now();
-  if (decode_from == nullptr) {
-    for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
-  } else {
-    // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
-    // its payload buffer is the aggregate's) is written in front of its summed body, over the tail of members before
-    // it that are decoded already, so each payload reads [header | summed body] without the body's copy back. A member
-    // whose payload would not start at the ABI's 16-byte alignment there, or whose header does not fit in front of
-    // the concatenation, has its body copied back behind its header as before. Plugins read payloads and never write
-    // them (terse/compressor_v1.h), so nothing else moves.
-    const int last = rounds - 1;
-    std::size_t off = 0;
-    for (std::size_t m = 0; m < k; ++m) {
-      const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(last));
-      const std::size_t n = local_[m].size() - header;
-      std::byte* const at = header <= off + kSendHeadroom ? decode_from + off - header : nullptr;
-      if (at != nullptr && reinterpret_cast<std::uintptr_t>(at) % kPayloadAlignment == 0) {
-        std::memcpy(at, local_[m].data(), header);
-        members[m].pipeline->finishAggregate(step, std::span<const std::byte>(at, header + n), members[m].out);
-      } else {
-        std::memcpy(local_[m].data() + header, decode_from + off, n);
-        copied_ += n;
-        members[m].pipeline->finishAggregate(step, local_[m], members[m].out);
-      }
-      off += n;
-    }
-  }
+  decodeSummed(step, members, local_, rounds - 1, decode_from);
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
+}
+
+void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember> members,
+                                     std::span<const std::span<std::byte>> local, int last, std::byte* decode_from) {
+  const std::size_t k = members.size();
+  if (decode_from == nullptr) {
+    for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local[m], members[m].out);
+    return;
+  }
+  // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
+  // its payload buffer is the aggregate's) is written in front of its summed body, over the tail of members before
+  // it that are decoded already, so each payload reads [header | summed body] without the body's copy back. A member
+  // whose payload would not start at the ABI's 16-byte alignment there, or whose header does not fit in front of
+  // the concatenation, has its body copied back behind its header as before. Plugins read payloads and never write
+  // them (terse/compressor_v1.h), so nothing else moves.
+  std::size_t off = 0;
+  for (std::size_t m = 0; m < k; ++m) {
+    const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(last));
+    const std::size_t n = local[m].size() - header;
+    std::byte* const at = header <= off + kSendHeadroom ? decode_from + off - header : nullptr;
+    if (at != nullptr && reinterpret_cast<std::uintptr_t>(at) % kPayloadAlignment == 0) {
+      std::memcpy(at, local[m].data(), header);
+      members[m].pipeline->finishAggregate(step, std::span<const std::byte>(at, header + n), members[m].out);
+    } else {
+      std::memcpy(local[m].data() + header, decode_from + off, n);
+      copied_ += n;
+      members[m].pipeline->finishAggregate(step, local[m], members[m].out);
+    }
+    off += n;
+  }
+}
+
+std::size_t AggregationEngine::nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept {
+  std::size_t j = i + 1;
+  if (!sumsAlone(members[i])) {
+    while (j < members.size() && sameClass(*members[i].pipeline, *members[j].pipeline) && !sumsAlone(members[j])) ++j;
+  }
+  return j;
+}
+
+void AggregationEngine::beginSum(uint64_t step, std::span<const GroupMember> members, SplitSum& split) {
+  checkMembers(members);
+  split.sums.clear();
+  split.step_ = step;
+  split.members_.assign(members.begin(), members.end());
+  split.local_.assign(members.size(), {});
+  // Every member is checked before any is encoded: a refusal leaves no pipeline half-run.
+  for (const GroupMember& m : members)
+    TERSE_CHECK(m.pipeline->aggregation() == Aggregation::kSum && m.pipeline->rounds() == 1, InvalidArgument,
+                "aggregation: tensor " << m.pipeline->tensorId() << " (" << aggregationName(m.pipeline->aggregation())
+                                       << ", " << m.pipeline->rounds()
+                                       << " rounds) cannot be split around its collectives: only one-round SUM can");
+  std::size_t i = 0, q = 0;
+  while (i < members.size()) {
+    const std::size_t j = nextRun(members, i);
+    const auto run = std::span<const GroupMember>(split.members_).subspan(i, j - i);
+    if (q == split.runs_.size()) split.runs_.emplace_back();
+    SplitSum::Run& r = split.runs_[q++];
+    r.first = i;
+    r.count = j - i;
+    r.decode_from = nullptr;
+    auto local = std::span<std::span<std::byte>>(split.local_).subspan(i, j - i);
+    CompressionPipeline& lead = *run[0].pipeline;
+    const Placement& where = lead.placement();
+    std::vector<std::span<std::byte>> encoded(run.size());
+    const std::size_t body_bytes = encodeRound(step, 0, run, encoded);
+    std::copy(encoded.begin(), encoded.end(), local.begin());
+    if (run.size() == 1) {
+      split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(0))),
+                                         lead.wireDtype(), lead.tensorId()});
+    } else {
+      // A concatenation of the split's own, so that splits in flight at once do not share one; kept for its next
+      // call (a DDP bucket's next step), so that the steady state allocates nothing.
+      const std::size_t room = where.device ? 0 : kSendHeadroom;
+      grow(r.concat, room + body_bytes, where);
+      std::byte* const concat = r.concat.data() + room;
+      copied_ += copyBodies(run, local, 0, concat, true, where);
+      r.decode_from = where.device ? nullptr : concat;
+      split.sums.push_back(SplitSum::Sum{std::span<std::byte>(concat, body_bytes), lead.wireDtype(), lead.tensorId()});
+    }
+    i = j;
+  }
+  split.runs_.resize(q);
+}
+
+void AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireBytes> wires) {
+  TERSE_CHECK(wires.size() == split.sums.size(), InvalidArgument,
+              "aggregation: " << wires.size() << " collectives' bytes for a split sum of " << split.sums.size());
+  for (std::size_t s = 0; s < split.sums.size(); ++s) {
+    SplitSum::Run& r = split.runs_[s];
+    const auto run = std::span<const GroupMember>(split.members_).subspan(r.first, r.count);
+    const auto local = std::span<const std::span<std::byte>>(split.local_).subspan(r.first, r.count);
+    run[0].pipeline->addWire(wires[s]);
+    ++collectives_;
+    if (r.count > 1 && r.decode_from == nullptr)  // the device: each body back behind its header
+      copied_ += copyBodies(run, local, 0, split.sums[s].data.data(), false, run[0].pipeline->placement());
+    decodeSummed(split.step_, run, local, 0, r.decode_from);
+  }
+  split.sums.clear();
 }
 
 std::byte* AggregationEngine::send_start(std::size_t body_bytes, const Placement& where) {

@@ -78,6 +78,35 @@ using GroupPhaseFn = std::function<void(const char* phase, std::chrono::steady_c
                                         std::chrono::steady_clock::time_point end, std::size_t first_member,
                                         std::size_t members, std::span<const PhaseCollective> collectives)>;
 
+// A group of one-round SUM members run in two halves around its collectives (AggregationEngine::beginSum), for a
+// caller that issues the collectives itself without blocking: the DDP hook chains them on torch's asynchronous
+// collectives (terse/torch.py). After beginSum every entry of `sums` must be summed across the ranks in place, `wire`
+// elements, every rank issuing the same list in the same order; finishSum then decodes into the members' outputs.
+// The same encode, concatenation and decode as run() of the group, so the same bits. A SplitSum owns its
+// concatenations, so several can be in flight at once (one per DDP bucket); its members' pipelines and outputs must
+// not be used elsewhere until finishSum.
+class SplitSum {
+ public:
+  struct Sum {
+    std::span<std::byte> data;  // summed in place: in the members' memory (host, or their device)
+    DType wire = DType::kF32;
+    uint64_t tensor = 0;  // the run's lead tensor, for the communicator's accounting
+  };
+  std::vector<Sum> sums;
+
+ private:
+  friend class AggregationEngine;
+  struct Run {
+    std::size_t first = 0, count = 0;
+    TensorBuffer concat;               // a fused run's concatenation (kept across calls; unused alone)
+    std::byte* decode_from = nullptr;  // host: where the fused bodies are decoded (engine.cc, decodeSummed)
+  };
+  uint64_t step_ = 0;
+  std::vector<GroupMember> members_;
+  std::vector<std::span<std::byte>> local_;  // each member's payload
+  std::vector<Run> runs_;                    // one per sum
+};
+
 class AggregationEngine {
  public:
   // The communicator must outlive the engine; every pipeline run through it must have been validated against it
@@ -94,6 +123,13 @@ class AggregationEngine {
     run(step, std::span<const GroupMember>(&m, 1));
   }
 
+  // The two halves of run() for a group whose every member is one-round SUM (SplitSum above): beginSum encodes and
+  // lays out `split.sums` (InvalidArgument, before any encode, for a member of another kind); finishSum takes each
+  // sum's wire bytes as the caller's collective moved them and decodes. The fusion is run()'s, so is the count of
+  // collectives (one per sum, counted at finishSum).
+  void beginSum(uint64_t step, std::span<const GroupMember> members, SplitSum& split);
+  void finishSum(SplitSum& split, std::span<const comm::WireBytes> wires);
+
   // Communicator calls issued so far (allreduces, allgathervs and size exchanges), for tests and traces.
   uint64_t collectives() const noexcept { return collectives_; }
   // Bytes of fused SUM bodies copied so far, into the concatenation and back behind a header, for tests.
@@ -108,7 +144,14 @@ class AggregationEngine {
   void sumInPlaceFrom(uint64_t bytes) noexcept { sum_in_place_from_ = bytes; }
 
  private:
+  void checkMembers(std::span<const GroupMember> members) const;
+  // The end (exclusive) of the run of members from i that share one collective a round.
+  std::size_t nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept;
   void runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
+  // The last round's decode of a SUM run: from each member's payload, or (host, fused) from the concatenation at
+  // decode_from, each member's header written in front of its summed body.
+  void decodeSummed(uint64_t step, std::span<const GroupMember> members, std::span<const std::span<std::byte>> local,
+                    int last, std::byte* decode_from);
   void runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
   void runCustom(uint64_t step, const GroupMember& member, std::size_t first, const GroupPhaseFn& phase);
   // Gathers `block` from every rank into recv_, each rank's block in [min_bytes, max_bytes] (exactly max_bytes when

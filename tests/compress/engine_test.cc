@@ -802,6 +802,81 @@ TEST(Engine, FusedSumDecodesWhereItWasSummed) {
   }
 }
 
+// A one-round SUM group split around its collectives (SplitSum: the DDP hook's chained path) gives run()'s bits: the
+// same fusion (with sumInPlaceFrom, one member alone), so the same collectives, summed here by the test through the
+// communicator as the hook sums them through torch. Three ranks, where a different cut could change a sum's last bit:
+// the same cut must not. Two groups are in flight at once (both begun, summed, then finished in the other order), as
+// DDP's buckets are; the counts of collectives, copies and wire bytes are run()'s. A member of another kind is
+// refused before anything is encoded.
+TEST(Engine, ASplitSumEqualsTheRunOfItsGroup) {
+  const int n = 3;
+  const std::vector<uint64_t> first = {301, 77, 5000, 40, 0, 9};
+  const std::vector<uint64_t> second = {13, 64, 7};
+  auto loader = buildTreeLoader();
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  std::array<std::vector<std::vector<float>>, 2> outs;  // [split][(rank * 2 + group) * members + m]
+  std::array<std::array<uint64_t, 3>, 2> collectives{}, copied{}, sent{};
+  for (int split = 0; split < 2; ++split) {
+    World world(n);
+    outs[split].assign(static_cast<std::size_t>(n) * 2 * first.size(), {});
+    world.runOk([&](int r, HostCommunicator& comm) {
+      auto pipes_a = pipelinesOf(lossy, first, r, n, comm);
+      auto pipes_b = pipelinesOf(lossy, second, r, n, comm);
+      AggregationEngine engine(comm);
+      engine.sumInPlaceFrom(pipes_a[2]->maxPayloadBytes(0) - pipes_a[2]->sumHeaderBytes(0));
+      SplitSum sa, sb;
+      for (uint64_t step = 0; step < 3; ++step) {
+        StepGroup a = stepGroup(pipes_a, first, r, step);
+        StepGroup b = stepGroup(pipes_b, second, r, step);
+        if (split == 0) {
+          engine.run(step, a.members);
+          engine.run(step, b.members);
+        } else {
+          engine.beginSum(step, a.members, sa);
+          engine.beginSum(step, b.members, sb);
+          EXPECT_EQ(sa.sums.size(), 3u) << "{0, 1}, {2} alone, {3, 4, 5}";
+          EXPECT_EQ(sb.sums.size(), 1u);
+          std::vector<comm::WireBytes> wa, wb;
+          for (const SplitSum::Sum& x : sa.sums)
+            wa.push_back(comm.allreduce(x.data.data(), x.data.size() / 4, x.wire, comm::ReduceOp::kSum, x.tensor));
+          for (const SplitSum::Sum& x : sb.sums)
+            wb.push_back(comm.allreduce(x.data.data(), x.data.size() / 4, x.wire, comm::ReduceOp::kSum, x.tensor));
+          engine.finishSum(sb, wb);
+          engine.finishSum(sa, wa);
+          EXPECT_TRUE(sa.sums.empty());
+        }
+        for (std::size_t m = 0; m < a.outputs.size(); ++m)
+          outs[split][(static_cast<std::size_t>(r) * 2) * first.size() + m] = a.outputs[m];
+        for (std::size_t m = 0; m < b.outputs.size(); ++m)
+          outs[split][(static_cast<std::size_t>(r) * 2 + 1) * first.size() + m] = b.outputs[m];
+      }
+      collectives[split][static_cast<std::size_t>(r)] = engine.collectives();
+      copied[split][static_cast<std::size_t>(r)] = engine.copiedBodyBytes();
+      for (const auto* pipes : {&pipes_a, &pipes_b})
+        for (const auto& p : *pipes) sent[split][static_cast<std::size_t>(r)] += p->stats().wire.sent_bytes;
+      if (split == 1 && r == 0) {
+        // Another kind of member: refused before any encode (the pipeline's payload count stays).
+        auto variable = std::make_shared<SparseFake>(false);
+        CompressionPipeline gather(makePluginCodec(variable, tensorFor(10, r, n, 7), 1), comm);
+        std::vector<float> g(10, 1.0f), o(10);
+        const std::vector<GroupMember> mixed = {GroupMember{pipes_b[0].get(), g.data(), o.data()},
+                                                GroupMember{&gather, g.data(), o.data()}};
+        const uint64_t before = pipes_b[0]->stats().payload_bytes;
+        SplitSum bad;
+        EXPECT_THROW(engine.beginSum(9, mixed, bad), InvalidArgument);
+        EXPECT_EQ(pipes_b[0]->stats().payload_bytes, before) << "a member was encoded before the refusal";
+      }
+    });
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[0][i], outs[1][i]) << "slot " << i;
+  for (std::size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(collectives[1][r], collectives[0][r]);
+    EXPECT_EQ(collectives[1][r], 3u * 4u);
+    EXPECT_EQ(copied[1][r], copied[0][r]);
+    EXPECT_EQ(sent[1][r], sent[0][r]);
+  }
+}
+
 TEST(Engine, MultiRoundMembersFuseRoundByRound) {
   // SUM members with the same rounds share one allreduce a round (engine.h): a group of k costs `rounds` allreduces a
   // step, not k x rounds, and each member's math is its own. test_rounds is exact on integer-valued gradients, so at 3
