@@ -377,6 +377,16 @@ std::vector<std::string> failRegistered(std::string_view error, std::string_view
   return written;
 }
 
+bool writeErrorFile(std::string_view message) {
+  if (!g_have_error_file.load(std::memory_order_acquire)) return false;
+  const int fd = ::open(g_error_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const std::string line = std::string(message) + "\n";
+  writeAll(line.data(), line.size(), fd);
+  ::close(fd);
+  return true;
+}
+
 std::string describeForTest(int sig) {
   Text<2048> t;
   describe(t, sig, nullptr, watchdog::callOfThread(static_cast<pid_t>(::syscall(SYS_gettid))));

@@ -48,6 +48,11 @@ class StatusFile {
 // would: for a process that must end without unwinding (watchdog.h: a hung plugin call). Returns the files written.
 std::vector<std::string> failRegistered(std::string_view error, std::string_view plugin);
 
+// Writes `message` as the error file's one line (setErrorFile; O_EXCL, so a first failing rank's stays), as the
+// handler would: for a process that must end without a signal (terse.torch: a hung plugin call on a thread that cannot
+// be abandoned). Returns whether it wrote the file.
+bool writeErrorFile(std::string_view message);
+
 // The handler's message for `sig` as it would be written now for the calling thread (tests check it without dying).
 // Not async-signal-safe: it allocates the returned string.
 std::string describeForTest(int sig);

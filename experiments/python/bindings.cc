@@ -131,6 +131,16 @@ PYBIND11_MODULE(_terse, m) {
         crash::setErrorFile(error_file);
       },
       py::arg("rank"), py::arg("error_file") = "");
+  // A process that must end at once (terse.torch: a hung plugin call holding a thread nothing can free) leaves a true
+  // status first: every registered results status failed with `message`, and the driver's error file (terse run's
+  // PyTorch ranks) holding it, as the crash handler does for a signal.
+  m.def(
+      "fail_process",
+      [](const std::string& message, const std::string& plugin_name) {
+        crash::failRegistered(message, plugin_name);
+        crash::writeErrorFile(message);
+      },
+      py::arg("message"), py::arg("plugin") = "");
   m.def(
       "on_plugin_overrun",
       [](py::function fn) {
@@ -150,6 +160,10 @@ PYBIND11_MODULE(_terse, m) {
         });
       },
       py::arg("handler"));
+
+  py::class_<ChainedBucket>(m, "ChainedBucket")
+      .def_property_readonly("index", [](const ChainedBucket& b) { return b.bucket_index; })
+      .def_property_readonly("is_last", [](const ChainedBucket& b) { return b.is_last; });
 
   py::class_<DdpAggregator>(m, "DdpAggregator")
       .def(py::init([](const std::string& compressor, const std::map<std::string, std::string>& params,
@@ -188,6 +202,36 @@ PYBIND11_MODULE(_terse, m) {
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
+      .def_property_readonly("chainable", &DdpAggregator::chainable)
+      .def(
+          "begin_chained",
+          [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,
+             const std::vector<std::tuple<uint64_t, uint64_t, std::vector<int64_t>>>& members, bool is_last) {
+            std::vector<BucketMember> layout;
+            layout.reserve(members.size());
+            for (const auto& [id, offset, shape] : members) layout.push_back(BucketMember{id, offset, shape});
+            const DType d = dtypeFromTorch(dtype);
+            std::unique_ptr<ChainedBucket> b;
+            {
+              // The encode without the GIL, as aggregate's (the communicator takes it to check the group).
+              py::gil_scoped_release released;
+              b = a.beginChained(index, data, numel, d, layout, is_last);
+            }
+            // The tensors to sum, in order: views of the engine's memory, held by the caller until the finish.
+            py::list sums;
+            for (const SplitSum::Sum& x : b->split->sums)
+              sums.append(a.communicator().sumView(x.data.data(), x.data.size(), x.wire));
+            return py::make_tuple(std::move(b), sums);
+          },
+          py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
+          py::arg("is_last"))
+      .def(
+          "finish_chained",
+          [](DdpAggregator& a, ChainedBucket& b, double comm_seconds) {
+            py::gil_scoped_release released;
+            a.finishChained(b, comm_seconds);
+          },
+          py::arg("bucket"), py::arg("comm_seconds"))
       .def("bind_host", &DdpAggregator::bindHost)
       .def("bind_cuda", &DdpAggregator::bindCuda, py::arg("device"), py::arg("stream"))
       .def_property_readonly("bound", &DdpAggregator::bound)

@@ -146,10 +146,9 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
   aggregate(bucket_index, data, numel, dtype, members, is_last, 0.0, {});
 }
 
-void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
-                              const std::vector<BucketMember>& members, bool is_last, double issued,
-                              const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
-  const auto start = Clock::now();
+void DdpAggregator::bindBucket(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                               const std::vector<BucketMember>& members, std::vector<GroupMember>& group,
+                               ByteCounts& before, std::size_t& tensors) {
   comm_->checkGroup();
   if (!bound_) bindHost();  // a caller that binds nothing aggregates host tensors, as before devices were known
   TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
@@ -180,14 +179,38 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
   }
 
   // Bind every member before the first collective: a refusal is raised on every rank alike.
-  group_.clear();
-  ByteCounts before;
+  group.clear();
+  before = ByteCounts{};
   for (const BucketMember& m : layout) {
     CompressionPipeline& p = pipelineFor(m.tensor_id, m.shape, dtype, whole);
     before += countsOf(p.stats());
     void* at = base + m.offset * elem;
-    group_.push_back(GroupMember{&p, at, at});
+    group.push_back(GroupMember{&p, at, at});
   }
+  tensors = layout.size();
+}
+
+void DdpAggregator::countBucket(int bucket_index, uint64_t numel, std::size_t tensors,
+                                const std::vector<GroupMember>& group, const ByteCounts& before, bool is_last) {
+  ByteCounts after;
+  for (const GroupMember& m : group) after += countsOf(m.pipeline->stats());
+  BucketBytes& b = buckets_[bucket_index];
+  b.numel = numel;
+  b.tensors = tensors;
+  b.last_step = after - before;
+  b.total += b.last_step;
+  ++b.steps;
+  if (is_last) ++step_;
+}
+
+void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                              const std::vector<BucketMember>& members, bool is_last, double issued,
+                              const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
+  const std::lock_guard lock(mutex_);
+  const auto start = Clock::now();
+  ByteCounts before;
+  std::size_t tensors = 0;
+  bindBucket(bucket_index, data, numel, dtype, members, group_, before, tensors);
   if (trace_ != nullptr) {
     train::TracedGroupPhases phases;
     engine_->run(step_, group_, phases.recorder());
@@ -200,17 +223,53 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
   } else {
     engine_->run(step_, group_);
   }
-
-  ByteCounts after;
-  for (const GroupMember& m : group_) after += countsOf(m.pipeline->stats());
-  BucketBytes& b = buckets_[bucket_index];
-  b.numel = numel;
-  b.tensors = layout.size();
-  b.last_step = after - before;
-  b.total += b.last_step;
-  ++b.steps;
-  if (is_last) ++step_;
+  countBucket(bucket_index, numel, tensors, group_, before, is_last);
   hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool DdpAggregator::chainable() const {
+  const CompressorCaps c = caps();
+  return !placement_.device && c.aggregation == Aggregation::kSum && c.num_rounds == 1;
+}
+
+std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uintptr_t data, uint64_t numel,
+                                                           DType dtype, const std::vector<BucketMember>& members,
+                                                           bool is_last) {
+  const std::lock_guard lock(mutex_);
+  const auto start = Clock::now();
+  TERSE_CHECK(chainable(), InvalidArgument,
+              "terse.torch: compressor '" << plugin_->info().name
+                                          << "' cannot be chained on asynchronous collectives (only a one-round SUM "
+                                             "compressor on CPU tensors can)");
+  auto b = std::make_unique<ChainedBucket>();
+  b->bucket_index = bucket_index;
+  b->numel = numel;
+  b->is_last = is_last;
+  bindBucket(bucket_index, data, numel, dtype, members, b->group, b->before, b->tensors);
+  b->split = &splits_[bucket_index];
+  TERSE_CHECK(b->split->sums.empty(), InvalidArgument,
+              "terse.torch: bucket " << bucket_index << " was handed over again before its aggregation finished");
+  engine_->beginSum(step_, b->group, *b->split);
+  b->begin_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return b;
+}
+
+void DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
+  const std::lock_guard lock(mutex_);
+  const auto start = Clock::now();
+  SplitSum& split = *bucket.split;
+  std::vector<comm::WireBytes> wires;
+  wires.reserve(split.sums.size());
+  // The seconds of the bucket's collectives, which ran together, shared out by bytes.
+  uint64_t total = 0;
+  for (const SplitSum::Sum& s : split.sums) total += s.data.size();
+  for (const SplitSum::Sum& s : split.sums)
+    wires.push_back(comm_->recordAllreduce(
+        s.data.size(), s.tensor,
+        total == 0 ? 0.0 : comm_seconds * static_cast<double>(s.data.size()) / static_cast<double>(total)));
+  engine_->finishSum(split, wires);
+  countBucket(bucket.bucket_index, bucket.numel, bucket.tensors, bucket.group, bucket.before, bucket.is_last);
+  hook_s_ += bucket.begin_s + comm_seconds + std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 ByteCounts DdpAggregator::totals() const {

@@ -24,8 +24,10 @@
 // Both bindings refuse before any collective, so a refusal that hits every rank leaves none inside one.
 //
 // Threads. aggregate() runs without the GIL -- on the hook's worker thread when the hook overlaps backward, inside the
-// hook otherwise -- and takes it only for the torch.distributed calls (torch_communicator.h). One call at a time: the
-// Python state (terse/torch.py) runs every bucket of a state on one thread and waits for it before reading counters.
+// hook otherwise -- and takes it only for the torch.distributed calls (torch_communicator.h). The chained path
+// (beginChained / finishChained) encodes in the hook call and decodes in a collective's callback on gloo's thread,
+// possibly while the next bucket begins: those calls and aggregate() exclude each other (a mutex). The counters are
+// read with no bucket in flight: the Python state (terse/torch.py) waits for its worker and its chained Futures first.
 //
 // Steps. DDP has no step number; this counts one per backward pass, ending with the bucket DDP marks last. Every
 // call validates the whole bucket layout before the first collective, so a bad call (a CUDA tensor, a dtype, an
@@ -46,6 +48,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,6 +93,18 @@ struct BucketBytes {
   uint64_t steps = 0;
 };
 
+// One bucket between beginChained and finishChained (see DdpAggregator).
+struct ChainedBucket {
+  int bucket_index = 0;
+  uint64_t numel = 0;
+  std::size_t tensors = 0;
+  bool is_last = false;
+  ByteCounts before;
+  std::vector<GroupMember> group;
+  SplitSum* split = nullptr;  // the aggregator's, one per bucket index
+  double begin_s = 0;         // beginChained's own time, added to hookSeconds at the finish
+};
+
 class DdpAggregator {
  public:
   // Host tensors whose summed body is this large or larger are summed alone in place (ddp_aggregator.cc, bindHost).
@@ -122,6 +137,19 @@ class DdpAggregator {
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                  const std::vector<BucketMember>& members, bool is_last, double issued,
                  const std::vector<std::pair<uint64_t, uint64_t>>& traced);
+  // The chained path (terse/torch.py): a bucket's aggregation in two halves around its collectives, which the caller
+  // issues on torch.distributed's asynchronous all_reduce and chains the finish on, as DDP's own hooks chain theirs.
+  // For a state bound to host tensors whose compressor is one-round SUM (chainable()). beginChained validates the
+  // layout and encodes (as aggregate() does, before any collective); the caller then sums every one of
+  // `bucket.split->sums` across the group, in order, and calls finishChained with the seconds they took, which decodes
+  // into the bucket and counts its bytes and time as aggregate() does. Several buckets may be between the two at once,
+  // and a finish may run on another thread (gloo's, in a Future's callback) while the next bucket begins: the two
+  // calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h, SplitSum).
+  bool chainable() const;
+  std::unique_ptr<ChainedBucket> beginChained(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                                              const std::vector<BucketMember>& members, bool is_last);
+  void finishChained(ChainedBucket& bucket, double comm_seconds);
+
   // Attaches (or with null detaches) a step trace; it must outlive the aggregator's calls.
   void traceTo(HookTrace* trace) noexcept { trace_ = trace; }
   HookTrace* trace() const noexcept { return trace_; }
@@ -153,6 +181,12 @@ class DdpAggregator {
     DType dtype = DType::kF32;
   };
   CompressionPipeline& pipelineFor(uint64_t id, const std::vector<int64_t>& shape, DType dtype, bool rebind);
+  // Checks the bucket and binds every member's pipeline (group_), before any collective: aggregate()'s first half.
+  void bindBucket(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
+                  const std::vector<BucketMember>& members, std::vector<GroupMember>& group, ByteCounts& before,
+                  std::size_t& tensors);
+  void countBucket(int bucket_index, uint64_t numel, std::size_t tensors, const std::vector<GroupMember>& group,
+                   const ByteCounts& before, bool is_last);
 
   AggregatorOptions options_;
   PluginLoader loader_;
@@ -162,6 +196,8 @@ class DdpAggregator {
   std::unique_ptr<AggregationEngine> engine_;
   std::map<uint64_t, Bound> pipelines_;  // by tensor id
   std::map<int, BucketBytes> buckets_;
+  std::map<int, SplitSum> splits_;  // the chained path's, by bucket index
+  std::mutex mutex_;                // aggregate(), beginChained, finishChained (see beginChained)
   std::vector<GroupMember> group_;  // reused per call
   uint64_t step_ = 0;
   bool bound_ = false;

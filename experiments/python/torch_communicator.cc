@@ -159,6 +159,32 @@ py::object TorchCommunicator::hostView(void* data, std::size_t bytes, DType dtyp
   return wrap(data, bytes, dtype, -1);
 }
 
+py::object TorchCommunicator::sumView(void* data, std::size_t bytes, DType dtype) {
+  TERSE_CHECK(
+      supportsSum(dtype), Unsupported,
+      "terse.torch: allreduce of " << dtypeName(dtype) << " is not supported by " << name_ << " (f32, f64, f16 sums)");
+  py::object view = wrap(data, bytes, dtype, device_);
+  in_call_.pop_back();  // the caller keeps it (see the header)
+  return view;
+}
+
+comm::WireBytes TorchCommunicator::recordAllreduce(std::size_t bytes, uint64_t tensor, double seconds) {
+  if (bytes == 0) return {};
+  const comm::WireBytes wire = comm::symmetricWire(comm::ringAllreduceBytes(bytes, size_));
+  comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(comm::OpKind::kAllreduce)];
+  ++s.ops;
+  s.bytes += bytes;
+  s.seconds += seconds;
+  const auto add = [&](comm::DirectionTraffic& d, uint64_t b, uint64_t frames) {
+    const comm::FrameCount c{b, frames};
+    d.by_kind[static_cast<std::size_t>(comm::OpKind::kAllreduce)] += c;
+    d.by_tensor[tensor] += c;
+  };
+  add(traffic_.sent, wire.sent_bytes, wire.sent_frames);
+  add(traffic_.received, wire.received_bytes, wire.received_frames);
+  return wire;
+}
+
 py::object TorchCommunicator::wrap(void* data, std::size_t bytes, DType dtype, int device) {
   const DLDataType type = dlpackType(dtype);
   TERSE_CHECK(type.lanes != 0, Unsupported, "terse.torch: no torch dtype for " << dtypeName(dtype));

@@ -105,6 +105,14 @@ class TorchCommunicator final : public comm::Communicator {
   comm::CommRequest ibroadcast(std::span<std::byte> data, int root, uint64_t tensor = comm::kNoTensor) override;
   comm::CommRequest ibarrier() override;
 
+  // The chained path (ddp_aggregator.h, beginChained): a view the caller passes to torch.distributed's asynchronous
+  // all_reduce itself, and the accounting of that allreduce once it completed -- what call() records for the
+  // blocking one: the op, `bytes` summed as `dtype`, `seconds` from issue to completion, the ring model's wire bytes
+  // (returned). The view is not kept here: the caller holds it until the collective and its decode are done. Needs
+  // the GIL (the view).
+  pybind11::object sumView(void* data, std::size_t bytes, DType dtype);
+  comm::WireBytes recordAllreduce(std::size_t bytes, uint64_t tensor, double seconds);
+
   void abort(const std::string& reason) override;
   comm::RankTraffic traffic() const override { return traffic_; }
   void resetTraffic() override;

@@ -5,9 +5,10 @@
   equivalence       the `none` hook and DDP's built-in allreduce give bit-identical parameters after 12 steps, with
                     the hook overlapping backward and without
   overlap           on a model of several buckets, the first bucket's Future is not complete when the hook returns;
-                    top-k + EF and PowerSGD (two rounds) give the same parameters bit for bit with overlap and without;
-                    a failure on the worker reaches DDP as an error naming terse's exception, and fails the buckets
-                    queued behind it without a collective
+                    fp16 (chained on asynchronous collectives), top-k + EF and PowerSGD (two rounds; the worker
+                    thread) give the same parameters bit for bit with overlap and without; a failure on the worker
+                    reaches DDP as an error naming terse's exception, and fails the buckets queued behind it without a
+                    collective; a chained bucket's failure is raised by the hook call itself
   api               typed keyword values (ratio=0.01, unbiased=True) become the plugin's parameters; values of other
                     types, non-bool flags, bad seeds, a parameter given twice and a module off the CPU are refused
                     with terse.InvalidArgument / terse.Unsupported naming the value
@@ -19,9 +20,11 @@
                     cannot sum raise terse's exceptions with terse's messages (out of backward: a RuntimeError naming
                     them), and the job shuts down
   one_rank_fails    a plugin failing on rank 0 only: rank 0 raises terse's error, rank 1 is released by gloo (no hang)
-  plugin_hangs      a plugin whose compress hangs on rank 0 (plugin_timeout 2 s): rank 0's backward raises terse's
-                    PluginError naming the plugin, the call and the tensor within the deadline and a margin, with
-                    overlap and without (then the process exits 1, naming it); rank 1 is released by gloo
+  plugin_hangs      a plugin whose compress hangs on rank 0 (plugin_timeout 2 s): on the worker thread
+                    (overlap="thread") rank 0's backward raises terse's PluginError naming the plugin, the call and the
+                    tensor within the deadline and a margin; chained (overlap=True: the plugin is one-round SUM) and
+                    without overlap the hung call holds backward's thread, so the process exits 1, naming it; rank 1
+                    is released by gloo
   layout            a bucket that changes size (bucket granularity: new pipeline; tensor granularity: refused), a
                     layout that does not tile the bucket, and a re-formed group of another size are handled or refused
   step_trace        step_trace=True with a logger: every rank's steps.rank<R>.jsonl in the results folder, each step
@@ -341,13 +344,13 @@ def spawn_hanging(tmp, overlap):
     try:
         spawn(plugin_hangs, tmp, overlap, timeout_s=20)
     except Exception as e:  # noqa: BLE001
-        if overlap:
+        if overlap == "thread":
             traceback.print_exc()
             raise
-        # Without overlap rank 0 exits 1 from the watchdog (mp.spawn reports it): that is the expected end.
+        # Chained or without overlap rank 0 exits 1 from the watchdog (mp.spawn reports it): the expected end.
         check("exited with exit code 1" in str(e) or "exit code 1" in str(e), "rank 0 ended otherwise: %s" % e)
     started = os.stat(mark).st_mtime
-    if overlap:
+    if overlap == "thread":
         r0 = open(os.path.join(tmp, "rank0")).read()
         when, text = r0.split(" ", 1)
         took = float(when) - started
@@ -479,7 +482,7 @@ def overlap(rank):
     # and DDP let the GIL go, so `done()` right after the call is False whenever the hook returned before the work.
     sys.setswitchinterval(30.0)
     try:
-        for name, params in (("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
+        for name, params in (("fp16", {}), ("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
             finals = {}
             for overlapped in (True, False):
                 model = deep_mlp()
@@ -489,6 +492,11 @@ def overlap(rank):
                 seen = []  # (bucket index, done when the hook returned)
 
                 def probe(state, bucket):
+                    if rank == 1 and bucket.index() == 0:
+                        # Rank 0's collectives of bucket 0 cannot complete before this rank joins them: a chained
+                        # Future (completed by gloo's thread, which may take the GIL while the hook call lets it go)
+                        # is then certainly not complete when rank 0's hook returns.
+                        time.sleep(0.05)
                     fut = terse.torch.compression_hook(state, bucket)
                     done = fut.done()  # first: torch's GradBucket methods let the GIL go
                     seen.append((bucket.index(), done))
@@ -498,11 +506,17 @@ def overlap(rank):
                 train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 6, rank)
                 buckets = len(state.buckets())
                 check(buckets >= 3, "%s: expected several buckets, DDP made %d" % (name, buckets))
+                # fp16 (one-round SUM) is chained on torch's asynchronous collectives; the others run on the worker.
+                check(state._chain == (overlapped and name == "fp16"), "%s overlap=%s: chained %s"
+                      % (name, overlapped, state._chain))
                 firsts = [done for index, done in seen if index == 0]
                 if overlapped:
-                    check(not any(firsts), "%s: bucket 0's Future was complete when the hook returned (%d of %d "
-                          "steps)" % (name, sum(firsts), len(firsts)))
-                    check(not any(done for _, done in seen), "%s: a Future completed inside the hook" % name)
+                    if rank == 0 or not state._chain:
+                        check(not any(firsts), "%s: bucket 0's Future was complete when the hook returned (%d of %d "
+                              "steps)" % (name, sum(firsts), len(firsts)))
+                    if not state._chain:
+                        # The worker completes a Future only after the hook returned (the GIL is held throughout).
+                        check(not any(done for _, done in seen), "%s: a Future completed inside the hook" % name)
                 else:
                     check(all(done for _, done in seen), "%s: without overlap every Future is complete" % name)
                 # Counted in both modes (how much of it backward waits is a benchmark's question, not a test's).
@@ -520,7 +534,7 @@ def overlap(rank):
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
         # Failing at step 1 on every rank: DDP holds one bucket in its first step and its own ones from the second.
         state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=rank,
-                                             plugin_path=ARGS.runner_plugins, module=model)
+                                             plugin_path=ARGS.runner_plugins, module=model, overlap="thread")
         futures = []
 
         def keep(state, bucket):  # DDP checks a hook's parameter names
@@ -545,6 +559,19 @@ def overlap(rank):
         check(all("an earlier bucket failed" in e for e in errors[1:]), "later buckets: %s" % errors[1:])
         # Step 0 ran DDP's one bucket; in step 1 no bucket behind the failed one reached the aggregator.
         check(sorted(state.buckets()) == [0], "buckets that ran: %s" % sorted(state.buckets()))
+        # Chained (the same one-round SUM plugin, overlap=True): the encode runs in the hook call, so the failing
+        # bucket's call raises terse's exception itself, before its collective, and every later call raises too.
+        model = deep_mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+        state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=rank,
+                                             plugin_path=ARGS.runner_plugins, module=model)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 1, rank)
+        check(state._chain, "fail_at_step with overlap=True was not chained")
+        x, y = batch(1, rank)
+        expect_terse_error(terse.PluginError, "fail_at_step", lambda: F.cross_entropy(ddp(x), y).backward())
+        check(isinstance(state.error, terse.PluginError), "chained state's error: %r" % (state.error,))
+        check(sorted(state.buckets()) == [0], "chained: buckets that ran: %s" % sorted(state.buckets()))
     finally:
         sys.setswitchinterval(0.005)
 
@@ -566,7 +593,10 @@ def api(rank):
                  lambda: State("topk", ratio=0.1, params={"ratio": 0.2}))
     expect_error(terse.InvalidArgument, "'error_feedback' must be True or False, got 'yes'",
                  lambda: State("topk", error_feedback="yes"))
-    expect_error(terse.InvalidArgument, "'overlap' must be True or False, got 1", lambda: State("none", overlap=1))
+    expect_error(terse.InvalidArgument, "'overlap' must be True, False or 'thread', got 1",
+                 lambda: State("none", overlap=1))
+    expect_error(terse.InvalidArgument, "'overlap' must be True, False or 'thread', got 'threads'",
+                 lambda: State("none", overlap="threads"))
     expect_error(terse.InvalidArgument, "stream must be 'current' or 'side', got 'own'",
                  lambda: State("none", stream="own"))
     check(State("none", stream="side").stream == "side", "stream='side' was not kept")
@@ -788,9 +818,10 @@ def main():
         elif ARGS.case == "errors":
             spawn(errors)
         elif ARGS.case == "plugin_hangs":
-            spawn_hanging(tmp, overlap=True)
-            with tempfile.TemporaryDirectory() as tmp2:
-                spawn_hanging(tmp2, overlap=False)
+            spawn_hanging(tmp, overlap="thread")
+            for mode in (True, False):
+                with tempfile.TemporaryDirectory() as tmp2:
+                    spawn_hanging(tmp2, overlap=mode)
         elif ARGS.case == "one_rank_fails":
             spawn_failing(tmp)
         elif ARGS.case == "step_trace":

@@ -20,16 +20,25 @@ SUM: one allreduce of the summable payload; ALLGATHER: an all-gather of sizes, t
 all-gather and the plugin's reduce fold; every round of a multi-round plugin such as PowerSGD, one after the other --
 over the DDP process group through torch.distributed (experiments/python/torch_communicator.h).
 
-Overlap (`overlap=True`, the default). The hook returns at once with a torch.futures.Future; one worker thread per
-state aggregates the buckets in the order DDP hands them over (the same order on every rank, so the collectives match
-across ranks) and completes each bucket's Future when its aggregation is done. The encode, decode and the waits inside
-torch.distributed run without the GIL, so they overlap the rest of backward, which autograd runs in C++; DDP waits for
-every Future before backward returns. `overlap=False` aggregates inside the hook and returns a completed Future: the
-same bits (tests/python/ddp_hook_test.py checks it), with every microsecond exposed.
+Overlap (`overlap=True`, the default). The hook returns with a torch.futures.Future that completes when the bucket's
+aggregation is done; DDP waits for every Future before backward returns. Two ways, by what the compressor is:
+  chained     a one-round SUM compressor (none, fp16, qsgd, ...) on CPU gradients, without a step trace: the hook
+              encodes the bucket (without the GIL), issues its sums on torch.distributed's asynchronous all_reduce
+              (async_op=True) and returns their Future chained with a callback that decodes into the bucket, as DDP's
+              own hooks chain theirs (engine.h, SplitSum). The collectives overlap the rest of backward; no thread of
+              terse's is involved, which on the 0.24M-parameter MLP of experiments/pytorch/bench_ddp_hooks.py took
+              `none` from 1.30-1.37x DDP's step to 1.16-1.18x (docs/pytorch.md).
+  thread      every other compressor (ALLGATHER, CUSTOM, multi-round PowerSGD), CUDA gradients, a step trace, or
+              `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
+              (the same order on every rank, so the collectives match across ranks) and completes each bucket's Future
+              when its aggregation is done. The encode, decode and the waits inside torch.distributed run without the
+              GIL, so they overlap the rest of backward, which autograd runs in C++.
+`overlap=False` aggregates inside the hook and returns a completed Future. All three give the same bits
+(tests/python/ddp_hook_test.py checks it); without overlap every microsecond is exposed.
 
 Once a bucket fails, the state is failed: the buckets queued behind it fail without a collective (so a rank that
 fails alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises
-the same error. `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
+the same error. A chained bucket's encode fails in the hook call itself, before its collective. `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
 itself where torch re-raises what the hook raised (torch 2.x, without overlap or when the hook call refuses), and
 torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
 torch): `except RuntimeError` catches both (terse.Error is a RuntimeError). `state.raise_if_failed()` raises
@@ -79,6 +88,7 @@ retired: CompressionState + compression_hook do its job, and ResultsLogger write
 """
 
 import atexit
+import collections
 import contextlib
 import math
 import numbers
@@ -152,7 +162,9 @@ class CompressionState:
     module               the model (or its DDP wrapper): its parameter order gives the tensor ids; its device is
                          checked here, before anything is registered
     granularity          "tensor" (default) or "bucket"; see the module's documentation
-    overlap              True (default): aggregate on a worker thread, overlapping backward; False: inside the hook
+    overlap              True (default): overlap backward, chained on asynchronous collectives where the compressor
+                         allows, else on a worker thread; "thread": always on the worker thread; False: inside the
+                         hook (see the module's text)
     stream               CUDA gradients: "current" (default) runs the codecs and collectives on torch's current stream
                          as the state first sees it; "side" on a stream of the state's own, which waits for each
                          bucket's gradients on the device (see the module's text). No effect on CPU gradients
@@ -164,8 +176,11 @@ class CompressionState:
     plugin_timeout       seconds one compressor call may run (default 60; 0 = no limit; at most 3600). The process's
                          deadline: the last state made sets it. A call past it fails its bucket with terse.PluginError
                          naming the plugin, the call and the tensor, so backward raises; the hung thread is abandoned.
-                         Without overlap the hung call holds backward's own thread, so the process prints the error
-                         and exits with status 1 instead (nothing else could end it)
+                         Without overlap, or chained (the encode runs in the hook call, the decode on
+                         torch.distributed's thread), the hung call holds a thread nothing can free, so the process
+                         marks its results status failed, writes terse run's error file, prints the error and exits
+                         with status 1 instead; overlap="thread" keeps every plugin call on the worker, where a hang
+                         fails its bucket and backward raises
 
     Raises terse.PluginError, terse.InvalidArgument, terse.Unsupported ... with terse's messages, before any
     collective.
@@ -178,9 +193,10 @@ class CompressionState:
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
-                           ("momentum_nesterov", momentum_nesterov), ("overlap", overlap),
-                           ("step_trace", step_trace)):
+                           ("momentum_nesterov", momentum_nesterov), ("step_trace", step_trace)):
             _require(isinstance(value, bool), "'%s' must be True or False, got %r" % (key, value))
+        _require(isinstance(overlap, bool) or overlap == "thread",
+                 "'overlap' must be True, False or 'thread', got %r" % (overlap,))
         _require(isinstance(momentum_correction, numbers.Real) and not isinstance(momentum_correction, bool),
                  "'momentum_correction' must be a number in [0, 1), got %r" % (momentum_correction,))
         _require(isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and 0 <= seed < 2 ** 64,
@@ -228,6 +244,10 @@ class CompressionState:
         self._last_submit = 0.0
         self._current = None       # the Future of the bucket the worker aggregates now
         self._stuck = False        # a plugin call of the worker overran plugin_timeout: the worker is abandoned
+        self._chain = None         # whether buckets are chained on asynchronous collectives (_chains), once bound
+        self._inflight = []        # chained: the Futures handed to DDP that may not be complete yet
+        self._recent = collections.deque(maxlen=8)  # chained: the last buckets' views (see _submit_chained)
+        self._decoding = set()     # chained: the native ids of threads inside a chained bucket's decode
         self._sync_thread = None   # overlap=False: the native id of the thread inside the hook, while it is
         _terse.set_plugin_timeout(float(plugin_timeout))
         self.plugin_timeout = float(plugin_timeout)
@@ -319,8 +339,17 @@ class CompressionState:
         self = ref()
         if self is None:
             return
+        held = None
         if self._sync_thread is not None and thread == self._sync_thread:
-            sys.stderr.write("terse.torch: %s; the call holds backward's thread, so the process exits\n" % message)
+            held = "backward's thread"
+        elif thread in self._decoding:
+            held = "a thread of torch.distributed's (a chained bucket's decode)"
+        if held is not None:
+            # Nothing can free that thread, so the process ends; its results status and terse run's error file say why
+            # first.
+            text = "terse.torch: %s; the call holds %s, so the process exits" % (message, held)
+            _terse.fail_process("rank %d: PluginError: %s" % (self.rank, text), self.compressor)
+            sys.stderr.write(text + "\n")
             sys.stderr.flush()
             os._exit(1)
         worker = self._worker
@@ -445,6 +474,8 @@ class CompressionState:
                 # learns that the bound stream uses the buffer.
                 self._stream.wait_stream(current)
                 buf.record_stream(self._stream)
+        if self._chains():
+            return self._submit_chained(index, buf, members, is_last)
         if not self.overlap:
             start = time.perf_counter()
             self._sync_thread = threading.get_native_id()
@@ -476,6 +507,71 @@ class CompressionState:
         self._queue.put((index, buf, members, is_last, fut, time.perf_counter(), issued))
         if self._tracer is not None:
             self._tracer.handed_back(False)
+        return chained
+
+    def _chains(self):
+        """Whether this state's buckets are chained on asynchronous collectives: overlap=True on CPU gradients (the
+        state is bound by now) with a one-round SUM compressor, without a step trace (which times the aggregation's
+        phases the worker's way)."""
+        if self._chain is None:
+            self._chain = (self.overlap is True and self._stream is None and self._tracer is None
+                           and self._agg.chainable)
+        return self._chain
+
+    def _submit_chained(self, index, buf, members, is_last):
+        """The chained path (see the module's text): encodes here, issues the bucket's sums on torch.distributed's
+        asynchronous all_reduce and returns a Future chained on them, whose callback decodes into the bucket."""
+        start = time.perf_counter()
+        self._inflight = [f for f in self._inflight if not f.done()]
+        # A plugin call that hangs here holds backward's thread: the watchdog ends the process (_overrun_of).
+        self._sync_thread = threading.get_native_id()
+        try:
+            pending, sums = self._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
+                                                    is_last)
+            issued = time.perf_counter()
+            works = [torch.distributed.all_reduce(t, group=self.process_group, async_op=True) for t in sums]
+        except Exception as e:
+            self._fail(e)
+            raise
+        finally:
+            self._sync_thread = None
+        # The views stay referenced until a few buckets later: gloo's thread must never drop the last reference to a
+        # Python-made tensor, which needs the GIL (torch_communicator.h, in_call_).
+        self._recent.append(sums)
+
+        def finish(done):
+            try:
+                for f in (done.value() if len(works) > 1 else [done]):
+                    f.wait()  # raises the collective's error
+            except Exception as e:  # noqa: BLE001
+                error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+                self._fail(error)
+                raise error from e
+            if self.error is not None:
+                raise self._failed_again()
+            thread = threading.get_native_id()
+            self._decoding.add(thread)
+            try:
+                self._agg.finish_chained(pending, time.perf_counter() - issued)
+            except Exception as e:
+                self._fail(e)
+                raise
+            finally:
+                self._decoding.discard(thread)
+            if is_last:
+                # From DDP's hand-over of its last bucket: backward's own work ended about then.
+                self._agg.add_exposed(time.perf_counter() - start)
+            return buf
+
+        if not works:
+            fut = torch.futures.Future()
+            self._agg.finish_chained(pending, 0.0)
+            fut.set_result(buf)
+            return fut
+        collected = works[0].get_future() if len(works) == 1 else torch.futures.collect_all(
+            [w.get_future() for w in works])
+        chained = collected.then(finish)
+        self._inflight.append(chained)
         return chained
 
     def _work(self, jobs):
@@ -514,6 +610,13 @@ class CompressionState:
     def _drain(self):
         if self._queue is not None:
             self._queue.join()
+        for fut in self._inflight:
+            # A failed bucket's error reaches the user through backward and state.error; here it only must be over.
+            try:
+                fut.wait()
+            except Exception:  # noqa: BLE001, S110
+                pass
+        self._inflight = []
 
 
 class _StepTracer:
