@@ -249,7 +249,12 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   b->split = &splits_[bucket_index];
   TERSE_CHECK(b->split->sums.empty(), InvalidArgument,
               "terse.torch: bucket " << bucket_index << " was handed over again before its aggregation finished");
-  engine_->beginSum(step_, b->group, *b->split);
+  try {
+    engine_->beginSum(step_, b->group, *b->split);
+  } catch (...) {
+    b->split->sums.clear();  // nothing of this bucket is in flight: its index may begin again
+    throw;
+  }
   b->begin_s = std::chrono::duration<double>(Clock::now() - start).count();
   return b;
 }
@@ -267,7 +272,12 @@ void DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
     wires.push_back(comm_->recordAllreduce(
         s.data.size(), s.tensor,
         total == 0 ? 0.0 : comm_seconds * static_cast<double>(s.data.size()) / static_cast<double>(total)));
-  engine_->finishSum(split, wires);
+  try {
+    engine_->finishSum(split, wires);
+  } catch (...) {
+    split.sums.clear();
+    throw;
+  }
   countBucket(bucket.bucket_index, bucket.numel, bucket.tensors, bucket.group, bucket.before, bucket.is_last);
   hook_s_ += bucket.begin_s + comm_seconds + std::chrono::duration<double>(Clock::now() - start).count();
 }
