@@ -209,31 +209,48 @@ void AggregationEngine::beginSum(uint64_t step, std::span<const GroupMember> mem
   checkMembers(members);
   split.sums.clear();
   split.step_ = step;
+  split.round_ = 0;
+  split.rounds_ = members.empty() ? 1 : members[0].pipeline->rounds();
   split.members_.assign(members.begin(), members.end());
   split.local_.assign(members.size(), {});
   // Every member is checked before any is encoded: a refusal leaves no pipeline half-run.
-  for (const GroupMember& m : members)
-    TERSE_CHECK(m.pipeline->aggregation() == Aggregation::kSum && m.pipeline->rounds() == 1, InvalidArgument,
+  for (const GroupMember& m : members) {
+    TERSE_CHECK(m.pipeline->aggregation() == Aggregation::kSum, InvalidArgument,
                 "aggregation: tensor " << m.pipeline->tensorId() << " (" << aggregationName(m.pipeline->aggregation())
-                                       << ", " << m.pipeline->rounds()
-                                       << " rounds) cannot be split around its collectives: only one-round SUM can");
+                                       << ") cannot be split around its collectives: only SUM can");
+    TERSE_CHECK(m.pipeline->rounds() == split.rounds_, InvalidArgument,
+                "aggregation: tensor " << m.pipeline->tensorId() << " has " << m.pipeline->rounds()
+                                       << " rounds and the group's first " << split.rounds_
+                                       << ": a split group advances all its members round by round together");
+  }
   std::size_t i = 0, q = 0;
   while (i < members.size()) {
     const std::size_t j = nextRun(members, i);
-    const auto run = std::span<const GroupMember>(split.members_).subspan(i, j - i);
     if (q == split.runs_.size()) split.runs_.emplace_back();
     SplitSum::Run& r = split.runs_[q++];
     r.first = i;
     r.count = j - i;
-    r.decode_from = nullptr;
-    auto local = std::span<std::span<std::byte>>(split.local_).subspan(i, j - i);
+    i = j;
+  }
+  split.runs_.resize(q);
+  layOutRound(split);
+}
+
+void AggregationEngine::layOutRound(SplitSum& split) {
+  const int round = split.round_;
+  split.sums.clear();
+  for (SplitSum::Run& r : split.runs_) {
+    const auto run = std::span<const GroupMember>(split.members_).subspan(r.first, r.count);
+    auto local = std::span<std::span<std::byte>>(split.local_).subspan(r.first, r.count);
     CompressionPipeline& lead = *run[0].pipeline;
     const Placement& where = lead.placement();
-    std::vector<std::span<std::byte>> encoded(run.size());
-    const std::size_t body_bytes = encodeRound(step, 0, run, encoded);
+    // Round r + 1's prev is round r's aggregate, in each member's payload buffer (runSum's order).
+    std::vector<std::span<std::byte>> encoded(local.begin(), local.end());
+    const std::size_t body_bytes = encodeRound(split.step_, round, run, encoded);
     std::copy(encoded.begin(), encoded.end(), local.begin());
+    r.decode_from = nullptr;
     if (run.size() == 1) {
-      split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(0))),
+      split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(round))),
                                          lead.wireDtype(), lead.tensorId()});
     } else {
       // A concatenation of the split's own, so that splits in flight at once do not share one; kept for its next
@@ -241,29 +258,38 @@ void AggregationEngine::beginSum(uint64_t step, std::span<const GroupMember> mem
       const std::size_t room = where.device ? 0 : kSendHeadroom;
       grow(r.concat, room + body_bytes, where);
       std::byte* const concat = r.concat.data() + room;
-      copied_ += copyBodies(run, local, 0, concat, true, where);
-      r.decode_from = where.device ? nullptr : concat;
+      copied_ += copyBodies(run, local, round, concat, true, where);
+      // The last round's sums are decoded where they lie on the host (decodeSummed); an earlier round's go back
+      // behind their headers as the next round's prev.
+      if (round + 1 == split.rounds_ && !where.device) r.decode_from = concat;
       split.sums.push_back(SplitSum::Sum{std::span<std::byte>(concat, body_bytes), lead.wireDtype(), lead.tensorId()});
     }
-    i = j;
   }
-  split.runs_.resize(q);
 }
 
-void AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireBytes> wires) {
+bool AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireBytes> wires) {
   TERSE_CHECK(wires.size() == split.sums.size(), InvalidArgument,
               "aggregation: " << wires.size() << " collectives' bytes for a split sum of " << split.sums.size());
+  const int round = split.round_;
+  const bool last = round + 1 == split.rounds_;
   for (std::size_t s = 0; s < split.sums.size(); ++s) {
     SplitSum::Run& r = split.runs_[s];
     const auto run = std::span<const GroupMember>(split.members_).subspan(r.first, r.count);
     const auto local = std::span<const std::span<std::byte>>(split.local_).subspan(r.first, r.count);
     run[0].pipeline->addWire(wires[s]);
     ++collectives_;
-    if (r.count > 1 && r.decode_from == nullptr)  // the device: each body back behind its header
-      copied_ += copyBodies(run, local, 0, split.sums[s].data.data(), false, run[0].pipeline->placement());
-    decodeSummed(split.step_, run, local, 0, r.decode_from);
+    // Each summed body back behind its header: an earlier round's (the next one's prev) and, on the device, the last.
+    if (r.count > 1 && r.decode_from == nullptr)
+      copied_ += copyBodies(run, local, round, split.sums[s].data.data(), false, run[0].pipeline->placement());
+    if (last) decodeSummed(split.step_, run, local, round, r.decode_from);
   }
-  split.sums.clear();
+  if (last) {
+    split.sums.clear();
+    return false;
+  }
+  ++split.round_;
+  layOutRound(split);
+  return true;
 }
 
 std::byte* AggregationEngine::send_start(std::size_t body_bytes, const Placement& where) {

@@ -78,13 +78,13 @@ using GroupPhaseFn = std::function<void(const char* phase, std::chrono::steady_c
                                         std::chrono::steady_clock::time_point end, std::size_t first_member,
                                         std::size_t members, std::span<const PhaseCollective> collectives)>;
 
-// A group of one-round SUM members run in two halves around its collectives (AggregationEngine::beginSum), for a
-// caller that issues the collectives itself without blocking: the DDP hook chains them on torch's asynchronous
-// collectives (terse/torch.py). After beginSum every entry of `sums` must be summed across the ranks in place, `wire`
-// elements, every rank issuing the same list in the same order; finishSum then decodes into the members' outputs.
-// The same encode, concatenation and decode as run() of the group, so the same bits. A SplitSum owns its
-// concatenations, so several can be in flight at once (one per DDP bucket); its members' pipelines and outputs must
-// not be used elsewhere until finishSum.
+// A group of SUM members run in pieces around its collectives (AggregationEngine::beginSum), for a caller that issues
+// the collectives itself without blocking: the DDP hook chains them on torch's asynchronous collectives
+// (terse/torch.py). After beginSum, and after every finishSum that returns true, each entry of `sums` must be summed
+// across the ranks in place, `wire` elements, every rank issuing the same list in the same order; the finishSum of the
+// last round decodes into the members' outputs. Round by round (PowerSGD's P, then Q), the same encode, concatenation
+// and decode as run() of the group, so the same bits. A SplitSum owns its concatenations, so several can be in flight
+// at once (one per DDP bucket); its members' pipelines and outputs must not be used elsewhere until it is done.
 class SplitSum {
  public:
   struct Sum {
@@ -102,6 +102,8 @@ class SplitSum {
     std::byte* decode_from = nullptr;  // host: where the fused bodies are decoded (engine.cc, decodeSummed)
   };
   uint64_t step_ = 0;
+  int round_ = 0;   // the round whose sums are laid out
+  int rounds_ = 1;  // every member's
   std::vector<GroupMember> members_;
   std::vector<std::span<std::byte>> local_;  // each member's payload
   std::vector<Run> runs_;                    // one per sum
@@ -123,12 +125,13 @@ class AggregationEngine {
     run(step, std::span<const GroupMember>(&m, 1));
   }
 
-  // The two halves of run() for a group whose every member is one-round SUM (SplitSum above): beginSum encodes and
-  // lays out `split.sums` (InvalidArgument, before any encode, for a member of another kind); finishSum takes each
-  // sum's wire bytes as the caller's collective moved them and decodes. The fusion is run()'s, so is the count of
-  // collectives (one per sum, counted at finishSum).
+  // run() in pieces for a group whose every member is SUM with the same number of rounds (SplitSum above): beginSum
+  // encodes round 0 and lays out `split.sums` (InvalidArgument, before any encode, for a member of another kind or
+  // another number of rounds); finishSum takes each sum's wire bytes as the caller's collective moved them, and either
+  // encodes the next round and lays out its sums (returns true) or, after the last round, decodes (returns false). The
+  // fusion is run()'s, so is the count of collectives (one per sum, counted at finishSum).
   void beginSum(uint64_t step, std::span<const GroupMember> members, SplitSum& split);
-  void finishSum(SplitSum& split, std::span<const comm::WireBytes> wires);
+  bool finishSum(SplitSum& split, std::span<const comm::WireBytes> wires);
 
   // Communicator calls issued so far (allreduces, allgathervs and size exchanges), for tests and traces.
   uint64_t collectives() const noexcept { return collectives_; }
@@ -145,6 +148,8 @@ class AggregationEngine {
 
  private:
   void checkMembers(std::span<const GroupMember> members) const;
+  // Encodes split's current round and lays out its sums.
+  void layOutRound(SplitSum& split);
   // The end (exclusive) of the run of members from i that share one collective a round.
   std::size_t nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept;
   void runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);

@@ -228,8 +228,17 @@ PYBIND11_MODULE(_terse, m) {
       .def(
           "finish_chained",
           [](DdpAggregator& a, ChainedBucket& b, double comm_seconds) {
-            py::gil_scoped_release released;
-            a.finishChained(b, comm_seconds);
+            bool more = false;
+            {
+              py::gil_scoped_release released;
+              more = a.finishChained(b, comm_seconds);
+            }
+            // The next round's tensors to sum (an empty list once the bucket is decoded).
+            py::list sums;
+            if (more)
+              for (const SplitSum::Sum& x : b.split->sums)
+                sums.append(a.communicator().sumView(x.data.data(), x.data.size(), x.wire));
+            return sums;
           },
           py::arg("bucket"), py::arg("comm_seconds"))
       .def("bind_host", &DdpAggregator::bindHost)

@@ -229,6 +229,12 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
 
 bool DdpAggregator::chainable() const {
   const CompressorCaps c = caps();
+  // One round only. A later round would be issued from the previous round's callback, on gloo's thread, while the
+  // hook issues the next bucket's first round on backward's: the two interleave in an order that differs between
+  // ranks, and gloo pairs collectives by the order they were issued in. That mismatch is how DDP's own PowerSGD hook
+  // aborts in gloo with several buckets ("op.preamble.length <= op.nbytes"); tried here with terse's PowerSGD, the
+  // ranks deadlocked until gloo's timeout. Multi-round compressors stay on the worker thread, which issues every
+  // collective in DDP's order.
   return !placement_.device && c.aggregation == Aggregation::kSum && c.num_rounds == 1;
 }
 
@@ -259,7 +265,7 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   return b;
 }
 
-void DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
+bool DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
   const std::lock_guard lock(mutex_);
   const auto start = Clock::now();
   SplitSum& split = *bucket.split;
@@ -272,14 +278,18 @@ void DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
     wires.push_back(comm_->recordAllreduce(
         s.data.size(), s.tensor,
         total == 0 ? 0.0 : comm_seconds * static_cast<double>(s.data.size()) / static_cast<double>(total)));
+  bool more = false;
   try {
-    engine_->finishSum(split, wires);
+    more = engine_->finishSum(split, wires);
   } catch (...) {
     split.sums.clear();
     throw;
   }
+  hook_s_ += comm_seconds + std::chrono::duration<double>(Clock::now() - start).count();
+  if (more) return true;  // the next round's sums are laid out
   countBucket(bucket.bucket_index, bucket.numel, bucket.tensors, bucket.group, bucket.before, bucket.is_last);
-  hook_s_ += bucket.begin_s + comm_seconds + std::chrono::duration<double>(Clock::now() - start).count();
+  hook_s_ += bucket.begin_s;
+  return false;
 }
 
 ByteCounts DdpAggregator::totals() const {

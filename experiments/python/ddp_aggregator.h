@@ -137,18 +137,20 @@ class DdpAggregator {
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                  const std::vector<BucketMember>& members, bool is_last, double issued,
                  const std::vector<std::pair<uint64_t, uint64_t>>& traced);
-  // The chained path (terse/torch.py): a bucket's aggregation in two halves around its collectives, which the caller
-  // issues on torch.distributed's asynchronous all_reduce and chains the finish on, as DDP's own hooks chain theirs.
-  // For a state bound to host tensors whose compressor is one-round SUM (chainable()). beginChained validates the
-  // layout and encodes (as aggregate() does, before any collective); the caller then sums every one of
-  // `bucket.split->sums` across the group, in order, and calls finishChained with the seconds they took, which decodes
-  // into the bucket and counts its bytes and time as aggregate() does. Several buckets may be between the two at once,
-  // and a finish may run on another thread (gloo's, in a Future's callback) while the next bucket begins: the two
-  // calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h, SplitSum).
+  // The chained path (terse/torch.py): a bucket's aggregation in pieces around its collectives, which the caller
+  // issues on torch.distributed's asynchronous all_reduce and chains the next piece on, as DDP's own hooks chain
+  // theirs. For a state bound to host tensors whose compressor is one-round SUM (chainable(): why one round).
+  // beginChained validates the layout and encodes round 0 (as aggregate() does, before any collective); the caller
+  // then sums every one of `bucket.split->sums` across the group, in order, and calls finishChained with the seconds
+  // they took: it decodes into the bucket, counts its bytes and time as aggregate() does and returns false (true,
+  // with the next round's `sums` laid out, is the engine's multi-round split, which chainable() keeps from the hook).
+  // Several buckets may be in flight at once, and a finish may run on another thread (gloo's, in a Future's callback)
+  // while the next bucket begins: the calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h,
+  // SplitSum).
   bool chainable() const;
   std::unique_ptr<ChainedBucket> beginChained(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                                               const std::vector<BucketMember>& members, bool is_last);
-  void finishChained(ChainedBucket& bucket, double comm_seconds);
+  bool finishChained(ChainedBucket& bucket, double comm_seconds);
 
   // Attaches (or with null detaches) a step trace; it must outlive the aggregator's calls.
   void traceTo(HookTrace* trace) noexcept { trace_ = trace; }

@@ -841,8 +841,8 @@ TEST(Engine, ASplitSumEqualsTheRunOfItsGroup) {
             wa.push_back(comm.allreduce(x.data.data(), x.data.size() / 4, x.wire, comm::ReduceOp::kSum, x.tensor));
           for (const SplitSum::Sum& x : sb.sums)
             wb.push_back(comm.allreduce(x.data.data(), x.data.size() / 4, x.wire, comm::ReduceOp::kSum, x.tensor));
-          engine.finishSum(sb, wb);
-          engine.finishSum(sa, wa);
+          EXPECT_FALSE(engine.finishSum(sb, wb)) << "a one-round split ends at its first finish";
+          EXPECT_FALSE(engine.finishSum(sa, wa));
           EXPECT_TRUE(sa.sums.empty());
         }
         for (std::size_t m = 0; m < a.outputs.size(); ++m)
@@ -865,6 +865,13 @@ TEST(Engine, ASplitSumEqualsTheRunOfItsGroup) {
         SplitSum bad;
         EXPECT_THROW(engine.beginSum(9, mixed, bad), InvalidArgument);
         EXPECT_EQ(pipes_b[0]->stats().payload_bytes, before) << "a member was encoded before the refusal";
+        // SUM members of different rounds cannot advance together.
+        auto rounds = loader.loadCompressor("test_rounds")->instantiate({});
+        CompressionPipeline two(makePluginCodec(rounds, tensorFor(10, r, n, 8), 1), comm);
+        const std::vector<GroupMember> uneven = {GroupMember{pipes_b[0].get(), g.data(), o.data()},
+                                                 GroupMember{&two, g.data(), o.data()}};
+        EXPECT_THROW(engine.beginSum(9, uneven, bad), InvalidArgument);
+        EXPECT_EQ(pipes_b[0]->stats().payload_bytes, before) << "a member was encoded before the rounds' refusal";
       }
     });
   }
@@ -879,9 +886,10 @@ TEST(Engine, ASplitSumEqualsTheRunOfItsGroup) {
 
 TEST(Engine, MultiRoundMembersFuseRoundByRound) {
   // SUM members with the same rounds share one allreduce a round (engine.h): a group of k costs `rounds` allreduces a
-  // step, not k x rounds, and each member's math is its own. test_rounds is exact on integer-valued gradients, so at 3
-  // ranks (where a ring's sum order follows the cut) grouped and alone still agree bit for bit; PowerSGD, with two
-  // matrices, a vector and an empty tensor, at 2 ranks (a + b == b + a).
+  // step, not k x rounds, and each member's math is its own. Split round by round (SplitSum: beginSum, the test's
+  // allreduce of each sum, finishSum until it returns false), the group gives run()'s bits and collectives. test_rounds
+  // is exact on integer-valued gradients, so at 3 ranks (where a ring's sum order follows the cut) grouped and alone
+  // still agree bit for bit; PowerSGD, with two matrices, a vector and an empty tensor, at 2 ranks (a + b == b + a).
   auto loader = buildTreeLoader();
   struct Case {
     std::string plugin;
@@ -911,9 +919,9 @@ TEST(Engine, MultiRoundMembersFuseRoundByRound) {
         g[i] = static_cast<float>(static_cast<int>(comm::testing::mix(r * 7 + m * 31 + step * 1000 + i) % 41) - 20);
       return g;
     };
-    std::array<std::vector<std::vector<float>>, 2> outs;
-    std::array<uint64_t, 2> collectives{};
-    for (int grouped = 0; grouped < 2; ++grouped) {
+    std::array<std::vector<std::vector<float>>, 3> outs;
+    std::array<uint64_t, 3> collectives{};
+    for (int grouped = 0; grouped < 3; ++grouped) {
       World world(c.world);
       outs[grouped].assign(static_cast<std::size_t>(c.world) * k, {});
       world.runOk([&](int r, HostCommunicator& comm) {
@@ -930,7 +938,20 @@ TEST(Engine, MultiRoundMembersFuseRoundByRound) {
           }
           for (std::size_t m = 0; m < k; ++m)
             members.push_back(GroupMember{pipes[m].get(), grads[m].data(), outputs[m].data()});
-          if (grouped == 1) {
+          if (grouped == 2) {
+            SplitSum split;
+            engine.beginSum(step, members, split);
+            std::vector<comm::WireBytes> wires;
+            int rounds = 0;
+            do {
+              wires.clear();
+              for (const SplitSum::Sum& x : split.sums)
+                wires.push_back(comm.allreduce(x.data.data(), x.data.size() / dtypeSize(x.wire), x.wire,
+                                               comm::ReduceOp::kSum, x.tensor));
+              ++rounds;
+            } while (engine.finishSum(split, wires));
+            EXPECT_EQ(rounds, 2) << c.plugin;
+          } else if (grouped == 1) {
             engine.run(step, members);
           } else {
             for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
@@ -941,8 +962,10 @@ TEST(Engine, MultiRoundMembersFuseRoundByRound) {
       });
     }
     for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[0][i], outs[1][i]) << c.plugin << " rank*k+m " << i;
+    for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_EQ(outs[2][i], outs[1][i]) << c.plugin << " split " << i;
     EXPECT_EQ(collectives[0], 3u * 2u * k) << c.plugin << ": alone, two rounds a member a step";
     EXPECT_EQ(collectives[1], 3u * 2u) << c.plugin << ": grouped, two rounds a step";
+    EXPECT_EQ(collectives[2], collectives[1]) << c.plugin << ": split, run()'s collectives";
   }
 }
 

@@ -22,7 +22,7 @@
   one_rank_fails    a plugin failing on rank 0 only: rank 0 raises terse's error, rank 1 is released by gloo (no hang)
   plugin_hangs      a plugin whose compress hangs on rank 0 (plugin_timeout 2 s): on the worker thread
                     (overlap="thread") rank 0's backward raises terse's PluginError naming the plugin, the call and the
-                    tensor within the deadline and a margin; chained (overlap=True: the plugin is one-round SUM) and
+                    tensor within the deadline and a margin; chained (overlap=True: the plugin is SUM) and
                     without overlap the hung call holds backward's thread, so the process exits 1, naming it; rank 1
                     is released by gloo
   layout            a bucket that changes size (bucket granularity: new pipeline; tensor granularity: refused), a
@@ -506,7 +506,8 @@ def overlap(rank):
                 train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 6, rank)
                 buckets = len(state.buckets())
                 check(buckets >= 3, "%s: expected several buckets, DDP made %d" % (name, buckets))
-                # fp16 (one-round SUM) is chained on torch's asynchronous collectives; the others run on the worker.
+                # fp16 (one-round SUM) is chained on torch's asynchronous collectives; top-k and PowerSGD (two rounds,
+                # which a chain would issue out of order across ranks) run on the worker.
                 check(state._chain == (overlapped and name == "fp16"), "%s overlap=%s: chained %s"
                       % (name, overlapped, state._chain))
                 firsts = [done for index, done in seen if index == 0]

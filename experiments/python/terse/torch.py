@@ -22,13 +22,17 @@ over the DDP process group through torch.distributed (experiments/python/torch_c
 
 Overlap (`overlap=True`, the default). The hook returns with a torch.futures.Future that completes when the bucket's
 aggregation is done; DDP waits for every Future before backward returns. Two ways, by what the compressor is:
-  chained     a one-round SUM compressor (none, fp16, qsgd, ...) on CPU gradients, without a step trace: the hook
+  chained     a one-round SUM compressor (none, fp16, bf16, randomk) on CPU gradients, without a step trace: the hook
               encodes the bucket (without the GIL), issues its sums on torch.distributed's asynchronous all_reduce
-              (async_op=True) and returns their Future chained with a callback that decodes into the bucket, as DDP's
-              own hooks chain theirs (engine.h, SplitSum). The collectives overlap the rest of backward; no thread of
-              terse's is involved, which on the 0.24M-parameter MLP of experiments/pytorch/bench_ddp_hooks.py took
-              `none` from 1.30-1.37x DDP's step to 1.16-1.18x (docs/pytorch.md).
-  thread      every other compressor (ALLGATHER, CUSTOM, multi-round PowerSGD), CUDA gradients, a step trace, or
+              (async_op=True) and returns a Future that a callback on them completes after decoding into the bucket,
+              as DDP's own hooks chain theirs (engine.h, SplitSum). The collectives overlap the rest of backward; no
+              thread of terse's is involved, which on the 0.24M-parameter MLP of
+              experiments/pytorch/bench_ddp_hooks.py took `none` from 1.30-1.37x DDP's step to 1.16-1.18x
+              (docs/pytorch.md). Not PowerSGD: a second round issued from the first round's callback would interleave
+              with the next bucket's collectives in an order that differs between ranks (ddp_aggregator.cc,
+              chainable).
+  thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...; PowerSGD's two rounds), CUDA
+              gradients, a step trace, or
               `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
               (the same order on every rank, so the collectives match across ranks) and completes each bucket's Future
               when its aggregation is done. The encode, decode and the waits inside torch.distributed run without the
@@ -511,8 +515,8 @@ class CompressionState:
 
     def _chains(self):
         """Whether this state's buckets are chained on asynchronous collectives: overlap=True on CPU gradients (the
-        state is bound by now) with a one-round SUM compressor, without a step trace (which times the aggregation's
-        phases the worker's way)."""
+        state is bound by now) with a one-round SUM compressor (ddp_aggregator.cc, chainable, says why one round),
+        without a step trace (which times the aggregation's phases the worker's way)."""
         if self._chain is None:
             self._chain = (self.overlap is True and self._stream is None and self._tracer is None
                            and self._agg.chainable)
@@ -520,7 +524,8 @@ class CompressionState:
 
     def _submit_chained(self, index, buf, members, is_last):
         """The chained path (see the module's text): encodes here, issues the bucket's sums on torch.distributed's
-        asynchronous all_reduce and returns a Future chained on them, whose callback decodes into the bucket."""
+        asynchronous all_reduce, and chains on them a callback that decodes into the bucket and completes the Future
+        returned to DDP. The callback never waits for a collective, so buckets in flight never hold gloo's threads."""
         start = time.perf_counter()
         self._inflight = [f for f in self._inflight if not f.done()]
         # A plugin call that hangs here holds backward's thread: the watchdog ends the process (_overrun_of).
@@ -528,51 +533,68 @@ class CompressionState:
         try:
             pending, sums = self._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
                                                     is_last)
-            issued = time.perf_counter()
-            works = [torch.distributed.all_reduce(t, group=self.process_group, async_op=True) for t in sums]
         except Exception as e:
             self._fail(e)
             raise
         finally:
             self._sync_thread = None
-        # The views stay referenced until a few buckets later: gloo's thread must never drop the last reference to a
-        # Python-made tensor, which needs the GIL (torch_communicator.h, in_call_).
-        self._recent.append(sums)
+        result = torch.futures.Future()
+        # DDP reads the value from C++: an error set from Python must come through a raising callback (_submit).
+        returned = result.then(_value)
+        self._inflight.append(returned)
 
-        def finish(done):
+        def fail(error):
+            self._fail(error)
+            if not result.done():
+                result.set_exception(error)
+
+        def issue(sums):
+            issued = time.perf_counter()
+            works = [torch.distributed.all_reduce(t, group=self.process_group, async_op=True) for t in sums]
+            # The views stay referenced until a few rounds later: gloo's thread must never drop the last reference to
+            # a Python-made tensor, which needs the GIL (torch_communicator.h, in_call_).
+            self._recent.append(sums)
+            if not works:
+                collected = torch.futures.Future()
+                collected.set_result(None)
+            elif len(works) == 1:
+                collected = works[0].get_future()
+            else:
+                collected = torch.futures.collect_all([w.get_future() for w in works])
+            collected.then(lambda done: summed(done, len(works), issued))
+
+        def summed(done, n, issued):
             try:
-                for f in (done.value() if len(works) > 1 else [done]):
+                for f in (done.value() if n > 1 else [done]):
                     f.wait()  # raises the collective's error
             except Exception as e:  # noqa: BLE001
-                error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
-                self._fail(error)
-                raise error from e
+                fail(_terse.CommError("terse.torch: all_reduce failed: %s" % (e,)))
+                return
             if self.error is not None:
-                raise self._failed_again()
+                fail(self._failed_again())
+                return
             thread = threading.get_native_id()
             self._decoding.add(thread)
             try:
-                self._agg.finish_chained(pending, time.perf_counter() - issued)
-            except Exception as e:
-                self._fail(e)
-                raise
+                if self._agg.finish_chained(pending, time.perf_counter() - issued):
+                    # Only one-round compressors are chained (_chains): a second round here would be out of order.
+                    raise _terse.InternalError("terse.torch: a multi-round bucket reached the chained path")
+            except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
+                fail(e)
+                return
             finally:
                 self._decoding.discard(thread)
             if is_last:
                 # From DDP's hand-over of its last bucket: backward's own work ended about then.
                 self._agg.add_exposed(time.perf_counter() - start)
-            return buf
+            result.set_result(buf)
 
-        if not works:
-            fut = torch.futures.Future()
-            self._agg.finish_chained(pending, 0.0)
-            fut.set_result(buf)
-            return fut
-        collected = works[0].get_future() if len(works) == 1 else torch.futures.collect_all(
-            [w.get_future() for w in works])
-        chained = collected.then(finish)
-        self._inflight.append(chained)
-        return chained
+        try:
+            issue(sums)
+        except Exception as e:
+            self._fail(e)
+            raise
+        return returned
 
     def _work(self, jobs):
         while True:
