@@ -37,25 +37,28 @@ inline void yieldCpu() {
 // start waited for all of it: at 2 in-process ranks, a 4 KiB allreduce's hop paid that once per wait. The load of the
 // watched word hits the waiter's own cache until the writer's store takes the line away, so watching costs nothing
 // on the bus.
+// The eight looks of a spin step, a pause hint after each that does not find the change.
 template <class Changed>
-bool spinStepUntil(Changed&& changed) {
+bool pausesUntil(Changed& changed) {
   for (int i = 0; i < 8; ++i) {
     if (changed()) return true;
     cpuRelax();
   }
+  return false;
+}
+
+template <class Changed>
+bool spinStepUntil(Changed&& changed) {
+  if (pausesUntil(changed)) return true;
   yieldCpu();
   return changed();
 }
 
-// One step of a spin that holds its CPU: the same pause hints and looks as spinStepUntil, without the yield. For a
-// waiter that must not hand its CPU to another process for a time slice (Link::await while backed off).
+// One step of a spin that holds its CPU: spinStepUntil's pause hints and looks without the yield. For a waiter that
+// must not hand its CPU to another process for a time slice (Link::await while backed off).
 template <class Changed>
 bool holdStepUntil(Changed&& changed) {
-  for (int i = 0; i < 8; ++i) {
-    if (changed()) return true;
-    cpuRelax();
-  }
-  return changed();
+  return pausesUntil(changed) || changed();
 }
 
 // The largest spin budget accepted, in microseconds.

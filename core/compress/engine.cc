@@ -91,7 +91,7 @@ namespace {
 // Round r of every member: local[m] = member m's payload; returns the bytes of their summable bodies (past each
 // member's SUM header).
 std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> members,
-                        std::vector<std::span<std::byte>>& local) {
+                        std::span<std::span<std::byte>> local) {
   std::size_t body_bytes = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
     local[m] = members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m]);
@@ -245,9 +245,7 @@ void AggregationEngine::layOutRound(SplitSum& split) {
     CompressionPipeline& lead = *run[0].pipeline;
     const Placement& where = lead.placement();
     // Round r + 1's prev is round r's aggregate, in each member's payload buffer (runSum's order).
-    std::vector<std::span<std::byte>> encoded(local.begin(), local.end());
-    const std::size_t body_bytes = encodeRound(split.step_, round, run, encoded);
-    std::copy(encoded.begin(), encoded.end(), local.begin());
+    const std::size_t body_bytes = encodeRound(split.step_, round, run, local);
     r.decode_from = nullptr;
     if (run.size() == 1) {
       split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(round))),

@@ -161,6 +161,14 @@ PYBIND11_MODULE(_terse, m) {
       },
       py::arg("handler"));
 
+  // A chained bucket's tensors to sum, in order: views of the engine's memory, which the caller holds until the
+  // bucket's finish (torch_communicator.h, sumView).
+  const auto sumViews = [](DdpAggregator& a, const SplitSum& split) {
+    py::list sums;
+    for (const SplitSum::Sum& x : split.sums)
+      sums.append(a.communicator().sumView(x.data.data(), x.data.size(), x.wire));
+    return sums;
+  };
   py::class_<ChainedBucket>(m, "ChainedBucket")
       .def_property_readonly("index", [](const ChainedBucket& b) { return b.bucket_index; })
       .def_property_readonly("is_last", [](const ChainedBucket& b) { return b.is_last; });
@@ -205,8 +213,8 @@ PYBIND11_MODULE(_terse, m) {
       .def_property_readonly("chainable", &DdpAggregator::chainable)
       .def(
           "begin_chained",
-          [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,
-             const std::vector<std::tuple<uint64_t, uint64_t, std::vector<int64_t>>>& members, bool is_last) {
+          [sumViews](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,
+                     const std::vector<std::tuple<uint64_t, uint64_t, std::vector<int64_t>>>& members, bool is_last) {
             std::vector<BucketMember> layout;
             layout.reserve(members.size());
             for (const auto& [id, offset, shape] : members) layout.push_back(BucketMember{id, offset, shape});
@@ -217,28 +225,21 @@ PYBIND11_MODULE(_terse, m) {
               py::gil_scoped_release released;
               b = a.beginChained(index, data, numel, d, layout, is_last);
             }
-            // The tensors to sum, in order: views of the engine's memory, held by the caller until the finish.
-            py::list sums;
-            for (const SplitSum::Sum& x : b->split->sums)
-              sums.append(a.communicator().sumView(x.data.data(), x.data.size(), x.wire));
+            py::list sums = sumViews(a, *b->split);
             return py::make_tuple(std::move(b), sums);
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"))
       .def(
           "finish_chained",
-          [](DdpAggregator& a, ChainedBucket& b, double comm_seconds) {
+          [sumViews](DdpAggregator& a, ChainedBucket& b, double comm_seconds) {
             bool more = false;
             {
               py::gil_scoped_release released;
               more = a.finishChained(b, comm_seconds);
             }
             // The next round's tensors to sum (an empty list once the bucket is decoded).
-            py::list sums;
-            if (more)
-              for (const SplitSum::Sum& x : b.split->sums)
-                sums.append(a.communicator().sumView(x.data.data(), x.data.size(), x.wire));
-            return sums;
+            return more ? sumViews(a, *b.split) : py::list();
           },
           py::arg("bucket"), py::arg("comm_seconds"))
       .def("bind_host", &DdpAggregator::bindHost)

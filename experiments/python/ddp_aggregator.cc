@@ -293,8 +293,8 @@ bool DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
 }
 
 ByteCounts DdpAggregator::totals() const {
-  // Every pipeline is used only through aggregate(), so the buckets' sums are the pipelines' sums, and they keep the
-  // counts of a kBucket pipeline that was replaced.
+  // Every pipeline is used only through aggregate() and the chained calls, so the buckets' sums are the pipelines'
+  // sums, and they keep the counts of a kBucket pipeline that was replaced.
   ByteCounts t;
   for (const auto& [index, b] : buckets_) t += b.total;
   return t;

@@ -152,32 +152,37 @@ bool TorchCommunicator::supportsSum(DType dtype) const noexcept {
 }
 
 py::object TorchCommunicator::view(void* data, std::size_t bytes, DType dtype) {
-  return wrap(data, bytes, dtype, device_);
+  in_call_.push_back(wrap(data, bytes, dtype, device_));
+  return in_call_.back();
 }
 
 py::object TorchCommunicator::hostView(void* data, std::size_t bytes, DType dtype) {
-  return wrap(data, bytes, dtype, -1);
+  in_call_.push_back(wrap(data, bytes, dtype, -1));
+  return in_call_.back();
 }
 
 py::object TorchCommunicator::sumView(void* data, std::size_t bytes, DType dtype) {
   TERSE_CHECK(
       supportsSum(dtype), Unsupported,
       "terse.torch: allreduce of " << dtypeName(dtype) << " is not supported by " << name_ << " (f32, f64, f16 sums)");
-  py::object view = wrap(data, bytes, dtype, device_);
-  in_call_.pop_back();  // the caller keeps it (see the header)
-  return view;
+  return wrap(data, bytes, dtype, device_);  // not in in_call_: the caller keeps it (see the header)
 }
 
 comm::WireBytes TorchCommunicator::recordAllreduce(std::size_t bytes, uint64_t tensor, double seconds) {
   if (bytes == 0) return {};
-  const comm::WireBytes wire = comm::symmetricWire(comm::ringAllreduceBytes(bytes, size_));
-  comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(comm::OpKind::kAllreduce)];
+  return record(comm::OpKind::kAllreduce, tensor, bytes, comm::symmetricWire(comm::ringAllreduceBytes(bytes, size_)),
+                seconds);
+}
+
+comm::WireBytes TorchCommunicator::record(comm::OpKind kind, uint64_t tensor, uint64_t bytes,
+                                          const comm::WireBytes& wire, double seconds) {
+  comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(kind)];
   ++s.ops;
   s.bytes += bytes;
   s.seconds += seconds;
   const auto add = [&](comm::DirectionTraffic& d, uint64_t b, uint64_t frames) {
     const comm::FrameCount c{b, frames};
-    d.by_kind[static_cast<std::size_t>(comm::OpKind::kAllreduce)] += c;
+    d.by_kind[static_cast<std::size_t>(kind)] += c;
     d.by_tensor[tensor] += c;
   };
   add(traffic_.sent, wire.sent_bytes, wire.sent_frames);
@@ -203,8 +208,7 @@ py::object TorchCommunicator::wrap(void* data, std::size_t bytes, DType dtype, i
   PyObject* capsule = PyCapsule_New(&view->managed, "dltensor", dlpackCapsuleDestructor);
   if (capsule == nullptr) throw py::error_already_set();
   view.release();  // the capsule owns it now, then the tensor
-  in_call_.push_back(from_dlpack_(py::reinterpret_steal<py::object>(capsule)));
-  return in_call_.back();
+  return from_dlpack_(py::reinterpret_steal<py::object>(capsule));
 }
 
 template <class Fn>
@@ -225,18 +229,7 @@ comm::WireBytes TorchCommunicator::call(comm::OpKind kind, uint64_t tensor, uint
     in_call_.clear();
     throw comm::CommError("terse.torch: " + aborted_);
   }
-  comm::OpStats& s = stats_.by_kind[static_cast<std::size_t>(kind)];
-  ++s.ops;
-  s.bytes += bytes;
-  s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-  auto add = [&](comm::DirectionTraffic& d, uint64_t b, uint64_t frames) {
-    const comm::FrameCount c{b, frames};
-    d.by_kind[static_cast<std::size_t>(kind)] += c;
-    d.by_tensor[tensor] += c;
-  };
-  add(traffic_.sent, wire.sent_bytes, wire.sent_frames);
-  add(traffic_.received, wire.received_bytes, wire.received_frames);
-  return wire;
+  return record(kind, tensor, bytes, wire, std::chrono::duration<double>(Clock::now() - start).count());
 }
 
 comm::WireBytes TorchCommunicator::allreduce(void* data, std::size_t count, DType dtype, comm::ReduceOp op,

@@ -124,8 +124,12 @@ class TorchCommunicator final : public comm::Communicator {
   pybind11::object view(void* data, std::size_t bytes, DType dtype);
   // The same over host memory in either mode (allgatherSizes' words under gloo).
   pybind11::object hostView(void* data, std::size_t bytes, DType dtype);
-  // Both: a DLPack view on `device` (-1: the host).
+  // All three (and sumView): a DLPack view on `device` (-1: the host), remembered nowhere.
   pybind11::object wrap(void* data, std::size_t bytes, DType dtype, int device);
+  // Adds one collective to the accounting: its op, bytes and seconds under `kind`, `wire` under `kind` and `tensor`.
+  // Returns `wire`.
+  comm::WireBytes record(comm::OpKind kind, uint64_t tensor, uint64_t bytes, const comm::WireBytes& wire,
+                         double seconds);
   // Runs one torch.distributed call: checks the GIL and the abort flag, turns a Python error into CommError, times it
   // and adds `wire` to the accounting under `kind` and `tensor`.
   template <class Fn>
