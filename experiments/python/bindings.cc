@@ -238,8 +238,8 @@ PYBIND11_MODULE(_terse, m) {
               py::gil_scoped_release released;
               more = a.finishChained(b, comm_seconds);
             }
-            // The next round's tensors to sum (an empty list once the bucket is decoded).
-            return more ? sumViews(a, *b.split) : py::list();
+            // The next round's tensors to sum (a round may have none), or None once the bucket is decoded.
+            return more ? py::object(sumViews(a, *b.split)) : py::object(py::none());
           },
           py::arg("bucket"), py::arg("comm_seconds"))
       .def("bind_host", &DdpAggregator::bindHost)

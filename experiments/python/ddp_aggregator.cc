@@ -229,13 +229,10 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
 
 bool DdpAggregator::chainable() const {
   const CompressorCaps c = caps();
-  // One round only. A later round would be issued from the previous round's callback, on gloo's thread, while the
-  // hook issues the next bucket's first round on backward's: the two interleave in an order that differs between
-  // ranks, and gloo pairs collectives by the order they were issued in. That mismatch is how DDP's own PowerSGD hook
-  // aborts in gloo with several buckets ("op.preamble.length <= op.nbytes"); tried here with terse's PowerSGD, the
-  // ranks deadlocked until gloo's timeout. Multi-round compressors stay on the worker thread, which issues every
-  // collective in DDP's order.
-  return !placement_.device && c.aggregation == Aggregation::kSum && c.num_rounds == 1;
+  // Every round of a multi-round compressor too: the caller issues each round's sums in an order fixed beforehand from
+  // the bucket order alone (terse/torch.py, _Sequencer), never as they become ready, since gloo pairs collectives by
+  // the order they were issued in.
+  return !placement_.device && c.aggregation == Aggregation::kSum && c.num_rounds >= 1;
 }
 
 std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uintptr_t data, uint64_t numel,
@@ -245,8 +242,8 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   const auto start = Clock::now();
   TERSE_CHECK(chainable(), InvalidArgument,
               "terse.torch: compressor '" << plugin_->info().name
-                                          << "' cannot be chained on asynchronous collectives (only a one-round SUM "
-                                             "compressor on CPU tensors can)");
+                                          << "' cannot be chained on asynchronous collectives (only a SUM compressor "
+                                             "on CPU tensors can)");
   auto b = std::make_unique<ChainedBucket>();
   b->bucket_index = bucket_index;
   b->numel = numel;

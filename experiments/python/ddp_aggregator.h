@@ -139,11 +139,12 @@ class DdpAggregator {
                  const std::vector<std::pair<uint64_t, uint64_t>>& traced);
   // The chained path (terse/torch.py): a bucket's aggregation in pieces around its collectives, which the caller
   // issues on torch.distributed's asynchronous all_reduce and chains the next piece on, as DDP's own hooks chain
-  // theirs. For a state bound to host tensors whose compressor is one-round SUM (chainable(): why one round).
+  // theirs. For a state bound to host tensors whose compressor is SUM, of any number of rounds (chainable()).
   // beginChained validates the layout and encodes round 0 (as aggregate() does, before any collective); the caller
   // then sums every one of `bucket.split->sums` across the group, in order, and calls finishChained with the seconds
-  // they took: it decodes into the bucket, counts its bytes and time as aggregate() does and returns false (true,
-  // with the next round's `sums` laid out, is the engine's multi-round split, which chainable() keeps from the hook).
+  // they took. That either lays out the next round's `sums` and returns true (the caller sums those and finishes
+  // again), or decodes into the bucket, counts its bytes and time as aggregate() does and returns false. The caller
+  // must issue every rank's collectives in one order (terse/torch.py, _Sequencer, says how a later round is placed).
   // Several buckets may be in flight at once, and a finish may run on another thread (gloo's, in a Future's callback)
   // while the next bucket begins: the calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h,
   // SplitSum).

@@ -13,6 +13,10 @@
 // bit-exact; on other inputs the result is the sum up to f32 rounding. The workspace records which step and stage
 // wrote it, so a core that loses it between rounds (the ABI keeps it from round 0's compress to the last decompress of
 // the step) fails loudly; decompress only reads it, as the ABI requires. No state.
+//
+// Parameter fail_step = N (default -1: never): round 1's compress fails from step N on, on every rank -- a failure that
+// happens between two rounds, which the hook's chained path meets on a collective's callback thread
+// (tests/python/ddp_hook_test.py, chained_order).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -36,7 +40,8 @@ static_assert(sizeof(Workspace) == 16);
 
 class TestRounds final : public sdk::Compressor {
  public:
-  TestRounds(sdk::Params& /*params*/, sdk::Host& /*host*/) {}
+  TestRounds(sdk::Params& params, sdk::Host& /*host*/)
+      : fail_step_(params.getInt("fail_step", -1, sdk::Range::atLeast(-1))) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
@@ -74,6 +79,9 @@ class TestRounds final : public sdk::Compressor {
       ws = Workspace{args.info.step, 0.0f, 1};
     } else {
       expectStage(ws, args.info.step, 1, "round 1's compress");
+      if (fail_step_ >= 0 && args.info.step >= static_cast<uint64_t>(fail_step_))
+        throw sdk::InvalidArgument("round 1 fails from step " + std::to_string(fail_step_) + " on (fail_step), at step " +
+                                   std::to_string(args.info.step));
       sdk::ByteReader r(args.prev);
       sdk::readHeader(r, kRound0, args.info);
       const auto total = r.get<float>("sum");
@@ -111,6 +119,8 @@ class TestRounds final : public sdk::Compressor {
   }
 
  private:
+  int64_t fail_step_;
+
   static int roundOf(const terse_tensor_info_v1& info) {
     if (info.round != 0 && info.round != 1) {
       throw sdk::InvalidArgument("round must be 0 or 1, got " + std::to_string(info.round));

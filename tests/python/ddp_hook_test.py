@@ -5,7 +5,7 @@
   equivalence       the `none` hook and DDP's built-in allreduce give bit-identical parameters after 12 steps, with
                     the hook overlapping backward and without
   overlap           on a model of several buckets, the first bucket's Future is not complete when the hook returns;
-                    fp16 (chained on asynchronous collectives), top-k + EF and PowerSGD (two rounds; the worker
+                    fp16 and PowerSGD (two rounds; chained on asynchronous collectives) and top-k + EF (the worker
                     thread) give the same parameters bit for bit with overlap and without; a failure on the worker
                     reaches DDP as an error naming terse's exception, and fails the buckets queued behind it without a
                     collective; a chained bucket's failure is raised by the hook call itself
@@ -35,6 +35,10 @@
   accuracy          top-k 1% + EF + DGC momentum through the hook on the quickstart MLP (tests/python/
                     ddp_recipe.textproto) ends within 1 point of `terse run` of the same recipe, and `terse compare`
                     shows both runs in one table
+  chained_order     3 ranks handing buckets over after rank-dependent delays: the chained rounds of two-round SUM
+                    compressors (test_rounds, PowerSGD + EF) are issued in one order on every rank (no gloo abort or
+                    timeout), and the parameters equal the unchained run's bit for bit; a round that fails between
+                    two rounds (on gloo's thread) fails backward with terse's error and completes every Future
   variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
                     whose payloads differ between the ranks every step (the communicator's padded all-gather): the
                     averaged gradients equal a reference computed in torch bit for bit
@@ -44,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -86,16 +91,16 @@ def train_steps(ddp, opt, steps, rank):
         opt.step()
 
 
-def spawn(fn, *extra, timeout_s=60):
+def spawn(fn, *extra, timeout_s=60, world=WORLD):
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_run, args=(fn, os.path.join(tmp, "store"), timeout_s, ARGS) + extra, nprocs=WORLD)
+        mp.spawn(_run, args=(fn, os.path.join(tmp, "store"), timeout_s, world, ARGS) + extra, nprocs=world)
 
 
-def _run(rank, fn, store, timeout_s, args, *extra):
+def _run(rank, fn, store, timeout_s, world, args, *extra):
     global ARGS
     ARGS = args
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=WORLD,
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
                             timeout=timedelta(seconds=timeout_s))
     try:
         fn(rank, *extra)
@@ -372,10 +377,11 @@ def spawn_hanging(tmp, overlap):
 class FakeBucket:
     """What the hook reads of a DDP GradBucket, to drive layouts DDP itself would not produce."""
 
-    def __init__(self, index, params, offsets=None):
+    def __init__(self, index, params, offsets=None, last=True, fill=None):
         self.params = params
         total = sum(p.numel() for p in params)
-        self.buf = torch.randn(total)
+        self.buf = torch.randn(total) if fill is None else torch.full((total,), float(fill))
+        self.last = last
         self.offsets = offsets or [sum(p.numel() for p in params[:i]) for i in range(len(params))]
         self._index = index
 
@@ -386,7 +392,7 @@ class FakeBucket:
         return self._index
 
     def is_last(self):
-        return True
+        return self.last
 
     def parameters(self):
         return self.params
@@ -497,6 +503,11 @@ def overlap(rank):
                         # Future (completed by gloo's thread, which may take the GIL while the hook call lets it go)
                         # is then certainly not complete when rank 0's hook returns.
                         time.sleep(0.05)
+                    elif rank == 0 and bucket.index() == 2:
+                        # Rank 0 hands bucket 2 over late, after bucket 0's first round completed, and rank 1 early:
+                        # PowerSGD's later rounds then become ready on each rank at another point among the hook
+                        # calls, which must not change the order they are issued in (terse/torch.py, _Sequencer).
+                        time.sleep(0.03)
                     fut = terse.torch.compression_hook(state, bucket)
                     done = fut.done()  # first: torch's GradBucket methods let the GIL go
                     seen.append((bucket.index(), done))
@@ -506,9 +517,9 @@ def overlap(rank):
                 train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 6, rank)
                 buckets = len(state.buckets())
                 check(buckets >= 3, "%s: expected several buckets, DDP made %d" % (name, buckets))
-                # fp16 (one-round SUM) is chained on torch's asynchronous collectives; top-k and PowerSGD (two rounds,
-                # which a chain would issue out of order across ranks) run on the worker.
-                check(state._chain == (overlapped and name == "fp16"), "%s overlap=%s: chained %s"
+                # fp16 (one-round SUM) and PowerSGD (two SUM rounds) are chained on torch's asynchronous collectives;
+                # top-k (an all-gather) runs on the worker.
+                check(state._chain == (overlapped and name != "topk"), "%s overlap=%s: chained %s"
                       % (name, overlapped, state._chain))
                 firsts = [done for index, done in seen if index == 0]
                 if overlapped:
@@ -575,6 +586,91 @@ def overlap(rank):
         check(sorted(state.buckets()) == [0], "chained: buckets that ran: %s" % sorted(state.buckets()))
     finally:
         sys.setswitchinterval(0.005)
+
+
+def chained_order(rank):
+    # Three ranks, each handing DDP's buckets over after delays of its own (seeded by rank): the later rounds of two
+    # two-round SUM compressors become ready at other points among the hook calls on every rank, and must still be
+    # issued in one order (terse/torch.py, _Sequencer): out of order, gloo aborts ("op.preamble.length <= op.nbytes")
+    # or the ranks wait until the 20 s timeout. The parameters equal the unchained run's (overlap=False) bit for bit.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    for name, params in (("test_rounds", {"plugin_path": [ARGS.test_plugins]}),
+                         ("powersgd", {"rank": 2, "error_feedback": True})):
+        finals = {}
+        for overlapped in (True, False):
+            model = deep_mlp()
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+            state = terse.torch.CompressionState(name, module=model, overlap=overlapped, **params)
+            delays = random.Random(100 + rank)
+
+            def delayed(state, bucket):
+                time.sleep(delays.choice((0.0, 0.0, 0.002, 0.01)))
+                return terse.torch.compression_hook(state, bucket)
+
+            ddp.register_comm_hook(state, delayed)
+            train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 5, rank)
+            check(state._chain == overlapped, "%s overlap=%s: chained %s" % (name, overlapped, state._chain))
+            check(len(state.buckets()) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(state.buckets())))
+            finals[overlapped] = [p.detach().clone() for p in model.parameters()]
+            state.close()
+        for i, (a, b) in enumerate(zip(finals[True], finals[False])):
+            check(torch.equal(a, b), "rank %d %s: parameter %d differs chained by up to %g"
+                  % (rank, name, i, (a - b).abs().max()))
+    # A failure between two rounds, on a collective's callback thread: round 1's encode fails at step 2 on every rank.
+    # Backward raises terse's error naming the plugin's; every Future handed to DDP completes (none is left behind a
+    # round that will never be issued); a later hook call raises at once; close() returns.
+    model = deep_mlp()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+    state = terse.torch.CompressionState("test_rounds", fail_step=2, plugin_path=[ARGS.test_plugins], module=model)
+    futures = []
+
+    def keep(state, bucket):
+        futures.append(terse.torch.compression_hook(state, bucket))
+        return futures[-1]
+
+    ddp.register_comm_hook(state, keep)
+    train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 2, rank)
+    check(state._chain and state.error is None, "test_rounds: chained %s, error %r" % (state._chain, state.error))
+    del futures[:]
+    x, y = batch(2, rank)
+    # The plugin refuses with TERSE_ERR_INVALID_ARGUMENT: terse's InvalidArgument, naming the plugin.
+    text = expect_terse_error(terse.InvalidArgument, "fails from step 2", lambda: F.cross_entropy(ddp(x), y).backward())
+    check("compressor 'test_rounds'" in text, "the error does not name the plugin: %s" % text)
+    check(isinstance(state.error, terse.InvalidArgument), "state's error: %r" % (state.error,))
+    deadline = time.monotonic() + 10
+    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(futures and all(f.done() for f in futures), "%d of %d Futures complete 10 s after the failure"
+          % (sum(f.done() for f in futures), len(futures)))
+    state.times()  # waits for the buckets in flight: none is left
+    # The state stays failed: the next hook call raises at once, before any collective. (DDP itself refuses another
+    # backward after a failed one: its reduction did not finish.)
+    expect_error(terse.InvalidArgument, "an earlier bucket failed, the hook is stopped",
+                 lambda: terse.torch.compression_hook(state, FakeBucket(0, [next(model.parameters())])))
+    state.close()
+    # A failure while a ready round waits behind a bucket that will never come: buckets 0 and 1 are handed over, and
+    # bucket 1's second round (after bucket 2's first in the order) is ready; then bucket 2's hook call is refused
+    # (a layout that does not tile its buffer), so backward would stop there. Bucket 1 must not wait for bucket 2:
+    # its Future fails, at once.
+    state = terse.torch.CompressionState("test_rounds", plugin_path=[ARGS.test_plugins])
+    p0, p1, p2, p3 = (torch.zeros(n) for n in (5, 7, 3, 3))
+    fut0 = terse.torch.compression_hook(state, FakeBucket(0, [p0], last=False, fill=rank + 1))
+    fut1 = terse.torch.compression_hook(state, FakeBucket(1, [p1], last=False, fill=rank + 1))
+    check(state._chain, "test_rounds was not chained")
+    deadline = time.monotonic() + 10
+    while (1, 1) not in state._sequencer._ready and time.monotonic() < deadline:
+        time.sleep(0.001)
+    check((1, 1) in state._sequencer._ready, "bucket 1's second round never became ready")
+    # test_rounds is lossless on integers: 1 + 2 + 3 over three ranks, averaged.
+    check(fut0.wait().tolist() == [2.0] * 5, "bucket 0 averaged to %s" % fut0.value())
+    expect_error(terse.InvalidArgument, "must tile its buffer",
+                 lambda: terse.torch.compression_hook(state, FakeBucket(2, [p2, p3], offsets=[0, 0], last=False)))
+    deadline = time.monotonic() + 10
+    while not fut1.done() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    check(fut1.done(), "bucket 1's Future waits for a bucket that will never be handed over")
+    expect_terse_error(terse.InvalidArgument, "an earlier bucket failed", fut1.wait)
+    state.times()
 
 
 # ---- api
@@ -795,18 +891,21 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
-                                    "variable_size"])
+                                    "variable_size", "chained_order"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
     p.add_argument("--runner-plugins", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
+    p.add_argument("--test-plugins", required=True, help="tests/plugins' working plugins (test_rounds)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if ARGS.case == "equivalence":
             spawn(equivalence)
         elif ARGS.case == "overlap":
             spawn(overlap)
+        elif ARGS.case == "chained_order":
+            spawn(chained_order, timeout_s=20, world=3)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

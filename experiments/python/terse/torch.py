@@ -22,17 +22,18 @@ over the DDP process group through torch.distributed (experiments/python/torch_c
 
 Overlap (`overlap=True`, the default). The hook returns with a torch.futures.Future that completes when the bucket's
 aggregation is done; DDP waits for every Future before backward returns. Two ways, by what the compressor is:
-  chained     a one-round SUM compressor (none, fp16, bf16, randomk) on CPU gradients, without a step trace: the hook
-              encodes the bucket (without the GIL), issues its sums on torch.distributed's asynchronous all_reduce
-              (async_op=True) and returns a Future that a callback on them completes after decoding into the bucket,
-              as DDP's own hooks chain theirs (engine.h, SplitSum). The collectives overlap the rest of backward; no
+  chained     a SUM compressor (none, fp16, bf16, randomk; PowerSGD with its two rounds) on CPU gradients, without
+              a step trace: the hook encodes the bucket's first round (without the GIL) and returns a Future; the
+              rounds' sums go out on torch.distributed's asynchronous all_reduce (async_op=True), and a callback on
+              each round's collectives encodes the next round or decodes into the bucket and completes the Future, as
+              DDP's own hooks chain theirs (engine.h, SplitSum). The collectives overlap the rest of backward; no
               thread of terse's is involved, which on the 0.24M-parameter MLP of
               experiments/pytorch/bench_ddp_hooks.py took `none` from 1.30-1.37x DDP's step to 1.16-1.18x
-              (docs/pytorch.md). Not PowerSGD: a second round issued from the first round's callback would interleave
-              with the next bucket's collectives in an order that differs between ranks (ddp_aggregator.cc,
-              chainable).
-  thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...; PowerSGD's two rounds), CUDA
-              gradients, a step trace, or
+              (docs/pytorch.md). Every rank issues the rounds in one order fixed by the bucket order alone (_Sequencer:
+              round r of the b-th bucket after the first round of bucket b + r), never as they become ready, since
+              gloo pairs collectives by the order they are issued in -- how DDP's own PowerSGD hook, which issues its
+              second round when the first completes, aborts in gloo with several buckets.
+  thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...), CUDA gradients, a step trace, or
               `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
               (the same order on every rank, so the collectives match across ranks) and completes each bucket's Future
               when its aggregation is done. The encode, decode and the waits inside torch.distributed run without the
@@ -42,9 +43,11 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
 
 Once a bucket fails, the state is failed: the buckets queued behind it fail without a collective (so a rank that
 fails alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises
-the same error. A chained bucket's encode fails in the hook call itself, before its collective. `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
-itself where torch re-raises what the hook raised (torch 2.x, without overlap or when the hook call refuses), and
-torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
+the same error. A chained bucket's first encode fails in the hook call itself, before its collective; a later
+round's fails its Future. Chained, a failure stops what is issued from its place in the order on, on every rank alike,
+whenever each rank notices it (_Sequencer), so no rank is left inside a collective. `state.error` holds terse's
+exception. Out of `loss.backward()` the error is terse's exception itself where torch re-raises what the hook raised
+(torch 2.x, without overlap or when the hook call refuses), and torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
 torch): `except RuntimeError` catches both (terse.Error is a RuntimeError). `state.raise_if_failed()` raises
 terse's own.
 
@@ -250,7 +253,8 @@ class CompressionState:
         self._stuck = False        # a plugin call of the worker overran plugin_timeout: the worker is abandoned
         self._chain = None         # whether buckets are chained on asynchronous collectives (_chains), once bound
         self._inflight = []        # chained: the Futures handed to DDP that may not be complete yet
-        self._recent = collections.deque(maxlen=8)  # chained: the last buckets' views (see _submit_chained)
+        self._sequencer = None     # chained: the order of the collectives (_Sequencer), from the first bucket
+        self._recent = collections.deque(maxlen=32)  # chained: the last rounds' views (_Sequencer._issue says why)
         self._decoding = set()     # chained: the native ids of threads inside a chained bucket's decode
         self._sync_thread = None   # overlap=False: the native id of the thread inside the hook, while it is
         _terse.set_plugin_timeout(float(plugin_timeout))
@@ -455,12 +459,16 @@ class CompressionState:
         return type(self.error)("terse.torch: an earlier bucket failed, the hook is stopped: %s" % (self.error,))
 
     def _submit(self, bucket):
-        if self.error is not None:
+        # Chained, a failure noticed on another thread stops the hook calls only from its place in the order on: the
+        # calls before it must issue what every rank issues (_Sequencer).
+        if self.error is not None and not (self._sequencer is not None and self._sequencer.admits()):
             raise self._failed_again()
         try:
             buf, members = self._read_bucket(bucket)
         except Exception as e:
             self._fail(e)
+            if self._sequencer is not None:
+                self._sequencer.refused()
             raise
         index, is_last = bucket.index(), bucket.is_last()
         issued = None
@@ -515,85 +523,40 @@ class CompressionState:
 
     def _chains(self):
         """Whether this state's buckets are chained on asynchronous collectives: overlap=True on CPU gradients (the
-        state is bound by now) with a one-round SUM compressor (ddp_aggregator.cc, chainable, says why one round),
-        without a step trace (which times the aggregation's phases the worker's way)."""
+        state is bound by now) with a SUM compressor of any number of rounds (ddp_aggregator.cc, chainable), without
+        a step trace (which times the aggregation's phases the worker's way)."""
         if self._chain is None:
             self._chain = (self.overlap is True and self._stream is None and self._tracer is None
                            and self._agg.chainable)
         return self._chain
 
     def _submit_chained(self, index, buf, members, is_last):
-        """The chained path (see the module's text): encodes here, issues the bucket's sums on torch.distributed's
-        asynchronous all_reduce, and chains on them a callback that decodes into the bucket and completes the Future
-        returned to DDP. The callback never waits for a collective, so buckets in flight never hold gloo's threads."""
+        """The chained path (see the module's text): encodes the bucket's first round here and hands its sums to the
+        state's _Sequencer, which issues them on torch.distributed's asynchronous all_reduce in the order every rank
+        computes alike; a callback on each round's collectives finishes the round (the next round's encode, or the
+        decode into the bucket) and completes the Future returned to DDP after the last. No callback waits for a
+        collective, so buckets in flight never hold gloo's threads."""
         start = time.perf_counter()
         self._inflight = [f for f in self._inflight if not f.done()]
+        if self._sequencer is None:
+            self._sequencer = _Sequencer(self, self._agg.caps["num_rounds"])
+        bucket = _ChainedBucket(self, buf)
         # A plugin call that hangs here holds backward's thread: the watchdog ends the process (_overrun_of).
         self._sync_thread = threading.get_native_id()
         try:
-            pending, sums = self._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
-                                                    is_last)
+            bucket.pending, sums = self._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype),
+                                                           members, is_last)
         except Exception as e:
             self._fail(e)
+            # The buckets in flight are not held behind this one's place (_Sequencer._pump).
+            self._sequencer.add(bucket, is_last, start, None)
             raise
         finally:
             self._sync_thread = None
-        result = torch.futures.Future()
         # DDP reads the value from C++: an error set from Python must come through a raising callback (_submit).
-        returned = result.then(_value)
+        returned = bucket.result.then(_value)
         self._inflight.append(returned)
-
-        def fail(error):
-            self._fail(error)
-            if not result.done():
-                result.set_exception(error)
-
-        def issue(sums):
-            issued = time.perf_counter()
-            works = [torch.distributed.all_reduce(t, group=self.process_group, async_op=True) for t in sums]
-            # The views stay referenced until a few rounds later: gloo's thread must never drop the last reference to
-            # a Python-made tensor, which needs the GIL (torch_communicator.h, in_call_).
-            self._recent.append(sums)
-            if not works:
-                collected = torch.futures.Future()
-                collected.set_result(None)
-            elif len(works) == 1:
-                collected = works[0].get_future()
-            else:
-                collected = torch.futures.collect_all([w.get_future() for w in works])
-            collected.then(lambda done: summed(done, len(works), issued))
-
-        def summed(done, n, issued):
-            try:
-                for f in (done.value() if n > 1 else [done]):
-                    f.wait()  # raises the collective's error
-            except Exception as e:  # noqa: BLE001
-                fail(_terse.CommError("terse.torch: all_reduce failed: %s" % (e,)))
-                return
-            if self.error is not None:
-                fail(self._failed_again())
-                return
-            thread = threading.get_native_id()
-            self._decoding.add(thread)
-            try:
-                if self._agg.finish_chained(pending, time.perf_counter() - issued):
-                    # Only one-round compressors are chained (_chains): a second round here would be out of order.
-                    raise _terse.InternalError("terse.torch: a multi-round bucket reached the chained path")
-            except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
-                fail(e)
-                return
-            finally:
-                self._decoding.discard(thread)
-            if is_last:
-                # From DDP's hand-over of its last bucket: backward's own work ended about then.
-                self._agg.add_exposed(time.perf_counter() - start)
-            result.set_result(buf)
-
-        try:
-            issue(sums)
-        except Exception as e:
-            self._fail(e)
-            raise
+        self._sequencer.add(bucket, is_last, start, sums)
         return returned
 
     def _work(self, jobs):
@@ -639,6 +602,294 @@ class CompressionState:
             except Exception:  # noqa: BLE001, S110
                 pass
         self._inflight = []
+
+
+class _ChainedBucket:
+    """One bucket on the chained path, from its hook call until its Future completes."""
+
+    def __init__(self, state, buf):
+        self.state = state
+        self.buf = buf
+        self.pending = None   # the aggregator's ChainedBucket, once its first round is encoded
+        self.ordinal = None   # its place among the step's buckets (_Sequencer.add)
+        self.round = 0        # the round whose sums are issued or next to be
+        self.result = torch.futures.Future()
+
+    def summed(self, done, n, issued):
+        """On the thread that completed the round's collectives (gloo's, or the issuer's when it had none): finishes
+        the round, then hands over the next one or completes the bucket."""
+        state, sequencer = self.state, self.state._sequencer
+        try:
+            for f in (done.value() if n > 1 else [done]):
+                f.wait()  # raises the collective's error
+        except Exception as e:  # noqa: BLE001
+            # The transport broke: nothing more is issued, on any thread.
+            self.fail(_terse.CommError("terse.torch: all_reduce failed: %s" % (e,)), sequencer.front())
+            return
+        if not sequencer.proceeds(self):
+            self.fail(state._failed_again(), None)
+            return
+        thread = threading.get_native_id()
+        state._decoding.add(thread)
+        try:
+            sums = state._agg.finish_chained(self.pending, time.perf_counter() - issued)
+        except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
+            # Its next round (or its decode, a place after its last round) failed on every rank alike.
+            self.fail(e, _place(self.ordinal, self.round + 1))
+            return
+        finally:
+            state._decoding.discard(thread)
+        self.round += 1
+        if sums is not None:
+            sequencer.next_round(self, sums)
+            return
+        # Out of the order before the Future completes: DDP starts the next step only after every bucket's Future,
+        # and by then the sequencer has begun that step (_Sequencer._pump).
+        sequencer.end(self, self.round)
+        self.result.set_result(self.buf)
+
+    def fail(self, error, where):
+        """The bucket failed after its round `self.round`; `where`: the place in the order the failure stops (see
+        _Sequencer), None when it stops nothing new."""
+        self.state._fail(error)
+        self.state._sequencer.end(self, self.round + 1, where)
+        self.failed(error)
+
+    def failed(self, error):
+        if not self.result.done():
+            self.result.set_exception(error)
+
+
+class _Callbacks:
+    """Counts the callbacks the chained path chains on torch.distributed's Futures until torch has let go of them.
+
+    torch runs such a callback on gloo's thread, and afterwards takes the GIL once more to release it. Between the two,
+    DDP's wait (or anyone's) may have returned and the interpreter begun to finalize, which ends a thread that asks
+    for the GIL -- there inside gloo's C++ frames, so the process aborts at exit ("terminate called without an active
+    exception"; tests/python/ddp_hook_test.py, chained_order, did one run in two). So each callback is counted until
+    it is freed, and the exit handler (_stop_workers) lets the GIL go until none is left."""
+
+    def __init__(self):
+        self._alive = 0
+        self._changed = threading.Condition()
+
+    def track(self, fn):
+        with self._changed:
+            self._alive += 1
+        weakref.finalize(fn, self._freed).atexit = False
+        return fn
+
+    def _freed(self):
+        with self._changed:
+            self._alive -= 1
+            self._changed.notify_all()
+
+    def wait(self, timeout):
+        with self._changed:
+            self._changed.wait_for(lambda: self._alive == 0, timeout)
+
+
+_callbacks = _Callbacks()
+
+
+def _place(b, r):
+    """Where round r of the step's b-th chained bucket is in the order of issue (_Sequencer): diagonal b + r, the
+    diagonal's rounds from 0 up."""
+    return (b + r, r)
+
+
+class _Sequencer:
+    """Issues the chained buckets' collectives of one state in one order that every rank computes alike.
+
+    gloo pairs the collectives of a process group by the order they are issued in (each takes the group's next tag
+    then), so every rank must issue the same collectives in the same order. A bucket's first round is issued from its
+    hook call, on backward's thread, in DDP's bucket order. A later round can only be issued once the round before it
+    completed, from a callback on one of gloo's threads, at a time that differs between ranks. Issued as soon as they
+    are ready, the two would interleave differently on each rank: tried, the ranks deadlocked until gloo's timeout,
+    and it is how DDP's own PowerSGD hook aborts in gloo with several buckets ("op.preamble.length <= op.nbytes").
+
+    So the order is fixed beforehand, from the step's bucket order alone (_place): round r of the step's b-th bucket
+    goes in diagonal b + r, the diagonals one after another and a diagonal's rounds from 0 up. With two rounds that is
+    B0.0, B1.0, B0.1, B2.0, B1.1, B3.0, B2.1, ...: a bucket's second round goes after the next bucket's first, so a
+    round rarely has to wait for the one before it to complete. Whichever thread makes an item ready issues every
+    ready item at the front of the order, under the lock. An item not ready yet holds those behind it: a hook call may
+    then return with its bucket's first round not issued, and the callback that readies the item in front issues it.
+    Nothing ever waits in a hook call or a callback. A bucket with fewer rounds simply has no later items.
+
+    Failures keep the order too. A plugin fails alike on every rank, but each rank notices it at another moment
+    among its hook calls and callbacks. So a failure has a place -- the item it keeps from being made (a refused hook
+    call: its bucket's first round; a failed encode: that round; a failed decode: just after the bucket's last round)
+    -- and the items before that place are issued as ever, those after it never: every rank issues the same
+    collectives and none is left inside one. A broken collective stops at once (its transport is gone anyway).
+    Once the state failed, the step's Futures fail or complete, and the next step's hook calls raise.
+    """
+
+    def __init__(self, state, rounds):
+        self._state = state
+        self._rounds = max(1, int(rounds))
+        self._lock = threading.Lock()
+        self._stop = None      # the place of the earliest failure: nothing from there on is issued
+        self._closed = False   # the state failed and its step ended: every later hook call is refused
+        self._begin_step()
+
+    def _begin_step(self):
+        self._handed = 0      # buckets handed over this step
+        self._count = None    # the step's buckets, once its last is handed over
+        self._open = 0        # handed over, and not yet decoded or failed
+        self._ready = {}      # (ordinal, round) -> (bucket, sums): ready and not yet issued
+        self._ended = {}      # ordinal -> the rounds it had (later items are skipped)
+        self._last_start = 0.0
+        self._order = self._positions()
+        self._front = next(self._order)
+
+    def _positions(self):
+        k = 0
+        while True:
+            for r in range(self._rounds):
+                b = k - r
+                if b < 0:
+                    break
+                if self._count is None or b < self._count:
+                    yield b, r
+            if self._count is not None and k >= self._count + self._rounds - 2:
+                return
+            k += 1
+
+    def _stops(self, place):
+        return self._stop is not None and place >= self._stop
+
+    def _stop_at(self, place):
+        if place is not None and (self._stop is None or place < self._stop):
+            self._stop = place
+
+    def admits(self):
+        """Whether the next hook call of the step comes before the failure's place (the state failed)."""
+        with self._lock:
+            return not self._closed and not self._stops(_place(self._handed, 0))
+
+    def refused(self):
+        """The next hook call was refused before its encode (its bucket's layout)."""
+        with self._lock:
+            self._stop_at(_place(self._handed, 0))
+            issued = self._pump()
+        self._chain(issued)
+
+    def front(self):
+        with self._lock:
+            return _place(*self._front) if self._front is not None else None
+
+    def proceeds(self, bucket):
+        """Whether `bucket`, its round complete, goes on to its next round or decode."""
+        with self._lock:
+            return not self._stops(_place(bucket.ordinal, bucket.round + 1))
+
+    def add(self, bucket, is_last, start, sums):
+        """A hook call's bucket with its first round's `sums` (None: its encode failed, and so the state)."""
+        with self._lock:
+            bucket.ordinal = self._handed
+            self._handed += 1
+            if is_last:
+                self._count, self._last_start = self._handed, start
+            place = _place(bucket.ordinal, 0)
+            failed = None
+            if sums is None:
+                self._stop_at(place)
+                self._ended[bucket.ordinal] = 0
+            elif self._stops(place):
+                # Behind a failure noticed meanwhile: its round is never issued.
+                self._ended[bucket.ordinal] = 0
+                failed = self._state._failed_again()
+            else:
+                self._open += 1
+                self._ready[(bucket.ordinal, 0)] = (bucket, sums)
+            issued = self._pump()
+        if failed is not None:
+            bucket.failed(failed)
+        self._chain(issued)
+
+    def next_round(self, bucket, sums):
+        with self._lock:
+            self._ready[(bucket.ordinal, bucket.round)] = (bucket, sums)
+            issued = self._pump()
+        self._chain(issued)
+
+    def end(self, bucket, rounds, stop=None):
+        """`bucket` is decoded, or failed (`stop`: the place the failure stops), after `rounds` rounds: none of its
+        later rounds is issued."""
+        with self._lock:
+            self._stop_at(stop)
+            if bucket.ordinal not in self._ended:  # else failed by the pump already
+                self._ended[bucket.ordinal] = rounds
+                self._open -= 1
+            issued = self._pump()
+        self._chain(issued)
+
+    def _pump(self):
+        """Issues the ready items at the front of the order (the lock held); returns what the caller chains on them
+        outside the lock, since torch runs a callback on a complete Future at once."""
+        out = []
+        state = self._state
+        while self._front is not None:
+            b, r = self._front
+            if self._stops(_place(b, r)):
+                # Nothing from here on is issued: the ready items fail, and so do the rounds that become ready later
+                # (proceeds, add). The front stays, and so does the step: the state failed.
+                for (rb, _), (bucket, _) in sorted(self._ready.items()):
+                    self._ended[rb] = bucket.round
+                    self._open -= 1
+                    out.append((bucket, None, state._failed_again()))
+                self._ready.clear()
+                break
+            entry = self._ready.pop((b, r), None)
+            if entry is None:
+                if self._ended.get(b, r + 1) > r:
+                    break  # not ready
+            else:
+                bucket, sums = entry
+                try:
+                    out.append((bucket, self._issue(sums), None))
+                except Exception as e:  # noqa: BLE001
+                    error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+                    if state.error is None:
+                        state.error = error
+                    self._stop_at(_place(b, r))
+                    self._ended[b] = r
+                    self._open -= 1
+                    out.append((bucket, None, error))
+                    continue
+            self._front = next(self._order, None)
+        if self._front is None and self._open == 0:
+            # The step is over: every bucket is decoded. From DDP's hand-over of the last bucket, backward's own work
+            # had ended: what followed, it waited.
+            state._agg.add_exposed(time.perf_counter() - self._last_start)
+            if state.error is not None:
+                self._closed = True  # a decode failed: the next step's hook calls are refused
+            else:
+                self._begin_step()
+        return out
+
+    def _issue(self, sums):
+        works = [torch.distributed.all_reduce(t, group=self._state.process_group, async_op=True) for t in sums]
+        # The views stay referenced until some rounds later: gloo's thread must never drop the last reference to a
+        # Python-made tensor, which needs the GIL (torch_communicator.h, in_call_).
+        self._state._recent.append(sums)
+        return works, time.perf_counter()
+
+    @staticmethod
+    def _chain(issued):
+        for bucket, work, error in issued:
+            if error is not None:
+                bucket.failed(error)
+                continue
+            works, at = work
+            if not works:
+                collected = torch.futures.Future()
+                collected.set_result(None)
+            elif len(works) == 1:
+                collected = works[0].get_future()
+            else:
+                collected = torch.futures.collect_all([w.get_future() for w in works])
+            collected.then(_callbacks.track(lambda done, b=bucket, n=len(works), t=at: b.summed(done, n, t)))
 
 
 class _StepTracer:
@@ -796,6 +1047,8 @@ def _stop_workers():
     # queues are empty unless a backward was abandoned, and a failed state's queued buckets fail without collectives.
     for state in list(_live_states):
         state.close()
+    # A collective that never completes (a peer gone) keeps its callback: the wait is bounded.
+    _callbacks.wait(10.0)
 
 
 def _param_bytes(module):
