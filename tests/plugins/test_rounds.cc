@@ -80,8 +80,8 @@ class TestRounds final : public sdk::Compressor {
     } else {
       expectStage(ws, args.info.step, 1, "round 1's compress");
       if (fail_step_ >= 0 && args.info.step >= static_cast<uint64_t>(fail_step_))
-        throw sdk::InvalidArgument("round 1 fails from step " + std::to_string(fail_step_) + " on (fail_step), at step " +
-                                   std::to_string(args.info.step));
+        throw sdk::InvalidArgument("round 1 fails from step " + std::to_string(fail_step_) +
+                                   " on (fail_step), at step " + std::to_string(args.info.step));
       sdk::ByteReader r(args.prev);
       sdk::readHeader(r, kRound0, args.info);
       const auto total = r.get<float>("sum");
