@@ -6,7 +6,8 @@ gloo, CPU, one thread each).
 Rows: DDP's default allreduce (its C++ path), the same allreduce as DDP's Python allreduce_hook (what any Python hook's
 path costs), and terse's `none`; DDP's fp16_compress_hook and terse's fp16; DDP's PowerSGD hook
 (rank 2, its error feedback and warm start) and terse's powersgd rank 2 with terse's error feedback. terse's hooks run
-twice, overlapping backward (the default) and inside the hook (overlap=False), to show what the overlap hides.
+twice, overlapping backward (the default) and inside the hook (overlap=False), to show what the overlap hides; PowerSGD
+also on the worker thread (overlap="thread"), against its default chained path.
 
 Every configuration is its own model, DDP wrapper and hook in the same two processes, from the same initial parameters
 on the same batches. They take turns step by step, the order rotating each cycle, so that a change in the host's load
@@ -103,8 +104,9 @@ def configs(model, bucket_rows=False):
     rows += [("ddp-powerSGD-r2", lambda m: (powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=2,
                                                                     start_powerSGD_iter=2), powerSGD.powerSGD_hook),
               ddp_powersgd_bytes(model, 2))]
+    # Chained round by round on torch's asynchronous all_reduce (the default), on the worker thread, and inside the hook.
     rows += [("terse-powersgd-r2-ef" + tag, terse_hook("powersgd", rank=2, error_feedback=True, overlap=o), None)
-             for tag, o in (("", True), (" (no overlap)", False))]
+             for tag, o in (("", True), (" (thread)", "thread"), (" (no overlap)", False))]
     if bucket_rows:
         # The flat bucket as one tensor: a group of one, which the engine sums in place behind its header, against the
         # default tensor granularity's fused group (each tensor's body copied into one buffer and back).
