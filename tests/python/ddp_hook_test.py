@@ -653,8 +653,9 @@ def chained_order(rank):
     # (a layout that does not tile its buffer), so backward would stop there. Bucket 1 must not wait for bucket 2:
     # its Future fails, at once.
     state = terse.torch.CompressionState("test_rounds", plugin_path=[ARGS.test_plugins])
-    p0, p1, p2, p3 = (torch.zeros(n) for n in (5, 7, 3, 3))
-    fut0 = terse.torch.compression_hook(state, FakeBucket(0, [p0], last=False, fill=rank + 1))
+    p0, p1, p2, p3, empty = (torch.zeros(n) for n in (5, 7, 3, 3, 0))
+    # Bucket 0 holds an empty tensor beside p0 (odd sizes, an empty member: both rounds must still pair).
+    fut0 = terse.torch.compression_hook(state, FakeBucket(0, [empty, p0], last=False, fill=rank + 1))
     fut1 = terse.torch.compression_hook(state, FakeBucket(1, [p1], last=False, fill=rank + 1))
     check(state._chain, "test_rounds was not chained")
     deadline = time.monotonic() + 10

@@ -96,6 +96,7 @@ retired: CompressionState + compression_hook do its job, and ResultsLogger write
 
 import atexit
 import collections
+import functools
 import contextlib
 import math
 import numbers
@@ -255,6 +256,7 @@ class CompressionState:
         self._inflight = []        # chained: the Futures handed to DDP that may not be complete yet
         self._sequencer = None     # chained: the order of the collectives (_Sequencer), from the first bucket
         self._recent = collections.deque(maxlen=32)  # chained: the last rounds' views (_Sequencer._issue says why)
+        self._children = collections.deque(maxlen=32)  # chained: the last rounds' then() Futures (_Sequencer._chain)
         self._decoding = set()     # chained: the native ids of threads inside a chained bucket's decode
         self._sync_thread = None   # overlap=False: the native id of the thread inside the hook, while it is
         _terse.set_plugin_timeout(float(plugin_timeout))
@@ -434,9 +436,13 @@ class CompressionState:
         members = []
         if self._agg.granularity == "tensor" or self._tracer is not None:
             base, size = buf.data_ptr(), buf.element_size()
+            end = 0  # where the members so far end in the buffer
             for param, grad in zip(bucket.parameters(), bucket.gradients()):
-                # DDP's gradients() are views into the bucket's buffer; their offsets say where each tensor lies.
-                members.append((self._tensor_id(param), (grad.data_ptr() - base) // size, tuple(param.shape)))
+                # DDP's gradients() are views into the bucket's buffer; their offsets say where each tensor lies. An
+                # empty one has no address of its own (torch gives it 0): it lies where the one before it ends.
+                offset = (grad.data_ptr() - base) // size if grad.numel() else end
+                members.append((self._tensor_id(param), offset, tuple(param.shape)))
+                end = offset + grad.numel()
         return buf, members
 
     def _aggregate_traced(self, index, buf, members, is_last, issued):
@@ -670,23 +676,25 @@ class _Callbacks:
     it is freed, and the exit handler (_stop_workers) lets the GIL go until none is left."""
 
     def __init__(self):
-        self._alive = 0
+        self._alive = set()  # weak references to the callbacks torch still holds
         self._changed = threading.Condition()
 
     def track(self, fn):
+        # A plain weak reference, not weakref.finalize: finalize's own exit handler, registered after this module's,
+        # runs before it and silences every finalizer, so a callback freed while the exit handler waits would never
+        # be counted out.
         with self._changed:
-            self._alive += 1
-        weakref.finalize(fn, self._freed).atexit = False
+            self._alive.add(weakref.ref(fn, self._freed))
         return fn
 
-    def _freed(self):
+    def _freed(self, ref):
         with self._changed:
-            self._alive -= 1
+            self._alive.discard(ref)
             self._changed.notify_all()
 
     def wait(self, timeout):
         with self._changed:
-            self._changed.wait_for(lambda: self._alive == 0, timeout)
+            self._changed.wait_for(lambda: not self._alive, timeout)
 
 
 _callbacks = _Callbacks()
@@ -889,7 +897,12 @@ class _Sequencer:
                 collected = works[0].get_future()
             else:
                 collected = torch.futures.collect_all([w.get_future() for w in works])
-            collected.then(_callbacks.track(lambda done, b=bucket, n=len(works), t=at: b.summed(done, n, t)))
+            # A partial, not a lambda: an error raised under the callback keeps the frames of its traceback, and a
+            # Python function's frame keeps the function, which would then outlive torch's use of it (_Callbacks).
+            child = collected.then(_callbacks.track(functools.partial(bucket.summed, n=len(works), issued=at)))
+            # then()'s Future holds the callback's return value as a Python object; were gloo's thread to drop the last
+            # reference to it, it would take the GIL once more after the callback, beyond what _Callbacks can see.
+            bucket.state._children.append(child)
 
 
 class _StepTracer:
