@@ -7,7 +7,7 @@ Rows: DDP's default allreduce (its C++ path), the same allreduce as DDP's Python
 path costs), and terse's `none`; DDP's fp16_compress_hook and terse's fp16; DDP's PowerSGD hook
 (rank 2, its error feedback and warm start) and terse's powersgd rank 2 with terse's error feedback. terse's hooks run
 twice, overlapping backward (the default) and inside the hook (overlap=False), to show what the overlap hides; PowerSGD
-also on the worker thread (overlap="thread"), against its default chained path.
+also chained round by round (overlap="chain"), against its default worker thread.
 
 Every configuration is its own model, DDP wrapper and hook in the same two processes, from the same initial parameters
 on the same batches. They take turns step by step, the order rotating each cycle, so that a change in the host's load
@@ -23,6 +23,9 @@ ring model applied to the tensors their documented algorithms allreduce.
 --one-bucket puts the whole model in one DDP bucket: DDP's PowerSGD hook aborts in gloo with several buckets on torch
 1.13 (CPU: "op.preamble.length <= op.nbytes" in gloo's pair.cc), so compare PowerSGD with it. Without it, on torch 1.x
 and a model larger than DDP's first bucket (the CNN), that row is left out, and the script says so.
+
+--bucket-mb MB makes DDP's buckets (the first one too) MB MiB: --bucket-mb 0.25 splits the MLP into four, where a
+chained hook's rounds overlap the rest of backward.
 
 --bucket-rows adds terse's none and fp16 with granularity="bucket": the flat bucket as one tensor, which the engine
 sums in place behind its header, where the default (tensor granularity, one fused group per bucket) copies every
@@ -104,9 +107,10 @@ def configs(model, bucket_rows=False):
     rows += [("ddp-powerSGD-r2", lambda m: (powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=2,
                                                                     start_powerSGD_iter=2), powerSGD.powerSGD_hook),
               ddp_powersgd_bytes(model, 2))]
-    # Chained round by round on torch's asynchronous all_reduce (the default), on the worker thread, and inside the hook.
+    # On the worker thread (the default for a multi-round compressor), chained round by round on torch's asynchronous
+    # all_reduce (overlap="chain"), and inside the hook.
     rows += [("terse-powersgd-r2-ef" + tag, terse_hook("powersgd", rank=2, error_feedback=True, overlap=o), None)
-             for tag, o in (("", True), (" (thread)", "thread"), (" (no overlap)", False))]
+             for tag, o in (("", True), (" (chain)", "chain"), (" (no overlap)", False))]
     if bucket_rows:
         # The flat bucket as one tensor: a group of one, which the engine sums in place behind its header, against the
         # default tensor granularity's fused group (each tensor's body copied into one buffer and back).
@@ -120,7 +124,8 @@ class Row:
 
     def __init__(self, args, make_hook):
         self.model = build(args.model)
-        self.ddp = nn.parallel.DistributedDataParallel(self.model, bucket_cap_mb=1024 if args.one_bucket else 25)
+        cap = 1024 if args.one_bucket else (args.bucket_mb or 25)
+        self.ddp = nn.parallel.DistributedDataParallel(self.model, bucket_cap_mb=cap)
         self.state = None
         if make_hook is not None:
             self.state, hook = make_hook(self.model)
@@ -153,6 +158,8 @@ def worker(rank, store, args, out):
     if args.one_bucket:
         # DDP caps its first bucket at this (1 MiB by default) whatever bucket_cap_mb says.
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
+    elif args.bucket_mb:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_mb * (1 << 20))
     template = build(args.model)
     chosen = [c for c in configs(template, args.bucket_rows)
               if (not args.only or any(o in c[0] for o in args.only.split(","))) and c[0] not in args.skip]
@@ -197,14 +204,18 @@ def main():
     p.add_argument("--steps", type=int, default=600, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--one-bucket", action="store_true", help="the whole model in one DDP bucket")
+    p.add_argument("--bucket-mb", type=float, default=0.0,
+                   help="DDP buckets of this many MiB, the first one too (several buckets on the MLP: 0.25)")
     p.add_argument("--bucket-rows", action="store_true",
                    help="add terse none and fp16 with granularity='bucket' (no fusion copies)")
     p.add_argument("--only", default="", help="comma-separated fragments: run only the rows whose name has one")
     args = p.parse_args()
+    if args.one_bucket and args.bucket_mb:
+        p.error("--one-bucket and --bucket-mb exclude each other")
     # DDP's PowerSGD hook aborts the process in gloo once the model spans several buckets (torch 1.13, CPU), and with
     # the rows interleaved that abort would take every row with it: leave its row out, saying so.
     args.skip = []
-    first_bucket = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
+    first_bucket = int(args.bucket_mb * (1 << 20)) or getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
     if (not args.one_bucket and int(torch.__version__.split(".")[0]) < 2
             and 4 * sum(q.numel() for q in build(args.model).parameters()) > first_bucket):
         args.skip.append("ddp-powerSGD-r2")
@@ -219,7 +230,9 @@ def main():
         rows = eval(open(out).read())  # noqa: S307  (our own repr of dicts of numbers)
     params = sum(p.numel() for p in build(args.model).parameters())
     print("DDP %s (%d parameters), batch %d, %d workers, gloo, CPU, %s; %d steps per row, interleaved" % (
-        args.model, params, BATCH, WORLD, "one bucket" if args.one_bucket else "DDP's buckets", args.steps))
+        args.model, params, BATCH, WORLD,
+        "one bucket" if args.one_bucket else ("%g MiB buckets" % args.bucket_mb if args.bucket_mb else "DDP's buckets"),
+        args.steps))
     print("| hook | step ms (median) | IQR ms | backward ms | exposed hook ms | payload B/step | wire sent B/step |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, row in rows.items():

@@ -5,8 +5,9 @@
   equivalence       the `none` hook and DDP's built-in allreduce give bit-identical parameters after 12 steps, with
                     the hook overlapping backward and without
   overlap           on a model of several buckets, the first bucket's Future is not complete when the hook returns;
-                    fp16 and PowerSGD (two rounds; chained on asynchronous collectives) and top-k + EF (the worker
-                    thread) give the same parameters bit for bit with overlap and without; a failure on the worker
+                    fp16 (chained on asynchronous collectives), top-k + EF (the worker thread) and PowerSGD (the
+                    worker, and with overlap="chain" chained round by round) give the same parameters bit for bit
+                    with overlap and without; a failure on the worker
                     reaches DDP as an error naming terse's exception, and fails the buckets queued behind it without a
                     collective; a chained bucket's failure is raised by the hook call itself
   api               typed keyword values (ratio=0.01, unbiased=True) become the plugin's parameters; values of other
@@ -35,8 +36,8 @@
   accuracy          top-k 1% + EF + DGC momentum through the hook on the quickstart MLP (tests/python/
                     ddp_recipe.textproto) ends within 1 point of `terse run` of the same recipe, and `terse compare`
                     shows both runs in one table
-  chained_order     3 ranks handing buckets over after rank-dependent delays: the chained rounds of two-round SUM
-                    compressors (test_rounds, PowerSGD + EF) are issued in one order on every rank (no gloo abort or
+  chained_order     3 ranks handing buckets over after rank-dependent delays: the chained rounds (overlap="chain") of
+                    two-round SUM compressors (test_rounds, PowerSGD + EF) are issued in one order on every rank (no gloo abort or
                     timeout), and the parameters equal the unchained run's bit for bit; a round that fails between
                     two rounds (on gloo's thread) fails backward with terse's error and completes every Future
   variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
@@ -490,7 +491,9 @@ def overlap(rank):
     try:
         for name, params in (("fp16", {}), ("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
             finals = {}
-            for overlapped in (True, False):
+            # PowerSGD also with overlap="chain": True keeps a multi-round compressor on the worker (terse/torch.py,
+            # _chains), "chain" chains its rounds.
+            for overlapped in (("chain", True, False) if name == "powersgd" else (True, False)):
                 model = deep_mlp()
                 ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
                 state = terse.torch.CompressionState(name, module=model, error_feedback=True, overlap=overlapped,
@@ -519,8 +522,8 @@ def overlap(rank):
                 check(buckets >= 3, "%s: expected several buckets, DDP made %d" % (name, buckets))
                 # fp16 (one-round SUM) and PowerSGD (two SUM rounds) are chained on torch's asynchronous collectives;
                 # top-k (an all-gather) runs on the worker.
-                check(state._chain == (overlapped and name != "topk"), "%s overlap=%s: chained %s"
-                      % (name, overlapped, state._chain))
+                check(state._chain == (overlapped == "chain" or (overlapped is True and name == "fp16")),
+                      "%s overlap=%s: chained %s" % (name, overlapped, state._chain))
                 firsts = [done for index, done in seen if index == 0]
                 if overlapped:
                     if rank == 0 or not state._chain:
@@ -537,9 +540,10 @@ def overlap(rank):
                       "%s overlap=%s: exposed %s" % (name, overlapped, times["exposed_s"]))
                 finals[overlapped] = [p.detach().clone() for p in model.parameters()]
                 state.close()
-            for i, (a, b) in enumerate(zip(finals[True], finals[False])):
-                check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap by up to %g"
-                      % (rank, name, i, (a - b).abs().max()))
+            for mode in finals:
+                for i, (a, b) in enumerate(zip(finals[mode], finals[False])):
+                    check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap=%s by up to %g"
+                          % (rank, name, i, mode, (a - b).abs().max()))
         # A bucket that fails on the worker: DDP's error names terse's exception, and no bucket behind it reaches a
         # collective (both ranks fail alike here, so none would wait either way).
         model = deep_mlp()
@@ -600,7 +604,8 @@ def chained_order(rank):
         for overlapped in (True, False):
             model = deep_mlp()
             ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
-            state = terse.torch.CompressionState(name, module=model, overlap=overlapped, **params)
+            state = terse.torch.CompressionState(name, module=model, overlap="chain" if overlapped else False,
+                                                 **params)
             delays = random.Random(100 + rank)
 
             def delayed(state, bucket):
@@ -621,7 +626,8 @@ def chained_order(rank):
     # round that will never be issued); a later hook call raises at once; close() returns.
     model = deep_mlp()
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
-    state = terse.torch.CompressionState("test_rounds", fail_step=2, plugin_path=[ARGS.test_plugins], module=model)
+    state = terse.torch.CompressionState("test_rounds", fail_step=2, plugin_path=[ARGS.test_plugins], module=model,
+                                         overlap="chain")
     futures = []
 
     def keep(state, bucket):
@@ -652,7 +658,7 @@ def chained_order(rank):
     # bucket 1's second round (after bucket 2's first in the order) is ready; then bucket 2's hook call is refused
     # (a layout that does not tile its buffer), so backward would stop there. Bucket 1 must not wait for bucket 2:
     # its Future fails, at once.
-    state = terse.torch.CompressionState("test_rounds", plugin_path=[ARGS.test_plugins])
+    state = terse.torch.CompressionState("test_rounds", plugin_path=[ARGS.test_plugins], overlap="chain")
     p0, p1, p2, p3, empty = (torch.zeros(n) for n in (5, 7, 3, 3, 0))
     # Bucket 0 holds an empty tensor beside p0 (odd sizes, an empty member: both rounds must still pair).
     fut0 = terse.torch.compression_hook(state, FakeBucket(0, [empty, p0], last=False, fill=rank + 1))
@@ -691,9 +697,9 @@ def api(rank):
                  lambda: State("topk", ratio=0.1, params={"ratio": 0.2}))
     expect_error(terse.InvalidArgument, "'error_feedback' must be True or False, got 'yes'",
                  lambda: State("topk", error_feedback="yes"))
-    expect_error(terse.InvalidArgument, "'overlap' must be True, False or 'thread', got 1",
+    expect_error(terse.InvalidArgument, "'overlap' must be True, False, 'thread' or 'chain', got 1",
                  lambda: State("none", overlap=1))
-    expect_error(terse.InvalidArgument, "'overlap' must be True, False or 'thread', got 'threads'",
+    expect_error(terse.InvalidArgument, "'overlap' must be True, False, 'thread' or 'chain', got 'threads'",
                  lambda: State("none", overlap="threads"))
     expect_error(terse.InvalidArgument, "stream must be 'current' or 'side', got 'own'",
                  lambda: State("none", stream="own"))

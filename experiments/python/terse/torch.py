@@ -22,18 +22,21 @@ over the DDP process group through torch.distributed (experiments/python/torch_c
 
 Overlap (`overlap=True`, the default). The hook returns with a torch.futures.Future that completes when the bucket's
 aggregation is done; DDP waits for every Future before backward returns. Two ways, by what the compressor is:
-  chained     a SUM compressor (none, fp16, bf16, randomk; PowerSGD with its two rounds) on CPU gradients, without
-              a step trace: the hook encodes the bucket's first round (without the GIL) and returns a Future; the
-              rounds' sums go out on torch.distributed's asynchronous all_reduce (async_op=True), and a callback on
-              each round's collectives encodes the next round or decodes into the bucket and completes the Future, as
-              DDP's own hooks chain theirs (engine.h, SplitSum). The collectives overlap the rest of backward; no
-              thread of terse's is involved, which on the 0.24M-parameter MLP of
-              experiments/pytorch/bench_ddp_hooks.py took `none` from 1.30-1.37x DDP's step to 1.16-1.18x
-              (docs/pytorch.md). Every rank issues the rounds in one order fixed by the bucket order alone (_Sequencer:
-              round r of the b-th bucket after the first round of bucket b + r), never as they become ready, since
-              gloo pairs collectives by the order they are issued in -- how DDP's own PowerSGD hook, which issues its
-              second round when the first completes, aborts in gloo with several buckets.
-  thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...), CUDA gradients, a step trace, or
+  chained     a one-round SUM compressor (none, fp16, bf16, randomk) on CPU gradients, without a step trace, and with
+              `overlap="chain"` every SUM compressor, PowerSGD's two rounds among them: the hook encodes the bucket's
+              first round (without the GIL) and returns a Future; the rounds' sums go out on torch.distributed's
+              asynchronous all_reduce (async_op=True), and a callback on each round's collectives encodes the next
+              round or decodes into the bucket and completes the Future, as DDP's own hooks chain theirs (engine.h,
+              SplitSum). The collectives overlap the rest of backward; no thread of terse's is involved, which on the
+              0.24M-parameter MLP of experiments/pytorch/bench_ddp_hooks.py took `none` from 1.30-1.37x DDP's step to
+              1.16-1.18x (docs/pytorch.md). Every rank issues the rounds in one order fixed by the bucket order alone
+              (_Sequencer: round r of the b-th bucket after the first round of bucket b + r), never as they become
+              ready, since gloo pairs collectives by the order they are issued in -- how DDP's own PowerSGD hook,
+              which issues its second round when the first completes, aborts in gloo with several buckets. A later
+              round's encode runs on gloo's thread, which on the CPU holds up the group's other collectives: PowerSGD
+              chained took 4-12% more per step than on the worker, so overlap=True leaves it there (_chains).
+  thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...; with overlap=True, PowerSGD), CUDA
+              gradients, a step trace, or
               `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
               (the same order on every rank, so the collectives match across ranks) and completes each bucket's Future
               when its aggregation is done. The encode, decode and the waits inside torch.distributed run without the
@@ -170,9 +173,10 @@ class CompressionState:
     module               the model (or its DDP wrapper): its parameter order gives the tensor ids; its device is
                          checked here, before anything is registered
     granularity          "tensor" (default) or "bucket"; see the module's documentation
-    overlap              True (default): overlap backward, chained on asynchronous collectives where the compressor
-                         allows, else on a worker thread; "thread": always on the worker thread; False: inside the
-                         hook (see the module's text)
+    overlap              True (default): overlap backward, chained on asynchronous collectives for a one-round SUM
+                         compressor, else on a worker thread; "chain": chained for every SUM compressor (PowerSGD
+                         round by round too); "thread": always on the worker thread; False: inside the hook (see the
+                         module's text)
     stream               CUDA gradients: "current" (default) runs the codecs and collectives on torch's current stream
                          as the state first sees it; "side" on a stream of the state's own, which waits for each
                          bucket's gradients on the device (see the module's text). No effect on CPU gradients
@@ -203,8 +207,8 @@ class CompressionState:
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
                            ("momentum_nesterov", momentum_nesterov), ("step_trace", step_trace)):
             _require(isinstance(value, bool), "'%s' must be True or False, got %r" % (key, value))
-        _require(isinstance(overlap, bool) or overlap == "thread",
-                 "'overlap' must be True, False or 'thread', got %r" % (overlap,))
+        _require(isinstance(overlap, bool) or overlap in ("thread", "chain"),
+                 "'overlap' must be True, False, 'thread' or 'chain', got %r" % (overlap,))
         _require(isinstance(momentum_correction, numbers.Real) and not isinstance(momentum_correction, bool),
                  "'momentum_correction' must be a number in [0, 1), got %r" % (momentum_correction,))
         _require(isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and 0 <= seed < 2 ** 64,
@@ -528,12 +532,15 @@ class CompressionState:
         return chained
 
     def _chains(self):
-        """Whether this state's buckets are chained on asynchronous collectives: overlap=True on CPU gradients (the
-        state is bound by now) with a SUM compressor of any number of rounds (ddp_aggregator.cc, chainable), without
-        a step trace (which times the aggregation's phases the worker's way)."""
+        """Whether this state's buckets are chained on asynchronous collectives: CPU gradients (the state is bound by
+        now) without a step trace (which times the aggregation's phases the worker's way), a SUM compressor
+        (ddp_aggregator.cc, chainable), and overlap="chain", or overlap=True with a compressor of one round. A later
+        round's encode runs in a callback on one of gloo's threads, where on the CPU it holds up the group's other
+        collectives: PowerSGD chained took 4-12% more per step than on the worker (docs/pytorch.md), so True keeps
+        multi-round compressors on the worker and "chain" asks for the chain."""
         if self._chain is None:
-            self._chain = (self.overlap is True and self._stream is None and self._tracer is None
-                           and self._agg.chainable)
+            rounds_ok = self.overlap == "chain" or (self.overlap is True and self._agg.caps["num_rounds"] == 1)
+            self._chain = (rounds_ok and self._stream is None and self._tracer is None and self._agg.chainable)
         return self._chain
 
     def _submit_chained(self, index, buf, members, is_last):
