@@ -647,8 +647,11 @@ class _ChainedBucket:
         try:
             sums = state._agg.finish_chained(self.pending, time.perf_counter() - issued)
         except Exception as e:  # noqa: BLE001  (handed to DDP through the Future)
-            # Its next round (or its decode, a place after its last round) failed on every rank alike.
-            self.fail(e, _place(self.ordinal, self.round + 1))
+            # Its next round's encode failed on every rank alike: nothing from that round's place on is issued. A
+            # failed decode stops nothing: it may be noticed after later rounds went out, at a moment that differs
+            # between ranks, so the step's other buckets go on, and the next step is refused (_Sequencer._pump).
+            last = self.round + 1 == sequencer.rounds
+            self.fail(e, None if last else _place(self.ordinal, self.round + 1))
             return
         finally:
             state._decoding.discard(thread)
@@ -732,16 +735,18 @@ class _Sequencer:
     Nothing ever waits in a hook call or a callback. A bucket with fewer rounds simply has no later items.
 
     Failures keep the order too. A plugin fails alike on every rank, but each rank notices it at another moment
-    among its hook calls and callbacks. So a failure has a place -- the item it keeps from being made (a refused hook
-    call: its bucket's first round; a failed encode: that round; a failed decode: just after the bucket's last round)
-    -- and the items before that place are issued as ever, those after it never: every rank issues the same
-    collectives and none is left inside one. A broken collective stops at once (its transport is gone anyway).
-    Once the state failed, the step's Futures fail or complete, and the next step's hook calls raise.
+    among its hook calls and callbacks. So a failure that keeps an item from being made has that item's place (a
+    refused hook call: its bucket's first round; a failed encode: that round), and the items before that place are
+    issued as ever, those after it never: the front of the order cannot pass an item before it is made or refused, so
+    every rank issues the same collectives and none is left inside one. A failed decode keeps no item from being made
+    and may be noticed after later items went out, so it stops nothing in its step. A broken collective stops at once
+    (its transport is gone anyway). Once the state failed, the step's Futures fail or complete, and the next step's
+    hook calls raise.
     """
 
     def __init__(self, state, rounds):
         self._state = state
-        self._rounds = max(1, int(rounds))
+        self.rounds = self._rounds = max(1, int(rounds))
         self._lock = threading.Lock()
         self._stop = None      # the place of the earliest failure: nothing from there on is issued
         self._closed = False   # the state failed and its step ended: every later hook call is refused
@@ -778,9 +783,12 @@ class _Sequencer:
             self._stop = place
 
     def admits(self):
-        """Whether the next hook call of the step comes before the failure's place (the state failed)."""
+        """Whether the next hook call of the step comes before the failure's place (the state failed). A call past the
+        step's last bucket belongs to a next step, which a failed state refuses."""
         with self._lock:
-            return not self._closed and not self._stops(_place(self._handed, 0))
+            if self._closed or (self._count is not None and self._handed >= self._count):
+                return False
+            return not self._stops(_place(self._handed, 0))
 
     def refused(self):
         """The next hook call was refused before its encode (its bucket's layout)."""
