@@ -484,6 +484,8 @@ class CompressionState:
         issued = None
         if self._tracer is not None:
             issued = self._tracer.bucket(members, is_last)
+        if self._chains():
+            return self._submit_chained(index, buf, members, is_last)
         if self._stream is None:
             fut = torch.futures.Future()
         else:
@@ -496,8 +498,6 @@ class CompressionState:
                 # learns that the bound stream uses the buffer.
                 self._stream.wait_stream(current)
                 buf.record_stream(self._stream)
-        if self._chains():
-            return self._submit_chained(index, buf, members, is_last)
         if not self.overlap:
             start = time.perf_counter()
             self._sync_thread = threading.get_native_id()
