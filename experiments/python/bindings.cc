@@ -169,9 +169,8 @@ PYBIND11_MODULE(_terse, m) {
       sums.append(a.communicator().sumView(x.data.data(), x.data.size(), x.wire));
     return sums;
   };
-  py::class_<ChainedBucket>(m, "ChainedBucket")
-      .def_property_readonly("index", [](const ChainedBucket& b) { return b.bucket_index; })
-      .def_property_readonly("is_last", [](const ChainedBucket& b) { return b.is_last; });
+  // Opaque to Python: handed back to finish_chained.
+  py::class_<ChainedBucket>(m, "ChainedBucket");
 
   py::class_<DdpAggregator>(m, "DdpAggregator")
       .def(py::init([](const std::string& compressor, const std::map<std::string, std::string>& params,

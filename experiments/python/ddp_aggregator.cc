@@ -229,10 +229,10 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
 
 bool DdpAggregator::chainable() const {
   const CompressorCaps c = caps();
-  // Every round of a multi-round compressor too: the caller issues each round's sums in an order fixed beforehand from
-  // the bucket order alone (terse/torch.py, _Sequencer), never as they become ready, since gloo pairs collectives by
-  // the order they were issued in.
-  return !placement_.device && c.aggregation == Aggregation::kSum && c.num_rounds >= 1;
+  // Of any number of rounds: the caller issues each round's sums in an order fixed beforehand from the bucket order
+  // alone (terse/torch.py, _Sequencer), never as they become ready, since gloo pairs collectives by the order they
+  // were issued in.
+  return !placement_.device && c.aggregation == Aggregation::kSum;
 }
 
 std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uintptr_t data, uint64_t numel,

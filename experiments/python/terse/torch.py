@@ -746,7 +746,7 @@ class _Sequencer:
 
     def __init__(self, state, rounds):
         self._state = state
-        self.rounds = self._rounds = max(1, int(rounds))
+        self.rounds = max(1, int(rounds))
         self._lock = threading.Lock()
         self._stop = None      # the place of the earliest failure: nothing from there on is issued
         self._closed = False   # the state failed and its step ended: every later hook call is refused
@@ -765,13 +765,13 @@ class _Sequencer:
     def _positions(self):
         k = 0
         while True:
-            for r in range(self._rounds):
+            for r in range(self.rounds):
                 b = k - r
                 if b < 0:
                     break
                 if self._count is None or b < self._count:
                     yield b, r
-            if self._count is not None and k >= self._count + self._rounds - 2:
+            if self._count is not None and k >= self._count + self.rounds - 2:
                 return
             k += 1
 
@@ -842,10 +842,14 @@ class _Sequencer:
         with self._lock:
             self._stop_at(stop)
             if bucket.ordinal not in self._ended:  # else failed by the pump already
-                self._ended[bucket.ordinal] = rounds
-                self._open -= 1
+                self._close(bucket.ordinal, rounds)
             issued = self._pump()
         self._chain(issued)
+
+    def _close(self, ordinal, rounds):
+        """An open bucket is decoded or failed after `rounds` rounds (the lock held): its later items are skipped."""
+        self._ended[ordinal] = rounds
+        self._open -= 1
 
     def _pump(self):
         """Issues the ready items at the front of the order (the lock held); returns what the caller chains on them
@@ -858,8 +862,7 @@ class _Sequencer:
                 # Nothing from here on is issued: the ready items fail, and so do the rounds that become ready later
                 # (proceeds, add). The front stays, and so does the step: the state failed.
                 for (rb, _), (bucket, _) in sorted(self._ready.items()):
-                    self._ended[rb] = bucket.round
-                    self._open -= 1
+                    self._close(rb, bucket.round)
                     out.append((bucket, None, state._failed_again()))
                 self._ready.clear()
                 break
@@ -876,8 +879,7 @@ class _Sequencer:
                     if state.error is None:
                         state.error = error
                     self._stop_at(_place(b, r))
-                    self._ended[b] = r
-                    self._open -= 1
+                    self._close(b, r)
                     out.append((bucket, None, error))
                     continue
             self._front = next(self._order, None)
