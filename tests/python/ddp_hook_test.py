@@ -37,9 +37,10 @@
                     ddp_recipe.textproto) ends within 1 point of `terse run` of the same recipe, and `terse compare`
                     shows both runs in one table
   chained_order     3 ranks handing buckets over after rank-dependent delays: the chained rounds (overlap="chain") of
-                    two-round SUM compressors (test_rounds, PowerSGD + EF) are issued in one order on every rank (no gloo abort or
-                    timeout), and the parameters equal the unchained run's bit for bit; a round that fails between
-                    two rounds (on gloo's thread) fails backward with terse's error and completes every Future
+                    two-round SUM compressors (test_rounds, PowerSGD + EF) are issued in one order on every rank (no
+                    gloo abort or timeout), and the parameters equal the unchained run's bit for bit; a round that
+                    fails between two rounds (on gloo's thread) fails backward with terse's error and completes every
+                    Future
   variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
                     whose payloads differ between the ranks every step (the communicator's padded all-gather): the
                     averaged gradients equal a reference computed in torch bit for bit

@@ -44,15 +44,16 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
 `overlap=False` aggregates inside the hook and returns a completed Future. All three give the same bits
 (tests/python/ddp_hook_test.py checks it); without overlap every microsecond is exposed.
 
-Once a bucket fails, the state is failed: the buckets queued behind it fail without a collective (so a rank that
-fails alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises
-the same error. A chained bucket's first encode fails in the hook call itself, before its collective; a later
-round's fails its Future. Chained, a failure stops what is issued from its place in the order on, on every rank alike,
-whenever each rank notices it (_Sequencer), so no rank is left inside a collective. `state.error` holds terse's
-exception. Out of `loss.backward()` the error is terse's exception itself where torch re-raises what the hook raised
-(torch 2.x, without overlap or when the hook call refuses), and torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
-torch): `except RuntimeError` catches both (terse.Error is a RuntimeError). `state.raise_if_failed()` raises
-terse's own.
+Once a bucket fails, the state is failed: the buckets queued behind it fail without a collective (so a rank that fails
+alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises the same
+error. A chained bucket's first encode fails in the hook call itself, before its collective; a later round's fails its
+Future. Chained, a refused hook call or a failed encode stops what is issued from its place in the order on, on every
+rank alike, whenever each rank notices it (_Sequencer), so no rank is left inside a collective; a failed decode stops
+nothing in its step. `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
+itself where torch re-raises what the hook raised (torch 2.x, without overlap or when the hook call refuses), and
+torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
+torch): `except RuntimeError` catches both (terse.Error is a RuntimeError). `state.raise_if_failed()` raises terse's
+own.
 
 Granularity (`granularity=`): "tensor" (the default) compresses each parameter of a bucket as its own tensor with its
 shape, as terse's trainer does -- PowerSGD needs the matrices, top-k keeps k per tensor -- and fuses the bucket's
