@@ -1,6 +1,8 @@
 // none: the uncompressed baseline. Every result table compares against it (compression ratio 1, the accuracy a
-// compressor should match), so it goes through exactly the plugin path the others take: payload header, SUM
-// aggregation in the core, decompress.
+// compressor should match), so in terse's own runs it goes through exactly the plugin path the others take: payload
+// header, SUM aggregation in the core, decompress. It declares TERSE_CAP_IDENTITY (its body is the input unchanged),
+// so the PyTorch hook, whose baseline is DDP's own allreduce on the bucket, sums the bucket in place as DDP does and
+// calls neither compress nor decompress (experiments/python/ddp_aggregator.h).
 //
 // Equation: C(g) = g. The aggregate is sum_r g_r, which the core divides by world_size.
 //
@@ -45,7 +47,7 @@ class None final : public sdk::Compressor {
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     terse::kit::requireF32(dtype);
-    return sdk::Caps::sum(TERSE_DTYPE_F32, TERSE_CAP_FIXED_SIZE, device::kDevices);
+    return sdk::Caps::sum(TERSE_DTYPE_F32, TERSE_CAP_FIXED_SIZE | TERSE_CAP_IDENTITY, device::kDevices);
   }
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {

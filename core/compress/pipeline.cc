@@ -213,29 +213,39 @@ void CompressionPipeline::average(void* out) const {
   const auto n = static_cast<std::size_t>(codec_->info().numel);
   // A pass over the tensor, which the FLOP model counts in the decode's four flops per element.
   const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(n)});
-  if (placement_.device) {
-    device_kernels::divide(out, n, codec_->info().dtype, world_, placement_.stream);
+  const DType dtype = codec_->info().dtype;
+  TERSE_CHECK(placement_.device || dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 ||
+                  dtype == DType::kBF16,
+              Unsupported, where(*codec_) << "cannot average " << dtypeName(dtype) << " gradients");
+  averageSummed(out, n, dtype, world_, placement_);
+}
+
+void averageSummed(void* out, uint64_t numel, DType dtype, int world, const Placement& placement) {
+  if (world == 1) return;
+  const auto n = static_cast<std::size_t>(numel);
+  if (placement.device) {
+    device_kernels::divide(out, n, dtype, world, placement.stream);
     return;
   }
-  switch (codec_->info().dtype) {
+  switch (dtype) {
     case DType::kF32:
-      sdk::cpu::clones<divideAll<float>>(static_cast<float*>(out), n, static_cast<float>(world_));
+      sdk::cpu::clones<divideAll<float>>(static_cast<float*>(out), n, static_cast<float>(world));
       return;
     case DType::kF64:
-      sdk::cpu::clones<divideAll<double>>(static_cast<double*>(out), n, static_cast<double>(world_));
+      sdk::cpu::clones<divideAll<double>>(static_cast<double*>(out), n, static_cast<double>(world));
       return;
     case DType::kF16: {
       auto* p = static_cast<uint16_t*>(out);
-      for (std::size_t i = 0; i < n; ++i) p[i] = sdk::floatToHalf(sdk::halfToFloat(p[i]) / static_cast<float>(world_));
+      for (std::size_t i = 0; i < n; ++i) p[i] = sdk::floatToHalf(sdk::halfToFloat(p[i]) / static_cast<float>(world));
       return;
     }
     case DType::kBF16: {
       auto* p = static_cast<uint16_t*>(out);
-      for (std::size_t i = 0; i < n; ++i) p[i] = sdk::floatToBf16(sdk::bf16ToFloat(p[i]) / static_cast<float>(world_));
+      for (std::size_t i = 0; i < n; ++i) p[i] = sdk::floatToBf16(sdk::bf16ToFloat(p[i]) / static_cast<float>(world));
       return;
     }
     default:
-      TERSE_THROW(Unsupported, where(*codec_) << "cannot average " << dtypeName(codec_->info().dtype) << " gradients");
+      TERSE_THROW(Unsupported, "cannot average " << dtypeName(dtype) << " gradients");
   }
 }
 

@@ -123,4 +123,9 @@ class CompressionPipeline {
   std::array<TensorBuffer, 2> reduced_;  // CUSTOM: the fold's two alternating outputs
 };
 
+// The average of a sum of `world` ranks' gradients, in place: what every pipeline does after its decode (the same
+// division, so the same bits), for a caller that summed the gradient itself (the PyTorch hook with an identity
+// compressor, ddp_aggregator.h). Unsupported for a dtype other than f32, f64, f16 and bf16.
+void averageSummed(void* out, uint64_t numel, DType dtype, int world, const Placement& placement);
+
 }  // namespace terse

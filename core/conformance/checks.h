@@ -18,9 +18,11 @@ Outcome checkAccumulate(Context& c);
 Outcome checkPurity(Context& c);
 Outcome checkUnbiased(Context& c);
 
-// output_checks.cc: what the outputs hold: finite decodes of finite inputs, no payload byte left unwritten.
+// output_checks.cc: what the outputs hold: finite decodes of finite inputs, no payload byte left unwritten, the input
+// itself where the caps declare TERSE_CAP_IDENTITY.
 Outcome checkFiniteDecode(Context& c);
 Outcome checkZeroPadding(Context& c);
+Outcome checkIdentity(Context& c);
 
 // aggregation_checks.cc: the payloads of several simulated ranks combined as the caps say the core combines them.
 Outcome checkSumAggregation(Context& c);

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -189,6 +190,41 @@ Outcome checkZeroPadding(Context& c) {
   return pass(cat(payloads, " payloads", c.caps.aggregation == Aggregation::kCustom ? " and their reductions" : "",
                   " compressed into output buffers prefilled with 0x00 and with 0xFF were byte-identical (", w,
                   " ranks, every round, ", shapes.size(), " shape(s)): no byte is left unwritten"));
+}
+
+Outcome checkIdentity(Context& c) {
+  if (!c.caps.identity) return skip("caps do not declare TERSE_CAP_IDENTITY");
+  // A core that trusts the flag never calls compress or decompress (the PyTorch hook sums the gradient in place), so
+  // the promise is checked byte for byte, on the inputs where a conversion or a scale would show: extremes and
+  // subnormals.
+  const std::vector<ConformanceShape> shapes = c.moderate();
+  std::size_t runs = 0;
+  for (const auto& shape : shapes) {
+    const auto inputs = extremeInputs(shape.numel, c.inputSeed(shape, 21), FLT_MAX);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      Simulation sim = c.sim(shape, 1);
+      const Step s = sim.runOne(i, inputs[i].x);
+      ++runs;
+      const Bytes& payload = s.payloads[0][0];
+      const auto header = static_cast<std::size_t>(std::min<uint64_t>(sim.sizes(0).sum_header_bytes, payload.size()));
+      const auto body = std::span<const std::byte>(payload).subspan(header);
+      if (int64_t at = firstByteDifference(body, asBytes(inputs[i].x)); at >= 0) {
+        return fail(cat(tag(shape), ", input '", inputs[i].name, "': caps declare TERSE_CAP_IDENTITY, but byte ", at,
+                        " of the payload's ", body.size(), "-byte body (after its ", header,
+                        "-byte header) differs from the input's ", 4 * shape.numel,
+                        " bytes; the body must be the input unchanged"));
+      }
+      if (int64_t at = firstBitDifference(s.own[0], inputs[i].x); at >= 0) {
+        return fail(cat(tag(shape), ", input '", inputs[i].name, "': caps declare TERSE_CAP_IDENTITY, but element ", at,
+                        " decodes to ", s.own[0][static_cast<std::size_t>(at)], " from ",
+                        inputs[i].x[static_cast<std::size_t>(at)],
+                        "; decompress must give the input back bit for bit"));
+      }
+    }
+  }
+  return pass(cat(runs, " payloads (", shapes.size(),
+                  " shape(s), normal, extreme and subnormal inputs) held the input's bytes unchanged behind their "
+                  "header and decoded to it bit for bit"));
 }
 
 }  // namespace terse::conformance

@@ -32,6 +32,7 @@ constexpr std::string_view kOutputSize = "output_size";
 constexpr std::string_view kFiniteDecode = "finite_decode";
 constexpr std::string_view kDeterministic = "deterministic";
 constexpr std::string_view kZeroPadding = "zero_padding";
+constexpr std::string_view kIdentity = "identity";
 constexpr std::string_view kSharedSeed = "shared_seed";
 constexpr std::string_view kAccumulate = "accumulate";
 constexpr std::string_view kPurity = "decompress_purity";
@@ -59,6 +60,7 @@ constexpr CheckEntry kChecks[] = {
     {kFiniteDecode, &conformance::checkFiniteDecode},
     {kDeterministic, &conformance::checkDeterministic},
     {kZeroPadding, &conformance::checkZeroPadding},
+    {kIdentity, &conformance::checkIdentity},
     {kSharedSeed, &conformance::checkSharedSeed},
     {kAccumulate, &conformance::checkAccumulate},
     {kPurity, &conformance::checkPurity},

@@ -28,6 +28,7 @@ struct CompressorCaps {
   bool fixed_size = false;
   bool stateful = false;
   bool shared_seed = false;
+  bool identity = false;  // TERSE_CAP_IDENTITY: the payload's body is the input unchanged (compressor_v1.h)
   int num_rounds = 1;
 };
 

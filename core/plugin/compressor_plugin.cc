@@ -309,6 +309,7 @@ class PluginCompressor final : public Compressor {
     caps.fixed_size = (raw.flags & TERSE_CAP_FIXED_SIZE) != 0;
     caps.stateful = (raw.flags & TERSE_CAP_STATEFUL) != 0;
     caps.shared_seed = (raw.flags & TERSE_CAP_SHARED_SEED) != 0;
+    caps.identity = (raw.flags & TERSE_CAP_IDENTITY) != 0;
     caps.num_rounds = raw.num_rounds;
     if (caps.aggregation == Aggregation::kSum) {
       const bool float_wire =
@@ -321,6 +322,14 @@ class PluginCompressor final : public Compressor {
                   prefix << "aggregation sum requires TERSE_CAP_FIXED_SIZE, but flags = " << hex(raw.flags));
       caps.wire_dtype = static_cast<DType>(raw.wire_dtype);
     }
+    // A core that sums the gradient where it lies skips the plugin altogether, so the promise must describe a payload
+    // that is the input: summed in the input's own dtype, in one round, with nothing kept between steps.
+    TERSE_CHECK(!caps.identity || (caps.aggregation == Aggregation::kSum && caps.wire_dtype == dtype &&
+                                   caps.num_rounds == 1 && !caps.stateful),
+                PluginError,
+                prefix << "TERSE_CAP_IDENTITY needs aggregation sum with wire_dtype " << dtypeName(dtype)
+                       << ", one round and no state; got aggregation " << raw.aggregation << ", wire_dtype "
+                       << raw.wire_dtype << ", num_rounds " << raw.num_rounds << ", flags = " << hex(raw.flags));
     TERSE_CHECK(caps.aggregation != Aggregation::kCustom || api_.reduce != nullptr, PluginError,
                 prefix << "aggregation custom requires the function pointer 'reduce', which is NULL");
     return caps;

@@ -210,6 +210,7 @@ PYBIND11_MODULE(_terse, m) {
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
       .def_property_readonly("chainable", &DdpAggregator::chainable)
+      .def_property_readonly("in_place", &DdpAggregator::inPlace)
       .def(
           "begin_chained",
           [sumViews](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,

@@ -54,6 +54,36 @@ DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
   instance_ = plugin_->instantiate(options_.params);
   comm_ = std::make_unique<TorchCommunicator>(std::move(group));
   engine_ = std::make_unique<AggregationEngine>(*comm_);
+  const CompressorCaps f32 = caps();
+  identity_ = f32.identity;
+}
+
+bool DdpAggregator::inPlace() const noexcept {
+  // Error feedback and momentum correction keep a residual per tensor, which needs the codec; on the device the
+  // plugin path is what the device suite has run (the in-place sum there is not measured yet).
+  return identity_ && !options_.codec.error_feedback && options_.codec.momentum_correction == 0 && !placement_.device &&
+         trace_ == nullptr;
+}
+
+void DdpAggregator::checkInPlace(int bucket_index, uintptr_t data, uint64_t numel) {
+  comm_->checkGroup();
+  if (!bound_) bindHost();
+  TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
+  TERSE_CHECK(bucket_index >= 0, InvalidArgument, "terse.torch: bucket index " << bucket_index << " is negative");
+}
+
+void DdpAggregator::finishInPlace(int bucket_index, void* data, uint64_t numel, const comm::WireBytes& wire,
+                                  bool is_last) {
+  const auto start = Clock::now();
+  averageSummed(data, numel, DType::kF32, comm_->size(), placement_);
+  in_place_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+  BucketBytes& b = buckets_[bucket_index];
+  b.numel = numel;
+  b.tensors = 1;
+  b.last_step = ByteCounts{numel * sizeof(float), wire};
+  b.total += b.last_step;
+  ++b.steps;
+  if (is_last) ++step_;
 }
 
 void DdpAggregator::bindHost() {
@@ -208,6 +238,16 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
                               const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
   const std::lock_guard lock(mutex_);
   const auto start = Clock::now();
+  if (dtype == DType::kF32 && inPlace()) {
+    checkInPlace(bucket_index, data, numel);
+    // Every rank's bucket has the same size, so an empty one issues nothing anywhere.
+    auto* at = reinterpret_cast<void*>(data);
+    const comm::WireBytes wire =
+        numel == 0 ? comm::WireBytes{} : comm_->allreduce(at, numel, DType::kF32, comm::ReduceOp::kSum, bucket_index);
+    finishInPlace(bucket_index, at, numel, wire, is_last);
+    hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+    return;
+  }
   ByteCounts before;
   std::size_t tensors = 0;
   bindBucket(bucket_index, data, numel, dtype, members, group_, before, tensors);
@@ -248,6 +288,20 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   b->bucket_index = bucket_index;
   b->numel = numel;
   b->is_last = is_last;
+  if (dtype == DType::kF32 && inPlace()) {
+    checkInPlace(bucket_index, data, numel);
+    b->split = &splits_[bucket_index];
+    TERSE_CHECK(b->split->sums.empty(), InvalidArgument,
+                "terse.torch: bucket " << bucket_index << " was handed over again before its aggregation finished");
+    b->in_place = reinterpret_cast<void*>(data);
+    if (numel > 0) {
+      b->split->sums.push_back(
+          SplitSum::Sum{std::span<std::byte>(static_cast<std::byte*>(b->in_place), numel * sizeof(float)), DType::kF32,
+                        static_cast<uint64_t>(bucket_index)});
+    }
+    b->begin_s = std::chrono::duration<double>(Clock::now() - start).count();
+    return b;
+  }
   bindBucket(bucket_index, data, numel, dtype, members, b->group, b->before, b->tensors);
   b->split = &splits_[bucket_index];
   TERSE_CHECK(b->split->sums.empty(), InvalidArgument,
@@ -275,6 +329,13 @@ bool DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
     wires.push_back(comm_->recordAllreduce(
         s.data.size(), s.tensor,
         total == 0 ? 0.0 : comm_seconds * static_cast<double>(s.data.size()) / static_cast<double>(total)));
+  if (bucket.in_place != nullptr) {
+    split.sums.clear();
+    finishInPlace(bucket.bucket_index, bucket.in_place, bucket.numel, wires.empty() ? comm::WireBytes{} : wires[0],
+                  bucket.is_last);
+    hook_s_ += comm_seconds + bucket.begin_s + std::chrono::duration<double>(Clock::now() - start).count();
+    return false;
+  }
   bool more = false;
   try {
     more = engine_->finishSum(split, wires);
@@ -306,7 +367,7 @@ double DdpAggregator::encodeSeconds() const {
 double DdpAggregator::decodeSeconds() const {
   double s = 0;
   for (const auto& [id, b] : pipelines_) s += b.pipeline->stats().decode_s;
-  return s;
+  return s + in_place_s_;
 }
 
 double DdpAggregator::commSeconds() const {

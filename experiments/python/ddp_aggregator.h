@@ -37,6 +37,13 @@
 // aggregator's step count): its chunks are the parameters the caller names (whole tensors, also in kBucket mode, where
 // the bucket is compressed as one), issued when the hook was called, its phases as the engine ran them.
 //
+// In place. With a compressor whose caps declare TERSE_CAP_IDENTITY (none: its payload's body is the gradient
+// unchanged), no error feedback or momentum correction, host tensors and no trace attached, a bucket of f32 is summed
+// where it lies, as one collective over the whole buffer, and divided by the world size as every pipeline divides:
+// the plugin is never called, so nothing is copied in or out, as DDP's own allreduce copies nothing. The bits are the
+// plugin path's (the fused bodies are the bucket's elements in the same order, summed by the same collective); its
+// bytes are the body's (no header is produced), and the bucket counts as one tensor. inPlace() says whether it holds.
+//
 // Bytes. Per bucket index: the last step's payload bytes (what the compressor produced on this rank, all rounds) and
 // wire bytes (what the communicator passed to torch.distributed, modelled as torch_communicator.h says), and their
 // sums since the start.
@@ -103,6 +110,7 @@ struct ChainedBucket {
   std::vector<GroupMember> group;
   SplitSum* split = nullptr;  // the aggregator's, one per bucket index
   double begin_s = 0;         // beginChained's own time, added to hookSeconds at the finish
+  void* in_place = nullptr;   // the bucket's data when it is summed where it lies (inPlace()); split->sums views it
 };
 
 class DdpAggregator {
@@ -149,6 +157,9 @@ class DdpAggregator {
   // while the next bucket begins: the calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h,
   // SplitSum).
   bool chainable() const;
+  // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
+  // only when the state binds or a trace is attached; the caller may leave the members out while it holds.
+  bool inPlace() const noexcept;
   std::unique_ptr<ChainedBucket> beginChained(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                                               const std::vector<BucketMember>& members, bool is_last);
   bool finishChained(ChainedBucket& bucket, double comm_seconds);
@@ -190,6 +201,10 @@ class DdpAggregator {
                   std::size_t& tensors);
   void countBucket(int bucket_index, uint64_t numel, std::size_t tensors, const std::vector<GroupMember>& group,
                    const ByteCounts& before, bool is_last);
+  // The in-place path's halves (inPlace()): the checks every bucket gets before any collective, and the average and
+  // count after the sum.
+  void checkInPlace(int bucket_index, uintptr_t data, uint64_t numel);
+  void finishInPlace(int bucket_index, void* data, uint64_t numel, const comm::WireBytes& wire, bool is_last);
 
   AggregatorOptions options_;
   PluginLoader loader_;
@@ -204,7 +219,9 @@ class DdpAggregator {
   std::vector<GroupMember> group_;  // reused per call
   uint64_t step_ = 0;
   bool bound_ = false;
-  Placement placement_;  // where the bound tensors live (host until bindCuda)
+  bool identity_ = false;  // the plugin's caps for f32 declare TERSE_CAP_IDENTITY
+  double in_place_s_ = 0;  // the in-place path's averaging, counted as decode
+  Placement placement_;    // where the bound tensors live (host until bindCuda)
   int device_ = -1;
   HookTrace* trace_ = nullptr;
   uint64_t trace_seq_ = 0;  // groups recorded so far: the run-wide issue number

@@ -61,7 +61,8 @@ TERSE_AT(terse_compressor_caps_v1, flags, 16);
 TERSE_AT(terse_compressor_caps_v1, num_rounds, 20);
 TERSE_LOCK(sizeof(terse_compressor_caps_v1) == 24);
 TERSE_LOCK(TERSE_AGG_ALLGATHER == 0 && TERSE_AGG_SUM == 1 && TERSE_AGG_CUSTOM == 2);
-TERSE_LOCK(TERSE_CAP_FIXED_SIZE == 1 && TERSE_CAP_STATEFUL == 2 && TERSE_CAP_SHARED_SEED == 4);
+TERSE_LOCK(TERSE_CAP_FIXED_SIZE == 1 && TERSE_CAP_STATEFUL == 2 && TERSE_CAP_SHARED_SEED == 4 &&
+           TERSE_CAP_IDENTITY == 8 && TERSE_CAP_ALL_V1 == 15);
 TERSE_LOCK(TERSE_MAX_ROUNDS_V1 == 8);
 
 TERSE_AT(terse_compressor_sizes_v1, struct_size, 0);

@@ -22,7 +22,7 @@ TEST(None, CapsAndSizes) {
   EXPECT_EQ(caps.devices, kCudaPluginDevices);
   EXPECT_EQ(caps.aggregation, TERSE_AGG_SUM);
   EXPECT_EQ(caps.wire_dtype, TERSE_DTYPE_F32);
-  EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
+  EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE | TERSE_CAP_IDENTITY);
   EXPECT_EQ(caps.num_rounds, 1);
   terse_compressor_caps_v1 other{};
   EXPECT_EQ(c.getCaps(TERSE_DTYPE_F16, &other), TERSE_ERR_UNSUPPORTED);

@@ -503,7 +503,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCapsCase{"unknown_devices", "devices = 0x5"},
                       BadCapsCase{"bad_agg", "aggregation = 5, must be 0 (allgather), 1 (sum) or 2 (custom)"},
                       BadCapsCase{"bad_wire", "wire_dtype = 3 (f64), aggregation sum needs f32, f16 or bf16"},
-                      BadCapsCase{"bad_flags", "flags = 0x9 has bits outside TERSE_CAP_ALL_V1 (0x7)"},
+                      BadCapsCase{"bad_flags", "flags = 0x11 has bits outside TERSE_CAP_ALL_V1 (0xf)"},
+                      BadCapsCase{"identity_allgather",
+                                  "TERSE_CAP_IDENTITY needs aggregation sum with wire_dtype f32, "
+                                  "one round and no state; got aggregation 0"},
+                      BadCapsCase{"identity_stateful",
+                                  "TERSE_CAP_IDENTITY needs aggregation sum with wire_dtype f32, "
+                                  "one round and no state; got aggregation 1, wire_dtype 0, "
+                                  "num_rounds 1, flags = 0xb"},
                       BadCapsCase{"custom_no_reduce", "aggregation custom requires the function pointer 'reduce'"},
                       BadCapsCase{"rounds_allgather", "num_rounds = 2 needs aggregation sum or custom"}),
     [](const auto& p) { return std::string(p.param.mode); });
@@ -620,6 +627,12 @@ TEST(CompressorAdapter, CompressOutputsAreChecked) {
   auto too_big = instantiateFixture("bad_caps", {{"mode", "too_big"}});
   m = messageOf<PluginError>([&] { too_big->compress(info, in.data(), {}, {}, out, nullptr); });
   EXPECT_TRUE(contains(m, {"compress returned 52 bytes, above its max_output_bytes 48"}));
+}
+
+TEST(CompressorAdapter, IdentityFlagReachesTheCaps) {
+  // The flag lets the PyTorch hook skip the plugin and sum in place: only a plugin that declares it gets that.
+  EXPECT_TRUE(instantiateFixture("bad_caps", {{"mode", "identity_ok"}})->caps(DType::kF32).identity);
+  EXPECT_FALSE(instantiateFixture("bad_caps", {{"mode", "ok"}})->caps(DType::kF32).identity);
 }
 
 TEST(CompressorAdapter, DecompressFailureCarriesThePluginsMessage) {

@@ -593,6 +593,50 @@ def overlap(rank):
         sys.setswitchinterval(0.005)
 
 
+def in_place(rank):
+    # none declares TERSE_CAP_IDENTITY, so the hook sums its buckets where they lie and never calls the plugin
+    # (ddp_aggregator.h). The fixture bad_caps shows that the plugin is skipped: mode identity_lies declares the flag
+    # and flips the lowest bit of every value it encodes. In place its runs equal mode ok's (an honest identity without
+    # the flag, through the plugin path) bit for bit; through the plugin path (error feedback on, whose residual needs
+    # the codec) they cannot. Three ranks, so the average divides by 3 and rounds, as the plugin path's does.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    bad_caps = os.path.join(ARGS.fixture_dir, "terse_compressor_bad_caps.so")
+
+    def run(compressor, overlap, **params):
+        model = deep_mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+        state = terse.torch.CompressionState(compressor, module=model, overlap=overlap, **params)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 4, rank)
+        buckets = state.buckets()
+        in_place = state._agg.in_place
+        state.close()
+        return [p.detach().clone() for p in model.parameters()], buckets, in_place
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b))
+
+    honest, _, through_plugin = run(bad_caps, False, mode="ok")
+    check(not through_plugin, "bad_caps mode=ok does not declare TERSE_CAP_IDENTITY, yet the hook sums it in place")
+    for overlap in (True, False, "thread"):
+        for name, params in (("identity_lies", {"compressor": bad_caps, "mode": "identity_lies"}),
+                             ("none", {"compressor": "none"})):
+            params = dict(params)
+            finals, buckets, in_place = run(params.pop("compressor"), overlap, **params)
+            check(in_place, "%s overlap=%s: not summed in place" % (name, overlap))
+            check(same(finals, honest), "rank %d, %s overlap=%s: the in-place sum differs from the plugin path's"
+                  % (rank, name, overlap))
+            check(len(buckets) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(buckets)))
+            for index, b in buckets.items():
+                # The body's bytes only: no header is produced, and the bucket is one tensor.
+                check(b["last_step"]["payload"] == 4 * b["numel"] and b["tensors"] == 1,
+                      "%s overlap=%s, bucket %d: %r" % (name, overlap, index, b))
+    # The plugin path, where the flag cannot be used: its flipped bits show.
+    lied, _, in_place = run(bad_caps, True, mode="identity_lies", error_feedback=True)
+    check(not in_place, "with error feedback the hook must call the codec")
+    check(not same(lied, honest), "identity_lies through the plugin path equals the honest run: was it called?")
+
+
 def chained_order(rank):
     # Three ranks, each handing DDP's buckets over after delays of its own (seeded by rank): the later rounds of two
     # two-round SUM compressors become ready at other points among the hook calls on every rank, and must still be
@@ -899,7 +943,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
-                                    "variable_size", "chained_order"])
+                                    "variable_size", "chained_order", "in_place"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -914,6 +958,8 @@ def main():
             spawn(overlap)
         elif ARGS.case == "chained_order":
             spawn(chained_order, timeout_s=20, world=3)
+        elif ARGS.case == "in_place":
+            spawn(in_place, timeout_s=20, world=3)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

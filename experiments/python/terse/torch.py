@@ -439,7 +439,9 @@ class CompressionState:
         if not buf.is_contiguous():
             raise _invalid("bucket %d's buffer is not contiguous" % bucket.index())
         members = []
-        if self._agg.granularity == "tensor" or self._tracer is not None:
+        # Summed in place (an identity compressor: ddp_aggregator.h), a bucket is one tensor: nothing to read per
+        # parameter.
+        if (self._agg.granularity == "tensor" or self._tracer is not None) and not self._agg.in_place:
             base, size = buf.data_ptr(), buf.element_size()
             end = 0  # where the members so far end in the buffer
             for param, grad in zip(bucket.parameters(), bucket.gradients()):

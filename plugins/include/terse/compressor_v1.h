@@ -81,7 +81,13 @@ typedef int32_t terse_aggregation_v1;
 #define TERSE_CAP_STATEFUL 0x2u
 /* info.seed must be identical on every rank (e.g. random-k picks shared indices). */
 #define TERSE_CAP_SHARED_SEED 0x4u
-#define TERSE_CAP_ALL_V1 0x7u
+/* The payload is the input itself: aggregation SUM, one round, not stateful, wire_dtype == the dtype asked about, and
+ * for every input compress writes sum_header_bytes of header followed by the input's bytes unchanged, and decompress
+ * with accumulate = 0 writes the body's bytes back unchanged. A core may then sum the gradient where it lies instead
+ * of calling compress and decompress (the PyTorch hook does, as DDP's own allreduce does: no copy). The conformance
+ * suite's "identity" check holds a plugin to this. Added to v1 later: a core older than the flag refuses it. */
+#define TERSE_CAP_IDENTITY 0x8u
+#define TERSE_CAP_ALL_V1 0xFu
 
 #define TERSE_MAX_ROUNDS_V1 8
 
