@@ -205,14 +205,14 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
     return params.empty() && dynamic_cast<const PluginError*>(&e) == nullptr;
   }
   bool ok = true;
-  Table table({"DTYPE", "DEVICES", "AGGREGATION", "WIRE", "FIXED", "STATEFUL", "SHARED_SEED", "ROUNDS"});
+  Table table({"DTYPE", "DEVICES", "AGGREGATION", "WIRE", "FIXED", "STATEFUL", "SHARED_SEED", "IDENTITY", "ROUNDS"});
   std::vector<std::string> other;
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
     try {
       const CompressorCaps c = instance->caps(d);
       table.add({std::string(dtypeName(d)), hexDevices(c.devices), std::string(aggregationName(c.aggregation)),
                  c.aggregation == Aggregation::kSum ? std::string(dtypeName(c.wire_dtype)) : "-", yesNo(c.fixed_size),
-                 yesNo(c.stateful), yesNo(c.shared_seed), std::to_string(c.num_rounds)});
+                 yesNo(c.stateful), yesNo(c.shared_seed), yesNo(c.identity), std::to_string(c.num_rounds)});
     } catch (const Unsupported& e) {
       // Only the plugin's own reason: the label and call in front are the same for every row.
       const std::string m = userMessage(e.what());

@@ -49,6 +49,7 @@ py::dict capsDict(const CompressorCaps& c) {
   d["fixed_size"] = c.fixed_size;
   d["stateful"] = c.stateful;
   d["shared_seed"] = c.shared_seed;
+  d["identity"] = c.identity;
   d["num_rounds"] = c.num_rounds;
   return d;
 }

@@ -195,6 +195,10 @@ def worker(rank, store, args, out):
     if rank == 0:
         with open(out, "w") as f:
             f.write(repr(result))
+    # DDP's own Python hooks chain then() callbacks too, and torch takes the GIL on a gloo thread once more after each:
+    # were the DDP wrappers freed (with the GIL held, joining gloo's threads) before that, the process would hang
+    # (terse's state.close() waits for its own callbacks; terse/torch.py, CompressionState.close). Let the GIL go first.
+    time.sleep(0.1)
     dist.destroy_process_group()
 
 

@@ -637,6 +637,49 @@ def in_place(rank):
     check(not same(lied, honest), "identity_lies through the plugin path equals the honest run: was it called?")
 
 
+def chained_one_round(rank):
+    # A one-round SUM compressor is chained without the sequencer (terse/torch.py, _OneRound), and must place failures
+    # as the sequencer does. Three ranks, several buckets; rank 1 waits 50 ms before each hook call, so it has noticed
+    # bucket 0's failed decode (on gloo's thread) before its next call, while ranks 0 and 2 have issued theirs.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    for fail_in, kind, says in (("decompress", terse.PluginError, "decompress failing on purpose at step 2"),
+                                ("compress", terse.PluginError, "failing on purpose at step 2")):
+        model = deep_mlp()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+        state = terse.torch.CompressionState("fail_at_step", fail_step=2, fail_rank=-1, fail_in=fail_in, module=model,
+                                             plugin_path=[ARGS.runner_plugins], overlap=True)
+        futures = []
+
+        def delayed(state, bucket):
+            time.sleep(0.05 if rank == 1 else 0.0)
+            futures.append(terse.torch.compression_hook(state, bucket))
+            return futures[-1]
+
+        ddp.register_comm_hook(state, delayed)
+        train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 2, rank)
+        check(isinstance(state._sequencer, terse.torch._OneRound) and state.error is None,
+              "%s: chained %r, error %r" % (fail_in, state._sequencer, state.error))
+        check(len(state.buckets()) >= 3, "expected several buckets, DDP made %d" % len(state.buckets()))
+        del futures[:]
+        x, y = batch(2, rank)
+        # A decode fails on every bucket of the step, each noticed at its own moment: the step's hook calls still issue
+        # on every rank (were one rank to stop at the first failure it noticed, the others would wait inside its
+        # collective until the 20 s timeout). An encode fails in the hook call itself, alike on every rank.
+        expect_terse_error(kind, says, lambda: F.cross_entropy(ddp(x), y).backward())
+        deadline = time.monotonic() + 10
+        while not all(f.done() for f in futures) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # The compress fails in the step's first hook call, which returns no Future.
+        check((futures or fail_in == "compress") and all(f.done() for f in futures),
+              "%s: %d of %d Futures complete 10 s after the failure" % (fail_in, sum(f.done() for f in futures),
+                                                                       len(futures)))
+        check(isinstance(state.error, kind), "%s: state's error %r" % (fail_in, state.error))
+        # The next step's first hook call raises at once, before any collective.
+        expect_error(kind, "an earlier bucket failed, the hook is stopped",
+                     lambda: terse.torch.compression_hook(state, FakeBucket(0, [next(model.parameters())])))
+        state.close()
+
+
 def chained_order(rank):
     # Three ranks, each handing DDP's buckets over after delays of its own (seeded by rank): the later rounds of two
     # two-round SUM compressors become ready at other points among the hook calls on every rank, and must still be
@@ -943,7 +986,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
-                                    "variable_size", "chained_order", "in_place"])
+                                    "variable_size", "chained_order", "in_place", "chained_one_round"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -960,6 +1003,8 @@ def main():
             spawn(chained_order, timeout_s=20, world=3)
         elif ARGS.case == "in_place":
             spawn(in_place, timeout_s=20, world=3)
+        elif ARGS.case == "chained_one_round":
+            spawn(chained_one_round, timeout_s=20, world=3)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

@@ -1,6 +1,8 @@
 /* fail_at_step: identity for fp32 (SUM, fixed size, like tests/fixtures/good_c.c) that fails compress from step
- * `fail_step` on, on rank `fail_rank` (default 0): a run that breaks in the middle, for the runner's failure tests.
- * Parameters: fail_step (required, integer >= 0), fail_rank (optional). */
+ * `fail_step` on, on rank `fail_rank` (default 0; -1: every rank): a run that breaks in the middle, for the runner's
+ * failure tests. With fail_in=decompress it is decompress that fails instead, which the PyTorch hook's chained path
+ * meets on a collective's callback thread (tests/python/ddp_hook_test.py, chained_one_round).
+ * Parameters: fail_step (required, integer >= 0), fail_rank (optional), fail_in (compress or decompress). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@ typedef struct {
   const terse_host_v1* host;
   unsigned long long fail_step;
   long fail_rank;
+  int fail_decompress;
 } fail_ctx;
 
 static void report(const terse_host_v1* host, const char* message) {
@@ -28,12 +31,22 @@ static terse_status_v1 fail_at_step_init(const terse_param_v1* params, size_t nu
   c->host = host;
   c->fail_step = 0;
   c->fail_rank = 0;
+  c->fail_decompress = 0;
   for (i = 0; i < num_params; ++i) {
     if (strcmp(params[i].key, "fail_step") == 0) {
       c->fail_step = strtoull(params[i].value, NULL, 10);
       have_step = 1;
     } else if (strcmp(params[i].key, "fail_rank") == 0) {
       c->fail_rank = strtol(params[i].value, NULL, 10);
+    } else if (strcmp(params[i].key, "fail_in") == 0 &&
+               (strcmp(params[i].value, "compress") == 0 || strcmp(params[i].value, "decompress") == 0)) {
+      c->fail_decompress = strcmp(params[i].value, "decompress") == 0;
+    } else if (strcmp(params[i].key, "fail_in") == 0) {
+      snprintf(message, sizeof message, "fail_at_step: fail_in must be compress or decompress, got '%.64s'",
+               params[i].value);
+      report(host, message);
+      free(c);
+      return TERSE_ERR_INVALID_ARGUMENT;
     } else {
       snprintf(message, sizeof message, "fail_at_step: unknown parameter '%s'", params[i].key);
       report(host, message);
@@ -83,13 +96,17 @@ static terse_status_v1 fail_at_step_get_sizes(void* ctx, const terse_tensor_info
   return TERSE_OK;
 }
 
+static int fails(const fail_ctx* c, const terse_tensor_info_v1* info) {
+  return info->step >= c->fail_step && (c->fail_rank == -1 || (long)info->rank == c->fail_rank);
+}
+
 static terse_status_v1 fail_at_step_compress(void* ctx, const terse_tensor_info_v1* info, const void* input,
                                              const void* prev, uint64_t prev_bytes, const terse_scratch_v1* scratch,
                                              void* output, uint64_t output_capacity, uint64_t* output_bytes,
                                              void* stream) {
   const fail_ctx* c = (const fail_ctx*)ctx;
   (void)prev, (void)prev_bytes, (void)scratch, (void)stream;
-  if (info->step >= c->fail_step && (long)info->rank == c->fail_rank) {
+  if (!c->fail_decompress && fails(c, info)) {
     char message[128];
     snprintf(message, sizeof message, "fail_at_step: failing on purpose at step %llu", (unsigned long long)info->step);
     report(c->host, message);
@@ -109,6 +126,13 @@ static terse_status_v1 fail_at_step_decompress(void* ctx, const terse_tensor_inf
   float* out = (float*)output;
   uint64_t i;
   (void)scratch, (void)stream;
+  if (c->fail_decompress && fails(c, info)) {
+    char message[128];
+    snprintf(message, sizeof message, "fail_at_step: decompress failing on purpose at step %llu",
+             (unsigned long long)info->step);
+    report(c->host, message);
+    return TERSE_ERR_INTERNAL;
+  }
   if (payload_bytes != info->numel * 4u) {
     char message[256];
     snprintf(message, sizeof message, "fail_at_step: payload of %llu bytes, expected %llu for numel %llu",

@@ -340,12 +340,19 @@ class CompressionState:
 
     def close(self):
         """Waits for the buckets in flight and stops the worker thread (it starts again if the hook runs again). A worker
-        stuck in a plugin call past plugin_timeout is left where it is."""
+        stuck in a plugin call past plugin_timeout is left where it is. Chained, it also waits until torch has let go
+        of the callbacks (_Callbacks): a gloo thread takes the GIL once more after each, and a process group destroyed
+        meanwhile by a thread that holds the GIL (DDP's Reducer going away does that, joining gloo's threads) would
+        wait for that thread forever. bench_ddp_hooks.py hung so, one run in about twenty, before close() waited."""
         if self._worker is not None:
             if not self._stuck:
                 self._queue.put(None)
                 self._worker.join()
             self._worker, self._queue = None, None
+        if self._sequencer is not None:
+            self._drain()
+            # Bounded: a collective that never completes (a peer gone) keeps its callback.
+            _callbacks.wait(10.0)
 
     @staticmethod
     def _overrun_of(ref, message, thread):
@@ -555,7 +562,12 @@ class CompressionState:
         start = time.perf_counter()
         self._inflight = [f for f in self._inflight if not f.done()]
         if self._sequencer is None:
-            self._sequencer = _Sequencer(self, self._agg.caps["num_rounds"])
+            rounds = self._agg.caps["num_rounds"]
+            self._sequencer = _Sequencer(self, rounds) if rounds > 1 else _OneRound(self)
+        if isinstance(self._sequencer, _OneRound):
+            returned = self._sequencer.submit(index, buf, members, is_last, start)
+            self._inflight.append(returned)
+            return returned
         bucket = _ChainedBucket(self, buf)
         # A plugin call that hangs here holds backward's thread: the watchdog ends the process (_overrun_of).
         self._sync_thread = threading.get_native_id()
@@ -923,6 +935,109 @@ class _Sequencer:
             # then()'s Future holds the callback's return value as a Python object; were gloo's thread to drop the last
             # reference to it, it would take the GIL once more after the callback, beyond what _Callbacks can see.
             bucket.state._children.append(child)
+
+
+class _OneRound:
+    """The chained path of a one-round compressor (none, fp16, bf16, randomk): what _Sequencer does, for buckets that
+    each have one round. Their collectives are issued in the hook calls themselves, on backward's thread, in DDP's
+    bucket order, which is every rank's order, and one then() callback decodes and completes the Future DDP waits for:
+    the shape of DDP's own allreduce_hook. The sequencer's bookkeeping cost the MLP's one bucket about 0.3 ms a step
+    against this (docs/pytorch.md, "none in place").
+
+    Failures are placed as the sequencer places them. A hook call that fails (a refused layout, an encode) fails on
+    every rank alike at that call, so every later call raises. A failed decode happens on gloo's thread, at a moment
+    that differs between ranks: it stops nothing in its own step, whose remaining hook calls issue as ever on every
+    rank, and the next step's calls raise. A broken collective stops everything at once."""
+
+    def __init__(self, state):
+        self._state = state
+        self._lock = threading.Lock()
+        self._step = 0             # the step the next hook call belongs to
+        self._open = 0             # issued buckets not yet decoded or failed
+        self._last_start = None    # when the step's last bucket was handed over, until the step's buckets are done
+        self._failed_step = None   # the step of the bucket whose decode failed
+        self._refused = False      # a hook call failed, or a collective broke: every later call raises
+
+    def admits(self):
+        """Whether the next hook call goes ahead, the state having failed: only within the step of a failed decode."""
+        with self._lock:
+            return not self._refused and self._failed_step == self._step
+
+    def refused(self):
+        with self._lock:
+            self._refused = True
+
+    def submit(self, index, buf, members, is_last, start):
+        state = self._state
+        state._sync_thread = threading.get_native_id()
+        try:
+            pending, sums = state._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
+                                                     is_last)
+            works = [torch.distributed.all_reduce(t, group=state.process_group, async_op=True) for t in sums]
+        except Exception as e:
+            if isinstance(e, RuntimeError) and not isinstance(e, _terse.Error):
+                e = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+            state._fail(e)
+            self.refused()
+            raise e
+        finally:
+            state._sync_thread = None
+        issued = time.perf_counter()
+        # The views stay referenced until some buckets later: gloo's thread must never drop the last reference to a
+        # Python-made tensor (_Sequencer._issue).
+        state._recent.append(sums)
+        with self._lock:
+            self._open += 1
+            step = self._step
+            if is_last:
+                self._last_start = start
+                self._step += 1
+        if not works:
+            collected = torch.futures.Future()
+            collected.set_result(None)
+        elif len(works) == 1:
+            collected = works[0].get_future()
+        else:
+            collected = torch.futures.collect_all([w.get_future() for w in works])
+        # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
+        # lambda (_Sequencer._chain says why).
+        return collected.then(_callbacks.track(functools.partial(self._summed, pending, buf, len(works), issued,
+                                                                 step)))
+
+    def _summed(self, pending, buf, n, issued, step, done):
+        """On the thread that completed the bucket's collectives: decodes into the bucket and hands it to DDP."""
+        state = self._state
+        try:
+            for f in (done.value() if n > 1 else [done]):
+                f.wait()
+        except Exception as e:  # noqa: BLE001
+            error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+            state._fail(error)
+            self._done(refuse=True)
+            raise error from None
+        thread = threading.get_native_id()
+        state._decoding.add(thread)
+        try:
+            state._agg.finish_chained(pending, time.perf_counter() - issued)
+        except Exception as e:
+            state._fail(e)
+            self._done(failed_step=step)
+            raise
+        finally:
+            state._decoding.discard(thread)
+        self._done()
+        return buf
+
+    def _done(self, refuse=False, failed_step=None):
+        with self._lock:
+            self._open -= 1
+            self._refused = self._refused or refuse
+            if failed_step is not None and self._failed_step is None:
+                self._failed_step = failed_step
+            if self._open == 0 and self._last_start is not None:
+                # Every bucket of the step is done: from DDP's hand-over of the last one, backward waited.
+                self._state._agg.add_exposed(time.perf_counter() - self._last_start)
+                self._last_start = None
 
 
 class _StepTracer:
