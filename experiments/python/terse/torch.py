@@ -29,7 +29,11 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
               round or decodes into the bucket and completes the Future, as DDP's own hooks chain theirs (engine.h,
               SplitSum). The collectives overlap the rest of backward; no thread of terse's is involved, which on the
               0.24M-parameter MLP of experiments/pytorch/bench_ddp_hooks.py took `none` from 1.30-1.37x DDP's step to
-              1.16-1.18x (docs/pytorch.md). Every rank issues the rounds in one order fixed by the bucket order alone
+              1.16-1.18x (docs/pytorch.md). A one-round compressor's collectives are issued in the hook calls, in
+              DDP's bucket order, with one then() callback per bucket (_OneRound), the shape of DDP's allreduce_hook.
+              With `none` (TERSE_CAP_IDENTITY) the collective runs on DDP's bucket itself and no plugin is called
+              (ddp_aggregator.h, "In place"): 1.05-1.08x DDP's step on that MLP, 1.00x on the 4M-parameter CNN.
+              Several rounds: every rank issues the rounds in one order fixed by the bucket order alone
               (_Sequencer: round r of the b-th bucket after the first round of bucket b + r), never as they become
               ready, since gloo pairs collectives by the order they are issued in -- how DDP's own PowerSGD hook,
               which issues its second round when the first completes, aborts in gloo with several buckets. A later
@@ -48,8 +52,9 @@ Once a bucket fails, the state is failed: the buckets queued behind it fail with
 alone does not pair its next bucket's collective with a peer's current one), and every later hook call raises the same
 error. A chained bucket's first encode fails in the hook call itself, before its collective; a later round's fails its
 Future. Chained, a refused hook call or a failed encode stops what is issued from its place in the order on, on every
-rank alike, whenever each rank notices it (_Sequencer), so no rank is left inside a collective; a failed decode stops
-nothing in its step. `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
+rank alike, whenever each rank notices it (_Sequencer, _OneRound), so no rank is left inside a collective; a failed
+decode stops nothing in its step. Call `state.close()` before the DDP wrapper goes away: it waits until torch has let
+go of the chained callbacks, without which a process group destroyed with the GIL held can hang (close() says how). `state.error` holds terse's exception. Out of `loss.backward()` the error is terse's exception
 itself where torch re-raises what the hook raised (torch 2.x, without overlap or when the hook call refuses), and
 torch's RuntimeError naming terse's exception and keeping its text otherwise (torch 1.13; a Future's error in any
 torch): `except RuntimeError` catches both (terse.Error is a RuntimeError). `state.raise_if_failed()` raises terse's
@@ -554,8 +559,8 @@ class CompressionState:
         return self._chain
 
     def _submit_chained(self, index, buf, members, is_last):
-        """The chained path (see the module's text): encodes the bucket's first round here and hands its sums to the
-        state's _Sequencer, which issues them on torch.distributed's asynchronous all_reduce in the order every rank
+        """The chained path (see the module's text): one round, _OneRound.submit; several, this encodes the bucket's
+        first round here and hands its sums to the state's _Sequencer, which issues them on torch.distributed's asynchronous all_reduce in the order every rank
         computes alike; a callback on each round's collectives finishes the round (the next round's encode, or the
         decode into the bucket) and completes the Future returned to DDP after the last. No callback waits for a
         collective, so buckets in flight never hold gloo's threads."""
