@@ -653,8 +653,7 @@ class _ChainedBucket:
         the round, then hands over the next one or completes the bucket."""
         state, sequencer = self.state, self.state._sequencer
         try:
-            for f in (done.value() if n > 1 else [done]):
-                f.wait()  # raises the collective's error
+            _waited(done, n)
         except Exception as e:  # noqa: BLE001
             # The transport broke: nothing more is issued, on any thread.
             self.fail(_terse.CommError("terse.torch: all_reduce failed: %s" % (e,)), sequencer.front())
@@ -728,6 +727,24 @@ class _Callbacks:
 
 
 _callbacks = _Callbacks()
+
+
+def _collected(works):
+    """One Future over a round's collectives (a completed one when the round has none): its value is the collective's
+    own Future for one, the list of them for several (_waited)."""
+    if not works:
+        done = torch.futures.Future()
+        done.set_result(None)
+        return done
+    if len(works) == 1:
+        return works[0].get_future()
+    return torch.futures.collect_all([w.get_future() for w in works])
+
+
+def _waited(done, n):
+    """Raises the first error among the `n` collectives behind _collected's Future `done`."""
+    for f in (done.value() if n > 1 else [done]):
+        f.wait()
 
 
 def _place(b, r):
@@ -927,13 +944,7 @@ class _Sequencer:
                 bucket.failed(error)
                 continue
             works, at = work
-            if not works:
-                collected = torch.futures.Future()
-                collected.set_result(None)
-            elif len(works) == 1:
-                collected = works[0].get_future()
-            else:
-                collected = torch.futures.collect_all([w.get_future() for w in works])
+            collected = _collected(works)
             # A partial, not a lambda: an error raised under the callback keeps the frames of its traceback, and a
             # Python function's frame keeps the function, which would then outlive torch's use of it (_Callbacks).
             child = collected.then(_callbacks.track(functools.partial(bucket.summed, n=len(works), issued=at)))
@@ -997,13 +1008,7 @@ class _OneRound:
             if is_last:
                 self._last_start = start
                 self._step += 1
-        if not works:
-            collected = torch.futures.Future()
-            collected.set_result(None)
-        elif len(works) == 1:
-            collected = works[0].get_future()
-        else:
-            collected = torch.futures.collect_all([w.get_future() for w in works])
+        collected = _collected(works)
         # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
         # lambda (_Sequencer._chain says why).
         return collected.then(_callbacks.track(functools.partial(self._summed, pending, buf, len(works), issued,
@@ -1013,8 +1018,7 @@ class _OneRound:
         """On the thread that completed the bucket's collectives: decodes into the bucket and hands it to DDP."""
         state = self._state
         try:
-            for f in (done.value() if n > 1 else [done]):
-                f.wait()
+            _waited(done, n)
         except Exception as e:  # noqa: BLE001
             error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
             state._fail(error)
