@@ -293,10 +293,12 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
     b->split = &splits_[bucket_index];
     TERSE_CHECK(b->split->sums.empty(), InvalidArgument,
                 "terse.torch: bucket " << bucket_index << " was handed over again before its aggregation finished");
-    b->in_place = reinterpret_cast<void*>(data);
+    b->in_place = true;
+    b->data = reinterpret_cast<void*>(data);
+    // An empty bucket has no sums on any rank: the caller issues nothing and finishes at once.
     if (numel > 0) {
       b->split->sums.push_back(
-          SplitSum::Sum{std::span<std::byte>(static_cast<std::byte*>(b->in_place), numel * sizeof(float)), DType::kF32,
+          SplitSum::Sum{std::span<std::byte>(static_cast<std::byte*>(b->data), numel * sizeof(float)), DType::kF32,
                         static_cast<uint64_t>(bucket_index)});
     }
     b->begin_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -329,9 +331,9 @@ bool DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
     wires.push_back(comm_->recordAllreduce(
         s.data.size(), s.tensor,
         total == 0 ? 0.0 : comm_seconds * static_cast<double>(s.data.size()) / static_cast<double>(total)));
-  if (bucket.in_place != nullptr) {
+  if (bucket.in_place) {
     split.sums.clear();
-    finishInPlace(bucket.bucket_index, bucket.in_place, bucket.numel, wires.empty() ? comm::WireBytes{} : wires[0],
+    finishInPlace(bucket.bucket_index, bucket.data, bucket.numel, wires.empty() ? comm::WireBytes{} : wires[0],
                   bucket.is_last);
     hook_s_ += comm_seconds + bucket.begin_s + std::chrono::duration<double>(Clock::now() - start).count();
     return false;

@@ -110,7 +110,8 @@ struct ChainedBucket {
   std::vector<GroupMember> group;
   SplitSum* split = nullptr;  // the aggregator's, one per bucket index
   double begin_s = 0;         // beginChained's own time, added to hookSeconds at the finish
-  void* in_place = nullptr;   // the bucket's data when it is summed where it lies (inPlace()); split->sums views it
+  bool in_place = false;      // summed where it lies (inPlace()): split->sums views the bucket's data
+  void* data = nullptr;       // the bucket's data (null for an empty bucket)
 };
 
 class DdpAggregator {

@@ -631,6 +631,20 @@ def in_place(rank):
                 # The body's bytes only: no header is produced, and the bucket is one tensor.
                 check(b["last_step"]["payload"] == 4 * b["numel"] and b["tensors"] == 1,
                       "%s overlap=%s, bucket %d: %r" % (name, overlap, index, b))
+    # Odd sizes and an empty bucket, chained and not: bucket 0 holds 7 + 0 elements, bucket 1 none at all (DDP never
+    # hands over an empty bucket, but an empty one must issue nothing on every rank and still complete).
+    for overlap in (True, False):
+        state = terse.torch.CompressionState("none", overlap=overlap)
+        fut0 = terse.torch.compression_hook(state, FakeBucket(0, [torch.zeros(7), torch.zeros(0)], last=False,
+                                                              fill=rank + 1))
+        fut1 = terse.torch.compression_hook(state, FakeBucket(1, [torch.zeros(0)], last=True))
+        check(fut0.wait().tolist() == [2.0] * 7, "overlap=%s: bucket 0 averaged to %s" % (overlap, fut0.value()))
+        check(fut1.wait().numel() == 0, "overlap=%s: the empty bucket gave %s" % (overlap, fut1.value()))
+        buckets = state.buckets()
+        check(buckets[0]["last_step"]["payload"] == 28 and buckets[1]["last_step"]["payload"] == 0,
+              "overlap=%s: %r" % (overlap, buckets))
+        check(state._agg.in_place, "overlap=%s: not in place" % overlap)
+        state.close()
     # The plugin path, where the flag cannot be used: its flipped bits show.
     lied, _, in_place = run(bad_caps, True, mode="identity_lies", error_feedback=True)
     check(not in_place, "with error feedback the hook must call the codec")
