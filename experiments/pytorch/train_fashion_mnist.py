@@ -155,6 +155,8 @@ def train(rank, s):
         if logger is not None:
             logger.finish(error=e)
         raise
+    # Before DDP and its process group go away: waits until torch has let go of the hook's callbacks (docs/pytorch.md).
+    state.close()
     if logger is not None:
         logger.finish()
         if rank == 0:
