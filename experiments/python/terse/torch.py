@@ -554,21 +554,21 @@ class CompressionState:
         collectives: PowerSGD chained took 4-12% more per step than on the worker (docs/pytorch.md), so True keeps
         multi-round compressors on the worker and "chain" asks for the chain."""
         if self._chain is None:
-            rounds_ok = self.overlap == "chain" or (self.overlap is True and self._agg.caps["num_rounds"] == 1)
+            self._rounds = self._agg.caps["num_rounds"]
+            rounds_ok = self.overlap == "chain" or (self.overlap is True and self._rounds == 1)
             self._chain = (rounds_ok and self._stream is None and self._tracer is None and self._agg.chainable)
         return self._chain
 
     def _submit_chained(self, index, buf, members, is_last):
         """The chained path (see the module's text): one round, _OneRound.submit; several, this encodes the bucket's
-        first round here and hands its sums to the state's _Sequencer, which issues them on torch.distributed's asynchronous all_reduce in the order every rank
-        computes alike; a callback on each round's collectives finishes the round (the next round's encode, or the
-        decode into the bucket) and completes the Future returned to DDP after the last. No callback waits for a
-        collective, so buckets in flight never hold gloo's threads."""
+        first round here and hands its sums to the state's _Sequencer, which issues them on torch.distributed's
+        asynchronous all_reduce in the order every rank computes alike; a callback on each round's collectives finishes
+        the round (the next round's encode, or the decode into the bucket) and completes the Future returned to DDP
+        after the last. No callback waits for a collective, so buckets in flight never hold gloo's threads."""
         start = time.perf_counter()
         self._inflight = [f for f in self._inflight if not f.done()]
         if self._sequencer is None:
-            rounds = self._agg.caps["num_rounds"]
-            self._sequencer = _Sequencer(self, rounds) if rounds > 1 else _OneRound(self)
+            self._sequencer = _Sequencer(self, self._rounds) if self._rounds > 1 else _OneRound(self)
         if isinstance(self._sequencer, _OneRound):
             returned = self._sequencer.submit(index, buf, members, is_last, start)
             self._inflight.append(returned)
@@ -958,7 +958,8 @@ class _OneRound:
     each have one round. Their collectives are issued in the hook calls themselves, on backward's thread, in DDP's
     bucket order, which is every rank's order, and one then() callback decodes and completes the Future DDP waits for:
     the shape of DDP's own allreduce_hook. The sequencer's bookkeeping cost the MLP's one bucket about 0.3 ms a step
-    against this (docs/pytorch.md, "none in place").
+    against this (docs/pytorch.md, "none in place"). The step's last bucket is aggregated inside its hook call, after
+    the others on the same group (_last says why), and so is backward's exposed time measured.
 
     Failures are placed as the sequencer places them. A hook call that fails (a refused layout, an encode) fails on
     every rank alike at that call, so every later call raises. A failed decode happens on gloo's thread, at a moment
@@ -970,7 +971,6 @@ class _OneRound:
         self._lock = threading.Lock()
         self._step = 0             # the step the next hook call belongs to
         self._open = 0             # issued buckets not yet decoded or failed
-        self._last_start = None    # when the step's last bucket was handed over, until the step's buckets are done
         self._failed_step = None   # the step of the bucket whose decode failed
         self._refused = False      # a hook call failed, or a collective broke: every later call raises
 
@@ -1002,17 +1002,48 @@ class _OneRound:
         # The views stay referenced until some buckets later: gloo's thread must never drop the last reference to a
         # Python-made tensor (_Sequencer._issue).
         state._recent.append(sums)
+        if is_last:
+            return self._last(pending, buf, works, issued, start)
         with self._lock:
             self._open += 1
             step = self._step
-            if is_last:
-                self._last_start = start
-                self._step += 1
         collected = _collected(works)
         # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
         # lambda (_Sequencer._chain says why).
         return collected.then(_callbacks.track(functools.partial(self._summed, pending, buf, len(works), issued,
                                                                  step)))
+
+    def _last(self, pending, buf, works, issued, start):
+        """The step's last bucket: nothing of backward is left to overlap it with, so the hook call waits for its
+        collectives (torch's wait lets the GIL go) and decodes it here, and DDP waits for no callback on gloo's thread,
+        which was what chaining cost a model of one bucket (docs/pytorch.md, "none in place"). Its collectives went out
+        behind the step's others, in the order every rank issues them."""
+        state = self._state
+        try:
+            try:
+                for w in works:
+                    w.wait()
+            except Exception as e:  # noqa: BLE001
+                error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+                state._fail(error)
+                self.refused()
+                raise error from None
+            state._sync_thread = threading.get_native_id()
+            try:
+                state._agg.finish_chained(pending, time.perf_counter() - issued)
+            except Exception as e:
+                state._fail(e)
+                raise
+            finally:
+                state._sync_thread = None
+        finally:
+            with self._lock:
+                self._step += 1
+            # From DDP's hand-over of the last bucket, backward waited for this call.
+            state._agg.add_exposed(time.perf_counter() - start)
+        done = torch.futures.Future()
+        done.set_result(buf)
+        return done
 
     def _summed(self, pending, buf, n, issued, step, done):
         """On the thread that completed the bucket's collectives: decodes into the bucket and hands it to DDP."""
@@ -1043,10 +1074,6 @@ class _OneRound:
             self._refused = self._refused or refuse
             if failed_step is not None and self._failed_step is None:
                 self._failed_step = failed_step
-            if self._open == 0 and self._last_start is not None:
-                # Every bucket of the step is done: from DDP's hand-over of the last one, backward waited.
-                self._state._agg.add_exposed(time.perf_counter() - self._last_start)
-                self._last_start = None
 
 
 class _StepTracer:
