@@ -32,7 +32,7 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
               1.16-1.18x (docs/pytorch.md). A one-round compressor's collectives are issued in the hook calls, in
               DDP's bucket order, with one then() callback per bucket (_OneRound), the shape of DDP's allreduce_hook.
               With `none` (TERSE_CAP_IDENTITY) the collective runs on DDP's bucket itself and no plugin is called
-              (ddp_aggregator.h, "In place"): 1.05-1.08x DDP's step on that MLP, 1.00x on the 4M-parameter CNN.
+              (ddp_aggregator.h, "In place"): 1.01-1.05x DDP's step on that MLP, 1.00-1.02x on the 4M-parameter CNN.
               Several rounds: every rank issues the rounds in one order fixed by the bucket order alone
               (_Sequencer: round r of the b-th bucket after the first round of bucket b + r), never as they become
               ready, since gloo pairs collectives by the order they are issued in -- how DDP's own PowerSGD hook,
