@@ -668,7 +668,7 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       local.scheduled = true;
       std::unique_lock lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
-      bool delivered = deliverToPosted(l, local, raw);
+      bool delivered = deliverToPosted(l, local, raw, rank, peer, meta, data.size());
       if (!delivered && l.spin > Clock::duration::zero()) {
         // No receive posted yet: where waiting ranks spin, the peer is most likely about to post it (two ranks
         // trading frames post their receives a moment apart), so watch for it a few pause hints before staging the
@@ -682,9 +682,9 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
         for (; i < kAwaitPostPauses && l.posts.load(std::memory_order_acquire) == seen; ++i) cpuRelax();
         lock.lock();
         if (!l.broken.empty()) throwBroken(l);
-        if (i < kAwaitPostPauses) delivered = deliverToPosted(l, local, raw);
+        if (i < kAwaitPostPauses) delivered = deliverToPosted(l, local, raw, rank, peer, meta, data.size());
       }
-      if (delivered) return sentAtOnce(keep, lock, l, rank, peer, meta, data.size());
+      if (delivered) return sentAtOnce(keep, lock, l, data.size());
     }
     auto f = std::make_shared<Frame>();
     f->header = header;
@@ -701,7 +701,8 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
       std::unique_lock lock(l.mutex);
       if (!l.broken.empty()) throwBroken(l);
       // A receive posted since the look above: the sender moves the bytes still (from its staged copy).
-      if (direct && deliverToPosted(l, *f, raw)) return sentAtOnce(keep, lock, l, rank, peer, meta, data.size());
+      if (direct && deliverToPosted(l, *f, raw, rank, peer, meta, data.size()))
+        return sentAtOnce(keep, lock, l, data.size());
       countFrame(rank, peer, meta, data.size());
       arrive(l, f, raw);
       if (emulated_) {
@@ -842,11 +843,10 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
     return &r;
   }
 
-  // A frame isend delivered to its posted receive (deliverToPosted): counted, the lock let go, the waiters told, and
-  // a request complete already.
-  Request sentAtOnce(const std::shared_ptr<const void>& keep, std::unique_lock<rt::Mutex>& lock, Link& l, int rank,
-                     int peer, const FrameMeta& meta, uint64_t bytes) {
-    countFrame(rank, peer, meta, bytes);
+  // A frame isend delivered to its posted receive (deliverToPosted, which counted it): the lock let go, the waiters
+  // told, and a request complete already.
+  Request sentAtOnce(const std::shared_ptr<const void>& keep, std::unique_lock<rt::Mutex>& lock, Link& l,
+                     uint64_t bytes) {
     lock.unlock();
     l.notifyWaiters();
     return Request(std::make_shared<SendRequest>(keep, &l, bytes));
@@ -865,9 +865,14 @@ class Fabric final : public InprocFabric, public std::enable_shared_from_this<Fa
   // no receive of the frame's tag is posted. The receive keeps nothing of the frame (PostedRecv::delivered), so `f`
   // may be the sender's own (Fabric::isend). Called under l.mutex, with f's data the sender's buffer or its staged
   // copy.
-  bool deliverToPosted(Link& l, Frame& f, std::span<const std::byte> raw) {
+  bool deliverToPosted(Link& l, Frame& f, std::span<const std::byte> raw, int rank, int peer, const FrameMeta& meta,
+                       uint64_t bytes) {
     auto it = findPosted(l, f.header.meta.tag);
     if (it == l.posted.end()) return false;
+    // Counted before the receive can see its bytes: a receiver that returns and reads its traffic at once must find
+    // the frame there (param_server_test's PsPull read one reply of two, one run in a few thousand, when the count
+    // followed the delivery).
+    countFrame(rank, peer, meta, bytes);
     // Validated as a received header (which leaves the tag as it was), then matched with the oldest receive of its
     // tag, as arrive() does.
     if (!decodeArriving(l, f, raw)) return true;  // the link broke: the frame is consumed
