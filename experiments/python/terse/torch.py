@@ -656,7 +656,7 @@ class _ChainedBucket:
             _waited(done, n)
         except Exception as e:  # noqa: BLE001
             # The transport broke: nothing more is issued, on any thread.
-            self.fail(_terse.CommError("terse.torch: all_reduce failed: %s" % (e,)), sequencer.front())
+            self.fail(_comm_failed(e), sequencer.front())
             return
         if not sequencer.proceeds(self):
             self.fail(state._failed_again(), None)
@@ -727,6 +727,11 @@ class _Callbacks:
 
 
 _callbacks = _Callbacks()
+
+
+def _comm_failed(e):
+    """terse's error for a torch.distributed collective that could not be issued or did not complete."""
+    return _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
 
 
 def _collected(works):
@@ -912,7 +917,7 @@ class _Sequencer:
                 try:
                     out.append((bucket, self._issue(sums), None))
                 except Exception as e:  # noqa: BLE001
-                    error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+                    error = _comm_failed(e)
                     if state.error is None:
                         state.error = error
                     self._stop_at(_place(b, r))
@@ -970,7 +975,6 @@ class _OneRound:
         self._state = state
         self._lock = threading.Lock()
         self._step = 0             # the step the next hook call belongs to
-        self._open = 0             # issued buckets not yet decoded or failed
         self._failed_step = None   # the step of the bucket whose decode failed
         self._refused = False      # a hook call failed, or a collective broke: every later call raises
 
@@ -992,7 +996,7 @@ class _OneRound:
             works = [torch.distributed.all_reduce(t, group=state.process_group, async_op=True) for t in sums]
         except Exception as e:
             if isinstance(e, RuntimeError) and not isinstance(e, _terse.Error):
-                e = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+                e = _comm_failed(e)
             state._fail(e)
             self.refused()
             raise e
@@ -1005,7 +1009,6 @@ class _OneRound:
         if is_last:
             return self._last(pending, buf, works, issued, start)
         with self._lock:
-            self._open += 1
             step = self._step
         collected = _collected(works)
         # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
@@ -1024,7 +1027,7 @@ class _OneRound:
                 for w in works:
                     w.wait()
             except Exception as e:  # noqa: BLE001
-                error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+                error = _comm_failed(e)
                 state._fail(error)
                 self.refused()
                 raise error from None
@@ -1051,7 +1054,7 @@ class _OneRound:
         try:
             _waited(done, n)
         except Exception as e:  # noqa: BLE001
-            error = _terse.CommError("terse.torch: all_reduce failed: %s" % (e,))
+            error = _comm_failed(e)
             state._fail(error)
             self._done(refuse=True)
             raise error from None
@@ -1065,12 +1068,11 @@ class _OneRound:
             raise
         finally:
             state._decoding.discard(thread)
-        self._done()
         return buf
 
     def _done(self, refuse=False, failed_step=None):
+        """A bucket failed on gloo's thread: a broken collective (`refuse`) or a decode of step `failed_step`."""
         with self._lock:
-            self._open -= 1
             self._refused = self._refused or refuse
             if failed_step is not None and self._failed_step is None:
                 self._failed_step = failed_step
