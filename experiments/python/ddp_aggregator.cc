@@ -65,9 +65,9 @@ bool DdpAggregator::inPlace() const noexcept {
          trace_ == nullptr;
 }
 
-void DdpAggregator::checkInPlace(int bucket_index, uintptr_t data, uint64_t numel) {
+void DdpAggregator::checkBucket(int bucket_index, uintptr_t data, uint64_t numel) {
   comm_->checkGroup();
-  if (!bound_) bindHost();
+  if (!bound_) bindHost();  // a caller that binds nothing aggregates host tensors, as before devices were known
   TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
   TERSE_CHECK(bucket_index >= 0, InvalidArgument, "terse.torch: bucket index " << bucket_index << " is negative");
 }
@@ -179,10 +179,7 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
 void DdpAggregator::bindBucket(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                                const std::vector<BucketMember>& members, std::vector<GroupMember>& group,
                                ByteCounts& before, std::size_t& tensors) {
-  comm_->checkGroup();
-  if (!bound_) bindHost();  // a caller that binds nothing aggregates host tensors, as before devices were known
-  TERSE_CHECK(data != 0 || numel == 0, InvalidArgument, "terse.torch: bucket " << bucket_index << " has no data");
-  TERSE_CHECK(bucket_index >= 0, InvalidArgument, "terse.torch: bucket index " << bucket_index << " is negative");
+  checkBucket(bucket_index, data, numel);
   const std::size_t elem = dtypeSize(dtype);
   auto* base = reinterpret_cast<std::byte*>(data);
 
@@ -239,7 +236,7 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
   const std::lock_guard lock(mutex_);
   const auto start = Clock::now();
   if (dtype == DType::kF32 && inPlace()) {
-    checkInPlace(bucket_index, data, numel);
+    checkBucket(bucket_index, data, numel);
     // Every rank's bucket has the same size, so an empty one issues nothing anywhere.
     auto* at = reinterpret_cast<void*>(data);
     const comm::WireBytes wire =
@@ -289,7 +286,7 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   b->numel = numel;
   b->is_last = is_last;
   if (dtype == DType::kF32 && inPlace()) {
-    checkInPlace(bucket_index, data, numel);
+    checkBucket(bucket_index, data, numel);
     b->split = &splits_[bucket_index];
     TERSE_CHECK(b->split->sums.empty(), InvalidArgument,
                 "terse.torch: bucket " << bucket_index << " was handed over again before its aggregation finished");

@@ -202,9 +202,9 @@ class DdpAggregator {
                   std::size_t& tensors);
   void countBucket(int bucket_index, uint64_t numel, std::size_t tensors, const std::vector<GroupMember>& group,
                    const ByteCounts& before, bool is_last);
-  // The in-place path's halves (inPlace()): the checks every bucket gets before any collective, and the average and
-  // count after the sum.
-  void checkInPlace(int bucket_index, uintptr_t data, uint64_t numel);
+  // The checks every bucket gets before any collective, on either path (the group, the binding, data and index).
+  void checkBucket(int bucket_index, uintptr_t data, uint64_t numel);
+  // The in-place path's second half (inPlace()): the average and the count after the sum.
   void finishInPlace(int bucket_index, void* data, uint64_t numel, const comm::WireBytes& wire, bool is_last);
 
   AggregatorOptions options_;
