@@ -195,4 +195,15 @@ void TcpTransport::watchIdleLinks() {
   }
 }
 
+void TcpTransport::readOn(Link& l) {
+  if (!l.socket || l.closed) return;
+  unpark(l, true);
+  bool io_reads = false;
+  {
+    std::lock_guard lock(l.mutex);
+    io_reads = l.reader == Link::Reader::kIo;
+  }
+  if (!io_reads) armRead(l);
+}
+
 }  // namespace terse::comm::tcp

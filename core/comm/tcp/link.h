@@ -142,7 +142,8 @@ struct Link {
   bool io_writing = false;                       // an async_write of the io thread is in flight
   bool write_shut = false;                       // our goodbye went out and the sending side is shut down
   bool bye_queued = false;
-  bool notice_sent = false;  // our abort notice went out
+  bool notice_sent = false;   // our abort notice went out
+  bool write_failed = false;  // a write failed: nothing more is written, the link is read on (liveness.cc, writeFailed)
   bool reading = false;
   bool read_closed = false;  // the peer's end of file, or the connection failed
   bool closed = false;

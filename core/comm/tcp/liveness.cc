@@ -145,6 +145,45 @@ void TcpTransport::linkFailed(Link& l, const std::string& what) {
   abortJob(who_ + ": " + l.who + " " + what);
 }
 
+// How long a link whose write failed is read on before the write's error fails it. Its reader usually settles it at
+// once: a killed peer's reset or end of file, or an aborted peer's notice, is already in the socket when the write
+// fails. The grace covers what the reader may have to get through first (a parked frame, staged now; frames the peer
+// sent before its notice, at most a socket buffer), and is short beside any timeout a job sets.
+constexpr auto kWriteGrace = std::chrono::milliseconds(100);
+
+// A failed write does not yet say whose fault it was. A peer that aborts sends its notice and then closes its
+// connections, and a connection closed with our bytes unread in its socket is reset: the notice is in this rank's
+// socket when the write fails, but Asio runs a socket's write completions ahead of its read completions, so reported
+// at once the reset would blame the peer that was only passing the news on -- a 5-rank fault test named the wrong rank
+// that way, about once in a few hundred runs. So nothing more is written and the link is read on: the notice aborts the
+// job with its own reason, an end of file or error fails the link as it fails a read, and only if the reader meets
+// neither within kWriteGrace does the write's error fail it.
+void TcpTransport::writeFailed(Link& l, const std::string& what) {
+  if (l.closed || l.write_failed) return;
+  l.write_failed = true;
+  // Nothing to wait for: the peer said goodbye, this rank is leaving or already aborted, or nobody reads the link.
+  if (l.peer_left || stopping_.load() || aborted_.load() || l.read_closed || !l.reading) return linkFailed(l, what);
+  readOn(l);
+  if (l.closed) return;  // the reader got there first (readOn may read at once)
+  failed_writes_.push_back(FailedWrite{&l, what, Clock::now() + kWriteGrace});
+  if (failed_writes_.size() == 1) failLateWrites();
+}
+
+// Fails each link whose grace ended and whose reader did not fail it first, and waits for the next deadline.
+void TcpTransport::failLateWrites() {
+  const Clock::time_point now = Clock::now();
+  while (!failed_writes_.empty() && failed_writes_.front().deadline <= now) {
+    FailedWrite f = std::move(failed_writes_.front());
+    failed_writes_.pop_front();
+    if (!f.link->closed) linkFailed(*f.link, f.what);
+  }
+  if (failed_writes_.empty()) return;
+  write_grace_.expires_at(failed_writes_.front().deadline);
+  write_grace_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) failLateWrites();
+  });
+}
+
 void TcpTransport::markReadClosed(Link& l) {
   {
     std::lock_guard lock(life_mutex_);

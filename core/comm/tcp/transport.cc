@@ -31,6 +31,7 @@ TcpTransport::TcpTransport(const TcpOptions& options, const JobToken& token)
       connector_(io_, options_, token_, label_, who_, links_),
       heartbeat_(io_),
       abort_grace_(io_),
+      write_grace_(io_),
       caller_tick_(io_),
       heartbeat_period_(std::max<Clock::duration>(options.timeout / 4, std::chrono::milliseconds(1))),
       liveness_tick_(
@@ -176,6 +177,7 @@ void TcpTransport::shutdown() {
       connector_.closeListener();
       heartbeat_.cancel();
       abort_grace_.cancel();
+      write_grace_.cancel();
       caller_tick_.cancel();
       for (auto& lp : links_)
         if (lp) closeLink(*lp);

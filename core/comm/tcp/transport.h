@@ -111,6 +111,9 @@
 //
 // Errors. abort(reason) fails every pending and future request of this rank with CommError and sends an abort notice
 // (kControl, carrying the reason) to every peer, which aborts with the same reason, so the first reason wins job-wide.
+// A peer that aborted and then closed resets a connection this rank is still writing on, after its notice is in this
+// rank's socket: a failed write therefore reads the connection on for up to 100 ms before it blames the peer, so the
+// notice's reason wins there too (liveness.cc, writeFailed).
 // A malformed frame header from an authenticated peer on an established connection is a protocol error: the stream
 // has lost its framing, so that connection's receives fail with InvalidPayload and the job is aborted with a message
 // naming the peer's rank and host. Control and heartbeat frames are counted under OpKind::kControl.

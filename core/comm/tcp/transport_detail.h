@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -122,6 +123,9 @@ class TcpTransport final : public Transport {
   void callerTick();
   // io thread: every link at a frame boundary that nobody reads is watched again.
   void watchIdleLinks();
+  // io thread: `l` is read on, by the io thread unless a caller reads it now: a parked frame is staged, an unwatched
+  // socket watched again.
+  void readOn(Link& l);
   // io thread: puts a link's socket back into the io_context's epoll set (false: it failed, and so did the link) /
   // takes it out, when no operation of the io thread is pending on it.
   bool watch(Link& l);
@@ -133,6 +137,9 @@ class TcpTransport final : public Transport {
   void handleControl(Link& l);
   void readFailed(Link& l, const boost::system::error_code& ec);
   void linkFailed(Link& l, const std::string& what);
+  // A write on `l` failed with `what`: the link is read on for a short grace before it fails (liveness.cc).
+  void writeFailed(Link& l, const std::string& what);
+  void failLateWrites();
   void markReadClosed(Link& l);
   void closeLink(Link& l);
 
@@ -174,6 +181,14 @@ class TcpTransport final : public Transport {
 
   asio::steady_timer heartbeat_;  // fires every liveness_tick_, or sooner when a link's silence reaches the timeout
   asio::steady_timer abort_grace_;
+  // Links whose write failed, each failed at its deadline unless its reader got there first (io thread only).
+  asio::steady_timer write_grace_;
+  struct FailedWrite {
+    Link* link;
+    std::string what;
+    Clock::time_point deadline;
+  };
+  std::deque<FailedWrite> failed_writes_;
   // Watches the connections that callers read and left at a frame boundary (io thread only).
   asio::steady_timer caller_tick_;
   bool caller_tick_running_ = false;

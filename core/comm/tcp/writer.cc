@@ -46,7 +46,7 @@ void TcpTransport::queueControl(Link& l, Tag tag, std::string_view payload) {
 }
 
 void TcpTransport::pump(Link& l) {
-  if (l.closed || l.write_shut || !l.socket) return;
+  if (l.closed || l.write_shut || l.write_failed || !l.socket) return;
   {
     std::lock_guard lock(l.mutex);
     if (l.writing || (l.controls.empty() && l.writes.empty())) return;
@@ -323,9 +323,9 @@ void TcpTransport::onWritten(Link& l, const WriteItem& item, const boost::system
   }
   l.notifyWaiters();
   if (ec) {
-    // A reset or broken pipe on write is how a killed peer shows up when our write races its death.
-    if (!l.closed)
-      linkFailed(l, "connection failed while writing (" + ec.message() + "): the process died or the network is down");
+    // A reset or broken pipe on write is how a killed peer shows up when our write races its death -- and how a peer
+    // that aborted and closed shows up before its notice is read (writeFailed).
+    writeFailed(l, "connection failed while writing (" + ec.message() + "): the process died or the network is down");
     return;
   }
   l.last_sent = Clock::now();
