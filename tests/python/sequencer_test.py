@@ -10,11 +10,16 @@ different speeds, and what the sequencer issues must not depend on that order.
             moment: the items issued are exactly those before the failure's place, in order, whatever the event
             order; a failed decode stops nothing in its step; every bucket handed over ends or fails; no hook call
             is admitted once the step is over
+  callbacks _Callbacks, which close() waits on: a state waits for its own callbacks only, not for another state's
+            that torch still holds (a stuck collective of another model), and every state's at exit
 
 The end-to-end tests with gloo are tests/python/ddp_hook_test.py (chained_order, overlap)."""
 import argparse
+import functools
 import random
 import sys
+import threading
+import time
 
 import terse
 import terse.torch
@@ -173,11 +178,48 @@ def failures():
     print("failures: ok")
 
 
+def callbacks():
+    cbs = terse.torch._Callbacks()
+    a, b = FakeState(), FakeState()
+
+    def fn():
+        pass
+
+    held_a = [functools.partial(fn) for _ in range(3)]
+    held_b = functools.partial(fn)
+    for f in held_a:
+        cbs.track(a, f)
+    del f  # the list holds them, nothing else
+    cbs.track(b, held_b)
+    check(cbs.count(a) == 3 and cbs.count(b) == 1 and cbs.count() == 4,
+          "tracked %d, %d, %d" % (cbs.count(a), cbs.count(b), cbs.count()))
+    # torch lets go of a's callbacks on another thread while a's close() waits.
+    release = threading.Timer(0.2, held_a.clear)
+    release.start()
+    start = time.monotonic()
+    cbs.wait(10.0, a)
+    took = time.monotonic() - start
+    release.join()
+    check(cbs.count(a) == 0, "a still has %d callbacks" % cbs.count(a))
+    check(took < 5.0, "a's wait took %.1f s: it waited for b's callback" % took)
+    # b's callback is still held: its own wait, and the process-wide one, run to their timeout.
+    start = time.monotonic()
+    cbs.wait(0.3, b)
+    cbs.wait(0.3)
+    took = time.monotonic() - start
+    check(took >= 0.55 and cbs.count(b) == 1 and cbs.count() == 1,
+          "b's waits took %.2f s, count %d" % (took, cbs.count()))
+    del held_b
+    cbs.wait(10.0)
+    check(cbs.count() == 0, "callbacks left: %d" % cbs.count())
+    print("callbacks: ok")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["order", "failures"])
+    p.add_argument("case", choices=["order", "failures", "callbacks"])
     args = p.parse_args()
-    {"order": order, "failures": failures}[args.case]()
+    {"order": order, "failures": failures, "callbacks": callbacks}[args.case]()
 
 
 if __name__ == "__main__":

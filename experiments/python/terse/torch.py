@@ -356,8 +356,9 @@ class CompressionState:
             self._worker, self._queue = None, None
         if self._sequencer is not None:
             self._drain()
-            # Bounded: a collective that never completes (a peer gone) keeps its callback.
-            _callbacks.wait(10.0)
+            # Bounded: a collective that never completes (a peer gone) keeps its callback. This state's callbacks
+            # only: another state's chained step may go on meanwhile.
+            _callbacks.wait(10.0, self)
 
     @staticmethod
     def _overrun_of(ref, message, thread):
@@ -705,25 +706,41 @@ class _Callbacks:
     it is freed, and the exit handler (_stop_workers) lets the GIL go until none is left."""
 
     def __init__(self):
-        self._alive = set()  # weak references to the callbacks torch still holds
+        self._alive = {}  # id(state) -> weak references to the callbacks torch still holds for that state
         self._changed = threading.Condition()
 
-    def track(self, fn):
+    def track(self, state, fn):
         # A plain weak reference, not weakref.finalize: finalize's own exit handler, registered after this module's,
         # runs before it and silences every finalizer, so a callback freed while the exit handler waits would never
         # be counted out.
+        key = id(state)
         with self._changed:
-            self._alive.add(weakref.ref(fn, self._freed))
+            self._alive.setdefault(key, set()).add(weakref.ref(fn, functools.partial(self._freed, key)))
         return fn
 
-    def _freed(self, ref):
+    def _freed(self, key, ref):
         with self._changed:
-            self._alive.discard(ref)
+            refs = self._alive.get(key)
+            if refs is not None:
+                refs.discard(ref)
+                if not refs:
+                    del self._alive[key]
             self._changed.notify_all()
 
-    def wait(self, timeout):
+    def count(self, state=None):
+        """Callbacks torch still holds: of `state`, or of every state."""
         with self._changed:
-            self._changed.wait_for(lambda: not self._alive, timeout)
+            if state is None:
+                return sum(len(refs) for refs in self._alive.values())
+            return len(self._alive.get(id(state), ()))
+
+    def wait(self, timeout, state=None):
+        """Until torch has let go of every callback of `state` (of every state when None), or `timeout` seconds."""
+        with self._changed:
+            if state is None:
+                self._changed.wait_for(lambda: not self._alive, timeout)
+            else:
+                self._changed.wait_for(lambda: id(state) not in self._alive, timeout)
 
 
 _callbacks = _Callbacks()
@@ -952,7 +969,8 @@ class _Sequencer:
             collected = _collected(works)
             # A partial, not a lambda: an error raised under the callback keeps the frames of its traceback, and a
             # Python function's frame keeps the function, which would then outlive torch's use of it (_Callbacks).
-            child = collected.then(_callbacks.track(functools.partial(bucket.summed, n=len(works), issued=at)))
+            child = collected.then(_callbacks.track(bucket.state,
+                                                    functools.partial(bucket.summed, n=len(works), issued=at)))
             # then()'s Future holds the callback's return value as a Python object; were gloo's thread to drop the last
             # reference to it, it would take the GIL once more after the callback, beyond what _Callbacks can see.
             bucket.state._children.append(child)
@@ -1013,8 +1031,8 @@ class _OneRound:
         collected = _collected(works)
         # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
         # lambda (_Sequencer._chain says why).
-        return collected.then(_callbacks.track(functools.partial(self._summed, pending, buf, len(works), issued,
-                                                                 step)))
+        return collected.then(_callbacks.track(state, functools.partial(self._summed, pending, buf, len(works),
+                                                                        issued, step)))
 
     def _last(self, pending, buf, works, issued, start):
         """The step's last bucket: nothing of backward is left to overlap it with, so the hook call waits for its
