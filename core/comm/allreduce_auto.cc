@@ -32,6 +32,10 @@ constexpr std::span<const Band> kTable[] = {kWorld2, kWorld3, kWorld4, kWorld5, 
 
 }  // namespace
 
+uint64_t recursiveDoublingBelow(int world) noexcept {
+  return world > 8 ? 16 * kKiB : 0;
+}
+
 uint64_t halvingDoublingCrossover(int world) noexcept {
   const auto n = static_cast<uint64_t>(world);
   const auto rounds = static_cast<uint64_t>(std::bit_width(n - 1));  // ceil(log2 n)
@@ -40,7 +44,10 @@ uint64_t halvingDoublingCrossover(int world) noexcept {
 
 AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept {
   if (world <= 1) return kRing;
-  if (world > 8) return bytes < halvingDoublingCrossover(world) ? kHd : kRing;
+  if (world > 8) {
+    if (bytes < recursiveDoublingBelow(world)) return kRd;
+    return bytes < halvingDoublingCrossover(world) ? kHd : kRing;
+  }
   const std::span<const Band> row = kTable[static_cast<std::size_t>(world - 2)];
   for (const Band& b : row)
     if (bytes < b.below) return b.algo;

@@ -13,6 +13,12 @@
 // large messages grows with the message. So the crossover is taken proportional to the latencies saved, scaled from
 // the 8-rank row's (1 MiB for 4 latencies saved): 2.75 MiB at 16 ranks, 6.5 MiB at 32, 253 MiB at 1,024. Simulated
 // benches on the study's network put the measured crossover at 2 MiB (16 ranks) and 8 MiB (32 ranks).
+// Below 16 KiB recursive doubling is picked instead: it takes ceil(log2 n) steps (one more pair of fold exchanges off a
+// power of two) where halving-doubling takes twice as many, and at these sizes the steps' latency is the time. The
+// same simulated benches (`terse bench allreduce --clock simulated --algo rd|hd -b 4K -e 32K`, 10 Gbps / 5 us,
+// single-port) had it faster at 4 and 8 KiB on 9, 12, 16, 32 and 64 ranks (4 KiB: 1.27-1.54x, 8 KiB: 1.07-1.27x)
+// and slower from 16 KiB (results/reference/collectives/README.md). At 8 ranks the study had the two within the noise
+// at 4 KiB and the row keeps the table's choice.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,8 @@ AllreduceAlgorithm measuredAllreduceChoice(int world, uint64_t bytes) noexcept;
 
 // Below how many bytes a flat world of more than 8 ranks takes halving-doubling (see above).
 uint64_t halvingDoublingCrossover(int world) noexcept;
+// Below how many bytes a flat world of more than 8 ranks takes recursive doubling (see above); 0 up to 8 ranks.
+uint64_t recursiveDoublingBelow(int world) noexcept;
 
 // What `auto` runs (never kAuto): the flat choice above, or, with small_allreduce_bytes != 0, recursive doubling below
 // it and the ring above; on several nodes of ranks_per_node (> 1) ranks, the 8-rank row's flat choice and the

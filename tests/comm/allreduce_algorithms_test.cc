@@ -172,7 +172,17 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   EXPECT_EQ(measuredAllreduceChoice(16, 3 * mib), AllreduceAlgorithm::kRing);
   EXPECT_EQ(measuredAllreduceChoice(1024, 100 * mib), AllreduceAlgorithm::kHalvingDoubling);
   for (int n = 9; n < 2048; ++n) EXPECT_LE(halvingDoublingCrossover(n), halvingDoublingCrossover(n + 1)) << n;
+  // And recursive doubling below 16 KiB, past the table only: half the steps where latency is the time.
+  const uint64_t kib = 1024;
+  for (int n : {9, 12, 16, 64, 1024}) {
+    EXPECT_EQ(measuredAllreduceChoice(n, 4 * kib), AllreduceAlgorithm::kRecursiveDoubling) << n;
+    EXPECT_EQ(measuredAllreduceChoice(n, 16 * kib - 4), AllreduceAlgorithm::kRecursiveDoubling) << n;
+    EXPECT_EQ(measuredAllreduceChoice(n, 16 * kib), AllreduceAlgorithm::kHalvingDoubling) << n;
+  }
+  EXPECT_EQ(recursiveDoublingBelow(8), 0u) << "the table's rows keep their own choice";
+  EXPECT_EQ(measuredAllreduceChoice(8, 4 * kib), AllreduceAlgorithm::kHalvingDoubling);
   World twelve(12);  // a flat world past the table follows the extrapolation: (11 - 4) / 4 = 1.75 MiB
+  EXPECT_EQ(twelve.comms[0]->algorithmFor(4 * kib), AllreduceAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(twelve.comms[0]->algorithmFor(mib), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(twelve.comms[0]->algorithmFor(2 * mib), AllreduceAlgorithm::kRing);
   // The communicator's auto is autoAllreduceChoice, which the step trace replay (core/sim/replay.h) asks at other
