@@ -202,6 +202,12 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   const auto in = testing::makeInputs(8, count, DType::kF32, 3);
   const auto want = testing::expectedFor(measuredAllreduceChoice(8, count * 4), in, count, DType::kF32);
   testing::expectAllreduceGives(world, in, count, DType::kF32, want);
+  // Past the table at a small size auto runs recursive doubling with a fold (12 is 8 + 4; the choice is pinned above):
+  // its sums, for an odd count, on every rank.
+  const std::size_t small = 1001;
+  const auto in12 = testing::makeInputs(12, small, DType::kF32, 5);
+  const auto want12 = testing::expectedFor(AllreduceAlgorithm::kRecursiveDoubling, in12, small, DType::kF32);
+  testing::expectAllreduceGives(twelve, in12, small, DType::kF32, want12);
 }
 
 }  // namespace
