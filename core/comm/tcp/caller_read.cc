@@ -182,28 +182,24 @@ void TcpTransport::callerTick() {
 }
 
 void TcpTransport::watchIdleLinks() {
-  for (auto& lp : links_) {
-    if (!lp || !lp->socket) continue;
-    Link& l = *lp;
-    bool io_reads = false;
-    {
-      std::lock_guard lock(l.mutex);
-      io_reads = l.reader == Link::Reader::kIo;
-    }
-    // armRead watches a link nobody reads, and keeps the tick going for one a caller holds (unwatched when it lets go).
-    if (!io_reads) armRead(l);
-  }
+  for (auto& lp : links_)
+    if (lp && lp->socket) watchIfIdle(*lp);
 }
 
-void TcpTransport::readOn(Link& l) {
-  if (!l.socket || l.closed) return;
-  unpark(l, true);
+void TcpTransport::watchIfIdle(Link& l) {
   bool io_reads = false;
   {
     std::lock_guard lock(l.mutex);
     io_reads = l.reader == Link::Reader::kIo;
   }
+  // armRead watches a link nobody reads, and keeps the tick going for one a caller holds (unwatched when it lets go).
   if (!io_reads) armRead(l);
+}
+
+void TcpTransport::readOn(Link& l) {
+  if (!l.socket || l.closed) return;
+  unpark(l, true);
+  watchIfIdle(l);
 }
 
 }  // namespace terse::comm::tcp

@@ -123,6 +123,8 @@ class TcpTransport final : public Transport {
   void callerTick();
   // io thread: every link at a frame boundary that nobody reads is watched again.
   void watchIdleLinks();
+  // io thread: the same for one link (whose socket is set).
+  void watchIfIdle(Link& l);
   // io thread: `l` is read on, by the io thread unless a caller reads it now: a parked frame is staged, an unwatched
   // socket watched again.
   void readOn(Link& l);

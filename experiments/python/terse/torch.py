@@ -555,8 +555,7 @@ class CompressionState:
         collectives: PowerSGD chained took 4-12% more per step than on the worker (docs/pytorch.md), so True keeps
         multi-round compressors on the worker and "chain" asks for the chain."""
         if self._chain is None:
-            self._rounds = self._agg.caps["num_rounds"]
-            rounds_ok = self.overlap == "chain" or (self.overlap is True and self._rounds == 1)
+            rounds_ok = self.overlap == "chain" or (self.overlap is True and self._agg.caps["num_rounds"] == 1)
             self._chain = (rounds_ok and self._stream is None and self._tracer is None and self._agg.chainable)
         return self._chain
 
@@ -569,7 +568,8 @@ class CompressionState:
         start = time.perf_counter()
         self._inflight = [f for f in self._inflight if not f.done()]
         if self._sequencer is None:
-            self._sequencer = _Sequencer(self, self._rounds) if self._rounds > 1 else _OneRound(self)
+            rounds = self._agg.caps["num_rounds"]
+            self._sequencer = _Sequencer(self, rounds) if rounds > 1 else _OneRound(self)
         if isinstance(self._sequencer, _OneRound):
             returned = self._sequencer.submit(index, buf, members, is_last, start)
             self._inflight.append(returned)
@@ -1074,7 +1074,7 @@ class _OneRound:
         except Exception as e:  # noqa: BLE001
             error = _comm_failed(e)
             state._fail(error)
-            self._done(refuse=True)
+            self.refused()
             raise error from None
         thread = threading.get_native_id()
         state._decoding.add(thread)
@@ -1082,18 +1082,17 @@ class _OneRound:
             state._agg.finish_chained(pending, time.perf_counter() - issued)
         except Exception as e:
             state._fail(e)
-            self._done(failed_step=step)
+            self._decode_failed(step)
             raise
         finally:
             state._decoding.discard(thread)
         return buf
 
-    def _done(self, refuse=False, failed_step=None):
-        """A bucket failed on gloo's thread: a broken collective (`refuse`) or a decode of step `failed_step`."""
+    def _decode_failed(self, step):
+        """A bucket's decode of `step` failed on gloo's thread: the rest of that step goes ahead (admits)."""
         with self._lock:
-            self._refused = self._refused or refuse
-            if failed_step is not None and self._failed_step is None:
-                self._failed_step = failed_step
+            if self._failed_step is None:
+                self._failed_step = step
 
 
 class _StepTracer:
