@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/common/error.h"
+#include "core/common/runtime.h"
 #include "terse/sdk/cpu.hpp"
 #include "terse/sdk/half.hpp"
 
@@ -93,6 +94,15 @@ void sumInto(void* dst, const void* src, std::size_t count, DType dtype) {
       break;
   }
   TERSE_THROW(Unsupported, "sum of " << dtypeName(dtype) << " is not supported (f32, f16, bf16)");
+}
+
+void chargedSumInto(void* dst, const void* src, std::size_t count, DType dtype) {
+  // The FLOP model: one add per element; calibrated: the sum curve of the dtype at this count.
+  const rt::Kernel kernel({.kind = rt::CostKind::kSum,
+                           .size = static_cast<double>(count),
+                           .flops = static_cast<double>(count),
+                           .dtype = static_cast<int>(dtype)});
+  sumInto(dst, src, count, dtype);
 }
 
 }  // namespace terse::comm

@@ -20,4 +20,9 @@ bool isSummable(DType dtype) noexcept;
 // Throws Unsupported for another dtype. dst and src must not overlap.
 void sumInto(void* dst, const void* src, std::size_t count, DType dtype);
 
+// sumInto inside a kernel region of kind kSum (core/common/runtime.h: a simulation charges what runs in one, and
+// nothing else, as the rank's computation), for the sums an algorithm runs itself after a receive: recursive doubling,
+// the fold to a power of two, the tree and reduce-broadcast. The transports' receive-and-sum opens its own region.
+void chargedSumInto(void* dst, const void* src, std::size_t count, DType dtype);
+
 }  // namespace terse::comm
