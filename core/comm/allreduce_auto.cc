@@ -8,10 +8,10 @@ namespace terse::comm {
 namespace {
 
 // One row per world size: messages below `below` bytes use `algo`, the first matching band wins, the last band of a
-// row (below = kAll) covers the rest. Read off the study's 10 Gbps / 5 us table (results/reference/collectives/
-// table.md, column `best`) at the sizes it ran (4 KiB x 4^k): each band is a run of sizes one algorithm won, where
-// a winner by less than the small messages' noise (their times are mostly the ranks' measured CPU time per message)
-// was merged into its neighbours' band. On two ranks the ring is halving-doubling, and both sum each pair once.
+// row (below = kAll) covers the rest. The bands are results/reference/collectives/auto_table.csv, which `study.py
+// derive` reads off the study's 10 Gbps / 5 us runs: per size (4 KiB x 4^k) the fastest median of three runs, a lone
+// size won by less than 10% merged into the faster neighbouring band (tests/comm: AutoRowsAreTheStudysDerivedBands
+// holds this table to that file). On two ranks the ring is halving-doubling, so the row has no hd band.
 struct Band {
   uint64_t below;
   AllreduceAlgorithm algo;
@@ -23,14 +23,18 @@ constexpr AllreduceAlgorithm kHd = AllreduceAlgorithm::kHalvingDoubling;
 constexpr AllreduceAlgorithm kRing = AllreduceAlgorithm::kRing;
 constexpr Band kWorld2[] = {{256 * kKiB, kRd}, {kAll, kRing}};
 constexpr Band kWorld3[] = {{kAll, kRing}};
-constexpr Band kWorld4[] = {{256 * kKiB, kRd}, {kAll, kRing}};
-constexpr Band kWorld5[] = {{256 * kKiB, kHd}, {kAll, kRing}};
-constexpr Band kWorld6[] = {{64 * kKiB, kRd}, {256 * kKiB, kHd}, {kAll, kRing}};
-constexpr Band kWorld7[] = {{64 * kKiB, kRd}, {256 * kKiB, kHd}, {kAll, kRing}};
-constexpr Band kWorld8[] = {{1024 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld4[] = {{64 * kKiB, kRd}, {4096 * kKiB, kHd}, {kAll, kRing}};
+constexpr Band kWorld5[] = {{16 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld6[] = {{16 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld7[] = {{16 * kKiB, kRd}, {kAll, kRing}};
+constexpr Band kWorld8[] = {{16 * kKiB, kRd}, {4096 * kKiB, kHd}, {kAll, kRing}};
 constexpr std::span<const Band> kTable[] = {kWorld2, kWorld3, kWorld4, kWorld5, kWorld6, kWorld7, kWorld8};
 
 }  // namespace
+
+uint64_t hierarchicalFrom() noexcept {
+  return 1024 * kKiB;
+}
 
 uint64_t recursiveDoublingBelow(int world) noexcept {
   return world > 8 ? 16 * kKiB : 0;
@@ -61,9 +65,11 @@ AllreduceAlgorithm autoAllreduceChoice(int world, int ranks_per_node, uint64_t b
   if (small_allreduce_bytes != 0) {
     if (bytes < small_allreduce_bytes) flat = kRd;
   } else {
-    // Several nodes keep the 8-rank row: its halving-doubling band is where a flat exchange beats the hierarchical
-    // allreduce's three phases; the extrapolation past 8 ranks weighs halving-doubling against a flat ring only.
+    // Several nodes keep the 8-rank row below hierarchicalFrom(): there a flat exchange's few steps beat the
+    // hierarchical allreduce's three phases; the extrapolation past 8 ranks weighs halving-doubling against a flat
+    // ring only.
     flat = measuredAllreduceChoice(nodes ? std::min(world, 8) : world, bytes);
+    if (nodes && bytes >= hierarchicalFrom()) return AllreduceAlgorithm::kHierarchical;
   }
   // Several nodes: the hierarchical allreduce where the flat choice is the bandwidth-bound ring.
   return flat == kRing && nodes ? AllreduceAlgorithm::kHierarchical : flat;

@@ -4,7 +4,11 @@
 // closed form; a rank failing mid-collective; the names and auto's measured table.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/comm/allreduce_auto.h"
 #include "tests/comm/comm_test_util.h"
@@ -153,6 +157,52 @@ TEST(AllreduceAlgorithms, NamesRoundTrip) {
 }
 
 // Auto follows the measured table (flat worlds), the same on every rank, and the result is that algorithm's exactly.
+// auto's rows are the bands results/reference/collectives/study.py derive read off the study's runs
+// (auto_table.csv there): a row edited by hand, or a study re-derived without the code following, fails here. Checked
+// at every size the study ran (4 KiB x 4^k) and on both sides of every band's bound.
+TEST(AllreduceAlgorithms, AutoRowsAreTheStudysDerivedBands) {
+  const std::string path = std::string(TERSE_TEST_SOURCE_DIR) + "/results/reference/collectives/auto_table.csv";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  struct Row {
+    int ranks;
+    uint64_t below;  // 0: no bound
+    AllreduceAlgorithm algo;
+  };
+  std::vector<Row> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("ranks,", 0) == 0) continue;
+    std::istringstream fields(line);
+    std::string ranks, below, algo;
+    ASSERT_TRUE(std::getline(fields, ranks, ',') && std::getline(fields, below, ',') && std::getline(fields, algo))
+        << line;
+    const auto parsed = parseAllreduceAlgorithm(algo);
+    ASSERT_TRUE(parsed.has_value()) << line;
+    rows.push_back({std::stoi(ranks), below.empty() ? 0 : std::stoull(below), *parsed});
+  }
+  ASSERT_FALSE(rows.empty());
+  for (int n = 2; n <= 8; ++n) {
+    uint64_t from = 0;  // the band's lower bound: the previous band's `below`
+    int bands = 0;
+    for (const Row& row : rows) {
+      if (row.ranks != n) continue;
+      ++bands;
+      const uint64_t to = row.below == 0 ? uint64_t{256} << 20 : row.below;
+      for (uint64_t bytes = 4096; bytes < (uint64_t{256} << 20); bytes *= 4) {
+        if (bytes < from || bytes >= to) continue;
+        EXPECT_EQ(measuredAllreduceChoice(n, bytes), row.algo) << n << " " << bytes;
+      }
+      if (from != 0) {
+        EXPECT_EQ(measuredAllreduceChoice(n, from), row.algo) << n << " from " << from;
+      }
+      EXPECT_EQ(measuredAllreduceChoice(n, to - 4), row.algo) << n << " below " << to;
+      from = to;
+    }
+    EXPECT_GT(bands, 0) << "no row for " << n << " ranks in " << path;
+  }
+}
+
 TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   for (int n : {2, 3, 5, 8}) {
     World world(n);
@@ -164,7 +214,7 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   EXPECT_EQ(measuredAllreduceChoice(1, 1024), AllreduceAlgorithm::kRing);
   // Past the table: halving-doubling below a crossover that grows with the latencies it saves, the ring above.
   const uint64_t mib = uint64_t{1} << 20;
-  EXPECT_EQ(halvingDoublingCrossover(8), mib) << "the extrapolation starts from the 8-rank row's crossover";
+  EXPECT_EQ(halvingDoublingCrossover(8), mib) << "1 MiB for the 4 latencies an 8-rank world saves";
   EXPECT_EQ(halvingDoublingCrossover(16), 11 * mib / 4);
   EXPECT_EQ(halvingDoublingCrossover(1024), 1013 * mib / 4);
   EXPECT_EQ(halvingDoublingCrossover(9), 4 * mib / 4) << "ceil(log2 9) = 4";
@@ -180,7 +230,8 @@ TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
     EXPECT_EQ(measuredAllreduceChoice(n, 16 * kib), AllreduceAlgorithm::kHalvingDoubling) << n;
   }
   EXPECT_EQ(recursiveDoublingBelow(8), 0u) << "the table's rows keep their own choice";
-  EXPECT_EQ(measuredAllreduceChoice(8, 4 * kib), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(measuredAllreduceChoice(8, 4 * kib), AllreduceAlgorithm::kRecursiveDoubling) << "the 8-rank row's own";
+  EXPECT_EQ(measuredAllreduceChoice(8, 16 * kib), AllreduceAlgorithm::kHalvingDoubling) << "the 8-rank row's own";
   World twelve(12);  // a flat world past the table follows the extrapolation: (11 - 4) / 4 = 1.75 MiB
   EXPECT_EQ(twelve.comms[0]->algorithmFor(4 * kib), AllreduceAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(twelve.comms[0]->algorithmFor(mib), AllreduceAlgorithm::kHalvingDoubling);

@@ -109,9 +109,9 @@ TEST(SimulatedRun, AStragglerWithSlowdownTwoDoublesTheStep) {
 // The simulated network against the latency-bandwidth closed form, computation taken out (FLOP model at 1e15 flops/s).
 // Four ranks on 10 Gbps / 50 us links, the MLP {64}: tensors of 50176, 64, 640 and 10 floats (plus the `none` codec's
 // 16-byte header), each frame 32 bytes of header. A frame costs alpha + bytes / beta; the ring allreduce takes 2(n-1)
-// steps of one n-th of the tensor, recursive doubling log2(n) exchanges of all of it; before each
-// group the ranks agree on what is ready, one word each in Bruck's allgather (sync_trainer.cc's negotiation: at four
-// ranks one frame of one word, then one of two).
+// steps of one n-th of the tensor, recursive doubling log2(n) exchanges of all of it, halving-doubling log2(n) of
+// halves, quarters, ... and as many back; before each group the ranks agree on what is ready, one word each in Bruck's
+// allgather (sync_trainer.cc's negotiation: at four ranks one frame of one word, then one of two).
 TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
   auto loader = testLoader();
   const std::string text =
@@ -133,12 +133,22 @@ TEST(SimulatedRun, StepTimesAreTheLatencyBandwidthClosedForm) {
 
   constexpr double alpha = 50e-6, beta = 10e9 / 8, header = 32, n = 4;
   const auto frame = [&](double bytes) { return alpha + (bytes + header) / beta; };
-  // `auto` at four ranks picks recursive doubling or the ring by size (core/comm/allreduce_auto.h).
+  // `auto` at four ranks picks recursive doubling, halving-doubling or the ring by size (core/comm/allreduce_auto.h):
+  // the first layer's 200,720 bytes take halving-doubling (halves, then quarters, and back), the rest recursive
+  // doubling.
   const auto collective = [&](double floats) {
     const double bytes = 16 + 4 * floats;
-    const comm::AllreduceAlgorithm algo = comm::measuredAllreduceChoice(4, static_cast<uint64_t>(bytes));
-    EXPECT_TRUE(algo == comm::AllreduceAlgorithm::kRing || algo == comm::AllreduceAlgorithm::kRecursiveDoubling);
-    return algo == comm::AllreduceAlgorithm::kRing ? 2 * (n - 1) * frame(bytes / n) : 2 * frame(bytes);
+    switch (comm::measuredAllreduceChoice(4, static_cast<uint64_t>(bytes))) {
+      case comm::AllreduceAlgorithm::kRing:
+        return 2 * (n - 1) * frame(bytes / n);
+      case comm::AllreduceAlgorithm::kRecursiveDoubling:
+        return 2 * frame(bytes);
+      case comm::AllreduceAlgorithm::kHalvingDoubling:
+        return 2 * (frame(bytes / 2) + frame(bytes / 4));
+      default:
+        ADD_FAILURE() << "no closed form here for " << bytes << " bytes";
+        return 0.0;
+    }
   };
   const std::map<std::string, double> expected = {{"t0.0", collective(784 * 64)},
                                                   {"t1.0", collective(64)},
