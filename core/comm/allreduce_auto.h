@@ -22,8 +22,8 @@
 // rings. Below 16 KiB recursive doubling is picked instead: it takes ceil(log2 n) steps (one more pair of fold
 // exchanges off a power of two) where halving-doubling takes twice as many, and at these sizes the steps' latency is
 // the time. The same simulated benches (`terse bench allreduce --clock simulated --algo rd|hd -b 4K -e 32K`, 10 Gbps /
-// 5 us, single-port) had it faster at 4 and 8 KiB on 9, 12, 16, 32 and 64 ranks (4 KiB: 1.27-1.54x, 8 KiB: 1.07-1.27x)
-// and slower from 16 KiB (results/reference/collectives/README.md), as the 8-rank row has it.
+// 5 us, single-port) had it faster at 4 KiB on 9, 12, 16, 32 and 64 ranks (1.1-1.34x), ahead or even at 8 KiB, and
+// slower from 16 KiB (results/reference/collectives/README.md), as the 8-rank row has it.
 #pragma once
 
 #include <cstdint>

@@ -156,7 +156,6 @@ TEST(AllreduceAlgorithms, NamesRoundTrip) {
   EXPECT_EQ(parseAllreduceAlgorithm("butterfly"), std::nullopt);
 }
 
-// Auto follows the measured table (flat worlds), the same on every rank, and the result is that algorithm's exactly.
 // auto's rows are the bands results/reference/collectives/study.py derive read off the study's runs
 // (auto_table.csv there): a row edited by hand, or a study re-derived without the code following, fails here. Checked
 // at every size the study ran (4 KiB x 4^k) and on both sides of every band's bound.
@@ -203,6 +202,7 @@ TEST(AllreduceAlgorithms, AutoRowsAreTheStudysDerivedBands) {
   }
 }
 
+// Auto follows the measured table (flat worlds), the same on every rank, and the result is that algorithm's exactly.
 TEST(AllreduceAlgorithms, AutoFollowsTheMeasuredTable) {
   for (int n : {2, 3, 5, 8}) {
     World world(n);
