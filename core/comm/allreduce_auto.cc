@@ -32,10 +32,6 @@ constexpr std::span<const Band> kTable[] = {kWorld2, kWorld3, kWorld4, kWorld5, 
 
 }  // namespace
 
-uint64_t hierarchicalFrom() noexcept {
-  return 1024 * kKiB;
-}
-
 uint64_t recursiveDoublingBelow(int world) noexcept {
   return world > 8 ? 16 * kKiB : 0;
 }
@@ -65,11 +61,11 @@ AllreduceAlgorithm autoAllreduceChoice(int world, int ranks_per_node, uint64_t b
   if (small_allreduce_bytes != 0) {
     if (bytes < small_allreduce_bytes) flat = kRd;
   } else {
-    // Several nodes keep the 8-rank row below hierarchicalFrom(): there a flat exchange's few steps beat the
-    // hierarchical allreduce's three phases; the extrapolation past 8 ranks weighs halving-doubling against a flat
-    // ring only.
+    // Several nodes keep the 8-rank row: its recursive-doubling and halving-doubling bands are where a flat
+    // exchange's few steps beat the hierarchical allreduce's three phases (halving-doubling halves nearest partner
+    // first, so its large exchanges stay inside a node); the extrapolation past 8 ranks weighs halving-doubling
+    // against a flat ring only.
     flat = measuredAllreduceChoice(nodes ? std::min(world, 8) : world, bytes);
-    if (nodes && bytes >= hierarchicalFrom()) return AllreduceAlgorithm::kHierarchical;
   }
   // Several nodes: the hierarchical allreduce where the flat choice is the bandwidth-bound ring.
   return flat == kRing && nodes ? AllreduceAlgorithm::kHierarchical : flat;

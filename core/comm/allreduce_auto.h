@@ -15,15 +15,16 @@
 // 4 that an 8-rank world saves: 2.75 MiB at 16 ranks, 6.5 MiB at 32, 253 MiB at 1,024. That is the 8-rank row's
 // crossover of the first study; the rerun puts it between 1 and 4 MiB (the two within 4% there), and simulated benches
 // on the study's network (`--algo ring|hd -b 512K -e 16M -f 2`) between 4 and 8 MiB at 16 ranks and near 16 MiB at 32,
-// the two within 5% from 2 to 16 MiB. The lower anchor is kept on purpose: halving-doubling's first exchanges, half the
-// message each, go to the farthest ranks, which on a fabric with oversubscribed uplinks all cross them at once. In the
-// hook study's replays (results/reference/replay/hook_study: racks of 16 behind 4:1 uplinks) a 2 MiB anchor made
-// dense ResNet-50 at 64 workers and 10 Gbps take 478 ms a step under auto, against 302 with this one and 239 with
-// rings. Below 16 KiB recursive doubling is picked instead: it takes ceil(log2 n) steps (one more pair of fold
-// exchanges off a power of two) where halving-doubling takes twice as many, and at these sizes the steps' latency is
-// the time. The same simulated benches (`terse bench allreduce --clock simulated --algo rd|hd -b 4K -e 32K`, 10 Gbps /
-// 5 us, single-port) had it faster at 4 KiB on 9, 12, 16, 32 and 64 ranks (1.1-1.34x), ahead or even at 8 KiB, and
-// slower from 16 KiB (results/reference/collectives/README.md), as the 8-rank row has it.
+// the two within 5% from 2 to 16 MiB. The lower anchor is kept on purpose: where ranks share racks behind
+// oversubscribed uplinks the ring's neighbour-to-neighbour traffic keeps more of its bytes inside a rack than
+// halving-doubling's farther exchanges do. In the hook study's replays (results/reference/replay/hook_study: racks of
+// 16 behind 4:1 uplinks) a 2 MiB anchor made dense at 64 workers and 10 Gbps 4-5% slower under auto (ResNet-50 252
+// against 242 ms a step, GPT-2 1,326 against 1,262), and no faster at 256 and 1,024. Below 16 KiB recursive
+// doubling is picked instead: it takes ceil(log2 n) steps (one more pair of fold exchanges off a power of two) where
+// halving-doubling takes twice as many, and at these sizes the steps' latency is the time. The same simulated benches
+// (`terse bench allreduce --clock simulated --algo rd|hd -b 4K -e 32K`, 10 Gbps / 5 us, single-port) had it faster at 4
+// KiB on 9, 12, 16, 32 and 64 ranks (1.1-1.34x), ahead or even at 8 KiB, and slower from 16 KiB
+// (results/reference/collectives/README.md), as the 8-rank row has it.
 #pragma once
 
 #include <cstdint>
@@ -40,19 +41,14 @@ uint64_t halvingDoublingCrossover(int world) noexcept;
 // Below how many bytes a flat world of more than 8 ranks takes recursive doubling (see above); 0 up to 8 ranks.
 uint64_t recursiveDoublingBelow(int world) noexcept;
 
-// From how many bytes a world of several nodes takes the hierarchical allreduce (with the measured table): 1 MiB.
-// Simulated on the two-level preset 8xA100-4x200G,oversubscription=2 with 16 ranks (`terse bench allreduce --clock
-// simulated --topology ... -n 16 -b 16K -e 16M -f 4 --algo rd|hd|hierarchical`), us: at 256 KiB rd 120, hd 81,
-// hierarchical 181; at 1 MiB 438, 238, 249; at 4 MiB 2,144, 984, 909; at 16 MiB 7,504, 3,886, 2,468
-// (results/reference/collectives/README.md). The 8-rank row's own flat crossover (4 MiB, flat single-port links) is not
-// the one that matters across nodes.
-uint64_t hierarchicalFrom() noexcept;
-
 // What `auto` runs (never kAuto): the flat choice above, or, with small_allreduce_bytes != 0, recursive doubling below
-// it and the ring above; on several nodes of ranks_per_node (> 1) ranks, the 8-rank row's flat choice below
-// hierarchicalFrom() and the hierarchical allreduce from there (and wherever the flat choice is the bandwidth-bound
-// ring). HostCommunicator::algorithmFor and the replay of a step trace at another world size (core/sim/replay.h) both
-// ask here, so the two cannot drift apart.
+// it and the ring above; on several nodes of ranks_per_node (> 1) ranks, the 8-rank row's flat choice and the
+// hierarchical allreduce where that is the bandwidth-bound ring. Simulated on the two-level preset
+// 8xA100-4x200G,oversubscription=2 with 16 ranks (`terse bench allreduce --clock simulated --topology ... -n 16 -b 16K
+// -e 16M -f 4 --algo rd|hd|hierarchical`, results/reference/collectives/README.md), halving-doubling beats the
+// hierarchical allreduce at every size from 64 KiB to 16 MiB (4 MiB: 431 against 681 us), so the ring band's
+// hierarchical choice is the one to measure next. HostCommunicator::algorithmFor and the replay of a step trace at
+// another world size (core/sim/replay.h) both ask here, so the two cannot drift apart.
 AllreduceAlgorithm autoAllreduceChoice(int world, int ranks_per_node, uint64_t bytes,
                                        uint64_t small_allreduce_bytes = 0) noexcept;
 

@@ -1,5 +1,7 @@
 #include "core/comm/allreduce_halving_doubling.h"
 
+#include <array>
+
 #include "core/comm/allreduce_recursive_doubling.h"
 
 namespace terse::comm {
@@ -25,26 +27,36 @@ void allreduceHalvingDoubling(CollectiveContext& ctx, std::span<std::byte> data,
   RequestList recvs;
   LengthList expected;
   if (v >= 0) {
+    // Reduce-scatter, nearest partner first: at distance d the range [lo, lo + 2h) of h = p / (2d) blocks is split,
+    // and v keeps the half that bit d of v names. Each step's halves are recorded for the allgather, which retraces
+    // the steps farthest first.
+    struct Step {
+      int keep, give, blocks;
+    };
+    std::array<Step, 32> steps{};  // log2(p) <= 30: no allocation on the collective's path
+    int taken = 0;
     int lo = 0;
-    for (int d = p / 2; d >= 1; d /= 2) {
+    for (int d = 1; d < p; d *= 2) {
+      const int h = p / (2 * d);
       const int partner = fold.rankOf(v ^ d);
-      const int keep = (v & d) == 0 ? lo : lo + d;
-      const int give = (v & d) == 0 ? lo + d : lo;
+      const Step step{(v & d) == 0 ? lo : lo + h, (v & d) == 0 ? lo + h : lo, h};
       // The partner's half is added into ours as it is received (Transport::irecvReduce: on tcp each piece is added
       // right after it is read, while in cache), instead of landing in scratch and being read back by one sumInto
       // after the whole step: one pass over the half less, and the additions overlap the transfer. The kept and the
       // given-away blocks are disjoint, so the sends (read from `data` in place) never see a half-added element.
-      ctx.recvReduceSegments(partner, blockBytes(data, keep, d), dtype, seg, recvs, expected);
-      ctx.sendSegments(partner, blockBytes(data, give, d), seg, sends);
+      ctx.recvReduceSegments(partner, blockBytes(data, step.keep, h), dtype, seg, recvs, expected);
+      ctx.sendSegments(partner, blockBytes(data, step.give, h), seg, sends);
       waitRecvs(recvs, expected, ctx);
       // The given-away half is received into during the allgather: the partner must be done reading it.
       waitAll(sends);
-      lo = keep;
+      steps[static_cast<std::size_t>(taken++)] = step;
+      lo = step.keep;
     }
-    for (int d = 1; d < p; d *= 2) {
+    for (int d = p / 2; d >= 1; d /= 2) {
+      const Step step = steps[static_cast<std::size_t>(--taken)];
       const int partner = fold.rankOf(v ^ d);
-      ctx.recvSegments(partner, blockBytes(data, (v ^ d) & ~(d - 1), d), seg, recvs, expected);
-      ctx.sendSegments(partner, blockBytes(data, v & ~(d - 1), d), seg, sends);
+      ctx.recvSegments(partner, blockBytes(data, step.give, step.blocks), seg, recvs, expected);
+      ctx.sendSegments(partner, blockBytes(data, step.keep, step.blocks), seg, sends);
       waitRecvs(recvs, expected, ctx);
       waitAll(sends);
     }

@@ -83,9 +83,10 @@ class Planner {
         if (algo == A::kRecursiveDoubling) {
           for (int d = 1; d < p; d *= 2) rounds.push_back({exchange(d, p, rem), b, 1});
         } else {
-          // Halving: at distance d a rank gives away d of the p blocks; doubling: it sends the d it holds.
-          for (int d = p / 2; d >= 1; d /= 2) rounds.push_back({exchange(d, p, rem), b * d / p, 1});
-          for (int d = 1; d < p; d *= 2) rounds.push_back({exchange(d, p, rem), b * d / p, 1});
+          // Halving, nearest partner first (allreduce_halving_doubling.h): at distance d a rank gives away p / (2d)
+          // of the p blocks; doubling retraces the steps farthest first, sending the p / (2d) it holds.
+          for (int d = 1; d < p; d *= 2) rounds.push_back({exchange(d, p, rem), b / (2.0 * d), 1});
+          for (int d = p / 2; d >= 1; d /= 2) rounds.push_back({exchange(d, p, rem), b / (2.0 * d), 1});
         }
         if (rem > 0) rounds.push_back({fold(false), b, 1});
         break;

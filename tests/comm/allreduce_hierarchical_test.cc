@@ -109,26 +109,21 @@ TEST(Hierarchical, AutoPicksItForLargeMessagesOnMoreThanOneNode) {
   World world(8, options);
   World one_node(4, options);
   bool hierarchical = false;
-  // From hierarchicalFrom() on, and where the flat table picks the ring, several nodes take the hierarchical allreduce;
-  // one node never does.
+  // Where the flat table picks the ring, several nodes take the hierarchical allreduce instead; one node never does.
   for (uint64_t bytes = 1024; bytes <= (uint64_t{256} << 20); bytes *= 4) {
     const AllreduceAlgorithm flat = measuredAllreduceChoice(8, bytes);
-    const bool two_level = flat == AllreduceAlgorithm::kRing || bytes >= hierarchicalFrom();
-    EXPECT_EQ(world.comms[0]->algorithmFor(bytes), two_level ? AllreduceAlgorithm::kHierarchical : flat) << bytes;
-    hierarchical = hierarchical || two_level;
+    EXPECT_EQ(world.comms[0]->algorithmFor(bytes),
+              flat == AllreduceAlgorithm::kRing ? AllreduceAlgorithm::kHierarchical : flat);
+    hierarchical = hierarchical || flat == AllreduceAlgorithm::kRing;
     EXPECT_EQ(one_node.comms[0]->algorithmFor(bytes), measuredAllreduceChoice(4, bytes));
   }
   EXPECT_TRUE(hierarchical) << "the table never picks the ring at 8 ranks";
   // Past 8 ranks on several nodes the 8-rank row still decides: the extrapolation for flat worlds would hand the
-  // hierarchical allreduce's messages (up to 253 MiB at 1,024 ranks) to a flat halving-doubling. Below
-  // hierarchicalFrom() the row's flat choice stands.
-  EXPECT_EQ(hierarchicalFrom(), uint64_t{1} << 20);
+  // hierarchical allreduce's messages (up to 253 MiB at 1,024 ranks) to a flat halving-doubling.
   World sixteen(16, options);
-  EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{2} << 20), AllreduceAlgorithm::kHierarchical);
-  EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{1} << 20), AllreduceAlgorithm::kHierarchical);
-  EXPECT_EQ(sixteen.comms[0]->algorithmFor((uint64_t{1} << 20) - 4), measuredAllreduceChoice(8, (1 << 20) - 4));
+  EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{5} << 20), AllreduceAlgorithm::kHierarchical);
+  EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{2} << 20), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{8} << 10), AllreduceAlgorithm::kRecursiveDoubling);
-  EXPECT_EQ(sixteen.comms[0]->algorithmFor(uint64_t{32} << 10), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(parseAllreduceAlgorithm("hierarchical"), AllreduceAlgorithm::kHierarchical);
   EXPECT_EQ(allreduceAlgorithmName(AllreduceAlgorithm::kHierarchical), "hierarchical");
 }

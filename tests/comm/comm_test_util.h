@@ -214,10 +214,10 @@ inline std::vector<std::byte> expectedHierarchical(const std::vector<std::vector
   return nodes.size() == 1 ? nodes[0] : expectedRing(nodes, count, dtype);
 }
 
-// The recursive-doubling tree (allreduce_recursive_doubling.h); with `descending`, the distances p/2 down to 1 of the
-// halving-doubling allreduce (allreduce_halving_doubling.h), which sums every block in that butterfly's order.
+// The recursive-doubling tree (allreduce_recursive_doubling.h), distances 1 up to p/2; the halving-doubling allreduce
+// (allreduce_halving_doubling.h) halves nearest partner first, so it sums every block in this same order.
 inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::vector<std::byte>>& in,
-                                                        std::size_t count, DType dtype, bool descending = false) {
+                                                        std::size_t count, DType dtype) {
   const int n = static_cast<int>(in.size());
   int p = 1;
   while (p * 2 <= n) p *= 2;
@@ -231,7 +231,7 @@ inline std::vector<std::byte> expectedRecursiveDoubling(const std::vector<std::v
           add(v[static_cast<std::size_t>(2 * j + 1)], v[static_cast<std::size_t>(2 * j)], dtype);
     for (int vr = 0; vr < p; ++vr)
       w[static_cast<std::size_t>(vr)] = v[static_cast<std::size_t>(vr < rem ? 2 * vr + 1 : vr + rem)];
-    for (int d = descending ? p / 2 : 1; d >= 1 && d < p; d = descending ? d / 2 : d * 2) {
+    for (int d = 1; d < p; d *= 2) {
       for (int vr = 0; vr < p; ++vr)
         w2[static_cast<std::size_t>(vr)] =
             add(w[static_cast<std::size_t>(vr)], w[static_cast<std::size_t>(vr ^ d)], dtype);
@@ -272,9 +272,8 @@ inline std::vector<std::byte> expectedFor(AllreduceAlgorithm algo, const std::ve
                                           std::size_t count, DType dtype) {
   switch (algo) {
     case AllreduceAlgorithm::kRecursiveDoubling:
-      return expectedRecursiveDoubling(in, count, dtype);
     case AllreduceAlgorithm::kHalvingDoubling:
-      return expectedRecursiveDoubling(in, count, dtype, true);
+      return expectedRecursiveDoubling(in, count, dtype);
     case AllreduceAlgorithm::kTree:
       return expectedTree(in, count, dtype);
     case AllreduceAlgorithm::kReduceBroadcast:
