@@ -12,9 +12,9 @@ names[1] = 'powersgd-r4-ef (mean of 3 seeds)'; colors[1] = '#9400d3'; widths[1] 
 names[2] = 'dgc-1pct (mean of 3 seeds)'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
 names[3] = 'onebit-ef (mean of 3 seeds)'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
 names[4] = 'terngrad (mean of 3 seeds)'; colors[4] = '#e69f00'; widths[4] = 1.5; dashes[4] = 1
-names[5] = 'bf16 (mean of 3 seeds)'; colors[5] = '#0072b2'; widths[5] = 1.5; dashes[5] = 1
-names[6] = 'fp16 (mean of 3 seeds)'; colors[6] = '#e51e10'; widths[6] = 1.5; dashes[6] = 1
-names[7] = 'qsgd-8bit (mean of 3 seeds)'; colors[7] = '#a0522d'; widths[7] = 1.5; dashes[7] = 1
+names[5] = 'fp16 (mean of 3 seeds)'; colors[5] = '#0072b2'; widths[5] = 1.5; dashes[5] = 1
+names[6] = 'qsgd-8bit (mean of 3 seeds)'; colors[6] = '#e51e10'; widths[6] = 1.5; dashes[6] = 1
+names[7] = 'bf16 (mean of 3 seeds)'; colors[7] = '#a0522d'; widths[7] = 1.5; dashes[7] = 1
 names[8] = 'dense (mean of 3 seeds) (baseline)'; colors[8] = 'black'; widths[8] = 3; dashes[8] = 1
 names[9] = 'onebit-meanabs-ef (mean of 3 seeds)'; colors[9] = '#f0e442'; widths[9] = 1.5; dashes[9] = 1
 names[10] = 'threshold-ef (mean of 3 seeds)'; colors[10] = '#9400d3'; widths[10] = 1.5; dashes[10] = 2
