@@ -11,12 +11,12 @@
 // The message is cut into p blocks (ringChunk(count, p, b)). Reduce-scatter step at distance d = 1, 2, ..., p/2,
 // nearest partner first: virtual rank v and its partner v ^ d hold partial sums of the same range [lo, lo + 2h) of
 // blocks, h = p / (2d); v keeps the half bit d of v names (the lower half when it is clear), sends the other half and
-// adds the partner's copy of the kept half into its own. After log2(p) steps v holds one block fully reduced (block number
-// bit-reverse(v)). Allgather: the same steps retraced, d = p/2 down to 1, each sending the kept half and receiving the
-// given one. Nearest first because the large halves then travel between neighbouring ranks, which share a node or a
-// rack on a cluster of consecutive ranks: only h = p / (2d) blocks, a 1/(2d) share of the message, cross distance d.
-// Farthest first (the textbook's order) sends half the message across the widest cut in the first step: on the hook
-// study's racks behind 4:1 uplinks that made dense ResNet-50 under auto 2.7x slower than rings at 256 workers
+// adds the partner's copy of the kept half into its own. After log2(p) steps v holds one block fully reduced (block
+// number bit-reverse(v)). Allgather: the same steps retraced, d = p/2 down to 1, each sending the kept half and
+// receiving the given one. Nearest first because the large halves then travel between neighbouring ranks, which share a
+// node or a rack on a cluster of consecutive ranks: only h = p / (2d) blocks, a 1/(2d) share of the message, cross
+// distance d. Farthest first (the textbook's order) sends half the message across the widest cut in the first step: on
+// the hook study's racks behind 4:1 uplinks that made dense ResNet-50 under auto 2.7x slower than rings at 256 workers
 // (results/reference/collectives/README.md).
 //
 // Bytes on the wire per rank (frames of at most `segment` bytes, 32-byte headers each; K_d(v) and G_d(v) = the bytes
