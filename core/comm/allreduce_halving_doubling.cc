@@ -1,7 +1,5 @@
 #include "core/comm/allreduce_halving_doubling.h"
 
-#include <array>
-
 #include "core/comm/allreduce_recursive_doubling.h"
 
 namespace terse::comm {
@@ -27,36 +25,32 @@ void allreduceHalvingDoubling(CollectiveContext& ctx, std::span<std::byte> data,
   RequestList recvs;
   LengthList expected;
   if (v >= 0) {
-    // Reduce-scatter, nearest partner first: at distance d the range [lo, lo + 2h) of h = p / (2d) blocks is split,
-    // and v keeps the half that bit d of v names. Each step's halves are recorded for the allgather, which retraces
-    // the steps farthest first.
-    struct Step {
-      int keep, give, blocks;
-    };
-    std::array<Step, 32> steps{};  // log2(p) <= 30: no allocation on the collective's path
-    int taken = 0;
+    // Reduce-scatter, nearest partner first: at distance d, v and v ^ d hold the same range [lo, lo + 2h) of blocks,
+    // h = p / (2d); v keeps the half bit d of v names. The ranges are aligned to their size, so the allgather, which
+    // retraces the steps farthest first, finds the half v kept at distance d as the final block rounded down to h, and
+    // the half it gave away as that one's sibling.
     int lo = 0;
     for (int d = 1; d < p; d *= 2) {
       const int h = p / (2 * d);
       const int partner = fold.rankOf(v ^ d);
-      const Step step{(v & d) == 0 ? lo : lo + h, (v & d) == 0 ? lo + h : lo, h};
+      const int keep = (v & d) == 0 ? lo : lo + h;
       // The partner's half is added into ours as it is received (Transport::irecvReduce: on tcp each piece is added
       // right after it is read, while in cache), instead of landing in scratch and being read back by one sumInto
       // after the whole step: one pass over the half less, and the additions overlap the transfer. The kept and the
       // given-away blocks are disjoint, so the sends (read from `data` in place) never see a half-added element.
-      ctx.recvReduceSegments(partner, blockBytes(data, step.keep, h), dtype, seg, recvs, expected);
-      ctx.sendSegments(partner, blockBytes(data, step.give, h), seg, sends);
+      ctx.recvReduceSegments(partner, blockBytes(data, keep, h), dtype, seg, recvs, expected);
+      ctx.sendSegments(partner, blockBytes(data, keep ^ h, h), seg, sends);
       waitRecvs(recvs, expected, ctx);
       // The given-away half is received into during the allgather: the partner must be done reading it.
       waitAll(sends);
-      steps[static_cast<std::size_t>(taken++)] = step;
-      lo = step.keep;
+      lo = keep;
     }
     for (int d = p / 2; d >= 1; d /= 2) {
-      const Step step = steps[static_cast<std::size_t>(--taken)];
+      const int h = p / (2 * d);
+      const int keep = lo & ~(h - 1);
       const int partner = fold.rankOf(v ^ d);
-      ctx.recvSegments(partner, blockBytes(data, step.give, step.blocks), seg, recvs, expected);
-      ctx.sendSegments(partner, blockBytes(data, step.keep, step.blocks), seg, sends);
+      ctx.recvSegments(partner, blockBytes(data, keep ^ h, h), seg, recvs, expected);
+      ctx.sendSegments(partner, blockBytes(data, keep, h), seg, sends);
       waitRecvs(recvs, expected, ctx);
       waitAll(sends);
     }

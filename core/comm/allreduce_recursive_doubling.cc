@@ -24,7 +24,7 @@ PowerOfTwoFold foldToPowerOfTwo(CollectiveContext& ctx, std::span<std::byte> dat
   } else {
     ctx.recvSegments(r - 1, tmp, seg, requests, expected);
     waitRecvs(requests, expected, ctx);
-    chargedSumInto(data.data(), tmp.data(), data.size() / dtypeSize(dtype), dtype);
+    sumInto(data.data(), tmp.data(), data.size() / dtypeSize(dtype), dtype);
     f.vrank = r / 2;
   }
   return f;
@@ -62,7 +62,7 @@ void allreduceRecursiveDoubling(CollectiveContext& ctx, std::span<std::byte> dat
       waitRecvs(recvs, expected, ctx);
       // The partner may still be reading `data` (a large frame is copied straight from it).
       waitAll(sends);
-      chargedSumInto(data.data(), tmp.data(), count, dtype);
+      sumInto(data.data(), tmp.data(), count, dtype);
     }
   }
   unfoldFromPowerOfTwo(ctx, data, dtype, fold);

@@ -32,7 +32,7 @@ void allreduceReduceBroadcast(CollectiveContext& ctx, std::span<std::byte> data,
     for (int w = 1; w < n; ++w) {
       const std::size_t i = static_cast<std::size_t>(w - 1) * per_worker + k;
       ctx.waitRecv(recvs[i], expected[i]);
-      chargedSumInto(data.data() + off, tmp.data() + static_cast<std::size_t>(w - 1) * bytes + off, len / elem, dtype);
+      sumInto(data.data() + off, tmp.data() + static_cast<std::size_t>(w - 1) * bytes + off, len / elem, dtype);
     }
   }
   recvs.clear();

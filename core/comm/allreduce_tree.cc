@@ -28,8 +28,7 @@ void allreduceTree(CollectiveContext& ctx, std::span<std::byte> data, DType dtyp
     const std::size_t len = std::min<std::size_t>(seg, data.size() - off);
     for (int c = 0; c < children; ++c) {
       ctx.waitRecv(recvs[c][k], expected[c][k]);
-      chargedSumInto(data.data() + off, tmp.data() + static_cast<std::size_t>(c) * data.size() + off, len / elem,
-                     dtype);
+      sumInto(data.data() + off, tmp.data() + static_cast<std::size_t>(c) * data.size() + off, len / elem, dtype);
     }
     if (v > 0) windowedSend(ctx, parent, data.subspan(off, len), sends[0]);
   }

@@ -252,13 +252,7 @@ void moveBytes(Frame& f) {
     for (std::size_t off = 0; off < len; off += step) {
       const std::size_t bytes = std::min(step, len - off);
       if (transfer != nullptr) transfer->waitBytes(kFrameHeaderBytes + off + bytes);
-      const std::size_t n = bytes / elem;
-      // The FLOP model: one add per element.
-      const rt::Kernel kernel({.kind = rt::CostKind::kSum,
-                               .size = static_cast<double>(n),
-                               .flops = static_cast<double>(n),
-                               .dtype = static_cast<int>(f.reduce_dtype)});
-      sumInto(f.dst + off, f.data + off, n, f.reduce_dtype);
+      sumInto(f.dst + off, f.data + off, bytes / elem, f.reduce_dtype);  // a kSum kernel region (reduce.h)
     }
   } else {
     // A real NIC's DMA lands the bytes: the copy is not the rank's computation (the network times the transfer). The

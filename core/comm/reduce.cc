@@ -80,6 +80,11 @@ bool isSummable(DType dtype) noexcept {
 
 void sumInto(void* dst, const void* src, std::size_t count, DType dtype) {
   if (count == 0) return;
+  // The FLOP model: one add per element; calibrated: the sum curve of the dtype at this count.
+  const rt::Kernel kernel({.kind = rt::CostKind::kSum,
+                           .size = static_cast<double>(count),
+                           .flops = static_cast<double>(count),
+                           .dtype = static_cast<int>(dtype)});
   switch (dtype) {
     case DType::kF32:
       sumF32(static_cast<float*>(dst), static_cast<const float*>(src), count);
@@ -94,15 +99,6 @@ void sumInto(void* dst, const void* src, std::size_t count, DType dtype) {
       break;
   }
   TERSE_THROW(Unsupported, "sum of " << dtypeName(dtype) << " is not supported (f32, f16, bf16)");
-}
-
-void chargedSumInto(void* dst, const void* src, std::size_t count, DType dtype) {
-  // The FLOP model: one add per element; calibrated: the sum curve of the dtype at this count.
-  const rt::Kernel kernel({.kind = rt::CostKind::kSum,
-                           .size = static_cast<double>(count),
-                           .flops = static_cast<double>(count),
-                           .dtype = static_cast<int>(dtype)});
-  sumInto(dst, src, count, dtype);
 }
 
 }  // namespace terse::comm

@@ -17,12 +17,10 @@ namespace terse::comm {
 // The dtypes sumInto handles: f32, f16, bf16.
 bool isSummable(DType dtype) noexcept;
 
-// Throws Unsupported for another dtype. dst and src must not overlap.
+// Throws Unsupported for another dtype. dst and src must not overlap. Runs inside a kernel region of kind kSum
+// (core/common/runtime.h: a simulation charges what runs in one, and nothing else, as the rank's computation), so every
+// sum is a rank's work wherever it is called from: a transport's receive-and-add or an algorithm's own adds (recursive
+// doubling, the fold to a power of two, the tree, reduce-broadcast). In real time the region costs nothing.
 void sumInto(void* dst, const void* src, std::size_t count, DType dtype);
-
-// sumInto inside a kernel region of kind kSum (core/common/runtime.h: a simulation charges what runs in one, and
-// nothing else, as the rank's computation), for the sums an algorithm runs itself after a receive: recursive doubling,
-// the fold to a power of two, the tree and reduce-broadcast. The transports' receive-and-sum opens its own region.
-void chargedSumInto(void* dst, const void* src, std::size_t count, DType dtype);
 
 }  // namespace terse::comm

@@ -166,13 +166,14 @@ def derive(args):
     """auto's rows from one or more runs of one network's benches (10 Gbps unless --network): the median time per cell
     over the runs, the fastest of AUTO_ALGOS per size, then bands of one size that win by less than NOISE merged into
     a neighbour. Only the 10 Gbps rows are written (auto_table.csv, auto_cells.csv); another network's are printed."""
-    runs = [{a: load_from(d, args.network, a) for a in AUTO_ALGOS} for d in args.runs]
-    cells = sorted(runs[0]["ring"])
+    runs = [{a: load_from(d, args.network, a) for a in AUTO_ALGOS} for d in args.runs]  # each run, for the ranges
+    medians = {a: load(args.runs, args.network, a) for a in AUTO_ALGOS}
+    cells = sorted(medians["ring"])
     rows = {}
     report = []
     for n in sorted({c[0] for c in cells}):
         sizes = [S for (m, S) in cells if m == n]
-        med = {(a, S): statistics.median(r[a][(n, S)]["time_us"] for r in runs) for a in AUTO_ALGOS for S in sizes}
+        med = {(a, S): medians[a][(n, S)]["time_us"] for a in AUTO_ALGOS for S in sizes}
         # On two ranks halving-doubling is the ring (one exchange of halves each way), so only the ring stands.
         cands = [a for a in AUTO_ALGOS if not (n == 2 and a == "hd")]
         win = [min(cands, key=lambda a: med[(a, S)]) for S in sizes]
