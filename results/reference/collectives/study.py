@@ -56,8 +56,12 @@ def run(args):
 
 
 def load_from(raw, name, algo):
-    with open(os.path.join(raw, f"{name}_{algo}.json")) as f:
-        d = json.load(f)
+    path = os.path.join(raw, f"{name}_{algo}.json")
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"study.py: cannot read {path}: {e}")
     assert d["wrong"] == 0, f"{raw}: {name} {algo}: wrong values"
     return {(r["ranks"], row["size"]): row for r in d["runs"] for row in r["rows"]}
 
@@ -231,6 +235,8 @@ def main():
     args = ap.parse_intermixed_args()
     if not args.runs:
         args.runs = sorted(glob.glob(os.path.join(RAW, "run*")))
+    if args.what != "run" and not args.runs:
+        sys.exit(f"study.py: no runs under {RAW} (make them with `study.py run`)")
     {"run": run, "table": table, "derive": derive}[args.what](args)
 
 
