@@ -26,13 +26,14 @@
 // InvalidArgument (such elements have the largest magnitudes, so top-k always meets them): a diverged step should stop
 // the run, not travel the network as values every decompress must reject.
 //
-// CUDA (topk.cu, when built with CUDA): device tensors give the host's payload byte for byte (the same keys, digits and
-// tie rule; a radix select whose state stays on the device, then a tile-scanned compaction in index order). Workspace
-// on the device: the select's state and histogram, two u64 per tile of 4096 elements and cub's scan storage
-// (topk_cuda.h sizes it). Two differences, both for the sake of not waiting on the stream: compress does not refuse a
-// non-finite gradient (it would have to read the selection back); the payload then carries it, and every decompress
-// of it, the sender's own error feedback included, refuses it as InvalidPayload. And decompress synchronizes `stream`
-// once, to learn the validation verdict (terse/kit/device.hpp).
+// CUDA (topk.cu, when built with CUDA): device tensors give the host's payload byte for byte (the same keys, digits,
+// tie rule and candidate buffer; a radix select whose state stays on the device, the candidates copied out by a cub
+// DeviceSelect when they fit, then a tile-scanned compaction in index order). Workspace on the device: the select's
+// state and histogram, two u64 per tile of 4096 elements, cub's scan and select storage and the candidate buffer of
+// min(n, 2k + n/64 + 4096) 8-byte entries (topk_cuda.h sizes it). Two differences, both for the sake of not waiting on
+// the stream: compress does not refuse a non-finite gradient (it would have to read the selection back); the payload
+// then carries it, and every decompress of it, the sender's own error feedback included, refuses it as InvalidPayload.
+// And decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <string>
 

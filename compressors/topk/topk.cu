@@ -1,11 +1,13 @@
 // topk's kernels: the exact top-k of terse/kit/topk_select.hpp on the GPU, giving the host's payload byte for byte.
 //
 // The selection is a function of the input alone (topk.cc): every key above the k-th largest key `cut`, plus the first
-// k - greater keys equal to it in index order, written in index order. terse/kit/topk_select_kernels.cuh finds that cut
-// with the host's keys and digits (a three-round radix select whose state stays on the device) and compacts by it in
-// index order (per-tile counts, a cub scan over the tiles, a block scan within each): five passes over the input (three
-// histograms, count, write) plus small work, against the eight or so of a full radix sort of (key, index) pairs, which
-// also moves twice the bytes per pass (tests/bench measures both).
+// k - greater keys equal to it in index order, written in index order. terse/kit/topk_candidates.cuh's selectTopK
+// finds that cut with the host's keys and digits and compacts by it in index order, as the host's selectTopK does:
+// the top digit's histogram on the tensor, then, when the keys at or above its boundary bin fit the candidate buffer
+// (normal data: about 1.2% of n at k = 1%), one DeviceSelect copies them out and everything else runs on those, so
+// two passes over the input; otherwise (a crowded boundary bin) the remaining digits and the compaction run on the
+// tensor, five passes. The state stays on the device, so compress never waits. A full radix sort of (key, index)
+// pairs moves far more (tests/bench measures both, and terse-bench-topk-cuda sweeps sizes and ratios).
 //
 // A non-finite input has the largest keys, so it is always selected and travels in the payload (the host refuses it at
 // compress; the device would have to wait to know), and every decompress refuses the payload (topk.cc).
@@ -15,7 +17,7 @@
 #include "terse/kit/device.cuh"
 #include "terse/kit/sparse_kernels.cuh"
 #include "terse/kit/sparse_payload.hpp"
-#include "terse/kit/topk_select_kernels.cuh"
+#include "terse/kit/topk_candidates.cuh"
 #include "terse/sdk/cuda.hpp"
 #include "topk_cuda.h"
 
@@ -25,7 +27,7 @@ namespace tc = kit::topk::cuda;
 
 uint64_t workspaceBytes(uint64_t numel, uint64_t k) {
   if (k == 0 || k >= numel) return 0;
-  return tc::layoutFor(numel).total;
+  return tc::topKLayoutFor(numel, k).total;
 }
 
 void compress(const device::Prefix& prefix, const float* x, uint64_t numel, uint64_t k, std::byte* workspace,
@@ -39,10 +41,7 @@ void compress(const device::Prefix& prefix, const float* x, uint64_t numel, uint
     tc::takeAll(x, numel, values, indices, st);
     return;
   }
-  const tc::Layout l = tc::layoutFor(numel);
-  tc::radixSelect(x, numel, k, reinterpret_cast<tc::State*>(workspace), reinterpret_cast<uint32_t*>(workspace + l.hist),
-                  st);
-  tc::compactByCut(x, numel, k, l, workspace, values, indices, st);
+  tc::selectTopK(x, numel, k, tc::topKLayoutFor(numel, k), workspace, values, indices, st);
 }
 
 void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,

@@ -12,6 +12,10 @@
 #include "tests/bench/topk_sort_reference.h"
 
 namespace terse::bench {
+
+// Plain cub, or a binary's own wrapped copy (terse-bench-topk-cuda wraps it, as a plugin does).
+namespace cub = CUB_NS_QUALIFIER;
+
 namespace {
 
 // The sort covers the 31 bits a magnitude key has (the sign bit is always 0).

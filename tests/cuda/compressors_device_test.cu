@@ -138,6 +138,8 @@ class DeviceCalls {
     }
     Bytes out(static_cast<size_t>(written));
     payload->copyToHost(out.data(), out.size(), stream_.get());
+    workspace_head_.assign(std::min<size_t>(workspace.size(), kWorkspaceHead), std::byte{0});
+    if (!workspace_head_.empty()) workspace.copyToHost(workspace_head_.data(), workspace_head_.size(), stream_.get());
     stream_.synchronize();
     return out;
   }
@@ -182,9 +184,14 @@ class DeviceCalls {
     return status;
   }
 
+  // The first bytes of the last compress's workspace, where a selection keeps its State (TopKOnDevice reads it).
+  const std::vector<std::byte>& workspaceHead() const { return workspace_head_; }
+
  private:
+  static constexpr size_t kWorkspaceHead = 16;
   Instance& c_;
   Stream& stream_;
+  std::vector<std::byte> workspace_head_;
 };
 
 class DeviceTest : public ::testing::Test {
@@ -403,6 +410,39 @@ TEST_F(TopKOnDevice, TiesGoToTheLowerIndexAsOnTheHost) {
       ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
       EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
     }
+  }
+}
+
+// Both ways of the device selection (terse/kit/topk_candidates.cuh's selectTopK), each the host's payload byte for
+// byte: normal data at 1% finishes on the candidates (the keys at or above the top digit's boundary bin, about 1.2% of
+// n); heavily tied data at 1% on the tensor, since its boundary bin (|g| = 1.5) holds about 2/7 of the elements, more
+// than the candidate buffer (2k + n/64 + 4096). Small tensors fit the buffer whatever their data. The way taken is the
+// mode word of the kit's State at the start of the workspace ({prefix u32, mode u32, greater u64}; 1 = candidates).
+TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
+  Plugin plugin("topk");
+  Instance c(plugin, {{"ratio", "0.01"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  struct Way {
+    bool ties;
+    uint64_t n;
+    uint32_t mode;
+  };
+  for (const Way& w : {Way{false, (uint64_t{1} << 20) + 3, 1}, Way{true, (uint64_t{1} << 20) + 3, 0},
+                       Way{true, 4097, 1}, Way{false, 3 * 4096 + 5, 1}}) {
+    SCOPED_TRACE(std::string(w.ties ? "tied" : "normal") + ", numel " + std::to_string(w.n));
+    const terse_tensor_info_v1 info = tensorInfo(w.n);
+    const std::vector<float> x = w.ties ? tied(w.n, 11) : input(w.n, 11);
+    const Bytes want = c.compress(info, x);
+    DeviceBuffer payload;
+    const Bytes got = dev.compress(onDevice(info, device_), x, &payload);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
+    ASSERT_EQ(dev.workspaceHead().size(), 16u);
+    uint32_t mode = ~0u;
+    std::memcpy(&mode, dev.workspaceHead().data() + 4, sizeof mode);
+    EXPECT_EQ(mode, w.mode) << "the selection took the other way (1 = candidates, 0 = tensor)";
   }
 }
 

@@ -18,6 +18,10 @@
 //                  element's own. A tile with nothing selected is skipped without reading it. The cut need not come
 //                  from the radix select: any State {cut, greater} with count in [greater, greater + ties] works (dgc
 //                  compacts by its sampled threshold).
+//   fast path      topk_candidates.cuh's selectTopK, topk's whole selection: the same kernels, with the lower digits
+//                  and the compaction on the candidates (the keys at or above the top digit's boundary bin, copied
+//                  out in index order) when they fit the host's candidate buffer; the kernels below take a `mode` for
+//                  it (State::mode, decided by the top digit's pick), and kAnyMode where there is one way only.
 //
 // The kernels are templates (on the compaction's items per thread where nothing else varies), as in sparse_kernels.cuh,
 // so that a plugin may include this header from more than one translation unit without duplicate symbols.
@@ -35,6 +39,7 @@
 #include "terse/kit/cast_kernels.cuh"
 #include "terse/kit/device.cuh"
 #include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_select.hpp"
 #include "terse/sdk/cuda.hpp"
 
 namespace terse::kit::topk::cuda {
@@ -46,9 +51,20 @@ inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
 // itself) and how many keys lie strictly above it.
 struct State {
   uint32_t prefix;
-  uint32_t reserved;
+  uint32_t mode;  // selectTopK's: kOnTensor (0, what a cleared State says) or kOnCandidates
   uint64_t greater;
 };
+
+// Where selectTopK finishes, decided on the device after the top digit: on the whole tensor, or on the candidates
+// (every key at or above the top digit's boundary bin, copied out in index order) once they fit their buffer.
+inline constexpr uint32_t kOnTensor = 0;
+inline constexpr uint32_t kOnCandidates = 1;
+// A kernel's mode argument that runs it whatever the State says (radixSelect and compactByCut, which dgc calls too).
+inline constexpr uint32_t kAnyMode = ~0u;
+
+// One candidate: the value (so later passes need not touch the tensor) and its index. The host's fast path keeps the
+// same pairs (topk_select.hpp's Candidate).
+using kit::topk::Candidate;
 
 inline constexpr unsigned kItems = 16;                                  // elements per thread in the compaction
 inline constexpr uint64_t kTile = uint64_t{device::kThreads} * kItems;  // elements per compaction tile
@@ -94,10 +110,18 @@ inline Layout layoutFor(uint64_t numel) {
   return l;
 }
 
-// Digit `Level` of every key whose higher digits equal state->prefix (all keys at level 0), added into hist.
+// Whether a kernel given `mode` runs under this State (block-uniform: a kernel that returns does so before any
+// barrier).
+__device__ __forceinline__ bool runsIn(uint32_t mode, const State* state) {
+  return mode == kAnyMode || state->mode == mode;
+}
+
+// Digit `Level` of every key of x[0..n) whose higher digits equal state->prefix (all keys at level 0), added into
+// hist. Runs only in `mode` (kAnyMode: always).
 template <int Level>
 __global__ void histogramKernel(const float* __restrict__ x, uint64_t n, const State* __restrict__ state,
-                                uint32_t* __restrict__ hist) {
+                                uint32_t* __restrict__ hist, uint32_t mode) {
+  if (!runsIn(mode, state)) return;
   constexpr uint32_t kBins = 1u << digitBits(Level);
   __shared__ uint32_t counts[kBins];
   for (uint32_t b = threadIdx.x; b < kBins; b += blockDim.x) counts[b] = 0;
@@ -121,9 +145,11 @@ __global__ void histogramKernel(const float* __restrict__ x, uint64_t n, const S
 // One block: the bin of digit `Level` that holds the need-th largest key among those with the prefix (need = k -
 // greater >= 1), as the host's pickBin finds it: walking the bins from the top, the first whose running sum reaches
 // need. Thread t sums the t-th run of bins from the top; an exclusive scan of those sums tells each thread how many
-// keys lie above its run, and the one thread whose run holds the need-th key walks it.
+// keys lie above its run, and the one thread whose run holds the need-th key walks it. With a capacity (level 0 of
+// selectTopK), the keys at or above the bin are every candidate, and if they fit, the State switches to kOnCandidates:
+// the host's fast-path test (topk_select.hpp's selectTopK).
 template <int Level>
-__global__ void pickKernel(const uint32_t* __restrict__ hist, uint64_t k, State* state) {
+__global__ void pickKernel(const uint32_t* __restrict__ hist, uint64_t k, State* state, uint64_t capacity) {
   constexpr uint32_t kBins = 1u << digitBits(Level);
   constexpr uint32_t kPer = kBins / device::kThreads;
   using Scan = cub::BlockScan<uint64_t, device::kThreads>;
@@ -145,6 +171,7 @@ __global__ void pickKernel(const uint32_t* __restrict__ hist, uint64_t k, State*
       if (sum + own[j] >= need) {
         state->greater = s.greater + sum;
         state->prefix = (s.prefix << digitBits(Level)) | (kBins - 1 - (threadIdx.x * kPer + j));
+        if (s.greater + sum + own[j] <= capacity) state->mode = kOnCandidates;
         break;
       }
       sum += own[j];
@@ -157,36 +184,66 @@ __device__ __forceinline__ uint64_t countOf(uint32_t key, uint32_t cut) {
   return key > cut ? kGreaterOne : (key == cut ? 1u : 0u);
 }
 
-// Each tile's packed count of keys above and equal to the cut.
-template <unsigned Items>
-__global__ void countKernel(const float* __restrict__ x, uint64_t n, const State* __restrict__ state, uint64_t tiles,
+// The compaction reads either the tensor (items are floats, an item's index is its position) or the candidates (items
+// carry their value and index).
+__device__ __forceinline__ float valueOf(float v) {
+  return v;
+}
+__device__ __forceinline__ float valueOf(const Candidate& c) {
+  return c.value;
+}
+__device__ __forceinline__ uint32_t indexOf(float, uint64_t i) {
+  return static_cast<uint32_t>(i);
+}
+__device__ __forceinline__ uint32_t indexOf(const Candidate& c, uint64_t) {
+  return c.index;
+}
+
+// How many items the compaction reads: n, or the count on the device (the candidates DeviceSelect wrote).
+__device__ __forceinline__ uint64_t itemCount(uint64_t n, const uint64_t* selected) {
+  return selected != nullptr ? *selected : n;
+}
+
+// Each tile's packed count of keys above and equal to the cut (tiles past the items count none), and zero for the
+// tiles from `tiles` to `zero_to`. Runs only in `mode`.
+template <unsigned Items, class Item>
+__global__ void countKernel(const Item* __restrict__ x, uint64_t n, const uint64_t* __restrict__ selected,
+                            const State* __restrict__ state, uint32_t mode, uint64_t tiles, uint64_t zero_to,
                             uint64_t* __restrict__ counts) {
+  if (!runsIn(mode, state)) return;
   constexpr uint64_t kTileElements = uint64_t{device::kThreads} * Items;
   using Reduce = cub::BlockReduce<uint64_t, device::kThreads>;
   __shared__ typename Reduce::TempStorage temp;
   const uint32_t cut = state->prefix;
+  const uint64_t items = itemCount(n, selected);
   for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // block-uniform: the barriers below are safe
     const uint64_t base = tile * kTileElements;
     uint64_t c = 0;
     for (unsigned j = 0; j < Items; ++j) {
       const uint64_t i = base + uint64_t{j} * device::kThreads + threadIdx.x;  // striped: coalesced loads
-      if (i < n) c += countOf(magnitudeKey(x[i]), cut);
+      if (i < items) c += countOf(magnitudeKey(valueOf(x[i])), cut);
     }
     const uint64_t total = Reduce(temp).Sum(c);
     if (threadIdx.x == 0) counts[tile] = total;
     __syncthreads();  // the next tile reuses temp
   }
+  for (uint64_t t = tiles + uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < zero_to;
+       t += uint64_t{gridDim.x} * blockDim.x) {
+    counts[t] = 0;
+  }
 }
 
-// Writes the `count` selected elements of each tile at G(i) + min(T(i), quota) (see the top of this file). Threads own
-// Items consecutive elements (cub's blocked arrangement, loaded through shared memory), so a thread's exclusive scan
-// value plus its tile's prefix is G and T at its first element.
-template <unsigned Items>
-__global__ void writeKernel(const float* __restrict__ x, uint64_t n, const State* __restrict__ state, uint64_t count,
-                            uint64_t tiles, const uint64_t* __restrict__ counts, const uint64_t* __restrict__ offsets,
+// Writes the `count` selected items of each tile at G(i) + min(T(i), quota) (see the top of this file). Threads own
+// Items consecutive items (cub's blocked arrangement, loaded through shared memory), so a thread's exclusive scan
+// value plus its tile's prefix is G and T at its first item. Runs only in `mode`.
+template <unsigned Items, class Item>
+__global__ void writeKernel(const Item* __restrict__ x, uint64_t n, const uint64_t* __restrict__ selected,
+                            const State* __restrict__ state, uint32_t mode, uint64_t count, uint64_t tiles,
+                            const uint64_t* __restrict__ counts, const uint64_t* __restrict__ offsets,
                             float* __restrict__ values, uint32_t* __restrict__ indices) {
+  if (!runsIn(mode, state)) return;
   constexpr uint64_t kTileElements = uint64_t{device::kThreads} * Items;
-  using Load = cub::BlockLoad<float, device::kThreads, Items, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
+  using Load = cub::BlockLoad<Item, device::kThreads, Items, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
   using Scan = cub::BlockScan<uint64_t, device::kThreads>;
   __shared__ union {
     typename Load::TempStorage load;
@@ -194,34 +251,36 @@ __global__ void writeKernel(const float* __restrict__ x, uint64_t n, const State
   } temp;
   const uint32_t cut = state->prefix;
   const uint64_t quota = count - state->greater;
+  const uint64_t items = itemCount(n, selected);
   for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // block-uniform: the barriers below are safe
     const uint64_t g0 = offsets[tile] >> 32, t0 = offsets[tile] & kLow;
     const uint64_t t1 = t0 + (counts[tile] & kLow);
-    const uint64_t selected = (counts[tile] >> 32) + (t1 < quota ? t1 : quota) - (t0 < quota ? t0 : quota);
-    if (selected == 0) continue;
+    const uint64_t taken = (counts[tile] >> 32) + (t1 < quota ? t1 : quota) - (t0 < quota ? t0 : quota);
+    if (taken == 0) continue;  // also every tile past the items: they count none
     const uint64_t base = tile * kTileElements;
-    const int valid = static_cast<int>(n - base < kTileElements ? n - base : kTileElements);
-    float v[Items];
-    Load(temp.load).Load(x + base, v, valid, 0.0f);
+    const int valid = static_cast<int>(items - base < kTileElements ? items - base : kTileElements);
+    Item v[Items];
+    Load(temp.load).Load(x + base, v, valid, Item{});
     __syncthreads();  // temp.load becomes temp.scan
     const unsigned first = threadIdx.x * Items;
     uint64_t c = 0;
     for (unsigned j = 0; j < Items; ++j) {
-      if (first + j < static_cast<unsigned>(valid)) c += countOf(magnitudeKey(v[j]), cut);
+      if (first + j < static_cast<unsigned>(valid)) c += countOf(magnitudeKey(valueOf(v[j])), cut);
     }
     uint64_t before = 0;
     Scan(temp.scan).ExclusiveSum(c, before);
     uint64_t g = g0 + (before >> 32), t = t0 + (before & kLow);
     for (unsigned j = 0; j < Items; ++j) {
       if (first + j >= static_cast<unsigned>(valid)) break;
-      const uint32_t key = magnitudeKey(v[j]);
+      const float value = valueOf(v[j]);
+      const uint32_t key = magnitudeKey(value);
       if (takeByCut(key, cut, t < quota ? quota - t : 0)) {
         const uint64_t pos = g + (t < quota ? t : quota);
         // pos < count whenever the state is a true cut for count (G < greater for a key above it, T < quota for a
         // taken tie); the test keeps a wrong state from writing past the payload.
         if (pos < count) {
-          values[pos] = v[j];
-          indices[pos] = static_cast<uint32_t>(base + first + j);
+          values[pos] = value;
+          indices[pos] = indexOf(v[j], base + first + j);
         }
       }
       g += key > cut ? 1 : 0;
@@ -239,14 +298,25 @@ __global__ void iotaKernel(Index* __restrict__ indices, uint64_t n) {
   }
 }
 
+// Clears the histogram's first bins and counts digit `Level` of the tensor's keys into it (in `mode`).
 template <int Level>
-void selectRound(const float* x, uint64_t n, uint64_t k, State* state, uint32_t* hist, cudaStream_t st) {
+void histogramRound(const float* x, uint64_t n, State* state, uint32_t* hist, uint32_t mode, cudaStream_t st) {
   TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(hist, 0, (1u << digitBits(Level)) * sizeof(uint32_t), st));
   histogramKernel<Level><<<device::gridFor((n + 3) / 4, device::kThreads * kHistogramQuads), device::kThreads, 0, st>>>(
-      x, n, state, hist);
+      x, n, state, hist, mode);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
-  pickKernel<Level><<<1, device::kThreads, 0, st>>>(hist, k, state);
+}
+
+template <int Level>
+void pickRound(uint32_t* hist, uint64_t k, State* state, uint64_t capacity, cudaStream_t st) {
+  pickKernel<Level><<<1, device::kThreads, 0, st>>>(hist, k, state, capacity);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+template <int Level>
+void selectRound(const float* x, uint64_t n, uint64_t k, State* state, uint32_t* hist, cudaStream_t st) {
+  histogramRound<Level>(x, n, state, hist, kAnyMode, st);
+  pickRound<Level>(hist, k, state, 0, st);
 }
 
 // Leaves in *state the cut of the k largest keys of x[0..n) (1 <= k <= n) and how many lie above it: topk_select.hpp's
@@ -258,22 +328,43 @@ inline void radixSelect(const float* x, uint64_t n, uint64_t k, State* state, ui
   selectRound<2>(x, n, k, state, hist, st);
 }
 
+// The compaction's kernels over `x` (n items, or *selected of them), in `mode`: the count into the tiles' counts, and
+// the write from their scanned offsets.
+template <class Item>
+void countTiles(const Item* x, uint64_t n, const uint64_t* selected, uint32_t mode, uint64_t tiles, uint64_t zero_to,
+                const Layout& l, std::byte* workspace, cudaStream_t st) {
+  countKernel<kItems, Item><<<device::gridFor(tiles, 1), device::kThreads, 0, st>>>(
+      x, n, selected, reinterpret_cast<const State*>(workspace), mode, tiles, zero_to,
+      reinterpret_cast<uint64_t*>(workspace + l.counts));
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+template <class Item>
+void writeTiles(const Item* x, uint64_t n, const uint64_t* selected, uint32_t mode, uint64_t count, uint64_t tiles,
+                const Layout& l, std::byte* workspace, float* values, uint32_t* indices, cudaStream_t st) {
+  writeKernel<kItems, Item><<<device::gridFor(tiles, 1), device::kThreads, 0, st>>>(
+      x, n, selected, reinterpret_cast<const State*>(workspace), mode, count, tiles,
+      reinterpret_cast<const uint64_t*>(workspace + l.counts), reinterpret_cast<const uint64_t*>(workspace + l.offsets),
+      values, indices);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+// The exclusive scan of the first `tiles` tile counts into their offsets.
+inline void scanTiles(uint64_t tiles, const Layout& l, std::byte* workspace, cudaStream_t st) {
+  size_t scan_bytes = l.scan_bytes;
+  TERSE_SDK_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
+      workspace + l.scan, scan_bytes, reinterpret_cast<const uint64_t*>(workspace + l.counts),
+      reinterpret_cast<uint64_t*>(workspace + l.offsets), static_cast<int>(tiles), st));
+}
+
 // Writes the `count` elements of x[0..n) that the cut in *state selects (count in [greater, greater + ties]) to
 // values[0..count) and their indices to indices[0..count), in index order: topk_select.hpp's compactByCut. `workspace`
 // is laid out by `l` = layoutFor(n). Queued on `st`, nothing waited for.
 inline void compactByCut(const float* x, uint64_t n, uint64_t count, const Layout& l, std::byte* workspace,
                          float* values, uint32_t* indices, cudaStream_t st) {
-  const auto* state = reinterpret_cast<const State*>(workspace);
-  auto* counts = reinterpret_cast<uint64_t*>(workspace + l.counts);
-  auto* offsets = reinterpret_cast<uint64_t*>(workspace + l.offsets);
-  const unsigned grid = device::gridFor(l.tiles, 1);
-  countKernel<kItems><<<grid, device::kThreads, 0, st>>>(x, n, state, l.tiles, counts);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
-  size_t scan_bytes = l.scan_bytes;
-  TERSE_SDK_CUDA_CHECK(
-      cub::DeviceScan::ExclusiveSum(workspace + l.scan, scan_bytes, counts, offsets, static_cast<int>(l.tiles), st));
-  writeKernel<kItems><<<grid, device::kThreads, 0, st>>>(x, n, state, count, l.tiles, counts, offsets, values, indices);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
+  countTiles(x, n, nullptr, kAnyMode, l.tiles, l.tiles, l, workspace, st);
+  scanTiles(l.tiles, l, workspace, st);
+  writeTiles(x, n, nullptr, kAnyMode, count, l.tiles, l, workspace, values, indices, st);
 }
 
 // count == n: every element in index order (a copy and an iota).
