@@ -15,14 +15,24 @@
 //               one direction it needs; counting both here saves a synchronization). The counts and the threshold are
 //               read back with one synchronization per pass: dgc is variable-size, so compress must learn the count
 //               anyway, and the first threshold aims at the band's middle so that one pass is the common case.
-//   compaction  by the cut {threshold, keys above it} with the decided count (terse/kit/topk_select_kernels.cuh's
-//               compactByCut, ties to the lower index), or, after max_passes misses, by the exact top-k's radix
-//               select, as topk.cu.
+//   compaction  by the cut {threshold, keys above it} with the decided count. The common case takes every key above
+//               the threshold, or every key at or above it (the count is clamped to [greater, greater_equal], which
+//               leaves a choice only where several elements share the threshold's key): a stateless predicate, so one
+//               cub::DeviceSelect pass writes the values and indices in index order (through a zip iterator: the
+//               payload's two sections at once). When only some keys equal to the threshold are taken, the tiled
+//               compaction that gives ties to the lower index (terse/kit/topk_select_kernels.cuh's compactByCut); after
+//               max_passes misses, the exact top-k's radix select and that compaction.
 //
 // A non-finite gradient element is refused at compress as on the host: the first counting pass finds it (a tensor
 // that is not sampled gets one counting pass for this alone before its exact top-k).
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/tuple.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cub/device/device_select.cuh>
 
 #include "dgc_cuda.h"
 #include "dgc_math.h"
@@ -38,6 +48,9 @@ namespace terse::compressors::dgc::cuda {
 namespace {
 
 namespace tc = kit::topk::cuda;
+// cub and thrust are wrapped in a namespace of this plugin's own (terse/kit/device.cuh says why).
+namespace cub = CUB_NS_QUALIFIER;
+namespace thrust = THRUST_NS_QUALIFIER;
 
 // One counting pass's result, in the workspace, read back by the host. The threshold is written by thresholdKernel
 // before the pass and stays while the counters are cleared for the next.
@@ -63,8 +76,40 @@ struct WorkLayout {
   tc::Layout select;
   uint64_t pass = 0;
   uint64_t sample = 0;
+  uint64_t selected = 0;  // u64: the count the one-pass compaction's DeviceSelect writes
+  uint64_t beyond = 0;    // cub's temporary storage for that DeviceSelect
+  size_t beyond_bytes = 0;
   uint64_t total = 0;
 };
+
+// One entry of the payload: an element's value and index, read from the tensor for the one-pass compaction. Only
+// device code dereferences the iterator that calls this (x is device memory); the host needs the body to compile.
+using Entry = thrust::tuple<float, uint32_t>;
+struct EntryAt {
+  const float* x;
+  __host__ __device__ Entry operator()(uint32_t i) const { return Entry{x[i], i}; }
+};
+
+// The one-pass compaction's predicate: key > cut, or key >= cut when every key equal to the cut is taken.
+struct Beyond {
+  uint32_t cut;
+  bool ties;
+  __device__ bool operator()(const Entry& e) const {
+    const uint32_t key = kit::topk::magnitudeKey(thrust::get<0>(e));
+    return key > cut || (ties && key == cut);
+  }
+};
+
+// Every element of x[0..n) that Beyond{cut, ties} keeps, in index order, as values[j] and indices[j]: one
+// cub::DeviceSelect over (value, index) entries into a zip of the payload's two sections. With temp == nullptr, only
+// sizes its temporary storage (launches nothing).
+void selectBeyond(void* temp, size_t& temp_bytes, const float* x, uint64_t n, uint32_t cut, bool ties, float* values,
+                  uint32_t* indices, uint64_t* selected, cudaStream_t st) {
+  const thrust::transform_iterator<EntryAt, thrust::counting_iterator<uint32_t>> in(
+      thrust::counting_iterator<uint32_t>(0), EntryAt{x});
+  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, in, thrust::make_zip_iterator(values, indices), selected,
+                                             static_cast<int64_t>(n), Beyond{cut, ties}, st));
+}
 
 WorkLayout workLayout(uint64_t numel, uint64_t k, uint64_t samples) {
   WorkLayout w;
@@ -75,7 +120,10 @@ WorkLayout workLayout(uint64_t numel, uint64_t k, uint64_t samples) {
     samples = 0;  // everything is sent: nothing to select, nothing to sample
   }
   w.sample = w.pass + tc::alignUp(sizeof(PassCounts));
-  w.total = w.sample + tc::alignUp(samples * sizeof(float));
+  w.selected = w.sample + tc::alignUp(samples * sizeof(float));
+  w.beyond = w.selected + tc::alignUp(sizeof(uint64_t));
+  if (k < numel) selectBeyond(nullptr, w.beyond_bytes, nullptr, numel, 0, false, nullptr, nullptr, nullptr, nullptr);
+  w.total = w.beyond + tc::alignUp(w.beyond_bytes);
   return w;
 }
 
@@ -211,6 +259,7 @@ Plan plan(const float* x, const Shape& shape, const sdk::PhiloxStream& rng, std:
     if (acceptable(gt, ge, lo, hi)) {
       p.cut = c.t;
       p.greater = gt;
+      p.greater_equal = ge;
       p.count = countFor(k, gt, ge);
       return p;
     }
@@ -243,7 +292,14 @@ void write(const device::Prefix& prefix, const float* x, const Shape& shape, con
     tc::takeAll(x, shape.n, values, indices, st);
     return;
   }
-  const tc::Layout l = tc::layoutFor(shape.n);
+  const WorkLayout w = workLayout(shape.n, shape.k, shape.s);
+  if (!p.exact && (p.count == p.greater || p.count == p.greater_equal)) {
+    size_t beyond_bytes = w.beyond_bytes;
+    selectBeyond(workspace + w.beyond, beyond_bytes, x, shape.n, p.cut, p.count != p.greater, values, indices,
+                 reinterpret_cast<uint64_t*>(workspace + w.selected), st);
+    return;
+  }
+  const tc::Layout& l = w.select;
   auto* state = reinterpret_cast<tc::State*>(workspace);
   if (p.exact) {
     tc::radixSelect(x, shape.n, p.count, state, reinterpret_cast<uint32_t*>(workspace + l.hist), st);

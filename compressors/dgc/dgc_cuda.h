@@ -10,13 +10,18 @@
 //   compress     sampleKernel gathers s elements, one in each stratum of about 100: 4 s / n = 0.04 B useful, but
 //                each gather reads a 32-byte sector of its own, 0.32 B; the sample written, 0.04 B. The radix select
 //                over the sample (three histograms) and countPassKernel's sample counts read it from L2.
-//                countPassKernel reads x, 4 B (then one synchronization). compactByCut by that threshold: countKernel
-//                4 B, writeKernel 4 B + count (about 1.05 k) values and indices written, 0.084 B. Total about 12.4 B
-//                (12.2 B counting useful bytes only); bound 0.64x. Each further counting pass adds 4 B; the exact
-//                fallback adds a radix select over x, 12 B (worst case, four passes and the fallback, about 36 B).
+//                countPassKernel reads x, 4 B (then one synchronization). The compaction by that threshold, which
+//                takes every key above it, or at or above it (ties are split only where several elements share the
+//                threshold's key and k falls strictly among them): one DeviceSelect reads x, 4 B, and writes count
+//                (about 1.05 k) values and indices, 0.084 B. Total
+//                about 8.44 B (8.2 B counting useful bytes only); bound 0.95x. Each further counting pass adds 4 B; a
+//                threshold whose ties are split takes the tiled compaction instead (countKernel and writeKernel, 8 B,
+//                as before 2026-12-05: 12.4 B in all); the exact fallback adds a radix select over x, 12 B (worst
+//                case, four passes and the fallback, about 36 B).
 //                Selection bound: any exact top-k reads the input once and writes k values and indices, 4.08 B, so
-//                it could run at 1.96x a device copy; this compress moves 3.0x that (its bound is 33% of that one).
-//                countPassKernel and countKernel both read x only to count keys against the same cut.
+//                it could run at 1.96x a device copy; this compress moves 2.1x that. countPassKernel and the
+//                DeviceSelect both read x only to compare keys against the same threshold; fusing them would need
+//                the count before the write, which is what the host waits for.
 //   decompress   the count copied to the host (one synchronization), then as topk: validateSparseKernel reads the
 //                payload, 8 count / n = 0.084 B; scatterKernel re-reads it (from L2) and adds each value onto
 //                out[index]: 4 read + 4 written per entry, 0.084 B useful, 32 + 32 B per entry in 32-byte sectors,
@@ -46,12 +51,13 @@ struct Shape {
 
 // dgc_select.h's Plan, as the device found it: the same numbers for the same input, seed, step and tensor.
 struct Plan {
-  uint32_t cut = 0;        // when !exact: every key > cut plus (count - greater) ties, lowest index first
-  uint64_t greater = 0;    // keys strictly above cut
-  uint64_t count = 0;      // entries selected, in [minCount(k), maxCount(k)]
-  bool exact = false;      // select exactly k by the exact top-k instead
-  bool nonfinite = false;  // the tensor holds inf or NaN (compress refuses it, as the host does)
-  int passes = 0;          // counting passes over the tensor (0 when exact from the start)
+  uint32_t cut = 0;            // when !exact: every key > cut plus (count - greater) ties, lowest index first
+  uint64_t greater = 0;        // keys strictly above cut
+  uint64_t greater_equal = 0;  // keys at or above cut (count == greater or == this: no tie is split)
+  uint64_t count = 0;          // entries selected, in [minCount(k), maxCount(k)]
+  bool exact = false;          // select exactly k by the exact top-k instead
+  bool nonfinite = false;      // the tensor holds inf or NaN (compress refuses it, as the host does)
+  int passes = 0;              // counting passes over the tensor (0 when exact from the start)
 };
 
 // Workspace bytes for a tensor of numel elements, k selected, a sample of `samples` (0: not sampled): 0 when k == 0.

@@ -516,8 +516,9 @@ TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
 // dgc: the sampled thresholds, the refinement passes and the exact fallback, each on the device with the host's sample
 // (Philox) and the host's decisions, so the payload is the host's byte for byte. The grid is chosen so that every path
 // occurs (the host's own plan says which one each case takes, and the test checks that each was taken at least once):
-// one pass, several passes, the exact fallback after max_passes misses; smooth and heavily tied data (the cut inside a
-// crowded key, ties to the lower index); sizes around the compaction's 4096-element tiles.
+// one pass, several passes, the exact fallback after max_passes misses; the one-pass compaction (every key equal to
+// the threshold taken, or none) and the tiled one (some taken: the cut inside a crowded key of heavily tied data,
+// ties to the lower index); sizes around the compaction's 4096-element tiles.
 class DgcOnDevice : public DeviceTest {};
 
 namespace dg = terse::compressors::dgc;
@@ -532,7 +533,7 @@ TEST_F(DgcOnDevice, SampledThresholdsAndTheExactFallbackEqualTheHost) {
     const char* sample_ratio;
     int max_passes;
   };
-  int one_pass = 0, several = 0, fallback = 0;
+  int one_pass = 0, several = 0, fallback = 0, whole_ties = 0, split_ties = 0;
   for (const Config& cfg : {Config{"0.001", "0.01", 4}, Config{"0.001", "0.001", 1}, Config{"0.01", "0.001", 2},
                             Config{"0.1", "0.01", 4}}) {
     Instance c(
@@ -571,6 +572,11 @@ TEST_F(DgcOnDevice, SampledThresholdsAndTheExactFallbackEqualTheHost) {
             ++fallback;
           } else {
             ++(p.passes == 1 ? one_pass : several);
+            // Which compaction the device ran: one DeviceSelect when the count takes every key equal to the threshold
+            // or none of them, the tiled one when it splits them (dgc.cu's write).
+            uint64_t at_or_above = 0;
+            for (float v : x) at_or_above += tk::magnitudeKey(v) >= p.cut.key ? 1 : 0;
+            ++(p.count == p.cut.greater || p.count == at_or_above ? whole_ties : split_ties);
           }
         }
       }
@@ -579,6 +585,8 @@ TEST_F(DgcOnDevice, SampledThresholdsAndTheExactFallbackEqualTheHost) {
   EXPECT_GT(one_pass, 0);
   EXPECT_GT(several, 0);
   EXPECT_GT(fallback, 0);
+  EXPECT_GT(whole_ties, 0);
+  EXPECT_GT(split_ties, 0);
 }
 
 // dgc synchronizes at compress (variable size), so it refuses a non-finite gradient there with the host's status and
