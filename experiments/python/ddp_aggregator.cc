@@ -59,10 +59,10 @@ DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
 }
 
 bool DdpAggregator::inPlace() const noexcept {
-  // Error feedback and momentum correction keep a residual per tensor, which needs the codec; on the device the
-  // plugin path is what the device suite has run (the in-place sum there is not measured yet).
-  return identity_ && !options_.codec.error_feedback && options_.codec.momentum_correction == 0 && !placement_.device &&
-         trace_ == nullptr;
+  // Error feedback and momentum correction keep a residual per tensor, which needs the codec. Host and device alike:
+  // on the device the collective is the one the plugin path's payloads go through (torch.distributed on a view of
+  // device memory, ordered after the bound stream's work) and the division is averageSummed's kernel on that stream.
+  return identity_ && !options_.codec.error_feedback && options_.codec.momentum_correction == 0 && trace_ == nullptr;
 }
 
 void DdpAggregator::checkBucket(int bucket_index, uintptr_t data, uint64_t numel) {

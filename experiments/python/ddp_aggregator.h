@@ -38,7 +38,7 @@
 // the bucket is compressed as one), issued when the hook was called, its phases as the engine ran them.
 //
 // In place. With a compressor whose caps declare TERSE_CAP_IDENTITY (none: its payload's body is the gradient
-// unchanged), no error feedback or momentum correction, host tensors and no trace attached, a bucket of f32 is summed
+// unchanged), no error feedback or momentum correction and no trace attached, a bucket of f32 (host or CUDA) is summed
 // where it lies, as one collective over the whole buffer, and divided by the world size as every pipeline divides:
 // the plugin is never called, so nothing is copied in or out, as DDP's own allreduce copies nothing. The bits are the
 // plugin path's (the fused bodies are the bucket's elements in the same order, summed by the same collective); its
@@ -159,7 +159,7 @@ class DdpAggregator {
   // SplitSum).
   bool chainable() const;
   // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
-  // only when the state binds or a trace is attached; the caller may leave the members out while it holds.
+  // only when a trace is attached; the caller may leave the members out while it holds.
   bool inPlace() const noexcept;
   std::unique_ptr<ChainedBucket> beginChained(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                                               const std::vector<BucketMember>& members, bool is_last);

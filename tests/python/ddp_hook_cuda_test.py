@@ -156,6 +156,12 @@ def bits(rank, world, cpu_group, steps=4):
                             "max |diff| %.3g)" % (label, step, i, tuple(a.shape), diff,
                                                   (a.grad - got).abs().max().item()))
                 break
+        if compressor == "none":
+            # An identity compressor sums each bucket where it lies on the device too (ddp_aggregator.h, "In
+            # place"): the bits above are then the in-place sum's, against the host's in-place sum.
+            check(cuda_state._agg.in_place and host_state._agg.in_place,
+                  "none: not summed in place (host %s, cuda %s)" % (host_state._agg.in_place,
+                                                                     cuda_state._agg.in_place))
         fixed = cuda_state.caps["fixed_size"]
         if fixed and world == 1:
             # DDP's own copies, and signsgd's prefix reads (one per tensor it decodes), nothing else.
