@@ -12,7 +12,8 @@
 //                  whose scratch lives in the workspace that the ABI forbids decompress to write, and makes the decode
 //                  of a given P^ and Q the host's bit for bit.
 //   orthogonalize  one block of kOrthoThreads: the host's Gram-Schmidt column by column (twice-projected, the same
-//                  collapse test and basis-vector rule), each dot product summed by the block in a fixed tree order.
+//                  collapse test and basis-vector rule), each dot product summed by the block in a fixed order (warp
+//                  shuffles, then the warps' totals).
 //                  The rank is small, so one block holds everything; a very tall P (millions of rows) makes this one
 //                  block the step's slow part, about (r^2 + 3 r) passes over n doubles.
 //   validate       one thread per prefix byte and per value, raising the status word on anything the host refuses.
@@ -188,17 +189,29 @@ __global__ void validateKernel(const std::byte* __restrict__ payload, device::Pr
 
 constexpr unsigned kOrthoThreads = 1024;  // a power of two: the reductions below halve it
 
-// The sum of every thread's `v`, in a fixed tree order, returned to every thread of the block.
+// The sum of a warp's `v`, in a fixed order (a shuffle-down tree), in lane 0.
+__device__ __forceinline__ double warpSum(double v) {
+  for (unsigned offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum of every thread's `v`, in a fixed order, returned to every thread of the block: each warp sums its lanes by
+// shuffles, then warp 0 sums the warps' totals the same way. Three block barriers a sum, where a shared-memory tree
+// over the 1024 threads took eleven; the orthogonalization makes (r^2 + 3 r) of these sums in a row, one after
+// another, so its time is their latency. The order is fixed, so every run on every rank gives the same bits.
 __device__ double blockSum(double v, double* shm) {
-  const unsigned t = threadIdx.x;
-  shm[t] = v;
+  static_assert(kOrthoThreads % 32 == 0 && kOrthoThreads / 32 <= 32, "warp 0 sums one total per warp");
+  const unsigned t = threadIdx.x, lane = t % 32, warp = t / 32;
+  v = warpSum(v);
+  if (lane == 0) shm[warp] = v;
   __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s) shm[t] += shm[t + s];
-    __syncthreads();
+  if (warp == 0) {
+    v = warpSum(lane < blockDim.x / 32 ? shm[lane] : 0.0);
+    if (lane == 0) shm[kOrthoThreads / 32] = v;
   }
-  const double total = shm[0];
-  __syncthreads();  // everyone has read shm[0] before the next call overwrites it
+  __syncthreads();
+  const double total = shm[kOrthoThreads / 32];
+  __syncthreads();  // everyone has read the total before the next call overwrites shm
   return total;
 }
 
