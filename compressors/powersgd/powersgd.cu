@@ -195,24 +195,27 @@ __device__ __forceinline__ double warpSum(double v) {
   return v;
 }
 
+constexpr unsigned kWarps = kOrthoThreads / 32;
+constexpr unsigned kSumSlots = kWarps + 1;  // blockSum's shared memory: the warps' totals, then the block's
+
 // The sum of every thread's `v`, in a fixed order, returned to every thread of the block: each warp sums its lanes by
-// shuffles, then warp 0 sums the warps' totals the same way. Three block barriers a sum, where a shared-memory tree
+// shuffles, then warp 0 sums the warps' totals the same way. Two block barriers a sum, where a shared-memory tree
 // over the 1024 threads took eleven; the orthogonalization makes (r^2 + 3 r) of these sums in a row, one after
-// another, so its time is their latency. The order is fixed, so every run on every rank gives the same bits.
+// another, so its time is their latency. The order is fixed, so every run on every rank gives the same bits. No
+// barrier is needed after the total is read: the next call writes the warps' slots, never the total's, before its
+// first barrier, and rewrites the total only after it, which every thread reaches after reading this one.
 __device__ double blockSum(double v, double* shm) {
-  static_assert(kOrthoThreads % 32 == 0 && kOrthoThreads / 32 <= 32, "warp 0 sums one total per warp");
+  static_assert(kOrthoThreads % 32 == 0 && kWarps <= 32, "warp 0 sums one total per warp");
   const unsigned t = threadIdx.x, lane = t % 32, warp = t / 32;
   v = warpSum(v);
   if (lane == 0) shm[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = warpSum(lane < blockDim.x / 32 ? shm[lane] : 0.0);
-    if (lane == 0) shm[kOrthoThreads / 32] = v;
+    v = warpSum(lane < kWarps ? shm[lane] : 0.0);
+    if (lane == 0) shm[kWarps] = v;
   }
   __syncthreads();
-  const double total = shm[kOrthoThreads / 32];
-  __syncthreads();  // everyone has read the total before the next call overwrites shm
-  return total;
+  return shm[kWarps];
 }
 
 // ||v||, as the host's norm(): sqrt of the sum of squares.
@@ -239,7 +242,7 @@ __device__ void blockProject(const double* phat, uint64_t c, double* v, uint64_t
 __global__ void __launch_bounds__(kOrthoThreads)
     orthogonalizeKernel(const float* __restrict__ P, uint64_t n, uint64_t r, double* __restrict__ phat,
                         float* __restrict__ phat32) {
-  __shared__ double shm[kOrthoThreads];
+  __shared__ double shm[kSumSlots];
   __shared__ double best_rest[kOrthoThreads];
   __shared__ uint64_t best_index[kOrthoThreads];
   const unsigned t = threadIdx.x;

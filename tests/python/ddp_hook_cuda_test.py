@@ -158,10 +158,14 @@ def bits(rank, world, cpu_group, steps=4):
                 break
         if compressor == "none":
             # An identity compressor sums each bucket where it lies on the device too (ddp_aggregator.h, "In
-            # place"): the bits above are then the in-place sum's, against the host's in-place sum.
-            check(cuda_state._agg.in_place and host_state._agg.in_place,
-                  "none: not summed in place (host %s, cuda %s)" % (host_state._agg.in_place,
-                                                                     cuda_state._agg.in_place))
+            # place"): the bits above are then the in-place sum's, against the host's in-place sum. Each bucket's
+            # bytes show the path taken: the body alone and one tensor (the plugin path adds a header per tensor).
+            for side, state in (("host", host_state), ("cuda", cuda_state)):
+                if not state._agg.in_place:
+                    mine.append("none: the %s state does not sum in place" % side)
+                for index, b in state.buckets().items():
+                    if b["last_step"]["payload"] != 4 * b["numel"] or b["tensors"] != 1:
+                        mine.append("none: the %s state's bucket %d went through the plugin: %r" % (side, index, b))
         fixed = cuda_state.caps["fixed_size"]
         if fixed and world == 1:
             # DDP's own copies, and signsgd's prefix reads (one per tensor it decodes), nothing else.

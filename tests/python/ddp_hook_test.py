@@ -652,6 +652,14 @@ def in_place(rank):
               "overlap=%s: %r" % (overlap, buckets))
         check(state._agg.in_place, "overlap=%s: not in place" % overlap)
         state.close()
+    # Only f32 is summed in place: a bucket of another dtype goes to the plugin, which refuses it by name (the hook
+    # once left its members out as for an in-place bucket, and the refusal spoke of tensors holding 0 elements).
+    state = terse.torch.CompressionState("none", overlap=False)
+    doubles = FakeBucket(0, [torch.zeros(3, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)])
+    doubles.buf = doubles.buf.double()
+    expect_error(terse.Unsupported, "only f32 gradients are supported, got f64",
+                 lambda: terse.torch.compression_hook(state, doubles).wait())
+    state.close()
     # The plugin path, where the flag cannot be used: its flipped bits show.
     lied, _, in_place = run(bad_caps, True, mode="identity_lies", error_feedback=True)
     check(not in_place, "with error feedback the hook must call the codec")
