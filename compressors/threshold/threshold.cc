@@ -160,6 +160,9 @@ class Threshold final : public sdk::Compressor {
       throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
                                  " bytes, sizes() asked for " + std::to_string(need));
     }
+    // The device select parks the indices past n values (threshold.cu), so it needs the whole max_output_bytes the
+    // ABI promises, not just the payload it ends up writing.
+    device::requireCapacity(args.output, sparse::payloadBytes(args.info.numel), "threshold");
     const auto status = status_.acquire();
     status.clear();
     const th::cuda::Selection s =

@@ -1,14 +1,22 @@
 // threshold's kernels: the host's selection (threshold_math.h's keep on terse/kit/topk_math.hpp's magnitude keys,
 // integer compares only) by cub::DeviceSelect::If, which keeps the input order, so values and indices come out in index
 // order as the host writes them and the payload is the host's byte for byte:
-//   values    DeviceSelect::If over x with keep(key, min_key), into the payload's value section; the count goes to the
+//   select    one DeviceSelect::If over (value, index) entries with keep(key, min_key), through a zip iterator into
+//             the payload's value section and, for the indices, the payload buffer past n values (24 + 4 n: the
+//             output holds max_output_bytes = 24 + 8 n, so both fit whatever the count); the count goes to the
 //             workspace, and a kernel bounded by that count raises the status word for a non-finite sent value.
 //   count     one synchronization reads the count (the ABI's rule for variable-size compressors on CUDA: output_bytes
 //             must be known when compress returns) and the status.
-//   indices   DeviceSelect::If over the indices 0..n-1 with the same predicate (read through x), written straight to
-//             their final offset 24 + 4 * count, now known; then the count is copied into the payload.
+//   indices   moved down to their final offset 24 + 4 * count, a copy of 4 count bytes, when the two ranges do not
+//             overlap (count <= n / 2; at 1% of n always); otherwise a second DeviceSelect over the indices 0..n-1
+//             with the same predicate (read through x) writes them there. Then the count is copied into the payload.
+//             The bytes past the payload that held the indices on the way are the output's own (capacity >=
+//             max_output_bytes); nothing past max_output_bytes is written.
 // Decompress validates and scatters with terse/kit/sparse_kernels.cuh, with the tau check on.
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/tuple.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -35,9 +43,18 @@ constexpr uint64_t kTempOffset = 256;
 // Blocks of the non-finite check: its bound (the count) is on the device, so the grid cannot be sized to it.
 constexpr unsigned kCheckBlocks = 1024;
 
-struct KeepValue {
+// One payload entry: an element's value and index, read from the tensor. Only device code dereferences the iterator
+// that calls this (x is device memory); the host needs the body to compile.
+using Entry = thrust::tuple<float, uint32_t>;
+struct EntryAt {
+  const float* x;
+  __host__ __device__ Entry operator()(uint32_t i) const { return Entry{x[i], i}; }
+};
+using EntryInput = thrust::transform_iterator<EntryAt, thrust::counting_iterator<uint32_t>>;
+
+struct KeepEntry {
   uint32_t min_key;
-  __device__ bool operator()(float v) const { return keep(kit::topk::magnitudeKey(v), min_key); }
+  __device__ bool operator()(const Entry& e) const { return keep(kit::topk::magnitudeKey(thrust::get<0>(e)), min_key); }
 };
 
 struct KeepIndex {
@@ -54,12 +71,19 @@ __global__ void nonfiniteKernel(const float* __restrict__ values, const uint64_t
   }
 }
 
+// The one-pass select of (value, index) entries into values[] and indices[]; with temp == nullptr, only sizes its
+// temporary storage (launches nothing).
+void selectEntries(void* temp, size_t& temp_bytes, const float* x, int64_t n, uint32_t min_key, float* values,
+                   uint32_t* indices, uint64_t* count, cudaStream_t st) {
+  TERSE_SDK_CUDA_CHECK(
+      cub::DeviceSelect::If(temp, temp_bytes, EntryInput(thrust::counting_iterator<uint32_t>(0), EntryAt{x}),
+                            thrust::make_zip_iterator(values, indices), count, n, KeepEntry{min_key}, st));
+}
+
 size_t tempBytes(uint64_t numel) {
   size_t values = 0, indices = 0;
   const auto n = static_cast<int64_t>(numel);
-  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(nullptr, values, static_cast<const float*>(nullptr),
-                                             static_cast<float*>(nullptr), static_cast<uint64_t*>(nullptr), n,
-                                             KeepValue{0}));
+  selectEntries(nullptr, values, nullptr, n, 0, nullptr, nullptr, nullptr, nullptr);
   TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(nullptr, indices, thrust::counting_iterator<uint32_t>(0),
                                              static_cast<uint32_t*>(nullptr), static_cast<uint64_t*>(nullptr), n,
                                              KeepIndex{nullptr, 0}));
@@ -85,8 +109,9 @@ Selection compress(const device::Prefix& header, const float* x, uint64_t numel,
   size_t temp_bytes = tempBytes(numel);
   const auto n = static_cast<int64_t>(numel);
   auto* values = reinterpret_cast<float*>(payload + kit::sparse::kFixedBytes);
-  TERSE_SDK_CUDA_CHECK(
-      cub::DeviceSelect::If(workspace + kTempOffset, temp_bytes, x, values, count, n, KeepValue{min_key}, st));
+  // The indices wait where they would lie if every element were sent: past n values (see the top of this file).
+  auto* parked = reinterpret_cast<uint32_t*>(payload + kit::sparse::kFixedBytes + sizeof(float) * numel);
+  selectEntries(workspace + kTempOffset, temp_bytes, x, n, min_key, values, parked, count, st);
   nonfiniteKernel<<<kCheckBlocks, device::kThreads, 0, st>>>(values, count, status.device());
   TERSE_COMPRESSOR_CHECK_LAUNCH();
   uint64_t c = 0;
@@ -98,9 +123,16 @@ Selection compress(const device::Prefix& header, const float* x, uint64_t numel,
                                              std::to_string(numel) + " elements");
   }
   auto* indices = reinterpret_cast<uint32_t*>(payload + kit::sparse::kFixedBytes + sizeof(float) * c);
-  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(workspace + kTempOffset, temp_bytes,
-                                             thrust::counting_iterator<uint32_t>(0), indices, count, n,
-                                             KeepIndex{x, min_key}, st));
+  if (c == numel) {
+    // Every element sent: the parked indices are where they belong.
+  } else if (2 * c <= numel) {
+    // [24 + 4c, 24 + 8c) ends at or before [24 + 4n, ...) begins: a copy, not an overlapping move.
+    TERSE_SDK_CUDA_CHECK(cudaMemcpyAsync(indices, parked, sizeof(uint32_t) * c, cudaMemcpyDeviceToDevice, st));
+  } else {
+    TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(workspace + kTempOffset, temp_bytes,
+                                               thrust::counting_iterator<uint32_t>(0), indices, count, n,
+                                               KeepIndex{x, min_key}, st));
+  }
   TERSE_SDK_CUDA_CHECK(
       cudaMemcpyAsync(payload + kit::sparse::kCountOffset, count, sizeof(uint64_t), cudaMemcpyDeviceToDevice, st));
   return {c, false};

@@ -6,12 +6,13 @@
 // DRAM traffic sets a floor under each call's time, so its bound, 8 B (a device copy's 4 read + 4 written) over the
 // call's bytes, is the fastest it can run as a fraction of a device copy. The input (256 MiB) does not fit in the 50 MB
 // L2:
-//   compress     cub::DeviceSelect::If over x (one pass, decoupled look-back): 4 read + c values written, 0.04 B;
-//                nonfiniteKernel re-reads those values (2.7 MB, from L2); the count to the host (one
-//                synchronization); cub::DeviceSelect::If over the indices, whose predicate reads x again: 4 read + c
-//                indices written, 0.04 B. Total 8.08 B; bound 0.99x. cub's tile states (a few bytes per tile of
-//                thousands of elements) stay in L2. x is read twice because the indices' offset, 24 + 4 c, is known
-//                only after the first pass; a one-pass filter (4 read + 8 c / n written, 4.08 B) could run at 1.96x.
+//   compress     cub::DeviceSelect::If over (value, index) entries of x (one pass, decoupled look-back): 4 read + c
+//                values and c indices written (the indices parked past n values), 0.08 B; nonfiniteKernel re-reads
+//                the values (2.7 MB, from L2); the count to the host (one synchronization); the c indices copied
+//                down to their offset 24 + 4 c, 0.08 B read and written. Total 4.16 B; bound 1.92x. cub's tile
+//                states (a few bytes per tile of thousands of elements) stay in L2. Until 2026-12-05 a second
+//                DeviceSelect over the indices read x again (8.08 B, bound 0.99x); it still does when more than half
+//                of the elements are sent, where the parked indices would overlap their destination.
 //   decompress   the count to the host (one synchronization); validateSparseKernel<true> reads the payload, 8 c / n =
 //                0.08 B; scatterKernel re-reads it (from L2) and adds each value onto out[index]: 4 read + 4 written
 //                per entry, 0.08 B useful, 32 + 32 B per entry in 32-byte sectors, 0.64 B. Total 0.16 B useful (bound

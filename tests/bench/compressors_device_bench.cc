@@ -79,7 +79,7 @@ const std::map<std::string, Traffic>& trafficPerElement() {
       {"terngrad-r8", {8.281, 8.516}}, {"onebit", {8.141, 8.156}},
       {"signsgd", {4.125, 8.125}},     {"topk", {8.55, 0.72}},
       {"dgc", {8.44, 0.76}},           {"randomk", {0.36, 0.68}},
-      {"threshold", {8.08, 0.72}},     {"powersgd", {8.02, 8.02}}};
+      {"threshold", {4.16, 0.72}},     {"powersgd", {8.02, 8.02}}};
   return bytes;
 }
 
