@@ -26,7 +26,7 @@
 // A non-finite gradient element is refused at compress as on the host: the first counting pass finds it (a tensor
 // that is not sampled gets one counting pass for this alone before its exact top-k).
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
 #include <thrust/tuple.h>
 
@@ -82,33 +82,36 @@ struct WorkLayout {
   uint64_t total = 0;
 };
 
-// One entry of the payload: an element's value and index, read from the tensor for the one-pass compaction. Only
-// device code dereferences the iterator that calls this (x is device memory); the host needs the body to compile.
+// One entry of the payload: an element's value and index. The one-pass compaction selects indices (a 4-byte
+// primitive input gets cub's tuned policy, an 8-byte pair its untuned default) and turns each kept one into its entry
+// on the way out. Only device code writes through that iterator (x is device memory); the host needs the body to
+// compile.
 using Entry = thrust::tuple<float, uint32_t>;
-struct EntryAt {
+struct EntryOf {
   const float* x;
   __host__ __device__ Entry operator()(uint32_t i) const { return Entry{x[i], i}; }
 };
 
-// The one-pass compaction's predicate: key > cut, or key >= cut when every key equal to the cut is taken.
+// The one-pass compaction's predicate on element i: key > cut, or key >= cut when every key equal to the cut is taken.
 struct Beyond {
+  const float* x;
   uint32_t cut;
   bool ties;
-  __device__ bool operator()(const Entry& e) const {
-    const uint32_t key = kit::topk::magnitudeKey(thrust::get<0>(e));
+  __device__ bool operator()(uint32_t i) const {
+    const uint32_t key = kit::topk::magnitudeKey(x[i]);
     return key > cut || (ties && key == cut);
   }
 };
 
-// Every element of x[0..n) that Beyond{cut, ties} keeps, in index order, as values[j] and indices[j]: one
-// cub::DeviceSelect over (value, index) entries into a zip of the payload's two sections. With temp == nullptr, only
-// sizes its temporary storage (launches nothing).
+// Every element of x[0..n) that Beyond{x, cut, ties} keeps, in index order, as values[j] and indices[j]: one
+// cub::DeviceSelect over the indices into a zip of the payload's two sections. With temp == nullptr, only sizes its
+// temporary storage (launches nothing).
 void selectBeyond(void* temp, size_t& temp_bytes, const float* x, uint64_t n, uint32_t cut, bool ties, float* values,
                   uint32_t* indices, uint64_t* selected, cudaStream_t st) {
-  const thrust::transform_iterator<EntryAt, thrust::counting_iterator<uint32_t>> in(
-      thrust::counting_iterator<uint32_t>(0), EntryAt{x});
-  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, in, thrust::make_zip_iterator(values, indices), selected,
-                                             static_cast<int64_t>(n), Beyond{cut, ties}, st));
+  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(
+      temp, temp_bytes, thrust::counting_iterator<uint32_t>(0),
+      thrust::make_transform_output_iterator(thrust::make_zip_iterator(values, indices), EntryOf{x}), selected,
+      static_cast<int64_t>(n), Beyond{x, cut, ties}, st));
 }
 
 WorkLayout workLayout(uint64_t numel, uint64_t k, uint64_t samples) {

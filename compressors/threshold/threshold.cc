@@ -17,7 +17,8 @@
 // compress with InvalidArgument (inf passes any tau; NaN is treated as passing too, so it is never dropped silently).
 //
 // Compress is one pass: values are written from offset 24 forward and indices, whose final offset depends on the
-// count, from the far end of the output buffer (capacity 24 + 8 * numel), then moved down once the count is known.
+// count, forward from offset 24 + 4 * numel (the output's capacity is 24 + 8 * numel, which compress requires), then
+// moved down once the count is known. The device path parks its indices at the same place (threshold.cu).
 //
 // CUDA (threshold.cu, when built with CUDA): device tensors give the host's payload byte for byte (cub::DeviceSelect
 // with the same integer key compare keeps index order). Compress synchronizes `stream` once, as a variable-size
@@ -160,9 +161,6 @@ class Threshold final : public sdk::Compressor {
       throw sdk::InvalidArgument("workspace of " + std::to_string(args.workspace.size()) +
                                  " bytes, sizes() asked for " + std::to_string(need));
     }
-    // The device select parks the indices past n values (threshold.cu), so it needs the whole max_output_bytes the
-    // ABI promises, not just the payload it ends up writing.
-    device::requireCapacity(args.output, sparse::payloadBytes(args.info.numel), "threshold");
     const auto status = status_.acquire();
     status.clear();
     const th::cuda::Selection s =

@@ -513,6 +513,43 @@ TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
   }
 }
 
+// threshold parks the indices past n values and then places them at 24 + 4c (threshold.cu) in one of three ways: no
+// move when every element is sent, a copy when the two ranges do not overlap (2c <= n, touching at 2c == n), a second
+// select otherwise. Each, at its edge, gives the host's payload byte for byte and the host's decode.
+TEST(ThresholdOnDevice, EveryWayOfPlacingTheIndicesEqualsTheHost) {
+  const cuda::DeviceSummary summary = cuda::deviceSummary();
+  if (summary.count == 0) GTEST_SKIP() << "no CUDA device: " << summary.reason;
+  int device = 0;
+  TERSE_CUDA_CHECK(cudaGetDevice(&device));
+  Plugin plugin("threshold");
+  Instance c(plugin, {{"tau", "0.5"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  struct Way {
+    const char* what;
+    uint64_t n;
+    uint64_t every;  // element i is sent when i % every == 0 (1: all of them)
+  };
+  for (const Way& w : {Way{"all sent, no move", 1, 1}, Way{"all sent, no move", 1001, 1},
+                       Way{"half sent, ranges touch, copy", 1000, 2}, Way{"half + 1 sent, second select", 1001, 2},
+                       Way{"a third sent, copy", 4099, 3}}) {
+    SCOPED_TRACE(std::string(w.what) + ", numel " + std::to_string(w.n));
+    std::vector<float> x(static_cast<size_t>(w.n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i % w.every == 0 ? 1.0f : 0.25f) * (i % 5 == 0 ? -1.0f : 1.0f);
+    const terse_tensor_info_v1 info = tensorInfo(w.n);
+    const Bytes want = c.compress(info, x);
+    DeviceBuffer payload;
+    const Bytes got = dev.compress(onDevice(info, device), x, &payload, false);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
+    std::vector<float> host_out(x.size(), 3.0f), dev_out = host_out;
+    ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
+    ASSERT_EQ(dev.decompress(onDevice(info, device), want, dev_out, true), TERSE_OK) << c.lastError();
+    EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+  }
+}
+
 // dgc: the sampled thresholds, the refinement passes and the exact fallback, each on the device with the host's sample
 // (Philox) and the host's decisions, so the payload is the host's byte for byte. The grid is chosen so that every path
 // occurs (the host's own plan says which one each case takes, and the test checks that each was taken at least once):

@@ -14,7 +14,7 @@
 #pragma once
 
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -41,44 +41,43 @@ struct TopKLayout {
   uint64_t total = 0;
 };
 
-// Candidate i of the tensor: (x[i], i), read only when the State says the selection finishes on candidates, so that
-// on the other way the DeviceSelect reads no element (it still runs its grid over n items, reading the State). The
-// iterator that calls it is __host__ __device__, so it needs a host body; only device code ever dereferences it (x is
-// device memory), and the host body stops the process rather than return a made-up candidate.
-struct CandidateAt {
+// The DeviceSelect runs over the indices 0..n-1 (a counting iterator): a 4-byte primitive input gets cub's tuned
+// policy for sm_90 (384 threads of 17 items, loads through shared memory), where a (value, index) input of 8 bytes, a
+// type cub does not know, gets its untuned default (128 threads of 5). The predicate reads x[i]; a kept index is
+// turned into its candidate on the way out (x[i] again, just read).
+
+// Whether element i's key is at or above the top digit's boundary bin (state->prefix after round 0): every key above
+// the cut, and every key equal to it, is one. Nothing is kept, and no element read, when the selection stays on the
+// tensor (the DeviceSelect still sweeps its n indices then, reading the State).
+struct AtOrAboveBin {
   const float* x;
   const State* state;
+  __device__ bool operator()(uint32_t i) const {
+    return state->mode == kOnCandidates && magnitudeKey(x[i]) >= (state->prefix << digitShift(0));
+  }
+};
+
+// Candidate i of the tensor: (x[i], i). The output iterator that calls it is __host__ __device__, so it needs a host
+// body; only device code ever writes through it (x is device memory), and the host body stops the process rather
+// than make up a candidate.
+struct CandidateOf {
+  const float* x;
   __host__ __device__ Candidate operator()(uint32_t i) const {
 #ifdef __CUDA_ARCH__
-    if (state->mode == kOnCandidates) return Candidate{x[i], i};
-    return Candidate{0.0f, i};
+    return Candidate{x[i], i};
 #else
     std::abort();
 #endif
   }
 };
 
-// Whether a candidate's key is at or above the top digit's boundary bin (state->prefix after round 0): every key above
-// the cut, and every key equal to it, is one. Nothing is selected when the selection stays on the tensor.
-struct AtOrAboveBin {
-  const State* state;
-  __device__ bool operator()(const Candidate& c) const {
-    return state->mode == kOnCandidates && magnitudeKey(c.value) >= (state->prefix << digitShift(0));
-  }
-};
-
-using CandidateInput = thrust::transform_iterator<CandidateAt, thrust::counting_iterator<uint32_t>>;
-
-inline CandidateInput candidateInput(const float* x, const State* state) {
-  return CandidateInput(thrust::counting_iterator<uint32_t>(0), CandidateAt{x, state});
-}
-
 // cub::DeviceSelect::If over every element of x, keeping the candidates in index order; with temp == nullptr, only
 // sizes its temporary storage (launches nothing).
 inline void filterCandidates(void* temp, size_t& temp_bytes, const float* x, uint64_t n, const State* state,
                              Candidate* candidates, uint64_t* selected, cudaStream_t st) {
-  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, candidateInput(x, state), candidates, selected,
-                                             static_cast<int64_t>(n), AtOrAboveBin{state}, st));
+  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, thrust::counting_iterator<uint32_t>(0),
+                                             thrust::make_transform_output_iterator(candidates, CandidateOf{x}),
+                                             selected, static_cast<int64_t>(n), AtOrAboveBin{x, state}, st));
 }
 
 inline TopKLayout topKLayoutFor(uint64_t numel, uint64_t k) {
