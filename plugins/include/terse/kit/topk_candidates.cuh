@@ -42,9 +42,11 @@ struct TopKLayout {
 };
 
 // The DeviceSelect runs over the indices 0..n-1 (a counting iterator): a 4-byte primitive input gets cub's tuned
-// policy for sm_90 (384 threads of 17 items, loads through shared memory), where a (value, index) input of 8 bytes, a
-// type cub does not know, gets its untuned default (128 threads of 5). The predicate reads x[i]; a kept index is
-// turned into its candidate on the way out (x[i] again, just read).
+// policy for sm_90 (384 threads of 17 items: tiles of 6,528), where a (value, index) input of 8 bytes, a type cub does
+// not know, gets its untuned default (128 threads of 5: tiles of 640, ten times the decoupled look-backs). The indices
+// are transposed through shared memory and the predicate reads x[i] in blocked order (a thread's 17 elements in a
+// row, as cub's own tuned flagged select reads); a kept index is turned into its candidate on the way out (x[i]
+// again, just read). Whether this beats the default on the device is for the next GPU run to say.
 
 // Whether element i's key is at or above the top digit's boundary bin (state->prefix after round 0): every key above
 // the cut, and every key equal to it, is one. Nothing is kept, and no element read, when the selection stays on the
