@@ -493,19 +493,18 @@ void expectCompressRefusedAsOnTheHost(Instance& c, Stream& stream, const terse_t
   stream.synchronize();
 }
 
+// threshold on the device (DeviceTest skips without one before a test makes its stream).
+class ThresholdOnDevice : public DeviceTest {};
+
 // threshold: compress synchronizes to learn the count, so unlike the fixed-size compressors it refuses a non-finite
 // gradient at compress, with the host's status and message.
-TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
-  const cuda::DeviceSummary summary = cuda::deviceSummary();
-  if (summary.count == 0) GTEST_SKIP() << "no CUDA device: " << summary.reason;
-  int device = 0;
-  TERSE_CUDA_CHECK(cudaGetDevice(&device));
+TEST_F(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
   Plugin plugin("threshold");
   Instance c(plugin, {{"tau", "0.5"}});
   ASSERT_TRUE(c.ok()) << c.lastError();
   Stream stream;
   const terse_tensor_info_v1 info = tensorInfo(1000);
-  const terse_tensor_info_v1 dev_info = onDevice(info, device);
+  const terse_tensor_info_v1 dev_info = onDevice(info, device_);
   for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     std::vector<float> x = input(1000, 2);
     x[999] = bad;
@@ -516,11 +515,7 @@ TEST(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
 // threshold parks the indices past n values and then places them at 24 + 4c (threshold.cu) in one of three ways: no
 // move when every element is sent, a copy when the two ranges do not overlap (2c <= n, touching at 2c == n), a second
 // select otherwise. Each, at its edge, gives the host's payload byte for byte and the host's decode.
-TEST(ThresholdOnDevice, EveryWayOfPlacingTheIndicesEqualsTheHost) {
-  const cuda::DeviceSummary summary = cuda::deviceSummary();
-  if (summary.count == 0) GTEST_SKIP() << "no CUDA device: " << summary.reason;
-  int device = 0;
-  TERSE_CUDA_CHECK(cudaGetDevice(&device));
+TEST_F(ThresholdOnDevice, EveryWayOfPlacingTheIndicesEqualsTheHost) {
   Plugin plugin("threshold");
   Instance c(plugin, {{"tau", "0.5"}});
   ASSERT_TRUE(c.ok()) << c.lastError();
@@ -540,12 +535,12 @@ TEST(ThresholdOnDevice, EveryWayOfPlacingTheIndicesEqualsTheHost) {
     const terse_tensor_info_v1 info = tensorInfo(w.n);
     const Bytes want = c.compress(info, x);
     DeviceBuffer payload;
-    const Bytes got = dev.compress(onDevice(info, device), x, &payload, false);
+    const Bytes got = dev.compress(onDevice(info, device_), x, &payload, false);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
     std::vector<float> host_out(x.size(), 3.0f), dev_out = host_out;
     ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
-    ASSERT_EQ(dev.decompress(onDevice(info, device), want, dev_out, true), TERSE_OK) << c.lastError();
+    ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
     EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
   }
 }
