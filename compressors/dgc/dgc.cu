@@ -18,21 +18,16 @@
 //   compaction  by the cut {threshold, keys above it} with the decided count. The common case takes every key above
 //               the threshold, or every key at or above it (the count is clamped to [greater, greater_equal], which
 //               leaves a choice only where several elements share the threshold's key): a stateless predicate, so one
-//               cub::DeviceSelect pass writes the values and indices in index order (through a zip iterator: the
-//               payload's two sections at once). When only some keys equal to the threshold are taken, the tiled
-//               compaction that gives ties to the lower index (terse/kit/topk_select_kernels.cuh's compactByCut); after
-//               max_passes misses, the exact top-k's radix select and that compaction.
+//               cub::DeviceSelect pass writes the values and indices in index order (terse/kit/sparse_kernels.cuh's
+//               selectEntries: the payload's two sections at once). When only some keys equal to the threshold are
+//               taken, the tiled compaction that gives ties to the lower index (terse/kit/topk_select_kernels.cuh's
+//               compactByCut); after max_passes misses, the exact top-k's radix select and that compaction.
 //
 // A non-finite gradient element is refused at compress as on the host: the first counting pass finds it (a tensor
 // that is not sampled gets one counting pass for this alone before its exact top-k).
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_output_iterator.h>
-#include <thrust/iterator/zip_iterator.h>
-#include <thrust/tuple.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cub/device/device_select.cuh>
 
 #include "dgc_cuda.h"
 #include "dgc_math.h"
@@ -48,9 +43,6 @@ namespace terse::compressors::dgc::cuda {
 namespace {
 
 namespace tc = kit::topk::cuda;
-// cub and thrust are wrapped in a namespace of this plugin's own (terse/kit/device.cuh says why).
-namespace cub = CUB_NS_QUALIFIER;
-namespace thrust = THRUST_NS_QUALIFIER;
 
 // One counting pass's result, in the workspace, read back by the host. The threshold is written by thresholdKernel
 // before the pass and stays while the counters are cleared for the next.
@@ -82,17 +74,8 @@ struct WorkLayout {
   uint64_t total = 0;
 };
 
-// One entry of the payload: an element's value and index. The one-pass compaction selects indices (a 4-byte
-// primitive input gets cub's tuned policy, an 8-byte pair its untuned default) and turns each kept one into its entry
-// on the way out. Only device code writes through that iterator (x is device memory); the host needs the body to
-// compile.
-using Entry = thrust::tuple<float, uint32_t>;
-struct EntryOf {
-  const float* x;
-  __host__ __device__ Entry operator()(uint32_t i) const { return Entry{x[i], i}; }
-};
-
-// The one-pass compaction's predicate on element i: key > cut, or key >= cut when every key equal to the cut is taken.
+// The one-pass compaction's predicate on element i (kit::sparse::selectEntries): key > cut, or key >= cut when every
+// key equal to the cut is taken.
 struct Beyond {
   const float* x;
   uint32_t cut;
@@ -102,17 +85,6 @@ struct Beyond {
     return key > cut || (ties && key == cut);
   }
 };
-
-// Every element of x[0..n) that Beyond{x, cut, ties} keeps, in index order, as values[j] and indices[j]: one
-// cub::DeviceSelect over the indices into a zip of the payload's two sections. With temp == nullptr, only sizes its
-// temporary storage (launches nothing).
-void selectBeyond(void* temp, size_t& temp_bytes, const float* x, uint64_t n, uint32_t cut, bool ties, float* values,
-                  uint32_t* indices, uint64_t* selected, cudaStream_t st) {
-  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(
-      temp, temp_bytes, thrust::counting_iterator<uint32_t>(0),
-      thrust::make_transform_output_iterator(thrust::make_zip_iterator(values, indices), EntryOf{x}), selected,
-      static_cast<int64_t>(n), Beyond{x, cut, ties}, st));
-}
 
 WorkLayout workLayout(uint64_t numel, uint64_t k, uint64_t samples) {
   WorkLayout w;
@@ -125,7 +97,9 @@ WorkLayout workLayout(uint64_t numel, uint64_t k, uint64_t samples) {
   w.sample = w.pass + tc::alignUp(sizeof(PassCounts));
   w.selected = w.sample + tc::alignUp(samples * sizeof(float));
   w.beyond = w.selected + tc::alignUp(sizeof(uint64_t));
-  if (k < numel) selectBeyond(nullptr, w.beyond_bytes, nullptr, numel, 0, false, nullptr, nullptr, nullptr, nullptr);
+  if (k < numel) {
+    kit::sparse::selectEntries(nullptr, w.beyond_bytes, nullptr, numel, Beyond{}, nullptr, nullptr, nullptr, nullptr);
+  }
   w.total = w.beyond + tc::alignUp(w.beyond_bytes);
   return w;
 }
@@ -298,8 +272,8 @@ void write(const device::Prefix& prefix, const float* x, const Shape& shape, con
   const WorkLayout w = workLayout(shape.n, shape.k, shape.s);
   if (!p.exact && (p.count == p.greater || p.count == p.greater_equal)) {
     size_t beyond_bytes = w.beyond_bytes;
-    selectBeyond(workspace + w.beyond, beyond_bytes, x, shape.n, p.cut, p.count != p.greater, values, indices,
-                 reinterpret_cast<uint64_t*>(workspace + w.selected), st);
+    kit::sparse::selectEntries(workspace + w.beyond, beyond_bytes, x, shape.n, Beyond{x, p.cut, p.count != p.greater},
+                               values, indices, reinterpret_cast<uint64_t*>(workspace + w.selected), st);
     return;
   }
   const tc::Layout& l = w.select;

@@ -1,11 +1,11 @@
 // threshold's kernels: the host's selection (threshold_math.h's keep on terse/kit/topk_math.hpp's magnitude keys,
 // integer compares only) by cub::DeviceSelect::If, which keeps the input order, so values and indices come out in index
 // order as the host writes them and the payload is the host's byte for byte:
-//   select    one DeviceSelect::If over the indices with keep(key, min_key), each kept one written as its (value,
-//             index) entry through a zip iterator into the payload's value section and, for the indices, the payload
-//             buffer past n values (24 + 4 n: the output holds max_output_bytes = 24 + 8 n, so both fit whatever the
-//             count); the count goes to the workspace, and a kernel bounded by that count raises the status word for
-//             a non-finite sent value.
+//   select    one DeviceSelect::If over the indices with keep(key, min_key) (terse/kit/sparse_kernels.cuh's
+//             selectEntries), each kept one written as its value into the payload's value section and, as its index, to
+//             the payload buffer past n values (24 + 4 n: the output holds max_output_bytes = 24 + 8 n, so both fit
+//             whatever the count); the count goes to the workspace, and a kernel bounded by that count raises the
+//             status word for a non-finite sent value.
 //   count     one synchronization reads the count (the ABI's rule for variable-size compressors on CUDA: output_bytes
 //             must be known when compress returns) and the status.
 //   indices   moved down to their final offset 24 + 4 * count, a copy of 4 count bytes, when the two ranges do not
@@ -17,9 +17,6 @@
 //             max_output_bytes); nothing past max_output_bytes is written.
 // Decompress validates and scatters with terse/kit/sparse_kernels.cuh, with the tau check on.
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_output_iterator.h>
-#include <thrust/iterator/zip_iterator.h>
-#include <thrust/tuple.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -60,29 +57,10 @@ __global__ void nonfiniteKernel(const float* __restrict__ values, const uint64_t
   }
 }
 
-// One payload entry: an element's value and index. The one-pass select runs over the indices (a 4-byte primitive
-// input gets cub's tuned policy, an 8-byte pair its untuned default) and turns each kept one into its entry on the way
-// out. Only device code writes through that iterator (x is device memory); the host needs the body to compile.
-using Entry = thrust::tuple<float, uint32_t>;
-struct EntryOf {
-  const float* x;
-  __host__ __device__ Entry operator()(uint32_t i) const { return Entry{x[i], i}; }
-};
-
-// The one-pass select of the kept elements into values[] and indices[]; with temp == nullptr, only sizes its temporary
-// storage (launches nothing).
-void selectEntries(void* temp, size_t& temp_bytes, const float* x, int64_t n, uint32_t min_key, float* values,
-                   uint32_t* indices, uint64_t* count, cudaStream_t st) {
-  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(
-      temp, temp_bytes, thrust::counting_iterator<uint32_t>(0),
-      thrust::make_transform_output_iterator(thrust::make_zip_iterator(values, indices), EntryOf{x}), count, n,
-      KeepIndex{x, min_key}, st));
-}
-
 size_t tempBytes(uint64_t numel) {
   size_t values = 0, indices = 0;
   const auto n = static_cast<int64_t>(numel);
-  selectEntries(nullptr, values, nullptr, n, 0, nullptr, nullptr, nullptr, nullptr);
+  kit::sparse::selectEntries(nullptr, values, nullptr, numel, KeepIndex{}, nullptr, nullptr, nullptr, nullptr);
   TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(nullptr, indices, thrust::counting_iterator<uint32_t>(0),
                                              static_cast<uint32_t*>(nullptr), static_cast<uint64_t*>(nullptr), n,
                                              KeepIndex{nullptr, 0}));
@@ -110,7 +88,8 @@ Selection compress(const device::Prefix& header, const float* x, uint64_t numel,
   auto* values = reinterpret_cast<float*>(payload + kit::sparse::kFixedBytes);
   // The indices wait where they would lie if every element were sent: past n values (see the top of this file).
   auto* parked = reinterpret_cast<uint32_t*>(payload + kit::sparse::kFixedBytes + sizeof(float) * numel);
-  selectEntries(workspace + kTempOffset, temp_bytes, x, n, min_key, values, parked, count, st);
+  kit::sparse::selectEntries(workspace + kTempOffset, temp_bytes, x, numel, KeepIndex{x, min_key}, values, parked,
+                             count, st);
   nonfiniteKernel<<<kCheckBlocks, device::kThreads, 0, st>>>(values, count, status.device());
   TERSE_COMPRESSOR_CHECK_LAUNCH();
   uint64_t c = 0;

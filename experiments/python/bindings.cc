@@ -8,6 +8,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "core/comm/transport.h"
@@ -24,14 +26,20 @@ namespace py = pybind11;
 namespace terse::python {
 namespace {
 
-DType dtypeFromTorch(const std::string& name) {
+// The DType of a torch dtype's name (str(tensor.dtype)), or none for a dtype terse does not average.
+std::optional<DType> torchDType(const std::string& name) {
   if (name == "torch.float32") return DType::kF32;
   if (name == "torch.float64") return DType::kF64;
   if (name == "torch.float16") return DType::kF16;
   if (name == "torch.bfloat16") return DType::kBF16;
-  TERSE_THROW(Unsupported, "terse.torch: gradients of " << name
-                                                        << " cannot be averaged (float32, float64, float16, "
-                                                           "bfloat16)");
+  return std::nullopt;
+}
+
+DType dtypeFromTorch(const std::string& name) {
+  const std::optional<DType> d = torchDType(name);
+  TERSE_CHECK(d.has_value(), Unsupported,
+              "terse.torch: gradients of " << name << " cannot be averaged (float32, float64, float16, bfloat16)");
+  return *d;
 }
 
 py::dict bytesDict(const ByteCounts& c) {
@@ -212,6 +220,13 @@ PYBIND11_MODULE(_terse, m) {
           py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
       .def_property_readonly("chainable", &DdpAggregator::chainable)
       .def_property_readonly("in_place", &DdpAggregator::inPlace)
+      .def(
+          "in_place_for",
+          [](const DdpAggregator& a, const std::string& dtype) {
+            const std::optional<DType> d = torchDType(dtype);
+            return d.has_value() && a.inPlaceFor(*d);
+          },
+          py::arg("dtype"))
       .def(
           "begin_chained",
           [sumViews](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,

@@ -235,7 +235,7 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
                               const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
   const std::lock_guard lock(mutex_);
   const auto start = Clock::now();
-  if (dtype == DType::kF32 && inPlace()) {
+  if (inPlaceFor(dtype)) {
     checkBucket(bucket_index, data, numel);
     // Every rank's bucket has the same size, so an empty one issues nothing anywhere.
     auto* at = reinterpret_cast<void*>(data);
@@ -285,7 +285,7 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   b->bucket_index = bucket_index;
   b->numel = numel;
   b->is_last = is_last;
-  if (dtype == DType::kF32 && inPlace()) {
+  if (inPlaceFor(dtype)) {
     checkBucket(bucket_index, data, numel);
     b->split = &splits_[bucket_index];
     TERSE_CHECK(b->split->sums.empty(), InvalidArgument,

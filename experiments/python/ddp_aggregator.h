@@ -161,6 +161,8 @@ class DdpAggregator {
   // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
   // only when a trace is attached; the caller may leave the members out while it holds.
   bool inPlace() const noexcept;
+  // Whether a bucket of `dtype` is summed in place now: inPlace() and f32, the only dtype the path sums.
+  bool inPlaceFor(DType dtype) const noexcept { return dtype == DType::kF32 && inPlace(); }
   std::unique_ptr<ChainedBucket> beginChained(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                                               const std::vector<BucketMember>& members, bool is_last);
   bool finishChained(ChainedBucket& bucket, double comm_seconds);

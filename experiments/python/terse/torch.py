@@ -453,10 +453,10 @@ class CompressionState:
             raise _invalid("bucket %d's buffer is not contiguous" % bucket.index())
         members = []
         # Summed in place (an identity compressor: ddp_aggregator.h), a bucket is one tensor: nothing to read per
-        # parameter. Only an f32 bucket is (the aggregator's rule); any other goes to the plugin, which refuses it by
-        # name, and needs its members for that.
-        in_place = self._agg.in_place and buf.dtype == torch.float32
-        if (self._agg.granularity == "tensor" or self._tracer is not None) and not in_place:
+        # parameter. The aggregator says whether this bucket's dtype is (f32 only); any other goes to the plugin,
+        # which refuses it by name, and needs its members for that.
+        if ((self._agg.granularity == "tensor" or self._tracer is not None)
+                and not self._agg.in_place_for(str(buf.dtype))):
             base, size = buf.data_ptr(), buf.element_size()
             end = 0  # where the members so far end in the buffer
             for param, grad in zip(bucket.parameters(), bucket.gradients()):

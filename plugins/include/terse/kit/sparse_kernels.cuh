@@ -1,12 +1,18 @@
-// Device side of sparse_payload.hpp, for the sparsifiers' .cu files (topk, threshold and dgc send this layout):
-// validation of an untrusted payload with the checks readSparse makes, and the scatter that decodes it. Templates, so
-// that a plugin may include this from more than one translation unit.
+// Device side of sparse_payload.hpp, for the sparsifiers' .cu files (topk, threshold and dgc send this layout): the
+// select that writes a payload's two sections in index order, validation of an untrusted payload with the checks
+// readSparse makes, and the scatter that decodes it. Templates, so that a plugin may include this from more than one
+// translation unit.
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/tuple.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cub/device/device_select.cuh>
 
 #include "terse/kit/device.cuh"
 #include "terse/kit/sparse_payload.hpp"
@@ -14,6 +20,33 @@
 
 namespace terse::kit::sparse {
 inline namespace TERSE_KIT_KERNEL_NS {  // unique per plugin: device.cuh
+
+namespace cub = CUB_NS_QUALIFIER;        // wrapped in a namespace of the plugin's own (device.cuh)
+namespace thrust = THRUST_NS_QUALIFIER;  // the same
+
+// One payload entry: element i's value and index, as selectEntries writes it into the two sections at once. Only
+// device code writes through the iterator that calls this (x is device memory); the host needs the body to compile.
+struct EntryOf {
+  const float* x;
+  __host__ __device__ thrust::tuple<float, uint32_t> operator()(uint32_t i) const {
+    return thrust::tuple<float, uint32_t>{x[i], i};
+  }
+};
+
+// The elements of x[0..n) that keep(i) (device code, i < n) keeps, in index order: values[j] = x[i], indices[j] = i,
+// and their number in *count. One cub::DeviceSelect::If over the indices (a counting iterator), each kept one written
+// as its (value, index) through a zip of the two sections: a 4-byte primitive input gets cub's tuned sm_90 policy (384
+// threads of 17 items), where an 8-byte pair type would get its untuned default (128 of 5). The predicate reads the
+// element; the write reads it again, just read. With temp == nullptr, only sizes cub's temporary storage (launches
+// nothing): the size depends on n and the Keep type, so size and run with the same ones. Queued on `st`.
+template <class Keep>
+void selectEntries(void* temp, size_t& temp_bytes, const float* x, uint64_t n, const Keep& keep, float* values,
+                   uint32_t* indices, uint64_t* count, cudaStream_t st) {
+  TERSE_SDK_CUDA_CHECK(cub::DeviceSelect::If(
+      temp, temp_bytes, thrust::counting_iterator<uint32_t>(0),
+      thrust::make_transform_output_iterator(thrust::make_zip_iterator(values, indices), EntryOf{x}), count,
+      static_cast<int64_t>(n), keep, st));
+}
 
 // The sections of a payload of `count` entries (host code computes them for the launches, kernels to read).
 TERSE_HD const float* valuesOf(const std::byte* payload) {

@@ -117,6 +117,19 @@ __global__ void candidateHistogramKernel(const Candidate* __restrict__ candidate
   }
 }
 
+// One lower digit of selectTopK: its histogram on the tensor or on the candidates, whichever way the State says (the
+// other kernel returns at once), then its pick.
+template <int Level>
+void lowerRound(const float* x, uint64_t n, uint64_t k, const TopKLayout& l, State* state, uint32_t* hist,
+                const Candidate* candidates, const uint64_t* selected, cudaStream_t st) {
+  histogramRound<Level>(x, n, state, hist, kOnTensor, st);
+  candidateHistogramKernel<Level>
+      <<<device::gridFor(l.capacity, device::kThreads * kHistogramQuads), device::kThreads, 0, st>>>(
+          candidates, selected, state, hist);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+  pickRound<Level>(hist, k, state, 0, st);
+}
+
 // The exact top-k of x[0..n) (1 <= k < n) into values[0..k) and indices[0..k), in index order: topk_select.hpp's
 // selectTopK, and its fast path. The top digit's histogram runs on the tensor; if the keys at or above its boundary bin
 // fit the candidate buffer (the pick says so in the State), one DeviceSelect copies them out in index order and the
@@ -136,21 +149,8 @@ inline void selectTopK(const float* x, uint64_t n, uint64_t k, const TopKLayout&
   pickRound<0>(hist, k, state, l.capacity, st);
   size_t filter_bytes = l.filter_bytes;
   filterCandidates(workspace + l.filter, filter_bytes, x, n, state, candidates, selected, st);
-  const unsigned cand_grid = device::gridFor(l.capacity, device::kThreads * kHistogramQuads);
-  TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(hist, 0, (1u << digitBits(1)) * sizeof(uint32_t), st));
-  histogramKernel<1><<<device::gridFor((n + 3) / 4, device::kThreads * kHistogramQuads), device::kThreads, 0, st>>>(
-      x, n, state, hist, kOnTensor);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
-  candidateHistogramKernel<1><<<cand_grid, device::kThreads, 0, st>>>(candidates, selected, state, hist);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
-  pickRound<1>(hist, k, state, 0, st);
-  TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(hist, 0, (1u << digitBits(2)) * sizeof(uint32_t), st));
-  histogramKernel<2><<<device::gridFor((n + 3) / 4, device::kThreads * kHistogramQuads), device::kThreads, 0, st>>>(
-      x, n, state, hist, kOnTensor);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
-  candidateHistogramKernel<2><<<cand_grid, device::kThreads, 0, st>>>(candidates, selected, state, hist);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
-  pickRound<2>(hist, k, state, 0, st);
+  lowerRound<1>(x, n, k, l, state, hist, candidates, selected, st);
+  lowerRound<2>(x, n, k, l, state, hist, candidates, selected, st);
   // One scan over the tensor's tiles serves both ways: on candidates, the count kernel counts the first cand_tiles
   // (<= the tensor's) and zeroes the rest, which the write never reads (their offsets would not matter, but the scan
   // should not read memory nothing wrote).
