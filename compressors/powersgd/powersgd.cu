@@ -7,10 +7,12 @@
 //                  reason the device matches it to a tolerance (powersgd.cc), not bit for bit. The math mode is pinned
 //                  to CUBLAS_DEFAULT_MATH (never TF32, whose 10-bit mantissa would break that tolerance) and atomics
 //                  are off, so a GEMM gives the same bits on every run on one GPU model.
-//   decode         P^ Q'^T is not a GEMM in cost: its inner dimension is r, so it is memory-bound, one output entry
-//                  per thread with the host's productEntry (double P^, double sums). That keeps decompress off cuBLAS,
-//                  whose scratch lives in the workspace that the ABI forbids decompress to write, and makes the decode
-//                  of a given P^ and Q the host's bit for bit.
+//   decode         P^ Q'^T is not a GEMM in cost: its inner dimension is r, so it is memory-bound. Each thread
+//                  keeps one column of Q' in registers for a tile of rows and forms the host's productEntry sums
+//                  (double P^, double sums, the same order). That keeps decompress off cuBLAS, whose scratch lives in
+//                  the workspace that the ABI forbids decompress to write, and makes the decode of a given P^ and Q'
+//                  the host's bit for bit. terse-bench-compressors-cuda times cuBLAS's f32 GEMM on the same shapes
+//                  beside it (gemm/powersgd_decode_reference), the evidence for keeping it off cuBLAS.
 //   orthogonalize  one block of kOrthoThreads: the host's Gram-Schmidt column by column (twice-projected, the same
 //                  collapse test and basis-vector rule), each dot product summed by the block in a fixed order (warp
 //                  shuffles, then the warps' totals).
@@ -296,16 +298,66 @@ __global__ void __launch_bounds__(kOrthoThreads)
 // ---- Decompress.
 
 constexpr uint64_t kMaxGridY = 65535;  // a grid's y extent
+constexpr unsigned kDecodeRows = 8;    // rows of out per thread: each Q entry read serves this many outputs
+constexpr unsigned kDecodeChunk = 8;   // Q entries (columns c of one row j) a thread holds in registers at once
 
-// out[i, j] = (or +=) productEntry(P^, Q, i, j): the host's decode loop body, rows over y and columns over x (so a warp
-// reads one P^ entry per column c and a contiguous run of Q).
-__global__ void decodeKernel(const double* __restrict__ phat, const float* __restrict__ Q, Dims d,
-                             float* __restrict__ out, bool accumulate) {
-  for (uint64_t i = blockIdx.y; i < d.n; i += gridDim.y) {
-    float* row = out + i * d.m;
+// out[i, j] = (or +=) sum_c P^[c*n + i] Q[c*m + j] for a tile of kDecodeRows rows i and one column j per thread: the
+// host's productEntry, the same double products added in the same order (c ascending from 0), so the same bits as
+// one thread per entry; what changes is the traffic. An entry per thread read its r Q values (16 B at rank 4, from
+// L2: Q is 256 KiB at the benchmark's shape) for 8 B of DRAM traffic, so the cached reads, twice the DRAM bytes, set
+// the time (the H200's decode ran at 0.33x its bound). Held in registers for kDecodeRows rows they cost 4 r / 8 B an
+// entry (2 B at rank 4); the P^ entries a tile reads are the same for the whole warp (one broadcast each). Columns run
+// over x (a warp writes a contiguous run of a row), tiles over y; the prior values of an accumulated tile are loaded
+// first, so that their DRAM reads are in flight while the sums are formed.
+//
+// kOneChunk (r <= kDecodeChunk, every rank PowerSGD is normally run at) finishes each row's sum before the next row's,
+// so only one sum is live; otherwise the tile's kDecodeRows sums are carried across the chunks of Q. Two kernels, not
+// one with a branch, because registers are allocated for a kernel's worst path. The common one is held to 64 registers
+// (4 blocks of 256 an SM, half its threads, for the loads in flight a memory-bound kernel needs), which ptxas meets
+// for sm_90 without spilling; the general one's 84-92 would allow 2 or 3 blocks.
+template <bool kAccumulate, bool kOneChunk>
+__global__ void __launch_bounds__(device::kThreads, kOneChunk ? 4 : 1)
+    decodeKernel(const double* __restrict__ phat, const float* __restrict__ Q, Dims d, float* __restrict__ out) {
+  const uint64_t tiles = (d.n + kDecodeRows - 1) / kDecodeRows;
+  for (uint64_t tile = uint64_t{blockIdx.y} * blockDim.y + threadIdx.y; tile < tiles;
+       tile += uint64_t{gridDim.y} * blockDim.y) {
+    const uint64_t i0 = tile * kDecodeRows;
+    const unsigned rows = static_cast<unsigned>(d.n - i0 < kDecodeRows ? d.n - i0 : kDecodeRows);
     for (uint64_t j = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < d.m; j += uint64_t{gridDim.x} * blockDim.x) {
-      const auto v = static_cast<float>(productEntry(phat, d.n, Q, d.m, d.r, i, j));
-      row[j] = accumulate ? row[j] + v : v;
+      float* o = out + i0 * d.m + j;
+      float prior[kDecodeRows];
+#pragma unroll
+      for (unsigned row = 0; row < kDecodeRows; ++row) prior[row] = kAccumulate && row < rows ? o[row * d.m] : 0.0f;
+      double s[kOneChunk ? 1 : kDecodeRows];
+      for (uint64_t c0 = 0; c0 < d.r; c0 += kDecodeChunk) {
+        const unsigned chunk = static_cast<unsigned>(d.r - c0 < kDecodeChunk ? d.r - c0 : kDecodeChunk);
+        float q[kDecodeChunk];
+#pragma unroll
+        for (unsigned k = 0; k < kDecodeChunk; ++k) q[k] = k < chunk ? Q[(c0 + k) * d.m + j] : 0.0f;
+        const double* p = phat + c0 * d.n + i0;
+#pragma unroll
+        for (unsigned row = 0; row < kDecodeRows; ++row) {
+          if (row >= rows) continue;
+          double& sum = s[kOneChunk ? 0 : row];
+          if (kOneChunk || c0 == 0) sum = 0;
+#pragma unroll
+          for (unsigned k = 0; k < kDecodeChunk; ++k) {
+            if (k < chunk) sum += p[k * d.n + row] * static_cast<double>(q[k]);
+          }
+          if (kOneChunk) {
+            const auto v = static_cast<float>(sum);
+            o[row * d.m] = kAccumulate ? prior[row] + v : v;
+          }
+        }
+      }
+      if (!kOneChunk) {
+#pragma unroll
+        for (unsigned row = 0; row < kDecodeRows; ++row) {
+          if (row >= rows) continue;
+          const auto v = static_cast<float>(s[row]);
+          o[row * d.m] = kAccumulate ? prior[row] + v : v;
+        }
+      }
     }
   }
 }
@@ -374,9 +426,26 @@ void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream) {
 }
 
 void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream) {
-  const unsigned rows = static_cast<unsigned>(d.n < kMaxGridY ? d.n : kMaxGridY);
-  const dim3 grid(device::gridFor(d.m, device::kThreads), rows);
-  decodeKernel<<<grid, device::kThreads, 0, device::streamOf(stream)>>>(phat, Q, d, out, accumulate);
+  if (d.n == 0 || d.m == 0) return;
+  // A block is 256 threads: as many columns as the matrix has, in whole warps up to 256, and the rest of the block on
+  // further row tiles, so that a narrow matrix (m of 31, say) does not leave most of each block idle.
+  const uint64_t warps = (d.m + 31) / 32;
+  const unsigned cols = static_cast<unsigned>(32 * (warps < device::kThreads / 32 ? warps : device::kThreads / 32));
+  const dim3 block(cols, device::kThreads / cols);
+  const uint64_t tiles = (d.n + kDecodeRows - 1) / kDecodeRows;
+  const uint64_t tile_blocks = (tiles + block.y - 1) / block.y;
+  const dim3 grid(device::gridFor(d.m, cols), static_cast<unsigned>(tile_blocks < kMaxGridY ? tile_blocks : kMaxGridY));
+  const cudaStream_t st = device::streamOf(stream);
+  const bool one_chunk = d.r <= kDecodeChunk;
+  if (accumulate && one_chunk) {
+    decodeKernel<true, true><<<grid, block, 0, st>>>(phat, Q, d, out);
+  } else if (accumulate) {
+    decodeKernel<true, false><<<grid, block, 0, st>>>(phat, Q, d, out);
+  } else if (one_chunk) {
+    decodeKernel<false, true><<<grid, block, 0, st>>>(phat, Q, d, out);
+  } else {
+    decodeKernel<false, false><<<grid, block, 0, st>>>(phat, Q, d, out);
+  }
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 

@@ -16,10 +16,12 @@
 //                M are the least a step can do: Q' needs P^, which needs all of P = M Q (summed over the ranks). This
 //                assumes cuBLAS reads M once per GEMM (the output has r = 4 columns, narrower than a GEMM tile;
 //                unmeasured). The one-block orthogonalization costs time (serial block reductions), not traffic.
-//   decompress   validateKernel on Q' (one synchronization); decodeKernel: out read 4 + written 4 = 8 B, each entry
-//                also reading r floats of Q' (16 B) and r doubles of P^ from L2 or L1, not DRAM; copyValues of Q'
-//                into the state (the warm start). Total 8.0 B (8.02 B with the factors); bound 1.00x. The cached
-//                reads of Q', twice the DRAM bytes, may cost as much time as the DRAM traffic: unmeasured.
+//   decompress   validateKernel on Q' (one synchronization); decodeKernel: out read 4 + written 4 = 8 B; copyValues
+//                of Q' into the state (the warm start). Total 8.0 B (8.02 B with the factors); bound 1.00x. Beside
+//                the DRAM bytes, cached reads: each thread holds its column's r floats of Q' for 8 rows, 4 r / 8 B an
+//                entry (2 B at rank 4) from L2, and reads r doubles of P^ a row, the same for the whole warp. An entry
+//                per thread read 16 B of Q' from L2 an entry, twice the DRAM bytes, and ran at 0.33x of its bound on
+//                the H200 (results/reference/gpu/README.md); the tiles are not yet measured.
 #pragma once
 
 #include <cstddef>

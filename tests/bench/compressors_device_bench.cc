@@ -21,11 +21,14 @@
 // step and seed (variable size: the bytes must agree in size and content; "#wrong" counts the differing bytes).
 //
 // powersgd (rank 4) runs as a 4096-row matrix, both rounds of a step per compress iteration (see
-// benchPowerSgdCompress); after the run one step is checked against the host path within powersgd's tolerance.
+// benchPowerSgdCompress); after the run one step is checked against the host path within powersgd's tolerance. Its
+// decode runs beside cuBLAS's f32 GEMM of the same shapes ("gemm/powersgd_decode_reference", out += P^ Q'^T with
+// beta 1): the summary prints their ratio, the evidence for keeping the decode a kernel of its own (powersgd.cu).
 //
 // Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory), --mib=N (default
 // 256). Without a CUDA device it says why and exits with status 0 (CI builds it everywhere, runs it nowhere).
 #include <benchmark/benchmark.h>
+#include <cublas_v2.h>
 
 #include <algorithm>
 #include <cmath>
@@ -37,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -345,6 +349,39 @@ void benchPowerSgdDecompress(benchmark::State& state, std::shared_ptr<const Comp
   report(state, "decompress/powersgd", total);
 }
 
+// The decode as cuBLAS would run it: out (n x m row-major, which cuBLAS sees as out^T, m x n column-major) += Q' P^T,
+// with Q' (m x r, column-major) the aggregate's values and P (n x r) f32 in place of P^ (the time does not depend on
+// the values). cuBLAS keeps its own scratch here: a reference, not the plugin's path.
+void benchPowerSgdGemmReference(benchmark::State& state, std::shared_ptr<const Compressor> c) {
+  const PowerSgdBuffers b(*c, g_device->stream.get());
+  b.step(*c, 0, g_device->input.data(), g_device->stream.handle());
+  g_device->output.fill(0, g_device->stream.get());
+  const auto n = static_cast<int64_t>(kPowerSgdRows), m = static_cast<int64_t>(g_numel / kPowerSgdRows);
+  constexpr int64_t kRank = 4;
+  const float* q = reinterpret_cast<const float*>(b.q.as<std::byte>() + 16);  // after the payload header
+  const float* p = g_device->input.as<float>();
+  const auto check = [](cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(s));
+  };
+  cublasHandle_t h = nullptr;
+  check(cublasCreate(&h), "cublasCreate");
+  const std::unique_ptr<cublasContext, decltype(&cublasDestroy)> owner(h, &cublasDestroy);
+  check(cublasSetStream(h, g_device->stream.get()), "cublasSetStream");
+  check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // f32, no TF32, as the plugin's GEMMs
+  const float one = 1.0f;
+  double total = 0;
+  for (auto _ : state) {
+    const double ms = deviceMilliseconds([&] {
+      check(cublasSgemm_64(h, CUBLAS_OP_N, CUBLAS_OP_T, m, n, kRank, &one, q, m, p, n, &one,
+                           g_device->output.as<float>(), m),
+            "cublasSgemm_64");
+    });
+    state.SetIterationTime(ms * 1e-3);
+    total += ms;
+  }
+  report(state, "gemm/powersgd_decode_reference", total);
+}
+
 // 64-byte aligned host bytes, as the core allocates host scratch.
 struct AlignedHostBytes {
   explicit AlignedHostBytes(uint64_t n) : words(static_cast<size_t>(n / 8 + 9), 0) {}
@@ -428,6 +465,13 @@ void printSummary(const std::vector<std::string>& present) {
         "host's: #wrong %llu\n",
         dgc, topk, topk > 0 ? dgc / topk : 0.0, static_cast<unsigned long long>(g_dgc_check.bytes),
         static_cast<unsigned long long>(g_dgc_check.count), static_cast<unsigned long long>(g_dgc_check.wrong));
+  }
+  if (rate("gemm/powersgd_decode_reference") > 0) {
+    const double kernel = rate("decompress/powersgd"), gemm = rate("gemm/powersgd_decode_reference");
+    std::printf(
+        "powersgd decode (accumulated, with its validation) vs cuBLAS's f32 GEMM of the same shapes: %.1f vs %.1f "
+        "GB/s, %.2fx\n",
+        kernel, gemm, kernel / gemm);
   }
   if (g_powersgd_check.done) {
     std::printf(
@@ -554,6 +598,9 @@ int main(int argc, char** argv) {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("decompress/powersgd", benchPowerSgdDecompress, powersgd)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("gemm/powersgd_decode_reference", benchPowerSgdGemmReference, powersgd)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }

@@ -1010,6 +1010,53 @@ TEST_F(PowerSgdOnDevice, MatchesTheHostWithinTheToleranceOverStepsAndRanks) {
   }
 }
 
+// The decode alone, bit for bit: given the same P^ and the same Q', the device's decode is the host's (the same double
+// products summed in the same order, both built without contraction into FMA). One device step makes P^ and Q'; P^
+// (with the workspace tag) is copied into a host workspace, and both paths decode the device's Q', written and
+// accumulated. The shapes cover the kernel's tiles: rows that are not a multiple of its 8 (33, 300), columns
+// narrower than a warp (31, 27) and wider than a block (257), and ranks past the 8 Q entries it holds at once (12:
+// two chunks, the second partial), which take its second kernel.
+TEST_F(PowerSgdOnDevice, DecodeOfTheSameFactorsIsTheHostsBitForBit) {
+  Plugin plugin("powersgd");
+  Stream stream;
+  terse_tensor_info_v1 conv = tensorInfo(64 * 3 * 3 * 3);
+  conv.ndim = 4;
+  conv.shape[0] = 64, conv.shape[1] = 3, conv.shape[2] = 3, conv.shape[3] = 3;
+  const std::vector<std::pair<terse_tensor_info_v1, std::string>> shapes = {
+      {psgdMatrix(33, 31), "1"},   {psgdMatrix(33, 31), "4"},    {psgdMatrix(300, 257), "4"},
+      {psgdMatrix(300, 257), "8"}, {psgdMatrix(300, 257), "12"}, {conv, "4"},
+      {psgdMatrix(40, 600), "9"}};
+  for (const auto& [shape, rank] : shapes) {
+    SCOPED_TRACE(std::to_string(shape.shape[0]) + " rows, " + std::to_string(shape.numel) + " entries, rank " + rank);
+    Instance c(plugin, {{"rank", rank}});
+    ASSERT_TRUE(c.ok()) << c.lastError();
+    PsgdDeviceCalls dev(c, stream);
+    const std::vector<float> grad = psgdGaussian(shape.numel, 17);
+    PsgdDeviceRank device = dev.rank(onDevice(shape, device_), grad);
+    Bytes p, q;
+    ASSERT_EQ(dev.compress(onDevice(psgdAt(shape, 0, 1, 0, 0, 0), device_), device, {}, &p), TERSE_OK) << c.lastError();
+    ASSERT_EQ(dev.compress(onDevice(psgdAt(shape, 0, 1, 0, 1, 0), device_), device, p, &q), TERSE_OK) << c.lastError();
+    const uint64_t n = static_cast<uint64_t>(shape.shape[0]), r = std::stoull(rank);
+    ASSERT_EQ(q.size(), 16 + 4 * (shape.numel / n) * r) << "compressed (not passed through)";
+
+    const terse_tensor_info_v1 info = psgdAt(shape, 0, 1, 0, 1, -1);
+    Scratch host(c.sizes(info));
+    const Bytes ws = dev.read(device.workspace, 64 + 8 * n * r);
+    ASSERT_LE(ws.size(), host.workspace().size());
+    std::memcpy(host.workspace().data(), ws.data(), ws.size());
+    for (bool accumulate : {true, false}) {
+      std::vector<float> host_out = input(shape.numel, 3), dev_out = host_out;
+      ASSERT_EQ(c.decompress(info, q, host_out, accumulate, &host), TERSE_OK) << c.lastError();
+      ASSERT_EQ(dev.decompress(onDevice(info, device_), device, q, dev_out, accumulate), TERSE_OK) << c.lastError();
+      size_t differing = 0;
+      for (size_t i = 0; i < host_out.size(); ++i) {
+        differing += std::memcmp(&host_out[i], &dev_out[i], sizeof(float)) != 0 ? 1 : 0;
+      }
+      EXPECT_EQ(differing, 0u) << (accumulate ? "accumulated" : "written") << " decode, of " << host_out.size();
+    }
+  }
+}
+
 // Untrusted bytes: a corrupted aggregate Q and a corrupted prev get the host's status and message on the device, and a
 // refused payload leaves the output and the warm-start state untouched.
 TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdict) {
