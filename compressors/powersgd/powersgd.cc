@@ -49,13 +49,14 @@
 //
 // CUDA (powersgd.cu, when built with CUDA): device tensors run the same algorithm on the same payloads, state and
 // workspace tag. The two long products, P = M Q and Q' = M^T P^ (inner dimensions m and n), run on cuBLAS as f32
-// GEMMs; ORTHOGONALIZE is the host's Gram-Schmidt in double in one thread block; the decode P^ Q'^T (inner dimension
-// r) is the host's productEntry per output entry. Workspace (compressed, device): 64 B tag + 8 n r (P^, double) +
-// 4 n r (P^ rounded to f32, what the round-1 GEMM reads) + cuBLAS's scratch (powersgd_cuda.h, blasScratchBytes), each
-// section 16-byte aligned; the state is the host's. Q is drawn from the host's Philox numbers (CUDA's double log and
-// cos may differ from the host's libm in the last bit, far below the tolerance) and P^ follows the host's steps, but
-// cuBLAS sums in f32 in its own blocked order where the host sums in double in index order, so the device matches
-// the host to a tolerance, not bit for bit:
+// GEMMs; ORTHOGONALIZE is the host's Gram-Schmidt in double, in one thread block, or one block per slice of a P taller
+// than 32,768 rows; the decode P^ Q'^T (inner dimension r) is the host's productEntry sums, tiled as here. Workspace
+// (compressed, device): 64 B tag + 8 n r (P^, double) + 4 n r (P^ rounded to f32, what the round-1 GEMM reads) + the
+// orthogonalization's slice totals (32 B a slice, none for one slice: powersgd_cuda.h, orthoScratchBytes) + cuBLAS's
+// scratch (blasScratchBytes), each section 16-byte aligned; the state is the host's. Q is drawn from the host's Philox
+// numbers (CUDA's double log and cos may differ from the host's libm in the last bit, far below the tolerance) and P^
+// follows the host's steps, but cuBLAS sums in f32 in its own blocked order where the host sums in double in index
+// order, so the device matches the host to a tolerance, not bit for bit:
 //
 //   ||D_dev - D_host||_F <= tau ||M||_F,   tau = 8 u K S,   u = 2^-24,  K = max(n, m),  S = steps since Q was drawn
 //
@@ -577,7 +578,7 @@ class PowerSgd final : public sdk::Compressor {
 
   // The device workspace's sections (see the file comment): byte offsets and the total.
   struct DeviceLayout {
-    uint64_t phat, phat32, blas, total;
+    uint64_t phat, phat32, ortho, blas, total;
   };
 
   static DeviceLayout deviceLayout(const Shape& s) {
@@ -585,7 +586,8 @@ class PowerSgd final : public sdk::Compressor {
     DeviceLayout l{};
     l.phat = sizeof(WorkspaceTag);
     l.phat32 = up16(l.phat + sizeof(double) * s.n * s.r);
-    l.blas = up16(l.phat32 + sizeof(float) * s.n * s.r);
+    l.ortho = up16(l.phat32 + sizeof(float) * s.n * s.r);
+    l.blas = up16(l.ortho + psc::orthoScratchBytes(s.n));
     l.total = l.blas + psc::blasScratchBytes(psc::Dims{s.n, s.m, s.r});
     return l;
   }
@@ -594,8 +596,9 @@ class PowerSgd final : public sdk::Compressor {
   // The device views of one tensor's workspace and state.
   struct DeviceScratch {
     WorkspaceTag* tag;
-    double* phat;   // n x r, column-major
-    float* phat32;  // n x r, column-major
+    double* phat;      // n x r, column-major
+    float* phat32;     // n x r, column-major
+    std::byte* ortho;  // the orthogonalization's slice totals (psc::orthoScratchBytes)
     psc::BlasScratch blas;
     std::byte* state;  // StateHeader, then Q (m x r, column-major)
   };
@@ -604,9 +607,12 @@ class PowerSgd final : public sdk::Compressor {
     const DeviceLayout l = deviceLayout(s);
     requireScratch(workspace, state, l.total, sizeof(StateHeader) + sizeof(float) * s.m * s.r);
     std::byte* ws = workspace.data();
-    return DeviceScratch{reinterpret_cast<WorkspaceTag*>(ws), reinterpret_cast<double*>(ws + l.phat),
+    return DeviceScratch{reinterpret_cast<WorkspaceTag*>(ws),
+                         reinterpret_cast<double*>(ws + l.phat),
                          reinterpret_cast<float*>(ws + l.phat32),
-                         psc::BlasScratch{ws + l.blas, workspace.size() - l.blas}, state.data()};
+                         ws + l.ortho,
+                         psc::BlasScratch{ws + l.blas, workspace.size() - l.blas},
+                         state.data()};
   }
 
   static terse_tensor_info_v1 hostInfo(terse_tensor_info_v1 info) {
@@ -701,7 +707,7 @@ class PowerSgd final : public sdk::Compressor {
     const float* P = checkedPrev(args, kRoundP, s.n * s.r, s, &sc);
     const uint64_t bytes = sdk::kPayloadHeaderBytes + sizeof(float) * s.m * s.r;
     device::requireCapacity(args.output, bytes, kName);
-    psc::orthogonalize(P, s.n, s.r, sc.phat, sc.phat32, args.stream);
+    psc::orthogonalize(P, s.n, s.r, sc.phat, sc.phat32, sc.ortho, args.stream);
     device::writePrefix(prefix(kRoundQ), args.output.data(), args.stream);
     psc::multiplyMtP(blas_, sc.blas, d, g, sc.phat32, factor, args.stream);
     psc::writeTag(ps::makeTag(2, args.info.step, s.n, s.m, s.r), sc.tag, args.stream);

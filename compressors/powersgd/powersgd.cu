@@ -13,12 +13,14 @@
 //                  the workspace that the ABI forbids decompress to write, and makes the decode of a given P^ and Q'
 //                  the host's bit for bit. terse-bench-compressors-cuda times cuBLAS's f32 GEMM on the same shapes
 //                  beside it (gemm/powersgd_decode_reference), the evidence for keeping it off cuBLAS.
-//   orthogonalize  one block of kOrthoThreads: the host's Gram-Schmidt column by column (twice-projected, the same
-//                  collapse test and basis-vector rule), each dot product summed by the block in a fixed order (warp
-//                  shuffles, then the warps' totals).
-//                  The rank is small, so one block holds everything; a very tall P (millions of rows) makes this one
-//                  block the step's slow part, about (r^2 + 3 r) passes over n doubles.
+//   orthogonalize  the host's Gram-Schmidt column by column (twice-projected, the same collapse test and basis-vector
+//                  rule), each dot product summed in a fixed order (warp shuffles, then the warps' totals), about
+//                  (r^2 + 3 r) sums one after another. Up to 32,768 rows (every layer of a ResNet; n is the tensor's
+//                  first dimension) P is one block of kOrthoThreads's. A taller P (a large vocabulary's embedding) is
+//                  cut into slices of rows fixed by n, one block each in a cooperative launch that meets at a
+//                  grid-wide barrier per sum, where one block would make every sum a pass over all n rows alone.
 //   validate       one thread per prefix byte and per value, raising the status word on anything the host refuses.
+#include <cooperative_groups.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -220,78 +222,155 @@ __device__ double blockSum(double v, double* shm) {
   return shm[kWarps];
 }
 
-// ||v||, as the host's norm(): sqrt of the sum of squares.
-__device__ double blockNorm(const double* v, uint64_t n, double* shm) {
-  double s = 0;
-  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) s += v[i] * v[i];
-  return sqrt(blockSum(s, shm));
+// How the rows of P are shared out: `slices` (orthoSlices(n), from n alone) ranges of `rows` rows each (the last may
+// be shorter), each summed by one block in blockSum's order, the slices' totals then added in slice order. The bits
+// depend on the slices, never on how many blocks run them: block b takes slices b, b + gridDim.x, ... So a GPU that
+// can hold every slice's block at once and one that runs them all in one block give the same P^, as every rank must
+// (ranks decode with their own P^ the Q' they summed). One slice is the one-block kernel exactly, sums and all.
+struct Ortho {
+  uint64_t n, slices, rows;
+  double* totals;    // 2 * slices: one sum's slice totals; consecutive sums use alternate halves
+  OrthoPick* picks;  // gridDim.x: each block's candidate basis vector, when a column collapses
+};
+
+// Every block, past this point, sees what every block wrote before it: a grid-wide barrier when the kernel runs as
+// several blocks (a cooperative launch), the block's own barrier otherwise.
+__device__ void syncBlocks() {
+  if (gridDim.x > 1) {
+    cooperative_groups::this_grid().sync();
+  } else {
+    __syncthreads();
+  }
 }
 
-// v -= sum_q <phat_q, v> phat_q over the first c columns, twice: the host's project(). Each thread updates only the
-// entries it sums, so the syncs inside blockSum are all the ordering needed.
-__device__ void blockProject(const double* phat, uint64_t c, double* v, uint64_t n, double* shm) {
+// f(i) for each row i of this thread, in ascending order: thread t of a block takes rows t, t + blockDim.x, ... of
+// each of the block's slices. Every per-row step below (the load of P, the projections' updates, the normalization)
+// touches only these rows, the ones the thread sums, so the sums' barriers are the only ordering the kernel needs.
+template <class F>
+__device__ void forOwnRows(const Ortho& o, F f) {
+  for (uint64_t s = blockIdx.x; s < o.slices; s += gridDim.x) {
+    const uint64_t end = (s + 1) * o.rows < o.n ? (s + 1) * o.rows : o.n;
+    for (uint64_t i = s * o.rows + threadIdx.x; i < end; i += blockDim.x) f(i);
+  }
+}
+
+// sum_i term(i) over all n rows, returned to every thread of every block. One slice: blockSum of the threads' partial
+// sums. Several: each block writes its slices' totals, all blocks meet (syncBlocks), and each adds the totals in slice
+// order, reading them from L2 (__ldcg: another block wrote them, and L1 is not coherent). The halves alternate so
+// that a sum never overwrites totals that a slower block may still be reading: a block writes a half again only two
+// sums later, after a barrier that every block passes only once it has read them.
+template <class Term>
+__device__ double gridSum(const Ortho& o, unsigned& half, double* shm, Term term) {
+  if (o.slices == 1) {
+    double part = 0;
+    forOwnRows(o, [&](uint64_t i) { part += term(i); });
+    return blockSum(part, shm);
+  }
+  double* totals = o.totals + half * o.slices;
+  half ^= 1u;
+  for (uint64_t s = blockIdx.x; s < o.slices; s += gridDim.x) {
+    double part = 0;
+    const uint64_t end = (s + 1) * o.rows < o.n ? (s + 1) * o.rows : o.n;
+    for (uint64_t i = s * o.rows + threadIdx.x; i < end; i += blockDim.x) part += term(i);
+    const double total = blockSum(part, shm);
+    if (threadIdx.x == 0) totals[s] = total;
+  }
+  syncBlocks();
+  double sum = __ldcg(totals);
+  for (uint64_t s = 1; s < o.slices; ++s) sum += __ldcg(totals + s);
+  return sum;
+}
+
+// ||v||, as the host's norm(): sqrt of the sum of squares.
+__device__ double gridNorm(const Ortho& o, unsigned& half, const double* v, double* shm) {
+  return sqrt(gridSum(o, half, shm, [&](uint64_t i) { return v[i] * v[i]; }));
+}
+
+// v -= sum_q <phat_q, v> phat_q over the first c columns, twice: the host's project().
+__device__ void gridProject(const Ortho& o, unsigned& half, const double* phat, uint64_t c, double* v, double* shm) {
   for (int sweep = 0; sweep < 2; ++sweep) {
     for (uint64_t q = 0; q < c; ++q) {
-      const double* u = phat + q * n;
-      double part = 0;
-      for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) part += u[i] * v[i];
-      const double dot = blockSum(part, shm);
-      for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) v[i] -= dot * u[i];
+      const double* u = phat + q * o.n;
+      const double dot = gridSum(o, half, shm, [&](uint64_t i) { return u[i] * v[i]; });
+      forOwnRows(o, [&](uint64_t i) { v[i] -= dot * u[i]; });
     }
   }
 }
 
+// The host's replacement for a collapsed column c: e_k with the largest component outside span(phat[0..c)), the
+// lowest k on ties. Each thread scans its rows in ascending order keeping the first maximum; the block keeps the larger
+// rest, or the lower index on equal rests; across blocks the same rule over each block's pick. The rule is a total
+// order, so the pick does not depend on how the rows were shared out.
+__device__ uint64_t gridPick(const Ortho& o, const double* phat, uint64_t c, double* best_rest, uint64_t* best_index) {
+  const unsigned t = threadIdx.x;
+  double rest = -1.0;
+  uint64_t index = ~uint64_t{0};
+  forOwnRows(o, [&](uint64_t k) {
+    double in_span = 0;
+    for (uint64_t q = 0; q < c; ++q) in_span += phat[q * o.n + k] * phat[q * o.n + k];
+    if (1.0 - in_span > rest) {
+      rest = 1.0 - in_span;
+      index = k;
+    }
+  });
+  best_rest[t] = rest;
+  best_index[t] = index;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) {
+      const double other = best_rest[t + s];
+      if (other > best_rest[t] || (other == best_rest[t] && best_index[t + s] < best_index[t])) {
+        best_rest[t] = other;
+        best_index[t] = best_index[t + s];
+      }
+    }
+    __syncthreads();
+  }
+  uint64_t best = best_index[0];
+  if (gridDim.x > 1) {
+    if (t == 0) o.picks[blockIdx.x] = OrthoPick{best_rest[0], best};
+    syncBlocks();
+    double top = -1.0;
+    best = ~uint64_t{0};
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      const double r = __ldcg(&o.picks[b].rest);
+      const auto k = static_cast<uint64_t>(__ldcg(reinterpret_cast<const unsigned long long*>(&o.picks[b].index)));
+      if (r > top || (r == top && k < best)) {
+        top = r;
+        best = k;
+      }
+    }
+  }
+  __syncthreads();  // best_rest and best_index are read before the next pick writes them
+  return best;
+}
+
+// The host's Gram-Schmidt (powersgd.cc's orthogonalize), column by column: twice-projected, the same collapse test and
+// basis-vector rule. Launched as one block, or cooperatively as one block a slice (orthogonalize below).
 __global__ void __launch_bounds__(kOrthoThreads)
-    orthogonalizeKernel(const float* __restrict__ P, uint64_t n, uint64_t r, double* __restrict__ phat,
+    orthogonalizeKernel(const float* __restrict__ P, Ortho o, uint64_t r, double* __restrict__ phat,
                         float* __restrict__ phat32) {
   __shared__ double shm[kSumSlots];
   __shared__ double best_rest[kOrthoThreads];
   __shared__ uint64_t best_index[kOrthoThreads];
-  const unsigned t = threadIdx.x;
+  const uint64_t n = o.n;
+  unsigned half = 0;
   for (uint64_t c = 0; c < r; ++c) {
     double* v = phat + c * n;
-    for (uint64_t i = t; i < n; i += blockDim.x) v[i] = static_cast<double>(P[c * n + i]);
-    const double before = blockNorm(v, n, shm);
-    blockProject(phat, c, v, n, shm);
-    double after = blockNorm(v, n, shm);
+    forOwnRows(o, [&](uint64_t i) { v[i] = static_cast<double>(P[c * n + i]); });
+    const double before = gridNorm(o, half, v, shm);
+    gridProject(o, half, phat, c, v, shm);
+    double after = gridNorm(o, half, v, shm);
     if (!(after > kCollapse * before) || after == 0.0) {  // the same values on every thread: a uniform branch
-      // e_k with the largest component outside span(phat[0..c)), the lowest k on ties, as the host picks it: each
-      // thread scans its k in ascending order keeping the first maximum, then the block keeps the larger rest, or the
-      // lower index on equal rests.
-      double rest = -1.0;
-      uint64_t index = ~uint64_t{0};
-      for (uint64_t k = t; k < n; k += blockDim.x) {
-        double in_span = 0;
-        for (uint64_t q = 0; q < c; ++q) in_span += phat[q * n + k] * phat[q * n + k];
-        if (1.0 - in_span > rest) {
-          rest = 1.0 - in_span;
-          index = k;
-        }
-      }
-      best_rest[t] = rest;
-      best_index[t] = index;
-      __syncthreads();
-      for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (t < s) {
-          const double other = best_rest[t + s];
-          if (other > best_rest[t] || (other == best_rest[t] && best_index[t + s] < best_index[t])) {
-            best_rest[t] = other;
-            best_index[t] = best_index[t + s];
-          }
-        }
-        __syncthreads();
-      }
-      const uint64_t best = best_index[0];
-      __syncthreads();
-      for (uint64_t i = t; i < n; i += blockDim.x) v[i] = i == best ? 1.0 : 0.0;
-      blockProject(phat, c, v, n, shm);
-      after = blockNorm(v, n, shm);
+      const uint64_t best = gridPick(o, phat, c, best_rest, best_index);
+      forOwnRows(o, [&](uint64_t i) { v[i] = i == best ? 1.0 : 0.0; });
+      gridProject(o, half, phat, c, v, shm);
+      after = gridNorm(o, half, v, shm);
     }
-    for (uint64_t i = t; i < n; i += blockDim.x) {
+    forOwnRows(o, [&](uint64_t i) {
       v[i] /= after;
       phat32[c * n + i] = static_cast<float>(v[i]);
-    }
-    __syncthreads();  // column c is complete before column c + 1 projects on it
+    });
   }
 }
 
@@ -406,9 +485,37 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, void* stream) {
-  orthogonalizeKernel<<<1, kOrthoThreads, 0, device::streamOf(stream)>>>(P, n, r, phat, phat32);
-  TERSE_COMPRESSOR_CHECK_LAUNCH();
+void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, std::byte* scratch,
+                   void* stream) {
+  const cudaStream_t st = device::streamOf(stream);
+  const uint64_t slices = orthoSlices(n);
+  Ortho o{n, slices, (n + slices - 1) / slices, nullptr, nullptr};
+  if (slices == 1) {
+    orthogonalizeKernel<<<1, kOrthoThreads, 0, st>>>(P, o, r, phat, phat32);
+    TERSE_COMPRESSOR_CHECK_LAUNCH();
+    return;
+  }
+  o.totals = reinterpret_cast<double*>(scratch);
+  o.picks = reinterpret_cast<OrthoPick*>(scratch + 2 * sizeof(double) * slices);
+  // As many blocks as there are slices, if the device can hold them all at once (a cooperative launch's condition);
+  // otherwise one block takes every slice, for the same bits, slower. A few microseconds of queries, made only for a
+  // P tall enough to be split, whose orthogonalization takes far longer.
+  int dev = 0, cooperative = 0, sms = 0, per_sm = 0;
+  TERSE_SDK_CUDA_CHECK(cudaGetDevice(&dev));
+  TERSE_SDK_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dev));
+  TERSE_SDK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TERSE_SDK_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, orthogonalizeKernel, static_cast<int>(kOrthoThreads), 0));
+  const uint64_t resident = static_cast<uint64_t>(sms) * static_cast<uint64_t>(per_sm);
+  if (cooperative == 0 || resident < slices) {
+    orthogonalizeKernel<<<1, kOrthoThreads, 0, st>>>(P, o, r, phat, phat32);
+    TERSE_COMPRESSOR_CHECK_LAUNCH();
+    return;
+  }
+  void* args[] = {&P, &o, &r, &phat, &phat32};
+  TERSE_SDK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(orthogonalizeKernel),
+                                                   dim3(static_cast<unsigned>(slices)), dim3(kOrthoThreads), args, 0,
+                                                   st));
 }
 
 void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* phat32, float* Q,

@@ -10,12 +10,12 @@
 // one costs 0.001 to 0.004 B per element, left out of the passes below:
 //   compress     round 0: prepareQKernel reads Q (its zero-column test); multiplyMQ, P = M Q on cuBLAS: M read, 4 B,
 //                P written into the payload. Round 1: validateKernel on prev (P; one synchronization);
-//                orthogonalizeKernel, one block, a few tens of sweeps over n doubles (32 KiB each) in L2;
+//                orthogonalizeKernel, a few tens of sweeps over n doubles (32 KiB each) in L2;
 //                multiplyMtP, Q' = M^T P^: M read, 4 B, Q' written into the payload. Total 8.0 B (8.02 B with the
 //                factors; cuBLAS's split-K partial sums stay in its 4 MiB scratch, in L2); bound 1.00x. Two reads of
 //                M are the least a step can do: Q' needs P^, which needs all of P = M Q (summed over the ranks). This
 //                assumes cuBLAS reads M once per GEMM (the output has r = 4 columns, narrower than a GEMM tile;
-//                unmeasured). The one-block orthogonalization costs time (serial block reductions), not traffic.
+//                unmeasured). The orthogonalization costs time (serial block reductions), not traffic.
 //   decompress   validateKernel on Q' (one synchronization); decodeKernel: out read 4 + written 4 = 8 B; copyValues
 //                of Q' into the state (the warm start). Total 8.0 B (8.02 B with the factors); bound 1.00x. Beside
 //                the DRAM bytes, cached reads: each thread holds its column's r floats of Q' for 8 rows, 4 r / 8 B an
@@ -101,9 +101,36 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
               const WorkspaceTag* tag, const WorkspaceTag& want, bool raise_when_equal, uint32_t* tag_status,
               void* stream);
 
+// The orthogonalization's rows per block: P up to this tall is one block's (1024 threads, 32 rows each); a taller one
+// is cut into orthoSlices(n) slices of at most this many rows (at most kMaxOrthoSlices of them), one block each.
+// A guess until measured: below it, a grid-wide barrier per sum would cost more than the sums it shares out.
+inline constexpr uint64_t kOrthoSliceRows = uint64_t{1} << 15;
+inline constexpr uint64_t kMaxOrthoSlices = 64;
+
+// The slices of an n-row P: from n alone, so that every GPU (and every rank) sums in the same order.
+inline uint64_t orthoSlices(uint64_t n) {
+  const uint64_t s = (n + kOrthoSliceRows - 1) / kOrthoSliceRows;
+  return s < 1 ? 1 : s > kMaxOrthoSlices ? kMaxOrthoSlices : s;
+}
+
+// One block's candidate basis vector for a collapsed column (its largest component outside the span so far).
+struct OrthoPick {
+  double rest;
+  uint64_t index;
+};
+
+// The orthogonalization's scratch in the workspace: two halves of per-slice totals and a pick per block; nothing for
+// one slice.
+inline uint64_t orthoScratchBytes(uint64_t n) {
+  const uint64_t s = orthoSlices(n);
+  return s == 1 ? 0 : s * (2 * sizeof(double) + sizeof(OrthoPick));
+}
+
 // Round 1. P^ = ORTHOGONALIZE(P) into phat (n x r double), with its f32 rounding in phat32 for the GEMMs: the host's
-// Gram-Schmidt (powersgd.cc), one thread block.
-void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, void* stream);
+// Gram-Schmidt (powersgd.cc), one thread block a slice of P's rows; `scratch` holds orthoScratchBytes(n), 8-byte
+// aligned.
+void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, std::byte* scratch,
+                   void* stream);
 // Q (m x r, column-major) = M^T P^, f32 on cuBLAS.
 void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* phat32, float* Q,
                  void* stream);

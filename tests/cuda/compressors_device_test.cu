@@ -853,6 +853,8 @@ std::vector<PsgdCase> psgdCases() {
   conv.ndim = 4;
   conv.shape[0] = 64, conv.shape[1] = 3, conv.shape[2] = 3, conv.shape[3] = 3;
   out.push_back({"conv64x3x3x3_rank4", conv, "4", true});
+  // Taller than one block's slice of the orthogonalization (powersgd_cuda.h, kOrthoSliceRows): three slices.
+  out.push_back({"70001x5_rank4", psgdMatrix(70001, 5), "4", true});
   // Passthrough: r (n + m) >= n m, empty, a vector, a flat tensor.
   out.push_back({"1x1_rank1", psgdMatrix(1, 1), "1", false});
   out.push_back({"8x8_rank4", psgdMatrix(8, 8), "4", false});
@@ -1053,6 +1055,68 @@ TEST_F(PowerSgdOnDevice, DecodeOfTheSameFactorsIsTheHostsBitForBit) {
         differing += std::memcmp(&host_out[i], &dev_out[i], sizeof(float)) != 0 ? 1 : 0;
       }
       EXPECT_EQ(differing, 0u) << (accumulate ? "accumulated" : "written") << " decode, of " << host_out.size();
+    }
+  }
+}
+
+// The orthogonalization on one block (33 rows) and on several (70,001 rows: three slices of powersgd_cuda.h's
+// kOrthoSliceRows, a cooperative launch of three blocks on any GPU that can hold them), for full-rank, rank-1 and zero
+// gradients at rank 4. P^ must be orthonormal and the host's to the tolerance; a rank-1 gradient collapses columns 1-3
+// and a zero one every column, so both take the basis-vector pick, whose rule (the largest component outside the
+// span, the lowest index on ties) must hold across blocks: for the zero gradient every row ties, so P^ must be
+// e_0 .. e_3 exactly, as on the host.
+TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
+  Plugin plugin("powersgd");
+  Stream stream;
+  Instance c(plugin, {{"rank", "4"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  PsgdDeviceCalls dev(c, stream);
+  constexpr uint64_t r = 4;
+  for (const uint64_t n : {uint64_t{33}, uint64_t{70001}}) {
+    const uint64_t m = n == 33 ? 31 : 5;
+    const terse_tensor_info_v1 shape = psgdMatrix(n, m);
+    const std::vector<float> a = psgdGaussian(n, 3), b = psgdGaussian(m, 4);
+    std::vector<float> rank1(static_cast<size_t>(n * m));
+    for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t j = 0; j < m; ++j) rank1[i * m + j] = a[i] * b[j];
+    }
+    for (const auto& [what, grad] : std::vector<std::pair<std::string, std::vector<float>>>{
+             {"full rank", psgdGaussian(n * m, 5)},
+             {"rank 1", rank1},
+             {"zero", std::vector<float>(static_cast<size_t>(n * m), 0.0f)}}) {
+      SCOPED_TRACE(std::to_string(n) + " x " + std::to_string(m) + ", " + what);
+      terse_tensor_info_v1 r1 = shape;
+      r1.round = 1;
+      Scratch host(c.sizes(r1));
+      PsgdDeviceRank device = dev.rank(onDevice(shape, device_), grad);
+      const terse_tensor_info_v1 info0 = psgdAt(shape, 0, 1, 0, 0, 0), info1 = psgdAt(shape, 0, 1, 0, 1, 0);
+      const Bytes hp = c.compress(info0, grad, &host);
+      const Bytes hq = c.compress(info1, grad, &host, hp);
+      ASSERT_FALSE(hq.empty()) << c.lastError();
+      Bytes dp, dq;
+      ASSERT_EQ(dev.compress(onDevice(info0, device_), device, {}, &dp), TERSE_OK) << c.lastError();
+      ASSERT_EQ(dev.compress(onDevice(info1, device_), device, dp, &dq), TERSE_OK) << c.lastError();
+
+      const Bytes ws = dev.read(device.workspace, 64 + 8 * n * r);
+      std::vector<double> phat(static_cast<size_t>(n * r)), want(phat.size());
+      std::memcpy(phat.data(), ws.data() + 64, 8 * phat.size());
+      std::memcpy(want.data(), host.workspace().data() + 64, 8 * want.size());
+      for (uint64_t x = 0; x < r; ++x) {
+        for (uint64_t y = 0; y < r; ++y) {
+          double d = 0;
+          for (uint64_t i = 0; i < n; ++i) d += phat[x * n + i] * phat[y * n + i];
+          EXPECT_NEAR(d, x == y ? 1.0 : 0.0, 1e-12) << "P^ columns " << x << ", " << y;
+        }
+      }
+      if (what == "zero") {
+        EXPECT_EQ(phat, want) << "every row ties: e_0 .. e_3, as on the host";
+        for (uint64_t x = 0; x < r; ++x) EXPECT_EQ(phat[x * n + x], 1.0) << "column " << x;
+      } else {
+        double diff = 0;
+        for (size_t e = 0; e < phat.size(); ++e) diff += (phat[e] - want[e]) * (phat[e] - want[e]);
+        EXPECT_LE(std::sqrt(diff), psgdTolerance(shape, 1) * std::sqrt(static_cast<double>(r)))
+            << "P^ differs from the host's";
+      }
     }
   }
 }
