@@ -20,10 +20,11 @@
 // the exact selection), and after the run its device payload is compared with the host path's for the same input,
 // step and seed (variable size: the bytes must agree in size and content; "#wrong" counts the differing bytes).
 //
-// powersgd (rank 4) runs as a 4096-row matrix, both rounds of a step per compress iteration (see
-// benchPowerSgdCompress); after the run one step is checked against the host path within powersgd's tolerance. Its
-// decode runs beside cuBLAS's f32 GEMM of the same shapes ("gemm/powersgd_decode_reference", out += P^ Q'^T with
-// beta 1): the summary prints their ratio, the evidence for keeping the decode a kernel of its own (powersgd.cu).
+// powersgd (rank 4) runs as a 4096-row matrix and as a tall one of 128 columns ("powersgd-tall"), both rounds of a step
+// per compress iteration (see benchPowerSgdCompress); after the run one step of each is checked against the host path
+// within powersgd's tolerance. Its decode runs beside cuBLAS's f32 GEMM of the same shapes
+// ("gemm/powersgd_decode_reference", out += P^ Q'^T with beta 1): the summary prints their ratio, the evidence for
+// keeping the decode a kernel of its own (powersgd.cu).
 //
 // Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory), --mib=N (default
 // 256). Without a CUDA device it says why and exits with status 0 (CI builds it everywhere, runs it nowhere).
@@ -42,6 +43,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common/cuda.h"
@@ -76,14 +78,26 @@ struct Traffic {
 };
 const std::map<std::string, Traffic>& trafficPerElement() {
   static const std::map<std::string, Traffic> bytes = {
-      {"none", {8.0, 12.0}},           {"fp16", {6.0, 10.0}},
-      {"bf16", {6.0, 10.0}},           {"qsgd", {9.016, 9.016}},
-      {"qsgd-r16", {9.016, 9.016}},    {"qsgd-r8", {9.016, 9.016}},
-      {"terngrad", {8.281, 8.516}},    {"terngrad-r16", {8.281, 8.516}},
-      {"terngrad-r8", {8.281, 8.516}}, {"onebit", {8.141, 8.156}},
-      {"signsgd", {4.125, 8.125}},     {"topk", {8.55, 0.72}},
-      {"dgc", {8.44, 0.76}},           {"randomk", {0.36, 0.68}},
-      {"threshold", {4.16, 0.72}},     {"powersgd", {8.02, 8.02}}};
+      {"none", {8.0, 12.0}},
+      {"fp16", {6.0, 10.0}},
+      {"bf16", {6.0, 10.0}},
+      {"qsgd", {9.016, 9.016}},
+      {"qsgd-r16", {9.016, 9.016}},
+      {"qsgd-r8", {9.016, 9.016}},
+      {"terngrad", {8.281, 8.516}},
+      {"terngrad-r16", {8.281, 8.516}},
+      {"terngrad-r8", {8.281, 8.516}},
+      {"onebit", {8.141, 8.156}},
+      {"signsgd", {4.125, 8.125}},
+      {"topk", {8.55, 0.72}},
+      {"dgc", {8.44, 0.76}},
+      {"randomk", {0.36, 0.68}},
+      {"threshold", {4.16, 0.72}},
+      {"powersgd", {8.02, 8.02}},
+      // 128 columns: the factors are no longer small beside M. Compress adds P written (4 r / 128 B), P^ in double
+      // and in f32 written (8 r / 128 + 4 r / 128) and the f32 one read by the second GEMM (4 r / 128); decompress
+      // reads P^ (8 r / 128). The orthogonalization's sweeps over P^ (16 MiB at 256 MiB) are taken to stay in L2.
+      {"powersgd-tall", {8.63, 8.25}}};
   return bytes;
 }
 
@@ -269,28 +283,40 @@ HostCheck checkAgainstHost(const Compressor& c) {
   return r;
 }
 
-// ---- powersgd (rank 4): a stateful two-round SUM compressor, so it gets its own loop. The input is seen as a matrix
-// of kPowerSgdRows rows (4096 x 16384 at the default 256 MiB); one rank (world 1), whose round-0 payload is then the
-// SUM that round 1 reads as prev.
-//   compress/powersgd     both rounds of one step: P = M Q, orthogonalization, Q' = M^T P^ (round 1 includes its one
-//                         synchronization, to validate prev)
-//   decompress/powersgd   the aggregate's decode P^ Q'^T accumulated onto the output (and Q' kept for the warm start)
+// ---- powersgd (rank 4): a stateful two-round SUM compressor, so it gets its own loop, at two shapes of the same
+// input:
+//   powersgd        4096 rows (4096 x 16384 at the default 256 MiB): a square-ish layer's matrix, P^ one block's;
+//   powersgd-tall   128 columns (524,288 x 128 at 256 MiB, 131,072 x 128 at 64 MiB): an embedding's shape, whose P^
+//                   is orthogonalized by one block per slice of rows (powersgd_cuda.h, kOrthoSliceRows), 16 or 4.
+// One rank (world 1), whose round-0 payload is then the SUM that round 1 reads as prev.
+//   compress/<label>     both rounds of one step: P = M Q, orthogonalization, Q' = M^T P^ (round 1 includes its one
+//                        synchronization, to validate prev)
+//   decompress/<label>   the aggregate's decode P^ Q'^T accumulated onto the output (and Q' kept for the warm start)
 // After the timed loops, one fresh step on the device and on the host: the decoded matrices' difference relative to
 // ||M||, against powersgd.cc's tolerance 8 u K S (K = max(n, m), S = 1); "#wrong" is 1 when it exceeds it.
-constexpr uint64_t kPowerSgdRows = 4096;
+struct PowerSgdShape {
+  std::string label;
+  uint64_t rows;
+  uint64_t cols() const { return g_numel / rows; }
+};
+PowerSgdShape powerSgdSquare() {
+  return {"powersgd", 4096};
+}
+PowerSgdShape powerSgdTall() {
+  return {"powersgd-tall", g_numel / 128};
+}
 
 struct PowerSgdCheck {
-  bool done = false;
   double error = 0;
   double tolerance = 0;
 };
-PowerSgdCheck g_powersgd_check;
+std::map<std::string, PowerSgdCheck> g_powersgd_checks;  // by label
 
-TensorInfo powerSgdInfo(uint64_t step, int round, int source_rank) {
+TensorInfo powerSgdInfo(const PowerSgdShape& shape, uint64_t step, int round, int source_rank) {
   TensorInfo info = tensorInfo(step);
   info.ndim = 2;
-  info.shape[0] = static_cast<int64_t>(kPowerSgdRows);
-  info.shape[1] = static_cast<int64_t>(g_numel / kPowerSgdRows);
+  info.shape[0] = static_cast<int64_t>(shape.rows);
+  info.shape[1] = static_cast<int64_t>(shape.cols());
   info.round = round;
   info.source_rank = source_rank;
   return info;
@@ -298,8 +324,8 @@ TensorInfo powerSgdInfo(uint64_t step, int round, int source_rank) {
 
 // One tensor's memory for powersgd on the device: the max over both rounds, the state zero-filled once.
 struct PowerSgdBuffers {
-  PowerSgdBuffers(const Compressor& c, cudaStream_t stream) {
-    const CompressorSizes s0 = c.sizes(powerSgdInfo(0, 0, 0)), s1 = c.sizes(powerSgdInfo(0, 1, 0));
+  PowerSgdBuffers(const Compressor& c, PowerSgdShape matrix, cudaStream_t stream) : shape(std::move(matrix)) {
+    const CompressorSizes s0 = c.sizes(powerSgdInfo(shape, 0, 0, 0)), s1 = c.sizes(powerSgdInfo(shape, 0, 1, 0));
     workspace = cuda::DeviceBuffer(std::max(s0.workspace_bytes, s1.workspace_bytes), stream);
     state = cuda::DeviceBuffer(std::max(s0.state_bytes, s1.state_bytes), stream);
     state.fill(0, stream);
@@ -311,15 +337,16 @@ struct PowerSgdBuffers {
   }
   // Both rounds of `step`.
   void step(const Compressor& c, uint64_t step, const void* input, void* stream) const {
-    c.compress(powerSgdInfo(step, 0, 0), input, {}, scratch(), {p.as<std::byte>(), p.size()}, stream);
-    c.compress(powerSgdInfo(step, 1, 0), input, {p.as<std::byte>(), p.size()}, scratch(), {q.as<std::byte>(), q.size()},
-               stream);
+    c.compress(powerSgdInfo(shape, step, 0, 0), input, {}, scratch(), {p.as<std::byte>(), p.size()}, stream);
+    c.compress(powerSgdInfo(shape, step, 1, 0), input, {p.as<std::byte>(), p.size()}, scratch(),
+               {q.as<std::byte>(), q.size()}, stream);
   }
+  PowerSgdShape shape;
   cuda::DeviceBuffer workspace, state, p, q;
 };
 
-void benchPowerSgdCompress(benchmark::State& state, std::shared_ptr<const Compressor> c) {
-  const PowerSgdBuffers b(*c, g_device->stream.get());
+void benchPowerSgdCompress(benchmark::State& state, std::shared_ptr<const Compressor> c, PowerSgdShape shape) {
+  const PowerSgdBuffers b(*c, shape, g_device->stream.get());
   uint64_t step = 0;
   double total = 0;
   for (auto _ : state) {
@@ -328,15 +355,15 @@ void benchPowerSgdCompress(benchmark::State& state, std::shared_ptr<const Compre
     state.SetIterationTime(ms * 1e-3);
     total += ms;
   }
-  report(state, "compress/powersgd", total);
+  report(state, "compress/" + shape.label, total);
   state.counters["ratio"] = 4.0 * static_cast<double>(g_numel) / static_cast<double>(b.p.size() + b.q.size());
 }
 
-void benchPowerSgdDecompress(benchmark::State& state, std::shared_ptr<const Compressor> c) {
-  const PowerSgdBuffers b(*c, g_device->stream.get());
+void benchPowerSgdDecompress(benchmark::State& state, std::shared_ptr<const Compressor> c, PowerSgdShape shape) {
+  const PowerSgdBuffers b(*c, shape, g_device->stream.get());
   b.step(*c, 0, g_device->input.data(), g_device->stream.handle());
   g_device->output.fill(0, g_device->stream.get());
-  const TensorInfo info = powerSgdInfo(0, 1, -1);
+  const TensorInfo info = powerSgdInfo(shape, 0, 1, -1);
   double total = 0;
   for (auto _ : state) {
     const double ms = deviceMilliseconds([&] {
@@ -346,17 +373,18 @@ void benchPowerSgdDecompress(benchmark::State& state, std::shared_ptr<const Comp
     state.SetIterationTime(ms * 1e-3);
     total += ms;
   }
-  report(state, "decompress/powersgd", total);
+  report(state, "decompress/" + shape.label, total);
 }
 
 // The decode as cuBLAS would run it: out (n x m row-major, which cuBLAS sees as out^T, m x n column-major) += Q' P^T,
 // with Q' (m x r, column-major) the aggregate's values and P (n x r) f32 in place of P^ (the time does not depend on
 // the values). cuBLAS keeps its own scratch here: a reference, not the plugin's path.
 void benchPowerSgdGemmReference(benchmark::State& state, std::shared_ptr<const Compressor> c) {
-  const PowerSgdBuffers b(*c, g_device->stream.get());
+  const PowerSgdShape shape = powerSgdSquare();
+  const PowerSgdBuffers b(*c, shape, g_device->stream.get());
   b.step(*c, 0, g_device->input.data(), g_device->stream.handle());
   g_device->output.fill(0, g_device->stream.get());
-  const auto n = static_cast<int64_t>(kPowerSgdRows), m = static_cast<int64_t>(g_numel / kPowerSgdRows);
+  const auto n = static_cast<int64_t>(shape.rows), m = static_cast<int64_t>(shape.cols());
   constexpr int64_t kRank = 4;
   const float* q = reinterpret_cast<const float*>(b.q.as<std::byte>() + 16);  // after the payload header
   const float* p = g_device->input.as<float>();
@@ -392,14 +420,14 @@ struct AlignedHostBytes {
   std::vector<uint64_t> words;
 };
 
-void checkPowerSgd(const Compressor& c) {
+void checkPowerSgd(const Compressor& c, const PowerSgdShape& shape) {
   const uint64_t numel = g_numel;
   std::vector<float> m(static_cast<size_t>(numel)), dev(m.size()), host(m.size(), 0.0f);
   g_device->input.copyToHost(m.data(), 4 * numel, g_device->stream.get());
-  const PowerSgdBuffers b(c, g_device->stream.get());
+  const PowerSgdBuffers b(c, shape, g_device->stream.get());
   b.step(c, 0, g_device->input.data(), g_device->stream.handle());
-  c.decompress(powerSgdInfo(0, 1, -1), {b.q.as<std::byte>(), b.q.size()}, b.scratch(), g_device->output.data(), false,
-               g_device->stream.handle());
+  c.decompress(powerSgdInfo(shape, 0, 1, -1), {b.q.as<std::byte>(), b.q.size()}, b.scratch(), g_device->output.data(),
+               false, g_device->stream.handle());
   g_device->output.copyToHost(dev.data(), 4 * numel, g_device->stream.get());
   g_device->stream.synchronize();
 
@@ -408,25 +436,26 @@ void checkPowerSgd(const Compressor& c) {
     info.device_index = -1;
     return info;
   };
-  const CompressorSizes s0 = c.sizes(onHost(powerSgdInfo(0, 0, 0))), s1 = c.sizes(onHost(powerSgdInfo(0, 1, 0)));
+  const CompressorSizes s0 = c.sizes(onHost(powerSgdInfo(shape, 0, 0, 0))),
+                        s1 = c.sizes(onHost(powerSgdInfo(shape, 0, 1, 0)));
   const uint64_t ws_bytes = std::max(s0.workspace_bytes, s1.workspace_bytes);
   const uint64_t st_bytes = std::max(s0.state_bytes, s1.state_bytes);
   AlignedHostBytes ws(ws_bytes), st(st_bytes), p(s0.max_output_bytes), q(s1.max_output_bytes);
   const Scratch scratch{ws.span(ws_bytes), st.span(st_bytes)};
-  c.compress(onHost(powerSgdInfo(0, 0, 0)), m.data(), {}, scratch, p.span(s0.max_output_bytes), nullptr);
-  c.compress(onHost(powerSgdInfo(0, 1, 0)), m.data(), p.span(s0.max_output_bytes), scratch, q.span(s1.max_output_bytes),
-             nullptr);
-  c.decompress(onHost(powerSgdInfo(0, 1, -1)), q.span(s1.max_output_bytes), scratch, host.data(), false, nullptr);
+  c.compress(onHost(powerSgdInfo(shape, 0, 0, 0)), m.data(), {}, scratch, p.span(s0.max_output_bytes), nullptr);
+  c.compress(onHost(powerSgdInfo(shape, 0, 1, 0)), m.data(), p.span(s0.max_output_bytes), scratch,
+             q.span(s1.max_output_bytes), nullptr);
+  c.decompress(onHost(powerSgdInfo(shape, 0, 1, -1)), q.span(s1.max_output_bytes), scratch, host.data(), false,
+               nullptr);
 
   double diff = 0, norm = 0;
   for (size_t i = 0; i < m.size(); ++i) {
     diff += (static_cast<double>(dev[i]) - host[i]) * (static_cast<double>(dev[i]) - host[i]);
     norm += static_cast<double>(m[i]) * m[i];
   }
-  g_powersgd_check.done = true;
-  g_powersgd_check.error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-  g_powersgd_check.tolerance =
-      8.0 * 0x1p-24 * static_cast<double>(std::max<uint64_t>(kPowerSgdRows, numel / kPowerSgdRows));
+  PowerSgdCheck& check = g_powersgd_checks[shape.label];
+  check.error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  check.tolerance = 8.0 * 0x1p-24 * static_cast<double>(std::max(shape.rows, shape.cols()));
 }
 
 void printSummary(const std::vector<std::string>& present) {
@@ -473,13 +502,13 @@ void printSummary(const std::vector<std::string>& present) {
         "GB/s, %.2fx\n",
         kernel, gemm, kernel / gemm);
   }
-  if (g_powersgd_check.done) {
+  for (const auto& [label, check] : g_powersgd_checks) {
+    const PowerSgdShape shape = label == powerSgdTall().label ? powerSgdTall() : powerSgdSquare();
     std::printf(
-        "powersgd rank 4, %llu x %llu: device decode vs host ||D_dev - D_host|| / ||M|| = %.3g (tolerance %.3g); "
+        "%s rank 4, %llu x %llu: device decode vs host ||D_dev - D_host|| / ||M|| = %.3g (tolerance %.3g); "
         "#wrong %d\n",
-        static_cast<unsigned long long>(kPowerSgdRows), static_cast<unsigned long long>(g_numel / kPowerSgdRows),
-        g_powersgd_check.error, g_powersgd_check.tolerance,
-        g_powersgd_check.error <= g_powersgd_check.tolerance ? 0 : 1);
+        label.c_str(), static_cast<unsigned long long>(shape.rows), static_cast<unsigned long long>(shape.cols()),
+        check.error, check.tolerance, check.error <= check.tolerance ? 0 : 1);
   }
 }
 
@@ -593,20 +622,24 @@ int main(int argc, char** argv) {
     powersgd.reset();
   }
   if (powersgd) {
-    present.emplace_back("powersgd");
-    benchmark::RegisterBenchmark("compress/powersgd", benchPowerSgdCompress, powersgd)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("decompress/powersgd", benchPowerSgdDecompress, powersgd)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    for (const PowerSgdShape& shape : {powerSgdSquare(), powerSgdTall()}) {
+      present.push_back(shape.label);
+      benchmark::RegisterBenchmark(("compress/" + shape.label).c_str(), benchPowerSgdCompress, powersgd, shape)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("decompress/" + shape.label).c_str(), benchPowerSgdDecompress, powersgd, shape)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
     benchmark::RegisterBenchmark("gemm/powersgd_decode_reference", benchPowerSgdGemmReference, powersgd)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::RunSpecifiedBenchmarks();
   if (dgc != nullptr) g_dgc_check = checkAgainstHost(*dgc);
-  if (powersgd) checkPowerSgd(*powersgd);
+  if (powersgd) {
+    for (const PowerSgdShape& shape : {powerSgdSquare(), powerSgdTall()}) checkPowerSgd(*powersgd, shape);
+  }
   printSummary(present);
   benchmark::Shutdown();
   g_device = nullptr;
