@@ -877,6 +877,20 @@ terse_tensor_info_v1 psgdAt(terse_tensor_info_v1 info, int rank, int world, uint
   return info;
 }
 
+// One rank (world 1) at step 0 on both paths: the host's scratch (at round 1's sizes, the larger), the device's memory
+// with the gradient, and the two rounds' tensor infos.
+struct PsgdFirstStep {
+  PsgdFirstStep(Instance& c, PsgdDeviceCalls& dev, const terse_tensor_info_v1& shape, const std::vector<float>& grad,
+                int device_index)
+      : host(c.sizes(psgdAt(shape, 0, 1, 0, 1, 0))),
+        device(dev.rank(onDevice(shape, device_index), grad)),
+        info0(psgdAt(shape, 0, 1, 0, 0, 0)),
+        info1(psgdAt(shape, 0, 1, 0, 1, 0)) {}
+  Scratch host;
+  PsgdDeviceRank device;
+  terse_tensor_info_v1 info0, info1;
+};
+
 class PowerSgdOnDevice : public DeviceTest {};
 
 TEST_F(PowerSgdOnDevice, MatchesTheHostWithinTheToleranceOverStepsAndRanks) {
@@ -1085,22 +1099,18 @@ TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
              {"rank 1", rank1},
              {"zero", std::vector<float>(static_cast<size_t>(n * m), 0.0f)}}) {
       SCOPED_TRACE(std::to_string(n) + " x " + std::to_string(m) + ", " + what);
-      terse_tensor_info_v1 r1 = shape;
-      r1.round = 1;
-      Scratch host(c.sizes(r1));
-      PsgdDeviceRank device = dev.rank(onDevice(shape, device_), grad);
-      const terse_tensor_info_v1 info0 = psgdAt(shape, 0, 1, 0, 0, 0), info1 = psgdAt(shape, 0, 1, 0, 1, 0);
-      const Bytes hp = c.compress(info0, grad, &host);
-      const Bytes hq = c.compress(info1, grad, &host, hp);
+      PsgdFirstStep one(c, dev, shape, grad, device_);
+      const Bytes hp = c.compress(one.info0, grad, &one.host);
+      const Bytes hq = c.compress(one.info1, grad, &one.host, hp);
       ASSERT_FALSE(hq.empty()) << c.lastError();
       Bytes dp, dq;
-      ASSERT_EQ(dev.compress(onDevice(info0, device_), device, {}, &dp), TERSE_OK) << c.lastError();
-      ASSERT_EQ(dev.compress(onDevice(info1, device_), device, dp, &dq), TERSE_OK) << c.lastError();
+      ASSERT_EQ(dev.compress(onDevice(one.info0, device_), one.device, {}, &dp), TERSE_OK) << c.lastError();
+      ASSERT_EQ(dev.compress(onDevice(one.info1, device_), one.device, dp, &dq), TERSE_OK) << c.lastError();
 
-      const Bytes ws = dev.read(device.workspace, 64 + 8 * n * r);
+      const Bytes ws = dev.read(one.device.workspace, 64 + 8 * n * r);
       std::vector<double> phat(static_cast<size_t>(n * r)), want(phat.size());
       std::memcpy(phat.data(), ws.data() + 64, 8 * phat.size());
-      std::memcpy(want.data(), host.workspace().data() + 64, 8 * want.size());
+      std::memcpy(want.data(), one.host.workspace().data() + 64, 8 * want.size());
       for (uint64_t x = 0; x < r; ++x) {
         for (uint64_t y = 0; y < r; ++y) {
           double d = 0;
@@ -1131,13 +1141,12 @@ TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdict) {
   PsgdDeviceCalls dev(c, stream);
   const terse_tensor_info_v1 base = psgdMatrix(33, 31);
   const std::vector<float> grad = psgdGaussian(base.numel, 5);
-  terse_tensor_info_v1 r1 = base;
-  r1.round = 1;
-  Scratch host(c.sizes(r1));
-  PsgdDeviceRank device = dev.rank(onDevice(base, device_), grad);
+  PsgdFirstStep one(c, dev, base, grad, device_);
+  Scratch& host = one.host;
+  PsgdDeviceRank& device = one.device;
 
   // One good step on both paths (world 1: the aggregate is this rank's payload).
-  const terse_tensor_info_v1 info0 = psgdAt(base, 0, 1, 0, 0, 0), info1 = psgdAt(base, 0, 1, 0, 1, 0);
+  const terse_tensor_info_v1 &info0 = one.info0, &info1 = one.info1;
   const Bytes p = c.compress(info0, grad, &host);
   Bytes dp, dq;
   ASSERT_EQ(dev.compress(onDevice(info0, device_), device, {}, &dp), TERSE_OK) << c.lastError();
