@@ -27,6 +27,8 @@
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -490,13 +492,17 @@ void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* 
   const cudaStream_t st = device::streamOf(stream);
   const uint64_t slices = orthoSlices(n);
   Ortho o{n, slices, (n + slices - 1) / slices, nullptr, nullptr};
-  if (slices == 1) {
+  const auto oneBlock = [&] {
     orthogonalizeKernel<<<1, kOrthoThreads, 0, st>>>(P, o, r, phat, phat32);
     TERSE_COMPRESSOR_CHECK_LAUNCH();
-    return;
-  }
+  };
+  if (slices == 1) return oneBlock();  // no totals: blockSum's sums are the whole sums
   o.totals = reinterpret_cast<double*>(scratch);
   o.picks = reinterpret_cast<OrthoPick*>(scratch + 2 * sizeof(double) * slices);
+  // kOneBlockEnv=1 asks for the one-block launch, as a device that cannot hold every slice's block gets: the device
+  // test of the two launches' bits sets it.
+  const char* one_block = std::getenv(kOneBlockEnv);
+  if (one_block != nullptr && std::strcmp(one_block, "1") == 0) return oneBlock();
   // As many blocks as there are slices, if the device can hold them all at once (a cooperative launch's condition);
   // otherwise one block takes every slice, for the same bits, slower. A few microseconds of queries, made only for a
   // P tall enough to be split, whose orthogonalization takes far longer.
@@ -507,15 +513,17 @@ void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* 
   TERSE_SDK_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, orthogonalizeKernel, static_cast<int>(kOrthoThreads), 0));
   const uint64_t resident = static_cast<uint64_t>(sms) * static_cast<uint64_t>(per_sm);
-  if (cooperative == 0 || resident < slices) {
-    orthogonalizeKernel<<<1, kOrthoThreads, 0, st>>>(P, o, r, phat, phat32);
-    TERSE_COMPRESSOR_CHECK_LAUNCH();
-    return;
-  }
+  if (cooperative == 0 || resident < slices) return oneBlock();
   void* args[] = {&P, &o, &r, &phat, &phat32};
-  TERSE_SDK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(orthogonalizeKernel),
-                                                   dim3(static_cast<unsigned>(slices)), dim3(kOrthoThreads), args, 0,
-                                                   st));
+  const cudaError_t launched =
+      cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(orthogonalizeKernel),
+                                  dim3(static_cast<unsigned>(slices)), dim3(kOrthoThreads), args, 0, st);
+  if (launched == cudaErrorCooperativeLaunchTooLarge) {
+    // The SM count overstated what this context may use (a partitioned device, MPS): the same bits from one block.
+    (void)cudaGetLastError();
+    return oneBlock();
+  }
+  TERSE_SDK_CUDA_CHECK(launched);
 }
 
 void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* phat32, float* Q,
@@ -534,8 +542,8 @@ void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream) {
 
 void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream) {
   if (d.n == 0 || d.m == 0) return;
-  // A block is 256 threads: as many columns as the matrix has, in whole warps up to 256, and the rest of the block on
-  // further row tiles, so that a narrow matrix (m of 31, say) does not leave most of each block idle.
+  // Up to 256 threads a block: as many columns as the matrix has, in whole warps up to 256, and as many further row
+  // tiles as fit in 256 threads, so that a narrow matrix (m of 31, say) does not leave most of each block idle.
   const uint64_t warps = (d.m + 31) / 32;
   const unsigned cols = static_cast<unsigned>(32 * (warps < device::kThreads / 32 ? warps : device::kThreads / 32));
   const dim3 block(cols, device::kThreads / cols);

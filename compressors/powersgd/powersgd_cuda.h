@@ -102,8 +102,9 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
               void* stream);
 
 // The orthogonalization's rows per block: P up to this tall is one block's (1024 threads, 32 rows each); a taller one
-// is cut into orthoSlices(n) slices of at most this many rows (at most kMaxOrthoSlices of them), one block each.
-// A guess until measured: below it, a grid-wide barrier per sum would cost more than the sums it shares out.
+// is cut into orthoSlices(n) slices of ceil(n / slices) rows, at most this many up to kMaxOrthoSlices slices, one
+// block each. A guess until measured: below it, a grid-wide barrier per sum would cost more than the sums it shares
+// out.
 inline constexpr uint64_t kOrthoSliceRows = uint64_t{1} << 15;
 inline constexpr uint64_t kMaxOrthoSlices = 64;
 
@@ -131,6 +132,9 @@ inline uint64_t orthoScratchBytes(uint64_t n) {
 // aligned.
 void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, std::byte* scratch,
                    void* stream);
+// Set to "1", a tall P's slices run in one block instead of one block each (the same bits, slower): for the device
+// test that both launches agree, and for comparing the two on a GPU.
+inline constexpr const char* kOneBlockEnv = "TERSE_POWERSGD_ORTHO_ONE_BLOCK";
 // Q (m x r, column-major) = M^T P^, f32 on cuBLAS.
 void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* phat32, float* Q,
                  void* stream);

@@ -163,9 +163,10 @@ TEST(PowerSgd, CapsAndSizes) {
 }
 
 // An unknown device is refused in every build, a CUDA tensor exactly when the plugin was built without its kernels.
-// With them, a CUDA tensor's workspace holds the 64-byte tag, P^ in double, P^ in f32 (16-byte aligned) and cuBLAS's
-// scratch (powersgd_cuda.h's blasScratchBytes: 32 partial sums of the larger factor plus 256 bytes of alignment
-// slack); the state is the host's.
+// With them, a CUDA tensor's workspace holds the 64-byte tag, P^ in double, P^ in f32 (16-byte aligned), the
+// orthogonalization's slice totals (32 bytes a slice for a P taller than one slice of 32,768 rows, nothing otherwise:
+// powersgd_cuda.h's orthoScratchBytes) and cuBLAS's scratch (blasScratchBytes: 32 partial sums of the larger factor
+// within [16 KiB, 4 MiB], plus 256 bytes of alignment slack); the state is the host's.
 TEST(PowerSgd, DeviceSizesAndRefusals) {
   Instance c(powersgdPlugin(), {{"rank", "4"}});
   ASSERT_TRUE(c.ok()) << c.lastError();
@@ -198,6 +199,12 @@ TEST(PowerSgd, DeviceSizesAndRefusals) {
   Instance c3(powersgdPlugin(), {{"rank", "3"}});
   ASSERT_EQ(c3.getSizes(info, &s), TERSE_OK) << c3.lastError();
   EXPECT_EQ(s.workspace_bytes, 64u + 8u * 99u + 8u + 4u * 99u + 4u + (16384u + 256u));
+  // 70,001 rows: three slices of the orthogonalization (96 bytes), and cuBLAS's 4 MiB cap.
+  info = matrixInfo(70001, 5);
+  info.device = TERSE_DEVICE_CUDA;
+  info.device_index = 0;
+  ASSERT_EQ(c.getSizes(info, &s), TERSE_OK) << c.lastError();
+  EXPECT_EQ(s.workspace_bytes, 64u + 8u * 280004u + 4u * 280004u + 3u * 32u + (4194304u + 256u));
 }
 
 TEST(PowerSgd, CompressionRule) {

@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -23,6 +25,7 @@
 
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
+#include "compressors/powersgd/powersgd_cuda.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "terse/kit/sparse_payload.hpp"
@@ -1073,12 +1076,42 @@ TEST_F(PowerSgdOnDevice, DecodeOfTheSameFactorsIsTheHostsBitForBit) {
   }
 }
 
+// A rank-1 gradient whose P is exactly rank 1 in f32 (a_i b^T with b = e_0 and every a_i a power of two, so P's
+// columns are a times one float each, every product exact), so that columns 1-3 of P^ collapse by a wide margin and
+// take the basis-vector pick: e_k for the smallest |a_k| outside the span so far, the lowest k on ties. Most |a_i| are
+// 1; `picks` are the rows planted smaller: the smallest alone, then two equal ones (the tie), in that order of picking.
+std::vector<float> psgdPlantedRankOne(uint64_t n, uint64_t m, const std::array<uint64_t, 3>& picks) {
+  std::vector<float> a(static_cast<size_t>(n));
+  for (uint64_t i = 0; i < n; ++i) a[i] = i % 2 == 0 ? 1.0f : -1.0f;
+  a[picks[0]] *= 0x1p-8f;
+  a[picks[1]] *= 0x1p-6f;
+  a[picks[2]] *= 0x1p-6f;
+  std::vector<float> g(static_cast<size_t>(n * m), 0.0f);
+  for (uint64_t i = 0; i < n; ++i) g[i * m] = a[i];
+  return g;
+}
+
+// P^ of one device step (world 1) of `grad`, read back from the workspace.
+std::vector<double> psgdDevicePhat(Instance& c, PsgdDeviceCalls& dev, const terse_tensor_info_v1& shape,
+                                   const std::vector<float>& grad, int device_index, uint64_t r) {
+  PsgdFirstStep one(c, dev, shape, grad, device_index);
+  Bytes dp, dq;
+  EXPECT_EQ(dev.compress(onDevice(one.info0, device_index), one.device, {}, &dp), TERSE_OK) << c.lastError();
+  EXPECT_EQ(dev.compress(onDevice(one.info1, device_index), one.device, dp, &dq), TERSE_OK) << c.lastError();
+  const uint64_t n = static_cast<uint64_t>(shape.shape[0]);
+  const Bytes ws = dev.read(one.device.workspace, 64 + 8 * n * r);
+  std::vector<double> phat(static_cast<size_t>(n * r));
+  if (ws.size() == 64 + 8 * phat.size()) std::memcpy(phat.data(), ws.data() + 64, 8 * phat.size());
+  return phat;
+}
+
 // The orthogonalization on one block (33 rows) and on several (70,001 rows: three slices of powersgd_cuda.h's
-// kOrthoSliceRows, a cooperative launch of three blocks on any GPU that can hold them), for full-rank, rank-1 and zero
-// gradients at rank 4. P^ must be orthonormal and the host's to the tolerance; a rank-1 gradient collapses columns 1-3
-// and a zero one every column, so both take the basis-vector pick, whose rule (the largest component outside the
-// span, the lowest index on ties) must hold across blocks: for the zero gradient every row ties, so P^ must be
-// e_0 .. e_3 exactly, as on the host.
+// kOrthoSliceRows, rows [0, 23334), [23334, 46668), [46668, 70001), a cooperative launch of three blocks on any GPU
+// that can hold them), for full-rank, rank-1 and zero gradients at rank 4. P^ must be orthonormal and the host's to
+// the tolerance. The rank-1 gradient (psgdPlantedRankOne) collapses columns 1-3: on 70,001 rows the picks are the
+// third slice's smallest |a| (row 60000), then a tie between the second slice's row 30000 and the third's row 50000,
+// which the lower index wins, then row 50000; a block that preferred its own, the first or the last block's pick would
+// pick otherwise. The zero gradient collapses every column and every row ties: P^ must be e_0 .. e_3 exactly.
 TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
   Plugin plugin("powersgd");
   Stream stream;
@@ -1089,27 +1122,19 @@ TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
   for (const uint64_t n : {uint64_t{33}, uint64_t{70001}}) {
     const uint64_t m = n == 33 ? 31 : 5;
     const terse_tensor_info_v1 shape = psgdMatrix(n, m);
-    const std::vector<float> a = psgdGaussian(n, 3), b = psgdGaussian(m, 4);
-    std::vector<float> rank1(static_cast<size_t>(n * m));
-    for (uint64_t i = 0; i < n; ++i) {
-      for (uint64_t j = 0; j < m; ++j) rank1[i * m + j] = a[i] * b[j];
-    }
+    const std::array<uint64_t, 3> picks =
+        n == 33 ? std::array<uint64_t, 3>{20, 8, 26} : std::array<uint64_t, 3>{60000, 30000, 50000};
     for (const auto& [what, grad] : std::vector<std::pair<std::string, std::vector<float>>>{
              {"full rank", psgdGaussian(n * m, 5)},
-             {"rank 1", rank1},
+             {"rank 1", psgdPlantedRankOne(n, m, picks)},
              {"zero", std::vector<float>(static_cast<size_t>(n * m), 0.0f)}}) {
       SCOPED_TRACE(std::to_string(n) + " x " + std::to_string(m) + ", " + what);
       PsgdFirstStep one(c, dev, shape, grad, device_);
       const Bytes hp = c.compress(one.info0, grad, &one.host);
       const Bytes hq = c.compress(one.info1, grad, &one.host, hp);
       ASSERT_FALSE(hq.empty()) << c.lastError();
-      Bytes dp, dq;
-      ASSERT_EQ(dev.compress(onDevice(one.info0, device_), one.device, {}, &dp), TERSE_OK) << c.lastError();
-      ASSERT_EQ(dev.compress(onDevice(one.info1, device_), one.device, dp, &dq), TERSE_OK) << c.lastError();
-
-      const Bytes ws = dev.read(one.device.workspace, 64 + 8 * n * r);
-      std::vector<double> phat(static_cast<size_t>(n * r)), want(phat.size());
-      std::memcpy(phat.data(), ws.data() + 64, 8 * phat.size());
+      const std::vector<double> phat = psgdDevicePhat(c, dev, shape, grad, device_, r);
+      std::vector<double> want(phat.size());
       std::memcpy(want.data(), one.host.workspace().data() + 64, 8 * want.size());
       for (uint64_t x = 0; x < r; ++x) {
         for (uint64_t y = 0; y < r; ++y) {
@@ -1121,13 +1146,47 @@ TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
       if (what == "zero") {
         EXPECT_EQ(phat, want) << "every row ties: e_0 .. e_3, as on the host";
         for (uint64_t x = 0; x < r; ++x) EXPECT_EQ(phat[x * n + x], 1.0) << "column " << x;
-      } else {
-        double diff = 0;
-        for (size_t e = 0; e < phat.size(); ++e) diff += (phat[e] - want[e]) * (phat[e] - want[e]);
-        EXPECT_LE(std::sqrt(diff), psgdTolerance(shape, 1) * std::sqrt(static_cast<double>(r)))
-            << "P^ differs from the host's";
+        continue;
       }
+      if (what == "rank 1") {
+        for (uint64_t x = 1; x < r; ++x) {
+          EXPECT_GT(std::abs(phat[x * n + picks[x - 1]]), 0.99) << "column " << x << " is e_" << picks[x - 1];
+        }
+      }
+      double diff = 0;
+      for (size_t e = 0; e < phat.size(); ++e) diff += (phat[e] - want[e]) * (phat[e] - want[e]);
+      EXPECT_LE(std::sqrt(diff), psgdTolerance(shape, 1) * std::sqrt(static_cast<double>(r)))
+          << "P^ differs from the host's";
     }
+  }
+}
+
+// A tall P's slices give the same P^ bits whether each has a block of its own (a cooperative launch) or one block
+// takes them all (powersgd_cuda.h's kOneBlockEnv, what a device that cannot hold every slice's block gets), and twice
+// the same from the same launch: every rank must orthogonalize its summed P alike, whatever its GPU.
+TEST_F(PowerSgdOnDevice, TallFactorsHaveTheSameBitsFromOneBlockAndFromMany) {
+  Plugin plugin("powersgd");
+  Stream stream;
+  Instance c(plugin, {{"rank", "4"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  PsgdDeviceCalls dev(c, stream);
+  const terse_tensor_info_v1 shape = psgdMatrix(70001, 5);
+  struct RestoreEnv {
+    ~RestoreEnv() { unsetenv(terse::compressors::powersgd::cuda::kOneBlockEnv); }
+  } restore;
+  for (const auto& [what, grad] : std::vector<std::pair<std::string, std::vector<float>>>{
+           {"full rank", psgdGaussian(shape.numel, 5)},
+           {"rank 1", psgdPlantedRankOne(70001, 5, {60000, 30000, 50000})}}) {
+    SCOPED_TRACE(what);
+    unsetenv(terse::compressors::powersgd::cuda::kOneBlockEnv);
+    const std::vector<double> many = psgdDevicePhat(c, dev, shape, grad, device_, 4);
+    const std::vector<double> again = psgdDevicePhat(c, dev, shape, grad, device_, 4);
+    ASSERT_EQ(setenv(terse::compressors::powersgd::cuda::kOneBlockEnv, "1", 1), 0);
+    const std::vector<double> one_block = psgdDevicePhat(c, dev, shape, grad, device_, 4);
+    unsetenv(terse::compressors::powersgd::cuda::kOneBlockEnv);
+    ASSERT_EQ(many.size(), one_block.size());
+    EXPECT_EQ(0, std::memcmp(many.data(), again.data(), 8 * many.size())) << "two cooperative launches";
+    EXPECT_EQ(0, std::memcmp(many.data(), one_block.data(), 8 * many.size())) << "one block against one a slice";
   }
 }
 
