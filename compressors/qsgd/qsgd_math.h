@@ -86,15 +86,21 @@ TERSE_HD float absValue(float v) {
 // x_i is computed as (|v_i| / ||v||) * s: the ratio is at most 1 even for a subnormal norm, where s / ||v|| would
 // overflow. With IEEE division x_i cannot exceed s (the norm rounds to nearest, so it is >= |v_i|); the clamp keeps
 // xi_i <= s anyway under approximate division (a CUDA build with fast math), where it costs nothing to be sure.
-TERSE_HD uint32_t quantizeValue(float v, float divisor, float levels_f, int32_t levels, unsigned mag_bits,
+// quantizeRatio is the same past the division, given ratio = |v_i| / divisor however computed
+// (terse-bench-quantize-cuda times a reciprocal form of the division against IEEE's and counts the codes that differ).
+TERSE_HD uint32_t quantizeRatio(float ratio, float v, float levels_f, int32_t levels, unsigned mag_bits,
                                 uint32_t random_bits) {
-  const float x = absValue(v) / divisor * levels_f;
+  const float x = ratio * levels_f;
   const int32_t lower = static_cast<int32_t>(x);  // x >= 0: truncation is floor
   const float frac = x - static_cast<float>(lower);
   int32_t xi = lower + (sdk::uniform01(random_bits) < frac ? 1 : 0);
   xi = xi < levels ? xi : levels;
   const uint32_t negative = v < 0.0f ? 1u : 0u;
   return static_cast<uint32_t>(xi) | (negative << mag_bits);
+}
+TERSE_HD uint32_t quantizeValue(float v, float divisor, float levels_f, int32_t levels, unsigned mag_bits,
+                                uint32_t random_bits) {
+  return quantizeRatio(absValue(v) / divisor, v, levels_f, levels, mag_bits, random_bits);
 }
 
 // The value a code stands for, given unit = ||v|| / s of its bucket: sign * xi * unit.

@@ -1,6 +1,6 @@
 // terse-bench-topk-cuda: the exact top-k selection on the GPU (terse/kit/topk_candidates.cuh) at 2^20 to 2^28 f32
 // elements and k of 0.1% and 1% of them, beside what it is measured against, in the same run and on the same input
-// (standard-normal values made on the device):
+// (standard-normal values made on the device, device_bench.cuh):
 //
 //   copy        a device-to-device cudaMemcpyAsync of the input: the yardstick of every GPU table in
 //               results/reference/gpu. Any exact selection reads the input once and writes k values and k indices,
@@ -31,12 +31,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "terse/kit/topk_candidates.cuh"
+#include "tests/bench/device_bench.cuh"
 #include "tests/bench/topk_sort_reference.h"
 
 #if __has_include(<cub/device/device_topk.cuh>)
@@ -53,24 +55,6 @@ namespace tk = kit::topk;
 
 const double kRatios[] = {0.001, 0.01};
 
-// Standard-normal values from a hash of the index (splitmix64, then Box-Muller): the same input at every size (a
-// prefix of the largest), made on the device in milliseconds where the host would take seconds at 2^28.
-__device__ uint64_t splitmix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-__global__ void normalKernel(float* x, uint64_t n) {
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
-    const uint64_t h = splitmix(i);
-    const float u1 = (static_cast<float>(h >> 40) + 1.0f) * 0x1p-24f;  // (0, 1]
-    const float u2 = static_cast<float>((h >> 16) & 0xffffffu) * 0x1p-24f;
-    x[i] = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-  }
-}
-
 struct Bench {
   cuda::Stream stream{cuda::Stream::Priority::kHigh};
   cuda::DeviceBuffer input, output;
@@ -80,19 +64,8 @@ Bench* g = nullptr;
 
 template <class Call>
 void timeLoop(benchmark::State& state, const std::string& name, Call call) {
-  std::vector<double> times;
-  for (auto _ : state) {
-    cuda::Event start(cuda::Event::Timing::kEnabled), stop(cuda::Event::Timing::kEnabled);
-    start.record(g->stream.get());
-    call();
-    stop.record(g->stream.get());
-    stop.synchronize();
-    const double ms = stop.millisecondsSince(start);
-    state.SetIterationTime(ms * 1e-3);
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  if (!times.empty()) g->median_ms[name] = times[times.size() / 2];
+  const double ms = medianDeviceMs(state, g->stream.get(), call);
+  if (ms > 0) g->median_ms[name] = ms;
 }
 
 std::string sizeName(uint64_t n) {
@@ -247,16 +220,7 @@ int main(int argc, char** argv) {
               << min_log2 << " and " << max_log2 << '\n';
     return 2;
   }
-  int argn = static_cast<int>(args.size());
-  benchmark::Initialize(&argn, args.data());
-  if (benchmark::ReportUnrecognizedArguments(argn, args.data())) return 2;
-
-  const cuda::DeviceSummary summary = cuda::deviceSummary();
-  if (summary.count == 0) {
-    std::cout << "terse-bench-topk-cuda: no CUDA device (" << summary.reason << "); nothing to measure\n";
-    return 0;
-  }
-  std::cout << summary.first_name << ", " << summary.runtime << '\n';
+  if (const std::optional<int> status = start("terse-bench-topk-cuda", args)) return *status;
   Bench bench;
   g = &bench;
   std::vector<uint64_t> sizes;
@@ -264,7 +228,7 @@ int main(int argc, char** argv) {
   const uint64_t largest = sizes.back();
   bench.input = cuda::DeviceBuffer(4 * largest, bench.stream.get());
   bench.output = cuda::DeviceBuffer(4 * largest, bench.stream.get());
-  normalKernel<<<4096, 256, 0, bench.stream.get()>>>(bench.input.as<float>(), largest);
+  fillNormal(bench.input.as<float>(), largest, bench.stream.get());
   TERSE_CUDA_CHECK(cudaGetLastError());
   bench.stream.synchronize();
 

@@ -67,8 +67,11 @@ __device__ __forceinline__ uint32_t streamWord(const uint32_t* codes, unsigned m
 // 16 KiB at B = 8.
 // (Packing one 64-code group per thread, as the host does, left 240 of 256 threads idle and put W words per thread in
 // local memory: compress ran at a third of a device copy on an H100.)
-template <unsigned W, unsigned B, class Coder>
-__global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, sdk::PhiloxStream rng, Coder coder,
+//
+// Rng is the plugins' sdk::PhiloxStream; anything whose block(b) returns four 32-bit words in .v may stand in for it
+// (terse-bench-quantize-cuda measures what the Philox rounds cost by swapping in a cheaper hash).
+template <unsigned W, unsigned B, class Coder, class Rng>
+__global__ void quantizeKernel(const float* __restrict__ x, uint64_t numel, Rng rng, Coder coder,
                                uint64_t* __restrict__ words) {
   constexpr unsigned K = kCodesPerThread<B>;
   constexpr unsigned kTile = kCodeTile<B>;
@@ -190,17 +193,17 @@ __global__ void signWordsKernel(const float* __restrict__ x, uint64_t numel, uin
 
 // Codes of a width W fixed at compile time (terngrad's 2 bits, the sign codecs' 1): only W's kernels are built.
 // draw_bits: the rounding_bits parameter, 8, 16 or 24 (sdk/philox.hpp's drawAt), one kernel each.
-template <unsigned W, class Coder>
-void launchQuantize(unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
-                    const Coder& coder, uint64_t* words, void* stream) {
+template <unsigned W, class Coder, class Rng>
+void launchQuantize(unsigned draw_bits, const float* x, uint64_t numel, const Rng& rng, const Coder& coder,
+                    uint64_t* words, void* stream) {
   if (numel == 0) return;
   const cudaStream_t st = streamOf(stream);
   if (draw_bits == 8) {
-    quantizeKernel<W, 8, Coder><<<gridFor(numel, kCodeTile<8>), kThreads, 0, st>>>(x, numel, rng, coder, words);
+    quantizeKernel<W, 8, Coder, Rng><<<gridFor(numel, kCodeTile<8>), kThreads, 0, st>>>(x, numel, rng, coder, words);
   } else if (draw_bits == 16) {
-    quantizeKernel<W, 16, Coder><<<gridFor(numel, kCodeTile<16>), kThreads, 0, st>>>(x, numel, rng, coder, words);
+    quantizeKernel<W, 16, Coder, Rng><<<gridFor(numel, kCodeTile<16>), kThreads, 0, st>>>(x, numel, rng, coder, words);
   } else if (draw_bits == 24) {
-    quantizeKernel<W, 24, Coder><<<gridFor(numel, kCodeTile<24>), kThreads, 0, st>>>(x, numel, rng, coder, words);
+    quantizeKernel<W, 24, Coder, Rng><<<gridFor(numel, kCodeTile<24>), kThreads, 0, st>>>(x, numel, rng, coder, words);
   } else {
     throw sdk::Error(TERSE_ERR_INTERNAL, "draw width " + std::to_string(draw_bits) + " is not 8, 16 or 24");
   }
@@ -235,8 +238,8 @@ void launchForWidth(unsigned width, F&& f) {
 // A width known only at run time, within [Lo, Hi] (qsgd's, 2..25 from its levels): the kernels of each width in the
 // range are built (three draw widths each), and only those -- a plugin that asked for all 32 widths carried a quarter
 // more device code for widths it cannot produce.
-template <unsigned Lo, unsigned Hi, class Coder>
-void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t numel, const sdk::PhiloxStream& rng,
+template <unsigned Lo, unsigned Hi, class Coder, class Rng>
+void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t numel, const Rng& rng,
                     const Coder& coder, uint64_t* words, void* stream) {
   launchForWidth<Lo, Hi>(width,
                          [&]<unsigned W>() { launchQuantize<W>(draw_bits, x, numel, rng, coder, words, stream); });
