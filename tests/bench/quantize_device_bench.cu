@@ -16,13 +16,23 @@
 //   packing     no division, no draw: each code is 8 bits of the value. The kernel's loads, shared-memory packing and
 //               stores alone, the ceiling of any coder.
 //
+// The decode (decompress's kernel, the payload's codes accumulated onto an output: 0.73-0.75 of its bound on the H200,
+// terngrad's and onebit's 0.67-0.69) gets the same treatment at rounding width 24:
+//
+//   decode/plugin  qsgd's decoder (qsgd.cu): per run of a bucket, i / bucket and the unit ||v|| / s by IEEE division.
+//   decode/table   the units divided once per bucket beforehand into a table, read per run: the same bits (#diff
+//                  counts the output floats unlike decode/plugin's, and decode/plugin's unlike the plugin's own
+//                  decompress through its ABI).
+//   decode/codes   each code converted, no unit: the kernel's loads, unpacking and stores alone.
+//
 // The norms are the host's (qsgd_math.h's bucketNorm), as the plugin's device norms are bit for bit, and the plugin's
 // own payload for the same input, step, seed and tensor is the reference: after the timed loops, "#diff" counts the
 // 64-bit code words of the plugin and reciprocal variants that differ from that payload's (0 is the only good answer
 // for the plugin row: it says this benchmark runs the plugin's kernel).
 //
 // x copy is the copy's time over the kernel's. x bound divides that by the kernel's own bound, 8 B over its traffic per
-// element: 4 read + 1 code written + 0.008 norm read = 5.008 B, so a kernel at its memory bound runs at 1.6x a copy.
+// element: 4 read + 1 code written + 0.008 norm read = 5.008 B, so a quantize kernel at its memory bound runs at 1.6x
+// a copy; a decode reads 1 code + 0.008 norm (or unit) and reads and writes the output, 9.008 B, 0.89x a copy.
 //
 // Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory), --mib=N (default
 // 256). Without a CUDA device it says why and exits with status 0 (CI builds it everywhere, runs it nowhere).
@@ -133,15 +143,64 @@ struct HashRng {
   }
 };
 
+// ---- Decoders (pack_kernels.cuh's Decoder concept).
+
+// qsgd.cu's Decoder: the unit ||v|| / s of each run's bucket, then decodeValue.
+struct PluginDecoder {
+  const float* norms;
+  struct Run {
+    uint64_t end;
+    float unit;
+  };
+  __device__ Run run(uint64_t i) const {
+    const uint64_t b = i / kBucket;
+    return {(b + 1) * kBucket, norms[b] / static_cast<float>(kLevels)};
+  }
+  __device__ float operator()(const Run& r, uint32_t code) const { return qs::decodeValue(code, r.unit, kMagBits); }
+};
+
+// The units from a table made beforehand (unitsKernel: the same division, once per bucket).
+struct TableDecoder {
+  const float* units;
+  struct Run {
+    uint64_t end;
+    float unit;
+  };
+  __device__ Run run(uint64_t i) const {
+    const uint64_t b = i / kBucket;
+    return {(b + 1) * kBucket, units[b]};
+  }
+  __device__ float operator()(const Run& r, uint32_t code) const { return qs::decodeValue(code, r.unit, kMagBits); }
+};
+
+// No unit: the code as a float.
+struct CodesDecoder {
+  struct Run {
+    uint64_t end;
+  };
+  __device__ Run run(uint64_t) const { return {~uint64_t{0}}; }
+  __device__ float operator()(const Run&, uint32_t code) const { return static_cast<float>(code); }
+};
+
+template <class Unused = void>
+__global__ void unitsKernel(const float* norms, uint64_t buckets, float* units) {
+  for (uint64_t b = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; b < buckets;
+       b += uint64_t{gridDim.x} * blockDim.x) {
+    units[b] = norms[b] / static_cast<float>(kLevels);
+  }
+}
+
 // ---- The run.
 
 struct Bench {
   uint64_t numel = 0;
   cuda::Stream stream{cuda::Stream::Priority::kHigh};
   cuda::DeviceBuffer input, copy_out, norms, words;
-  std::map<std::string, double> median_ms;                 // by case name
+  cuda::DeviceBuffer units, codes, decoded;  // the decode's: the unit table, the plugin's r24 codes, its output
+  std::vector<float> plugin_decoded;         // the plugin's decompress of its r24 payload onto the input, on the host
+  std::map<std::string, double> median_ms;   // by case name
   std::map<unsigned, std::vector<uint64_t>> plugin_words;  // by rounding bits: the plugin's payload's code words
-  std::map<std::string, uint64_t> diff_words;              // by case name
+  std::map<std::string, uint64_t> diff_words;              // by case name: code words, or decoded floats
   uint64_t wordCount() const { return sdk::bitpack::wordCount(numel, kCodeBits); }
 };
 Bench* g = nullptr;
@@ -183,6 +242,38 @@ void benchVariant(benchmark::State& state, const char* variant, unsigned bits, C
   }
 }
 
+// decode/<variant>: the plugin's r24 codes accumulated onto `decoded`, as decompress does.
+template <class Decoder>
+void decode(const Decoder& decoder) {
+  kit::device::launchDecodeCodes<kCodeBits>(g->codes.as<uint64_t>(), g->numel, decoder, g->decoded.as<float>(), true,
+                                            g->stream.handle());
+}
+
+// The decode onto a copy of the input, on the host.
+template <class Decoder>
+std::vector<float> decodedOntoInput(const Decoder& decoder) {
+  TERSE_CUDA_CHECK(
+      cudaMemcpyAsync(g->decoded.data(), g->input.data(), 4 * g->numel, cudaMemcpyDeviceToDevice, g->stream.get()));
+  decode(decoder);
+  std::vector<float> out(static_cast<size_t>(g->numel));
+  g->decoded.copyToHost(out.data(), 4 * out.size(), g->stream.get());
+  g->stream.synchronize();
+  return out;
+}
+
+uint64_t differingFloats(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  uint64_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0 ? 1 : 0;
+  return diff;
+}
+
+template <class Decoder>
+void benchDecode(benchmark::State& state, const char* variant, Decoder decoder) {
+  const std::string name = std::string("decode/") + variant;
+  timeLoop(state, name, [&] { decode(decoder); });
+}
+
 void benchCopy(benchmark::State& state) {
   timeLoop(state, "copy", [] {
     TERSE_CUDA_CHECK(
@@ -192,7 +283,7 @@ void benchCopy(benchmark::State& state) {
 
 // The plugin's compress of the input at `bits`, on the device: its code words (the payload's last words, qsgd.cc's
 // layout) are what the plugin and reciprocal variants must reproduce.
-std::vector<uint64_t> pluginWords(PluginLoader& loader, unsigned bits) {
+std::vector<uint64_t> pluginWords(PluginLoader& loader, unsigned bits, bool decompress) {
   const auto c = loader.loadCompressor("qsgd")->instantiate({{"rounding_bits", std::to_string(bits)},
                                                              {"levels", std::to_string(kLevels)},
                                                              {"bucket_size", std::to_string(kBucket)}});
@@ -216,6 +307,17 @@ std::vector<uint64_t> pluginWords(PluginLoader& loader, unsigned bits) {
   TERSE_CUDA_CHECK(cudaMemcpyAsync(words.data(), payload.as<std::byte>() + bytes - 8 * words.size(), 8 * words.size(),
                                    cudaMemcpyDeviceToHost, g->stream.get()));
   g->stream.synchronize();
+  if (decompress) {
+    // The plugin's own decode of this payload (as the aggregate's) onto a copy of the input: decode/plugin's reference.
+    TERSE_CUDA_CHECK(
+        cudaMemcpyAsync(g->decoded.data(), g->input.data(), 4 * g->numel, cudaMemcpyDeviceToDevice, g->stream.get()));
+    info.source_rank = -1;
+    c->decompress(info, {payload.as<std::byte>(), bytes}, {{workspace.as<std::byte>(), workspace.size()}, {}},
+                  g->decoded.data(), true, g->stream.handle());
+    g->plugin_decoded.resize(static_cast<size_t>(g->numel));
+    g->decoded.copyToHost(g->plugin_decoded.data(), 4 * g->numel, g->stream.get());
+    g->stream.synchronize();
+  }
   return words;
 }
 
@@ -242,6 +344,19 @@ void printSummary() {
                   t > 0 ? copy / t : 0.0, t > 0 ? copy / t / bound : 0.0, d.c_str());
     }
   }
+  const double decode_bound = 8.0 / (1.0 + 4.0 / kBucket + 8.0);
+  for (const char* variant : {"plugin", "table", "codes"}) {
+    const std::string name = std::string("decode/") + variant;
+    const double t = ms(name);
+    const auto diff = g->diff_words.find(name);
+    const std::string d = diff == g->diff_words.end() ? "-" : std::to_string(diff->second);
+    std::printf("%-7s %-11s %10.1f %8.2f %8.2f %7s\n", "decode", variant, t * 1e3, t > 0 ? copy / t : 0.0,
+                t > 0 ? copy / t / decode_bound : 0.0, d.c_str());
+  }
+  std::printf(
+      "decode: #diff counts output floats unlike the plugin's own decompress (plugin) or decode/plugin's "
+      "(table); bound %.2fx a copy\n",
+      decode_bound);
   std::printf("#diff: 64-bit code words unlike the plugin's payload (of %llu); '-': other bits by design\n",
               static_cast<unsigned long long>(g->wordCount()));
 }
@@ -276,6 +391,8 @@ int main(int argc, char** argv) {
   bench.input = cuda::DeviceBuffer(4 * bench.numel, bench.stream.get());
   bench.copy_out = cuda::DeviceBuffer(4 * bench.numel, bench.stream.get());
   bench.words = cuda::DeviceBuffer(8 * bench.wordCount(), bench.stream.get());
+  bench.codes = cuda::DeviceBuffer(8 * bench.wordCount(), bench.stream.get());
+  bench.decoded = cuda::DeviceBuffer(4 * bench.numel, bench.stream.get());
   fillNormal(bench.input.as<float>(), bench.numel, bench.stream.get());
   TERSE_CUDA_CHECK(cudaGetLastError());
   {
@@ -293,13 +410,20 @@ int main(int argc, char** argv) {
   }
   try {
     auto loader = PluginLoader::withSearchDirs({{plugin_dir, "--plugin-dir", true}});
-    for (unsigned bits : kRoundingBits) bench.plugin_words[bits] = pluginWords(loader, bits);
+    for (unsigned bits : kRoundingBits) bench.plugin_words[bits] = pluginWords(loader, bits, bits == 24);
   } catch (const std::exception& e) {
     std::cerr << "terse-bench-quantize-cuda: the qsgd plugin's payload, the reference: " << e.what() << '\n';
     return 1;
   }
 
   const float* norms = bench.norms.as<float>();
+  {
+    const uint64_t buckets = (bench.numel + kBucket - 1) / kBucket;
+    bench.units = cuda::DeviceBuffer(4 * buckets, bench.stream.get());
+    unitsKernel<><<<1024, 256, 0, bench.stream.get()>>>(norms, buckets, bench.units.as<float>());
+    TERSE_CUDA_CHECK(cudaGetLastError());
+    bench.codes.copyFromHost(bench.plugin_words[24].data(), 8 * bench.wordCount(), bench.stream.get());
+  }
   const sdk::PhiloxStream philox(kSeed, kStep, kTensorId);
   const HashRng hash{kSeed};
   benchmark::RegisterBenchmark("copy", benchCopy)->UseManualTime();
@@ -315,7 +439,21 @@ int main(int argc, char** argv) {
     add("recip+hash", ReciprocalCoder{norms}, hash, false);
     add("packing", PackingCoder{}, hash, false);
   }
+  benchmark::RegisterBenchmark("decode/plugin", [=](benchmark::State& state) {
+    benchDecode(state, "plugin", PluginDecoder{norms});
+  })->UseManualTime();
+  benchmark::RegisterBenchmark("decode/table", [&bench](benchmark::State& state) {
+    benchDecode(state, "table", TableDecoder{bench.units.as<float>()});
+  })->UseManualTime();
+  benchmark::RegisterBenchmark("decode/codes", [](benchmark::State& state) {
+    benchDecode(state, "codes", CodesDecoder{});
+  })->UseManualTime();
   benchmark::RunSpecifiedBenchmarks();
+  {
+    const std::vector<float> plugin = decodedOntoInput(PluginDecoder{norms});
+    bench.diff_words["decode/plugin"] = differingFloats(plugin, bench.plugin_decoded);
+    bench.diff_words["decode/table"] = differingFloats(decodedOntoInput(TableDecoder{bench.units.as<float>()}), plugin);
+  }
   printSummary();
   benchmark::Shutdown();
   g = nullptr;
