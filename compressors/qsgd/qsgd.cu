@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "qsgd_coders.cuh"
 #include "qsgd_cuda.h"
 #include "qsgd_math.h"
 #include "terse/kit/device.cuh"
@@ -55,43 +56,6 @@ __global__ void normsKernel(const float* __restrict__ x, Shape s, float* __restr
     if (active && lane == 0) norms[b] = normOf(sum);
   }
 }
-
-// quantizeValue with its bucket's divisor, as quantizeAll computes it (looked up once per run of a bucket's elements).
-struct Coder {
-  const float* norms;
-  uint64_t bucket;
-  float levels_f;
-  int32_t levels;
-  unsigned mag_bits;
-  struct Run {
-    uint64_t end;
-    float divisor;
-  };
-  __device__ Run run(uint64_t i) const {
-    const uint64_t b = i / bucket;
-    return {(b + 1) * bucket, normDivisor(norms[b])};
-  }
-  __device__ uint32_t operator()(const Run& r, float v, uint32_t random_bits) const {
-    return quantizeValue(v, r.divisor, levels_f, levels, mag_bits, random_bits);
-  }
-};
-
-// decodeValue with its bucket's unit ||v|| / s, as dequantizeAll computes it (once per bucket, here once per run).
-struct Decoder {
-  const float* norms;
-  uint64_t bucket;
-  float levels_f;
-  unsigned mag_bits;
-  struct Run {
-    uint64_t end;
-    float unit;
-  };
-  __device__ Run run(uint64_t i) const {
-    const uint64_t b = i / bucket;
-    return {(b + 1) * bucket, norms[b] / levels_f};
-  }
-  __device__ float operator()(const Run& r, uint32_t code) const { return decodeValue(code, r.unit, mag_bits); }
-};
 
 // Whether any of group g's codes (64 consecutive ones, fewer in the last group) is one quantizeValue cannot produce.
 __device__ bool groupHasInvalidCode(const uint64_t* words, uint64_t g, const Shape& s) {

@@ -6,10 +6,11 @@
 // width (24, 16, 8 bits a draw: one Philox block per 4, 8 or 16 elements) with its per-element work swapped out piece
 // by piece, beside a device copy of the input:
 //
-//   plugin      qsgd's own coder (qsgd.cu): |v| / norm by IEEE division, then quantizeValue, drawing from Philox.
-//   reciprocal  the division as q = a r, then q + (a - q d) r with both corrections fused (r = 1 / d once per bucket),
-//               which gives IEEE's quotient for every divisor in [2^-100, 2^126] that 4e8 CPU trials tried (smaller
-//               divisors keep the division); the same Philox draws. Bits are counted, not assumed: see #diff.
+//   plugin      qsgd's own coder (qsgd_coders.cuh): |v| / norm by IEEE division, then quantizeValue, drawing
+//               from Philox.
+//   reciprocal  the division as q = a r, then q + (a - q d) r with both corrections fused (r = 1 / d once per
+//               bucket), which gives IEEE's quotient for every divisor in [2^-100, 2^126] that 4e8 CPU trials tried
+//               (smaller divisors keep the division); the same Philox draws. Bits are counted, not assumed: #diff.
 //   hash        the plugin's coder with the draws of a splitmix64 hash instead of Philox4x32-10: other bits, the
 //               price of the Philox rounds.
 //   recip+hash  both.
@@ -19,7 +20,8 @@
 // The decode (decompress's kernel, the payload's codes accumulated onto an output: 0.73-0.75 of its bound on the H200,
 // terngrad's and onebit's 0.67-0.69) gets the same treatment at rounding width 24:
 //
-//   decode/plugin  qsgd's decoder (qsgd.cu): per run of a bucket, i / bucket and the unit ||v|| / s by IEEE division.
+//   decode/plugin  qsgd's own decoder (qsgd_coders.cuh): per run of a bucket, i / bucket and the unit ||v|| / s
+//                  by IEEE division.
 //   decode/table   the units divided once per bucket beforehand into a table, read per run: the same bits (#diff
 //                  counts the output floats unlike decode/plugin's, and decode/plugin's unlike the plugin's own
 //                  decompress through its ABI).
@@ -51,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "compressors/qsgd/qsgd_coders.cuh"
 #include "compressors/qsgd/qsgd_math.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
@@ -77,21 +80,15 @@ constexpr uint64_t kSeed = 42, kStep = 0, kTensorId = 1;
 
 // ---- Coders (pack_kernels.cuh's Coder concept): what each variant computes per element.
 
-// qsgd.cu's Coder: the bucket's divisor looked up once per run, then quantizeValue.
-struct PluginCoder {
-  const float* norms;
-  struct Run {
-    uint64_t end;
-    float divisor;
-  };
-  __device__ Run run(uint64_t i) const {
-    const uint64_t b = i / kBucket;
-    return {(b + 1) * kBucket, qs::normDivisor(norms[b])};
-  }
-  __device__ uint32_t operator()(const Run& r, float v, uint32_t random_bits) const {
-    return qs::quantizeValue(v, r.divisor, static_cast<float>(kLevels), kLevels, kMagBits, random_bits);
-  }
-};
+// The plugin's own coder and decoder (qsgd_coders.cuh), at qsgd's defaults.
+using PluginCoder = qs::cuda::Coder;
+using PluginDecoder = qs::cuda::Decoder;
+PluginCoder pluginCoder(const float* norms) {
+  return {norms, kBucket, static_cast<float>(kLevels), kLevels, kMagBits};
+}
+PluginDecoder pluginDecoder(const float* norms) {
+  return {norms, kBucket, static_cast<float>(kLevels), kMagBits};
+}
 
 // The division by a reciprocal and one fused correction (see the top of the file), IEEE's where the divisor is tiny.
 struct ReciprocalCoder {
@@ -145,21 +142,7 @@ struct HashRng {
 
 // ---- Decoders (pack_kernels.cuh's Decoder concept).
 
-// qsgd.cu's Decoder: the unit ||v|| / s of each run's bucket, then decodeValue.
-struct PluginDecoder {
-  const float* norms;
-  struct Run {
-    uint64_t end;
-    float unit;
-  };
-  __device__ Run run(uint64_t i) const {
-    const uint64_t b = i / kBucket;
-    return {(b + 1) * kBucket, norms[b] / static_cast<float>(kLevels)};
-  }
-  __device__ float operator()(const Run& r, uint32_t code) const { return qs::decodeValue(code, r.unit, kMagBits); }
-};
-
-// The units from a table made beforehand (unitsKernel: the same division, once per bucket).
+// The plugin's decoder with the units from a table made beforehand (unitsKernel: the same division, once per bucket).
 struct TableDecoder {
   const float* units;
   struct Run {
@@ -433,14 +416,14 @@ int main(int argc, char** argv) {
         benchVariant(state, variant, bits, coder, rng, check);
       })->UseManualTime();
     };
-    add("plugin", PluginCoder{norms}, philox, true);
+    add("plugin", pluginCoder(norms), philox, true);
     add("reciprocal", ReciprocalCoder{norms}, philox, true);
-    add("hash", PluginCoder{norms}, hash, false);
+    add("hash", pluginCoder(norms), hash, false);
     add("recip+hash", ReciprocalCoder{norms}, hash, false);
     add("packing", PackingCoder{}, hash, false);
   }
   benchmark::RegisterBenchmark("decode/plugin", [=](benchmark::State& state) {
-    benchDecode(state, "plugin", PluginDecoder{norms});
+    benchDecode(state, "plugin", pluginDecoder(norms));
   })->UseManualTime();
   benchmark::RegisterBenchmark("decode/table", [&bench](benchmark::State& state) {
     benchDecode(state, "table", TableDecoder{bench.units.as<float>()});
@@ -450,7 +433,7 @@ int main(int argc, char** argv) {
   })->UseManualTime();
   benchmark::RunSpecifiedBenchmarks();
   {
-    const std::vector<float> plugin = decodedOntoInput(PluginDecoder{norms});
+    const std::vector<float> plugin = decodedOntoInput(pluginDecoder(norms));
     bench.diff_words["decode/plugin"] = differingFloats(plugin, bench.plugin_decoded);
     bench.diff_words["decode/table"] = differingFloats(decodedOntoInput(TableDecoder{bench.units.as<float>()}), plugin);
   }
