@@ -24,7 +24,8 @@
 // per compress iteration (see benchPowerSgdCompress); after the run one step of each is checked against the host path
 // within powersgd's tolerance. Its decode runs beside cuBLAS's f32 GEMM of the same shapes
 // ("gemm/powersgd_decode_reference", out += P^ Q'^T with beta 1): the summary prints their ratio, the evidence for
-// keeping the decode a kernel of its own (powersgd.cu).
+// keeping the decode a kernel of its own (powersgd.cu). The two GEMMs of compress run alone too (gemm/powersgd_mq,
+// gemm/powersgd_mtp), and the summary splits compress's time between them and the rest.
 //
 // Options beyond Google Benchmark's: --plugin-dir=DIR (default: the build tree's plugin directory), --mib=N (default
 // 256). Without a CUDA device it says why and exits with status 0 (CI builds it everywhere, runs it nowhere).
@@ -376,38 +377,67 @@ void benchPowerSgdDecompress(benchmark::State& state, std::shared_ptr<const Comp
   report(state, "decompress/" + shape.label, total);
 }
 
-// The decode as cuBLAS would run it: out (n x m row-major, which cuBLAS sees as out^T, m x n column-major) += Q' P^T,
-// with Q' (m x r, column-major) the aggregate's values and P (n x r) f32 in place of P^ (the time does not depend on
-// the values). cuBLAS keeps its own scratch here: a reference, not the plugin's path.
-void benchPowerSgdGemmReference(benchmark::State& state, std::shared_ptr<const Compressor> c) {
+// PowerSGD's three products as cuBLAS runs them alone, on the 4096-row shape, with the plugin's math mode (f32, never
+// TF32) and its scratch size (powersgd_cuda.h's cap, 4 MiB): beside compress/powersgd and decompress/powersgd they
+// say how much of each call is the GEMMs and how much the rest (the orthogonalization, the validation and its
+// synchronization, the launches). M is the input (n x m row-major, which cuBLAS sees as M^T, m x n column-major);
+// the factors are the plugin's payloads' values (the time does not depend on them).
+//   mq      P (n x r) = M Q, as the plugin's round 0: cublasSgemm(T, N), the product's output into `output`.
+//   mtp     Q' (m x r) = M^T P, as its round 1 (P in place of P^).
+//   decode  out (n x m) += P Q'^T, beta 1: the decode as a GEMM, which the plugin keeps a kernel of its own
+//           (powersgd.cu says why); its reference.
+enum class PowerSgdGemm { kMQ, kMtP, kDecode };
+constexpr uint64_t kPayloadHeader = 16;  // sdk::kPayloadHeaderBytes: the factors' values follow it
+
+std::string powerSgdGemmName(PowerSgdGemm which) {
+  return which == PowerSgdGemm::kMQ    ? "gemm/powersgd_mq"
+         : which == PowerSgdGemm::kMtP ? "gemm/powersgd_mtp"
+                                       : "gemm/powersgd_decode_reference";
+}
+
+void benchPowerSgdGemm(benchmark::State& state, std::shared_ptr<const Compressor> c, PowerSgdGemm which) {
   const PowerSgdShape shape = powerSgdSquare();
   const PowerSgdBuffers b(*c, shape, g_device->stream.get());
   b.step(*c, 0, g_device->input.data(), g_device->stream.handle());
   g_device->output.fill(0, g_device->stream.get());
   const auto n = static_cast<int64_t>(shape.rows), m = static_cast<int64_t>(shape.cols());
-  constexpr int64_t kRank = 4;
-  const float* q = reinterpret_cast<const float*>(b.q.as<std::byte>() + 16);  // after the payload header
-  const float* p = g_device->input.as<float>();
-  const auto check = [](cublasStatus_t s, const char* what) {
-    if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(s));
+  const auto r = static_cast<int64_t>((b.p.size() - kPayloadHeader) / (4 * shape.rows));  // the instance's rank
+  const float* p = reinterpret_cast<const float*>(b.p.as<std::byte>() + kPayloadHeader);
+  const float* q = reinterpret_cast<const float*>(b.q.as<std::byte>() + kPayloadHeader);
+  const float* M = g_device->input.as<float>();
+  float* out = g_device->output.as<float>();
+  const auto check = [](cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(status));
+    }
   };
   cublasHandle_t h = nullptr;
   check(cublasCreate(&h), "cublasCreate");
   const std::unique_ptr<cublasContext, decltype(&cublasDestroy)> owner(h, &cublasDestroy);
   check(cublasSetStream(h, g_device->stream.get()), "cublasSetStream");
-  check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // f32, no TF32, as the plugin's GEMMs
-  const float one = 1.0f;
+  check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  constexpr uint64_t kScratch = uint64_t{4} << 20;
+  const cuda::DeviceBuffer scratch(kScratch, g_device->stream.get());
+  check(cublasSetWorkspace(h, scratch.data(), kScratch), "cublasSetWorkspace");
+  const float one = 1.0f, zero = 0.0f;
+  const auto gemm = [&] {
+    switch (which) {
+      case PowerSgdGemm::kMQ:
+        return cublasSgemm_64(h, CUBLAS_OP_T, CUBLAS_OP_N, n, r, m, &one, M, m, q, m, &zero, out, n);
+      case PowerSgdGemm::kMtP:
+        return cublasSgemm_64(h, CUBLAS_OP_N, CUBLAS_OP_N, m, r, n, &one, M, m, p, n, &zero, out, m);
+      case PowerSgdGemm::kDecode:
+        return cublasSgemm_64(h, CUBLAS_OP_N, CUBLAS_OP_T, m, n, r, &one, q, m, p, n, &one, out, m);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+  };
   double total = 0;
   for (auto _ : state) {
-    const double ms = deviceMilliseconds([&] {
-      check(cublasSgemm_64(h, CUBLAS_OP_N, CUBLAS_OP_T, m, n, kRank, &one, q, m, p, n, &one,
-                           g_device->output.as<float>(), m),
-            "cublasSgemm_64");
-    });
+    const double ms = deviceMilliseconds([&] { check(gemm(), "cublasSgemm_64"); });
     state.SetIterationTime(ms * 1e-3);
     total += ms;
   }
-  report(state, "gemm/powersgd_decode_reference", total);
+  report(state, powerSgdGemmName(which), total);
 }
 
 // 64-byte aligned host bytes, as the core allocates host scratch.
@@ -494,6 +524,15 @@ void printSummary(const std::vector<std::string>& present) {
         "host's: #wrong %llu\n",
         dgc, topk, topk > 0 ? dgc / topk : 0.0, static_cast<unsigned long long>(g_dgc_check.bytes),
         static_cast<unsigned long long>(g_dgc_check.count), static_cast<unsigned long long>(g_dgc_check.wrong));
+  }
+  if (rate("gemm/powersgd_mq") > 0 && rate("gemm/powersgd_mtp") > 0 && rate("compress/powersgd") > 0) {
+    // Rates are of the same input bytes: a time is those bytes over the rate.
+    const auto us = [&](const std::string& name) { return 4.0 * static_cast<double>(g_numel) / rate(name) * 1e-3; };
+    const double whole = us("compress/powersgd"), mq = us("gemm/powersgd_mq"), mtp = us("gemm/powersgd_mtp");
+    std::printf(
+        "powersgd compress %.1f us: cuBLAS's two GEMMs alone %.1f (P = M Q) + %.1f (Q' = M^T P^) us; the rest "
+        "(orthogonalization, validation and its synchronization, launches) %.1f us\n",
+        whole, mq, mtp, whole - mq - mtp);
   }
   if (rate("gemm/powersgd_decode_reference") > 0) {
     const double kernel = rate("decompress/powersgd"), gemm = rate("gemm/powersgd_decode_reference");
@@ -631,9 +670,11 @@ int main(int argc, char** argv) {
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }
-    benchmark::RegisterBenchmark("gemm/powersgd_decode_reference", benchPowerSgdGemmReference, powersgd)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    for (const PowerSgdGemm which : {PowerSgdGemm::kMQ, PowerSgdGemm::kMtP, PowerSgdGemm::kDecode}) {
+      benchmark::RegisterBenchmark(powerSgdGemmName(which).c_str(), benchPowerSgdGemm, powersgd, which)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   benchmark::RunSpecifiedBenchmarks();
   if (dgc != nullptr) g_dgc_check = checkAgainstHost(*dgc);
