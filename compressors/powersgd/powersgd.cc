@@ -50,13 +50,14 @@
 // CUDA (powersgd.cu, when built with CUDA): device tensors run the same algorithm on the same payloads, state and
 // workspace tag. The two long products, P = M Q and Q' = M^T P^ (inner dimensions m and n), run on cuBLAS as f32
 // GEMMs; ORTHOGONALIZE is the host's Gram-Schmidt in double, in one thread block, or one block per slice of a P taller
-// than 32,768 rows; the decode P^ Q'^T (inner dimension r) is the host's productEntry sums, tiled as here. Workspace
-// (compressed, device): 64 B tag + 8 n r (P^, double) + 4 n r (P^ rounded to f32, what the round-1 GEMM reads) + the
-// orthogonalization's slice totals (32 B a slice, none for one slice: powersgd_cuda.h, orthoScratchBytes) + cuBLAS's
-// scratch (blasScratchBytes), each section 16-byte aligned; the state is the host's. Q is drawn from the host's Philox
-// numbers (CUDA's double log and cos may differ from the host's libm in the last bit, far below the tolerance) and P^
-// follows the host's steps, but cuBLAS sums in f32 in its own blocked order where the host sums in double in index
-// order, so the device matches the host to a tolerance, not bit for bit:
+// than 32,768 rows (TERSE_POWERSGD_ORTHO_ONE_BLOCK=1 runs the slices in one block: the same bits, slower); the decode
+// P^ Q'^T (inner dimension r) is the host's productEntry sums, tiled as here. Workspace (compressed, device): 64 B tag
+// + 8 n r (P^, double) + 4 n r (P^ rounded to f32, what the round-1 GEMM reads) + the orthogonalization's slice totals
+// (32 B a slice, none for one slice: powersgd_cuda.h, orthoScratchBytes) + cuBLAS's scratch (blasScratchBytes), each
+// section 16-byte aligned; the state is the host's. Q is drawn from the host's Philox numbers (CUDA's double log and
+// cos may differ from the host's libm in the last bit, far below the tolerance) and P^ follows the host's steps, but
+// cuBLAS sums in f32 in its own blocked order where the host sums in double in index order, so the device matches the
+// host to a tolerance, not bit for bit:
 //
 //   ||D_dev - D_host||_F <= tau ||M||_F,   tau = 8 u K S,   u = 2^-24,  K = max(n, m),  S = steps since Q was drawn
 //
