@@ -18,6 +18,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -896,6 +897,25 @@ struct PsgdFirstStep {
 
 class PowerSgdOnDevice : public DeviceTest {};
 
+// One rank-4 instance and its device calls, for the cases about P^ at rank 4. Made in SetUp, after the device check:
+// a stream cannot be made without a device.
+class PowerSgdRank4OnDevice : public DeviceTest {
+ protected:
+  void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped()) return;
+    plugin_.emplace("powersgd");
+    stream_.emplace();
+    c_.emplace(*plugin_, Instance::ParamList{{"rank", "4"}});
+    ASSERT_TRUE(c_->ok()) << c_->lastError();
+    dev_.emplace(*c_, *stream_);
+  }
+  std::optional<Plugin> plugin_;
+  std::optional<Stream> stream_;
+  std::optional<Instance> c_;
+  std::optional<PsgdDeviceCalls> dev_;
+};
+
 TEST_F(PowerSgdOnDevice, MatchesTheHostWithinTheToleranceOverStepsAndRanks) {
   Plugin plugin("powersgd");
   Stream stream;
@@ -1112,12 +1132,9 @@ std::vector<double> psgdDevicePhat(Instance& c, PsgdDeviceCalls& dev, const ters
 // third slice's smallest |a| (row 60000), then a tie between the second slice's row 30000 and the third's row 50000,
 // which the lower index wins, then row 50000; a block that preferred its own, the first or the last block's pick would
 // pick otherwise. The zero gradient collapses every column and every row ties: P^ must be e_0 .. e_3 exactly.
-TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
-  Plugin plugin("powersgd");
-  Stream stream;
-  Instance c(plugin, {{"rank", "4"}});
-  ASSERT_TRUE(c.ok()) << c.lastError();
-  PsgdDeviceCalls dev(c, stream);
+TEST_F(PowerSgdRank4OnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
+  Instance& c = *c_;
+  PsgdDeviceCalls& dev = *dev_;
   constexpr uint64_t r = 4;
   for (const uint64_t n : {uint64_t{33}, uint64_t{70001}}) {
     const uint64_t m = n == 33 ? 31 : 5;
@@ -1164,12 +1181,9 @@ TEST_F(PowerSgdOnDevice, TallAndDegenerateFactorsAreOrthonormalAndTheHosts) {
 // A tall P's slices give the same P^ bits whether each has a block of its own (a cooperative launch) or one block
 // takes them all (powersgd_cuda.h's kOneBlockEnv, what a device that cannot hold every slice's block gets), and twice
 // the same from the same launch: every rank must orthogonalize its summed P alike, whatever its GPU.
-TEST_F(PowerSgdOnDevice, TallFactorsHaveTheSameBitsFromOneBlockAndFromMany) {
-  Plugin plugin("powersgd");
-  Stream stream;
-  Instance c(plugin, {{"rank", "4"}});
-  ASSERT_TRUE(c.ok()) << c.lastError();
-  PsgdDeviceCalls dev(c, stream);
+TEST_F(PowerSgdRank4OnDevice, TallFactorsHaveTheSameBitsFromOneBlockAndFromMany) {
+  Instance& c = *c_;
+  PsgdDeviceCalls& dev = *dev_;
   const terse_tensor_info_v1 shape = psgdMatrix(70001, 5);
   struct RestoreEnv {
     ~RestoreEnv() { unsetenv(terse::compressors::powersgd::cuda::kOneBlockEnv); }
