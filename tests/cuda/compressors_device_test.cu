@@ -208,6 +208,27 @@ class DeviceTest : public ::testing::Test {
   int device_ = 0;
 };
 
+// compress of x on the host and on the device (`device`): the payloads must agree byte for byte; the host's is left in
+// *want. A size mismatch is fatal, as for the byte comparison it guards: call it under ASSERT_NO_FATAL_FAILURE.
+void expectPayloadIsTheHosts(Instance& c, DeviceCalls& dev, const terse_tensor_info_v1& info, int device,
+                             const std::vector<float>& x, bool fixed_size, Bytes* want) {
+  *want = c.compress(info, x);
+  DeviceBuffer payload;
+  const Bytes got = dev.compress(onDevice(info, device), x, &payload, fixed_size);
+  ASSERT_EQ(got.size(), want->size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want->data(), want->size())) << "device payload differs from the host's";
+}
+
+// decompress of `payload` accumulated onto a copy of `out` on the host and on the device: the outputs must agree bit
+// for bit. Call it under ASSERT_NO_FATAL_FAILURE (a refused decompress is fatal).
+void expectAccumulatedDecodeIsTheHosts(Instance& c, DeviceCalls& dev, const terse_tensor_info_v1& info, int device,
+                                       const Bytes& payload, const std::vector<float>& out) {
+  std::vector<float> host_out = out, dev_out = out;
+  ASSERT_EQ(c.decompress(info, payload, host_out, true), TERSE_OK) << c.lastError();
+  ASSERT_EQ(dev.decompress(onDevice(info, device), payload, dev_out, true), TERSE_OK) << c.lastError();
+  EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+}
+
 class CompressorsOnDevice : public DeviceTest, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(CompressorsOnDevice, AdvertiseCuda) {
@@ -231,11 +252,8 @@ TEST_P(CompressorsOnDevice, PayloadAndDecodeEqualTheHostBitForBit) {
     const terse_tensor_info_v1 dev_info = onDevice(host_info, device_);
     const std::vector<float> x = input(n, static_cast<uint32_t>(n) + 1);
 
-    const Bytes want = c.compress(host_info, x);
-    DeviceBuffer payload;
-    const Bytes got = dev.compress(dev_info, x, &payload, GetParam().fixed_size);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
+    Bytes want;
+    ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(c, dev, host_info, device_, x, GetParam().fixed_size, &want));
 
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(accumulate ? "accumulate" : "write");
@@ -404,15 +422,9 @@ TEST_F(TopKOnDevice, TiesGoToTheLowerIndexAsOnTheHost) {
       SCOPED_TRACE(std::string("ratio ") + ratio + ", numel " + std::to_string(n));
       const terse_tensor_info_v1 info = tensorInfo(n);
       const std::vector<float> x = tied(n, static_cast<uint32_t>(n));
-      const Bytes want = c.compress(info, x);
-      DeviceBuffer payload;
-      const Bytes got = dev.compress(onDevice(info, device_), x, &payload);
-      ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
-      std::vector<float> host_out = tied(n, 1), dev_out = host_out;
-      ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
-      ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
-      EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+      Bytes want;
+      ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(c, dev, info, device_, x, true, &want));
+      ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(c, dev, info, device_, want, tied(n, 1)));
     }
   }
 }
@@ -438,11 +450,8 @@ TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
     SCOPED_TRACE(std::string(w.ties ? "tied" : "normal") + ", numel " + std::to_string(w.n));
     const terse_tensor_info_v1 info = tensorInfo(w.n);
     const std::vector<float> x = w.ties ? tied(w.n, 11) : input(w.n, 11);
-    const Bytes want = c.compress(info, x);
-    DeviceBuffer payload;
-    const Bytes got = dev.compress(onDevice(info, device_), x, &payload);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
+    Bytes want;
+    ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(c, dev, info, device_, x, true, &want));
     ASSERT_EQ(dev.workspaceHead().size(), 16u);
     uint32_t mode = ~0u;
     std::memcpy(&mode, dev.workspaceHead().data() + 4, sizeof mode);
@@ -537,15 +546,10 @@ TEST_F(ThresholdOnDevice, EveryWayOfPlacingTheIndicesEqualsTheHost) {
     std::vector<float> x(static_cast<size_t>(w.n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = (i % w.every == 0 ? 1.0f : 0.25f) * (i % 5 == 0 ? -1.0f : 1.0f);
     const terse_tensor_info_v1 info = tensorInfo(w.n);
-    const Bytes want = c.compress(info, x);
-    DeviceBuffer payload;
-    const Bytes got = dev.compress(onDevice(info, device_), x, &payload, false);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
-    std::vector<float> host_out(x.size(), 3.0f), dev_out = host_out;
-    ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
-    ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
-    EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+    Bytes want;
+    ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(c, dev, info, device_, x, false, &want));
+    ASSERT_NO_FATAL_FAILURE(
+        expectAccumulatedDecodeIsTheHosts(c, dev, info, device_, want, std::vector<float>(x.size(), 3.0f)));
   }
 }
 
@@ -586,15 +590,9 @@ TEST_F(DgcOnDevice, SampledThresholdsAndTheExactFallbackEqualTheHost) {
                        std::to_string(cfg.max_passes) + (ties ? ", tied" : ", smooth") + ", numel " +
                        std::to_string(n) + ", step " + std::to_string(step));
           const terse_tensor_info_v1 info = tensorInfo(n, {.step = step, .seed = 99});
-          const Bytes want = c.compress(info, x);
-          DeviceBuffer payload;
-          const Bytes got = dev.compress(onDevice(info, device_), x, &payload, false);
-          ASSERT_EQ(got.size(), want.size());
-          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size())) << "device payload differs from the host's";
-          std::vector<float> host_out = input(n, 5), dev_out = host_out;
-          ASSERT_EQ(c.decompress(info, want, host_out, true), TERSE_OK) << c.lastError();
-          ASSERT_EQ(dev.decompress(onDevice(info, device_), want, dev_out, true), TERSE_OK) << c.lastError();
-          EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+          Bytes want;
+          ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(c, dev, info, device_, x, false, &want));
+          ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(c, dev, info, device_, want, input(n, 5)));
 
           // Which path the host took, from its own plan on the same sample.
           const uint64_t k = tk::targetCount(ratio, n);
