@@ -30,10 +30,13 @@
 // tie rule and candidate buffer; a radix select whose state stays on the device, the candidates copied out by a cub
 // DeviceSelect when they fit, then a tile-scanned compaction in index order). Workspace on the device: the select's
 // state and histogram, two u64 per tile of 4096 elements, cub's scan and select storage and the candidate buffer of
-// min(n, 2k + n/64 + 4096) 8-byte entries (topk_cuda.h sizes it). Two differences, both for the sake of not waiting on
-// the stream: compress does not refuse a non-finite gradient (it would have to read the selection back); the payload
-// then carries it, and every decompress of it, the sender's own error feedback included, refuses it as InvalidPayload.
-// And decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).
+// min(n, 2k + n/64 + 4096) 8-byte entries (topk_cuda.h sizes it). A tensor of at most 2^16 elements (topk_cuda.h's
+// kOneBlockMaxNumel; TERSE_TOPK_ONE_BLOCK_MAX moves the cut, 0 turns it off) is selected by one block in one launch and
+// decoded by one block in one launch, with no workspace (terse/kit/topk_one_block.cuh): the same payload, where the
+// grid-wide way makes about 20 launches a compress and 3 a decompress. Two differences, both for the sake of not
+// waiting on the stream: compress does not refuse a non-finite gradient (it would have to read the selection back); the
+// payload then carries it, and every decompress of it, the sender's own error feedback included, refuses it as
+// InvalidPayload. And decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <string>
 
@@ -73,7 +76,7 @@ class TopK final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (info.device == TERSE_DEVICE_CUDA) {
       const device::Scope scope(info);
-      sizes.workspace_bytes = kernels::workspaceBytes(info.numel, k);
+      sizes.workspace_bytes = kernels::workspaceBytes(info.numel, k, oneBlock(info.numel));
       return sizes;
     }
 #endif
@@ -138,11 +141,21 @@ class TopK final : public sdk::Compressor {
     });
   }
 
+  // Whether a tensor of numel elements is selected and decoded in one block (topk_cuda.h).
+  bool oneBlock(uint64_t numel) const {
+    return numel <= one_block_max_;
+  }
+
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
     device::requireCapacity(args.output, sparse::payloadBytes(k), kName);
     const device::Scope scope(args.info);
-    requireWorkspace(args, kernels::workspaceBytes(args.info.numel, k));
+    if (oneBlock(args.info.numel)) {
+      kernels::compressOneBlock(prefix(args.info, k), args.input<float>().data(), args.info.numel, k,
+                                args.output.data(), args.stream);
+      return sparse::payloadBytes(k);
+    }
+    requireWorkspace(args, kernels::workspaceBytes(args.info.numel, k, false));
     kernels::compress(prefix(args.info, k), args.input<float>().data(), args.info.numel, k, args.workspace.data(),
                       args.output.data(), args.stream);
     return sparse::payloadBytes(k);
@@ -150,6 +163,16 @@ class TopK final : public sdk::Compressor {
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
+    if (oneBlock(args.info.numel)) {  // the kernel validates before it writes, so the decode is empty
+      device::checkedDecompress(
+          args, status_, args.payload.size() == sparse::payloadBytes(k),
+          [&](uint32_t* status) {
+            kernels::validateAndDecodeOneBlock(prefix(args.info, k), args.payload.data(), k, args.info.numel,
+                                               args.output<float>().data(), args.accumulate, status, args.stream);
+          },
+          [] {}, [this](const sdk::DecompressArgs& host) { decompress(host); });
+      return;
+    }
     device::checkedDecompress(
         args, status_, args.payload.size() == sparse::payloadBytes(k),
         [&](uint32_t* status) {
@@ -166,6 +189,9 @@ class TopK final : public sdk::Compressor {
 #endif
 
   double ratio_;
+#if TERSE_COMPRESSOR_CUDA
+  uint64_t one_block_max_ = kernels::oneBlockMaxNumel();  // read once per instance: sizes and calls agree
+#endif
 };
 
 }  // namespace

@@ -11,6 +11,17 @@
 //               selection before the fused one, and still dgc's exact path.
 //   sort        a full cub radix sort of (|g| key, index) pairs (topk_sort_reference.h).
 //
+// A second table is about small tensors, where launches, not bytes, set the time (most of a ResNet's 161 tensors hold
+// 64 to 65,536 elements): at 2^10 to 2^18 elements and k of 1%, the topk plugin's two device ways, each timed by the
+// wall clock over 200 calls queued back to back and one synchronization, so that the host's launch cost counts:
+//   fused       the prefix write and selectTopK (about 20 launches);
+//   one-block   topk_one_block.cuh's selectOneBlock, the prefix included (one launch), which the plugin takes up to
+//               topk_cuda.h's kOneBlockMaxNumel;
+//   decode3     the grid-wide decode as the plugin runs it: the validation, a synchronization for its verdict, then the
+//               clearing memset and the scatter;
+//   decode1     the one-block decode: validation and scatter in one launch, then the synchronization.
+// Each small case checks that both ways write the same payload byte for byte and both decodes the same output.
+//
 // cub::DeviceTopK, the other reference issue 42 names, is not in the CCCL this benchmark is built with where that is
 // CUDA 13.0's (CCCL 3.0; the GPU machine runs the binary built on the CPU machine); the summary says whether the
 // header was there at build time. Measuring against it is left for a build whose CCCL has it.
@@ -20,11 +31,13 @@
 // indices, byte for byte) and against the sort's first k indices ("#wrong" counts the indices that differ), and reads
 // back which way the fused selection took (candidates or tensor) and how many candidates it copied.
 //
-// Options beyond Google Benchmark's: --min-log2=N and --max-log2=N (default 20 and 28, every second power).
+// Options beyond Google Benchmark's: --min-log2=N and --max-log2=N (default 20 and 28, every second power) for the
+// first table.
 // Without a CUDA device it says why and exits with status 0 (CI builds it everywhere, runs it nowhere).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -35,9 +48,12 @@
 #include <string>
 #include <vector>
 
+#include "compressors/topk/topk_cuda.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
+#include "terse/kit/sparse_kernels.cuh"
 #include "terse/kit/topk_candidates.cuh"
+#include "terse/kit/topk_one_block.cuh"
 #include "tests/bench/device_bench.cuh"
 #include "tests/bench/topk_sort_reference.h"
 
@@ -168,6 +184,166 @@ Check check(uint64_t n, double ratio, TopKSortReference& sort) {
   return c;
 }
 
+// ---- Small tensors: the plugin's two device ways, timed with their launches (see the top of the file).
+
+namespace ts = kit::sparse;
+
+const uint64_t kSmallSizes[] = {uint64_t{1} << 10, uint64_t{1} << 12, uint64_t{1} << 14, uint64_t{1} << 16,
+                                uint64_t{1} << 18};
+constexpr double kSmallRatio = 0.01;
+constexpr int kCallsPerIteration = 200;
+
+// Runs `call` kCallsPerIteration times per iteration of `state` and synchronizes `stream` once; reports the wall time
+// per call as the manual time and returns the median in milliseconds.
+template <class Call>
+double medianWallMsPerCall(benchmark::State& state, cudaStream_t stream, Call call) {
+  std::vector<double> times;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCallsPerIteration; ++i) call();
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                      kCallsPerIteration;
+    state.SetIterationTime(ms * 1e-3);
+    times.push_back(ms);
+  }
+  if (times.empty()) return 0.0;
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Any prefix of 24 bytes: the header and count the plugin would write (the selection and decode do not read it but
+// to write or check it).
+kit::device::Prefix smallPrefix(uint64_t k) {
+  kit::device::Prefix p{};
+  for (unsigned i = 0; i < 16; ++i) p.bytes[i] = std::byte{static_cast<unsigned char>(0x40 + i)};
+  std::memcpy(p.bytes + 16, &k, sizeof k);
+  p.size = static_cast<uint32_t>(ts::kFixedBytes);
+  return p;
+}
+
+// What the plugin's device::writePrefix launches (terse/kit/device.cu, which only plugins link), so that the fused way
+// counts the launch it makes in the plugin.
+template <class Unused = void>
+__global__ void writePrefixKernel(kit::device::Prefix prefix, std::byte* output) {
+  for (unsigned i = threadIdx.x; i < prefix.size; i += blockDim.x) output[i] = prefix.bytes[i];
+}
+
+// One small case's buffers: the grid way's workspace, a payload per way, the decode's output and verdict word.
+struct SmallCase {
+  uint64_t n, k;
+  tc::TopKLayout layout;
+  kit::device::Prefix prefix;
+  cuda::DeviceBuffer workspace, fused_payload, one_payload, out, status;
+  explicit SmallCase(uint64_t n_)
+      : n(n_),
+        k(tk::targetCount(kSmallRatio, n_)),
+        layout(tc::topKLayoutFor(n_, k)),
+        prefix(smallPrefix(k)),
+        workspace(layout.total, g->stream.get()),
+        fused_payload(ts::payloadBytes(k), g->stream.get()),
+        one_payload(ts::payloadBytes(k), g->stream.get()),
+        out(4 * n_, g->stream.get()),
+        status(sizeof(uint32_t), g->stream.get()) {
+    status.fill(0, g->stream.get());
+  }
+  std::byte* fusedPayload() { return fused_payload.as<std::byte>(); }
+  std::byte* onePayload() { return one_payload.as<std::byte>(); }
+
+  void fused() {
+    const cudaStream_t st = g->stream.get();
+    writePrefixKernel<><<<1, 64, 0, st>>>(prefix, fusedPayload());
+    tc::selectTopK(g->input.as<float>(), n, k, layout, workspace.as<std::byte>(),
+                   reinterpret_cast<float*>(fusedPayload() + ts::kFixedBytes),
+                   reinterpret_cast<uint32_t*>(fusedPayload() + ts::kFixedBytes + 4 * k), st);
+  }
+  void oneBlock() { tc::selectOneBlock(prefix, g->input.as<float>(), n, k, onePayload(), g->stream.get()); }
+  // The plugin's two decodes of the one-block payload, written (not accumulated), each with its verdict's sync.
+  void decode3() {
+    const cudaStream_t st = g->stream.get();
+    ts::launchValidateSparse<false>(prefix, onePayload(), k, n, 0, status.as<uint32_t>(), st);
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(st));
+    ts::launchScatter(onePayload(), k, n, out.as<float>(), false, st);
+  }
+  void decode1() {
+    const cudaStream_t st = g->stream.get();
+    ts::launchValidateAndScatterOneBlock<false>(prefix, onePayload(), k, n, 0, out.as<float>(), false,
+                                                status.as<uint32_t>(), st);
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+};
+
+std::string smallName(const char* what, uint64_t n) {
+  return std::string("small/") + what + "/" + sizeName(n) + "/1%";
+}
+
+void benchSmall(benchmark::State& state, uint64_t n, int way) {
+  SmallCase c(n);
+  const char* names[] = {"fused", "one-block", "decode3", "decode1"};
+  if (way == 2 || way == 3) c.oneBlock();  // a payload to decode
+  const double ms = medianWallMsPerCall(state, g->stream.get(), [&] {
+    switch (way) {
+      case 0:
+        c.fused();
+        break;
+      case 1:
+        c.oneBlock();
+        break;
+      case 2:
+        c.decode3();
+        break;
+      default:
+        c.decode1();
+        break;
+    }
+  });
+  if (ms > 0) g->median_ms[smallName(names[way], n)] = ms;
+}
+
+// Bytes of the two payloads that differ, plus floats of the two decodes' outputs that differ, and a raised verdict.
+uint64_t checkSmall(uint64_t n) {
+  SmallCase c(n);
+  c.fused();
+  c.oneBlock();
+  const auto fused = toHost<std::byte>(c.fused_payload), one = toHost<std::byte>(c.one_payload);
+  uint64_t wrong = 0;
+  for (size_t j = 0; j < fused.size(); ++j) wrong += fused[j] != one[j] ? 1 : 0;
+  c.out.fill(0x7f, g->stream.get());
+  c.decode3();
+  const auto three = toHost<uint32_t>(c.out);
+  c.out.fill(0x7f, g->stream.get());
+  c.decode1();
+  const auto single = toHost<uint32_t>(c.out);
+  for (size_t j = 0; j < three.size(); ++j) wrong += three[j] != single[j] ? 1 : 0;
+  wrong += toHost<uint32_t>(c.status)[0] != 0 ? 1 : 0;
+  return wrong;
+}
+
+void printSmallSummary() {
+  const auto ms = [](const std::string& name) {
+    const auto it = g->median_ms.find(name);
+    return it == g->median_ms.end() ? 0.0 : it->second;
+  };
+  std::printf(
+      "\nsmall tensors (medians of the wall time a call, %d calls back to back; x = the grid way's time over the one "
+      "block's)\n",
+      kCallsPerIteration);
+  std::printf("%-6s %6s %10s %13s %8s %11s %11s %9s %6s\n", "n", "k", "fused us", "one-block us", "x fused",
+              "decode3 us", "decode1 us", "x decode", "#wrong");
+  for (uint64_t n : kSmallSizes) {
+    const double fused = ms(smallName("fused", n)), one = ms(smallName("one-block", n)),
+                 d3 = ms(smallName("decode3", n)), d1 = ms(smallName("decode1", n));
+    std::printf("%-6s %6llu %10.2f %13.2f %8.2f %11.2f %11.2f %9.2f %6llu\n", sizeName(n).c_str(),
+                static_cast<unsigned long long>(tk::targetCount(kSmallRatio, n)), fused * 1e3, one * 1e3,
+                one > 0 ? fused / one : 0.0, d3 * 1e3, d1 * 1e3, d1 > 0 ? d3 / d1 : 0.0,
+                static_cast<unsigned long long>(checkSmall(n)));
+  }
+  std::printf(
+      "#wrong: payload bytes unlike the fused way's, decoded floats unlike decode3's, a raised verdict. topk "
+      "selects in one block up to %llu elements.\n",
+      static_cast<unsigned long long>(compressors::topk::cuda::kOneBlockMaxNumel));
+}
+
 void printSummary(const std::vector<uint64_t>& sizes) {
   const auto ms = [](const std::string& name) {
     const auto it = g->median_ms.find(name);
@@ -240,8 +416,15 @@ int main(int argc, char** argv) {
     }
     benchmark::RegisterBenchmark(("sort/" + sizeName(n)).c_str(), benchSort, n)->UseManualTime();
   }
+  for (uint64_t n : kSmallSizes) {
+    int way = 0;
+    for (const char* name : {"fused", "one-block", "decode3", "decode1"}) {
+      benchmark::RegisterBenchmark(smallName(name, n).c_str(), benchSmall, n, way++)->UseManualTime();
+    }
+  }
   benchmark::RunSpecifiedBenchmarks();
   printSummary(sizes);
+  printSmallSummary();
   benchmark::Shutdown();
   g = nullptr;
   return 0;

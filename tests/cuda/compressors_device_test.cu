@@ -27,6 +27,7 @@
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
 #include "compressors/powersgd/powersgd_cuda.h"
+#include "compressors/topk/topk_cuda.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "terse/kit/sparse_payload.hpp"
@@ -429,14 +430,31 @@ TEST_F(TopKOnDevice, TiesGoToTheLowerIndexAsOnTheHost) {
   }
 }
 
+// Sets topk's one-block cut (topk_cuda.h's kOneBlockEnv) for the instances made in its scope; unset again after.
+class TopKOneBlockCut {
+ public:
+  explicit TopKOneBlockCut(const char* value) {
+    EXPECT_EQ(setenv(terse::compressors::topk::cuda::kOneBlockEnv, value, 1), 0);
+  }
+  ~TopKOneBlockCut() { unsetenv(terse::compressors::topk::cuda::kOneBlockEnv); }
+  TopKOneBlockCut(const TopKOneBlockCut&) = delete;
+  TopKOneBlockCut& operator=(const TopKOneBlockCut&) = delete;
+};
+
 // Both ways of the device selection (terse/kit/topk_candidates.cuh's selectTopK), each the host's payload byte for
 // byte: normal data at 1% finishes on the candidates (the keys at or above the top digit's boundary bin, about 1.2% of
 // n); heavily tied data at 1% on the tensor, since its boundary bin (|g| = 1.5) holds about 2/7 of the elements, more
 // than the candidate buffer (2k + n/64 + 4096). Small tensors fit the buffer whatever their data. The way taken is the
 // mode word of the kit's State at the start of the workspace ({prefix u32, mode u32, greater u64}; 1 = candidates).
+// The small tensors would be selected in one block by default, so this instance is made with the one-block cut at 0.
 TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
   Plugin plugin("topk");
-  Instance c(plugin, {{"ratio", "0.01"}});
+  std::optional<Instance> made;
+  {
+    const TopKOneBlockCut never("0");
+    made.emplace(plugin, Instance::ParamList{{"ratio", "0.01"}});
+  }
+  Instance& c = *made;
   ASSERT_TRUE(c.ok()) << c.lastError();
   Stream stream;
   DeviceCalls dev(c, stream);
@@ -456,6 +474,125 @@ TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
     uint32_t mode = ~0u;
     std::memcpy(&mode, dev.workspaceHead().data() + 4, sizeof mode);
     EXPECT_EQ(mode, w.mode) << "the selection took the other way (1 = candidates, 0 = tensor)";
+  }
+}
+
+// Small tensors are selected and decoded by one block in one launch (terse/kit/topk_one_block.cuh), with no workspace,
+// up to the cut (topk_cuda.h: 2^16 elements); the grid-wide selection must give the same payload at the same sizes
+// (an instance made with the cut at 0), and both the host's, byte for byte, on normal and on heavily tied data, at
+// sizes around the one-block kernel's 4096-element compaction tiles and its warps, and at the cut and one past it.
+// Both decodes, written and accumulated, must be the host's bit for bit.
+TEST_F(TopKOnDevice, OneBlockAndGridSelectionsGiveTheHostsPayloadAndDecode) {
+  Plugin plugin("topk");
+  Stream stream;
+  const uint64_t cut = terse::compressors::topk::cuda::kOneBlockMaxNumel;
+  for (const char* ratio : {"0.001", "0.01", "0.3", "0.9"}) {
+    Instance one_block(plugin, {{"ratio", ratio}});
+    std::optional<Instance> made;
+    {
+      const TopKOneBlockCut never("0");
+      made.emplace(plugin, Instance::ParamList{{"ratio", ratio}});
+    }
+    Instance& grid = *made;
+    ASSERT_TRUE(one_block.ok()) << one_block.lastError();
+    ASSERT_TRUE(grid.ok()) << grid.lastError();
+    DeviceCalls dev_one(one_block, stream), dev_grid(grid, stream);
+    for (uint64_t n : {uint64_t{2}, uint64_t{31}, uint64_t{1023}, uint64_t{1025}, uint64_t{4096}, uint64_t{4097},
+                       uint64_t{3 * 4096 + 5}, uint64_t{20000}, cut, cut + 1}) {
+      for (bool ties : {false, true}) {
+        SCOPED_TRACE(std::string("ratio ") + ratio + ", numel " + std::to_string(n) + (ties ? ", tied" : ", normal"));
+        const terse_tensor_info_v1 info = tensorInfo(n);
+        const uint64_t k = terse::kit::topk::targetCount(std::stod(ratio), n);
+        const terse_compressor_sizes_v1 one_sizes = one_block.sizes(onDevice(info, device_));
+        if (n <= cut) {
+          EXPECT_EQ(one_sizes.workspace_bytes, 0u) << "a one-block selection needs no workspace";
+        } else if (k < n) {
+          EXPECT_GT(one_sizes.workspace_bytes, 0u) << "past the cut the grid-wide selection runs";
+        }
+        if (k < n) EXPECT_GT(grid.sizes(onDevice(info, device_)).workspace_bytes, 0u);
+        const std::vector<float> x = ties ? tied(n, static_cast<uint32_t>(n) + 5) : input(n, static_cast<uint32_t>(n));
+        Bytes want;
+        ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(one_block, dev_one, info, device_, x, true, &want));
+        Bytes again;
+        ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(grid, dev_grid, info, device_, x, true, &again));
+        const std::vector<float> base = input(n, 9);
+        ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(one_block, dev_one, info, device_, want, base));
+        ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(grid, dev_grid, info, device_, want, base));
+        std::vector<float> host_out = base, dev_out = base;
+        ASSERT_EQ(one_block.decompress(info, want, host_out, false), TERSE_OK) << one_block.lastError();
+        ASSERT_EQ(dev_one.decompress(onDevice(info, device_), want, dev_out, false), TERSE_OK) << one_block.lastError();
+        EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)))
+            << "the written decode differs from the host's";
+      }
+    }
+  }
+}
+
+// The one-block decode validates before it writes: a payload it refuses leaves the output as it was, with the host's
+// status and message, for every kind of fault a sparse payload can have (CorruptPayloadsGetTheHostVerdict flips bytes;
+// these are the faults a flipped byte rarely makes: indices out of order, repeated, out of range, a non-finite value).
+TEST_F(TopKOnDevice, TheOneBlockDecodeRefusesEveryFaultAsTheHost) {
+  Plugin plugin("topk");
+  Instance c(plugin, {{"ratio", "0.01"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  const uint64_t n = 5000, k = 50;
+  const terse_tensor_info_v1 info = tensorInfo(n);
+  const Bytes good = c.compress(info, input(n, 4));
+  ASSERT_EQ(good.size(), terse::kit::sparse::payloadBytes(k));
+  const size_t values = terse::kit::sparse::kFixedBytes, indices = values + 4 * k;
+  const auto withIndex = [&](uint64_t j, uint32_t index) {
+    Bytes b = good;
+    std::memcpy(b.data() + indices + 4 * j, &index, 4);
+    return b;
+  };
+  uint32_t second = 0;
+  std::memcpy(&second, good.data() + indices + 4, 4);
+  Bytes nan_value = good;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan_value.data() + values + 4 * (k - 1), &nan, 4);
+  for (const auto& [what, payload] :
+       std::vector<std::pair<std::string, Bytes>>{{"index past numel", withIndex(k - 1, static_cast<uint32_t>(n))},
+                                                  {"indices out of order", withIndex(0, second + 1)},
+                                                  {"an index repeated", withIndex(0, second)},
+                                                  {"a NaN value", nan_value}}) {
+    SCOPED_TRACE(what);
+    for (bool accumulate : {false, true}) {
+      const std::vector<float> base = input(n, 8);
+      std::vector<float> host_out = base, dev_out = base;
+      c.host().clear();
+      ASSERT_EQ(c.decompress(info, payload, host_out, accumulate), TERSE_ERR_INVALID_PAYLOAD);
+      const std::string host_error = c.lastError();
+      c.host().clear();
+      EXPECT_EQ(dev.decompress(onDevice(info, device_), payload, dev_out, accumulate), TERSE_ERR_INVALID_PAYLOAD);
+      EXPECT_EQ(c.lastError(), host_error);
+      EXPECT_EQ(0, std::memcmp(dev_out.data(), base.data(), base.size() * sizeof(float)))
+          << "a refused payload changed the output";
+    }
+  }
+}
+
+// The cut comes from the environment, so a value that is not a count of elements refuses the instance by name,
+// before any tensor. The plugin reads it only when built with CUDA; this needs no device.
+TEST(TopKOneBlockCutTest, ABadValueRefusesTheInstanceNamingIt) {
+  Plugin plugin("topk");
+  for (const char* bad : {"abc", "-1", "4294967296", " 5", "1e6", "99999999999"}) {
+    SCOPED_TRACE(bad);
+    std::optional<Instance> made;
+    {
+      const TopKOneBlockCut cut(bad);
+      made.emplace(plugin);
+    }
+    EXPECT_EQ(made->initStatus(), TERSE_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(made->lastError().find(std::string("TERSE_TOPK_ONE_BLOCK_MAX='") + bad + "'"), std::string::npos)
+        << made->lastError();
+  }
+  for (const char* good : {"", "0", "4294967295"}) {
+    SCOPED_TRACE(std::string("'") + good + "'");
+    const TopKOneBlockCut cut(good);
+    Instance c(plugin);
+    EXPECT_TRUE(c.ok()) << c.lastError();
   }
 }
 

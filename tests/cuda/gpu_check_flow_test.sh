@@ -8,6 +8,7 @@
 #   failures     a failing cuda test, a wrong PowerSGD check and a quantize plugin row unlike the plugin: status 1,
 #                each named at the end, and the benchmarks after the tests still ran;
 #   cut          the quantize benchmark's output without its summary: status 1 (no plugin rows is no pass);
+#   topk-small   the top-k benchmark's small-tensor table with a wrong row, then with a row missing: status 1 each;
 #   torch        --torch with every case and the benchmark passing: status 0 (no variable of the other branch read);
 #   torch-fails  --torch with the benchmark failing: status 1, naming it.
 # Usage: gpu_check_flow_test.sh SOURCE_DIR
@@ -55,6 +56,15 @@ cat > "$work/build/bin/terse-bench-topk-cuda" << 'EOF'
 echo "summary (medians; x copy = the copy's time over the selection's, for the same input bytes)"
 echo "n k copy fused 5-pass sort xcopy x5 xsort way cand #wrong"
 echo "2^20 1.05e+04 3.0 30.0 40.0 300.0 0.10 1.33 10.0 candidates 1.20 0"
+echo
+echo "small tensors (medians of the wall time a call, 200 calls back to back; x = the grid way's time over the one ...)"
+echo "n           k   fused us  one-block us  x fused  decode3 us  decode1 us  x decode #wrong"
+rows="${FAKE_TOPK_SMALL_ROWS:-5}"
+for b in 10 12 14 16 18; do
+  [[ "$rows" -gt 0 ]] || break
+  rows=$((rows - 1))
+  echo "2^$b       10      60.00          8.00     7.50       30.00       15.00      2.00 ${FAKE_TOPK_SMALL_WRONG:-0}"
+done
 EOF
 cat > "$work/build/bin/terse-bench-quantize-cuda" << 'EOF'
 #!/usr/bin/env bash
@@ -109,6 +119,7 @@ expect clean "# powersgd decode (accumulated"
 expect clean "# powersgd compress 300.0 us"
 expect clean "qsgd's quantize kernel taken apart"
 expect clean "# top-k selection alone"
+expect clean "#   2^18 "
 
 FAKE_FAIL_TEST=1 FAKE_WRONG_TALL=1 FAKE_QUANTIZE_DIFF=3 check failures 1
 expect failures "scripts/gpu-check: cuda tests failed"
@@ -119,8 +130,13 @@ expect failures "compress powersgd-tall"  # the benchmarks ran after the failing
 FAKE_QUANTIZE_CUT=1 check cut 1
 expect cut "terse-bench-quantize-cuda's plugin rows differ"
 
+FAKE_TOPK_SMALL_WRONG=2 check topk-small-wrong 1
+expect topk-small-wrong "terse-bench-topk-cuda: a wrong selection or decode"
+FAKE_TOPK_SMALL_ROWS=4 check topk-small-cut 1
+expect topk-small-cut "its small-tensor table is not whole"
+
 PATH="$work/torchbin:$PATH" check torch 0 --torch
 expect torch "== experiments/pytorch/bench_ddp_gpu.py"
 PATH="$work/torchbin:$PATH" FAKE_TORCH_BENCH_FAILS=1 check torch-fails 1 --torch
 expect torch-fails "failed: the hook benchmark"
-echo "gpu_check_flow_test: 5 cases passed"
+echo "gpu_check_flow_test: 7 cases passed"

@@ -116,5 +116,60 @@ inline void launchScatter(const std::byte* payload, uint64_t count, uint64_t num
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
+// Threads of validateAndScatterOneBlockKernel's one block.
+inline constexpr unsigned kOneBlockThreads = 1024;
+
+// validateSparseKernel and the scatter in one launch, for a small tensor (topk's one-block path): the block validates
+// every entry first, and only when no thread found a fault (a barrier's vote) does it clear the output (unless
+// accumulating) and scatter onto it. A refused payload raises `status` and leaves the output untouched, as the host
+// path does, so the decode needs no launch of its own after the verdict: one launch where there were three (the
+// validation, the clearing memset, the scatter). Its reads and writes are numel + 2 count elements, from L2 at the
+// sizes it serves.
+template <bool CheckMinKey>
+__global__ void __launch_bounds__(kOneBlockThreads, 1)
+    validateAndScatterOneBlockKernel(const std::byte* __restrict__ payload, device::Prefix expected, uint64_t count,
+                                     uint64_t numel, uint32_t min_key, bool accumulate, float* __restrict__ out,
+                                     uint32_t* status) {
+  const float* values = valuesOf(payload);
+  const uint32_t* indices = indicesOf(payload, count);
+  const uint64_t items = count > expected.size ? count : expected.size;
+  bool bad = false;
+  for (uint64_t t = threadIdx.x; t < items; t += kOneBlockThreads) {
+    if (t < expected.size && payload[t] != device::prefixByte(expected, t)) bad = true;
+    if (t < count) {
+      const uint32_t index = indices[t];
+      if (index >= numel || (t > 0 && index <= indices[t - 1])) bad = true;
+      const uint32_t key = topk::magnitudeKey(values[t]);
+      if (topk::isNonFiniteKey(key) || (CheckMinKey && key < min_key)) bad = true;
+    }
+  }
+  if (__syncthreads_or(bad)) {  // block-uniform: every thread returns, none has written
+    if (threadIdx.x == 0) device::raiseStatus(status);
+    return;
+  }
+  if (!accumulate) {  // the kernel argument is block-uniform, so is the barrier
+    for (uint64_t i = threadIdx.x; i < numel; i += kOneBlockThreads) out[i] = 0.0f;  // +0.0f, as the host's clear
+    __syncthreads();  // cleared before any thread scatters over it
+  }
+  for (uint64_t j = threadIdx.x; j < count; j += kOneBlockThreads) {
+    if (accumulate) {
+      out[indices[j]] += values[j];
+    } else {
+      out[indices[j]] = values[j];
+    }
+  }
+}
+
+// Queues validateAndScatterOneBlockKernel on `stream`: device.hpp's checkedDecompress calls it as its validation and
+// passes an empty decode.
+template <bool CheckMinKey>
+void launchValidateAndScatterOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count,
+                                      uint64_t numel, uint32_t min_key, float* out, bool accumulate, uint32_t* status,
+                                      void* stream) {
+  validateAndScatterOneBlockKernel<CheckMinKey><<<1, kOneBlockThreads, 0, device::streamOf(stream)>>>(
+      payload, expected, count, numel, min_key, accumulate, out, status);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
 }  // namespace TERSE_KIT_KERNEL_NS
 }  // namespace terse::kit::sparse
