@@ -29,8 +29,8 @@
 // threshold, the exact fallback and the output. Compress synchronizes `stream` once per counting pass (usually one),
 // as a variable-size compressor must to report its output bytes, and so refuses a non-finite gradient as the host does.
 // Workspace on the device: topk's select workspace (state, histogram, two u64 per tile of 4096 elements, cub's scan
-// storage), the pass counts and the sample's values (4 bytes each). Decompress synchronizes to read the count and once
-// more to learn the validation verdict (terse/kit/device.hpp).
+// storage), the pass counts and the sample's values (4 bytes each). Decompress takes the count from the payload's size
+// (sparse::countForSize) and synchronizes once, to learn the validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <string>
 
@@ -197,16 +197,12 @@ class Dgc final : public sdk::Compressor {
     const uint64_t numel = args.info.numel;
     const uint64_t k = tk::targetCount(ratio_, numel);
     const device::Scope scope(args.info);
-    // The count says how long the payload must be; it is read first, and the validation checks it (with the rest of
-    // the prefix) against the value read, so a payload the host would refuse is refused here too.
+    // The count is the one the payload's size implies (sparse::countForSize); the validation checks the count field
+    // against it with the rest of the prefix, so a payload the host would refuse is refused here too, without a
+    // synchronization to read the field first.
     uint64_t count = 0;
-    bool size_ok = false;
-    if (args.payload.size() >= sparse::kFixedBytes) {
-      device::copyToHost(&count, args.payload.data() + sparse::kCountOffset, sizeof count, args.stream);
-      device::synchronize(args.stream);
-      size_ok = count <= numel && count >= dg::minCount(k) && count <= dg::maxCount(k) &&
-                args.payload.size() == sparse::payloadBytes(count);
-    }
+    const bool size_ok = sparse::countForSize(args.payload.size(), &count) && count <= numel &&
+                         count >= dg::minCount(k) && count <= dg::maxCount(k);
     device::checkedDecompress(
         args, status_, size_ok,
         [&](uint32_t* status) {

@@ -22,11 +22,11 @@
 //                it could run at 1.96x a device copy; this compress moves 2.1x that. countPassKernel and the
 //                DeviceSelect both read x only to compare keys against the same threshold; fusing them would need
 //                the count before the write, which is what the host waits for.
-//   decompress   the count copied to the host (one synchronization), then as topk: validateSparseKernel reads the
+//   decompress   the count from the payload's size (no read back), then as topk: validateSparseKernel reads the
 //                payload, 8 count / n = 0.084 B; scatterKernel re-reads it (from L2) and adds each value onto
 //                out[index]: 4 read + 4 written per entry, 0.084 B useful, 32 + 32 B per entry in 32-byte sectors,
 //                0.67 B. Total 0.17 B useful (bound 48x), 0.76 B in sectors (bound 11x): a scatter, not a dense pass,
-//                so the two synchronizations and the launches, not traffic, likely set its time.
+//                so the verdict's synchronization and the launches, not traffic, likely set its time.
 #pragma once
 
 #include <cstddef>

@@ -23,8 +23,8 @@
 // CUDA (threshold.cu, when built with CUDA): device tensors give the host's payload byte for byte (cub::DeviceSelect
 // with the same integer key compare keeps index order). Compress synchronizes `stream` once, as a variable-size
 // compressor must to report its output bytes, and so refuses a non-finite gradient as the host does; its workspace is
-// a counter and cub's selection storage. Decompress synchronizes to read the count and once more to learn the
-// validation verdict (terse/kit/device.hpp).
+// a counter and cub's selection storage. Decompress takes the count from the payload's size (sparse::countForSize)
+// and synchronizes once, to learn the validation verdict (terse/kit/device.hpp).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -172,23 +172,20 @@ class Threshold final : public sdk::Compressor {
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const device::Scope scope(args.info);
-    if (args.payload.size() >= sparse::kFixedBytes) {
-      // The count says how long the payload must be; it is read first, and the device checks it (with the rest of
-      // the prefix) against the value read, so a payload the host would refuse is refused here too.
-      uint64_t count = 0;
-      device::copyToHost(&count, args.payload.data() + sparse::kCountOffset, sizeof count, args.stream);
+    // The count is the one the payload's size implies (sparse::countForSize); the device checks the count field
+    // against it with the rest of the prefix, so a payload the host would refuse is refused here too, without a
+    // synchronization to read the field first.
+    uint64_t count = 0;
+    if (sparse::countForSize(args.payload.size(), &count) && count <= args.info.numel) {
+      const auto status = status_.acquire();
+      status.clear();
+      th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_,
+                         status.device(), args.stream);
       device::synchronize(args.stream);
-      if (count <= args.info.numel && args.payload.size() == sparse::payloadBytes(count)) {
-        const auto status = status_.acquire();
-        status.clear();
-        th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_,
-                           status.device(), args.stream);
-        device::synchronize(args.stream);
-        if (!status.raised()) {
-          th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
-                           args.stream);
-          return;
-        }
+      if (!status.raised()) {
+        th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
+                         args.stream);
+        return;
       }
     }
     device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });

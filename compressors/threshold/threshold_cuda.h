@@ -13,11 +13,11 @@
 //                states (a few bytes per tile of thousands of elements) stay in L2. Until 2026-12-05 a second
 //                DeviceSelect over the indices read x again (8.08 B, bound 0.99x); it still does when more than half
 //                of the elements are sent, where the parked indices would overlap their destination.
-//   decompress   the count to the host (one synchronization); validateSparseKernel<true> reads the payload, 8 c / n =
+//   decompress   the count from the payload's size (no read back); validateSparseKernel<true> reads the payload, 8 c / n =
 //                0.08 B; scatterKernel re-reads it (from L2) and adds each value onto out[index]: 4 read + 4 written
 //                per entry, 0.08 B useful, 32 + 32 B per entry in 32-byte sectors, 0.64 B. Total 0.16 B useful (bound
-//                50x), 0.72 B in sectors (bound 11x): a scatter, not a dense pass, so the two synchronizations and the
-//                launches, not traffic, likely set its time.
+//                50x), 0.72 B in sectors (bound 11x): a scatter, not a dense pass, so the verdict's synchronization
+//                and the launches, not traffic, likely set its time.
 #pragma once
 
 #include <cstddef>

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "compressors/threshold/threshold_math.h"
+#include "terse/kit/sparse_payload.hpp"
 #include "tests/compressors/plugin_harness.h"
 #include "tests/compressors/sparse_test_util.h"
 
@@ -24,6 +25,22 @@ using namespace terse::testing::sparse;
 Plugin& thresholdPlugin() {
   static Plugin plugin("threshold");
   return plugin;
+}
+
+// The device decoders of threshold and dgc take a payload's count from its size (no read back of the count field): the
+// inverse of payloadBytes, and no count for a size between two payloads' or below the fixed part.
+TEST(SparsePayload, CountForSizeInvertsPayloadBytes) {
+  namespace sparse = terse::kit::sparse;
+  for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1} << 31, (uint64_t{1} << 32) - 1}) {
+    uint64_t got = ~uint64_t{0};
+    ASSERT_TRUE(sparse::countForSize(sparse::payloadBytes(count), &got)) << count;
+    EXPECT_EQ(got, count);
+  }
+  uint64_t got = 0;
+  for (uint64_t bytes : {uint64_t{0}, sparse::kFixedBytes - 1, sparse::kFixedBytes + 1, sparse::kFixedBytes + 4,
+                         sparse::payloadBytes(5) + 7}) {
+    EXPECT_FALSE(sparse::countForSize(bytes, &got)) << bytes;
+  }
 }
 
 TEST(Threshold, TauIsRequiredAndPositive) {

@@ -36,6 +36,16 @@ constexpr uint64_t payloadBytes(uint64_t count) {
   return kFixedBytes + (sizeof(float) + sizeof(uint32_t)) * count;
 }
 
+// The count a payload of `bytes` bytes must hold (the inverse of payloadBytes), or false when no count gives that size.
+// The device decoders of the variable-size sparsifiers take the count from the size instead of reading the payload's
+// count field back (a synchronization): the field is part of the prefix their validation compares, so a payload whose
+// field disagrees with its size is refused there and gets the host's verdict, as before.
+constexpr bool countForSize(uint64_t bytes, uint64_t* count) {
+  if (bytes < kFixedBytes || (bytes - kFixedBytes) % (sizeof(float) + sizeof(uint32_t)) != 0) return false;
+  *count = (bytes - kFixedBytes) / (sizeof(float) + sizeof(uint32_t));
+  return true;
+}
+
 // The decoded sections, views into the payload.
 struct SparseView {
   std::span<const float> values;
