@@ -33,7 +33,7 @@
 // min(n, 2k + n/64 + 4096) 8-byte entries (topk_cuda.h sizes it). A tensor of at most 2^16 elements (topk_cuda.h's
 // kOneBlockMaxNumel; TERSE_TOPK_ONE_BLOCK_MAX moves the cut, 0 turns it off) is selected by one block in one launch and
 // decoded by one block in one launch, with no workspace (terse/kit/topk_one_block.cuh): the same payload, where the
-// grid-wide way makes about 20 launches a compress and 3 a decompress. Two differences, both for the sake of not
+// grid-wide way makes 18 launches a compress and 3 a decompress. Two differences, both for the sake of not
 // waiting on the stream: compress does not refuse a non-finite gradient (it would have to read the selection back); the
 // payload then carries it, and every decompress of it, the sender's own error feedback included, refuses it as
 // InvalidPayload. And decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).

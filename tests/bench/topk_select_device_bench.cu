@@ -14,7 +14,7 @@
 // A second table is about small tensors, where launches, not bytes, set the time (most of a ResNet's 161 tensors hold
 // 64 to 65,536 elements): at 2^10 to 2^18 elements and k of 1%, the topk plugin's two device ways, each timed by the
 // wall clock over 200 calls queued back to back and one synchronization, so that the host's launch cost counts:
-//   fused       the prefix write and selectTopK (about 20 launches);
+//   fused       the prefix write and selectTopK (18 launches);
 //   one-block   topk_one_block.cuh's selectOneBlock, the prefix included (one launch), which the plugin takes up to
 //               topk_cuda.h's kOneBlockMaxNumel;
 //   decode3     the grid-wide decode as the plugin runs it: the validation, a synchronization for its verdict, then the

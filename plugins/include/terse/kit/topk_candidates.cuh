@@ -144,8 +144,7 @@ inline void selectTopK(const float* x, uint64_t n, uint64_t k, const TopKLayout&
   auto* hist = reinterpret_cast<uint32_t*>(workspace + l.select.hist);
   auto* selected = reinterpret_cast<uint64_t*>(workspace + l.selected);
   auto* candidates = reinterpret_cast<Candidate*>(workspace + l.candidates);
-  TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(state, 0, sizeof(State), st));
-  histogramRound<0>(x, n, state, hist, kAnyMode, st);
+  histogramRound<0>(x, n, state, hist, kAnyMode, st);  // clears the State too
   pickRound<0>(hist, k, state, l.capacity, st);
   size_t filter_bytes = l.filter_bytes;
   filterCandidates(workspace + l.filter, filter_bytes, x, n, state, candidates, selected, st);

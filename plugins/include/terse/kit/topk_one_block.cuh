@@ -2,8 +2,10 @@
 // and compaction in index order, ties to the lower index), run by one block of 1024 threads that also writes the
 // payload's prefix. For the tensors of a real model this is about launches, not bytes:
 //
-//   selectTopK queues about 20 launches (the prefix, a State reset, three rounds of histogram reset, histogram and pick
-//   on two ways, the DeviceSelect, the compaction's counts, cub's two-kernel scan and the writes). On the H200 a
+//   the plugin's grid-wide way queues 18 launches: the prefix, the top digit's histogram reset, three rounds of
+//   histogram and pick (the lower two on two ways), cub's two-kernel DeviceSelect, the compaction's counts on two ways,
+//   cub's two-kernel scan and the writes on two ways (21 until the picks cleared the next level's bins and the top
+//   digit's histogram kernel the State). On the H200 a
 //   ResNet-50 step of 161 tensors, most of them batch-norm vectors of 64 to 2,048 elements, with top-k 1% + error
 //   feedback per tensor spent 0.38-0.49 of the step in the hook, against 0.16 when each bucket was compressed as one
 //   tensor (results/reference/gpu/README.md): the cost per tensor, launches and the decode's verdict synchronization,

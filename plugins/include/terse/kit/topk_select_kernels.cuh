@@ -117,11 +117,16 @@ __device__ __forceinline__ bool runsIn(uint32_t mode, const State* state) {
 }
 
 // Digit `Level` of every key of x[0..n) whose higher digits equal state->prefix (all keys at level 0), added into
-// hist. Runs only in `mode` (kAnyMode: always).
+// hist. Runs only in `mode` (kAnyMode: always) below level 0; level 0 always runs, reads no State and clears it (one
+// thread), so that the pick after it finds a cleared State and the select saves a memset launch.
 template <int Level>
-__global__ void histogramKernel(const float* __restrict__ x, uint64_t n, const State* __restrict__ state,
+__global__ void histogramKernel(const float* __restrict__ x, uint64_t n, State* __restrict__ state,
                                 uint32_t* __restrict__ hist, uint32_t mode) {
-  if (!runsIn(mode, state)) return;
+  if constexpr (Level == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *state = State{};
+  } else {
+    if (!runsIn(mode, state)) return;
+  }
   constexpr uint32_t kBins = 1u << digitBits(Level);
   __shared__ uint32_t counts[kBins];
   for (uint32_t b = threadIdx.x; b < kBins; b += blockDim.x) counts[b] = 0;
@@ -147,9 +152,11 @@ __global__ void histogramKernel(const float* __restrict__ x, uint64_t n, const S
 // need. Thread t sums the t-th run of bins from the top; an exclusive scan of those sums tells each thread how many
 // keys lie above its run, and the one thread whose run holds the need-th key walks it. With a capacity (level 0 of
 // selectTopK), the keys at or above the bin are every candidate, and if they fit, the State switches to kOnCandidates:
-// the host's fast-path test (topk_select.hpp's selectTopK).
+// the host's fast-path test (topk_select.hpp's selectTopK). Below the last level it then clears the next level's bins
+// (the first 1 << digitBits(Level + 1) of hist) for that level's histogram, which always follows a pick: one memset
+// launch fewer a level.
 template <int Level>
-__global__ void pickKernel(const uint32_t* __restrict__ hist, uint64_t k, State* state, uint64_t capacity) {
+__global__ void pickKernel(uint32_t* __restrict__ hist, uint64_t k, State* state, uint64_t capacity) {
   constexpr uint32_t kBins = 1u << digitBits(Level);
   constexpr uint32_t kPer = kBins / device::kThreads;
   using Scan = cub::BlockScan<uint64_t, device::kThreads>;
@@ -176,6 +183,10 @@ __global__ void pickKernel(const uint32_t* __restrict__ hist, uint64_t k, State*
       }
       sum += own[j];
     }
+  }
+  if constexpr (Level + 1 < kDigits) {
+    __syncthreads();  // every thread has read its bins (into own) before any is cleared
+    for (uint32_t b = threadIdx.x; b < (1u << digitBits(Level + 1)); b += device::kThreads) hist[b] = 0;
   }
 }
 
@@ -298,10 +309,14 @@ __global__ void iotaKernel(Index* __restrict__ indices, uint64_t n) {
   }
 }
 
-// Clears the histogram's first bins and counts digit `Level` of the tensor's keys into it (in `mode`).
+// Counts digit `Level` of the tensor's keys into the histogram's first bins (in `mode`). At level 0 it clears those
+// bins first, and its kernel clears the State; a lower level's bins were cleared by the pick of the level above, which
+// every caller queues before it (pickKernel).
 template <int Level>
 void histogramRound(const float* x, uint64_t n, State* state, uint32_t* hist, uint32_t mode, cudaStream_t st) {
-  TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(hist, 0, (1u << digitBits(Level)) * sizeof(uint32_t), st));
+  if constexpr (Level == 0) {
+    TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(hist, 0, (1u << digitBits(Level)) * sizeof(uint32_t), st));
+  }
   histogramKernel<Level><<<device::gridFor((n + 3) / 4, device::kThreads * kHistogramQuads), device::kThreads, 0, st>>>(
       x, n, state, hist, mode);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
@@ -322,7 +337,6 @@ void selectRound(const float* x, uint64_t n, uint64_t k, State* state, uint32_t*
 // Leaves in *state the cut of the k largest keys of x[0..n) (1 <= k <= n) and how many lie above it: topk_select.hpp's
 // radixCut. `hist` holds kMaxBins counters. Queued on `st`, nothing waited for.
 inline void radixSelect(const float* x, uint64_t n, uint64_t k, State* state, uint32_t* hist, cudaStream_t st) {
-  TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(state, 0, sizeof(State), st));
   selectRound<0>(x, n, k, state, hist, st);
   selectRound<1>(x, n, k, state, hist, st);
   selectRound<2>(x, n, k, state, hist, st);
