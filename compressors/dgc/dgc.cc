@@ -30,7 +30,9 @@
 // as a variable-size compressor must to report its output bytes, and so refuses a non-finite gradient as the host does.
 // Workspace on the device: topk's select workspace (state, histogram, two u64 per tile of 4096 elements, cub's scan
 // storage), the pass counts and the sample's values (4 bytes each). Decompress takes the count from the payload's size
-// (sparse::countForSize) and synchronizes once, to learn the validation verdict (terse/kit/device.hpp).
+// (sparse::countForSize) and synchronizes once, to learn the validation verdict (terse/kit/device.hpp). A tensor of at
+// most terse/kit/one_block.hpp's cut (2^16 elements) is decoded in one launch of one block, and, where its selection is
+// exact from the start (not sampled: at most 1,024 elements by default), selected in one launch too, no workspace.
 #include <cstdint>
 #include <string>
 
@@ -38,6 +40,7 @@
 #include "dgc_math.h"
 #include "dgc_select.h"
 #include "terse/kit/device.hpp"
+#include "terse/kit/one_block.hpp"
 #include "terse/kit/sparse_payload.hpp"
 #include "terse/kit/topk_math.hpp"
 #include "terse/kit/topk_select.hpp"
@@ -74,7 +77,8 @@ class Dgc final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (info.device == TERSE_DEVICE_CUDA) {
       const device::Scope scope(info);
-      sizes.workspace_bytes = dg::cuda::workspaceBytes(info.numel, k, sampleSize(info.numel));
+      sizes.workspace_bytes =
+          oneBlock(info.numel, k) ? 0 : dg::cuda::workspaceBytes(info.numel, k, sampleSize(info.numel));
       return sizes;
     }
 #endif
@@ -172,6 +176,12 @@ class Dgc final : public sdk::Compressor {
     });
   }
 
+  // Whether a tensor's selection runs in one block, in one launch (terse/kit/one_block.hpp): an exact one from the
+  // start (not sampled, or everything sent) of a small tensor. The sampled plan decides on the host between passes.
+  bool oneBlock(uint64_t n, uint64_t k) const {
+    return n <= one_block_max_ && k > 0 && (k >= n || sampleSize(n) == 0);
+  }
+
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
     const uint64_t n = args.info.numel;
     const uint64_t k = tk::targetCount(ratio_, n);
@@ -181,9 +191,18 @@ class Dgc final : public sdk::Compressor {
       device::writePrefix(prefix(args.info, 0), args.output.data(), args.stream);
       return sparse::payloadBytes(0);
     }
+    const float* x = args.input<float>().data();
+    if (oneBlock(n, k)) {
+      device::requireCapacity(args.output, sparse::payloadBytes(k), kName);
+      const auto nonfinite = status_.acquire();
+      nonfinite.clear();
+      dg::cuda::selectOneBlock(prefix(args.info, k), x, n, k, nonfinite.device(), args.output.data(), args.stream);
+      device::synchronize(args.stream);  // as the plan's counting pass does, for the host's refusal
+      if (nonfinite.raised()) refuseNonFinite();
+      return sparse::payloadBytes(k);
+    }
     const dg::cuda::Shape shape{n, k, sampleSize(n), max_passes_};
     requireWorkspace(args, dg::cuda::workspaceBytes(n, k, shape.s));
-    const float* x = args.input<float>().data();
     const dg::cuda::Plan p =
         dg::cuda::plan(x, shape, sdk::PhiloxStream(args.info.seed, args.info.step, args.info.tensor_id),
                        args.workspace.data(), args.stream);
@@ -203,6 +222,16 @@ class Dgc final : public sdk::Compressor {
     uint64_t count = 0;
     const bool size_ok = sparse::countForSize(args.payload.size(), &count) && count <= numel &&
                          count >= dg::minCount(k) && count <= dg::maxCount(k);
+    if (numel <= one_block_max_) {  // the kernel validates before it writes, so the decode is empty
+      device::checkedDecompress(
+          args, status_, size_ok,
+          [&](uint32_t* status) {
+            dg::cuda::validateAndDecodeOneBlock(prefix(args.info, count), args.payload.data(), count, numel,
+                                                args.output<float>().data(), args.accumulate, status, args.stream);
+          },
+          [] {}, [this](const sdk::DecompressArgs& host) { decompress(host); });
+      return;
+    }
     device::checkedDecompress(
         args, status_, size_ok,
         [&](uint32_t* status) {
@@ -221,6 +250,9 @@ class Dgc final : public sdk::Compressor {
   double ratio_;
   double sample_ratio_;
   int max_passes_;
+#if TERSE_COMPRESSOR_CUDA
+  uint64_t one_block_max_ = terse::kit::oneBlockMaxNumel();  // read once per instance: sizes and calls agree
+#endif
 };
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include "terse/kit/sparse_kernels.cuh"
 #include "terse/kit/sparse_payload.hpp"
 #include "terse/kit/topk_math.hpp"
+#include "terse/kit/topk_one_block.cuh"
 #include "terse/kit/topk_select_kernels.cuh"
 #include "terse/sdk/cuda.hpp"
 
@@ -294,6 +295,17 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
 
 void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream) {
   kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream);
+}
+
+void selectOneBlock(const device::Prefix& prefix, const float* x, uint64_t n, uint64_t k, uint32_t* nonfinite,
+                    std::byte* payload, void* stream) {
+  tc::selectOneBlock(prefix, x, n, k, payload, device::streamOf(stream), nonfinite);
+}
+
+void validateAndDecodeOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
+                               float* out, bool accumulate, uint32_t* status, void* stream) {
+  kit::sparse::launchValidateAndScatterOneBlock<false>(expected, payload, count, numel, 0, out, accumulate, status,
+                                                       stream);
 }
 
 }  // namespace terse::compressors::dgc::cuda

@@ -82,6 +82,17 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
 // out = the payload's entries scattered onto zeros (or added onto out), for a payload validate accepted.
 void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream);
 
+// The exact selection of a small tensor (1 <= k <= n, n at most terse/kit/one_block.hpp's cut) in one launch of one
+// block, no workspace: the payload `write` gives for an exact plan, and `nonfinite` (clear) raised for an inf or NaN
+// element, which the caller reads after synchronizing `stream` (the plan's counting pass reads it so).
+void selectOneBlock(const device::Prefix& prefix, const float* x, uint64_t n, uint64_t k, uint32_t* nonfinite,
+                    std::byte* payload, void* stream);
+
+// validate and decode in one launch of one block (a small tensor): raises `status` and leaves out untouched for a
+// payload validate would refuse, else decodes it.
+void validateAndDecodeOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
+                               float* out, bool accumulate, uint32_t* status, void* stream);
+
 }  // namespace terse::compressors::dgc::cuda
 
 #endif  // TERSE_COMPRESSOR_CUDA

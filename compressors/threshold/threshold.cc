@@ -24,12 +24,14 @@
 // with the same integer key compare keeps index order). Compress synchronizes `stream` once, as a variable-size
 // compressor must to report its output bytes, and so refuses a non-finite gradient as the host does; its workspace is
 // a counter and cub's selection storage. Decompress takes the count from the payload's size (sparse::countForSize)
-// and synchronizes once, to learn the validation verdict (terse/kit/device.hpp).
+// and synchronizes once, to learn the validation verdict (terse/kit/device.hpp); a tensor of at most
+// terse/kit/one_block.hpp's cut (2^16 elements) is validated and decoded in one launch of one block.
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "terse/kit/device.hpp"
+#include "terse/kit/one_block.hpp"
 #include "terse/kit/sparse_payload.hpp"
 #include "terse/kit/topk_select.hpp"
 #include "terse/sdk.hpp"
@@ -179,12 +181,23 @@ class Threshold final : public sdk::Compressor {
     if (sparse::countForSize(args.payload.size(), &count) && count <= args.info.numel) {
       const auto status = status_.acquire();
       status.clear();
-      th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_,
-                         status.device(), args.stream);
+      // A small tensor in one launch that validates before it writes (terse/kit/one_block.hpp), else the validation
+      // and, once its verdict is read, the decode.
+      const bool one_block = args.info.numel <= one_block_max_;
+      if (one_block) {
+        th::cuda::validateAndDecodeOneBlock(prefix(args.info, &count), args.payload.data(), count, args.info.numel,
+                                            min_key_, args.output<float>().data(), args.accumulate, status.device(),
+                                            args.stream);
+      } else {
+        th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_,
+                           status.device(), args.stream);
+      }
       device::synchronize(args.stream);
       if (!status.raised()) {
-        th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
-                         args.stream);
+        if (!one_block) {
+          th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
+                           args.stream);
+        }
         return;
       }
     }
@@ -196,6 +209,9 @@ class Threshold final : public sdk::Compressor {
 
   double tau_;
   uint32_t min_key_;
+#if TERSE_COMPRESSOR_CUDA
+  uint64_t one_block_max_ = terse::kit::oneBlockMaxNumel();  // read once per instance
+#endif
 };
 
 }  // namespace

@@ -125,4 +125,10 @@ void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out
   kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream);
 }
 
+void validateAndDecodeOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
+                               uint32_t min_key, float* out, bool accumulate, uint32_t* status, void* stream) {
+  kit::sparse::launchValidateAndScatterOneBlock<true>(expected, payload, count, numel, min_key, out, accumulate, status,
+                                                      stream);
+}
+
 }  // namespace terse::compressors::threshold::cuda

@@ -13,7 +13,8 @@
 //                states (a few bytes per tile of thousands of elements) stay in L2. Until 2026-12-05 a second
 //                DeviceSelect over the indices read x again (8.08 B, bound 0.99x); it still does when more than half
 //                of the elements are sent, where the parked indices would overlap their destination.
-//   decompress   the count from the payload's size (no read back); validateSparseKernel<true> reads the payload, 8 c / n =
+//   decompress   the count from the payload's size (no read back); validateSparseKernel<true> reads the payload, 8 c /
+//   n =
 //                0.08 B; scatterKernel re-reads it (from L2) and adds each value onto out[index]: 4 read + 4 written
 //                per entry, 0.08 B useful, 32 + 32 B per entry in 32-byte sectors, 0.64 B. Total 0.16 B useful (bound
 //                50x), 0.72 B in sectors (bound 11x): a scatter, not a dense pass, so the verdict's synchronization
@@ -55,6 +56,11 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
 
 // out = the entries scattered onto zeros (or added onto out), for a payload validate accepted.
 void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream);
+
+// validate and decode in one launch of one block (a small tensor: terse/kit/one_block.hpp): raises `status` and leaves
+// out untouched for a payload validate would refuse, else decodes it.
+void validateAndDecodeOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
+                               uint32_t min_key, float* out, bool accumulate, uint32_t* status, void* stream);
 
 }  // namespace terse::compressors::threshold::cuda
 

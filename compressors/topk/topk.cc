@@ -30,8 +30,8 @@
 // tie rule and candidate buffer; a radix select whose state stays on the device, the candidates copied out by a cub
 // DeviceSelect when they fit, then a tile-scanned compaction in index order). Workspace on the device: the select's
 // state and histogram, two u64 per tile of 4096 elements, cub's scan and select storage and the candidate buffer of
-// min(n, 2k + n/64 + 4096) 8-byte entries (topk_cuda.h sizes it). A tensor of at most 2^16 elements (topk_cuda.h's
-// kOneBlockMaxNumel; TERSE_TOPK_ONE_BLOCK_MAX moves the cut, 0 turns it off) is selected by one block in one launch and
+// min(n, 2k + n/64 + 4096) 8-byte entries (topk_cuda.h sizes it). A tensor of at most 2^16 elements (terse/kit/
+// one_block.hpp; TERSE_SPARSE_ONE_BLOCK_MAX moves the cut, 0 turns it off) is selected by one block in one launch and
 // decoded by one block in one launch, with no workspace (terse/kit/topk_one_block.cuh): the same payload, where the
 // grid-wide way makes 18 launches a compress and 3 a decompress. Two differences, both for the sake of not
 // waiting on the stream: compress does not refuse a non-finite gradient (it would have to read the selection back); the
@@ -41,6 +41,7 @@
 #include <string>
 
 #include "terse/kit/device.hpp"
+#include "terse/kit/one_block.hpp"
 #include "terse/kit/sparse_payload.hpp"
 #include "terse/kit/topk_math.hpp"
 #include "terse/kit/topk_select.hpp"
@@ -141,7 +142,7 @@ class TopK final : public sdk::Compressor {
     });
   }
 
-  // Whether a tensor of numel elements is selected and decoded in one block (topk_cuda.h).
+  // Whether a tensor of numel elements is selected and decoded in one block (terse/kit/one_block.hpp).
   bool oneBlock(uint64_t numel) const {
     return numel <= one_block_max_;
   }
@@ -190,7 +191,7 @@ class TopK final : public sdk::Compressor {
 
   double ratio_;
 #if TERSE_COMPRESSOR_CUDA
-  uint64_t one_block_max_ = kernels::oneBlockMaxNumel();  // read once per instance: sizes and calls agree
+  uint64_t one_block_max_ = terse::kit::oneBlockMaxNumel();  // read once per instance: sizes and calls agree
 #endif
 };
 

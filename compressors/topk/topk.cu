@@ -7,15 +7,13 @@
 // (normal data: about 1.2% of n at k = 1%), one DeviceSelect copies them out and everything else runs on those, so
 // two passes over the input; otherwise (a crowded boundary bin) the remaining digits and the compaction run on the
 // tensor, five passes. The state stays on the device, so compress never waits. A small tensor (oneBlockMaxNumel) is
-// selected and decoded in one launch each instead (terse/kit/topk_one_block.cuh, sparse_kernels.cuh). A full radix sort
+// selected and decoded in one launch each instead (terse/kit/one_block.hpp). A full radix sort
 // of (key, index) pairs moves far more (tests/bench measures both, and terse-bench-topk-cuda sweeps sizes and ratios).
 //
 // A non-finite input has the largest keys, so it is always selected and travels in the payload (the host refuses it at
 // compress; the device would have to wait to know), and every decompress refuses the payload (topk.cc).
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "terse/kit/device.cuh"
 #include "terse/kit/sparse_kernels.cuh"
@@ -28,24 +26,6 @@
 namespace terse::compressors::topk::cuda {
 
 namespace tc = kit::topk::cuda;
-
-uint64_t oneBlockMaxNumel() {
-  const char* text = std::getenv(kOneBlockEnv);
-  if (text == nullptr || *text == '\0') return kOneBlockMaxNumel;
-  const std::string value(text);
-  uint64_t n = 0;
-  bool ok = value.size() <= 10;
-  for (char ch : value) {
-    ok = ok && ch >= '0' && ch <= '9';
-    if (ok) n = n * 10 + static_cast<uint64_t>(ch - '0');
-  }
-  if (!ok || n >= (uint64_t{1} << 32)) {
-    throw sdk::InvalidArgument(std::string(kOneBlockEnv) + "='" + value +
-                               "' is not a number of elements below 2^32 (the largest tensor topk selects in one "
-                               "block; 0: none)");
-  }
-  return n;
-}
 
 uint64_t workspaceBytes(uint64_t numel, uint64_t k, bool one_block) {
   if (k == 0 || k >= numel || one_block) return 0;

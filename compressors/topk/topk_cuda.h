@@ -36,21 +36,9 @@ namespace terse::compressors::topk::cuda {
 
 namespace device = kit::device;
 
-// Tensors of at most this many elements are selected by one block in one launch (terse/kit/topk_one_block.cuh) and
-// decoded by one block in one launch, with no workspace; larger ones take selectTopK's grid-wide passes. 2^16 covers
-// every batch-norm vector and the small convolutions of a ResNet (ResNet-50: 126 of its 161 tensors). The cut is
-// a guess until a GPU has timed both ways (terse-bench-topk-cuda's small-tensor table); the environment variable
-// kOneBlockEnv moves it for a run (0: never one block), the payload being the same either way.
-inline constexpr uint64_t kOneBlockMaxNumel = uint64_t{1} << 16;
-inline constexpr const char* kOneBlockEnv = "TERSE_TOPK_ONE_BLOCK_MAX";
-
-// The cut in force: kOneBlockEnv's value, a decimal number of elements below 2^32, or kOneBlockMaxNumel when it is
-// unset or empty. Throws InvalidArgument naming the variable and its value for anything else.
-uint64_t oneBlockMaxNumel();
-
 // Workspace bytes compress needs to keep k of numel elements: 0 when nothing is selected (k == 0, or k >= numel: every
-// element is sent) and for a tensor selected in one block (one_block: numel <= the cut in force). Asks cub for its
-// scan's temporary storage, so the device the tensor lives on must be current.
+// element is sent) and for a tensor selected in one block (one_block: numel <= terse/kit/one_block.hpp's cut). Asks cub
+// for its scan's temporary storage, so the device the tensor lives on must be current.
 uint64_t workspaceBytes(uint64_t numel, uint64_t k, bool one_block);
 
 // Writes the whole payload (terse/kit/sparse_payload.hpp): `prefix` (header and count = k), then the k values and their

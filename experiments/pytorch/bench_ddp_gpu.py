@@ -4,7 +4,8 @@ at batch 64 of synthetic 224x224 images, one process, NCCL (issue 39's GPU check
 
 Rows: DDP's default allreduce; DDP's fp16_compress_hook; DDP's PowerSGD hook at rank 4 (its error feedback and warm
 start); terse's none, fp16, powersgd rank 4 + EF, top-k 1% + EF and qsgd (127 levels), each overlapping backward (the
-default); top-k again with every tensor on its grid-wide selection (TERSE_TOPK_ONE_BLOCK_MAX=0, "-grid"); and terse's none, fp16 and top-k with granularity="bucket" (the flat bucket as one tensor) and with
+default); top-k again with every tensor on its grid-wide selection (TERSE_SPARSE_ONE_BLOCK_MAX=0, "-grid"); and
+terse's none, fp16 and top-k with granularity="bucket" (the flat bucket as one tensor) and with
 stream="side" (a stream of the hook's own). Every row is its own model, DDP wrapper and hook in the same process, from
 the same initial parameters on the same batches; after --warmup untimed steps each (DDP's PowerSGD compresses from step
 2), the rows take turns step by step for --steps timed steps each, the order rotating each cycle, so that a change in
@@ -67,8 +68,8 @@ def rows():
         ("terse-powersgd-r4-ef", terse_hook("powersgd", rank=4, error_feedback=True)),
         ("terse-topk-1pct-ef", terse_hook("topk", ratio=0.01, error_feedback=True)),
         # Every tensor on the grid-wide selection and decode, as before the one-block kernels took the small ones
-        # (compressors/topk/topk_cuda.h): what those save on this model, in the same run.
-        ("terse-topk-1pct-ef-grid", terse_hook("topk", env={"TERSE_TOPK_ONE_BLOCK_MAX": "0"}, ratio=0.01,
+        # (terse/kit/one_block.hpp): what those save on this model, in the same run.
+        ("terse-topk-1pct-ef-grid", terse_hook("topk", env={"TERSE_SPARSE_ONE_BLOCK_MAX": "0"}, ratio=0.01,
                                                error_feedback=True)),
         ("terse-qsgd", terse_hook("qsgd", levels=127)),
     ] + [(name + suffix, terse_hook(compressor, **kwargs, **variant))

@@ -16,7 +16,7 @@
 // wall clock over 200 calls queued back to back and one synchronization, so that the host's launch cost counts:
 //   fused       the prefix write and selectTopK (18 launches);
 //   one-block   topk_one_block.cuh's selectOneBlock, the prefix included (one launch), which the plugin takes up to
-//               topk_cuda.h's kOneBlockMaxNumel;
+//               terse/kit/one_block.hpp's cut;
 //   decode3     the grid-wide decode as the plugin runs it: the validation, a synchronization for its verdict, then the
 //               clearing memset and the scatter;
 //   decode1     the one-block decode: validation and scatter in one launch, then the synchronization.
@@ -48,9 +48,9 @@
 #include <string>
 #include <vector>
 
-#include "compressors/topk/topk_cuda.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
+#include "terse/kit/one_block.hpp"
 #include "terse/kit/sparse_kernels.cuh"
 #include "terse/kit/topk_candidates.cuh"
 #include "terse/kit/topk_one_block.cuh"
@@ -341,7 +341,7 @@ void printSmallSummary() {
   std::printf(
       "#wrong: payload bytes unlike the fused way's, decoded floats unlike decode3's, a raised verdict. topk "
       "selects in one block up to %llu elements.\n",
-      static_cast<unsigned long long>(compressors::topk::cuda::kOneBlockMaxNumel));
+      static_cast<unsigned long long>(kit::kOneBlockMaxNumel));
 }
 
 void printSummary(const std::vector<uint64_t>& sizes) {

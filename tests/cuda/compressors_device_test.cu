@@ -27,9 +27,9 @@
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
 #include "compressors/powersgd/powersgd_cuda.h"
-#include "compressors/topk/topk_cuda.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
+#include "terse/kit/one_block.hpp"
 #include "terse/kit/sparse_payload.hpp"
 #include "terse/kit/topk_math.hpp"
 #include "terse/kit/topk_select.hpp"
@@ -430,15 +430,14 @@ TEST_F(TopKOnDevice, TiesGoToTheLowerIndexAsOnTheHost) {
   }
 }
 
-// Sets topk's one-block cut (topk_cuda.h's kOneBlockEnv) for the instances made in its scope; unset again after.
-class TopKOneBlockCut {
+// Sets the sparsifiers' one-block cut (terse/kit/one_block.hpp's kOneBlockEnv) for the instances made in its scope;
+// unset again after.
+class OneBlockCut {
  public:
-  explicit TopKOneBlockCut(const char* value) {
-    EXPECT_EQ(setenv(terse::compressors::topk::cuda::kOneBlockEnv, value, 1), 0);
-  }
-  ~TopKOneBlockCut() { unsetenv(terse::compressors::topk::cuda::kOneBlockEnv); }
-  TopKOneBlockCut(const TopKOneBlockCut&) = delete;
-  TopKOneBlockCut& operator=(const TopKOneBlockCut&) = delete;
+  explicit OneBlockCut(const char* value) { EXPECT_EQ(setenv(terse::kit::kOneBlockEnv, value, 1), 0); }
+  ~OneBlockCut() { unsetenv(terse::kit::kOneBlockEnv); }
+  OneBlockCut(const OneBlockCut&) = delete;
+  OneBlockCut& operator=(const OneBlockCut&) = delete;
 };
 
 // Both ways of the device selection (terse/kit/topk_candidates.cuh's selectTopK), each the host's payload byte for
@@ -451,7 +450,7 @@ TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
   Plugin plugin("topk");
   std::optional<Instance> made;
   {
-    const TopKOneBlockCut never("0");
+    const OneBlockCut never("0");
     made.emplace(plugin, Instance::ParamList{{"ratio", "0.01"}});
   }
   Instance& c = *made;
@@ -485,12 +484,12 @@ TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
 TEST_F(TopKOnDevice, OneBlockAndGridSelectionsGiveTheHostsPayloadAndDecode) {
   Plugin plugin("topk");
   Stream stream;
-  const uint64_t cut = terse::compressors::topk::cuda::kOneBlockMaxNumel;
+  const uint64_t cut = terse::kit::kOneBlockMaxNumel;
   for (const char* ratio : {"0.001", "0.01", "0.3", "0.9"}) {
     Instance one_block(plugin, {{"ratio", ratio}});
     std::optional<Instance> made;
     {
-      const TopKOneBlockCut never("0");
+      const OneBlockCut never("0");
       made.emplace(plugin, Instance::ParamList{{"ratio", ratio}});
     }
     Instance& grid = *made;
@@ -573,24 +572,73 @@ TEST_F(TopKOnDevice, TheOneBlockDecodeRefusesEveryFaultAsTheHost) {
   }
 }
 
+// dgc and threshold on both sides of the one-block cut (terse/kit/one_block.hpp), each against an instance made with
+// the cut at 0: every decode of a small tensor is one block's, and dgc's exact selection from the start (a tensor no
+// larger than its 1,024-key sample, or everything sent) too, with no workspace. Payloads byte for byte and decodes bit
+// for bit, the host's either way; a sampled dgc tensor keeps its grid-wide plan.
+class SparseOneBlockOnDevice : public DeviceTest {};
+
+TEST_F(SparseOneBlockOnDevice, DgcAndThresholdGiveTheHostsPayloadAndDecodeEitherWay) {
+  struct Way {
+    const char* plugin;
+    Instance::ParamList params;
+  };
+  for (const Way& w : {Way{"dgc", {}}, Way{"dgc", {{"ratio", "1"}}}, Way{"dgc", {{"ratio", "0.3"}}},
+                       Way{"threshold", {{"tau", "0.5"}}}, Way{"threshold", {{"tau", "3"}}}}) {
+    Plugin plugin(w.plugin);
+    Instance one_block(plugin, w.params);
+    std::optional<Instance> made;
+    {
+      const OneBlockCut never("0");
+      made.emplace(plugin, w.params);
+    }
+    Instance& grid = *made;
+    ASSERT_TRUE(one_block.ok()) << one_block.lastError();
+    ASSERT_TRUE(grid.ok()) << grid.lastError();
+    Stream stream;
+    DeviceCalls dev_one(one_block, stream), dev_grid(grid, stream);
+    for (uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{1024}, uint64_t{4097}, uint64_t{20000}}) {
+      SCOPED_TRACE(std::string(w.plugin) + (w.params.empty() ? "" : " " + w.params[0].second) + ", numel " +
+                   std::to_string(n));
+      const terse_tensor_info_v1 info = tensorInfo(n, {.step = 2, .seed = 5});
+      const bool everything = !w.params.empty() && w.params[0].second == "1";
+      if (std::string(w.plugin) == "dgc" && (n <= 1024 || everything)) {
+        EXPECT_EQ(one_block.sizes(onDevice(info, device_)).workspace_bytes, 0u) << "an exact selection in one block";
+      }
+      const std::vector<float> x = input(n, static_cast<uint32_t>(n) + 3);
+      Bytes want, again;
+      ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(one_block, dev_one, info, device_, x, false, &want));
+      ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(grid, dev_grid, info, device_, x, false, &again));
+      const std::vector<float> base = input(n, 21);
+      ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(one_block, dev_one, info, device_, want, base));
+      ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(grid, dev_grid, info, device_, want, base));
+      std::vector<float> host_out = base, dev_out = base;
+      ASSERT_EQ(one_block.decompress(info, want, host_out, false), TERSE_OK) << one_block.lastError();
+      ASSERT_EQ(dev_one.decompress(onDevice(info, device_), want, dev_out, false), TERSE_OK) << one_block.lastError();
+      EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)))
+          << "the written decode differs from the host's";
+    }
+  }
+}
+
 // The cut comes from the environment, so a value that is not a count of elements refuses the instance by name,
 // before any tensor. The plugin reads it only when built with CUDA; this needs no device.
-TEST(TopKOneBlockCutTest, ABadValueRefusesTheInstanceNamingIt) {
+TEST(OneBlockCutTest, ABadValueRefusesTheInstanceNamingIt) {
   Plugin plugin("topk");
   for (const char* bad : {"abc", "-1", "4294967296", " 5", "1e6", "99999999999"}) {
     SCOPED_TRACE(bad);
     std::optional<Instance> made;
     {
-      const TopKOneBlockCut cut(bad);
+      const OneBlockCut cut(bad);
       made.emplace(plugin);
     }
     EXPECT_EQ(made->initStatus(), TERSE_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(made->lastError().find(std::string("TERSE_TOPK_ONE_BLOCK_MAX='") + bad + "'"), std::string::npos)
+    EXPECT_NE(made->lastError().find(std::string("TERSE_SPARSE_ONE_BLOCK_MAX='") + bad + "'"), std::string::npos)
         << made->lastError();
   }
   for (const char* good : {"", "0", "4294967295"}) {
     SCOPED_TRACE(std::string("'") + good + "'");
-    const TopKOneBlockCut cut(good);
+    const OneBlockCut cut(good);
     Instance c(plugin);
     EXPECT_TRUE(c.ok()) << c.lastError();
   }

@@ -14,8 +14,8 @@
 // The block reads the tensor four times (three histogram rounds and the compaction), from L2 at these sizes, and keeps
 // its histogram (8,192 counters, 32 KiB) and the running cut in shared memory, so nothing goes to a workspace and
 // nothing is read back. Where a whole GPU's worth of blocks beats one block plus 19 launches is for the device to say:
-// terse-bench-topk-cuda times both at 2^10 to 2^18 elements, and topk.cc takes this path up to
-// kOneBlockMaxNumel (TERSE_TOPK_ONE_BLOCK_MAX moves the cut).
+// terse-bench-topk-cuda times both at 2^10 to 2^18 elements, and topk.cc (and dgc.cc, for its exact selection) takes
+// this path up to terse/kit/one_block.hpp's cut.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,9 +53,10 @@ using OneBlockScan = cub::BlockScan<uint64_t, kOneBlockThreads, cub::BLOCK_SCAN_
 // digit `Level` of every key of x[0..n) whose higher digits equal cut.prefix, then finds the bin that holds the need-th
 // largest key (need = k - cut.greater) by the host's pickBin rule and narrows `cut` to it. Ends on a barrier, so that
 // the next round (or the compaction) reads the new cut and may clear `counts`.
-template <int Level>
+// At level 0, with CheckNonFinite, it also raises `nonfinite` when a key is inf's or NaN's (dgc refuses those).
+template <int Level, bool CheckNonFinite>
 __device__ __forceinline__ void oneBlockRound(const float* __restrict__ x, uint32_t n, uint64_t k, uint32_t* counts,
-                                              OneBlockScan::TempStorage& temp, OneBlockCut& cut) {
+                                              OneBlockScan::TempStorage& temp, OneBlockCut& cut, uint32_t* nonfinite) {
   constexpr uint32_t kBins = 1u << digitBits(Level);
   // Bins per thread, counted from the top; with fewer bins than threads (the 256 of the last digit), one each.
   constexpr uint32_t kPer = kBins >= kOneBlockThreads ? kBins / kOneBlockThreads : 1;
@@ -67,6 +68,7 @@ __device__ __forceinline__ void oneBlockRound(const float* __restrict__ x, uint3
   for (uint64_t i = threadIdx.x; i < n; i += kOneBlockThreads) {  // striped: coalesced
     const uint32_t key = magnitudeKey(x[i]);
     if (prefixOf(key, Level) == prefix) atomicAdd(&counts[digitOf(key, Level)], 1u);
+    if (Level == 0 && CheckNonFinite && isNonFiniteKey(key)) device::raiseStatus(nonfinite);
   }
   __syncthreads();
   const uint32_t first = threadIdx.x * kPer;
@@ -98,10 +100,13 @@ __device__ __forceinline__ void oneBlockRound(const float* __restrict__ x, uint3
 // x[0..n), in one block: the prefix bytes, then for 1 <= k < n the three rounds and the compaction by the cut
 // (topk_select_kernels.cuh's writeKernel over tiles of kOneBlockThreads x kOneBlockItems elements, the tiles' packed
 // counts carried from one to the next), and for k == n every element. n < 2^32, so the packed G and T stay below 2^32.
-template <class Unused = void>
+// With CheckNonFinite it raises `nonfinite` (a host-mapped status word: device.hpp's StatusWords) when any element is
+// inf or NaN, for a caller that refuses those (dgc); for k > 0 only, as the host checks. A template on it, so that
+// topk's kernel carries no such test (and fits its 64 registers with no spill).
+template <bool CheckNonFinite>
 __global__ void __launch_bounds__(kOneBlockThreads, 1)
     selectOneBlockKernel(device::Prefix prefix, const float* __restrict__ x, uint32_t n, uint32_t k,
-                         std::byte* __restrict__ payload) {
+                         std::byte* __restrict__ payload, uint32_t* nonfinite) {
   __shared__ uint32_t counts[kMaxBins];
   __shared__ OneBlockScan::TempStorage temp;
   __shared__ OneBlockCut cut;
@@ -113,17 +118,18 @@ __global__ void __launch_bounds__(kOneBlockThreads, 1)
     for (uint64_t i = threadIdx.x; i < n; i += kOneBlockThreads) {
       values[i] = x[i];
       indices[i] = static_cast<uint32_t>(i);
+      if (CheckNonFinite && isNonFiniteKey(magnitudeKey(values[i]))) device::raiseStatus(nonfinite);
     }
     return;
   }
-  oneBlockRound<0>(x, n, k, counts, temp, cut);
-  oneBlockRound<1>(x, n, k, counts, temp, cut);
-  oneBlockRound<2>(x, n, k, counts, temp, cut);
+  oneBlockRound<0, CheckNonFinite>(x, n, k, counts, temp, cut, nonfinite);
+  oneBlockRound<1, false>(x, n, k, counts, temp, cut, nullptr);
+  oneBlockRound<2, false>(x, n, k, counts, temp, cut, nullptr);
   const uint32_t cut_key = cut.prefix;
   const uint64_t quota = k - cut.greater;
   constexpr uint64_t kTileElements = kOneBlockThreads * kOneBlockItems;
   uint64_t carried = 0;  // packed (G << 32 | T) of the elements before the tile, the same in every thread
-  // 64-bit positions: a cut moved by TERSE_TOPK_ONE_BLOCK_MAX may bring n near 2^32, where a 32-bit one would wrap.
+  // 64-bit positions: a cut moved by TERSE_SPARSE_ONE_BLOCK_MAX may bring n near 2^32, where a 32-bit one would wrap.
   for (uint64_t base = 0; base < n; base += kTileElements) {  // block-uniform: the barriers below are safe
     const uint64_t first = base + threadIdx.x * kOneBlockItems;
     float v[kOneBlockItems];
@@ -154,11 +160,16 @@ __global__ void __launch_bounds__(kOneBlockThreads, 1)
   }
 }
 
-// Queues selectOneBlockKernel on `st`: the whole topk payload of x[0..n) (n < 2^32, k <= n) at `payload`.
+// Queues selectOneBlockKernel on `st`: the whole topk payload of x[0..n) (n < 2^32, k <= n) at `payload`, and with a
+// `nonfinite` word, that word raised for an inf or NaN element.
 inline void selectOneBlock(const device::Prefix& prefix, const float* x, uint64_t n, uint64_t k, std::byte* payload,
-                           cudaStream_t st) {
-  selectOneBlockKernel<>
-      <<<1, kOneBlockThreads, 0, st>>>(prefix, x, static_cast<uint32_t>(n), static_cast<uint32_t>(k), payload);
+                           cudaStream_t st, uint32_t* nonfinite = nullptr) {
+  const auto n32 = static_cast<uint32_t>(n), k32 = static_cast<uint32_t>(k);
+  if (nonfinite != nullptr) {
+    selectOneBlockKernel<true><<<1, kOneBlockThreads, 0, st>>>(prefix, x, n32, k32, payload, nonfinite);
+  } else {
+    selectOneBlockKernel<false><<<1, kOneBlockThreads, 0, st>>>(prefix, x, n32, k32, payload, nullptr);
+  }
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
