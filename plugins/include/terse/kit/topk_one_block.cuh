@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
+#include <string>
 
 #include "terse/kit/device.cuh"
 #include "terse/kit/sparse_payload.hpp"
@@ -102,7 +103,7 @@ __device__ __forceinline__ void oneBlockRound(const float* __restrict__ x, uint3
 // counts carried from one to the next), and for k == n every element. n < 2^32, so the packed G and T stay below 2^32.
 // With CheckNonFinite it raises `nonfinite` (a host-mapped status word: device.hpp's StatusWords) when any element is
 // inf or NaN, for a caller that refuses those (dgc); for k > 0 only, as the host checks. A template on it, so that
-// topk's kernel carries no such test (and fits its 64 registers with no spill).
+// topk's kernel carries no such test: it fits its 64 registers with no spill, where dgc's spills 4 bytes (sm_90).
 template <bool CheckNonFinite>
 __global__ void __launch_bounds__(kOneBlockThreads, 1)
     selectOneBlockKernel(device::Prefix prefix, const float* __restrict__ x, uint32_t n, uint32_t k,
@@ -164,6 +165,12 @@ __global__ void __launch_bounds__(kOneBlockThreads, 1)
 // `nonfinite` word, that word raised for an inf or NaN element.
 inline void selectOneBlock(const device::Prefix& prefix, const float* x, uint64_t n, uint64_t k, std::byte* payload,
                            cudaStream_t st, uint32_t* nonfinite = nullptr) {
+  // The prefix's threads write while others write the values from byte kFixedBytes on: the two must not overlap.
+  if (prefix.size > sparse::kFixedBytes) {
+    throw sdk::Error(TERSE_ERR_INTERNAL, "selectOneBlock: a prefix of " + std::to_string(prefix.size) +
+                                             " bytes, more than the sparse payload's " +
+                                             std::to_string(sparse::kFixedBytes));
+  }
   const auto n32 = static_cast<uint32_t>(n), k32 = static_cast<uint32_t>(k);
   if (nonfinite != nullptr) {
     selectOneBlockKernel<true><<<1, kOneBlockThreads, 0, st>>>(prefix, x, n32, k32, payload, nonfinite);
