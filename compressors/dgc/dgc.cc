@@ -222,14 +222,14 @@ class Dgc final : public sdk::Compressor {
     uint64_t count = 0;
     const bool size_ok = sparse::countForSize(args.payload.size(), &count) && count <= numel &&
                          count >= dg::minCount(k) && count <= dg::maxCount(k);
-    if (numel <= one_block_max_) {  // the kernel validates before it writes, so the decode is empty
+    if (numel <= one_block_max_) {  // the kernel validates before it writes: one call does both
       device::checkedDecompress(
           args, status_, size_ok,
           [&](uint32_t* status) {
             dg::cuda::validateAndDecodeOneBlock(prefix(args.info, count), args.payload.data(), count, numel,
                                                 args.output<float>().data(), args.accumulate, status, args.stream);
           },
-          [] {}, [this](const sdk::DecompressArgs& host) { decompress(host); });
+          [this](const sdk::DecompressArgs& host) { decompress(host); });
       return;
     }
     device::checkedDecompress(

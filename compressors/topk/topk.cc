@@ -164,14 +164,14 @@ class TopK final : public sdk::Compressor {
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
-    if (oneBlock(args.info.numel)) {  // the kernel validates before it writes, so the decode is empty
+    if (oneBlock(args.info.numel)) {  // the kernel validates before it writes: one call does both
       device::checkedDecompress(
           args, status_, args.payload.size() == sparse::payloadBytes(k),
           [&](uint32_t* status) {
             kernels::validateAndDecodeOneBlock(prefix(args.info, k), args.payload.data(), k, args.info.numel,
                                                args.output<float>().data(), args.accumulate, status, args.stream);
           },
-          [] {}, [this](const sdk::DecompressArgs& host) { decompress(host); });
+          [this](const sdk::DecompressArgs& host) { decompress(host); });
       return;
     }
     device::checkedDecompress(

@@ -40,6 +40,13 @@ class TensorCodec {
   // aggregate. The payload is untrusted and is validated by the plugin.
   virtual void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
                       bool accumulate) = 0;
+  // out = this rank's own last-round payload of `step` decoded, not accumulated: error feedback's D(C(p)), right after
+  // encode wrote the payload. Trusted, so a plugin may decode it without validating it (TERSE_CALL_OWN_PAYLOAD: on a
+  // device, no synchronization for a verdict). Only for a payload this codec's encode wrote and nothing has touched
+  // since; anything else goes through decode. The default is decode's.
+  virtual void decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
+    decode(step, payload, info().rank, out, false);
+  }
   // CUSTOM aggregation: out = a (+) b for `round`'s payloads (the ABI folds every round's payloads, and a plugin's
   // reduce sees info.round); out.size() >= sizes(round).max_reduced_bytes. Returns the size.
   virtual uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,

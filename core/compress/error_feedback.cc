@@ -71,8 +71,9 @@ uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::
   next_round_ = round + 1;
   if (round == rounds - 1) {
     // D(C(p)): this rank's own contribution, decoded without accumulation. For a multi-round compressor the plugin's
-    // workspace still holds the earlier rounds' aggregates, which the last round's payload is decoded against.
-    inner_->decode(step, out.first(static_cast<std::size_t>(bytes)), info().rank, transmitted, false);
+    // workspace still holds the earlier rounds' aggregates, which the last round's payload is decoded against. The
+    // payload is the one just written, so the plugin may skip its validation (on a device, a synchronization).
+    inner_->decodeOwn(step, out.first(static_cast<std::size_t>(bytes)), transmitted);
     if (placement_.device) {
       device_kernels::efResidual(corrected, transmitted, residual, n, placement_.stream);
     } else {

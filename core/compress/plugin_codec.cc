@@ -153,6 +153,15 @@ void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int 
                                scratch(), out, accumulate, stream());
 }
 
+void PluginCodec::decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
+  TERSE_CHECK(out != nullptr || info_.numel == 0, InvalidArgument,
+              where(*compressor_, info_) << "decode: output is null for " << info_.numel << " elements");
+  const int round = caps_.num_rounds - 1;
+  TensorInfo own = callInfo(step, round, info_.rank);
+  own.call_flags = TERSE_CALL_OWN_PAYLOAD;
+  compressor_->decompressBound(own, sizes_[static_cast<std::size_t>(round)], payload, scratch(), out, false, stream());
+}
+
 uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
                              std::span<std::byte> out) {
   TERSE_CHECK(caps_.aggregation == Aggregation::kCustom, InvalidArgument,

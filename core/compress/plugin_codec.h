@@ -46,6 +46,7 @@ class PluginCodec final : public TensorCodec {
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override;
+  void decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) override;
   using TensorCodec::reduce;
   uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
                   std::span<std::byte> out) override;

@@ -14,6 +14,7 @@
 
 #include "core/common/error.h"
 #include "core/conformance/message.h"
+#include "terse/compressor.h"
 
 namespace terse::conformance {
 namespace {
@@ -292,6 +293,19 @@ Outcome checkAccumulate(Context& c) {
                         at, " is ", over[static_cast<std::size_t>(at)], " instead of ",
                         (*src.reference)[static_cast<std::size_t>(at)], " (the output must be overwritten)"));
       }
+      if (src.rank == 0) {
+        // The same own payload marked trusted (TERSE_CALL_OWN_PAYLOAD, as error feedback decodes what it sent): a
+        // plugin may skip its validation then, but must decode the same.
+        Floats own(shape.numel, std::numeric_limits<float>::quiet_NaN());
+        sim.decompress(0, 0, *src.payload, 0, own, false, TERSE_CALL_OWN_PAYLOAD);
+        if (int64_t at = firstBitDifference(own, *src.reference); at >= 0) {
+          return fail(cat(tag(shape), ": its own payload decompressed with TERSE_CALL_OWN_PAYLOAD, element ", at,
+                          " is ", own[static_cast<std::size_t>(at)], " instead of ",
+                          (*src.reference)[static_cast<std::size_t>(at)],
+                          " (the flag may skip checks, not change the "
+                          "decode)"));
+        }
+      }
       Floats acc(shape.numel);
       for (uint64_t i = 0; i < shape.numel; ++i)
         acc[i] = 0.75f + 0.25f * static_cast<float>(i % 13) - (i % 2 ? 2.0f : 0.0f);
@@ -309,8 +323,10 @@ Outcome checkAccumulate(Context& c) {
       }
     }
   }
-  return pass(cat("accumulate = 1 adds the decode to a nonzero buffer and accumulate = 0 overwrites a NaN buffer (",
-                  cases, " shape/source cases)"));
+  return pass(
+      cat("accumulate = 1 adds the decode to a nonzero buffer and accumulate = 0 overwrites a NaN buffer, also "
+          "for the own payload marked trusted (",
+          cases, " shape/source cases)"));
 }
 
 Outcome checkPurity(Context& c) {

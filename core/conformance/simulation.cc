@@ -110,7 +110,7 @@ Bytes Simulation::compress(int rank, uint64_t step, int round, const Floats& inp
 }
 
 void Simulation::decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out,
-                            bool accumulate) {
+                            bool accumulate, uint32_t call_flags) {
   Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
   const auto buffer = memory_->guarded(out.size() * sizeof(float));
   buffer->write(asBytes(out));
@@ -122,8 +122,9 @@ void Simulation::decompress(int rank, uint64_t step, std::span<const std::byte> 
   }
   ++decompress_calls_;
   if (source >= 0) ++source_rank_calls_;
-  compressor_->decompress(info(rank, step, lastRound(), source), copy->span(), rk.scratch(), buffer->data(), accumulate,
-                          memory_->stream());
+  TensorInfo call = info(rank, step, lastRound(), source);
+  call.call_flags = call_flags;
+  compressor_->decompress(call, copy->span(), rk.scratch(), buffer->data(), accumulate, memory_->stream());
   memory_->finish();
   buffer->check(cat("decompress output (", numel(), " f32)"));
   rk.checkGuards("decompress");

@@ -60,9 +60,10 @@ class Simulation {
   TensorInfo info(int rank, uint64_t step, int round, int source) const;
 
   Bytes compress(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev);
-  // out = decoded payload (out += with accumulate); out must hold numel() floats.
-  void decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out,
-                  bool accumulate);
+  // out = decoded payload (out += with accumulate); out must hold numel() floats. `call_flags` go to the plugin in
+  // info.reserved0 (TERSE_CALL_*).
+  void decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out, bool accumulate,
+                  uint32_t call_flags = 0);
   Bytes reduce(int rank, uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b);
 
   // What every rank receives for one round: the wire sum (SUM) or the fold in rank order (CUSTOM, done on every rank

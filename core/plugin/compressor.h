@@ -55,6 +55,7 @@ struct TensorInfo {
   int world_size = 1;
   int round = 0;
   int source_rank = 0;
+  uint32_t call_flags = 0;  // TERSE_CALL_* of one call (terse/compressor_v1.h): 0 but for an own payload's decompress
 };
 
 // Core-owned per-tensor memory handed to every call (see terse_scratch_v1).

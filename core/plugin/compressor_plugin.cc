@@ -82,7 +82,7 @@ terse_tensor_info_v1 toAbi(const TensorInfo& info) {
   v.round = info.round;
   v.source_rank = info.source_rank;
   v.device_index = info.device == TERSE_DEVICE_CUDA ? info.device_index : -1;
-  v.reserved0 = 0;
+  v.reserved0 = info.call_flags;
   return v;
 }
 

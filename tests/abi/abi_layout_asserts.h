@@ -52,6 +52,7 @@ TERSE_AT(terse_tensor_info_v1, source_rank, 92);
 TERSE_AT(terse_tensor_info_v1, device_index, 96);
 TERSE_AT(terse_tensor_info_v1, reserved0, 100);
 TERSE_LOCK(sizeof(terse_tensor_info_v1) == 104);
+TERSE_LOCK(TERSE_CALL_OWN_PAYLOAD == 1);
 
 TERSE_AT(terse_compressor_caps_v1, struct_size, 0);
 TERSE_AT(terse_compressor_caps_v1, devices, 4);

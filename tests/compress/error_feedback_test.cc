@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/compress/plugin_codec.h"
+#include "terse/compressor.h"
 #include "tests/compress/fake_compressors.h"
 
 namespace terse {
@@ -207,6 +208,27 @@ TEST(ErrorFeedback, DecodeForwardsAccumulate) {
   EXPECT_EQ(acc[1], 19.5f);
   EXPECT_EQ(trunc->decompress_calls.back().source_rank, -1);
   EXPECT_THROW(ef.reduce(0, out, out, out), InvalidArgument);  // SUM: no reduce
+}
+
+// Error feedback decodes its own payload, just written, as trusted (TERSE_CALL_OWN_PAYLOAD, so that a device plugin
+// need not synchronize for a verdict): that decode, and only that one, carries the flag; every other decode (the
+// aggregate, a peer's payload, this rank's own payload coming back from a collective) does not.
+TEST(ErrorFeedback, OnlyTheLocalDecodeOfItsOwnPayloadIsMarkedTrusted) {
+  auto trunc = std::make_shared<TruncCompressor>();
+  ErrorFeedback ef(makePluginCodec(trunc, flatTensor(2, DType::kF32, 1, 3), 0));
+  std::vector<std::byte> out(payloadBytes(2));
+  const float g[2] = {1.75f, -0.75f};
+  const uint64_t bytes = ef.encode(4, 0, g, {}, out);
+  ASSERT_EQ(trunc->decompress_calls.size(), 1u);
+  EXPECT_EQ(trunc->decompress_calls[0].call_flags, TERSE_CALL_OWN_PAYLOAD);
+  EXPECT_EQ(trunc->decompress_calls[0].source_rank, 1);
+  EXPECT_EQ(trunc->decompress_calls[0].step, 4u);
+  float acc[2] = {0.0f, 0.0f};
+  for (int source : {-1, 0, 1}) {
+    ef.decode(4, std::span<const std::byte>(out).first(bytes), source, acc, true);
+    EXPECT_EQ(trunc->decompress_calls.back().call_flags, 0u) << "source " << source;
+  }
+  EXPECT_EQ(trunc->decompress_calls.size(), 4u);
 }
 
 // (g) An empty tensor works end to end; f16 is a clear Unsupported.

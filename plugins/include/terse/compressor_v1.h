@@ -56,8 +56,17 @@ typedef struct terse_tensor_info_v1 {
   int32_t source_rank;    /* compress: == rank. decompress and reduce: the rank whose payload this is, or -1 for an
                              aggregate (SUM result or CUSTOM reduction) of several ranks */
   int32_t device_index;   /* CUDA device ordinal when device == TERSE_DEVICE_CUDA, else -1 */
-  uint32_t reserved0;     /* 0 */
+  uint32_t reserved0;     /* call flags, TERSE_CALL_* below (named as first released, when it was always 0) */
 } terse_tensor_info_v1;
+
+/* ---- Call flags, in terse_tensor_info_v1.reserved0. Added to v1 later: a core older than a flag never sets it and a
+ * plugin older than it ignores it, so each is a hint that a plugin may ignore, and a plugin must ignore bits it does
+ * not know. */
+/* decompress only: the payload is the one this rank's own compress wrote for this tensor, step and last round,
+ * untouched since (error feedback decoding what it sent: source_rank == rank, accumulate == 0). A plugin may decode it
+ * without validating it -- on a device, without the synchronization that reads a validation verdict. Never set for a
+ * payload that crossed the network. */
+#define TERSE_CALL_OWN_PAYLOAD 0x1u
 
 /* ---- Capabilities: answered per gradient dtype before the run starts; the core validates them and picks the
  * aggregation path from them. They must not depend on anything but the dtype and the init parameters. */

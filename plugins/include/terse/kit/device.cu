@@ -45,6 +45,22 @@ StatusWords::~StatusWords() {
   for (uint32_t* w : all_) {
     if (cudaFreeHost(w) != cudaSuccess) (void)cudaGetLastError();
   }
+  for (const auto& [device, w] : discard_) {
+    if (cudaFree(w) != cudaSuccess) (void)cudaGetLastError();
+  }
+}
+
+uint32_t* StatusWords::discard() {
+  int device = 0;
+  TERSE_SDK_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [d, w] : discard_) {
+    if (d == device) return w;
+  }
+  void* p = nullptr;
+  TERSE_SDK_CUDA_CHECK(cudaMalloc(&p, sizeof(uint32_t)));
+  discard_.emplace_back(device, static_cast<uint32_t*>(p));
+  return static_cast<uint32_t*>(p);
 }
 
 StatusWords::Lease StatusWords::acquire() {

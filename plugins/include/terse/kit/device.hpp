@@ -13,7 +13,8 @@
 //                word, the call synchronizes `stream` once to read it, and only a clean payload is decoded (on the
 //                stream, not waited for). A payload the device refuses is copied to the host and run through the host
 //                decoder, which throws the very message the host path gives (and if it did not, that is a bug, reported
-//                as an internal error rather than decoded).
+//                as an internal error rather than decoded). This rank's own payload (TERSE_CALL_OWN_PAYLOAD: error
+//                feedback decoding what it sent) is trusted: decoded with nothing waited for.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "terse/sdk.hpp"
@@ -108,11 +110,16 @@ class StatusWords {
   StatusWords& operator=(const StatusWords&) = delete;
 
   Lease acquire();
+  // A word of the current device for kernels whose verdict nobody reads (an own payload's decode, which validates as it
+  // goes): racing writers all store 1 and it is never cleared or read, so any number of calls may share it. Device
+  // memory, made once a device, so that freeing it (cudaFree) waits for any kernel still writing it.
+  uint32_t* discard();
 
  private:
   std::mutex mutex_;
   std::vector<uint32_t*> free_;
   std::vector<uint32_t*> all_;
+  std::vector<std::pair<int, uint32_t*>> discard_;  // by device
 };
 
 // Writes prefix.bytes to the start of a device output (stream-ordered, no host wait).
@@ -133,12 +140,17 @@ void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
 
 // The device decompress of the built-ins, in one place: when the payload has the size the host path accepts,
 // `validate(status_word)` queues the plugin's validation kernel, the stream is synchronized once to read the verdict,
-// and a clean payload is decoded by `decode()` (queued, not waited for; a plugin whose decode kernel validates as it
-// goes passes an empty one). Anything else gets the host decoder's verdict: `host_decompress` throws its message.
+// and a clean payload is decoded by `decode()` (queued, not waited for). Anything else gets the host decoder's
+// verdict: `host_decompress` throws its message. This rank's own payload (args.ownPayload()) of the right size is
+// trusted: `decode()` alone, nothing waited for.
 template <class Validate, class Decode>
 void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok, Validate validate,
                        Decode decode, const std::function<void(const sdk::DecompressArgs&)>& host_decompress) {
   const Scope scope(args.info);
+  if (size_ok && args.ownPayload()) {
+    decode();
+    return;
+  }
   if (size_ok) {
     const auto status = words.acquire();
     status.clear();
@@ -148,6 +160,28 @@ void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool
       decode();
       return;
     }
+  }
+  rethrowHostVerdict(args, host_decompress);
+}
+
+// The same for a plugin whose one kernel validates and decodes (`validate_and_decode(status_word)` writes the output
+// only for a clean payload). This rank's own payload of the right size runs it with StatusWords::discard(), nothing
+// waited for.
+template <class ValidateAndDecode>
+void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok,
+                       ValidateAndDecode validate_and_decode,
+                       const std::function<void(const sdk::DecompressArgs&)>& host_decompress) {
+  const Scope scope(args.info);
+  if (size_ok && args.ownPayload()) {
+    validate_and_decode(words.discard());
+    return;
+  }
+  if (size_ok) {
+    const auto status = words.acquire();
+    status.clear();
+    validate_and_decode(status.device());
+    synchronize(args.stream);
+    if (!status.raised()) return;
   }
   rethrowHostVerdict(args, host_decompress);
 }
