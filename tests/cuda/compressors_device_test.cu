@@ -18,6 +18,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -440,6 +441,31 @@ class OneBlockCut {
   OneBlockCut& operator=(const OneBlockCut&) = delete;
 };
 
+// An instance made while the one-block cut is `cut` (it reads the cut once, when it is made).
+std::unique_ptr<Instance> instanceWithCut(const Plugin& plugin, const Instance::ParamList& params, const char* cut) {
+  const OneBlockCut scoped(cut);
+  return std::make_unique<Instance>(plugin, params);
+}
+
+// x through a one-block instance and a grid-wide one (cut 0) of the same plugin: both payloads must be the host's byte
+// for byte, and the decodes of the host's payload, accumulated on both and written on the one-block one, the host's
+// bit for bit. Call it under ASSERT_NO_FATAL_FAILURE.
+void expectBothWaysAreTheHosts(Instance& one_block, DeviceCalls& dev_one, Instance& grid, DeviceCalls& dev_grid,
+                               const terse_tensor_info_v1& info, int device, const std::vector<float>& x,
+                               bool fixed_size) {
+  Bytes want, again;
+  ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(one_block, dev_one, info, device, x, fixed_size, &want));
+  ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(grid, dev_grid, info, device, x, fixed_size, &again));
+  const std::vector<float> base = input(info.numel, 21);
+  ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(one_block, dev_one, info, device, want, base));
+  ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(grid, dev_grid, info, device, want, base));
+  std::vector<float> host_out = base, dev_out = base;
+  ASSERT_EQ(one_block.decompress(info, want, host_out, false), TERSE_OK) << one_block.lastError();
+  ASSERT_EQ(dev_one.decompress(onDevice(info, device), want, dev_out, false), TERSE_OK) << one_block.lastError();
+  EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)))
+      << "the written decode differs from the host's";
+}
+
 // Both ways of the device selection (terse/kit/topk_candidates.cuh's selectTopK), each the host's payload byte for
 // byte: normal data at 1% finishes on the candidates (the keys at or above the top digit's boundary bin, about 1.2% of
 // n); heavily tied data at 1% on the tensor, since its boundary bin (|g| = 1.5) holds about 2/7 of the elements, more
@@ -448,11 +474,7 @@ class OneBlockCut {
 // The small tensors would be selected in one block by default, so this instance is made with the one-block cut at 0.
 TEST_F(TopKOnDevice, BothWaysOfTheSelectionEqualTheHost) {
   Plugin plugin("topk");
-  std::optional<Instance> made;
-  {
-    const OneBlockCut never("0");
-    made.emplace(plugin, Instance::ParamList{{"ratio", "0.01"}});
-  }
+  const std::unique_ptr<Instance> made = instanceWithCut(plugin, {{"ratio", "0.01"}}, "0");
   Instance& c = *made;
   ASSERT_TRUE(c.ok()) << c.lastError();
   Stream stream;
@@ -487,11 +509,7 @@ TEST_F(TopKOnDevice, OneBlockAndGridSelectionsGiveTheHostsPayloadAndDecode) {
   const uint64_t cut = terse::kit::kOneBlockMaxNumel;
   for (const char* ratio : {"0.001", "0.01", "0.3", "0.9"}) {
     Instance one_block(plugin, {{"ratio", ratio}});
-    std::optional<Instance> made;
-    {
-      const OneBlockCut never("0");
-      made.emplace(plugin, Instance::ParamList{{"ratio", ratio}});
-    }
+    const std::unique_ptr<Instance> made = instanceWithCut(plugin, {{"ratio", ratio}}, "0");
     Instance& grid = *made;
     ASSERT_TRUE(one_block.ok()) << one_block.lastError();
     ASSERT_TRUE(grid.ok()) << grid.lastError();
@@ -510,18 +528,7 @@ TEST_F(TopKOnDevice, OneBlockAndGridSelectionsGiveTheHostsPayloadAndDecode) {
         }
         if (k < n) EXPECT_GT(grid.sizes(onDevice(info, device_)).workspace_bytes, 0u);
         const std::vector<float> x = ties ? tied(n, static_cast<uint32_t>(n) + 5) : input(n, static_cast<uint32_t>(n));
-        Bytes want;
-        ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(one_block, dev_one, info, device_, x, true, &want));
-        Bytes again;
-        ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(grid, dev_grid, info, device_, x, true, &again));
-        const std::vector<float> base = input(n, 9);
-        ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(one_block, dev_one, info, device_, want, base));
-        ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(grid, dev_grid, info, device_, want, base));
-        std::vector<float> host_out = base, dev_out = base;
-        ASSERT_EQ(one_block.decompress(info, want, host_out, false), TERSE_OK) << one_block.lastError();
-        ASSERT_EQ(dev_one.decompress(onDevice(info, device_), want, dev_out, false), TERSE_OK) << one_block.lastError();
-        EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)))
-            << "the written decode differs from the host's";
+        ASSERT_NO_FATAL_FAILURE(expectBothWaysAreTheHosts(one_block, dev_one, grid, dev_grid, info, device_, x, true));
       }
     }
   }
@@ -587,11 +594,7 @@ TEST_F(SparseOneBlockOnDevice, DgcAndThresholdGiveTheHostsPayloadAndDecodeEither
                        Way{"threshold", {{"tau", "0.5"}}}, Way{"threshold", {{"tau", "3"}}}}) {
     Plugin plugin(w.plugin);
     Instance one_block(plugin, w.params);
-    std::optional<Instance> made;
-    {
-      const OneBlockCut never("0");
-      made.emplace(plugin, w.params);
-    }
+    const std::unique_ptr<Instance> made = instanceWithCut(plugin, w.params, "0");
     Instance& grid = *made;
     ASSERT_TRUE(one_block.ok()) << one_block.lastError();
     ASSERT_TRUE(grid.ok()) << grid.lastError();
@@ -606,17 +609,7 @@ TEST_F(SparseOneBlockOnDevice, DgcAndThresholdGiveTheHostsPayloadAndDecodeEither
         EXPECT_EQ(one_block.sizes(onDevice(info, device_)).workspace_bytes, 0u) << "an exact selection in one block";
       }
       const std::vector<float> x = input(n, static_cast<uint32_t>(n) + 3);
-      Bytes want, again;
-      ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(one_block, dev_one, info, device_, x, false, &want));
-      ASSERT_NO_FATAL_FAILURE(expectPayloadIsTheHosts(grid, dev_grid, info, device_, x, false, &again));
-      const std::vector<float> base = input(n, 21);
-      ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(one_block, dev_one, info, device_, want, base));
-      ASSERT_NO_FATAL_FAILURE(expectAccumulatedDecodeIsTheHosts(grid, dev_grid, info, device_, want, base));
-      std::vector<float> host_out = base, dev_out = base;
-      ASSERT_EQ(one_block.decompress(info, want, host_out, false), TERSE_OK) << one_block.lastError();
-      ASSERT_EQ(dev_one.decompress(onDevice(info, device_), want, dev_out, false), TERSE_OK) << one_block.lastError();
-      EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)))
-          << "the written decode differs from the host's";
+      ASSERT_NO_FATAL_FAILURE(expectBothWaysAreTheHosts(one_block, dev_one, grid, dev_grid, info, device_, x, false));
     }
   }
 }
@@ -627,11 +620,7 @@ TEST(OneBlockCutTest, ABadValueRefusesTheInstanceNamingIt) {
   Plugin plugin("topk");
   for (const char* bad : {"abc", "-1", "4294967296", " 5", "1e6", "99999999999"}) {
     SCOPED_TRACE(bad);
-    std::optional<Instance> made;
-    {
-      const OneBlockCut cut(bad);
-      made.emplace(plugin);
-    }
+    const std::unique_ptr<Instance> made = instanceWithCut(plugin, {}, bad);
     EXPECT_EQ(made->initStatus(), TERSE_ERR_INVALID_ARGUMENT);
     EXPECT_NE(made->lastError().find(std::string("TERSE_SPARSE_ONE_BLOCK_MAX='") + bad + "'"), std::string::npos)
         << made->lastError();
