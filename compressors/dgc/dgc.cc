@@ -222,14 +222,14 @@ class Dgc final : public sdk::Compressor {
     uint64_t count = 0;
     const bool size_ok = sparse::countForSize(args.payload.size(), &count) && count <= numel &&
                          count >= dg::minCount(k) && count <= dg::maxCount(k);
-    if (numel <= one_block_max_) {  // the kernel validates before it writes: one call does both
+    if (numel > 0 && numel <= one_block_max_) {  // the kernel validates before it writes: one call does both
       device::checkedDecompress(
           args, status_, size_ok,
           [&](uint32_t* status) {
             dg::cuda::validateAndDecodeOneBlock(prefix(args.info, count), args.payload.data(), count, numel,
                                                 args.output<float>().data(), args.accumulate, status, args.stream);
           },
-          [this](const sdk::DecompressArgs& host) { decompress(host); });
+          [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
       return;
     }
     device::checkedDecompress(
@@ -241,7 +241,7 @@ class Dgc final : public sdk::Compressor {
           dg::cuda::decode(args.payload.data(), count, numel, args.output<float>().data(), args.accumulate,
                            args.stream);
         },
-        [this](const sdk::DecompressArgs& host) { decompress(host); });
+        [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
   }
 
   mutable device::StatusWords status_;

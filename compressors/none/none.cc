@@ -114,7 +114,7 @@ class None final : public sdk::Compressor {
           terse::compressors::none::cuda::decode(args.payload.data(), prefixFor(args.info), args.output<float>().data(),
                                                  args.info.numel, args.accumulate, status, args.stream);
         },
-        [this](const sdk::DecompressArgs& host) { decompress(host); });
+        [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
   }
 
   mutable device::StatusWords status_;

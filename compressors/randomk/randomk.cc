@@ -167,7 +167,7 @@ class RandomK final : public sdk::Compressor {
           rk::cuda::decode(args.payload.data(), permutation(args.info), k, args.output<float>().data(), args.accumulate,
                            args.stream);
         },
-        [this](const sdk::DecompressArgs& host) { decompress(host); });
+        [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
   }
 
   mutable device::StatusWords status_;

@@ -188,7 +188,7 @@ class Threshold final : public sdk::Compressor {
       status.clear();
       // A small tensor in one launch that validates before it writes (terse/kit/one_block.hpp), else the validation
       // and, once its verdict is read, the decode.
-      const bool one_block = args.info.numel <= one_block_max_;
+      const bool one_block = args.info.numel > 0 && args.info.numel <= one_block_max_;
       if (one_block) {
         th::cuda::validateAndDecodeOneBlock(prefix(args.info, &count), args.payload.data(), count, args.info.numel,
                                             min_key_, args.output<float>().data(), args.accumulate, status.device(),

@@ -144,7 +144,7 @@ class TopK final : public sdk::Compressor {
 
   // Whether a tensor of numel elements is selected and decoded in one block (terse/kit/one_block.hpp).
   bool oneBlock(uint64_t numel) const {
-    return numel <= one_block_max_;
+    return numel > 0 && numel <= one_block_max_;
   }
 
   uint64_t compressDevice(const sdk::CompressArgs& args) const {

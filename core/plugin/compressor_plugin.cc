@@ -182,6 +182,10 @@ class PluginCompressor final : public Compressor {
                   bool accumulate, void* stream) const override {
     const CompressorCaps& caps = capsRef(info.dtype);
     checkInfo(info, caps, Call::kDecompress);
+    TERSE_CHECK(
+        info.call_flags == 0 || !accumulate, InvalidArgument,
+        label_ << ": TERSE_CALL_OWN_PAYLOAD with accumulate = 1; an own payload is decoded, not accumulated, for "
+               << describeTensor(info));
     decompressBound(info, querySizes(info, caps), payload, scratch, out, accumulate, stream);
   }
 
@@ -365,6 +369,14 @@ class PluginCompressor final : public Compressor {
       TERSE_CHECK(info.source_rank >= -1 && info.source_rank < info.world_size, InvalidArgument,
                   label_ << ": source_rank " << info.source_rank << " must be -1 or a rank below " << info.world_size);
     }
+    // The one call flag marks a decompress of this rank's own payload; anything else is a core bug.
+    TERSE_CHECK(info.call_flags == 0 || (info.call_flags == TERSE_CALL_OWN_PAYLOAD && call == Call::kDecompress &&
+                                         info.source_rank == info.rank),
+                InvalidArgument,
+                label_ << ": call flags " << hex(info.call_flags)
+                       << " on this call; TERSE_CALL_OWN_PAYLOAD is for a decompress of this rank's own payload "
+                          "(source_rank == rank) only, for "
+                       << describeTensor(info));
   }
 
   // The caller's side of a call's sizes (InvalidArgument: a bug or misuse on the core side): the scratch holds what the
@@ -391,6 +403,7 @@ class PluginCompressor final : public Compressor {
     info.step = 0;  // the ABI: step, seed and source_rank are 0 in get_sizes, so sizes cannot depend on them
     info.seed = 0;
     info.source_rank = 0;
+    info.call_flags = 0;  // flags are per call, and get_sizes is none of the flagged ones
     const terse_tensor_info_v1 abi = toAbi(info);
     terse_compressor_sizes_v1 raw{};
     raw.struct_size = sizeof raw;

@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -401,7 +402,8 @@ int main(int argc, char** argv) {
   g = &bench;
   std::vector<uint64_t> sizes;
   for (int b = min_log2; b <= max_log2; b += 2) sizes.push_back(uint64_t{1} << b);
-  const uint64_t largest = sizes.back();
+  // The input serves both tables: the small-tensor one reads up to its largest size whatever --max-log2 says.
+  const uint64_t largest = std::max(sizes.back(), kSmallSizes[std::size(kSmallSizes) - 1]);
   bench.input = cuda::DeviceBuffer(4 * largest, bench.stream.get());
   bench.output = cuda::DeviceBuffer(4 * largest, bench.stream.get());
   fillNormal(bench.input.as<float>(), largest, bench.stream.get());

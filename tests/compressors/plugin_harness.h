@@ -244,7 +244,7 @@ class Instance {
     *sizes = terse_compressor_sizes_v1{};
     sizes->struct_size = sizeof(terse_compressor_sizes_v1);
     terse_tensor_info_v1 at_setup = info;  // the ABI: step, seed and source_rank are 0 at sizing time
-    at_setup.step = 0, at_setup.seed = 0, at_setup.source_rank = 0;
+    at_setup.step = 0, at_setup.seed = 0, at_setup.source_rank = 0, at_setup.reserved0 = 0;
     return api_->get_sizes(ctx_, &at_setup, sizes);
   }
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) {

@@ -274,7 +274,8 @@ TEST_P(CompressorsOnDevice, CorruptPayloadsGetTheHostVerdict) {
   ASSERT_TRUE(c.ok()) << c.lastError();
   Stream stream;
   DeviceCalls dev(c, stream);
-  for (uint64_t n : {uint64_t{0}, uint64_t{1000}}) {
+  // 70,001: past the sparsifiers' one-block cut (terse/kit/one_block.hpp), so their grid-wide decodes refuse too.
+  for (uint64_t n : {uint64_t{0}, uint64_t{1000}, uint64_t{70001}}) {
     const terse_tensor_info_v1 host_info = tensorInfo(n);
     const terse_tensor_info_v1 dev_info = onDevice(host_info, device_);
     const Bytes good = c.compress(host_info, input(n, 3));
@@ -432,13 +433,25 @@ TEST_F(TopKOnDevice, TiesGoToTheLowerIndexAsOnTheHost) {
 }
 
 // Sets the sparsifiers' one-block cut (terse/kit/one_block.hpp's kOneBlockEnv) for the instances made in its scope;
-// unset again after.
+// whatever the variable held before is put back after.
 class OneBlockCut {
  public:
-  explicit OneBlockCut(const char* value) { EXPECT_EQ(setenv(terse::kit::kOneBlockEnv, value, 1), 0); }
-  ~OneBlockCut() { unsetenv(terse::kit::kOneBlockEnv); }
+  explicit OneBlockCut(const char* value) {
+    if (const char* before = std::getenv(terse::kit::kOneBlockEnv)) before_ = before;
+    EXPECT_EQ(setenv(terse::kit::kOneBlockEnv, value, 1), 0);
+  }
+  ~OneBlockCut() {
+    if (before_) {
+      setenv(terse::kit::kOneBlockEnv, before_->c_str(), 1);
+    } else {
+      unsetenv(terse::kit::kOneBlockEnv);
+    }
+  }
   OneBlockCut(const OneBlockCut&) = delete;
   OneBlockCut& operator=(const OneBlockCut&) = delete;
+
+ private:
+  std::optional<std::string> before_;  // the run's own value, put back afterwards
 };
 
 // An instance made while the one-block cut is `cut` (it reads the cut once, when it is made).
@@ -641,20 +654,65 @@ TEST_F(TopKOnDevice, NonFiniteGradientsPoisonThePayload) {
   ASSERT_TRUE(c.ok()) << c.lastError();
   Stream stream;
   DeviceCalls dev(c, stream);
-  const terse_tensor_info_v1 info = tensorInfo(1000);
-  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
-    std::vector<float> x = input(1000, 1);
-    x[777] = bad;
-    Bytes host_payload;
-    EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
-    DeviceBuffer payload;
-    const Bytes poisoned = dev.compress(onDevice(info, device_), x, &payload);
-    ASSERT_FALSE(poisoned.empty());
-    std::vector<float> out(1000, 1.0f);
-    c.host().clear();
-    EXPECT_EQ(dev.decompress(onDevice(info, device_), poisoned, out, true), TERSE_ERR_INVALID_PAYLOAD);
-    EXPECT_NE(c.lastError().find("is not finite"), std::string::npos) << c.lastError();
-    for (float v : out) ASSERT_EQ(v, 1.0f);
+  // 1,000 elements take the one-block kernels, 70,001 the grid-wide ones (terse/kit/one_block.hpp). The poisoned
+  // payload is refused also when it is marked as this rank's own (TERSE_CALL_OWN_PAYLOAD, error feedback's decode):
+  // topk does not trust its own payloads, since that refusal is what keeps a failed step's residual untouched.
+  for (uint64_t n : {uint64_t{1000}, uint64_t{70001}}) {
+    const terse_tensor_info_v1 info = tensorInfo(n);
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+      for (bool own : {false, true}) {
+        SCOPED_TRACE("numel " + std::to_string(n) + ", " + std::to_string(bad) + (own ? ", own payload" : ""));
+        std::vector<float> x = input(n, 1);
+        x[777] = bad;
+        Bytes host_payload;
+        EXPECT_EQ(c.tryCompress(info, x, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
+        DeviceBuffer payload;
+        const Bytes poisoned = dev.compress(onDevice(info, device_), x, &payload);
+        ASSERT_FALSE(poisoned.empty());
+        terse_tensor_info_v1 dev_info = onDevice(info, device_);
+        if (own) dev_info.reserved0 = TERSE_CALL_OWN_PAYLOAD;
+        std::vector<float> out(n, 1.0f);
+        c.host().clear();
+        EXPECT_EQ(dev.decompress(dev_info, poisoned, out, !own), TERSE_ERR_INVALID_PAYLOAD);
+        EXPECT_NE(c.lastError().find("is not finite"), std::string::npos) << c.lastError();
+        for (float v : out) ASSERT_EQ(v, 1.0f);
+      }
+    }
+  }
+}
+
+// This rank's own payload (TERSE_CALL_OWN_PAYLOAD: error feedback decoding what it sent) is decoded without a
+// verdict by the plugins whose own payloads always validate (terse/kit/device.hpp's OwnPayload::kTrust: none, the
+// casts, random-k, dgc and threshold), and validated as before by the others: either way the decode must be the host's,
+// bit for bit, onto an output of NaN (every element written), on both sides of the sparsifiers' one-block cut.
+class OwnPayloadOnDevice : public DeviceTest {};
+
+TEST_F(OwnPayloadOnDevice, DecodesAsTheHostWithAndWithoutTrust) {
+  struct Way {
+    const char* plugin;
+    Instance::ParamList params;
+  };
+  for (const Way& w : {Way{"none", {}}, Way{"fp16", {}}, Way{"bf16", {}}, Way{"randomk", {}}, Way{"dgc", {}},
+                       Way{"threshold", {{"tau", "0.5"}}}, Way{"topk", {}}, Way{"qsgd", {}}, Way{"onebit", {}}}) {
+    Plugin plugin(w.plugin);
+    Instance c(plugin, w.params);
+    ASSERT_TRUE(c.ok()) << c.lastError();
+    Stream stream;
+    DeviceCalls dev(c, stream);
+    for (uint64_t n : {uint64_t{7}, uint64_t{1000}, uint64_t{70001}}) {
+      SCOPED_TRACE(std::string(w.plugin) + ", numel " + std::to_string(n));
+      const terse_tensor_info_v1 info = tensorInfo(n, {.rank = 1, .world_size = 2, .step = 3, .seed = 8});
+      const Bytes payload = c.compress(info, input(n, static_cast<uint32_t>(n)));
+      ASSERT_FALSE(payload.empty());
+      std::vector<float> host_out(n, std::numeric_limits<float>::quiet_NaN()), dev_out = host_out;
+      terse_tensor_info_v1 own = info;
+      own.source_rank = info.rank;
+      ASSERT_EQ(c.decompress(own, payload, host_out, false), TERSE_OK) << c.lastError();
+      terse_tensor_info_v1 dev_own = onDevice(own, device_);
+      dev_own.reserved0 = TERSE_CALL_OWN_PAYLOAD;
+      ASSERT_EQ(dev.decompress(dev_own, payload, dev_out, false), TERSE_OK) << c.lastError();
+      EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+    }
   }
 }
 

@@ -673,6 +673,29 @@ TEST(CompressorAdapter, CoreSidePreconditions) {
   std::vector<std::byte> out(48);
   m = messageOf<InvalidArgument>([&] { c->reduce(f32Tensor(12), out, out, {}, out, nullptr); });
   EXPECT_TRUE(contains(m, {"reduce called, but its aggregation for f32 is sum"}));
+
+  // TERSE_CALL_OWN_PAYLOAD belongs on a decompress of this rank's own payload, decoded, not accumulated; unknown bits
+  // nowhere. (A good payload, so that only the flags can be what is refused.)
+  const std::size_t bytes = c->compress(f32Tensor(12), in.data(), {}, {}, out, nullptr);
+  const std::span<const std::byte> payload(out.data(), bytes);
+  std::vector<float> dense(12);
+  TensorInfo own = f32Tensor(12);
+  own.call_flags = TERSE_CALL_OWN_PAYLOAD;
+  own.source_rank = own.rank;
+  EXPECT_NO_THROW(c->decompress(own, payload, {}, dense.data(), false, nullptr));
+  m = messageOf<InvalidArgument>([&] { c->decompress(own, payload, {}, dense.data(), true, nullptr); });
+  EXPECT_TRUE(contains(m, {"TERSE_CALL_OWN_PAYLOAD with accumulate = 1"}));
+  TensorInfo aggregate = own;
+  aggregate.source_rank = -1;
+  m = messageOf<InvalidArgument>([&] { c->decompress(aggregate, payload, {}, dense.data(), false, nullptr); });
+  EXPECT_TRUE(contains(m, {"call flags 0x1 on this call", "source_rank == rank"}));
+  m = messageOf<InvalidArgument>([&] { c->compress(own, in.data(), {}, {}, out, nullptr); });
+  EXPECT_TRUE(contains(m, {"call flags 0x1 on this call"}));
+  TensorInfo unknown = f32Tensor(12);
+  unknown.call_flags = 0x4;
+  unknown.source_rank = unknown.rank;
+  m = messageOf<InvalidArgument>([&] { c->decompress(unknown, payload, {}, dense.data(), false, nullptr); });
+  EXPECT_TRUE(contains(m, {"call flags 0x4 on this call"}));
 }
 
 // test_throws (built by the SDK work into the fixture dir): exceptions inside the plugin come back through the ABI as

@@ -63,9 +63,11 @@ typedef struct terse_tensor_info_v1 {
  * plugin older than it ignores it, so each is a hint that a plugin may ignore, and a plugin must ignore bits it does
  * not know. */
 /* decompress only: the payload is the one this rank's own compress wrote for this tensor, step and last round,
- * untouched since (error feedback decoding what it sent: source_rank == rank, accumulate == 0). A plugin may decode it
- * without validating it -- on a device, without the synchronization that reads a validation verdict. Never set for a
- * payload that crossed the network. */
+ * untouched since (error feedback decoding what it sent: source_rank == rank, accumulate == 0). A plugin whose own
+ * payloads always validate may decode it without validating it -- on a device, without the synchronization that reads
+ * a validation verdict. One whose compress may write a payload its decompress refuses (a non-finite gradient let
+ * through) should keep validating: the refusal fails error feedback's step before its residual changes. Never set for
+ * a payload that crossed the network. */
 #define TERSE_CALL_OWN_PAYLOAD 0x1u
 
 /* ---- Capabilities: answered per gradient dtype before the run starts; the core validates them and picks the

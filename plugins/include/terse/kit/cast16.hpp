@@ -122,7 +122,7 @@ class Cast16 final : public sdk::Compressor {
           Traits::decodeDevice(args.payload.data(), prefixFor(args.info), args.output<float>().data(), args.info.numel,
                                args.accumulate, status, args.stream);
         },
-        [this](const sdk::DecompressArgs& host) { decompress(host); });
+        [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
   }
 
   mutable device::StatusWords status_;

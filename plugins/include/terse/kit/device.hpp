@@ -14,7 +14,8 @@
 //                stream, not waited for). A payload the device refuses is copied to the host and run through the host
 //                decoder, which throws the very message the host path gives (and if it did not, that is a bug, reported
 //                as an internal error rather than decoded). This rank's own payload (TERSE_CALL_OWN_PAYLOAD: error
-//                feedback decoding what it sent) is trusted: decoded with nothing waited for.
+//                feedback decoding what it sent) is trusted, decoded with nothing waited for, by the plugins whose
+//                own payloads always validate (OwnPayload below).
 #pragma once
 
 #include <cstddef>
@@ -138,16 +139,26 @@ void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
 [[noreturn]] void rethrowHostReduceVerdict(const sdk::ReduceArgs& args,
                                            const std::function<uint64_t(const sdk::ReduceArgs&)>& host_reduce);
 
+// What a decompress does with this rank's own payload (args.ownPayload(): error feedback decoding what it sent).
+// kTrust only where the plugin's own compress never writes a payload its validation would refuse (it refuses a
+// non-finite gradient itself, or its validation checks no values): then the verdict is known, and nothing is waited
+// for. A plugin whose device compress lets a non-finite value through to be refused at decode (topk, qsgd, terngrad,
+// onebit, powersgd) keeps kValidate: that refusal, in error feedback's own decode, is what leaves a failed step's
+// residual untouched (core/compress/error_feedback.h).
+enum class OwnPayload { kValidate, kTrust };
+
 // The device decompress of the built-ins, in one place: when the payload has the size the host path accepts,
 // `validate(status_word)` queues the plugin's validation kernel, the stream is synchronized once to read the verdict,
 // and a clean payload is decoded by `decode()` (queued, not waited for). Anything else gets the host decoder's
-// verdict: `host_decompress` throws its message. This rank's own payload (args.ownPayload()) of the right size is
-// trusted: `decode()` alone, nothing waited for.
+// verdict: `host_decompress` throws its message. With OwnPayload::kTrust this rank's own payload of the right size is
+// decoded by `decode()` alone, nothing waited for. (A plugin whose one kernel validates and decodes uses the overload
+// below; passing it here with an empty decode would decode nothing on the trusted path.)
 template <class Validate, class Decode>
 void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok, Validate validate,
-                       Decode decode, const std::function<void(const sdk::DecompressArgs&)>& host_decompress) {
+                       Decode decode, const std::function<void(const sdk::DecompressArgs&)>& host_decompress,
+                       OwnPayload own = OwnPayload::kValidate) {
   const Scope scope(args.info);
-  if (size_ok && args.ownPayload()) {
+  if (size_ok && own == OwnPayload::kTrust && args.ownPayload()) {
     decode();
     return;
   }
@@ -165,14 +176,15 @@ void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool
 }
 
 // The same for a plugin whose one kernel validates and decodes (`validate_and_decode(status_word)` writes the output
-// only for a clean payload). This rank's own payload of the right size runs it with StatusWords::discard(), nothing
-// waited for.
+// only for a clean payload). With OwnPayload::kTrust this rank's own payload of the right size runs it with
+// StatusWords::discard(), nothing waited for.
 template <class ValidateAndDecode>
 void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok,
                        ValidateAndDecode validate_and_decode,
-                       const std::function<void(const sdk::DecompressArgs&)>& host_decompress) {
+                       const std::function<void(const sdk::DecompressArgs&)>& host_decompress,
+                       OwnPayload own = OwnPayload::kValidate) {
   const Scope scope(args.info);
-  if (size_ok && args.ownPayload()) {
+  if (size_ok && own == OwnPayload::kTrust && args.ownPayload()) {
     validate_and_decode(words.discard());
     return;
   }

@@ -160,8 +160,8 @@ __global__ void __launch_bounds__(kOneBlockThreads, 1)
   }
 }
 
-// Queues validateAndScatterOneBlockKernel on `stream`: device.hpp's checkedDecompress calls it as its validation and
-// passes an empty decode.
+// Queues validateAndScatterOneBlockKernel on `stream`: the one call of device.hpp's checkedDecompress overload for a
+// kernel that validates and decodes.
 template <bool CheckMinKey>
 void launchValidateAndScatterOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count,
                                       uint64_t numel, uint32_t min_key, float* out, bool accumulate, uint32_t* status,

@@ -46,8 +46,9 @@ struct DecompressArgs {
   bool accumulate;
   void* stream;
 
-  // Whether the payload is this rank's own, just written by its compress and trusted (TERSE_CALL_OWN_PAYLOAD): error
-  // feedback decoding what it sent. A plugin may then skip its validation; ignoring this is always correct.
+  // Whether the payload is this rank's own, just written by its compress (TERSE_CALL_OWN_PAYLOAD): error feedback
+  // decoding what it sent. A plugin whose own payloads always validate may then skip its validation (compressor_v1.h
+  // says when not to); ignoring this is always correct.
   bool ownPayload() const { return (info.reserved0 & TERSE_CALL_OWN_PAYLOAD) != 0; }
 
   template <class T>
