@@ -179,7 +179,7 @@ class Dgc final : public sdk::Compressor {
   // Whether a tensor's selection runs in one block, in one launch (terse/kit/one_block.hpp): an exact one from the
   // start (not sampled, or everything sent) of a small tensor. The sampled plan decides on the host between passes.
   bool oneBlock(uint64_t n, uint64_t k) const {
-    return n <= one_block_max_ && k > 0 && (k >= n || sampleSize(n) == 0);
+    return one_block_.covers(n) && k > 0 && (k >= n || sampleSize(n) == 0);
   }
 
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
@@ -222,7 +222,7 @@ class Dgc final : public sdk::Compressor {
     uint64_t count = 0;
     const bool size_ok = sparse::countForSize(args.payload.size(), &count) && count <= numel &&
                          count >= dg::minCount(k) && count <= dg::maxCount(k);
-    if (numel > 0 && numel <= one_block_max_) {  // the kernel validates before it writes: one call does both
+    if (one_block_.covers(numel)) {  // the kernel validates before it writes: one call does both
       device::checkedDecompress(
           args, status_, size_ok,
           [&](uint32_t* status) {
@@ -251,7 +251,7 @@ class Dgc final : public sdk::Compressor {
   double sample_ratio_;
   int max_passes_;
 #if TERSE_COMPRESSOR_CUDA
-  uint64_t one_block_max_ = terse::kit::oneBlockMaxNumel();  // read once per instance: sizes and calls agree
+  terse::kit::OneBlockCut one_block_;
 #endif
 };
 

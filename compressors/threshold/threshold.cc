@@ -173,40 +173,32 @@ class Threshold final : public sdk::Compressor {
   }
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
-    const device::Scope scope(args.info);
     // The count is the one the payload's size implies (sparse::countForSize); the device checks the count field
     // against it with the rest of the prefix, so a payload the host would refuse is refused here too, without a
-    // synchronization to read the field first.
+    // synchronization to read the field first. Its own payloads always validate (compress refuses a non-finite
+    // gradient), so they are trusted.
     uint64_t count = 0;
-    if (sparse::countForSize(args.payload.size(), &count) && count <= args.info.numel) {
-      if (args.ownPayload()) {  // this rank's own, just written: trusted, nothing waited for
-        th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
-                         args.stream);
-        return;
-      }
-      const auto status = status_.acquire();
-      status.clear();
-      // A small tensor in one launch that validates before it writes (terse/kit/one_block.hpp), else the validation
-      // and, once its verdict is read, the decode.
-      const bool one_block = args.info.numel > 0 && args.info.numel <= one_block_max_;
-      if (one_block) {
-        th::cuda::validateAndDecodeOneBlock(prefix(args.info, &count), args.payload.data(), count, args.info.numel,
-                                            min_key_, args.output<float>().data(), args.accumulate, status.device(),
-                                            args.stream);
-      } else {
-        th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_,
-                           status.device(), args.stream);
-      }
-      device::synchronize(args.stream);
-      if (!status.raised()) {
-        if (!one_block) {
-          th::cuda::decode(args.payload.data(), count, args.info.numel, args.output<float>().data(), args.accumulate,
-                           args.stream);
-        }
-        return;
-      }
+    const bool size_ok = sparse::countForSize(args.payload.size(), &count) && count <= args.info.numel;
+    const auto host = [this](const sdk::DecompressArgs& h) { decompress(h); };
+    float* out = args.output<float>().data();
+    if (one_block_.covers(args.info.numel)) {  // the kernel validates before it writes: one call does both
+      device::checkedDecompress(
+          args, status_, size_ok,
+          [&](uint32_t* status) {
+            th::cuda::validateAndDecodeOneBlock(prefix(args.info, &count), args.payload.data(), count, args.info.numel,
+                                                min_key_, out, args.accumulate, status, args.stream);
+          },
+          host, device::OwnPayload::kTrust);
+      return;
     }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    device::checkedDecompress(
+        args, status_, size_ok,
+        [&](uint32_t* status) {
+          th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_, status,
+                             args.stream);
+        },
+        [&] { th::cuda::decode(args.payload.data(), count, args.info.numel, out, args.accumulate, args.stream); }, host,
+        device::OwnPayload::kTrust);
   }
 
   mutable device::StatusWords status_;
@@ -215,7 +207,7 @@ class Threshold final : public sdk::Compressor {
   double tau_;
   uint32_t min_key_;
 #if TERSE_COMPRESSOR_CUDA
-  uint64_t one_block_max_ = terse::kit::oneBlockMaxNumel();  // read once per instance
+  terse::kit::OneBlockCut one_block_;
 #endif
 };
 

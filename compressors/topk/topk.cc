@@ -77,7 +77,8 @@ class TopK final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (info.device == TERSE_DEVICE_CUDA) {
       const device::Scope scope(info);
-      sizes.workspace_bytes = kernels::workspaceBytes(info.numel, k, oneBlock(info.numel));
+      // A tensor selected in one block (terse/kit/one_block.hpp) needs none.
+      sizes.workspace_bytes = one_block_.covers(info.numel) ? 0 : kernels::workspaceBytes(info.numel, k);
       return sizes;
     }
 #endif
@@ -142,21 +143,16 @@ class TopK final : public sdk::Compressor {
     });
   }
 
-  // Whether a tensor of numel elements is selected and decoded in one block (terse/kit/one_block.hpp).
-  bool oneBlock(uint64_t numel) const {
-    return numel > 0 && numel <= one_block_max_;
-  }
-
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
     device::requireCapacity(args.output, sparse::payloadBytes(k), kName);
     const device::Scope scope(args.info);
-    if (oneBlock(args.info.numel)) {
+    if (one_block_.covers(args.info.numel)) {
       kernels::compressOneBlock(prefix(args.info, k), args.input<float>().data(), args.info.numel, k,
                                 args.output.data(), args.stream);
       return sparse::payloadBytes(k);
     }
-    requireWorkspace(args, kernels::workspaceBytes(args.info.numel, k, false));
+    requireWorkspace(args, kernels::workspaceBytes(args.info.numel, k));
     kernels::compress(prefix(args.info, k), args.input<float>().data(), args.info.numel, k, args.workspace.data(),
                       args.output.data(), args.stream);
     return sparse::payloadBytes(k);
@@ -164,7 +160,7 @@ class TopK final : public sdk::Compressor {
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const uint64_t k = tk::targetCount(ratio_, args.info.numel);
-    if (oneBlock(args.info.numel)) {  // the kernel validates before it writes: one call does both
+    if (one_block_.covers(args.info.numel)) {  // the kernel validates before it writes: one call does both
       device::checkedDecompress(
           args, status_, args.payload.size() == sparse::payloadBytes(k),
           [&](uint32_t* status) {
@@ -191,7 +187,7 @@ class TopK final : public sdk::Compressor {
 
   double ratio_;
 #if TERSE_COMPRESSOR_CUDA
-  uint64_t one_block_max_ = terse::kit::oneBlockMaxNumel();  // read once per instance: sizes and calls agree
+  terse::kit::OneBlockCut one_block_;
 #endif
 };
 

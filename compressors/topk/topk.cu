@@ -27,8 +27,8 @@ namespace terse::compressors::topk::cuda {
 
 namespace tc = kit::topk::cuda;
 
-uint64_t workspaceBytes(uint64_t numel, uint64_t k, bool one_block) {
-  if (k == 0 || k >= numel || one_block) return 0;
+uint64_t workspaceBytes(uint64_t numel, uint64_t k) {
+  if (k == 0 || k >= numel) return 0;
   return tc::topKLayoutFor(numel, k).total;
 }
 

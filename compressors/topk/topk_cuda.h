@@ -37,9 +37,8 @@ namespace terse::compressors::topk::cuda {
 namespace device = kit::device;
 
 // Workspace bytes compress needs to keep k of numel elements: 0 when nothing is selected (k == 0, or k >= numel: every
-// element is sent) and for a tensor selected in one block (one_block: numel <= terse/kit/one_block.hpp's cut). Asks cub
-// for its scan's temporary storage, so the device the tensor lives on must be current.
-uint64_t workspaceBytes(uint64_t numel, uint64_t k, bool one_block);
+// element is sent). Asks cub for its scan's temporary storage, so the device the tensor lives on must be current.
+uint64_t workspaceBytes(uint64_t numel, uint64_t k);
 
 // Writes the whole payload (terse/kit/sparse_payload.hpp): `prefix` (header and count = k), then the k values and their
 // indices in index order, the selection terse/kit/topk_select.hpp makes on the host. `workspace` holds

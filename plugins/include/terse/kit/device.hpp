@@ -147,6 +147,17 @@ void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
 // residual untouched (core/compress/error_feedback.h).
 enum class OwnPayload { kValidate, kTrust };
 
+// Queues `validate(status_word)` on a leased word, synchronizes the stream once and says whether the payload was clean:
+// the verdict read both checkedDecompress overloads make.
+template <class Validate>
+bool cleanVerdict(const sdk::DecompressArgs& args, StatusWords& words, Validate validate) {
+  const auto status = words.acquire();
+  status.clear();
+  validate(status.device());
+  synchronize(args.stream);
+  return !status.raised();
+}
+
 // The device decompress of the built-ins, in one place: when the payload has the size the host path accepts,
 // `validate(status_word)` queues the plugin's validation kernel, the stream is synchronized once to read the verdict,
 // and a clean payload is decoded by `decode()` (queued, not waited for). Anything else gets the host decoder's
@@ -162,15 +173,9 @@ void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool
     decode();
     return;
   }
-  if (size_ok) {
-    const auto status = words.acquire();
-    status.clear();
-    validate(status.device());
-    synchronize(args.stream);
-    if (!status.raised()) {
-      decode();
-      return;
-    }
+  if (size_ok && cleanVerdict(args, words, validate)) {
+    decode();
+    return;
   }
   rethrowHostVerdict(args, host_decompress);
 }
@@ -188,13 +193,7 @@ void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool
     validate_and_decode(words.discard());
     return;
   }
-  if (size_ok) {
-    const auto status = words.acquire();
-    status.clear();
-    validate_and_decode(status.device());
-    synchronize(args.stream);
-    if (!status.raised()) return;
-  }
+  if (size_ok && cleanVerdict(args, words, validate_and_decode)) return;
   rethrowHostVerdict(args, host_decompress);
 }
 

@@ -9,9 +9,11 @@
 // both ways (terse-bench-topk-cuda's small-tensor table); kOneBlockEnv moves it for a run.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <system_error>
 
 #include "terse/sdk.hpp"
 
@@ -22,23 +24,29 @@ inline constexpr const char* kOneBlockEnv = "TERSE_SPARSE_ONE_BLOCK_MAX";
 
 // The cut in force: kOneBlockEnv's value, a decimal number of elements below 2^32 (0: never one block), or
 // kOneBlockMaxNumel when it is unset or empty. Throws InvalidArgument naming the variable and its value for anything
-// else. A plugin instance reads it once, when it is made, so that its sizes and its calls agree.
+// else.
 inline uint64_t oneBlockMaxNumel() {
   const char* text = std::getenv(kOneBlockEnv);
   if (text == nullptr || *text == '\0') return kOneBlockMaxNumel;
   const std::string value(text);
   uint64_t n = 0;
-  bool ok = value.size() <= 10;  // 2^32 - 1 has 10 digits; more would overflow the sum below
-  for (char ch : value) {
-    ok = ok && ch >= '0' && ch <= '9';
-    if (ok) n = n * 10 + static_cast<uint64_t>(ch - '0');
-  }
-  if (!ok || n >= (uint64_t{1} << 32)) {
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n, 10);
+  if (ec != std::errc() || end != value.data() + value.size() || n >= (uint64_t{1} << 32)) {
     throw sdk::InvalidArgument(std::string(kOneBlockEnv) + "='" + value +
                                "' is not a number of elements below 2^32 (the largest tensor a sparsifier selects or "
                                "decodes in one block on CUDA; 0: none)");
   }
   return n;
 }
+
+// A plugin instance's cut, read once when the instance is made, so that its sizes and its calls agree.
+class OneBlockCut {
+ public:
+  // Whether a tensor of numel elements runs in one block (an empty one never does: it has nothing to launch for).
+  bool covers(uint64_t numel) const noexcept { return numel > 0 && numel <= max_; }
+
+ private:
+  uint64_t max_ = oneBlockMaxNumel();
+};
 
 }  // namespace terse::kit
