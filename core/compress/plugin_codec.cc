@@ -143,23 +143,25 @@ uint64_t PluginCodec::encode(uint64_t step, int round, const void* grad, std::sp
 
 void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
                          bool accumulate) {
+  decodeAs(step, payload, source_rank, out, accumulate, 0);
+}
+
+void PluginCodec::decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
+  decodeAs(step, payload, info_.rank, out, false, TERSE_CALL_OWN_PAYLOAD);
+}
+
+void PluginCodec::decodeAs(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
+                           bool accumulate, uint32_t call_flags) {
   TERSE_CHECK(source_rank >= -1 && source_rank < info_.world_size, InvalidArgument,
               where(*compressor_, info_) << "decode: source_rank must be -1 (aggregate) or in [0, " << info_.world_size
                                          << "), got " << source_rank);
   TERSE_CHECK(out != nullptr || info_.numel == 0, InvalidArgument,
               where(*compressor_, info_) << "decode: output is null for " << info_.numel << " elements");
   const int round = caps_.num_rounds - 1;
-  compressor_->decompressBound(callInfo(step, round, source_rank), sizes_[static_cast<std::size_t>(round)], payload,
-                               scratch(), out, accumulate, stream());
-}
-
-void PluginCodec::decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
-  TERSE_CHECK(out != nullptr || info_.numel == 0, InvalidArgument,
-              where(*compressor_, info_) << "decode: output is null for " << info_.numel << " elements");
-  const int round = caps_.num_rounds - 1;
-  TensorInfo own = callInfo(step, round, info_.rank);
-  own.call_flags = TERSE_CALL_OWN_PAYLOAD;
-  compressor_->decompressBound(own, sizes_[static_cast<std::size_t>(round)], payload, scratch(), out, false, stream());
+  TensorInfo call = callInfo(step, round, source_rank);
+  call.call_flags = call_flags;
+  compressor_->decompressBound(call, sizes_[static_cast<std::size_t>(round)], payload, scratch(), out, accumulate,
+                               stream());
 }
 
 uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,

@@ -55,6 +55,9 @@ class PluginCodec final : public TensorCodec {
 
  private:
   TensorInfo callInfo(uint64_t step, int round, int source_rank) const;
+  // decode and decodeOwn: the last round's decompress with `call_flags` (TERSE_CALL_*).
+  void decodeAs(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
+                uint32_t call_flags);
   Scratch scratch() { return Scratch{workspace_.span(), state_.span()}; }
   void* stream() const { return placement_.stream; }
   void checkRound(const char* call, int round) const;
