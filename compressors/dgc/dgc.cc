@@ -237,9 +237,9 @@ class Dgc final : public sdk::Compressor {
         [&](uint32_t* status) {
           dg::cuda::validate(prefix(args.info, count), args.payload.data(), count, numel, status, args.stream);
         },
-        [&] {
-          dg::cuda::decode(args.payload.data(), count, numel, args.output<float>().data(), args.accumulate,
-                           args.stream);
+        [&](const uint32_t* gate) {
+          dg::cuda::decode(args.payload.data(), count, numel, args.output<float>().data(), args.accumulate, args.stream,
+                           gate);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
   }

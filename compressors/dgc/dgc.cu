@@ -293,8 +293,9 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
   kit::sparse::launchValidateSparse<false>(expected, payload, count, numel, 0, status, stream);
 }
 
-void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream) {
-  kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream);
+void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
+  kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream, gate);
 }
 
 void selectOneBlock(const device::Prefix& prefix, const float* x, uint64_t n, uint64_t k, uint32_t* nonfinite,

@@ -79,8 +79,10 @@ void write(const device::Prefix& prefix, const float* x, const Shape& shape, con
 void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
               uint32_t* status, void* stream);
 
-// out = the payload's entries scattered onto zeros (or added onto out), for a payload validate accepted.
-void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream);
+// out = the payload's entries scattered onto zeros (or added onto out), for a payload validate accepted; with a `gate`
+// (a deferred verdict, terse/kit/device.hpp) queued right behind validate, nothing is written when validate raised it.
+void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
 
 // The exact selection of a small tensor (1 <= k <= n, n at most terse/kit/one_block.hpp's cut) in one launch of one
 // block, no workspace: the payload `write` gives for an exact plan, and `nonfinite` (clear) raised for an inf or NaN

@@ -308,9 +308,9 @@ class OneBit final : public sdk::Compressor {
           terse::compressors::onebit::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status,
                                                      args.stream);
         },
-        [&] {
+        [&](const uint32_t* gate) {
           terse::compressors::onebit::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
-                                                   args.accumulate, args.stream);
+                                                   args.accumulate, args.stream, gate);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); });
   }

@@ -123,9 +123,10 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
+void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
   const Decoder decoder{scalesOf(shape, payload), shape.bucket, shape.scales_per_bucket};
-  device::launchDecodeCodes<1>(wordsOf(shape, payload), shape.numel, decoder, out, accumulate, stream);
+  device::launchDecodeCodes<1>(wordsOf(shape, payload), shape.numel, decoder, out, accumulate, stream, gate);
 }
 
 }  // namespace terse::compressors::onebit::cuda

@@ -406,9 +406,9 @@ class Qsgd final : public sdk::Compressor {
               shape, device::makePrefix([&](sdk::ByteWriter& w) { writePrefix(w, args.info); }), args.payload.data(),
               check_codes, status, args.stream);
         },
-        [&] {
+        [&](const uint32_t* gate) {
           terse::compressors::qsgd::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
-                                                 args.accumulate, args.stream);
+                                                 args.accumulate, args.stream, gate);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); });
   }

@@ -118,10 +118,11 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
+void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
   const Decoder decoder{normsOf(shape, payload), shape.bucket, static_cast<float>(shape.levels), shape.mag_bits};
   device::launchDecodeCodes<kMinCodeBits, kMaxCodeBits>(wordsOf(shape, payload), shape.numel, shape.code_bits, decoder,
-                                                        out, accumulate, stream);
+                                                        out, accumulate, stream, gate);
 }
 
 }  // namespace terse::compressors::qsgd::cuda

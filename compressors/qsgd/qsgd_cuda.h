@@ -55,7 +55,9 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
 void validate(const Shape& shape, const device::Prefix& expected, const std::byte* payload, bool check_codes,
               uint32_t* status, void* stream);
 
-// out[i] = (or +=) the value of code i, for a payload validate accepted.
-void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream);
+// out[i] = (or +=) the value of code i, for a payload validate accepted; with a `gate` (a deferred verdict,
+// terse/kit/device.hpp) queued right behind validate, nothing is written when validate raised it.
+void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
 
 }  // namespace terse::compressors::qsgd::cuda

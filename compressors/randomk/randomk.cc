@@ -163,9 +163,9 @@ class RandomK final : public sdk::Compressor {
     device::checkedDecompress(
         args, status_, args.payload.size() == payloadBytes(k),
         [&](uint32_t* status) { rk::cuda::validate(prefix(args.info), args.payload.data(), status, args.stream); },
-        [&] {
+        [&](const uint32_t* gate) {
           rk::cuda::decode(args.payload.data(), permutation(args.info), k, args.output<float>().data(), args.accumulate,
-                           args.stream);
+                           args.stream, gate);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); }, device::OwnPayload::kTrust);
   }

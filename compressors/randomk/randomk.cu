@@ -26,12 +26,22 @@ __global__ void gatherKernel(const float* __restrict__ x, Permutation pi, uint64
   }
 }
 
+// out[0..n) = +0.0f unless the gate is raised: the clearing of a deferred decode, which a memset cannot make wait for
+// the verdict.
+__global__ void zeroUnlessRaisedKernel(float* __restrict__ out, uint64_t n, const uint32_t* gate) {
+  if (device::gateRaised(gate)) return;
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
+    out[i] = 0.0f;
+  }
+}
+
 __global__ void validateKernel(const std::byte* __restrict__ payload, device::Prefix expected, uint32_t* status) {
   for (unsigned t = threadIdx.x; t < expected.size; t += blockDim.x) device::checkPrefix(payload, expected, t, status);
 }
 
-__global__ void scatterAddKernel(const float* __restrict__ values, Permutation pi, uint64_t k,
-                                 float* __restrict__ out) {
+__global__ void scatterAddKernel(const float* __restrict__ values, Permutation pi, uint64_t k, float* __restrict__ out,
+                                 const uint32_t* gate) {
+  if (device::gateRaised(gate)) return;  // a deferred verdict refused the payload (terse/kit/device.hpp)
   for (uint64_t j = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < k; j += uint64_t{gridDim.x} * blockDim.x) {
     out[selectedIndex(pi, j)] += values[j];
   }
@@ -53,12 +63,20 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint32_t
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void decode(const std::byte* payload, const Permutation& pi, uint64_t k, float* out, bool accumulate, void* stream) {
+void decode(const std::byte* payload, const Permutation& pi, uint64_t k, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
   const cudaStream_t st = device::streamOf(stream);
-  if (!accumulate && pi.n > 0) TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(out, 0, pi.n * sizeof(float), st));
+  if (!accumulate && pi.n > 0) {
+    if (gate == nullptr) {
+      TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(out, 0, pi.n * sizeof(float), st));
+    } else {
+      zeroUnlessRaisedKernel<<<device::gridFor(pi.n, device::kThreads), device::kThreads, 0, st>>>(out, pi.n, gate);
+      TERSE_COMPRESSOR_CHECK_LAUNCH();
+    }
+  }
   if (k == 0) return;
   scatterAddKernel<<<device::gridFor(k, device::kThreads), device::kThreads, 0, st>>>(
-      reinterpret_cast<const float*>(payload + kValuesOffset), pi, k, out);
+      reinterpret_cast<const float*>(payload + kValuesOffset), pi, k, out, gate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 

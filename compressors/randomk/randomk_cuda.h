@@ -37,7 +37,9 @@ void compress(const device::Prefix& prefix, const float* x, const Permutation& p
 // values are not checked (the core sums them, as on the host).
 void validate(const device::Prefix& expected, const std::byte* payload, uint32_t* status, void* stream);
 
-// out = 0 (unless accumulating), then out[selectedIndex(pi, j)] += values[j]: the host's order of operations.
-void decode(const std::byte* payload, const Permutation& pi, uint64_t k, float* out, bool accumulate, void* stream);
+// out = 0 (unless accumulating), then out[selectedIndex(pi, j)] += values[j]: the host's order of operations. With a
+// `gate` (a deferred verdict, terse/kit/device.hpp) queued right behind validate, nothing is written when it is raised.
+void decode(const std::byte* payload, const Permutation& pi, uint64_t k, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
 
 }  // namespace terse::compressors::randomk::cuda

@@ -341,9 +341,9 @@ class TernGrad final : public sdk::Compressor {
           terse::compressors::terngrad::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status,
                                                        args.stream);
         },
-        [&] {
+        [&](const uint32_t* gate) {
           terse::compressors::terngrad::cuda::decode(shape, args.payload.data(), args.output<float>().data(),
-                                                     args.accumulate, args.stream);
+                                                     args.accumulate, args.stream, gate);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); });
   }

@@ -140,9 +140,11 @@ void validate(const Shape& shape, const device::Prefix& expected, const std::byt
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream) {
+void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
   device::launchDecodeCodes<kCodeBits>(wordsOf(shape, payload), shape.numel,
-                                       Decoder{{scalesOf(shape, payload), shape.bucket}}, out, accumulate, stream);
+                                       Decoder{{scalesOf(shape, payload), shape.bucket}}, out, accumulate, stream,
+                                       gate);
 }
 
 }  // namespace terse::compressors::terngrad::cuda

@@ -197,8 +197,10 @@ class Threshold final : public sdk::Compressor {
           th::cuda::validate(prefix(args.info, &count), args.payload.data(), count, args.info.numel, min_key_, status,
                              args.stream);
         },
-        [&] { th::cuda::decode(args.payload.data(), count, args.info.numel, out, args.accumulate, args.stream); }, host,
-        device::OwnPayload::kTrust);
+        [&](const uint32_t* gate) {
+          th::cuda::decode(args.payload.data(), count, args.info.numel, out, args.accumulate, args.stream, gate);
+        },
+        host, device::OwnPayload::kTrust);
   }
 
   mutable device::StatusWords status_;

@@ -121,8 +121,9 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint64_t
   kit::sparse::launchValidateSparse<true>(expected, payload, count, numel, min_key, status, stream);
 }
 
-void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream) {
-  kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream);
+void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
+  kit::sparse::launchScatter(payload, count, numel, out, accumulate, stream, gate);
 }
 
 void validateAndDecodeOneBlock(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,

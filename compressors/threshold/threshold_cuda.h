@@ -54,8 +54,10 @@ Selection compress(const device::Prefix& header, const float* x, uint64_t numel,
 void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
               uint32_t min_key, uint32_t* status, void* stream);
 
-// out = the entries scattered onto zeros (or added onto out), for a payload validate accepted.
-void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream);
+// out = the entries scattered onto zeros (or added onto out), for a payload validate accepted; with a `gate` (a
+// deferred verdict, terse/kit/device.hpp) queued right behind validate, nothing is written when validate raised it.
+void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
 
 // validate and decode in one launch of one block (a small tensor: terse/kit/one_block.hpp): raises `status` and leaves
 // out untouched for a payload validate would refuse, else decodes it.

@@ -175,9 +175,9 @@ class TopK final : public sdk::Compressor {
         [&](uint32_t* status) {
           kernels::validate(prefix(args.info, k), args.payload.data(), k, args.info.numel, status, args.stream);
         },
-        [&] {
+        [&](const uint32_t* gate) {
           kernels::decode(args.payload.data(), k, args.info.numel, args.output<float>().data(), args.accumulate,
-                          args.stream);
+                          args.stream, gate);
         },
         [this](const sdk::DecompressArgs& host) { decompress(host); });
   }

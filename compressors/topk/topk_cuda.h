@@ -54,8 +54,10 @@ void compressOneBlock(const device::Prefix& prefix, const float* x, uint64_t num
 void validate(const device::Prefix& expected, const std::byte* payload, uint64_t count, uint64_t numel,
               uint32_t* status, void* stream);
 
-// out = the payload's entries scattered onto zeros (or added onto out), for a payload validate accepted.
-void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream);
+// out = the payload's entries scattered onto zeros (or added onto out), for a payload validate accepted; with a `gate`
+// (a deferred verdict, terse/kit/device.hpp) queued right behind validate, nothing is written when validate raised it.
+void decode(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
 
 // validate and decode in one launch of one block, for a small tensor: raises `status` and leaves out untouched for a
 // payload validate would refuse, else decodes it.

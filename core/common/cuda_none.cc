@@ -31,6 +31,14 @@ DeviceArray::DeviceArray(DeviceArray&&) noexcept = default;
 DeviceArray& DeviceArray::operator=(DeviceArray&&) noexcept = default;
 void DeviceArray::reset() noexcept {}
 
+MappedWords::MappedWords(std::size_t count) : count_(0) {
+  if (count != 0) noCuda("mapped host memory");
+}
+MappedWords::~MappedWords() = default;
+MappedWords::MappedWords(MappedWords&&) noexcept = default;
+MappedWords& MappedWords::operator=(MappedWords&&) noexcept = default;
+void MappedWords::reset() noexcept {}
+
 void copyAsync(void*, const void*, std::size_t bytes, void*) {
   if (bytes != 0) noCuda("cudaMemcpyAsync");
 }

@@ -1,6 +1,7 @@
 // core/common/device_memory.h for CUDA builds.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "core/common/cuda.h"
@@ -55,6 +56,56 @@ void DeviceArray::reset() noexcept {
   }
   data_ = nullptr;
   bytes_ = 0;
+}
+
+MappedWords::MappedWords(std::size_t count) : count_(count) {
+  if (count == 0) return;
+  void* p = nullptr;
+  TERSE_CUDA_CHECK(cudaHostAlloc(&p, count * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+  host_ = static_cast<uint32_t*>(p);
+  std::fill_n(host_, count, 0u);
+  void* d = nullptr;
+  const cudaError_t err = cudaHostGetDevicePointer(&d, p, 0);
+  if (err != cudaSuccess) {
+    (void)cudaFreeHost(p);
+    host_ = nullptr;
+    TERSE_CUDA_CHECK(err);
+  }
+  device_ = static_cast<uint32_t*>(d);
+}
+
+MappedWords::~MappedWords() {
+  reset();
+}
+
+MappedWords::MappedWords(MappedWords&& other) noexcept
+    : host_(std::exchange(other.host_, nullptr)),
+      device_(std::exchange(other.device_, nullptr)),
+      count_(std::exchange(other.count_, 0)) {}
+
+MappedWords& MappedWords::operator=(MappedWords&& other) noexcept {
+  if (this != &other) {
+    reset();
+    host_ = std::exchange(other.host_, nullptr);
+    device_ = std::exchange(other.device_, nullptr);
+    count_ = std::exchange(other.count_, 0);
+  }
+  return *this;
+}
+
+void MappedWords::reset() noexcept {
+  // cudaFreeHost synchronizes the context first, so no kernel still stores into the words once they are freed.
+  if (host_ != nullptr) {
+    const cudaError_t err = cudaFreeHost(host_);
+    if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
+      (void)cudaGetLastError();
+      TERSE_LOG(LogLevel::kError,
+                "cudaFreeHost(mapped words) failed: " << cudaGetErrorName(err) << ": " << cudaGetErrorString(err));
+    }
+  }
+  host_ = nullptr;
+  device_ = nullptr;
+  count_ = 0;
 }
 
 void copyAsync(void* dst, const void* src, std::size_t bytes, void* stream) {

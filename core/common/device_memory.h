@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 namespace terse::cuda {
@@ -35,6 +36,32 @@ class DeviceArray {
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
   void* stream_ = nullptr;
+};
+
+// `count` zero-filled 32-bit words of page-locked host memory mapped into every device's address space
+// (cudaHostAlloc, mapped and portable): kernels store into them through device(), the host reads them through host()
+// once the stream that ran those kernels is synchronized, with no copy queued (the deferred verdicts of
+// core/compress/engine.cc: a copy would be a device-to-host transfer a collective). Freeing waits for the device.
+class MappedWords {
+ public:
+  MappedWords() = default;
+  explicit MappedWords(std::size_t count);
+  ~MappedWords();
+  MappedWords(MappedWords&& other) noexcept;
+  MappedWords& operator=(MappedWords&& other) noexcept;
+  MappedWords(const MappedWords&) = delete;
+  MappedWords& operator=(const MappedWords&) = delete;
+
+  uint32_t* host() const noexcept { return host_; }
+  uint32_t* device() const noexcept { return device_; }
+  std::size_t size() const noexcept { return count_; }
+
+ private:
+  void reset() noexcept;
+
+  uint32_t* host_ = nullptr;
+  uint32_t* device_ = nullptr;
+  std::size_t count_ = 0;
 };
 
 // Stream-ordered copy between any two of host and device memory (cudaMemcpyDefault: unified addressing tells the

@@ -40,6 +40,18 @@ class TensorCodec {
   // aggregate. The payload is untrusted and is validated by the plugin.
   virtual void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
                       bool accumulate) = 0;
+  // decode with the payload check's verdict left in `verdict`, a zeroed word in the tensor's memory that the caller
+  // reads once the call's work has run (Compressor::decompressDeferred, terse/device_verdict_v1.h): on a device, no
+  // synchronization a call. A raised word is a refused payload, the output as it was; decode on the same payload then
+  // throws the refusal's message. The default is decode's, which leaves the word alone.
+  // Whether decodeDeferred may leave its verdict in the word (the plugin exports the entry point); decorators forward
+  // their inner codec's answer.
+  virtual bool defersVerdicts() const { return false; }
+  virtual void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
+                              bool accumulate, uint32_t* verdict) {
+    (void)verdict;
+    decode(step, payload, source_rank, out, accumulate);
+  }
   // out = this rank's own last-round payload of `step` decoded, not accumulated: error feedback's D(C(p)), right after
   // encode wrote the payload. Trusted, so a plugin may decode it without validating it (TERSE_CALL_OWN_PAYLOAD: on a
   // device, no synchronization for a verdict). Only for a payload this codec's encode wrote and nothing has touched

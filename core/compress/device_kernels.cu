@@ -84,6 +84,12 @@ __global__ void divideBf16Kernel(uint16_t* p, std::size_t n, float w) {
   }
 }
 
+__global__ void copyWordsKernel(const uint32_t* src, uint32_t* dst, std::size_t n) {
+  TERSE_GRID_LOOP(i, n) {
+    dst[i] = src[i];
+  }
+}
+
 #undef TERSE_GRID_LOOP
 
 // A launch error (bad configuration, a dead context) surfaces here rather than at the next unrelated check.
@@ -118,6 +124,12 @@ void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u
   if (n == 0) return;
   dgcCommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u_t, transmitted, masked, u, n);
   checkLaunch("dgcCommitKernel");
+}
+
+void copyWords(const uint32_t* src, uint32_t* dst, std::size_t n, void* stream) {
+  if (n == 0) return;
+  copyWordsKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(src, dst, n);
+  checkLaunch("copyWordsKernel");
 }
 
 void divide(void* data, std::size_t n, DType dtype, int world, void* stream) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/common/dtype.h"
 
@@ -26,5 +27,10 @@ void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u
 // data[i] /= world for f32 / f64, and through f32 with round-to-nearest for f16 / bf16 (the host's arithmetic).
 // Throws Unsupported for another dtype.
 void divide(void* data, std::size_t n, DType dtype, int world, void* stream);
+
+// dst[i] = src[i] for n 32-bit words, from device memory into memory the device can store to (the engine's deferred
+// verdicts, engine.cc: from their device words into mapped host memory, so that reading them is a kernel's stores and
+// a synchronization, with no device-to-host copy queued).
+void copyWords(const uint32_t* src, uint32_t* dst, std::size_t n, void* stream);
 
 }  // namespace terse::device_kernels

@@ -1,5 +1,6 @@
 #include "core/compress/engine.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -7,6 +8,7 @@
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
 #include "core/common/runtime.h"
+#include "core/compress/device_kernels.h"
 
 namespace terse {
 namespace {
@@ -167,11 +169,65 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 
+void AggregationEngine::RunVerdicts::begin(std::size_t n, bool any_defer, const Placement& where) {
+  host_ = !where.device;
+  stream_ = where.stream;
+  n_ = any_defer ? n : 0;
+  words_ = nullptr;
+  if (n_ == 0) return;
+  if (host_) {
+    host_words_.assign(n_, 0);
+    words_ = host_words_.data();
+    return;
+  }
+  // Grown to the largest run seen, so the steady state allocates nothing. Zeroed on the stream: after any kernel an
+  // earlier run (one that threw before its settle) still has queued there.
+  const std::size_t words = device_words_.size() / sizeof(uint32_t);
+  if (words < n_) {
+    const std::size_t grown = std::max(n_, 2 * words);
+    device_words_ = cuda::DeviceArray(grown * sizeof(uint32_t), stream_);
+    mapped_ = cuda::MappedWords(grown);
+  }
+  words_ = reinterpret_cast<uint32_t*>(device_words_.data());
+  cuda::zeroAsync(words_, n_ * sizeof(uint32_t), stream_);
+}
+
+std::size_t AggregationEngine::RunVerdicts::settle() {
+  if (n_ == 0) return npos;
+  const uint32_t* words = words_;
+  if (!host_) {
+    device_kernels::copyWords(words_, mapped_.device(), n_, stream_);
+    cuda::synchronize(stream_);
+    words = mapped_.host();
+  }
+  for (std::size_t i = 0; i < n_; ++i) {
+    if (words[i] != 0) return i;
+  }
+  return npos;
+}
+
+namespace {
+
+bool anyDefers(std::span<const GroupMember> members) {
+  for (const GroupMember& m : members) {
+    if (m.pipeline->defersVerdicts()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember> members,
                                      std::span<const std::span<std::byte>> local, int last, std::byte* decode_from) {
   const std::size_t k = members.size();
+  verdicts_.begin(k, anyDefers(members), members[0].pipeline->placement());
   if (decode_from == nullptr) {
-    for (std::size_t m = 0; m < k; ++m) members[m].pipeline->finishAggregate(step, local[m], members[m].out);
+    for (std::size_t m = 0; m < k; ++m) {
+      members[m].pipeline->finishAggregate(step, local[m], members[m].out, verdicts_.word(m));
+      if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, local[m], -1);
+    }
+    const std::size_t bad = verdicts_.settle();
+    if (bad != RunVerdicts::npos) members[bad].pipeline->explainRefusal(step, local[bad], -1);
     return;
   }
   // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
@@ -185,16 +241,20 @@ void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember>
     const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(last));
     const std::size_t n = local[m].size() - header;
     std::byte* const at = header <= off + kSendHeadroom ? decode_from + off - header : nullptr;
+    std::span<const std::byte> payload = local[m];
     if (at != nullptr && reinterpret_cast<std::uintptr_t>(at) % kPayloadAlignment == 0) {
       std::memcpy(at, local[m].data(), header);
-      members[m].pipeline->finishAggregate(step, std::span<const std::byte>(at, header + n), members[m].out);
+      payload = std::span<const std::byte>(at, header + n);
     } else {
       std::memcpy(local[m].data() + header, decode_from + off, n);
       copied_ += n;
-      members[m].pipeline->finishAggregate(step, local[m], members[m].out);
     }
+    members[m].pipeline->finishAggregate(step, payload, members[m].out, verdicts_.word(m));
+    // Read now, on the host (decode_from is host memory): the next member's header goes over this payload's tail.
+    if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, payload, -1);
     off += n;
   }
+  verdicts_.settle();
 }
 
 std::size_t AggregationEngine::nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept {
@@ -361,7 +421,9 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   }
   p.addWire(wire_bytes);
   const auto t0 = rt::now();
-  p.finishAggregate(step, aggregate, member.out);
+  verdicts_.begin(1, p.defersVerdicts(), p.placement());
+  p.finishAggregate(step, aggregate, member.out, verdicts_.word(0));
+  if (verdicts_.settle() != RunVerdicts::npos) p.explainRefusal(step, aggregate, -1);
   if (phase) phase("decompress", t0, rt::now(), first, 1, {});
 }
 
@@ -409,8 +471,12 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
 
   t0 = rt::now();
   splitByRank();
+  const auto w = static_cast<std::size_t>(world);
   if (k == 1) {
-    lead.finishGathered(step, blocks_, members[0].out);
+    verdicts_.begin(w, lead.defersVerdicts(), where);
+    lead.finishGathered(step, blocks_, members[0].out, verdicts_.word(0));
+    const std::size_t bad = verdicts_.settle();
+    if (bad != RunVerdicts::npos) lead.explainRefusal(step, blocks_[bad], static_cast<int>(bad));
     if (phase) phase("decompress", t0, rt::now(), first, k, {});
     return;
   }
@@ -442,11 +508,15 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
                 "fused allgather: rank " << r << "'s block has " << rank_block.size()
                                          << " bytes, its table accounts for " << off);
   }
+  // One verdict word per decode call: member i's decode of rank r's payload has word i * world + r.
+  verdicts_.begin(k * w, anyDefers(members), where);
   for (std::size_t i = 0; i < k; ++i) {
-    members[i].pipeline->finishGathered(step,
-                                        std::span<const std::span<const std::byte>>(segments).subspan(
-                                            i * static_cast<std::size_t>(world), static_cast<std::size_t>(world)),
-                                        members[i].out);
+    members[i].pipeline->finishGathered(step, std::span<const std::span<const std::byte>>(segments).subspan(i * w, w),
+                                        members[i].out, verdicts_.word(i * w));
+  }
+  const std::size_t bad = verdicts_.settle();
+  if (bad != RunVerdicts::npos) {
+    members[bad / w].pipeline->explainRefusal(step, segments[bad], static_cast<int>(bad % w));
   }
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }

@@ -32,6 +32,17 @@
 // copies stream-ordered on that stream and the variable-size table built on the host, copied into the block, and read
 // back from every rank's block after the gather (one small copy and one synchronization per fused gather).
 //
+// Payload checks (terse/device_verdict_v1.h): a decode of a payload from the network is checked by its plugin, and a
+// plugin whose check runs in a device kernel would synchronize the stream once a call to learn its verdict. Where the
+// plugin defers its verdict (CompressionPipeline::defersVerdicts), each decode of a run -- the members of one
+// collective -- leaves it in a word of its own, and the engine reads them all after the run's last decode: on a device
+// with one synchronization a run (a DDP bucket's) instead of one a tensor. There the words are device memory, which
+// the decode kernels read as their gate, and one kernel stores them into mapped host memory before the
+// synchronization, so no device-to-host copy is queued. On the host each word is read right after its call. A raised
+// word is explained by decoding that payload again the ordinary way, which throws the plugin's message
+// (CompressionPipeline::explainRefusal); the outputs of a run that fails so are undefined, as those of any failed step
+// are.
+//
 // Bit-identity across groupings: ALLGATHER decoding is per rank in rank order whatever the grouping, so it is exactly
 // the unfused result. A SUM through the ring allreduce sums each element in an order that depends on where it falls
 // in the message (allreduce_ring.h: chunk c is summed starting at rank c), so at 3 or more ranks a different cut can
@@ -50,6 +61,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/common/device_memory.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/tensor_buffer.h"
 
@@ -172,7 +184,32 @@ class AggregationEngine {
   // that lets the first member's header sit in front of its body (runSum decodes there).
   std::byte* send_start(std::size_t body_bytes, const Placement& where);
 
+  // The verdict words of one run's deferred decodes (see "Payload checks" above).
+  class RunVerdicts {
+   public:
+    // Zeroed words for `n` decode calls in `where`'s memory, or none (word() null) when no member defers its
+    // verdicts. On a device they are zeroed on the stream, after whatever an earlier run queued there.
+    void begin(std::size_t n, bool any_defer, const Placement& where);
+    uint32_t* word(std::size_t i) const noexcept { return words_ == nullptr ? nullptr : words_ + i; }
+    // Host: whether call i's word is raised, read now. A device's words are read by settle().
+    bool raisedNow(std::size_t i) const noexcept { return host_ && words_ != nullptr && words_[i] != 0; }
+    // After the run's last decode: on a device, synchronizes the stream once and returns the first raised word's call,
+    // or npos (also on the host, whose words raisedNow read).
+    std::size_t settle();
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+   private:
+    std::vector<uint32_t> host_words_;
+    cuda::DeviceArray device_words_;  // grown to the largest run, reused
+    cuda::MappedWords mapped_;        // where settle() reads device_words_, the same size
+    uint32_t* words_ = nullptr;       // the run's: into host_words_ or device_words_
+    std::size_t n_ = 0;
+    bool host_ = true;
+    void* stream_ = nullptr;
+  };
+
   comm::Communicator& comm_;
+  RunVerdicts verdicts_;
   uint64_t collectives_ = 0;
   uint64_t copied_ = 0;
   uint64_t sum_in_place_from_ = 0;

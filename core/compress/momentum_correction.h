@@ -52,6 +52,11 @@ class MomentumCorrection final : public TensorCodec {
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);
   }
+  bool defersVerdicts() const override { return inner_->defersVerdicts(); }
+  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
+                      uint32_t* verdict) override {
+    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
+  }
   using TensorCodec::reduce;
   uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
                   std::span<std::byte> out) override {

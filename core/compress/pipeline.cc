@@ -79,6 +79,7 @@ CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, con
   world_ = comm.size();
   tensor_ = codec_->info().tensor_id;
   placement_ = codec_->placement();
+  defers_ = codec_->defersVerdicts();
   uint64_t max_payload = 0;
   uint64_t max_reduced = 0;
   for (const CompressorSizes& s : sizes_) {
@@ -166,20 +167,25 @@ std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
   return aggregate;
 }
 
-void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out) {
+void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out,
+                                          uint32_t* verdict) {
   const auto decode_start = rt::now();
   const auto numel = static_cast<double>(codec_->info().numel);
   {
     const rt::Kernel kernel({.kind = rt::CostKind::kDecompress, .size = numel, .flops = kCodecFlopsPerElement * numel});
-    codec_->decode(step, aggregate, -1, out, false);
+    if (defers_ && verdict != nullptr) {
+      codec_->decodeDeferred(step, aggregate, -1, out, false, verdict);
+    } else {
+      codec_->decode(step, aggregate, -1, out, false);
+    }
   }
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
 }
 
-void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads,
-                                         void* out) {
+void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads, void* out,
+                                         uint32_t* verdicts) {
   TERSE_CHECK(payloads.size() == static_cast<std::size_t>(world_), InternalError,
               where(*codec_) << payloads.size() << " gathered payloads for a world of " << world_);
   const auto decode_start = rt::now();
@@ -190,11 +196,33 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
                              .count = static_cast<double>(world_),
                              .flops = kCodecFlopsPerElement * numel * world_});
     zeroOut(out);
-    for (int i = 0; i < world_; ++i) codec_->decode(step, payloads[static_cast<std::size_t>(i)], i, out, true);
+    for (int i = 0; i < world_; ++i) {
+      const std::span<const std::byte> payload = payloads[static_cast<std::size_t>(i)];
+      if (defers_ && verdicts != nullptr) {
+        codec_->decodeDeferred(step, payload, i, out, true, verdicts + i);
+      } else {
+        codec_->decode(step, payload, i, out, true);
+      }
+    }
   }
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
+}
+
+void CompressionPipeline::explainRefusal(uint64_t step, std::span<const std::byte> payload, int source_rank) {
+  const TensorInfo& info = codec_->info();
+  // Scratch memory, so that a decode that accepts (the plugin's fault) writes nothing of the caller's. Allocated on the
+  // failure path only.
+  TensorBuffer scratch(static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype), placement_);
+  codec_->decode(step, payload, source_rank, scratch.data(), false);
+  if (placement_.device) cuda::synchronize(placement_.stream);
+  TERSE_THROW(PluginError,
+              where(*codec_) << "the compressor's deferred decompress refused the payload "
+                             << (source_rank < 0 ? std::string("aggregate") : "of rank " + std::to_string(source_rank))
+                             << " of step " << step
+                             << " (it raised its verdict word), which its decompress accepts: the "
+                                "plugin's two decompress entry points disagree (terse/device_verdict_v1.h)");
 }
 
 void CompressionPipeline::zeroOut(void* out) const {

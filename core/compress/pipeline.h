@@ -84,9 +84,21 @@ class CompressionPipeline {
   // every rank so that every rank decodes the same aggregate. Timed as decode.
   std::span<const std::byte> fold(uint64_t step, int round, std::span<const std::span<const std::byte>> blocks);
   // SUM, CUSTOM: out = decode(aggregate of the last round) / world_size.
-  void finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out);
-  // ALLGATHER: out = sum over ranks, in rank order, of decode(rank i's payload), / world_size.
-  void finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads, void* out);
+  // With `verdict` (a zeroed word in the tensor's memory) and a codec that defers its payload checks
+  // (defersVerdicts), the decode leaves its verdict there instead of waiting for it (TensorCodec::decodeDeferred): the
+  // caller reads the word once the stream has run the call's work, and for a raised one calls explainRefusal. The
+  // division is queued all the same, so a refused tensor's output is left undefined, as a failed step's outputs are.
+  void finishAggregate(uint64_t step, std::span<const std::byte> aggregate, void* out, uint32_t* verdict = nullptr);
+  // ALLGATHER: out = sum over ranks, in rank order, of decode(rank i's payload), / world_size. `verdicts`: as
+  // finishAggregate's, one word per rank in rank order.
+  void finishGathered(uint64_t step, std::span<const std::span<const std::byte>> payloads, void* out,
+                      uint32_t* verdicts = nullptr);
+  // Whether the codec's decodes may leave their verdict in a word (TensorCodec::defersVerdicts).
+  bool defersVerdicts() const noexcept { return defers_; }
+  // The refusal of a payload whose verdict word a deferred decode raised: decodes it again the ordinary way, into
+  // scratch memory of the tensor's, which throws the plugin's own message (InvalidPayload). A payload that decode
+  // accepts is the plugin's fault: PluginError, naming the tensor and the rank whose payload it is.
+  [[noreturn]] void explainRefusal(uint64_t step, std::span<const std::byte> payload, int source_rank);
   // Wire bytes of a collective attributed to this pipeline.
   void addWire(const comm::WireBytes& w) { stats_.wire += w; }
 
@@ -106,6 +118,7 @@ class CompressionPipeline {
   std::span<const CompressorSizes> sizes_;
   int world_ = 1;
   uint64_t tensor_ = 0;
+  bool defers_ = false;  // codec_->defersVerdicts(), asked once
   PipelineStats stats_;
   // In the tensor's memory (the codec's placement), like every buffer the engine hands the communicator.
   Placement placement_;

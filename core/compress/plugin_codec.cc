@@ -146,12 +146,18 @@ void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int 
   decodeAs(step, payload, source_rank, out, accumulate, 0);
 }
 
+void PluginCodec::decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
+                                 bool accumulate, uint32_t* verdict) {
+  TERSE_CHECK(verdict != nullptr, InvalidArgument, where(*compressor_, info_) << "decode: the verdict word is null");
+  decodeAs(step, payload, source_rank, out, accumulate, 0, verdict);
+}
+
 void PluginCodec::decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
   decodeAs(step, payload, info_.rank, out, false, TERSE_CALL_OWN_PAYLOAD);
 }
 
 void PluginCodec::decodeAs(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
-                           bool accumulate, uint32_t call_flags) {
+                           bool accumulate, uint32_t call_flags, uint32_t* verdict) {
   TERSE_CHECK(source_rank >= -1 && source_rank < info_.world_size, InvalidArgument,
               where(*compressor_, info_) << "decode: source_rank must be -1 (aggregate) or in [0, " << info_.world_size
                                          << "), got " << source_rank);
@@ -160,8 +166,12 @@ void PluginCodec::decodeAs(uint64_t step, std::span<const std::byte> payload, in
   const int round = caps_.num_rounds - 1;
   TensorInfo call = callInfo(step, round, source_rank);
   call.call_flags = call_flags;
-  compressor_->decompressBound(call, sizes_[static_cast<std::size_t>(round)], payload, scratch(), out, accumulate,
-                               stream());
+  const CompressorSizes& sizes = sizes_[static_cast<std::size_t>(round)];
+  if (verdict != nullptr) {
+    compressor_->decompressDeferred(call, sizes, payload, scratch(), out, accumulate, verdict, stream());
+  } else {
+    compressor_->decompressBound(call, sizes, payload, scratch(), out, accumulate, stream());
+  }
 }
 
 uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,

@@ -46,6 +46,9 @@ class PluginCodec final : public TensorCodec {
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override;
+  bool defersVerdicts() const override { return compressor_->defersVerdicts(); }
+  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
+                      uint32_t* verdict) override;
   void decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) override;
   using TensorCodec::reduce;
   uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
@@ -55,9 +58,10 @@ class PluginCodec final : public TensorCodec {
 
  private:
   TensorInfo callInfo(uint64_t step, int round, int source_rank) const;
-  // decode and decodeOwn: the last round's decompress with `call_flags` (TERSE_CALL_*).
+  // decode, decodeDeferred and decodeOwn: the last round's decompress with `call_flags` (TERSE_CALL_*), deferred when
+  // `verdict` is set.
   void decodeAs(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
-                uint32_t call_flags);
+                uint32_t call_flags, uint32_t* verdict = nullptr);
   Scratch scratch() { return Scratch{workspace_.span(), state_.span()}; }
   void* stream() const { return placement_.stream; }
   void checkRound(const char* call, int round) const;

@@ -116,6 +116,20 @@ class Compressor {
     (void)sizes;
     decompress(info, payload, scratch, out, accumulate, stream);
   }
+  // decompressBound with the payload check's verdict left in `verdict` (terse/device_verdict_v1.h): a word in the
+  // call's memory (the tensor's device, or the host) that the caller zeroed and reads once the call's work has run; a
+  // raised (nonzero) word is a refused payload, and the output and state are then as they were. What the plugin can
+  // refuse at once is thrown, as from decompressBound. The default -- and a plugin without the entry point -- is
+  // decompressBound, which leaves the word alone. A caller that finds a word raised calls decompressBound on the same
+  // payload for the refusal's message (the plugin's own).
+  virtual void decompressDeferred(const TensorInfo& info, const CompressorSizes& sizes,
+                                  std::span<const std::byte> payload, const Scratch& scratch, void* out,
+                                  bool accumulate, uint32_t* verdict, void* stream) const {
+    (void)verdict;
+    decompressBound(info, sizes, payload, scratch, out, accumulate, stream);
+  }
+  // Whether decompressDeferred may leave its verdict in the word (the plugin exports the entry point).
+  virtual bool defersVerdicts() const { return false; }
   virtual uint64_t reduceBound(const TensorInfo& info, const CompressorSizes& sizes, std::span<const std::byte> a,
                                std::span<const std::byte> b, const Scratch& scratch, std::span<std::byte> out,
                                void* stream) const {

@@ -12,6 +12,7 @@
 #include "core/common/watchdog.h"
 #include "core/plugin/plugin_support.h"
 #include "terse/compressor_v1.h"
+#include "terse/device_verdict_v1.h"
 
 namespace terse {
 namespace {
@@ -105,7 +106,8 @@ class PluginCompressor;
 struct CompressorPlugin::Impl {
   std::shared_ptr<detail::SharedLibrary> lib;
   CompressorApi api{};
-  terse_resolved_params_fn_v1 resolved_params = nullptr;  // optional (terse/resolved_params_v1.h)
+  terse_resolved_params_fn_v1 resolved_params = nullptr;          // optional (terse/resolved_params_v1.h)
+  terse_decompress_deferred_fn_v1 decompress_deferred = nullptr;  // optional (terse/device_verdict_v1.h)
   PluginInfo info;
   std::string label;
 };
@@ -121,6 +123,7 @@ class PluginCompressor final : public Compressor {
       : plugin_(std::move(plugin)),
         api_(impl.api),
         resolved_params_(impl.resolved_params),
+        decompress_deferred_(impl.decompress_deferred),
         info_(impl.info),
         label_(impl.label),
         host_(impl.label),
@@ -230,18 +233,17 @@ class PluginCompressor final : public Compressor {
 
   void decompressBound(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> payload,
                        const Scratch& scratch, void* out, bool accumulate, void* stream) const override {
-    checkCapacity(Call::kDecompress, info, sz, scratch, 0);
-    const terse_tensor_info_v1 abi = toAbi(info);
-    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
-    detail::clearPluginError();
-    terse_status_v1 status;
-    {
-      const watchdog::WatchedCall watched(watch_label_, "decompress", info.tensor_id, info.rank);
-      status =
-          api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out, accumulate ? 1 : 0, stream);
-    }
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, "decompress", status);
+    decompressCall(info, sz, payload, scratch, out, accumulate, nullptr, stream);
   }
+
+  void decompressDeferred(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> payload,
+                          const Scratch& scratch, void* out, bool accumulate, uint32_t* verdict,
+                          void* stream) const override {
+    TERSE_CHECK(verdict != nullptr, InternalError, label_ << ": decompress_deferred without a verdict word");
+    decompressCall(info, sz, payload, scratch, out, accumulate, decompress_deferred_ ? verdict : nullptr, stream);
+  }
+
+  bool defersVerdicts() const override { return decompress_deferred_ != nullptr; }
 
   uint64_t reduceBound(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> a,
                        std::span<const std::byte> b, const Scratch& scratch, std::span<std::byte> out,
@@ -445,9 +447,30 @@ class PluginCompressor final : public Compressor {
     return sz;
   }
 
+  // Both decompress entry points, with the same checks: the deferred one (terse/device_verdict_v1.h) when `verdict`
+  // is set.
+  void decompressCall(const TensorInfo& info, const CompressorSizes& sz, std::span<const std::byte> payload,
+                      const Scratch& scratch, void* out, bool accumulate, uint32_t* verdict, void* stream) const {
+    checkCapacity(Call::kDecompress, info, sz, scratch, 0);
+    const terse_tensor_info_v1 abi = toAbi(info);
+    const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    const char* const call = verdict != nullptr ? "decompress_deferred" : "decompress";
+    detail::clearPluginError();
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, call, info.tensor_id, info.rank);
+      status = verdict != nullptr ? decompress_deferred_(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out,
+                                                         accumulate ? 1 : 0, verdict, stream)
+                                  : api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out,
+                                                    accumulate ? 1 : 0, stream);
+    }
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status);
+  }
+
   std::shared_ptr<const CompressorPlugin> plugin_;  // keeps the file mapped; api_, info_, label_ point into it
   const CompressorApi& api_;
   terse_resolved_params_fn_v1 resolved_params_;
+  terse_decompress_deferred_fn_v1 decompress_deferred_;
   const PluginInfo& info_;
   const std::string& label_;
   detail::HostBinding host_;
@@ -485,6 +508,9 @@ std::shared_ptr<const CompressorPlugin> CompressorPlugin::open(const std::filesy
     impl->api = row.adapt(symbol, prefix);
     impl->info.path = file;
     impl->resolved_params = detail::resolvedParamsEntry(*lib, PluginKind::kCompressor);
+    // dlsym hands functions back as object pointers; POSIX guarantees the round trip.
+    impl->decompress_deferred = reinterpret_cast<terse_decompress_deferred_fn_v1>(
+        const_cast<void*>(lib->symbol(TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL)));
     impl->info.optimized = detail::builtOptimized(*lib, PluginKind::kCompressor);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kCompressor;

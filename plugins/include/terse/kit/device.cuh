@@ -47,6 +47,18 @@ __device__ __forceinline__ void raiseStatus(uint32_t* status) {
   *reinterpret_cast<volatile uint32_t*>(status) = 1u;
 }
 
+// Whether a deferred verdict's gate is raised (device.hpp, checkedDecompress: a decode queued behind its validation
+// without a wait, which must write nothing for a refused payload). One thread a block reads the word, device memory of
+// the core's, and the block shares it: block-uniform. Call it from every thread of the block, before any thread
+// returns; a null gate (the verdict was read on the host, or the payload is trusted) is never raised.
+__device__ __forceinline__ bool gateRaised(const uint32_t* gate) {
+  if (gate == nullptr) return false;  // a kernel argument: uniform, so the barrier below is reached by all or none
+  __shared__ uint32_t raised;
+  if (threadIdx.x == 0) raised = *reinterpret_cast<const volatile uint32_t*>(gate);
+  __syncthreads();
+  return raised != 0;
+}
+
 // Byte `i` of a prefix that a kernel received by value. Indexing the parameter with a run-time index makes the
 // compiler copy the whole Prefix into every thread's local memory (an 80-byte stack frame per thread; in a decode of
 // 256 MiB that was 1.3 GB of local stores, and the dense decoders ran at a seventh of a device copy on an H200). The

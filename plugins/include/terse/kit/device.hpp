@@ -15,7 +15,9 @@
 //                decoder, which throws the very message the host path gives (and if it did not, that is a bug, reported
 //                as an internal error rather than decoded). This rank's own payload (TERSE_CALL_OWN_PAYLOAD: error
 //                feedback decoding what it sent) is trusted, decoded with nothing waited for, by the plugins whose
-//                own payloads always validate (OwnPayload below).
+//                own payloads always validate (OwnPayload below). A deferred call (terse/device_verdict_v1.h) waits
+//                for nothing either: the validation raises the core's word, and the decode's kernels read it and
+//                write nothing when it is raised; the core reads the words of a whole collective's decodes at once.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -158,30 +161,57 @@ bool cleanVerdict(const sdk::DecompressArgs& args, StatusWords& words, Validate 
   return !status.raised();
 }
 
+// Whether a plugin's decode step takes the gate of a deferred verdict: `decode(const uint32_t* gate)`, whose kernels
+// write nothing when gate is non-null and *gate is raised (read on the device). A decode taking no argument cannot
+// defer: its calls keep the synchronization.
+template <class Decode>
+inline constexpr bool kDecodeTakesGate = std::is_invocable_v<Decode&, const uint32_t*>;
+
+template <class Decode>
+void runDecode(Decode& decode, const uint32_t* gate) {
+  if constexpr (kDecodeTakesGate<Decode>) {
+    decode(gate);
+  } else {
+    decode();
+  }
+}
+
 // The device decompress of the built-ins, in one place: when the payload has the size the host path accepts,
 // `validate(status_word)` queues the plugin's validation kernel, the stream is synchronized once to read the verdict,
-// and a clean payload is decoded by `decode()` (queued, not waited for). Anything else gets the host decoder's
-// verdict: `host_decompress` throws its message. With OwnPayload::kTrust this rank's own payload of the right size is
-// decoded by `decode()` alone, nothing waited for. (A plugin whose one kernel validates and decodes uses the overload
-// below; passing it here with an empty decode would decode nothing on the trusted path.)
+// and a clean payload is decoded by `decode` (queued, not waited for; with a null gate). Anything else gets the host
+// decoder's verdict: `host_decompress` throws its message. Two ways skip the synchronization:
+//   - a deferred call (args.deferredVerdict(), terse/device_verdict_v1.h) of a plugin whose decode takes a gate
+//     (kDecodeTakesGate): the validation raises the core's word, and `decode(gate)` with gate = that word queues
+//     kernels that write nothing when it is raised. The core reads the word later, for many calls at once.
+//   - with OwnPayload::kTrust, this rank's own payload of the right size is decoded by `decode` alone (null gate).
+// (A plugin whose one kernel validates and decodes uses the overload below; passing it here with an empty decode
+// would decode nothing on the trusted and deferred paths.)
 template <class Validate, class Decode>
 void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok, Validate validate,
                        Decode decode, const std::function<void(const sdk::DecompressArgs&)>& host_decompress,
                        OwnPayload own = OwnPayload::kValidate) {
   const Scope scope(args.info);
   if (size_ok && own == OwnPayload::kTrust && args.ownPayload()) {
-    decode();
+    runDecode(decode, nullptr);
     return;
   }
+  if constexpr (kDecodeTakesGate<Decode>) {
+    if (size_ok && args.deferredVerdict() != nullptr) {
+      validate(args.deferredVerdict());
+      decode(args.deferredVerdict());
+      return;
+    }
+  }
   if (size_ok && cleanVerdict(args, words, validate)) {
-    decode();
+    runDecode(decode, nullptr);
     return;
   }
   rethrowHostVerdict(args, host_decompress);
 }
 
-// The same for a plugin whose one kernel validates and decodes (`validate_and_decode(status_word)` writes the output
-// only for a clean payload). With OwnPayload::kTrust this rank's own payload of the right size runs it with
+// The same for a plugin whose one kernel validates and decodes (`validate_and_decode(status_word)` raises the word and
+// writes the output only for a clean payload, whatever the word held before). A deferred call runs it on the core's
+// word, nothing waited for; with OwnPayload::kTrust this rank's own payload of the right size runs it with
 // StatusWords::discard(), nothing waited for.
 template <class ValidateAndDecode>
 void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool size_ok,
@@ -191,6 +221,10 @@ void checkedDecompress(const sdk::DecompressArgs& args, StatusWords& words, bool
   const Scope scope(args.info);
   if (size_ok && own == OwnPayload::kTrust && args.ownPayload()) {
     validate_and_decode(words.discard());
+    return;
+  }
+  if (size_ok && args.deferredVerdict() != nullptr) {
+    validate_and_decode(args.deferredVerdict());
     return;
   }
   if (size_ok && cleanVerdict(args, words, validate_and_decode)) return;

@@ -141,7 +141,8 @@ __device__ __forceinline__ void loadCodeQuad(const uint64_t* __restrict__ words,
 // ends inside the quad), each code decoded and written (or added) with one 16-byte store.
 template <unsigned W, class Decoder>
 __global__ void decodeCodesKernel(const uint64_t* __restrict__ words, uint64_t numel, Decoder decoder,
-                                  float* __restrict__ out, bool accumulate) {
+                                  float* __restrict__ out, bool accumulate, const uint32_t* gate) {
+  if (gateRaised(gate)) return;  // a deferred verdict refused the payload (device.hpp, checkedDecompress)
   const uint64_t quads = (numel + 3) / 4;
   for (uint64_t q = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; q < quads; q += uint64_t{gridDim.x} * blockDim.x) {
     const uint64_t i0 = 4 * q;
@@ -248,10 +249,10 @@ void launchQuantize(unsigned width, unsigned draw_bits, const float* x, uint64_t
 // Decode of a width W fixed at compile time (terngrad, onebit, signsgd): one kernel.
 template <unsigned W, class Decoder>
 void launchDecodeCodes(const uint64_t* words, uint64_t numel, const Decoder& decoder, float* out, bool accumulate,
-                       void* stream) {
+                       void* stream, const uint32_t* gate = nullptr) {
   if (numel == 0) return;
-  decodeCodesKernel<W, Decoder>
-      <<<gridFor((numel + 3) / 4, kThreads), kThreads, 0, streamOf(stream)>>>(words, numel, decoder, out, accumulate);
+  decodeCodesKernel<W, Decoder><<<gridFor((numel + 3) / 4, kThreads), kThreads, 0, streamOf(stream)>>>(
+      words, numel, decoder, out, accumulate, gate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
@@ -259,9 +260,9 @@ void launchDecodeCodes(const uint64_t* words, uint64_t numel, const Decoder& dec
 // width comes from a payload that was validated against the plugin's own parameters first.
 template <unsigned Lo, unsigned Hi, class Decoder>
 void launchDecodeCodes(const uint64_t* words, uint64_t numel, unsigned width, const Decoder& decoder, float* out,
-                       bool accumulate, void* stream) {
-  launchForWidth<Lo, Hi>(width,
-                         [&]<unsigned W>() { launchDecodeCodes<W>(words, numel, decoder, out, accumulate, stream); });
+                       bool accumulate, void* stream, const uint32_t* gate = nullptr) {
+  launchForWidth<Lo, Hi>(
+      width, [&]<unsigned W>() { launchDecodeCodes<W>(words, numel, decoder, out, accumulate, stream, gate); });
 }
 
 // signWordsKernel over numel elements; nan_flag may be null (no NaN check).

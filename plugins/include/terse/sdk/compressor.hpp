@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "terse/compressor_v1.h"
+#include "terse/device_verdict_v1.h"
 #include "terse/resolved_params_v1.h"
 #include "terse/sdk/abi_checks.hpp"
 #include "terse/sdk/cpu.hpp"
@@ -45,11 +46,19 @@ struct DecompressArgs {
   void* raw_output;  // info.numel elements of info.dtype; NULL when numel == 0
   bool accumulate;
   void* stream;
+  // The deferred call's verdict word (terse/device_verdict_v1.h), null in an ordinary decompress.
+  uint32_t* verdict = nullptr;
 
   // Whether the payload is this rank's own, just written by its compress (TERSE_CALL_OWN_PAYLOAD): error feedback
   // decoding what it sent. A plugin whose own payloads always validate may then skip its validation (compressor_v1.h
   // says when not to); ignoring this is always correct.
   bool ownPayload() const { return (info.reserved0 & TERSE_CALL_OWN_PAYLOAD) != 0; }
+
+  // The word a deferred decompress (terse/device_verdict_v1.h) leaves a payload fault in, instead of throwing
+  // InvalidPayload after a wait: zeroed by the core, in the call's memory; null in an ordinary decompress. A plugin
+  // that uses it raises it from its check kernel and skips every write when it is raised (the kit's
+  // device::checkedDecompress does both); ignoring it is always correct.
+  uint32_t* deferredVerdict() const { return verdict; }
 
   template <class T>
   std::span<T> output() const {
@@ -210,18 +219,41 @@ struct CompressorAdapter {
   static terse_status_v1 decompress(void* ctx, const terse_tensor_info_v1* info, const void* payload,
                                     uint64_t payload_bytes, const terse_scratch_v1* scratch, void* output,
                                     int32_t accumulate, void* stream) noexcept {
+    return decompressWith(ctx, info, payload, payload_bytes, scratch, output, accumulate, nullptr, stream,
+                          "decompress");
+  }
+
+  // terse_compressor_decompress_deferred_v1 (terse/device_verdict_v1.h): the same call with the verdict word in
+  // DecompressArgs::verdict.
+  static terse_status_v1 decompressDeferred(void* ctx, const terse_tensor_info_v1* info, const void* payload,
+                                            uint64_t payload_bytes, const terse_scratch_v1* scratch, void* output,
+                                            int32_t accumulate, uint32_t* verdict, void* stream) noexcept {
+    if (verdict == nullptr) {
+      if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+      return guard(static_cast<const Context*>(ctx)->host.raw(), Export::kName,
+                   [] { throw InvalidArgument("decompress_deferred: verdict is NULL"); });
+    }
+    return decompressWith(ctx, info, payload, payload_bytes, scratch, output, accumulate, verdict, stream,
+                          "decompress_deferred");
+  }
+
+  static terse_status_v1 decompressWith(void* ctx, const terse_tensor_info_v1* info, const void* payload,
+                                        uint64_t payload_bytes, const terse_scratch_v1* scratch, void* output,
+                                        int32_t accumulate, uint32_t* verdict, void* stream,
+                                        const char* call) noexcept {
     if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
     const auto* c = static_cast<const Context*>(ctx);
     return guard(c->host.raw(), Export::kName, [&] {
-      checkInfo(info, "decompress");
-      if (output == nullptr && info->numel > 0) throw InvalidArgument("decompress: output is NULL");
+      checkInfo(info, call);
+      if (output == nullptr && info->numel > 0) throw InvalidArgument(std::string(call) + ": output is NULL");
       const DecompressArgs args{*info,
                                 bytesOf<const std::byte>(payload, payload_bytes, "decompress: payload"),
                                 workspaceOf(scratch, "decompress"),
                                 stateOf(scratch, "decompress"),
                                 output,
                                 accumulate != 0,
-                                stream};
+                                stream,
+                                verdict};
       c->instance->decompress(args);
     });
   }
@@ -269,6 +301,16 @@ struct CompressorAdapter {
 
 }  // namespace detail
 }  // namespace terse::sdk
+
+// TERSE_EXPORT_COMPRESSOR's own optional symbol, expanded by TERSE_SDK_DETAIL_EXPORT_PLUGIN (params.hpp) with its
+// traits struct: terse_compressor_decompress_deferred_v1 (terse/device_verdict_v1.h).
+#define TERSE_SDK_DETAIL_EXPORT_KIND_Compressor(Export_)                                                             \
+  TERSE_PLUGIN_V1_EXPORT terse_status_v1 terse_compressor_decompress_deferred_v1(                                    \
+      void* ctx, const terse_tensor_info_v1* info, const void* payload, uint64_t payload_bytes,                      \
+      const terse_scratch_v1* scratch, void* output, int32_t accumulate, uint32_t* verdict, void* stream) noexcept { \
+    return ::terse::sdk::detail::CompressorAdapter<Export_>::decompressDeferred(                                     \
+        ctx, info, payload, payload_bytes, scratch, output, accumulate, verdict, stream);                            \
+  }
 
 // Exports Class as the plugin's struct, terse_compressor_plugin_v1 (constant-initialized, default visibility,
 // C linkage), the optional terse_compressor_resolved_params_v1 (resolved_params_v1.h: the parameters the constructor

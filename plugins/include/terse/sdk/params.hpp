@@ -318,8 +318,8 @@ terse_status_v1 reportResolvedParams(void* ctx, const terse_param_v1** params, s
 
 // The body of TERSE_EXPORT_COMPRESSOR and TERSE_EXPORT_SCHEDULER, one plugin kind apart: Kind_ names the adapter
 // (::terse::sdk::detail::<Kind_>Adapter) and kind_ the C symbols (terse_<kind_>_plugin_v1 of type terse_<kind_>_v1,
-// terse_<kind_>_resolved_params_v1, terse_<kind_>_build_info_v1); macro_ is the public macro's name for the
-// static_assert's message.
+// terse_<kind_>_resolved_params_v1, terse_<kind_>_build_info_v1, and what TERSE_SDK_DETAIL_EXPORT_KIND_<Kind_> adds
+// for the kind); macro_ is the public macro's name for the static_assert's message.
 #define TERSE_SDK_DETAIL_EXPORT_PLUGIN(macro_, Kind_, kind_, Class_, name_, description_, version_)                \
   static_assert(::terse::sdk::detail::isValidPluginName(name_), macro_ ": the plugin name must match [a-z0-9_]+"); \
   namespace {                                                                                                      \
@@ -333,5 +333,6 @@ terse_status_v1 reportResolvedParams(void* ctx, const terse_param_v1** params, s
   TERSE_SDK_DETAIL_EXPORT_RESOLVED_PARAMS(terse_##kind_##_resolved_params_v1,                                      \
                                           ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::Context)     \
   TERSE_SDK_DETAIL_EXPORT_BUILD_INFO(terse_##kind_##_build_info_v1)                                                \
-  TERSE_PLUGIN_V1_EXPORT constinit const terse_##kind_##_v1 terse_##kind_##_plugin_v1 =                            \
-      ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::table()
+  TERSE_SDK_DETAIL_EXPORT_KIND_##Kind_(Terse##Kind_##Export)                                                       \
+      TERSE_PLUGIN_V1_EXPORT constinit const terse_##kind_##_v1 terse_##kind_##_plugin_v1 =                        \
+          ::terse::sdk::detail::Kind_##Adapter<Terse##Kind_##Export>::table()

@@ -161,6 +161,9 @@ struct SchedulerAdapter {
 }  // namespace detail
 }  // namespace terse::sdk
 
+// A scheduler plugin has no optional symbol of its kind's own (TERSE_SDK_DETAIL_EXPORT_PLUGIN, params.hpp).
+#define TERSE_SDK_DETAIL_EXPORT_KIND_Scheduler(Export_)
+
 // Exports Class as the plugin's struct, terse_scheduler_plugin_v1, terse_scheduler_resolved_params_v1 and
 // terse_scheduler_build_info_v1; the rules of TERSE_EXPORT_COMPRESSOR apply.
 #define TERSE_EXPORT_SCHEDULER(Class_, name_, description_, version_) \
