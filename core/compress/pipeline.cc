@@ -217,12 +217,13 @@ void CompressionPipeline::explainRefusal(uint64_t step, std::span<const std::byt
   TensorBuffer scratch(static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype), placement_);
   codec_->decode(step, payload, source_rank, scratch.data(), false);
   if (placement_.device) cuda::synchronize(placement_.stream);
-  TERSE_THROW(PluginError,
-              where(*codec_) << "the compressor's deferred decompress refused the payload "
-                             << (source_rank < 0 ? std::string("aggregate") : "of rank " + std::to_string(source_rank))
-                             << " of step " << step
-                             << " (it raised its verdict word), which its decompress accepts: the "
-                                "plugin's two decompress entry points disagree (terse/device_verdict_v1.h)");
+  TERSE_THROW(
+      PluginError,
+      where(*codec_) << "the compressor's deferred decompress refused "
+                     << (source_rank < 0 ? std::string("the aggregate") : "rank " + std::to_string(source_rank) + "'s")
+                     << " payload of step " << step
+                     << " (it raised its verdict word), which its decompress accepts: the "
+                        "plugin's two decompress entry points disagree (terse/device_verdict_v1.h)");
 }
 
 void CompressionPipeline::zeroOut(void* out) const {

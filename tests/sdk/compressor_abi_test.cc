@@ -25,7 +25,7 @@ class Probe : public sdk::Compressor {
   Probe(sdk::Params& params, sdk::Host& host)
       : mode_(params.getChoice("mode", "ok",
                                {"ok", "too_many", "payload", "unsupported", "device", "oom", "ok_status", "logic",
-                                "int", "prefixed", "ctor_throws", "ctor_oom"})),
+                                "int", "prefixed", "ctor_throws", "ctor_oom", "defer"})),
         host_(host) {
     if (mode_ == "ctor_throws") throw std::runtime_error("constructor refused");
     if (mode_ == "ctor_oom") throw std::bad_alloc();
@@ -55,6 +55,12 @@ class Probe : public sdk::Compressor {
   }
   void decompress(const sdk::DecompressArgs& args) const override {
     std::span<float> out = args.output<float>();
+    // "defer": a payload of the wrong size is left in the deferred call's word (as a device check would leave it),
+    // nothing written.
+    if (mode_ == "defer" && args.deferredVerdict() != nullptr && args.payload.size() != 4 * out.size()) {
+      *args.deferredVerdict() = 7;
+      return;
+    }
     sdk::ByteReader r(args.payload);
     std::span<const float> v = r.getArray<float>(out.size(), "values");
     r.expectEnd();
@@ -435,6 +441,42 @@ TEST(SdkCompressorAbi, ReduceForwardsBothPayloads) {
             TERSE_ERR_INTERNAL);
   EXPECT_EQ(n, 0u);
   EXPECT_EQ(liar.host().lastError(), "probe: reduce reported 9 output bytes but the output holds 8");
+}
+
+// The macro's terse_compressor_decompress_deferred_v1 (terse/device_verdict_v1.h): the plugin sees the core's word in
+// DecompressArgs::deferredVerdict, the ordinary decompress sees none, and a null word is refused before the plugin
+// runs.
+TEST(SdkCompressorAbi, DeferredDecompressHandsThePluginTheVerdictWord) {
+  Instance inst(probeApi(), {{"mode", "defer"}});
+  ASSERT_EQ(inst.initStatus(), TERSE_OK);
+  const terse_tensor_info_v1 info = makeInfo(2);
+  const std::vector<float> in = {1.5f, -2.0f};
+  const std::vector<std::byte> good = inst.compress(info, in);
+  const std::vector<std::byte> bad(good.begin(), good.end() - 1);
+  std::vector<float> out = {9.0f, 9.0f};
+  uint32_t word = 0;
+  const auto deferred = [&](const std::vector<std::byte>& payload, uint32_t* verdict) {
+    return probe_plugin::terse_compressor_decompress_deferred_v1(inst.ctx(), &info, payload.data(), payload.size(),
+                                                                 nullptr, out.data(), 0, verdict, nullptr);
+  };
+  // A clean payload decodes as decompress does and leaves the word alone.
+  ASSERT_EQ(deferred(good, &word), TERSE_OK) << inst.host().lastError();
+  EXPECT_EQ(word, 0u);
+  EXPECT_EQ(out, in);
+  // A bad one is left in the word, the output untouched, and the call succeeds.
+  out = {9.0f, 9.0f};
+  ASSERT_EQ(deferred(bad, &word), TERSE_OK) << inst.host().lastError();
+  EXPECT_EQ(word, 7u);
+  EXPECT_EQ(out, (std::vector<float>{9.0f, 9.0f}));
+  // The ordinary entry point has no word: the same payload is refused with the plugin's message.
+  EXPECT_EQ(inst.decompress(info, bad, out), TERSE_ERR_INVALID_PAYLOAD);
+  EXPECT_EQ(out, (std::vector<float>{9.0f, 9.0f}));
+  // No word: refused, naming the call.
+  EXPECT_EQ(deferred(good, nullptr), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(inst.host().lastError(), "probe: decompress_deferred: verdict is NULL");
+  EXPECT_EQ(probe_plugin::terse_compressor_decompress_deferred_v1(nullptr, &info, good.data(), good.size(), nullptr,
+                                                                  out.data(), 0, &word, nullptr),
+            TERSE_ERR_INVALID_ARGUMENT);
 }
 
 TEST(SdkCompressorAbi, NullContextIsRejectedWithoutCrashing) {

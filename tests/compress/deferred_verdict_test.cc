@@ -1,0 +1,310 @@
+// Deferred payload verdicts (terse/device_verdict_v1.h, engine.h "Payload checks"), on the host where they can run
+// here: an in-test compressor whose decompressDeferred leaves a refusal in the engine's word instead of throwing, three
+// ranks on threads, SUM and ALLGATHER, fused groups and members alone, an empty tensor among them. Clean runs must
+// decode as the ordinary path does; a raised word must fail every rank with the compressor's own message for the
+// right payload, and the next step must run clean; a word that the ordinary decode does not explain names the plugin
+// as broken. The real plugins' side: an SDK-built plugin exports the entry point (and on the host refuses at once), a
+// C plugin without it does not defer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/compress/engine.h"
+#include "core/compress/make_codec.h"
+#include "core/compress/pipeline.h"
+#include "core/plugin/compressor_plugin.h"
+#include "core/plugin/loader.h"
+#include "tests/comm/comm_test_util.h"
+#include "tests/compress/fake_compressors.h"
+
+// A namespace of its own: unity builds compile this file with engine_test.cc, which has helpers of the same names.
+namespace terse::deferred_verdict_test {
+namespace {
+
+using comm::HostCommunicator;
+using comm::testing::World;
+using terse::testing::FakeCompressor;
+using terse::testing::FakeHeader;
+using terse::testing::kFakeHeaderBytes;
+using terse::testing::floatsOf;
+using terse::testing::payloadBytes;
+
+// The tensor and step whose payload one rank plants a fault in.
+struct Fault {
+  int rank = -1;
+  uint64_t tensor = 0;
+  uint64_t step = 0;
+};
+
+// Fixed size, header + the gradient's floats, SUM (the header stays home, the body is summed) or ALLGATHER. The
+// planted fault is what crosses the network in each: a bad magic in a gathered payload, a NaN in a summed body (every
+// rank's aggregate gets it). The check refuses both, naming the tensor and whose payload it was. With `defers`,
+// decompressDeferred leaves the refusal in the word and counts its calls; with `disagree`, the ordinary decompress
+// checks nothing (a broken plugin whose two entry points disagree).
+class VerdictFake final : public FakeCompressor {
+ public:
+  static constexpr uint32_t kMagic = 0x56455244;
+  VerdictFake(Aggregation aggregation, bool defers, bool disagree, Fault fault)
+      : FakeCompressor("verdict_fake"),
+        aggregation_(aggregation),
+        defers_(defers),
+        disagree_(disagree),
+        fault_(fault) {}
+
+  CompressorCaps makeCaps(DType) const override {
+    CompressorCaps c;
+    c.devices = TERSE_DEVICE_HOST;
+    c.aggregation = aggregation_;
+    c.fixed_size = true;
+    c.wire_dtype = DType::kF32;
+    return c;
+  }
+  CompressorSizes sizes(const TensorInfo& info) const override {
+    CompressorSizes s;
+    s.max_output_bytes = payloadBytes(info.numel);
+    s.sum_header_bytes = aggregation_ == Aggregation::kSum ? kFakeHeaderBytes : 0;
+    return s;
+  }
+  uint64_t compress(const TensorInfo& info, const void* input, std::span<const std::byte>, const Scratch&,
+                    std::span<std::byte> out, void*) const override {
+    std::vector<float> values = floatsOf(input, info.numel);
+    uint32_t magic = kMagic;
+    if (info.rank == fault_.rank && info.tensor_id == fault_.tensor && info.step == fault_.step) {
+      if (aggregation_ == Aggregation::kSum) {
+        values.at(values.size() / 2) = std::numeric_limits<float>::quiet_NaN();
+      } else {
+        magic = ~kMagic;
+      }
+    }
+    return writePayload(magic, 0, values, out);
+  }
+  void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch&, void* out,
+                  bool accumulate, void*) const override {
+    if (!disagree_) {
+      const std::string fault = check(info, payload);
+      TERSE_CHECK(fault.empty(), InvalidPayload, fault);
+    }
+    writeOut(payload, info.numel, out, accumulate);
+  }
+  void decompressDeferred(const TensorInfo& info, const CompressorSizes&, std::span<const std::byte> payload,
+                          const Scratch&, void* out, bool accumulate, uint32_t* verdict, void*) const override {
+    ++deferred_calls;
+    if (!check(info, payload).empty()) {
+      *verdict = 1;  // as a device check leaves it: nothing written, nothing thrown
+      return;
+    }
+    writeOut(payload, info.numel, out, accumulate);
+  }
+  bool defersVerdicts() const override { return defers_; }
+
+  mutable std::atomic<uint64_t> deferred_calls{0};
+
+ private:
+  static std::string whose(const TensorInfo& info) {
+    return info.source_rank < 0 ? std::string("the aggregate") : "rank " + std::to_string(info.source_rank) + "'s";
+  }
+  // Empty when the payload is clean, else what is wrong with it.
+  static std::string check(const TensorInfo& info, std::span<const std::byte> payload) {
+    const std::string who = "verdict_fake: tensor " + std::to_string(info.tensor_id) + ": " + whose(info) + " payload";
+    if (payload.size() != payloadBytes(info.numel)) return who + " has " + std::to_string(payload.size()) + " bytes";
+    FakeHeader h{};
+    std::memcpy(&h, payload.data(), sizeof h);
+    if (h.magic != kMagic || h.numel != info.numel) return who + " has a bad header";
+    for (uint64_t i = 0; i < info.numel; ++i) {
+      float v;
+      std::memcpy(&v, payload.data() + kFakeHeaderBytes + i * sizeof(float), sizeof v);
+      if (!std::isfinite(v)) return who + " has a non-finite value at " + std::to_string(i);
+    }
+    return {};
+  }
+
+  Aggregation aggregation_;
+  bool defers_;
+  bool disagree_;
+  Fault fault_;
+};
+
+TensorInfo tensorFor(uint64_t numel, int rank, int world, uint64_t id) {
+  TensorInfo t;
+  t.numel = numel;
+  t.ndim = 1;
+  t.shape = {static_cast<int64_t>(numel), 0, 0, 0};
+  t.tensor_id = id;
+  t.rank = rank;
+  t.world_size = world;
+  t.source_rank = rank;
+  return t;
+}
+
+constexpr int kWorld = 3;
+// Odd sizes and an empty tensor; tensor ids 100 + m. The fault goes into tensor 101 (77 elements), neither the first
+// nor the last member of a fused group: on the host a fused SUM decodes in place, and the member after it writes its
+// header over the faulty payload's tail, so its word must be read before that.
+const std::vector<uint64_t> kNumels = {301, 77, 0, 5};
+constexpr uint64_t kFaultTensor = 101;
+
+float gradValue(int rank, std::size_t m, std::size_t i, uint64_t step) {
+  return static_cast<float>(rank + 1) * 0.25f + static_cast<float>(m) - static_cast<float>(i % 13) * 0.125f +
+         static_cast<float>(step) * 0.5f;
+}
+
+// Every rank's pipelines and engine over one world, kept across world.run calls so that a failed step can be followed
+// by a clean one on the same engine.
+struct Ranks {
+  World world{kWorld};
+  std::vector<std::vector<std::unique_ptr<CompressionPipeline>>> pipes;
+  std::vector<std::unique_ptr<AggregationEngine>> engines;
+  explicit Ranks(const std::shared_ptr<Compressor>& codec) {
+    for (int r = 0; r < kWorld; ++r) {
+      HostCommunicator& comm = *world.comms[static_cast<std::size_t>(r)];
+      pipes.emplace_back();
+      for (std::size_t m = 0; m < kNumels.size(); ++m)
+        pipes.back().push_back(std::make_unique<CompressionPipeline>(
+            makePluginCodec(codec, tensorFor(kNumels[m], r, kWorld, 100 + m), 1), comm));
+      engines.push_back(std::make_unique<AggregationEngine>(comm));
+    }
+  }
+  // One step on rank r, fused or member by member; returns the outputs.
+  std::vector<std::vector<float>> step(int r, uint64_t step, bool fused) {
+    std::vector<std::vector<float>> grads, outs;
+    std::vector<GroupMember> members;
+    for (std::size_t m = 0; m < kNumels.size(); ++m) {
+      grads.emplace_back(kNumels[m]);
+      for (std::size_t i = 0; i < grads[m].size(); ++i) grads[m][i] = gradValue(r, m, i, step);
+      outs.emplace_back(kNumels[m], -7.0f);
+    }
+    for (std::size_t m = 0; m < kNumels.size(); ++m)
+      members.push_back(GroupMember{pipes[static_cast<std::size_t>(r)][m].get(), grads[m].data(), outs[m].data()});
+    AggregationEngine& engine = *engines[static_cast<std::size_t>(r)];
+    if (fused) {
+      engine.run(step, members);
+    } else {
+      for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
+    }
+    return outs;
+  }
+};
+
+std::string aggName(Aggregation a) {
+  return std::string(aggregationName(a));
+}
+
+TEST(DeferredVerdict, CleanRunsDecodeAsTheOrdinaryPath) {
+  for (const Aggregation agg : {Aggregation::kSum, Aggregation::kAllgather}) {
+    for (const bool fused : {true, false}) {
+      SCOPED_TRACE(aggName(agg) + (fused ? ", fused" : ", alone"));
+      auto deferring = std::make_shared<VerdictFake>(agg, true, false, Fault{});
+      auto ordinary = std::make_shared<VerdictFake>(agg, false, false, Fault{});
+      Ranks a(deferring), b(ordinary);
+      std::vector<std::vector<std::vector<float>>> out_a(kWorld), out_b(kWorld);
+      for (uint64_t step = 0; step < 3; ++step) {
+        a.world.runOk([&](int r, HostCommunicator&) { out_a[static_cast<std::size_t>(r)] = a.step(r, step, fused); });
+        b.world.runOk([&](int r, HostCommunicator&) { out_b[static_cast<std::size_t>(r)] = b.step(r, step, fused); });
+        EXPECT_EQ(out_a, out_b) << "step " << step;
+      }
+      // Every decode call went through the deferred entry point: a SUM decodes each member's aggregate once a rank, a
+      // gather each member once per rank's payload.
+      const uint64_t per_step = kWorld * kNumels.size() * (agg == Aggregation::kSum ? 1 : kWorld);
+      EXPECT_EQ(deferring->deferred_calls.load(), 3 * per_step);
+      EXPECT_EQ(ordinary->deferred_calls.load(), 0u);
+      // The averages are the ordinary path's, and real: member 0, element 0 at step 2 is the mean of the ranks'.
+      float mean = 0;
+      for (int r = 0; r < kWorld; ++r) mean += gradValue(r, 0, 0, 2);
+      EXPECT_NEAR(out_a[0][0][0], mean / kWorld, 1e-6f);
+    }
+  }
+}
+
+TEST(DeferredVerdict, ARaisedWordFailsEveryRankWithThePluginsMessageAndTheNextStepRunsClean) {
+  for (const Aggregation agg : {Aggregation::kSum, Aggregation::kAllgather}) {
+    for (const bool fused : {true, false}) {
+      SCOPED_TRACE(aggName(agg) + (fused ? ", fused" : ", alone"));
+      const Fault fault{1, kFaultTensor, 1};
+      auto codec = std::make_shared<VerdictFake>(agg, true, false, fault);
+      auto clean = std::make_shared<VerdictFake>(agg, false, false, Fault{});
+      Ranks ranks(codec), twin(clean);
+      ranks.world.runOk([&](int r, HostCommunicator&) { ranks.step(r, 0, fused); });
+      const auto failed = ranks.world.run([&](int r, HostCommunicator&) { ranks.step(r, 1, fused); });
+      ASSERT_FALSE(failed.watchdog_fired);
+      const std::string expected = agg == Aggregation::kSum
+                                       ? "verdict_fake: tensor 101: the aggregate payload has a non-finite value at 38"
+                                       : "verdict_fake: tensor 101: rank 1's payload has a bad header";
+      for (int r = 0; r < kWorld; ++r) {
+        EXPECT_NE(failed.message(r).find(expected), std::string::npos) << "rank " << r << ": " << failed.message(r);
+        ASSERT_NE(failed.errors[static_cast<std::size_t>(r)], nullptr);
+        EXPECT_THROW(std::rethrow_exception(failed.errors[static_cast<std::size_t>(r)]), InvalidPayload);
+      }
+      // The same engines and pipelines run the next step clean, as a twin that never failed does: no word of the
+      // failed step is left raised.
+      std::vector<std::vector<std::vector<float>>> out(kWorld), want(kWorld);
+      ranks.world.runOk([&](int r, HostCommunicator&) { out[static_cast<std::size_t>(r)] = ranks.step(r, 2, fused); });
+      twin.world.runOk([&](int r, HostCommunicator&) { want[static_cast<std::size_t>(r)] = twin.step(r, 2, fused); });
+      EXPECT_EQ(out, want);
+    }
+  }
+}
+
+TEST(DeferredVerdict, AWordTheOrdinaryDecodeDoesNotExplainNamesThePlugin) {
+  for (const Aggregation agg : {Aggregation::kSum, Aggregation::kAllgather}) {
+    SCOPED_TRACE(aggName(agg));
+    auto codec = std::make_shared<VerdictFake>(agg, true, true, Fault{1, kFaultTensor, 0});
+    Ranks ranks(codec);
+    const auto failed = ranks.world.run([&](int r, HostCommunicator&) { ranks.step(r, 0, true); });
+    ASSERT_FALSE(failed.watchdog_fired);
+    for (int r = 0; r < kWorld; ++r) {
+      const std::string m = failed.message(r);
+      EXPECT_NE(m.find("tensor 101"), std::string::npos) << m;
+      EXPECT_NE(m.find(agg == Aggregation::kSum ? "refused the aggregate payload of step 0"
+                                                : "refused rank 1's payload of step 0"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("two decompress entry points disagree"), std::string::npos) << m;
+      EXPECT_THROW(std::rethrow_exception(failed.errors[static_cast<std::size_t>(r)]), PluginError);
+    }
+  }
+}
+
+// The real plugins' side of the ABI: an SDK-built plugin exports terse_compressor_decompress_deferred_v1 and so defers;
+// on the host it ignores the word and refuses a bad payload at once, as decompress does. A C plugin without the symbol
+// does not defer, and its decodes take the ordinary entry point.
+TEST(DeferredVerdict, SdkPluginsExportTheEntryPointAndCPluginsNeedNot) {
+  const auto file = [](const std::filesystem::path& dir, const std::string& name) {
+    return dir / PluginLoader::fileNameFor(PluginKind::kCompressor, name);
+  };
+  auto lossy = CompressorPlugin::open(file(TERSE_TEST_PLUGIN_DIR, "test_lossy"))->instantiate({});
+  auto c_plugin = CompressorPlugin::open(file(TERSE_TEST_FIXTURE_PLUGIN_DIR, "good_c"))->instantiate({});
+  EXPECT_TRUE(lossy->defersVerdicts());
+  EXPECT_FALSE(c_plugin->defersVerdicts());
+
+  auto codec = makePluginCodec(lossy, tensorFor(10, 0, 1, 5), 1);
+  EXPECT_TRUE(codec->defersVerdicts());
+  std::vector<float> grad(10, 1.5f), out(10, -1.0f);
+  std::vector<std::byte> payload(static_cast<std::size_t>(codec->sizes(0).max_output_bytes));
+  const uint64_t bytes = codec->encode(0, 0, grad.data(), {}, payload);
+  std::vector<float> ordinary(10, -1.0f);
+  codec->decode(0, std::span<const std::byte>(payload.data(), bytes), -1, ordinary.data(), false);
+  uint32_t word = 0;
+  codec->decodeDeferred(0, std::span<const std::byte>(payload.data(), bytes), -1, out.data(), false, &word);
+  EXPECT_EQ(word, 0u);
+  EXPECT_EQ(out, ordinary);
+  EXPECT_NE(out, std::vector<float>(10, -1.0f));
+  std::fill(out.begin(), out.end(), -1.0f);
+  EXPECT_THROW(
+      codec->decodeDeferred(0, std::span<const std::byte>(payload.data(), bytes - 4), -1, out.data(), false, &word),
+      InvalidPayload);
+  EXPECT_EQ(word, 0u);
+  EXPECT_EQ(out, std::vector<float>(10, -1.0f));
+  EXPECT_THROW(
+      codec->decodeDeferred(0, std::span<const std::byte>(payload.data(), bytes), -1, out.data(), false, nullptr),
+      InvalidArgument);
+}
+
+}  // namespace
+}  // namespace terse::deferred_verdict_test
