@@ -8,6 +8,14 @@
 #include "terse/compressor.h"
 #include "terse/scheduler.h"
 
+#include <type_traits>
+
+// The deferred decompress's signature (terse/device_verdict_v1.h), as released: decompress's arguments with the verdict
+// word before the stream.
+static_assert(std::is_same_v<terse_decompress_deferred_fn_v1,
+                             terse_status_v1 (*)(void*, const terse_tensor_info_v1*, const void*, uint64_t,
+                                                 const terse_scratch_v1*, void*, int32_t, uint32_t*, void*)>);
+
 extern "C" {
 size_t terse_test_c_sizeof_compressor(void);
 size_t terse_test_c_sizeof_scheduler(void);

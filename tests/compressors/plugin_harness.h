@@ -34,6 +34,7 @@
 #include <gtest/gtest.h>
 
 #include "terse/compressor_v1.h"
+#include "terse/device_verdict_v1.h"
 #include "terse/sdk/half.hpp"
 #include "terse/sdk/philox.hpp"
 #include "terse/types_v1.h"
@@ -172,6 +173,13 @@ class Plugin {
   bool ok() const { return api_ != nullptr; }
   const terse_compressor_v1* api() const { return api_; }
   const std::string& path() const { return path_; }
+  // The optional deferred decompress (terse/device_verdict_v1.h), or null when the plugin does not export it.
+  terse_decompress_deferred_fn_v1 deferred() const {
+    if (handle_ == nullptr) return nullptr;
+    // dlsym hands functions back as object pointers; POSIX guarantees the round trip.
+    return reinterpret_cast<terse_decompress_deferred_fn_v1>(
+        dlsym(handle_, TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL));
+  }
 
  private:
   std::string path_;

@@ -1,11 +1,12 @@
 // The built-in compressors on CUDA tensors against the same plugins on host tensors (DESIGN.md section 5, issue 9):
 // for the same input, seed, step and tensor the device payload is the host payload byte for byte, and decompressing
 // it on the device (written, and accumulated onto an output that already holds values) gives the host's floats bit
-// for bit. No tolerance is needed for any of them: the kernels call the host's TERSE_HD functions, draw the host's
-// Philox numbers and sum in the host's order (see each compressor's .cu file). Untrusted payloads: corrupted bytes get
-// the host's verdict and message on the device, and a refused payload leaves the output untouched. signSGD (CUSTOM
-// aggregation) also reduces on the device. PowerSGD is the one exception to "bit for bit": its GEMMs run on cuBLAS in
-// f32, so its tests (at the end) hold the device to the tolerance derived in powersgd.cc's header.
+// for bit; the deferred decompress too, without waiting on its stream. No tolerance is needed for any of them: the
+// kernels call the host's TERSE_HD functions, draw the host's Philox numbers and sum in the host's order (see each
+// compressor's .cu file). Untrusted payloads: corrupted bytes get the host's verdict and message on the device, and a
+// refused payload leaves the output untouched. signSGD (CUSTOM aggregation) also reduces on the device. PowerSGD is the
+// one exception to "bit for bit": its GEMMs run on cuBLAS in f32, so its tests (at the end) hold the device to the
+// tolerance derived in powersgd.cc's header.
 //
 // Skips with the reason on a machine without a GPU (CI compiles it there).
 #include <gtest/gtest.h>
@@ -311,6 +312,110 @@ TEST_P(CompressorsOnDevice, CorruptPayloadsGetTheHostVerdict) {
         EXPECT_EQ(0, std::memcmp(dev_out.data(), base.data(), base.size() * sizeof(float)))
             << "a refused payload changed the output";
       }
+    }
+  }
+}
+
+// Stalls a stream until the host sets *flag (mapped host memory), for at most max_cycles of the SM's clock: a call
+// queued behind it that synchronizes the stream waits for the cap, one that does not returns with the stream busy.
+__global__ void stallUntilReleased(const volatile uint32_t* flag, long long max_cycles) {
+  const long long start = clock64();
+  while (*flag == 0 && clock64() - start < max_cycles) {
+  }
+}
+
+// The deferred decompress (terse/device_verdict_v1.h) of every built-in in `cases()`: each exports it and defers, so
+// a payload of the right size is checked on the device with nothing waited for (the stream is still busy behind a
+// stalled kernel when the call returns). A clean payload decodes as the host's, written and accumulated, the word
+// left at zero; a corrupted one is refused either at once, with the host's status and message (a size the host path
+// refuses), or in the word, and either way the output is as it was. Sizes on both sides of the sparsifiers' one-block
+// cut, and the empty tensor.
+TEST_P(CompressorsOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
+  Plugin plugin(GetParam().plugin);
+  const terse_decompress_deferred_fn_v1 deferred = plugin.deferred();
+  ASSERT_NE(deferred, nullptr) << plugin.path() << " does not export "
+                               << TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL;
+  Instance c(plugin, GetParam().params);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  uint32_t* flag = nullptr;
+  TERSE_CUDA_CHECK(cudaHostAlloc(&flag, sizeof(uint32_t), cudaHostAllocMapped));
+  const std::unique_ptr<uint32_t, decltype(&cudaFreeHost)> flag_owner(flag, &cudaFreeHost);
+  uint32_t* flag_dev = nullptr;
+  TERSE_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_dev), flag, 0));
+  DeviceBuffer word(sizeof(uint32_t), stream.get());
+  // One deferred call on the device: returns its status; *raised and `out` after the stream ran it.
+  const auto call = [&](const terse_tensor_info_v1& info, const Bytes& payload, std::vector<float>& out,
+                        bool accumulate, bool stall, uint32_t* raised) {
+    const terse_compressor_sizes_v1 sizes = c.sizes(info);
+    DeviceBuffer p(payload.size(), stream.get()), o(out.size() * sizeof(float), stream.get());
+    p.copyFromHost(payload.data(), payload.size(), stream.get());
+    o.copyFromHost(out.data(), o.size(), stream.get());
+    DeviceBuffer workspace(sizes.workspace_bytes, stream.get());
+    terse_scratch_v1 scratch{workspace.data(), workspace.size(), nullptr, 0};
+    word.fill(0, stream.get());
+    if (stall) {
+      *flag = 0;
+      stallUntilReleased<<<1, 1, 0, stream.get()>>>(flag_dev, 4'000'000'000LL);
+      TERSE_CUDA_CHECK(cudaGetLastError());
+    }
+    const terse_status_v1 status = deferred(c.ctx(), &info, p.data(), p.size(), &scratch, o.data(), accumulate ? 1 : 0,
+                                            static_cast<uint32_t*>(word.data()), stream.handle());
+    if (stall) {
+      EXPECT_EQ(cudaStreamQuery(stream.get()), cudaErrorNotReady) << "the deferred call waited on its stream";
+      *flag = 1;
+    }
+    o.copyToHost(out.data(), o.size(), stream.get());
+    word.copyToHost(raised, sizeof(uint32_t), stream.get());
+    stream.synchronize();
+    return status;
+  };
+  for (uint64_t n : {uint64_t{0}, uint64_t{1000}, uint64_t{70001}}) {
+    const terse_tensor_info_v1 host_info = tensorInfo(n);
+    const terse_tensor_info_v1 dev_info = onDevice(host_info, device_);
+    const Bytes good = c.compress(host_info, input(n, 3));
+    ASSERT_FALSE(good.empty());
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE("numel " + std::to_string(n) + (accumulate ? ", accumulate" : ", write"));
+      std::vector<float> host_out = input(n, 7), dev_out = host_out;
+      ASSERT_EQ(c.decompress(host_info, good, host_out, accumulate), TERSE_OK) << c.lastError();
+      uint32_t raised = 99;
+      ASSERT_EQ(call(dev_info, good, dev_out, accumulate, true, &raised), TERSE_OK) << c.lastError();
+      EXPECT_EQ(raised, 0u);
+      EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+    }
+    std::vector<std::pair<std::string, Bytes>> bad;
+    for (size_t at : {size_t{0}, size_t{8}, size_t{20}, size_t{32}, good.size() / 2, good.size() - 1}) {
+      if (at >= good.size()) continue;
+      Bytes b = good;
+      b[at] ^= std::byte{0x01};
+      bad.emplace_back("byte " + std::to_string(at) + " flipped", std::move(b));
+    }
+    bad.emplace_back("truncated", Bytes(good.begin(), good.end() - 1));
+    for (const auto& [what, payload] : bad) {
+      SCOPED_TRACE("numel " + std::to_string(n) + ", " + what);
+      const std::vector<float> base = input(n, 11);
+      std::vector<float> host_out = base, dev_out = base;
+      c.host().clear();
+      const terse_status_v1 host_status = c.decompress(host_info, payload, host_out, true);
+      const std::string host_error = c.lastError();
+      c.host().clear();
+      uint32_t raised = 99;
+      const terse_status_v1 dev_status = call(dev_info, payload, dev_out, true, false, &raised);
+      if (host_status == TERSE_OK) {
+        EXPECT_EQ(dev_status, TERSE_OK) << c.lastError();
+        EXPECT_EQ(raised, 0u);
+        EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+        continue;
+      }
+      if (dev_status == TERSE_OK) {
+        EXPECT_NE(raised, 0u) << "a payload the host refuses passed the deferred check";
+      } else {
+        EXPECT_EQ(dev_status, host_status);
+        EXPECT_EQ(c.lastError(), host_error);
+      }
+      EXPECT_EQ(0, std::memcmp(dev_out.data(), base.data(), base.size() * sizeof(float)))
+          << "a refused payload changed the output";
     }
   }
 }
