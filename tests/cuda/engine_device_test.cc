@@ -1,0 +1,183 @@
+// The engine's deferred payload verdicts on a device (core/compress/engine.h, "Payload checks"; label cuda, skips
+// without a GPU): an NCCL communicator of world size 1, built-in plugins on its stream, fused groups of ALLGATHER
+// (top-k, threshold) and SUM (fp16) tensors with an empty one among them. Each group decodes bit for bit as the same
+// group whose codecs hide their deferral (every decode then synchronizes for its own verdict, as before the entry
+// point). A payload corrupted on the device between its encode and the collective is refused by the engine -- the
+// word read once for the run, then the payload decoded the ordinary way for the plugin's own message -- and the same
+// engine's next step runs clean.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/nccl_communicator.h"
+#include "core/comm/store.h"
+#include "core/common/cuda.h"
+#include "core/common/device_buffer.h"
+#include "core/compress/engine.h"
+#include "core/compress/make_codec.h"
+#include "core/compress/pipeline.h"
+#include "core/plugin/loader.h"
+
+namespace terse {
+namespace {
+
+// Forwards to a plugin's codec; `defers` false hides its deferred decode (the ordinary path), and at `corrupt_step` it
+// flips one byte of the payload its encode wrote (on the device, before the collective).
+class Tamper final : public TensorCodec {
+ public:
+  Tamper(std::unique_ptr<TensorCodec> inner, bool defers, uint64_t corrupt_step)
+      : inner_(std::move(inner)), defers_(defers), corrupt_step_(corrupt_step) {}
+  const CompressorCaps& caps() const override { return inner_->caps(); }
+  const TensorInfo& info() const override { return inner_->info(); }
+  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
+  Placement placement() const override { return inner_->placement(); }
+  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                  std::span<std::byte> out) override {
+    const uint64_t bytes = inner_->encode(step, round, grad, prev, out);
+    if (step == corrupt_step_ && bytes > 0) {
+      const cudaStream_t s = static_cast<cudaStream_t>(placement().stream);
+      std::byte b{};
+      TERSE_CUDA_CHECK(cudaMemcpyAsync(&b, out.data(), 1, cudaMemcpyDeviceToHost, s));
+      TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+      b ^= std::byte{0x01};  // the payload's first header byte: every plugin's check refuses it
+      TERSE_CUDA_CHECK(cudaMemcpyAsync(out.data(), &b, 1, cudaMemcpyHostToDevice, s));
+      TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    return bytes;
+  }
+  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
+    inner_->decode(step, payload, source_rank, out, accumulate);
+  }
+  bool defersVerdicts() const override { return defers_ && inner_->defersVerdicts(); }
+  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
+                      uint32_t* verdict) override {
+    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
+  }
+  using TensorCodec::reduce;
+  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
+                  std::span<std::byte> out) override {
+    return inner_->reduce(step, round, a, b, out);
+  }
+
+ private:
+  std::unique_ptr<TensorCodec> inner_;
+  bool defers_;
+  uint64_t corrupt_step_;
+};
+
+constexpr uint64_t kNever = ~uint64_t{0};
+
+class EngineOnDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const cuda::DeviceSummary summary = cuda::deviceSummary();
+    if (summary.count == 0) GTEST_SKIP() << "no CUDA device: " << summary.reason;
+    TERSE_CUDA_CHECK(cudaGetDevice(&device_));
+    comm::NcclOptions o;
+    o.store_prefix = "engine/";
+    comm_ = comm::connectNcclCommunicator(o, store_);
+  }
+
+  // One group of `numels` tensors over `compressor`, its member `corrupt` tampered with at `corrupt_step`.
+  struct Group {
+    std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+    std::vector<std::unique_ptr<cuda::DeviceBuffer>> grads, outs;
+  };
+  Group makeGroup(const std::string& compressor, const Params& params, const std::vector<uint64_t>& numels, bool defers,
+                  std::size_t corrupt, uint64_t corrupt_step) {
+    auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+    auto instance = loader.loadCompressor(compressor)->instantiate(params);
+    Group g;
+    void* const stream = comm_->deviceStream();
+    for (std::size_t m = 0; m < numels.size(); ++m) {
+      TensorInfo t;
+      t.numel = numels[m];
+      t.ndim = 1;
+      t.shape = {static_cast<int64_t>(numels[m]), 0, 0, 0};
+      t.tensor_id = 200 + m;
+      t.device = TERSE_DEVICE_CUDA;
+      t.device_index = device_;
+      auto codec = std::make_unique<Tamper>(makePluginCodec(instance, t, 3, stream), defers,
+                                            m == corrupt ? corrupt_step : kNever);
+      g.pipes.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comm_));
+      const std::size_t bytes = numels[m] * sizeof(float);
+      g.grads.push_back(std::make_unique<cuda::DeviceBuffer>(bytes, static_cast<cudaStream_t>(stream)));
+      g.outs.push_back(std::make_unique<cuda::DeviceBuffer>(bytes, static_cast<cudaStream_t>(stream)));
+    }
+    return g;
+  }
+  // One step of the group, fused; returns the members' outputs on the host.
+  std::vector<std::vector<float>> step(AggregationEngine& engine, Group& g, uint64_t step) {
+    const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
+    std::vector<GroupMember> members;
+    for (std::size_t m = 0; m < g.pipes.size(); ++m) {
+      const uint64_t n = g.pipes[m]->codec().info().numel;
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<float>((i * 37 + m * 11 + step * 5) % 101) * 0.01f - 0.5f;
+      if (n > 0) g.grads[m]->copyFromHost(x.data(), n * sizeof(float), s);
+      members.push_back(GroupMember{g.pipes[m].get(), g.grads[m]->data(), g.outs[m]->data()});
+    }
+    engine.run(step, members);
+    std::vector<std::vector<float>> outs;
+    for (std::size_t m = 0; m < g.pipes.size(); ++m) {
+      outs.emplace_back(g.pipes[m]->codec().info().numel);
+      if (!outs.back().empty()) g.outs[m]->copyToHost(outs.back().data(), outs.back().size() * sizeof(float), s);
+    }
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+    return outs;
+  }
+
+  comm::MemoryStore store_;
+  std::unique_ptr<comm::NcclCommunicator> comm_;
+  int device_ = 0;
+};
+
+struct Way {
+  const char* compressor;
+  Params params;
+};
+
+const std::vector<Way> kWays = {{"topk", {{"ratio", "0.05"}}}, {"threshold", {{"tau", "0.5"}}}, {"fp16", {}}};
+// Odd sizes, an empty tensor, one past the sparsifiers' one-block cut (terse/kit/one_block.hpp).
+const std::vector<uint64_t> kNumels = {1000, 0, 70001, 7};
+
+TEST_F(EngineOnDevice, DeferredVerdictsDecodeAsTheOrdinaryPath) {
+  for (const Way& w : kWays) {
+    SCOPED_TRACE(w.compressor);
+    Group deferred = makeGroup(w.compressor, w.params, kNumels, true, 0, kNever);
+    Group ordinary = makeGroup(w.compressor, w.params, kNumels, false, 0, kNever);
+    ASSERT_TRUE(deferred.pipes[0]->defersVerdicts()) << "the built-in does not export the deferred entry point";
+    ASSERT_FALSE(ordinary.pipes[0]->defersVerdicts());
+    AggregationEngine a(*comm_), b(*comm_);
+    for (uint64_t s = 0; s < 3; ++s) EXPECT_EQ(step(a, deferred, s), step(b, ordinary, s)) << "step " << s;
+  }
+}
+
+TEST_F(EngineOnDevice, ACorruptedPayloadIsRefusedWithThePluginsMessageAndTheNextStepRunsClean) {
+  for (const Way& w : kWays) {
+    SCOPED_TRACE(w.compressor);
+    // Member 2 (70,001 elements: the grid-wide decodes) is corrupted at step 1.
+    Group tampered = makeGroup(w.compressor, w.params, kNumels, true, 2, 1);
+    Group twin = makeGroup(w.compressor, w.params, kNumels, true, 0, kNever);
+    AggregationEngine engine(*comm_), clean(*comm_);
+    step(engine, tampered, 0);
+    try {
+      step(engine, tampered, 1);
+      ADD_FAILURE() << "the corrupted payload was accepted";
+    } catch (const InvalidPayload& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("'") + w.compressor + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("decompress"), std::string::npos) << what;
+    }
+    EXPECT_EQ(step(engine, tampered, 2), step(clean, twin, 2));
+  }
+}
+
+}  // namespace
+}  // namespace terse
