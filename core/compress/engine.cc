@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -49,6 +50,17 @@ constexpr std::size_t kSendHeadroom = 64;
 constexpr std::uintptr_t kPayloadAlignment = 16;
 
 }  // namespace
+
+AggregationEngine::AggregationEngine(comm::Communicator& comm) : comm_(comm) {
+  if (const char* v = std::getenv("TERSE_DEFER_VERDICTS"); v != nullptr) {
+    const std::string value = v;
+    TERSE_CHECK(value == "0" || value == "1", InvalidArgument,
+                "TERSE_DEFER_VERDICTS must be 0 (every decode waits for its own payload check) or 1 (the default: a "
+                "run's checks are read at once), got '"
+                    << value << "'");
+    defer_ = value == "1";
+  }
+}
 
 void AggregationEngine::checkMembers(std::span<const GroupMember> members) const {
   // Refused before any collective, so a caller's mistake cannot leave the peers inside one.
@@ -206,16 +218,13 @@ std::size_t AggregationEngine::RunVerdicts::settle() {
   return npos;
 }
 
-namespace {
-
-bool anyDefers(std::span<const GroupMember> members) {
+bool AggregationEngine::anyDefers(std::span<const GroupMember> members) const noexcept {
+  if (!defer_) return false;
   for (const GroupMember& m : members) {
     if (m.pipeline->defersVerdicts()) return true;
   }
   return false;
 }
-
-}  // namespace
 
 void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember> members,
                                      std::span<const std::span<std::byte>> local, int last, std::byte* decode_from) {
@@ -421,7 +430,7 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   }
   p.addWire(wire_bytes);
   const auto t0 = rt::now();
-  verdicts_.begin(1, p.defersVerdicts(), p.placement());
+  verdicts_.begin(1, defer_ && p.defersVerdicts(), p.placement());
   p.finishAggregate(step, aggregate, member.out, verdicts_.word(0));
   if (verdicts_.settle() != RunVerdicts::npos) p.explainRefusal(step, aggregate, -1);
   if (phase) phase("decompress", t0, rt::now(), first, 1, {});
@@ -473,7 +482,7 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
   splitByRank();
   const auto w = static_cast<std::size_t>(world);
   if (k == 1) {
-    verdicts_.begin(w, lead.defersVerdicts(), where);
+    verdicts_.begin(w, defer_ && lead.defersVerdicts(), where);
     lead.finishGathered(step, blocks_, members[0].out, verdicts_.word(0));
     const std::size_t bad = verdicts_.settle();
     if (bad != RunVerdicts::npos) lead.explainRefusal(step, blocks_[bad], static_cast<int>(bad));

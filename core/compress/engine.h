@@ -124,8 +124,9 @@ class SplitSum {
 class AggregationEngine {
  public:
   // The communicator must outlive the engine; every pipeline run through it must have been validated against it
-  // (CompressionPipeline's constructor does that).
-  explicit AggregationEngine(comm::Communicator& comm) : comm_(comm) {}
+  // (CompressionPipeline's constructor does that). Reads TERSE_DEFER_VERDICTS (deferVerdicts); a value other than 0
+  // or 1 is an InvalidArgument naming it.
+  explicit AggregationEngine(comm::Communicator& comm);
 
   // Runs one group as described above. Every rank calls it with the same groups in the same order. Throws
   // InvalidArgument for a member without a pipeline or a null output (before any collective), what the pipelines and
@@ -157,6 +158,13 @@ class AggregationEngine {
   // with them its simulated times, stay as they are. The sums are bit-identical to the fused ones at 1 and 2 ranks
   // (see "Bit-identity across groupings").
   void sumInPlaceFrom(uint64_t bytes) noexcept { sum_in_place_from_ = bytes; }
+
+  // Whether decodes leave their payload checks' verdicts in words, read once a run (see "Payload checks" above): on by
+  // default; TERSE_DEFER_VERDICTS=0 in the environment turns it off when the engine is made, so that both ways can be
+  // compared in one run (experiments/pytorch/bench_ddp_gpu.py's "-sync" rows). Off, every decode is the ordinary
+  // call, which on a device synchronizes once a tensor for its verdict.
+  void deferVerdicts(bool on) noexcept { defer_ = on; }
+  bool defersVerdicts() const noexcept { return defer_; }
 
  private:
   void checkMembers(std::span<const GroupMember> members) const;
@@ -213,6 +221,9 @@ class AggregationEngine {
   uint64_t collectives_ = 0;
   uint64_t copied_ = 0;
   uint64_t sum_in_place_from_ = 0;
+  bool defer_ = true;
+  // Whether any member of a run defers its verdicts, with deferral on.
+  bool anyDefers(std::span<const GroupMember> members) const noexcept;
   TensorBuffer send_;            // a fused group's concatenation
   TensorBuffer recv_;            // every rank's gathered block
   std::vector<uint64_t> table_;  // a variable-size fused gather's size table, on the host (device blocks: its staging)

@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +34,8 @@ using comm::HostCommunicator;
 using comm::testing::World;
 using terse::testing::FakeCompressor;
 using terse::testing::FakeHeader;
-using terse::testing::kFakeHeaderBytes;
 using terse::testing::floatsOf;
+using terse::testing::kFakeHeaderBytes;
 using terse::testing::payloadBytes;
 
 // The tensor and step whose payload one rank plants a fault in.
@@ -269,6 +271,57 @@ TEST(DeferredVerdict, AWordTheOrdinaryDecodeDoesNotExplainNamesThePlugin) {
       EXPECT_THROW(std::rethrow_exception(failed.errors[static_cast<std::size_t>(r)]), PluginError);
     }
   }
+}
+
+// TERSE_DEFER_VERDICTS, read when an engine is made, for comparing both ways in one run; restored afterwards.
+class DeferEnv {
+ public:
+  explicit DeferEnv(const char* value) {
+    if (const char* v = std::getenv(kName)) saved_ = v;
+    ::setenv(kName, value, 1);
+  }
+  ~DeferEnv() {
+    if (saved_) {
+      ::setenv(kName, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(kName);
+    }
+  }
+  DeferEnv(const DeferEnv&) = delete;
+  DeferEnv& operator=(const DeferEnv&) = delete;
+
+ private:
+  static constexpr const char* kName = "TERSE_DEFER_VERDICTS";
+  std::optional<std::string> saved_;
+};
+
+TEST(DeferredVerdict, TheEnvironmentTurnsItOffAndABadValueIsRefused) {
+  auto codec = std::make_shared<VerdictFake>(Aggregation::kAllgather, true, false, Fault{1, kFaultTensor, 0});
+  {
+    const DeferEnv off("0");
+    Ranks ranks(codec);
+    EXPECT_FALSE(ranks.engines[0]->defersVerdicts());
+    // The ordinary decode refuses the fault at once, with the same message, and no call took the deferred way.
+    const auto failed = ranks.world.run([&](int r, HostCommunicator&) { ranks.step(r, 0, true); });
+    ASSERT_FALSE(failed.watchdog_fired);
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_NE(failed.message(r).find("verdict_fake: tensor 101: rank 1's payload has a bad header"),
+                std::string::npos)
+          << failed.message(r);
+    }
+    EXPECT_EQ(codec->deferred_calls.load(), 0u);
+  }
+  {
+    const DeferEnv on("1");
+    Ranks ranks(codec);
+    EXPECT_TRUE(ranks.engines[0]->defersVerdicts());
+    ranks.engines[0]->deferVerdicts(false);
+    EXPECT_FALSE(ranks.engines[0]->defersVerdicts());
+  }
+  const DeferEnv bad("yes");
+  World world(1);
+  terse::testing::expectThrowWith<InvalidArgument>([&] { AggregationEngine engine(*world.comms[0]); },
+                                                   {"TERSE_DEFER_VERDICTS", "got 'yes'"});
 }
 
 // The real plugins' side of the ABI: an SDK-built plugin exports terse_compressor_decompress_deferred_v1 and so defers;

@@ -73,10 +73,10 @@ torch's current stream of that device as the state first saw it (the bound strea
 the payloads are wrapped as CUDA tensors for torch.distributed without a copy, and the decode writes the bucket in
 place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back). With
 `stream="side"` the state binds a stream of its own instead, which waits on the device for each bucket's gradients as
-DDP hands it over: a codec that synchronizes its stream (every device decompress does, once, to read its payload check's
-verdict before decoding) then waits for the hook's own work only, not for the backward kernels queued behind the bucket
-on torch's stream (results/reference/gpu/README.md measured what the per-tensor path costs on ResNet-50 with the current
-stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
+DDP hands it over: a synchronization of its stream (the engine's, once a bucket, to read the payload checks' verdicts
+that the plugins leave on the device; PowerSGD's and signsgd's decompress, once a tensor) then waits for the hook's own
+work only, not for the backward kernels queued behind the bucket on torch's stream (results/reference/gpu/README.md
+measured what the per-tensor synchronization cost on ResNet-50 with the current stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
 collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
 streams wait for the aggregation on the device, not on the host. A bucket written on another stream than the bound one
 is waited for on the device (wait_stream) and recorded on the bound stream for torch's caching allocator. Refused before

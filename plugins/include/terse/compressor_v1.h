@@ -177,7 +177,8 @@ typedef struct terse_compressor_v1 {
    * malformed input. info->round is the last round; info->source_rank says whose payload it is (-1: aggregate).
    * May be called several times per step (once per rank's payload, and once more on the local payload by error
    * feedback): it never modifies the workspace, and modifies the state only for the aggregate (source_rank == -1),
-   * e.g. PowerSGD's warm start keeping the aggregated factor for the next step. */
+   * e.g. PowerSGD's warm start keeping the aggregated factor for the next step. A CUDA plugin may also export the
+   * optional deferred form (device_verdict_v1.h), which leaves a check's verdict on the device instead of waiting. */
   terse_status_v1 (*decompress)(void* ctx, const terse_tensor_info_v1* info, const void* payload,
                                 uint64_t payload_bytes, const terse_scratch_v1* scratch, void* output,
                                 int32_t accumulate, void* stream);
