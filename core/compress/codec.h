@@ -52,6 +52,21 @@ class TensorCodec {
     (void)verdict;
     decode(step, payload, source_rank, out, accumulate);
   }
+  // encode, where the last round's decode of this rank's own payload (error feedback's D(C(p)), on a device) leaves
+  // its check in `own_verdict` -- a zeroed word in the tensor's memory that the caller reads with its run's decode
+  // words (engine.h, "Payload checks") -- instead of waiting for it, and every state update that depends on that
+  // decode (the residual, DGC's momentum) is skipped on the device when the word is raised. A raised word fails the
+  // step with the state as it was. The default is encode's, which leaves the word alone.
+  virtual uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                                  std::span<std::byte> out, uint32_t* own_verdict) {
+    (void)own_verdict;
+    return encode(step, round, grad, prev, out);
+  }
+  // decodeOwn with its check left in `verdict`, as decodeDeferred's. The default is decodeOwn's.
+  virtual void decodeOwnDeferred(uint64_t step, std::span<const std::byte> payload, void* out, uint32_t* verdict) {
+    (void)verdict;
+    decodeOwn(step, payload, out);
+  }
   // out = this rank's own last-round payload of `step` decoded, not accumulated: error feedback's D(C(p)), right after
   // encode wrote the payload. Trusted, so a plugin may decode it without validating it (TERSE_CALL_OWN_PAYLOAD: on a
   // device, no synchronization for a verdict). Only for a payload this codec's encode wrote and nothing has touched

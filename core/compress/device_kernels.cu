@@ -32,6 +32,16 @@ cudaStream_t asStream(void* s) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
+// Whether a deferred verdict's gate is raised (engine.h, "Payload checks"): one thread a block reads the device word
+// and shares it, so the answer is block-uniform. Every thread calls it before any returns; a null gate is never raised.
+__device__ bool gateRaised(const uint32_t* gate) {
+  if (gate == nullptr) return false;  // a kernel argument: uniform, so the barrier is reached by all or none
+  __shared__ uint32_t raised;
+  if (threadIdx.x == 0) raised = *reinterpret_cast<const volatile uint32_t*>(gate);
+  __syncthreads();
+  return raised != 0;
+}
+
 __global__ void efCorrectKernel(const float* __restrict__ g, const float* __restrict__ e, float* __restrict__ p,
                                 std::size_t n) {
   TERSE_GRID_LOOP(i, n) {
@@ -40,7 +50,8 @@ __global__ void efCorrectKernel(const float* __restrict__ g, const float* __rest
 }
 
 __global__ void efResidualKernel(const float* __restrict__ p, const float* __restrict__ t, float* __restrict__ e,
-                                 std::size_t n) {
+                                 std::size_t n, const uint32_t* gate) {
+  if (gateRaised(gate)) return;  // the own decode was refused: the residual stays as it was
   TERSE_GRID_LOOP(i, n) {
     e[i] = ::terse::efResidual(p[i], t[i]);
   }
@@ -59,7 +70,8 @@ __global__ void dgcStageKernel(const float* __restrict__ u, const float* __restr
 }
 
 __global__ void dgcCommitKernel(const float* __restrict__ u_t, const float* __restrict__ t, bool masked,
-                                float* __restrict__ u, std::size_t n) {
+                                float* __restrict__ u, std::size_t n, const uint32_t* gate) {
+  if (gateRaised(gate)) return;  // as efResidualKernel: the momentum stays as it was
   TERSE_GRID_LOOP(i, n) {
     u[i] = masked ? dgcMask(u_t[i], t[i]) : u_t[i];
   }
@@ -107,9 +119,9 @@ void efCorrect(const float* g, const float* e, float* p, std::size_t n, void* st
   checkLaunch("efCorrectKernel");
 }
 
-void efResidual(const float* p, const float* transmitted, float* e, std::size_t n, void* stream) {
+void efResidual(const float* p, const float* transmitted, float* e, std::size_t n, void* stream, const uint32_t* gate) {
   if (n == 0) return;
-  efResidualKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(p, transmitted, e, n);
+  efResidualKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(p, transmitted, e, n, gate);
   checkLaunch("efResidualKernel");
 }
 
@@ -120,9 +132,10 @@ void dgcStage(const float* u, const float* g, float m, bool nesterov, float* u_t
   checkLaunch("dgcStageKernel");
 }
 
-void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream) {
+void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream,
+               const uint32_t* gate) {
   if (n == 0) return;
-  dgcCommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u_t, transmitted, masked, u, n);
+  dgcCommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u_t, transmitted, masked, u, n, gate);
   checkLaunch("dgcCommitKernel");
 }
 

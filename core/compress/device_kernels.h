@@ -13,16 +13,19 @@
 
 namespace terse::device_kernels {
 
-// p = efCorrect(g, e) and e = efResidual(p, t), elementwise.
+// p = efCorrect(g, e) and e = efResidual(p, t), elementwise. With a `gate` (a device word: the deferred verdict of
+// the own decode that wrote t, engine.h "Payload checks"), e is left as it was when the gate is raised.
 void efCorrect(const float* g, const float* e, float* p, std::size_t n, void* stream);
-void efResidual(const float* p, const float* transmitted, float* e, std::size_t n, void* stream);
+void efResidual(const float* p, const float* transmitted, float* e, std::size_t n, void* stream,
+                const uint32_t* gate = nullptr);
 
 // DGC staging: u_t = dgcMomentum(u, g, m), or with nesterov u_t = dgcNesterovMomentum(u, g, m) and
 // input = dgcNesterovInput(u_t, g) (input unused otherwise).
 void dgcStage(const float* u, const float* g, float m, bool nesterov, float* u_t, float* input, std::size_t n,
               void* stream);
-// u = masked ? dgcMask(u_t, transmitted) : u_t.
-void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream);
+// u = masked ? dgcMask(u_t, transmitted) : u_t; u is left as it was when `gate` is raised (as efResidual's).
+void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream,
+               const uint32_t* gate = nullptr);
 
 // data[i] /= world for f32 / f64, and through f32 with round-to-nearest for f16 / bf16 (the host's arithmetic).
 // Throws Unsupported for another dtype.

@@ -14,13 +14,13 @@ namespace {
 void efCorrect(const float*, const float*, float*, std::size_t, void*) {
   noCuda("error feedback");
 }
-void efResidual(const float*, const float*, float*, std::size_t, void*) {
+void efResidual(const float*, const float*, float*, std::size_t, void*, const uint32_t*) {
   noCuda("error feedback");
 }
 void dgcStage(const float*, const float*, float, bool, float*, float*, std::size_t, void*) {
   noCuda("momentum correction");
 }
-void dgcCommit(const float*, const float*, bool, float*, std::size_t, void*) {
+void dgcCommit(const float*, const float*, bool, float*, std::size_t, void*, const uint32_t*) {
   noCuda("momentum correction");
 }
 void divide(void*, std::size_t, DType, int, void*) {

@@ -104,11 +104,13 @@ namespace {
 
 // Round r of every member: local[m] = member m's payload; returns the bytes of their summable bodies (past each
 // member's SUM header).
+// own_verdicts: member m's word for its own decode (error feedback's, on a device), or null for none.
 std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> members,
-                        std::span<std::span<std::byte>> local) {
+                        std::span<std::span<std::byte>> local, uint32_t* const* own_verdicts = nullptr) {
   std::size_t body_bytes = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
-    local[m] = members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m]);
+    local[m] = members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m],
+                                           own_verdicts == nullptr ? nullptr : own_verdicts[m]);
     body_bytes += local[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
   }
   return body_bytes;
@@ -143,9 +145,13 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   // Where the fused bodies were summed, when the last round's are decoded there (host); null otherwise.
   std::byte* decode_from = nullptr;
   local_.assign(k, {});
+  // Words [0, k): the members' decodes; [k, 2k): their own decodes (error feedback's, on a device).
+  verdicts_.begin(2 * k, anyDefers(members), where);
+  own_words_.resize(k);
+  for (std::size_t m = 0; m < k; ++m) own_words_[m] = verdicts_.ownWord(k + m);
   for (int r = 0; r < rounds; ++r) {
     auto t0 = rt::now();
-    const std::size_t body_bytes = encodeRound(step, r, members, local_);
+    const std::size_t body_bytes = encodeRound(step, r, members, local_, own_words_.data());
     if (phase) phase("compress", t0, rt::now(), first, k, {});
 
     t0 = rt::now();
@@ -228,16 +234,17 @@ bool AggregationEngine::anyDefers(std::span<const GroupMember> members) const no
 
 void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember> members,
                                      std::span<const std::span<std::byte>> local, int last, std::byte* decode_from) {
+  // The words were begun for the run (runSum, finishSum): [0, k) these decodes, [k, 2k) the own decodes.
   const std::size_t k = members.size();
-  verdicts_.begin(k, anyDefers(members), members[0].pipeline->placement());
   if (decode_from == nullptr) {
     for (std::size_t m = 0; m < k; ++m) {
       members[m].pipeline->finishAggregate(step, local[m], members[m].out, verdicts_.word(m));
       if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, local[m], -1);
     }
     const std::size_t bad = verdicts_.settle();
-    if (bad != RunVerdicts::npos) members[bad].pipeline->explainRefusal(step, local[bad], -1);
-    return;
+    if (bad == RunVerdicts::npos) return;
+    if (bad < k) members[bad].pipeline->explainRefusal(step, local[bad], -1);
+    members[bad - k].pipeline->explainOwnRefusal(step);
   }
   // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
   // its payload buffer is the aggregate's) is written in front of its summed body, over the tail of members before
@@ -263,7 +270,7 @@ void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember>
     if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, payload, -1);
     off += n;
   }
-  verdicts_.settle();
+  verdicts_.settle();  // on the host every word was read above, and own decodes leave none there
 }
 
 std::size_t AggregationEngine::nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept {
@@ -348,7 +355,11 @@ bool AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireByt
     // Each summed body back behind its header: an earlier round's (the next one's prev) and, on the device, the last.
     if (r.count > 1 && r.decode_from == nullptr)
       copied_ += copyBodies(run, local, round, split.sums[s].data.data(), false, run[0].pipeline->placement());
-    if (last) decodeSummed(split.step_, run, local, round, r.decode_from);
+    if (last) {
+      // The split's encodes left no own-decode words (layOutRound runs on the host path's caller, the chained hook).
+      verdicts_.begin(2 * r.count, anyDefers(run), run[0].pipeline->placement());
+      decodeSummed(split.step_, run, local, round, r.decode_from);
+    }
   }
   if (last) {
     split.sums.clear();
@@ -416,9 +427,11 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   CompressionPipeline& p = *member.pipeline;
   std::span<const std::byte> aggregate;
   comm::WireBytes wire_bytes;
+  // Word 0: the aggregate's decode; word 1: the own decode (error feedback's, on a device).
+  verdicts_.begin(2, defer_ && p.defersVerdicts(), p.placement());
   for (int r = 0; r < p.rounds(); ++r) {
     auto t0 = rt::now();
-    const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate);
+    const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate, verdicts_.ownWord(1));
     if (phase) phase("compress", t0, rt::now(), first, 1, {});
     t0 = rt::now();
     wire_bytes += gather(local, p.fixedSize(), 0, p.maxPayloadBytes(r), p.tensorId(), p.placement(), bool(phase));
@@ -430,9 +443,10 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   }
   p.addWire(wire_bytes);
   const auto t0 = rt::now();
-  verdicts_.begin(1, defer_ && p.defersVerdicts(), p.placement());
   p.finishAggregate(step, aggregate, member.out, verdicts_.word(0));
-  if (verdicts_.settle() != RunVerdicts::npos) p.explainRefusal(step, aggregate, -1);
+  const std::size_t bad = verdicts_.settle();
+  if (bad == 0) p.explainRefusal(step, aggregate, -1);
+  if (bad == 1) p.explainOwnRefusal(step);
   if (phase) phase("decompress", t0, rt::now(), first, 1, {});
 }
 
@@ -453,16 +467,20 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
   const std::size_t table = fixed || k == 1 ? 0 : k * sizeof(uint64_t);
   max_block += table;
 
+  // Words [0, k * world): member i's decode of rank r's payload at i * world + r; [k * world, k * world + k): the
+  // members' own decodes (error feedback's, on a device).
+  const auto w = static_cast<std::size_t>(world);
+  verdicts_.begin(k * w + k, anyDefers(members), where);
   auto t0 = rt::now();
   std::span<const std::byte> block;
   if (k == 1) {
-    block = lead.encode(step, 0, members[0].grad, {});
+    block = lead.encode(step, 0, members[0].grad, {}, verdicts_.ownWord(w));
   } else {
     grow(send_, max_block, where);
     table_.assign(table / sizeof(uint64_t), 0);
     std::size_t at = table;
     for (std::size_t i = 0; i < k; ++i) {
-      const auto payload = members[i].pipeline->encode(step, 0, members[i].grad, {});
+      const auto payload = members[i].pipeline->encode(step, 0, members[i].grad, {}, verdicts_.ownWord(k * w + i));
       if (table > 0) table_[i] = payload.size();
       copyBytes(send_.data() + at, payload.data(), payload.size(), where);
       at += payload.size();
@@ -480,12 +498,11 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
 
   t0 = rt::now();
   splitByRank();
-  const auto w = static_cast<std::size_t>(world);
   if (k == 1) {
-    verdicts_.begin(w, defer_ && lead.defersVerdicts(), where);
     lead.finishGathered(step, blocks_, members[0].out, verdicts_.word(0));
     const std::size_t bad = verdicts_.settle();
-    if (bad != RunVerdicts::npos) lead.explainRefusal(step, blocks_[bad], static_cast<int>(bad));
+    if (bad != RunVerdicts::npos && bad < w) lead.explainRefusal(step, blocks_[bad], static_cast<int>(bad));
+    if (bad != RunVerdicts::npos) lead.explainOwnRefusal(step);
     if (phase) phase("decompress", t0, rt::now(), first, k, {});
     return;
   }
@@ -517,16 +534,15 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
                 "fused allgather: rank " << r << "'s block has " << rank_block.size()
                                          << " bytes, its table accounts for " << off);
   }
-  // One verdict word per decode call: member i's decode of rank r's payload has word i * world + r.
-  verdicts_.begin(k * w, anyDefers(members), where);
   for (std::size_t i = 0; i < k; ++i) {
     members[i].pipeline->finishGathered(step, std::span<const std::span<const std::byte>>(segments).subspan(i * w, w),
                                         members[i].out, verdicts_.word(i * w));
   }
   const std::size_t bad = verdicts_.settle();
-  if (bad != RunVerdicts::npos) {
+  if (bad != RunVerdicts::npos && bad < k * w) {
     members[bad / w].pipeline->explainRefusal(step, segments[bad], static_cast<int>(bad % w));
   }
+  if (bad != RunVerdicts::npos) members[bad - k * w].pipeline->explainOwnRefusal(step);
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 

@@ -41,7 +41,9 @@
 // synchronization, so no device-to-host copy is queued. On the host each word is read right after its call. A raised
 // word is explained by decoding that payload again the ordinary way, which throws the plugin's message
 // (CompressionPipeline::explainRefusal); the outputs of a run that fails so are undefined, as those of any failed step
-// are.
+// are. On a device, error feedback's decode of the rank's own payload (TensorCodec::encodeDeferred) leaves its check
+// in a word of the run too, and its residual update is skipped on the device when the word is raised: such a refusal
+// fails the step with the residual as it was (CompressionPipeline::explainOwnRefusal).
 //
 // Bit-identity across groupings: ALLGATHER decoding is per rank in rank order whatever the grouping, so it is exactly
 // the unfused result. A SUM through the ring allreduce sums each element in an order that depends on where it falls
@@ -199,6 +201,9 @@ class AggregationEngine {
     // verdicts. On a device they are zeroed on the stream, after whatever an earlier run queued there.
     void begin(std::size_t n, bool any_defer, const Placement& where);
     uint32_t* word(std::size_t i) const noexcept { return words_ == nullptr ? nullptr : words_ + i; }
+    // Word i for an own decode (error feedback's, CompressionPipeline::encode): on a device only, where it saves a
+    // synchronization; a host decode refuses at once.
+    uint32_t* ownWord(std::size_t i) const noexcept { return host_ ? nullptr : word(i); }
     // Host: whether call i's word is raised, read now. A device's words are read by settle().
     bool raisedNow(std::size_t i) const noexcept { return host_ && words_ != nullptr && words_[i] != 0; }
     // After the run's last decode: on a device, synchronizes the stream once and returns the first raised word's call,
@@ -218,6 +223,7 @@ class AggregationEngine {
 
   comm::Communicator& comm_;
   RunVerdicts verdicts_;
+  std::vector<uint32_t*> own_words_;  // runSum's members' own-decode words, in member order
   uint64_t collectives_ = 0;
   uint64_t copied_ = 0;
   uint64_t sum_in_place_from_ = 0;

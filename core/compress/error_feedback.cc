@@ -39,8 +39,8 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<TensorCodec> inner) : inner_(std::m
   transmitted_ = TensorBuffer(n_ * sizeof(float), placement_);
 }
 
-uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                               std::span<std::byte> out) {
+uint64_t ErrorFeedback::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                                       std::span<std::byte> out, uint32_t* own_verdict) {
   const int rounds = inner_->caps().num_rounds;
   TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
               where(info()) << "encode: round must be in [0, " << rounds << "), got " << round);
@@ -73,9 +73,19 @@ uint64_t ErrorFeedback::encode(uint64_t step, int round, const void* grad, std::
     // D(C(p)): this rank's own contribution, decoded without accumulation. For a multi-round compressor the plugin's
     // workspace still holds the earlier rounds' aggregates, which the last round's payload is decoded against. The
     // payload is the one just written, so the plugin may skip its validation (on a device, a synchronization).
-    inner_->decodeOwn(step, out.first(static_cast<std::size_t>(bytes)), transmitted);
+    // On a device with a caller that reads it, the decode's check is left in own_verdict instead of waited for, and
+    // the residual update skips itself on the device when the word is raised: a refused payload leaves the residual as
+    // it was, as the thrown refusal does, and the caller fails the step when it reads the word.
+    const std::span<const std::byte> own = out.first(static_cast<std::size_t>(bytes));
+    const bool deferred = placement_.device && own_verdict != nullptr && inner_->defersVerdicts();
+    if (deferred) {
+      inner_->decodeOwnDeferred(step, own, transmitted, own_verdict);
+    } else {
+      inner_->decodeOwn(step, own, transmitted);
+    }
     if (placement_.device) {
-      device_kernels::efResidual(corrected, transmitted, residual, n, placement_.stream);
+      device_kernels::efResidual(corrected, transmitted, residual, n, placement_.stream,
+                                 deferred ? own_verdict : nullptr);
     } else {
       updateResidual(corrected, transmitted, residual, n);
     }

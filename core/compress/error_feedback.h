@@ -50,7 +50,13 @@ class ErrorFeedback final : public TensorCodec {
   // Round 0 computes p = grad + e; every round encodes p (grad is read in round 0 only); after the last round the
   // residual becomes p - D(C(p)). Throws InvalidArgument for a round out of order.
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                  std::span<std::byte> out) override;
+                  std::span<std::byte> out) override {
+    return encodeDeferred(step, round, grad, prev, out, nullptr);
+  }
+  // The same; on a device with a plugin that defers its verdicts, D(C(p)) leaves its check in `own_verdict` and the
+  // residual update reads it there, so nothing is waited for (TensorCodec::encodeDeferred).
+  uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                          std::span<std::byte> out, uint32_t* own_verdict) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);
   }

@@ -53,8 +53,8 @@ MomentumCorrection::MomentumCorrection(std::unique_ptr<ErrorFeedback> inner, dou
   if (nesterov_) input_ = TensorBuffer(n_ * sizeof(float), placement_);
 }
 
-uint64_t MomentumCorrection::encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                                    std::span<std::byte> out) {
+uint64_t MomentumCorrection::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                                            std::span<std::byte> out, uint32_t* own_verdict) {
   const std::size_t n = n_;
   auto* u = momentum_.as<float>();
   auto* u_t = staged_.as<float>();
@@ -73,11 +73,12 @@ uint64_t MomentumCorrection::encode(uint64_t step, int round, const void* grad, 
   }
   // The inner error feedback checks the round order and accumulates v_t = v_{t-1} + input in round 0.
   const float* input = nesterov_ ? nesterov_input : u_t;
-  const uint64_t bytes = inner_->encode(step, round, input, prev, out);
+  const uint64_t bytes = inner_->encodeDeferred(step, round, input, prev, out, own_verdict);
   if (round == inner_->caps().num_rounds - 1) {
     const float* transmitted = inner_->transmitted().data();
     if (placement_.device) {
-      device_kernels::dgcCommit(u_t, transmitted, masking_, u, n, placement_.stream);
+      // The word is zero unless the inner own decode left a refusal there (it is zeroed by the caller).
+      device_kernels::dgcCommit(u_t, transmitted, masking_, u, n, placement_.stream, own_verdict);
     } else if (masking_) {
       commitMasked(u_t, transmitted, u, n);
     } else {

@@ -48,7 +48,13 @@ class MomentumCorrection final : public TensorCodec {
   // Round 0 stages u_t from grad and feeds the accumulation input (u_t, or u_t + g_t for Nesterov) to the inner error
   // feedback in every round; after the last round u <- u_t, masked by what was transmitted.
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                  std::span<std::byte> out) override;
+                  std::span<std::byte> out) override {
+    return encodeDeferred(step, round, grad, prev, out, nullptr);
+  }
+  // The same, the inner error feedback's own decode deferred (ErrorFeedback::encodeDeferred) and the momentum's update
+  // skipped on the device when its word is raised.
+  uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                          std::span<std::byte> out, uint32_t* own_verdict) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);
   }

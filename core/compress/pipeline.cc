@@ -127,7 +127,7 @@ uint64_t CompressionPipeline::maxPayloadBytes() const noexcept {
 }
 
 std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const void* grad,
-                                                 std::span<const std::byte> prev) {
+                                                 std::span<const std::byte> prev, uint32_t* own_verdict) {
   TensorBuffer& buf = payload_[caps_->aggregation == Aggregation::kSum ? static_cast<std::size_t>(round % 2) : 0];
   const auto encode_start = rt::now();
   const auto numel = static_cast<double>(codec_->info().numel);
@@ -135,8 +135,11 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
   {
     const rt::Kernel kernel(
         {.kind = rt::CostKind::kCompress, .layer = round, .size = numel, .flops = kCodecFlopsPerElement * numel});
-    bytes = codec_->encode(step, round, grad, prev, usable(buf));
+    bytes = defers_ && own_verdict != nullptr
+                ? codec_->encodeDeferred(step, round, grad, prev, usable(buf), own_verdict)
+                : codec_->encode(step, round, grad, prev, usable(buf));
   }
+  last_bytes_ = bytes;
   checkGuard(buf, "compress");
   stats_.encode_s += seconds(encode_start, rt::now());
   stats_.payload_bytes += bytes;
@@ -224,6 +227,26 @@ void CompressionPipeline::explainRefusal(uint64_t step, std::span<const std::byt
                      << " payload of step " << step
                      << " (it raised its verdict word), which its decompress accepts: the "
                         "plugin's two decompress entry points disagree (terse/device_verdict_v1.h)");
+}
+
+void CompressionPipeline::explainOwnRefusal(uint64_t step) {
+  if (caps_->aggregation != Aggregation::kSum) {
+    // The last round's payload buffer (ALLGATHER and CUSTOM have one round's, and the collective only read it).
+    const std::span<const std::byte> own = usable(payload_[0]).first(static_cast<std::size_t>(last_bytes_));
+    const TensorInfo& info = codec_->info();
+    TensorBuffer scratch(static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype), placement_);
+    codec_->decodeOwn(step, own, scratch.data());
+    if (placement_.device) cuda::synchronize(placement_.stream);
+    TERSE_THROW(PluginError, where(*codec_) << "the compressor's deferred decompress refused this rank's own payload "
+                                               "of step "
+                                            << step
+                                            << " (it raised its verdict word), which its decompress accepts: the "
+                                               "plugin's two decompress entry points disagree "
+                                               "(terse/device_verdict_v1.h)");
+  }
+  TERSE_THROW(InvalidPayload, where(*codec_) << "the compressor refused this rank's own payload of step " << step
+                                             << " when error feedback decoded it on the device (for the built-ins, a "
+                                                "non-finite gradient); the residual is as it was before the step");
 }
 
 void CompressionPipeline::zeroOut(void* out) const {

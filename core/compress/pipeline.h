@@ -79,7 +79,11 @@ class CompressionPipeline {
   // The span points into this pipeline's buffer for the round (SUM alternates two, so round r's aggregate can be round
   // r + 1's prev) and stays valid until that buffer is encoded into again. A fixed-size compressor is held to its size
   // by the compressor's bound call (core/plugin/compressor_plugin.cc), the one place it is checked.
-  std::span<std::byte> encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev);
+  // With `own_verdict` (a zeroed word in the tensor's memory, engine.h "Payload checks") and a codec that defers its
+  // checks, error feedback's decode of the payload leaves its check there (TensorCodec::encodeDeferred); the caller
+  // reads the word with its run's and calls explainOwnRefusal for a raised one.
+  std::span<std::byte> encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                              uint32_t* own_verdict = nullptr);
   // CUSTOM: folds every rank's round-`round` payload (blocks in rank order) with the codec's reduce, left to right on
   // every rank so that every rank decodes the same aggregate. Timed as decode.
   std::span<const std::byte> fold(uint64_t step, int round, std::span<const std::span<const std::byte>> blocks);
@@ -99,6 +103,11 @@ class CompressionPipeline {
   // scratch memory of the tensor's, which throws the plugin's own message (InvalidPayload). A payload that decode
   // accepts is the plugin's fault: PluginError, naming the tensor and the rank whose payload it is.
   [[noreturn]] void explainRefusal(uint64_t step, std::span<const std::byte> payload, int source_rank);
+  // The refusal of this rank's own last payload, whose own-decode word (encode's own_verdict) was raised: where the
+  // payload is still as encode wrote it (ALLGATHER and CUSTOM keep it; a SUM was summed over it), decoded again the
+  // ordinary way for the plugin's own message; else InvalidPayload naming the tensor and the step. Either way error
+  // feedback's residual is as it was before the step.
+  [[noreturn]] void explainOwnRefusal(uint64_t step);
   // Wire bytes of a collective attributed to this pipeline.
   void addWire(const comm::WireBytes& w) { stats_.wire += w; }
 
@@ -118,7 +127,8 @@ class CompressionPipeline {
   std::span<const CompressorSizes> sizes_;
   int world_ = 1;
   uint64_t tensor_ = 0;
-  bool defers_ = false;  // codec_->defersVerdicts(), asked once
+  bool defers_ = false;      // codec_->defersVerdicts(), asked once
+  uint64_t last_bytes_ = 0;  // the last encode's payload size (explainOwnRefusal)
   PipelineStats stats_;
   // In the tensor's memory (the codec's placement), like every buffer the engine hands the communicator.
   Placement placement_;

@@ -156,6 +156,11 @@ void PluginCodec::decodeOwn(uint64_t step, std::span<const std::byte> payload, v
   decodeAs(step, payload, info_.rank, out, false, TERSE_CALL_OWN_PAYLOAD);
 }
 
+void PluginCodec::decodeOwnDeferred(uint64_t step, std::span<const std::byte> payload, void* out, uint32_t* verdict) {
+  TERSE_CHECK(verdict != nullptr, InvalidArgument, where(*compressor_, info_) << "decode: the verdict word is null");
+  decodeAs(step, payload, info_.rank, out, false, TERSE_CALL_OWN_PAYLOAD, verdict);
+}
+
 void PluginCodec::decodeAs(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
                            bool accumulate, uint32_t call_flags, uint32_t* verdict) {
   TERSE_CHECK(source_rank >= -1 && source_rank < info_.world_size, InvalidArgument,

@@ -50,6 +50,7 @@ class PluginCodec final : public TensorCodec {
   void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
                       uint32_t* verdict) override;
   void decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) override;
+  void decodeOwnDeferred(uint64_t step, std::span<const std::byte> payload, void* out, uint32_t* verdict) override;
   using TensorCodec::reduce;
   uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
                   std::span<std::byte> out) override;

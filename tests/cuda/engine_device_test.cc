@@ -4,12 +4,13 @@
 // group whose codecs hide their deferral (every decode then synchronizes for its own verdict, as before the entry
 // point). A payload corrupted on the device between its encode and the collective is refused by the engine -- the
 // word read once for the run, then the payload decoded the ordinary way for the plugin's own message -- and the same
-// engine's next step runs clean.
+// engine's next step runs clean. Error feedback's own decode, deferred too, keeps the residual of a refused step.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "core/compress/engine.h"
+#include "core/compress/error_feedback.h"
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/loader.h"
@@ -81,6 +83,63 @@ class EngineOnDevice : public ::testing::Test {
     comm::NcclOptions o;
     o.store_prefix = "engine/";
     comm_ = comm::connectNcclCommunicator(o, store_);
+  }
+
+  // One group of tensors over `compressor` with error feedback, on the device.
+  std::vector<std::unique_ptr<CompressionPipeline>> efGroup(const std::string& compressor, const Params& params,
+                                                            const std::vector<uint64_t>& numels) {
+    auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+    auto instance = loader.loadCompressor(compressor)->instantiate(params);
+    std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+    for (std::size_t m = 0; m < numels.size(); ++m) {
+      TensorInfo t;
+      t.numel = numels[m];
+      t.ndim = 1;
+      t.shape = {static_cast<int64_t>(numels[m]), 0, 0, 0};
+      t.tensor_id = 300 + m;
+      t.device = TERSE_DEVICE_CUDA;
+      t.device_index = device_;
+      CodecOptions o;
+      o.error_feedback = true;
+      pipes.push_back(
+          std::make_unique<CompressionPipeline>(makeCodec(instance, t, 3, o, comm_->deviceStream()), *comm_));
+    }
+    return pipes;
+  }
+  // A residual on the host.
+  std::vector<float> residualOf(CompressionPipeline& p) {
+    const auto* ef = dynamic_cast<const ErrorFeedback*>(&p.codec());
+    EXPECT_NE(ef, nullptr);
+    std::vector<float> out(ef->residual().size());
+    const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
+    if (!out.empty())
+      TERSE_CUDA_CHECK(
+          cudaMemcpyAsync(out.data(), ef->residual().data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+    return out;
+  }
+  // One step of a group whose gradients are device copies of `grads`; returns the outputs on the host.
+  std::vector<std::vector<float>> efStep(AggregationEngine& engine,
+                                         std::vector<std::unique_ptr<CompressionPipeline>>& pipes,
+                                         const std::vector<std::vector<float>>& grads, uint64_t step) {
+    const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
+    std::vector<std::unique_ptr<cuda::DeviceBuffer>> in, out;
+    std::vector<GroupMember> members;
+    for (std::size_t m = 0; m < pipes.size(); ++m) {
+      const std::size_t bytes = grads[m].size() * sizeof(float);
+      in.push_back(std::make_unique<cuda::DeviceBuffer>(bytes, s));
+      out.push_back(std::make_unique<cuda::DeviceBuffer>(bytes, s));
+      if (bytes > 0) in.back()->copyFromHost(grads[m].data(), bytes, s);
+      members.push_back(GroupMember{pipes[m].get(), in.back()->data(), out.back()->data()});
+    }
+    engine.run(step, members);
+    std::vector<std::vector<float>> outs;
+    for (std::size_t m = 0; m < pipes.size(); ++m) {
+      outs.emplace_back(grads[m].size());
+      if (!outs.back().empty()) out[m]->copyToHost(outs.back().data(), outs.back().size() * sizeof(float), s);
+    }
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+    return outs;
   }
 
   // One group of `numels` tensors over `compressor`, its member `corrupt` tampered with at `corrupt_step`.
@@ -176,6 +235,41 @@ TEST_F(EngineOnDevice, ACorruptedPayloadIsRefusedWithThePluginsMessageAndTheNext
       EXPECT_NE(what.find("decompress"), std::string::npos) << what;
     }
     EXPECT_EQ(step(engine, tampered, 2), step(clean, twin, 2));
+  }
+}
+
+std::vector<std::vector<float>> efGrads(const std::vector<uint64_t>& numels, uint64_t step) {
+  std::vector<std::vector<float>> g;
+  for (std::size_t m = 0; m < numels.size(); ++m) {
+    g.emplace_back(numels[m]);
+    for (std::size_t i = 0; i < g[m].size(); ++i)
+      g[m][i] = static_cast<float>((i * 29 + m * 3 + step * 7) % 97) * 0.02f - 0.9f;
+  }
+  return g;
+}
+
+// Error feedback's own decode (D(C(p))) on a device with a plugin that validates its own payloads (top-k, qsgd):
+// deferred, its residual update waits for the verdict on the device. Three clean steps give the same outputs and
+// residuals as with deferral off (every own decode synchronizing), bit for bit; a NaN gradient fails the step with the
+// plugin's message and leaves that tensor's residual as it was, and the next clean step runs.
+TEST_F(EngineOnDevice, ErrorFeedbacksOwnDecodeWaitsOnTheDeviceAndARefusalKeepsTheResidual) {
+  const std::vector<uint64_t> numels = {1000, 0, 70001, 7};
+  for (const Way& w : {Way{"topk", {{"ratio", "0.05"}}}, Way{"qsgd", {}}}) {
+    SCOPED_TRACE(w.compressor);
+    auto deferred = efGroup(w.compressor, w.params, numels);
+    auto waiting = efGroup(w.compressor, w.params, numels);
+    AggregationEngine a(*comm_), b(*comm_);
+    b.deferVerdicts(false);
+    for (uint64_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(efStep(a, deferred, efGrads(numels, s), s), efStep(b, waiting, efGrads(numels, s), s)) << "step " << s;
+      for (std::size_t m = 0; m < numels.size(); ++m) EXPECT_EQ(residualOf(*deferred[m]), residualOf(*waiting[m]));
+    }
+    const std::vector<float> before = residualOf(*deferred[2]);
+    std::vector<std::vector<float>> bad = efGrads(numels, 3);
+    bad[2][12345] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_THROW(efStep(a, deferred, bad, 3), InvalidPayload);
+    EXPECT_EQ(residualOf(*deferred[2]), before) << "a refused own payload changed the residual";
+    EXPECT_NO_THROW(efStep(a, deferred, efGrads(numels, 4), 4));
   }
 }
 
