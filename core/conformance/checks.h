@@ -35,5 +35,6 @@ Outcome checkWrongLength(Context& c);
 Outcome checkWrongHeader(Context& c);
 Outcome checkByteFlips(Context& c);
 Outcome checkRandomPayloads(Context& c);
+Outcome checkDeferredVerdicts(Context& c);
 
 }  // namespace terse::conformance

@@ -1,7 +1,8 @@
 // The checks that a plugin treats a payload as untrusted input (DESIGN.md section 4): valid payloads from the
 // simulator, truncated, extended, header-corrupted, byte-flipped and replaced by noise, each decoded (or reduced, or
 // fed back as prev) between guard zones; each must be rejected with TERSE_ERR_INVALID_PAYLOAD or decoded without
-// writing outside the output.
+// writing outside the output. And the deferred decompress (terse/device_verdict_v1.h) must give decompress's verdict
+// on each, whether it leaves it in its word or returns it.
 #include "core/conformance/checks.h"
 
 #include <algorithm>
@@ -340,6 +341,96 @@ Outcome checkRandomPayloads(Context& c) {
   if (!attempts.wrongStatus().empty()) return fail(attempts.wrongStatus());
   return pass(cat(attempts.total(), " random byte strings (", count, " per payload", extra, "): ", attempts.rejected(),
                   " rejected, ", attempts.accepted(), " accepted without writing outside the output"));
+}
+
+// The deferred decompress (terse/device_verdict_v1.h) against decompress, on the same payloads: every valid specimen,
+// written and accumulated, and its corruptions (the first bytes and a sample of the rest flipped, truncated, extended).
+// Where decompress accepts, the deferred call must too, with the same output bytes and the word left at zero; where it
+// refuses, the deferred call must refuse with the same status or raise its word, and then leave the output as it was.
+// A plugin without the entry point has nothing to check.
+Outcome checkDeferredVerdicts(Context& c) {
+  auto sps = specimens(c);
+  if (sps.empty()) return skip("no shape to make a payload of");
+  if (!sps[0].sim->defersVerdicts())
+    return skip(
+        "the plugin does not export terse_compressor_decompress_deferred_v1: every decompress returns its "
+        "verdict");
+  std::size_t total = 0, accepted = 0, in_word = 0, at_once = 0;
+  std::mt19937_64 rng(mixSeed(c.options.seed, 17));
+  for (auto& sp : sps) {
+    const std::size_t len = sp.payload.size();
+    std::vector<std::pair<std::string, Bytes>> payloads = {{"the valid payload", sp.payload}};
+    for (std::size_t i = 0; i < std::min<std::size_t>(len, 64); ++i) {
+      Bytes p = sp.payload;
+      p[i] ^= std::byte{0xFF};
+      payloads.emplace_back(cat("byte ", i, " flipped"), std::move(p));
+    }
+    if (len > 64) {
+      std::uniform_int_distribution<std::size_t> pick(64, len - 1);
+      for (int k = 0; k < 32; ++k) {
+        const std::size_t i = pick(rng);
+        Bytes p = sp.payload;
+        p[i] ^= std::byte{0xFF};
+        payloads.emplace_back(cat("byte ", i, " flipped"), std::move(p));
+      }
+    }
+    if (len > 0)
+      payloads.emplace_back(cat("truncated to ", len - 1, " bytes"), Bytes(sp.payload.begin(), sp.payload.end() - 1));
+    Bytes longer = sp.payload;
+    longer.push_back(std::byte{0});
+    payloads.emplace_back(cat("extended to ", len + 1, " bytes"), std::move(longer));
+
+    const Floats base = normalInput(sp.sim->numel(), c.inputSeed(sp.sim->shape(), 18));
+    for (const auto& [mutation, payload] : payloads) {
+      for (const bool accumulate : {false, true}) {
+        const std::string where = cat(sp.label, ", ", mutation, accumulate ? ", accumulated" : ", written");
+        ++total;
+        Floats want = base, got = base;
+        std::optional<terse_status_v1> ordinary;
+        try {
+          sp.sim->decompress(0, sp.step, payload, sp.source, want, accumulate);
+        } catch (const Violation& v) {
+          throw Violation(cat(where, ": ", v.what()));
+        } catch (const Error& e) {
+          ordinary = e.status();
+        }
+        std::optional<terse_status_v1> deferred;
+        bool raised = false;
+        try {
+          raised = sp.sim->decompressDeferred(0, sp.step, payload, sp.source, got, accumulate);
+        } catch (const Violation& v) {
+          throw Violation(cat(where, " (deferred): ", v.what()));
+        } catch (const Error& e) {
+          deferred = e.status();
+        }
+        if (!ordinary) {
+          if (deferred || raised) {
+            return fail(cat(where, ": decompress accepts it, the deferred decompress ",
+                            deferred ? cat("refuses it with '", statusText(*deferred), "'")
+                                     : std::string("raises its verdict word")));
+          }
+          if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0)
+            return fail(cat(where, ": the deferred decompress decodes other bytes than decompress"));
+          ++accepted;
+          continue;
+        }
+        if (!deferred && !raised) {
+          return fail(cat(where, ": decompress refuses it with '", statusText(*ordinary),
+                          "', the deferred decompress accepts it (status ok, word not raised)"));
+        }
+        if (deferred && *deferred != *ordinary) {
+          return fail(cat(where, ": decompress refuses it with '", statusText(*ordinary),
+                          "', the deferred decompress with '", statusText(*deferred), "'"));
+        }
+        if (std::memcmp(base.data(), got.data(), base.size() * sizeof(float)) != 0)
+          return fail(cat(where, ": the deferred decompress refused it and changed the output"));
+        ++(deferred ? at_once : in_word);
+      }
+    }
+  }
+  return pass(cat(total, " deferred decodes of ", sps.size(), " payloads and their corruptions agree with decompress: ",
+                  accepted, " accepted with the same bytes, ", in_word, " refused in the word and ", at_once,
+                  " at once, the output untouched"));
 }
 
 }  // namespace terse::conformance

@@ -141,6 +141,30 @@ void Simulation::decompress(int rank, uint64_t step, std::span<const std::byte> 
   }
 }
 
+bool Simulation::decompressDeferred(int rank, uint64_t step, std::span<const std::byte> payload, int source,
+                                    Floats& out, bool accumulate) {
+  Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
+  const auto buffer = memory_->guarded(out.size() * sizeof(float));
+  buffer->write(asBytes(out));
+  const auto word = memory_->guarded(sizeof(uint32_t));
+  word->write(Bytes(sizeof(uint32_t), std::byte{0}));
+  const auto copy = memory_->copy(payload);
+  ++decompress_calls_;
+  if (source >= 0) ++source_rank_calls_;
+  const int round = lastRound();
+  compressor_->decompressDeferred(info(rank, step, round, source), sizes(round), copy->span(), rk.scratch(),
+                                  buffer->data(), accumulate, reinterpret_cast<uint32_t*>(word->data()),
+                                  memory_->stream());
+  memory_->finish();
+  buffer->check(cat("deferred decompress output (", numel(), " f32)"));
+  word->check("deferred decompress verdict word (4 bytes)");
+  rk.checkGuards("decompress_deferred");
+  buffer->read({reinterpret_cast<std::byte*>(out.data()), out.size() * sizeof(float)});
+  uint32_t raised = 0;
+  word->read({reinterpret_cast<std::byte*>(&raised), sizeof raised});
+  return raised != 0;
+}
+
 Bytes Simulation::reduce(int rank, uint64_t step, int round, std::span<const std::byte> a,
                          std::span<const std::byte> b) {
   Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));

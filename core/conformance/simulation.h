@@ -64,6 +64,12 @@ class Simulation {
   // info.reserved0 (TERSE_CALL_*).
   void decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out, bool accumulate,
                   uint32_t call_flags = 0);
+  // decompress through the deferred entry point (terse/device_verdict_v1.h) with a zeroed word in the suite's memory:
+  // returns whether the word came back raised. What the plugin refuses at once is thrown, as from decompress.
+  bool decompressDeferred(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out,
+                          bool accumulate);
+  // Whether the instance exports the deferred entry point.
+  bool defersVerdicts() const { return compressor_->defersVerdicts(); }
   Bytes reduce(int rank, uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b);
 
   // What every rank receives for one round: the wire sum (SUM) or the fold in rank order (CUSTOM, done on every rank

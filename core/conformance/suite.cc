@@ -45,6 +45,7 @@ constexpr std::string_view kWrongLength = "wrong_length_payloads";
 constexpr std::string_view kWrongHeader = "wrong_header_payloads";
 constexpr std::string_view kByteFlips = "byte_flip_payloads";
 constexpr std::string_view kRandomPayloads = "random_payloads";
+constexpr std::string_view kDeferredVerdicts = "deferred_verdicts";
 
 using conformance::CheckFn;
 struct CheckEntry {
@@ -73,6 +74,7 @@ constexpr CheckEntry kChecks[] = {
     {kWrongHeader, &conformance::checkWrongHeader},
     {kByteFlips, &conformance::checkByteFlips},
     {kRandomPayloads, &conformance::checkRandomPayloads},
+    {kDeferredVerdicts, &conformance::checkDeferredVerdicts},
 };
 
 }  // namespace
