@@ -312,7 +312,7 @@ TEST(SdkCompressorAbi, InitFailures) {
     EXPECT_EQ(inst.initStatus(), TERSE_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(inst.host().lastError(),
               "probe: 'mode' must be one of {ok, too_many, payload, unsupported, device, oom, ok_status, logic, int, "
-              "prefixed, ctor_throws, ctor_oom}, got 'nope'");
+              "prefixed, ctor_throws, ctor_oom, defer}, got 'nope'");
   }
   {
     Instance inst(probeApi(), {{"mode", "ok"}, {"mdoe", "x"}});
