@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
@@ -200,11 +201,14 @@ void AggregationEngine::RunVerdicts::begin(std::size_t n, bool any_defer, const 
   }
   // Grown to the largest run seen, so the steady state allocates nothing. Zeroed on the stream: after any kernel an
   // earlier run (one that threw before its settle) still has queued there.
-  const std::size_t words = device_words_.size() / sizeof(uint32_t);
+  const std::size_t words = std::min(device_words_.size() / sizeof(uint32_t), mapped_.size());
   if (words < n_) {
+    // Both made before either is replaced, so that a failed allocation leaves the pair as it was, of one size.
     const std::size_t grown = std::max(n_, 2 * words);
-    device_words_ = cuda::DeviceArray(grown * sizeof(uint32_t), stream_);
-    mapped_ = cuda::MappedWords(grown);
+    cuda::DeviceArray device(grown * sizeof(uint32_t), stream_);
+    cuda::MappedWords mapped(grown);
+    device_words_ = std::move(device);
+    mapped_ = std::move(mapped);
   }
   words_ = reinterpret_cast<uint32_t*>(device_words_.data());
   cuda::zeroAsync(words_, n_ * sizeof(uint32_t), stream_);
@@ -270,7 +274,9 @@ void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember>
     if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, payload, -1);
     off += n;
   }
-  verdicts_.settle();  // on the host every word was read above, and own decodes leave none there
+  // decode_from is host memory: every word was read above, and own decodes leave none on the host.
+  TERSE_CHECK(verdicts_.settle() == RunVerdicts::npos, InternalError,
+              "aggregation: a payload check's word was raised after the host's in-place decode had read it");
 }
 
 std::size_t AggregationEngine::nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept {

@@ -38,7 +38,8 @@
 // collective -- leaves it in a word of its own, and the engine reads them all after the run's last decode: on a device
 // with one synchronization a run (a DDP bucket's) instead of one a tensor. There the words are device memory, which
 // the decode kernels read as their gate, and one kernel stores them into mapped host memory before the
-// synchronization, so no device-to-host copy is queued. On the host each word is read right after its call. A raised
+// synchronization, so no device-to-host copy is queued. On the host the words are read after the run's decodes too,
+// but a fused SUM's, whose payloads the next member's header overwrites, right after each call. A raised
 // word is explained by decoding that payload again the ordinary way, which throws the plugin's message
 // (CompressionPipeline::explainRefusal); the outputs of a run that fails so are undefined, as those of any failed step
 // are. On a device, error feedback's decode of the rank's own payload (TensorCodec::encodeDeferred) leaves its check

@@ -80,7 +80,7 @@ class VerdictFake final : public FakeCompressor {
     uint32_t magic = kMagic;
     if (info.rank == fault_.rank && info.tensor_id == fault_.tensor && info.step == fault_.step) {
       if (aggregation_ == Aggregation::kSum) {
-        values.at(values.size() / 2) = std::numeric_limits<float>::quiet_NaN();
+        values.at(values.size() - 1) = std::numeric_limits<float>::quiet_NaN();
       } else {
         magic = ~kMagic;
       }
@@ -99,6 +99,7 @@ class VerdictFake final : public FakeCompressor {
                           const Scratch&, void* out, bool accumulate, uint32_t* verdict, void*) const override {
     ++deferred_calls;
     if (!check(info, payload).empty()) {
+      ++raised_words;
       *verdict = 1;  // as a device check leaves it: nothing written, nothing thrown
       return;
     }
@@ -107,6 +108,7 @@ class VerdictFake final : public FakeCompressor {
   bool defersVerdicts() const override { return defers_; }
 
   mutable std::atomic<uint64_t> deferred_calls{0};
+  mutable std::atomic<uint64_t> raised_words{0};
 
  private:
   static std::string whose(const TensorInfo& info) {
@@ -146,10 +148,12 @@ TensorInfo tensorFor(uint64_t numel, int rank, int world, uint64_t id) {
 }
 
 constexpr int kWorld = 3;
-// Odd sizes and an empty tensor; tensor ids 100 + m. The fault goes into tensor 101 (77 elements), neither the first
-// nor the last member of a fused group: on the host a fused SUM decodes in place, and the member after it writes its
-// header over the faulty payload's tail, so its word must be read before that.
-const std::vector<uint64_t> kNumels = {301, 77, 0, 5};
+// Tensor ids 100 + m, an empty tensor and an odd size among them. The fault goes into tensor 101 (76 elements), at its
+// last value, neither the first nor the last member of a fused group. The sizes keep every payload of the host's fused
+// SUM at the ABI's 16-byte alignment in the concatenation (300 and 76 floats: 1,200 and 304 bytes), so each is decoded
+// where it was summed, and the empty member after the faulty one writes its header over the faulty payload's last 16
+// bytes, the NaN among them: its word must be read before that (engine.cc, decodeSummed).
+const std::vector<uint64_t> kNumels = {300, 76, 0, 5};
 constexpr uint64_t kFaultTensor = 101;
 
 float gradValue(int rank, std::size_t m, std::size_t i, uint64_t step) {
@@ -236,8 +240,11 @@ TEST(DeferredVerdict, ARaisedWordFailsEveryRankWithThePluginsMessageAndTheNextSt
       const auto failed = ranks.world.run([&](int r, HostCommunicator&) { ranks.step(r, 1, fused); });
       ASSERT_FALSE(failed.watchdog_fired);
       const std::string expected = agg == Aggregation::kSum
-                                       ? "verdict_fake: tensor 101: the aggregate payload has a non-finite value at 38"
+                                       ? "verdict_fake: tensor 101: the aggregate payload has a non-finite value at 75"
                                        : "verdict_fake: tensor 101: rank 1's payload has a bad header";
+      // The refusal came through the words, one a rank (the ordinary path would give the same message): in a SUM every
+      // rank's aggregate holds the NaN, in a gather every rank decodes rank 1's payload.
+      EXPECT_EQ(codec->raised_words.load(), static_cast<uint64_t>(kWorld));
       for (int r = 0; r < kWorld; ++r) {
         EXPECT_NE(failed.message(r).find(expected), std::string::npos) << "rank " << r << ": " << failed.message(r);
         ASSERT_NE(failed.errors[static_cast<std::size_t>(r)], nullptr);

@@ -25,7 +25,9 @@
  *   - What the plugin can refuse without reading device memory (a payload of the wrong size, a bad argument) it returns
  *     as decompress does; the core treats a returned status and a raised word alike.
  * The core calls decompress (the ordinary entry point) on a payload whose word was raised, for the refusal's message:
- * decompress must refuse it too, and if it accepts it the core reports the plugin as broken. Ignoring `verdict` and
+ * decompress must refuse it too, and if it accepts it the core reports the plugin as broken. One exception: the
+ * decode of a rank's own payload for error feedback (TERSE_CALL_OWN_PAYLOAD) under SUM, whose payload the collective
+ * has summed over by the time the word is read; that refusal is reported without the plugin's message. Ignoring `verdict` and
  * returning decompress's status is always correct; on the host the core passes a host word, and a host plugin has no
  * reason to use it. Does not block (unless it ignores `verdict`: then it blocks as decompress does).
  *
