@@ -204,6 +204,13 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
     if (params.empty()) out << "                (pass parameters with --param KEY=VALUE)\n";
     return params.empty() && dynamic_cast<const PluginError*>(&e) == nullptr;
   }
+  // Whether a CUDA decompress can leave its payload check's verdict on the device (terse/device_verdict_v1.h), which
+  // spares the synchronization a tensor that reading it would cost.
+  out << "  verdicts:     "
+      << (instance->defersVerdicts()
+              ? "deferred on request (terse_compressor_decompress_deferred_v1)"
+              : "returned by decompress (the file exports no terse_compressor_decompress_deferred_v1)")
+      << '\n';
   bool ok = true;
   Table table({"DTYPE", "DEVICES", "AGGREGATION", "WIRE", "FIXED", "STATEFUL", "SHARED_SEED", "IDENTITY", "ROUNDS"});
   std::vector<std::string> other;
