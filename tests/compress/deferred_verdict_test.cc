@@ -34,6 +34,7 @@ using comm::HostCommunicator;
 using comm::testing::World;
 using terse::testing::FakeCompressor;
 using terse::testing::FakeHeader;
+using terse::testing::flatTensor;
 using terse::testing::floatsOf;
 using terse::testing::kFakeHeaderBytes;
 using terse::testing::payloadBytes;
@@ -135,18 +136,6 @@ class VerdictFake final : public FakeCompressor {
   Fault fault_;
 };
 
-TensorInfo tensorFor(uint64_t numel, int rank, int world, uint64_t id) {
-  TensorInfo t;
-  t.numel = numel;
-  t.ndim = 1;
-  t.shape = {static_cast<int64_t>(numel), 0, 0, 0};
-  t.tensor_id = id;
-  t.rank = rank;
-  t.world_size = world;
-  t.source_rank = rank;
-  return t;
-}
-
 constexpr int kWorld = 3;
 // Tensor ids 100 + m, an empty tensor and an odd size among them. The fault goes into tensor 101 (76 elements), at its
 // last value, neither the first nor the last member of a fused group. The sizes keep every payload of the host's fused
@@ -173,7 +162,7 @@ struct Ranks {
       pipes.emplace_back();
       for (std::size_t m = 0; m < kNumels.size(); ++m)
         pipes.back().push_back(std::make_unique<CompressionPipeline>(
-            makePluginCodec(codec, tensorFor(kNumels[m], r, kWorld, 100 + m), 1), comm));
+            makePluginCodec(codec, flatTensor(kNumels[m], DType::kF32, r, kWorld, 100 + m), 1), comm));
       engines.push_back(std::make_unique<AggregationEngine>(comm));
     }
   }
@@ -343,7 +332,7 @@ TEST(DeferredVerdict, SdkPluginsExportTheEntryPointAndCPluginsNeedNot) {
   EXPECT_TRUE(lossy->defersVerdicts());
   EXPECT_FALSE(c_plugin->defersVerdicts());
 
-  auto codec = makePluginCodec(lossy, tensorFor(10, 0, 1, 5), 1);
+  auto codec = makePluginCodec(lossy, flatTensor(10, DType::kF32, 0, 1, 5), 1);
   EXPECT_TRUE(codec->defersVerdicts());
   std::vector<float> grad(10, 1.5f), out(10, -1.0f);
   std::vector<std::byte> payload(static_cast<std::size_t>(codec->sizes(0).max_output_bytes));

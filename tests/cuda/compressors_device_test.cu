@@ -269,6 +269,23 @@ TEST_P(CompressorsOnDevice, PayloadAndDecodeEqualTheHostBitForBit) {
   }
 }
 
+// Corruptions of a valid payload: one byte of every section kind (header, parameters, first scale, the middle, the
+// last: padding bits for the bit-packed payloads), then a truncated and an overlong payload.
+std::vector<std::pair<std::string, Bytes>> corruptionsOf(const Bytes& good) {
+  std::vector<std::pair<std::string, Bytes>> bad;
+  for (size_t at : {size_t{0}, size_t{8}, size_t{20}, size_t{32}, good.size() / 2, good.size() - 1}) {
+    if (at >= good.size()) continue;
+    Bytes b = good;
+    b[at] ^= std::byte{0x01};
+    bad.emplace_back("byte " + std::to_string(at) + " flipped", std::move(b));
+  }
+  Bytes shorter(good.begin(), good.end() - 1), longer = good;
+  longer.push_back(std::byte{0});
+  bad.emplace_back("truncated", std::move(shorter));
+  bad.emplace_back("overlong", std::move(longer));
+  return bad;
+}
+
 TEST_P(CompressorsOnDevice, CorruptPayloadsGetTheHostVerdict) {
   Plugin plugin(GetParam().plugin);
   Instance c(plugin, GetParam().params);
@@ -281,21 +298,7 @@ TEST_P(CompressorsOnDevice, CorruptPayloadsGetTheHostVerdict) {
     const terse_tensor_info_v1 dev_info = onDevice(host_info, device_);
     const Bytes good = c.compress(host_info, input(n, 3));
     ASSERT_FALSE(good.empty());
-    // One byte of every section kind: header, parameters, first scale, the middle, the last (padding bits for the
-    // bit-packed payloads); then a truncated and an overlong payload.
-    std::vector<std::pair<std::string, Bytes>> bad;
-    for (size_t at : {size_t{0}, size_t{8}, size_t{20}, size_t{32}, good.size() / 2, good.size() - 1}) {
-      if (at >= good.size()) continue;
-      Bytes b = good;
-      b[at] ^= std::byte{0x01};
-      bad.emplace_back("byte " + std::to_string(at) + " flipped", std::move(b));
-    }
-    Bytes shorter(good.begin(), good.end() - 1), longer = good;
-    longer.push_back(std::byte{0});
-    bad.emplace_back("truncated", std::move(shorter));
-    bad.emplace_back("overlong", std::move(longer));
-
-    for (const auto& [what, payload] : bad) {
+    for (const auto& [what, payload] : corruptionsOf(good)) {
       SCOPED_TRACE("numel " + std::to_string(n) + ", " + what);
       const std::vector<float> base = input(n, 11);
       std::vector<float> host_out = base, dev_out = base;
@@ -388,15 +391,7 @@ TEST_P(CompressorsOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
       EXPECT_EQ(raised, 0u);
       EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
     }
-    std::vector<std::pair<std::string, Bytes>> bad;
-    for (size_t at : {size_t{0}, size_t{8}, size_t{20}, size_t{32}, good.size() / 2, good.size() - 1}) {
-      if (at >= good.size()) continue;
-      Bytes b = good;
-      b[at] ^= std::byte{0x01};
-      bad.emplace_back("byte " + std::to_string(at) + " flipped", std::move(b));
-    }
-    bad.emplace_back("truncated", Bytes(good.begin(), good.end() - 1));
-    for (const auto& [what, payload] : bad) {
+    for (const auto& [what, payload] : corruptionsOf(good)) {
       SCOPED_TRACE("numel " + std::to_string(n) + ", " + what);
       const std::vector<float> base = input(n, 11);
       std::vector<float> host_out = base, dev_out = base;

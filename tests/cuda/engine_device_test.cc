@@ -85,6 +85,18 @@ class EngineOnDevice : public ::testing::Test {
     comm_ = comm::connectNcclCommunicator(o, store_);
   }
 
+  // A flat tensor of rank 0 of 1 on the test's device.
+  TensorInfo deviceTensor(uint64_t numel, uint64_t id) const {
+    TensorInfo t;
+    t.numel = numel;
+    t.ndim = 1;
+    t.shape = {static_cast<int64_t>(numel), 0, 0, 0};
+    t.tensor_id = id;
+    t.device = TERSE_DEVICE_CUDA;
+    t.device_index = device_;
+    return t;
+  }
+
   // One group of tensors over `compressor` with error feedback, on the device.
   std::vector<std::unique_ptr<CompressionPipeline>> efGroup(const std::string& compressor, const Params& params,
                                                             const std::vector<uint64_t>& numels) {
@@ -92,13 +104,7 @@ class EngineOnDevice : public ::testing::Test {
     auto instance = loader.loadCompressor(compressor)->instantiate(params);
     std::vector<std::unique_ptr<CompressionPipeline>> pipes;
     for (std::size_t m = 0; m < numels.size(); ++m) {
-      TensorInfo t;
-      t.numel = numels[m];
-      t.ndim = 1;
-      t.shape = {static_cast<int64_t>(numels[m]), 0, 0, 0};
-      t.tensor_id = 300 + m;
-      t.device = TERSE_DEVICE_CUDA;
-      t.device_index = device_;
+      const TensorInfo t = deviceTensor(numels[m], 300 + m);
       CodecOptions o;
       o.error_feedback = true;
       pipes.push_back(
@@ -154,13 +160,7 @@ class EngineOnDevice : public ::testing::Test {
     Group g;
     void* const stream = comm_->deviceStream();
     for (std::size_t m = 0; m < numels.size(); ++m) {
-      TensorInfo t;
-      t.numel = numels[m];
-      t.ndim = 1;
-      t.shape = {static_cast<int64_t>(numels[m]), 0, 0, 0};
-      t.tensor_id = 200 + m;
-      t.device = TERSE_DEVICE_CUDA;
-      t.device_index = device_;
+      const TensorInfo t = deviceTensor(numels[m], 200 + m);
       auto codec = std::make_unique<Tamper>(makePluginCodec(instance, t, 3, stream), defers,
                                             m == corrupt ? corrupt_step : kNever);
       g.pipes.push_back(std::make_unique<CompressionPipeline>(std::move(codec), *comm_));
