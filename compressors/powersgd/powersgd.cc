@@ -727,26 +727,32 @@ class PowerSgd final : public sdk::Compressor {
             psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kPassRound1, args.info); }),
                           args.payload.data(), 0, status, nullptr, WorkspaceTag{}, false, nullptr, args.stream);
           },
-          [&] { psc::copyValues(values(), args.info.numel, out, args.accumulate, args.stream); }, host_verdict);
+          [&](const uint32_t* gate) {
+            psc::copyValues(values(), args.info.numel, out, args.accumulate, args.stream, gate);
+          },
+          host_verdict);
       return;
     }
     const DeviceScratch sc = deviceScratchOf(args.workspace, args.state, s);
     const auto no_tag = status_.acquire();
     no_tag.clear();
+    // A deferred call (terse/device_verdict_v1.h) has one word for both faults: a workspace without this step's P^
+    // (the tag) raises it too, and the core's ordinary decompress of the payload then names which it was.
+    const bool deferred = args.deferredVerdict() != nullptr;
     device::checkedDecompress(
         args, status_, args.payload.size() == sdk::kPayloadHeaderBytes + sizeof(float) * s.m * s.r,
         [&](uint32_t* status) {
           // The tag is checked in the same pass; the host checks it after the payload, and so does decode() below.
           psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kRoundQ, args.info); }),
                         args.payload.data(), s.m * s.r, status, sc.tag, ps::makeTag(2, args.info.step, s.n, s.m, s.r),
-                        false, no_tag.device(), args.stream);
+                        false, deferred ? status : no_tag.device(), args.stream);
         },
-        [&] {
-          if (no_tag.raised()) throwNoTag(args.info.step, "decompress");
-          psc::decode(psc::Dims{s.n, s.m, s.r}, sc.phat, values(), out, args.accumulate, args.stream);
+        [&](const uint32_t* gate) {
+          if (gate == nullptr && no_tag.raised()) throwNoTag(args.info.step, "decompress");
+          psc::decode(psc::Dims{s.n, s.m, s.r}, sc.phat, values(), out, args.accumulate, args.stream, gate);
           if (args.info.source_rank == -1) {  // the aggregate Q' becomes next step's Q (warm start)
             psc::copyValues(values(), s.m * s.r, reinterpret_cast<float*>(sc.state + sizeof(StateHeader)), false,
-                            args.stream);
+                            args.stream, gate);
           }
         },
         host_verdict);

@@ -398,7 +398,9 @@ constexpr unsigned kDecodeChunk = 8;   // Q entries (columns c of one row j) a t
 // for sm_90 without spilling; the general one's 84-92 would allow 2 or 3 blocks.
 template <bool kAccumulate, bool kOneChunk>
 __global__ void __launch_bounds__(device::kThreads, kOneChunk ? 4 : 1)
-    decodeKernel(const double* __restrict__ phat, const float* __restrict__ Q, Dims d, float* __restrict__ out) {
+    decodeKernel(const double* __restrict__ phat, const float* __restrict__ Q, Dims d, float* __restrict__ out,
+                 const uint32_t* gate) {
+  if (device::gateRaised(gate)) return;  // a deferred verdict refused the payload (terse/kit/device.hpp)
   const uint64_t tiles = (d.n + kDecodeRows - 1) / kDecodeRows;
   for (uint64_t tile = uint64_t{blockIdx.y} * blockDim.y + threadIdx.y; tile < tiles;
        tile += uint64_t{gridDim.y} * blockDim.y) {
@@ -445,8 +447,9 @@ __global__ void __launch_bounds__(device::kThreads, kOneChunk ? 4 : 1)
 
 // ---- Decompress of a passthrough payload.
 
-__global__ void copyValuesKernel(const float* __restrict__ v, uint64_t count, float* __restrict__ out,
-                                 bool accumulate) {
+__global__ void copyValuesKernel(const float* __restrict__ v, uint64_t count, float* __restrict__ out, bool accumulate,
+                                 const uint32_t* gate) {
+  if (device::gateRaised(gate)) return;
   for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += uint64_t{gridDim.x} * blockDim.x) {
     out[i] = accumulate ? out[i] + v[i] : v[i];
   }
@@ -540,7 +543,8 @@ void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream) {
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream) {
+void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream,
+            const uint32_t* gate) {
   if (d.n == 0 || d.m == 0) return;
   // Up to 256 threads a block: as many columns as the matrix has, in whole warps up to 256, and as many further row
   // tiles as fit in 256 threads, so that a narrow matrix (m of 31, say) does not leave most of each block idle.
@@ -553,25 +557,26 @@ void decode(const Dims& d, const double* phat, const float* Q, float* out, bool 
   const cudaStream_t st = device::streamOf(stream);
   const bool one_chunk = d.r <= kDecodeChunk;
   if (accumulate && one_chunk) {
-    decodeKernel<true, true><<<grid, block, 0, st>>>(phat, Q, d, out);
+    decodeKernel<true, true><<<grid, block, 0, st>>>(phat, Q, d, out, gate);
   } else if (accumulate) {
-    decodeKernel<true, false><<<grid, block, 0, st>>>(phat, Q, d, out);
+    decodeKernel<true, false><<<grid, block, 0, st>>>(phat, Q, d, out, gate);
   } else if (one_chunk) {
-    decodeKernel<false, true><<<grid, block, 0, st>>>(phat, Q, d, out);
+    decodeKernel<false, true><<<grid, block, 0, st>>>(phat, Q, d, out, gate);
   } else {
-    decodeKernel<false, false><<<grid, block, 0, st>>>(phat, Q, d, out);
+    decodeKernel<false, false><<<grid, block, 0, st>>>(phat, Q, d, out, gate);
   }
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void copyValues(const float* v, uint64_t count, float* out, bool accumulate, void* stream) {
+void copyValues(const float* v, uint64_t count, float* out, bool accumulate, void* stream, const uint32_t* gate) {
   if (count == 0) return;
   const cudaStream_t st = device::streamOf(stream);
-  if (!accumulate) {
+  if (!accumulate && gate == nullptr) {  // a copy cannot wait for a gate: a gated write takes the kernel
     TERSE_SDK_CUDA_CHECK(cudaMemcpyAsync(out, v, count * sizeof(float), cudaMemcpyDeviceToDevice, st));
     return;
   }
-  copyValuesKernel<<<device::gridFor(count, device::kThreads), device::kThreads, 0, st>>>(v, count, out, accumulate);
+  copyValuesKernel<<<device::gridFor(count, device::kThreads), device::kThreads, 0, st>>>(v, count, out, accumulate,
+                                                                                          gate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 

@@ -141,9 +141,13 @@ void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const fl
 // *dst = tag.
 void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream);
 
-// Decompress. out (n x m, row-major) = (or +=) P^ Q^T, each entry productEntry (double, as on the host).
-void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream);
-// out[i] = (or +=) v[i] for i < count: the passthrough payload's decode.
-void copyValues(const float* v, uint64_t count, float* out, bool accumulate, void* stream);
+// Decompress. out (n x m, row-major) = (or +=) P^ Q^T, each entry productEntry (double, as on the host). With a `gate`
+// (a deferred verdict, terse/kit/device.hpp) queued behind validate, nothing is written when it is raised.
+void decode(const Dims& d, const double* phat, const float* Q, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
+// out[i] = (or +=) v[i] for i < count: the passthrough payload's decode, and the warm start's copy into the state;
+// `gate` as decode's.
+void copyValues(const float* v, uint64_t count, float* out, bool accumulate, void* stream,
+                const uint32_t* gate = nullptr);
 
 }  // namespace terse::compressors::powersgd::cuda

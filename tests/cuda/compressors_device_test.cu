@@ -1157,6 +1157,28 @@ class PsgdDeviceCalls {
     return status;
   }
 
+  // decompress through the deferred entry point `deferred` (terse/device_verdict_v1.h) with a zeroed device word;
+  // *raised says whether the word came back raised.
+  terse_status_v1 decompressDeferred(terse_decompress_deferred_fn_v1 deferred, const terse_tensor_info_v1& info,
+                                     PsgdDeviceRank& r, const Bytes& payload, std::vector<float>& out, bool accumulate,
+                                     bool* raised) {
+    DeviceBuffer p(payload.size(), stream_.get());
+    if (!payload.empty()) p.copyFromHost(payload.data(), payload.size(), stream_.get());
+    DeviceBuffer o(out.size() * sizeof(float), stream_.get());
+    if (!out.empty()) o.copyFromHost(out.data(), o.size(), stream_.get());
+    DeviceBuffer word(sizeof(uint32_t), stream_.get());
+    word.fill(0, stream_.get());
+    terse_scratch_v1 scratch = scratchOf(r);
+    const terse_status_v1 status = deferred(c_.ctx(), &info, p.data(), p.size(), &scratch, o.data(), accumulate ? 1 : 0,
+                                            static_cast<uint32_t*>(word.data()), stream_.handle());
+    if (!out.empty()) o.copyToHost(out.data(), o.size(), stream_.get());
+    uint32_t w = 0;
+    word.copyToHost(&w, sizeof w, stream_.get());
+    stream_.synchronize();
+    *raised = w != 0;
+    return status;
+  }
+
   Bytes read(const DeviceBuffer& b, size_t bytes) {
     Bytes out(std::min(bytes, b.size()));
     if (!out.empty()) b.copyToHost(out.data(), out.size(), stream_.get());
@@ -1540,7 +1562,7 @@ TEST_F(PowerSgdRank4OnDevice, TallFactorsHaveTheSameBitsFromOneBlockAndFromMany)
 
 // Untrusted bytes: a corrupted aggregate Q and a corrupted prev get the host's status and message on the device, and a
 // refused payload leaves the output and the warm-start state untouched.
-TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdict) {
+TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdictAlsoDeferred) {
   Plugin plugin("powersgd");
   Instance c(plugin, {{"rank", "2"}});
   ASSERT_TRUE(c.ok()) << c.lastError();
@@ -1591,6 +1613,35 @@ TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdict) {
     EXPECT_EQ(dev.read(device.state, device.state.size()), state_before) << "a refused payload touched the state";
   }
 
+  // The deferred decompress (terse/device_verdict_v1.h): the good aggregate decodes as the ordinary call does and
+  // keeps the warm start; every bad one above is refused at once with the host's status, or in the word, and either
+  // way leaves the output and the state as they were.
+  const terse_decompress_deferred_fn_v1 deferred = plugin.deferred();
+  ASSERT_NE(deferred, nullptr);
+  {
+    std::vector<float> want = input(base.numel, 12), got = want;
+    ASSERT_EQ(dev.decompress(onDevice(agg, device_), device, dq, want, true), TERSE_OK) << c.lastError();
+    const Bytes state_after = dev.read(device.state, device.state.size());
+    bool raised = true;
+    ASSERT_EQ(dev.decompressDeferred(deferred, onDevice(agg, device_), device, dq, got, true, &raised), TERSE_OK)
+        << c.lastError();
+    EXPECT_FALSE(raised);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(dev.read(device.state, device.state.size()), state_after);
+  }
+  const Bytes state_kept = dev.read(device.state, device.state.size());
+  for (const auto& [what, payload] : bad) {
+    SCOPED_TRACE(std::string("deferred, ") + what);
+    std::vector<float> dev_out = input(base.numel, 11);
+    const std::vector<float> before = dev_out;
+    bool raised = false;
+    const terse_status_v1 status =
+        dev.decompressDeferred(deferred, onDevice(agg, device_), device, payload, dev_out, true, &raised);
+    EXPECT_TRUE(status == TERSE_ERR_INVALID_PAYLOAD || (status == TERSE_OK && raised)) << status << c.lastError();
+    EXPECT_EQ(dev_out, before) << "a refused payload changed the output";
+    EXPECT_EQ(dev.read(device.state, device.state.size()), state_kept) << "a refused payload touched the state";
+  }
+
   // A payload of another step, and a workspace that never saw round 1: the host's InvalidArgument.
   for (uint64_t step : {uint64_t{1}}) {
     std::vector<float> host_out(base.numel), dev_out(base.numel);
@@ -1602,6 +1653,14 @@ TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdict) {
     c.host().clear();
     EXPECT_EQ(dev.decompress(onDevice(later, device_), device, dq, dev_out, false), TERSE_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(c.lastError(), host_error);
+    // Deferred, the workspace's tag goes to the same word as the payload's faults, and the output stays as it was.
+    std::vector<float> deferred_out(base.numel, 3.0f);
+    bool raised = false;
+    EXPECT_EQ(dev.decompressDeferred(deferred, onDevice(later, device_), device, dq, deferred_out, false, &raised),
+              TERSE_OK)
+        << c.lastError();
+    EXPECT_TRUE(raised) << "a workspace without this step's P^ passed the deferred check";
+    EXPECT_EQ(deferred_out, std::vector<float>(base.numel, 3.0f));
   }
 
   // prev of round 1 is untrusted too.

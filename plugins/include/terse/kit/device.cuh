@@ -54,7 +54,8 @@ __device__ __forceinline__ void raiseStatus(uint32_t* status) {
 __device__ __forceinline__ bool gateRaised(const uint32_t* gate) {
   if (gate == nullptr) return false;  // a kernel argument: uniform, so the barrier below is reached by all or none
   __shared__ uint32_t raised;
-  if (threadIdx.x == 0) raised = *reinterpret_cast<const volatile uint32_t*>(gate);
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+    raised = *reinterpret_cast<const volatile uint32_t*>(gate);
   __syncthreads();
   return raised != 0;
 }
