@@ -737,15 +737,15 @@ class PowerSgd final : public sdk::Compressor {
     const auto no_tag = status_.acquire();
     no_tag.clear();
     // A deferred call (terse/device_verdict_v1.h) has one word for both faults: a workspace without this step's P^
-    // (the tag) raises it too, and the core's ordinary decompress of the payload then names which it was.
-    const bool deferred = args.deferredVerdict() != nullptr;
+    // (the tag) raises it too, and the core's ordinary decompress of the payload then names which it was. Decided by
+    // the word validate is handed, so that a tag fault goes where the decode below looks for it.
     device::checkedDecompress(
         args, status_, args.payload.size() == sdk::kPayloadHeaderBytes + sizeof(float) * s.m * s.r,
         [&](uint32_t* status) {
           // The tag is checked in the same pass; the host checks it after the payload, and so does decode() below.
           psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kRoundQ, args.info); }),
                         args.payload.data(), s.m * s.r, status, sc.tag, ps::makeTag(2, args.info.step, s.n, s.m, s.r),
-                        false, deferred ? status : no_tag.device(), args.stream);
+                        false, status == args.deferredVerdict() ? status : no_tag.device(), args.stream);
         },
         [&](const uint32_t* gate) {
           if (gate == nullptr && no_tag.raised()) throwNoTag(args.info.step, "decompress");
