@@ -3,6 +3,7 @@
 // a fancier launch could change is speed, never the bits.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/common/cuda.h"
@@ -96,6 +97,36 @@ __global__ void divideBf16Kernel(uint16_t* p, std::size_t n, float w) {
   }
 }
 
+// A batch of copies, by value: a kernel parameter is copied at launch, so the caller's list may change right after.
+struct CopyBatch {
+  CopySegment segment[kCopySegmentsPerLaunch];
+  unsigned count;
+};
+
+template <class T>
+__device__ void copyUnits(const CopySegment& s) {
+  const auto* __restrict__ src = static_cast<const T*>(s.src);
+  auto* __restrict__ dst = static_cast<T*>(s.dst);
+  const std::size_t n = s.bytes / sizeof(T);
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+// Block b copies segment b, in the widest unit that divides its two addresses and its length.
+__global__ void copySegmentsKernel(CopyBatch batch) {
+  if (blockIdx.x >= batch.count) return;
+  const CopySegment& s = batch.segment[blockIdx.x];
+  const auto bits = reinterpret_cast<std::uintptr_t>(s.src) | reinterpret_cast<std::uintptr_t>(s.dst) | s.bytes;
+  if (bits % 16 == 0) {
+    copyUnits<uint4>(s);
+  } else if (bits % 4 == 0) {
+    copyUnits<uint32_t>(s);
+  } else if (bits % 2 == 0) {
+    copyUnits<uint16_t>(s);
+  } else {
+    copyUnits<unsigned char>(s);
+  }
+}
+
 __global__ void copyWordsKernel(const uint32_t* src, uint32_t* dst, std::size_t n) {
   TERSE_GRID_LOOP(i, n) {
     dst[i] = src[i];
@@ -137,6 +168,16 @@ void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u
   if (n == 0) return;
   dgcCommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u_t, transmitted, masked, u, n, gate);
   checkLaunch("dgcCommitKernel");
+}
+
+void copySegments(std::span<const CopySegment> segments, void* stream) {
+  for (std::size_t first = 0; first < segments.size(); first += kCopySegmentsPerLaunch) {
+    CopyBatch batch{};
+    batch.count = static_cast<unsigned>(std::min(kCopySegmentsPerLaunch, segments.size() - first));
+    for (unsigned i = 0; i < batch.count; ++i) batch.segment[i] = segments[first + i];
+    copySegmentsKernel<<<batch.count, kThreads, 0, asStream(stream)>>>(batch);
+    checkLaunch("copySegmentsKernel");
+  }
 }
 
 void copyWords(const uint32_t* src, uint32_t* dst, std::size_t n, void* stream) {

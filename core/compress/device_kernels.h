@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/common/dtype.h"
 
@@ -30,6 +31,20 @@ void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u
 // data[i] /= world for f32 / f64, and through f32 with round-to-nearest for f16 / bf16 (the host's arithmetic).
 // Throws Unsupported for another dtype.
 void divide(void* data, std::size_t n, DType dtype, int world, void* stream);
+
+// One copy of a batch: `bytes` bytes from src to dst, device memory of one device.
+struct CopySegment {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  std::size_t bytes = 0;
+};
+// Segments one launch of copySegments carries by value (its kernel parameter, about 1.5 KiB).
+inline constexpr std::size_t kCopySegmentsPerLaunch = 64;
+// Copies every segment, one launch per kCopySegmentsPerLaunch of them, each segment by one block in the widest unit its
+// addresses and length allow (16, 4, 2 or 1 bytes). The segments must not overlap. For many small copies (the engine's
+// concatenation of a DDP bucket's small tensors: engine.cc, copyBodies), where a cudaMemcpyAsync each would cost more
+// in API calls than in bytes; a large copy is better left to cudaMemcpyAsync.
+void copySegments(std::span<const CopySegment> segments, void* stream);
 
 // dst[i] = src[i] for n 32-bit words, from device memory into memory the device can store to (the engine's deferred
 // verdicts, engine.cc: from their device words into mapped host memory, so that reading them is a kernel's stores and

@@ -27,6 +27,9 @@ void divide(void*, std::size_t, DType, int, void*) {
   noCuda("averaging");
 }
 
+void copySegments(std::span<const CopySegment> segments, void*) {
+  if (!segments.empty()) noCuda("batched device copies");
+}
 void copyWords(const uint32_t*, uint32_t*, std::size_t, void*) {
   noCuda("reading payload verdicts");
 }

@@ -117,18 +117,44 @@ std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> membe
   return body_bytes;
 }
 
-// Each member's round-r body in turn, into the concatenation (to_send) or back behind its header. Returns the bytes
-// copied.
+// On a device, copies of at most this many bytes are batched into one launch (device_kernels::copySegments): most of a
+// DDP bucket's tensors are small (107 of ResNet-50's 161 hold at most 2,048 elements), and a cudaMemcpyAsync each way
+// per tensor cost more in API calls than in bytes. Larger copies keep cudaMemcpyAsync, which moves them at full speed.
+constexpr std::size_t kBatchedCopyBytes = std::size_t{64} << 10;
+
+// Copies between buffers of one placement: on the host at once (memcpy); on a device a small one is added to `batch`,
+// which flushCopies() queues, and a large one is queued at once. All stream-ordered before what is queued after the
+// flush.
+void addCopy(std::vector<device_kernels::CopySegment>& batch, void* dst, const void* src, std::size_t bytes,
+             const Placement& where) {
+  if (bytes == 0) return;
+  if (where.device && bytes <= kBatchedCopyBytes) {
+    batch.push_back(device_kernels::CopySegment{src, dst, bytes});
+    return;
+  }
+  copyBytes(dst, src, bytes, where);
+}
+
+void flushCopies(std::vector<device_kernels::CopySegment>& batch, const Placement& where) {
+  if (batch.empty()) return;
+  device_kernels::copySegments(batch, where.stream);
+  batch.clear();
+}
+
+// Each member's round-r body in turn, into the concatenation (to_send) or back behind its header; on a device the small
+// ones in one launch. Returns the bytes copied.
 uint64_t copyBodies(std::span<const GroupMember> members, std::span<const std::span<std::byte>> local, int r,
-                    std::byte* concat, bool to_send, const Placement& where) {
+                    std::byte* concat, bool to_send, const Placement& where,
+                    std::vector<device_kernels::CopySegment>& batch) {
   std::size_t off = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
     const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
     std::byte* body = local[m].data() + header;
     const std::size_t n = local[m].size() - header;
-    copyBytes(to_send ? concat + off : body, to_send ? body : concat + off, n, where);
+    addCopy(batch, to_send ? concat + off : body, to_send ? body : concat + off, n, where);
     off += n;
   }
+  flushCopies(batch, where);
   return off;
 }
 
@@ -164,12 +190,12 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
           comm_.allreducePayload(local_[0], static_cast<std::size_t>(lead.sumHeaderBytes(r)), wire, lead.tensorId());
     } else {
       std::byte* const concat = send_start(body_bytes, where);
-      copied_ += copyBodies(members, local_, r, concat, true, where);
+      copied_ += copyBodies(members, local_, r, concat, true, where, copies_);
       wire_bytes += comm_.allreducePayload(std::span<std::byte>(concat, body_bytes), 0, wire, lead.tensorId());
       // The last round's sums are decoded where they lie (below) on the host; an earlier round's are the next round's
       // prev, behind their headers.
       if (r + 1 < rounds || where.device) {
-        copied_ += copyBodies(members, local_, r, concat, false, where);
+        copied_ += copyBodies(members, local_, r, concat, false, where, copies_);
       } else {
         decode_from = concat;
       }
@@ -338,7 +364,7 @@ void AggregationEngine::layOutRound(SplitSum& split) {
       const std::size_t room = where.device ? 0 : kSendHeadroom;
       grow(r.concat, room + body_bytes, where);
       std::byte* const concat = r.concat.data() + room;
-      copied_ += copyBodies(run, local, round, concat, true, where);
+      copied_ += copyBodies(run, local, round, concat, true, where, copies_);
       // The last round's sums are decoded where they lie on the host (decodeSummed); an earlier round's go back
       // behind their headers as the next round's prev.
       if (round + 1 == split.rounds_ && !where.device) r.decode_from = concat;
@@ -360,7 +386,7 @@ bool AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireByt
     ++collectives_;
     // Each summed body back behind its header: an earlier round's (the next one's prev) and, on the device, the last.
     if (r.count > 1 && r.decode_from == nullptr)
-      copied_ += copyBodies(run, local, round, split.sums[s].data.data(), false, run[0].pipeline->placement());
+      copied_ += copyBodies(run, local, round, split.sums[s].data.data(), false, run[0].pipeline->placement(), copies_);
     if (last) {
       // The split's encodes left no own-decode words (layOutRound runs on the host path's caller, the chained hook).
       verdicts_.begin(2 * r.count, anyDefers(run), run[0].pipeline->placement());
@@ -488,9 +514,12 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
     for (std::size_t i = 0; i < k; ++i) {
       const auto payload = members[i].pipeline->encode(step, 0, members[i].grad, {}, verdicts_.ownWord(k * w + i));
       if (table > 0) table_[i] = payload.size();
-      copyBytes(send_.data() + at, payload.data(), payload.size(), where);
+      // Each member's own payload buffer keeps its bytes until its next encode, so the small copies may wait for the
+      // batch (engine.cc, addCopy).
+      addCopy(copies_, send_.data() + at, payload.data(), payload.size(), where);
       at += payload.size();
     }
+    flushCopies(copies_, where);
     // From pageable host memory a stream-ordered copy returns once the driver has staged the source, so table_ may be
     // reused right after.
     copyBytes(send_.data(), table_.data(), table, where);

@@ -29,8 +29,9 @@
 // Balso 2018, "Horovod"), with compression kept per chunk so the math does not change.
 //
 // Device tensors (a communicator on device memory, pipelines on its stream): the same steps, with the concatenation
-// copies stream-ordered on that stream and the variable-size table built on the host, copied into the block, and read
-// back from every rank's block after the gather (one small copy and one synchronization per fused gather).
+// copies stream-ordered on that stream (those of at most 64 KiB batched into one launch a concatenation) and the
+// variable-size table built on the host, copied into the block, and read back from every rank's block after the gather
+// (one small copy and one synchronization per fused gather).
 //
 // Payload checks (terse/device_verdict_v1.h): a decode of a payload from the network is checked by its plugin, and a
 // plugin whose check runs in a device kernel would synchronize the stream once a call to learn its verdict. Where the
@@ -65,6 +66,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/common/device_memory.h"
+#include "core/compress/device_kernels.h"
 #include "core/compress/pipeline.h"
 #include "core/compress/tensor_buffer.h"
 
@@ -224,7 +226,8 @@ class AggregationEngine {
 
   comm::Communicator& comm_;
   RunVerdicts verdicts_;
-  std::vector<uint32_t*> own_words_;  // runSum's members' own-decode words, in member order
+  std::vector<uint32_t*> own_words_;                 // runSum's members' own-decode words, in member order
+  std::vector<device_kernels::CopySegment> copies_;  // a device run's small copies, batched (engine.cc, addCopy)
   uint64_t collectives_ = 0;
   uint64_t copied_ = 0;
   uint64_t sum_in_place_from_ = 0;

@@ -170,8 +170,12 @@ class EngineOnDevice : public ::testing::Test {
     }
     return g;
   }
-  // One step of the group, fused; returns the members' outputs on the host.
-  std::vector<std::vector<float>> step(AggregationEngine& engine, Group& g, uint64_t step) {
+  // One step of the group, each member a group of its own; returns the members' outputs on the host.
+  std::vector<std::vector<float>> stepAlone(AggregationEngine& engine, Group& g, uint64_t step) {
+    return this->step(engine, g, step, false);
+  }
+  // One step of the group, fused (or member by member); returns the members' outputs on the host.
+  std::vector<std::vector<float>> step(AggregationEngine& engine, Group& g, uint64_t step, bool fused = true) {
     const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
     std::vector<GroupMember> members;
     for (std::size_t m = 0; m < g.pipes.size(); ++m) {
@@ -182,7 +186,11 @@ class EngineOnDevice : public ::testing::Test {
       if (n > 0) g.grads[m]->copyFromHost(x.data(), n * sizeof(float), s);
       members.push_back(GroupMember{g.pipes[m].get(), g.grads[m]->data(), g.outs[m]->data()});
     }
-    engine.run(step, members);
+    if (fused) {
+      engine.run(step, members);
+    } else {
+      for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
+    }
     std::vector<std::vector<float>> outs;
     for (std::size_t m = 0; m < g.pipes.size(); ++m) {
       outs.emplace_back(g.pipes[m]->codec().info().numel);
@@ -215,6 +223,24 @@ TEST_F(EngineOnDevice, DeferredVerdictsDecodeAsTheOrdinaryPath) {
     ASSERT_FALSE(ordinary.pipes[0]->defersVerdicts());
     AggregationEngine a(*comm_), b(*comm_);
     for (uint64_t s = 0; s < 3; ++s) EXPECT_EQ(step(a, deferred, s), step(b, ordinary, s)) << "step " << s;
+  }
+}
+
+// A fused group concatenates its members' bodies (SUM) or payloads (ALLGATHER) on the device, the small ones in one
+// batched launch (engine.cc, addCopy) and the larger with cudaMemcpyAsync: at world 1 every member's result must be
+// what it gives run alone (no concatenation at all), bit for bit, for fp16 (SUM) and top-k (ALLGATHER), over small and
+// large members, an empty one among them.
+TEST_F(EngineOnDevice, AFusedGroupEqualsItsMembersRunAlone) {
+  const std::vector<uint64_t> numels = {7, 1000, 0, 70001, 33, 40000};
+  for (const Way& w : {Way{"fp16", {}}, Way{"topk", {{"ratio", "0.05"}}}}) {
+    SCOPED_TRACE(w.compressor);
+    Group fused = makeGroup(w.compressor, w.params, numels, true, 0, kNever);
+    Group alone = makeGroup(w.compressor, w.params, numels, true, 0, kNever);
+    AggregationEngine a(*comm_), b(*comm_);
+    for (uint64_t s = 0; s < 2; ++s) {
+      const std::vector<std::vector<float>> want = stepAlone(b, alone, s);
+      EXPECT_EQ(step(a, fused, s), want) << "step " << s;
+    }
   }
 }
 

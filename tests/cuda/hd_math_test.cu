@@ -1,11 +1,14 @@
 // One kernel body, two launchers (DESIGN.md section 5): the error-feedback math the CPU decorator runs, launched from
-// a CUDA kernel, must give the CPU's bits. Skips with a message on a machine without a GPU; CI still compiles it.
+// a CUDA kernel, must give the CPU's bits. And the engine's batched device copies (device_kernels::copySegments). Skips
+// with a message on a machine without a GPU; CI still compiles it.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
 #include "core/common/cuda.h"
+#include "core/compress/device_kernels.h"
 #include "core/compress/error_feedback_math.h"
 
 namespace {
@@ -58,6 +61,44 @@ TEST_F(CudaTest, ErrorFeedbackMathMatchesHostBitForBit) {
 
   EXPECT_EQ(0, std::memcmp(p_dev.data(), p_host.data(), bytes));
   EXPECT_EQ(0, std::memcmp(e_dev.data(), e_host.data(), bytes));
+}
+
+}  // namespace
+
+namespace {
+
+// device_kernels::copySegments (the engine's batched small copies): every alignment of source and destination (offsets
+// 0 to 17 bytes) and lengths of 0 to 70 bytes and a few larger ones, 150 segments at once (three launches of at most
+// 64), each landing where it should and nothing else changing: the bytes between the destinations keep their fill.
+TEST_F(CudaTest, CopySegmentsCopiesEveryAlignmentAndLength) {
+  std::vector<terse::device_kernels::CopySegment> segments;
+  std::vector<std::size_t> src_at, dst_at, lengths;
+  std::size_t src_end = 0, dst_end = 0;
+  for (std::size_t i = 0; i < 150; ++i) {
+    const std::size_t len = i < 71 ? i : std::size_t{1} << (i % 13) | (i % 7);
+    src_at.push_back(src_end + i % 18);
+    dst_at.push_back(dst_end + (i * 5) % 18 + 1);  // at least one fill byte before each destination
+    lengths.push_back(len);
+    src_end = src_at.back() + len + 32;
+    dst_end = dst_at.back() + len + 32;
+  }
+  std::vector<unsigned char> src(src_end), dst(dst_end, 0xA5);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 31 + 7);
+  unsigned char *dsrc, *ddst;
+  TERSE_CUDA_CHECK(cudaMalloc(&dsrc, src.size()));
+  TERSE_CUDA_CHECK(cudaMalloc(&ddst, dst.size()));
+  TERSE_CUDA_CHECK(cudaMemcpy(dsrc, src.data(), src.size(), cudaMemcpyHostToDevice));
+  TERSE_CUDA_CHECK(cudaMemcpy(ddst, dst.data(), dst.size(), cudaMemcpyHostToDevice));
+  for (std::size_t i = 0; i < lengths.size(); ++i) segments.push_back({dsrc + src_at[i], ddst + dst_at[i], lengths[i]});
+  terse::device_kernels::copySegments(segments, nullptr);
+  std::vector<unsigned char> got(dst.size());
+  TERSE_CUDA_CHECK(cudaMemcpy(got.data(), ddst, got.size(), cudaMemcpyDeviceToHost));
+  TERSE_CUDA_CHECK(cudaFree(dsrc));
+  TERSE_CUDA_CHECK(cudaFree(ddst));
+  std::vector<unsigned char> want = dst;
+  for (std::size_t i = 0; i < lengths.size(); ++i)
+    std::memcpy(want.data() + dst_at[i], src.data() + src_at[i], lengths[i]);
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace
