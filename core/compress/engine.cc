@@ -119,8 +119,9 @@ std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> membe
 
 // On a device, copies of at most this many bytes are batched into one launch (device_kernels::copySegments): most of a
 // DDP bucket's tensors are small (107 of ResNet-50's 161 hold at most 2,048 elements), and a cudaMemcpyAsync each way
-// per tensor cost more in API calls than in bytes. Larger copies keep cudaMemcpyAsync, which moves them at full speed.
-constexpr std::size_t kBatchedCopyBytes = std::size_t{64} << 10;
+// per tensor cost more in API calls than in bytes. Larger copies keep cudaMemcpyAsync, which moves them at full speed
+// (the batch gives a segment one block, so a large one would hold the launch up).
+constexpr std::size_t kBatchedCopyBytes = std::size_t{16} << 10;
 
 // Copies between buffers of one placement: on the host at once (memcpy); on a device a small one is added to `batch`,
 // which flushCopies() queues, and a large one is queued at once. All stream-ordered before what is queued after the
@@ -135,10 +136,14 @@ void addCopy(std::vector<device_kernels::CopySegment>& batch, void* dst, const v
   copyBytes(dst, src, bytes, where);
 }
 
+// Queues the batch and empties it, also when the launch fails, so that no later flush can launch a stale segment.
 void flushCopies(std::vector<device_kernels::CopySegment>& batch, const Placement& where) {
   if (batch.empty()) return;
+  struct Clear {
+    std::vector<device_kernels::CopySegment>& b;
+    ~Clear() { b.clear(); }
+  } clear{batch};
   device_kernels::copySegments(batch, where.stream);
-  batch.clear();
 }
 
 // Each member's round-r body in turn, into the concatenation (to_send) or back behind its header; on a device the small
@@ -146,6 +151,7 @@ void flushCopies(std::vector<device_kernels::CopySegment>& batch, const Placemen
 uint64_t copyBodies(std::span<const GroupMember> members, std::span<const std::span<std::byte>> local, int r,
                     std::byte* concat, bool to_send, const Placement& where,
                     std::vector<device_kernels::CopySegment>& batch) {
+  batch.clear();  // whatever a call that threw before its flush left
   std::size_t off = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
     const auto header = static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
@@ -510,6 +516,7 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
   } else {
     grow(send_, max_block, where);
     table_.assign(table / sizeof(uint64_t), 0);
+    copies_.clear();  // whatever a call that threw before its flush left: an encode below may throw too
     std::size_t at = table;
     for (std::size_t i = 0; i < k; ++i) {
       const auto payload = members[i].pipeline->encode(step, 0, members[i].grad, {}, verdicts_.ownWord(k * w + i));

@@ -29,7 +29,7 @@
 // Balso 2018, "Horovod"), with compression kept per chunk so the math does not change.
 //
 // Device tensors (a communicator on device memory, pipelines on its stream): the same steps, with the concatenation
-// copies stream-ordered on that stream (those of at most 64 KiB batched into one launch a concatenation) and the
+// copies stream-ordered on that stream (those of at most 16 KiB batched into one launch a concatenation) and the
 // variable-size table built on the host, copied into the block, and read back from every rank's block after the gather
 // (one small copy and one synchronization per fused gather).
 //

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "core/compress/make_codec.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/loader.h"
+#include "terse/sdk/half.hpp"
 
 namespace terse {
 namespace {
@@ -174,8 +176,8 @@ class EngineOnDevice : public ::testing::Test {
   std::vector<std::vector<float>> stepAlone(AggregationEngine& engine, Group& g, uint64_t step) {
     return this->step(engine, g, step, false);
   }
-  // One step of the group, fused (or member by member); returns the members' outputs on the host.
-  std::vector<std::vector<float>> step(AggregationEngine& engine, Group& g, uint64_t step, bool fused = true) {
+  // The group's members with this step's gradients on the device.
+  std::vector<GroupMember> membersOf(Group& g, uint64_t step) {
     const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
     std::vector<GroupMember> members;
     for (std::size_t m = 0; m < g.pipes.size(); ++m) {
@@ -186,11 +188,11 @@ class EngineOnDevice : public ::testing::Test {
       if (n > 0) g.grads[m]->copyFromHost(x.data(), n * sizeof(float), s);
       members.push_back(GroupMember{g.pipes[m].get(), g.grads[m]->data(), g.outs[m]->data()});
     }
-    if (fused) {
-      engine.run(step, members);
-    } else {
-      for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
-    }
+    return members;
+  }
+  // The members' outputs on the host.
+  std::vector<std::vector<float>> outputsOf(Group& g) {
+    const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
     std::vector<std::vector<float>> outs;
     for (std::size_t m = 0; m < g.pipes.size(); ++m) {
       outs.emplace_back(g.pipes[m]->codec().info().numel);
@@ -198,6 +200,16 @@ class EngineOnDevice : public ::testing::Test {
     }
     TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
     return outs;
+  }
+  // One step of the group, fused (or member by member); returns the members' outputs on the host.
+  std::vector<std::vector<float>> step(AggregationEngine& engine, Group& g, uint64_t step, bool fused = true) {
+    const std::vector<GroupMember> members = membersOf(g, step);
+    if (fused) {
+      engine.run(step, members);
+    } else {
+      for (const GroupMember& m : members) engine.run(step, *m.pipeline, m.grad, m.out);
+    }
+    return outputsOf(g);
   }
 
   comm::MemoryStore store_;
@@ -241,6 +253,39 @@ TEST_F(EngineOnDevice, AFusedGroupEqualsItsMembersRunAlone) {
       const std::vector<std::vector<float>> want = stepAlone(b, alone, s);
       EXPECT_EQ(step(a, fused, s), want) << "step " << s;
     }
+  }
+}
+
+// The SUM half of the test above cannot see a copy that does nothing at world 1 (the bodies are summed with nothing),
+// so a split sum stands in for a second rank: beginSum lays out the concatenation (the batched copies in), the test
+// doubles every summed fp16 element on the host as a peer with the same gradient would, and finishSum copies the sums
+// back and decodes. Every output must be exactly twice the member's own round trip.
+TEST_F(EngineOnDevice, ASplitSumCarriesEveryBodyThroughTheConcatenation) {
+  const std::vector<uint64_t> numels = {7, 1000, 0, 70001, 33, 3001};
+  Group fused = makeGroup("fp16", {}, numels, true, 0, kNever);
+  Group alone = makeGroup("fp16", {}, numels, true, 0, kNever);
+  AggregationEngine a(*comm_), b(*comm_);
+  const std::vector<std::vector<float>> once = stepAlone(b, alone, 0);
+  SplitSum split;
+  a.beginSum(0, membersOf(fused, 0), split);
+  ASSERT_EQ(split.sums.size(), 1u) << "every member fused into one sum";
+  const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
+  for (const SplitSum::Sum& sum : split.sums) {
+    ASSERT_EQ(sum.wire, DType::kF16);
+    std::vector<uint16_t> h(sum.data.size() / 2);
+    TERSE_CUDA_CHECK(cudaMemcpyAsync(h.data(), sum.data.data(), sum.data.size(), cudaMemcpyDeviceToHost, s));
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (uint16_t& v : h) v = sdk::floatToHalf(2.0f * sdk::halfToFloat(v));
+    TERSE_CUDA_CHECK(cudaMemcpyAsync(sum.data.data(), h.data(), sum.data.size(), cudaMemcpyHostToDevice, s));
+  }
+  const std::vector<comm::WireBytes> wires(split.sums.size());
+  EXPECT_FALSE(a.finishSum(split, wires));
+  const std::vector<std::vector<float>> twice = outputsOf(fused);
+  ASSERT_EQ(twice.size(), once.size());
+  for (std::size_t m = 0; m < once.size(); ++m) {
+    std::vector<float> want = once[m];
+    for (float& v : want) v *= 2.0f;
+    EXPECT_EQ(twice[m], want) << "member " << m;
   }
 }
 

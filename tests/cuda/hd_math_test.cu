@@ -67,37 +67,40 @@ TEST_F(CudaTest, ErrorFeedbackMathMatchesHostBitForBit) {
 
 namespace {
 
-// device_kernels::copySegments (the engine's batched small copies): every alignment of source and destination (offsets
-// 0 to 17 bytes) and lengths of 0 to 70 bytes and a few larger ones, 150 segments at once (three launches of at most
-// 64), each landing where it should and nothing else changing: the bytes between the destinations keep their fill.
+// device_kernels::copySegments (the engine's batched small copies): every combination of source offset, destination
+// offset (0, 1, 2, 4, 8 and 12 mod 16) and length (0 to 17, multiples of 16 up to 16 KiB, and one less), so that each copy
+// unit (16, 4, 2 and 1 bytes) runs, 396 segments in seven launches of at most 64, each in a 256-aligned slot of its
+// own: each lands where it should, and the fill around it stays.
 TEST_F(CudaTest, CopySegmentsCopiesEveryAlignmentAndLength) {
-  std::vector<terse::device_kernels::CopySegment> segments;
-  std::vector<std::size_t> src_at, dst_at, lengths;
-  std::size_t src_end = 0, dst_end = 0;
-  for (std::size_t i = 0; i < 150; ++i) {
-    const std::size_t len = i < 71 ? i : std::size_t{1} << (i % 13) | (i % 7);
-    src_at.push_back(src_end + i % 18);
-    dst_at.push_back(dst_end + (i * 5) % 18 + 1);  // at least one fill byte before each destination
-    lengths.push_back(len);
-    src_end = src_at.back() + len + 32;
-    dst_end = dst_at.back() + len + 32;
-  }
-  std::vector<unsigned char> src(src_end), dst(dst_end, 0xA5);
+  const std::vector<std::size_t> offsets = {0, 1, 2, 4, 8, 12};
+  const std::vector<std::size_t> lengths = {0, 1, 2, 3, 4, 15, 16, 17, 64, 4095, 16384};
+  constexpr std::size_t kSlot = 16384 + 256;
+  const std::size_t slots = offsets.size() * offsets.size() * lengths.size();
+  std::vector<unsigned char> src(slots * kSlot), dst(slots * kSlot, 0xA5);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 31 + 7);
   unsigned char *dsrc, *ddst;
   TERSE_CUDA_CHECK(cudaMalloc(&dsrc, src.size()));
   TERSE_CUDA_CHECK(cudaMalloc(&ddst, dst.size()));
   TERSE_CUDA_CHECK(cudaMemcpy(dsrc, src.data(), src.size(), cudaMemcpyHostToDevice));
   TERSE_CUDA_CHECK(cudaMemcpy(ddst, dst.data(), dst.size(), cudaMemcpyHostToDevice));
-  for (std::size_t i = 0; i < lengths.size(); ++i) segments.push_back({dsrc + src_at[i], ddst + dst_at[i], lengths[i]});
+  std::vector<terse::device_kernels::CopySegment> segments;
+  std::vector<unsigned char> want = dst;
+  std::size_t slot = 0;
+  for (std::size_t so : offsets) {
+    for (std::size_t d : offsets) {
+      for (std::size_t len : lengths) {
+        const std::size_t s_at = slot * kSlot + so, d_at = slot * kSlot + 16 + d;  // fill before every destination
+        segments.push_back({dsrc + s_at, ddst + d_at, len});
+        std::memcpy(want.data() + d_at, src.data() + s_at, len);
+        ++slot;
+      }
+    }
+  }
   terse::device_kernels::copySegments(segments, nullptr);
   std::vector<unsigned char> got(dst.size());
   TERSE_CUDA_CHECK(cudaMemcpy(got.data(), ddst, got.size(), cudaMemcpyDeviceToHost));
   TERSE_CUDA_CHECK(cudaFree(dsrc));
   TERSE_CUDA_CHECK(cudaFree(ddst));
-  std::vector<unsigned char> want = dst;
-  for (std::size_t i = 0; i < lengths.size(); ++i)
-    std::memcpy(want.data() + dst_at[i], src.data() + src_at[i], lengths[i]);
   EXPECT_EQ(got, want);
 }
 
