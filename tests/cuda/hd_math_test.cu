@@ -68,9 +68,9 @@ TEST_F(CudaTest, ErrorFeedbackMathMatchesHostBitForBit) {
 namespace {
 
 // device_kernels::copySegments (the engine's batched small copies): every combination of source offset, destination
-// offset (0, 1, 2, 4, 8 and 12 mod 16) and length (0 to 17, multiples of 16 up to 16 KiB, and one less), so that each copy
-// unit (16, 4, 2 and 1 bytes) runs, 396 segments in seven launches of at most 64, each in a 256-aligned slot of its
-// own: each lands where it should, and the fill around it stays.
+// offset (0, 1, 2, 4, 8 and 12 mod 16) and length (0 to 4, 15 to 17, 64, 4095 and 16 KiB), so that each copy unit
+// (16, 4, 2 and 1 bytes) runs, 396 segments in seven launches of at most 64, each in a 256-aligned slot of its own:
+// each lands where it should, and the fill around it stays.
 TEST_F(CudaTest, CopySegmentsCopiesEveryAlignmentAndLength) {
   const std::vector<std::size_t> offsets = {0, 1, 2, 4, 8, 12};
   const std::vector<std::size_t> lengths = {0, 1, 2, 3, 4, 15, 16, 17, 64, 4095, 16384};
