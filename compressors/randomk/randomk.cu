@@ -26,15 +26,6 @@ __global__ void gatherKernel(const float* __restrict__ x, Permutation pi, uint64
   }
 }
 
-// out[0..n) = +0.0f unless the gate is raised: the clearing of a deferred decode, which a memset cannot make wait for
-// the verdict.
-__global__ void zeroUnlessRaisedKernel(float* __restrict__ out, uint64_t n, const uint32_t* gate) {
-  if (device::gateRaised(gate)) return;
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
-    out[i] = 0.0f;
-  }
-}
-
 __global__ void validateKernel(const std::byte* __restrict__ payload, device::Prefix expected, uint32_t* status) {
   for (unsigned t = threadIdx.x; t < expected.size; t += blockDim.x) device::checkPrefix(payload, expected, t, status);
 }
@@ -66,14 +57,7 @@ void validate(const device::Prefix& expected, const std::byte* payload, uint32_t
 void decode(const std::byte* payload, const Permutation& pi, uint64_t k, float* out, bool accumulate, void* stream,
             const uint32_t* gate) {
   const cudaStream_t st = device::streamOf(stream);
-  if (!accumulate && pi.n > 0) {
-    if (gate == nullptr) {
-      TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(out, 0, pi.n * sizeof(float), st));
-    } else {
-      zeroUnlessRaisedKernel<<<device::gridFor(pi.n, device::kThreads), device::kThreads, 0, st>>>(out, pi.n, gate);
-      TERSE_COMPRESSOR_CHECK_LAUNCH();
-    }
-  }
+  if (!accumulate) device::clearOutput(out, pi.n, gate, stream);
   if (k == 0) return;
   scatterAddKernel<<<device::gridFor(k, device::kThreads), device::kThreads, 0, st>>>(
       reinterpret_cast<const float*>(payload + kValuesOffset), pi, k, out, gate);

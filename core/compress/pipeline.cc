@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "core/common/device_memory.h"
@@ -214,39 +215,32 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
 }
 
 void CompressionPipeline::explainRefusal(uint64_t step, std::span<const std::byte> payload, int source_rank) {
-  const TensorInfo& info = codec_->info();
-  // Scratch memory, so that a decode that accepts (the plugin's fault) writes nothing of the caller's. Allocated on the
-  // failure path only.
-  TensorBuffer scratch(static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype), placement_);
-  codec_->decode(step, payload, source_rank, scratch.data(), false);
-  if (placement_.device) cuda::synchronize(placement_.stream);
-  TERSE_THROW(
-      PluginError,
-      where(*codec_) << "the compressor's deferred decompress refused "
-                     << (source_rank < 0 ? std::string("the aggregate") : "rank " + std::to_string(source_rank) + "'s")
-                     << " payload of step " << step
-                     << " (it raised its verdict word), which its decompress accepts: the "
-                        "plugin's two decompress entry points disagree (terse/device_verdict_v1.h)");
+  redecode([&](void* scratch) { codec_->decode(step, payload, source_rank, scratch, false); },
+           source_rank < 0 ? std::string("the aggregate") : "rank " + std::to_string(source_rank) + "'s", step);
 }
 
 void CompressionPipeline::explainOwnRefusal(uint64_t step) {
   if (caps_->aggregation != Aggregation::kSum) {
     // The last round's payload buffer (ALLGATHER and CUSTOM have one round's, and the collective only read it).
     const std::span<const std::byte> own = usable(payload_[0]).first(static_cast<std::size_t>(last_bytes_));
-    const TensorInfo& info = codec_->info();
-    TensorBuffer scratch(static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype), placement_);
-    codec_->decodeOwn(step, own, scratch.data());
-    if (placement_.device) cuda::synchronize(placement_.stream);
-    TERSE_THROW(PluginError, where(*codec_) << "the compressor's deferred decompress refused this rank's own payload "
-                                               "of step "
-                                            << step
-                                            << " (it raised its verdict word), which its decompress accepts: the "
-                                               "plugin's two decompress entry points disagree "
-                                               "(terse/device_verdict_v1.h)");
+    redecode([&](void* scratch) { codec_->decodeOwn(step, own, scratch); }, "this rank's own", step);
   }
   TERSE_THROW(InvalidPayload, where(*codec_) << "the compressor refused this rank's own payload of step " << step
                                              << " when error feedback decoded it on the device (for the built-ins, a "
                                                 "non-finite gradient); the residual is as it was before the step");
+}
+
+void CompressionPipeline::redecode(const std::function<void(void*)>& decode, const std::string& whose, uint64_t step) {
+  const TensorInfo& info = codec_->info();
+  // Scratch memory, so that a decode that accepts (the plugin's fault) writes nothing of the caller's. Allocated on the
+  // failure path only.
+  TensorBuffer scratch(static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype), placement_);
+  decode(scratch.data());
+  if (placement_.device) cuda::synchronize(placement_.stream);
+  TERSE_THROW(PluginError,
+              where(*codec_) << "the compressor's deferred decompress refused " << whose << " payload of step " << step
+                             << " (it raised its verdict word), which its decompress accepts: the "
+                                "plugin's two decompress entry points disagree (terse/device_verdict_v1.h)");
 }
 
 void CompressionPipeline::zeroOut(void* out) const {

@@ -19,8 +19,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -116,6 +118,10 @@ class CompressionPipeline {
   const PipelineStats& stats() const noexcept { return stats_; }
 
  private:
+  // explainRefusal's and explainOwnRefusal's second look: `decode(scratch)` decodes the refused payload the ordinary
+  // way into scratch memory of the tensor's, which throws the plugin's message; if it does not, PluginError naming
+  // whose payload it was ("the aggregate", "rank 2's", ...).
+  [[noreturn]] void redecode(const std::function<void(void*)>& decode, const std::string& whose, uint64_t step);
   // out = 0 (the ALLGATHER path's accumulation start) and out /= world_size, in the tensor's memory.
   void zeroOut(void* out) const;
   void average(void* out) const;

@@ -111,6 +111,22 @@ Bytes Simulation::compress(int rank, uint64_t step, int round, const Floats& inp
 
 void Simulation::decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out,
                             bool accumulate, uint32_t call_flags) {
+  decodeCall(rank, step, payload, source, out, accumulate, call_flags, nullptr);
+}
+
+bool Simulation::decompressDeferred(int rank, uint64_t step, std::span<const std::byte> payload, int source,
+                                    Floats& out, bool accumulate) {
+  const auto word = memory_->guarded(sizeof(uint32_t));
+  word->write(Bytes(sizeof(uint32_t), std::byte{0}));
+  decodeCall(rank, step, payload, source, out, accumulate, 0, word.get());
+  word->check("deferred decompress verdict word (4 bytes)");
+  uint32_t raised = 0;
+  word->read({reinterpret_cast<std::byte*>(&raised), sizeof raised});
+  return raised != 0;
+}
+
+void Simulation::decodeCall(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out,
+                            bool accumulate, uint32_t call_flags, GuardedRegion* word) {
   Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
   const auto buffer = memory_->guarded(out.size() * sizeof(float));
   buffer->write(asBytes(out));
@@ -122,47 +138,30 @@ void Simulation::decompress(int rank, uint64_t step, std::span<const std::byte> 
   }
   ++decompress_calls_;
   if (source >= 0) ++source_rank_calls_;
-  TensorInfo call = info(rank, step, lastRound(), source);
+  const int round = lastRound();
+  TensorInfo call = info(rank, step, round, source);
   call.call_flags = call_flags;
-  compressor_->decompress(call, copy->span(), rk.scratch(), buffer->data(), accumulate, memory_->stream());
+  const char* const name = word != nullptr ? "decompress_deferred" : "decompress";
+  if (word != nullptr) {
+    compressor_->decompressDeferred(call, sizes(round), copy->span(), rk.scratch(), buffer->data(), accumulate,
+                                    reinterpret_cast<uint32_t*>(word->data()), memory_->stream());
+  } else {
+    compressor_->decompress(call, copy->span(), rk.scratch(), buffer->data(), accumulate, memory_->stream());
+  }
   memory_->finish();
-  buffer->check(cat("decompress output (", numel(), " f32)"));
-  rk.checkGuards("decompress");
+  buffer->check(cat(word != nullptr ? "deferred " : "", "decompress output (", numel(), " f32)"));
+  rk.checkGuards(name);
   buffer->read({reinterpret_cast<std::byte*>(out.data()), out.size() * sizeof(float)});
   if (watch_purity_) {
     if (int64_t at = firstByteDifference(workspace_before, rk.workspaceBytes()); at >= 0) {
-      issue(cat("decompress (source_rank ", source, ") changed byte ", at, " of the workspace of rank ", rank,
+      issue(cat(name, " (source_rank ", source, ") changed byte ", at, " of the workspace of rank ", rank,
                 "; the ABI says decompress never modifies the workspace"));
     }
     if (int64_t at = firstByteDifference(state_before, rk.stateBytes()); source >= 0 && at >= 0) {
-      issue(cat("decompress of rank ", source, "'s own payload changed byte ", at, " of the state of rank ", rank,
+      issue(cat(name, " of rank ", source, "'s own payload changed byte ", at, " of the state of rank ", rank,
                 "; only the aggregate (source_rank -1) may modify the state"));
     }
   }
-}
-
-bool Simulation::decompressDeferred(int rank, uint64_t step, std::span<const std::byte> payload, int source,
-                                    Floats& out, bool accumulate) {
-  Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
-  const auto buffer = memory_->guarded(out.size() * sizeof(float));
-  buffer->write(asBytes(out));
-  const auto word = memory_->guarded(sizeof(uint32_t));
-  word->write(Bytes(sizeof(uint32_t), std::byte{0}));
-  const auto copy = memory_->copy(payload);
-  ++decompress_calls_;
-  if (source >= 0) ++source_rank_calls_;
-  const int round = lastRound();
-  compressor_->decompressDeferred(info(rank, step, round, source), sizes(round), copy->span(), rk.scratch(),
-                                  buffer->data(), accumulate, reinterpret_cast<uint32_t*>(word->data()),
-                                  memory_->stream());
-  memory_->finish();
-  buffer->check(cat("deferred decompress output (", numel(), " f32)"));
-  word->check("deferred decompress verdict word (4 bytes)");
-  rk.checkGuards("decompress_deferred");
-  buffer->read({reinterpret_cast<std::byte*>(out.data()), out.size() * sizeof(float)});
-  uint32_t raised = 0;
-  word->read({reinterpret_cast<std::byte*>(&raised), sizeof raised});
-  return raised != 0;
 }
 
 Bytes Simulation::reduce(int rank, uint64_t step, int round, std::span<const std::byte> a,

@@ -96,6 +96,10 @@ class Simulation {
   };
 
   void issue(std::string text);
+  // decompress and decompressDeferred in one body: a `word` (4 zeroed bytes of the suite's memory) makes it the
+  // deferred call.
+  void decodeCall(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out, bool accumulate,
+                  uint32_t call_flags, GuardedRegion* word);
 
   std::shared_ptr<const Compressor> compressor_;
   std::shared_ptr<ConformanceMemory> memory_;

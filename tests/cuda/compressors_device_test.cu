@@ -269,6 +269,20 @@ TEST_P(CompressorsOnDevice, PayloadAndDecodeEqualTheHostBitForBit) {
   }
 }
 
+// The host's verdict on a payload, decoded (accumulated) onto `out`: its status and message, the instance's log cleared
+// before and after, so that the device call that follows is judged by its own message.
+struct HostVerdict {
+  terse_status_v1 status;
+  std::string error;
+};
+HostVerdict hostVerdict(Instance& c, const terse_tensor_info_v1& info, const Bytes& payload, std::vector<float>& out,
+                        Scratch* scratch = nullptr) {
+  c.host().clear();
+  HostVerdict v{c.decompress(info, payload, out, true, scratch), c.lastError()};
+  c.host().clear();
+  return v;
+}
+
 // Corruptions of a valid payload: one byte of every section kind (header, parameters, first scale, the middle, the
 // last: padding bits for the bit-packed payloads), then a truncated and an overlong payload.
 std::vector<std::pair<std::string, Bytes>> corruptionsOf(const Bytes& good) {
@@ -302,10 +316,7 @@ TEST_P(CompressorsOnDevice, CorruptPayloadsGetTheHostVerdict) {
       SCOPED_TRACE("numel " + std::to_string(n) + ", " + what);
       const std::vector<float> base = input(n, 11);
       std::vector<float> host_out = base, dev_out = base;
-      c.host().clear();
-      const terse_status_v1 host_status = c.decompress(host_info, payload, host_out, true);
-      const std::string host_error = c.lastError();
-      c.host().clear();
+      const auto [host_status, host_error] = hostVerdict(c, host_info, payload, host_out);
       const terse_status_v1 dev_status = dev.decompress(dev_info, payload, dev_out, true);
       EXPECT_EQ(dev_status, host_status) << "host: " << host_error << "\ndevice: " << c.lastError();
       if (host_status == TERSE_OK) {
@@ -412,10 +423,7 @@ TEST_P(CompressorsOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
       SCOPED_TRACE("numel " + std::to_string(n) + ", " + what);
       const std::vector<float> base = input(n, 11);
       std::vector<float> host_out = base, dev_out = base;
-      c.host().clear();
-      const terse_status_v1 host_status = c.decompress(host_info, payload, host_out, true);
-      const std::string host_error = c.lastError();
-      c.host().clear();
+      const auto [host_status, host_error] = hostVerdict(c, host_info, payload, host_out);
       uint32_t raised = 99;
       const terse_status_v1 dev_status = call(dev_info, payload, dev_out, true, false, &raised);
       if (host_status == TERSE_OK) {
@@ -1663,10 +1671,7 @@ TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdictAlsoDeferred) {
     const std::vector<float> before = dev_out;
     bool raised = false;
     std::vector<float> host_out = dev_out;
-    c.host().clear();
-    const terse_status_v1 host_status = c.decompress(agg, payload, host_out, true, &host);
-    const std::string host_error = c.lastError();
-    c.host().clear();
+    const auto [host_status, host_error] = hostVerdict(c, agg, payload, host_out, &host);
     const terse_status_v1 status =
         dev.decompressDeferred(deferred, onDevice(agg, device_), device, payload, dev_out, true, &raised);
     EXPECT_TRUE(status == host_status || (status == TERSE_OK && raised)) << status << c.lastError();

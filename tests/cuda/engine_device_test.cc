@@ -26,6 +26,7 @@
 #include "core/compress/pipeline.h"
 #include "core/plugin/loader.h"
 #include "terse/sdk/half.hpp"
+#include "tests/compress/fake_compressors.h"
 
 namespace terse {
 namespace {
@@ -89,11 +90,7 @@ class EngineOnDevice : public ::testing::Test {
 
   // A flat tensor of rank 0 of 1 on the test's device.
   TensorInfo deviceTensor(uint64_t numel, uint64_t id) const {
-    TensorInfo t;
-    t.numel = numel;
-    t.ndim = 1;
-    t.shape = {static_cast<int64_t>(numel), 0, 0, 0};
-    t.tensor_id = id;
+    TensorInfo t = testing::flatTensor(numel, DType::kF32, 0, 1, id);
     t.device = TERSE_DEVICE_CUDA;
     t.device_index = device_;
     return t;

@@ -27,9 +27,9 @@
  * The core calls decompress (the ordinary entry point) on a payload whose word was raised, for the refusal's message:
  * decompress must refuse it too, and if it accepts it the core reports the plugin as broken. One exception: the
  * decode of a rank's own payload for error feedback (TERSE_CALL_OWN_PAYLOAD) under SUM, whose payload the collective
- * has summed over by the time the word is read; that refusal is reported without the plugin's message. Ignoring `verdict` and
- * returning decompress's status is always correct; on the host the core passes a host word, and a host plugin has no
- * reason to use it. Does not block (unless it ignores `verdict`: then it blocks as decompress does).
+ * has summed over by the time the word is read; that refusal is reported without the plugin's message. Ignoring
+ * `verdict` and returning decompress's status is always correct; on the host the core passes a host word, and a host
+ * plugin has no reason to use it. Does not block (unless it ignores `verdict`: then it blocks as decompress does).
  *
  * The C++ helper <terse/sdk.hpp> exports it for every plugin it builds: sdk::DecompressArgs::deferredVerdict() is then
  * the word (null in an ordinary decompress), and the kit's device::checkedDecompress uses it. */

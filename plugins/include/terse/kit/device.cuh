@@ -60,6 +60,31 @@ __device__ __forceinline__ bool gateRaised(const uint32_t* gate) {
   return raised != 0;
 }
 
+// out[0..n) = +0.0f unless `gate` is raised. A template in the plugin's own kernel namespace, as every kit kernel is
+// (see the top of this file), so that several translation units of one plugin may include it.
+inline namespace TERSE_KIT_KERNEL_NS {
+template <class = void>
+__global__ void zeroUnlessRaisedKernel(float* __restrict__ out, uint64_t n, const uint32_t* gate) {
+  if (gateRaised(gate)) return;
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
+    out[i] = 0.0f;
+  }
+}
+}  // namespace TERSE_KIT_KERNEL_NS
+
+// The clearing a non-accumulating scatter makes first: out[0..n) = +0.0f (a cudaMemsetAsync's zero bytes, as the host
+// writes), or with a `gate` (a deferred verdict, device.hpp) a kernel that reads it and clears nothing when it is
+// raised, where a memset would clear the output of a payload its validation refuses.
+inline void clearOutput(float* out, uint64_t n, const uint32_t* gate, void* stream) {
+  if (n == 0) return;
+  if (gate == nullptr) {
+    TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(out, 0, n * sizeof(float), streamOf(stream)));
+    return;
+  }
+  zeroUnlessRaisedKernel<><<<gridFor(n, kThreads), kThreads, 0, streamOf(stream)>>>(out, n, gate);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
 // Byte `i` of a prefix that a kernel received by value. Indexing the parameter with a run-time index makes the
 // compiler copy the whole Prefix into every thread's local memory (an 80-byte stack frame per thread; in a decode of
 // 256 MiB that was 1.3 GB of local stores, and the dense decoders ran at a seventh of a device copy on an H200). The

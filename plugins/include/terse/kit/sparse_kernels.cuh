@@ -103,31 +103,13 @@ void launchValidateSparse(const device::Prefix& expected, const std::byte* paylo
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-// out[0..n) = +0.0f unless `gate` is raised: the clearing before a deferred decode's scatter, where a cudaMemsetAsync
-// would clear the output of a payload its validation refuses. A template, as every kit kernel is, so that several
-// translation units of one plugin may include it.
-template <class = void>
-__global__ void zeroUnlessRaisedKernel(float* __restrict__ out, uint64_t n, const uint32_t* gate) {
-  if (device::gateRaised(gate)) return;
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
-    out[i] = 0.0f;
-  }
-}
-
 // The host's scatter: zeros first unless accumulating (cudaMemsetAsync's 0 bytes are +0.0f, as the host writes).
 // With a `gate` (a deferred verdict, device.hpp) every write waits for it on the device: the clearing is a kernel that
 // reads it, and the scatter reads it too.
 inline void launchScatter(const std::byte* payload, uint64_t count, uint64_t numel, float* out, bool accumulate,
                           void* stream, const uint32_t* gate = nullptr) {
   const cudaStream_t st = device::streamOf(stream);
-  if (!accumulate && numel > 0) {
-    if (gate == nullptr) {
-      TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(out, 0, numel * sizeof(float), st));
-    } else {
-      zeroUnlessRaisedKernel<><<<device::gridFor(numel, device::kThreads), device::kThreads, 0, st>>>(out, numel, gate);
-      TERSE_COMPRESSOR_CHECK_LAUNCH();
-    }
-  }
+  if (!accumulate) device::clearOutput(out, numel, gate, stream);
   if (count == 0) return;
   const unsigned grid = device::gridFor(count, device::kThreads);
   if (accumulate) {
