@@ -36,8 +36,10 @@
 // CUDA (signsgd.cu, when built with CUDA): device tensors give the host's payloads, aggregates and values bit for bit
 // (the same sign bits and integer votes). What differs is waiting: compress cannot refuse a NaN without reading back
 // from the device, so it marks the payload as kind 0 instead, which every decompress and reduce refuses as
-// InvalidPayload; decompress and reduce synchronize `stream` twice, once to read the prefix (the payload kind decides
-// what to check and how to decode) and once for the validation verdict (terse/kit/device.hpp).
+// InvalidPayload. decompress knows from the call which prefix to expect, so it checks the whole payload on the device
+// and synchronizes `stream` once for the verdict, or not at all when the core defers the verdict
+// (terse/device_verdict_v1.h). reduce synchronizes twice: once to read both prefixes (the inputs' kinds and voters
+// decide what to check and how to fold) and once for the verdict (terse/kit/device.hpp).
 #include <algorithm>
 #include <array>
 #include <cfloat>
@@ -449,33 +451,32 @@ class SignSgd final : public sdk::Compressor {
     return total;
   }
 
+  // Which payload decompress takes follows from the call alone (see the top of this file): one rank's raw payload, or
+  // the reduced aggregate of all world_size voters (a raw payload when world_size is 1). So its whole prefix is known
+  // and checked on the device with its sections: nothing is read back, and a deferred call waits for nothing.
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const terse_tensor_info_v1& info = args.info;
-    const device::Scope scope(info);
-    const auto [block] = acceptedBlocks<1>({args.payload}, info, args.stream);
-    // The checks decompress makes on top of parse: whose payload of which kind this may be.
-    const bool fits = block && (block->kind == kRaw
-                                    ? info.source_rank >= 0 || info.world_size == 1
-                                    : info.source_rank < 0 && block->voters == static_cast<uint32_t>(info.world_size));
-    if (fits) {
-      const auto status = status_.acquire();
-      status.clear();
-      kernels::validate(args.payload.data(), info.numel, block->count_bytes, static_cast<int32_t>(block->voters),
-                        status.device(), args.stream);
-      device::synchronize(args.stream);
-      if (!status.raised()) {
-        float* out = args.output<float>().data();
-        if (block->kind == kRaw) {
-          kernels::decodeRaw(args.payload.data(), info.numel, scale_, out, args.accumulate, args.stream);
-        } else {
-          const float magnitude = static_cast<float>(block->voters) * scale_;
-          kernels::decodeCounts(args.payload.data(), info.numel, block->count_bytes, magnitude, out, args.accumulate,
-                                args.stream);
-        }
-        return;
-      }
-    }
-    device::rethrowHostVerdict(args, [this](const sdk::DecompressArgs& host) { decompress(host); });
+    const bool raw = info.source_rank >= 0 || info.world_size == 1;
+    const WireBlock block =
+        raw ? WireBlock{kRaw, 1, 0, scale_}
+            : WireBlock{kReduced, static_cast<uint32_t>(info.world_size), math::countBytes(info.world_size), scale_};
+    const uint64_t bytes = raw ? rawBytes(info.numel) : reducedBytes(info);
+    device::checkedDecompress(
+        args, status_, args.payload.size() == bytes,
+        [&](uint32_t* status) {
+          kernels::validate(prefixFor(info, block), args.payload.data(), info.numel, block.count_bytes,
+                            static_cast<int32_t>(block.voters), status, args.stream);
+        },
+        [&](const uint32_t* gate) {
+          float* out = args.output<float>().data();
+          if (raw) {
+            kernels::decodeRaw(args.payload.data(), info.numel, scale_, out, args.accumulate, args.stream, gate);
+          } else {
+            kernels::decodeCounts(args.payload.data(), info.numel, block.count_bytes,
+                                  static_cast<float>(block.voters) * scale_, out, args.accumulate, args.stream, gate);
+          }
+        },
+        [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
   uint64_t reduceDevice(const sdk::ReduceArgs& args) const {
@@ -487,10 +488,11 @@ class SignSgd final : public sdk::Compressor {
       device::requireCapacity(args.output, total, "signsgd");
       const auto status = status_.acquire();
       status.clear();
-      kernels::validate(args.a.data(), info.numel, a->count_bytes, static_cast<int32_t>(a->voters), status.device(),
-                        args.stream);
-      kernels::validate(args.b.data(), info.numel, b->count_bytes, static_cast<int32_t>(b->voters), status.device(),
-                        args.stream);
+      // The prefixes were read and accepted above; the device checks them again with the sections, one kernel each.
+      kernels::validate(prefixFor(info, *a), args.a.data(), info.numel, a->count_bytes, static_cast<int32_t>(a->voters),
+                        status.device(), args.stream);
+      kernels::validate(prefixFor(info, *b), args.b.data(), info.numel, b->count_bytes, static_cast<int32_t>(b->voters),
+                        status.device(), args.stream);
       device::synchronize(args.stream);
       if (!status.raised()) {
         const uint32_t width = math::countBytes(info.world_size);

@@ -2,7 +2,8 @@
 // reductions and decodes are the host's bit for bit (the math is sign bits, integer votes and one product per value):
 //   compress   terse/kit/pack_kernels.cuh's sign words (signBit's bit, in the bitpack width-1 layout), whose NaN
 //              check (isNan's test) poisons the payload.
-//   validate   one thread per count (countIsValid) or padding byte; raw payloads only need their padding bits.
+//   validate   one thread per prefix byte (against the prefix the host expects) and per count (countIsValid) or
+//              padding byte; a raw payload's section only needs its padding bits.
 //   decode     one thread per 4 elements with decodeSign / decodeCount, one 16-byte store.
 //   fold       one thread per element: vote() of a raw bit or the stored count, added as the host's fold does.
 #include <cstddef>
@@ -43,20 +44,23 @@ __device__ int32_t votesOf(const std::byte* payload, uint32_t count_bytes, uint6
   return countOf(section, count_bytes, i);
 }
 
-__global__ void validateKernel(const std::byte* __restrict__ payload, uint64_t numel, uint32_t count_bytes,
-                               int32_t voters, uint32_t* status) {
+// Thread t checks prefix byte t (against the prefix signsgd.cc expects) and section byte t: a count's range and
+// parity, or a padding byte. A raw section needs only its last word's padding bits, which thread 0 checks.
+__global__ void validateKernel(const std::byte* __restrict__ payload, device::Prefix expected, uint64_t numel,
+                               uint32_t count_bytes, int32_t voters, uint32_t* status) {
   const std::byte* section = payload + kPrefixBytes;
-  if (count_bytes == 0) {
-    if (blockIdx.x == 0 && threadIdx.x == 0 &&
-        !bitpack::paddingIsZero(reinterpret_cast<const uint64_t*>(section), numel, 1)) {
-      device::raiseStatus(status);
+  const uint64_t used = numel * count_bytes, bytes = count_bytes == 0 ? 0 : sectionBytes(numel, count_bytes);
+  const uint64_t items = bytes > kPrefixBytes ? bytes : kPrefixBytes;
+  for (uint64_t t = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < items; t += uint64_t{gridDim.x} * blockDim.x) {
+    device::checkPrefix(payload, expected, t, status);
+    if (count_bytes == 0) {
+      if (t == 0 && !bitpack::paddingIsZero(reinterpret_cast<const uint64_t*>(section), numel, 1)) {
+        device::raiseStatus(status);
+      }
+      continue;
     }
-    return;
-  }
-  const uint64_t used = numel * count_bytes, bytes = sectionBytes(numel, count_bytes);
-  for (uint64_t t = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < bytes; t += uint64_t{gridDim.x} * blockDim.x) {
     if (t < numel && !countIsValid(countOf(section, count_bytes, t), voters)) device::raiseStatus(status);
-    if (t >= used && section[t] != std::byte{0}) device::raiseStatus(status);
+    if (t >= used && t < bytes && section[t] != std::byte{0}) device::raiseStatus(status);
   }
 }
 
@@ -70,7 +74,8 @@ struct RawDecoder {
 };
 
 __global__ void decodeCountsKernel(const std::byte* __restrict__ payload, uint64_t numel, uint32_t count_bytes,
-                                   float magnitude, float* __restrict__ out, bool accumulate) {
+                                   float magnitude, float* __restrict__ out, bool accumulate, const uint32_t* gate) {
+  if (device::gateRaised(gate)) return;  // a deferred verdict refused the payload (terse/kit/device.hpp)
   const std::byte* counts = payload + kPrefixBytes;
   const uint64_t quads = (numel + 3) / 4;
   for (uint64_t q = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; q < quads; q += uint64_t{gridDim.x} * blockDim.x) {
@@ -102,24 +107,26 @@ void compress(const device::Prefix& prefix, const float* x, uint64_t numel, std:
                           reinterpret_cast<uint32_t*>(payload + kKindOffset), kPoisonedKind, stream);
 }
 
-void validate(const std::byte* payload, uint64_t numel, uint32_t count_bytes, int32_t voters, uint32_t* status,
-              void* stream) {
-  const uint64_t items = count_bytes == 0 ? 1 : sectionBytes(numel, count_bytes);
+void validate(const device::Prefix& expected, const std::byte* payload, uint64_t numel, uint32_t count_bytes,
+              int32_t voters, uint32_t* status, void* stream) {
+  const uint64_t section = count_bytes == 0 ? 0 : sectionBytes(numel, count_bytes);
+  const uint64_t items = section > kPrefixBytes ? section : kPrefixBytes;
   validateKernel<<<device::gridFor(items, device::kThreads), device::kThreads, 0, device::streamOf(stream)>>>(
-      payload, numel, count_bytes, voters, status);
+      payload, expected, numel, count_bytes, voters, status);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream) {
+void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream,
+               const uint32_t* gate) {
   device::launchDecodeCodes<1>(reinterpret_cast<const uint64_t*>(payload + kPrefixBytes), numel, RawDecoder{scale}, out,
-                               accumulate, stream);
+                               accumulate, stream, gate);
 }
 
 void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes, float magnitude, float* out,
-                  bool accumulate, void* stream) {
+                  bool accumulate, void* stream, const uint32_t* gate) {
   if (numel == 0) return;
   decodeCountsKernel<<<device::gridFor((numel + 3) / 4, device::kThreads), device::kThreads, 0,
-                       device::streamOf(stream)>>>(payload, numel, count_bytes, magnitude, out, accumulate);
+                       device::streamOf(stream)>>>(payload, numel, count_bytes, magnitude, out, accumulate, gate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 

@@ -9,10 +9,10 @@
 //   compress     signWordsKernel (terse/kit/pack_kernels.cuh): 4 read + 1/8 written (one sign bit) = 4.125 B; bound
 //                1.94x. The NaN check is in the same pass (a NaN only rewrites the one 4-byte kind word); the 32-byte
 //                prefix comes first from a one-block kernel, a fixed cost that does not grow with N.
-//   decompress   validateKernel on a raw payload reads only the last sign word (8 B, a fixed cost), then
-//                decodeCodesKernel: 1/8 payload read + 4 output read + 4 output written = 8.125 B; bound 0.98x.
-//                Accumulating reads the output too, so decompress cannot quite reach a copy. Plus the 32-byte prefix
-//                copied to the host and two stream synchronizations: time, not traffic.
+//   decompress   validateKernel on a raw payload reads only the 32-byte prefix and the last sign word (a fixed cost),
+//                then decodeCodesKernel: 1/8 payload read + 4 output read + 4 output written = 8.125 B; bound 0.98x.
+//                Accumulating reads the output too, so decompress cannot quite reach a copy. Plus one stream
+//                synchronization for the verdict (none when the core defers it): time, not traffic.
 //   A reduced aggregate of b-byte counts (several ranks, not in the benchmark) costs validateKernel's b read, then
 //   decodeCountsKernel's b + 4 + 4: 8 + 2b B, bound 0.80x at b = 1.
 #pragma once
@@ -36,16 +36,19 @@ inline constexpr uint32_t kPoisonedKind = 0;
 // kPoisonedKind if any x_i is NaN.
 void compress(const device::Prefix& prefix, const float* x, uint64_t numel, std::byte* payload, void* stream);
 
-// Raises `status` unless the sections after a raw prefix (padding bits) or a reduced prefix (every count possible for
-// `voters`, zero padding bytes) are what signsgd.cc's host parser accepts. count_bytes 0 means raw.
-void validate(const std::byte* payload, uint64_t numel, uint32_t count_bytes, int32_t voters, uint32_t* status,
-              void* stream);
+// Raises `status` unless the payload starts with `expected` (its 32-byte prefix) and the section after it is what
+// signsgd.cc's host parser accepts of that kind: raw (count_bytes 0), padding bits zero; reduced, every count possible
+// for `voters` and zero padding bytes. The payload must hold as many bytes as that kind has for numel.
+void validate(const device::Prefix& expected, const std::byte* payload, uint64_t numel, uint32_t count_bytes,
+              int32_t voters, uint32_t* status, void* stream);
 
+// The decodes write nothing when `gate` is non-null and raised (a deferred verdict, terse/kit/device.hpp).
 // out = (or +=) scale * sign of each raw bit.
-void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream);
+void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out, bool accumulate, void* stream,
+               const uint32_t* gate);
 // out = (or +=) magnitude * sign(count) for each reduced count.
 void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes, float magnitude, float* out,
-                  bool accumulate, void* stream);
+                  bool accumulate, void* stream, const uint32_t* gate);
 
 // output = `prefix`, then count_i(a) + count_i(b) in `count_bytes`-byte integers, then zero padding to `total` bytes;
 // a raw input counts its bit as a vote of +1 or -1. Inputs validated by validate().

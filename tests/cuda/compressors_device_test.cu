@@ -367,19 +367,17 @@ class Staller {
   uint32_t* flag_dev_ = nullptr;
 };
 
-// The deferred decompress (terse/device_verdict_v1.h) of every built-in in `cases()`: each exports it and defers, so
-// a payload of the right size is checked on the device with nothing waited for (the stream is still busy behind a
-// stalled kernel when the call returns). A clean payload decodes as the host's, written and accumulated, the word
-// left at zero; a corrupted one is refused either at once, with the host's status and message (a size the host path
-// refuses), or in the word, and either way the output is as it was. Sizes on both sides of the sparsifiers' one-block
-// cut, and the empty tensor.
-TEST_P(CompressorsOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
-  Plugin plugin(GetParam().plugin);
+// The deferred decompress (terse/device_verdict_v1.h) of `good`, a clean payload of `c` for `host_info`, and of each
+// payload in `bad`, on `device`: the plugin exports it and defers, so a payload of the right size is checked on the
+// device with nothing waited for (the stream is still busy behind a stalled kernel when the call returns). The clean
+// payload decodes as the host's, written and accumulated, the word left at zero; a bad one is refused either at once,
+// with the host's status and message (a size the host path refuses), or in the word, and either way the output is as
+// it was. (One the host accepts must decode as the host's.)
+void expectDeferredVerdictsAsTheHost(Plugin& plugin, Instance& c, int device, const terse_tensor_info_v1& host_info,
+                                     const Bytes& good, const std::vector<std::pair<std::string, Bytes>>& bad) {
   const terse_decompress_deferred_fn_v1 deferred = plugin.deferred();
   ASSERT_NE(deferred, nullptr) << plugin.path() << " does not export "
                                << TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL;
-  Instance c(plugin, GetParam().params);
-  ASSERT_TRUE(c.ok()) << c.lastError();
   Stream stream;
   Staller staller;
   DeviceBuffer word(sizeof(uint32_t), stream.get());
@@ -402,45 +400,56 @@ TEST_P(CompressorsOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
     stream.synchronize();
     return status;
   };
-  for (uint64_t n : {uint64_t{0}, uint64_t{1000}, uint64_t{70001}}) {
-    const terse_tensor_info_v1 host_info = tensorInfo(n);
-    const terse_tensor_info_v1 dev_info = onDevice(host_info, device_);
-    const Bytes good = c.compress(host_info, input(n, 3));
-    ASSERT_FALSE(good.empty());
-    for (bool accumulate : {false, true}) {
-      SCOPED_TRACE("numel " + std::to_string(n) + (accumulate ? ", accumulate" : ", write"));
-      std::vector<float> host_out = input(n, 7), dev_out = host_out;
-      ASSERT_EQ(c.decompress(host_info, good, host_out, accumulate), TERSE_OK) << c.lastError();
-      uint32_t raised = 99;
-      // Unstalled first (Staller says why).
-      std::vector<float> warm = dev_out;
-      ASSERT_EQ(call(dev_info, good, warm, accumulate, false, &raised), TERSE_OK) << c.lastError();
-      ASSERT_EQ(call(dev_info, good, dev_out, accumulate, true, &raised), TERSE_OK) << c.lastError();
+  const terse_tensor_info_v1 dev_info = onDevice(host_info, device);
+  const uint64_t n = host_info.numel;
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "clean payload, accumulate" : "clean payload, write");
+    std::vector<float> host_out = input(n, 7), dev_out = host_out;
+    ASSERT_EQ(c.decompress(host_info, good, host_out, accumulate), TERSE_OK) << c.lastError();
+    uint32_t raised = 99;
+    // Unstalled first (Staller says why).
+    std::vector<float> warm = dev_out;
+    ASSERT_EQ(call(dev_info, good, warm, accumulate, false, &raised), TERSE_OK) << c.lastError();
+    ASSERT_EQ(call(dev_info, good, dev_out, accumulate, true, &raised), TERSE_OK) << c.lastError();
+    EXPECT_EQ(raised, 0u);
+    EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+  }
+  for (const auto& [what, payload] : bad) {
+    SCOPED_TRACE(what);
+    const std::vector<float> base = input(n, 11);
+    std::vector<float> host_out = base, dev_out = base;
+    const auto [host_status, host_error] = hostVerdict(c, host_info, payload, host_out);
+    uint32_t raised = 99;
+    const terse_status_v1 dev_status = call(dev_info, payload, dev_out, true, false, &raised);
+    if (host_status == TERSE_OK) {
+      EXPECT_EQ(dev_status, TERSE_OK) << c.lastError();
       EXPECT_EQ(raised, 0u);
       EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
+      continue;
     }
-    for (const auto& [what, payload] : corruptionsOf(good)) {
-      SCOPED_TRACE("numel " + std::to_string(n) + ", " + what);
-      const std::vector<float> base = input(n, 11);
-      std::vector<float> host_out = base, dev_out = base;
-      const auto [host_status, host_error] = hostVerdict(c, host_info, payload, host_out);
-      uint32_t raised = 99;
-      const terse_status_v1 dev_status = call(dev_info, payload, dev_out, true, false, &raised);
-      if (host_status == TERSE_OK) {
-        EXPECT_EQ(dev_status, TERSE_OK) << c.lastError();
-        EXPECT_EQ(raised, 0u);
-        EXPECT_EQ(0, std::memcmp(dev_out.data(), host_out.data(), host_out.size() * sizeof(float)));
-        continue;
-      }
-      if (dev_status == TERSE_OK) {
-        EXPECT_NE(raised, 0u) << "a payload the host refuses passed the deferred check";
-      } else {
-        EXPECT_EQ(dev_status, host_status);
-        EXPECT_EQ(c.lastError(), host_error);
-      }
-      EXPECT_EQ(0, std::memcmp(dev_out.data(), base.data(), base.size() * sizeof(float)))
-          << "a refused payload changed the output";
+    if (dev_status == TERSE_OK) {
+      EXPECT_NE(raised, 0u) << "a payload the host refuses passed the deferred check";
+    } else {
+      EXPECT_EQ(dev_status, host_status);
+      EXPECT_EQ(c.lastError(), host_error);
     }
+    EXPECT_EQ(0, std::memcmp(dev_out.data(), base.data(), base.size() * sizeof(float)))
+        << "a refused payload changed the output";
+  }
+}
+
+// expectDeferredVerdictsAsTheHost for every built-in in `cases()` and its corrupted payloads, at sizes on both sides
+// of the sparsifiers' one-block cut, and the empty tensor.
+TEST_P(CompressorsOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
+  Plugin plugin(GetParam().plugin);
+  Instance c(plugin, GetParam().params);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  for (uint64_t n : {uint64_t{0}, uint64_t{1000}, uint64_t{70001}}) {
+    SCOPED_TRACE("numel " + std::to_string(n));
+    const terse_tensor_info_v1 info = tensorInfo(n);
+    const Bytes good = c.compress(info, input(n, 3));
+    ASSERT_FALSE(good.empty());
+    ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(plugin, c, device_, info, good, corruptionsOf(good)));
   }
 }
 
@@ -528,6 +537,69 @@ TEST_F(SignSgdOnDevice, NanGradientsPoisonThePayload) {
   EXPECT_NE(c.lastError().find("holds a NaN"), std::string::npos) << c.lastError();
   EXPECT_EQ(c.decompress(info, poisoned, out, true), TERSE_ERR_INVALID_PAYLOAD);
   for (float v : out) ASSERT_EQ(v, 1.0f);
+}
+
+// signsgd's decompress knows from the call which payload it takes (one rank's raw payload, or the reduced aggregate of
+// all voters), so it defers its whole check, prefix included: expectDeferredVerdictsAsTheHost for a rank's raw
+// payload, the aggregate of three ranks and a raw payload as the aggregate of one, with their corruptions, the other
+// kind in their place (a raw payload as the aggregate of three, a reduced one as a rank's) and a partial aggregate
+// (a reduced payload of the aggregate's size with two voters, refused on the device); and the poisoned payload of a
+// NaN gradient, refused in the word.
+TEST_F(SignSgdOnDevice, DeferredVerdictsWaitForNothingAndRefuseAsTheHost) {
+  Plugin plugin("signsgd");
+  Instance c(plugin);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  constexpr int kWorld = 3;
+  for (uint64_t n : {uint64_t{0}, uint64_t{1000}, uint64_t{70001}}) {
+    SCOPED_TRACE("numel " + std::to_string(n));
+    std::vector<Bytes> raw;
+    for (int r = 0; r < kWorld; ++r) {
+      raw.push_back(c.compress(tensorInfo(n, {.rank = r, .world_size = kWorld}), input(n, static_cast<uint32_t>(r))));
+    }
+    const terse_tensor_info_v1 own = tensorInfo(n, {.rank = 1, .world_size = kWorld});
+    const terse_tensor_info_v1 agg = aggregateInfo(tensorInfo(n, {.world_size = kWorld}));
+    const Bytes two = c.reduce(agg, raw[0], raw[1]);
+    const Bytes all = c.reduce(agg, two, raw[2]);
+    ASSERT_EQ(two.size(), all.size());
+    auto bad = corruptionsOf(raw[1]);
+    bad.emplace_back("the aggregate in place of a rank's payload", all);
+    {
+      SCOPED_TRACE("rank 1's raw payload");
+      ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(plugin, c, device_, own, raw[1], bad));
+    }
+    bad = corruptionsOf(all);
+    bad.emplace_back("a rank's payload in place of the aggregate", raw[0]);
+    bad.emplace_back("a partial aggregate (two voters of three)", two);
+    {
+      SCOPED_TRACE("the aggregate of three");
+      ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(plugin, c, device_, agg, all, bad));
+    }
+    const terse_tensor_info_v1 alone = aggregateInfo(tensorInfo(n));
+    const Bytes mine = c.compress(tensorInfo(n), input(n, 4));
+    {
+      SCOPED_TRACE("a raw payload as the aggregate of one");
+      ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(plugin, c, device_, alone, mine, corruptionsOf(mine)));
+    }
+  }
+}
+
+// The poisoned payload of a NaN gradient (its kind word 0) fails the deferred check: the word is raised and the
+// output is as it was, where the ordinary decompress names the NaN (NanGradientsPoisonThePayload).
+TEST_F(SignSgdOnDevice, DeferredVerdictRefusesAPoisonedPayload) {
+  Plugin plugin("signsgd");
+  Instance c(plugin);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  const terse_tensor_info_v1 info = tensorInfo(1000);
+  std::vector<float> x = input(1000, 1);
+  const Bytes good = c.compress(info, x);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  DeviceBuffer payload;
+  const Bytes poisoned = dev.compress(onDevice(info, device_), x, &payload);
+  ASSERT_EQ(poisoned.size(), good.size());
+  ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(plugin, c, device_, info, good,
+                                                          {{"a NaN gradient's poisoned payload", poisoned}}));
 }
 
 // topk on heavily tied data (a few distinct magnitudes, both signs), at ratios whose cut falls inside a crowded key,

@@ -74,7 +74,7 @@ the payloads are wrapped as CUDA tensors for torch.distributed without a copy, a
 place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back). With
 `stream="side"` the state binds a stream of its own instead, which waits on the device for each bucket's gradients as
 DDP hands it over: a synchronization of its stream (the engine's, once a bucket, to read the payload checks' verdicts
-that the plugins leave on the device; signsgd's decompress, once a tensor) then waits for the hook's own
+that the plugins leave on the device; signsgd's reduce, twice a fold) then waits for the hook's own
 work only, not for the backward kernels queued behind the bucket on torch's stream (results/reference/gpu/README.md
 measured what the per-tensor synchronization cost on ResNet-50 with the current stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
 collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
