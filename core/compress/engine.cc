@@ -117,6 +117,16 @@ std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> membe
   return body_bytes;
 }
 
+// Explains the raised word `bad` (npos: none) of words laid out as [0, k) the members' decodes of `local`, [k, 2k)
+// their own decodes (error feedback's).
+void explainRaised(uint64_t step, std::size_t bad, std::span<const GroupMember> members,
+                   std::span<const std::span<std::byte>> local) {
+  if (bad == VerdictWords::npos) return;
+  const std::size_t k = members.size();
+  if (bad < k) members[bad].pipeline->explainRefusal(step, local[bad], -1);
+  members[bad - k].pipeline->explainOwnRefusal(step);
+}
+
 // On a device, copies of at most this many bytes are batched into one launch (device_kernels::copySegments): most of a
 // DDP bucket's tensors are small (107 of ResNet-50's 161 hold at most 2,048 elements), and a cudaMemcpyAsync each way
 // per tensor cost more in API calls than in bytes. Larger copies keep cudaMemcpyAsync, which moves them at full speed
@@ -216,11 +226,14 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   lead.addWire(wire_bytes);
 
   const auto t0 = rt::now();
-  decodeSummed(step, members, local_, rounds - 1, decode_from);
+  decodeSummed(step, members, local_, rounds - 1, decode_from, verdicts_, 0, true);
+  // The device's words (and error feedback's own ones) are read here, once for the run; the host's were read as their
+  // decodes returned.
+  explainRaised(step, verdicts_.settle(), members, local_);
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 
-void AggregationEngine::RunVerdicts::begin(std::size_t n, bool any_defer, const Placement& where) {
+void VerdictWords::begin(std::size_t n, bool any_defer, const Placement& where) {
   host_ = !where.device;
   stream_ = where.stream;
   n_ = any_defer ? n : 0;
@@ -246,18 +259,24 @@ void AggregationEngine::RunVerdicts::begin(std::size_t n, bool any_defer, const 
   cuda::zeroAsync(words_, n_ * sizeof(uint32_t), stream_);
 }
 
-std::size_t AggregationEngine::RunVerdicts::settle() {
-  if (n_ == 0) return npos;
-  const uint32_t* words = words_;
-  if (!host_) {
-    device_kernels::copyWords(words_, mapped_.device(), n_, stream_);
-    cuda::synchronize(stream_);
-    words = mapped_.host();
-  }
-  for (std::size_t i = 0; i < n_; ++i) {
+void VerdictWords::queueRead() {
+  if (n_ != 0 && !host_) device_kernels::copyWords(words_, mapped_.device(), n_, stream_);
+}
+
+std::size_t VerdictWords::firstRaised() {
+  const std::size_t n = std::exchange(n_, 0);  // read once (see the header)
+  const uint32_t* words = host_ ? words_ : mapped_.host();
+  for (std::size_t i = 0; i < n; ++i) {
     if (words[i] != 0) return i;
   }
   return npos;
+}
+
+std::size_t VerdictWords::settle() {
+  if (n_ == 0) return npos;
+  queueRead();
+  if (!host_) cuda::synchronize(stream_);
+  return firstRaised();
 }
 
 bool AggregationEngine::anyDefers(std::span<const GroupMember> members) const noexcept {
@@ -269,18 +288,15 @@ bool AggregationEngine::anyDefers(std::span<const GroupMember> members) const no
 }
 
 void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember> members,
-                                     std::span<const std::span<std::byte>> local, int last, std::byte* decode_from) {
-  // The words were begun for the run (runSum, finishSum): [0, k) these decodes, [k, 2k) the own decodes.
+                                     std::span<const std::span<std::byte>> local, int last, std::byte* decode_from,
+                                     VerdictWords& words, std::size_t first, bool read_now) {
   const std::size_t k = members.size();
   if (decode_from == nullptr) {
     for (std::size_t m = 0; m < k; ++m) {
-      members[m].pipeline->finishAggregate(step, local[m], members[m].out, verdicts_.word(m));
-      if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, local[m], -1);
+      members[m].pipeline->finishAggregate(step, local[m], members[m].out, words.word(first + m));
+      if (read_now && words.raisedNow(first + m)) members[m].pipeline->explainRefusal(step, local[m], -1);
     }
-    const std::size_t bad = verdicts_.settle();
-    if (bad == RunVerdicts::npos) return;
-    if (bad < k) members[bad].pipeline->explainRefusal(step, local[bad], -1);
-    members[bad - k].pipeline->explainOwnRefusal(step);
+    return;
   }
   // Decoded from the concatenation, in member order: member m's header (identical on every rank, so its own copy in
   // its payload buffer is the aggregate's) is written in front of its summed body, over the tail of members before
@@ -301,14 +317,17 @@ void AggregationEngine::decodeSummed(uint64_t step, std::span<const GroupMember>
       std::memcpy(local[m].data() + header, decode_from + off, n);
       copied_ += n;
     }
-    members[m].pipeline->finishAggregate(step, payload, members[m].out, verdicts_.word(m));
+    members[m].pipeline->finishAggregate(step, payload, members[m].out, words.word(first + m));
     // Read now, on the host (decode_from is host memory): the next member's header goes over this payload's tail.
-    if (verdicts_.raisedNow(m)) members[m].pipeline->explainRefusal(step, payload, -1);
+    if (words.raisedNow(first + m)) members[m].pipeline->explainRefusal(step, payload, -1);
     off += n;
   }
-  // decode_from is host memory: every word was read above, and own decodes leave none on the host.
-  TERSE_CHECK(verdicts_.settle() == RunVerdicts::npos, InternalError,
-              "aggregation: a payload check's word was raised after the host's in-place decode had read it");
+  // Every word of these decodes was read above, and own decodes leave none on the host: a word raised since could not
+  // be explained (its payload is overwritten), so it is a fault of the engine's, not a refusal.
+  for (std::size_t m = 0; m < k; ++m) {
+    TERSE_CHECK(!words.raisedNow(first + m), InternalError,
+                "aggregation: a payload check's word was raised after the host's in-place decode had read it");
+  }
 }
 
 std::size_t AggregationEngine::nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept {
@@ -347,7 +366,17 @@ void AggregationEngine::beginSum(uint64_t step, std::span<const GroupMember> mem
     i = j;
   }
   split.runs_.resize(q);
-  layOutRound(split);
+  // Words [0, k) for the last round's decodes, [k, 2k) for the own decodes of every round's encodes (a device's).
+  const std::size_t k = members.size();
+  split.verdicts_.begin(2 * k, anyDefers(members), members.empty() ? Placement{} : members[0].pipeline->placement());
+  split.own_words_.resize(k);
+  for (std::size_t m = 0; m < k; ++m) split.own_words_[m] = split.verdicts_.ownWord(k + m);
+  try {
+    layOutRound(split);
+  } catch (...) {
+    split.verdicts_.discard();  // nothing was decoded: nothing to settle
+    throw;
+  }
 }
 
 void AggregationEngine::layOutRound(SplitSum& split) {
@@ -359,7 +388,7 @@ void AggregationEngine::layOutRound(SplitSum& split) {
     CompressionPipeline& lead = *run[0].pipeline;
     const Placement& where = lead.placement();
     // Round r + 1's prev is round r's aggregate, in each member's payload buffer (runSum's order).
-    const std::size_t body_bytes = encodeRound(split.step_, round, run, local);
+    const std::size_t body_bytes = encodeRound(split.step_, round, run, local, split.own_words_.data() + r.first);
     r.decode_from = nullptr;
     if (run.size() == 1) {
       split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(round))),
@@ -379,9 +408,18 @@ void AggregationEngine::layOutRound(SplitSum& split) {
   }
 }
 
-bool AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireBytes> wires) {
+bool AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireBytes> wires, Settle settle) {
   TERSE_CHECK(wires.size() == split.sums.size(), InvalidArgument,
               "aggregation: " << wires.size() << " collectives' bytes for a split sum of " << split.sums.size());
+  try {
+    return finishRound(split, wires, settle);
+  } catch (...) {
+    split.verdicts_.discard();  // the split failed here: nothing of it is left to settle
+    throw;
+  }
+}
+
+bool AggregationEngine::finishRound(SplitSum& split, std::span<const comm::WireBytes> wires, Settle settle) {
   const int round = split.round_;
   const bool last = round + 1 == split.rounds_;
   for (std::size_t s = 0; s < split.sums.size(); ++s) {
@@ -394,18 +432,41 @@ bool AggregationEngine::finishSum(SplitSum& split, std::span<const comm::WireByt
     if (r.count > 1 && r.decode_from == nullptr)
       copied_ += copyBodies(run, local, round, split.sums[s].data.data(), false, run[0].pipeline->placement(), copies_);
     if (last) {
-      // The split's encodes left no own-decode words (layOutRound runs on the host path's caller, the chained hook).
-      verdicts_.begin(2 * r.count, anyDefers(run), run[0].pipeline->placement());
-      decodeSummed(split.step_, run, local, round, r.decode_from);
+      decodeSummed(split.step_, run, local, round, r.decode_from, split.verdicts_, r.first, settle == Settle::kNow);
     }
   }
   if (last) {
     split.sums.clear();
+    if (settle == Settle::kNow) explainRaised(split.step_, split.verdicts_.settle(), split.members_, split.local_);
     return false;
   }
   ++split.round_;
   layOutRound(split);
   return true;
+}
+
+void AggregationEngine::settleSums(std::span<SplitSum* const> splits) {
+  std::vector<void*> streams;
+  for (SplitSum* split : splits) {
+    if (!split->verdicts_.pending()) continue;
+    split->verdicts_.queueRead();
+    if (!split->verdicts_.host() &&
+        std::find(streams.begin(), streams.end(), split->verdicts_.stream()) == streams.end())
+      streams.push_back(split->verdicts_.stream());
+  }
+  for (void* stream : streams) cuda::synchronize(stream);
+  // Every split's words are read before the first raised one is explained (which throws).
+  SplitSum* bad_split = nullptr;
+  std::size_t bad = VerdictWords::npos;
+  for (SplitSum* split : splits) {
+    if (!split->verdicts_.pending()) continue;
+    const std::size_t raised = split->verdicts_.firstRaised();
+    if (bad_split == nullptr && raised != VerdictWords::npos) {
+      bad_split = split;
+      bad = raised;
+    }
+  }
+  if (bad_split != nullptr) explainRaised(bad_split->step_, bad, bad_split->members_, bad_split->local_);
 }
 
 std::byte* AggregationEngine::send_start(std::size_t body_bytes, const Placement& where) {
@@ -543,8 +604,8 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
   if (k == 1) {
     lead.finishGathered(step, blocks_, members[0].out, verdicts_.word(0));
     const std::size_t bad = verdicts_.settle();
-    if (bad != RunVerdicts::npos && bad < w) lead.explainRefusal(step, blocks_[bad], static_cast<int>(bad));
-    if (bad != RunVerdicts::npos) lead.explainOwnRefusal(step);
+    if (bad != VerdictWords::npos && bad < w) lead.explainRefusal(step, blocks_[bad], static_cast<int>(bad));
+    if (bad != VerdictWords::npos) lead.explainOwnRefusal(step);
     if (phase) phase("decompress", t0, rt::now(), first, k, {});
     return;
   }
@@ -581,10 +642,10 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
                                         members[i].out, verdicts_.word(i * w));
   }
   const std::size_t bad = verdicts_.settle();
-  if (bad != RunVerdicts::npos && bad < k * w) {
+  if (bad != VerdictWords::npos && bad < k * w) {
     members[bad / w].pipeline->explainRefusal(step, segments[bad], static_cast<int>(bad % w));
   }
-  if (bad != RunVerdicts::npos) members[bad - k * w].pipeline->explainOwnRefusal(step);
+  if (bad != VerdictWords::npos) members[bad - k * w].pipeline->explainOwnRefusal(step);
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 

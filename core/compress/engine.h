@@ -95,6 +95,45 @@ using GroupPhaseFn = std::function<void(const char* phase, std::chrono::steady_c
                                         std::chrono::steady_clock::time_point end, std::size_t first_member,
                                         std::size_t members, std::span<const PhaseCollective> collectives)>;
 
+// The verdict words of deferred decodes (see "Payload checks" above): one run's, or a SplitSum's.
+class VerdictWords {
+ public:
+  // Zeroed words for `n` decode calls in `where`'s memory, or none (word() null) when no member defers its
+  // verdicts. On a device they are zeroed on the stream, after whatever an earlier run queued there.
+  void begin(std::size_t n, bool any_defer, const Placement& where);
+  uint32_t* word(std::size_t i) const noexcept { return words_ == nullptr ? nullptr : words_ + i; }
+  // Word i for an own decode (error feedback's, CompressionPipeline::encode): on a device only, where it saves a
+  // synchronization; a host decode refuses at once.
+  uint32_t* ownWord(std::size_t i) const noexcept { return host_ ? nullptr : word(i); }
+  // Host: whether call i's word is raised, read now. A device's words are read by settle().
+  bool raisedNow(std::size_t i) const noexcept { return host_ && words_ != nullptr && words_[i] != 0; }
+  // After the last decode: on a device, synchronizes the stream once; returns the first raised word's call, or npos
+  // (on the host too, where a caller that explained raisedNow's words at once finds none left raised). The words are
+  // read once: settle() again returns npos until the next begin().
+  std::size_t settle();
+  // settle() in two halves, so that the words of several runs on one stream cost one synchronization: queueRead()
+  // queues the device words' store into mapped host memory (nothing on the host); after the stream is synchronized,
+  // firstRaised() returns what settle() would.
+  void queueRead();
+  std::size_t firstRaised();
+  // Whether words were begun and not yet read (settle, firstRaised, discard).
+  bool pending() const noexcept { return n_ != 0; }
+  // Leaves the words unread: their run failed otherwise.
+  void discard() noexcept { n_ = 0; }
+  bool host() const noexcept { return host_; }
+  void* stream() const noexcept { return stream_; }
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+ private:
+  std::vector<uint32_t> host_words_;
+  cuda::DeviceArray device_words_;  // grown to the largest run, reused
+  cuda::MappedWords mapped_;        // where settle() reads device_words_, the same size
+  uint32_t* words_ = nullptr;       // the run's: into host_words_ or device_words_
+  std::size_t n_ = 0;
+  bool host_ = true;
+  void* stream_ = nullptr;
+};
+
 // A group of SUM members run in pieces around its collectives (AggregationEngine::beginSum), for a caller that issues
 // the collectives itself without blocking: the DDP hook chains them on torch's asynchronous collectives
 // (terse/torch.py). After beginSum, and after every finishSum that returns true, each entry of `sums` must be summed
@@ -111,6 +150,10 @@ class SplitSum {
   };
   std::vector<Sum> sums;
 
+  // Whether the split's verdict words are begun and not yet read: from beginSum (when a member defers its checks) until
+  // the last finishSum reads them (Settle::kNow), settleSums does (Settle::kLater), or a call of the split fails.
+  bool verdictsPending() const noexcept { return verdicts_.pending(); }
+
  private:
   friend class AggregationEngine;
   struct Run {
@@ -124,6 +167,10 @@ class SplitSum {
   std::vector<GroupMember> members_;
   std::vector<std::span<std::byte>> local_;  // each member's payload
   std::vector<Run> runs_;                    // one per sum
+  // Words [0, k): the members' last decodes; [k, 2k): their own decodes (error feedback's, on a device). The split's
+  // own, so that splits in flight at once, or decoded and not yet settled, do not share them.
+  VerdictWords verdicts_;
+  std::vector<uint32_t*> own_words_;  // the members' own-decode words, in member order
 };
 
 class AggregationEngine {
@@ -148,8 +195,22 @@ class AggregationEngine {
   // another number of rounds); finishSum takes each sum's wire bytes as the caller's collective moved them, and either
   // encodes the next round and lays out its sums (returns true) or, after the last round, decodes (returns false). The
   // fusion is run()'s, so is the count of collectives (one per sum, counted at finishSum).
+  //
+  // Payload checks: with Settle::kNow (the default) the last round's finishSum reads its checks' verdicts, as run()
+  // does: on a device one synchronization a split. With Settle::kLater they stay in the split's words, its decodes
+  // queued and nothing waited for, until settleSums reads them -- but for a host's fused decodes from the
+  // concatenation, read as they return (the next member's header overwrites their payload). A caller that issues its
+  // collectives without waiting (the DDP hook chained on NCCL, whose callbacks run at once on backward's thread)
+  // settles a step's splits together at its end, so that backward waits for the device once a step, not once a bucket.
+  enum class Settle { kNow, kLater };
   void beginSum(uint64_t step, std::span<const GroupMember> members, SplitSum& split);
-  bool finishSum(SplitSum& split, std::span<const comm::WireBytes> wires);
+  bool finishSum(SplitSum& split, std::span<const comm::WireBytes> wires, Settle settle = Settle::kNow);
+  // Reads the verdicts every split in `splits` left pending (finishSum with Settle::kLater): the device words of all
+  // of them are stored into mapped host memory and each stream they are on is synchronized once. A raised word is
+  // explained as run() explains it (CompressionPipeline::explainRefusal: the plugin's message, or PluginError), for
+  // the first such split in `splits`' order; every split's verdicts are read either way. The splits' members' payloads
+  // must be as their decodes left them: settle before their pipelines encode again (a DDP bucket's next step).
+  void settleSums(std::span<SplitSum* const> splits);
 
   // Communicator calls issued so far (allreduces, allgathervs and size exchanges), for tests and traces.
   uint64_t collectives() const noexcept { return collectives_; }
@@ -175,13 +236,18 @@ class AggregationEngine {
   void checkMembers(std::span<const GroupMember> members) const;
   // Encodes split's current round and lays out its sums.
   void layOutRound(SplitSum& split);
+  // finishSum's work, which finishSum wraps so that a failure leaves no words to settle.
+  bool finishRound(SplitSum& split, std::span<const comm::WireBytes> wires, Settle settle);
   // The end (exclusive) of the run of members from i that share one collective a round.
   std::size_t nextRun(std::span<const GroupMember> members, std::size_t i) const noexcept;
   void runSum(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
   // The last round's decode of a SUM run: from each member's payload, or (host, fused) from the concatenation at
   // decode_from, each member's header written in front of its summed body.
+  // Decode i's check goes to words.word(first + i). A word raised on the host is explained at once when `read_now`,
+  // and always for a decode from the concatenation (decode_from), whose payload the next member's header overwrites;
+  // the rest are read by the caller (VerdictWords::settle, settleSums).
   void decodeSummed(uint64_t step, std::span<const GroupMember> members, std::span<const std::span<std::byte>> local,
-                    int last, std::byte* decode_from);
+                    int last, std::byte* decode_from, VerdictWords& words, std::size_t first, bool read_now);
   void runGather(uint64_t step, std::span<const GroupMember> members, std::size_t first, const GroupPhaseFn& phase);
   void runCustom(uint64_t step, const GroupMember& member, std::size_t first, const GroupPhaseFn& phase);
   // Gathers `block` from every rank into recv_, each rank's block in [min_bytes, max_bytes] (exactly max_bytes when
@@ -197,35 +263,8 @@ class AggregationEngine {
   // that lets the first member's header sit in front of its body (runSum decodes there).
   std::byte* send_start(std::size_t body_bytes, const Placement& where);
 
-  // The verdict words of one run's deferred decodes (see "Payload checks" above).
-  class RunVerdicts {
-   public:
-    // Zeroed words for `n` decode calls in `where`'s memory, or none (word() null) when no member defers its
-    // verdicts. On a device they are zeroed on the stream, after whatever an earlier run queued there.
-    void begin(std::size_t n, bool any_defer, const Placement& where);
-    uint32_t* word(std::size_t i) const noexcept { return words_ == nullptr ? nullptr : words_ + i; }
-    // Word i for an own decode (error feedback's, CompressionPipeline::encode): on a device only, where it saves a
-    // synchronization; a host decode refuses at once.
-    uint32_t* ownWord(std::size_t i) const noexcept { return host_ ? nullptr : word(i); }
-    // Host: whether call i's word is raised, read now. A device's words are read by settle().
-    bool raisedNow(std::size_t i) const noexcept { return host_ && words_ != nullptr && words_[i] != 0; }
-    // After the run's last decode: on a device, synchronizes the stream once and returns the first raised word's call,
-    // or npos (also on the host, whose words raisedNow read).
-    std::size_t settle();
-    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-
-   private:
-    std::vector<uint32_t> host_words_;
-    cuda::DeviceArray device_words_;  // grown to the largest run, reused
-    cuda::MappedWords mapped_;        // where settle() reads device_words_, the same size
-    uint32_t* words_ = nullptr;       // the run's: into host_words_ or device_words_
-    std::size_t n_ = 0;
-    bool host_ = true;
-    void* stream_ = nullptr;
-  };
-
   comm::Communicator& comm_;
-  RunVerdicts verdicts_;
+  VerdictWords verdicts_;
   std::vector<uint32_t*> own_words_;                 // runSum's members' own-decode words, in member order
   std::vector<device_kernels::CopySegment> copies_;  // a device run's small copies, batched (engine.cc, addCopy)
   uint64_t collectives_ = 0;

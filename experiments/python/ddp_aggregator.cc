@@ -266,10 +266,26 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
 
 bool DdpAggregator::chainable() const {
   const CompressorCaps c = caps();
-  // Of any number of rounds: the caller issues each round's sums in an order fixed beforehand from the bucket order
-  // alone (terse/torch.py, _Sequencer), never as they become ready, since gloo pairs collectives by the order they
-  // were issued in.
-  return !placement_.device && c.aggregation == Aggregation::kSum;
+  // On the host of any number of rounds: the caller issues each round's sums in an order fixed beforehand from the
+  // bucket order alone (terse/torch.py, _Sequencer), never as they become ready, since gloo pairs collectives by the
+  // order they were issued in. On a device of one round (see the header).
+  return c.aggregation == Aggregation::kSum && (!placement_.device || c.num_rounds == 1);
+}
+
+void DdpAggregator::settleThrough(uint64_t epoch) {
+  settling_.clear();
+  std::size_t kept = 0;
+  for (const Unsettled& u : unsettled_) {
+    if (u.epoch <= epoch) {
+      settling_.push_back(u.split);
+    } else {
+      unsettled_[kept++] = u;
+    }
+  }
+  unsettled_.resize(kept);
+  if (settling_.empty()) return;
+  ++verdict_reads_;
+  engine_->settleSums(settling_);
 }
 
 std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uintptr_t data, uint64_t numel,
@@ -280,7 +296,16 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   TERSE_CHECK(chainable(), InvalidArgument,
               "terse.torch: compressor '" << plugin_->info().name
                                           << "' cannot be chained on asynchronous collectives (only a SUM compressor "
-                                             "on CPU tensors can)");
+                                             "can: of any number of rounds on CPU tensors, of one round on CUDA "
+                                             "tensors)");
+  // A split finished and not yet read belongs to an earlier step that never ended (a bucket of it failed, and the hook
+  // stops after a failure, so this is for a caller that goes on): every unread verdict is read before its pipelines
+  // encode again, and the steps left open are given up.
+  if (const auto it = splits_.find(bucket_index);
+      it != splits_.end() && it->second.sums.empty() && it->second.verdictsPending()) {
+    open_.clear();
+    settleThrough(UINT64_MAX);
+  }
   auto b = std::make_unique<ChainedBucket>();
   b->bucket_index = bucket_index;
   b->numel = numel;
@@ -299,6 +324,7 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
                         static_cast<uint64_t>(bucket_index)});
     }
     b->begin_s = std::chrono::duration<double>(Clock::now() - start).count();
+    began(*b);
     return b;
   }
   bindBucket(bucket_index, data, numel, dtype, members, b->group, b->before, b->tensors);
@@ -312,7 +338,28 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
     throw;
   }
   b->begin_s = std::chrono::duration<double>(Clock::now() - start).count();
+  began(*b);
   return b;
+}
+
+void DdpAggregator::began(ChainedBucket& bucket) {
+  bucket.epoch = epoch_;
+  ++open_[epoch_];
+  if (bucket.is_last) ++epoch_;
+}
+
+void DdpAggregator::ended(const ChainedBucket& bucket, SplitSum* pending, bool failed) {
+  if (pending != nullptr) unsettled_.push_back(Unsettled{bucket.epoch, pending});
+  const auto it = open_.find(bucket.epoch);
+  // A step given up (beginChained), one with buckets in flight, or one whose last bucket has not begun: not yet.
+  if (it == open_.end() || --it->second != 0 || bucket.epoch >= epoch_) return;
+  open_.erase(it);
+  if (failed) {
+    // The step failed in this finish: its error is the step's, and what its other buckets left unread goes with it.
+    std::erase_if(unsettled_, [&](const Unsettled& u) { return u.epoch == bucket.epoch; });
+    return;
+  }
+  settleThrough(bucket.epoch);
 }
 
 bool DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
@@ -333,19 +380,27 @@ bool DdpAggregator::finishChained(ChainedBucket& bucket, double comm_seconds) {
     finishInPlace(bucket.bucket_index, bucket.data, bucket.numel, wires.empty() ? comm::WireBytes{} : wires[0],
                   bucket.is_last);
     hook_s_ += comm_seconds + bucket.begin_s + std::chrono::duration<double>(Clock::now() - start).count();
+    ended(bucket, nullptr, false);
     return false;
   }
+  // On a device the verdicts wait for the step's end (see the header); on the host they are read here.
+  const bool later = placement_.device || settle_later_;
   bool more = false;
   try {
-    more = engine_->finishSum(split, wires);
+    more =
+        engine_->finishSum(split, wires, later ? AggregationEngine::Settle::kLater : AggregationEngine::Settle::kNow);
   } catch (...) {
     split.sums.clear();
+    ended(bucket, nullptr, true);
     throw;
   }
   hook_s_ += comm_seconds + std::chrono::duration<double>(Clock::now() - start).count();
   if (more) return true;  // the next round's sums are laid out
   countBucket(bucket.bucket_index, bucket.numel, bucket.tensors, bucket.group, bucket.before, bucket.is_last);
   hook_s_ += bucket.begin_s;
+  const auto settle_start = Clock::now();
+  ended(bucket, split.verdictsPending() ? &split : nullptr, false);
+  hook_s_ += std::chrono::duration<double>(Clock::now() - settle_start).count();
   return false;
 }
 

@@ -25,8 +25,8 @@
 //
 // Threads. aggregate() runs without the GIL -- on the hook's worker thread when the hook overlaps backward, inside the
 // hook otherwise -- and takes it only for the torch.distributed calls (torch_communicator.h). The chained path
-// (beginChained / finishChained) encodes in the hook call and decodes in a collective's callback on gloo's thread,
-// possibly while the next bucket begins: those calls and aggregate() exclude each other (a mutex). The counters are
+// (beginChained / finishChained) encodes in the hook call and decodes in a collective's callback -- on gloo's thread,
+// possibly while the next bucket begins, or under NCCL at once on the thread that issued it --: those calls and aggregate() exclude each other (a mutex). The counters are
 // read with no bucket in flight: the Python state (terse/torch.py) waits for its worker and its chained Futures first.
 //
 // Steps. DDP has no step number; this counts one per backward pass, ending with the bucket DDP marks last. Every
@@ -112,6 +112,7 @@ struct ChainedBucket {
   double begin_s = 0;         // beginChained's own time, added to hookSeconds at the finish
   bool in_place = false;      // summed where it lies (inPlace()): split->sums views the bucket's data
   void* data = nullptr;       // the bucket's data (null for an empty bucket)
+  uint64_t epoch = 0;         // the chained step it belongs to (DdpAggregator, began)
 };
 
 class DdpAggregator {
@@ -148,16 +149,27 @@ class DdpAggregator {
                  const std::vector<std::pair<uint64_t, uint64_t>>& traced);
   // The chained path (terse/torch.py): a bucket's aggregation in pieces around its collectives, which the caller
   // issues on torch.distributed's asynchronous all_reduce and chains the next piece on, as DDP's own hooks chain
-  // theirs. For a state bound to host tensors whose compressor is SUM, of any number of rounds (chainable()).
+  // theirs. For a SUM compressor: of any number of rounds on host tensors, of one round on CUDA ones (chainable()).
   // beginChained validates the layout and encodes round 0 (as aggregate() does, before any collective); the caller
   // then sums every one of `bucket.split->sums` across the group, in order, and calls finishChained with the seconds
   // they took. That either lays out the next round's `sums` and returns true (the caller sums those and finishes
   // again), or decodes into the bucket, counts its bytes and time as aggregate() does and returns false. The caller
   // must issue every rank's collectives in one order (terse/torch.py, _Sequencer, says how a later round is placed).
+  // On CUDA tensors, for a compressor of one round: the collectives' callbacks run at once on the thread that issued
+  // them (NCCL completes a Future when its kernel is queued), backward's own, so no finish may wait for the device.
+  // Each bucket's decode leaves its payload checks' verdicts on the device (AggregationEngine::finishSum,
+  // Settle::kLater), and they are read together, one synchronization a step, by the finish that ends the step: the
+  // last of its buckets to finish once the bucket DDP marks last has begun. A raised one fails that finish with the
+  // plugin's message (engine.h, "Payload checks"); the step's gradients are then undefined, as a failed step's are.
   // Several buckets may be in flight at once, and a finish may run on another thread (gloo's, in a Future's callback)
   // while the next bucket begins: the calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h,
   // SplitSum).
   bool chainable() const;
+  // For tests without a device: finish chained host buckets as device ones are, their verdicts read once a step (the
+  // host's fused decodes still read theirs at once: engine.h). verdictReads() counts the reads, one a step when every
+  // step's buckets defer their checks.
+  void settleLaterOnHost(bool on) noexcept { settle_later_ = on; }
+  uint64_t verdictReads() const noexcept { return verdict_reads_; }
   // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
   // only when a trace is attached; the caller may leave the members out while it holds.
   bool inPlace() const noexcept;
@@ -208,6 +220,15 @@ class DdpAggregator {
   void checkBucket(int bucket_index, uintptr_t data, uint64_t numel);
   // The in-place path's second half (inPlace()): the average and the count after the sum.
   void finishInPlace(int bucket_index, void* data, uint64_t numel, const comm::WireBytes& wire, bool is_last);
+  // The chained path's steps ("epochs": a step ends with the bucket DDP marks last, and buckets of the next may begin
+  // while some of it are in flight on gloo's threads). began() puts a bucket in the current epoch after its
+  // beginChained, and its last bucket ends the epoch; ended() counts it out after its last finish, with its split
+  // when its verdicts are left to read (`failed`: its finish threw). An epoch whose last bucket has begun and whose
+  // buckets have all ended has its verdicts read (settleThrough: those of it and of any earlier epoch, one
+  // synchronization), or, when the ending finish failed, dropped with it.
+  void began(ChainedBucket& bucket);
+  void ended(const ChainedBucket& bucket, SplitSum* pending, bool failed);
+  void settleThrough(uint64_t epoch);
 
   AggregatorOptions options_;
   PluginLoader loader_;
@@ -218,8 +239,18 @@ class DdpAggregator {
   std::map<uint64_t, Bound> pipelines_;  // by tensor id
   std::map<int, BucketBytes> buckets_;
   std::map<int, SplitSum> splits_;  // the chained path's, by bucket index
-  std::mutex mutex_;                // aggregate(), beginChained, finishChained (see beginChained)
-  std::vector<GroupMember> group_;  // reused per call
+  struct Unsettled {
+    uint64_t epoch;
+    SplitSum* split;
+  };
+  std::vector<Unsettled> unsettled_;      // chained splits finished with their verdicts not yet read
+  std::vector<SplitSum*> settling_;       // settleThrough's, reused
+  std::map<uint64_t, std::size_t> open_;  // chained buckets begun and not yet ended, by epoch
+  uint64_t epoch_ = 0;                    // the epoch a bucket beginning now belongs to
+  uint64_t verdict_reads_ = 0;            // settleThrough calls that read some verdicts
+  bool settle_later_ = false;             // settleLaterOnHost
+  std::mutex mutex_;                      // aggregate(), beginChained, finishChained (see beginChained)
+  std::vector<GroupMember> group_;        // reused per call
   uint64_t step_ = 0;
   bool bound_ = false;
   bool identity_ = false;  // the plugin's caps for f32 declare TERSE_CAP_IDENTITY

@@ -7,6 +7,7 @@
 // C plugin without it does not defer.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -266,6 +267,118 @@ TEST(DeferredVerdict, AWordTheOrdinaryDecodeDoesNotExplainNamesThePlugin) {
       EXPECT_NE(m.find("two decompress entry points disagree"), std::string::npos) << m;
       EXPECT_THROW(std::rethrow_exception(failed.errors[static_cast<std::size_t>(r)]), PluginError);
     }
+  }
+}
+
+// A group split around its collectives (SplitSum, the DDP hook's chained path) with Settle::kLater: the last round's
+// finishSum leaves its checks' verdicts in the split's words, and settleSums reads those of several splits at once, as
+// the hook does at a step's end. Every member sums alone (sumInPlaceFrom), so none is decoded from the concatenation,
+// which the host reads at once. Two splits of two members each, finished in the other order than begun, three ranks:
+// a clean step decodes as run() does and settles quietly; at the faulty step finishSum returns and the fault shows
+// only at settleSums, on every rank, with the plugin's message for the right tensor, and both splits are read; the
+// next step runs clean. With Settle::kNow the same fault fails finishSum itself.
+TEST(DeferredVerdict, SplitSumsSettledLaterFailAtTheSettleAndTheNextStepRunsClean) {
+  const Fault fault{1, kFaultTensor, 1};
+  auto codec = std::make_shared<VerdictFake>(Aggregation::kSum, true, false, fault);
+  auto clean = std::make_shared<VerdictFake>(Aggregation::kSum, false, false, Fault{});
+  Ranks ranks(codec), twin(clean);
+  for (auto& engine : ranks.engines) engine->sumInPlaceFrom(1);
+  std::vector<SplitSum> splits(2 * kWorld);  // rank r's: [2r] members {0, 1} (the fault's), [2r + 1] {2, 3}
+  const auto sumAll = [](HostCommunicator& comm, SplitSum& split) {
+    std::vector<comm::WireBytes> wires;
+    for (const SplitSum::Sum& x : split.sums)
+      wires.push_back(comm.allreduce(x.data.data(), x.data.size() / 4, x.wire, comm::ReduceOp::kSum, x.tensor));
+    return wires;
+  };
+  std::array<uint64_t, kWorld> finished{};  // rank r's steps whose finishSums both returned
+  // One step of rank r through both splits.
+  const auto step = [&](int r, HostCommunicator& comm, uint64_t s, AggregationEngine::Settle settle) {
+    std::vector<std::vector<float>> grads, outs;
+    std::vector<GroupMember> members;
+    for (std::size_t m = 0; m < kNumels.size(); ++m) {
+      grads.emplace_back(kNumels[m]);
+      for (std::size_t i = 0; i < grads[m].size(); ++i) grads[m][i] = gradValue(r, m, i, s);
+      outs.emplace_back(kNumels[m], -7.0f);
+    }
+    for (std::size_t m = 0; m < kNumels.size(); ++m)
+      members.push_back(
+          GroupMember{ranks.pipes[static_cast<std::size_t>(r)][m].get(), grads[m].data(), outs[m].data()});
+    AggregationEngine& engine = *ranks.engines[static_cast<std::size_t>(r)];
+    SplitSum& a = splits[2 * static_cast<std::size_t>(r)];
+    SplitSum& b = splits[2 * static_cast<std::size_t>(r) + 1];
+    engine.beginSum(s, std::span<const GroupMember>(members).subspan(0, 2), a);
+    engine.beginSum(s, std::span<const GroupMember>(members).subspan(2, 2), b);
+    const auto wa = sumAll(comm, a), wb = sumAll(comm, b);
+    EXPECT_FALSE(engine.finishSum(b, wb, settle));
+    EXPECT_FALSE(engine.finishSum(a, wa, settle));
+    ++finished[static_cast<std::size_t>(r)];
+    if (settle == AggregationEngine::Settle::kLater) {
+      EXPECT_TRUE(a.verdictsPending());
+      EXPECT_TRUE(b.verdictsPending());
+      // The faulty split first: a settle that stopped at it would leave the other unread.
+      const std::array<SplitSum*, 2> both{&a, &b};
+      struct Read {  // both splits are read, whether the settle throws or not
+        SplitSum &a, &b;
+        ~Read() { EXPECT_FALSE(a.verdictsPending() || b.verdictsPending()) << "a split's words were left unread"; }
+      } read{a, b};
+      engine.settleSums(both);
+    }
+    return outs;
+  };
+  using Settle = AggregationEngine::Settle;
+  std::vector<std::vector<std::vector<float>>> out(kWorld), want(kWorld);
+  ranks.world.runOk(
+      [&](int r, HostCommunicator& comm) { out[static_cast<std::size_t>(r)] = step(r, comm, 0, Settle::kLater); });
+  twin.world.runOk([&](int r, HostCommunicator&) { want[static_cast<std::size_t>(r)] = twin.step(r, 0, true); });
+  EXPECT_EQ(out, want);
+  const uint64_t calls = codec->deferred_calls.load();
+  EXPECT_EQ(calls, kWorld * kNumels.size()) << "every decode went through the deferred entry point";
+
+  const auto failed = ranks.world.run([&](int r, HostCommunicator& comm) { step(r, comm, 1, Settle::kLater); });
+  ASSERT_FALSE(failed.watchdog_fired);
+  EXPECT_EQ(codec->raised_words.load(), static_cast<uint64_t>(kWorld));
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(finished[static_cast<std::size_t>(r)], 2u) << "rank " << r << ": a finishSum threw; settleSums should";
+    EXPECT_NE(failed.message(r).find("verdict_fake: tensor 101: the aggregate payload has a non-finite value at 75"),
+              std::string::npos)
+        << "rank " << r << ": " << failed.message(r);
+    ASSERT_NE(failed.errors[static_cast<std::size_t>(r)], nullptr);
+    EXPECT_THROW(std::rethrow_exception(failed.errors[static_cast<std::size_t>(r)]), InvalidPayload);
+  }
+
+  ranks.world.runOk(
+      [&](int r, HostCommunicator& comm) { out[static_cast<std::size_t>(r)] = step(r, comm, 2, Settle::kLater); });
+  twin.world.runOk([&](int r, HostCommunicator&) { twin.step(r, 1, true); });
+  twin.world.runOk([&](int r, HostCommunicator&) { want[static_cast<std::size_t>(r)] = twin.step(r, 2, true); });
+  EXPECT_EQ(out, want);
+
+  // Settled at once, the fault of a later step fails the faulty split's finish itself.
+  auto now_codec = std::make_shared<VerdictFake>(Aggregation::kSum, true, false, Fault{1, kFaultTensor, 0});
+  Ranks now(now_codec);
+  for (auto& engine : now.engines) engine->sumInPlaceFrom(1);
+  const auto at_finish = now.world.run([&](int r, HostCommunicator& comm) {
+    std::vector<std::vector<float>> grads, outs;
+    std::vector<GroupMember> members;
+    for (std::size_t m = 0; m < 2; ++m) {
+      grads.emplace_back(kNumels[m], 1.0f);
+      outs.emplace_back(kNumels[m], 0.0f);
+      members.push_back(GroupMember{now.pipes[static_cast<std::size_t>(r)][m].get(), grads[m].data(), outs[m].data()});
+    }
+    SplitSum split;
+    AggregationEngine& engine = *now.engines[static_cast<std::size_t>(r)];
+    engine.beginSum(0, members, split);
+    const auto wires = sumAll(comm, split);
+    try {
+      engine.finishSum(split, wires);
+    } catch (const InvalidPayload&) {
+      EXPECT_FALSE(split.verdictsPending());
+      throw;
+    }
+    ADD_FAILURE() << "rank " << r << ": finishSum returned";
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_NE(at_finish.message(r).find("tensor 101: the aggregate payload has a non-finite value"), std::string::npos)
+        << at_finish.message(r);
   }
 }
 

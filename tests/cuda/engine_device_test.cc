@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -303,6 +304,49 @@ TEST_F(EngineOnDevice, ACorruptedPayloadIsRefusedWithThePluginsMessageAndTheNext
       EXPECT_NE(what.find("decompress"), std::string::npos) << what;
     }
     EXPECT_EQ(step(engine, tampered, 2), step(clean, twin, 2));
+  }
+}
+
+// The DDP hook's chained path on CUDA (ddp_aggregator.h): split sums finished with Settle::kLater leave their payload
+// checks on the device, and settleSums reads those of a step's splits with one synchronization. Two fp16 splits (SUM,
+// world 1: nothing to sum), one of them tampered with at step 1 in its third member, which sums alone (so its words
+// sit past the first run's), finished in the other order than begun: a clean step decodes as run() does once
+// settled, both splits; at step 1 both finishes return, the verdicts still pending, and the refusal comes from
+// settleSums with the plugin's message, both splits read (the faulty one first); step 2 runs clean.
+TEST_F(EngineOnDevice, SplitSumsSettledTogetherRefuseAtTheSettle) {
+  Group tampered = makeGroup("fp16", {}, kNumels, true, 2, 1);
+  Group other = makeGroup("fp16", {}, kNumels, true, 0, kNever);
+  Group twin = makeGroup("fp16", {}, kNumels, true, 0, kNever);
+  AggregationEngine engine(*comm_), clean(*comm_);
+  engine.sumInPlaceFrom(70001 * 2);  // member 2's fp16 body: runs {0, 1}, {2}, {3}
+  clean.sumInPlaceFrom(70001 * 2);
+  SplitSum a, b;
+  for (uint64_t s = 0; s < 3; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    engine.beginSum(s, membersOf(tampered, s), a);
+    engine.beginSum(s, membersOf(other, s), b);
+    ASSERT_EQ(a.sums.size(), 3u) << "runs {0, 1}, {2}, {3}";
+    const std::vector<comm::WireBytes> wa(a.sums.size()), wb(b.sums.size());
+    EXPECT_FALSE(engine.finishSum(b, wb, AggregationEngine::Settle::kLater));
+    EXPECT_FALSE(engine.finishSum(a, wa, AggregationEngine::Settle::kLater));
+    EXPECT_TRUE(a.verdictsPending());
+    EXPECT_TRUE(b.verdictsPending());
+    const std::array<SplitSum*, 2> both{&a, &b};
+    if (s == 1) {
+      try {
+        engine.settleSums(both);
+        ADD_FAILURE() << "the corrupted payload was accepted";
+      } catch (const InvalidPayload& e) {
+        EXPECT_NE(std::string(e.what()).find("'fp16'"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(a.verdictsPending() || b.verdictsPending()) << "a split's words were left unread";
+      continue;
+    }
+    engine.settleSums(both);
+    EXPECT_FALSE(a.verdictsPending() || b.verdictsPending());
+    const std::vector<std::vector<float>> want = step(clean, twin, s);
+    EXPECT_EQ(outputsOf(tampered), want);
+    EXPECT_EQ(outputsOf(other), want);
   }
 }
 

@@ -16,9 +16,11 @@ on a GPU machine.
   bits_gloo2   the same with two ranks sharing GPU 0 over gloo (NCCL refuses two ranks on one device): gloo sums and
                gathers the CUDA payloads; the CPU reference runs over a second gloo group in the same processes; bf16
                is refused naming the communicator
-  overlap      two ranks (gloo, CUDA): the first bucket's Future is not complete when the hook returns, and top-k + EF
-               and PowerSGD r2 + EF give the same parameters with overlap and without, and with overlap on a side
-               stream of the state's own (stream="side"), bit for bit
+  overlap      two ranks (gloo, CUDA): the first bucket's Future is not complete when the hook returns, and top-k + EF,
+               PowerSGD r2 + EF and fp16 + EF give the same parameters with overlap and without, and with overlap on a
+               side stream of the state's own (stream="side"), bit for bit; fp16 + EF chained on the collectives
+               (overlap="chain", on either stream) gives them too, and PowerSGD with overlap="chain" stays on the
+               worker on CUDA
   refusals     a compressor without device code is refused at construction naming it, before any collective; a CPU
                model under an NCCL group is refused naming the backend; a bucket on another device than the state's
                is refused naming both
@@ -59,6 +61,10 @@ CASES = [
     ("threshold-ef", "threshold", {"tau": 2.0, "error_feedback": True}),
     ("dgc", "dgc", {"ratio": 0.05, "error_feedback": True, "momentum_correction": 0.9}),
     ("powersgd-ef", "powersgd", {"rank": 2, "error_feedback": True}),
+    # Chained on torch.distributed's asynchronous all_reduce (terse/torch.py, _OneRound): the encode in the hook call,
+    # the decode in the collective's callback, the payload checks read once at the step's end.
+    ("fp16-chain", "fp16", {"overlap": "chain"}),
+    ("randomk-chain", "randomk", {"ratio": 0.05, "error_feedback": True, "overlap": "chain"}),
 ]
 
 # bf16 is not among them: gloo cannot sum bf16, so the CPU reference cannot run it. bf16_case checks it against
@@ -80,7 +86,9 @@ def bits_equal(a, b):
 def hooked(model, group, compressor, kwargs, device_ids=None, overlap=True):
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=device_ids, process_group=group,
                                               bucket_cap_mb=BUCKET_MB)
-    state = terse.torch.CompressionState(compressor, module=model, process_group=group, overlap=overlap, **kwargs)
+    options = dict(overlap=overlap)
+    options.update(kwargs)  # a case's own overlap= wins
+    state = terse.torch.CompressionState(compressor, module=model, process_group=group, **options)
     ddp.register_comm_hook(state, terse.torch.compression_hook)
     return ddp, state
 
@@ -165,6 +173,13 @@ def bits(rank, world, cpu_group, steps=4):
                 for index, b in state.buckets().items():
                     if b["last_step"]["payload"] != 4 * b["numel"] or b["tensors"] != 1:
                         mine.append("none: the %s state's bucket %d went through the plugin: %r" % (side, index, b))
+        if kwargs.get("overlap") == "chain":
+            if cuda_state._chain is not True:
+                mine.append("%s: the CUDA state did not chain its buckets" % label)
+            # The payload checks are read once a step, at its end (ddp_aggregator.h), not once a bucket.
+            if cuda_state._agg.verdict_reads != steps:
+                mine.append("%s: the payload checks were read %d times in %d steps" % (
+                    label, cuda_state._agg.verdict_reads, steps))
         fixed = cuda_state.caps["fixed_size"]
         if fixed and world == 1:
             # DDP's own copies and nothing else: every codec checks its payloads on the device.
@@ -203,9 +218,15 @@ def bf16_case(rank, world, backend):
 def overlap_case(rank):
     device = torch.device("cuda", 0)
     for compressor, kwargs in (("topk", {"ratio": 0.05, "error_feedback": True}),
-                               ("powersgd", {"rank": 2, "error_feedback": True})):
+                               ("powersgd", {"rank": 2, "error_feedback": True}),
+                               ("fp16", {"error_feedback": True})):
         results = []
-        for overlap, stream in ((True, "current"), (False, "current"), (True, "side")):
+        ways = [(True, "current"), (False, "current"), (True, "side")]
+        if compressor == "fp16":
+            ways += [("chain", "current"), ("chain", "side")]  # one round: chained on request (terse/torch.py)
+        elif compressor == "powersgd":
+            ways += [("chain", "current")]  # two rounds: on the worker on CUDA even so
+        for overlap, stream in ways:
             model = Exact(SHAPES).to(device)
             ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], bucket_cap_mb=BUCKET_MB)
             state = terse.torch.CompressionState(compressor, module=model, overlap=overlap, stream=stream, **kwargs)
@@ -228,14 +249,23 @@ def overlap_case(rank):
             results.append([p.detach().cpu() for p in model.ps])
             check(len(first_done) == 4, "%s: bucket 0 reached the hook %d times in 4 steps" % (compressor,
                                                                                             len(first_done)))
-            if overlap:
+            chained = overlap == "chain" and compressor == "fp16"
+            check(state._chain is chained, "%s overlap=%r: chained %r" % (compressor, overlap, state._chain))
+            if chained:
+                # gloo completes a collective on its own thread, which may run the decode before the hook call
+                # returns: whether the Future is pending then is a race, so only the bits are checked.
+                pass
+            elif overlap:
                 check(not any(first_done), "%s: the first bucket's Future was complete when the hook returned: %s"
                       % (compressor, first_done))
             else:
                 check(all(first_done), "%s: without overlap the Future should be complete: %s" % (compressor,
                                                                                               first_done))
             state.close()
-        for name, other in (("the synchronous path", results[1]), ("overlap on a side stream", results[2])):
+        others = [("the synchronous path", results[1]), ("overlap on a side stream", results[2])]
+        labels = ["the chain", "the chain on a side stream"] if compressor == "fp16" else ['"chain" (the worker)']
+        others += list(zip(labels, results[3:]))
+        for name, other in others:
             for i, (a, b) in enumerate(zip(results[0], other)):
                 check(bits_equal(a, b), "%s: tensor %d differs between overlap and %s" % (compressor, i, name))
         print("rank %d overlap %s: the first bucket's Future was pending each step; parameters bit-identical with and "

@@ -41,6 +41,9 @@
                     gloo abort or timeout), and the parameters equal the unchained run's bit for bit; a round that
                     fails between two rounds (on gloo's thread) fails backward with terse's error and completes every
                     Future
+  settle_later      3 ranks, chained buckets finished in rank-dependent orders, their payload checks read once a step as
+                    on CUDA (the device's bookkeeping run on the host): fp16 and PowerSGD + EF read every step's once
+                    and equal the unchained run bit for bit; a failing decode fails backward and stops the hook
   variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
                     whose payloads differ between the ranks every step (the communicator's padded all-gather): the
                     averaged gradients equal a reference computed in torch bit for bit
@@ -91,6 +94,27 @@ def train_steps(ddp, opt, steps, rank):
         opt.zero_grad()
         F.cross_entropy(ddp(x), y).backward()
         opt.step()
+
+
+def keeping_futures(ddp, state):
+    """Registers terse's hook on `ddp`, keeping the Futures it hands DDP in the list returned."""
+    futures = []
+
+    def keep(state, bucket):  # DDP checks a hook's parameter names
+        futures.append(terse.torch.compression_hook(state, bucket))
+        return futures[-1]
+
+    ddp.register_comm_hook(state, keep)
+    return futures
+
+
+def check_all_done(futures, what, timeout_s=10):
+    """Every Future in `futures` completes within timeout_s (a failure must leave none behind)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(futures and all(f.done() for f in futures), "%s: %d of %d Futures complete %d s after the failure"
+          % (what, sum(f.done() for f in futures), len(futures), timeout_s))
 
 
 def spawn(fn, *extra, timeout_s=60, world=WORLD):
@@ -559,13 +583,7 @@ def overlap(rank):
         # Failing at step 1 on every rank: DDP holds one bucket in its first step and its own ones from the second.
         state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=rank,
                                              plugin_path=ARGS.runner_plugins, module=model, overlap="thread")
-        futures = []
-
-        def keep(state, bucket):  # DDP checks a hook's parameter names
-            futures.append(terse.torch.compression_hook(state, bucket))
-            return futures[-1]
-
-        ddp.register_comm_hook(state, keep)
+        futures = keeping_futures(ddp, state)
         train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 1, rank)
         del futures[:]
         x, y = batch(1, rank)
@@ -745,13 +763,7 @@ def chained_order(rank):
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
     state = terse.torch.CompressionState("test_rounds", fail_step=2, plugin_path=[ARGS.test_plugins], module=model,
                                          overlap="chain")
-    futures = []
-
-    def keep(state, bucket):
-        futures.append(terse.torch.compression_hook(state, bucket))
-        return futures[-1]
-
-    ddp.register_comm_hook(state, keep)
+    futures = keeping_futures(ddp, state)
     train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 2, rank)
     check(state._chain and state.error is None, "test_rounds: chained %s, error %r" % (state._chain, state.error))
     del futures[:]
@@ -760,11 +772,7 @@ def chained_order(rank):
     text = expect_terse_error(terse.InvalidArgument, "fails from step 2", lambda: F.cross_entropy(ddp(x), y).backward())
     check("compressor 'test_rounds'" in text, "the error does not name the plugin: %s" % text)
     check(isinstance(state.error, terse.InvalidArgument), "state's error: %r" % (state.error,))
-    deadline = time.monotonic() + 10
-    while not all(f.done() for f in futures) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    check(futures and all(f.done() for f in futures), "%d of %d Futures complete 10 s after the failure"
-          % (sum(f.done() for f in futures), len(futures)))
+    check_all_done(futures, "the failed step")
     state.times()  # waits for the buckets in flight: none is left
     # The state stays failed: the next hook call raises at once, before any collective. (DDP itself refuses another
     # backward after a failed one: its reduction did not finish.)
@@ -798,6 +806,63 @@ def chained_order(rank):
 
 
 # ---- api
+
+
+def settle_later(rank):
+    # On CUDA the chained buckets leave their payload checks' verdicts on the device and the finish that ends the step
+    # reads them all (ddp_aggregator.h: a step's buckets counted by epoch, since buckets of the next step may begin
+    # while some of this one are in flight). The host can run the same bookkeeping (settle_later): three ranks handing
+    # buckets over after delays of their own, so gloo's threads finish them in other orders on every rank, fp16
+    # chained alone (_OneRound) and PowerSGD + EF round by round (_Sequencer). Every step's verdicts are read exactly
+    # once (verdict_reads), the parameters equal the unchained run's bit for bit, and a decode that fails at step 2
+    # fails backward with terse's error, completes every Future and stops the hook.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    steps = 5
+    for name, params in (("fp16", {}), ("powersgd", {"rank": 2, "error_feedback": True})):
+        finals = {}
+        for overlapped in (True, False):
+            model = deep_mlp()
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+            state = terse.torch.CompressionState(name, module=model, overlap="chain" if overlapped else False,
+                                                 **params)
+            state._agg.settle_later = True
+            delays = random.Random(200 + rank)
+
+            def delayed(state, bucket):
+                time.sleep(delays.choice((0.0, 0.0, 0.002, 0.01)))
+                return terse.torch.compression_hook(state, bucket)
+
+            ddp.register_comm_hook(state, delayed)
+            train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), steps, rank)
+            check(state._chain == overlapped and state.error is None,
+                  "%s overlap=%s: chained %s, error %r" % (name, overlapped, state._chain, state.error))
+            check(len(state.buckets()) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(state.buckets())))
+            reads = state._agg.verdict_reads
+            check(reads == (steps if overlapped else 0), "%s overlap=%s: the verdicts were read %d times in %d steps"
+                  % (name, overlapped, reads, steps))
+            finals[overlapped] = [p.detach().clone() for p in model.parameters()]
+            state.close()
+        for i, (a, b) in enumerate(zip(finals[True], finals[False])):
+            check(torch.equal(a, b), "rank %d %s: parameter %d differs with the verdicts read once a step by up to %g"
+                  % (rank, name, i, (a - b).abs().max()))
+    model = deep_mlp()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+    state = terse.torch.CompressionState("fail_at_step", fail_step=2, fail_rank=-1, fail_in="decompress", module=model,
+                                         plugin_path=[ARGS.runner_plugins], overlap=True)
+    state._agg.settle_later = True
+    futures = keeping_futures(ddp, state)
+    train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 2, rank)
+    # (fail_at_step is a C plugin without the deferred entry point: its buckets leave no words, and so no reads; what
+    # runs is the steps' counting around a finish that throws.)
+    check(state._chain and state.error is None, "fail_at_step: chained %s, error %r" % (state._chain, state.error))
+    del futures[:]
+    x, y = batch(2, rank)
+    expect_terse_error(terse.PluginError, "decompress failing on purpose at step 2",
+                       lambda: F.cross_entropy(ddp(x), y).backward())
+    check_all_done(futures, "the failed step")
+    expect_error(terse.PluginError, "an earlier bucket failed, the hook is stopped",
+                 lambda: terse.torch.compression_hook(state, FakeBucket(0, [next(model.parameters())])))
+    state.close()
 
 
 def api(rank):
@@ -1015,7 +1080,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
-                                    "variable_size", "chained_order", "in_place", "chained_one_round"])
+                                    "variable_size", "chained_order", "in_place", "chained_one_round",
+                                    "settle_later"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -1034,6 +1100,8 @@ def main():
             spawn(in_place, timeout_s=20, world=3)
         elif ARGS.case == "chained_one_round":
             spawn(chained_one_round, timeout_s=20, world=3)
+        elif ARGS.case == "settle_later":
+            spawn(settle_later, timeout_s=20, world=3)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

@@ -39,8 +39,17 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
               which issues its second round when the first completes, aborts in gloo with several buckets. A later
               round's encode runs on gloo's thread, which on the CPU holds up the group's other collectives: PowerSGD
               chained took 4-12% more per step than on the worker, so overlap=True leaves it there (_chains).
+              On CUDA gradients a one-round SUM compressor chains with `overlap="chain"`: the encode and the collective
+              are queued on the bound stream in the hook call, NCCL runs the callback at once on the same thread, and
+              the decode is queued behind the collective; the bucket's Future is a CUDA-aware one completed on the
+              bound stream. The payload checks' verdicts, which would otherwise be read once a bucket, blocking that
+              thread until the collective is done, stay on the device until the step's last bucket and are read
+              there, once a step (ddp_aggregator.h). overlap=True keeps the worker on CUDA until the chain is measured
+              against it on a GPU (results/reference/gpu/README.md), and so does "chain" for PowerSGD there (as for
+              the compressors that cannot be chained at all): its second round's encode, in the first's callback,
+              would check its own input with a wait of its own.
   thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...; with overlap=True, PowerSGD), CUDA
-              gradients, a step trace, or
+              gradients unless chained, a step trace, or
               `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
               (the same order on every rank, so the collectives match across ranks) and completes each bucket's Future
               when its aggregation is done. The encode, decode and the waits inside torch.distributed run without the
@@ -180,9 +189,10 @@ class CompressionState:
                          checked here, before anything is registered
     granularity          "tensor" (default) or "bucket"; see the module's documentation
     overlap              True (default): overlap backward, chained on asynchronous collectives for a one-round SUM
-                         compressor, else on a worker thread; "chain": chained for every SUM compressor (PowerSGD
-                         round by round too); "thread": always on the worker thread; False: inside the hook (see the
-                         module's text)
+                         compressor on CPU gradients, else on a worker thread; "chain": chained where it can be, for
+                         every SUM compressor on CPU gradients (PowerSGD round by round too) and a one-round one on
+                         CUDA gradients, else on the worker; "thread": always on the worker thread; False: inside the
+                         hook (see the module's text)
     stream               CUDA gradients: "current" (default) runs the codecs and collectives on torch's current stream
                          as the state first sees it; "side" on a stream of the state's own, which waits for each
                          bucket's gradients on the device (see the module's text). No effect on CPU gradients
@@ -249,10 +259,10 @@ class CompressionState:
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
         self.stream = stream  # "current" or "side": which stream a CUDA state binds (_bind)
+        self.overlap = overlap  # before _bind, which reads it
         if device is not None:
             self._bind(device)  # refusals (a plugin without CUDA code, the backend) before anything is registered
         self.params = merged
-        self.overlap = overlap
         self.process_group = process_group
         self._ids = {} if module is None else {id(p): i for i, p in enumerate(module.parameters())}
         self._fixed_ids = module is not None
@@ -440,6 +450,14 @@ class CompressionState:
         scope.enter_context(torch.cuda.stream(self._stream))
         return scope
 
+    def _hand_over(self, buf):
+        """CUDA: the bound stream waits on the device for the stream that wrote the bucket (backward's current one),
+        and torch's caching allocator learns that the bound stream uses the buffer; nothing when they are one."""
+        current = torch.cuda.current_stream(self._device)
+        if current != self._stream:
+            self._stream.wait_stream(current)
+            buf.record_stream(self._stream)
+
     def _read_bucket(self, bucket):
         """What the aggregator needs of a DDP GradBucket, checked before anything is queued."""
         buf = bucket.buffer()
@@ -510,12 +528,7 @@ class CompressionState:
             # CUDA-aware: set_result records an event on the bound stream, and DDP's wait makes its own stream wait
             # for it on the device.
             fut = torch.futures.Future(devices=[self._device])
-            current = torch.cuda.current_stream(self._device)
-            if current != self._stream:
-                # Backward wrote the bucket on `current`: the bound stream waits for it, and the caching allocator
-                # learns that the bound stream uses the buffer.
-                self._stream.wait_stream(current)
-                buf.record_stream(self._stream)
+            self._hand_over(buf)
         if not self.overlap:
             start = time.perf_counter()
             self._sync_thread = threading.get_native_id()
@@ -550,15 +563,21 @@ class CompressionState:
         return chained
 
     def _chains(self):
-        """Whether this state's buckets are chained on asynchronous collectives: CPU gradients (the state is bound by
-        now) without a step trace (which times the aggregation's phases the worker's way), a SUM compressor
-        (ddp_aggregator.cc, chainable), and overlap="chain", or overlap=True with a compressor of one round. A later
-        round's encode runs in a callback on one of gloo's threads, where on the CPU it holds up the group's other
-        collectives: PowerSGD chained took 4-12% more per step than on the worker (docs/pytorch.md), so True keeps
-        multi-round compressors on the worker and "chain" asks for the chain."""
+        """Whether this state's buckets are chained on asynchronous collectives: no step trace (which times the
+        aggregation's phases the worker's way), a SUM compressor (ddp_aggregator.cc, chainable), and on CPU gradients
+        (the state is bound by now) overlap="chain", or overlap=True with a compressor of one round; on CUDA gradients
+        overlap="chain" with a compressor of one round. A later round's encode runs in a callback on one of gloo's
+        threads, where on the CPU it holds up the group's other collectives: PowerSGD chained took 4-12% more per step
+        than on the worker (docs/pytorch.md), so True keeps multi-round compressors on the worker and "chain" asks for
+        the chain. On CUDA the chain is not measured yet against the worker, which True keeps (the module's text)."""
         if self._chain is None:
-            rounds_ok = self.overlap == "chain" or (self.overlap is True and self._agg.caps["num_rounds"] == 1)
-            self._chain = (rounds_ok and self._stream is None and self._tracer is None and self._agg.chainable)
+            rounds = self._agg.caps["num_rounds"]
+            if self._stream is None:
+                rounds_ok = self.overlap == "chain" or (self.overlap is True and rounds == 1)
+            else:
+                # CUDA gradients: on request, one round (the module's text says why).
+                rounds_ok = self.overlap == "chain" and rounds == 1
+            self._chain = rounds_ok and self._tracer is None and self._agg.chainable
         return self._chain
 
     def _submit_chained(self, index, buf, members, is_last):
@@ -1011,9 +1030,13 @@ class _OneRound:
         state = self._state
         state._sync_thread = threading.get_native_id()
         try:
-            pending, sums = state._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
-                                                     is_last)
-            works = [torch.distributed.all_reduce(t, group=state.process_group, async_op=True) for t in sums]
+            if state._stream is not None:
+                state._hand_over(buf)
+            # CUDA: the encode's kernels and the collectives on the bound stream, which NCCL's stream waits for.
+            with state._on_stream():
+                pending, sums = state._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype),
+                                                         members, is_last)
+                works = [torch.distributed.all_reduce(t, group=state.process_group, async_op=True) for t in sums]
         except Exception as e:
             if isinstance(e, RuntimeError) and not isinstance(e, _terse.Error):
                 e = _comm_failed(e)
@@ -1031,10 +1054,19 @@ class _OneRound:
         with self._lock:
             step = self._step
         collected = _collected(works)
+        # CUDA: the decode runs on the bound stream, which need not be the current stream of the thread that runs the
+        # callback (NCCL's: the issuer's, at once; gloo's: its own), and then() would record the bucket's readiness on
+        # the latter. So the bucket gets a CUDA-aware Future of its own, completed on the bound stream (as the worker's
+        # are), and DDP gets its _value child.
+        own = torch.futures.Future(devices=[state._device]) if state._stream is not None else None
         # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
         # lambda (_Sequencer._chain says why).
-        return collected.then(_callbacks.track(state, functools.partial(self._summed, pending, buf, len(works),
-                                                                        issued, step)))
+        child = collected.then(_callbacks.track(state, functools.partial(self._summed, pending, buf, len(works),
+                                                                         issued, step, own)))
+        if own is None:
+            return child
+        state._children.append(child)  # _Sequencer._chain says why it is kept
+        return own.then(_value)
 
     def _last(self, pending, buf, works, issued, start):
         """The step's last bucket: nothing of backward is left to overlap it with, so the hook call waits for its
@@ -1044,8 +1076,10 @@ class _OneRound:
         state = self._state
         try:
             try:
-                for w in works:
-                    w.wait()
+                # CUDA (NCCL): the current stream, the bound one here, waits for the collectives on the device.
+                with state._on_stream():
+                    for w in works:
+                        w.wait()
             except Exception as e:  # noqa: BLE001
                 error = _comm_failed(e)
                 state._fail(error)
@@ -1053,7 +1087,10 @@ class _OneRound:
                 raise error from None
             state._sync_thread = threading.get_native_id()
             try:
-                state._agg.finish_chained(pending, time.perf_counter() - issued)
+                # CUDA: the decode on the bound stream; on a device this finish also reads the step's payload checks
+                # (ddp_aggregator.h), the step's one synchronization, and a refusal among them raises here.
+                with state._on_stream():
+                    state._agg.finish_chained(pending, time.perf_counter() - issued)
             except Exception as e:
                 state._fail(e)
                 raise
@@ -1064,30 +1101,47 @@ class _OneRound:
                 self._step += 1
             # From DDP's hand-over of the last bucket, backward waited for this call.
             state._agg.add_exposed(time.perf_counter() - start)
-        done = torch.futures.Future()
-        done.set_result(buf)
+        if state._stream is None:
+            done = torch.futures.Future()
+            done.set_result(buf)
+            return done
+        done = torch.futures.Future(devices=[state._device])
+        with state._on_stream():
+            done.set_result(buf)  # its event on the bound stream, after the decode
         return done
 
-    def _summed(self, pending, buf, n, issued, step, done):
-        """On the thread that completed the bucket's collectives: decodes into the bucket and hands it to DDP."""
+    def _summed(self, pending, buf, n, issued, step, own, done):
+        """On the thread that completed the bucket's collectives (NCCL's: the issuer's, at once): decodes into the
+        bucket and hands it to DDP, as then()'s value for CPU gradients, through `own` (the bucket's CUDA-aware Future,
+        completed on the bound stream) for CUDA ones."""
         state = self._state
         try:
-            _waited(done, n)
+            # CUDA: the bound stream waits for the collectives (the Futures' events), and the decode follows on it.
+            with state._on_stream():
+                try:
+                    _waited(done, n)
+                except Exception as e:  # noqa: BLE001
+                    error = _comm_failed(e)
+                    state._fail(error)
+                    self.refused()
+                    raise error from None
+                thread = threading.get_native_id()
+                state._decoding.add(thread)
+                try:
+                    state._agg.finish_chained(pending, time.perf_counter() - issued)
+                except Exception as e:
+                    state._fail(e)
+                    self._decode_failed(step)
+                    raise
+                finally:
+                    state._decoding.discard(thread)
+                if own is not None:
+                    own.set_result(buf)
         except Exception as e:  # noqa: BLE001
-            error = _comm_failed(e)
-            state._fail(error)
-            self.refused()
-            raise error from None
-        thread = threading.get_native_id()
-        state._decoding.add(thread)
-        try:
-            state._agg.finish_chained(pending, time.perf_counter() - issued)
-        except Exception as e:
-            state._fail(e)
-            self._decode_failed(step)
-            raise
-        finally:
-            state._decoding.discard(thread)
+            if own is None:
+                raise
+            own.set_exception(e)  # DDP's child of it raises it (_value)
+            return None
         return buf
 
     def _decode_failed(self, step):
