@@ -381,7 +381,8 @@ class CompressionState:
         if self._sync_thread is not None and thread == self._sync_thread:
             held = "backward's thread"
         elif thread in self._decoding:
-            held = "a thread of torch.distributed's (a chained bucket's decode)"
+            # A collective's callback: on gloo's thread, or under NCCL at once on the thread that issued it.
+            held = "the thread of a chained bucket's decode (a collective's callback)"
         if held is not None:
             # Nothing can free that thread, so the process ends; its results status and terse run's error file say why
             # first.
