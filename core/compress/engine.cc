@@ -236,27 +236,30 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
 void VerdictWords::begin(std::size_t n, bool any_defer, const Placement& where) {
   host_ = !where.device;
   stream_ = where.stream;
-  n_ = any_defer ? n : 0;
+  // Pending only once the words exist and are zeroed: a failed allocation leaves nothing to read.
+  n_ = 0;
   words_ = nullptr;
-  if (n_ == 0) return;
+  if (!any_defer || n == 0) return;
   if (host_) {
-    host_words_.assign(n_, 0);
+    host_words_.assign(n, 0);
     words_ = host_words_.data();
+    n_ = n;
     return;
   }
   // Grown to the largest run seen, so the steady state allocates nothing. Zeroed on the stream: after any kernel an
   // earlier run (one that threw before its settle) still has queued there.
   const std::size_t words = std::min(device_words_.size() / sizeof(uint32_t), mapped_.size());
-  if (words < n_) {
+  if (words < n) {
     // Both made before either is replaced, so that a failed allocation leaves the pair as it was, of one size.
-    const std::size_t grown = std::max(n_, 2 * words);
+    const std::size_t grown = std::max(n, 2 * words);
     cuda::DeviceArray device(grown * sizeof(uint32_t), stream_);
     cuda::MappedWords mapped(grown);
     device_words_ = std::move(device);
     mapped_ = std::move(mapped);
   }
   words_ = reinterpret_cast<uint32_t*>(device_words_.data());
-  cuda::zeroAsync(words_, n_ * sizeof(uint32_t), stream_);
+  cuda::zeroAsync(words_, n * sizeof(uint32_t), stream_);
+  n_ = n;
 }
 
 void VerdictWords::queueRead() {
@@ -447,14 +450,21 @@ bool AggregationEngine::finishRound(SplitSum& split, std::span<const comm::WireB
 
 void AggregationEngine::settleSums(std::span<SplitSum* const> splits) {
   std::vector<void*> streams;
-  for (SplitSum* split : splits) {
-    if (!split->verdicts_.pending()) continue;
-    split->verdicts_.queueRead();
-    if (!split->verdicts_.host() &&
-        std::find(streams.begin(), streams.end(), split->verdicts_.stream()) == streams.end())
-      streams.push_back(split->verdicts_.stream());
+  try {
+    for (SplitSum* split : splits) {
+      if (!split->verdicts_.pending()) continue;
+      split->verdicts_.queueRead();
+      if (!split->verdicts_.host() &&
+          std::find(streams.begin(), streams.end(), split->verdicts_.stream()) == streams.end())
+        streams.push_back(split->verdicts_.stream());
+    }
+    for (void* stream : streams) cuda::synchronize(stream);
+  } catch (...) {
+    // The device failed under them (a launch, a synchronization): their words cannot be read, and are given up with
+    // the step this error fails.
+    for (SplitSum* split : splits) split->verdicts_.discard();
+    throw;
   }
-  for (void* stream : streams) cuda::synchronize(stream);
   // Every split's words are read before the first raised one is explained (which throws).
   SplitSum* bad_split = nullptr;
   std::size_t bad = VerdictWords::npos;

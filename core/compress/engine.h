@@ -153,6 +153,8 @@ class SplitSum {
   // Whether the split's verdict words are begun and not yet read: from beginSum (when a member defers its checks) until
   // the last finishSum reads them (Settle::kNow), settleSums does (Settle::kLater), or a call of the split fails.
   bool verdictsPending() const noexcept { return verdicts_.pending(); }
+  // Gives the pending verdicts up unread: for a caller whose step failed otherwise (its error is the step's).
+  void discardVerdicts() noexcept { verdicts_.discard(); }
 
  private:
   friend class AggregationEngine;

@@ -303,7 +303,7 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   // encode again, and the steps left open are given up.
   if (const auto it = splits_.find(bucket_index);
       it != splits_.end() && it->second.sums.empty() && it->second.verdictsPending()) {
-    open_.clear();
+    std::erase_if(open_, [&](const auto& e) { return e.first < epoch_; });  // earlier steps: given up
     settleThrough(UINT64_MAX);
   }
   auto b = std::make_unique<ChainedBucket>();
@@ -356,7 +356,11 @@ void DdpAggregator::ended(const ChainedBucket& bucket, SplitSum* pending, bool f
   open_.erase(it);
   if (failed) {
     // The step failed in this finish: its error is the step's, and what its other buckets left unread goes with it.
-    std::erase_if(unsettled_, [&](const Unsettled& u) { return u.epoch == bucket.epoch; });
+    std::erase_if(unsettled_, [&](const Unsettled& u) {
+      if (u.epoch != bucket.epoch) return false;
+      u.split->discardVerdicts();
+      return true;
+    });
     return;
   }
   settleThrough(bucket.epoch);

@@ -26,8 +26,9 @@
 // Threads. aggregate() runs without the GIL -- on the hook's worker thread when the hook overlaps backward, inside the
 // hook otherwise -- and takes it only for the torch.distributed calls (torch_communicator.h). The chained path
 // (beginChained / finishChained) encodes in the hook call and decodes in a collective's callback -- on gloo's thread,
-// possibly while the next bucket begins, or under NCCL at once on the thread that issued it --: those calls and aggregate() exclude each other (a mutex). The counters are
-// read with no bucket in flight: the Python state (terse/torch.py) waits for its worker and its chained Futures first.
+// possibly while the next bucket begins, or under NCCL at once on the thread that issued it --: those calls and
+// aggregate() exclude each other (a mutex). The counters are read with no bucket in flight: the Python state
+// (terse/torch.py) waits for its worker and its chained Futures first.
 //
 // Steps. DDP has no step number; this counts one per backward pass, ending with the bucket DDP marks last. Every
 // call validates the whole bucket layout before the first collective, so a bad call (a CUDA tensor, a dtype, an
@@ -220,9 +221,10 @@ class DdpAggregator {
   void checkBucket(int bucket_index, uintptr_t data, uint64_t numel);
   // The in-place path's second half (inPlace()): the average and the count after the sum.
   void finishInPlace(int bucket_index, void* data, uint64_t numel, const comm::WireBytes& wire, bool is_last);
-  // The chained path's steps ("epochs": a step ends with the bucket DDP marks last, and buckets of the next may begin
-  // while some of it are in flight on gloo's threads). began() puts a bucket in the current epoch after its
-  // beginChained, and its last bucket ends the epoch; ended() counts it out after its last finish, with its split
+  // The chained path's steps ("epochs": a step ends with the bucket DDP marks last; under gloo its buckets finish in
+  // any order on gloo's threads, and DDP begins no bucket of the next step before every one of this step finished,
+  // but a caller other than DDP might). began() puts a bucket in the current epoch after its beginChained, and its
+  // last bucket ends the epoch; ended() counts it out after its last finish, with its split
   // when its verdicts are left to read (`failed`: its finish threw). An epoch whose last bucket has begun and whose
   // buckets have all ended has its verdicts read (settleThrough: those of it and of any earlier epoch, one
   // synchronization), or, when the ending finish failed, dropped with it.

@@ -80,8 +80,9 @@ def rows():
         ("terse-topk-1pct-ef-sync", terse_hook("topk", env={"TERSE_DEFER_VERDICTS": "0"}, ratio=0.01,
                                                error_feedback=True)),
         # Chained on the asynchronous collectives as DDP's own hooks are (terse/torch.py, _OneRound): the encode
-        # queued in the hook call, the decode in NCCL's callback on the same thread, the payload checks read once a
-        # step instead of once a bucket on the worker thread. Not the default until this row says so.
+        # queued in the hook call, the decode in NCCL's callback on the same thread, on a side stream of the state's
+        # (a chained state's default), the payload checks read once a step instead of once a bucket on the worker
+        # thread. Not the default until this row says so.
         ("terse-fp16-chain", terse_hook("fp16", overlap="chain")),
     ] + [(name + suffix, terse_hook(compressor, **kwargs, **variant))
          for suffix, variant in VARIANTS for name, compressor, kwargs in VARIANT_ROWS]

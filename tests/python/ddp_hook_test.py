@@ -43,7 +43,10 @@
                     Future
   settle_later      3 ranks, chained buckets finished in rank-dependent orders, their payload checks read once a step as
                     on CUDA (the device's bookkeeping run on the host): fp16 and PowerSGD + EF read every step's once
-                    and equal the unchained run bit for bit; a failing decode fails backward and stops the hook
+                    and equal the unchained run bit for bit; a failing decode fails backward and stops the hook. Then
+                    one rank driving the aggregator's chained calls in named orders: no read before a step's last
+                    finish and one after, a bucket begun again before its step ended, round-returning finishes, a step
+                    whose every finish fails
   variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
                     whose payloads differ between the ranks every step (the communicator's padded all-gather): the
                     averaged gradients equal a reference computed in torch bit for bit
@@ -810,9 +813,9 @@ def chained_order(rank):
 
 def settle_later(rank):
     # On CUDA the chained buckets leave their payload checks' verdicts on the device and the finish that ends the step
-    # reads them all (ddp_aggregator.h: a step's buckets counted by epoch, since buckets of the next step may begin
-    # while some of this one are in flight). The host can run the same bookkeeping (settle_later): three ranks handing
-    # buckets over after delays of their own, so gloo's threads finish them in other orders on every rank, fp16
+    # reads them all (ddp_aggregator.h: a step's buckets counted by epoch; under gloo they finish in any order). The
+    # host can run the same bookkeeping (settle_later): three ranks handing buckets over after delays of their own, so
+    # gloo's threads finish them in other orders on every rank, fp16
     # chained alone (_OneRound) and PowerSGD + EF round by round (_Sequencer). Every step's verdicts are read exactly
     # once (verdict_reads), the parameters equal the unchained run's bit for bit, and a decode that fails at step 2
     # fails backward with terse's error, completes every Future and stops the hook.
@@ -865,6 +868,63 @@ def settle_later(rank):
     state.close()
 
 
+def settle_order(rank):
+    # The same bookkeeping driven by hand, in orders a test can name: one rank (a sum over one rank is the payload
+    # itself, so no collective is issued), the aggregator's chained calls made directly.
+    def begin(agg, index, t, last):
+        return agg.begin_chained(index, t.data_ptr(), t.numel(), str(t.dtype), [(index, 0, tuple(t.shape))], last)
+
+    def finish_all(agg, pending):
+        while agg.finish_chained(pending, 0.0) is not None:
+            pass
+
+    # Values fp16 and test_rounds carry exactly: every decode must give them back.
+    inputs = [torch.arange(n, dtype=torch.float32) * 0.5 - 2.0 for n in (5, 300, 7)]
+    state = terse.torch.CompressionState("fp16", overlap="chain")
+    agg = state._agg
+    agg.bind_host()
+    agg.settle_later = True
+    for step, order in enumerate(((2, 0, 1), (1, 2, 0), (0, 1, 2))):
+        bufs = [x.clone() for x in inputs]
+        pending = [begin(agg, i, bufs[i], i == 2)[0] for i in range(3)]
+        for k, i in enumerate(order):
+            check(agg.verdict_reads == step, "fp16 step %d: the checks were read before bucket %d of %s finished"
+                  % (step, i, order))
+            finish_all(agg, pending[i])
+        check(agg.verdict_reads == step + 1, "fp16 step %d, order %s: read %d times" % (step, order, agg.verdict_reads))
+        check(all(torch.equal(b, x) for b, x in zip(bufs, inputs)), "fp16 step %d: a bucket decoded wrong" % step)
+    # A caller that begins a bucket again whose step never ended (no last bucket): its unread checks are read first.
+    buf = inputs[0].clone()
+    finish_all(agg, begin(agg, 0, buf, False)[0])
+    check(agg.verdict_reads == 3, "a step without its last bucket read its checks (%d)" % agg.verdict_reads)
+    finish_all(agg, begin(agg, 0, buf, False)[0])
+    check(agg.verdict_reads == 4, "bucket 0 began again with its checks unread (%d reads)" % agg.verdict_reads)
+    state.close()
+
+    # Two rounds (test_rounds): a finish that lays out the next round is not the bucket's end.
+    state = terse.torch.CompressionState("test_rounds", plugin_path=[ARGS.test_plugins], overlap="chain", fail_step=2)
+    agg = state._agg
+    agg.bind_host()
+    agg.settle_later = True
+    for step in range(2):
+        bufs = [x.clone() for x in inputs[:2]]
+        p0, p1 = begin(agg, 0, bufs[0], False)[0], begin(agg, 1, bufs[1], True)[0]
+        check(agg.finish_chained(p1, 0.0) is not None, "test_rounds: round 0's finish laid out no round 1")
+        finish_all(agg, p1)
+        check(agg.verdict_reads == step, "test_rounds step %d: read before bucket 0 ended" % step)
+        finish_all(agg, p0)
+        check(agg.verdict_reads == step + 1, "test_rounds step %d: read %d times" % (step, agg.verdict_reads))
+        check(all(torch.equal(b, x) for b, x in zip(bufs, inputs)), "test_rounds step %d: decoded wrong" % step)
+    # Step 2: round 1's encode fails in every bucket's first finish. The step's checks are given up with it, and a
+    # caller that goes on finds its next step read as ever.
+    bufs = [x.clone() for x in inputs[:2]]
+    p0, p1 = begin(agg, 0, bufs[0], False)[0], begin(agg, 1, bufs[1], True)[0]
+    for p in (p1, p0):
+        expect_error(terse.InvalidArgument, "round 1 fails from step 2", lambda: agg.finish_chained(p, 0.0))
+    check(agg.verdict_reads == 2, "test_rounds: a failed step read its checks (%d)" % agg.verdict_reads)
+    state.close()
+
+
 def api(rank):
     State = terse.torch.CompressionState
     state = State("randomk", ratio=0.01, unbiased=True, overlap=False)
@@ -883,7 +943,7 @@ def api(rank):
                  lambda: State("none", overlap=1))
     expect_error(terse.InvalidArgument, "'overlap' must be True, False, 'thread' or 'chain', got 'threads'",
                  lambda: State("none", overlap="threads"))
-    expect_error(terse.InvalidArgument, "stream must be 'current' or 'side', got 'own'",
+    expect_error(terse.InvalidArgument, "stream must be 'current' or 'side' (or None), got 'own'",
                  lambda: State("none", stream="own"))
     check(State("none", stream="side").stream == "side", "stream='side' was not kept")
     expect_error(terse.InvalidArgument, "'seed' must be an integer in [0, 2^64), got -1",
@@ -1102,6 +1162,7 @@ def main():
             spawn(chained_one_round, timeout_s=20, world=3)
         elif ARGS.case == "settle_later":
             spawn(settle_later, timeout_s=20, world=3)
+            spawn(settle_order, timeout_s=20, world=1)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

@@ -41,13 +41,14 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
               chained took 4-12% more per step than on the worker, so overlap=True leaves it there (_chains).
               On CUDA gradients a one-round SUM compressor chains with `overlap="chain"`: the encode and the collective
               are queued on the bound stream in the hook call, NCCL runs the callback at once on the same thread, and
-              the decode is queued behind the collective; the bucket's Future is a CUDA-aware one completed on the
-              bound stream. The payload checks' verdicts, which would otherwise be read once a bucket, blocking that
-              thread until the collective is done, stay on the device until the step's last bucket and are read
-              there, once a step (ddp_aggregator.h). overlap=True keeps the worker on CUDA until the chain is measured
-              against it on a GPU (results/reference/gpu/README.md), and so does "chain" for PowerSGD there (as for
-              the compressors that cannot be chained at all): its second round's encode, in the first's callback,
-              would check its own input with a wait of its own.
+              the decode is queued behind the collective; the bucket's Future is a CUDA-aware one completed on the bound
+              stream (a side stream of the state's, by default: the `stream` keyword). The payload checks' verdicts,
+              which would otherwise be read once a bucket, blocking that thread until the collective is done, stay on
+              the device until the step's last bucket and are read there, once a step (ddp_aggregator.h). overlap=True
+              keeps the worker on CUDA until the chain is measured against it on a GPU
+              (results/reference/gpu/README.md), and so does "chain" for PowerSGD there (as for the compressors that
+              cannot be chained at all): its second round's encode, in the first's callback, would check its own input
+              with a wait of its own.
   thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...; with overlap=True, PowerSGD), CUDA
               gradients unless chained, a step trace, or
               `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
@@ -82,10 +83,14 @@ torch's current stream of that device as the state first saw it (the bound strea
 the payloads are wrapped as CUDA tensors for torch.distributed without a copy, and the decode writes the bucket in
 place, so no gradient goes to the host (a variable-size payload under NCCL reads its n 8-byte sizes back). With
 `stream="side"` the state binds a stream of its own instead, which waits on the device for each bucket's gradients as
-DDP hands it over: a synchronization of its stream (the engine's, once a bucket, to read the payload checks' verdicts
-that the plugins leave on the device; signsgd's reduce, twice a fold) then waits for the hook's own
-work only, not for the backward kernels queued behind the bucket on torch's stream (results/reference/gpu/README.md
-measured what the per-tensor synchronization cost on ResNet-50 with the current stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
+DDP hands it over; a state that chains its buckets does so by default (stream=None), since on the current stream the
+decode in a collective's callback would make every backward kernel queued after it wait for that collective, and so does
+the worker's decode (with one GPU the collective is quick; with several it would hold backward up while the bucket is on
+the network: not yet measured). On the side stream a synchronization of its stream (the engine's, once a bucket, to read
+the payload checks' verdicts that the plugins leave on the device; signsgd's reduce, twice a fold) then waits for the
+hook's own work only, not for the backward kernels queued behind the bucket on torch's stream
+(results/reference/gpu/README.md measured what the per-tensor synchronization cost on ResNet-50 with the current
+stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
 collective after the kernels that wrote its input; the bucket's Future is CUDA-aware (devices=[the device]), so DDP's
 streams wait for the aggregation on the device, not on the host. A bucket written on another stream than the bound one
 is waited for on the device (wait_stream) and recorded on the bound stream for torch's caching allocator. Refused before
@@ -193,9 +198,13 @@ class CompressionState:
                          every SUM compressor on CPU gradients (PowerSGD round by round too) and a one-round one on
                          CUDA gradients, else on the worker; "thread": always on the worker thread; False: inside the
                          hook (see the module's text)
-    stream               CUDA gradients: "current" (default) runs the codecs and collectives on torch's current stream
-                         as the state first sees it; "side" on a stream of the state's own, which waits for each
-                         bucket's gradients on the device (see the module's text). No effect on CPU gradients
+    stream               CUDA gradients: "current" runs the codecs and collectives on torch's current stream as the
+                         state first sees it; "side" on a stream of the state's own, which waits for each bucket's
+                         gradients on the device (see the module's text); None (default): "side" when the state chains
+                         its buckets (overlap="chain"), else "current". On "current" the kernels backward queues after a
+                         bucket's aggregation wait for its collective on the device: with several GPUs that holds
+                         backward up while a bucket is on the network, which "side" does not (not yet measured on a
+                         cluster). No effect on CPU gradients
     process_group        the DDP process group (None: the default group)
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
@@ -216,7 +225,7 @@ class CompressionState:
 
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
-                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, stream="current",
+                 seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, stream=None,
                  **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
@@ -231,7 +240,8 @@ class CompressionState:
                  "'seed' must be an integer in [0, 2^64), got %r" % (seed,))
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
                  % (granularity,))
-        _require(stream in ("current", "side"), "stream must be 'current' or 'side', got %r" % (stream,))
+        _require(stream in (None, "current", "side"), "stream must be 'current' or 'side' (or None), got %r"
+                 % (stream,))
         _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
         _require(not step_trace or module is not None,
                  "step_trace=True needs module= (the model or its DDP wrapper): the trace names its parameters and "
@@ -258,8 +268,9 @@ class CompressionState:
         self.compressor = str(compressor)
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
-        self.stream = stream  # "current" or "side": which stream a CUDA state binds (_bind)
-        self.overlap = overlap  # before _bind, which reads it
+        self.stream = stream  # "current", "side" or None (chosen by _bind): which stream a CUDA state binds
+        self.overlap = overlap  # _bind reads these two to choose the stream
+        self._step_trace = step_trace
         if device is not None:
             self._bind(device)  # refusals (a plugin without CUDA code, the backend) before anything is registered
         self.params = merged
@@ -431,6 +442,14 @@ class CompressionState:
             self._agg.bind_host()
         elif device.type == "cuda":
             device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+            if self.stream is None:
+                # A chained bucket waits for its collectives and decodes in their callback, which under NCCL runs at
+                # once in the hook call: on torch's current stream, every backward kernel queued after it would wait
+                # for the bucket's all_reduce. The chain decodes on a stream of its own; the worker keeps the stream
+                # the H200 runs measured (the `stream` keyword says what that costs with several GPUs).
+                chains = (self.overlap == "chain" and self._agg.caps["num_rounds"] == 1 and self._agg.chainable
+                          and not self._step_trace)
+                self.stream = "side" if chains else "current"
             stream = torch.cuda.Stream(device) if self.stream == "side" else torch.cuda.current_stream(device)
             self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
             self._stream = stream
