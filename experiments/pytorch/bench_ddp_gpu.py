@@ -21,7 +21,10 @@ top-k: at most 10%). Device-to-host copies per step are counted by torch.profile
 timed ones (the CUDA path copies no gradient to the host: expected 0 for every fixed-size compressor).
 
     python3 experiments/pytorch/bench_ddp_gpu.py [--steps 60] [--warmup 10] [--model resnet50]
-    python3 experiments/pytorch/bench_ddp_gpu.py --device cpu --model resnet18 --batch 4 --steps 2 --warmup 1
+    python3 experiments/pytorch/bench_ddp_gpu.py --world 2 [--steps 20]
+        (two ranks sharing the GPU over gloo, WORLD_ROWS only: what the bound stream costs when a collective takes
+        milliseconds)
+    python3 experiments/pytorch/bench_ddp_gpu.py --device cpu --model resnet18 --batch 4 --steps 2 --warmup 1 [--world 2]
         (a CPU dry run of the script itself, gloo; its times mean nothing)
 """
 
@@ -158,6 +161,45 @@ class Row:
         return d2h
 
 
+# The rows of a run at several ranks (--world): what the bound stream costs when a collective takes time. Two ranks
+# share the one GPU over gloo (NCCL refuses two ranks on one device), which stages CUDA tensors through the host, so
+# each bucket's all_reduce takes milliseconds. On torch's current stream ("current", the worker's default) the decode
+# after it holds every backward kernel queued behind it; on a side stream (`-side`, and the chain's default) it does
+# not. One GPU shared by two processes is not a cluster, but both streams share it alike.
+WORLD_ROWS = ["ddp-allreduce", "ddp-fp16_compress_hook", "terse-fp16", "terse-fp16-side", "terse-fp16-chain",
+              "terse-fp16-chain-current"]
+
+
+def run(rank, args, store):
+    world = args.world
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    backend = "nccl" if device.type == "cuda" and world == 1 else "gloo"
+    dist.init_process_group(backend, init_method="file://" + store, rank=rank, world_size=world)
+    g = torch.Generator().manual_seed(rank)
+    data = ([torch.randn(args.batch, 3, 224, 224, generator=g).to(device) for _ in range(4)],
+            [torch.randint(0, 1000, (args.batch,), generator=g).to(device) for _ in range(4)])
+    every = rows() + ([("terse-fp16-chain-current", terse_hook("fp16", overlap="chain", stream="current"))]
+                      if world > 1 else [])
+    chosen = [(name, make) for name, make in every
+              if (any(o in name for o in args.only.split(",")) if args.only else world == 1 or name in WORLD_ROWS)]
+    built = [(name, Row(args, device, make, data)) for name, make in chosen]
+    for _ in range(args.warmup):
+        for _, row in built:
+            row.step()
+    # Step by step, every row once per cycle, the order rotating from cycle to cycle.
+    for s in range(args.steps):
+        shift = s % len(built)
+        for _, row in built[shift:] + built[:shift]:
+            row.timed_step()
+    table = {name: {"times": row.times, "d2h": row.finish(args.profile_steps)} for name, row in built}
+    dist.destroy_process_group()
+    if rank == 0:
+        report(args, device, backend, table)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet50", help="a torchvision.models constructor (resnet50, resnet18, ...)")
@@ -167,35 +209,25 @@ def main():
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled for device-to-host copies")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--only", default="", help="comma-separated fragments: run only the rows whose name has one")
+    p.add_argument("--world", type=int, default=1,
+                   help="ranks: 1 (NCCL), or several processes sharing the device over gloo, running WORLD_ROWS")
     args = p.parse_args()
-    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
+    if args.world < 1:
+        p.error("--world must be at least 1, got %d" % args.world)
     with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                init_method="file://" + os.path.join(tmp, "store"), rank=0, world_size=1)
-        g = torch.Generator().manual_seed(0)
-        data = ([torch.randn(args.batch, 3, 224, 224, generator=g).to(device) for _ in range(4)],
-                [torch.randint(0, 1000, (args.batch,), generator=g).to(device) for _ in range(4)])
-        chosen = [(name, make) for name, make in rows()
-                  if not args.only or any(o in name for o in args.only.split(","))]
-        built = [(name, Row(args, device, make, data)) for name, make in chosen]
-        for _ in range(args.warmup):
-            for _, row in built:
-                row.step()
-        # Step by step, every row once per cycle, the order rotating from cycle to cycle.
-        for s in range(args.steps):
-            shift = s % len(built)
-            for _, row in built[shift:] + built[:shift]:
-                row.timed_step()
-        table = {name: {"times": row.times, "d2h": row.finish(args.profile_steps)} for name, row in built}
-        dist.destroy_process_group()
+        store = os.path.join(tmp, "store")
+        if args.world == 1:
+            run(0, args, store)
+        else:
+            torch.multiprocessing.spawn(run, args=(args, store), nprocs=args.world)
+
+
+def report(args, device, backend, table):
     what = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     params = sum(q.numel() for q in getattr(torchvision.models, args.model)().parameters())
-    print("DDP %s (%d parameters), batch %d, 1 rank, %s, %s, torch %s; %d steps per row, interleaved" % (
-        args.model, params, args.batch, "NCCL" if device.type == "cuda" else "gloo", what, torch.__version__,
-        args.steps))
+    print("DDP %s (%d parameters), batch %d, %d rank%s, %s, %s, torch %s; %d steps per row, interleaved" % (
+        args.model, params, args.batch, args.world, "" if args.world == 1 else "s sharing the device",
+        "NCCL" if backend == "nccl" else "gloo", what, torch.__version__, args.steps))
     print("| hook | step ms (median) | IQR ms | codec share | device-to-host copies per step |")
     print("|---|---:|---:|---:|---:|")
     base = statistics.median(table["ddp-allreduce"]["times"]) if "ddp-allreduce" in table else None
@@ -207,13 +239,14 @@ def main():
         d2h = "" if row["d2h"] is None else "%.1f" % row["d2h"]
         print("| %s | %.2f | %.2f-%.2f | %s | %s |" % (name, 1e3 * med, 1e3 * q1, 1e3 * q3, share, d2h))
     print()
-    print("ratios of medians, same run (issue 39's GPU targets: each <= 1.0; of the last five, top-k's one-block way "
-          "for small tensors over the grid-wide way for all, the deferred verdicts over a wait per tensor, and the "
-          "chain over the worker are no targets):")
+    print("ratios of medians, same run (issue 39's GPU targets: terse's rows over DDP's, each <= 1.0; the rest compare "
+          "terse's own ways -- top-k's one-block way over the grid-wide one, the deferred verdicts over a wait per "
+          "tensor, the chain over the worker, a side stream over the current one -- and are no targets):")
     pairs = [(ours + suffix, theirs) for ours, theirs in TARGETS for suffix in [""] + [v for v, _ in VARIANTS]]
     pairs += [("terse-topk-1pct-ef", "terse-topk-1pct-ef-grid"), ("terse-fp16", "terse-fp16-sync"),
               ("terse-topk-1pct-ef", "terse-topk-1pct-ef-sync"), ("terse-fp16-chain", "ddp-fp16_compress_hook"),
-              ("terse-fp16-chain", "terse-fp16")]
+              ("terse-fp16-chain", "terse-fp16"), ("terse-fp16-side", "terse-fp16"),
+              ("terse-fp16-chain-current", "terse-fp16-chain")]
     for ours, theirs in pairs:
         if ours in table and theirs in table:
             paired = [a / b for a, b in zip(table[ours]["times"], table[theirs]["times"])]

@@ -11,6 +11,7 @@
 #   topk-small   the top-k benchmark's small-tensor table with a wrong row, then with a row missing: status 1 each;
 #   torch        --torch with every case and the benchmark passing: status 0 (no variable of the other branch read);
 #   torch-fails  --torch with the benchmark failing: status 1, naming it.
+#   torch-world2 --torch with TORCH_WORLD2=1: the two-rank benchmark runs too.
 # Usage: gpu_check_flow_test.sh SOURCE_DIR
 set -euo pipefail
 src="$(cd "$1" && pwd)"
@@ -139,4 +140,6 @@ PATH="$work/torchbin:$PATH" check torch 0 --torch
 expect torch "== experiments/pytorch/bench_ddp_gpu.py"
 PATH="$work/torchbin:$PATH" FAKE_TORCH_BENCH_FAILS=1 check torch-fails 1 --torch
 expect torch-fails "failed: the hook benchmark"
+PATH="$work/torchbin:$PATH" TORCH_WORLD2=1 check torch-world2 0 --torch
+expect torch-world2 "== experiments/pytorch/bench_ddp_gpu.py --world 2"
 echo "gpu_check_flow_test: 7 cases passed"
