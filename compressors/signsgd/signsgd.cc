@@ -38,15 +38,14 @@
 // from the device, so it marks the payload as kind 0 instead, which every decompress and reduce refuses as
 // InvalidPayload. decompress knows from the call which prefix to expect, so it checks the whole payload on the device
 // and synchronizes `stream` once for the verdict, or not at all when the core defers the verdict
-// (terse/device_verdict_v1.h). reduce synchronizes twice: once to read both prefixes (the inputs' kinds and voters
-// decide what to check and how to fold) and once for the verdict (terse/kit/device.hpp).
+// (terse/device_verdict_v1.h). reduce reads its inputs' prefixes on the device too (their kinds and voters decide what
+// to check and how to fold) and synchronizes once for the verdict (terse/kit/device.hpp).
 #include <algorithm>
-#include <array>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -77,6 +76,11 @@ struct WireBlock {
   float scale;
 };
 static_assert(sizeof(WireBlock) == 16);
+// signsgd.cu reads prefixes on the device with these offsets and kinds.
+static_assert(terse::sdk::kPayloadHeaderBytes == 16 && terse::sdk::kPayloadHeaderBytes + offsetof(WireBlock, voters) ==
+                                                           terse::compressors::signsgd::cuda::kVotersOffset);
+static_assert(kRaw == terse::compressors::signsgd::cuda::kRawKind &&
+              kReduced == terse::compressors::signsgd::cuda::kReducedKind);
 constexpr uint64_t kPrefixBytes = sdk::kPayloadHeaderBytes + sizeof(WireBlock);
 
 namespace device = terse::kit::device;
@@ -404,44 +408,6 @@ class SignSgd final : public sdk::Compressor {
     });
   }
 
-  // The block of a payload whose prefix the host parser accepts and whose size it expects for that kind, or nullopt
-  // (then the host parser, run on a copy, says why). Byte for byte the checks of parseUnlabelled before its sections.
-  std::optional<WireBlock> acceptedBlock(const std::array<std::byte, kPrefixBytes>& prefix, uint64_t payload_bytes,
-                                         const terse_tensor_info_v1& info) const {
-    WireBlock block;
-    std::memcpy(&block, prefix.data() + sdk::kPayloadHeaderBytes, sizeof block);
-    const device::Prefix header = device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kFormat, info); });
-    if (std::memcmp(prefix.data(), header.bytes, sdk::kPayloadHeaderBytes) != 0 || block.scale != scale_) {
-      return std::nullopt;
-    }
-    if (block.kind == kRaw) {
-      if (block.voters != 1 || block.count_bytes != 0 || payload_bytes != rawBytes(info.numel)) return std::nullopt;
-      return block;
-    }
-    if (block.kind != kReduced || block.voters < 2 || block.voters > static_cast<uint32_t>(info.world_size) ||
-        block.count_bytes != math::countBytes(info.world_size) || payload_bytes != reducedBytes(info)) {
-      return std::nullopt;
-    }
-    return block;
-  }
-
-  // Reads the prefix of each payload (one wait for all) and returns their blocks if the host would accept them.
-  template <size_t N>
-  std::array<std::optional<WireBlock>, N> acceptedBlocks(const std::array<std::span<const std::byte>, N>& payloads,
-                                                         const terse_tensor_info_v1& info, void* stream) const {
-    std::array<std::array<std::byte, kPrefixBytes>, N> prefixes{};
-    for (size_t k = 0; k < N; ++k) {
-      if (payloads[k].size() >= kPrefixBytes)
-        device::copyToHost(prefixes[k].data(), payloads[k].data(), kPrefixBytes, stream);
-    }
-    device::synchronize(stream);
-    std::array<std::optional<WireBlock>, N> blocks;
-    for (size_t k = 0; k < N; ++k) {
-      if (payloads[k].size() >= kPrefixBytes) blocks[k] = acceptedBlock(prefixes[k], payloads[k].size(), info);
-    }
-    return blocks;
-  }
-
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
     const uint64_t total = rawBytes(args.info.numel);
     device::requireCapacity(args.output, total, "signsgd");
@@ -479,27 +445,34 @@ class SignSgd final : public sdk::Compressor {
         [this](const sdk::DecompressArgs& host) { decompress(host); });
   }
 
+  // The inputs' kinds and voters decide what to check and how to fold, and either input may be raw or reduced, so the
+  // device reads them from the prefixes (validatePair, fold): nothing is copied back, and the verdict costs one
+  // synchronization. A size that is neither kind's gets the host's verdict at once.
   uint64_t reduceDevice(const sdk::ReduceArgs& args) const {
     const terse_tensor_info_v1& info = args.info;
     const device::Scope scope(info);
-    const auto [a, b] = acceptedBlocks<2>({args.a, args.b}, info, args.stream);
-    if (a && b && uint64_t{a->voters} + b->voters <= static_cast<uint64_t>(info.world_size)) {
-      const uint64_t total = reducedBytes(info);
-      device::requireCapacity(args.output, total, "signsgd");
+    const uint64_t raw = rawBytes(info.numel), reduced = reducedBytes(info);
+    const auto sized = [&](std::span<const std::byte> p) { return p.size() == raw || p.size() == reduced; };
+    // A short output, like a size of neither kind, gets the host's verdict on the whole call.
+    if (sized(args.a) && sized(args.b) && args.output.size() >= reduced) {
+      kernels::ReduceCheck check{};
+      check.header = device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, kFormat, info); });
+      std::memcpy(&check.scale_bits, &scale_, sizeof check.scale_bits);
+      check.world = info.world_size;
+      check.width = math::countBytes(info.world_size);
+      check.numel = info.numel;
+      check.raw_bytes = raw;
+      check.reduced_bytes = reduced;
       const auto status = status_.acquire();
       status.clear();
-      // The prefixes were read and accepted above; the device checks them again with the sections, one kernel each.
-      kernels::validate(prefixFor(info, *a), args.a.data(), info.numel, a->count_bytes, static_cast<int32_t>(a->voters),
-                        status.device(), args.stream);
-      kernels::validate(prefixFor(info, *b), args.b.data(), info.numel, b->count_bytes, static_cast<int32_t>(b->voters),
-                        status.device(), args.stream);
+      kernels::validatePair(check, args.a.data(), args.a.size(), args.b.data(), args.b.size(), status.device(),
+                            args.stream);
       device::synchronize(args.stream);
       if (!status.raised()) {
-        const uint32_t width = math::countBytes(info.world_size);
-        kernels::fold(prefixFor(info, WireBlock{kReduced, a->voters + b->voters, width, scale_}), args.a.data(),
-                      a->count_bytes, args.b.data(), b->count_bytes, info.numel, width, args.output.data(), total,
-                      args.stream);
-        return total;
+        // The voters are the one field of the output's prefix the host does not know: the kernel writes them.
+        kernels::fold(prefixFor(info, WireBlock{kReduced, 0, check.width, scale_}), check, args.a.data(), args.b.data(),
+                      args.output.data(), reduced, args.stream);
+        return reduced;
       }
     }
     device::rethrowHostReduceVerdict(args, [this](const sdk::ReduceArgs& host) { return reduce(host); });

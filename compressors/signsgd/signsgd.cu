@@ -5,7 +5,10 @@
 //   validate   one thread per prefix byte (against the prefix the host expects) and per count (countIsValid) or
 //              padding byte; a raw payload's section only needs its padding bits.
 //   decode     one thread per 4 elements with decodeSign / decodeCount, one 16-byte store.
-//   fold       one thread per element: vote() of a raw bit or the stored count, added as the host's fold does.
+//   reduce     the inputs' kinds and voters read from their prefixes on the device, by one thread a block (either
+//              input may be raw or reduced): validatePair checks both as decompress's validate does, then fold adds
+//              one element per thread, vote() of a raw bit or the stored count, as the host's fold does, and writes
+//              the output's voters.
 #include <cstddef>
 #include <cstdint>
 
@@ -21,6 +24,7 @@ namespace {
 namespace bitpack = sdk::bitpack;
 
 constexpr uint64_t kPrefixBytes = 32;
+constexpr unsigned kHeaderBytes = 16;  // sdk::PayloadHeader, the prefix's first part
 
 TERSE_HD uint64_t sectionBytes(uint64_t numel, uint32_t count_bytes) {
   return count_bytes == 0 ? 8 * bitpack::wordCount(numel, 1) : (numel * count_bytes + 7) / 8 * 8;
@@ -90,11 +94,116 @@ __global__ void decodeCountsKernel(const std::byte* __restrict__ payload, uint64
   }
 }
 
+// A reduce input's block as its prefix states it, and whether signsgd.cc's host parser accepts that prefix for this
+// call: the header, the scale, and a raw (1 voter, no count width, the raw size) or reduced (2..world_size voters, the
+// aggregate's count width and size) block. Read by one thread a block, from the input's first 32 bytes.
+struct InputBlock {  // no initializers: it lives in __shared__ memory (pairBlocks)
+  uint32_t voters;
+  uint32_t count_bytes;
+  bool ok;
+};
+
+__device__ InputBlock inputBlock(const std::byte* p, uint64_t bytes, const ReduceCheck& c) {
+  InputBlock in{0, 0, false};
+  // Payloads are 16-byte aligned (the ABI): the header as four words, against the expected ones at fixed offsets.
+  const auto* w = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+  for (unsigned k = 0; k < kHeaderBytes / 4; ++k) {
+    uint32_t want;
+    memcpy(&want, c.header.bytes + 4 * k, sizeof want);
+    if (w[k] != want) return in;
+  }
+  w += kHeaderBytes / 4;
+  const uint32_t kind = w[0], scale_bits = w[3];
+  in.voters = w[1];
+  in.count_bytes = w[2];
+  if (scale_bits != c.scale_bits) return in;
+  if (kind == kRawKind) {
+    in.ok = in.voters == 1 && in.count_bytes == 0 && bytes == c.raw_bytes;
+  } else if (kind == kReducedKind) {
+    in.ok = in.voters >= 2 && in.voters <= static_cast<uint32_t>(c.world) && in.count_bytes == c.width &&
+            bytes == c.reduced_bytes;
+  }
+  return in;
+}
+
+// Both inputs' blocks, read by thread 0 and shared with the block (call from every thread, before any returns).
+struct PairBlocks {
+  InputBlock a, b;
+};
+__device__ PairBlocks pairBlocks(const std::byte* a, uint64_t a_bytes, const std::byte* b, uint64_t b_bytes,
+                                 const ReduceCheck& c) {
+  __shared__ PairBlocks shared;
+  if (threadIdx.x == 0) shared = PairBlocks{inputBlock(a, a_bytes, c), inputBlock(b, b_bytes, c)};
+  __syncthreads();
+  return shared;
+}
+
+// Section byte t of one input whose prefix passed: a count of a reduced input (range and parity for its voters) or a
+// padding byte; of a raw input, only its last word's padding bits, at t = 0. `used` and `bytes`: a reduced section's
+// counts and its size with padding (the count width is the aggregate's, which the prefix check held it to).
+__device__ void checkSection(const std::byte* section, const InputBlock& input, uint64_t t, uint64_t numel,
+                             uint64_t used, uint64_t bytes, uint32_t* status) {
+  if (input.count_bytes == 0) {
+    if (t == 0 && !bitpack::paddingIsZero(reinterpret_cast<const uint64_t*>(section), numel, 1)) {
+      device::raiseStatus(status);
+    }
+    return;
+  }
+  if (t < numel && !countIsValid(countOf(section, input.count_bytes, t), static_cast<int32_t>(input.voters))) {
+    device::raiseStatus(status);
+  }
+  if (t >= used && t < bytes && section[t] != std::byte{0}) device::raiseStatus(status);
+}
+
+// Thread t checks section byte t of each input (a count's range and parity for its voters, or a padding byte; a raw
+// section only its last word's padding bits, thread 0), once both prefixes pass and their voters add up to at most
+// world_size.
+__global__ void validatePairKernel(const std::byte* __restrict__ a, uint64_t a_bytes, const std::byte* __restrict__ b,
+                                   uint64_t b_bytes, ReduceCheck c, uint32_t* status) {
+  const PairBlocks in = pairBlocks(a, a_bytes, b, b_bytes, c);
+  const bool ok = in.a.ok && in.b.ok && in.a.voters + in.b.voters <= static_cast<uint32_t>(c.world);
+  if (!ok) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) device::raiseStatus(status);
+    return;
+  }
+  const uint64_t used = c.numel * c.width, bytes = sectionBytes(c.numel, c.width);
+  for (uint64_t t = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < (bytes > 1 ? bytes : 1);
+       t += uint64_t{gridDim.x} * blockDim.x) {
+    checkSection(a + kPrefixBytes, in.a, t, c.numel, used, bytes, status);
+    checkSection(b + kPrefixBytes, in.b, t, c.numel, used, bytes, status);
+  }
+}
+
+// output counts = the inputs' votes added, each input's kind read from its prefix (validatePairKernel passed them);
+// the output's voters field, the one part of its prefix the host does not know, is their sum.
+// The kind and voters of two inputs validatePairKernel passed, read by thread 0 and shared with the block: a raw one
+// has no count width, a reduced one the aggregate's.
+__device__ PairBlocks passedBlocks(const std::byte* a, const std::byte* b, const ReduceCheck& c) {
+  __shared__ PairBlocks shared;
+  if (threadIdx.x == 0) {
+    const auto block = [&](const std::byte* p) {
+      const auto* w = reinterpret_cast<const uint32_t*>(p + kKindOffset);
+      return InputBlock{w[1], w[0] == kRawKind ? 0u : c.width, true};
+    };
+    shared = PairBlocks{block(a), block(b)};
+  }
+  __syncthreads();
+  return shared;
+}
+
 template <class T>
-__global__ void foldKernel(const std::byte* __restrict__ a, uint32_t a_count_bytes, const std::byte* __restrict__ b,
-                           uint32_t b_count_bytes, uint64_t numel, T* __restrict__ out) {
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < numel; i += uint64_t{gridDim.x} * blockDim.x) {
-    out[i] = static_cast<T>(votesOf(a, a_count_bytes, i) + votesOf(b, b_count_bytes, i));  // |sum| <= world_size fits
+__global__ void foldKernel(const std::byte* __restrict__ a, const std::byte* __restrict__ b, ReduceCheck c,
+                           std::byte* __restrict__ output) {
+  const PairBlocks in = passedBlocks(a, b, c);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *reinterpret_cast<uint32_t*>(output + kVotersOffset) = in.a.voters + in.b.voters;
+  }
+  T* out = reinterpret_cast<T*>(output + kPrefixBytes);
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < c.numel;
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    // |sum| <= world_size fits T
+    out[i] = static_cast<T>(votesOf(a, in.a.count_bytes, i) + votesOf(b, in.b.count_bytes, i));
   }
 }
 
@@ -130,25 +239,30 @@ void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 
-void fold(const device::Prefix& prefix, const std::byte* a, uint32_t a_count_bytes, const std::byte* b,
-          uint32_t b_count_bytes, uint64_t numel, uint32_t count_bytes, std::byte* output, uint64_t total,
-          void* stream) {
+void validatePair(const ReduceCheck& check, const std::byte* a, uint64_t a_bytes, const std::byte* b, uint64_t b_bytes,
+                  uint32_t* status, void* stream) {
+  // Two raw inputs need one thread (their padding bits): one block, unless an input has a reduced payload's size.
+  const bool counts = a_bytes == check.reduced_bytes || b_bytes == check.reduced_bytes;
+  const uint64_t items = counts ? sectionBytes(check.numel, check.width) : 1;
+  validatePairKernel<<<device::gridFor(items, device::kThreads), device::kThreads, 0, device::streamOf(stream)>>>(
+      a, a_bytes, b, b_bytes, check, status);
+  TERSE_COMPRESSOR_CHECK_LAUNCH();
+}
+
+void fold(const device::Prefix& prefix, const ReduceCheck& check, const std::byte* a, const std::byte* b,
+          std::byte* output, uint64_t total, void* stream) {
   const cudaStream_t st = device::streamOf(stream);
   device::writePrefix(prefix, output, stream);
-  const uint64_t used = kPrefixBytes + numel * count_bytes;
+  const uint64_t used = kPrefixBytes + check.numel * check.width;
   if (total > used) TERSE_SDK_CUDA_CHECK(cudaMemsetAsync(output + used, 0, total - used, st));
-  if (numel == 0) return;
-  const unsigned grid = device::gridFor(numel, device::kThreads);
-  std::byte* counts = output + kPrefixBytes;
-  if (count_bytes == 1) {
-    foldKernel<<<grid, device::kThreads, 0, st>>>(a, a_count_bytes, b, b_count_bytes, numel,
-                                                  reinterpret_cast<int8_t*>(counts));
-  } else if (count_bytes == 2) {
-    foldKernel<<<grid, device::kThreads, 0, st>>>(a, a_count_bytes, b, b_count_bytes, numel,
-                                                  reinterpret_cast<int16_t*>(counts));
+  // At least one block, also for an empty tensor: the kernel writes the output's voters.
+  const unsigned grid = device::gridFor(check.numel, device::kThreads);
+  if (check.width == 1) {
+    foldKernel<int8_t><<<grid, device::kThreads, 0, st>>>(a, b, check, output);
+  } else if (check.width == 2) {
+    foldKernel<int16_t><<<grid, device::kThreads, 0, st>>>(a, b, check, output);
   } else {
-    foldKernel<<<grid, device::kThreads, 0, st>>>(a, a_count_bytes, b, b_count_bytes, numel,
-                                                  reinterpret_cast<int32_t*>(counts));
+    foldKernel<int32_t><<<grid, device::kThreads, 0, st>>>(a, b, check, output);
   }
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }

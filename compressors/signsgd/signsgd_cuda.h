@@ -31,6 +31,23 @@ namespace device = kit::device;
 // decompress or reduce of it refuses it.
 inline constexpr uint64_t kKindOffset = 16;
 inline constexpr uint32_t kPoisonedKind = 0;
+// The kinds (signsgd.cc's kRaw, kReduced) and the offset of the voters field.
+inline constexpr uint32_t kRawKind = 1;
+inline constexpr uint32_t kReducedKind = 2;
+inline constexpr uint64_t kVotersOffset = 20;
+
+// What a reduce's inputs are checked against on the device (validatePair), where their prefixes are read: the payload
+// header every input starts with (16 bytes), the scale's bits, world_size, the aggregate's count width
+// (countBytes(world_size)), numel, and the sizes of a raw and of a reduced payload of it.
+struct ReduceCheck {
+  device::Prefix header;
+  uint32_t scale_bits;
+  int32_t world;
+  uint32_t width;
+  uint64_t numel;
+  uint64_t raw_bytes;
+  uint64_t reduced_bytes;
+};
 
 // A raw payload: `prefix`, then the sign bits of x (1 bit per element, bitpack layout); the kind becomes
 // kPoisonedKind if any x_i is NaN.
@@ -50,10 +67,15 @@ void decodeRaw(const std::byte* payload, uint64_t numel, float scale, float* out
 void decodeCounts(const std::byte* payload, uint64_t numel, uint32_t count_bytes, float magnitude, float* out,
                   bool accumulate, void* stream, const uint32_t* gate);
 
-// output = `prefix`, then count_i(a) + count_i(b) in `count_bytes`-byte integers, then zero padding to `total` bytes;
-// a raw input counts its bit as a vote of +1 or -1. Inputs validated by validate().
-void fold(const device::Prefix& prefix, const std::byte* a, uint32_t a_count_bytes, const std::byte* b,
-          uint32_t b_count_bytes, uint64_t numel, uint32_t count_bytes, std::byte* output, uint64_t total,
-          void* stream);
+// Raises `status` unless both reduce inputs are what signsgd.cc's host reduce accepts: each prefix (raw or reduced,
+// read on the device) and section as `check` holds them to, and their voters adding up to at most world_size.
+void validatePair(const ReduceCheck& check, const std::byte* a, uint64_t a_bytes, const std::byte* b, uint64_t b_bytes,
+                  uint32_t* status, void* stream);
+
+// output = `prefix` with its voters field the inputs' voters added, then count_i(a) + count_i(b) in check.width-byte
+// integers, then zero padding to `total` bytes; a raw input counts its bit as a vote of +1 or -1, each input's kind
+// read from its prefix. Inputs validated by validatePair().
+void fold(const device::Prefix& prefix, const ReduceCheck& check, const std::byte* a, const std::byte* b,
+          std::byte* output, uint64_t total, void* stream);
 
 }  // namespace terse::compressors::signsgd::cuda

@@ -23,12 +23,14 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "compressors/dgc/dgc_math.h"
 #include "compressors/dgc/dgc_select.h"
 #include "compressors/powersgd/powersgd_cuda.h"
+#include "compressors/signsgd/signsgd_math.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
 #include "terse/kit/one_block.hpp"
@@ -514,6 +516,83 @@ TEST_F(SignSgdOnDevice, PayloadsReductionsAndDecodesEqualTheHost) {
     const std::string dev_error = c.lastError();
     EXPECT_EQ(c.tryReduce(agg, all, raw[0], &out), TERSE_ERR_INVALID_PAYLOAD);
     EXPECT_EQ(c.lastError(), dev_error);
+  }
+}
+
+// `p` with the 32-bit word at byte `offset` (a signsgd prefix field) set to `value`.
+Bytes withWord(Bytes p, std::size_t offset, uint32_t value) {
+  std::memcpy(p.data() + offset, &value, sizeof value);
+  return p;
+}
+
+// signsgd's device reduce reads its inputs' kinds and voters from their prefixes on the device: every pair the host
+// reduce accepts gives the host's bytes, and every pair it refuses is refused with the host's status and message.
+// World sizes 1, 2 and 3 (1-byte counts), 200 (2-byte) and 40,000 (4-byte); sizes 0 and 7, where a raw and a reduced
+// payload have the same size at 1-byte counts so only the prefix tells them apart, and two larger ones. The pairs:
+// raw + raw, reduced + raw in both orders, too many voters, each input's corruptions, and its prefix fields rewritten
+// (kind 0 and 3, a count width the kind does not have, a reduced input of one voter or of more than world_size, a raw
+// input relabelled reduced and a reduced one relabelled raw).
+TEST_F(SignSgdOnDevice, ReduceReadsKindsOnTheDeviceAndRefusesAsTheHost) {
+  Plugin plugin("signsgd");
+  Instance c(plugin);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  constexpr std::size_t kKind = 16, kVoters = 20, kCountBytes = 24;
+  for (int world : {1, 2, 3, 200, 40000}) {
+    for (uint64_t n : {uint64_t{0}, uint64_t{7}, uint64_t{1000}, uint64_t{70001}}) {
+      SCOPED_TRACE("world " + std::to_string(world) + ", numel " + std::to_string(n));
+      std::vector<Bytes> raw;
+      for (int r = 0; r < std::min(world, 3); ++r) {
+        raw.push_back(c.compress(tensorInfo(n, {.rank = r, .world_size = world}), input(n, static_cast<uint32_t>(r))));
+      }
+      const terse_tensor_info_v1 agg = aggregateInfo(tensorInfo(n, {.world_size = world}));
+      const Bytes& last = raw.back();
+      std::vector<std::tuple<std::string, Bytes, Bytes>> pairs = {{"raw + raw", raw[0], last}};
+      const auto edits = [&](const std::string& what, const Bytes& p, const Bytes& other, bool first) {
+        const auto add = [&](const std::string& how, const Bytes& edited) {
+          pairs.emplace_back(what + " " + how, first ? edited : other, first ? other : edited);
+        };
+        for (const auto& [how, bad] : corruptionsOf(p)) add(how, bad);
+        for (uint32_t kind : {0u, 3u}) add("of kind " + std::to_string(kind), withWord(p, kKind, kind));
+        for (uint32_t width : {0u, 1u, 2u, 4u}) {
+          add("of count width " + std::to_string(width), withWord(p, kCountBytes, width));
+        }
+        add("of 1 voter", withWord(p, kVoters, 1));
+        add("of world_size + 1 voters", withWord(p, kVoters, static_cast<uint32_t>(world) + 1));
+      };
+      edits("raw", last, raw[0], false);
+      // A raw payload relabelled reduced (two voters, the aggregate's width): at sizes where both kinds are the same
+      // length its sections are read as counts.
+      pairs.emplace_back("raw relabelled reduced + raw",
+                         withWord(withWord(withWord(raw[0], kKind, 2), kVoters, 2), kCountBytes,
+                                  terse::compressors::signsgd::countBytes(world)),
+                         last);
+      if (world >= 2) {
+        const Bytes two = c.reduce(agg, raw[0], raw[1]);
+        pairs.emplace_back("reduced + raw", two, last);
+        pairs.emplace_back("raw + reduced", last, two);
+        pairs.emplace_back("reduced + reduced", two, two);
+        edits("reduced", two, last, true);
+        pairs.emplace_back("reduced relabelled raw + raw",
+                           withWord(withWord(withWord(two, kKind, 1), kVoters, 1), kCountBytes, 0), last);
+      }
+      for (const auto& [what, a, b] : pairs) {
+        SCOPED_TRACE(what);
+        Bytes host_out, dev_out;
+        c.host().clear();
+        const terse_status_v1 host_status = c.tryReduce(agg, a, b, &host_out);
+        const std::string host_error = c.lastError();
+        c.host().clear();
+        const terse_status_v1 dev_status = dev.reduce(onDevice(agg, device_), a, b, &dev_out);
+        EXPECT_EQ(dev_status, host_status) << "host: " << host_error << "\ndevice: " << c.lastError();
+        if (host_status == TERSE_OK) {
+          EXPECT_EQ(dev_out, host_out);
+        } else {
+          EXPECT_EQ(c.lastError(), host_error);
+        }
+      }
+    }
   }
 }
 

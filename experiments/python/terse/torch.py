@@ -87,7 +87,7 @@ DDP hands it over; a state that chains its buckets does so by default (stream=No
 decode in a collective's callback would make every backward kernel queued after it wait for that collective, and so does
 the worker's decode (with one GPU the collective is quick; with several it would hold backward up while the bucket is on
 the network: not yet measured). On the side stream a synchronization of its stream (the engine's, once a bucket, to read
-the payload checks' verdicts that the plugins leave on the device; signsgd's reduce, twice a fold) then waits for the
+the payload checks' verdicts that the plugins leave on the device; signsgd's reduce, once a fold) then waits for the
 hook's own work only, not for the backward kernels queued behind the bucket on torch's stream
 (results/reference/gpu/README.md measured what the per-tensor synchronization cost on ResNet-50 with the current
 stream). The overlap worker issues everything on the bound stream (torch.cuda.stream), so torch.distributed orders each
