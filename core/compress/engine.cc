@@ -105,13 +105,13 @@ namespace {
 
 // Round r of every member: local[m] = member m's payload; returns the bytes of their summable bodies (past each
 // member's SUM header).
-// own_verdicts: member m's word for its own decode (error feedback's, on a device), or null for none.
+// Member m's own decode (error feedback's) leaves its check in words.ownWord(own_first + m): a device's word, or none.
 std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> members,
-                        std::span<std::span<std::byte>> local, uint32_t* const* own_verdicts = nullptr) {
+                        std::span<std::span<std::byte>> local, const VerdictWords& words, std::size_t own_first) {
   std::size_t body_bytes = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
     local[m] = members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m],
-                                           own_verdicts == nullptr ? nullptr : own_verdicts[m]);
+                                           words.ownWord(own_first + m));
     body_bytes += local[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
   }
   return body_bytes;
@@ -190,11 +190,9 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   local_.assign(k, {});
   // Words [0, k): the members' decodes; [k, 2k): their own decodes (error feedback's, on a device).
   verdicts_.begin(2 * k, anyDefers(members), where);
-  own_words_.resize(k);
-  for (std::size_t m = 0; m < k; ++m) own_words_[m] = verdicts_.ownWord(k + m);
   for (int r = 0; r < rounds; ++r) {
     auto t0 = rt::now();
-    const std::size_t body_bytes = encodeRound(step, r, members, local_, own_words_.data());
+    const std::size_t body_bytes = encodeRound(step, r, members, local_, verdicts_, k);
     if (phase) phase("compress", t0, rt::now(), first, k, {});
 
     t0 = rt::now();
@@ -372,8 +370,6 @@ void AggregationEngine::beginSum(uint64_t step, std::span<const GroupMember> mem
   // Words [0, k) for the last round's decodes, [k, 2k) for the own decodes of every round's encodes (a device's).
   const std::size_t k = members.size();
   split.verdicts_.begin(2 * k, anyDefers(members), members.empty() ? Placement{} : members[0].pipeline->placement());
-  split.own_words_.resize(k);
-  for (std::size_t m = 0; m < k; ++m) split.own_words_[m] = split.verdicts_.ownWord(k + m);
   try {
     layOutRound(split);
   } catch (...) {
@@ -391,7 +387,8 @@ void AggregationEngine::layOutRound(SplitSum& split) {
     CompressionPipeline& lead = *run[0].pipeline;
     const Placement& where = lead.placement();
     // Round r + 1's prev is round r's aggregate, in each member's payload buffer (runSum's order).
-    const std::size_t body_bytes = encodeRound(split.step_, round, run, local, split.own_words_.data() + r.first);
+    const std::size_t body_bytes =
+        encodeRound(split.step_, round, run, local, split.verdicts_, split.members_.size() + r.first);
     r.decode_from = nullptr;
     if (run.size() == 1) {
       split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(round))),

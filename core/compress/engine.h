@@ -172,7 +172,6 @@ class SplitSum {
   // Words [0, k): the members' last decodes; [k, 2k): their own decodes (error feedback's, on a device). The split's
   // own, so that splits in flight at once, or decoded and not yet settled, do not share them.
   VerdictWords verdicts_;
-  std::vector<uint32_t*> own_words_;  // the members' own-decode words, in member order
 };
 
 class AggregationEngine {
@@ -267,7 +266,6 @@ class AggregationEngine {
 
   comm::Communicator& comm_;
   VerdictWords verdicts_;
-  std::vector<uint32_t*> own_words_;                 // runSum's members' own-decode words, in member order
   std::vector<device_kernels::CopySegment> copies_;  // a device run's small copies, batched (engine.cc, addCopy)
   uint64_t collectives_ = 0;
   uint64_t copied_ = 0;

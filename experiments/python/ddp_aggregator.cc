@@ -274,15 +274,11 @@ bool DdpAggregator::chainable() const {
 
 void DdpAggregator::settleThrough(uint64_t epoch) {
   settling_.clear();
-  std::size_t kept = 0;
-  for (const Unsettled& u : unsettled_) {
-    if (u.epoch <= epoch) {
-      settling_.push_back(u.split);
-    } else {
-      unsettled_[kept++] = u;
-    }
-  }
-  unsettled_.resize(kept);
+  std::erase_if(unsettled_, [&](const Unsettled& u) {
+    if (u.epoch > epoch) return false;
+    settling_.push_back(u.split);
+    return true;
+  });
   if (settling_.empty()) return;
   ++verdict_reads_;
   engine_->settleSums(settling_);
