@@ -639,10 +639,20 @@ class PowerSgd final : public sdk::Compressor {
   // The device's readPrev: validates prev on the device (one synchronization) and returns its values' device address.
   // A refused prev gets the host's verdict: readPrev on a host copy throws its message. With `sc`, also reports a state
   // that round 0 marked unusable (prepareQ), with checkState's message.
+  // A deferred call (compress_deferred, terse/device_verdict_v1.h) waits for nothing: both faults raise the core's word
+  // instead, and the caller's writes of the header and the workspace tag read it (so this step's decompress refuses).
   const float* checkedPrev(const sdk::CompressArgs& args, const sdk::PayloadFormat& format, uint64_t values,
                            const Shape& s, const DeviceScratch* sc) const {
     requirePrev(args);
-    if (args.prev.size() == sdk::kPayloadHeaderBytes + sizeof(float) * values) {
+    const bool fits = args.prev.size() == sdk::kPayloadHeaderBytes + sizeof(float) * values;
+    if (fits && args.deferredVerdict() != nullptr) {
+      uint32_t* const word = args.deferredVerdict();
+      psc::validate(device::makePrefix([&](sdk::ByteWriter& w) { sdk::writeHeader(w, format, args.info); }),
+                    args.prev.data(), values, word, sc == nullptr ? nullptr : sc->tag,
+                    ps::makeTag(ps::kStageBadState, args.info.step, s.n, s.m, s.r), true, word, args.stream);
+      return reinterpret_cast<const float*>(args.prev.data() + sdk::kPayloadHeaderBytes);
+    }
+    if (fits) {
       const auto status = status_.acquire();
       const auto bad_state = status_.acquire();
       status.clear();
@@ -686,7 +696,8 @@ class PowerSgd final : public sdk::Compressor {
       (void)checkedPrev(args, kPassRound0, 0, s, nullptr);
       const uint64_t bytes = sdk::kPayloadHeaderBytes + sizeof(float) * args.info.numel;
       device::requireCapacity(args.output, bytes, kName);
-      device::writePrefix(prefix(kPassRound1), args.output.data(), args.stream);
+      // Behind a deferred check, a refused prev leaves a zeroed header, which decompress refuses.
+      device::writePrefix(prefix(kPassRound1), args.output.data(), args.stream, args.deferredVerdict());
       psc::copyValues(g, args.info.numel, reinterpret_cast<float*>(args.output.data() + sdk::kPayloadHeaderBytes),
                       false, args.stream);
       return bytes;
@@ -708,10 +719,13 @@ class PowerSgd final : public sdk::Compressor {
     const float* P = checkedPrev(args, kRoundP, s.n * s.r, s, &sc);
     const uint64_t bytes = sdk::kPayloadHeaderBytes + sizeof(float) * s.m * s.r;
     device::requireCapacity(args.output, bytes, kName);
+    // Behind a deferred check of P (checkedPrev), P^ and Q_w are made from whatever P holds, and the two writes below
+    // read the word: a refused P leaves a zeroed header and the workspace without this step's tag, so this step's
+    // decompress refuses both the aggregate and this rank's own payload, and the warm start Q is left as it was.
     psc::orthogonalize(P, s.n, s.r, sc.phat, sc.phat32, sc.ortho, args.stream);
-    device::writePrefix(prefix(kRoundQ), args.output.data(), args.stream);
+    device::writePrefix(prefix(kRoundQ), args.output.data(), args.stream, args.deferredVerdict());
     psc::multiplyMtP(blas_, sc.blas, d, g, sc.phat32, factor, args.stream);
-    psc::writeTag(ps::makeTag(2, args.info.step, s.n, s.m, s.r), sc.tag, args.stream);
+    psc::writeTag(ps::makeTag(2, args.info.step, s.n, s.m, s.r), sc.tag, args.stream, args.deferredVerdict());
     return bytes;
   }
 

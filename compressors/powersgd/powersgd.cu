@@ -78,14 +78,16 @@ struct Blas::Pool {
       TERSE_SDK_CUBLAS_CHECK(cublasSetStream(entry_.handle, device::streamOf(stream)));
       const auto base = reinterpret_cast<uintptr_t>(scratch.base);
       const uintptr_t aligned = (base + kBlasAlign - 1) / kBlasAlign * kBlasAlign;
-      const uint64_t slack = aligned - base;
-      if (scratch.base == nullptr || scratch.bytes < slack + kMinBlasBytes) {
+      if (scratch.base == nullptr || scratch.bytes < kBlasAlign + kMinBlasBytes) {
         throw sdk::Error(TERSE_ERR_INTERNAL, "powersgd: cuBLAS scratch of " + std::to_string(scratch.bytes) +
                                                  " bytes is smaller than the " + std::to_string(kMinBlasBytes) +
                                                  " bytes cuBLAS needs after alignment");
       }
+      // Always the same size, whatever the address's alignment (blasScratchBytes reserves kBlasAlign for it): cuBLAS
+      // picks its algorithm partly by the workspace's size, and two tensors of one shape, or two runs, must get the
+      // same one, so that they sum in the same order.
       TERSE_SDK_CUBLAS_CHECK(
-          cublasSetWorkspace(entry_.handle, reinterpret_cast<void*>(aligned), scratch.bytes - slack));
+          cublasSetWorkspace(entry_.handle, reinterpret_cast<void*>(aligned), scratch.bytes - kBlasAlign));
       return entry_.handle;
     }
 
@@ -173,7 +175,8 @@ __global__ void finishRound0Kernel(StateHeader* header, WorkspaceTag* tag, Dims 
   *tag = makeTag(1, step, d.n, d.m, d.r);
 }
 
-__global__ void writeTagKernel(WorkspaceTag tag, WorkspaceTag* dst) {
+__global__ void writeTagKernel(WorkspaceTag tag, WorkspaceTag* dst, const uint32_t* gate) {
+  if (device::gateRaised(gate)) return;
   *dst = tag;
 }
 
@@ -503,9 +506,18 @@ void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* 
   o.totals = reinterpret_cast<double*>(scratch);
   o.picks = reinterpret_cast<OrthoPick*>(scratch + 2 * sizeof(double) * slices);
   // kOneBlockEnv=1 asks for the one-block launch, as a device that cannot hold every slice's block gets: the device
-  // test of the two launches' bits sets it.
+  // test of the two launches' bits sets it. =0 forbids that fallback, so that the same test knows its other launch
+  // was the cooperative one.
   const char* one_block = std::getenv(kOneBlockEnv);
   if (one_block != nullptr && std::strcmp(one_block, "1") == 0) return oneBlock();
+  const bool must_cooperate = one_block != nullptr && std::strcmp(one_block, "0") == 0;
+  const auto fallBack = [&](const char* why) {
+    if (must_cooperate) {
+      throw sdk::Error(TERSE_ERR_UNSUPPORTED, std::string("powersgd: ") + kOneBlockEnv +
+                                                  "=0 asks for the orthogonalization over several blocks, but " + why);
+    }
+    oneBlock();
+  };
   // As many blocks as there are slices, if the device can hold them all at once (a cooperative launch's condition);
   // otherwise one block takes every slice, for the same bits, slower. A few microseconds of queries, made only for a
   // P tall enough to be split, whose orthogonalization takes far longer.
@@ -516,7 +528,11 @@ void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* 
   TERSE_SDK_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, orthogonalizeKernel, static_cast<int>(kOrthoThreads), 0));
   const uint64_t resident = static_cast<uint64_t>(sms) * static_cast<uint64_t>(per_sm);
-  if (cooperative == 0 || resident < slices) return oneBlock();
+  if (cooperative == 0) return fallBack("this device cannot launch cooperatively");
+  if (resident < slices) {
+    return fallBack(
+        ("it holds " + std::to_string(resident) + " of the " + std::to_string(slices) + " blocks at once").c_str());
+  }
   void* args[] = {&P, &o, &r, &phat, &phat32};
   const cudaError_t launched =
       cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(orthogonalizeKernel),
@@ -524,7 +540,7 @@ void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* 
   if (launched == cudaErrorCooperativeLaunchTooLarge) {
     // The SM count overstated what this context may use (a partitioned device, MPS): the same bits from one block.
     (void)cudaGetLastError();
-    return oneBlock();
+    return fallBack("the cooperative launch was too large for this context");
   }
   TERSE_SDK_CUDA_CHECK(launched);
 }
@@ -538,8 +554,8 @@ void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const fl
                                         ld(d.n), &kZero, Q, ld(d.m)));
 }
 
-void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream) {
-  writeTagKernel<<<1, 1, 0, device::streamOf(stream)>>>(tag, dst);
+void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream, const uint32_t* gate) {
+  writeTagKernel<<<1, 1, 0, device::streamOf(stream)>>>(tag, dst, gate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 

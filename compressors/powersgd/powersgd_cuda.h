@@ -133,13 +133,15 @@ inline uint64_t orthoScratchBytes(uint64_t n) {
 void orthogonalize(const float* P, uint64_t n, uint64_t r, double* phat, float* phat32, std::byte* scratch,
                    void* stream);
 // Set to "1", a tall P's slices run in one block instead of one block each (the same bits, slower): for the device
-// test that both launches agree, and for comparing the two on a GPU.
+// test that both launches agree, and for comparing the two on a GPU. Set to "0", a tall P that cannot run one block a
+// slice (no cooperative launch, too few SMs) fails the call (Unsupported) instead of running in one block: for the same
+// test, so that its "many blocks" side is known to be that.
 inline constexpr const char* kOneBlockEnv = "TERSE_POWERSGD_ORTHO_ONE_BLOCK";
 // Q (m x r, column-major) = M^T P^, f32 on cuBLAS.
 void multiplyMtP(Blas& blas, const BlasScratch& scratch, const Dims& d, const float* M, const float* phat32, float* Q,
                  void* stream);
-// *dst = tag.
-void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream);
+// *dst = tag, unless `gate` (a deferred verdict word) is raised.
+void writeTag(const WorkspaceTag& tag, WorkspaceTag* dst, void* stream, const uint32_t* gate = nullptr);
 
 // Decompress. out (n x m, row-major) = (or +=) P^ Q^T, each entry productEntry (double, as on the host). With a `gate`
 // (a deferred verdict, terse/kit/device.hpp) queued behind validate, nothing is written when it is raised.

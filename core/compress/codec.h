@@ -52,15 +52,34 @@ class TensorCodec {
     (void)verdict;
     decode(step, payload, source_rank, out, accumulate);
   }
-  // encode, where the last round's decode of this rank's own payload (error feedback's D(C(p)), on a device) leaves
-  // its check in `own_verdict` -- a zeroed word in the tensor's memory that the caller reads with its run's decode
-  // words (engine.h, "Payload checks") -- instead of waiting for it, and every state update that depends on that
-  // decode (the residual, DGC's momentum) is skipped on the device when the word is raised. A raised word fails the
-  // step with the state as it was. The default is encode's, which leaves the word alone.
+  // The words a deferred encode leaves its checks in: zeroed words in the tensor's memory that the caller reads with
+  // its run's decode words (engine.h, "Payload checks"), or null.
+  struct EncodeWords {
+    // The last round's decode of this rank's own payload (error feedback's D(C(p)), on a device): every state update
+    // that depends on that decode (the residual, DGC's momentum) is skipped on the device when the word is raised.
+    uint32_t* own = nullptr;
+    // The plugin's check of the last round's `prev` (Compressor::compressDeferred, on a device): when raised, the
+    // payload and the workspace are undefined, no state is written, and the step's decodes of the tensor refuse.
+    uint32_t* prev = nullptr;
+  };
+  // encode, where the checks above leave their verdicts in `words` instead of waiting for them. A raised word fails
+  // the step with the state as it was. The default is encode's, which leaves the words alone.
   virtual uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                                  std::span<std::byte> out, uint32_t* own_verdict) {
-    (void)own_verdict;
+                                  std::span<std::byte> out, EncodeWords words) {
+    (void)words;
     return encode(step, round, grad, prev, out);
+  }
+  // Whether encodeDeferred may leave the check of prev in words.prev (the plugin exports compress_deferred);
+  // decorators forward their inner codec's answer.
+  virtual bool defersPrevVerdicts() const { return false; }
+  // The refusal of a last round's `prev` whose word encodeDeferred raised: runs the plugin's compress of `round` on it
+  // the ordinary way, with an input of zeros and into scratch memory, which throws the plugin's own message. Returns
+  // when compress accepts it (the caller reports the plugin). Decorators forward it and touch none of their state;
+  // the default returns at once.
+  virtual void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) {
+    (void)step;
+    (void)round;
+    (void)prev;
   }
   // decodeOwn with its check left in `verdict`, as decodeDeferred's. The default is decodeOwn's.
   virtual void decodeOwnDeferred(uint64_t step, std::span<const std::byte> payload, void* out, uint32_t* verdict) {

@@ -105,26 +105,31 @@ namespace {
 
 // Round r of every member: local[m] = member m's payload; returns the bytes of their summable bodies (past each
 // member's SUM header).
-// Member m's own decode (error feedback's) leaves its check in words.ownWord(own_first + m): a device's word, or none.
+// Member m's own decode (error feedback's) leaves its check in words.ownWord(own_first + m), and its last round's check
+// of prev in words.prevWord(prev_first + m) (the pipeline takes it in the last round only): a device's words, or none.
 std::size_t encodeRound(uint64_t step, int r, std::span<const GroupMember> members,
-                        std::span<std::span<std::byte>> local, const VerdictWords& words, std::size_t own_first) {
+                        std::span<std::span<std::byte>> local, const VerdictWords& words, std::size_t own_first,
+                        std::size_t prev_first) {
   std::size_t body_bytes = 0;
   for (std::size_t m = 0; m < members.size(); ++m) {
-    local[m] = members[m].pipeline->encode(step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m],
-                                           words.ownWord(own_first + m));
+    const bool has_prev = prev_first != VerdictWords::npos && r > 0;
+    local[m] = members[m].pipeline->encode(
+        step, r, members[m].grad, r == 0 ? std::span<const std::byte>{} : local[m],
+        {.own = words.ownWord(own_first + m), .prev = has_prev ? words.prevWord(prev_first + m) : nullptr});
     body_bytes += local[m].size() - static_cast<std::size_t>(members[m].pipeline->sumHeaderBytes(r));
   }
   return body_bytes;
 }
 
 // Explains the raised word `bad` (npos: none) of words laid out as [0, k) the members' decodes of `local`, [k, 2k)
-// their own decodes (error feedback's).
+// their own decodes (error feedback's), [2k, 3k) their last rounds' checks of prev.
 void explainRaised(uint64_t step, std::size_t bad, std::span<const GroupMember> members,
                    std::span<const std::span<std::byte>> local) {
   if (bad == VerdictWords::npos) return;
   const std::size_t k = members.size();
   if (bad < k) members[bad].pipeline->explainRefusal(step, local[bad], -1);
-  members[bad - k].pipeline->explainOwnRefusal(step);
+  if (bad < 2 * k) members[bad - k].pipeline->explainOwnRefusal(step);
+  members[bad - 2 * k].pipeline->explainPrevRefusal(step);
 }
 
 // On a device, copies of at most this many bytes are batched into one launch (device_kernels::copySegments): most of a
@@ -188,11 +193,14 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   // Where the fused bodies were summed, when the last round's are decoded there (host); null otherwise.
   std::byte* decode_from = nullptr;
   local_.assign(k, {});
-  // Words [0, k): the members' decodes; [k, 2k): their own decodes (error feedback's, on a device).
-  verdicts_.begin(2 * k, anyDefers(members), where);
+  // Words [0, k): the members' decodes; [k, 2k): their own decodes (error feedback's, on a device); [2k, 3k): their
+  // last rounds' checks of prev (on a device), read first.
+  const std::size_t n_words = sumWords(members);
+  verdicts_.begin(n_words, anyDefers(members) || anyDefersPrev(members), where, 2 * k);
   for (int r = 0; r < rounds; ++r) {
     auto t0 = rt::now();
-    const std::size_t body_bytes = encodeRound(step, r, members, local_, verdicts_, k);
+    const std::size_t body_bytes =
+        encodeRound(step, r, members, local_, verdicts_, k, n_words > 2 * k ? 2 * k : VerdictWords::npos);
     if (phase) phase("compress", t0, rt::now(), first, k, {});
 
     t0 = rt::now();
@@ -231,9 +239,10 @@ void AggregationEngine::runSum(uint64_t step, std::span<const GroupMember> membe
   if (phase) phase("decompress", t0, rt::now(), first, k, {});
 }
 
-void VerdictWords::begin(std::size_t n, bool any_defer, const Placement& where) {
+void VerdictWords::begin(std::size_t n, bool any_defer, const Placement& where, std::size_t first_read) {
   host_ = !where.device;
   stream_ = where.stream;
+  first_read_ = first_read;
   // Pending only once the words exist and are zeroed: a failed allocation leaves nothing to read.
   n_ = 0;
   words_ = nullptr;
@@ -267,7 +276,11 @@ void VerdictWords::queueRead() {
 std::size_t VerdictWords::firstRaised() {
   const std::size_t n = std::exchange(n_, 0);  // read once (see the header)
   const uint32_t* words = host_ ? words_ : mapped_.host();
-  for (std::size_t i = 0; i < n; ++i) {
+  const std::size_t from = std::min(first_read_, n);
+  for (std::size_t i = from; i < n; ++i) {
+    if (words[i] != 0) return i;
+  }
+  for (std::size_t i = 0; i < from; ++i) {
     if (words[i] != 0) return i;
   }
   return npos;
@@ -284,6 +297,14 @@ bool AggregationEngine::anyDefers(std::span<const GroupMember> members) const no
   if (!defer_) return false;
   for (const GroupMember& m : members) {
     if (m.pipeline->defersVerdicts()) return true;
+  }
+  return false;
+}
+
+bool AggregationEngine::anyDefersPrev(std::span<const GroupMember> members) const noexcept {
+  if (!defer_) return false;
+  for (const GroupMember& m : members) {
+    if (m.pipeline->defersPrevVerdicts()) return true;
   }
   return false;
 }
@@ -367,9 +388,12 @@ void AggregationEngine::beginSum(uint64_t step, std::span<const GroupMember> mem
     i = j;
   }
   split.runs_.resize(q);
-  // Words [0, k) for the last round's decodes, [k, 2k) for the own decodes of every round's encodes (a device's).
+  // Words [0, k) for the last round's decodes, [k, 2k) for the own decodes of every round's encodes (a device's),
+  // [2k, 3k) for the last round's checks of prev (a device's), read first.
   const std::size_t k = members.size();
-  split.verdicts_.begin(2 * k, anyDefers(members), members.empty() ? Placement{} : members[0].pipeline->placement());
+  split.prev_words_ = anyDefersPrev(members);
+  split.verdicts_.begin(sumWords(members), anyDefers(members) || split.prev_words_,
+                        members.empty() ? Placement{} : members[0].pipeline->placement(), 2 * k);
   try {
     layOutRound(split);
   } catch (...) {
@@ -387,8 +411,9 @@ void AggregationEngine::layOutRound(SplitSum& split) {
     CompressionPipeline& lead = *run[0].pipeline;
     const Placement& where = lead.placement();
     // Round r + 1's prev is round r's aggregate, in each member's payload buffer (runSum's order).
-    const std::size_t body_bytes =
-        encodeRound(split.step_, round, run, local, split.verdicts_, split.members_.size() + r.first);
+    const std::size_t k = split.members_.size();
+    const std::size_t body_bytes = encodeRound(split.step_, round, run, local, split.verdicts_, k + r.first,
+                                               split.prev_words_ ? 2 * k + r.first : VerdictWords::npos);
     r.decode_from = nullptr;
     if (run.size() == 1) {
       split.sums.push_back(SplitSum::Sum{local[0].subspan(static_cast<std::size_t>(lead.sumHeaderBytes(round))),
@@ -537,7 +562,7 @@ void AggregationEngine::runCustom(uint64_t step, const GroupMember& member, std:
   verdicts_.begin(2, defer_ && p.defersVerdicts(), p.placement());
   for (int r = 0; r < p.rounds(); ++r) {
     auto t0 = rt::now();
-    const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate, verdicts_.ownWord(1));
+    const std::span<const std::byte> local = p.encode(step, r, member.grad, aggregate, {.own = verdicts_.ownWord(1)});
     if (phase) phase("compress", t0, rt::now(), first, 1, {});
     t0 = rt::now();
     wire_bytes += gather(local, p.fixedSize(), 0, p.maxPayloadBytes(r), p.tensorId(), p.placement(), bool(phase));
@@ -580,14 +605,15 @@ void AggregationEngine::runGather(uint64_t step, std::span<const GroupMember> me
   auto t0 = rt::now();
   std::span<const std::byte> block;
   if (k == 1) {
-    block = lead.encode(step, 0, members[0].grad, {}, verdicts_.ownWord(w));
+    block = lead.encode(step, 0, members[0].grad, {}, {.own = verdicts_.ownWord(w)});
   } else {
     grow(send_, max_block, where);
     table_.assign(table / sizeof(uint64_t), 0);
     copies_.clear();  // whatever a call that threw before its flush left: an encode below may throw too
     std::size_t at = table;
     for (std::size_t i = 0; i < k; ++i) {
-      const auto payload = members[i].pipeline->encode(step, 0, members[i].grad, {}, verdicts_.ownWord(k * w + i));
+      const auto payload =
+          members[i].pipeline->encode(step, 0, members[i].grad, {}, {.own = verdicts_.ownWord(k * w + i)});
       if (table > 0) table_[i] = payload.size();
       // Each member's own payload buffer keeps its bytes until its next encode, so the small copies may wait for the
       // batch (engine.cc, addCopy).

@@ -45,7 +45,9 @@
 // (CompressionPipeline::explainRefusal); the outputs of a run that fails so are undefined, as those of any failed step
 // are. On a device, error feedback's decode of the rank's own payload (TensorCodec::encodeDeferred) leaves its check
 // in a word of the run too, and its residual update is skipped on the device when the word is raised: such a refusal
-// fails the step with the residual as it was (CompressionPipeline::explainOwnRefusal).
+// fails the step with the residual as it was (CompressionPipeline::explainOwnRefusal). So does a multi-round plugin's
+// check of the last round's prev (compress_deferred: PowerSGD's summed P), whose word is read first, since a refused
+// prev makes the step's decodes of that tensor refuse too (CompressionPipeline::explainPrevRefusal).
 //
 // Bit-identity across groupings: ALLGATHER decoding is per rank in rank order whatever the grouping, so it is exactly
 // the unfused result. A SUM through the ring allreduce sums each element in an order that depends on where it falls
@@ -98,18 +100,23 @@ using GroupPhaseFn = std::function<void(const char* phase, std::chrono::steady_c
 // The verdict words of deferred decodes (see "Payload checks" above): one run's, or a SplitSum's.
 class VerdictWords {
  public:
-  // Zeroed words for `n` decode calls in `where`'s memory, or none (word() null) when no member defers its
-  // verdicts. On a device they are zeroed on the stream, after whatever an earlier run queued there.
-  void begin(std::size_t n, bool any_defer, const Placement& where);
+  // Zeroed words for `n` calls in `where`'s memory, or none (word() null) when no member defers its verdicts. On a
+  // device they are zeroed on the stream, after whatever an earlier run queued there. Words from `first_read` on are
+  // the first a read looks at (see firstRaised).
+  void begin(std::size_t n, bool any_defer, const Placement& where, std::size_t first_read = 0);
   uint32_t* word(std::size_t i) const noexcept { return words_ == nullptr ? nullptr : words_ + i; }
   // Word i for an own decode (error feedback's, CompressionPipeline::encode): on a device only, where it saves a
   // synchronization; a host decode refuses at once.
   uint32_t* ownWord(std::size_t i) const noexcept { return host_ ? nullptr : word(i); }
+  // Word i for a check of prev (the last round's encode, CompressionPipeline::encode): on a device only, as ownWord.
+  uint32_t* prevWord(std::size_t i) const noexcept { return host_ ? nullptr : word(i); }
   // Host: whether call i's word is raised, read now. A device's words are read by settle().
   bool raisedNow(std::size_t i) const noexcept { return host_ && words_ != nullptr && words_[i] != 0; }
   // After the last decode: on a device, synchronizes the stream once; returns the first raised word's call, or npos
-  // (on the host too, where a caller that explained raisedNow's words at once finds none left raised). The words are
-  // read once: settle() again returns npos until the next begin().
+  // (on the host too, where a caller that explained raisedNow's words at once finds none left raised). "First": in
+  // [first_read, n), else in [0, first_read) -- a refused prev raises its own word and makes the step's decodes of
+  // the tensor refuse too, and its word is the one that names the cause. The words are read once: settle() again
+  // returns npos until the next begin().
   std::size_t settle();
   // settle() in two halves, so that the words of several runs on one stream cost one synchronization: queueRead()
   // queues the device words' store into mapped host memory (nothing on the host); after the stream is synchronized,
@@ -130,6 +137,7 @@ class VerdictWords {
   cuda::MappedWords mapped_;        // where settle() reads device_words_, the same size
   uint32_t* words_ = nullptr;       // the run's: into host_words_ or device_words_
   std::size_t n_ = 0;
+  std::size_t first_read_ = 0;
   bool host_ = true;
   void* stream_ = nullptr;
 };
@@ -169,9 +177,11 @@ class SplitSum {
   std::vector<GroupMember> members_;
   std::vector<std::span<std::byte>> local_;  // each member's payload
   std::vector<Run> runs_;                    // one per sum
-  // Words [0, k): the members' last decodes; [k, 2k): their own decodes (error feedback's, on a device). The split's
-  // own, so that splits in flight at once, or decoded and not yet settled, do not share them.
+  // Words [0, k): the members' last decodes; [k, 2k): their own decodes (error feedback's, on a device); [2k, 3k) with
+  // several rounds: their last rounds' checks of prev (on a device). The split's own, so that splits in flight at
+  // once, or decoded and not yet settled, do not share them.
   VerdictWords verdicts_;
+  bool prev_words_ = false;  // whether [2k, 3k) exist
 };
 
 class AggregationEngine {
@@ -273,6 +283,12 @@ class AggregationEngine {
   bool defer_ = true;
   // Whether any member of a run defers its verdicts, with deferral on.
   bool anyDefers(std::span<const GroupMember> members) const noexcept;
+  // Whether any member defers its check of the last round's prev, with deferral on (a run of one class: all or none).
+  bool anyDefersPrev(std::span<const GroupMember> members) const noexcept;
+  // The words a SUM run of k members needs: its decodes', its own decodes', and with checks of prev deferred theirs.
+  std::size_t sumWords(std::span<const GroupMember> members) const noexcept {
+    return (anyDefersPrev(members) ? 3 : 2) * members.size();
+  }
   TensorBuffer send_;            // a fused group's concatenation
   TensorBuffer recv_;            // every rank's gathered block
   std::vector<uint64_t> table_;  // a variable-size fused gather's size table, on the host (device blocks: its staging)

@@ -40,7 +40,7 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<TensorCodec> inner) : inner_(std::m
 }
 
 uint64_t ErrorFeedback::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                                       std::span<std::byte> out, uint32_t* own_verdict) {
+                                       std::span<std::byte> out, EncodeWords words) {
   const int rounds = inner_->caps().num_rounds;
   TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
               where(info()) << "encode: round must be in [0, " << rounds << "), got " << round);
@@ -65,7 +65,11 @@ uint64_t ErrorFeedback::encodeDeferred(uint64_t step, int round, const void* gra
                               << " of the same step; expected round " << next_round_ << " of step " << step_);
   }
 
-  const uint64_t bytes = inner_->encode(step, round, corrected, prev, out);
+  // A prev refused through words.prev leaves the payload undefined; the plugin's decode of it below then refuses
+  // (terse/device_verdict_v1.h), so the residual stays as it was.
+  const uint64_t bytes =
+      words.prev != nullptr ? inner_->encodeDeferred(step, round, corrected, prev, out, EncodeWords{.prev = words.prev})
+                            : inner_->encode(step, round, corrected, prev, out);
   TERSE_CHECK(bytes <= out.size(), InternalError,
               where(info()) << "inner codec reported " << bytes << " B written into a " << out.size() << " B span");
   next_round_ = round + 1;
@@ -73,19 +77,19 @@ uint64_t ErrorFeedback::encodeDeferred(uint64_t step, int round, const void* gra
     // D(C(p)): this rank's own contribution, decoded without accumulation. For a multi-round compressor the plugin's
     // workspace still holds the earlier rounds' aggregates, which the last round's payload is decoded against. The
     // payload is the one just written, so the plugin may skip its validation (on a device, a synchronization).
-    // On a device with a caller that reads it, the decode's check is left in own_verdict instead of waited for, and
+    // On a device with a caller that reads it, the decode's check is left in words.own instead of waited for, and
     // the residual update skips itself on the device when the word is raised: a refused payload leaves the residual as
     // it was, as the thrown refusal does, and the caller fails the step when it reads the word.
     const std::span<const std::byte> own = out.first(static_cast<std::size_t>(bytes));
-    const bool deferred = placement_.device && own_verdict != nullptr && inner_->defersVerdicts();
+    const bool deferred = placement_.device && words.own != nullptr && inner_->defersVerdicts();
     if (deferred) {
-      inner_->decodeOwnDeferred(step, own, transmitted, own_verdict);
+      inner_->decodeOwnDeferred(step, own, transmitted, words.own);
     } else {
       inner_->decodeOwn(step, own, transmitted);
     }
     if (placement_.device) {
       device_kernels::efResidual(corrected, transmitted, residual, n, placement_.stream,
-                                 deferred ? own_verdict : nullptr);
+                                 deferred ? words.own : nullptr);
     } else {
       updateResidual(corrected, transmitted, residual, n);
     }

@@ -51,16 +51,21 @@ class ErrorFeedback final : public TensorCodec {
   // residual becomes p - D(C(p)). Throws InvalidArgument for a round out of order.
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override {
-    return encodeDeferred(step, round, grad, prev, out, nullptr);
+    return encodeDeferred(step, round, grad, prev, out, {});
   }
-  // The same; on a device with a plugin that defers its verdicts, D(C(p)) leaves its check in `own_verdict` and the
-  // residual update reads it there, so nothing is waited for (TensorCodec::encodeDeferred).
+  // The same; on a device with a plugin that defers its verdicts, D(C(p)) leaves its check in words.own and the
+  // residual update reads it there, so nothing is waited for, and words.prev goes to the inner codec's last round
+  // (TensorCodec::encodeDeferred).
   uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                          std::span<std::byte> out, uint32_t* own_verdict) override;
+                          std::span<std::byte> out, EncodeWords words) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);
   }
   bool defersVerdicts() const override { return inner_->defersVerdicts(); }
+  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
+  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
+    inner_->recheckPrev(step, round, prev);
+  }
   void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
                       uint32_t* verdict) override {
     inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);

@@ -54,7 +54,7 @@ MomentumCorrection::MomentumCorrection(std::unique_ptr<ErrorFeedback> inner, dou
 }
 
 uint64_t MomentumCorrection::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                                            std::span<std::byte> out, uint32_t* own_verdict) {
+                                            std::span<std::byte> out, EncodeWords words) {
   const std::size_t n = n_;
   auto* u = momentum_.as<float>();
   auto* u_t = staged_.as<float>();
@@ -73,12 +73,12 @@ uint64_t MomentumCorrection::encodeDeferred(uint64_t step, int round, const void
   }
   // The inner error feedback checks the round order and accumulates v_t = v_{t-1} + input in round 0.
   const float* input = nesterov_ ? nesterov_input : u_t;
-  const uint64_t bytes = inner_->encodeDeferred(step, round, input, prev, out, own_verdict);
+  const uint64_t bytes = inner_->encodeDeferred(step, round, input, prev, out, words);
   if (round == inner_->caps().num_rounds - 1) {
     const float* transmitted = inner_->transmitted().data();
     if (placement_.device) {
       // The word is zero unless the inner own decode left a refusal there (it is zeroed by the caller).
-      device_kernels::dgcCommit(u_t, transmitted, masking_, u, n, placement_.stream, own_verdict);
+      device_kernels::dgcCommit(u_t, transmitted, masking_, u, n, placement_.stream, words.own);
     } else if (masking_) {
       commitMasked(u_t, transmitted, u, n);
     } else {

@@ -49,16 +49,20 @@ class MomentumCorrection final : public TensorCodec {
   // feedback in every round; after the last round u <- u_t, masked by what was transmitted.
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override {
-    return encodeDeferred(step, round, grad, prev, out, nullptr);
+    return encodeDeferred(step, round, grad, prev, out, {});
   }
   // The same, the inner error feedback's own decode deferred (ErrorFeedback::encodeDeferred) and the momentum's update
   // skipped on the device when its word is raised.
   uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                          std::span<std::byte> out, uint32_t* own_verdict) override;
+                          std::span<std::byte> out, EncodeWords words) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);
   }
   bool defersVerdicts() const override { return inner_->defersVerdicts(); }
+  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
+  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
+    inner_->recheckPrev(step, round, prev);
+  }
   void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
                       uint32_t* verdict) override {
     inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);

@@ -81,6 +81,9 @@ CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, con
   tensor_ = codec_->info().tensor_id;
   placement_ = codec_->placement();
   defers_ = codec_->defersVerdicts();
+  // Only a SUM's last prev stays in place until the step's decodes (the other payload buffer); a CUSTOM's is a fold
+  // output that the next round's fold overwrites.
+  defers_prev_ = caps_->aggregation == Aggregation::kSum && caps_->num_rounds > 1 && codec_->defersPrevVerdicts();
   uint64_t max_payload = 0;
   uint64_t max_reduced = 0;
   for (const CompressorSizes& s : sizes_) {
@@ -128,7 +131,7 @@ uint64_t CompressionPipeline::maxPayloadBytes() const noexcept {
 }
 
 std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const void* grad,
-                                                 std::span<const std::byte> prev, uint32_t* own_verdict) {
+                                                 std::span<const std::byte> prev, TensorCodec::EncodeWords words) {
   TensorBuffer& buf = payload_[caps_->aggregation == Aggregation::kSum ? static_cast<std::size_t>(round % 2) : 0];
   const auto encode_start = rt::now();
   const auto numel = static_cast<double>(codec_->info().numel);
@@ -136,9 +139,17 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
   {
     const rt::Kernel kernel(
         {.kind = rt::CostKind::kCompress, .layer = round, .size = numel, .flops = kCodecFlopsPerElement * numel});
-    bytes = defers_ && own_verdict != nullptr
-                ? codec_->encodeDeferred(step, round, grad, prev, usable(buf), own_verdict)
+    if (!defers_) words.own = nullptr;
+    // The last round's only: an earlier round's prev would be overwritten before the step's end (SUM alternates two
+    // buffers), so a refusal read then could not be explained.
+    if (!defers_prev_ || round != caps_->num_rounds - 1) words.prev = nullptr;
+    bytes = words.own != nullptr || words.prev != nullptr
+                ? codec_->encodeDeferred(step, round, grad, prev, usable(buf), words)
                 : codec_->encode(step, round, grad, prev, usable(buf));
+  }
+  if (words.prev != nullptr) {
+    deferred_prev_round_ = round;
+    deferred_prev_ = prev;
   }
   last_bytes_ = bytes;
   checkGuard(buf, "compress");
@@ -228,6 +239,18 @@ void CompressionPipeline::explainOwnRefusal(uint64_t step) {
   TERSE_THROW(InvalidPayload, where(*codec_) << "the compressor refused this rank's own payload of step " << step
                                              << " when error feedback decoded it on the device (for the built-ins, a "
                                                 "non-finite gradient); the residual is as it was before the step");
+}
+
+void CompressionPipeline::explainPrevRefusal(uint64_t step) {
+  TERSE_CHECK(deferred_prev_round_ > 0, InternalError,
+              where(*codec_) << "a check of prev was refused in step " << step
+                             << ", but no encode of this tensor left one in a word");
+  codec_->recheckPrev(step, deferred_prev_round_, deferred_prev_);
+  TERSE_THROW(PluginError,
+              where(*codec_) << "the compressor's deferred compress refused the aggregate of round "
+                             << deferred_prev_round_ - 1 << " of step " << step
+                             << " (it raised its verdict word), which its compress accepts: the plugin's two compress "
+                                "entry points disagree (terse/device_verdict_v1.h)");
 }
 
 void CompressionPipeline::redecode(const std::function<void(void*)>& decode, const std::string& whose, uint64_t step) {

@@ -81,11 +81,12 @@ class CompressionPipeline {
   // The span points into this pipeline's buffer for the round (SUM alternates two, so round r's aggregate can be round
   // r + 1's prev) and stays valid until that buffer is encoded into again. A fixed-size compressor is held to its size
   // by the compressor's bound call (core/plugin/compressor_plugin.cc), the one place it is checked.
-  // With `own_verdict` (a zeroed word in the tensor's memory, engine.h "Payload checks") and a codec that defers its
-  // checks, error feedback's decode of the payload leaves its check there (TensorCodec::encodeDeferred); the caller
-  // reads the word with its run's and calls explainOwnRefusal for a raised one.
+  // With `words` (zeroed words in the tensor's memory, engine.h "Payload checks") and a codec that defers its checks,
+  // error feedback's decode of the payload leaves its check in words.own, and the plugin's check of the last round's
+  // prev in words.prev (TensorCodec::encodeDeferred); the caller reads them with its run's and calls explainOwnRefusal
+  // or explainPrevRefusal for a raised one.
   std::span<std::byte> encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                              uint32_t* own_verdict = nullptr);
+                              TensorCodec::EncodeWords words = {});
   // CUSTOM: folds every rank's round-`round` payload (blocks in rank order) with the codec's reduce, left to right on
   // every rank so that every rank decodes the same aggregate. Timed as decode.
   std::span<const std::byte> fold(uint64_t step, int round, std::span<const std::span<const std::byte>> blocks);
@@ -101,6 +102,9 @@ class CompressionPipeline {
                       uint32_t* verdicts = nullptr);
   // Whether the codec's decodes may leave their verdict in a word (TensorCodec::defersVerdicts).
   bool defersVerdicts() const noexcept { return defers_; }
+  // Whether the codec's last round may leave its check of prev in a word (TensorCodec::defersPrevVerdicts): a device's
+  // multi-round SUM plugin that exports compress_deferred.
+  bool defersPrevVerdicts() const noexcept { return defers_prev_; }
   // The refusal of a payload whose verdict word a deferred decode raised: decodes it again the ordinary way, into
   // scratch memory of the tensor's, which throws the plugin's own message (InvalidPayload). A payload that decode
   // accepts is the plugin's fault: PluginError, naming the tensor and the rank whose payload it is.
@@ -110,6 +114,11 @@ class CompressionPipeline {
   // ordinary way for the plugin's own message; else InvalidPayload naming the tensor and the step. Either way error
   // feedback's residual is as it was before the step.
   [[noreturn]] void explainOwnRefusal(uint64_t step);
+  // The refusal of the last round's prev, whose word (encode's words.prev) was raised: that prev, the aggregate of the
+  // round before, is still in this pipeline's other payload buffer (SUM alternates two), and the plugin's compress is
+  // run on it again the ordinary way (TensorCodec::recheckPrev), which throws its own message; if compress accepts it,
+  // PluginError. Error feedback's residual and the plugin's state are as they were before the step.
+  [[noreturn]] void explainPrevRefusal(uint64_t step);
   // Wire bytes of a collective attributed to this pipeline.
   void addWire(const comm::WireBytes& w) { stats_.wire += w; }
 
@@ -133,8 +142,12 @@ class CompressionPipeline {
   std::span<const CompressorSizes> sizes_;
   int world_ = 1;
   uint64_t tensor_ = 0;
-  bool defers_ = false;      // codec_->defersVerdicts(), asked once
-  uint64_t last_bytes_ = 0;  // the last encode's payload size (explainOwnRefusal)
+  bool defers_ = false;       // codec_->defersVerdicts(), asked once
+  bool defers_prev_ = false;  // codec_->defersPrevVerdicts() for a SUM of several rounds, asked once
+  uint64_t last_bytes_ = 0;   // the last encode's payload size (explainOwnRefusal)
+  // The last encode that left its check of prev in a word: its round and prev (explainPrevRefusal).
+  int deferred_prev_round_ = -1;
+  std::span<const std::byte> deferred_prev_;
   PipelineStats stats_;
   // In the tensor's memory (the codec's placement), like every buffer the engine hands the communicator.
   Placement placement_;

@@ -141,6 +141,30 @@ uint64_t PluginCodec::encode(uint64_t step, int round, const void* grad, std::sp
                                     prev, scratch(), out, stream());
 }
 
+uint64_t PluginCodec::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                                     std::span<std::byte> out, EncodeWords words) {
+  // Only a device's check is worth deferring (a host plugin reads prev where it lies), and round 0 has no prev.
+  if (words.prev == nullptr || round == 0 || !defersPrevVerdicts()) return encode(step, round, grad, prev, out);
+  checkRound("encode", round);
+  TERSE_CHECK(grad != nullptr || info_.numel == 0, InvalidArgument,
+              where(*compressor_, info_) << "encode: gradient is null for " << info_.numel << " elements");
+  return compressor_->compressDeferred(callInfo(step, round, info_.rank), sizes_[static_cast<std::size_t>(round)], grad,
+                                       prev, scratch(), out, words.prev, stream());
+}
+
+void PluginCodec::recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) {
+  checkRound("encode", round);
+  const CompressorSizes& sizes = sizes_[static_cast<std::size_t>(round)];
+  // Scratch memory, allocated on the failure path only: zeros for the input (whose values no check of prev reads) and
+  // the round's payload bound for the output, so that nothing of the caller's is written. The workspace is the
+  // tensor's own, undefined once its step failed.
+  const TensorBuffer input(static_cast<std::size_t>(info_.numel) * dtypeSize(info_.dtype), placement_);
+  const TensorBuffer out(static_cast<std::size_t>(sizes.max_output_bytes), placement_);
+  (void)compressor_->compressBound(callInfo(step, round, info_.rank), sizes, input.data(), prev, scratch(), out.span(),
+                                   stream());
+  if (placement_.device) cuda::synchronize(placement_.stream);
+}
+
 void PluginCodec::decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out,
                          bool accumulate) {
   decodeAs(step, payload, source_rank, out, accumulate, 0);

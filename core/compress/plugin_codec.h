@@ -45,6 +45,12 @@ class PluginCodec final : public TensorCodec {
 
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override;
+  // With words.prev, in a round after the first, on a device: the plugin's compress_deferred (words.own is not this
+  // codec's: it makes no own decode).
+  uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                          std::span<std::byte> out, EncodeWords words) override;
+  bool defersPrevVerdicts() const override { return placement_.device && compressor_->defersPrevVerdicts(); }
+  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override;
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override;
   bool defersVerdicts() const override { return compressor_->defersVerdicts(); }
   void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,

@@ -130,6 +130,19 @@ class Compressor {
   }
   // Whether decompressDeferred may leave its verdict in the word (the plugin exports the entry point).
   virtual bool defersVerdicts() const { return false; }
+  // compressBound with the check of `prev` left in `verdict` (terse/device_verdict_v1.h, compress_deferred), a word as
+  // decompressDeferred's: a raised word is a refused prev, the output and workspace then undefined, the state as it
+  // was, and this step's decompress of the tensor refuses. The default -- and a plugin without the entry point -- is
+  // compressBound, which leaves the word alone. A caller that finds the word raised calls compressBound on the same
+  // prev for the refusal's message.
+  virtual uint64_t compressDeferred(const TensorInfo& info, const CompressorSizes& sizes, const void* input,
+                                    std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
+                                    uint32_t* verdict, void* stream) const {
+    (void)verdict;
+    return compressBound(info, sizes, input, prev, scratch, out, stream);
+  }
+  // Whether compressDeferred may leave its verdict in the word (the plugin exports the entry point).
+  virtual bool defersPrevVerdicts() const { return false; }
   virtual uint64_t reduceBound(const TensorInfo& info, const CompressorSizes& sizes, std::span<const std::byte> a,
                                std::span<const std::byte> b, const Scratch& scratch, std::span<std::byte> out,
                                void* stream) const {

@@ -108,6 +108,7 @@ struct CompressorPlugin::Impl {
   CompressorApi api{};
   terse_resolved_params_fn_v1 resolved_params = nullptr;          // optional (terse/resolved_params_v1.h)
   terse_decompress_deferred_fn_v1 decompress_deferred = nullptr;  // optional (terse/device_verdict_v1.h)
+  terse_compress_deferred_fn_v1 compress_deferred = nullptr;      // optional (terse/device_verdict_v1.h)
   PluginInfo info;
   std::string label;
 };
@@ -124,6 +125,7 @@ class PluginCompressor final : public Compressor {
         api_(impl.api),
         resolved_params_(impl.resolved_params),
         decompress_deferred_(impl.decompress_deferred),
+        compress_deferred_(impl.compress_deferred),
         info_(impl.info),
         label_(impl.label),
         host_(impl.label),
@@ -206,18 +208,38 @@ class PluginCompressor final : public Compressor {
   uint64_t compressBound(const TensorInfo& info, const CompressorSizes& sz, const void* input,
                          std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
                          void* stream) const override {
+    return compressCall(info, sz, input, prev, scratch, out, nullptr, stream);
+  }
+
+  uint64_t compressDeferred(const TensorInfo& info, const CompressorSizes& sz, const void* input,
+                            std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
+                            uint32_t* verdict, void* stream) const override {
+    TERSE_CHECK(verdict != nullptr, InternalError, label_ << ": compress_deferred without a verdict word");
+    return compressCall(info, sz, input, prev, scratch, out, compress_deferred_ ? verdict : nullptr, stream);
+  }
+
+  bool defersPrevVerdicts() const override { return compress_deferred_ != nullptr; }
+
+  // compress, or compress_deferred with `verdict`; both are checked alike.
+  uint64_t compressCall(const TensorInfo& info, const CompressorSizes& sz, const void* input,
+                        std::span<const std::byte> prev, const Scratch& scratch, std::span<std::byte> out,
+                        uint32_t* verdict, void* stream) const {
     checkCapacity(Call::kCompress, info, sz, scratch, out.size());
     const terse_tensor_info_v1 abi = toAbi(info);
     const terse_scratch_v1 abi_scratch = toAbi(scratch, sz);
+    const char* const call = verdict != nullptr ? "compress_deferred" : "compress";
     uint64_t written = 0;
     detail::clearPluginError();
     terse_status_v1 status;
     {
-      const watchdog::WatchedCall watched(watch_label_, "compress", info.tensor_id, info.rank);
-      status = api_.compress(ctx_, &abi, input, prev.empty() ? nullptr : prev.data(), prev.size(), &abi_scratch,
-                             out.data(), out.size(), &written, stream);
+      const watchdog::WatchedCall watched(watch_label_, call, info.tensor_id, info.rank);
+      const void* const p = prev.empty() ? nullptr : prev.data();
+      status = verdict != nullptr ? compress_deferred_(ctx_, &abi, input, p, prev.size(), &abi_scratch, out.data(),
+                                                       out.size(), &written, verdict, stream)
+                                  : api_.compress(ctx_, &abi, input, p, prev.size(), &abi_scratch, out.data(),
+                                                  out.size(), &written, stream);
     }
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, "compress", status);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status);
     TERSE_CHECK(written <= out.size(), PluginError,
                 label_ << ": compress wrote " << written << " bytes into a buffer of " << out.size() << " for "
                        << describeTensor(info));
@@ -471,6 +493,7 @@ class PluginCompressor final : public Compressor {
   const CompressorApi& api_;
   terse_resolved_params_fn_v1 resolved_params_;
   terse_decompress_deferred_fn_v1 decompress_deferred_;
+  terse_compress_deferred_fn_v1 compress_deferred_;
   const PluginInfo& info_;
   const std::string& label_;
   detail::HostBinding host_;
@@ -511,6 +534,8 @@ std::shared_ptr<const CompressorPlugin> CompressorPlugin::open(const std::filesy
     // dlsym hands functions back as object pointers; POSIX guarantees the round trip.
     impl->decompress_deferred = reinterpret_cast<terse_decompress_deferred_fn_v1>(
         const_cast<void*>(lib->symbol(TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL)));
+    impl->compress_deferred = reinterpret_cast<terse_compress_deferred_fn_v1>(
+        const_cast<void*>(lib->symbol(TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL)));
     impl->info.optimized = detail::builtOptimized(*lib, PluginKind::kCompressor);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kCompressor;

@@ -211,6 +211,12 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
               ? "deferred on request (terse_compressor_decompress_deferred_v1)"
               : "returned by decompress (the file exports no terse_compressor_decompress_deferred_v1)")
       << '\n';
+  // The same for a multi-round compress's check of prev, the aggregate of the round before (PowerSGD's round 1).
+  out << "  prev checks:  "
+      << (instance->defersPrevVerdicts()
+              ? "deferred on request (terse_compressor_compress_deferred_v1)"
+              : "returned by compress (the file exports no terse_compressor_compress_deferred_v1)")
+      << '\n';
   bool ok = true;
   Table table({"DTYPE", "DEVICES", "AGGREGATION", "WIRE", "FIXED", "STATEFUL", "SHARED_SEED", "IDENTITY", "ROUNDS"});
   std::vector<std::string> other;

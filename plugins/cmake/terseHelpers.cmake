@@ -58,7 +58,7 @@ function(_terse_add_plugin kind name)
     file(CONFIGURE OUTPUT "${map}" CONTENT "{\n  global: terse_compressor_plugin_v*; terse_scheduler_plugin_v*;\n\
     terse_compressor_resolved_params_v*; terse_scheduler_resolved_params_v*;\n\
     terse_compressor_build_info_v*; terse_scheduler_build_info_v*;\n\
-    terse_compressor_decompress_deferred_v*;\n  local: *;\n};\n")
+    terse_compressor_decompress_deferred_v*; terse_compressor_compress_deferred_v*;\n  local: *;\n};\n")
     target_link_options(${target} PRIVATE "LINKER:--no-undefined" "LINKER:--exclude-libs,ALL"
                         "LINKER:--version-script=${map}")
     set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${map}")

@@ -146,5 +146,6 @@ TERSE_AT(terse_build_info_v1, flags, 4);
 TERSE_LOCK(sizeof(terse_build_info_v1) == 8);
 TERSE_LOCK(TERSE_BUILD_OPTIMIZED == 1 && TERSE_BUILD_ALL_V1 == 1);
 
-/* device_verdict_v1.h (optional symbol): its name; its signature is locked in abi_layout_test.cc. */
+/* device_verdict_v1.h (optional symbols): their names; their signatures are locked in abi_layout_test.cc. */
 TERSE_LOCK(sizeof(TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL) == sizeof("terse_compressor_decompress_deferred_v1"));
+TERSE_LOCK(sizeof(TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL) == sizeof("terse_compressor_compress_deferred_v1"));

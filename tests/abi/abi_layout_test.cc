@@ -15,6 +15,11 @@
 static_assert(std::is_same_v<terse_decompress_deferred_fn_v1,
                              terse_status_v1 (*)(void*, const terse_tensor_info_v1*, const void*, uint64_t,
                                                  const terse_scratch_v1*, void*, int32_t, uint32_t*, void*)>);
+// The deferred compress's: compress's arguments with the verdict word before the stream.
+static_assert(
+    std::is_same_v<terse_compress_deferred_fn_v1,
+                   terse_status_v1 (*)(void*, const terse_tensor_info_v1*, const void*, const void*, uint64_t,
+                                       const terse_scratch_v1*, void*, uint64_t, uint64_t*, uint32_t*, void*)>);
 
 extern "C" {
 size_t terse_test_c_sizeof_compressor(void);

@@ -468,5 +468,81 @@ TEST(DeferredVerdict, SdkPluginsExportTheEntryPointAndCPluginsNeedNot) {
       InvalidArgument);
 }
 
+// The words' read order (engine.h, VerdictWords::firstRaised): from first_read on first, so that a refused prev, whose
+// word [2k, 3k) of a run comes after the decodes' that it makes refuse too, is the one explained. Host words; a
+// check of prev is a device's only, so a host run hands out none.
+TEST(DeferredVerdict, AReadLooksAtTheWordsFromFirstReadFirst) {
+  VerdictWords words;
+  words.begin(6, true, Placement::host(), 4);
+  *words.word(1) = 1;
+  *words.word(5) = 1;
+  EXPECT_EQ(words.settle(), 5u);
+  EXPECT_EQ(words.settle(), VerdictWords::npos);  // read once
+  words.begin(6, true, Placement::host(), 4);
+  *words.word(1) = 1;
+  EXPECT_EQ(words.settle(), 1u);
+  words.begin(6, true, Placement::host(), 4);
+  *words.word(4) = 1;
+  *words.word(0) = 1;
+  EXPECT_EQ(words.settle(), 4u);
+  words.begin(6, true, Placement::host(), 4);
+  EXPECT_EQ(words.settle(), VerdictWords::npos);
+  EXPECT_NE(words.word(4), nullptr);
+  EXPECT_EQ(words.prevWord(4), nullptr);
+  EXPECT_EQ(words.ownWord(1), nullptr);
+}
+
+// The deferred compress (terse/device_verdict_v1.h): an SDK-built plugin exports terse_compressor_compress_deferred_v1
+// and so may defer its check of prev, a C plugin without the symbol does not. A host tensor never defers it: the codec
+// and the pipeline say so, and an encode handed a word checks prev at once, with the plugin's message, the word left
+// alone; a clean prev gives the ordinary encode's bytes.
+TEST(DeferredVerdict, PowerSgdExportsTheDeferredCompressAndAHostTensorChecksPrevAtOnce) {
+  const auto file = [](const std::filesystem::path& dir, const std::string& name) {
+    return dir / PluginLoader::fileNameFor(PluginKind::kCompressor, name);
+  };
+  auto powersgd = CompressorPlugin::open(file(TERSE_TEST_BUILD_PLUGIN_DIR, "powersgd"))->instantiate({{"rank", "2"}});
+  auto c_plugin = CompressorPlugin::open(file(TERSE_TEST_FIXTURE_PLUGIN_DIR, "good_c"))->instantiate({});
+  EXPECT_TRUE(powersgd->defersPrevVerdicts());
+  EXPECT_FALSE(c_plugin->defersPrevVerdicts());
+
+  TensorInfo t = flatTensor(48, DType::kF32, 0, 1, 7);
+  t.ndim = 2;
+  t.shape = {8, 6, 0, 0};
+  World world(1);
+  CompressionPipeline pipeline(makePluginCodec(powersgd, t, 1), *world.comms[0]);
+  EXPECT_FALSE(pipeline.codec().defersPrevVerdicts());
+  EXPECT_FALSE(pipeline.defersPrevVerdicts());
+
+  TensorCodec& codec = pipeline.codec();
+  std::vector<float> grad(48);
+  for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = std::sin(0.3f * static_cast<float>(i)) + 0.01f;
+  std::vector<std::byte> p0(static_cast<std::size_t>(codec.sizes(0).max_output_bytes));
+  std::vector<std::byte> want(static_cast<std::size_t>(codec.sizes(1).max_output_bytes)), got(want.size());
+  const auto prev = [&](uint64_t bytes) { return std::span<const std::byte>(p0.data(), bytes); };
+  uint64_t n0 = codec.encode(0, 0, grad.data(), {}, p0);
+  const uint64_t n1 = codec.encode(0, 1, grad.data(), prev(n0), want);
+  n0 = codec.encode(0, 0, grad.data(), {}, p0);
+  uint32_t word = 0;
+  ASSERT_EQ(codec.encodeDeferred(0, 1, grad.data(), prev(n0), got, {.prev = &word}), n1);
+  EXPECT_EQ(word, 0u);
+  EXPECT_EQ(want, got);
+
+  std::string ordinary, deferred;
+  p0[0] ^= std::byte{0x01};
+  try {
+    (void)codec.encode(0, 1, grad.data(), prev(n0), want);
+  } catch (const InvalidPayload& e) {
+    ordinary = e.what();
+  }
+  try {
+    (void)codec.encodeDeferred(0, 1, grad.data(), prev(n0), got, {.prev = &word});
+  } catch (const InvalidPayload& e) {
+    deferred = e.what();
+  }
+  EXPECT_FALSE(ordinary.empty());
+  EXPECT_EQ(ordinary, deferred);
+  EXPECT_EQ(word, 0u);
+}
+
 }  // namespace
 }  // namespace terse::deferred_verdict_test

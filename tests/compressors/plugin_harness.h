@@ -180,6 +180,12 @@ class Plugin {
     return reinterpret_cast<terse_decompress_deferred_fn_v1>(
         dlsym(handle_, TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL));
   }
+  // The optional deferred compress (terse/device_verdict_v1.h), or null when the plugin does not export it.
+  terse_compress_deferred_fn_v1 deferredCompress() const {
+    if (handle_ == nullptr) return nullptr;
+    return reinterpret_cast<terse_compress_deferred_fn_v1>(
+        dlsym(handle_, TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL));
+  }
 
  private:
   std::string path_;

@@ -1025,6 +1025,44 @@ TEST_F(ThresholdOnDevice, RefusesNonFiniteGradientsAsTheHost) {
   }
 }
 
+// threshold's decompress also checks that every value reaches tau (no honest sender sends less): a payload with one
+// value just below tau, or just above -tau, is refused as on the host, by the one-block decode (1,000 elements) and
+// the grid's (70,001), ordinary and deferred, the output left as it was. The corruptions the generic cases make
+// (flipped bytes) almost never land a value just under tau, so nothing else reaches this check.
+TEST_F(ThresholdOnDevice, AValueBelowTauIsRefusedAsOnTheHost) {
+  Plugin plugin("threshold");
+  Instance c(plugin, {{"tau", "0.5"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  for (uint64_t n : {uint64_t{1000}, uint64_t{70001}}) {
+    SCOPED_TRACE("numel " + std::to_string(n));
+    const terse_tensor_info_v1 info = tensorInfo(n);
+    const Bytes good = c.compress(info, input(n, 3));
+    ASSERT_GT(good.size(), 24u + 8u) << "nothing passed tau";
+    std::vector<std::pair<std::string, Bytes>> bad;
+    bad.emplace_back("the first value just below tau", patched<float>(good, 24, std::nextafter(0.5f, 0.0f)));
+    bad.emplace_back("the first value just above -tau", patched<float>(good, 24, std::nextafter(-0.5f, 0.0f)));
+    for (const auto& [what, payload] : bad) {
+      SCOPED_TRACE(what);
+      std::vector<float> host_out = input(n, 11);
+      const auto [status, error] = hostVerdict(c, info, payload, host_out);
+      EXPECT_EQ(status, TERSE_ERR_INVALID_PAYLOAD) << "the host accepts it: the test's payload is wrong";
+      EXPECT_NE(error.find("threshold"), std::string::npos) << error;
+    }
+    ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(plugin, c, device_, info, good, bad));
+    Stream stream;
+    DeviceCalls dev(c, stream);
+    for (const auto& [what, payload] : bad) {
+      SCOPED_TRACE(std::string("ordinary, ") + what);
+      std::vector<float> host_out = input(n, 11), dev_out = host_out;
+      const auto [status, error] = hostVerdict(c, info, payload, host_out);
+      c.host().clear();
+      EXPECT_EQ(dev.decompress(onDevice(info, device_), payload, dev_out, true), status);
+      EXPECT_EQ(c.lastError(), error);
+      EXPECT_EQ(dev_out, input(n, 11)) << "a refused payload changed the output";
+    }
+  }
+}
+
 // threshold parks the indices past n values and then places them at 24 + 4c (threshold.cu) in one of three ways: no
 // move when every element is sent, a copy when the two ranges do not overlap (2c <= n, touching at 2c == n), a second
 // select otherwise. Each, at its edge, gives the host's payload byte for byte and the host's decode.
@@ -1318,6 +1356,38 @@ class PsgdDeviceCalls {
                                                        accumulate ? 1 : 0, stream_.handle());
     if (!out.empty()) o.copyToHost(out.data(), o.size(), stream_.get());
     stream_.synchronize();
+    return status;
+  }
+
+  // compress through the deferred entry point `deferred` (terse/device_verdict_v1.h) with a zeroed device word, as
+  // compress above; *raised says whether the word came back raised. With a `staller`, the stream is stalled across the
+  // call, which must not wait for it.
+  terse_status_v1 compressDeferred(terse_compress_deferred_fn_v1 deferred, const terse_tensor_info_v1& info,
+                                   PsgdDeviceRank& r, const Bytes& prev, Bytes* out, bool* raised,
+                                   Staller* staller = nullptr) {
+    const terse_compressor_sizes_v1 sizes = c_.sizes(info);
+    DeviceBuffer p(prev.size(), stream_.get());
+    if (!prev.empty()) p.copyFromHost(prev.data(), prev.size(), stream_.get());
+    DeviceBuffer o(sizes.max_output_bytes, stream_.get());
+    o.fill(0xCD, stream_.get());
+    DeviceBuffer word(sizeof(uint32_t), stream_.get());
+    word.fill(0, stream_.get());
+    terse_scratch_v1 scratch = scratchOf(r);
+    uint64_t written = ~uint64_t{0};
+    if (staller != nullptr) staller->stall(stream_.get());
+    const terse_status_v1 status = deferred(c_.ctx(), &info, r.grad.data(), p.data(), p.size(), &scratch, o.data(),
+                                            o.size(), &written, static_cast<uint32_t*>(word.data()), stream_.handle());
+    if (staller != nullptr) staller->released(stream_.get());
+    uint32_t w = 0;
+    word.copyToHost(&w, sizeof w, stream_.get());
+    stream_.synchronize();
+    *raised = w != 0;
+    if (status == TERSE_OK) {
+      EXPECT_EQ(written, sizes.max_output_bytes);
+      out->resize(static_cast<size_t>(std::min<uint64_t>(written, o.size())));
+      o.copyToHost(out->data(), out->size(), stream_.get());
+      stream_.synchronize();
+    }
     return status;
   }
 
@@ -1714,7 +1784,9 @@ TEST_F(PowerSgdRank4OnDevice, TallFactorsHaveTheSameBitsFromOneBlockAndFromMany)
            {"full rank", psgdGaussian(shape.numel, 5)},
            {"rank 1", psgdPlantedRankOne(70001, 5, {60000, 30000, 50000})}}) {
     SCOPED_TRACE(what);
-    unsetenv(terse::compressors::powersgd::cuda::kOneBlockEnv);
+    // "0": the cooperative launch or a failed call, never its one-block fallback (which would compare a launch with
+    // itself).
+    ASSERT_EQ(setenv(terse::compressors::powersgd::cuda::kOneBlockEnv, "0", 1), 0);
     const std::vector<double> many = psgdDevicePhat(c, dev, shape, grad, device_, 4);
     const std::vector<double> again = psgdDevicePhat(c, dev, shape, grad, device_, 4);
     ASSERT_EQ(setenv(terse::compressors::powersgd::cuda::kOneBlockEnv, "1", 1), 0);
@@ -1857,6 +1929,130 @@ TEST_F(PowerSgdOnDevice, CorruptPayloadsAndPrevGetTheHostVerdictAlsoDeferred) {
     EXPECT_EQ(dev.compress(onDevice(info1, device_), device, prev, &dev_out), host_status);
     EXPECT_EQ(c.lastError(), host_error);
   }
+}
+
+// The deferred compress (terse/device_verdict_v1.h): round 1's check of prev, the summed P, stays on the device. A
+// clean prev gives the ordinary call's payload and workspace, the word at zero, and the call waits for nothing (the
+// stream is still stalled when it returns). A prev with a fault only device memory shows (a NaN in P, a flipped header
+// byte), or a state that round 0 found unusable, raises the word instead of failing the call; the payload then has a
+// zeroed header and the workspace no round-1 tag, so this step's decompress refuses both the aggregate and this rank's
+// own payload, deferred or not, and the warm start is as it was. The ordinary compress still refuses that prev with the
+// host's message (the core's explanation of a raised word). A prev of the wrong size is refused at once, as compress
+// refuses it. Every shape: compressed (33 x 31) and passed through (a vector).
+TEST_F(PowerSgdOnDevice, DeferredCompressLeavesTheCheckOfPrevOnTheDeviceAndTheStepRefuses) {
+  Plugin plugin("powersgd");
+  Instance c(plugin, {{"rank", "2"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  const terse_compress_deferred_fn_v1 deferred = plugin.deferredCompress();
+  ASSERT_NE(deferred, nullptr) << "powersgd exports no " << TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL;
+  const terse_decompress_deferred_fn_v1 deferred_decompress = plugin.deferred();
+  ASSERT_NE(deferred_decompress, nullptr);
+  Stream stream;
+  PsgdDeviceCalls dev(c, stream);
+  for (const terse_tensor_info_v1& base : {psgdMatrix(33, 31), tensorInfo(70)}) {
+    SCOPED_TRACE(base.ndim == 2 ? "33 x 31" : "a vector of 70 (passed through)");
+    const std::vector<float> grad = psgdGaussian(base.numel, 21);
+    const terse_tensor_info_v1 info0 = psgdAt(base, 0, 1, 0, 0, 0), info1 = psgdAt(base, 0, 1, 0, 1, 0);
+    terse_tensor_info_v1 agg = psgdAt(base, 0, 1, 0, 1, -1), own = psgdAt(base, 0, 1, 0, 1, 0);
+    own.reserved0 = TERSE_CALL_OWN_PAYLOAD;
+
+    // A clean step both ways: the same payload and workspace.
+    PsgdDeviceRank a = dev.rank(onDevice(base, device_), grad), b = dev.rank(onDevice(base, device_), grad);
+    Bytes pa, pb, qa, qb;
+    ASSERT_EQ(dev.compress(onDevice(info0, device_), a, {}, &pa), TERSE_OK) << c.lastError();
+    ASSERT_EQ(dev.compress(onDevice(info0, device_), b, {}, &pb), TERSE_OK) << c.lastError();
+    ASSERT_EQ(pa, pb);
+    ASSERT_EQ(dev.compress(onDevice(info1, device_), a, pa, &qa), TERSE_OK) << c.lastError();
+    bool raised = true;
+    Staller staller;
+    ASSERT_EQ(dev.compressDeferred(deferred, onDevice(info1, device_), b, pb, &qb, &raised, &staller), TERSE_OK)
+        << c.lastError();
+    EXPECT_FALSE(raised);
+    EXPECT_EQ(qa, qb);
+    EXPECT_EQ(dev.read(a.workspace, a.workspace.size()), dev.read(b.workspace, b.workspace.size()));
+
+    // Faults only the device sees: the word, the call's status ok, and the step's decompress refuses.
+    std::vector<std::pair<std::string, Bytes>> bad;
+    Bytes flipped = pa;
+    flipped[0] ^= std::byte{0x01};
+    bad.emplace_back("header byte 0 flipped", std::move(flipped));
+    if (pa.size() > 16) bad.emplace_back("NaN in P", patched<float>(pa, 16, std::numeric_limits<float>::quiet_NaN()));
+    for (const auto& [what, prev] : bad) {
+      SCOPED_TRACE(what);
+      PsgdDeviceRank r = dev.rank(onDevice(base, device_), grad);
+      Bytes p, q;
+      ASSERT_EQ(dev.compress(onDevice(info0, device_), r, {}, &p), TERSE_OK) << c.lastError();
+      const Bytes state_before = dev.read(r.state, r.state.size());
+      raised = false;
+      ASSERT_EQ(dev.compressDeferred(deferred, onDevice(info1, device_), r, prev, &q, &raised), TERSE_OK)
+          << c.lastError();
+      EXPECT_TRUE(raised) << "the deferred compress accepted a prev the host refuses";
+      EXPECT_EQ(dev.read(r.state, r.state.size()), state_before) << "a refused prev touched the state";
+      ASSERT_GE(q.size(), 16u);
+      EXPECT_EQ(Bytes(q.begin(), q.begin() + 16), Bytes(16, std::byte{0})) << "a refused prev left a valid header";
+      // The clean step's payloads, this step's on another rank: this workspace has no round-1 tag, so they refuse.
+      for (const terse_tensor_info_v1& call : {agg, own}) {
+        SCOPED_TRACE(call.source_rank == -1 ? "the aggregate" : "this rank's own payload");
+        std::vector<float> out(base.numel, 3.0f);
+        bool word = false;
+        EXPECT_EQ(dev.decompressDeferred(deferred_decompress, onDevice(call, device_), r, qa, out, false, &word),
+                  TERSE_OK)
+            << c.lastError();
+        EXPECT_TRUE(word || base.ndim != 2) << "a step whose prev was refused decoded";
+        if (base.ndim == 2) EXPECT_EQ(out, std::vector<float>(base.numel, 3.0f));
+        // The payload the refused call wrote: its zeroed header refuses whatever the workspace holds.
+        std::fill(out.begin(), out.end(), 3.0f);
+        word = false;
+        const terse_status_v1 status =
+            dev.decompressDeferred(deferred_decompress, onDevice(call, device_), r, q, out, false, &word);
+        EXPECT_TRUE(status == TERSE_ERR_INVALID_PAYLOAD || (status == TERSE_OK && word)) << c.lastError();
+        EXPECT_EQ(out, std::vector<float>(base.numel, 3.0f));
+        EXPECT_NE(dev.decompress(onDevice(call, device_), r, q, out, false), TERSE_OK);
+        EXPECT_EQ(out, std::vector<float>(base.numel, 3.0f));
+      }
+      EXPECT_EQ(dev.read(r.state, r.state.size()), state_before) << "a refused step touched the warm start";
+      // The ordinary compress refuses it, with the host's message: what the core reports for the raised word.
+      Scratch host(c.sizes(info1));
+      Bytes host_p, host_q;
+      ASSERT_EQ(c.tryCompress(info0, grad, &host_p, &host), TERSE_OK) << c.lastError();
+      c.host().clear();
+      const terse_status_v1 host_status = c.tryCompress(info1, grad, &host_q, &host, prev);
+      const std::string host_error = c.lastError();
+      EXPECT_EQ(host_status, TERSE_ERR_INVALID_PAYLOAD);
+      c.host().clear();
+      EXPECT_EQ(dev.compress(onDevice(info1, device_), r, prev, &q), host_status);
+      EXPECT_EQ(c.lastError(), host_error);
+    }
+
+    // A prev of the wrong size: refused at once, as compress refuses it, the word left alone.
+    {
+      PsgdDeviceRank r = dev.rank(onDevice(base, device_), grad);
+      Bytes p, q;
+      ASSERT_EQ(dev.compress(onDevice(info0, device_), r, {}, &p), TERSE_OK) << c.lastError();
+      raised = false;
+      EXPECT_EQ(dev.compressDeferred(deferred, onDevice(info1, device_), r, truncated(p, 4), &q, &raised),
+                TERSE_ERR_INVALID_PAYLOAD);
+      EXPECT_FALSE(raised);
+    }
+  }
+
+  // A state round 0 found unusable (neither zero-filled nor PowerSGD's): raised too, the state as it was, and the
+  // ordinary compress reports it with the host's message (InvalidArgument).
+  const terse_tensor_info_v1 base = psgdMatrix(40, 30);
+  const std::vector<float> grad = psgdGaussian(base.numel, 4);
+  const terse_tensor_info_v1 info0 = psgdAt(base, 0, 1, 0, 0, 0), info1 = psgdAt(base, 0, 1, 0, 1, 0);
+  PsgdDeviceRank r = dev.rank(onDevice(base, device_), grad);
+  r.state.fill(0xCD, stream.get());
+  Bytes p, q;
+  ASSERT_EQ(dev.compress(onDevice(info0, device_), r, {}, &p), TERSE_OK) << c.lastError();
+  const Bytes state_before = dev.read(r.state, r.state.size());
+  bool raised = false;
+  ASSERT_EQ(dev.compressDeferred(deferred, onDevice(info1, device_), r, p, &q, &raised), TERSE_OK) << c.lastError();
+  EXPECT_TRUE(raised) << "an unusable state passed the deferred check";
+  EXPECT_EQ(dev.read(r.state, r.state.size()), state_before);
+  c.host().clear();
+  EXPECT_EQ(dev.compress(onDevice(info1, device_), r, p, &q), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(c.lastError().find("state"), std::string::npos) << c.lastError();
 }
 
 // What the device cannot report without waiting, it reports one call later with the host's words: a non-finite

@@ -49,6 +49,14 @@ class Probe : public sdk::Compressor {
   uint64_t compress(const sdk::CompressArgs& args) const override {
     act();
     std::span<const float> in = args.input<float>();
+    // "defer": a prev of other than 4 bytes an element is left in the deferred call's word (as a device check would
+    // leave it), nothing written; the ordinary call refuses it.
+    if (mode_ == "defer" && !args.prev.empty() && args.prev.size() != 4 * in.size()) {
+      if (args.deferredVerdict() == nullptr)
+        throw sdk::InvalidPayload("prev has " + std::to_string(args.prev.size()) + " bytes");
+      *args.deferredVerdict() = 5;
+      return 4 * in.size();
+    }
     sdk::ByteWriter w(args.output);
     for (float x : in) w.put(x);
     return mode_ == "too_many" ? args.output.size() + 1 : w.offset();
@@ -477,6 +485,43 @@ TEST(SdkCompressorAbi, DeferredDecompressHandsThePluginTheVerdictWord) {
   EXPECT_EQ(probe_plugin::terse_compressor_decompress_deferred_v1(nullptr, &info, good.data(), good.size(), nullptr,
                                                                   out.data(), 0, &word, nullptr),
             TERSE_ERR_INVALID_ARGUMENT);
+}
+
+// The macro's terse_compressor_compress_deferred_v1 (terse/device_verdict_v1.h), as the deferred decompress above: the
+// plugin sees the word in CompressArgs::deferredVerdict, the ordinary compress sees none, a null word is refused.
+TEST(SdkCompressorAbi, DeferredCompressHandsThePluginTheVerdictWord) {
+  Instance inst(probeApi(), {{"mode", "defer"}});
+  ASSERT_EQ(inst.initStatus(), TERSE_OK);
+  const terse_tensor_info_v1 info = makeInfo(2);
+  const std::vector<float> in = {1.5f, -2.0f};
+  const std::vector<std::byte> good_prev(8, std::byte{1});
+  const std::vector<std::byte> bad_prev(7, std::byte{1});
+  const std::vector<std::byte> want = inst.compress(info, in, good_prev);
+  std::vector<std::byte> out = buffer(8);
+  uint64_t n = 99;
+  uint32_t word = 0;
+  const auto deferred = [&](void* ctx, const std::vector<std::byte>& prev, uint32_t* verdict) {
+    return probe_plugin::terse_compressor_compress_deferred_v1(ctx, &info, in.data(), prev.data(), prev.size(), nullptr,
+                                                               out.data(), out.size(), &n, verdict, nullptr);
+  };
+  // A clean prev compresses as compress does and leaves the word alone.
+  ASSERT_EQ(deferred(inst.ctx(), good_prev, &word), TERSE_OK) << inst.host().lastError();
+  EXPECT_EQ(word, 0u);
+  ASSERT_EQ(n, want.size());
+  EXPECT_EQ(std::vector<std::byte>(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n)), want);
+  // A bad one is left in the word, and the call succeeds with the size a valid prev gives.
+  ASSERT_EQ(deferred(inst.ctx(), bad_prev, &word), TERSE_OK) << inst.host().lastError();
+  EXPECT_EQ(word, 5u);
+  EXPECT_EQ(n, 8u);
+  // The ordinary entry point has no word: the same prev is refused with the plugin's message.
+  EXPECT_EQ(inst.api().compress(inst.ctx(), &info, in.data(), bad_prev.data(), bad_prev.size(), nullptr, out.data(),
+                                out.size(), &n, nullptr),
+            TERSE_ERR_INVALID_PAYLOAD);
+  EXPECT_EQ(inst.host().lastError(), "probe: prev has 7 bytes");
+  // No word: refused, naming the call; no context: refused.
+  EXPECT_EQ(deferred(inst.ctx(), good_prev, nullptr), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(inst.host().lastError(), "probe: compress_deferred: verdict is NULL");
+  EXPECT_EQ(deferred(nullptr, good_prev, &word), TERSE_ERR_INVALID_ARGUMENT);
 }
 
 TEST(SdkCompressorAbi, NullContextIsRejectedWithoutCrashing) {

@@ -1,4 +1,5 @@
-/* terse optional compressor entry point, version 1: a decompress that leaves its payload check's verdict on the device.
+/* terse optional compressor entry points, version 1: a decompress (and a multi-round compress) that leaves its payload
+ * check's verdict on the device.
  *
  * Additive to the compressor ABI v1, which stays as released (compressor_v1.h): beside its one struct, a compressor
  * plugin library MAY export a function of type terse_decompress_deferred_fn_v1 named
@@ -32,7 +33,27 @@
  * plugin has no reason to use it. Does not block (unless it ignores `verdict`: then it blocks as decompress does).
  *
  * The C++ helper <terse/sdk.hpp> exports it for every plugin it builds: sdk::DecompressArgs::deferredVerdict() is then
- * the word (null in an ordinary decompress), and the kit's device::checkedDecompress uses it. */
+ * the word (null in an ordinary decompress), and the kit's device::checkedDecompress uses it.
+ *
+ * A second optional entry point, terse_compressor_compress_deferred_v1 (terse_compress_deferred_fn_v1), does the same
+ * for a multi-round compressor's check of `prev`, the aggregate of the round before (PowerSGD's summed P, which round 1
+ * validates before it orthogonalizes it). Without it a CUDA plugin synchronizes once a tensor in that round too.
+ * Its contract: compress's (compressor_v1.h), on the same arguments, except for a fault of `prev` that the plugin finds
+ * only by reading device memory:
+ *   - `verdict` is a word as above (zeroed by the core, in the call's memory, read once `stream` has run the call).
+ *   - For such a fault the plugin's kernels store a nonzero value into *verdict, and the call returns TERSE_OK without
+ *     waiting, with *output_bytes what a valid prev gives (a fixed-size compressor's size).
+ *   - When the word is raised, the output's bytes and the workspace are undefined (the core may still send the payload:
+ *     every rank holds the same summed prev and refuses alike), no write to the state is made, and this step's
+ *     decompress of this tensor -- of the aggregate and of this rank's own payload -- must refuse, raising its own word
+ *     or returning an error status, as the workspace lacks what this call would have left there (PowerSGD: round 1
+ *     writes its workspace tag and its payload's header only for a valid prev, and decompress checks both).
+ *   - A valid prev gives exactly compress's bytes and workspace.
+ * The core passes a word only in the last round (whose prev stays in place until the step's decodes are done), and
+ * only on a device. For a raised word it calls compress on the same prev, with an input of zeros and into scratch
+ * memory, for the refusal's message: compress must refuse that prev too, and if it accepts it the core reports the
+ * plugin as broken. Ignoring `verdict` and returning compress's status is always correct. sdk::CompressArgs::
+ * deferredVerdict() is the word in a plugin built with <terse/sdk.hpp>, which exports this symbol too. */
 #ifndef TERSE_DEVICE_VERDICT_V1_H_
 #define TERSE_DEVICE_VERDICT_V1_H_
 
@@ -43,11 +64,18 @@ extern "C" {
 #endif
 
 #define TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL "terse_compressor_decompress_deferred_v1"
+#define TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL "terse_compressor_compress_deferred_v1"
 
 typedef terse_status_v1 (*terse_decompress_deferred_fn_v1)(void* ctx, const terse_tensor_info_v1* info,
                                                            const void* payload, uint64_t payload_bytes,
                                                            const terse_scratch_v1* scratch, void* output,
                                                            int32_t accumulate, uint32_t* verdict, void* stream);
+
+typedef terse_status_v1 (*terse_compress_deferred_fn_v1)(void* ctx, const terse_tensor_info_v1* info, const void* input,
+                                                         const void* prev, uint64_t prev_bytes,
+                                                         const terse_scratch_v1* scratch, void* output,
+                                                         uint64_t output_capacity, uint64_t* output_bytes,
+                                                         uint32_t* verdict, void* stream);
 
 #ifdef __cplusplus
 }

@@ -15,8 +15,9 @@ namespace terse::kit::device {
 // Not an anonymous namespace: its mangled name is the same in every plugin built from this file (device.cuh).
 inline namespace TERSE_KIT_KERNEL_NS {
 
-__global__ void writePrefixKernel(Prefix prefix, std::byte* output) {
-  for (unsigned i = threadIdx.x; i < prefix.size; i += blockDim.x) output[i] = prefix.bytes[i];
+__global__ void writePrefixKernel(Prefix prefix, std::byte* output, const uint32_t* gate) {
+  const bool raised = gateRaised(gate);
+  for (unsigned i = threadIdx.x; i < prefix.size; i += blockDim.x) output[i] = raised ? std::byte{0} : prefix.bytes[i];
 }
 
 }  // namespace TERSE_KIT_KERNEL_NS
@@ -97,9 +98,9 @@ bool StatusWords::Lease::raised() const {
   return *reinterpret_cast<const volatile uint32_t*>(word_) != 0u;
 }
 
-void writePrefix(const Prefix& prefix, void* output, void* stream) {
+void writePrefix(const Prefix& prefix, void* output, void* stream, const uint32_t* gate) {
   if (prefix.size == 0) return;
-  writePrefixKernel<<<1, 64, 0, streamOf(stream)>>>(prefix, static_cast<std::byte*>(output));
+  writePrefixKernel<<<1, 64, 0, streamOf(stream)>>>(prefix, static_cast<std::byte*>(output), gate);
   TERSE_COMPRESSOR_CHECK_LAUNCH();
 }
 

@@ -126,8 +126,10 @@ class StatusWords {
   std::vector<std::pair<int, uint32_t*>> discard_;  // by device
 };
 
-// Writes prefix.bytes to the start of a device output (stream-ordered, no host wait).
-void writePrefix(const Prefix& prefix, void* output, void* stream);
+// Writes prefix.bytes to the start of a device output (stream-ordered, no host wait). With a raised `gate` (a deferred
+// verdict word, read on the device) it writes as many zero bytes instead: a header no check accepts, for a payload
+// that a refused prev leaves undefined and this step's decompress must refuse (terse/device_verdict_v1.h).
+void writePrefix(const Prefix& prefix, void* output, void* stream, const uint32_t* gate = nullptr);
 // Blocks until the work queued on `stream` has run.
 void synchronize(void* stream);
 // Queues a copy of `bytes` bytes from device memory to host memory on `stream`; synchronize before reading `dst`.

@@ -29,6 +29,14 @@ struct CompressArgs {
   std::span<std::byte> state;       // kept across steps (TERSE_CAP_STATEFUL), zero-filled at first
   std::span<std::byte> output;      // the whole capacity; write from the start, return the size written
   void* stream;                     // cudaStream_t on the CUDA path, NULL on the host
+  // The deferred call's verdict word (terse/device_verdict_v1.h), null in an ordinary compress.
+  uint32_t* verdict = nullptr;
+
+  // The word a deferred compress (terse/device_verdict_v1.h) leaves a fault of `prev` in, instead of throwing
+  // InvalidPayload after a wait: zeroed by the core, in the call's memory; null in an ordinary compress (and in round
+  // 0, which has no prev, and on the host). A plugin that uses it raises it from its check kernel, writes no state when
+  // it is raised, and leaves its workspace so that this step's decompress refuses; ignoring it is always correct.
+  uint32_t* deferredVerdict() const { return verdict; }
 
   // The input as T (float for f32, ...). Throws Unsupported when T does not match info.dtype.
   template <class T>
@@ -193,20 +201,44 @@ struct CompressorAdapter {
   static terse_status_v1 compress(void* ctx, const terse_tensor_info_v1* info, const void* input, const void* prev,
                                   uint64_t prev_bytes, const terse_scratch_v1* scratch, void* output,
                                   uint64_t output_capacity, uint64_t* output_bytes, void* stream) noexcept {
+    return compressWith(ctx, info, input, prev, prev_bytes, scratch, output, output_capacity, output_bytes, nullptr,
+                        stream, "compress");
+  }
+
+  // terse_compressor_compress_deferred_v1 (terse/device_verdict_v1.h): the same call with the verdict word in
+  // CompressArgs::verdict.
+  static terse_status_v1 compressDeferred(void* ctx, const terse_tensor_info_v1* info, const void* input,
+                                          const void* prev, uint64_t prev_bytes, const terse_scratch_v1* scratch,
+                                          void* output, uint64_t output_capacity, uint64_t* output_bytes,
+                                          uint32_t* verdict, void* stream) noexcept {
+    if (verdict == nullptr) {
+      if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+      return guard(static_cast<const Context*>(ctx)->host.raw(), Export::kName,
+                   [] { throw InvalidArgument("compress_deferred: verdict is NULL"); });
+    }
+    return compressWith(ctx, info, input, prev, prev_bytes, scratch, output, output_capacity, output_bytes, verdict,
+                        stream, "compress_deferred");
+  }
+
+  static terse_status_v1 compressWith(void* ctx, const terse_tensor_info_v1* info, const void* input, const void* prev,
+                                      uint64_t prev_bytes, const terse_scratch_v1* scratch, void* output,
+                                      uint64_t output_capacity, uint64_t* output_bytes, uint32_t* verdict, void* stream,
+                                      const char* call) noexcept {
     if (ctx == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
     const auto* c = static_cast<const Context*>(ctx);
     return guard(c->host.raw(), Export::kName, [&] {
-      checkInfo(info, "compress");
+      checkInfo(info, call);
       checkedPointer(output_bytes, "compress: output_bytes");
       *output_bytes = 0;
-      if (input == nullptr && info->numel > 0) throw InvalidArgument("compress: input is NULL");
+      if (input == nullptr && info->numel > 0) throw InvalidArgument(std::string(call) + ": input is NULL");
       const CompressArgs args{*info,
                               input,
                               bytesOf<const std::byte>(prev, prev_bytes, "compress: prev"),
                               workspaceOf(scratch, "compress"),
                               stateOf(scratch, "compress"),
                               bytesOf<std::byte>(output, output_capacity, "compress: output"),
-                              stream};
+                              stream,
+                              verdict};
       const uint64_t n = c->instance->compress(args);
       if (n > output_capacity) {
         throw Error(TERSE_ERR_INTERNAL, "compress reported " + std::to_string(n) +
@@ -302,14 +334,22 @@ struct CompressorAdapter {
 }  // namespace detail
 }  // namespace terse::sdk
 
-// TERSE_EXPORT_COMPRESSOR's own optional symbol, expanded by TERSE_SDK_DETAIL_EXPORT_PLUGIN (params.hpp) with its
-// traits struct: terse_compressor_decompress_deferred_v1 (terse/device_verdict_v1.h).
+// TERSE_EXPORT_COMPRESSOR's own optional symbols, expanded by TERSE_SDK_DETAIL_EXPORT_PLUGIN (params.hpp) with its
+// traits struct: terse_compressor_decompress_deferred_v1 and terse_compressor_compress_deferred_v1
+// (terse/device_verdict_v1.h).
 #define TERSE_SDK_DETAIL_EXPORT_KIND_Compressor(Export_)                                                             \
   TERSE_PLUGIN_V1_EXPORT terse_status_v1 terse_compressor_decompress_deferred_v1(                                    \
       void* ctx, const terse_tensor_info_v1* info, const void* payload, uint64_t payload_bytes,                      \
       const terse_scratch_v1* scratch, void* output, int32_t accumulate, uint32_t* verdict, void* stream) noexcept { \
     return ::terse::sdk::detail::CompressorAdapter<Export_>::decompressDeferred(                                     \
         ctx, info, payload, payload_bytes, scratch, output, accumulate, verdict, stream);                            \
+  }                                                                                                                  \
+  TERSE_PLUGIN_V1_EXPORT terse_status_v1 terse_compressor_compress_deferred_v1(                                      \
+      void* ctx, const terse_tensor_info_v1* info, const void* input, const void* prev, uint64_t prev_bytes,         \
+      const terse_scratch_v1* scratch, void* output, uint64_t output_capacity, uint64_t* output_bytes,               \
+      uint32_t* verdict, void* stream) noexcept {                                                                    \
+    return ::terse::sdk::detail::CompressorAdapter<Export_>::compressDeferred(                                       \
+        ctx, info, input, prev, prev_bytes, scratch, output, output_capacity, output_bytes, verdict, stream);        \
   }
 
 // Exports Class as the plugin's struct, terse_compressor_plugin_v1 (constant-initialized, default visibility,
