@@ -621,6 +621,52 @@ def overlap(rank):
         sys.setswitchinterval(0.005)
 
 
+class WithUnused(nn.Module):
+    """deep_mlp and a layer its forward never uses: DDP must be told to find unused parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = deep_mlp()
+        self.unused = nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def unused_parameters(rank):
+    # DDP with find_unused_parameters=True all-reduces its map of used parameters on its process group as soon as the
+    # step's last hook call returns, while an overlapped state may still issue collectives (the worker; PowerSGD's
+    # chained rounds). Such a state issues them on a group of its own (terse/torch.py, _group_of_its_own): several
+    # buckets, every overlap mode, the parameters equal to overlap=False's bit for bit, which keeps DDP's group.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    for name, params in (("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
+        finals = {}
+        for overlapped in (True, "chain", "thread", False):
+            model = WithUnused()
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25, find_unused_parameters=True)
+            state = terse.torch.CompressionState(name, module=ddp, error_feedback=True, overlap=overlapped, **params)
+            own = state.process_group is not None and state.process_group is not ddp.process_group
+            check(own == (overlapped is not False), "%s overlap=%s: a group of its own %s" % (name, overlapped, own))
+            ddp.register_comm_hook(state, terse.torch.compression_hook)
+            train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 5, rank)
+            check(len(state.buckets()) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(state.buckets())))
+            finals[overlapped] = [p.detach().clone() for p in model.parameters()]
+            state.close()
+        for mode in finals:
+            for i, (a, b) in enumerate(zip(finals[mode], finals[False])):
+                check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap=%s by up to %g"
+                      % (rank, name, i, mode, (a - b).abs().max()))
+    # A DDP group other than the default one cannot be copied by every rank: refused, naming what to pass.
+    sub = dist.new_group(ranks=list(range(WORLD)))
+    model = WithUnused()
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=sub, find_unused_parameters=True)
+    expect_terse_error(terse.InvalidArgument, "find_unused_parameters=True",
+                       lambda: terse.torch.CompressionState("fp16", module=ddp, process_group=sub))
+    state = terse.torch.CompressionState("fp16", module=ddp, process_group=sub, overlap=False)
+    check(state.process_group is sub, "overlap=False keeps DDP's group")
+    state.close()
+
+
 def in_place(rank):
     # none declares TERSE_CAP_IDENTITY, so the hook sums its buckets where they lie and never calls the plugin
     # (ddp_aggregator.h). The fixture bad_caps shows that the plugin is skipped: mode identity_lies declares the flag
@@ -1141,7 +1187,7 @@ def main():
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
                                     "variable_size", "chained_order", "in_place", "chained_one_round",
-                                    "settle_later"])
+                                    "settle_later", "unused_parameters"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -1163,6 +1209,8 @@ def main():
         elif ARGS.case == "settle_later":
             spawn(settle_later, timeout_s=20, world=3)
             spawn(settle_order, timeout_s=20, world=1)
+        elif ARGS.case == "unused_parameters":
+            spawn(unused_parameters)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

@@ -180,6 +180,30 @@ def _module_device(module):
     return torch.device(devices[0]) if devices else None
 
 
+def _group_of_its_own(module, process_group, overlap):
+    """The process group a state issues its collectives on. DDP with find_unused_parameters=True all-reduces its map of
+    the parameters used in the step on its own process group as soon as the hook call of the step's last bucket
+    returns. A state that issues collectives after its hook call returned -- the worker thread, a multi-round
+    compressor's chained rounds -- would interleave them with that all_reduce in an order that may differ between
+    ranks: a hang, or one rank's gradients summed with another's map. Such a state (any overlap but False) gets a group
+    of its own: the same ranks and backend, made here by every rank of the world, as every rank constructs its state.
+    A DDP group that is not the whole world cannot be copied so (new_group needs every rank of the world): the caller
+    must pass a group of terse's own."""
+    if overlap is False or not getattr(module, "find_unused_parameters", False):
+        return process_group
+    ddp_group = getattr(module, "process_group", None)
+    world = torch.distributed.group.WORLD
+    mine = process_group if process_group is not None else world
+    if ddp_group is None or mine is not ddp_group:
+        return process_group  # already a group DDP does not use
+    _require(ddp_group is world,
+             "module= is DDP with find_unused_parameters=True on a process group other than the default one: DDP "
+             "all-reduces its map of used parameters on that group while terse's overlapped collectives may still go "
+             "out, in another order on another rank. Pass process_group= a group of terse's own with the same ranks "
+             "(torch.distributed.new_group, on every rank), or overlap=False")
+    return torch.distributed.new_group(backend=torch.distributed.get_backend(ddp_group))
+
+
 class CompressionState:
     """The state of terse's DDP hook: the compressor, its codec chains and counters, and the overlap worker.
 
@@ -205,7 +229,11 @@ class CompressionState:
                          bucket's aggregation wait for its collective on the device: with several GPUs that holds
                          backward up while a bucket is on the network, which "side" does not (not yet measured on a
                          cluster). No effect on CPU gradients
-    process_group        the DDP process group (None: the default group)
+    process_group        the DDP process group (None: the default group). With module= a DDP wrapper made with
+                         find_unused_parameters=True and any overlap but False, the state makes a group of its own with
+                         the same ranks (every rank constructs its state, so every rank takes part), since DDP's own
+                         all_reduce of its used-parameter map would otherwise interleave with terse's overlapped
+                         collectives; pass module= whenever DDP finds unused parameters
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
                          and the install and build trees
@@ -260,6 +288,7 @@ class CompressionState:
                 "terse.torch: the module's parameters are on %s; this hook aggregates CPU tensors (gloo) and CUDA "
                 "tensors (NCCL, or gloo) only -- compressor '%s' cannot run there" % (device, compressor))
 
+        process_group = _group_of_its_own(module, process_group, overlap)
         self._agg = _terse.DdpAggregator(
             compressor=str(compressor), params=merged, error_feedback=error_feedback,
             momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
@@ -268,13 +297,14 @@ class CompressionState:
         self.compressor = str(compressor)
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
+        self._nccl = False  # CUDA: whether the process group's backend is NCCL (_bind)
         self.stream = stream  # "current", "side" or None (chosen by _bind): which stream a CUDA state binds
         self.overlap = overlap  # _bind reads these two to choose the stream
         self._step_trace = step_trace
+        self.process_group = process_group
         if device is not None:
             self._bind(device)  # refusals (a plugin without CUDA code, the backend) before anything is registered
         self.params = merged
-        self.process_group = process_group
         self._ids = {} if module is None else {id(p): i for i, p in enumerate(module.parameters())}
         self._fixed_ids = module is not None
         self.error = None  # terse's exception of the first bucket that failed
@@ -453,6 +483,8 @@ class CompressionState:
             stream = torch.cuda.Stream(device) if self.stream == "side" else torch.cuda.current_stream(device)
             self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
             self._stream = stream
+            # Whether the collectives' Futures carry CUDA events (NCCL's do, gloo's do not: _OneRound._summed).
+            self._nccl = torch.distributed.get_backend(self.process_group) == "nccl"
         else:
             raise _terse.Unsupported(
                 "terse.torch: the gradients are on %s; this hook aggregates CPU tensors (gloo) and CUDA tensors "
@@ -1081,8 +1113,8 @@ class _OneRound:
         own = torch.futures.Future(devices=[state._device]) if state._stream is not None else None
         # DDP reads the value from C++: an error must be raised by the callback, not set (_submit). A partial, not a
         # lambda (_Sequencer._chain says why).
-        child = collected.then(_callbacks.track(state, functools.partial(self._summed, pending, buf, len(works),
-                                                                         issued, step, own)))
+        child = collected.then(_callbacks.track(state, functools.partial(self._summed, pending, buf, works, issued,
+                                                                         step, own)))
         if own is None:
             return child
         state._children.append(child)  # _Sequencer._chain says why it is kept
@@ -1130,16 +1162,24 @@ class _OneRound:
             done.set_result(buf)  # its event on the bound stream, after the decode
         return done
 
-    def _summed(self, pending, buf, n, issued, step, own, done):
+    def _summed(self, pending, buf, works, issued, step, own, done):
         """On the thread that completed the bucket's collectives (NCCL's: the issuer's, at once): decodes into the
         bucket and hands it to DDP, as then()'s value for CPU gradients, through `own` (the bucket's CUDA-aware Future,
         completed on the bound stream) for CUDA ones."""
         state = self._state
         try:
-            # CUDA: the bound stream waits for the collectives (the Futures' events), and the decode follows on it.
+            # CUDA: the bound stream waits for the collectives, and the decode follows on it. NCCL's Futures carry
+            # the collectives' CUDA events, which the wait puts before the bound stream's next work. Gloo's carry none:
+            # with CUDA tensors it copies each sum back to the device on a stream of its own and completes the Future
+            # once only its thread's current stream waits for that copy, so the bound stream is made to wait for it
+            # too (Work.synchronize: the current stream waits on the copy's events; Work.wait here would deadlock,
+            # as gloo completes the work only after this callback).
             with state._on_stream():
                 try:
-                    _waited(done, n)
+                    _waited(done, len(works))
+                    if state._stream is not None and not state._nccl:
+                        for w in works:
+                            w.synchronize()
                 except Exception as e:  # noqa: BLE001
                     error = _comm_failed(e)
                     state._fail(error)
