@@ -139,6 +139,11 @@ std::string provenanceJson(const Provenance& p) {
   out["link_emulation"] = std::move(link);
   out["clock"] = p.clock;
   out["simulation"] = std::move(simulation);
+  if (!p.hook.empty()) {
+    Json hook = Json::object();
+    for (const auto& [k, v] : p.hook) hook[k] = v;
+    out["hook"] = std::move(hook);
+  }
   out["plugins"] = std::move(plugins);
   return dumpJson(out);
 }

@@ -2,7 +2,7 @@
 //
 //   config.textproto   the resolved config the run used (the runner passes the text)
 //   provenance.json    what ran: git commit, plugins (path, SHA-256, version, ABI, caps, parameters), host, CPU, GEMM
-//                      kernel, transport, link emulation, world size, start time
+//                      kernel, transport, link emulation, world size, start time; a PyTorch hook's settings
 //   metrics.jsonl      one JSON object per evaluation point, one per line, appended and flushed per record
 //   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
 //
@@ -78,6 +78,10 @@ struct Provenance {
   // says on what platform and with what computation model.
   std::string clock = "real_time";
   std::vector<std::pair<std::string, std::string>> simulation;
+  // A PyTorch run through terse's DDP hook (experiments/python/hook_results.h): the hook's settings that change the
+  // results and that the experiment schema has no field for ("granularity": "tensor" or "bucket"). Written as "hook"
+  // only when set, so native runs' files are as before.
+  std::vector<std::pair<std::string, std::string>> hook;
 };
 
 // One evaluation point. Bytes are per worker: the mean over ranks of what each rank's transport sent (frame headers

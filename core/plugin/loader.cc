@@ -61,17 +61,37 @@ std::optional<fs::path> loaderObjectFile() {
   return fs::path(map->l_name);
 }
 
-std::string describeDirs(const std::vector<SearchDir>& dirs) {
+// The search list for a message; `plugin_path_name` labels the caller's own directories as the caller gives them.
+std::string describeDirs(const std::vector<SearchDir>& dirs, std::string_view plugin_path_name) {
   std::ostringstream o;
   if (dirs.empty()) o << "\n  (no search directories)";
   for (const auto& d : dirs) {
-    o << "\n  " << d.dir.string() << " (" << d.origin << (d.exists ? "" : ", does not exist") << ")";
+    o << "\n  " << d.dir.string() << " (" << (d.origin == kOriginPluginPath ? plugin_path_name : d.origin)
+      << (d.exists ? "" : ", does not exist") << ")";
   }
   return o.str();
 }
 
 std::string kindPrefix(PluginKind kind) {
   return "terse_" + std::string(pluginKindName(kind)) + "_";
+}
+
+// The plugin names of `kind` that the existing directories hold, from their file names alone (sorted, each once):
+// cheap enough for an error message, where loading each file to check it would not be.
+std::set<std::string> namesIn(const std::vector<SearchDir>& dirs, PluginKind kind) {
+  const std::string prefix = kindPrefix(kind);
+  std::set<std::string> names;
+  for (const auto& d : dirs) {
+    if (!d.exists) continue;
+    std::error_code ec;
+    for (fs::directory_iterator it(d.dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string f = it->path().filename().string();
+      if (f.size() <= prefix.size() + 3 || !f.starts_with(prefix) || !f.ends_with(".so")) continue;
+      const std::string name = f.substr(prefix.size(), f.size() - prefix.size() - 3);
+      if (isValidPluginName(name)) names.insert(name);
+    }
+  }
+  return names;
 }
 
 template <typename PluginT>
@@ -257,10 +277,18 @@ PluginLocation PluginLoader::locate(PluginKind kind, std::string_view name) cons
     if (isRegularFile(candidate)) matches.emplace_back(candidate, d.origin);
   }
   if (matches.empty()) {
-    TERSE_THROW(PluginError, pluginKindName(kind) << " '" << name << "' not found: no " << file
-                                                  << " in any search directory (searched in this order:"
-                                                  << describeDirs(dirs) << "\n); add a directory with --plugin-path "
-                                                  << "or TERSE_PLUGIN_PATH, or give the file's path");
+    const std::set<std::string> names = namesIn(dirs, kind);
+    std::string available;
+    for (const auto& n : names) available += (available.empty() ? "" : ", ") + n;
+    TERSE_THROW(
+        PluginError, pluginKindName(kind)
+                         << " '" << name << "' not found: no " << file
+                         << " in any search directory (searched in this order:" << describeDirs(dirs, plugin_path_name_)
+                         << "\n); "
+                         << (available.empty() ? "none of them holds a " + std::string(pluginKindName(kind))
+                                               : "the " + std::string(pluginKindName(kind)) + "s there: " + available)
+                         << "; add a directory with " << plugin_path_name_
+                         << " or TERSE_PLUGIN_PATH, or give the file's path");
   }
   PluginLocation loc{matches.front().first, matches.front().second, {}};
   loc.shadowed.assign(matches.begin() + 1, matches.end());

@@ -121,8 +121,14 @@ class PluginLoader {
 
   // Resolves a name to a file (first match in search order wins; later matches are recorded as shadowed and logged as
   // a warning). Throws PluginError for an invalid name or when no search directory has the file, listing every
-  // directory searched with its origin and whether it exists.
+  // directory searched with its origin and whether it exists, and the names of that kind the directories hold (file
+  // names only: nothing is loaded to say so).
   PluginLocation locate(PluginKind kind, std::string_view name) const;
+
+  // How the caller's own directories are given, for messages: the CLI's "--plugin-path" (the default), or the Python
+  // package's "plugin_path=" keyword, so that a missing plugin's message names what its reader can pass. The
+  // directories' origin (provenance, `terse plugins`) stays kOriginPluginPath.
+  void setPluginPathName(std::string name) { plugin_path_name_ = std::move(name); }
 
   // Loads by name or by path, validates, and registers (see PluginRegistry). Loading by name also requires the
   // declared name to match the file name. Throws PluginError naming the file and the reason.
@@ -145,6 +151,7 @@ class PluginLoader {
 
   std::vector<SearchDir> dirs_;
   std::shared_ptr<PluginRegistry> registry_;  // shared so a loader stays movable
+  std::string plugin_path_name_{kOriginPluginPath};
 };
 
 }  // namespace terse

@@ -13,6 +13,7 @@
 // once per variant.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -134,6 +135,16 @@ std::vector<Experiment> selectVariants(const Study& study, const std::vector<std
 // Repeats (experiment.proto's `seeds`): each experiment once per seed in its `seeds`, in list order, with `seed` set
 // to it (the list kept); an experiment without `seeds` once, as it is.
 std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments);
+// Study and variant names become folders under output_dir: [A-Za-z0-9._-], not "." or "..". Anything else could
+// escape it or collide. Public because terse.torch's ResultsLogger takes its names from Python keywords, not from a
+// config, and must refuse what a config would (experiments/python/hook_results.cc).
+inline bool isFolderName(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
 // Where under <root>/<study>/ a run writes its results: the variant's name, or "<variant>/seed-<seed>" for one of a
 // set of repeats (results/compare/reader.h reads both).
 std::string resultsSubfolder(const Experiment& experiment);

@@ -27,15 +27,6 @@ inline std::string quoted(const std::string& s) {
   return "'" + s + "'";
 }
 
-// Study and variant names become folders under output_dir; anything else could escape it or collide.
-inline bool isFolderName(const std::string& s) {
-  if (s.empty() || s == "." || s == "..") return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-           c == '-';
-  });
-}
-
 template <typename T>
 std::string joined(const std::vector<T>& items) {
   std::ostringstream os;

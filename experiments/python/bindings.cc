@@ -382,6 +382,8 @@ PYBIND11_MODULE(_terse, m) {
           py::arg("test_accuracy"), py::arg("test_loss") = 0.0, py::arg("test_examples") = 0,
           py::arg("train_loss") = 0.0, py::arg("epoch") = 0.0, py::arg("lr") = 0.0, py::arg("step") = -1)
       .def("finish", &HookResults::finish, py::arg("error") = py::none())
+      .def("check_open", &HookResults::checkOpen, py::arg("call"))
+      .def_property_readonly("finished", &HookResults::finished)
       .def_property_readonly("dir", &HookResults::dir);
 
   py::class_<Recipe>(m, "Recipe")

@@ -49,6 +49,7 @@ ByteCounts operator-(const ByteCounts& a, const ByteCounts& b) {
 
 DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
     : options_(std::move(options)), loader_(options_.plugin_path) {
+  loader_.setPluginPathName("plugin_path=");  // what a Python caller passes; the CLI's --plugin-path is not
   validateCodecOptions(options_.codec);
   plugin_ = loader_.loadCompressor(options_.compressor);
   instance_ = plugin_->instantiate(options_.params);
@@ -149,10 +150,25 @@ CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<i
                                        << shapeText(it->second.shape) << " and is now " << dtypeName(dtype) << " "
                                        << shapeText(shape)
                                        << "; a parameter cannot change shape under a hook (build a new one)");
-    TERSE_LOG(LogLevel::kWarn, "terse.torch: bucket " << id << " changed from " << shapeText(it->second.shape) << " "
-                                                      << dtypeName(it->second.dtype) << " to " << shapeText(shape)
-                                                      << " " << dtypeName(dtype)
-                                                      << ": new pipeline, its error-feedback residual starts at zero");
+    // DDP re-forms its buckets once, as its second backward begins (Reducer::rebuild_buckets, in the order the first
+    // step's gradients became ready), so on every model of several buckets sizes change there: expected, and said
+    // once, at info level. A change at any other step is something else re-forming them, so each is a warning.
+    const std::string change = "bucket " + std::to_string(id) + " changed from " + shapeText(it->second.shape) + " " +
+                               std::string(dtypeName(it->second.dtype)) + " to " + shapeText(shape) + " " +
+                               std::string(dtypeName(dtype));
+    if (step_ == 1) {
+      if (!rebuild_noted_) {
+        TERSE_LOG(LogLevel::kInfo, "terse.torch: DDP re-formed its buckets after its first step, as it does once ("
+                                       << change
+                                       << "): each bucket that changed gets a new pipeline, whose error-feedback "
+                                          "residual starts at zero");
+      }
+      rebuild_noted_ = true;
+    } else {
+      TERSE_LOG(LogLevel::kWarn, "terse.torch: " << change << " after " << step_
+                                                 << " steps, not DDP's own rebuild (once, after its first step): new "
+                                                    "pipeline, its error-feedback residual starts at zero");
+    }
     pipelines_.erase(it);
   }
   train::ParamTensor p;

@@ -12,8 +12,10 @@
 //       bucket, so DDP re-forming its buckets (it does after the first step) regroups tensors without losing their
 //       error-feedback residuals. A tensor id seen again with another shape or dtype is refused.
 //   kBucket: the whole flat bucket is one tensor (id = bucket index; a vector, so matrix compressors pass it
-//       through). A bucket whose size or dtype changes gets a new pipeline -- its residual starts from zero -- and a
-//       warning says so.
+//       through). A bucket whose size or dtype changes gets a new pipeline -- its residual starts from zero. DDP
+//       re-forms its buckets once, in its second step (in the order its first step's gradients became ready), so every
+//       multi-bucket model changes sizes there: that is said once at info level. A change at any other step is not
+//       DDP's rebuild, and each is a warning.
 //
 // Devices. A state aggregates host tensors or the CUDA tensors of one device, never both: the Python side binds it
 // (bindHost, bindCuda) at construction when the module shows its device, else at the first bucket, and refuses a later
@@ -254,6 +256,7 @@ class DdpAggregator {
   std::mutex mutex_;                      // aggregate(), beginChained, finishChained (see beginChained)
   std::vector<GroupMember> group_;        // reused per call
   uint64_t step_ = 0;
+  bool rebuild_noted_ = false;  // bucket granularity: DDP's rebuild in the second step was logged (pipelineFor)
   bool bound_ = false;
   bool identity_ = false;  // the plugin's caps for f32 declare TERSE_CAP_IDENTITY
   double in_place_s_ = 0;  // the in-place path's averaging, counted as decode

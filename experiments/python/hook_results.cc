@@ -44,6 +44,16 @@ HookResults::HookResults(py::object group, const BaselineRun& baseline, const st
 void HookResults::start(const std::filesystem::path& root, const std::string& study, const std::string& variant,
                         const std::string& description, const std::string& torch_version) {
   start_ = std::chrono::steady_clock::now();
+  // The names become folders under `root`, so they follow a config's rule for study and variant
+  // (experiments/configs/README.md): "..", "a/b" or "../x" would write into the root, nest, or escape it. On every
+  // rank and before anything is written, so a bad name raises everywhere alike and leaves no folder behind.
+  for (const auto& [keyword, name] : {std::pair{"study", &study}, std::pair{"variant", &variant}}) {
+    TERSE_CHECK(experiments::isFolderName(*name), InvalidArgument,
+                "terse.torch: ResultsLogger: " << keyword << "='" << *name << "'"
+                                               << " must be a folder name ([A-Za-z0-9._-], not '.' or '..'): the run "
+                                                  "is written to <root>/<study>/<variant>/");
+  }
+  folder_ = root / study / variant;
   // Parsed on every rank, so a bad description raises everywhere alike.
   experiments::Experiment e = experiments::parseConfigText(description, "ResultsLogger description");
   const int world = comm_->size();
@@ -60,7 +70,11 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     e.mutable_compressor()->set_name(o.compressor);
     for (const auto& [k, v] : o.params) (*e.mutable_compressor()->mutable_params())[k] = v;
     e.set_error_feedback(o.codec.error_feedback);
+    // All three, as a resolved native config writes them: masking and Nesterov change the updates whenever the factor
+    // is on, and a config that left them out would read as the defaults.
     e.mutable_momentum_correction()->set_factor(o.codec.momentum_correction);
+    e.mutable_momentum_correction()->set_masking(o.codec.momentum_masking);
+    e.mutable_momentum_correction()->set_nesterov(o.codec.momentum_nesterov);
     e.set_seed(o.seed);
   } else {
     // What terse knows of a baseline is its label; the description keeps whatever else the script says.
@@ -84,6 +98,10 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
   if (aggregator_ != nullptr) {
     prov.plugins.push_back({aggregator_->plugin().info(), aggregator_->caps(), aggregator_->options().params,
                             aggregator_->resolvedParams()});
+    // Granularity changes what the compressor sees (each parameter, or DDP's flat bucket), so it changes the results;
+    // the experiment schema has no field for it, since a native run always compresses per tensor.
+    prov.hook.emplace_back("granularity",
+                           aggregator_->options().granularity == Granularity::kBucket ? "bucket" : "tensor");
   }
   writer_->writeProvenance(prov);
 }
@@ -93,7 +111,15 @@ std::optional<std::filesystem::path> HookResults::dir() const {
   return writer_->dir();
 }
 
+void HookResults::checkOpen(std::string_view call) const {
+  TERSE_CHECK(!finished_, InvalidArgument,
+              "terse.torch: ResultsLogger." << call << ": the run in " << folder_.string()
+                                            << " is finished (finish() was called); build a new ResultsLogger for "
+                                               "another run");
+}
+
 void HookResults::record(const EvalNumbers& eval, std::optional<int64_t> step) {
+  checkOpen("record");
   TERSE_CHECK(std::isfinite(eval.test_accuracy) && eval.test_accuracy >= 0 && eval.test_accuracy <= 1, InvalidArgument,
               "terse.torch: record: test_accuracy must be a fraction in [0, 1], got " << eval.test_accuracy);
   TERSE_CHECK(aggregator_ != nullptr || step.has_value(), InvalidArgument,
@@ -155,6 +181,15 @@ void HookResults::record(const EvalNumbers& eval, std::optional<int64_t> step) {
 }
 
 void HookResults::finish(const std::optional<std::string>& error) {
+  if (finished_) {
+    TERSE_CHECK(!error || failed_, InvalidArgument,
+                "terse.torch: ResultsLogger.finish: the run in "
+                    << folder_.string()
+                    << " was already marked completed, so it cannot be marked failed now: " << *error);
+    return;
+  }
+  finished_ = true;
+  failed_ = error.has_value();
   if (!writer_ || writer_->state() != results::kStateRunning) return;
   if (error) {
     writer_->markFailed(*error);

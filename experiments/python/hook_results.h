@@ -8,11 +8,13 @@
 //   config.textproto  the training script's description of its recipe (an Experiment in text format: workload, data,
 //                     optimizer, epochs, seed, ...), with what the hook knows filled in over it -- study, variant,
 //                     workers = the group's size, mode SYNC, the compressor and its parameters, error feedback and
-//                     momentum correction -- so compare reads the compressor and recipe as it does for native runs.
-//                     The transport is left unset: none of the schema's transports is torch.distributed.
+//                     momentum correction (factor, masking, Nesterov) -- so compare reads the compressor and recipe
+//                     as it does for native runs. The transport is left unset: none of the schema's transports is
+//                     torch.distributed. Study and variant must be folder names, as a config's are.
 //   provenance.json   commit, host, time, terse version, transport "torch.distributed:<backend> (torch <version>)",
-//                     world size, mode, and the plugin as core's loader loaded it (path, origin, ABI, version, caps
-//                     for f32, parameters).
+//                     world size, mode, the plugin as core's loader loaded it (path, origin, ABI, version, caps for
+//                     f32, parameters), and "hook": {"granularity": ...}, which changes the results and has no field
+//                     in the schema (`terse compare --provenance` shows it beside the transport).
 //   metrics.jsonl     one record per record() call -- the training script's evaluation points -- with the hook's step
 //                     count, wall time since the logger was built, the cumulative wire and payload bytes (the means
 //                     over ranks, as terse runs report them) and per-step times. Exposed communication is what
@@ -31,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "experiments/python/ddp_aggregator.h"
 #include "results/result_writer.h"
@@ -65,10 +68,17 @@ class HookResults {
               const std::string& torch_version);
 
   // Collective; see above. test_accuracy outside [0, 1] is an InvalidArgument (compare would skip the record).
-  // `step`: the steps done; required for a baseline, the hook's count when absent.
+  // `step`: the steps done; required for a baseline, the hook's count when absent. After finish() an
+  // InvalidArgument (checkOpen).
   void record(const EvalNumbers& eval, std::optional<int64_t> step);
-  // Marks the run completed (or failed with `error`); idempotent. Rank 0 only writes.
+  // Throws InvalidArgument naming the folder once finish() was called: a record after it would land in metrics.jsonl
+  // behind a status.json that says the run ended with fewer records.
+  void checkOpen(std::string_view call) const;
+  // Marks the run completed (or failed with `error`). Rank 0 only writes. The first call settles the outcome; a later
+  // one changes nothing (a `finally:` may call it again), except that an error after the run was marked completed is
+  // an InvalidArgument rather than dropped unseen.
   void finish(const std::optional<std::string>& error);
+  bool finished() const noexcept { return finished_; }
   std::optional<std::filesystem::path> dir() const;
 
  private:
@@ -83,6 +93,9 @@ class HookResults {
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;
+  std::filesystem::path folder_;  // <root>/<study>/<variant>, on every rank (rank 0's writer makes it)
+  bool finished_ = false;
+  bool failed_ = false;  // the first finish() said why the run failed
   // The last record's all_reduce tensor, kept until the next record: torch_communicator.h's in_call_ says why.
   pybind11::object last_sums_;
 };

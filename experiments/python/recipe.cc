@@ -14,6 +14,7 @@ namespace terse::python {
 
 Recipe::Recipe(const std::string& path, const std::string& variant, const std::vector<std::string>& plugin_path)
     : loader_(plugin_path) {
+  loader_.setPluginPathName("plugin_path=");  // what a Python caller passes; the CLI's --plugin-path is not
   const experiments::Study study = experiments::loadStudy(path, runner::runnerConfigOptions(&loader_));
   std::vector<std::string> names;
   if (!variant.empty()) names.push_back(variant);

@@ -6,9 +6,10 @@ The recipe is a variant of a terse config (default: the quickstart study's "dens
 MLP with terse's initial parameters, the Fashion-MNIST arrays from terse's IDX reader, each rank's batches from terse's
 shard sampler, and the learning rate of every step from terse's schedule -- the same recipe `terse run` trains, so
 its results folder (--results) sits beside the native run's in `terse compare`. Ranks are processes of
-torch.multiprocessing on gloo, CPU only, one thread each.
+torch.multiprocessing on gloo, CPU only, one thread each. PYTHONPATH is the build tree's python folder: build/python
+from the default preset (build-cpu/python from the cpu preset), or none once the package is pip-installed.
 
-    PYTHONPATH=build-cpu/python python3 experiments/pytorch/train_fashion_mnist.py \\
+    PYTHONPATH=build/python python3 experiments/pytorch/train_fashion_mnist.py \\
         --variant topk-1pct-ef --workers 2 --epochs 1 --results results
 """
 

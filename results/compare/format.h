@@ -19,7 +19,8 @@ std::string toCsv(const Comparison& c);
 std::string toJson(const Comparison& c, const std::vector<std::string>& warnings);
 
 // --provenance: per run, the config hash, git commit, plugins (name, version, ABI, path, caps, params), transport,
-// mode, world size, link emulation, host and start time.
+// mode, world size, link emulation, host and start time, and a PyTorch hook's settings (the markdown puts them beside
+// the transport).
 std::string provenanceTableMarkdown(const std::vector<RunData>& runs);
 std::string provenanceTableCsv(const std::vector<RunData>& runs);
 std::string provenanceTableJson(const std::vector<RunData>& runs, const std::vector<std::string>& warnings);

@@ -193,11 +193,13 @@ std::string provenanceTableMarkdown(const std::vector<RunData>& runs) {
             : p.compressor + " " + p.compressor_version + " (ABI " + p.compressor_abi + ", " + p.compressor_file +
                   (p.compressor_sha256.empty() ? "" : ", sha256 " + detail::shortHash(p.compressor_sha256)) + ")" +
                   (p.other_plugins.empty() ? "" : "; " + p.other_plugins);
-    // The clock belongs with the transport: a simulated run's times are its platform's (DESIGN.md section 9).
+    // The clock belongs with the transport: a simulated run's times are its platform's (DESIGN.md section 9). So
+    // does a PyTorch hook's granularity: how the gradients were cut up for the compressor.
     const std::string transport = p.transport.empty()
                                       ? "-"
                                       : p.transport + ", " + p.mode + ", " + p.world_size + " workers" +
-                                            (p.clock == "simulated" ? ", simulated time (" + p.simulation + ")" : "");
+                                            (p.clock == "simulated" ? ", simulated time (" + p.simulation + ")" : "") +
+                                            (p.hook.empty() ? "" : ", hook " + p.hook);
     const std::vector<std::string> cells = {run.variant,
                                             p.state,
                                             detail::shortHash(p.config_sha256),

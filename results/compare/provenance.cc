@@ -83,6 +83,7 @@ ProvenanceRow provenanceRow(const RunData& run) {
   // Runs from before the clock setting existed measured real time.
   r.clock = str(p, "clock").empty() ? "real_time" : str(p, "clock");
   if (const Json* s = findMember(p, "simulation"); s && s->is_object() && !s->empty()) r.simulation = objectText(s);
+  r.hook = objectText(findMember(p, "hook"));
   if (const Json* plugins = findMember(p, "plugins"); plugins && plugins->is_array()) {
     for (const auto& pl : *plugins) {
       if (str(pl, "kind") == "compressor" && r.compressor.empty()) {
@@ -132,7 +133,9 @@ std::vector<std::pair<std::string, std::string ProvenanceRow::*>> provenanceColu
           {"host", &ProvenanceRow::host},
           {"cpu", &ProvenanceRow::cpu},
           {"gemm", &ProvenanceRow::gemm},
-          {"start_time", &ProvenanceRow::start_time}};
+          {"start_time", &ProvenanceRow::start_time},
+          // Last: added after the others, so a tool that reads the CSV by position keeps its columns.
+          {"hook", &ProvenanceRow::hook}};
 }
 
 }  // namespace terse::results::detail

@@ -25,6 +25,8 @@ struct ProvenanceRow {
   std::string clock, simulation;  // "real_time" or "simulated"; the simulated platform and compute model
   std::string cpu;                // provenance.json's "cpu"; empty for runs recorded before it existed
   std::string gemm;               // provenance.json's "gemm" (the host models' GEMM kernel); empty likewise
+  // provenance.json's "hook" (a PyTorch run through terse's DDP hook: "granularity=bucket"); empty for other runs
+  std::string hook;
 };
 
 // Empty cells for what the run's provenance.json does not say (a run that failed before writing it, or an older

@@ -289,6 +289,26 @@ TEST(LoadErrors, NotFoundListsEveryDirectorySearchedAndWhichExist) {
   EXPECT_TRUE(contains(s, {"scheduler 'nope' not found", "terse_scheduler_nope.so"}));
 }
 
+// The message says how to add a directory in the caller's own terms (the CLI's flag by default, the Python keyword when
+// the extension says so) and lists the names the directories hold.
+TEST(LoadErrors, NotFoundNamesTheCallersWayToAddADirectoryAndWhatIsThere) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", "");
+  PluginLoader cli(std::vector<std::string>{kFixtureDir.string()});
+  const std::string m = messageOf<PluginError>([&] { cli.loadCompressor("nope"); });
+  EXPECT_TRUE(contains(m, {"add a directory with --plugin-path or TERSE_PLUGIN_PATH", "the compressors there: ", "topk",
+                           kFixtureDir.string() + " (--plugin-path)"}))
+      << m;
+  PluginLoader python(std::vector<std::string>{kFixtureDir.string()});
+  python.setPluginPathName("plugin_path=");
+  const std::string p = messageOf<PluginError>([&] { python.loadCompressor("nope"); });
+  EXPECT_TRUE(
+      contains(p, {"add a directory with plugin_path= or TERSE_PLUGIN_PATH", kFixtureDir.string() + " (plugin_path=)"}))
+      << p;
+  EXPECT_EQ(p.find("--plugin-path"), std::string::npos) << p;
+  const std::string s = messageOf<PluginError>([&] { python.loadScheduler("nope"); });
+  EXPECT_TRUE(contains(s, {"the schedulers there: ", "fifo"})) << s;
+}
+
 TEST(LoadErrors, InvalidNameIsRejectedBeforeAnySearch) {
   auto loader = fixtureLoader();
   for (const char* bad : {"Top-K", "top k", "", "ünï", "topk;rm"}) {

@@ -11,13 +11,17 @@
                     reaches DDP as an error naming terse's exception, and fails the buckets queued behind it without a
                     collective; a chained bucket's failure is raised by the hook call itself
   api               typed keyword values (ratio=0.01, unbiased=True) become the plugin's parameters; values of other
-                    types, non-bool flags, bad seeds, a parameter given twice and a module off the CPU are refused
-                    with terse.InvalidArgument / terse.Unsupported naming the value
+                    types, non-bool flags, bad seeds, a parameter given twice, a module= that is no module and a
+                    module off the CPU are refused with terse.InvalidArgument / terse.Unsupported naming the value
   logger            ResultsLogger writes the folder `terse run` writes, for a hook run and for a plain-DDP baseline
-                    (bytes from the module, steps from the caller), and `terse compare` lists both
+                    (bytes from the module, steps from the caller), and `terse compare` lists both; study and
+                    variant names that are no folder names are refused before anything is written; record() after
+                    finish() is refused, a second finish() changes nothing; DGC's masking and Nesterov are in the
+                    config and the granularity in provenance.json, which `terse compare --provenance` shows
   payload_bytes     each bucket's payload bytes equal `terse plugins show` for its tensors (tensor granularity) or
                     its size (bucket granularity), for top-k, fp16, 1-bit and PowerSGD (two rounds)
-  errors            a missing plugin, a bad parameter, a plugin that throws in compress and a bf16 SUM wire that gloo
+  errors            a missing plugin (its message names plugin_path=, not the CLI's flag, and lists the compressors
+                    found), a bad parameter, a plugin that throws in compress and a bf16 SUM wire that gloo
                     cannot sum raise terse's exceptions with terse's messages (out of backward: a RuntimeError naming
                     them), and the job shuts down
   one_rank_fails    a plugin failing on rank 0 only: rank 0 raises terse's error, rank 1 is released by gloo (no hang)
@@ -26,8 +30,10 @@
                     tensor within the deadline and a margin; chained (overlap=True: the plugin is SUM) and
                     without overlap the hung call holds backward's thread, so the process exits 1, naming it; rank 1
                     is released by gloo
-  layout            a bucket that changes size (bucket granularity: new pipeline; tensor granularity: refused), a
-                    layout that does not tile the bucket, and a re-formed group of another size are handled or refused
+  layout            a bucket that changes size (bucket granularity: new pipeline, said once at info level in the
+                    second step, where DDP re-forms its buckets, and a warning at any other; tensor granularity:
+                    refused), a layout that does not tile the bucket, and a re-formed group of another size are
+                    handled or refused
   step_trace        step_trace=True with a logger: every rank's steps.rank<R>.jsonl in the results folder, each step
                     with a forward segment per Linear (its parameters that layer's tensors), a backward segment and a
                     group per DDP bucket (same tensors, in order; compress, gloo all-gathers, decompress), the
@@ -294,7 +300,16 @@ def check_payload_bytes(path):
 
 def errors(rank):
     State = terse.torch.CompressionState
-    expect_error(terse.PluginError, "compressor 'no_such_compressor' not found", lambda: State("no_such_compressor"))
+    message = expect_error(terse.PluginError, "compressor 'no_such_compressor' not found",
+                           lambda: State("no_such_compressor"))
+    # From Python the message names the keyword, not the CLI's flag, and lists what the directories hold.
+    check("add a directory with plugin_path= or TERSE_PLUGIN_PATH" in message and "--plugin-path" not in message,
+          "the message should name plugin_path=, not --plugin-path: %s" % message)
+    check(re.search(r"the compressors there: [a-z0-9_, ]*\btopk\b", message), "no list of compressors: %s" % message)
+    message = expect_error(terse.PluginError, "compressor 'no_such_compressor' not found",
+                           lambda: State("no_such_compressor", plugin_path=[ARGS.fixture_plugins]))
+    check("%s (plugin_path=)" % ARGS.fixture_plugins in message, "the caller's folder should be labelled plugin_path=: "
+          "%s" % message)
     expect_error(terse.InvalidArgument, "topk: 'ratio' must be in (0, 1], got 2", lambda: State("topk", ratio=2))
     expect_error(terse.InvalidArgument, "'momentum_correction' must be in [0, 1)",
                  lambda: State("none", momentum_correction=1.5))
@@ -439,6 +454,7 @@ def layout(rank, store2):
     hook_fn(state, FakeBucket(0, a)).wait()
     hook_fn(state, FakeBucket(0, a + [torch.zeros(20)])).wait()
     check(state.buckets()[0]["numel"] == 120, "bucket 0 should now hold 120 elements: %s" % state.buckets())
+    rebuild_log(hook_fn)
     # Tensor granularity: the same parameter object with another shape is refused, naming the shapes.
     state = terse.torch.CompressionState("topk", ratio=0.1, overlap=False)
     p = torch.zeros(10, 10)
@@ -461,6 +477,43 @@ def layout(rank, store2):
     dist.init_process_group("gloo", init_method="file://%s.%d" % (store2, rank), rank=0, world_size=1)
     expect_error(terse.InvalidArgument, "built for rank %d of a process group of 2, the group is now rank 0 of 1" % rank,
                  lambda: hook_fn(state, FakeBucket(0, [torch.zeros(10, 10)])))
+
+
+def captured_stderr(fn):
+    """What fn() writes to file descriptor 2 (terse's log), as text."""
+    with tempfile.TemporaryFile(mode="w+") as f:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(f.fileno(), 2)
+        try:
+            fn()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        return f.read()
+
+
+def rebuild_log(hook_fn):
+    """Bucket granularity: DDP re-forms its buckets once, in its second step, so sizes changing there are said once at
+    info level (main runs this case with TERSE_LOG_LEVEL=info); a change at a later step is a warning."""
+    state = terse.torch.CompressionState("topk", ratio=0.1, granularity="bucket", error_feedback=True, overlap=False)
+
+    def step(sizes):
+        for i, n in enumerate(sizes):
+            hook_fn(state, FakeBucket(i, [torch.zeros(n)], last=i == len(sizes) - 1)).wait()
+
+    step([100, 100])
+    log = captured_stderr(lambda: step([120, 80]))
+    infos = [line for line in log.splitlines() if "re-formed its buckets" in line]
+    check(len(infos) == 1 and infos[0].startswith("terse [info] terse.torch: DDP re-formed its buckets after its "
+                                                  "first step"), "DDP's rebuild should be one info line:\n%s" % log)
+    check("[warn]" not in log, "DDP's rebuild should not warn:\n%s" % log)
+    log = captured_stderr(lambda: step([100, 80]))
+    check("terse [warn] terse.torch: bucket 0 changed from [120] f32 to [100] f32 after 2 steps, not DDP's own "
+          "rebuild" in log, "a later change should warn:\n%s" % log)
+    check(state.buckets()[0]["numel"] == 100, "bucket 0 should now hold 100 elements: %s" % state.buckets())
 
 
 def devices(rank):
@@ -1003,6 +1056,12 @@ def api(rank):
     # (the meta device stands in for CUDA on a machine without one).
     meta = nn.Linear(4, 4, device="meta")
     expect_error(terse.Unsupported, "the module's parameters are on meta", lambda: State("fp16", module=meta))
+    # module= that is not a module is refused by name, as every other keyword is (not an AttributeError).
+    for bad in (torch.zeros(3), [nn.Linear(4, 4)], "model"):
+        expect_error(terse.InvalidArgument, "'module' must be a torch.nn.Module (the model or its DDP wrapper), got "
+                     + type(bad).__name__, lambda: State("none", module=bad))
+        expect_error(terse.InvalidArgument, "ResultsLogger: 'module' must be a torch.nn.Module",
+                     lambda: terse.torch.ResultsLogger("unused", module=bad))
     expect_error(terse.InvalidArgument, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=",
                  lambda: terse.torch.ResultsLogger("unused"))
 
@@ -1012,6 +1071,22 @@ def api(rank):
 
 def logger(rank, root):
     steps = 4
+    # Study and variant become folders: a config's rule holds for them too, and a bad name is refused on every rank
+    # before anything is written (".." wrote the run's files into the root, "../x" outside it, "a/b" nested).
+    escape = "../%s-escape" % os.path.basename(root)
+    state = terse.torch.CompressionState("none")
+    for study, variant in (("logged", ".."), (escape, "v"), ("logged", "a/b"), ("a b", "v"), (".", "v"),
+                           ("logged", ""), ("logged", "a:b")):
+        bad = ("variant", variant) if study == "logged" else ("study", study)
+        expect_error(terse.InvalidArgument, "ResultsLogger: %s=%r must be a folder name ([A-Za-z0-9._-], not '.' or "
+                     "'..')" % bad, lambda: terse.torch.ResultsLogger(root, study=study, variant=variant, state=state))
+        expect_error(terse.InvalidArgument, "ResultsLogger: %s=%r must be a folder name" % bad,
+                     lambda: terse.torch.ResultsLogger(root, study=study, variant=variant, bytes_per_step=4))
+    if rank == 0:  # the only rank that writes
+        check(os.listdir(root) == [], "refused names left files behind: %s" % os.listdir(root))
+        check(not os.path.exists(os.path.join(root, escape)), "a study escaped the root")
+    dist.barrier()  # before rank 0 writes the runs below
+
     # A terse hook's run and a plain-DDP baseline in one study.
     model = mlp()
     ddp = nn.parallel.DistributedDataParallel(model)
@@ -1037,6 +1112,28 @@ def logger(rank, root):
         check(log.results_dir is not None and os.path.isdir(log.results_dir), "no folder: %r" % log.results_dir)
     else:
         check(log.results_dir is None, "rank 1 has a folder: %r" % log.results_dir)
+    # A finished logger takes no more records (they would follow a status that says the run ended), names its
+    # folder, and writes nothing; a second finish() changes nothing; an error after completion is not dropped.
+    folder = os.path.join(root, "logged", "ddp-allreduce")
+    expect_error(terse.InvalidArgument, "ResultsLogger.record: the run in %s is finished" % folder,
+                 lambda: log.record(test_accuracy=0.5, step=steps + 1))
+    log.finish()
+    expect_error(terse.InvalidArgument, "ResultsLogger.finish: the run in %s was already marked completed" % folder,
+                 lambda: log.finish(error="too late"))
+
+    # Every hook setting that changes the results is in the folder: DGC's masking and Nesterov in the config, the
+    # granularity in provenance.json (the schema has no field for it).
+    model = mlp()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terse.torch.CompressionState("topk", ratio=0.5, momentum_correction=0.9, momentum_nesterov=True,
+                                         momentum_masking=False, granularity="bucket", module=model)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    log = terse.torch.ResultsLogger(root, study="logged", variant="topk-dgc-bucket", state=state,
+                                    description="optimizer { lr: 0.01 momentum: 0 }")
+    train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.01), 2, rank)
+    log.record(test_accuracy=0.5, epoch=1.0)
+    log.finish()
+    state.close()
 
 
 def check_logger(root):
@@ -1061,10 +1158,31 @@ def check_logger(root):
         check(status.get("state") == "completed", "%s: status %s" % (variant, status))
     config = open(os.path.join(study, "ddp-allreduce", "config.textproto")).read()
     check('name: "none"' in config and "workers: 2" in config, "baseline config:\n%s" % config)
-    table = subprocess.run([ARGS.terse, "compare", study, "--format", "csv"], check=True, capture_output=True,
-                           text=True).stdout
+    # The record after finish() left nothing behind.
+    status = json.load(open(os.path.join(study, "ddp-allreduce", "status.json")))
+    lines = open(os.path.join(study, "ddp-allreduce", "metrics.jsonl")).read().splitlines()
+    check(status["records"] == len(lines) == 1, "status %s, %d metrics lines" % (status, len(lines)))
+    config = open(os.path.join(study, "topk-dgc-bucket", "config.textproto")).read()
+    momentum = re.search(r"momentum_correction \{([^}]*)\}", config)
+    check(momentum and re.split(r"\s+", momentum.group(1).strip()) == ["factor:", "0.9", "masking:", "false",
+                                                                        "nesterov:", "true"],
+          "the config should hold DGC's factor, masking and Nesterov:\n%s" % config)
+    hooks = {v: json.load(open(os.path.join(study, v, "provenance.json"))).get("hook")
+             for v in ("topk-dgc-bucket", "terse-fp16", "ddp-allreduce")}
+    check(hooks == {"topk-dgc-bucket": {"granularity": "bucket"}, "terse-fp16": {"granularity": "tensor"},
+                    "ddp-allreduce": None}, "provenance.json's hook settings: %s" % hooks)
+    # terse reads the configs back (a config it cannot parse is a warning naming the file) and shows the granularity.
+    done = subprocess.run([ARGS.terse, "compare", study, "--format", "csv"], check=True, capture_output=True, text=True)
+    check("config.textproto" not in done.stderr, "`terse compare` warned about a config:\n%s" % done.stderr)
+    table = done.stdout
     rows = {line.split(",")[1] for line in table.splitlines() if "," in line}
-    check({"ddp-allreduce", "terse-fp16"} <= rows, "`terse compare` does not list both runs:\n%s" % table)
+    check({"ddp-allreduce", "terse-fp16", "topk-dgc-bucket"} <= rows,
+          "`terse compare` does not list every run:\n%s" % table)
+    provenance = subprocess.run([ARGS.terse, "compare", "--provenance", study, "--format", "json"], check=True,
+                                capture_output=True, text=True).stdout
+    shown = {r["variant"]: r.get("hook") for r in json.loads(provenance)["runs"]}
+    check(shown.get("topk-dgc-bucket") == "granularity=bucket" and shown.get("ddp-allreduce") == "",
+          "`terse compare --provenance` should show the hook's granularity: %s" % shown)
     print("logger: baseline %d B, fp16 %d B per worker; compare lists both" % (base["payload_bytes_per_worker"],
                                                                                ours["payload_bytes_per_worker"]))
 
@@ -1233,6 +1351,7 @@ def main():
             spawn(step_trace, tmp)
             check_step_trace(tmp)
         elif ARGS.case == "layout":
+            os.environ["TERSE_LOG_LEVEL"] = "info"  # the workers' (rebuild_log reads an info line)
             spawn(layout, os.path.join(tmp, "store2"))
         elif ARGS.case == "variable_size":
             spawn(variable_size)

@@ -310,5 +310,30 @@ TEST(ProvenanceTable, ShowsResolvedParameters) {
   EXPECT_EQ(cells, (std::set<std::string>{"levels=15 bucket_size=512", "defaults not reported"}));
 }
 
+// A PyTorch hook's granularity (provenance.json's "hook", which the experiment schema has no field for) shows beside
+// the transport and in its own column; a native run's provenance.json has no "hook".
+TEST(ProvenanceTable, ShowsTheHooksSettings) {
+  const fs::path root = freshDir("ProvenanceHook");
+  RunSpec hooked("s", "hooked", "topk", false, {{100, 0.5, 1000, 1.0}});
+  hooked.hook = {{"granularity", "bucket"}};
+  writeRun(root, hooked);
+  const fs::path native = writeRun(root, RunSpec("s", "native", "none", false, {{100, 0.5, 1000, 1.0}}));
+  EXPECT_EQ(readText(native / "provenance.json").find("\"hook\""), std::string::npos);
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 2u) << joined(w);
+  const std::string md = provenanceTableMarkdown(runs);
+  EXPECT_NE(md.find("inproc, sync, 4 workers, hook granularity=bucket |"), std::string::npos) << md;
+  EXPECT_NE(md.find("inproc, sync, 4 workers |"), std::string::npos) << md;
+  const auto j = parseJson(provenanceTableJson(runs, {}));
+  ASSERT_TRUE(j);
+  std::set<std::string> cells;
+  for (const auto& r : j->at("runs")) cells.insert(getString(r, "hook").value_or("?"));
+  EXPECT_EQ(cells, (std::set<std::string>{"granularity=bucket", ""}));
+  const auto csv = parseCsv(provenanceTableCsv(runs));
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_EQ(csv[0].back(), "hook");
+}
+
 }  // namespace
 }  // namespace terse::results

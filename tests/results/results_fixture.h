@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "results/result_writer.h"
@@ -50,6 +51,7 @@ struct RunSpec {
   std::string gemm;                // provenance "gemm"; "" leaves it out (as in runs recorded before the field)
   std::string plugin_path;         // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
   std::optional<Params> resolved;  // what the compressor reported (resolved_params_v1.h); nullopt: not reported
+  std::vector<std::pair<std::string, std::string>> hook;  // provenance "hook" (a PyTorch hook's run); empty: none
   // A repeat (experiment.proto's seeds): `seeds` as the config lists them ("[1, 2, 3]") and this run's seed; the run
   // then goes to <study>/<variant>/seed-<seed>/ as the runner writes it.
   std::string seeds;
@@ -84,6 +86,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     p.mode = "sync";
     p.world_size = 4;
     p.link = {{"bandwidth", "1Gbps"}, {"latency", "50us"}};
+    p.hook = s.hook;
     if (s.simulated) {
       p.clock = "simulated";
       p.simulation = {{"platform", "simgrid 3.32 CM02"},

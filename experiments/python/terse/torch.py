@@ -166,6 +166,12 @@ def _require(cond, message):
         raise _invalid(message)
 
 
+def _described(value):
+    """A value in an error message: its type, and its repr unless that is long (a tensor's or a list's can be)."""
+    text = repr(value)
+    return "%s %s" % (type(value).__name__, text if len(text) <= 60 else text[:57] + "...")
+
+
 # cudaStreamLegacy: the same stream as handle 0, torch's default stream; terse's ABI reserves a null stream for host
 # tensors, so a CUDA state on torch's default stream is bound to this handle.
 _CUDA_STREAM_LEGACY = 1
@@ -271,6 +277,8 @@ class CompressionState:
         _require(stream in (None, "current", "side"), "stream must be 'current' or 'side' (or None), got %r"
                  % (stream,))
         _require(params is None or isinstance(params, dict), "'params' must be a dict, got %r" % (params,))
+        _require(module is None or isinstance(module, torch.nn.Module),
+                 "'module' must be a torch.nn.Module (the model or its DDP wrapper), got %s" % _described(module))
         _require(not step_trace or module is not None,
                  "step_trace=True needs module= (the model or its DDP wrapper): the trace names its parameters and "
                  "times its modules' forward")
@@ -1384,8 +1392,15 @@ class ResultsLogger:
     allreduce per step, e.g. half the dense bytes for DDP's fp16_compress_hook), and pass `step=` to record().
 
     Rank 0 writes; every rank must construct the logger and call record() at the same points (it averages the
-    ranks' counters with one all_reduce). `description` holds text-format fields of terse's experiment schema
-    describing the recipe (workload, data, optimizer, epochs, ...) for config.textproto; see terse.Recipe.text.
+    ranks' counters with one all_reduce). `description` is an Experiment in text format (terse's experiment schema,
+    not free text: `optimizer { lr: 0.1 }`), describing the recipe (workload, data, optimizer, epochs, ...) for
+    config.textproto; see terse.Recipe.text. `study` and `variant` name folders, so they follow a config's rule:
+    [A-Za-z0-9._-], not "." or ".." (terse.InvalidArgument otherwise, before anything is written). `variant` defaults
+    to the compressor's name with `state=`, "ddp" without.
+
+    record() after finish() raises terse.InvalidArgument. The first finish() settles the folder's status; a later one
+    changes nothing (a `finally:` may call it again), but an error after the run was marked completed raises
+    terse.InvalidArgument rather than being dropped.
     """
 
     def __init__(self, root, *, study="pytorch", variant=None, state=None, module=None, bytes_per_step=None,
@@ -1400,7 +1415,8 @@ class ResultsLogger:
             _require(bytes_per_step is None and compressor is None,
                      "ResultsLogger: bytes_per_step and compressor describe a run without a terse hook; with state= "
                      "the hook's own counts are logged")
-            variant = state.compressor if variant is None else variant
+            # The loaded plugin's name, not state.compressor, which may be a path to its file.
+            variant = state.plugin["name"] if variant is None else variant
             self._results = _terse.HookResults(state._agg, str(root), study, str(variant), str(description),
                                                torch.__version__)
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
@@ -1408,6 +1424,9 @@ class ResultsLogger:
             return
         if bytes_per_step is None:
             _require(module is not None, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=")
+            _require(isinstance(module, torch.nn.Module),
+                     "ResultsLogger: 'module' must be a torch.nn.Module (the model or its DDP wrapper), got %s"
+                     % _described(module))
             bytes_per_step = _param_bytes(module)
         _require(isinstance(bytes_per_step, numbers.Integral) and not isinstance(bytes_per_step, bool)
                  and bytes_per_step >= 0, "ResultsLogger: bytes_per_step must be a non-negative integer, got %r"
@@ -1426,6 +1445,7 @@ class ResultsLogger:
         """Appends an evaluation point to metrics.jsonl. Collective: call it on every rank at the same point, with
         test_accuracy as a fraction in [0, 1]. `step` (steps done) is required without a terse hook; with one it
         defaults to the hook's count of backward passes."""
+        self._results.check_open("record")  # before the drain and the collective: every rank raises alike
         if self.state is not None:
             self.state._drain()
             if self.state._tracer is not None:
@@ -1438,9 +1458,14 @@ class ResultsLogger:
 
     def finish(self, error=None):
         """Marks the results folder completed, or failed with `error` (an exception or a message); a hook that
-        failed marks it failed with its error even when `error` is not given."""
+        failed marks it failed with its error even when `error` is not given. A second call changes nothing, but an
+        error after the folder was marked completed raises terse.InvalidArgument."""
         if error is None and self.state is not None:
             error = self.state.error
+        if self._results.finished:
+            # The first call wrote the status and the step traces; this only refuses an error it would drop.
+            self._results.finish(None if error is None else str(error))
+            return
         if self.state is not None and self.state._tracer is not None and self.state._tracer.trace.described:
             # Before the status says completed: a finished folder holds its traces. A failed run's trace shows where
             # it stopped.
