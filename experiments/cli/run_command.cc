@@ -3,11 +3,14 @@
 // The whole study is loaded and validated first (syntax, values, plugins instantiated with their parameters), so a
 // broken config fails with FILE:LINE:COL before any variant trains. Then each selected variant runs in turn into
 // <out>/<study>/<variant>/, and a small table compares them at the end. Without CONFIG the embedded quickstart runs.
+// A failed variant does not stop the study, except that a variant whose workload the PyTorch driver refused (its
+// module, model, data or device: runner::WorkloadRefused) is not followed by the variants that share that workload.
 //
 // Under `terse launch` the process tells the launcher how the study went (core/common/launch_notify.h): the rank that
 // writes the results says `study-done` once every variant completed, and a rank that fails says `failed <reason>`
 // before it exits non-zero. Not per variant: a multi-process study goes on to its next variant after one fails, and
 // the launcher's clock must not start while ranks still train.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdint>
@@ -93,7 +96,14 @@ int runCommand(const std::vector<std::string>& args) {
 
   PluginLoader loader(vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>()
                                               : std::vector<std::string>{});
-  const auto config_options = runner::runnerConfigOptions(&loader);
+  auto config_options = runner::runnerConfigOptions(&loader);
+  // A pytorch workload's module is named relative to its config file (experiment.proto PyTorch.module): validation
+  // looks for it there, and the experiments below get its full path.
+  std::filesystem::path config_dir;
+  if (vm.count("config")) {
+    config_dir = std::filesystem::absolute(vm["config"].as<std::vector<std::string>>().front()).parent_path();
+    config_options.module_dir = config_dir;
+  }
   std::vector<experiments::Experiment> experiments;
   try {
     const experiments::Study study =
@@ -104,13 +114,10 @@ int runCommand(const std::vector<std::string>& args) {
     experiments = experiments::selectVariants(
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
     if (vm.count("config")) {
-      // A pytorch workload's module is named relative to its config file (experiment.proto PyTorch.module).
-      const std::filesystem::path dir =
-          std::filesystem::absolute(vm["config"].as<std::vector<std::string>>().front()).parent_path();
       for (auto& x : experiments) {
         const auto& t = x.workload().pytorch();
         if (x.workload().name() == "pytorch" && t.has_module() && std::filesystem::path(t.module()).is_relative())
-          x.mutable_workload()->mutable_pytorch()->set_module((dir / t.module()).lexically_normal().string());
+          x.mutable_workload()->mutable_pytorch()->set_module((config_dir / t.module()).lexically_normal().string());
       }
     }
     if (vm.count("workers")) experiments::overrideWorkers(experiments, vm["workers"].as<int>());
@@ -134,7 +141,20 @@ int runCommand(const std::vector<std::string>& args) {
   Table table({"variant", "final acc", "best acc", "wire MB/worker", "payload MB/worker", "time"});
   int failed = 0;
   std::string first_error;
+  // Variants whose workload the driver refused (runner::WorkloadRefused): a later variant training the same one is
+  // skipped, not started to fail alike, and its folder (results of an earlier study, say) is left as it is.
+  std::vector<const experiments::Experiment*> refused;
   for (const auto& experiment : experiments) {
+    const auto same = std::find_if(refused.begin(), refused.end(), [&](const experiments::Experiment* r) {
+      return runner::sameWorkloadAsRefused(experiment, *r);
+    });
+    if (same != refused.end()) {
+      std::cerr << "terse run: variant '" << experiment.variant() << "' skipped: it has the workload, data and workers "
+                << "of variant '" << (*same)->variant() << "', which the driver refused (above)\n";
+      table.add({experiment.variant(), "skipped", "-", "-", "-", "-"});
+      ++failed;
+      continue;
+    }
     try {
       const runner::RunSummary s = run.run(experiment);
       if (!run.primary()) continue;  // ranks 1.. of a multi-process run: rank 0 reports for the job
@@ -148,6 +168,7 @@ int runCommand(const std::vector<std::string>& args) {
       std::cerr << "terse run: " << userMessage(e.what()) << '\n';
       if (run.primary()) table.add({experiment.variant(), "failed", "-", "-", "-", "-"});
       if (failed++ == 0) first_error = userMessage(e.what());
+      if (dynamic_cast<const runner::WorkloadRefused*>(&e) != nullptr) refused.push_back(&experiment);
     }
   }
   if (!experiments.empty() && run.primary()) {

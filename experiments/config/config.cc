@@ -58,10 +58,13 @@ std::string describeParseError(std::string_view text, const std::string& source,
   pb::io::Tokenizer tokens(&input, &ignore);
   tokens.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
   std::string quoted_culprit;
-  for (const char* lead : {"has no field named \"", "Unknown enumeration value of \"", "Non-repeated field \""}) {
+  constexpr const char* kUnknownField = "has no field named \"";
+  bool unknown_field = false;
+  for (const char* lead : {kUnknownField, "Unknown enumeration value of \"", "Non-repeated field \""}) {
     if (auto pos = report.message.find(lead); pos != std::string::npos) {
       pos += std::strlen(lead);
       quoted_culprit = report.message.substr(pos, report.message.find('"', pos) - pos);
+      unknown_field = lead == kUnknownField;
     }
   }
   std::vector<std::string> scopes;
@@ -88,9 +91,11 @@ std::string describeParseError(std::string_view text, const std::string& source,
     report.line = culprit_line;
     report.column = culprit_column;
   }
+  // An unknown name is not a field of the message being parsed: the path is that message's. `field` would be the
+  // field before it ("optimizer.lr" for a misspelt field after lr), since a name only becomes `field` at its ':'.
   std::string path;
   for (const auto& s : scopes) path += s + ".";
-  path += field;
+  if (!unknown_field) path += field;
   if (!path.empty() && path.back() == '.') path.pop_back();
 
   std::ostringstream os;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +73,10 @@ struct ConfigOptions {
   // The modes and transports the runner implements; the schema reserves more.
   std::vector<Experiment::Mode> modes{Experiment::SYNC};
   std::vector<Experiment::Transport> transports{Experiment::INPROC};
+  // The folder a relative workload.pytorch.module is named from (the config's; `terse run` sets it): set, the module
+  // must be a file there, so that a misspelt path fails with the config's errors rather than in every rank of every
+  // variant. Unset (a config given as text, as in tests), the module is not looked for.
+  std::optional<std::filesystem::path> module_dir;
 };
 
 // A loaded study: the file as parsed, and the experiments to run, in variant order, each resolved (merged, defaults

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 #include <unordered_set>
 
 #include "core/plugin/loader.h"
@@ -591,12 +593,27 @@ void gloveOptimizer(Checks& c, const Experiment& e, const Ctx&) {
 }
 
 // workload pytorch: the model block, and what a DDP run through terse's hook can honour (experiment.proto PyTorch).
-void pytorchModel(Checks& c, const Experiment& e, const Ctx&) {
+void pytorchModel(Checks& c, const Experiment& e, const Ctx& ctx) {
   if (!isPyTorch(e)) return;
   const PyTorch& t = e.workload().pytorch();
   if (t.has_torchvision() == t.has_module())
     c.fail("workload.pytorch") << " must name exactly one model: torchvision (a torchvision.models constructor) or "
                                   "module (a Python file defining model() and data(rank, world))";
+  if (t.has_module() && !t.module().empty() && ctx.options.module_dir) {
+    std::filesystem::path file(t.module());
+    if (file.is_relative()) file = *ctx.options.module_dir / file;
+    file = file.lexically_normal();
+    std::error_code ec;
+    const auto type = std::filesystem::status(file, ec).type();
+    if (type == std::filesystem::file_type::not_found)
+      c.fail("workload.pytorch.module") << ": no file " << quoted(file.string())
+                                        << (std::filesystem::path(t.module()).is_relative()
+                                                ? " (the module is named relative to the config's folder)"
+                                                : "");
+    else if (type != std::filesystem::file_type::regular)
+      c.fail("workload.pytorch.module") << ": " << quoted(file.string()) << " is not a file"
+                                        << (ec ? " (" + ec.message() + ")" : "");
+  }
   if (t.has_module()) {
     for (const char* field : {"data", "image_size", "channels", "num_classes", "synthetic_examples"}) {
       const auto* f = PyTorch::descriptor()->FindFieldByName(field);
@@ -918,7 +935,8 @@ constexpr CrossRule kRules[] = {
     {"glove-adagrad", "workload.glove.optimizer, optimizer.momentum, mode",
      "ADAGRAD with momentum, or in mode HOGWILD (plain SGD)", &gloveOptimizer},
     {"pytorch-model", "workload.pytorch",
-     "not exactly one of torchvision and module; a module with the image fields; "
+     "not exactly one of torchvision and module; a module that is not a file (named relative to the config's "
+     "folder); a module with the image fields; "
      "a synthetic set over 16 GiB per rank; synthetic_examples without data "
      "SYNTHETIC; fewer than 10 classes on Fashion-MNIST",
      &pytorchModel},

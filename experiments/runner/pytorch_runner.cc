@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "core/common/error.h"
 #include "core/common/json.h"
 #include "core/plugin/loader.h"
@@ -152,6 +154,7 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
   const std::filesystem::path spec =
       rank0 ? writer->dir() / ".pytorch-experiment.textproto"
             : std::filesystem::temp_directory_path() / ("terse-pytorch-" + std::to_string(::getpid()) + ".textproto");
+  bool refused = false;  // the driver's checks refused the workload (WorkloadRefused)
   try {
     {
       std::ofstream out(spec);
@@ -166,8 +169,12 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       if (d.exists) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
     }
     const int status = runChild(argv, pythonPath());
-    std::string driver_error;
-    if (std::ifstream in(error_file); in) std::getline(in, driver_error);
+    // The summary line, then "config" when the driver's own checks refused the workload (train.py, _write_error).
+    std::string driver_error, driver_kind;
+    if (std::ifstream in(error_file); in) {
+      std::getline(in, driver_error);
+      std::getline(in, driver_kind);
+    }
     std::error_code ignored;
     std::filesystem::remove(spec, ignored);
     std::filesystem::remove(error_file, ignored);
@@ -184,6 +191,7 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       // The driver's own reason: its summary, else what its logger wrote into the status.
       std::string why = driver_error;
       if (why.empty() && left.state == results::kStateFailed) why = left.error;
+      refused = !multi_process && driver_kind == "config" && !driver_error.empty();
       throw std::runtime_error(why.empty() ? describeExit(status) : why + " (" + describeExit(status) + ")");
     }
     TERSE_CHECK(
@@ -200,10 +208,17 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     if (!writer) throw;
     writer->recount();
     writer->markFailed(x.what());
-    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
-                        writer->dir().string() + "): " + x.what(),
-                    writer->dir());
+    std::string message = "variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
+                          writer->dir().string() + "): " + x.what();
+    if (refused) throw WorkloadRefused(std::move(message), writer->dir());
+    throw RunFailed(std::move(message), writer->dir());
   }
+}
+
+bool sameWorkloadAsRefused(const Experiment& later, const Experiment& refused) {
+  return later.workers() == refused.workers() &&
+         google::protobuf::util::MessageDifferencer::Equals(later.workload(), refused.workload()) &&
+         google::protobuf::util::MessageDifferencer::Equals(later.data(), refused.data());
 }
 
 }  // namespace terse::runner

@@ -94,6 +94,20 @@ class RunFailed : public std::runtime_error {
   std::filesystem::path dir_;
 };
 
+// A run whose driver refused the variant's workload before training: workload pytorch's checks of the user's module,
+// the model's name, data()'s return and the device (experiments/python/terse/train.py, ConfigError), a config error
+// that only the run could find. Thrown on transport INPROC, where one driver speaks for every rank: a later variant
+// with the same workload, data and workers would be refused alike, and `terse run` skips it
+// (sameWorkloadAsRefused).
+class WorkloadRefused : public RunFailed {
+ public:
+  using RunFailed::RunFailed;
+};
+
+// Whether `later` trains what a variant refused with WorkloadRefused trained: its workload, data and workers, all that
+// the driver's checks read.
+bool sameWorkloadAsRefused(const experiments::Experiment& later, const experiments::Experiment& refused);
+
 // The ConfigOptions the runner can serve: its workloads, sync mode, the inproc transport, and the loader.
 experiments::ConfigOptions runnerConfigOptions(PluginLoader* loader);
 

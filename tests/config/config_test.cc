@@ -105,6 +105,26 @@ TEST_F(ConfigTest, UnknownField) {
               "t.textproto:3:3: optimizer: Message type \"terse.experiments.Optimizer\" has no field named \"lrr\".");
 }
 
+// An unknown name after a known field is not that field: the path is the enclosing message's ("optimizer", not
+// "optimizer.lr", the field the tokens named last), at any depth and at the top level; the errors that are about a
+// field still name it when another field comes first.
+TEST_F(ConfigTest, UnknownFieldAfterAnotherNamesTheMessage) {
+  expectError("study: \"s\"\noptimizer {\n  lr: 0.1\n  momentun: 0.9\n}\n",
+              "t.textproto:4:3: optimizer: Message type \"terse.experiments.Optimizer\" has no field named "
+              "\"momentun\".");
+  expectError("workload {\n  name: \"pytorch\"\n  pytorch {\n    module: \"m.py\"\n    max_step_per_epoch: 2\n  }\n}\n",
+              "t.textproto:5:5: workload.pytorch: Message type \"terse.experiments.PyTorch\" has no field named "
+              "\"max_step_per_epoch\".");
+  expectError("study: \"s\"\nepoch: 1\n",
+              "t.textproto:2:1: Message type \"terse.experiments.Experiment\" has no field named \"epoch\".");
+  expectError("study: \"s\"\noptimizer { momentum: 0.9 schedule: COSINEE }\n",
+              "t.textproto:2:37: optimizer.schedule: Unknown enumeration value of \"COSINEE\" for field \"schedule\".");
+  expectError("study: \"s\"\noptimizer { momentum: 0.9 lr: \"fast\" }\n",
+              "t.textproto:2:31: optimizer.lr: Expected double, got: \"fast\"");
+  expectError("study: \"s\"\noptimizer { lr: 0.1 lr: 0.2 }\n",
+              "t.textproto:2:21: optimizer.lr: Non-repeated field \"lr\" is specified multiple times.");
+}
+
 TEST_F(ConfigTest, WrongType) {
   expectError("study: \"s\"\noptimizer { lr: \"fast\" }\n",
               "t.textproto:2:17: optimizer.lr: Expected double, got: \"fast\"");
@@ -340,6 +360,30 @@ TEST_F(ConfigTest, PyTorchWorkload) {
     EXPECT_TRUE(has(errors, fragment)) << text << "\nwanted: " << fragment
                                        << "\ngot: " << ::testing::PrintToString(errors);
   }
+}
+
+// With the config's folder known (terse run sets it), a module that is not a file there is a config error naming the
+// field, the path it looked for and, for a variant's module, the variant: found before any driver starts.
+TEST_F(ConfigTest, PyTorchModuleMustBeAFile) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "config_test_modules";
+  std::filesystem::create_directories(dir / "models");
+  std::ofstream(dir / "models" / "m.py") << "def model(): pass\ndef data(rank, world): pass\n";
+  const std::string text =
+      "study: \"s\"\n"                                                        // 1
+      "workload { name: \"pytorch\" pytorch { module: \"models/m.py\" } }\n"  // 2
+      "clock: REAL_TIME\n";                                                   // 3
+  EXPECT_NO_THROW(load(text)) << "not looked for without the folder";
+  options_.module_dir = dir;
+  EXPECT_NO_THROW(load(text));
+  std::string missing = text;
+  missing.replace(missing.find("models/m.py"), 11, "models/n.py");
+  expectError(missing, "t.textproto:2:38: workload.pytorch.module: no file '" + (dir / "models/n.py").string() +
+                           "' (the module is named relative to the config's folder)");
+  const std::string absolute = (dir / "gone.py").string();
+  expectError(text + "variants { name: \"v\" overrides { workload { pytorch { module: \"" + absolute + "\" } } } }\n",
+              "t.textproto:4:55: variants[0] (\"v\").workload.pytorch.module: no file '" + absolute + "'");
+  missing.replace(missing.find("models/n.py"), 11, "models");
+  expectError(missing, "t.textproto:2:38: workload.pytorch.module: '" + (dir / "models").string() + "' is not a file");
 }
 
 // seeds: one run per seed (expandRepeats), each in <variant>/seed-<seed>; the seed defaults to the first; bad lists

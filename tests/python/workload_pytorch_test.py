@@ -8,6 +8,11 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
   tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder
   failures  a module whose model() raises, and one whose rank 1 dies in data(): terse run fails, naming the error,
             and neither folder is left "running"
+  refusals  what is wrong with the model or its data rather than in the user's code, each refused in one line with
+            no traceback: a missing module file by the config's validation (no driver starts), a module that does not
+            parse or lacks data(), data() returning the wrong shape or float labels, an unknown torchvision name,
+            device "cuda" without CUDA; the variants after a refused one that share its workload are skipped, their
+            folders left as they were, and a variant with another workload still runs
 """
 
 import argparse
@@ -165,6 +170,11 @@ def failures(tmp):
         check(fragment in status.get("error", ""), "%s: status error %r lacks %r" % (name, status.get("error"),
                                                                                       fragment))
         check(fragment in p.stderr, "%s: terse run's message lacks %r:\n%s" % (name, fragment, p.stderr))
+        if name == "broken":
+            # An exception of the user's code keeps its traceback, from the user's frames on: the driver's are noise.
+            trace = p.stderr[p.stderr.find("Traceback"):]
+            check("Traceback" in p.stderr and 'broken.py", line 4, in model' in trace and "train.py" not in trace,
+                  "broken: not the user's traceback:\n%s" % p.stderr)
         print("failures: %s -> %s" % (name, status["error"][:160]))
     # A plugin that crashes (SIGSEGV) in the hook on rank 1: the rank's crash handler names the plugin call in the
     # driver's error file, and the status says so (core/common/crash.h); a plugin that hangs past plugin_timeout
@@ -187,16 +197,123 @@ def failures(tmp):
         print("failures: %s -> %s" % (name, status["error"][:200]))
 
 
+NO_DATA = '''
+import torch
+def model():
+    return torch.nn.Linear(4, 2)
+'''
+
+NO_MODEL = '''
+import torch
+def data(rank, world):
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+'''
+
+SYNTAX_ERROR = '''
+import torch
+def model(:
+    return torch.nn.Linear(4, 2)
+'''
+
+FLAT_DATA = '''
+import torch
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return torch.zeros(8, 4), torch.zeros(8, dtype=torch.long)
+'''
+
+FLOAT_LABELS = '''
+import torch
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8)), (x, torch.zeros(8))
+'''
+
+
+def refusals(tmp):
+    out = os.path.join(tmp, "results")
+
+    def refused(name, workload, variants='variants { name: "v" }', workers=2):
+        cfg = os.path.join(tmp, name + ".textproto")
+        open(cfg, "w").write(study(name, workload, variants, workers=workers))
+        p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
+        check(p.returncode != 0, "%s: terse run succeeded:\n%s" % (name, p.stdout))
+        # terse's own refusals are a line each: a traceback is for an exception of the user's code alone.
+        check("Traceback" not in p.stderr, "%s: a traceback for a refusal:\n%s" % (name, p.stderr))
+        return p.stderr
+
+    # A missing module is the config's error, at its line, before any folder or driver.
+    err = refused("missing", 'module: "models/none.py"')
+    check("missing.textproto:2:" in err and "workload.pytorch.module: no file '%s'" % os.path.join(tmp, "models",
+                                                                                                   "none.py") in err
+          and "terse.train" not in err, "missing: %s" % err)
+    check(not os.path.exists(os.path.join(out, "missing")), "missing: a results folder was made")
+
+    # A module without data(), in a study of four variants: the first fails naming the module, the two that train the
+    # same workload are skipped (one of them keeps the folder an earlier study wrote), and the variant with another
+    # module runs, to fail for its own reason.
+    for name, source in (("no_data", NO_DATA), ("no_model", NO_MODEL), ("syntax_error", SYNTAX_ERROR),
+                         ("flat_data", FLAT_DATA), ("float_labels", FLOAT_LABELS)):
+        open(os.path.join(tmp, name + ".py"), "w").write(source)
+    kept = os.path.join(out, "no_data", "c")
+    os.makedirs(kept)
+    open(os.path.join(kept, "status.json"), "w").write('{"state":"completed"}\n')
+    err = refused("no_data", 'module: "no_data.py"', """
+variants { name: "a" }
+variants { name: "b" overrides { compressor { name: "topk" params { key: "ratio" value: "0.5" } } } }
+variants { name: "other" overrides { workload { pytorch { module: "no_model.py" } } } }
+variants { name: "c" overrides { error_feedback: true } }""")
+    no_data = "workload.pytorch.module: %s defines no data(rank, world)" % os.path.join(tmp, "no_data.py")
+    check(err.count("terse.train: " + no_data) == 1, "no_data: not one line of the driver's:\n%s" % err)
+    status = json.load(open(os.path.join(out, "no_data", "a", "status.json")))
+    check(status["state"] == "failed" and no_data in status["error"], "no_data: status %s" % status)
+    for skipped in ("b", "c"):
+        check("variant '%s' skipped" % skipped in err, "no_data: %s not skipped:\n%s" % (skipped, err))
+    check(not os.path.exists(os.path.join(out, "no_data", "b")), "no_data: a skipped variant made a folder")
+    check(open(os.path.join(kept, "status.json")).read() == '{"state":"completed"}\n',
+          "no_data: a skipped variant's earlier folder was touched")
+    check("defines no model()" in json.load(open(os.path.join(out, "no_data", "other", "status.json")))["error"],
+          "no_data: the variant with another module did not run:\n%s" % err)
+
+    err = refused("syntax_error", 'module: "syntax_error.py"')
+    check("workload.pytorch.module: %s:3:" % os.path.join(tmp, "syntax_error.py") in err and "SyntaxError" in err
+          and "def model(:" in err, "syntax_error: %s" % err)
+
+    # data()'s return, checked on every rank before the process group: one line a rank.
+    err = refused("flat_data", 'module: "flat_data.py"')
+    check("data(0, 2) in %s returned (Tensor[8, 4] float32, Tensor[8] int64); expected ((train_x, train_y), "
+          "(test_x, test_y))" % os.path.join(tmp, "flat_data.py") in err, "flat_data: %s" % err)
+    err = refused("float_labels", 'module: "float_labels.py"', workers=1)
+    check("data(0, 1) in %s: train_y is float32; labels are class indices" % os.path.join(tmp, "float_labels.py")
+          in err, "float_labels: %s" % err)
+
+    err = refused("torchvision", 'torchvision: "resnet181" data: SYNTHETIC image_size: 8 synthetic_examples: 8')
+    check("workload.pytorch.torchvision: torchvision" in err and "has no model 'resnet181' (did you mean 'resnet18'"
+          in err, "torchvision: %s" % err)
+
+    import torch
+    if not torch.cuda.is_available():  # device "cuda" without a device: refused before any process group
+        err = refused("cuda", 'module: "no_model.py" device: "cuda"')
+        check('workload.pytorch.device: "cuda", but the torch' in err and 'set device: "cpu"' in err,
+              "cuda: %s" % err)
+        check("NCCL built in" not in err, "cuda: torch's own NCCL error, not the driver's:\n%s" % err)
+    print("refusals: ok")
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["inproc", "tcp", "failures"])
+    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        {"inproc": inproc, "tcp": tcp, "failures": failures}[ARGS.case](tmp)
+        {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

@@ -24,6 +24,7 @@ of steps (the smallest shard's, cut at max_steps_per_epoch), since DDP needs eve
 """
 
 import argparse
+import difflib
 import importlib.util
 import math
 import os
@@ -93,32 +94,152 @@ class Spec:
 # ---- model and data
 
 
+class WorkloadError(terse.ConfigError):
+    """The driver's checks refused the variant's workload: the user's module, the torchvision name, data()'s return,
+    the device, the batch against the shard. A config error only a run can find; terse run, told so (_write_error),
+    skips the later variants with the same workload, data and workers (experiments/runner/runner.h,
+    WorkloadRefused)."""
+
+
+class UserCodeError(Exception):
+    """An exception raised inside the user's module (importing it, its model() or data()): the one kind of failure
+    whose traceback the driver prints, cut to the user's frames (_report), since the fix is in that code. What the
+    driver finds wrong with the module from outside (no file, a syntax error, a missing function, data() returning the
+    wrong thing) is a WorkloadError instead: one line naming the field and what is expected."""
+
+    def __init__(self, what, path, error):
+        super().__init__("%s in %s raised %s: %s" % (what, path, type(error).__name__, _last_line(error)))
+        self.error = error
+
+
+_MODULES = {}  # path -> the imported module, so that a rank of a TCP job imports it once (check_workload, train_rank)
+
+
 def _load_module(path):
+    if path in _MODULES:
+        return _MODULES[path]
+    # terse run has checked that the file exists (the config's validation); a driver started by hand has not.
+    if not os.path.isfile(path):
+        raise WorkloadError("workload.pytorch.module: no file %s" % path)
     spec = importlib.util.spec_from_file_location("terse_user_model", path)
     if spec is None or spec.loader is None:
-        raise terse.ConfigError("workload.pytorch.module: cannot load %s as a Python module" % path)
+        raise WorkloadError("workload.pytorch.module: cannot load %s as a Python module" % path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in ("model", "data"):
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:  # the file (or one it imports) is not Python: where, and the line, say it all
+        where = "%s:%s:%s" % (e.filename, e.lineno, e.offset) if e.lineno else str(e.filename)
+        text = (": " + e.text.strip()) if e.text and e.text.strip() else ""
+        raise WorkloadError("workload.pytorch.module: %s: %s: %s%s" % (where, type(e).__name__, e.msg, text)) \
+            from None
+    except Exception as e:  # noqa: BLE001  (the module's own top-level code)
+        raise UserCodeError("importing the module", path, e) from e
+    for name, what in (("model", "model(), which returns the torch.nn.Module to train"),
+                       ("data", "data(rank, world), which returns ((train_x, train_y), (test_x, test_y))")):
         if not callable(getattr(module, name, None)):
-            raise terse.ConfigError("workload.pytorch.module: %s defines no %s()" % (path, name))
+            raise WorkloadError("workload.pytorch.module: %s defines no %s" % (path, what))
+    _MODULES[path] = module
     return module
+
+
+def _torchvision_constructor(spec):
+    import torchvision  # only torchvision models need it
+
+    name = spec.pt["torchvision"]
+    # torchvision.models also holds submodules (resnet, vgg, ...), classes (ResNet) and helpers (get_model): a model
+    # constructor is a lower-case function, as the names torchvision's own list_models() gives.
+    known = [n for n, v in vars(torchvision.models).items()
+             if callable(v) and not isinstance(v, type) and n[:1].islower() and not n.startswith(("get_", "list_"))]
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = ("did you mean %s?" % " or ".join(map(repr, close)) if close
+                else "not one of its %d model constructors, such as 'resnet18' or 'vit_b_16'" % len(known))
+        raise WorkloadError("workload.pytorch.torchvision: torchvision %s has no model %r (%s)"
+                            % (torchvision.__version__, name, hint))
+    return getattr(torchvision.models, name)
+
+
+def check_workload(spec):
+    """What can be checked of the workload once, before any rank starts: the device, the model's name, the module's
+    file and functions. Raises WorkloadError naming the field (UserCodeError for the module's own code)."""
+    if spec.device == "cuda":
+        # Otherwise init_process_group fails in every rank with "Distributed package doesn't have NCCL built in".
+        build = "built without CUDA" if torch.version.cuda is None else "built with CUDA %s" % torch.version.cuda
+        if not torch.cuda.is_available():
+            raise WorkloadError('workload.pytorch.device: "cuda", but the torch %s of %s (%s) sees no CUDA device; '
+                                'set device: "cpu" to train on the CPU over gloo, or run terse with a CUDA torch '
+                                "(TERSE_PYTHON names its python3) on a machine with a GPU"
+                                % (torch.__version__, sys.executable, build))
+        if not dist.is_nccl_available():
+            raise WorkloadError('workload.pytorch.device: "cuda" trains over NCCL, which the torch %s of %s lacks; '
+                                'set device: "cpu" (gloo), or run terse with a torch built with NCCL '
+                                "(TERSE_PYTHON names its python3)" % (torch.__version__, sys.executable))
+    if "module" in spec.pt:
+        _load_module(spec.pt["module"])
+    else:
+        _torchvision_constructor(spec)
 
 
 def build_model(spec, user):
     if user is not None:
-        model = user.model()
+        try:
+            model = user.model()
+        except Exception as e:  # noqa: BLE001
+            raise UserCodeError("model()", spec.pt["module"], e) from e
+        if not isinstance(model, torch.nn.Module):
+            raise WorkloadError("workload.pytorch.module: model() in %s returned %s, not a torch.nn.Module"
+                                % (spec.pt["module"], _describe(model)))
     else:
-        import torchvision  # only torchvision models need it
-
-        ctor = getattr(torchvision.models, spec.pt["torchvision"], None)
-        if not callable(ctor):
-            raise terse.ConfigError("workload.pytorch.torchvision: torchvision %s has no model %r"
-                                    % (torchvision.__version__, spec.pt["torchvision"]))
-        model = ctor(num_classes=int(spec.pt["num_classes"]))
-    if not isinstance(model, torch.nn.Module):
-        raise terse.ConfigError("workload.pytorch: model() returned %s, not a torch.nn.Module" % type(model).__name__)
+        model = _torchvision_constructor(spec)(num_classes=int(spec.pt["num_classes"]))
     return model
+
+
+def _describe(value, depth=0):
+    """A short account of what user code returned: "(Tensor[64, 4] float32, Tensor[64] int64)"."""
+    if isinstance(value, torch.Tensor):
+        return "Tensor[%s] %s" % (", ".join(str(d) for d in value.shape), str(value.dtype).replace("torch.", ""))
+    if isinstance(value, (tuple, list)):
+        if depth >= 2 or len(value) > 4:
+            return "a %s of %d" % (type(value).__name__, len(value))
+        inner = ", ".join(_describe(v, depth + 1) for v in value)
+        return "(%s%s)" % (inner, "," if len(value) == 1 else "") if isinstance(value, tuple) else "[%s]" % inner
+    module = type(value).__module__
+    return type(value).__name__ if module == "builtins" else module + "." + type(value).__name__
+
+
+def user_data(spec, user, rank, world):
+    """data(rank, world) of the user's module, checked: ((train_x, train_y), (test_x, test_y)) of tensors with the
+    examples along dimension 0 and integer class labels (cross_entropy's targets), else WorkloadError saying what
+    came back. Labels of another integer type become int64, as torch's loss needs."""
+    path = spec.pt["module"]
+    try:
+        result = user.data(rank, world)
+    except Exception as e:  # noqa: BLE001
+        raise UserCodeError("data(%d, %d)" % (rank, world), path, e) from e
+    where = "workload.pytorch.module: data(%d, %d) in %s" % (rank, world, path)
+
+    def pair(value):
+        return isinstance(value, (tuple, list)) and len(value) == 2
+
+    if not pair(result) or not all(pair(part) for part in result):
+        raise WorkloadError("%s returned %s; expected ((train_x, train_y), (test_x, test_y)), this rank's training "
+                            "examples and the test set" % (where, _describe(result)))
+    out = []
+    for part, (x, y) in zip(("train", "test"), result):
+        for name, value in (("x", x), ("y", y)):
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                numpy = type(value).__module__ == "numpy"
+                raise WorkloadError("%s: %s_%s is %s, not a tensor with the examples along dimension 0%s"
+                                    % (where, part, name, _describe(value), " (torch.from_numpy converts)" if numpy
+                                       else ""))
+        if len(x) != len(y) or len(y) == 0:
+            raise WorkloadError("%s: %s_x holds %d examples and %s_y %d labels; expected as many, at least one"
+                                % (where, part, len(x), part, len(y)))
+        if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+            raise WorkloadError("%s: %s_y is %s; labels are class indices, of an integer dtype such as torch.long "
+                                "(y.long() converts whole numbers)" % (where, part, str(y.dtype).replace("torch.", "")))
+        out += [x, y.long()]
+    return out
 
 
 class ImageData:
@@ -198,10 +319,11 @@ def evaluate(model, x_all, y_all, prepare, device, batch=256):
 
 def train_rank(rank, world, spec, store_path):
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    init_group(spec, rank, world, store_path)
     logger = None
     state = None
     try:
+        # The model and the data before the process group: a module that fails them fails this rank with its own
+        # error at once, rather than after the others have joined.
         if spec.device == "cuda":
             device = torch.device("cuda", rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
@@ -211,7 +333,7 @@ def train_rank(rank, world, spec, store_path):
         user = _load_module(spec.pt["module"]) if "module" in spec.pt else None
         model = build_model(spec, user).to(device)
         if user is not None:
-            (train_x, train_y), (test_x, test_y) = user.data(rank, world)
+            train_x, train_y, test_x, test_y = user_data(spec, user, rank, world)
             prepare = lambda x: x  # noqa: E731
             own = torch.arange(len(train_y))
         else:
@@ -219,6 +341,7 @@ def train_rank(rank, world, spec, store_path):
             train_x, train_y, test_x, test_y = images.train_x, images.train_y, images.test_x, images.test_y
             prepare = images.inputs
             own = shard(len(train_y), rank, world)
+        init_group(spec, rank, world, store_path)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                                         else None)
         state = terse.torch.CompressionState(
@@ -236,8 +359,8 @@ def train_rank(rank, world, spec, store_path):
         if spec.max_steps > 0:
             per_epoch = min(per_epoch, spec.max_steps)
         if per_epoch < 1:
-            raise terse.ConfigError("data.batch_size: %d examples per step, but a rank's shard holds %d"
-                                    % (spec.batch, len(own)))
+            raise WorkloadError("data.batch_size: %d examples per step, but a rank's shard holds %d"
+                                % (spec.batch, len(own)))
         opt = torch.optim.SGD(model.parameters(), lr=spec.recipe.learning_rate(0, world, per_epoch),
                               momentum=spec.momentum, nesterov=spec.nesterov, weight_decay=spec.weight_decay)
         total = per_epoch * spec.epochs
@@ -286,18 +409,52 @@ def train_rank(rank, world, spec, store_path):
         raise e
 
 
-def _leave(code, error_file=None, summary=None):
+def _write_error(error_file, summary, error):
+    """The file terse run reads when the driver fails (experiments/runner/pytorch_runner.cc): the summary line, then
+    "config" when the driver's own checks refused the workload (WorkloadError), which terse run takes as an error of
+    every variant with that workload rather than of this one. The first failing rank's; later ones leave it."""
+    if not error_file:
+        return
+    try:
+        with open(error_file, "x") as f:
+            f.write(summary + "\n" + ("config\n" if isinstance(error, WorkloadError) else ""))
+    except FileExistsError:
+        pass
+
+
+def _report(prefix, e):
+    """Prints a failure for the reader of terse run's output and returns its one-line summary. terse's own errors
+    (the driver's checks, the hook's) are one line: their message names the field or the plugin. An exception of the
+    user's module gets its traceback from the user's first frame on (the driver's and importlib's frames say nothing
+    to its author); anything else its whole traceback."""
+    if isinstance(e, UserCodeError):
+        frames = traceback.extract_tb(e.error.__traceback__)
+        driver = os.path.abspath(__file__)
+        while len(frames) > 1 and (os.path.abspath(frames[0].filename) == driver
+                                   or frames[0].filename.startswith("<frozen")):
+            frames.pop(0)
+        text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(type(e.error),
+                                                                                                 e.error))
+        print("terse.train: %sworkload.pytorch.module: %s\nTraceback (most recent call last):\n%s" % (prefix, e, text),
+              end="", file=sys.stderr)
+        return "%sworkload.pytorch.module: %s" % (prefix, e)
+    # A WorkloadError's message starts with the field it is about; the class name would only be noise.
+    summary = prefix + ("" if isinstance(e, WorkloadError) else type(e).__name__ + ": ") + _last_line(e)
+    if isinstance(e, terse.Error):
+        print("terse.train: %s" % summary, file=sys.stderr)
+    else:
+        traceback.print_exception(type(e), e, e.__traceback__)
+    return summary
+
+
+def _leave(code, error_file=None, summary=None, error=None):
     """Ends a rank's process at once, without the interpreter's teardown. Tearing down a gloo process group joins
     gloo's worker threads while holding the GIL, and a worker dropping the last reference to a tensor made in Python
     needs the GIL: torch 1.13 can hang there (seen at the end of runs of this driver). Everything worth keeping is
     written by now: metrics are flushed per record, the status is written atomically, and the error summary goes to
-    the file terse run reads (the first failing rank's; later ones leave it)."""
-    if error_file and summary is not None:
-        try:
-            with open(error_file, "x") as f:
-                f.write(summary + "\n")
-        except FileExistsError:
-            pass
+    the file terse run reads (_write_error)."""
+    if summary is not None:
+        _write_error(error_file, summary, error)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -310,8 +467,7 @@ def _run_rank(rank, world, spec, store_path, error_file):
     try:
         train_rank(rank, world, spec, store_path)
     except BaseException as e:  # noqa: BLE001  (reported to terse run, then the process ends)
-        traceback.print_exc()
-        _leave(1, error_file, "rank %d: %s: %s" % (rank, type(e).__name__, _last_line(e)))
+        _leave(1, error_file, _report("rank %d: " % rank, e), e)
     _leave(0)
 
 
@@ -320,8 +476,7 @@ def _spawned(rank, world, args, store_path):
     try:
         spec = Spec(args)
     except BaseException as e:  # noqa: BLE001
-        traceback.print_exc()
-        _leave(1, args.error_file, "rank %d: %s: %s" % (rank, type(e).__name__, _last_line(e)))
+        _leave(1, args.error_file, _report("rank %d: " % rank, e), e)
     _run_rank(rank, world, spec, store_path, args.error_file)
 
 
@@ -338,8 +493,10 @@ def main(argv=None):
     p.add_argument("--plugin-path", action="append", default=[], help="search DIR for plugins (repeatable)")
     p.add_argument("--error-file", help="on failure, write the error's one-line summary here (for terse run)")
     args = p.parse_args(argv)
+    error = None
     try:
         spec = Spec(args)
+        check_workload(spec)
         if spec.multi_process:
             rank = int(os.environ.get("RANK", os.environ.get("TERSE_RANK", "-1")))
             world = int(os.environ.get("WORLD_SIZE", os.environ.get("TERSE_WORLD_SIZE", "0")))
@@ -359,15 +516,14 @@ def main(argv=None):
         print("terse.train: a rank failed:\n%s" % e.msg, file=sys.stderr)
     except mp.ProcessExitedException as e:
         summary = "rank %d exited with code %s" % (e.error_index, e.exit_code)
-        print("terse.train: %s" % summary, file=sys.stderr)
+        # A rank that failed has said why (_report) and left its summary for terse run: this line would only repeat
+        # it. One that died without a word (killed, or os._exit in the user's code) is named here.
+        if not (args.error_file and os.path.exists(args.error_file)):
+            print("terse.train: %s" % summary, file=sys.stderr)
     except Exception as e:  # noqa: BLE001  (any failure ends the run, reported to terse run)
-        summary = "%s: %s" % (type(e).__name__, e)
-        if not isinstance(e, terse.Error):
-            traceback.print_exc()
-        print("terse.train: %s" % summary, file=sys.stderr)
-    if args.error_file and not os.path.exists(args.error_file):  # a failing rank's own summary goes first
-        with open(args.error_file, "w") as f:
-            f.write(summary + "\n")
+        error = e
+        summary = _report("", e)
+    _write_error(args.error_file, summary, error)  # a failing rank's own summary goes first
     return 1
 
 
