@@ -18,7 +18,9 @@ the ratios are given of the rows' medians and as the median of the ratios of ste
 One rank moves nothing over the network, so a row's time above DDP's default is the hook's own cost on the device:
 `codec share` is (row - ddp-allreduce) / row, the fraction of the step the compressor adds (issue 39's target for
 top-k: at most 10%). Device-to-host copies per step are counted by torch.profiler over --profile-steps steps after the
-timed ones (the CUDA path copies no gradient to the host: expected 0 for every fixed-size compressor).
+timed ones (the CUDA path copies no gradient to the host: expected 0 for every fixed-size compressor), and printed
+after the timing table and its ratios, which are printed and flushed before the profiler's passes: a run killed during
+them (scripts/gpu-check's deadline) keeps its timings. The last line says how many rows completed.
 
     python3 experiments/pytorch/bench_ddp_gpu.py [--steps 60] [--warmup 10] [--model resnet50]
     python3 experiments/pytorch/bench_ddp_gpu.py --world 2 [--steps 20]
@@ -31,6 +33,7 @@ timed ones (the CUDA path copies no gradient to the host: expected 0 for every f
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -152,11 +155,16 @@ class Row:
         sync(self.device)
         self.times.append(time.perf_counter() - t0)
 
+    def raise_if_failed(self):
+        """Raises the hook's error if it failed: a failed row's times are no measurement."""
+        if isinstance(self.state, terse.torch.CompressionState):
+            self.state.raise_if_failed()
+
     def finish(self, profile_steps):
         """Device-to-host copies per step (None on the CPU); raises the hook's error if it failed; stops its worker."""
         d2h = d2h_per_step(self.step, profile_steps, self.device)
+        self.raise_if_failed()
         if isinstance(self.state, terse.torch.CompressionState):
-            self.state.raise_if_failed()
             self.state.close()
         return d2h
 
@@ -194,10 +202,16 @@ def run(rank, args, store):
         shift = s % len(built)
         for _, row in built[shift:] + built[:shift]:
             row.timed_step()
-    table = {name: {"times": row.times, "d2h": row.finish(args.profile_steps)} for name, row in built}
+    # The timings first, flushed, then the profiler's passes: those run every row again under torch.profiler, and a
+    # run cut there (scripts/gpu-check's deadline kills it) still leaves the table it measured.
+    for _, row in built:
+        row.raise_if_failed()
+    if rank == 0:
+        report(args, device, backend, {name: row.times for name, row in built})
+    copies = {name: row.finish(args.profile_steps) for name, row in built}
     dist.destroy_process_group()
     if rank == 0:
-        report(args, device, backend, table)
+        report_copies(args, copies)
 
 
 def main():
@@ -228,16 +242,15 @@ def report(args, device, backend, table):
     print("DDP %s (%d parameters), batch %d, %d rank%s, %s, %s, torch %s; %d steps per row, interleaved" % (
         args.model, params, args.batch, args.world, "" if args.world == 1 else "s sharing the device",
         "NCCL" if backend == "nccl" else "gloo", what, torch.__version__, args.steps))
-    print("| hook | step ms (median) | IQR ms | codec share | device-to-host copies per step |")
-    print("|---|---:|---:|---:|---:|")
-    base = statistics.median(table["ddp-allreduce"]["times"]) if "ddp-allreduce" in table else None
-    for name, row in table.items():
-        t = sorted(row["times"])
+    print("| hook | step ms (median) | IQR ms | codec share |")
+    print("|---|---:|---:|---:|")
+    base = statistics.median(table["ddp-allreduce"]) if "ddp-allreduce" in table else None
+    for name, times in table.items():
+        t = sorted(times)
         med = statistics.median(t)
         q1, q3 = t[len(t) // 4], t[3 * len(t) // 4]
         share = "%.3f" % ((med - base) / med) if base is not None and name != "ddp-allreduce" else ""
-        d2h = "" if row["d2h"] is None else "%.1f" % row["d2h"]
-        print("| %s | %.2f | %.2f-%.2f | %s | %s |" % (name, 1e3 * med, 1e3 * q1, 1e3 * q3, share, d2h))
+        print("| %s | %.2f | %.2f-%.2f | %s |" % (name, 1e3 * med, 1e3 * q1, 1e3 * q3, share))
     print()
     print("ratios of medians, same run (issue 39's GPU targets: terse's rows over DDP's, each <= 1.0; the rest compare "
           "terse's own ways -- top-k's one-block way over the grid-wide one, the deferred verdicts over a wait per "
@@ -249,10 +262,27 @@ def report(args, device, backend, table):
               ("terse-fp16-chain-current", "terse-fp16-chain")]
     for ours, theirs in pairs:
         if ours in table and theirs in table:
-            paired = [a / b for a, b in zip(table[ours]["times"], table[theirs]["times"])]
+            paired = [a / b for a, b in zip(table[ours], table[theirs])]
             print("  %s / %s = %.3f (median of per-cycle ratios %.3f)" % (
-                ours, theirs, statistics.median(table[ours]["times"]) / statistics.median(table[theirs]["times"]),
+                ours, theirs, statistics.median(table[ours]) / statistics.median(table[theirs]),
                 statistics.median(paired)))
+    sys.stdout.flush()
+
+
+def report_copies(args, copies):
+    """The profiler's count of device-to-host copies per step, row by row (None: a CPU run, where none is counted)."""
+    print()
+    if any(c is None for c in copies.values()):
+        print("device-to-host copies per step: not counted (the CPU)")
+    else:
+        print("device-to-host copies per step (torch.profiler, %d steps after the timed ones; the CUDA path copies no "
+              "gradient to the host: 0.0 expected for every fixed-size compressor):" % args.profile_steps)
+        print("| hook | device-to-host copies per step |")
+        print("|---|---:|")
+        for name, c in copies.items():
+            print("| %s | %.1f |" % (name, c))
+    print("bench_ddp_gpu.py: %d rows done" % len(copies))
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

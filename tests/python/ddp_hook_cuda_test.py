@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """terse.torch's DDP hook on CUDA tensors (issue 39, the device path of experiments/python/terse/torch.py), one ctest
-case per subcommand (tests/python/CMakeLists.txt, labels cuda and python). Without a CUDA device -- a CPU build of
+case per subcommand (tests/python/CMakeLists.txt, labels python and gpu_torch). Without a CUDA device -- a CPU build of
 torch, or no GPU -- every case exits 77, which ctest reports as skipped; scripts/gpu-check counts that skip as a failure
 on a GPU machine.
 
