@@ -204,6 +204,17 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
     if (params.empty()) out << "                (pass parameters with --param KEY=VALUE)\n";
     return params.empty() && dynamic_cast<const PluginError*>(&e) == nullptr;
   }
+  // The parameters the instance read, defaults included (terse/resolved_params_v1.h): the names a config's params and
+  // the hook's keywords take, which the description need not list.
+  if (const std::optional<Params> resolved = instance->resolvedParams()) {
+    out << "  resolved:    ";
+    if (resolved->empty()) out << " (none: the plugin takes no parameters)";
+    for (const auto& [k, v] : *resolved) out << ' ' << k << '=' << v;
+    if (params.empty() && !resolved->empty()) out << "  (the defaults; change with --param KEY=VALUE)";
+    out << '\n';
+  } else {
+    out << "  resolved:     not reported (the file exports no terse_compressor_resolved_params_v1)\n";
+  }
   // Whether a CUDA decompress can leave its payload check's verdict on the device (terse/device_verdict_v1.h), which
   // spares the synchronization a tensor that reading it would cost.
   out << "  verdicts:     "
