@@ -280,6 +280,10 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
   hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+void DdpAggregator::checkDtype(DType dtype) const {
+  (void)instance_->caps(dtype);  // the plugin's own refusal, as a pipeline of this dtype gets it (plugin_codec.h)
+}
+
 bool DdpAggregator::chainable() const {
   const CompressorCaps c = caps();
   // On the host of any number of rounds: the caller issues each round's sums in an order fixed beforehand from the

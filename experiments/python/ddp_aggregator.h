@@ -203,6 +203,10 @@ class DdpAggregator {
   const AggregatorOptions& options() const noexcept { return options_; }
   const CompressorPlugin& plugin() const noexcept { return *plugin_; }
   CompressorCaps caps() const { return instance_->caps(DType::kF32); }
+  // Refuses gradients of `dtype` as the first bucket of them would, for a caller that knows the model's dtypes before
+  // any bucket (module=): Unsupported with the plugin's message for a dtype it does not handle. (Error feedback's own
+  // f32-only refusal still comes with the first bucket: no built-in compresses another dtype.)
+  void checkDtype(DType dtype) const;
   std::optional<Params> resolvedParams() const { return instance_->resolvedParams(); }
   TorchCommunicator& communicator() noexcept { return *comm_; }
 

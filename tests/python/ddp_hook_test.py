@@ -637,7 +637,7 @@ def overlap(rank):
         model = deep_mlp()
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
         # Failing at step 1 on every rank: DDP holds one bucket in its first step and its own ones from the second.
-        state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=rank,
+        state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=-1,
                                              plugin_path=ARGS.runner_plugins, module=model, overlap="thread")
         futures = keeping_futures(ddp, state)
         train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 1, rank)
@@ -661,7 +661,7 @@ def overlap(rank):
         # bucket's call raises terse's exception itself, before its collective, and every later call raises too.
         model = deep_mlp()
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
-        state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=rank,
+        state = terse.torch.CompressionState("fail_at_step", fail_step=1, fail_rank=-1,
                                              plugin_path=ARGS.runner_plugins, module=model)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
         train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 1, rank)
@@ -672,6 +672,35 @@ def overlap(rank):
         check(sorted(state.buckets()) == [0], "chained: buckets that ran: %s" % sorted(state.buckets()))
     finally:
         sys.setswitchinterval(0.005)
+
+
+def disagree(rank):
+    # Ranks whose states differ would pair mismatched collectives (gloo aborts the process, NCCL hangs or sums wrongly):
+    # at the first bucket, before any collective of terse's own, every rank raises InvalidArgument naming the settings
+    # that differ and each rank's value (terse/torch.py, _check_agreement). Then states built alike train as ever.
+    for name, params, other in (("topk", {"ratio": 0.01}, {"ratio": 0.02}), ("topk", {"ratio": 0.01}, None),
+                                ("powersgd", {"rank": 2}, {"rank": 4})):
+        model = mlp()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        if rank == 1 and other is None:
+            state = terse.torch.CompressionState("fp16", module=model)
+        else:
+            state = terse.torch.CompressionState(name, module=model, **(other if rank == 1 else params))
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        x, y = batch(0, rank)
+        message = expect_terse_error(terse.InvalidArgument, "the ranks' hook states differ in",
+                                     lambda: F.cross_entropy(ddp(x), y).backward())
+        key = "compressor" if other is None else "params"
+        check(key in message and "rank 0:" in message and "rank 1:" in message, "%s: %s" % (name, message))
+        check(sorted(state.buckets()) == [], "a bucket was aggregated after the refusal: %s" % state.buckets())
+        state.close()
+    model = mlp()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terse.torch.CompressionState("topk", module=model, ratio=0.01)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 2, rank)
+    check(state._agreed and state.error is None, "states built alike: %r" % (state.error,))
+    state.close()
 
 
 class WithUnused(nn.Module):
@@ -1064,6 +1093,16 @@ def api(rank):
                      lambda: terse.torch.ResultsLogger("unused", module=bad))
     expect_error(terse.InvalidArgument, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=",
                  lambda: terse.torch.ResultsLogger("unused"))
+    # A dtype the plugin refuses is refused here when module= shows it, with the plugin's message, not at the first
+    # backward; parameters that need no gradient do not count, and a dtype torch cannot average is named.
+    doubles = nn.Linear(4, 4).double()
+    expect_error(terse.Unsupported, "topk: only f32 gradients are supported, got f64",
+                 lambda: State("topk", ratio=0.1, module=doubles))
+    frozen = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4).double().requires_grad_(False))
+    State("topk", ratio=0.1, module=frozen).close()
+    complex_model = nn.Linear(4, 4, dtype=torch.complex64)
+    expect_error(terse.Unsupported, "gradients of torch.complex64 cannot be averaged",
+                 lambda: State("topk", ratio=0.1, module=complex_model))
 
 
 # ---- logger
@@ -1305,7 +1344,7 @@ def main():
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
                                     "variable_size", "chained_order", "in_place", "chained_one_round",
-                                    "settle_later", "unused_parameters"])
+                                    "settle_later", "unused_parameters", "disagree"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -1329,6 +1368,8 @@ def main():
             spawn(settle_order, timeout_s=20, world=1)
         elif ARGS.case == "unused_parameters":
             spawn(unused_parameters)
+        elif ARGS.case == "disagree":
+            spawn(disagree, timeout_s=20)
         elif ARGS.case == "api":
             spawn(api)
         elif ARGS.case == "logger":

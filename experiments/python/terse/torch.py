@@ -121,6 +121,7 @@ import atexit
 import collections
 import functools
 import contextlib
+import hashlib
 import math
 import numbers
 import os
@@ -302,7 +303,21 @@ class CompressionState:
             momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
             momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
             granularity=granularity, group=process_group)
+        if module is not None:
+            # What the first bucket of each dtype would refuse, refused now (module= shows the dtypes).
+            for dtype in sorted({str(p.dtype) for p in module.parameters() if p.requires_grad}):
+                self._agg.check_dtype(dtype)
         self.compressor = str(compressor)
+        # What every rank's state must agree on, compared across the ranks at the first bucket (_check_agreement):
+        # the plugin (by name and version, not by path: ranks may load it from different places) and every setting
+        # that changes the collectives or the bits.
+        plugin = self._agg.plugin
+        self._settings = {"compressor": "%s %s" % (plugin["name"], plugin["version"]),
+                          "params": " ".join("%s=%s" % kv for kv in sorted(merged.items())),
+                          "error_feedback": error_feedback, "momentum_correction": float(momentum_correction),
+                          "momentum_masking": momentum_masking, "momentum_nesterov": momentum_nesterov,
+                          "granularity": granularity, "overlap": overlap, "seed": int(seed)}
+        self._agreed = False
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
         self._nccl = False  # CUDA: whether the process group's backend is NCCL (_bind)
@@ -518,6 +533,37 @@ class CompressionState:
             self._stream.wait_stream(current)
             buf.record_stream(self._stream)
 
+    def _check_agreement(self):
+        """At the first bucket, before any collective of the state's own: every rank's settings are the same, or every
+        rank raises InvalidArgument naming the settings that differ and each rank's value. Ranks built alike issue the
+        same collectives in the same order; ranks that are not pair an all-gather of one with an all_reduce of another,
+        which gloo answers with an abort and NCCL with a hang or a wrong sum. One all_gather of a fingerprint a rank
+        (and, only when they differ, of the settings themselves)."""
+        self._agreed = True
+        if not torch.distributed.is_initialized():
+            return  # no peers to disagree with (DDP needs a process group: a caller driving the hook by hand)
+        group = self.process_group
+        world = torch.distributed.get_world_size(group)
+        if world == 1:
+            return
+        text = repr(sorted(self._settings.items()))
+        fingerprint = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
+        device = self._device if self._nccl else torch.device("cpu")
+        mine = torch.tensor([fingerprint], dtype=torch.int64, device=device)
+        every = [torch.empty_like(mine) for _ in range(world)]
+        with self._on_stream():
+            torch.distributed.all_gather(every, mine, group=group)
+        if all(int(t.item()) == fingerprint for t in every):
+            return
+        settings = [None] * world
+        torch.distributed.all_gather_object(settings, self._settings, group=group)
+        differ = [key for key in self._settings if any(s.get(key) != self._settings[key] for s in settings)]
+        raise _invalid("the ranks' hook states differ in %s: %s. Every rank must build its CompressionState alike: "
+                       "DDP pairs the ranks' collectives one for one"
+                       % (", ".join(differ), "; ".join("rank %d: %s" % (r, ", ".join("%s=%r" % (k, s.get(k))
+                                                                                         for k in differ))
+                                                       for r, s in enumerate(settings))))
+
     def _read_bucket(self, bucket):
         """What the aggregator needs of a DDP GradBucket, checked before anything is queued."""
         buf = bucket.buffer()
@@ -527,6 +573,8 @@ class CompressionState:
             raise _invalid("bucket %d is on %s, and this state aggregates the gradients of %s; a model's gradients "
                            "must all be on one device (build one state per device)"
                            % (bucket.index(), buf.device, self._device))
+        if not self._agreed:
+            self._check_agreement()
         if not buf.is_contiguous():
             raise _invalid("bucket %d's buffer is not contiguous" % bucket.index())
         members = []
