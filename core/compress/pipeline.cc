@@ -83,7 +83,10 @@ CompressionPipeline::CompressionPipeline(std::unique_ptr<TensorCodec> codec, con
   defers_ = codec_->defersVerdicts();
   // Only a SUM's last prev stays in place until the step's decodes (the other payload buffer); a CUSTOM's is a fold
   // output that the next round's fold overwrites.
-  defers_prev_ = caps_->aggregation == Aggregation::kSum && caps_->num_rounds > 1 && codec_->defersPrevVerdicts();
+  // And only with deferred decodes: a refused prev makes the step's decodes refuse, and an ordinary decode would throw
+  // its own refusal at once, before the word that names the cause is read.
+  defers_prev_ =
+      defers_ && caps_->aggregation == Aggregation::kSum && caps_->num_rounds > 1 && codec_->defersPrevVerdicts();
   uint64_t max_payload = 0;
   uint64_t max_reduced = 0;
   for (const CompressorSizes& s : sizes_) {

@@ -222,9 +222,17 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
               ? "deferred on request (terse_compressor_decompress_deferred_v1)"
               : "returned by decompress (the file exports no terse_compressor_decompress_deferred_v1)")
       << '\n';
-  // The same for a multi-round compress's check of prev, the aggregate of the round before (PowerSGD's round 1).
+  // The same for a multi-round compress's check of prev, the aggregate of the round before (PowerSGD's round 1); a
+  // plugin of one round has no prev to check.
+  int rounds = 1;
+  try {
+    rounds = instance->caps(DType::kF32).num_rounds;
+  } catch (const std::exception&) {
+    // Caps of f32 refused: the table below says so.
+  }
   out << "  prev checks:  "
-      << (instance->defersPrevVerdicts()
+      << (rounds == 1 ? "none (one round: no prev)"
+          : instance->defersPrevVerdicts()
               ? "deferred on request (terse_compressor_compress_deferred_v1)"
               : "returned by compress (the file exports no terse_compressor_compress_deferred_v1)")
       << '\n';

@@ -718,9 +718,11 @@ class WithUnused(nn.Module):
 def unused_parameters(rank):
     # DDP with find_unused_parameters=True all-reduces its map of used parameters on its process group as soon as the
     # step's last hook call returns, while an overlapped state may still issue collectives (the worker; PowerSGD's
-    # chained rounds). Such a state issues them on a group of its own (terse/torch.py, _group_of_its_own): several
-    # buckets, every overlap mode, the parameters equal to overlap=False's bit for bit, which keeps DDP's group.
+    # chained rounds). So a state beside such a DDP issues its collectives on a group of its own (terse/torch.py,
+    # _group_of_its_own), one for all the states of that DDP group: several buckets, every overlap mode, the
+    # parameters equal to overlap=False's bit for bit.
     dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    groups = set()
     for name, params in (("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
         finals = {}
         for overlapped in (True, "chain", "thread", False):
@@ -728,7 +730,8 @@ def unused_parameters(rank):
             ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25, find_unused_parameters=True)
             state = terse.torch.CompressionState(name, module=ddp, error_feedback=True, overlap=overlapped, **params)
             own = state.process_group is not None and state.process_group is not ddp.process_group
-            check(own == (overlapped is not False), "%s overlap=%s: a group of its own %s" % (name, overlapped, own))
+            check(own, "%s overlap=%s: not a group of its own" % (name, overlapped))
+            groups.add(id(state.process_group))
             ddp.register_comm_hook(state, terse.torch.compression_hook)
             train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 5, rank)
             check(len(state.buckets()) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(state.buckets())))
@@ -738,14 +741,18 @@ def unused_parameters(rank):
             for i, (a, b) in enumerate(zip(finals[mode], finals[False])):
                 check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap=%s by up to %g"
                       % (rank, name, i, mode, (a - b).abs().max()))
-    # A DDP group other than the default one cannot be copied by every rank: refused, naming what to pass.
+    # One group, made once and reused by every later state beside the same DDP group (never one a state).
+    check(len(groups) == 1, "%d groups of terse's own for one DDP group" % len(groups))
+    # A DDP group other than the default one cannot be copied by every rank: refused, naming what to pass; a group
+    # of terse's own is used as given.
     sub = dist.new_group(ranks=list(range(WORLD)))
     model = WithUnused()
     ddp = nn.parallel.DistributedDataParallel(model, process_group=sub, find_unused_parameters=True)
     expect_terse_error(terse.InvalidArgument, "find_unused_parameters=True",
                        lambda: terse.torch.CompressionState("fp16", module=ddp, process_group=sub))
-    state = terse.torch.CompressionState("fp16", module=ddp, process_group=sub, overlap=False)
-    check(state.process_group is sub, "overlap=False keeps DDP's group")
+    mine = dist.new_group(ranks=list(range(WORLD)))
+    state = terse.torch.CompressionState("fp16", module=ddp, process_group=mine)
+    check(state.process_group is mine, "a group of terse's own was not used as given")
     state.close()
 
 
@@ -1100,9 +1107,11 @@ def api(rank):
                  lambda: State("topk", ratio=0.1, module=doubles))
     frozen = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4).double().requires_grad_(False))
     State("topk", ratio=0.1, module=frozen).close()
-    complex_model = nn.Linear(4, 4, dtype=torch.complex64)
-    expect_error(terse.Unsupported, "gradients of torch.complex64 cannot be averaged",
-                 lambda: State("topk", ratio=0.1, module=complex_model))
+    halves = nn.Linear(4, 4).half()
+    expect_error(terse.Unsupported, "topk: only f32 gradients are supported, got f16",
+                 lambda: State("topk", ratio=0.1, module=halves))
+    # DDP's buckets hold a complex parameter's real view: complex64 is f32 there, accepted.
+    State("topk", ratio=0.1, module=nn.Linear(4, 4, dtype=torch.complex64)).close()
 
 
 # ---- logger

@@ -167,6 +167,11 @@ def _require(cond, message):
         raise _invalid(message)
 
 
+def _real_dtype(dtype):
+    """The dtype of a parameter's gradient in a DDP bucket: a complex parameter's is its real view's."""
+    return {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+
+
 def _described(value):
     """A value in an error message: its type, and its repr unless that is long (a tensor's or a list's can be)."""
     text = repr(value)
@@ -187,16 +192,23 @@ def _module_device(module):
     return torch.device(devices[0]) if devices else None
 
 
-def _group_of_its_own(module, process_group, overlap):
+# The groups _group_of_its_own made, by the DDP group they stand beside: one each, reused by every later state of that
+# DDP group (every rank builds its states in one order, so every rank reuses alike), as a group is never freed here
+# (destroying one while a gloo thread holds a callback can hang: CompressionState.close).
+_OWN_GROUPS = {}
+
+
+def _group_of_its_own(module, process_group):
     """The process group a state issues its collectives on. DDP with find_unused_parameters=True all-reduces its map of
     the parameters used in the step on its own process group as soon as the hook call of the step's last bucket
     returns. A state that issues collectives after its hook call returned -- the worker thread, a multi-round
     compressor's chained rounds -- would interleave them with that all_reduce in an order that may differ between
-    ranks: a hang, or one rank's gradients summed with another's map. Such a state (any overlap but False) gets a group
-    of its own: the same ranks and backend, made here by every rank of the world, as every rank constructs its state.
-    A DDP group that is not the whole world cannot be copied so (new_group needs every rank of the world): the caller
-    must pass a group of terse's own."""
-    if overlap is False or not getattr(module, "find_unused_parameters", False):
+    ranks: a hang, or one rank's gradients summed with another's map. So a state beside such a DDP gets a group of its
+    own, the same ranks and backend, made here by every rank of the world (every rank constructs its state); whatever
+    its overlap, so that ranks that differ there still make the group alike and the first bucket's agreement check
+    (_check_agreement) can say what differs. A DDP group that is not the whole world cannot be copied so (new_group
+    needs every rank of the world): the caller must pass a group of terse's own."""
+    if not getattr(module, "find_unused_parameters", False):
         return process_group
     ddp_group = getattr(module, "process_group", None)
     world = torch.distributed.group.WORLD
@@ -207,8 +219,11 @@ def _group_of_its_own(module, process_group, overlap):
              "module= is DDP with find_unused_parameters=True on a process group other than the default one: DDP "
              "all-reduces its map of used parameters on that group while terse's overlapped collectives may still go "
              "out, in another order on another rank. Pass process_group= a group of terse's own with the same ranks "
-             "(torch.distributed.new_group, on every rank), or overlap=False")
-    return torch.distributed.new_group(backend=torch.distributed.get_backend(ddp_group))
+             "(torch.distributed.new_group, on every rank)")
+    group = _OWN_GROUPS.get(id(ddp_group))
+    if group is None:
+        group = _OWN_GROUPS[id(ddp_group)] = torch.distributed.new_group()
+    return group
 
 
 class CompressionState:
@@ -237,10 +252,10 @@ class CompressionState:
                          backward up while a bucket is on the network, which "side" does not (not yet measured on a
                          cluster). No effect on CPU gradients
     process_group        the DDP process group (None: the default group). With module= a DDP wrapper made with
-                         find_unused_parameters=True and any overlap but False, the state makes a group of its own with
-                         the same ranks (every rank constructs its state, so every rank takes part), since DDP's own
-                         all_reduce of its used-parameter map would otherwise interleave with terse's overlapped
-                         collectives; pass module= whenever DDP finds unused parameters
+                         find_unused_parameters=True, the state issues its collectives on a group of its own with the
+                         same ranks (made once by every rank, reused by later states), since DDP's own all_reduce of
+                         its used-parameter map would otherwise interleave with terse's overlapped collectives; pass the
+                         DDP wrapper, not the model it wraps, as module= whenever DDP finds unused parameters
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
                          and the install and build trees
@@ -297,7 +312,7 @@ class CompressionState:
                 "terse.torch: the module's parameters are on %s; this hook aggregates CPU tensors (gloo) and CUDA "
                 "tensors (NCCL, or gloo) only -- compressor '%s' cannot run there" % (device, compressor))
 
-        process_group = _group_of_its_own(module, process_group, overlap)
+        process_group = _group_of_its_own(module, process_group)
         self._agg = _terse.DdpAggregator(
             compressor=str(compressor), params=merged, error_feedback=error_feedback,
             momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
@@ -305,18 +320,20 @@ class CompressionState:
             granularity=granularity, group=process_group)
         if module is not None:
             # What the first bucket of each dtype would refuse, refused now (module= shows the dtypes).
-            for dtype in sorted({str(p.dtype) for p in module.parameters() if p.requires_grad}):
+            for dtype in sorted({str(_real_dtype(p.dtype)) for p in module.parameters() if p.requires_grad}):
                 self._agg.check_dtype(dtype)
         self.compressor = str(compressor)
         # What every rank's state must agree on, compared across the ranks at the first bucket (_check_agreement):
         # the plugin (by name and version, not by path: ranks may load it from different places) and every setting
         # that changes the collectives or the bits.
         plugin = self._agg.plugin
+        # A step trace changes the path (a traced state never chains), so it is compared too. A plugin parameter that
+        # differs by design between ranks is refused as any other: the plugin's payloads must agree.
         self._settings = {"compressor": "%s %s" % (plugin["name"], plugin["version"]),
                           "params": " ".join("%s=%s" % kv for kv in sorted(merged.items())),
                           "error_feedback": error_feedback, "momentum_correction": float(momentum_correction),
                           "momentum_masking": momentum_masking, "momentum_nesterov": momentum_nesterov,
-                          "granularity": granularity, "overlap": overlap, "seed": int(seed)}
+                          "granularity": granularity, "overlap": overlap, "step_trace": step_trace, "seed": int(seed)}
         self._agreed = False
         self._device = None  # the bound gradients' device (cpu, or cuda:N), None until bound
         self._stream = None  # CUDA: the torch.cuda.Stream the state's codecs and collectives are ordered on
@@ -551,12 +568,16 @@ class CompressionState:
         device = self._device if self._nccl else torch.device("cpu")
         mine = torch.tensor([fingerprint], dtype=torch.int64, device=device)
         every = [torch.empty_like(mine) for _ in range(world)]
+        # Gathered and read on one stream: NCCL's wait orders only the stream current at the wait, so a read on another
+        # (backward's, when the state binds a side one) could see the buffers before NCCL wrote them.
         with self._on_stream():
             torch.distributed.all_gather(every, mine, group=group)
-        if all(int(t.item()) == fingerprint for t in every):
+            got = torch.cat(every).cpu().tolist()
+        if all(f == fingerprint for f in got):
             return
         settings = [None] * world
-        torch.distributed.all_gather_object(settings, self._settings, group=group)
+        with torch.cuda.device(self._device) if self._nccl else contextlib.nullcontext():
+            torch.distributed.all_gather_object(settings, self._settings, group=group)
         differ = [key for key in self._settings if any(s.get(key) != self._settings[key] for s in settings)]
         raise _invalid("the ranks' hook states differ in %s: %s. Every rank must build its CompressionState alike: "
                        "DDP pairs the ranks' collectives one for one"

@@ -44,16 +44,20 @@
  *   - For such a fault the plugin's kernels store a nonzero value into *verdict, and the call returns TERSE_OK without
  *     waiting, with *output_bytes what a valid prev gives (a fixed-size compressor's size).
  *   - When the word is raised, the output's bytes and the workspace are undefined (the core may still send the payload:
- *     every rank holds the same summed prev and refuses alike), no write to the state is made, and this step's
+ *     every rank holds the same summed prev, so a fault of prev itself is raised on every rank alike, while a fault of
+ *     a rank's own state that the check finds too fails that rank only, after the round's collective), this call
+ *     writes no state (what the step's earlier rounds wrote stays), and this step's
  *     decompress of this tensor -- of the aggregate and of this rank's own payload -- must refuse, raising its own word
  *     or returning an error status, as the workspace lacks what this call would have left there (PowerSGD: round 1
  *     writes its workspace tag and its payload's header only for a valid prev, and decompress checks both).
  *   - A valid prev gives exactly compress's bytes and workspace.
- * The core passes a word only in the last round (whose prev stays in place until the step's decodes are done), and
- * only on a device. For a raised word it calls compress on the same prev, with an input of zeros and into scratch
- * memory, for the refusal's message: compress must refuse that prev too, and if it accepts it the core reports the
- * plugin as broken. Ignoring `verdict` and returning compress's status is always correct. sdk::CompressArgs::
- * deferredVerdict() is the word in a plugin built with <terse/sdk.hpp>, which exports this symbol too. */
+ * The core passes a word only in the last round of a SUM plugin of several rounds (whose prev stays in place until the
+ * step's decodes are done), only on a device, and only where the plugin defers its decompress's checks too. For a
+ * raised word it calls compress on the same prev, with an input of zeros and an output of scratch memory (the
+ * tensor's own workspace and state), for the refusal's message: compress must refuse that prev too, and if it accepts
+ * it the core reports the plugin as broken. Ignoring `verdict` and returning compress's status is always correct.
+ * sdk::CompressArgs:: deferredVerdict() is the word in a plugin built with <terse/sdk.hpp>, which exports this symbol
+ * too. */
 #ifndef TERSE_DEVICE_VERDICT_V1_H_
 #define TERSE_DEVICE_VERDICT_V1_H_
 
