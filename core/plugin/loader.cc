@@ -66,8 +66,12 @@ std::string describeDirs(const std::vector<SearchDir>& dirs, std::string_view pl
   std::ostringstream o;
   if (dirs.empty()) o << "\n  (no search directories)";
   for (const auto& d : dirs) {
+    // A file given where a folder is searched (the plugin's own path as a plugin path, say) is not "missing".
+    const char* const absent = isRegularFile(d.dir) ? ", a file, not a folder: give the plugin's file as its name, or "
+                                                      "its folder here"
+                                                    : ", does not exist";
     o << "\n  " << d.dir.string() << " (" << (d.origin == kOriginPluginPath ? plugin_path_name : d.origin)
-      << (d.exists ? "" : ", does not exist") << ")";
+      << (d.exists ? "" : absent) << ")";
   }
   return o.str();
 }
@@ -176,6 +180,9 @@ std::vector<fs::path> PluginLoader::splitPathList(std::string_view list) {
 std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::path>& plugin_dirs) {
   std::vector<SearchDir> dirs;
   for (const auto& d : plugin_dirs) dirs.push_back({fs::absolute(d), std::string(kOriginPluginPath)});
+  if (const auto object = loaderObjectFile()) {
+    if (auto d = packagePluginDirOf(*object)) dirs.push_back({std::move(*d), std::string(kOriginPackage)});
+  }
   if (const char* env = std::getenv("TERSE_PLUGIN_PATH")) {
     for (const auto& d : splitPathList(env)) dirs.push_back({fs::absolute(d), std::string(kOriginEnv)});
   }
@@ -223,6 +230,15 @@ std::optional<fs::path> PluginLoader::installPluginDirOf(const fs::path& object_
     dir = dir.parent_path();
   }
   return std::nullopt;
+}
+
+std::optional<fs::path> PluginLoader::packagePluginDirOf(const fs::path& object_file) {
+  std::error_code ec;
+  fs::path file = fs::weakly_canonical(object_file, ec);
+  if (ec) file = object_file.lexically_normal();
+  const fs::path dir = fs::absolute(file, ec).parent_path() / "plugins";
+  if (ec || !isDirectory(dir)) return std::nullopt;
+  return dir.lexically_normal();
 }
 
 PluginLoader::PluginLoader() : PluginLoader(std::vector<fs::path>{}) {}

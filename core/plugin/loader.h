@@ -26,6 +26,8 @@ inline constexpr std::string_view kOriginPluginPath = "--plugin-path";
 inline constexpr std::string_view kOriginEnv = "TERSE_PLUGIN_PATH";
 inline constexpr std::string_view kOriginBuildTree = "build tree";
 inline constexpr std::string_view kOriginInstall = "install";
+// The Python package's own plugins (a pip wheel's terse/plugins, beside the extension: packagePluginDirOf).
+inline constexpr std::string_view kOriginPackage = "package";
 inline constexpr std::string_view kOriginPath = "path";  // named by path, not found by search
 
 struct SearchDir {
@@ -81,7 +83,8 @@ class PluginRegistry {
 
 class PluginLoader {
  public:
-  // Search order for a name: the --plugin-path entries, TERSE_PLUGIN_PATH (read now, colon-separated), the plugins of
+  // Search order for a name: the --plugin-path entries, the Python package's own plugins when the loader runs in a
+  // pip-installed extension (packagePluginDirOf), TERSE_PLUGIN_PATH (read now, colon-separated), the plugins of
   // the installation this code belongs to (origin "install"), then the build tree's plugin directory. The
   // installation's are, when the loader is linked into a shared object that python3 or another program loaded (the
   // extension terse._terse), installPluginDirOf(that object), then <dir of the running executable>/../<plugin subdir>
@@ -108,6 +111,10 @@ class PluginLoader {
                                                                  const std::filesystem::path& plugin_subdir);
   // <prefix>/lib/python3.X/{dist,site}-packages/terse: the deepest place the package is installed to, below its prefix.
   static constexpr int kMaxInstallDepth = 4;
+  // The folder of plugins a pip-installed package keeps beside its extension (`object_file`, after resolving links):
+  // <its folder>/plugins where that is a directory, else nullopt. Searched after the caller's directories and before
+  // TERSE_PLUGIN_PATH, with origin "package" (a wheel has no build tree or install folder to fall back on).
+  static std::optional<std::filesystem::path> packagePluginDirOf(const std::filesystem::path& object_file);
   // Splits colon-separated --plugin-path arguments into directories, skipping empty entries.
   static std::vector<std::filesystem::path> splitPathList(std::string_view list);
 

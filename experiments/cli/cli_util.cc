@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/common/user_message.h"
+
 namespace terse::cli {
 
 void Table::print(std::ostream& out, std::string_view indent) const {
@@ -24,25 +26,7 @@ void Table::print(std::ostream& out, std::string_view indent) const {
 }
 
 std::string userMessage(std::string_view what) {
-  // Drops every "[<file>:<line>] " (a message may embed another error's text, e.g. "needs parameters: [..] ...").
-  std::string out;
-  std::size_t i = 0;
-  while (i < what.size()) {
-    if (what[i] == '[') {
-      const auto close = what.find("] ", i);
-      const auto colon = what.find(':', i);
-      if (close != std::string_view::npos && colon != std::string_view::npos && colon < close && colon > i + 1 &&
-          what.substr(i, close - i).find(' ') == std::string_view::npos) {
-        const std::string_view line = what.substr(colon + 1, close - colon - 1);
-        if (!line.empty() && line.find_first_not_of("0123456789") == std::string_view::npos) {
-          i = close + 2;
-          continue;
-        }
-      }
-    }
-    out.push_back(what[i++]);
-  }
-  return out;
+  return withoutSourceLocations(what);
 }
 
 }  // namespace terse::cli

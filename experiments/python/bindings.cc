@@ -16,6 +16,7 @@
 #include "core/common/crash.h"
 #include "core/common/cuda.h"
 #include "core/common/error.h"
+#include "core/common/user_message.h"
 #include "core/common/watchdog.h"
 #include "experiments/python/ddp_aggregator.h"
 #include "experiments/python/hook_results.h"
@@ -96,25 +97,28 @@ PYBIND11_MODULE(_terse, m) {
   static py::exception<PluginError> plugin(m, "PluginError", error.ptr());
   static py::exception<comm::CommError> comm_error(m, "CommError", error.ptr());
   static py::exception<InternalError> internal(m, "InternalError", error.ptr());
+  // The messages without the C++ source locations TERSE_THROW puts in front, as the CLI prints them: a Python user
+  // reads the message, not terse's sources.
   py::register_exception_translator([](std::exception_ptr p) {
+    const auto text = [](const std::exception& e) { return withoutSourceLocations(e.what()); };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const experiments::ConfigError& e) {
-      config(e.what());
+      config(text(e).c_str());
     } catch (const InvalidArgument& e) {
-      invalid(e.what());
+      invalid(text(e).c_str());
     } catch (const InvalidPayload& e) {
-      payload(e.what());
+      payload(text(e).c_str());
     } catch (const Unsupported& e) {
-      unsupported(e.what());
+      unsupported(text(e).c_str());
     } catch (const PluginError& e) {
-      plugin(e.what());
+      plugin(text(e).c_str());
     } catch (const comm::CommError& e) {
-      comm_error(e.what());
+      comm_error(text(e).c_str());
     } catch (const InternalError& e) {
-      internal(e.what());
+      internal(text(e).c_str());
     } catch (const Error& e) {
-      error(e.what());
+      error(text(e).c_str());
     }
   });
 

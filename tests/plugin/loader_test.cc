@@ -138,6 +138,26 @@ TEST(SearchDirs, InstallPluginDirOfAModuleIsTheNearestPrefixWithPlugins) {
   fs::remove_all(root);
 }
 
+// A pip-installed package keeps its plugins beside its extension (terse/plugins): found from the extension's own file,
+// through a link too, and only where that folder exists.
+TEST(SearchDirs, PackagePluginDirIsThePluginsFolderBesideTheExtension) {
+  const fs::path root = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "plugin" / "package_dir_of";
+  fs::remove_all(root);
+  const fs::path package = fs::weakly_canonical(fs::path(TERSE_TEST_BINARY_DIR)) / "tests" / "plugin" /
+                           "package_dir_of" / "venv/lib/python3.11/site-packages/terse";
+  fs::create_directories(package);
+  const fs::path module = package / "_terse.cpython-311-x86_64-linux-gnu.so";
+  std::ofstream(module).put('\0');
+  EXPECT_EQ(PluginLoader::packagePluginDirOf(module), std::nullopt);  // the build tree's package has none
+  fs::create_directories(package / "plugins");
+  EXPECT_EQ(PluginLoader::packagePluginDirOf(module), package / "plugins");
+  const fs::path elsewhere = root / "elsewhere";
+  fs::create_directories(elsewhere);
+  fs::create_symlink(module, elsewhere / "_terse.so");
+  EXPECT_EQ(PluginLoader::packagePluginDirOf(elsewhere / "_terse.so"), package / "plugins");
+  fs::remove_all(root);
+}
+
 TEST(SearchDirs, ADirectoryListedTwiceIsSearchedOnceAtItsFirstPlace) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", kBuildPluginDir.string());
   PluginLoader loader(std::vector<fs::path>{kBuildPluginDir, kBuildPluginDir / "."});
@@ -307,6 +327,19 @@ TEST(LoadErrors, NotFoundNamesTheCallersWayToAddADirectoryAndWhatIsThere) {
   EXPECT_EQ(p.find("--plugin-path"), std::string::npos) << p;
   const std::string s = messageOf<PluginError>([&] { python.loadScheduler("nope"); });
   EXPECT_TRUE(contains(s, {"the schedulers there: ", "fifo"})) << s;
+}
+
+// A plugin's own file given as a plugin path is not a missing folder: the message says what it is and what to give.
+TEST(LoadErrors, APluginPathThatIsAFileIsNamedSo) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", "");
+  const fs::path file = kFixtureDir / PluginLoader::fileNameFor(PluginKind::kCompressor, "good_c");
+  ASSERT_TRUE(fs::is_regular_file(file)) << file;
+  PluginLoader loader(std::vector<std::string>{file.string()});
+  const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("good_c"); });
+  EXPECT_TRUE(
+      contains(m, {file.string() + " (--plugin-path, a file, not a folder: give the plugin's file as its name"}))
+      << m;
+  EXPECT_EQ(m.find(file.string() + " (--plugin-path, does not exist)"), std::string::npos) << m;
 }
 
 TEST(LoadErrors, InvalidNameIsRejectedBeforeAnySearch) {

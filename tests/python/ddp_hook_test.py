@@ -1088,6 +1088,14 @@ def api(rank):
     expect_error(terse.InvalidArgument, "compressor must be a plugin name or path, got None", lambda: State(None))
     # The plugin's own validation, on the typed value's text.
     expect_error(terse.InvalidArgument, "topk: unknown parameter 'ration'", lambda: State("topk", ration=0.1))
+    # A misspelt keyword of the state's own reaches the plugin too: its refusal says which keyword it is close to.
+    expect_error(terse.InvalidArgument, "nor is 'error_feedbak' a keyword of CompressionState: did you mean "
+                 "error_feedback=?", lambda: State("topk", ratio=0.1, error_feedbak=True))
+    # Python's exceptions carry no C++ source location (the CLI prints none either).
+    try:
+        State("topk", ration=0.1)
+    except terse.InvalidArgument as e:
+        check("[core/" not in str(e) and ".cc:" not in str(e), "a source location in %r" % str(e))
     # A module off the CPU is refused here, naming its device and the compressor, before anything is registered
     # (the meta device stands in for CUDA on a machine without one).
     meta = nn.Linear(4, 4, device="meta")

@@ -142,6 +142,8 @@ def check(args):
         print("plugin: %s" % state.plugin)
         expect(inside(state.plugin["path"], plugins),
                "topk was loaded from %s, not from the installed package's %s" % (state.plugin["path"], plugins))
+        expect(state.plugin["origin"] == "package",
+               "the package's own plugin was recorded as found via %r, not 'package'" % (state.plugin["origin"],))
         model = torch.nn.Linear(16, 4)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         ddp.register_comm_hook(state, terse.torch.compression_hook)

@@ -121,6 +121,7 @@ import atexit
 import collections
 import functools
 import contextlib
+import difflib
 import hashlib
 import math
 import numbers
@@ -226,6 +227,12 @@ def _group_of_its_own(module, process_group):
     return group
 
 
+# CompressionState's own keywords (every other keyword is the plugin's parameter): for a misspelt one's message.
+_STATE_KEYWORDS = ("error_feedback", "momentum_correction", "momentum_masking", "momentum_nesterov", "module",
+                   "granularity", "overlap", "process_group", "seed", "plugin_path", "params", "plugin_timeout",
+                   "step_trace", "stream")
+
+
 class CompressionState:
     """The state of terse's DDP hook: the compressor, its codec chains and counters, and the overlap worker.
 
@@ -313,11 +320,22 @@ class CompressionState:
                 "tensors (NCCL, or gloo) only -- compressor '%s' cannot run there" % (device, compressor))
 
         process_group = _group_of_its_own(module, process_group)
-        self._agg = _terse.DdpAggregator(
-            compressor=str(compressor), params=merged, error_feedback=error_feedback,
-            momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
-            momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
-            granularity=granularity, group=process_group)
+        try:
+            self._agg = _terse.DdpAggregator(
+                compressor=str(compressor), params=merged, error_feedback=error_feedback,
+                momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
+                momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
+                granularity=granularity, group=process_group)
+        except _terse.InvalidArgument as e:
+            # A keyword that is neither the plugin's nor the state's reaches the plugin, which names only its own
+            # parameters: a misspelt error_feedback= read as the plugin's fault. Say which keyword of the state's
+            # it is close to.
+            for key in plugin_params:
+                near = difflib.get_close_matches(key, _STATE_KEYWORDS, n=1, cutoff=0.75)
+                if near and ("unknown parameter '%s'" % key) in str(e):
+                    raise _invalid("%s -- nor is '%s' a keyword of CompressionState: did you mean %s=?"
+                                   % (e, key, near[0])) from None
+            raise
         if module is not None:
             # What the first bucket of each dtype would refuse, refused now (module= shows the dtypes).
             for dtype in sorted({str(_real_dtype(p.dtype)) for p in module.parameters() if p.requires_grad}):
