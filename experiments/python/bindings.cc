@@ -282,6 +282,7 @@ PYBIND11_MODULE(_terse, m) {
           [](const DdpAggregator& a) { return a.options().granularity == Granularity::kTensor ? "tensor" : "bucket"; })
       .def_property_readonly("caps", [](const DdpAggregator& a) { return capsDict(a.caps()); })
       .def("check_dtype", [](const DdpAggregator& a, const std::string& dtype) { a.checkDtype(dtypeFromTorch(dtype)); })
+      .def_property_readonly("prev_checks_deferred", &DdpAggregator::prevChecksDeferred)
       .def_property_readonly("plugin",
                              [](const DdpAggregator& a) {
                                const PluginInfo& i = a.plugin().info();

@@ -284,12 +284,17 @@ void DdpAggregator::checkDtype(DType dtype) const {
   (void)instance_->caps(dtype);  // the plugin's own refusal, as a pipeline of this dtype gets it (plugin_codec.h)
 }
 
+bool DdpAggregator::prevChecksDeferred() const {
+  return instance_->defersPrevVerdicts() && instance_->defersVerdicts() && engine_->defersVerdicts();
+}
+
 bool DdpAggregator::chainable() const {
   const CompressorCaps c = caps();
   // On the host of any number of rounds: the caller issues each round's sums in an order fixed beforehand from the
   // bucket order alone (terse/torch.py, _Sequencer), never as they become ready, since gloo pairs collectives by the
-  // order they were issued in. On a device of one round (see the header).
-  return c.aggregation == Aggregation::kSum && (!placement_.device || c.num_rounds == 1);
+  // order they were issued in. On a device of one round, or of several where the later rounds' checks of prev stay on
+  // the device too (see the header).
+  return c.aggregation == Aggregation::kSum && (!placement_.device || c.num_rounds == 1 || prevChecksDeferred());
 }
 
 void DdpAggregator::settleThrough(uint64_t epoch) {
@@ -312,8 +317,9 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   TERSE_CHECK(chainable(), InvalidArgument,
               "terse.torch: compressor '" << plugin_->info().name
                                           << "' cannot be chained on asynchronous collectives (only a SUM compressor "
-                                             "can: of any number of rounds on CPU tensors, of one round on CUDA "
-                                             "tensors)");
+                                             "can: of any number of rounds on CPU tensors; on CUDA tensors of one "
+                                             "round, or of several when it exports "
+                                             "terse_compressor_compress_deferred_v1)");
   // A split finished and not yet read belongs to an earlier step that never ended (a bucket of it failed, and the hook
   // stops after a failure, so this is for a caller that goes on): every unread verdict is read before its pipelines
   // encode again, and the steps left open are given up.

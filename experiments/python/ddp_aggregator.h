@@ -152,13 +152,14 @@ class DdpAggregator {
                  const std::vector<std::pair<uint64_t, uint64_t>>& traced);
   // The chained path (terse/torch.py): a bucket's aggregation in pieces around its collectives, which the caller
   // issues on torch.distributed's asynchronous all_reduce and chains the next piece on, as DDP's own hooks chain
-  // theirs. For a SUM compressor: of any number of rounds on host tensors, of one round on CUDA ones (chainable()).
+  // theirs. For a SUM compressor: of any number of rounds on host tensors; on CUDA ones of one round, or of several
+  // when its later rounds' checks of prev stay on the device (chainable(), prevChecksDeferred()).
   // beginChained validates the layout and encodes round 0 (as aggregate() does, before any collective); the caller
   // then sums every one of `bucket.split->sums` across the group, in order, and calls finishChained with the seconds
   // they took. That either lays out the next round's `sums` and returns true (the caller sums those and finishes
   // again), or decodes into the bucket, counts its bytes and time as aggregate() does and returns false. The caller
   // must issue every rank's collectives in one order (terse/torch.py, _Sequencer, says how a later round is placed).
-  // On CUDA tensors, for a compressor of one round: the collectives' callbacks run at once on the thread that issued
+  // On CUDA tensors: the collectives' callbacks run at once on the thread that issued
   // them (NCCL completes a Future when its kernel is queued), backward's own, so no finish may wait for the device.
   // Each bucket's decode leaves its payload checks' verdicts on the device (AggregationEngine::finishSum,
   // Settle::kLater), and they are read together, one synchronization a step, by the finish that ends the step: the
@@ -168,6 +169,10 @@ class DdpAggregator {
   // while the next bucket begins: the calls exclude each other and aggregate(). The bits are aggregate()'s (engine.h,
   // SplitSum).
   bool chainable() const;
+  // Whether a later round's check of prev stays on the device (the plugin exports compress_deferred and defers its
+  // decodes' checks, and the engine defers): what chaining a multi-round compressor on CUDA tensors needs, since a
+  // later round's encode runs in the round before's callback, under NCCL at once on backward's thread.
+  bool prevChecksDeferred() const;
   // For tests without a device: finish chained host buckets as device ones are, their verdicts read once a step (the
   // host's fused decodes still read theirs at once: engine.h). verdictReads() counts the reads, one a step when every
   // step's buckets defer their checks.

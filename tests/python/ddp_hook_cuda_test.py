@@ -18,9 +18,8 @@ on a GPU machine.
                is refused naming the communicator
   overlap      two ranks (gloo, CUDA): the first bucket's Future is not complete when the hook returns, and top-k + EF,
                PowerSGD r2 + EF and fp16 + EF give the same parameters with overlap and without, and with overlap on a
-               side stream of the state's own (stream="side"), bit for bit; fp16 + EF chained on the collectives
-               (overlap="chain", on either stream) gives them too, and PowerSGD with overlap="chain" stays on the
-               worker on CUDA
+               side stream of the state's own (stream="side"), bit for bit; fp16 + EF and PowerSGD r2 + EF chained on
+               the collectives (overlap="chain", on either stream) give them too
   refusals     a compressor without device code is refused at construction naming it, before any collective; a CPU
                model under an NCCL group is refused naming the backend; a bucket on another device than the state's
                is refused naming both
@@ -65,6 +64,9 @@ CASES = [
     # the decode in the collective's callback, the payload checks read once at the step's end.
     ("fp16-chain", "fp16", {"overlap": "chain"}),
     ("randomk-chain", "randomk", {"ratio": 0.05, "error_feedback": True, "overlap": "chain"}),
+    # PowerSGD's two rounds chained (_Sequencer on the bound stream): round 1's check of the summed P stays on the
+    # device (compress_deferred), so its encode can run in round 0's callback, under NCCL at once in the hook call.
+    ("powersgd-chain", "powersgd", {"rank": 2, "error_feedback": True, "overlap": "chain"}),
 ]
 
 # bf16 is not among them: gloo cannot sum bf16, so the CPU reference cannot run it. bf16_case checks it against
@@ -225,7 +227,7 @@ def overlap_case(rank):
         if compressor == "fp16":
             ways += [("chain", "current"), ("chain", "side")]  # one round: chained on request (terse/torch.py)
         elif compressor == "powersgd":
-            ways += [("chain", "current")]  # two rounds: on the worker on CUDA even so
+            ways += [("chain", "current"), ("chain", "side")]  # two rounds, chained too (compress_deferred)
         for overlap, stream in ways:
             model = Exact(SHAPES).to(device)
             ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0], bucket_cap_mb=BUCKET_MB)
@@ -249,7 +251,7 @@ def overlap_case(rank):
             results.append([p.detach().cpu() for p in model.ps])
             check(len(first_done) == 4, "%s: bucket 0 reached the hook %d times in 4 steps" % (compressor,
                                                                                             len(first_done)))
-            chained = overlap == "chain" and compressor == "fp16"
+            chained = overlap == "chain" and compressor in ("fp16", "powersgd")
             check(state._chain is chained, "%s overlap=%r: chained %r" % (compressor, overlap, state._chain))
             if chained:
                 # gloo completes a collective on its own thread, which may run the decode before the hook call
@@ -263,7 +265,7 @@ def overlap_case(rank):
                                                                                               first_done))
             state.close()
         others = [("the synchronous path", results[1]), ("overlap on a side stream", results[2])]
-        labels = ["the chain", "the chain on a side stream"] if compressor == "fp16" else ['"chain" (the worker)']
+        labels = ["the chain", "the chain on a side stream"]
         others += list(zip(labels, results[3:]))
         for name, other in others:
             for i, (a, b) in enumerate(zip(results[0], other)):

@@ -46,9 +46,10 @@ aggregation is done; DDP waits for every Future before backward returns. Two way
               which would otherwise be read once a bucket, blocking that thread until the collective is done, stay on
               the device until the step's last bucket and are read there, once a step (ddp_aggregator.h). overlap=True
               keeps the worker on CUDA until the chain is measured against it on a GPU
-              (results/reference/gpu/README.md), and so does "chain" for PowerSGD there (as for the compressors that
-              cannot be chained at all): its second round's encode, in the first's callback, would check its own input
-              with a wait of its own.
+              (results/reference/gpu/README.md). PowerSGD chains there too with "chain" (_Sequencer, on the bound
+              stream), since its second round's check of its input, the summed P, stays on the device
+              (terse_compressor_compress_deferred_v1); a multi-round plugin without that entry point stays on the
+              worker, as do the compressors that cannot be chained at all.
   thread      every other compressor (ALLGATHER and CUSTOM: top-k, qsgd, 1-bit, ...; with overlap=True, PowerSGD), CUDA
               gradients unless chained, a step trace, or
               `overlap="thread"`: one worker thread per state aggregates the buckets in the order DDP hands them over
@@ -248,8 +249,9 @@ class CompressionState:
     granularity          "tensor" (default) or "bucket"; see the module's documentation
     overlap              True (default): overlap backward, chained on asynchronous collectives for a one-round SUM
                          compressor on CPU gradients, else on a worker thread; "chain": chained where it can be, for
-                         every SUM compressor on CPU gradients (PowerSGD round by round too) and a one-round one on
-                         CUDA gradients, else on the worker; "thread": always on the worker thread; False: inside the
+                         every SUM compressor on CPU gradients (PowerSGD round by round too) and on CUDA gradients a
+                         one-round one or PowerSGD (its checks stay on the device), else on the worker; "thread":
+                         always on the worker thread; False: inside the
                          hook (see the module's text)
     stream               CUDA gradients: "current" runs the codecs and collectives on torch's current stream as the
                          state first sees it; "side" on a stream of the state's own, which waits for each bucket's
@@ -535,8 +537,8 @@ class CompressionState:
                 # once in the hook call: on torch's current stream, every backward kernel queued after it would wait
                 # for the bucket's all_reduce. The chain decodes on a stream of its own; the worker keeps the stream
                 # the H200 runs measured (the `stream` keyword says what that costs with several GPUs).
-                chains = (self.overlap == "chain" and self._agg.caps["num_rounds"] == 1 and self._agg.chainable
-                          and not self._step_trace)
+                chains = (self.overlap == "chain" and self._agg.chainable and not self._step_trace
+                          and (self._agg.caps["num_rounds"] == 1 or self._agg.prev_checks_deferred))
                 self.stream = "side" if chains else "current"
             stream = torch.cuda.Stream(device) if self.stream == "side" else torch.cuda.current_stream(device)
             self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
@@ -713,7 +715,8 @@ class CompressionState:
         """Whether this state's buckets are chained on asynchronous collectives: no step trace (which times the
         aggregation's phases the worker's way), a SUM compressor (ddp_aggregator.cc, chainable), and on CPU gradients
         (the state is bound by now) overlap="chain", or overlap=True with a compressor of one round; on CUDA gradients
-        overlap="chain" with a compressor of one round. A later round's encode runs in a callback on one of gloo's
+        overlap="chain" with a compressor of one round, or of several whose checks of prev stay on the device
+        (chainable). A later round's encode runs in a callback on one of gloo's
         threads, where on the CPU it holds up the group's other collectives: PowerSGD chained took 4-12% more per step
         than on the worker (docs/pytorch.md), so True keeps multi-round compressors on the worker and "chain" asks for
         the chain. On CUDA the chain is not measured yet against the worker, which True keeps (the module's text)."""
@@ -722,8 +725,10 @@ class CompressionState:
             if self._stream is None:
                 rounds_ok = self.overlap == "chain" or (self.overlap is True and rounds == 1)
             else:
-                # CUDA gradients: on request, one round (the module's text says why).
-                rounds_ok = self.overlap == "chain" and rounds == 1
+                # CUDA gradients: on request (the module's text says why). Several rounds only where their checks of
+                # prev stay on the device (chainable): a later round's encode runs in the round before's callback,
+                # under NCCL at once on backward's thread, which must not wait there.
+                rounds_ok = self.overlap == "chain"
             self._chain = rounds_ok and self._tracer is None and self._agg.chainable
         return self._chain
 
@@ -746,8 +751,12 @@ class CompressionState:
         # A plugin call that hangs here holds backward's thread: the watchdog ends the process (_overrun_of).
         self._sync_thread = threading.get_native_id()
         try:
-            bucket.pending, sums = self._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype),
-                                                           members, is_last)
+            if self._stream is not None:
+                self._hand_over(buf)
+            # CUDA: the encode's kernels on the bound stream (the collectives follow there: _Sequencer._issue).
+            with self._on_stream():
+                bucket.pending, sums = self._agg.begin_chained(index, buf.data_ptr(), buf.numel(), str(buf.dtype),
+                                                               members, is_last)
         except Exception as e:
             self._fail(e)
             # The buckets in flight are not held behind this one's place (_Sequencer._pump).
@@ -815,14 +824,26 @@ class _ChainedBucket:
         self.pending = None   # the aggregator's ChainedBucket, once its first round is encoded
         self.ordinal = None   # its place among the step's buckets (_Sequencer.add)
         self.round = 0        # the round whose sums are issued or next to be
-        self.result = torch.futures.Future()
+        # CUDA: completed on the bound stream after the decode (a CUDA-aware Future records its event there), as
+        # _OneRound's own Future is.
+        self.result = torch.futures.Future(devices=[state._device]) if state._stream is not None else \
+            torch.futures.Future()
 
-    def summed(self, done, n, issued):
-        """On the thread that completed the round's collectives (gloo's, or the issuer's when it had none): finishes
-        the round, then hands over the next one or completes the bucket."""
+    def summed(self, done, works, issued):
+        """On the thread that completed the round's collectives (gloo's, or under NCCL the issuer's, at once): finishes
+        the round, then hands over the next one or completes the bucket. CUDA: everything on the bound stream."""
+        with self.state._on_stream():
+            self._summed(done, works, issued)
+
+    def _summed(self, done, works, issued):
         state, sequencer = self.state, self.state._sequencer
         try:
-            _waited(done, n)
+            _waited(done, len(works))
+            # CUDA under gloo: the bound stream waits for gloo's copy of the sums back to the device (_OneRound._summed
+            # says why); NCCL's Futures carry their events.
+            if state._stream is not None and not state._nccl:
+                for w in works:
+                    w.synchronize()
         except Exception as e:  # noqa: BLE001
             # The transport broke: nothing more is issued, on any thread.
             self.fail(_comm_failed(e), sequencer.front())
@@ -1121,7 +1142,9 @@ class _Sequencer:
         return out
 
     def _issue(self, sums):
-        works = [torch.distributed.all_reduce(t, group=self._state.process_group, async_op=True) for t in sums]
+        # CUDA: issued on the bound stream, which NCCL's waits for, so the collective follows the round's encode.
+        with self._state._on_stream():
+            works = [torch.distributed.all_reduce(t, group=self._state.process_group, async_op=True) for t in sums]
         # The views stay referenced until some rounds later: gloo's thread must never drop the last reference to a
         # Python-made tensor, which needs the GIL (torch_communicator.h, in_call_).
         self._state._recent.append(sums)
@@ -1138,7 +1161,7 @@ class _Sequencer:
             # A partial, not a lambda: an error raised under the callback keeps the frames of its traceback, and a
             # Python function's frame keeps the function, which would then outlive torch's use of it (_Callbacks).
             child = collected.then(_callbacks.track(bucket.state,
-                                                    functools.partial(bucket.summed, n=len(works), issued=at)))
+                                                    functools.partial(bucket.summed, works=works, issued=at)))
             # then()'s Future holds the callback's return value as a Python object; were gloo's thread to drop the last
             # reference to it, it would take the GIL once more after the callback, beyond what _Callbacks can see.
             bucket.state._children.append(child)
