@@ -1090,12 +1090,15 @@ def api(rank):
     expect_error(terse.InvalidArgument, "topk: unknown parameter 'ration'", lambda: State("topk", ration=0.1))
     # Whether a multi-round compressor may chain on CUDA gradients: its later rounds' checks of prev stay on the device
     # (PowerSGD exports compress_deferred), unless deferral is turned off (TERSE_DEFER_VERDICTS=0, the -sync rows).
-    check(State("powersgd", rank=2)._agg.prev_checks_deferred is True, "PowerSGD's checks of prev do not defer")
-    os.environ["TERSE_DEFER_VERDICTS"] = "0"
+    saved = os.environ.pop("TERSE_DEFER_VERDICTS", None)
     try:
+        check(State("powersgd", rank=2)._agg.prev_checks_deferred is True, "PowerSGD's checks of prev do not defer")
+        os.environ["TERSE_DEFER_VERDICTS"] = "0"
         check(State("powersgd", rank=2)._agg.prev_checks_deferred is False, "deferral off, PowerSGD's still defer")
     finally:
-        del os.environ["TERSE_DEFER_VERDICTS"]
+        os.environ.pop("TERSE_DEFER_VERDICTS", None)
+        if saved is not None:
+            os.environ["TERSE_DEFER_VERDICTS"] = saved
     # A misspelt keyword of the state's own reaches the plugin too: its refusal says which keyword it is close to.
     expect_error(terse.InvalidArgument, "nor is 'error_feedbak' a keyword of CompressionState: did you mean "
                  "error_feedback=?", lambda: State("topk", ratio=0.1, error_feedbak=True))

@@ -537,6 +537,8 @@ class CompressionState:
                 # once in the hook call: on torch's current stream, every backward kernel queued after it would wait
                 # for the bucket's all_reduce. The chain decodes on a stream of its own; the worker keeps the stream
                 # the H200 runs measured (the `stream` keyword says what that costs with several GPUs).
+                # chainable is still the host's answer here (bind_cuda comes below), so the device's rule for several
+                # rounds (DdpAggregator::chainable) is repeated: the two change together.
                 chains = (self.overlap == "chain" and self._agg.chainable and not self._step_trace
                           and (self._agg.caps["num_rounds"] == 1 or self._agg.prev_checks_deferred))
                 self.stream = "side" if chains else "current"
@@ -832,8 +834,16 @@ class _ChainedBucket:
     def summed(self, done, works, issued):
         """On the thread that completed the round's collectives (gloo's, or under NCCL the issuer's, at once): finishes
         the round, then hands over the next one or completes the bucket. CUDA: everything on the bound stream."""
-        with self.state._on_stream():
-            self._summed(done, works, issued)
+        # Whatever escapes the round's own handling -- entering the stream's context, handing over the next round, a
+        # CUDA-aware Future's set_result, which records an event and so meets a device error that came up after the
+        # decode's launches -- fails the bucket: raised from here, it would go into a then() child nobody reads, and
+        # DDP would wait for this bucket's Future forever.
+        try:
+            with self.state._on_stream():
+                self._summed(done, works, issued)
+        except Exception as e:  # noqa: BLE001
+            self.state._fail(e)
+            self.failed(e)
 
     def _summed(self, done, works, issued):
         state, sequencer = self.state, self.state._sequencer
