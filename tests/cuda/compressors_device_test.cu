@@ -1326,23 +1326,7 @@ class PsgdDeviceCalls {
   }
 
   terse_status_v1 compress(const terse_tensor_info_v1& info, PsgdDeviceRank& r, const Bytes& prev, Bytes* out) {
-    const terse_compressor_sizes_v1 sizes = c_.sizes(info);
-    DeviceBuffer p(prev.size(), stream_.get());
-    if (!prev.empty()) p.copyFromHost(prev.data(), prev.size(), stream_.get());
-    DeviceBuffer o(sizes.max_output_bytes, stream_.get());
-    o.fill(0xCD, stream_.get());
-    terse_scratch_v1 scratch = scratchOf(r);
-    uint64_t written = ~uint64_t{0};
-    const terse_status_v1 status = c_.api().compress(c_.ctx(), &info, r.grad.data(), p.data(), p.size(), &scratch,
-                                                     o.data(), o.size(), &written, stream_.handle());
-    stream_.synchronize();
-    if (status == TERSE_OK) {
-      EXPECT_EQ(written, sizes.max_output_bytes);
-      out->resize(static_cast<size_t>(std::min<uint64_t>(written, o.size())));
-      o.copyToHost(out->data(), out->size(), stream_.get());
-      stream_.synchronize();
-    }
-    return status;
+    return compressAs(nullptr, info, r, prev, out, nullptr, nullptr);
   }
 
   terse_status_v1 decompress(const terse_tensor_info_v1& info, PsgdDeviceRank& r, const Bytes& payload,
@@ -1365,30 +1349,7 @@ class PsgdDeviceCalls {
   terse_status_v1 compressDeferred(terse_compress_deferred_fn_v1 deferred, const terse_tensor_info_v1& info,
                                    PsgdDeviceRank& r, const Bytes& prev, Bytes* out, bool* raised,
                                    Staller* staller = nullptr) {
-    const terse_compressor_sizes_v1 sizes = c_.sizes(info);
-    DeviceBuffer p(prev.size(), stream_.get());
-    if (!prev.empty()) p.copyFromHost(prev.data(), prev.size(), stream_.get());
-    DeviceBuffer o(sizes.max_output_bytes, stream_.get());
-    o.fill(0xCD, stream_.get());
-    DeviceBuffer word(sizeof(uint32_t), stream_.get());
-    word.fill(0, stream_.get());
-    terse_scratch_v1 scratch = scratchOf(r);
-    uint64_t written = ~uint64_t{0};
-    if (staller != nullptr) staller->stall(stream_.get());
-    const terse_status_v1 status = deferred(c_.ctx(), &info, r.grad.data(), p.data(), p.size(), &scratch, o.data(),
-                                            o.size(), &written, static_cast<uint32_t*>(word.data()), stream_.handle());
-    if (staller != nullptr) staller->released(stream_.get());
-    uint32_t w = 0;
-    word.copyToHost(&w, sizeof w, stream_.get());
-    stream_.synchronize();
-    *raised = w != 0;
-    if (status == TERSE_OK) {
-      EXPECT_EQ(written, sizes.max_output_bytes);
-      out->resize(static_cast<size_t>(std::min<uint64_t>(written, o.size())));
-      o.copyToHost(out->data(), out->size(), stream_.get());
-      stream_.synchronize();
-    }
-    return status;
+    return compressAs(deferred, info, r, prev, out, raised, staller);
   }
 
   // decompress through the deferred entry point `deferred` (terse/device_verdict_v1.h) with a zeroed device word;
@@ -1423,6 +1384,39 @@ class PsgdDeviceCalls {
   }
 
  private:
+  // compress with a prev (host bytes copied to the device) into an output filled with 0xCD; the payload comes back as
+  // host bytes. Through `deferred` when given, with a zeroed device word that *raised reports.
+  terse_status_v1 compressAs(terse_compress_deferred_fn_v1 deferred, const terse_tensor_info_v1& info,
+                             PsgdDeviceRank& r, const Bytes& prev, Bytes* out, bool* raised, Staller* staller) {
+    const terse_compressor_sizes_v1 sizes = c_.sizes(info);
+    DeviceBuffer p(prev.size(), stream_.get());
+    if (!prev.empty()) p.copyFromHost(prev.data(), prev.size(), stream_.get());
+    DeviceBuffer o(sizes.max_output_bytes, stream_.get());
+    o.fill(0xCD, stream_.get());
+    DeviceBuffer word(sizeof(uint32_t), stream_.get());
+    word.fill(0, stream_.get());
+    terse_scratch_v1 scratch = scratchOf(r);
+    uint64_t written = ~uint64_t{0};
+    if (staller != nullptr) staller->stall(stream_.get());
+    const terse_status_v1 status =
+        deferred != nullptr ? deferred(c_.ctx(), &info, r.grad.data(), p.data(), p.size(), &scratch, o.data(), o.size(),
+                                       &written, static_cast<uint32_t*>(word.data()), stream_.handle())
+                            : c_.api().compress(c_.ctx(), &info, r.grad.data(), p.data(), p.size(), &scratch, o.data(),
+                                                o.size(), &written, stream_.handle());
+    if (staller != nullptr) staller->released(stream_.get());
+    uint32_t w = 0;
+    word.copyToHost(&w, sizeof w, stream_.get());
+    stream_.synchronize();
+    if (raised != nullptr) *raised = w != 0;
+    if (status == TERSE_OK) {
+      EXPECT_EQ(written, sizes.max_output_bytes);
+      out->resize(static_cast<size_t>(std::min<uint64_t>(written, o.size())));
+      o.copyToHost(out->data(), out->size(), stream_.get());
+      stream_.synchronize();
+    }
+    return status;
+  }
+
   static terse_scratch_v1 scratchOf(PsgdDeviceRank& r) {
     return terse_scratch_v1{r.workspace.data(), r.workspace.size(), r.state.data(), r.state.size()};
   }

@@ -563,6 +563,14 @@ def deep_mlp(seed=1):
     return nn.Sequential(*layers, nn.Linear(256, 10))
 
 
+def check_same_as_without_overlap(finals, rank, name):
+    """Every overlap mode's parameters in `finals` (mode -> parameters) equal overlap=False's, bit for bit."""
+    for mode in finals:
+        for i, (a, b) in enumerate(zip(finals[mode], finals[False])):
+            check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap=%s by up to %g"
+                  % (rank, name, i, mode, (a - b).abs().max()))
+
+
 def overlap(rank):
     # Several buckets: 64 KB for the first, 0.25 MB for the others, about six over this model's 1.2 MB.
     dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
@@ -628,10 +636,7 @@ def overlap(rank):
                       "%s overlap=%s: exposed %s" % (name, overlapped, times["exposed_s"]))
                 finals[overlapped] = [p.detach().clone() for p in model.parameters()]
                 state.close()
-            for mode in finals:
-                for i, (a, b) in enumerate(zip(finals[mode], finals[False])):
-                    check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap=%s by up to %g"
-                          % (rank, name, i, mode, (a - b).abs().max()))
+            check_same_as_without_overlap(finals, rank, name)
         # A bucket that fails on the worker: DDP's error names terse's exception, and no bucket behind it reaches a
         # collective (both ranks fail alike here, so none would wait either way).
         model = deep_mlp()
@@ -737,10 +742,7 @@ def unused_parameters(rank):
             check(len(state.buckets()) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(state.buckets())))
             finals[overlapped] = [p.detach().clone() for p in model.parameters()]
             state.close()
-        for mode in finals:
-            for i, (a, b) in enumerate(zip(finals[mode], finals[False])):
-                check(torch.equal(a, b), "rank %d %s: parameter %d differs with overlap=%s by up to %g"
-                      % (rank, name, i, mode, (a - b).abs().max()))
+        check_same_as_without_overlap(finals, rank, name)
     # One group, made once and reused by every later state beside the same DDP group (never one a state).
     check(len(groups) == 1, "%d groups of terse's own for one DDP group" % len(groups))
     # A DDP group other than the default one cannot be copied by every rank: refused, naming what to pass; a group
