@@ -92,15 +92,36 @@ TensorInfo Simulation::info(int rank, uint64_t step, int round, int source) cons
 }
 
 Bytes Simulation::compress(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev) {
+  return encodeCall(rank, step, round, input, prev, nullptr);
+}
+
+Bytes Simulation::compressDeferred(int rank, uint64_t step, int round, const Floats& input,
+                                   std::span<const std::byte> prev, bool* raised) {
+  const auto word = memory_->guarded(sizeof(uint32_t));
+  word->write(Bytes(sizeof(uint32_t), std::byte{0}));
+  Bytes payload = encodeCall(rank, step, round, input, prev, word.get());
+  word->check("deferred compress verdict word (4 bytes)");
+  uint32_t w = 0;
+  word->read({reinterpret_cast<std::byte*>(&w), sizeof w});
+  *raised = w != 0;
+  return payload;
+}
+
+Bytes Simulation::encodeCall(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev,
+                             GuardedRegion* word) {
   Rank& rk = *ranks_.at(static_cast<std::size_t>(rank));
   const auto out = memory_->guarded(static_cast<std::size_t>(sizes(round).max_output_bytes));
   if (output_fill_) out->write(Bytes(out->size(), *output_fill_));
   const auto in = memory_->input(asBytes(input));
   const auto prev_copy = memory_->copy(prev);
+  const TensorInfo call = info(rank, step, round, rank);
+  const void* const raw = input.empty() ? nullptr : in->span().data();
+  const std::span<const std::byte> p = round == 0 && prev.empty() ? std::span<const std::byte>() : prev_copy->span();
   const uint64_t n =
-      compressor_->compress(info(rank, step, round, rank), input.empty() ? nullptr : in->span().data(),
-                            round == 0 && prev.empty() ? std::span<const std::byte>() : prev_copy->span(), rk.scratch(),
-                            out->spanWithSlack(kOutputSlack), memory_->stream());
+      word != nullptr
+          ? compressor_->compressDeferred(call, sizes(round), raw, p, rk.scratch(), out->spanWithSlack(kOutputSlack),
+                                          reinterpret_cast<uint32_t*>(word->data()), memory_->stream())
+          : compressor_->compress(call, raw, p, rk.scratch(), out->spanWithSlack(kOutputSlack), memory_->stream());
   memory_->finish();
   // memory.cc adds the size: "... of the compress output of round 0, sized max_output_bytes (24 bytes): ...".
   out->check(cat("compress output of round ", round, ", sized max_output_bytes"));

@@ -60,6 +60,13 @@ class Simulation {
   TensorInfo info(int rank, uint64_t step, int round, int source) const;
 
   Bytes compress(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev);
+  // compress through the deferred entry point (terse/device_verdict_v1.h, compress_deferred) with a zeroed word in the
+  // suite's memory: the payload, and in *raised whether the word came back raised. What the plugin refuses at once is
+  // thrown, as from compress.
+  Bytes compressDeferred(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev,
+                         bool* raised);
+  // Whether the instance exports the deferred compress.
+  bool defersPrevVerdicts() const { return compressor_->defersPrevVerdicts(); }
   // out = decoded payload (out += with accumulate); out must hold numel() floats. `call_flags` go to the plugin in
   // info.reserved0 (TERSE_CALL_*).
   void decompress(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out, bool accumulate,
@@ -100,6 +107,9 @@ class Simulation {
   // deferred call.
   void decodeCall(int rank, uint64_t step, std::span<const std::byte> payload, int source, Floats& out, bool accumulate,
                   uint32_t call_flags, GuardedRegion* word);
+  // compress and compressDeferred in one body, as decodeCall.
+  Bytes encodeCall(int rank, uint64_t step, int round, const Floats& input, std::span<const std::byte> prev,
+                   GuardedRegion* word);
 
   std::shared_ptr<const Compressor> compressor_;
   std::shared_ptr<ConformanceMemory> memory_;

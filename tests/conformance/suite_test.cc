@@ -279,6 +279,28 @@ TEST(ConformanceSuite, ProgressCallbacksSeeEveryCheckInOrder) {
   EXPECT_TRUE(report.passed()) << describe(report);
 }
 
+// deferred_verdicts holds a multi-round plugin's deferred compress (terse/device_verdict_v1.h) to compress's verdicts
+// on prev too: test_rounds passes, with its prevs and their corruptions counted; with its planted defect (the deferred
+// call takes a prev of the right size without checking its header, and raises nothing) the check fails, naming it.
+TEST(ConformanceSuite, DeferredVerdictsHoldsTheDeferredCompressToCompress) {
+  ConformanceOptions o = quick();
+  o.finite_input_limit = 1e30;  // test_rounds sums the tensor in one f32 (builtin_plugins.h)
+  o.only = {"deferred_verdicts"};
+  const auto honest = checkCompressor(*open(kTestPluginDir, "test_rounds"), {}, o);
+  const CheckResult* h = honest.find("deferred_verdicts");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->status, CheckStatus::kPass) << h->message;
+  EXPECT_NE(h->message.find("deferred compresses of a prev and its corruptions agree with compress"), std::string::npos)
+      << h->message;
+  const auto lax = checkCompressor(*open(kTestPluginDir, "test_rounds"), {{"lax_deferred_prev", "true"}}, o);
+  const CheckResult* l = lax.find("deferred_verdicts");
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->status, CheckStatus::kFail) << l->message;
+  EXPECT_NE(l->message.find("the deferred compress accepts it (status ok, word not raised)"), std::string::npos)
+      << l->message;
+  EXPECT_NE(l->message.find("prev byte"), std::string::npos) << l->message;
+}
+
 TEST(ConformanceSuite, RejectsMalformedOptions) {
   const auto lossy = open(kTestPluginDir, "test_lossy");
   ConformanceOptions o;

@@ -17,6 +17,8 @@
 // Parameter fail_step = N (default -1: never): round 1's compress fails from step N on, on every rank -- a failure that
 // happens between two rounds, which the hook's chained path meets on a collective's callback thread
 // (tests/python/ddp_hook_test.py, chained_order).
+// Parameter lax_deferred_prev = true plants a defect for the conformance suite: the deferred compress
+// (terse/device_verdict_v1.h) takes any prev of the right size without checking its header and raises nothing.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -41,7 +43,8 @@ static_assert(sizeof(Workspace) == 16);
 class TestRounds final : public sdk::Compressor {
  public:
   TestRounds(sdk::Params& params, sdk::Host& /*host*/)
-      : fail_step_(params.getInt("fail_step", -1, sdk::Range::atLeast(-1))) {}
+      : fail_step_(params.getInt("fail_step", -1, sdk::Range::atLeast(-1))),
+        lax_deferred_prev_(params.getBool("lax_deferred_prev", false)) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     requireF32(dtype);
@@ -82,10 +85,18 @@ class TestRounds final : public sdk::Compressor {
       if (fail_step_ >= 0 && args.info.step >= static_cast<uint64_t>(fail_step_))
         throw sdk::InvalidArgument("round 1 fails from step " + std::to_string(fail_step_) +
                                    " on (fail_step), at step " + std::to_string(args.info.step));
-      sdk::ByteReader r(args.prev);
-      sdk::readHeader(r, kRound0, args.info);
-      const auto total = r.get<float>("sum");
-      r.expectEnd();
+      float total = 0;
+      if (lax_deferred_prev_ && args.deferredVerdict() != nullptr) {
+        // The defect lax_deferred_prev=true plants: the deferred call takes any prev of the right size at its word,
+        // without its header's check, and raises nothing (conformance's deferred_verdicts must catch it).
+        if (args.prev.size() >= sdk::kPayloadHeaderBytes + sizeof(float))
+          std::memcpy(&total, args.prev.data() + sdk::kPayloadHeaderBytes, sizeof total);
+      } else {
+        sdk::ByteReader r(args.prev);
+        sdk::readHeader(r, kRound0, args.info);
+        total = r.get<float>("sum");
+        r.expectEnd();
+      }
       const double cells = static_cast<double>(args.info.world_size) * static_cast<double>(args.info.numel);
       ws.c = args.info.numel == 0 ? 0.0f : static_cast<float>(std::nearbyint(total / cells));
       ws.stage = 2;
@@ -120,6 +131,7 @@ class TestRounds final : public sdk::Compressor {
 
  private:
   int64_t fail_step_;
+  bool lax_deferred_prev_;
 
   static int roundOf(const terse_tensor_info_v1& info) {
     if (info.round != 0 && info.round != 1) {
