@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/common/error.h"
@@ -343,6 +344,28 @@ Outcome checkRandomPayloads(Context& c) {
                   " rejected, ", attempts.accepted(), " accepted without writing outside the output"));
 }
 
+// How a deferred call's verdict -- `deferred`, the status it threw (none: it returned), and `raised`, its word --
+// disagrees with the ordinary `call`'s (`ordinary`) on the same input, in words; empty where they agree: both accept
+// (the word at zero), or both refuse (the same status, or the word).
+static std::string verdictDisagreement(std::string_view call, const std::optional<terse_status_v1>& ordinary,
+                                       const std::optional<terse_status_v1>& deferred, bool raised) {
+  if (!ordinary) {
+    if (!deferred && !raised) return {};
+    return cat(
+        call, " accepts it, the deferred ", call, " ",
+        deferred ? cat("refuses it with '", statusText(*deferred), "'") : std::string("raises its verdict word"));
+  }
+  if (!deferred && !raised) {
+    return cat(call, " refuses it with '", statusText(*ordinary), "', the deferred ", call,
+               " accepts it (status ok, word not raised)");
+  }
+  if (deferred && *deferred != *ordinary) {
+    return cat(call, " refuses it with '", statusText(*ordinary), "', the deferred ", call, " with '",
+               statusText(*deferred), "'");
+  }
+  return {};
+}
+
 // The deferred decompress (terse/device_verdict_v1.h) against decompress, on the same payloads: every valid specimen,
 // written and accumulated, and its corruptions (the first bytes and a sample of the rest flipped, truncated, extended).
 // Where decompress accepts, the deferred call must too, with the same output bytes and the word left at zero; where it
@@ -403,24 +426,13 @@ Outcome checkDeferredVerdicts(Context& c) {
         } catch (const Error& e) {
           deferred = e.status();
         }
+        if (const std::string d = verdictDisagreement("decompress", ordinary, deferred, raised); !d.empty())
+          return fail(cat(where, ": ", d));
         if (!ordinary) {
-          if (deferred || raised) {
-            return fail(cat(where, ": decompress accepts it, the deferred decompress ",
-                            deferred ? cat("refuses it with '", statusText(*deferred), "'")
-                                     : std::string("raises its verdict word")));
-          }
           if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0)
             return fail(cat(where, ": the deferred decompress decodes other bytes than decompress"));
           ++accepted;
           continue;
-        }
-        if (!deferred && !raised) {
-          return fail(cat(where, ": decompress refuses it with '", statusText(*ordinary),
-                          "', the deferred decompress accepts it (status ok, word not raised)"));
-        }
-        if (deferred && *deferred != *ordinary) {
-          return fail(cat(where, ": decompress refuses it with '", statusText(*ordinary),
-                          "', the deferred decompress with '", statusText(*deferred), "'"));
         }
         if (std::memcmp(base.data(), got.data(), base.size() * sizeof(float)) != 0)
           return fail(cat(where, ": the deferred decompress refused it and changed the output"));
@@ -487,23 +499,12 @@ Outcome checkDeferredVerdicts(Context& c) {
         } catch (const Error& e) {
           deferred = e.status();
         }
+        if (const std::string d = verdictDisagreement("compress", ordinary, deferred, raised); !d.empty())
+          return fail(cat(where, ": ", d));
         if (!ordinary) {
-          if (deferred || raised) {
-            return fail(cat(where, ": compress accepts it, the deferred compress ",
-                            deferred ? cat("refuses it with '", statusText(*deferred), "'")
-                                     : std::string("raises its verdict word")));
-          }
           if (want != got) return fail(cat(where, ": the deferred compress writes other bytes than compress"));
           ++prev_accepted;
           continue;
-        }
-        if (!deferred && !raised) {
-          return fail(cat(where, ": compress refuses it with '", statusText(*ordinary),
-                          "', the deferred compress accepts it (status ok, word not raised)"));
-        }
-        if (deferred && *deferred != *ordinary) {
-          return fail(cat(where, ": compress refuses it with '", statusText(*ordinary),
-                          "', the deferred compress with '", statusText(*deferred), "'"));
         }
         ++(deferred ? prev_at_once : prev_in_word);
       }
