@@ -338,19 +338,22 @@ TEST(CalibratedRun, AStatefulCodecIsTimedAtOneStateWhateverTheBudget) {
   auto loader = testLoader();
   const auto data = smallData();
   const experiments::Experiment e = thresholdWithErrorFeedback(loader);
-  // The least of three calibrations, each from a fresh cache: a burst of load from elsewhere moves one of them.
+  // One calibration from a fresh cache.
   const auto decodeCost = [&](std::chrono::milliseconds budget, const std::string& cache) {
-    double best = INFINITY;
-    for (int k = 0; k < 3; ++k) {
-      CalibrationInputs in{e, data, loader, freshDir(cache + std::to_string(k))};
-      in.kernel_budget = budget;
-      best = std::min(best, calibrate(in).costs->seconds({.kind = rt::CostKind::kDecompress, .size = 784 * 32}));
-    }
-    return best;
+    CalibrationInputs in{e, data, loader, freshDir(cache)};
+    in.kernel_budget = budget;
+    return calibrate(in).costs->seconds({.kind = rt::CostKind::kDecompress, .size = 784 * 32});
   };
-  // No budget: the least repetitions (kMinRepetitions), 6 encodes in all where the budget decided; 60 ms: 200.
-  const double short_budget = decodeCost(std::chrono::milliseconds(0), "cal_cache_state_short");
-  const double long_budget = decodeCost(std::chrono::milliseconds(60), "cal_cache_state_long");
+  // No budget: the least repetitions (kMinRepetitions), 6 encodes in all where the budget decided; 60 ms: 200. The
+  // least of four calibrations of each, taken in turns (short, long, short, ...), so that a stretch of load from
+  // elsewhere slows both alike: three of one after three of the other once came out 1.57x apart on a loaded host.
+  double short_budget = INFINITY, long_budget = INFINITY;
+  for (int k = 0; k < 4; ++k) {
+    short_budget =
+        std::min(short_budget, decodeCost(std::chrono::milliseconds(0), "cal_cache_state_short" + std::to_string(k)));
+    long_budget =
+        std::min(long_budget, decodeCost(std::chrono::milliseconds(60), "cal_cache_state_long" + std::to_string(k)));
+  }
   EXPECT_GT(short_budget, 0);
   // Measured on the fixed schedule: within 1.3x of each other; at the state the budget left: 1.9x apart.
   EXPECT_LT(std::max(short_budget, long_budget), 1.5 * std::min(short_budget, long_budget))
