@@ -545,7 +545,7 @@ class CompressionState:
             stream = torch.cuda.Stream(device) if self.stream == "side" else torch.cuda.current_stream(device)
             self._agg.bind_cuda(device.index, stream.cuda_stream or _CUDA_STREAM_LEGACY)
             self._stream = stream
-            # Whether the collectives' Futures carry CUDA events (NCCL's do, gloo's do not: _OneRound._summed).
+            # Whether the collectives' Futures carry CUDA events (NCCL's do, gloo's do not: _waited).
             self._nccl = torch.distributed.get_backend(self.process_group) == "nccl"
         else:
             raise _terse.Unsupported(
@@ -848,12 +848,7 @@ class _ChainedBucket:
     def _summed(self, done, works, issued):
         state, sequencer = self.state, self.state._sequencer
         try:
-            _waited(done, len(works))
-            # CUDA under gloo: the bound stream waits for gloo's copy of the sums back to the device (_OneRound._summed
-            # says why); NCCL's Futures carry their events.
-            if state._stream is not None and not state._nccl:
-                for w in works:
-                    w.synchronize()
+            _waited(state, done, works)
         except Exception as e:  # noqa: BLE001
             # The transport broke: nothing more is issued, on any thread.
             self.fail(_comm_failed(e), sequencer.front())
@@ -962,10 +957,18 @@ def _collected(works):
     return torch.futures.collect_all([w.get_future() for w in works])
 
 
-def _waited(done, n):
-    """Raises the first error among the `n` collectives behind _collected's Future `done`."""
-    for f in (done.value() if n > 1 else [done]):
+def _waited(state, done, works):
+    """Raises the first error among the collectives `works` behind _collected's Future `done`. CUDA: run under the
+    state's bound stream (_on_stream), which it makes wait for them: NCCL's Futures carry the collectives' CUDA events,
+    which the wait puts before the bound stream's next work; gloo's carry none -- with CUDA tensors it copies each sum
+    back to the device on a stream of its own and completes the Future once only its thread's current stream waits for
+    that copy -- so the bound stream is made to wait with Work.synchronize (Work.wait here would deadlock: gloo
+    completes the work only after this callback)."""
+    for f in (done.value() if len(works) > 1 else [done]):
         f.wait()
+    if state._stream is not None and not state._nccl:
+        for w in works:
+            w.synchronize()
 
 
 def _place(b, r):
@@ -1296,18 +1299,11 @@ class _OneRound:
         completed on the bound stream) for CUDA ones."""
         state = self._state
         try:
-            # CUDA: the bound stream waits for the collectives, and the decode follows on it. NCCL's Futures carry
-            # the collectives' CUDA events, which the wait puts before the bound stream's next work. Gloo's carry none:
-            # with CUDA tensors it copies each sum back to the device on a stream of its own and completes the Future
-            # once only its thread's current stream waits for that copy, so the bound stream is made to wait for it
-            # too (Work.synchronize: the current stream waits on the copy's events; Work.wait here would deadlock,
-            # as gloo completes the work only after this callback).
+            # CUDA: the bound stream waits for the collectives (_waited says how, under NCCL and under gloo), and the
+            # decode follows on it.
             with state._on_stream():
                 try:
-                    _waited(done, len(works))
-                    if state._stream is not None and not state._nccl:
-                        for w in works:
-                            w.synchronize()
+                    _waited(state, done, works)
                 except Exception as e:  # noqa: BLE001
                     error = _comm_failed(e)
                     state._fail(error)
