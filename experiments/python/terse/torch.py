@@ -124,6 +124,7 @@ import functools
 import contextlib
 import difflib
 import hashlib
+import json
 import math
 import numbers
 import os
@@ -142,6 +143,20 @@ __all__ = ["CompressionState", "compression_hook", "ResultsLogger"]
 
 # The states whose worker threads are alive, stopped at interpreter exit (see _stop_workers).
 _live_states = weakref.WeakSet()
+
+# Tensors made here and handed to a blocking torch.distributed call, kept until the process ends. Gloo's worker thread
+# drops its reference to a work's tensors just after the caller's wait has returned; were that the last reference, the
+# tensor's Python object would be freed there, which needs the GIL. If the process is leaving by then (a rank that
+# raised right after the call, as a refused state does), the interpreter is finalizing and the thread is killed inside
+# a noexcept frame: the process aborts with "terminate called without an active exception" (python.ddp_hook.errors
+# did, once in about forty runs under load). Held here, gloo's reference is never the last. A few small tensors per
+# state (torch_communicator.h does the same for the aggregator's own calls).
+_held_past_gloo = []
+
+
+def _keep_past_gloo(*tensors):
+    _held_past_gloo.append(tensors)
+
 
 def _invalid(message):
     return _terse.InvalidArgument("terse.torch: " + message)
@@ -585,21 +600,29 @@ class CompressionState:
         world = torch.distributed.get_world_size(group)
         if world == 1:
             return
-        text = repr(sorted(self._settings.items()))
-        fingerprint = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
+        text = json.dumps(self._settings, sort_keys=True).encode()
+        fingerprint = int.from_bytes(hashlib.sha256(text).digest()[:8], "little", signed=True)
         device = self._device if self._nccl else torch.device("cpu")
-        mine = torch.tensor([fingerprint], dtype=torch.int64, device=device)
-        every = [torch.empty_like(mine) for _ in range(world)]
-        # Gathered and read on one stream: NCCL's wait orders only the stream current at the wait, so a read on another
-        # (backward's, when the state binds a side one) could see the buffers before NCCL wrote them.
-        with self._on_stream():
-            torch.distributed.all_gather(every, mine, group=group)
-            got = torch.cat(every).cpu().tolist()
-        if all(f == fingerprint for f in got):
+
+        def gather(mine):
+            every = [torch.empty_like(mine) for _ in range(world)]
+            # Gathered and read on one stream: NCCL's wait orders only the stream current at the wait, so a read on
+            # another (backward's, when the state binds a side one) could see the buffers before NCCL wrote them.
+            with self._on_stream():
+                torch.distributed.all_gather(every, mine, group=group)
+                got = [t.cpu() for t in every]
+            _keep_past_gloo(mine, *every)
+            return got
+
+        got = [t.tolist() for t in gather(torch.tensor([fingerprint, len(text)], dtype=torch.int64, device=device))]
+        if all(f == fingerprint for f, _ in got):
             return
-        settings = [None] * world
-        with torch.cuda.device(self._device) if self._nccl else contextlib.nullcontext():
-            torch.distributed.all_gather_object(settings, self._settings, group=group)
+        # The settings themselves, as JSON padded to the longest rank's (not all_gather_object: its tensors are
+        # torch's, freed when it returns, and this rank raises right after -- see _held_past_gloo).
+        longest = max(n for _, n in got)
+        padded = torch.tensor(list(text) + [0] * (longest - len(text)), dtype=torch.uint8)
+        settings = [json.loads(bytes(t[:n].tolist()).decode())
+                    for t, (_, n) in zip(gather(padded.to(device)), got)]
         differ = [key for key in self._settings if any(s.get(key) != self._settings[key] for s in settings)]
         raise _invalid("the ranks' hook states differ in %s: %s. Every rank must build its CompressionState alike: "
                        "DDP pairs the ranks' collectives one for one"

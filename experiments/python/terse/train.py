@@ -355,6 +355,7 @@ def train_rank(rank, world, spec, store_path):
         # On the model's device: NCCL (device "cuda") carries CUDA tensors only.
         steps = torch.tensor([len(own) // spec.batch], dtype=torch.int64, device=device)
         dist.all_reduce(steps, op=dist.ReduceOp.MIN)
+        terse.torch._keep_past_gloo(steps)  # a refusal below ends the process at once (_held_past_gloo says why)
         per_epoch = int(steps.item())
         if spec.max_steps > 0:
             per_epoch = min(per_epoch, spec.max_steps)
