@@ -9,15 +9,18 @@
 #include "core/comm/ring_model.h"
 #include "core/common/error.h"
 #include "experiments/config/config.h"
+#include "experiments/python/wheel_commit.h"
 
 namespace py = pybind11;
 
 namespace terse::python {
 namespace {
 
-// The commit of the tree this extension was built in (the running executable is python3, so results::gitCommit()
-// would look at the wrong place first), else of the working directory.
+// A wheel's commit as its build found it (wheel_commit.h): installed, the extension's folder is no checkout of its
+// source. Otherwise the commit of the tree this extension was built in (the running executable is python3, so
+// results::gitCommit() would look at the wrong place first), else of the working directory.
 std::string extensionCommit() {
+  if (const std::string_view built = wheelCommit(); !built.empty()) return std::string(built);
   Dl_info info{};
   if (::dladdr(reinterpret_cast<const void*>(&extensionCommit), &info) != 0 && info.dli_fname != nullptr) {
     if (auto head = results::gitCommitOf(std::filesystem::path(info.dli_fname).parent_path())) return *head;

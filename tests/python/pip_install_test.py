@@ -5,8 +5,10 @@ In a fresh venv (--system-site-packages, so the interpreter's torch is the one u
 scikit-build-core (--no-build-isolation: no download but scikit-build-core itself, when the interpreter has none) and
 installs it. Then, from a folder outside the source tree, with no PYTHONPATH and TERSE_PLUGIN_PATH empty, a process
 imports terse.torch, builds a CompressionState for a built-in compressor on a one-process gloo group, runs one DDP
-step through the hook, and checks that the plugin came from the installed package's terse/plugins and that the
-installed extension links no libtorch.
+step through the hook, and checks that the plugin came from the installed package's terse/plugins, that the
+installed extension links no libtorch, and that a ResultsLogger's provenance.json names the commit the package was
+built from (`git rev-parse HEAD` of the source, with "-dirty" when its tracked files have changes, as `terse run`
+records it), not "unknown": the installed extension's folder is no checkout, so only its build can know.
 
 Exit 77 (ctest's skip) when scikit-build-core cannot be installed from the package index (no network).
 
@@ -16,6 +18,7 @@ the build tree compiled (tests/python/CMakeLists.txt says where the folder goes,
 """
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -94,12 +97,28 @@ def install(args):
         cwd = os.path.join(tmp, "elsewhere")
         os.mkdir(cwd)
         return run([py, "-I", os.path.abspath(__file__), "check", "--source", args.source, "--readelf", args.readelf,
-                    "--store", os.path.join(tmp, "store")], env=env, cwd=cwd)
+                    "--store", os.path.join(tmp, "store"), "--results", os.path.join(tmp, "results")], env=env,
+                   cwd=cwd)
 
 
 def inside(path, folder):
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return os.path.commonpath([path, folder]) == folder
+
+
+def source_commit(source):
+    """What `terse run` records as git_commit for a binary built in `source` (results::gitCommit()): HEAD, "-dirty"
+    when tracked files have changes; "unknown" when `source` is not the top of a git checkout."""
+    def git(*cmd):
+        r = subprocess.run(["git", "-C", source] + list(cmd), capture_output=True, text=True)
+        return r.stdout if r.returncode == 0 else None
+
+    out = git("rev-parse", "--show-toplevel", "HEAD")
+    lines = out.split() if out else []
+    if len(lines) != 2 or os.path.realpath(lines[0]) != os.path.realpath(source):
+        return "unknown"
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return lines[1] + ("-dirty" if status else "")
 
 
 def check(args):
@@ -151,6 +170,20 @@ def check(args):
         expect(state.step == 1, "one DDP step through the hook, but the state counted %d" % state.step)
         expect(all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()),
                "the hook left a gradient unset or not finite")
+
+        # The installed package's results name the commit it was built from. The check runs from a folder outside
+        # any checkout, so what git says at run time cannot stand in for it.
+        log = terse.torch.ResultsLogger(args.results, study="pip", state=state)
+        log.record(test_accuracy=0.5)
+        log.finish()
+        with open(os.path.join(log.results_dir, "provenance.json")) as f:
+            recorded = json.load(f)["git_commit"]
+        expected = source_commit(args.source)
+        print("git_commit: %s (the source: %s)" % (recorded, expected))
+        expect(recorded == expected, "the installed package's results record git_commit %r, but it was built from %r"
+               % (recorded, expected))
+        expect(expected == "unknown" or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", recorded),
+               "git_commit %r is not a commit" % (recorded,))
     finally:
         dist.destroy_process_group()
 
@@ -170,6 +203,7 @@ def main():
                    "cmake.define.NAME=VALUE")
     p.add_argument("--readelf", default="readelf")
     p.add_argument("--store", help="(check) the gloo group's file store")
+    p.add_argument("--results", help="(check) the ResultsLogger's root folder")
     args = p.parse_args()
     if args.mode == "check":
         return check(args)
