@@ -720,13 +720,24 @@ class WithUnused(nn.Module):
         return self.used(x)
 
 
+def group_timeout(group):
+    """The timeout torch gave `group`, read where torch keeps it for gloo: in the group's options in torch 1.13 (the
+    group is its backend), in its CPU backend's in torch 2.x."""
+    backend = group._get_backend(torch.device("cpu")) if hasattr(group, "_get_backend") else group
+    return backend.options._timeout
+
+
 def unused_parameters(rank):
     # DDP with find_unused_parameters=True all-reduces its map of used parameters on its process group as soon as the
     # step's last hook call returns, while an overlapped state may still issue collectives (the worker; PowerSGD's
     # chained rounds). So a state beside such a DDP issues its collectives on a group of its own (terse/torch.py,
     # _group_of_its_own), one for all the states of that DDP group: several buckets, every overlap mode, the
-    # parameters equal to overlap=False's bit for bit.
+    # parameters equal to overlap=False's bit for bit. The group has the world's timeout (spawn's 60 s), not
+    # new_group's default (30 minutes), which would turn a hang the script set a short timeout to catch into a long one.
     dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024
+    world_timeout = timedelta(seconds=60)
+    check(group_timeout(dist.group.WORLD) == world_timeout,
+          "the world group's timeout reads %s, not spawn's %s" % (group_timeout(dist.group.WORLD), world_timeout))
     groups = set()
     for name, params in (("topk", {"ratio": 0.01}), ("powersgd", {"rank": 2})):
         finals = {}
@@ -737,6 +748,8 @@ def unused_parameters(rank):
             own = state.process_group is not None and state.process_group is not ddp.process_group
             check(own, "%s overlap=%s: not a group of its own" % (name, overlapped))
             groups.add(id(state.process_group))
+            check(group_timeout(state.process_group) == world_timeout, "%s overlap=%s: the state's group has timeout "
+                  "%s, not the world's %s" % (name, overlapped, group_timeout(state.process_group), world_timeout))
             ddp.register_comm_hook(state, terse.torch.compression_hook)
             train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 5, rank)
             check(len(state.buckets()) >= 3, "%s: expected several buckets, DDP made %d" % (name, len(state.buckets())))
@@ -745,6 +758,32 @@ def unused_parameters(rank):
         check_same_as_without_overlap(finals, rank, name)
     # One group, made once and reused by every later state beside the same DDP group (never one a state).
     check(len(groups) == 1, "%d groups of terse's own for one DDP group" % len(groups))
+    # timeout= gives the state's group another timeout: a group of that timeout, made once too. A value that is no
+    # positive timedelta is refused, and so is timeout= on a state that makes no group (module= the model DDP wraps).
+    model = WithUnused()
+    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    short = timedelta(seconds=45)
+    states = [terse.torch.CompressionState("fp16", module=ddp, timeout=short) for _ in range(2)]
+    check(states[0].process_group is states[1].process_group and id(states[0].process_group) not in groups,
+          "timeout= did not make one group of its own, apart from the world timeout's")
+    check(group_timeout(states[0].process_group) == short,
+          "timeout=%s: the state's group has timeout %s" % (short, group_timeout(states[0].process_group)))
+    for state in states:
+        state.close()
+    for bad in (45, timedelta(0), timedelta(seconds=-1), "45s"):
+        expect_terse_error(terse.InvalidArgument, "'timeout' must be a datetime.timedelta longer than zero",
+                           lambda: terse.torch.CompressionState("fp16", module=ddp, timeout=bad))
+    expect_terse_error(terse.InvalidArgument, "this state makes none (module= is not such a DDP wrapper)",
+                       lambda: terse.torch.CompressionState("fp16", module=model, timeout=short))
+    # Where torch does not show the DDP group's timeout (a backend other than gloo and NCCL), the state asks for
+    # timeout= rather than give its group torch's default.
+    reader = terse.torch._timeout_of
+    terse.torch._timeout_of = lambda group: None
+    try:
+        expect_terse_error(terse.InvalidArgument, "does not show that group's timeout (backend 'gloo'): pass timeout=",
+                           lambda: terse.torch.CompressionState("fp16", module=ddp))
+    finally:
+        terse.torch._timeout_of = reader
     # A DDP group other than the default one cannot be copied by every rank: refused, naming what to pass; a group
     # of terse's own is used as given.
     sub = dist.new_group(ranks=list(range(WORLD)))

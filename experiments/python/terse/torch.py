@@ -122,6 +122,7 @@ import atexit
 import collections
 import functools
 import contextlib
+import datetime
 import difflib
 import hashlib
 import json
@@ -209,13 +210,46 @@ def _module_device(module):
     return torch.device(devices[0]) if devices else None
 
 
-# The groups _group_of_its_own made, by the DDP group they stand beside: one each, reused by every later state of that
-# DDP group (every rank builds its states in one order, so every rank reuses alike), as a group is never freed here
-# (destroying one while a gloo thread holds a callback can hang: CompressionState.close).
+# The groups _group_of_its_own made, by the DDP group they stand beside and their timeout: one each, reused by every
+# later state of that DDP group and timeout (every rank builds its states in one order with one timeout, so every rank
+# reuses alike), as a group is never freed here (destroying one while a gloo thread holds a callback can hang:
+# CompressionState.close).
 _OWN_GROUPS = {}
 
 
-def _group_of_its_own(module, process_group):
+def _options_timeout(pg):
+    """The timeout in a process group's or backend's options, None where it has none to show.
+    TORCH_DISTRIBUTED_DEBUG=DETAIL wraps one in a _ProcessGroupWrapper, whose wrapped_pg holds them."""
+    for _ in range(4):  # a wrapper wraps a backend, not another wrapper; the bound only keeps a cycle out
+        inner = getattr(pg, "wrapped_pg", None)
+        if inner is None:
+            break
+        pg = inner
+    timeout = getattr(getattr(pg, "options", None), "_timeout", None)
+    return timeout if isinstance(timeout, datetime.timedelta) else None
+
+
+def _timeout_of(group):
+    """The timeout torch gave `group` (init_process_group's or new_group's timeout=), None where this torch does not
+    show it. torch 1.13: the group is its backend (ProcessGroupGloo, ProcessGroupNCCL), whose `options._timeout` holds
+    it. torch 2.x: a ProcessGroup with one backend per device type (`_get_backend`), each holding it in its own
+    `options._timeout` (gloo's and NCCL's bindings; the 2.x path is read off torch's source, the tests run 1.13's).
+    Other backends (mpi, ucc, a third party's) may show none."""
+    timeout = _options_timeout(group)
+    if timeout is not None or not hasattr(group, "_get_backend"):
+        return timeout
+    # One timeout for every backend of a group: new_group and init_process_group give each the same.
+    for device in ("cpu", "cuda"):
+        try:
+            timeout = _options_timeout(group._get_backend(torch.device(device)))
+        except RuntimeError:  # no backend for that device type
+            continue
+        if timeout is not None:
+            return timeout
+    return None
+
+
+def _group_of_its_own(module, process_group, timeout):
     """The process group a state issues its collectives on. DDP with find_unused_parameters=True all-reduces its map of
     the parameters used in the step on its own process group as soon as the hook call of the step's last bucket
     returns. A state that issues collectives after its hook call returned -- the worker thread, a multi-round
@@ -224,29 +258,49 @@ def _group_of_its_own(module, process_group):
     own, the same ranks and backend, made here by every rank of the world (every rank constructs its state); whatever
     its overlap, so that ranks that differ there still make the group alike and the first bucket's agreement check
     (_check_agreement) can say what differs. A DDP group that is not the whole world cannot be copied so (new_group
-    needs every rank of the world): the caller must pass a group of terse's own."""
-    if not getattr(module, "find_unused_parameters", False):
-        return process_group
+    needs every rank of the world): the caller must pass a group of terse's own.
+
+    The group gets the timeout of the group it copies (`timeout`, when given, instead): new_group's default would
+    quietly replace a short timeout the script set to catch hangs with torch's default (half an hour for gloo). Where
+    torch does not show the DDP group's timeout, the caller must give it."""
     ddp_group = getattr(module, "process_group", None)
     world = torch.distributed.group.WORLD
     mine = process_group if process_group is not None else world
-    if ddp_group is None or mine is not ddp_group:
-        return process_group  # already a group DDP does not use
+    if not getattr(module, "find_unused_parameters", False) or ddp_group is None or mine is not ddp_group:
+        _require(timeout is None,
+                 "'timeout' is the timeout of the process group a state makes of its own beside a DDP wrapper with "
+                 "find_unused_parameters=True (module=), and this state makes none (%s): leave timeout= out and set "
+                 "the timeout where the state's group is made (init_process_group or new_group)"
+                 % ("process_group= is a group DDP does not use" if getattr(module, "find_unused_parameters", False)
+                    and ddp_group is not None else "module= is not such a DDP wrapper"))
+        return process_group
     _require(ddp_group is world,
              "module= is DDP with find_unused_parameters=True on a process group other than the default one: DDP "
              "all-reduces its map of used parameters on that group while terse's overlapped collectives may still go "
              "out, in another order on another rank. Pass process_group= a group of terse's own with the same ranks "
              "(torch.distributed.new_group, on every rank)")
-    group = _OWN_GROUPS.get(id(ddp_group))
+    if timeout is None:
+        timeout = _timeout_of(ddp_group)
+        if timeout is None:
+            try:
+                backend = "backend '%s'" % torch.distributed.get_backend(ddp_group)
+            except Exception:  # noqa: BLE001 -- only for the message
+                backend = "its backend"
+            raise _invalid("module= is DDP with find_unused_parameters=True, so the state makes a process group of its "
+                           "own with the timeout of DDP's group, but torch %s does not show that group's timeout (%s):"
+                           " pass timeout= (a datetime.timedelta) for the state's group"
+                           % (torch.__version__, backend))
+    key = (id(ddp_group), timeout)
+    group = _OWN_GROUPS.get(key)
     if group is None:
-        group = _OWN_GROUPS[id(ddp_group)] = torch.distributed.new_group()
+        group = _OWN_GROUPS[key] = torch.distributed.new_group(timeout=timeout)
     return group
 
 
 # CompressionState's own keywords (every other keyword is the plugin's parameter): for a misspelt one's message.
 _STATE_KEYWORDS = ("error_feedback", "momentum_correction", "momentum_masking", "momentum_nesterov", "module",
                    "granularity", "overlap", "process_group", "seed", "plugin_path", "params", "plugin_timeout",
-                   "step_trace", "stream")
+                   "step_trace", "stream", "timeout")
 
 
 class CompressionState:
@@ -279,7 +333,11 @@ class CompressionState:
                          find_unused_parameters=True, the state issues its collectives on a group of its own with the
                          same ranks (made once by every rank, reused by later states), since DDP's own all_reduce of
                          its used-parameter map would otherwise interleave with terse's overlapped collectives; pass the
-                         DDP wrapper, not the model it wraps, as module= whenever DDP finds unused parameters
+                         DDP wrapper, not the model it wraps, as module= whenever DDP finds unused parameters. That
+                         group has the timeout of DDP's group (init_process_group's timeout=)
+    timeout              a datetime.timedelta: the timeout of that group of the state's own instead of DDP's group's;
+                         needed only where torch does not show DDP's group's timeout (a backend other than gloo and
+                         NCCL), and refused for a state that makes no group of its own
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
                          and the install and build trees
@@ -300,7 +358,7 @@ class CompressionState:
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
                  seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, stream=None,
-                 **plugin_params):
+                 timeout=None, **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
@@ -325,6 +383,9 @@ class CompressionState:
         _require(isinstance(plugin_timeout, numbers.Real) and not isinstance(plugin_timeout, bool)
                  and 0 <= plugin_timeout <= 3600,
                  "'plugin_timeout' must be a number of seconds in [0, 3600] (0 = no limit), got %r" % (plugin_timeout,))
+        _require(timeout is None or (isinstance(timeout, datetime.timedelta) and timeout > datetime.timedelta(0)),
+                 "'timeout' must be a datetime.timedelta longer than zero (or None: the timeout of DDP's group), got %s"
+                 % _described(timeout))
         merged = {}
         for key, value in list((params or {}).items()) + list(plugin_params.items()):
             _require(isinstance(key, str), "compressor parameter names must be strings, got %r" % (key,))
@@ -336,7 +397,7 @@ class CompressionState:
                 "terse.torch: the module's parameters are on %s; this hook aggregates CPU tensors (gloo) and CUDA "
                 "tensors (NCCL, or gloo) only -- compressor '%s' cannot run there" % (device, compressor))
 
-        process_group = _group_of_its_own(module, process_group)
+        process_group = _group_of_its_own(module, process_group, timeout)
         try:
             self._agg = _terse.DdpAggregator(
                 compressor=str(compressor), params=merged, error_feedback=error_feedback,
