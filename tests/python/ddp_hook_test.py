@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from datetime import timedelta
 
 import torch
@@ -699,6 +700,24 @@ def disagree(rank):
         check(key in message and "rank 0:" in message and "rank 1:" in message, "%s: %s" % (name, message))
         check(sorted(state.buckets()) == [], "a bucket was aggregated after the refusal: %s" % state.buckets())
         state.close()
+    # A peer whose settings do not read as terse's (another version, a broken rank): the mismatch is still raised on
+    # every rank, that rank's values shown as unreadable.
+    saved = terse.torch.json
+    if rank == 1:
+        terse.torch.json = types.SimpleNamespace(dumps=lambda *a, **k: "{not json", loads=json.loads)
+    try:
+        model = mlp()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = terse.torch.CompressionState("topk", module=model, ratio=0.01)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        x, y = batch(0, rank)
+        message = expect_terse_error(terse.InvalidArgument, "the ranks' hook states differ in",
+                                     lambda: F.cross_entropy(ddp(x), y).backward())
+        check("(unreadable)" in message and "rank 0: compressor='topk" in message,
+              "a peer's unreadable settings: %s" % message)
+        state.close()
+    finally:
+        terse.torch.json = saved
     model = mlp()
     ddp = nn.parallel.DistributedDataParallel(model)
     state = terse.torch.CompressionState("topk", module=model, ratio=0.01)

@@ -159,6 +159,18 @@ def _keep_past_gloo(*tensors):
     _held_past_gloo.append(tensors)
 
 
+def _peer_settings(t, n, keys):
+    """A rank's settings as _check_agreement gathers them (JSON, the first n bytes of t); a rank whose bytes do not read
+    as such (another terse, or a broken peer) shows as unreadable, and the ranks still raise the mismatch."""
+    try:
+        settings = json.loads(bytes(t[:n].tolist()).decode()) if 0 <= n <= t.numel() else None
+    except ValueError:
+        settings = None
+    if not isinstance(settings, dict):
+        return {key: "(unreadable)" for key in keys}
+    return settings
+
+
 def _invalid(message):
     return _terse.InvalidArgument("terse.torch: " + message)
 
@@ -680,10 +692,10 @@ class CompressionState:
             return
         # The settings themselves, as JSON padded to the longest rank's (not all_gather_object: its tensors are
         # torch's, freed when it returns, and this rank raises right after -- see _held_past_gloo).
-        longest = max(n for _, n in got)
+        # Bounded: a peer's length is its own word (a few hundred bytes from this code).
+        longest = max(min(max(n, 0), 1 << 16) for _, n in got)
         padded = torch.tensor(list(text) + [0] * (longest - len(text)), dtype=torch.uint8)
-        settings = [json.loads(bytes(t[:n].tolist()).decode())
-                    for t, (_, n) in zip(gather(padded.to(device)), got)]
+        settings = [_peer_settings(t, n, self._settings) for t, (_, n) in zip(gather(padded.to(device)), got)]
         differ = [key for key in self._settings if any(s.get(key) != self._settings[key] for s in settings)]
         raise _invalid("the ranks' hook states differ in %s: %s. Every rank must build its CompressionState alike: "
                        "DDP pairs the ranks' collectives one for one"
