@@ -349,6 +349,13 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   study.experiments = resolveVariants(file);
   std::set<std::string> reported;  // a base field's error is the same in every variant: say it once
   PluginCheckMemo plugin_checks;
+  // A variant the run did not select has its plugins' names checked for being set, nothing loaded.
+  ConfigOptions names_only = options;
+  names_only.loader = nullptr;
+  auto loadsPlugins = [&](const Experiment& e) {
+    const auto& selected = options.plugin_variants;
+    return selected.empty() || std::find(selected.begin(), selected.end(), e.variant()) != selected.end();
+  };
   for (std::size_t k = 0; k < study.experiments.size(); ++k) {
     if (errors.size() >= kMaxReportedErrors) {
       truncated = true;  // the variants after k are not checked: there may be more
@@ -357,7 +364,9 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     // One experiment's errors in the file's order (those without a place last): the checks run table by table, rule
     // by rule, and the reader goes down the file.
     std::vector<std::pair<pb::TextFormat::ParseLocation, std::string>> found;
-    for (const auto& message : validateExperiment(study.experiments[k], options, &plugin_checks)) {
+    const bool loads = loadsPlugins(study.experiments[k]);
+    for (const auto& message :
+         validateExperiment(study.experiments[k], loads ? options : names_only, loads ? &plugin_checks : nullptr)) {
       const std::string path = pathOf(message);
       pb::TextFormat::ParseLocation loc;
       std::string line;

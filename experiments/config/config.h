@@ -2,7 +2,8 @@
 // checked as a whole, and turned into one resolved Experiment per variant, before anything trains. A config error found
 // an hour into a study costs the hour, so every check that can run up front does: syntax, types and enum names
 // (protobuf's text parser), values and their combinations, link emulation strings (the comm parsers), and the plugins
-// themselves (loaded and instantiated with their parameters, so a misspelt name or a bad `ratio` fails here).
+// themselves (loaded and instantiated with their parameters, so a misspelt name or a bad `ratio` fails here) -- those
+// of every variant, or of the variants a run selected (ConfigOptions::plugin_variants).
 //
 // Every problem is reported as "FILE:LINE:COL: message" when the file says where it is (always for parse errors; for
 // semantic errors the line of the field that holds the bad value), else "FILE: message". Messages name the field path
@@ -67,6 +68,10 @@ struct ConfigOptions {
   // Resolves and instantiates compressor and scheduler plugins with their params. Null = names only checked to be
   // non-empty (for tools that read results without running anything).
   PluginLoader* loader = nullptr;
+  // The variants (Experiment.variant, as --variant names them) whose plugins `loader` loads; empty = every variant's.
+  // The others are checked as without a loader, every field but the plugins' existence and params, so that a variant
+  // naming a plugin this machine lacks does not stop another from running, while a typo anywhere still fails.
+  std::vector<std::string> plugin_variants;
   // Scheduler names served without a plugin file (accepted without loading anything, params must be empty). Empty by
   // default: every scheduler, the default "fifo" included, is a plugin from schedulers/ loaded by name.
   std::vector<std::string> builtin_schedulers;

@@ -15,9 +15,12 @@ namespace terse::python {
 Recipe::Recipe(const std::string& path, const std::string& variant, const std::vector<std::string>& plugin_path)
     : loader_(plugin_path) {
   loader_.setPluginPathName("plugin_path=");  // what a Python caller passes; the CLI's --plugin-path is not
-  const experiments::Study study = experiments::loadStudy(path, runner::runnerConfigOptions(&loader_));
   std::vector<std::string> names;
   if (!variant.empty()) names.push_back(variant);
+  // As `terse run --variant`: the other variants' plugins need not be on this machine.
+  auto options = runner::runnerConfigOptions(&loader_);
+  options.plugin_variants = names;
+  const experiments::Study study = experiments::loadStudy(path, options);
   std::vector<experiments::Experiment> picked = experiments::selectVariants(study, names);
   if (picked.size() != 1) {
     std::string all;

@@ -25,7 +25,8 @@ struct InitialParam {
 class Recipe {
  public:
   // Loads `path` and picks `variant` (empty: the only one; an error naming the variants when there are several).
-  // Throws ConfigError / InvalidArgument as `terse run` reports them.
+  // Throws ConfigError / InvalidArgument as `terse run` reports them; a named variant's plugins alone are loaded, as
+  // `terse run --variant` loads them.
   Recipe(const std::string& path, const std::string& variant, const std::vector<std::string>& plugin_path);
 
   const experiments::Experiment& experiment() const noexcept { return e_; }

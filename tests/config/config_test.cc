@@ -219,6 +219,40 @@ TEST_F(ConfigTest, MissingPluginInVariant) {
       << errors[0];
 }
 
+// `terse run --variant`: only the selected variants' plugins are loaded (ConfigOptions::plugin_variants), so a variant
+// naming a plugin this machine lacks does not stop another; every field of every variant is still checked.
+TEST_F(ConfigTest, OnlyTheSelectedVariantsPluginsAreLoaded) {
+  const std::string text = kMinimal +
+                           "variants { name: \"good\" }\n"                                            // 7
+                           "variants { name: \"elsewhere\" overrides { compressor { name: \"nope\" "  // 8
+                           "params { key: \"ratio\" value: \"2\" } } } }\n";
+  options_.plugin_variants = {"good"};
+  const Study study = load(text);
+  ASSERT_EQ(study.experiments.size(), 2u);
+  EXPECT_EQ(study.experiments[1].compressor().name(), "nope");
+
+  // A bad value in the unselected variant still fails, naming it; its plugin is still not looked for.
+  auto errors = errorsOf(text + "variants { name: \"typo\" overrides { optimizer { lr: -1 } } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("t.textproto:9:49: variants[2] (\"typo\").optimizer.lr must be > 0, got -1", 0), 0u)
+      << errors[0];
+  // An unselected variant's plugin name must still be set.
+  errors = errorsOf(text + "variants { name: \"unnamed\" overrides { compressor { name: \"\" } } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("variants[2] (\"unnamed\").compressor.name must be set"), std::string::npos) << errors[0];
+
+  // Selecting the variant, or every variant (no selection), loads its plugin and fails naming it and the variant.
+  for (const auto& selected : {std::vector<std::string>{"elsewhere"}, std::vector<std::string>{}}) {
+    options_.plugin_variants = selected;
+    errors = errorsOf(text);
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_EQ(errors[0].rfind(
+                  "t.textproto:8:55: variants[1] (\"elsewhere\").compressor.name: compressor 'nope' not found", 0),
+              0u)
+        << errors[0];
+  }
+}
+
 TEST_F(ConfigTest, DuplicateVariant) {
   expectError(kMinimal + "variants { name: \"a\" }\nvariants { name: \"a\" }\n",
               "t.textproto:8:12: variants[1].name 'a' repeats variants[0].name");
