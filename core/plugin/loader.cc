@@ -61,6 +61,25 @@ std::optional<fs::path> loaderObjectFile() {
   return fs::path(map->l_name);
 }
 
+std::string quotedPath(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
+
+// Why `p`, named as a folder of plugins, is not one.
+std::string_view whyNotAFolder(const fs::path& p) {
+  if (isRegularFile(p)) return "is a file, not a folder";
+  std::error_code ec;
+  return fs::exists(p, ec) ? "is not a folder" : "does not exist";
+}
+
+// The same, and what to give instead.
+std::string notAFolder(const fs::path& p) {
+  return std::string(whyNotAFolder(p)) +
+         (isRegularFile(p)
+              ? ": give the plugin's file as its name, or its folder here"
+              : ": give a folder that holds terse_compressor_<name>.so or terse_scheduler_<name>.so files");
+}
+
 // The search list for a message; `plugin_path_name` labels the caller's own directories as the caller gives them.
 std::string describeDirs(const std::vector<SearchDir>& dirs, std::string_view plugin_path_name) {
   std::ostringstream o;
@@ -243,20 +262,37 @@ std::optional<fs::path> PluginLoader::packagePluginDirOf(const fs::path& object_
 
 PluginLoader::PluginLoader() : PluginLoader(std::vector<fs::path>{}) {}
 
-PluginLoader::PluginLoader(const std::vector<std::string>& plugin_path_args)
-    : PluginLoader([&] {
-        std::vector<fs::path> dirs;
-        for (const auto& arg : plugin_path_args) {
-          for (auto& d : splitPathList(arg)) dirs.push_back(std::move(d));
-        }
-        return dirs;
-      }()) {}
+PluginLoader::PluginLoader(const std::vector<std::string>& plugin_path_args, std::string plugin_path_name)
+    : PluginLoader(
+          [&] {
+            std::vector<fs::path> dirs;
+            for (const auto& arg : plugin_path_args) {
+              for (auto& d : splitPathList(arg)) dirs.push_back(std::move(d));
+            }
+            return dirs;
+          }(),
+          std::move(plugin_path_name)) {}
 
-PluginLoader::PluginLoader(const std::vector<fs::path>& plugin_dirs)
-    : PluginLoader(DirsTag{}, defaultSearchDirs(plugin_dirs)) {}
+PluginLoader::PluginLoader(const std::vector<fs::path>& plugin_dirs, std::string plugin_path_name)
+    : PluginLoader(DirsTag{}, defaultSearchDirs(plugin_dirs), std::move(plugin_path_name)) {
+  for (const auto& d : plugin_dirs) {
+    if (isDirectory(d)) continue;
+    const std::string relative = d.is_absolute() ? "" : ", looked for as " + fs::absolute(d).string();
+    TERSE_THROW(InvalidArgument, "plugin folder " << quotedPath(d) << " (from " << plugin_path_name_ << relative << ") "
+                                                  << notAFolder(d));
+  }
+  for (const auto& d : dirs_) {
+    if (d.origin != kOriginEnv || d.exists) continue;
+    TERSE_LOG(LogLevel::kWarn, "TERSE_PLUGIN_PATH: " << quotedPath(d.dir) << ' ' << whyNotAFolder(d.dir)
+                                                     << ", so no plugin is found there; remove it from "
+                                                        "TERSE_PLUGIN_PATH if it is stale");
+  }
+}
 
-PluginLoader::PluginLoader(DirsTag, std::vector<SearchDir> dirs)
-    : dirs_(std::move(dirs)), registry_(std::make_shared<PluginRegistry>()) {}
+PluginLoader::PluginLoader(DirsTag, std::vector<SearchDir> dirs, std::string plugin_path_name)
+    : dirs_(std::move(dirs)),
+      registry_(std::make_shared<PluginRegistry>()),
+      plugin_path_name_(std::move(plugin_path_name)) {}
 
 PluginLoader PluginLoader::withSearchDirs(std::vector<SearchDir> dirs) {
   return PluginLoader(DirsTag{}, std::move(dirs));

@@ -91,11 +91,21 @@ class PluginLoader {
   // (both relative to a file, so an installed tree can be moved). Empty entries are skipped rather than meaning "the
   // current directory" as in PATH: a plugin must never be picked up from wherever the user happens to stand. A
   // directory listed twice is searched once, at its first place.
+  //
+  // `plugin_path_name` is how the caller's own directories are given, for messages: the CLI's "--plugin-path" (the
+  // default) or the Python package's "plugin_path=" keyword, so that an error names what its reader can pass. Their
+  // origin (provenance, `terse plugins`) stays kOriginPluginPath. Each of them must be a folder: one that does not
+  // exist or is not a folder throws InvalidArgument naming it and `plugin_path_name`, since a misspelt folder would
+  // otherwise show up only later as a plugin "not found", or never, when a folder further on holds one of the same
+  // name. A TERSE_PLUGIN_PATH entry that is not a folder is logged as a warning instead: an environment carries stale
+  // entries from other shells and projects, which should not stop every command.
   PluginLoader();
   // Each argument may hold several directories separated by ':' (as --plugin-path a:b or repeated --plugin-path).
-  explicit PluginLoader(const std::vector<std::string>& plugin_path_args);
+  explicit PluginLoader(const std::vector<std::string>& plugin_path_args,
+                        std::string plugin_path_name = std::string(kOriginPluginPath));
   // Directories taken as they are (a path may contain ':').
-  explicit PluginLoader(const std::vector<std::filesystem::path>& plugin_dirs);
+  explicit PluginLoader(const std::vector<std::filesystem::path>& plugin_dirs,
+                        std::string plugin_path_name = std::string(kOriginPluginPath));
   // Exactly these directories, nothing from the environment or the build: for tests and embedding.
   static PluginLoader withSearchDirs(std::vector<SearchDir> dirs);
   // The search list the constructors build for `plugin_dirs` (--plugin-path), with `exists` filled.
@@ -132,11 +142,6 @@ class PluginLoader {
   // names only: nothing is loaded to say so).
   PluginLocation locate(PluginKind kind, std::string_view name) const;
 
-  // How the caller's own directories are given, for messages: the CLI's "--plugin-path" (the default), or the Python
-  // package's "plugin_path=" keyword, so that a missing plugin's message names what its reader can pass. The
-  // directories' origin (provenance, `terse plugins`) stays kOriginPluginPath.
-  void setPluginPathName(std::string name) { plugin_path_name_ = std::move(name); }
-
   // Loads by name or by path, validates, and registers (see PluginRegistry). Loading by name also requires the
   // declared name to match the file name. Throws PluginError naming the file and the reason.
   std::shared_ptr<const CompressorPlugin> loadCompressor(std::string_view name_or_path);
@@ -151,7 +156,7 @@ class PluginLoader {
 
  private:
   struct DirsTag {};
-  PluginLoader(DirsTag, std::vector<SearchDir> dirs);
+  PluginLoader(DirsTag, std::vector<SearchDir> dirs, std::string plugin_path_name = std::string(kOriginPluginPath));
 
   template <typename PluginT>
   std::shared_ptr<const PluginT> load(PluginKind kind, std::string_view name_or_path);

@@ -167,8 +167,11 @@ int checkCommand(const std::vector<std::string>& args) {
   }
 
   const std::string target = vm["plugin"].as<std::string>();
-  PluginLoader loader(vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>()
-                                              : std::vector<std::string>{});
+  std::optional<PluginLoader> plugins =
+      pluginLoader("plugins check", vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>()
+                                                            : std::vector<std::string>{});
+  if (!plugins) return kExitUsage;
+  PluginLoader& loader = *plugins;
   std::shared_ptr<const CompressorPlugin> plugin;
   try {
     plugin = loader.loadCompressor(target);

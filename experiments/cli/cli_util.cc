@@ -1,7 +1,9 @@
 #include "experiments/cli/cli_util.h"
 
 #include <algorithm>
+#include <iostream>
 
+#include "core/common/error.h"
 #include "core/common/user_message.h"
 
 namespace terse::cli {
@@ -27,6 +29,18 @@ void Table::print(std::ostream& out, std::string_view indent) const {
 
 std::string userMessage(std::string_view what) {
   return withoutSourceLocations(what);
+}
+
+std::optional<PluginLoader> pluginLoader(std::string_view command, const std::vector<std::string>& plugin_path_args,
+                                         std::string* error) {
+  try {
+    return PluginLoader(plugin_path_args);
+  } catch (const InvalidArgument& e) {
+    const std::string message = userMessage(e.what());
+    std::cerr << "terse " << command << ": " << message << '\n';
+    if (error != nullptr) *error = message;
+    return std::nullopt;
+  }
 }
 
 }  // namespace terse::cli

@@ -1,10 +1,13 @@
 // Small helpers shared by the subcommands: aligned text tables and user-facing error text.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/plugin/loader.h"
 
 namespace terse::cli {
 
@@ -30,5 +33,11 @@ inline constexpr std::string_view kNotOptimisedText =
 // An exception's message without the "[core/plugin/x.cc:123] " locations that terse errors carry: they help a
 // developer reading a log, not a user reading `terse plugins show`.
 std::string userMessage(std::string_view what);
+
+// The loader of a command with --plugin-path arguments (each DIR or DIR:DIR...). nullopt when one of them is not a
+// folder: the loader's message is then printed as "terse <command>: ...", and stored in `error` when given, and the
+// command exits with kExitUsage.
+std::optional<PluginLoader> pluginLoader(std::string_view command, const std::vector<std::string>& plugin_path_args,
+                                         std::string* error = nullptr);
 
 }  // namespace terse::cli

@@ -99,7 +99,9 @@ int listCommand(const std::vector<std::string>& args) {
   auto vm = parse(args, options, kListUsage, exit_code);
   if (!vm) return exit_code;
 
-  PluginLoader loader(pluginPaths(*vm));
+  std::optional<PluginLoader> plugins = pluginLoader("plugins list", pluginPaths(*vm));
+  if (!plugins) return kExitUsage;
+  const PluginLoader& loader = *plugins;
   const auto dirs = loader.searchDirs();
   const bool any_dir = std::any_of(dirs.begin(), dirs.end(), [](const SearchDir& d) { return d.exists; });
   const auto found = loader.discover();
@@ -333,7 +335,9 @@ int showCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const std::string target = vm["plugin"].as<std::string>();
-  PluginLoader loader(pluginPaths(vm));
+  std::optional<PluginLoader> plugins = pluginLoader("plugins show", pluginPaths(vm));
+  if (!plugins) return kExitUsage;
+  PluginLoader& loader = *plugins;
 
   // Loads and prints one kind; false (with the error on stderr) when it failed.
   auto show = [&](PluginKind kind, bool& shown) {

@@ -98,8 +98,15 @@ int runCommand(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
-  PluginLoader loader(vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>()
-                                              : std::vector<std::string>{});
+  std::string plugin_path_error;
+  std::optional<PluginLoader> plugins = pluginLoader(
+      "run", vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{},
+      &plugin_path_error);
+  if (!plugins) {
+    notifyLauncher("failed " + plugin_path_error);
+    return kExitUsage;
+  }
+  PluginLoader& loader = *plugins;
   auto config_options = runner::runnerConfigOptions(&loader);
   // A pytorch workload's module is named relative to its config file (experiment.proto PyTorch.module): validation
   // looks for it there, and the experiments below get its full path.

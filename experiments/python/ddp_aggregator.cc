@@ -48,8 +48,8 @@ ByteCounts operator-(const ByteCounts& a, const ByteCounts& b) {
 }  // namespace
 
 DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
-    : options_(std::move(options)), loader_(options_.plugin_path) {
-  loader_.setPluginPathName("plugin_path=");  // what a Python caller passes; the CLI's --plugin-path is not
+    : options_(std::move(options)), loader_(options_.plugin_path, "plugin_path=") {
+  // The loader names the folders as a Python caller passes them (plugin_path=), not as the CLI's --plugin-path.
   validateCodecOptions(options_.codec);
   plugin_ = loader_.loadCompressor(options_.compressor);
   instance_ = plugin_->instantiate(options_.params);

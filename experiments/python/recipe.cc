@@ -13,8 +13,8 @@
 namespace terse::python {
 
 Recipe::Recipe(const std::string& path, const std::string& variant, const std::vector<std::string>& plugin_path)
-    : loader_(plugin_path) {
-  loader_.setPluginPathName("plugin_path=");  // what a Python caller passes; the CLI's --plugin-path is not
+    : loader_(plugin_path, "plugin_path=") {
+  // The loader names the folders as a Python caller passes them (plugin_path=), not as the CLI's --plugin-path.
   std::vector<std::string> names;
   if (!variant.empty()) names.push_back(variant);
   // As `terse run --variant`: the other variants' plugins need not be on this machine.

@@ -69,21 +69,32 @@ TEST(SearchDirs, PathArgumentsVersusNames) {
   EXPECT_EQ(PluginLoader::fileNameFor(PluginKind::kScheduler, "p3"), "terse_scheduler_p3.so");
 }
 
+// Folders of a test's own, made fresh under the build tree's tests/plugin/<name>/.
+fs::path freshDirs(const std::string& name, std::initializer_list<const char*> subdirs) {
+  const fs::path root = fs::path(TERSE_TEST_BINARY_DIR) / "tests" / "plugin" / name;
+  fs::remove_all(root);
+  for (const char* d : subdirs) fs::create_directories(root / d);
+  return root;
+}
+
 TEST(SearchDirs, OrderIsPluginPathEnvInstallBuildTree) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/env1::/nonexistent/env2");
-  PluginLoader loader(std::vector<std::string>{"/nonexistent/a:/nonexistent/b", "/nonexistent/c"});
+  const fs::path root = freshDirs("search_order", {"a", "b", "c"});
+  PluginLoader loader(
+      std::vector<std::string>{(root / "a").string() + ":" + (root / "b").string(), (root / "c").string()});
   const auto dirs = loader.searchDirs();
   ASSERT_GE(dirs.size(), 6u);
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"/nonexistent/a", "--plugin-path"},        {"/nonexistent/b", "--plugin-path"},
-      {"/nonexistent/c", "--plugin-path"},        {"/nonexistent/env1", "TERSE_PLUGIN_PATH"},
+      {(root / "a").string(), "--plugin-path"},   {(root / "b").string(), "--plugin-path"},
+      {(root / "c").string(), "--plugin-path"},   {"/nonexistent/env1", "TERSE_PLUGIN_PATH"},
       {"/nonexistent/env2", "TERSE_PLUGIN_PATH"},
   };
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(dirs[i].dir.string(), expected[i].first) << i;
     EXPECT_EQ(dirs[i].origin, expected[i].second) << i;
   }
-  EXPECT_FALSE(dirs[0].exists);
+  EXPECT_TRUE(dirs[0].exists);
+  EXPECT_FALSE(dirs[3].exists);
   EXPECT_TRUE(dirs.back().exists);
   EXPECT_EQ(dirs.back().dir, kBuildPluginDir);
   EXPECT_EQ(dirs.back().origin, "build tree");
@@ -318,8 +329,7 @@ TEST(LoadErrors, NotFoundNamesTheCallersWayToAddADirectoryAndWhatIsThere) {
   EXPECT_TRUE(contains(m, {"add a directory with --plugin-path or TERSE_PLUGIN_PATH", "the compressors there: ", "topk",
                            kFixtureDir.string() + " (--plugin-path)"}))
       << m;
-  PluginLoader python(std::vector<std::string>{kFixtureDir.string()});
-  python.setPluginPathName("plugin_path=");
+  PluginLoader python(std::vector<std::string>{kFixtureDir.string()}, "plugin_path=");
   const std::string p = messageOf<PluginError>([&] { python.loadCompressor("nope"); });
   EXPECT_TRUE(
       contains(p, {"add a directory with plugin_path= or TERSE_PLUGIN_PATH", kFixtureDir.string() + " (plugin_path=)"}))
@@ -329,17 +339,60 @@ TEST(LoadErrors, NotFoundNamesTheCallersWayToAddADirectoryAndWhatIsThere) {
   EXPECT_TRUE(contains(s, {"the schedulers there: ", "fifo"})) << s;
 }
 
+// A folder the caller names that is not one is refused at once, naming it and how it was given: a misspelt
+// --plugin-path would otherwise show up only as a plugin "not found" later, or never, when a folder further on holds
+// one of the same name.
+TEST(LoadErrors, ACallersPluginPathThatIsNotAFolderIsRefused) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", std::nullopt);
+  std::string m = messageOf<InvalidArgument>(
+      [&] { PluginLoader(std::vector<std::string>{kFixtureDir.string() + ":/nonexistent/terse"}); });
+  EXPECT_TRUE(contains(m, {"plugin folder '/nonexistent/terse' (from --plugin-path) does not exist: give a folder that "
+                           "holds terse_compressor_<name>.so or terse_scheduler_<name>.so files"}))
+      << m;
+  // The Python package's keyword, a relative entry (with where it was looked for), and directories given as paths.
+  m = messageOf<InvalidArgument>([&] { PluginLoader(std::vector<std::string>{"no/such/plugins"}, "plugin_path="); });
+  EXPECT_TRUE(contains(m, {"plugin folder 'no/such/plugins' (from plugin_path=, looked for as " +
+                           (fs::current_path() / "no/such/plugins").string() + ") does not exist"}))
+      << m;
+  m = messageOf<InvalidArgument>([&] { PluginLoader(std::vector<fs::path>{"/nonexistent/a:b"}); });
+  EXPECT_TRUE(contains(m, {"plugin folder '/nonexistent/a:b' (from --plugin-path) does not exist"})) << m;
+}
+
 // A plugin's own file given as a plugin path is not a missing folder: the message says what it is and what to give.
+// From the caller it is refused; on TERSE_PLUGIN_PATH it is a warning, and a load error says it again.
 TEST(LoadErrors, APluginPathThatIsAFileIsNamedSo) {
-  test::ScopedEnv env("TERSE_PLUGIN_PATH", "");
   const fs::path file = kFixtureDir / PluginLoader::fileNameFor(PluginKind::kCompressor, "good_c");
   ASSERT_TRUE(fs::is_regular_file(file)) << file;
-  PluginLoader loader(std::vector<std::string>{file.string()});
+  {
+    test::ScopedEnv env("TERSE_PLUGIN_PATH", "");
+    const std::string m = messageOf<InvalidArgument>([&] { PluginLoader(std::vector<std::string>{file.string()}); });
+    EXPECT_TRUE(contains(m, {"plugin folder '" + file.string() +
+                             "' (from --plugin-path) is a file, not a folder: give the plugin's file as its name, or "
+                             "its folder here"}))
+        << m;
+  }
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", file.string());
+  test::LogCapture log;
+  PluginLoader loader;
+  EXPECT_TRUE(contains(log.text(), {"warn", "TERSE_PLUGIN_PATH: '" + file.string() + "' is a file, not a folder"}))
+      << log.text();
   const std::string m = messageOf<PluginError>([&] { loader.loadCompressor("good_c"); });
   EXPECT_TRUE(
-      contains(m, {file.string() + " (--plugin-path, a file, not a folder: give the plugin's file as its name"}))
+      contains(m, {file.string() + " (TERSE_PLUGIN_PATH, a file, not a folder: give the plugin's file as its name"}))
       << m;
-  EXPECT_EQ(m.find(file.string() + " (--plugin-path, does not exist)"), std::string::npos) << m;
+}
+
+// A stale TERSE_PLUGIN_PATH entry does not stop anything (environments carry them), but it is not silent either.
+TEST(LoadByName, AStaleEnvironmentEntryIsAWarning) {
+  test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/env:" + kFixtureDir.string());
+  test::LogCapture log;
+  PluginLoader loader;
+  EXPECT_EQ(loader.loadCompressor("good_c")->info().origin, "TERSE_PLUGIN_PATH");
+  EXPECT_TRUE(contains(log.text(), {"warn",
+                                    "TERSE_PLUGIN_PATH: '/nonexistent/env' does not exist, so no plugin is "
+                                    "found there; remove it from TERSE_PLUGIN_PATH if it is stale"}))
+      << log.text();
+  EXPECT_EQ(log.text().find(kFixtureDir.string() + "' "), std::string::npos) << log.text();
 }
 
 TEST(LoadErrors, InvalidNameIsRejectedBeforeAnySearch) {

@@ -21,9 +21,9 @@
   payload_bytes     each bucket's payload bytes equal `terse plugins show` for its tensors (tensor granularity) or
                     its size (bucket granularity), for top-k, fp16, 1-bit and PowerSGD (two rounds)
   errors            a missing plugin (its message names plugin_path=, not the CLI's flag, and lists the compressors
-                    found), a bad parameter, a plugin that throws in compress and a bf16 SUM wire that gloo
-                    cannot sum raise terse's exceptions with terse's messages (out of backward: a RuntimeError naming
-                    them), and the job shuts down
+                    found), a plugin_path= entry that is no folder, a bad parameter, a plugin that throws in compress
+                    and a bf16 SUM wire that gloo cannot sum raise terse's exceptions with terse's messages (out of
+                    backward: a RuntimeError naming them), and the job shuts down
   one_rank_fails    a plugin failing on rank 0 only: rank 0 raises terse's error, rank 1 is released by gloo (no hang)
   plugin_hangs      a plugin whose compress hangs on rank 0 (plugin_timeout 2 s): on the worker thread
                     (overlap="thread") rank 0's backward raises terse's PluginError naming the plugin, the call and the
@@ -311,6 +311,16 @@ def errors(rank):
                            lambda: State("no_such_compressor", plugin_path=[ARGS.fixture_plugins]))
     check("%s (plugin_path=)" % ARGS.fixture_plugins in message, "the caller's folder should be labelled plugin_path=: "
           "%s" % message)
+    # A folder in plugin_path= that is not one is refused before anything loads, naming it and the keyword; a plugin's
+    # file there is named for what it is, and given as the compressor it still loads.
+    message = expect_error(terse.InvalidArgument,
+                           "plugin folder '/nonexistent/terse' (from plugin_path=) does not exist",
+                           lambda: State("none", plugin_path=[ARGS.fixture_plugins, "/nonexistent/terse"]))
+    check("--plugin-path" not in message, "the message should name plugin_path=, not --plugin-path: %s" % message)
+    good_c = os.path.join(ARGS.fixture_plugins, "terse_compressor_good_c.so")
+    expect_error(terse.InvalidArgument, "'%s' (from plugin_path=) is a file, not a folder: give the plugin's file as "
+                 "its name" % good_c, lambda: State("none", plugin_path=good_c))
+    check(State(good_c).compressor == good_c, "a plugin named by its file should load")
     expect_error(terse.InvalidArgument, "topk: 'ratio' must be in (0, 1], got 2", lambda: State("topk", ratio=2))
     expect_error(terse.InvalidArgument, "'momentum_correction' must be in [0, 1)",
                  lambda: State("none", momentum_correction=1.5))
