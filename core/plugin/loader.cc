@@ -35,14 +35,20 @@ fs::path identity(const fs::path& p) {
   return ec ? p.lexically_normal() : out;
 }
 
+// The running executable, not the current directory or argv[0]: a moved or symlinked install still finds the
+// plugins it was installed with.
+std::optional<fs::path> runningExecutable() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) return std::nullopt;
+  return exe;
+}
+
 std::optional<fs::path> installPluginDir() {
 #ifdef TERSE_PLUGIN_SUBDIR
-  // The running executable, not the current directory or argv[0]: a moved or symlinked install still finds the
-  // plugins it was installed with.
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec || exe.empty()) return std::nullopt;
-  return (exe.parent_path() / ".." / TERSE_PLUGIN_SUBDIR).lexically_normal();
+  const auto exe = runningExecutable();
+  if (!exe) return std::nullopt;
+  return (exe->parent_path() / ".." / TERSE_PLUGIN_SUBDIR).lexically_normal();
 #else
   return std::nullopt;
 #endif
@@ -205,23 +211,28 @@ std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::pat
   if (const char* env = std::getenv("TERSE_PLUGIN_PATH")) {
     for (const auto& d : splitPathList(env)) dirs.push_back({fs::absolute(d), std::string(kOriginEnv)});
   }
-  // An installation's own plugins come before the build tree's: an installed terse uses the plugins installed with it,
-  // not those of the tree it was built in (which may be newer, older or gone). Its own are found from the file that
-  // holds this code: the Python extension's installation first when the loader runs inside one (python3's executable
-  // says nothing of where terse is installed), then the running executable's. For a file of the build tree its folder
-  // is the build tree's, searched once, as the build tree.
+  // An installation's own plugins, and only an installation's: an installed terse uses the plugins installed with it,
+  // never those of the tree it was built in (which may be newer, older or gone, and whose files of the same names
+  // would only be reported as shadowed). Its own are found from the file that holds this code: the Python extension's
+  // installation first when the loader runs inside one (python3's executable says nothing of where terse is
+  // installed), then the running executable's. The build tree's folder is searched when that file is itself of the
+  // build tree (belongsToBuildTree); for such a file its installation folder is the build tree's, searched once, as
+  // the build tree.
   std::vector<fs::path> own;
 #ifdef TERSE_PLUGIN_SUBDIR
-  if (const auto object = loaderObjectFile()) {
+  const auto object = loaderObjectFile();
+  if (object) {
     if (auto d = installPluginDirOf(*object, TERSE_PLUGIN_SUBDIR)) own.push_back(std::move(*d));
   }
 #endif
   if (auto d = installPluginDir()) own.push_back(std::move(*d));
-#ifdef TERSE_BUILD_PLUGIN_DIR
+#if defined(TERSE_BUILD_PLUGIN_DIR) && defined(TERSE_BUILD_DIR)
   const fs::path build(TERSE_BUILD_PLUGIN_DIR);
   for (auto& d : own)
     if (identity(d) != identity(build)) dirs.push_back({std::move(d), std::string(kOriginInstall)});
-  dirs.push_back({build, std::string(kOriginBuildTree)});
+  const std::optional<fs::path> code_file = object ? object : runningExecutable();
+  if (code_file && belongsToBuildTree(*code_file, TERSE_BUILD_DIR, TERSE_PLUGIN_SUBDIR))
+    dirs.push_back({build, std::string(kOriginBuildTree)});
 #else
   for (auto& d : own) dirs.push_back({std::move(d), std::string(kOriginInstall)});
 #endif
@@ -249,6 +260,21 @@ std::optional<fs::path> PluginLoader::installPluginDirOf(const fs::path& object_
     dir = dir.parent_path();
   }
   return std::nullopt;
+}
+
+bool PluginLoader::belongsToBuildTree(const fs::path& code_file, const fs::path& build_dir,
+                                      const fs::path& plugin_subdir) {
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(code_file, ec);
+  if (ec) return false;
+  const fs::path build = fs::weakly_canonical(build_dir, ec);
+  if (ec) return false;
+  // Under the build directory, component by component (a sibling "build-old" is not under "build").
+  const auto [b, f] = std::mismatch(build.begin(), build.end(), file.begin(), file.end());
+  if (b != build.end() || f == file.end()) return false;
+  // And no installation's: one made into a prefix inside the tree (tests/install does) has its own plugin folder.
+  const auto own = installPluginDirOf(file, plugin_subdir);
+  return !own || identity(*own) == identity(build / plugin_subdir);
 }
 
 std::optional<fs::path> PluginLoader::packagePluginDirOf(const fs::path& object_file) {

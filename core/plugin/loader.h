@@ -85,7 +85,8 @@ class PluginLoader {
  public:
   // Search order for a name: the --plugin-path entries, the Python package's own plugins when the loader runs in a
   // pip-installed extension (packagePluginDirOf), TERSE_PLUGIN_PATH (read now, colon-separated), the plugins of
-  // the installation this code belongs to (origin "install"), then the build tree's plugin directory. The
+  // the installation this code belongs to (origin "install"), then, when this code is of the build tree
+  // (belongsToBuildTree), the build tree's plugin directory. The
   // installation's are, when the loader is linked into a shared object that python3 or another program loaded (the
   // extension terse._terse), installPluginDirOf(that object), then <dir of the running executable>/../<plugin subdir>
   // (both relative to a file, so an installed tree can be moved). Empty entries are skipped rather than meaning "the
@@ -121,6 +122,13 @@ class PluginLoader {
                                                                  const std::filesystem::path& plugin_subdir);
   // <prefix>/lib/python3.X/{dist,site}-packages/terse: the deepest place the package is installed to, below its prefix.
   static constexpr int kMaxInstallDepth = 4;
+  // Whether `code_file` (the executable, or the shared object the loader is linked into) is of the build tree
+  // `build_dir`, links resolved: it lies under build_dir, and the installation it belongs to (installPluginDirOf), if
+  // it has one, is the build tree itself (<build_dir>/<plugin_subdir>), not a prefix installed into the tree. Only
+  // then is the build tree's plugin folder searched: an installed terse, or an installed Python package, searches its
+  // own installation and never the tree it was built in.
+  static bool belongsToBuildTree(const std::filesystem::path& code_file, const std::filesystem::path& build_dir,
+                                 const std::filesystem::path& plugin_subdir);
   // The folder of plugins a pip-installed package keeps beside its extension (`object_file`, after resolving links):
   // <its folder>/plugins where that is a directory, else nullopt. Searched after the caller's directories and before
   // TERSE_PLUGIN_PATH, with origin "package" (a wheel has no build tree or install folder to fall back on).

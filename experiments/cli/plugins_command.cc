@@ -26,7 +26,8 @@ constexpr std::string_view kPluginsUsage =
     "  check  run the conformance suite on one compressor plugin\n"
     "\n"
     "Plugins are searched in: --plugin-path directories, TERSE_PLUGIN_PATH (colon-separated), this installation's\n"
-    "<prefix>/lib/terse/plugins, then the build tree. The first file with a name wins.\n";
+    "<prefix>/lib/terse/plugins, then the build tree (only by a terse that runs from it). The first file with a name\n"
+    "wins.\n";
 
 constexpr std::string_view kListUsage = "usage: terse plugins list [--plugin-path DIR[:DIR...]]...\n";
 constexpr std::string_view kShowUsage =

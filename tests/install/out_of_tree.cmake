@@ -71,10 +71,20 @@ if(CASE STREQUAL "template")
   if(NOT step_output MATCHES "build: +NOT optimised: compiled at -O0")
     message(FATAL_ERROR "terse plugins show should report the Debug template as not optimised:\n${step_output}")
   endif()
-  # The installed terse uses the plugins installed with it, ahead of the build tree it came from.
+  # The installed terse uses the plugins installed with it, and never searches the build tree it came from
+  # (core/plugin/loader.h, belongsToBuildTree), though this prefix lies inside that tree: no "shadow" notes for the
+  # built-ins both hold, and the build tree is not among the search directories.
   run_step("installed terse plugins show topk" "${prefix}/bin/terse" plugins show topk)
   if(NOT step_output MATCHES "found: +in install" OR step_output MATCHES "build tree")
     message(FATAL_ERROR "the installed terse should find topk in its installation, not the build tree:\n${step_output}")
+  endif()
+  run_step("installed terse plugins list" ${CMAKE_COMMAND} -E env --unset=TERSE_PLUGIN_PATH
+           "${prefix}/bin/terse" plugins list)
+  file(REAL_PATH "${prefix}/lib/terse/plugins" installed_plugins)
+  string(FIND "${step_output}" "${installed_plugins} (install)" at_install)
+  if(at_install LESS 0 OR step_output MATCHES "build tree|shadow")
+    message(FATAL_ERROR "the installed terse should list its installation's plugins and not search the build tree "
+                        "(${TERSE_BINARY_DIR}):\n${step_output}")
   endif()
 elseif(CASE STREQUAL "builtin")
   # A built-in as a starting point: compressors/topk copied out of the tree builds from the installed SDK and kit
@@ -146,9 +156,10 @@ elseif(CASE STREQUAL "readme")
   run_step("terse plugins check ${plugin}" "${prefix}/bin/terse" plugins check "${plugin}")
   message(STATUS "the README's compressor passes the conformance suite:\n${step_output}")
 elseif(CASE STREQUAL "python")
-  # The installed Python package finds the plugins of its own prefix, with the build tree still in place: the
-  # extension terse._terse runs inside python3, whose executable says nothing of where terse is installed. A test
-  # plugin copied into the prefix's plugin folder, and only there, tells that folder from the build tree's.
+  # The installed Python package finds the plugins of its own prefix, with the build tree still in place, and does not
+  # search the build tree: the extension terse._terse runs inside python3, whose executable says nothing of where
+  # terse is installed. A test plugin copied into the prefix's plugin folder, and only there, tells that folder from
+  # the build tree's.
   set(plugin_dir "${prefix}/${PLUGIN_SUBDIR}")
   file(COPY "${EXTRA_PLUGIN}" DESTINATION "${plugin_dir}")
   get_filename_component(extra_file "${EXTRA_PLUGIN}" NAME)
@@ -170,9 +181,9 @@ elseif(CASE STREQUAL "python")
   file(REAL_PATH "${plugin_dir}" plugin_dir)  # as the loader names it, links resolved
   string(FIND "${step_output}" "${plugin_dir} (install)" at_install)
   string(FIND "${step_output}" "(build tree)" at_build_tree)
-  if(at_install LESS 0 OR at_build_tree LESS 0 OR at_install GREATER at_build_tree)
-    message(FATAL_ERROR "the installed package should search ${plugin_dir} (install) before the build tree:\n"
-                        "${step_output}")
+  if(at_install LESS 0 OR NOT at_build_tree LESS 0)
+    message(FATAL_ERROR "the installed package should search ${plugin_dir} (install) and not the build tree it was "
+                        "built in (core/plugin/loader.h, belongsToBuildTree):\n${step_output}")
   endif()
   file(REMOVE_RECURSE "${WORK_DIR}")
 else()

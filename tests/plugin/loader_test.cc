@@ -95,6 +95,8 @@ TEST(SearchDirs, OrderIsPluginPathEnvInstallBuildTree) {
   }
   EXPECT_TRUE(dirs[0].exists);
   EXPECT_FALSE(dirs[3].exists);
+  // This test is a file of the build tree, so the build tree comes last
+  // (TheBuildTreeIsSearchedOnlyFromAFileOfTheBuildTree).
   EXPECT_TRUE(dirs.back().exists);
   EXPECT_EQ(dirs.back().dir, kBuildPluginDir);
   EXPECT_EQ(dirs.back().origin, "build tree");
@@ -146,6 +148,32 @@ TEST(SearchDirs, InstallPluginDirOfAModuleIsTheNearestPrefixWithPlugins) {
   const fs::path deep = prefix / "lib/python3.11/dist-packages/terse/sub/deeper";
   fs::create_directories(deep);
   EXPECT_EQ(PluginLoader::installPluginDirOf(deep / "_terse.so", subdir), std::nullopt);
+  fs::remove_all(root);
+}
+
+// The build tree's plugins are searched by a file of the build tree only: an installed terse (or Python package) never
+// searches the tree it was built in, even when installed into a prefix inside it.
+TEST(SearchDirs, TheBuildTreeIsSearchedOnlyFromAFileOfTheBuildTree) {
+  const fs::path subdir = "lib/terse/plugins";
+  const fs::path root = fs::canonical(freshDirs(
+      "build_tree_of", {"build/lib/terse/plugins", "build/bin", "build/python/terse", "build/a/b/c/d/e",
+                        "build/tests/install/work/prefix/bin", "build/tests/install/work/prefix/lib/terse/plugins",
+                        "build-old/bin", "prefix/bin", "elsewhere"}));
+  const fs::path build = root / "build";
+  auto file = [](const fs::path& p) {
+    std::ofstream(p).put('\0');
+    return p;
+  };
+  // The build tree's own: its executables, its Python extension, a file too deep to reach a plugin folder, a link.
+  EXPECT_TRUE(PluginLoader::belongsToBuildTree(file(build / "bin/terse"), build, subdir));
+  EXPECT_TRUE(PluginLoader::belongsToBuildTree(file(build / "python/terse/_terse.so"), build, subdir));
+  EXPECT_TRUE(PluginLoader::belongsToBuildTree(file(build / "a/b/c/d/e/probe"), build, subdir));
+  fs::create_symlink(build / "bin/terse", root / "elsewhere/terse");
+  EXPECT_TRUE(PluginLoader::belongsToBuildTree(root / "elsewhere/terse", build, subdir));
+  // Not the build tree's: an installation inside it, one outside, a sibling folder whose name starts alike.
+  EXPECT_FALSE(PluginLoader::belongsToBuildTree(file(build / "tests/install/work/prefix/bin/terse"), build, subdir));
+  EXPECT_FALSE(PluginLoader::belongsToBuildTree(file(root / "prefix/bin/terse"), build, subdir));
+  EXPECT_FALSE(PluginLoader::belongsToBuildTree(file(root / "build-old/bin/terse"), build, subdir));
   fs::remove_all(root);
 }
 

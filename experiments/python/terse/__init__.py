@@ -33,7 +33,8 @@ from ._plugins import search_path as _search_path
 class Recipe(_terse.Recipe):
     """One variant of a terse experiment config (experiments/python/recipe.h): Recipe(path, variant="",
     plugin_path=()). The plugin path is searched as terse.torch.CompressionState searches it: the given folders,
-    then a pip-installed package's own plugins, then TERSE_PLUGIN_PATH and the install and build trees."""
+    then a pip-installed package's own plugins, then TERSE_PLUGIN_PATH, the installation's plugins and, for the build
+    tree's package only, the build tree's."""
 
     def __init__(self, path, variant="", plugin_path=()):
         super().__init__(str(path), str(variant), _search_path(plugin_path))

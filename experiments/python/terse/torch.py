@@ -351,9 +351,9 @@ class CompressionState:
                          needed only where torch does not show DDP's group's timeout (a backend other than gloo and
                          NCCL), and refused for a state that makes no group of its own
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
-    plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH
-                         and the install and build trees; each must be a folder (terse.InvalidArgument names one that
-                         is not)
+    plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH,
+                         the installation's plugins and (the build tree's package only) the build tree's; each must be
+                         a folder (terse.InvalidArgument names one that is not)
     step_trace           record this rank's step trace for `terse whatif` (needs module=); see the module's text
     plugin_timeout       seconds one compressor call may run (default 60; 0 = no limit; at most 3600). The process's
                          deadline: the last state made sets it. A call past it fails its bucket with terse.PluginError
