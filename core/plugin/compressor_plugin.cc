@@ -240,16 +240,24 @@ class PluginCompressor final : public Compressor {
                                                   out.size(), &written, stream);
     }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status);
-    TERSE_CHECK(written <= out.size(), PluginError,
-                label_ << ": compress wrote " << written << " bytes into a buffer of " << out.size() << " for "
-                       << describeTensor(info));
-    TERSE_CHECK(written <= sz.max_output_bytes, PluginError,
-                label_ << ": compress returned " << written << " bytes, above its max_output_bytes "
-                       << sz.max_output_bytes << " for " << describeTensor(info));
-    TERSE_CHECK(!fixedSize(info.dtype) || written == sz.max_output_bytes, PluginError,
-                label_ << ": compress returned " << written
-                       << " bytes, but caps say fixed size and max_output_bytes is " << sz.max_output_bytes << " for "
-                       << describeTensor(info));
+    // A size that breaks the plugin's promises is its bug, classified like the SDK's TERSE_ERR_INTERNAL for the same.
+    if (written > out.size()) {
+      detail::throwPluginBrokeContract(label_, call,
+                                       "it reported " + std::to_string(written) + " bytes written into a buffer of " +
+                                           std::to_string(out.size()) + " for " + describeTensor(info));
+    }
+    if (written > sz.max_output_bytes) {
+      detail::throwPluginBrokeContract(label_, call,
+                                       "it returned " + std::to_string(written) +
+                                           " bytes, above its max_output_bytes " + std::to_string(sz.max_output_bytes) +
+                                           " for " + describeTensor(info));
+    }
+    if (fixedSize(info.dtype) && written != sz.max_output_bytes) {
+      detail::throwPluginBrokeContract(label_, call,
+                                       "it returned " + std::to_string(written) +
+                                           " bytes, but its caps say fixed size and max_output_bytes is " +
+                                           std::to_string(sz.max_output_bytes) + " for " + describeTensor(info));
+    }
     return written;
   }
 
@@ -282,12 +290,17 @@ class PluginCompressor final : public Compressor {
                            &written, stream);
     }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "reduce", status);
-    TERSE_CHECK(written <= out.size(), PluginError,
-                label_ << ": reduce wrote " << written << " bytes into a buffer of " << out.size() << " for "
-                       << describeTensor(info));
-    TERSE_CHECK(written <= sz.max_reduced_bytes, PluginError,
-                label_ << ": reduce returned " << written << " bytes, above its max_reduced_bytes "
-                       << sz.max_reduced_bytes << " for " << describeTensor(info));
+    if (written > out.size()) {
+      detail::throwPluginBrokeContract(label_, "reduce",
+                                       "it reported " + std::to_string(written) + " bytes written into a buffer of " +
+                                           std::to_string(out.size()) + " for " + describeTensor(info));
+    }
+    if (written > sz.max_reduced_bytes) {
+      detail::throwPluginBrokeContract(label_, "reduce",
+                                       "it returned " + std::to_string(written) +
+                                           " bytes, above its max_reduced_bytes " +
+                                           std::to_string(sz.max_reduced_bytes) + " for " + describeTensor(info));
+    }
     return written;
   }
 

@@ -102,7 +102,7 @@ std::string statusName(terse_status_v1 status) {
     case TERSE_ERR_DEVICE:
       return "device error";
     case TERSE_ERR_INTERNAL:
-      return "internal error";
+      return "plugin error";
     default:
       return "unknown status " + std::to_string(status);
   }
@@ -184,6 +184,13 @@ void throwPluginStatus(const std::string& label, std::string_view call, terse_st
     default:
       throw PluginError(msg.str(), TERSE_ERR_INTERNAL);
   }
+}
+
+void throwPluginBrokeContract(const std::string& label, std::string_view call, const std::string& what) {
+  std::ostringstream msg;
+  msg << where(__FILE__, __LINE__) << label << ": " << call << " failed [" << statusName(TERSE_ERR_INTERNAL)
+      << "]: " << what;
+  throw PluginError(msg.str(), TERSE_ERR_INTERNAL);
 }
 
 std::vector<terse_param_v1> toAbiParams(const Params& params, const std::string& label) {

@@ -98,7 +98,9 @@ std::string loadErrorPrefix(PluginKind kind, const std::filesystem::path& path);
 // "compressor 'topk' (/abs/path/terse_compressor_topk.so)" — the start of every error about a loaded plugin.
 std::string pluginLabel(const PluginInfo& info);
 
-// "invalid argument", "invalid payload", ...; "unknown status N" for a code outside the v1 set.
+// "invalid argument", "invalid payload", ...; "unknown status N" for a code outside the v1 set. Names a plugin's status
+// only: TERSE_ERR_INTERNAL is "plugin error", since the ABI gives it to a bug inside the plugin (types_v1.h), and
+// "internal error" read as a fault of terse's own.
 std::string statusName(terse_status_v1 status);
 
 // The host callback bound to one plugin instance: messages go to the core log prefixed with the instance's label, and
@@ -126,6 +128,11 @@ std::string takePluginError();
 // DeviceError, Error(OUT_OF_MEMORY), or PluginError(INTERNAL) for INTERNAL and unknown codes. The message is
 // "<label>: <call> failed [<status name>]: <the plugin's last ERROR message>".
 [[noreturn]] void throwPluginStatus(const std::string& label, std::string_view call, terse_status_v1 status);
+
+// Throws the PluginError for a call that returned TERSE_OK but broke its contract (a size it reported), classified as
+// throwPluginStatus classifies TERSE_ERR_INTERNAL, which the SDK returns when it catches the same breach first: one
+// error whichever side sees it. The message is "<label>: <call> failed [plugin error]: <what>".
+[[noreturn]] void throwPluginBrokeContract(const std::string& label, std::string_view call, const std::string& what);
 
 // Parameters as the ABI wants them: pointers into `params`, which must outlive the result. Throws InvalidArgument for
 // a repeated key (the ABI promises plugins unique keys).

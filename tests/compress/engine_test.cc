@@ -468,12 +468,14 @@ TEST(Engine, APluginsPerCallLieStopsEveryRankAtTheLyingCall) {
   };
   const std::vector<Case> cases = {
       // SUM, fixed size: a short payload would be summed against the peers' longer ones.
-      {"bad_caps", "fixed_lies", "compress returned 36 bytes, but caps say fixed size and max_output_bytes is 40"},
+      {"bad_caps", "fixed_lies",
+       "compress failed [plugin error]: it returned 36 bytes, but its caps say fixed size and max_output_bytes is 40"},
       // ALLGATHER, variable size: a payload above its buffer (sized to max_output_bytes, so the pipeline's buffers
       // leave too_big no room to lie; loader_test.cc has it) would overrun the slot every peer reserved for it.
-      {"bad_caps", "overflow", "compress wrote 41 bytes into a buffer of 40"},
+      {"bad_caps", "overflow", "compress failed [plugin error]: it reported 41 bytes written into a buffer of 40"},
       // CUSTOM: the fold's output is the next fold's input and the decoded aggregate.
-      {"bad_custom", "reduce_overflow", "reduce wrote 41 bytes into a buffer of 40"}};
+      {"bad_custom", "reduce_overflow",
+       "reduce failed [plugin error]: it reported 41 bytes written into a buffer of 40"}};
   for (const int n : {1, 2, 3}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(c.mode) + " on " + std::to_string(n) + " ranks");

@@ -693,11 +693,12 @@ TEST(CompressorAdapter, ReduceOutputsAreChecked) {
 
   auto too_big = instantiateFixture("bad_custom", {{"mode", "reduce_too_big"}});
   std::string m = messageOf<PluginError>([&] { too_big->reduce(info, bytesOf(a), bytesOf(b), {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"compressor 'bad_custom'", "reduce returned 52 bytes, above its max_reduced_bytes 48"}));
+  EXPECT_TRUE(contains(m, {"compressor 'bad_custom'",
+                           "reduce failed [plugin error]: it returned 52 bytes, above its max_reduced_bytes 48"}));
 
   auto overflow = instantiateFixture("bad_custom", {{"mode", "reduce_overflow"}});
   m = messageOf<PluginError>([&] { overflow->reduce(info, bytesOf(a), bytesOf(b), {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"reduce wrote 65 bytes into a buffer of 64"}));
+  EXPECT_TRUE(contains(m, {"reduce failed [plugin error]: it reported 65 bytes written into a buffer of 64"}));
 
   // The caller's side: an output below max_reduced_bytes is refused before the plugin runs.
   std::vector<std::byte> small(44);
@@ -721,12 +722,13 @@ TEST(CompressorAdapter, BoundCallsCheckEveryPerCallSize) {
 
   auto lies = instantiateFixture("bad_caps", {{"mode", "fixed_lies"}});
   m = messageOf<PluginError>([&] { lies->compressBound(info, lies->sizes(info), in.data(), {}, {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"compress returned 44 bytes, but caps say fixed size and max_output_bytes is 48"}));
+  EXPECT_TRUE(contains(m, {"compress failed [plugin error]: it returned 44 bytes, but its caps say fixed size and "
+                           "max_output_bytes is 48"}));
 
   auto too_big = instantiateFixture("bad_caps", {{"mode", "too_big"}});
   m = messageOf<PluginError>(
       [&] { too_big->compressBound(info, too_big->sizes(info), in.data(), {}, {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"compress returned 52 bytes, above its max_output_bytes 48"}));
+  EXPECT_TRUE(contains(m, {"compress failed [plugin error]: it returned 52 bytes, above its max_output_bytes 48"}));
 
   // A scratch smaller than the plugin asked for, on every call that hands one over, bound or checked.
   auto workspace = instantiateFixture("bad_caps", {{"mode", "needs_workspace"}});
@@ -752,15 +754,16 @@ TEST(CompressorAdapter, CompressOutputsAreChecked) {
 
   auto lies = instantiateFixture("bad_caps", {{"mode", "fixed_lies"}});
   std::string m = messageOf<PluginError>([&] { lies->compress(info, in.data(), {}, {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"compress returned 44 bytes, but caps say fixed size and max_output_bytes is 48"}));
+  EXPECT_TRUE(contains(m, {"compress failed [plugin error]: it returned 44 bytes, but its caps say fixed size and "
+                           "max_output_bytes is 48"}));
 
   auto overflow = instantiateFixture("bad_caps", {{"mode", "overflow"}});
   m = messageOf<PluginError>([&] { overflow->compress(info, in.data(), {}, {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"compress wrote 65 bytes into a buffer of 64"}));
+  EXPECT_TRUE(contains(m, {"compress failed [plugin error]: it reported 65 bytes written into a buffer of 64"}));
 
   auto too_big = instantiateFixture("bad_caps", {{"mode", "too_big"}});
   m = messageOf<PluginError>([&] { too_big->compress(info, in.data(), {}, {}, out, nullptr); });
-  EXPECT_TRUE(contains(m, {"compress returned 52 bytes, above its max_output_bytes 48"}));
+  EXPECT_TRUE(contains(m, {"compress failed [plugin error]: it returned 52 bytes, above its max_output_bytes 48"}));
 }
 
 TEST(CompressorAdapter, IdentityFlagReachesTheCaps) {
@@ -846,7 +849,7 @@ TEST(CompressorAdapter, ExceptionsInsideThePluginBecomeErrors) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
     EXPECT_TRUE(contains(
-        e.what(), {"compressor 'test_throws'", "compress failed [internal error]", "deliberate failure in compress"}));
+        e.what(), {"compressor 'test_throws'", "compress failed [plugin error]", "deliberate failure in compress"}));
   }
   std::vector<float> dense(12);
   try {
@@ -854,7 +857,40 @@ TEST(CompressorAdapter, ExceptionsInsideThePluginBecomeErrors) {
     ADD_FAILURE() << "decompress did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
-    EXPECT_TRUE(contains(e.what(), {"decompress failed [internal error]"}));
+    EXPECT_TRUE(contains(e.what(), {"decompress failed [plugin error]"}));
+  }
+}
+
+// test_bad_size (the SDK, tests/plugins): a compress that reports a size breaking its promises is the plugin's error,
+// whichever side catches it: the SDK (more than the buffer holds, returned as TERSE_ERR_INTERNAL) or the core (above
+// max_output_bytes, or short of a fixed size). The same type, status and tag, and the plugin, the call and the sizes.
+TEST(CompressorAdapter, AWrongSizeFromAnSdkPluginIsThePluginsError) {
+  const TensorInfo info = f32Tensor(12);  // max_output_bytes 16 + 48 = 64
+  std::vector<float> in(12, 1.0f);
+  struct Case {
+    const char* mode;
+    std::size_t buffer;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {"too_many", 64, "compress reported 65 output bytes but the output holds 64"},
+      {"too_big", 80, "it returned 68 bytes, above its max_output_bytes 64 for tensor"},
+      {"short_fixed", 64, "it returned 60 bytes, but its caps say fixed size and max_output_bytes is 64"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode);
+    auto plugin = instantiateFixture("test_bad_size", {{"mode", c.mode}});
+    std::vector<std::byte> out(c.buffer);
+    try {
+      plugin->compress(info, in.data(), {}, {}, out, nullptr);
+      ADD_FAILURE() << "compress did not throw";
+    } catch (const PluginError& e) {
+      EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
+      EXPECT_TRUE(contains(e.what(), {"compressor 'test_bad_size'", "compress failed [plugin error]: "}));
+      EXPECT_TRUE(contains(e.what(), {c.needle}));
+      EXPECT_EQ(std::string(e.what()).find("internal error"), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a PluginError: " << e.what();
+    }
   }
 }
 

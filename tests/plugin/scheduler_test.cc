@@ -283,7 +283,7 @@ TEST(SchedulerViolations, FailedCallCarriesThePluginsMessage) {
   } catch (const PluginError& e) {
     EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
     EXPECT_TRUE(contains(e.what(), {"scheduler 'fake_sched'",
-                                    "next failed [internal error]: fake_sched: deliberate "
+                                    "next failed [plugin error]: fake_sched: deliberate "
                                     "failure in next"}));
   }
   EXPECT_THROW(s->next(), PluginError);

@@ -282,7 +282,9 @@ TEST(SdkCompressorAbi, ExceptionsBecomeStatusesWithLoggedMessages) {
       {"logic", TERSE_ERR_INTERNAL, "probe: broken invariant"},
       {"int", TERSE_ERR_INTERNAL, "probe: unknown exception (not derived from std::exception)"},
       {"prefixed", TERSE_ERR_INVALID_ARGUMENT, "probe: already named"},
-      {"too_many", TERSE_ERR_INTERNAL, "probe: compress reported 9 output bytes but the output holds 8"},
+      {"too_many", TERSE_ERR_INTERNAL,
+       "probe: compress reported 9 output bytes but the output holds 8; compress must return the bytes it wrote, at "
+       "most args.output.size()"},
   };
   for (const Case& c : cases) {
     Instance inst(probeApi(), {{"mode", c.mode}});
@@ -448,7 +450,9 @@ TEST(SdkCompressorAbi, ReduceForwardsBothPayloads) {
   EXPECT_EQ(liar.api().reduce(liar.ctx(), &info, a, 3, b, 2, nullptr, out.data(), out.size(), &n, nullptr),
             TERSE_ERR_INTERNAL);
   EXPECT_EQ(n, 0u);
-  EXPECT_EQ(liar.host().lastError(), "probe: reduce reported 9 output bytes but the output holds 8");
+  EXPECT_EQ(liar.host().lastError(),
+            "probe: reduce reported 9 output bytes but the output holds 8; reduce must return the bytes it wrote, at "
+            "most args.output.size()");
 }
 
 // The macro's terse_compressor_decompress_deferred_v1 (terse/device_verdict_v1.h): the plugin sees the core's word in

@@ -240,9 +240,11 @@ struct CompressorAdapter {
                               stream,
                               verdict};
       const uint64_t n = c->instance->compress(args);
+      // The class's own bug, not the caller's: TERSE_ERR_INTERNAL, which the core raises as a plugin error.
       if (n > output_capacity) {
-        throw Error(TERSE_ERR_INTERNAL, "compress reported " + std::to_string(n) +
-                                            " output bytes but the output holds " + std::to_string(output_capacity));
+        throw Error(TERSE_ERR_INTERNAL, std::string(call) + " reported " + std::to_string(n) +
+                                            " output bytes but the output holds " + std::to_string(output_capacity) +
+                                            "; compress must return the bytes it wrote, at most args.output.size()");
       }
       *output_bytes = n;
     });
@@ -309,7 +311,8 @@ struct CompressorAdapter {
       const uint64_t n = c->instance->reduce(args);
       if (n > output_capacity) {
         throw Error(TERSE_ERR_INTERNAL, "reduce reported " + std::to_string(n) + " output bytes but the output holds " +
-                                            std::to_string(output_capacity));
+                                            std::to_string(output_capacity) +
+                                            "; reduce must return the bytes it wrote, at most args.output.size()");
       }
       *output_bytes = n;
     });
