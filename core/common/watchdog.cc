@@ -29,6 +29,7 @@ struct Slot {
   std::atomic<const char*> call{nullptr};
   std::atomic<uint64_t> tensor{kNoTensor};
   std::atomic<int> rank{-1};
+  std::atomic<int> round{-1};  // read only by callOfThread: the conformance suite names the round of a call that hung
 };
 
 namespace {
@@ -257,7 +258,7 @@ const char* intern(std::string_view label) {
   return kept.c_str();
 }
 
-WatchedCall::WatchedCall(const char* plugin, const char* call, uint64_t tensor, int rank) noexcept {
+WatchedCall::WatchedCall(const char* plugin, const char* call, uint64_t tensor, int rank, int round) noexcept {
   if (t_owner.slot == nullptr) t_owner.slot = claimSlot();
   slot_ = t_owner.slot;
   if (slot_ == nullptr) return;
@@ -266,6 +267,7 @@ WatchedCall::WatchedCall(const char* plugin, const char* call, uint64_t tensor, 
   slot_->call.store(call, std::memory_order_relaxed);
   slot_->tensor.store(tensor, std::memory_order_relaxed);
   slot_->rank.store(rank, std::memory_order_relaxed);
+  slot_->round.store(round, std::memory_order_relaxed);
   // One writer per slot: a load and a store, not an atomic read-modify-write.
   slot_->seq.store(slot_->seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   slot_->busy.store(true, std::memory_order_release);
@@ -321,6 +323,7 @@ CallView callOfThread(pid_t tid) noexcept {
     v.call = slot.call.load(std::memory_order_relaxed);
     v.tensor = slot.tensor.load(std::memory_order_relaxed);
     v.rank = slot.rank.load(std::memory_order_relaxed);
+    v.round = slot.round.load(std::memory_order_relaxed);
     v.in_call = slot.busy.load(std::memory_order_relaxed);
     break;
   }

@@ -52,10 +52,10 @@ std::chrono::nanoseconds timeout();
 const char* intern(std::string_view label);
 
 // Marks the calling thread as inside a plugin call for its lifetime. `plugin` comes from intern(); `call` is a string
-// literal.
+// literal; `round` is the tensor call's round (TensorInfo::round), -1 for a call that has none.
 class WatchedCall {
  public:
-  WatchedCall(const char* plugin, const char* call, uint64_t tensor, int rank) noexcept;
+  WatchedCall(const char* plugin, const char* call, uint64_t tensor, int rank, int round = -1) noexcept;
   ~WatchedCall();
   WatchedCall(const WatchedCall&) = delete;
   WatchedCall& operator=(const WatchedCall&) = delete;
@@ -94,6 +94,7 @@ struct CallView {
   const char* call = nullptr;
   uint64_t tensor = kNoTensor;
   int rank = -1;
+  int round = -1;        // -1: a call without a round (init, get_caps, a scheduler's)
   bool in_call = false;  // true: inside the call now; false: the last call on this thread, already returned
 };
 // The plugin call of thread `tid` (gettid()), current or last. Reads the table without synchronisation beyond the

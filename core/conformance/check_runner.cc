@@ -7,20 +7,26 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/common/error.h"
 #include "core/common/subprocess.h"
+#include "core/common/watchdog.h"
 #include "core/conformance/message.h"
 
 namespace terse::conformance {
@@ -74,8 +80,50 @@ class Reader {
   std::size_t at_ = 0;
 };
 
+// What a report is: the check's Outcome with the context it leaves, or the child's word that the time limit passed
+// (only a message: the check is still running, so its context is neither finished nor safe to read).
+enum class ReportKind : uint8_t { kOutcome = 0, kTimeLimit = 1 };
+
+// How long the parent waits past the time limit for the child's own report of it before killing the child without
+// one. The child's watch thread wakes at the limit and writes a few hundred bytes; a loaded 2-core machine runs it
+// within milliseconds, so the wait is slack for a child that cannot report at all (stopped, or its plugin holding the
+// allocator's lock).
+constexpr double kTimeLimitReportGraceS = 2;
+
+std::string timeLimitText(double timeout_s) {
+  return cat("did not finish within the time limit of ", timeout_s,
+             " s per check (ConformanceOptions::check_timeout_s, --check-timeout) and was stopped");
+}
+
+// Which plugin call the check's thread was in when the limit passed, from the plugin-call watchdog's marks (every call
+// the core makes into a plugin sets them: core/common/watchdog.h): "decompress of tensor 12 (round 0, rank 1)".
+std::string callText(const watchdog::CallView& v) {
+  std::string out = v.call;
+  if (v.tensor != watchdog::kNoTensor) out += cat(" of tensor ", v.tensor);
+  std::string where;
+  if (v.round >= 0) where = cat("round ", v.round);
+  if (v.rank >= 0) where += cat(where.empty() ? "" : ", ", "rank ", v.rank);
+  return where.empty() ? out : cat(out, " (", where, ")");
+}
+
+std::string timeLimitReport(double timeout_s, const watchdog::CallView& v) {
+  std::string why;
+  if (v.call == nullptr) {
+    why = "it had made no plugin call";
+  } else if (v.in_call) {
+    why = cat("it was inside the plugin's ", callText(v), ", which had not returned");
+  } else {
+    why = cat("it was not inside a plugin call (the last one, ", callText(v), ", had returned)");
+  }
+  Writer w;
+  w.put(ReportKind::kTimeLimit);
+  w.putString(cat(timeLimitText(timeout_s), "; when the limit passed, ", why));
+  return w.bytes();
+}
+
 std::string encode(const Outcome& o, const Context& ctx) {
   Writer w;
+  w.put(ReportKind::kOutcome);
   w.put(static_cast<uint8_t>(o.status));
   w.putString(o.message);
   w.put(static_cast<uint8_t>(ctx.instantiated));
@@ -91,9 +139,18 @@ std::string encode(const Outcome& o, const Context& ctx) {
   return w.bytes();
 }
 
-// Applies the report to ctx only when all of it reads back.
+// Applies the report to ctx only when all of it reads back; a time limit's report applies nothing.
 bool decode(std::string_view bytes, Outcome& o, Context& ctx) {
   Reader r(bytes);
+  ReportKind kind = ReportKind::kOutcome;
+  if (!r.get(kind)) return false;
+  if (kind == ReportKind::kTimeLimit) {
+    std::string message;
+    if (!r.getString(message) || !r.atEnd()) return false;
+    o = fail(std::move(message));
+    return true;
+  }
+  if (kind != ReportKind::kOutcome) return false;
   uint8_t status = 0, instantiated = 0;
   CompressorCaps caps;
   uint64_t count = 0, next_id = 0;
@@ -125,7 +182,59 @@ bool decode(std::string_view bytes, Outcome& o, Context& ctx) {
   return true;
 }
 
-[[noreturn]] void childMain(CheckFn fn, Context& ctx, int fd) {
+// The child's side of the time limit. A hung check cannot say where it hangs, and the parent cannot look into the
+// child's memory, so a thread of the child's own waits out the limit beside the check and, when it passes first, reads
+// which plugin call the check's thread is in from the watchdog's marks, sends that as the report and ends the process.
+// Whichever of the two claims the pipe first writes to it; the other writes nothing.
+class TimeLimitWatch {
+ public:
+  TimeLimitWatch(double timeout_s, int fd) : check_thread_(static_cast<pid_t>(::syscall(SYS_gettid))) {
+    if (timeout_s <= 0) return;
+    thread_ = std::thread([this, timeout_s, fd] {
+      std::unique_lock lock(mutex_);
+      const auto limit = std::chrono::duration<double>(timeout_s);
+      if (done_.wait_for(lock, limit, [this] { return owner_ != Owner::kNone; })) return;
+      owner_ = Owner::kWatch;
+      lock.unlock();
+      try {
+        writeAll(fd, timeLimitReport(timeout_s, watchdog::callOfThread(check_thread_)));
+      } catch (const std::exception&) {
+        // No report: the parent's deadline ends the child and says so.
+      }
+      ::close(fd);
+      std::fflush(nullptr);
+      ::_exit(0);
+    });
+  }
+  TimeLimitWatch(const TimeLimitWatch&) = delete;
+  TimeLimitWatch& operator=(const TimeLimitWatch&) = delete;
+
+  // Called by the check's thread when the check is over: returns once the pipe is the caller's. When the watch has
+  // claimed it, never returns (the watch ends the process once its report is out).
+  void claim() {
+    {
+      std::unique_lock lock(mutex_);
+      if (owner_ == Owner::kWatch) {
+        lock.unlock();
+        for (;;) ::pause();
+      }
+      owner_ = Owner::kCheck;
+    }
+    done_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  enum class Owner { kNone, kCheck, kWatch };
+  const pid_t check_thread_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  Owner owner_ = Owner::kNone;
+  std::thread thread_;
+};
+
+[[noreturn]] void childMain(CheckFn fn, Context& ctx, int fd, double timeout_s) {
+  TimeLimitWatch watch(timeout_s, fd);
   Outcome o{CheckStatus::kFail, {}};
   bool ready = true;
   if (ctx.instantiated && !ctx.instance) {
@@ -138,6 +247,7 @@ bool decode(std::string_view bytes, Outcome& o, Context& ctx) {
     }
   }
   if (ready) o = runCheckInProcess(fn, ctx);
+  watch.claim();
   writeAll(fd, encode(o, ctx));
   ::close(fd);
   // Whatever the plugin printed goes out; _exit skips atexit handlers and static destructors, which belong to the
@@ -166,14 +276,16 @@ Outcome runCheckInProcess(CheckFn fn, Context& ctx) {
 }
 
 Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {
-  const ForkedChild child =
-      forkWithPipe("conformance: a check's child process", [&](int write_fd) { childMain(fn, ctx, write_fd); });
+  const ForkedChild child = forkWithPipe("conformance: a check's child process",
+                                         [&](int write_fd) { childMain(fn, ctx, write_fd, timeout_s); });
   const pid_t pid = child.pid;
   const int fd = child.read_fd;
 
+  // The child reports its own time limit, naming the call it was in (TimeLimitWatch); this deadline, later by the
+  // grace, ends a child that could not.
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0.0));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                           timeout_s > 0 ? timeout_s + kTimeLimitReportGraceS : 0.0));
   std::string report;
   bool timed_out = false;
   char buffer[1 << 16];
@@ -205,8 +317,8 @@ Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {
 
   Outcome o{CheckStatus::kFail, {}};
   if (timed_out) {
-    o.message = cat("did not finish within the time limit of ", timeout_s,
-                    " s per check (ConformanceOptions::check_timeout_s, --check-timeout) and was killed");
+    o.message = cat(timeLimitText(timeout_s), "; its process did not say which plugin call it was in within ",
+                    kTimeLimitReportGraceS, " s more");
   } else if (WIFSIGNALED(status)) {
     o.message = cat("crashed with ", signalText(WTERMSIG(status)),
                     " (the check ran in a process of its own; the other checks are unaffected)");

@@ -17,9 +17,10 @@ Outcome runCheckInProcess(CheckFn fn, Context& ctx);
 // holds one, so no plugin thread or lock is ever forked), runs runCheckInProcess and writes the Outcome and the parts
 // of ctx later checks read (instantiated, caps, shapes, round_trip_error, next_tensor_id) to a pipe; the parent
 // copies them into ctx. A child killed by a signal is a FAIL naming it, one still running after `timeout_s` seconds
-// (0: no limit) is killed and a FAIL naming the limit, one that exits without a complete result a FAIL with its exit
-// status. Host memory only: see suite.cc for why the CUDA mode stays in process. Throws InternalError when pipe() or
-// fork() fail (the machine's problem, not the plugin's).
+// (0: no limit) is stopped and a FAIL naming the limit and the plugin call it was in (the child reports that itself;
+// one that cannot is killed a grace period later, and its FAIL says it did not), one that exits without a complete
+// result a FAIL with its exit status. Host memory only: see suite.cc for why the CUDA mode stays in process. Throws
+// InternalError when pipe() or fork() fail (the machine's problem, not the plugin's).
 Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s);
 
 }  // namespace terse::conformance

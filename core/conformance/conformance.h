@@ -8,10 +8,11 @@
 // checked after each call, so a wrong answer or a write out of bounds is a FAIL, not a crash. On the host each check
 // runs in a forked child process of its own (check_runner.h): a plugin that segfaults or aborts fails that check with
 // "crashed with SIGSEGV (Segmentation fault)", one that loops past ConformanceOptions::check_timeout_s fails it naming
-// the limit, and the remaining checks still run. The device mode runs in process (suite.cc says why), where a crash
-// still takes the process: the CLI names each check before running it. An out-of-bounds *read* leaves no trace; the
-// suite hands decompress its payloads in allocations of exactly the payload's size, so an AddressSanitizer build (the
-// `asan` preset, run by scripts/test) reports such a read at the plugin's line (in the child, which then exits 1).
+// the limit and the plugin call it hung in, and the remaining checks still run. The device mode runs in process
+// (suite.cc says why), where a crash still takes the process: the CLI names each check before running it. An
+// out-of-bounds *read* leaves no trace; the suite hands decompress its payloads in allocations of exactly the payload's
+// size, so an AddressSanitizer build (the `asan` preset, run by scripts/test) reports such a read at the plugin's line
+// (in the child, which then exits 1).
 //
 // Error bounds. The ABI has no field for a compressor's accuracy and should not: the bound depends on the parameters
 // (top-k's ratio), the data and what the experimenter accepts. So the suite measures the relative error
@@ -107,9 +108,9 @@ struct ConformanceOptions {
   // Each check in a child process of its own (host memory only; the CUDA mode always runs in process). Off: one process
   // for all, for a debugger.
   bool isolate = true;
-  // Seconds a check's child may run before it is killed and the check fails (0: no limit). The slowest built-in check
-  // takes about a second; 60 leaves room for sanitizer builds and loaded CI machines while a plugin that hangs in every
-  // check still ends within minutes.
+  // Seconds a check's child may run before it is stopped and the check fails, naming the plugin call it was in (0: no
+  // limit). The slowest built-in check takes about a second; 60 leaves room for sanitizer builds and loaded CI machines
+  // while a plugin that hangs in every check still ends within minutes.
   double check_timeout_s = 60;
   // Called before and after each check, e.g. to print progress: a crash then shows which check it was in.
   std::function<void(std::string_view name)> on_check_start;

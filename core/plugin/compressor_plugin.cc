@@ -232,7 +232,7 @@ class PluginCompressor final : public Compressor {
     detail::clearPluginError();
     terse_status_v1 status;
     {
-      const watchdog::WatchedCall watched(watch_label_, call, info.tensor_id, info.rank);
+      const watchdog::WatchedCall watched(watch_label_, call, info.tensor_id, info.rank, info.round);
       const void* const p = prev.empty() ? nullptr : prev.data();
       status = verdict != nullptr ? compress_deferred_(ctx_, &abi, input, p, prev.size(), &abi_scratch, out.data(),
                                                        out.size(), &written, verdict, stream)
@@ -285,7 +285,7 @@ class PluginCompressor final : public Compressor {
     detail::clearPluginError();
     terse_status_v1 status;
     {
-      const watchdog::WatchedCall watched(watch_label_, "reduce", info.tensor_id, info.rank);
+      const watchdog::WatchedCall watched(watch_label_, "reduce", info.tensor_id, info.rank, info.round);
       status = api_.reduce(ctx_, &abi, a.data(), a.size(), b.data(), b.size(), &abi_scratch, out.data(), out.size(),
                            &written, stream);
     }
@@ -447,7 +447,7 @@ class PluginCompressor final : public Compressor {
     detail::clearPluginError();
     terse_status_v1 status;
     {
-      const watchdog::WatchedCall watched(watch_label_, "get_sizes", info.tensor_id, info.rank);
+      const watchdog::WatchedCall watched(watch_label_, "get_sizes", info.tensor_id, info.rank, info.round);
       status = api_.get_sizes(ctx_, &abi, &raw);
     }
     if (status != TERSE_OK) detail::throwPluginStatus(label_, "get_sizes", status);
@@ -493,7 +493,7 @@ class PluginCompressor final : public Compressor {
     detail::clearPluginError();
     terse_status_v1 status;
     {
-      const watchdog::WatchedCall watched(watch_label_, call, info.tensor_id, info.rank);
+      const watchdog::WatchedCall watched(watch_label_, call, info.tensor_id, info.rank, info.round);
       status = verdict != nullptr ? decompress_deferred_(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out,
                                                          accumulate ? 1 : 0, verdict, stream)
                                   : api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out,

@@ -119,6 +119,36 @@ TEST(Watchdog, InternedLabelsAreSharedAndStable) {
   EXPECT_STREQ(a, "compressor 'a' (a.so)");
 }
 
+// What the conformance suite's time limit reads (core/conformance/check_runner.cc): another thread's call in progress,
+// with the round of a tensor call.
+TEST(Watchdog, AnotherThreadSeesTheCallInProgressWithItsRound) {
+  const char* label = watchdog::intern("compressor 'slow' (/plugins/slow.so)");
+  std::mutex mutex;
+  std::condition_variable cv;
+  pid_t tid = 0;
+  bool release = false;
+  std::thread caller([&] {
+    const watchdog::WatchedCall call(label, "decompress", 5, 2, 1);
+    std::unique_lock lock(mutex);
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  std::unique_lock lock(mutex);
+  cv.wait(lock, [&] { return tid != 0; });
+  const watchdog::CallView v = watchdog::callOfThread(tid);
+  release = true;
+  lock.unlock();
+  cv.notify_all();
+  caller.join();
+  EXPECT_EQ(v.plugin, label);
+  EXPECT_STREQ(v.call, "decompress");
+  EXPECT_EQ(v.tensor, 5u);
+  EXPECT_EQ(v.rank, 2);
+  EXPECT_EQ(v.round, 1);
+  EXPECT_TRUE(v.in_call);
+}
+
 TEST(Crash, TheMessageNamesThePluginCallInProgressOrReturnedLast) {
   const char* label = watchdog::intern("compressor 'bad' (/plugins/bad.so)");
   std::string none, during, after;

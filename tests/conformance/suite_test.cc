@@ -173,7 +173,24 @@ TEST(ConformanceSuite, HangingPluginFailsAtTheTimeLimit) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->status, CheckStatus::kFail);
   EXPECT_NE(r->message.find("did not finish within the time limit of 0.5 s"), std::string::npos) << r->message;
+  // The call it hung in, from the child's own report: not only that the limit passed.
+  EXPECT_NE(r->message.find("it was inside the plugin's decompress of tensor "), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("(round 0, rank 0), which had not returned"), std::string::npos) << r->message;
   EXPECT_EQ(report.find("round_trip")->status, CheckStatus::kPass) << describe(report);
+}
+
+// The same for a hang in compress, from the loader fixtures' misbehave (tests/fixtures/misbehave.c).
+TEST(ConformanceSuite, TheTimeLimitNamesTheCallThatHung) {
+  ConformanceOptions o = quick();
+  o.only = {"round_trip"};
+  o.check_timeout_s = 0.5;
+  const auto report = checkCompressor(*open(kFixtureDir, "misbehave"), {{"fault", "hang"}, {"call", "compress"}}, o);
+  const CheckResult* r = report.find("round_trip");
+  ASSERT_NE(r, nullptr) << describe(report);
+  EXPECT_EQ(r->status, CheckStatus::kFail) << describe(report);
+  EXPECT_NE(r->message.find("did not finish within the time limit of 0.5 s"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("it was inside the plugin's compress of tensor "), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("(round 0, rank 0), which had not returned"), std::string::npos) << r->message;
 }
 
 // In process (isolate = false) the checks still pass data along: round_trip reuses what shapes measured.
