@@ -60,9 +60,10 @@ std::string devicesName(uint32_t devices) {
 }
 
 Json capsJson(const CompressorCaps& c) {
+  // wire_dtype as `terse plugins show` prints it: "-" unless SUM, whose payloads alone are summed as a dtype.
   return Json{{"devices", devicesName(c.devices)},
               {"aggregation", aggregationName(c.aggregation)},
-              {"wire_dtype", dtypeName(c.wire_dtype)},
+              {"wire_dtype", wireDtypeText(c)},
               {"fixed_size", c.fixed_size},
               {"stateful", c.stateful},
               {"shared_seed", c.shared_seed},

@@ -14,4 +14,8 @@ std::string_view aggregationName(Aggregation a) noexcept {
   return "?";
 }
 
+std::string_view wireDtypeText(const CompressorCaps& caps) noexcept {
+  return caps.aggregation == Aggregation::kSum ? dtypeName(caps.wire_dtype) : "-";
+}
+
 }  // namespace terse

@@ -24,13 +24,18 @@ std::string_view aggregationName(Aggregation a) noexcept;  // "allgather", "sum"
 struct CompressorCaps {
   uint32_t devices = 0;  // TERSE_DEVICE_* bitmask
   Aggregation aggregation = Aggregation::kAllgather;
-  DType wire_dtype = DType::kF32;  // SUM only
+  DType wire_dtype = DType::kF32;  // SUM only: otherwise this default, not the plugin's (wireDtypeText)
   bool fixed_size = false;
   bool stateful = false;
   bool shared_seed = false;
   bool identity = false;  // TERSE_CAP_IDENTITY: the payload's body is the input unchanged (compressor_v1.h)
   int num_rounds = 1;
 };
+
+// The wire dtype as every report prints it (`terse plugins show`, provenance.json, the Python caps): the dtype a SUM
+// payload is summed as; "-" for allgather and custom, whose payloads travel and are combined as bytes (the ABI ignores
+// their wire_dtype, so wire_dtype above holds a default that describes nothing on the wire).
+std::string_view wireDtypeText(const CompressorCaps& caps) noexcept;
 
 struct CompressorSizes {
   uint64_t max_output_bytes = 0;

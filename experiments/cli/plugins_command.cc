@@ -246,8 +246,8 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
     try {
       const CompressorCaps c = instance->caps(d);
       table.add({std::string(dtypeName(d)), hexDevices(c.devices), std::string(aggregationName(c.aggregation)),
-                 c.aggregation == Aggregation::kSum ? std::string(dtypeName(c.wire_dtype)) : "-", yesNo(c.fixed_size),
-                 yesNo(c.stateful), yesNo(c.shared_seed), yesNo(c.identity), std::to_string(c.num_rounds)});
+                 std::string(wireDtypeText(c)), yesNo(c.fixed_size), yesNo(c.stateful), yesNo(c.shared_seed),
+                 yesNo(c.identity), std::to_string(c.num_rounds)});
     } catch (const Unsupported& e) {
       // Only the plugin's own reason: the label and call in front are the same for every row.
       const std::string m = userMessage(e.what());

@@ -54,7 +54,7 @@ py::dict bytesDict(const ByteCounts& c) {
 py::dict capsDict(const CompressorCaps& c) {
   py::dict d;
   d["aggregation"] = std::string(aggregationName(c.aggregation));
-  d["wire_dtype"] = std::string(dtypeName(c.wire_dtype));
+  d["wire_dtype"] = std::string(wireDtypeText(c));
   d["fixed_size"] = c.fixed_size;
   d["stateful"] = c.stateful;
   d["shared_seed"] = c.shared_seed;

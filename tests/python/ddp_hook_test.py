@@ -1151,6 +1151,9 @@ def api(rank):
     expect_error(terse.InvalidArgument, "stream must be 'current' or 'side' (or None), got 'own'",
                  lambda: State("none", stream="own"))
     check(State("none", stream="side").stream == "side", "stream='side' was not kept")
+    # The wire dtype as `terse plugins show` and provenance.json give it: only a SUM payload has one.
+    check(State("topk", ratio=0.01).caps["wire_dtype"] == "-", "topk (allgather) reports a wire dtype")
+    check(State("fp16").caps["wire_dtype"] == "f16", "fp16's wire dtype is not f16")
     expect_error(terse.InvalidArgument, "'seed' must be an integer in [0, 2^64), got -1",
                  lambda: State("none", seed=-1))
     expect_error(terse.InvalidArgument, "'momentum_correction' must be a number in [0, 1), got '0.9'",

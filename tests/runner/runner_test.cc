@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,31 @@ TEST(Runner, WritesResultsFolder) {
   EXPECT_LT(getNumber(records.back(), "test_loss").value(), getNumber(records.front(), "test_loss").value());
   EXPECT_EQ(s.records, 6);
   EXPECT_EQ(s.steps, 30);
+}
+
+// The caps a run records say what was on the wire, as `terse plugins show` does (tests/cli: show_caps_wire_allgather):
+// an allgather plugin's payloads are bytes, so no wire dtype ("-", not the f32 default its caps struct holds); a SUM
+// plugin's is the dtype its payloads are summed as.
+TEST(Runner, ProvenanceRecordsTheWireDtypeOnlyForSum) {
+  auto loader = testLoader();
+  for (const auto& [name, aggregation, wire] :
+       {std::tuple{"topk", "allgather", "-"}, std::tuple{"fp16", "sum", "f16"}}) {
+    SCOPED_TRACE(name);
+    const auto study = experiments::loadStudyText(studyText("compressor { name: \"" + std::string(name) + "\" }"),
+                                                  "unit.textproto", runnerConfigOptions(&loader));
+    const fs::path root = freshDir(std::string("wire_") + name);
+    Runner runner(quietOptions(loader, root));
+    const RunSummary s = runner.run(study.experiments.at(0));
+    const auto prov = parseJsonObject(readFile(s.dir / "provenance.json"));
+    ASSERT_TRUE(prov.has_value());
+    const Json* compressor = nullptr;
+    for (const Json& p : prov->at("plugins")) {
+      if (p.at("name") == name) compressor = &p;
+    }
+    ASSERT_NE(compressor, nullptr) << prov->dump();
+    EXPECT_EQ(compressor->at("caps").at("aggregation"), aggregation);
+    EXPECT_EQ(compressor->at("caps").at("wire_dtype"), wire);
+  }
 }
 
 // workload glove end to end from a config: a corpus file the test writes, the counts cached in the results folder,
