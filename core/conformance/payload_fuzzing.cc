@@ -18,33 +18,13 @@
 
 #include "core/common/error.h"
 #include "core/conformance/message.h"
+#include "core/plugin/plugin_support.h"
 
 namespace terse::conformance {
 namespace {
 
 // Payloads up to this size get every byte flipped; larger ones a fixed sample of positions.
 constexpr std::size_t kExhaustiveFlipBytes = 512;
-
-std::string statusText(terse_status_v1 s) {
-  switch (s) {
-    case TERSE_OK:
-      return "ok";
-    case TERSE_ERR_INVALID_ARGUMENT:
-      return "invalid argument";
-    case TERSE_ERR_INVALID_PAYLOAD:
-      return "invalid payload";
-    case TERSE_ERR_UNSUPPORTED:
-      return "unsupported";
-    case TERSE_ERR_OUT_OF_MEMORY:
-      return "out of memory";
-    case TERSE_ERR_DEVICE:
-      return "device";
-    case TERSE_ERR_INTERNAL:
-      return "internal";
-    default:
-      return "status " + std::to_string(s);
-  }
-}
 
 // One valid payload and how to decode it.
 struct Specimen {
@@ -105,7 +85,7 @@ class Attempts {
     } catch (const Error& e) {
       ++rejected_;
       if (std::find(allowed.begin(), allowed.end(), e.status()) == allowed.end() && wrong_status_.empty()) {
-        wrong_status_ = cat(where, ", ", mutation, ": rejected with '", statusText(e.status()),
+        wrong_status_ = cat(where, ", ", mutation, ": rejected with '", detail::statusName(e.status()),
                             "' instead of 'invalid payload': ", e.what());
       }
       return Result::kRejected;
@@ -351,17 +331,17 @@ static std::string verdictDisagreement(std::string_view call, const std::optiona
                                        const std::optional<terse_status_v1>& deferred, bool raised) {
   if (!ordinary) {
     if (!deferred && !raised) return {};
-    return cat(
-        call, " accepts it, the deferred ", call, " ",
-        deferred ? cat("refuses it with '", statusText(*deferred), "'") : std::string("raises its verdict word"));
+    return cat(call, " accepts it, the deferred ", call, " ",
+               deferred ? cat("refuses it with '", detail::statusName(*deferred), "'")
+                        : std::string("raises its verdict word"));
   }
   if (!deferred && !raised) {
-    return cat(call, " refuses it with '", statusText(*ordinary), "', the deferred ", call,
+    return cat(call, " refuses it with '", detail::statusName(*ordinary), "', the deferred ", call,
                " accepts it (status ok, word not raised)");
   }
   if (deferred && *deferred != *ordinary) {
-    return cat(call, " refuses it with '", statusText(*ordinary), "', the deferred ", call, " with '",
-               statusText(*deferred), "'");
+    return cat(call, " refuses it with '", detail::statusName(*ordinary), "', the deferred ", call, " with '",
+               detail::statusName(*deferred), "'");
   }
   return {};
 }
