@@ -215,17 +215,20 @@ std::vector<SearchDir> PluginLoader::defaultSearchDirs(const std::vector<fs::pat
   // never those of the tree it was built in (which may be newer, older or gone, and whose files of the same names
   // would only be reported as shadowed). Its own are found from the file that holds this code: the Python extension's
   // installation first when the loader runs inside one (python3's executable says nothing of where terse is
-  // installed), then the running executable's. The build tree's folder is searched when that file is itself of the
-  // build tree (belongsToBuildTree); for such a file its installation folder is the build tree's, searched once, as
-  // the build tree.
+  // installed), else the running executable's. Inside an extension the executable's folder is not searched: it is
+  // python3's (/usr/bin), whose ../lib/terse/plugins would be some other terse's, or nothing. The build tree's folder
+  // is searched when that file is itself of the build tree (belongsToBuildTree); for such a file its installation
+  // folder is the build tree's, searched once, as the build tree.
   std::vector<fs::path> own;
-#ifdef TERSE_PLUGIN_SUBDIR
   const auto object = loaderObjectFile();
+#ifdef TERSE_PLUGIN_SUBDIR
   if (object) {
     if (auto d = installPluginDirOf(*object, TERSE_PLUGIN_SUBDIR)) own.push_back(std::move(*d));
   }
 #endif
-  if (auto d = installPluginDir()) own.push_back(std::move(*d));
+  if (!object) {
+    if (auto d = installPluginDir()) own.push_back(std::move(*d));
+  }
 #if defined(TERSE_BUILD_PLUGIN_DIR) && defined(TERSE_BUILD_DIR)
   const fs::path build(TERSE_BUILD_PLUGIN_DIR);
   for (auto& d : own)

@@ -88,8 +88,9 @@ class PluginLoader {
   // the installation this code belongs to (origin "install"), then, when this code is of the build tree
   // (belongsToBuildTree), the build tree's plugin directory. The
   // installation's are, when the loader is linked into a shared object that python3 or another program loaded (the
-  // extension terse._terse), installPluginDirOf(that object), then <dir of the running executable>/../<plugin subdir>
-  // (both relative to a file, so an installed tree can be moved). Empty entries are skipped rather than meaning "the
+  // extension terse._terse), installPluginDirOf(that object), else <dir of the running executable>/../<plugin subdir>
+  // (both relative to a file, so an installed tree can be moved; the executable's folder says nothing of where an
+  // extension's terse is installed). Empty entries are skipped rather than meaning "the
   // current directory" as in PATH: a plugin must never be picked up from wherever the user happens to stand. A
   // directory listed twice is searched once, at its first place.
   //

@@ -185,6 +185,14 @@ elseif(CASE STREQUAL "python")
     message(FATAL_ERROR "the installed package should search ${plugin_dir} (install) and not the build tree it was "
                         "built in (core/plugin/loader.h, belongsToBuildTree):\n${step_output}")
   endif()
+  # Its own installation's folder and no other: not one beside python3's executable (/usr/bin/../lib/terse/plugins,
+  # some other terse's or none), which says nothing of where the package is installed.
+  string(REGEX MATCHALL "\\(install" installs "${step_output}")
+  list(LENGTH installs n_installs)
+  if(NOT n_installs EQUAL 1)
+    message(FATAL_ERROR "the installed package should search one installation's folder, its own (${plugin_dir}), not "
+                        "one found from python3's executable (core/plugin/loader.h):\n${step_output}")
+  endif()
   file(REMOVE_RECURSE "${WORK_DIR}")
 else()
   message(FATAL_ERROR "CASE must be template, builtin, readme or python, got '${CASE}'")
