@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -190,21 +191,11 @@ class TimeLimitWatch {
  public:
   TimeLimitWatch(double timeout_s, int fd) : check_thread_(static_cast<pid_t>(::syscall(SYS_gettid))) {
     if (timeout_s <= 0) return;
-    thread_ = std::thread([this, timeout_s, fd] {
-      std::unique_lock lock(mutex_);
-      const auto limit = std::chrono::duration<double>(timeout_s);
-      if (done_.wait_for(lock, limit, [this] { return owner_ != Owner::kNone; })) return;
-      owner_ = Owner::kWatch;
-      lock.unlock();
-      try {
-        writeAll(fd, timeLimitReport(timeout_s, watchdog::callOfThread(check_thread_)));
-      } catch (const std::exception&) {
-        // No report: the parent's deadline ends the child and says so.
-      }
-      ::close(fd);
-      std::fflush(nullptr);
-      ::_exit(0);
-    });
+    try {
+      thread_ = std::thread([this, timeout_s, fd] { watch(timeout_s, fd); });
+    } catch (const std::system_error&) {
+      // No thread (a process at its limit): the parent's deadline ends a hung check and says it could not be named.
+    }
   }
   TimeLimitWatch(const TimeLimitWatch&) = delete;
   TimeLimitWatch& operator=(const TimeLimitWatch&) = delete;
@@ -225,6 +216,25 @@ class TimeLimitWatch {
   }
 
  private:
+  // The watch's thread: the report of the call in progress, if the check has not claimed the pipe by the limit.
+  void watch(double timeout_s, int fd) {
+    std::unique_lock lock(mutex_);
+    const auto limit = std::chrono::duration<double>(timeout_s);
+    if (done_.wait_for(lock, limit, [this] { return owner_ != Owner::kNone; })) return;
+    owner_ = Owner::kWatch;
+    lock.unlock();
+    try {
+      writeAll(fd, timeLimitReport(timeout_s, watchdog::callOfThread(check_thread_)));
+    } catch (const std::exception&) {
+      // No report: the parent's deadline ends the child and says so.
+    }
+    ::close(fd);
+    // The plugin's output so far goes out; a flush that blocks (the hung thread holds a stream's lock) is ended by
+    // the parent's deadline, which keeps this report (runCheckInChild).
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+
   enum class Owner { kNone, kCheck, kWatch };
   const pid_t check_thread_;
   std::mutex mutex_;
@@ -312,13 +322,33 @@ Outcome runCheckInChild(CheckFn fn, Context& ctx, double timeout_s) {
   ::close(fd);
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // A child that closed its end is leaving; one that does not leave by the deadline (its time-limit report is out,
+  // but its flush waits on a stream the hung check holds) is ended too, and its report read as written: a hung plugin
+  // must never hang the suite.
+  bool lingered = false;
+  for (;;) {
+    const bool bounded = timeout_s > 0 && !timed_out && !lingered;
+    const pid_t r = ::waitpid(pid, &status, bounded ? WNOHANG : 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r != 0) break;
+    if (Clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      lingered = true;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   Outcome o{CheckStatus::kFail, {}};
   if (timed_out) {
     o.message = cat(timeLimitText(timeout_s), "; its process did not say which plugin call it was in within ",
                     kTimeLimitReportGraceS, " s more");
+  } else if (lingered) {
+    if (!decode(report, o, ctx)) {
+      o = Outcome{CheckStatus::kFail, cat(timeLimitText(timeout_s),
+                                          "; its process closed its report unfinished and "
+                                          "did not exit, so it was ended")};
+    }
   } else if (WIFSIGNALED(status)) {
     o.message = cat("crashed with ", signalText(WTERMSIG(status)),
                     " (the check ran in a process of its own; the other checks are unaffected)");

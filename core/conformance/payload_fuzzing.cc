@@ -23,6 +23,23 @@
 namespace terse::conformance {
 namespace {
 
+// How a call refused, as a check's message names it. Status 6 is the plugin's ("plugin error") only when the plugin
+// raised it (PluginError): terse's own faults -- InternalError, a simulation's or a communicator's -- carry it too, and
+// a harness fault must not read as the plugin's.
+struct Refusal {
+  terse_status_v1 status;
+  bool plugins;
+  bool operator==(const Refusal&) const = default;
+  std::string name() const {
+    return status == TERSE_ERR_INTERNAL && !plugins ? std::string("internal error (terse's)")
+                                                    : detail::statusName(status);
+  }
+};
+
+Refusal refusalOf(const Error& e) {
+  return {e.status(), dynamic_cast<const PluginError*>(&e) != nullptr};
+}
+
 // Payloads up to this size get every byte flipped; larger ones a fixed sample of positions.
 constexpr std::size_t kExhaustiveFlipBytes = 512;
 
@@ -85,7 +102,7 @@ class Attempts {
     } catch (const Error& e) {
       ++rejected_;
       if (std::find(allowed.begin(), allowed.end(), e.status()) == allowed.end() && wrong_status_.empty()) {
-        wrong_status_ = cat(where, ", ", mutation, ": rejected with '", detail::statusName(e.status()),
+        wrong_status_ = cat(where, ", ", mutation, ": rejected with '", refusalOf(e).name(),
                             "' instead of 'invalid payload': ", e.what());
       }
       return Result::kRejected;
@@ -327,21 +344,20 @@ Outcome checkRandomPayloads(Context& c) {
 // How a deferred call's verdict -- `deferred`, the status it threw (none: it returned), and `raised`, its word --
 // disagrees with the ordinary `call`'s (`ordinary`) on the same input, in words; empty where they agree: both accept
 // (the word at zero), or both refuse (the same status, or the word).
-static std::string verdictDisagreement(std::string_view call, const std::optional<terse_status_v1>& ordinary,
-                                       const std::optional<terse_status_v1>& deferred, bool raised) {
+static std::string verdictDisagreement(std::string_view call, const std::optional<Refusal>& ordinary,
+                                       const std::optional<Refusal>& deferred, bool raised) {
   if (!ordinary) {
     if (!deferred && !raised) return {};
     return cat(call, " accepts it, the deferred ", call, " ",
-               deferred ? cat("refuses it with '", detail::statusName(*deferred), "'")
-                        : std::string("raises its verdict word"));
+               deferred ? cat("refuses it with '", deferred->name(), "'") : std::string("raises its verdict word"));
   }
   if (!deferred && !raised) {
-    return cat(call, " refuses it with '", detail::statusName(*ordinary), "', the deferred ", call,
+    return cat(call, " refuses it with '", ordinary->name(), "', the deferred ", call,
                " accepts it (status ok, word not raised)");
   }
   if (deferred && *deferred != *ordinary) {
-    return cat(call, " refuses it with '", detail::statusName(*ordinary), "', the deferred ", call, " with '",
-               detail::statusName(*deferred), "'");
+    return cat(call, " refuses it with '", ordinary->name(), "', the deferred ", call, " with '", deferred->name(),
+               "'");
   }
   return {};
 }
@@ -389,22 +405,22 @@ Outcome checkDeferredVerdicts(Context& c) {
         const std::string where = cat(sp.label, ", ", mutation, accumulate ? ", accumulated" : ", written");
         ++total;
         Floats want = base, got = base;
-        std::optional<terse_status_v1> ordinary;
+        std::optional<Refusal> ordinary;
         try {
           sp.sim->decompress(0, sp.step, payload, sp.source, want, accumulate);
         } catch (const Violation& v) {
           throw Violation(cat(where, ": ", v.what()));
         } catch (const Error& e) {
-          ordinary = e.status();
+          ordinary = refusalOf(e);
         }
-        std::optional<terse_status_v1> deferred;
+        std::optional<Refusal> deferred;
         bool raised = false;
         try {
           raised = sp.sim->decompressDeferred(0, sp.step, payload, sp.source, got, accumulate);
         } catch (const Violation& v) {
           throw Violation(cat(where, " (deferred): ", v.what()));
         } catch (const Error& e) {
-          deferred = e.status();
+          deferred = refusalOf(e);
         }
         if (const std::string d = verdictDisagreement("decompress", ordinary, deferred, raised); !d.empty())
           return fail(cat(where, ": ", d));
@@ -461,7 +477,7 @@ Outcome checkDeferredVerdicts(Context& c) {
         const std::string where = cat(sp.label, ", round ", round, ", ", mutation);
         ++prevs;
         Bytes want, got;
-        std::optional<terse_status_v1> ordinary, deferred;
+        std::optional<Refusal> ordinary, deferred;
         bool raised = false;
         try {
           earlier();
@@ -469,7 +485,7 @@ Outcome checkDeferredVerdicts(Context& c) {
         } catch (const Violation& v) {
           throw Violation(cat(where, ": ", v.what()));
         } catch (const Error& e) {
-          ordinary = e.status();
+          ordinary = refusalOf(e);
         }
         try {
           earlier();
@@ -477,7 +493,7 @@ Outcome checkDeferredVerdicts(Context& c) {
         } catch (const Violation& v) {
           throw Violation(cat(where, " (deferred): ", v.what()));
         } catch (const Error& e) {
-          deferred = e.status();
+          deferred = refusalOf(e);
         }
         if (const std::string d = verdictDisagreement("compress", ordinary, deferred, raised); !d.empty())
           return fail(cat(where, ": ", d));

@@ -193,6 +193,21 @@ TEST(ConformanceSuite, TheTimeLimitNamesTheCallThatHung) {
   EXPECT_NE(r->message.find("(round 0, rank 0), which had not returned"), std::string::npos) << r->message;
 }
 
+// A check hung while holding stdout's lock (inside a printf, say): the child's flush after its report would wait
+// forever, so the parent ends it at its deadline and keeps the report. Before, the suite waited for it forever.
+TEST(ConformanceSuite, AHungCheckThatHoldsAStreamLockIsEndedAndNamed) {
+  ConformanceOptions o = quick();
+  o.only = {"round_trip"};
+  o.check_timeout_s = 0.5;
+  const auto report =
+      checkCompressor(*open(kFixtureDir, "misbehave"), {{"fault", "hang_locked"}, {"call", "compress"}}, o);
+  const CheckResult* r = report.find("round_trip");
+  ASSERT_NE(r, nullptr) << describe(report);
+  EXPECT_EQ(r->status, CheckStatus::kFail) << describe(report);
+  EXPECT_NE(r->message.find("did not finish within the time limit of 0.5 s"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("it was inside the plugin's compress of tensor "), std::string::npos) << r->message;
+}
+
 // In process (isolate = false) the checks still pass data along: round_trip reuses what shapes measured.
 TEST(ConformanceSuite, InProcessAndIsolatedRunsAgree) {
   ConformanceOptions o = quick();
