@@ -307,6 +307,9 @@ def errors(rank):
     check("add a directory with plugin_path= or TERSE_PLUGIN_PATH" in message and "--plugin-path" not in message,
           "the message should name plugin_path=, not --plugin-path: %s" % message)
     check(re.search(r"the compressors there: [a-z0-9_, ]*\btopk\b", message), "no list of compressors: %s" % message)
+    # The build tree's extension searches the build tree, and no installation's folder: not one found from python3's
+    # executable (/usr/bin/../lib/terse/plugins), which says nothing of where terse is (core/plugin/loader.h).
+    check("(install" not in message and "(build tree)" in message, "the folders searched: %s" % message)
     message = expect_error(terse.PluginError, "compressor 'no_such_compressor' not found",
                            lambda: State("no_such_compressor", plugin_path=[ARGS.fixture_plugins]))
     check("%s (plugin_path=)" % ARGS.fixture_plugins in message, "the caller's folder should be labelled plugin_path=: "
@@ -728,9 +731,10 @@ def disagree(rank):
         state.close()
     finally:
         terse.torch.json = saved
+    # States built alike train as ever; -0.0 and 0.0 are one setting, though JSON writes them apart.
     model = mlp()
     ddp = nn.parallel.DistributedDataParallel(model)
-    state = terse.torch.CompressionState("topk", module=model, ratio=0.01)
+    state = terse.torch.CompressionState("topk", module=model, ratio=0.01, momentum_correction=-0.0 if rank else 0.0)
     ddp.register_comm_hook(state, terse.torch.compression_hook)
     train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.05), 2, rank)
     check(state._agreed and state.error is None, "states built alike: %r" % (state.error,))
@@ -787,11 +791,16 @@ def unused_parameters(rank):
         check_same_as_without_overlap(finals, rank, name)
     # One group, made once and reused by every later state beside the same DDP group (never one a state).
     check(len(groups) == 1, "%d groups of terse's own for one DDP group" % len(groups))
-    # timeout= gives the state's group another timeout: a group of that timeout, made once too. A value that is no
-    # positive timedelta is refused, and so is timeout= on a state that makes no group (module= the model DDP wraps).
+    # A later state that asks for another timeout is refused: the group is made once, and a rank that made a second
+    # one would wait in new_group for ranks that reuse the first.
     model = WithUnused()
     ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
     short = timedelta(seconds=45)
+    expect_terse_error(terse.InvalidArgument, "already made that group beside DDP's with timeout 0:01:00",
+                       lambda: terse.torch.CompressionState("fp16", module=ddp, timeout=short))
+    # timeout= gives the group another timeout when the process makes it (here after forgetting the one made above, on
+    # every rank alike): made once, shared by the states that give the same timeout.
+    terse.torch._OWN_GROUPS.clear()
     states = [terse.torch.CompressionState("fp16", module=ddp, timeout=short) for _ in range(2)]
     check(states[0].process_group is states[1].process_group and id(states[0].process_group) not in groups,
           "timeout= did not make one group of its own, apart from the world timeout's")

@@ -222,10 +222,12 @@ def _module_device(module):
     return torch.device(devices[0]) if devices else None
 
 
-# The groups _group_of_its_own made, by the DDP group they stand beside and their timeout: one each, reused by every
-# later state of that DDP group and timeout (every rank builds its states in one order with one timeout, so every rank
-# reuses alike), as a group is never freed here (destroying one while a gloo thread holds a callback can hang:
-# CompressionState.close).
+# The groups _group_of_its_own made, by the id of the DDP group they stand beside: (that group, the group made, its
+# timeout), one each, reused by every later state of that DDP group, as a group is never freed here (destroying one
+# while a gloo thread holds a callback can hang: CompressionState.close). Every rank builds its states in one order, so
+# every rank makes or reuses alike; a later state that asks for another timeout is refused rather than given a group of
+# its own, which the ranks that did not ask would never join. The DDP group is held so that its id is not reused by a
+# group made after it was destroyed (a script that calls init_process_group again).
 _OWN_GROUPS = {}
 
 
@@ -302,11 +304,15 @@ def _group_of_its_own(module, process_group, timeout):
                            "own with the timeout of DDP's group, but torch %s does not show that group's timeout (%s):"
                            " pass timeout= (a datetime.timedelta) for the state's group"
                            % (torch.__version__, backend))
-    key = (id(ddp_group), timeout)
-    group = _OWN_GROUPS.get(key)
-    if group is None:
-        group = _OWN_GROUPS[key] = torch.distributed.new_group(timeout=timeout)
-    return group
+    made = _OWN_GROUPS.get(id(ddp_group))
+    if made is None:
+        made = _OWN_GROUPS[id(ddp_group)] = (ddp_group, torch.distributed.new_group(timeout=timeout), timeout)
+    _require(made[2] == timeout,
+             "the state would make its process group of its own with timeout %s, but this process already made that "
+             "group beside DDP's with timeout %s, and every state beside one DDP group shares it (every rank must "
+             "make or reuse it alike): give every such state the same timeout= (or none, for DDP's group's)"
+             % (timeout, made[2]))
+    return made[1]
 
 
 # CompressionState's own keywords (every other keyword is the plugin's parameter): for a misspelt one's message.
@@ -349,7 +355,8 @@ class CompressionState:
                          group has the timeout of DDP's group (init_process_group's timeout=)
     timeout              a datetime.timedelta: the timeout of that group of the state's own instead of DDP's group's;
                          needed only where torch does not show DDP's group's timeout (a backend other than gloo and
-                         NCCL), and refused for a state that makes no group of its own
+                         NCCL), and refused for a state that makes no group of its own. The group is made once a
+                         process: every state beside one DDP group gives the same timeout
     seed                 the run seed (random-k's shared stream, stochastic rounding): a non-negative int
     plugin_path          directories searched first: before a pip-installed package's own plugins, TERSE_PLUGIN_PATH,
                          the installation's plugins and (the build tree's package only) the build tree's; each must be
@@ -397,8 +404,8 @@ class CompressionState:
                  and 0 <= plugin_timeout <= 3600,
                  "'plugin_timeout' must be a number of seconds in [0, 3600] (0 = no limit), got %r" % (plugin_timeout,))
         _require(timeout is None or (isinstance(timeout, datetime.timedelta) and timeout > datetime.timedelta(0)),
-                 "'timeout' must be a datetime.timedelta longer than zero (or None: the timeout of DDP's group), got %s"
-                 % _described(timeout))
+                 "'timeout' must be a datetime.timedelta longer than zero (or None: the timeout of DDP's group), got %s;"
+                 " a plugin's parameter named timeout goes in params={'timeout': ...}" % _described(timeout))
         merged = {}
         for key, value in list((params or {}).items()) + list(plugin_params.items()):
             _require(isinstance(key, str), "compressor parameter names must be strings, got %r" % (key,))
@@ -440,7 +447,7 @@ class CompressionState:
         # differs by design between ranks is refused as any other: the plugin's payloads must agree.
         self._settings = {"compressor": "%s %s" % (plugin["name"], plugin["version"]),
                           "params": " ".join("%s=%s" % kv for kv in sorted(merged.items())),
-                          "error_feedback": error_feedback, "momentum_correction": float(momentum_correction),
+                          "error_feedback": error_feedback, "momentum_correction": float(momentum_correction) + 0.0,
                           "momentum_masking": momentum_masking, "momentum_nesterov": momentum_nesterov,
                           "granularity": granularity, "overlap": overlap, "step_trace": step_trace, "seed": int(seed)}
         self._agreed = False
@@ -697,7 +704,15 @@ class CompressionState:
         longest = max(min(max(n, 0), 1 << 16) for _, n in got)
         padded = torch.tensor(list(text) + [0] * (longest - len(text)), dtype=torch.uint8)
         settings = [_peer_settings(t, n, self._settings) for t, (_, n) in zip(gather(padded.to(device)), got)]
-        differ = [key for key in self._settings if any(s.get(key) != self._settings[key] for s in settings)]
+        # Every rank's keys: a peer of another terse may have one this rank lacks. Where no value differs (a setting
+        # that reads alike but was written otherwise), the ranks' texts are shown whole.
+        keys = list(self._settings) + sorted({k for s in settings for k in s} - set(self._settings))
+        differ = [key for key in keys if any(s.get(key) != settings[0].get(key) for s in settings)]
+        if not differ:
+            raise _invalid("the ranks' hook states differ: %s. Every rank must build its CompressionState alike: DDP "
+                           "pairs the ranks' collectives one for one"
+                           % "; ".join("rank %d: %s" % (r, json.dumps(s, sort_keys=True))
+                                       for r, s in enumerate(settings)))
         raise _invalid("the ranks' hook states differ in %s: %s. Every rank must build its CompressionState alike: "
                        "DDP pairs the ranks' collectives one for one"
                        % (", ".join(differ), "; ".join("rank %d: %s" % (r, ", ".join("%s=%r" % (k, s.get(k))
