@@ -365,19 +365,20 @@ PYBIND11_MODULE(_terse, m) {
 
   py::class_<HookResults>(m, "HookResults")
       .def(py::init<DdpAggregator&, const std::filesystem::path&, const std::string&, const std::string&,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, std::optional<uint64_t>>(),
            py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
-           py::arg("torch_version"), py::keep_alive<1, 2>())
+           py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::keep_alive<1, 2>())
       .def_static(
           "baseline",
           [](py::object group, const std::filesystem::path& root, const std::string& study, const std::string& variant,
              const std::string& compressor, uint64_t bytes_per_step, const std::string& description,
-             const std::string& torch_version) {
+             const std::string& torch_version, std::optional<uint64_t> repeat_seed) {
             return std::make_unique<HookResults>(std::move(group), BaselineRun{compressor, bytes_per_step}, root, study,
-                                                 variant, description, torch_version);
+                                                 variant, description, torch_version, repeat_seed);
           },
           py::arg("group"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("compressor"),
-          py::arg("bytes_per_step"), py::arg("description"), py::arg("torch_version"))
+          py::arg("bytes_per_step"), py::arg("description"), py::arg("torch_version"),
+          py::arg("repeat_seed") = py::none())
       .def(
           "record",
           [](HookResults& r, double test_accuracy, double test_loss, int64_t test_examples, double train_loss,

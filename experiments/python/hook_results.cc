@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -31,15 +32,19 @@ std::string extensionCommit() {
 }  // namespace
 
 HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
-                         const std::string& variant, const std::string& description, const std::string& torch_version)
-    : aggregator_(&aggregator), comm_(&aggregator.communicator()) {
+                         const std::string& variant, const std::string& description, const std::string& torch_version,
+                         std::optional<uint64_t> repeat_seed)
+    : aggregator_(&aggregator), comm_(&aggregator.communicator()), repeat_seed_(repeat_seed) {
   start(root, study, variant, description, torch_version);
 }
 
 HookResults::HookResults(py::object group, const BaselineRun& baseline, const std::filesystem::path& root,
                          const std::string& study, const std::string& variant, const std::string& description,
-                         const std::string& torch_version)
-    : own_comm_(std::make_unique<TorchCommunicator>(std::move(group))), comm_(own_comm_.get()), baseline_(baseline) {
+                         const std::string& torch_version, std::optional<uint64_t> repeat_seed)
+    : own_comm_(std::make_unique<TorchCommunicator>(std::move(group))),
+      comm_(own_comm_.get()),
+      baseline_(baseline),
+      repeat_seed_(repeat_seed) {
   TERSE_CHECK(!baseline_.compressor.empty(), InvalidArgument, "terse.torch: ResultsLogger: compressor is empty");
   start(root, study, variant, description, torch_version);
 }
@@ -56,7 +61,9 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
                                                << " must be a folder name ([A-Za-z0-9._-], not '.' or '..'): the run "
                                                   "is written to <root>/<study>/<variant>/");
   }
-  folder_ = root / study / variant;
+  // A repeat's folder, as experiments::resultsSubfolder names it for `terse run --seeds`.
+  const std::string folder = repeat_seed_ ? variant + "/seed-" + std::to_string(*repeat_seed_) : variant;
+  folder_ = root / study / folder;
   // Parsed on every rank, so a bad description raises everywhere alike.
   experiments::Experiment e = experiments::parseConfigText(description, "ResultsLogger description");
   const int world = comm_->size();
@@ -78,6 +85,10 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     e.mutable_momentum_correction()->set_factor(o.codec.momentum_correction);
     e.mutable_momentum_correction()->set_masking(o.codec.momentum_masking);
     e.mutable_momentum_correction()->set_nesterov(o.codec.momentum_nesterov);
+    TERSE_CHECK(!repeat_seed_ || *repeat_seed_ == o.seed, InvalidArgument,
+                "terse.torch: ResultsLogger: seed=" << *repeat_seed_ << " names the repeat, but the state's seed is "
+                                                    << o.seed << ": build the CompressionState with seed="
+                                                    << *repeat_seed_ << " too (it seeds the compressor's randomness)");
     e.set_seed(o.seed);
   } else {
     // What terse knows of a baseline is its label; the description keeps whatever else the script says.
@@ -85,9 +96,15 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     e.set_error_feedback(false);
     e.clear_momentum_correction();
   }
+  if (repeat_seed_) {
+    // The seed, and the study's list of seeds holding it: terse compare reads a seed-N folder as a repeat only when its
+    // config lists seeds (a variant may itself be named seed-3).
+    e.set_seed(*repeat_seed_);
+    if (std::find(e.seeds().begin(), e.seeds().end(), *repeat_seed_) == e.seeds().end()) e.add_seeds(*repeat_seed_);
+  }
   if (comm_->rank() != 0) return;
 
-  writer_ = std::make_unique<results::ResultWriter>(root, study, variant);
+  writer_ = std::make_unique<results::ResultWriter>(root, study, folder);
   writer_->writeConfig(experiments::toText(e));
   results::Provenance prov;
   prov.git_commit = extensionCommit();

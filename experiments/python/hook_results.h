@@ -60,12 +60,15 @@ class HookResults {
  public:
   // Writes config and provenance (rank 0) and starts the clock. `description` is text-format Experiment fields; a parse
   // error is a ConfigError naming the line. Throws InvalidArgument for an unwritable folder.
+  // `repeat_seed`: the run is one of a study's repeats over seeds, written to <variant>/seed-N/ as `terse run --seeds`
+  // writes them (terse compare sets them as intervals); with an aggregator it must be the aggregator's seed.
   HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
-              const std::string& variant, const std::string& description, const std::string& torch_version);
+              const std::string& variant, const std::string& description, const std::string& torch_version,
+              std::optional<uint64_t> repeat_seed = std::nullopt);
   // A baseline over `group` (a torch.distributed ProcessGroup, or None for the default one).
   HookResults(pybind11::object group, const BaselineRun& baseline, const std::filesystem::path& root,
               const std::string& study, const std::string& variant, const std::string& description,
-              const std::string& torch_version);
+              const std::string& torch_version, std::optional<uint64_t> repeat_seed = std::nullopt);
 
   // Collective; see above. test_accuracy outside [0, 1] is an InvalidArgument (compare would skip the record).
   // `step`: the steps done; required for a baseline, the hook's count when absent. After finish() an
@@ -90,6 +93,7 @@ class HookResults {
   std::unique_ptr<TorchCommunicator> own_comm_;  // a baseline's view of its group
   TorchCommunicator* comm_ = nullptr;
   BaselineRun baseline_;
+  std::optional<uint64_t> repeat_seed_;
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;

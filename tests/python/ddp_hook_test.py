@@ -1236,6 +1236,23 @@ def logger(rank, root):
         check(not os.path.exists(os.path.join(root, escape)), "a study escaped the root")
     dist.barrier()  # before rank 0 writes the runs below
 
+    # Repeats over seeds: <variant>/seed-N/, as `terse run --seeds` writes them (check_logger reads them back as one row
+    # of two seeds). A seed other than the state's is refused: it seeds the compressor's randomness.
+    for seed in (1, 2):
+        model = mlp()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = terse.torch.CompressionState("fp16", module=model, seed=seed)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        expect_error(terse.InvalidArgument, "seed=%d names the repeat, but the state's seed is %d" % (seed + 5, seed),
+                     lambda: terse.torch.ResultsLogger(root, study="repeats", variant="fp16", state=state,
+                                                       seed=seed + 5))
+        log = terse.torch.ResultsLogger(root, study="repeats", variant="fp16", state=state, seed=seed)
+        train_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.01), 2, rank)
+        log.record(test_accuracy=0.5 + 0.1 * seed, epoch=1.0)
+        log.finish()
+    expect_error(terse.InvalidArgument, "ResultsLogger: seed must be a non-negative int",
+                 lambda: terse.torch.ResultsLogger(root, study="repeats", variant="ddp", bytes_per_step=4, seed=-1))
+
     # A terse hook's run and a plain-DDP baseline in one study.
     model = mlp()
     ddp = nn.parallel.DistributedDataParallel(model)
@@ -1286,6 +1303,11 @@ def logger(rank, root):
 
 
 def check_logger(root):
+    repeats = subprocess.run([ARGS.terse, "compare", os.path.join(root, "repeats"), "--format", "csv"], check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+    header, rows = repeats[0].split(","), [line.split(",") for line in repeats[1:] if line]
+    check(len(rows) == 1 and rows[0][header.index("variant")] == "fp16" and rows[0][header.index("seeds")] == "2",
+          "the two seeds' folders should read as one variant of two repeats:\n%s" % "\n".join(repeats))
     study = os.path.join(root, "logged")
 
     def last(variant):

@@ -1624,7 +1624,9 @@ class ResultsLogger:
     not free text: `optimizer { lr: 0.1 }`), describing the recipe (workload, data, optimizer, epochs, ...) for
     config.textproto; see terse.Recipe.text. `study` and `variant` name folders, so they follow a config's rule:
     [A-Za-z0-9._-], not "." or ".." (terse.InvalidArgument otherwise, before anything is written). `variant` defaults
-    to the compressor's name with `state=`, "ddp" without.
+    to the compressor's name with `state=`, "ddp" without. `seed=N` makes the run one of the variant's repeats over
+    seeds, written to <variant>/seed-N/ as `terse run --seeds` writes them, which `terse compare` shows as one row with
+    intervals; with `state=` it must be the state's seed.
 
     record() after finish() raises terse.InvalidArgument. The first finish() settles the folder's status; a later one
     changes nothing (a `finally:` may call it again), but an error after the run was marked completed raises
@@ -1632,8 +1634,11 @@ class ResultsLogger:
     """
 
     def __init__(self, root, *, study="pytorch", variant=None, state=None, module=None, bytes_per_step=None,
-                 compressor=None, process_group=None, description=""):
+                 compressor=None, process_group=None, description="", seed=None):
         _require(isinstance(root, (str, os.PathLike)), "ResultsLogger: root must be a path, got %r" % (root,))
+        _require(seed is None or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0),
+                 "ResultsLogger: seed must be a non-negative int (the repeat's seed), got %s" % _described(seed))
+        seed = None if seed is None else int(seed)
         _require(isinstance(study, str) and study, "ResultsLogger: study must be a non-empty string, got %r"
                  % (study,))
         _require(state is None or isinstance(state, CompressionState),
@@ -1646,9 +1651,9 @@ class ResultsLogger:
             # The loaded plugin's name, not state.compressor, which may be a path to its file.
             variant = state.plugin["name"] if variant is None else variant
             self._results = _terse.HookResults(state._agg, str(root), study, str(variant), str(description),
-                                               torch.__version__)
+                                               torch.__version__, repeat_seed=seed)
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
-            self._folder = os.path.join(str(root), study, str(variant))
+            self._folder = os.path.join(str(root), study, str(variant), *(() if seed is None else ("seed-%d" % seed,)))
             return
         if bytes_per_step is None:
             _require(module is not None, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=")
@@ -1662,7 +1667,7 @@ class ResultsLogger:
         variant = "ddp" if variant is None else variant
         self._results = _terse.HookResults.baseline(process_group, str(root), study, str(variant),
                                                     str(compressor or "none"), int(bytes_per_step),
-                                                    str(description), torch.__version__)
+                                                    str(description), torch.__version__, repeat_seed=seed)
 
     @property
     def results_dir(self):

@@ -349,8 +349,10 @@ def train_rank(rank, world, spec, store_path):
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov, module=model, seed=spec.seed,
             plugin_path=spec.args.plugin_path, plugin_timeout=spec.plugin_timeout_s)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
-        logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=spec.args.folder, state=state,
-                                           description=spec.text)
+        # A repeat's folder is <variant>/seed-N (experiments::resultsSubfolder): the logger writes it from the seed.
+        variant, _, repeat = spec.args.folder.partition("/")
+        logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=variant, state=state,
+                                           description=spec.text, seed=spec.seed if repeat else None)
         # Every rank takes the same number of steps: the smallest shard's.
         # On the model's device: NCCL (device "cuda") carries CUDA tensors only.
         steps = torch.tensor([len(own) // spec.batch], dtype=torch.int64, device=device)
