@@ -16,6 +16,7 @@
 // compile definition), else python3 from PATH. The build tree's package goes first on PYTHONPATH when it exists; an
 // installed or pip-installed package is found on the interpreter's own path.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,9 +66,15 @@ int runChild(const std::vector<std::string>& argv, const std::string& python_pat
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   TERSE_CHECK(pid >= 0, InvalidArgument, "workload pytorch: cannot start " << argv[0] << ": " << std::strerror(errno));
   if (pid == 0) {
+    // The driver ends with this process: a `kill` of terse run must not leave it (and the ranks it starts, which do
+    // the same with it: train.py) training on, to mark a run completed that its user stopped. The check after the
+    // call catches a parent gone before it.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(128 + SIGTERM);
     if (!python_path.empty()) ::setenv("PYTHONPATH", python_path.c_str(), 1);
     ::execvp(args[0], args.data());
     std::fprintf(stderr, "terse run: workload pytorch: cannot run %s: %s\n", args[0], std::strerror(errno));

@@ -474,7 +474,24 @@ def _run_rank(rank, world, spec, store_path, error_file):
     _leave(0)
 
 
-def _spawned(rank, world, args, store_path):
+def _end_with_parent(parent):
+    """SIGTERM when the process that started this one ends (Linux's PR_SET_PDEATHSIG), so that a rank never trains on
+    after its driver is gone (terse run stopped by its user: the driver ends with it, pytorch_runner.cc); the check
+    after the call catches a parent gone before it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # no prctl to call: the rank ends as before, when its collectives fail
+    if os.getppid() != parent:
+        os._exit(128 + int(signal.SIGTERM))
+
+
+def _spawned(rank, world, args, store_path, parent):
+    _end_with_parent(parent)
     # Each process loads the experiment itself: a terse.Recipe does not cross a process boundary.
     try:
         spec = Spec(args)
@@ -511,7 +528,8 @@ def main(argv=None):
             _run_rank(rank, world, spec, None, args.error_file)
         else:
             with tempfile.TemporaryDirectory(prefix="terse-train-") as tmp:
-                mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store")), nprocs=spec.workers)
+                mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store"), os.getpid()),
+                         nprocs=spec.workers)
         return 0
     except mp.ProcessRaisedException as e:
         # The failing rank's traceback is the message; its last line is the error.

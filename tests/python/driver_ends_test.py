@@ -1,0 +1,109 @@
+"""`terse run` of a PyTorch workload, stopped by its user (SIGTERM to terse run alone, as `kill PID` sends): the Python
+driver and the ranks it started end with it (experiments/runner/pytorch_runner.cc and terse/train.py set
+PR_SET_PDEATHSIG), rather than train on and mark completed a run that was stopped.
+
+usage: driver_ends_test.py TERSE
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MODULE = '''
+import torch
+
+
+def model():
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+
+
+def data(rank, world):
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(4096, 16, generator=g)
+    return (x, (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()), (x[:256], (x[:256, 0] > 0).long())
+'''
+
+CONFIG = '''
+study: "ends"
+workload { name: "pytorch" pytorch { module: "model.py" } }
+data { batch_size: 8 }
+optimizer { lr: 0.05 }
+workers: 2
+mode: SYNC
+transport: INPROC
+epochs: 1000
+compressor { name: "fp16" }
+eval { every_steps: 5 }
+'''
+
+
+def descendants(root):
+    """The pids below `root`, from /proc's parent links."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def main():
+    terse = sys.argv[1]
+    with tempfile.TemporaryDirectory(prefix="terse-driver-ends-") as tmp:
+        with open(os.path.join(tmp, "model.py"), "w") as f:
+            f.write(MODULE)
+        with open(os.path.join(tmp, "ends.textproto"), "w") as f:
+            f.write(CONFIG)
+        run = subprocess.Popen([terse, "run", os.path.join(tmp, "ends.textproto"), "--out", os.path.join(tmp, "out")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        # Training: the driver and both ranks are up once the ranks' first record is written (each eval point).
+        deadline = time.monotonic() + 120
+        below = []
+        while time.monotonic() < deadline and run.poll() is None:
+            below = descendants(run.pid)
+            written = [os.path.join(d, "metrics.jsonl") for d, _, files in os.walk(os.path.join(tmp, "out"))
+                       if "metrics.jsonl" in files]
+            if len(below) >= 3 and any(os.path.getsize(m) > 0 for m in written):
+                break
+            time.sleep(0.2)
+        if run.poll() is not None:
+            sys.exit("terse run ended before it was stopped (status %s): %s" % (run.returncode,
+                                                                                 run.stderr.read().decode()[-2000:]))
+        if len(below) < 3:
+            os.killpg(run.pid, signal.SIGKILL)
+            sys.exit("no driver and ranks below terse run within 120 s: %s" % below)
+        run.send_signal(signal.SIGTERM)
+        run.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(alive(p) for p in below):
+            time.sleep(0.2)
+        left = [p for p in below if alive(p)]
+        if left:
+            os.killpg(run.pid, signal.SIGKILL)
+            sys.exit("processes left training 20 s after terse run was stopped: %s" % left)
+        print("driver_ends: %d processes below terse run, none left after it was stopped" % len(below))
+
+
+if __name__ == "__main__":
+    main()
