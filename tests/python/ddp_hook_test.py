@@ -1206,6 +1206,10 @@ def api(rank):
     doubles = nn.Linear(4, 4).double()
     expect_error(terse.Unsupported, "topk: only f32 gradients are supported, got f64",
                  lambda: State("topk", ratio=0.1, module=doubles))
+    # The message names the parameters of that dtype (a model with one f64 layer among f32 ones).
+    mixed = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4).double())
+    expect_error(terse.Unsupported, "(the module's parameters of that dtype: 1.weight, 1.bias; convert them",
+                 lambda: State("topk", ratio=0.1, module=mixed))
     frozen = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4).double().requires_grad_(False))
     State("topk", ratio=0.1, module=frozen).close()
     halves = nn.Linear(4, 4).half()

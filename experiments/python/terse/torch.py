@@ -436,8 +436,20 @@ class CompressionState:
             raise
         if module is not None:
             # What the first bucket of each dtype would refuse, refused now (module= shows the dtypes).
-            for dtype in sorted({str(_real_dtype(p.dtype)) for p in module.parameters() if p.requires_grad}):
-                self._agg.check_dtype(dtype)
+            named = {}
+            for name, p in module.named_parameters():
+                if p.requires_grad:
+                    named.setdefault(str(_real_dtype(p.dtype)), []).append(name)
+            for dtype in sorted(named):
+                try:
+                    self._agg.check_dtype(dtype)
+                except _terse.Error as e:
+                    # The plugin's refusal names the dtype; the parameters that hold it are the user's to change.
+                    names = named[dtype]
+                    raise type(e)("%s (the module's parameters of that dtype: %s%s; convert them, e.g. module.float(), "
+                                  "or choose a compressor that takes %s)"
+                                  % (e, ", ".join(names[:8]), " and %d more" % (len(names) - 8) if len(names) > 8
+                                     else "", dtype)) from None
         self.compressor = str(compressor)
         # What every rank's state must agree on, compared across the ranks at the first bucket (_check_agreement):
         # the plugin (by name and version, not by path: ranks may load it from different places) and every setting
