@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
+#include <tuple>
 
 #include "results/compare/reader_detail.h"
 #include "results/result_writer.h"
@@ -278,6 +281,63 @@ RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
   return run;
 }
 
+namespace {
+
+// Runs of one study, variant and seed from different results roots (the same study run in-process and under tcp, or
+// before and after a change) would be rows of one name that no reader could tell apart, and the first would be taken
+// for the baseline. Each such run's variant gets the part of its root's path that tells it from the others:
+// "dense (res-tcp)". A run's root is the folder above its study's.
+void labelRunsOfOneNameApart(std::vector<RunData>& runs, std::vector<std::string>& warnings) {
+  std::map<std::tuple<std::string, std::string, std::optional<uint64_t>>, std::vector<std::size_t>> named;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    named[{runs[i].study, runs[i].variant, runs[i].repeat_seed}].push_back(i);
+  std::map<std::pair<std::string, std::string>, std::vector<std::size_t>> to_label;  // by study and variant
+  for (const auto& [key, indices] : named)
+    if (indices.size() > 1) to_label[{std::get<0>(key), std::get<1>(key)}];
+  if (to_label.empty()) return;
+  // Every run of a study and variant that collides somewhere is labelled, its other seeds too, so that a variant's
+  // repeats stay one row.
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    auto it = to_label.find({runs[i].study, runs[i].variant});
+    if (it != to_label.end()) it->second.push_back(i);
+  }
+  for (const auto& [key, indices] : to_label) {
+    std::vector<std::vector<std::string>> roots;  // each root's components, last first
+    for (const std::size_t i : indices) {
+      const fs::path study_dir =
+          runs[i].repeat_seed ? runs[i].dir.parent_path().parent_path() : runs[i].dir.parent_path();
+      std::vector<std::string> parts;
+      for (const auto& part : fs::absolute(study_dir.parent_path()).lexically_normal()) parts.push_back(part.string());
+      std::reverse(parts.begin(), parts.end());
+      roots.push_back(std::move(parts));
+    }
+    std::vector<std::string> labels;
+    for (std::size_t a = 0; a < roots.size(); ++a) {
+      // The fewest trailing components of this root that no other root of the group ends in.
+      std::size_t take = 1;
+      for (; take < roots[a].size(); ++take) {
+        bool unique = true;
+        for (std::size_t b = 0; b < roots.size() && unique; ++b) {
+          if (b == a) continue;
+          const std::size_t n = std::min(take, roots[b].size());
+          const bool same_root = roots[b] == roots[a];
+          unique = same_root || n < take || !std::equal(roots[a].begin(), roots[a].begin() + take, roots[b].begin());
+        }
+        if (unique) break;
+      }
+      std::string label;
+      for (std::size_t k = std::min(take, roots[a].size()); k-- > 0;)
+        label += (label.empty() || label == "/" ? "" : "/") + roots[a][k];
+      labels.push_back(label);
+    }
+    for (std::size_t k = 0; k < indices.size(); ++k) runs[indices[k]].variant += " (" + labels[k] + ")";
+    warnings.push_back("study '" + key.first + "', variant '" + key.second +
+                       "': runs of that name from several results folders; their rows are labelled by the folder");
+  }
+}
+
+}  // namespace
+
 std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<std::string>& warnings) {
   std::vector<fs::path> dirs;
   std::set<fs::path> seen;
@@ -330,6 +390,7 @@ std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<st
   }
   std::vector<RunData> runs;
   for (const auto& d : dirs) runs.push_back(loadRun(d, warnings));
+  labelRunsOfOneNameApart(runs, warnings);
   return runs;
 }
 

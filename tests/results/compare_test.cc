@@ -210,6 +210,27 @@ TEST(Compare, StudiesAreSeparateTablesWithTheirOwnBaselines) {
   EXPECT_DOUBLE_EQ(*row(c.studies[1], "x").ratio, 100);
 }
 
+// One study run twice into two results folders (in-process and tcp, before and after): the rows of one name are
+// labelled by the part of their folder's path that tells them apart, and a warning says so.
+TEST(Compare, RunsOfOneNameFromTwoFoldersAreLabelledByTheFolder) {
+  const fs::path root = freshDir("OneNameTwoFolders");
+  writeRun(root / "a" / "res", {"s", "dense", "none", false, {{10, 0.5, 100, 1}}});
+  writeRun(root / "b" / "res", {"s", "dense", "none", false, {{10, 0.6, 100, 1}}});
+  writeRun(root / "res-tcp", {"s", "dense", "none", false, {{10, 0.7, 100, 1}}});
+  writeRun(root / "res-tcp", {"s", "x", "topk", false, {{10, 0.7, 10, 1}}});
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "a" / "res", root / "b" / "res", root / "res-tcp"}, w);
+  ASSERT_EQ(runs.size(), 4u) << joined(w);
+  std::set<std::string> variants;
+  for (const auto& r : runs) variants.insert(r.variant);
+  EXPECT_EQ(variants, (std::set<std::string>{"dense (a/res)", "dense (b/res)", "dense (res-tcp)", "x"}));
+  EXPECT_NE(joined(w).find("study 's', variant 'dense': runs of that name from several results folders"),
+            std::string::npos)
+      << joined(w);
+  const std::string md = toMarkdown(compare(runs, {}, w));
+  EXPECT_NE(md.find("| dense (res-tcp) |"), std::string::npos) << md;
+}
+
 TEST(Compare, SimulatedTimesAreLabelledAsSuch) {
   const fs::path root = freshDir("SimulatedLabels");
   RunSpec a{"all", "dense", "none", false, {{10, 0.5, 100, 1}}};
