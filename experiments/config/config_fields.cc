@@ -127,7 +127,8 @@ constexpr Field kExperiment[] = {
     {.name = "transport",
      .def = value("INPROC"),
      .rule = free("one the runner supports (rule `transport-supported`)"),
-     .doc = "INPROC: ranks are threads; TCP: one process per rank (`terse launch`); NCCL: one process per GPU."},
+     .doc = "INPROC: ranks are threads (a PyTorch workload's: processes of this machine); TCP: one process per rank "
+            "(`terse launch`); NCCL: one process per GPU."},
     {.name = "error_feedback", .def = value("false"), .doc = "Residual memory around the compressor."},
     {.name = "max_groups_in_flight",
      .def = unfilled("1"),

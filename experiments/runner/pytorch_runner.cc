@@ -215,8 +215,10 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     if (!writer) throw;
     writer->recount();
     writer->markFailed(x.what());
-    std::string message = "variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
-                          writer->dir().string() + "): " + x.what();
+    // "partial results" only where there are some: a run that failed before its first record left its status alone.
+    std::string message = "variant '" + e.variant() + "' of study '" + e.study() + "' failed (" +
+                          (writer->records() > 0 ? "partial results in " : "status in ") + writer->dir().string() +
+                          "): " + x.what();
     if (refused) throw WorkloadRefused(std::move(message), writer->dir());
     throw RunFailed(std::move(message), writer->dir());
   }
