@@ -7,7 +7,8 @@
 // selected variant runs in turn into
 // <out>/<study>/<variant>/, and a small table compares them at the end. Without CONFIG the embedded quickstart runs.
 // A failed variant does not stop the study, except that a variant whose workload the PyTorch driver refused (its
-// module, model, data or device: runner::WorkloadRefused) is not followed by the variants that share that workload.
+// module, model, data or device) or whose module failed before training (runner::WorkloadRefused) is not followed by
+// the variants that share that workload.
 //
 // Under `terse launch` the process tells the launcher how the study went (core/common/launch_notify.h): the rank that
 // writes the results says `study-done` once every variant completed, and a rank that fails says `failed <reason>`
@@ -162,7 +163,7 @@ int runCommand(const std::vector<std::string>& args) {
     });
     if (same != refused.end()) {
       std::cerr << "terse run: variant '" << experiment.variant() << "' skipped: it has the workload, data and workers "
-                << "of variant '" << (*same)->variant() << "', which the driver refused (above)\n";
+                << "of variant '" << (*same)->variant() << "', which failed before training (above)\n";
       table.add({experiment.variant(), "skipped", "-", "-", "-", "-"});
       ++failed;
       continue;

@@ -176,7 +176,8 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       if (d.exists) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
     }
     const int status = runChild(argv, pythonPath());
-    // The summary line, then "config" when the driver's own checks refused the workload (train.py, _write_error).
+    // The summary line, then "config" when the driver's own checks refused the workload, "module" when the user's
+    // module failed before training (train.py, _write_error): either fails every variant with that workload alike.
     std::string driver_error, driver_kind;
     if (std::ifstream in(error_file); in) {
       std::getline(in, driver_error);
@@ -198,7 +199,7 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       // The driver's own reason: its summary, else what its logger wrote into the status.
       std::string why = driver_error;
       if (why.empty() && left.state == results::kStateFailed) why = left.error;
-      refused = !multi_process && driver_kind == "config" && !driver_error.empty();
+      refused = !multi_process && (driver_kind == "config" || driver_kind == "module") && !driver_error.empty();
       throw std::runtime_error(why.empty() ? describeExit(status) : why + " (" + describeExit(status) + ")");
     }
     TERSE_CHECK(

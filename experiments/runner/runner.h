@@ -95,10 +95,11 @@ class RunFailed : public std::runtime_error {
 };
 
 // A run whose driver refused the variant's workload before training: workload pytorch's checks of the user's module,
-// the model's name, data()'s return and the device (experiments/python/terse/train.py, ConfigError), a config error
-// that only the run could find. Thrown on transport INPROC, where one driver speaks for every rank: a later variant
-// with the same workload, data and workers would be refused alike, and `terse run` skips it
-// (sameWorkloadAsRefused).
+// the model's name, data()'s return, the model on data()'s first batch and the device
+// (experiments/python/terse/train.py, ConfigError), a config error that only the run could find; or the user's module
+// itself failed before training (importing it, its model() or data(), its forward on the first batch). Thrown on
+// transport INPROC, where one driver speaks for every rank: a later variant with the same workload, data and workers
+// would fail alike, and `terse run` skips it (sameWorkloadAsRefused).
 class WorkloadRefused : public RunFailed {
  public:
   using RunFailed::RunFailed;

@@ -6,12 +6,16 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             the config) dense, and torchvision's ResNet-18 on synthetic 16x16 images with top-k 1% + EF -- writes
             completed results folders whose bytes follow the compressors, and `terse compare` tables both
   tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder
-  failures  a module whose model() raises, and one whose rank 1 dies in data(): terse run fails, naming the error,
-            and neither folder is left "running"
+  failures  a module whose model() raises, one whose forward raises in the check forward, one whose rank 1 dies in
+            data(), one failing in training with torch's multi-line text (or its Ctrl-C): terse run fails, naming the
+            error's informative line, no folder is left "running", and after the module's own failure before
+            training the next variant is skipped
   refusals  what is wrong with the model or its data rather than in the user's code, each refused in one line with
             no traceback: a missing module file by the config's validation (no driver starts), a module that does not
             parse or lacks data(), data() returning the wrong shape or float labels, an unknown torchvision name,
-            device "cuda" without CUDA; the variants after a refused one that share its workload are skipped, their
+            device "cuda" without CUDA, data() and model() that do not fit (input dtype or features, labels past
+            the outputs, a bfloat16 model on gloo, an unused parameter; the model imported from a sibling file); the
+            variants after a refused one that share its workload are skipped, their
             folders left as they were, and a variant with another workload still runs
 """
 
@@ -154,14 +158,54 @@ def data(rank, world):
 '''
 
 
+BAD_FORWARD = '''
+import torch
+class Bad(torch.nn.Linear):
+    def forward(self, x):
+        raise ValueError("forward fails on purpose")
+def model():
+    return Bad(4, 2)
+def data(rank, world):
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+'''
+
+# Fails in its third forward (the driver's check forward, then two steps) with the text torch gives an error out of
+# its C++ code: the message, then "\n\nAt:\n" and the Python frames. %r is the message.
+LATE = '''
+import torch
+class Late(torch.nn.Linear):
+    calls = 0
+    def forward(self, x):
+        Late.calls += 1
+        if Late.calls == 3:
+            raise RuntimeError(%r + "\\n\\nAt:\\n  /usr/lib/python3.11/threading.py(995): _bootstrap\\n")
+        return super().forward(x)
+def model():
+    return Late(4, 2)
+def data(rank, world):
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+'''
+
+
 def failures(tmp):
-    for name, source, fragment in (("broken", BROKEN_MODEL, "no model here on purpose"),
-                                   ("dying", DYING_RANK, "")):
+    # The module's own failures before training (its model() raising, its forward failing in the check forward) fail
+    # every variant alike: the variant after is skipped. One rank dying, or a failure in training, is the variant's.
+    for name, source, fragment, workers in (
+            ("broken", BROKEN_MODEL, "no model here on purpose", 2),
+            ("bad_forward", BAD_FORWARD, "the model's forward on train_x[:4] of data(0, 1)", 1),
+            ("late_error", LATE % "the first line says it\nbut not the last one",
+             "RuntimeError: the first line says it", 1),
+            ("interrupted", LATE % "KeyboardInterrupt: <EMPTY MESSAGE>", "interrupted", 1),
+            ("dying", DYING_RANK, "", 2)):
         open(os.path.join(tmp, name + ".py"), "w").write(source)
         cfg = os.path.join(tmp, name + ".textproto")
         # A short timeout: the surviving rank of "dying" is released by the driver, not by a 30 s default.
-        open(cfg, "w").write(study(name, 'module: "%s.py"' % name, 'variants { name: "v" }',
-                                   extra='tcp { timeout: "10s" }'))
+        second = 'variants { name: "w" overrides { optimizer { lr: 0.1 } } }' if name in ("broken",
+                                                                                         "bad_forward") else ""
+        open(cfg, "w").write(study(name, 'module: "%s.py"' % name, 'variants { name: "v" }' + second,
+                                   extra='tcp { timeout: "10s" }', workers=workers))
         out = os.path.join(tmp, "results")
         p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
         check(p.returncode != 0, "%s: terse run succeeded:\n%s" % (name, p.stdout))
@@ -170,11 +214,17 @@ def failures(tmp):
         check(fragment in status.get("error", ""), "%s: status error %r lacks %r" % (name, status.get("error"),
                                                                                       fragment))
         check(fragment in p.stderr, "%s: terse run's message lacks %r:\n%s" % (name, fragment, p.stderr))
-        if name == "broken":
+        if name in ("broken", "bad_forward"):
             # An exception of the user's code keeps its traceback, from the user's frames on: the driver's are noise.
             trace = p.stderr[p.stderr.find("Traceback"):]
-            check("Traceback" in p.stderr and 'broken.py", line 4, in model' in trace and "train.py" not in trace,
-                  "broken: not the user's traceback:\n%s" % p.stderr)
+            line = 'broken.py", line 4, in model' if name == "broken" else 'bad_forward.py", line 5, in forward'
+            check("Traceback" in p.stderr and line in trace and "train.py" not in trace,
+                  "%s: not the user's traceback:\n%s" % (name, p.stderr))
+            check("variant 'w' skipped" in p.stderr and not os.path.exists(os.path.join(out, name, "w")),
+                  "%s: the variant after was not skipped:\n%s" % (name, p.stderr))
+        # The error's informative line, not torch's frame list after it, nor the message's last line.
+        check("_bootstrap" not in status["error"] and "last one" not in status["error"]
+              and "KeyboardInterrupt" not in status["error"], "%s: status error %r" % (name, status["error"]))
         print("failures: %s -> %s" % (name, status["error"][:160]))
     # A plugin that crashes (SIGSEGV) in the hook on rank 1: the rank's crash handler names the plugin call in the
     # driver's error file, and the status says so (core/common/crash.h); a plugin that hangs past plugin_timeout
@@ -233,6 +283,29 @@ def data(rank, world):
     return (x, torch.zeros(8)), (x, torch.zeros(8))
 '''
 
+MLP = '''
+import torch
+def mlp(features, classes):
+    return torch.nn.Sequential(torch.nn.Linear(features, 16), torch.nn.ReLU(), torch.nn.Linear(16, classes))
+'''
+
+MISMATCH = '''
+import torch
+from mlp import mlp
+class Unused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(32, 10)
+        self.spare = torch.nn.Linear(32, 10)
+    def forward(self, x):
+        return self.used(x)
+def model():
+    return %s
+def data(rank, world):
+    x, y = %s, %s
+    return (x, y), (x, y)
+'''
+
 
 def refusals(tmp):
     out = os.path.join(tmp, "results")
@@ -244,6 +317,9 @@ def refusals(tmp):
         check(p.returncode != 0, "%s: terse run succeeded:\n%s" % (name, p.stdout))
         # terse's own refusals are a line each: a traceback is for an exception of the user's code alone.
         check("Traceback" not in p.stderr, "%s: a traceback for a refusal:\n%s" % (name, p.stderr))
+        # Each rank's message is one write ending in a newline: no two run together on a line.
+        check(all(line.find("terse.train:") <= 0 for line in p.stderr.splitlines()),
+              "%s: ranks' messages run together:\n%s" % (name, p.stderr))
         return p.stderr
 
     # A missing module is the config's error, at its line, before any folder or driver.
@@ -296,6 +372,33 @@ variants { name: "c" overrides { error_feedback: true } }""")
     err = refused("torchvision", 'torchvision: "resnet181" data: SYNTHETIC image_size: 8 synthetic_examples: 8')
     check("workload.pytorch.torchvision: torchvision" in err and "has no model 'resnet181' (did you mean 'resnet18'"
           in err, "torchvision: %s" % err)
+
+    # data() and model() that do not fit, found by the check forward of one batch before any process group, in a line
+    # naming both and what does not fit rather than torch's traceback. The model comes from a sibling file, which
+    # the module imports as under `python3 FILE` (its folder first on sys.path).
+    open(os.path.join(tmp, "mlp.py"), "w").write(MLP)
+    path = os.path.join(tmp, "%s.py")
+    for name, model, x, y, workers, fragments in (
+            ("f64", "mlp(32, 10)", "torch.zeros(8, 32, dtype=torch.float64)", "torch.zeros(8, dtype=torch.long)", 2,
+             ["(Tensor[4, 32] float64) raised RuntimeError: mat1 and mat2 must have the same dtype",
+              "train_x is float64, the model's parameters float32"]),
+            ("features", "mlp(32, 10)", "torch.zeros(8, 31)", "torch.zeros(8, dtype=torch.long)", 1,
+             ["(Tensor[4, 31] float32) raised RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+              "takes 32 input features"]),
+            ("labels", "mlp(32, 5)", "torch.zeros(8, 32)", "torch.arange(8)", 1,
+             ["train_y holds labels 0..7, but the model's forward gives 5 class scores an example"]),
+            ("bf16", "mlp(32, 10).bfloat16()", "torch.zeros(8, 32, dtype=torch.bfloat16)",
+             "torch.zeros(8, dtype=torch.long)", 1,
+             ["in %s has parameter 0.weight of dtype bfloat16" % (path % "bf16"), "gloo"]),
+            ("unused", "Unused()", "torch.zeros(8, 32)", "torch.zeros(8, dtype=torch.long)", 1,
+             ["leaves parameters spare.weight, spare.bias unused", "find_unused_parameters"])):
+        open(path % name, "w").write(MISMATCH % (model, x, y))
+        err = refused(name, 'module: "%s.py"' % name, workers=workers)
+        where = "workload.pytorch.module: model() and data(0, %d) in %s" % (workers, path % name)
+        for fragment in fragments:
+            check(fragment in err and (name == "bf16" or where in err), "%s: %r not in:\n%s" % (name, fragment, err))
+        check("Traceback" not in json.load(open(os.path.join(out, name, "v", "status.json")))["error"],
+              "%s: status error" % name)
 
     import torch
     if not torch.cuda.is_available():  # device "cuda" without a device: refused before any process group

@@ -28,6 +28,7 @@ import difflib
 import importlib.util
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -108,7 +109,7 @@ class UserCodeError(Exception):
     wrong thing) is a WorkloadError instead: one line naming the field and what is expected."""
 
     def __init__(self, what, path, error):
-        super().__init__("%s in %s raised %s: %s" % (what, path, type(error).__name__, _last_line(error)))
+        super().__init__("%s in %s raised %s: %s" % (what, path, type(error).__name__, _message(error)))
         self.error = error
 
 
@@ -125,6 +126,12 @@ def _load_module(path):
     if spec is None or spec.loader is None:
         raise WorkloadError("workload.pytorch.module: cannot load %s as a Python module" % path)
     module = importlib.util.module_from_spec(spec)
+    # As `python3 FILE` does: the module's folder first on sys.path, so that a model split over files imports its
+    # siblings (`import mlp`). Left there for the process, as python3 leaves it, since model() and data() may import
+    # too.
+    folder = os.path.dirname(os.path.abspath(path))
+    if not sys.path or sys.path[0] != folder:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:  # the file (or one it imports) is not Python: where, and the line, say it all
@@ -242,6 +249,109 @@ def user_data(spec, user, rank, world):
     return out
 
 
+_GLOO_DTYPES = {}  # dtype -> whether this torch's gloo carries it (_gloo_carries)
+
+
+def _gloo_carries(dtype):
+    """Whether gloo can broadcast and allreduce `dtype`: asked of a one-rank gloo group of this process, since which
+    dtypes gloo takes depends on the torch build (1.13's refuses bfloat16 and bool with "Invalid scalar type")."""
+    if dtype not in _GLOO_DTYPES:
+        group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10))
+        try:
+            group.broadcast([torch.zeros(1, dtype=dtype)]).wait()
+            _GLOO_DTYPES[dtype] = True
+        except RuntimeError:
+            _GLOO_DTYPES[dtype] = False
+    return _GLOO_DTYPES[dtype]
+
+
+def _dtype(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def _first_layer(model):
+    """ " (its first layer, fc (Linear), takes 32 input features)", or "" when the model says nothing of its input."""
+    for name, m in model.named_modules():
+        for attr, what in (("in_features", "input features"), ("in_channels", "input channels")):
+            if isinstance(getattr(m, attr, None), int):
+                return " (its first layer, %s (%s), takes %d %s)" % (name or "the model", type(m).__name__,
+                                                                    getattr(m, attr), what)
+    return ""
+
+
+def check_fit(spec, model, data, device, rank, world):
+    """Trains one batch of this rank's data on the bare model, before any process group, and checks what a mismatch
+    of data() and model() would otherwise fail inside torch with, in every rank and every variant, as a traceback of
+    torch's frames: a dtype gloo cannot broadcast (DDP's first collective), inputs the forward cannot take (dtype,
+    features), scores that do not fit the labels, a parameter the forward leaves unused (DDP's "Expected to have
+    finished reduction" in the second step). Raises WorkloadError naming data() and model() and what does not fit;
+    UserCodeError when the forward fails in the module's own code. The model comes back as it was: its gradients
+    unset, its buffers (batch norm's statistics) and the random state untouched."""
+    path = spec.pt["module"]
+    fn = "workload.pytorch.module: model() and data(%d, %d) in %s" % (rank, world, path)
+    train_x, train_y, test_x, test_y = data
+    if device.type == "cpu":
+        for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+            for name, t in named:
+                if not _gloo_carries(t.dtype):
+                    raise WorkloadError('workload.pytorch.module: model() in %s has %s %s of dtype %s, which DDP '
+                                        'broadcasts and the gloo of torch %s (device "cpu") cannot carry; convert the '
+                                        'model (model.float()), or train on device "cuda" (NCCL)'
+                                        % (path, kind, name, _dtype(t), torch.__version__))
+    n = min(spec.batch, len(train_y))
+    x, y = train_x[:n].to(device), train_y[:n].to(device)
+    floats = sorted({_dtype(p) for p in model.parameters() if p.is_floating_point()})
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        try:
+            out = model(x)
+            if not isinstance(out, torch.Tensor) or out.dim() == 0 or not out.is_floating_point():
+                raise WorkloadError("%s: the model's forward on train_x[:%d] returns %s; the driver trains on a "
+                                    "floating-point tensor of class scores, the classes along the last dimension"
+                                    % (fn, n, _describe(out)))
+            classes = out.shape[-1]
+            if out.numel() // max(1, classes) != y.numel():
+                raise WorkloadError("%s: the model's forward on train_x[:%d] (%s) gives %s, %d rows of %d class "
+                                    "scores, for %s: one row a label is expected"
+                                    % (fn, n, _describe(x), _describe(out), out.numel() // max(1, classes), classes,
+                                       _describe(y)))
+            for part, labels in (("train", train_y), ("test", test_y)):
+                lo, hi = int(labels.min()), int(labels.max())
+                if lo < 0 or hi >= classes:
+                    raise WorkloadError("%s: %s_y holds labels %d..%d, but the model's forward gives %d class "
+                                        "scores an example (labels 0..%d)" % (fn, part, lo, hi, classes, classes - 1))
+            F.cross_entropy(out.reshape(-1, classes), y.reshape(-1)).backward()
+        except (WorkloadError, UserCodeError):
+            raise
+        except Exception as e:  # noqa: BLE001
+            frames = traceback.extract_tb(e.__traceback__)
+            # Raised at a line of the user's own files (the module's folder): their code to fix, with its
+            # traceback. Raised inside torch (a layer handed inputs it cannot take): what does not fit, in one line.
+            if frames and os.path.abspath(frames[-1].filename).startswith(os.path.dirname(os.path.abspath(path))
+                                                                          + os.sep):
+                raise UserCodeError("the model's forward on train_x[:%d] of data(%d, %d)" % (n, rank, world), path,
+                                    e) from e
+            hint = ""
+            if x.is_floating_point() and floats and floats != [_dtype(x)]:
+                hint = "; train_x is %s, the model's parameters %s (x.to(%s) converts)" % (
+                    _dtype(x), " and ".join(floats), "torch." + floats[0])
+            raise WorkloadError("%s do not fit: the model's forward on train_x[:%d] (%s) raised %s: %s%s%s"
+                                % (fn, n, _describe(x), type(e).__name__, _message(e), _first_layer(model), hint)) \
+                from None
+        finally:
+            for b, kept in buffers:
+                b.data.copy_(kept)
+    unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    if unused:
+        listed = ", ".join(unused[:5]) + (" and %d more" % (len(unused) - 5) if len(unused) > 5 else "")
+        raise WorkloadError("%s: the model's forward on train_x[:%d] leaves parameter%s %s unused, which DDP fails on "
+                            "after the first step (the driver does not pass find_unused_parameters, and the config "
+                            "cannot set it); use %s in forward, drop %s, or freeze %s (requires_grad=False)"
+                            % (fn, n, "s" if len(unused) > 1 else "", listed, *(("them",) * 3 if len(unused) > 1
+                                                                                 else ("it",) * 3)))
+
+
 class ImageData:
     """A torchvision model's inputs: Fashion-MNIST (28x28 grey, resized per batch) or synthetic images."""
 
@@ -334,6 +444,7 @@ def train_rank(rank, world, spec, store_path):
         model = build_model(spec, user).to(device)
         if user is not None:
             train_x, train_y, test_x, test_y = user_data(spec, user, rank, world)
+            check_fit(spec, model, (train_x, train_y, test_x, test_y), device, rank, world)
             prepare = lambda x: x  # noqa: E731
             own = torch.arange(len(train_y))
         else:
@@ -341,6 +452,11 @@ def train_rank(rank, world, spec, store_path):
             train_x, train_y, test_x, test_y = images.train_x, images.train_y, images.test_x, images.test_y
             prepare = images.inputs
             own = shard(len(train_y), rank, world)
+            # Fashion-MNIST's ten classes for a model of fewer: cross_entropy's "Target 9 is out of bounds" otherwise.
+            top = int(max(train_y.max(), test_y.max()))
+            if top >= int(spec.pt["num_classes"]):
+                raise WorkloadError("workload.pytorch.num_classes: %s, but the data's labels run up to %d"
+                                    % (spec.pt["num_classes"], top))
         init_group(spec, rank, world, store_path)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                                         else None)
@@ -408,19 +524,22 @@ def train_rank(rank, world, spec, store_path):
         if state is not None and state.error is not None and e is not state.error:
             e = state.error
         if logger is not None:
-            logger.finish(error="%s: %s" % (type(e).__name__, e))
+            logger.finish(error=_summary(e))
         raise e
 
 
 def _write_error(error_file, summary, error):
     """The file terse run reads when the driver fails (experiments/runner/pytorch_runner.cc): the summary line, then
-    "config" when the driver's own checks refused the workload (WorkloadError), which terse run takes as an error of
-    every variant with that workload rather than of this one. The first failing rank's; later ones leave it."""
+    "config" when the driver's own checks refused the workload (WorkloadError), "module" when the user's module
+    failed in importing, model(), data() or the check forward (UserCodeError), which fail alike in every variant:
+    terse run takes either as an error of every variant with that workload rather than of this one. The first
+    failing rank's; later ones leave it."""
     if not error_file:
         return
+    kind = "config\n" if isinstance(error, WorkloadError) else "module\n" if isinstance(error, UserCodeError) else ""
     try:
         with open(error_file, "x") as f:
-            f.write(summary + "\n" + ("config\n" if isinstance(error, WorkloadError) else ""))
+            f.write(summary + "\n" + kind)
     except FileExistsError:
         pass
 
@@ -438,16 +557,64 @@ def _report(prefix, e):
             frames.pop(0)
         text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(type(e.error),
                                                                                                  e.error))
-        print("terse.train: %sworkload.pytorch.module: %s\nTraceback (most recent call last):\n%s" % (prefix, e, text),
-              end="", file=sys.stderr)
+        _say("terse.train: %sworkload.pytorch.module: %s\nTraceback (most recent call last):\n%s" % (prefix, e, text))
         return "%sworkload.pytorch.module: %s" % (prefix, e)
-    # A WorkloadError's message starts with the field it is about; the class name would only be noise.
-    summary = prefix + ("" if isinstance(e, WorkloadError) else type(e).__name__ + ": ") + _last_line(e)
-    if isinstance(e, terse.Error):
-        print("terse.train: %s" % summary, file=sys.stderr)
+    summary = prefix + _summary(e)
+    if isinstance(e, (terse.Error, KeyboardInterrupt)):
+        _say("terse.train: %s" % summary)
     else:
-        traceback.print_exception(type(e), e, e.__traceback__)
+        _say("".join(traceback.format_exception(type(e), e, e.__traceback__)))
     return summary
+
+
+def _summary(e):
+    """An exception in the one line terse run and status.json keep. A WorkloadError's message starts with the field it
+    is about; the class name would only be noise."""
+    if _interrupted(e):
+        return "interrupted"
+    return ("" if isinstance(e, WorkloadError) else type(e).__name__ + ": ") + _message(e)
+
+
+def _interrupted(e):
+    # Ctrl-C inside the hook reaches backward's caller as torch's RuntimeError "KeyboardInterrupt: <EMPTY MESSAGE>".
+    return isinstance(e, KeyboardInterrupt) or str(e).lstrip().startswith("KeyboardInterrupt")
+
+
+# What torch appends to an error out of C++ code (a Future's, a hook's): "\n\nAt:\n" and the Python frames.
+_TORCH_FRAMES = re.compile(r"\n\s*At:\s*\n")
+
+
+def _message(e):
+    """The informative line of an exception's message (str(e) when that is all there is): torch's appended frame list
+    is cut; of a traceback's text (what torch's RuntimeError out of a hook's Future carries, a rank's
+    ProcessRaisedException) the exception line of its last traceback; else the first line, with the next when it
+    ends in a colon. The last line, as before, was often torch's frame list or an afterthought ("In addition, you can
+    set the environment variable TORCH_DISTRIBUTED_DEBUG ...")."""
+    text = _TORCH_FRAMES.split(str(e), maxsplit=1)[0]
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.strip() == "Traceback (most recent call last):"]
+    if heads:
+        # Frames are indented; the exception's line is the first one that is not.
+        body = [line for line in lines[heads[-1] + 1:] if line.strip() and not line[:1].isspace()]
+        if body:
+            return body[0].strip()
+    lines = [line.strip() for line in lines if line.strip()]
+    if not lines:
+        return str(e).strip()
+    if lines[0].endswith(":") and len(lines) > 1:
+        return lines[0] + " " + lines[1]
+    return lines[0]
+
+
+def _say(text):
+    """Writes a message to stderr in one write, ending in a newline: the ranks share the stream, and a message
+    written in pieces (print's text, then its newline) runs into another rank's."""
+    if not text.endswith("\n"):
+        text += "\n"
+    sys.stderr.flush()
+    data = text.encode("utf-8", "replace")
+    while data:
+        data = data[os.write(2, data):]
 
 
 def _leave(code, error_file=None, summary=None, error=None):
@@ -500,11 +667,6 @@ def _spawned(rank, world, args, store_path, parent):
     _run_rank(rank, world, spec, store_path, args.error_file)
 
 
-def _last_line(text):
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[-1] if lines else str(text)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m terse.train", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", help="one resolved variant, in terse's text format")
@@ -532,15 +694,15 @@ def main(argv=None):
                          nprocs=spec.workers)
         return 0
     except mp.ProcessRaisedException as e:
-        # The failing rank's traceback is the message; its last line is the error.
-        summary = "rank %d: %s" % (e.error_index, _last_line(e.msg))
-        print("terse.train: a rank failed:\n%s" % e.msg, file=sys.stderr)
+        # The failing rank's traceback is the message; its exception's line is the error.
+        summary = "rank %d: %s" % (e.error_index, _message(e.msg))
+        _say("terse.train: a rank failed:\n%s" % e.msg)
     except mp.ProcessExitedException as e:
         summary = "rank %d exited with code %s" % (e.error_index, e.exit_code)
         # A rank that failed has said why (_report) and left its summary for terse run: this line would only repeat
         # it. One that died without a word (killed, or os._exit in the user's code) is named here.
         if not (args.error_file and os.path.exists(args.error_file)):
-            print("terse.train: %s" % summary, file=sys.stderr)
+            _say("terse.train: %s" % summary)
     except Exception as e:  # noqa: BLE001  (any failure ends the run, reported to terse run)
         error = e
         summary = _report("", e)
