@@ -250,15 +250,22 @@ def user_data(spec, user, rank, world):
 
 
 _GLOO_DTYPES = {}  # dtype -> whether this torch's gloo carries it (_gloo_carries)
+_GLOO_PROBE = []  # the one-rank group _gloo_carries asks, made once
 
 
 def _gloo_carries(dtype):
     """Whether gloo can broadcast and allreduce `dtype`: asked of a one-rank gloo group of this process, since which
     dtypes gloo takes depends on the torch build (1.13's refuses bfloat16 and bool with "Invalid scalar type")."""
     if dtype not in _GLOO_DTYPES:
-        group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10))
+        # The group and the probe's tensor live as long as the process: a group destroyed here, with the GIL held,
+        # joins gloo's thread, which may still wait for the GIL to drop the last reference to the tensor (a hang), and
+        # a tensor freed on gloo's thread at the process's end aborts it (terse.torch._held_past_gloo).
+        if not _GLOO_PROBE:
+            _GLOO_PROBE.append(dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10)))
+        probe = torch.zeros(1, dtype=dtype)
+        terse.torch._keep_past_gloo(probe)
         try:
-            group.broadcast([torch.zeros(1, dtype=dtype)]).wait()
+            _GLOO_PROBE[0].broadcast([probe]).wait()
             _GLOO_DTYPES[dtype] = True
         except RuntimeError:
             _GLOO_DTYPES[dtype] = False
