@@ -79,7 +79,8 @@ struct Provenance {
   std::string clock = "real_time";
   std::vector<std::pair<std::string, std::string>> simulation;
   // A PyTorch run through terse's DDP hook (experiments/python/hook_results.h): the hook's settings that change the
-  // results and that the experiment schema has no field for ("granularity": "tensor" or "bucket"). Written as "hook"
+  // results and that the experiment schema has no field for ("granularity": "tensor" or "bucket"; "module_sha256", the
+  // hash of a module workload's file, which the config names only by path). Written as "hook"
   // only when set, so native runs' files are as before.
   std::vector<std::pair<std::string, std::string>> hook;
 };

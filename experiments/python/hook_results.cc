@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 
 #include "core/comm/ring_model.h"
 #include "core/common/error.h"
 #include "experiments/config/config.h"
 #include "experiments/python/wheel_commit.h"
+#include "results/sha256.h"
 
 namespace py = pybind11;
 
@@ -122,6 +125,15 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     // the experiment schema has no field for it, since a native run always compresses per tensor.
     prov.hook.emplace_back("granularity",
                            aggregator_->options().granularity == Granularity::kBucket ? "bucket" : "tensor");
+  }
+  // A module workload's model and data are the file's code, which the config names only by path: its hash says
+  // whether two runs trained the same thing (an edited module would otherwise look like the same workload).
+  if (e.workload().has_pytorch() && !e.workload().pytorch().module().empty()) {
+    std::ifstream in(e.workload().pytorch().module(), std::ios::binary);
+    if (in) {
+      const std::string code((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      prov.hook.emplace_back("module_sha256", results::sha256Hex(code));
+    }
   }
   writer_->writeProvenance(prov);
 }

@@ -22,6 +22,7 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
 import argparse
 import importlib.util
 import json
+import hashlib
 import os
 import shutil
 import subprocess
@@ -116,6 +117,12 @@ variants {
                                                                            resnet_dense))
     config = open(os.path.join(out, "pt", "resnet-topk", "config.textproto")).read()
     check('torchvision: "resnet18"' in config and 'name: "topk"' in config, "config.textproto:\n%s" % config)
+    # The module's file is named by path in the config; its hash is in the provenance, so an edit shows.
+    code = open(os.path.join(tmp, "models", "tiny_gpt.py"), "rb").read()
+    hooks = {v: json.load(open(os.path.join(out, "pt", v, "provenance.json"))).get("hook", {})
+             for v in ("gpt-dense", "resnet-topk")}
+    check(hooks["gpt-dense"].get("module_sha256") == hashlib.sha256(code).hexdigest()
+          and "module_sha256" not in hooks["resnet-topk"], "provenance.json's hook: %s" % hooks)
     check("resnet-topk" in p.stdout and "gpt-dense" in p.stdout, "terse run's table:\n%s" % p.stdout)
     table = run([ARGS.terse, "compare", os.path.join(out, "pt"), "--format", "csv"], cwd=tmp).stdout
     rows = {line.split(",")[1] for line in table.splitlines() if "," in line}
