@@ -18,40 +18,6 @@
 namespace terse::results {
 namespace {
 
-std::string shellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  return out + "'";
-}
-
-std::optional<std::string> gitHeadOf(const std::filesystem::path& dir) {
-  const std::string cmd = "git -C " + shellQuote(dir.string()) + " rev-parse HEAD 2>/dev/null";
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return std::nullopt;
-  std::array<char, 128> buf{};
-  std::string out;
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr) out += buf.data();
-  const int rc = ::pclose(pipe);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (rc != 0 || out.size() != 40) return std::nullopt;
-  // Like `git describe --dirty`: a run from a tree with uncommitted changes to tracked files is not reproducible from
-  // the commit alone, and the provenance must say so.
-  const std::string status =
-      "git -C " + shellQuote(dir.string()) + " status --porcelain --untracked-files=no 2>/dev/null";
-  if (std::FILE* st = ::popen(status.c_str(), "r")) {
-    const bool changed = std::fgets(buf.data(), static_cast<int>(buf.size()), st) != nullptr;
-    while (std::fgets(buf.data(), static_cast<int>(buf.size()), st) != nullptr) {
-    }
-    if (::pclose(st) == 0 && changed) out += "-dirty";
-  }
-  return out;
-}
-
 std::string devicesName(uint32_t devices) {
   std::string out;
   if (devices & 0x1u) out += "host";
@@ -147,20 +113,6 @@ std::string provenanceJson(const Provenance& p) {
   }
   out["plugins"] = std::move(plugins);
   return dumpJson(out);
-}
-
-std::optional<std::string> gitCommitOf(const std::filesystem::path& dir) {
-  return gitHeadOf(dir);
-}
-
-std::string gitCommit() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    if (auto head = gitHeadOf(exe.parent_path())) return *head;
-  }
-  if (auto head = gitHeadOf(std::filesystem::current_path(ec))) return *head;
-  return "unknown";
 }
 
 std::string hostName() {

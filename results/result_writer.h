@@ -1,8 +1,10 @@
 // The results folder of one run (DESIGN.md section 7): <root>/<study>/<variant>/ holding
 //
 //   config.textproto   the resolved config the run used (the runner passes the text)
-//   provenance.json    what ran: git commit, plugins (path, SHA-256, version, ABI, caps, parameters), host, CPU, GEMM
-//                      kernel, transport, link emulation, world size, start time; a PyTorch hook's settings
+//   provenance.json    what ran: the git commit the code was built from (results/build_commit.h: taken at build
+//                      time, so a binary run elsewhere or after a checkout still names its own), plugins (path,
+//                      SHA-256, version, ABI, caps, parameters), host, CPU, GEMM kernel, transport, link emulation,
+//                      world size, start time; a PyTorch hook's settings
 //   metrics.jsonl      one JSON object per evaluation point, one per line, appended and flushed per record
 //   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
 //
@@ -58,7 +60,7 @@ struct PluginRecord {
 inline constexpr std::string_view kDefaultsNotReported = "defaults not reported";
 
 struct Provenance {
-  std::string git_commit;  // gitCommit()
+  std::string git_commit;  // buildCommit() (results/build_commit.h): the commit the code was built from
   std::string host;        // hostName()
   std::string cpu;         // cpuDescription(): measured computation (real time, or simulated with measured compute)
                            // depends on it, so two tables from different CPUs differ in their time columns
@@ -140,12 +142,6 @@ inline constexpr std::string_view kStalenessHistOverflowKey = "staleness_hist_ov
 std::string metricsRecordJson(const MetricsRecord& record);
 std::string provenanceJson(const Provenance& provenance);
 
-// `git rev-parse HEAD` of the repository the running executable lives in, else of the working directory, else
-// "unknown"; with a "-dirty" suffix when tracked files have uncommitted changes. Runs git at run time (not at build
-// time) so a rebuilt-but-not-reconfigured binary is not misreported.
-std::string gitCommit();
-// The same for the repository holding `dir`; nullopt when `dir` is in none (or git is missing).
-std::optional<std::string> gitCommitOf(const std::filesystem::path& dir);
 std::string hostName();
 // The processor the run's computation was measured on, from /proc/cpuinfo: "AMD EPYC (family 26 model 2, 2 logical
 // CPUs, avx512f)": the model name alone does not tell CPU generations apart (a Zen 3 and a Zen 5 both say "AMD

@@ -1,6 +1,5 @@
 #include "experiments/python/hook_results.h"
 
-#include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -12,27 +11,12 @@
 #include "core/comm/ring_model.h"
 #include "core/common/error.h"
 #include "experiments/config/config.h"
-#include "experiments/python/wheel_commit.h"
+#include "results/build_commit.h"
 #include "results/sha256.h"
 
 namespace py = pybind11;
 
 namespace terse::python {
-namespace {
-
-// A wheel's commit as its build found it (wheel_commit.h): installed, the extension's folder is no checkout of its
-// source. Otherwise the commit of the tree this extension was built in (the running executable is python3, so
-// results::gitCommit() would look at the wrong place first), else of the working directory.
-std::string extensionCommit() {
-  if (const std::string_view built = wheelCommit(); !built.empty()) return std::string(built);
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<const void*>(&extensionCommit), &info) != 0 && info.dli_fname != nullptr) {
-    if (auto head = results::gitCommitOf(std::filesystem::path(info.dli_fname).parent_path())) return *head;
-  }
-  return results::gitCommit();
-}
-
-}  // namespace
 
 HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
                          const std::string& variant, const std::string& description, const std::string& torch_version,
@@ -110,7 +94,7 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
   writer_ = std::make_unique<results::ResultWriter>(root, study, folder);
   writer_->writeConfig(experiments::toText(e));
   results::Provenance prov;
-  prov.git_commit = extensionCommit();
+  prov.git_commit = std::string(results::buildCommit());  // as `terse run` records it: the build's commit
   prov.host = results::hostName();
   prov.cpu = results::cpuDescription();
   prov.start_time = results::isoTimeUtc();

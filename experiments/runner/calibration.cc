@@ -24,6 +24,7 @@
 #include "core/train/optimizer.h"
 #include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/workloads.h"
+#include "results/build_commit.h"
 #include "results/result_writer.h"
 #include "results/sha256.h"
 
@@ -571,7 +572,7 @@ CalibrationIdentity thisMachine() {
     }
     break;
   }
-  id.commit = results::gitCommit();
+  id.commit = std::string(results::buildCommit());
   return id;
 }
 

@@ -65,7 +65,7 @@ namespace terse::runner {
 struct CalibrationIdentity {
   std::string cpu;     // results::cpuDescription(): model name, family/model, logical CPUs, widest vector ISA
   std::string flags;   // the /proc/cpuinfo flags among those compilers and kernels dispatch on ("avx2 f16c fma")
-  std::string commit;  // results::gitCommit()
+  std::string commit;  // results::buildCommit(): the commit this binary was built from
   bool operator==(const CalibrationIdentity&) const = default;
   std::string describe() const;  // "cpu '...' (flags ...) at commit ..."
 };

@@ -37,6 +37,7 @@
 #include "experiments/workloads/fashion_mnist.h"
 #include "experiments/workloads/gemm.h"
 #include "experiments/workloads/workloads.h"
+#include "results/build_commit.h"
 #include "results/result_writer.h"
 
 namespace terse::runner {
@@ -194,7 +195,7 @@ results::Provenance baseProvenance(const Experiment& e, std::string_view transpo
                                    const std::string& start_time, const std::string& terse_version,
                                    bool emulation_enabled) {
   results::Provenance prov;
-  prov.git_commit = results::gitCommit();
+  prov.git_commit = std::string(results::buildCommit());
   prov.host = results::hostName();
   prov.cpu = results::cpuDescription();
   // The host models' GEMM (a device model's is cuBLAS: distributed.cc says so); it decides the last digits of every

@@ -41,7 +41,8 @@
 #                folder of another tree there: status 1, saying so;
 #   kit-pack     scripts/gpu-kit packing outside a git checkout, with a git that refuses the repository
 #                (safe.directory), from a Makefiles build and from a Ninja build with work left (ninja -n): status 1,
-#                each saying why; a current build gets past the check;
+#                each saying why; a current build gets past the check, also with CMake's commit check (always due)
+#                at an unchanged commit, and not after a new one;
 #   kit-cmake    scripts/gpu-kit --suite-cmake-files leaves out nested kits (gpu-kit/, gpu-kit-selftest/) at any
 #                depth, CMakeFiles/ and the install scripts;
 #   kit-stamp    scripts/gpu-kit --build (stand-ins for python3 and the compiler) reuses a build only with the same
@@ -443,6 +444,26 @@ if command -v ninja > /dev/null && command -v git > /dev/null; then
   kit_pack kit-pack-stale "$repo"
   expect kit-pack-stale "build is not current: ninja -C build -n has 1 steps to run (cp ../source.txt built.txt"
   expect kit-pack-stale "cmake --build build, then pack"
+  # A build with CMake's commit check (results/CMakeLists.txt): a target always due, whose file is rewritten only when
+  # the commit changed and restat, so a dry run shows the steps after it as due though a real build would not run
+  # them. At an unchanged commit the build is current; after a new commit it is not, the object older than its file.
+  touch -d '-1 hour' "$repo/source.txt"
+  echo "commit one" > "$repo/commit.txt"
+  # shellcheck disable=SC2016 # ninja's own variables
+  printf '%s\n' 'rule copy' '  command = cp $in $out' 'build built.txt: copy ../source.txt' \
+    'rule commit' '  command = cp -p ../commit.txt new.txt && { cmp -s new.txt commit.cc || cp new.txt commit.cc; }' \
+    '  restat = 1' 'build results/CMakeFiles/terse_build_commit | commit.cc: commit' \
+    'build terse_build_commit: phony results/CMakeFiles/terse_build_commit' 'build commit.o: copy commit.cc' \
+    'build terse: copy commit.o' > "$repo/build/build.ninja"
+  ninja -C "$repo/build" > /dev/null
+  kit_pack kit-pack-commit-current "$repo"
+  expect kit-pack-commit-current "build has no Python extension"
+  echo "commit two" > "$repo/commit.txt"
+  kit_pack kit-pack-commit-new "$repo"
+  expect kit-pack-commit-new "build is not current: ninja -C build -n has 2 steps to run (cp commit.cc commit.o;cp"
+  # The check's output, made for the dry run, is gone again: else the check would never run in that build again.
+  [[ ! -e "$repo/build/results/CMakeFiles/terse_build_commit" ]] ||
+    fail "kit-pack-commit: scripts/gpu-kit left the commit check's output behind"
 else
   echo "gpu_check_flow_test: no ninja or git here: kit-pack's Ninja cases not run"
 fi

@@ -173,6 +173,36 @@ elseif(CASE STREQUAL "python")
          "data { dataset_dir: \"/nonexistent\" batch_size: 8 }\noptimizer { lr: 0.1 }\n"
          "workers: 2\nmode: SYNC\ntransport: INPROC\nepochs: 1\nseed: 1\ncompressor { name: \"${compressor}\" }\n")
   endforeach()
+  # WORK_DIR, which holds the prefix and is the working directory, is made a git repository of its own, as a user's
+  # project would be: the results the package writes must still name the commit terse was built from
+  # (results/build_commit.h), where git at run time found this repository's HEAD.
+  set(expected_commit "unknown")
+  if(GIT)
+    set(git_user -c user.name=t -c user.email=t@t -c commit.gpgsign=false)
+    file(WRITE "${WORK_DIR}/README" "a user's project\n")
+    run_step("git init ${WORK_DIR}" "${GIT}" -C "${WORK_DIR}" init -q)
+    run_step("git commit in ${WORK_DIR}" "${GIT}" -C "${WORK_DIR}" ${git_user} add README)
+    run_step("git commit in ${WORK_DIR}" "${GIT}" -C "${WORK_DIR}" ${git_user} commit -qm "a user's commit")
+    # What the build recorded, asked of the source tree now (the test runs after the build): its HEAD, "-dirty" with
+    # changes to tracked files, "unknown" when it is not the top of a checkout of its own.
+    execute_process(COMMAND "${GIT}" -C "${TERSE_SOURCE_DIR}" rev-parse --show-toplevel HEAD RESULT_VARIABLE rc
+                    OUTPUT_VARIABLE out ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+    string(REPLACE "\n" ";" out "${out}")
+    list(LENGTH out lines)
+    if(rc EQUAL 0 AND lines EQUAL 2)
+      list(GET out 0 top)
+      file(REAL_PATH "${top}" top)
+      file(REAL_PATH "${TERSE_SOURCE_DIR}" source)
+      if(top STREQUAL source)
+        list(GET out 1 expected_commit)
+        run_step("git status of ${TERSE_SOURCE_DIR}" "${GIT}" -C "${TERSE_SOURCE_DIR}" status --porcelain
+                 --untracked-files=no)
+        if(NOT step_output STREQUAL "")
+          string(APPEND expected_commit "-dirty")
+        endif()
+      endif()
+    endif()
+  endif()
   run_step("the installed package, from ${WORK_DIR}"
            ${CMAKE_COMMAND} -E chdir "${WORK_DIR}"
            ${CMAKE_COMMAND} -E env --unset=PYTHONHOME "PYTHONPATH=${prefix}/${PYTHON_PACKAGE_DIR}" TERSE_PLUGIN_PATH=
@@ -192,6 +222,12 @@ elseif(CASE STREQUAL "python")
   if(NOT n_installs EQUAL 1)
     message(FATAL_ERROR "the installed package should search one installation's folder, its own (${plugin_dir}), not "
                         "one found from python3's executable (core/plugin/loader.h):\n${step_output}")
+  endif()
+  string(FIND "${step_output}" "git_commit: ${expected_commit}\n" at_commit)
+  if(at_commit LESS 0)
+    message(FATAL_ERROR "the installed package's results should name the commit terse was built from, "
+                        "${expected_commit}, not the HEAD of the repository it runs in (rebuild first if the source "
+                        "moved since the build):\n${step_output}")
   endif()
   file(REMOVE_RECURSE "${WORK_DIR}")
 else()

@@ -107,8 +107,9 @@ def inside(path, folder):
 
 
 def source_commit(source):
-    """What `terse run` records as git_commit for a binary built in `source` (results::gitCommit()): HEAD, "-dirty"
-    when tracked files have changes; "unknown" when `source` is not the top of a git checkout."""
+    """What a build of `source` records as git_commit (results/build_commit.h, taken when it is built, as the wheel was
+    just now): HEAD, "-dirty" when tracked files have changes; "unknown" when `source` is not the top of a git
+    checkout."""
     def git(*cmd):
         r = subprocess.run(["git", "-C", source] + list(cmd), capture_output=True, text=True)
         return r.stdout if r.returncode == 0 else None

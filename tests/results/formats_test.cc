@@ -231,26 +231,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Provenance's commit says whether the tree had uncommitted changes to tracked files when the run started.
-TEST(GitCommit, DirtyTreesAreMarked) {
-  const fs::path repo = fs::temp_directory_path() / ("terse-git-" + std::to_string(::getpid()));
-  fs::remove_all(repo);
-  fs::create_directories(repo);
-  const std::string git = "git -C '" + repo.string() + "' -c user.name=t -c user.email=t@t ";
-  ASSERT_EQ(std::system((git + "init -q").c_str()), 0);
-  EXPECT_FALSE(gitCommitOf(repo).has_value());  // no commit yet
-  testing::appendText(repo / "a.txt", "one\n");
-  ASSERT_EQ(std::system((git + "add a.txt && " + git + "commit -qm one").c_str()), 0);
-  const auto clean = gitCommitOf(repo);
-  ASSERT_TRUE(clean.has_value());
-  EXPECT_EQ(clean->size(), 40u) << *clean;
-  testing::appendText(repo / "untracked.txt", "x\n");  // untracked files do not make a tree dirty
-  EXPECT_EQ(gitCommitOf(repo), clean);
-  testing::appendText(repo / "a.txt", "two\n");
-  EXPECT_EQ(gitCommitOf(repo), *clean + "-dirty");
-  fs::remove_all(repo);
-}
-
 // results/reference holds files written before JSON went through nlohmann-json (numbers as printf's %.17g): every
 // one still parses, and its run folders load without a warning, their numbers to the same bits as strtod reads them.
 TEST(ReferenceFolders, CommittedFilesStillRead) {

@@ -1,6 +1,7 @@
 // The results writer, the runner end to end (a results folder with parseable records and status completed; a run
 // that breaks in the middle keeps its records and says failed; one seed gives the same metrics twice, another seed
-// different ones), and `terse run` on a broken config, on one variant, and killed part-way (the folder stays valid).
+// different ones), and `terse run` on a broken config, on one variant, and killed part-way (the folder stays valid),
+// and the commit its provenance names: the one it was built from, also when run inside another git repository.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -478,6 +480,95 @@ TEST(RunCommand, SeedsOptionRunsEachVariantPerSeedAndRefusesABadList) {
   for (const char* seed : {"seed-4", "seed-5"})
     EXPECT_EQ(getString(readStatus(dir / "results" / "unit" / "a" / seed), "state"), "completed") << seed;
   EXPECT_FALSE(fs::exists(dir / "results" / "unit" / "a" / "seed-1"));
+}
+
+// The output of a shell command, trailing newlines dropped; nullopt when it fails.
+std::optional<std::string> shellOutput(const std::string& cmd) {
+  std::FILE* pipe = ::popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  char buf[512];
+  std::string out;
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  if (::pclose(pipe) != 0) return std::nullopt;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// What a build of the source tree records as git_commit (results/build_commit.h), asked of git here and now: HEAD,
+// "-dirty" when tracked files have changes, "unknown" when the source is not the top of its own checkout. Equal to
+// what the build saw as long as the tree has not moved since: a test run after a checkout or an edit without a
+// rebuild fails, as it should (the binary is not the source's).
+std::string sourceCommit() {
+  const std::string git = "git -C '" + std::string(TERSE_TEST_SOURCE_DIR) + "' ";
+  const auto out = shellOutput(git + "rev-parse --show-toplevel HEAD");
+  if (!out) return "unknown";
+  const auto newline = out->find('\n');
+  if (newline == std::string::npos) return "unknown";
+  std::error_code ec;
+  if (fs::canonical(out->substr(0, newline), ec) != fs::canonical(TERSE_TEST_SOURCE_DIR, ec)) return "unknown";
+  const auto status = shellOutput(git + "status --porcelain --untracked-files=no");
+  if (!status) return "unknown";
+  return out->substr(newline + 1) + (status->empty() ? "" : "-dirty");
+}
+
+// Runs `binary run` of a one-variant study from the working directory `cwd` and returns the git_commit its
+// provenance.json records (empty when the run failed, with the output in a test failure).
+std::string recordedCommit(const fs::path& binary, const fs::path& cwd, const fs::path& dir) {
+  const fs::path config = dir / "commit.textproto";
+  std::ofstream(config) << studyText("compressor { name: \"none\" }", 1);
+  const std::string cmd = "cd '" + cwd.string() + "' && '" + binary.string() + "' run '" + config.string() +
+                          "' --out '" + (dir / "results").string() + "' --plugin-path '" + TERSE_TEST_BUILD_PLUGIN_DIR +
+                          "' 2>&1";
+  std::string out;
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return "";
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  if (::pclose(pipe) != 0) {
+    ADD_FAILURE() << cmd << " failed:\n" << out;
+    return "";
+  }
+  const auto prov = parseJsonObject(readFile(dir / "results" / "unit" / "base" / "provenance.json"));
+  if (!prov || !prov->contains("git_commit") || !prov->at("git_commit").is_string()) {
+    ADD_FAILURE() << "no git_commit in " << (dir / "results" / "unit" / "base" / "provenance.json");
+    return "";
+  }
+  return prov->at("git_commit").get<std::string>();
+}
+
+// git_commit is the commit the binary was built from, as the build found the source tree.
+TEST(RunCommandProvenance, RecordsTheCommitTerseWasBuiltFrom) {
+  const fs::path dir = freshDir("commit_built");
+  const std::string expected = sourceCommit();
+  const std::string recorded = recordedCommit(TERSE_TEST_TERSE_BIN, dir, dir);
+  EXPECT_EQ(recorded, expected) << "the binary records another commit than the source's: built before the last "
+                                   "checkout, commit or edit of a tracked file? Rebuild, then run the test again";
+  if (expected != "unknown") {
+    EXPECT_EQ(recorded.substr(0, 40).find_first_not_of("0123456789abcdef"), std::string::npos) << recorded;
+    EXPECT_TRUE(recorded.size() == 40 || (recorded.size() == 46 && recorded.ends_with("-dirty"))) << recorded;
+  }
+}
+
+// A terse outside its source tree (as installed), run inside a user's own git repository, still names the commit it
+// was built from, not that repository's HEAD: git_commit was `git rev-parse HEAD` of the executable's folder, then of
+// the working directory, at run time. The binary is linked into the repository, so /proc/self/exe names a folder there.
+TEST(RunCommandProvenance, IgnoresTheRepositoryItRunsIn) {
+  const fs::path dir = freshDir("commit_elsewhere");
+  const fs::path repo = dir / "user-repo";
+  fs::create_directories(repo / "bin");
+  const std::string git = "git -C '" + repo.string() + "' -c user.name=t -c user.email=t@t -c commit.gpgsign=false ";
+  if (!shellOutput(git + "init -q")) GTEST_SKIP() << "git is missing: no repository to run in";
+  std::ofstream(repo / "a.txt") << "the user's file\n";
+  ASSERT_TRUE(shellOutput(git + "add a.txt && " + git + "commit -qm one"));
+  const auto users_head = shellOutput(git + "rev-parse HEAD");
+  ASSERT_TRUE(users_head);
+  const fs::path binary = repo / "bin" / "terse";
+  std::error_code ec;
+  fs::create_hard_link(TERSE_TEST_TERSE_BIN, binary, ec);
+  if (ec) fs::copy_file(TERSE_TEST_TERSE_BIN, binary);
+  const std::string recorded = recordedCommit(binary, repo, dir);
+  EXPECT_NE(recorded.substr(0, 40), *users_head) << "the run recorded the HEAD of the repository it ran in";
+  EXPECT_EQ(recorded, sourceCommit());
 }
 
 }  // namespace
