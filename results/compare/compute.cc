@@ -251,6 +251,17 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
     if (options.baseline) {
       for (const RunData* r : members)
         if (r->variant == *options.baseline) base = r;
+      // A name that runs from several results folders share is labelled by folder (reader.h), so the bare name names
+      // several rows: the note lists the names to pass.
+      std::vector<const RunData*> bare;
+      for (const RunData* r : members)
+        if (r->bare_variant == *options.baseline && r->variant != r->bare_variant) bare.push_back(r);
+      if (base == nullptr && !bare.empty()) {
+        std::string names;
+        for (const RunData* r : bare) names += (names.empty() ? "`" : ", `") + r->variant + "`";
+        t.notes.push_back("`" + *options.baseline + "` (--baseline) names several rows here, " + names +
+                          ", from several results folders: pass one of those names");
+      }
       if (base != nullptr) {
         t.baseline_source = "--baseline";
         baseline_found = true;
@@ -259,7 +270,8 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
                             "', not none");
       } else {
         t.baseline_source = "none";
-        t.notes.push_back("no variant named `" + *options.baseline + "` (--baseline) in this study; no ratios");
+        if (bare.empty())
+          t.notes.push_back("no variant named `" + *options.baseline + "` (--baseline) in this study; no ratios");
       }
     } else {
       std::vector<const RunData*> dense;

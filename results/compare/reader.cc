@@ -283,31 +283,36 @@ RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
 
 namespace {
 
-// Runs of one study, variant and seed from different results roots (the same study run in-process and under tcp, or
-// before and after a change) would be rows of one name that no reader could tell apart, and the first would be taken
-// for the baseline. Each such run's variant gets the part of its root's path that tells it from the others:
-// "dense (res-tcp)". A run's root is the folder above its study's.
+// Runs of one study and variant from different results roots (the same study run in-process and under tcp, or before
+// and after a change) would be rows of one name that no reader could tell apart, and the first would be taken for the
+// baseline. Each such run's variant gets the part of its root's path that tells it from the others: "dense (res-tcp)";
+// bare_variant keeps the name (--baseline matches it where it is not ambiguous). A run's root is the folder above its
+// study's.
 void labelRunsOfOneNameApart(std::vector<RunData>& runs, std::vector<std::string>& warnings) {
-  std::map<std::tuple<std::string, std::string, std::optional<uint64_t>>, std::vector<std::size_t>> named;
-  for (std::size_t i = 0; i < runs.size(); ++i)
-    named[{runs[i].study, runs[i].variant, runs[i].repeat_seed}].push_back(i);
-  std::map<std::pair<std::string, std::string>, std::vector<std::size_t>> to_label;  // by study and variant
-  for (const auto& [key, indices] : named)
-    if (indices.size() > 1) to_label[{std::get<0>(key), std::get<1>(key)}];
-  if (to_label.empty()) return;
-  // Every run of a study and variant that collides somewhere is labelled, its other seeds too, so that a variant's
-  // repeats stay one row.
+  auto canonical = [](const fs::path& p) {
+    std::error_code ec;
+    fs::path out = fs::weakly_canonical(p.empty() ? fs::path(".") : p, ec);
+    return ec ? fs::absolute(p.empty() ? fs::path(".") : p, ec).lexically_normal() : out;
+  };
+  // A variant's folder: the run's, or its parent for a repeat (its seeds are one variant's). Two folders of one study
+  // and variant name collide, whatever seeds each holds.
+  std::map<std::pair<std::string, std::string>, std::vector<std::size_t>> by_name;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    auto it = to_label.find({runs[i].study, runs[i].variant});
-    if (it != to_label.end()) it->second.push_back(i);
+    runs[i].bare_variant = runs[i].variant;
+    by_name[{runs[i].study, runs[i].variant}].push_back(i);
   }
-  for (const auto& [key, indices] : to_label) {
+  for (const auto& [key, indices] : by_name) {
+    std::set<fs::path> folders;
+    for (const std::size_t i : indices)
+      folders.insert(canonical(runs[i].repeat_seed ? runs[i].dir.parent_path() : runs[i].dir));
+    if (folders.size() < 2) continue;
     std::vector<std::vector<std::string>> roots;  // each root's components, last first
     for (const std::size_t i : indices) {
       const fs::path study_dir =
           runs[i].repeat_seed ? runs[i].dir.parent_path().parent_path() : runs[i].dir.parent_path();
       std::vector<std::string> parts;
-      for (const auto& part : fs::absolute(study_dir.parent_path()).lexically_normal()) parts.push_back(part.string());
+      for (const auto& part : canonical(canonical(study_dir).parent_path()))
+        if (!part.empty()) parts.push_back(part.string());  // a trailing separator's part is empty
       std::reverse(parts.begin(), parts.end());
       roots.push_back(std::move(parts));
     }
@@ -328,7 +333,7 @@ void labelRunsOfOneNameApart(std::vector<RunData>& runs, std::vector<std::string
       std::string label;
       for (std::size_t k = std::min(take, roots[a].size()); k-- > 0;)
         label += (label.empty() || label == "/" ? "" : "/") + roots[a][k];
-      labels.push_back(label);
+      labels.push_back(label.empty() ? std::string("/") : label);
     }
     for (std::size_t k = 0; k < indices.size(); ++k) runs[indices[k]].variant += " (" + labels[k] + ")";
     warnings.push_back("study '" + key.first + "', variant '" + key.second +

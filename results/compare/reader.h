@@ -43,8 +43,10 @@ struct EvalPoint {
 // One results folder read back.
 struct RunData {
   std::filesystem::path dir;
-  std::string study;    // the parent folder's name (the grandparent's for a repeat)
-  std::string variant;  // the folder's name (the parent's for a repeat)
+  std::string study;         // the parent folder's name (the grandparent's for a repeat)
+  std::string variant;       // the folder's name (the parent's for a repeat), labelled by its root where runs of one
+                             // study and variant come from several results folders: "dense (res-tcp)"
+  std::string bare_variant;  // the folder's name, unlabelled
   // A repeat (experiment.proto's `seeds`): the run is <study>/<variant>/seed-<seed>/, one of several seeds of one
   // variant, which compare averages into one row.
   std::optional<uint64_t> repeat_seed;

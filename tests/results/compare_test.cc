@@ -231,6 +231,40 @@ TEST(Compare, RunsOfOneNameFromTwoFoldersAreLabelledByTheFolder) {
   EXPECT_NE(md.find("| dense (res-tcp) |"), std::string::npos) << md;
 }
 
+// The same, named as a user in the results folder would (relative paths, "."), with one folder holding the variant's
+// repeats and the other a single run: labelled alike, and --baseline takes the bare name where it names one row.
+TEST(Compare, RunsOfOneNameFromRelativeFoldersAndRepeatsAreLabelledToo) {
+  const fs::path root = freshDir("OneNameRelative");
+  RunSpec one{"s", "dense", "none", false, {{10, 0.5, 100, 1}}};
+  writeRun(root / "res", one);
+  for (const uint64_t seed : {1, 2}) {
+    RunSpec repeat{"s", "dense", "none", false, {{10, 0.6, 100, 1}}};
+    repeat.seeds = "[1, 2]";
+    repeat.seed = seed;
+    writeRun(root / "res-tcp", repeat);
+  }
+  writeRun(root / "res-tcp", {"s", "x", "topk", false, {{10, 0.7, 10, 1}}});
+  const fs::path before = fs::current_path();
+  fs::current_path(root / "res");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({"s", "../res-tcp"}, w);
+  fs::current_path(before);
+  ASSERT_EQ(runs.size(), 4u) << joined(w);
+  std::multiset<std::string> variants;
+  for (const auto& r : runs) variants.insert(r.variant);
+  EXPECT_EQ(variants, (std::multiset<std::string>{"dense (res)", "dense (res-tcp)", "dense (res-tcp)", "x"}));
+  CompareOptions o;
+  o.baseline = "x";
+  const Comparison by_x = compare(runs, o, w);
+  ASSERT_EQ(by_x.studies.size(), 1u);
+  EXPECT_EQ(by_x.studies[0].baseline_source, "--baseline");
+  o.baseline = "dense";  // two rows: a note names them
+  const std::string md = toMarkdown(compare(runs, o, w));
+  EXPECT_NE(md.find("`dense` (--baseline) names several rows here, `dense (res)`, `dense (res-tcp)`"),
+            std::string::npos)
+      << md;
+}
+
 TEST(Compare, SimulatedTimesAreLabelledAsSuch) {
   const fs::path root = freshDir("SimulatedLabels");
   RunSpec a{"all", "dense", "none", false, {{10, 0.5, 100, 1}}};
