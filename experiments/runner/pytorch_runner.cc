@@ -67,23 +67,47 @@ int runChild(const std::vector<std::string>& argv, const std::string& python_pat
   args.push_back(nullptr);
   std::fflush(nullptr);
   const pid_t parent = ::getpid();
+  // As system(3) does: while the driver runs, Ctrl-C (SIGINT to the whole foreground group) and SIGQUIT are the
+  // driver's and its ranks' to handle -- they record "interrupted" and leave -- and this process settles the folder
+  // after them; dying at once, it would take the driver down with it first (PR_SET_PDEATHSIG below).
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  struct sigaction old_int {
+  }, old_quit{};
+  ::sigaction(SIGINT, &ignore, &old_int);
+  ::sigaction(SIGQUIT, &ignore, &old_quit);
   const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGQUIT, &old_quit, nullptr);
+  }
   TERSE_CHECK(pid >= 0, InvalidArgument, "workload pytorch: cannot start " << argv[0] << ": " << std::strerror(errno));
   if (pid == 0) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGQUIT, &old_quit, nullptr);
     // The driver ends with this process: a `kill` of terse run must not leave it (and the ranks it starts, which do
     // the same with it: train.py) training on, to mark a run completed that its user stopped. The check after the
     // call catches a parent gone before it.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(128 + SIGTERM);
     if (!python_path.empty()) ::setenv("PYTHONPATH", python_path.c_str(), 1);
+    // `python3 -m` puts the working directory first on sys.path (Python 3.11 and later leave it out with this set): a
+    // user's queue.py or tokenize.py there would shadow the standard library's in the driver and its ranks.
+    ::setenv("PYTHONSAFEPATH", "1", 1);
     ::execvp(args[0], args.data());
     std::fprintf(stderr, "terse run: workload pytorch: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    TERSE_CHECK(errno == EINTR, InternalError, "workload pytorch: waitpid: " << std::strerror(errno));
+    if (errno == EINTR) continue;
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGQUIT, &old_quit, nullptr);
+    TERSE_THROW(InternalError, "workload pytorch: waitpid: " << std::strerror(errno));
   }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGQUIT, &old_quit, nullptr);
   return status;
 }
 

@@ -77,32 +77,40 @@ def main():
             f.write(CONFIG)
         run = subprocess.Popen([terse, "run", os.path.join(tmp, "ends.textproto"), "--out", os.path.join(tmp, "out")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        # Training: the driver and both ranks are up once the ranks' first record is written (each eval point).
-        deadline = time.monotonic() + 120
-        below = []
-        while time.monotonic() < deadline and run.poll() is None:
-            below = descendants(run.pid)
-            written = [os.path.join(d, "metrics.jsonl") for d, _, files in os.walk(os.path.join(tmp, "out"))
-                       if "metrics.jsonl" in files]
-            if len(below) >= 3 and any(os.path.getsize(m) > 0 for m in written):
-                break
-            time.sleep(0.2)
-        if run.poll() is not None:
-            sys.exit("terse run ended before it was stopped (status %s): %s" % (run.returncode,
-                                                                                 run.stderr.read().decode()[-2000:]))
-        if len(below) < 3:
-            os.killpg(run.pid, signal.SIGKILL)
-            sys.exit("no driver and ranks below terse run within 120 s: %s" % below)
-        run.send_signal(signal.SIGTERM)
-        run.wait()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(alive(p) for p in below):
-            time.sleep(0.2)
-        left = [p for p in below if alive(p)]
-        if left:
-            os.killpg(run.pid, signal.SIGKILL)
-            sys.exit("processes left training 20 s after terse run was stopped: %s" % left)
-        print("driver_ends: %d processes below terse run, none left after it was stopped" % len(below))
+        try:
+            # Training: the driver and both ranks are up once the ranks' first record is written (each eval point).
+            deadline = time.monotonic() + 120
+            below = []
+            while time.monotonic() < deadline and run.poll() is None:
+                below = descendants(run.pid)
+                written = [os.path.join(d, "metrics.jsonl") for d, _, files in os.walk(os.path.join(tmp, "out"))
+                           if "metrics.jsonl" in files]
+                if len(below) >= 3 and any(os.path.getsize(m) > 0 for m in written):
+                    break
+                time.sleep(0.2)
+            if run.poll() is not None:
+                sys.exit("terse run ended before it was stopped (status %s): %s" % (run.returncode,
+                                                                                     run.stderr.read().decode()[-2000:]))
+            if len(below) < 3:
+                os.killpg(run.pid, signal.SIGKILL)
+                sys.exit("no driver and ranks below terse run within 120 s: %s" % below)
+            run.send_signal(signal.SIGTERM)
+            run.wait()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and any(alive(p) for p in below):
+                time.sleep(0.2)
+            left = [p for p in below if alive(p)]
+            if left:
+                os.killpg(run.pid, signal.SIGKILL)
+                sys.exit("processes left training 20 s after terse run was stopped: %s" % left)
+            print("driver_ends: %d processes below terse run, none left after it was stopped" % len(below))
+        finally:
+            # Whatever ended the test (a failed check, a timeout), nothing of the job trains on after it: terse run
+            # runs in a session of its own, out of ctest's reach.
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 if __name__ == "__main__":

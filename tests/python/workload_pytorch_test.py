@@ -416,16 +416,65 @@ variants { name: "c" overrides { error_feedback: true } }""")
     print("refusals: ok")
 
 
+DIST_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        torch.distributed.get_rank()  # as SyncBatchNorm asks the process group: fails before there is one
+        return self.fc(x)
+
+
+def model():
+    return Net()
+
+
+def data(rank, world):
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(64, 8, generator=g)
+    y = torch.randint(0, 3, (64,), generator=g)
+    y[::7] = -100  # cross_entropy's ignore_index: padding
+    return (x, y), (x[:16], y[:16])
+'''
+
+
+def valid(tmp):
+    """Valid models the driver's checks must let through: a forward that uses torch.distributed (the check forward
+    runs before the process group: skipped, said once a rank), labels of cross_entropy's ignore_index (-100), and a
+    module folder holding a file named as a standard module (tokenize.py), run from that folder: neither the working
+    directory (PYTHONSAFEPATH) nor the module's folder (taken off sys.path before the ranks start) shadows it."""
+    mods = os.path.join(tmp, "mods")
+    os.makedirs(mods)
+    open(os.path.join(mods, "dist_model.py"), "w").write(DIST_MODEL)
+    open(os.path.join(mods, "tokenize.py"), "w").write('raise ImportError("a module folder\'s tokenize.py shadowed '
+                                                        'the standard library\'s")\n')
+    cfg = os.path.join(mods, "study.textproto")
+    open(cfg, "w").write(study("dist", 'module: "dist_model.py" max_steps_per_epoch: 3', 'variants { name: "v" }'))
+    out = os.path.join(tmp, "results")
+    p = run([ARGS.terse, "run", cfg, "--out", out], cwd=mods)
+    status, lines = folder(out, "dist", "v")
+    check(status["state"] == "completed" and lines[-1]["step"] == 3, "valid: %s %s" % (status, lines))
+    check("the check forward of model() on data() is skipped: the model's forward uses torch.distributed" in p.stderr,
+          "valid: no word of the skipped check:\n%s" % p.stderr)
+    print("valid: trained %d steps" % lines[-1]["step"])
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals"])
+    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals}[ARGS.case](tmp)
+        {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

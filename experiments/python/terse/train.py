@@ -116,6 +116,9 @@ class UserCodeError(Exception):
 _MODULES = {}  # path -> the imported module, so that a rank of a TCP job imports it once (check_workload, train_rank)
 
 
+_MODULE_FOLDERS = []  # what _load_module put on sys.path
+
+
 def _load_module(path):
     if path in _MODULES:
         return _MODULES[path]
@@ -132,6 +135,7 @@ def _load_module(path):
     folder = os.path.dirname(os.path.abspath(path))
     if not sys.path or sys.path[0] != folder:
         sys.path.insert(0, folder)
+        _MODULE_FOLDERS.append(folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:  # the file (or one it imports) is not Python: where, and the line, say it all
@@ -309,6 +313,7 @@ def check_fit(spec, model, data, device, rank, world):
     x, y = train_x[:n].to(device), train_y[:n].to(device)
     floats = sorted({_dtype(p) for p in model.parameters() if p.is_floating_point()})
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    skipped = False
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         try:
             out = model(x)
@@ -323,6 +328,10 @@ def check_fit(spec, model, data, device, rank, world):
                                     % (fn, n, _describe(x), _describe(out), out.numel() // max(1, classes), classes,
                                        _describe(y)))
             for part, labels in (("train", train_y), ("test", test_y)):
+                # -100 is cross_entropy's ignore_index, the usual label of a sequence's padding.
+                labels = labels[labels != -100]
+                if labels.numel() == 0:
+                    continue
                 lo, hi = int(labels.min()), int(labels.max())
                 if lo < 0 or hi >= classes:
                     raise WorkloadError("%s: %s_y holds labels %d..%d, but the model's forward gives %d class "
@@ -332,24 +341,39 @@ def check_fit(spec, model, data, device, rank, world):
             raise
         except Exception as e:  # noqa: BLE001
             frames = traceback.extract_tb(e.__traceback__)
-            # Raised at a line of the user's own files (the module's folder): their code to fix, with its
-            # traceback. Raised inside torch (a layer handed inputs it cannot take): what does not fit, in one line.
-            if frames and os.path.abspath(frames[-1].filename).startswith(os.path.dirname(os.path.abspath(path))
-                                                                          + os.sep):
-                raise UserCodeError("the model's forward on train_x[:%d] of data(%d, %d)" % (n, rank, world), path,
-                                    e) from e
-            hint = ""
-            if x.is_floating_point() and floats and floats != [_dtype(x)]:
-                hint = "; train_x is %s, the model's parameters %s (x.to(%s) converts)" % (
-                    _dtype(x), " and ".join(floats), "torch." + floats[0])
-            raise WorkloadError("%s do not fit: the model's forward on train_x[:%d] (%s) raised %s: %s%s%s"
-                                % (fn, n, _describe(x), type(e).__name__, _message(e), _first_layer(model), hint)) \
-                from None
+            distributed = os.sep + os.path.join("torch", "distributed") + os.sep
+            if any(distributed in f.filename for f in frames) or "process group" in str(e):
+                # The forward uses torch.distributed (SyncBatchNorm, a contrastive loss's all_gather), which needs the
+                # process group this check runs before: no misfit of data() and model(), so training decides.
+                _say("terse.train: rank %d: the check forward of model() on data() is skipped: the model's forward "
+                     "uses torch.distributed (%s: %s)" % (rank, type(e).__name__, _message(e)))
+                skipped = True
+            else:
+                # The innermost frame outside torch and the installed packages: in the user's own files (the
+                # module's folder) the fault is their code's -- a layer wired to the wrong size inside their forward,
+                # say -- and they get its traceback; in this driver (an nn.Sequential handed inputs it cannot take),
+                # what does not fit, in one line.
+                torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+                own = [f for f in frames if not os.path.abspath(f.filename).startswith(torch_dir)
+                       and "-packages" + os.sep not in f.filename]
+                if own and os.path.abspath(own[-1].filename).startswith(os.path.dirname(os.path.abspath(path))
+                                                                        + os.sep):
+                    raise UserCodeError("the model's forward on train_x[:%d] of data(%d, %d)" % (n, rank, world), path,
+                                        e) from e
+                hint = ""
+                if x.is_floating_point() and floats and floats != [_dtype(x)]:
+                    hint = "; train_x is %s, the model's parameters %s (x.to(%s) converts)" % (
+                        _dtype(x), " and ".join(floats), "torch." + floats[0])
+                raise WorkloadError("%s do not fit: the model's forward on train_x[:%d] (%s) raised %s: %s%s%s"
+                                    % (fn, n, _describe(x), type(e).__name__, _message(e), _first_layer(model), hint)) \
+                    from None
         finally:
             for b, kept in buffers:
                 b.data.copy_(kept)
     unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     model.zero_grad(set_to_none=True)
+    if skipped:
+        return
     if unused:
         listed = ", ".join(unused[:5]) + (" and %d more" % (len(unused) - 5) if len(unused) > 5 else "")
         raise WorkloadError("%s: the model's forward on train_x[:%d] leaves parameter%s %s unused, which DDP fails on "
@@ -696,6 +720,11 @@ def main(argv=None):
                 raise terse.InvalidArgument("workers is %d but the job has %d ranks" % (spec.workers, world))
             _run_rank(rank, world, spec, None, args.error_file)
         else:
+            # The ranks start with this sys.path and import torch and terse first: a module folder before them would
+            # shadow those imports with its files (a tokenize.py, a terse/); each rank's _load_module adds it back.
+            for folder in _MODULE_FOLDERS:
+                while folder in sys.path:
+                    sys.path.remove(folder)
             with tempfile.TemporaryDirectory(prefix="terse-train-") as tmp:
                 mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store"), os.getpid()),
                          nprocs=spec.workers)
