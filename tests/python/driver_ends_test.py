@@ -1,10 +1,14 @@
-"""`terse run` of a PyTorch workload, stopped by its user (SIGTERM to terse run alone, as `kill PID` sends): the Python
-driver and the ranks it started end with it (experiments/runner/pytorch_runner.cc and terse/train.py set
-PR_SET_PDEATHSIG), rather than train on and mark completed a run that was stopped.
+"""`terse run` of a PyTorch workload, stopped by its user:
+- SIGTERM to terse run alone, as `kill PID` sends: the Python driver and the ranks it started end with it
+  (experiments/runner/pytorch_runner.cc and terse/train.py set PR_SET_PDEATHSIG), rather than train on and mark
+  completed a run that was stopped;
+- Ctrl-C, SIGINT to the whole process group as a terminal sends it: terse run leaves it to the driver and the ranks
+  (as system(3) does), which record the run failed, "interrupted", and leave; then terse run ends.
 
 usage: driver_ends_test.py TERSE
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -69,7 +73,11 @@ def alive(pid):
 
 
 def main():
-    terse = sys.argv[1]
+    stop(sys.argv[1], signal.SIGTERM, whole_group=False)
+    stop(sys.argv[1], signal.SIGINT, whole_group=True)
+
+
+def stop(terse, sig, whole_group):
     with tempfile.TemporaryDirectory(prefix="terse-driver-ends-") as tmp:
         with open(os.path.join(tmp, "model.py"), "w") as f:
             f.write(MODULE)
@@ -94,8 +102,14 @@ def main():
             if len(below) < 3:
                 os.killpg(run.pid, signal.SIGKILL)
                 sys.exit("no driver and ranks below terse run within 120 s: %s" % below)
-            run.send_signal(signal.SIGTERM)
-            run.wait()
+            if whole_group:
+                os.killpg(run.pid, sig)
+            else:
+                run.send_signal(sig)
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                sys.exit("terse run still there 60 s after %s" % signal.Signals(sig).name)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and any(alive(p) for p in below):
                 time.sleep(0.2)
@@ -103,7 +117,16 @@ def main():
             if left:
                 os.killpg(run.pid, signal.SIGKILL)
                 sys.exit("processes left training 20 s after terse run was stopped: %s" % left)
-            print("driver_ends: %d processes below terse run, none left after it was stopped" % len(below))
+            if whole_group:
+                # Ctrl-C: the ranks recorded it, and terse run settled the folder after the driver.
+                statuses = [json.load(open(os.path.join(d, "status.json")))
+                            for d, _, files in os.walk(os.path.join(tmp, "out")) if "status.json" in files]
+                check = len(statuses) == 1 and statuses[0].get("state") == "failed" \
+                    and "interrupted" in statuses[0].get("error", "")
+                if not check:
+                    sys.exit("after Ctrl-C the folder says %s, not failed: interrupted" % statuses)
+            print("driver_ends: %s: %d processes below terse run, none left after it" % (signal.Signals(sig).name,
+                                                                                      len(below)))
         finally:
             # Whatever ended the test (a failed check, a timeout), nothing of the job trains on after it: terse run
             # runs in a session of its own, out of ctest's reach.
