@@ -40,6 +40,20 @@ Refusal refusalOf(const Error& e) {
   return {e.status(), dynamic_cast<const PluginError*>(&e) != nullptr};
 }
 
+// One call of an ordinary-versus-deferred comparison: how it refused, none when it returned. A contract violation
+// is the check's failure, named by `where`.
+template <class Fn>
+std::optional<Refusal> refusalOfCall(const std::string& where, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Violation& v) {
+    throw Violation(cat(where, ": ", v.what()));
+  } catch (const Error& e) {
+    return refusalOf(e);
+  }
+  return std::nullopt;
+}
+
 // Payloads up to this size get every byte flipped; larger ones a fixed sample of positions.
 constexpr std::size_t kExhaustiveFlipBytes = 512;
 
@@ -405,23 +419,12 @@ Outcome checkDeferredVerdicts(Context& c) {
         const std::string where = cat(sp.label, ", ", mutation, accumulate ? ", accumulated" : ", written");
         ++total;
         Floats want = base, got = base;
-        std::optional<Refusal> ordinary;
-        try {
-          sp.sim->decompress(0, sp.step, payload, sp.source, want, accumulate);
-        } catch (const Violation& v) {
-          throw Violation(cat(where, ": ", v.what()));
-        } catch (const Error& e) {
-          ordinary = refusalOf(e);
-        }
-        std::optional<Refusal> deferred;
+        const std::optional<Refusal> ordinary =
+            refusalOfCall(where, [&] { sp.sim->decompress(0, sp.step, payload, sp.source, want, accumulate); });
         bool raised = false;
-        try {
+        const std::optional<Refusal> deferred = refusalOfCall(cat(where, " (deferred)"), [&] {
           raised = sp.sim->decompressDeferred(0, sp.step, payload, sp.source, got, accumulate);
-        } catch (const Violation& v) {
-          throw Violation(cat(where, " (deferred): ", v.what()));
-        } catch (const Error& e) {
-          deferred = refusalOf(e);
-        }
+        });
         if (const std::string d = verdictDisagreement("decompress", ordinary, deferred, raised); !d.empty())
           return fail(cat(where, ": ", d));
         if (!ordinary) {
@@ -477,24 +480,15 @@ Outcome checkDeferredVerdicts(Context& c) {
         const std::string where = cat(sp.label, ", round ", round, ", ", mutation);
         ++prevs;
         Bytes want, got;
-        std::optional<Refusal> ordinary, deferred;
         bool raised = false;
-        try {
+        const std::optional<Refusal> ordinary = refusalOfCall(where, [&] {
           earlier();
           want = sim.compress(0, step, round, x, prev);
-        } catch (const Violation& v) {
-          throw Violation(cat(where, ": ", v.what()));
-        } catch (const Error& e) {
-          ordinary = refusalOf(e);
-        }
-        try {
+        });
+        const std::optional<Refusal> deferred = refusalOfCall(cat(where, " (deferred)"), [&] {
           earlier();
           got = sim.compressDeferred(0, step, round, x, prev, &raised);
-        } catch (const Violation& v) {
-          throw Violation(cat(where, " (deferred): ", v.what()));
-        } catch (const Error& e) {
-          deferred = refusalOf(e);
-        }
+        });
         if (const std::string d = verdictDisagreement("compress", ordinary, deferred, raised); !d.empty())
           return fail(cat(where, ": ", d));
         if (!ordinary) {

@@ -468,8 +468,12 @@ std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments
   return out;
 }
 
+std::string repeatSubfolder(const std::string& variant, uint64_t seed) {
+  return variant + "/seed-" + std::to_string(seed);
+}
+
 std::string resultsSubfolder(const Experiment& e) {
-  return e.seeds_size() == 0 ? e.variant() : e.variant() + "/seed-" + std::to_string(e.seed());
+  return e.seeds_size() == 0 ? e.variant() : repeatSubfolder(e.variant(), e.seed());
 }
 
 std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names) {

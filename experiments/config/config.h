@@ -158,6 +158,8 @@ inline bool isFolderName(const std::string& s) {
 // Where under <root>/<study>/ a run writes its results: the variant's name, or "<variant>/seed-<seed>" for one of a
 // set of repeats (results/compare/reader.h reads both).
 std::string resultsSubfolder(const Experiment& experiment);
+// A repeat's folder under its study: "<variant>/seed-<seed>" (resultsSubfolder's, for a study that lists seeds).
+std::string repeatSubfolder(const std::string& variant, uint64_t seed);
 
 // --workers N: sets workers on every experiment and re-checks what depends on it (link overrides' ranks). Throws
 // InvalidArgument for N outside [1, limits::kWorkers], ConfigError for what no longer holds.

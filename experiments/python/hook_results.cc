@@ -49,7 +49,7 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
                                                   "is written to <root>/<study>/<variant>/");
   }
   // A repeat's folder, as experiments::resultsSubfolder names it for `terse run --seeds`.
-  const std::string folder = repeat_seed_ ? variant + "/seed-" + std::to_string(*repeat_seed_) : variant;
+  const std::string folder = repeat_seed_ ? experiments::repeatSubfolder(variant, *repeat_seed_) : variant;
   folder_ = root / study / folder;
   // Parsed on every rank, so a bad description raises everywhere alike.
   experiments::Experiment e = experiments::parseConfigText(description, "ResultsLogger description");
