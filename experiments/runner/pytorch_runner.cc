@@ -210,12 +210,16 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     std::error_code ignored;
     std::filesystem::remove(spec, ignored);
     std::filesystem::remove(error_file, ignored);
+    // Under transport TCP every rank's driver reports a failure before training with the same kind (train.py,
+    // _agree_before_training), so every rank's terse run skips the same later variants.
+    const bool workload_refused = (driver_kind == "config" || driver_kind == "module") && !driver_error.empty();
     if (!rank0) {
-      TERSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, InvalidArgument,
-                  "variant '" << e.variant() << "' of study '" << e.study()
-                              << "': " << (driver_error.empty() ? "" : driver_error + " (") << describeExit(status)
-                              << (driver_error.empty() ? "" : ")"));
-      return summary;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return summary;
+      std::string message = "variant '" + e.variant() + "' of study '" + e.study() + "': " +
+                            (driver_error.empty() ? "" : driver_error + " (") + describeExit(status) +
+                            (driver_error.empty() ? "" : ")");
+      if (workload_refused) throw WorkloadRefused(std::move(message), {});
+      throw RunFailed(std::move(message), {});
     }
     writer->recount();
     const FolderStatus left = folderStatus(writer->dir());
@@ -223,7 +227,7 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       // The driver's own reason: its summary, else what its logger wrote into the status.
       std::string why = driver_error;
       if (why.empty() && left.state == results::kStateFailed) why = left.error;
-      refused = !multi_process && (driver_kind == "config" || driver_kind == "module") && !driver_error.empty();
+      refused = workload_refused;
       throw std::runtime_error(why.empty() ? describeExit(status) : why + " (" + describeExit(status) + ")");
     }
     TERSE_CHECK(

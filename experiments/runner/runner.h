@@ -97,9 +97,10 @@ class RunFailed : public std::runtime_error {
 // A run whose driver refused the variant's workload before training: workload pytorch's checks of the user's module,
 // the model's name, data()'s return, the model on data()'s first batch and the device
 // (experiments/python/terse/train.py, ConfigError), a config error that only the run could find; or the user's module
-// itself failed before training (importing it, its model() or data(), its forward on the first batch). Thrown on
-// transport INPROC, where one driver speaks for every rank: a later variant with the same workload, data and workers
-// would fail alike, and `terse run` skips it (sameWorkloadAsRefused).
+// itself failed before training (importing it, its model() or data(), its forward on the first batch). A later
+// variant with the same workload, data and workers would fail alike, and `terse run` skips it (sameWorkloadAsRefused).
+// On transport INPROC one driver speaks for every rank; under TCP the ranks' drivers agree before training which rank
+// failed and how (train.py, _agree_before_training), so every rank's `terse run` throws this alike and skips alike.
 class WorkloadRefused : public RunFailed {
  public:
   using RunFailed::RunFailed;

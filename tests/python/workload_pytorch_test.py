@@ -5,7 +5,9 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
   inproc    a 2-worker study of two variants -- the GPT-style module of experiments/configs/models (named relative to
             the config) dense, and torchvision's ResNet-18 on synthetic 16x16 images with top-k 1% + EF -- writes
             completed results folders whose bytes follow the compressors, and `terse compare` tables both
-  tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder
+  tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder; a module
+            whose data() fails on rank 1 alone fails the variant on both ranks with rank 1's reason, and both skip
+            the next variant of that workload
   failures  a module whose model() raises, one whose forward raises in the check forward, one whose rank 1 dies in
             data(), one failing in training with torch's multi-line text (or its Ctrl-C): terse run fails, naming the
             error's informative line, no folder is left "running", and after the module's own failure before
@@ -141,6 +143,23 @@ def tcp(tmp):
     status, lines = folder(out, "pt", "a")
     check(status["state"] == "completed" and lines[-1]["step"] == 2, "tcp: %s %s" % (status, lines))
     print("tcp: 2 ranks, %d steps" % lines[-1]["step"])
+    # One rank's module fails before training (data() raises on rank 1 only): both ranks fail the variant with rank
+    # 1's reason, at once rather than at the timeout, and both skip the variant after, which shares the workload.
+    # Before the ranks agreed (train.py, _agree_before_training), rank 0 waited out the timeout and then ran "w".
+    open(os.path.join(tmp, "rank1_data.py"), "w").write(RANK1_DATA)
+    cfg = os.path.join(tmp, "rank1.textproto")
+    open(cfg, "w").write(study("r1", 'module: "rank1_data.py"',
+                               'variants { name: "v" } variants { name: "w" overrides { optimizer { lr: 0.1 } } }',
+                               transport="TCP", extra='tcp { timeout: "120s" }'))
+    p = run([ARGS.terse, "launch", "-n", "2", "--", ARGS.terse, "run", cfg, "--out", out], cwd=tmp,
+            expect_ok=False)
+    check(p.returncode != 0, "tcp rank1: terse launch succeeded:\n%s" % p.stdout)
+    status = json.load(open(os.path.join(out, "r1", "v", "status.json")))
+    check(status["state"] == "failed" and "rank 1" in status["error"] and "data() on rank 1 fails" in status["error"],
+          "tcp rank1: status %s" % status)
+    check(p.stderr.count("variant 'w' skipped") == 2 and not os.path.exists(os.path.join(out, "r1", "w")),
+          "tcp rank1: both ranks should skip 'w':\n%s" % p.stderr)
+    print("tcp: rank 1's data() failure -> %s" % status["error"][:160])
 
 
 BROKEN_MODEL = '''
@@ -160,6 +179,18 @@ def model():
 def data(rank, world):
     if rank == 1:
         os._exit(3)
+    x = torch.zeros(8, 4)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+'''
+
+
+RANK1_DATA = '''
+import torch
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    if rank == 1:
+        raise ValueError("data() on rank 1 fails on purpose")
     x = torch.zeros(8, 4)
     return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
 '''

@@ -102,6 +102,17 @@ class WorkloadError(terse.ConfigError):
     WorkloadRefused)."""
 
 
+class PeerRefused(terse.Error):
+    """Transport TCP: another rank failed before training: its checks refused the workload, its module failed, or
+    anything else (_agree_before_training). This rank fails with that rank's reason and kind, so that its own terse run
+    skips the same later variants as the failing rank's does (a rank left to train a variant its peers skipped would
+    wait for them until the timeout)."""
+
+    def __init__(self, rank, summary, kind):
+        super().__init__("rank %d failed before training: %s" % (rank, summary))
+        self.kind = kind
+
+
 class UserCodeError(Exception):
     """An exception raised inside the user's module (importing it, its model() or data()): the one kind of failure
     whose traceback the driver prints, cut to the user's frames (_report), since the fix is in that code. What the
@@ -427,7 +438,12 @@ def shard(n, rank, world):
 # ---- one rank
 
 
+_GROUP_JOINING = False  # init_group was called: a failure from here on is not one "before training"
+
+
 def init_group(spec, rank, world, store_path):
+    global _GROUP_JOINING
+    _GROUP_JOINING = True
     backend = "nccl" if spec.device == "cuda" else "gloo"
     timeout = timedelta(seconds=spec.timeout_s)
     if store_path is not None:
@@ -440,6 +456,60 @@ def init_group(spec, rank, world, store_path):
         port = int(os.environ["TERSE_MASTER_PORT"]) + 1
         dist.init_process_group(backend, init_method="tcp://%s:%d" % (addr, port), rank=rank, world_size=world,
                                 timeout=timeout)
+
+
+# What a rank that failed before training tells its peers (_agree_before_training): the kind terse run reads in the
+# error file (_write_error), "config" or "module" for a refusal of the workload, "" for any other failure.
+_BEFORE_TRAINING_KINDS = ("", "module", "config")
+
+
+def _kind(error):
+    if isinstance(error, PeerRefused):
+        return error.kind
+    return "config" if isinstance(error, WorkloadError) else "module" if isinstance(error, UserCodeError) else ""
+
+
+def _device(spec, rank):
+    if spec.device == "cuda":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _agree_before_training(spec, rank, world, error):
+    """Transport TCP, once every rank has joined the process group: whether any rank failed before it (its checks, its
+    module's model() or data(), the check forward). Every rank then fails, the failing one with its own error and the
+    others with the lowest failing rank's reason and kind (PeerRefused), so that each rank's terse run fails the
+    variant alike and skips the same later variants. Without it the healthy ranks waited in init_process_group for the
+    timeout, and only the failing rank's terse run skipped the variants after: the others then waited for it in each.
+    In process (mp.spawn) none of this is needed: one driver speaks for every rank and ends them all."""
+    device = _device(spec, rank)
+    summary = b"" if error is None else _summary_line(error).encode("utf-8", "replace")[:4096]
+    code = 0 if error is None else 1 + _BEFORE_TRAINING_KINDS.index(_kind(error))
+    gathered = _all_gather(torch.tensor([code, len(summary)], dtype=torch.int64, device=device), world)
+    got = [t.tolist() for t in gathered]
+    failed = [r for r, (c, _) in enumerate(got) if c != 0]
+    if not failed:
+        return
+    longest = max(min(max(n, 0), 4096) for _, n in got)
+    padded = torch.tensor(list(summary) + [0] * (longest - len(summary)), dtype=torch.uint8, device=device)
+    texts = _all_gather(padded, world)
+    if error is not None:
+        raise error
+    first = failed[0]
+    code, n = got[first]
+    kind = _BEFORE_TRAINING_KINDS[code - 1] if 1 <= code <= len(_BEFORE_TRAINING_KINDS) else ""
+    text = bytes(texts[first].tolist()[:min(max(n, 0), longest)]).decode("utf-8", "replace")
+    raise PeerRefused(first, text, kind)
+
+
+def _all_gather(mine, world):
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    got = [t.cpu() for t in every]
+    # This rank raises right after: gloo's last reference to these must not be the one freed at exit
+    # (terse.torch._held_past_gloo says why).
+    terse.torch._keep_past_gloo(mine, *every)
+    return got
 
 
 def evaluate(model, x_all, y_all, prepare, device, batch=256):
@@ -465,11 +535,9 @@ def train_rank(rank, world, spec, store_path):
     try:
         # The model and the data before the process group: a module that fails them fails this rank with its own
         # error at once, rather than after the others have joined.
+        device = _device(spec, rank)
         if spec.device == "cuda":
-            device = torch.device("cuda", rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
-        else:
-            device = torch.device("cpu")
         torch.manual_seed(spec.seed)  # the same initial model on every rank (DDP broadcasts rank 0's anyway)
         user = _load_module(spec.pt["module"]) if "module" in spec.pt else None
         model = build_model(spec, user).to(device)
@@ -489,6 +557,8 @@ def train_rank(rank, world, spec, store_path):
                 raise WorkloadError("workload.pytorch.num_classes: %s, but the data's labels run up to %d"
                                     % (spec.pt["num_classes"], top))
         init_group(spec, rank, world, store_path)
+        if spec.multi_process:
+            _agree_before_training(spec, rank, world, None)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                                         else None)
         state = terse.torch.CompressionState(
@@ -567,7 +637,7 @@ def _write_error(error_file, summary, error):
     failing rank's; later ones leave it."""
     if not error_file:
         return
-    kind = "config\n" if isinstance(error, WorkloadError) else "module\n" if isinstance(error, UserCodeError) else ""
+    kind = _kind(error) + "\n" if _kind(error) else ""
     try:
         with open(error_file, "x") as f:
             f.write(summary + "\n" + kind)
@@ -588,8 +658,8 @@ def _report(prefix, e):
             frames.pop(0)
         text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(type(e.error),
                                                                                                  e.error))
-        _say("terse.train: %sworkload.pytorch.module: %s\nTraceback (most recent call last):\n%s" % (prefix, e, text))
-        return "%sworkload.pytorch.module: %s" % (prefix, e)
+        _say("terse.train: %s%s\nTraceback (most recent call last):\n%s" % (prefix, _summary_line(e), text))
+        return prefix + _summary_line(e)
     summary = prefix + _summary(e)
     if isinstance(e, (terse.Error, KeyboardInterrupt)):
         _say("terse.train: %s" % summary)
@@ -598,12 +668,17 @@ def _report(prefix, e):
     return summary
 
 
+def _summary_line(e):
+    """_summary, and for the user's module's own exception the field it is about."""
+    return "workload.pytorch.module: %s" % e if isinstance(e, UserCodeError) else _summary(e)
+
+
 def _summary(e):
     """An exception in the one line terse run and status.json keep. A WorkloadError's message starts with the field it
     is about; the class name would only be noise."""
     if _interrupted(e):
         return "interrupted"
-    return ("" if isinstance(e, WorkloadError) else type(e).__name__ + ": ") + _message(e)
+    return ("" if isinstance(e, (WorkloadError, PeerRefused)) else type(e).__name__ + ": ") + _message(e)
 
 
 def _interrupted(e):
@@ -661,14 +736,24 @@ def _leave(code, error_file=None, summary=None, error=None):
     os._exit(code)
 
 
-def _run_rank(rank, world, spec, store_path, error_file):
+def _run_rank(rank, world, spec, store_path, error_file, early=None):
+    """early: the failure of this rank's check_workload (transport TCP), reported as train_rank's would be."""
     # A fatal signal (a crashing plugin) names the rank and the plugin call on stderr and in the error file, which
     # terse run turns into the status (core/common/crash.h); the process still dies of the signal.
     terse._terse.install_crash_handler(rank, error_file or "")
     try:
+        if early is not None:
+            raise early
         train_rank(rank, world, spec, store_path)
     except BaseException as e:  # noqa: BLE001  (reported to terse run, then the process ends)
-        _leave(1, error_file, _report("rank %d: " % rank, e), e)
+        if spec.multi_process and isinstance(e, Exception) and not _GROUP_JOINING:
+            # Failed before the process group: join it to tell the peers waiting there (_agree_before_training).
+            try:
+                init_group(spec, rank, world, store_path)
+                _agree_before_training(spec, rank, world, e)
+            except Exception:  # noqa: BLE001  (this rank's own error, raised back, or no peers to tell)
+                pass
+        _leave(1, error_file, _report("" if isinstance(e, PeerRefused) else "rank %d: " % rank, e), e)
     _leave(0)
 
 
@@ -709,7 +794,6 @@ def main(argv=None):
     error = None
     try:
         spec = Spec(args)
-        check_workload(spec)
         if spec.multi_process:
             rank = int(os.environ.get("RANK", os.environ.get("TERSE_RANK", "-1")))
             world = int(os.environ.get("WORLD_SIZE", os.environ.get("TERSE_WORLD_SIZE", "0")))
@@ -718,16 +802,21 @@ def main(argv=None):
                                             "CONFIG` (TERSE_RANK and TERSE_WORLD_SIZE are not set)")
             if world != spec.workers:
                 raise terse.InvalidArgument("workers is %d but the job has %d ranks" % (spec.workers, world))
-            _run_rank(rank, world, spec, None, args.error_file)
-        else:
-            # The ranks start with this sys.path and import torch and terse first: a module folder before them would
-            # shadow those imports with its files (a tokenize.py, a terse/); each rank's _load_module adds it back.
-            for folder in _MODULE_FOLDERS:
-                while folder in sys.path:
-                    sys.path.remove(folder)
-            with tempfile.TemporaryDirectory(prefix="terse-train-") as tmp:
-                mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store"), os.getpid()),
-                         nprocs=spec.workers)
+            try:
+                check_workload(spec)
+                early = None
+            except Exception as e:  # noqa: BLE001  (the peers hear of it in the process group: _run_rank)
+                early = e
+            _run_rank(rank, world, spec, None, args.error_file, early)  # ends the process
+        check_workload(spec)
+        # The ranks start with this sys.path and import torch and terse first: a module folder before them would
+        # shadow those imports with its files (a tokenize.py, a terse/); each rank's _load_module adds it back.
+        for folder in _MODULE_FOLDERS:
+            while folder in sys.path:
+                sys.path.remove(folder)
+        with tempfile.TemporaryDirectory(prefix="terse-train-") as tmp:
+            mp.spawn(_spawned, args=(spec.workers, args, os.path.join(tmp, "store"), os.getpid()),
+                     nprocs=spec.workers)
         return 0
     except mp.ProcessRaisedException as e:
         # The failing rank's traceback is the message; its exception's line is the error.
