@@ -154,17 +154,22 @@ int runCommand(const std::vector<std::string>& args) {
   Table table({"variant", "final acc", "best acc", "wire MB/worker", "payload MB/worker", "time"});
   int failed = 0;
   std::string first_error;
-  // Variants whose workload the driver refused (runner::WorkloadRefused): a later variant training the same one is
-  // skipped, not started to fail alike, and its folder (results of an earlier study, say) is left as it is.
-  std::vector<const experiments::Experiment*> refused;
+  // Variants whose workload the driver refused (runner::WorkloadRefused), with the reason: a later variant training
+  // the same one is skipped, not started to fail alike; its folder says so (Runner::skip).
+  std::vector<std::pair<const experiments::Experiment*, std::string>> refused;
   for (const auto& experiment : experiments) {
-    const auto same = std::find_if(refused.begin(), refused.end(), [&](const experiments::Experiment* r) {
-      return runner::sameWorkloadAsRefused(experiment, *r);
-    });
+    const auto same = std::find_if(refused.begin(), refused.end(),
+                                   [&](const auto& r) { return runner::sameWorkloadAsRefused(experiment, *r.first); });
     if (same != refused.end()) {
-      std::cerr << "terse run: variant '" << experiment.variant() << "' skipped: it has the workload, data and workers "
-                << "of variant '" << (*same)->variant() << "', which failed before training (above)\n";
-      table.add({experiment.variant(), "skipped", "-", "-", "-", "-"});
+      const std::string why = "skipped: it has the workload, data and workers of variant '" + same->first->variant() +
+                              "', which failed before training";
+      std::cerr << "terse run: variant '" << experiment.variant() << "' " << why << " (above)\n";
+      try {
+        run.skip(experiment, why + ": " + same->second);
+      } catch (const std::exception& e) {
+        std::cerr << "terse run: " << userMessage(e.what()) << '\n';
+      }
+      if (run.primary()) table.add({experiment.variant(), "skipped", "-", "-", "-", "-"});
       ++failed;
       continue;
     }
@@ -181,7 +186,8 @@ int runCommand(const std::vector<std::string>& args) {
       std::cerr << "terse run: " << userMessage(e.what()) << '\n';
       if (run.primary()) table.add({experiment.variant(), "failed", "-", "-", "-", "-"});
       if (failed++ == 0) first_error = userMessage(e.what());
-      if (dynamic_cast<const runner::WorkloadRefused*>(&e) != nullptr) refused.push_back(&experiment);
+      if (dynamic_cast<const runner::WorkloadRefused*>(&e) != nullptr)
+        refused.emplace_back(&experiment, userMessage(e.what()));
     }
   }
   if (!experiments.empty() && run.primary()) {

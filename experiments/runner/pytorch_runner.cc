@@ -215,8 +215,8 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     const bool workload_refused = (driver_kind == "config" || driver_kind == "module") && !driver_error.empty();
     if (!rank0) {
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return summary;
-      std::string message = "variant '" + e.variant() + "' of study '" + e.study() + "': " +
-                            (driver_error.empty() ? "" : driver_error + " (") + describeExit(status) +
+      std::string message = "variant '" + e.variant() + "' of study '" + e.study() +
+                            "': " + (driver_error.empty() ? "" : driver_error + " (") + describeExit(status) +
                             (driver_error.empty() ? "" : ")");
       if (workload_refused) throw WorkloadRefused(std::move(message), {});
       throw RunFailed(std::move(message), {});

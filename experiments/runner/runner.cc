@@ -442,6 +442,14 @@ std::shared_ptr<const workloads::DataSplit> Runner::dataFor(const Experiment& e)
   return slot;
 }
 
+void Runner::skip(const Experiment& e, std::string_view why) {
+  if (!primary_) return;
+  const std::filesystem::path root = options_.output_root.value_or(std::filesystem::path(e.output_dir()));
+  results::ResultWriter writer(root, e.study(), experiments::resultsSubfolder(e));
+  writer.writeConfig(experiments::toText(e));
+  writer.markFailed(why);
+}
+
 RunSummary Runner::run(const Experiment& e) {
   const PluginWatch watch(e);
   if (e.workload().name() == "pytorch") return runPyTorch(e);                                   // pytorch_runner.cc

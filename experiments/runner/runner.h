@@ -32,6 +32,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/comm/inproc_transport.h"
@@ -122,6 +123,10 @@ class Runner {
   // False once this process ran a TCP variant as a rank other than 0: such a rank trains but writes and measures
   // nothing (its summaries are empty); rank 0 reports for the job.
   bool primary() const noexcept { return primary_; }
+  // A variant the study does not run (`terse run` skips it after another variant's WorkloadRefused): on the primary
+  // rank its folder is written, replacing an earlier run's records, with status failed and `why`. Left as it was, an
+  // earlier run's completed folder would pass in `terse compare` for this study's result.
+  void skip(const experiments::Experiment& experiment, std::string_view why);
 
  private:
   std::shared_ptr<const workloads::DataSplit> dataFor(const experiments::Experiment& experiment);

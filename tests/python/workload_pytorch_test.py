@@ -17,8 +17,8 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             parse or lacks data(), data() returning the wrong shape or float labels, an unknown torchvision name,
             device "cuda" without CUDA, data() and model() that do not fit (input dtype or features, labels past
             the outputs, a bfloat16 model on gloo, an unused parameter; the model imported from a sibling file); the
-            variants after a refused one that share its workload are skipped, their
-            folders left as they were, and a variant with another workload still runs
+            variants after a refused one that share its workload are skipped, their folders saying so (replacing an
+            earlier study's), and a variant with another workload still runs
 """
 
 import argparse
@@ -69,6 +69,13 @@ def folder(root, study_name, variant):
     status = json.load(open(os.path.join(d, "status.json")))
     lines = [json.loads(x) for x in open(os.path.join(d, "metrics.jsonl")).read().splitlines() if x]
     return status, lines
+
+
+def skipped_status(root, study_name, variant, refused):
+    """Whether the variant's folder says it was skipped after the refused variant failed before training."""
+    status = json.load(open(os.path.join(root, study_name, variant, "status.json")))
+    return status["state"] == "failed" and status["error"].startswith(
+        "skipped: it has the workload, data and workers of variant '%s'" % refused)
 
 
 def copy_model(tmp):
@@ -157,7 +164,7 @@ def tcp(tmp):
     status = json.load(open(os.path.join(out, "r1", "v", "status.json")))
     check(status["state"] == "failed" and "rank 1" in status["error"] and "data() on rank 1 fails" in status["error"],
           "tcp rank1: status %s" % status)
-    check(p.stderr.count("variant 'w' skipped") == 2 and not os.path.exists(os.path.join(out, "r1", "w")),
+    check(p.stderr.count("variant 'w' skipped") == 2 and skipped_status(out, "r1", "w", "v"),
           "tcp rank1: both ranks should skip 'w':\n%s" % p.stderr)
     print("tcp: rank 1's data() failure -> %s" % status["error"][:160])
 
@@ -258,7 +265,7 @@ def failures(tmp):
             line = 'broken.py", line 4, in model' if name == "broken" else 'bad_forward.py", line 5, in forward'
             check("Traceback" in p.stderr and line in trace and "train.py" not in trace,
                   "%s: not the user's traceback:\n%s" % (name, p.stderr))
-            check("variant 'w' skipped" in p.stderr and not os.path.exists(os.path.join(out, name, "w")),
+            check("variant 'w' skipped" in p.stderr and skipped_status(out, name, "w", "v"),
                   "%s: the variant after was not skipped:\n%s" % (name, p.stderr))
         # The error's informative line, not torch's frame list after it, nor the message's last line.
         check("_bootstrap" not in status["error"] and "last one" not in status["error"]
@@ -368,14 +375,16 @@ def refusals(tmp):
     check(not os.path.exists(os.path.join(out, "missing")), "missing: a results folder was made")
 
     # A module without data(), in a study of four variants: the first fails naming the module, the two that train the
-    # same workload are skipped (one of them keeps the folder an earlier study wrote), and the variant with another
-    # module runs, to fail for its own reason.
+    # same workload are skipped, their folders saying so (one replaces the completed folder of an earlier study, which
+    # `terse compare` would otherwise show as this study's), and the variant with another module runs, to fail for its
+    # own reason.
     for name, source in (("no_data", NO_DATA), ("no_model", NO_MODEL), ("syntax_error", SYNTAX_ERROR),
                          ("flat_data", FLAT_DATA), ("float_labels", FLOAT_LABELS)):
         open(os.path.join(tmp, name + ".py"), "w").write(source)
     kept = os.path.join(out, "no_data", "c")
     os.makedirs(kept)
     open(os.path.join(kept, "status.json"), "w").write('{"state":"completed"}\n')
+    open(os.path.join(kept, "metrics.jsonl"), "w").write('{"step":1,"test_accuracy":0.5}\n')
     err = refused("no_data", 'module: "no_data.py"', """
 variants { name: "a" }
 variants { name: "b" overrides { compressor { name: "topk" params { key: "ratio" value: "0.5" } } } }
@@ -387,9 +396,9 @@ variants { name: "c" overrides { error_feedback: true } }""")
     check(status["state"] == "failed" and no_data in status["error"], "no_data: status %s" % status)
     for skipped in ("b", "c"):
         check("variant '%s' skipped" % skipped in err, "no_data: %s not skipped:\n%s" % (skipped, err))
-    check(not os.path.exists(os.path.join(out, "no_data", "b")), "no_data: a skipped variant made a folder")
-    check(open(os.path.join(kept, "status.json")).read() == '{"state":"completed"}\n',
-          "no_data: a skipped variant's earlier folder was touched")
+        check(skipped_status(out, "no_data", skipped, "a"), "no_data: %s's folder does not say it was skipped"
+              % skipped)
+    check(open(os.path.join(kept, "metrics.jsonl")).read() == "", "no_data: c's earlier records are still there")
     check("defines no model()" in json.load(open(os.path.join(out, "no_data", "other", "status.json")))["error"],
           "no_data: the variant with another module did not run:\n%s" % err)
 
