@@ -27,15 +27,52 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Splits "12.5Gbps" into 12.5 and "gbps"; false when there is no leading number.
-bool splitNumber(std::string_view text, double& value, std::string& unit) {
+// Splits "12.5Gbps" into 12.5 and "Gbps" (as written; lower-cased when `fold_case`); false when there is no leading
+// number.
+bool splitNumber(std::string_view text, double& value, std::string& unit, bool fold_case = true) {
   const std::string s(trim(text));
   if (s.empty()) return false;
   char* end = nullptr;
   value = std::strtod(s.c_str(), &end);
   if (end == s.c_str()) return false;
-  unit = lower(trim(std::string_view(end)));
+  unit = std::string(trim(std::string_view(end)));
+  if (fold_case) unit = lower(unit);
   return std::isfinite(value);
+}
+
+// A rate unit's bits per second: a decimal prefix (k, M, G, T, any case) and "bps" or "bit/s" for bits, "Bps" or
+// "B/s" for bytes (x 8). The b's case is the one that matters: "10GBps" is 80 Gbit/s, as a NIC's data sheet means it,
+// where folding case took it for 10 Gbit/s. -1 when the unit is none of these.
+double rateUnitScale(std::string_view unit) {
+  double prefix = 1;
+  if (!unit.empty()) {
+    switch (std::tolower(static_cast<unsigned char>(unit.front()))) {
+      case 'k':
+        prefix = 1e3;
+        break;
+      case 'm':
+        prefix = 1e6;
+        break;
+      case 'g':
+        prefix = 1e9;
+        break;
+      case 't':
+        prefix = 1e12;
+        break;
+      default:
+        prefix = 0;
+    }
+    if (prefix > 0)
+      unit.remove_prefix(1);
+    else
+      prefix = 1;
+  }
+  if (unit.empty()) return -1;  // a bare prefix: "10G" says neither bits nor bytes
+  const std::string rest = lower(unit.substr(1));
+  if (rest != "ps" && rest != "/s" && !(unit.front() == 'b' && rest == "it/s")) return -1;
+  if (unit.front() == 'b') return prefix;
+  if (unit.front() == 'B') return prefix * 8;
+  return -1;
 }
 
 std::string formatNumber(double v) {
@@ -93,19 +130,13 @@ double parseBandwidth(std::string_view text) {
   if (t == "off" || t == "unlimited" || t == "inf") return 0;
   double v = 0;
   std::string unit;
-  const bool ok = splitNumber(text, v, unit);
-  double scale = -1;
-  if (ok) {
-    if (unit.empty() || unit == "bps") scale = 1;
-    if (unit == "kbps") scale = 1e3;
-    if (unit == "mbps") scale = 1e6;
-    if (unit == "gbps") scale = 1e9;
-    if (unit == "tbps") scale = 1e12;
-  }
+  const bool ok = splitNumber(text, v, unit, /*fold_case=*/false);
+  const double scale = !ok ? -1 : unit.empty() ? 1 : rateUnitScale(unit);
   TERSE_CHECK(ok && scale > 0 && v >= 0, InvalidArgument,
               "bandwidth '" << text
-                            << "' is not valid: expected a number with bps, Kbps, Mbps, Gbps or Tbps (e.g. "
-                               "10Gbps), or 'unlimited'");
+                            << "' is not valid: expected a number with bps, Kbps, Mbps, Gbps or Tbps for bits per "
+                               "second (e.g. 10Gbps), Bps ... TBps or B/s ... TB/s for bytes (e.g. 25GB/s), or "
+                               "'unlimited'");
   // The number is finite, its product with the unit need not be; an infinite rate would reach the pacers as 0 s per
   // byte and 1 / rate as 0.
   TERSE_CHECK(std::isfinite(v * scale), InvalidArgument, "bandwidth '" << text << "' is too large");

@@ -490,7 +490,7 @@ std::string ruleText(const pb::FieldDescriptor* f, const Rule& r) {
     }
     case Kind::kBandwidth:
       return "\"unlimited\" or a rate in [" + comm::formatBandwidth(limits::kMinBandwidthBps) + ", " +
-             comm::formatBandwidth(limits::kMaxBandwidthBps) + "] (\"10Gbps\", \"100Mbps\")";
+             comm::formatBandwidth(limits::kMaxBandwidthBps) + "] (\"10Gbps\", \"100Mbps\"; bytes: \"25GB/s\")";
     case Kind::kNonEmpty:
       return "not empty";
     case Kind::kFolderName:

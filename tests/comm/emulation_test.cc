@@ -25,7 +25,13 @@ TEST(EmulationConfig, Parsing) {
   EXPECT_DOUBLE_EQ(parseBandwidth("800Kbps"), 8e5);
   EXPECT_DOUBLE_EQ(parseBandwidth("1000"), 1000);
   EXPECT_DOUBLE_EQ(parseBandwidth("unlimited"), 0);
-  for (const char* bad : {"10GB", "fast", "-1Gbps", "", "Gbps", "10 Gbpsx"})
+  EXPECT_DOUBLE_EQ(parseBandwidth("10Gbit/s"), 1e10);
+  // Bytes per second where the B is upper case: "10GBps" was taken for 10 Gbit/s while case was folded.
+  EXPECT_DOUBLE_EQ(parseBandwidth("10GBps"), 8e10);
+  EXPECT_DOUBLE_EQ(parseBandwidth("25GB/s"), 2e11);
+  EXPECT_DOUBLE_EQ(parseBandwidth("300 MB/s"), 2.4e9);
+  EXPECT_DOUBLE_EQ(parseBandwidth("1Bps"), 8);
+  for (const char* bad : {"10GB", "fast", "-1Gbps", "", "Gbps", "10 Gbpsx", "10G", "10Gb", "10GBit/s", "10xbps"})
     EXPECT_THROW(parseBandwidth(bad), InvalidArgument) << bad;
   EXPECT_DOUBLE_EQ(parseDuration("50us"), 50e-6);
   EXPECT_DOUBLE_EQ(parseDuration("5ms"), 5e-3);
