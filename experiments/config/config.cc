@@ -310,6 +310,8 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     keep(at(source, locate(&tree, pathOf(message))) + message);
   };
   checkSizes(file, "", report);
+  for (const auto& o : options.overrides)
+    checkSizes(o.patch, "", [&](const std::string& m) { keep(o.where + ": " + m); });
   if (!errors.empty()) fail();
   if (file.has_variant() && file.variants_size() > 0) {
     report("variant: names the base of a study without variants; here each variant has its own name");
@@ -336,7 +338,8 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   }
   // Each variant is a copy of the base: bound the copies' total before making them.
   const std::uint64_t file_bytes = file.ByteSizeLong();
-  const std::uint64_t base_bytes = file_bytes > variant_bytes ? file_bytes - variant_bytes : 0;
+  std::uint64_t base_bytes = file_bytes > variant_bytes ? file_bytes - variant_bytes : 0;
+  for (const auto& o : options.overrides) base_bytes += o.patch.ByteSizeLong();  // each copy carries them too
   const auto variants = static_cast<std::uint64_t>(file.variants_size());
   if (variants > 0 && base_bytes * variants > limits::kResolvedBytes) {
     report("variants: " + std::to_string(variants) + " variants, each a copy of a base of " +
@@ -346,8 +349,15 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   }
   if (!errors.empty()) fail();
 
-  study.experiments = resolveVariants(file);
+  study.experiments = resolveVariants(file, options.overrides);
   std::set<std::string> reported;  // a base field's error is the same in every variant: say it once
+  // An overridden field's messages, each with the variants it came up in: said once when every variant has it.
+  struct OverrideMessage {
+    const FieldOverride* by;
+    std::string message;
+    std::vector<std::string> variants;
+  };
+  std::vector<OverrideMessage> by_override;
   PluginCheckMemo plugin_checks;
   // A variant the run did not select has its plugins' names checked for being set, nothing loaded.
   ConfigOptions names_only = options;
@@ -368,6 +378,13 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     for (const auto& message :
          validateExperiment(study.experiments[k], loads ? options : names_only, loads ? &plugin_checks : nullptr)) {
       const std::string path = pathOf(message);
+      if (const FieldOverride* o = overrideOf(options.overrides, path)) {
+        auto it = std::find_if(by_override.begin(), by_override.end(),
+                               [&](const OverrideMessage& x) { return x.by == o && x.message == message; });
+        if (it == by_override.end()) it = by_override.insert(by_override.end(), {o, message, {}});
+        it->variants.push_back(quoted(study.experiments[k].variant()));
+        continue;
+      }
       pb::TextFormat::ParseLocation loc;
       std::string line;
       if (file.variants_size() > 0) {
@@ -395,6 +412,13 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     for (auto& [loc, line] : found)
       if (reported.insert(line).second) keep(std::move(line));
   }
+  for (const auto& [by, message, names] : by_override) {
+    if (file.variants_size() == 0 || names.size() == study.experiments.size()) {
+      keep(by->where + ": " + message);
+    } else {
+      keep(by->where + (names.size() == 1 ? ": variant " : ": variants ") + joined(names) + ": " + message);
+    }
+  }
   if (!errors.empty()) fail();
   return study;
 }
@@ -416,11 +440,12 @@ std::string withConfigReference(std::string_view text, const std::string& source
   return table::withReference(text, source);
 }
 
-std::vector<Experiment> resolveVariants(const Experiment& file) {
+std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides) {
   std::vector<Experiment> out;
   Experiment base = file;
   base.clear_variants();
   if (file.variants_size() == 0) {
+    for (const auto& o : overrides) applyFieldOverride(base, o);
     applyDefaults(base);
     out.push_back(std::move(base));
     return out;
@@ -430,6 +455,7 @@ std::vector<Experiment> resolveVariants(const Experiment& file) {
     Experiment e = base;
     mergeOverrides(e, v.overrides());
     e.set_variant(v.name());
+    for (const auto& o : overrides) applyFieldOverride(e, o);
     applyDefaults(e);
     out.push_back(std::move(e));
   }

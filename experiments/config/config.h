@@ -33,6 +33,7 @@
 #include "core/plugin/compressor.h"
 #include "core/sim/platform.h"
 #include "experiments/config/experiment.pb.h"
+#include "experiments/config/field_override.h"
 #include "experiments/config/limits.h"
 
 namespace terse {
@@ -82,6 +83,11 @@ struct ConfigOptions {
   // must be a file there, so that a misspelt path fails with the config's errors rather than in every rank of every
   // variant. Unset (a config given as text, as in tests), the module is not looked for.
   std::optional<std::filesystem::path> module_dir;
+  // `--set PATH=VALUE` (field_override.h), applied in order to every variant once merged, before defaults and checks,
+  // so each gets the checks a value in the file gets; its lists and strings are bounded as the file's are. A message
+  // about an overridden field names the override ("--set optimizer.lr=-1: optimizer.lr must be > 0, got -1") instead
+  // of a line of the file, once for the variants it holds in alike.
+  std::vector<FieldOverride> overrides;
 };
 
 // A loaded study: the file as parsed, and the experiments to run, in variant order, each resolved (merged, defaults
@@ -121,9 +127,10 @@ std::string configReference();
 // with, replaced by configReference(). Throws InvalidArgument naming `source` when the markers are missing.
 std::string withConfigReference(std::string_view text, const std::string& source);
 
-// One experiment per variant (the base alone, named `variant` or "base", when there are none): merged and defaulted,
-// not validated. Assumes variant names are present and unique (loadStudy checks that first).
-std::vector<Experiment> resolveVariants(const Experiment& file);
+// One experiment per variant (the base alone, named `variant` or "base", when there are none): merged, overridden by
+// `overrides` in order, and defaulted, not validated. Assumes variant names are present and unique (loadStudy checks
+// that first).
+std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides = {});
 
 // The most entries the repeated field or map `field` of experiment.proto may hold in a config (limits.h), or -1 for
 // one without a limit (tests/config checks that every list of the schema has one).
