@@ -1,4 +1,5 @@
-// `terse run [CONFIG] [--variant NAME]... [--workers N] [--seeds LIST] [--out DIR] [--plugin-path P]...`: runs a study.
+// `terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--workers N] [--seeds LIST] [--out DIR]
+// [--plugin-path P]...`: runs a study.
 //
 // The whole study is loaded and validated first (syntax, values, plugins instantiated with their parameters), so a
 // broken config fails with FILE:LINE:COL before any variant trains. With --variant only the selected variants' plugins
@@ -9,6 +10,10 @@
 // A failed variant does not stop the study, except that a variant whose workload the PyTorch driver refused (its
 // module, model, data or device) or whose module failed before training (runner::WorkloadRefused) is not followed by
 // the variants that share that workload.
+//
+// --set overrides one field of every variant (experiments/config/field_override.h) before the checks, so an override
+// is checked as the file's values are, and the folder's config.textproto holds it. Under `terse launch` every rank
+// runs this same command line, so every rank applies the same overrides to the same file.
 //
 // Under `terse launch` the process tells the launcher how the study went (core/common/launch_notify.h): the rank that
 // writes the results says `study-done` once every variant completed, and a rank that fails says `failed <reason>`
@@ -40,11 +45,18 @@ namespace {
 namespace po = boost::program_options;
 
 constexpr std::string_view kUsage =
-    "usage: terse run [CONFIG] [--variant NAME]... [--workers N] [--seeds LIST] [--out DIR] [--plugin-path DIR]...\n"
+    "usage: terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--workers N] [--seeds LIST] [--out DIR]\n"
+    "                 [--plugin-path DIR]...\n"
     "\n"
     "Runs every variant of the study in CONFIG (a .textproto; default: the embedded quickstart study) and writes\n"
     "results/<study>/<variant>/{config.textproto,provenance.json,metrics.jsonl,status.json}. The whole config is\n"
-    "checked first; with --variant, only the selected variants' compressor and scheduler plugins must be found.";
+    "checked first; with --variant, only the selected variants' compressor and scheduler plugins must be found.\n"
+    "\n"
+    "--set PATH=VALUE sets one field of every variant, over the base's and the variant's value, before the checks:\n"
+    "PATH is a dotted field path (experiments/configs/README.md), VALUE as the file would spell it (a string may be\n"
+    "bare; a list is [a, b] and replaces the list; a map entry is PATH.KEY=VALUE), e.g.\n"
+    "  terse run study.textproto --set epochs=1 --set optimizer.lr=0.05 --set compressor.params.ratio=0.01\n"
+    "The results folder's config.textproto holds the overridden values.";
 
 std::string fixed(double v, int digits) {
   std::ostringstream s;
@@ -74,9 +86,11 @@ int runCommand(const std::vector<std::string>& args) {
   po::options_description options("options");
   options.add_options()("help,h", "show this help")("variant", po::value<std::vector<std::string>>()->composing(),
                                                     "run only this variant (repeatable)")(
-      "workers", po::value<int>(), "override the number of workers of every variant")(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "PATH=VALUE: set this field of every variant, e.g. epochs=1 (repeatable)")(
+      "workers", po::value<int>(), "override the number of workers of every variant (as --set workers=N)")(
       "seeds", po::value<std::string>(),
-      "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's")(
+      "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's seeds and seed")(
       "out", po::value<std::string>(), "results root (default: the config's output_dir)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "search DIR first (repeatable, DIR:DIR...)")(
       "config", po::value<std::vector<std::string>>(), "the study file");
@@ -90,6 +104,18 @@ int runCommand(const std::vector<std::string>& args) {
     if (vm.count("config") && vm["config"].as<std::vector<std::string>>().size() > 1)
       throw po::error("give one CONFIG, got " + std::to_string(vm["config"].as<std::vector<std::string>>().size()));
     if (vm.count("seeds")) seeds = parseSeeds(vm["seeds"].as<std::string>());
+    // A field given by both a flag and --set would take one of the two silently.
+    if (vm.count("set")) {
+      for (const auto& set : vm["set"].as<std::vector<std::string>>()) {
+        const std::string path = set.substr(0, set.find('='));
+        const char* flag = path == "workers"                   ? "--workers"
+                           : path == "seeds" || path == "seed" ? "--seeds"
+                           : path == "output_dir"              ? "--out"
+                                                               : nullptr;
+        if (flag != nullptr && vm.count(flag + 2))
+          throw po::error("--set " + set + " and " + flag + " both set " + path + "; give one of them");
+      }
+    }
   } catch (const po::error& e) {
     std::cerr << "terse run: " << e.what() << "\n\n" << kUsage << "\n\n" << options;
     return kExitUsage;
@@ -119,6 +145,8 @@ int runCommand(const std::vector<std::string>& args) {
   if (vm.count("variant")) config_options.plugin_variants = vm["variant"].as<std::vector<std::string>>();
   std::vector<experiments::Experiment> experiments;
   try {
+    if (vm.count("set"))
+      config_options.overrides = experiments::parseFieldOverrides(vm["set"].as<std::vector<std::string>>());
     const experiments::Study study =
         vm.count("config")
             ? experiments::loadStudy(vm["config"].as<std::vector<std::string>>().front(), config_options)

@@ -283,6 +283,24 @@ case $CASE in
     (($? == 1)) || fail "a 2-rank job ran a 3-worker study"
     expect_in wrong.log "the config has workers = 3 but this job has 2 rank"
     ;;
+  set_override)
+    # `terse run --set` under `terse launch`: each rank loads the study itself from the same command line, so every
+    # rank applies the same overrides. A 3-worker study with --set workers=2 runs as a 2-rank job (a rank without the
+    # override would refuse the job's size) and trains what the in-process run with the same overrides trains.
+    write_study inproc.textproto INPROC 3
+    write_study tcp.textproto TCP 3
+    sets=(--set workers=2 --set epochs=1 --set optimizer.lr=0.03)
+    timeout 60 "$TERSE" run inproc.textproto "${sets[@]}" --out in --plugin-path "$PLUGINS" >inproc.log 2>&1 ||
+      fail "inproc run failed"
+    timeout 60 "$TERSE" launch -n 2 -- "$TERSE" run tcp.textproto "${sets[@]}" --out tcp --plugin-path "$PLUGINS" \
+      >tcp.log 2>&1 || fail "tcp run of 2 ranks failed"
+    compare_runs in tcp
+    for v in dense topk; do
+      expect_in tcp/e2e/$v/config.textproto "^workers: 2$"
+      expect_in tcp/e2e/$v/config.textproto "^epochs: 1$"
+      expect_in tcp/e2e/$v/config.textproto "^  lr: 0.03$"
+    done
+    ;;
   rank_killed | rank0_killed)
     # A rank SIGKILLed mid-run: the others fail within the tcp timeout naming it; rank 0 marks the folder failed (or,
     # when rank 0 itself died, the folder stays running) and every record written so far stays readable.

@@ -5,7 +5,8 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
   inproc    a 2-worker study of two variants -- the GPT-style module of experiments/configs/models (named relative to
             the config) dense, and torchvision's ResNet-18 on synthetic 16x16 images with top-k 1% + EF -- writes
             completed results folders whose bytes follow the compressors, and `terse compare` tables both
-  tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder; a module
+  tcp       the same module as 2 processes of `terse launch` (transport TCP): rank 0 writes the folder; its steps per
+            epoch come from `terse run --set`, which every rank applies and the folder's config records; a module
             whose data() fails on rank 1 alone fails the variant on both ranks with rank 1's reason, and both skip
             the next variant of that workload
   failures  a module whose model() raises, one whose forward raises in the check forward, one whose rank 1 dies in
@@ -143,12 +144,15 @@ variants {
 def tcp(tmp):
     copy_model(tmp)
     cfg = os.path.join(tmp, "study.textproto")
-    open(cfg, "w").write(study("pt", 'module: "models/tiny_gpt.py" max_steps_per_epoch: 2', 'variants { name: "a" }',
+    open(cfg, "w").write(study("pt", 'module: "models/tiny_gpt.py" max_steps_per_epoch: 50', 'variants { name: "a" }',
                                transport="TCP"))
     out = os.path.join(tmp, "results")
-    run([ARGS.terse, "launch", "-n", "2", "--", ARGS.terse, "run", cfg, "--out", out], cwd=tmp)
+    run([ARGS.terse, "launch", "-n", "2", "--", ARGS.terse, "run", cfg, "--out", out,
+         "--set", "workload.pytorch.max_steps_per_epoch=2"], cwd=tmp)
     status, lines = folder(out, "pt", "a")
     check(status["state"] == "completed" and lines[-1]["step"] == 2, "tcp: %s %s" % (status, lines))
+    config = open(os.path.join(out, "pt", "a", "config.textproto")).read()
+    check("max_steps_per_epoch: 2\n" in config, "tcp: config.textproto:\n%s" % config)
     print("tcp: 2 ranks, %d steps" % lines[-1]["step"])
     # One rank's module fails before training (data() raises on rank 1 only): both ranks fail the variant with rank
     # 1's reason, at once rather than at the timeout, and both skip the variant after, which shares the workload.
