@@ -4,7 +4,9 @@
 //   TERSE_MASTER_ADDR=127.0.0.1 TERSE_MASTER_PORT=P TERSE_JOB_TOKEN=<a fresh terse-v1- token>
 //   TERSE_LAUNCH_NOTIFY_FD=<fd>
 // so that joinJob (core/comm/job.h) in each child finds the others through rank 0's store. The token travels in the
-// environment, which only this user (and root) can read in /proc, never on a command line.
+// environment, which only this user (and root) can read in /proc, never on a command line. The launcher does not read
+// the study: every rank loads the file itself, from the same ARGS, so `terse run`'s --set overrides go after -- and
+// reach every rank alike; --set before -- is refused with that advice.
 //
 // With TERSE_STORE_EXTERNAL=1 in its environment the launcher does not generate a token: the ranks get the external
 // store's (from TERSE_JOB_TOKEN or TERSE_JOB_TOKEN_FILE), and --master-port must name that store's port.
@@ -74,10 +76,11 @@ constexpr std::string_view kLaunchUsage =
     "Starts N ranks of COMMAND on this host with TERSE_RANK, TERSE_WORLD_SIZE, TERSE_LOCAL_RANK,\n"
     "TERSE_LOCAL_WORLD_SIZE, TERSE_MASTER_ADDR, TERSE_MASTER_PORT and a fresh TERSE_JOB_TOKEN set, e.g.\n"
     "  terse launch -n 3 -- terse run study.textproto\n"
-    "Output lines are prefixed with [rank R]. Once the study is done (the rank writing its results says so) or a\n"
-    "rank fails, the others get --timeout seconds to end on their own, then they are named and terminated. The exit\n"
-    "status is 0 only when every rank exited 0; 1 when a rank failed or had to be terminated (the summary says\n"
-    "whether the study completed).";
+    "Every rank gets the same COMMAND ARGS: a `terse run` option such as --set epochs=1 goes after --, and every\n"
+    "rank applies it. Output lines are prefixed with [rank R]. Once the study is done (the rank writing its results\n"
+    "says so) or a rank fails, the others get --timeout seconds to end on their own, then they are named and\n"
+    "terminated. The exit status is 0 only when every rank exited 0; 1 when a rank failed or had to be terminated\n"
+    "(the summary says whether the study completed).";
 
 constexpr std::string_view kStoreUsage =
     "usage: terse store [--bind ADDR] [--port P] [--token-file FILE]\n"
@@ -579,6 +582,13 @@ int launchCommand(const std::vector<std::string>& args) {
       "no-prefix", "pass the ranks' output through without [rank R] prefixes");
   po::variables_map vm;
   try {
+    // The launcher never reads the study: each rank loads it, so an override is the ranks' own option.
+    for (const auto& a : own) {
+      if (a == "--set" || a.starts_with("--set="))
+        throw po::error(
+            "--set is an option of `terse run`: give it after --, where every rank gets it, e.g. "
+            "terse launch -n 2 -- terse run CONFIG --set epochs=1");
+    }
     po::store(po::command_line_parser(own).options(options).run(), vm);
     po::notify(vm);
     if (vm.count("help")) {
