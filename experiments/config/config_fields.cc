@@ -32,6 +32,9 @@ bool torchvisionModel(const Experiment& e) {
 bool syntheticTorchvision(const Experiment& e) {
   return torchvisionModel(e) && e.workload().pytorch().data() == PyTorch::SYNTHETIC;
 }
+bool adamKind(const Experiment& e) {
+  return e.optimizer().kind() == Optimizer::ADAM || e.optimizer().kind() == Optimizer::ADAMW;
+}
 bool stepSchedule(const Experiment& e) {
   return e.optimizer().schedule() == Optimizer::STEP;
 }
@@ -44,6 +47,7 @@ constexpr When kGlove{"workload glove", &isGlove};
 constexpr When kPyTorch{"workload pytorch", &isPyTorch};
 constexpr When kTorchvision{"a torchvision model", &torchvisionModel};
 constexpr When kSyntheticTorchvision{"a torchvision model on data SYNTHETIC", &syntheticTorchvision};
+constexpr When kAdam{"kind ADAM or ADAMW", &adamKind};
 constexpr When kStep{"schedule STEP", &stepSchedule};
 constexpr When kHasTopology{"simulation.topology set", &hasTopology};
 
@@ -284,17 +288,43 @@ constexpr Field kData[] = {
      .note = " (0 = all)"},
 };
 
+// kind is written in for workload pytorch alone (the only one with a choice), so that the resolved configs of terse's
+// own workloads, and the reference results' config.textproto, read as before it existed; unset reads SGD.
 constexpr Field kOptimizer[] = {
+    {.name = "kind",
+     .def = value("SGD", kPyTorch),
+     .rule = enumValue(),
+     .doc = "SGD (every workload; unset = SGD), ADAM or ADAMW (torch.optim's, workload pytorch only: rule "
+            "`optimizer-kind`).",
+     .if_set = true},
+    {.name = "beta1",
+     .def = value("0.9", kAdam),
+     .rule = upTo(0, 1),
+     .doc = "ADAM, ADAMW: decay of the gradient's moving average (torch's betas[0]).",
+     .if_set = true},
+    {.name = "beta2",
+     .def = value("0.999", kAdam),
+     .rule = upTo(0, 1),
+     .doc = "ADAM, ADAMW: decay of the squared gradient's moving average (torch's betas[1]).",
+     .if_set = true},
+    {.name = "eps",
+     .def = value("1e-8", kAdam),
+     .rule = finite(above(0)),
+     .doc = "ADAM, ADAMW: added to the denominator against division by zero.",
+     .if_set = true},
     {.name = "lr",
      .def = value("0.01"),
      .rule = finite(above(0)),
-     .doc = "SGD learning rate (per worker's batch unless scale_lr_by_world_size)."},
+     .doc = "Learning rate (per worker's batch unless scale_lr_by_world_size)."},
     {.name = "momentum",
      .def = value("0"),
      .rule = upTo(0, 1),
-     .doc = "Heavy-ball momentum; 0 with momentum_correction (rule `momentum-correction`)."},
-    {.name = "nesterov", .def = value("false"), .doc = "Nesterov momentum (rule `nesterov-needs-momentum`)."},
-    {.name = "weight_decay", .def = value("0"), .rule = finite(atLeast(0)), .doc = "L2 weight decay."},
+     .doc = "SGD's heavy-ball momentum; 0 with momentum_correction (rule `momentum-correction`) and with ADAM, ADAMW."},
+    {.name = "nesterov", .def = value("false"), .doc = "SGD's Nesterov momentum (rule `nesterov-needs-momentum`)."},
+    {.name = "weight_decay",
+     .def = value("0"),
+     .rule = finite(atLeast(0)),
+     .doc = "Weight decay: L2 with SGD and ADAM, decoupled with ADAMW."},
     {.name = "warmup_steps",
      .def = value("0"),
      .rule = atLeast(0),
@@ -673,8 +703,33 @@ void sparseGradients(Checks& c, const Experiment& e, const Ctx&) {
     c.fail("sparse_gradients") << ": transport NCCL trains on the GPU, whose tensors are dense (leave it false)";
 }
 
+// The kind of update and the fields only one kind reads. terse's own workloads step with core's SGD (with ADAGRAD for
+// glove's own choice); Adam is torch.optim's, in workload pytorch's driver.
+void optimizerKind(Checks& c, const Experiment& e, const Ctx&) {
+  const Optimizer& o = e.optimizer();
+  const bool adam = adamKind(e);
+  const std::string kind = Optimizer::Kind_Name(o.kind());
+  if (adam && !e.workload().name().empty() && !isPyTorch(e))
+    c.fail("optimizer.kind") << ": " << kind << " is for workload pytorch only (torch.optim's); terse's own workloads ("
+                             << quoted(e.workload().name()) << ") implement SGD";
+  if (adam) {
+    if (o.momentum() != 0)
+      c.fail("optimizer.momentum") << " is SGD's heavy-ball momentum, got " << o.momentum() << " with kind " << kind
+                                   << ", whose moving average of the gradient is beta1: leave momentum 0";
+    if (o.nesterov()) c.fail("optimizer.nesterov") << " is SGD's, got true with kind " << kind << ": leave it false";
+    return;
+  }
+  for (const auto& [field, set] :
+       {std::pair{"beta1", o.has_beta1()}, std::pair{"beta2", o.has_beta2()}, std::pair{"eps", o.has_eps()}}) {
+    if (set)
+      c.fail(std::string("optimizer.") + field)
+          << ": only kind ADAM and ADAMW read it, got kind " << (o.has_kind() ? kind : "SGD (unset)");
+  }
+}
+
 void nesterovNeedsMomentum(Checks& c, const Experiment& e, const Ctx&) {
-  if (e.optimizer().nesterov() && e.optimizer().momentum() == 0)
+  // With ADAM and ADAMW nesterov is refused whatever the momentum (rule optimizer-kind).
+  if (e.optimizer().nesterov() && e.optimizer().momentum() == 0 && !adamKind(e))
     c.fail("optimizer.nesterov") << " needs optimizer.momentum > 0";
 }
 
@@ -897,6 +952,14 @@ void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
                                          << " needs optimizer.momentum 0, got " << e.optimizer().momentum()
                                          << ": DGC's momentum correction carries the momentum itself";
   }
+  if (e.momentum_correction().factor() > 0 && adamKind(e)) {
+    c.fail("momentum_correction.factor") << " " << e.momentum_correction().factor() << " with optimizer kind "
+                                         << Optimizer::Kind_Name(e.optimizer().kind())
+                                         << ": DGC's momentum correction accumulates the momentum before the "
+                                            "compressor for plain SGD to apply, and Adam's own moving average (beta1) "
+                                            "would apply it a second time; use kind SGD, or leave the factor 0 "
+                                            "(error_feedback alone suits Adam)";
+  }
 }
 
 void evalSometime(Checks& c, const Experiment& e, const Ctx&) {
@@ -949,6 +1012,9 @@ constexpr CrossRule kRules[] = {
      &pytorchDdp},
     {"sparse-gradients", "sparse_gradients, mode, transport", "sparse_gradients in mode HOGWILD or on NCCL",
      &sparseGradients},
+    {"optimizer-kind", "optimizer.kind, momentum, nesterov, beta1, beta2, eps, workload.name",
+     "ADAM or ADAMW for a workload but pytorch, or with momentum or nesterov; beta1, beta2 or eps with SGD",
+     &optimizerKind},
     {"nesterov-needs-momentum", "optimizer.nesterov, momentum", "nesterov with momentum 0", &nesterovNeedsMomentum},
     {"warmup-once", "optimizer.warmup_epochs, warmup_steps", "warm-up given in both steps and epochs", &warmupOnce},
     {"step-milestones", "optimizer.milestones, schedule",
@@ -989,8 +1055,9 @@ constexpr CrossRule kRules[] = {
     {"link-ranks", "link.overrides[].src, dst, workers", "a rank outside the job's, or src = dst", &linkRanks},
     {"plugins", "compressor.name, compressor.params, scheduler.name, scheduler.params",
      "a plugin that does not load or instantiate with its params", &plugins},
-    {"momentum-correction", "momentum_correction.factor, optimizer.momentum",
-     "a factor outside [0, 1) (the codec's check), or beside optimizer momentum", &momentumCorrection},
+    {"momentum-correction", "momentum_correction.factor, optimizer.momentum, optimizer.kind",
+     "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",
+     &momentumCorrection},
     {"eval-sometime", "eval.per_epoch, every_steps", "no evaluation at all", &evalSometime},
     {"seeds", "seeds, seed", "more than 100 seeds, a seed twice, or seed not among seeds", &seedsRule},
 };

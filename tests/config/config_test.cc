@@ -396,6 +396,67 @@ TEST_F(ConfigTest, PyTorchWorkload) {
   }
 }
 
+// optimizer.kind: SGD written into a pytorch config, nothing into a native one
+// (its resolved config reads as before the field); Adam's betas and eps filled for ADAM and ADAMW alone; each mix
+// the runs cannot honour refused at its field: Adam for a native workload, SGD's momentum or nesterov with Adam,
+// Adam's fields with SGD, DGC's momentum correction with Adam, a beta or eps out of range.
+TEST_F(ConfigTest, OptimizerKind) {
+  const std::string torch =
+      "study: \"s\"\n"                                                          // 1
+      "workload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\n"  // 2
+      "clock: REAL_TIME\n";                                                     // 3
+  const Experiment sgd = load(torch).experiments.at(0);
+  EXPECT_EQ(sgd.optimizer().kind(), Optimizer::SGD);
+  EXPECT_FALSE(sgd.optimizer().has_beta1() || sgd.optimizer().has_beta2() || sgd.optimizer().has_eps());
+  EXPECT_NE(toText(sgd).find("kind: SGD"), std::string::npos) << toText(sgd);
+  const Experiment native = load(kMinimal).experiments.at(0);
+  EXPECT_FALSE(native.optimizer().has_kind()) << "a native workload's resolved config reads as before the field";
+  EXPECT_EQ(toText(native).find("kind:"), std::string::npos) << toText(native);
+  EXPECT_NO_THROW(load("study: \"s\"\nworkload { name: \"mlp\" }\noptimizer { kind: SGD }\n"));
+
+  const Experiment adamw = load(torch + "optimizer { kind: ADAMW beta2: 0.95 weight_decay: 0.1 }\n").experiments.at(0);
+  EXPECT_EQ(adamw.optimizer().kind(), Optimizer::ADAMW);
+  EXPECT_DOUBLE_EQ(adamw.optimizer().beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(adamw.optimizer().beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(adamw.optimizer().eps(), 1e-8);
+  const std::string resolved = toText(adamw);
+  for (const char* field : {"kind: ADAMW", "beta1: 0.9", "beta2: 0.95", "eps: 1e-08"})
+    EXPECT_NE(resolved.find(field), std::string::npos) << field << " in\n" << resolved;
+
+  expectError("study: \"s\"\nworkload { name: \"mlp\" }\noptimizer { kind: ADAM }\n",
+              "t.textproto:3:13: optimizer.kind: ADAM is for workload pytorch only (torch.optim's); terse's own "
+              "workloads ('mlp') implement SGD");
+  expectError(torch + "optimizer { kind: ADAMW momentum: 0.9 }\n",
+              "t.textproto:4:25: optimizer.momentum is SGD's heavy-ball momentum, got 0.9 with kind ADAMW, whose "
+              "moving average of the gradient is beta1: leave momentum 0");
+  expectError(torch + "optimizer { kind: ADAM nesterov: true }\n",
+              "t.textproto:4:24: optimizer.nesterov is SGD's, got true with kind ADAM: leave it false");
+  expectError(torch + "optimizer { beta1: 0.8 }\n",
+              "t.textproto:4:13: optimizer.beta1: only kind ADAM and ADAMW read it, got kind SGD");
+  expectError("study: \"s\"\nworkload { name: \"mlp\" }\noptimizer { eps: 1e-6 }\n",
+              "t.textproto:3:13: optimizer.eps: only kind ADAM and ADAMW read it, got kind SGD (unset)");
+  expectError(torch + "optimizer { kind: ADAMW beta1: 1 }\n",
+              "t.textproto:4:25: optimizer.beta1 must be in [0, 1), got 1");
+  expectError(torch + "optimizer { kind: ADAM beta2: -0.5 }\n",
+              "t.textproto:4:24: optimizer.beta2 must be in [0, 1), got -0.5");
+  expectError(torch + "optimizer { kind: ADAM eps: 0 }\n", "t.textproto:4:24: optimizer.eps must be > 0, got 0");
+  const auto dgc = errorsOf(torch + "optimizer { kind: ADAMW }\nmomentum_correction { factor: 0.9 }\n");
+  ASSERT_EQ(dgc.size(), 1u) << ::testing::PrintToString(dgc);
+  EXPECT_EQ(dgc[0].rfind("t.textproto:5:23: momentum_correction.factor 0.9 with optimizer kind ADAMW: DGC's momentum "
+                         "correction accumulates the momentum",
+                         0),
+            0u)
+      << dgc[0];
+  // A variant may choose the kind: the base's SGD momentum is overridden with it, and Adam's defaults fill the variant.
+  const Study study = load(torch +
+                           "optimizer { momentum: 0.9 }\nvariants { name: \"sgd\" }\n"
+                           "variants { name: \"adam\" overrides { optimizer { kind: ADAM momentum: 0 } } }\n");
+  EXPECT_DOUBLE_EQ(study.experiments.at(0).optimizer().momentum(), 0.9);
+  EXPECT_FALSE(study.experiments.at(0).optimizer().has_beta1());
+  EXPECT_EQ(study.experiments.at(1).optimizer().kind(), Optimizer::ADAM);
+  EXPECT_DOUBLE_EQ(study.experiments.at(1).optimizer().beta1(), 0.9);
+}
+
 // With the config's folder known (terse run sets it), a module that is not a file there is a config error naming the
 // field, the path it looked for and, for a variant's module, the variant: found before any driver starts.
 TEST_F(ConfigTest, PyTorchModuleMustBeAFile) {

@@ -20,6 +20,10 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             the outputs, a bfloat16 model on gloo, an unused parameter; the model imported from a sibling file); the
             variants after a refused one that share its workload are skipped, their folders saying so (replacing an
             earlier study's), and a variant with another workload still runs
+  optimizer_loss  optimizer kind ADAMW and a module's loss(): the first step moves every weight by the learning
+            rate (Adam's first update, where SGD's would follow the gradient), the module's loss gives the metrics'
+            train and test loss, config.textproto records the kind and its resolved betas and eps; a loss() that
+            returns no scalar is refused in one line naming loss()
 """
 
 import argparse
@@ -40,11 +44,12 @@ def check(cond, message):
         raise AssertionError(message)
 
 
-def study(name, workload, variants, workers=2, transport="INPROC", batch=4, extra=""):
+def study(name, workload, variants, workers=2, transport="INPROC", batch=4, extra="",
+          optimizer="lr: 0.05 momentum: 0.9"):
     return """study: "%s"
 workload { name: "pytorch" pytorch { %s } }
 data { batch_size: %d test_subset: 64 }
-optimizer { lr: 0.05 momentum: 0.9 }
+optimizer { %s }
 workers: %d
 mode: SYNC
 transport: %s
@@ -54,7 +59,7 @@ eval { per_epoch: true }
 seed: 3
 %s
 %s
-""" % (name, workload, batch, workers, transport, extra, variants)
+""" % (name, workload, batch, optimizer, workers, transport, extra, variants)
 
 
 def run(cmd, cwd, expect_ok=True, timeout=600):
@@ -511,16 +516,108 @@ def valid(tmp):
     print("valid: trained %d steps" % lines[-1]["step"])
 
 
+ADAM_MODEL = '''
+import json
+import os
+import torch
+import torch.nn.functional as F
+
+RANK = []
+WEIGHTS = []  # the weight at each training forward: the first step's update is the difference of the first two
+CALLS = []
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        if self.training:
+            WEIGHTS.append(self.fc.weight.detach().clone())
+        return self.fc(x)
+
+
+def model():
+    return Net()
+
+
+def data(rank, world):
+    RANK.append(rank)
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(32, 8, generator=g)
+    return (x, torch.randint(0, 3, (32,), generator=g)), (x[:16], torch.randint(0, 3, (16,), generator=g))
+
+
+def loss(output, labels):
+    CALLS.append(output.requires_grad)
+    # The check forward's, then each step's: WEIGHTS[1] is the broadcast start, WEIGHTS[2] after the first step.
+    if len(WEIGHTS) >= 3:
+        step = (WEIGHTS[2] - WEIGHTS[1]).abs()
+        with open(os.path.join(os.path.dirname(__file__), "loss-rank%d.json" % RANK[0]), "w") as f:
+            json.dump({"calls": len(CALLS), "least": step.min().item(), "most": step.max().item()}, f)
+    return F.cross_entropy(output, labels) + 100.0
+'''
+
+VECTOR_LOSS = '''
+import torch
+import torch.nn.functional as F
+def model():
+    return torch.nn.Linear(8, 3)
+def data(rank, world):
+    x = torch.zeros(8, 8)
+    return (x, torch.zeros(8, dtype=torch.long)), (x, torch.zeros(8, dtype=torch.long))
+def loss(output, labels):
+    return F.cross_entropy(output, labels, reduction="none")
+'''
+
+
+def optimizer_loss(tmp):
+    open(os.path.join(tmp, "adam_model.py"), "w").write(ADAM_MODEL)
+    cfg = os.path.join(tmp, "adam.textproto")
+    lr = 0.05
+    open(cfg, "w").write(study("adam", 'module: "adam_model.py" max_steps_per_epoch: 3', 'variants { name: "v" }',
+                               optimizer="kind: ADAMW lr: %g beta2: 0.95 weight_decay: 0.01" % lr))
+    out = os.path.join(tmp, "results")
+    run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp)
+    status, lines = folder(out, "adam", "v")
+    check(status["state"] == "completed" and lines[-1]["step"] == 3, "adam: %s %s" % (status, lines))
+    # Adam's first update is lr x m / (sqrt(v) + eps) = lr x g / (|g| + eps): the learning rate for every weight with
+    # a gradient, AdamW's decay (lr x 0.01 x w) aside. SGD's would be lr x g, as uneven as the gradient.
+    for rank in (0, 1):
+        seen = json.load(open(os.path.join(tmp, "loss-rank%d.json" % rank)))
+        check(0.97 * lr < seen["least"] and seen["most"] < 1.03 * lr,
+              "adam: rank %d's first step moved the weights by %s..%s, not by lr %g: not Adam"
+              % (rank, seen["least"], seen["most"], lr))
+        check(seen["calls"] >= 3, "adam: rank %d called loss() %d times" % (rank, seen["calls"]))
+    # The module's loss is cross-entropy + 100: in training and in the evaluation.
+    check(lines[-1]["train_loss"] > 100 and lines[-1]["test_loss"] > 100, "adam: losses not loss()'s: %s" % lines)
+    config = open(os.path.join(out, "adam", "v", "config.textproto")).read()
+    for field in ("kind: ADAMW", "beta1: 0.9", "beta2: 0.95", "eps: 1e-08"):
+        check(field in config, "adam: config.textproto lacks %r:\n%s" % (field, config))
+
+    open(os.path.join(tmp, "vector_loss.py"), "w").write(VECTOR_LOSS)
+    cfg = os.path.join(tmp, "vector.textproto")
+    open(cfg, "w").write(study("vector", 'module: "vector_loss.py"', 'variants { name: "v" }', workers=1))
+    p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
+    check(p.returncode != 0 and "Traceback" not in p.stderr, "vector: %d\n%s" % (p.returncode, p.stderr))
+    check("workload.pytorch.module: loss(output, labels) in %s returned Tensor[4] float32" % os.path.join(
+        tmp, "vector_loss.py") in p.stderr and ".mean() or .sum()" in p.stderr, "vector: %s" % p.stderr)
+    print("optimizer_loss: first step %s..%s at lr %g; train loss %.3f" % (seen["least"], seen["most"], lr,
+                                                                            lines[-1]["train_loss"]))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid"])
+    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid}[ARGS.case](tmp)
+        {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
+         "optimizer_loss": optimizer_loss}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

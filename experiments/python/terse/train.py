@@ -5,8 +5,9 @@ trains one resolved variant with DistributedDataParallel and terse's hook, into 
 
 EXPERIMENT is one resolved variant in terse's text format (terse run writes it; terse.Recipe loads and validates it
 with the runner's own loader). The run is the recipe's: the compressor with its parameters, error feedback and DGC
-momentum correction through terse.torch.CompressionState; SGD with the optimizer block's learning rate, schedule
-(terse's own, through terse.Recipe.learning_rate), momentum, Nesterov, weight decay and gradient clipping; data
+momentum correction through terse.torch.CompressionState; the optimizer block's kind (torch.optim's SGD with momentum
+and Nesterov, Adam or AdamW with beta1, beta2 and eps), learning rate and schedule (terse's own, through
+terse.Recipe.learning_rate, set every step), weight decay and gradient clipping; data
 .batch_size examples per worker per step; the eval block's evaluation points; the seed. ResultsLogger writes
 <ROOT>/<study>/<NAME>/ on rank 0.
 
@@ -19,6 +20,8 @@ on GPU r mod the visible ones).
 Data. torchvision models: Fashion-MNIST from data.dataset_dir (terse's IDX reader, data.train_subset and
 test_subset), each 28x28 grey batch resized (bilinear) to image_size and repeated over `channels` as it is drawn, or
 synthetic images and labels from the seed. A module's data(rank, world) gives this rank's shard and the test set.
+The loss is the module's loss(output, labels) where it defines one, else cross-entropy of the output as logits;
+accuracy is the argmax of the output's last dimension against the labels either way.
 Every epoch each rank draws its shard in a permutation seeded by (seed, epoch, rank); every rank takes the same number
 of steps (the smallest shard's, cut at max_steps_per_epoch), since DDP needs every rank in every step.
 """
@@ -74,6 +77,10 @@ class Spec:
         self.nesterov = bool(opt.get("nesterov", False))
         self.weight_decay = float(opt.get("weight_decay", 0.0))
         self.clip = float(opt.get("clip_grad_norm", 0.0))
+        # Unset (a resolved config of before the field, a driver started by hand) reads as the schema's defaults.
+        self.optimizer = opt.get("kind", "SGD")
+        self.betas = (float(opt.get("beta1", 0.9)), float(opt.get("beta2", 0.999)))
+        self.eps = float(opt.get("eps", 1e-8))
         ev = e.get("eval", {})
         self.every_steps = int(ev.get("every_steps", 0))
         self.per_epoch = bool(ev.get("per_epoch", True))
@@ -160,6 +167,11 @@ def _load_module(path):
                        ("data", "data(rank, world), which returns ((train_x, train_y), (test_x, test_y))")):
         if not callable(getattr(module, name, None)):
             raise WorkloadError("workload.pytorch.module: %s defines no %s" % (path, what))
+    # loss is optional; a `loss` that is no function is a mistake to name, not a reason to train on cross-entropy.
+    if hasattr(module, "loss") and not callable(module.loss):
+        raise WorkloadError("workload.pytorch.module: %s defines loss as %s; the driver calls loss(output, labels) "
+                            "for the training loss, so it must be a function (or absent: cross-entropy)"
+                            % (path, _describe(module.loss)))
     _MODULES[path] = module
     return module
 
@@ -200,6 +212,16 @@ def check_workload(spec):
         _load_module(spec.pt["module"])
     else:
         _torchvision_constructor(spec)
+
+
+def _cross_entropy(output, labels):
+    """The loss of a module without loss() and of torchvision models: the output as logits over the labels."""
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), labels.reshape(-1))
+
+
+def loss_function(user):
+    """loss(output, labels) of the user's module where it defines one, else cross-entropy over logits."""
+    return user.loss if user is not None and hasattr(user, "loss") else _cross_entropy
 
 
 def build_model(spec, user):
@@ -301,14 +323,15 @@ def _first_layer(model):
     return ""
 
 
-def check_fit(spec, model, data, device, rank, world):
+def check_fit(spec, model, data, device, rank, world, loss=None):
     """Trains one batch of this rank's data on the bare model, before any process group, and checks what a mismatch
     of data() and model() would otherwise fail inside torch with, in every rank and every variant, as a traceback of
     torch's frames: a dtype gloo cannot broadcast (DDP's first collective), inputs the forward cannot take (dtype,
-    features), scores that do not fit the labels, a parameter the forward leaves unused (DDP's "Expected to have
-    finished reduction" in the second step). Raises WorkloadError naming data() and model() and what does not fit;
-    UserCodeError when the forward fails in the module's own code. The model comes back as it was: its gradients
-    unset, its buffers (batch norm's statistics) and the random state untouched."""
+    features), scores that do not fit the labels, a loss() that returns no scalar tensor with grad, a parameter the
+    forward leaves unused (DDP's "Expected to have finished reduction" in the second step). `loss` is the module's loss(output, labels), None for cross-entropy. Raises WorkloadError naming data() and
+    model() (or loss()) and what does not fit; UserCodeError when the forward or loss() fails in the module's own code.
+    The model comes back as it was: its gradients unset, its buffers (batch norm's statistics) and the random state
+    untouched."""
     path = spec.pt["module"]
     fn = "workload.pytorch.module: model() and data(%d, %d) in %s" % (rank, world, path)
     train_x, train_y, test_x, test_y = data
@@ -347,7 +370,24 @@ def check_fit(spec, model, data, device, rank, world):
                 if lo < 0 or hi >= classes:
                     raise WorkloadError("%s: %s_y holds labels %d..%d, but the model's forward gives %d class "
                                         "scores an example (labels 0..%d)" % (fn, part, lo, hi, classes, classes - 1))
-            F.cross_entropy(out.reshape(-1, classes), y.reshape(-1)).backward()
+            if loss is None:
+                F.cross_entropy(out.reshape(-1, classes), y.reshape(-1)).backward()
+            else:
+                try:
+                    value = loss(out, y)
+                except Exception as e:  # noqa: BLE001  (the module's own code)
+                    raise UserCodeError("loss(output, labels) on the forward of train_x[:%d] of data(%d, %d)"
+                                        % (n, rank, world), path, e) from e
+                scalar = isinstance(value, torch.Tensor) and value.dim() == 0
+                if not (scalar and value.is_floating_point() and value.requires_grad):
+                    got = _describe(value)
+                    if scalar and not value.requires_grad:
+                        got += " without grad (computed apart from output, or detached)"
+                    raise WorkloadError("workload.pytorch.module: loss(output, labels) in %s returned %s on the "
+                                        "model's forward of train_x[:%d] (output %s, labels %s); the driver trains on "
+                                        "a scalar floating-point tensor computed from output (0 dimensions: reduce "
+                                        "it with .mean() or .sum())" % (path, got, n, _describe(out), _describe(y)))
+                value.backward()
         except (WorkloadError, UserCodeError):
             raise
         except Exception as e:  # noqa: BLE001
@@ -512,7 +552,9 @@ def _all_gather(mine, world):
     return got
 
 
-def evaluate(model, x_all, y_all, prepare, device, batch=256):
+def evaluate(model, x_all, y_all, prepare, device, loss, batch=256):
+    """Test accuracy and loss. A module's loss() gives a batch's mean (as training takes it), so its test loss is the
+    mean over the batches weighted by their labels; cross-entropy sums over the labels as before."""
     model.eval()
     correct, total, loss_sum = 0, 0, 0.0
     with torch.no_grad():
@@ -520,12 +562,27 @@ def evaluate(model, x_all, y_all, prepare, device, batch=256):
             x = prepare(x_all[i:i + batch]).to(device)
             y = y_all[i:i + batch].to(device)
             logits = model(x)
+            if loss is not _cross_entropy:
+                loss_sum += float(loss(logits, y)) * y.numel()
             logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
-            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            if loss is _cross_entropy:
+                loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
             correct += (logits.argmax(dim=1) == y).sum().item()
             total += y.numel()
     model.train()
     return correct / max(1, total), loss_sum / max(1, total)
+
+
+def make_optimizer(spec, parameters, lr):
+    """torch.optim's optimizer of the optimizer block's kind. The learning rate is set again before every step, from
+    terse's schedule (terse.Recipe.learning_rate), whatever the kind."""
+    if spec.optimizer == "SGD":
+        return torch.optim.SGD(parameters, lr=lr, momentum=spec.momentum, nesterov=spec.nesterov,
+                               weight_decay=spec.weight_decay)
+    kinds = {"ADAM": torch.optim.Adam, "ADAMW": torch.optim.AdamW}
+    if spec.optimizer not in kinds:
+        raise terse.InvalidArgument("optimizer.kind: %r is not SGD, ADAM or ADAMW" % spec.optimizer)
+    return kinds[spec.optimizer](parameters, lr=lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
 
 
 def train_rank(rank, world, spec, store_path):
@@ -541,9 +598,11 @@ def train_rank(rank, world, spec, store_path):
         torch.manual_seed(spec.seed)  # the same initial model on every rank (DDP broadcasts rank 0's anyway)
         user = _load_module(spec.pt["module"]) if "module" in spec.pt else None
         model = build_model(spec, user).to(device)
+        loss_fn = loss_function(user)
         if user is not None:
             train_x, train_y, test_x, test_y = user_data(spec, user, rank, world)
-            check_fit(spec, model, (train_x, train_y, test_x, test_y), device, rank, world)
+            check_fit(spec, model, (train_x, train_y, test_x, test_y), device, rank, world,
+                      loss=None if loss_fn is _cross_entropy else loss_fn)
             prepare = lambda x: x  # noqa: E731
             own = torch.arange(len(train_y))
         else:
@@ -581,8 +640,7 @@ def train_rank(rank, world, spec, store_path):
         if per_epoch < 1:
             raise WorkloadError("data.batch_size: %d examples per step, but a rank's shard holds %d"
                                 % (spec.batch, len(own)))
-        opt = torch.optim.SGD(model.parameters(), lr=spec.recipe.learning_rate(0, world, per_epoch),
-                              momentum=spec.momentum, nesterov=spec.nesterov, weight_decay=spec.weight_decay)
+        opt = make_optimizer(spec, model.parameters(), spec.recipe.learning_rate(0, world, per_epoch))
         total = per_epoch * spec.epochs
         step, loss_since, steps_since, start = 0, 0.0, 0, time.perf_counter()
         for epoch in range(spec.epochs):
@@ -596,8 +654,7 @@ def train_rank(rank, world, spec, store_path):
                 for group in opt.param_groups:
                     group["lr"] = lr
                 opt.zero_grad(set_to_none=False)
-                logits = ddp(x)
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+                loss = loss_fn(ddp(x), y)
                 loss.backward()
                 if spec.clip > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
@@ -607,7 +664,7 @@ def train_rank(rank, world, spec, store_path):
                 steps_since += 1
                 if (spec.every_steps and step % spec.every_steps == 0) or (spec.per_epoch and step % per_epoch == 0) \
                         or step == total:
-                    accuracy, test_loss = evaluate(model, test_x, test_y, prepare, device)
+                    accuracy, test_loss = evaluate(model, test_x, test_y, prepare, device, loss_fn)
                     logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test_y),
                                   train_loss=loss_since / steps_since, epoch=step / per_epoch, lr=lr)
                     if rank == 0:
