@@ -264,6 +264,9 @@ constexpr Field kPyTorchFields[] = {
      .def = value("cpu"),
      .rule = oneOf(kCpuOrCuda),
      .doc = "\"cuda\": rank r on device r mod the visible devices (NCCL)."},
+    {.name = "find_unused_parameters",
+     .def = value("false"),
+     .doc = "DDP's find_unused_parameters: a model whose steps may leave parameters unused trains."},
 };
 
 constexpr Field kData[] = {

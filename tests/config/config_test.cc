@@ -396,7 +396,7 @@ TEST_F(ConfigTest, PyTorchWorkload) {
   }
 }
 
-// optimizer.kind: SGD written into a pytorch config, nothing into a native one
+// optimizer.kind: SGD written into a pytorch config (with find_unused_parameters false), nothing into a native one
 // (its resolved config reads as before the field); Adam's betas and eps filled for ADAM and ADAMW alone; each mix
 // the runs cannot honour refused at its field: Adam for a native workload, SGD's momentum or nesterov with Adam,
 // Adam's fields with SGD, DGC's momentum correction with Adam, a beta or eps out of range.
@@ -408,6 +408,8 @@ TEST_F(ConfigTest, OptimizerKind) {
   const Experiment sgd = load(torch).experiments.at(0);
   EXPECT_EQ(sgd.optimizer().kind(), Optimizer::SGD);
   EXPECT_FALSE(sgd.optimizer().has_beta1() || sgd.optimizer().has_beta2() || sgd.optimizer().has_eps());
+  EXPECT_TRUE(sgd.workload().pytorch().has_find_unused_parameters());
+  EXPECT_FALSE(sgd.workload().pytorch().find_unused_parameters());
   EXPECT_NE(toText(sgd).find("kind: SGD"), std::string::npos) << toText(sgd);
   const Experiment native = load(kMinimal).experiments.at(0);
   EXPECT_FALSE(native.optimizer().has_kind()) << "a native workload's resolved config reads as before the field";

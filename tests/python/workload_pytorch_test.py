@@ -24,6 +24,9 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             rate (Adam's first update, where SGD's would follow the gradient), the module's loss gives the metrics'
             train and test loss, config.textproto records the kind and its resolved betas and eps; a loss() that
             returns no scalar is refused in one line naming loss()
+  unused_parameters  DDP's find_unused_parameters: a model with a branch it never uses is refused naming the field
+            and trains with it set (a variant of its own, which the refusal does not skip); a model whose branch
+            only some steps take fails at the step after, naming the field instead of torch's page of causes
 """
 
 import argparse
@@ -593,7 +596,7 @@ def optimizer_loss(tmp):
     # The module's loss is cross-entropy + 100: in training and in the evaluation.
     check(lines[-1]["train_loss"] > 100 and lines[-1]["test_loss"] > 100, "adam: losses not loss()'s: %s" % lines)
     config = open(os.path.join(out, "adam", "v", "config.textproto")).read()
-    for field in ("kind: ADAMW", "beta1: 0.9", "beta2: 0.95", "eps: 1e-08"):
+    for field in ("kind: ADAMW", "beta1: 0.9", "beta2: 0.95", "eps: 1e-08", "find_unused_parameters: false"):
         check(field in config, "adam: config.textproto lacks %r:\n%s" % (field, config))
 
     open(os.path.join(tmp, "vector_loss.py"), "w").write(VECTOR_LOSS)
@@ -607,17 +610,69 @@ def optimizer_loss(tmp):
                                                                             lines[-1]["train_loss"]))
 
 
+UNUSED_BRANCH = '''
+import torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(8, 3)
+        self.spare = torch.nn.Linear(8, 3)
+        self.calls = 0
+    def forward(self, x):
+        self.calls += 1
+        # %s
+        if %s:
+            return self.used(x) + self.spare(x)
+        return self.used(x)
+def model():
+    return Net()
+def data(rank, world):
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(32, 8, generator=g)
+    return (x, torch.randint(0, 3, (32,), generator=g)), (x[:16], torch.randint(0, 3, (16,), generator=g))
+'''
+
+
+def unused_parameters(tmp):
+    open(os.path.join(tmp, "never.py"), "w").write(UNUSED_BRANCH % ("spare is never used", "False"))
+    # The check forward is the first call: it takes the branch, the first step does not, the second does again.
+    open(os.path.join(tmp, "sometimes.py"), "w").write(UNUSED_BRANCH % ("spare on odd calls", "self.calls % 2 == 1"))
+    cfg = os.path.join(tmp, "unused.textproto")
+    open(cfg, "w").write(study("unused", 'module: "never.py" max_steps_per_epoch: 3', """
+variants { name: "plain" }
+variants { name: "found" overrides { workload { pytorch { find_unused_parameters: true } } } }
+variants { name: "sometimes" overrides { workload { pytorch { module: "sometimes.py" } } } }""",
+                               extra='tcp { timeout: "20s" }'))
+    out = os.path.join(tmp, "results")
+    p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
+    check(p.returncode != 0, "unused: terse run succeeded:\n%s" % p.stdout)
+    plain = json.load(open(os.path.join(out, "unused", "plain", "status.json")))
+    check(plain["state"] == "failed" and "leaves parameters spare.weight, spare.bias unused" in plain["error"]
+          and "set workload.pytorch.find_unused_parameters: true" in plain["error"], "plain: %s" % plain)
+    status, lines = folder(out, "unused", "found")
+    check(status["state"] == "completed" and lines[-1]["step"] == 3, "found: %s %s\n%s" % (status, lines, p.stderr))
+    check("find_unused_parameters: true" in open(os.path.join(out, "unused", "found", "config.textproto")).read(),
+          "found: config.textproto does not record the field")
+    sometimes = json.load(open(os.path.join(out, "unused", "sometimes", "status.json")))
+    check(sometimes["state"] == "failed" and sometimes["error"].find("workload.pytorch.find_unused_parameters: a step "
+                                                                     "of the model left parameters without a gradient")
+          >= 0, "sometimes: %s\n%s" % (sometimes, p.stderr))
+    check("Traceback" not in p.stderr, "unused: a traceback:\n%s" % p.stderr)
+    print("unused_parameters: %s" % sometimes["error"][:200])
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss"])
+    p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
+                                    "unused_parameters"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
-         "optimizer_loss": optimizer_loss}[ARGS.case](tmp)
+         "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

@@ -7,7 +7,7 @@ EXPERIMENT is one resolved variant in terse's text format (terse run writes it; 
 with the runner's own loader). The run is the recipe's: the compressor with its parameters, error feedback and DGC
 momentum correction through terse.torch.CompressionState; the optimizer block's kind (torch.optim's SGD with momentum
 and Nesterov, Adam or AdamW with beta1, beta2 and eps), learning rate and schedule (terse's own, through
-terse.Recipe.learning_rate, set every step), weight decay and gradient clipping; data
+terse.Recipe.learning_rate, set every step), weight decay and gradient clipping; DDP's find_unused_parameters; data
 .batch_size examples per worker per step; the eval block's evaluation points; the seed. ResultsLogger writes
 <ROOT>/<study>/<NAME>/ on rank 0.
 
@@ -94,6 +94,7 @@ class Spec:
         self.mc_nesterov = bool(mc.get("nesterov", False))
         self.device = self.pt.get("device", "cpu")
         self.max_steps = int(self.pt.get("max_steps_per_epoch", 0))
+        self.find_unused = bool(self.pt.get("find_unused_parameters", False))
         self.multi_process = e.get("transport", "INPROC") == "TCP"
         self.timeout_s = _duration_s(e.get("tcp", {}).get("timeout", "30s"))
         self.plugin_timeout_s = _duration_s(e.get("plugin_timeout", "60s"))
@@ -328,7 +329,8 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
     of data() and model() would otherwise fail inside torch with, in every rank and every variant, as a traceback of
     torch's frames: a dtype gloo cannot broadcast (DDP's first collective), inputs the forward cannot take (dtype,
     features), scores that do not fit the labels, a loss() that returns no scalar tensor with grad, a parameter the
-    forward leaves unused (DDP's "Expected to have finished reduction" in the second step). `loss` is the module's loss(output, labels), None for cross-entropy. Raises WorkloadError naming data() and
+    forward leaves unused without find_unused_parameters (DDP's "Expected to have finished reduction" in the second
+    step). `loss` is the module's loss(output, labels), None for cross-entropy. Raises WorkloadError naming data() and
     model() (or loss()) and what does not fit; UserCodeError when the forward or loss() fails in the module's own code.
     The model comes back as it was: its gradients unset, its buffers (batch norm's statistics) and the random state
     untouched."""
@@ -425,13 +427,13 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
     model.zero_grad(set_to_none=True)
     if skipped:
         return
-    if unused:
+    if unused and not spec.find_unused:
         listed = ", ".join(unused[:5]) + (" and %d more" % (len(unused) - 5) if len(unused) > 5 else "")
+        them = "them" if len(unused) > 1 else "it"
         raise WorkloadError("%s: the model's forward on train_x[:%d] leaves parameter%s %s unused, which DDP fails on "
-                            "after the first step (the driver does not pass find_unused_parameters, and the config "
-                            "cannot set it); use %s in forward, drop %s, or freeze %s (requires_grad=False)"
-                            % (fn, n, "s" if len(unused) > 1 else "", listed, *(("them",) * 3 if len(unused) > 1
-                                                                                 else ("it",) * 3)))
+                            "after the first step; set workload.pytorch.find_unused_parameters: true where a step may "
+                            "skip them, else use %s in forward, drop %s, or freeze %s (requires_grad=False)"
+                            % (fn, n, "s" if len(unused) > 1 else "", listed, them, them, them))
 
 
 class ImageData:
@@ -573,6 +575,10 @@ def evaluate(model, x_all, y_all, prepare, device, loss, batch=256):
     return correct / max(1, total), loss_sum / max(1, total)
 
 
+# The start of what DDP raises at the forward after a step whose gradients were not all reduced (torch 1.13 and 2.x).
+_UNFINISHED_REDUCTION = "Expected to have finished reduction in the prior iteration"
+
+
 def make_optimizer(spec, parameters, lr):
     """torch.optim's optimizer of the optimizer block's kind. The learning rate is set again before every step, from
     terse's schedule (terse.Recipe.learning_rate), whatever the kind."""
@@ -619,11 +625,14 @@ def train_rank(rank, world, spec, store_path):
         if spec.multi_process:
             _agree_before_training(spec, rank, world, None)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
-                                                        else None)
+                                                        else None, find_unused_parameters=spec.find_unused)
+        # The wrapper, when DDP finds unused parameters, tells the state so: it then issues its collectives on a group
+        # of its own, apart from DDP's all_reduce of the used-parameter map (terse/torch.py, _group_of_its_own).
         state = terse.torch.CompressionState(
             spec.compressor, params=spec.params, error_feedback=spec.error_feedback, momentum_correction=spec.mc,
-            momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov, module=model, seed=spec.seed,
-            plugin_path=spec.args.plugin_path, plugin_timeout=spec.plugin_timeout_s)
+            momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov,
+            module=ddp if spec.find_unused else model, seed=spec.seed, plugin_path=spec.args.plugin_path,
+            plugin_timeout=spec.plugin_timeout_s)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
         # A repeat's folder is <variant>/seed-N (experiments::resultsSubfolder): the logger writes it from the seed.
         variant, _, repeat = spec.args.folder.partition("/")
@@ -681,6 +690,13 @@ def train_rank(rank, world, spec, store_path):
         # traceback; terse's own exception, kept by the state, is the one worth reporting.
         if state is not None and state.error is not None and e is not state.error:
             e = state.error
+        elif not spec.find_unused and _UNFINISHED_REDUCTION in str(e):
+            # A step that left parameters without a gradient, which check_fit's one forward did not (a branch taken by
+            # the data or the step): torch's message names its own keyword and a page of causes.
+            e = WorkloadError("workload.pytorch.find_unused_parameters: a step of the model left parameters without a "
+                              "gradient, so DDP's reduction of the step never finished (torch: %s); set "
+                              "find_unused_parameters: true in the pytorch block where a step may skip parameters"
+                              % _UNFINISHED_REDUCTION)
         if logger is not None:
             logger.finish(error=_summary(e))
         raise e
