@@ -202,7 +202,7 @@ FieldOverride parseFieldOverride(std::string_view text, const std::string& optio
     for (int i = 0; i < leaf->message_type()->field_count(); ++i)
       names.push_back(o.path + "." + leaf->message_type()->field(i)->name());
     refuse(option, o.where,
-           o.path + " is a message (" + leaf->message_type()->name() + "): set one of its fields, " + joined(names));
+           o.path + " is a message (" + leaf->message_type()->name() + "): set one of its fields: " + joined(names));
   }
 
   // The value, as the file would hold it, parsed into an empty message of the field's owner: "lr: 0.1",

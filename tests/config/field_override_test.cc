@@ -126,12 +126,9 @@ TEST(FieldOverride, ErrorsNameTheFlagAndWhatIsWrong) {
   EXPECT_EQ(errorOf("data.frobnicate=1"),
             "--set data.frobnicate=1: Experiment.data has no field 'frobnicate'; its "
             "fields: dataset_dir, batch_size, train_subset, test_subset");
-  EXPECT_EQ(errorOf("optimizer=0.1"),
-            "--set optimizer=0.1: optimizer is a message (Optimizer): set one of its "
-            "fields, optimizer.lr, optimizer.momentum, optimizer.nesterov, "
-            "optimizer.weight_decay, optimizer.warmup_steps, optimizer.warmup_epochs, "
-            "optimizer.schedule, optimizer.milestones, optimizer.gamma, "
-            "optimizer.scale_lr_by_world_size, optimizer.clip_grad_norm");
+  EXPECT_EQ(errorOf("data=0.1"),
+            "--set data=0.1: data is a message (Data): set one of its fields: data.dataset_dir, data.batch_size, "
+            "data.train_subset, data.test_subset");
   EXPECT_EQ(errorOf("epochs.max=1"),
             "--set epochs.max=1: epochs is of type int32, not a message: it has no field 'max'");
   EXPECT_EQ(errorOf("seeds[0]=1"), "--set seeds[0]=1: seeds is a list: --set replaces it whole, e.g. seeds=[...]");
