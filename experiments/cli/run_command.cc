@@ -136,7 +136,7 @@ int runCommand(const std::vector<std::string>& args) {
   PluginLoader& loader = *plugins;
   auto config_options = runner::runnerConfigOptions(&loader);
   // A pytorch workload's module is named relative to its config file (experiment.proto PyTorch.module): validation
-  // looks for it there, and the experiments below get its full path.
+  // looks for it there, and the loader gives the experiments its canonical path (config.h, module_dir).
   std::filesystem::path config_dir;
   if (vm.count("config")) {
     config_dir = std::filesystem::absolute(vm["config"].as<std::vector<std::string>>().front()).parent_path();
@@ -154,13 +154,6 @@ int runCommand(const std::vector<std::string>& args) {
                                          std::string(experiments::kQuickstartSourceName), config_options);
     experiments = experiments::selectVariants(
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
-    if (vm.count("config")) {
-      for (auto& x : experiments) {
-        const auto& t = x.workload().pytorch();
-        if (x.workload().name() == "pytorch" && t.has_module() && std::filesystem::path(t.module()).is_relative())
-          x.mutable_workload()->mutable_pytorch()->set_module((config_dir / t.module()).lexically_normal().string());
-      }
-    }
     if (vm.count("workers")) experiments::overrideWorkers(experiments, vm["workers"].as<int>());
     if (!seeds.empty()) experiments::overrideSeeds(experiments, seeds);
     experiments = experiments::expandRepeats(experiments);

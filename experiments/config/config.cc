@@ -260,6 +260,36 @@ Experiment parseConfigText(std::string_view text, const std::string& source, pb:
   return experiment;
 }
 
+namespace {
+
+// What a resolved pytorch experiment says of its module and its data, settled once validation passed, so that every
+// config written from it (terse run's config.textproto, the driver's, terse.Recipe.text) names what the run used:
+//   - the module as an absolute, canonical path (links resolved), when the config's folder is known: the same module
+//     named relative or absolute, or from another working directory, is then one workload to `terse compare`, and the
+//     text means the same wherever it is read (a hook script's ResultsLogger hashes the file it names);
+//   - no data.dataset_dir, train_subset or test_subset where the run reads no Fashion-MNIST (a module's data(), or a
+//     torchvision model on SYNTHETIC images): a config must not claim a data set the run did not read.
+void settlePyTorchPaths(Experiment& e, const ConfigOptions& options) {
+  if (e.workload().name() != "pytorch") return;
+  const PyTorch& t = e.workload().pytorch();
+  if (t.has_module() && !t.module().empty() && options.module_dir) {
+    std::filesystem::path file(t.module());
+    if (file.is_relative()) file = *options.module_dir / file;
+    std::error_code ec;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(std::filesystem::absolute(file), ec);
+    // Validation found the file; one gone since keeps the absolute path, which the driver then refuses by name.
+    if (ec) canonical = std::filesystem::absolute(file).lexically_normal();
+    e.mutable_workload()->mutable_pytorch()->set_module(canonical.string());
+  }
+  if (t.has_module() || t.data() == PyTorch::SYNTHETIC) {
+    e.mutable_data()->clear_dataset_dir();
+    e.mutable_data()->clear_train_subset();
+    e.mutable_data()->clear_test_subset();
+  }
+}
+
+}  // namespace
+
 Study loadStudy(const std::filesystem::path& path, const ConfigOptions& options) {
   std::ifstream in(path, std::ios::binary);
   TERSE_CHECK(in, InvalidArgument, "cannot read experiment config " << path.string());
@@ -420,6 +450,7 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     }
   }
   if (!errors.empty()) fail();
+  for (Experiment& e : study.experiments) settlePyTorchPaths(e, options);
   return study;
 }
 

@@ -79,9 +79,10 @@ struct ConfigOptions {
   // The modes and transports the runner implements; the schema reserves more.
   std::vector<Experiment::Mode> modes{Experiment::SYNC};
   std::vector<Experiment::Transport> transports{Experiment::INPROC};
-  // The folder a relative workload.pytorch.module is named from (the config's; `terse run` sets it): set, the module
-  // must be a file there, so that a misspelt path fails with the config's errors rather than in every rank of every
-  // variant. Unset (a config given as text, as in tests), the module is not looked for.
+  // The folder a relative workload.pytorch.module is named from (the config's; `terse run` and terse.Recipe set it):
+  // set, the module must be a file there, so that a misspelt path fails with the config's errors rather than in every
+  // rank of every variant, and the resolved experiments name it by its absolute, canonical path (config.cc,
+  // settlePyTorchPaths). Unset (a config given as text, as in tests), the module is neither looked for nor rewritten.
   std::optional<std::filesystem::path> module_dir;
   // `--set PATH=VALUE` (field_override.h), applied in order to every variant once merged, before defaults and checks,
   // so each gets the checks a value in the file gets; its lists and strings are bounded as the file's are. A message

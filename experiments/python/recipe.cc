@@ -20,6 +20,9 @@ Recipe::Recipe(const std::string& path, const std::string& variant, const std::v
   // As `terse run --variant`: the other variants' plugins need not be on this machine.
   auto options = runner::runnerConfigOptions(&loader_);
   options.plugin_variants = names;
+  // A module named relative to the config is the config folder's (experiment.proto PyTorch.module), whatever the
+  // working directory: the loader resolves it, so text() names the file a hook script's ResultsLogger hashes.
+  options.module_dir = std::filesystem::absolute(path).parent_path();
   const experiments::Study study = experiments::loadStudy(path, options);
   std::vector<experiments::Experiment> picked = experiments::selectVariants(study, names);
   if (picked.size() != 1) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/plugin/loader.h"
 #include "experiments/config/quickstart.h"
@@ -481,6 +482,36 @@ TEST_F(ConfigTest, PyTorchModuleMustBeAFile) {
               "t.textproto:4:55: variants[0] (\"v\").workload.pytorch.module: no file '" + absolute + "'");
   missing.replace(missing.find("models/n.py"), 11, "models");
   expectError(missing, "t.textproto:2:38: workload.pytorch.module: '" + (dir / "models").string() + "' is not a file");
+}
+
+// A resolved pytorch experiment names what the run uses: with the config's folder known, the module by its canonical
+// path (a relative name, "..", a link: one file, one text, so `terse compare` sees one workload), and no data set
+// where the run reads none (a module's data(), SYNTHETIC images), set or defaulted; Fashion-MNIST keeps its fields.
+TEST_F(ConfigTest, PyTorchModuleCanonicalAndDataFieldsOnlyWhereRead) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "config_test_canonical";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "models");
+  std::ofstream(dir / "models" / "m.py") << "def model(): pass\ndef data(rank, world): pass\n";
+  std::filesystem::create_directory_symlink(dir / "models", dir / "link");
+  const std::string canonical = std::filesystem::canonical(dir / "models" / "m.py").string();
+  auto module = [&](const std::string& name) {
+    return load("study: \"s\"\nworkload { name: \"pytorch\" pytorch { module: \"" + name +
+                "\" } }\ndata { dataset_dir: \"/d\" test_subset: 8 }\nclock: REAL_TIME\n")
+        .experiments.at(0);
+  };
+  EXPECT_EQ(module("models/m.py").workload().pytorch().module(), "models/m.py") << "not rewritten without the folder";
+  options_.module_dir = dir;
+  for (const std::string& name :
+       std::vector<std::string>{"models/m.py", "link/../models/m.py", "link/m.py", (dir / "link" / "m.py").string()}) {
+    const Experiment e = module(name);
+    EXPECT_EQ(e.workload().pytorch().module(), canonical) << name;
+    EXPECT_FALSE(e.data().has_dataset_dir() || e.data().has_train_subset() || e.data().has_test_subset()) << name;
+  }
+  const std::string tv = "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" ";
+  const Experiment synthetic = load(tv + "data: SYNTHETIC } }\nclock: REAL_TIME\n").experiments.at(0);
+  EXPECT_FALSE(synthetic.data().has_dataset_dir() || synthetic.data().has_test_subset());
+  const Experiment fashion = load(tv + "} }\nclock: REAL_TIME\n").experiments.at(0);
+  EXPECT_TRUE(fashion.data().has_dataset_dir() && fashion.data().has_test_subset());
 }
 
 // seeds: one run per seed (expandRepeats), each in <variant>/seed-<seed>; the seed defaults to the first; bad lists
