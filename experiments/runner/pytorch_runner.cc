@@ -196,8 +196,12 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     const std::filesystem::path error_file = spec.string() + ".error";
     std::vector<std::string> argv{pythonExecutable(), "-m",       "terse.train", spec.string(),  "--out",
                                   root.string(),      "--folder", folder,        "--error-file", error_file.string()};
+    // Only the folders given as --plugin-path: the driver's own loader adds TERSE_PLUGIN_PATH (inherited), the
+    // installation's and the build tree's folders itself, in the same order, with their own origins. Handed over as
+    // --plugin-path, every plugin found there would be recorded in provenance.json as found on --plugin-path, where a
+    // native run records "build tree" or "install" for the same file.
     for (const SearchDir& d : options_.loader->searchDirs()) {
-      if (d.exists) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
+      if (d.exists && d.origin == kOriginPluginPath) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
     }
     const int status = runChild(argv, pythonPath());
     // The summary line, then "config" when the driver's own checks refused the workload, "module" when the user's
