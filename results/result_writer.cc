@@ -111,6 +111,11 @@ std::string provenanceJson(const Provenance& p) {
     for (const auto& [k, v] : p.hook) hook[k] = v;
     out["hook"] = std::move(hook);
   }
+  if (!p.module_files.empty()) {
+    Json files = Json::object();
+    for (const auto& [k, v] : p.module_files) files[k] = v;
+    out["module_files"] = std::move(files);
+  }
   out["plugins"] = std::move(plugins);
   return dumpJson(out);
 }

@@ -82,9 +82,13 @@ struct Provenance {
   std::vector<std::pair<std::string, std::string>> simulation;
   // A PyTorch run through terse's DDP hook (experiments/python/hook_results.h): the hook's settings that change the
   // results and that the experiment schema has no field for ("granularity": "tensor" or "bucket"; "module_sha256", the
-  // hash of a module workload's file, which the config names only by path). Written as "hook"
-  // only when set, so native runs' files are as before.
+  // hash of a module workload's file, which the config names only by path, and "module_files_sha256" over every file
+  // of its folder the run imported; "torchvision", its version). Written as "hook" only when set, so native runs'
+  // files are as before.
   std::vector<std::pair<std::string, std::string>> hook;
+  // A module workload's files (relative path in the module's folder, SHA-256): the module and every file of its
+  // folder tree it imported. Written as "module_files" only when set.
+  std::vector<std::pair<std::string, std::string>> module_files;
 };
 
 // One evaluation point. Bytes are per worker: the mean over ranks of what each rank's transport sent (frame headers

@@ -27,6 +27,8 @@ namespace py = pybind11;
 namespace terse::python {
 namespace {
 
+using StringPairs = std::vector<std::pair<std::string, std::string>>;
+
 // The DType of a torch dtype's name (str(tensor.dtype)), or none for a dtype terse does not average.
 std::optional<DType> torchDType(const std::string& name) {
   if (name == "torch.float32") return DType::kF32;
@@ -319,6 +321,8 @@ PYBIND11_MODULE(_terse, m) {
         return d;
       });
 
+  m.def("description_module", &descriptionModule, py::arg("description"),
+        "the workload.pytorch.module a ResultsLogger description names, as written ('' for none)");
   m.def("monotonic", &steadySeconds,
         "seconds on the clock terse stamps its phases with (steady_clock), for step-trace events from Python");
   py::class_<HookTrace>(m, "HookTrace")
@@ -364,21 +368,30 @@ PYBIND11_MODULE(_terse, m) {
       });
 
   py::class_<HookResults>(m, "HookResults")
-      .def(py::init<DdpAggregator&, const std::filesystem::path&, const std::string&, const std::string&,
-                    const std::string&, const std::string&, std::optional<uint64_t>>(),
+      .def(py::init([](DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
+                       const std::string& variant, const std::string& description, const std::string& torch_version,
+                       std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
+                       const StringPairs& module_files) {
+             return std::make_unique<HookResults>(aggregator, root, study, variant, description, torch_version,
+                                                  repeat_seed, CodeProvenance{code_hook, module_files});
+           }),
            py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
-           py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::keep_alive<1, 2>())
+           py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},
+           py::arg("module_files") = StringPairs{}, py::keep_alive<1, 2>())
       .def_static(
           "baseline",
           [](py::object group, const std::filesystem::path& root, const std::string& study, const std::string& variant,
              const std::string& compressor, uint64_t bytes_per_step, const std::string& description,
-             const std::string& torch_version, std::optional<uint64_t> repeat_seed) {
+             const std::string& torch_version, std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
+             const StringPairs& module_files) {
             return std::make_unique<HookResults>(std::move(group), BaselineRun{compressor, bytes_per_step}, root, study,
-                                                 variant, description, torch_version, repeat_seed);
+                                                 variant, description, torch_version, repeat_seed,
+                                                 CodeProvenance{code_hook, module_files});
           },
           py::arg("group"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("compressor"),
           py::arg("bytes_per_step"), py::arg("description"), py::arg("torch_version"),
-          py::arg("repeat_seed") = py::none())
+          py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},
+          py::arg("module_files") = StringPairs{})
       .def(
           "record",
           [](HookResults& r, double test_accuracy, double test_loss, int64_t test_examples, double train_loss,

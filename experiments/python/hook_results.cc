@@ -5,14 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 #include "core/comm/ring_model.h"
 #include "core/common/error.h"
 #include "experiments/config/config.h"
 #include "results/build_commit.h"
-#include "results/sha256.h"
 
 namespace py = pybind11;
 
@@ -20,18 +17,19 @@ namespace terse::python {
 
 HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
                          const std::string& variant, const std::string& description, const std::string& torch_version,
-                         std::optional<uint64_t> repeat_seed)
-    : aggregator_(&aggregator), comm_(&aggregator.communicator()), repeat_seed_(repeat_seed) {
+                         std::optional<uint64_t> repeat_seed, CodeProvenance code)
+    : aggregator_(&aggregator), comm_(&aggregator.communicator()), repeat_seed_(repeat_seed), code_(std::move(code)) {
   start(root, study, variant, description, torch_version);
 }
 
 HookResults::HookResults(py::object group, const BaselineRun& baseline, const std::filesystem::path& root,
                          const std::string& study, const std::string& variant, const std::string& description,
-                         const std::string& torch_version, std::optional<uint64_t> repeat_seed)
+                         const std::string& torch_version, std::optional<uint64_t> repeat_seed, CodeProvenance code)
     : own_comm_(std::make_unique<TorchCommunicator>(std::move(group))),
       comm_(own_comm_.get()),
       baseline_(baseline),
-      repeat_seed_(repeat_seed) {
+      repeat_seed_(repeat_seed),
+      code_(std::move(code)) {
   TERSE_CHECK(!baseline_.compressor.empty(), InvalidArgument, "terse.torch: ResultsLogger: compressor is empty");
   start(root, study, variant, description, torch_version);
 }
@@ -110,16 +108,18 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     prov.hook.emplace_back("granularity",
                            aggregator_->options().granularity == Granularity::kBucket ? "bucket" : "tensor");
   }
-  // A module workload's model and data are the file's code, which the config names only by path: its hash says
-  // whether two runs trained the same thing (an edited module would otherwise look like the same workload).
-  if (e.workload().has_pytorch() && !e.workload().pytorch().module().empty()) {
-    std::ifstream in(e.workload().pytorch().module(), std::ios::binary);
-    if (in) {
-      const std::string code((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      prov.hook.emplace_back("module_sha256", results::sha256Hex(code));
-    }
-  }
+  // A module workload's model and data are its files' code, which the config names only by path: their hashes say
+  // whether two runs trained the same thing (an edited module, or a sibling it imports, would otherwise look like the
+  // same workload). terse.torch.ResultsLogger hashes them, since only Python knows which files the run imported; it
+  // resolves no relative path from the working directory, where it would hash another file or none.
+  for (const auto& entry : code_.hook) prov.hook.push_back(entry);
+  prov.module_files = code_.module_files;
   writer_->writeProvenance(prov);
+}
+
+std::string descriptionModule(const std::string& description) {
+  const experiments::Experiment e = experiments::parseConfigText(description, "ResultsLogger description");
+  return e.workload().has_pytorch() ? e.workload().pytorch().module() : std::string();
 }
 
 std::optional<std::filesystem::path> HookResults::dir() const {

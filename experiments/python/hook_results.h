@@ -14,7 +14,9 @@
 //   provenance.json   commit, host, time, terse version, transport "torch.distributed:<backend> (torch <version>)",
 //                     world size, mode, the plugin as core's loader loaded it (path, origin, ABI, version, caps for
 //                     f32, parameters), and "hook": {"granularity": ...}, which changes the results and has no field
-//                     in the schema (`terse compare --provenance` shows it beside the transport).
+//                     in the schema (`terse compare --provenance` shows it beside the transport), with what the
+//                     Python side records of the code (CodeProvenance: a module's hashes, "module_files",
+//                     torchvision's version).
 //   metrics.jsonl     one record per record() call -- the training script's evaluation points -- with the hook's step
 //                     count, wall time since the logger was built, the cumulative wire and payload bytes (the means
 //                     over ranks, as terse runs report them) and per-step times. Exposed communication is what
@@ -34,6 +36,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "experiments/python/ddp_aggregator.h"
 #include "results/result_writer.h"
@@ -56,6 +60,18 @@ struct BaselineRun {
   uint64_t payload_bytes_per_step = 0;
 };
 
+// What the Python side knows of the run's code (terse.torch.ResultsLogger gathers it after model() and data() ran):
+// provenance.json's "hook" entries beyond the hook's own settings -- module_sha256 and module_files_sha256, or why
+// the module was not hashed; torchvision's version -- and the module's files ("module_files").
+struct CodeProvenance {
+  std::vector<std::pair<std::string, std::string>> hook;
+  std::vector<std::pair<std::string, std::string>> module_files;
+};
+
+// The workload.pytorch.module a description names ("" for none), as written: parses it as HookResults does (a
+// ConfigError naming the line otherwise).
+std::string descriptionModule(const std::string& description);
+
 class HookResults {
  public:
   // Writes config and provenance (rank 0) and starts the clock. `description` is text-format Experiment fields; a parse
@@ -64,11 +80,12 @@ class HookResults {
   // writes them (terse compare sets them as intervals); with an aggregator it must be the aggregator's seed.
   HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
               const std::string& variant, const std::string& description, const std::string& torch_version,
-              std::optional<uint64_t> repeat_seed = std::nullopt);
+              std::optional<uint64_t> repeat_seed = std::nullopt, CodeProvenance code = {});
   // A baseline over `group` (a torch.distributed ProcessGroup, or None for the default one).
   HookResults(pybind11::object group, const BaselineRun& baseline, const std::filesystem::path& root,
               const std::string& study, const std::string& variant, const std::string& description,
-              const std::string& torch_version, std::optional<uint64_t> repeat_seed = std::nullopt);
+              const std::string& torch_version, std::optional<uint64_t> repeat_seed = std::nullopt,
+              CodeProvenance code = {});
 
   // Collective; see above. test_accuracy outside [0, 1] is an InvalidArgument (compare would skip the record).
   // `step`: the steps done; required for a baseline, the hook's count when absent. After finish() an
@@ -94,6 +111,7 @@ class HookResults {
   TorchCommunicator* comm_ = nullptr;
   BaselineRun baseline_;
   std::optional<uint64_t> repeat_seed_;
+  CodeProvenance code_;
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;

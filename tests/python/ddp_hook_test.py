@@ -53,6 +53,12 @@
                     one rank driving the aggregator's chained calls in named orders: no read before a step's last
                     finish and one after, a bucket begun again before its step ended, round-returning finishes, a step
                     whose every finish fails
+  provenance        one process, no DDP: what a run records of its code. terse.Recipe names a module given relative
+                    to the config by its canonical path wherever it is run from; ResultsLogger hashes the module and
+                    every file of its folder it imported (a sibling, a package), not a working directory's file of the
+                    module's name, and says a relative module in a hand-written description is not hashed;
+                    torchvision's version once imported; the driver's check forward (terse.train.check_fit) leaves
+                    Python's, numpy's and torch's random state as it found it
   variable_size     threshold (a payload whose size varies by rank), with and without error feedback, over buckets
                     whose payloads differ between the ranks every step (the communicator's padded all-gather): the
                     averaged gradients equal a reference computed in torch bit for bit
@@ -1474,13 +1480,116 @@ def accuracy(out):
         ours["payload_bytes_per_worker"]))
 
 
+PROV_MODEL = """
+import random
+import numpy
+import torch
+import helpers
+from pkg import width
+class Counting(torch.nn.Linear):
+    forwards = 0
+    def forward(self, x):
+        Counting.forwards += 1
+        # Draws from every global generator, as a model's own augmentation might.
+        return super().forward(x) + 0 * (random.random() + float(numpy.random.rand()) + float(torch.rand(1)))
+def model():
+    return Counting(width, 2)
+def data(rank, world):
+    return helpers.pairs(), helpers.pairs()
+"""
+
+PROV_HELPERS = """
+import torch
+def pairs():
+    return torch.ones(8, 4), torch.zeros(8, dtype=torch.long)
+"""
+
+
+def provenance(tmp):
+    import hashlib
+    import numpy
+    import terse.train as driver
+
+    def sha(path):
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+    mods = os.path.join(tmp, "mods")
+    os.makedirs(os.path.join(mods, "pkg"))
+    for name, text in (("model.py", PROV_MODEL), ("helpers.py", PROV_HELPERS), ("unused.py", "x = 1\n"),
+                       ("pkg/__init__.py", "from .layers import width\n"), ("pkg/layers.py", "width = 4\n")):
+        open(os.path.join(mods, name), "w").write(text)
+    cfg = os.path.join(mods, "study.textproto")
+    open(cfg, "w").write('study: "prov"\nworkload { name: "pytorch" pytorch { module: "model.py" } }\n'
+                         'data { batch_size: 4 }\ncompressor { name: "none" }\n')
+    # Run from another folder holding a file of the module's name, through a link to the module's folder: the
+    # config's folder names the module, by its canonical path.
+    elsewhere = os.path.join(tmp, "elsewhere")
+    os.makedirs(elsewhere)
+    open(os.path.join(elsewhere, "model.py"), "w").write("decoy = True\n")
+    os.symlink(mods, os.path.join(tmp, "link"))
+    os.chdir(elsewhere)
+    main = os.path.realpath(os.path.join(mods, "model.py"))
+    text = terse.Recipe(os.path.join("..", "link", "study.textproto")).text
+    check('module: "%s"' % main in text, "terse.Recipe's text should name the module by its canonical path %s:\n%s"
+          % (main, text))
+
+    user = driver._load_module(main)
+    model = user.model()
+    train_x, train_y = user.data(0, 1)[0]
+    # The check forward restores every global generator it drew from (the model's own count it cannot).
+    random.seed(5)
+    numpy.random.seed(6)
+    torch.manual_seed(7)
+    before = (random.getstate(), numpy.random.get_state(), torch.get_rng_state())
+    spec = types.SimpleNamespace(pt={"module": main}, batch=4)
+    driver.check_fit(spec, model, (train_x, train_y, train_x, train_y), torch.device("cpu"), 0, 1)
+    after = (random.getstate(), numpy.random.get_state(), torch.get_rng_state())
+    check(after[0] == before[0], "check_fit left Python's random state changed")
+    check(after[1][0] == before[1][0] and numpy.array_equal(after[1][1], before[1][1])
+          and after[1][2:] == before[1][2:], "check_fit left numpy's random state changed")
+    check(torch.equal(after[2], before[2]), "check_fit left torch's random state changed")
+    check(user.Counting.forwards == 1, "the check forward ran %d forwards" % user.Counting.forwards)
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    root = os.path.join(tmp, "results")
+
+    def logged(variant, description):
+        logger = terse.torch.ResultsLogger(root, study="prov", variant=variant, module=model, description=description)
+        logger.record(0.5, step=1)
+        logger.finish()
+        return json.load(open(os.path.join(root, "prov", variant, "provenance.json")))
+
+    # The module and what it imported from its folder (a sibling, a package), not unused.py nor the decoy.
+    prov = logged("canonical", text)
+    files = prov.get("module_files", {})
+    expected = {name: sha(os.path.join(mods, name)) for name in ("model.py", "helpers.py", "pkg/__init__.py",
+                                                                "pkg/layers.py")}
+    check(files == expected, "module_files: %s, expected %s" % (files, expected))
+    listing = "".join("%s  %s\n" % (expected[name], name) for name in sorted(expected))
+    hook = prov.get("hook", {})
+    check(hook.get("module_sha256") == expected["model.py"]
+          and hook.get("module_files_sha256") == hashlib.sha256(listing.encode()).hexdigest(),
+          "provenance.json's hook: %s" % hook)
+    check("torchvision" not in hook, "torchvision recorded, but nothing imported it: %s" % hook)
+    # A hand-written description naming the module relative to nothing: not the working directory's decoy.
+    prov = logged("relative", 'workload { name: "pytorch" pytorch { module: "model.py" } }')
+    hook = prov.get("hook", {})
+    check(hook.get("module_sha256", "").startswith("not recorded: 'model.py' is relative")
+          and "module_files" not in prov and "module_files_sha256" not in hook,
+          "a relative module should be said not hashed: %s" % prov)
+    import torchvision
+    hook = logged("torchvision", "").get("hook", {})
+    check(hook == {"torchvision": torchvision.__version__}, "torchvision's version: %s" % hook)
+    dist.destroy_process_group()
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
                                     "variable_size", "chained_order", "in_place", "chained_one_round",
-                                    "settle_later", "unused_parameters", "disagree"])
+                                    "settle_later", "unused_parameters", "disagree", "provenance"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -1532,6 +1641,8 @@ def main():
             spawn(layout, os.path.join(tmp, "store2"))
         elif ARGS.case == "variable_size":
             spawn(variable_size)
+        elif ARGS.case == "provenance":
+            provenance(tmp)
         else:
             accuracy(tmp)
     print("%s: ok" % ARGS.case)

@@ -27,6 +27,12 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
   unused_parameters  DDP's find_unused_parameters: a model with a branch it never uses is refused naming the field
             and trains with it set (a variant of its own, which the refusal does not skip); a model whose branch
             only some steps take fails at the step after, naming the field instead of torch's page of causes
+  provenance  what a run's folder says of its code and data: a module importing a sibling and a package, run from
+            another folder, then with the sibling edited from a config naming the module by an absolute path through
+            a link: the config names the module by its canonical path both times and holds no data fields the module
+            replaced, `terse compare` warns of different workloads only beside a folder naming another module, the
+            module's own hash stays and the hash over its files changes (shown by `terse compare --provenance`), and
+            the plugin is recorded where it was loaded from (the build tree, as a native run records it)
 """
 
 import argparse
@@ -141,6 +147,12 @@ variants {
              for v in ("gpt-dense", "resnet-topk")}
     check(hooks["gpt-dense"].get("module_sha256") == hashlib.sha256(code).hexdigest()
           and "module_sha256" not in hooks["resnet-topk"], "provenance.json's hook: %s" % hooks)
+    # The torchvision model's run records torchvision's version (torch's is in the transport); the module's, which
+    # imports no torchvision, does not.
+    version = subprocess.run([sys.executable, "-c", "import torchvision; print(torchvision.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    check(hooks["resnet-topk"].get("torchvision") == version and "torchvision" not in hooks["gpt-dense"],
+          "torchvision %s, provenance.json's hook: %s" % (version, hooks))
     check("resnet-topk" in p.stdout and "gpt-dense" in p.stdout, "terse run's table:\n%s" % p.stdout)
     table = run([ARGS.terse, "compare", os.path.join(out, "pt"), "--format", "csv"], cwd=tmp).stdout
     rows = {line.split(",")[1] for line in table.splitlines() if "," in line}
@@ -661,18 +673,93 @@ variants { name: "sometimes" overrides { workload { pytorch { module: "sometimes
     print("unused_parameters: %s" % sometimes["error"][:200])
 
 
+PROV_MODEL = """
+import torch
+import helpers
+from pkg import width
+def model():
+    return torch.nn.Linear(width, 2)
+def data(rank, world):
+    return helpers.pairs(), helpers.pairs()
+"""
+
+PROV_HELPERS = """
+import torch
+def pairs():
+    return torch.ones(8, 4), torch.zeros(8, dtype=torch.long)
+"""
+
+
+def provenance(tmp):
+    mods = os.path.join(tmp, "mods")
+    os.makedirs(os.path.join(mods, "pkg"))
+    for name, text in (("model.py", PROV_MODEL), ("other.py", PROV_MODEL.replace("Linear(width, 2)",
+                                                                              "Linear(width, 3)")),
+                       ("helpers.py", PROV_HELPERS), ("pkg/__init__.py", "from .layers import width\n"),
+                       ("pkg/layers.py", "width = 4\n")):
+        open(os.path.join(mods, name), "w").write(text)
+    os.symlink(mods, os.path.join(tmp, "link"))
+    other_dir = os.path.join(tmp, "other")
+    os.makedirs(other_dir)
+    out = os.path.join(tmp, "results")
+    main = os.path.realpath(os.path.join(mods, "model.py"))
+    # a: relative to the config, run from another folder; b: the sibling edited, the module named absolute through a
+    # link by a config elsewhere.
+    for name, cfg, module in (("a", os.path.join(mods, "a.textproto"), "model.py"),
+                              ("b", os.path.join(other_dir, "b.textproto"), os.path.join(tmp, "link", "model.py"))):
+        if name == "b":
+            with open(os.path.join(mods, "helpers.py"), "a") as f:
+                f.write("# edited\n")
+        open(cfg, "w").write(study(name, 'module: "%s" max_steps_per_epoch: 1' % module, 'variants { name: "v" }'))
+        run([ARGS.terse, "run", cfg, "--out", out], cwd=other_dir)
+    configs = {n: open(os.path.join(out, n, "v", "config.textproto")).read() for n in "ab"}
+    provs = {n: json.load(open(os.path.join(out, n, "v", "provenance.json"))) for n in "ab"}
+    # c: a's folder as a run of another module would have written it (a third training run would add nothing here).
+    shutil.copytree(os.path.join(out, "a"), os.path.join(out, "c"))
+    open(os.path.join(out, "c", "v", "config.textproto"), "w").write(
+        configs["a"].replace('study: "a"', 'study: "c"').replace(main, os.path.realpath(os.path.join(mods,
+                                                                                                   "other.py"))))
+    for n in "ab":
+        check('module: "%s"' % main in configs[n], "%s: the module by its canonical path %s:\n%s"
+              % (n, main, configs[n]))
+    # data() replaced the data set: the config claims none (test_subset was set in the config's data block).
+    for field in ("dataset_dir", "train_subset", "test_subset"):
+        check(field not in configs["a"], "a: config.textproto names data.%s:\n%s" % (field, configs["a"]))
+    ha, hb = provs["a"]["hook"], provs["b"]["hook"]
+    check(ha["module_sha256"] == hb["module_sha256"] and ha["module_files_sha256"] != hb["module_files_sha256"],
+          "an edited sibling: module_sha256 stays, module_files_sha256 changes: %s, %s" % (ha, hb))
+    check(sorted(provs["a"]["module_files"]) == ["helpers.py", "model.py", "pkg/__init__.py", "pkg/layers.py"]
+          and provs["a"]["module_files"]["helpers.py"] != provs["b"]["module_files"]["helpers.py"],
+          "module_files: %s, %s" % (provs["a"]["module_files"], provs["b"]["module_files"]))
+    # Where the plugin came from: the build tree's, as a native run records it, not the --plugin-path the driver was
+    # once handed every folder as.
+    origins = {p["origin"] for n in "ab" for p in provs[n]["plugins"]}
+    check(origins == {"build tree"}, "plugin origins %s" % origins)
+    same = run([ARGS.terse, "compare", os.path.join(out, "a"), os.path.join(out, "b"), "--format", "csv"], cwd=tmp)
+    check("different workloads" not in same.stderr, "one module, two paths: `terse compare` warned:\n%s" % same.stderr)
+    shown = run([ARGS.terse, "compare", "--provenance", os.path.join(out, "a"), os.path.join(out, "b"), "--format",
+                 "json"], cwd=tmp).stdout
+    hooks = {r["study"]: r.get("hook") for r in json.loads(shown)["runs"]}
+    check(hooks["a"] != hooks["b"] and "module_files_sha256=" in hooks["a"],
+          "`terse compare --provenance` should show the edit: %s" % hooks)
+    differ = run([ARGS.terse, "compare", os.path.join(out, "a"), os.path.join(out, "c"), "--format", "csv"], cwd=tmp)
+    check("different workloads" in differ.stderr, "another module: `terse compare` did not warn:\n%s" % differ.stderr)
+    print("provenance: %d module files, plugin from %s" % (len(provs["a"]["module_files"]), origins.pop()))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
-                                    "unused_parameters"])
+                                    "unused_parameters", "provenance"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
     ARGS = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
-         "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters}[ARGS.case](tmp)
+         "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters,
+         "provenance": provenance}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

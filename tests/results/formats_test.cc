@@ -298,14 +298,20 @@ TEST(ProvenanceTable, ShowsResolvedParameters) {
 }
 
 // A PyTorch hook's granularity (provenance.json's "hook", which the experiment schema has no field for) shows beside
-// the transport and in its own column; a native run's provenance.json has no "hook".
+// the transport and in its own column; a native run's provenance.json has no "hook" and no "module_files".
 TEST(ProvenanceTable, ShowsTheHooksSettings) {
   const fs::path root = freshDir("ProvenanceHook");
   RunSpec hooked("s", "hooked", "topk", false, {{100, 0.5, 1000, 1.0}});
   hooked.hook = {{"granularity", "bucket"}};
-  writeRun(root, hooked);
+  // A module workload's files are provenance.json's own object; the table shows the hook's digest over them.
+  hooked.module_files = {{"model.py", "aa"}, {"pkg/layers.py", "bb"}};
+  const fs::path hooked_dir = writeRun(root, hooked);
+  const auto written = parseJson(readText(hooked_dir / "provenance.json"));
+  ASSERT_TRUE(written);
+  EXPECT_EQ(written->at("module_files").dump(), R"({"model.py":"aa","pkg/layers.py":"bb"})");
   const fs::path native = writeRun(root, RunSpec("s", "native", "none", false, {{100, 0.5, 1000, 1.0}}));
   EXPECT_EQ(readText(native / "provenance.json").find("\"hook\""), std::string::npos);
+  EXPECT_EQ(readText(native / "provenance.json").find("\"module_files\""), std::string::npos);
   std::vector<std::string> w;
   const auto runs = loadRuns({root}, w);
   ASSERT_EQ(runs.size(), 2u) << joined(w);

@@ -52,6 +52,7 @@ struct RunSpec {
   std::string plugin_path;         // the compressor's file; empty: /plugins/terse_compressor_<compressor>.so (none)
   std::optional<Params> resolved;  // what the compressor reported (resolved_params_v1.h); nullopt: not reported
   std::vector<std::pair<std::string, std::string>> hook;  // provenance "hook" (a PyTorch hook's run); empty: none
+  std::vector<std::pair<std::string, std::string>> module_files;  // provenance "module_files"; empty: none
   // A repeat (experiment.proto's seeds): `seeds` as the config lists them ("[1, 2, 3]") and this run's seed; the run
   // then goes to <study>/<variant>/seed-<seed>/ as the runner writes it.
   std::string seeds;
@@ -87,6 +88,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     p.world_size = 4;
     p.link = {{"bandwidth", "1Gbps"}, {"latency", "50us"}};
     p.hook = s.hook;
+    p.module_files = s.module_files;
     if (s.simulated) {
       p.clock = "simulated";
       p.simulation = {{"platform", "simgrid 3.32 CM02"},

@@ -1622,6 +1622,75 @@ def _param_bytes(module):
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
+def _file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _installed(path):
+    """Whether `path` is a file of an installed package (a virtual environment's, say, kept in the module's folder):
+    the package's version is what changes it, not the user's code."""
+    parts = path.split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
+
+
+def _code_provenance(description):
+    """What provenance.json records of the run's code beyond terse's own (hook_results.h, CodeProvenance): "hook"
+    entries and a module workload's files, as (hook pairs, file pairs).
+
+    The module named by the description (workload.pytorch.module): "module_sha256", its file's hash;
+    "module_files_sha256", the hash of the sha256sum listing ("<hash>  <path>" lines, sorted by path) of every file of
+    the module's folder tree that this process imported by now -- the module itself and the sys.modules entries whose
+    file lies under its folder, packages installed there left out -- so a sibling the module imports changes it too;
+    each file is listed under "module_files". Called once model() and data() have run, which may import more; a file
+    first imported later (in the forward, say) is not listed. A relative path is not hashed: the description, text
+    and not a file, has no config folder to name it from (terse.Recipe and terse run give it absolute), and the
+    working directory's file of that name may be another one; the entry says so instead.
+
+    "torchvision": its version, when this process has imported torchvision (a torchvision model, or a module or
+    script that uses it); not imported, it cannot have changed the run, and importing it here would cost a second."""
+    hook, files = [], []
+    try:
+        path = _terse.description_module(str(description)) if description else ""
+    except _terse.Error:
+        return [], []  # HookResults raises it, after its checks of the names, as before
+    if path:
+        if not os.path.isabs(path):
+            hook.append(("module_sha256", "not recorded: %r is relative, and a description has no config folder to "
+                         "resolve it from (give an absolute path, or terse.Recipe(config).text)" % path))
+        else:
+            main = os.path.realpath(path)
+            folder = os.path.dirname(main)
+            try:
+                hook.append(("module_sha256", _file_sha256(main)))
+            except OSError as e:
+                hook.append(("module_sha256", "not recorded: %s: %s" % (path, e.strerror or e)))
+            else:
+                found = {main}
+                for m in list(sys.modules.values()):
+                    f = getattr(m, "__file__", None)
+                    if not isinstance(f, str):
+                        continue
+                    f = os.path.realpath(f)
+                    if f.startswith(folder + os.sep) and not _installed(os.path.relpath(f, folder)) \
+                            and os.path.isfile(f):
+                        found.add(f)
+                for f in sorted(found, key=lambda f: os.path.relpath(f, folder)):
+                    try:
+                        files.append((os.path.relpath(f, folder), _file_sha256(f)))
+                    except OSError as e:
+                        files.append((os.path.relpath(f, folder), "not recorded: %s" % (e.strerror or e)))
+                listing = "".join("%s  %s\n" % (h, name) for name, h in files)
+                hook.append(("module_files_sha256", hashlib.sha256(listing.encode()).hexdigest()))
+    torchvision = sys.modules.get("torchvision")
+    if torchvision is not None and isinstance(getattr(torchvision, "__version__", None), str):
+        hook.append(("torchvision", torchvision.__version__))
+    return hook, files
+
+
 class ResultsLogger:
     """A terse results folder for a PyTorch run: <root>/<study>/<variant>/ with config.textproto, provenance.json,
     metrics.jsonl and status.json, the folder `terse run` writes, so `terse compare` sets the run beside native ones.
@@ -1638,7 +1707,9 @@ class ResultsLogger:
     [A-Za-z0-9._-], not "." or ".." (terse.InvalidArgument otherwise, before anything is written). `variant` defaults
     to the compressor's name with `state=`, "ddp" without. `seed=N` makes the run one of the variant's repeats over
     seeds, written to <variant>/seed-N/ as `terse run --seeds` writes them, which `terse compare` shows as one row with
-    intervals; with `state=` it must be the state's seed.
+    intervals; with `state=` it must be the state's seed. provenance.json also records the code: the module the
+    description names, with every file of its folder this process has imported by then (build the logger after
+    model() and data() ran), and torchvision's version once imported (_code_provenance).
 
     record() after finish() raises terse.InvalidArgument. The first finish() settles the folder's status; a later one
     changes nothing (a `finally:` may call it again), but an error after the run was marked completed raises
@@ -1662,8 +1733,10 @@ class ResultsLogger:
                      "the hook's own counts are logged")
             # The loaded plugin's name, not state.compressor, which may be a path to its file.
             variant = state.plugin["name"] if variant is None else variant
+            code_hook, module_files = _code_provenance(description)
             self._results = _terse.HookResults(state._agg, str(root), study, str(variant), str(description),
-                                               torch.__version__, repeat_seed=seed)
+                                               torch.__version__, repeat_seed=seed, code_hook=code_hook,
+                                               module_files=module_files)
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
             self._folder = os.path.join(str(root), study, str(variant), *(() if seed is None else ("seed-%d" % seed,)))
             return
@@ -1677,9 +1750,11 @@ class ResultsLogger:
                  and bytes_per_step >= 0, "ResultsLogger: bytes_per_step must be a non-negative integer, got %r"
                  % (bytes_per_step,))
         variant = "ddp" if variant is None else variant
+        code_hook, module_files = _code_provenance(description)
         self._results = _terse.HookResults.baseline(process_group, str(root), study, str(variant),
                                                     str(compressor or "none"), int(bytes_per_step),
-                                                    str(description), torch.__version__, repeat_seed=seed)
+                                                    str(description), torch.__version__, repeat_seed=seed,
+                                                    code_hook=code_hook, module_files=module_files)
 
     @property
     def results_dir(self):

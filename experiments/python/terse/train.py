@@ -31,6 +31,7 @@ import difflib
 import importlib.util
 import math
 import os
+import random
 import re
 import sys
 import tempfile
@@ -333,7 +334,9 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
     step). `loss` is the module's loss(output, labels), None for cross-entropy. Raises WorkloadError naming data() and
     model() (or loss()) and what does not fit; UserCodeError when the forward or loss() fails in the module's own code.
     The model comes back as it was: its gradients unset, its buffers (batch norm's statistics) and the random state
-    untouched."""
+    untouched -- torch's generators, Python's `random` and numpy's global generator (when numpy is imported), so a run
+    trains as it would without the check. What the model keeps in its own Python attributes (a count of its forwards,
+    a cache) cannot be restored in general: such a model sees one forward more than its training steps."""
     path = spec.pt["module"]
     fn = "workload.pytorch.module: model() and data(%d, %d) in %s" % (rank, world, path)
     train_x, train_y, test_x, test_y = data
@@ -350,6 +353,12 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
     floats = sorted({_dtype(p) for p in model.parameters() if p.is_floating_point()})
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     skipped = False
+    # A forward may draw from Python's and numpy's global generators too (a random crop, dropout of one's own):
+    # training's first step must see them as they were. numpy only when something imported it: its state cannot have
+    # changed otherwise.
+    py_random = random.getstate()
+    numpy = sys.modules.get("numpy")
+    np_random = numpy.random.get_state() if numpy is not None else None
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         try:
             out = model(x)
@@ -423,6 +432,9 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
         finally:
             for b, kept in buffers:
                 b.data.copy_(kept)
+            random.setstate(py_random)
+            if np_random is not None:
+                numpy.random.set_state(np_random)
     unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     model.zero_grad(set_to_none=True)
     if skipped:
