@@ -101,7 +101,7 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   // A little slack so a slightly-too-long push still arrives whole and is refused with the precise reason; a longer
   // one fails the receive itself (also refused, with the transport's message).
   max_request_bytes_ = kPsRequestHeaderBytes + max_payload + 64;
-  reply_buf_.resize(psMaxReplyBytes(plan_, shard));
+  pull_frame_bytes_ = psMaxReplyBytes(plan_, shard);
   for (int w = 0; w < num_workers; ++w) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->buffer.resize(static_cast<std::size_t>(max_request_bytes_));
@@ -175,24 +175,66 @@ uint64_t ParamServerShard::minPulled() const {
 }
 
 void ParamServerShard::reply(int worker, const PsReplyHeader& h, std::span<const std::byte> body) {
-  std::byte* p = reply_buf_.data();
+  auto frame = std::make_shared<std::vector<std::byte>>(kPsReplyHeaderBytes + body.size());
   PsReplyHeader hh = h;
   hh.payload_bytes = body.size();
-  encodePsReply(hh, std::span<std::byte, kPsReplyHeaderBytes>(p, kPsReplyHeaderBytes));
-  if (!body.empty() && body.data() != p + kPsReplyHeaderBytes)
-    std::memcpy(p + kPsReplyHeaderBytes, body.data(), body.size());
-  const uint64_t n = kPsReplyHeaderBytes + body.size();
-  comm::FrameMeta meta{comm::OpKind::kP2P, kPsReplyTag, h.piece};
-  // Blocking: the reply buffer is reused for the next reply. Replies are small or go to a worker that waits on them.
+  encodePsReply(hh, std::span<std::byte, kPsReplyHeaderBytes>(frame->data(), kPsReplyHeaderBytes));
+  if (!body.empty()) std::memcpy(frame->data() + kPsReplyHeaderBytes, body.data(), body.size());
+  const std::size_t n = frame->size();
+  send(worker, std::move(frame), n, h.piece);
+}
+
+void ParamServerShard::send(int worker, std::shared_ptr<const std::vector<std::byte>> frame, std::size_t n,
+                            uint64_t piece) {
+  const comm::FrameMeta meta{comm::OpKind::kP2P, kPsReplyTag, piece};
+  // Not waited on: the replies to every worker share the shard's NIC as the link model says, instead of taking turns
+  // at one reply's latency and transfer each (a step of W workers took W of them). The frame lives in `sending_` until
+  // the send completed (collectSends); a worker's replies still arrive in order (one tag, one link).
+  comm::Request request;
   try {
-    transport_.send(workerRank(plan_.num_shards, worker), meta, std::span<const std::byte>(p, n));
+    request =
+        transport_.isend(workerRank(plan_.num_shards, worker), meta, std::span<const std::byte>(frame->data(), n));
   } catch (const comm::CommError& e) {
     if (transport_.aborted()) throw;
     lose(worker, e.what());  // the worker's connection alone failed: it is dropped, the others go on
     return;
   }
-  std::lock_guard lock(mutex_);
-  stats_.bytes_out[static_cast<std::size_t>(worker)] += comm::frameWireBytes(n);
+  {
+    // Counted when sent, as the transport counts it: a send that fails later was still counted by both.
+    std::lock_guard lock(mutex_);
+    stats_.bytes_out[static_cast<std::size_t>(worker)] += comm::frameWireBytes(n);
+  }
+  sending_.push_back(Sending{worker, std::move(frame), std::move(request)});
+}
+
+void ParamServerShard::releasePull() {
+  if (last_pull_.frame && last_pull_.frame.use_count() == 1) spare_.push_back(std::move(last_pull_.frame));
+  last_pull_ = {};
+}
+
+void ParamServerShard::collectSends() {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < sending_.size(); ++i) {
+    Sending& s = sending_[i];
+    bool done = false;
+    try {
+      done = s.request.test();
+    } catch (const comm::CommError& e) {
+      if (transport_.aborted()) throw;
+      lose(s.worker, e.what());
+      done = true;
+    }
+    if (done) {
+      s.request = {};
+      // A pull frame nobody else holds (no other send, not the shared last pull) goes back to the pool.
+      if (s.frame.use_count() == 1 && s.frame->size() == pull_frame_bytes_)
+        spare_.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(s.frame)));
+      continue;
+    }
+    if (kept != i) sending_[kept] = std::move(s);
+    ++kept;
+  }
+  sending_.resize(kept);
 }
 
 void ParamServerShard::lose(int worker, const std::string& why) {
@@ -278,9 +320,32 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       // SSP read condition (Ho et al. 2013): a worker at clock t reads only once every live worker completed t - s.
       if (ahead(h.step, minCompleted())) return false;
       const auto& pieces = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
+      const PsReplyHeader r{PsStatus::kOk, h.dtype, h.step, pieces.size(), 0};
+      slot.pulled = std::max(slot.pulled, h.step + 1);
+      // Workers that pull the same step between the same pushes get the same bytes (every pull of a step in lockstep):
+      // one frame serves them all, sent from while it is in flight to each.
+      if (!rows && last_pull_.frame && last_pull_.epoch == params_epoch_ && last_pull_.dtype == h.dtype &&
+          last_pull_.step == h.step) {
+        {
+          std::lock_guard lock(mutex_);
+          ++stats_.pulls_served;
+        }
+        send(worker, last_pull_.frame, last_pull_.bytes, r.piece);
+        return true;
+      }
       const uint64_t n =
           rows ? psRowPullBodyBytes(plan_, shard_, ids, h.dtype) : psPullBodyBytes(plan_, shard_, h.dtype);
-      const std::span<std::byte> body(reply_buf_.data() + kPsReplyHeaderBytes, static_cast<std::size_t>(n));
+      std::shared_ptr<std::vector<std::byte>> out;
+      if (!spare_.empty()) {
+        out = std::move(spare_.back());
+        spare_.pop_back();
+      } else {
+        out = std::make_shared<std::vector<std::byte>>(pull_frame_bytes_);
+      }
+      PsReplyHeader hh = r;
+      hh.payload_bytes = n;
+      encodePsReply(hh, std::span<std::byte, kPsReplyHeaderBytes>(out->data(), kPsReplyHeaderBytes));
+      const std::span<std::byte> body(out->data() + kPsReplyHeaderBytes, static_cast<std::size_t>(n));
       {
         std::lock_guard lock(mutex_);
         if (rows)
@@ -289,8 +354,12 @@ bool ParamServerShard::process(int worker, Slot& slot) {
           encodePsPullBody(piece_versions_, params_, h.dtype, body);
         ++stats_.pulls_served;
       }
-      slot.pulled = std::max(slot.pulled, h.step + 1);
-      reply(worker, PsReplyHeader{PsStatus::kOk, h.dtype, h.step, pieces.size(), 0}, body);
+      const std::size_t bytes = kPsReplyHeaderBytes + static_cast<std::size_t>(n);
+      if (!rows) {
+        releasePull();
+        last_pull_ = LastPull{out, bytes, params_epoch_, h.dtype, h.step};
+      }
+      send(worker, std::move(out), bytes, r.piece);
       return true;
     }
     case PsOp::kPush:
@@ -400,6 +469,7 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
       }
     }
     ++piece_versions_[li];
+    ++params_epoch_;
     ++stats_.pushes_applied;
     ++stats_.staleness[tau];
   }
@@ -448,10 +518,17 @@ void ParamServerShard::run() {
       shard.snapshot_cv_.notify_all();
     }
   } finish{*this};
+  // Replies still in flight when run() ends go to workers that left or died: dropped (a dropped send keeps its frame's
+  // bytes for the peer, request.h), before the frames they read from.
+  struct DropSends {
+    std::vector<Sending>& sending;
+    ~DropSends() { sending.clear(); }
+  } drop_sends{sending_};
   const comm::FrameMeta expect{comm::OpKind::kP2P, kPsRequestTag, comm::kNoTensor};
   ps_detail::IdleWait idle(transport_);
   while (!stop_.load()) {
     if (transport_.aborted()) throw comm::CommError("parameter server shard " + std::to_string(shard_) + ": aborted");
+    collectSends();
     bool progress = false, anyone = false;
     idle.mark();
     const auto now = rt::now();

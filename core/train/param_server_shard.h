@@ -29,11 +29,17 @@
 // transport counts on the shard's rank, except a frame the transport's receive itself refuses (longer than any valid
 // request): the transport counts it but does not report its length to the shard.
 //
-// Known limits (next parts of issue 7): replies are blocking sends, so a worker that dies between sending a request
-// and receiving a large (rendezvous-sized) reply can stall its shard; dead workers cannot rejoin; one thread per
-// shard sweeps its workers' receives, since the transport has no any-source receive: it blocks on the transport's
-// doorbell between sweeps where there is one (simulated time), and polls with a back-off elsewhere. stop() is seen at
-// the next sweep (with a doorbell: after the next frame or timeout; aborting the transport rings it at once).
+// Replies. A reply is sent without waiting for it (isend): a step's W pull replies leave together and share the
+// shard's NIC (with `nic: unlimited`, each on its own wire) as the link model says, rather than taking turns at one
+// reply's latency and transfer each (W of them a step). Each reply's frame is held until its send completed; workers
+// pulling the same step between the same pushes share one frame, so in lockstep one pull frame is in flight, and at
+// worst one per worker (W x psMaxReplyBytes of the shard). A worker that dies before reading its reply no longer holds
+// up the shard's other replies: its send is left in flight and dropped when run() returns.
+//
+// Known limits (next parts of issue 7): dead workers cannot rejoin; one thread per shard sweeps its workers'
+// receives, since the transport has no any-source receive: it blocks on the transport's doorbell between sweeps where
+// there is one (simulated time), and polls with a back-off elsewhere. stop() is seen at the next sweep (with a
+// doorbell: after the next frame or timeout; aborting the transport rings it at once).
 #pragma once
 
 #include <atomic>
@@ -140,6 +146,11 @@ class ParamServerShard {
   void update(uint64_t at, const float* g, uint64_t n, double lr);
   void refuse(int worker, const PsRequestHeader* h, const std::string& why);
   void reply(int worker, const PsReplyHeader& h, std::span<const std::byte> body);
+  // Starts sending frame[0, n) to the worker; the frame is held until the send completed.
+  void send(int worker, std::shared_ptr<const std::vector<std::byte>> frame, std::size_t n, uint64_t piece);
+  // Lets go of the replies whose sends completed (their pull frames back to spare_); drops a worker whose send failed.
+  void collectSends();
+  void releasePull();  // last_pull_ is out of date: its frame goes back to spare_ unless a send still holds it
   bool live(int worker, std::chrono::steady_clock::time_point now) const;
   uint64_t minCompleted() const;
   uint64_t minPulled() const;
@@ -159,7 +170,29 @@ class ParamServerShard {
   std::map<uint64_t, std::size_t> local_;             // piece id -> local index
   std::vector<std::unique_ptr<TensorCodec>> codecs_;  // [worker * local pieces + local], empty without compressor
   std::vector<float> grad_;                           // decode scratch, the largest piece
-  std::vector<std::byte> reply_buf_;
+  // Replies in flight (not waited on: replies to many workers share the shard's NIC). The frame is declared before the
+  // request, so that a request dropped unfinished (at the end of run()) is destroyed while its frame still lives.
+  struct Sending {
+    int worker = 0;
+    std::shared_ptr<const std::vector<std::byte>> frame;
+    comm::Request request;
+  };
+  std::vector<Sending> sending_;
+  // Pull frames (pull_frame_bytes_ each) whose sends completed, for the next pulls: at most as many exist as pull
+  // replies were in flight at once, W x pull_frame_bytes_ at worst, one in lockstep (last_pull_).
+  std::vector<std::shared_ptr<std::vector<std::byte>>> spare_;
+  std::size_t pull_frame_bytes_ = 0;
+  // The last dense pull's frame: a pull of the same step and dtype before the next push (params_epoch_) is the same
+  // bytes, sent again from the same frame.
+  struct LastPull {
+    std::shared_ptr<std::vector<std::byte>> frame;
+    std::size_t bytes = 0;
+    uint64_t epoch = 0;
+    DType dtype = DType::kF32;
+    uint64_t step = 0;
+  };
+  LastPull last_pull_;
+  uint64_t params_epoch_ = 0;  // pushes applied: the parameters changed since a pull frame was encoded
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<bool> stop_{false};
   // The runtime's (core/common/runtime.h): the evaluation thread waits on snapshot_cv_, in simulated time too.
