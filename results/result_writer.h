@@ -130,8 +130,17 @@ struct MetricsRecord {
 //   staleness_hist_overflow  pushes with tau beyond the largest bucket the trainer keeps
 // and, per server shard k and worker w (wire bytes, frame headers included, cumulative):
 //   server<k>_bytes_in, server<k>_bytes_out   what shard k received and sent
-//   worker<w>_bytes_out, worker<w>_bytes_in   what worker w sent (pushes) and received (pulls); the record's
-//                                             wire_bytes_per_worker is the mean of worker<w>_bytes_out
+//   worker<w>_bytes_out, worker<w>_bytes_in   what worker w sent (pushes, clocks, pull requests, pings) and received
+//                                             (the shards' replies: pulls, acknowledgements)
+//   push_bytes_per_worker                     the mean of worker<w>_bytes_out
+//   pull_bytes_per_worker                     the mean of worker<w>_bytes_in
+//   push_payload_bytes_per_worker             the pushes' compressor output (raw f32 without one), per worker
+//   pull_payload_bytes_per_worker             the pull replies' bodies (parameters in pull_dtype, a u64 version per
+//                                             piece), per worker
+// A parameter-server record's wire_bytes_per_worker is push_bytes_per_worker + pull_bytes_per_worker (all the job put
+// on the network, over the workers, as a sync run's is its ranks' sends over the ranks) and its
+// payload_bytes_per_worker push_payload_bytes_per_worker + pull_payload_bytes_per_worker. Records written before
+// these keys existed counted the pushes alone (worker<w>_bytes_out); `terse compare` recounts them (reader.h).
 //   workers_live                              workers not dropped (or failed) so far
 //   worker<w>_left_step, worker<w>_left_s     once worker w stopped early: its steps done and the run's wall time
 //   worker<w>_dropped_s                       once the servers dropped it after their worker_timeout
@@ -142,6 +151,10 @@ inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";
 inline constexpr std::string_view kStalenessMaxKey = "staleness_max";
 inline constexpr std::string_view kStalenessHistPrefix = "staleness_hist_";
 inline constexpr std::string_view kStalenessHistOverflowKey = "staleness_hist_overflow";
+inline constexpr std::string_view kPushBytesKey = "push_bytes_per_worker";
+inline constexpr std::string_view kPullBytesKey = "pull_bytes_per_worker";
+inline constexpr std::string_view kPushPayloadBytesKey = "push_payload_bytes_per_worker";
+inline constexpr std::string_view kPullPayloadBytesKey = "pull_payload_bytes_per_worker";
 
 std::string metricsRecordJson(const MetricsRecord& record);
 std::string provenanceJson(const Provenance& provenance);

@@ -170,6 +170,7 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<c
                                            : psRowPullBodyBytes(plan_, k, want, options_.pull_dtype);
     TERSE_CHECK(h.dtype == options_.pull_dtype && h.piece == ids.size() && h.payload_bytes == expected, InvalidPayload,
                 "parameter server client: malformed pull reply from shard " << k);
+    pull_payload_bytes_ += h.payload_bytes;
     std::vector<uint64_t> versions(ids.size());
     const std::span<const std::byte> b(body, h.payload_bytes);
     if (want.empty()) {

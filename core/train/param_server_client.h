@@ -60,6 +60,9 @@ class ParamServerClient {
   const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
   double encodeSeconds() const { return encode_s_; }                   // codec encode time of every push so far
   uint64_t payloadBytes() const { return payload_bytes_; }  // compressed (or raw f32) payload bytes pushed so far
+  // Bodies of the pull replies received so far (the values in pull_dtype and a u64 version per piece; for a row pull,
+  // its rows): what the shards sent down beside their reply headers.
+  uint64_t pullPayloadBytes() const { return pull_payload_bytes_; }
 
  private:
   // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
@@ -79,6 +82,7 @@ class ParamServerClient {
   std::array<std::byte, kPsRequestHeaderBytes> ping_{};
   double encode_s_ = 0;
   uint64_t payload_bytes_ = 0;
+  uint64_t pull_payload_bytes_ = 0;
 };
 
 }  // namespace terse::train

@@ -144,7 +144,7 @@ void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<
                      std::span<const ShardTally> shards, const std::map<uint64_t, uint64_t>& hogwild_staleness) {
   const auto W = static_cast<int>(workers.size());
   train::StepTimes sum;
-  uint64_t payload = 0, sent = 0;
+  uint64_t payload = 0, pull_payload = 0, sent = 0, received = 0;
   for (const WorkerTally& w : workers) {
     sum.compute_s += w.times.compute_s;
     sum.compress_s += w.times.compress_s;
@@ -152,7 +152,9 @@ void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<
     sum.exposed_comm_s += w.times.exposed_comm_s;
     sum.step_s += w.times.step_s;
     payload += w.payload_bytes;
+    pull_payload += w.pull_payload_bytes;
     sent += w.bytes_out;
+    received += w.bytes_in;
   }
   const double n = static_cast<double>(std::max<int64_t>(1, worker_steps));
   m.compute_s_per_step = sum.compute_s / n;
@@ -160,8 +162,16 @@ void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<
   m.comm_s_per_step = sum.comm_s / n;
   m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
   m.step_s_per_step = sum.step_s / n;
-  m.payload_bytes_per_worker = payload / static_cast<uint64_t>(std::max(1, W));
-  m.wire_bytes_per_worker = sent / static_cast<uint64_t>(std::max(1, W));
+  const auto per_worker = static_cast<uint64_t>(std::max(1, W));
+  m.payload_bytes_per_worker = (payload + pull_payload) / per_worker;
+  m.wire_bytes_per_worker = (sent + received) / per_worker;
+  if (!shards.empty()) {
+    const double w = static_cast<double>(per_worker);
+    m.extra.emplace_back(std::string(results::kPushBytesKey), static_cast<double>(sent) / w);
+    m.extra.emplace_back(std::string(results::kPullBytesKey), static_cast<double>(received) / w);
+    m.extra.emplace_back(std::string(results::kPushPayloadBytesKey), static_cast<double>(payload) / w);
+    m.extra.emplace_back(std::string(results::kPullPayloadBytesKey), static_cast<double>(pull_payload) / w);
+  }
 
   std::map<uint64_t, uint64_t> hist = hogwild_staleness;
   std::vector<double> dropped(workers.size(), -1);

@@ -26,8 +26,9 @@ namespace terse::runner::detail {
 struct WorkerTally {
   int64_t steps = 0;
   train::StepTimes times;
-  uint64_t payload_bytes = 0;
-  uint64_t bytes_out = 0;  // its transport: sent (pushes, pulls' requests, pings) and received (replies)
+  uint64_t payload_bytes = 0;       // pushed: the compressor's output (raw f32 without one)
+  uint64_t pull_payload_bytes = 0;  // pulled: the pull replies' bodies (the parameters in pull_dtype, versions)
+  uint64_t bytes_out = 0;           // its transport: sent (pushes, pulls' requests, pings) and received (replies)
   uint64_t bytes_in = 0;
   int64_t left_step = -1;  // >= 0 once it stopped dead (fail_after_steps)
   double left_s = 0;       // when, in seconds of the run
@@ -68,6 +69,13 @@ bool rawPushes(const experiments::Experiment& e);
 
 // Fills the bytes, per-step times and the async keys of `m` (results/result_writer.h). `shards` empty = HOGWILD,
 // whose staleness is `hogwild_staleness` and which has no wire.
+//
+// A parameter-server job's wire bytes per worker are all it put on the network over the workers: every data frame goes
+// between a worker and a shard, so that is what the workers sent (pushes, clocks, pull requests, pings) plus what they
+// received (the shards' replies: pulls and acknowledgements), as a sync run's are every rank's sends over its ranks.
+// Counted at the workers, whose report holds both directions as of one moment (a shard's snapshot is of another).
+// The two directions are kept apart too (push_bytes_per_worker, pull_bytes_per_worker), and the payload bytes
+// likewise: the pushes' compressor output plus the pull replies' bodies.
 void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<const WorkerTally> workers,
                      std::span<const ShardTally> shards, const std::map<uint64_t, uint64_t>& hogwild_staleness);
 

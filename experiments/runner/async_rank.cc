@@ -139,6 +139,7 @@ void AsyncRank::worker(const World& world) {
     rep.set_exposed_comm_s(worker.totals().exposed_comm_s);
     rep.set_step_time_s(worker.totals().step_s);
     rep.set_payload_bytes(client.payloadBytes());
+    rep.set_pull_payload_bytes(client.pullPayloadBytes());
     const auto t = data_.traffic();
     rep.set_bytes_out(dataBytes(t, true));
     rep.set_bytes_in(dataBytes(t, false));
@@ -302,6 +303,7 @@ AsyncTallies AsyncRank::tallies() {
     wt.times.exposed_comm_s = r.exposed_comm_s();
     wt.times.step_s = r.step_time_s();
     wt.payload_bytes = r.payload_bytes();
+    wt.pull_payload_bytes = r.pull_payload_bytes();
     wt.bytes_out = r.bytes_out();
     wt.bytes_in = r.bytes_in();
     if (r.left_step() > 0) {

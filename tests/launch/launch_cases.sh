@@ -373,7 +373,8 @@ EOF
       [[ -s $a && -s $b ]] || fail "missing metrics for $v"
       [[ $(wc -l <"$a") -eq $(wc -l <"$b") ]] || fail "$v: $(wc -l <"$a") records in-process, $(wc -l <"$b") over tcp"
       [[ $(grep -o '"step":[^,}]*' "$a") == $(grep -o '"step":[^,}]*' "$b") ]] || fail "$v: steps differ"
-      for f in payload_bytes_per_worker wire_bytes_per_worker worker0_bytes_out worker1_bytes_in; do
+      for f in payload_bytes_per_worker wire_bytes_per_worker worker0_bytes_out worker1_bytes_in push_bytes_per_worker \
+        pull_bytes_per_worker push_payload_bytes_per_worker pull_payload_bytes_per_worker; do
         [[ $(grep -o "\"$f\":[^,}]*" "$a") == $(grep -o "\"$f\":[^,}]*" "$b") ]] ||
           fail "$v: $f differs: $(grep -o "\"$f\":[^,}]*" "$a" | tr '\n' ' ') in process, $(grep -o "\"$f\":[^,}]*" "$b" | tr '\n' ' ') over tcp"
       done
@@ -388,6 +389,10 @@ EOF
       expect_in "$b" '"workers_live":2'
       expect_in tcp/ps/$v/status.json '"completed"'
       expect_in tcp/ps/$v/provenance.json '"ssp"'
+      # Over tcp too the wire bytes are both directions, the pulls included (experiments/runner/async_detail.h).
+      awk -v w="$(field "$b" wire_bytes_per_worker)" -v p="$(field "$b" push_bytes_per_worker)" \
+        -v q="$(field "$b" pull_bytes_per_worker)" 'BEGIN { d = w - p - q; exit !(q > 0 && d > -1 && d < 1) }' ||
+        fail "$v: wire_bytes_per_worker is not push_bytes_per_worker + pull_bytes_per_worker over tcp"
       # The final payload does not depend on timing: each worker pushed every step exactly once.
       [[ $(field "$a" payload_bytes_per_worker) == $(field "$b" payload_bytes_per_worker) ]] ||
         fail "$v: payload bytes differ"

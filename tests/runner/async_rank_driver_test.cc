@@ -10,6 +10,8 @@
 // 198 payload bytes per worker beside 1,980 wire bytes at the first record, now 220, ten pushes of each).
 // Retaken when a shard's replies stopped taking turns (param_server_shard.h, "Replies"): each step's communication
 // time halved, and with the changed arrival order the ASYNC accuracies and losses moved in their third or fourth digit.
+// Retaken again when the wire and payload bytes began counting the pulls (experiments/runner/async_detail.h): those two
+// fields changed and four were added (push_/pull_bytes_per_worker, push_/pull_payload_bytes_per_worker).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/frame.h"
+#include "core/train/param_server_plan.h"
+#include "core/train/param_server_wire.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/async_rank_driver.h"
 #include "experiments/runner/runner.h"
@@ -105,6 +110,49 @@ TEST(AsyncRanks, FiveRanksWithAWorkerThatStopsDeadWriteThePinnedRecords) {
   std::string text = asyncStudy(2, 3, " worker_timeout: \"0.05s\"");
   text += "worker_settings { worker: 2 fail_after_steps: 6 }\n";
   expectPinnedRecords(text, "async_s2w3");
+}
+
+// A dense parameter-server run's bytes, frame by frame: per worker and step one pull (a request header up to each
+// shard, a reply down with a u64 version per piece and the shard's range in f32) and one push (a header and the raw
+// values per piece, then a clock, each acknowledged by a reply header), and a goodbye to each shard at the end (no
+// pings: the simulated run is over long before a heartbeat is due). The wire bytes per worker are both directions, as a
+// sync run's are its ranks' sends: what the records counted before this was the pushes alone.
+TEST(AsyncRanks, WireBytesAreEveryPushAndPullFrame) {
+  constexpr int kServers = 2, kWorkers = 2;
+  auto loader = testLoader();
+  const auto records = runStudy(loader, asyncStudy(kServers, kWorkers, ""), freshDir("async_frames"));
+  ASSERT_FALSE(records.empty());
+  const Json& last = records.back();
+  const auto n = static_cast<uint64_t>(getNumber(last, "step").value_or(0));  // each worker's steps
+  ASSERT_GT(n, 0u);
+  const std::vector<uint64_t> numel = {10, 1};  // linear_regression: weight [1, 10], bias [1]
+  const train::PsPlan plan = train::planShards(numel, kServers);
+  uint64_t up = 0, down = 0, pull_body = 0;
+  for (int k = 0; k < kServers; ++k) {
+    const auto& pieces = plan.shard_pieces[static_cast<std::size_t>(k)];
+    if (pieces.empty()) continue;
+    const uint64_t body = train::psPullBodyBytes(plan, k, DType::kF32);
+    up += comm::frameWireBytes(train::kPsRequestHeaderBytes);  // pull request
+    down += comm::frameWireBytes(train::kPsReplyHeaderBytes + body);
+    pull_body += body;
+    for (uint64_t id : pieces) up += comm::frameWireBytes(train::kPsRequestHeaderBytes + plan.pieces[id].numel * 4);
+    up += comm::frameWireBytes(train::kPsRequestHeaderBytes);                        // clock
+    down += (pieces.size() + 1) * comm::frameWireBytes(train::kPsReplyHeaderBytes);  // acknowledgements
+  }
+  const uint64_t push = n * up + kServers * comm::frameWireBytes(train::kPsRequestHeaderBytes);  // + goodbyes
+  const uint64_t pull = n * down;
+  EXPECT_EQ(getNumber(last, "push_bytes_per_worker"), static_cast<double>(push));
+  EXPECT_EQ(getNumber(last, "pull_bytes_per_worker"), static_cast<double>(pull));
+  EXPECT_EQ(getNumber(last, "wire_bytes_per_worker"), static_cast<double>(push + pull));
+  EXPECT_EQ(getNumber(last, "worker0_bytes_in"), static_cast<double>(pull));
+  EXPECT_EQ(getNumber(last, "push_payload_bytes_per_worker"), static_cast<double>(n * 11 * 4));
+  EXPECT_EQ(getNumber(last, "pull_payload_bytes_per_worker"), static_cast<double>(n * pull_body));
+  EXPECT_EQ(getNumber(last, "payload_bytes_per_worker"), static_cast<double>(n * (11 * 4 + pull_body)));
+  // The shards sent what the workers received, and received what they sent.
+  EXPECT_EQ(*getNumber(last, "server0_bytes_out") + *getNumber(last, "server1_bytes_out"),
+            static_cast<double>(kWorkers * pull));
+  EXPECT_EQ(*getNumber(last, "server0_bytes_in") + *getNumber(last, "server1_bytes_in"),
+            static_cast<double>(kWorkers * push));
 }
 
 // Worker 1's compressor fails at its step 12: every other rank stops at once (no hang: the shards would otherwise

@@ -257,7 +257,13 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
     // Both ends count the same frames (pings included).
     EXPECT_EQ(to_servers, worker_out) << name;
     EXPECT_EQ(from_servers, worker_in) << name;
-    EXPECT_EQ(num(m, "wire_bytes_per_worker"), std::floor(worker_out / 3)) << name;
+    // The wire bytes are both directions: all the job put on the network, over the workers.
+    EXPECT_EQ(num(m, "push_bytes_per_worker"), worker_out / 3) << name;
+    EXPECT_EQ(num(m, "pull_bytes_per_worker"), worker_in / 3) << name;
+    EXPECT_EQ(num(m, "wire_bytes_per_worker"), std::floor((worker_out + worker_in) / 3)) << name;
+    EXPECT_NEAR(num(m, "payload_bytes_per_worker"),
+                num(m, "push_payload_bytes_per_worker") + num(m, "pull_payload_bytes_per_worker"), 1)
+        << name;
   }
   const auto& f32 = runs.at("f32").records[0];
   const auto& f16 = runs.at("f16_pull").records[0];
@@ -265,8 +271,13 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
   // Half-precision pulls halve the values on the way down (versions and headers stay).
   EXPECT_NEAR(num(f16, "worker0_bytes_in") / num(f32, "worker0_bytes_in"), 0.5, 0.02);
   EXPECT_NEAR(num(f16, "worker0_bytes_out"), num(f32, "worker0_bytes_out"), 0.01 * num(f32, "worker0_bytes_out"));
-  // Top-1% pushes (value + index per kept element) are a small fraction of the raw ones.
+  // Top-1% pushes (value + index per kept element) are a small fraction of the raw ones; the pulls are the same
+  // parameters in f32 whatever the pushes were, so the wire bytes are at best a little over half the dense run's.
   EXPECT_LT(num(topk, "worker0_bytes_out"), 0.05 * num(f32, "worker0_bytes_out"));
+  EXPECT_LT(num(topk, "push_bytes_per_worker"), 0.05 * num(f32, "push_bytes_per_worker"));
+  EXPECT_EQ(num(topk, "pull_bytes_per_worker"), num(f32, "pull_bytes_per_worker"));
+  EXPECT_EQ(num(topk, "pull_payload_bytes_per_worker"), num(f32, "pull_payload_bytes_per_worker"));
+  EXPECT_GT(num(topk, "wire_bytes_per_worker"), 0.5 * num(f32, "wire_bytes_per_worker"));
   EXPECT_GT(num(topk, "test_accuracy"), 0.5);
 }
 
