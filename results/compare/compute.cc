@@ -82,6 +82,8 @@ CompareRow makeRow(const RunData& run) {
   r.wire_bytes = last.wire_bytes;
   if (last.step > 0) r.wire_bytes_per_step = last.wire_bytes / static_cast<double>(last.step);
   r.payload_bytes = opt(last.payload_bytes);
+  r.push_bytes = opt(last.push_bytes);
+  r.pull_bytes = opt(last.pull_bytes);
   r.control_bytes = opt(last.control_bytes);
   r.negotiation_rounds = opt(last.negotiation_rounds);
   r.compute_s = opt(last.compute_s);
@@ -201,10 +203,11 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
     out.steps = std::min(out.steps, r.steps);
     out.simulated = out.simulated && r.simulated;
   }
-  for (auto field : {&CompareRow::final_accuracy, &CompareRow::best_accuracy, &CompareRow::wire_bytes,
-                     &CompareRow::wire_bytes_per_step, &CompareRow::payload_bytes, &CompareRow::control_bytes,
-                     &CompareRow::negotiation_rounds, &CompareRow::compute_s, &CompareRow::codec_s, &CompareRow::comm_s,
-                     &CompareRow::exposed_comm_s, &CompareRow::step_s})
+  for (auto field :
+       {&CompareRow::final_accuracy, &CompareRow::best_accuracy, &CompareRow::wire_bytes,
+        &CompareRow::wire_bytes_per_step, &CompareRow::payload_bytes, &CompareRow::push_bytes, &CompareRow::pull_bytes,
+        &CompareRow::control_bytes, &CompareRow::negotiation_rounds, &CompareRow::compute_s, &CompareRow::codec_s,
+        &CompareRow::comm_s, &CompareRow::exposed_comm_s, &CompareRow::step_s})
     out.*field = meanOf(rows, field);
   // To target only when every seed gets there: a mean over the lucky seeds would flatter the variant.
   out.to_target.reset();
@@ -301,6 +304,16 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       }
     }
     if (base != nullptr) t.baseline = base->variant;
+
+    std::string recounted;
+    for (const auto& v : variants)
+      if (std::any_of(v.second.begin(), v.second.end(), [](const RunData* r) { return r->pulls_recounted; }))
+        recounted += (recounted.empty() ? "`" : ", `") + v.second.front()->variant + "`";
+    if (!recounted.empty())
+      t.notes.push_back(recounted +
+                        ": recorded when a parameter server's wire_bytes_per_worker counted the workers' pushes alone; "
+                        "their wire bytes here add what the workers received (the pulls, worker<w>_bytes_in), as "
+                        "records now count them (their payload bytes stay the pushes' alone)");
 
     std::optional<double> base_per_step;
     for (const auto& [variant, seeds] : variants) {

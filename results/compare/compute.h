@@ -4,9 +4,13 @@
 // Definitions (the table's columns):
 //   final / best accuracy   the last evaluation point's test accuracy / the highest one
 //   wire bytes              the last point's cumulative wire bytes per worker (frame headers included); per step =
-//                           that / the last point's step
+//                           that / the last point's step. All the job put on the network over its workers: a sync
+//                           run's every rank's sends; a parameter server's both directions, push (what the workers
+//                           sent: pushes, clocks, pull requests, pings) + pull (what the shards sent back: pulls,
+//                           acknowledgements), shown apart as push / pull, so that ratios and bytes to target compare
+//                           across modes
 //   payload bytes           the last point's cumulative compressor output per worker that is sent (a SUM payload's
-//                           header stays on the rank)
+//                           header stays on the rank); a parameter server's adds the pull replies' bodies
 //   control bytes / rounds  the last point's cumulative bytes and rounds of the scheduler negotiation per worker:
 //                           control frames, headers included, not part of the wire bytes
 //   ratio                   baseline wire bytes per step / this variant's (per step, so a run that stopped early
@@ -90,6 +94,8 @@ struct CompareRow {
   int64_t steps = 0;
   std::optional<double> final_accuracy, best_accuracy;
   std::optional<double> wire_bytes, wire_bytes_per_step, payload_bytes, ratio;
+  // A parameter-server run's wire bytes per worker apart: push + pull = wire_bytes. None for a sync run.
+  std::optional<double> push_bytes, pull_bytes;
   // The scheduler negotiation's control frames and rounds per worker (not in wire_bytes); none for runs recorded
   // before they were.
   std::optional<double> control_bytes, negotiation_rounds;

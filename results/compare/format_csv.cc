@@ -35,7 +35,8 @@ std::string toCsv(const Comparison& c) {
        "staleness_max,staleness_p50,staleness_p90,error,clock,seeds,reached_target_seeds,final_accuracy_ci95,"
        "best_accuracy_ci95,wire_bytes_ci95,bytes_to_target_ci95,seconds_to_target_ci95,final_accuracy_p_vs_baseline,"
        "best_accuracy_p_vs_baseline,wire_bytes_p_vs_baseline,bytes_to_target_p_vs_baseline,"
-       "seconds_to_target_p_vs_baseline,control_bytes_per_worker,negotiation_rounds_per_worker\n";
+       "seconds_to_target_p_vs_baseline,control_bytes_per_worker,negotiation_rounds_per_worker,push_bytes_per_worker,"
+       "pull_bytes_per_worker\n";
   for (const auto& t : c.studies) {
     for (const auto& r : t.rows) {
       std::vector<std::string> cells = {csvCell(t.study),
@@ -78,6 +79,8 @@ std::string toCsv(const Comparison& c) {
         cells.push_back(csvNumber(st->p_vs_baseline));
       cells.push_back(csvNumber(r.control_bytes));
       cells.push_back(csvNumber(r.negotiation_rounds));
+      cells.push_back(csvNumber(r.push_bytes));
+      cells.push_back(csvNumber(r.pull_bytes));
       o << detail::joinLines(cells, ",") << '\n';
     }
   }

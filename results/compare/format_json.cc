@@ -34,6 +34,8 @@ Json rowJson(const CompareRow& r) {
          {"wire_bytes_per_worker", number(r.wire_bytes)},
          {"wire_bytes_per_step", number(r.wire_bytes_per_step)},
          {"payload_bytes_per_worker", number(r.payload_bytes)},
+         {"push_bytes_per_worker", number(r.push_bytes)},
+         {"pull_bytes_per_worker", number(r.pull_bytes)},
          {"control_bytes_per_worker", number(r.control_bytes)},
          {"negotiation_rounds_per_worker", number(r.negotiation_rounds)},
          {"ratio_vs_baseline", number(r.ratio)},

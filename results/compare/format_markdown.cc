@@ -79,11 +79,12 @@ std::string toMarkdown(const Comparison& c) {
   const std::string target = sig3(c.target);
   for (std::size_t s = 0; s < c.studies.size(); ++s) {
     const StudyTable& t = c.studies[s];
-    bool any_staleness = false, any_control = false;
+    bool any_staleness = false, any_control = false, any_push_pull = false;
     int simulated = 0, most_seeds = 1;
     for (const auto& r : t.rows) {
       most_seeds = std::max(most_seeds, r.seeds);
       any_control = any_control || r.control_bytes.has_value();
+      any_push_pull = any_push_pull || r.push_bytes.has_value() || r.pull_bytes.has_value();
       any_staleness = any_staleness || r.staleness.has_value();
       simulated += r.simulated ? 1 : 0;
     }
@@ -119,6 +120,8 @@ std::string toMarkdown(const Comparison& c) {
                                        sim + "exposed comm ms"};
     // Beside the wire bytes, never folded into them: their count depends on timing (result_writer.h).
     if (any_control) header.insert(header.begin() + 5, "control KB/worker (rounds)");
+    // A parameter server's wire bytes in their two directions (compute.h): both are in "wire MB/worker".
+    if (any_push_pull) header.insert(header.begin() + 5, "push / pull MB/worker");
     if (any_staleness) header.push_back("staleness");
     // A study of single runs keeps the table it always had.
     if (most_seeds > 1) header.insert(header.begin() + 2, "seeds");
@@ -152,6 +155,10 @@ std::string toMarkdown(const Comparison& c) {
         cells.insert(
             cells.begin() + 5,
             r.control_bytes ? sig3(*r.control_bytes * 1e-3) + " (" + orDash(r.negotiation_rounds, 1, 0) + ")" : "-");
+      if (any_push_pull)
+        cells.insert(cells.begin() + 5, r.push_bytes || r.pull_bytes
+                                            ? orDash(r.push_bytes, 1e-6) + " / " + orDash(r.pull_bytes, 1e-6)
+                                            : "-");
       if (any_staleness) cells.push_back(r.staleness ? stalenessText(*r.staleness) : "-");
       if (most_seeds > 1) cells.insert(cells.begin() + 2, std::to_string(r.seeds));
       o << '|';
@@ -159,6 +166,11 @@ std::string toMarkdown(const Comparison& c) {
       o << '\n';
     }
     std::vector<std::string> notes = t.notes;
+    if (any_push_pull)
+      notes.push_back(
+          "wire MB/worker counts all a run put on the network over its workers: every rank's sends for allreduce, "
+          "both directions for a parameter server, push (the workers' pushes and requests) + pull (the shards' "
+          "replies: the parameters); ratio and MB to target compare them on that footing");
     if (all_simulated) {
       notes.push_back("times are simulated seconds on the modeled cluster (clock SIMULATED), not this host's");
     } else if (simulated > 0) {

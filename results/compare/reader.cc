@@ -81,6 +81,33 @@ std::string valueText(const Json& v) {
 }
 
 // Reads metrics.jsonl: one EvalPoint per good line; every bad line is a warning naming file and line.
+// A parameter-server record from before push_bytes_per_worker (result_writer.h) has wire_bytes_per_worker = the mean
+// of worker<w>_bytes_out, the pushes alone: the pulls, as large as the parameters, were left out, which made a dense
+// parameter server look 2(W - 1) / W times cheaper than allreduce instead of dearer. Its per-worker counts hold both
+// directions, so its wire bytes are recounted as records now count them (its payload bytes stay the pushes': a pull's
+// body is not recorded).
+void recountPulls(const Json& record, EvalPoint& p, RunData& run) {
+  double out = 0, in = 0;
+  int outs = 0, ins = 0;
+  for (const auto& [key, value] : record.items()) {
+    if (!key.starts_with("worker")) continue;
+    const std::size_t digits = key.find_first_not_of("0123456789", 6);
+    if (digits == 6 || digits == std::string::npos) continue;
+    const std::string_view rest = std::string_view(key).substr(digits);
+    const bool is_out = rest == "_bytes_out";
+    if (!is_out && rest != "_bytes_in") continue;
+    const auto v = getNumber(record, key);
+    if (!v || !std::isfinite(*v) || *v < 0) return;  // a damaged record keeps what it says
+    (is_out ? out : in) += *v;
+    ++(is_out ? outs : ins);
+  }
+  if (outs == 0 || outs != ins) return;
+  p.push_bytes = out / outs;
+  p.pull_bytes = in / ins;
+  p.wire_bytes = p.push_bytes + p.pull_bytes;
+  run.pulls_recounted = true;
+}
+
 void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
@@ -161,6 +188,9 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.comm_s = optional("comm_s_per_step");
     p.exposed_comm_s = optional("exposed_comm_s_per_step");
     p.step_s = optional("step_s_per_step");
+    p.push_bytes = optional(kPushBytesKey);
+    p.pull_bytes = optional(kPullBytesKey);
+    if (std::isnan(p.push_bytes) && std::isnan(p.pull_bytes)) recountPulls(*obj, p, run);
     p.staleness_mean = optional(kStalenessMeanKey);
     p.staleness_max = optional(kStalenessMaxKey);
     p.staleness_hist_overflow = optional(kStalenessHistOverflowKey);

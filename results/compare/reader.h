@@ -33,6 +33,9 @@ struct EvalPoint {
   double payload_bytes = 0;
   double control_bytes = 0;       // the scheduler negotiation's frames (result_writer.h), apart from wire_bytes
   double negotiation_rounds = 0;  // and its rounds
+  // A parameter-server run (result_writer.h): its wire bytes per worker are these two, the workers' sends (pushes and
+  // requests) and receipts (the shards' replies: pulls). NaN for a sync run.
+  double push_bytes = 0, pull_bytes = 0;
   double wall_s = 0;
   double compute_s = 0, compress_s = 0, decompress_s = 0, comm_s = 0, exposed_comm_s = 0, step_s = 0;
   double staleness_mean = 0, staleness_max = 0;
@@ -61,8 +64,11 @@ struct RunData {
   std::string compressor;  // the loaded compressor's name; empty when neither provenance nor config says
   bool error_feedback = false;
   double momentum_correction = 0;
-  bool async_mode = false;          // the config's mode is ASYNC, SSP or HOGWILD
-  bool simulated = false;           // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)
+  bool async_mode = false;  // the config's mode is ASYNC, SSP or HOGWILD
+  bool simulated = false;   // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)
+  // A parameter-server run recorded before its records counted the pulls (result_writer.h): wire_bytes_per_worker was
+  // the workers' sends alone. Its points' wire bytes are recounted from worker<w>_bytes_out and worker<w>_bytes_in.
+  bool pulls_recounted = false;
   std::vector<EvalPoint> points;    // in step order; bad records skipped
   bool config_lists_seeds = false;  // config.textproto has a `seeds` list (what makes a seed-<N> folder a repeat)
 };

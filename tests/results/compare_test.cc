@@ -331,6 +331,59 @@ TEST(Compare, StalenessFromTheReservedFields) {
   EXPECT_NE(md.find("mean 1.40, max 4, p50 1, p90 2"), std::string::npos) << md;
 }
 
+// A parameter server's wire bytes are both directions (result_writer.h): a record with push_ and pull_bytes_per_worker
+// is read as written; one from before them (wire_bytes_per_worker = the mean of worker<w>_bytes_out, the pushes alone)
+// is recounted from its per-worker counts and says so, and the ratio against a sync ring is of all the traffic.
+TEST(Compare, AParameterServersWireBytesCountItsPulls) {
+  const fs::path root = freshDir("PushPull");
+  // A 4-worker ring: 1.5 gradients of 1000 bytes per worker and step.
+  writeRun(root, {"s", "sync", "none", false, {{10, 0.8, 15000, 1}}});
+  const fs::path now = writeRun(root, {"s", "ps-now", "none", false, {}});
+  appendText(now / "metrics.jsonl",
+             "{\"step\":10,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":20000,\"push_bytes_per_worker\":10000,"
+             "\"pull_bytes_per_worker\":10000,\"worker0_bytes_out\":10000,\"worker0_bytes_in\":10000}\n");
+  const fs::path before = writeRun(root, {"s", "ps-before", "none", false, {}});
+  appendText(before / "metrics.jsonl",
+             "{\"step\":5,\"test_accuracy\":0.5,\"wire_bytes_per_worker\":5000,\"worker0_bytes_out\":5000,"
+             "\"worker0_bytes_in\":4000,\"worker1_bytes_out\":5000,\"worker1_bytes_in\":6000}\n"
+             "{\"step\":10,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":10000,\"worker0_bytes_out\":10000,"
+             "\"worker0_bytes_in\":9000,\"worker1_bytes_out\":10000,\"worker1_bytes_in\":11000}\n");
+  std::vector<std::string> w;
+  CompareOptions o;
+  o.target = 0.7;
+  o.baseline = "sync";
+  const Comparison c = compare(loadRuns({root}, w), o, w);
+  ASSERT_EQ(c.studies.size(), 1u);
+  const StudyTable& t = c.studies[0];
+  EXPECT_FALSE(row(t, "sync").push_bytes);
+  for (const std::string v : {"ps-now", "ps-before"}) {
+    const CompareRow& r = row(t, v);
+    ASSERT_TRUE(r.wire_bytes && r.push_bytes && r.pull_bytes && r.ratio) << v;
+    EXPECT_DOUBLE_EQ(*r.wire_bytes, 20000) << v;
+    EXPECT_DOUBLE_EQ(*r.push_bytes, 10000) << v;
+    EXPECT_DOUBLE_EQ(*r.pull_bytes, 10000) << v;
+    EXPECT_DOUBLE_EQ(*r.ratio, 0.75) << v;  // not the 1.5 of the pushes alone
+  }
+  // Bytes to target, interpolated between the recounted points (10000 at accuracy 0.5, 20000 at 0.8).
+  ASSERT_TRUE(row(t, "ps-before").to_target);
+  EXPECT_NEAR(row(t, "ps-before").to_target->wire_bytes, 10000 + (0.2 / 0.3) * 10000, 1e-6);
+  std::string notes;
+  for (const auto& n : t.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("`ps-before`: recorded when a parameter server's wire_bytes_per_worker counted the workers' "
+                       "pushes alone"),
+            std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("`ps-now`"), std::string::npos) << notes;
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("| push / pull MB/worker |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0.01 / 0.01 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("both directions for a parameter server"), std::string::npos) << md;
+  const std::string csv = toCsv(c);
+  EXPECT_NE(csv.find(",push_bytes_per_worker,pull_bytes_per_worker\n"), std::string::npos) << csv;
+  const std::string json = toJson(c, {});
+  EXPECT_NE(json.find("\"push_bytes_per_worker\": 10000"), std::string::npos) << json;
+}
+
 // ---- Broken folders: every problem a warning naming file and line, the rest still read.
 
 TEST(CompareRobustness, MalformedAndTruncatedMetricsAreReportedAndSkipped) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
 #include "experiments/workloads/workloads.h"
+#include "results/compare/compute.h"
+#include "results/compare/format.h"
+#include "results/compare/reader.h"
 #include "results/result_writer.h"
 #include "runner_test_util.h"
 
@@ -279,6 +283,44 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
   EXPECT_EQ(num(topk, "pull_payload_bytes_per_worker"), num(f32, "pull_payload_bytes_per_worker"));
   EXPECT_GT(num(topk, "wire_bytes_per_worker"), 0.5 * num(f32, "wire_bytes_per_worker"));
   EXPECT_GT(num(topk, "test_accuracy"), 0.5);
+}
+
+// What `terse compare` makes of a parameter server beside sync allreduce: the ratio is of all the traffic. A 4-worker
+// ring sends 2(W - 1)/W = 1.5 gradients per worker and step; a parameter server's worker pushes one and pulls one
+// (the parameters), 2, so the dense parameter server is ~0.75x of the dense ring, not the 1.5x its pushes alone gave.
+// Top-k pushes shrink, the dense pulls do not: ~1.5x, not the 70x of the pushes alone.
+TEST(AsyncRunner, CompareRatiosOfAParameterServerCountItsPulls) {
+  const std::string text =
+      "study: \"ratio\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [64] }\n" +
+      kData +
+      "train_subset: 2048 test_subset: 500 }\n"
+      "optimizer { lr: 0.05 }\n"
+      "workers: 4\nepochs: 1\neval { per_epoch: true }\n"
+      "parameter_server { servers: 2 }\n"
+      "variants { name: \"sync-dense\" overrides { mode: SYNC } }\n"
+      "variants { name: \"async-dense\" overrides { mode: ASYNC } }\n"
+      "variants { name: \"async-topk\" overrides { mode: ASYNC compressor { name: \"topk\" params { key: \"ratio\" "
+      "value: \"0.01\" } } error_feedback: true } }\n";
+  const auto runs = runAll(text, "ratio");
+  std::vector<std::string> warnings;
+  const auto data = results::loadRuns({runs.at("sync-dense").summary.dir.parent_path()}, warnings);
+  results::CompareOptions options;
+  options.baseline = "sync-dense";
+  const results::Comparison c = results::compare(data, options, warnings);
+  ASSERT_EQ(c.studies.size(), 1u);
+  std::map<std::string, results::CompareRow> rows;
+  for (const auto& r : c.studies[0].rows) rows[r.variant] = r;
+  ASSERT_TRUE(rows.at("async-dense").ratio && rows.at("async-topk").ratio);
+  EXPECT_NEAR(*rows.at("async-dense").ratio, 0.75, 0.03);
+  EXPECT_NEAR(*rows.at("async-topk").ratio, 1.5, 0.1);
+  EXPECT_FALSE(rows.at("sync-dense").push_bytes);
+  ASSERT_TRUE(rows.at("async-dense").push_bytes && rows.at("async-dense").pull_bytes);
+  EXPECT_NEAR(*rows.at("async-dense").push_bytes + *rows.at("async-dense").pull_bytes,
+              *rows.at("async-dense").wire_bytes, 1);
+  EXPECT_EQ(*rows.at("async-topk").pull_bytes, *rows.at("async-dense").pull_bytes);
+  const std::string md = results::toMarkdown(c);
+  EXPECT_NE(md.find("push / pull MB/worker"), std::string::npos) << md;
 }
 
 TEST(AsyncRunner, AStragglerIsRecordedAndCatchesUpInAsyncMode) {
