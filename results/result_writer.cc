@@ -7,12 +7,14 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 
 #include "core/common/dtype.h"
 #include "core/common/error.h"
 #include "core/common/json.h"
+#include "core/common/stop_signals.h"
 #include "results/sha256.h"
 
 namespace terse::results {
@@ -35,6 +37,12 @@ Json capsJson(const CompressorCaps& c) {
               {"shared_seed", c.shared_seed},
               {"num_rounds", c.num_rounds}};
 }
+
+// Every writer of the process, and the lock their status and record writes take, so that failStopped() neither
+// interleaves with a writer's own status (both go through status.json.tmp) nor reads a record count mid-append. One
+// lock an evaluation record and a status write: not on any per-step path (docs/STYLE.md 6).
+std::mutex g_writers_mutex;
+std::vector<ResultWriter*> g_writers;
 
 }  // namespace
 
@@ -205,6 +213,7 @@ void writeFileAtomic(const std::filesystem::path& path, std::string_view text) {
 
 ResultWriter::ResultWriter(const std::filesystem::path& root, std::string_view study, std::string_view variant)
     : dir_(root / std::string(study) / std::string(variant)), started_(isoTimeUtc()) {
+  std::lock_guard lock(g_writers_mutex);
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   TERSE_CHECK(!ec, InvalidArgument, "cannot create results folder " << dir_.string() << ": " << ec.message());
@@ -213,12 +222,15 @@ ResultWriter::ResultWriter(const std::filesystem::path& root, std::string_view s
   TERSE_CHECK(metrics_ != nullptr, InvalidArgument,
               "cannot write " << metrics.string() << ": " << std::strerror(errno));
   writeStatus(kStateRunning, "");
+  g_writers.push_back(this);
 }
 
 ResultWriter::~ResultWriter() {
+  std::lock_guard lock(g_writers_mutex);
+  std::erase(g_writers, this);
   if (state_ == kStateRunning) {
     try {
-      markFailed("the run ended without completing");
+      writeStatus(kStateFailed, "the run ended without completing");
     } catch (...) {
       // A destructor must not throw; the status then still says "running", which is also true to a reader.
     }
@@ -227,15 +239,19 @@ ResultWriter::~ResultWriter() {
 }
 
 void ResultWriter::writeConfig(std::string_view text) {
+  std::lock_guard lock(g_writers_mutex);
   writeFileAtomic(dir_ / std::string(kConfigFile), text);
 }
 
 void ResultWriter::writeProvenance(const Provenance& provenance) {
-  writeFileAtomic(dir_ / std::string(kProvenanceFile), provenanceJson(provenance) + "\n");
+  const std::string text = provenanceJson(provenance) + "\n";
+  std::lock_guard lock(g_writers_mutex);
+  writeFileAtomic(dir_ / std::string(kProvenanceFile), text);
 }
 
 void ResultWriter::append(const MetricsRecord& record) {
   const std::string line = metricsRecordJson(record) + "\n";
+  std::lock_guard lock(g_writers_mutex);
   const bool ok = std::fwrite(line.data(), 1, line.size(), metrics_) == line.size() && std::fflush(metrics_) == 0;
   TERSE_CHECK(ok, InvalidArgument,
               "cannot append to " << (dir_ / std::string(kMetricsFile)).string() << ": " << std::strerror(errno));
@@ -244,6 +260,11 @@ void ResultWriter::append(const MetricsRecord& record) {
 }
 
 void ResultWriter::recount() {
+  std::lock_guard lock(g_writers_mutex);
+  recountLocked();
+}
+
+void ResultWriter::recountLocked() {
   std::FILE* f = std::fopen((dir_ / std::string(kMetricsFile)).c_str(), "r");
   TERSE_CHECK(f != nullptr, InvalidArgument,
               "cannot read " << (dir_ / std::string(kMetricsFile)).string() << ": " << std::strerror(errno));
@@ -256,16 +277,46 @@ void ResultWriter::recount() {
 }
 
 void ResultWriter::markCompleted() {
+  std::lock_guard lock(g_writers_mutex);
   writeStatus(kStateCompleted, "");
 }
 
 void ResultWriter::markFailed(std::string_view error) {
-  writeStatus(kStateFailed, error);
+  // A run that failed because the process is being stopped (a child, a peer rank, ended by the same signal before this
+  // process's stopping thread got to it) failed of the stop.
+  const int stopped = stop::receivedOrPending();
+  std::string text(error);
+  if (stopped != 0 && !text.starts_with(stop::describe(stopped))) text = stop::describe(stopped) + ": " + text;
+  std::lock_guard lock(g_writers_mutex);
+  writeStatus(kStateFailed, text, stopped != 0 ? stop::signalName(stopped) : "");
 }
 
-void ResultWriter::writeStatus(std::string_view state, std::string_view error) {
+std::vector<std::filesystem::path> failStopped(std::string_view error, std::string_view signal) {
+  std::unique_lock lock(g_writers_mutex);
+  std::vector<std::filesystem::path> marked;
+  for (ResultWriter* w : g_writers) {
+    if (w->state_ != kStateRunning) continue;
+    try {
+      w->recountLocked();
+    } catch (const std::exception&) {
+      // The count the writer kept: the status is still worth writing.
+    }
+    try {
+      w->writeStatus(kStateFailed, error, signal);
+      marked.push_back(w->dir_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "terse: %s\n", e.what());
+    }
+  }
+  // Held until the process ends (see the header): released, every writer call after this would write on.
+  lock.release();
+  return marked;
+}
+
+void ResultWriter::writeStatus(std::string_view state, std::string_view error, std::string_view signal) {
   Json o{{"state", state}, {"records", records_}, {"started", started_}, {"updated", isoTimeUtc()}};
   if (!error.empty()) o["error"] = error;
+  if (!signal.empty()) o["signal"] = signal;
   const auto path = dir_ / std::string(kStatusFile);
   writeFileAtomic(path, dumpJson(o) + "\n");
   state_ = std::string(state);

@@ -10,12 +10,14 @@
 //
 // A killed run keeps every record already written (each is flushed to the OS as it is appended) and its status says
 // "running" -- unless it died of a fatal signal: then the handler of core/common/crash.h has rewritten the status as
-// "failed", naming the signal and the plugin call. A record line is far shorter than the stdio buffer, which each flush
-// empties, so it reaches the file in one write(2) and a kill leaves whole lines; readers should still skip a last line
-// without its newline (a partial line, e.g. after a full disk) rather than fail on it. A failed run's status says
-// "failed" with the error message. Files that are rewritten (config, provenance, status) go through a temporary file
-// and a rename, so a reader never sees half of one. No fsync: surviving a process crash is the goal, not a power cut,
-// and an fsync per record would make a fast run I/O bound.
+// "failed", naming the signal and the plugin call; or it was stopped by SIGTERM, SIGHUP or SIGINT in a process that
+// records its stop (core/common/stop_signals.h, `terse run`): then failStopped() below has. SIGKILL, and a signal
+// neither takes (SIGQUIT, SIGUSR1), still leave "running". A record line is far shorter than the stdio buffer, which
+// each flush empties, so it reaches the file in one write(2) and a kill leaves whole lines; readers should still skip a
+// last line without its newline (a partial line, e.g. after a full disk) rather than fail on it. A failed run's status
+// says "failed" with the error message. Files that are rewritten (config, provenance, status) go through a temporary
+// file and a rename, so a reader never sees half of one. No fsync: surviving a process crash is the goal, not a power
+// cut, and an fsync per record would make a fast run I/O bound.
 #pragma once
 
 #include <cstdint>
@@ -177,6 +179,14 @@ void writeFileAtomic(const std::filesystem::path& path, std::string_view text);
 // missing: a rank of a multi-host job may be the first to write there), atomically like every file of the folder.
 void writeStepTrace(const std::filesystem::path& dir, const train::StepTrace& trace);
 
+// For a process that ends because it was stopped (core/common/stop_signals.h): marks every writer of the process still
+// "running" failed with `error` and `signal` ("SIGTERM") beside it, its record count read again from its metrics.jsonl
+// (a simulation's child appends to it), and holds every writer from then on: a call of any thread that would write (a
+// record, a status, a new folder) waits for the process to end, so that nothing is written after the stop was
+// recorded and no later variant starts. Status and records are written under one lock per process, so a status this
+// writes is never interleaved with a writer's own. Returns the folders it marked.
+std::vector<std::filesystem::path> failStopped(std::string_view error, std::string_view signal);
+
 class ResultWriter {
  public:
   // Creates <root>/<study>/<variant>/, replaces an older run's metrics.jsonl there (records of two runs must never
@@ -198,11 +208,16 @@ class ResultWriter {
   void recount();
 
   void markCompleted();
+  // In a process being stopped (core/common/stop_signals.h) the error starts with the stop, "terminated by SIGTERM: ",
+  // and the status names the signal.
   void markFailed(std::string_view error);
   std::string_view state() const noexcept { return state_; }
 
  private:
-  void writeStatus(std::string_view state, std::string_view error);
+  friend std::vector<std::filesystem::path> failStopped(std::string_view error, std::string_view signal);
+  // The callers hold the process's writer lock (result_writer.cc).
+  void writeStatus(std::string_view state, std::string_view error, std::string_view signal = {});
+  void recountLocked();
 
   std::filesystem::path dir_;
   std::FILE* metrics_ = nullptr;

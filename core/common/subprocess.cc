@@ -1,6 +1,7 @@
 #include "core/common/subprocess.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 
 #include "core/common/error.h"
+#include "core/common/stop_signals.h"
 
 namespace terse {
 
@@ -21,6 +24,7 @@ ForkedChild forkWithPipe(const char* what, const std::function<void(int write_fd
   std::fflush(nullptr);
   int fds[2];
   TERSE_CHECK(::pipe2(fds, O_CLOEXEC) == 0, InternalError, what << ": pipe() failed: " << std::strerror(errno));
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -30,6 +34,15 @@ ForkedChild forkWithPipe(const char* what, const std::function<void(int write_fd
   }
   if (pid == 0) {
     ::close(fds[0]);
+    // In a process that records its stop (`terse run`, stop_signals.h): the child takes the stop signals as a process
+    // without terse would, and ends with this process, which records the stop for it (a SIGTERM to the parent alone
+    // must not leave a simulation appending records to a folder marked failed). Forked by the thread that waits for it
+    // (awaitChild), so the thread's end, which also sends PR_SET_PDEATHSIG's signal, is the process's.
+    if (stop::installed()) {
+      stop::resetInChild();
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) std::_Exit(128 + SIGKILL);
+    }
     child(fds[1]);
     std::_Exit(127);  // the contract is that child() never returns; if it does, the parent sees no result
   }
@@ -58,9 +71,18 @@ std::string readAll(int fd) {
 }
 
 ChildExit awaitChild(const ForkedChild& child) {
+  // A stop of this process goes to the child first and waits for its end (stop_signals.h): a simulation's child
+  // appends records, and the stop's status must count them all.
+  std::optional<stop::Delegate> delegate;
+  if (stop::installed()) delegate.emplace(child.pid);
   ChildExit got;
   got.report = readAll(child.read_fd);
   ::close(child.read_fd);
+  // Waited for without reaping first: until reaped, the pid is still the child's, and the delegate may signal it.
+  siginfo_t ended{};
+  while (::waitid(P_PID, static_cast<id_t>(child.pid), &ended, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  if (delegate) delegate->childEnded();
   while (::waitpid(child.pid, &got.status, 0) < 0 && errno == EINTR) {
   }
   return got;

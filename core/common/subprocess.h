@@ -27,7 +27,9 @@ void writeAll(int fd, std::string_view bytes);
 // Reads `fd` to its end (EOF or an error), retrying on EINTR.
 std::string readAll(int fd);
 
-// What a child sent and how it ended: reads its pipe to the end, closes it and reaps the child.
+// What a child sent and how it ended: reads its pipe to the end, closes it and reaps the child. In a process that
+// records its stop (core/common/stop_signals.h) a stop meanwhile is sent to the child, and is recorded once the child
+// has ended; forkWithPipe's child then takes the stop signals at their default action and ends with its parent.
 struct ChildExit {
   std::string report;
   int status = 0;  // waitpid's

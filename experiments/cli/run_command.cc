@@ -15,6 +15,10 @@
 // is checked as the file's values are, and the folder's config.textproto holds it. Under `terse launch` every rank
 // runs this same command line, so every rank applies the same overrides to the same file.
 //
+// Stopped by SIGTERM, SIGHUP or SIGINT (a scheduler, a closed session, Ctrl-C), the process marks the folder of the
+// variant in progress failed, naming the signal, starts no later variant and ends by that signal: a thread of
+// core/common/stop_signals.h takes them from the start, so the variants' threads never do.
+//
 // Under `terse launch` the process tells the launcher how the study went (core/common/launch_notify.h): the rank that
 // writes the results says `study-done` once every variant completed, and a rank that fails says `failed <reason>`
 // before it exits non-zero. Not per variant: a multi-process study goes on to its next variant after one fails, and
@@ -32,12 +36,14 @@
 #include <vector>
 
 #include "core/common/launch_notify.h"
+#include "core/common/stop_signals.h"
 #include "core/plugin/loader.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
 #include "experiments/config/config.h"
 #include "experiments/config/quickstart.h"
 #include "experiments/runner/runner.h"
+#include "results/result_writer.h"
 
 namespace terse::cli {
 namespace {
@@ -124,6 +130,15 @@ int runCommand(const std::vector<std::string>& args) {
     std::cout << kUsage << "\n\n" << options;
     return kExitOk;
   }
+  // Before any thread of the run starts, so that every one of them inherits the blocked signals.
+  stop::install([](int sig) {
+    const std::string why = stop::describe(sig);
+    std::string line = "terse run: " + why;
+    for (const auto& dir : results::failStopped(why, stop::signalName(sig)))
+      line += "; status failed in " + dir.string();
+    std::cerr << line << '\n' << std::flush;
+    notifyLauncher("failed " + why);
+  });
 
   std::string plugin_path_error;
   std::optional<PluginLoader> plugins = pluginLoader(
@@ -179,6 +194,7 @@ int runCommand(const std::vector<std::string>& args) {
   // the same one is skipped, not started to fail alike; its folder says so (Runner::skip).
   std::vector<std::pair<const experiments::Experiment*, std::string>> refused;
   for (const auto& experiment : experiments) {
+    stop::parkIfStopping();  // a stop recorded during the last variant: this one must not start
     const auto same = std::find_if(refused.begin(), refused.end(),
                                    [&](const auto& r) { return runner::sameWorkloadAsRefused(experiment, *r.first); });
     if (same != refused.end()) {
@@ -211,6 +227,7 @@ int runCommand(const std::vector<std::string>& args) {
         refused.emplace_back(&experiment, userMessage(e.what()));
     }
   }
+  stop::parkIfStopping();  // the stopping thread ends the process, by its signal
   if (!experiments.empty() && run.primary()) {
     std::cout << '\n';
     table.print(std::cout);

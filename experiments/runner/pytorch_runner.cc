@@ -10,7 +10,9 @@
 // terse.torch.ResultsLogger rewrites config and provenance with what the hook knows and appends metrics.jsonl (rank 0).
 // When the driver exits, the folder's status is settled here whatever the driver managed to write: completed only
 // when it exited with 0 and marked the run completed, failed (with the exit status or signal) otherwise, so a killed
-// or crashed driver never leaves a folder saying "running".
+// or crashed driver never leaves a folder saying "running". A terse run stopped by SIGTERM, SIGHUP or SIGINT while the
+// driver runs (core/common/stop_signals.h) sends the driver the signal and waits for this settling, whose error then
+// starts with the stop ("terminated by SIGTERM: ...", results/result_writer.h).
 //
 // Which Python: TERSE_PYTHON if set, else the interpreter the package was built for (TERSE_PYTHON_EXECUTABLE, a
 // compile definition), else python3 from PATH. The build tree's package goes first on PYTHONPATH when it exists; an
@@ -31,6 +33,7 @@
 
 #include "core/common/error.h"
 #include "core/common/json.h"
+#include "core/common/stop_signals.h"
 #include "core/plugin/loader.h"
 #include "experiments/runner/runner.h"
 
@@ -60,8 +63,9 @@ std::string pythonPath() {
 }
 
 // Runs argv with PYTHONPATH set; returns waitpid's status. Standard streams are inherited: the driver's progress is
-// the run's progress.
-int runChild(const std::vector<std::string>& argv, const std::string& python_path) {
+// the run's progress. `delegate` takes the child while it runs, for a stop signal to reach it (stop_signals.h).
+int runChild(const std::vector<std::string>& argv, const std::string& python_path,
+             std::optional<stop::Delegate>& delegate) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -69,13 +73,16 @@ int runChild(const std::vector<std::string>& argv, const std::string& python_pat
   const pid_t parent = ::getpid();
   // As system(3) does: while the driver runs, Ctrl-C (SIGINT to the whole foreground group) and SIGQUIT are the
   // driver's and its ranks' to handle -- they record "interrupted" and leave -- and this process settles the folder
-  // after them; dying at once, it would take the driver down with it first (PR_SET_PDEATHSIG below).
+  // after them; dying at once, it would take the driver down with it first (PR_SET_PDEATHSIG below). Where the stop
+  // signals are this process's to record (stop_signals.h), SIGINT is taken by its stopping thread instead, which
+  // waits for the driver in the same way; ignored, a blocked SIGINT would be lost.
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   struct sigaction old_int {
   }, old_quit{};
-  ::sigaction(SIGINT, &ignore, &old_int);
+  ::sigaction(SIGINT, nullptr, &old_int);
+  if (!stop::installed()) ::sigaction(SIGINT, &ignore, nullptr);
   ::sigaction(SIGQUIT, &ignore, &old_quit);
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -86,6 +93,7 @@ int runChild(const std::vector<std::string>& argv, const std::string& python_pat
   if (pid == 0) {
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGQUIT, &old_quit, nullptr);
+    stop::resetInChild();
     // The driver ends with this process: a `kill` of terse run must not leave it (and the ranks it starts, which do
     // the same with it: train.py) training on, to mark a run completed that its user stopped. The check after the
     // call catches a parent gone before it.
@@ -99,6 +107,12 @@ int runChild(const std::vector<std::string>& argv, const std::string& python_pat
     std::fprintf(stderr, "terse run: workload pytorch: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
+  delegate.emplace(pid);
+  // Waited for without reaping first: until reaped, the pid is still the driver's, and the delegate may signal it.
+  siginfo_t ended{};
+  while (::waitid(P_PID, static_cast<id_t>(pid), &ended, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  delegate->childEnded();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno == EINTR) continue;
@@ -186,6 +200,8 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
       rank0 ? writer->dir() / ".pytorch-experiment.textproto"
             : std::filesystem::temp_directory_path() / ("terse-pytorch-" + std::to_string(::getpid()) + ".textproto");
   bool refused = false;  // the driver's checks refused the workload (WorkloadRefused)
+  // Alive until the folder is settled (on every way out of this function), which a stop signal waits for.
+  std::optional<stop::Delegate> delegate;
   try {
     {
       std::ofstream out(spec);
@@ -203,7 +219,7 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     for (const SearchDir& d : options_.loader->searchDirs()) {
       if (d.exists && d.origin == kOriginPluginPath) argv.insert(argv.end(), {"--plugin-path", d.dir.string()});
     }
-    const int status = runChild(argv, pythonPath());
+    const int status = runChild(argv, pythonPath(), delegate);
     // The summary line, then "config" when the driver's own checks refused the workload, "module" when the user's
     // module failed before training (train.py, _write_error): either fails every variant with that workload alike.
     std::string driver_error, driver_kind;
@@ -247,7 +263,7 @@ RunSummary Runner::runPyTorch(const Experiment& e) {
     std::filesystem::remove(spec, ignored);
     if (!writer) throw;
     writer->recount();
-    writer->markFailed(x.what());
+    writer->markFailed(x.what());  // prefixed with the stop when there was one (ResultWriter::markFailed)
     // "partial results" only where there are some: a run that failed before its first record left its status alone.
     std::string message = "variant '" + e.variant() + "' of study '" + e.study() + "' failed (" +
                           (writer->records() > 0 ? "partial results in " : "status in ") + writer->dir().string() +

@@ -1,9 +1,11 @@
 """`terse run` of a PyTorch workload, stopped by its user:
-- SIGTERM to terse run alone, as `kill PID` sends: the Python driver and the ranks it started end with it
-  (experiments/runner/pytorch_runner.cc and terse/train.py set PR_SET_PDEATHSIG), rather than train on and mark
-  completed a run that was stopped;
-- Ctrl-C, SIGINT to the whole process group as a terminal sends it: terse run leaves it to the driver and the ranks
-  (as system(3) does), which record the run failed, "interrupted", and leave; then terse run ends.
+- SIGTERM to terse run alone, as `kill PID` sends: terse run sends it on to the Python driver, and the ranks it started
+  end with it (experiments/runner/pytorch_runner.cc and terse/train.py set PR_SET_PDEATHSIG), rather than train on
+  and mark completed a run that was stopped; terse run marks the folder failed, "terminated by SIGTERM", and ends by
+  SIGTERM (core/common/stop_signals.h);
+- Ctrl-C, SIGINT to the whole process group as a terminal sends it: the driver and the ranks record the run failed,
+  "interrupted", and leave; then terse run settles the folder and ends by SIGINT.
+Either way the study's second variant does not start.
 
 usage: driver_ends_test.py TERSE
 """
@@ -41,6 +43,8 @@ transport: INPROC
 epochs: 1000
 compressor { name: "fp16" }
 eval { every_steps: 5 }
+variants { name: "first" }
+variants { name: "second" }
 '''
 
 
@@ -117,14 +121,20 @@ def stop(terse, sig, whole_group):
             if left:
                 os.killpg(run.pid, signal.SIGKILL)
                 sys.exit("processes left training 20 s after terse run was stopped: %s" % left)
-            if whole_group:
-                # Ctrl-C: the ranks recorded it, and terse run settled the folder after the driver.
-                statuses = [json.load(open(os.path.join(d, "status.json")))
-                            for d, _, files in os.walk(os.path.join(tmp, "out")) if "status.json" in files]
-                check = len(statuses) == 1 and statuses[0].get("state") == "failed" \
-                    and "interrupted" in statuses[0].get("error", "")
-                if not check:
-                    sys.exit("after Ctrl-C the folder says %s, not failed: interrupted" % statuses)
+            # Ctrl-C: the ranks recorded it, and terse run settled the folder after the driver; SIGTERM: terse run
+            # recorded it once the driver had ended. Only the first variant's folder exists.
+            folders = sorted(d for d, _, files in os.walk(os.path.join(tmp, "out")) if "status.json" in files)
+            statuses = [json.load(open(os.path.join(d, "status.json"))) for d in folders]
+            words = "interrupted" if sig == signal.SIGINT else "terminated by SIGTERM"
+            check = len(statuses) == 1 and os.path.basename(folders[0]) == "first" \
+                and statuses[0].get("state") == "failed" and words in statuses[0].get("error", "") \
+                and statuses[0].get("signal") == signal.Signals(sig).name
+            if not check:
+                sys.exit("after %s the folders %s say %s, not failed: %s" % (signal.Signals(sig).name, folders,
+                                                                            statuses, words))
+            if run.returncode != -sig:
+                sys.exit("terse run ended with status %s after %s, not by the signal" % (run.returncode,
+                                                                                        signal.Signals(sig).name))
             print("driver_ends: %s: %d processes below terse run, none left after it" % (signal.Signals(sig).name,
                                                                                       len(below)))
         finally:
