@@ -31,7 +31,8 @@ std::atomic<bool> g_install_called{false};
 std::atomic<bool> g_installed{false};  // published once the set, the waiter and the handler are in place
 std::atomic<int> g_received{0};
 std::atomic<pid_t> g_waiter_tid{0};
-std::function<void(int)> g_record;  // set once by install(), before the waiter starts
+// Set once by install(), before the waiter starts; never destroyed, since the waiter may still run during exit().
+const std::function<void(int)>* g_record = nullptr;
 
 // The one Delegate alive (the PyTorch driver, a simulation's process), and whether its owner is done with it.
 std::mutex g_delegate_mutex;
@@ -103,7 +104,7 @@ void waiterLoop() {
   g_received.store(sig, std::memory_order_release);
   handOverToDelegate(sig);
   try {
-    g_record(sig);
+    (*g_record)(sig);
   } catch (const std::exception& e) {
     say(std::string("terse: recording the stop by ") + signalName(sig) + " failed: " + e.what() + "\n");
   }
@@ -114,7 +115,7 @@ void waiterLoop() {
 
 void install(std::function<void(int sig)> record) {
   TERSE_CHECK(!g_install_called.exchange(true), InternalError, "stop signals installed twice");
-  g_record = std::move(record);
+  g_record = new std::function<void(int)>(std::move(record));
   for (std::size_t i = 0; i < std::size(kSignals); ++i) {
     struct sigaction now {};
     g_taken[i] = ::sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler != SIG_IGN;

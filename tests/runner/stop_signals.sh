@@ -113,9 +113,16 @@ case $CASE in
     write_study study.textproto INPROC 'clock: SIMULATED
 simulation { compute: FLOP_MODEL }'
     start "$TERSE" run study.textproto --out out
+    children=$(pgrep -P "$PID")
+    [[ -n $children ]] || fail "no simulation process below terse run"
     stop_and_check SIGTERM 143 "terminated by SIGTERM"
-    sleep 0.5
-    pgrep -f "$WORK/study.textproto" >/dev/null && fail "a process of the run is still there after it ended"
+    deadline=$((SECONDS + 20))
+    for child in $children; do
+      while kill -0 "$child" 2>/dev/null; do
+        ((SECONDS < deadline)) || fail "the simulation's process $child is still there after terse run ended"
+        sleep 0.1
+      done
+    done
     ;;
   term_launch)
     # Two ranks over tcp under terse launch, which forwards the signal to each; rank 0 writes the folder.
