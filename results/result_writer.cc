@@ -317,6 +317,10 @@ void ResultWriter::writeStatus(std::string_view state, std::string_view error, s
   Json o{{"state", state}, {"records", records_}, {"started", started_}, {"updated", isoTimeUtc()}};
   if (!error.empty()) o["error"] = error;
   if (!signal.empty()) o["signal"] = signal;
+  if (state == kStateRunning) {
+    o["pid"] = static_cast<int64_t>(::getpid());
+    o["host"] = hostName();
+  }
   const auto path = dir_ / std::string(kStatusFile);
   writeFileAtomic(path, dumpJson(o) + "\n");
   state_ = std::string(state);

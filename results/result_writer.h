@@ -6,7 +6,9 @@
 //                      SHA-256, version, ABI, caps, parameters), host, CPU, GEMM kernel, transport, link emulation,
 //                      world size, start time; a PyTorch hook's settings
 //   metrics.jsonl      one JSON object per evaluation point, one per line, appended and flushed per record
-//   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end
+//   status.json       {"state": "running" | "completed" | "failed", ...}; written at start and at the end; while
+//                      "running" it names the writing process ("pid", "host"), so that `terse compare` can tell a
+//                      run whose process is gone (killed by SIGKILL) from one still running
 //
 // A killed run keeps every record already written (each is flushed to the OS as it is appended) and its status says
 // "running" -- unless it died of a fatal signal: then the handler of core/common/crash.h has rewritten the status as

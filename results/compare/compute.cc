@@ -67,6 +67,7 @@ CompareRow makeRow(const RunData& run) {
   r.variant = run.variant;
   r.state = run.state;
   r.error = run.error;
+  r.gone_pid = run.gone_pid;
   r.dir = run.dir;
   r.compressor = run.compressor;
   r.simulated = run.simulated;
@@ -166,6 +167,9 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
     const RunData& r = *runs[i];
     if (r.state == kStateFailed)
       notes.push_back(name + seedOf(i) + " failed: " + (r.error.empty() ? "(no message)" : r.error));
+    else if (r.state == kStateRunning && r.gone_pid != 0)
+      notes.push_back(name + seedOf(i) + " has status running, but its process (pid " + std::to_string(r.gone_pid) +
+                      ") is gone: it was killed; its numbers are partial");
     else if (r.state == kStateRunning)
       notes.push_back(name + seedOf(i) + " has status running: still running or killed; its numbers are partial");
     else if (r.state == "unknown")
@@ -180,6 +184,7 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
     if (severity(r.state) > severity(out.state)) {
       out.state = r.state;
       out.error = r.error;
+      out.gone_pid = r.gone_pid;
     }
     if (r.final_accuracy) final_acc.push_back(*r.final_accuracy);
     if (r.best_accuracy) best_acc.push_back(*r.best_accuracy);

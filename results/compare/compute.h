@@ -84,6 +84,7 @@ struct CompareRow {
   int seeds = 1;  // runs averaged into this row
   std::string state;
   std::string error;
+  int64_t gone_pid = 0;                         // RunData::gone_pid: "running", but its process is gone
   std::filesystem::path dir;                    // the run's folder; a repeat's variant folder
   std::vector<std::filesystem::path> run_dirs;  // every seed's run folder (the run's own for one seed)
   std::string compressor;

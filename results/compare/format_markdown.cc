@@ -67,6 +67,7 @@ std::string withSpread(std::string mean, const SeedStats& stats, double scale, i
 }
 
 std::string stateText(const CompareRow& r) {
+  if (r.state == kStateRunning && r.gone_pid != 0) return "running (pid " + std::to_string(r.gone_pid) + " gone)";
   if (r.state == kStateRunning) return "running/killed";
   if (r.state == kStateFailed) return "**failed**";
   return r.state;

@@ -2,7 +2,10 @@
 // metrics.jsonl; config.textproto is config_reader.cc's.
 #include "results/compare/reader.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -250,6 +253,12 @@ void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& wa
   }
   run.state = *state;
   run.error = getString(*obj, "error").value_or("");
+  // Only a process of this host can be asked, and only whether it is gone: a pid in use again reads as running, as
+  // before the pid was recorded.
+  const std::optional<double> pid = getNumber(*obj, "pid");
+  if (run.state == kStateRunning && pid && *pid >= 1 && *pid <= 4194304 && *pid == std::floor(*pid) &&
+      getString(*obj, "host") == hostName() && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)
+    run.gone_pid = static_cast<int64_t>(*pid);
 }
 
 void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
@@ -305,6 +314,11 @@ RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
   if (run.state == kStateFailed)
     warnings.push_back(dir.string() + ": the run failed" + (run.error.empty() ? "" : ": " + shortText(run.error, 200)) +
                        "; shown with its " + std::to_string(run.points.size()) + " record(s)");
+  else if (run.state == kStateRunning && run.gone_pid != 0)
+    warnings.push_back(
+        dir.string() + ": status says running, but its process (pid " + std::to_string(run.gone_pid) +
+        " on this host) is gone: killed without a word (SIGKILL, the out-of-memory killer); shown with " + "its " +
+        std::to_string(run.points.size()) + " record(s)");
   else if (run.state == kStateRunning)
     warnings.push_back(dir.string() + ": status says running (still running, or killed); shown with its " +
                        std::to_string(run.points.size()) + " record(s)");

@@ -55,6 +55,9 @@ struct RunData {
   std::optional<uint64_t> repeat_seed;
   std::string state;  // status.json: completed, failed, running; "unknown" when it cannot be read
   std::string error;  // a failed run's message
+  // A "running" run whose process, on this host, is gone (status.json's "pid" and "host"): it was killed without a
+  // word (SIGKILL, the out-of-memory killer). 0: still running, on another host, or not known.
+  int64_t gone_pid = 0;
   bool has_config = false;
   // The config's workload and data sections as "workload.name=mlp" lines (configMismatchWarnings compares them).
   std::vector<std::string> workload_fields;

@@ -1,6 +1,9 @@
 // compare's numbers on synthetic folders with known answers, and its handling of broken folders.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -507,6 +510,48 @@ TEST(CompareRobustness, RunningVariantIsMarkedAndKept) {
   const Comparison c = compare(runs, {}, w);
   EXPECT_EQ(c.studies[0].rows[0].state, "running");
   EXPECT_NE(toMarkdown(c).find("running/killed"), std::string::npos);
+}
+
+// status.json names the process while "running" (results/result_writer.h): a run whose process on this host is gone
+// was killed without a word, and compare says so; one whose process is alive, or on another host, is as before.
+TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // reaped: its pid names no process now
+  const fs::path root = freshDir("RunningGone");
+  const auto running = [&](const std::string& variant, int64_t pid, const std::string& host) {
+    RunSpec s{"s", variant, "none", false, {{10, 0.4, 100, 1}}};
+    s.state = "running";
+    const fs::path dir = writeRun(root, s);
+    writeFileAtomic(dir / "status.json", "{\"state\":\"running\",\"records\":1,\"pid\":" + std::to_string(pid) +
+                                             ",\"host\":\"" + host + "\"}\n");
+  };
+  running("gone", child, hostName());
+  running("alive", ::getpid(), hostName());
+  running("elsewhere", child, hostName() + "-another");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  const std::string pid = std::to_string(child);
+  EXPECT_TRUE(anyContains(w, "gone: status says running, but its process (pid " + pid + " on this host) is gone"))
+      << joined(w);
+  EXPECT_TRUE(anyContains(w, "alive: status says running (still running, or killed)")) << joined(w);
+  EXPECT_TRUE(anyContains(w, "elsewhere: status says running (still running, or killed)")) << joined(w);
+  const std::string table = toMarkdown(compare(runs, {}, w));
+  EXPECT_NE(table.find("running (pid " + pid + " gone)"), std::string::npos) << table;
+  EXPECT_NE(table.find("running/killed"), std::string::npos) << table;
+}
+
+// The writer itself names the process while running, and no longer once the run ended.
+TEST(CompareRobustness, TheWriterNamesItsProcessWhileRunning) {
+  const fs::path root = freshDir("RunningPid");
+  ResultWriter w(root, "s", "v");
+  const auto status = [&] { return readText(w.dir() / "status.json"); };
+  EXPECT_NE(status().find("\"pid\":" + std::to_string(::getpid())), std::string::npos) << status();
+  EXPECT_NE(status().find("\"host\":\"" + hostName() + "\""), std::string::npos) << status();
+  w.markCompleted();
+  EXPECT_EQ(status().find("\"pid\""), std::string::npos) << status();
 }
 
 TEST(CompareRobustness, AFolderWithoutResultsIsAWarning) {
