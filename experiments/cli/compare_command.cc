@@ -4,6 +4,7 @@
 //
 // Everything wrong inside a results folder is a warning on stderr and the table is still printed (exit 0); the
 // command fails (exit 1) only when nothing could be read or --out cannot be written, and a bad option is exit 2.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/spelling.h"
 #include "experiments/cli/cli_util.h"
 #include "experiments/cli/commands.h"
 #include "results/compare.h"
@@ -75,6 +77,28 @@ int compareCommand(const std::vector<std::string>& args) {
   for (auto& w : results::pluginHashWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::cpuWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::gemmWarnings(runs)) warnings.push_back(std::move(w));
+
+  if (vm.count("baseline") && !runs.empty()) {
+    // A misspelt baseline would give a table without ratios and exit 0 (a script would keep it): refused, with the
+    // names it could have been.
+    const std::string baseline = vm["baseline"].as<std::string>();
+    std::vector<std::string> names;
+    for (const auto& r : runs) {
+      if (r.variant == baseline || r.bare_variant == baseline) {
+        names.clear();
+        break;
+      }
+      if (std::find(names.begin(), names.end(), r.variant) == names.end()) names.push_back(r.variant);
+    }
+    if (!names.empty()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      const auto close = closestName(baseline, names);
+      std::cerr << "terse compare: --baseline " << baseline << ": no variant of that name in the folders given"
+                << (close ? "; did you mean " + *close + "?" : "") << " (variants: " << list << ")\n";
+      return kExitFailure;
+    }
+  }
 
   const std::string format = vm["format"].as<std::string>();
   const bool provenance = vm.count("provenance") > 0;

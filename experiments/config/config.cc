@@ -3,6 +3,8 @@
 // runtime options runtime_options.cc.
 #include "experiments/config/config.h"
 
+#include "experiments/config/field_override.h"
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -52,6 +54,40 @@ class CollectingErrors : public pb::io::ErrorCollector {
 // some point at the token after the culprit (an unknown field name or enum value is reported once consumed). This
 // re-reads the tokens before the error to name the field path being parsed ("optimizer.lr") and, where the message
 // quotes the culprit, moves the position back onto it.
+// "; did you mean 'lr'?" after the parser's message about an unknown field or enum value (field_override.h), or the
+// names it could have been; empty for other messages. `scopes`: the fields the culprit sits in, from Experiment.
+std::string suggestionFor(const std::string& message, const std::vector<std::string>& scopes,
+                          const std::string& culprit, bool unknown_field) {
+  if (culprit.empty()) return "";
+  if (unknown_field) {
+    // 'Message type "terse.experiments.Data" has no field named "x".': the message type is named in full.
+    constexpr std::string_view kLead = "Message type \"";
+    const auto pos = message.find(kLead);
+    if (pos == std::string::npos) return "";
+    const auto start = pos + kLead.size();
+    const pb::Descriptor* type = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(
+        message.substr(start, message.find('"', start) - start));
+    if (type == nullptr) return "";
+    std::string prefix;
+    for (const auto& s : scopes) prefix += s + ".";
+    return unknownFieldSuggestion(type, prefix, culprit);
+  }
+  // 'Unknown enumeration value of "SSPP" for field "mode".': the field is found from Experiment down the scopes.
+  constexpr std::string_view kField = "for field \"";
+  const auto pos = message.find(kField);
+  if (message.find("Unknown enumeration value") == std::string::npos || pos == std::string::npos) return "";
+  const auto start = pos + kField.size();
+  const pb::Descriptor* type = Experiment::descriptor();
+  for (const auto& s : scopes) {
+    const pb::FieldDescriptor* f = type->FindFieldByName(s);
+    if (f == nullptr || f->message_type() == nullptr) return "";
+    type = f->message_type();
+  }
+  const pb::FieldDescriptor* f = type->FindFieldByName(message.substr(start, message.find('"', start) - start));
+  if (f == nullptr || f->enum_type() == nullptr) return "";
+  return enumValueSuggestion(f->enum_type(), culprit);
+}
+
 std::string describeParseError(std::string_view text, const std::string& source, CollectingErrors::Report report) {
   pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
   IgnoreErrors ignore;  // the parser has reported these tokens better
@@ -108,7 +144,11 @@ std::string describeParseError(std::string_view text, const std::string& source,
        << " levels here; a valid config nests at most 4 (variants { overrides { simulation { topology {)";
     return os.str();
   }
-  os << ": " << (path.empty() ? "" : path + ": ") << report.message;
+  // "... has no field named "lrr"; did you mean 'lr'?": the parser's sentence loses its full stop to the suggestion.
+  const std::string suggestion = suggestionFor(report.message, scopes, quoted_culprit, unknown_field);
+  std::string message = report.message;
+  if (!suggestion.empty() && message.ends_with('.')) message.pop_back();
+  os << ": " << (path.empty() ? "" : path + ": ") << message << suggestion;
   return os.str();
 }
 

@@ -12,6 +12,7 @@
 #include <set>
 #include <utility>
 
+#include "core/common/spelling.h"
 #include "experiments/config/config.h"
 #include "experiments/config/config_checks.h"
 
@@ -57,21 +58,6 @@ bool isQuoted(std::string_view v) {
   return !v.empty() && (v.front() == '"' || v.front() == '\'');
 }
 
-std::size_t editDistance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // The paths below `type` (prefixed by `prefix`) of fields called `name`, for "did you mean 'optimizer.lr'?" when a
 // user leaves out the message a field lives in. Each message type is entered once: Variant.overrides is an Experiment.
 void findByName(const pb::Descriptor* type, const std::string& prefix, std::string_view name,
@@ -89,18 +75,9 @@ void findByName(const pb::Descriptor* type, const std::string& prefix, std::stri
 // "; did you mean 'lr'?" (a field of `type` a typo or two away), "; did you mean 'optimizer.lr'?" (a field of that name
 // deeper down), else the fields `type` has.
 std::string suggestion(const pb::Descriptor* type, const std::string& prefix, std::string_view name) {
-  std::string best;
-  std::size_t best_distance = std::max<std::size_t>(1, name.size() / 3) + 1;
   std::vector<std::string> names;
-  for (int i = 0; i < type->field_count(); ++i) {
-    const std::string& candidate = type->field(i)->name();
-    names.push_back(candidate);
-    if (const std::size_t d = editDistance(name, candidate); d < best_distance && d < name.size()) {
-      best = candidate;
-      best_distance = d;
-    }
-  }
-  if (!best.empty()) return "; did you mean " + experiments::quoted(best) + "?";
+  for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+  if (const auto best = closestName(name, names)) return "; did you mean " + experiments::quoted(*best) + "?";
   std::set<const pb::Descriptor*> seen;
   std::vector<std::string> deeper;
   findByName(type, prefix, name, seen, deeper);
@@ -136,6 +113,21 @@ std::string typeText(const pb::FieldDescriptor* f, bool one_value) {
 }
 
 }  // namespace
+
+std::string unknownFieldSuggestion(const google::protobuf::Descriptor* type, const std::string& prefix,
+                                   std::string_view name) {
+  return suggestion(type, prefix, name);
+}
+
+std::string enumValueSuggestion(const google::protobuf::EnumDescriptor* type, std::string_view name) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type->value_count(); ++i) {
+    const std::string& n = type->value(i)->name();
+    if (!n.ends_with("_UNSPECIFIED")) names.push_back(n);
+  }
+  if (const auto best = closestName(name, names)) return "; did you mean " + *best + "?";
+  return "; it takes " + joined(names);
+}
 
 FieldOverride parseFieldOverride(std::string_view text, const std::string& option) {
   FieldOverride o;

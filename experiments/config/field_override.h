@@ -32,6 +32,14 @@ struct FieldOverride {
   Experiment patch;        // the field at `path` set to the value, nothing else
 };
 
+// What to append to a message about `name`, which is no field of `type` (a message whose fields are spelt from
+// `prefix`: "optimizer."): "; did you mean 'lr'?" (a field of `type` a typo away), "; did you mean 'optimizer.lr'?" (a
+// field of that name deeper down), else "; its fields: ...". The config file's parse errors use it too (config.cc).
+std::string unknownFieldSuggestion(const google::protobuf::Descriptor* type, const std::string& prefix,
+                                   std::string_view name);
+// The same for `name`, which is no value of the enum `type`: "; did you mean SSP?", else "; it takes SYNC, ASYNC, ...".
+std::string enumValueSuggestion(const google::protobuf::EnumDescriptor* type, std::string_view name);
+
 // Parses one "PATH=VALUE"; `option` names the flag in messages ("--set"). Throws ConfigError (source `option`), whose
 // one error says what is wrong and how it would be right: a missing '=', an unknown field (with the closest name, or
 // the field's full path when it lives deeper: `lr` -> `optimizer.lr`), a path going on past a number or into a list, a

@@ -103,7 +103,8 @@ TEST_F(ConfigTest, MinimalGetsDefaults) {
 
 TEST_F(ConfigTest, UnknownField) {
   expectError("study: \"s\"\noptimizer {\n  lrr: 0.1\n}\n",
-              "t.textproto:3:3: optimizer: Message type \"terse.experiments.Optimizer\" has no field named \"lrr\".");
+              "t.textproto:3:3: optimizer: Message type \"terse.experiments.Optimizer\" has no field named \"lrr\"; "
+              "did you mean 'lr'?");
 }
 
 // An unknown name after a known field is not that field: the path is the enclosing message's ("optimizer", not
@@ -112,14 +113,16 @@ TEST_F(ConfigTest, UnknownField) {
 TEST_F(ConfigTest, UnknownFieldAfterAnotherNamesTheMessage) {
   expectError("study: \"s\"\noptimizer {\n  lr: 0.1\n  momentun: 0.9\n}\n",
               "t.textproto:4:3: optimizer: Message type \"terse.experiments.Optimizer\" has no field named "
-              "\"momentun\".");
+              "\"momentun\"; did you mean 'momentum'?");
   expectError("workload {\n  name: \"pytorch\"\n  pytorch {\n    module: \"m.py\"\n    max_step_per_epoch: 2\n  }\n}\n",
               "t.textproto:5:5: workload.pytorch: Message type \"terse.experiments.PyTorch\" has no field named "
-              "\"max_step_per_epoch\".");
+              "\"max_step_per_epoch\"; did you mean 'max_steps_per_epoch'?");
   expectError("study: \"s\"\nepoch: 1\n",
-              "t.textproto:2:1: Message type \"terse.experiments.Experiment\" has no field named \"epoch\".");
+              "t.textproto:2:1: Message type \"terse.experiments.Experiment\" has no field named \"epoch\"; did you "
+              "mean 'epochs'?");
   expectError("study: \"s\"\noptimizer { momentum: 0.9 schedule: COSINEE }\n",
-              "t.textproto:2:37: optimizer.schedule: Unknown enumeration value of \"COSINEE\" for field \"schedule\".");
+              "t.textproto:2:37: optimizer.schedule: Unknown enumeration value of \"COSINEE\" for field \"schedule\"; "
+              "did you mean COSINE?");
   expectError("study: \"s\"\noptimizer { momentum: 0.9 lr: \"fast\" }\n",
               "t.textproto:2:31: optimizer.lr: Expected double, got: \"fast\"");
   expectError("study: \"s\"\noptimizer { lr: 0.1 lr: 0.2 }\n",
@@ -133,7 +136,8 @@ TEST_F(ConfigTest, WrongType) {
 
 TEST_F(ConfigTest, BadEnum) {
   expectError("study: \"s\"\nmode: FAST\n",
-              "t.textproto:2:7: mode: Unknown enumeration value of \"FAST\" for field \"mode\".");
+              "t.textproto:2:7: mode: Unknown enumeration value of \"FAST\" for field \"mode\"; it takes SYNC, ASYNC, "
+              "SSP, HOGWILD");
 }
 
 TEST_F(ConfigTest, SyntaxError) {

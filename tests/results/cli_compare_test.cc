@@ -77,6 +77,20 @@ TEST_F(CompareCli, JsonParsesBackWithTargetAndBaseline) {
   EXPECT_FALSE(j->at("warnings").empty());
 }
 
+// A --baseline that names no variant is refused with the names it could have been: before, the table came out without
+// ratios and the command exited 0, so a script kept it.
+TEST_F(CompareCli, AMisspeltBaselineIsRefused) {
+  const fs::path out = dir_ / "out";
+  const Result r = compareCli(results() + " --baseline topkk --out " + quote(out.string()), dir_);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("terse compare: --baseline topkk: no variant of that name in the folders given; did you mean "
+                       "topk? (variants: "),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(CompareCli, CsvHasOneLinePerVariant) {
   const Result r = compareCli(results() + " --format csv", dir_);
   ASSERT_EQ(r.rc, 0) << r.err;
