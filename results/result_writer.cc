@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -211,6 +212,38 @@ void writeFileAtomic(const std::filesystem::path& path, std::string_view text) {
               "cannot rename " << tmp.string() << " to " << path.string() << ": " << ec.message());
 }
 
+namespace {
+
+// The files a run writes beside metrics.jsonl that this run might not write again: the provenance (written at the
+// end, or never by a run that fails early), the step traces (steps.rank<R>.jsonl, with step_trace on), the timelines
+// (trace.rank<R>.json) and calibration.json (simulated time). Left from an earlier run into the same folder, they
+// passed for this run's: `terse whatif` replayed an earlier run's traces beside this run's metrics without a word.
+// Files of other names (the user's) are left alone.
+bool isRunFile(const std::string& name) {
+  const auto numbered = [&](std::string_view prefix, std::string_view suffix) {
+    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+      return false;
+    const std::string_view digits =
+        std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return name == kProvenanceFile || name == "calibration.json" || numbered("steps.rank", ".jsonl") ||
+         numbered("trace.rank", ".json");
+}
+
+void removeEarlierRunsFiles(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec) || !isRunFile(it->path().filename().string())) continue;
+    std::error_code removed;
+    std::filesystem::remove(it->path(), removed);
+    TERSE_CHECK(!removed, InvalidArgument,
+                "cannot remove " << it->path().string() << ", an earlier run's file: " << removed.message());
+  }
+}
+
+}  // namespace
+
 ResultWriter::ResultWriter(const std::filesystem::path& root, std::string_view study, std::string_view variant)
     : dir_(root / std::string(study) / std::string(variant)), started_(isoTimeUtc()) {
   std::lock_guard lock(g_writers_mutex);
@@ -221,6 +254,7 @@ ResultWriter::ResultWriter(const std::filesystem::path& root, std::string_view s
   metrics_ = std::fopen(metrics.c_str(), "wb");
   TERSE_CHECK(metrics_ != nullptr, InvalidArgument,
               "cannot write " << metrics.string() << ": " << std::strerror(errno));
+  removeEarlierRunsFiles(dir_);
   writeStatus(kStateRunning, "");
   g_writers.push_back(this);
 }
