@@ -86,6 +86,8 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   run.config_lists_seeds = config.seeds_size() > 0;
   if (config.compressor().has_name()) run.compressor = config.compressor().name();
   if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
+  // provenance.json, read after, says the same of a finished run; a run in progress has none yet.
+  run.simulated = config.clock() == experiments::Experiment::SIMULATED;
   run.async_mode = config.mode() == experiments::Experiment::ASYNC || config.mode() == experiments::Experiment::SSP ||
                    config.mode() == experiments::Experiment::HOGWILD;
   if (config.momentum_correction().has_factor() && std::isfinite(config.momentum_correction().factor())) {

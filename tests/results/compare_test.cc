@@ -268,6 +268,24 @@ TEST(Compare, RunsOfOneNameFromRelativeFoldersAndRepeatsAreLabelledToo) {
       << md;
 }
 
+// A run still in progress has no provenance.json yet: its config's clock says it is simulated, so a study of simulated
+// runs stays one of simulated runs (before, the running one counted as real time and every other row was marked).
+TEST(Compare, ARunWithoutProvenanceTakesItsClockFromItsConfig) {
+  const fs::path root = freshDir("ClockFromConfig");
+  RunSpec a{"sim", "dense", "none", false, {{10, 0.5, 100, 1}}};
+  RunSpec b{"sim", "x", "topk", false, {{10, 0.5, 10, 1}}};
+  a.simulated = b.simulated = true;
+  writeRun(root, a);
+  const fs::path running = writeRun(root, b);
+  fs::remove(running / "provenance.json");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 2u) << joined(w);
+  const std::string md = toMarkdown(compare(runs, {}, w));
+  EXPECT_NE(md.find("| sim step ms |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("(simulated time)"), std::string::npos) << md;
+}
+
 TEST(Compare, SimulatedTimesAreLabelledAsSuch) {
   const fs::path root = freshDir("SimulatedLabels");
   RunSpec a{"all", "dense", "none", false, {{10, 0.5, 100, 1}}};

@@ -67,6 +67,7 @@ inline std::string configText(const RunSpec& s) {
     << "\n}\nworkers: 4\nmode: SYNC\ncompressor {\n  name: \"" << s.compressor
     << "\"\n}\nerror_feedback: " << (s.error_feedback ? "true" : "false") << "\nepochs: 3\nseed: " << s.seed << "\n";
   if (!s.seeds.empty()) o << "seeds: " << s.seeds << "\n";
+  if (s.simulated) o << "clock: SIMULATED\n";
   return o.str();
 }
 
