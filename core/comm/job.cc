@@ -233,6 +233,14 @@ bool isLoopbackAddress(std::string_view address) {
   return false;
 }
 
+std::string describeJobSource(const JobEnv& env) {
+  if (env.source == "terse") return "TERSE_WORLD_SIZE, which terse launch sets";
+  if (env.source == "openmpi") return "OMPI_COMM_WORLD_SIZE (Open MPI's mpirun)";
+  if (env.source == "slurm") return "SLURM_NTASKS (srun)";
+  if (env.source == "single") return "no launcher: a single process";
+  return env.source;
+}
+
 std::optional<JobEnv> detectJobEnv() {
   return detectJobEnv(processEnv());
 }

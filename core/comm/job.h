@@ -38,6 +38,10 @@ struct JobEnv {
   std::string host;    // this host's name (gethostname), for messages naming a rank's host
 };
 
+// Where a job's size came from, for a message that gives it: "TERSE_WORLD_SIZE, which terse launch sets",
+// "OMPI_COMM_WORLD_SIZE (Open MPI's mpirun)", "SLURM_NTASKS (srun)", "no launcher: a single process".
+std::string describeJobSource(const JobEnv& env);
+
 // The base of the port derived from SLURM_JOB_ID (kSlurmPortBase + job id % kSlurmPortSpan): above the registered
 // services most clusters run, below Linux's default ephemeral range (32768+), so it rarely collides with either.
 inline constexpr uint16_t kSlurmPortBase = 20000;

@@ -79,8 +79,7 @@ comm::JobEnv checkedJobEnv(const Experiment& e) {
   crash::setProcessRank(env.rank);
   TERSE_CHECK(env.world_size == e.workers(), InvalidArgument,
               "variant '" << e.variant() << "': the config has workers = " << e.workers() << " but this job has "
-                          << env.world_size << " rank(s) (from "
-                          << (env.source == "single" ? "no launcher: a single process" : env.source)
+                          << env.world_size << " rank(s) (from " << comm::describeJobSource(env)
                           << "); start it with `terse launch -n " << e.workers()
                           << " -- terse run CONFIG` (or srun/mpirun with that many tasks), or change workers");
   return env;

@@ -43,8 +43,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
   TERSE_CHECK(world == S + W, InvalidArgument,
               "variant '" << e.variant() << "': mode " << Experiment::Mode_Name(e.mode())
                           << " needs servers + workers = " << S << " + " << W << " = " << S + W
-                          << " ranks but this job has " << world << " (from "
-                          << (env.source == "single" ? "no launcher: a single process" : env.source)
+                          << " ranks but this job has " << world << " (from " << comm::describeJobSource(env)
                           << "); start it with `terse launch -n " << S + W << " -- terse run CONFIG`");
   std::optional<results::ResultWriter> writer;
   RunSummary summary;

@@ -282,6 +282,7 @@ case $CASE in
     "$TERSE" launch -n 2 -- "$TERSE" run tcp3.textproto --out wrong --plugin-path "$PLUGINS" >wrong.log 2>&1
     (($? == 1)) || fail "a 2-rank job ran a 3-worker study"
     expect_in wrong.log "the config has workers = 3 but this job has 2 rank"
+    expect_in wrong.log "from TERSE_WORLD_SIZE, which terse launch sets"
     ;;
   set_override)
     # `terse run --set` under `terse launch`: each rank loads the study itself from the same command line, so every

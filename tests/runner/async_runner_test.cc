@@ -421,6 +421,7 @@ TEST(AsyncRunner, TcpWithoutAJobOfServersPlusWorkersRanksIsAClearError) {
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("terse launch -n 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(from no launcher: a single process)"), std::string::npos) << e.what();
   }
 }
 
