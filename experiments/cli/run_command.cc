@@ -52,7 +52,7 @@ namespace po = boost::program_options;
 
 constexpr std::string_view kUsage =
     "usage: terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--workers N] [--seeds LIST] [--out DIR]\n"
-    "                 [--plugin-path DIR]...\n"
+    "                 [--plugin-path DIR]... [--dry-run | --print-config]\n"
     "\n"
     "Runs every variant of the study in CONFIG (a .textproto; default: the embedded quickstart study) and writes\n"
     "results/<study>/<variant>/{config.textproto,provenance.json,metrics.jsonl,status.json}. The whole config is\n"
@@ -62,7 +62,10 @@ constexpr std::string_view kUsage =
     "PATH is a dotted field path (experiments/configs/README.md), VALUE as the file would spell it (a string may be\n"
     "bare; a list is [a, b] and replaces the list; a map entry is PATH.KEY=VALUE), e.g.\n"
     "  terse run study.textproto --set epochs=1 --set optimizer.lr=0.05 --set compressor.params.ratio=0.01\n"
-    "The results folder's config.textproto holds the overridden values.";
+    "The results folder's config.textproto holds the overridden values.\n"
+    "\n"
+    "--dry-run checks the study as a run would and lists the runs it would make, with their folders, writing nothing;\n"
+    "--print-config also prints each run's resolved config (defaults, the variant's settings and --set applied).";
 
 std::string fixed(double v, int digits) {
   std::ostringstream s;
@@ -99,6 +102,8 @@ int runCommand(const std::vector<std::string>& args) {
       "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's seeds and seed")(
       "out", po::value<std::string>(), "results root (default: the config's output_dir)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "search DIR first (repeatable, DIR:DIR...)")(
+      "dry-run", "check the study and list the runs it would make and their folders; write nothing")(
+      "print-config", "as --dry-run, and print each run's resolved config")(
       "config", po::value<std::vector<std::string>>(), "the study file");
   po::positional_options_description positional;
   positional.add("config", -1);
@@ -180,6 +185,29 @@ int runCommand(const std::vector<std::string>& args) {
     std::cerr << "terse run: " << userMessage(e.what()) << '\n';
     notifyLauncher("failed " + userMessage(e.what()));
     return kExitFailure;
+  }
+
+  if (vm.count("dry-run") || vm.count("print-config")) {
+    // Everything above ran as for a real run (every field checked, the selected variants' plugins loaded with their
+    // parameters), so a study that passes here fails later only for what only a run can find.
+    Table plan({"run", "folder", "workers", "mode", "compressor", "epochs"});
+    for (const auto& e : experiments) {
+      const std::filesystem::path root =
+          vm.count("out") ? std::filesystem::path(vm["out"].as<std::string>()) : std::filesystem::path(e.output_dir());
+      std::string compressor = e.compressor().name();
+      for (const auto& [key, value] : e.compressor().params()) compressor += " " + key + "=" + value;
+      if (e.error_feedback()) compressor += " +EF";
+      const std::string folder = (root / e.study() / experiments::resultsSubfolder(e)).string();
+      plan.add({e.variant() + (e.seeds_size() > 0 ? " (seed " + std::to_string(e.seed()) + ")" : ""), folder,
+                std::to_string(e.workers()), experiments::Experiment::Mode_Name(e.mode()), compressor,
+                std::to_string(e.epochs())});
+      if (vm.count("print-config"))
+        std::cout << "# " << folder << "/config.textproto\n" << experiments::toText(e) << '\n';
+    }
+    plan.print(std::cout);
+    std::cout << experiments.size() << (experiments.size() == 1 ? " run" : " runs")
+              << " checked; nothing was run or written (--dry-run)\n";
+    return kExitOk;
   }
 
   runner::RunnerOptions ro;

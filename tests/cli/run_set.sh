@@ -3,7 +3,8 @@
 #
 # A tiny study (linear regression, 480 examples, 3 epochs in the file and 4 in one variant) run with --set epochs=1
 # --set data.batch_size=32: every variant's config.textproto holds the overrides and its metrics.jsonl stops after one
-# epoch of 15 steps. Then a refused override leaves those folders as they were. Exit 0 = pass.
+# epoch of 15 steps. --dry-run and --print-config check and list without writing. Then a refused override leaves those
+# folders as they were. Exit 0 = pass.
 set -uo pipefail
 
 TERSE=$1
@@ -51,6 +52,23 @@ for v in base3 long4; do
   [[ $(field $dir/metrics.jsonl epoch) == 1 ]] || fail "$v: last record at epoch $(field $dir/metrics.jsonl epoch)"
   [[ $(field $dir/metrics.jsonl step) == 15 ]] || fail "$v: last record at step $(field $dir/metrics.jsonl step)"
 done
+
+# --dry-run: the same checks, then the runs it would make and their folders, and nothing written; --print-config
+# shows each run's resolved config, overrides applied.
+timeout 60 "$TERSE" run study.textproto --out dry --set epochs=2 --dry-run >dry.log 2>&1 || fail "--dry-run exited $?"
+expect_in dry.log "base3 +dry/set/base3 +1 +SYNC +none +2"
+expect_in dry.log "long4 +dry/set/long4 +1 +SYNC +none +2"
+expect_in dry.log "^2 runs checked; nothing was run or written \(--dry-run\)$"
+[[ -e dry ]] && fail "--dry-run wrote $(find dry | head -3)"
+timeout 60 "$TERSE" run study.textproto --out dry --set epochs=2 --variant long4 --print-config >print.log 2>&1 ||
+  fail "--print-config exited $?"
+expect_in print.log "^# dry/set/long4/config.textproto$"
+expect_in print.log "^epochs: 2$"
+expect_in print.log "^  batch_size: 16$"
+grep -q "base3" print.log && fail "--print-config printed a variant not selected"
+[[ -e dry ]] && fail "--print-config wrote $(find dry | head -3)"
+timeout 60 "$TERSE" run study.textproto --out dry --set optimizer.lr=-1 --dry-run >dry_bad.log 2>&1
+(($? == 1)) || fail "--dry-run of a refused override exited $?, expected 1"
 
 # An override the checks refuse stops the study before anything trains; the folders written above stay as they are.
 sums=$(cat out/set/*/* | md5sum)
