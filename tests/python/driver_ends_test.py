@@ -132,6 +132,10 @@ def stop(terse, sig, whole_group):
             if not check:
                 sys.exit("after %s the folders %s say %s, not failed: %s" % (signal.Signals(sig).name, folders,
                                                                             statuses, words))
+            # Ctrl-C: each process says so in one line; no traceback (mp.spawn's join printed one in the driver).
+            err = run.stderr.read().decode("utf-8", "replace")
+            if sig == signal.SIGINT and "Traceback" in err:
+                sys.exit("after SIGINT terse run's output holds a traceback:\n%s" % err[-3000:])
             if run.returncode != -sig:
                 sys.exit("terse run ended with status %s after %s, not by the signal" % (run.returncode,
                                                                                         signal.Signals(sig).name))

@@ -746,7 +746,7 @@ def _report(prefix, e):
         _say("terse.train: %s%s\nTraceback (most recent call last):\n%s" % (prefix, _summary_line(e), text))
         return prefix + _summary_line(e)
     summary = prefix + _summary(e)
-    if isinstance(e, (terse.Error, KeyboardInterrupt)):
+    if isinstance(e, terse.Error) or _interrupted(e):  # Ctrl-C inside backward comes as torch's RuntimeError
         _say("terse.train: %s" % summary)
     else:
         _say("".join(traceback.format_exception(type(e), e, e.__traceback__)))
@@ -913,6 +913,11 @@ def main(argv=None):
         # it. One that died without a word (killed, or os._exit in the user's code) is named here.
         if not (args.error_file and os.path.exists(args.error_file)):
             _say("terse.train: %s" % summary)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the ranks too (one process group), and each says so in a line of its own; the traceback of
+        # mp.spawn's join that Python would print here says nothing more.
+        summary = "interrupted"
+        _say("terse.train: interrupted")
     except Exception as e:  # noqa: BLE001  (any failure ends the run, reported to terse run)
         error = e
         summary = _report("", e)
