@@ -155,6 +155,8 @@ inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";
 inline constexpr std::string_view kStalenessMaxKey = "staleness_max";
 inline constexpr std::string_view kStalenessHistPrefix = "staleness_hist_";
 inline constexpr std::string_view kStalenessHistOverflowKey = "staleness_hist_overflow";
+// staleness_hist_<tau> is written for tau below this; larger tau are counted in staleness_hist_overflow.
+inline constexpr uint64_t kStalenessHistBuckets = 64;
 inline constexpr std::string_view kPushBytesKey = "push_bytes_per_worker";
 inline constexpr std::string_view kPullBytesKey = "pull_bytes_per_worker";
 inline constexpr std::string_view kPushPayloadBytesKey = "push_payload_bytes_per_worker";

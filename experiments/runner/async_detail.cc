@@ -15,7 +15,7 @@ using experiments::Experiment;
 using experiments::ParameterServer;
 
 // Staleness buckets written per record; larger tau go to the overflow count.
-constexpr uint64_t kHistogramBuckets = 64;
+constexpr uint64_t kHistogramBuckets = results::kStalenessHistBuckets;
 
 void stalenessFields(const std::map<uint64_t, uint64_t>& hist, results::MetricsRecord& m) {
   uint64_t n = 0, overflow = 0, max_tau = 0;

@@ -39,18 +39,21 @@ std::optional<StalenessSummary> staleness(const EvalPoint& p) {
   double total = has(p.staleness_hist_overflow) ? p.staleness_hist_overflow : 0;
   for (const auto& [tau, count] : p.staleness_hist) total += count;
   if (!p.staleness_hist.empty() && total > 0) {
-    // Percentiles by the nearest-rank rule; a percentile that lands in the overflow bucket is unknown.
-    auto percentile = [&](double q) -> std::optional<double> {
+    // Percentiles by the nearest-rank rule; one that lands in the overflow bucket is known only to be at least the
+    // bucket's bound (with hundreds of workers most pushes can be there: it used to vanish from the table).
+    auto percentile = [&](double q, bool& beyond) -> std::optional<double> {
       const double rank = std::ceil(q * total);
       double seen = 0;
       for (const auto& [tau, count] : p.staleness_hist) {
         seen += count;
         if (seen >= rank) return static_cast<double>(tau);
       }
-      return std::nullopt;
+      if (!has(p.staleness_hist_overflow) || p.staleness_hist_overflow <= 0) return std::nullopt;
+      beyond = true;
+      return static_cast<double>(kStalenessHistBuckets);
     };
-    s.p50 = percentile(0.5);
-    s.p90 = percentile(0.9);
+    s.p50 = percentile(0.5, s.p50_beyond);
+    s.p90 = percentile(0.9, s.p90_beyond);
     // Without a recorded mean or max the histogram still gives them (overflow makes the mean a lower bound: unknown).
     if (!has(s.max) && !has(p.staleness_hist_overflow)) s.max = static_cast<double>(p.staleness_hist.rbegin()->first);
     if (!has(s.mean) && !has(p.staleness_hist_overflow)) {

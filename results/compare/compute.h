@@ -69,6 +69,9 @@ struct StalenessSummary {
   double mean = 0;
   double max = 0;
   std::optional<double> p50, p90;  // from the histogram
+  // A percentile that lands among the pushes past the histogram's last bucket (staleness_hist_overflow): it is at
+  // least kStalenessHistBuckets, and its p50 / p90 above is that bound.
+  bool p50_beyond = false, p90_beyond = false;
 };
 
 // One metric of a row over its seeds (see "Repeats" above).

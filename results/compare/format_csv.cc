@@ -64,8 +64,9 @@ std::string toCsv(const Comparison& c) {
                                         csvNumber(r.exposed_comm_s),
                                         r.staleness ? csvNumber(r.staleness->mean) : "",
                                         r.staleness ? csvNumber(r.staleness->max) : "",
-                                        r.staleness ? csvNumber(r.staleness->p50) : "",
-                                        r.staleness ? csvNumber(r.staleness->p90) : "",
+                                        // Past the histogram's last bucket a percentile is a bound, not a number.
+                                        r.staleness && !r.staleness->p50_beyond ? csvNumber(r.staleness->p50) : "",
+                                        r.staleness && !r.staleness->p90_beyond ? csvNumber(r.staleness->p90) : "",
                                         csvCell(r.error),
                                         r.simulated ? "simulated" : "real_time",
                                         std::to_string(r.seeds),

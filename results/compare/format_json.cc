@@ -59,7 +59,10 @@ Json rowJson(const CompareRow& r) {
   o["staleness"] = r.staleness ? Json{{"mean", r.staleness->mean},
                                       {"max", r.staleness->max},
                                       {"p50", number(r.staleness->p50)},
-                                      {"p90", number(r.staleness->p90)}}
+                                      {"p90", number(r.staleness->p90)},
+                                      // true: the percentile is past the histogram's buckets, at least p50 / p90
+                                      {"p50_at_least", r.staleness->p50_beyond},
+                                      {"p90_at_least", r.staleness->p90_beyond}}
                                : Json(nullptr);
   return o;
 }

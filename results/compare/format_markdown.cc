@@ -53,8 +53,8 @@ std::string mdCell(std::string_view s) {
 std::string stalenessText(const StalenessSummary& s) {
   auto whole = [](double v) { return std::isfinite(v) && v == std::floor(v) ? fixed(v, 0) : sig3(v); };
   std::string out = "mean " + sig3(s.mean) + ", max " + whole(s.max);
-  if (s.p50) out += ", p50 " + whole(*s.p50);
-  if (s.p90) out += ", p90 " + whole(*s.p90);
+  if (s.p50) out += ", p50 " + std::string(s.p50_beyond ? ">= " : "") + whole(*s.p50);
+  if (s.p90) out += ", p90 " + std::string(s.p90_beyond ? ">= " : "") + whole(*s.p90);
   return out;
 }
 

@@ -352,6 +352,36 @@ TEST(Compare, StalenessFromTheReservedFields) {
   EXPECT_NE(md.find("mean 1.40, max 4, p50 1, p90 2"), std::string::npos) << md;
 }
 
+// At hundreds of workers most pushes can be staler than the histogram's last bucket: a percentile there is shown as a
+// bound (">= 64") in markdown, flagged in JSON and left empty in CSV, where it used to vanish without a word.
+TEST(Compare, StalenessPercentilesPastTheHistogramAreBounds) {
+  const fs::path root = freshDir("StalenessOverflow");
+  const fs::path dir = writeRun(root, {"s", "async", "none", false, {}});
+  // 100 pushes: 30 at tau 5, 70 past the buckets -> p50 and p90 both beyond.
+  appendText(dir / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":1000,\"staleness_mean\":90,"
+             "\"staleness_max\":255,\"staleness_hist_5\":30,\"staleness_hist_overflow\":70}\n");
+  const fs::path half = writeRun(root, {"s", "half", "topk", false, {}});
+  // 100 pushes: 60 at tau 2, 40 past: p50 2, p90 beyond.
+  appendText(half / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":10,\"staleness_mean\":30,"
+             "\"staleness_max\":100,\"staleness_hist_2\":60,\"staleness_hist_overflow\":40}\n");
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  const CompareRow& a = row(c.studies[0], "async");
+  ASSERT_TRUE(a.staleness);
+  EXPECT_TRUE(a.staleness->p50_beyond && a.staleness->p90_beyond);
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("mean 90.0, max 255, p50 >= 64, p90 >= 64"), std::string::npos) << md;
+  EXPECT_NE(md.find("mean 30.0, max 100, p50 2, p90 >= 64"), std::string::npos) << md;
+  const auto json = parseJson(toJson(c, w));
+  ASSERT_TRUE(json);
+  bool flagged = false;
+  for (const auto& r : json->at("studies").at(0).at("rows"))
+    if (getString(r, "variant") == "async") flagged = r.at("staleness").at("p90_at_least").get<bool>();
+  EXPECT_TRUE(flagged) << dumpJson(*json);
+}
+
 // A parameter server's wire bytes are both directions (result_writer.h): a record with push_ and pull_bytes_per_worker
 // is read as written; one from before them (wire_bytes_per_worker = the mean of worker<w>_bytes_out, the pushes alone)
 // is recounted from its per-worker counts and says so, and the ratio against a sync ring is of all the traffic.
