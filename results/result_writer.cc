@@ -215,9 +215,10 @@ void writeFileAtomic(const std::filesystem::path& path, std::string_view text) {
 namespace {
 
 // The files a run writes beside metrics.jsonl that this run might not write again: the provenance (written at the
-// end, or never by a run that fails early), the step traces (steps.rank<R>.jsonl, with step_trace on), the timelines
-// (trace.rank<R>.json) and calibration.json (simulated time). Left from an earlier run into the same folder, they
-// passed for this run's: `terse whatif` replayed an earlier run's traces beside this run's metrics without a word.
+// end, or never by a run that fails early), the step traces (steps.rank<R>.jsonl, with step_trace on) and the
+// timelines (trace.rank<R>.json). Left from an earlier run into the same folder, they passed for this run's: `terse
+// whatif` replayed an earlier run's traces beside this run's metrics without a word. calibration.json stays: a config
+// may replay the table a run measured there (simulation.calibration), and a calibrated run rewrites it anyway.
 // Files of other names (the user's) are left alone.
 bool isRunFile(const std::string& name) {
   const auto numbered = [&](std::string_view prefix, std::string_view suffix) {
@@ -227,8 +228,7 @@ bool isRunFile(const std::string& name) {
         std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
     return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
-  return name == kProvenanceFile || name == "calibration.json" || numbered("steps.rank", ".jsonl") ||
-         numbered("trace.rank", ".json");
+  return name == kProvenanceFile || numbered("steps.rank", ".jsonl") || numbered("trace.rank", ".json");
 }
 
 void removeEarlierRunsFiles(const std::filesystem::path& dir) {

@@ -194,8 +194,9 @@ std::vector<std::filesystem::path> failStopped(std::string_view error, std::stri
 class ResultWriter {
  public:
   // Creates <root>/<study>/<variant>/, replaces an older run's metrics.jsonl there (records of two runs must never
-  // mix), removes the other files an older run wrote there (provenance.json, steps.rank<R>.jsonl, trace.rank<R>.json,
-  // calibration.json: this run may not write them again) and writes status "running". Throws InvalidArgument naming the folder when it cannot.
+  // mix), removes the other files an older run wrote there that this run may not write again (provenance.json,
+  // steps.rank<R>.jsonl, trace.rank<R>.json; not calibration.json, which a config may replay) and writes status
+  // "running". Throws InvalidArgument naming the folder when it cannot.
   ResultWriter(const std::filesystem::path& root, std::string_view study, std::string_view variant);
   // A writer destroyed while still "running" (an exception unwound past it) marks the run failed.
   ~ResultWriter();

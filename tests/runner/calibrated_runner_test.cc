@@ -128,6 +128,14 @@ TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
   EXPECT_EQ(simulationNote(replay.provenance, "calibration_measured").rfind("0 of ", 0), 0u);
   EXPECT_EQ(simulationNote(replay.provenance, "calibration_source").rfind("replayed ", 0), 0u);
   EXPECT_TRUE(fs::is_empty(fs::path(std::getenv("XDG_CACHE_HOME")))) << "a replay writes no cache";
+
+  // Replayed into the folder it replays from (the first run again, its table pinned): the new run must not remove the
+  // table it is about to read, as it removes an earlier run's other files (results::ResultWriter).
+  const Ran again = runCalibrated(
+      loader, calibratedStudy("simulation { calibration: \"" + (first.dir / "calibration.json").string() + "\" }\n"),
+      first.dir.parent_path().parent_path());
+  EXPECT_EQ(again.metrics, first.metrics);
+  EXPECT_EQ(readFile(first.dir / "calibration.json"), table);
 }
 
 TEST(CalibratedRun, AForeignTableIsRefusedNamingBothUnlessAllowed) {

@@ -56,20 +56,24 @@ TEST(ResultWriter, StatusLifecycle) {
 }
 
 // A run into the folder of an earlier one replaces that run: the files the earlier run wrote and this one may not
-// (step traces, timelines, calibration, provenance) go, so that `terse whatif` cannot replay an earlier run's traces
+// (step traces, timelines, provenance) go, so that `terse whatif` cannot replay an earlier run's traces
 // beside this run's metrics; files of other names stay.
 TEST(ResultWriter, ARunReplacesAnEarlierRunsFiles) {
   const fs::path root = freshDir("writer_rerun");
   const fs::path dir = root / "s" / "v";
   fs::create_directories(dir);
-  const std::vector<std::string> earlier = {"provenance.json",  "steps.rank0.jsonl", "steps.rank12.jsonl",
-                                            "trace.rank1.json", "calibration.json",  "metrics.jsonl"};
-  const std::vector<std::string> kept = {"notes.txt", "steps.rankX.jsonl", "steps.rank.jsonl", "trace.rank2.json.bak"};
+  const std::vector<std::string> earlier = {"provenance.json", "steps.rank0.jsonl", "steps.rank12.jsonl",
+                                            "trace.rank1.json", "metrics.jsonl"};
+  // calibration.json too: a config may replay the table an earlier run measured there (simulation.calibration).
+  const std::vector<std::string> kept = {"notes.txt", "steps.rankX.jsonl", "steps.rank.jsonl", "trace.rank2.json.bak",
+                                         "calibration.json"};
   for (const auto& name : earlier) std::ofstream(dir / name) << "{\"earlier\":1}\n";
   for (const auto& name : kept) std::ofstream(dir / name) << "mine\n";
   results::ResultWriter w(root, "s", "v");
-  for (const auto& name : earlier)
-    if (name != "metrics.jsonl") EXPECT_FALSE(fs::exists(dir / name)) << name;
+  for (const auto& name : earlier) {
+    if (name == "metrics.jsonl") continue;
+    EXPECT_FALSE(fs::exists(dir / name)) << name;
+  }
   EXPECT_EQ(readFile(dir / "metrics.jsonl"), "");
   for (const auto& name : kept) EXPECT_EQ(readFile(dir / name), "mine\n") << name;
 }
