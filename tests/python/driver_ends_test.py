@@ -4,7 +4,9 @@
   and mark completed a run that was stopped; terse run marks the folder failed, "terminated by SIGTERM", and ends by
   SIGTERM (core/common/stop_signals.h);
 - Ctrl-C, SIGINT to the whole process group as a terminal sends it: the driver and the ranks record the run failed,
-  "interrupted", and leave; then terse run settles the folder and ends by SIGINT.
+  "interrupted", and leave; then terse run settles the folder and ends by SIGINT;
+- SIGINT to terse run alone: terse run passes it to the driver, which ends its ranks and leaves, without terse run
+  having to kill it.
 Either way the study's second variant does not start.
 
 usage: driver_ends_test.py TERSE
@@ -79,6 +81,8 @@ def alive(pid):
 def main():
     stop(sys.argv[1], signal.SIGTERM, whole_group=False)
     stop(sys.argv[1], signal.SIGINT, whole_group=True)
+    # SIGINT to terse run alone (`kill -INT`): it reaches the driver only, whose ranks must still end with it.
+    stop(sys.argv[1], signal.SIGINT, whole_group=False)
 
 
 def stop(terse, sig, whole_group):
@@ -133,7 +137,11 @@ def stop(terse, sig, whole_group):
                 sys.exit("after %s the folders %s say %s, not failed: %s" % (signal.Signals(sig).name, folders,
                                                                             statuses, words))
             # Ctrl-C: each process says so in one line; no traceback (mp.spawn's join printed one in the driver).
+            # And the driver ends by itself: terse run did not have to kill it after its grace (a SIGINT to terse run
+            # alone reaches the driver only, and its ranks must still be ended).
             err = run.stderr.read().decode("utf-8", "replace")
+            if "; killing it" in err:
+                sys.exit("after %s terse run had to kill the driver:\n%s" % (signal.Signals(sig).name, err[-3000:]))
             if sig == signal.SIGINT and "Traceback" in err:
                 sys.exit("after SIGINT terse run's output holds a traceback:\n%s" % err[-3000:])
             if run.returncode != -sig:

@@ -33,6 +33,8 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             replaced, `terse compare` warns of different workloads only beside a folder naming another module, the
             module's own hash stays and the hash over its files changes (shown by `terse compare --provenance`), and
             the plugin is recorded where it was loaded from (the build tree, as a native run records it)
+  agreement  the TCP ranks' agreement before training with the gather faked: three ranks, two failing with
+            different kinds, all take the lowest failing rank's kind
 """
 
 import argparse
@@ -617,7 +619,8 @@ def optimizer_loss(tmp):
     p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
     check(p.returncode != 0 and "Traceback" not in p.stderr, "vector: %d\n%s" % (p.returncode, p.stderr))
     check("workload.pytorch.module: loss(output, labels) in %s returned Tensor[4] float32" % os.path.join(
-        tmp, "vector_loss.py") in p.stderr and ".mean() or .sum()" in p.stderr, "vector: %s" % p.stderr)
+        tmp, "vector_loss.py") in p.stderr and "the batch's mean (reduce a per-example loss with .mean()" in p.stderr,
+        "vector: %s" % p.stderr)
     print("optimizer_loss: first step %s..%s at lr %g; train loss %.3f" % (seen["least"], seen["most"], lr,
                                                                             lines[-1]["train_loss"]))
 
@@ -747,11 +750,60 @@ def provenance(tmp):
     print("provenance: %d module files, plugin from %s" % (len(provs["a"]["module_files"]), origins.pop()))
 
 
+def agreement(tmp):
+    """The TCP ranks' agreement before training (train.py, _agree_before_training), with the gather faked: three ranks,
+    rank 1 failing for a reason that is no refusal (kind "") and rank 2 refused in its module (kind "module"). Every
+    rank takes rank 1's kind, the failing ones keeping their own message, so that every rank's terse run skips alike
+    (rank 2 skipped what its peers ran, before)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(ARGS.terse), "..", "python"))
+    import torch
+    import terse.train as train
+
+    class FakeSpec:
+        device = "cpu"
+
+    reasons = {0: None, 1: RuntimeError("no data set on this host"),
+               2: train.UserCodeError("data()", "m.py", ValueError("bad shard"))}
+
+    def run(rank):
+        """What rank `rank` raises, each rank's gather answering with every rank's (code, text)."""
+        mine = reasons[rank]
+
+        def fake_gather(tensor, world, group):
+            rows = []
+            for r in range(world):
+                e = reasons[r]
+                text = b"" if e is None else train._summary_line(e).encode()
+                code = 0 if e is None else 1 + train._BEFORE_TRAINING_KINDS.index(train._kind(e))
+                rows.append(torch.tensor([code, len(text)]) if tensor.dtype == torch.int64
+                            else torch.tensor(list(text) + [0] * (tensor.numel() - len(text)), dtype=torch.uint8))
+            return rows
+
+        saved = train._all_gather
+        train._all_gather = fake_gather
+        try:
+            train._agree_before_training(FakeSpec(), rank, 3, mine)
+        except Exception as e:  # noqa: BLE001
+            return e
+        finally:
+            train._all_gather = saved
+        return None
+
+    got = {r: run(r) for r in range(3)}
+    for r, e in got.items():
+        check(e is not None, "rank %d did not fail" % r)
+        check(train._kind(e) == "", "rank %d's kind is %r, not rank 1's ''" % (r, train._kind(e)))
+    check(isinstance(got[0], train.PeerRefused) and "rank 1 failed before training" in str(got[0])
+          and "no data set on this host" in str(got[0]), "rank 0: %s" % got[0])
+    check(got[2] is reasons[2] and "bad shard" in train._summary_line(got[2]), "rank 2: %s" % got[2])
+    print("agreement: every rank takes rank 1's kind; rank 0 says %s" % got[0])
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
-                                    "unused_parameters", "provenance"])
+                                    "unused_parameters", "provenance", "agreement"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
@@ -759,7 +811,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
          "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters,
-         "provenance": provenance}[ARGS.case](tmp)
+         "provenance": provenance, "agreement": agreement}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

@@ -396,8 +396,9 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
                         got += " without grad (computed apart from output, or detached)"
                     raise WorkloadError("workload.pytorch.module: loss(output, labels) in %s returned %s on the "
                                         "model's forward of train_x[:%d] (output %s, labels %s); the driver trains on "
-                                        "a scalar floating-point tensor computed from output (0 dimensions: reduce "
-                                        "it with .mean() or .sum())" % (path, got, n, _describe(out), _describe(y)))
+                                        "a scalar floating-point tensor computed from output: the batch's mean "
+                                        "(reduce a per-example loss with .mean(); the test loss weights it by the "
+                                        "batch's labels)" % (path, got, n, _describe(out), _describe(y)))
                 value.backward()
         except (WorkloadError, UserCodeError):
             raise
@@ -518,6 +519,9 @@ _BEFORE_TRAINING_KINDS = ("", "module", "config")
 
 
 def _kind(error):
+    agreed = getattr(error, "terse_agreed_kind", None)  # set by _agree_before_training
+    if agreed is not None:
+        return agreed
     if isinstance(error, PeerRefused):
         return error.kind
     return "config" if isinstance(error, WorkloadError) else "module" if isinstance(error, UserCodeError) else ""
@@ -531,34 +535,37 @@ def _device(spec, rank):
 
 def _agree_before_training(spec, rank, world, error):
     """Transport TCP, once every rank has joined the process group: whether any rank failed before it (its checks, its
-    module's model() or data(), the check forward). Every rank then fails, the failing one with its own error and the
-    others with the lowest failing rank's reason and kind (PeerRefused), so that each rank's terse run fails the
-    variant alike and skips the same later variants. Without it the healthy ranks waited in init_process_group for the
-    timeout, and only the failing rank's terse run skipped the variants after: the others then waited for it in each.
-    In process (mp.spawn) none of this is needed: one driver speaks for every rank and ends them all."""
-    device = _device(spec, rank)
+    module's model() or data(), the check forward). Every rank then fails -- the failing ones with their own error, the
+    others with the lowest failing rank's reason (PeerRefused) -- and every rank with the lowest failing rank's kind,
+    so that each rank's terse run fails the variant alike and skips the same later variants (a rank that skipped
+    variants its peers ran would wait for them in each until the timeout). Without it the healthy ranks waited in
+    init_process_group for the timeout, and only the failing rank's terse run skipped the variants after.
+    Over gloo on CPU tensors also with device "cuda": a rank may have failed for want of its GPU (none visible, out of
+    memory), and it must still be able to say so. In process (mp.spawn) none of this is needed: one driver speaks for
+    every rank and ends them all."""
+    group = dist.new_group(backend="gloo") if spec.device == "cuda" else None
     summary = b"" if error is None else _summary_line(error).encode("utf-8", "replace")[:4096]
     code = 0 if error is None else 1 + _BEFORE_TRAINING_KINDS.index(_kind(error))
-    gathered = _all_gather(torch.tensor([code, len(summary)], dtype=torch.int64, device=device), world)
-    got = [t.tolist() for t in gathered]
+    got = [t.tolist() for t in _all_gather(torch.tensor([code, len(summary)], dtype=torch.int64), world, group)]
     failed = [r for r, (c, _) in enumerate(got) if c != 0]
     if not failed:
         return
     longest = max(min(max(n, 0), 4096) for _, n in got)
-    padded = torch.tensor(list(summary) + [0] * (longest - len(summary)), dtype=torch.uint8, device=device)
-    texts = _all_gather(padded, world)
-    if error is not None:
-        raise error
+    padded = torch.tensor(list(summary) + [0] * (longest - len(summary)), dtype=torch.uint8)
+    texts = _all_gather(padded, world, group)
     first = failed[0]
     code, n = got[first]
     kind = _BEFORE_TRAINING_KINDS[code - 1] if 1 <= code <= len(_BEFORE_TRAINING_KINDS) else ""
+    if error is not None:
+        error.terse_agreed_kind = kind
+        raise error
     text = bytes(texts[first].tolist()[:min(max(n, 0), longest)]).decode("utf-8", "replace")
     raise PeerRefused(first, text, kind)
 
 
-def _all_gather(mine, world):
+def _all_gather(mine, world, group):
     every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine)
+    dist.all_gather(every, mine, group=group)
     got = [t.cpu() for t in every]
     # This rank raises right after: gloo's last reference to these must not be the one freed at exit
     # (terse.torch._held_past_gloo says why).
@@ -842,6 +849,18 @@ def _run_rank(rank, world, spec, store_path, error_file, early=None):
     _leave(0)
 
 
+def _end_ranks(grace_s=5.0):
+    """The ranks mp.spawn started, given grace_s to leave by themselves (after a Ctrl-C from a terminal they heard it
+    too, and record it), then terminated: a SIGINT sent to terse run alone reaches this process only, and Python would
+    wait for the ranks at exit while they train on (until terse run killed everything, 20 s later)."""
+    deadline = time.monotonic() + grace_s
+    for p in mp.active_children():
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.terminate()
+            p.join(5.0)
+
+
 def _end_with_parent(parent):
     """SIGTERM when the process that started this one ends (Linux's PR_SET_PDEATHSIG), so that a rank never trains on
     after its driver is gone (terse run stopped by its user: the driver ends with it, pytorch_runner.cc); the check
@@ -918,6 +937,7 @@ def main(argv=None):
         # mp.spawn's join that Python would print here says nothing more.
         summary = "interrupted"
         _say("terse.train: interrupted")
+        _end_ranks()
     except Exception as e:  # noqa: BLE001  (any failure ends the run, reported to terse run)
         error = e
         summary = _report("", e)
