@@ -41,8 +41,9 @@ bool splitNumber(std::string_view text, double& value, std::string& unit, bool f
 }
 
 // A rate unit's bits per second: a decimal prefix (k, M, G, T, any case) and "bps" or "bit/s" for bits, "Bps" or
-// "B/s" for bytes (x 8). The b's case is the one that matters: "10GBps" is 80 Gbit/s, as a NIC's data sheet means it,
-// where folding case took it for 10 Gbit/s. -1 when the unit is none of these.
+// "B/s" for bytes (x 8), the rest in lower case ("GBPS" is refused as ambiguous). The b's case is the one that
+// matters: "10GBps" is 80 Gbit/s, as a NIC's data sheet means it, where folding case took it for 10 Gbit/s. -1 when the
+// unit is none of these.
 double rateUnitScale(std::string_view unit) {
   double prefix = 1;
   if (!unit.empty()) {
@@ -68,7 +69,8 @@ double rateUnitScale(std::string_view unit) {
       prefix = 1;
   }
   if (unit.empty()) return -1;  // a bare prefix: "10G" says neither bits nor bytes
-  const std::string rest = lower(unit.substr(1));
+  // The rest as written: "GBPS" or "MBIT/S" could be either, and a rate off by 8 would run without a word.
+  const std::string_view rest = unit.substr(1);
   if (rest != "ps" && rest != "/s" && !(unit.front() == 'b' && rest == "it/s")) return -1;
   if (unit.front() == 'b') return prefix;
   if (unit.front() == 'B') return prefix * 8;

@@ -52,7 +52,8 @@ struct EmulationConfig {
 
 // "1Gbps", "10Gbps", "100Mbps", "2.5Gbps", "800kbps", "1e9bps", "10Gbit/s", "1000000" (bits/s) -> bits per second;
 // "25GBps" and "25GB/s" are bytes per second (x 8). Prefixes are decimal (k = 1e3) in any case; the b of "bps" is
-// case-sensitive, lower for bits and upper for bytes. "0", "off" and "unlimited" mean 0. Throws InvalidArgument
+// case-sensitive, lower for bits and upper for bytes, and what follows it lower case ("10GBPS" is refused: bits or
+// bytes?). "0", "off" and "unlimited" mean 0. Throws InvalidArgument
 // quoting the text otherwise, and for a rate too large for a double ("1e300Tbps").
 double parseBandwidth(std::string_view text);
 // The longest duration parseDuration accepts unless given a shorter limit: about 31 years, inside what a clock's int64

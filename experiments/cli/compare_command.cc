@@ -3,7 +3,8 @@
 // --out, the plots (results/compare/plot.h).
 //
 // Everything wrong inside a results folder is a warning on stderr and the table is still printed (exit 0); the
-// command fails (exit 1) only when nothing could be read or --out cannot be written, and a bad option is exit 2.
+// command fails (exit 1) only when nothing could be read, --baseline names no variant of the folders, or --out cannot
+// be written; a bad option is exit 2.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>

@@ -95,12 +95,14 @@ std::string describeParseError(std::string_view text, const std::string& source,
   tokens.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
   std::string quoted_culprit;
   constexpr const char* kUnknownField = "has no field named \"";
-  bool unknown_field = false;
-  for (const char* lead : {kUnknownField, "Unknown enumeration value of \"", "Non-repeated field \""}) {
+  constexpr const char* kDuplicateField = "Non-repeated field \"";
+  bool unknown_field = false, duplicate_field = false;
+  for (const char* lead : {kUnknownField, "Unknown enumeration value of \"", kDuplicateField}) {
     if (auto pos = report.message.find(lead); pos != std::string::npos) {
       pos += std::strlen(lead);
       quoted_culprit = report.message.substr(pos, report.message.find('"', pos) - pos);
       unknown_field = lead == kUnknownField;
+      duplicate_field = lead == kDuplicateField;
     }
   }
   std::vector<std::string> scopes;
@@ -130,8 +132,12 @@ std::string describeParseError(std::string_view text, const std::string& source,
   // An unknown name is not a field of the message being parsed: the path is that message's. `field` would be the
   // field before it ("optimizer.lr" for a misspelt field after lr), since a name only becomes `field` at its ':'.
   std::string path;
+  // A field given twice is reported at its second name, before its ':': the path ends in that name, not `field`.
   for (const auto& s : scopes) path += s + ".";
-  if (!unknown_field) path += field;
+  if (duplicate_field)
+    path += quoted_culprit;
+  else if (!unknown_field)
+    path += field;
   if (!path.empty() && path.back() == '.') path.pop_back();
 
   std::ostringstream os;

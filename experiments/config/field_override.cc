@@ -256,6 +256,9 @@ std::vector<FieldOverride> parseFieldOverrides(const std::vector<std::string>& t
       errors.insert(errors.end(), e.errors().begin(), e.errors().end());
     }
   }
+  // A map's entries after the map given whole, whatever the order on the command line: `compressor.params=[]` with
+  // `compressor.params.ratio=0.5` leaves ratio alone in the map either way round.
+  std::stable_partition(out.begin(), out.end(), [](const FieldOverride& o) { return !o.map_entry; });
   if (!errors.empty()) {
     std::string message = option + ": " + std::to_string(errors.size()) + (errors.size() == 1 ? " error" : " errors");
     for (const auto& e : errors) message += "\n  " + e;

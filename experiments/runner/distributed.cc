@@ -142,7 +142,10 @@ RunFailed detail::tcpRunFailed(const Experiment& e, int rank, int world, std::op
   if (writer) writer->markFailed(what);
   return RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed on rank " + std::to_string(rank) +
                        " of " + std::to_string(world) +
-                       (writer ? " (partial results in " + writer->dir().string() + ")" : std::string()) + ": " + what,
+                       (writer ? std::string(writer->records() > 0 ? " (partial results in " : " (status in ") +
+                                     writer->dir().string() + ")"
+                               : std::string()) +
+                       ": " + what,
                    writer ? writer->dir() : std::filesystem::path());
 }
 

@@ -517,8 +517,10 @@ RunSummary Runner::run(const Experiment& e) {
   } catch (const std::exception& x) {
     if (e.clock() == Experiment::SIMULATED) writer.recount();
     writer.markFailed(x.what());
-    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (partial results in " +
-                        writer.dir().string() + "): " + x.what(),
+    // "partial results" only where there are some (as pytorch_runner.cc says it).
+    throw RunFailed("variant '" + e.variant() + "' of study '" + e.study() + "' failed (" +
+                        (writer.records() > 0 ? "partial results in " : "status in ") + writer.dir().string() +
+                        "): " + x.what(),
                     writer.dir());
   }
 }

@@ -31,7 +31,8 @@ TEST(EmulationConfig, Parsing) {
   EXPECT_DOUBLE_EQ(parseBandwidth("25GB/s"), 2e11);
   EXPECT_DOUBLE_EQ(parseBandwidth("300 MB/s"), 2.4e9);
   EXPECT_DOUBLE_EQ(parseBandwidth("1Bps"), 8);
-  for (const char* bad : {"10GB", "fast", "-1Gbps", "", "Gbps", "10 Gbpsx", "10G", "10Gb", "10GBit/s", "10xbps"})
+  for (const char* bad : {"10GB", "fast", "-1Gbps", "", "Gbps", "10 Gbpsx", "10G", "10Gb", "10GBit/s", "10xbps",
+                          "10GBPS", "10MBPS", "10Gbit/S"})
     EXPECT_THROW(parseBandwidth(bad), InvalidArgument) << bad;
   EXPECT_DOUBLE_EQ(parseDuration("50us"), 50e-6);
   EXPECT_DOUBLE_EQ(parseDuration("5ms"), 5e-3);

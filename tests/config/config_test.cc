@@ -127,6 +127,9 @@ TEST_F(ConfigTest, UnknownFieldAfterAnotherNamesTheMessage) {
               "t.textproto:2:31: optimizer.lr: Expected double, got: \"fast\"");
   expectError("study: \"s\"\noptimizer { lr: 0.1 lr: 0.2 }\n",
               "t.textproto:2:21: optimizer.lr: Non-repeated field \"lr\" is specified multiple times.");
+  // At the top level, after another field: the path is the repeated field's, not the one before it.
+  expectError("study: \"s\"\nepochs: 2\nseed: 1\nseed: 2\n",
+              "t.textproto:4:1: seed: Non-repeated field \"seed\" is specified multiple times.");
 }
 
 TEST_F(ConfigTest, WrongType) {

@@ -169,13 +169,16 @@ TEST(FieldOverride, AllErrorsTogetherAndAPathGivenOnce) {
     EXPECT_EQ(e.errors()[1], "--set epochs=2: epochs is already set by --set epochs=1; give each field once");
     EXPECT_NE(e.errors()[2].find("data.batch_size takes int32"), std::string::npos);
   }
-  // Nested paths are distinct fields: a map emptied, then one key set.
-  const auto two = parseFieldOverrides({"compressor.params=[]", "compressor.params.ratio=0.5"});
-  Experiment e;
-  (*e.mutable_compressor()->mutable_params())["levels"] = "4";
-  for (const auto& o : two) applyFieldOverride(e, o);
-  ASSERT_EQ(e.compressor().params().size(), 1u);
-  EXPECT_EQ(e.compressor().params().at("ratio"), "0.5");
+  // Nested paths are distinct fields: a map emptied and one key set, in either order (the entry applies after the
+  // whole map, so the order on the command line does not decide).
+  for (const auto& order : {std::vector<std::string>{"compressor.params=[]", "compressor.params.ratio=0.5"},
+                            std::vector<std::string>{"compressor.params.ratio=0.5", "compressor.params=[]"}}) {
+    Experiment e;
+    (*e.mutable_compressor()->mutable_params())["levels"] = "4";
+    for (const auto& o : parseFieldOverrides(order)) applyFieldOverride(e, o);
+    ASSERT_EQ(e.compressor().params().size(), 1u) << order[0];
+    EXPECT_EQ(e.compressor().params().at("ratio"), "0.5") << order[0];
+  }
 }
 
 // Through the loader: after the variants, before the defaults and the checks.
