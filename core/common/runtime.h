@@ -101,6 +101,10 @@ class Backend {
   // The calling thread's computation takes `factor` times as long from now on (a straggler's slower device); real time
   // ignores it (the trainer sleeps instead).
   virtual void setSlowdown(double /*factor*/) {}
+  // The calling thread's computation takes `factor` times its slowdown from now on: one step's compute noise
+  // (core/train/compute_jitter.h), set before the step's compute and back to 1 after it. Returns whether the backend
+  // applied it: a simulation does; real time does not (the trainer sleeps instead).
+  virtual bool setStepFactor(double /*factor*/) { return false; }
   // A kernel region (Kernel below) opens and closes on the calling thread; regions nest (an inner one's cost is charged
   // as well, its CPU time once). Real time ignores them (the work takes the time it takes).
   virtual void beginKernel() {}

@@ -238,16 +238,16 @@ void SimRuntime::account(ActorClock& a) {
   // Outside every region nothing is charged and the clock is not read: the mark is set again when a region opens.
   if (a.kernels == 0 || compute_.model != ComputeModel::kMeasured) return;
   const double cpu = threadCpuSeconds();
-  a.pending += (cpu - a.mark) * compute_.compute_scale * a.slowdown;
+  a.pending += (cpu - a.mark) * compute_.compute_scale * a.slowdown * a.step_factor;
   a.mark = cpu;
 }
 
 double SimRuntime::modeled(const ActorClock& a, const rt::Cost& cost) const {
   switch (compute_.model) {
     case ComputeModel::kCalibrated:
-      return compute_.table->seconds(cost) * compute_.compute_scale * a.slowdown;
+      return compute_.table->seconds(cost) * compute_.compute_scale * a.slowdown * a.step_factor;
     case ComputeModel::kFlops:
-      return cost.flops > 0 ? cost.flops / compute_.flops_per_second * a.slowdown : 0.0;
+      return cost.flops > 0 ? cost.flops / compute_.flops_per_second * a.slowdown * a.step_factor : 0.0;
     case ComputeModel::kMeasured:  // account() charges the region's CPU time instead
     case ComputeModel::kNone:
       break;
@@ -408,6 +408,16 @@ void SimRuntime::setSlowdown(double factor) {
   ActorClock& a = self();
   account(a);
   a.slowdown = factor;
+}
+
+bool SimRuntime::setStepFactor(double factor) {
+  TERSE_CHECK(factor >= 1 && std::isfinite(factor), InvalidArgument,
+              "simulation: a step's compute factor must be finite and >= 1, got " << factor);
+  if (sg4::Actor::is_maestro()) return true;
+  ActorClock& a = self();
+  account(a);  // the computation so far is charged at the factor it ran under
+  a.step_factor = factor;
+  return true;
 }
 
 }  // namespace terse::sim

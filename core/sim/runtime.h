@@ -93,6 +93,7 @@ class SimRuntime final : public rt::Backend {
   std::unique_ptr<rt::ThreadImpl> startThread(const std::string& name, int place, std::function<void()> fn) override;
   void uncounted(const std::function<void()>& fn) override;
   void setSlowdown(double factor) override;
+  bool setStepFactor(double factor) override;
   void beginKernel() override;
   void endKernel(const rt::Cost& cost) override;
   void charge(const rt::Cost& cost) override;
@@ -118,11 +119,12 @@ class SimRuntime final : public rt::Backend {
 
  private:
   struct ActorClock {
-    double mark = 0;      // the thread's CPU seconds when the actor last resumed
-    double pending = 0;   // measured but not yet slept, simulated seconds
-    double slowdown = 1;  // a straggler's factor; 0 for an uncharged daemon (spawnDaemon)
-    bool live = false;    // the actor exists (an entry of a pid not yet seen, or of an ended actor, does not)
-    int kernels = 0;      // open kernel regions: the measured model charges CPU time only while it is > 0
+    double mark = 0;         // the thread's CPU seconds when the actor last resumed
+    double pending = 0;      // measured but not yet slept, simulated seconds
+    double slowdown = 1;     // a straggler's factor; 0 for an uncharged daemon (spawnDaemon)
+    bool live = false;       // the actor exists (an entry of a pid not yet seen, or of an ended actor, does not)
+    int kernels = 0;         // open kernel regions: the measured model charges CPU time only while it is > 0
+    double step_factor = 1;  // this step's compute noise, on top of slowdown (not inherited by threads it starts)
   };
   // The actor of a thread, as slow as `slowdown` (its starter's; 0: uncharged), measured and ended as runtime.h says;
   // a daemon if `daemon`.

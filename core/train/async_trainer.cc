@@ -163,6 +163,7 @@ WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, 
                       options.accumulation_steps)) {
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
+  options.jitter.factor(0);  // throws for a bad sigma before anything runs
   TERSE_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), InvalidArgument,
               "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
 }
@@ -241,9 +242,10 @@ AsyncStepRecord AsyncWorker::step() {
       sparse_pull ? std::span<const std::vector<int64_t>>(pull_rows_) : std::span<const std::vector<int64_t>>());
   copyValuesIn(workload_.params(), flat_);
   const auto t1 = rt::now();
-  stragglerSleep(options_.slowdown, last_raw_compute_s_);
+  stragglerDelay(options_.slowdown, options_.jitter, rec.step, last_raw_compute_s_);
   const auto t1_work = rt::now();
   rec.loss = computeGradient(workload_, micro, flat_, push_rows_);
+  stragglerDone(options_.jitter);
   const auto t2 = rt::now();
   losses_.append(rec.loss);
   clipToNorm(flat_, options_.clip_grad_norm);
@@ -322,10 +324,11 @@ AsyncStepRecord HogwildWorker::step() {
   const uint64_t version = shared_.version();
   shared_.read(flat_);
   copyValuesIn(workload_.params(), flat_);
-  stragglerSleep(options_.slowdown, last_raw_compute_s_);
+  stragglerDelay(options_.slowdown, options_.jitter, rec.step, last_raw_compute_s_);
   const auto t1 = rt::now();
   std::vector<std::vector<int64_t>> no_rows;
   rec.loss = computeGradient(workload_, micro, flat_, no_rows);
+  stragglerDone(options_.jitter);
   const auto t2 = rt::now();
   losses_.append(rec.loss);
   clipToNorm(flat_, options_.clip_grad_norm);

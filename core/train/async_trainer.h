@@ -38,6 +38,7 @@ struct AsyncTrainerOptions {
   bool drop_last = false;
   uint64_t seed = 1;      // data order (ShardSampler)
   double slowdown = 1.0;  // straggler factor (SyncTrainerOptions::slowdown)
+  ComputeJitter jitter;   // per-step compute noise (SyncTrainerOptions::jitter)
   // > 0: the worker's gradient is scaled by clip_grad_norm / (norm + 1e-6) when that is < 1 before it is pushed
   // (applied, in Hogwild), norm being its L2 norm over all tensors (torch.nn.utils.clip_grad_norm_ on the worker's
   // gradient). Sync clips the aggregate instead (SyncTrainerOptions::clip_grad_norm): the same with one worker.

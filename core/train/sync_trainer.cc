@@ -30,6 +30,18 @@ void stragglerSleep(double slowdown, double raw_compute_s) {
   if (slowdown > 1 && raw_compute_s > 0) rt::sleepFor(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
 }
 
+void stragglerDelay(double slowdown, const ComputeJitter& jitter, int64_t step, double raw_compute_s) {
+  // sigma 0 leaves the runtime untouched, so a run without jitter is the run it was before jitter existed.
+  if (jitter.sigma == 0) return stragglerSleep(slowdown, raw_compute_s);
+  const double factor = jitter.factor(step);
+  const bool charged = rt::backend().setStepFactor(factor);
+  stragglerSleep(charged ? slowdown : slowdown * factor, raw_compute_s);
+}
+
+void stragglerDone(const ComputeJitter& jitter) {
+  if (jitter.sigma != 0) rt::backend().setStepFactor(1.0);
+}
+
 uint64_t parameterChecksum(std::span<const ParamTensor> params) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
   for (const auto& p : params) {
@@ -54,6 +66,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   TERSE_CHECK(options.epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << options.epochs);
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
+  options.jitter.factor(0);  // throws for a bad sigma before anything runs
   const bool device = workload.device() >= 0;
   TERSE_CHECK(device == comm.deviceMemory(), InvalidArgument,
               "workload '" << workload.name() << "' computes on "
@@ -246,7 +259,7 @@ StepRecord SyncTrainer::step() {
 
   const auto t1 = rt::now();
   seg_mark_ = t1;  // compute (metrics and trace alike) starts here, a straggler's sleep included
-  stragglerSleep(options_.slowdown, last_raw_compute_s_);
+  stragglerDelay(options_.slowdown, options_.jitter, rec.step, last_raw_compute_s_);
   const auto t1_work = rt::now();
   std::exception_ptr compute_error;
   Clock::time_point last_mark = t1;
@@ -304,6 +317,7 @@ StepRecord SyncTrainer::step() {
     compute_error = std::current_exception();
   }
   in_step_ = false;
+  stragglerDone(options_.jitter);
   groups_->backwardEnds();
   const auto t2 = rt::now();
   // The pass's tail after its last report (in real time, the workload's return) is the last segment's.

@@ -94,6 +94,7 @@
 #include "core/common/runtime.h"
 #include "core/compress/pipeline.h"
 #include "core/plugin/scheduler.h"
+#include "core/train/compute_jitter.h"
 #include "core/train/group_scheduler.h"
 #include "core/train/optimizer.h"
 #include "core/train/parameter_updater.h"
@@ -134,6 +135,9 @@ struct SyncTrainerOptions {
   // A straggler's compute-time factor (>= 1): before each forward the trainer sleeps (slowdown - 1) x the previous
   // step's measured compute, counted as compute. Emulates a slower device without changing the math.
   double slowdown = 1.0;
+  // Seeded per-step compute noise on top of slowdown (compute_jitter.h): step s's compute takes jitter.factor(s) times
+  // as long, slept like slowdown in real time. Off by default.
+  ComputeJitter jitter;
   // Row-sparse tensors (ParamTensor::row_sparse) are aggregated as (row ids, rows) by RowSparseAllgather
   // (core/compress/row_sparse_allgather.h) as soon as they are admitted, outside the scheduler and the compressor,
   // and updated row by row when that equals the dense update (SgdOptimizer::lazyRowsExact). Host workloads only.
@@ -148,6 +152,14 @@ struct SyncTrainerOptions {
 
 // Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
 void stragglerSleep(double slowdown, double raw_compute_s);
+
+// Before step `step`'s compute, shared by the sync and async trainers: the straggler's delay, slowdown x the step's
+// jitter factor. A simulation takes the factor as the computing actor's step factor (rt::Backend::setStepFactor), so
+// the step's own compute is charged that much more (its trainer's slowdown is then 1: the actor carries it); real time
+// sleeps (slowdown x factor - 1) x raw_compute_s, the previous step's measured compute, as for slowdown alone.
+void stragglerDelay(double slowdown, const ComputeJitter& jitter, int64_t step, double raw_compute_s);
+// After the step's compute: a simulated actor's step factor back to 1 (the step's communication is not jittered).
+void stragglerDone(const ComputeJitter& jitter);
 
 struct StepTimes {
   double compute_s = 0;

@@ -380,6 +380,37 @@ TEST(Straggler, SlowdownStretchesComputeByItsFactor) {
                InvalidArgument);
 }
 
+TEST(Straggler, ComputeJitterStretchesComputeInRealTime) {
+  // As above, with compute jitter instead of a slowdown: in real time each step sleeps (factor - 1) x the previous
+  // step's measured compute, factor = exp(1.5 |Z|), whose mean is 5.75.
+  workloads::WorkloadOptions wo;
+  wo.dims = 4000;
+  wo.num_train = 2000;
+  wo.num_test = 100;
+  auto a = workloads::makeWorkload("linear_regression", wo, nullptr);
+  auto b = workloads::makeWorkload("linear_regression", wo, nullptr);
+  std::vector<float> flat(a->numParameters());
+  train::copyValuesOut(a->params(), flat);
+  train::LrScheduleOptions lr;
+  lr.lr = 0.01;
+  train::HogwildParams shared(flat, 2, lr, 0);
+  train::AsyncTrainerOptions jittered;
+  jittered.batch_size = 50;
+  jittered.jitter = {.sigma = 1.5, .seed = 1, .worker = 0};
+  train::AsyncTrainerOptions normal = jittered;
+  normal.jitter = {};
+  train::HogwildWorker wj(*a, shared, 0, 2, jittered), wn(*b, shared, 1, 2, normal);
+  for (int t = 0; t < 12; ++t) {
+    wj.step();
+    wn.step();
+  }
+  EXPECT_GT(wj.totals().compute_s, 2.0 * wn.totals().compute_s)
+      << wj.totals().compute_s << " s vs " << wn.totals().compute_s << " s";
+  train::AsyncTrainerOptions bad;
+  bad.jitter.sigma = -1;
+  EXPECT_THROW(train::HogwildWorker(*b, shared, 1, 2, bad), InvalidArgument);
+}
+
 TEST(AsyncRunner, HogwildTrainsWithoutAWire) {
   const std::string text =
       "study: \"hogwild\"\n"

@@ -403,6 +403,51 @@ TEST(Simulation, CalibratedChargesTheTablesTimeNotTheCpusTimesScaleAndSlowdown) 
   EXPECT_NEAR(slow, 8e-3 * 0.5 * 3, 1e-9) << r;
 }
 
+TEST(Simulation, AStepFactorMultipliesTheSlowdownUntilSetBackAndIsNotInherited) {
+  // A straggler of 3 with a step factor of 2 (compute_jitter's draw): its forward costs 8 ms x 3 x 2; a thread it
+  // starts meanwhile runs at its slowdown alone; back at factor 1 the forward costs 8 ms x 3 again.
+  SimulationOptions o = options(2, "");
+  o.compute.model = ComputeModel::kCalibrated;
+  o.compute.compute_scale = 1;
+  o.compute.table = std::make_shared<FixedCosts>();
+  const std::string r = runSimulation(o, [&](const SimulationContext&) {
+    const rt::Cost forward{.kind = rt::CostKind::kForward, .layer = 0, .size = 8};
+    double jittered = 0, helper = 0, after = 0;
+    bool applied = false;
+    rt::Thread straggler(
+        "s",
+        [&] {
+          rt::backend().setSlowdown(3);
+          applied = rt::backend().setStepFactor(2);
+          auto s0 = rt::now();
+          { const rt::Kernel k(forward); }
+          jittered = rt::seconds(s0, rt::now());
+          rt::Thread child("c", [&] {
+            const auto c0 = rt::now();
+            { const rt::Kernel k(forward); }
+            helper = rt::seconds(c0, rt::now());
+          });
+          child.join();
+          rt::backend().setStepFactor(1);
+          s0 = rt::now();
+          { const rt::Kernel k(forward); }
+          after = rt::seconds(s0, rt::now());
+        },
+        1);
+    straggler.join();
+    return std::string(applied ? "1 " : "0 ") + str(jittered) + " " + str(helper) + " " + str(after);
+  });
+  std::istringstream in(r);
+  int applied = -1;
+  double jittered = -1, helper = -1, after = -1;
+  in >> applied >> jittered >> helper >> after;
+  EXPECT_EQ(applied, 1) << "a simulation charges the factor, so the trainer does not sleep it: " << r;
+  EXPECT_NEAR(jittered, 8e-3 * 3 * 2, 1e-9) << r;
+  EXPECT_NEAR(helper, 8e-3 * 3, 1e-9) << r;
+  EXPECT_NEAR(after, 8e-3 * 3, 1e-9) << r;
+  EXPECT_FALSE(rt::backend().setStepFactor(2)) << "real time does not apply it (the trainer sleeps instead)";
+}
+
 TEST(Simulation, CalibratedWithoutATableIsRefusedBeforeTheFork) {
   SimulationOptions o = options(1, "");
   o.compute.model = ComputeModel::kCalibrated;
