@@ -133,6 +133,11 @@ constexpr Field kExperiment[] = {
      .rule = free("one the runner supports (rule `transport-supported`)"),
      .doc = "INPROC: ranks are threads (a PyTorch workload's: processes of this machine); TCP: one process per rank "
             "(`terse launch`); NCCL: one process per GPU."},
+    {.name = "compute_jitter",
+     .def = unfilled("0"),
+     .rule = finite(between(0, limits::kComputeJitter)),
+     .doc = "sigma: each worker's step compute x exp(sigma |Z|), Z ~ N(0, 1) seeded by (seed, worker, step); 0 = off.",
+     .if_set = true},
     {.name = "error_feedback", .def = value("false"), .doc = "Residual memory around the compressor."},
     {.name = "max_groups_in_flight",
      .def = unfilled("1"),
@@ -696,6 +701,9 @@ void pytorchDdp(Checks& c, const Experiment& e, const Ctx&) {
   if (e.gradient_accumulation_steps() > 1)
     c.fail("gradient_accumulation_steps") << ": workload pytorch takes one batch per step";
   if (e.worker_settings_size() > 0) c.fail("worker_settings") << ": workload pytorch has no per-worker settings";
+  if (e.compute_jitter() != 0)
+    c.fail("compute_jitter") << ": workload pytorch has no per-step compute jitter (its steps are torch's), got "
+                             << e.compute_jitter();
 }
 
 void sparseGradients(Checks& c, const Experiment& e, const Ctx&) {

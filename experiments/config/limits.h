@@ -43,6 +43,7 @@ inline constexpr int kHiddenSize = 65536;        // each workload.hidden_sizes e
 inline constexpr int kConvChannelsEach = 1024;   // each workload.conv_channels entry
 inline constexpr int kNicsPerNode = 64;          // simulation.topology.nics_per_node
 inline constexpr double kSlowdown = 1000;        // worker_settings[].slowdown
+inline constexpr double kComputeJitter = 4;      // compute_jitter: E[exp(4 |Z|)] is about 5,960
 inline constexpr double kOversubscription = 1000;
 inline constexpr std::int64_t kSocketBufferBytes = std::int64_t{1} << 30;  // tcp.socket_buffer_bytes
 // workload.pytorch SYNTHETIC: every rank holds the whole set as f32 tensors.

@@ -115,6 +115,7 @@ train::AsyncTrainerOptions asyncWorkerOptions(const Experiment& e, int worker) {
   o.epochs = e.epochs();
   o.seed = e.seed();
   o.slowdown = experiments::workerSettings(e, worker).slowdown();
+  o.jitter = computeJitter(e, worker);
   o.clip_grad_norm = e.optimizer().clip_grad_norm();
   o.accumulation_steps = e.has_gradient_accumulation_steps() ? e.gradient_accumulation_steps() : 1;
   return o;

@@ -214,6 +214,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     std::shared_ptr<Compressor> instance = plugin->instantiate(params);
     train::SyncTrainerOptions topts = detail::trainerOptions(e);
     topts.slowdown = experiments::workerSettings(e, rank).slowdown();
+    topts.jitter = detail::computeJitter(e, rank);
     // Every rank writes its own traces into the variant's folder (on one host, rank 0's: it collects them all).
     detail::StepTraceFiles step_trace(e, root / e.study() / experiments::resultsSubfolder(e), false);
     detail::TraceFiles trace(e.trace(), root / e.study() / e.variant());

@@ -86,6 +86,10 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   return o;
 }
 
+train::ComputeJitter computeJitter(const Experiment& e, int worker) {
+  return {.sigma = e.compute_jitter(), .seed = e.seed(), .worker = worker};
+}
+
 workloads::WorkloadOptions workloadOptions(const Experiment& e) {
   workloads::WorkloadOptions wo;
   wo.seed = e.seed();
@@ -576,6 +580,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
           if (!first_instance) first_instance = instance;
           train::SyncTrainerOptions to = trainerOptions(e);
           to.slowdown = ranks->trainerSlowdown(experiments::workerSettings(e, r).slowdown());
+          to.jitter = computeJitter(e, r);
           to.trace = traces.add(r, trace_origin);
           to.step_trace = step_traces.add(trace_origin);
           trainers.push_back(makeSyncTrainer(e, *models[r], *links.comms[r], instance, *sched_plugin, to));

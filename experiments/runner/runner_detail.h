@@ -36,6 +36,8 @@ namespace terse::runner::detail {
 
 double since(std::chrono::steady_clock::time_point t);
 train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
+// The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
+train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.
 workloads::WorkloadOptions workloadOptions(const experiments::Experiment& e);
 std::string shortWhat(const std::exception_ptr& e);

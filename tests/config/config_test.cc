@@ -193,6 +193,34 @@ TEST_F(ConfigTest, MaxGroupsInFlightNamesItsField) {
   EXPECT_NO_THROW(load(kMinimal + "max_groups_in_flight: 4\n"));
 }
 
+// compute_jitter: written into the resolved config only when set (an unset one reads as before the field), every bad
+// sigma refused with its value, and workload pytorch, whose steps are torch's, refuses it by name.
+TEST_F(ConfigTest, ComputeJitterNamesItsField) {
+  const Experiment plain = load(kMinimal).experiments.at(0);
+  EXPECT_FALSE(plain.has_compute_jitter());
+  EXPECT_EQ(toText(plain).find("compute_jitter"), std::string::npos) << toText(plain);
+  const Experiment set = load(kMinimal + "compute_jitter: 0.5\n").experiments.at(0);
+  EXPECT_EQ(set.compute_jitter(), 0.5);
+  EXPECT_NE(toText(set).find("compute_jitter: 0.5"), std::string::npos) << toText(set);
+  expectError(kMinimal + "compute_jitter: -0.1\n", "t.textproto:7:1: compute_jitter must be in [0, 4], got -0.1");
+  expectError(kMinimal + "compute_jitter: 5\n", "t.textproto:7:1: compute_jitter must be in [0, 4], got 5");
+  expectError(kMinimal + "compute_jitter: inf\n", "t.textproto:7:1: compute_jitter must be in [0, 4], got inf");
+  const auto nan = errorsOf(kMinimal + "compute_jitter: nan\n");
+  ASSERT_EQ(nan.size(), 1u) << ::testing::PrintToString(nan);
+  EXPECT_NE(nan[0].find("compute_jitter must be"), std::string::npos) << nan[0];
+  EXPECT_NE(nan[0].find("got nan"), std::string::npos) << nan[0];
+  const auto torch = errorsOf(
+      "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\nclock: REAL_TIME\n"
+      "compute_jitter: 0.5\n");
+  ASSERT_EQ(torch.size(), 1u) << ::testing::PrintToString(torch);
+  EXPECT_EQ(torch[0],
+            "t.textproto:4:1: compute_jitter: workload pytorch has no per-step compute jitter (its steps "
+            "are torch's), got 0.5");
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
+  for (const char* mode : {"SYNC", "ASYNC", "SSP", "HOGWILD"})
+    EXPECT_NO_THROW(load(kMinimal + "workers: 2\ncompute_jitter: 1\nmode: " + mode + "\n")) << mode;
+}
+
 TEST_F(ConfigTest, MissingPlugin) {
   std::string text = kMinimal;
   text.replace(text.find("\"none\""), 6, "\"topk2\"");

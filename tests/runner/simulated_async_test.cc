@@ -1,10 +1,12 @@
 // Modes ASYNC and SSP in simulated time (DESIGN.md section 9; issues 16 and 17): the parameter server's shards and
 // workers as actors. SSP with bound 0 against SYNC, runs that repeat bit for bit under the FLOP model, a 2x straggler
 // that doubles SYNC's time while ASYNC's other workers keep their pace, a worker that stops dead dropped after the
-// simulated timeout, and a failing plugin that ends the simulation with the real-time run's message.
+// simulated timeout, a failing plugin that ends the simulation with the real-time run's message, and compute jitter
+// parting SSP from ASYNC and slowing SYNC, repeatably per seed.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/common/json.h"
 #include "experiments/config/config.h"
@@ -109,6 +111,65 @@ TEST(SimulatedAsync, AStragglerSlowsSyncTwofoldWhileAsyncKeepsThePace) {
   EXPECT_NEAR(rate(async2[1], 1) / rate(async1[1], 1), 0.5, 0.1) << "the straggler itself";
   // Every worker still pushes all of its steps: the run ends when the straggler does.
   EXPECT_EQ(num(async2.back(), "worker1_bytes_out"), num(async2.back(), "worker0_bytes_out"));
+}
+
+// Without compute jitter, four identical workers finish every step at the same simulated instant, so SSP with bound 2
+// never holds a pull and is ASYNC record for record (a new user's trial). With compute_jitter their steps take
+// different times: the two modes part, the same seed repeats bit for bit and another seed draws other factors.
+TEST(SimulatedAsync, ComputeJitterPartsSspFromAsyncAndRepeatsPerSeed) {
+  auto loader = testLoader();
+  const auto same = [](const std::vector<Json>& a, const std::vector<Json>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      for (const auto& [key, value] : a[i].items())
+        if (!b[i].contains(key) || b[i].at(key) != value) return false;
+    return true;
+  };
+  const std::string ssp = "mode: SSP\nstaleness_bound: 2\n", async = "mode: ASYNC\n";
+  const auto ssp0 = runStudy(loader, mlpStudy(ssp), freshDir("simps_jit_ssp0"));
+  const auto async0 = runStudy(loader, mlpStudy(async), freshDir("simps_jit_async0"));
+  ASSERT_EQ(ssp0.size(), 4u);
+  EXPECT_TRUE(same(ssp0, async0)) << "without jitter SSP s=2 and ASYNC are the same run";
+
+  const std::string jitter = "compute_jitter: 1\n";
+  const auto ssp1 = runStudy(loader, mlpStudy(ssp + jitter), freshDir("simps_jit_ssp1"));
+  const auto async1 = runStudy(loader, mlpStudy(async + jitter), freshDir("simps_jit_async1"));
+  ASSERT_EQ(ssp1.size(), 4u);
+  ASSERT_EQ(async1.size(), 4u);
+  EXPECT_FALSE(same(ssp1, async1)) << "with jitter the staleness bound binds";
+  EXPECT_FALSE(same(async1, async0)) << "jitter changes the run";
+  // A delay only: every record's simulated time is past the run's without jitter.
+  for (std::size_t i = 0; i < async1.size(); ++i) EXPECT_GT(num(async1[i], "wall_s"), num(async0[i], "wall_s")) << i;
+
+  const auto async1_again = runStudy(loader, mlpStudy(async + jitter), freshDir("simps_jit_async1b"));
+  EXPECT_TRUE(same(async1, async1_again)) << "the same seed draws the same factors";
+  // Another seed (which also orders the data: the jitter's part is the time, so compare each seed's slowdown).
+  const auto seed4 = [](std::string text) { return text.replace(text.find("seed: 3"), 7, "seed: 4"); };
+  const auto other = runStudy(loader, seed4(mlpStudy(async + jitter)), freshDir("simps_jit_async_seed4"));
+  const auto other0 = runStudy(loader, seed4(mlpStudy(async)), freshDir("simps_jit_async0_seed4"));
+  ASSERT_EQ(other.size(), 4u);
+  EXPECT_NE(num(other.back(), "wall_s") / num(other0.back(), "wall_s"),
+            num(async1.back(), "wall_s") / num(async0.back(), "wall_s"))
+      << "another seed draws other factors";
+}
+
+// SYNC takes the jitter too: each step waits for its slowest worker's draw.
+TEST(SimulatedAsync, ComputeJitterSlowsSync) {
+  auto loader = testLoader();
+  const auto plain = runStudy(loader, mlpStudy("mode: SYNC\n", false), freshDir("simps_jit_sync0"));
+  const auto jit = runStudy(loader, mlpStudy("mode: SYNC\ncompute_jitter: 0.5\n", false), freshDir("simps_jit_sync1"));
+  const auto again =
+      runStudy(loader, mlpStudy("mode: SYNC\ncompute_jitter: 0.5\n", false), freshDir("simps_jit_sync2"));
+  ASSERT_EQ(jit.size(), plain.size());
+  ASSERT_EQ(again.size(), jit.size());
+  // No link limits: a step is computation, and the slowest of four draws has a mean above one draw's 1.57.
+  const double ratio = num(jit.back(), "wall_s") / num(plain.back(), "wall_s");
+  EXPECT_GT(ratio, 1.6);
+  EXPECT_LT(ratio, 4.0);
+  for (std::size_t i = 0; i < jit.size(); ++i) {
+    EXPECT_EQ(jit[i].at("wall_s"), again[i].at("wall_s")) << i;
+    EXPECT_EQ(jit[i].at("test_loss"), plain[i].at("test_loss")) << "jitter is time, not math: " << i;
+  }
 }
 
 TEST(SimulatedAsync, AWorkerThatStopsDeadIsDroppedAfterTheSimulatedTimeout) {
