@@ -8,9 +8,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common/error.h"
@@ -345,9 +347,12 @@ TEST(AsyncRunner, AStragglerIsRecordedAndCatchesUpInAsyncMode) {
   EXPECT_EQ(num(last, "workers_live"), 3);
 }
 
-TEST(Straggler, SlowdownStretchesComputeByItsFactor) {
-  // Two Hogwild workers stepping alternately on one thread: the same load on both, so the ratio of their compute
-  // times is the slowdown's doing (the sleep is (factor - 1) x the previous step's measured compute).
+// Two Hogwild workers on one thread, stepping alternately 12 times on the same load, so that the ratio of their
+// compute times is the options' doing (a straggler's sleep is (factor - 1) x the previous step's measured compute).
+// Returns the two workers' compute seconds; `check` gets the shared parameters and a spare workload, for refusals.
+std::pair<double, double> computeOfTwoWorkers(
+    const train::AsyncTrainerOptions& first, const train::AsyncTrainerOptions& second,
+    const std::function<void(train::HogwildParams&, train::Workload&)>& check = nullptr) {
   workloads::WorkloadOptions wo;
   wo.dims = 4000;
   wo.num_train = 2000;
@@ -359,56 +364,44 @@ TEST(Straggler, SlowdownStretchesComputeByItsFactor) {
   train::LrScheduleOptions lr;
   lr.lr = 0.01;
   train::HogwildParams shared(flat, 2, lr, 0);
+  train::HogwildWorker w0(*a, shared, 0, 2, first), w1(*b, shared, 1, 2, second);
+  for (int t = 0; t < 12; ++t) {
+    w0.step();
+    w1.step();
+  }
+  if (check) check(shared, *b);
+  return {w0.totals().compute_s, w1.totals().compute_s};
+}
+
+TEST(Straggler, SlowdownStretchesComputeByItsFactor) {
   train::AsyncTrainerOptions slow;
   slow.batch_size = 50;
   slow.slowdown = 8;
   train::AsyncTrainerOptions normal = slow;
   normal.slowdown = 1;
-  train::HogwildWorker ws(*a, shared, 0, 2, slow), wn(*b, shared, 1, 2, normal);
-  for (int t = 0; t < 12; ++t) {
-    ws.step();
-    wn.step();
-  }
-  EXPECT_GT(ws.totals().compute_s, 3.0 * wn.totals().compute_s)
-      << ws.totals().compute_s << " s vs " << wn.totals().compute_s << " s";
-  EXPECT_THROW(train::HogwildWorker(*b, shared, 1, 2,
-                                    [] {
-                                      train::AsyncTrainerOptions o;
-                                      o.slowdown = 0.5;
-                                      return o;
-                                    }()),
-               InvalidArgument);
+  const auto [slow_s, normal_s] =
+      computeOfTwoWorkers(slow, normal, [](train::HogwildParams& shared, train::Workload& w) {
+        train::AsyncTrainerOptions o;
+        o.slowdown = 0.5;
+        EXPECT_THROW(train::HogwildWorker(w, shared, 1, 2, o), InvalidArgument);
+      });
+  EXPECT_GT(slow_s, 3.0 * normal_s) << slow_s << " s vs " << normal_s << " s";
 }
 
 TEST(Straggler, ComputeJitterStretchesComputeInRealTime) {
-  // As above, with compute jitter instead of a slowdown: in real time each step sleeps (factor - 1) x the previous
-  // step's measured compute, factor = exp(1.5 |Z|), whose mean is 5.75.
-  workloads::WorkloadOptions wo;
-  wo.dims = 4000;
-  wo.num_train = 2000;
-  wo.num_test = 100;
-  auto a = workloads::makeWorkload("linear_regression", wo, nullptr);
-  auto b = workloads::makeWorkload("linear_regression", wo, nullptr);
-  std::vector<float> flat(a->numParameters());
-  train::copyValuesOut(a->params(), flat);
-  train::LrScheduleOptions lr;
-  lr.lr = 0.01;
-  train::HogwildParams shared(flat, 2, lr, 0);
+  // As above, with compute jitter instead of a slowdown: factor = exp(1.5 |Z|), whose mean is 5.75.
   train::AsyncTrainerOptions jittered;
   jittered.batch_size = 50;
   jittered.jitter = {.sigma = 1.5, .seed = 1, .worker = 0};
   train::AsyncTrainerOptions normal = jittered;
   normal.jitter = {};
-  train::HogwildWorker wj(*a, shared, 0, 2, jittered), wn(*b, shared, 1, 2, normal);
-  for (int t = 0; t < 12; ++t) {
-    wj.step();
-    wn.step();
-  }
-  EXPECT_GT(wj.totals().compute_s, 2.0 * wn.totals().compute_s)
-      << wj.totals().compute_s << " s vs " << wn.totals().compute_s << " s";
-  train::AsyncTrainerOptions bad;
-  bad.jitter.sigma = -1;
-  EXPECT_THROW(train::HogwildWorker(*b, shared, 1, 2, bad), InvalidArgument);
+  const auto [jittered_s, normal_s] =
+      computeOfTwoWorkers(jittered, normal, [](train::HogwildParams& shared, train::Workload& w) {
+        train::AsyncTrainerOptions bad;
+        bad.jitter.sigma = -1;
+        EXPECT_THROW(train::HogwildWorker(w, shared, 1, 2, bad), InvalidArgument);
+      });
+  EXPECT_GT(jittered_s, 2.0 * normal_s) << jittered_s << " s vs " << normal_s << " s";
 }
 
 TEST(AsyncRunner, HogwildTrainsWithoutAWire) {

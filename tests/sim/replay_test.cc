@@ -261,8 +261,9 @@ TEST(Replay, CodecScaleScalesCodecsOnly) {
   // A 2 ms compress before the group's allreduce: with compute_scale alone it scales as compute does; codec_scale
   // takes it over and leaves compute at compute_scale.
   StepTrace t = handTrace({{250000, 0.010, 0.020}}, {0}, {1000000});
-  for (auto& st : t.steps)
-    st.groups[0].phases.insert(st.groups[0].phases.begin(), {TracePhase::Kind::kCompress, 0, 0.002});
+  TracePhase compress;  // kCompress, from 0
+  compress.dur_s = 0.002;
+  for (auto& st : t.steps) st.groups[0].phases.insert(st.groups[0].phases.begin(), compress);
   const double comm = 2 * 50e-6 + 1e6 / 125e6;
   ReplayOptions o = mesh(2, 1 * kGbps, 50e-6);
   o.compute_scale = 0.5;
