@@ -16,6 +16,7 @@
 #include "core/common/error.h"
 #include "core/common/json.h"
 #include "core/common/stop_signals.h"
+#include "core/train/step_trace.h"
 #include "results/sha256.h"
 
 namespace terse::results {
@@ -221,14 +222,17 @@ namespace {
 // may replay the table a run measured there (simulation.calibration), and a calibrated run rewrites it anyway.
 // Files of other names (the user's) are left alone.
 bool isRunFile(const std::string& name) {
-  const auto numbered = [&](std::string_view prefix, std::string_view suffix) {
-    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+  // trace.rank<R>.json, the timeline experiments/runner/runner.cc writes.
+  constexpr std::string_view kTimeline = "trace.rank", kTimelineSuffix = ".json";
+  const auto timeline = [&] {
+    if (name.size() <= kTimeline.size() + kTimelineSuffix.size() || !name.starts_with(kTimeline) ||
+        !name.ends_with(kTimelineSuffix))
       return false;
     const std::string_view digits =
-        std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+        std::string_view(name).substr(kTimeline.size(), name.size() - kTimeline.size() - kTimelineSuffix.size());
     return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
-  return name == kProvenanceFile || numbered("steps.rank", ".jsonl") || numbered("trace.rank", ".json");
+  return name == kProvenanceFile || train::stepTraceFileRank(name).has_value() || timeline();
 }
 
 void removeEarlierRunsFiles(const std::filesystem::path& dir) {

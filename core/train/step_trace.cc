@@ -288,8 +288,25 @@ TraceStep readStep(const LineReader& r, const TraceHeader& h, const Json& o) {
 
 }  // namespace
 
+namespace {
+constexpr std::string_view kStepTracePrefix = "steps.rank", kStepTraceSuffix = ".jsonl";
+}  // namespace
+
 std::string stepTraceFileName(int rank) {
-  return "steps.rank" + std::to_string(rank) + ".jsonl";
+  return std::string(kStepTracePrefix) + std::to_string(rank) + std::string(kStepTraceSuffix);
+}
+
+std::optional<int> stepTraceFileRank(std::string_view name) {
+  if (name.size() <= kStepTracePrefix.size() + kStepTraceSuffix.size() || !name.starts_with(kStepTracePrefix) ||
+      !name.ends_with(kStepTraceSuffix))
+    return std::nullopt;
+  const std::string_view digits =
+      name.substr(kStepTracePrefix.size(), name.size() - kStepTracePrefix.size() - kStepTraceSuffix.size());
+  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  int rank = 0;
+  for (char c : digits) rank = rank * 10 + (c - '0');
+  return rank;
 }
 
 std::string stepTraceHeaderLine(const TraceHeader& h) {

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -144,6 +145,8 @@ StepTrace readStepTrace(const std::filesystem::path& path);
 
 // The file name of rank R's trace in a results folder: "steps.rank<R>.jsonl".
 std::string stepTraceFileName(int rank);
+// Its inverse: R for a name stepTraceFileName(R) gives (decimal digits, R < 10^9), else nothing.
+std::optional<int> stepTraceFileRank(std::string_view name);
 
 // Records one rank's trace while the sync trainer runs (SyncTrainerOptions::step_trace). Thread-safe: the worker
 // thread records steps and compute, the communication thread and its lanes groups and updates, each for the step it

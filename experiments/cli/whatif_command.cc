@@ -84,12 +84,10 @@ Source loadSource(const std::string& text, int steps) {
   std::error_code ec;
   std::vector<fs::path> files;
   if (fs::is_directory(p, ec)) {
-    static const std::regex kRankFile(R"(steps\.rank([0-9]+)\.jsonl)");
     std::vector<std::pair<int, fs::path>> found;
     for (const auto& e : fs::directory_iterator(p)) {
-      std::smatch m;
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && std::regex_match(name, m, kRankFile)) found.emplace_back(std::stoi(m[1]), e.path());
+      const auto rank = train::stepTraceFileRank(e.path().filename().string());
+      if (e.is_regular_file() && rank) found.emplace_back(*rank, e.path());
     }
     TERSE_CHECK(!found.empty(), InvalidArgument,
                 p.string() << ": no steps.rank<R>.jsonl files (was the run recorded with step traces?)");

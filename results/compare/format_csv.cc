@@ -39,6 +39,9 @@ std::string toCsv(const Comparison& c) {
        "pull_bytes_per_worker\n";
   for (const auto& t : c.studies) {
     for (const auto& r : t.rows) {
+      // Past the histogram's last bucket a percentile is a bound, not a number: left empty.
+      const std::string p50 = r.staleness && !r.staleness->p50_beyond ? csvNumber(r.staleness->p50) : "";
+      const std::string p90 = r.staleness && !r.staleness->p90_beyond ? csvNumber(r.staleness->p90) : "";
       std::vector<std::string> cells = {csvCell(t.study),
                                         csvCell(r.variant),
                                         r.baseline ? "true" : "false",
@@ -64,9 +67,8 @@ std::string toCsv(const Comparison& c) {
                                         csvNumber(r.exposed_comm_s),
                                         r.staleness ? csvNumber(r.staleness->mean) : "",
                                         r.staleness ? csvNumber(r.staleness->max) : "",
-                                        // Past the histogram's last bucket a percentile is a bound, not a number.
-                                        r.staleness && !r.staleness->p50_beyond ? csvNumber(r.staleness->p50) : "",
-                                        r.staleness && !r.staleness->p90_beyond ? csvNumber(r.staleness->p90) : "",
+                                        p50,
+                                        p90,
                                         csvCell(r.error),
                                         r.simulated ? "simulated" : "real_time",
                                         std::to_string(r.seeds),

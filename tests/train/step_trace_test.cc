@@ -99,6 +99,15 @@ TEST(StepTrace, WrittenAndReadBackIsTheSameTrace) {
   EXPECT_EQ(back.steps[1].negotiations[1].algorithm, "bruck");
 }
 
+// The file name and its inverse, which terse whatif and the results writer read folders with.
+TEST(StepTrace, TheFileNameAndItsRank) {
+  EXPECT_EQ(stepTraceFileName(7), "steps.rank7.jsonl");
+  for (int rank : {0, 7, 1023, 999999999}) EXPECT_EQ(stepTraceFileRank(stepTraceFileName(rank)), rank);
+  for (const char* name : {"steps.rank.jsonl", "steps.rankX.jsonl", "steps.rank-1.jsonl", "steps.rank1.json",
+                           "trace.rank1.jsonl", "steps.rank1234567890.jsonl", "steps.rank1.jsonl.tmp", ""})
+    EXPECT_FALSE(stepTraceFileRank(name)) << name;
+}
+
 TEST(StepTrace, TheHeaderLineIsTheDocumentedOne) {
   // DESIGN.md section 7 shows these lines: keep the example and the writer in step.
   const std::string h = stepTraceHeaderLine(sample().header);
