@@ -24,11 +24,12 @@ std::string layerName(int layer) {
   return "L" + std::to_string(layer);
 }
 
-}  // namespace
-
+// Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1).
 void stragglerSleep(double slowdown, double raw_compute_s) {
   if (slowdown > 1 && raw_compute_s > 0) rt::sleepFor(std::chrono::duration<double>((slowdown - 1) * raw_compute_s));
 }
+
+}  // namespace
 
 void stragglerDelay(double slowdown, const ComputeJitter& jitter, int64_t step, double raw_compute_s) {
   // sigma 0 leaves the runtime untouched, so a run without jitter is the run it was before jitter existed.

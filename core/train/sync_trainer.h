@@ -150,9 +150,6 @@ struct SyncTrainerOptions {
   int max_groups_in_flight = 1;
 };
 
-// Sleeps (slowdown - 1) x raw_compute_s (nothing for slowdown <= 1); shared by the sync and async trainers.
-void stragglerSleep(double slowdown, double raw_compute_s);
-
 // Before step `step`'s compute, shared by the sync and async trainers: the straggler's delay, slowdown x the step's
 // jitter factor. A simulation takes the factor as the computing actor's step factor (rt::Backend::setStepFactor), so
 // the step's own compute is charged that much more (its trainer's slowdown is then 1: the actor carries it); real time
