@@ -159,6 +159,16 @@ def _keep_past_gloo(*tensors):
     _held_past_gloo.append(tensors)
 
 
+def _all_gather_held(mine, world, group=None):
+    """Every rank's `mine`, on the CPU, for a caller that may raise right after: the tensors are held past gloo's last
+    reference (_held_past_gloo)."""
+    every = [torch.empty_like(mine) for _ in range(world)]
+    torch.distributed.all_gather(every, mine, group=group)
+    got = [t.cpu() for t in every]
+    _keep_past_gloo(mine, *every)
+    return got
+
+
 def _peer_settings(t, n, keys):
     """A rank's settings as _check_agreement gathers them (JSON, the first n bytes of t); a rank whose bytes do not read
     as such (another terse, or a broken peer) shows as unreadable, and the ranks still raise the mismatch."""
@@ -698,14 +708,10 @@ class CompressionState:
         device = self._device if self._nccl else torch.device("cpu")
 
         def gather(mine):
-            every = [torch.empty_like(mine) for _ in range(world)]
             # Gathered and read on one stream: NCCL's wait orders only the stream current at the wait, so a read on
             # another (backward's, when the state binds a side one) could see the buffers before NCCL wrote them.
             with self._on_stream():
-                torch.distributed.all_gather(every, mine, group=group)
-                got = [t.cpu() for t in every]
-            _keep_past_gloo(mine, *every)
-            return got
+                return _all_gather_held(mine, world, group)
 
         got = [t.tolist() for t in gather(torch.tensor([fingerprint, len(text)], dtype=torch.int64, device=device))]
         if all(f == fingerprint for f, _ in got):
