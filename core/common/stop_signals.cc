@@ -5,8 +5,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +64,32 @@ void say(const std::string& line) {
   std::fflush(stderr);
 }
 
+// Whether a second stop signal has come (taken here, so it is not left pending). The signals stay blocked in every
+// thread of this process: only this thread can see them, and it does so between the slices of its waits.
+bool secondSignal() {
+  const sigset_t set = stopSet();
+  const timespec now{};
+  return ::sigtimedwait(&set, nullptr, &now) > 0;
+}
+
+enum class Wait { kOwnerDone, kTimedOut, kSecondSignal };
+
+// Waits up to `limit` for the Delegate's owner to be done with it, or for a second stop signal: the user who presses
+// Ctrl-C again, or a scheduler's repeated SIGTERM, wants the process ended now rather than after the grace.
+Wait waitForOwner(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit) {
+  constexpr std::chrono::milliseconds kSlice{100};
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (g_delegate_done.wait_for(lock, std::min(kSlice, std::max(left, std::chrono::milliseconds(0))),
+                                 [] { return !g_delegate_alive; }))
+      return Wait::kOwnerDone;
+    if (secondSignal()) return Wait::kSecondSignal;
+    if (std::chrono::steady_clock::now() >= deadline) return Wait::kTimedOut;
+  }
+}
+
 // Step 2 (stop_signals.h): the child that keeps the folder gets the signal, and its owner the grace to settle it.
 void handOverToDelegate(int sig) {
   std::unique_lock lock(g_delegate_mutex);
@@ -69,14 +97,19 @@ void handOverToDelegate(int sig) {
   // Ctrl-C reaches the child's whole process group from the terminal itself, and the PyTorch driver's ranks record it
   // within a second: a second SIGINT sent on top would interrupt the driver's own handling of the first. So SIGINT is
   // passed on only to a child still there after kSigintOwnGrace (one sent to this process alone).
-  if (sig != SIGINT || !g_delegate_done.wait_for(lock, kSigintOwnGrace, [] { return !g_delegate_alive; })) {
+  Wait waited = sig == SIGINT ? waitForOwner(lock, kSigintOwnGrace) : Wait::kTimedOut;
+  if (waited == Wait::kTimedOut) {
     if (g_delegate_pid != 0) ::kill(g_delegate_pid, sig);
+    waited = waitForOwner(lock, kDelegateGrace);
   }
-  if (!g_delegate_done.wait_for(lock, kDelegateGrace, [] { return !g_delegate_alive; })) {
-    say("terse: the child process still runs " + std::to_string(kDelegateGrace.count()) + " s after " +
-        signalName(sig) + "; killing it\n");
-    if (g_delegate_pid != 0) ::kill(g_delegate_pid, SIGKILL);
-  }
+  if (waited == Wait::kOwnerDone) return;
+  say(waited == Wait::kSecondSignal
+          ? std::string("terse: a second stop signal: not waiting for the child process; killing it\n")
+          : "terse: the child process still runs " + std::to_string(kDelegateGrace.count()) + " s after " +
+                signalName(sig) + "; killing it\n");
+  if (g_delegate_pid != 0) ::kill(g_delegate_pid, SIGKILL);
+  // Its owner settles the folder once it sees the child gone; record() marks it failed should the owner not get to.
+  if (waited == Wait::kSecondSignal) g_delegate_done.wait_for(lock, kSigintOwnGrace, [] { return !g_delegate_alive; });
 }
 
 [[noreturn]] void endBy(int sig) {

@@ -8,6 +8,8 @@
 - SIGINT to terse run alone: terse run passes it to the driver, which ends its ranks and leaves, without terse run
   having to kill it.
 Either way the study's second variant does not start.
+- A second signal while terse run waits for a driver that does not end (stopped: SIGSTOP; a Python process takes
+  SIGINT with a handler, so it stays pending): terse run kills the driver at once rather than after its 20 s grace.
 
 usage: driver_ends_test.py TERSE
 """
@@ -70,6 +72,14 @@ def descendants(root):
     return found
 
 
+def _parent(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -83,9 +93,10 @@ def main():
     stop(sys.argv[1], signal.SIGINT, whole_group=True)
     # SIGINT to terse run alone (`kill -INT`): it reaches the driver only, whose ranks must still end with it.
     stop(sys.argv[1], signal.SIGINT, whole_group=False)
+    stop(sys.argv[1], signal.SIGINT, whole_group=False, driver_stuck=True)
 
 
-def stop(terse, sig, whole_group):
+def stop(terse, sig, whole_group, driver_stuck=False):
     with tempfile.TemporaryDirectory(prefix="terse-driver-ends-") as tmp:
         with open(os.path.join(tmp, "model.py"), "w") as f:
             f.write(MODULE)
@@ -110,7 +121,25 @@ def stop(terse, sig, whole_group):
             if len(below) < 3:
                 os.killpg(run.pid, signal.SIGKILL)
                 sys.exit("no driver and ranks below terse run within 120 s: %s" % below)
-            if whole_group:
+            if driver_stuck:
+                # The driver (terse run's child) stopped: it cannot end by the signal terse run passes on after its own
+                # 2 s (stop::kSigintOwnGrace), and terse run would wait out stop::kDelegateGrace (20 s) for it.
+                driver = [p for p in below if _parent(p) == run.pid]
+                os.kill(driver[0], signal.SIGSTOP)
+                run.send_signal(sig)
+                time.sleep(3.0)
+                if run.poll() is not None:
+                    sys.exit("terse run ended %s 3 s after %s, its driver stopped" % (run.returncode,
+                                                                                     signal.Signals(sig).name))
+                second = time.monotonic()
+                run.send_signal(sig)
+                try:
+                    run.wait(timeout=8)
+                except subprocess.TimeoutExpired:
+                    sys.exit("terse run still there 8 s after a second %s" % signal.Signals(sig).name)
+                print("driver_ends: a second %s ended terse run %.1f s after it" % (signal.Signals(sig).name,
+                                                                                  time.monotonic() - second))
+            elif whole_group:
                 os.killpg(run.pid, sig)
             else:
                 run.send_signal(sig)
@@ -140,7 +169,11 @@ def stop(terse, sig, whole_group):
             # And the driver ends by itself: terse run did not have to kill it after its grace (a SIGINT to terse run
             # alone reaches the driver only, and its ranks must still be ended).
             err = run.stderr.read().decode("utf-8", "replace")
-            if "; killing it" in err:
+            if driver_stuck:
+                if "terse: a second stop signal: not waiting for the child process; killing it" not in err:
+                    sys.exit("after a second %s terse run did not say it killed the driver:\n%s"
+                             % (signal.Signals(sig).name, err[-3000:]))
+            elif "; killing it" in err:
                 sys.exit("after %s terse run had to kill the driver:\n%s" % (signal.Signals(sig).name, err[-3000:]))
             if sig == signal.SIGINT and "Traceback" in err:
                 sys.exit("after SIGINT terse run's output holds a traceback:\n%s" % err[-3000:])
