@@ -132,6 +132,8 @@ struct MetricsRecord {
 //   staleness_max            the largest tau applied
 //   staleness_hist_<k>       pushes applied with tau == k, k = 0, 1, 2, ... (an absent bucket is 0)
 //   staleness_hist_overflow  pushes with tau beyond the largest bucket the trainer keeps
+//   staleness_buckets        how many buckets it keeps: tau of the overflow are at least this (records before the
+//                            key existed kept 64)
 // and, per server shard k and worker w (wire bytes, frame headers included, cumulative):
 //   server<k>_bytes_in, server<k>_bytes_out   what shard k received and sent
 //   worker<w>_bytes_out, worker<w>_bytes_in   what worker w sent (pushes, clocks, pull requests, pings) and received
@@ -155,8 +157,13 @@ inline constexpr std::string_view kStalenessMeanKey = "staleness_mean";
 inline constexpr std::string_view kStalenessMaxKey = "staleness_max";
 inline constexpr std::string_view kStalenessHistPrefix = "staleness_hist_";
 inline constexpr std::string_view kStalenessHistOverflowKey = "staleness_hist_overflow";
-// staleness_hist_<tau> is written for tau below this; larger tau are counted in staleness_hist_overflow.
-inline constexpr uint64_t kStalenessHistBuckets = 64;
+inline constexpr std::string_view kStalenessBucketsKey = "staleness_buckets";
+// staleness_hist_<tau> is written for tau below this; larger tau are counted in staleness_hist_overflow. As large as
+// the most workers a study runs (what-if's 1,024), since without bounded staleness a push's tau is about the number
+// of workers: at 256 workers, 64 buckets left every percentile past them. Buckets are written only where pushes fell.
+inline constexpr uint64_t kStalenessHistBuckets = 1024;
+// What records without staleness_buckets kept.
+inline constexpr uint64_t kLegacyStalenessHistBuckets = 64;
 inline constexpr std::string_view kPushBytesKey = "push_bytes_per_worker";
 inline constexpr std::string_view kPullBytesKey = "pull_bytes_per_worker";
 inline constexpr std::string_view kPushPayloadBytesKey = "push_payload_bytes_per_worker";

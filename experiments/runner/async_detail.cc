@@ -33,6 +33,7 @@ void stalenessFields(const std::map<uint64_t, uint64_t>& hist, results::MetricsR
       m.extra.emplace_back(std::string(results::kStalenessHistPrefix) + std::to_string(tau),
                            static_cast<double>(count));
   m.extra.emplace_back(std::string(results::kStalenessHistOverflowKey), static_cast<double>(overflow));
+  m.extra.emplace_back(std::string(results::kStalenessBucketsKey), static_cast<double>(kHistogramBuckets));
 }
 
 }  // namespace

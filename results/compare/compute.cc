@@ -50,7 +50,7 @@ std::optional<StalenessSummary> staleness(const EvalPoint& p) {
       }
       if (!has(p.staleness_hist_overflow) || p.staleness_hist_overflow <= 0) return std::nullopt;
       beyond = true;
-      return static_cast<double>(kStalenessHistBuckets);
+      return p.staleness_buckets;
     };
     s.p50 = percentile(0.5, s.p50_beyond);
     s.p90 = percentile(0.9, s.p90_beyond);

@@ -70,7 +70,7 @@ struct StalenessSummary {
   double max = 0;
   std::optional<double> p50, p90;  // from the histogram
   // A percentile that lands among the pushes past the histogram's last bucket (staleness_hist_overflow): it is at
-  // least kStalenessHistBuckets, and its p50 / p90 above is that bound.
+  // least the record's bucket count (staleness_buckets), and its p50 / p90 above is that bound.
   bool p50_beyond = false, p90_beyond = false;
 };
 

@@ -197,6 +197,8 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.staleness_mean = optional(kStalenessMeanKey);
     p.staleness_max = optional(kStalenessMaxKey);
     p.staleness_hist_overflow = optional(kStalenessHistOverflowKey);
+    p.staleness_buckets = optional(kStalenessBucketsKey);
+    if (std::isnan(p.staleness_buckets)) p.staleness_buckets = static_cast<double>(kLegacyStalenessHistBuckets);
     const std::string hist_prefix(kStalenessHistPrefix);
     for (const auto& [key, value] : obj->items()) {
       if (key.rfind(hist_prefix, 0) != 0 || key == kStalenessHistOverflowKey) continue;

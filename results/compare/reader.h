@@ -41,6 +41,7 @@ struct EvalPoint {
   double staleness_mean = 0, staleness_max = 0;
   std::map<int64_t, double> staleness_hist;  // tau -> pushes applied with it (cumulative)
   double staleness_hist_overflow = 0;
+  double staleness_buckets = 0;  // the tau the overflow starts at (staleness_buckets; 64 for older records)
 };
 
 // One results folder read back.

@@ -382,6 +382,29 @@ TEST(Compare, StalenessPercentilesPastTheHistogramAreBounds) {
   EXPECT_TRUE(flagged) << dumpJson(*json);
 }
 
+// Records that say how many buckets they kept (staleness_buckets, 1024 since 64 left every percentile of a 256-worker
+// parameter server past them) are read with their own bound; tau past 64 are buckets like any other.
+TEST(Compare, StalenessBucketsAreTheRecordsOwn) {
+  const fs::path root = freshDir("StalenessBuckets");
+  const fs::path dir = writeRun(root, {"s", "w256", "none", false, {}});
+  // 100 pushes: 50 at tau 250, 40 at 300, 10 past 1024 -> p50 250, p90 300, exact.
+  appendText(dir / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":1000,\"staleness_mean\":400,"
+             "\"staleness_max\":2000,\"staleness_hist_250\":50,\"staleness_hist_300\":40,"
+             "\"staleness_hist_overflow\":10,\"staleness_buckets\":1024}\n");
+  const fs::path over = writeRun(root, {"s", "w4096", "none", false, {}});
+  appendText(over / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":1000,\"staleness_mean\":3000,"
+             "\"staleness_max\":4000,\"staleness_hist_7\":5,\"staleness_hist_overflow\":95,"
+             "\"staleness_buckets\":1024}\n");
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  EXPECT_TRUE(w.empty()) << joined(w);
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("mean 400, max 2000, p50 250, p90 300"), std::string::npos) << md;
+  EXPECT_NE(md.find("mean 3000, max 4000, p50 >= 1024, p90 >= 1024"), std::string::npos) << md;
+}
+
 // A parameter server's wire bytes are both directions (result_writer.h): a record with push_ and pull_bytes_per_worker
 // is read as written; one from before them (wire_bytes_per_worker = the mean of worker<w>_bytes_out, the pushes alone)
 // is recounted from its per-worker counts and says so, and the ratio against a sync ring is of all the traffic.
