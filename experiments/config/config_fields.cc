@@ -272,6 +272,11 @@ constexpr Field kPyTorchFields[] = {
     {.name = "find_unused_parameters",
      .def = value("false"),
      .doc = "DDP's find_unused_parameters: a model whose steps may leave parameters unused trains."},
+    {.name = "loader_workers",
+     .def = unfilled("0"),
+     .rule = between(0, 64),
+     .doc = "A module's Datasets: the DataLoader's worker processes; 0 reads in the rank's process.",
+     .if_set = true},
 };
 
 constexpr Field kData[] = {
@@ -672,6 +677,10 @@ void pytorchModel(Checks& c, const Experiment& e, const Ctx& ctx) {
           << t.image_size() << " f32 take " << bytes / (1 << 30) << " GiB per rank (with the test tenth), at most "
           << limits::kSyntheticBytes / (1 << 30) << " GiB";
   }
+  if (t.has_torchvision() && t.has_loader_workers())
+    c.fail("workload.pytorch.loader_workers")
+        << ": a torchvision model's data is held as tensors, read in each rank's "
+           "process; loader_workers is for a module whose data() returns Datasets";
   if (t.has_synthetic_examples() && t.data() != PyTorch::SYNTHETIC)
     c.fail("workload.pytorch.synthetic_examples") << ": only data SYNTHETIC reads it";
   if (t.has_num_classes() && t.data() == PyTorch::FASHION_MNIST && t.num_classes() < 10)

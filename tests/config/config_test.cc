@@ -392,6 +392,13 @@ TEST_F(ConfigTest, PyTorchWorkload) {
   EXPECT_FALSE(t.has_synthetic_examples()) << "only SYNTHETIC gets a synthetic size";
   const Study mod = load("study: \"s\"\nworkload { name: \"pytorch\" pytorch { module: \"m.py\" } }\n" + rt);
   EXPECT_FALSE(mod.experiments[0].workload().pytorch().has_image_size()) << "a module's data is its own";
+  EXPECT_FALSE(mod.experiments[0].workload().pytorch().has_loader_workers()) << "unfilled: 0 is the driver's reading";
+  EXPECT_EQ(load("study: \"s\"\nworkload { name: \"pytorch\" pytorch { module: \"m.py\" loader_workers: 4 } }\n" + rt)
+                .experiments[0]
+                .workload()
+                .pytorch()
+                .loader_workers(),
+            4);
   EXPECT_FALSE(load(kMinimal).experiments[0].workload().has_pytorch()) << "only pytorch gets the defaults";
 
   const auto has = [](const std::vector<std::string>& errors, const std::string& fragment) {
@@ -417,6 +424,10 @@ TEST_F(ConfigTest, PyTorchWorkload) {
        "workload.pytorch.synthetic_examples must be in [1, 2^24], got 0"},
       {head + "max_steps_per_epoch: -1 } }\n" + rt, "workload.pytorch.max_steps_per_epoch must be >= 0, got -1"},
       {head + "device: \"tpu\" } }\n" + rt, "workload.pytorch.device must be \"cpu\" or \"cuda\", got 'tpu'"},
+      {head + "loader_workers: 2 } }\n" + rt,
+       "workload.pytorch.loader_workers: a torchvision model's data is held as tensors"},
+      {"study: \"s\"\nworkload { name: \"pytorch\" pytorch { module: \"m.py\" loader_workers: 65 } }\n" + rt,
+       "workload.pytorch.loader_workers must be in [0, 64], got 65"},
       {head + "} }\nclock: SIMULATED\n", "clock: workload pytorch runs in real time"},
       {head + "} }\nmode: ASYNC\n" + rt, "mode: workload pytorch trains with DistributedDataParallel"},
       {head + "} }\nscheduler { name: \"priority\" }\n" + rt, "scheduler.name: workload pytorch is scheduler-free"},

@@ -35,6 +35,10 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             the plugin is recorded where it was loaded from (the build tree, as a native run records it)
   agreement  the TCP ranks' agreement before training with the gather faked: three ranks, two failing with
             different kinds, all take the lowest failing rank's kind
+  datasets  data() returning Datasets: trained through DataLoaders bit for bit as tensors of the same items (with no
+            loader workers and with two); an IterableDataset, items that do not collate or are no pairs, a label past
+            the model's classes in a later batch, loader_workers for tensors: each refused in one line; a __getitem__
+            that raises in a loader worker fails the variant with the module's error
 """
 
 import argparse
@@ -799,11 +803,171 @@ def agreement(tmp):
     print("agreement: every rank takes rank 1's kind; rank 0 says %s" % got[0])
 
 
+# A module whose data() gives its examples as tensors or as Datasets of the same items (FORM chooses): the two must
+# train alike, bit for bit, whether the DataLoader reads in the rank's process or in worker processes.
+DATASETS = """
+import os
+import torch
+
+FORM = %r
+
+
+class Items(torch.utils.data.Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], int(self.y[i])  # a label as a Python int, as torchvision's datasets give it
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def data(rank, world):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(96, 12, generator=g)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()
+    test_x, test_y = torch.randn(40, 12, generator=g), torch.randint(0, 3, (40,), generator=g)
+    mine = slice(rank, None, world)
+    if FORM == "tensors":
+        return (x[mine], y[mine]), (test_x, test_y)
+    return Items(x[mine], y[mine]), Items(test_x, test_y)
+"""
+
+# What a Dataset can get wrong, each a module of its own: (name, the module's source, workers, loader_workers, the
+# fragments of the one line that refuses it, or of the module's own error).
+BAD_DATASETS = (
+    ("iterable", """
+import torch
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter([(torch.zeros(4), 0)] * 8)
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return Stream(), (torch.zeros(4, 4), torch.zeros(4, dtype=torch.long))
+""", 1, 0, ["the train set is", "an IterableDataset; the driver needs a map-style Dataset"]),
+    ("pil", """
+import torch
+class Picture:  # what a torchvision dataset gives without transforms.ToTensor(): not something to collate
+    pass
+class Pictures(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        return Picture(), 0
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return Pictures(), Pictures()
+""", 1, 0, ["the first 4 items of the train Dataset (item 0: (terse_user_model.Picture, int)) do not collate",
+            "default_collate", "ToTensor()"]),
+    ("triples", """
+import torch
+class Triples(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        return torch.zeros(4), 0, "extra"
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return Triples(), Triples()
+""", 1, 0, ["item 0 of the train Dataset is (Tensor[4] float32, int, str); expected an (x, y) pair"]),
+    ("late_label", """
+import torch
+class Late(torch.utils.data.Dataset):  # labels within the model's 2 classes for the first items only
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        return torch.zeros(4), 0 if i < 4 else 7
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return Late(), (torch.zeros(4, 4), torch.zeros(4, dtype=torch.long))
+""", 1, 2, ["of the train Dataset holds labels", "but the model's forward gives 2 class scores an example"]),
+    ("raises", """
+import torch
+class Broken(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        if i >= 4:
+            raise ValueError("cannot read item %d" % i)
+        return torch.zeros(4), 0
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return Broken(), (torch.zeros(4, 4), torch.zeros(4, dtype=torch.long))
+""", 1, 1, ["the train Dataset (data(rank, world)'s train, read by a DataLoader with 1 loader worker)",
+            "raised ValueError: cannot read item"]),
+    ("workers_for_tensors", """
+import torch
+def model():
+    return torch.nn.Linear(4, 2)
+def data(rank, world):
+    return (torch.zeros(8, 4), torch.zeros(8, dtype=torch.long)), (torch.zeros(4, 4), torch.zeros(4, dtype=torch.long))
+""", 1, 2, ["workload.pytorch.loader_workers: 2, but", "returned tensors"]),
+)
+
+
+def datasets(tmp):
+    """data() returning Datasets: trained through DataLoaders bit for bit as the same items given as tensors, with no
+    loader workers and with two; then each mistake of a Dataset refused in one line naming it, or, for the module's
+    own __getitem__ failing in a loader worker, the module's error in the status."""
+    for form in ("tensors", "datasets"):
+        open(os.path.join(tmp, form + ".py"), "w").write(DATASETS % form)
+    cfg = os.path.join(tmp, "study.textproto")
+    open(cfg, "w").write(study("ds", 'module: "tensors.py"', """
+variants { name: "tensors" }
+variants { name: "dataset" overrides { workload { pytorch { module: "datasets.py" } } } }
+variants { name: "dataset-2-workers" overrides { workload { pytorch { module: "datasets.py" loader_workers: 2 } } } }
+""", batch=8))
+    out = os.path.join(tmp, "results")
+    run([ARGS.terse, "run", cfg, "--out", out, "--set", "epochs=2", "--set", "eval.per_epoch=false", "--set",
+         "eval.every_steps=2"], cwd=tmp)
+    runs = {}
+    for variant in ("tensors", "dataset", "dataset-2-workers"):
+        status, lines = folder(out, "ds", variant)
+        check(status["state"] == "completed", "%s: status %s" % (variant, status))
+        runs[variant] = [(r["step"], r["test_accuracy"], r["test_loss"], r["train_loss"], r["test_examples"])
+                         for r in lines]
+    # 48 examples a rank, batch 8: 6 steps an epoch, 12 in all, a record every 2.
+    check(len(runs["tensors"]) == 6 and runs["tensors"][-1][0] == 12 and runs["tensors"][-1][4] == 40,
+          "tensors: %s" % runs["tensors"])
+    for variant in ("dataset", "dataset-2-workers"):
+        check(runs[variant] == runs["tensors"], "%s trained otherwise than tensors of the same items:\n%s\n%s"
+              % (variant, runs[variant], runs["tensors"]))
+    config = open(os.path.join(out, "ds", "dataset-2-workers", "config.textproto")).read()
+    check("loader_workers: 2" in config, "config.textproto:\n%s" % config)
+    print("datasets: 12 steps alike as tensors, as a Dataset, and through 2 loader workers")
+
+    for name, source, workers, loader_workers, fragments in BAD_DATASETS:
+        open(os.path.join(tmp, name + ".py"), "w").write(source)
+        cfg = os.path.join(tmp, name + ".textproto")
+        extra = "loader_workers: %d" % loader_workers if loader_workers else ""
+        open(cfg, "w").write(study(name, 'module: "%s.py" %s' % (name, extra), 'variants { name: "v" }',
+                                   workers=workers))
+        p = run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False, timeout=300)
+        status = json.load(open(os.path.join(out, name, "v", "status.json")))
+        check(p.returncode != 0 and status["state"] == "failed", "%s: %d, status %s" % (name, p.returncode, status))
+        missing = [f for f in fragments if f not in status["error"]]
+        check(not missing, "%s: the status lacks %s:\n%s\n%s" % (name, missing, status["error"], p.stderr))
+        if name != "raises":  # the driver's refusals are one line; the module's own error has its traceback
+            check("Traceback" not in p.stderr, "%s: a traceback for a refusal:\n%s" % (name, p.stderr))
+        print("datasets: %s -> %s" % (name, status["error"][:150]))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
-                                    "unused_parameters", "provenance", "agreement"])
+                                    "unused_parameters", "provenance", "agreement", "datasets"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
@@ -811,7 +975,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
          "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters,
-         "provenance": provenance, "agreement": agreement}[ARGS.case](tmp)
+         "provenance": provenance, "agreement": agreement, "datasets": datasets}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

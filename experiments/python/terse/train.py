@@ -19,7 +19,9 @@ on GPU r mod the visible ones).
 
 Data. torchvision models: Fashion-MNIST from data.dataset_dir (terse's IDX reader, data.train_subset and
 test_subset), each 28x28 grey batch resized (bilinear) to image_size and repeated over `channels` as it is drawn, or
-synthetic images and labels from the seed. A module's data(rank, world) gives this rank's shard and the test set.
+synthetic images and labels from the seed. A module's data(rank, world) gives this rank's shard and the test set,
+each as two tensors or as a map-style Dataset of (x, y) items, which a DataLoader reads (workload.pytorch.
+loader_workers).
 The loss is the module's loss(output, labels) where it defines one, else cross-entropy of the output as logits;
 accuracy is the argmax of the output's last dimension against the labels either way.
 Every epoch each rank draws its shard in a permutation seeded by (seed, epoch, rank); every rank takes the same number
@@ -30,6 +32,7 @@ import argparse
 import difflib
 import importlib.util
 import math
+import multiprocessing
 import os
 import random
 import re
@@ -96,6 +99,7 @@ class Spec:
         self.device = self.pt.get("device", "cpu")
         self.max_steps = int(self.pt.get("max_steps_per_epoch", 0))
         self.find_unused = bool(self.pt.get("find_unused_parameters", False))
+        self.loader_workers = int(self.pt.get("loader_workers", 0))
         self.multi_process = e.get("transport", "INPROC") == "TCP"
         self.timeout_s = _duration_s(e.get("tcp", {}).get("timeout", "30s"))
         self.plugin_timeout_s = _duration_s(e.get("plugin_timeout", "60s"))
@@ -129,7 +133,11 @@ class UserCodeError(Exception):
     wrong thing) is a WorkloadError instead: one line naming the field and what is expected."""
 
     def __init__(self, what, path, error):
-        super().__init__("%s in %s raised %s: %s" % (what, path, type(error).__name__, _message(error)))
+        message = _message(error)
+        # An error out of a DataLoader worker carries the worker's traceback, whose last line names its type again.
+        if message.startswith(type(error).__name__ + ": "):
+            message = message[len(type(error).__name__) + 2:]
+        super().__init__("%s in %s raised %s: %s" % (what, path, type(error).__name__, message))
         self.error = error
 
 
@@ -166,7 +174,7 @@ def _load_module(path):
     except Exception as e:  # noqa: BLE001  (the module's own top-level code)
         raise UserCodeError("importing the module", path, e) from e
     for name, what in (("model", "model(), which returns the torch.nn.Module to train"),
-                       ("data", "data(rank, world), which returns ((train_x, train_y), (test_x, test_y))")):
+                       ("data", "data(rank, world), which returns ((train_x, train_y), (test_x, test_y)) or Datasets")):
         if not callable(getattr(module, name, None)):
             raise WorkloadError("workload.pytorch.module: %s defines no %s" % (path, what))
     # loss is optional; a `loss` that is no function is a mistake to name, not a reason to train on cross-entropy.
@@ -253,30 +261,191 @@ def _describe(value, depth=0):
     return type(value).__name__ if module == "builtins" else module + "." + type(value).__name__
 
 
-def user_data(spec, user, rank, world):
-    """data(rank, world) of the user's module, checked: ((train_x, train_y), (test_x, test_y)) of tensors with the
-    examples along dimension 0 and integer class labels (cross_entropy's targets), else WorkloadError saying what
-    came back. Labels of another integer type become int64, as torch's loss needs."""
+# ---- examples: what data() gives, as tensors or as Datasets
+
+
+class TensorExamples:
+    """Examples held as two tensors: x with the examples along dimension 0, y their int64 labels. A batch is an
+    indexing of both, in the rank's process."""
+
+    dataset = False
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def head(self, n):
+        return self.x[:n], self.y[:n]
+
+    def labels(self):
+        """Every label, for the check of their range before training."""
+        return self.y
+
+    def batches(self, order, batch, steps, generator=None):
+        for b in range(steps):
+            index = order[b * batch:(b + 1) * batch]
+            yield self.x[index], self.y[index]
+
+    def in_order(self, batch):
+        for i in range(0, len(self.y), batch):
+            yield self.x[i:i + batch], self.y[i:i + batch]
+
+
+class DatasetExamples:
+    """Examples data() gave as a map-style torch.utils.data.Dataset of (x, y) items, read through torch's DataLoader:
+    `workers` processes (workload.pytorch.loader_workers; 0 reads in the rank's process), batches made by
+    default_collate, pinned memory for a CUDA model. The driver still draws the order (the same permutation as for
+    tensors), so the batches are those of tensor examples holding the same items. Each batch is checked as it comes (a
+    pair of tensors, integer labels within the model's classes), since the items cannot all be read before training."""
+
+    dataset = True
+
+    def __init__(self, data, part, where, path, workers, pin):
+        self.data, self.part, self.where, self.path = data, part, where, path
+        self.workers, self.pin = workers, pin
+        self.classes = None  # the model's class scores an example, once the check forward has seen them
+
+    def __len__(self):
+        return len(self.data)
+
+    def _batch(self, item, what):
+        """A collated batch as (x, y): x a tensor, y int64 labels; else WorkloadError saying what came."""
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise WorkloadError("%s: %s of the %s Dataset collate to %s; its items must be (x, y) pairs"
+                                % (self.where, what, self.part, _describe(item)))
+        x, y = item
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            raise WorkloadError("%s: %s of the %s Dataset collate to %s; an item's x and y must be tensors, numpy "
+                                "arrays or numbers" % (self.where, what, self.part, _describe(item)))
+        if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+            raise WorkloadError("%s: %s of the %s Dataset have labels of %s; labels are class indices, of an integer "
+                                "type (int, or a tensor of torch.long)" % (self.where, what, self.part, _dtype(y)))
+        if self.classes is not None:
+            _check_label_range(self.where, "%s of the %s Dataset" % (what, self.part), y, self.classes)
+        return x, y.long()
+
+    def head(self, n):
+        """The first n items, collated as a training batch is: checked before any DataLoader starts, so that the
+        commonest mistakes (a PIL image without ToTensor, a tuple of three) are one line naming the item."""
+        items = []
+        for i in range(n):
+            try:
+                item = self.data[i]
+            except Exception as e:  # noqa: BLE001  (the module's own __getitem__)
+                raise UserCodeError("the %s Dataset's item %d (data(rank, world)'s %s)" % (self.part, i, self.part),
+                                    self.path, e) from e
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                raise WorkloadError("%s: item %d of the %s Dataset is %s; expected an (x, y) pair"
+                                    % (self.where, i, self.part, _describe(item)))
+            items.append(item)
+        try:
+            batch = torch.utils.data.default_collate(items)
+        except (TypeError, RuntimeError) as e:
+            raise WorkloadError("%s: the first %d items of the %s Dataset (item 0: %s) do not collate into a batch: "
+                                "%s; the driver batches items with torch's default_collate, which takes tensors, "
+                                "numpy arrays and numbers of one shape (torchvision.transforms.ToTensor() converts a "
+                                "PIL image)" % (self.where, n, self.part, _describe(items[0]), _message(e))) from None
+        return self._batch(batch, "its first %d items" % n)
+
+    def labels(self):
+        return None  # unknown before the items are read; each batch is checked instead
+
+    def _loader(self, batch, sampler=None, generator=None, drop_last=False):
+        # Workers forked, as torch's default on Linux: a rank is a process mp.spawn started, whose default is spawn,
+        # which pickles the Dataset to each worker, and a class of the user's module (imported from its file, not by
+        # a name the worker could import) does not pickle.
+        context = "fork" if self.workers > 0 and "fork" in multiprocessing.get_all_start_methods() else None
+        return torch.utils.data.DataLoader(self.data, batch_size=batch, sampler=sampler, num_workers=self.workers,
+                                           pin_memory=self.pin, drop_last=drop_last, generator=generator,
+                                           multiprocessing_context=context)
+
+    def _read(self, loader):
+        it = iter(loader)
+        count = 0
+        while True:
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            except Exception as e:  # noqa: BLE001  (the Dataset's __getitem__, in this process or a worker)
+                readers = "%d loader worker%s" % (self.workers, "s" if self.workers != 1 else "") if self.workers \
+                    else "no loader workers"
+                raise UserCodeError("the %s Dataset (data(rank, world)'s %s, read by a DataLoader with %s)"
+                                    % (self.part, self.part, readers), self.path, e) from e
+            count += 1
+            yield self._batch(item, "batch %d" % count)
+
+    def batches(self, order, batch, steps, generator=None):
+        # The generator seeds the workers' random streams (a random crop in the Dataset), so an epoch's are fixed by
+        # (seed, epoch, rank) as its order is.
+        return self._read(self._loader(batch, sampler=order[:steps * batch].tolist(), generator=generator,
+                                       drop_last=True))
+
+    def in_order(self, batch):
+        # A generator of its own: DataLoader draws its workers' base seed from torch's global one otherwise, and an
+        # evaluation would move the random stream of the training steps after it (dropout), as tensors' does not.
+        return self._read(self._loader(batch, generator=torch.Generator().manual_seed(0)))
+
+
+def _check_label_range(where, what, labels, classes):
+    """Labels must index the model's class scores; -100 is cross_entropy's ignore_index (a sequence's padding)."""
+    labels = labels[labels != -100]
+    if labels.numel() == 0:
+        return
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= classes:
+        raise WorkloadError("%s: %s holds labels %d..%d, but the model's forward gives %d class scores an example "
+                            "(labels 0..%d)" % (where, what, lo, hi, classes, classes - 1))
+
+
+def user_data(spec, user, rank, world, device):
+    """data(rank, world) of the user's module, checked: (train, test), each either a pair of tensors (x, y) with the
+    examples along dimension 0 and integer class labels (cross_entropy's targets), or a map-style
+    torch.utils.data.Dataset of (x, y) items (read through a DataLoader, DatasetExamples); else WorkloadError saying
+    what came back. Labels of another integer type become int64, as torch's loss needs. Returns the two as
+    TensorExamples or DatasetExamples."""
     path = spec.pt["module"]
     try:
         result = user.data(rank, world)
     except Exception as e:  # noqa: BLE001
         raise UserCodeError("data(%d, %d)" % (rank, world), path, e) from e
     where = "workload.pytorch.module: data(%d, %d) in %s" % (rank, world, path)
+    Dataset = torch.utils.data.Dataset
 
     def pair(value):
         return isinstance(value, (tuple, list)) and len(value) == 2
 
-    if not pair(result) or not all(pair(part) for part in result):
+    if not pair(result) or not all(pair(part) or isinstance(part, Dataset) for part in result):
         raise WorkloadError("%s returned %s; expected ((train_x, train_y), (test_x, test_y)), this rank's training "
-                            "examples and the test set" % (where, _describe(result)))
+                            "examples and the test set, or a torch.utils.data.Dataset of (x, y) items in place of "
+                            "either pair" % (where, _describe(result)))
     out = []
-    for part, (x, y) in zip(("train", "test"), result):
-        for name, value in (("x", x), ("y", y)):
-            if not isinstance(value, torch.Tensor) or value.dim() == 0:
-                numpy = type(value).__module__ == "numpy"
+    for part, value in zip(("train", "test"), result):
+        if isinstance(value, Dataset):
+            if isinstance(value, torch.utils.data.IterableDataset) or not hasattr(type(value), "__len__"):
+                raise WorkloadError("%s: the %s set is %s, %s; the driver needs a map-style Dataset (__len__ and "
+                                    "__getitem__): it counts every rank's steps from the length and draws the order "
+                                    "of each epoch itself" % (where, part, _describe(value),
+                                                              "an IterableDataset" if isinstance(
+                                                                  value, torch.utils.data.IterableDataset)
+                                                              else "which has no __len__"))
+            try:
+                n = len(value)
+            except Exception as e:  # noqa: BLE001  (the module's own __len__)
+                raise UserCodeError("len() of the %s Dataset" % part, path, e) from e
+            if n == 0:
+                raise WorkloadError("%s: the %s Dataset (%s) is empty; expected at least one example"
+                                    % (where, part, _describe(value)))
+            out.append(DatasetExamples(value, part, where, path, spec.loader_workers, device.type == "cuda"))
+            continue
+        x, y = value
+        for name, v in (("x", x), ("y", y)):
+            if not isinstance(v, torch.Tensor) or v.dim() == 0:
+                numpy = type(v).__module__ == "numpy"
                 raise WorkloadError("%s: %s_%s is %s, not a tensor with the examples along dimension 0%s"
-                                    % (where, part, name, _describe(value), " (torch.from_numpy converts)" if numpy
+                                    % (where, part, name, _describe(v), " (torch.from_numpy converts)" if numpy
                                        else ""))
         if len(x) != len(y) or len(y) == 0:
             raise WorkloadError("%s: %s_x holds %d examples and %s_y %d labels; expected as many, at least one"
@@ -284,7 +453,11 @@ def user_data(spec, user, rank, world):
         if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
             raise WorkloadError("%s: %s_y is %s; labels are class indices, of an integer dtype such as torch.long "
                                 "(y.long() converts whole numbers)" % (where, part, str(y.dtype).replace("torch.", "")))
-        out += [x, y.long()]
+        out.append(TensorExamples(x, y.long()))
+    if spec.loader_workers and not any(o.dataset for o in out):
+        raise WorkloadError("workload.pytorch.loader_workers: %d, but %s returned tensors, which each rank indexes in "
+                            "its own process; the field is for a module whose data() returns Datasets (or leave it "
+                            "out)" % (spec.loader_workers, where))
     return out
 
 
@@ -339,7 +512,7 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
     a cache) cannot be restored in general: such a model sees one forward more than its training steps."""
     path = spec.pt["module"]
     fn = "workload.pytorch.module: model() and data(%d, %d) in %s" % (rank, world, path)
-    train_x, train_y, test_x, test_y = data
+    train, test = data
     if device.type == "cpu":
         for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
             for name, t in named:
@@ -348,8 +521,10 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
                                         'broadcasts and the gloo of torch %s (device "cpu") cannot carry; convert the '
                                         'model (model.float()), or train on device "cuda" (NCCL)'
                                         % (path, kind, name, _dtype(t), torch.__version__))
-    n = min(spec.batch, len(train_y))
-    x, y = train_x[:n].to(device), train_y[:n].to(device)
+    n = min(spec.batch, len(train))
+    x, y = train.head(n)
+    x, y = x.to(device), y.to(device)
+    first = "the train Dataset's first %d items" % n if train.dataset else "train_x[:%d]" % n
     floats = sorted({_dtype(p) for p in model.parameters() if p.is_floating_point()})
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     skipped = False
@@ -363,42 +538,42 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
         try:
             out = model(x)
             if not isinstance(out, torch.Tensor) or out.dim() == 0 or not out.is_floating_point():
-                raise WorkloadError("%s: the model's forward on train_x[:%d] returns %s; the driver trains on a "
+                raise WorkloadError("%s: the model's forward on %s returns %s; the driver trains on a "
                                     "floating-point tensor of class scores, the classes along the last dimension"
-                                    % (fn, n, _describe(out)))
+                                    % (fn, first, _describe(out)))
             classes = out.shape[-1]
             if out.numel() // max(1, classes) != y.numel():
-                raise WorkloadError("%s: the model's forward on train_x[:%d] (%s) gives %s, %d rows of %d class "
+                raise WorkloadError("%s: the model's forward on %s (%s) gives %s, %d rows of %d class "
                                     "scores, for %s: one row a label is expected"
-                                    % (fn, n, _describe(x), _describe(out), out.numel() // max(1, classes), classes,
+                                    % (fn, first, _describe(x), _describe(out), out.numel() // max(1, classes), classes,
                                        _describe(y)))
-            for part, labels in (("train", train_y), ("test", test_y)):
-                # -100 is cross_entropy's ignore_index, the usual label of a sequence's padding.
-                labels = labels[labels != -100]
-                if labels.numel() == 0:
-                    continue
-                lo, hi = int(labels.min()), int(labels.max())
-                if lo < 0 or hi >= classes:
-                    raise WorkloadError("%s: %s_y holds labels %d..%d, but the model's forward gives %d class "
-                                        "scores an example (labels 0..%d)" % (fn, part, lo, hi, classes, classes - 1))
+            # Tensors' labels all at once; a Dataset's as its batches come (DatasetExamples), from the first on.
+            for part, examples in (("train", train), ("test", test)):
+                labels = examples.labels()
+                if labels is not None:
+                    _check_label_range(fn, part + "_y", labels, classes)
+                else:
+                    examples.classes = classes
+            if train.dataset:
+                _check_label_range(fn, first, y.cpu(), classes)
             if loss is None:
                 F.cross_entropy(out.reshape(-1, classes), y.reshape(-1)).backward()
             else:
                 try:
                     value = loss(out, y)
                 except Exception as e:  # noqa: BLE001  (the module's own code)
-                    raise UserCodeError("loss(output, labels) on the forward of train_x[:%d] of data(%d, %d)"
-                                        % (n, rank, world), path, e) from e
+                    raise UserCodeError("loss(output, labels) on the forward of %s of data(%d, %d)"
+                                        % (first, rank, world), path, e) from e
                 scalar = isinstance(value, torch.Tensor) and value.dim() == 0
                 if not (scalar and value.is_floating_point() and value.requires_grad):
                     got = _describe(value)
                     if scalar and not value.requires_grad:
                         got += " without grad (computed apart from output, or detached)"
                     raise WorkloadError("workload.pytorch.module: loss(output, labels) in %s returned %s on the "
-                                        "model's forward of train_x[:%d] (output %s, labels %s); the driver trains on "
+                                        "model's forward of %s (output %s, labels %s); the driver trains on "
                                         "a scalar floating-point tensor computed from output: the batch's mean "
                                         "(reduce a per-example loss with .mean(); the test loss weights it by the "
-                                        "batch's labels)" % (path, got, n, _describe(out), _describe(y)))
+                                        "batch's labels)" % (path, got, first, _describe(out), _describe(y)))
                 value.backward()
         except (WorkloadError, UserCodeError):
             raise
@@ -421,15 +596,15 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
                        and "-packages" + os.sep not in f.filename]
                 if own and os.path.abspath(own[-1].filename).startswith(os.path.dirname(os.path.abspath(path))
                                                                         + os.sep):
-                    raise UserCodeError("the model's forward on train_x[:%d] of data(%d, %d)" % (n, rank, world), path,
-                                        e) from e
+                    raise UserCodeError("the model's forward on %s of data(%d, %d)" % (first, rank, world),
+                                        path, e) from e
                 hint = ""
                 if x.is_floating_point() and floats and floats != [_dtype(x)]:
                     hint = "; train_x is %s, the model's parameters %s (x.to(%s) converts)" % (
                         _dtype(x), " and ".join(floats), "torch." + floats[0])
-                raise WorkloadError("%s do not fit: the model's forward on train_x[:%d] (%s) raised %s: %s%s%s"
-                                    % (fn, n, _describe(x), type(e).__name__, _message(e), _first_layer(model), hint)) \
-                    from None
+                raise WorkloadError("%s do not fit: the model's forward on %s (%s) raised %s: %s%s%s"
+                                    % (fn, first, _describe(x), type(e).__name__, _message(e), _first_layer(model),
+                                       hint)) from None
         finally:
             for b, kept in buffers:
                 b.data.copy_(kept)
@@ -443,10 +618,10 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
     if unused and not spec.find_unused:
         listed = ", ".join(unused[:5]) + (" and %d more" % (len(unused) - 5) if len(unused) > 5 else "")
         them = "them" if len(unused) > 1 else "it"
-        raise WorkloadError("%s: the model's forward on train_x[:%d] leaves parameter%s %s unused, which DDP fails on "
+        raise WorkloadError("%s: the model's forward on %s leaves parameter%s %s unused, which DDP fails on "
                             "after the first step; set workload.pytorch.find_unused_parameters: true where a step may "
                             "skip them, else use %s in forward, drop %s, or freeze %s (requires_grad=False)"
-                            % (fn, n, "s" if len(unused) > 1 else "", listed, them, them, them))
+                            % (fn, first, "s" if len(unused) > 1 else "", listed, them, them, them))
 
 
 class ImageData:
@@ -567,15 +742,15 @@ def _agree_before_training(spec, rank, world, error):
 _all_gather = terse.torch._all_gather_held
 
 
-def evaluate(model, x_all, y_all, prepare, device, loss, batch=256):
+def evaluate(model, test, prepare, device, loss, batch=256):
     """Test accuracy and loss. A module's loss() gives a batch's mean (as training takes it), so its test loss is the
     mean over the batches weighted by their labels; cross-entropy sums over the labels as before."""
     model.eval()
     correct, total, loss_sum = 0, 0, 0.0
     with torch.no_grad():
-        for i in range(0, len(y_all), batch):
-            x = prepare(x_all[i:i + batch]).to(device)
-            y = y_all[i:i + batch].to(device)
+        for x, y in test.in_order(batch):
+            x = prepare(x).to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
             logits = model(x)
             if loss is not _cross_entropy:
                 loss_sum += float(loss(logits, y)) * y.numel()
@@ -619,18 +794,19 @@ def train_rank(rank, world, spec, store_path):
         model = build_model(spec, user).to(device)
         loss_fn = loss_function(user)
         if user is not None:
-            train_x, train_y, test_x, test_y = user_data(spec, user, rank, world)
-            check_fit(spec, model, (train_x, train_y, test_x, test_y), device, rank, world,
+            train, test = user_data(spec, user, rank, world, device)
+            check_fit(spec, model, (train, test), device, rank, world,
                       loss=None if loss_fn is _cross_entropy else loss_fn)
             prepare = lambda x: x  # noqa: E731
-            own = torch.arange(len(train_y))
+            own = torch.arange(len(train))
         else:
             images = ImageData(spec)
-            train_x, train_y, test_x, test_y = images.train_x, images.train_y, images.test_x, images.test_y
+            train = TensorExamples(images.train_x, images.train_y)
+            test = TensorExamples(images.test_x, images.test_y)
             prepare = images.inputs
-            own = shard(len(train_y), rank, world)
+            own = shard(len(train), rank, world)
             # Fashion-MNIST's ten classes for a model of fewer: cross_entropy's "Target 9 is out of bounds" otherwise.
-            top = int(max(train_y.max(), test_y.max()))
+            top = int(max(train.y.max(), test.y.max()))
             if top >= int(spec.pt["num_classes"]):
                 raise WorkloadError("workload.pytorch.num_classes: %s, but the data's labels run up to %d"
                                     % (spec.pt["num_classes"], top))
@@ -668,10 +844,9 @@ def train_rank(rank, world, spec, store_path):
         for epoch in range(spec.epochs):
             g = torch.Generator().manual_seed(spec.seed * 1000003 + epoch * 1009 + rank)
             order = own[torch.randperm(len(own), generator=g)]
-            for b in range(per_epoch):
-                index = order[b * spec.batch:(b + 1) * spec.batch]
-                x = prepare(train_x[index]).to(device, non_blocking=True)
-                y = train_y[index].to(device, non_blocking=True)
+            for x, y in train.batches(order, spec.batch, per_epoch, generator=g):
+                x = prepare(x).to(device, non_blocking=True)
+                y = y.to(device, non_blocking=True)
                 lr = spec.recipe.learning_rate(step, world, per_epoch)
                 for group in opt.param_groups:
                     group["lr"] = lr
@@ -686,8 +861,8 @@ def train_rank(rank, world, spec, store_path):
                 steps_since += 1
                 if (spec.every_steps and step % spec.every_steps == 0) or (spec.per_epoch and step % per_epoch == 0) \
                         or step == total:
-                    accuracy, test_loss = evaluate(model, test_x, test_y, prepare, device, loss_fn)
-                    logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test_y),
+                    accuracy, test_loss = evaluate(model, test, prepare, device, loss_fn)
+                    logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test),
                                   train_loss=loss_since / steps_since, epoch=step / per_epoch, lr=lr)
                     if rank == 0:
                         print("%s step %d/%d epoch %.2f: test accuracy %.4f, loss %.4f, payload %d B, %.1f s"
@@ -784,7 +959,8 @@ def _message(e):
     set the environment variable TORCH_DISTRIBUTED_DEBUG ...")."""
     text = _TORCH_FRAMES.split(str(e), maxsplit=1)[0]
     lines = text.splitlines()
-    heads = [i for i, line in enumerate(lines) if line.strip() == "Traceback (most recent call last):"]
+    # "Original Traceback ...": a DataLoader worker's, re-raised in the rank.
+    heads = [i for i, line in enumerate(lines) if line.strip().endswith("Traceback (most recent call last):")]
     if heads:
         # Frames are indented; the exception's line is the first one that is not.
         body = [line for line in lines[heads[-1] + 1:] if line.strip() and not line[:1].isspace()]
