@@ -163,7 +163,7 @@ WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, 
                       options.accumulation_steps)) {
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
-  options.jitter.factor(0);  // throws for a bad sigma before anything runs
+  options.jitter.validate();
   TERSE_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), InvalidArgument,
               "optimizer.clip_grad_norm must be finite and >= 0, got " << options.clip_grad_norm);
 }

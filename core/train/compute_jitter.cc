@@ -9,9 +9,13 @@
 
 namespace terse::train {
 
-double ComputeJitter::factor(int64_t step) const {
+void ComputeJitter::validate() const {
   TERSE_CHECK(sigma >= 0 && std::isfinite(sigma), InvalidArgument,
               "compute_jitter must be a finite sigma >= 0, got " << sigma);
+}
+
+double ComputeJitter::factor(int64_t step) const {
+  validate();
   if (sigma == 0) return 1.0;
   // Workers < 2^24 (limits::kWorkers is 1,024) and steps < 2^40 pack into one stream without overlap; the tag keeps
   // these streams apart from the shard sampler's (seed, epoch).

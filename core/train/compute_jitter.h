@@ -15,7 +15,9 @@ struct ComputeJitter {
   uint64_t seed = 0;  // the run's seed
   int worker = 0;
 
-  // Step `step`'s factor, >= 1. Throws InvalidArgument for a negative or non-finite sigma.
+  // Throws InvalidArgument for a negative or non-finite sigma: a trainer calls it before anything runs.
+  void validate() const;
+  // Step `step`'s factor, >= 1. Throws as validate() does.
   double factor(int64_t step) const;
 };
 

@@ -67,7 +67,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   TERSE_CHECK(options.epochs >= 1, InvalidArgument, "epochs must be >= 1, got " << options.epochs);
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,
               "slowdown must be a finite factor >= 1, got " << options.slowdown);
-  options.jitter.factor(0);  // throws for a bad sigma before anything runs
+  options.jitter.validate();
   const bool device = workload.device() >= 0;
   TERSE_CHECK(device == comm.deviceMemory(), InvalidArgument,
               "workload '" << workload.name() << "' computes on "
