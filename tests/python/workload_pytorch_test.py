@@ -39,6 +39,7 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             loader workers and with two); an IterableDataset, items that do not collate or are no pairs, a label past
             the model's classes in a later batch, loader_workers for tensors: each refused in one line; a __getitem__
             that raises in a loader worker fails the variant with the module's error
+  evaluate  test accuracy and loss leave out padding labels (-100), through cross-entropy and a module's loss()
 """
 
 import argparse
@@ -963,11 +964,41 @@ variants { name: "dataset-2-workers" overrides { workload { pytorch { module: "d
         print("datasets: %s -> %s" % (name, status["error"][:150]))
 
 
+def evaluate(tmp):
+    """The evaluation of a sequence model's labels with padding (-100, cross_entropy's ignore_index): a model that gets
+    every real label right has test accuracy 1 and the loss of the real labels alone, through cross-entropy and
+    through a module's loss(); before, each padding label counted as a wrong prediction (accuracy 0.5 here)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(ARGS.terse), "..", "python"))
+    import torch
+    import torch.nn.functional as F
+    import terse.train as train
+
+    labels = torch.tensor([1, 2, -100, -100] * 64)
+    # Scores that put 4 on the right class of every real label (and on class 0 for padding).
+    scores = torch.zeros(len(labels), 3)
+    scores[torch.arange(len(labels)), labels.clamp(min=0)] = 4.0
+
+    class Given(torch.nn.Module):
+        def forward(self, x):
+            return scores[x.long()]
+
+    test = train.TensorExamples(torch.arange(len(labels)), labels)
+    real = labels != -100
+    want_loss = F.cross_entropy(scores[real], labels[real]).item()
+    for name, loss in (("cross-entropy", train._cross_entropy),
+                       ("loss()", lambda out, y: F.cross_entropy(out.reshape(-1, 3), y.reshape(-1)))):
+        accuracy, test_loss = train.evaluate(Given(), test, lambda x: x, torch.device("cpu"), loss, batch=100)
+        check(accuracy == 1.0 and abs(test_loss - want_loss) < 1e-6,
+              "%s: accuracy %s, loss %s; expected 1.0 and %s (padding counted)" % (name, accuracy, test_loss,
+                                                                                   want_loss))
+    print("evaluate: padding labels count in neither accuracy nor loss")
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
-                                    "unused_parameters", "provenance", "agreement", "datasets"])
+                                    "unused_parameters", "provenance", "agreement", "datasets", "evaluate"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
@@ -975,7 +1006,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
          "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters,
-         "provenance": provenance, "agreement": agreement, "datasets": datasets}[ARGS.case](tmp)
+         "provenance": provenance, "agreement": agreement, "datasets": datasets,
+         "evaluate": evaluate}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

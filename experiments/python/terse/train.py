@@ -389,9 +389,13 @@ class DatasetExamples:
         return self._read(self._loader(batch, generator=torch.Generator().manual_seed(0)))
 
 
+# cross_entropy's ignore_index: the label of a position no loss or accuracy counts (a sequence's padding).
+_IGNORED_LABEL = -100
+
+
 def _check_label_range(where, what, labels, classes):
     """Labels must index the model's class scores; -100 is cross_entropy's ignore_index (a sequence's padding)."""
-    labels = labels[labels != -100]
+    labels = labels[labels != _IGNORED_LABEL]
     if labels.numel() == 0:
         return
     lo, hi = int(labels.min()), int(labels.max())
@@ -743,8 +747,10 @@ _all_gather = terse.torch._all_gather_held
 
 
 def evaluate(model, test, prepare, device, loss, batch=256):
-    """Test accuracy and loss. A module's loss() gives a batch's mean (as training takes it), so its test loss is the
-    mean over the batches weighted by their labels; cross-entropy sums over the labels as before."""
+    """Test accuracy and loss over the labels other than -100 (cross_entropy's ignore_index, the usual label of a
+    sequence's padding, which training's loss leaves out too): padding counted as a wrong prediction would understate
+    a sequence model's accuracy by its share of padding. A module's loss() gives a batch's mean (as training takes it),
+    so its test loss is the mean over the batches weighted by their labels that count; cross-entropy sums over them."""
     model.eval()
     correct, total, loss_sum = 0, 0, 0.0
     with torch.no_grad():
@@ -752,13 +758,15 @@ def evaluate(model, test, prepare, device, loss, batch=256):
             x = prepare(x).to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)
             logits = model(x)
-            if loss is not _cross_entropy:
-                loss_sum += float(loss(logits, y)) * y.numel()
-            logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+            counted = y != _IGNORED_LABEL
+            n = int(counted.sum())
+            if loss is not _cross_entropy and n > 0:
+                loss_sum += float(loss(logits, y)) * n
+            logits, y, counted = logits.reshape(-1, logits.shape[-1]), y.reshape(-1), counted.reshape(-1)
             if loss is _cross_entropy:
-                loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(dim=1) == y).sum().item()
-            total += y.numel()
+                loss_sum += F.cross_entropy(logits, y, reduction="sum", ignore_index=_IGNORED_LABEL).item()
+            correct += ((logits.argmax(dim=1) == y) & counted).sum().item()
+            total += n
     model.train()
     return correct / max(1, total), loss_sum / max(1, total)
 
