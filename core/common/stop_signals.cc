@@ -94,9 +94,9 @@ Wait waitForOwner(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds 
 void handOverToDelegate(int sig) {
   std::unique_lock lock(g_delegate_mutex);
   if (!g_delegate_alive) return;
-  // Ctrl-C reaches the child's whole process group from the terminal itself, and the PyTorch driver's ranks record it
-  // within a second: a second SIGINT sent on top would interrupt the driver's own handling of the first. So SIGINT is
-  // passed on only to a child still there after kSigintOwnGrace (one sent to this process alone).
+  // Ctrl-C reaches the child's whole process group from the terminal itself, and the PyTorch driver, interrupted,
+  // ends its ranks (it ignores SIGINT from then on: a second one would break that off). So SIGINT is passed on only to
+  // a child still there after kSigintOwnGrace: one sent to this process alone.
   Wait waited = sig == SIGINT ? waitForOwner(lock, kSigintOwnGrace) : Wait::kTimedOut;
   if (waited == Wait::kTimedOut) {
     if (g_delegate_pid != 0) ::kill(g_delegate_pid, sig);

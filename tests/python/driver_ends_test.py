@@ -8,6 +8,9 @@
 - SIGINT to terse run alone: terse run passes it to the driver, which ends its ranks and leaves, without terse run
   having to kill it.
 Either way the study's second variant does not start.
+- Ctrl-C while the ranks take longer than terse run's 2 s to leave (here they ignore SIGINT, as one busy in a long
+  operation would not see it for a while): terse run's SIGINT to the driver, 2 s on, must not interrupt the driver's
+  ending of its ranks (a traceback, the driver killed by the signal), and the driver ends them itself.
 - A second signal while terse run waits for a driver that does not end (stopped: SIGSTOP; a Python process takes
   SIGINT with a handler, so it stays pending): terse run kills the driver at once rather than after its 20 s grace.
 
@@ -35,6 +38,10 @@ def data(rank, world):
     x = torch.randn(4096, 16, generator=g)
     return (x, (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()), (x[:256], (x[:256, 0] > 0).long())
 '''
+
+# The ranks ignore Ctrl-C: model() runs in each rank alone.
+DEAF_MODULE = MODULE.replace("def model():\n",
+                             "def model():\n    import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n")
 
 CONFIG = '''
 study: "ends"
@@ -93,13 +100,14 @@ def main():
     stop(sys.argv[1], signal.SIGINT, whole_group=True)
     # SIGINT to terse run alone (`kill -INT`): it reaches the driver only, whose ranks must still end with it.
     stop(sys.argv[1], signal.SIGINT, whole_group=False)
+    stop(sys.argv[1], signal.SIGINT, whole_group=True, ranks_deaf=True)
     stop(sys.argv[1], signal.SIGINT, whole_group=False, driver_stuck=True)
 
 
-def stop(terse, sig, whole_group, driver_stuck=False):
+def stop(terse, sig, whole_group, driver_stuck=False, ranks_deaf=False):
     with tempfile.TemporaryDirectory(prefix="terse-driver-ends-") as tmp:
         with open(os.path.join(tmp, "model.py"), "w") as f:
-            f.write(MODULE)
+            f.write(DEAF_MODULE if ranks_deaf else MODULE)
         with open(os.path.join(tmp, "ends.textproto"), "w") as f:
             f.write(CONFIG)
         run = subprocess.Popen([terse, "run", os.path.join(tmp, "ends.textproto"), "--out", os.path.join(tmp, "out")],
@@ -122,8 +130,8 @@ def stop(terse, sig, whole_group, driver_stuck=False):
                 os.killpg(run.pid, signal.SIGKILL)
                 sys.exit("no driver and ranks below terse run within 120 s: %s" % below)
             if driver_stuck:
-                # The driver (terse run's child) stopped: it cannot end by the signal terse run passes on after its own
-                # 2 s (stop::kSigintOwnGrace), and terse run would wait out stop::kDelegateGrace (20 s) for it.
+                # The driver (terse run's child) stopped: it cannot end by the signal terse run passes on after 2 s
+                # (stop::kSigintOwnGrace), and terse run would wait out stop::kDelegateGrace (20 s) for it.
                 driver = [p for p in below if _parent(p) == run.pid]
                 os.kill(driver[0], signal.SIGSTOP)
                 run.send_signal(sig)
@@ -177,6 +185,8 @@ def stop(terse, sig, whole_group, driver_stuck=False):
                 sys.exit("after %s terse run had to kill the driver:\n%s" % (signal.Signals(sig).name, err[-3000:]))
             if sig == signal.SIGINT and "Traceback" in err:
                 sys.exit("after SIGINT terse run's output holds a traceback:\n%s" % err[-3000:])
+            if sig == signal.SIGINT and not driver_stuck and "killed by signal" in err:
+                sys.exit("after SIGINT the driver was killed rather than ending its ranks:\n%s" % err[-3000:])
             if run.returncode != -sig:
                 sys.exit("terse run ended with status %s after %s, not by the signal" % (run.returncode,
                                                                                         signal.Signals(sig).name))

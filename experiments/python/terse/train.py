@@ -36,6 +36,7 @@ import multiprocessing
 import os
 import random
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -1046,7 +1047,6 @@ def _end_with_parent(parent):
     if not sys.platform.startswith("linux"):
         return
     import ctypes
-    import signal
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -1111,6 +1111,10 @@ def main(argv=None):
         if not (args.error_file and os.path.exists(args.error_file)):
             _say("terse.train: %s" % summary)
     except KeyboardInterrupt:
+        # A second SIGINT from here on would interrupt the ranks' ending with a traceback: terse run passes its own
+        # on 2 s after a Ctrl-C that reached this process too (stop_signals.cc), and ranks busy in one long operation
+        # take longer than that to leave. Pressed again, Ctrl-C makes terse run kill this process instead.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         # Ctrl-C reaches the ranks too (one process group), and each says so in a line of its own; the traceback of
         # mp.spawn's join that Python would print here says nothing more.
         summary = "interrupted"
