@@ -802,6 +802,16 @@ def agreement(tmp):
           and "no data set on this host" in str(got[0]), "rank 0: %s" % got[0])
     check(got[2] is reasons[2] and "bad shard" in train._summary_line(got[2]), "rank 2: %s" % got[2])
     print("agreement: every rank takes rank 1's kind; rank 0 says %s" % got[0])
+    # Once the ranks agreed and training started, a refusal on one rank (DDP's unfinished reduction, which names
+    # find_unused_parameters) is a failure of the variant alone: its peers fail with a broken collective, kind "", and
+    # every rank's terse run must skip alike.
+    unfinished = train.WorkloadError("workload.pytorch.find_unused_parameters: a step left parameters unused")
+    check(train._kind(unfinished) == "config", "before training: kind %r" % train._kind(unfinished))
+    train._TRAINING = True
+    try:
+        check(train._kind(unfinished) == "", "in training: kind %r, not ''" % train._kind(unfinished))
+    finally:
+        train._TRAINING = False
 
 
 # A module whose data() gives its examples as tensors or as Datasets of the same items (FORM chooses): the two must

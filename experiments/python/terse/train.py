@@ -674,12 +674,16 @@ def shard(n, rank, world):
 
 
 _GROUP_JOINING = False  # init_group was called: a failure from here on is not one "before training"
+_TRAINING = False  # transport TCP: every rank agreed that none failed before training (_agree_before_training)
 
 
-def init_group(spec, rank, world, store_path):
+def init_group(spec, rank, world, store_path, backend=None):
+    """Joins the job's process group: NCCL for device "cuda", else gloo. `backend` "gloo" for a rank that failed before
+    training and only joins to tell its peers (_run_rank): one with no GPU cannot make an NCCL group, and the agreement
+    goes over a gloo group of its own anyway."""
     global _GROUP_JOINING
     _GROUP_JOINING = True
-    backend = "nccl" if spec.device == "cuda" else "gloo"
+    backend = backend or ("nccl" if spec.device == "cuda" else "gloo")
     timeout = timedelta(seconds=spec.timeout_s)
     if store_path is not None:
         dist.init_process_group(backend, init_method="file://" + store_path, rank=rank, world_size=world,
@@ -702,6 +706,12 @@ def _kind(error):
     agreed = getattr(error, "terse_agreed_kind", None)  # set by _agree_before_training
     if agreed is not None:
         return agreed
+    if _TRAINING:
+        # A refusal once training started (DDP's unfinished reduction, which the driver turns into a WorkloadError
+        # naming find_unused_parameters) comes on the rank whose step skipped parameters, while its peers fail with a
+        # broken collective: a kind on that rank alone would have its terse run skip variants the others run, and
+        # wait for it in each until the timeout. A failure of this variant alone, on every rank.
+        return ""
     if isinstance(error, PeerRefused):
         return error.kind
     return "config" if isinstance(error, WorkloadError) else "module" if isinstance(error, UserCodeError) else ""
@@ -709,6 +719,8 @@ def _kind(error):
 
 def _device(spec, rank):
     if spec.device == "cuda":
+        if torch.cuda.device_count() == 0:  # check_workload says so first; a driver started by hand may not have run it
+            raise WorkloadError('workload.pytorch.device: "cuda", but this rank sees no CUDA device')
         return torch.device("cuda", rank % torch.cuda.device_count())
     return torch.device("cpu")
 
@@ -789,6 +801,7 @@ def make_optimizer(spec, parameters, lr):
 
 
 def train_rank(rank, world, spec, store_path):
+    global _TRAINING
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     logger = None
     state = None
@@ -822,6 +835,7 @@ def train_rank(rank, world, spec, store_path):
         init_group(spec, rank, world, store_path)
         if spec.multi_process:
             _agree_before_training(spec, rank, world, None)
+            _TRAINING = True
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                                         else None, find_unused_parameters=spec.find_unused)
         # The wrapper, when DDP finds unused parameters, tells the state so: it then issues its collectives on a group
@@ -1020,7 +1034,7 @@ def _run_rank(rank, world, spec, store_path, error_file, early=None):
         if spec.multi_process and isinstance(e, Exception) and not _GROUP_JOINING:
             # Failed before the process group: join it to tell the peers waiting there (_agree_before_training).
             try:
-                init_group(spec, rank, world, store_path)
+                init_group(spec, rank, world, store_path, backend="gloo")
                 _agree_before_training(spec, rank, world, e)
             except Exception:  # noqa: BLE001  (this rank's own error, raised back, or no peers to tell)
                 pass
