@@ -167,6 +167,14 @@ int runCommand(const std::vector<std::string>& args) {
   try {
     if (vm.count("set"))
       config_options.overrides = experiments::parseFieldOverrides(vm["set"].as<std::vector<std::string>>());
+    // --workers N is --set workers=N: applied before the checks, it gets every check that depends on the number of
+    // workers (ranks_per_node, a topology's hosts, worker_settings, link overrides), and its messages name --workers.
+    // Re-checking a hand-picked few afterwards let a study through that its own config.textproto then failed.
+    if (vm.count("workers")) {
+      auto workers = experiments::parseFieldOverride("workers=" + std::to_string(vm["workers"].as<int>()), "--workers");
+      workers.where = "--workers " + std::to_string(vm["workers"].as<int>());
+      config_options.overrides.push_back(std::move(workers));
+    }
     const experiments::Study study =
         vm.count("config")
             ? experiments::loadStudy(vm["config"].as<std::vector<std::string>>().front(), config_options)
@@ -174,7 +182,6 @@ int runCommand(const std::vector<std::string>& args) {
                                          std::string(experiments::kQuickstartSourceName), config_options);
     experiments = experiments::selectVariants(
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
-    if (vm.count("workers")) experiments::overrideWorkers(experiments, vm["workers"].as<int>());
     if (!seeds.empty()) experiments::overrideSeeds(experiments, seeds);
     experiments = experiments::expandRepeats(experiments);
   } catch (const experiments::ConfigError& e) {

@@ -425,7 +425,7 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   }
   if (!errors.empty()) fail();
 
-  study.experiments = resolveVariants(file, options.overrides);
+  study.experiments = resolveVariants(file, options.overrides, options.plugin_variants);
   std::set<std::string> reported;  // a base field's error is the same in every variant: say it once
   // An overridden field's messages, each with the variants it came up in: said once when every variant has it.
   struct OverrideMessage {
@@ -489,7 +489,8 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       if (reported.insert(line).second) keep(std::move(line));
   }
   for (const auto& [by, message, names] : by_override) {
-    if (file.variants_size() == 0 || names.size() == study.experiments.size()) {
+    if (file.variants_size() == 0 || names.size() == study.experiments.size() ||
+        names.size() == options.plugin_variants.size()) {
       keep(by->where + ": " + message);
     } else {
       keep(by->where + (names.size() == 1 ? ": variant " : ": variants ") + joined(names) + ": " + message);
@@ -517,7 +518,8 @@ std::string withConfigReference(std::string_view text, const std::string& source
   return table::withReference(text, source);
 }
 
-std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides) {
+std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides,
+                                        const std::vector<std::string>& only) {
   std::vector<Experiment> out;
   Experiment base = file;
   base.clear_variants();
@@ -532,7 +534,8 @@ std::vector<Experiment> resolveVariants(const Experiment& file, const std::vecto
     Experiment e = base;
     mergeOverrides(e, v.overrides());
     e.set_variant(v.name());
-    for (const auto& o : overrides) applyFieldOverride(e, o);
+    if (only.empty() || std::find(only.begin(), only.end(), v.name()) != only.end())
+      for (const auto& o : overrides) applyFieldOverride(e, o);
     applyDefaults(e);
     out.push_back(std::move(e));
   }
@@ -614,17 +617,6 @@ void recheckAfterOverride(std::vector<Experiment>& experiments, const std::strin
 }
 
 }  // namespace
-
-void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source) {
-  TERSE_CHECK(workers >= 1 && workers <= limits::kWorkers, InvalidArgument,
-              "--workers must be in [1, " << limits::kWorkers << "], got " << workers);
-  recheckAfterOverride(
-      experiments, source, [&](Experiment& e) { e.set_workers(workers); },
-      [](Checks& c, const Experiment& e) {
-        checkLinkRanks(c, e);
-        checkWorkerSettings(c, e);
-      });
-}
 
 void overrideSeeds(std::vector<Experiment>& experiments, std::span<const uint64_t> seeds, const std::string& source) {
   TERSE_CHECK(!seeds.empty(), InvalidArgument, source << " needs at least one seed");

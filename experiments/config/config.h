@@ -84,10 +84,11 @@ struct ConfigOptions {
   // rank of every variant, and the resolved experiments name it by its absolute, canonical path (config.cc,
   // settlePyTorchPaths). Unset (a config given as text, as in tests), the module is neither looked for nor rewritten.
   std::optional<std::filesystem::path> module_dir;
-  // `--set PATH=VALUE` (field_override.h), applied in order to every variant once merged, before defaults and checks,
-  // so each gets the checks a value in the file gets; its lists and strings are bounded as the file's are. A message
-  // about an overridden field names the override ("--set optimizer.lr=-1: optimizer.lr must be > 0, got -1") instead
-  // of a line of the file, once for the variants it holds in alike.
+  // `--set PATH=VALUE` (field_override.h), applied in order to every variant once merged (every one in
+  // plugin_variants, when that is set: resolveVariants), before defaults and checks, so each gets the checks a value
+  // in the file gets; its lists and strings are bounded as the file's are. A message about an overridden field names
+  // the override ("--set optimizer.lr=-1: optimizer.lr must be > 0, got -1") instead of a line of the file, once for
+  // the variants it holds in alike.
   std::vector<FieldOverride> overrides;
 };
 
@@ -129,9 +130,12 @@ std::string configReference();
 std::string withConfigReference(std::string_view text, const std::string& source);
 
 // One experiment per variant (the base alone, named `variant` or "base", when there are none): merged, overridden by
-// `overrides` in order, and defaulted, not validated. Assumes variant names are present and unique (loadStudy checks
-// that first).
-std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides = {});
+// `overrides` in order, and defaulted, not validated. With `only` (the variants a run selected), the overrides go to
+// those alone: the others, which will not run, are resolved as the file has them, so an override they would refuse
+// (a compressor parameter, a momentum a DGC variant cannot take) does not stop the run. Assumes variant names are
+// present and unique (loadStudy checks that first).
+std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides = {},
+                                        const std::vector<std::string>& only = {});
 
 // The most entries the repeated field or map `field` of experiment.proto may hold in a config (limits.h), or -1 for
 // one without a limit (tests/config checks that every list of the schema has one).
@@ -169,9 +173,6 @@ std::string resultsSubfolder(const Experiment& experiment);
 // A repeat's folder under its study: "<variant>/seed-<seed>" (resultsSubfolder's, for a study that lists seeds).
 std::string repeatSubfolder(const std::string& variant, uint64_t seed);
 
-// --workers N: sets workers on every experiment and re-checks what depends on it (link overrides' ranks). Throws
-// InvalidArgument for N outside [1, limits::kWorkers], ConfigError for what no longer holds.
-void overrideWorkers(std::vector<Experiment>& experiments, int workers, const std::string& source = "--workers");
 // --seeds LIST: replaces every experiment's `seeds` by LIST (and `seed` by its first), so a one-seed study runs as
 // repeats (`scripts/run --seeds 1,2,3`); call before expandRepeats. Throws InvalidArgument for an empty list,
 // ConfigError for a seed listed twice or more than the config allows.

@@ -82,10 +82,9 @@ void checkDuration(Checks& c, const std::string& path, const std::string& text, 
 // A bandwidth string (comm::parseBandwidth): unlimited, or a rate in [kMinBandwidthBps, kMaxBandwidthBps].
 void checkBandwidth(Checks& c, const std::string& path, const std::string& text);
 
-// The checks `--workers` and `--seeds` can break, re-run after they change a study (config.cc's overrides).
+// link.overrides' ranks against the workers.
 void checkLinkRanks(Checks& c, const Experiment& e);
-// worker_settings against the workers and the mode (also after --workers changed the count); the entries' own ranges
-// are the table's.
+// worker_settings against the workers and the mode; the entries' own ranges are the table's.
 void checkWorkerSettings(Checks& c, const Experiment& e);
 // Repeats: at most limits::kSeeds, none twice, and `seed`, when given beside them, one of them.
 void checkSeeds(Checks& c, const Experiment& e);

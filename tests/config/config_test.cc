@@ -676,12 +676,6 @@ TEST_F(ConfigTest, VariantSelectionAndWorkersOverride) {
         << e.what();
   }
 
-  overrideWorkers(picked, 2);
-  EXPECT_EQ(picked[0].workers(), 2);
-  EXPECT_THROW(overrideWorkers(picked, 0), InvalidArgument);
-
-  Study linked = load(kMinimal + "workers: 4\nlink { overrides { src: 3 dst: 0 bandwidth: \"1Gbps\" } }\n");
-  EXPECT_THROW(overrideWorkers(linked.experiments, 2), ConfigError);
 }
 
 TEST_F(ConfigTest, SeedsOverrideTurnsAStudyIntoRepeats) {
