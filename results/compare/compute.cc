@@ -38,7 +38,8 @@ std::optional<StalenessSummary> staleness(const EvalPoint& p) {
   s.max = has(p.staleness_max) ? p.staleness_max : std::nan("");
   double total = has(p.staleness_hist_overflow) ? p.staleness_hist_overflow : 0;
   for (const auto& [tau, count] : p.staleness_hist) total += count;
-  if (!p.staleness_hist.empty() && total > 0) {
+  // Every push past the buckets (an empty histogram with an overflow) still gives bounds: ">= 1024".
+  if (total > 0) {
     // Percentiles by the nearest-rank rule; one that lands in the overflow bucket is known only to be at least the
     // bucket's bound (with hundreds of workers most pushes can be there: it used to vanish from the table).
     auto percentile = [&](double q, bool& beyond) -> std::optional<double> {
@@ -55,7 +56,8 @@ std::optional<StalenessSummary> staleness(const EvalPoint& p) {
     s.p50 = percentile(0.5, s.p50_beyond);
     s.p90 = percentile(0.9, s.p90_beyond);
     // Without a recorded mean or max the histogram still gives them (overflow makes the mean a lower bound: unknown).
-    if (!has(s.max) && !has(p.staleness_hist_overflow)) s.max = static_cast<double>(p.staleness_hist.rbegin()->first);
+    if (!has(s.max) && !has(p.staleness_hist_overflow) && !p.staleness_hist.empty())
+      s.max = static_cast<double>(p.staleness_hist.rbegin()->first);
     if (!has(s.mean) && !has(p.staleness_hist_overflow)) {
       double sum = 0;
       for (const auto& [tau, count] : p.staleness_hist) sum += static_cast<double>(tau) * count;

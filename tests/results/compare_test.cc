@@ -403,6 +403,13 @@ TEST(Compare, StalenessBucketsAreTheRecordsOwn) {
   const std::string md = toMarkdown(c);
   EXPECT_NE(md.find("mean 400, max 2000, p50 250, p90 300"), std::string::npos) << md;
   EXPECT_NE(md.find("mean 3000, max 4000, p50 >= 1024, p90 >= 1024"), std::string::npos) << md;
+  // Every push past the buckets: bounds still, where the empty histogram hid the percentiles.
+  const fs::path all = writeRun(root, {"s", "w8192", "none", false, {}});
+  appendText(all / "metrics.jsonl",
+             "{\"step\":100,\"test_accuracy\":0.8,\"wire_bytes_per_worker\":1000,\"staleness_mean\":6000,"
+             "\"staleness_max\":8000,\"staleness_hist_overflow\":100,\"staleness_buckets\":1024}\n");
+  const std::string md2 = toMarkdown(compare(loadRuns({root}, w), {}, w));
+  EXPECT_NE(md2.find("mean 6000, max 8000, p50 >= 1024, p90 >= 1024"), std::string::npos) << md2;
 }
 
 // A parameter server's wire bytes are both directions (result_writer.h): a record with push_ and pull_bytes_per_worker
