@@ -315,6 +315,14 @@ namespace {
 //     text means the same wherever it is read (a hook script's ResultsLogger hashes the file it names);
 //   - no data.dataset_dir, train_subset or test_subset where the run reads no Fashion-MNIST (a module's data(), or a
 //     torchvision model on SYNTHETIC images): a config must not claim a data set the run did not read.
+// Whether the run reads data.dataset_dir, train_subset and test_subset: every workload but pytorch's module and
+// SYNTHETIC images (GloVe reads its corpus, yet its resolved configs have always kept them).
+bool readsFashionMnist(const Experiment& e) {
+  if (e.workload().name() != "pytorch") return true;
+  const PyTorch& t = e.workload().pytorch();
+  return !t.has_module() && t.data() != PyTorch::SYNTHETIC;
+}
+
 void settlePyTorchPaths(Experiment& e, const ConfigOptions& options) {
   if (e.workload().name() != "pytorch") return;
   const PyTorch& t = e.workload().pytorch();
@@ -327,7 +335,7 @@ void settlePyTorchPaths(Experiment& e, const ConfigOptions& options) {
     if (ec) canonical = std::filesystem::absolute(file).lexically_normal();
     e.mutable_workload()->mutable_pytorch()->set_module(canonical.string());
   }
-  if (t.has_module() || t.data() == PyTorch::SYNTHETIC) {
+  if (!readsFashionMnist(e)) {
     e.mutable_data()->clear_dataset_dir();
     e.mutable_data()->clear_train_subset();
     e.mutable_data()->clear_test_subset();
@@ -495,6 +503,22 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     } else {
       keep(by->where + (names.size() == 1 ? ": variant " : ": variants ") + joined(names) + ": " + message);
     }
+  }
+  if (!errors.empty()) fail();
+  // An override of a data field that no variant it went to reads (settlePyTorchPaths leaves the field out of their
+  // resolved configs) would change nothing, silently.
+  for (const auto& o : options.overrides) {
+    if (o.path != "data.dataset_dir" && o.path != "data.train_subset" && o.path != "data.test_subset") continue;
+    bool read = false;
+    for (const Experiment& e : study.experiments)
+      if ((options.plugin_variants.empty() || std::find(options.plugin_variants.begin(), options.plugin_variants.end(),
+                                                        e.variant()) != options.plugin_variants.end()) &&
+          readsFashionMnist(e))
+        read = true;
+    if (!read)
+      keep(o.where +
+           ": no variant it applies to reads Fashion-MNIST: a pytorch module's data(rank, world) gives its "
+           "examples (cut them there), and data SYNTHETIC draws its own (workload.pytorch.synthetic_examples)");
   }
   if (!errors.empty()) fail();
   for (Experiment& e : study.experiments) settlePyTorchPaths(e, options);
