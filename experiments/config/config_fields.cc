@@ -32,6 +32,9 @@ bool torchvisionModel(const Experiment& e) {
 bool syntheticTorchvision(const Experiment& e) {
   return torchvisionModel(e) && e.workload().pytorch().data() == PyTorch::SYNTHETIC;
 }
+bool notSsp(const Experiment& e) {
+  return e.mode() != Experiment::SSP;
+}
 bool adamKind(const Experiment& e) {
   return e.optimizer().kind() == Optimizer::ADAM || e.optimizer().kind() == Optimizer::ADAMW;
 }
@@ -48,6 +51,7 @@ constexpr When kPyTorch{"workload pytorch", &isPyTorch};
 constexpr When kTorchvision{"a torchvision model", &torchvisionModel};
 constexpr When kSyntheticTorchvision{"a torchvision model on data SYNTHETIC", &syntheticTorchvision};
 constexpr When kAdam{"kind ADAM or ADAMW", &adamKind};
+constexpr When kNotSsp{"a mode other than SSP (SSP requires it)", &notSsp};
 constexpr When kStep{"schedule STEP", &stepSchedule};
 constexpr When kHasTopology{"simulation.topology set", &hasTopology};
 
@@ -125,9 +129,10 @@ constexpr Field kExperiment[] = {
      .rule = free("one the runner supports (rule `mode-supported`)"),
      .doc = "SYNC: allreduce / allgather every step; ASYNC, SSP: parameter server; HOGWILD: INPROC, lock-free."},
     {.name = "staleness_bound",
-     .def = value("0"),
+     .def = value("0", kNotSsp),
      .rule = between(0, limits::kStalenessBound),
-     .doc = "SSP: how many steps a worker may run ahead of the slowest; 0 = lockstep."},
+     .doc = "SSP: how many steps a worker may run ahead of the slowest; 0 = lockstep. Required with SSP.",
+     .if_set = true},
     {.name = "transport",
      .def = value("INPROC"),
      .rule = free("one the runner supports (rule `transport-supported`)"),
@@ -796,6 +801,10 @@ void modeSupported(Checks& c, const Experiment& e, const Ctx& ctx) {
 void stalenessNeedsSsp(Checks& c, const Experiment& e, const Ctx&) {
   if (e.staleness_bound() > 0 && e.mode() != Experiment::SSP)
     c.fail("staleness_bound") << " only applies with mode SSP, got mode " << Experiment::Mode_Name(e.mode());
+  // Left to a default, SSP would run in lockstep (s = 0, SYNC through the parameter server) under SSP's name.
+  if (e.mode() == Experiment::SSP && !e.has_staleness_bound())
+    c.fail("staleness_bound") << ": mode SSP needs it set: how many steps a worker may run ahead of the slowest, e.g. "
+                                 "staleness_bound: 2 (0 is lockstep, the parameter server's BSP)";
 }
 
 bool asyncMode(const Experiment& e) {
@@ -1040,7 +1049,8 @@ constexpr CrossRule kRules[] = {
     {"step-milestones", "optimizer.milestones, schedule",
      "STEP without milestones, a milestone < 1 or not above the one before; milestones without STEP", &stepMilestones},
     {"mode-supported", "mode", "a mode the runner does not implement", &modeSupported},
-    {"staleness-needs-ssp", "staleness_bound, mode", "staleness_bound > 0 outside mode SSP", &stalenessNeedsSsp},
+    {"staleness-needs-ssp", "staleness_bound, mode", "staleness_bound > 0 outside mode SSP; SSP without it",
+     &stalenessNeedsSsp},
     {"hogwild", "transport, compressor.name, error_feedback, optimizer.momentum, mode",
      "mode HOGWILD with a transport but INPROC, a compressor, error feedback or momentum", &hogwild},
     {"trace-sync-only", "trace, mode", "trace in modes ASYNC, SSP, HOGWILD", &traceSyncOnly},

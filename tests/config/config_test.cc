@@ -218,7 +218,22 @@ TEST_F(ConfigTest, ComputeJitterNamesItsField) {
             "are torch's), got 0.5");
   options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
   for (const char* mode : {"SYNC", "ASYNC", "SSP", "HOGWILD"})
-    EXPECT_NO_THROW(load(kMinimal + "workers: 2\ncompute_jitter: 1\nmode: " + mode + "\n")) << mode;
+    EXPECT_NO_THROW(load(kMinimal + "workers: 2\ncompute_jitter: 1\nmode: " + mode + "\n" +
+                         (std::string(mode) == "SSP" ? "staleness_bound: 1\n" : "")))
+        << mode;
+}
+
+// SSP's bound has no default: left out, the study would run in lockstep (SYNC through the parameter server) under
+// SSP's name. The other modes still get 0 written in.
+TEST_F(ConfigTest, SspNeedsItsBound) {
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP};
+  const auto errors = errorsOf(kMinimal + "workers: 2\nmode: SSP\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("staleness_bound: mode SSP needs it set"), std::string::npos) << errors[0];
+  EXPECT_EQ(load(kMinimal + "workers: 2\nmode: SSP\nstaleness_bound: 0\n").experiments.at(0).staleness_bound(), 0);
+  const Experiment async = load(kMinimal + "workers: 2\nmode: ASYNC\n").experiments.at(0);
+  EXPECT_TRUE(async.has_staleness_bound());
+  EXPECT_EQ(async.staleness_bound(), 0);
 }
 
 TEST_F(ConfigTest, MissingPlugin) {
@@ -360,7 +375,9 @@ TEST_F(ConfigTest, GloveFieldsAndSparseGradients) {
   EXPECT_TRUE(std::any_of(errors.begin(), errors.end(), [](const std::string& e) {
     return e.find("t.textproto:4:1: sparse_gradients: mode HOGWILD sends nothing") == 0;
   })) << ::testing::PrintToString(errors);
-  const auto ps = errorsOf("study: \"s\"\nworkload { name: \"glove\" }\nmode: SSP\nsparse_gradients: true\n");
+  const auto ps = errorsOf(
+      "study: \"s\"\nworkload { name: \"glove\" }\nmode: SSP\nstaleness_bound: 1\n"
+      "sparse_gradients: true\n");
   EXPECT_TRUE(std::none_of(ps.begin(), ps.end(), [](const std::string& e) {
     return e.find("sparse_gradients") != std::string::npos;
   })) << ::testing::PrintToString(ps);
@@ -675,7 +692,6 @@ TEST_F(ConfigTest, VariantSelectionAndWorkersOverride) {
               std::string::npos)
         << e.what();
   }
-
 }
 
 TEST_F(ConfigTest, SeedsOverrideTurnsAStudyIntoRepeats) {

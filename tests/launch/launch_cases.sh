@@ -358,6 +358,7 @@ seed: 7
 transport: $2
 tcp { timeout: "5s" }
 mode: SSP
+staleness_bound: 0
 parameter_server { servers: 2 }
 variants { name: "dense" }
 variants { name: "topk" overrides { compressor { name: "topk" params { key: "ratio" value: "0.2" } } error_feedback: true } }

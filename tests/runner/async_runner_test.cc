@@ -95,8 +95,8 @@ TEST(AsyncRunner, StalenessBoundZeroGivesTheSyncRecords) {
       "optimizer { lr: 0.05 weight_decay: 0.0001 warmup_steps: 10 schedule: COSINE }\n"
       "workers: 4\nepochs: 2\neval { every_steps: 32 }\nseed: 3\n"
       "variants { name: \"sync\" overrides { mode: SYNC } }\n"
-      "variants { name: \"ssp0\" overrides { mode: SSP } }\n"
-      "variants { name: \"ssp0_2shards\" overrides { mode: SSP parameter_server { servers: 2 } } "
+      "variants { name: \"ssp0\" overrides { mode: SSP staleness_bound: 0 } }\n"
+      "variants { name: \"ssp0_2shards\" overrides { mode: SSP staleness_bound: 0 parameter_server { servers: 2 } } "
       "}\n";
   const auto runs = runAll(text, "lockstep");
   const auto& sync = runs.at("sync").records;
@@ -132,8 +132,9 @@ TEST(AsyncRunner, AWorkerClipsItsGradientBeforeThePush) {
       "optimizer { lr: 0.1 clip_grad_norm: 0.05 }\n"
       "workers: 1\nepochs: 1\neval { every_steps: 8 }\nseed: 3\n"
       "variants { name: \"sync\" overrides { mode: SYNC } }\n"
-      "variants { name: \"ssp0\" overrides { mode: SSP } }\n"
-      "variants { name: \"ssp0-unclipped\" overrides { mode: SSP optimizer { clip_grad_norm: 0 } } }\n";
+      "variants { name: \"ssp0\" overrides { mode: SSP staleness_bound: 0 } }\n"
+      "variants { name: \"ssp0-unclipped\" overrides { mode: SSP staleness_bound: 0 optimizer { clip_grad_norm: 0 } } "
+      "}\n";
   const auto runs = runAll(text, "clip");
   const auto& sync = runs.at("sync").records;
   const auto& ssp = runs.at("ssp0").records;
@@ -161,9 +162,12 @@ epochs: 1
 eval { every_steps: 8 }
 seed: 3
 gradient_accumulation_steps: 2
-variants { name: "ssp0-k2" overrides { mode: SSP } }
+variants { name: "ssp0-k2" overrides { mode: SSP staleness_bound: 0 } }
 variants { name: "sync-k2" overrides { mode: SYNC } }
-variants { name: "ssp0-b32" overrides { mode: SSP gradient_accumulation_steps: 1 data { batch_size: 32 } } }
+variants {
+  name: "ssp0-b32"
+  overrides { mode: SSP staleness_bound: 0 gradient_accumulation_steps: 1 data { batch_size: 32 } }
+}
 )";
   const auto runs = runAll(text, "accumulate");
   const auto& big = runs.at("ssp0-b32").records;
