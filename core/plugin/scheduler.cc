@@ -1,5 +1,6 @@
 #include "core/plugin/scheduler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -286,6 +287,10 @@ std::vector<Chunk> Scheduler::partition(const SchedTensor& tensor) {
   // 0 or a slice at least the tensor's size: the whole tensor; an empty tensor is still one (empty) chunk so that its
   // completion is observable like any other tensor's.
   if (chunk_numel == 0 || chunk_numel >= tensor.numel) chunk_numel = tensor.numel;
+  // A matrix is cut at whole rows, so that each chunk is a matrix too (chunkTensorInfo): a chunk cut mid-row is a
+  // vector, which PowerSGD cannot factor and sent whole (a 512 KiB chunk of a 256x784 layer as raw f32).
+  if (tensor.row_numel > 1 && chunk_numel < tensor.numel && tensor.numel % tensor.row_numel == 0)
+    chunk_numel = std::max(tensor.row_numel, chunk_numel / tensor.row_numel * tensor.row_numel);
   const uint64_t count = tensor.numel == 0 ? 1 : (tensor.numel + chunk_numel - 1) / chunk_numel;
   if (count > kMaxChunksPerTensor) {
     std::ostringstream o;

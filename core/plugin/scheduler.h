@@ -28,6 +28,9 @@ struct SchedTensor {
   uint64_t step = 0;
   int layer_index = 0;  // forward-pass position, 0 first
   int num_layers = 1;
+  // Elements of one row of the tensor's matrix view (numel / first dimension) for a tensor of 2 or more dimensions;
+  // 0 for a vector. partition() cuts a matrix at whole rows (scheduler_v1.h).
+  uint64_t row_numel = 0;
 };
 
 // A contiguous slice of one tensor; mirrors terse_chunk_v1.
