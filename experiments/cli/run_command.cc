@@ -252,7 +252,11 @@ int runCommand(const std::vector<std::string>& args) {
                  fixed(s.final_accuracy, 4), fixed(s.best_accuracy, 4),
                  fixed(static_cast<double>(s.wire_bytes_per_worker) / 1e6, 2),
                  fixed(static_cast<double>(s.payload_bytes_per_worker) / 1e6, 2),
-                 fixed(s.wall_s, 1) + (s.simulated ? " s (sim)" : " s")});
+                 // Three significant figures below 100 s: a simulated 100 Gbps step is milliseconds.
+                 fixed(s.wall_s, s.wall_s < 1    ? 3
+                                 : s.wall_s < 10 ? 2
+                                                 : 1) +
+                     (s.simulated ? " s (sim)" : " s")});
       std::cerr << "terse run: " << s.variant << " done: " << s.dir.string() << '\n';
     } catch (const std::exception& e) {
       std::cerr << "terse run: " << userMessage(e.what()) << '\n';
