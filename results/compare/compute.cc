@@ -139,8 +139,9 @@ std::optional<TargetCrossing> crossTarget(const std::vector<EvalPoint>& points, 
 
 namespace {
 
-void fillStats(SeedStats& stats, std::vector<double> samples) {
+void fillStats(SeedStats& stats, std::vector<double> samples, std::vector<std::optional<uint64_t>> seeds) {
   stats.samples = std::move(samples);
+  stats.seeds = std::move(seeds);
   stats.ci95 = meanInterval(stats.samples).half_width;
 }
 
@@ -184,27 +185,38 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
   auto severity = [](const std::string& state) {
     return state == kStateFailed ? 3 : state == kStateRunning ? 2 : state == kStateCompleted ? 0 : 1;
   };
-  std::vector<double> final_acc, best_acc, wire, bytes_to_target, s_to_target;
-  for (const auto& r : rows) {
+  // Each metric's samples with the seed that gave them: the paired test matches them to the baseline's by seed.
+  struct Samples {
+    std::vector<double> values;
+    std::vector<std::optional<uint64_t>> seeds;
+    void add(double v, std::optional<uint64_t> seed) {
+      values.push_back(v);
+      seeds.push_back(seed);
+    }
+  };
+  Samples final_acc, best_acc, wire, bytes_to_target, s_to_target;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const CompareRow& r = rows[i];
+    const std::optional<uint64_t> seed = runs[i]->repeat_seed;
     if (severity(r.state) > severity(out.state)) {
       out.state = r.state;
       out.error = r.error;
       out.gone_pid = r.gone_pid;
     }
-    if (r.final_accuracy) final_acc.push_back(*r.final_accuracy);
-    if (r.best_accuracy) best_acc.push_back(*r.best_accuracy);
-    if (r.wire_bytes) wire.push_back(*r.wire_bytes);
+    if (r.final_accuracy) final_acc.add(*r.final_accuracy, seed);
+    if (r.best_accuracy) best_acc.add(*r.best_accuracy, seed);
+    if (r.wire_bytes) wire.add(*r.wire_bytes, seed);
     if (r.to_target) {
       ++out.reached_target;
-      bytes_to_target.push_back(r.to_target->wire_bytes);
-      if (!std::isnan(r.to_target->wall_s)) s_to_target.push_back(r.to_target->wall_s);
+      bytes_to_target.add(r.to_target->wire_bytes, seed);
+      if (!std::isnan(r.to_target->wall_s)) s_to_target.add(r.to_target->wall_s, seed);
     }
   }
-  fillStats(out.final_stats, final_acc);
-  fillStats(out.best_stats, best_acc);
-  fillStats(out.wire_stats, wire);
-  fillStats(out.bytes_to_target_stats, bytes_to_target);
-  fillStats(out.s_to_target_stats, s_to_target);
+  fillStats(out.final_stats, final_acc.values, final_acc.seeds);
+  fillStats(out.best_stats, best_acc.values, best_acc.seeds);
+  fillStats(out.wire_stats, wire.values, wire.seeds);
+  fillStats(out.bytes_to_target_stats, bytes_to_target.values, bytes_to_target.seeds);
+  fillStats(out.s_to_target_stats, s_to_target.values, s_to_target.seeds);
   if (rows.size() == 1) return out;
 
   out.dir = runs.front()->dir.parent_path();
@@ -222,8 +234,9 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
   // To target only when every seed gets there: a mean over the lucky seeds would flatter the variant.
   out.to_target.reset();
   if (out.reached_target == out.seeds) {
-    out.to_target = TargetCrossing{meanInterval(bytes_to_target).mean,
-                                   s_to_target.size() == rows.size() ? meanInterval(s_to_target).mean : std::nan("")};
+    out.to_target =
+        TargetCrossing{meanInterval(bytes_to_target.values).mean,
+                       s_to_target.values.size() == rows.size() ? meanInterval(s_to_target.values).mean : std::nan("")};
   } else if (out.reached_target > 0) {
     notes.push_back(name + " reached the target in " + std::to_string(out.reached_target) + " of " +
                     std::to_string(out.seeds) + " seeds; shown as not reached");
@@ -235,6 +248,33 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
 
 bool SeedStats::withinNoise() const {
   return p_vs_baseline && *p_vs_baseline >= kNoiseAlpha;
+}
+
+void testAgainstBaseline(SeedStats& row, const SeedStats& baseline) {
+  row.p_vs_baseline.reset();
+  row.test.reset();
+  // Paired when every sample on both sides has a seed, no seed twice, and the two sides' seeds are the same set: the
+  // baseline's samples are then reordered to the row's seeds. A seed on one side only (a run that failed before its
+  // first record, a seed that missed the target) leaves Welch's test on what each side has.
+  std::map<uint64_t, double> base_by_seed;
+  bool paired = row.samples.size() >= 2 && row.samples.size() == baseline.samples.size() &&
+                row.seeds.size() == row.samples.size() && baseline.seeds.size() == baseline.samples.size();
+  for (std::size_t i = 0; paired && i < baseline.samples.size(); ++i)
+    paired = baseline.seeds[i] && base_by_seed.emplace(*baseline.seeds[i], baseline.samples[i]).second;
+  std::vector<double> base_aligned;
+  std::set<uint64_t> row_seeds;
+  for (std::size_t i = 0; paired && i < row.samples.size(); ++i) {
+    const auto it = row.seeds[i] ? base_by_seed.find(*row.seeds[i]) : base_by_seed.end();
+    paired = it != base_by_seed.end() && row_seeds.insert(*row.seeds[i]).second;
+    if (paired) base_aligned.push_back(it->second);
+  }
+  if (paired) {
+    row.p_vs_baseline = pairedP(row.samples, base_aligned);
+    row.test = NoiseTest::kPaired;
+    return;
+  }
+  row.p_vs_baseline = welchP(row.samples, baseline.samples);
+  if (row.p_vs_baseline) row.test = NoiseTest::kWelch;
 }
 
 Comparison compare(const std::vector<RunData>& runs, const CompareOptions& options,
@@ -339,12 +379,11 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       if (base_per_step && *base_per_step > 0 && row.wire_bytes_per_step && *row.wire_bytes_per_step > 0)
         row.ratio = *base_per_step / *row.wire_bytes_per_step;
       if (base_row == t.rows.end() || row.baseline) continue;
-      row.final_stats.p_vs_baseline = welchP(row.final_stats.samples, base_row->final_stats.samples);
-      row.best_stats.p_vs_baseline = welchP(row.best_stats.samples, base_row->best_stats.samples);
-      row.wire_stats.p_vs_baseline = welchP(row.wire_stats.samples, base_row->wire_stats.samples);
-      row.bytes_to_target_stats.p_vs_baseline =
-          welchP(row.bytes_to_target_stats.samples, base_row->bytes_to_target_stats.samples);
-      row.s_to_target_stats.p_vs_baseline = welchP(row.s_to_target_stats.samples, base_row->s_to_target_stats.samples);
+      testAgainstBaseline(row.final_stats, base_row->final_stats);
+      testAgainstBaseline(row.best_stats, base_row->best_stats);
+      testAgainstBaseline(row.wire_stats, base_row->wire_stats);
+      testAgainstBaseline(row.bytes_to_target_stats, base_row->bytes_to_target_stats);
+      testAgainstBaseline(row.s_to_target_stats, base_row->s_to_target_stats);
     }
     std::stable_sort(t.rows.begin(), t.rows.end(), rowBefore);
     c.studies.push_back(std::move(t));

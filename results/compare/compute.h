@@ -28,8 +28,10 @@
 // Repeats (experiment.proto's `seeds`): the runs of one variant at several seeds make one row. Every number in it is
 // the mean over those seeds (ratio: of the mean per-step bytes; bytes and time to target: over the seeds, and only when
 // every seed reaches the target, else "not reached" with a note saying how many did). Final and best accuracy, wire
-// bytes and bytes and time to target also carry the 95% Student t-interval of the mean and, against the baseline,
-// Welch's p-value (stats.h): a difference with p >= 0.05 is within the seed-to-seed noise and the tables mark it.
+// bytes and bytes and time to target also carry the 95% Student t-interval of the mean and, against the baseline, a
+// t-test's p-value (stats.h): paired on the per-seed differences when the row has the metric at exactly the seeds
+// the baseline has it (2 or more), else Welch's. A difference with p >= 0.05 is within the seed-to-seed noise and the
+// tables mark it.
 //
 // The baseline of a study is the variant whose compressor is "none" (provenance.json's loaded plugin, else
 // config.textproto's compressor.name); among several, one without error feedback or momentum correction, then a
@@ -76,11 +78,18 @@ struct StalenessSummary {
 
 // One metric of a row over its seeds (see "Repeats" above).
 struct SeedStats {
-  std::vector<double> samples;          // one per seed that has the value
+  std::vector<double> samples;  // one per seed that has the value
+  // The seed of each sample (RunData::repeat_seed), which pairs it with the baseline's; none for a run that is not
+  // one of a repeat's.
+  std::vector<std::optional<uint64_t>> seeds;
   std::optional<double> ci95;           // half-width of the 95% t-interval of the mean (2 or more samples)
-  std::optional<double> p_vs_baseline;  // Welch's two-sided p against the baseline's samples (2 or more on each side)
+  std::optional<double> p_vs_baseline;  // two-sided p against the baseline's samples (2 or more on each side)
+  std::optional<NoiseTest> test;        // the test that gave p_vs_baseline: paired when the seeds match, else Welch
   bool withinNoise() const;             // p_vs_baseline >= kNoiseAlpha
 };
+
+// Sets row.p_vs_baseline and row.test against the baseline's samples of the same metric (see "Repeats" above).
+void testAgainstBaseline(SeedStats& row, const SeedStats& baseline);
 
 struct CompareRow {
   std::string variant;

@@ -13,9 +13,14 @@ Json number(const std::optional<double>& v) {
 }
 
 Json seedStatsJson(const SeedStats& st) {
+  // Each sample's seed beside it (null for a run that is not a repeat's), so a reader can pair them as the test did.
+  Json seeds = Json::array();
+  for (const auto& seed : st.seeds) seeds.push_back(seed ? Json(*seed) : Json(nullptr));
   return Json{{"samples", st.samples},
+              {"sample_seeds", std::move(seeds)},
               {"ci95", number(st.ci95)},
               {"p_vs_baseline", number(st.p_vs_baseline)},
+              {"test", st.test ? Json(noiseTestName(*st.test)) : Json(nullptr)},
               {"within_noise", st.withinNoise()}};
 }
 
@@ -50,7 +55,8 @@ Json rowJson(const CompareRow& r) {
          {"exposed_comm_s", number(r.exposed_comm_s)},
          {"seeds", r.seeds},
          {"reached_target_seeds", r.reached_target}};
-  // Per metric over the seeds: the values, the 95% t-interval's half-width and Welch's p against the baseline.
+  // Per metric over the seeds: the values and their seeds, the 95% t-interval's half-width, and the p-value against the
+  // baseline with the test that gave it ("paired" on the per-seed differences, or "welch": stats.h).
   o["over_seeds"] = Json{{"final_accuracy", seedStatsJson(r.final_stats)},
                          {"best_accuracy", seedStatsJson(r.best_stats)},
                          {"wire_bytes_per_worker", seedStatsJson(r.wire_stats)},

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 
 #include "results/compare/format.h"
 #include "results/compare/provenance.h"
@@ -66,6 +67,35 @@ std::string withSpread(std::string mean, const SeedStats& stats, double scale, i
   return mean;
 }
 
+// The legend's words for the test behind the table's ≈ marks (compute.h "Repeats"): the paired test where every row
+// ran the baseline's seeds, Welch's where none did, and where both were used, the cells Welch's test judged.
+std::string noiseTestText(const StudyTable& t) {
+  const std::string paired = "a paired t-test on the per-seed differences from the baseline (same seeds)";
+  const std::string welch = "Welch's t-test (unpaired: the seeds differ from the baseline's)";
+  std::vector<std::string> welch_cells;
+  bool any_paired = false;
+  for (const auto& r : t.rows) {
+    const std::pair<const SeedStats*, const char*> metrics[] = {{&r.final_stats, "final acc"},
+                                                                {&r.best_stats, "best acc"},
+                                                                {&r.wire_stats, "wire MB"},
+                                                                {&r.bytes_to_target_stats, "MB to target"},
+                                                                {&r.s_to_target_stats, "s to target"}};
+    std::string unpaired;
+    for (const auto& [st, name] : metrics) {
+      if (st->test == NoiseTest::kPaired) any_paired = true;
+      if (st->test == NoiseTest::kWelch) unpaired += (unpaired.empty() ? "" : ", ") + std::string(name);
+    }
+    if (!unpaired.empty()) welch_cells.push_back("`" + r.variant + "` (" + unpaired + ")");
+  }
+  if (welch_cells.empty() && any_paired) return paired;
+  if (!any_paired && !welch_cells.empty()) return welch;
+  if (welch_cells.empty())
+    return "a paired t-test on the per-seed differences where a row ran the baseline's seeds, else Welch's t-test";
+  std::string cells;
+  for (const auto& c : welch_cells) cells += (cells.empty() ? "" : "; ") + c;
+  return paired + ", or " + welch + " for " + cells;
+}
+
 std::string stateText(const CompareRow& r) {
   if (r.state == kStateRunning && r.gone_pid != 0) return "running (pid " + std::to_string(r.gone_pid) + " gone)";
   if (r.state == kStateRunning) return "running/killed";
@@ -103,7 +133,8 @@ std::string toMarkdown(const Comparison& c) {
     if (most_seeds > 1)
       o << "Repeated seeds: each number is the mean over the row's seeds; ± is the half-width of the 95% Student "
            "t-interval of the mean (t(0.975, n-1) s / sqrt(n)); ≈ marks a difference from the baseline within the "
-           "seed-to-seed noise (Welch's t-test, p >= 0.05).\n\n";
+           "seed-to-seed noise: p >= 0.05 by "
+        << noiseTestText(t) << ".\n\n";
     std::vector<std::string> header = {"variant",
                                        "state",
                                        "final acc",

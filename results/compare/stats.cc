@@ -1,7 +1,8 @@
-// The t-interval and Welch's test of stats.h (the t distribution itself is core/common/student_t.h).
+// The t-interval, Welch's test and the paired test of stats.h (the t distribution itself is core/common/student_t.h).
 #include "results/compare/stats.h"
 
 #include <cmath>
+#include <vector>
 
 namespace terse::results {
 
@@ -45,6 +46,22 @@ std::optional<double> welchP(std::span<const double> a, std::span<const double> 
   const double df = (va + vb) * (va + vb) /
                     (va * va / static_cast<double>(a.size() - 1) + vb * vb / static_cast<double>(b.size() - 1));
   return 2 * (1 - studentTCdf(std::fabs(t), df));
+}
+
+std::optional<double> pairedP(std::span<const double> a, std::span<const double> b) {
+  if (a.size() != b.size() || a.size() < 2) return std::nullopt;
+  std::vector<double> d(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  const double md = meanOf(d);
+  const double vd = sampleVariance(d, md) / static_cast<double>(d.size());
+  // Every difference the same: t would be 0 / 0 or +-inf; say equal or not, as welchP does without spread.
+  if (vd == 0) return md == 0 ? 1.0 : 0.0;
+  const double t = md / std::sqrt(vd);
+  return 2 * (1 - studentTCdf(std::fabs(t), static_cast<double>(d.size() - 1)));
+}
+
+const char* noiseTestName(NoiseTest test) {
+  return test == NoiseTest::kPaired ? "paired" : "welch";
 }
 
 }  // namespace terse::results

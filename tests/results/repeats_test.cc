@@ -1,12 +1,15 @@
-// Repeated seeds in `terse compare` (compute.h "Repeats", stats.h): the t quantiles, interval and Welch p-value against
-// values worked out by hand from the closed forms of Student's t for 1, 2 and 4 degrees of freedom, seed-<N> folders
-// read back as one row, the "within noise" marks, and the plot's mean line with its band.
+// Repeated seeds in `terse compare` (compute.h "Repeats", stats.h): the t quantiles, interval, Welch and paired
+// p-values against values worked out by hand from the closed forms of Student's t for 1, 2 and 4 degrees of freedom,
+// seed-<N> folders read back as one row, the "within noise" marks with the test behind them (paired when a row ran the
+// baseline's seeds, else Welch's), and the plot's mean line with its band.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "results/compare.h"
@@ -76,6 +79,100 @@ TEST(Stats, WelchByHand) {
   EXPECT_FALSE(welchP(std::vector<double>{1}, b)) << "one seed cannot be tested";
 }
 
+// For 2 degrees of freedom the two-sided p is closed: 2 (1 - F_2(|t|)) = 1 - |t| / sqrt(2 + t^2).
+double twoSidedP2(double t) {
+  return 1 - std::fabs(t) / std::sqrt(2 + t * t);
+}
+
+// A user's trial: dense-fusion's and dense-fifo's seconds to target at seeds 1, 2, 3. Fusion is 8.8% faster at every
+// seed, but the seeds' times differ by 7.7% (standard deviation over mean), shared by both variants.
+const std::vector<double> kFusion = {0.6861, 0.7995, 0.7577}, kFifo = {0.7519, 0.8763, 0.8304};
+
+TEST(Stats, PairedByHand) {
+  // d = {1, 2, 3} - {0, 0, 0}: mean 2, s_d = 1, t = 2 / (1 / sqrt(3)) = 3.464, df 2.
+  const auto p = pairedP(std::vector<double>{1, 2, 3}, std::vector<double>{0, 0, 0});
+  ASSERT_TRUE(p);
+  EXPECT_NEAR(*p, twoSidedP2(2 * std::sqrt(3.0)), 1e-12);
+  EXPECT_NEAR(*p, 0.07417990022744853, 1e-9);
+  // Symmetric in the sides; only the differences count, not where the pairs sit.
+  EXPECT_EQ(*pairedP(std::vector<double>{0, 0, 0}, std::vector<double>{1, 2, 3}), *p);
+  EXPECT_NEAR(*pairedP(std::vector<double>{11, 102, 1003}, std::vector<double>{10, 100, 1000}), *p, 1e-12);
+  EXPECT_FALSE(pairedP(std::vector<double>{1}, std::vector<double>{2})) << "one pair cannot be tested";
+  EXPECT_FALSE(pairedP(std::vector<double>{1, 2, 3}, std::vector<double>{1, 2})) << "pairs need equal sizes";
+}
+
+// The trial's numbers: Welch's test calls the 8.8% noise, the paired test does not, and the sign of the mean
+// difference says fusion is the faster.
+TEST(Stats, PairedSeesWhatWelchCannot) {
+  const auto welch = welchP(kFusion, kFifo);
+  ASSERT_TRUE(welch);
+  EXPECT_GT(*welch, kNoiseAlpha) << "unpaired: within the seed-to-seed noise";
+  EXPECT_NEAR(*welch, 0.218, 0.005);
+  const auto paired = pairedP(kFusion, kFifo);
+  ASSERT_TRUE(paired);
+  EXPECT_LT(*paired, kNoiseAlpha) << "paired: a difference";
+  std::vector<double> d;
+  for (std::size_t i = 0; i < kFusion.size(); ++i) d.push_back(kFusion[i] - kFifo[i]);
+  const MeanInterval md = meanInterval(d);
+  EXPECT_LT(md.mean, 0) << "fusion takes less time";
+  // t = mean(d) / (s_d / sqrt(3)), s_d = half-width / t(0.975, 2) * sqrt(3).
+  const double s_d = *md.half_width / studentTQuantile(0.975, 2) * std::sqrt(3.0);
+  EXPECT_NEAR(*paired, twoSidedP2(md.mean / (s_d / std::sqrt(3.0))), 1e-12);
+  EXPECT_NEAR(*paired, 0.00199, 0.00001);
+}
+
+// Every per-seed difference the same (deterministic bytes, or a fixed offset): the differences have no spread, so t
+// is 0 / 0 or infinite. The answer is p = 1 for no difference and 0 for any other, never NaN.
+TEST(Stats, PairedWithoutSpreadInTheDifferences) {
+  // Exact in binary: every difference is 0.5 to the last bit.
+  const auto offset = pairedP(std::vector<double>{1.5, 2.5, 3.75}, std::vector<double>{1.0, 2.0, 3.25});
+  ASSERT_TRUE(offset);
+  EXPECT_EQ(*offset, 0.0);
+  const auto same = pairedP(std::vector<double>{7, 8, 9}, std::vector<double>{7, 8, 9});
+  ASSERT_TRUE(same);
+  EXPECT_EQ(*same, 1.0);
+  // An offset of 0.1 differs by rounding in the last bits from seed to seed: a finite, tiny p rather than NaN.
+  const std::vector<double> base = {0.7, 0.8, 0.9};
+  std::vector<double> shifted;
+  for (double b : base) shifted.push_back(b + 0.1);
+  const auto rounded = pairedP(shifted, base);
+  ASSERT_TRUE(rounded);
+  EXPECT_FALSE(std::isnan(*rounded));
+  EXPECT_LT(*rounded, 1e-6);
+}
+
+// The baseline's samples are matched to the row's by seed, whatever order the folders were read in.
+TEST(Stats, PairsBySeedNotByOrder) {
+  SeedStats base, row;
+  base.samples = {kFifo[2], kFifo[0], kFifo[1]};
+  base.seeds = {3, 1, 2};
+  row.samples = kFusion;
+  row.seeds = {1, 2, 3};
+  testAgainstBaseline(row, base);
+  ASSERT_TRUE(row.p_vs_baseline);
+  EXPECT_EQ(row.test, NoiseTest::kPaired);
+  EXPECT_EQ(*row.p_vs_baseline, *pairedP(kFusion, kFifo));
+  // A seed on one side only, a run that is not a repeat (no seed), or a seed twice: Welch's test on what each has.
+  for (const auto& seeds : std::vector<std::vector<std::optional<uint64_t>>>{
+           {1, 2, 4}, {1, 2, std::nullopt}, {1, 1, 2}, {std::nullopt, std::nullopt, std::nullopt}}) {
+    row.seeds = seeds;
+    testAgainstBaseline(row, base);
+    EXPECT_EQ(row.test, NoiseTest::kWelch) << ::testing::PrintToString(seeds);
+    EXPECT_EQ(row.p_vs_baseline, welchP(kFusion, base.samples)) << ::testing::PrintToString(seeds);
+  }
+  // Two of the baseline's three seeds: the sets differ, so Welch's test.
+  row.samples = {kFusion[0], kFusion[1]};
+  row.seeds = {1, 2};
+  testAgainstBaseline(row, base);
+  EXPECT_EQ(row.test, NoiseTest::kWelch);
+  // One seed: no test at all.
+  row.samples = {kFusion[0]};
+  row.seeds = {1};
+  testAgainstBaseline(row, base);
+  EXPECT_FALSE(row.p_vs_baseline);
+  EXPECT_FALSE(row.test);
+}
+
 // Three variants at seeds 1-3, written where the runner writes repeats: one row each, means and intervals as by hand,
 // fp16 (inside dense's spread) marked within noise, topk (well below) not.
 TEST(Repeats, CompareAveragesSeedsAndMarksNoise) {
@@ -134,9 +231,12 @@ TEST(Repeats, CompareAveragesSeedsAndMarksNoise) {
   EXPECT_DOUBLE_EQ(*f.ratio, 2);
   EXPECT_DOUBLE_EQ(*t.ratio, 10);
   EXPECT_FALSE(f.wire_stats.withinNoise()) << "half the bytes, at every seed, is a difference";
-  // Accuracy: fp16 inside dense's noise, topk not (Welch p on the values above).
+  EXPECT_EQ(f.wire_stats.test, NoiseTest::kPaired);
+  EXPECT_EQ(f.wire_stats.p_vs_baseline, 0.0) << "every per-seed difference is -500: no spread to weigh it against";
+  // Accuracy: fp16 inside dense's noise, topk not (the paired p on the values above: both ran seeds 1-3).
   ASSERT_TRUE(f.final_stats.p_vs_baseline);
-  EXPECT_NEAR(*f.final_stats.p_vs_baseline, *welchP(fp16, dense), 1e-15);
+  EXPECT_EQ(f.final_stats.test, NoiseTest::kPaired);
+  EXPECT_NEAR(*f.final_stats.p_vs_baseline, *pairedP(fp16, dense), 1e-15);
   EXPECT_TRUE(f.final_stats.withinNoise());
   EXPECT_FALSE(t.final_stats.withinNoise());
   EXPECT_LT(*t.final_stats.p_vs_baseline, 0.05);
@@ -154,7 +254,9 @@ TEST(Repeats, CompareAveragesSeedsAndMarksNoise) {
   const std::string md = toMarkdown(c);
   EXPECT_NE(md.find("| seeds |"), std::string::npos) << md;
   EXPECT_NE(md.find("95% Student t-interval"), std::string::npos) << md;
-  EXPECT_NE(md.find("Welch's t-test, p >= 0.05"), std::string::npos) << md;
+  EXPECT_NE(md.find("p >= 0.05 by a paired t-test on the per-seed differences from the baseline (same seeds)."),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("| **dense** (baseline) | completed | 3 | 0.8722 ± 0.0016 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| fp16 | completed | 3 | 0.8721 ± 0.0024 ≈ |"), std::string::npos) << md;
   EXPECT_NE(md.find("| topk | completed | 3 | 0.8612 ± 0.0030 |"), std::string::npos) << md;
@@ -166,8 +268,10 @@ TEST(Repeats, CompareAveragesSeedsAndMarksNoise) {
   const auto dense_row =
       std::find_if(json_rows.begin(), json_rows.end(), [](const Json& r) { return r.at("variant") == "dense"; });
   ASSERT_NE(dense_row, json_rows.end()) << dumpJson(*json);
-  // The seeds' values themselves, bit for bit.
+  // The seeds' values themselves, bit for bit, with their seeds; the baseline is not tested against itself.
   EXPECT_EQ(dense_row->at("over_seeds").at("final_accuracy").at("samples"), Json(d.final_stats.samples));
+  EXPECT_EQ(dense_row->at("over_seeds").at("final_accuracy").at("sample_seeds"), Json::parse("[1, 2, 3]"));
+  EXPECT_TRUE(dense_row->at("over_seeds").at("final_accuracy").at("test").is_null());
 
   // The plot's line is the mean at each evaluation point, the band its interval.
   std::vector<const RunData*> dense_runs;
@@ -197,6 +301,109 @@ TEST(Repeats, TargetReachedBySomeSeedsOnly) {
   EXPECT_FALSE(c.studies[0].rows[0].to_target);
   EXPECT_EQ(c.studies[0].rows[0].reached_target, 1);
   EXPECT_NE(toMarkdown(c).find("`dense` reached the target in 1 of 2 seeds; shown as not reached"), std::string::npos);
+}
+
+// The trial end to end: two dense variants at seeds 1, 2, 3 whose seconds to target are the trial's (each run's first
+// record is at the target, so its time is the record's). The table marks fusion's time as a difference, by the
+// paired test, and the legend and the JSON say so.
+TEST(Repeats, PairedWhenTheSeedsMatch) {
+  const auto root = freshDir("RepeatsPaired") / "results";
+  for (std::size_t k = 0; k < 3; ++k) {
+    for (const auto& [variant, wall] : {std::pair{"dense-fifo", kFifo[k]}, std::pair{"dense-fusion", kFusion[k]}}) {
+      RunSpec s("s", variant, "none", false, {{100, 0.9, 1000, wall}});
+      s.seeds = "[1, 2, 3]";
+      s.seed = k + 1;
+      writeRun(root, s);
+    }
+  }
+  std::vector<std::string> w;
+  CompareOptions o;
+  o.target = 0.85;
+  o.baseline = "dense-fifo";
+  const Comparison c = compare(loadRuns({root}, w), o, w);
+  ASSERT_EQ(c.studies.size(), 1u);
+  ASSERT_EQ(c.studies[0].rows.size(), 2u);
+  const CompareRow& fusion =
+      c.studies[0].rows[0].variant == "dense-fusion" ? c.studies[0].rows[0] : c.studies[0].rows[1];
+  ASSERT_EQ(fusion.variant, "dense-fusion");
+  EXPECT_EQ(fusion.s_to_target_stats.test, NoiseTest::kPaired);
+  ASSERT_TRUE(fusion.s_to_target_stats.p_vs_baseline);
+  EXPECT_EQ(*fusion.s_to_target_stats.p_vs_baseline, *pairedP(kFusion, kFifo));
+  EXPECT_FALSE(fusion.s_to_target_stats.withinNoise());
+  ASSERT_TRUE(fusion.to_target);
+  EXPECT_LT(fusion.to_target->wall_s, meanInterval(kFifo).mean) << "fusion is the faster";
+  // Same bytes and accuracy at every seed: no difference, by the paired test's p = 1.
+  EXPECT_TRUE(fusion.wire_stats.withinNoise());
+  EXPECT_EQ(fusion.wire_stats.p_vs_baseline, 1.0);
+
+  const std::string md = toMarkdown(c);
+  // Was "0.748 ± 0.142 ≈" under Welch's test.
+  EXPECT_NE(md.find(" | 0.748 ± 0.142 | "), std::string::npos) << md;
+  EXPECT_EQ(md.find("0.748 ± 0.142 ≈"), std::string::npos) << md;
+  EXPECT_NE(md.find("p >= 0.05 by a paired t-test on the per-seed differences from the baseline (same seeds)."),
+            std::string::npos)
+      << md;
+  const auto json = parseJson(toJson(c, w));
+  ASSERT_TRUE(json);
+  for (const Json& r : json->at("studies").at(0).at("rows")) {
+    const Json& st = r.at("over_seeds").at("seconds_to_target");
+    EXPECT_EQ(st.at("sample_seeds"), Json::parse("[1, 2, 3]")) << dumpJson(r);
+    if (r.at("variant") == "dense-fusion") {
+      EXPECT_EQ(st.at("test"), "paired") << dumpJson(r);
+      EXPECT_EQ(st.at("within_noise"), false) << dumpJson(r);
+    } else {
+      EXPECT_TRUE(st.at("test").is_null()) << "the baseline is not tested: " << dumpJson(r);
+    }
+  }
+}
+
+// A row whose seeds are not the baseline's (4, 5, 6 against 1, 2, 3) is tested by Welch's test, and the legend names
+// it, beside a row at the baseline's seeds tested paired.
+TEST(Repeats, MismatchedSeedsFallBackToWelch) {
+  const auto root = freshDir("RepeatsWelch") / "results";
+  auto write = [&](const std::string& variant, const std::string& compressor, const std::vector<double>& acc,
+                   uint64_t first_seed) {
+    for (uint64_t k = 0; k < 3; ++k) {
+      RunSpec s("s", variant, compressor, false, {{100, acc[k], 1000, 1.0}});
+      s.seeds = "[" + std::to_string(first_seed) + ", " + std::to_string(first_seed + 1) + ", " +
+                std::to_string(first_seed + 2) + "]";
+      s.seed = first_seed + k;
+      writeRun(root, s);
+    }
+  };
+  write("dense", "none", {0.8728, 0.8722, 0.8715}, 1);
+  write("same-seeds", "fp16", {0.8731, 0.8712, 0.8720}, 1);
+  write("other-seeds", "topk", {0.8610, 0.8625, 0.8601}, 4);
+  std::vector<std::string> w;
+  CompareOptions o;
+  o.target = 0.99;
+  const Comparison c = compare(loadRuns({root}, w), o, w);
+  ASSERT_EQ(c.studies.size(), 1u);
+  for (const CompareRow& r : c.studies[0].rows) {
+    if (r.variant == "dense") continue;
+    const NoiseTest expected = r.variant == "same-seeds" ? NoiseTest::kPaired : NoiseTest::kWelch;
+    EXPECT_EQ(r.final_stats.test, expected) << r.variant;
+    EXPECT_EQ(r.wire_stats.test, expected) << r.variant;
+  }
+  const auto other = std::find_if(c.studies[0].rows.begin(), c.studies[0].rows.end(),
+                                  [](const CompareRow& r) { return r.variant == "other-seeds"; });
+  ASSERT_NE(other, c.studies[0].rows.end());
+  EXPECT_EQ(other->final_stats.p_vs_baseline,
+            welchP(other->final_stats.samples, std::vector<double>{0.8728, 0.8722, 0.8715}));
+  EXPECT_EQ(other->final_stats.seeds, (std::vector<std::optional<uint64_t>>{4, 5, 6}));
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("p >= 0.05 by a paired t-test on the per-seed differences from the baseline (same seeds), or "
+                    "Welch's t-test (unpaired: the seeds differ from the baseline's) for `other-seeds` (final acc, "
+                    "best acc, wire MB)."),
+            std::string::npos)
+      << md;
+  const auto json = parseJson(toJson(c, w));
+  ASSERT_TRUE(json);
+  for (const Json& r : json->at("studies").at(0).at("rows"))
+    if (r.at("variant") == "other-seeds") {
+      EXPECT_EQ(r.at("over_seeds").at("final_accuracy").at("test"), "welch") << dumpJson(r);
+      EXPECT_EQ(r.at("over_seeds").at("final_accuracy").at("sample_seeds"), Json::parse("[4, 5, 6]")) << dumpJson(r);
+    }
 }
 
 }  // namespace
