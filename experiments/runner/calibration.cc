@@ -1,10 +1,13 @@
 // The calibrated compute model's table: its keys, its file, the measurements and the run's lookup (calibration.h).
 #include "experiments/runner/calibration.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -817,6 +820,44 @@ struct TableSource {
   std::optional<std::filesystem::path> cache_dir;
 };
 
+// The cache file's table, or an empty one of `here` when it is missing, damaged or another machine's or commit's.
+CalibrationTable readCache(const std::filesystem::path& file, const CalibrationIdentity& here) {
+  CalibrationTable cache;
+  cache.identity = here;
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) {
+    try {
+      CalibrationTable found = CalibrationTable::load(file);
+      if (found.identity == here) cache = std::move(found);
+    } catch (const Error& x) {
+      // A damaged cache is measured again, not fatal: it is a cache.
+      TERSE_LOG(LogLevel::kWarn, "ignoring the calibration cache: " << x.what());
+    }
+  }
+  return cache;
+}
+
+// An exclusive flock on `dir`/.lock for as long as it lives (none when the file cannot be opened: the cache then works
+// as before, racing).
+class CacheLock {
+ public:
+  explicit CacheLock(const std::filesystem::path& dir)
+      : fd_(::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ >= 0) {
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 // The table of plan's keys (calibration.h, calibrate): replayed, refused when foreign unless allowed or when it lacks
 // a key, else the cache's entries with the missing ones measured by `measure` and added to the cache.
 CalibrationOutcome resolveTable(
@@ -848,18 +889,8 @@ CalibrationOutcome resolveTable(
   } else {
     const std::filesystem::path dir = src.cache_dir.value_or(defaultCalibrationCache());
     const std::filesystem::path file = dir / (shortHash(here.cpu + "\n" + here.flags + "\n" + here.commit) + ".json");
-    CalibrationTable cache;
-    cache.identity = here;
+    CalibrationTable cache = readCache(file, here);
     std::error_code ec;
-    if (std::filesystem::exists(file, ec)) {
-      try {
-        CalibrationTable found = CalibrationTable::load(file);
-        if (found.identity == here) cache = std::move(found);
-      } catch (const Error& x) {
-        // A damaged cache is measured again, not fatal: it is a cache.
-        TERSE_LOG(LogLevel::kWarn, "ignoring the calibration cache: " << x.what());
-      }
-    }
     std::vector<std::string> missing;
     for (const std::string& k : keys)
       if (!cache.seconds.count(k)) missing.push_back(k);
@@ -870,22 +901,39 @@ CalibrationOutcome resolveTable(
         TERSE_CHECK(measured.count(k), InternalError, "calibration did not measure kernel '" << k << "'");
         cache.seconds[k] = measured[k];
       }
-      out.measured = missing;
       std::filesystem::create_directories(dir, ec);
       TERSE_CHECK(!ec, InvalidArgument,
                   "the calibration cache " << dir.string() << " cannot be created: " << ec.message());
-      results::writeFileAtomic(file, cache.toJson());
+      std::map<std::string, double> ours;
+      for (const std::string& k : missing) ours[k] = cache.seconds[k];
+      cache = mergeIntoCalibrationCache(file, here, ours);
+      // What this run timed and charges; a key another run wrote first is charged at that run's time.
+      for (const std::string& k : missing)
+        if (cache.seconds.at(k) == ours[k]) out.measured.push_back(k);
     }
     for (const std::string& k : keys) out.table.seconds[k] = cache.seconds.at(k);
     // The cache file's name, not its path: provenance travels (committed reference results, other people's
     // machines) and the table itself is saved beside the run; the name is the CPU-and-commit key.
-    out.source = missing.size() == keys.size() ? "measured" : "cache " + file.filename().string();
+    out.source = out.measured.size() == keys.size() ? "measured" : "cache " + file.filename().string();
   }
   out.costs = makeCostTable(plan, out.table);
   return out;
 }
 
 }  // namespace
+
+CalibrationTable mergeIntoCalibrationCache(const std::filesystem::path& file, const CalibrationIdentity& here,
+                                           const std::map<std::string, double>& measured) {
+  // Another run of this commit on this CPU may have measured and written since this one read the cache (two `terse
+  // run`s side by side): under the lock, what the file holds now wins over what we measured, and ours fills the rest.
+  // A written time then never changes, so every run charges the same table; before, the last writer's replaced the
+  // first's, and one `terse run` charged its later variants from the other's measurements, about 2% apart.
+  const CacheLock lock(file.parent_path());
+  CalibrationTable table = readCache(file, here);
+  for (const auto& [k, seconds] : measured) table.seconds.emplace(k, seconds);
+  results::writeFileAtomic(file, table.toJson());
+  return table;
+}
 
 CalibrationOutcome calibrate(const CalibrationInputs& in) {
   const experiments::Experiment& e = in.experiment;

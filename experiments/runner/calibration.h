@@ -97,6 +97,13 @@ struct CalibrationPlan {
   std::vector<std::string> keys() const;
 };
 
+// Adds `measured` to the calibration cache `file` (of identity `here`) under an exclusive lock of its folder's .lock:
+// a time the file already holds -- another run of this commit on this CPU measured it first -- wins over ours and
+// stays, so every run charges the same table. A file of another identity, or damaged, is replaced. Returns the table
+// as written.
+CalibrationTable mergeIntoCalibrationCache(const std::filesystem::path& file, const CalibrationIdentity& here,
+                                           const std::map<std::string, double>& measured);
+
 struct CalibrationOutcome {
   CalibrationTable table;                       // the entries of plan.keys(), with the run's identity
   std::vector<std::string> measured;            // keys timed for this run (neither cached nor replayed)

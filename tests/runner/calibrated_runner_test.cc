@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -23,6 +24,7 @@
 #include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/fashion_mnist.h"
 #include "experiments/workloads/workloads.h"
+#include "results/result_writer.h"
 #include "runner_test_util.h"
 
 namespace terse::runner {
@@ -136,6 +138,28 @@ TEST(CalibratedRun, OneTableGivesIdenticalRecordsAndTheCacheIsReused) {
       first.dir.parent_path().parent_path());
   EXPECT_EQ(again.metrics, first.metrics);
   EXPECT_EQ(readFile(first.dir / "calibration.json"), table);
+}
+
+// Two runs that missed the same keys both measure them; whichever writes the cache first wins, and the other charges
+// that time too (mergeIntoCalibrationCache): a time once written never changes. Before, the last writer replaced the
+// first's, and a `terse run` beside another charged its later variants from the other's measurements.
+TEST(CalibratedRun, TheCacheKeepsTheFirstTimeWrittenForAKey) {
+  const fs::path dir = freshDir("cal_cache_merge");
+  const fs::path file = dir / "table.json";
+  const CalibrationIdentity here = thisMachine();
+  using Times = std::map<std::string, double>;
+  EXPECT_EQ(mergeIntoCalibrationCache(file, here, {{"a", 1.0}, {"b", 2.0}}).seconds, (Times{{"a", 1.0}, {"b", 2.0}}));
+  const CalibrationTable merged = mergeIntoCalibrationCache(file, here, {{"b", 5.0}, {"c", 3.0}});
+  EXPECT_EQ(merged.seconds, (Times{{"a", 1.0}, {"b", 2.0}, {"c", 3.0}})) << "b was written first at 2.0";
+  EXPECT_EQ(CalibrationTable::load(file).seconds, merged.seconds);
+  // Another commit's table is no cache of this one: replaced, not merged.
+  CalibrationTable other;
+  other.identity = here;
+  other.identity.commit = "another";
+  other.seconds = {{"a", 9.0}};
+  results::writeFileAtomic(file, other.toJson());
+  EXPECT_EQ(mergeIntoCalibrationCache(file, here, {{"a", 1.0}}).seconds, (Times{{"a", 1.0}}));
+  EXPECT_TRUE(CalibrationTable::load(file).identity == here);
 }
 
 TEST(CalibratedRun, AForeignTableIsRefusedNamingBothUnlessAllowed) {

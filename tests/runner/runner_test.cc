@@ -449,7 +449,7 @@ TEST(RunCommand, OutOfBoundsConfigsAreRefusedBeforeAnythingRuns) {
                      out),
             1)
       << out;
-  EXPECT_NE(out.find("--workers must be in [1, 1024], got 100000"), std::string::npos) << out;
+  EXPECT_NE(out.find("--workers 100000: workers must be in [1, 1024], got 100000"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "results")) << out;
 }
 
