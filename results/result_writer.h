@@ -115,11 +115,18 @@ struct MetricsRecord {
   // Means over ranks, so fractional where the ranks are a round apart when counted.
   double control_bytes_per_worker = 0;
   double negotiation_rounds_per_worker = 0;
-  double wall_s = 0;  // since the run started (setup excluded)
-  double compute_s_per_step = 0;
+  double wall_s = 0;                 // since the run started (setup excluded)
+  double compute_s_per_step = 0;     // forward and backward, less the forward's waits for updates
   double compress_s_per_step = 0;    // codec encode, error feedback included
   double decompress_s_per_step = 0;  // codec decode (and a CUSTOM reduce fold)
+  // The communicator's collectives, overlapped with compute or not, the scheduler's negotiation rounds included
+  // (sync_trainer.h): every collective of the steps so far counted once, as a step trace's collective phases and
+  // negotiations sum (a round still in flight at the record aside). Not the allreduce alone: the rounds add theirs.
   double comm_s_per_step = 0;
+  // Sync: what the worker waited for its communication -- the codec, the collectives and the optimizer's update
+  // that computing could not hide (step_s_per_step ~ compute_s_per_step + exposed_comm_s_per_step). Not a part of
+  // comm_s_per_step: with little compute to hide behind it exceeds it, up to comm + compress + decompress + the update.
+  // Async and SSP: all of comm_s_per_step.
   double exposed_comm_s_per_step = 0;
   double step_s_per_step = 0;
   // Mode-specific numbers, written after the fields above as flat keys in this order (the async keys below).

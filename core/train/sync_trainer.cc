@@ -220,12 +220,23 @@ void SyncTrainer::gate(int layer) {
   }
 }
 
+void SyncTrainer::countCommSince(StepTimes& times) {
+  const CommCounters now = groups_->counters();
+  times.comm_s += now.comm_s - counted_.comm_s;
+  times.compress_s += now.encode_s - counted_.encode_s;
+  times.decompress_s += now.decode_s - counted_.decode_s;
+  counted_ = now;
+}
+
 void SyncTrainer::drain() {
   if (drained_step_ >= handed_step_ && !groups_->failed()) return;
   const double waited = groups_->awaitApplied(handed_step_);
   drained_step_ = handed_step_;
   totals_.times.exposed_comm_s += waited;
   totals_.times.step_s += waited;
+  // The previous step's collectives that finished during this wait: the next step's window starts after them, so
+  // left out here they would count nowhere (an evaluation point's drain lost one step's collectives per record).
+  countCommSince(totals_.times);
 }
 
 StepRecord SyncTrainer::step() {
@@ -253,7 +264,6 @@ StepRecord SyncTrainer::step() {
   groups_->throwIfFailed();
   // A workload that does not gate its forward per layer reads every layer: every update must be in first.
   if (!workload_.gatesLayers()) full_wait = groups_->awaitApplied(handed_step_);
-  const CommCounters before = groups_->counters();
   groups_->backwardStarts();
   gate_wait_s_ = 0;
   gate_layer_ = -1;
@@ -334,11 +344,10 @@ StepRecord SyncTrainer::step() {
     drained_step_ = handed_step_;
   }
   const auto t3 = rt::now();
-  const CommCounters after = groups_->counters();
-  rec.times.comm_s = after.comm_s - before.comm_s;
-  rec.times.compress_s = after.encode_s - before.encode_s;
-  rec.times.decompress_s = after.decode_s - before.decode_s;
-  totals_.negotiation_rounds = after.negotiation.rounds;
+  // Since the previous step returned, not since this one's counters were first read: the full wait above (a non-gating
+  // workload's) is the previous step's collectives finishing.
+  countCommSince(rec.times);
+  totals_.negotiation_rounds = counted_.negotiation.rounds;
   if (options_.trace && full_wait > 0) options_.trace->span(TraceRecorder::kComputeThread, "wait all", "wait", t0, t1);
   if (options_.trace && drain_wait > 0) options_.trace->span(TraceRecorder::kComputeThread, "drain", "wait", t2, t3);
 

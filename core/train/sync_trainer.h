@@ -71,8 +71,13 @@
 // Timing per step (seconds, this rank): compute = forwardBackward's wall time minus the time its forward spent waiting
 // at layer gates; exposed communication = those gate waits + any full wait (the last step's drain, a non-gating
 // workload's wait) -- the communication the worker could not overlap; communication = time the communicator's
-// collectives ran on the communication thread during this step (CommStats); compress and decompress = the pipelines'
-// codec time during this step. drain() calls between steps add their wait to the totals as exposed communication.
+// collectives ran on the communication thread (CommStats, negotiation rounds included) and compress and decompress =
+// the pipelines' codec time, each counting what finished since the previous step() or drain() counted. A step's
+// collectives mostly finish during the next step (its forward waits for them at the gates), so a step's figures are a
+// window of time, not its own gradients'; over the totals every collective counts once. drain() calls between steps add
+// their wait to the totals as exposed communication, and what finished meanwhile to the totals' communication and
+// codec time. Exposed communication waits for the codec and the optimizer's update as well as the collectives: with
+// little compute to hide them behind, it exceeds the communication time, up to communication + codec + update.
 //
 // Determinism: for a fixed seed, world size, workload, compressor and scheduler, every run produces bit-identical
 // parameters. Across schedulers the averaged gradient is the same math; it is bit-identical when the summation order
@@ -217,7 +222,8 @@ class SyncTrainer {
   // Runs the next step (see the top of this file). Throws when finished() or on any error.
   StepRecord step();
   // Waits until every update handed to the communication thread is applied; rethrows its error. The wait counts as
-  // exposed communication in totals().
+  // exposed communication in totals(), and the collectives and codec time that finished up to here count in its
+  // communication and codec time.
   void drain();
 
   const TrainerTotals& totals() const noexcept { return totals_; }
@@ -237,6 +243,8 @@ class SyncTrainer {
   uint64_t checksum();
 
  private:
+  // The communication and codec time that finished since counted_, into `times`; counted_ moves up to now.
+  void countCommSince(StepTimes& times);
   // The gate the trainer installs in the workload: charges the forward up to `layer`, waits for its update.
   void gate(int layer);
   // The FLOP model's forward charges up to `layer` (rt::charge), each a compute segment of the step trace.
@@ -256,6 +264,10 @@ class SyncTrainer {
   TrainerTotals totals_;
   int64_t handed_step_ = -1;   // the last step whose forwardBackward returned (all its tensors fed)
   int64_t drained_step_ = -1;  // the last step drain() has waited for
+  // The communication counters as last added to totals_ (at the end of step() or in drain()): each step and drain adds
+  // what finished since, so time that finishes between steps -- a drain's wait, a non-gating workload's wait before
+  // its pass -- still counts once.
+  CommCounters counted_;
   // Gradient accumulation (accumulation_steps > 1): the weighted sum of the step's micro-batch gradients so far.
   std::vector<std::vector<float>> accumulated_;
 
