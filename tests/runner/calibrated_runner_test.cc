@@ -316,21 +316,10 @@ TEST(CalibratedRun, CodecsAreTimedOnTheModelsGradientWhichTheirKeysName) {
   const auto big = std::count_if(w.begin(), w.end(), [](float x) { return std::abs(x) >= 0.03f; });
   EXPECT_LT(static_cast<double>(big), 0.2 * static_cast<double>(w.size())) << big << " of " << w.size();
 
-  // And the calibration times the codecs on them: threshold at tau 0.03 keeps a few percent of this gradient and costs
-  // well under threshold at tau 1e-9, which keeps all of it (on unit gaussians the two kept 98% and 100%, and cost
-  // the same).
-  setenv("XDG_CACHE_HOME", freshDir("cal_cache_threshold").c_str(), 1);
-  const auto thresholdCost = [&](const std::string& tau) {
-    std::string text = calibratedStudy("", "threshold");
-    const std::string plain = "name: \"threshold\" }";
-    text.replace(text.find(plain), plain.size(),
-                 "name: \"threshold\" params { key: \"tau\" value: \"" + tau + "\" } }");
-    return largestTensorCodecCost(calibrate({experiment(text), data, loader, std::nullopt}));
-  };
-  const double sparse = thresholdCost("0.03");
-  const double all = thresholdCost("1e-9");
-  EXPECT_GT(sparse, 0);
-  EXPECT_LT(sparse, 0.5 * all) << "tau 0.03: " << sparse << " s, tau 1e-9: " << all << " s";
+  // That the calibration times the codecs on these gradients is what the equality above shows. A timing claim on top
+  // (threshold at tau 0.03, keeping a few percent, cheaper than at 1e-9, keeping all) held on some CPUs and not on
+  // others: on a Xeon with AVX-512 the sparse one's compaction cost 1.05x the full copy, every run. Costs are for the
+  // benchmarks to show, not a unit test.
 
   // The codec's key names the data it was timed on: another workload or data is another key; the run's seed (the
   // gradient is taken at kCalibrationSeed's initialization) and the learning rate, which the codec never sees, are not.
