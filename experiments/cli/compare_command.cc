@@ -78,6 +78,7 @@ int compareCommand(const std::vector<std::string>& args) {
   for (auto& w : results::pluginHashWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::cpuWarnings(runs)) warnings.push_back(std::move(w));
   for (auto& w : results::gemmWarnings(runs)) warnings.push_back(std::move(w));
+  for (auto& w : results::calibrationWarnings(runs)) warnings.push_back(std::move(w));
 
   if (vm.count("baseline") && !runs.empty()) {
     // A misspelt baseline would give a table without ratios and exit 0 (a script would keep it): refused, with the

@@ -509,6 +509,41 @@ std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs) {
   return out;
 }
 
+std::vector<std::string> calibrationWarnings(const std::vector<RunData>& runs) {
+  // study -> kernel -> the first time seen and its run; tables of different variants hold different kernels (each
+  // its own codec's), so only a kernel two tables share can disagree.
+  std::map<std::string, std::map<std::string, std::pair<double, const RunData*>>> first;
+  struct Differs {
+    std::string kernel;
+    double a = 0, b = 0;
+    const RunData* ra = nullptr;
+    const RunData* rb = nullptr;
+    std::set<std::string> kernels;
+  };
+  std::map<std::string, Differs> differs;
+  for (const auto& r : runs) {
+    for (const auto& [kernel, seconds] : r.calibration) {
+      const auto [it, fresh] = first[r.study].emplace(kernel, std::pair{seconds, &r});
+      if (fresh || it->second.first == seconds) continue;
+      Differs& d = differs[r.study];
+      if (d.kernels.empty()) d = {kernel, it->second.first, seconds, it->second.second, &r, {}};
+      d.kernels.insert(kernel);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [study, d] : differs) {
+    std::ostringstream msg;
+    msg << "study " << study << ": its simulated runs were charged from different calibration tables, so their times "
+        << "differ by the measurement too (a few percent): kernel '" << d.kernel << "' costs " << d.a << " s in "
+        << d.ra->variant << " and " << d.b << " s in " << d.rb->variant;
+    if (d.kernels.size() > 1) msg << " (" << d.kernels.size() << " kernels differ)";
+    msg << "; run them with one table (simulation.calibration: " << (d.ra->dir / "calibration.json").string()
+        << ") to compare like with like";
+    out.push_back(msg.str());
+  }
+  return out;
+}
+
 std::vector<std::string> gemmWarnings(const std::vector<RunData>& runs) {
   // study -> kernel -> its runs, in the order given.
   std::map<std::string, std::map<std::string, std::vector<const RunData*>>> seen;

@@ -159,4 +159,10 @@ std::vector<std::string> cpuWarnings(const std::vector<RunData>& runs);
 // each kernel and its runs. Runs recorded before the field existed (or without a model of terse's) are left out.
 std::vector<std::string> gemmWarnings(const std::vector<RunData>& runs);
 
+// Simulated runs of one study charged from calibration tables that give one kernel different times (each commit and
+// machine measures its own table, and a rerun of some variants after a rebuild measures again): their simulated
+// times then differ by the measurement too, a few percent, as much as a scheduler's effect. One warning per study,
+// naming the first kernel that differs, its two times and runs, and how many kernels differ.
+std::vector<std::string> calibrationWarnings(const std::vector<RunData>& runs);
+
 }  // namespace terse::results

@@ -292,6 +292,24 @@ void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>
   }
 }
 
+// The kernel times of a simulated run's table (calibrationWarnings compares them across a study's runs).
+void readCalibration(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  if (!run.simulated || !fs::exists(path, ec)) return;
+  auto text = readFile(path, warnings);
+  if (!text) return;
+  std::string error;
+  const auto json = parseJsonObject(*text, &error);
+  const Json* seconds = json ? findMember(*json, "seconds") : nullptr;
+  if (seconds == nullptr || !seconds->is_object()) {
+    warnings.push_back(path.string() + ": not a calibration table (" + (json ? "no \"seconds\" object" : error) +
+                       "); ignored");
+    return;
+  }
+  for (const auto& [key, value] : seconds->items())
+    if (value.is_number()) run.calibration[key] = value.get<double>();
+}
+
 }  // namespace
 
 RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
@@ -302,6 +320,7 @@ RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
   readStatus(dir / std::string(kStatusFile), run, warnings);
   detail::readConfig(dir / std::string(kConfigFile), run, warnings);
   readProvenance(dir / std::string(kProvenanceFile), run, warnings);
+  readCalibration(dir / "calibration.json", run, warnings);
   readMetrics(dir / std::string(kMetricsFile), run, warnings);
   // A variant may itself be named seed-3; its config then has no `seeds` and it stays a variant of its study.
   const std::string name = dir.filename().string();

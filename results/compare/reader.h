@@ -65,6 +65,9 @@ struct RunData {
   std::vector<std::string> data_fields;
   std::string config_sha256;  // of config.textproto's bytes; empty without one
   std::optional<Json> provenance;
+  // A simulated run's calibration.json "seconds": the kernel times it charged (experiments/runner/calibration.h);
+  // empty without one (the FLOP model, real time, a table that did not parse).
+  std::map<std::string, double> calibration;
   std::string compressor;  // the loaded compressor's name; empty when neither provenance nor config says
   bool error_feedback = false;
   double momentum_correction = 0;

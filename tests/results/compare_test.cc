@@ -792,6 +792,37 @@ TEST(GemmProvenance, RecordedAndWarnedWhenOneStudyMixesKernels) {
   EXPECT_NE(provenanceTableMarkdown(old).find("| testhost, " + a.cpu + " |"), std::string::npos);
 }
 
+// Simulated runs of one study charged from tables that give a kernel two times (a rerun after a rebuild measured
+// again; a user's study saw 156.0 against 145.8 us of compute a step for one variant's seeds): warned, naming the
+// kernel, both times and runs. Tables that share no kernel, or agree on those they share, are fine.
+TEST(CalibrationProvenance, WarnedWhenOneStudysTablesDisagree) {
+  const fs::path root = freshDir("CalibrationProvenance");
+  RunSpec a("s", "a", "none", false, {{100, 0.8, 1000, 1.0}});
+  a.simulated = true;
+  RunSpec b = a;
+  b.variant = "b";
+  RunSpec c = a;
+  c.variant = "c";
+  const auto table = [](const std::string& seconds) {
+    return "{\"format\":\"terse-calibration-v1\",\"cpu\":\"x\",\"flags\":\"\",\"commit\":\"c\",\"seconds\":{" +
+           seconds + "}}\n";
+  };
+  const fs::path da = writeRun(root / "mixed", a), db = writeRun(root / "mixed", b), dc = writeRun(root / "mixed", c);
+  appendText(da / "calibration.json", table("\"fwd\":1.5e-4,\"enc topk\":2e-5"));
+  appendText(db / "calibration.json", table("\"fwd\":1.5e-4,\"enc fp16\":1e-5"));  // agrees on fwd
+  appendText(dc / "calibration.json", table("\"fwd\":1.4e-4,\"enc fp16\":1e-5"));
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "mixed"}, w);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_TRUE(w.empty()) << joined(w);
+  const auto warnings = calibrationWarnings(runs);
+  ASSERT_EQ(warnings.size(), 1u) << joined(warnings);
+  for (const char* part : {"study s: its simulated runs were charged from different calibration tables",
+                           "kernel 'fwd' costs 0.00015 s in a and 0.00014 s in c", "simulation.calibration: "})
+    EXPECT_NE(warnings[0].find(part), std::string::npos) << part << " in " << warnings[0];
+  EXPECT_TRUE(calibrationWarnings(std::vector<RunData>(runs.begin(), runs.begin() + 2)).empty());
+}
+
 TEST(CpuProvenance, DescriptionFromCpuinfo) {
   // Two blocks of Linux's /proc/cpuinfo as an AMD Zen 5 guest shows them (fields trimmed).
   const std::string zen5 =
