@@ -64,12 +64,18 @@ void say(const std::string& line) {
   std::fflush(stderr);
 }
 
-// Whether a second stop signal has come (taken here, so it is not left pending). The signals stay blocked in every
-// thread of this process: only this thread can see them, and it does so between the slices of its waits.
+// Whether a second SIGINT or SIGTERM has come (taken here, so it is not left pending). The signals stay blocked in
+// every thread of this process: only this thread can see them, and it does so between the slices of its waits. A
+// SIGHUP is taken and dropped: a closed terminal sends it twice within milliseconds (the shell to its jobs, the kernel
+// to the foreground group), which is no user asking twice.
 bool secondSignal() {
   const sigset_t set = stopSet();
   const timespec now{};
-  return ::sigtimedwait(&set, nullptr, &now) > 0;
+  for (;;) {
+    const int sig = ::sigtimedwait(&set, nullptr, &now);
+    if (sig <= 0) return false;
+    if (sig != SIGHUP) return true;
+  }
 }
 
 enum class Wait { kOwnerDone, kTimedOut, kSecondSignal };

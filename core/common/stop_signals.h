@@ -14,8 +14,9 @@
 //   2. when a child process does the work on the folder (a Delegate: the PyTorch driver, a simulation), sends it the
 //      signal (SIGINT only when the child has not ended 2 s later: Ctrl-C reaches it from the terminal) and waits, up
 //      to kDelegateGrace, for its owner to settle the folder after it ended (the error then starts with describe():
-//      results/result_writer.h); a child still there then is killed. A second stop signal during these waits (Ctrl-C
-//      pressed again, a scheduler's repeated SIGTERM) ends them: the child is killed at once;
+//      results/result_writer.h); a child still there then is killed. A second SIGINT or SIGTERM during these waits
+//      (Ctrl-C pressed again, a scheduler's repeated SIGTERM) ends them: the child is killed at once (a repeated
+//      SIGHUP does not: a closed terminal sends two);
 //   3. calls the `record` function given to install(): the runner's marks every folder still "running" failed;
 //   4. ends the process by the same signal with its default action, so the parent shell sees the true cause (exit
 //      status 128 + signal, and a shell's own SIGINT handling).

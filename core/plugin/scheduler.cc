@@ -287,15 +287,21 @@ std::vector<Chunk> Scheduler::partition(const SchedTensor& tensor) {
   // 0 or a slice at least the tensor's size: the whole tensor; an empty tensor is still one (empty) chunk so that its
   // completion is observable like any other tensor's.
   if (chunk_numel == 0 || chunk_numel >= tensor.numel) chunk_numel = tensor.numel;
+  const uint64_t asked = chunk_numel;
   // A matrix is cut at whole rows, so that each chunk is a matrix too (chunkTensorInfo): a chunk cut mid-row is a
   // vector, which PowerSGD cannot factor and sent whole (a 512 KiB chunk of a 256x784 layer as raw f32).
-  if (tensor.row_numel > 1 && chunk_numel < tensor.numel && tensor.numel % tensor.row_numel == 0)
-    chunk_numel = std::max(tensor.row_numel, chunk_numel / tensor.row_numel * tensor.row_numel);
+  // A row longer than the chunk is cut as asked: a single row is no matrix worth factoring either, and a whole row
+  // would take away the preemption granularity the scheduler chose.
+  if (tensor.row_numel > 1 && chunk_numel >= tensor.row_numel && chunk_numel < tensor.numel &&
+      tensor.numel % tensor.row_numel == 0)
+    chunk_numel = chunk_numel / tensor.row_numel * tensor.row_numel;
   const uint64_t count = tensor.numel == 0 ? 1 : (tensor.numel + chunk_numel - 1) / chunk_numel;
   if (count > kMaxChunksPerTensor) {
     std::ostringstream o;
-    o << "partition answered chunk_numel " << chunk_numel << " for tensor " << tensor.tensor_id << " of numel "
-      << tensor.numel << ": " << count << " chunks, above the limit of " << kMaxChunksPerTensor;
+    o << "partition answered chunk_numel " << asked << " for tensor " << tensor.tensor_id << " of numel "
+      << tensor.numel;
+    if (asked != chunk_numel) o << " (" << chunk_numel << " in whole rows of " << tensor.row_numel << ")";
+    o << ": " << count << " chunks, above the limit of " << kMaxChunksPerTensor;
     s.violation(o.str());
   }
   std::vector<Chunk> out;

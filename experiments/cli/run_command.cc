@@ -11,9 +11,9 @@
 // module, model, data or device) or whose module failed before training (runner::WorkloadRefused) is not followed by
 // the variants that share that workload.
 //
-// --set overrides one field of every variant (experiments/config/field_override.h) before the checks, so an override
-// is checked as the file's values are, and the folder's config.textproto holds it. Under `terse launch` every rank
-// runs this same command line, so every rank applies the same overrides to the same file.
+// --set overrides one field of every variant, or of the selected ones (experiments/config/field_override.h), before
+// the checks, so an override is checked as the file's values are, and the folder's config.textproto holds it. Under
+// `terse launch` every rank runs this same command line, so every rank applies the same overrides to the same file.
 //
 // Stopped by SIGTERM, SIGHUP or SIGINT (a scheduler, a closed session, Ctrl-C), the process marks the folder of the
 // variant in progress failed, naming the signal, starts no later variant and ends by that signal: a thread of
@@ -58,7 +58,8 @@ constexpr std::string_view kUsage =
     "results/<study>/<variant>/{config.textproto,provenance.json,metrics.jsonl,status.json}. The whole config is\n"
     "checked first; with --variant, only the selected variants' compressor and scheduler plugins must be found.\n"
     "\n"
-    "--set PATH=VALUE sets one field of every variant, over the base's and the variant's value, before the checks:\n"
+    "--set PATH=VALUE sets one field of every variant (with --variant, of the selected ones), over the base's and\n"
+    "the variant's value, before the checks:\n"
     "PATH is a dotted field path (experiments/configs/README.md), VALUE as the file would spell it (a string may be\n"
     "bare; a list is [a, b] and replaces the list; a map entry is PATH.KEY=VALUE), e.g.\n"
     "  terse run study.textproto --set epochs=1 --set optimizer.lr=0.05 --set compressor.params.ratio=0.01\n"
@@ -96,7 +97,7 @@ int runCommand(const std::vector<std::string>& args) {
   options.add_options()("help,h", "show this help")("variant", po::value<std::vector<std::string>>()->composing(),
                                                     "run only this variant (repeatable)")(
       "set", po::value<std::vector<std::string>>()->composing(),
-      "PATH=VALUE: set this field of every variant, e.g. epochs=1 (repeatable)")(
+      "PATH=VALUE: set this field of every variant (with --variant: of those selected), e.g. epochs=1 (repeatable)")(
       "workers", po::value<int>(), "override the number of workers of every variant (as --set workers=N)")(
       "seeds", po::value<std::string>(),
       "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's seeds and seed")(

@@ -801,10 +801,11 @@ void modeSupported(Checks& c, const Experiment& e, const Ctx& ctx) {
 void stalenessNeedsSsp(Checks& c, const Experiment& e, const Ctx&) {
   if (e.staleness_bound() > 0 && e.mode() != Experiment::SSP)
     c.fail("staleness_bound") << " only applies with mode SSP, got mode " << Experiment::Mode_Name(e.mode());
-  // Left to a default, SSP would run in lockstep (s = 0, SYNC through the parameter server) under SSP's name.
+  // Left to a default, SSP would run in lockstep (s = 0, SYNC through the parameter server) under SSP's name. Said of
+  // `mode`, the field that was set (in the file, or by --set mode=SSP, which the message then names).
   if (e.mode() == Experiment::SSP && !e.has_staleness_bound())
-    c.fail("staleness_bound") << ": mode SSP needs it set: how many steps a worker may run ahead of the slowest, e.g. "
-                                 "staleness_bound: 2 (0 is lockstep, the parameter server's BSP)";
+    c.fail("mode") << ": SSP needs staleness_bound set: how many steps a worker may run ahead of the slowest, e.g. "
+                      "staleness_bound: 2 (0 is lockstep, the parameter server's BSP)";
 }
 
 bool asyncMode(const Experiment& e) {

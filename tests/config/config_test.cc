@@ -229,7 +229,7 @@ TEST_F(ConfigTest, SspNeedsItsBound) {
   options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP};
   const auto errors = errorsOf(kMinimal + "workers: 2\nmode: SSP\n");
   ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
-  EXPECT_NE(errors[0].find("staleness_bound: mode SSP needs it set"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find(": mode: SSP needs staleness_bound set"), std::string::npos) << errors[0];
   EXPECT_EQ(load(kMinimal + "workers: 2\nmode: SSP\nstaleness_bound: 0\n").experiments.at(0).staleness_bound(), 0);
   const Experiment async = load(kMinimal + "workers: 2\nmode: ASYNC\n").experiments.at(0);
   EXPECT_TRUE(async.has_staleness_bound());

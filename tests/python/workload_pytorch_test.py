@@ -653,6 +653,12 @@ def data(rank, world):
 '''
 
 
+# UNUSED_BRANCH's branch on rank 0 always, on rank 1 only on odd calls (the check forward is the first).
+RANK1_SKIPS = (UNUSED_BRANCH.replace("def data(rank, world):\n", "def data(rank, world):\n    RANK[0] = rank\n")
+               .replace("import torch\n", "import torch\nRANK = [0]\n", 1)
+               % ("spare on rank 1's odd calls", "RANK[0] != 1 or self.calls % 2 == 1"))
+
+
 def unused_parameters(tmp):
     open(os.path.join(tmp, "never.py"), "w").write(UNUSED_BRANCH % ("spare is never used", "False"))
     # The check forward is the first call: it takes the branch, the first step does not, the second does again.
@@ -679,6 +685,26 @@ variants { name: "sometimes" overrides { workload { pytorch { module: "sometimes
           >= 0, "sometimes: %s\n%s" % (sometimes, p.stderr))
     check("Traceback" not in p.stderr, "unused: a traceback:\n%s" % p.stderr)
     print("unused_parameters: %s" % sometimes["error"][:200])
+
+    # Under terse launch, a step that skips the branch on rank 1 alone: rank 1 is refused naming the field, rank 0
+    # fails in the collective rank 1 never joined. A failure of the variant on both, not a refusal of the workload
+    # (train.py _TRAINING): both ranks run the next variant, where rank 1 alone skipped it and rank 0 waited for it.
+    open(os.path.join(tmp, "rank1_skips.py"), "w").write(RANK1_SKIPS)
+    cfg = os.path.join(tmp, "rank1_skips.textproto")
+    open(cfg, "w").write(study("r1skips", 'module: "rank1_skips.py" max_steps_per_epoch: 4',
+                               'variants { name: "v" } variants { name: "w" overrides { optimizer { lr: 0.1 } } }',
+                               transport="TCP", extra='tcp { timeout: "20s" }'))
+    p = run([ARGS.terse, "launch", "-n", "2", "--", ARGS.terse, "run", cfg, "--out", out], cwd=tmp, expect_ok=False,
+            timeout=300)
+    check(p.returncode != 0, "rank1_skips: terse launch succeeded:\n%s" % p.stdout)
+    check("skipped" not in p.stderr, "rank1_skips: a rank skipped the next variant:\n%s" % p.stderr)
+    for variant in ("v", "w"):
+        status = json.load(open(os.path.join(out, "r1skips", variant, "status.json")))
+        check(status["state"] == "failed" and not status["error"].startswith("skipped"),
+              "rank1_skips: %s: %s\n%s" % (variant, status, p.stderr))
+    check(p.stderr.count("workload.pytorch.find_unused_parameters: a step of the model left parameters") >= 2,
+          "rank1_skips: rank 1 was not refused in both variants:\n%s" % p.stderr)
+    print("unused_parameters: under terse launch both ranks ran both variants")
 
 
 PROV_MODEL = """

@@ -189,7 +189,7 @@ TEST(PriorityScheduler, UrgentLateChunkOvertakesQueuedOnes) {
 
 // A matrix is cut at whole rows (scheduler_v1.h, partition): each chunk keeps the matrix shape, which PowerSGD needs
 // (a chunk cut mid-row is a vector, which it sent whole, as raw f32). 512 KiB of a 256x784 f32 layer is 167.2 rows:
-// chunks of 167 rows and one of 89; a row longer than the chunk goes alone; a vector is cut as the plugin says.
+// chunks of 167 rows and one of 89; a row longer than the chunk, and a vector, are cut as the plugin says.
 TEST(PriorityScheduler, AMatrixIsCutAtWholeRows) {
   auto l = loader();
   auto s = l.loadScheduler("priority")->instantiate({{"partition_bytes", "524288"}});
@@ -209,9 +209,9 @@ TEST(PriorityScheduler, AMatrixIsCutAtWholeRows) {
     return sizes;
   };
   EXPECT_EQ(cut(0, 256 * 784, 784), (std::vector<uint64_t>{167 * 784, 89 * 784}));
-  EXPECT_EQ(cut(1, 3 * 200000, 200000), (std::vector<uint64_t>{200000, 200000, 200000}));  // a row is 800 kB
-  EXPECT_EQ(cut(2, 200000, 0), (std::vector<uint64_t>{131072, 68928}));                    // a vector
-  EXPECT_EQ(cut(3, 1000 * 10, 10), (std::vector<uint64_t>{10000}));                        // fits whole
+  EXPECT_EQ(cut(1, 2 * 200000, 200000), (std::vector<uint64_t>{131072, 131072, 131072, 6784}));  // rows of 800 kB
+  EXPECT_EQ(cut(2, 200000, 0), (std::vector<uint64_t>{131072, 68928}));                          // a vector
+  EXPECT_EQ(cut(3, 1000 * 10, 10), (std::vector<uint64_t>{10000}));                              // fits whole
 }
 
 TEST(FusionScheduler, BucketsRespectTheCapKeepReadyOrderAndFlush) {

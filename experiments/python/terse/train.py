@@ -527,18 +527,25 @@ def check_fit(spec, model, data, device, rank, world, loss=None):
                                         'model (model.float()), or train on device "cuda" (NCCL)'
                                         % (path, kind, name, _dtype(t), torch.__version__))
     n = min(spec.batch, len(train))
-    x, y = train.head(n)
-    x, y = x.to(device), y.to(device)
     first = "the train Dataset's first %d items" % n if train.dataset else "train_x[:%d]" % n
     floats = sorted({_dtype(p) for p in model.parameters() if p.is_floating_point()})
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     skipped = False
-    # A forward may draw from Python's and numpy's global generators too (a random crop, dropout of one's own):
-    # training's first step must see them as they were. numpy only when something imported it: its state cannot have
-    # changed otherwise.
+    # A forward, and a Dataset's items (a random crop in its transform), may draw from Python's and numpy's global
+    # generators too: training's first step must see them as they were. numpy only when something imported it: its
+    # state cannot have changed otherwise (but for a Dataset that imports numpy in its first __getitem__ and draws).
     py_random = random.getstate()
     numpy = sys.modules.get("numpy")
     np_random = numpy.random.get_state() if numpy is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            x, y = train.head(n)
+    except BaseException:
+        random.setstate(py_random)
+        if np_random is not None:
+            numpy.random.set_state(np_random)
+        raise
+    x, y = x.to(device), y.to(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         try:
             out = model(x)

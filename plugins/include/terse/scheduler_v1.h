@@ -86,9 +86,9 @@ typedef struct terse_scheduler_v1 {
 
   /* Says how to cut a ready tensor: *chunk_numel elements per chunk (the last one shorter), or 0 for the whole tensor
    * as one chunk. The core cuts a matrix (a tensor of 2 or more dimensions, viewed as rows of its first dimension) at
-   * whole rows: *chunk_numel rounded down to a multiple of the row, at least one row, so that every chunk keeps the
-   * matrix shape (PowerSGD factors a matrix, and sends a vector whole). Does not block; does not enqueue anything (the
-   * core calls enqueue with the resulting chunks). */
+   * whole rows where a row fits in *chunk_numel: rounded down to a multiple of the row, so that every chunk keeps the
+   * matrix shape (PowerSGD factors a matrix, and sends a vector whole); a row longer than *chunk_numel is cut as
+   * asked. Does not block; does not enqueue anything (the core calls enqueue with the resulting chunks). */
   terse_status_v1 (*partition)(void* ctx, const terse_sched_tensor_v1* tensor, uint64_t* chunk_numel);
 
   /* Takes the chunks of one ready tensor, in offset order (count >= 1). The array is valid during the call only: copy
