@@ -182,7 +182,7 @@ void GroupScheduler::admit(const Ready& r) {
   t.step = r.step;
   t.layer_index = p.layer;
   t.num_layers = workload_.numLayers();
-  if (p.shape.size() >= 2 && p.shape.front() > 0) t.row_numel = p.numel() / static_cast<uint64_t>(p.shape.front());
+  if (p.shape.size() >= 2 && p.shape.front() > 0) t.row_numel = p.rowLength();
   std::vector<Chunk> chunks = scheduler_->partition(t);
   // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
   for (Chunk& c : chunks) c.wire_bytes = pipelines_.chunk(c).maxPayloadBytes();

@@ -315,6 +315,12 @@ namespace {
 //     text means the same wherever it is read (a hook script's ResultsLogger hashes the file it names);
 //   - no data.dataset_dir, train_subset or test_subset where the run reads no Fashion-MNIST (a module's data(), or a
 //     torchvision model on SYNTHETIC images): a config must not claim a data set the run did not read.
+// Whether `variant` is among `selected`, a run's --variant list (ConfigOptions::plugin_variants); an empty list selects
+// every variant.
+bool isSelected(const std::vector<std::string>& selected, const std::string& variant) {
+  return selected.empty() || std::find(selected.begin(), selected.end(), variant) != selected.end();
+}
+
 // Whether the run reads data.dataset_dir, train_subset and test_subset: every workload but pytorch's module and
 // SYNTHETIC images (GloVe reads its corpus, yet its resolved configs have always kept them).
 bool readsFashionMnist(const Experiment& e) {
@@ -446,10 +452,6 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   // A variant the run did not select has its plugins' names checked for being set, nothing loaded.
   ConfigOptions names_only = options;
   names_only.loader = nullptr;
-  auto loadsPlugins = [&](const Experiment& e) {
-    const auto& selected = options.plugin_variants;
-    return selected.empty() || std::find(selected.begin(), selected.end(), e.variant()) != selected.end();
-  };
   for (std::size_t k = 0; k < study.experiments.size(); ++k) {
     if (errors.size() >= kMaxReportedErrors) {
       truncated = true;  // the variants after k are not checked: there may be more
@@ -458,7 +460,7 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     // One experiment's errors in the file's order (those without a place last): the checks run table by table, rule
     // by rule, and the reader goes down the file.
     std::vector<std::pair<pb::TextFormat::ParseLocation, std::string>> found;
-    const bool loads = loadsPlugins(study.experiments[k]);
+    const bool loads = isSelected(options.plugin_variants, study.experiments[k].variant());
     for (const auto& message :
          validateExperiment(study.experiments[k], loads ? options : names_only, loads ? &plugin_checks : nullptr)) {
       const std::string path = pathOf(message);
@@ -509,12 +511,9 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   // resolved configs) would change nothing, silently.
   for (const auto& o : options.overrides) {
     if (o.path != "data.dataset_dir" && o.path != "data.train_subset" && o.path != "data.test_subset") continue;
-    bool read = false;
-    for (const Experiment& e : study.experiments)
-      if ((options.plugin_variants.empty() || std::find(options.plugin_variants.begin(), options.plugin_variants.end(),
-                                                        e.variant()) != options.plugin_variants.end()) &&
-          readsFashionMnist(e))
-        read = true;
+    const bool read = std::any_of(study.experiments.begin(), study.experiments.end(), [&](const Experiment& e) {
+      return isSelected(options.plugin_variants, e.variant()) && readsFashionMnist(e);
+    });
     if (!read)
       keep(o.where +
            ": no variant it applies to reads Fashion-MNIST: a pytorch module's data(rank, world) gives its "
@@ -558,7 +557,7 @@ std::vector<Experiment> resolveVariants(const Experiment& file, const std::vecto
     Experiment e = base;
     mergeOverrides(e, v.overrides());
     e.set_variant(v.name());
-    if (only.empty() || std::find(only.begin(), only.end(), v.name()) != only.end())
+    if (isSelected(only, v.name()))
       for (const auto& o : overrides) applyFieldOverride(e, o);
     applyDefaults(e);
     out.push_back(std::move(e));

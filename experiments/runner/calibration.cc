@@ -895,17 +895,15 @@ CalibrationOutcome resolveTable(
     for (const std::string& k : keys)
       if (!cache.seconds.count(k)) missing.push_back(k);
     if (!missing.empty()) {
-      std::map<std::string, double> measured;
+      std::map<std::string, double> measured, ours;
       measure(missing, measured);
       for (const std::string& k : missing) {
         TERSE_CHECK(measured.count(k), InternalError, "calibration did not measure kernel '" << k << "'");
-        cache.seconds[k] = measured[k];
+        ours[k] = measured[k];
       }
       std::filesystem::create_directories(dir, ec);
       TERSE_CHECK(!ec, InvalidArgument,
                   "the calibration cache " << dir.string() << " cannot be created: " << ec.message());
-      std::map<std::string, double> ours;
-      for (const std::string& k : missing) ours[k] = cache.seconds[k];
       cache = mergeIntoCalibrationCache(file, here, ours);
       // What this run timed and charges; a key another run wrote first is charged at that run's time.
       for (const std::string& k : missing)

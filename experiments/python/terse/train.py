@@ -320,7 +320,7 @@ class DatasetExamples:
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
             raise WorkloadError("%s: %s of the %s Dataset collate to %s; an item's x and y must be tensors, numpy "
                                 "arrays or numbers" % (self.where, what, self.part, _describe(item)))
-        if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+        if not _class_indices(y):
             raise WorkloadError("%s: %s of the %s Dataset have labels of %s; labels are class indices, of an integer "
                                 "type (int, or a tensor of torch.long)" % (self.where, what, self.part, _dtype(y)))
         if self.classes is not None:
@@ -390,6 +390,11 @@ class DatasetExamples:
         return self._read(self._loader(batch, generator=torch.Generator().manual_seed(0)))
 
 
+def _class_indices(labels):
+    """Whether `labels` (a tensor) are of a dtype that holds class indices: an integer one, not bool."""
+    return not (labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool)
+
+
 # cross_entropy's ignore_index: the label of a position no loss or accuracy counts (a sequence's padding).
 _IGNORED_LABEL = -100
 
@@ -455,7 +460,7 @@ def user_data(spec, user, rank, world, device):
         if len(x) != len(y) or len(y) == 0:
             raise WorkloadError("%s: %s_x holds %d examples and %s_y %d labels; expected as many, at least one"
                                 % (where, part, len(x), part, len(y)))
-        if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+        if not _class_indices(y):
             raise WorkloadError("%s: %s_y is %s; labels are class indices, of an integer dtype such as torch.long "
                                 "(y.long() converts whole numbers)" % (where, part, str(y.dtype).replace("torch.", "")))
         out.append(TensorExamples(x, y.long()))
