@@ -1,5 +1,5 @@
-// `terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--workers N] [--seeds LIST] [--out DIR]
-// [--plugin-path P]...`: runs a study.
+// `terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--grid PATH=V1,V2]... [--workers N] [--seeds LIST]
+// [--out DIR] [--plugin-path P]...`: runs a study.
 //
 // The whole study is loaded and validated first (syntax, values, plugins instantiated with their parameters), so a
 // broken config fails with FILE:LINE:COL before any variant trains. With --variant only the selected variants' plugins
@@ -14,6 +14,8 @@
 // --set overrides one field of every variant, or of the selected ones (experiments/config/field_override.h), before
 // the checks, so an override is checked as the file's values are, and the folder's config.textproto holds it. Under
 // `terse launch` every rank runs this same command line, so every rank applies the same overrides to the same file.
+// --grid adds an axis to the study's grid, or gives the file's axis of that field other values
+// (experiments/config/grid.h): every selected variant then runs at every point.
 //
 // Stopped by SIGTERM, SIGHUP or SIGINT (a scheduler, a closed session, Ctrl-C), the process marks the folder of the
 // variant in progress failed, naming the signal, starts no later variant and ends by that signal: a thread of
@@ -51,8 +53,8 @@ namespace {
 namespace po = boost::program_options;
 
 constexpr std::string_view kUsage =
-    "usage: terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--workers N] [--seeds LIST] [--out DIR]\n"
-    "                 [--plugin-path DIR]... [--dry-run | --print-config]\n"
+    "usage: terse run [CONFIG] [--variant NAME]... [--set PATH=VALUE]... [--grid PATH=V1,V2,...]... [--workers N]\n"
+    "                 [--seeds LIST] [--out DIR] [--plugin-path DIR]... [--dry-run | --print-config]\n"
     "\n"
     "Runs every variant of the study in CONFIG (a .textproto; default: the embedded quickstart study) and writes\n"
     "results/<study>/<variant>/{config.textproto,provenance.json,metrics.jsonl,status.json}. The whole config is\n"
@@ -64,6 +66,11 @@ constexpr std::string_view kUsage =
     "bare; a list is [a, b] and replaces the list; a map entry is PATH.KEY=VALUE), e.g.\n"
     "  terse run study.textproto --set epochs=1 --set optimizer.lr=0.05 --set compressor.params.ratio=0.01\n"
     "The results folder's config.textproto holds the overridden values.\n"
+    "\n"
+    "--grid PATH=V1,V2,... makes PATH an axis of the study's grid (or gives the config's axis of PATH these values):\n"
+    "every variant runs once per point of the axes' product, into <variant>.<label>-<value>/, and terse compare\n"
+    "gives each point its own table, e.g.\n"
+    "  terse run study.textproto --grid link.bandwidth=1Gbps,10Gbps,100Gbps --grid workers=4,8\n"
     "\n"
     "--dry-run checks the study as a run would and lists the runs it would make, with their folders, writing nothing;\n"
     "--print-config also prints each run's resolved config (defaults, the variant's settings and --set applied).";
@@ -98,6 +105,8 @@ int runCommand(const std::vector<std::string>& args) {
                                                     "run only this variant (repeatable)")(
       "set", po::value<std::vector<std::string>>()->composing(),
       "PATH=VALUE: set this field of every variant (with --variant: of those selected), e.g. epochs=1 (repeatable)")(
+      "grid", po::value<std::vector<std::string>>()->composing(),
+      "PATH=V1,V2,...: run every variant at each value of this field (an axis of the study's grid; repeatable)")(
       "workers", po::value<int>(), "override the number of workers of every variant (as --set workers=N)")(
       "seeds", po::value<std::string>(),
       "run every variant once per seed in LIST (e.g. 1,2,3), replacing the config's seeds and seed")(
@@ -164,6 +173,7 @@ int runCommand(const std::vector<std::string>& args) {
     config_options.module_dir = config_dir;
   }
   if (vm.count("variant")) config_options.plugin_variants = vm["variant"].as<std::vector<std::string>>();
+  if (vm.count("grid")) config_options.grid = vm["grid"].as<std::vector<std::string>>();
   std::vector<experiments::Experiment> experiments;
   try {
     if (vm.count("set"))

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "experiments/config/config_table.h"
+#include "experiments/config/grid.h"
 #include "experiments/config/ignore_errors.h"
 
 namespace terse::experiments {
@@ -280,6 +281,9 @@ int listLimit(const pb::FieldDescriptor& field) {
         {f(Optimizer::descriptor(), "milestones"), limits::kMilestones},
         {f(LinkEmulation::descriptor(), "overrides"), limits::kLinkOverrides},
         {f(PluginSpec::descriptor(), "params"), limits::kPluginParams},
+        {f(Experiment::descriptor(), "grid"), limits::kGridAxes},
+        {f(GridAxis::descriptor(), "values"), limits::kGridValues},
+        {f(GridPoint::descriptor(), "coordinates"), limits::kGridAxes},
     };
   }();
   const auto it = limits_by_field.find(&field);
@@ -315,10 +319,48 @@ namespace {
 //     text means the same wherever it is read (a hook script's ResultsLogger hashes the file it names);
 //   - no data.dataset_dir, train_subset or test_subset where the run reads no Fashion-MNIST (a module's data(), or a
 //     torchvision model on SYNTHETIC images): a config must not claim a data set the run did not read.
-// Whether `variant` is among `selected`, a run's --variant list (ConfigOptions::plugin_variants); an empty list selects
-// every variant.
-bool isSelected(const std::vector<std::string>& selected, const std::string& variant) {
-  return selected.empty() || std::find(selected.begin(), selected.end(), variant) != selected.end();
+// Whether `variant` (a file's variant name, `file_name`, at a grid point named `variant`) is among `selected`, a run's
+// --variant list (ConfigOptions::plugin_variants); an empty list selects every variant.
+bool isSelectedName(const std::vector<std::string>& selected, const std::string& variant,
+                    const std::string& file_name) {
+  return selected.empty() || std::find(selected.begin(), selected.end(), variant) != selected.end() ||
+         std::find(selected.begin(), selected.end(), file_name) != selected.end();
+}
+
+// Resolves the file's variants at every point of `axes` (resolveVariants).
+std::vector<Experiment> resolveAtPoints(const Experiment& file, const std::vector<ResolvedAxis>& axes,
+                                        const std::vector<FieldOverride>& overrides,
+                                        const std::vector<std::string>& only) {
+  std::vector<Experiment> out;
+  Experiment base = file;
+  base.clear_variants();
+  base.clear_grid();
+  const std::size_t points = gridPoints(axes);
+  std::vector<std::pair<std::string, Experiment>> merged;  // the file's variants, each merged onto the base
+  if (file.variants_size() == 0) {
+    const std::string name = file.has_variant() ? file.variant() : std::string(kBaseVariantName);
+    merged.emplace_back(name, base);
+  } else {
+    base.clear_variant();
+    for (const auto& v : file.variants()) {
+      Experiment e = base;
+      mergeOverrides(e, v.overrides());
+      e.set_variant(v.name());
+      merged.emplace_back(v.name(), std::move(e));
+    }
+  }
+  out.reserve(merged.size() * points);
+  for (const auto& [name, variant] : merged) {
+    for (std::size_t point = 0; point < points; ++point) {
+      Experiment e = variant;
+      placeAtGridPoint(e, name, axes, point);
+      if (isSelectedName(only, e.has_variant() ? e.variant() : name, name))
+        for (const auto& o : overrides) applyFieldOverride(e, o);
+      applyDefaults(e);
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
 }
 
 // Whether the run reads data.dataset_dir, train_subset and test_subset: every workload but pytorch's module and
@@ -350,6 +392,10 @@ void settlePyTorchPaths(Experiment& e, const ConfigOptions& options) {
 
 }  // namespace
 
+bool isSelected(const std::vector<std::string>& selected, const Experiment& e) {
+  return isSelectedName(selected, e.variant(), e.has_grid_point() ? e.grid_point().variant() : e.variant());
+}
+
 Study loadStudy(const std::filesystem::path& path, const ConfigOptions& options) {
   std::ifstream in(path, std::ios::binary);
   TERSE_CHECK(in, InvalidArgument, "cannot read experiment config " << path.string());
@@ -372,6 +418,22 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   Study study;
   study.source = source;
   study.file = parseConfigText(text, source, &tree);
+  // --grid's axes join the file's before any check, so they get the file's checks.
+  std::vector<std::string> axis_option;  // per axis: "--grid TEXT" for the command line's, empty for the file's
+  {
+    std::vector<GridAxis> extra;
+    std::vector<std::string> texts, errors;
+    for (const auto& text_ : options.grid) {
+      try {
+        extra.push_back(parseGridOption(text_));
+        texts.push_back(text_);
+      } catch (const ConfigError& e) {
+        errors.insert(errors.end(), e.errors().begin(), e.errors().end());
+      }
+    }
+    if (!errors.empty()) throwConfigError(__FILE__, __LINE__, "--grid", std::move(errors));
+    mergeGridOptions(study.file, extra, texts, axis_option);
+  }
   const Experiment& file = study.file;
 
   // Structure first: resolving needs unique variant names and overrides that stay inside one experiment, and lists
@@ -423,59 +485,130 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       report(p + ".name " + quoted(v.name()) + " repeats variants[" + std::to_string(it->second) + "].name");
     }
     if (v.overrides().has_study()) report(p + ".overrides.study: a variant cannot change the study");
+    if (v.overrides().grid_size() > 0)
+      report(p + ".overrides.grid: the grid is the study's, every variant runs at its every point");
+    if (v.overrides().has_grid_point()) report(p + ".overrides.grid_point: the loader sets it, at each grid point");
     if (v.overrides().has_variant()) report(p + ".overrides.variant: the variant's name is variants[].name");
     if (v.overrides().variants_size() > 0) report(p + ".overrides.variants: variants do not nest");
   }
+  // The grid's axes, each value parsed as --set parses one; messages name the file's line or the --grid option.
+  auto axisWhere = [&](int axis, int value) {
+    if (const std::string& option = axis_option[static_cast<std::size_t>(axis)]; !option.empty()) return option;
+    const std::string p =
+        "grid[" + std::to_string(axis) + "]" + (value < 0 ? "" : ".values[" + std::to_string(value) + "]");
+    // The parser places a list given in brackets (values: ["1Gbps", "10Gbps"]) at its first entry only.
+    auto loc = locate(&tree, p);
+    if (loc.line < 0) loc = locate(&tree, "grid[" + std::to_string(axis) + "].values");
+    return at(source, loc) + p;
+  };
+  if (file.has_grid_point() && file.grid_size() > 0)
+    report("grid_point: the loader sets it at each point of the grid; a study with a grid does not give it");
+  std::vector<std::string> axis_errors;
+  const std::vector<ResolvedAxis> axes = resolveGridAxes(file, axisWhere, axis_errors);
+  for (auto& e : axis_errors) keep(std::move(e));
+  for (const auto& o : options.overrides)
+    for (std::size_t a = 0; a < axes.size(); ++a)
+      if (pathsOverlap(o.path, axes[a].path))
+        keep(o.where + ": " + axes[a].path + " is an axis of the study's grid (" + axisWhere(static_cast<int>(a), -1) +
+             "); give its values with --grid " + axes[a].path + "=V1,V2,...");
+  const std::uint64_t points = gridPoints(axes);
   // Each variant is a copy of the base: bound the copies' total before making them.
   const std::uint64_t file_bytes = file.ByteSizeLong();
   std::uint64_t base_bytes = file_bytes > variant_bytes ? file_bytes - variant_bytes : 0;
   for (const auto& o : options.overrides) base_bytes += o.patch.ByteSizeLong();  // each copy carries them too
   const auto variants = static_cast<std::uint64_t>(file.variants_size());
-  if (variants > 0 && base_bytes * variants > limits::kResolvedBytes) {
+  const std::uint64_t runs = std::max<std::uint64_t>(variants, 1) * points;
+  if (axes.empty() && variants > 0 && base_bytes * variants > limits::kResolvedBytes) {
     report("variants: " + std::to_string(variants) + " variants, each a copy of a base of " +
            std::to_string(base_bytes) + " bytes, resolve to " + std::to_string(base_bytes * variants) +
            " bytes, more than the limit of " + std::to_string(limits::kResolvedBytes) +
            "; shorten the base's lists or split the study");
+  } else if (!axes.empty() && runs > static_cast<std::uint64_t>(limits::kVariants)) {
+    keep(axisWhere(0, -1) + ": " + std::to_string(std::max<std::uint64_t>(variants, 1)) + " variant(s) at " +
+         std::to_string(points) + " grid points make " + std::to_string(runs) + " runs, more than the limit of " +
+         std::to_string(limits::kVariants) + "; split the study");
+  } else if (!axes.empty() && base_bytes * runs > limits::kResolvedBytes) {
+    keep(axisWhere(0, -1) + ": " + std::to_string(runs) + " runs (variants x grid points), each a copy of a base of " +
+         std::to_string(base_bytes) + " bytes, resolve to " + std::to_string(base_bytes * runs) +
+         " bytes, more than the limit of " + std::to_string(limits::kResolvedBytes) +
+         "; shorten the base's lists or split the study");
   }
   if (!errors.empty()) fail();
 
-  study.experiments = resolveVariants(file, options.overrides, options.plugin_variants);
-  std::set<std::string> reported;  // a base field's error is the same in every variant: say it once
-  // An overridden field's messages, each with the variants it came up in: said once when every variant has it.
+  study.experiments = resolveAtPoints(file, axes, options.overrides, options.plugin_variants);
+  if (!axes.empty()) {
+    // A point's name adds ".<label>-<value>" per axis to the variant's: it must stay one folder's name, and unique.
+    std::unordered_map<std::string_view, std::size_t> named;
+    for (std::size_t k = 0; k < study.experiments.size(); ++k) {
+      const std::string& name = study.experiments[k].variant();
+      if (name.size() > 255) {
+        keep(axisWhere(0, -1) + ": the run of variant " + quoted(study.experiments[k].grid_point().variant()) + " at " +
+             gridPointLabel(axes, k % points) + " would be named " + std::to_string(name.size()) +
+             " bytes long, above a folder name's 255; shorten the labels (grid[].label) or the values");
+        break;
+      }
+      if (const auto [it, fresh] = named.emplace(name, k); !fresh) {
+        keep(axisWhere(0, -1) + ": two runs would be named " + quoted(name) + ": variant " +
+             quoted(study.experiments[it->second].grid_point().variant()) + " at " +
+             gridPointLabel(axes, it->second % points) + " and variant " +
+             quoted(study.experiments[k].grid_point().variant()) + " at " + gridPointLabel(axes, k % points) +
+             "; rename a variant or give the axes other labels");
+        break;
+      }
+    }
+    if (!errors.empty()) fail();
+  }
+  // An error is said once however many runs have it: a base field's is the same in every variant, and a variant's at
+  // every point of the grid. Each line keeps the points it came up at, named when not all.
+  std::vector<std::string> lines;
+  std::unordered_map<std::string, std::set<std::size_t>> line_points;
+  // An overridden field's messages (a --set's, a grid value's), each with the runs it came up in: said once when every
+  // run the override went to has it.
   struct OverrideMessage {
     const FieldOverride* by;
     std::string message;
     std::vector<std::string> variants;
   };
   std::vector<OverrideMessage> by_override;
+  std::unordered_map<const FieldOverride*, std::size_t> applied;  // runs each override went to
   PluginCheckMemo plugin_checks;
   // A variant the run did not select has its plugins' names checked for being set, nothing loaded.
   ConfigOptions names_only = options;
   names_only.loader = nullptr;
   for (std::size_t k = 0; k < study.experiments.size(); ++k) {
-    if (errors.size() >= kMaxReportedErrors) {
-      truncated = true;  // the variants after k are not checked: there may be more
+    if (lines.size() + by_override.size() + errors.size() >= kMaxReportedErrors) {
+      truncated = true;  // the runs after k are not checked: there may be more
       break;
     }
-    // One experiment's errors in the file's order (those without a place last): the checks run table by table, rule
-    // by rule, and the reader goes down the file.
+    const Experiment& e = study.experiments[k];
+    const std::size_t v = k / points, point = k % points;
+    const bool loads = isSelected(options.plugin_variants, e);
+    // The overrides this run got: its point's values, then --set's where it was selected.
+    std::vector<const FieldOverride*> got;
+    if (!axes.empty()) {
+      const auto c = gridCoordinates(axes, point);
+      for (std::size_t a = 0; a < axes.size(); ++a) got.push_back(&axes[a].overrides[c[a]]);
+    }
+    if (loads)
+      for (const auto& o : options.overrides) got.push_back(&o);
+    for (const FieldOverride* o : got) ++applied[o];
+    // One run's errors in the file's order (those without a place last): the checks run table by table, rule by rule,
+    // and the reader goes down the file.
     std::vector<std::pair<pb::TextFormat::ParseLocation, std::string>> found;
-    const bool loads = isSelected(options.plugin_variants, study.experiments[k].variant());
-    for (const auto& message :
-         validateExperiment(study.experiments[k], loads ? options : names_only, loads ? &plugin_checks : nullptr)) {
+    for (const auto& message : validateExperiment(e, loads ? options : names_only, loads ? &plugin_checks : nullptr)) {
       const std::string path = pathOf(message);
-      if (const FieldOverride* o = overrideOf(options.overrides, path)) {
+      if (const FieldOverride* o = overrideOf(got, path)) {
         auto it = std::find_if(by_override.begin(), by_override.end(),
                                [&](const OverrideMessage& x) { return x.by == o && x.message == message; });
         if (it == by_override.end()) it = by_override.insert(by_override.end(), {o, message, {}});
-        it->variants.push_back(quoted(study.experiments[k].variant()));
+        it->variants.push_back(quoted(e.variant()));
         continue;
       }
       pb::TextFormat::ParseLocation loc;
       std::string line;
       if (file.variants_size() > 0) {
-        const std::string variant = "variants[" + std::to_string(k) + "]";
-        const std::string prefix = variant + " (\"" + file.variants(static_cast<int>(k)).name() + "\").";
+        const std::string variant = "variants[" + std::to_string(v) + "]";
+        const std::string prefix = variant + " (\"" + file.variants(static_cast<int>(v)).name() + "\").";
         if (loc = locate(&tree, variant + ".overrides." + path); loc.line >= 0) {
           line = at(source, loc) + prefix + message;
         } else if (loc = locate(&tree, path); loc.line >= 0) {
@@ -495,12 +628,31 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       };
       return key(a.first) < key(b.first);
     });
-    for (auto& [loc, line] : found)
-      if (reported.insert(line).second) keep(std::move(line));
+    for (auto& [loc, line] : found) {
+      auto [it, fresh] = line_points.try_emplace(line);
+      if (fresh) lines.push_back(line);
+      it->second.insert(point);
+    }
+  }
+  for (const auto& line : lines) {
+    const auto& at_points = line_points[line];
+    if (at_points.size() == points) {
+      keep(line);
+      continue;
+    }
+    std::string where;
+    std::size_t shown = 0;
+    for (const std::size_t p : at_points) {
+      if (shown++ == 4) {
+        where += "; and " + std::to_string(at_points.size() - 4) + " more";
+        break;
+      }
+      where += (where.empty() ? "" : "; ") + gridPointLabel(axes, p);
+    }
+    keep(line + " (at grid point" + (at_points.size() == 1 ? " " : "s ") + where + ")");
   }
   for (const auto& [by, message, names] : by_override) {
-    if (file.variants_size() == 0 || names.size() == study.experiments.size() ||
-        names.size() == options.plugin_variants.size()) {
+    if (names.size() == applied[by]) {
       keep(by->where + ": " + message);
     } else {
       keep(by->where + (names.size() == 1 ? ": variant " : ": variants ") + joined(names) + ": " + message);
@@ -509,13 +661,17 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   if (!errors.empty()) fail();
   // An override of a data field that no variant it went to reads (settlePyTorchPaths leaves the field out of their
   // resolved configs) would change nothing, silently.
-  for (const auto& o : options.overrides) {
-    if (o.path != "data.dataset_dir" && o.path != "data.train_subset" && o.path != "data.test_subset") continue;
+  std::vector<std::pair<const FieldOverride*, std::string>> set_fields;  // each override, with how messages name it
+  for (const auto& o : options.overrides) set_fields.emplace_back(&o, o.where);
+  for (std::size_t a = 0; a < axes.size(); ++a)
+    set_fields.emplace_back(&axes[a].overrides.front(), axisWhere(static_cast<int>(a), -1));
+  for (const auto& [o, where] : set_fields) {
+    if (o->path != "data.dataset_dir" && o->path != "data.train_subset" && o->path != "data.test_subset") continue;
     const bool read = std::any_of(study.experiments.begin(), study.experiments.end(), [&](const Experiment& e) {
-      return isSelected(options.plugin_variants, e.variant()) && readsFashionMnist(e);
+      return isSelected(options.plugin_variants, e) && readsFashionMnist(e);
     });
     if (!read)
-      keep(o.where +
+      keep(where +
            ": no variant it applies to reads Fashion-MNIST: a pytorch module's data(rank, world) gives its "
            "examples (cut them there), and data SYNTHETIC draws its own (workload.pytorch.synthetic_examples)");
   }
@@ -543,26 +699,7 @@ std::string withConfigReference(std::string_view text, const std::string& source
 
 std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides,
                                         const std::vector<std::string>& only) {
-  std::vector<Experiment> out;
-  Experiment base = file;
-  base.clear_variants();
-  if (file.variants_size() == 0) {
-    for (const auto& o : overrides) applyFieldOverride(base, o);
-    applyDefaults(base);
-    out.push_back(std::move(base));
-    return out;
-  }
-  base.clear_variant();
-  for (const auto& v : file.variants()) {
-    Experiment e = base;
-    mergeOverrides(e, v.overrides());
-    e.set_variant(v.name());
-    if (isSelected(only, v.name()))
-      for (const auto& o : overrides) applyFieldOverride(e, o);
-    applyDefaults(e);
-    out.push_back(std::move(e));
-  }
-  return out;
+  return resolveAtPoints(file, resolveGridAxes(file), overrides, only);
 }
 
 std::string toText(const Experiment& experiment) {
@@ -608,16 +745,28 @@ std::string resultsSubfolder(const Experiment& e) {
 std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names) {
   if (names.empty()) return study.experiments;
   std::vector<Experiment> out;
+  std::set<std::string> taken;  // a point named on its own and through its variant runs once
   for (const auto& name : names) {
-    auto it = std::find_if(study.experiments.begin(), study.experiments.end(),
-                           [&](const Experiment& e) { return e.variant() == name; });
-    if (it == study.experiments.end()) {
-      std::vector<std::string> known;
-      for (const auto& e : study.experiments) known.push_back(e.variant());
-      TERSE_THROW(InvalidArgument, "--variant " << quoted(name) << ": no such variant in " << study.source
-                                                << " (variants: " << joined(known) << ")");
+    bool any = false;
+    for (const auto& e : study.experiments) {
+      if (e.variant() != name && !(e.has_grid_point() && e.grid_point().variant() == name)) continue;
+      any = true;
+      if (taken.insert(e.variant()).second) out.push_back(e);
     }
-    out.push_back(*it);
+    if (!any) {
+      std::vector<std::string> known;
+      for (const auto& e : study.experiments) {
+        const std::string& n = e.has_grid_point() ? e.grid_point().variant() : e.variant();
+        if (known.empty() || known.back() != n) known.push_back(n);
+      }
+      TERSE_THROW(
+          InvalidArgument,
+          "--variant " << quoted(name) << ": no such variant in " << study.source << " (variants: " << joined(known)
+                       << (study.experiments.front().has_grid_point()
+                               ? "; or one point of the grid, e.g. " + quoted(study.experiments.front().variant())
+                               : std::string())
+                       << ")");
+    }
   }
   return out;
 }

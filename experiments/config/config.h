@@ -90,6 +90,9 @@ struct ConfigOptions {
   // the override ("--set optimizer.lr=-1: optimizer.lr must be > 0, got -1") instead of a line of the file, once for
   // the variants it holds in alike.
   std::vector<FieldOverride> overrides;
+  // `--grid PATH=V1,V2,...` (grid.h parseGridOption), in order: axes added to the file's grid, or replacing the values
+  // of the file's axis of that PATH. Checked with the file's axes; messages name the option.
+  std::vector<std::string> grid;
 };
 
 // A loaded study: the file as parsed, and the experiments to run, in variant order, each resolved (merged, defaults
@@ -129,11 +132,13 @@ std::string configReference();
 // with, replaced by configReference(). Throws InvalidArgument naming `source` when the markers are missing.
 std::string withConfigReference(std::string_view text, const std::string& source);
 
-// One experiment per variant (the base alone, named `variant` or "base", when there are none): merged, overridden by
-// `overrides` in order, and defaulted, not validated. With `only` (the variants a run selected), the overrides go to
-// those alone: the others, which will not run, are resolved as the file has them, so an override they would refuse
-// (a compressor parameter, a momentum a DGC variant cannot take) does not stop the run. Assumes variant names are
-// present and unique (loadStudy checks that first).
+// One experiment per variant (the base alone, named `variant` or "base", when there are none), or with a grid one per
+// variant and point (grid.h: variant-major, named "<variant>.<label>-<value>...", grid_point set, grid cleared):
+// merged, placed at its point, overridden by `overrides` in order, and defaulted, not validated. With `only` (the
+// variants a run selected, by the file's name or a point's), the overrides go to those alone: the others, which will
+// not run, are resolved as the file has them, so an override they would refuse (a compressor parameter, a momentum a
+// DGC variant cannot take) does not stop the run. Assumes variant names are present and unique and the grid valid
+// (loadStudy checks that first; a bad grid throws ConfigError).
 std::vector<Experiment> resolveVariants(const Experiment& file, const std::vector<FieldOverride>& overrides = {},
                                         const std::vector<std::string>& only = {});
 
@@ -150,13 +155,17 @@ std::string toText(const Experiment& experiment);
 // Writes toText(experiment) to `path` (replacing it). Throws InvalidArgument when it cannot.
 void writeResolvedConfig(const Experiment& experiment, const std::filesystem::path& path);
 
-// --variant NAME (repeatable): the experiments named, in the order given; no names = all. Throws InvalidArgument
-// naming the unknown variant and listing the study's.
+// --variant NAME (repeatable): the experiments named, in the order given; no names = all. A grid study's variant is
+// named by the file's name (every point of it, in grid order) or by a point's ("topk.workers-8"). Throws
+// InvalidArgument naming the unknown variant and listing the study's.
 std::vector<Experiment> selectVariants(const Study& study, const std::vector<std::string>& names);
 
 // Repeats (experiment.proto's `seeds`): each experiment once per seed in its `seeds`, in list order, with `seed` set
 // to it (the list kept); an experiment without `seeds` once, as it is.
 std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments);
+// Whether the run of `e` is among `selected` (a run's --variant list: the file's variant names, or a grid point's);
+// an empty list selects every run.
+bool isSelected(const std::vector<std::string>& selected, const Experiment& e);
 // Study and variant names become folders under output_dir: [A-Za-z0-9._-], not "." or "..". Anything else could
 // escape it or collide. Public because terse.torch's ResultsLogger takes its names from Python keywords, not from a
 // config, and must refuse what a config would (experiments/python/hook_results.cc).

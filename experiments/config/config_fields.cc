@@ -598,6 +598,8 @@ constexpr std::string_view kNotInTables[] = {
     "compressor.params",  // the plugin checks its own parameters (rule `plugins`)
     "scheduler.params",
     "variants",  // the study's structure: names checked by loadStudyText, overrides are Experiments
+    "grid",      // likewise: axes checked by loadStudyText (grid.h), each value as --set's
+    "grid_point",  // set by the loader
 };
 
 // ---- Checks across fields, each with its message.

@@ -170,6 +170,10 @@ FieldOverride parseFieldOverride(std::string_view text, const std::string& optio
       refuse(option, o.where,
              part + " comes from the file (variants[].name); select variants with --variant NAME instead");
     }
+    if (f->containing_type() == Experiment::descriptor() && (part == "grid" || part == "grid_point")) {
+      refuse(option, o.where,
+             part + " is the study's structure, not a field of one run; add an axis with --grid PATH=V1,V2,...");
+    }
     if (end == o.path.size()) break;
     if (f->is_map()) {
       map_key = o.path.substr(end + 1);  // keys may hold dots: the rest is the key
@@ -277,15 +281,22 @@ void applyFieldOverride(Experiment& experiment, const FieldOverride& o) {
   experiment.MergeFrom(o.patch);
 }
 
-const FieldOverride* overrideOf(const std::vector<FieldOverride>& overrides, std::string_view path) {
+const FieldOverride* overrideOf(const std::vector<const FieldOverride*>& overrides, std::string_view path) {
   auto inside = [](std::string_view inner, std::string_view outer) {
     return inner.size() > outer.size() && inner.starts_with(outer) &&
            (inner[outer.size()] == '.' || inner[outer.size()] == '[');
   };
   for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
-    if (it->path == path || inside(it->path, path) || inside(path, it->path)) return &*it;
+    if ((*it)->path == path || inside((*it)->path, path) || inside(path, (*it)->path)) return *it;
   }
   return nullptr;
+}
+
+const FieldOverride* overrideOf(const std::vector<FieldOverride>& overrides, std::string_view path) {
+  std::vector<const FieldOverride*> all;
+  all.reserve(overrides.size());
+  for (const auto& o : overrides) all.push_back(&o);
+  return overrideOf(all, path);
 }
 
 }  // namespace terse::experiments

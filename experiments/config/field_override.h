@@ -58,5 +58,6 @@ void applyFieldOverride(Experiment& experiment, const FieldOverride& override_);
 // The override that a validation message about `path` ("optimizer.lr", "compressor.params") is about: the last of
 // `overrides` whose path is `path`, lies inside it or contains it, or null.
 const FieldOverride* overrideOf(const std::vector<FieldOverride>& overrides, std::string_view path);
+const FieldOverride* overrideOf(const std::vector<const FieldOverride*>& overrides, std::string_view path);
 
 }  // namespace terse::experiments

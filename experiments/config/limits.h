@@ -30,6 +30,8 @@ inline constexpr int kMilestones = 1000;      // optimizer.milestones
 inline constexpr int kSeeds = 100;            // seeds: repeats per variant
 inline constexpr int kLinkOverrides = 65536;  // link.overrides (a full mesh of 256 ranks)
 inline constexpr int kPluginParams = 256;     // compressor.params, scheduler.params
+inline constexpr int kGridAxes = 8;           // grid: axes of a study (variants x points stays within kVariants)
+inline constexpr int kGridValues = 100;       // grid[].values
 
 // ---- Counts.
 // Ranks: what `terse launch -n` starts and the what-if studies simulate (experiments/configs/whatif_*: 1,024).

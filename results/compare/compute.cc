@@ -3,10 +3,12 @@
 #include "results/compare/compute.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
 #include "results/compare/provenance.h"
@@ -67,9 +69,46 @@ std::optional<StalenessSummary> staleness(const EvalPoint& p) {
   return s;
 }
 
+// A row's name: the variant's, or at a grid point the file's variant name (its table names the point), with the label
+// of its results folder where runs of one name came from several (reader.h).
+std::string rowName(const RunData& run) {
+  if (run.grid_variant.empty()) return run.variant;
+  return run.grid_variant + run.variant.substr(std::min(run.variant.size(), run.bare_variant.size()));
+}
+std::string bareName(const RunData& run) {
+  return run.grid_variant.empty() ? run.bare_variant : run.grid_variant;
+}
+
+// Natural order of a grid's values: digit runs compare as numbers, so 1Gbps, 10Gbps, 100Gbps and 2, 4, 16 come in
+// their order, not the characters'.
+bool naturalLess(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const bool da = std::isdigit(static_cast<unsigned char>(a[i])) != 0;
+    const bool db = std::isdigit(static_cast<unsigned char>(b[j])) != 0;
+    if (da && db) {
+      std::size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+      std::string_view na(a.data() + i, ei - i), nb(b.data() + j, ej - j);
+      while (na.size() > 1 && na.front() == '0') na.remove_prefix(1);
+      while (nb.size() > 1 && nb.front() == '0') nb.remove_prefix(1);
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      if (na != nb) return na < nb;
+      i = ei;
+      j = ej;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
 CompareRow makeRow(const RunData& run) {
   CompareRow r;
-  r.variant = run.variant;
+  r.variant = rowName(run);
   r.state = run.state;
   r.error = run.error;
   r.gone_pid = run.gone_pid;
@@ -117,8 +156,17 @@ bool rowBefore(const CompareRow& a, const CompareRow& b) {
   return a.variant < b.variant;
 }
 
+// The section's "path=value" lines, less the fields a grid axis of the run's study varies: those differ by design.
 std::string section(const RunData& r, std::string_view name, std::vector<std::string>& flat) {
   flat = name == "workload" ? r.workload_fields : r.data_fields;
+  std::erase_if(flat, [&](const std::string& line) {
+    const std::string_view path = std::string_view(line).substr(0, line.find('='));
+    return std::any_of(r.grid.begin(), r.grid.end(), [&](const auto& axis) {
+      const std::string_view a = axis.first;
+      const std::string_view shorter = a.size() < path.size() ? a : path, longer = a.size() < path.size() ? path : a;
+      return longer.starts_with(shorter) && (longer.size() == shorter.size() || longer[shorter.size()] == '.');
+    });
+  });
   return joinLines(flat, "\n");
 }
 
@@ -281,11 +329,25 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
                    std::vector<std::string>& warnings) {
   Comparison c;
   c.target = options.target;
-  // study -> rows: the runs of one row, keyed by the folder that holds them (a repeat's variant folder, else the run
-  // folder itself: two folders of one name given on the command line stay two rows), in the order first met.
-  std::map<std::string, std::vector<std::pair<std::filesystem::path, std::vector<const RunData*>>>> by_study;
+  // (study, grid point) -> rows: the runs of one row, keyed by the folder that holds them (a repeat's variant folder,
+  // else the run folder itself: two folders of one name given on the command line stay two rows), in the order first
+  // met. A study's grid points are tables of their own, in the natural order of their values.
+  using Point = std::vector<std::pair<std::string, std::string>>;
+  struct Key {
+    std::string study;
+    Point point;
+    bool operator<(const Key& o) const {
+      if (study != o.study) return study < o.study;
+      return std::lexicographical_compare(point.begin(), point.end(), o.point.begin(), o.point.end(),
+                                          [](const auto& a, const auto& b) {
+                                            if (a.first != b.first) return a.first < b.first;
+                                            return naturalLess(a.second, b.second);
+                                          });
+    }
+  };
+  std::map<Key, std::vector<std::pair<std::filesystem::path, std::vector<const RunData*>>>> by_study;
   for (const auto& r : runs) {
-    auto& variants = by_study[r.study];
+    auto& variants = by_study[Key{r.study, r.grid}];
     const std::filesystem::path key = r.repeat_seed ? r.dir.parent_path() : r.dir;
     auto it = std::find_if(variants.begin(), variants.end(), [&](const auto& v) { return v.first == key; });
     if (it == variants.end())
@@ -294,24 +356,25 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       it->second.push_back(&r);
   }
   bool baseline_found = false;
-  for (const auto& [study, variants] : by_study) {
+  for (const auto& [study_point, variants] : by_study) {
     StudyTable t;
-    t.study = study;
+    t.study = study_point.study;
+    t.grid = study_point.point;
     // Each variant's first run stands for it where the baseline is chosen: its seeds share the config.
     std::vector<const RunData*> members;
     for (const auto& v : variants) members.push_back(v.second.front());
     const RunData* base = nullptr;
     if (options.baseline) {
       for (const RunData* r : members)
-        if (r->variant == *options.baseline) base = r;
+        if (rowName(*r) == *options.baseline) base = r;
       // A name that runs from several results folders share is labelled by folder (reader.h), so the bare name names
       // several rows: the note lists the names to pass.
       std::vector<const RunData*> bare;
       for (const RunData* r : members)
-        if (r->bare_variant == *options.baseline && r->variant != r->bare_variant) bare.push_back(r);
+        if (bareName(*r) == *options.baseline && rowName(*r) != bareName(*r)) bare.push_back(r);
       if (base == nullptr && !bare.empty()) {
         std::string names;
-        for (const RunData* r : bare) names += (names.empty() ? "`" : ", `") + r->variant + "`";
+        for (const RunData* r : bare) names += (names.empty() ? "`" : ", `") + rowName(*r) + "`";
         t.notes.push_back("`" + *options.baseline + "` (--baseline) names several rows here, " + names +
                           ", from several results folders: pass one of those names");
       }
@@ -319,7 +382,7 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
         t.baseline_source = "--baseline";
         baseline_found = true;
         if (!isDense(*base))
-          t.notes.push_back("baseline `" + base->variant + "` (--baseline) uses compressor '" + base->compressor +
+          t.notes.push_back("baseline `" + rowName(*base) + "` (--baseline) uses compressor '" + base->compressor +
                             "', not none");
       } else {
         t.baseline_source = "none";
@@ -335,7 +398,7 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       std::stable_sort(dense.begin(), dense.end(), [](const RunData* a, const RunData* b) {
         auto key = [](const RunData* r) {
           return std::tuple(r->error_feedback || r->momentum_correction > 0, r->async_mode, r->state != kStateCompleted,
-                            r->variant);
+                            rowName(*r));
         };
         return key(a) < key(b);
       });
@@ -344,8 +407,8 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
         t.baseline_source = "auto";
         if (dense.size() > 1) {
           std::string names;
-          for (const RunData* r : dense) names += (names.empty() ? "`" : ", `") + r->variant + "`";
-          t.notes.push_back("several variants use compressor none (" + names + "); the baseline is `" + base->variant +
+          for (const RunData* r : dense) names += (names.empty() ? "`" : ", `") + rowName(*r) + "`";
+          t.notes.push_back("several variants use compressor none (" + names + "); the baseline is `" + rowName(*base) +
                             "` (choose another with --baseline)");
         }
       } else {
@@ -353,12 +416,12 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
         t.notes.push_back("no variant uses compressor none; no compression ratios (name one with --baseline)");
       }
     }
-    if (base != nullptr) t.baseline = base->variant;
+    if (base != nullptr) t.baseline = rowName(*base);
 
     std::string recounted;
     for (const auto& v : variants)
       if (std::any_of(v.second.begin(), v.second.end(), [](const RunData* r) { return r->pulls_recounted; }))
-        recounted += (recounted.empty() ? "`" : ", `") + v.second.front()->variant + "`";
+        recounted += (recounted.empty() ? "`" : ", `") + rowName(*v.second.front()) + "`";
     if (!recounted.empty())
       t.notes.push_back(recounted +
                         ": recorded when a parameter server's wire_bytes_per_worker counted the workers' pushes alone; "
@@ -373,7 +436,7 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       t.rows.push_back(std::move(row));
     }
     if (base != nullptr && (!base_per_step || *base_per_step <= 0))
-      t.notes.push_back("the baseline `" + base->variant + "` has no wire bytes per step; no ratios");
+      t.notes.push_back("the baseline `" + rowName(*base) + "` has no wire bytes per step; no ratios");
     const auto base_row = std::find_if(t.rows.begin(), t.rows.end(), [](const CompareRow& r) { return r.baseline; });
     for (auto& row : t.rows) {
       if (base_per_step && *base_per_step > 0 && row.wire_bytes_per_step && *row.wire_bytes_per_step > 0)
@@ -391,6 +454,12 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
   if (options.baseline && !baseline_found && !runs.empty())
     warnings.push_back("--baseline " + *options.baseline + ": no study has a variant of that name");
   return c;
+}
+
+std::string gridTitle(const StudyTable& table) {
+  std::string out;
+  for (const auto& [path, value] : table.grid) out += (out.empty() ? "" : ", ") + path + "=" + value;
+  return out;
 }
 
 std::vector<std::string> configMismatchWarnings(const std::vector<RunData>& runs) {

@@ -33,6 +33,10 @@
 // the baseline has it (2 or more), else Welch's. A difference with p >= 0.05 is within the seed-to-seed noise and the
 // tables mark it.
 //
+// A study with a grid (experiment.proto `grid`) makes one table per point, in the natural order of the points' values
+// (1Gbps before 10Gbps), each with its own baseline and ratios: bytes against dense at 8 workers are not bytes
+// against dense at 32. Its rows carry the variants' names in the file; the table names the point.
+//
 // The baseline of a study is the variant whose compressor is "none" (provenance.json's loaded plugin, else
 // config.textproto's compressor.name); among several, one without error feedback or momentum correction, then a
 // completed one, then the first by name. --baseline NAME picks one by variant name instead.
@@ -48,6 +52,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "results/compare/reader.h"
@@ -122,6 +127,9 @@ struct CompareRow {
 
 struct StudyTable {
   std::string study;
+  // A grid point's table (experiment.proto grid_point): the point as (axis path, value) pairs; its rows are the
+  // study's variants at that point, its baseline the baseline's run there. Empty for a study without a grid.
+  std::vector<std::pair<std::string, std::string>> grid;
   std::string baseline;         // variant name; empty when the study has none
   std::string baseline_source;  // "auto" (compressor none), "--baseline", or "none"
   std::vector<CompareRow> rows;
@@ -135,6 +143,9 @@ struct Comparison {
 
 // Builds the tables. Problems that are not one folder's (a --baseline name no study has) go to `warnings`.
 Comparison compare(const std::vector<RunData>& runs, const CompareOptions& options, std::vector<std::string>& warnings);
+
+// "link.bandwidth=1Gbps, workers=8": a grid point's table in titles; empty for a study without a grid.
+std::string gridTitle(const StudyTable& table);
 
 // The row order described at the top, exposed for tests.
 extern const char* const kRowOrder;

@@ -84,6 +84,12 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   if (config.has_workload()) flattenMessage(config.workload(), "workload", run.workload_fields);
   if (config.has_data()) flattenMessage(config.data(), "data", run.data_fields);
   run.config_lists_seeds = config.seeds_size() > 0;
+  run.grid_variant.clear();
+  run.grid.clear();
+  if (config.has_grid_point() && !config.grid_point().variant().empty()) {
+    run.grid_variant = config.grid_point().variant();
+    for (const auto& c : config.grid_point().coordinates()) run.grid.emplace_back(c.path(), c.value());
+  }
   if (config.compressor().has_name()) run.compressor = config.compressor().name();
   if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
   // provenance.json, read after, says the same of a finished run; a run in progress has none yet.

@@ -81,7 +81,10 @@ std::string toJson(const Comparison& c, const std::vector<std::string>& warnings
   for (const auto& t : c.studies) {
     Json rows = Json::array();
     for (const auto& r : t.rows) rows.push_back(rowJson(r));
+    Json grid = Json::object();  // a grid point's table: axis path -> value
+    for (const auto& [path, value] : t.grid) grid[path] = value;
     studies.push_back(Json{{"study", t.study},
+                           {"grid_point", std::move(grid)},
                            {"baseline", t.baseline},
                            {"baseline_source", t.baseline_source},
                            {"notes", t.notes},

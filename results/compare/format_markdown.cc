@@ -124,7 +124,7 @@ std::string toMarkdown(const Comparison& c) {
     const bool all_simulated = simulated > 0 && simulated == static_cast<int>(t.rows.size());
     const std::string sim = all_simulated ? "sim " : "";
     if (s > 0) o << '\n';
-    o << "### " << mdCell(t.study) << "\n\n";
+    o << "### " << mdCell(t.study) << (t.grid.empty() ? "" : " at " + mdCell(gridTitle(t))) << "\n\n";
     o << "Baseline: " << (t.baseline.empty() ? "none" : "`" + t.baseline + "`")
       << (t.baseline_source == "auto"         ? " (compressor none)"
           : t.baseline_source == "--baseline" ? " (--baseline)"

@@ -218,10 +218,14 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
 
   std::vector<std::string> scripts;
   for (const auto& t : c.studies) {
-    const std::string stem = safeFileStem(t.study);
+    // A grid point's table gets its own files: the study's name and the point's, as its runs' folders spell it.
+    std::string name = t.study;
+    for (const auto& [path, value] : t.grid) name += "." + path.substr(path.rfind('.') + 1) + "-" + value;
+    const std::string stem = safeFileStem(name);
     std::ostringstream dat;
     std::vector<std::string> titles;
-    dat << "# terse compare: study " << t.study << ", one block per variant (gnuplot index 0, 1, ...) in table order\n"
+    dat << "# terse compare: study " << t.study << (t.grid.empty() ? "" : " at " + gridTitle(t))
+        << ", one block per variant (gnuplot index 0, 1, ...) in table order\n"
         << "# columns: wire_bytes_per_worker wall_s test_accuracy step accuracy_lo accuracy_hi: means over the "
            "variant's seeds and the 95% t-interval of the accuracy (lo = hi for one seed)\n";
     // Simulated seconds are the modeled cluster's: the time axis says so when every line has them, the lines do when

@@ -78,6 +78,11 @@ struct RunData {
   bool pulls_recounted = false;
   std::vector<EvalPoint> points;    // in step order; bad records skipped
   bool config_lists_seeds = false;  // config.textproto has a `seeds` list (what makes a seed-<N> folder a repeat)
+  // A run at a point of its study's grid (config.textproto's grid_point, experiment.proto): the variant's name in the
+  // study's file, and the point as (axis path, value) pairs in axis order. compare tables each point apart, its rows
+  // named by grid_variant. Empty for a run of a study without a grid.
+  std::string grid_variant;
+  std::vector<std::pair<std::string, std::string>> grid;
 };
 
 // Reads one results folder. Never throws for anything inside it; problems go to `warnings`. A folder named
