@@ -409,6 +409,23 @@ constexpr Field kWorkerSettings[] = {
      .doc = "ASYNC, SSP, HOGWILD: stop dead after this many steps; 0 = never."},
 };
 
+// A resolved run has no grid (it is one point): these entries document the axes, which loadStudyText checks
+// (experiments/config/grid.h) before the variants are resolved.
+constexpr Field kGrid[] = {
+    {.name = "path",
+     .def = none("required"),
+     .rule = free("a field --set sets; not study, variant(s), seed(s), output_dir, grid; no two axes overlap"),
+     .doc = "The field the axis varies, as `--set` names it: workers, link.bandwidth, compressor.params.ratio."},
+    {.name = "values",
+     .def = none("required"),
+     .rule = free("each as `--set PATH=VALUE` takes it; at least one, none twice, at most 100"),
+     .doc = "Each variant runs once at each value (with the other axes': the product)."},
+    {.name = "label",
+     .def = none("the path's last part"),
+     .rule = folderName(),
+     .doc = "The axis in the runs' names: <variant>.<label>-<value>."},
+};
+
 constexpr Field kLink[] = {
     {.name = "bandwidth", .def = value("unlimited"), .rule = bandwidth(), .doc = "Per directed link."},
     {.name = "latency",
@@ -579,6 +596,11 @@ constexpr Section kSections[] = {
     {.path = "worker_settings[]",
      .fields = kWorkerSettings,
      .doc = "Per worker, for straggler and elasticity studies."},
+    {.path = "grid[]",
+     .fields = kGrid,
+     .doc = "Study axes: every variant runs at every point of the axes' product, in <variant>.<label>-<value>... "
+            "(`terse run --grid PATH=V1,V2`); `terse compare` tables each point against its baseline. At most 8 "
+            "axes, variants x points at most 10000."},
     {.path = "link", .fields = kLink, .doc = "Emulated network between the ranks (unlimited and 0: no emulation)."},
     {.path = "link.overrides[]", .fields = kLinkOverrides, .doc = "Per directed link (src -> dst)."},
     {.path = "compressor", .fields = kCompressor, .doc = "`params`: key/value strings the plugin validates."},
@@ -598,8 +620,11 @@ constexpr std::string_view kNotInTables[] = {
     "compressor.params",  // the plugin checks its own parameters (rule `plugins`)
     "scheduler.params",
     "variants",  // the study's structure: names checked by loadStudyText, overrides are Experiments
-    "grid",      // likewise: axes checked by loadStudyText (grid.h), each value as --set's
-    "grid_point",  // set by the loader
+    // Set by the loader in each resolved run of a grid study, never by a file (grid.h).
+    "grid_point.variant",
+    "grid_point.coordinates[].path",
+    "grid_point.coordinates[].label",
+    "grid_point.coordinates[].value",
 };
 
 // ---- Checks across fields, each with its message.

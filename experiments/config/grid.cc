@@ -119,7 +119,10 @@ void mergeGridOptions(Experiment& file, const std::vector<GridAxis>& extra, cons
       where.push_back(option);
     }
   }
-  if (!errors.empty()) throw ConfigError("--grid: " + errors.front(), "--grid", std::move(errors));
+  if (!errors.empty()) {
+    const std::string message = "--grid: " + errors.front();  // before errors is moved from
+    throw ConfigError(message, "--grid", std::move(errors));
+  }
 }
 
 std::vector<ResolvedAxis> resolveGridAxes(const Experiment& file, const GridWhere& where,
@@ -208,7 +211,10 @@ std::vector<ResolvedAxis> resolveGridAxes(const Experiment& file) {
         return "grid[" + std::to_string(axis) + "]" + (value < 0 ? "" : ".values[" + std::to_string(value) + "]");
       },
       errors);
-  if (!errors.empty()) throw ConfigError("grid: " + errors.front(), "grid", std::move(errors));
+  if (!errors.empty()) {
+    const std::string message = "grid: " + errors.front();  // before errors is moved from
+    throw ConfigError(message, "grid", std::move(errors));
+  }
   return axes;
 }
 

@@ -198,7 +198,9 @@ TEST(ConfigLimits, EveryListOfTheSchemaHasALimit) {
       if (f->message_type() != nullptr) todo.push_back(f->message_type());
     }
   }
-  EXPECT_EQ(lists, 8);  // variants, worker_settings, seeds, hidden_sizes, conv_channels, milestones, overrides, params
+  // variants, worker_settings, seeds, hidden_sizes, conv_channels, milestones, overrides, params, grid, grid[].values,
+  // grid_point.coordinates
+  EXPECT_EQ(lists, 11);
 }
 
 // The largest study the limits allow loads, and one over them is refused with one message naming the limit. 100,000

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "results/compare.h"
 #include "tests/results/results_fixture.h"
@@ -211,6 +212,65 @@ TEST(Compare, StudiesAreSeparateTablesWithTheirOwnBaselines) {
   ASSERT_EQ(c.studies.size(), 2u);
   EXPECT_DOUBLE_EQ(*row(c.studies[0], "x").ratio, 10);
   EXPECT_DOUBLE_EQ(*row(c.studies[1], "x").ratio, 100);
+}
+
+// A study with a grid (experiment.proto `grid`): one table per point, in the natural order of the values (8 before 32),
+// each with the rows named by the file's variant names, its own baseline and ratios, and the point in every format.
+// The axis's field differs between the points by design: no "different data" warning for it.
+TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
+  const fs::path root = freshDir("Grid");
+  for (const std::string workers : {"32", "8"}) {
+    for (const std::string batch : {"256", "32"}) {
+      const uint64_t dense_wire = static_cast<uint64_t>(std::stoi(workers) * std::stoi(batch));
+      for (const auto& [variant, compressor, wire] :
+           {std::tuple{"dense", "none", dense_wire}, std::tuple{"topk", "topk", uint64_t{8}}}) {
+        RunSpec s{"s",
+                  std::string(variant) + ".workers-" + workers + ".batch_size-" + batch,
+                  compressor,
+                  false,
+                  {{10, 0.5, wire, 1}}};
+        s.batch_size = batch;
+        s.grid_variant = variant;
+        s.grid = {{"workers", workers}, {"data.batch_size", batch}};
+        writeRun(root, s);
+      }
+    }
+  }
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 8u) << joined(w);
+  EXPECT_TRUE(configMismatchWarnings(runs).empty()) << joined(configMismatchWarnings(runs));
+  const Comparison c = compare(runs, {}, w);
+  ASSERT_EQ(c.studies.size(), 4u);
+  std::vector<std::string> titles;
+  for (const auto& t : c.studies) titles.push_back(gridTitle(t));
+  EXPECT_EQ(titles, (std::vector<std::string>{"workers=8, data.batch_size=32", "workers=8, data.batch_size=256",
+                                              "workers=32, data.batch_size=32", "workers=32, data.batch_size=256"}));
+  for (const auto& t : c.studies) {
+    EXPECT_EQ(t.study, "s");
+    EXPECT_EQ(t.baseline, "dense");
+    EXPECT_EQ(order(t), (std::vector<std::string>{"dense", "topk"}));
+    // Against that point's dense run: workers x batch bytes over topk's 8.
+    const double dense = std::stod(t.grid[0].second) * std::stod(t.grid[1].second);
+    EXPECT_DOUBLE_EQ(*row(t, "topk").ratio, dense / 8) << gridTitle(t);
+  }
+  // --baseline names the file's variant, found at every point.
+  CompareOptions o;
+  o.baseline = "topk";
+  std::vector<std::string> w2;
+  const Comparison by_topk = compare(runs, o, w2);
+  for (const auto& t : by_topk.studies) EXPECT_EQ(t.baseline, "topk");
+  EXPECT_TRUE(w2.empty()) << joined(w2);
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("### s at workers=8, data.batch_size=32\n"), std::string::npos) << md;
+  const std::string csv = toCsv(c);
+  EXPECT_NE(csv.find(",grid_point\n"), std::string::npos);
+  EXPECT_NE(csv.find(",workers=32;data.batch_size=256\n"), std::string::npos) << csv;
+  const auto json = parseJson(toJson(c, w));
+  ASSERT_TRUE(json);
+  const Json& point = json->at("studies").at(0).at("grid_point");
+  EXPECT_EQ(getString(point, "workers").value_or(""), "8");
+  EXPECT_EQ(getString(point, "data.batch_size").value_or(""), "32");
 }
 
 // One study run twice into two results folders (in-process and tcp, before and after): the rows of one name are
@@ -460,7 +520,7 @@ TEST(Compare, AParameterServersWireBytesCountItsPulls) {
   EXPECT_NE(md.find("| 0.01 / 0.01 |"), std::string::npos) << md;
   EXPECT_NE(md.find("both directions for a parameter server"), std::string::npos) << md;
   const std::string csv = toCsv(c);
-  EXPECT_NE(csv.find(",push_bytes_per_worker,pull_bytes_per_worker\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",push_bytes_per_worker,pull_bytes_per_worker,"), std::string::npos) << csv;
   const std::string json = toJson(c, {});
   EXPECT_NE(json.find("\"push_bytes_per_worker\": 10000"), std::string::npos) << json;
 }

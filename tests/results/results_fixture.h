@@ -57,6 +57,10 @@ struct RunSpec {
   // then goes to <study>/<variant>/seed-<seed>/ as the runner writes it.
   std::string seeds;
   uint64_t seed = 1;
+  // A run at a point of its study's grid (experiment.proto grid_point): the variant's name in the file and the point's
+  // (path, value) per axis; `variant` is then the run's own name, as the loader makes it ("dense.workers-8").
+  std::string grid_variant;
+  std::vector<std::pair<std::string, std::string>> grid;
 };
 
 inline std::string configText(const RunSpec& s) {
@@ -68,6 +72,12 @@ inline std::string configText(const RunSpec& s) {
     << "\"\n}\nerror_feedback: " << (s.error_feedback ? "true" : "false") << "\nepochs: 3\nseed: " << s.seed << "\n";
   if (!s.seeds.empty()) o << "seeds: " << s.seeds << "\n";
   if (s.simulated) o << "clock: SIMULATED\n";
+  if (!s.grid_variant.empty()) {
+    o << "grid_point {\n  variant: \"" << s.grid_variant << "\"\n";
+    for (const auto& [path, value] : s.grid)
+      o << "  coordinates {\n    path: \"" << path << "\"\n    value: \"" << value << "\"\n  }\n";
+    o << "}\n";
+  }
   return o.str();
 }
 

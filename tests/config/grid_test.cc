@@ -1,0 +1,291 @@
+// A study's grid (experiments/config/grid.h): every variant at every point of the axes' product, each value set as
+// --set sets it, named and selected by point, and every kind of bad axis refused naming the axis's line or option.
+#include "experiments/config/grid.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/plugin/loader.h"
+#include "experiments/config/config.h"
+#include "experiments/config/limits.h"
+
+namespace terse::experiments {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class GridTest : public ::testing::Test {
+ protected:
+  GridTest() : loader_(PluginLoader::withSearchDirs({SearchDir{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}})) {
+    options_.workloads = {"mlp", "cnn"};
+    options_.loader = &loader_;
+  }
+
+  Study load(const std::string& text) { return loadStudyText(text, "g.textproto", options_); }
+
+  std::vector<std::string> errorsOf(const std::string& text) {
+    try {
+      load(text);
+    } catch (const ConfigError& e) {
+      return e.errors();
+    }
+    ADD_FAILURE() << "loaded without error:\n" << text;
+    return {};
+  }
+
+  static std::vector<std::string> names(const Study& s) {
+    std::vector<std::string> out;
+    for (const auto& e : s.experiments) out.push_back(e.variant());
+    return out;
+  }
+
+  PluginLoader loader_;
+  ConfigOptions options_;
+};
+
+// Line numbers matter: the messages below name them.
+const std::string kGridBase =
+    "study: \"g\"\n"                                     // 1
+    "workload { name: \"mlp\" }\n"                       // 2
+    "optimizer { lr: 0.1 }\n"                            // 3
+    "workers: 4\n"                                       // 4
+    "link { bandwidth: \"1Gbps\" latency: \"50us\" }\n"  // 5
+    "compressor { name: \"none\" }\n";                   // 6
+const std::string kGridVariants =
+    "variants { name: \"dense\" }\n"
+    "variants { name: \"topk\" overrides { workers: 5 compressor { name: \"topk\" params { key: \"ratio\" value: "
+    "\"0.1\" } } } }\n";
+
+TEST_F(GridTest, EveryVariantRunsAtEveryPointLastAxisFastest) {
+  const Study s = load(kGridBase +
+                       "grid {\n"
+                       "  path: \"link.bandwidth\"\n"
+                       "  values: [\"1Gbps\", \"10Gbps\"]\n"
+                       "}\n"
+                       "grid { path: \"workers\" values: [\"2\", \"8\", \"16\"] }\n" +
+                       kGridVariants);
+  EXPECT_THAT(names(s), ElementsAre("dense.bandwidth-1Gbps.workers-2", "dense.bandwidth-1Gbps.workers-8",
+                                    "dense.bandwidth-1Gbps.workers-16", "dense.bandwidth-10Gbps.workers-2",
+                                    "dense.bandwidth-10Gbps.workers-8", "dense.bandwidth-10Gbps.workers-16",
+                                    "topk.bandwidth-1Gbps.workers-2", "topk.bandwidth-1Gbps.workers-8",
+                                    "topk.bandwidth-1Gbps.workers-16", "topk.bandwidth-10Gbps.workers-2",
+                                    "topk.bandwidth-10Gbps.workers-8", "topk.bandwidth-10Gbps.workers-16"));
+  const Experiment& e = s.experiments[10];  // topk at 10Gbps, 8 workers
+  // The axis wins over the variant's own workers: 5 (a grid point is set after the variant's settings).
+  EXPECT_EQ(e.workers(), 8);
+  EXPECT_EQ(e.link().bandwidth(), "10Gbps");
+  EXPECT_EQ(e.link().latency(), "50us");  // the axis sets one field; its siblings stay
+  EXPECT_EQ(e.compressor().name(), "topk");
+  EXPECT_EQ(e.grid_size(), 0);  // a resolved run is one point, not the grid
+  ASSERT_TRUE(e.has_grid_point());
+  EXPECT_EQ(e.grid_point().variant(), "topk");
+  ASSERT_EQ(e.grid_point().coordinates_size(), 2);
+  EXPECT_EQ(e.grid_point().coordinates(0).path(), "link.bandwidth");
+  EXPECT_EQ(e.grid_point().coordinates(0).label(), "bandwidth");
+  EXPECT_EQ(e.grid_point().coordinates(0).value(), "10Gbps");
+  EXPECT_EQ(e.grid_point().coordinates(1).value(), "8");
+  // The resolved text parses back to the same run (the results folder's config.textproto).
+  EXPECT_EQ(parseConfigText(toText(e), "back").DebugString(), e.DebugString());
+}
+
+TEST_F(GridTest, AStudyWithoutVariantsGridsItsBase) {
+  std::string text = kGridBase;
+  text.replace(text.find("\"none\""), 6, "\"topk\"");
+  const Study s = load(text + "grid { path: \"compressor.params.ratio\" label: \"r\" values: [\"0.01\", \"0.1\"] }\n");
+  EXPECT_THAT(names(s), ElementsAre("base.r-0.01", "base.r-0.1"));
+  EXPECT_EQ(s.experiments[1].compressor().params().at("ratio"), "0.1");
+  EXPECT_EQ(s.experiments[1].grid_point().variant(), "base");
+}
+
+TEST_F(GridTest, ListValuesAreNamedByTheirCharacters) {
+  const Study s =
+      load(kGridBase + "grid { path: \"workload.hidden_sizes\" values: [\"[64, 32]\", \"[128]\"] }\n" + kGridVariants);
+  EXPECT_THAT(names(s), ElementsAre("dense.hidden_sizes-64_32", "dense.hidden_sizes-128", "topk.hidden_sizes-64_32",
+                                    "topk.hidden_sizes-128"));
+  EXPECT_THAT(s.experiments[0].workload().hidden_sizes(), ElementsAre(64, 32));
+  EXPECT_THAT(s.experiments[1].workload().hidden_sizes(), ElementsAre(128));
+}
+
+TEST_F(GridTest, ASetGoesToEveryPointAfterTheAxes) {
+  options_.overrides = parseFieldOverrides({"epochs=3"});
+  const Study s = load(kGridBase + "grid { path: \"workers\" values: [\"2\", \"3\"] }\n" + kGridVariants);
+  for (const auto& e : s.experiments) EXPECT_EQ(e.epochs(), 3) << e.variant();
+}
+
+TEST_F(GridTest, VariantSelectsItsPointsOrOnePoint) {
+  const std::string text = kGridBase + "grid { path: \"workers\" values: [\"2\", \"3\"] }\n" + kGridVariants;
+  const Study s = load(text);
+  EXPECT_THAT(names(Study{s.source, s.file, selectVariants(s, {"topk"})}),
+              ElementsAre("topk.workers-2", "topk.workers-3"));
+  EXPECT_THAT(names(Study{s.source, s.file, selectVariants(s, {"dense.workers-3", "dense", "topk.workers-2"})}),
+              ElementsAre("dense.workers-3", "dense.workers-2", "topk.workers-2"));
+  try {
+    selectVariants(s, {"nope"});
+    FAIL() << "selected an unknown variant";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(variants: dense, topk; or one point of the grid, e.g. 'dense.workers-2')"));
+  }
+  // A --set goes to the selected points alone: one point by its name, both points of a variant by the variant's.
+  options_.overrides = parseFieldOverrides({"epochs=7"});
+  options_.plugin_variants = {"topk.workers-3"};
+  for (const auto& e : load(text).experiments)
+    EXPECT_EQ(e.epochs(), e.variant() == "topk.workers-3" ? 7 : 1) << e.variant();
+  options_.plugin_variants = {"dense"};
+  for (const auto& e : load(text).experiments)
+    EXPECT_EQ(e.epochs(), e.grid_point().variant() == "dense" ? 7 : 1) << e.variant();
+}
+
+TEST_F(GridTest, TheCommandLinesAxesJoinOrReplaceTheFiles) {
+  options_.grid = {"workers=6,7", "epochs=1,2"};
+  const Study s = load(kGridBase + "grid { path: \"workers\" label: \"w\" values: [\"2\", \"3\"] }\n");
+  // workers keeps its place and label, with the command line's values; epochs comes after.
+  EXPECT_THAT(names(s),
+              ElementsAre("base.w-6.epochs-1", "base.w-6.epochs-2", "base.w-7.epochs-1", "base.w-7.epochs-2"));
+  options_.grid = {"workers=2,3", "workers=4"};
+  const auto errors = errorsOf(kGridBase);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], "--grid workers=4: workers is already an axis by --grid workers=2,3; give each axis once");
+}
+
+TEST(GridOption, CommasInsideBracketsAndQuotesBelongToTheValue) {
+  const GridAxis a = parseGridOption("workload.hidden_sizes=[64, 32],[128],'a,b',\"c,d\"");
+  EXPECT_EQ(a.path(), "workload.hidden_sizes");
+  EXPECT_THAT(a.values(), ElementsAre("[64, 32]", "[128]", "'a,b'", "\"c,d\""));
+  auto errorOf = [](const std::string& text) {
+    try {
+      parseGridOption(text);
+    } catch (const ConfigError& e) {
+      return e.errors().front();
+    }
+    return std::string("parsed");
+  };
+  EXPECT_THAT(errorOf("workers"), HasSubstr("--grid workers: expected PATH=V1,V2,..."));
+  EXPECT_THAT(errorOf("=1,2"), HasSubstr("no field path before '='"));
+  EXPECT_THAT(errorOf("workers=2,,3"), HasSubstr("an empty value"));
+  EXPECT_THAT(errorOf("workers=2,"), HasSubstr("an empty value"));
+}
+
+TEST_F(GridTest, AValueTheFieldRefusesNamesTheAxisLineOnce) {
+  // Type errors come from the parser, value errors from the checks; both name the value and its axis's line, once
+  // however many variants run at that point.
+  auto errors = errorsOf(kGridBase +
+                         "grid {\n"               // 7
+                         "  path: \"workers\"\n"  // 8
+                         "  values: \"2\"\n"      // 9
+                         "  values: \"two\"\n"    // 10
+                         "}\n" +
+                         kGridVariants);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0],
+            "g.textproto:10:3: grid[0].values[1] workers=two: workers takes int32, got 'two' (Expected "
+            "integer, got: two)");
+  errors = errorsOf(kGridBase + "grid { path: \"link.bandwidth\" values: [\"1Gbps\", \"10Xbps\"] }\n" + kGridVariants);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("g.textproto:7:31: grid[0].values[1] (link.bandwidth=10Xbps): link.bandwidth: "
+                                   "bandwidth '10Xbps' is not valid"));
+  errors = errorsOf(kGridBase + "grid { path: \"workers\" values: [\"2\", \"2000\"] }\n" + kGridVariants);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("grid[0].values[1] (workers=2000): workers must be in [1, 1024], got 2000"));
+  options_.grid = {"workers=2,0"};
+  errors = errorsOf(kGridBase);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("--grid workers=2,0 (workers=0): workers must be in [1, 1024], got 0"));
+}
+
+TEST_F(GridTest, AnErrorAtSomePointsNamesThem) {
+  // worker_settings names worker 3, which exists at 4 workers but not at 2 or 3.
+  const auto errors = errorsOf(kGridBase + "worker_settings { worker: 3 slowdown: 2 }\n" +
+                               "grid { path: \"workers\" values: [\"2\", \"3\", \"4\"] }\n");
+  ASSERT_EQ(errors.size(), 2u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("g.textproto:7:19: worker_settings[0].worker must be in [0, workers = 2), got 3 "
+                                   "(at grid point workers=2)"));
+  EXPECT_THAT(errors[1], HasSubstr("worker_settings[0].worker must be in [0, workers = 3), got 3 (at grid point "
+                                   "workers=3)"));
+}
+
+TEST_F(GridTest, BadAxesAreRefusedNamingTheAxis) {
+  auto one = [&](const std::string& grid) {
+    const auto errors = errorsOf(kGridBase + grid + kGridVariants);
+    EXPECT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    return errors.empty() ? std::string() : errors.front();
+  };
+  EXPECT_EQ(one("grid { values: \"1\" }\n"),
+            "g.textproto:7:1: grid[0]: path must be set (the field the axis varies, e.g. \"link.bandwidth\")");
+  EXPECT_THAT(one("grid { path: \"workers\" }\n"), HasSubstr("grid[0]: workers has no values; give at least one"));
+  EXPECT_THAT(one("grid { path: \"wrokers\" values: \"1\" }\n"),
+              HasSubstr("Experiment has no field 'wrokers'; did you mean 'workers'?"));
+  EXPECT_THAT(one("grid { path: \"lr\" values: \"1\" }\n"), HasSubstr("did you mean 'optimizer.lr'?"));
+  EXPECT_THAT(one("grid { path: \"seeds\" values: \"[1, 2]\" }\n"),
+              HasSubstr("grid[0]: seeds cannot be an axis: repeats over seeds are `seeds`"));
+  EXPECT_THAT(one("grid { path: \"study\" values: \"x\" }\n"), HasSubstr("study cannot be an axis"));
+  EXPECT_THAT(one("grid { path: \"output_dir\" values: \"x\" }\n"), HasSubstr("output_dir cannot be an axis"));
+  EXPECT_THAT(one("grid { path: \"grid\" values: \"x\" }\n"), HasSubstr("grid cannot be an axis: axes do not nest"));
+  EXPECT_THAT(one("grid { path: \"variant\" values: \"x\" }\n"), HasSubstr("variant comes from the file"));
+  EXPECT_THAT(one("grid { path: \"workers\" values: [\"2\", \"2\"] }\n"), HasSubstr("'2' repeats values[0]"));
+  EXPECT_THAT(one("grid { path: \"workload.hidden_sizes\" values: [\"[64, 32]\", \"[64,32]\"] }\n"),
+              HasSubstr("'[64,32]' and values[0] '[64, 32]' both become '64_32' in variant names"));
+  EXPECT_THAT(one("grid { path: \"link.latency\" values: [\"50us\", \"\\\"\\\"\"] }\n"),
+              HasSubstr("has no character a folder name may hold"));
+  EXPECT_THAT(one("grid { path: \"workers\" label: \"a/b\" values: \"2\" }\n"),
+              HasSubstr("label must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got 'a/b'"));
+  EXPECT_THAT(one("grid { path: \"link\" values: \"{bandwidth: '1Gbps'}\" }\n"), HasSubstr("link is a message"));
+  EXPECT_THAT(one("grid { path: \"compressor.params\" values: \"[{key: 'ratio' value: '0.1'}]\" }\n"
+                  "grid { path: \"compressor.params.ratio\" values: \"0.1\" }\n"),
+              HasSubstr("grid[1]: compressor.params.ratio overlaps the axis of compressor.params"));
+  EXPECT_THAT(one("grid { path: \"link.latency\" values: \"1ms\" }\n"
+                  "grid { path: \"simulation.topology.intra_latency\" label: \"latency\" values: \"1us\" }\n"),
+              HasSubstr("grid[1]: label 'latency' is also link.latency's; give the axes distinct labels"));
+  EXPECT_THAT(one("grid_point { variant: \"x\" }\ngrid { path: \"workers\" values: \"2\" }\n"),
+              HasSubstr("grid_point: the loader sets it at each point of the grid"));
+  EXPECT_THAT(
+      errorsOf(kGridBase + "variants { name: \"v\" overrides { grid { path: \"workers\" values: \"2\" } } }\n").front(),
+      HasSubstr("variants[0].overrides.grid: the grid is the study's"));
+}
+
+TEST_F(GridTest, ASetOfAnAxisIsRefused) {
+  options_.overrides = parseFieldOverrides({"link.bandwidth=10Gbps"});
+  const auto refused = errorsOf(kGridBase + "grid { path: \"link.bandwidth\" values: [\"1Gbps\", \"100Gbps\"] }\n");
+  ASSERT_EQ(refused.size(), 1u) << ::testing::PrintToString(refused);
+  EXPECT_EQ(refused[0],
+            "--set link.bandwidth=10Gbps: link.bandwidth is an axis of the study's grid (g.textproto:7:1: grid[0]); "
+            "give its values with --grid link.bandwidth=V1,V2,...");
+  EXPECT_THROW(parseFieldOverride("grid=[]"), ConfigError);
+  EXPECT_THROW(parseFieldOverride("grid_point.variant=x"), ConfigError);
+}
+
+TEST_F(GridTest, RunsAreBoundedBeforeTheyAreMade) {
+  // 2 variants x 100 x 100 points = 20,000 runs, above limits::kVariants.
+  std::string values;
+  for (int i = 1; i <= 100; ++i) values += (i > 1 ? ", \"" : "\"") + std::to_string(i) + "\"";
+  const auto errors = errorsOf(kGridBase + "grid { path: \"epochs\" values: [" + values + "] }\n" +
+                               "grid { path: \"data.batch_size\" values: [" + values + "] }\n" + kGridVariants);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("2 variant(s) at 10000 grid points make 20000 runs, more than the limit of 10000"));
+  // And a list of more values than an axis may hold, by the file's list limits.
+  const auto many = errorsOf(kGridBase + "grid { path: \"epochs\" values: [" + values + ", \"101\"] }\n");
+  ASSERT_FALSE(many.empty());
+  EXPECT_THAT(many[0], HasSubstr("grid[0].values"));
+  EXPECT_THAT(many[0], HasSubstr(std::to_string(limits::kGridValues)));
+}
+
+TEST_F(GridTest, NamesStayUniqueAndShortEnoughForAFolder) {
+  // Variant "a" at value "2.w-3" and variant "a.w-2" at value "3" would both be a.w-2.w-3: one folder for two runs.
+  const auto clash =
+      errorsOf(kGridBase + "grid { path: \"tcp.bind_address\" label: \"w\" values: [\"2.w-3\", \"3\"] }\n" +
+               "variants { name: \"a\" }\nvariants { name: \"a.w-2\" }\n");
+  ASSERT_EQ(clash.size(), 1u) << ::testing::PrintToString(clash);
+  EXPECT_THAT(clash[0], HasSubstr("two runs would be named 'a.w-2.w-3': variant 'a' at tcp.bind_address=2.w-3 and "
+                                  "variant 'a.w-2' at tcp.bind_address=3"));
+  const auto long_name = errorsOf(kGridBase + "grid { path: \"link.latency\" label: \"" + std::string(100, 'l') +
+                                  "\" values: \"50us\" }\n" + "grid { path: \"tcp.bind_address\" label: \"" +
+                                  std::string(100, 'b') + "\" values: \"" + std::string(100, 'a') + "\" }\n");
+  ASSERT_EQ(long_name.size(), 1u) << ::testing::PrintToString(long_name);
+  EXPECT_THAT(long_name[0], HasSubstr("would be named 312 bytes long, above a folder name's 255"));
+}
+
+}  // namespace
+}  // namespace terse::experiments
