@@ -96,6 +96,70 @@ std::string noiseTestText(const StudyTable& t) {
   return paired + ", or " + welch + " for " + cells;
 }
 
+// A grid study's tables side by side (compute.h): for each variant and point, the time to the target with its speedup
+// over that point's baseline, then the final accuracy, so that where compression pays (a slow link, many workers)
+// reads off one table. `tables` are one study's, one per point, in the comparison's order.
+void gridPivots(std::ostringstream& o, const std::vector<const StudyTable*>& tables, const std::string& target) {
+  std::vector<std::string> variants;  // the first table's row order, then any row another table adds
+  for (const StudyTable* t : tables)
+    for (const auto& r : t->rows)
+      if (std::find(variants.begin(), variants.end(), r.variant) == variants.end()) variants.push_back(r.variant);
+  auto find = [](const StudyTable& t, const std::string& variant) -> const CompareRow* {
+    for (const auto& r : t.rows)
+      if (r.variant == variant) return &r;
+    return nullptr;
+  };
+  std::string axes;
+  for (const auto& [path, value] : tables.front()->grid) axes += (axes.empty() ? "" : ", ") + path;
+  bool all_simulated = true;
+  for (const StudyTable* t : tables)
+    for (const auto& r : t->rows) all_simulated = all_simulated && r.simulated;
+  o << "\n### " << mdCell(tables.front()->study) << " across its grid\n\n"
+    << "One column per point (" << mdCell(axes) << "), each against its own baseline; `-`: the variant did not run "
+    << "there.\n\n";
+  auto header = [&] {
+    o << "| variant |";
+    for (const StudyTable* t : tables) {
+      std::string values;
+      for (const auto& [path, value] : t->grid) values += (values.empty() ? "" : ", ") + value;
+      o << ' ' << mdCell(values) << " |";
+    }
+    o << "\n|---|";
+    for (std::size_t i = 0; i < tables.size(); ++i) o << "---:|";
+    o << '\n';
+  };
+  o << (all_simulated ? "Simulated seconds" : "Seconds") << " to " << target
+    << " (speedup over the point's baseline: its time / the variant's):\n\n";
+  header();
+  for (const auto& v : variants) {
+    o << "| " << mdCell(v) << " |";
+    for (const StudyTable* t : tables) {
+      const CompareRow* r = find(*t, v);
+      const CompareRow* base = find(*t, t->baseline);
+      std::string cell = "-";
+      if (r != nullptr && r->to_target && std::isfinite(r->to_target->wall_s)) {
+        cell = sig3(r->to_target->wall_s);
+        if (base != nullptr && base != r && base->to_target && r->to_target->wall_s > 0)
+          cell += " (" + sig3(base->to_target->wall_s / r->to_target->wall_s) + "×)";
+      } else if (r != nullptr && r->records > 0) {
+        cell = "not reached";
+      }
+      o << ' ' << mdCell(cell) << " |";
+    }
+    o << '\n';
+  }
+  o << "\nFinal accuracy:\n\n";
+  header();
+  for (const auto& v : variants) {
+    o << "| " << mdCell(v) << " |";
+    for (const StudyTable* t : tables) {
+      const CompareRow* r = find(*t, v);
+      o << ' ' << (r != nullptr ? withSpread(orDash(r->final_accuracy, 1, 4), r->final_stats, 1, 4) : "-") << " |";
+    }
+    o << '\n';
+  }
+}
+
 std::string stateText(const CompareRow& r) {
   if (r.state == kStateRunning && r.gone_pid != 0) return "running (pid " + std::to_string(r.gone_pid) + " gone)";
   if (r.state == kStateRunning) return "running/killed";
@@ -213,6 +277,13 @@ std::string toMarkdown(const Comparison& c) {
     if (!notes.empty()) {
       o << '\n';
       for (const auto& n : notes) o << "- " << mdCell(n) << '\n';
+    }
+    // After a grid study's last point, its points side by side.
+    if (!t.grid.empty() && (s + 1 == c.studies.size() || c.studies[s + 1].study != t.study)) {
+      std::vector<const StudyTable*> points;
+      for (std::size_t k = 0; k <= s; ++k)
+        if (c.studies[k].study == t.study && !c.studies[k].grid.empty()) points.push_back(&c.studies[k]);
+      if (points.size() > 1) gridPivots(o, points, target);
     }
   }
   return o.str();

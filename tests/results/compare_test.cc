@@ -263,6 +263,14 @@ TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
   EXPECT_TRUE(w2.empty()) << joined(w2);
   const std::string md = toMarkdown(c);
   EXPECT_NE(md.find("### s at workers=8, data.batch_size=32\n"), std::string::npos) << md;
+  // After the last point, the points side by side: time to target (none reached 0.85 here), then final accuracy.
+  const auto pivot = md.find("### s across its grid\n");
+  ASSERT_NE(pivot, std::string::npos) << md;
+  EXPECT_LT(md.find("### s at workers=32, data.batch_size=256"), pivot);
+  EXPECT_NE(md.find("One column per point (workers, data.batch_size)", pivot), std::string::npos) << md;
+  EXPECT_NE(md.find("| variant | 8, 32 | 8, 256 | 32, 32 | 32, 256 |", pivot), std::string::npos) << md;
+  EXPECT_NE(md.find("| topk | not reached | not reached | not reached | not reached |", pivot), std::string::npos);
+  EXPECT_NE(md.find("| dense | 0.5000 | 0.5000 | 0.5000 | 0.5000 |", pivot), std::string::npos) << md;
   const std::string csv = toCsv(c);
   EXPECT_NE(csv.find(",grid_point\n"), std::string::npos);
   EXPECT_NE(csv.find(",workers=32;data.batch_size=256\n"), std::string::npos) << csv;
@@ -271,6 +279,27 @@ TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
   const Json& point = json->at("studies").at(0).at("grid_point");
   EXPECT_EQ(getString(point, "workers").value_or(""), "8");
   EXPECT_EQ(getString(point, "data.batch_size").value_or(""), "32");
+}
+
+// The pivot's speedups are each point's: the baseline's time to target over the variant's at that point.
+TEST(Compare, AGridsPivotGivesEachPointsSpeedupOverItsBaseline) {
+  const fs::path root = freshDir("GridPivot");
+  for (const auto& [workers, dense_s, topk_s] : {std::tuple{"2", 2.0, 1.0}, std::tuple{"4", 2.0, 4.0}}) {
+    for (const auto& [variant, compressor, wall] :
+         {std::tuple{"dense", "none", dense_s}, std::tuple{"topk", "topk", topk_s}}) {
+      RunSpec s{"s", std::string(variant) + ".workers-" + workers, compressor, false, {{10, 0.9, 100, wall}}};
+      s.grid_variant = variant;
+      s.grid = {{"workers", workers}};
+      writeRun(root, s);
+    }
+  }
+  std::vector<std::string> w;
+  const std::string md = toMarkdown(compare(loadRuns({root}, w), {}, w));
+  const auto pivot = md.find("### s across its grid\n");
+  ASSERT_NE(pivot, std::string::npos) << md;
+  EXPECT_NE(md.find("| variant | 2 | 4 |", pivot), std::string::npos) << md;
+  EXPECT_NE(md.find("| topk | 1.00 (2.00×) | 4.00 (0.500×) |", pivot), std::string::npos) << md;
+  EXPECT_NE(md.find("| dense | 2.00 | 2.00 |", pivot), std::string::npos) << md;
 }
 
 // One study run twice into two results folders (in-process and tcp, before and after): the rows of one name are
