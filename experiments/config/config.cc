@@ -517,16 +517,20 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   std::uint64_t base_bytes = file_bytes > variant_bytes ? file_bytes - variant_bytes : 0;
   for (const auto& o : options.overrides) base_bytes += o.patch.ByteSizeLong();  // each copy carries them too
   const auto variants = static_cast<std::uint64_t>(file.variants_size());
-  const std::uint64_t runs = std::max<std::uint64_t>(variants, 1) * points;
+  // Points are at most 100^8 (kGridValues, kGridAxes), which fits; times 10,000 variants it need not, so the product
+  // is only formed once the points alone are within the limit.
+  const std::uint64_t kMaxRuns = limits::kVariants;
+  const std::uint64_t runs = points > kMaxRuns ? points : std::max<std::uint64_t>(variants, 1) * points;
   if (axes.empty() && variants > 0 && base_bytes * variants > limits::kResolvedBytes) {
     report("variants: " + std::to_string(variants) + " variants, each a copy of a base of " +
            std::to_string(base_bytes) + " bytes, resolve to " + std::to_string(base_bytes * variants) +
            " bytes, more than the limit of " + std::to_string(limits::kResolvedBytes) +
            "; shorten the base's lists or split the study");
-  } else if (!axes.empty() && runs > static_cast<std::uint64_t>(limits::kVariants)) {
+  } else if (!axes.empty() && runs > kMaxRuns) {
     keep(axisWhere(0, -1) + ": " + std::to_string(std::max<std::uint64_t>(variants, 1)) + " variant(s) at " +
-         std::to_string(points) + " grid points make " + std::to_string(runs) + " runs, more than the limit of " +
-         std::to_string(limits::kVariants) + "; split the study");
+         std::to_string(points) + " grid points make " +
+         (points > kMaxRuns ? "more than " + std::to_string(kMaxRuns) : std::to_string(runs)) +
+         " runs, more than the limit of " + std::to_string(limits::kVariants) + "; split the study");
   } else if (!axes.empty() && base_bytes * runs > limits::kResolvedBytes) {
     keep(axisWhere(0, -1) + ": " + std::to_string(runs) + " runs (variants x grid points), each a copy of a base of " +
          std::to_string(base_bytes) + " bytes, resolve to " + std::to_string(base_bytes * runs) +

@@ -265,6 +265,16 @@ TEST_F(GridTest, RunsAreBoundedBeforeTheyAreMade) {
                                "grid { path: \"data.batch_size\" values: [" + values + "] }\n" + kGridVariants);
   ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
   EXPECT_THAT(errors[0], HasSubstr("2 variant(s) at 10000 grid points make 20000 runs, more than the limit of 10000"));
+  // 8 axes of 100 values: 10^16 points, whose product with the variants would overflow 64 bits; refused all the same.
+  std::string eight;
+  for (const char* path : {"epochs", "data.batch_size", "data.train_subset", "data.test_subset", "optimizer.lr",
+                           "optimizer.warmup_steps", "optimizer.weight_decay", "eval.every_steps"})
+    eight += "grid { path: \"" + std::string(path) + "\" values: [" + values + "] }\n";
+  std::string many_variants;
+  for (int i = 0; i < 10000; ++i) many_variants += "variants { name: \"v" + std::to_string(i) + "\" }\n";
+  const auto huge = errorsOf(kGridBase + eight + many_variants);
+  ASSERT_EQ(huge.size(), 1u) << ::testing::PrintToString(huge);
+  EXPECT_THAT(huge[0], HasSubstr("10000 variant(s) at 10000000000000000 grid points make more than 10000 runs"));
   // And a list of more values than an axis may hold, by the file's list limits.
   const auto many = errorsOf(kGridBase + "grid { path: \"epochs\" values: [" + values + ", \"101\"] }\n");
   ASSERT_FALSE(many.empty());
