@@ -59,6 +59,13 @@ constexpr When kHasTopology{"simulation.topology set", &hasTopology};
 std::string firstSeed(const Experiment& e) {
   return std::to_string(e.seeds_size() > 0 ? e.seeds(0) : 1);
 }
+// data.global_batch_size over the workers and their micro-batches; rounded down but at least 1 where it does not
+// divide (rule `global-batch` then says so).
+std::string batchSize(const Experiment& e) {
+  if (!e.data().has_global_batch_size()) return "32";
+  const int64_t share = int64_t{e.workers()} * std::max(1, e.gradient_accumulation_steps());
+  return std::to_string(std::max<int64_t>(1, e.data().global_batch_size() / std::max<int64_t>(1, share)));
+}
 std::string linkBandwidth(const Experiment& e) {
   return e.link().bandwidth();
 }
@@ -290,9 +297,14 @@ constexpr Field kData[] = {
      .rule = nonEmpty(),
      .doc = "Directory with the IDX files (Debian's dataset-fashion-mnist)."},
     {.name = "batch_size",
-     .def = value("32"),
+     .def = computed("32, or global_batch_size / (workers x gradient_accumulation_steps)", &batchSize),
      .rule = between(1, limits::kBatchSize),
      .doc = "Examples per worker per step; the global batch is workers x batch_size."},
+    {.name = "global_batch_size",
+     .def = none("none: batch_size is per worker"),
+     .rule = between(1, limits::kGlobalBatchSize),
+     .doc = "Examples per optimizer step over all workers; sets batch_size (rule `global-batch`).",
+     .if_set = true},
     {.name = "train_subset",
      .def = value("0"),
      .rule = atLeast(0),
@@ -1019,6 +1031,23 @@ void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
   }
 }
 
+// A global batch is split evenly: every worker takes batch_size examples per micro-batch. A batch_size the file gave
+// beside it (the default was not computed from it) must be that share.
+void globalBatch(Checks& c, const Experiment& e, const Ctx&) {
+  if (!e.data().has_global_batch_size()) return;
+  const int64_t global = e.data().global_batch_size();
+  const int accumulation = std::max(1, e.gradient_accumulation_steps());
+  const int64_t share = int64_t{e.workers()} * accumulation;
+  const std::string over = "workers (" + std::to_string(e.workers()) + ") x gradient_accumulation_steps (" +
+                           std::to_string(accumulation) + ")";
+  if (global % share != 0) {
+    c.fail("data.global_batch_size") << " " << global << " is not a multiple of " << over << " = " << share;
+  } else if (e.data().batch_size() != global / share) {
+    c.fail("data.batch_size") << " " << e.data().batch_size() << " is not data.global_batch_size " << global << " / "
+                              << over << " = " << global / share << "; give one of the two";
+  }
+}
+
 void evalSometime(Checks& c, const Experiment& e, const Ctx&) {
   if (e.eval().every_steps() == 0 && !e.eval().per_epoch())
     c.fail("eval.per_epoch") << ": false with eval.every_steps 0 would never evaluate";
@@ -1117,6 +1146,10 @@ constexpr CrossRule kRules[] = {
      "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",
      &momentumCorrection},
     {"eval-sometime", "eval.per_epoch, every_steps", "no evaluation at all", &evalSometime},
+    {"global-batch", "data.global_batch_size, batch_size, workers, gradient_accumulation_steps",
+     "a global batch that workers x gradient_accumulation_steps do not divide, or a batch_size beside it that is not "
+     "its share",
+     &globalBatch},
     {"seeds", "seeds, seed", "more than 100 seeds, a seed twice, or seed not among seeds", &seedsRule},
 };
 

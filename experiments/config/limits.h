@@ -39,6 +39,7 @@ inline constexpr int kWorkers = 1024;
 inline constexpr int kServers = 1024;  // parameter_server.servers
 inline constexpr int kEpochs = 100000;
 inline constexpr int kBatchSize = 65536;  // data.batch_size, examples per worker per micro-batch
+inline constexpr int kGlobalBatchSize = kBatchSize * kWorkers;  // data.global_batch_size, over all workers
 inline constexpr int kGradientAccumulationSteps = 1024;
 inline constexpr int kStalenessBound = 1000000;  // more than any run's steps apart: ASYNC
 inline constexpr int kHiddenSize = 65536;        // each workload.hidden_sizes entry

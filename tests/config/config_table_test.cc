@@ -228,7 +228,10 @@ TEST(ConfigTable, ReadmeReferenceIsGenerated) {
   EXPECT_TRUE(readme == expected)
       << path << " has a stale field reference: run `terse config reference --write experiments/configs/README.md` "
       << "from the source tree and commit the result";
-  EXPECT_NE(readme.find("| `batch_size` | `32` | in [1, 65536] |"), std::string::npos);
+  EXPECT_NE(
+      readme.find(
+          "| `batch_size` | 32, or global_batch_size / (workers x gradient_accumulation_steps) | in [1, 65536] |"),
+      std::string::npos);
   EXPECT_THROW(withConfigReference("# no markers\n", "x.md"), InvalidArgument);
 }
 

@@ -297,5 +297,40 @@ TEST_F(GridTest, NamesStayUniqueAndShortEnoughForAFolder) {
   EXPECT_THAT(long_name[0], HasSubstr("would be named 312 bytes long, above a folder name's 255"));
 }
 
+// data.global_batch_size (a scaling study at one global batch): the per-worker batch follows the workers at every
+// point, and a global batch the workers do not divide is refused at the points where they do not.
+TEST_F(GridTest, AGlobalBatchIsSplitOverEachPointsWorkers) {
+  const std::string text = kGridBase + "data { global_batch_size: 256 }\n" + "gradient_accumulation_steps: 2\n" +
+                           "grid { path: \"workers\" values: [\"2\", \"4\", \"8\"] }\n";
+  const Study s = load(text);
+  ASSERT_EQ(s.experiments.size(), 3u);
+  EXPECT_EQ(s.experiments[0].data().batch_size(), 64);  // 256 / (2 workers x 2 micro-batches)
+  EXPECT_EQ(s.experiments[1].data().batch_size(), 32);
+  EXPECT_EQ(s.experiments[2].data().batch_size(), 16);
+  EXPECT_EQ(s.experiments[2].data().global_batch_size(), 256);
+  // Without it the default stays 32 per worker.
+  EXPECT_EQ(load(kGridBase).experiments[0].data().batch_size(), 32);
+
+  auto errors = errorsOf(kGridBase + "data { global_batch_size: 96 }\n" +
+                         "grid { path: \"workers\" values: [\"2\", \"3\", \"64\"] }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(
+      errors[0],
+      "g.textproto:7:8: data.global_batch_size 96 is not a multiple of workers (64) x gradient_accumulation_steps "
+      "(1) = 64 (at grid point workers=64)");
+  // A batch_size beside it must be its share.
+  errors = errorsOf(kGridBase + "data { batch_size: 32 global_batch_size: 256 }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0],
+            "g.textproto:7:8: data.batch_size 32 is not data.global_batch_size 256 / workers (4) x "
+            "gradient_accumulation_steps (1) = 64; give one of the two");
+  EXPECT_EQ(load(kGridBase + "data { batch_size: 64 global_batch_size: 256 }\n").experiments[0].data().batch_size(),
+            64);
+  // The share must be a batch a worker may take.
+  errors = errorsOf(kGridBase + "data { global_batch_size: 67108864 }\n");
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], HasSubstr("data.batch_size must be in [1, 65536], got 16777216"));
+}
+
 }  // namespace
 }  // namespace terse::experiments
