@@ -25,9 +25,59 @@ using detail::readFile;
 
 namespace {
 
-// A results file is read whole; a metrics stream of a long run is a few MB. The cap keeps a wrong path (a dataset, a
-// core dump) from being read into memory.
+// A results file but metrics.jsonl is read whole: a config, a status or a provenance of a few KB. The cap keeps a
+// wrong file (a dataset, a core dump) from being read into memory.
 constexpr std::uintmax_t kMaxFileBytes = 256u << 20;
+// metrics.jsonl is read a line at a time, since a long run's stream has no bound a reader could set in advance (a
+// parameter server's record at 1,024 workers holds ~70 KB of per-rank counters, so 256 MiB is ~3,600 evaluations).
+// No record comes near this line length; a longer line (junk without newlines) is skipped in bounded memory.
+constexpr std::size_t kMaxLineBytes = std::size_t{16} << 20;
+// Bad lines reported one by one per file; the rest are counted in one warning.
+constexpr int kMaxLineWarnings = 20;
+
+// A stream's lines, without their newlines, holding at most kMaxLineBytes of one.
+class LineReader {
+ public:
+  explicit LineReader(std::istream& in) : in_(in) {}
+
+  // The next line into `line`; false when the stream has none left. `had_newline` is false for a last line cut
+  // short, `oversized` true for a line longer than kMaxLineBytes (`line` then holds its first kMaxLineBytes).
+  bool next(std::string& line, bool& had_newline, bool& oversized) {
+    line.clear();
+    had_newline = false;
+    oversized = false;
+    bool any = false;
+    for (;;) {
+      if (pos_ == end_) {
+        in_.read(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+        end_ = static_cast<std::size_t>(in_.gcount());
+        pos_ = 0;
+        if (end_ == 0) return any;
+      }
+      any = true;
+      const char* start = buf_.data() + pos_;
+      const char* stop = buf_.data() + end_;
+      const char* nl = std::find(start, stop, '\n');
+      const auto n = static_cast<std::size_t>(nl - start);
+      if (!oversized) {
+        const std::size_t room = kMaxLineBytes - line.size();
+        oversized = n > room;
+        line.append(start, std::min(n, room));
+      }
+      pos_ += n;
+      if (nl != stop) {
+        ++pos_;
+        had_newline = true;
+        return true;
+      }
+    }
+  }
+
+ private:
+  std::istream& in_;
+  std::vector<char> buf_ = std::vector<char>(std::size_t{1} << 16);
+  std::size_t pos_ = 0, end_ = 0;
+};
 
 std::string shortText(std::string_view s, std::size_t n = 60) {
   std::string out(s.substr(0, n));
@@ -117,25 +167,40 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     warnings.push_back(path.string() + ": missing; the variant has no records");
     return;
   }
-  auto text = readFile(path, warnings);
-  if (!text) return;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    warnings.push_back(path.string() + ": cannot open");
+    return;
+  }
   const std::string file = path.string();
-  std::size_t pos = 0;
+  // A file of bad lines must not make a warning per line: the first kMaxLineWarnings, then a count.
+  int line_warnings = 0, unreported = 0;
+  auto warn = [&](std::string message) {
+    if (line_warnings++ < kMaxLineWarnings)
+      warnings.push_back(std::move(message));
+    else
+      ++unreported;
+  };
+  LineReader lines(in);
+  std::string text;
+  bool has_newline = false, oversized = false;
   int line_no = 0;
-  while (pos < text->size()) {
+  while (lines.next(text, has_newline, oversized)) {
     ++line_no;
-    const auto nl = text->find('\n', pos);
-    const bool has_newline = nl != std::string::npos;
-    const std::string_view line(text->data() + pos, (has_newline ? nl : text->size()) - pos);
-    pos = has_newline ? nl + 1 : text->size();
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string_view line = text;
     const std::string where = file + ":" + std::to_string(line_no) + ": ";
+    if (oversized) {
+      warn(where + "a line longer than " + std::to_string(kMaxLineBytes) +
+           " bytes, no record; skipped: " + shortText(line));
+      continue;
+    }
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     std::string why;
     auto obj = parseJsonObject(line, &why);
     if (!obj) {
       // The writer flushes whole lines, so a line without its newline at the end is a write cut short.
-      warnings.push_back(where + (has_newline ? "not a JSON object (" + why + ")" : "torn last line (no newline)") +
-                         ", skipped: " + shortText(line));
+      warn(where + (has_newline ? "not a JSON object (" + why + ")" : "torn last line (no newline)") +
+           ", skipped: " + shortText(line));
       continue;
     }
     EvalPoint p;
@@ -165,8 +230,7 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
       if (it == nullptr || it->is_null()) return std::nan("");
       const auto v = getNumber(*obj, key);
       if (!v || !std::isfinite(*v) || *v < 0) {
-        warnings.push_back(where + "'" + std::string(key) + "' is " + valueText(*it) +
-                           ", not a non-negative number; ignored");
+        warn(where + "'" + std::string(key) + "' is " + valueText(*it) + ", not a non-negative number; ignored");
         return std::nan("");
       }
       return *v;
@@ -175,7 +239,7 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.accuracy = required("test_accuracy", 0, 1);
     p.wire_bytes = required("wire_bytes_per_worker", 0, 1.8446744073709552e19);
     if (!bad.empty()) {
-      warnings.push_back(where + bad + "; record skipped");
+      warn(where + bad + "; record skipped");
       continue;
     }
     p.step = static_cast<int64_t>(step);
@@ -206,8 +270,8 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
       const bool digits = !tau.empty() && tau.size() <= 9 && tau.find_first_not_of("0123456789") == std::string::npos;
       const double count = optional(key);
       if (!digits) {
-        warnings.push_back(where + "'" + key + "': a staleness bucket must be " + hist_prefix +
-                           "<tau> with tau a non-negative integer; ignored");
+        warn(where + "'" + key + "': a staleness bucket must be " + hist_prefix +
+             "<tau> with tau a non-negative integer; ignored");
       } else if (!std::isnan(count)) {
         p.staleness_hist[std::stoll(tau)] = count;
       }
@@ -216,20 +280,23 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
       const EvalPoint& prev = run.points.back();
       // Two runs' records mixed in one file, or a file edited by hand: the curves would be nonsense.
       if (p.step <= prev.step) {
-        warnings.push_back(where + "step " + std::to_string(p.step) + " does not follow step " +
-                           std::to_string(prev.step) + " (line " + std::to_string(prev.line) + "); record skipped");
+        warn(where + "step " + std::to_string(p.step) + " does not follow step " + std::to_string(prev.step) +
+             " (line " + std::to_string(prev.line) + "); record skipped");
         continue;
       }
       if (p.wire_bytes < prev.wire_bytes) {
         std::ostringstream s;
         s << where << "wire_bytes_per_worker " << p.wire_bytes << " is less than the previous record's "
           << prev.wire_bytes << " (cumulative counters never decrease); record skipped";
-        warnings.push_back(s.str());
+        warn(s.str());
         continue;
       }
     }
     run.points.push_back(std::move(p));
   }
+  if (unreported > 0)
+    warnings.push_back(file + ": " + std::to_string(unreported) + " more bad line(s) or field(s) after the first " +
+                       std::to_string(kMaxLineWarnings) + " reported; skipped likewise");
 }
 
 void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {

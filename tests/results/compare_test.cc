@@ -592,6 +592,33 @@ TEST(CompareRobustness, MalformedAndTruncatedMetricsAreReportedAndSkipped) {
   EXPECT_DOUBLE_EQ(*c.studies[0].rows[0].final_accuracy, 0.7);
 }
 
+// metrics.jsonl is read a line at a time: a stream larger than any results file is read whole (256 MiB) keeps every
+// record, a line of junk longer than a record can be is skipped in bounded memory, and a file of bad lines makes a
+// bounded number of warnings. (The whole-file read skipped such a stream outright: a long run lost every record.)
+TEST(CompareRobustness, AMetricsStreamIsReadALineAtATime) {
+  const fs::path root = freshDir("LongStream");
+  const fs::path dir = writeRun(root, {"s", "v", "none", false, {{100, 0.5, 1000, 1.0}}});
+  const fs::path metrics = dir / "metrics.jsonl";
+  // 300 MiB of NULs without a newline (a hole: no disk), then a good record.
+  const auto size = fs::file_size(metrics);
+  fs::resize_file(metrics, size + (std::uintmax_t{300} << 20));
+  appendText(metrics, "\n{\"step\":200,\"test_accuracy\":0.7,\"wire_bytes_per_worker\":2000}\n");
+  for (int i = 0; i < 100; ++i) appendText(metrics, "junk\n");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_EQ(runs[0].points.size(), 2u) << joined(w);
+  EXPECT_EQ(runs[0].points[1].step, 200);
+  EXPECT_EQ(runs[0].points[1].line, 3);
+  const std::string file = metrics.string();
+  EXPECT_TRUE(anyContains(w, file + ":2: a line longer than 16777216 bytes, no record; skipped")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":4: not a JSON object")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ":22: not a JSON object")) << joined(w);  // the 20th warning
+  EXPECT_FALSE(anyContains(w, file + ":23:")) << joined(w);
+  EXPECT_TRUE(anyContains(w, file + ": 81 more bad line(s) or field(s) after the first 20 reported")) << joined(w);
+  fs::remove_all(root);  // 300 MiB of file size, even sparse
+}
+
 TEST(CompareRobustness, MissingAndBrokenFilesAreWarnings) {
   const fs::path root = freshDir("MissingFiles");
   const fs::path only_status = root / "s" / "only-status";
