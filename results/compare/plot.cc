@@ -12,12 +12,14 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/common/error.h"
 #include "results/compare/stats.h"
 #include "results/compare/text.h"
 #include "results/result_writer.h"
+#include "results/sha256.h"
 
 namespace terse::results {
 namespace {
@@ -217,11 +219,16 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
   };
 
   std::vector<std::string> scripts;
+  std::set<std::string> stems;  // each table's files apart, whatever its study's and point's names make of them
   for (const auto& t : c.studies) {
-    // A grid point's table gets its own files: the study's name and the point's, as its runs' folders spell it.
+    // A grid point's table gets its own files: the study's name and the point's, as its runs' folders spell it. The
+    // point comes from the runs' config.textproto, untrusted: a name too long for a file is cut and told apart by a
+    // hash of the whole, and a name another table's files already have gets a number.
     std::string name = t.study;
     for (const auto& [path, value] : t.grid) name += "." + path.substr(path.rfind('.') + 1) + "-" + value;
-    const std::string stem = safeFileStem(name);
+    std::string stem = safeFileStem(name);
+    if (stem.size() > 160) stem = stem.substr(0, 140) + "-" + sha256Hex(name).substr(0, 16);
+    for (int k = 2; !stems.insert(stem).second; ++k) stem = safeFileStem(name).substr(0, 140) + "-" + std::to_string(k);
     std::ostringstream dat;
     std::vector<std::string> titles;
     dat << "# terse compare: study " << t.study << (t.grid.empty() ? "" : " at " + gridTitle(t))

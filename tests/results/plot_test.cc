@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <functional>
+#include <set>
 
 #include "results/compare/plot.h"
 #include "results/compare/text.h"
@@ -67,6 +69,38 @@ TEST(Plot, WithoutGnuplotWritesDataAndScriptAndSaysWhy) {
   EXPECT_NE(gp.find("names[5] = 'qsgd (failed)'"), std::string::npos) << gp;
   EXPECT_NE(gp.find("set logscale x"), std::string::npos);
   EXPECT_FALSE(fs::exists(root / "out" / "s_acc_vs_bytes.png"));
+}
+
+// A grid study plots each point apart, files named by the study and the point; points whose names make one file name
+// (the point comes from untrusted config.textproto) and a name too long for a file still get files of their own.
+TEST(Plot, EachGridPointHasFilesOfItsOwn) {
+  const fs::path root = freshDir("PlotGrid");
+  const std::string long_value(400, 'x');
+  for (const std::string& value : {std::string("1Gbps"), std::string("a/b"), std::string("a_b"), long_value}) {
+    RunSpec s{"s", "dense." + std::to_string(std::hash<std::string>{}(value)), "none", false, {{10, 0.5, 100, 1}}};
+    s.grid_variant = "dense";
+    s.grid = {{"link.bandwidth", value}};
+    writeRun(root / "results", s);
+  }
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "results"}, w);
+  ASSERT_EQ(runs.size(), 4u) << joined(w);
+  const Comparison c = compare(runs, {}, w);
+  ASSERT_EQ(c.studies.size(), 4u);
+  const fs::path empty = root / "empty-bin";
+  fs::create_directories(empty);
+  const PlotOutcome o = writePlots(c, runs, root / "out", empty.string());
+  EXPECT_FALSE(o.plotted);  // no gnuplot on this search path: the data and scripts alone
+  std::set<std::string> dats;
+  for (const auto& e : fs::directory_iterator(root / "out"))
+    if (e.path().extension() == ".dat") {
+      dats.insert(e.path().filename().string());
+      EXPECT_LE(e.path().filename().string().size(), 170u);
+    }
+  EXPECT_EQ(dats.size(), 4u) << ::testing::PrintToString(dats);
+  EXPECT_TRUE(dats.contains("s.bandwidth-1Gbps.dat")) << ::testing::PrintToString(dats);
+  EXPECT_TRUE(dats.contains("s.bandwidth-a_b.dat")) << ::testing::PrintToString(dats);
+  EXPECT_TRUE(dats.contains("s.bandwidth-a_b-2.dat")) << ::testing::PrintToString(dats);
 }
 
 TEST(Plot, AFailingGnuplotIsReportedWithItsOutput) {
