@@ -502,7 +502,9 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
     return at(source, loc) + p;
   };
   if (file.has_grid_point() && file.grid_size() > 0)
-    report("grid_point: the loader sets it at each point of the grid; a study with a grid does not give it");
+    report(
+        "grid_point: the loader sets it in each run of a grid (a results folder's config.textproto); a study with "
+        "a grid does not give it");
   std::vector<std::string> axis_errors;
   const std::vector<ResolvedAxis> axes = resolveGridAxes(file, axisWhere, axis_errors);
   for (auto& e : axis_errors) keep(std::move(e));
@@ -511,6 +513,31 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       if (pathsOverlap(o.path, axes[a].path))
         keep(o.where + ": " + axes[a].path + " is an axis of the study's grid (" + axisWhere(static_cast<int>(a), -1) +
              "); give its values with --grid " + axes[a].path + "=V1,V2,...");
+  // A variant's own value of an axis's field would never be used: the axis sets it at every point, after the variant.
+  for (int i = 0; i < file.variants_size(); ++i) {
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      if (!setsField(file.variants(i).overrides(), axes[a].overrides.front())) continue;
+      const std::string v = "variants[" + std::to_string(i) + "]";
+      auto loc = locate(&tree, v + ".overrides." + axes[a].path);
+      if (loc.line < 0) loc = locate(&tree, v);
+      keep(at(source, loc) + v + " (" + quoted(file.variants(i).name()) + ")." + axes[a].path + ": an axis of the " +
+           "study's grid (" + axisWhere(static_cast<int>(a), -1) + ") sets it at every point, so the variant's value " +
+           "would never be used; leave the field to the axis");
+    }
+  }
+  // A results folder's config.textproto run again says which point it is: another value of a coordinate's field is no
+  // longer that point, and would be filed under it by terse compare.
+  if (file.has_grid_point() && file.grid_size() == 0) {
+    for (const auto& o : options.overrides) {
+      for (const auto& c : file.grid_point().coordinates()) {
+        if (!pathsOverlap(o.path, c.path())) continue;
+        keep(o.where + ": this config is the run of variant " + quoted(file.grid_point().variant()) + " at " +
+             c.path() + "=" + c.value() + " (its grid_point, as a results folder's config.textproto says), so " +
+             c.path() + " is that point's; run the study's own file with --grid " + c.path() + "=..., or remove " +
+             "grid_point to make this a run of its own");
+      }
+    }
+  }
   const std::uint64_t points = gridPoints(axes);
   // Each variant is a copy of the base: bound the copies' total before making them.
   const std::uint64_t file_bytes = file.ByteSizeLong();

@@ -1034,7 +1034,8 @@ void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
 // A global batch is split evenly: every worker takes batch_size examples per micro-batch. A batch_size the file gave
 // beside it (the default was not computed from it) must be that share.
 void globalBatch(Checks& c, const Experiment& e, const Ctx&) {
-  if (!e.data().has_global_batch_size()) return;
+  // A workers count out of range has its own message (and would divide by zero here).
+  if (!e.data().has_global_batch_size() || e.workers() < 1) return;
   const int64_t global = e.data().global_batch_size();
   const int accumulation = std::max(1, e.gradient_accumulation_steps());
   const int64_t share = int64_t{e.workers()} * accumulation;

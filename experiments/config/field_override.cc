@@ -76,7 +76,9 @@ void findByName(const pb::Descriptor* type, const std::string& prefix, std::stri
 // deeper down), else the fields `type` has.
 std::string suggestion(const pb::Descriptor* type, const std::string& prefix, std::string_view name) {
   std::vector<std::string> names;
-  for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+  for (int i = 0; i < type->field_count(); ++i)
+    if (type->field(i)->full_name() != "terse.experiments.Experiment.grid_point")  // the loader's alone
+      names.push_back(type->field(i)->name());
   if (const auto best = closestName(name, names)) return "; did you mean " + experiments::quoted(*best) + "?";
   std::set<const pb::Descriptor*> seen;
   std::vector<std::string> deeper;

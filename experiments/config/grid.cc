@@ -6,6 +6,7 @@
 
 #include "experiments/config/config.h"
 #include "experiments/config/config_checks.h"
+#include "experiments/config/limits.h"
 
 namespace terse::experiments {
 namespace {
@@ -45,6 +46,29 @@ std::string defaultLabel(const std::string& path) {
 }
 
 }  // namespace
+
+bool setsField(const Experiment& e, const FieldOverride& o) {
+  namespace pb = google::protobuf;
+  const pb::Message* m = &e;
+  std::string walked;  // the path down to the field set: a map entry's key is what follows it
+  for (std::size_t i = 0; i + 1 < o.fields.size(); ++i) {
+    if (!m->GetReflection()->HasField(*m, o.fields[i])) return false;
+    m = &m->GetReflection()->GetMessage(*m, o.fields[i]);
+    walked += (walked.empty() ? "" : ".") + o.fields[i]->name();
+  }
+  const pb::FieldDescriptor* f = o.fields.back();
+  const pb::Reflection* r = m->GetReflection();
+  if (!f->is_repeated()) return r->HasField(*m, f);
+  if (!o.map_entry) return r->FieldSize(*m, f) > 0;
+  walked += (walked.empty() ? "" : ".") + f->name();
+  const std::string key = o.path.substr(std::min(o.path.size(), walked.size() + 1));
+  const pb::FieldDescriptor* key_field = f->message_type()->map_key();
+  for (int i = 0; i < r->FieldSize(*m, f); ++i) {
+    const pb::Message& entry = r->GetRepeatedMessage(*m, f, i);
+    if (entry.GetReflection()->GetString(entry, key_field) == key) return true;
+  }
+  return false;
+}
 
 bool pathsOverlap(std::string_view a, std::string_view b) {
   if (a.size() > b.size()) std::swap(a, b);
@@ -110,6 +134,9 @@ void mergeGridOptions(Experiment& file, const std::vector<GridAxis>& extra, cons
     int same = -1;
     for (int i = 0; i < file.grid_size(); ++i)
       if (file.grid(i).path() == extra[k].path()) same = i;
+    if (extra[k].values_size() > limits::kGridValues)
+      errors.push_back(option + ": " + std::to_string(extra[k].values_size()) +
+                       " values, more than an axis may have (" + std::to_string(limits::kGridValues) + ")");
     if (same >= 0) {
       // The file's axis keeps its place and label; its values are the command line's.
       *file.mutable_grid(same)->mutable_values() = extra[k].values();
@@ -119,6 +146,11 @@ void mergeGridOptions(Experiment& file, const std::vector<GridAxis>& extra, cons
       where.push_back(option);
     }
   }
+  if (errors.empty() && file.grid_size() > limits::kGridAxes)
+    errors.push_back("--grid: " + std::to_string(file.grid_size()) +
+                     " axes with the config's, more than a study may "
+                     "have (" +
+                     std::to_string(limits::kGridAxes) + ")");
   if (!errors.empty()) {
     const std::string message = "--grid: " + errors.front();  // before errors is moved from
     throw ConfigError(message, "--grid", std::move(errors));
@@ -154,6 +186,8 @@ std::vector<ResolvedAxis> resolveGridAxes(const Experiment& file, const GridWher
                        experiments::quoted(r.label) + (a.has_label() ? "" : " (the path's last part; give a label)"));
     bool ok = true;
     std::map<std::string, int> by_value, by_name;
+    // A problem of the path (an unknown field) comes up for every value alike: said once, of the axis.
+    std::vector<std::pair<std::string, std::string>> problems;  // (what, the error as the value's parse gave it)
     for (int j = 0; j < a.values_size(); ++j) {
       const std::string& value = a.values(j);
       const std::string vw = where(i, j);
@@ -162,7 +196,9 @@ std::vector<ResolvedAxis> resolveGridAxes(const Experiment& file, const GridWher
         o.where = vw + " (" + a.path() + "=" + value + ")";
         r.overrides.push_back(std::move(o));
       } catch (const ConfigError& e) {
-        errors.insert(errors.end(), e.errors().begin(), e.errors().end());
+        const std::string prefix = vw + " " + a.path() + "=" + value + ": ";
+        for (const auto& error : e.errors())
+          problems.emplace_back(error.starts_with(prefix) ? error.substr(prefix.size()) : error, error);
         ok = false;
         continue;
       }
@@ -185,6 +221,12 @@ std::vector<ResolvedAxis> resolveGridAxes(const Experiment& file, const GridWher
       }
       r.values.push_back(value);
       r.names.push_back(name);
+    }
+    for (std::size_t p = 0; p < problems.size(); ++p) {
+      const auto same = [&](const auto& q) { return q.first == problems[p].first; };
+      if (std::any_of(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(p), same)) continue;
+      const bool shared = std::count_if(problems.begin(), problems.end(), same) > 1;
+      errors.push_back(shared ? w + ": " + problems[p].first : problems[p].second);
     }
     if (!ok) continue;
     for (std::size_t b = 0; b < axes.size(); ++b) {

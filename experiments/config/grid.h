@@ -65,6 +65,9 @@ std::string gridPointLabel(const std::vector<ResolvedAxis>& axes, std::size_t po
 void placeAtGridPoint(Experiment& experiment, const std::string& variant, const std::vector<ResolvedAxis>& axes,
                       std::size_t point);
 
+// Whether `e` sets the field `o` sets (for a map entry, that key of the map).
+bool setsField(const Experiment& e, const FieldOverride& o);
+
 // Whether one field path lies inside the other or they are one ("link" and "link.bandwidth"; "compressor.params" and
 // "compressor.params.ratio"): two settings of them would overwrite each other.
 bool pathsOverlap(std::string_view a, std::string_view b);

@@ -106,6 +106,13 @@ bool naturalLess(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+// Grid values in natural order; values it takes for one (0.1 and 0.01, 4 and 04: leading zeros) are still two points.
+bool valueLess(const std::string& a, const std::string& b) {
+  if (naturalLess(a, b)) return true;
+  if (naturalLess(b, a)) return false;
+  return a < b;
+}
+
 CompareRow makeRow(const RunData& run) {
   CompareRow r;
   r.variant = rowName(run);
@@ -156,9 +163,13 @@ bool rowBefore(const CompareRow& a, const CompareRow& b) {
   return a.variant < b.variant;
 }
 
-// The section's "path=value" lines, less the fields a grid axis of the run's study varies: those differ by design.
+// The section's "path=value" lines, less the fields a grid axis of the run's study varies: those differ by design. So
+// does data.batch_size beside data.global_batch_size: it is the global batch's share, which moves with the workers.
 std::string section(const RunData& r, std::string_view name, std::vector<std::string>& flat) {
   flat = name == "workload" ? r.workload_fields : r.data_fields;
+  const bool global_batch = std::any_of(
+      flat.begin(), flat.end(), [](const std::string& line) { return line.starts_with("data.global_batch_size="); });
+  if (global_batch) std::erase_if(flat, [](const std::string& line) { return line.starts_with("data.batch_size="); });
   std::erase_if(flat, [&](const std::string& line) {
     const std::string_view path = std::string_view(line).substr(0, line.find('='));
     return std::any_of(r.grid.begin(), r.grid.end(), [&](const auto& axis) {
@@ -341,7 +352,7 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
       return std::lexicographical_compare(point.begin(), point.end(), o.point.begin(), o.point.end(),
                                           [](const auto& a, const auto& b) {
                                             if (a.first != b.first) return a.first < b.first;
-                                            return naturalLess(a.second, b.second);
+                                            return valueLess(a.second, b.second);
                                           });
     }
   };

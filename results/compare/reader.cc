@@ -167,6 +167,11 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     warnings.push_back(path.string() + ": missing; the variant has no records");
     return;
   }
+  // A FIFO or a device (a link to /dev/zero) would never end: only a regular file is read.
+  if (!fs::is_regular_file(path, ec)) {
+    warnings.push_back(path.string() + ": not a regular file; the variant has no records");
+    return;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     warnings.push_back(path.string() + ": cannot open");

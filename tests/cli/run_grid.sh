@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A study's grid end to end: run_grid.sh TERSE WORK_DIR
 #
-# A tiny study (linear regression, 2 variants, simulated time) with a grid of two link speeds and two worker counts:
+# A tiny study (linear regression, 2 variants, simulated time, one global batch) with a grid of two link speeds and two
+# worker counts:
 # every variant runs at each of the 4 points, into <variant>.bandwidth-<b>.workers-<w>/, each config.textproto holding
 # its point's values and grid_point; the axes reach the run (3 workers send more per worker than 2, a slower link
 # takes longer); `terse compare` makes one table per point, each against its own dense run; --variant picks one
@@ -32,7 +33,7 @@ field() {  # field FILE NAME: a field of the last record of a metrics.jsonl
 cat >study.textproto <<EOF
 study: "grid"
 workload { name: "linear_regression" }
-data { batch_size: 16 train_subset: 192 test_subset: 64 }
+data { global_batch_size: 48 train_subset: 192 test_subset: 64 }
 optimizer { lr: 0.02 }
 epochs: 1
 eval { per_epoch: true }
@@ -54,6 +55,7 @@ for v in dense fp16; do
       expect_in $dir/status.json '"completed"'
       expect_in $dir/config.textproto "^variant: \"$v.bandwidth-$b.workers-$w\"$"
       expect_in $dir/config.textproto "^workers: $w$"
+      expect_in $dir/config.textproto "^  batch_size: $((48 / w))$"
       expect_in $dir/config.textproto "^  bandwidth: \"$b\"$"
       expect_in $dir/config.textproto "^grid_point \{$"
       expect_in $dir/config.textproto "^  variant: \"$v\"$"
@@ -61,7 +63,8 @@ for v in dense fp16; do
     done
   done
 done
-# The axes reach the run: per worker, a 3-rank ring sends 4/3 of a 2-rank one's (2(n-1)/n); a 10 Mbps link is slower.
+# The axes reach the run: at one global batch every point takes 4 steps, and per worker a 3-rank ring sends 4/3 of a
+# 2-rank one's (2(n-1)/n); a 10 Mbps link is slower.
 w2=$(field out/grid/dense.bandwidth-1Gbps.workers-2/metrics.jsonl wire_bytes_per_worker)
 w3=$(field out/grid/dense.bandwidth-1Gbps.workers-3/metrics.jsonl wire_bytes_per_worker)
 awk -v a="$w2" -v b="$w3" 'BEGIN { exit !(b > a) }' || fail "3 workers sent $w3 bytes per worker, 2 sent $w2"
@@ -75,7 +78,7 @@ expect_in compare.log "^### grid at link.bandwidth=1Gbps, workers=2$"
 expect_in compare.log "^### grid at link.bandwidth=10Mbps, workers=3$"
 [[ $(grep -c "^### grid at" compare.log) == 4 ]] || fail "expected 4 tables, got $(grep -c '^### grid at' compare.log)"
 [[ $(grep -c '^Baseline: `dense` (compressor none)' compare.log) == 4 ]] || fail "each table's baseline is dense"
-grep -q "different data\|different workloads" compare.log && fail "the axes' fields were reported as a mismatch"
+grep -q "different data\|different workloads" compare.log && fail "the axes' fields (or batch_size, the global batch's share) were reported as a mismatch"
 timeout 60 "$TERSE" compare out --format csv >compare.csv 2>&1 || fail "terse compare --format csv exited $?"
 expect_in compare.csv "^grid,fp16,false,completed,fp16,.*,link.bandwidth=10Mbps;workers=3$"
 
@@ -83,9 +86,9 @@ expect_in compare.csv "^grid,fp16,false,completed,fp16,.*,link.bandwidth=10Mbps;
 timeout 60 "$TERSE" run study.textproto --out dry --variant fp16.bandwidth-10Mbps.workers-2 --dry-run >one.log 2>&1 ||
   fail "--variant of one point exited $?"
 expect_in one.log "^1 run checked"
-timeout 60 "$TERSE" run study.textproto --out dry --grid workers=4,5,6 --variant dense --dry-run >cli.log 2>&1 ||
+timeout 60 "$TERSE" run study.textproto --out dry --grid workers=4,6,8 --variant dense --dry-run >cli.log 2>&1 ||
   fail "--grid exited $?"
-expect_in cli.log "dense.bandwidth-10Mbps.workers-6 +dry/grid/dense.bandwidth-10Mbps.workers-6 +6 "
+expect_in cli.log "dense.bandwidth-10Mbps.workers-8 +dry/grid/dense.bandwidth-10Mbps.workers-8 +8 "
 expect_in cli.log "^6 runs checked"
 timeout 60 "$TERSE" run study.textproto --out dry --set workers=4 --dry-run >set.log 2>&1
 (($? == 1)) || fail "--set of an axis exited $?, expected 1"

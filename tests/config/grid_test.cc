@@ -57,7 +57,7 @@ const std::string kGridBase =
     "compressor { name: \"none\" }\n";                   // 6
 const std::string kGridVariants =
     "variants { name: \"dense\" }\n"
-    "variants { name: \"topk\" overrides { workers: 5 compressor { name: \"topk\" params { key: \"ratio\" value: "
+    "variants { name: \"topk\" overrides { epochs: 2 compressor { name: \"topk\" params { key: \"ratio\" value: "
     "\"0.1\" } } } }\n";
 
 TEST_F(GridTest, EveryVariantRunsAtEveryPointLastAxisFastest) {
@@ -75,8 +75,8 @@ TEST_F(GridTest, EveryVariantRunsAtEveryPointLastAxisFastest) {
                                     "topk.bandwidth-1Gbps.workers-16", "topk.bandwidth-10Gbps.workers-2",
                                     "topk.bandwidth-10Gbps.workers-8", "topk.bandwidth-10Gbps.workers-16"));
   const Experiment& e = s.experiments[10];  // topk at 10Gbps, 8 workers
-  // The axis wins over the variant's own workers: 5 (a grid point is set after the variant's settings).
   EXPECT_EQ(e.workers(), 8);
+  EXPECT_EQ(e.epochs(), 2);  // the variant's own settings stay
   EXPECT_EQ(e.link().bandwidth(), "10Gbps");
   EXPECT_EQ(e.link().latency(), "50us");  // the axis sets one field; its siblings stay
   EXPECT_EQ(e.compressor().name(), "topk");
@@ -130,13 +130,13 @@ TEST_F(GridTest, VariantSelectsItsPointsOrOnePoint) {
     EXPECT_THAT(e.what(), HasSubstr("(variants: dense, topk; or one point of the grid, e.g. 'dense.workers-2')"));
   }
   // A --set goes to the selected points alone: one point by its name, both points of a variant by the variant's.
-  options_.overrides = parseFieldOverrides({"epochs=7"});
+  options_.overrides = parseFieldOverrides({"optimizer.lr=0.7"});
   options_.plugin_variants = {"topk.workers-3"};
   for (const auto& e : load(text).experiments)
-    EXPECT_EQ(e.epochs(), e.variant() == "topk.workers-3" ? 7 : 1) << e.variant();
+    EXPECT_EQ(e.optimizer().lr(), e.variant() == "topk.workers-3" ? 0.7 : 0.1) << e.variant();
   options_.plugin_variants = {"dense"};
   for (const auto& e : load(text).experiments)
-    EXPECT_EQ(e.epochs(), e.grid_point().variant() == "dense" ? 7 : 1) << e.variant();
+    EXPECT_EQ(e.optimizer().lr(), e.grid_point().variant() == "dense" ? 0.7 : 0.1) << e.variant();
 }
 
 TEST_F(GridTest, TheCommandLinesAxesJoinOrReplaceTheFiles) {
@@ -145,6 +145,26 @@ TEST_F(GridTest, TheCommandLinesAxesJoinOrReplaceTheFiles) {
   // workers keeps its place and label, with the command line's values; epochs comes after.
   EXPECT_THAT(names(s),
               ElementsAre("base.w-6.epochs-1", "base.w-6.epochs-2", "base.w-7.epochs-1", "base.w-7.epochs-2"));
+  // More values or axes than the limits allow are the option's, not the file's.
+  std::string many = "epochs=1";
+  for (int i = 2; i <= 101; ++i) many += "," + std::to_string(i);
+  options_.grid = {many};
+  auto refused = errorsOf(kGridBase);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_THAT(refused[0], HasSubstr("--grid epochs=1,2,3"));
+  EXPECT_THAT(refused[0], HasSubstr(": 101 values, more than an axis may have (100)"));
+  options_.grid = {"epochs=1",
+                   "seed=1",
+                   "optimizer.lr=0.1",
+                   "optimizer.momentum=0",
+                   "data.batch_size=8",
+                   "data.train_subset=0",
+                   "data.test_subset=0",
+                   "eval.every_steps=5",
+                   "optimizer.warmup_steps=0"};
+  refused = errorsOf(kGridBase);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0], "--grid: 9 axes with the config's, more than a study may have (8)");
   options_.grid = {"workers=2,3", "workers=4"};
   const auto errors = errorsOf(kGridBase);
   ASSERT_EQ(errors.size(), 1u);
@@ -218,6 +238,13 @@ TEST_F(GridTest, BadAxesAreRefusedNamingTheAxis) {
   EXPECT_THAT(one("grid { path: \"workers\" }\n"), HasSubstr("grid[0]: workers has no values; give at least one"));
   EXPECT_THAT(one("grid { path: \"wrokers\" values: \"1\" }\n"),
               HasSubstr("Experiment has no field 'wrokers'; did you mean 'workers'?"));
+  // A problem of the path is the axis's, said once however many values it has.
+  EXPECT_EQ(one("grid { path: \"frobnicate\" values: [\"1\", \"2\", \"3\"] }\n"),
+            "g.textproto:7:1: grid[0]: Experiment has no field 'frobnicate'; its fields: study, variant, workload, "
+            "data, optimizer, workers, mode, staleness_bound, transport, tcp, parameter_server, worker_settings, "
+            "compute_jitter, link, compressor, error_feedback, momentum_correction, scheduler, max_groups_in_flight, "
+            "plugin_timeout, trace, step_trace, clock, simulation, collectives, sparse_gradients, epochs, eval, seed, "
+            "seeds, gradient_accumulation_steps, output_dir, variants, grid");
   EXPECT_THAT(one("grid { path: \"lr\" values: \"1\" }\n"), HasSubstr("did you mean 'optimizer.lr'?"));
   EXPECT_THAT(one("grid { path: \"seeds\" values: \"[1, 2]\" }\n"),
               HasSubstr("grid[0]: seeds cannot be an axis: repeats over seeds are `seeds`"));
@@ -233,17 +260,69 @@ TEST_F(GridTest, BadAxesAreRefusedNamingTheAxis) {
   EXPECT_THAT(one("grid { path: \"workers\" label: \"a/b\" values: \"2\" }\n"),
               HasSubstr("label must be a folder name ([A-Za-z0-9._-], not '.' or '..'), got 'a/b'"));
   EXPECT_THAT(one("grid { path: \"link\" values: \"{bandwidth: '1Gbps'}\" }\n"), HasSubstr("link is a message"));
-  EXPECT_THAT(one("grid { path: \"compressor.params\" values: \"[{key: 'ratio' value: '0.1'}]\" }\n"
-                  "grid { path: \"compressor.params.ratio\" values: \"0.1\" }\n"),
+  EXPECT_THAT(errorsOf(kGridBase + "grid { path: \"compressor.params\" values: \"[{key: 'ratio' value: '0.1'}]\" }\n" +
+                       "grid { path: \"compressor.params.ratio\" values: \"0.1\" }\n")
+                  .front(),
               HasSubstr("grid[1]: compressor.params.ratio overlaps the axis of compressor.params"));
   EXPECT_THAT(one("grid { path: \"link.latency\" values: \"1ms\" }\n"
                   "grid { path: \"simulation.topology.intra_latency\" label: \"latency\" values: \"1us\" }\n"),
               HasSubstr("grid[1]: label 'latency' is also link.latency's; give the axes distinct labels"));
   EXPECT_THAT(one("grid_point { variant: \"x\" }\ngrid { path: \"workers\" values: \"2\" }\n"),
-              HasSubstr("grid_point: the loader sets it at each point of the grid"));
+              HasSubstr("grid_point: the loader sets it in each run of a grid (a results folder's config.textproto)"));
   EXPECT_THAT(
       errorsOf(kGridBase + "variants { name: \"v\" overrides { grid { path: \"workers\" values: \"2\" } } }\n").front(),
       HasSubstr("variants[0].overrides.grid: the grid is the study's"));
+}
+
+// An axis sets its field at every point after the variant's settings: a variant's own value of it would never be used.
+TEST_F(GridTest, AVariantsOwnValueOfAnAxisIsRefused) {
+  auto errors = errorsOf(kGridBase + "grid { path: \"workers\" values: [\"2\", \"4\"] }\n" +
+                         "variants { name: \"dense\" }\n" + "variants { name: \"odd\" overrides { workers: 3 } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0],
+            "g.textproto:9:36: variants[1] ('odd').workers: an axis of the study's grid (g.textproto:7:1: grid[0]) "
+            "sets it at every point, so the variant's value would never be used; leave the field to the axis");
+  // A map entry: the variant's ratio against an axis of ratio; another key of the map is the variant's own.
+  errors = errorsOf(kGridBase + "grid { path: \"compressor.params.ratio\" values: [\"0.01\", \"0.1\"] }\n" +
+                    "variants { name: \"a\" overrides { compressor { name: \"topk\" params { key: \"ratio\" value: "
+                    "\"0.5\" } } } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("variants[0] ('a').compressor.params.ratio: an axis of the study's grid"));
+  EXPECT_EQ(load(kGridBase + "grid { path: \"compressor.params.ratio\" values: [\"0.01\", \"0.1\"] }\n" +
+                 "variants { name: \"a\" overrides { compressor { name: \"randomk\" params { key: \"unbiased\" "
+                 "value: \"true\" } } } }\n")
+                .experiments[1]
+                .compressor()
+                .params()
+                .at("ratio"),
+            "0.1");
+}
+
+// A results folder's config.textproto run again is one point of its study's grid: another value of its axis' field is
+// refused, as the run would be filed under the old point; other fields may change.
+TEST_F(GridTest, ARunsConfigKeepsItsPoint) {
+  options_.grid = {"workers=2,3"};
+  const Study s = load(kGridBase + kGridVariants);
+  options_.grid.clear();
+  const std::string resolved = toText(s.experiments[3]);  // topk at 3 workers
+  EXPECT_EQ(s.experiments[3].variant(), "topk.workers-3");
+  options_.overrides = parseFieldOverrides({"epochs=5"});
+  const Study again = loadStudyText(resolved, "run.textproto", options_);
+  ASSERT_EQ(again.experiments.size(), 1u);
+  EXPECT_EQ(again.experiments[0].variant(), "topk.workers-3");
+  EXPECT_EQ(again.experiments[0].grid_point().variant(), "topk");
+  EXPECT_EQ(again.experiments[0].epochs(), 5);
+  options_.overrides = parseFieldOverrides({"workers=4"});
+  try {
+    loadStudyText(resolved, "run.textproto", options_);
+    FAIL() << "another value of the point's axis was taken";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.errors().size(), 1u) << ::testing::PrintToString(e.errors());
+    EXPECT_EQ(e.errors()[0],
+              "--set workers=4: this config is the run of variant 'topk' at workers=3 (its grid_point, as a results "
+              "folder's config.textproto says), so workers is that point's; run the study's own file with --grid "
+              "workers=..., or remove grid_point to make this a run of its own");
+  }
 }
 
 TEST_F(GridTest, ASetOfAnAxisIsRefused) {
@@ -261,7 +340,7 @@ TEST_F(GridTest, RunsAreBoundedBeforeTheyAreMade) {
   // 2 variants x 100 x 100 points = 20,000 runs, above limits::kVariants.
   std::string values;
   for (int i = 1; i <= 100; ++i) values += (i > 1 ? ", \"" : "\"") + std::to_string(i) + "\"";
-  const auto errors = errorsOf(kGridBase + "grid { path: \"epochs\" values: [" + values + "] }\n" +
+  const auto errors = errorsOf(kGridBase + "grid { path: \"optimizer.warmup_steps\" values: [" + values + "] }\n" +
                                "grid { path: \"data.batch_size\" values: [" + values + "] }\n" + kGridVariants);
   ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
   EXPECT_THAT(errors[0], HasSubstr("2 variant(s) at 10000 grid points make 20000 runs, more than the limit of 10000"));
@@ -326,6 +405,11 @@ TEST_F(GridTest, AGlobalBatchIsSplitOverEachPointsWorkers) {
             "gradient_accumulation_steps (1) = 64; give one of the two");
   EXPECT_EQ(load(kGridBase + "data { batch_size: 64 global_batch_size: 256 }\n").experiments[0].data().batch_size(),
             64);
+  // Workers out of range are said once, by their own rule (the share's check divided by zero: SIGFPE).
+  errors =
+      errorsOf(kGridBase + "data { global_batch_size: 64 }\n" + "grid { path: \"workers\" values: [\"0\", \"2\"] }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("grid[0].values[0] (workers=0): workers must be in [1, 1024], got 0"));
   // The share must be a batch a worker may take.
   errors = errorsOf(kGridBase + "data { global_batch_size: 67108864 }\n");
   ASSERT_FALSE(errors.empty());

@@ -1,6 +1,7 @@
 // compare's numbers on synthetic folders with known answers, and its handling of broken folders.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -279,6 +280,36 @@ TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
   const Json& point = json->at("studies").at(0).at("grid_point");
   EXPECT_EQ(getString(point, "workers").value_or(""), "8");
   EXPECT_EQ(getString(point, "data.batch_size").value_or(""), "32");
+}
+
+// Values that natural order takes for one (leading zeros: 0.1, 0.01, 0.001) are three points, three tables; and a
+// batch_size that a global batch sets differs between points by design: no "different data" warning.
+TEST(Compare, GridValuesWithLeadingZerosAreTablesApart) {
+  const fs::path root = freshDir("GridZeros");
+  for (const std::string lr : {"0.1", "0.01", "0.001"}) {
+    for (const auto& [variant, compressor, wire] :
+         {std::tuple{"dense", "none", uint64_t{100}}, std::tuple{"fp16", "fp16", uint64_t{50}}}) {
+      RunSpec s{"s", std::string(variant) + ".lr-" + lr, compressor, false, {{10, std::stod(lr), wire, 1}}};
+      s.grid_variant = variant;
+      s.grid = {{"optimizer.lr", lr}};
+      s.batch_size = lr == "0.1" ? "32" : "64";
+      s.global_batch = "128";
+      writeRun(root, s);
+    }
+  }
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 6u) << joined(w);
+  EXPECT_TRUE(configMismatchWarnings(runs).empty()) << joined(configMismatchWarnings(runs));
+  const Comparison c = compare(runs, {}, w);
+  ASSERT_EQ(c.studies.size(), 3u);
+  std::vector<std::string> titles;
+  for (const auto& t : c.studies) {
+    titles.push_back(gridTitle(t));
+    EXPECT_EQ(order(t), (std::vector<std::string>{"dense", "fp16"})) << gridTitle(t);
+    EXPECT_DOUBLE_EQ(*row(t, "dense").final_accuracy, std::stod(t.grid[0].second));
+  }
+  EXPECT_EQ(titles, (std::vector<std::string>{"optimizer.lr=0.001", "optimizer.lr=0.01", "optimizer.lr=0.1"}));
 }
 
 // The pivot's speedups are each point's: the baseline's time to target over the variant's at that point.
@@ -617,6 +648,23 @@ TEST(CompareRobustness, AMetricsStreamIsReadALineAtATime) {
   EXPECT_FALSE(anyContains(w, file + ":23:")) << joined(w);
   EXPECT_TRUE(anyContains(w, file + ": 81 more bad line(s) or field(s) after the first 20 reported")) << joined(w);
   fs::remove_all(root);  // 300 MiB of file size, even sparse
+}
+
+// A metrics.jsonl that is no regular file (a FIFO, a link to /dev/zero) would be read forever: refused at once.
+TEST(CompareRobustness, AMetricsStreamThatNeverEndsIsNotRead) {
+  const fs::path root = freshDir("EndlessStream");
+  const fs::path fifo = writeRun(root, {"s", "fifo", "none", false, {{100, 0.5, 1000, 1.0}}});
+  const fs::path zero = writeRun(root, {"s", "zero", "none", false, {{100, 0.5, 1000, 1.0}}});
+  fs::remove(fifo / "metrics.jsonl");
+  ASSERT_EQ(::mkfifo((fifo / "metrics.jsonl").c_str(), 0600), 0);
+  fs::remove(zero / "metrics.jsonl");
+  fs::create_symlink("/dev/zero", zero / "metrics.jsonl");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& r : runs) EXPECT_TRUE(r.points.empty());
+  EXPECT_TRUE(anyContains(w, (fifo / "metrics.jsonl").string() + ": not a regular file")) << joined(w);
+  EXPECT_TRUE(anyContains(w, (zero / "metrics.jsonl").string() + ": not a regular file")) << joined(w);
 }
 
 TEST(CompareRobustness, MissingAndBrokenFilesAreWarnings) {

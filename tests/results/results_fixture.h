@@ -45,6 +45,7 @@ struct RunSpec {
   std::string error;
   std::string hidden = "256";     // workload.hidden_sizes
   std::string batch_size = "32";  // data.batch_size
+  std::string global_batch;       // data.global_batch_size; empty leaves it out
   bool simulated = false;         // provenance clock "simulated"
   bool flop_model = false;        // with simulated: compute by the FLOP model instead of measured
   std::string cpu = "Test CPU (family 1 model 2, 4 logical CPUs, avx2)";  // provenance "cpu"; "" leaves it out
@@ -68,6 +69,7 @@ inline std::string configText(const RunSpec& s) {
   o << "study: \"" << s.study << "\"\nvariant: \"" << s.variant
     << "\"\nworkload {\n  name: \"mlp\"\n  hidden_sizes: " << s.hidden
     << "\n}\ndata {\n  dataset_dir: \"/usr/share/datasets/fashion-mnist\"\n  batch_size: " << s.batch_size
+    << (s.global_batch.empty() ? "" : "\n  global_batch_size: " + s.global_batch)
     << "\n}\nworkers: 4\nmode: SYNC\ncompressor {\n  name: \"" << s.compressor
     << "\"\n}\nerror_feedback: " << (s.error_feedback ? "true" : "false") << "\nepochs: 3\nseed: " << s.seed << "\n";
   if (!s.seeds.empty()) o << "seeds: " << s.seeds << "\n";
