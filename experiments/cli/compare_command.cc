@@ -86,11 +86,12 @@ int compareCommand(const std::vector<std::string>& args) {
     const std::string baseline = vm["baseline"].as<std::string>();
     std::vector<std::string> names;
     for (const auto& r : runs) {
-      if (r.variant == baseline || r.bare_variant == baseline) {
+      if (results::rowName(r) == baseline || results::bareName(r) == baseline) {
         names.clear();
         break;
       }
-      if (std::find(names.begin(), names.end(), r.variant) == names.end()) names.push_back(r.variant);
+      if (std::find(names.begin(), names.end(), results::rowName(r)) == names.end())
+        names.push_back(results::rowName(r));
     }
     if (!names.empty()) {
       std::string list;

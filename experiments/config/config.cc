@@ -420,6 +420,8 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
   study.file = parseConfigText(text, source, &tree);
   // --grid's axes join the file's before any check, so they get the file's checks.
   std::vector<std::string> axis_option;  // per axis: "--grid TEXT" for the command line's, empty for the file's
+  std::set<std::string> file_axes;       // the paths the file's own grid varies
+  for (const auto& a : study.file.grid()) file_axes.insert(a.path());
   {
     std::vector<GridAxis> extra;
     std::vector<std::string> texts, errors;
@@ -513,9 +515,12 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       if (pathsOverlap(o.path, axes[a].path))
         keep(o.where + ": " + axes[a].path + " is an axis of the study's grid (" + axisWhere(static_cast<int>(a), -1) +
              "); give its values with --grid " + axes[a].path + "=V1,V2,...");
-  // A variant's own value of an axis's field would never be used: the axis sets it at every point, after the variant.
+  // A variant's own value of a file axis's field would never be used: the axis sets it at every point, after the
+  // variant, so the file contradicts itself. An axis --grid adds wins over it, as --set does (a sweep of one variant's
+  // ratio: --variant topk --grid compressor.params.ratio=...).
   for (int i = 0; i < file.variants_size(); ++i) {
     for (std::size_t a = 0; a < axes.size(); ++a) {
+      if (!file_axes.contains(axes[a].path)) continue;
       if (!setsField(file.variants(i).overrides(), axes[a].overrides.front())) continue;
       const std::string v = "variants[" + std::to_string(i) + "]";
       auto loc = locate(&tree, v + ".overrides." + axes[a].path);

@@ -69,16 +69,6 @@ std::optional<StalenessSummary> staleness(const EvalPoint& p) {
   return s;
 }
 
-// A row's name: the variant's, or at a grid point the file's variant name (its table names the point), with the label
-// of its results folder where runs of one name came from several (reader.h).
-std::string rowName(const RunData& run) {
-  if (run.grid_variant.empty()) return run.variant;
-  return run.grid_variant + run.variant.substr(std::min(run.variant.size(), run.bare_variant.size()));
-}
-std::string bareName(const RunData& run) {
-  return run.grid_variant.empty() ? run.bare_variant : run.grid_variant;
-}
-
 // Natural order of a grid's values: digit runs compare as numbers, so 1Gbps, 10Gbps, 100Gbps and 2, 4, 16 come in
 // their order, not the characters'.
 bool naturalLess(const std::string& a, const std::string& b) {
@@ -119,6 +109,7 @@ CompareRow makeRow(const RunData& run) {
   r.state = run.state;
   r.error = run.error;
   r.gone_pid = run.gone_pid;
+  r.live_pid = run.live_pid;
   r.dir = run.dir;
   r.compressor = run.compressor;
   r.simulated = run.simulated;
@@ -235,10 +226,45 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
     else if (r.state == kStateRunning && r.gone_pid != 0)
       notes.push_back(name + seedOf(i) + " has status running, but its process (pid " + std::to_string(r.gone_pid) +
                       ") is gone: it was killed; its numbers are partial");
+    else if (r.state == kStateRunning && r.live_pid != 0)
+      notes.push_back(name + seedOf(i) + " is still running (pid " + std::to_string(r.live_pid) +
+                      " on this host); its numbers are partial");
     else if (r.state == kStateRunning)
       notes.push_back(name + seedOf(i) + " has status running: still running or killed; its numbers are partial");
     else if (r.state == "unknown")
       notes.push_back(name + seedOf(i) + ": status unknown (see the warnings)");
+  }
+  // Repeats of one variant must differ in their seed alone for the mean and interval to be over seed noise: a seed
+  // re-run with --set (fewer epochs, another rate) would be averaged in unseen.
+  auto seedName = [&](std::size_t i) {
+    return runs[i]->repeat_seed ? "seed " + std::to_string(*runs[i]->repeat_seed) : "run " + std::to_string(i + 1);
+  };
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    if (!runs[0]->has_config || !runs[i]->has_config || runs[i]->setting_fields == runs[0]->setting_fields) continue;
+    // path -> value, each side; a field one side lacks is "unset" there.
+    auto byPath = [](const std::vector<std::string>& lines) {
+      std::map<std::string, std::string> out;
+      for (const auto& l : lines) {
+        auto& v = out[l.substr(0, l.find('='))];
+        v += (v.empty() ? "" : ",") + l.substr(l.find('=') + 1);  // a list's elements, one line each
+      }
+      return out;
+    };
+    const auto first = byPath(runs[0]->setting_fields), mine = byPath(runs[i]->setting_fields);
+    std::set<std::string> paths;
+    for (const auto& [p, v] : first) paths.insert(p);
+    for (const auto& [p, v] : mine) paths.insert(p);
+    std::vector<std::string> differs;
+    for (const auto& p : paths) {
+      const auto a = first.find(p), b = mine.find(p);
+      const std::string va = a == first.end() ? "unset" : a->second, vb = b == mine.end() ? "unset" : b->second;
+      if (va != vb) differs.push_back(p + " " + vb + " (" + seedName(0) + ": " + va + ")");
+    }
+    std::string text;
+    for (std::size_t k = 0; k < differs.size() && k < 3; ++k) text += (k ? ", " : "") + differs[k];
+    if (differs.size() > 3) text += " and " + std::to_string(differs.size() - 3) + " more";
+    notes.push_back(name + " (" + seedName(i) + ") ran with other settings than " + seedName(0) + ": " + text +
+                    "; the row's means and intervals mix settings, not only seeds (run its seeds again alike)");
   }
   // The row's state is its worst seed's.
   auto severity = [](const std::string& state) {
@@ -261,6 +287,7 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
       out.state = r.state;
       out.error = r.error;
       out.gone_pid = r.gone_pid;
+      out.live_pid = r.live_pid;
     }
     if (r.final_accuracy) final_acc.add(*r.final_accuracy, seed);
     if (r.best_accuracy) best_acc.add(*r.best_accuracy, seed);
@@ -465,6 +492,15 @@ Comparison compare(const std::vector<RunData>& runs, const CompareOptions& optio
   if (options.baseline && !baseline_found && !runs.empty())
     warnings.push_back("--baseline " + *options.baseline + ": no study has a variant of that name");
   return c;
+}
+
+std::string rowName(const RunData& run) {
+  if (run.grid_variant.empty()) return run.variant;
+  return run.grid_variant + run.variant.substr(std::min(run.variant.size(), run.bare_variant.size()));
+}
+
+std::string bareName(const RunData& run) {
+  return run.grid_variant.empty() ? run.bare_variant : run.grid_variant;
 }
 
 std::string gridTitle(const StudyTable& table) {

@@ -102,6 +102,7 @@ struct CompareRow {
   std::string state;
   std::string error;
   int64_t gone_pid = 0;                         // RunData::gone_pid: "running", but its process is gone
+  int64_t live_pid = 0;                         // RunData::live_pid: "running", and its process is
   std::filesystem::path dir;                    // the run's folder; a repeat's variant folder
   std::vector<std::filesystem::path> run_dirs;  // every seed's run folder (the run's own for one seed)
   std::string compressor;
@@ -143,6 +144,12 @@ struct Comparison {
 
 // Builds the tables. Problems that are not one folder's (a --baseline name no study has) go to `warnings`.
 Comparison compare(const std::vector<RunData>& runs, const CompareOptions& options, std::vector<std::string>& warnings);
+
+// A run's row name (what --baseline names): its variant's, or at a grid point the file's variant name (its table names
+// the point), with the label of its results folder where runs of one name came from several (reader.h). bareName
+// leaves the label out.
+std::string rowName(const RunData& run);
+std::string bareName(const RunData& run);
 
 // "link.bandwidth=1Gbps, workers=8": a grid point's table in titles; empty for a study without a grid.
 std::string gridTitle(const StudyTable& table);

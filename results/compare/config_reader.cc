@@ -83,6 +83,12 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   run.data_fields.clear();
   if (config.has_workload()) flattenMessage(config.workload(), "workload", run.workload_fields);
   if (config.has_data()) flattenMessage(config.data(), "data", run.data_fields);
+  experiments::Experiment settings = config;
+  settings.clear_seed();
+  settings.clear_seeds();
+  run.setting_fields.clear();
+  flattenMessage(settings, "", run.setting_fields);
+  for (auto& line : run.setting_fields) line.erase(0, 1);  // the leading '.' of the top level's paths
   run.config_lists_seeds = config.seeds_size() > 0;
   run.grid_variant.clear();
   run.grid.clear();

@@ -96,14 +96,23 @@ std::string noiseTestText(const StudyTable& t) {
   return paired + ", or " + welch + " for " + cells;
 }
 
-// A grid study's tables side by side (compute.h): for each variant and point, the time to the target with its speedup
-// over that point's baseline, then the final accuracy, so that where compression pays (a slow link, many workers)
-// reads off one table. `tables` are one study's, one per point, in the comparison's order.
+// A grid study's tables side by side (compute.h): for each variant and point the time to the target (with its speedup
+// over that point's baseline), the wire bytes (with the baseline's over them) and the final accuracy, each with its
+// seed interval and noise mark, so that where compression pays (a slow link, many workers) reads off one table.
+// `tables` are one study's, one per point, in the comparison's order. Rows: the baselines first, then by name.
 void gridPivots(std::ostringstream& o, const std::vector<const StudyTable*>& tables, const std::string& target) {
-  std::vector<std::string> variants;  // the first table's row order, then any row another table adds
-  for (const StudyTable* t : tables)
+  std::vector<std::string> variants, baselines;
+  for (const StudyTable* t : tables) {
+    if (!t->baseline.empty() && std::find(baselines.begin(), baselines.end(), t->baseline) == baselines.end())
+      baselines.push_back(t->baseline);
     for (const auto& r : t->rows)
       if (std::find(variants.begin(), variants.end(), r.variant) == variants.end()) variants.push_back(r.variant);
+  }
+  std::sort(variants.begin(), variants.end(), [&](const std::string& a, const std::string& b) {
+    const bool ba = std::find(baselines.begin(), baselines.end(), a) != baselines.end();
+    const bool bb = std::find(baselines.begin(), baselines.end(), b) != baselines.end();
+    return ba != bb ? ba : a < b;
+  });
   auto find = [](const StudyTable& t, const std::string& variant) -> const CompareRow* {
     for (const auto& r : t.rows)
       if (r.variant == variant) return &r;
@@ -115,8 +124,9 @@ void gridPivots(std::ostringstream& o, const std::vector<const StudyTable*>& tab
   for (const StudyTable* t : tables)
     for (const auto& r : t->rows) all_simulated = all_simulated && r.simulated;
   o << "\n### " << mdCell(tables.front()->study) << " across its grid\n\n"
-    << "One column per point (" << mdCell(axes) << "), each against its own baseline; `-`: the variant did not run "
-    << "there.\n\n";
+    << "One column per point (" << mdCell(axes) << "), each against its own baseline"
+    << (baselines.empty() ? "" : " (in brackets)") << "; rows: the baseline, then by name; `-`: the variant did not "
+    << "run there.\n";
   auto header = [&] {
     o << "| variant |";
     for (const StudyTable* t : tables) {
@@ -128,40 +138,44 @@ void gridPivots(std::ostringstream& o, const std::vector<const StudyTable*>& tab
     for (std::size_t i = 0; i < tables.size(); ++i) o << "---:|";
     o << '\n';
   };
-  o << (all_simulated ? "Simulated seconds" : "Seconds") << " to " << target
-    << " (speedup over the point's baseline: its time / the variant's):\n\n";
-  header();
-  for (const auto& v : variants) {
-    o << "| " << mdCell(v) << " |";
-    for (const StudyTable* t : tables) {
-      const CompareRow* r = find(*t, v);
-      const CompareRow* base = find(*t, t->baseline);
-      std::string cell = "-";
-      if (r != nullptr && r->to_target && std::isfinite(r->to_target->wall_s)) {
-        cell = sig3(r->to_target->wall_s);
-        if (base != nullptr && base != r && base->to_target && r->to_target->wall_s > 0)
-          cell += " (" + sig3(base->to_target->wall_s / r->to_target->wall_s) + "×)";
-      } else if (r != nullptr && r->records > 0) {
-        cell = "not reached";
+  // One pivot: `cell` writes a row's cell at a point, given the point's baseline row (null without one).
+  auto pivot = [&](const std::string& title, auto cell) {
+    o << '\n' << title << ":\n\n";
+    header();
+    for (const auto& v : variants) {
+      o << "| " << mdCell(v) << " |";
+      for (const StudyTable* t : tables) {
+        const CompareRow* r = find(*t, v);
+        const CompareRow* base = find(*t, t->baseline);
+        o << ' ' << mdCell(r == nullptr ? "-" : cell(*r, base != r ? base : nullptr)) << " |";
       }
-      o << ' ' << mdCell(cell) << " |";
+      o << '\n';
     }
-    o << '\n';
-  }
-  o << "\nFinal accuracy:\n\n";
-  header();
-  for (const auto& v : variants) {
-    o << "| " << mdCell(v) << " |";
-    for (const StudyTable* t : tables) {
-      const CompareRow* r = find(*t, v);
-      o << ' ' << (r != nullptr ? withSpread(orDash(r->final_accuracy, 1, 4), r->final_stats, 1, 4) : "-") << " |";
-    }
-    o << '\n';
-  }
+  };
+  pivot(std::string(all_simulated ? "Simulated seconds" : "Seconds") + " to " + target +
+            (baselines.empty() ? "" : " (speedup: the baseline's time / the variant's)"),
+        [&](const CompareRow& r, const CompareRow* base) -> std::string {
+          if (!r.to_target || !std::isfinite(r.to_target->wall_s)) return r.records > 0 ? "not reached" : "-";
+          std::string cell = withSpread(sig3(r.to_target->wall_s), r.s_to_target_stats, 1);
+          if (base != nullptr && base->to_target && r.to_target->wall_s > 0)
+            cell += " (" + sig3(base->to_target->wall_s / r.to_target->wall_s) + "×)";
+          return cell;
+        });
+  pivot(std::string("Wire MB/worker") +
+            (baselines.empty() ? "" : " (ratio: the baseline's bytes per step / the variant's)"),
+        [&](const CompareRow& r, const CompareRow* base) -> std::string {
+          std::string cell = withSpread(orDash(r.wire_bytes, 1e-6), r.wire_stats, 1e-6);
+          if (base != nullptr && r.ratio) cell += " (" + sig3(*r.ratio) + "×)";
+          return cell;
+        });
+  pivot("Final accuracy", [&](const CompareRow& r, const CompareRow*) -> std::string {
+    return withSpread(orDash(r.final_accuracy, 1, 4), r.final_stats, 1, 4);
+  });
 }
 
 std::string stateText(const CompareRow& r) {
   if (r.state == kStateRunning && r.gone_pid != 0) return "running (pid " + std::to_string(r.gone_pid) + " gone)";
+  if (r.state == kStateRunning && r.live_pid != 0) return "running";
   if (r.state == kStateRunning) return "running/killed";
   if (r.state == kStateFailed) return "**failed**";
   return r.state;

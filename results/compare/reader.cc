@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -123,6 +125,26 @@ bool isRunDir(const fs::path& dir) {
     if (fs::is_regular_file(dir / std::string(name), ec)) return true;
   }
   return false;
+}
+
+// When a run folder's results were last written: the latest of its result files' times.
+fs::file_time_type lastWritten(const fs::path& dir) {
+  fs::file_time_type latest = fs::file_time_type::min();
+  std::error_code ec;
+  for (auto name : {kConfigFile, kProvenanceFile, kMetricsFile, kStatusFile}) {
+    const auto t = fs::last_write_time(dir / std::string(name), ec);
+    if (!ec) latest = std::max(latest, t);
+  }
+  return latest;
+}
+
+std::string timeText(fs::file_time_type t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(t));
+  std::tm utc{};
+  gmtime_r(&tt, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return text;
 }
 
 std::string valueText(const Json& v) {
@@ -331,8 +353,13 @@ void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& wa
   // before the pid was recorded.
   const std::optional<double> pid = getNumber(*obj, "pid");
   if (run.state == kStateRunning && pid && *pid >= 1 && *pid <= 4194304 && *pid == std::floor(*pid) &&
-      getString(*obj, "host") == hostName() && ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)
-    run.gone_pid = static_cast<int64_t>(*pid);
+      getString(*obj, "host") == hostName()) {
+    // EPERM: the process exists, another user's.
+    if (::kill(static_cast<pid_t>(*pid), 0) == 0 || errno == EPERM)
+      run.live_pid = static_cast<int64_t>(*pid);
+    else if (errno == ESRCH)
+      run.gone_pid = static_cast<int64_t>(*pid);
+  }
 }
 
 void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
@@ -412,6 +439,11 @@ RunData loadRun(const fs::path& dir, std::vector<std::string>& warnings) {
         dir.string() + ": status says running, but its process (pid " + std::to_string(run.gone_pid) +
         " on this host) is gone: killed without a word (SIGKILL, the out-of-memory killer); shown with " + "its " +
         std::to_string(run.points.size()) + " record(s)");
+  else if (run.state == kStateRunning && run.live_pid != 0)
+    warnings.push_back(dir.string() + ": still running (pid " + std::to_string(run.live_pid) +
+                       " on this host); shown "
+                       "with its " +
+                       std::to_string(run.points.size()) + " record(s) so far");
   else if (run.state == kStateRunning)
     warnings.push_back(dir.string() + ": status says running (still running, or killed); shown with its " +
                        std::to_string(run.points.size()) + " record(s)");
@@ -499,6 +531,38 @@ std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<st
     std::sort(out.begin(), out.end());
     return out;
   };
+  // A variant's folder that holds a run of its own and repeats (seed-<N>/ with results) holds two runs of the variant,
+  // one written before the other (a single run, then the same variant with --seeds, or the reverse): their rows would
+  // merge, or one would hide the other, without a word. The later is read, and a warning names both.
+  auto addRun = [&](const fs::path& d) {
+    std::vector<fs::path> repeats;
+    for (const auto& sub : subdirs(d)) {
+      const std::string name = sub.filename().string();
+      if (name.size() > 5 && name.starts_with("seed-") &&
+          name.find_first_not_of("0123456789", 5) == std::string::npos && isRunDir(sub))
+        repeats.push_back(sub);
+    }
+    if (repeats.empty()) {
+      addDir(d);
+      return;
+    }
+    const auto own = lastWritten(d);
+    fs::file_time_type seeds_time = fs::file_time_type::min();
+    std::string names;
+    for (const auto& r : repeats) {
+      seeds_time = std::max(seeds_time, lastWritten(r));
+      names += (names.empty() ? "" : ", ") + r.filename().string() + "/";
+    }
+    const bool own_later = own > seeds_time;
+    if (own_later)
+      addDir(d);
+    else
+      for (const auto& r : repeats) addDir(r);
+    warnings.push_back(d.string() + ": holds a run of its own (last written " + timeText(own) + ") and repeats (" +
+                       names + ", last written " + timeText(seeds_time) + "), two runs of one variant; shown: the " +
+                       (own_later ? "run of its own" : "repeats") + ", the later; the " +
+                       (own_later ? "repeats are" : "run of its own is") + " left out (move one away to keep both)");
+  };
   for (const auto& path : paths) {
     std::error_code ec;
     if (!fs::is_directory(path, ec)) {
@@ -507,19 +571,19 @@ std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<st
       continue;
     }
     if (isRunDir(path)) {
-      addDir(path);
+      addRun(path);
       continue;
     }
     const std::size_t before = dirs.size();
     // Three levels: results root / study / variant / seed-<N> of a repeat.
     for (const auto& sub : subdirs(path)) {
       if (isRunDir(sub)) {
-        addDir(sub);
+        addRun(sub);
         continue;
       }
       for (const auto& subsub : subdirs(sub)) {
         if (isRunDir(subsub)) {
-          addDir(subsub);
+          addRun(subsub);
           continue;
         }
         for (const auto& leaf : subdirs(subsub))

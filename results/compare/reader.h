@@ -59,10 +59,16 @@ struct RunData {
   // A "running" run whose process, on this host, is gone (status.json's "pid" and "host"): it was killed without a
   // word (SIGKILL, the out-of-memory killer). 0: still running, on another host, or not known.
   int64_t gone_pid = 0;
+  // A "running" run whose process, on this host, is alive: still running (a pid in use again reads so too). 0: gone,
+  // on another host, or not known.
+  int64_t live_pid = 0;
   bool has_config = false;
   // The config's workload and data sections as "workload.name=mlp" lines (configMismatchWarnings compares them).
   std::vector<std::string> workload_fields;
   std::vector<std::string> data_fields;
+  // Every field of the config as such lines but `seed` and `seeds`: what a variant's repeats must share for their mean
+  // and interval to be seed noise (compute.h, "Repeats").
+  std::vector<std::string> setting_fields;
   std::string config_sha256;  // of config.textproto's bytes; empty without one
   std::optional<Json> provenance;
   // A simulated run's calibration.json "seconds": the kernel times it charged (experiments/runner/calibration.h);

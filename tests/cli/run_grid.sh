@@ -79,6 +79,9 @@ expect_in compare.log "^### grid at link.bandwidth=10Mbps, workers=3$"
 [[ $(grep -c "^### grid at" compare.log) == 4 ]] || fail "expected 4 tables, got $(grep -c '^### grid at' compare.log)"
 [[ $(grep -c '^Baseline: `dense` (compressor none)' compare.log) == 4 ]] || fail "each table's baseline is dense"
 grep -q "different data\|different workloads" compare.log && fail "the axes' fields (or batch_size, the global batch's share) were reported as a mismatch"
+# --baseline names the file's variant, found at every point.
+timeout 60 "$TERSE" compare out --baseline fp16 >baseline.log 2>&1 || fail "terse compare --baseline fp16 exited $?"
+[[ $(grep -c '^Baseline: `fp16` (--baseline)' baseline.log) == 4 ]] || fail "--baseline fp16 is not every table's"
 timeout 60 "$TERSE" compare out --format csv >compare.csv 2>&1 || fail "terse compare --format csv exited $?"
 expect_in compare.csv "^grid,fp16,false,completed,fp16,.*,link.bandwidth=10Mbps;workers=3$"
 

@@ -298,6 +298,18 @@ TEST_F(GridTest, AVariantsOwnValueOfAnAxisIsRefused) {
             "0.1");
 }
 
+// An axis --grid adds wins over a variant's value of its field, as --set does: a sweep of one variant's parameter.
+TEST_F(GridTest, AnAxisFromTheCommandLineWinsOverTheVariant) {
+  options_.grid = {"compressor.params.ratio=0.001,0.1"};
+  options_.plugin_variants = {"topk"};
+  const Study s = load(kGridBase + kGridVariants);
+  const auto topk = selectVariants(s, {"topk"});
+  ASSERT_EQ(topk.size(), 2u);
+  EXPECT_EQ(topk[0].variant(), "topk.ratio-0.001");
+  EXPECT_EQ(topk[0].compressor().params().at("ratio"), "0.001");  // the variant's own 0.1 gives way
+  EXPECT_EQ(topk[1].compressor().params().at("ratio"), "0.1");
+}
+
 // A results folder's config.textproto run again is one point of its study's grid: another value of its axis' field is
 // refused, as the run would be filed under the old point; other fields may change.
 TEST_F(GridTest, ARunsConfigKeepsItsPoint) {

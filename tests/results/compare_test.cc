@@ -333,6 +333,36 @@ TEST(Compare, AGridsPivotGivesEachPointsSpeedupOverItsBaseline) {
   EXPECT_NE(md.find("| dense | 2.00 | 2.00 |", pivot), std::string::npos) << md;
 }
 
+// With seeds, the pivot's time and bytes carry their intervals, as the points' tables do; the bytes pivot gives each
+// point's ratio against its baseline.
+TEST(Compare, AGridsPivotCarriesTheSeedIntervals) {
+  const fs::path root = freshDir("GridPivotSeeds");
+  for (const std::string workers : {"2", "4"}) {
+    for (uint64_t seed : {1, 2}) {
+      for (const auto& [variant, compressor, wire] :
+           {std::tuple{"dense", "none", uint64_t{400}}, std::tuple{"topk", "topk", uint64_t{100}}}) {
+        RunSpec s{"s",
+                  std::string(variant) + ".workers-" + workers,
+                  compressor,
+                  false,
+                  {{10, 0.9, wire, 1.0 + static_cast<double>(seed)}}};
+        s.grid_variant = variant;
+        s.grid = {{"workers", workers}};
+        s.seeds = "[1, 2]";
+        s.seed = seed;
+        writeRun(root, s);
+      }
+    }
+  }
+  std::vector<std::string> w;
+  const std::string md = toMarkdown(compare(loadRuns({root}, w), {}, w));
+  const auto pivot = md.find("### s across its grid\n");
+  ASSERT_NE(pivot, std::string::npos) << md;
+  // Seconds 2 and 3: mean 2.5, half-width t(0.975, 1) x 0.7071 / sqrt(2) = 6.35.
+  EXPECT_NE(md.find("| topk | 2.50 ± 6.35 ≈ (1.00×) | 2.50 ± 6.35 ≈ (1.00×) |", pivot), std::string::npos) << md;
+  EXPECT_NE(md.find("| topk | 0.0001 ± 0 (4.00×) | 0.0001 ± 0 (4.00×) |", pivot), std::string::npos) << md;
+}
+
 // One study run twice into two results folders (in-process and tcp, before and after): the rows of one name are
 // labelled by the part of their folder's path that tells them apart, and a warning says so.
 TEST(Compare, RunsOfOneNameFromTwoFoldersAreLabelledByTheFolder) {
@@ -755,7 +785,8 @@ TEST(CompareRobustness, RunningVariantIsMarkedAndKept) {
 }
 
 // status.json names the process while "running" (results/result_writer.h): a run whose process on this host is gone
-// was killed without a word, and compare says so; one whose process is alive, or on another host, is as before.
+// was killed without a word, and compare says so; one whose process is alive is still running; one on another host
+// cannot be asked.
 TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -778,11 +809,13 @@ TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
   const std::string pid = std::to_string(child);
   EXPECT_TRUE(anyContains(w, "gone: status says running, but its process (pid " + pid + " on this host) is gone"))
       << joined(w);
-  EXPECT_TRUE(anyContains(w, "alive: status says running (still running, or killed)")) << joined(w);
+  EXPECT_TRUE(anyContains(w, "alive: still running (pid " + std::to_string(::getpid()) + " on this host)"))
+      << joined(w);
   EXPECT_TRUE(anyContains(w, "elsewhere: status says running (still running, or killed)")) << joined(w);
   const std::string table = toMarkdown(compare(runs, {}, w));
   EXPECT_NE(table.find("running (pid " + pid + " gone)"), std::string::npos) << table;
-  EXPECT_NE(table.find("running/killed"), std::string::npos) << table;
+  EXPECT_NE(table.find("| **alive** (baseline) | running |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| elsewhere | running/killed |"), std::string::npos) << table;
 }
 
 // The writer itself names the process while running, and no longer once the run ended.

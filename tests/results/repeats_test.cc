@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -404,6 +405,74 @@ TEST(Repeats, MismatchedSeedsFallBackToWelch) {
       EXPECT_EQ(r.at("over_seeds").at("final_accuracy").at("test"), "welch") << dumpJson(r);
       EXPECT_EQ(r.at("over_seeds").at("final_accuracy").at("sample_seeds"), Json::parse("[4, 5, 6]")) << dumpJson(r);
     }
+}
+
+// A row's repeats must differ in their seed alone: a seed re-run with other settings (--set epochs=1 on one seed) is
+// said under the table, naming the fields, rather than averaged in unseen.
+TEST(Repeats, SeedsRunWithOtherSettingsAreSaidSo) {
+  const auto root = freshDir("RepeatsMixed") / "results";
+  for (uint64_t seed : {1, 2, 3}) {
+    RunSpec s("s", "v", "none", false, {{100, 0.8, 1000, 1.0}});
+    s.seeds = "[1, 2, 3]";
+    s.seed = seed;
+    if (seed == 2) s.batch_size = "64";
+    writeRun(root, s);
+  }
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  ASSERT_EQ(c.studies.size(), 1u);
+  ASSERT_EQ(c.studies[0].rows.size(), 1u);
+  EXPECT_EQ(c.studies[0].rows[0].seeds, 3);
+  const auto& notes = c.studies[0].notes;
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n ==
+           "`v` (seed 2) ran with other settings than seed 1: data.batch_size 64 (seed 1: 32); the row's means "
+           "and intervals mix settings, not only seeds (run its seeds again alike)";
+  })) << testing::joined(notes);
+  EXPECT_EQ(std::count_if(notes.begin(), notes.end(),
+                          [](const std::string& n) { return n.find("ran with other settings") != std::string::npos; }),
+            1);
+}
+
+// A variant's folder holding a run of its own and repeats (a quick run, then --seeds; or the reverse) shows the later
+// of the two, never a mix, and a warning names both.
+TEST(Repeats, ARunOfItsOwnBesideRepeatsShowsTheLater) {
+  const auto root = freshDir("RepeatsBesideOwn") / "results";
+  const fs::path own = writeRun(root, RunSpec("s", "v", "none", false, {{100, 0.5, 1000, 1.0}}));
+  std::vector<fs::path> seeds;
+  for (uint64_t seed : {1, 2}) {
+    RunSpec s("s", "v", "none", false, {{100, 0.8 + 0.01 * static_cast<double>(seed), 1000, 1.0}});
+    s.seeds = "[1, 2]";
+    s.seed = seed;
+    seeds.push_back(writeRun(root, s));
+  }
+  auto age = [](const fs::path& dir, int minutes) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file())
+        fs::last_write_time(e.path(), fs::file_time_type::clock::now() - std::chrono::minutes(minutes));
+  };
+  age(own, 10);  // the run of its own first, the repeats later
+  std::vector<std::string> w;
+  Comparison c = compare(loadRuns({root}, w), {}, w);
+  ASSERT_EQ(c.studies[0].rows.size(), 1u);
+  EXPECT_EQ(c.studies[0].rows[0].seeds, 2);
+  EXPECT_NEAR(*c.studies[0].rows[0].final_accuracy, 0.815, 1e-12);
+  EXPECT_TRUE(std::any_of(w.begin(), w.end(), [&](const std::string& x) {
+    return x.starts_with(own.string() + ": holds a run of its own") &&
+           x.find("and repeats (seed-1/, seed-2/, last written") != std::string::npos &&
+           x.find("shown: the repeats, the later; the run of its own is left out") != std::string::npos;
+  })) << testing::joined(w);
+  age(seeds[0], 20);  // now the run of its own is the later
+  age(seeds[1], 20);
+  age(own, 1);
+  w.clear();
+  c = compare(loadRuns({root}, w), {}, w);
+  ASSERT_EQ(c.studies[0].rows.size(), 1u);
+  EXPECT_EQ(c.studies[0].rows[0].seeds, 1);
+  EXPECT_NEAR(*c.studies[0].rows[0].final_accuracy, 0.5, 1e-12);
+  EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](const std::string& x) {
+    return x.find("shown: the run of its own, the later; the repeats are left out") != std::string::npos;
+  })) << testing::joined(w);
 }
 
 }  // namespace
