@@ -366,7 +366,7 @@ class Measurer {
     // there, so that no plugin thread or lock is ever forked.
     train::Workload& model = replica();
     if (!gradients_) {
-      model.forwardBackward(firstBatch(model, kCodecCalibrationBatch), {});
+      model.forwardBackward(firstBatch(model, in_->experiment.data().batch_size()), {});
       gradients_ = gradientsBySize(model);
     }
     plugin_ = in_->loader.loadCompressor(in_->experiment.compressor().name());
@@ -657,13 +657,9 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   codec << e.compressor().ShortDebugString() << " ef=" << co.error_feedback << " mc=" << co.momentum_correction
         << " mask=" << co.momentum_masking << " nesterov=" << co.momentum_nesterov;
   // The codec is timed on the model's gradient (codecCalibrationGradients), so its key also names what made it: the
-  // workload and the data (not the run's seed: the gradient is taken at kCalibrationSeed's initialization, nor its
-  // batch size: over kCodecCalibrationBatch examples). Two runs that share a codec and a tensor size share a time only
-  // on the same model and data.
-  experiments::Data data = e.data();
-  data.clear_batch_size();
-  data.clear_global_batch_size();
-  codec << " on " << p.workload << " data=" << data.ShortDebugString() << " b" << kCodecCalibrationBatch;
+  // workload and the data (not the run's seed: the gradient is taken at kCalibrationSeed's initialization). Two runs
+  // that share a codec and a tensor size share a time only on the same model and data.
+  codec << " on " << p.workload << " data=" << e.data().ShortDebugString();
   // A CUSTOM codec's decode and reduces take the aggregate of the world's payloads (CodecStep::fold), whose size and
   // cost follow the world size.
   if (compressor.caps(DType::kF32).aggregation == Aggregation::kCustom) codec << " world=" << e.workers();
@@ -794,7 +790,7 @@ std::vector<float> calibrationStepOutput(TensorCodec& codec, std::span<const flo
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,
                                                                  std::shared_ptr<const workloads::DataSplit> data) {
   auto model = calibrationReplica(e, std::move(data));
-  model->forwardBackward(firstBatch(*model, kCodecCalibrationBatch), {});
+  model->forwardBackward(firstBatch(*model, e.data().batch_size()), {});
   return gradientsBySize(*model);
 }
 

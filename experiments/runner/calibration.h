@@ -13,7 +13,7 @@
 // A workload cannot run one layer alone (Workload::forwardBackward is the whole pass), so the whole pass is timed and
 // split among the layers' forward and backward by their FLOP counts (Workload::layerFlops); a batch of another size
 // (the epoch's last, a micro-batch) is charged in proportion. Codecs are timed at every tensor size of the model on
-// that tensor's real gradient (the model's at one fixed initialization over its first 32 examples): a codec whose
+// that tensor's real gradient (the model's at one fixed initialization over the first training batch): a codec whose
 // work follows its input (threshold keeps what exceeds tau; top-k's selection) costs what it costs on gradients, not
 // on unit gaussians, where threshold at tau 0.03 keeps 98% of the elements instead of the gradient's few percent. The
 // per-element kernels run at the same sizes on seeded gaussian data, which their cost does not depend on. A region of
@@ -170,12 +170,9 @@ CalibrationOutcome calibrateSums(const SumCalibrationInputs& in);
 CalibrationPlan planSums(DType dtype, std::vector<uint64_t> sizes);
 
 // What the codecs are timed on, per tensor size: the gradient of the run's model at its initial parameters under
-// kCalibrationSeed (not the run's seed) over the first kCodecCalibrationBatch examples of `data`, whatever the run's
-// batch size; where two tensors share a size, the first in the model's order. A fixed batch, so that runs differing
-// only in their per-worker batch (a workers axis at one global batch) share a codec's times: timed apart, one kernel
-// measured 20-40% apart on a busy host and the points' codec costs differed by that noise, not by their work.
+// kCalibrationSeed (not the run's seed) over the first batch_size examples of `data`; where two tensors share a size,
+// the first in the model's order.
 inline constexpr uint64_t kCalibrationSeed = 1;
-inline constexpr int64_t kCodecCalibrationBatch = 32;
 std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experiments::Experiment& e,
                                                                  std::shared_ptr<const workloads::DataSplit> data);
 
