@@ -235,36 +235,58 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
       notes.push_back(name + seedOf(i) + ": status unknown (see the warnings)");
   }
   // Repeats of one variant must differ in their seed alone for the mean and interval to be over seed noise: a seed
-  // re-run with --set (fewer epochs, another rate) would be averaged in unseen.
+  // re-run with --set (fewer epochs, another rate) would be averaged in unseen. The runs are grouped by their settings;
+  // the largest group (the first run's, on a tie) is the reference, and each other group is named with what differs.
   auto seedName = [&](std::size_t i) {
-    return runs[i]->repeat_seed ? "seed " + std::to_string(*runs[i]->repeat_seed) : "run " + std::to_string(i + 1);
+    return runs[i]->repeat_seed ? std::to_string(*runs[i]->repeat_seed) : "run " + std::to_string(i + 1);
   };
-  for (std::size_t i = 1; i < runs.size(); ++i) {
-    if (!runs[0]->has_config || !runs[i]->has_config || runs[i]->setting_fields == runs[0]->setting_fields) continue;
-    // path -> value, each side; a field one side lacks is "unset" there.
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (!runs[i]->has_config) continue;
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const auto& x) { return runs[x.front()]->setting_fields == runs[i]->setting_fields; });
+    if (g == groups.end())
+      groups.push_back({i});
+    else
+      g->push_back(i);
+  }
+  if (groups.size() > 1) {
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    auto names = [&](const std::vector<std::size_t>& g) {
+      std::string out = g.size() == 1 ? "seed " : "seeds ";
+      for (std::size_t k = 0; k < g.size(); ++k) out += (k ? ", " : "") + seedName(g[k]);
+      return out;
+    };
+    // path -> value ("a,b" for a list's elements); a field one side lacks is "unset" there.
     auto byPath = [](const std::vector<std::string>& lines) {
       std::map<std::string, std::string> out;
       for (const auto& l : lines) {
         auto& v = out[l.substr(0, l.find('='))];
-        v += (v.empty() ? "" : ",") + l.substr(l.find('=') + 1);  // a list's elements, one line each
+        v += (v.empty() ? "" : ",") + l.substr(l.find('=') + 1);
       }
       return out;
     };
-    const auto first = byPath(runs[0]->setting_fields), mine = byPath(runs[i]->setting_fields);
-    std::set<std::string> paths;
-    for (const auto& [p, v] : first) paths.insert(p);
-    for (const auto& [p, v] : mine) paths.insert(p);
-    std::vector<std::string> differs;
-    for (const auto& p : paths) {
-      const auto a = first.find(p), b = mine.find(p);
-      const std::string va = a == first.end() ? "unset" : a->second, vb = b == mine.end() ? "unset" : b->second;
-      if (va != vb) differs.push_back(p + " " + vb + " (" + seedName(0) + ": " + va + ")");
+    const auto reference = byPath(runs[groups[0].front()]->setting_fields);
+    for (std::size_t g = 1; g < groups.size(); ++g) {
+      const auto mine = byPath(runs[groups[g].front()]->setting_fields);
+      std::set<std::string> paths;
+      for (const auto& [p, v] : reference) paths.insert(p);
+      for (const auto& [p, v] : mine) paths.insert(p);
+      std::vector<std::string> differs;
+      for (const auto& p : paths) {
+        const auto a = reference.find(p), b = mine.find(p);
+        const std::string va = a == reference.end() ? "unset" : a->second;
+        const std::string vb = b == mine.end() ? "unset" : b->second;
+        // A value of a long list is cut: the note names the field, the config has the rest.
+        auto cut = [](const std::string& v) { return v.size() > 60 ? v.substr(0, 60) + "..." : v; };
+        if (va != vb) differs.push_back(p + " " + cut(vb) + " (" + cut(va) + ")");
+      }
+      std::string text;
+      for (std::size_t k = 0; k < differs.size() && k < 3; ++k) text += (k ? ", " : "") + differs[k];
+      if (differs.size() > 3) text += " and " + std::to_string(differs.size() - 3) + " more";
+      notes.push_back(name + ": " + names(groups[g]) + " ran with other settings than " + names(groups[0]) + ": " +
+                      text + "; the row's means and intervals mix settings, not only seeds (run its seeds alike)");
     }
-    std::string text;
-    for (std::size_t k = 0; k < differs.size() && k < 3; ++k) text += (k ? ", " : "") + differs[k];
-    if (differs.size() > 3) text += " and " + std::to_string(differs.size() - 3) + " more";
-    notes.push_back(name + " (" + seedName(i) + ") ran with other settings than " + seedName(0) + ": " + text +
-                    "; the row's means and intervals mix settings, not only seeds (run its seeds again alike)");
   }
   // The row's state is its worst seed's.
   auto severity = [](const std::string& state) {

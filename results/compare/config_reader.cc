@@ -1,11 +1,13 @@
 // config.textproto back into a RunData (reader_detail.h), parsed with the experiment schema itself (protobuf
 // TextFormat), and its SHA-256 (results/sha256.h): the only file of the compare library that needs the schema.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include "experiments/config/config.h"
 #include "experiments/config/experiment.pb.h"
 #include "experiments/config/limits.h"
 #include "results/compare/reader.h"
@@ -35,6 +37,22 @@ void flattenMessage(const google::protobuf::Message& msg, const std::string& pre
   reflection->ListFields(msg, &fields);
   for (const auto* f : fields) {
     const std::string path = prefix + "." + f->name();
+    if (f->is_map()) {
+      // A map's entries come back in no fixed order (protobuf's hash order, another at every parse): one line per
+      // entry, "path.key=value", sorted, so that two configs with the same entries agree.
+      std::vector<std::string> entries;
+      for (int i = 0; i < reflection->FieldSize(msg, f); ++i) {
+        const auto& entry = reflection->GetRepeatedMessage(msg, f, i);
+        std::string key, value;
+        google::protobuf::TextFormat::PrintFieldValueToString(entry, f->message_type()->map_key(), -1, &key);
+        google::protobuf::TextFormat::PrintFieldValueToString(entry, f->message_type()->map_value(), -1, &value);
+        if (key.size() >= 2 && key.front() == '"' && key.back() == '"') key = key.substr(1, key.size() - 2);
+        entries.push_back(path + "." + key + "=" + value);
+      }
+      std::sort(entries.begin(), entries.end());
+      out.insert(out.end(), entries.begin(), entries.end());
+      continue;
+    }
     const int n = f->is_repeated() ? reflection->FieldSize(msg, f) : 1;
     for (int i = 0; i < n; ++i) {
       const int index = f->is_repeated() ? i : -1;
@@ -83,7 +101,10 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   run.data_fields.clear();
   if (config.has_workload()) flattenMessage(config.workload(), "workload", run.workload_fields);
   if (config.has_data()) flattenMessage(config.data(), "data", run.data_fields);
+  // Resolved as the loader resolves (a config written by an older build lacks the fields added since, which hold
+  // their defaults), less the seed: what a variant's repeats must share.
   experiments::Experiment settings = config;
+  experiments::applyDefaults(settings);
   settings.clear_seed();
   settings.clear_seeds();
   run.setting_fields.clear();

@@ -36,11 +36,16 @@ constexpr std::uintmax_t kMaxFileBytes = 256u << 20;
 constexpr std::size_t kMaxLineBytes = std::size_t{16} << 20;
 // Bad lines reported one by one per file; the rest are counted in one warning.
 constexpr int kMaxLineWarnings = 20;
+// What is read of one metrics.jsonl at most: ~30,000 records of a parameter server at 1,024 workers, seconds to read;
+// a file larger than any run writes (a hole of terabytes) must not keep compare reading for hours.
+constexpr std::uint64_t kMaxMetricsBytes = std::uint64_t{2} << 30;
 
 // A stream's lines, without their newlines, holding at most kMaxLineBytes of one.
 class LineReader {
  public:
-  explicit LineReader(std::istream& in) : in_(in) {}
+  explicit LineReader(std::istream& in, std::uint64_t limit) : in_(in), left_(limit) {}
+  // Whether the limit stopped the reading before the stream's end.
+  bool cut() const { return cut_; }
 
   // The next line into `line`; false when the stream has none left. `had_newline` is false for a last line cut
   // short, `oversized` true for a line longer than kMaxLineBytes (`line` then holds its first kMaxLineBytes).
@@ -51,8 +56,13 @@ class LineReader {
     bool any = false;
     for (;;) {
       if (pos_ == end_) {
-        in_.read(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+        if (left_ == 0) {
+          cut_ = in_.peek() != std::char_traits<char>::eof();
+          return false;  // a line the limit cut short is not a line
+        }
+        in_.read(buf_.data(), static_cast<std::streamsize>(std::min<std::uint64_t>(buf_.size(), left_)));
         end_ = static_cast<std::size_t>(in_.gcount());
+        left_ -= end_;
         pos_ = 0;
         if (end_ == 0) return any;
       }
@@ -77,6 +87,8 @@ class LineReader {
 
  private:
   std::istream& in_;
+  std::uint64_t left_;
+  bool cut_ = false;
   std::vector<char> buf_ = std::vector<char>(std::size_t{1} << 16);
   std::size_t pos_ = 0, end_ = 0;
 };
@@ -125,6 +137,53 @@ bool isRunDir(const fs::path& dir) {
     if (fs::is_regular_file(dir / std::string(name), ec)) return true;
   }
   return false;
+}
+
+// "2026-12-06T21:19:19Z" (isoTimeUtc) as seconds since the epoch.
+std::optional<std::time_t> parseIsoUtc(const std::string& text) {
+  std::tm tm{};
+  const char* end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  return ::timegm(&tm);
+}
+
+// When process `pid` of this host started, from /proc (its start in clock ticks after boot, and the boot time).
+std::optional<std::time_t> processStartTime(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return std::nullopt;
+  // The command name (field 2) is in parentheses and may hold spaces: fields count from its closing one.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  unsigned long long ticks = 0;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) ticks = std::strtoull(field.c_str(), nullptr, 10);
+  std::ifstream proc_stat("/proc/stat");
+  unsigned long long boot = 0;
+  for (std::string key; proc_stat >> key;) {
+    if (key == "btime") {
+      proc_stat >> boot;
+      break;
+    }
+  }
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  if (boot == 0 || ticks == 0 || hz <= 0) return std::nullopt;
+  return static_cast<std::time_t>(boot + ticks / static_cast<unsigned long long>(hz));
+}
+
+// When a run folder's results were written, as text that orders in time: status.json's "updated" (or "started"),
+// which a copy keeps, else the latest of its result files' times (which cp, git and tar without times reset).
+std::string writtenAt(const fs::path& dir) {
+  std::vector<std::string> ignored;
+  if (const auto text = readFile(dir / std::string(kStatusFile), ignored)) {
+    if (const auto obj = parseJsonObject(*text, nullptr)) {
+      for (const char* key : {"updated", "started"})
+        if (const auto t = getString(*obj, key); t && parseIsoUtc(*t)) return *t;
+    }
+  }
+  return "";
 }
 
 // When a run folder's results were last written: the latest of its result files' times.
@@ -208,7 +267,7 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     else
       ++unreported;
   };
-  LineReader lines(in);
+  LineReader lines(in, kMaxMetricsBytes);
   std::string text;
   bool has_newline = false, oversized = false;
   int line_no = 0;
@@ -324,6 +383,9 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
   if (unreported > 0)
     warnings.push_back(file + ": " + std::to_string(unreported) + " more bad line(s) or field(s) after the first " +
                        std::to_string(kMaxLineWarnings) + " reported; skipped likewise");
+  if (lines.cut())
+    warnings.push_back(file + ": larger than any run writes; read its first " + std::to_string(kMaxMetricsBytes) +
+                       " bytes, the rest left out");
 }
 
 void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& warnings) {
@@ -354,11 +416,17 @@ void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& wa
   const std::optional<double> pid = getNumber(*obj, "pid");
   if (run.state == kStateRunning && pid && *pid >= 1 && *pid <= 4194304 && *pid == std::floor(*pid) &&
       getString(*obj, "host") == hostName()) {
-    // EPERM: the process exists, another user's.
-    if (::kill(static_cast<pid_t>(*pid), 0) == 0 || errno == EPERM)
-      run.live_pid = static_cast<int64_t>(*pid);
+    // EPERM: the process exists, another user's. A process that started after the run did holds the pid again
+    // (pids restart with a container): the run's own is gone. Unknown start times leave "still running".
+    const auto p = static_cast<pid_t>(*pid);
+    const std::optional<std::time_t> run_started = parseIsoUtc(getString(*obj, "started").value_or(""));
+    const std::optional<std::time_t> process_started = processStartTime(p);
+    if (run_started && process_started && *process_started > *run_started + 2)
+      run.gone_pid = p;
+    else if (::kill(p, 0) == 0 || errno == EPERM)
+      run.live_pid = p;
     else if (errno == ESRCH)
-      run.gone_pid = static_cast<int64_t>(*pid);
+      run.gone_pid = p;
   }
 }
 
@@ -546,22 +614,35 @@ std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<st
       addDir(d);
       return;
     }
-    const auto own = lastWritten(d);
-    fs::file_time_type seeds_time = fs::file_time_type::min();
+    // status.json's times where both sides have them (a copy keeps them), else the files' (a copy resets them).
+    std::string own = writtenAt(d), seeds_at;
     std::string names;
+    bool all_stamped = !own.empty();
     for (const auto& r : repeats) {
-      seeds_time = std::max(seeds_time, lastWritten(r));
+      const std::string at = writtenAt(r);
+      all_stamped = all_stamped && !at.empty();
+      seeds_at = std::max(seeds_at, at);
       names += (names.empty() ? "" : ", ") + r.filename().string() + "/";
     }
-    const bool own_later = own > seeds_time;
+    if (!all_stamped) {
+      fs::file_time_type seeds_time = fs::file_time_type::min();
+      for (const auto& r : repeats) seeds_time = std::max(seeds_time, lastWritten(r));
+      own = timeText(lastWritten(d));
+      seeds_at = timeText(seeds_time);
+    }
+    // A tie (one second) goes to the repeats: more runs of the variant, and its interval.
+    const bool own_later = own > seeds_at;
     if (own_later)
       addDir(d);
     else
       for (const auto& r : repeats) addDir(r);
-    warnings.push_back(d.string() + ": holds a run of its own (last written " + timeText(own) + ") and repeats (" +
-                       names + ", last written " + timeText(seeds_time) + "), two runs of one variant; shown: the " +
-                       (own_later ? "run of its own" : "repeats") + ", the later; the " +
-                       (own_later ? "repeats are" : "run of its own is") + " left out (move one away to keep both)");
+    warnings.push_back(d.string() + ": holds a run of its own (written " + own + ") and repeats (" + names +
+                       " written " + seeds_at + "), two runs of one variant; shown: the " +
+                       (own_later         ? "run of its own, the later"
+                        : own == seeds_at ? "repeats (written alike)"
+                                          : "repeats, the later") +
+                       "; the " + (own_later ? "repeats are" : "run of its own is") +
+                       " left out (move one away to keep both)");
   };
   for (const auto& path : paths) {
     std::error_code ec;

@@ -804,6 +804,15 @@ TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
   running("gone", child, hostName());
   running("alive", ::getpid(), hostName());
   running("elsewhere", child, hostName() + "-another");
+  // This process holds the pid, but it started after the run did: the pid was reused, the run's process is gone.
+  {
+    RunSpec s{"s", "reused", "none", false, {{10, 0.4, 100, 1}}};
+    s.state = "running";
+    const fs::path dir = writeRun(root, s);
+    writeFileAtomic(dir / "status.json", "{\"state\":\"running\",\"records\":1,\"pid\":" + std::to_string(::getpid()) +
+                                             ",\"host\":\"" + hostName() +
+                                             "\",\"started\":\"2000-01-01T00:00:00Z\"}\n");
+  }
   std::vector<std::string> w;
   const auto runs = loadRuns({root}, w);
   const std::string pid = std::to_string(child);
@@ -816,6 +825,8 @@ TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
   EXPECT_NE(table.find("running (pid " + pid + " gone)"), std::string::npos) << table;
   EXPECT_NE(table.find("| **alive** (baseline) | running |"), std::string::npos) << table;
   EXPECT_NE(table.find("| elsewhere | running/killed |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| reused | running (pid " + std::to_string(::getpid()) + " gone) |"), std::string::npos)
+      << table;
 }
 
 // The writer itself names the process while running, and no longer once the run ended.

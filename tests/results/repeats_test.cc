@@ -407,35 +407,56 @@ TEST(Repeats, MismatchedSeedsFallBackToWelch) {
     }
 }
 
-// A row's repeats must differ in their seed alone: a seed re-run with other settings (--set epochs=1 on one seed) is
-// said under the table, naming the fields, rather than averaged in unseen.
+// A row's repeats must differ in their seed alone: seeds run with other settings (--set epochs=1 on one seed) are said
+// under the table, the odd group named against the largest, rather than averaged in unseen. A map's entries in another
+// order and a defaulted field an older build did not write are the same settings.
 TEST(Repeats, SeedsRunWithOtherSettingsAreSaidSo) {
   const auto root = freshDir("RepeatsMixed") / "results";
+  std::vector<fs::path> dirs;
   for (uint64_t seed : {1, 2, 3}) {
     RunSpec s("s", "v", "none", false, {{100, 0.8, 1000, 1.0}});
     s.seeds = "[1, 2, 3]";
     s.seed = seed;
-    if (seed == 2) s.batch_size = "64";
-    writeRun(root, s);
+    if (seed == 1) s.batch_size = "64";  // the odd one is the first
+    dirs.push_back(writeRun(root, s));
   }
+  // Seeds 2 and 3 agree, though their params come in another order and seed 3 spells out a default.
+  auto setCompressor = [](const fs::path& dir, const std::string& block) {
+    std::string text = readText(dir / "config.textproto");
+    const std::string from = "compressor {\n  name: \"none\"\n}\n";
+    ASSERT_NE(text.find(from), std::string::npos) << text;
+    text.replace(text.find(from), from.size(), block);
+    writeFileAtomic(dir / "config.textproto", text);
+  };
+  setCompressor(dirs[1],
+                "compressor {\n  name: \"none\"\n  params { key: \"a\" value: \"1\" }\n  params { key: \"b\" "
+                "value: \"2\" }\n}\n");
+  setCompressor(dirs[2],
+                "compressor {\n  name: \"none\"\n  params { key: \"b\" value: \"2\" }\n  params { key: \"a\" "
+                "value: \"1\" }\n}\nplugin_timeout: \"60s\"\n");
+  setCompressor(dirs[0],
+                "compressor {\n  name: \"none\"\n  params { key: \"a\" value: \"1\" }\n  params { key: \"b\" "
+                "value: \"2\" }\n}\n");
   std::vector<std::string> w;
   const Comparison c = compare(loadRuns({root}, w), {}, w);
   ASSERT_EQ(c.studies.size(), 1u);
   ASSERT_EQ(c.studies[0].rows.size(), 1u);
   EXPECT_EQ(c.studies[0].rows[0].seeds, 3);
   const auto& notes = c.studies[0].notes;
+  const auto mixed = std::count_if(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.find("ran with other settings") != std::string::npos;
+  });
+  EXPECT_EQ(mixed, 1) << testing::joined(notes);
   EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
     return n ==
-           "`v` (seed 2) ran with other settings than seed 1: data.batch_size 64 (seed 1: 32); the row's means "
-           "and intervals mix settings, not only seeds (run its seeds again alike)";
+           "`v`: seed 1 ran with other settings than seeds 2, 3: data.batch_size 64 (32); the row's means and "
+           "intervals mix settings, not only seeds (run its seeds alike)";
   })) << testing::joined(notes);
-  EXPECT_EQ(std::count_if(notes.begin(), notes.end(),
-                          [](const std::string& n) { return n.find("ran with other settings") != std::string::npos; }),
-            1);
 }
 
 // A variant's folder holding a run of its own and repeats (a quick run, then --seeds; or the reverse) shows the later
-// of the two, never a mix, and a warning names both.
+// of the two by status.json's times, which a copy keeps (a copy resets the files' times), never a mix, and a warning
+// names both.
 TEST(Repeats, ARunOfItsOwnBesideRepeatsShowsTheLater) {
   const auto root = freshDir("RepeatsBesideOwn") / "results";
   const fs::path own = writeRun(root, RunSpec("s", "v", "none", false, {{100, 0.5, 1000, 1.0}}));
@@ -446,25 +467,28 @@ TEST(Repeats, ARunOfItsOwnBesideRepeatsShowsTheLater) {
     s.seed = seed;
     seeds.push_back(writeRun(root, s));
   }
-  auto age = [](const fs::path& dir, int minutes) {
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_regular_file())
-        fs::last_write_time(e.path(), fs::file_time_type::clock::now() - std::chrono::minutes(minutes));
+  auto written = [](const fs::path& dir, const std::string& at) {
+    writeFileAtomic(dir / "status.json",
+                    "{\"state\":\"completed\",\"records\":1,\"started\":\"" + at + "\",\"updated\":\"" + at + "\"}\n");
   };
-  age(own, 10);  // the run of its own first, the repeats later
+  written(own, "2026-12-06T10:00:00Z");  // the run of its own first, the repeats later
+  written(seeds[0], "2026-12-06T11:00:00Z");
+  written(seeds[1], "2026-12-06T11:05:00Z");
+  // The files' times say the opposite (a copy in another order): status.json's decide.
+  for (const auto& e : fs::directory_iterator(own))
+    fs::last_write_time(e.path(), fs::file_time_type::clock::now() + std::chrono::minutes(5));
   std::vector<std::string> w;
   Comparison c = compare(loadRuns({root}, w), {}, w);
   ASSERT_EQ(c.studies[0].rows.size(), 1u);
   EXPECT_EQ(c.studies[0].rows[0].seeds, 2);
   EXPECT_NEAR(*c.studies[0].rows[0].final_accuracy, 0.815, 1e-12);
   EXPECT_TRUE(std::any_of(w.begin(), w.end(), [&](const std::string& x) {
-    return x.starts_with(own.string() + ": holds a run of its own") &&
-           x.find("and repeats (seed-1/, seed-2/, last written") != std::string::npos &&
-           x.find("shown: the repeats, the later; the run of its own is left out") != std::string::npos;
+    return x == own.string() +
+                    ": holds a run of its own (written 2026-12-06T10:00:00Z) and repeats (seed-1/, "
+                    "seed-2/ written 2026-12-06T11:05:00Z), two runs of one variant; shown: the repeats, "
+                    "the later; the run of its own is left out (move one away to keep both)";
   })) << testing::joined(w);
-  age(seeds[0], 20);  // now the run of its own is the later
-  age(seeds[1], 20);
-  age(own, 1);
+  written(own, "2026-12-06T12:00:00Z");  // now the run of its own is the later
   w.clear();
   c = compare(loadRuns({root}, w), {}, w);
   ASSERT_EQ(c.studies[0].rows.size(), 1u);
