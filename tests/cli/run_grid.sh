@@ -9,26 +9,14 @@
 # point; --grid replaces an axis's values from the command line; a refused value stops the study before anything
 # trains and leaves the folders written. Exit 0 = pass.
 set -uo pipefail
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 TERSE=$1
 WORK=$2/run_grid
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK" || exit 1
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$WORK"/*.log; do
-    [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }
-  done
-  exit 1
-}
-expect_in() {  # expect_in FILE REGEX
-  grep -Eq -- "$2" "$1" || fail "$1 does not match /$2/"
-}
-field() {  # field FILE NAME: a field of the last record of a metrics.jsonl
-  tail -n 1 "$1" | grep -o "\"$2\":[^,}]*" | cut -d: -f2
-}
 
 cat >study.textproto <<EOF
 study: "grid"

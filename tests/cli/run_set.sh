@@ -6,27 +6,14 @@
 # epoch of 15 steps. --dry-run and --print-config check and list without writing. Then a refused override leaves those
 # folders as they were. Exit 0 = pass.
 set -uo pipefail
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 TERSE=$1
 WORK=$2/run_set
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK" || exit 1
-
-fail() {
-  echo "FAIL: $*"
-  for f in "$WORK"/*.log; do
-    [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }
-  done
-  exit 1
-}
-expect_in() {  # expect_in FILE REGEX
-  grep -Eq -- "$2" "$1" || fail "$1 does not match /$2/"
-}
-# A field of the last record of a metrics.jsonl, as written.
-field() {  # field FILE NAME
-  tail -n 1 "$1" | grep -o "\"$2\":[^,}]*" | cut -d: -f2
-}
 
 cat >study.textproto <<EOF
 study: "set"
