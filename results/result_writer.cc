@@ -136,6 +136,31 @@ std::string hostName() {
   return buf.data();
 }
 
+std::string bootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+std::optional<unsigned long long> processStartTicks(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return std::nullopt;
+  // The command name (field 2) is in parentheses and may hold spaces or ')': the fields count from the last ')'.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) {
+      char* end = nullptr;
+      const unsigned long long ticks = std::strtoull(field.c_str(), &end, 10);
+      if (end != field.c_str() && *end == '\0') return ticks;
+    }
+  return std::nullopt;
+}
+
 std::string cpuDescriptionFrom(std::string_view cpuinfo) {
   // "key<tabs>: value" lines, one block per logical CPU; the first block's fields describe them all.
   std::string model_name, family, model, flags;
@@ -358,6 +383,8 @@ void ResultWriter::writeStatus(std::string_view state, std::string_view error, s
   if (state == kStateRunning) {
     o["pid"] = static_cast<int64_t>(::getpid());
     o["host"] = hostName();
+    if (const std::string boot = bootId(); !boot.empty()) o["boot_id"] = boot;
+    if (const auto ticks = processStartTicks(::getpid())) o["pid_start"] = static_cast<double>(*ticks);
   }
   const auto path = dir_ / std::string(kStatusFile);
   writeFileAtomic(path, dumpJson(o) + "\n");

@@ -22,8 +22,10 @@
 // cut, and an fsync per record would make a fast run I/O bound.
 #pragma once
 
+#include <sys/types.h>
 #include <cstdint>
 #include <cstdio>
+
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -180,6 +182,12 @@ std::string metricsRecordJson(const MetricsRecord& record);
 std::string provenanceJson(const Provenance& provenance);
 
 std::string hostName();
+// Which process a pid names, as status.json records it while running ("boot_id", "pid_start"): the kernel's boot id
+// and the process's start in clock ticks after boot (/proc/<pid>/stat, field 22). A pid is reused; the pair is not, so
+// `terse compare` tells a run still running from one whose pid another process now holds. Empty / nullopt where /proc
+// cannot say.
+std::string bootId();
+std::optional<unsigned long long> processStartTicks(pid_t pid);
 // The processor the run's computation was measured on, from /proc/cpuinfo: "AMD EPYC (family 26 model 2, 2 logical
 // CPUs, avx512f)": the model name alone does not tell CPU generations apart (a Zen 3 and a Zen 5 both say "AMD
 // EPYC"), the family and model do; the widest vector extension is the one the codecs' fast paths dispatch on.

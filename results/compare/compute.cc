@@ -253,7 +253,8 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
   if (groups.size() > 1) {
     std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
     auto names = [&](const std::vector<std::size_t>& g) {
-      std::string out = g.size() == 1 ? "seed " : "seeds ";
+      const bool seeded = std::all_of(g.begin(), g.end(), [&](std::size_t i) { return runs[i]->repeat_seed; });
+      std::string out = !seeded ? "" : g.size() == 1 ? "seed " : "seeds ";
       for (std::size_t k = 0; k < g.size(); ++k) out += (k ? ", " : "") + seedName(g[k]);
       return out;
     };
@@ -278,7 +279,9 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
         const std::string va = a == reference.end() ? "unset" : a->second;
         const std::string vb = b == mine.end() ? "unset" : b->second;
         // A value of a long list is cut: the note names the field, the config has the rest.
-        auto cut = [](const std::string& v) { return v.size() > 60 ? v.substr(0, 60) + "..." : v; };
+        auto cut = [](const std::string& v) {
+          return v.size() > 60 ? v.substr(0, 60) + "... (" + std::to_string(v.size()) + " bytes)" : v;
+        };
         if (va != vb) differs.push_back(p + " " + cut(vb) + " (" + cut(va) + ")");
       }
       std::string text;

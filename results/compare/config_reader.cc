@@ -104,9 +104,23 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   // Resolved as the loader resolves (a config written by an older build lacks the fields added since, which hold
   // their defaults), less the seed: what a variant's repeats must share.
   experiments::Experiment settings = config;
-  experiments::applyDefaults(settings);
+  try {
+    experiments::applyDefaults(settings);
+  } catch (const std::exception& e) {
+    // A hand-made config whose computed default is no value of its field (a bandwidth with a newline): compared as
+    // written, and said.
+    settings = config;
+    warnings.push_back(path.string() + ": its defaults could not be filled (" + e.what() + "); compared as written");
+  }
   settings.clear_seed();
   settings.clear_seeds();
+  // Fields that say how or where a run ran, not what it computed: seeds of one variant may differ in them.
+  for (const char* field : {"trace", "step_trace", "plugin_timeout", "output_dir"})
+    settings.GetReflection()->ClearField(&settings, settings.GetDescriptor()->FindFieldByName(field));
+  settings.mutable_tcp()->clear_bind_address();
+  settings.mutable_tcp()->clear_timeout();
+  settings.mutable_parameter_server()->clear_worker_timeout();
+  settings.mutable_workload()->mutable_pytorch()->clear_loader_workers();
   run.setting_fields.clear();
   flattenMessage(settings, "", run.setting_fields);
   for (auto& line : run.setting_fields) line.erase(0, 1);  // the leading '.' of the top level's paths

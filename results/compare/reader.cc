@@ -58,7 +58,8 @@ class LineReader {
       if (pos_ == end_) {
         if (left_ == 0) {
           cut_ = in_.peek() != std::char_traits<char>::eof();
-          return false;  // a line the limit cut short is not a line
+          if (!cut_) return any;  // the file ends at the limit: its last line, without a newline, is a torn one
+          return false;           // a line the limit cut short is not a line
         }
         in_.read(buf_.data(), static_cast<std::streamsize>(std::min<std::uint64_t>(buf_.size(), left_)));
         end_ = static_cast<std::size_t>(in_.gcount());
@@ -147,43 +148,31 @@ std::optional<std::time_t> parseIsoUtc(const std::string& text) {
   return ::timegm(&tm);
 }
 
-// When process `pid` of this host started, from /proc (its start in clock ticks after boot, and the boot time).
-std::optional<std::time_t> processStartTime(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return std::nullopt;
-  // The command name (field 2) is in parentheses and may hold spaces: fields count from its closing one.
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(line.substr(close + 1));
-  std::string field;
-  unsigned long long ticks = 0;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
-    if (i == 22) ticks = std::strtoull(field.c_str(), nullptr, 10);
-  std::ifstream proc_stat("/proc/stat");
-  unsigned long long boot = 0;
-  for (std::string key; proc_stat >> key;) {
-    if (key == "btime") {
-      proc_stat >> boot;
-      break;
-    }
+// When a run folder's results were last written, in seconds since the epoch: status.json's "updated" (a copy keeps
+// it, where cp, git and tar without times reset the files' times); for a run still "running" (or killed), whose
+// status.json was written at its start, the later of that and metrics.jsonl's time. nullopt without a readable time.
+std::optional<std::time_t> writtenAt(const fs::path& dir) {
+  std::vector<std::string> ignored;
+  const auto text = readFile(dir / std::string(kStatusFile), ignored);
+  const auto obj = text ? parseJsonObject(*text, nullptr) : std::nullopt;
+  if (!obj) return std::nullopt;
+  std::optional<std::time_t> at;
+  for (const char* key : {"updated", "started"})
+    if (!at) at = parseIsoUtc(getString(*obj, key).value_or(""));
+  if (at && getString(*obj, "state") == kStateRunning) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(dir / std::string(kMetricsFile), ec);
+    if (!ec) at = std::max(*at, std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(t)));
   }
-  const long hz = ::sysconf(_SC_CLK_TCK);
-  if (boot == 0 || ticks == 0 || hz <= 0) return std::nullopt;
-  return static_cast<std::time_t>(boot + ticks / static_cast<unsigned long long>(hz));
+  return at;
 }
 
-// When a run folder's results were written, as text that orders in time: status.json's "updated" (or "started"),
-// which a copy keeps, else the latest of its result files' times (which cp, git and tar without times reset).
-std::string writtenAt(const fs::path& dir) {
-  std::vector<std::string> ignored;
-  if (const auto text = readFile(dir / std::string(kStatusFile), ignored)) {
-    if (const auto obj = parseJsonObject(*text, nullptr)) {
-      for (const char* key : {"updated", "started"})
-        if (const auto t = getString(*obj, key); t && parseIsoUtc(*t)) return *t;
-    }
-  }
-  return "";
+std::string utcText(std::time_t t) {
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return text;
 }
 
 // When a run folder's results were last written: the latest of its result files' times.
@@ -416,12 +405,16 @@ void readStatus(const fs::path& path, RunData& run, std::vector<std::string>& wa
   const std::optional<double> pid = getNumber(*obj, "pid");
   if (run.state == kStateRunning && pid && *pid >= 1 && *pid <= 4194304 && *pid == std::floor(*pid) &&
       getString(*obj, "host") == hostName()) {
-    // EPERM: the process exists, another user's. A process that started after the run did holds the pid again
-    // (pids restart with a container): the run's own is gone. Unknown start times leave "still running".
+    // EPERM: the process exists, another user's. Where the writer recorded which process the pid named (boot id and
+    // start ticks, result_writer.h), another boot or another start means the pid is another process's now (pids
+    // restart with a container or a reboot): the run's own is gone. A status.json without them is taken at its pid.
     const auto p = static_cast<pid_t>(*pid);
-    const std::optional<std::time_t> run_started = parseIsoUtc(getString(*obj, "started").value_or(""));
-    const std::optional<std::time_t> process_started = processStartTime(p);
-    if (run_started && process_started && *process_started > *run_started + 2)
+    const std::optional<std::string> boot = getString(*obj, "boot_id");
+    const std::optional<double> ticks = getNumber(*obj, "pid_start");
+    const std::optional<unsigned long long> now_ticks = processStartTicks(p);
+    const bool reused = (boot && !boot->empty() && *boot != bootId()) ||
+                        (ticks && now_ticks && static_cast<double>(*now_ticks) != *ticks);
+    if (reused)
       run.gone_pid = p;
     else if (::kill(p, 0) == 0 || errno == EPERM)
       run.live_pid = p;
@@ -614,33 +607,39 @@ std::vector<RunData> loadRuns(const std::vector<fs::path>& paths, std::vector<st
       addDir(d);
       return;
     }
-    // status.json's times where both sides have them (a copy keeps them), else the files' (a copy resets them).
-    std::string own = writtenAt(d), seeds_at;
+    // status.json's times where every side has them (a copy keeps them), else the files' (a copy resets them).
+    std::optional<std::time_t> own_at = writtenAt(d), seeds_at;
     std::string names;
-    bool all_stamped = !own.empty();
+    bool all_stamped = own_at.has_value();
     for (const auto& r : repeats) {
-      const std::string at = writtenAt(r);
-      all_stamped = all_stamped && !at.empty();
-      seeds_at = std::max(seeds_at, at);
+      const auto at = writtenAt(r);
+      all_stamped = all_stamped && at.has_value();
+      if (at) seeds_at = std::max(seeds_at.value_or(*at), *at);
       names += (names.empty() ? "" : ", ") + r.filename().string() + "/";
     }
-    if (!all_stamped) {
+    std::string own, seeds;
+    bool own_later = false;
+    if (all_stamped) {
+      own = utcText(*own_at);
+      seeds = utcText(*seeds_at);
+      own_later = *own_at > *seeds_at;
+    } else {
       fs::file_time_type seeds_time = fs::file_time_type::min();
       for (const auto& r : repeats) seeds_time = std::max(seeds_time, lastWritten(r));
       own = timeText(lastWritten(d));
-      seeds_at = timeText(seeds_time);
+      seeds = timeText(seeds_time);
+      own_later = lastWritten(d) > seeds_time;
     }
     // A tie (one second) goes to the repeats: more runs of the variant, and its interval.
-    const bool own_later = own > seeds_at;
     if (own_later)
       addDir(d);
     else
       for (const auto& r : repeats) addDir(r);
     warnings.push_back(d.string() + ": holds a run of its own (written " + own + ") and repeats (" + names +
-                       " written " + seeds_at + "), two runs of one variant; shown: the " +
-                       (own_later         ? "run of its own, the later"
-                        : own == seeds_at ? "repeats (written alike)"
-                                          : "repeats, the later") +
+                       " written " + seeds + "), two runs of one variant; shown: the " +
+                       (own_later      ? "run of its own, the later"
+                        : own == seeds ? "repeats (written alike)"
+                                       : "repeats, the later") +
                        "; the " + (own_later ? "repeats are" : "run of its own is") +
                        " left out (move one away to keep both)");
   };

@@ -7,7 +7,7 @@
 # folders as they were. Exit 0 = pass.
 set -uo pipefail
 # shellcheck source=cli_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" || { echo "FAIL: cannot read cli_lib.sh"; exit 1; }
 
 TERSE=$1
 WORK=$2/run_set

@@ -680,6 +680,21 @@ TEST(CompareRobustness, AMetricsStreamIsReadALineAtATime) {
   fs::remove_all(root);  // 300 MiB of file size, even sparse
 }
 
+// A hand-made config whose computed default is no value of its field (a bandwidth holding a newline, copied into a
+// link override's) is compared as written, with a warning, never an end of compare.
+TEST(CompareRobustness, AConfigWhoseDefaultsCannotBeFilledIsComparedAsWritten) {
+  const fs::path root = freshDir("BadDefaults");
+  const fs::path dir = writeRun(root, {"s", "v", "none", false, {{100, 0.5, 1000, 1.0}}});
+  appendText(dir / "config.textproto", "link {\n  bandwidth: \"a\\nb\"\n  overrides { src: 0 dst: 1 }\n}\n");
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root}, w);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_TRUE(runs[0].has_config) << joined(w);
+  EXPECT_TRUE(anyContains(w, "config.textproto: its defaults could not be filled")) << joined(w);
+  const Comparison c = compare(runs, {}, w);
+  EXPECT_DOUBLE_EQ(*c.studies[0].rows[0].final_accuracy, 0.5);
+}
+
 // A metrics.jsonl that is no regular file (a FIFO, a link to /dev/zero) would be read forever: refused at once.
 TEST(CompareRobustness, AMetricsStreamThatNeverEndsIsNotRead) {
   const fs::path root = freshDir("EndlessStream");
@@ -804,15 +819,21 @@ TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
   running("gone", child, hostName());
   running("alive", ::getpid(), hostName());
   running("elsewhere", child, hostName() + "-another");
-  // This process holds the pid, but it started after the run did: the pid was reused, the run's process is gone.
-  {
-    RunSpec s{"s", "reused", "none", false, {{10, 0.4, 100, 1}}};
+  // Which process the pid named (boot id, start ticks: result_writer.h): this one, so still running; another start or
+  // another boot, so the pid was reused and the run's process is gone.
+  const auto ticks = processStartTicks(::getpid());
+  ASSERT_TRUE(ticks);
+  const auto named = [&](const std::string& variant, const std::string& boot, unsigned long long start) {
+    RunSpec s{"s", variant, "none", false, {{10, 0.4, 100, 1}}};
     s.state = "running";
     const fs::path dir = writeRun(root, s);
     writeFileAtomic(dir / "status.json", "{\"state\":\"running\",\"records\":1,\"pid\":" + std::to_string(::getpid()) +
-                                             ",\"host\":\"" + hostName() +
-                                             "\",\"started\":\"2000-01-01T00:00:00Z\"}\n");
-  }
+                                             ",\"host\":\"" + hostName() + "\",\"boot_id\":\"" + boot +
+                                             "\",\"pid_start\":" + std::to_string(start) + "}\n");
+  };
+  named("same", bootId(), *ticks);
+  named("reused", bootId(), *ticks + 1);
+  named("rebooted", "00000000-0000-0000-0000-000000000000", *ticks);
   std::vector<std::string> w;
   const auto runs = loadRuns({root}, w);
   const std::string pid = std::to_string(child);
@@ -825,7 +846,10 @@ TEST(CompareRobustness, RunningVariantWhoseProcessIsGoneIsSaidKilled) {
   EXPECT_NE(table.find("running (pid " + pid + " gone)"), std::string::npos) << table;
   EXPECT_NE(table.find("| **alive** (baseline) | running |"), std::string::npos) << table;
   EXPECT_NE(table.find("| elsewhere | running/killed |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| same | running |"), std::string::npos) << table;
   EXPECT_NE(table.find("| reused | running (pid " + std::to_string(::getpid()) + " gone) |"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| rebooted | running (pid " + std::to_string(::getpid()) + " gone) |"), std::string::npos)
       << table;
 }
 
@@ -836,6 +860,9 @@ TEST(CompareRobustness, TheWriterNamesItsProcessWhileRunning) {
   const auto status = [&] { return readText(w.dir() / "status.json"); };
   EXPECT_NE(status().find("\"pid\":" + std::to_string(::getpid())), std::string::npos) << status();
   EXPECT_NE(status().find("\"host\":\"" + hostName() + "\""), std::string::npos) << status();
+  EXPECT_NE(status().find("\"boot_id\":\"" + bootId() + "\""), std::string::npos) << status();
+  EXPECT_NE(status().find("\"pid_start\":" + std::to_string(*processStartTicks(::getpid()))), std::string::npos)
+      << status();
   w.markCompleted();
   EXPECT_EQ(status().find("\"pid\""), std::string::npos) << status();
 }

@@ -484,9 +484,16 @@ TEST(Repeats, ARunOfItsOwnBesideRepeatsShowsTheLater) {
   EXPECT_NEAR(*c.studies[0].rows[0].final_accuracy, 0.815, 1e-12);
   EXPECT_TRUE(std::any_of(w.begin(), w.end(), [&](const std::string& x) {
     return x == own.string() +
-                    ": holds a run of its own (written 2026-12-06T10:00:00Z) and repeats (seed-1/, "
-                    "seed-2/ written 2026-12-06T11:05:00Z), two runs of one variant; shown: the repeats, "
+                    ": holds a run of its own (written 2026-12-06 10:00:00 UTC) and repeats (seed-1/, "
+                    "seed-2/ written 2026-12-06 11:05:00 UTC), two runs of one variant; shown: the repeats, "
                     "the later; the run of its own is left out (move one away to keep both)";
+  })) << testing::joined(w);
+  written(own, "2026-12-06T11:05:00Z");  // written alike: the repeats, more runs
+  w.clear();
+  c = compare(loadRuns({root}, w), {}, w);
+  EXPECT_EQ(c.studies[0].rows[0].seeds, 2);
+  EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](const std::string& x) {
+    return x.find("shown: the repeats (written alike); the run of its own is left out") != std::string::npos;
   })) << testing::joined(w);
   written(own, "2026-12-06T12:00:00Z");  // now the run of its own is the later
   w.clear();
