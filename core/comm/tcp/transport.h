@@ -90,8 +90,8 @@
 // when destroyed (it crashed or was killed) fails this rank at once; one that stays silent (SIGSTOP, a hang, a cable)
 // at `timeout` after its last frame. The failure is a CommError naming the peer's rank and host, and the abort
 // propagates to every other rank (one more frame's latency): every rank fails within tcp.timeout + 5%, which leaves
-// the margin to the abort notice and the scheduler (measured: a `terse run` rank exits 2.01-2.07 s after its peer is
-// stopped, with a 2 s timeout).
+// the margin to the abort notice and the scheduler (measured with a 2 s timeout: a `terse run` rank fails 2.00-2.02 s
+// after its peer is stopped, and exits, its teardown done, 2.09-2.14 s after).
 //
 // Busy polling (TcpOptions::busy_poll_us). A message the io thread reads (caller reads off, or a frame larger than a
 // caller takes) pays two wake-ups per hop: epoll wakes the io thread, whose notify wakes the waiting caller. With a
