@@ -11,6 +11,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "experiments/config/grid.h"  // pathsOverlap: the axes' own rule for one field inside another
 #include "results/compare/provenance.h"
 #include "results/compare/text.h"
 #include "results/result_writer.h"
@@ -163,11 +164,8 @@ std::string section(const RunData& r, std::string_view name, std::vector<std::st
   if (global_batch) std::erase_if(flat, [](const std::string& line) { return line.starts_with("data.batch_size="); });
   std::erase_if(flat, [&](const std::string& line) {
     const std::string_view path = std::string_view(line).substr(0, line.find('='));
-    return std::any_of(r.grid.begin(), r.grid.end(), [&](const auto& axis) {
-      const std::string_view a = axis.first;
-      const std::string_view shorter = a.size() < path.size() ? a : path, longer = a.size() < path.size() ? path : a;
-      return longer.starts_with(shorter) && (longer.size() == shorter.size() || longer[shorter.size()] == '.');
-    });
+    return std::any_of(r.grid.begin(), r.grid.end(),
+                       [&](const auto& axis) { return experiments::pathsOverlap(axis.first, path); });
   });
   return joinLines(flat, "\n");
 }

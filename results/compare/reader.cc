@@ -187,12 +187,7 @@ fs::file_time_type lastWritten(const fs::path& dir) {
 }
 
 std::string timeText(fs::file_time_type t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(t));
-  std::tm utc{};
-  gmtime_r(&tt, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &utc);
-  return text;
+  return utcText(std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(t)));
 }
 
 std::string valueText(const Json& v) {
