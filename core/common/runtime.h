@@ -58,7 +58,10 @@ struct Cost {
   double count = 1;  // repetitions of the kernel on `size` (payloads decoded, folds, passes)
   double flops = 0;  // the FLOP model's count for the whole region
   int dtype = 0;     // kSum: the summed dtype (terse::DType's value; 0: f32)
+  int codec = 0;     // kCompress, kDecompress: kRunCodec (the run's compressor) or kPullCodec (a parameter server's)
 };
+inline constexpr int kRunCodec = 0;
+inline constexpr int kPullCodec = 1;  // the parameter server's pull compressor (param_server_shard.h)
 
 class MutexImpl {
  public:

@@ -39,10 +39,31 @@ ParamServerClient::ParamServerClient(comm::Transport& transport, PsPlan plan, in
     for (const PsPiece& p : plan_.pieces)
       codecs_.push_back(makeCodec(options_.compressor, ps_detail::pieceInfo(p, worker, num_workers), options_.run_seed,
                                   options_.codec));
+  if (options_.pull_compressor) {
+    ps_detail::checkCompressor(options_.pull_compressor, "pull compressor");
+    TERSE_CHECK(options_.pull_dtype == DType::kF32, InvalidArgument,
+                "parameter server client: a pull compressor needs pull dtype f32, got "
+                    << dtypeName(options_.pull_dtype) << " (the compressor decides what travels down)");
+    uint64_t largest = 0;
+    for (const PsPiece& p : plan_.pieces) {
+      TERSE_CHECK(!isRowSparse(plan_, p), InvalidArgument,
+                  "parameter server client: a pull compressor serves dense tensors only; tensor "
+                      << p.tensor << " is row-sparse (its rows travel as they are)");
+      pull_codecs_.push_back(makePluginCodec(options_.pull_compressor, ps_detail::pieceInfo(p, worker, num_workers),
+                                             ps_detail::pullCodecSeed(options_.run_seed)));
+      pull_max_payloads_.push_back(pull_codecs_.back()->sizes(0).max_output_bytes);
+      largest = std::max(largest, p.numel);
+    }
+    replica_.resize(static_cast<std::size_t>(plan_.total_numel));
+    decoded_.resize(static_cast<std::size_t>(largest));
+  }
   versions_.assign(plan_.pieces.size(), 0);
   for (int k = 0; k < plan_.num_shards; ++k) {
     out_.push_back(std::make_unique<Outbox>());
-    out_.back()->reply.resize(psMaxReplyBytes(plan_, k));
+    std::vector<uint64_t> delta_max;
+    if (options_.pull_compressor)
+      for (uint64_t id : plan_.shard_pieces[static_cast<std::size_t>(k)]) delta_max.push_back(pull_max_payloads_[id]);
+    out_.back()->reply.resize(psMaxReplyBytes(plan_, k, delta_max));
   }
   PsRequestHeader ping;
   ping.op = PsOp::kPing;
@@ -123,10 +144,58 @@ std::vector<uint32_t> ParamServerClient::pieceRowIds(const PsPiece& p,
   return ids;
 }
 
+void ParamServerClient::pullDelta(uint64_t step) {
+  std::vector<int> shards;
+  for (int k = 0; k < plan_.num_shards; ++k) {
+    Outbox& o = *out_[static_cast<std::size_t>(k)];
+    o.requests.clear();
+    if (plan_.shard_pieces[static_cast<std::size_t>(k)].empty()) continue;
+    PsRequestHeader h;
+    h.op = PsOp::kPullDelta;
+    h.dtype = DType::kF32;  // wire 0: a delta pull names no dtype
+    h.step = step;
+    o.requests.emplace_back(kPsRequestHeaderBytes);
+    encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
+    shards.push_back(k);
+  }
+  exchange(shards);
+  for (int k : shards) {
+    const auto& r = out_[static_cast<std::size_t>(k)]->replies.at(0);
+    const PsReplyHeader h = decodePsReply(r);
+    const std::byte* body = r.data() + kPsReplyHeaderBytes;
+    if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body), h.payload_bytes));
+    const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
+    TERSE_CHECK(h.dtype == DType::kF32 && h.piece == ids.size(), InvalidPayload,
+                "parameter server client: malformed delta pull reply from shard " << k);
+    std::vector<uint64_t> max_payloads, versions(ids.size());
+    for (uint64_t id : ids) max_payloads.push_back(pull_max_payloads_[id]);
+    const auto payloads = decodePsDeltaPullBody({body, h.payload_bytes}, versions, max_payloads);
+    pull_payload_bytes_ += h.payload_bytes;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const PsPiece& p = plan_.pieces[ids[i]];
+      const auto numel = static_cast<double>(p.numel);
+      // The shard added the same decoded change to its replica of this copy (processDeltaPull): the same two passes.
+      const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
+                               .size = numel,
+                               .flops = ps_detail::kCodecFlopsPerElement * numel,
+                               .codec = rt::kPullCodec});
+      pull_codecs_[ids[i]]->decode(step, payloads[i], worker_, decoded_.data(), false);
+      float* x = replica_.data() + p.flat_begin;
+      for (uint64_t j = 0; j < p.numel; ++j) x[j] += decoded_[j];
+      versions_[ids[i]] = versions[i];
+    }
+  }
+}
+
 void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<const std::vector<int64_t>> rows) {
   TERSE_CHECK(
       params.size() == plan_.total_numel, InvalidArgument,
       "parameter server client: pull into " << params.size() << " elements, the model has " << plan_.total_numel);
+  if (options_.pull_compressor && have_replica_) {
+    pullDelta(step);
+    std::copy(replica_.begin(), replica_.end(), params.begin());
+    return;
+  }
   std::vector<int> shards;
   // Per shard, per piece: the rows asked for (kPullRows), empty for a dense piece or a dense pull.
   std::vector<std::vector<std::vector<uint32_t>>> asked(out_.size());
@@ -180,6 +249,11 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<c
       decodePsRowPullBody(plan_, k, want, b, h.dtype, versions, params);
     }
     for (std::size_t i = 0; i < ids.size(); ++i) versions_[ids[i]] = versions[i];
+  }
+  if (options_.pull_compressor) {
+    // The shards set their replicas of this worker to what they sent: the base of every later (delta) pull.
+    std::copy(params.begin(), params.end(), replica_.begin());
+    have_replica_ = true;
   }
 }
 

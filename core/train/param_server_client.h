@@ -2,7 +2,8 @@
 // tensors, the rows its next batch reads), pushes its gradient piece by piece through its own codec chain (error
 // feedback's residual lives here, on the worker; row-sparse pieces go as their rows, uncompressed), completes each step
 // on every shard, and pings the shards it is not waiting on so that a long SSP hold on one shard does not get it
-// declared dead by the others.
+// declared dead by the others. With a pull compressor (param_server_shard.h, "Compressed pulls") the client keeps its
+// own copy of the parameters: the first pull is a full f32 one, each later pull adds every piece's decoded change.
 #pragma once
 
 #include <array>
@@ -29,6 +30,9 @@ struct ClientOptions {
   CodecOptions codec;                            // error feedback residual lives here, on the worker
   uint64_t run_seed = 0;
   DType pull_dtype = DType::kF32;  // values cast to f16/bf16 on the way down when set
+  // The shards' pull compressor (must match theirs); null = pulls carry the parameters. Needs pull_dtype f32 and a plan
+  // without row-sparse tensors.
+  std::shared_ptr<const Compressor> pull_compressor;
   std::chrono::milliseconds heartbeat{200};
 };
 
@@ -65,6 +69,8 @@ class ParamServerClient {
   uint64_t pullPayloadBytes() const { return pull_payload_bytes_; }
 
  private:
+  // A delta pull (kPullDelta) from every shard, its decoded changes added to replica_.
+  void pullDelta(uint64_t step);
   // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
   void exchange(const std::vector<int>& shards);
   // The distinct rows of `rows` (of piece p's tensor) that overlap piece p, ascending.
@@ -76,6 +82,13 @@ class ParamServerClient {
   int num_workers_;
   ClientOptions options_;
   std::vector<std::unique_ptr<TensorCodec>> codecs_;  // per piece
+  // Compressed pulls: the pull compressor's decoder per piece, each piece's largest payload, this worker's copy of the
+  // parameters (what the shards' replicas of it hold) once the first full pull filled it, and a decode scratch.
+  std::vector<std::unique_ptr<TensorCodec>> pull_codecs_;
+  std::vector<uint64_t> pull_max_payloads_;
+  std::vector<float> replica_;
+  bool have_replica_ = false;
+  std::vector<float> decoded_;
   std::vector<uint64_t> versions_;
   struct Outbox;
   std::vector<std::unique_ptr<Outbox>> out_;  // per shard

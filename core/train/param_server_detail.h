@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "core/comm/transport.h"
@@ -16,18 +17,26 @@
 namespace terse::train::ps_detail {
 
 // Only SUM and ALLGATHER compressors with one round qualify: every push must be decodable on its own, and a parameter
-// server has no aggregate of the other workers' payloads for CUSTOM's reduce or a later round's `prev`.
-inline void checkCompressor(const std::shared_ptr<const Compressor>& c) {
+// server has no aggregate of the other workers' payloads for CUSTOM's reduce or a later round's `prev`. The same holds
+// for a pull compressor (`role` "pull compressor"): each delta pull decodes on its own.
+inline void checkCompressor(const std::shared_ptr<const Compressor>& c, const char* role = "compressor") {
   if (!c) return;
   const CompressorCaps caps = c->caps(DType::kF32);
+  const bool pull = std::string_view(role) != "compressor";
   TERSE_CHECK(caps.aggregation != Aggregation::kCustom, InvalidArgument,
-              "parameter server: compressor '" << c->plugin().name
-                                               << "' has CUSTOM aggregation; a push must be decodable on its own");
+              "parameter server: " << role << " '" << c->plugin().name << "' has CUSTOM aggregation; a "
+                                   << (pull ? "pull" : "push") << " must be decodable on its own");
   TERSE_CHECK(caps.num_rounds == 1, InvalidArgument,
-              "parameter server: compressor '" << c->plugin().name << "' has " << caps.num_rounds
-                                               << " rounds; only single-round compressors can push");
+              "parameter server: " << role << " '" << c->plugin().name << "' has " << caps.num_rounds
+                                   << " rounds; only single-round compressors can " << (pull ? "pull" : "push"));
   TERSE_CHECK((caps.devices & TERSE_DEVICE_HOST) != 0, InvalidArgument,
-              "parameter server: compressor '" << c->plugin().name << "' has no host implementation");
+              "parameter server: " << role << " '" << c->plugin().name << "' has no host implementation");
+}
+
+// The seed of the pull compressor's codecs: another stream than the push codecs' of the same piece, rank and step, so
+// that a stochastic compressor's rounding on the way down is independent of the worker's own on the way up.
+inline uint64_t pullCodecSeed(uint64_t run_seed) {
+  return run_seed ^ 0x9e37'79b9'7f4a'7c15ull;
 }
 
 // The worker's encoder and the shard's decoder of a piece must see the same tensor, or the payload would not decode.

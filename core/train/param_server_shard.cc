@@ -98,10 +98,28 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   }
   max_payload = std::max(max_payload, row_pull);
   grad_.resize(static_cast<std::size_t>(max_numel));
+  if (options_.pull_compressor) {
+    ps_detail::checkCompressor(options_.pull_compressor, "pull compressor");
+    for (uint64_t id : ids)
+      TERSE_CHECK(!isRowSparse(plan_, plan_.pieces[id]), InvalidArgument,
+                  "parameter server: a pull compressor serves dense tensors only; tensor "
+                      << plan_.pieces[id].tensor << " is row-sparse (its rows travel as they are)");
+    pull_max_payloads_.assign(ids.size(), 0);
+    for (int w = 0; w < num_workers; ++w)
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const TensorInfo info = ps_detail::pieceInfo(plan_.pieces[ids[i]], w, num_workers);
+        const uint64_t seed = ps_detail::pullCodecSeed(options_.run_seed);
+        pull_encoders_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
+        pull_mirrors_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
+        pull_max_payloads_[i] = std::max(pull_max_payloads_[i], pull_encoders_.back()->sizes(0).max_output_bytes);
+      }
+    replicas_.resize(static_cast<std::size_t>(num_workers));
+    delta_.resize(static_cast<std::size_t>(max_numel));
+  }
   // A little slack so a slightly-too-long push still arrives whole and is refused with the precise reason; a longer
   // one fails the receive itself (also refused, with the transport's message).
   max_request_bytes_ = kPsRequestHeaderBytes + max_payload + 64;
-  pull_frame_bytes_ = psMaxReplyBytes(plan_, shard);
+  pull_frame_bytes_ = psMaxReplyBytes(plan_, shard, pull_max_payloads_);
   for (int w = 0; w < num_workers; ++w) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->buffer.resize(static_cast<std::size_t>(max_request_bytes_));
@@ -322,6 +340,15 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       const auto& pieces = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
       const PsReplyHeader r{PsStatus::kOk, h.dtype, h.step, pieces.size(), 0};
       slot.pulled = std::max(slot.pulled, h.step + 1);
+      if (options_.pull_compressor) {
+        // The worker now holds the parameters as sent: its replica, the base of its next delta pull. Only an f32 pull
+        // sends them exactly (a row pull is refused at construction: no row-sparse piece here).
+        auto& replica = replicas_[static_cast<std::size_t>(worker)];
+        if (h.dtype == DType::kF32)
+          replica = params_;
+        else
+          replica.clear();
+      }
       // Workers that pull the same step between the same pushes get the same bytes (every pull of a step in lockstep):
       // one frame serves them all, sent from while it is in flight to each.
       if (!rows && last_pull_.frame && last_pull_.epoch == params_epoch_ && last_pull_.dtype == h.dtype &&
@@ -335,13 +362,7 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       }
       const uint64_t n =
           rows ? psRowPullBodyBytes(plan_, shard_, ids, h.dtype) : psPullBodyBytes(plan_, shard_, h.dtype);
-      std::shared_ptr<std::vector<std::byte>> out;
-      if (!spare_.empty()) {
-        out = std::move(spare_.back());
-        spare_.pop_back();
-      } else {
-        out = std::make_shared<std::vector<std::byte>>(pull_frame_bytes_);
-      }
+      std::shared_ptr<std::vector<std::byte>> out = pullFrame();
       PsReplyHeader hh = r;
       hh.payload_bytes = n;
       encodePsReply(hh, std::span<std::byte, kPsReplyHeaderBytes>(out->data(), kPsReplyHeaderBytes));
@@ -362,11 +383,101 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       send(worker, std::move(out), bytes, r.piece);
       return true;
     }
+    case PsOp::kPullDelta: {
+      if (h.payload_bytes != 0) {
+        refuse(worker, &h, "delta pull carries " + std::to_string(h.payload_bytes) + " payload bytes, expected 0");
+        return true;
+      }
+      if (!options_.pull_compressor) {
+        refuse(worker, &h, "delta pull, but this shard has no pull compressor (parameter_server.pull_compressor)");
+        return true;
+      }
+      if (replicas_[static_cast<std::size_t>(worker)].empty()) {
+        refuse(worker, &h, "delta pull before a full f32 pull gave the worker the parameters to add it to");
+        return true;
+      }
+      if (ahead(h.step, minCompleted())) return false;  // SSP's read condition, as for a full pull
+      slot.pulled = std::max(slot.pulled, h.step + 1);
+      processDeltaPull(worker, h);
+      return true;
+    }
     case PsOp::kPush:
     case PsOp::kPushRows:
       return processPush(worker, slot, h, frame.subspan(kPsRequestHeaderBytes));
   }
   return true;
+}
+
+std::shared_ptr<std::vector<std::byte>> ParamServerShard::pullFrame() {
+  if (spare_.empty()) return std::make_shared<std::vector<std::byte>>(pull_frame_bytes_);
+  auto out = std::move(spare_.back());
+  spare_.pop_back();
+  return out;
+}
+
+void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
+  const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
+  std::vector<float>& replica = replicas_[static_cast<std::size_t>(worker)];
+  std::shared_ptr<std::vector<std::byte>> out = pullFrame();
+  const std::span<std::byte> body(out->data() + kPsReplyHeaderBytes, out->size() - kPsReplyHeaderBytes);
+  uint64_t at = 8 * ids.size();
+  std::string failed;
+  {
+    std::lock_guard lock(mutex_);  // params_ is read here; its only writer is this thread, its readers take the lock
+    encodePsPullBody(piece_versions_, {}, DType::kF32, body.first(at));
+    for (std::size_t i = 0; i < ids.size() && failed.empty(); ++i) {
+      const PsPiece& p = plan_.pieces[ids[i]];
+      const std::size_t base = static_cast<std::size_t>(p.flat_begin - begin_);
+      const std::size_t codec = static_cast<std::size_t>(worker) * ids.size() + i;
+      float* d = delta_.data();
+      const auto numel = static_cast<double>(p.numel);
+      try {
+        uint64_t n = 0;
+        {
+          // The change and its encode, as error feedback's residual pass is charged inside a push's encode.
+          const rt::Kernel kernel({.kind = rt::CostKind::kCompress,
+                                   .layer = 0,
+                                   .size = numel,
+                                   .flops = ps_detail::kCodecFlopsPerElement * numel,
+                                   .codec = rt::kPullCodec});
+          for (uint64_t j = 0; j < p.numel; ++j) d[j] = params_[base + j] - replica[base + j];
+          n = pull_encoders_[codec]->encode(h.step, 0, d, {}, body.subspan(at + 8, pull_max_payloads_[i]));
+        }
+        {
+          // The worker's decode and add, mirrored (param_server_client.cc does the same two passes).
+          const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
+                                   .size = numel,
+                                   .flops = ps_detail::kCodecFlopsPerElement * numel,
+                                   .codec = rt::kPullCodec});
+          pull_mirrors_[codec]->decode(h.step, body.subspan(at + 8, n), worker, d, false);
+          for (uint64_t j = 0; j < p.numel; ++j) replica[base + j] += d[j];
+        }
+        at += encodePsDeltaPullEntry(body, at, n);
+      } catch (const Error& e) {
+        failed = "delta pull of piece " + std::to_string(ids[i]) + " failed: " + e.what();
+        break;
+      }
+      // The shard's validation of what its plugin made, not modeled work: no region.
+      for (uint64_t j = 0; j < p.numel; ++j)
+        if (!std::isfinite(replica[base + j])) {
+          failed = "delta pull of piece " + std::to_string(ids[i]) + " decodes to a non-finite value at " +
+                   std::to_string(j) + " (pull compressor '" + options_.pull_compressor->plugin().name + "')";
+          break;
+        }
+    }
+    if (failed.empty()) ++stats_.pulls_served;
+  }
+  if (!failed.empty()) {
+    // The pieces before the failed one were added here but never reach the worker: its replica is dropped, and its
+    // next pull must be a full one (the client fails on a refusal anyway).
+    replica.clear();
+    spare_.push_back(std::move(out));
+    refuse(worker, &h, failed);
+    return;
+  }
+  const PsReplyHeader r{PsStatus::kOk, DType::kF32, h.step, ids.size(), at};
+  encodePsReply(r, std::span<std::byte, kPsReplyHeaderBytes>(out->data(), kPsReplyHeaderBytes));
+  send(worker, std::move(out), kPsReplyHeaderBytes + static_cast<std::size_t>(at), r.piece);
 }
 
 bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader& h,
@@ -641,6 +752,11 @@ std::vector<float> ParamServerShard::params() const {
 std::vector<uint64_t> ParamServerShard::versions() const {
   std::lock_guard lock(mutex_);
   return piece_versions_;
+}
+std::vector<float> ParamServerShard::replica(int worker) const {
+  TERSE_CHECK(worker >= 0 && worker < num_workers_, InvalidArgument,
+              "parameter server: worker " << worker << " outside 0.." << num_workers_ - 1);
+  return replicas_.empty() ? std::vector<float>{} : replicas_[static_cast<std::size_t>(worker)];
 }
 ServerStats ParamServerShard::stats() const {
   std::lock_guard lock(mutex_);

@@ -25,6 +25,17 @@
 // decodable on its own, and a parameter server has no aggregate of the other workers' payloads for CUSTOM's reduce or
 // a later round's `prev`. A payload the plugin refuses, or one that decodes to a non-finite value, is refused.
 //
+// Compressed pulls. With a pull compressor the shard keeps, per worker, a replica of its range as that worker holds
+// it: a full f32 pull (kPull) sets it to the parameters sent; a delta pull (kPullDelta) sends each piece's change since
+// then, d = params - replica, through the pull compressor, and adds the decoded payload to the replica exactly as the
+// worker adds it to its own copy (param_server_client.h): the shard decodes with a decoder per (worker, piece) that has
+// seen the same payloads as the worker's, so both copies stay the same bits. What the compressor dropped stays in
+// params - replica and travels with a later pull: error feedback on the way down, as in DoubleSqueeze's bidirectional
+// compression (Tang et al., ICML 2019), with a replica per worker because asynchronous workers pull at different
+// versions. A pull whose encode fails or decodes to a non-finite value is refused and the replica left as it was.
+// Cost: W x the shard's range in replicas and two codecs per (worker, piece) (the encoder and the mirrored decoder).
+// Row-sparse pieces travel as rows and are refused with a pull compressor.
+//
 // Accounting. ServerStats counts wire bytes (frame headers included) per worker in each direction, exactly what the
 // transport counts on the shard's rank, except a frame the transport's receive itself refuses (longer than any valid
 // request): the transport counts it but does not report its length to the shard.
@@ -86,6 +97,9 @@ struct ServerOptions {
   std::chrono::milliseconds worker_timeout{5000};
   // The compressor workers push with (SUM or ALLGATHER, one round); null = raw f32 payloads.
   std::shared_ptr<const Compressor> compressor;
+  // The compressor of delta pulls ("Compressed pulls" above; SUM or ALLGATHER, one round); null = pulls carry the
+  // parameters themselves and a delta pull is refused.
+  std::shared_ptr<const Compressor> pull_compressor;
   uint64_t run_seed = 0;
   // Global steps (completed steps summed over every worker, dead ones included, divided by W: the step a sync run
   // would be at after as many gradients), increasing, at which the shard copies its parameters for evaluation. The
@@ -132,6 +146,9 @@ class ParamServerShard {
 
   std::vector<float> params() const;
   std::vector<uint64_t> versions() const;  // per piece of this shard
+  // With a pull compressor: worker's replica of the shard's range (what it holds after its last pull), empty before its
+  // first full pull. Read it after run() returned (the shard's thread writes it).
+  std::vector<float> replica(int worker) const;
   ServerStats stats() const;
   // Waits up to `timeout` (milliseconds::max(): as long as it takes) for the snapshot of options.snapshot_steps entry
   // `step` and hands it over (each is taken once); nullopt on timeout or once run() returned without taking it.
@@ -142,6 +159,10 @@ class ParamServerShard {
   struct Slot;
   bool process(int worker, Slot& slot);  // false: hold
   bool processPush(int worker, Slot& slot, const PsRequestHeader& h, std::span<const std::byte> payload);
+  // A kPullDelta that SSP lets through: encodes each piece's change into a pull frame and sends it.
+  void processDeltaPull(int worker, const PsRequestHeader& h);
+  // A pull frame (pull_frame_bytes_) from the pool, or a new one.
+  std::shared_ptr<std::vector<std::byte>> pullFrame();
   // One optimizer update of n elements at `at` in the shard's range with gradient g (caller holds mutex_).
   void update(uint64_t at, const float* g, uint64_t n, double lr);
   void refuse(int worker, const PsRequestHeader* h, const std::string& why);
@@ -170,6 +191,13 @@ class ParamServerShard {
   std::map<uint64_t, std::size_t> local_;             // piece id -> local index
   std::vector<std::unique_ptr<TensorCodec>> codecs_;  // [worker * local pieces + local], empty without compressor
   std::vector<float> grad_;                           // decode scratch, the largest piece
+  // Compressed pulls: per (worker, local piece), [worker * local pieces + local], the pull compressor's encoder and the
+  // decoder that mirrors the worker's; per local piece its largest payload; per worker its replica of the range (empty
+  // until its first full f32 pull).
+  std::vector<std::unique_ptr<TensorCodec>> pull_encoders_, pull_mirrors_;
+  std::vector<uint64_t> pull_max_payloads_;
+  std::vector<std::vector<float>> replicas_;
+  std::vector<float> delta_;  // the change of a piece, then its decoded payload (the largest piece)
   // Replies in flight (not waited on: replies to many workers share the shard's NIC). The frame is declared before the
   // request, so that a request dropped unfinished (at the end of run()) is destroyed while its frame still lives.
   struct Sending {

@@ -61,7 +61,7 @@ PsRequestHeader decodePsRequest(std::span<const std::byte> frame) {
   TERSE_CHECK(get32(p) == kPsRequestMagic, InvalidPayload, "ps request: bad magic 0x" << std::hex << get32(p));
   TERSE_CHECK(get16(p + 4) == kPsWireVersion, InvalidPayload, "ps request: unknown version " << get16(p + 4));
   const auto op = static_cast<uint8_t>(p[6]);
-  TERSE_CHECK(op >= 1 && op <= 7, InvalidPayload, "ps request: unknown op " << int{op});
+  TERSE_CHECK(op >= 1 && op <= 8, InvalidPayload, "ps request: unknown op " << int{op});
   PsRequestHeader h;
   h.op = static_cast<PsOp>(op);
   const auto dt = static_cast<uint8_t>(p[7]);
@@ -69,7 +69,8 @@ PsRequestHeader decodePsRequest(std::span<const std::byte> frame) {
   if (h.op == PsOp::kPull || h.op == PsOp::kPullRows)
     TERSE_CHECK(isPsPullDtype(h.dtype), InvalidPayload, "ps request: pull dtype " << int{dt} << " is not f32/f16/bf16");
   else
-    TERSE_CHECK(dt == 0, InvalidPayload, "ps request: dtype field " << int{dt} << " must be 0 outside a pull");
+    TERSE_CHECK(dt == 0, InvalidPayload,
+                "ps request: dtype field " << int{dt} << " must be 0 outside a pull (dense or rows)");
   h.step = get64(p + 8);
   h.piece = get64(p + 16);
   h.offset = get64(p + 24);
@@ -124,8 +125,58 @@ uint64_t psPullBodyBytes(const PsPlan& plan, int shard, DType dtype) {
   return plan.shard_pieces[static_cast<std::size_t>(shard)].size() * 8 + (e - b) * dtypeSize(dtype);
 }
 
-std::size_t psMaxReplyBytes(const PsPlan& plan, int shard) {
-  return kPsReplyHeaderBytes + std::max<uint64_t>(psPullBodyBytes(plan, shard, DType::kF32), kPsMaxErrorText);
+std::size_t psMaxReplyBytes(const PsPlan& plan, int shard, std::span<const uint64_t> delta_pull_max_payloads) {
+  uint64_t body = std::max<uint64_t>(psPullBodyBytes(plan, shard, DType::kF32), kPsMaxErrorText);
+  if (!delta_pull_max_payloads.empty()) body = std::max(body, psDeltaPullMaxBodyBytes(delta_pull_max_payloads));
+  return kPsReplyHeaderBytes + body;
+}
+
+uint64_t psDeltaPullMaxBodyBytes(std::span<const uint64_t> max_payloads) {
+  uint64_t n = 8 * max_payloads.size();
+  for (uint64_t m : max_payloads) n += 8 + psPad8(m);
+  return n;
+}
+
+uint64_t encodePsDeltaPullEntry(std::span<std::byte> body, uint64_t at, uint64_t payload_bytes) noexcept {
+  put64(body.data() + at, payload_bytes);
+  const uint64_t end = at + 8 + payload_bytes, padded = at + 8 + psPad8(payload_bytes);
+  std::fill(body.begin() + static_cast<std::ptrdiff_t>(end), body.begin() + static_cast<std::ptrdiff_t>(padded),
+            std::byte{0});
+  return padded - at;
+}
+
+std::vector<std::span<const std::byte>> decodePsDeltaPullBody(std::span<const std::byte> body,
+                                                              std::span<uint64_t> versions,
+                                                              std::span<const uint64_t> max_payloads) {
+  const std::size_t pieces = versions.size();
+  TERSE_CHECK(max_payloads.size() == pieces, InvalidArgument,
+              "ps delta pull: " << max_payloads.size() << " payload bounds for " << pieces << " pieces");
+  TERSE_CHECK(body.size() / 8 >= pieces, InvalidPayload,
+              "ps delta pull reply: body of " << body.size() << " B is shorter than its " << pieces << " versions");
+  for (std::size_t i = 0; i < pieces; ++i) versions[i] = get64(body.data() + 8 * i);
+  std::vector<std::span<const std::byte>> out;
+  uint64_t at = 8 * pieces;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    TERSE_CHECK(body.size() - at >= 8, InvalidPayload,
+                "ps delta pull reply: the body ends before piece " << i << "'s length (" << body.size() << " B)");
+    const uint64_t n = get64(body.data() + at);
+    at += 8;
+    TERSE_CHECK(n <= max_payloads[i], InvalidPayload,
+                "ps delta pull reply: piece " << i << "'s payload of " << n << " B exceeds the pull compressor's "
+                                              << max_payloads[i] << " B");
+    // n first: padding a length near 2^64 would wrap around to a small one.
+    TERSE_CHECK(n <= body.size() - at && psPad8(n) <= body.size() - at, InvalidPayload,
+                "ps delta pull reply: piece " << i << "'s payload of " << n << " B runs past the body's end ("
+                                              << body.size() << " B)");
+    out.push_back(body.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
+    for (uint64_t j = n; j < psPad8(n); ++j)
+      TERSE_CHECK(body[static_cast<std::size_t>(at + j)] == std::byte{0}, InvalidPayload,
+                  "ps delta pull reply: piece " << i << "'s padding is not zero");
+    at += psPad8(n);
+  }
+  TERSE_CHECK(at == body.size(), InvalidPayload,
+              "ps delta pull reply: " << body.size() - at << " B after the last piece");
+  return out;
 }
 
 namespace {

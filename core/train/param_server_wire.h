@@ -5,7 +5,8 @@
 // little-endian PsRequestHeader followed by `payload_bytes` bytes; every request but kPing and kBye gets exactly one
 // reply frame (tag kPsReplyTag): a 32-byte PsReplyHeader, then for a pull the pieces' versions (u64 each) and values
 // (f32/f16/bf16), for an error the message text. Row-sparse pieces (param_server_plan.h) travel as rows: see the
-// row-sparse frames below. Headers are decoded field by field and validated like frame headers
+// row-sparse frames below; a compressed pull (kPullDelta) carries each piece's compressed change: see the delta pull
+// frames at the end. Headers are decoded field by field and validated like frame headers
 // (frame.h) because a shard must assume any worker may be buggy or hostile.
 #pragma once
 
@@ -23,7 +24,16 @@ namespace terse::train {
 inline constexpr comm::Tag kPsRequestTag = 0x5053'0001;  // "PS" requests, worker -> shard
 inline constexpr comm::Tag kPsReplyTag = 0x5053'0002;    // replies, shard -> worker
 
-enum class PsOp : uint8_t { kPush = 1, kPull = 2, kClock = 3, kPing = 4, kBye = 5, kPushRows = 6, kPullRows = 7 };
+enum class PsOp : uint8_t {
+  kPush = 1,
+  kPull = 2,
+  kClock = 3,
+  kPing = 4,
+  kBye = 5,
+  kPushRows = 6,
+  kPullRows = 7,
+  kPullDelta = 8,
+};
 
 inline constexpr uint32_t kPsRequestMagic = 0x52535054u;  // "TPSR"
 inline constexpr uint32_t kPsReplyMagic = 0x41535054u;    // "TPSA"
@@ -78,8 +88,9 @@ uint64_t psRequestLabel(std::span<const std::byte> request) noexcept;
 bool isPsPullDtype(DType d) noexcept;
 // Bytes of the body of a pull reply from `shard`: its pieces' versions, then its range's values in `dtype`.
 uint64_t psPullBodyBytes(const PsPlan& plan, int shard, DType dtype);
-// The longest reply `shard` sends: an f32 pull or an error text, whichever is longer.
-std::size_t psMaxReplyBytes(const PsPlan& plan, int shard);
+// The longest reply `shard` sends: an f32 pull or an error text, whichever is longer; with `delta_pull_max_payloads`
+// (a pull compressor's largest payload per piece of the shard) also a delta pull's.
+std::size_t psMaxReplyBytes(const PsPlan& plan, int shard, std::span<const uint64_t> delta_pull_max_payloads = {});
 
 // A pull reply's body: versions (u64 each), then the values cast to `dtype` (f32/f16/bf16). `out` holds exactly
 // versions.size() * 8 + values.size() * dtypeSize(dtype) bytes.
@@ -127,5 +138,25 @@ void encodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vec
 void decodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vector<uint32_t>> ids,
                          std::span<const std::byte> body, DType dtype, std::span<uint64_t> versions,
                          std::span<float> params);
+
+// ---- Delta pull frames: a pull through a pull compressor (param_server_shard.h, "Compressed pulls"). The request is
+// a header alone (dtype 0, no payload). The reply (dtype f32) has as body the shard's pieces' versions (u64 each), then
+// per piece in order: u64 payload length L, the L bytes of the pull compressor's payload of the piece's change since
+// the worker's last pull, and zero bytes up to a multiple of 8, so that every length and payload starts 8-aligned in a
+// reply buffer (plugins may read their payloads as words).
+inline constexpr uint64_t psPad8(uint64_t n) noexcept {
+  return (n + 7) & ~uint64_t{7};
+}
+// The longest delta pull body of a shard whose pieces' payloads are at most `max_payloads` (one per piece).
+uint64_t psDeltaPullMaxBodyBytes(std::span<const uint64_t> max_payloads);
+// Splits a delta pull body: the versions into `versions` (per piece of the shard) and each piece's payload, a view of
+// `body`. Throws InvalidPayload naming the piece (its index in the shard) for a length over that piece's maximum or
+// past the body's end, padding that is not zero, or bytes after the last piece.
+std::vector<std::span<const std::byte>> decodePsDeltaPullBody(std::span<const std::byte> body,
+                                                              std::span<uint64_t> versions,
+                                                              std::span<const uint64_t> max_payloads);
+// Writes a piece's length at `at` of a delta pull body (the payload follows it) and zeroes the padding after the
+// payload; returns the bytes of the entry (8 + the padded payload).
+uint64_t encodePsDeltaPullEntry(std::span<std::byte> body, uint64_t at, uint64_t payload_bytes) noexcept;
 
 }  // namespace terse::train

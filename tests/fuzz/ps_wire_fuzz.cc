@@ -1,7 +1,9 @@
 // Fuzz target: the parameter server's frames (core/train/param_server_wire.h) as a shard reads a worker's request and
 // a worker reads a shard's reply. An accepted header re-encodes to its bytes; a pull body is accepted exactly when
 // its length is the one the layout implies, and an f32 one decodes and re-encodes bit for bit. Modes 128..255 feed the
-// row-sparse frames of a fixed two-shard plan: an accepted row push or row pull re-encodes to its bytes.
+// row-sparse frames of a fixed two-shard plan: an accepted row push or row pull re-encodes to its bytes. Modes 96..127
+// feed a delta pull body (compressed pulls) for up to 7 pieces whose payload bounds the input gives: an accepted body
+// re-encodes to its bytes.
 #include <cstring>
 #include <vector>
 
@@ -57,6 +59,31 @@ void rowFrames(uint8_t mode, std::span<const std::byte> frame) {
   }
 }
 
+// frame[0] % 8 pieces, frame[1 .. pieces] their payload bounds in bytes, then the body.
+void deltaPullBody(std::span<const std::byte> frame) {
+  const std::size_t pieces = frame.empty() ? 0 : std::to_integer<std::size_t>(frame[0]) % 8;
+  if (frame.size() < 1 + pieces) return;
+  std::vector<uint64_t> bounds;
+  for (std::size_t i = 0; i < pieces; ++i) bounds.push_back(std::to_integer<uint64_t>(frame[1 + i]));
+  const auto body = frame.subspan(1 + pieces);
+  std::vector<uint64_t> versions(pieces);
+  try {
+    const auto payloads = decodePsDeltaPullBody(body, versions, bounds);
+    TERSE_FUZZ_CHECK(payloads.size() == pieces, "a payload per piece");
+    std::vector<std::byte> again(static_cast<std::size_t>(psDeltaPullMaxBodyBytes(bounds)));
+    encodePsPullBody(versions, {}, DType::kF32, std::span<std::byte>(again).first(8 * pieces));
+    uint64_t at = 8 * pieces;
+    for (std::size_t i = 0; i < pieces; ++i) {
+      TERSE_FUZZ_CHECK(payloads[i].size() <= bounds[i], "a payload over its bound was accepted");
+      if (!payloads[i].empty()) std::memcpy(again.data() + at + 8, payloads[i].data(), payloads[i].size());
+      at += encodePsDeltaPullEntry(again, at, payloads[i].size());
+    }
+    TERSE_FUZZ_CHECK(at == body.size() && std::memcmp(again.data(), body.data(), body.size()) == 0,
+                     "delta pull body round trip");
+  } catch (const InvalidPayload&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -65,6 +92,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const auto frame = in.rest();
   if (mode >= 128) {
     rowFrames(mode, frame);
+    return 0;
+  }
+  if (mode >= 96) {
+    deltaPullBody(frame);
     return 0;
   }
   switch (mode % 3) {
