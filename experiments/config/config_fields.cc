@@ -471,6 +471,14 @@ constexpr Field kCompressor[] = {
      .doc = "A plugin name (terse_compressor_<name>.so in the search path) or a path (contains '/' or ends in .so)."},
 };
 
+constexpr Field kPullCompressor[] = {
+    {.name = "name",
+     .def = value("none"),
+     .rule = free("none, or a compressor a parameter server runs (rules `plugins`, `pull-compressor`)"),
+     .doc = "Compressed pulls: each worker's pulls after its first send the change since its last one through this "
+            "compressor, what it drops going with a later pull; none = pulls carry the parameters."},
+};
+
 constexpr Field kMomentumCorrection[] = {
     {.name = "factor",
      .def = value("0"),
@@ -605,6 +613,9 @@ constexpr Section kSections[] = {
     {.path = "optimizer", .fields = kOptimizer},
     {.path = "tcp", .fields = kTcp, .doc = "Transport TCP only."},
     {.path = "parameter_server", .fields = kParameterServer, .doc = "Modes ASYNC and SSP."},
+    {.path = "parameter_server.pull_compressor",
+     .fields = kPullCompressor,
+     .doc = "`params`: key/value strings the plugin validates. One round, SUM or ALLGATHER, host code."},
     {.path = "worker_settings[]",
      .fields = kWorkerSettings,
      .doc = "Per worker, for straggler and elasticity studies."},
@@ -630,6 +641,7 @@ constexpr Section kSections[] = {
 
 constexpr std::string_view kNotInTables[] = {
     "compressor.params",  // the plugin checks its own parameters (rule `plugins`)
+    "parameter_server.pull_compressor.params",
     "scheduler.params",
     "variants",  // the study's structure: names checked by loadStudyText, overrides are Experiments
     // Set by the loader in each resolved run of a grid study, never by a file (grid.h).
@@ -1005,9 +1017,36 @@ void linkRanks(Checks& c, const Experiment& e, const Ctx&) {
   if (e.workers() >= 1) checkLinkRanks(c, e);
 }
 
+bool parameterServerMode(const Experiment& e) {
+  return e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP;
+}
+
 void plugins(Checks& c, const Experiment& e, const Ctx& ctx) {
-  ctx.plugin(c, "compressor", e.compressor(), /*scheduler=*/false, ctx.plugin_state);
-  ctx.plugin(c, "scheduler", e.scheduler(), /*scheduler=*/true, ctx.plugin_state);
+  ctx.plugin(c, "compressor", e.compressor(),
+             parameterServerMode(e) ? table::PluginRole::kParameterServerCompressor : table::PluginRole::kCompressor,
+             ctx.plugin_state);
+  ctx.plugin(c, "scheduler", e.scheduler(), table::PluginRole::kScheduler, ctx.plugin_state);
+  if (e.parameter_server().pull_compressor().name() != "none")
+    ctx.plugin(c, "parameter_server.pull_compressor", e.parameter_server().pull_compressor(),
+               table::PluginRole::kParameterServerCompressor, ctx.plugin_state);
+}
+
+// Delta pulls exist on a parameter server, replace the pull dtype's cast, and carry dense pieces only.
+void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
+  const std::string& name = e.parameter_server().pull_compressor().name();
+  if (name == "none") return;
+  if (!parameterServerMode(e))
+    c.fail("parameter_server.pull_compressor.name")
+        << " " << quoted(name) << " in mode " << Experiment::Mode_Name(e.mode())
+        << ": pulls exist in modes ASYNC and SSP (the parameter server's); leave it unset";
+  if (e.parameter_server().pull_dtype() != ParameterServer::F32)
+    c.fail("parameter_server.pull_dtype")
+        << " " << ParameterServer::PullDtype_Name(e.parameter_server().pull_dtype()) << " beside pull_compressor "
+        << quoted(name) << ": the compressor decides what travels down; leave pull_dtype F32";
+  if (e.sparse_gradients())
+    c.fail("parameter_server.pull_compressor.name")
+        << " " << quoted(name)
+        << " with sparse_gradients: row-sparse tensors travel as rows, outside every compressor; leave one unset";
 }
 
 void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
@@ -1141,8 +1180,15 @@ constexpr CrossRule kRules[] = {
      "with link emulation",
      &nccl},
     {"link-ranks", "link.overrides[].src, dst, workers", "a rank outside the job's, or src = dst", &linkRanks},
-    {"plugins", "compressor.name, compressor.params, scheduler.name, scheduler.params",
-     "a plugin that does not load or instantiate with its params", &plugins},
+    {"plugins",
+     "compressor.name, compressor.params, scheduler.name, scheduler.params, parameter_server.pull_compressor.name, "
+     "mode",
+     "a plugin that does not load or instantiate with its params; in modes ASYNC and SSP a compressor or pull "
+     "compressor a parameter server cannot decode alone (several rounds, CUSTOM aggregation, no host code)",
+     &plugins},
+    {"pull-compressor", "parameter_server.pull_compressor.name, mode, parameter_server.pull_dtype, sparse_gradients",
+     "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients",
+     &pullCompressor},
     {"momentum-correction", "momentum_correction.factor, optimizer.momentum, optimizer.kind",
      "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",
      &momentumCorrection},

@@ -151,11 +151,16 @@ struct Section {
   std::string_view doc{};
 };
 
+// What a plugin spec names: a scheduler, a compressor, or a compressor a parameter server runs (each push and pull
+// decoded on its own: one round, SUM or ALLGATHER, host code; core/train/param_server_detail.h).
+enum class PluginRole { kCompressor, kScheduler, kParameterServerCompressor };
+
 // What a rule across fields may consult besides the experiment.
 struct RuleContext {
   const ConfigOptions& options;
-  // Loads and instantiates a compressor or scheduler plugin with its params (validate.cc, memoized per study).
-  void (*plugin)(Checks&, const std::string& what, const PluginSpec& spec, bool scheduler, void* state);
+  // Loads and instantiates a compressor or scheduler plugin with its params and checks its caps against its role
+  // (validate.cc, memoized per study).
+  void (*plugin)(Checks&, const std::string& what, const PluginSpec& spec, PluginRole role, void* state);
   void* plugin_state;
 };
 

@@ -10,8 +10,24 @@
 namespace terse::experiments {
 namespace {
 
+// A parameter server decodes every push and delta pull on its own (core/train/param_server_detail.h says why).
+void checkParameterServerCaps(Checks& c, const std::string& what, const PluginSpec& spec, const CompressorCaps& caps) {
+  if (caps.aggregation == Aggregation::kCustom)
+    c.fail(what + ".name") << ": " << quoted(spec.name())
+                           << " has CUSTOM aggregation, and a parameter server decodes each push and pull on its own; "
+                              "use a SUM or ALLGATHER compressor";
+  else if (caps.num_rounds != 1)
+    c.fail(what + ".name") << ": " << quoted(spec.name()) << " has " << caps.num_rounds
+                           << " rounds, and a parameter server decodes each push and pull on its own; use a "
+                              "single-round compressor";
+  else if ((caps.devices & TERSE_DEVICE_HOST) == 0)
+    c.fail(what + ".name") << ": " << quoted(spec.name())
+                           << " has no host implementation, which a parameter server's shards need";
+}
+
 void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, const ConfigOptions& options,
-                 bool scheduler) {
+                 table::PluginRole role) {
+  const bool scheduler = role == table::PluginRole::kScheduler;
   if (spec.name().empty()) {
     c.fail(what + ".name") << " must be set";
     return;
@@ -36,7 +52,9 @@ void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, con
     } else {
       auto plugin = options.loader->loadCompressor(spec.name());
       try {
-        plugin->instantiate(pluginParams(spec));
+        const auto instance = plugin->instantiate(pluginParams(spec));
+        if (role == table::PluginRole::kParameterServerCompressor)
+          checkParameterServerCaps(c, what, spec, instance->caps(DType::kF32));
       } catch (const Error& e) {
         c.fail(params_path) << ": " << untagged(e);
       }
@@ -59,16 +77,16 @@ std::vector<std::string> validateExperiment(const Experiment& e, const ConfigOpt
     const ConfigOptions& options;
     PluginCheckMemo* memo;
   } state{options, memo};
-  auto plugin = [](Checks& c, const std::string& what, const PluginSpec& spec, bool scheduler, void* opaque) {
+  auto plugin = [](Checks& c, const std::string& what, const PluginSpec& spec, table::PluginRole role, void* opaque) {
     const State& s = *static_cast<const State*>(opaque);
-    if (s.memo == nullptr) return checkPlugin(c, what, spec, s.options, scheduler);
-    std::string key = what + '\n' + spec.name();
+    if (s.memo == nullptr) return checkPlugin(c, what, spec, s.options, role);
+    std::string key = what + '\n' + std::to_string(static_cast<int>(role)) + '\n' + spec.name();
     for (const auto& [k, v] : pluginParams(spec))
       key += '\n' + std::to_string(k.size()) + ':' + k + std::to_string(v.size()) + ':' + v;
     auto [it, inserted] = s.memo->try_emplace(std::move(key));
     if (inserted) {
       Checks mine;
-      checkPlugin(mine, what, spec, s.options, scheduler);
+      checkPlugin(mine, what, spec, s.options, role);
       it->second = mine.take();
     }
     for (const auto& m : it->second) c.fail(m);

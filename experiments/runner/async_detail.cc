@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/comm/link_emulation.h"
+#include "core/plugin/loader.h"
 
 #include "experiments/runner/runner_detail.h"
 
@@ -60,6 +61,12 @@ DType pullDtype(ParameterServer::PullDtype dtype) {
     default:
       return DType::kF32;
   }
+}
+
+std::shared_ptr<const CompressorPlugin> loadPullCompressor(const experiments::Experiment& e, PluginLoader& loader) {
+  const std::string& name = e.parameter_server().pull_compressor().name();
+  if (name.empty() || name == "none") return nullptr;
+  return loader.loadCompressor(name);
 }
 
 std::vector<int64_t> evalPoints(const Experiment& e, const train::StepPlan& plan) {

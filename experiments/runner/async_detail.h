@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,15 +21,24 @@
 #include "experiments/config/config.h"
 #include "results/result_writer.h"
 
+namespace terse {
+class PluginLoader;
+class CompressorPlugin;
+}  // namespace terse
+
 namespace terse::runner::detail {
+
+// The pull compressor's plugin (parameter_server.pull_compressor), or null for "none": pulls carry the parameters.
+std::shared_ptr<const CompressorPlugin> loadPullCompressor(const experiments::Experiment& e, PluginLoader& loader);
 
 // One worker's cumulative numbers at a record.
 struct WorkerTally {
   int64_t steps = 0;
   train::StepTimes times;
-  uint64_t payload_bytes = 0;       // pushed: the compressor's output (raw f32 without one)
-  uint64_t pull_payload_bytes = 0;  // pulled: the pull replies' bodies (the parameters in pull_dtype, versions)
-  uint64_t bytes_out = 0;           // its transport: sent (pushes, pulls' requests, pings) and received (replies)
+  uint64_t payload_bytes = 0;  // pushed: the compressor's output (raw f32 without one)
+  uint64_t pull_payload_bytes =
+      0;                   // pulled: the pull replies' bodies (parameters in pull_dtype or compressed, versions)
+  uint64_t bytes_out = 0;  // its transport: sent (pushes, pulls' requests, pings) and received (replies)
   uint64_t bytes_in = 0;
   int64_t left_step = -1;  // >= 0 once it stopped dead (fail_after_steps)
   double left_s = 0;       // when, in seconds of the run

@@ -60,7 +60,8 @@ ShardTally tallyOf(const ShardReport& r) {
 }  // namespace
 
 AsyncRank::AsyncRank(const experiments::Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
-                     comm::HostCommunicator& control, std::shared_ptr<Compressor> instance)
+                     comm::HostCommunicator& control, std::shared_ptr<Compressor> instance,
+                     std::shared_ptr<Compressor> pull_instance)
     : e_(e),
       rank_(rank),
       S_(e.parameter_server().servers()),
@@ -71,6 +72,7 @@ AsyncRank::AsyncRank(const experiments::Experiment& e, int rank, train::Workload
       control_(control),
       ctl_(control.transport()),
       instance_(rawPushes(e) ? nullptr : std::move(instance)),
+      pull_instance_(std::move(pull_instance)),
       plan_(psPlan(e, model.params(), S_)),
       flat_(static_cast<std::size_t>(plan_.total_numel)),
       steps_(asyncStepPlan(e, model.numTrainExamples())),
@@ -126,6 +128,7 @@ void AsyncRank::worker(const World& world) {
   const int w = rank_ - S_;
   train::ClientOptions copts = clientOptions(e_);
   copts.compressor = instance_;
+  copts.pull_compressor = pull_instance_;
   train::ParamServerClient client(data_, plan_, w, W_, copts);
   train::AsyncTrainerOptions options = asyncWorkerOptions(e_, w);
   options.slowdown = world.trainerSlowdown(options.slowdown);  // a simulation slows the actor instead
@@ -175,6 +178,7 @@ void AsyncRank::worker(const World& world) {
 void AsyncRank::startShard(const std::string& host) {
   train::ServerOptions so = serverOptions(e_, lr_, points_);
   so.compressor = instance_;
+  so.pull_compressor = pull_instance_;
   const auto [begin, end] = plan_.ranges[static_cast<std::size_t>(rank_)];
   shard_ =
       std::make_unique<train::ParamServerShard>(data_, plan_, rank_, W_,

@@ -66,9 +66,11 @@ class ReportSender {
 class AsyncRank final : public AsyncView {
  public:
   // `data` carries the pushes and pulls (what the records count), `control` the reports (not counted); `instance` is
-  // this rank's compressor (unused with raw pushes).
+  // this rank's compressor (unused with raw pushes), `pull_instance` its pull compressor (null: pulls carry the
+  // parameters).
   AsyncRank(const experiments::Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
-            comm::HostCommunicator& control, std::shared_ptr<Compressor> instance);
+            comm::HostCommunicator& control, std::shared_ptr<Compressor> instance,
+            std::shared_ptr<Compressor> pull_instance);
   ~AsyncRank() { joinShard(); }
 
   const train::StepPlan& steps() const { return steps_; }
@@ -120,7 +122,8 @@ class AsyncRank final : public AsyncView {
   comm::Transport& data_;
   comm::HostCommunicator& control_;
   comm::Transport& ctl_;
-  std::shared_ptr<Compressor> instance_;  // null: raw pushes
+  std::shared_ptr<Compressor> instance_;       // null: raw pushes
+  std::shared_ptr<Compressor> pull_instance_;  // null: pulls carry the parameters
   const train::PsPlan plan_;
   std::vector<float> flat_;
   const train::StepPlan steps_;

@@ -271,15 +271,22 @@ struct ParamServerJob {
   void build(PluginLoader& loader, results::Provenance& prov) {
     auto plugin = loader.loadCompressor(e.compressor().name());
     const Params params = experiments::pluginParams(e.compressor());
+    const auto pull_plugin = detail::loadPullCompressor(e, loader);
+    const Params pull_params = experiments::pluginParams(e.parameter_server().pull_compressor());
     allocating(
         [&] {
           for (int r = 0; r < S + W; ++r) {
             std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-            if (r == 0)
+            std::shared_ptr<Compressor> pull = pull_plugin ? pull_plugin->instantiate(pull_params) : nullptr;
+            if (r == 0) {
               prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
-            ranks.push_back(std::make_unique<AsyncRank>(e, r, *models[static_cast<std::size_t>(r)],
-                                                        *data[static_cast<std::size_t>(r)],
-                                                        *control[static_cast<std::size_t>(r)], std::move(instance)));
+              if (pull)
+                prov.plugins.push_back(
+                    {pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams()});
+            }
+            ranks.push_back(std::make_unique<AsyncRank>(
+                e, r, *models[static_cast<std::size_t>(r)], *data[static_cast<std::size_t>(r)],
+                *control[static_cast<std::size_t>(r)], std::move(instance), std::move(pull)));
           }
         },
         [&] {

@@ -25,6 +25,7 @@
 #include "core/compress/make_codec.h"
 #include "core/plugin/loader.h"
 #include "core/train/optimizer.h"
+#include "experiments/runner/async_detail.h"
 #include "experiments/runner/runner_detail.h"
 #include "experiments/workloads/workloads.h"
 #include "results/build_commit.h"
@@ -63,8 +64,11 @@ std::string layerKey(std::string_view kind, const CalibrationPlan& plan, int lay
   return std::string(kind) + " " + plan.workload + " L" + std::to_string(layer) + " b" + std::to_string(plan.batch);
 }
 
+std::string roundSubject(const std::string& codec, int round) {
+  return codec + " r" + std::to_string(round);
+}
 std::string roundSubject(const CalibrationPlan& plan, int round) {
-  return plan.codec + " r" + std::to_string(round);
+  return roundSubject(plan.codec, round);
 }
 
 DType sumDtype(std::string_view name) {
@@ -190,6 +194,10 @@ class RunCosts final : public sim::CostTable {
       if (plan.reduce) reduce_ = curve("reduce", plan.codec);
       optimizer_ = curve("optimizer", plan.optimizer);
       accumulate_ = curve("accumulate", "");
+      if (!plan.pull_codec.empty()) {
+        pull_compress_ = curve("compress", roundSubject(plan.pull_codec, 0));
+        pull_decompress_ = curve("decompress", plan.pull_codec);
+      }
     }
     for (std::string_view d : kSumDtypes)
       sum_.push_back(std::find(plan.sum_dtypes.begin(), plan.sum_dtypes.end(), d) != plan.sum_dtypes.end()
@@ -210,12 +218,13 @@ class RunCosts final : public sim::CostTable {
         return v[static_cast<std::size_t>(c.layer)] * c.size / static_cast<double>(batch_) * count;
       }
       case rt::CostKind::kCompress: {
+        if (c.codec == rt::kPullCodec) return pull_compress_.at(c.size) * count;
         if (compress_.empty()) return 0.0;
         const auto r = static_cast<std::size_t>(std::clamp(c.layer, 0, static_cast<int>(compress_.size()) - 1));
         return compress_[r].at(c.size) * count;
       }
       case rt::CostKind::kDecompress:
-        return decompress_.at(c.size) * count;
+        return (c.codec == rt::kPullCodec ? pull_decompress_ : decompress_).at(c.size) * count;
       case rt::CostKind::kReduce:
         return reduce_.at(c.size) * count;
       case rt::CostKind::kSum: {
@@ -238,6 +247,7 @@ class RunCosts final : public sim::CostTable {
   std::vector<double> forward_, backward_;
   std::vector<SizeCurve> compress_;
   SizeCurve decompress_, reduce_, optimizer_, accumulate_;
+  SizeCurve pull_compress_, pull_decompress_;  // a parameter server's pull compressor (empty: none, 0 s)
   std::vector<SizeCurve> sum_;
   std::string description_;
 };
@@ -370,6 +380,7 @@ class Measurer {
       gradients_ = gradientsBySize(model);
     }
     plugin_ = in_->loader.loadCompressor(in_->experiment.compressor().name());
+    if (!plan_.pull_codec.empty()) pull_plugin_ = detail::loadPullCompressor(in_->experiment, in_->loader);
     const std::map<std::string, double> times = timeInChild("calibration: timing codec '" + plan_.codec + "'", [&] {
       std::map<std::string, double> got;
       inPasses(codecs, kCalibrationPasses, got, [this](const auto& wanted, auto& t) { measureCodecs(wanted, t); });
@@ -454,10 +465,16 @@ class Measurer {
     const experiments::Experiment& e = in_->experiment;
     std::shared_ptr<Compressor> instance = plugin_->instantiate(experiments::pluginParams(e.compressor()));
     const CodecOptions codec_options = experiments::codecOptions(e);
+    std::shared_ptr<Compressor> pull;
+    if (pull_plugin_)
+      pull = pull_plugin_->instantiate(experiments::pluginParams(e.parameter_server().pull_compressor()));
     for (uint64_t n : plan_.sizes) {
       bool codec = wanted(sizeKey("decompress", plan_.codec, n)) || wanted(sizeKey("reduce", plan_.codec, n));
       for (int r = 0; r < plan_.rounds; ++r) codec = codec || wanted(sizeKey("compress", roundSubject(plan_, r), n));
-      if (codec) measureCodec(instance, codec_options, n, into);
+      if (codec) measureCodec(instance, codec_options, n, plan_.codec, plan_.reduce, into);
+      if (pull && (wanted(sizeKey("compress", roundSubject(plan_.pull_codec, 0), n)) ||
+                   wanted(sizeKey("decompress", plan_.pull_codec, n))))
+        measureCodec(pull, CodecOptions{}, n, plan_.pull_codec, false, into);
     }
   }
 
@@ -474,8 +491,9 @@ class Measurer {
     }
   }
 
+  // `subject`: the codec's name in the keys (plan_.codec, or plan_.pull_codec); `reduce`: its reduce is charged.
   void measureCodec(const std::shared_ptr<Compressor>& instance, const CodecOptions& options, uint64_t n,
-                    std::map<std::string, double>& into) {
+                    const std::string& subject, bool reduce, std::map<std::string, double>& into) {
     const experiments::Experiment& e = in_->experiment;
     TensorInfo info;
     info.dtype = DType::kF32;
@@ -486,9 +504,8 @@ class Measurer {
     std::unique_ptr<TensorCodec> codec = makeCodec(instance, info, e.seed(), options);
     // The real gradient of this size (calibration.h says why), taken by measure() outside every timed region.
     const auto found = gradients_->find(n);
-    TERSE_CHECK(
-        found != gradients_->end(), InternalError,
-        "calibration: the model has no gradient of " << n << " elements to time codec '" << plan_.codec << "' on");
+    TERSE_CHECK(found != gradients_->end(), InternalError,
+                "calibration: the model has no gradient of " << n << " elements to time codec '" << subject << "' on");
     const float* grad = found->second.data();
     CodecStep one(*codec, n);
     const int rounds = one.rounds();
@@ -502,22 +519,22 @@ class Measurer {
     if (stateful) runCodecState(*codec, found->second);
     // Every codec kernel starts on cold caches (evictCaches says why).
     for (int r = 0; r < rounds; ++r) {
-      into[sizeKey("compress", roundSubject(plan_, r), n)] = timed([&] { encodeRound(r); },
-                                                                   [&] {
-                                                                     for (int q = 0; q < r; ++q) encodeRound(q);
-                                                                     evictCaches();
-                                                                   },
-                                                                   repetitions);
+      into[sizeKey("compress", roundSubject(subject, r), n)] = timed([&] { encodeRound(r); },
+                                                                     [&] {
+                                                                       for (int q = 0; q < r; ++q) encodeRound(q);
+                                                                       evictCaches();
+                                                                     },
+                                                                     repetitions);
     }
     // A CUSTOM codec's aggregate is folded before each decode (CodecStep), untimed: its reduce is the next key's.
-    into[sizeKey("decompress", plan_.codec, n)] = timed(
+    into[sizeKey("decompress", subject, n)] = timed(
         decode,
         [&] {
           one.fold(e.workers());
           evictCaches();
         },
         repetitions);
-    if (plan_.reduce) {
+    if (reduce) {
       // A run's fold of w payloads makes w - 1 reduces: the first of two payloads, the others of the aggregate and a
       // payload (signSGD's: a count per element against a bit), each timed on cold caches; the key is their mean.
       const int world = e.workers();
@@ -535,7 +552,7 @@ class Measurer {
                                                evictCaches();
                                              },
                                              repetitions);
-      into[sizeKey("reduce", plan_.codec, n)] = world < 3 ? first : (first + (world - 2) * later) / (world - 1);
+      into[sizeKey("reduce", subject, n)] = world < 3 ? first : (first + (world - 2) * later) / (world - 1);
     }
   }
 
@@ -552,6 +569,7 @@ class Measurer {
   std::unique_ptr<train::Workload> replica_;
   std::optional<std::map<uint64_t, std::vector<float>>> gradients_;
   std::shared_ptr<const CompressorPlugin> plugin_;
+  std::shared_ptr<const CompressorPlugin> pull_plugin_;  // plan_.pull_codec's
 };
 
 }  // namespace
@@ -641,6 +659,10 @@ std::vector<std::string> CalibrationPlan::keys() const {
     for (std::string_view d : kSumDtypes) k.push_back(sizeKey("sum", d, n));
     k.push_back(sizeKey("optimizer", optimizer, n));
     k.push_back(sizeKey("accumulate", "", n));
+    if (!pull_codec.empty()) {
+      k.push_back(sizeKey("compress", roundSubject(pull_codec, 0), n));
+      k.push_back(sizeKey("decompress", pull_codec, n));
+    }
   }
   return k;
 }
@@ -664,6 +686,14 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   // cost follow the world size.
   if (compressor.caps(DType::kF32).aggregation == Aggregation::kCustom) codec << " world=" << e.workers();
   p.codec = e.compressor().name() + "#" + shortHash(codec.str());
+  const auto& pull = e.parameter_server().pull_compressor();
+  if (!pull.name().empty() && pull.name() != "none") {
+    // Its own key, which names it a pull codec: a compressor that is both gets two times (with and without the run's
+    // error feedback and momentum correction).
+    std::ostringstream pc;
+    pc << "pull " << pull.ShortDebugString() << " on " << p.workload << " data=" << e.data().ShortDebugString();
+    p.pull_codec = pull.name() + "#" + shortHash(pc.str());
+  }
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
   const train::SgdOptions sgd = detail::trainerOptions(e).sgd;

@@ -88,7 +88,11 @@ struct CalibrationPlan {
   std::vector<train::LayerFlops> layers;
   std::string codec;  // "topk#...": the compressor, its parameters and the codec decorators
   int rounds = 1;
-  bool reduce = false;          // CUSTOM aggregation: the codec's reduce is charged
+  bool reduce = false;  // CUSTOM aggregation: the codec's reduce is charged
+  // A parameter server's pull compressor ("topk#..."; one round, no reduce: param_server_shard.h), timed as the run's
+  // codec is, on the same gradients, without error feedback (a delta pull's feedback is the shard's replica, whose
+  // pass is in the timed encode's place); empty: none.
+  std::string pull_codec;
   std::string optimizer;        // a hash of the optimizer's options
   std::vector<uint64_t> sizes;  // ascending, no repeats, none zero
   // A collective benchmark's plan (planSums): the sums of sum_dtypes at `sizes` elements, and no other kernel.

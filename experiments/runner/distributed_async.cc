@@ -74,7 +74,10 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     auto plugin = options_.loader->loadCompressor(e.compressor().name());
     const Params params = experiments::pluginParams(e.compressor());
     std::shared_ptr<Compressor> instance = plugin->instantiate(params);
-    me = std::make_unique<detail::AsyncRank>(e, rank, *model, *data, *control, instance);
+    const auto pull_plugin = detail::loadPullCompressor(e, *options_.loader);
+    const Params pull_params = experiments::pluginParams(e.parameter_server().pull_compressor());
+    std::shared_ptr<Compressor> pull = pull_plugin ? pull_plugin->instantiate(pull_params) : nullptr;
+    me = std::make_unique<detail::AsyncRank>(e, rank, *model, *data, *control, instance, pull);
     me->checkInitialReplicas();
     if (writer) {
       results::Provenance prov =
@@ -84,6 +87,8 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
                                         " shards), store " + joined.master_addr + ":" +
                                         std::to_string(joined.master_port));
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
+      if (pull)
+        prov.plugins.push_back({pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams()});
       writer->writeProvenance(prov);
     }
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,

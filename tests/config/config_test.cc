@@ -795,6 +795,54 @@ TEST_F(ConfigTest, AsyncModesDefaultsAndErrors) {
   EXPECT_NE(errors[5].find("trace: timelines are recorded in mode SYNC only"), std::string::npos);
 }
 
+// Compressed pulls (parameter_server.pull_compressor) and the compressors a parameter server can run at all: each push
+// and delta pull is decoded on its own, so several rounds or a CUSTOM reduce are refused by the config, naming the
+// plugin, rather than by the shard's constructor once the run started.
+TEST_F(ConfigTest, PullCompressorAndParameterServerCompressors) {
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
+  const std::string topk =
+      "parameter_server { pull_compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } } }\n";
+  const auto ok = load(kMinimal + "mode: ASYNC\nworkers: 2\n" + topk);
+  EXPECT_EQ(ok.experiments.at(0).parameter_server().pull_compressor().name(), "topk");
+  EXPECT_EQ(load(kMinimal + "mode: ASYNC\n").experiments.at(0).parameter_server().pull_compressor().name(), "none");
+
+  // Line 7 is the mode's, line 8 the parameter_server's.
+  auto errors = errorsOf(kMinimal + "mode: SYNC\n" + topk);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0],
+            "t.textproto:8:38: parameter_server.pull_compressor.name 'topk' in mode SYNC: pulls exist in modes ASYNC "
+            "and SSP (the parameter server's); leave it unset");
+  errors = errorsOf(kMinimal + "mode: ASYNC\nparameter_server { pull_dtype: BF16 " + topk.substr(19));
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("parameter_server.pull_dtype BF16 beside pull_compressor 'topk': the compressor decides "
+                           "what travels down; leave pull_dtype F32"),
+            std::string::npos)
+      << errors[0];
+  errors = errorsOf(kMinimal + "mode: ASYNC\nsparse_gradients: true\n" + topk);
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("'topk' with sparse_gradients: row-sparse tensors travel as rows"), std::string::npos)
+      << errors[0];
+  errors = errorsOf(kMinimal + "mode: ASYNC\nparameter_server { pull_compressor { name: \"nosuch\" } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("parameter_server.pull_compressor.name: "), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("nosuch"), std::string::npos) << errors[0];
+
+  // PowerSGD's two rounds and signSGD's majority vote (CUSTOM) cannot be decoded one push at a time, up or down.
+  errors = errorsOf(kMinimal + "mode: SSP\nstaleness_bound: 1\n" +
+                    "parameter_server { pull_compressor { name: \"powersgd\" } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("parameter_server.pull_compressor.name: 'powersgd' has 2 rounds, and a parameter server "
+                           "decodes each push and pull on its own; use a single-round compressor"),
+            std::string::npos)
+      << errors[0];
+  errors = errorsOf("study: \"s\"\nworkload { name: \"mlp\" }\ncompressor { name: \"signsgd\" }\nmode: ASYNC\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("t.textproto:3:14: compressor.name: 'signsgd' has CUSTOM aggregation"), std::string::npos)
+      << errors[0];
+  // The same compressor in mode SYNC is fine: the allreduce folds the payloads.
+  load("study: \"s\"\nworkload { name: \"mlp\" }\ncompressor { name: \"signsgd\" }\nmode: SYNC\n");
+}
+
 // Transport NCCL: offered only by builds with CUDA and NCCL, and then only for what runs on a GPU.
 TEST_F(ConfigTest, NcclTransport) {
   // A runner without NCCL (this test's options, as in a build without CUDA) says why.

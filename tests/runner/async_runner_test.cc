@@ -244,7 +244,10 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
       "variants { name: \"f32\" overrides { } }\n"
       "variants { name: \"f16_pull\" overrides { parameter_server { pull_dtype: F16 } } }\n"
       "variants { name: \"topk\" overrides { compressor { name: \"topk\" params { key: \"ratio\" "
-      "value: \"0.01\" } } error_feedback: true } }\n";
+      "value: \"0.01\" } } error_feedback: true } }\n"
+      "variants { name: \"topk_both\" overrides { compressor { name: \"topk\" params { key: \"ratio\" "
+      "value: \"0.01\" } } error_feedback: true parameter_server { pull_compressor { name: \"topk\" params { "
+      "key: \"ratio\" value: \"0.01\" } } } } }\n";
   const auto runs = runAll(text, "bytes");
   for (const auto& [name, r] : runs) {
     ASSERT_EQ(r.records.size(), 1u) << name;
@@ -289,6 +292,15 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
   EXPECT_EQ(num(topk, "pull_payload_bytes_per_worker"), num(f32, "pull_payload_bytes_per_worker"));
   EXPECT_GT(num(topk, "wire_bytes_per_worker"), 0.5 * num(f32, "wire_bytes_per_worker"));
   EXPECT_GT(num(topk, "test_accuracy"), 0.5);
+  // Top-1% pulls too: each worker's first pull carries the parameters (1 of its 42 pulls), the later ones a delta of
+  // 8 bytes per kept element against 4 per parameter: about 1/42 + 41/42 x 2% = 4.3% of the f32 pulls.
+  const auto& both = runs.at("topk_both").records[0];
+  const double pulls = num(both, "pull_payload_bytes_per_worker") / num(f32, "pull_payload_bytes_per_worker");
+  EXPECT_GT(pulls, 1.0 / 42) << pulls;
+  EXPECT_LT(pulls, 0.06) << pulls;
+  EXPECT_LT(num(both, "pull_bytes_per_worker"), 0.08 * num(f32, "pull_bytes_per_worker"));
+  EXPECT_EQ(num(both, "push_payload_bytes_per_worker"), num(topk, "push_payload_bytes_per_worker"));
+  EXPECT_GT(num(both, "test_accuracy"), 0.5);
 }
 
 // What `terse compare` makes of a parameter server beside sync allreduce: the ratio is of all the traffic. A 4-worker

@@ -448,6 +448,58 @@ TEST(CalibratedRun, SizesBetweenTheMeasuredOnesAreInterpolated) {
   EXPECT_THROW(makeCostTable(plan, t), InternalError);
 }
 
+// A parameter server's pull compressor has curves of its own: a pull codec is priced by what it costs, not by the run's
+// compressor's times at the same size.
+TEST(CalibratedRun, APullCodecIsPricedFromCurvesOfItsOwn) {
+  CalibrationPlan plan;
+  plan.workload = "w#0";
+  plan.batch = 10;
+  plan.layers = {{1, 2}};
+  plan.codec = "c#0";
+  plan.pull_codec = "p#0";
+  plan.optimizer = "o#0";
+  plan.sizes = {100, 1000};
+  CalibrationTable t;
+  for (const std::string& k : plan.keys()) t.seconds[k] = 1;
+  EXPECT_TRUE(t.seconds.count("compress p#0 r0 n1000") && t.seconds.count("decompress p#0 n100"));
+  t.seconds["compress c#0 r0 n100"] = 1e-6;
+  t.seconds["compress p#0 r0 n100"] = 5e-6;
+  t.seconds["decompress c#0 n100"] = 2e-6;
+  t.seconds["decompress p#0 n100"] = 7e-6;
+  const auto costs = makeCostTable(plan, t);
+  const auto cost = [&](rt::CostKind kind, int codec) {
+    return costs->seconds({.kind = kind, .size = 100, .codec = codec});
+  };
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kCompress, rt::kRunCodec), 1e-6);
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kCompress, rt::kPullCodec), 5e-6);
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kDecompress, rt::kRunCodec), 2e-6);
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kDecompress, rt::kPullCodec), 7e-6);
+  t.seconds.erase("decompress p#0 n1000");
+  EXPECT_THROW(makeCostTable(plan, t), InternalError);
+}
+
+// End to end: a simulated parameter-server run with top-k pushes and top-k pulls calibrates the pull codec under a key
+// of its own (the same compressor, without the run's error feedback) and charges it.
+TEST(CalibratedRun, ACompressedPullRunCalibratesItsPullCodec) {
+  auto loader = testLoader();
+  const fs::path root = freshDir("calibrated_pull");
+  const std::string pull =
+      "mode: ASYNC\nparameter_server { pull_compressor { name: \"topk\" params { key: \"ratio\" value: "
+      "\"0.01\" } } }\n";
+  const Ran r = runCalibrated(loader, calibratedStudy(pull), root);
+  const std::string table = readFile(r.dir / "calibration.json");
+  std::vector<std::string> subjects;
+  for (std::size_t at = table.find("\"compress topk#"); at != std::string::npos;
+       at = table.find("\"compress topk#", at + 1)) {
+    const std::string key = table.substr(at + 1, table.find(' ', table.find('#', at)) - at - 1);
+    if (std::find(subjects.begin(), subjects.end(), key) == subjects.end()) subjects.push_back(key);
+  }
+  EXPECT_EQ(subjects.size(), 2u) << ::testing::PrintToString(subjects);
+  const auto metrics = readMetrics(r.dir);
+  ASSERT_FALSE(metrics.empty());
+  EXPECT_GT(getNumber(metrics.back(), "pull_payload_bytes_per_worker").value_or(0), 0);
+}
+
 TEST(CalibratedRun, CodecsAreTimedInAChildWhoseFailuresComeBackNamed) {
   const pid_t parent = ::getpid();
   // The child is a process of its own, and its times come back bit for bit, keys with spaces and all.
