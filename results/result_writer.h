@@ -150,7 +150,8 @@ struct MetricsRecord {
 //   push_bytes_per_worker                     the mean of worker<w>_bytes_out
 //   pull_bytes_per_worker                     the mean of worker<w>_bytes_in
 //   push_payload_bytes_per_worker             the pushes' compressor output (raw f32 without one), per worker
-//   pull_payload_bytes_per_worker             the pull replies' bodies (parameters in pull_dtype, a u64 version per
+//   pull_payload_bytes_per_worker             the pull replies' bodies (parameters in pull_dtype, or a delta pull's
+//                                             pull-compressor payloads with a u64 length each; a u64 version per
 //                                             piece), per worker
 // A parameter-server record's wire_bytes_per_worker is push_bytes_per_worker + pull_bytes_per_worker (all the job put
 // on the network, over the workers, as a sync run's is its ranks' sends over the ranks) and its

@@ -237,6 +237,7 @@ AsyncStepRecord AsyncWorker::step() {
       pull_rows_[t].insert(pull_rows_[t].end(), scratch_[t].begin(), scratch_[t].end());
   }
   // The shards hold this pull while SSP says the worker is too far ahead of the slowest.
+  const double decode_before = client_.decodeSeconds();
   client_.pull(
       step, flat_,
       sparse_pull ? std::span<const std::vector<int64_t>>(pull_rows_) : std::span<const std::vector<int64_t>>());
@@ -252,11 +253,13 @@ AsyncStepRecord AsyncWorker::step() {
   const double encode_before = client_.encodeSeconds();
   client_.push(step, flat_, push_rows_);
   const auto t3 = rt::now();
+  // A compressed pull's decode is the codec's time, not the network's (param_server_client.h, decodeSeconds).
+  rec.times.decompress_s = client_.decodeSeconds() - decode_before;
 
   last_raw_compute_s_ = seconds(t1_work, t2);
   rec.times.compute_s = seconds(t1, t2);
   rec.times.compress_s = client_.encodeSeconds() - encode_before;
-  rec.times.comm_s = seconds(t0, t1) + seconds(t2, t3) - rec.times.compress_s;
+  rec.times.comm_s = seconds(t0, t1) + seconds(t2, t3) - rec.times.compress_s - rec.times.decompress_s;
   rec.times.exposed_comm_s = rec.times.comm_s;
   rec.times.step_s = seconds(t0, t3);
   addTimes(totals_, rec.times);

@@ -50,7 +50,8 @@ struct AsyncTrainerOptions {
 };
 
 // Per-step accounting. times.comm_s is the time in pull and push minus the encoding inside push
-// (times.compress_s); it is all exposed (times.exposed_comm_s == times.comm_s).
+// (times.compress_s) and a compressed pull's decoding (times.decompress_s); it is all exposed (times.exposed_comm_s ==
+// times.comm_s).
 struct AsyncStepRecord {
   int64_t step = 0;  // this worker's step index just run, 0-based
   int64_t epoch = 0;

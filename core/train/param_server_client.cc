@@ -174,14 +174,19 @@ void ParamServerClient::pullDelta(uint64_t step) {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const PsPiece& p = plan_.pieces[ids[i]];
       const auto numel = static_cast<double>(p.numel);
-      // The shard added the same decoded change to its replica of this copy (processDeltaPull): the same two passes.
-      const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
-                               .size = numel,
-                               .flops = ps_detail::kCodecFlopsPerElement * numel,
-                               .codec = rt::kPullCodec});
-      pull_codecs_[ids[i]]->decode(step, payloads[i], worker_, decoded_.data(), false);
-      float* x = replica_.data() + p.flat_begin;
-      for (uint64_t j = 0; j < p.numel; ++j) x[j] += decoded_[j];
+      const auto t0 = rt::now();
+      {
+        // The shard added the same decoded change to its replica of this copy (processDeltaPull): the same two
+        // passes.
+        const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
+                                 .size = numel,
+                                 .flops = ps_detail::kCodecFlopsPerElement * numel,
+                                 .codec = rt::kPullCodec});
+        pull_codecs_[ids[i]]->decode(step, payloads[i], worker_, decoded_.data(), false);
+        float* x = replica_.data() + p.flat_begin;
+        for (uint64_t j = 0; j < p.numel; ++j) x[j] += decoded_[j];
+      }
+      decode_s_ += std::chrono::duration<double>(rt::now() - t0).count();
       versions_[ids[i]] = versions[i];
     }
   }

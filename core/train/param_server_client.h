@@ -63,6 +63,7 @@ class ParamServerClient {
   const PsPlan& plan() const { return plan_; }
   const std::vector<uint64_t>& versions() const { return versions_; }  // per piece, as last pulled
   double encodeSeconds() const { return encode_s_; }                   // codec encode time of every push so far
+  double decodeSeconds() const { return decode_s_; }  // pull compressor decode time (and add) of every pull so far
   uint64_t payloadBytes() const { return payload_bytes_; }  // compressed (or raw f32) payload bytes pushed so far
   // Bodies of the pull replies received so far (the values in pull_dtype and a u64 version per piece; for a row pull,
   // its rows): what the shards sent down beside their reply headers.
@@ -94,6 +95,7 @@ class ParamServerClient {
   std::vector<std::unique_ptr<Outbox>> out_;  // per shard
   std::array<std::byte, kPsRequestHeaderBytes> ping_{};
   double encode_s_ = 0;
+  double decode_s_ = 0;
   uint64_t payload_bytes_ = 0;
   uint64_t pull_payload_bytes_ = 0;
 };

@@ -157,6 +157,7 @@ void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<
   for (const WorkerTally& w : workers) {
     sum.compute_s += w.times.compute_s;
     sum.compress_s += w.times.compress_s;
+    sum.decompress_s += w.times.decompress_s;
     sum.comm_s += w.times.comm_s;
     sum.exposed_comm_s += w.times.exposed_comm_s;
     sum.step_s += w.times.step_s;
@@ -168,6 +169,7 @@ void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<
   const double n = static_cast<double>(std::max<int64_t>(1, worker_steps));
   m.compute_s_per_step = sum.compute_s / n;
   m.compress_s_per_step = sum.compress_s / n;
+  m.decompress_s_per_step = sum.decompress_s / n;
   m.comm_s_per_step = sum.comm_s / n;
   m.exposed_comm_s_per_step = sum.exposed_comm_s / n;
   m.step_s_per_step = sum.step_s / n;

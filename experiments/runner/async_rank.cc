@@ -138,6 +138,7 @@ void AsyncRank::worker(const World& world) {
     rep.set_steps(worker.stepsDone());
     rep.set_compute_s(worker.totals().compute_s);
     rep.set_compress_s(worker.totals().compress_s);
+    rep.set_decompress_s(worker.totals().decompress_s);
     rep.set_comm_s(worker.totals().comm_s);
     rep.set_exposed_comm_s(worker.totals().exposed_comm_s);
     rep.set_step_time_s(worker.totals().step_s);
@@ -303,6 +304,7 @@ AsyncTallies AsyncRank::tallies() {
     wt.steps = r.steps();
     wt.times.compute_s = r.compute_s();
     wt.times.compress_s = r.compress_s();
+    wt.times.decompress_s = r.decompress_s();
     wt.times.comm_s = r.comm_s();
     wt.times.exposed_comm_s = r.exposed_comm_s();
     wt.times.step_s = r.step_time_s();
