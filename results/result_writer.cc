@@ -93,6 +93,7 @@ std::string provenanceJson(const Provenance& p) {
       o["sha256_error"] = e.what();
     }
     if (rec.caps) o["caps"] = capsJson(*rec.caps);
+    if (!rec.role.empty()) o["role"] = rec.role;
     if (rec.resolved) {
       Json resolved = Json::object();
       for (const auto& [k, v] : *rec.resolved) resolved[k] = v;

@@ -61,6 +61,9 @@ struct PluginRecord {
   std::optional<CompressorCaps> caps;  // compressors: the caps for f32 with the run's parameters
   Params params;
   std::optional<Params> resolved;
+  // What the run used it for where its kind does not say: "pull_compressor" (a parameter server's pulls); empty for the
+  // run's compressor and scheduler.
+  std::string role;
 };
 
 inline constexpr std::string_view kDefaultsNotReported = "defaults not reported";
@@ -178,6 +181,10 @@ inline constexpr std::string_view kPushBytesKey = "push_bytes_per_worker";
 inline constexpr std::string_view kPullBytesKey = "pull_bytes_per_worker";
 inline constexpr std::string_view kPushPayloadBytesKey = "push_payload_bytes_per_worker";
 inline constexpr std::string_view kPullPayloadBytesKey = "pull_payload_bytes_per_worker";
+// Compressed pulls (parameter_server.pull_compressor): sqrt(sum ||params - copy||^2 / sum ||params||^2) over every
+// delta pull so far and every shard, the copy being the worker's after the pull. How far from the shards' parameters,
+// relative to them, the workers compute; 0 for exact pulls, absent without a pull compressor.
+inline constexpr std::string_view kPullResidualKey = "pull_residual_rel";
 
 std::string metricsRecordJson(const MetricsRecord& record);
 std::string provenanceJson(const Provenance& provenance);

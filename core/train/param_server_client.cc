@@ -169,7 +169,8 @@ void ParamServerClient::pullDelta(uint64_t step) {
                 "parameter server client: malformed delta pull reply from shard " << k);
     std::vector<uint64_t> max_payloads, versions(ids.size());
     for (uint64_t id : ids) max_payloads.push_back(pull_max_payloads_[id]);
-    const auto payloads = decodePsDeltaPullBody({body, h.payload_bytes}, versions, max_payloads);
+    const PsDeltaPullBody delta = decodePsDeltaPullBody({body, h.payload_bytes}, versions, max_payloads);
+    const auto& payloads = delta.payloads;
     pull_payload_bytes_ += h.payload_bytes;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const PsPiece& p = plan_.pieces[ids[i]];
@@ -189,6 +190,15 @@ void ParamServerClient::pullDelta(uint64_t step) {
       decode_s_ += std::chrono::duration<double>(rt::now() - t0).count();
       versions_[ids[i]] = versions[i];
     }
+    const auto [from, to] = plan_.ranges[static_cast<std::size_t>(k)];
+    const uint64_t mine = psValuesChecksum(std::span<const float>(replica_).subspan(from, to - from));
+    TERSE_CHECK(mine == delta.checksum, InvalidPayload,
+                "parameter server client: after a delta pull from shard "
+                    << k << " worker " << worker_ << "'s copy is not the shard's replica of it (checksum 0x" << std::hex
+                    << mine << " here, 0x" << delta.checksum << std::dec << " there): pull compressor '"
+                    << options_.pull_compressor->plugin().name
+                    << "' decodes differently on the two sides (its decode depends on the host or on the decoding "
+                       "rank), so compressed pulls cannot use it");
   }
 }
 

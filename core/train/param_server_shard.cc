@@ -105,21 +105,24 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
                   "parameter server: a pull compressor serves dense tensors only; tensor "
                       << plan_.pieces[id].tensor << " is row-sparse (its rows travel as they are)");
     pull_max_payloads_.assign(ids.size(), 0);
+    const bool stateful = options_.pull_compressor->caps(DType::kF32).stateful;
+    const uint64_t seed = ps_detail::pullCodecSeed(options_.run_seed);
     for (int w = 0; w < num_workers; ++w)
       for (std::size_t i = 0; i < ids.size(); ++i) {
         const TensorInfo info = ps_detail::pieceInfo(plan_.pieces[ids[i]], w, num_workers);
-        const uint64_t seed = ps_detail::pullCodecSeed(options_.run_seed);
         pull_encoders_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
-        pull_mirrors_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
+        if (stateful || w == 0) pull_mirrors_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
         pull_max_payloads_[i] = std::max(pull_max_payloads_[i], pull_encoders_.back()->sizes(0).max_output_bytes);
       }
+    delta_frame_bytes_ = kPsReplyHeaderBytes + psDeltaPullMaxBodyBytes(pull_max_payloads_);
     replicas_.resize(static_cast<std::size_t>(num_workers));
+    has_replica_.assign(static_cast<std::size_t>(num_workers), false);
     delta_.resize(static_cast<std::size_t>(max_numel));
   }
   // A little slack so a slightly-too-long push still arrives whole and is refused with the precise reason; a longer
   // one fails the receive itself (also refused, with the transport's message).
   max_request_bytes_ = kPsRequestHeaderBytes + max_payload + 64;
-  pull_frame_bytes_ = psMaxReplyBytes(plan_, shard, pull_max_payloads_);
+  pull_frame_bytes_ = psMaxReplyBytes(plan_, shard);
   for (int w = 0; w < num_workers; ++w) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->buffer.resize(static_cast<std::size_t>(max_request_bytes_));
@@ -244,9 +247,11 @@ void ParamServerShard::collectSends() {
     }
     if (done) {
       s.request = {};
-      // A pull frame nobody else holds (no other send, not the shared last pull) goes back to the pool.
+      // A pull frame nobody else holds (no other send, not the shared last pull) goes back to its pool.
       if (s.frame.use_count() == 1 && s.frame->size() == pull_frame_bytes_)
         spare_.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(s.frame)));
+      else if (s.frame.use_count() == 1 && s.frame->size() == delta_frame_bytes_)
+        delta_spare_.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(s.frame)));
       continue;
     }
     if (kept != i) sending_[kept] = std::move(s);
@@ -343,11 +348,12 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       if (options_.pull_compressor) {
         // The worker now holds the parameters as sent: its replica, the base of its next delta pull. Only an f32 pull
         // sends them exactly (a row pull is refused at construction: no row-sparse piece here).
-        auto& replica = replicas_[static_cast<std::size_t>(worker)];
-        if (h.dtype == DType::kF32)
-          replica = params_;
+        const auto w = static_cast<std::size_t>(worker);
+        has_replica_[w] = h.dtype == DType::kF32;
+        if (has_replica_[w])
+          replicas_[w] = params_;
         else
-          replica.clear();
+          replicas_[w].clear();
       }
       // Workers that pull the same step between the same pushes get the same bytes (every pull of a step in lockstep):
       // one frame serves them all, sent from while it is in flight to each.
@@ -362,7 +368,7 @@ bool ParamServerShard::process(int worker, Slot& slot) {
       }
       const uint64_t n =
           rows ? psRowPullBodyBytes(plan_, shard_, ids, h.dtype) : psPullBodyBytes(plan_, shard_, h.dtype);
-      std::shared_ptr<std::vector<std::byte>> out = pullFrame();
+      std::shared_ptr<std::vector<std::byte>> out = frameFrom(spare_, pull_frame_bytes_);
       PsReplyHeader hh = r;
       hh.payload_bytes = n;
       encodePsReply(hh, std::span<std::byte, kPsReplyHeaderBytes>(out->data(), kPsReplyHeaderBytes));
@@ -392,7 +398,7 @@ bool ParamServerShard::process(int worker, Slot& slot) {
         refuse(worker, &h, "delta pull, but this shard has no pull compressor (parameter_server.pull_compressor)");
         return true;
       }
-      if (replicas_[static_cast<std::size_t>(worker)].empty()) {
+      if (!has_replica_[static_cast<std::size_t>(worker)]) {
         refuse(worker, &h, "delta pull before a full f32 pull gave the worker the parameters to add it to");
         return true;
       }
@@ -408,17 +414,18 @@ bool ParamServerShard::process(int worker, Slot& slot) {
   return true;
 }
 
-std::shared_ptr<std::vector<std::byte>> ParamServerShard::pullFrame() {
-  if (spare_.empty()) return std::make_shared<std::vector<std::byte>>(pull_frame_bytes_);
-  auto out = std::move(spare_.back());
-  spare_.pop_back();
+std::shared_ptr<std::vector<std::byte>> ParamServerShard::frameFrom(
+    std::vector<std::shared_ptr<std::vector<std::byte>>>& pool, std::size_t bytes) {
+  if (pool.empty()) return std::make_shared<std::vector<std::byte>>(bytes);
+  auto out = std::move(pool.back());
+  pool.pop_back();
   return out;
 }
 
 void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
   const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(shard_)];
   std::vector<float>& replica = replicas_[static_cast<std::size_t>(worker)];
-  std::shared_ptr<std::vector<std::byte>> out = pullFrame();
+  std::shared_ptr<std::vector<std::byte>> out = frameFrom(delta_spare_, delta_frame_bytes_);
   const std::span<std::byte> body(out->data() + kPsReplyHeaderBytes, out->size() - kPsReplyHeaderBytes);
   uint64_t at = 8 * ids.size();
   std::string failed;
@@ -429,6 +436,7 @@ void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
       const PsPiece& p = plan_.pieces[ids[i]];
       const std::size_t base = static_cast<std::size_t>(p.flat_begin - begin_);
       const std::size_t codec = static_cast<std::size_t>(worker) * ids.size() + i;
+      const std::size_t mirror = pull_mirrors_.size() == pull_encoders_.size() ? codec : i;
       float* d = delta_.data();
       const auto numel = static_cast<double>(p.numel);
       try {
@@ -449,7 +457,7 @@ void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
                                    .size = numel,
                                    .flops = ps_detail::kCodecFlopsPerElement * numel,
                                    .codec = rt::kPullCodec});
-          pull_mirrors_[codec]->decode(h.step, body.subspan(at + 8, n), worker, d, false);
+          pull_mirrors_[mirror]->decode(h.step, body.subspan(at + 8, n), worker, d, false);
           for (uint64_t j = 0; j < p.numel; ++j) replica[base + j] += d[j];
         }
         at += encodePsDeltaPullEntry(body, at, n);
@@ -465,13 +473,28 @@ void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
           break;
         }
     }
-    if (failed.empty()) ++stats_.pulls_served;
+    if (failed.empty()) {
+      // What the copy still lacks, and the checksum the worker compares its copy with. Bookkeeping and validation, not
+      // the modeled server's work: no region.
+      double residual = 0, norm = 0;
+      for (std::size_t j = 0; j < params_.size(); ++j) {
+        const double p = params_[j], r = p - replica[j];
+        residual += r * r;
+        norm += p * p;
+      }
+      at = encodePsDeltaPullChecksum(body, at, psValuesChecksum(replica));
+      ++stats_.pulls_served;
+      ++stats_.delta_pulls;
+      stats_.pull_residual_sq += residual;
+      stats_.pull_params_sq += norm;
+    }
   }
   if (!failed.empty()) {
     // The pieces before the failed one were added here but never reach the worker: its replica is dropped, and its
     // next pull must be a full one (the client fails on a refusal anyway).
     replica.clear();
-    spare_.push_back(std::move(out));
+    has_replica_[static_cast<std::size_t>(worker)] = false;
+    delta_spare_.push_back(std::move(out));
     refuse(worker, &h, failed);
     return;
   }

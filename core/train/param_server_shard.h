@@ -118,6 +118,12 @@ struct ServerStats {
   std::vector<bool> dead;                  // per worker: declared dead after the timeout
   std::vector<std::chrono::steady_clock::time_point> dead_at;  // per worker: when (meaningful where dead)
   std::vector<std::string> errors;                             // the refusals' messages, in order
+  // Compressed pulls: delta pulls served, and over them the sums of ||params - replica||^2 after each (what a worker's
+  // copy still lacks: the compressor's residual) and of ||params||^2, both over the shard's range. sqrt of their ratio
+  // is how far, relative to the parameters, the workers' copies are from the shard's parameters when they compute.
+  uint64_t delta_pulls = 0;
+  double pull_residual_sq = 0;
+  double pull_params_sq = 0;
 };
 
 struct ShardSnapshot {
@@ -161,8 +167,9 @@ class ParamServerShard {
   bool processPush(int worker, Slot& slot, const PsRequestHeader& h, std::span<const std::byte> payload);
   // A kPullDelta that SSP lets through: encodes each piece's change into a pull frame and sends it.
   void processDeltaPull(int worker, const PsRequestHeader& h);
-  // A pull frame (pull_frame_bytes_) from the pool, or a new one.
-  std::shared_ptr<std::vector<std::byte>> pullFrame();
+  // A frame of `bytes` from `pool`, or a new one.
+  static std::shared_ptr<std::vector<std::byte>> frameFrom(std::vector<std::shared_ptr<std::vector<std::byte>>>& pool,
+                                                           std::size_t bytes);
   // One optimizer update of n elements at `at` in the shard's range with gradient g (caller holds mutex_).
   void update(uint64_t at, const float* g, uint64_t n, double lr);
   void refuse(int worker, const PsRequestHeader* h, const std::string& why);
@@ -191,13 +198,15 @@ class ParamServerShard {
   std::map<uint64_t, std::size_t> local_;             // piece id -> local index
   std::vector<std::unique_ptr<TensorCodec>> codecs_;  // [worker * local pieces + local], empty without compressor
   std::vector<float> grad_;                           // decode scratch, the largest piece
-  // Compressed pulls: per (worker, local piece), [worker * local pieces + local], the pull compressor's encoder and the
-  // decoder that mirrors the worker's; per local piece its largest payload; per worker its replica of the range (empty
-  // until its first full f32 pull).
+  // Compressed pulls: per (worker, local piece), [worker * local pieces + local], the pull compressor's encoder (each
+  // worker's random stream is its own), and the decoder that mirrors the worker's: per (worker, piece) too for a
+  // stateful compressor, whose decoder's state follows one worker's stream; one per local piece for a stateless one
+  // (each decode names its worker). Per local piece its largest payload; per worker its replica of the range.
   std::vector<std::unique_ptr<TensorCodec>> pull_encoders_, pull_mirrors_;
   std::vector<uint64_t> pull_max_payloads_;
   std::vector<std::vector<float>> replicas_;
-  std::vector<float> delta_;  // the change of a piece, then its decoded payload (the largest piece)
+  std::vector<bool> has_replica_;  // per worker: its full pull set replicas_ (a shard of empty pieces has an empty one)
+  std::vector<float> delta_;       // the change of a piece, then its decoded payload (the largest piece)
   // Replies in flight (not waited on: replies to many workers share the shard's NIC). The frame is declared before the
   // request, so that a request dropped unfinished (at the end of run()) is destroyed while its frame still lives.
   struct Sending {
@@ -210,6 +219,10 @@ class ParamServerShard {
   // replies were in flight at once, W x pull_frame_bytes_ at worst, one in lockstep (last_pull_).
   std::vector<std::shared_ptr<std::vector<std::byte>>> spare_;
   std::size_t pull_frame_bytes_ = 0;
+  // The same for delta pull frames (delta_frame_bytes_ each: a compressed pull is sized by its compressor, a fraction
+  // of a full pull's for a sparsifier).
+  std::vector<std::shared_ptr<std::vector<std::byte>>> delta_spare_;
+  std::size_t delta_frame_bytes_ = 0;
   // The last dense pull's frame: a pull of the same step and dtype before the next push (params_epoch_) is the same
   // bytes, sent again from the same frame.
   struct LastPull {

@@ -132,9 +132,35 @@ std::size_t psMaxReplyBytes(const PsPlan& plan, int shard, std::span<const uint6
 }
 
 uint64_t psDeltaPullMaxBodyBytes(std::span<const uint64_t> max_payloads) {
-  uint64_t n = 8 * max_payloads.size();
+  uint64_t n = 8 * max_payloads.size() + 8;  // versions, checksum
   for (uint64_t m : max_payloads) n += 8 + psPad8(m);
   return n;
+}
+
+uint64_t encodePsDeltaPullChecksum(std::span<std::byte> body, uint64_t at, uint64_t checksum) noexcept {
+  put64(body.data() + at, checksum);
+  return at + 8;
+}
+
+uint64_t psValuesChecksum(std::span<const float> values) noexcept {
+  constexpr uint64_t kPrime = 0x100000001b3ull;
+  uint64_t lane[4] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull, 0x2325cbf29ce48422ull};
+  const std::size_t n = values.size();
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i + static_cast<std::size_t>(k)], 4);
+      lane[k] = (lane[k] ^ bits) * kPrime;
+    }
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[i], 4);
+    lane[0] = (lane[0] ^ bits) * kPrime;
+  }
+  uint64_t h = n;
+  for (uint64_t l : lane) h = (h ^ l) * kPrime;
+  return h;
 }
 
 uint64_t encodePsDeltaPullEntry(std::span<std::byte> body, uint64_t at, uint64_t payload_bytes) noexcept {
@@ -145,16 +171,15 @@ uint64_t encodePsDeltaPullEntry(std::span<std::byte> body, uint64_t at, uint64_t
   return padded - at;
 }
 
-std::vector<std::span<const std::byte>> decodePsDeltaPullBody(std::span<const std::byte> body,
-                                                              std::span<uint64_t> versions,
-                                                              std::span<const uint64_t> max_payloads) {
+PsDeltaPullBody decodePsDeltaPullBody(std::span<const std::byte> body, std::span<uint64_t> versions,
+                                      std::span<const uint64_t> max_payloads) {
   const std::size_t pieces = versions.size();
   TERSE_CHECK(max_payloads.size() == pieces, InvalidArgument,
               "ps delta pull: " << max_payloads.size() << " payload bounds for " << pieces << " pieces");
   TERSE_CHECK(body.size() / 8 >= pieces, InvalidPayload,
               "ps delta pull reply: body of " << body.size() << " B is shorter than its " << pieces << " versions");
   for (std::size_t i = 0; i < pieces; ++i) versions[i] = get64(body.data() + 8 * i);
-  std::vector<std::span<const std::byte>> out;
+  PsDeltaPullBody out;
   uint64_t at = 8 * pieces;
   for (std::size_t i = 0; i < pieces; ++i) {
     TERSE_CHECK(body.size() - at >= 8, InvalidPayload,
@@ -168,14 +193,15 @@ std::vector<std::span<const std::byte>> decodePsDeltaPullBody(std::span<const st
     TERSE_CHECK(n <= body.size() - at && psPad8(n) <= body.size() - at, InvalidPayload,
                 "ps delta pull reply: piece " << i << "'s payload of " << n << " B runs past the body's end ("
                                               << body.size() << " B)");
-    out.push_back(body.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
+    out.payloads.push_back(body.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)));
     for (uint64_t j = n; j < psPad8(n); ++j)
       TERSE_CHECK(body[static_cast<std::size_t>(at + j)] == std::byte{0}, InvalidPayload,
                   "ps delta pull reply: piece " << i << "'s padding is not zero");
     at += psPad8(n);
   }
-  TERSE_CHECK(at == body.size(), InvalidPayload,
-              "ps delta pull reply: " << body.size() - at << " B after the last piece");
+  TERSE_CHECK(body.size() - at == 8, InvalidPayload,
+              "ps delta pull reply: " << body.size() - at << " B after the last piece, expected the 8-byte checksum");
+  out.checksum = get64(body.data() + at);
   return out;
 }
 

@@ -143,20 +143,31 @@ void decodePsRowPullBody(const PsPlan& plan, int shard, std::span<const std::vec
 // a header alone (dtype 0, no payload). The reply (dtype f32) has as body the shard's pieces' versions (u64 each), then
 // per piece in order: u64 payload length L, the L bytes of the pull compressor's payload of the piece's change since
 // the worker's last pull, and zero bytes up to a multiple of 8, so that every length and payload starts 8-aligned in a
-// reply buffer (plugins may read their payloads as words).
+// reply buffer (plugins may read their payloads as words); last, a u64 psValuesChecksum of the shard's replica of the
+// worker's copy after the pull, which the worker compares with its own.
 inline constexpr uint64_t psPad8(uint64_t n) noexcept {
   return (n + 7) & ~uint64_t{7};
 }
 // The longest delta pull body of a shard whose pieces' payloads are at most `max_payloads` (one per piece).
 uint64_t psDeltaPullMaxBodyBytes(std::span<const uint64_t> max_payloads);
-// Splits a delta pull body: the versions into `versions` (per piece of the shard) and each piece's payload, a view of
-// `body`. Throws InvalidPayload naming the piece (its index in the shard) for a length over that piece's maximum or
-// past the body's end, padding that is not zero, or bytes after the last piece.
-std::vector<std::span<const std::byte>> decodePsDeltaPullBody(std::span<const std::byte> body,
-                                                              std::span<uint64_t> versions,
-                                                              std::span<const uint64_t> max_payloads);
+struct PsDeltaPullBody {
+  std::vector<std::span<const std::byte>> payloads;  // per piece, views of the body
+  uint64_t checksum = 0;                             // of the shard's replica after the pull
+};
+// Splits a delta pull body: the versions into `versions` (per piece of the shard), each piece's payload and the
+// checksum. Throws InvalidPayload naming the piece (its index in the shard) for a length over that piece's maximum or
+// past the body's end, padding that is not zero, or a body that does not end with the checksum right after the last
+// piece.
+PsDeltaPullBody decodePsDeltaPullBody(std::span<const std::byte> body, std::span<uint64_t> versions,
+                                      std::span<const uint64_t> max_payloads);
 // Writes a piece's length at `at` of a delta pull body (the payload follows it) and zeroes the padding after the
 // payload; returns the bytes of the entry (8 + the padded payload).
 uint64_t encodePsDeltaPullEntry(std::span<std::byte> body, uint64_t at, uint64_t payload_bytes) noexcept;
+// Writes the checksum at `at`, after the last entry; returns the body's length (at + 8).
+uint64_t encodePsDeltaPullChecksum(std::span<std::byte> body, uint64_t at, uint64_t checksum) noexcept;
+// A 64-bit hash of the values' bits (four FNV-1a lanes over the 32-bit words, folded), cheap beside a codec pass: the
+// worker's copy and the shard's replica of it must be the same bits, and a plugin whose decode differs between two
+// hosts (another instruction set, a contraction) would otherwise let them drift apart unseen.
+uint64_t psValuesChecksum(std::span<const float> values) noexcept;
 
 }  // namespace terse::train

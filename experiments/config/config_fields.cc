@@ -1034,7 +1034,14 @@ void plugins(Checks& c, const Experiment& e, const Ctx& ctx) {
 // Delta pulls exist on a parameter server, replace the pull dtype's cast, and carry dense pieces only.
 void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
   const std::string& name = e.parameter_server().pull_compressor().name();
-  if (name == "none") return;
+  if (name == "none") {
+    // `none` is no plugin here (pulls carry the parameters), so nothing else would read them: a grid over the params
+    // of a forgotten name would run the same dense pulls under several names.
+    if (!e.parameter_server().pull_compressor().params().empty())
+      c.fail("parameter_server.pull_compressor.params") << ": pull compressor none (pulls carry the parameters) takes "
+                                                           "no parameters; name the compressor they are for";
+    return;
+  }
   if (!parameterServerMode(e))
     c.fail("parameter_server.pull_compressor.name")
         << " " << quoted(name) << " in mode " << Experiment::Mode_Name(e.mode())
@@ -1186,8 +1193,10 @@ constexpr CrossRule kRules[] = {
      "a plugin that does not load or instantiate with its params; in modes ASYNC and SSP a compressor or pull "
      "compressor a parameter server cannot decode alone (several rounds, CUSTOM aggregation, no host code)",
      &plugins},
-    {"pull-compressor", "parameter_server.pull_compressor.name, mode, parameter_server.pull_dtype, sparse_gradients",
-     "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients",
+    {"pull-compressor",
+     "parameter_server.pull_compressor.name, params, mode, parameter_server.pull_dtype, sparse_gradients",
+     "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients; params "
+     "for none",
      &pullCompressor},
     {"momentum-correction", "momentum_correction.factor, optimizer.momentum, optimizer.kind",
      "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",

@@ -184,6 +184,17 @@ void fillAsyncRecord(results::MetricsRecord& m, int64_t worker_steps, std::span<
     m.extra.emplace_back(std::string(results::kPullPayloadBytesKey), static_cast<double>(pull_payload) / w);
   }
 
+  uint64_t delta_pulls = 0;
+  double residual_sq = 0, params_sq = 0;
+  for (const ShardTally& s : shards) {
+    delta_pulls += s.delta_pulls;
+    residual_sq += s.pull_residual_sq;
+    params_sq += s.pull_params_sq;
+  }
+  if (delta_pulls > 0)
+    m.extra.emplace_back(std::string(results::kPullResidualKey),
+                         params_sq > 0 ? std::sqrt(residual_sq / params_sq) : 0.0);
+
   std::map<uint64_t, uint64_t> hist = hogwild_staleness;
   std::vector<double> dropped(workers.size(), -1);
   for (std::size_t k = 0; k < shards.size(); ++k) {

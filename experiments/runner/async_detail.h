@@ -50,6 +50,10 @@ struct ShardTally {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   std::vector<double> dropped_s;  // per worker: seconds of the run when the shard dropped it, < 0 while not
+  // Compressed pulls (train::ServerStats): delta pulls served and the sums of their residuals and parameters squared.
+  uint64_t delta_pulls = 0;
+  double pull_residual_sq = 0;
+  double pull_params_sq = 0;
 };
 
 std::string asyncModeName(experiments::Experiment::Mode mode);  // "async", "ssp", "hogwild"

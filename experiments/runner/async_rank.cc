@@ -41,6 +41,9 @@ ShardReport shardReport(int64_t step, std::span<const float> params, const train
   for (auto b : st.bytes_out) out += b;
   r.set_bytes_in(in);
   r.set_bytes_out(out);
+  r.set_delta_pulls(st.delta_pulls);
+  r.set_pull_residual_sq(st.pull_residual_sq);
+  r.set_pull_params_sq(st.pull_params_sq);
   for (std::size_t w = 0; w < st.dead.size(); ++w) {
     r.add_dead(st.dead[w]);
     r.add_dead_s(st.dead[w] ? std::chrono::duration<double>(st.dead_at[w] - start).count() : -1.0);
@@ -53,6 +56,9 @@ ShardTally tallyOf(const ShardReport& r) {
   for (const auto& [tau, n] : r.staleness()) t.staleness[tau] = n;
   t.bytes_in = r.bytes_in();
   t.bytes_out = r.bytes_out();
+  t.delta_pulls = r.delta_pulls();
+  t.pull_residual_sq = r.pull_residual_sq();
+  t.pull_params_sq = r.pull_params_sq();
   for (int w = 0; w < r.dead_size(); ++w) t.dropped_s.push_back(r.dead(w) && w < r.dead_s_size() ? r.dead_s(w) : -1);
   return t;
 }

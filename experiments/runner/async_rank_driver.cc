@@ -26,6 +26,9 @@ ShardTally shardTally(const train::ServerStats& stats, std::chrono::steady_clock
     t.bytes_out += stats.bytes_out[w];
     t.dropped_s.push_back(stats.dead[w] ? std::chrono::duration<double>(stats.dead_at[w] - start).count() : -1.0);
   }
+  t.delta_pulls = stats.delta_pulls;
+  t.pull_residual_sq = stats.pull_residual_sq;
+  t.pull_params_sq = stats.pull_params_sq;
   return t;
 }
 

@@ -281,8 +281,8 @@ struct ParamServerJob {
             if (r == 0) {
               prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
               if (pull)
-                prov.plugins.push_back(
-                    {pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams()});
+                prov.plugins.push_back({pull_plugin->info(), pull->caps(DType::kF32), pull_params,
+                                        pull->resolvedParams(), "pull_compressor"});
             }
             ranks.push_back(std::make_unique<AsyncRank>(
                 e, r, *models[static_cast<std::size_t>(r)], *data[static_cast<std::size_t>(r)],

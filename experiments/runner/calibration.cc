@@ -474,7 +474,7 @@ class Measurer {
       if (codec) measureCodec(instance, codec_options, n, plan_.codec, plan_.reduce, into);
       if (pull && (wanted(sizeKey("compress", roundSubject(plan_.pull_codec, 0), n)) ||
                    wanted(sizeKey("decompress", plan_.pull_codec, n))))
-        measureCodec(pull, CodecOptions{}, n, plan_.pull_codec, false, into);
+        measureCodec(pull, CodecOptions{}, n, plan_.pull_codec, false, into, /*delta_passes=*/true);
     }
   }
 
@@ -491,9 +491,13 @@ class Measurer {
     }
   }
 
-  // `subject`: the codec's name in the keys (plan_.codec, or plan_.pull_codec); `reduce`: its reduce is charged.
+  // `subject`: the codec's name in the keys (plan_.codec, or plan_.pull_codec); `reduce`: its reduce is charged;
+  // `delta_passes`: a pull codec's, whose kernels a parameter server runs with a pass each around them (the change
+  // params - replica before the encode, the add into the copy after the decode: param_server_shard.cc), timed with
+  // them.
   void measureCodec(const std::shared_ptr<Compressor>& instance, const CodecOptions& options, uint64_t n,
-                    const std::string& subject, bool reduce, std::map<std::string, double>& into) {
+                    const std::string& subject, bool reduce, std::map<std::string, double>& into,
+                    bool delta_passes = false) {
     const experiments::Experiment& e = in_->experiment;
     TensorInfo info;
     info.dtype = DType::kF32;
@@ -509,8 +513,20 @@ class Measurer {
     const float* grad = found->second.data();
     CodecStep one(*codec, n);
     const int rounds = one.rounds();
-    const auto encodeRound = [&](int r) { one.encode(r, grad); };
-    const auto decode = [&] { one.decode(); };
+    // The delta passes' operands: a replica of zeros leaves the change the gradient itself, what the codec is timed on;
+    // the decode adds into a copy of its own, so that the change stays the same whatever the repetitions.
+    std::vector<float> change(delta_passes ? n : 0), replica(delta_passes ? n : 0), copy(delta_passes ? n : 0);
+    const auto encodeRound = [&](int r) {
+      if (!delta_passes) return one.encode(r, grad);
+      for (uint64_t i = 0; i < n; ++i) change[i] = grad[i] - replica[i];
+      one.encode(r, change.data());
+    };
+    const auto decode = [&] {
+      one.decode();
+      if (!delta_passes) return;
+      const std::span<const float> out = one.output();
+      for (uint64_t i = 0; i < n; ++i) copy[i] += out[i];
+    };
     // A stateful codec's fixed schedule (calibration.h): the state's steps, each every round and the decode as a step
     // runs them, then a count of timed repetitions the budget does not change. A stateless codec repeats as long as
     // the budget allows, every repetition alike.

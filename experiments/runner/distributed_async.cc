@@ -88,7 +88,8 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
                                         std::to_string(joined.master_port));
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
       if (pull)
-        prov.plugins.push_back({pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams()});
+        prov.plugins.push_back(
+            {pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams(), "pull_compressor"});
       writer->writeProvenance(prov);
     }
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,

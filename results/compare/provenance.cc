@@ -86,7 +86,7 @@ ProvenanceRow provenanceRow(const RunData& run) {
   r.hook = objectText(findMember(p, "hook"));
   if (const Json* plugins = findMember(p, "plugins"); plugins && plugins->is_array()) {
     for (const auto& pl : *plugins) {
-      if (str(pl, "kind") == "compressor" && r.compressor.empty()) {
+      if (str(pl, "kind") == "compressor" && str(pl, "role").empty() && r.compressor.empty()) {
         r.compressor = str(pl, "name");
         r.compressor_version = str(pl, "version");
         if (auto abi = getNumber(pl, "abi_version")) r.compressor_abi = "v" + fixed(*abi, 0);
@@ -98,9 +98,11 @@ ProvenanceRow provenanceRow(const RunData& run) {
       } else {
         const std::string params = objectText(findMember(pl, "params"));
         const std::string resolved = resolvedText(pl);
+        // A role (a parameter server's pull compressor) says more than the kind.
+        const std::string what = str(pl, "role").empty() ? str(pl, "kind") : str(pl, "role");
         r.other_plugins +=
-            (r.other_plugins.empty() ? "" : "; ") + str(pl, "kind") + " " + str(pl, "name") + " " + str(pl, "version") +
-            " " + pluginFileText(pl) + (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
+            (r.other_plugins.empty() ? "" : "; ") + what + " " + str(pl, "name") + " " + str(pl, "version") + " " +
+            pluginFileText(pl) + (str(pl, "sha256").empty() ? "" : " sha256 " + shortHash(str(pl, "sha256"))) +
             (params.empty() ? "" : " " + params) + (resolved.empty() ? "" : " (resolved: " + resolved + ")");
       }
     }

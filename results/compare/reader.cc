@@ -439,7 +439,7 @@ void readProvenance(const fs::path& path, RunData& run, std::vector<std::string>
   if (const Json* plugins = findMember(*run.provenance, "plugins"); plugins && plugins->is_array()) {
     for (const auto& p : *plugins) {
       const auto name = getString(p, "name");
-      if (getString(p, "kind") == "compressor" && name && !name->empty()) {
+      if (getString(p, "kind") == "compressor" && !getString(p, "role") && name && !name->empty()) {
         run.compressor = *name;
         break;
       }

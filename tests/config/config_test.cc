@@ -827,6 +827,15 @@ TEST_F(ConfigTest, PullCompressorAndParameterServerCompressors) {
   EXPECT_NE(errors[0].find("parameter_server.pull_compressor.name: "), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("nosuch"), std::string::npos) << errors[0];
 
+  errors = errorsOf(kMinimal +
+                    "mode: ASYNC\nparameter_server { pull_compressor { params { key: \"ratio\" value: "
+                    "\"0.1\" } } }\n");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("parameter_server.pull_compressor.params: pull compressor none (pulls carry the parameters) "
+                           "takes no parameters"),
+            std::string::npos)
+      << errors[0];
+
   // PowerSGD's two rounds and signSGD's majority vote (CUSTOM) cannot be decoded one push at a time, up or down.
   errors = errorsOf(kMinimal + "mode: SSP\nstaleness_bound: 1\n" +
                     "parameter_server { pull_compressor { name: \"powersgd\" } }\n");

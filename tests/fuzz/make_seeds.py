@@ -100,10 +100,10 @@ write("ps_wire", "op7", bytes([0]) + ps_request(7, 0, struct.pack("<III", 2, 0, 
 write("ps_wire", "row_push", bytes([128]) + struct.pack("<IIII7f", 2, 4, 1, 3, *range(7)))
 write("ps_wire", "row_pull", bytes([129]) + struct.pack("<III", 2, 0, 2))
 # Compressed pulls: a delta pull request (op 8), and a delta pull body (mode 96) of two pieces bounded at 4 and 16
-# bytes, with payloads of 3 and 9 bytes padded to 8.
+# bytes, with payloads of 3 and 9 bytes padded to 8, and the checksum.
 write("ps_wire", "op8", bytes([0]) + ps_request(8, 0, b""))
 write("ps_wire", "delta_body", bytes([96, 2, 4, 16]) + struct.pack("<QQ", 7, 8) + struct.pack("<Q", 3) + b"abc" +
-      bytes(5) + struct.pack("<Q", 9) + b"abcdefghi" + bytes(7))
+      bytes(5) + struct.pack("<Q", 9) + b"abcdefghi" + bytes(7) + struct.pack("<Q", 0x0123456789ABCDEF))
 
 
 # idx: max_examples byte, split/4 byte, images file, labels file.

@@ -68,7 +68,8 @@ void deltaPullBody(std::span<const std::byte> frame) {
   const auto body = frame.subspan(1 + pieces);
   std::vector<uint64_t> versions(pieces);
   try {
-    const auto payloads = decodePsDeltaPullBody(body, versions, bounds);
+    const PsDeltaPullBody decoded = decodePsDeltaPullBody(body, versions, bounds);
+    const auto& payloads = decoded.payloads;
     TERSE_FUZZ_CHECK(payloads.size() == pieces, "a payload per piece");
     std::vector<std::byte> again(static_cast<std::size_t>(psDeltaPullMaxBodyBytes(bounds)));
     encodePsPullBody(versions, {}, DType::kF32, std::span<std::byte>(again).first(8 * pieces));
@@ -78,6 +79,7 @@ void deltaPullBody(std::span<const std::byte> frame) {
       if (!payloads[i].empty()) std::memcpy(again.data() + at + 8, payloads[i].data(), payloads[i].size());
       at += encodePsDeltaPullEntry(again, at, payloads[i].size());
     }
+    at = encodePsDeltaPullChecksum(again, at, decoded.checksum);
     TERSE_FUZZ_CHECK(at == body.size() && std::memcmp(again.data(), body.data(), body.size()) == 0,
                      "delta pull body round trip");
   } catch (const InvalidPayload&) {

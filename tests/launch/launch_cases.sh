@@ -412,7 +412,7 @@ EOF
     # the values it saves (4,244 bytes of pulls against 2,040): the shrink on real tensors is the in-process tests'.
     [[ $(field tcp/ps/both/metrics.jsonl pull_payload_bytes_per_worker) != \
        $(field tcp/ps/topk/metrics.jsonl pull_payload_bytes_per_worker) ]] || fail "the pulls of both were not compressed"
-    expect_in tcp/ps/both/provenance.json '"topk"'
+    expect_in tcp/ps/both/provenance.json '"role": *"pull_compressor"'
     ;;
   async_sparse_matches_inproc)
     # Row-sparse pushes and pulls (param_server_wire.h) across processes: GloVe on a small corpus, 1 shard and 2

@@ -300,6 +300,10 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
   EXPECT_LT(pulls, 0.06) << pulls;
   EXPECT_LT(num(both, "pull_bytes_per_worker"), 0.08 * num(f32, "pull_bytes_per_worker"));
   EXPECT_EQ(num(both, "push_payload_bytes_per_worker"), num(topk, "push_payload_bytes_per_worker"));
+  // What the workers' copies lack relative to the parameters: some, and less than all of it.
+  EXPECT_GT(num(both, "pull_residual_rel"), 0);
+  EXPECT_LT(num(both, "pull_residual_rel"), 1);
+  EXPECT_FALSE(topk.contains("pull_residual_rel"));
   // Decoding the pulls is the codec's time, not the network's; pulls of the parameters decode nothing.
   EXPECT_GT(num(both, "decompress_s_per_step"), 0);
   EXPECT_EQ(num(topk, "decompress_s_per_step"), 0);

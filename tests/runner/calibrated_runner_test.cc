@@ -497,7 +497,26 @@ TEST(CalibratedRun, ACompressedPullRunCalibratesItsPullCodec) {
   EXPECT_EQ(subjects.size(), 2u) << ::testing::PrintToString(subjects);
   const auto metrics = readMetrics(r.dir);
   ASSERT_FALSE(metrics.empty());
-  EXPECT_GT(getNumber(metrics.back(), "pull_payload_bytes_per_worker").value_or(0), 0);
+  const Json& last = metrics.back();
+  EXPECT_GT(getNumber(last, "pull_payload_bytes_per_worker").value_or(0), 0);
+
+  // The workers' decodes are charged from the pull codec's curve: one shard, so every tensor is a piece, at a size the
+  // table holds, and each worker's pulls but its first decode every piece once. N worker steps of W workers:
+  // decompress_s_per_step = (N - W) / N x the sum of the pull codec's decompress times.
+  const experiments::Experiment e =
+      experiments::loadStudyText(calibratedStudy(pull), "u", runnerConfigOptions(&loader)).experiments.at(0);
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), smallData());
+  auto instance = loader.loadCompressor("topk")->instantiate(experiments::pluginParams(e.compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  ASSERT_FALSE(plan.pull_codec.empty());
+  EXPECT_NE(plan.pull_codec, plan.codec);
+  const CalibrationTable t = CalibrationTable::load(r.dir / "calibration.json");
+  double per_pull = 0;
+  for (const auto& p : model->params())
+    per_pull += t.seconds.at("decompress " + plan.pull_codec + " n" + std::to_string(p.numel()));
+  const double W = e.workers(), N = getNumber(last, "step").value_or(0) * W;
+  ASSERT_GT(N, W);
+  EXPECT_NEAR(getNumber(last, "decompress_s_per_step").value_or(0), (N - W) / N * per_pull, 1e-6 * per_pull);
 }
 
 TEST(CalibratedRun, CodecsAreTimedInAChildWhoseFailuresComeBackNamed) {

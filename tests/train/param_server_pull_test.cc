@@ -125,6 +125,17 @@ class TwoRounds : public TopOne {
   TwoRounds() { caps_.num_rounds = 2; }
 };
 
+// Stateless, but its decode depends on the decoding codec's own rank: the shard's mirror (one per piece for a
+// stateless compressor) and worker 1's decoder disagree, which the reply's checksum must catch.
+class RankTinted : public Grid256 {
+ public:
+  void decompress(const TensorInfo& info, std::span<const std::byte> payload, const Scratch& s, void* out,
+                  bool accumulate, void* stream) const override {
+    Grid256::decompress(info, payload, s, out, accumulate, stream);
+    if (info.numel > 0) static_cast<float*>(out)[0] += 1e-3f * static_cast<float>(info.rank);
+  }
+};
+
 // The quadratic of param_server_test.cc: worker w's gradient a_wi (x_i - c_i), one optimum for every worker.
 float curvatureOf(int worker, std::size_t i) {
   return 0.5f + 0.25f * static_cast<float>((i + static_cast<std::size_t>(worker)) % 5);
@@ -235,16 +246,36 @@ TEST(PsCompressedPull, EachWorkersCopyIsItsReplicaBitForBitAndTheWayDownCarriesT
       for (std::size_t i = 0; i < mine.size(); ++i) apart += mine[i] != r.params[i] ? 1 : 0;
       EXPECT_GT(apart, 0u) << "worker " << w;
       // The first pull's body: versions and f32 values; each later one per shard: versions, then per piece a length
-      // and the 12-byte payload padded to 16.
+      // and the 12-byte payload padded to 16, then the checksum.
       uint64_t want = 0;
       for (int k = 0; k < shards; ++k) {
         const uint64_t pieces = r.plan.shard_pieces[static_cast<std::size_t>(k)].size();
         want += psPullBodyBytes(r.plan, k, DType::kF32) +
-                static_cast<uint64_t>(cfg.steps - 1) * (pieces * 8 + pieces * (8 + 16));
+                static_cast<uint64_t>(cfg.steps - 1) * (pieces * 8 + pieces * (8 + 16) + 8);
       }
       EXPECT_EQ(r.pull_bytes[static_cast<std::size_t>(w)], want) << "worker " << w;
     }
-    for (const auto& s : r.stats) EXPECT_EQ(s.refused, 0u);
+    for (const auto& s : r.stats) {
+      EXPECT_EQ(s.refused, 0u);
+      // Every worker's pulls after its first are delta pulls; top-1 leaves most of each change behind.
+      EXPECT_EQ(s.delta_pulls, static_cast<uint64_t>(cfg.workers * (cfg.steps - 1)));
+      EXPECT_GT(s.pull_residual_sq, 1e-3 * s.pull_params_sq);
+    }
+  }
+}
+
+TEST(PsCompressedPull, EmptyTensorsAndShardsPullLikeTheOthers) {
+  // A piece of no elements leaves its shard an empty range, and an empty replica is still a replica.
+  for (const std::vector<uint64_t>& tensors : {std::vector<uint64_t>{0}, std::vector<uint64_t>{0, 3, 0}}) {
+    PullRun cfg;
+    cfg.tensors = tensors;
+    cfg.shards = 3;
+    cfg.workers = 2;
+    cfg.steps = 4;
+    cfg.pull = std::make_shared<TopOne>();
+    const PullResult r = runPulls(cfg);
+    for (const auto& s : r.stats) EXPECT_EQ(s.refused, 0u) << ::testing::PrintToString(s.errors);
+    for (int w = 0; w < cfg.workers; ++w) EXPECT_EQ(r.last[static_cast<std::size_t>(w)].size(), r.params.size());
   }
 }
 
@@ -295,6 +326,17 @@ TEST(PsCompressedPull, WhatTheCompressorDroppedTravelsWithLaterPulls) {
   }
   EXPECT_EQ(seen.back(), p);
   EXPECT_EQ(std::memcmp(seen.back().data(), shard.replica(0).data(), 8 * sizeof(float)), 0);
+  // The residual after each pull, summed: (5^2 + ... + 1^2 + 4^2 + 3^2 + 2^2 + 1^2 ...) / 64 for the two pieces' still
+  // unsent changes 0.125 (i + 1), pull by pull, and nothing once all went.
+  const ServerStats stats = shard.stats();
+  EXPECT_EQ(stats.delta_pulls, 6u);
+  double want = 0;
+  for (int t = 1; t <= 6; ++t)
+    for (int i = 0; i < 8; ++i) {
+      const int rank_in_piece = i < 5 ? 4 - i : 7 - i;  // 0 for the largest change of its piece, sent first
+      if (rank_in_piece >= t) want += (0.125 * (i + 1)) * (0.125 * (i + 1));
+    }
+  EXPECT_DOUBLE_EQ(stats.pull_residual_sq, want);
 }
 
 TEST(PsCompressedPull, AsyncWorkersConvergeThroughALossyPull) {
@@ -386,6 +428,41 @@ TEST(PsCompressedPull, EachDeltaPullThatCannotBeServedIsRefusedAndTheShardGoesOn
   }
 }
 
+TEST(PsCompressedPull, ACopyThatDriftsFromItsReplicaFailsThePullNamingTheCompressor) {
+  const PsPlan plan = planShards(std::vector<uint64_t>{6}, 1);
+  auto fabric = InprocFabric::create(3);
+  auto st = fabric->endpoint(0), w0 = fabric->endpoint(1), w1 = fabric->endpoint(2);
+  ServerOptions so;
+  so.pull_compressor = std::make_shared<RankTinted>();
+  ParamServerShard shard(*st, plan, 0, 2, std::vector<float>(6, 0.5f), so);
+  std::string outcome[2];
+  auto spawn = spawnRanks(
+      3,
+      [&](int rank) {
+        if (rank == 0) return shard.run();
+        const int w = rank - 1;
+        ClientOptions co;
+        co.pull_compressor = so.pull_compressor;
+        ParamServerClient client(w == 0 ? *w0 : *w1, plan, w, 2, co);
+        std::vector<float> x(6), g(6, 1.0f);
+        client.pull(0, x);
+        client.push(0, g);
+        try {
+          client.pull(1, x);
+          outcome[w] = "pulled";
+        } catch (const InvalidPayload& e) {
+          outcome[w] = e.what();
+        }
+        client.bye();
+      },
+      fabric.get(), std::chrono::seconds(30));
+  comm::testing::expectNoErrors(spawn);
+  EXPECT_EQ(outcome[0], "pulled");  // rank 0 decodes as the shard's mirror does
+  EXPECT_NE(outcome[1].find("worker 1's copy is not the shard's replica of it"), std::string::npos) << outcome[1];
+  EXPECT_NE(outcome[1].find("pull compressor 'top1' decodes differently on the two sides"), std::string::npos)
+      << outcome[1];
+}
+
 TEST(PsCompressedPull, SetupsThatCannotWorkAreRefusedAtConstruction) {
   const auto expectRefusal = [](auto&& make, const std::string& needle) {
     try {
@@ -430,9 +507,12 @@ TEST(PsCompressedPull, DeltaPullBodiesAreCheckedPieceByPiece) {
     at += encodePsDeltaPullEntry(body, at, n);
   }
   EXPECT_EQ(at, 16u + (8 + 8) + (8 + 16));
-  body.resize(static_cast<std::size_t>(at));
+  at = encodePsDeltaPullChecksum(body, at, 0x0123456789abcdefull);
+  EXPECT_EQ(at, body.size());
   std::vector<uint64_t> versions(2);
-  const auto payloads = decodePsDeltaPullBody(body, versions, max);
+  const PsDeltaPullBody decoded = decodePsDeltaPullBody(body, versions, max);
+  const auto& payloads = decoded.payloads;
+  EXPECT_EQ(decoded.checksum, 0x0123456789abcdefull);
   EXPECT_EQ(versions, (std::vector<uint64_t>{40, 41}));
   ASSERT_EQ(payloads.size(), 2u);
   EXPECT_EQ(payloads[0].size(), 3u);
@@ -449,14 +529,15 @@ TEST(PsCompressedPull, DeltaPullBodiesAreCheckedPieceByPiece) {
   };
   auto longer = body;
   longer.push_back(std::byte{0});
-  EXPECT_NE(refusal(longer).find("1 B after the last piece"), std::string::npos) << refusal(longer);
+  EXPECT_NE(refusal(longer).find("9 B after the last piece, expected the 8-byte checksum"), std::string::npos)
+      << refusal(longer);
   EXPECT_NE(refusal(body, {2, 16}).find("piece 0's payload of 3 B exceeds the pull compressor's 2 B"),
             std::string::npos);
   auto padded = body;
   padded[16 + 8 + 5] = std::byte{1};
   EXPECT_NE(refusal(padded).find("piece 0's padding is not zero"), std::string::npos) << refusal(padded);
   auto cut = body;
-  cut.resize(cut.size() - 8);
+  cut.resize(cut.size() - 16);
   EXPECT_NE(refusal(cut).find("piece 1's payload of 9 B runs past the body's end"), std::string::npos) << refusal(cut);
   auto huge = body;
   const uint64_t far = ~uint64_t{0} - 3;  // padding it would wrap around
