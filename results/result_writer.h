@@ -156,6 +156,8 @@ struct MetricsRecord {
 //   pull_payload_bytes_per_worker             the pull replies' bodies (parameters in pull_dtype, or a delta pull's
 //                                             pull-compressor payloads with a u64 length each; a u64 version per
 //                                             piece), per worker
+//   pull_residual_rel                         with a pull compressor: how far the workers' copies are from the
+//                                             parameters, relative to them (kPullResidualKey below)
 // A parameter-server record's wire_bytes_per_worker is push_bytes_per_worker + pull_bytes_per_worker (all the job put
 // on the network, over the workers, as a sync run's is its ranks' sends over the ranks) and its
 // payload_bytes_per_worker push_payload_bytes_per_worker + pull_payload_bytes_per_worker. Records written before

@@ -111,4 +111,13 @@ class TensorCodec {
 std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
                                              uint64_t run_seed, void* stream = nullptr);
 
+// Scratch memory that host codecs take turns with (plugin_codec.h): a workspace's contents are undefined when a call
+// starts, so codecs that never run at the same time -- one thread's, called in turn, like a parameter-server shard's W
+// codecs of a piece -- need one workspace between them rather than one each.
+class SharedWorkspace;
+// A host tensor's plugin codec whose workspace is `workspace`'s, grown here to this codec's need; its state stays its
+// own. Every codec of one SharedWorkspace must be called from one thread at a time.
+std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
+                                             uint64_t run_seed, std::shared_ptr<SharedWorkspace> workspace);
+
 }  // namespace terse

@@ -99,6 +99,7 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
   }
   TERSE_CHECK(workspace <= std::numeric_limits<std::size_t>::max() && state <= std::numeric_limits<std::size_t>::max(),
               PluginError, who << "workspace (" << workspace << " B) or state (" << state << " B) too large");
+  workspace_bytes_ = static_cast<std::size_t>(workspace);
   workspace_ = TensorBuffer(static_cast<std::size_t>(workspace), placement_);
   state_ = TensorBuffer(static_cast<std::size_t>(state), placement_);
 
@@ -217,6 +218,22 @@ uint64_t PluginCodec::reduce(uint64_t step, int round, std::span<const std::byte
 std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
                                              uint64_t run_seed, void* stream) {
   return std::make_unique<PluginCodec>(std::move(compressor), tensor, run_seed, stream);
+}
+
+PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed,
+                         std::shared_ptr<SharedWorkspace> workspace)
+    : PluginCodec(std::move(compressor), tensor, run_seed, nullptr) {
+  TERSE_CHECK(workspace != nullptr, InvalidArgument, where(*compressor_, info_) << "the shared workspace is null");
+  // The delegated constructor allocated an own workspace (a CUDA tensor was refused there: it takes no null stream);
+  // it goes back, and the shared one grows to this codec's need.
+  workspace->reserve(workspace_bytes_);
+  workspace_ = TensorBuffer();
+  shared_ = std::move(workspace);
+}
+
+std::unique_ptr<TensorCodec> makePluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
+                                             uint64_t run_seed, std::shared_ptr<SharedWorkspace> workspace) {
+  return std::make_unique<PluginCodec>(std::move(compressor), tensor, run_seed, std::move(workspace));
 }
 
 }  // namespace terse

@@ -29,6 +29,19 @@ namespace terse {
 // world_size >= 1, 0 <= rank < world_size. Throws InvalidArgument naming the tensor id and the offending value.
 void validateTensorInfo(const TensorInfo& tensor);
 
+class SharedWorkspace {
+ public:
+  // Grows to at least `bytes` (at a codec's setup: no call allocates).
+  void reserve(std::size_t bytes) {
+    if (bytes > buffer_.size()) buffer_ = TensorBuffer(bytes, Placement::host());
+  }
+  std::span<std::byte> span(std::size_t bytes) const { return buffer_.span().first(bytes); }
+  std::size_t size() const noexcept { return buffer_.size(); }
+
+ private:
+  TensorBuffer buffer_;
+};
+
 class PluginCodec final : public TensorCodec {
  public:
   // Throws Unsupported for a dtype the plugin does not handle or a device the plugin does not support (or a CUDA
@@ -36,6 +49,9 @@ class PluginCodec final : public TensorCodec {
   // tensor without a stream or a host tensor with one.
   PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed,
               void* stream = nullptr);
+  // A host tensor's codec with its workspace in `workspace` (codec.h); InvalidArgument for a CUDA tensor.
+  PluginCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor, uint64_t run_seed,
+              std::shared_ptr<SharedWorkspace> workspace);
 
   const CompressorCaps& caps() const override { return caps_; }
   // info().seed is the derived per-run seed (seed.h); step and round are 0, source_rank == rank.
@@ -69,7 +85,7 @@ class PluginCodec final : public TensorCodec {
   // `verdict` is set.
   void decodeAs(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
                 uint32_t call_flags, uint32_t* verdict = nullptr);
-  Scratch scratch() { return Scratch{workspace_.span(), state_.span()}; }
+  Scratch scratch() { return Scratch{shared_ ? shared_->span(workspace_bytes_) : workspace_.span(), state_.span()}; }
   void* stream() const { return placement_.stream; }
   void checkRound(const char* call, int round) const;
 
@@ -78,8 +94,10 @@ class PluginCodec final : public TensorCodec {
   const CompressorCaps& caps_;          // the compressor's own (compressor_ keeps it alive)
   std::vector<CompressorSizes> sizes_;  // one per round, asked once at setup: the tensor's one copy
   Placement placement_;
-  TensorBuffer workspace_;  // max over rounds; contents undefined when a step starts
-  TensorBuffer state_;      // max over rounds; zero-filled once, kept across steps
+  TensorBuffer workspace_;  // max over rounds; contents undefined when a step starts; empty with shared_
+  std::shared_ptr<SharedWorkspace> shared_;  // the workspace's owner when shared (codec.h)
+  std::size_t workspace_bytes_ = 0;          // max over rounds
+  TensorBuffer state_;                       // max over rounds; zero-filled once, kept across steps
 };
 
 }  // namespace terse

@@ -10,6 +10,7 @@
 #include "core/common/error.h"
 #include "core/common/log.h"
 #include "core/common/runtime.h"
+#include "core/compress/plugin_codec.h"
 #include "core/train/param_server_detail.h"
 #include "core/train/sgd_math.h"
 
@@ -76,12 +77,15 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   }
   // One decoder per (worker, piece): a stateful decoder's state follows one encoder's stream (as each rank's
   // decompress state does in the allgather path), so sharing one across workers would mix their histories. Costs
-  // W x the compressor's state; stateless plugins keep none.
+  // W x the compressor's state; stateless plugins keep none. Their workspaces are one: this thread calls every codec
+  // of the shard, push decoders and pull codecs alike, one at a time (a top-k's is 131 KB or more a codec, which at
+  // 64 workers was hundreds of MB of scratch).
+  const auto workspace = std::make_shared<SharedWorkspace>();
   if (options_.compressor) {
     for (int w = 0; w < num_workers; ++w)
       for (uint64_t id : ids) {
         codecs_.push_back(makePluginCodec(options_.compressor, ps_detail::pieceInfo(plan_.pieces[id], w, num_workers),
-                                          options_.run_seed));
+                                          options_.run_seed, workspace));
         max_payload = std::max(max_payload, codecs_.back()->sizes(0).max_output_bytes);
       }
   } else {
@@ -110,8 +114,9 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
     for (int w = 0; w < num_workers; ++w)
       for (std::size_t i = 0; i < ids.size(); ++i) {
         const TensorInfo info = ps_detail::pieceInfo(plan_.pieces[ids[i]], w, num_workers);
-        pull_encoders_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
-        if (stateful || w == 0) pull_mirrors_.push_back(makePluginCodec(options_.pull_compressor, info, seed));
+        pull_encoders_.push_back(makePluginCodec(options_.pull_compressor, info, seed, workspace));
+        if (stateful || w == 0)
+          pull_mirrors_.push_back(makePluginCodec(options_.pull_compressor, info, seed, workspace));
         pull_max_payloads_[i] = std::max(pull_max_payloads_[i], pull_encoders_.back()->sizes(0).max_output_bytes);
       }
     delta_frame_bytes_ = kPsReplyHeaderBytes + psDeltaPullMaxBodyBytes(pull_max_payloads_);

@@ -72,6 +72,29 @@ TEST(PluginCodec, AsksSizesOncePerRoundAndHandsMaxScratchAlignedToEveryCall) {
   EXPECT_THROW(codec->decode(5, out, -2, dec, false), InvalidArgument);  // below -1
 }
 
+// Codecs that take turns on one thread (a parameter-server shard's) share one workspace: it is as large as the largest
+// need, not the sum, every call still gets its round's maximum, aligned, and each codec keeps a state of its own.
+TEST(PluginCodec, CodecsOfASharedWorkspaceShareItsBytesButNotTheirState) {
+  auto probe = std::make_shared<ScratchProbe>();
+  auto shared = std::make_shared<SharedWorkspace>();
+  auto a = makePluginCodec(probe, flatTensor(4, DType::kF32, 0, 2, 1), 42, shared);
+  auto b = makePluginCodec(probe, flatTensor(4, DType::kF32, 1, 2, 2), 42, shared);
+  EXPECT_EQ(shared->size(), 300u);  // the max over rounds, once for both
+  std::vector<std::byte> out(8);
+  float grad[4] = {};
+  a->encode(0, 0, grad, {}, out);
+  a->encode(1, 0, grad, {}, out);
+  b->encode(0, 0, grad, {}, out);
+  ASSERT_EQ(probe->seen.size(), 3u);
+  for (const auto& s : probe->seen) {
+    EXPECT_EQ(s.workspace_bytes, 300u);
+    EXPECT_TRUE(s.aligned);
+  }
+  EXPECT_EQ(probe->seen[1].counter, 1u);  // a's state counted its first call
+  EXPECT_EQ(probe->seen[2].counter, 0u);  // b's is its own
+  EXPECT_THROW(makePluginCodec(probe, flatTensor(4), 1, std::shared_ptr<SharedWorkspace>()), InvalidArgument);
+}
+
 // The output bound (max_reduced_bytes of the call's round) is the compressor's bound call to check (core/plugin;
 // loader_test.cc, CompressorAdapter.ReduceOutputsAreChecked), so an in-test fake sees whatever span it is given.
 TEST(PluginCodec, ReduceCarriesTheRound) {
