@@ -200,6 +200,121 @@ std::string safeFileStem(std::string_view s) {
   return out;
 }
 
+namespace {
+
+// A grid study's points side by side, as lines (format_markdown.cc's pivots drawn): along the first axis (its values in
+// the tables' order), one line per variant and value of the other axes, with the speedup in time to the target over
+// each point's baseline, the final accuracy and the wire ratio. Writes <stem>.dat and <stem>.gp; returns the kinds of
+// plot the script draws (stem + kind + ".png"/".svg"), none when no table of the study has a row to draw.
+std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<const StudyTable*>& tables,
+                                         const std::string& stem, const fs::path& out, std::vector<fs::path>& written) {
+  std::vector<std::string> xs;  // the first axis's values
+  struct Line {
+    std::string title;
+    bool baseline = false;
+    std::map<std::size_t, double> speedup, accuracy, ratio;  // by x
+  };
+  std::vector<Line> lines;
+  const auto lineOf = [&](const std::string& title, bool baseline) -> Line& {
+    for (auto& l : lines)
+      if (l.title == title) return l;
+    lines.push_back(Line{title, baseline, {}, {}, {}});
+    return lines.back();
+  };
+  for (const StudyTable* t : tables) {
+    const std::string& value = t->grid.front().second;
+    auto it = std::find(xs.begin(), xs.end(), value);
+    const auto x = static_cast<std::size_t>(it - xs.begin());
+    if (it == xs.end()) xs.push_back(value);
+    std::string others;
+    for (std::size_t a = 1; a < t->grid.size(); ++a)
+      others += (others.empty() ? "" : ", ") + t->grid[a].first.substr(t->grid[a].first.rfind('.') + 1) + "=" +
+                t->grid[a].second;
+    const CompareRow* base = nullptr;
+    for (const auto& r : t->rows)
+      if (r.variant == t->baseline) base = &r;
+    for (const auto& r : t->rows) {
+      if (r.records == 0) continue;
+      Line& l = lineOf(r.variant + (others.empty() ? "" : " (" + others + ")"), r.baseline);
+      if (base != nullptr && base->to_target && r.to_target && std::isfinite(base->to_target->wall_s) &&
+          std::isfinite(r.to_target->wall_s) && r.to_target->wall_s > 0)
+        l.speedup[x] = base->to_target->wall_s / r.to_target->wall_s;
+      if (r.final_accuracy) l.accuracy[x] = *r.final_accuracy;
+      if (r.ratio) l.ratio[x] = *r.ratio;
+    }
+  }
+  if (lines.empty()) return {};
+  std::ostringstream dat;
+  dat << "# terse compare: study " << tables.front()->study << " across its grid, along "
+      << tables.front()->grid.front().first << "; one block per line (gnuplot index 0, 1, ...)\n"
+      << "# columns: x (the axis value's position) speedup_in_time_to_target final_accuracy wire_ratio (NaN: none)\n";
+  bool any_speedup = false, any_ratio = false;
+  const auto cell = [](const std::map<std::size_t, double>& m, std::size_t x) {
+    const auto it = m.find(x);
+    return it == m.end() ? std::string("NaN") : fullPrecision(it->second);
+  };
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const Line& l = lines[i];
+    any_speedup = any_speedup || !l.speedup.empty();
+    any_ratio = any_ratio || !l.ratio.empty();
+    if (i > 0) dat << "\n\n";
+    dat << "# line " << l.title << '\n';
+    for (std::size_t x = 0; x < xs.size(); ++x)
+      dat << x << ' ' << cell(l.speedup, x) << ' ' << cell(l.accuracy, x) << ' ' << cell(l.ratio, x) << '\n';
+  }
+  writeText(out / (stem + ".dat"), dat.str(), written);
+
+  std::vector<std::string> kinds;
+  const std::string axis = tables.front()->grid.front().first;
+  std::ostringstream gp;
+  gp << "# Written by `terse compare --out`: study " << tables.front()->study << " across its grid, along " << axis
+     << ":\n# one line per variant (and value of the other axes). Data: " << stem
+     << ".dat. Edit freely and rerun `gnuplot " << stem << ".gp` in this folder.\n"
+     << "stem = " << gpQuote(stem) << "\n"
+     << "data = stem . '.dat'\n"
+     << "array names[" << lines.size() << "]\narray colors[" << lines.size() << "]\narray widths[" << lines.size()
+     << "]\narray dashes[" << lines.size() << "]\n";
+  // The baselines black and thick, told apart by their dashes where the other axes make several.
+  std::size_t others = 0, baselines = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const bool b = lines[i].baseline;
+    gp << "names[" << i + 1 << "] = " << gpQuote(lines[i].title + (b ? " (baseline)" : "")) << "; colors[" << i + 1
+       << "] = " << gpQuote(b ? "black" : kPalette[others % kPalette.size()]) << "; widths[" << i + 1
+       << "] = " << (b ? "3" : "1.5") << "; dashes[" << i + 1
+       << "] = " << (b ? baselines % 5 + 1 : others / kPalette.size() % 3 + 1) << '\n';
+    (b ? baselines : others) += 1;
+  }
+  gp << "set xtics (";
+  for (std::size_t x = 0; x < xs.size(); ++x) gp << (x ? ", " : "") << gpQuote(xs[x]) << ' ' << x;
+  gp << ") noenhanced\n"
+     << "set xrange [-0.5:" << xs.size() - 0.5 << "]\n"
+     << "set xlabel " << gpQuote(axis) << " noenhanced\n"
+     << "set key outside right top noenhanced\n"
+     << "set grid\n"
+     << "set style data linespoints\n"
+     << "png_term = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n"
+     << "do for [fmt in 'png svg'] {\n"
+     << "  if (fmt eq 'png') { eval('set terminal ' . png_term . ' size 1200,700 noenhanced') } "
+        "else { set terminal svg size 1200,700 noenhanced dynamic }\n";
+  const auto plot = [&](const std::string& kind, int column, const std::string& ylabel) {
+    kinds.push_back(kind);
+    gp << "  set output stem . " << gpQuote(kind + ".") << " . fmt\n"
+       << "  set title " << gpQuote("study " + tables.front()->study + ": " + ylabel) << " noenhanced\n"
+       << "  set ylabel " << gpQuote(ylabel) << " noenhanced\n"
+       << "  plot for [i=1:|names|] data index (i-1) using 1:" << column
+       << " lw widths[i] lc rgb colors[i] dt dashes[i] pt (i % 13) + 1 ps 1 title names[i]\n";
+  };
+  if (any_speedup)
+    plot("_speedup", 2, "speedup in time to " + fullPrecision(c.target) + " over the point's baseline (x)");
+  plot("_final_accuracy", 3, "final test accuracy");
+  if (any_ratio) plot("_wire_ratio", 4, "the baseline's wire bytes per step / the variant's (x)");
+  gp << "}\nunset output\n";
+  writeText(out / (stem + ".gp"), gp.str(), written);
+  return kinds;
+}
+
+}  // namespace
+
 PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, const fs::path& out,
                        std::string_view search_path) {
   PlotOutcome outcome;
@@ -219,6 +334,7 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
   };
 
   std::vector<std::string> scripts;
+  std::map<std::string, std::vector<std::string>> kinds;  // per script: the plots it draws, stem + kind + ".png/.svg"
   std::set<std::string> stems;  // each table's files apart, whatever its study's and point's names make of them
   for (const auto& t : c.studies) {
     // A grid point's table gets its own files: the study's name and the point's, as its runs' folders spell it. The
@@ -336,6 +452,24 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
        << "unset output\n";
     writeText(out / (stem + ".gp"), gp.str(), outcome.written);
     scripts.push_back(stem);
+    kinds[stem] = {"_acc_vs_bytes", "_acc_vs_time"};
+  }
+  // Each grid study's points side by side (writeAcrossGrid), after its tables' own plots.
+  std::vector<std::string> grid_studies;
+  std::map<std::string, std::vector<const StudyTable*>> grid_tables;
+  for (const auto& t : c.studies) {
+    if (t.grid.empty()) continue;
+    if (!grid_tables.contains(t.study)) grid_studies.push_back(t.study);
+    grid_tables[t.study].push_back(&t);
+  }
+  for (const auto& study : grid_studies) {
+    std::string stem = safeFileStem(study).substr(0, 140) + "_across_grid";
+    for (int k = 2; !stems.insert(stem).second; ++k)
+      stem = safeFileStem(study).substr(0, 140) + "_across_grid-" + std::to_string(k);
+    std::vector<std::string> drawn = writeAcrossGrid(c, grid_tables[study], stem, out, outcome.written);
+    if (drawn.empty()) continue;
+    scripts.push_back(stem);
+    kinds[stem] = std::move(drawn);
   }
   if (scripts.empty()) {
     outcome.message = "no variant has records to plot";
@@ -360,8 +494,8 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
       continue;
     }
     fs::remove(log, ec);  // a successful run's log holds nothing worth keeping
-    for (const char* kind : {"_acc_vs_bytes.", "_acc_vs_time."})
-      for (const char* ext : {"png", "svg"}) {
+    for (const std::string& kind : kinds[stem])
+      for (const char* ext : {".png", ".svg"}) {
         const fs::path plot = out / (stem + kind + ext);
         if (fs::exists(plot, ec)) outcome.written.push_back(plot);
       }

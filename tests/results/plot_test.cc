@@ -97,10 +97,64 @@ TEST(Plot, EachGridPointHasFilesOfItsOwn) {
       dats.insert(e.path().filename().string());
       EXPECT_LE(e.path().filename().string().size(), 170u);
     }
-  EXPECT_EQ(dats.size(), 4u) << ::testing::PrintToString(dats);
+  EXPECT_EQ(dats.size(), 5u) << ::testing::PrintToString(dats);  // and the points side by side
+  EXPECT_TRUE(dats.contains("s_across_grid.dat")) << ::testing::PrintToString(dats);
   EXPECT_TRUE(dats.contains("s.bandwidth-1Gbps.dat")) << ::testing::PrintToString(dats);
   EXPECT_TRUE(dats.contains("s.bandwidth-a_b.dat")) << ::testing::PrintToString(dats);
   EXPECT_TRUE(dats.contains("s.bandwidth-a_b-2.dat")) << ::testing::PrintToString(dats);
+}
+
+// A grid study's points side by side: along the first axis, a line per variant and value of the other axes, with each
+// point's speedup over its own baseline, the final accuracy and the wire ratio.
+TEST(Plot, AGridStudyIsDrawnAcrossItsPoints) {
+  const fs::path root = freshDir("PlotAcrossGrid");
+  // bandwidth x workers; dense takes 2 s to 0.8 everywhere, topk 1 s at 1Gbps and 4 s at 10Gbps.
+  for (const std::string workers : {"2", "4"})
+    for (const auto& [bandwidth, topk_s] : {std::pair{"1Gbps", 1.0}, std::pair{"10Gbps", 4.0}})
+      for (const auto& [variant, compressor, wall, wire] :
+           {std::tuple{"dense", "none", 2.0, uint64_t{400}}, std::tuple{"topk", "topk", topk_s, uint64_t{100}}}) {
+        RunSpec s{"s",
+                  std::string(variant) + ".bandwidth-" + bandwidth + ".workers-" + workers,
+                  compressor,
+                  false,
+                  {{10, 0.5, wire / 2, wall / 2}, {20, 0.85, wire, wall}}};
+        s.grid_variant = variant;
+        s.grid = {{"link.bandwidth", bandwidth}, {"workers", workers}};
+        writeRun(root / "results", s);
+      }
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "results"}, w);
+  ASSERT_EQ(runs.size(), 8u) << joined(w);
+  CompareOptions options;
+  options.target = 0.8;
+  const Comparison c = compare(runs, options, w);
+  const fs::path empty = root / "empty-bin";
+  fs::create_directories(empty);
+  writePlots(c, runs, root / "out", empty.string());
+  const std::string dat = readText(root / "out" / "s_across_grid.dat");
+  // Lines in the tables' order (the baseline first), x along the bandwidth in its natural order (1Gbps before
+  // 10Gbps), columns x, speedup, final accuracy, wire ratio.
+  for (const std::string workers : {"2", "4"}) {
+    const auto dense = dat.find("# line dense (workers=" + workers + ")\n0 1 0.85 1\n1 1 0.85 1\n");
+    EXPECT_NE(dense, std::string::npos) << dat;
+    const auto topk = dat.find("# line topk (workers=" + workers + ")\n0 2 0.85 4\n1 0.5 0.85 4\n");
+    EXPECT_NE(topk, std::string::npos) << dat;
+  }
+  const std::string gp = readText(root / "out" / "s_across_grid.gp");
+  EXPECT_NE(gp.find("set xtics ('1Gbps' 0, '10Gbps' 1)"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set xlabel 'link.bandwidth'"), std::string::npos) << gp;
+  for (const char* kind : {"'_speedup.'", "'_final_accuracy.'", "'_wire_ratio.'"})
+    EXPECT_NE(gp.find(kind), std::string::npos) << kind;
+
+  const char* path = std::getenv("PATH");
+  if (!findExecutable("gnuplot", path ? path : "")) GTEST_SKIP() << "gnuplot is not installed (scripts/bootstrap)";
+  const PlotOutcome o = writePlots(c, runs, root / "drawn", path);
+  ASSERT_TRUE(o.plotted) << o.message;
+  for (const char* name :
+       {"s_across_grid_speedup.png", "s_across_grid_final_accuracy.svg", "s_across_grid_wire_ratio.png"}) {
+    EXPECT_TRUE(std::find(o.written.begin(), o.written.end(), root / "drawn" / name) != o.written.end()) << name;
+    EXPECT_GT(fs::file_size(root / "drawn" / name), 1000u) << name;
+  }
 }
 
 TEST(Plot, AFailingGnuplotIsReportedWithItsOutput) {
