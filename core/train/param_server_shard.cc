@@ -79,7 +79,8 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
   // decompress state does in the allgather path), so sharing one across workers would mix their histories. Costs
   // W x the compressor's state; stateless plugins keep none. Their workspaces are one: this thread calls every codec
   // of the shard, push decoders and pull codecs alike, one at a time (a top-k's is 131 KB or more a codec, which at
-  // 64 workers was hundreds of MB of scratch).
+  // 64 workers was hundreds of MB of scratch). A workspace is undefined when a step starts, and no codec here both
+  // encodes and decodes, so none needs what its own earlier call of a step left there.
   const auto workspace = std::make_shared<SharedWorkspace>();
   if (options_.compressor) {
     for (int w = 0; w < num_workers; ++w)
