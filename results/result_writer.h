@@ -154,8 +154,8 @@ struct MetricsRecord {
 //   pull_bytes_per_worker                     the mean of worker<w>_bytes_in
 //   push_payload_bytes_per_worker             the pushes' compressor output (raw f32 without one), per worker
 //   pull_payload_bytes_per_worker             the pull replies' bodies (parameters in pull_dtype, or a delta pull's
-//                                             pull-compressor payloads with a u64 length each; a u64 version per
-//                                             piece), per worker
+//                                             pull-compressor payloads with a u64 length each and a u64 checksum; a
+//                                             u64 version per piece), per worker
 //   pull_residual_rel                         with a pull compressor: how far the workers' copies are from the
 //                                             parameters, relative to them (kPullResidualKey below)
 // A parameter-server record's wire_bytes_per_worker is push_bytes_per_worker + pull_bytes_per_worker (all the job put

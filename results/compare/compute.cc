@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -97,8 +99,20 @@ bool naturalLess(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-// Grid values in natural order; values it takes for one (0.1 and 0.01, 4 and 04: leading zeros) are still two points.
+// A value that is a number followed by a unit (or nothing): "0.05", "1e-3", "1.5Gbps". nullopt for anything else.
+std::optional<std::pair<double, std::string_view>> numberAndUnit(const std::string& v) {
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v.front())) != 0) return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || !std::isfinite(x)) return std::nullopt;
+  return std::pair{x, std::string_view(v).substr(static_cast<std::size_t>(end - v.c_str()))};
+}
+
+// Grid values in order: numbers of one unit by value (0.05 before 0.1, which digit runs alone would put after it),
+// else in natural order; values it takes for one (0.1 and 0.10, 4 and 04) are still two points.
 bool valueLess(const std::string& a, const std::string& b) {
+  const auto na = numberAndUnit(a), nb = numberAndUnit(b);
+  if (na && nb && na->second == nb->second && na->first != nb->first) return na->first < nb->first;
   if (naturalLess(a, b)) return true;
   if (naturalLess(b, a)) return false;
   return a < b;

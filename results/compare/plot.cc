@@ -41,6 +41,16 @@ std::string gpQuote(std::string_view s) {
   return out + "'";
 }
 
+// Text from a results folder (study and variant names, grid values: untrusted) in a comment of a script or data file:
+// one line, so that nothing of it becomes a command (gnuplot runs the script) or a data line, and no backslash, which
+// would continue the comment onto the next line.
+std::string gpComment(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c == '\n' || c == '\r' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
+  return out;
+}
+
 // Runs `gnuplot script` with `dir` as the working directory, its output into `log`. Returns the exit status, or -1
 // with errno's text in `why` when it could not be started.
 int runGnuplot(const fs::path& gnuplot, const fs::path& dir, const std::string& script, const fs::path& log,
@@ -210,15 +220,19 @@ std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<
                                          const std::string& stem, const fs::path& out, std::vector<fs::path>& written) {
   std::vector<std::string> xs;  // the first axis's values
   struct Line {
-    std::string title;
+    std::string variant, others;  // the row's variant and the other axes' values
     bool baseline = false;
     std::map<std::size_t, double> speedup, accuracy, ratio;  // by x
+    std::string title() const { return variant + (others.empty() ? "" : " (" + others + ")"); }
   };
   std::vector<Line> lines;
-  const auto lineOf = [&](const std::string& title, bool baseline) -> Line& {
+  std::vector<std::string> variants, combos;  // in order of appearance: a colour each, a dash type each
+  const auto lineOf = [&](const std::string& variant, const std::string& others, bool baseline) -> Line& {
+    if (std::find(variants.begin(), variants.end(), variant) == variants.end()) variants.push_back(variant);
+    if (std::find(combos.begin(), combos.end(), others) == combos.end()) combos.push_back(others);
     for (auto& l : lines)
-      if (l.title == title) return l;
-    lines.push_back(Line{title, baseline, {}, {}, {}});
+      if (l.variant == variant && l.others == others) return l;
+    lines.push_back(Line{variant, others, baseline, {}, {}, {}});
     return lines.back();
   };
   for (const StudyTable* t : tables) {
@@ -235,7 +249,7 @@ std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<
       if (r.variant == t->baseline) base = &r;
     for (const auto& r : t->rows) {
       if (r.records == 0) continue;
-      Line& l = lineOf(r.variant + (others.empty() ? "" : " (" + others + ")"), r.baseline);
+      Line& l = lineOf(r.variant, others, r.baseline);
       if (base != nullptr && base->to_target && r.to_target && std::isfinite(base->to_target->wall_s) &&
           std::isfinite(r.to_target->wall_s) && r.to_target->wall_s > 0)
         l.speedup[x] = base->to_target->wall_s / r.to_target->wall_s;
@@ -245,8 +259,8 @@ std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<
   }
   if (lines.empty()) return {};
   std::ostringstream dat;
-  dat << "# terse compare: study " << tables.front()->study << " across its grid, along "
-      << tables.front()->grid.front().first << "; one block per line (gnuplot index 0, 1, ...)\n"
+  dat << "# terse compare: study " << gpComment(tables.front()->study) << " across its grid, along "
+      << gpComment(tables.front()->grid.front().first) << "; one block per line (gnuplot index 0, 1, ...)\n"
       << "# columns: x (the axis value's position) speedup_in_time_to_target final_accuracy wire_ratio (NaN: none)\n";
   bool any_speedup = false, any_ratio = false;
   const auto cell = [](const std::map<std::size_t, double>& m, std::size_t x) {
@@ -258,7 +272,7 @@ std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<
     any_speedup = any_speedup || !l.speedup.empty();
     any_ratio = any_ratio || !l.ratio.empty();
     if (i > 0) dat << "\n\n";
-    dat << "# line " << l.title << '\n';
+    dat << "# line " << gpComment(l.title()) << '\n';
     for (std::size_t x = 0; x < xs.size(); ++x)
       dat << x << ' ' << cell(l.speedup, x) << ' ' << cell(l.accuracy, x) << ' ' << cell(l.ratio, x) << '\n';
   }
@@ -267,22 +281,28 @@ std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<
   std::vector<std::string> kinds;
   const std::string axis = tables.front()->grid.front().first;
   std::ostringstream gp;
-  gp << "# Written by `terse compare --out`: study " << tables.front()->study << " across its grid, along " << axis
-     << ":\n# one line per variant (and value of the other axes). Data: " << stem
+  gp << "# Written by `terse compare --out`: study " << gpComment(tables.front()->study) << " across its grid, along "
+     << gpComment(axis) << ":\n# one line per variant (and value of the other axes). Data: " << stem
      << ".dat. Edit freely and rerun `gnuplot " << stem << ".gp` in this folder.\n"
      << "stem = " << gpQuote(stem) << "\n"
      << "data = stem . '.dat'\n"
      << "array names[" << lines.size() << "]\narray colors[" << lines.size() << "]\narray widths[" << lines.size()
      << "]\narray dashes[" << lines.size() << "]\n";
-  // The baselines black and thick, told apart by their dashes where the other axes make several.
-  std::size_t others = 0, baselines = 0;
+  // A colour per variant (the baseline black and thick), a dash type per value of the other axes: a variant's lines
+  // read as one family, the other axes' values as one pattern across the families.
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    const bool b = lines[i].baseline;
-    gp << "names[" << i + 1 << "] = " << gpQuote(lines[i].title + (b ? " (baseline)" : "")) << "; colors[" << i + 1
-       << "] = " << gpQuote(b ? "black" : kPalette[others % kPalette.size()]) << "; widths[" << i + 1
-       << "] = " << (b ? "3" : "1.5") << "; dashes[" << i + 1
-       << "] = " << (b ? baselines % 5 + 1 : others / kPalette.size() % 3 + 1) << '\n';
-    (b ? baselines : others) += 1;
+    const Line& l = lines[i];
+    std::size_t colour = 0;
+    for (const auto& v : variants) {
+      if (v == l.variant) break;
+      bool base = false;
+      for (const auto& m : lines) base = base || (m.variant == v && m.baseline);
+      if (!base) ++colour;
+    }
+    const auto combo = static_cast<std::size_t>(std::find(combos.begin(), combos.end(), l.others) - combos.begin());
+    gp << "names[" << i + 1 << "] = " << gpQuote(l.title() + (l.baseline ? " (baseline)" : "")) << "; colors[" << i + 1
+       << "] = " << gpQuote(l.baseline ? "black" : kPalette[colour % kPalette.size()]) << "; widths[" << i + 1
+       << "] = " << (l.baseline ? "3" : "1.5") << "; dashes[" << i + 1 << "] = " << combo % 5 + 1 << '\n';
   }
   gp << "set xtics (";
   for (std::size_t x = 0; x < xs.size(); ++x) gp << (x ? ", " : "") << gpQuote(xs[x]) << ' ' << x;
@@ -347,7 +367,7 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
     for (int k = 2; !stems.insert(stem).second; ++k) stem = safeFileStem(name).substr(0, 140) + "-" + std::to_string(k);
     std::ostringstream dat;
     std::vector<std::string> titles;
-    dat << "# terse compare: study " << t.study << (t.grid.empty() ? "" : " at " + gridTitle(t))
+    dat << "# terse compare: study " << gpComment(t.study) << (t.grid.empty() ? "" : " at " + gpComment(gridTitle(t)))
         << ", one block per variant (gnuplot index 0, 1, ...) in table order\n"
         << "# columns: wire_bytes_per_worker wall_s test_accuracy step accuracy_lo accuracy_hi: means over the "
            "variant's seeds and the 95% t-interval of the accuracy (lo = hi for one seed)\n";
@@ -370,7 +390,7 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
       const std::vector<BandPoint> band = meanLine(seeds);
       if (band.empty()) continue;
       if (!titles.empty()) dat << "\n\n";
-      dat << "# variant " << row.variant
+      dat << "# variant " << gpComment(row.variant)
           << (seeds.size() > 1 ? ", mean of " + std::to_string(seeds.size()) + " seeds" : "") << '\n';
       lines.emplace_back();
       for (const auto& b : band) {
@@ -398,7 +418,7 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
 
     std::ostringstream gp;
     gp << "# Written by `terse compare --out`: test accuracy against wire bytes per worker (log scale) and against\n"
-       << "# wall time for study " << t.study << ", one line per variant. Data: " << stem
+       << "# wall time for study " << gpComment(t.study) << ", one line per variant. Data: " << stem
        << ".dat (one block per variant,\n"
        << "# columns wire bytes, wall s, accuracy, step). Edit freely and rerun `gnuplot " << stem
        << ".gp` in this folder.\n"
@@ -454,19 +474,28 @@ PlotOutcome writePlots(const Comparison& c, const std::vector<RunData>& runs, co
     scripts.push_back(stem);
     kinds[stem] = {"_acc_vs_bytes", "_acc_vs_time"};
   }
-  // Each grid study's points side by side (writeAcrossGrid), after its tables' own plots.
-  std::vector<std::string> grid_studies;
-  std::map<std::string, std::vector<const StudyTable*>> grid_tables;
+  // Each grid study's points side by side (writeAcrossGrid), after its tables' own plots: one drawing per study and set
+  // of axes (a results folder may hold runs of one study made with other axes: their values share no x axis).
+  std::vector<std::pair<std::string, std::string>> groups;  // (study, axes), in order of appearance
+  std::map<std::pair<std::string, std::string>, std::vector<const StudyTable*>> grid_tables;
+  std::map<std::string, int> groups_of;  // per study
   for (const auto& t : c.studies) {
     if (t.grid.empty()) continue;
-    if (!grid_tables.contains(t.study)) grid_studies.push_back(t.study);
-    grid_tables[t.study].push_back(&t);
+    std::string axes;
+    for (const auto& [path, value] : t.grid) axes += (axes.empty() ? "" : "+") + path;
+    const auto key = std::pair{t.study, axes};
+    if (!grid_tables.contains(key)) {
+      groups.push_back(key);
+      ++groups_of[t.study];
+    }
+    grid_tables[key].push_back(&t);
   }
-  for (const auto& study : grid_studies) {
-    std::string stem = safeFileStem(study).substr(0, 140) + "_across_grid";
-    for (int k = 2; !stems.insert(stem).second; ++k)
-      stem = safeFileStem(study).substr(0, 140) + "_across_grid-" + std::to_string(k);
-    std::vector<std::string> drawn = writeAcrossGrid(c, grid_tables[study], stem, out, outcome.written);
+  for (const auto& key : groups) {
+    const std::string base = safeFileStem(key.first).substr(0, 140) + "_across_grid" +
+                             (groups_of[key.first] > 1 ? "-" + safeFileStem(key.second).substr(0, 60) : "");
+    std::string stem = base;
+    for (int k = 2; !stems.insert(stem).second; ++k) stem = base + "-" + std::to_string(k);
+    std::vector<std::string> drawn = writeAcrossGrid(c, grid_tables[key], stem, out, outcome.written);
     if (drawn.empty()) continue;
     scripts.push_back(stem);
     kinds[stem] = std::move(drawn);

@@ -312,6 +312,22 @@ TEST(Compare, GridValuesWithLeadingZerosAreTablesApart) {
   EXPECT_EQ(titles, (std::vector<std::string>{"optimizer.lr=0.001", "optimizer.lr=0.01", "optimizer.lr=0.1"}));
 }
 
+// Numbers of one unit come in their order, which digit runs alone get wrong past the point (0.05 after 0.1).
+TEST(Compare, GridDecimalValuesAreTablesInNumericOrder) {
+  const fs::path root = freshDir("GridDecimals");
+  for (const std::string ratio : {"0.5", "0.1", "0.05", "1e-3"}) {
+    RunSpec s{"s", "topk.ratio-" + ratio, "topk", false, {{10, 0.9, 100, 1}}};
+    s.grid_variant = "topk";
+    s.grid = {{"compressor.params.ratio", ratio}};
+    writeRun(root, s);
+  }
+  std::vector<std::string> w;
+  const Comparison c = compare(loadRuns({root}, w), {}, w);
+  std::vector<std::string> order;
+  for (const auto& t : c.studies) order.push_back(t.grid.at(0).second);
+  EXPECT_EQ(order, (std::vector<std::string>{"1e-3", "0.05", "0.1", "0.5"}));
+}
+
 // The pivot's speedups are each point's: the baseline's time to target over the variant's at that point.
 TEST(Compare, AGridsPivotGivesEachPointsSpeedupOverItsBaseline) {
   const fs::path root = freshDir("GridPivot");

@@ -132,8 +132,8 @@ TEST(Plot, AGridStudyIsDrawnAcrossItsPoints) {
   fs::create_directories(empty);
   writePlots(c, runs, root / "out", empty.string());
   const std::string dat = readText(root / "out" / "s_across_grid.dat");
-  // Lines in the tables' order (the baseline first), x along the bandwidth in its natural order (1Gbps before
-  // 10Gbps), columns x, speedup, final accuracy, wire ratio.
+  // A line per variant and workers value, x along the bandwidth in its natural order (1Gbps before 10Gbps), columns x,
+  // speedup, final accuracy, wire ratio.
   for (const std::string workers : {"2", "4"}) {
     const auto dense = dat.find("# line dense (workers=" + workers + ")\n0 1 0.85 1\n1 1 0.85 1\n");
     EXPECT_NE(dense, std::string::npos) << dat;
@@ -155,6 +155,44 @@ TEST(Plot, AGridStudyIsDrawnAcrossItsPoints) {
     EXPECT_TRUE(std::find(o.written.begin(), o.written.end(), root / "drawn" / name) != o.written.end()) << name;
     EXPECT_GT(fs::file_size(root / "drawn" / name), 1000u) << name;
   }
+}
+
+// Runs of one study made with other axes share no x axis: a drawing each. Text from the folders (an axis path is a
+// run's config, untrusted) stays inside the scripts' comments and strings: gnuplot runs the script.
+TEST(Plot, AcrossGridDrawingsKeepToOneSetOfAxesAndToTheirComments) {
+  const fs::path root = freshDir("PlotAcrossGridAxes");
+  const std::string hostile = "link.bandwidth\\nsystem('touch PWNED')\\n#\\\\";
+  for (const std::string value : {"1", "2"}) {
+    RunSpec a{"s", "dense.workers-" + value, "none", false, {{10, 0.5, 100, 1}}};
+    a.grid_variant = "dense";
+    a.grid = {{"workers", value}};
+    writeRun(root / "results", a);
+    RunSpec b{"s", "dense.bandwidth-" + value, "none", false, {{10, 0.6, 100, 1}}};
+    b.grid_variant = "dense";
+    b.grid = {{hostile, value + "Gbps"}};
+    writeRun(root / "results", b);
+  }
+  std::vector<std::string> w;
+  const auto runs = loadRuns({root / "results"}, w);
+  ASSERT_EQ(runs.size(), 4u) << joined(w);
+  const Comparison c = compare(runs, {}, w);
+  const char* path = std::getenv("PATH");
+  const bool gnuplot = findExecutable("gnuplot", path ? path : "").has_value();
+  writePlots(c, runs, root / "out", gnuplot ? path : "");
+  std::vector<std::string> across;
+  for (const auto& e : fs::directory_iterator(root / "out")) {
+    const std::string name = e.path().filename().string();
+    if (name.find("_across_grid") != std::string::npos && e.path().extension() == ".gp") across.push_back(name);
+    if (e.path().extension() != ".gp" && e.path().extension() != ".dat") continue;
+    std::istringstream lines(readText(e.path()));
+    for (std::string line; std::getline(lines, line);)
+      EXPECT_FALSE(line.starts_with("system(")) << name << ": " << line;
+  }
+  std::sort(across.begin(), across.end());
+  ASSERT_EQ(across.size(), 2u) << ::testing::PrintToString(across);
+  EXPECT_EQ(across[1], "s_across_grid-workers.gp");
+  EXPECT_NE(readText(root / "out" / "s_across_grid-workers.gp").find("set xtics ('1' 0, '2' 1)"), std::string::npos);
+  EXPECT_FALSE(fs::exists(root / "out" / "PWNED"));
 }
 
 TEST(Plot, AFailingGnuplotIsReportedWithItsOutput) {
