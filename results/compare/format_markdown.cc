@@ -294,10 +294,25 @@ std::string toMarkdown(const Comparison& c) {
     }
     // After a grid study's last point, its points side by side.
     if (!t.grid.empty() && (s + 1 == c.studies.size() || c.studies[s + 1].study != t.study)) {
-      std::vector<const StudyTable*> points;
-      for (std::size_t k = 0; k <= s; ++k)
-        if (c.studies[k].study == t.study && !c.studies[k].grid.empty()) points.push_back(&c.studies[k]);
-      if (points.size() > 1) gridPivots(o, points, target);
+      // One pivot per set of axes: runs of one study made with other axes share no columns.
+      const auto axesOf = [](const StudyTable& x) {
+        std::vector<std::string> paths;
+        for (const auto& [path, value] : x.grid) paths.push_back(path);
+        return paths;
+      };
+      std::vector<std::vector<const StudyTable*>> groups;
+      for (std::size_t k = 0; k <= s; ++k) {
+        if (c.studies[k].study != t.study || c.studies[k].grid.empty()) continue;
+        auto g = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& group) { return axesOf(*group.front()) == axesOf(c.studies[k]); });
+        if (g == groups.end()) {
+          groups.emplace_back();
+          g = groups.end() - 1;
+        }
+        g->push_back(&c.studies[k]);
+      }
+      for (const auto& points : groups)
+        if (points.size() > 1) gridPivots(o, points, target);
     }
   }
   return o.str();

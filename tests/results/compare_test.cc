@@ -312,6 +312,27 @@ TEST(Compare, GridValuesWithLeadingZerosAreTablesApart) {
   EXPECT_EQ(titles, (std::vector<std::string>{"optimizer.lr=0.001", "optimizer.lr=0.01", "optimizer.lr=0.1"}));
 }
 
+// Runs of one study made with other axes share no columns: a pivot per set of axes.
+TEST(Compare, AGridPivotPerSetOfAxes) {
+  const fs::path root = freshDir("GridPivotAxes");
+  for (const std::string v : {"2", "4"}) {
+    RunSpec a{"s", "dense.workers-" + v, "none", false, {{10, 0.9, 100, 1}}};
+    a.grid_variant = "dense";
+    a.grid = {{"workers", v}};
+    writeRun(root, a);
+    RunSpec b{"s", "dense.bandwidth-" + v + "Gbps", "none", false, {{10, 0.9, 100, 1}}};
+    b.grid_variant = "dense";
+    b.grid = {{"link.bandwidth", v + "Gbps"}};
+    writeRun(root, b);
+  }
+  std::vector<std::string> w;
+  const std::string md = toMarkdown(compare(loadRuns({root}, w), {}, w));
+  EXPECT_NE(md.find("One column per point (link.bandwidth)"), std::string::npos) << md;
+  EXPECT_NE(md.find("One column per point (workers)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| variant | 2Gbps | 4Gbps |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| variant | 2 | 4 |"), std::string::npos) << md;
+}
+
 // Numbers of one unit come in their order, which digit runs alone get wrong past the point (0.05 after 0.1).
 TEST(Compare, GridDecimalValuesAreTablesInNumericOrder) {
   const fs::path root = freshDir("GridDecimals");
