@@ -422,7 +422,13 @@ bool ParamServerShard::process(int worker, Slot& slot) {
 
 std::shared_ptr<std::vector<std::byte>> ParamServerShard::frameFrom(
     std::vector<std::shared_ptr<std::vector<std::byte>>>& pool, std::size_t bytes) {
-  if (pool.empty()) return std::make_shared<std::vector<std::byte>>(bytes);
+  if (pool.empty()) {
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.pull_frames_allocated;
+    }
+    return std::make_shared<std::vector<std::byte>>(bytes);
+  }
   auto out = std::move(pool.back());
   pool.pop_back();
   return out;

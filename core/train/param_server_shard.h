@@ -124,6 +124,9 @@ struct ServerStats {
   uint64_t delta_pulls = 0;
   double pull_residual_sq = 0;
   double pull_params_sq = 0;
+  // Pull reply frames (full and delta) allocated: the pools reuse them, so this stays near the most replies in flight
+  // at once (W at worst), not the number of pulls.
+  uint64_t pull_frames_allocated = 0;
 };
 
 struct ShardSnapshot {
@@ -167,9 +170,9 @@ class ParamServerShard {
   bool processPush(int worker, Slot& slot, const PsRequestHeader& h, std::span<const std::byte> payload);
   // A kPullDelta that SSP lets through: encodes each piece's change into a pull frame and sends it.
   void processDeltaPull(int worker, const PsRequestHeader& h);
-  // A frame of `bytes` from `pool`, or a new one.
-  static std::shared_ptr<std::vector<std::byte>> frameFrom(std::vector<std::shared_ptr<std::vector<std::byte>>>& pool,
-                                                           std::size_t bytes);
+  // A frame of `bytes` from `pool`, or a new one (counted in stats_.pull_frames_allocated).
+  std::shared_ptr<std::vector<std::byte>> frameFrom(std::vector<std::shared_ptr<std::vector<std::byte>>>& pool,
+                                                    std::size_t bytes);
   // One optimizer update of n elements at `at` in the shard's range with gradient g (caller holds mutex_).
   void update(uint64_t at, const float* g, uint64_t n, double lr);
   void refuse(int worker, const PsRequestHeader* h, const std::string& why);

@@ -257,6 +257,9 @@ TEST(PsCompressedPull, EachWorkersCopyIsItsReplicaBitForBitAndTheWayDownCarriesT
     }
     for (const auto& s : r.stats) {
       EXPECT_EQ(s.refused, 0u);
+      // The frames go back to their pools (a delta frame to the delta pool, at the compressor's size): in lockstep a
+      // step's replies are at most one per worker in flight, so a handful of frames serve all 75 pulls.
+      EXPECT_LE(s.pull_frames_allocated, static_cast<uint64_t>(2 * cfg.workers)) << shards << " shards";
       // Every worker's pulls after its first are delta pulls; top-1 leaves most of each change behind.
       EXPECT_EQ(s.delta_pulls, static_cast<uint64_t>(cfg.workers * (cfg.steps - 1)));
       EXPECT_GT(s.pull_residual_sq, 1e-3 * s.pull_params_sq);
