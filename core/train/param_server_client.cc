@@ -144,6 +144,14 @@ std::vector<uint32_t> ParamServerClient::pieceRowIds(const PsPiece& p,
   return ids;
 }
 
+std::pair<PsReplyHeader, std::span<const std::byte>> ParamServerClient::pullReply(int shard) const {
+  const auto& r = out_[static_cast<std::size_t>(shard)]->replies.at(0);
+  const PsReplyHeader h = decodePsReply(r);
+  const std::span<const std::byte> body(r.data() + kPsReplyHeaderBytes, static_cast<std::size_t>(h.payload_bytes));
+  if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+  return {h, body};
+}
+
 void ParamServerClient::pullDelta(uint64_t step) {
   std::vector<int> shards;
   for (int k = 0; k < plan_.num_shards; ++k) {
@@ -160,16 +168,13 @@ void ParamServerClient::pullDelta(uint64_t step) {
   }
   exchange(shards);
   for (int k : shards) {
-    const auto& r = out_[static_cast<std::size_t>(k)]->replies.at(0);
-    const PsReplyHeader h = decodePsReply(r);
-    const std::byte* body = r.data() + kPsReplyHeaderBytes;
-    if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body), h.payload_bytes));
+    const auto [h, body] = pullReply(k);
     const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
     TERSE_CHECK(h.dtype == DType::kF32 && h.piece == ids.size(), InvalidPayload,
                 "parameter server client: malformed delta pull reply from shard " << k);
     std::vector<uint64_t> max_payloads, versions(ids.size());
     for (uint64_t id : ids) max_payloads.push_back(pull_max_payloads_[id]);
-    const PsDeltaPullBody delta = decodePsDeltaPullBody({body, h.payload_bytes}, versions, max_payloads);
+    const PsDeltaPullBody delta = decodePsDeltaPullBody(body, versions, max_payloads);
     const auto& payloads = delta.payloads;
     pull_payload_bytes_ += h.payload_bytes;
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -244,10 +249,7 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<c
   }
   exchange(shards);
   for (int k : shards) {
-    const auto& r = out_[static_cast<std::size_t>(k)]->replies.at(0);
-    const PsReplyHeader h = decodePsReply(r);
-    const std::byte* body = r.data() + kPsReplyHeaderBytes;
-    if (h.status != PsStatus::kOk) throw PsRefused(std::string(reinterpret_cast<const char*>(body), h.payload_bytes));
+    const auto [h, b] = pullReply(k);
     const auto& ids = plan_.shard_pieces[static_cast<std::size_t>(k)];
     const auto& want = asked[static_cast<std::size_t>(k)];
     const uint64_t expected = want.empty() ? psPullBodyBytes(plan_, k, options_.pull_dtype)
@@ -256,7 +258,6 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<c
                 "parameter server client: malformed pull reply from shard " << k);
     pull_payload_bytes_ += h.payload_bytes;
     std::vector<uint64_t> versions(ids.size());
-    const std::span<const std::byte> b(body, h.payload_bytes);
     if (want.empty()) {
       const auto [from, to] = plan_.ranges[static_cast<std::size_t>(k)];
       decodePsPullBody(b, h.dtype, versions, params.subspan(from, to - from));

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/transport.h"
@@ -72,6 +73,9 @@ class ParamServerClient {
  private:
   // A delta pull (kPullDelta) from every shard, its decoded changes added to replica_.
   void pullDelta(uint64_t step);
+  // `shard`'s one reply of the last exchange: its header and body (a view of the reply buffer); a refusal is thrown as
+  // PsRefused with the shard's message.
+  std::pair<PsReplyHeader, std::span<const std::byte>> pullReply(int shard) const;
   // Sends one request to each listed shard and waits for all replies, pinging idle shards meanwhile.
   void exchange(const std::vector<int>& shards);
   // The distinct rows of `rows` (of piece p's tensor) that overlap piece p, ascending.
