@@ -142,6 +142,7 @@ CompareRow makeRow(const RunData& run) {
   r.payload_bytes = opt(last.payload_bytes);
   r.push_bytes = opt(last.push_bytes);
   r.pull_bytes = opt(last.pull_bytes);
+  r.pull_residual = opt(last.pull_residual);
   r.control_bytes = opt(last.control_bytes);
   r.negotiation_rounds = opt(last.negotiation_rounds);
   r.compute_s = opt(last.compute_s);
@@ -351,8 +352,8 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
   for (auto field :
        {&CompareRow::final_accuracy, &CompareRow::best_accuracy, &CompareRow::wire_bytes,
         &CompareRow::wire_bytes_per_step, &CompareRow::payload_bytes, &CompareRow::push_bytes, &CompareRow::pull_bytes,
-        &CompareRow::control_bytes, &CompareRow::negotiation_rounds, &CompareRow::compute_s, &CompareRow::codec_s,
-        &CompareRow::comm_s, &CompareRow::exposed_comm_s, &CompareRow::step_s})
+        &CompareRow::pull_residual, &CompareRow::control_bytes, &CompareRow::negotiation_rounds, &CompareRow::compute_s,
+        &CompareRow::codec_s, &CompareRow::comm_s, &CompareRow::exposed_comm_s, &CompareRow::step_s})
     out.*field = meanOf(rows, field);
   // To target only when every seed gets there: a mean over the lucky seeds would flatter the variant.
   out.to_target.reset();

@@ -115,6 +115,8 @@ struct CompareRow {
   std::optional<double> wire_bytes, wire_bytes_per_step, payload_bytes, ratio;
   // A parameter-server run's wire bytes per worker apart: push + pull = wire_bytes. None for a sync run.
   std::optional<double> push_bytes, pull_bytes;
+  // Compressed pulls: how far the workers' copies were from the parameters (pull_residual_rel, result_writer.h).
+  std::optional<double> pull_residual;
   // The scheduler negotiation's control frames and rounds per worker (not in wire_bytes); none for runs recorded
   // before they were.
   std::optional<double> control_bytes, negotiation_rounds;

@@ -41,6 +41,7 @@ Json rowJson(const CompareRow& r) {
          {"payload_bytes_per_worker", number(r.payload_bytes)},
          {"push_bytes_per_worker", number(r.push_bytes)},
          {"pull_bytes_per_worker", number(r.pull_bytes)},
+         {"pull_residual_rel", number(r.pull_residual)},
          {"control_bytes_per_worker", number(r.control_bytes)},
          {"negotiation_rounds_per_worker", number(r.negotiation_rounds)},
          {"ratio_vs_baseline", number(r.ratio)},

@@ -188,13 +188,14 @@ std::string toMarkdown(const Comparison& c) {
   const std::string target = sig3(c.target);
   for (std::size_t s = 0; s < c.studies.size(); ++s) {
     const StudyTable& t = c.studies[s];
-    bool any_staleness = false, any_control = false, any_push_pull = false;
+    bool any_staleness = false, any_control = false, any_push_pull = false, any_residual = false;
     int simulated = 0, most_seeds = 1;
     for (const auto& r : t.rows) {
       most_seeds = std::max(most_seeds, r.seeds);
       any_control = any_control || r.control_bytes.has_value();
       any_push_pull = any_push_pull || r.push_bytes.has_value() || r.pull_bytes.has_value();
       any_staleness = any_staleness || r.staleness.has_value();
+      any_residual = any_residual || r.pull_residual.has_value();
       simulated += r.simulated ? 1 : 0;
     }
     // Simulated seconds (DESIGN.md section 9) are the modeled cluster's, not this host's: say so in the header when
@@ -233,6 +234,7 @@ std::string toMarkdown(const Comparison& c) {
     // A parameter server's wire bytes in their two directions (compute.h): both are in "wire MB/worker".
     if (any_push_pull) header.insert(header.begin() + 5, "push / pull MB/worker");
     if (any_staleness) header.push_back("staleness");
+    if (any_residual) header.push_back("pull residual");
     // A study of single runs keeps the table it always had.
     if (most_seeds > 1) header.insert(header.begin() + 2, "seeds");
     o << '|';
@@ -270,6 +272,7 @@ std::string toMarkdown(const Comparison& c) {
                                             ? orDash(r.push_bytes, 1e-6) + " / " + orDash(r.pull_bytes, 1e-6)
                                             : "-");
       if (any_staleness) cells.push_back(r.staleness ? stalenessText(*r.staleness) : "-");
+      if (any_residual) cells.push_back(r.pull_residual ? sig3(*r.pull_residual) : "-");
       if (most_seeds > 1) cells.insert(cells.begin() + 2, std::to_string(r.seeds));
       o << '|';
       for (const auto& cell : cells) o << ' ' << mdCell(cell) << " |";

@@ -328,6 +328,7 @@ void readMetrics(const fs::path& path, RunData& run, std::vector<std::string>& w
     p.push_bytes = optional(kPushBytesKey);
     p.pull_bytes = optional(kPullBytesKey);
     if (std::isnan(p.push_bytes) && std::isnan(p.pull_bytes)) recountPulls(*obj, p, run);
+    p.pull_residual = optional(kPullResidualKey);
     p.staleness_mean = optional(kStalenessMeanKey);
     p.staleness_max = optional(kStalenessMaxKey);
     p.staleness_hist_overflow = optional(kStalenessHistOverflowKey);

@@ -42,6 +42,7 @@ struct EvalPoint {
   std::map<int64_t, double> staleness_hist;  // tau -> pushes applied with it (cumulative)
   double staleness_hist_overflow = 0;
   double staleness_buckets = 0;  // the tau the overflow starts at (staleness_buckets; 64 for older records)
+  double pull_residual = 0;      // compressed pulls: pull_residual_rel (result_writer.h); NaN without
 };
 
 // One results folder read back.

@@ -304,6 +304,14 @@ TEST(AsyncRunner, RecordsStalenessAndBytesThatAddUp) {
   EXPECT_GT(num(both, "pull_residual_rel"), 0);
   EXPECT_LT(num(both, "pull_residual_rel"), 1);
   EXPECT_FALSE(topk.contains("pull_residual_rel"));
+  // terse compare shows it beside the staleness, for the rows that have it.
+  std::vector<std::string> warnings;
+  const auto data = results::loadRuns({runs.at("topk_both").summary.dir.parent_path()}, warnings);
+  const results::Comparison compared = results::compare(data, {}, warnings);
+  ASSERT_EQ(compared.studies.size(), 1u);
+  for (const auto& row : compared.studies[0].rows)
+    EXPECT_EQ(row.pull_residual.has_value(), row.variant == "topk_both") << row.variant;
+  EXPECT_NE(results::toMarkdown(compared).find("| staleness | pull residual |"), std::string::npos);
   // Decoding the pulls is the codec's time, not the network's; pulls of the parameters decode nothing.
   EXPECT_GT(num(both, "decompress_s_per_step"), 0);
   EXPECT_EQ(num(topk, "decompress_s_per_step"), 0);
