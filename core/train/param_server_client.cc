@@ -144,6 +144,13 @@ std::vector<uint32_t> ParamServerClient::pieceRowIds(const PsPiece& p,
   return ids;
 }
 
+void ParamServerClient::addRequest(Outbox& o, PsRequestHeader h, std::span<const std::byte> body) {
+  h.payload_bytes = body.size();
+  std::vector<std::byte>& r = o.requests.emplace_back(kPsRequestHeaderBytes);
+  r.insert(r.end(), body.begin(), body.end());
+  encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(r.data(), kPsRequestHeaderBytes));
+}
+
 std::pair<PsReplyHeader, std::span<const std::byte>> ParamServerClient::pullReply(int shard) const {
   const auto& r = out_[static_cast<std::size_t>(shard)]->replies.at(0);
   const PsReplyHeader h = decodePsReply(r);
@@ -162,8 +169,7 @@ void ParamServerClient::pullDelta(uint64_t step) {
     h.op = PsOp::kPullDelta;
     h.dtype = DType::kF32;  // wire 0: a delta pull names no dtype
     h.step = step;
-    o.requests.emplace_back(kPsRequestHeaderBytes);
-    encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
+    addRequest(o, h, {});
     shards.push_back(k);
   }
   exchange(shards);
@@ -241,10 +247,7 @@ void ParamServerClient::pull(uint64_t step, std::span<float> params, std::span<c
     h.op = row_pull ? PsOp::kPullRows : PsOp::kPull;
     h.dtype = options_.pull_dtype;
     h.step = step;
-    h.payload_bytes = body.size();
-    o.requests.emplace_back(kPsRequestHeaderBytes);
-    o.requests.back().insert(o.requests.back().end(), body.begin(), body.end());
-    encodePsRequest(h, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
+    addRequest(o, h, body);
     shards.push_back(k);
   }
   exchange(shards);
@@ -329,8 +332,7 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad, std::sp
     PsRequestHeader c;
     c.op = PsOp::kClock;
     c.step = step;
-    o.requests.emplace_back(kPsRequestHeaderBytes);
-    encodePsRequest(c, std::span<std::byte, kPsRequestHeaderBytes>(o.requests.back().data(), kPsRequestHeaderBytes));
+    addRequest(o, c, {});
     shards.push_back(k);
   }
   exchange(shards);

@@ -71,6 +71,9 @@ class ParamServerClient {
   uint64_t pullPayloadBytes() const { return pull_payload_bytes_; }
 
  private:
+  struct Outbox;
+  // Appends a request of header `h` (its payload_bytes set here) and `body` to `o`'s requests.
+  static void addRequest(Outbox& o, PsRequestHeader h, std::span<const std::byte> body);
   // A delta pull (kPullDelta) from every shard, its decoded changes added to replica_.
   void pullDelta(uint64_t step);
   // `shard`'s one reply of the last exchange: its header and body (a view of the reply buffer); a refusal is thrown as
@@ -95,7 +98,6 @@ class ParamServerClient {
   bool have_replica_ = false;
   std::vector<float> decoded_;
   std::vector<uint64_t> versions_;
-  struct Outbox;
   std::vector<std::unique_ptr<Outbox>> out_;  // per shard
   std::array<std::byte, kPsRequestHeaderBytes> ping_{};
   double encode_s_ = 0;

@@ -123,7 +123,6 @@ ParamServerShard::ParamServerShard(comm::Transport& transport, PsPlan plan, int 
     delta_frame_bytes_ = kPsReplyHeaderBytes + psDeltaPullMaxBodyBytes(pull_max_payloads_);
     replicas_.resize(static_cast<std::size_t>(num_workers));
     has_replica_.assign(static_cast<std::size_t>(num_workers), false);
-    delta_.resize(static_cast<std::size_t>(max_numel));
   }
   // A little slack so a slightly-too-long push still arrives whole and is refused with the precise reason; a longer
   // one fails the receive itself (also refused, with the transport's message).
@@ -449,7 +448,7 @@ void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
       const std::size_t base = static_cast<std::size_t>(p.flat_begin - begin_);
       const std::size_t codec = static_cast<std::size_t>(worker) * ids.size() + i;
       const std::size_t mirror = pull_mirrors_.size() == pull_encoders_.size() ? codec : i;
-      float* d = delta_.data();
+      float* d = grad_.data();  // the push decode's scratch: this thread does one at a time
       const auto numel = static_cast<double>(p.numel);
       try {
         uint64_t n = 0;

@@ -200,7 +200,7 @@ class ParamServerShard {
   std::vector<uint64_t> piece_versions_;              // by local piece index
   std::map<uint64_t, std::size_t> local_;             // piece id -> local index
   std::vector<std::unique_ptr<TensorCodec>> codecs_;  // [worker * local pieces + local], empty without compressor
-  std::vector<float> grad_;                           // decode scratch, the largest piece
+  std::vector<float> grad_;  // decode scratch, the largest piece: a push's, or a delta pull's change and decode
   // Compressed pulls: per (worker, local piece), [worker * local pieces + local], the pull compressor's encoder (each
   // worker's random stream is its own), and the decoder that mirrors the worker's: per (worker, piece) too for a
   // stateful compressor, whose decoder's state follows one worker's stream; one per local piece for a stateless one
@@ -209,7 +209,6 @@ class ParamServerShard {
   std::vector<uint64_t> pull_max_payloads_;
   std::vector<std::vector<float>> replicas_;
   std::vector<bool> has_replica_;  // per worker: its full pull set replicas_ (a shard of empty pieces has an empty one)
-  std::vector<float> delta_;       // the change of a piece, then its decoded payload (the largest piece)
   // Replies in flight (not waited on: replies to many workers share the shard's NIC). The frame is declared before the
   // request, so that a request dropped unfinished (at the end of run()) is destroyed while its frame still lives.
   struct Sending {
