@@ -26,6 +26,26 @@ ParameterUpdater::ParameterUpdater(Workload& workload, const SgdOptions& sgd, vo
 
 std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, std::vector<std::size_t> done) {
   const auto params = workload_.params();
+  if (step == averaging_step_.load(std::memory_order_relaxed)) {
+    // Averaged deltas: every rank sets the same anchor minus the same mean, so the replicas agree bit for bit. No clip:
+    // each rank clipped its own local updates.
+    for (std::size_t t : done) {
+      const auto u0 = rt::now();
+      {
+        std::vector<float>& value = params[t].value;
+        std::vector<float>& anchor = anchor_[t];
+        const std::vector<float>& delta = params[t].grad;
+        const auto n = static_cast<double>(value.size());
+        const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = n});
+        for (std::size_t i = 0; i < value.size(); ++i) {
+          value[i] = anchor[i] - delta[i];
+          anchor[i] = value[i];
+        }
+      }
+      if (trace_) trace_->span(TraceRecorder::kCommThread, "average " + params[t].name, "update", u0, rt::now());
+    }
+    return done;
+  }
   if (clip_grad_norm_ > 0) {
     // The norm is global: nothing is applied until the step's last tensor is in.
     clip_ready_.insert(clip_ready_.end(), done.begin(), done.end());
@@ -74,6 +94,39 @@ void ParameterUpdater::aggregatedRows(int64_t step, double lr, std::size_t t, st
     if (trace_) trace_->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, u1);
     if (step_trace_) step_trace_->update(step, t, {u0, u1});
   }
+}
+
+void ParameterUpdater::localUpdate(int64_t step, double lr) {
+  const auto params = workload_.params();
+  const auto u0 = rt::now();
+  if (anchor_.empty()) {
+    const rt::Kernel kernel(
+        {.kind = rt::CostKind::kAccumulate, .size = static_cast<double>(workload_.numParameters())});
+    for (const ParamTensor& p : params) anchor_.push_back(p.value);
+  }
+  if (clip_grad_norm_ > 0) clipGradients();
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    const auto n = static_cast<double>(params[t].numel());
+    const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
+    optimizer_.update(t, params[t], lr);
+  }
+  if (trace_)
+    trace_->span(TraceRecorder::kComputeThread, "local update " + std::to_string(step), "update", u0, rt::now());
+}
+
+void ParameterUpdater::writeDeltas(int64_t step) {
+  const auto params = workload_.params();
+  const auto n = static_cast<double>(workload_.numParameters());
+  {
+    const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = n});
+    for (std::size_t t = 0; t < params.size(); ++t) {
+      const std::vector<float>& value = params[t].value;
+      const std::vector<float>& anchor = anchor_[t];
+      std::vector<float>& delta = params[t].grad;
+      for (std::size_t i = 0; i < value.size(); ++i) delta[i] = anchor[i] - value[i];
+    }
+  }
+  averaging_step_.store(step, std::memory_order_relaxed);
 }
 
 void ParameterUpdater::clipGradients() {

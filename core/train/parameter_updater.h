@@ -3,6 +3,7 @@
 // one is set -- and the update's place in the Chrome trace and the step trace.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,6 +26,14 @@ class ParameterUpdater final : public GradientSink {
   std::vector<std::size_t> aggregated(int64_t step, double lr, std::vector<std::size_t> tensors) override;
   void aggregatedRows(int64_t step, double lr, std::size_t tensor, std::span<const int64_t> rows) override;
 
+  // ---- Local SGD (sync_trainer.h, "Local SGD"), on the worker's thread while no update is in flight.
+  // The rank's own update of every tensor at `lr`, clipped by its own gradient's norm when clip_grad_norm is set. The
+  // first call first takes the anchor: the parameters as they are, which every rank shares then.
+  void localUpdate(int64_t step, double lr);
+  // Writes anchor - value (what this replica moved since the anchor) into every gradient and makes `step` an averaging
+  // step: aggregated() then sets each tensor to anchor - its averaged delta, the new anchor.
+  void writeDeltas(int64_t step);
+
  private:
   // Scales every gradient by clip / (norm + 1e-6) when that is < 1 (torch.nn.utils.clip_grad_norm_).
   void clipGradients();
@@ -38,6 +47,11 @@ class ParameterUpdater final : public GradientSink {
   StepTraceRecorder* step_trace_;
   // Clipping: tensors of the step aggregated and waiting for the rest before the norm is known.
   std::vector<std::size_t> clip_ready_;
+  // Local SGD: the parameters at the last averaging (empty before the first local step), and the step whose
+  // aggregated tensors are averaged deltas (-1: none). The worker writes both before it feeds the step's tensors and
+  // reads the anchor only once their updates are applied: the group scheduler's hand-overs order the two threads.
+  std::vector<std::vector<float>> anchor_;
+  std::atomic<int64_t> averaging_step_{-1};
 };
 
 }  // namespace terse::train

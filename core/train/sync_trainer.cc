@@ -113,6 +113,24 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
     lr_.warmup_steps = std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch_));
   }
   validateLrSchedule(lr_);
+  const LocalSgdOptions& local = options.local_sgd;
+  TERSE_CHECK(local.period >= 0 && local.start_step >= 0 && local.every_steps >= 0, InvalidArgument,
+              "local SGD: period (" << local.period << "), start_step (" << local.start_step << ") and every_steps ("
+                                    << local.every_steps << ") must be >= 0");
+  if (local.period > 0) {
+    TERSE_CHECK(!device && !groups_->anyRowSparse() && options.step_trace == nullptr, InvalidArgument,
+                "local SGD (period " << local.period << ") runs host workloads with dense tensors and no step trace; "
+                                     << "workload '" << workload.name() << "' "
+                                     << (device               ? "computes on a CUDA device"
+                                         : options.step_trace ? "records a step trace"
+                                                              : "has row-sparse tensors"));
+    // The averaging feeds every tensor layer by layer: each must belong to one layer.
+    std::size_t in_layers = 0;
+    for (int l = 0; l < workload.numLayers(); ++l) in_layers += workload.layerTensors(l).size();
+    TERSE_CHECK(
+        in_layers == params.size(), InternalError,
+        "workload '" << workload.name() << "' has " << params.size() << " tensors but its layers list " << in_layers);
+  }
   for (int l = 0; l < workload.numLayers(); ++l) layer_flops_.push_back(workload.layerFlops(l));
   if (options.step_trace) {
     std::vector<TraceTensor> tensors;
@@ -123,6 +141,18 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
   }
   workload_.setLayerGate([this](int layer) { gate(layer); });
   groups_->start();
+}
+
+bool SyncTrainer::localStep(int64_t step) const noexcept {
+  return options_.local_sgd.period > 0 && step >= options_.local_sgd.start_step;
+}
+
+bool SyncTrainer::averagingStep(int64_t step) const noexcept {
+  if (!localStep(step)) return false;
+  const LocalSgdOptions& l = options_.local_sgd;
+  const int64_t done = step + 1;
+  return (done - l.start_step) % l.period == 0 || done == totalSteps() ||
+         (l.every_steps > 0 && done % l.every_steps == 0) || (l.per_epoch && done % steps_per_epoch_ == 0);
 }
 
 SyncTrainer::~SyncTrainer() {
@@ -167,6 +197,14 @@ void SyncTrainer::accumulate(std::span<const std::size_t> tensors, float weight,
       if (last) g[i] = a[i];
     }
   }
+}
+
+double SyncTrainer::localUpdate(const StepRecord& rec) {
+  // The gates saw every update of the last exchange that the forward reads; the optimizer writes every tensor.
+  const double waited = groups_->awaitApplied(handed_step_);
+  updater_.localUpdate(rec.step, rec.lr);
+  if (rec.averaged) updater_.writeDeltas(rec.step);
+  return waited;
 }
 
 void SyncTrainer::chargeForwardUpTo(int layer) {
@@ -254,6 +292,8 @@ StepRecord SyncTrainer::step() {
   std::size_t examples = 0;
   for (std::size_t m = 0; m < micro; ++m) examples += epoch_batches_[first_batch + m].size();
   rec.lr = learningRate(lr_, rec.step);
+  rec.local = localStep(rec.step);
+  rec.averaged = averagingStep(rec.step);
 
   const auto t0 = rt::now();
   if (options_.step_trace) options_.step_trace->beginStep(rec.step, t0);
@@ -307,7 +347,7 @@ StepRecord SyncTrainer::step() {
               last ? std::vector<uint64_t>(tensors.begin(), tensors.end()) : std::vector<uint64_t>{});
           seg_mark_ = now;
         }
-        if (!last) return;
+        if (!last || rec.local) return;
         if (options_.trace) {
           const auto now = rt::now();
           if (gate_layer_ >= 0) {
@@ -328,14 +368,30 @@ StepRecord SyncTrainer::step() {
     compute_error = std::current_exception();
   }
   in_step_ = false;
+  double local_wait = 0;
+  if (rec.local && !compute_error) {
+    try {
+      local_wait = localUpdate(rec);
+    } catch (...) {
+      compute_error = std::current_exception();
+    }
+  }
   stragglerDone(options_.jitter);
   groups_->backwardEnds();
+  if (rec.averaged && !compute_error) {
+    // Last layer first, as backward reports them: the same order on every rank.
+    for (int l = workload_.numLayers() - 1; l >= 0; --l) {
+      const auto tensors = workload_.layerTensors(l);
+      if (!tensors.empty()) groups_->feed(rec.step, tensors, rec.lr);
+    }
+  }
   const auto t2 = rt::now();
   // The pass's tail after its last report (in real time, the workload's return) is the last segment's.
   if (options_.step_trace && !compute_error) options_.step_trace->extendLastCompute(rec.step, t2);
   if (compute_error) groups_->failFrom(compute_error, "forwardBackward failed at step " + std::to_string(rec.step));
   groups_->throwIfFailed();
-  handed_step_ = rec.step;
+  // A local step that does not average feeds nothing: the waits stay on the last step that did.
+  if (!rec.local || rec.averaged) handed_step_ = rec.step;
   ++next_step_;
   // The last step has no next forward to overlap with: wait for its updates so the replica is final.
   double drain_wait = 0;
@@ -356,9 +412,9 @@ StepRecord SyncTrainer::step() {
 
   rec.overlapped_tensors = groups_->overlapped();
   rec.gate_wait_s = gate_wait_s_;
-  rec.times.compute_s = seconds(t1, t2) - gate_wait_s_;
-  last_raw_compute_s_ = seconds(t1_work, t2) - gate_wait_s_;
-  rec.times.exposed_comm_s = full_wait + gate_wait_s_ + drain_wait;
+  rec.times.compute_s = seconds(t1, t2) - gate_wait_s_ - local_wait;
+  last_raw_compute_s_ = seconds(t1_work, t2) - gate_wait_s_ - local_wait;
+  rec.times.exposed_comm_s = full_wait + gate_wait_s_ + local_wait + drain_wait;
   rec.times.step_s = seconds(t0, t3);
   if (options_.step_trace) options_.step_trace->endStep(rec.step, rec.times.step_s);
 

@@ -83,6 +83,24 @@
 // parameters. Across schedulers the averaged gradient is the same math; it is bit-identical when the summation order
 // does not depend on message boundaries (engine.h: ALLGATHER, 1-2 ranks, recursive-doubling allreduce).
 //
+// Local SGD (SyncTrainerOptions::local_sgd; Stich 2019, Lin et al. ICLR 2020 "post-local SGD"). Steps before
+// start_step are the gradient steps above. From start_step on a step is local or averaging:
+//   - a local step runs forward and backward, then waits for any update still in flight (the gates have usually seen
+//     them all) and applies the rank's own gradient with its own optimizer state (momentum stays per rank, as with
+//     torch's PostLocalSGDOptimizer), clipped by its own norm when clip_grad_norm is set. Nothing is sent.
+//   - an averaging step does the same local update, then writes into each gradient what the replica moved since the
+//     anchor (the parameters every rank shared after the last averaging): delta = anchor - value. It feeds every
+//     tensor, last layer first as backward would, to the group scheduler, which runs the deltas through the scheduler,
+//     the pipelines (compressor, error feedback) and the collectives like gradients; on the communication thread each
+//     averaged delta gives value = anchor - mean(delta), the new anchor. With a lossy compressor and error feedback
+//     this is Qsparse-local-SGD (Basu et al. 2019); the residual is in parameter units, which is why a phase of
+//     gradient steps before (start_step > 0) does not combine with a stateful codec (the config refuses it).
+// A step averages when (step + 1 - start_step) is a multiple of period, at the last step, and after the steps that
+// end at averaging_points (the runner's evaluation points, where it compares the replicas). The next step's forward
+// waits at the layer gates for the averaging, as for a gradient step's update, so its communication overlaps that
+// forward only. The local update and the deltas are the worker's compute (compute_s); the averaged update is the
+// communication thread's. Host workloads, dense tensors, no step trace.
+//
 // Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
 // plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication
 // thread stops running groups, and step() / drain() / a waiting layer gate rethrow the first error -- also a step()
@@ -109,6 +127,18 @@
 #include "core/train/workload.h"
 
 namespace terse::train {
+
+// Local SGD's schedule (the top of this file, "Local SGD").
+struct LocalSgdOptions {
+  // Steps between two averagings (>= 1); 0 = off: every step allreduces its gradients.
+  int64_t period = 0;
+  // Gradient steps before the first local step (>= 0).
+  int64_t start_step = 0;
+  // Also average after every `every_steps` steps done (0: none) and, per_epoch, after the last step of each epoch: the
+  // points where the runner evaluates and checks that the replicas agree.
+  int64_t every_steps = 0;
+  bool per_epoch = false;
+};
 
 struct SyncTrainerOptions {
   int64_t batch_size = 32;  // examples per worker per step
@@ -153,6 +183,9 @@ struct SyncTrainerOptions {
   // communication thread goes on negotiating, admitting and handing out the next group the credit allows (see "Groups
   // in flight" above). Host communicators only (NCCL runs one collective at a time on its stream).
   int max_groups_in_flight = 1;
+  // Periodic model averaging instead of a gradient exchange every step (off by default). Host workloads, dense
+  // tensors, no step trace.
+  LocalSgdOptions local_sgd;
 };
 
 // Before step `step`'s compute, shared by the sync and async trainers: the straggler's delay, slowdown x the step's
@@ -181,6 +214,9 @@ struct StepRecord {
   StepTimes times;
   // Tensors whose communication started before forwardBackward returned: the overlap that happened.
   int overlapped_tensors = 0;
+  // Local SGD: the step applied this rank's own gradient (local or averaging), and whether it fed the deltas.
+  bool local = false;
+  bool averaged = false;
   // Of times.exposed_comm_s: the part spent in forward waiting for a layer's update.
   double gate_wait_s = 0;
 };
@@ -213,6 +249,9 @@ class SyncTrainer {
 
   int64_t stepsPerEpoch() const noexcept { return steps_per_epoch_; }
   int64_t totalSteps() const noexcept { return steps_per_epoch_ * options_.epochs; }
+  // Local SGD: whether step `step` (0-based) applies its own gradient, and whether it averages the models after.
+  bool localStep(int64_t step) const noexcept;
+  bool averagingStep(int64_t step) const noexcept;
   int64_t nextStep() const noexcept { return next_step_; }
   bool finished() const noexcept { return next_step_ >= totalSteps(); }
   const SyncTrainerOptions& options() const noexcept { return options_; }
@@ -249,6 +288,9 @@ class SyncTrainer {
   void gate(int layer);
   // The FLOP model's forward charges up to `layer` (rt::charge), each a compute segment of the step trace.
   void chargeForwardUpTo(int layer);
+  // Local SGD, worker thread, after forwardBackward: waits for the updates in flight (returns the seconds waited),
+  // applies the rank's own gradient and, averaging, feeds the deltas.
+  double localUpdate(const StepRecord& rec);
   // Gradient accumulation: `weight` x this micro-batch's gradients into accumulated_; the last one writes the sum back.
   void accumulate(std::span<const std::size_t> tensors, float weight, bool first, bool last);
 

@@ -488,6 +488,18 @@ constexpr Field kMomentumCorrection[] = {
     {.name = "nesterov", .def = value("false"), .doc = "DGC Nesterov variant."},
 };
 
+constexpr Field kLocalSgd[] = {
+    {.name = "period",
+     .def = value("0"),
+     .rule = between(0, limits::kLocalSgdPeriod),
+     .doc = "Steps between two model averagings (each worker steps on its own gradients between them); 0 = off: "
+            "gradients allreduced every step. Also averaged at every evaluation point."},
+    {.name = "start_step",
+     .def = value("0"),
+     .rule = between(0, limits::kLocalSgdStartStep),
+     .doc = "Steps of synchronous SGD before the local steps begin (post-local SGD's warm-up)."},
+};
+
 constexpr Field kScheduler[] = {
     {.name = "name",
      .def = value("fifo"),
@@ -628,6 +640,10 @@ constexpr Section kSections[] = {
     {.path = "link.overrides[]", .fields = kLinkOverrides, .doc = "Per directed link (src -> dst)."},
     {.path = "compressor", .fields = kCompressor, .doc = "`params`: key/value strings the plugin validates."},
     {.path = "momentum_correction", .fields = kMomentumCorrection},
+    {.path = "local_sgd",
+     .fields = kLocalSgd,
+     .doc = "Mode SYNC on INPROC or TCP, terse's own workloads: periodic model averaging (local SGD) through the "
+            "compressor and scheduler."},
     {.path = "scheduler", .fields = kScheduler, .doc = "`params`: key/value strings the plugin validates."},
     {.path = "eval", .fields = kEval},
     {.path = "simulation", .fields = kSimulation, .doc = "Clock SIMULATED."},
@@ -1021,9 +1037,16 @@ bool parameterServerMode(const Experiment& e) {
   return e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP;
 }
 
+// Local SGD after a phase of gradient steps: the compressor's state would carry from gradients into parameter deltas.
+bool postLocalSgd(const Experiment& e) {
+  return e.local_sgd().period() > 0 && e.local_sgd().start_step() > 0;
+}
+
 void plugins(Checks& c, const Experiment& e, const Ctx& ctx) {
   ctx.plugin(c, "compressor", e.compressor(),
-             parameterServerMode(e) ? table::PluginRole::kParameterServerCompressor : table::PluginRole::kCompressor,
+             parameterServerMode(e) ? table::PluginRole::kParameterServerCompressor
+             : postLocalSgd(e)      ? table::PluginRole::kStatelessCompressor
+                                    : table::PluginRole::kCompressor,
              ctx.plugin_state);
   ctx.plugin(c, "scheduler", e.scheduler(), table::PluginRole::kScheduler, ctx.plugin_state);
   if (e.parameter_server().pull_compressor().name() != "none")
@@ -1054,6 +1077,43 @@ void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
     c.fail("parameter_server.pull_compressor.name")
         << " " << quoted(name)
         << " with sparse_gradients: row-sparse tensors travel as rows, outside every compressor; leave one unset";
+}
+
+// Local SGD averages the models through the sync trainer's pipelines (sync_trainer.h, "Local SGD"): host memory,
+// terse's own workloads, one exchange per averaging.
+void localSgd(Checks& c, const Experiment& e, const Ctx&) {
+  const LocalSgd& l = e.local_sgd();
+  if (l.period() == 0) {
+    if (l.start_step() > 0)
+      c.fail("local_sgd.start_step") << " " << l.start_step()
+                                     << " with period 0: local SGD is off; set local_sgd.period or leave start_step 0";
+    return;
+  }
+  const std::string what = "local_sgd.period " + std::to_string(l.period());
+  if (e.mode() != Experiment::SYNC)
+    c.fail("local_sgd.period") << " " << l.period() << " in mode " << Experiment::Mode_Name(e.mode())
+                               << ": local SGD averages synchronous replicas (mode SYNC)";
+  if (e.transport() == Experiment::NCCL)
+    c.fail("local_sgd.period") << " " << l.period()
+                               << " on transport NCCL: the local steps run on the host; use INPROC or TCP";
+  if (isPyTorch(e))
+    c.fail("local_sgd.period") << " " << l.period()
+                               << " with workload pytorch: DDP allreduces every step (torch's own PostLocalSGD is for "
+                                  "that); local SGD runs terse's own workloads";
+  if (e.sparse_gradients())
+    c.fail("sparse_gradients") << " with " << what
+                               << ": row-sparse tensors are applied as their rows arrive; leave one unset";
+  if (e.step_trace())
+    c.fail("step_trace") << " with " << what
+                         << ": a step trace's replay models one gradient exchange per step; leave one unset";
+  if (l.start_step() > 0 && e.error_feedback())
+    c.fail("error_feedback") << " with local_sgd.start_step " << l.start_step()
+                             << ": the residual of the gradient steps would be added to the parameter deltas the "
+                                "local phase averages; use start_step 0 (Qsparse-local-SGD) or no error feedback";
+  if (l.start_step() > 0 && e.momentum_correction().factor() > 0)
+    c.fail("momentum_correction.factor") << " with local_sgd.start_step " << l.start_step()
+                                         << ": its momentum of gradients would be added to parameter deltas; use "
+                                            "start_step 0 or no momentum correction";
 }
 
 void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
@@ -1198,6 +1258,13 @@ constexpr CrossRule kRules[] = {
      "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients; params "
      "for none",
      &pullCompressor},
+    {"local-sgd",
+     "local_sgd.period, start_step, mode, transport, workload.name, sparse_gradients, step_trace, error_feedback, "
+     "momentum_correction.factor",
+     "local SGD outside mode SYNC, on NCCL, for workload pytorch, with sparse_gradients or step_trace; start_step "
+     "without a period; start_step > 0 with error feedback, momentum correction or a stateful compressor (rule "
+     "`plugins`)",
+     &localSgd},
     {"momentum-correction", "momentum_correction.factor, optimizer.momentum, optimizer.kind",
      "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",
      &momentumCorrection},

@@ -55,6 +55,11 @@ void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, con
         const auto instance = plugin->instantiate(pluginParams(spec));
         if (role == table::PluginRole::kParameterServerCompressor)
           checkParameterServerCaps(c, what, spec, instance->caps(DType::kF32));
+        if (role == table::PluginRole::kStatelessCompressor && instance->caps(DType::kF32).stateful)
+          c.fail(what + ".name") << ": " << quoted(spec.name())
+                                 << " keeps state from step to step, which local_sgd.start_step > 0 would carry from "
+                                    "the gradient steps into the averaged parameter deltas; use start_step 0 or a "
+                                    "stateless compressor";
       } catch (const Error& e) {
         c.fail(params_path) << ": " << untagged(e);
       }

@@ -83,6 +83,11 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   o.warmup_epochs = opt.warmup_epochs();
   o.sgd.adagrad = e.workload().name() == "glove" && e.workload().glove().optimizer() == experiments::Glove::ADAGRAD;
   o.sparse_rows = e.sparse_gradients();
+  // The evaluation points (SyncRankDriver::isEvalPoint) average too: the driver checks there that the replicas agree.
+  o.local_sgd = {.period = e.local_sgd().period(),
+                 .start_step = e.local_sgd().start_step(),
+                 .every_steps = e.eval().every_steps(),
+                 .per_epoch = e.eval().per_epoch()};
   return o;
 }
 

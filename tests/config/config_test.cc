@@ -852,6 +852,43 @@ TEST_F(ConfigTest, PullCompressorAndParameterServerCompressors) {
   load("study: \"s\"\nworkload { name: \"mlp\" }\ncompressor { name: \"signsgd\" }\nmode: SYNC\n");
 }
 
+// Local SGD: mode SYNC on a host transport, terse's own workloads; a warm-up of gradient steps only with stateless
+// codecs.
+TEST_F(ConfigTest, LocalSgdRules) {
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
+  const auto ok = load(kMinimal + "local_sgd { period: 8 start_step: 100 }\n");
+  EXPECT_EQ(ok.experiments.at(0).local_sgd().period(), 8);
+  EXPECT_EQ(ok.experiments.at(0).local_sgd().start_step(), 100);
+  EXPECT_EQ(load(kMinimal).experiments.at(0).local_sgd().period(), 0);
+  // Qsparse-local-SGD: a lossy compressor with error feedback from the first step.
+  load(kMinimal.substr(0, kMinimal.find("compressor")) +
+       "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } }\nerror_feedback: true\n"
+       "local_sgd { period: 4 }\n");
+
+  auto expectOne = [&](const std::string& text, const std::string& want) {
+    const auto errors = errorsOf(text);
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_NE(errors[0].find(want), std::string::npos) << errors[0];
+  };
+  // Line 7 is the first line after kMinimal.
+  expectOne(kMinimal + "local_sgd { period: 4 }\nmode: ASYNC\n",
+            "t.textproto:7:13: local_sgd.period 4 in mode ASYNC: local SGD averages synchronous replicas (mode SYNC)");
+  expectOne(kMinimal + "local_sgd { period: -1 }\n", "local_sgd.period");
+  expectOne(kMinimal + "local_sgd { start_step: 5 }\n",
+            "local_sgd.start_step 5 with period 0: local SGD is off; set local_sgd.period or leave start_step 0");
+  expectOne(kMinimal + "local_sgd { period: 4 }\nstep_trace: true\n",
+            "step_trace with local_sgd.period 4: a step trace's replay models one gradient exchange per step");
+  expectOne(kMinimal + "local_sgd { period: 4 start_step: 10 }\nerror_feedback: true\n",
+            "error_feedback with local_sgd.start_step 10: the residual of the gradient steps would be added to the "
+            "parameter deltas");
+  expectOne(kMinimal.substr(0, kMinimal.find("compressor")) +
+                "compressor { name: \"powersgd\" }\nlocal_sgd { period: 4 start_step: 10 }\n",
+            "compressor.name: 'powersgd' keeps state from step to step, which local_sgd.start_step > 0 would carry");
+  // The same compressor from the first step is Qsparse-local-SGD's setting: its state only ever sees deltas.
+  load(kMinimal.substr(0, kMinimal.find("compressor")) +
+       "compressor { name: \"powersgd\" }\nlocal_sgd { period: 4 }\n");
+}
+
 // Transport NCCL: offered only by builds with CUDA and NCCL, and then only for what runs on a GPU.
 TEST_F(ConfigTest, NcclTransport) {
   // A runner without NCCL (this test's options, as in a build without CUDA) says why.

@@ -284,6 +284,25 @@ case $CASE in
     expect_in wrong.log "the config has workers = 3 but this job has 2 rank"
     expect_in wrong.log "from TERSE_WORLD_SIZE, which terse launch sets"
     ;;
+  local_sgd_matches_inproc)
+    # Local SGD over TCP (the averagings through the same collectives, the local steps in each process) trains what
+    # the in-process run trains, with a third of the gradient exchanges' bytes.
+    write_study inproc.textproto INPROC 3 2 5 'local_sgd { period: 3 }'
+    write_study tcp.textproto TCP 3 2 5 'local_sgd { period: 3 }'
+    write_study every.textproto INPROC 3
+    timeout 60 "$TERSE" run inproc.textproto --out in --plugin-path "$PLUGINS" >inproc.log 2>&1 ||
+      fail "inproc run failed"
+    timeout 60 "$TERSE" launch -n 3 -- "$TERSE" run tcp.textproto --out tcp --plugin-path "$PLUGINS" >tcp.log 2>&1 ||
+      fail "tcp run of 3 ranks failed"
+    compare_runs in tcp
+    timeout 60 "$TERSE" run every.textproto --variant dense --out every --plugin-path "$PLUGINS" >every.log 2>&1 ||
+      fail "the run without local SGD failed"
+    local_bytes=$(field in/e2e/dense/metrics.jsonl payload_bytes_per_worker)
+    every_bytes=$(field every/e2e/dense/metrics.jsonl payload_bytes_per_worker)
+    # 20 steps: averagings after steps 3, 5 (evaluation), 6, 9, 10 (both), 12, 15 (both), 18, 20: 9 exchanges, not 20.
+    ((local_bytes * 20 == every_bytes * 9)) || fail "local SGD sent $local_bytes payload bytes, every step $every_bytes"
+    expect_in tcp/e2e/dense/config.textproto "^  period: 3$"
+    ;;
   set_override)
     # `terse run --set` under `terse launch`: each rank loads the study itself from the same command line, so every
     # rank applies the same overrides. A 3-worker study with --set workers=2 runs as a 2-rank job (a rank without the

@@ -1,0 +1,372 @@
+// Local SGD in the synchronous trainer (sync_trainer.h, "Local SGD"): periodic model averaging against a closed form
+// and against a hand-run of the algorithm, the schedule of averagings, what travels, lossy averaging with error
+// feedback, odd and empty tensors, a rank that fails between two averagings, and the refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm/host_communicator.h"
+#include "core/comm/inproc_transport.h"
+#include "core/compress/make_codec.h"
+#include "core/plugin/loader.h"
+#include "core/train/sync_trainer.h"
+#include "experiments/workloads/workloads.h"
+
+namespace terse::train::local_sgd_test {
+
+PluginLoader loader() {
+  return PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+}
+
+PipelineFactory pipelinesOf(comm::Communicator& comm, std::shared_ptr<const Compressor> compressor,
+                            const CodecOptions& codec = {}) {
+  return [&comm, compressor, codec](const TensorInfo& info) {
+    return std::make_unique<CompressionPipeline>(makeCodec(compressor, info, 7, codec), comm);
+  };
+}
+
+std::unique_ptr<Scheduler> fifo() {
+  return loader().loadScheduler("fifo")->instantiate({});
+}
+
+// Rank r minimizes 0.5 ||x - c_r||^2 with c_r[i] = r + 0.25 i + t (t the tensor; r = 0 for every rank when `shared`):
+// its gradient is x - c_r whatever the batch, so plain SGD's local steps have a closed form. Tensors of 37 x 3, 1 and
+// 5 elements in three layers (odd sizes, one of a single element); the forward waits at every layer's gate.
+// Rank `fail_rank` throws from its forwardBackward at step `fail_step`.
+class Quadratic : public Workload {
+ public:
+  explicit Quadratic(int rank, int fail_rank = -1, int64_t fail_step = -1, bool shared = false)
+      : rank_(shared ? 0 : rank), fail_(rank == fail_rank ? fail_step : -1) {
+    addParam("a", {37, 3}, 0);
+    addParam("one", {1}, 1);
+    addParam("b", {5}, 2);
+    for (auto& p : params())
+      for (std::size_t i = 0; i < p.numel(); ++i) p.value[i] = 1.0f - 0.5f * static_cast<float>(i % 4);
+  }
+  std::string_view name() const override { return "quadratic"; }
+  bool gatesLayers() const override { return true; }
+  int64_t numTrainExamples() const override { return 96; }
+  float target(std::size_t tensor, std::size_t i) const {
+    return static_cast<float>(rank_) + 0.25f * static_cast<float>(i) + static_cast<float>(tensor);
+  }
+  double forwardBackward(std::span<const int64_t>, const LayerReadyFn& ready) override {
+    if (steps_++ == fail_) throw std::runtime_error("rank " + std::to_string(rank_) + " lost its device");
+    for (int l = 0; l < numLayers(); ++l) awaitLayer(l);
+    double loss = 0;
+    for (int l = numLayers() - 1; l >= 0; --l) {
+      for (std::size_t t : layerTensors(l)) {
+        ParamTensor& p = params()[t];
+        for (std::size_t i = 0; i < p.numel(); ++i) {
+          p.grad[i] = p.value[i] - target(t, i);
+          loss += 0.5 * static_cast<double>(p.grad[i]) * p.grad[i];
+        }
+      }
+      reportLayer(ready, l);
+    }
+    return loss;
+  }
+  EvalResult evaluate(int64_t) override { return {}; }
+
+ private:
+  int rank_;
+  int64_t fail_;
+  int64_t steps_ = 0;
+};
+
+struct Spec {
+  int world = 3;
+  std::string compressor = "none";
+  Params params;
+  CodecOptions codec;
+  SyncTrainerOptions options;
+  bool quadratic = true;  // else linear regression (its gradients depend on the batch)
+  bool shared_target = false;
+  int fail_rank = -1;
+  int64_t fail_step = -1;
+};
+
+struct RankOut {
+  std::vector<std::vector<float>> values;
+  std::vector<StepRecord> records;
+  std::vector<uint64_t> checksums;  // after every step, its communication drained
+  uint64_t allreduces = 0;
+  uint64_t payload_bytes = 0;
+  std::string error;
+};
+
+std::unique_ptr<Workload> linearRegression() {
+  workloads::WorkloadOptions o;
+  o.seed = 3;
+  o.dims = 8;
+  o.num_train = 600;
+  o.num_test = 100;
+  return workloads::makeWorkload("linear_regression", o, nullptr);
+}
+
+std::vector<RankOut> run(const Spec& spec) {
+  auto plugin = loader().loadCompressor(spec.compressor);
+  auto transports = comm::makeInprocTransports(spec.world);
+  std::vector<RankOut> out(static_cast<std::size_t>(spec.world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < spec.world; ++r) {
+    threads.emplace_back([&, r] {
+      RankOut& o = out[static_cast<std::size_t>(r)];
+      try {
+        comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
+        std::unique_ptr<Workload> w =
+            spec.quadratic ? std::make_unique<Quadratic>(r, spec.fail_rank, spec.fail_step, spec.shared_target)
+                           : linearRegression();
+        SyncTrainer trainer(*w, comm, pipelinesOf(comm, plugin->instantiate(spec.params), spec.codec), spec.options,
+                            fifo());
+        while (!trainer.finished()) {
+          o.records.push_back(trainer.step());
+          o.checksums.push_back(trainer.checksum());
+        }
+        for (const auto& p : w->params()) o.values.push_back(p.value);
+        o.allreduces = comm.stats().kind(comm::OpKind::kAllreduce).ops;
+        o.payload_bytes = trainer.payloadBytes();
+      } catch (const std::exception& e) {
+        o.error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+SyncTrainerOptions plainSgd(int64_t period, int64_t start_step = 0) {
+  SyncTrainerOptions o;
+  o.batch_size = 8;
+  o.epochs = 1;  // 96 / 3 = 32 examples per rank: 4 steps an epoch
+  o.lr.lr = 0.125;
+  o.local_sgd.period = period;
+  o.local_sgd.start_step = start_step;
+  return o;
+}
+
+// Plain SGD on rank r's quadratic moves x to c_r + (1 - lr)^k (x - c_r) in k steps, and the average of the ranks' to
+// mean(c) + (1 - lr)^k (x - mean(c)): each averaging contracts towards the ranks' mean target by (1 - lr)^k.
+TEST(LocalSgd, AveragingsFollowTheClosedFormOfLocalStepsOnQuadratics) {
+  Spec spec;
+  spec.options = plainSgd(3);
+  spec.options.epochs = 2;  // 8 steps: averagings after steps 3, 6 and 8 (the last): 3, 3 and 2 local steps
+  const auto out = run(spec);
+  for (const auto& o : out) ASSERT_EQ(o.error, "");
+  const Quadratic probe(0);
+  const double lr = spec.options.lr.lr;
+  for (std::size_t t = 0; t < out[0].values.size(); ++t) {
+    for (std::size_t i = 0; i < out[0].values[t].size(); ++i) {
+      double mean_c = 0;
+      for (int r = 0; r < spec.world; ++r) mean_c += Quadratic(r).target(t, i);
+      mean_c /= spec.world;
+      double x = probe.params()[t].value[i];
+      for (int k : {3, 3, 2}) x = mean_c + std::pow(1 - lr, k) * (x - mean_c);
+      for (const auto& o : out) EXPECT_NEAR(o.values[t][i], x, 1e-5) << "tensor " << t << " [" << i << "]";
+    }
+  }
+  // One allreduce per tensor per averaging (fifo: a group per tensor), nothing between.
+  for (const auto& o : out) EXPECT_EQ(o.allreduces, 3u * 3u);
+}
+
+TEST(LocalSgd, ReplicasDifferBetweenAveragingsAndAgreeAfterEach) {
+  Spec spec;
+  spec.options = plainSgd(4, 2);
+  spec.options.epochs = 3;  // 12 steps: gradient steps 0-1, averagings after 6, 10 and 12
+  const auto out = run(spec);
+  for (const auto& o : out) ASSERT_EQ(o.error, "");
+  ASSERT_EQ(out[0].records.size(), 12u);
+  std::vector<int64_t> averaged;
+  for (std::size_t s = 0; s < 12; ++s) {
+    const StepRecord& rec = out[0].records[s];
+    EXPECT_EQ(rec.local, s >= 2) << "step " << s;
+    if (rec.averaged) averaged.push_back(rec.step);
+    bool agree = true;
+    for (const auto& o : out) agree = agree && o.checksums[s] == out[0].checksums[s];
+    EXPECT_EQ(agree, !rec.local || rec.averaged) << "step " << s << ": replicas agree only after an exchange";
+  }
+  EXPECT_EQ(averaged, (std::vector<int64_t>{5, 9, 11}));
+  // Two gradient steps and three averagings, three tensors each.
+  for (const auto& o : out) EXPECT_EQ(o.allreduces, 5u * 3u);
+}
+
+TEST(LocalSgd, EvaluationPointsAverageToo) {
+  Spec spec;
+  spec.options = plainSgd(100);
+  spec.options.epochs = 3;
+  spec.options.local_sgd.every_steps = 5;
+  spec.options.local_sgd.per_epoch = true;
+  const auto out = run(spec);
+  ASSERT_EQ(out[0].error, "");
+  std::vector<int64_t> averaged;
+  for (const auto& rec : out[0].records)
+    if (rec.averaged) averaged.push_back(rec.step + 1);
+  // Steps done 4, 8, 12 (epochs), 5, 10 (every_steps); 12 is also the last.
+  EXPECT_EQ(averaged, (std::vector<int64_t>{4, 5, 8, 10, 12}));
+}
+
+// Period 1 without momentum or weight decay: each rank's step and then the average of the models is the step of the
+// averaged gradient, to f32 rounding, on batches that differ by rank.
+TEST(LocalSgd, PeriodOneWithPlainSgdIsSynchronousSgd) {
+  Spec local;
+  local.quadratic = false;
+  local.options = plainSgd(1);
+  local.options.batch_size = 16;
+  local.options.lr.lr = 0.02;
+  local.options.epochs = 2;
+  Spec sync = local;
+  sync.options.local_sgd.period = 0;
+  const auto a = run(local);
+  const auto b = run(sync);
+  ASSERT_EQ(a[0].error, "");
+  ASSERT_EQ(b[0].error, "");
+  ASSERT_EQ(a[0].values.size(), b[0].values.size());
+  double moved = 0;
+  for (std::size_t t = 0; t < a[0].values.size(); ++t) {
+    for (std::size_t i = 0; i < a[0].values[t].size(); ++i) {
+      EXPECT_NEAR(a[0].values[t][i], b[0].values[t][i], 1e-5 * (1 + std::abs(b[0].values[t][i])));
+      moved = std::max(moved, static_cast<double>(std::abs(b[0].values[t][i])));
+    }
+  }
+  EXPECT_GT(moved, 0.05) << "training moved nothing: the comparison would hold trivially";
+  EXPECT_EQ(a[0].allreduces, b[0].allreduces);
+}
+
+// The algorithm by hand: every rank's own momentum SGD on its own batches (ShardSampler's), models averaged as
+// anchor - mean(anchor - x_r) after steps 2, 5, 8, ... and at the end; gradient steps (the mean gradient) before
+// start_step.
+TEST(LocalSgd, MomentumLocalStepsMatchAHandRunOfTheAlgorithm) {
+  constexpr int kWorld = 3;
+  Spec spec;
+  spec.world = kWorld;
+  spec.quadratic = false;
+  spec.options = plainSgd(3, 2);
+  spec.options.batch_size = 16;
+  spec.options.epochs = 2;
+  spec.options.lr.lr = 0.02;
+  spec.options.sgd.momentum = 0.9;
+  spec.options.sgd.weight_decay = 1e-4;
+  const auto out = run(spec);
+  for (const auto& o : out) ASSERT_EQ(o.error, "");
+
+  std::vector<std::unique_ptr<Workload>> w;
+  std::vector<ShardSampler> samplers;
+  std::vector<SgdOptimizer> opts;
+  for (int r = 0; r < kWorld; ++r) {
+    w.push_back(linearRegression());
+    samplers.emplace_back(w[0]->numTrainExamples(), r, kWorld, spec.options.seed);
+    opts.emplace_back(w.back()->params(), spec.options.sgd);
+  }
+  const int64_t per_epoch = samplers[0].batchesPerEpoch(spec.options.batch_size);
+  const int64_t total = per_epoch * spec.options.epochs;
+  ASSERT_EQ(static_cast<std::size_t>(total), out[0].records.size());
+  std::vector<std::vector<float>> anchor;
+  for (int64_t step = 0; step < total; ++step) {
+    for (int r = 0; r < kWorld; ++r) {
+      const auto batch = samplers[static_cast<std::size_t>(r)]
+                             .epochBatches(step / per_epoch, spec.options.batch_size)
+                             .at(static_cast<std::size_t>(step % per_epoch));
+      w[static_cast<std::size_t>(r)]->forwardBackward(batch, {});
+    }
+    const auto params = [&](int r) { return w[static_cast<std::size_t>(r)]->params(); };
+    const std::size_t tensors = params(0).size();
+    if (step < 2) {
+      for (std::size_t t = 0; t < tensors; ++t) {
+        for (std::size_t i = 0; i < params(0)[t].numel(); ++i) {
+          float sum = 0;
+          for (int r = 0; r < kWorld; ++r) sum += params(r)[t].grad[i];
+          for (int r = 0; r < kWorld; ++r) params(r)[t].grad[i] = sum / kWorld;
+        }
+      }
+    }
+    if (step == 2)
+      for (const auto& p : params(0)) anchor.push_back(p.value);
+    for (int r = 0; r < kWorld; ++r) opts[static_cast<std::size_t>(r)].updateAll(params(r), spec.options.lr.lr);
+    if (step >= 2 && ((step + 1 - 2) % 3 == 0 || step + 1 == total)) {
+      for (std::size_t t = 0; t < tensors; ++t) {
+        for (std::size_t i = 0; i < params(0)[t].numel(); ++i) {
+          float sum = 0;
+          for (int r = 0; r < kWorld; ++r) sum += anchor[t][i] - params(r)[t].value[i];
+          anchor[t][i] -= sum / kWorld;
+          for (int r = 0; r < kWorld; ++r) params(r)[t].value[i] = anchor[t][i];
+        }
+      }
+    }
+  }
+  for (std::size_t t = 0; t < anchor.size(); ++t) {
+    for (std::size_t i = 0; i < anchor[t].size(); ++i) {
+      for (const auto& o : out) EXPECT_NEAR(o.values[t][i], anchor[t][i], 1e-5 * (1 + std::abs(anchor[t][i])));
+    }
+  }
+  // Local steps of different data moved the replicas apart before an averaging.
+  EXPECT_NE(out[0].checksums[2], out[1].checksums[2]);
+}
+
+// Top-k 10% of the deltas with error feedback (Qsparse-local-SGD): the replicas agree after each averaging, the
+// averaging sends a tenth of the values (plus indices), and the ranks still reach their common target. A small step:
+// a coordinate top-k leaves out for n averagings goes out with n deltas' worth of residual, which overshoots the
+// target once n x (1 - (1 - lr)^period) > 1 (the convergence condition of Basu et al. ties lr to the ratio).
+TEST(LocalSgd, LossyAveragingWithErrorFeedbackStillReachesTheTarget) {
+  Spec exact;
+  exact.shared_target = true;
+  exact.options = plainSgd(2);
+  exact.options.lr.lr = 0.03;
+  exact.options.epochs = 100;  // 400 steps, 200 averagings
+  Spec lossy = exact;
+  lossy.compressor = "topk";
+  lossy.params = {{"ratio", "0.1"}};
+  lossy.codec.error_feedback = true;
+  const auto a = run(exact);
+  const auto b = run(lossy);
+  for (const auto* out : {&a, &b})
+    for (const auto& o : *out) ASSERT_EQ(o.error, "");
+  for (const auto& o : b) EXPECT_EQ(o.values, b[0].values);
+  EXPECT_LT(b[0].payload_bytes * 2, a[0].payload_bytes) << b[0].payload_bytes << " vs " << a[0].payload_bytes;
+  double worst = 0;
+  for (std::size_t t = 0; t < b[0].values.size(); ++t) {
+    for (std::size_t i = 0; i < b[0].values[t].size(); ++i) {
+      const double c = Quadratic(0).target(t, i);
+      EXPECT_NEAR(a[0].values[t][i], c, 1e-3);
+      worst = std::max(worst, std::abs(b[0].values[t][i] - c));
+    }
+  }
+  EXPECT_LT(worst, 1e-3) << "top-k averaging stalled: worst " << worst;
+}
+
+TEST(LocalSgd, ARankFailingBetweenAveragingsFailsEveryRankWithoutHanging) {
+  Spec spec;
+  spec.options = plainSgd(4);
+  spec.options.epochs = 3;
+  spec.fail_rank = 1;
+  spec.fail_step = 5;  // a local step; ranks 0 and 2 go on to the averaging after step 7 and wait there
+  const auto out = run(spec);
+  EXPECT_NE(out[1].error.find("rank 1 lost its device"), std::string::npos) << out[1].error;
+  for (int r : {0, 2}) EXPECT_NE(out[static_cast<std::size_t>(r)].error, "") << "rank " << r << " finished";
+}
+
+TEST(LocalSgd, RefusesNegativeSchedulesAndAStepTrace) {
+  auto transports = comm::makeInprocTransports(1);
+  comm::HostCommunicator comm(std::move(transports[0]));
+  auto plugin = loader().loadCompressor("none");
+  Quadratic w(0);
+  auto refused = [&](const SyncTrainerOptions& o, const std::string& what) {
+    try {
+      SyncTrainer t(w, comm, pipelinesOf(comm, plugin->instantiate({})), o, fifo());
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(plainSgd(-1), "local SGD: period (-1), start_step (0) and every_steps (0) must be >= 0");
+  refused(plainSgd(2, -3), "start_step (-3)");
+  StepTraceRecorder recorder(TraceHeader{}, rt::Clock::now());
+  SyncTrainerOptions traced = plainSgd(2);
+  traced.step_trace = &recorder;
+  refused(traced, "workload 'quadratic' records a step trace");
+}
+
+}  // namespace terse::train::local_sgd_test
