@@ -101,8 +101,11 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
   prov.world_size = world;
   prov.mode = "sync";
   if (aggregator_ != nullptr) {
-    prov.plugins.push_back({aggregator_->plugin().info(), aggregator_->caps(), aggregator_->options().params,
-                            aggregator_->resolvedParams()});
+    prov.plugins.push_back({aggregator_->plugin().info(),
+                            aggregator_->caps(),
+                            aggregator_->options().params,
+                            aggregator_->resolvedParams(),
+                            {}});
     // Granularity changes what the compressor sees (each parameter, or DDP's flat bucket), so it changes the results;
     // the experiment schema has no field for it, since a native run always compresses per tensor.
     prov.hook.emplace_back("granularity",

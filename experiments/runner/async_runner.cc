@@ -279,7 +279,8 @@ struct ParamServerJob {
             std::shared_ptr<Compressor> instance = plugin->instantiate(params);
             std::shared_ptr<Compressor> pull = pull_plugin ? pull_plugin->instantiate(pull_params) : nullptr;
             if (r == 0) {
-              prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
+              prov.plugins.push_back(
+                  {plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams(), {}});
               if (pull)
                 prov.plugins.push_back({pull_plugin->info(), pull->caps(DType::kF32), pull_params,
                                         pull->resolvedParams(), "pull_compressor"});

@@ -223,7 +223,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     auto trainer = detail::makeSyncTrainer(e, *model, *comm, instance, *sched_plugin, topts);
     if (writer) {
       results::Provenance prov = jobProvenance(e, joined, device, start_time, options_.terse_version, to);
-      prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
+      prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams(), {}});
       prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
       writer->writeProvenance(prov);
     }

@@ -86,7 +86,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       prov.link.emplace_back("job", joined.source + ", " + std::to_string(world) + " processes (" + std::to_string(S) +
                                         " shards), store " + joined.master_addr + ":" +
                                         std::to_string(joined.master_port));
-      prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams()});
+      prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams(), {}});
       if (pull)
         prov.plugins.push_back(
             {pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams(), "pull_compressor"});

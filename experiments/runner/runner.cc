@@ -197,7 +197,7 @@ bool isCommError(const std::exception_ptr& e) {
 }
 
 results::PluginRecord schedulerRecord(const SchedulerPlugin& plugin, const Params& params) {
-  return {plugin.info(), std::nullopt, params, plugin.instantiate(params)->resolvedParams()};
+  return {plugin.info(), std::nullopt, params, plugin.instantiate(params)->resolvedParams(), {}};
 }
 
 results::Provenance baseProvenance(const Experiment& e, std::string_view transport, int world,
@@ -598,7 +598,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
       });
   results::Provenance prov =
       baseProvenance(e, "inproc", world, start_time, options_.terse_version, io.emulation.enabled());
-  prov.plugins.push_back({plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams()});
+  prov.plugins.push_back(
+      {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams(), {}});
   prov.plugins.push_back(schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
   if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
   writer.writeProvenance(prov);

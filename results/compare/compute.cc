@@ -267,18 +267,18 @@ CompareRow combineSeeds(const std::vector<const RunData*>& runs, double target, 
     std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
     auto names = [&](const std::vector<std::size_t>& g) {
       const bool seeded = std::all_of(g.begin(), g.end(), [&](std::size_t i) { return runs[i]->repeat_seed; });
-      std::string out = !seeded ? "" : g.size() == 1 ? "seed " : "seeds ";
-      for (std::size_t k = 0; k < g.size(); ++k) out += (k ? ", " : "") + seedName(g[k]);
-      return out;
+      std::string text = !seeded ? "" : g.size() == 1 ? "seed " : "seeds ";
+      for (std::size_t k = 0; k < g.size(); ++k) text += (k ? ", " : "") + seedName(g[k]);
+      return text;
     };
     // path -> value ("a,b" for a list's elements); a field one side lacks is "unset" there.
     auto byPath = [](const std::vector<std::string>& lines) {
-      std::map<std::string, std::string> out;
+      std::map<std::string, std::string> values;
       for (const auto& l : lines) {
-        auto& v = out[l.substr(0, l.find('='))];
+        auto& v = values[l.substr(0, l.find('='))];
         v += (v.empty() ? "" : ",") + l.substr(l.find('=') + 1);
       }
-      return out;
+      return values;
     };
     const auto reference = byPath(runs[groups[0].front()]->setting_fields);
     for (std::size_t g = 1; g < groups.size(); ++g) {
