@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/common/device_memory.h"
+#include "core/common/error.h"
 #include "core/common/runtime.h"
 
 namespace terse::train {
@@ -27,8 +28,10 @@ ParameterUpdater::ParameterUpdater(Workload& workload, const SgdOptions& sgd, vo
 std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, std::vector<std::size_t> done) {
   const auto params = workload_.params();
   if (step == averaging_step_.load(std::memory_order_relaxed)) {
-    // Averaged deltas: every rank sets the same anchor minus the same mean, so the replicas agree bit for bit. No clip:
-    // each rank clipped its own local updates.
+    // Averaged deltas: every rank sets the same anchor minus the same step on the same mean, so the replicas agree bit
+    // for bit. No clip: each rank clipped its own local updates.
+    if (outer_momentum_ > 0 && outer_buf_.empty())
+      for (const ParamTensor& p : params) outer_buf_.emplace_back(p.numel(), 0.0f);
     for (std::size_t t : done) {
       const auto u0 = rt::now();
       {
@@ -36,10 +39,26 @@ std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, s
         std::vector<float>& anchor = anchor_[t];
         const std::vector<float>& delta = params[t].grad;
         const auto n = static_cast<double>(value.size());
-        const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = n});
-        for (std::size_t i = 0; i < value.size(); ++i) {
-          value[i] = anchor[i] - delta[i];
-          anchor[i] = value[i];
+        if (outer_momentum_ == 0 && outer_lr_ == 1) {
+          const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = n, .flops = n});
+          for (std::size_t i = 0; i < value.size(); ++i) {
+            value[i] = anchor[i] - delta[i];
+            anchor[i] = value[i];
+          }
+        } else {
+          // The outer SGD is an optimizer's pass over the tensor (momentum, step), priced as one.
+          const rt::Kernel kernel(
+              {.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
+          float* u = outer_momentum_ > 0 ? outer_buf_[t].data() : nullptr;
+          for (std::size_t i = 0; i < value.size(); ++i) {
+            float move = delta[i];
+            if (u != nullptr) {
+              u[i] = outer_momentum_ * u[i] + delta[i];
+              move = outer_nesterov_ ? delta[i] + outer_momentum_ * u[i] : u[i];
+            }
+            value[i] = anchor[i] - outer_lr_ * move;
+            anchor[i] = value[i];
+          }
         }
       }
       if (trace_) trace_->span(TraceRecorder::kCommThread, "average " + params[t].name, "update", u0, rt::now());
@@ -112,6 +131,17 @@ void ParameterUpdater::localUpdate(int64_t step, double lr) {
   }
   if (trace_)
     trace_->span(TraceRecorder::kComputeThread, "local update " + std::to_string(step), "update", u0, rt::now());
+}
+
+void ParameterUpdater::setOuterOptimizer(double lr, double momentum, bool nesterov) {
+  TERSE_CHECK(std::isfinite(lr) && lr > 0 && lr <= 100, InvalidArgument,
+              "local SGD's outer_lr must be finite and in (0, 100], got " << lr);
+  TERSE_CHECK(momentum >= 0 && momentum < 1, InvalidArgument,
+              "local SGD's outer_momentum must be in [0, 1), got " << momentum);
+  TERSE_CHECK(!nesterov || momentum > 0, InvalidArgument, "local SGD's outer_nesterov needs outer_momentum > 0");
+  outer_lr_ = static_cast<float>(lr);
+  outer_momentum_ = static_cast<float>(momentum);
+  outer_nesterov_ = nesterov;
 }
 
 void ParameterUpdater::writeDeltas(int64_t step) {

@@ -33,6 +33,10 @@ class ParameterUpdater final : public GradientSink {
   // Writes anchor - value (what this replica moved since the anchor) into every gradient and makes `step` an averaging
   // step: aggregated() then sets each tensor to anchor - its averaged delta, the new anchor.
   void writeDeltas(int64_t step);
+  // The averaging's outer SGD (before the communication thread starts): with d the averaged delta, u = momentum u + d
+  // and the new anchor is anchor - lr u (anchor - lr (d + momentum u) with nesterov). Default lr 1, momentum 0: anchor
+  // - d, bit for bit. Throws InvalidArgument outside lr in (0, 100], momentum in [0, 1), or nesterov without momentum.
+  void setOuterOptimizer(double lr, double momentum, bool nesterov);
 
  private:
   // Scales every gradient by clip / (norm + 1e-6) when that is < 1 (torch.nn.utils.clip_grad_norm_).
@@ -52,6 +56,12 @@ class ParameterUpdater final : public GradientSink {
   // reads the anchor only once their updates are applied: the group scheduler's hand-overs order the two threads.
   std::vector<std::vector<float>> anchor_;
   std::atomic<int64_t> averaging_step_{-1};
+  // The outer optimizer and its momentum buffer (per tensor, allocated at the first averaging when momentum > 0;
+  // the communication thread's alone).
+  float outer_lr_ = 1;
+  float outer_momentum_ = 0;
+  bool outer_nesterov_ = false;
+  std::vector<std::vector<float>> outer_buf_;
 };
 
 }  // namespace terse::train

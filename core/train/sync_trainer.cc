@@ -124,6 +124,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                                      << (device               ? "computes on a CUDA device"
                                          : options.step_trace ? "records a step trace"
                                                               : "has row-sparse tensors"));
+    updater_.setOuterOptimizer(local.outer_lr, local.outer_momentum, local.outer_nesterov);
     // The averaging feeds every tensor layer by layer: each must belong to one layer.
     std::size_t in_layers = 0;
     for (int l = 0; l < workload.numLayers(); ++l) in_layers += workload.layerTensors(l).size();
@@ -347,7 +348,7 @@ StepRecord SyncTrainer::step() {
               last ? std::vector<uint64_t>(tensors.begin(), tensors.end()) : std::vector<uint64_t>{});
           seg_mark_ = now;
         }
-        if (!last || rec.local) return;
+        if (!last) return;
         if (options_.trace) {
           const auto now = rt::now();
           if (gate_layer_ >= 0) {
@@ -361,7 +362,7 @@ StepRecord SyncTrainer::step() {
           }
           last_mark = now;
         }
-        groups_->feed(step_index, tensors, lr);
+        if (!rec.local) groups_->feed(step_index, tensors, lr);
       });
     }
   } catch (...) {

@@ -92,7 +92,8 @@
 //     anchor (the parameters every rank shared after the last averaging): delta = anchor - value. It feeds every
 //     tensor, last layer first as backward would, to the group scheduler, which runs the deltas through the scheduler,
 //     the pipelines (compressor, error feedback) and the collectives like gradients; on the communication thread each
-//     averaged delta gives value = anchor - mean(delta), the new anchor. With a lossy compressor and error feedback
+//     averaged delta gives value = anchor - mean(delta), the new anchor (with an outer optimizer, anchor - outer_lr x
+//     its momentum step on mean(delta): DiLoCo, SlowMo). With a lossy compressor and error feedback
 //     this is Qsparse-local-SGD (Basu et al. 2019); the residual is in parameter units, which is why a phase of
 //     gradient steps before (start_step > 0) does not combine with a stateful codec (the config refuses it).
 // A step averages when (step + 1 - start_step) is a multiple of period, at the last step, and after the steps that
@@ -138,6 +139,11 @@ struct LocalSgdOptions {
   // points where the runner evaluates and checks that the replicas agree.
   int64_t every_steps = 0;
   bool per_epoch = false;
+  // The outer optimizer of each averaging (ParameterUpdater::setOuterOptimizer): lr in (0, 100], momentum in [0, 1),
+  // nesterov only with momentum. The defaults are plain averaging.
+  double outer_lr = 1;
+  double outer_momentum = 0;
+  bool outer_nesterov = false;
 };
 
 struct SyncTrainerOptions {

@@ -498,6 +498,18 @@ constexpr Field kLocalSgd[] = {
      .def = value("0"),
      .rule = between(0, limits::kLocalSgdStartStep),
      .doc = "Steps of synchronous SGD before the local steps begin (post-local SGD's warm-up)."},
+    {.name = "outer_lr",
+     .def = value("1"),
+     .rule = free("finite, in (0, 100] (rule `local-sgd`)"),
+     .doc = "The outer optimizer's step on the averaged change (DiLoCo, SlowMo); 1 with momentum 0 = plain "
+            "averaging."},
+    {.name = "outer_momentum",
+     .def = value("0"),
+     .rule = free("in [0, 1) (rule `local-sgd`)"),
+     .doc = "The outer optimizer's momentum (SlowMo's slow momentum), kept alike on every rank."},
+    {.name = "outer_nesterov",
+     .def = value("false"),
+     .doc = "Nesterov's form of the outer momentum (DiLoCo's outer optimizer); needs outer_momentum > 0."},
 };
 
 constexpr Field kScheduler[] = {
@@ -1037,17 +1049,17 @@ bool parameterServerMode(const Experiment& e) {
   return e.mode() == Experiment::ASYNC || e.mode() == Experiment::SSP;
 }
 
-// Local SGD after a phase of gradient steps: the compressor's state would carry from gradients into parameter deltas.
-bool postLocalSgd(const Experiment& e) {
-  return e.local_sgd().period() > 0 && e.local_sgd().start_step() > 0;
+// The compressor's role under local SGD: its aggregate is applied as the models' mean change, and after a phase of
+// gradient steps its state would carry gradients into parameter deltas.
+table::PluginRole compressorRole(const Experiment& e) {
+  if (parameterServerMode(e)) return table::PluginRole::kParameterServerCompressor;
+  if (e.local_sgd().period() == 0) return table::PluginRole::kCompressor;
+  return e.local_sgd().start_step() > 0 ? table::PluginRole::kPostLocalSgdCompressor
+                                        : table::PluginRole::kLocalSgdCompressor;
 }
 
 void plugins(Checks& c, const Experiment& e, const Ctx& ctx) {
-  ctx.plugin(c, "compressor", e.compressor(),
-             parameterServerMode(e) ? table::PluginRole::kParameterServerCompressor
-             : postLocalSgd(e)      ? table::PluginRole::kStatelessCompressor
-                                    : table::PluginRole::kCompressor,
-             ctx.plugin_state);
+  ctx.plugin(c, "compressor", e.compressor(), compressorRole(e), ctx.plugin_state);
   ctx.plugin(c, "scheduler", e.scheduler(), table::PluginRole::kScheduler, ctx.plugin_state);
   if (e.parameter_server().pull_compressor().name() != "none")
     ctx.plugin(c, "parameter_server.pull_compressor", e.parameter_server().pull_compressor(),
@@ -1083,10 +1095,20 @@ void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
 // terse's own workloads, one exchange per averaging.
 void localSgd(Checks& c, const Experiment& e, const Ctx&) {
   const LocalSgd& l = e.local_sgd();
+  if (!(std::isfinite(l.outer_lr()) && l.outer_lr() > 0 && l.outer_lr() <= 100))
+    c.fail("local_sgd.outer_lr") << " must be finite and in (0, 100], got " << l.outer_lr();
+  if (!(l.outer_momentum() >= 0 && l.outer_momentum() < 1))
+    c.fail("local_sgd.outer_momentum") << " must be in [0, 1), got " << l.outer_momentum();
+  if (l.outer_nesterov() && l.outer_momentum() == 0)
+    c.fail("local_sgd.outer_nesterov") << " needs local_sgd.outer_momentum > 0 (Nesterov's form of a momentum)";
   if (l.period() == 0) {
-    if (l.start_step() > 0)
-      c.fail("local_sgd.start_step") << " " << l.start_step()
-                                     << " with period 0: local SGD is off; set local_sgd.period or leave start_step 0";
+    for (const auto& [field, set] :
+         {std::pair{"start_step", l.start_step() > 0}, std::pair{"outer_lr", l.outer_lr() != 1},
+          std::pair{"outer_momentum", l.outer_momentum() != 0}, std::pair{"outer_nesterov", l.outer_nesterov()}}) {
+      if (set)
+        c.fail(std::string("local_sgd.") + field)
+            << " with period 0: local SGD is off; set local_sgd.period or leave " << field << " unset";
+    }
     return;
   }
   const std::string what = "local_sgd.period " + std::to_string(l.period());
@@ -1110,10 +1132,12 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
     c.fail("error_feedback") << " with local_sgd.start_step " << l.start_step()
                              << ": the residual of the gradient steps would be added to the parameter deltas the "
                                 "local phase averages; use start_step 0 (Qsparse-local-SGD) or no error feedback";
-  if (l.start_step() > 0 && e.momentum_correction().factor() > 0)
-    c.fail("momentum_correction.factor") << " with local_sgd.start_step " << l.start_step()
-                                         << ": its momentum of gradients would be added to parameter deltas; use "
-                                            "start_step 0 or no momentum correction";
+  if (e.momentum_correction().factor() > 0)
+    c.fail("momentum_correction.factor")
+        << " " << e.momentum_correction().factor() << " with " << what
+        << ": DGC's momentum would run over the averagings' deltas (an outer momentum, while the local steps, which "
+           "it requires to have optimizer.momentum 0, get none); use local_sgd.outer_momentum, or error_feedback "
+           "alone";
 }
 
 void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
@@ -1259,11 +1283,12 @@ constexpr CrossRule kRules[] = {
      "for none",
      &pullCompressor},
     {"local-sgd",
-     "local_sgd.period, start_step, mode, transport, workload.name, sparse_gradients, step_trace, error_feedback, "
-     "momentum_correction.factor",
-     "local SGD outside mode SYNC, on NCCL, for workload pytorch, with sparse_gradients or step_trace; start_step "
-     "without a period; start_step > 0 with error feedback, momentum correction or a stateful compressor (rule "
-     "`plugins`)",
+     "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, workload.name, "
+     "sparse_gradients, step_trace, error_feedback, momentum_correction.factor",
+     "local SGD outside mode SYNC, on NCCL, for workload pytorch, with sparse_gradients, step_trace or momentum "
+     "correction; start_step or an outer optimizer without a period; outer_lr outside (0, 100], outer_momentum "
+     "outside [0, 1), outer_nesterov without momentum; a compressor with CUSTOM aggregation; start_step > 0 with "
+     "error feedback or a stateful compressor (rule `plugins`)",
      &localSgd},
     {"momentum-correction", "momentum_correction.factor, optimizer.momentum, optimizer.kind",
      "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",

@@ -153,9 +153,16 @@ struct Section {
 
 // What a plugin spec names: a scheduler, a compressor, or a compressor a parameter server runs (each push and pull
 // decoded on its own: one round, SUM or ALLGATHER, host code; core/train/param_server_detail.h).
-// kStatelessCompressor: the compressor of local SGD after gradient steps (local_sgd.start_step > 0), whose state
-// would carry from one phase into the other.
-enum class PluginRole { kCompressor, kScheduler, kParameterServerCompressor, kStatelessCompressor };
+// kLocalSgdCompressor: the compressor of local SGD's averagings, whose aggregate must be the mean of the deltas;
+// kPostLocalSgdCompressor: the same after gradient steps (local_sgd.start_step > 0), whose state would carry from one
+// phase into the other.
+enum class PluginRole {
+  kCompressor,
+  kScheduler,
+  kParameterServerCompressor,
+  kLocalSgdCompressor,
+  kPostLocalSgdCompressor
+};
 
 // What a rule across fields may consult besides the experiment.
 struct RuleContext {

@@ -55,7 +55,14 @@ void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, con
         const auto instance = plugin->instantiate(pluginParams(spec));
         if (role == table::PluginRole::kParameterServerCompressor)
           checkParameterServerCaps(c, what, spec, instance->caps(DType::kF32));
-        if (role == table::PluginRole::kStatelessCompressor && instance->caps(DType::kF32).stateful)
+        const bool local =
+            role == table::PluginRole::kLocalSgdCompressor || role == table::PluginRole::kPostLocalSgdCompressor;
+        if (local && instance->caps(DType::kF32).aggregation == Aggregation::kCustom)
+          c.fail(what + ".name") << ": " << quoted(spec.name())
+                                 << " has CUSTOM aggregation, whose aggregate need not be the mean of the inputs (a "
+                                    "majority vote of signs is +-1 per element), and local SGD's averagings move the "
+                                    "models by that aggregate; use a SUM or ALLGATHER compressor";
+        else if (role == table::PluginRole::kPostLocalSgdCompressor && instance->caps(DType::kF32).stateful)
           c.fail(what + ".name") << ": " << quoted(spec.name())
                                  << " keeps state from step to step, which local_sgd.start_step > 0 would carry from "
                                     "the gradient steps into the averaged parameter deltas; use start_step 0 or a "

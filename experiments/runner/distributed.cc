@@ -227,6 +227,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
       prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
       writer->writeProvenance(prov);
     }
+    if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch()); rank == 0 && !w.empty())
+      std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     // ---- The run: the in-process ranks' code (rank_driver.h).
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,
                               options_.progress_out ? *options_.progress_out : std::cerr, e.variant(), e.epochs(),

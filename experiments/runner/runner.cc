@@ -87,8 +87,31 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   o.local_sgd = {.period = e.local_sgd().period(),
                  .start_step = e.local_sgd().start_step(),
                  .every_steps = e.eval().every_steps(),
-                 .per_epoch = e.eval().per_epoch()};
+                 .per_epoch = e.eval().per_epoch(),
+                 .outer_lr = e.local_sgd().outer_lr(),
+                 .outer_momentum = e.local_sgd().outer_momentum(),
+                 .outer_nesterov = e.local_sgd().outer_nesterov()};
   return o;
+}
+
+std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch) {
+  const int64_t period = e.local_sgd().period();
+  const int64_t every = e.eval().every_steps();
+  const int64_t epoch = e.eval().per_epoch() ? steps_per_epoch : 0;
+  int64_t interval = 0;
+  std::string why;
+  if (every > 0 && every < period) {
+    interval = every;
+    why = "eval.every_steps " + std::to_string(every);
+  }
+  if (epoch > 0 && epoch < period && (interval == 0 || epoch < interval)) {
+    interval = epoch;
+    why = "eval.per_epoch (an epoch is " + std::to_string(epoch) + " steps)";
+  }
+  if (interval == 0) return "";
+  return "local_sgd.period " + std::to_string(period) + " is longer than the evaluation interval of " + why +
+         ", and every evaluation averages the models: they are averaged at least every " + std::to_string(interval) +
+         " steps (evaluate less often for the period to hold)";
 }
 
 train::ComputeJitter computeJitter(const Experiment& e, int worker) {
@@ -604,6 +627,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
   writer.writeProvenance(prov);
 
+  if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch()); !w.empty())
+    std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.
   Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),
                     e.epochs(), trainers[0]->totalSteps(), trainers[0]->stepsPerEpoch());

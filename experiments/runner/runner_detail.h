@@ -36,6 +36,9 @@ namespace terse::runner::detail {
 
 double since(std::chrono::steady_clock::time_point t);
 train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
+// Local SGD averages the models at every evaluation point too (SyncTrainerOptions::local_sgd): when evaluations come
+// more often than local_sgd.period, they shorten it. The warning that says so, or "" when they do not.
+std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch);
 // The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
 train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.

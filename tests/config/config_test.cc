@@ -875,7 +875,16 @@ TEST_F(ConfigTest, LocalSgdRules) {
             "t.textproto:7:13: local_sgd.period 4 in mode ASYNC: local SGD averages synchronous replicas (mode SYNC)");
   expectOne(kMinimal + "local_sgd { period: -1 }\n", "local_sgd.period");
   expectOne(kMinimal + "local_sgd { start_step: 5 }\n",
-            "local_sgd.start_step 5 with period 0: local SGD is off; set local_sgd.period or leave start_step 0");
+            "local_sgd.start_step with period 0: local SGD is off; set local_sgd.period or leave start_step unset");
+  expectOne(kMinimal + "local_sgd { outer_momentum: 0.9 }\n",
+            "local_sgd.outer_momentum with period 0: local SGD is off; set local_sgd.period or leave outer_momentum "
+            "unset");
+  expectOne(kMinimal + "local_sgd { period: 4 outer_momentum: 1 }\n",
+            "local_sgd.outer_momentum must be in [0, 1), got 1");
+  expectOne(kMinimal + "local_sgd { period: 4 outer_lr: 0 }\n", "local_sgd.outer_lr must be finite and in (0, 100]");
+  expectOne(kMinimal + "local_sgd { period: 4 outer_nesterov: true }\n",
+            "local_sgd.outer_nesterov needs local_sgd.outer_momentum > 0");
+  load(kMinimal + "local_sgd { period: 4 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true }\n");
   expectOne(kMinimal + "local_sgd { period: 4 }\nstep_trace: true\n",
             "step_trace with local_sgd.period 4: a step trace's replay models one gradient exchange per step");
   expectOne(kMinimal + "local_sgd { period: 4 start_step: 10 }\nerror_feedback: true\n",
@@ -884,6 +893,13 @@ TEST_F(ConfigTest, LocalSgdRules) {
   expectOne(kMinimal.substr(0, kMinimal.find("compressor")) +
                 "compressor { name: \"powersgd\" }\nlocal_sgd { period: 4 start_step: 10 }\n",
             "compressor.name: 'powersgd' keeps state from step to step, which local_sgd.start_step > 0 would carry");
+  // signSGD's majority vote would move every weight by +-1 at each averaging; DGC's momentum would be an outer one.
+  expectOne("study: \"s\"\nworkload { name: \"mlp\" }\ncompressor { name: \"signsgd\" }\nlocal_sgd { period: 4 }\n",
+            "t.textproto:3:14: compressor.name: 'signsgd' has CUSTOM aggregation, whose aggregate need not be the mean "
+            "of the inputs");
+  expectOne(kMinimal + "local_sgd { period: 4 }\nmomentum_correction { factor: 0.9 }\n",
+            "momentum_correction.factor 0.9 with local_sgd.period 4: DGC's momentum would run over the averagings' "
+            "deltas");
   // The same compressor from the first step is Qsparse-local-SGD's setting: its state only ever sees deltas.
   load(kMinimal.substr(0, kMinimal.find("compressor")) +
        "compressor { name: \"powersgd\" }\nlocal_sgd { period: 4 }\n");
