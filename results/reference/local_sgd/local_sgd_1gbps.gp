@@ -4,16 +4,17 @@
 stem = 'local_sgd_1gbps'
 data = stem . '.dat'
 target = 0.85
-array names[6]
-array colors[6]
-array widths[6]
-array dashes[6]
+array names[7]
+array colors[7]
+array widths[7]
+array dashes[7]
 names[1] = 'qsparse-local-4'; colors[1] = '#9400d3'; widths[1] = 1.5; dashes[1] = 1
 names[2] = 'local-16'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
-names[3] = 'topk-1pct-ef'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
-names[4] = 'local-4'; colors[4] = '#e69f00'; widths[4] = 1.5; dashes[4] = 1
-names[5] = 'post-local-16'; colors[5] = '#0072b2'; widths[5] = 1.5; dashes[5] = 1
-names[6] = 'dense (baseline)'; colors[6] = 'black'; widths[6] = 3; dashes[6] = 1
+names[3] = 'diloco-16'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
+names[4] = 'topk-1pct-ef'; colors[4] = '#e69f00'; widths[4] = 1.5; dashes[4] = 1
+names[5] = 'local-4'; colors[5] = '#0072b2'; widths[5] = 1.5; dashes[5] = 1
+names[6] = 'post-local-16'; colors[6] = '#e51e10'; widths[6] = 1.5; dashes[6] = 1
+names[7] = 'dense (baseline)'; colors[7] = 'black'; widths[7] = 3; dashes[7] = 1
 set key outside right top noenhanced
 set grid
 set ylabel 'test accuracy'
