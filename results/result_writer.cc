@@ -122,6 +122,11 @@ std::string provenanceJson(const Provenance& p) {
     for (const auto& [k, v] : p.hook) hook[k] = v;
     out["hook"] = std::move(hook);
   }
+  if (!p.partition.empty()) {
+    Json partition = Json::object();
+    for (const auto& [k, v] : p.partition) partition[k] = v;
+    out["data_partition"] = std::move(partition);
+  }
   if (!p.module_files.empty()) {
     Json files = Json::object();
     for (const auto& [k, v] : p.module_files) files[k] = v;

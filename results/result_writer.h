@@ -98,6 +98,10 @@ struct Provenance {
   // A module workload's files (relative path in the module's folder, SHA-256): the module and every file of its
   // folder tree it imported. Written as "module_files" only when set.
   std::vector<std::pair<std::string, std::string>> module_files;
+  // A non-IID split of the training set (data.partition DIRICHLET, core/train/label_partition.h): "kind", "alpha",
+  // "mean_label_distance" and per worker ("worker<w>") its label histogram, counts separated by spaces. Written as
+  // "data_partition" only when set.
+  std::vector<std::pair<std::string, std::string>> partition;
 };
 
 // One evaluation point. Bytes are per worker: the mean over ranks of what each rank's transport sent (frame headers

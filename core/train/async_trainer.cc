@@ -158,7 +158,7 @@ std::pair<double, int64_t> LossLog::sum(int64_t from, int64_t to) const {
 
 WorkerBatches::WorkerBatches(int64_t num_examples, int worker, int num_workers, const AsyncTrainerOptions& options)
     : options_(options),
-      sampler_(num_examples, worker, num_workers, options.seed),
+      sampler_(num_examples, worker, num_workers, options.seed, options.partition),
       plan_(planSteps(num_examples, num_workers, options.batch_size, options.epochs, options.drop_last,
                       options.accumulation_steps)) {
   TERSE_CHECK(options.slowdown >= 1 && std::isfinite(options.slowdown), InvalidArgument,

@@ -47,6 +47,8 @@ struct AsyncTrainerOptions {
   // lengths, as the sync trainer does) and pushed (applied, in Hogwild) once, so a step is one batch of
   // accumulation_steps x batch_size examples and staleness counts pushes. >= 1.
   int64_t accumulation_steps = 1;
+  // Fixed shards, worker w owning partition[w] (SyncTrainerOptions::partition). Null: the default.
+  std::shared_ptr<const Partition> partition;
 };
 
 // Per-step accounting. times.comm_s is the time in pull and push minus the encoding inside push

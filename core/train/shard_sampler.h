@@ -10,18 +10,28 @@
 // permutation, so no example is left out for good. Within a shard, batches are consecutive runs of batch_size; the
 // last batch of an epoch is shorter when S mod batch_size != 0 (it is the same length on every rank), unless
 // drop_last is set.
+//
+// Fixed shards (a Partition, e.g. label_partition.h's non-IID one): rank r owns the examples partition[r] for the whole
+// run, each epoch visiting them in an order drawn from (seed, rank, epoch). Every shard has S = floor(N / world_size)
+// examples, so the step counts are those of the default.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace terse::train {
 
+// Each rank's examples, indexed by rank.
+using Partition = std::vector<std::vector<int64_t>>;
+
 class ShardSampler {
  public:
   // Throws InvalidArgument when world_size < 1, rank is outside [0, world_size), or num_examples < world_size (a rank
-  // would get an empty shard).
-  ShardSampler(int64_t num_examples, int rank, int world_size, uint64_t seed);
+  // would get an empty shard); with a partition, when it has not world_size shards of floor(num_examples /
+  // world_size) examples each in [0, num_examples).
+  ShardSampler(int64_t num_examples, int rank, int world_size, uint64_t seed,
+               std::shared_ptr<const Partition> partition = nullptr);
 
   int64_t numExamples() const { return num_examples_; }
   int rank() const { return rank_; }
@@ -41,6 +51,7 @@ class ShardSampler {
   int rank_;
   int world_size_;
   uint64_t seed_;
+  std::shared_ptr<const Partition> partition_;  // null: a new global permutation every epoch
 };
 
 }  // namespace terse::train

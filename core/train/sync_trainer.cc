@@ -60,7 +60,7 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                          const SyncTrainerOptions& options, std::unique_ptr<Scheduler> scheduler)
     : workload_(workload),
       options_(options),
-      sampler_(workload.numTrainExamples(), comm.rank(), comm.size(), options.seed),
+      sampler_(workload.numTrainExamples(), comm.rank(), comm.size(), options.seed, options.partition),
       updater_(workload, options.sgd, workload.device() >= 0 ? comm.deviceStream() : nullptr, options.clip_grad_norm,
                options.trace, options.step_trace) {
   TERSE_CHECK(options.batch_size >= 1, InvalidArgument, "batch_size must be >= 1, got " << options.batch_size);

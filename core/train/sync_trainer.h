@@ -179,6 +179,9 @@ struct SyncTrainerOptions {
   // Seeded per-step compute noise on top of slowdown (compute_jitter.h): step s's compute takes jitter.factor(s) times
   // as long, slept like slowdown in real time. Off by default.
   ComputeJitter jitter;
+  // Fixed shards instead of a global reshuffle every epoch (shard_sampler.h): non-IID data (label_partition.h). Null:
+  // the default.
+  std::shared_ptr<const Partition> partition;
   // Row-sparse tensors (ParamTensor::row_sparse) are aggregated as (row ids, rows) by RowSparseAllgather
   // (core/compress/row_sparse_allgather.h) as soon as they are admitted, outside the scheduler and the compressor,
   // and updated row by row when that equals the dense update (SgdOptimizer::lazyRowsExact). Host workloads only.

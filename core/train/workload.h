@@ -85,6 +85,11 @@ class Workload {
   // Examples in the training set; batches passed to forwardBackward index into [0, numTrainExamples()).
   virtual int64_t numTrainExamples() const = 0;
 
+  // A classifier's training labels, one per example in [0, numClasses()): what a non-IID partition splits by
+  // (label_partition.h). Empty, and 0 classes, for a workload without classes.
+  virtual std::span<const int32_t> trainLabels() const { return {}; }
+  virtual int numClasses() const { return 0; }
+
   // Runs forward and backward over the given training examples, overwrites every grad buffer with the gradient of
   // the mean loss over the batch, calls on_layer_ready (may be empty) per layer as described above, and returns the
   // mean loss. Throws InvalidArgument for an empty batch or an index out of range. Buffers grow to the largest

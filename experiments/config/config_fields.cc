@@ -316,6 +316,17 @@ constexpr Field kData[] = {
      .doc = "Evaluate on the first N test examples; 0 = "
             "all.",
      .note = " (0 = all)"},
+    {.name = "partition",
+     .def = unfilled("IID"),
+     .rule = enumValue(),
+     .doc = "IID: one reshuffle of the whole set per epoch, cut in shards; DIRICHLET: fixed non-IID shards (rule "
+            "`data-partition`).",
+     .if_set = true},
+    {.name = "dirichlet_alpha",
+     .def = none("required with DIRICHLET"),
+     .rule = free("in [0.001, 1000] (rule `data-partition`)"),
+     .doc = "The Dirichlet concentration of each worker's class mix: 0.1 strongly skewed, 100 near IID.",
+     .if_set = true},
 };
 
 // kind is written in for workload pytorch alone (the only one with a choice), so that the resolved configs of terse's
@@ -1091,6 +1102,26 @@ void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
         << " with sparse_gradients: row-sparse tensors travel as rows, outside every compressor; leave one unset";
 }
 
+// Non-IID shards split a classifier's labels (core/train/label_partition.h), on every rank alike.
+void dataPartition(Checks& c, const Experiment& e, const Ctx&) {
+  const Data& d = e.data();
+  if (d.partition() != Data::DIRICHLET) {
+    if (d.has_dirichlet_alpha())
+      c.fail("data.dirichlet_alpha")
+          << " " << d.dirichlet_alpha() << " with partition " << Data::Partition_Name(d.partition())
+          << ": only partition DIRICHLET reads it; set partition: DIRICHLET or leave it unset";
+    return;
+  }
+  if (!d.has_dirichlet_alpha())
+    c.fail("data.partition") << " DIRICHLET needs data.dirichlet_alpha (0.1 strongly skewed, 100 near IID)";
+  else if (!(d.dirichlet_alpha() >= 0.001 && d.dirichlet_alpha() <= 1000))
+    c.fail("data.dirichlet_alpha") << " must be in [0.001, 1000], got " << d.dirichlet_alpha();
+  const std::string& name = e.workload().name();
+  if (!name.empty() && name != "softmax" && name != "mlp" && name != "cnn")
+    c.fail("data.partition") << " DIRICHLET splits a classifier's labels; workload " << quoted(name)
+                             << " has none (softmax, mlp and cnn do)";
+}
+
 // Local SGD averages the models through the sync trainer's pipelines (sync_trainer.h, "Local SGD"): host memory,
 // terse's own workloads, one exchange per averaging.
 void localSgd(Checks& c, const Experiment& e, const Ctx&) {
@@ -1282,6 +1313,10 @@ constexpr CrossRule kRules[] = {
      "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients; params "
      "for none",
      &pullCompressor},
+    {"data-partition", "data.partition, dirichlet_alpha, workload.name",
+     "DIRICHLET without an alpha in [0.001, 1000] or for a workload without classes (not softmax, mlp, cnn); an alpha "
+     "without DIRICHLET",
+     &dataPartition},
     {"local-sgd",
      "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, workload.name, "
      "sparse_gradients, step_trace, error_feedback, momentum_correction.factor",

@@ -138,6 +138,7 @@ void AsyncRank::worker(const World& world) {
   train::ParamServerClient client(data_, plan_, w, W_, copts);
   train::AsyncTrainerOptions options = asyncWorkerOptions(e_, w);
   options.slowdown = world.trainerSlowdown(options.slowdown);  // a simulation slows the actor instead
+  options.partition = dataPartition(e_, model_);
   train::AsyncWorker worker(model_, client, w, W_, options);
   WorkerReport rep;
   auto fill = [&] {

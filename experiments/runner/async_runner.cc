@@ -83,6 +83,7 @@ struct HogwildJob {
     steps = asyncStepPlan(e, evaluator().numTrainExamples());
     lr = asyncLrSchedule(e, steps);
     points = evalPoints(e, steps);
+    partition = dataPartition(e, evaluator());
     const train::SyncTrainerOptions sync_like = trainerOptions(e);
     TERSE_CHECK(sync_like.sgd.momentum == 0, InvalidArgument,
                 "mode HOGWILD applies plain SGD (shared lock-free parameters have no agreed momentum buffer): "
@@ -94,6 +95,7 @@ struct HogwildJob {
           for (int w = 0; w < W; ++w) {
             train::AsyncTrainerOptions o = asyncWorkerOptions(e, w);
             o.slowdown = world.trainerSlowdown(o.slowdown);
+            o.partition = partition;
             workers.push_back(
                 std::make_unique<train::HogwildWorker>(*models[static_cast<std::size_t>(w)], *shared, w, W, o));
           }
@@ -108,7 +110,8 @@ struct HogwildJob {
   const Experiment& e;
   const int W;
   std::vector<std::unique_ptr<train::Workload>> models;
-  std::vector<float> flat;  // the global model: evaluated at every record
+  std::shared_ptr<const train::Partition> partition;  // data.partition DIRICHLET's shards; null for IID
+  std::vector<float> flat;                            // the global model: evaluated at every record
   train::StepPlan steps;
   train::LrScheduleOptions lr;
   std::vector<int64_t> points;
@@ -343,6 +346,7 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
   if (hogwild) {
     ThreadWorld ranks(W, [](int r) { return "worker " + std::to_string(r) + " (rank " + std::to_string(r) + ")"; });
     HogwildJob job(e, dataFor(e), ranks);
+    notePartition(prov, e, job.evaluator(), job.partition.get());
     writer.writeProvenance(prov);
     Progress progress = progressFor(job.steps);
     AsyncRecorder recorder(e, job.steps, job.lr, job.evaluator(), ranks, {writer, summary, progress});
@@ -377,6 +381,7 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
   }
   ranks->onAbort([&job](const std::string& reason) { job.abort(reason); });
   job.build(*options_.loader, prov);
+  notePartition(prov, e, *job.models.front(), dataPartition(e, *job.models.front()).get());
   writer.writeProvenance(prov);
   Progress progress = progressFor(job.ranks.front()->steps());
   const AsyncReport report{writer, summary, progress};

@@ -215,6 +215,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     train::SyncTrainerOptions topts = detail::trainerOptions(e);
     topts.slowdown = experiments::workerSettings(e, rank).slowdown();
     topts.jitter = detail::computeJitter(e, rank);
+    topts.partition = detail::dataPartition(e, *model);
     // Every rank writes its own traces into the variant's folder (on one host, rank 0's: it collects them all).
     detail::StepTraceFiles step_trace(e, root / e.study() / experiments::resultsSubfolder(e), false);
     detail::TraceFiles trace(e.trace(), root / e.study() / e.variant());
@@ -225,6 +226,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
       results::Provenance prov = jobProvenance(e, joined, device, start_time, options_.terse_version, to);
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams(), {}});
       prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
+      detail::notePartition(prov, e, *model, topts.partition.get());
       writer->writeProvenance(prov);
     }
     if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch()); rank == 0 && !w.empty())

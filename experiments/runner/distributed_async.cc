@@ -90,6 +90,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       if (pull)
         prov.plugins.push_back(
             {pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams(), "pull_compressor"});
+      detail::notePartition(prov, e, *model, detail::dataPartition(e, *model).get());
       writer->writeProvenance(prov);
     }
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,

@@ -27,6 +27,7 @@
 #include "core/plugin/loader.h"
 #include "core/sim/platform.h"
 #include "core/sim/simulation.h"
+#include "core/train/label_partition.h"
 #include "core/train/sync_trainer.h"
 #include "core/train/trace.h"
 #include "experiments/runner/calibration.h"
@@ -92,6 +93,30 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
                  .outer_momentum = e.local_sgd().outer_momentum(),
                  .outer_nesterov = e.local_sgd().outer_nesterov()};
   return o;
+}
+
+std::shared_ptr<const train::Partition> dataPartition(const Experiment& e, const train::Workload& model) {
+  if (e.data().partition() != experiments::Data::DIRICHLET) return nullptr;
+  TERSE_CHECK(!model.trainLabels().empty(), InvalidArgument,
+              "data.partition DIRICHLET: workload '" << model.name() << "' has no class labels to split by");
+  return std::make_shared<const train::Partition>(train::dirichletPartition(
+      model.trainLabels(), model.numClasses(), e.workers(), e.data().dirichlet_alpha(), e.seed()));
+}
+
+void notePartition(results::Provenance& prov, const Experiment& e, const train::Workload& model,
+                   const train::Partition* partition) {
+  if (partition == nullptr) return;
+  const auto histograms = train::labelHistograms(*partition, model.trainLabels(), model.numClasses());
+  std::ostringstream alpha, distance;
+  alpha << e.data().dirichlet_alpha();
+  distance << std::fixed << std::setprecision(4)
+           << train::meanLabelDistance(histograms, model.trainLabels(), model.numClasses());
+  prov.partition = {{"kind", "dirichlet"}, {"alpha", alpha.str()}, {"mean_label_distance", distance.str()}};
+  for (std::size_t w = 0; w < histograms.size(); ++w) {
+    std::string counts;
+    for (int64_t k : histograms[w]) counts += (counts.empty() ? "" : " ") + std::to_string(k);
+    prov.partition.emplace_back("worker" + std::to_string(w), counts);
+  }
 }
 
 std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch) {
@@ -600,6 +625,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   TraceFiles traces(e.trace(), writer.dir());  // before the trainers: they are joined before it writes
   std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
   std::shared_ptr<Compressor> first_instance;
+  const std::shared_ptr<const train::Partition> partition = dataPartition(e, *models[0]);
   allocating(
       [&] {
         for (int r = 0; r < world; ++r) {
@@ -611,6 +637,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
           to.jitter = computeJitter(e, r);
           to.trace = traces.add(r, trace_origin);
           to.step_trace = step_traces.add(trace_origin);
+          to.partition = partition;
           trainers.push_back(makeSyncTrainer(e, *models[r], *links.comms[r], instance, *sched_plugin, to));
         }
       },
@@ -625,6 +652,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
       {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams(), {}});
   prov.plugins.push_back(schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
   if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
+  notePartition(prov, e, *models[0], partition.get());
   writer.writeProvenance(prov);
 
   if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch()); !w.empty())

@@ -36,6 +36,12 @@ namespace terse::runner::detail {
 
 double since(std::chrono::steady_clock::time_point t);
 train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
+// data.partition DIRICHLET: every worker's fixed shard of `model`'s training set (core/train/label_partition.h), the
+// same on every rank for one config; null for IID. InvalidArgument for a workload without labels.
+std::shared_ptr<const train::Partition> dataPartition(const experiments::Experiment& e, const train::Workload& model);
+// The partition's summary for provenance.json (results::Provenance::partition); nothing for null.
+void notePartition(results::Provenance& prov, const experiments::Experiment& e, const train::Workload& model,
+                   const train::Partition* partition);
 // Local SGD averages the models at every evaluation point too (SyncTrainerOptions::local_sgd): when evaluations come
 // more often than local_sgd.period, they shorten it. The warning that says so, or "" when they do not.
 std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch);

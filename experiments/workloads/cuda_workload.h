@@ -65,6 +65,8 @@ class CudaWorkload : public train::Workload {
   cudaStream_t stream() const { return stream_->get(); }
   cublasContext* cublas() const { return cublas_; }
   const DataSplit& hostData() const { return data_->host(); }
+  std::span<const int32_t> trainLabels() const override { return hostData().train.labels; }
+  int numClasses() const override { return hostData().train.num_classes; }
   const DeviceDataSplit& deviceData() const { return *data_; }
 
   // Grows `buffer` to at least `elements` of T (reallocating on the stream, contents lost); a no-op once large enough,

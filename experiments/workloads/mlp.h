@@ -30,6 +30,8 @@ class MlpWorkload final : public train::Workload {
 
   std::string_view name() const override { return name_; }
   int64_t numTrainExamples() const override { return data_->train.num_examples; }
+  std::span<const int32_t> trainLabels() const override { return data_->train.labels; }
+  int numClasses() const override { return data_->train.num_classes; }
   double forwardBackward(std::span<const int64_t> batch, const train::LayerReadyFn& on_layer_ready) override;
   bool gatesLayers() const override { return true; }
   train::EvalResult evaluate(int64_t max_examples = 0) override;

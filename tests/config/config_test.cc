@@ -905,6 +905,29 @@ TEST_F(ConfigTest, LocalSgdRules) {
        "compressor { name: \"powersgd\" }\nlocal_sgd { period: 4 }\n");
 }
 
+// Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own; the alpha alone is refused.
+TEST_F(ConfigTest, DataPartitionRules) {
+  const auto ok = load(kMinimal + "data { partition: DIRICHLET dirichlet_alpha: 0.1 }\n");
+  EXPECT_EQ(ok.experiments.at(0).data().partition(), Data::DIRICHLET);
+  EXPECT_EQ(ok.experiments.at(0).data().dirichlet_alpha(), 0.1);
+  // Unset stays unset in the resolved config (IID), so configs from before the field read as they did.
+  EXPECT_FALSE(load(kMinimal).experiments.at(0).data().has_partition());
+  auto expectOne = [&](const std::string& text, const std::string& want) {
+    const auto errors = errorsOf(text);
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_NE(errors[0].find(want), std::string::npos) << errors[0];
+  };
+  expectOne(kMinimal + "data { partition: DIRICHLET }\n",
+            "data.partition DIRICHLET needs data.dirichlet_alpha (0.1 strongly skewed, 100 near IID)");
+  expectOne(kMinimal + "data { partition: DIRICHLET dirichlet_alpha: 0 }\n",
+            "data.dirichlet_alpha must be in [0.001, 1000], got 0");
+  expectOne(kMinimal + "data { dirichlet_alpha: 0.5 }\n",
+            "data.dirichlet_alpha 0.5 with partition PARTITION_UNSPECIFIED: only partition DIRICHLET reads it");
+  expectOne(
+      "study: \"s\"\nworkload { name: \"linear_regression\" }\ndata { partition: DIRICHLET dirichlet_alpha: 1 }\n",
+      "data.partition DIRICHLET splits a classifier's labels; workload 'linear_regression' has none");
+}
+
 // Transport NCCL: offered only by builds with CUDA and NCCL, and then only for what runs on a GPU.
 TEST_F(ConfigTest, NcclTransport) {
   // A runner without NCCL (this test's options, as in a build without CUDA) says why.

@@ -303,6 +303,26 @@ case $CASE in
     ((local_bytes * 20 == every_bytes * 9)) || fail "local SGD sent $local_bytes payload bytes, every step $every_bytes"
     expect_in tcp/e2e/dense/config.textproto "^  period: 3$"
     ;;
+  noniid_matches_inproc)
+    # A non-IID split (data.partition DIRICHLET) is computed by every process from the labels and the seed alone: the
+    # TCP job trains what the in-process run trains, and rank 0 records the same partition.
+    for t in INPROC TCP; do
+      write_study $t.textproto $t 3 1 8
+      sed -i -e 's/name: "linear_regression" }/name: "mlp" hidden_sizes: [16] }/' \
+        -e 's/train_subset: 480 test_subset: 100 }/train_subset: 960 test_subset: 200 partition: DIRICHLET }/' \
+        -e 's/partition: DIRICHLET }/partition: DIRICHLET dirichlet_alpha: 0.2 }/' $t.textproto
+    done
+    timeout 60 "$TERSE" run INPROC.textproto --out in --plugin-path "$PLUGINS" >inproc.log 2>&1 ||
+      fail "inproc run failed: $(tail -3 inproc.log)"
+    timeout 60 "$TERSE" launch -n 3 -- "$TERSE" run TCP.textproto --out tcp --plugin-path "$PLUGINS" >tcp.log 2>&1 ||
+      fail "tcp run of 3 ranks failed"
+    compare_runs in tcp
+    for f in in tcp; do
+      grep -o '"data_partition":{[^}]*}' $f/e2e/dense/provenance.json >$f.partition || fail "$f: no data_partition"
+    done
+    cmp -s in.partition tcp.partition || fail "the partitions differ: $(cat in.partition) / $(cat tcp.partition)"
+    expect_in in.partition '"kind":"dirichlet"'
+    ;;
   set_override)
     # `terse run --set` under `terse launch`: each rank loads the study itself from the same command line, so every
     # rank applies the same overrides. A 3-worker study with --set workers=2 runs as a 2-rank job (a rank without the

@@ -121,6 +121,53 @@ TEST(AsyncRunner, StalenessBoundZeroGivesTheSyncRecords) {
   }
 }
 
+// A non-IID split (data.partition DIRICHLET) reaches the sync trainer and the parameter server's workers alike: SSP
+// with bound 0 still gives sync's records, both differ from the IID run of the same seed, and the provenance holds the
+// partition's histograms: a quarter of the 8192 examples per worker, skewed. Hogwild's workers take it too.
+TEST(AsyncRunner, ANonIidPartitionReachesSyncAndParameterServerWorkersAlike) {
+  const std::string head = "study: \"noniid\"\nworkload { name: \"mlp\" hidden_sizes: [64] }\n" + kData +
+                           "train_subset: 8192 test_subset: 2000";
+  const std::string rest =
+      " }\noptimizer { lr: 0.05 warmup_steps: 10 schedule: COSINE }\n"
+      "workers: 4\nepochs: 2\neval { every_steps: 32 }\nseed: 3\n";
+  const auto runs = runAll(head + " partition: DIRICHLET dirichlet_alpha: 0.1" + rest +
+                               "variants { name: \"sync\" overrides { mode: SYNC } }\n"
+                               "variants { name: \"ssp0\" overrides { mode: SSP staleness_bound: 0 } }\n"
+                               "variants { name: \"hogwild\" overrides { mode: HOGWILD } }\n",
+                           "noniid");
+  const auto iid = runAll(head + rest + "variants { name: \"iid\" overrides { mode: SYNC } }\n", "noniid_iid");
+  const auto& sync = runs.at("sync").records;
+  const auto& ssp = runs.at("ssp0").records;
+  ASSERT_EQ(sync.size(), 4u);
+  ASSERT_EQ(ssp.size(), sync.size());
+  ASSERT_EQ(iid.at("iid").records.size(), sync.size());
+  for (std::size_t i = 0; i < sync.size(); ++i)
+    EXPECT_NEAR(num(ssp[i], "test_loss"), num(sync[i], "test_loss"), 1e-3 * num(sync[i], "test_loss")) << i;
+  EXPECT_NE(num(iid.at("iid").records.back(), "train_loss"), num(sync.back(), "train_loss"))
+      << "the partition did not reach the run";
+  for (const std::string v : {"sync", "ssp0", "hogwild"}) {
+    EXPECT_EQ(runs.at(v).state, "completed") << v;
+    std::ifstream in(runs.at(v).summary.dir / "provenance.json");
+    std::stringstream body;
+    body << in.rdbuf();
+    const auto prov = parseJsonObject(body.str());
+    ASSERT_TRUE(prov.has_value()) << v;
+    const Json* partition = findMember(*prov, "data_partition");
+    ASSERT_NE(partition, nullptr) << v << ": no data_partition in " << body.str();
+    EXPECT_EQ(getString(*partition, "kind").value_or(""), "dirichlet") << v;
+    EXPECT_GT(std::stod(getString(*partition, "mean_label_distance").value_or("0")), 0.3) << v;
+    int64_t total = 0;
+    for (int w = 0; w < 4; ++w) {
+      std::istringstream counts(getString(*partition, "worker" + std::to_string(w)).value_or(""));
+      int64_t k = 0, sum = 0;
+      while (counts >> k) sum += k;
+      EXPECT_EQ(sum, 2048) << v << " worker " << w;
+      total += sum;
+    }
+    EXPECT_EQ(total, 8192) << v;
+  }
+}
+
 TEST(AsyncRunner, AWorkerClipsItsGradientBeforeThePush) {
   // One worker: sync's aggregate is that worker's gradient, so clipping it before the push (SSP, s = 0) is sync's
   // clipping. The bound is below the gradients' norm (the unclipped run differs), so every step clips.
