@@ -307,7 +307,7 @@ std::vector<std::string> writeAcrossGrid(const Comparison& c, const std::vector<
   gp << "set xtics (";
   for (std::size_t x = 0; x < xs.size(); ++x) gp << (x ? ", " : "") << gpQuote(xs[x]) << ' ' << x;
   gp << ") noenhanced\n"
-     << "set xrange [-0.5:" << xs.size() - 0.5 << "]\n"
+     << "set xrange [-0.5:" << static_cast<double>(xs.size()) - 0.5 << "]\n"
      << "set xlabel " << gpQuote(axis) << " noenhanced\n"
      << "set key outside right top noenhanced\n"
      << "set grid\n"

@@ -116,7 +116,7 @@ inline fs::path writeRun(const fs::path& root, const RunSpec& s) {
     info.origin = "build tree";
     CompressorCaps caps{};
     caps.num_rounds = 1;
-    p.plugins.push_back({info, caps, Params{}, s.resolved});
+    p.plugins.push_back({info, caps, Params{}, s.resolved, {}});
     w.writeProvenance(p);
     for (const auto& pt : s.points) {
       MetricsRecord m;
