@@ -101,6 +101,22 @@ std::vector<std::vector<int64_t>> dirichletPartition(std::span<const int32_t> la
   return shards;
 }
 
+uint64_t partitionChecksum(const std::vector<std::vector<int64_t>>* shards) {
+  if (shards == nullptr) return 0;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
+  auto add = [&h](uint64_t word) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (word >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;  // FNV prime
+    }
+  };
+  for (const auto& s : *shards) {
+    add(s.size());
+    for (int64_t i : s) add(static_cast<uint64_t>(i));
+  }
+  return h;
+}
+
 std::vector<std::vector<int64_t>> labelHistograms(const std::vector<std::vector<int64_t>>& shards,
                                                   std::span<const int32_t> labels, int num_classes) {
   std::vector<std::vector<int64_t>> h(shards.size(), std::vector<int64_t>(static_cast<std::size_t>(num_classes)));

@@ -11,8 +11,9 @@
 // of its classes is left, in proportion to what is left. The N mod workers examples left at the end belong to no one.
 //
 // Every draw comes from SeededRng (seeded_rng.h), Gamma variates by Marsaglia and Tsang in log space (a small alpha
-// underflows a plain Gamma(alpha) to 0), so a partition depends on (labels, workers, alpha, seed) alone: the same on
-// every rank of a multi-process job and on every platform.
+// underflows a plain Gamma(alpha) to 0), so a partition depends on (labels, workers, alpha, seed) and on libm's log,
+// exp and cos alone. The ranks of a job draw it each on their own and compare partitionChecksum before training
+// (runner: checkInitialReplicas), so another data file or a libm that rounds otherwise fails instead of overlapping.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,10 @@ namespace terse::train {
 // [0, num_classes), or alpha not finite and > 0.
 std::vector<std::vector<int64_t>> dirichletPartition(std::span<const int32_t> labels, int num_classes, int workers,
                                                      double alpha, uint64_t seed);
+
+// FNV-1a 64 over every shard's size and examples in order, 0 for no partition: the ranks of a job compare it, since
+// each draws the partition from its own copy of the labels and its own libm.
+uint64_t partitionChecksum(const std::vector<std::vector<int64_t>>* shards);
 
 // Per worker, how many of its examples have each class: the partition's label histograms, for the results.
 std::vector<std::vector<int64_t>> labelHistograms(const std::vector<std::vector<int64_t>>& shards,

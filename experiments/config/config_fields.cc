@@ -327,6 +327,11 @@ constexpr Field kData[] = {
      .rule = free("in [0.001, 1000] (rule `data-partition`)"),
      .doc = "The Dirichlet concentration of each worker's class mix: 0.1 strongly skewed, 100 near IID.",
      .if_set = true},
+    {.name = "partition_seed",
+     .def = none("the run's seed"),
+     .rule = free("DIRICHLET only (rule `data-partition`)"),
+     .doc = "The seed of the DIRICHLET draw; set it to keep one partition across `seeds` repeats.",
+     .if_set = true},
 };
 
 // kind is written in for workload pytorch alone (the only one with a choice), so that the resolved configs of terse's
@@ -1106,10 +1111,15 @@ void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
 void dataPartition(Checks& c, const Experiment& e, const Ctx&) {
   const Data& d = e.data();
   if (d.partition() != Data::DIRICHLET) {
-    if (d.has_dirichlet_alpha())
-      c.fail("data.dirichlet_alpha")
-          << " " << d.dirichlet_alpha() << " with partition " << Data::Partition_Name(d.partition())
-          << ": only partition DIRICHLET reads it; set partition: DIRICHLET or leave it unset";
+    // An explicit IID ignores them: a study's IID variant of a DIRICHLET base cannot unset the base's alpha.
+    if (d.partition() == Data::IID) return;
+    for (const auto& [field, set] :
+         {std::pair{"dirichlet_alpha", d.has_dirichlet_alpha()}, std::pair{"partition_seed", d.has_partition_seed()}}) {
+      if (set)
+        c.fail(std::string("data.") + field)
+            << " with partition unset (IID): only partition DIRICHLET reads it; set partition: DIRICHLET, or "
+               "partition: IID to keep it aside";
+    }
     return;
   }
   if (!d.has_dirichlet_alpha())
@@ -1313,9 +1323,9 @@ constexpr CrossRule kRules[] = {
      "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients; params "
      "for none",
      &pullCompressor},
-    {"data-partition", "data.partition, dirichlet_alpha, workload.name",
+    {"data-partition", "data.partition, dirichlet_alpha, partition_seed, workload.name",
      "DIRICHLET without an alpha in [0.001, 1000] or for a workload without classes (not softmax, mlp, cnn); an alpha "
-     "without DIRICHLET",
+     "or a partition seed with partition unset",
      &dataPartition},
     {"local-sgd",
      "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, workload.name, "

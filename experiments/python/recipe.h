@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/plugin/loader.h"
+#include "core/train/shard_sampler.h"
 #include "experiments/config/config.h"
 #include "experiments/workloads/dataset.h"
 
@@ -40,7 +41,8 @@ class Recipe {
 
   int64_t stepsPerEpoch(int world);
   int64_t totalSteps(int world) { return stepsPerEpoch(world) * e_.epochs(); }
-  // This rank's batches of `epoch` (example indices), as the native trainer draws them.
+  // This rank's batches of `epoch` (example indices), as the native trainer draws them; with data.partition DIRICHLET
+  // from the non-IID shards of `world` workers (the native run draws them for `workers`: the same when they agree).
   std::vector<std::vector<int64_t>> batches(int rank, int world, int64_t epoch);
   // The learning rate of 0-based step `step` of a run with `world` workers. `steps_per_epoch` > 0 replaces the count
   // from terse's sampler over the Fashion-MNIST shard (a pytorch workload's own data has its own count).
@@ -50,6 +52,9 @@ class Recipe {
   PluginLoader loader_;
   experiments::Experiment e_;
   std::shared_ptr<const workloads::DataSplit> data_;
+  // data.partition DIRICHLET: the shards for the world they were drawn for.
+  std::shared_ptr<const train::Partition> partition_;
+  int partition_world_ = 0;
 };
 
 }  // namespace terse::python

@@ -1,11 +1,13 @@
 #include "experiments/runner/async_rank.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
 #include "core/common/error.h"
 #include "core/train/async_trainer.h"
+#include "core/train/label_partition.h"
 #include "core/train/param_server_client.h"
 #include "experiments/runner/async_detail.h"
 #include "experiments/runner/runner_detail.h"
@@ -67,7 +69,7 @@ ShardTally tallyOf(const ShardReport& r) {
 
 AsyncRank::AsyncRank(const experiments::Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
                      comm::HostCommunicator& control, std::shared_ptr<Compressor> instance,
-                     std::shared_ptr<Compressor> pull_instance)
+                     std::shared_ptr<Compressor> pull_instance, std::shared_ptr<const train::Partition> partition)
     : e_(e),
       rank_(rank),
       S_(e.parameter_server().servers()),
@@ -79,6 +81,7 @@ AsyncRank::AsyncRank(const experiments::Experiment& e, int rank, train::Workload
       ctl_(control.transport()),
       instance_(rawPushes(e) ? nullptr : std::move(instance)),
       pull_instance_(std::move(pull_instance)),
+      partition_(std::move(partition)),
       plan_(psPlan(e, model.params(), S_)),
       flat_(static_cast<std::size_t>(plan_.total_numel)),
       steps_(asyncStepPlan(e, model.numTrainExamples())),
@@ -89,15 +92,21 @@ AsyncRank::AsyncRank(const experiments::Experiment& e, int rank, train::Workload
 }
 
 void AsyncRank::checkInitialReplicas() {
+  // The initial parameters, and the non-IID shards every process drew on its own (label_partition.h).
   const int world = S_ + W_;
-  const uint64_t mine = train::parameterChecksum(model_.params());
-  std::vector<uint64_t> all(static_cast<std::size_t>(world));
-  control_.allgatherv(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)),
-                      std::vector<uint64_t>(static_cast<std::size_t>(world), sizeof(uint64_t)));
-  for (int r = 0; r < world; ++r)
-    TERSE_CHECK(all[static_cast<std::size_t>(r)] == mine, InternalError,
+  const std::array<uint64_t, 2> mine{train::parameterChecksum(model_.params()),
+                                     train::partitionChecksum(partition_.get())};
+  std::vector<uint64_t> all(2 * static_cast<std::size_t>(world));
+  control_.allgatherv(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
+                      std::vector<uint64_t>(static_cast<std::size_t>(world), sizeof(mine)));
+  for (int r = 0; r < world; ++r) {
+    TERSE_CHECK(all[2 * static_cast<std::size_t>(r)] == mine[0], InternalError,
                 "replica " << r << " starts with different parameters than replica " << rank_
                            << ": do all ranks run the same build and config?");
+    TERSE_CHECK(all[2 * static_cast<std::size_t>(r) + 1] == mine[1], InternalError,
+                "rank " << r << " drew other data shards than rank " << rank_
+                        << " (data.partition DIRICHLET): do all ranks read the same data set, with the same build?");
+  }
 }
 
 void AsyncRank::run(std::optional<AsyncReport> report, const World& world, const std::string& host) {
@@ -138,7 +147,7 @@ void AsyncRank::worker(const World& world) {
   train::ParamServerClient client(data_, plan_, w, W_, copts);
   train::AsyncTrainerOptions options = asyncWorkerOptions(e_, w);
   options.slowdown = world.trainerSlowdown(options.slowdown);  // a simulation slows the actor instead
-  options.partition = dataPartition(e_, model_);
+  options.partition = partition_;
   train::AsyncWorker worker(model_, client, w, W_, options);
   WorkerReport rep;
   auto fill = [&] {

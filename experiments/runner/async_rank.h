@@ -68,10 +68,13 @@ class AsyncRank final : public AsyncView {
   // `data` carries the pushes and pulls (what the records count), `control` the reports (not counted); `instance` is
   // this rank's compressor (unused with raw pushes), `pull_instance` its pull compressor (null: pulls carry the
   // parameters).
+  // `partition`: data.partition DIRICHLET's shards (runner_detail.h dataPartition), drawn once per process; null
+  // for IID.
   AsyncRank(const experiments::Experiment& e, int rank, train::Workload& model, comm::HostCommunicator& data,
             comm::HostCommunicator& control, std::shared_ptr<Compressor> instance,
-            std::shared_ptr<Compressor> pull_instance);
+            std::shared_ptr<Compressor> pull_instance, std::shared_ptr<const train::Partition> partition);
   ~AsyncRank() { joinShard(); }
+  const train::Partition* partition() const { return partition_.get(); }
 
   const train::StepPlan& steps() const { return steps_; }
 
@@ -122,8 +125,9 @@ class AsyncRank final : public AsyncView {
   comm::Transport& data_;
   comm::HostCommunicator& control_;
   comm::Transport& ctl_;
-  std::shared_ptr<Compressor> instance_;       // null: raw pushes
-  std::shared_ptr<Compressor> pull_instance_;  // null: pulls carry the parameters
+  std::shared_ptr<Compressor> instance_;               // null: raw pushes
+  std::shared_ptr<Compressor> pull_instance_;          // null: pulls carry the parameters
+  std::shared_ptr<const train::Partition> partition_;  // the workers' fixed shards; null: IID
   const train::PsPlan plan_;
   std::vector<float> flat_;
   const train::StepPlan steps_;

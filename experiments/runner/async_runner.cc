@@ -253,6 +253,7 @@ struct ParamServerJob {
           for (int r = 0; r < S + W; ++r) models.push_back(workloads::makeWorkload(e.workload().name(), wo, split));
         },
         [&] { return replicasWhat(e, S + W, models); });
+    partition = dataPartition(e, *models.front());
   }
 
   // The endpoints exist before the first plugin call (the World aborts them on an overrun).
@@ -290,7 +291,7 @@ struct ParamServerJob {
             }
             ranks.push_back(std::make_unique<AsyncRank>(
                 e, r, *models[static_cast<std::size_t>(r)], *data[static_cast<std::size_t>(r)],
-                *control[static_cast<std::size_t>(r)], std::move(instance), std::move(pull)));
+                *control[static_cast<std::size_t>(r)], std::move(instance), std::move(pull), partition));
           }
         },
         [&] {
@@ -318,6 +319,7 @@ struct ParamServerJob {
   const Experiment& e;
   const int S, W;
   std::vector<std::unique_ptr<train::Workload>> models;
+  std::shared_ptr<const train::Partition> partition;  // data.partition DIRICHLET's shards, drawn once; null for IID
   std::vector<std::unique_ptr<comm::HostCommunicator>> data;
   std::vector<std::unique_ptr<comm::HostCommunicator>> control;
   std::vector<std::unique_ptr<AsyncRank>> ranks;  // after what they use
@@ -381,7 +383,7 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
   }
   ranks->onAbort([&job](const std::string& reason) { job.abort(reason); });
   job.build(*options_.loader, prov);
-  notePartition(prov, e, *job.models.front(), dataPartition(e, *job.models.front()).get());
+  notePartition(prov, e, *job.models.front(), job.partition.get());
   writer.writeProvenance(prov);
   Progress progress = progressFor(job.ranks.front()->steps());
   const AsyncReport report{writer, summary, progress};

@@ -77,7 +77,8 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
     const auto pull_plugin = detail::loadPullCompressor(e, *options_.loader);
     const Params pull_params = experiments::pluginParams(e.parameter_server().pull_compressor());
     std::shared_ptr<Compressor> pull = pull_plugin ? pull_plugin->instantiate(pull_params) : nullptr;
-    me = std::make_unique<detail::AsyncRank>(e, rank, *model, *data, *control, instance, pull);
+    me = std::make_unique<detail::AsyncRank>(e, rank, *model, *data, *control, instance, pull,
+                                             detail::dataPartition(e, *model));
     me->checkInitialReplicas();
     if (writer) {
       results::Provenance prov =
@@ -90,7 +91,7 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       if (pull)
         prov.plugins.push_back(
             {pull_plugin->info(), pull->caps(DType::kF32), pull_params, pull->resolvedParams(), "pull_compressor"});
-      detail::notePartition(prov, e, *model, detail::dataPartition(e, *model).get());
+      detail::notePartition(prov, e, *model, me->partition());
       writer->writeProvenance(prov);
     }
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,

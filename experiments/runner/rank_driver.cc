@@ -1,9 +1,11 @@
 #include "experiments/runner/rank_driver.h"
 
+#include <array>
 #include <cstring>
 #include <string>
 
 #include "core/common/error.h"
+#include "core/train/label_partition.h"
 #include "core/train/workload.h"
 #include "experiments/runner/runner_detail.h"
 
@@ -120,14 +122,21 @@ bool SyncRankDriver::isEvalPoint(int64_t done) const {
 }
 
 void SyncRankDriver::checkInitialReplicas() {
-  uint64_t mine = 0;
-  world_.aside([&] { mine = train::parameterChecksum(rank_.model.params()); });
-  const auto all = rank_.control.allgather(std::span(&mine, 1));
+  // The initial parameters, and the non-IID shards every rank drew on its own (label_partition.h).
+  std::array<uint64_t, 2> mine{};
+  world_.aside([&] {
+    mine[0] = train::parameterChecksum(rank_.model.params());
+    mine[1] = train::partitionChecksum(rank_.trainer.options().partition.get());
+  });
+  const auto all = rank_.control.allgather(std::span(mine));
   for (std::size_t r = 1; r < all.size(); ++r) {
     TERSE_CHECK(all[r][0] == all[0][0], InternalError,
                 "replica " << r << " of workload '" << e_.workload().name()
                            << "' starts with different parameters than replica 0 (same seed " << e_.seed()
                            << "): do all ranks run the same build and config?");
+    TERSE_CHECK(all[r][1] == all[0][1], InternalError,
+                "rank " << r << " drew other data shards than rank 0 (data.partition DIRICHLET): do all ranks read "
+                        << "the same data set, with the same build?");
   }
 }
 

@@ -99,8 +99,9 @@ std::shared_ptr<const train::Partition> dataPartition(const Experiment& e, const
   if (e.data().partition() != experiments::Data::DIRICHLET) return nullptr;
   TERSE_CHECK(!model.trainLabels().empty(), InvalidArgument,
               "data.partition DIRICHLET: workload '" << model.name() << "' has no class labels to split by");
+  const uint64_t seed = e.data().has_partition_seed() ? e.data().partition_seed() : e.seed();
   return std::make_shared<const train::Partition>(train::dirichletPartition(
-      model.trainLabels(), model.numClasses(), e.workers(), e.data().dirichlet_alpha(), e.seed()));
+      model.trainLabels(), model.numClasses(), e.workers(), e.data().dirichlet_alpha(), seed));
 }
 
 void notePartition(results::Provenance& prov, const Experiment& e, const train::Workload& model,
@@ -121,6 +122,7 @@ void notePartition(results::Provenance& prov, const Experiment& e, const train::
 
 std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch) {
   const int64_t period = e.local_sgd().period();
+  if (period == 0) return "";  // local SGD off
   const int64_t every = e.eval().every_steps();
   const int64_t epoch = e.eval().per_epoch() ? steps_per_epoch : 0;
   int64_t interval = 0;
@@ -133,10 +135,21 @@ std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epo
     interval = epoch;
     why = "eval.per_epoch (an epoch is " + std::to_string(epoch) + " steps)";
   }
-  if (interval == 0) return "";
-  return "local_sgd.period " + std::to_string(period) + " is longer than the evaluation interval of " + why +
-         ", and every evaluation averages the models: they are averaged at least every " + std::to_string(interval) +
-         " steps (evaluate less often for the period to hold)";
+  if (interval > 0)
+    return "local_sgd.period " + std::to_string(period) + " is longer than the evaluation interval of " + why +
+           ", and every evaluation averages the models: they are averaged at least every " + std::to_string(interval) +
+           " steps (evaluate less often for the period to hold)";
+  // Evaluations between two periodic averagings add one each (a shorter local phase, and an outer optimizer step).
+  const int64_t start = e.local_sgd().start_step();
+  for (const auto& [each, what] :
+       {std::pair{every, std::string("eval.every_steps")}, std::pair{epoch, std::string("eval.per_epoch's epoch")}}) {
+    if (each > 0 && (each % period != 0 || start % period != 0))
+      return "the evaluations (" + what + " of " + std::to_string(each) + " steps) fall between the averagings of " +
+             "local_sgd.period " + std::to_string(period) + " (counted from start_step " + std::to_string(start) +
+             "): each adds an averaging, with a shorter local phase before it and, with an outer momentum, an outer " +
+             "step; make the interval and start_step multiples of the period for the period to hold exactly";
+  }
+  return "";
 }
 
 train::ComputeJitter computeJitter(const Experiment& e, int worker) {

@@ -922,7 +922,15 @@ TEST_F(ConfigTest, DataPartitionRules) {
   expectOne(kMinimal + "data { partition: DIRICHLET dirichlet_alpha: 0 }\n",
             "data.dirichlet_alpha must be in [0.001, 1000], got 0");
   expectOne(kMinimal + "data { dirichlet_alpha: 0.5 }\n",
-            "data.dirichlet_alpha 0.5 with partition PARTITION_UNSPECIFIED: only partition DIRICHLET reads it");
+            "data.dirichlet_alpha with partition unset (IID): only partition DIRICHLET reads it");
+  expectOne(kMinimal + "data { partition_seed: 3 }\n", "data.partition_seed with partition unset (IID)");
+  // An IID variant of a DIRICHLET base keeps the base's alpha aside.
+  const auto both =
+      load(kMinimal + "data { partition: DIRICHLET dirichlet_alpha: 0.1 partition_seed: 4 }\n" +
+           "variants { name: \"noniid\" }\nvariants { name: \"iid\" overrides { data { partition: IID } } }\n");
+  ASSERT_EQ(both.experiments.size(), 2u);
+  EXPECT_EQ(both.experiments.at(1).data().partition(), Data::IID);
+  EXPECT_EQ(both.experiments.at(0).data().partition_seed(), 4u);
   expectOne(
       "study: \"s\"\nworkload { name: \"linear_regression\" }\ndata { partition: DIRICHLET dirichlet_alpha: 1 }\n",
       "data.partition DIRICHLET splits a classifier's labels; workload 'linear_regression' has none");

@@ -126,10 +126,11 @@ TEST(FieldOverride, ErrorsNameTheFlagAndWhatIsWrong) {
   EXPECT_EQ(errorOf("data.frobnicate=1"),
             "--set data.frobnicate=1: Experiment.data has no field 'frobnicate'; its "
             "fields: dataset_dir, batch_size, global_batch_size, train_subset, test_subset, partition, "
-            "dirichlet_alpha");
+            "dirichlet_alpha, partition_seed");
   EXPECT_EQ(errorOf("data=0.1"),
             "--set data=0.1: data is a message (Data): set one of its fields: data.dataset_dir, data.batch_size, "
-            "data.global_batch_size, data.train_subset, data.test_subset, data.partition, data.dirichlet_alpha");
+            "data.global_batch_size, data.train_subset, data.test_subset, data.partition, data.dirichlet_alpha, "
+            "data.partition_seed");
   EXPECT_EQ(errorOf("epochs.max=1"),
             "--set epochs.max=1: epochs is of type int32, not a message: it has no field 'max'");
   EXPECT_EQ(errorOf("seeds[0]=1"), "--set seeds[0]=1: seeds is a list: --set replaces it whole, e.g. seeds=[...]");

@@ -1582,6 +1582,30 @@ def provenance(tmp):
     hook = logged("torchvision", "").get("hook", {})
     check(hook == {"torchvision": torchvision.__version__}, "torchvision's version: %s" % hook)
     dist.destroy_process_group()
+    recipe_partition(tmp)
+
+
+def recipe_partition(tmp):
+    """terse.Recipe's batches of a non-IID config (data.partition DIRICHLET) are the native run's shards: each rank's
+    label histogram is the one `terse run` records in provenance.json, the same every epoch."""
+    import numpy
+    cfg = os.path.join(tmp, "noniid.textproto")
+    open(cfg, "w").write('study: "noniid"\nworkload { name: "mlp" hidden_sizes: [8] }\n'
+                         'data { batch_size: 50 train_subset: 2000 test_subset: 100 partition: DIRICHLET '
+                         'dirichlet_alpha: 0.1 }\nworkers: 4\nepochs: 1\ncompressor { name: "none" }\n')
+    out = os.path.join(tmp, "noniid_results")
+    run = subprocess.run([ARGS.terse, "run", cfg, "--out", out], capture_output=True, text=True)
+    check(run.returncode == 0, "terse run of the non-IID config failed: %s" % run.stderr[-2000:])
+    native = json.load(open(os.path.join(out, "noniid", "base", "provenance.json")))["data_partition"]
+    recipe = terse.Recipe(cfg)
+    labels = recipe.data()[0][1]
+    for epoch in (0, 1):
+        for rank in range(4):
+            seen = numpy.concatenate(recipe.batches(rank, 4, epoch))
+            counts = " ".join(str(int(k)) for k in numpy.bincount(labels[seen], minlength=10))
+            check(counts == native["worker%d" % rank],
+                  "epoch %d rank %d: the recipe's labels %s, the native run's %s" % (epoch, rank, counts,
+                                                                                     native["worker%d" % rank]))
 
 
 def main():

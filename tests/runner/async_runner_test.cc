@@ -133,7 +133,11 @@ TEST(AsyncRunner, ANonIidPartitionReachesSyncAndParameterServerWorkersAlike) {
   const auto runs = runAll(head + " partition: DIRICHLET dirichlet_alpha: 0.1" + rest +
                                "variants { name: \"sync\" overrides { mode: SYNC } }\n"
                                "variants { name: \"ssp0\" overrides { mode: SSP staleness_bound: 0 } }\n"
-                               "variants { name: \"hogwild\" overrides { mode: HOGWILD } }\n",
+                               "variants { name: \"hogwild\" overrides { mode: HOGWILD } }\n"
+                               // One worker owns every example, in the partition's order, not the IID reshuffle's:
+                               // Hogwild's worker must follow it as the sync trainer does.
+                               "variants { name: \"sync1\" overrides { mode: SYNC workers: 1 } }\n"
+                               "variants { name: \"hogwild1\" overrides { mode: HOGWILD workers: 1 } }\n",
                            "noniid");
   const auto iid = runAll(head + rest + "variants { name: \"iid\" overrides { mode: SYNC } }\n", "noniid_iid");
   const auto& sync = runs.at("sync").records;
@@ -145,6 +149,12 @@ TEST(AsyncRunner, ANonIidPartitionReachesSyncAndParameterServerWorkersAlike) {
     EXPECT_NEAR(num(ssp[i], "test_loss"), num(sync[i], "test_loss"), 1e-3 * num(sync[i], "test_loss")) << i;
   EXPECT_NE(num(iid.at("iid").records.back(), "train_loss"), num(sync.back(), "train_loss"))
       << "the partition did not reach the run";
+  const auto& sync1 = runs.at("sync1").records;
+  const auto& hogwild1 = runs.at("hogwild1").records;
+  ASSERT_EQ(hogwild1.size(), sync1.size());
+  for (std::size_t i = 0; i < sync1.size(); ++i)
+    EXPECT_NEAR(num(hogwild1[i], "train_loss"), num(sync1[i], "train_loss"), 1e-3 * num(sync1[i], "train_loss"))
+        << "record " << i << ": Hogwild's worker did not take the partition's order";
   for (const std::string v : {"sync", "ssp0", "hogwild"}) {
     EXPECT_EQ(runs.at(v).state, "completed") << v;
     std::ifstream in(runs.at(v).summary.dir / "provenance.json");

@@ -3,6 +3,7 @@
 // different ones), and `terse run` on a broken config, on one variant, and killed part-way (the folder stays valid),
 // and the commit its provenance names: the one it was built from, also when run inside another git repository.
 #include <fcntl.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -27,6 +28,7 @@
 #include "core/plugin/loader.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
+#include "experiments/runner/runner_detail.h"
 #include "results/result_writer.h"
 #include "runner_test_util.h"
 
@@ -125,6 +127,31 @@ TEST(Runner, WritesResultsFolder) {
 // The caps a run records say what was on the wire, as `terse plugins show` does (tests/cli: show_caps_wire_allgather):
 // an allgather plugin's payloads are bytes, so no wire dtype ("-", not the f32 default its caps struct holds); a SUM
 // plugin's is the dtype its payloads are summed as.
+// Local SGD's evaluation points average too (sync_trainer.h): a run says when they cut the period short or fall between
+// its averagings, and says nothing otherwise, nor without local SGD.
+TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
+  auto warning = [](const std::string& fields, int64_t steps_per_epoch) {
+    experiments::Experiment e;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(fields, &e)) << fields;
+    return detail::localSgdEvaluationWarning(e, steps_per_epoch);
+  };
+  EXPECT_EQ(warning("eval { every_steps: 7 per_epoch: true }", 469), "");
+  EXPECT_EQ(warning("local_sgd { period: 4 } eval { every_steps: 8 per_epoch: true }", 400), "");
+  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { every_steps: 0 per_epoch: true }", 40), "");
+  EXPECT_NE(warning("local_sgd { period: 1000 } eval { every_steps: 100 }", 469)
+                .find("local_sgd.period 1000 is longer than the evaluation interval of eval.every_steps 100"),
+            std::string::npos);
+  EXPECT_NE(warning("local_sgd { period: 1000 } eval { per_epoch: true }", 469)
+                .find("eval.per_epoch (an epoch is 469 steps)"),
+            std::string::npos);
+  EXPECT_NE(warning("local_sgd { period: 16 } eval { per_epoch: true }", 469)
+                .find("the evaluations (eval.per_epoch's epoch of 469 steps) fall between the averagings of "
+                      "local_sgd.period 16 (counted from start_step 0)"),
+            std::string::npos);
+  EXPECT_NE(warning("local_sgd { period: 4 start_step: 2 } eval { every_steps: 8 }", 400).find("start_step 2"),
+            std::string::npos);
+}
+
 TEST(Runner, ProvenanceRecordsTheWireDtypeOnlyForSum) {
   auto loader = testLoader();
   for (const auto& [name, aggregation, wire] :
