@@ -329,7 +329,7 @@ constexpr Field kData[] = {
      .if_set = true},
     {.name = "partition_seed",
      .def = none("the run's seed"),
-     .rule = free("DIRICHLET only (rule `data-partition`)"),
+     .rule = free("DIRICHLET; ignored by an explicit IID (rule `data-partition`)"),
      .doc = "The seed of the DIRICHLET draw; set it to keep one partition across `seeds` repeats.",
      .if_set = true},
 };
@@ -1111,8 +1111,13 @@ void pullCompressor(Checks& c, const Experiment& e, const Ctx&) {
 void dataPartition(Checks& c, const Experiment& e, const Ctx&) {
   const Data& d = e.data();
   if (d.partition() != Data::DIRICHLET) {
-    // An explicit IID ignores them: a study's IID variant of a DIRICHLET base cannot unset the base's alpha.
-    if (d.partition() == Data::IID) return;
+    // An explicit IID ignores them (a study's IID variant of a DIRICHLET base cannot unset the base's alpha), but an
+    // alpha must still be one a DIRICHLET variant could take.
+    if (d.partition() == Data::IID) {
+      if (d.has_dirichlet_alpha() && !(d.dirichlet_alpha() >= 0.001 && d.dirichlet_alpha() <= 1000))
+        c.fail("data.dirichlet_alpha") << " must be in [0.001, 1000], got " << d.dirichlet_alpha();
+      return;
+    }
     for (const auto& [field, set] :
          {std::pair{"dirichlet_alpha", d.has_dirichlet_alpha()}, std::pair{"partition_seed", d.has_partition_seed()}}) {
       if (set)

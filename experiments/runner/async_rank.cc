@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 
 #include "core/common/error.h"
 #include "core/train/async_trainer.h"
@@ -103,10 +104,18 @@ void AsyncRank::checkInitialReplicas() {
     TERSE_CHECK(all[2 * static_cast<std::size_t>(r)] == mine[0], InternalError,
                 "replica " << r << " starts with different parameters than replica " << rank_
                            << ": do all ranks run the same build and config?");
-    TERSE_CHECK(all[2 * static_cast<std::size_t>(r) + 1] == mine[1], InternalError,
-                "rank " << r << " drew other data shards than rank " << rank_
-                        << " (data.partition DIRICHLET): do all ranks read the same data set, with the same build?");
   }
+  // Every rank's checksum, so that the odd one out shows whichever rank it is.
+  std::ostringstream shards;
+  bool agree = true;
+  for (int r = 0; r < world; ++r) {
+    const uint64_t theirs = all[2 * static_cast<std::size_t>(r) + 1];
+    shards << (r ? ", " : "") << "rank " << r << " " << std::hex << theirs << std::dec;
+    agree = agree && theirs == mine[1];
+  }
+  TERSE_CHECK(agree, InvalidArgument,
+              "the ranks drew different data shards (data.partition DIRICHLET; partition checksums: "
+                  << shards.str() << "): do all ranks read the same data set, with the same build?");
 }
 
 void AsyncRank::run(std::optional<AsyncReport> report, const World& world, const std::string& host) {

@@ -229,7 +229,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
       detail::notePartition(prov, e, *model, topts.partition.get());
       writer->writeProvenance(prov);
     }
-    if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch()); rank == 0 && !w.empty())
+    if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch(), trainer->totalSteps());
+        rank == 0 && !w.empty())
       std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     // ---- The run: the in-process ranks' code (rank_driver.h).
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "core/common/error.h"
@@ -134,10 +135,17 @@ void SyncRankDriver::checkInitialReplicas() {
                 "replica " << r << " of workload '" << e_.workload().name()
                            << "' starts with different parameters than replica 0 (same seed " << e_.seed()
                            << "): do all ranks run the same build and config?");
-    TERSE_CHECK(all[r][1] == all[0][1], InternalError,
-                "rank " << r << " drew other data shards than rank 0 (data.partition DIRICHLET): do all ranks read "
-                        << "the same data set, with the same build?");
   }
+  // Every rank's checksum, so that the odd one out shows whichever rank it is.
+  std::ostringstream shards;
+  bool agree = true;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    shards << (r ? ", " : "") << "rank " << r << " " << std::hex << all[r][1] << std::dec;
+    agree = agree && all[r][1] == all[0][1];
+  }
+  TERSE_CHECK(agree, InvalidArgument,
+              "the ranks drew different data shards (data.partition DIRICHLET; partition checksums: "
+                  << shards.str() << "): do all ranks read the same data set, with the same build?");
 }
 
 void SyncRankDriver::run() {

@@ -112,7 +112,11 @@ void notePartition(results::Provenance& prov, const Experiment& e, const train::
   alpha << e.data().dirichlet_alpha();
   distance << std::fixed << std::setprecision(4)
            << train::meanLabelDistance(histograms, model.trainLabels(), model.numClasses());
-  prov.partition = {{"kind", "dirichlet"}, {"alpha", alpha.str()}, {"mean_label_distance", distance.str()}};
+  const uint64_t seed = e.data().has_partition_seed() ? e.data().partition_seed() : e.seed();
+  prov.partition = {{"kind", "dirichlet"},
+                    {"alpha", alpha.str()},
+                    {"seed", std::to_string(seed)},
+                    {"mean_label_distance", distance.str()}};
   for (std::size_t w = 0; w < histograms.size(); ++w) {
     std::string counts;
     for (int64_t k : histograms[w]) counts += (counts.empty() ? "" : " ") + std::to_string(k);
@@ -120,36 +124,36 @@ void notePartition(results::Provenance& prov, const Experiment& e, const train::
   }
 }
 
-std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch) {
+std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch, int64_t total_steps) {
   const int64_t period = e.local_sgd().period();
   if (period == 0) return "";  // local SGD off
+  const int64_t start = e.local_sgd().start_step();
   const int64_t every = e.eval().every_steps();
   const int64_t epoch = e.eval().per_epoch() ? steps_per_epoch : 0;
-  int64_t interval = 0;
-  std::string why;
-  if (every > 0 && every < period) {
-    interval = every;
-    why = "eval.every_steps " + std::to_string(every);
+  // The evaluation points (SyncRankDriver::isEvalPoint) in the local phase and before the last step, which averages
+  // anyway, that are off the period's grid (SyncTrainer::averagingStep). Counted up to a bound: it is a warning.
+  constexpr int64_t kCounted = 10'000'000;
+  int64_t extra = 0, first = 0, visited = 0;
+  for (const int64_t each : {every, epoch}) {
+    if (each <= 0) continue;
+    for (int64_t done = each; done < total_steps && visited < kCounted; done += each, ++visited) {
+      if (each == epoch && every > 0 && done % every == 0) continue;  // counted with every_steps
+      if (done <= start || (done - start) % period == 0) continue;
+      ++extra;
+      first = first == 0 ? done : std::min(first, done);
+    }
   }
-  if (epoch > 0 && epoch < period && (interval == 0 || epoch < interval)) {
-    interval = epoch;
-    why = "eval.per_epoch (an epoch is " + std::to_string(epoch) + " steps)";
-  }
-  if (interval > 0)
-    return "local_sgd.period " + std::to_string(period) + " is longer than the evaluation interval of " + why +
-           ", and every evaluation averages the models: they are averaged at least every " + std::to_string(interval) +
-           " steps (evaluate less often for the period to hold)";
-  // Evaluations between two periodic averagings add one each (a shorter local phase, and an outer optimizer step).
-  const int64_t start = e.local_sgd().start_step();
-  for (const auto& [each, what] :
-       {std::pair{every, std::string("eval.every_steps")}, std::pair{epoch, std::string("eval.per_epoch's epoch")}}) {
-    if (each > 0 && (each % period != 0 || start % period != 0))
-      return "the evaluations (" + what + " of " + std::to_string(each) + " steps) fall between the averagings of " +
-             "local_sgd.period " + std::to_string(period) + " (counted from start_step " + std::to_string(start) +
-             "): each adds an averaging, with a shorter local phase before it and, with an outer momentum, an outer " +
-             "step; make the interval and start_step multiples of the period for the period to hold exactly";
-  }
-  return "";
+  if (extra == 0) return "";
+  const int64_t periodic = total_steps > start ? (total_steps - start) / period : 0;
+  return std::to_string(extra) + " evaluation point" + (extra == 1 ? "" : "s") +
+         " fall between the averagings of local_sgd.period " + std::to_string(period) + " (counted from start_step " +
+         std::to_string(start) + "), the first after step " + std::to_string(first) +
+         ": each averages the models too, with a shorter local phase before it (and, with an outer momentum, an outer "
+         "step), " +
+         std::to_string(extra) + " extra beside " + std::to_string(periodic) + " periodic averagings in " +
+         std::to_string(total_steps) + " steps; make eval.every_steps and the epoch (" +
+         std::to_string(steps_per_epoch) +
+         " steps) multiples of the period, counted from start_step, for the period to hold";
 }
 
 train::ComputeJitter computeJitter(const Experiment& e, int worker) {
@@ -668,7 +672,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   notePartition(prov, e, *models[0], partition.get());
   writer.writeProvenance(prov);
 
-  if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch()); !w.empty())
+  if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch(), trainers[0]->totalSteps());
+      !w.empty())
     std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.
   Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),

@@ -42,9 +42,10 @@ std::shared_ptr<const train::Partition> dataPartition(const experiments::Experim
 // The partition's summary for provenance.json (results::Provenance::partition); nothing for null.
 void notePartition(results::Provenance& prov, const experiments::Experiment& e, const train::Workload& model,
                    const train::Partition* partition);
-// Local SGD averages the models at every evaluation point too (SyncTrainerOptions::local_sgd): when evaluations come
-// more often than local_sgd.period, they shorten it. The warning that says so, or "" when they do not.
-std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch);
+// Local SGD averages the models at every evaluation point too (SyncTrainerOptions::local_sgd): evaluation points of
+// the local phase off the period's grid add averagings. The warning that counts them in a run of total_steps, or ""
+// when there are none.
+std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch, int64_t total_steps);
 // The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
 train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.

@@ -127,29 +127,41 @@ TEST(Runner, WritesResultsFolder) {
 // The caps a run records say what was on the wire, as `terse plugins show` does (tests/cli: show_caps_wire_allgather):
 // an allgather plugin's payloads are bytes, so no wire dtype ("-", not the f32 default its caps struct holds); a SUM
 // plugin's is the dtype its payloads are summed as.
-// Local SGD's evaluation points average too (sync_trainer.h): a run says when they cut the period short or fall between
-// its averagings, and says nothing otherwise, nor without local SGD.
+// Local SGD's evaluation points average too (sync_trainer.h): a run counts those off the period's grid, and says
+// nothing when there are none, nor without local SGD, nor for evaluations the run never reaches or that fall on the
+// last step (which averages anyway) or before start_step.
 TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
-  auto warning = [](const std::string& fields, int64_t steps_per_epoch) {
+  auto warning = [](const std::string& fields, int64_t steps_per_epoch, int64_t total) {
     experiments::Experiment e;
     EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(fields, &e)) << fields;
-    return detail::localSgdEvaluationWarning(e, steps_per_epoch);
+    return detail::localSgdEvaluationWarning(e, steps_per_epoch, total);
   };
-  EXPECT_EQ(warning("eval { every_steps: 7 per_epoch: true }", 469), "");
-  EXPECT_EQ(warning("local_sgd { period: 4 } eval { every_steps: 8 per_epoch: true }", 400), "");
-  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { every_steps: 0 per_epoch: true }", 40), "");
-  EXPECT_NE(warning("local_sgd { period: 1000 } eval { every_steps: 100 }", 469)
-                .find("local_sgd.period 1000 is longer than the evaluation interval of eval.every_steps 100"),
-            std::string::npos);
-  EXPECT_NE(warning("local_sgd { period: 1000 } eval { per_epoch: true }", 469)
-                .find("eval.per_epoch (an epoch is 469 steps)"),
-            std::string::npos);
-  EXPECT_NE(warning("local_sgd { period: 16 } eval { per_epoch: true }", 469)
-                .find("the evaluations (eval.per_epoch's epoch of 469 steps) fall between the averagings of "
-                      "local_sgd.period 16 (counted from start_step 0)"),
-            std::string::npos);
-  EXPECT_NE(warning("local_sgd { period: 4 start_step: 2 } eval { every_steps: 8 }", 400).find("start_step 2"),
-            std::string::npos);
+  EXPECT_EQ(warning("eval { every_steps: 7 per_epoch: true }", 469, 2814), "");
+  EXPECT_EQ(warning("local_sgd { period: 4 } eval { every_steps: 8 per_epoch: true }", 400, 1200), "");
+  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { per_epoch: true }", 40, 400), "");
+  // 16 steps, evaluations at 235 (never reached) and at the epoch's end, the last step.
+  for (const char* period : {"4", "5", "32"})
+    EXPECT_EQ(
+        warning(std::string("local_sgd { period: ") + period + " } eval { every_steps: 235 per_epoch: true }", 16, 16),
+        "")
+        << period;
+  // Evaluations at 5 and 10 before start_step 12 are gradient steps.
+  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { every_steps: 5 }", 100, 12), "");
+  // 100, 200, ..., 2800 but 1000 and 2000.
+  EXPECT_EQ(warning("local_sgd { period: 1000 } eval { every_steps: 100 }", 469, 2814),
+            "26 evaluation points fall between the averagings of local_sgd.period 1000 (counted from start_step 0), "
+            "the first after step 100: each averages the models too, with a shorter local phase before it (and, with "
+            "an outer momentum, an outer step), 26 extra beside 2 periodic averagings in 2814 steps; make "
+            "eval.every_steps and the epoch (469 steps) multiples of the period, counted from start_step, for the "
+            "period to hold");
+  // The reference study: five epoch ends off the grid of 16 (the sixth is the last step).
+  EXPECT_EQ(warning("local_sgd { period: 16 } eval { per_epoch: true }", 469, 2814).substr(0, 40),
+            "5 evaluation points fall between the ave");
+  // Every 10 and per epoch of 20 steps from start_step 2: 20 and 40 are off the grid of 4 (10, 30 and 50 are on it),
+  // the epoch ends counted once, with every_steps.
+  EXPECT_EQ(
+      warning("local_sgd { period: 4 start_step: 2 } eval { every_steps: 10 per_epoch: true }", 20, 60).substr(0, 23),
+      "2 evaluation points fal");
 }
 
 TEST(Runner, ProvenanceRecordsTheWireDtypeOnlyForSum) {
