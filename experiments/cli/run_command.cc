@@ -216,9 +216,20 @@ int runCommand(const std::vector<std::string>& args) {
       for (const auto& [key, value] : e.compressor().params()) compressor += " " + key + "=" + value;
       if (e.error_feedback()) compressor += " +EF";
       const std::string folder = (root / e.study() / experiments::resultsSubfolder(e)).string();
+      // What changes how a mode communicates or what each worker sees, so that variants that differ there show it.
+      std::string mode = experiments::Experiment::Mode_Name(e.mode());
+      if (const auto& l = e.local_sgd(); l.period() > 0) {
+        mode += " local-sgd/" + std::to_string(l.period());
+        if (l.start_step() > 0) mode += " from " + std::to_string(l.start_step());
+        if (l.outer_lr() != 1 || l.outer_momentum() != 0) mode += " +outer";
+      }
+      if (e.data().partition() == experiments::Data::DIRICHLET) {
+        std::ostringstream alpha;
+        alpha << e.data().dirichlet_alpha();
+        mode += " dirichlet-" + alpha.str();
+      }
       plan.add({e.variant() + (e.seeds_size() > 0 ? " (seed " + std::to_string(e.seed()) + ")" : ""), folder,
-                std::to_string(e.workers()), experiments::Experiment::Mode_Name(e.mode()), compressor,
-                std::to_string(e.epochs())});
+                std::to_string(e.workers()), mode, compressor, std::to_string(e.epochs())});
       if (vm.count("print-config"))
         std::cout << "# " << folder << "/config.textproto\n" << experiments::toText(e) << '\n';
     }

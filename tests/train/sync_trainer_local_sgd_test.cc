@@ -78,6 +78,13 @@ class Quadratic : public Workload {
   int64_t steps_ = 0;
 };
 
+// The ranks' mean target of element i of tensor t: where plain averaging of the quadratics' local steps converges.
+double meanTarget(int world, std::size_t t, std::size_t i) {
+  double sum = 0;
+  for (int r = 0; r < world; ++r) sum += Quadratic(r).target(t, i);
+  return sum / world;
+}
+
 struct Spec {
   int world = 3;
   std::string compressor = "none";
@@ -165,9 +172,7 @@ TEST(LocalSgd, AveragingsFollowTheClosedFormOfLocalStepsOnQuadratics) {
   const double lr = spec.options.lr.lr;
   for (std::size_t t = 0; t < out[0].values.size(); ++t) {
     for (std::size_t i = 0; i < out[0].values[t].size(); ++i) {
-      double mean_c = 0;
-      for (int r = 0; r < spec.world; ++r) mean_c += Quadratic(r).target(t, i);
-      mean_c /= spec.world;
+      const double mean_c = meanTarget(spec.world, t, i);
       double x = probe.params()[t].value[i];
       for (int k : {3, 3, 2}) x = mean_c + std::pow(1 - lr, k) * (x - mean_c);
       for (const auto& o : out) EXPECT_NEAR(o.values[t][i], x, 1e-5) << "tensor " << t << " [" << i << "]";
@@ -194,9 +199,7 @@ TEST(LocalSgd, OuterMomentumFollowsItsClosedForm) {
     const double lr = spec.options.lr.lr;
     for (std::size_t t = 0; t < out[0].values.size(); ++t) {
       for (std::size_t i = 0; i < out[0].values[t].size(); ++i) {
-        double mean_c = 0;
-        for (int r = 0; r < spec.world; ++r) mean_c += Quadratic(r).target(t, i);
-        mean_c /= spec.world;
+        const double mean_c = meanTarget(spec.world, t, i);
         double a = probe.params()[t].value[i], u = 0;
         for (int averaging = 0; averaging < 4; ++averaging) {
           const double d = (1 - std::pow(1 - lr, 3)) * (a - mean_c);
