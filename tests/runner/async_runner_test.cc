@@ -149,12 +149,13 @@ TEST(AsyncRunner, ANonIidPartitionReachesSyncAndParameterServerWorkersAlike) {
     EXPECT_NEAR(num(ssp[i], "test_loss"), num(sync[i], "test_loss"), 1e-3 * num(sync[i], "test_loss")) << i;
   EXPECT_NE(num(iid.at("iid").records.back(), "train_loss"), num(sync.back(), "train_loss"))
       << "the partition did not reach the run";
+  // Hogwild's records before the last evaluate a model its worker is still changing: only the last one, after every
+  // step, is the final model's.
   const auto& sync1 = runs.at("sync1").records;
   const auto& hogwild1 = runs.at("hogwild1").records;
   ASSERT_EQ(hogwild1.size(), sync1.size());
-  for (std::size_t i = 0; i < sync1.size(); ++i)
-    EXPECT_NEAR(num(hogwild1[i], "train_loss"), num(sync1[i], "train_loss"), 1e-3 * num(sync1[i], "train_loss"))
-        << "record " << i << ": Hogwild's worker did not take the partition's order";
+  EXPECT_NEAR(num(hogwild1.back(), "test_loss"), num(sync1.back(), "test_loss"), 1e-4 * num(sync1.back(), "test_loss"))
+      << "Hogwild's worker did not take the partition's order";
   for (const std::string v : {"sync", "ssp0", "hogwild"}) {
     EXPECT_EQ(runs.at(v).state, "completed") << v;
     std::ifstream in(runs.at(v).summary.dir / "provenance.json");
