@@ -149,11 +149,13 @@ TEST(AsyncRunner, ANonIidPartitionReachesSyncAndParameterServerWorkersAlike) {
     EXPECT_NEAR(num(ssp[i], "test_loss"), num(sync[i], "test_loss"), 1e-3 * num(sync[i], "test_loss")) << i;
   EXPECT_NE(num(iid.at("iid").records.back(), "train_loss"), num(sync.back(), "train_loss"))
       << "the partition did not reach the run";
-  // Hogwild's records before the last evaluate a model its worker is still changing: only the last one, after every
-  // step, is the final model's.
+  // Hogwild's records before the last evaluate a model its worker is still changing, and how many its monitor catches
+  // depends on timing: only the last one, after every step, is the final model's.
   const auto& sync1 = runs.at("sync1").records;
   const auto& hogwild1 = runs.at("hogwild1").records;
-  ASSERT_EQ(hogwild1.size(), sync1.size());
+  ASSERT_FALSE(hogwild1.empty());
+  ASSERT_FALSE(sync1.empty());
+  ASSERT_EQ(num(hogwild1.back(), "step"), num(sync1.back(), "step"));
   EXPECT_NEAR(num(hogwild1.back(), "test_loss"), num(sync1.back(), "test_loss"), 1e-4 * num(sync1.back(), "test_loss"))
       << "Hogwild's worker did not take the partition's order";
   for (const std::string v : {"sync", "ssp0", "hogwild"}) {
