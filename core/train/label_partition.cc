@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/common/error.h"
+#include "core/common/fnv.h"
 #include "core/train/seeded_rng.h"
 
 namespace terse::train {
@@ -103,16 +104,11 @@ std::vector<std::vector<int64_t>> dirichletPartition(std::span<const int32_t> la
 
 uint64_t partitionChecksum(const std::vector<std::vector<int64_t>>* shards) {
   if (shards == nullptr) return 0;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
-  auto add = [&h](uint64_t word) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (word >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;  // FNV prime
-    }
-  };
+  uint64_t h = kFnv1aBasis;
   for (const auto& s : *shards) {
-    add(s.size());
-    for (int64_t i : s) add(static_cast<uint64_t>(i));
+    const uint64_t size = s.size();
+    h = fnv1a(h, &size, sizeof size);
+    h = fnv1a(h, s.data(), s.size() * sizeof(int64_t));
   }
   return h;
 }

@@ -12,6 +12,7 @@
 
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
+#include "core/common/fnv.h"
 #include "core/train/param_info.h"
 
 namespace terse::train {
@@ -44,15 +45,8 @@ void stragglerDone(const ComputeJitter& jitter) {
 }
 
 uint64_t parameterChecksum(std::span<const ParamTensor> params) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
-  for (const auto& p : params) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(p.value.data());
-    const std::size_t n = p.value.size() * sizeof(float);
-    for (std::size_t i = 0; i < n; ++i) {
-      h ^= bytes[i];
-      h *= 1099511628211ull;  // FNV prime
-    }
-  }
+  uint64_t h = kFnv1aBasis;
+  for (const auto& p : params) h = fnv1a(h, p.value.data(), p.value.size() * sizeof(float));
   return h;
 }
 

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/common/error.h"
-#include "core/train/label_partition.h"
 #include "core/train/optimizer.h"
 #include "core/train/shard_sampler.h"
 #include "experiments/runner/runner.h"
@@ -69,14 +68,11 @@ int64_t Recipe::stepsPerEpoch(int world) {
 
 std::vector<std::vector<int64_t>> Recipe::batches(int rank, int world, int64_t epoch) {
   // data.partition DIRICHLET: the runner's fixed non-IID shards (runner::detail::dataPartition), for this world.
-  if (e_.data().partition() == experiments::Data::DIRICHLET && partition_world_ != world) {
-    partition_ = std::make_shared<const train::Partition>(
-        train::dirichletPartition(data().train.labels, data().train.num_classes, world, e_.data().dirichlet_alpha(),
-                                  e_.data().has_partition_seed() ? e_.data().partition_seed() : e_.seed()));
+  if (partition_world_ != world) {
+    partition_ = runner::detail::dataPartition(e_, data().train.labels, data().train.num_classes, world);
     partition_world_ = world;
   }
-  const train::ShardSampler sampler(data().train.num_examples, rank, world, e_.seed(),
-                                    e_.data().partition() == experiments::Data::DIRICHLET ? partition_ : nullptr);
+  const train::ShardSampler sampler(data().train.num_examples, rank, world, e_.seed(), partition_);
   return sampler.epochBatches(epoch, e_.data().batch_size());
 }
 

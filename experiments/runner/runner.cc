@@ -95,13 +95,21 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   return o;
 }
 
-std::shared_ptr<const train::Partition> dataPartition(const Experiment& e, const train::Workload& model) {
+uint64_t partitionSeed(const Experiment& e) {
+  return e.data().has_partition_seed() ? e.data().partition_seed() : e.seed();
+}
+
+std::shared_ptr<const train::Partition> dataPartition(const Experiment& e, std::span<const int32_t> labels,
+                                                      int num_classes, int workers) {
   if (e.data().partition() != experiments::Data::DIRICHLET) return nullptr;
-  TERSE_CHECK(!model.trainLabels().empty(), InvalidArgument,
+  return std::make_shared<const train::Partition>(
+      train::dirichletPartition(labels, num_classes, workers, e.data().dirichlet_alpha(), partitionSeed(e)));
+}
+
+std::shared_ptr<const train::Partition> dataPartition(const Experiment& e, const train::Workload& model) {
+  TERSE_CHECK(e.data().partition() != experiments::Data::DIRICHLET || !model.trainLabels().empty(), InvalidArgument,
               "data.partition DIRICHLET: workload '" << model.name() << "' has no class labels to split by");
-  const uint64_t seed = e.data().has_partition_seed() ? e.data().partition_seed() : e.seed();
-  return std::make_shared<const train::Partition>(train::dirichletPartition(
-      model.trainLabels(), model.numClasses(), e.workers(), e.data().dirichlet_alpha(), seed));
+  return dataPartition(e, model.trainLabels(), model.numClasses(), e.workers());
 }
 
 void notePartition(results::Provenance& prov, const Experiment& e, const train::Workload& model,
@@ -112,10 +120,9 @@ void notePartition(results::Provenance& prov, const Experiment& e, const train::
   alpha << e.data().dirichlet_alpha();
   distance << std::fixed << std::setprecision(4)
            << train::meanLabelDistance(histograms, model.trainLabels(), model.numClasses());
-  const uint64_t seed = e.data().has_partition_seed() ? e.data().partition_seed() : e.seed();
   prov.partition = {{"kind", "dirichlet"},
                     {"alpha", alpha.str()},
-                    {"seed", std::to_string(seed)},
+                    {"seed", std::to_string(partitionSeed(e))},
                     {"mean_label_distance", distance.str()}};
   for (std::size_t w = 0; w < histograms.size(); ++w) {
     std::string counts;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ train::SyncTrainerOptions trainerOptions(const experiments::Experiment& e);
 // data.partition DIRICHLET: every worker's fixed shard of `model`'s training set (core/train/label_partition.h), the
 // same on every rank for one config; null for IID. InvalidArgument for a workload without labels.
 std::shared_ptr<const train::Partition> dataPartition(const experiments::Experiment& e, const train::Workload& model);
+// The same from the labels, for `workers` shards (terse.Recipe draws them for the world it is asked about).
+std::shared_ptr<const train::Partition> dataPartition(const experiments::Experiment& e, std::span<const int32_t> labels,
+                                                      int num_classes, int workers);
+// The seed that draws it: data.partition_seed, else the run's seed.
+uint64_t partitionSeed(const experiments::Experiment& e);
 // The partition's summary for provenance.json (results::Provenance::partition); nothing for null.
 void notePartition(results::Provenance& prov, const experiments::Experiment& e, const train::Workload& model,
                    const train::Partition* partition);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/common/error.h"
+#include "core/common/fnv.h"
 
 namespace terse::workloads {
 namespace {
@@ -21,15 +22,6 @@ namespace fs = std::filesystem;
 
 constexpr uint32_t kCacheMagic = 0x434c4754;  // "TGLC" little-endian
 constexpr uint32_t kCacheVersion = 1;
-
-uint64_t fnv1a(uint64_t h, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // SplitMix64's finalizer: the split hash of an entry, uniform enough that the held-out share is test_fraction.
 uint64_t mix(uint64_t z) {
@@ -233,7 +225,7 @@ Cooccurrence buildCooccurrence(const CooccurrenceOptions& o) {
   for (const fs::path& f : corpusFiles(o.corpus)) texts.push_back(readAll(f));
   std::string file;
   if (!o.cache_dir.empty()) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFnv1aBasis;
     for (const std::string& t : texts) {
       const uint64_t n = t.size();
       h = fnv1a(h, &n, sizeof n);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -109,6 +110,20 @@ struct RankOut {
   std::string error;
 };
 
+// Every element of every rank's final model within abs + rel |want| of want = expected(x0, mean target), x0 being the
+// element's initial value: the quadratics' closed forms.
+void expectEveryElement(const std::vector<RankOut>& out, int world,
+                        const std::function<double(double x0, double mean_c)>& expected, double abs, double rel) {
+  const Quadratic probe(0);
+  for (std::size_t t = 0; t < out[0].values.size(); ++t) {
+    for (std::size_t i = 0; i < out[0].values[t].size(); ++i) {
+      const double want = expected(probe.params()[t].value[i], meanTarget(world, t, i));
+      for (const auto& o : out)
+        EXPECT_NEAR(o.values[t][i], want, abs + rel * std::abs(want)) << "tensor " << t << " [" << i << "]";
+    }
+  }
+}
+
 std::unique_ptr<Workload> linearRegression() {
   workloads::WorkloadOptions o;
   o.seed = 3;
@@ -168,16 +183,14 @@ TEST(LocalSgd, AveragingsFollowTheClosedFormOfLocalStepsOnQuadratics) {
   spec.options.epochs = 2;  // 8 steps: averagings after steps 3, 6 and 8 (the last): 3, 3 and 2 local steps
   const auto out = run(spec);
   for (const auto& o : out) ASSERT_EQ(o.error, "");
-  const Quadratic probe(0);
   const double lr = spec.options.lr.lr;
-  for (std::size_t t = 0; t < out[0].values.size(); ++t) {
-    for (std::size_t i = 0; i < out[0].values[t].size(); ++i) {
-      const double mean_c = meanTarget(spec.world, t, i);
-      double x = probe.params()[t].value[i];
-      for (int k : {3, 3, 2}) x = mean_c + std::pow(1 - lr, k) * (x - mean_c);
-      for (const auto& o : out) EXPECT_NEAR(o.values[t][i], x, 1e-5) << "tensor " << t << " [" << i << "]";
-    }
-  }
+  expectEveryElement(
+      out, spec.world,
+      [&](double x, double mean_c) {
+        for (int k : {3, 3, 2}) x = mean_c + std::pow(1 - lr, k) * (x - mean_c);
+        return x;
+      },
+      1e-5, 0);
   // One allreduce per tensor per averaging (fifo: a group per tensor), nothing between.
   for (const auto& o : out) EXPECT_EQ(o.allreduces, 3u * 3u);
 }
@@ -195,21 +208,20 @@ TEST(LocalSgd, OuterMomentumFollowsItsClosedForm) {
     spec.options.local_sgd.outer_nesterov = nesterov;
     const auto out = run(spec);
     for (const auto& o : out) ASSERT_EQ(o.error, "");
-    const Quadratic probe(0);
     const double lr = spec.options.lr.lr;
-    for (std::size_t t = 0; t < out[0].values.size(); ++t) {
-      for (std::size_t i = 0; i < out[0].values[t].size(); ++i) {
-        const double mean_c = meanTarget(spec.world, t, i);
-        double a = probe.params()[t].value[i], u = 0;
-        for (int averaging = 0; averaging < 4; ++averaging) {
-          const double d = (1 - std::pow(1 - lr, 3)) * (a - mean_c);
-          u = 0.9 * u + d;
-          a -= 0.7 * (nesterov ? d + 0.9 * u : u);
-        }
-        for (const auto& o : out)
-          EXPECT_NEAR(o.values[t][i], a, 1e-4 * (1 + std::abs(a))) << "nesterov " << nesterov << ", tensor " << t;
-      }
-    }
+    SCOPED_TRACE(nesterov ? "nesterov" : "heavy ball");
+    expectEveryElement(
+        out, spec.world,
+        [&](double a, double mean_c) {
+          double u = 0;
+          for (int averaging = 0; averaging < 4; ++averaging) {
+            const double d = (1 - std::pow(1 - lr, 3)) * (a - mean_c);
+            u = 0.9 * u + d;
+            a -= 0.7 * (nesterov ? d + 0.9 * u : u);
+          }
+          return a;
+        },
+        1e-4, 1e-4);
     // The momentum carried the anchor past where plain averaging would be: the closed form is not the plain one.
     Spec plain = spec;
     plain.options.local_sgd.outer_lr = 1;
