@@ -371,13 +371,20 @@ PYBIND11_MODULE(_terse, m) {
       .def(py::init([](DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
                        const std::string& variant, const std::string& description, const std::string& torch_version,
                        std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
-                       const StringPairs& module_files) {
+                       const StringPairs& module_files, const py::object& local_sgd) {
+             // local_sgd: None, or (period, start_step, outer_lr, outer_momentum, outer_nesterov), checked by
+             // terse.torch.LocalSGD.
+             std::optional<LocalSgdRun> local;
+             if (!local_sgd.is_none()) {
+               const auto t = local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool>>();
+               local = LocalSgdRun{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t)};
+             }
              return std::make_unique<HookResults>(aggregator, root, study, variant, description, torch_version,
-                                                  repeat_seed, CodeProvenance{code_hook, module_files});
+                                                  repeat_seed, CodeProvenance{code_hook, module_files}, local);
            }),
            py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
            py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},
-           py::arg("module_files") = StringPairs{}, py::keep_alive<1, 2>())
+           py::arg("module_files") = StringPairs{}, py::arg("local_sgd") = py::none(), py::keep_alive<1, 2>())
       .def_static(
           "baseline",
           [](py::object group, const std::filesystem::path& root, const std::string& study, const std::string& variant,

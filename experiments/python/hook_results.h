@@ -68,6 +68,15 @@ struct CodeProvenance {
   std::vector<std::pair<std::string, std::string>> module_files;
 };
 
+// terse.torch.LocalSGD's schedule (experiment.proto LocalSgd), written into config.textproto's local_sgd block.
+struct LocalSgdRun {
+  int64_t period = 0;
+  int64_t start_step = 0;
+  double outer_lr = 1;
+  double outer_momentum = 0;
+  bool outer_nesterov = false;
+};
+
 // The workload.pytorch.module a description names ("" for none), as written: parses it as HookResults does (a
 // ConfigError naming the line otherwise).
 std::string descriptionModule(const std::string& description);
@@ -78,9 +87,12 @@ class HookResults {
   // error is a ConfigError naming the line. Throws InvalidArgument for an unwritable folder.
   // `repeat_seed`: the run is one of a study's repeats over seeds, written to <variant>/seed-N/ as `terse run --seeds`
   // writes them (terse compare sets them as intervals); with an aggregator it must be the aggregator's seed.
+  // `local_sgd`: the run averages models through the aggregator (terse.torch.LocalSGD) and its steps are the
+  // caller's, not the aggregator's; config.textproto says so in its local_sgd block, which is cleared without it.
   HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
               const std::string& variant, const std::string& description, const std::string& torch_version,
-              std::optional<uint64_t> repeat_seed = std::nullopt, CodeProvenance code = {});
+              std::optional<uint64_t> repeat_seed = std::nullopt, CodeProvenance code = {},
+              std::optional<LocalSgdRun> local_sgd = std::nullopt);
   // A baseline over `group` (a torch.distributed ProcessGroup, or None for the default one).
   HookResults(pybind11::object group, const BaselineRun& baseline, const std::filesystem::path& root,
               const std::string& study, const std::string& variant, const std::string& description,
@@ -112,6 +124,7 @@ class HookResults {
   BaselineRun baseline_;
   std::optional<uint64_t> repeat_seed_;
   CodeProvenance code_;
+  std::optional<LocalSgdRun> local_sgd_;
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;

@@ -140,7 +140,7 @@ import torch
 from . import _terse
 from ._plugins import search_path as _search_path
 
-__all__ = ["CompressionState", "compression_hook", "ResultsLogger"]
+__all__ = ["CompressionState", "compression_hook", "ResultsLogger", "LocalSGD", "local_sgd_hook"]
 
 # The states whose worker threads are alive, stopped at interpreter exit (see _stop_workers).
 _live_states = weakref.WeakSet()
@@ -776,6 +776,37 @@ class CompressionState:
             self._aggregate_traced(index, buf, members, is_last, issued)
         else:
             self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
+
+    def _aggregate_owned(self, index, buf, members, is_last):
+        """Averages a flat buffer of the caller's own across the ranks, inside the call, as overlap=False aggregates a
+        bucket: terse.torch.LocalSGD's parameter deltas. `members` lists (tensor id, offset, shape) as _read_bucket
+        reads them from a bucket; `index` keys the byte counts (and, with granularity "bucket", the pipeline)."""
+        if self.error is not None:
+            raise self._failed_again()
+        self._drain()  # no bucket of DDP's in flight beside it: one aggregation at a time, in every rank's order
+        if self._device is None:
+            self._bind(buf.device)
+        elif buf.device != self._device:
+            raise _invalid("LocalSGD: the parameters are on %s, and this state aggregates the gradients of %s"
+                           % (buf.device, self._device))
+        if not self._agreed:
+            self._check_agreement()
+        if self._agg.granularity != "tensor" or self._agg.in_place_for(str(buf.dtype)):
+            members = []
+        self._sync_thread = threading.get_native_id()
+        try:
+            if self._stream is not None:
+                self._hand_over(buf)  # the bound stream waits for the kernels that wrote the deltas
+            with self._on_stream():
+                self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
+            if self._stream is not None:
+                # The caller's stream (training's) reads the averaged buffer next: it waits for the bound one.
+                torch.cuda.current_stream(self._device).wait_stream(self._stream)
+        except Exception as e:
+            self._fail(e)
+            raise
+        finally:
+            self._sync_thread = None
 
     def _fail(self, error):
         if self.error is None:
@@ -1701,7 +1732,9 @@ class ResultsLogger:
     """A terse results folder for a PyTorch run: <root>/<study>/<variant>/ with config.textproto, provenance.json,
     metrics.jsonl and status.json, the folder `terse run` writes, so `terse compare` sets the run beside native ones.
 
-    With `state=` (a CompressionState) the bytes and times are the hook's. Without one it records a run terse did not
+    With `state=` (a CompressionState) the bytes and times are the hook's. With a terse.torch.LocalSGD as `state=`,
+    they are its CompressionState's (the gradient steps' and the averagings'), the steps are the LocalSGD's count, and
+    config.textproto's local_sgd block holds its schedule. Without one it records a run terse did not
     aggregate -- DDP's default allreduce or one of DDP's own hooks -- as a baseline: give `module=` (bytes per step
     default to a dense f32 allreduce of its parameters) or `bytes_per_step=` (the payload one worker hands to the
     allreduce per step, e.g. half the dense bytes for DDP's fp16_compress_hook), and pass `step=` to record().
@@ -1730,8 +1763,11 @@ class ResultsLogger:
         seed = None if seed is None else int(seed)
         _require(isinstance(study, str) and study, "ResultsLogger: study must be a non-empty string, got %r"
                  % (study,))
-        _require(state is None or isinstance(state, CompressionState),
-                 "ResultsLogger: state must be a terse.torch.CompressionState, got %r" % (state,))
+        _require(state is None or isinstance(state, (CompressionState, LocalSGD)),
+                 "ResultsLogger: state must be a terse.torch.CompressionState or LocalSGD, got %r" % (state,))
+        self._local = state if isinstance(state, LocalSGD) else None
+        if self._local is not None:
+            state = self._local.compression
         self.state = state
         if state is not None:
             _require(bytes_per_step is None and compressor is None,
@@ -1740,9 +1776,12 @@ class ResultsLogger:
             # The loaded plugin's name, not state.compressor, which may be a path to its file.
             variant = state.plugin["name"] if variant is None else variant
             code_hook, module_files = _code_provenance(description)
-            self._results = _terse.HookResults(state._agg, str(root), study, str(variant), str(description),
-                                               torch.__version__, repeat_seed=seed, code_hook=code_hook,
-                                               module_files=module_files)
+            local = self._local
+            self._results = _terse.HookResults(
+                state._agg, str(root), study, str(variant), str(description), torch.__version__, repeat_seed=seed,
+                code_hook=code_hook, module_files=module_files,
+                local_sgd=None if local is None else (local.period, local.start_step, local.outer_lr,
+                                                      local.outer_momentum, local.outer_nesterov))
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
             self._folder = os.path.join(str(root), study, str(variant), *(() if seed is None else ("seed-%d" % seed,)))
             return
@@ -1770,7 +1809,7 @@ class ResultsLogger:
     def record(self, test_accuracy, test_loss=0.0, test_examples=0, train_loss=0.0, epoch=0.0, lr=0.0, step=None):
         """Appends an evaluation point to metrics.jsonl. Collective: call it on every rank at the same point, with
         test_accuracy as a fraction in [0, 1]. `step` (steps done) is required without a terse hook; with one it
-        defaults to the hook's count of backward passes."""
+        defaults to the hook's count of backward passes, with a LocalSGD to its count of steps."""
         self._results.check_open("record")  # before the drain and the collective: every rank raises alike
         if self.state is not None:
             self.state._drain()
@@ -1778,6 +1817,8 @@ class ResultsLogger:
                 self.state._tracer.close_step(_terse.monotonic())
         _require(step is None or (isinstance(step, numbers.Integral) and step >= 0),
                  "ResultsLogger.record: step must be a non-negative integer, got %r" % (step,))
+        if step is None and self._local is not None:
+            step = self._local.steps
         self._results.record(test_accuracy=float(test_accuracy), test_loss=float(test_loss),
                              test_examples=int(test_examples), train_loss=float(train_loss), epoch=float(epoch),
                              lr=float(lr), step=-1 if step is None else int(step))
@@ -1802,3 +1843,7 @@ class ResultsLogger:
                     self._results.finish(str(e))
                     raise
         self._results.finish(None if error is None else str(error))
+
+
+# Local SGD (terse/local_sgd.py) builds on the state above; imported last, as it imports this module.
+from .local_sgd import LocalSGD, local_sgd_hook  # noqa: E402

@@ -1,0 +1,279 @@
+"""Local SGD for PyTorch through terse's compressors: the replicas step on their own and average every few steps.
+
+    state = terse.torch.CompressionState("topk", ratio=0.01, error_feedback=True, module=model)
+    local = terse.torch.LocalSGD(state, model, period=16)              # collective: every rank builds it alike
+    ddp.register_comm_hook(local, terse.torch.local_sgd_hook)          # optional (see below)
+    for x, y in batches:
+        opt.zero_grad()
+        loss_fn(ddp(x), y).backward()
+        opt.step()
+        local.step()                                                   # averages every `period` steps
+
+This is the schedule of terse's native local SGD (core/train/sync_trainer.h, "Local SGD"; docs/local-sgd.md), for a
+PyTorch model: local SGD and post-local SGD (Stich 2019; Lin et al., ICLR 2020 -- torch's PostLocalSGDOptimizer with
+PeriodicModelAverager), DiLoCo's and SlowMo's outer step, and compressed averaging (Qsparse-local-SGD, Basu et al.
+2019), which torch's averagers do not have: what is averaged goes through the state's terse compressor.
+
+  - Steps before `start_step` are DDP's gradient steps, through `state`'s compressor (local_sgd_hook hands those
+    buckets to compression_hook). From start_step on, a step is local: local_sgd_hook hands DDP each bucket back as it
+    is, so every replica applies its own gradient with its own optimizer state (momentum stays per rank).
+  - local.step(), after each optimizer step, counts the step. When (steps - start_step) is a multiple of `period`, it
+    averages: each parameter's delta = anchor - value (the anchor is the model every rank shared after the last
+    averaging) goes through the state's aggregation (compressor, error feedback, the collectives its caps ask for,
+    over its process group), and value = anchor - mean(delta) becomes the new anchor, bit for bit the same on every
+    rank. With an outer optimizer, u = outer_momentum * u + mean(delta) (Nesterov: the step is mean(delta) +
+    outer_momentum * u) and value = anchor - outer_lr * step: DiLoCo's outer SGD, SlowMo with a constant inner rate.
+  - local.step(average=True) averages at a step off the grid too: terse's driver does so at its evaluation points,
+    as the native runner does, so that every rank evaluates one model.
+
+Each parameter is its own tensor (its index in module.parameters(), as the hook numbers them), so PowerSGD factors
+matrices and top-k keeps k per tensor. The averagings' payload and wire bytes are counted by the state, beside the
+gradient steps'; the time an averaging takes is exposed (training waits for it). Buffers (BatchNorm's running
+statistics) are not averaged: DDP broadcasts rank 0's at each forward (broadcast_buffers=True, its default).
+
+Without local_sgd_hook, DDP allreduces every step's gradients in the local phase too; skip DDP there instead (its
+no_sync(), or train the module itself). With start_step 0 no gradient is ever exchanged and DDP is not needed at all,
+but then the replicas must start alike: the first anchor is compared across the ranks (and so is the anchor at
+start_step), and ranks whose models differ raise InvalidArgument naming the step, rather than averaging models that
+never were one.
+
+Refused, with the native run's rules (experiments/configs/README.md, rule `local-sgd`): a compressor with CUSTOM
+aggregation (signSGD's majority vote: the average must be the mean of the deltas), DGC momentum correction (its
+momentum would run over the deltas), a step trace (its replay models one gradient exchange per step), and with
+start_step > 0 error feedback or a stateful compressor, whose memory of the gradient steps would be added to the
+deltas.
+"""
+
+import hashlib
+import json
+import math
+import numbers
+import time
+
+import torch
+
+from . import _terse
+from .torch import CompressionState, compression_hook, _all_gather_held, _described, _invalid, _require
+
+__all__ = ["LocalSGD", "local_sgd_hook"]
+
+# Bucket indices of the averagings' buffers (one per dtype), apart from DDP's bucket indices (0, 1, ...), which key
+# the state's per-bucket byte counts and, with granularity "bucket", its pipelines.
+_BUCKET_BASE = 1 << 20
+
+
+class _Group:
+    """The parameters of one dtype: flat buffers for the anchor, the deltas and the outer momentum, and each
+    parameter's view of them."""
+
+    def __init__(self, params, ids, outer_momentum):
+        first = params[0]
+        total = sum(p.numel() for p in params)
+        self.params = params
+        self.dtype = first.dtype
+        self.anchor = torch.empty(total, dtype=first.dtype, device=first.device)
+        self.delta = torch.empty_like(self.anchor)
+        self.momentum = torch.zeros_like(self.anchor) if outer_momentum > 0 else None
+        self.members = []
+        self.anchors, self.deltas, self.momenta = [], [], []
+        at = 0
+        for p, tid in zip(params, ids):
+            n = p.numel()
+            self.members.append((tid, at, tuple(p.shape)))
+            self.anchors.append(self.anchor[at:at + n].view_as(p))
+            self.deltas.append(self.delta[at:at + n].view_as(p))
+            if self.momentum is not None:
+                self.momenta.append(self.momentum[at:at + n].view_as(p))
+            at += n
+
+
+class LocalSGD:
+    """Local SGD through a CompressionState (see the module's text).
+
+    state           the terse.torch.CompressionState whose compressor averages the models (and, before start_step,
+                    aggregates DDP's gradients through local_sgd_hook)
+    module          the model (or its DDP wrapper): its parameters that require a gradient are averaged
+    period          steps between two averagings (an int >= 1)
+    start_step      gradient steps before the first local one (an int >= 0; 0: local from the first step)
+    outer_lr        the outer step's rate, in (0, 100] (1 with no outer momentum: plain averaging)
+    outer_momentum  the outer step's momentum, in [0, 1)
+    outer_nesterov  Nesterov's form of the outer momentum (needs outer_momentum > 0)
+
+    Collective: every rank builds it at the same point, with the same settings (compared across the ranks, as the
+    state compares its own: a rank that differs raises InvalidArgument naming the settings on every rank).
+    """
+
+    def __init__(self, state, module, *, period, start_step=0, outer_lr=1.0, outer_momentum=0.0,
+                 outer_nesterov=False):
+        _require(isinstance(state, CompressionState),
+                 "LocalSGD: state must be a terse.torch.CompressionState, got %s" % _described(state))
+        _require(isinstance(module, torch.nn.Module),
+                 "LocalSGD: 'module' must be a torch.nn.Module (the model or its DDP wrapper), got %s"
+                 % _described(module))
+        for key, value, least in (("period", period, 1), ("start_step", start_step, 0)):
+            _require(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least,
+                     "LocalSGD: '%s' must be an integer >= %d, got %r" % (key, least, value))
+        _require(isinstance(outer_lr, numbers.Real) and not isinstance(outer_lr, bool) and math.isfinite(outer_lr)
+                 and 0 < outer_lr <= 100, "LocalSGD: 'outer_lr' must be finite and in (0, 100], got %r" % (outer_lr,))
+        _require(isinstance(outer_momentum, numbers.Real) and not isinstance(outer_momentum, bool)
+                 and 0 <= outer_momentum < 1,
+                 "LocalSGD: 'outer_momentum' must be in [0, 1), got %r" % (outer_momentum,))
+        _require(isinstance(outer_nesterov, bool), "LocalSGD: 'outer_nesterov' must be True or False, got %r"
+                 % (outer_nesterov,))
+        _require(not outer_nesterov or outer_momentum > 0,
+                 "LocalSGD: outer_nesterov=True needs outer_momentum > 0 (Nesterov's form of a momentum)")
+        caps = state.caps
+        name = state.plugin["name"]
+        _require(caps["aggregation"] != "custom",
+                 "LocalSGD: compressor '%s' aggregates with its own reduce (CUSTOM: a majority vote or the like), "
+                 "and an averaging needs the mean of the deltas; choose a SUM or ALLGATHER compressor" % name)
+        _require(state._settings["momentum_correction"] == 0,
+                 "LocalSGD: the state's momentum_correction %s would run DGC's momentum over the averagings' deltas; "
+                 "use outer_momentum=, or error_feedback alone" % state._settings["momentum_correction"])
+        _require(state._tracer is None,
+                 "LocalSGD: the state records a step trace, whose replay models one gradient exchange per step; "
+                 "build it without step_trace=True")
+        if start_step > 0:
+            _require(not state._settings["error_feedback"],
+                     "LocalSGD: error feedback with start_step %d: the residual of the gradient steps would be "
+                     "added to the parameter deltas the local phase averages; use start_step=0 (Qsparse-local-SGD) or "
+                     "a state without error_feedback" % start_step)
+            _require(not caps["stateful"],
+                     "LocalSGD: compressor '%s' keeps state between calls, which would carry from the gradient steps "
+                     "into the averagings' deltas with start_step %d; use start_step=0, or a stateless compressor"
+                     % (name, start_step))
+        model = module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
+        params = [p for p in model.parameters() if p.requires_grad]
+        _require(params, "LocalSGD: the module has no parameter that requires a gradient")
+        devices = sorted({str(p.device) for p in params})
+        _require(len(devices) == 1, "LocalSGD: the module's parameters lie on several devices (%s); a state averages "
+                 "the parameters of one device" % ", ".join(devices))
+        self.compression = state
+        self.period = int(period)
+        self.start_step = int(start_step)
+        self.outer_lr = float(outer_lr)
+        self.outer_momentum = float(outer_momentum)
+        self.outer_nesterov = outer_nesterov
+        self.steps = 0          # optimizer steps counted by step()
+        self.averagings = 0     # averagings done
+        # One buffer per dtype, in the order of the dtypes' first parameters; the tensor ids are the hook's.
+        by_dtype = {}
+        for p in params:
+            by_dtype.setdefault(p.dtype, []).append(p)
+        self._groups = [_Group(ps, [state._tensor_id(p) for p in ps], self.outer_momentum)
+                        for ps in by_dtype.values()]
+        self._has_anchor = False
+        settings = {"period": self.period, "start_step": self.start_step, "outer_lr": self.outer_lr,
+                    "outer_momentum": self.outer_momentum, "outer_nesterov": outer_nesterov,
+                    "parameters": [[str(p.dtype), list(p.shape)] for p in params]}
+        self._compare("the ranks' LocalSGD settings differ", json.dumps(settings, sort_keys=True).encode(),
+                      "every rank must build its LocalSGD alike, since the averagings are collectives")
+        if self.start_step == 0:
+            self._take_anchor()
+
+    @property
+    def local(self):
+        """Whether the next step is a local one (no gradient exchange)."""
+        return self.steps >= self.start_step
+
+    def step(self, average=False):
+        """Counts an optimizer step (call it right after optimizer.step()) and averages when the schedule says so, or,
+        with average=True, at this step anyway (a local step only: a gradient step's replicas already agree).
+        Collective from start_step on. Returns whether it averaged."""
+        if not self._has_anchor and self.steps + 1 == self.start_step:
+            self.steps += 1
+            self._take_anchor()  # the model the gradient steps left every rank with
+            return False
+        was_local = self.local
+        self.steps += 1
+        if not was_local:
+            return False
+        if average or (self.steps - self.start_step) % self.period == 0:
+            self._average()
+            return True
+        return False
+
+    # ---- the averaging
+
+    def _dist(self):
+        group = self.compression.process_group
+        if not torch.distributed.is_initialized():
+            return None, 1
+        return group, torch.distributed.get_world_size(group)
+
+    def _compare(self, what, text, remedy):
+        """Every rank's `text` is the same, or every rank raises InvalidArgument showing each rank's."""
+        group, world = self._dist()
+        if world == 1:
+            return
+        device = self._groups[0].anchor.device
+        if torch.distributed.get_backend(group) != "nccl":
+            device = torch.device("cpu")
+        digest = int.from_bytes(hashlib.sha256(text).digest()[:8], "little", signed=True)
+        got = [int(t.item()) for t in _all_gather_held(torch.tensor([digest], dtype=torch.int64, device=device),
+                                                        world, group)]
+        if all(d == digest for d in got):
+            return
+        longest = min(1 << 16, len(text))
+        lengths = [int(t.item()) for t in _all_gather_held(torch.tensor([longest], dtype=torch.int64, device=device),
+                                                           world, group)]
+        width = max(lengths)
+        mine = torch.tensor(list(text[:width]) + [0] * (width - min(width, len(text))), dtype=torch.uint8)
+        texts = [bytes(t.tolist()[:n]).decode(errors="replace")
+                 for t, n in zip(_all_gather_held(mine.to(device), world, group), lengths)]
+        raise _invalid("LocalSGD: %s: %s; %s" % (what, "; ".join("rank %d: %s" % (r, t) for r, t in enumerate(texts)),
+                                                   remedy))
+
+    def _take_anchor(self):
+        with torch.no_grad():
+            for g in self._groups:
+                for a, p in zip(g.anchors, g.params):
+                    a.copy_(p)
+        self._has_anchor = True
+        # Local steps from models that differ would average models that never were one; DDP broadcasts rank 0's at
+        # construction, but a module trained without DDP starts where each rank's seed put it.
+        h = hashlib.sha256()
+        for g in self._groups:
+            h.update(g.anchor.detach().cpu().view(torch.uint8).numpy().tobytes())
+        self._compare("the replicas differ when local SGD starts (after %d steps)" % self.steps,
+                      h.hexdigest()[:16].encode(),
+                      "build every rank's model from one seed, or wrap it in DistributedDataParallel, which broadcasts "
+                      "rank 0's parameters")
+
+    def _average(self):
+        state = self.compression
+        start = time.perf_counter()
+        with torch.no_grad():
+            for i, g in enumerate(self._groups):
+                for d, a, p in zip(g.deltas, g.anchors, g.params):
+                    torch.sub(a, p, out=d)
+                state._aggregate_owned(_BUCKET_BASE + i, g.delta, g.members, i == len(self._groups) - 1)
+                if g.momentum is None and self.outer_lr == 1:
+                    g.anchor.sub_(g.delta)
+                else:
+                    step = g.delta
+                    if g.momentum is not None:
+                        g.momentum.mul_(self.outer_momentum).add_(g.delta)
+                        step = g.delta.add(g.momentum, alpha=self.outer_momentum) if self.outer_nesterov \
+                            else g.momentum
+                    g.anchor.sub_(step, alpha=self.outer_lr)
+                for a, p in zip(g.anchors, g.params):
+                    p.copy_(a)
+        self.averagings += 1
+        state._agg.add_exposed(time.perf_counter() - start)
+
+
+def local_sgd_hook(state, bucket):
+    """DDP communication hook of terse.torch.LocalSGD: a gradient step's bucket (before start_step) goes through the
+    LocalSGD's CompressionState as compression_hook aggregates it; a local step's comes back as it is. Register it as
+    ddp_model.register_comm_hook(local, terse.torch.local_sgd_hook)."""
+    if not state.local:
+        return compression_hook(state.compression, bucket)
+    buf = bucket.buffer()
+    if buf.is_cuda:
+        fut = torch.futures.Future(devices=[buf.device])
+    else:
+        fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+

@@ -1,0 +1,305 @@
+"""terse.torch.LocalSGD and local_sgd_hook (experiments/python/terse/local_sgd.py) with DDP processes (gloo, CPU),
+one ctest case per subcommand (tests/python/CMakeLists.txt):
+
+  exact      2 ranks, then 3: a warm-up of gradient steps through the hook, then local steps and averagings every 3
+             steps, with momentum: the parameters equal a reference written here in plain torch.distributed (all_reduce
+             of the gradients, then of the deltas anchor - value) after every step, bit for bit with 2 ranks; the
+             replicas differ between averagings and agree after each; a forced averaging (step(average=True)) off
+             the grid; the state counts the averagings' payload apart from the gradient steps'; DiLoCo's outer
+             Nesterov momentum equals its formula; top-k 10% + EF (Qsparse-local-SGD) ends with replicas that agree
+             and a loss below the start's
+  logger     ResultsLogger(state=LocalSGD): config.textproto's local_sgd block, the steps of metrics.jsonl, and the
+             averagings' bytes; a description's local_sgd block is cleared for a run without LocalSGD
+  refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, a step trace, error feedback and a
+             stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
+             replicas that differ at the start (no DDP, one seed per rank), raise InvalidArgument on every rank naming
+             each rank's, and nobody hangs
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+import terse
+import terse.torch
+from checks import check, expect_error  # tests/python/checks.py, beside this file
+
+
+def mlp(seed=1):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(40, 24), nn.ReLU(), nn.Linear(24, 7), nn.ReLU(), nn.Linear(7, 5))
+
+
+def batch(step, rank, n=16):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(n, 40, generator=g), torch.randint(0, 5, (n,), generator=g)
+
+
+def spawn(fn, *extra, world=2, timeout_s=30):
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_run, args=(fn, os.path.join(tmp, "store"), timeout_s, world) + extra, nprocs=world)
+
+
+def _run(rank, fn, store, timeout_s, world, *extra):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        fn(rank, *extra)
+    finally:
+        dist.destroy_process_group()
+
+
+def gathered(model):
+    """Every rank's parameters, flattened, as a list (one per rank)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, flat)
+    return every
+
+
+def agree(model):
+    every = gathered(model)
+    return all(torch.equal(every[0], t) for t in every[1:])
+
+
+class Reference:
+    """Local SGD in plain torch.distributed, as the module's text states it: gradients averaged before start_step, the
+    rank's own after; every `period` steps from start_step value = anchor - mean(anchor - value), or with an outer
+    momentum u = m u + d, value = anchor - lr (d + m u) (Nesterov)."""
+
+    def __init__(self, model, period, start_step, lr, momentum, outer_lr=1.0, outer_momentum=0.0, nesterov=False):
+        self.model = model
+        self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        self.period, self.start = period, start_step
+        self.outer_lr, self.outer_m, self.nesterov = outer_lr, outer_momentum, nesterov
+        self.steps = 0
+        self.anchor = [p.detach().clone() for p in model.parameters()] if start_step == 0 else None
+        self.u = [torch.zeros_like(p) for p in model.parameters()]
+
+    def step(self, x, y, average=False):
+        world = dist.get_world_size()
+        self.opt.zero_grad()
+        F.cross_entropy(self.model(x), y).backward()
+        if self.steps < self.start:
+            for p in self.model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad.div_(world)
+        self.opt.step()
+        self.steps += 1
+        with torch.no_grad():
+            if self.steps == self.start:
+                self.anchor = [p.detach().clone() for p in self.model.parameters()]
+            elif self.steps > self.start and (average or (self.steps - self.start) % self.period == 0):
+                for p, a, u in zip(self.model.parameters(), self.anchor, self.u):
+                    d = a - p
+                    dist.all_reduce(d)
+                    d.div_(world)
+                    if self.outer_m == 0 and self.outer_lr == 1:
+                        a.sub_(d)
+                    else:
+                        u.mul_(self.outer_m).add_(d)
+                        a.sub_(d.add(u, alpha=self.outer_m) if self.nesterov else u, alpha=self.outer_lr)
+                    p.copy_(a)
+
+
+def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw=None, hook=True):
+    """Trains mlp() through DDP + local_sgd_hook (or, hook=False, without DDP) and, beside it, the Reference;
+    returns the LocalSGD, the model and a list per step of (parameters equal the reference's, replicas agree)."""
+    model = mlp()
+    # Without the hook no DDP either (DDP would allreduce the local steps' gradients): the module itself, whose
+    # replicas start alike from one seed.
+    ddp = nn.parallel.DistributedDataParallel(model) if hook else model
+    state = terse.torch.CompressionState(module=model, overlap=False, **state_kw)
+    local = terse.torch.LocalSGD(state, model, **local_kw)
+    if hook:
+        ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
+    ref = None
+    if ref_kw is not None:
+        ref = Reference(mlp(), local_kw["period"], local_kw.get("start_step", 0), 0.05, momentum, **ref_kw)
+    seen = []
+    for s in range(steps):
+        x, y = batch(s, rank)
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        local.step(average=s + 1 in forced)
+        if ref is not None:
+            ref.step(x, y, average=s + 1 in forced)
+            # Bit for bit with 2 ranks (a sum of two commutes); with more, gloo's sums of a bucket and of a parameter
+            # may add in other orders.
+            tol = 0.0 if dist.get_world_size() == 2 else 1e-6
+            same = all(torch.allclose(p, q, rtol=0, atol=tol) for p, q in zip(model.parameters(),
+                                                                              ref.model.parameters()))
+        else:
+            same = None
+        seen.append((same, agree(model)))
+    return local, model, seen
+
+
+def exact(rank):
+    # Plain averaging after a warm-up of 2 gradient steps, period 3, with a forced averaging after step 7.
+    local, model, seen = train_local(rank, {"compressor": "none"}, {"period": 3, "start_step": 2}, 12, forced=(7,),
+                                     ref_kw={})
+    averaged = {5, 7, 8, 11}  # after steps 2 + 3k, and the forced one
+    for s, (same, agreed) in enumerate(seen, start=1):
+        check(same, "step %d: the parameters differ from the reference's" % s)
+        if s <= 2 or s in averaged:
+            check(agreed, "step %d: the replicas differ after a gradient step or an averaging" % s)
+        else:
+            check(not agreed, "step %d: the replicas agree after a local step (was nothing local?)" % s)
+    check(local.averagings == 4 and local.steps == 12, "averagings %d, steps %d" % (local.averagings, local.steps))
+    buckets = local.compression.buckets()
+    # The gradient steps' buckets (DDP's indices) and the averagings' one buffer (f32), apart.
+    mine = {i: b for i, b in buckets.items() if i >= 1 << 20}
+    check(len(mine) == 1 and mine[1 << 20]["steps"] == 4,
+          "the averagings' byte counts: %s" % {i: b["steps"] for i, b in buckets.items()})
+    numel = sum(p.numel() for p in model.parameters())
+    check(mine[1 << 20]["total"]["payload"] == 4 * numel * 4,
+          "the averagings' payload %d B, expected 4 x %d f32" % (mine[1 << 20]["total"]["payload"], numel))
+    grads = sum(b["steps"] for i, b in buckets.items() if i < 1 << 20)
+    check(grads >= 2, "the warm-up's gradient buckets went through the state: %s" % buckets)
+
+    # DiLoCo: outer Nesterov momentum, from the first step, against the reference's formula.
+    _, _, seen = train_local(rank, {"compressor": "none"},
+                             {"period": 2, "outer_lr": 0.7, "outer_momentum": 0.9, "outer_nesterov": True}, 8,
+                             momentum=0.0, ref_kw={"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True},
+                             hook=False)
+    for s, (same, agreed) in enumerate(seen, start=1):
+        check(same, "outer Nesterov, step %d: the parameters differ from the reference's" % s)
+        check(agreed == (s % 2 == 0), "outer Nesterov, step %d: replicas agree %s" % (s, agreed))
+
+    # Qsparse-local-SGD: top-k 1% of each delta with error feedback, no DDP hook at all (start_step 0).
+    torch.manual_seed(3)
+    x, y = batch(999, 0, n=64)
+    model0 = mlp()
+    start = F.cross_entropy(model0(x), y).item()
+    local, model, seen = train_local(rank, {"compressor": "topk", "ratio": 0.1, "error_feedback": True},
+                                     {"period": 4}, 40, momentum=0.0, hook=False)
+    check(all(agreed == (s % 4 == 0) for s, (_, agreed) in enumerate(seen, start=1)),
+          "top-k + EF: the replicas agree at %s" % [s for s, (_, a) in enumerate(seen, start=1) if a])
+    end = F.cross_entropy(model(x), y).item()
+    check(end < start, "top-k + EF local SGD: loss %.4f after 40 steps, %.4f at the start" % (end, start))
+    totals = local.compression.totals()
+    check(0 < totals["payload"] < 10 * sum(p.numel() for p in model.parameters()) * 4 * 0.5,
+          "top-k 10%% of 10 averagings: %d payload bytes" % totals["payload"])
+
+
+def logger(rank, root):
+    model = mlp()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terse.torch.CompressionState("fp16", module=model)
+    local = terse.torch.LocalSGD(state, model, period=4, start_step=3)
+    ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+    log = terse.torch.ResultsLogger(root, study="ls", variant="local", state=local,
+                                    description="local_sgd { period: 99 }\nepochs: 1")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for s in range(11):
+        x, y = batch(s, rank)
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        local.step(average=s + 1 == 11)
+        if s + 1 in (5, 11):
+            log.record(test_accuracy=0.5, epoch=(s + 1) / 11)
+    log.finish()
+    state.close()
+    # A description's local_sgd block, for a run without LocalSGD: the run was synchronous.
+    plain = terse.torch.CompressionState("fp16", module=model)
+    log = terse.torch.ResultsLogger(root, study="ls", variant="sync", state=plain,
+                                    description="local_sgd { period: 99 }\nepochs: 1")
+    log.record(test_accuracy=0.5, step=0)
+    log.finish()
+
+
+def check_logger(root):
+    text = open(os.path.join(root, "ls", "local", "config.textproto")).read()
+    for line in ("period: 4", "start_step: 3", "outer_lr: 1"):
+        check(line in text, "config.textproto lacks %r:\n%s" % (line, text))
+    check("period: 99" not in text, "the description's period stayed:\n%s" % text)
+    records = [json.loads(line) for line in open(os.path.join(root, "ls", "local", "metrics.jsonl"))]
+    check([r["step"] for r in records] == [5, 11], "metrics steps %s" % [r["step"] for r in records])
+    # Bytes: 3 gradient steps of fp16 (2 B a parameter and a header a tensor) by step 5, nothing for the local steps,
+    # then the averaging after step 7 and the forced one after step 11, of fp16 deltas: 3, then 5 exchanges alike.
+    numel = sum(p.numel() for p in mlp().parameters())
+    payloads = [r["payload_bytes_per_worker"] for r in records]
+    one = payloads[0] // 3
+    check(payloads == [3 * one, 5 * one] and 2 * numel <= one < 2 * numel + 64 * 6,
+          "payload bytes %s: not 3 and 5 exchanges of fp16's %d parameters" % (payloads, numel))
+    text = open(os.path.join(root, "ls", "sync", "config.textproto")).read()
+    check("local_sgd" not in text, "a run without LocalSGD kept the description's local_sgd:\n%s" % text)
+
+
+def refusals(rank):
+    model = mlp()
+    none = terse.torch.CompressionState("none", module=model)
+    for kw, fragment in (({"period": 0}, "'period' must be an integer >= 1"),
+                         ({"period": 2.0}, "'period' must be an integer >= 1"),
+                         ({"period": 2, "start_step": -1}, "'start_step' must be an integer >= 0"),
+                         ({"period": 2, "outer_lr": 0.0}, "'outer_lr' must be finite and in (0, 100]"),
+                         ({"period": 2, "outer_lr": float("nan")}, "'outer_lr' must be finite"),
+                         ({"period": 2, "outer_momentum": 1.0}, "'outer_momentum' must be in [0, 1)"),
+                         ({"period": 2, "outer_nesterov": True}, "outer_nesterov=True needs outer_momentum > 0")):
+        expect_error(terse.InvalidArgument, fragment, lambda: terse.torch.LocalSGD(none, model, **kw))
+    expect_error(terse.InvalidArgument, "must be a terse.torch.CompressionState",
+                 lambda: terse.torch.LocalSGD(model, model, period=2))
+    for state_kw, local_kw, fragment in (
+            ({"compressor": "signsgd"}, {}, "compressor 'signsgd' aggregates with its own reduce (CUSTOM"),
+            ({"compressor": "topk", "ratio": 0.01, "momentum_correction": 0.9}, {}, "momentum_correction 0.9"),
+            ({"compressor": "none", "step_trace": True}, {}, "step trace"),
+            ({"compressor": "topk", "ratio": 0.01, "error_feedback": True}, {"start_step": 5},
+             "error feedback with start_step 5"),
+            ({"compressor": "powersgd", "rank": 2}, {"start_step": 5}, "compressor 'powersgd' keeps state")):
+        state = terse.torch.CompressionState(module=model, **state_kw)
+        expect_error(terse.InvalidArgument, fragment,
+                     lambda: terse.torch.LocalSGD(state, model, period=2, **local_kw))
+    # Stateful or with error feedback from the first step: Qsparse-local-SGD and PowerSGD on deltas are fine.
+    terse.torch.LocalSGD(terse.torch.CompressionState("powersgd", rank=2, module=model), model, period=2)
+
+    # Ranks whose settings differ: every rank raises, naming each rank's period.
+    message = expect_error(terse.InvalidArgument, "the ranks' LocalSGD settings differ",
+                           lambda: terse.torch.LocalSGD(none, model, period=2 + rank))
+    check('"period": 2' in message and '"period": 3' in message, "the message names both periods: %s" % message)
+    # Replicas that differ at the start: no DDP, a seed per rank.
+    other = mlp(seed=10 + rank)
+    state = terse.torch.CompressionState("none", module=other)
+    expect_error(terse.InvalidArgument, "the replicas differ when local SGD starts (after 0 steps)",
+                 lambda: terse.torch.LocalSGD(state, other, period=2))
+    # The same seed: accepted, and the first averaging goes through.
+    same = mlp(seed=4)
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=1)
+    with torch.no_grad():
+        for p in same.parameters():
+            p.add_(float(rank))
+    check(local.step(), "period 1 averages at the first step")
+    check(agree(same), "the replicas agree after an averaging")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("case", choices=["exact", "logger", "refusals"])
+    args = p.parse_args()
+    if args.case == "exact":
+        spawn(exact, world=2)
+        spawn(exact, world=3)
+    elif args.case == "logger":
+        with tempfile.TemporaryDirectory() as tmp:
+            spawn(logger, tmp)
+            check_logger(tmp)
+    else:
+        spawn(refusals, timeout_s=20)
+    print("%s: ok" % args.case)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
