@@ -1137,8 +1137,8 @@ void dataPartition(Checks& c, const Experiment& e, const Ctx&) {
                              << " has none (softmax, mlp and cnn do)";
 }
 
-// Local SGD averages the models through the sync trainer's pipelines (sync_trainer.h, "Local SGD"): host memory,
-// terse's own workloads, one exchange per averaging.
+// Local SGD averages the models through the sync trainer's pipelines (sync_trainer.h, "Local SGD"): host memory, one
+// exchange per averaging; workload pytorch's driver through terse.torch.LocalSGD, with the same schedule and rules.
 void localSgd(Checks& c, const Experiment& e, const Ctx&) {
   const LocalSgd& l = e.local_sgd();
   if (!(std::isfinite(l.outer_lr()) && l.outer_lr() > 0 && l.outer_lr() <= 100))
@@ -1164,10 +1164,6 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
   if (e.transport() == Experiment::NCCL)
     c.fail("local_sgd.period") << " " << l.period()
                                << " on transport NCCL: the local steps run on the host; use INPROC or TCP";
-  if (isPyTorch(e))
-    c.fail("local_sgd.period") << " " << l.period()
-                               << " with workload pytorch: DDP allreduces every step (torch's own PostLocalSGD is for "
-                                  "that); local SGD runs terse's own workloads";
   if (e.sparse_gradients())
     c.fail("sparse_gradients") << " with " << what
                                << ": row-sparse tensors are applied as their rows arrive; leave one unset";
@@ -1333,9 +1329,9 @@ constexpr CrossRule kRules[] = {
      "or a partition seed with partition unset",
      &dataPartition},
     {"local-sgd",
-     "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, workload.name, "
-     "sparse_gradients, step_trace, error_feedback, momentum_correction.factor",
-     "local SGD outside mode SYNC, on NCCL, for workload pytorch, with sparse_gradients, step_trace or momentum "
+     "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, sparse_gradients, "
+     "step_trace, error_feedback, momentum_correction.factor",
+     "local SGD outside mode SYNC, on NCCL, with sparse_gradients, step_trace or momentum "
      "correction; start_step or an outer optimizer without a period; outer_lr outside (0, 100], outer_momentum "
      "outside [0, 1), outer_nesterov without momentum; a compressor with CUSTOM aggregation; start_step > 0 with "
      "error feedback or a stateful compressor (rule `plugins`)",

@@ -21,6 +21,7 @@
 #include "experiments/python/ddp_aggregator.h"
 #include "experiments/python/hook_results.h"
 #include "experiments/python/recipe.h"
+#include "experiments/runner/runner_detail.h"
 
 namespace py = pybind11;
 
@@ -452,5 +453,12 @@ PYBIND11_MODULE(_terse, m) {
           },
           py::arg("rank"), py::arg("world_size"), py::arg("epoch"))
       .def("learning_rate", &Recipe::learningRate, py::arg("step"), py::arg("world_size"),
-           py::arg("steps_per_epoch") = 0);
+           py::arg("steps_per_epoch") = 0)
+      // The native runner's warning (runner_detail.h) for a run of these many steps: "" when none.
+      .def(
+          "local_sgd_warning",
+          [](const Recipe& r, int64_t steps_per_epoch, int64_t total_steps) {
+            return runner::detail::localSgdEvaluationWarning(r.experiment(), steps_per_epoch, total_steps);
+          },
+          py::arg("steps_per_epoch"), py::arg("total_steps"));
 }

@@ -903,6 +903,15 @@ TEST_F(ConfigTest, LocalSgdRules) {
   // The same compressor from the first step is Qsparse-local-SGD's setting: its state only ever sees deltas.
   load(kMinimal.substr(0, kMinimal.find("compressor")) +
        "compressor { name: \"powersgd\" }\nlocal_sgd { period: 4 }\n");
+  // Workload pytorch: its driver runs the schedule through terse.torch.LocalSGD, under the same rules.
+  const std::string pt =
+      "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\n"
+      "clock: REAL_TIME\n";
+  EXPECT_EQ(
+      load(pt + "local_sgd { period: 8 start_step: 10 outer_momentum: 0.5 }\n").experiments.at(0).local_sgd().period(),
+      8);
+  expectOne(pt + "compressor { name: \"topk\" }\nerror_feedback: true\nlocal_sgd { period: 4 start_step: 10 }\n",
+            "error_feedback with local_sgd.start_step 10");
 }
 
 // Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own; the alpha alone is refused.

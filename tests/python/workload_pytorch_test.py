@@ -1030,11 +1030,75 @@ def evaluate(tmp):
     print("evaluate: padding labels count in neither accuracy nor loss")
 
 
+LOCAL_MODEL = '''
+import torch
+
+
+def model():
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def data(rank, world):
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(96, 8, generator=g)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    return (x, y), (x[:32], y[:32])
+'''
+
+
+def local_sgd(tmp):
+    """local_sgd for workload pytorch (terse.torch.LocalSGD in the driver): 12 steps, evaluated after steps 5, 10
+    and 12. dense exchanges every step; local-4 (start_step 2) twice in its gradient steps, then after steps 6 and
+    10 of its grid and the evaluations' 5 and 12 (with the native runner's warning for step 5); Qsparse (top-k 10% +
+    EF from the first step) after 4 and 8 of its grid and the evaluations' 5, 10 and 12 (warned of 5 and 10). The
+    bytes follow, and the folders' configs hold the schedule."""
+    mods = os.path.join(tmp, "mods")
+    os.makedirs(mods)
+    open(os.path.join(mods, "local_model.py"), "w").write(LOCAL_MODEL)
+    cfg = os.path.join(mods, "study.textproto")
+    open(cfg, "w").write(study("ls", 'module: "local_model.py" max_steps_per_epoch: 12', """
+variants { name: "dense" }
+variants { name: "local-4" overrides { local_sgd { period: 4 start_step: 2 } } }
+variants {
+  name: "qsparse-4"
+  overrides {
+    local_sgd { period: 4 }
+    compressor { name: "topk" params { key: "ratio" value: "0.1" } }
+    error_feedback: true
+  }
+}""", batch=8).replace("eval { per_epoch: true }", "eval { every_steps: 5 per_epoch: true }"))
+    out = os.path.join(tmp, "results")
+    p = run([ARGS.terse, "run", cfg, "--out", out], cwd=mods)
+    runs = {v: folder(out, "ls", v) for v in ("dense", "local-4", "qsparse-4")}
+    for v, (status, lines) in runs.items():
+        check(status["state"] == "completed", "%s: status %s" % (v, status))
+        check([r["step"] for r in lines] == [5, 10, 12], "%s: records at steps %s" % (v, [r["step"] for r in lines]))
+    dense = [r["payload_bytes_per_worker"] for r in runs["dense"][1]]
+    local = [r["payload_bytes_per_worker"] for r in runs["local-4"][1]]
+    one = dense[0] // 5  # dense f32 exchanges are all alike, as are local-4's (compressor none)
+    check(dense == [5 * one, 10 * one, 12 * one], "dense payloads %s" % dense)
+    check(local == [3 * one, 5 * one, 6 * one], "local-4 payloads %s, expected %s" % (local, [3 * one, 5 * one,
+                                                                                                6 * one]))
+    qsparse = [r["payload_bytes_per_worker"] for r in runs["qsparse-4"][1]]
+    q = qsparse[0] // 2
+    check(qsparse == [2 * q, 4 * q, 5 * q] and q < one,  # a tiny model: the headers weigh
+          "qsparse-4 payloads %s: not 2, 4 and 5 top-k exchanges below a dense one (%d B)" % (qsparse, one))
+    config = open(os.path.join(out, "ls", "local-4", "config.textproto")).read()
+    check("local_sgd {" in config and "period: 4" in config and "start_step: 2" in config,
+          "local-4's config.textproto:\n%s" % config)
+    check("warning: [local-4] 1 evaluation point fall between the averagings of local_sgd.period 4" in p.stderr
+          and "[qsparse-4] 2 evaluation points fall" in p.stderr and "[dense]" not in p.stderr,
+          "terse run's warnings:\n%s" % p.stderr)
+    print("local_sgd: payload per worker dense %d, local-4 %d, qsparse-4 %d B" % (dense[-1], local[-1], qsparse[-1]))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
-                                    "unused_parameters", "provenance", "agreement", "datasets", "evaluate"])
+                                    "unused_parameters", "provenance", "agreement", "datasets", "evaluate",
+                                    "local_sgd"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
@@ -1043,7 +1107,7 @@ def main():
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
          "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters,
          "provenance": provenance, "agreement": agreement, "datasets": datasets,
-         "evaluate": evaluate}[ARGS.case](tmp)
+         "evaluate": evaluate, "local_sgd": local_sgd}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

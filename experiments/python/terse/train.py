@@ -104,6 +104,13 @@ class Spec:
         self.multi_process = e.get("transport", "INPROC") == "TCP"
         self.timeout_s = _duration_s(e.get("tcp", {}).get("timeout", "30s"))
         self.plugin_timeout_s = _duration_s(e.get("plugin_timeout", "60s"))
+        ls = e.get("local_sgd", {})
+        self.local_sgd = None  # terse.torch.LocalSGD's keywords, when the config asks for local SGD
+        if int(ls.get("period", 0)) > 0:
+            self.local_sgd = {"period": int(ls["period"]), "start_step": int(ls.get("start_step", 0)),
+                              "outer_lr": float(ls.get("outer_lr", 1.0)),
+                              "outer_momentum": float(ls.get("outer_momentum", 0.0)),
+                              "outer_nesterov": bool(ls.get("outer_nesterov", False))}
 
 
 # ---- model and data
@@ -857,11 +864,20 @@ def train_rank(rank, world, spec, store_path):
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov,
             module=ddp if spec.find_unused else model, seed=spec.seed, plugin_path=spec.args.plugin_path,
             plugin_timeout=spec.plugin_timeout_s)
-        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        local = None
+        if spec.local_sgd is not None:
+            # The native schedule (core/train/sync_trainer.h, "Local SGD"): gradient steps through the state before
+            # start_step, local steps after, the models averaged through the state every period steps and at the
+            # evaluation points.
+            local = terse.torch.LocalSGD(state, model, **spec.local_sgd)
+            ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+        else:
+            ddp.register_comm_hook(state, terse.torch.compression_hook)
         # A repeat's folder is <variant>/seed-N (experiments::resultsSubfolder): the logger writes it from the seed.
         variant, _, repeat = spec.args.folder.partition("/")
-        logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=variant, state=state,
-                                           description=spec.text, seed=spec.seed if repeat else None)
+        logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=variant,
+                                           state=state if local is None else local, description=spec.text,
+                                           seed=spec.seed if repeat else None)
         # Every rank takes the same number of steps: the smallest shard's.
         # On the model's device: NCCL (device "cuda") carries CUDA tensors only.
         steps = torch.tensor([len(own) // spec.batch], dtype=torch.int64, device=device)
@@ -875,6 +891,10 @@ def train_rank(rank, world, spec, store_path):
                                 % (spec.batch, len(own)))
         opt = make_optimizer(spec, model.parameters(), spec.recipe.learning_rate(0, world, per_epoch))
         total = per_epoch * spec.epochs
+        if local is not None and rank == 0:
+            warning = spec.recipe.local_sgd_warning(per_epoch, total)
+            if warning:
+                print("warning: [%s] %s" % (variant, warning), file=sys.stderr, flush=True)
         step, loss_since, steps_since, start = 0, 0.0, 0, time.perf_counter()
         for epoch in range(spec.epochs):
             g = torch.Generator().manual_seed(spec.seed * 1000003 + epoch * 1009 + rank)
@@ -894,8 +914,11 @@ def train_rank(rank, world, spec, store_path):
                 step += 1
                 loss_since += loss.item()
                 steps_since += 1
-                if (spec.every_steps and step % spec.every_steps == 0) or (spec.per_epoch and step % per_epoch == 0) \
-                        or step == total:
+                evaluates = (spec.every_steps and step % spec.every_steps == 0) or \
+                    (spec.per_epoch and step % per_epoch == 0) or step == total
+                if local is not None:
+                    local.step(average=bool(evaluates))  # every rank evaluates the one averaged model
+                if evaluates:
                     accuracy, test_loss = evaluate(model, test, prepare, device, loss_fn)
                     logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test),
                                   train_loss=loss_since / steps_since, epoch=step / per_epoch, lr=lr)
