@@ -1132,9 +1132,19 @@ void dataPartition(Checks& c, const Experiment& e, const Ctx&) {
   else if (!(d.dirichlet_alpha() >= 0.001 && d.dirichlet_alpha() <= 1000))
     c.fail("data.dirichlet_alpha") << " must be in [0.001, 1000], got " << d.dirichlet_alpha();
   const std::string& name = e.workload().name();
-  if (!name.empty() && name != "softmax" && name != "mlp" && name != "cnn")
+  if (isPyTorch(e)) {
+    // The driver splits Fashion-MNIST's labels as the native runner does (terse.Recipe); a module's data(rank, world)
+    // is already each rank's own, and synthetic labels are noise.
+    if (e.workload().pytorch().has_module())
+      c.fail("data.partition") << " DIRICHLET with workload.pytorch.module: its data(rank, world) gives each rank its "
+                                  "own data, so split it there";
+    else if (syntheticTorchvision(e))
+      c.fail("data.partition") << " DIRICHLET with workload.pytorch.data SYNTHETIC: random labels have no classes "
+                                  "worth splitting by; use data FASHION_MNIST";
+  } else if (!name.empty() && name != "softmax" && name != "mlp" && name != "cnn") {
     c.fail("data.partition") << " DIRICHLET splits a classifier's labels; workload " << quoted(name)
-                             << " has none (softmax, mlp and cnn do)";
+                             << " has none (softmax, mlp, cnn and pytorch's torchvision models on Fashion-MNIST do)";
+  }
 }
 
 // Local SGD averages the models through the sync trainer's pipelines (sync_trainer.h, "Local SGD"): host memory, one
@@ -1324,9 +1334,10 @@ constexpr CrossRule kRules[] = {
      "a pull compressor outside modes ASYNC and SSP, beside a pull_dtype but F32, or with sparse_gradients; params "
      "for none",
      &pullCompressor},
-    {"data-partition", "data.partition, dirichlet_alpha, partition_seed, workload.name",
-     "DIRICHLET without an alpha in [0.001, 1000] or for a workload without classes (not softmax, mlp, cnn); an alpha "
-     "or a partition seed with partition unset",
+    {"data-partition", "data.partition, dirichlet_alpha, partition_seed, workload.name, workload.pytorch",
+     "DIRICHLET without an alpha in [0.001, 1000] or for a workload without classes (not softmax, mlp, cnn, or "
+     "pytorch's "
+     "torchvision models on Fashion-MNIST); an alpha or a partition seed with partition unset",
      &dataPartition},
     {"local-sgd",
      "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, sparse_gradients, "

@@ -369,37 +369,40 @@ PYBIND11_MODULE(_terse, m) {
       });
 
   py::class_<HookResults>(m, "HookResults")
-      .def(py::init([](DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
-                       const std::string& variant, const std::string& description, const std::string& torch_version,
-                       std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
-                       const StringPairs& module_files, const py::object& local_sgd) {
-             // local_sgd: None, or (period, start_step, outer_lr, outer_momentum, outer_nesterov), checked by
-             // terse.torch.LocalSGD.
-             std::optional<LocalSgdRun> local;
-             if (!local_sgd.is_none()) {
-               const auto t = local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool>>();
-               local = LocalSgdRun{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t)};
-             }
-             return std::make_unique<HookResults>(aggregator, root, study, variant, description, torch_version,
-                                                  repeat_seed, CodeProvenance{code_hook, module_files}, local);
-           }),
-           py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
-           py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},
-           py::arg("module_files") = StringPairs{}, py::arg("local_sgd") = py::none(), py::keep_alive<1, 2>())
+      .def(
+          py::init([](DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
+                      const std::string& variant, const std::string& description, const std::string& torch_version,
+                      std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
+                      const StringPairs& module_files, const py::object& local_sgd, const StringPairs& data_partition) {
+            // local_sgd: None, or (period, start_step, outer_lr, outer_momentum, outer_nesterov), checked by
+            // terse.torch.LocalSGD.
+            std::optional<LocalSgdRun> local;
+            if (!local_sgd.is_none()) {
+              const auto t = local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool>>();
+              local = LocalSgdRun{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t)};
+            }
+            return std::make_unique<HookResults>(aggregator, root, study, variant, description, torch_version,
+                                                 repeat_seed, ScriptProvenance{code_hook, module_files, data_partition},
+                                                 local);
+          }),
+          py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
+          py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},
+          py::arg("module_files") = StringPairs{}, py::arg("local_sgd") = py::none(),
+          py::arg("data_partition") = StringPairs{}, py::keep_alive<1, 2>())
       .def_static(
           "baseline",
           [](py::object group, const std::filesystem::path& root, const std::string& study, const std::string& variant,
              const std::string& compressor, uint64_t bytes_per_step, const std::string& description,
              const std::string& torch_version, std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
-             const StringPairs& module_files) {
+             const StringPairs& module_files, const StringPairs& data_partition) {
             return std::make_unique<HookResults>(std::move(group), BaselineRun{compressor, bytes_per_step}, root, study,
                                                  variant, description, torch_version, repeat_seed,
-                                                 CodeProvenance{code_hook, module_files});
+                                                 ScriptProvenance{code_hook, module_files, data_partition});
           },
           py::arg("group"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("compressor"),
           py::arg("bytes_per_step"), py::arg("description"), py::arg("torch_version"),
           py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},
-          py::arg("module_files") = StringPairs{})
+          py::arg("module_files") = StringPairs{}, py::arg("data_partition") = StringPairs{})
       .def(
           "record",
           [](HookResults& r, double test_accuracy, double test_loss, int64_t test_examples, double train_loss,
@@ -454,6 +457,7 @@ PYBIND11_MODULE(_terse, m) {
           py::arg("rank"), py::arg("world_size"), py::arg("epoch"))
       .def("learning_rate", &Recipe::learningRate, py::arg("step"), py::arg("world_size"),
            py::arg("steps_per_epoch") = 0)
+      .def("data_partition", &Recipe::dataPartition, py::arg("world_size"))
       // The native runner's warning (runner_detail.h) for a run of these many steps: "" when none.
       .def(
           "local_sgd_warning",

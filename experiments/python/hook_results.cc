@@ -17,7 +17,8 @@ namespace terse::python {
 
 HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
                          const std::string& variant, const std::string& description, const std::string& torch_version,
-                         std::optional<uint64_t> repeat_seed, CodeProvenance code, std::optional<LocalSgdRun> local_sgd)
+                         std::optional<uint64_t> repeat_seed, ScriptProvenance code,
+                         std::optional<LocalSgdRun> local_sgd)
     : aggregator_(&aggregator),
       comm_(&aggregator.communicator()),
       repeat_seed_(repeat_seed),
@@ -28,7 +29,7 @@ HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path&
 
 HookResults::HookResults(py::object group, const BaselineRun& baseline, const std::filesystem::path& root,
                          const std::string& study, const std::string& variant, const std::string& description,
-                         const std::string& torch_version, std::optional<uint64_t> repeat_seed, CodeProvenance code)
+                         const std::string& torch_version, std::optional<uint64_t> repeat_seed, ScriptProvenance code)
     : own_comm_(std::make_unique<TorchCommunicator>(std::move(group))),
       comm_(own_comm_.get()),
       baseline_(baseline),
@@ -132,6 +133,7 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
   // resolves no relative path from the working directory, where it would hash another file or none.
   for (const auto& entry : code_.hook) prov.hook.push_back(entry);
   prov.module_files = code_.module_files;
+  prov.partition = code_.data_partition;
   writer_->writeProvenance(prov);
 }
 

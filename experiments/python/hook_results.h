@@ -15,8 +15,8 @@
 //                     world size, mode, the plugin as core's loader loaded it (path, origin, ABI, version, caps for
 //                     f32, parameters), and "hook": {"granularity": ...}, which changes the results and has no field
 //                     in the schema (`terse compare --provenance` shows it beside the transport), with what the
-//                     Python side records of the code (CodeProvenance: a module's hashes, "module_files",
-//                     torchvision's version).
+//                     Python side records of the code and data (ScriptProvenance: a module's hashes,
+//                     "module_files", torchvision's version, "data_partition").
 //   metrics.jsonl     one record per record() call -- the training script's evaluation points -- with the hook's step
 //                     count, wall time since the logger was built, the cumulative wire and payload bytes (the means
 //                     over ranks, as terse runs report them) and per-step times. Exposed communication is what
@@ -60,12 +60,14 @@ struct BaselineRun {
   uint64_t payload_bytes_per_step = 0;
 };
 
-// What the Python side knows of the run's code (terse.torch.ResultsLogger gathers it after model() and data() ran):
-// provenance.json's "hook" entries beyond the hook's own settings -- module_sha256 and module_files_sha256, or why
-// the module was not hashed; torchvision's version -- and the module's files ("module_files").
-struct CodeProvenance {
+// What the Python side knows of the run's code and data (terse.torch.ResultsLogger gathers it after model() and data()
+// ran): provenance.json's "hook" entries beyond the hook's own settings -- module_sha256 and module_files_sha256, or
+// why the module was not hashed; torchvision's version --, the module's files ("module_files"), and the non-IID split
+// the script trained on ("data_partition": terse.Recipe.data_partition, as a native run records it).
+struct ScriptProvenance {
   std::vector<std::pair<std::string, std::string>> hook;
   std::vector<std::pair<std::string, std::string>> module_files;
+  std::vector<std::pair<std::string, std::string>> data_partition;
 };
 
 // terse.torch.LocalSGD's schedule (experiment.proto LocalSgd), written into config.textproto's local_sgd block.
@@ -91,13 +93,13 @@ class HookResults {
   // caller's, not the aggregator's; config.textproto says so in its local_sgd block, which is cleared without it.
   HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
               const std::string& variant, const std::string& description, const std::string& torch_version,
-              std::optional<uint64_t> repeat_seed = std::nullopt, CodeProvenance code = {},
+              std::optional<uint64_t> repeat_seed = std::nullopt, ScriptProvenance code = {},
               std::optional<LocalSgdRun> local_sgd = std::nullopt);
   // A baseline over `group` (a torch.distributed ProcessGroup, or None for the default one).
   HookResults(pybind11::object group, const BaselineRun& baseline, const std::filesystem::path& root,
               const std::string& study, const std::string& variant, const std::string& description,
               const std::string& torch_version, std::optional<uint64_t> repeat_seed = std::nullopt,
-              CodeProvenance code = {});
+              ScriptProvenance code = {});
 
   // Collective; see above. test_accuracy outside [0, 1] is an InvalidArgument (compare would skip the record).
   // `step`: the steps done; required for a baseline, the hook's count when absent. After finish() an
@@ -123,7 +125,7 @@ class HookResults {
   TorchCommunicator* comm_ = nullptr;
   BaselineRun baseline_;
   std::optional<uint64_t> repeat_seed_;
-  CodeProvenance code_;
+  ScriptProvenance code_;
   std::optional<LocalSgdRun> local_sgd_;
   std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
   std::chrono::steady_clock::time_point start_;

@@ -66,14 +66,26 @@ int64_t Recipe::stepsPerEpoch(int world) {
   return sampler.batchesPerEpoch(e_.data().batch_size());
 }
 
-std::vector<std::vector<int64_t>> Recipe::batches(int rank, int world, int64_t epoch) {
+const train::Partition* Recipe::partition(int world) {
   // data.partition DIRICHLET: the runner's fixed non-IID shards (runner::detail::dataPartition), for this world.
   if (partition_world_ != world) {
     partition_ = runner::detail::dataPartition(e_, data().train.labels, data().train.num_classes, world);
     partition_world_ = world;
   }
+  return partition_.get();
+}
+
+std::vector<std::vector<int64_t>> Recipe::batches(int rank, int world, int64_t epoch) {
+  partition(world);
   const train::ShardSampler sampler(data().train.num_examples, rank, world, e_.seed(), partition_);
   return sampler.epochBatches(epoch, e_.data().batch_size());
+}
+
+std::vector<std::pair<std::string, std::string>> Recipe::dataPartition(int world) {
+  const train::Partition* p = partition(world);
+  results::Provenance prov;
+  runner::detail::notePartition(prov, e_, data().train.labels, data().train.num_classes, p);
+  return prov.partition;
 }
 
 double Recipe::learningRate(int64_t step, int world, int64_t steps_per_epoch) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/plugin/loader.h"
@@ -44,6 +45,9 @@ class Recipe {
   // This rank's batches of `epoch` (example indices), as the native trainer draws them; with data.partition DIRICHLET
   // from the non-IID shards of `world` workers (the native run draws them for `workers`: the same when they agree).
   std::vector<std::vector<int64_t>> batches(int rank, int world, int64_t epoch);
+  // provenance.json's "data_partition" of that split for `world` workers, as a native run records it (kind, alpha,
+  // seed, mean label distance, each worker's label histogram); empty for IID.
+  std::vector<std::pair<std::string, std::string>> dataPartition(int world);
   // The learning rate of 0-based step `step` of a run with `world` workers. `steps_per_epoch` > 0 replaces the count
   // from terse's sampler over the Fashion-MNIST shard (a pytorch workload's own data has its own count).
   double learningRate(int64_t step, int world, int64_t steps_per_epoch = 0);
@@ -55,6 +59,8 @@ class Recipe {
   // data.partition DIRICHLET: the shards for the world they were drawn for.
   std::shared_ptr<const train::Partition> partition_;
   int partition_world_ = 0;
+  // The shards for `world` (null for IID), drawn once per world.
+  const train::Partition* partition(int world);
 };
 
 }  // namespace terse::python

@@ -114,12 +114,16 @@ std::shared_ptr<const train::Partition> dataPartition(const Experiment& e, const
 
 void notePartition(results::Provenance& prov, const Experiment& e, const train::Workload& model,
                    const train::Partition* partition) {
+  notePartition(prov, e, model.trainLabels(), model.numClasses(), partition);
+}
+
+void notePartition(results::Provenance& prov, const Experiment& e, std::span<const int32_t> labels, int num_classes,
+                   const train::Partition* partition) {
   if (partition == nullptr) return;
-  const auto histograms = train::labelHistograms(*partition, model.trainLabels(), model.numClasses());
+  const auto histograms = train::labelHistograms(*partition, labels, num_classes);
   std::ostringstream alpha, distance;
   alpha << e.data().dirichlet_alpha();
-  distance << std::fixed << std::setprecision(4)
-           << train::meanLabelDistance(histograms, model.trainLabels(), model.numClasses());
+  distance << std::fixed << std::setprecision(4) << train::meanLabelDistance(histograms, labels, num_classes);
   prov.partition = {{"kind", "dirichlet"},
                     {"alpha", alpha.str()},
                     {"seed", std::to_string(partitionSeed(e))},

@@ -48,6 +48,9 @@ uint64_t partitionSeed(const experiments::Experiment& e);
 // The partition's summary for provenance.json (results::Provenance::partition); nothing for null.
 void notePartition(results::Provenance& prov, const experiments::Experiment& e, const train::Workload& model,
                    const train::Partition* partition);
+// The same from the labels the partition split (terse.Recipe's, for a PyTorch run's provenance).
+void notePartition(results::Provenance& prov, const experiments::Experiment& e, std::span<const int32_t> labels,
+                   int num_classes, const train::Partition* partition);
 // Local SGD averages the models at every evaluation point too (SyncTrainerOptions::local_sgd): evaluation points of
 // the local phase off the period's grid add averagings. The warning that counts them in a run of total_steps, or ""
 // when there are none.

@@ -943,6 +943,12 @@ TEST_F(ConfigTest, DataPartitionRules) {
   expectOne(
       "study: \"s\"\nworkload { name: \"linear_regression\" }\ndata { partition: DIRICHLET dirichlet_alpha: 1 }\n",
       "data.partition DIRICHLET splits a classifier's labels; workload 'linear_regression' has none");
+  // Workload pytorch: a torchvision model on Fashion-MNIST takes the native shards; its synthetic labels do not.
+  const std::string tv =
+      "study: \"s\"\nclock: REAL_TIME\ndata { partition: DIRICHLET dirichlet_alpha: 0.5 }\n"
+      "workload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" ";
+  EXPECT_EQ(load(tv + "} }\n").experiments.at(0).data().partition(), Data::DIRICHLET);
+  expectOne(tv + "data: SYNTHETIC } }\n", "data.partition DIRICHLET with workload.pytorch.data SYNTHETIC");
 }
 
 // Transport NCCL: offered only by builds with CUDA and NCCL, and then only for what runs on a GPU.

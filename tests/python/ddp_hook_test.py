@@ -1587,7 +1587,8 @@ def provenance(tmp):
 
 def recipe_partition(tmp):
     """terse.Recipe's batches of a non-IID config (data.partition DIRICHLET) are the native run's shards: each rank's
-    label histogram is the one `terse run` records in provenance.json, the same every epoch."""
+    label histogram is the one `terse run` records in provenance.json, the same every epoch; workload pytorch's
+    driver visits them in that order; Recipe.data_partition is the native provenance entry."""
     import numpy
     cfg = os.path.join(tmp, "noniid.textproto")
     open(cfg, "w").write('study: "noniid"\nworkload { name: "mlp" hidden_sizes: [8] }\n'
@@ -1599,6 +1600,9 @@ def recipe_partition(tmp):
     native = json.load(open(os.path.join(out, "noniid", "base", "provenance.json")))["data_partition"]
     recipe = terse.Recipe(cfg)
     labels = recipe.data()[0][1]
+    # workload pytorch's driver visits a rank's examples in this order (terse.train.epoch_order).
+    from terse import train as driver
+    spec = types.SimpleNamespace(recipe=recipe)
     for epoch in (0, 1):
         for rank in range(4):
             seen = numpy.concatenate(recipe.batches(rank, 4, epoch))
@@ -1606,6 +1610,15 @@ def recipe_partition(tmp):
             check(counts == native["worker%d" % rank],
                   "epoch %d rank %d: the recipe's labels %s, the native run's %s" % (epoch, rank, counts,
                                                                                      native["worker%d" % rank]))
+            order = driver.epoch_order(spec, rank, 4, epoch)
+            check(order.dtype == torch.int64 and numpy.array_equal(order.numpy(), seen),
+                  "epoch %d rank %d: the driver's order is not the recipe's batches" % (epoch, rank))
+    # What a PyTorch run's ResultsLogger records (data_partition=): the native run's entry, key for key.
+    recorded = dict(recipe.data_partition(4))
+    check(recorded == native, "terse.Recipe.data_partition(4) %s, the native run's %s" % (recorded, native))
+    check(recipe.data_partition(4) == recipe.data_partition(4) and terse.Recipe(
+        os.path.join(ARGS.source, "experiments", "configs", "quickstart.textproto"), "dense").data_partition(4) == [],
+        "an IID config's data_partition is empty")
 
 
 def main():

@@ -35,6 +35,10 @@ Python package's driver through terse's DDP hook. One ctest case per subcommand 
             the plugin is recorded where it was loaded from (the build tree, as a native run records it)
   agreement  the TCP ranks' agreement before training with the gather faked: three ranks, two failing with
             different kinds, all take the lowest failing rank's kind
+  local_sgd  local_sgd for a PyTorch model: the variants' bytes follow their averagings, the configs hold the schedule
+            and terse run prints the native runner's warning for evaluations off the period's grid
+  noniid    data.partition DIRICHLET for a torchvision model on Fashion-MNIST: provenance.json's data_partition is a
+            native run's; a module's data and synthetic labels are refused
   datasets  data() returning Datasets: trained through DataLoaders bit for bit as tensors of the same items (with no
             loader workers and with two); an IterableDataset, items that do not collate or are no pairs, a label past
             the model's classes in a later batch, loader_workers for tensors: each refused in one line; a __getitem__
@@ -1093,12 +1097,56 @@ variants {
     print("local_sgd: payload per worker dense %d, local-4 %d, qsparse-4 %d B" % (dense[-1], local[-1], qsparse[-1]))
 
 
+def noniid(tmp):
+    """data.partition DIRICHLET for a torchvision model on Fashion-MNIST: the driver trains on the native run's shards
+    and its folder's provenance.json records the split as a native run of the same data records it (the driver's
+    order over them: ddp_hook.provenance). A module's data and synthetic labels are refused by the config's
+    validation, before any driver starts."""
+    data = ('data { batch_size: 8 train_subset: 400 test_subset: 40 partition: DIRICHLET dirichlet_alpha: 0.1 '
+            'partition_seed: 5 }')
+    body = """workers: 2
+mode: SYNC
+compressor { name: "none" }
+epochs: 1
+seed: 3
+%s
+""" % data
+    cfg = os.path.join(tmp, "noniid.textproto")
+    open(cfg, "w").write('study: "noniid"\nworkload { name: "pytorch" pytorch { torchvision: "resnet18" image_size: 32 '
+                         'channels: 3 max_steps_per_epoch: 2 } }\nclock: REAL_TIME\noptimizer { lr: 0.01 }\n' + body)
+    native_cfg = os.path.join(tmp, "native.textproto")
+    open(native_cfg, "w").write('study: "native"\nworkload { name: "mlp" hidden_sizes: [8] }\n' + body)
+    out = os.path.join(tmp, "results")
+    run([ARGS.terse, "run", cfg, "--out", out], cwd=tmp)
+    run([ARGS.terse, "run", native_cfg, "--out", out], cwd=tmp)
+    status, lines = folder(out, "noniid", "base")
+    check(status["state"] == "completed" and lines[-1]["step"] == 2, "noniid: %s %s" % (status, lines))
+    torch_run = json.load(open(os.path.join(out, "noniid", "base", "provenance.json"))).get("data_partition")
+    native = json.load(open(os.path.join(out, "native", "base", "provenance.json")))["data_partition"]
+    check(torch_run == native and native["kind"] == "dirichlet" and native["seed"] == "5",
+          "the PyTorch run's data_partition %s, the native run's %s" % (torch_run, native))
+    config = open(os.path.join(out, "noniid", "base", "config.textproto")).read()
+    check("partition: DIRICHLET" in config and "dirichlet_alpha: 0.1" in config, "config.textproto:\n%s" % config)
+    for workload, fragment in (
+            ('pytorch { module: "m.py" }', "data.partition DIRICHLET with workload.pytorch.module: its data(rank, "
+                                           "world) gives each rank its own data"),
+            ('pytorch { torchvision: "resnet18" data: SYNTHETIC }', "data.partition DIRICHLET with "
+                                                                   "workload.pytorch.data SYNTHETIC")):
+        open(os.path.join(tmp, "m.py"), "w").write("def model(): pass\ndef data(rank, world): pass\n")
+        bad = os.path.join(tmp, "bad.textproto")
+        open(bad, "w").write('study: "bad"\nworkload { name: "pytorch" %s }\nclock: REAL_TIME\n%s' % (workload, body))
+        p = run([ARGS.terse, "run", bad, "--out", out], cwd=tmp, expect_ok=False)
+        check(p.returncode != 0 and fragment in p.stderr and not os.path.exists(os.path.join(out, "bad")),
+              "%s: terse run said (%d):\n%s" % (workload, p.returncode, p.stderr))
+    print("noniid: worker histograms %s / %s" % (native["worker0"], native["worker1"]))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["inproc", "tcp", "failures", "refusals", "valid", "optimizer_loss",
                                     "unused_parameters", "provenance", "agreement", "datasets", "evaluate",
-                                    "local_sgd"])
+                                    "local_sgd", "noniid"])
     p.add_argument("--terse", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--fixture-dir", required=True, help="tests/fixtures' plugins (misbehave)")
@@ -1107,7 +1155,7 @@ def main():
         {"inproc": inproc, "tcp": tcp, "failures": failures, "refusals": refusals, "valid": valid,
          "optimizer_loss": optimizer_loss, "unused_parameters": unused_parameters,
          "provenance": provenance, "agreement": agreement, "datasets": datasets,
-         "evaluate": evaluate, "local_sgd": local_sgd}[ARGS.case](tmp)
+         "evaluate": evaluate, "local_sgd": local_sgd, "noniid": noniid}[ARGS.case](tmp)
     print("%s: ok" % ARGS.case)
 
 

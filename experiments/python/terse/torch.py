@@ -1675,7 +1675,7 @@ def _installed(path):
 
 
 def _code_provenance(description):
-    """What provenance.json records of the run's code beyond terse's own (hook_results.h, CodeProvenance): "hook"
+    """What provenance.json records of the run's code beyond terse's own (hook_results.h, ScriptProvenance): "hook"
     entries and a module workload's files, as (hook pairs, file pairs).
 
     The module named by the description (workload.pytorch.module): "module_sha256", its file's hash;
@@ -1748,7 +1748,9 @@ class ResultsLogger:
     seeds, written to <variant>/seed-N/ as `terse run --seeds` writes them, which `terse compare` shows as one row with
     intervals; with `state=` it must be the state's seed. provenance.json also records the code: the module the
     description names, with every file of its folder this process has imported by then (build the logger after
-    model() and data() ran), and torchvision's version once imported (_code_provenance).
+    model() and data() ran), and torchvision's version once imported (_code_provenance). `data_partition=` is the
+    non-IID split the script trained on, as terse.Recipe(config).data_partition(world) gives it: provenance.json's
+    "data_partition", as a native run of the config records it.
 
     record() after finish() raises terse.InvalidArgument. The first finish() settles the folder's status; a later one
     changes nothing (a `finally:` may call it again), but an error after the run was marked completed raises
@@ -1756,8 +1758,16 @@ class ResultsLogger:
     """
 
     def __init__(self, root, *, study="pytorch", variant=None, state=None, module=None, bytes_per_step=None,
-                 compressor=None, process_group=None, description="", seed=None):
+                 compressor=None, process_group=None, description="", seed=None, data_partition=()):
         _require(isinstance(root, (str, os.PathLike)), "ResultsLogger: root must be a path, got %r" % (root,))
+        if isinstance(data_partition, dict):
+            data_partition = list(data_partition.items())
+        _require(isinstance(data_partition, (list, tuple)) and all(
+            isinstance(kv, (list, tuple)) and len(kv) == 2 and all(isinstance(x, str) for x in kv)
+            for kv in data_partition),
+            "ResultsLogger: data_partition must be terse.Recipe.data_partition(world)'s (key, value) strings, got %s"
+            % _described(data_partition))
+        data_partition = [tuple(kv) for kv in data_partition]
         _require(seed is None or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0),
                  "ResultsLogger: seed must be a non-negative int (the repeat's seed), got %s" % _described(seed))
         seed = None if seed is None else int(seed)
@@ -1779,7 +1789,7 @@ class ResultsLogger:
             local = self._local
             self._results = _terse.HookResults(
                 state._agg, str(root), study, str(variant), str(description), torch.__version__, repeat_seed=seed,
-                code_hook=code_hook, module_files=module_files,
+                code_hook=code_hook, module_files=module_files, data_partition=data_partition,
                 local_sgd=None if local is None else (local.period, local.start_step, local.outer_lr,
                                                       local.outer_momentum, local.outer_nesterov))
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
@@ -1799,7 +1809,8 @@ class ResultsLogger:
         self._results = _terse.HookResults.baseline(process_group, str(root), study, str(variant),
                                                     str(compressor or "none"), int(bytes_per_step),
                                                     str(description), torch.__version__, repeat_seed=seed,
-                                                    code_hook=code_hook, module_files=module_files)
+                                                    code_hook=code_hook, module_files=module_files,
+                                                    data_partition=data_partition)
 
     @property
     def results_dir(self):

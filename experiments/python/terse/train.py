@@ -43,6 +43,7 @@ import time
 import traceback
 from datetime import timedelta
 
+import numpy
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -104,6 +105,8 @@ class Spec:
         self.multi_process = e.get("transport", "INPROC") == "TCP"
         self.timeout_s = _duration_s(e.get("tcp", {}).get("timeout", "30s"))
         self.plugin_timeout_s = _duration_s(e.get("plugin_timeout", "60s"))
+        # data.partition DIRICHLET (Fashion-MNIST images only: rule data-partition): the native run's non-IID shards.
+        self.partitioned = e["data"].get("partition", "IID") == "DIRICHLET"
         ls = e.get("local_sgd", {})
         self.local_sgd = None  # terse.torch.LocalSGD's keywords, when the config asks for local SGD
         if int(ls.get("period", 0)) > 0:
@@ -683,6 +686,12 @@ class ImageData:
         return x
 
 
+def epoch_order(spec, rank, world, epoch):
+    """This rank's examples of a non-IID split in the order of `epoch`: the native sampler's batches, one after the
+    other (their concatenation is the rank's whole shard)."""
+    return torch.from_numpy(numpy.concatenate(spec.recipe.batches(rank, world, epoch))).long()
+
+
 def shard(n, rank, world):
     """This rank's example indices: an equal share of n (the remainder is left out so every shard is as long)."""
     per = n // world
@@ -846,6 +855,10 @@ def train_rank(rank, world, spec, store_path):
             test = TensorExamples(images.test_x, images.test_y)
             prepare = images.inputs
             own = shard(len(train), rank, world)
+            if spec.partitioned:
+                # data.partition DIRICHLET: the native run's fixed non-IID shard of this rank (terse.Recipe draws it
+                # as the runner does), visited in the native sampler's order each epoch (epoch_order).
+                own = epoch_order(spec, rank, world, 0)
             # Fashion-MNIST's ten classes for a model of fewer: cross_entropy's "Target 9 is out of bounds" otherwise.
             top = int(max(train.y.max(), test.y.max()))
             if top >= int(spec.pt["num_classes"]):
@@ -877,7 +890,9 @@ def train_rank(rank, world, spec, store_path):
         variant, _, repeat = spec.args.folder.partition("/")
         logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=variant,
                                            state=state if local is None else local, description=spec.text,
-                                           seed=spec.seed if repeat else None)
+                                           seed=spec.seed if repeat else None,
+                                           data_partition=spec.recipe.data_partition(world) if spec.partitioned
+                                           else ())
         # Every rank takes the same number of steps: the smallest shard's.
         # On the model's device: NCCL (device "cuda") carries CUDA tensors only.
         steps = torch.tensor([len(own) // spec.batch], dtype=torch.int64, device=device)
@@ -898,7 +913,8 @@ def train_rank(rank, world, spec, store_path):
         step, loss_since, steps_since, start = 0, 0.0, 0, time.perf_counter()
         for epoch in range(spec.epochs):
             g = torch.Generator().manual_seed(spec.seed * 1000003 + epoch * 1009 + rank)
-            order = own[torch.randperm(len(own), generator=g)]
+            order = epoch_order(spec, rank, world, epoch) if spec.partitioned else \
+                own[torch.randperm(len(own), generator=g)]
             for x, y in train.batches(order, spec.batch, per_epoch, generator=g):
                 x = prepare(x).to(device, non_blocking=True)
                 y = y.to(device, non_blocking=True)
