@@ -20,6 +20,10 @@ on a GPU machine.
                PowerSGD r2 + EF and fp16 + EF give the same parameters with overlap and without, and with overlap on a
                side stream of the state's own (stream="side"), bit for bit; fp16 + EF and PowerSGD r2 + EF chained on
                the collectives (overlap="chain", on either stream) give them too
+  local_sgd    two ranks (gloo, CUDA): terse.torch.LocalSGD with compressor none after 2 gradient steps, top-k + EF
+               and PowerSGD r2 + EF from the first step, period 2: the replicas on the GPU agree bit for bit after
+               each averaging and differ between, and follow the same run on a CPU copy (a second gloo group) within
+               f32 rounding of the optimizer's steps (PowerSGD: within its tolerance above)
   refusals     a compressor without device code is refused at construction naming it, before any collective; a CPU
                model under an NCCL group is refused naming the backend; a bucket on another device than the state's
                is refused naming both
@@ -274,6 +278,44 @@ def overlap_case(rank):
               "without overlap and on a side stream" % (rank, compressor))
 
 
+def local_sgd_case(rank, cpu_group):
+    device = torch.device("cuda", 0)
+    for compressor, kwargs, start, atol in (("none", {}, 2, 1e-6),
+                                            ("topk", {"ratio": 0.05, "error_feedback": True}, 0, 1e-5),
+                                            ("powersgd", {"rank": 2, "error_feedback": True}, 0, 1e-3)):
+        runs = []
+        for where, group in ((device, None), (torch.device("cpu"), cpu_group)):
+            model = Exact(SHAPES).to(where)
+            ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0] if where.type == "cuda" else None,
+                                                      process_group=group, bucket_cap_mb=BUCKET_MB)
+            state = terse.torch.CompressionState(compressor, module=model, process_group=group, **kwargs)
+            local = terse.torch.LocalSGD(state, model, period=2, start_step=start)
+            ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            agreed = []
+            for step in range(6):
+                opt.zero_grad(set_to_none=True)
+                ddp([c.to(where) for c in gradients(step, rank)]).backward()
+                opt.step()
+                averaged = local.step()
+                flat = torch.cat([p.detach().reshape(-1).cpu() for p in model.ps])
+                every = [torch.empty_like(flat) for _ in range(2)]
+                dist.all_gather(every, flat, group=cpu_group)
+                agreed.append((averaged, torch.equal(every[0], every[1])))
+            state.close()
+            runs.append(([p.detach().cpu() for p in model.ps], agreed, where))
+        for params, agreed, where in runs:
+            for step, (averaged, same) in enumerate(agreed, start=1):
+                synced = step <= start or averaged
+                check(same == synced, "%s on %s, step %d: replicas agree %s, averaged %s" % (compressor, where, step,
+                                                                                            same, averaged))
+        for i, (a, b) in enumerate(zip(runs[0][0], runs[1][0])):
+            check(torch.allclose(a, b, rtol=0, atol=atol),
+                  "%s: tensor %d differs between the GPU and the CPU by %g" % (compressor, i, (a - b).abs().max()))
+        print("rank %d local_sgd %s: replicas agree after each averaging on the GPU; GPU and CPU within %g"
+              % (rank, compressor, atol))
+
+
 def refusals(rank, fixture_plugins):
     device = torch.device("cuda", 0)
     State = terse.torch.CompressionState
@@ -310,6 +352,8 @@ def _run(rank, case, world, backend, store, args):
             bf16_case(rank, world, backend)
         elif case == "overlap":
             overlap_case(rank)
+        elif case == "local_sgd":
+            local_sgd_case(rank, dist.new_group(backend="gloo"))
         elif case == "refusals":
             if backend == "nccl":
                 nccl_refuses_cpu(rank)
@@ -326,7 +370,7 @@ def _import_terse():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["bits_nccl", "bits_gloo2", "overlap", "refusals"])
+    p.add_argument("case", choices=["bits_nccl", "bits_gloo2", "overlap", "local_sgd", "refusals"])
     p.add_argument("--fixture-plugins", required=True, help="the directory of terse_compressor_test_throws")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -334,6 +378,7 @@ def main():
         return SKIP
     _import_terse()
     runs = {"bits_nccl": [("nccl", 1)], "bits_gloo2": [("gloo", 2)], "overlap": [("gloo", 2)],
+            "local_sgd": [("gloo", 2)],
             "refusals": [("gloo", 1), ("nccl", 1)]}[args.case]
     for backend, world in runs:
         with tempfile.TemporaryDirectory() as tmp:

@@ -7,6 +7,9 @@ compressor behaves and fails here exactly as it does in `terse run`.
 
     terse.torch.CompressionState(...), terse.torch.compression_hook
                                 a DistributedDataParallel communication hook (see terse/torch.py)
+    terse.torch.LocalSGD, terse.torch.local_sgd_hook
+                                local SGD, post-local SGD, DiLoCo's outer step and compressed averaging through a
+                                CompressionState (see terse/local_sgd.py)
     terse.torch.ResultsLogger   a terse results folder for a PyTorch run
     terse.Recipe(path, variant) one variant of a terse experiment config: its data, initial parameters, batches and
                                 learning rates, to train the same recipe in PyTorch as `terse run` does natively
