@@ -323,6 +323,29 @@ case $CASE in
     cmp -s in.partition tcp.partition || fail "the partitions differ: $(cat in.partition) / $(cat tcp.partition)"
     expect_in in.partition '"kind":"dirichlet"'
     ;;
+  noniid_ranks_disagree)
+    # Ranks that drew different non-IID shards (here rank 1 with another partition_seed, as a rank reading another copy
+    # of the data set would) refuse to train: every rank fails within seconds, naming each rank's partition checksum,
+    # and the folder says failed.
+    write_study TCP.textproto TCP 2 1 8
+    sed -i -e 's/name: "linear_regression" }/name: "mlp" hidden_sizes: [16] }/' \
+      -e 's/train_subset: 480 test_subset: 100 }/train_subset: 960 test_subset: 200 partition: DIRICHLET }/' \
+      -e 's/partition: DIRICHLET }/partition: DIRICHLET dirichlet_alpha: 0.2 }/' TCP.textproto
+    # The same in mode ASYNC, where rank 0 serves the parameters and ranks 1 and 2 train (async_rank.cc).
+    sed 's/^epochs: 1/mode: ASYNC\nepochs: 1/' TCP.textproto >ASYNC.textproto
+    for mode in TCP:2 ASYNC:3; do
+      start=$SECONDS
+      # shellcheck disable=SC2016  # expanded by the rank's shell, where TERSE_RANK is set
+      timeout 60 "$TERSE" launch -n "${mode#*:}" -- sh -c 'if [ "$TERSE_RANK" = 1 ]; then
+          set -- "$@" --set data.partition_seed=9; fi; exec "$@"' rank \
+        "$TERSE" run "${mode%:*}.textproto" --variant dense --out "${mode%:*}" --plugin-path "$PLUGINS" \
+        >"${mode%:*}.log" 2>&1 && fail "$mode: ranks with different shards trained"
+      ((SECONDS - start < 30)) || fail "$mode: the refusal took $((SECONDS - start)) s"
+      expect_in "${mode%:*}.log" "the ranks drew different data shards \(data\.partition DIRICHLET; partition \
+checksums: rank 0 [0-9a-f]+, rank 1 [0-9a-f]+"
+      expect_in "${mode%:*}/e2e/dense/status.json" '"state": *"failed"'
+    done
+    ;;
   set_override)
     # `terse run --set` under `terse launch`: each rank loads the study itself from the same command line, so every
     # rank applies the same overrides. A 3-worker study with --set workers=2 runs as a 2-rank job (a rank without the
