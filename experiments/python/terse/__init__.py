@@ -37,7 +37,11 @@ class Recipe(_terse.Recipe):
     """One variant of a terse experiment config (experiments/python/recipe.h): Recipe(path, variant="",
     plugin_path=()). The plugin path is searched as terse.torch.CompressionState searches it: the given folders,
     then a pip-installed package's own plugins, then TERSE_PLUGIN_PATH, the installation's plugins and, for the build
-    tree's package only, the build tree's."""
+    tree's package only, the build tree's.
+
+    With data.partition DIRICHLET, batches(rank, world_size, epoch) and data_partition(world_size) split the data for
+    `world_size` workers: the native run splits it for the config's `workers`, so the two train the same shards only
+    where world_size equals workers."""
 
     def __init__(self, path, variant="", plugin_path=()):
         super().__init__(str(path), str(variant), _search_path(plugin_path))
