@@ -195,6 +195,8 @@ int runCommand(const std::vector<std::string>& args) {
         study, vm.count("variant") ? vm["variant"].as<std::vector<std::string>>() : std::vector<std::string>{});
     if (!seeds.empty()) experiments::overrideSeeds(experiments, seeds);
     experiments = experiments::expandRepeats(experiments);
+    for (const std::string& w : experiments::sameRunWarnings(experiments))
+      std::cerr << "terse run: warning: " << w << '\n';
   } catch (const experiments::ConfigError& e) {
     for (const auto& line : e.errors()) std::cerr << "terse run: " << userMessage(line) << '\n';
     if (!e.errors().empty()) notifyLauncher("failed " + userMessage(e.errors().front()));

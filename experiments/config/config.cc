@@ -770,6 +770,41 @@ std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments
   return out;
 }
 
+std::vector<std::string> sameRunWarnings(const std::vector<Experiment>& runs) {
+  // Each run's config as it trains: its name cleared, and what it ignores cleared too.
+  std::vector<std::string> keys;
+  keys.reserve(runs.size());
+  for (const Experiment& e : runs) {
+    Experiment c = e;
+    c.clear_variant();
+    c.clear_grid_point();  // the point's coordinates name it; its fields are set already
+    if (c.data().partition() != Data::DIRICHLET) {
+      c.mutable_data()->clear_dirichlet_alpha();
+      c.mutable_data()->clear_partition_seed();
+    }
+    keys.push_back(toText(c));
+  }
+  // Groups in the order of their first run (a grid can make thousands of runs: one pass, not a pass per pair).
+  std::unordered_map<std::string, std::size_t> group_of;
+  std::vector<std::vector<std::string>> groups;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto [at, fresh] = group_of.try_emplace(keys[i], groups.size());
+    if (fresh) groups.emplace_back();
+    groups[at->second].push_back(resultsSubfolder(runs[i]));
+  }
+  std::vector<std::string> out;
+  for (const std::vector<std::string>& names : groups) {
+    if (names.size() < 2) continue;
+    std::string list;
+    for (std::size_t k = 0; k < names.size(); ++k) list += (k ? ", '" : "'") + names[k] + "'";
+    out.push_back(std::to_string(names.size()) + " runs train the same thing under different names: " + list +
+                  " (their configs differ only in their names, or in fields they ignore: data.dirichlet_alpha and "
+                  "partition_seed without partition DIRICHLET); each still runs, so drop the duplicates from the "
+                  "study or the grid to save the time");
+  }
+  return out;
+}
+
 std::string repeatSubfolder(const std::string& variant, uint64_t seed) {
   return variant + "/seed-" + std::to_string(seed);
 }

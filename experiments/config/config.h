@@ -163,6 +163,11 @@ std::vector<Experiment> selectVariants(const Study& study, const std::vector<std
 // Repeats (experiment.proto's `seeds`): each experiment once per seed in its `seeds`, in list order, with `seed` set
 // to it (the list kept); an experiment without `seeds` once, as it is.
 std::vector<Experiment> expandRepeats(const std::vector<Experiment>& experiments);
+// Runs that train the same thing under different names: their resolved configs are equal but for `variant` and the
+// fields the run ignores (data.dirichlet_alpha and partition_seed without partition DIRICHLET). A grid axis over a
+// field some variant ignores makes them, as do override values that parse alike (0.1 and 0.10). One message per group
+// of such runs, naming their folders (resultsSubfolder), in run order; empty when every run is its own.
+std::vector<std::string> sameRunWarnings(const std::vector<Experiment>& runs);
 // Whether the run of `e` is among `selected` (a run's --variant list: the file's variant names, or a grid point's);
 // an empty list selects every run.
 bool isSelected(const std::vector<std::string>& selected, const Experiment& e);

@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 class GridTest : public ::testing::Test {
  protected:
@@ -99,6 +100,26 @@ TEST_F(GridTest, AStudyWithoutVariantsGridsItsBase) {
   EXPECT_THAT(names(s), ElementsAre("base.r-0.01", "base.r-0.1"));
   EXPECT_EQ(s.experiments[1].compressor().params().at("ratio"), "0.1");
   EXPECT_EQ(s.experiments[1].grid_point().variant(), "base");
+}
+
+// Points that train the same thing: a grid over a field a variant ignores, and values that parse alike.
+TEST_F(GridTest, RunsThatTrainTheSameThingAreNamed) {
+  EXPECT_TRUE(sameRunWarnings(load(kGridBase + kGridVariants).experiments).empty());
+  const Study alpha =
+      load(kGridBase + "data { partition: DIRICHLET dirichlet_alpha: 0.5 }\n" +
+           "grid { path: \"data.dirichlet_alpha\" label: \"a\" values: [\"0.1\", \"1\"] }\n" +
+           "variants { name: \"noniid\" }\n" + "variants { name: \"iid\" overrides { data { partition: IID } } }\n");
+  ASSERT_EQ(alpha.experiments.size(), 4u);
+  const auto same = sameRunWarnings(alpha.experiments);
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_THAT(same[0], StartsWith("2 runs train the same thing under different names: 'iid.a-0.1', 'iid.a-1' ("));
+  // 0.1 and 0.10 are two names for one learning rate; repeats over seeds stay apart.
+  const Study lr =
+      load(kGridBase + "seeds: [1, 2]\ngrid { path: \"optimizer.lr\" values: [\"0.1\", \"0.10\", \"0.2\"] }\n");
+  const auto twice = sameRunWarnings(expandRepeats(lr.experiments));
+  ASSERT_EQ(twice.size(), 2u) << ::testing::PrintToString(twice);
+  EXPECT_THAT(twice[0], HasSubstr("'base.lr-0.1/seed-1', 'base.lr-0.10/seed-1'"));
+  EXPECT_THAT(twice[1], HasSubstr("'base.lr-0.1/seed-2', 'base.lr-0.10/seed-2'"));
 }
 
 TEST_F(GridTest, ListValuesAreNamedByTheirCharacters) {
