@@ -225,6 +225,13 @@ PYBIND11_MODULE(_terse, m) {
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
+      .def(
+          "average_dense",
+          [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel) {
+            py::gil_scoped_release released;  // the communicator takes it per call
+            a.averageDense(index, data, numel);
+          },
+          py::arg("index"), py::arg("data_ptr"), py::arg("numel"))
       .def_property_readonly("chainable", &DdpAggregator::chainable)
       .def_property_readonly("in_place", &DdpAggregator::inPlace)
       .def(

@@ -280,6 +280,17 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
   hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+void DdpAggregator::averageDense(int bucket_index, uintptr_t data, uint64_t numel) {
+  const std::lock_guard lock(mutex_);
+  const auto start = Clock::now();
+  checkBucket(bucket_index, data, numel);
+  auto* at = reinterpret_cast<void*>(data);
+  const comm::WireBytes wire =
+      numel == 0 ? comm::WireBytes{} : comm_->allreduce(at, numel, DType::kF32, comm::ReduceOp::kSum, bucket_index);
+  finishInPlace(bucket_index, at, numel, wire, /*is_last=*/false);
+  hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 void DdpAggregator::checkDtype(DType dtype) const {
   (void)instance_->caps(dtype);  // the plugin's own refusal, as a pipeline of this dtype gets it (plugin_codec.h)
 }

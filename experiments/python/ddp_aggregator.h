@@ -145,6 +145,10 @@ class DdpAggregator {
   // `members` lay the parameters out in the buffer (they must tile it exactly); in kBucket mode they are ignored.
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
                  const std::vector<BucketMember>& members, bool is_last);
+  // Averages `numel` f32 elements at `data` across the group uncompressed, whatever the compressor: one allreduce and
+  // the division, as the in-place path sums a bucket, counted under `bucket_index` (payload: the f32 bytes) without
+  // counting a step. terse.torch.LocalSGD's BatchNorm statistics, which are state, not a change to compress.
+  void averageDense(int bucket_index, uintptr_t data, uint64_t numel);
   // The same, recorded as a group of the attached trace (see the top of this file): `issued` is when the hook was
   // called (steadySeconds), `traced` the bucket's parameters (tensor id, elements) in DDP's order.
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,

@@ -1600,9 +1600,11 @@ def recipe_partition(tmp):
     native = json.load(open(os.path.join(out, "noniid", "base", "provenance.json")))["data_partition"]
     recipe = terse.Recipe(cfg)
     labels = recipe.data()[0][1]
-    # workload pytorch's driver visits a rank's examples in this order (terse.train.epoch_order).
+    # workload pytorch's driver trains a rank on the examples terse.train.epoch_order gives, which for a DIRICHLET
+    # config are the native shard, label for label; its IID share of the same data is not.
     from terse import train as driver
-    spec = types.SimpleNamespace(recipe=recipe)
+    spec = types.SimpleNamespace(recipe=recipe, partitioned=True)
+    iid = types.SimpleNamespace(recipe=recipe, partitioned=False)
     for epoch in (0, 1):
         for rank in range(4):
             seen = numpy.concatenate(recipe.batches(rank, 4, epoch))
@@ -1610,9 +1612,15 @@ def recipe_partition(tmp):
             check(counts == native["worker%d" % rank],
                   "epoch %d rank %d: the recipe's labels %s, the native run's %s" % (epoch, rank, counts,
                                                                                      native["worker%d" % rank]))
-            order = driver.epoch_order(spec, rank, 4, epoch)
-            check(order.dtype == torch.int64 and numpy.array_equal(order.numpy(), seen),
-                  "epoch %d rank %d: the driver's order is not the recipe's batches" % (epoch, rank))
+            own = driver.shard(len(labels), rank, 4)
+            order = driver.epoch_order(spec, own, rank, 4, epoch, torch.Generator().manual_seed(epoch))
+            trained = " ".join(str(int(k)) for k in numpy.bincount(labels[order.numpy()], minlength=10))
+            check(order.dtype == torch.int64 and trained == native["worker%d" % rank],
+                  "epoch %d rank %d: the driver trains on labels %s, the native shard holds %s"
+                  % (epoch, rank, trained, native["worker%d" % rank]))
+            shuffled = driver.epoch_order(iid, own, rank, 4, epoch, torch.Generator().manual_seed(epoch))
+            check(" ".join(str(int(k)) for k in numpy.bincount(labels[shuffled.numpy()], minlength=10)) != trained,
+                  "epoch %d rank %d: the IID share has the non-IID shard's labels" % (epoch, rank))
     # What a PyTorch run's ResultsLogger records (data_partition=): the native run's entry, key for key.
     recorded = dict(recipe.data_partition(4))
     check(recorded == native, "terse.Recipe.data_partition(4) %s, the native run's %s" % (recorded, native))

@@ -10,17 +10,23 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              and a loss below the start's
   logger     ResultsLogger(state=LocalSGD): config.textproto's local_sgd block, the steps of metrics.jsonl, and the
              averagings' bytes; a description's local_sgd block is cleared for a run without LocalSGD
+  buffers    BatchNorm statistics: DDP's buffer broadcast is off from start_step on, the replicas' statistics differ
+             between averagings and agree after each, counted apart; a non-persistent buffer is left alone
+  failures   a NaN on rank 1 alone: every rank's averaging refuses before any compressor call, naming rank 1, within
+             seconds, with nothing averaged; the next step raises again; the ranks stay paired
   refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, a step trace, error feedback and a
              stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
              replicas that differ at the start (no DDP, one seed per rank), raise InvalidArgument on every rank naming
-             each rank's, and nobody hangs
+             each rank's, and nobody hangs; a ResultsLogger built on the state first; terse.local_sgd imported first
 """
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from datetime import timedelta
 
 import torch
@@ -112,14 +118,14 @@ class Reference:
                     p.copy_(a)
 
 
-def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw=None, hook=True):
+def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw=None, hook=True, overlap=False):
     """Trains mlp() through DDP + local_sgd_hook (or, hook=False, without DDP) and, beside it, the Reference;
     returns the LocalSGD, the model and a list per step of (parameters equal the reference's, replicas agree)."""
     model = mlp()
     # Without the hook no DDP either (DDP would allreduce the local steps' gradients): the module itself, whose
     # replicas start alike from one seed.
     ddp = nn.parallel.DistributedDataParallel(model) if hook else model
-    state = terse.torch.CompressionState(module=model, overlap=False, **state_kw)
+    state = terse.torch.CompressionState(module=model, overlap=overlap, **state_kw)
     local = terse.torch.LocalSGD(state, model, **local_kw)
     if hook:
         ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
@@ -148,16 +154,19 @@ def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw
 
 
 def exact(rank):
-    # Plain averaging after a warm-up of 2 gradient steps, period 3, with a forced averaging after step 7.
-    local, model, seen = train_local(rank, {"compressor": "none"}, {"period": 3, "start_step": 2}, 12, forced=(7,),
-                                     ref_kw={})
-    averaged = {5, 7, 8, 11}  # after steps 2 + 3k, and the forced one
-    for s, (same, agreed) in enumerate(seen, start=1):
-        check(same, "step %d: the parameters differ from the reference's" % s)
-        if s <= 2 or s in averaged:
-            check(agreed, "step %d: the replicas differ after a gradient step or an averaging" % s)
-        else:
-            check(not agreed, "step %d: the replicas agree after a local step (was nothing local?)" % s)
+    # Plain averaging after a warm-up of 2 gradient steps, period 3, with a forced averaging after step 7; the warm-up's
+    # buckets through each of the hook's paths (inside the hook, chained, on the worker thread).
+    for overlap in (True, "thread", False):
+        local, model, seen = train_local(rank, {"compressor": "none"}, {"period": 3, "start_step": 2}, 12,
+                                         forced=(7,), ref_kw={}, overlap=overlap)
+        averaged = {5, 7, 8, 11}  # after steps 2 + 3k, and the forced one
+        for s, (same, agreed) in enumerate(seen, start=1):
+            check(same, "overlap=%r, step %d: the parameters differ from the reference's" % (overlap, s))
+            if s <= 2 or s in averaged:
+                check(agreed, "overlap=%r, step %d: the replicas differ after a gradient step or an averaging"
+                      % (overlap, s))
+            else:
+                check(not agreed, "overlap=%r, step %d: the replicas agree after a local step" % (overlap, s))
     check(local.averagings == 4 and local.steps == 12, "averagings %d, steps %d" % (local.averagings, local.steps))
     buckets = local.compression.buckets()
     # The gradient steps' buckets (DDP's indices) and the averagings' one buffer (f32), apart.
@@ -170,16 +179,19 @@ def exact(rank):
     grads = sum(b["steps"] for i, b in buckets.items() if i < 1 << 20)
     check(grads >= 2, "the warm-up's gradient buckets went through the state: %s" % buckets)
 
-    # DiLoCo: outer Nesterov momentum, from the first step, against the reference's formula.
-    _, _, seen = train_local(rank, {"compressor": "none"},
-                             {"period": 2, "outer_lr": 0.7, "outer_momentum": 0.9, "outer_nesterov": True}, 8,
-                             momentum=0.0, ref_kw={"outer_lr": 0.7, "outer_momentum": 0.9, "nesterov": True},
-                             hook=False)
-    for s, (same, agreed) in enumerate(seen, start=1):
-        check(same, "outer Nesterov, step %d: the parameters differ from the reference's" % s)
-        check(agreed == (s % 2 == 0), "outer Nesterov, step %d: replicas agree %s" % (s, agreed))
+    # The outer step, from the first step, against the reference's formula: DiLoCo's Nesterov momentum, SlowMo's heavy
+    # ball, and a rate alone.
+    for outer in ({"outer_lr": 0.7, "outer_momentum": 0.9, "outer_nesterov": True},
+                  {"outer_lr": 0.5, "outer_momentum": 0.6}, {"outer_lr": 1.5}):
+        ref = {"outer_lr": outer["outer_lr"], "outer_momentum": outer.get("outer_momentum", 0.0),
+               "nesterov": outer.get("outer_nesterov", False)}
+        _, _, seen = train_local(rank, {"compressor": "none"}, dict(period=2, **outer), 8, momentum=0.0, ref_kw=ref,
+                                 hook=False)
+        for s, (same, agreed) in enumerate(seen, start=1):
+            check(same, "%s, step %d: the parameters differ from the reference's" % (outer, s))
+            check(agreed == (s % 2 == 0), "%s, step %d: replicas agree %s" % (outer, s, agreed))
 
-    # Qsparse-local-SGD: top-k 1% of each delta with error feedback, no DDP hook at all (start_step 0).
+    # Qsparse-local-SGD: top-k 10% of each delta with error feedback, no DDP hook at all (start_step 0).
     torch.manual_seed(3)
     x, y = batch(999, 0, n=64)
     model0 = mlp()
@@ -266,10 +278,21 @@ def refusals(rank):
     # Stateful or with error feedback from the first step: Qsparse-local-SGD and PowerSGD on deltas are fine.
     terse.torch.LocalSGD(terse.torch.CompressionState("powersgd", rank=2, module=model), model, period=2)
 
-    # Ranks whose settings differ: every rank raises, naming each rank's period.
-    message = expect_error(terse.InvalidArgument, "the ranks' LocalSGD settings differ",
-                           lambda: terse.torch.LocalSGD(none, model, period=2 + rank))
-    check('"period": 2' in message and '"period": 3' in message, "the message names both periods: %s" % message)
+    # Ranks whose settings differ: every rank raises, naming each rank's period and nothing else.
+    message = expect_error(terse.InvalidArgument, "the ranks' LocalSGD settings differ: rank 0: period=2; rank 1: "
+                           "period=3;", lambda: terse.torch.LocalSGD(none, model, period=2 + rank))
+    check("start_step" not in message, "the message names settings that agree: %s" % message)
+    # A logger built on the state before the LocalSGD would count the state's steps: refused. One built after, on the
+    # state, logs the LocalSGD.
+    with tempfile.TemporaryDirectory() as root:
+        logged = terse.torch.CompressionState("none", module=model)
+        terse.torch.ResultsLogger(root, study="s", state=logged)
+        expect_error(terse.InvalidArgument, "a ResultsLogger already logs this CompressionState",
+                     lambda: terse.torch.LocalSGD(logged, model, period=2))
+        later = terse.torch.CompressionState("none", module=model)
+        local = terse.torch.LocalSGD(later, model, period=2)
+        check(terse.torch.ResultsLogger(root, study="t", state=later)._local is local,
+              "a logger of the state does not log its LocalSGD")
     # Replicas that differ at the start: no DDP, a seed per rank.
     other = mlp(seed=10 + rank)
     state = terse.torch.CompressionState("none", module=other)
@@ -285,9 +308,92 @@ def refusals(rank):
     check(agree(same), "the replicas agree after an averaging")
 
 
+class BnNet(nn.Module):
+    """mlp() with a BatchNorm: running statistics are persistent buffers, a non-persistent one is derived."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.fc = nn.Linear(40, 24)
+        self.bn = nn.BatchNorm1d(24)
+        self.out = nn.Linear(24, 5)
+        self.register_buffer("scale", torch.ones(24), persistent=False)
+
+    def forward(self, x):
+        return self.out(F.relu(self.bn(self.fc(x)) * self.scale))
+
+
+def buffers(rank):
+    """The local steps send nothing: DDP's buffer broadcast is off from start_step on, so each replica's BatchNorm
+    statistics follow its own batches, and each averaging averages them (counted) with the deltas."""
+    model = BnNet()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terse.torch.CompressionState("topk", ratio=0.5, module=model, overlap=False)
+    local = terse.torch.LocalSGD(state, ddp, period=3, start_step=2)
+    ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def stats():
+        flat = torch.cat([model.bn.running_mean, model.bn.running_var])
+        every = [torch.empty_like(flat) for _ in range(2)]
+        dist.all_gather(every, flat)
+        return torch.equal(every[0], every[1])
+
+    seen = []
+    for s in range(8):
+        x, y = batch(s, rank)
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        local.step()
+        seen.append((ddp.broadcast_buffers, stats()))
+    # Steps 1-2 synchronous (DDP broadcasts rank 0's statistics before each forward, each rank then updates them with
+    # its own batch: they differ after the step); local from step 3, averaged after steps 5 and 8.
+    check([b for b, _ in seen] == [True, False, False, False, False, False, False, False],
+          "DDP's broadcast_buffers by step: %s" % [b for b, _ in seen])
+    check([a for _, a in seen] == [False, False, False, False, True, False, False, True],
+          "BatchNorm statistics agree by step: %s" % [a for _, a in seen])
+    counted = local.compression.buckets()[(1 << 20) + 1]
+    check(counted["steps"] == 2 and counted["total"]["payload"] == 2 * 48 * 4,
+          "the statistics' averagings: %s (2 of 48 f32)" % counted)
+    check(torch.equal(model.scale, torch.ones(24)), "the non-persistent buffer was touched")
+
+
+def failures(rank):
+    """A replica that diverged alone (a NaN on rank 1) fails every rank's averaging, naming it, before any compressor
+    sees it: no rank is left in a collective, and every later step raises again."""
+    for compressor, kw in (("topk", {"ratio": 0.1, "error_feedback": True}), ("none", {})):
+        model = mlp()
+        state = terse.torch.CompressionState(compressor, module=model, overlap=False, **kw)
+        local = terse.torch.LocalSGD(state, model, period=2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for s in range(2):
+            x, y = batch(s, rank)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            if s == 1 and rank == 1:
+                with torch.no_grad():
+                    model[2].weight[0, 0] = float("nan")
+            if s == 0:
+                local.step()
+        start = time.monotonic()
+        message = expect_error(terse.InvalidArgument, "the model of rank 1 holds a non-finite value after step 2",
+                               local.step)
+        check(time.monotonic() - start < 5, "%s: the refusal took %.1f s" % (compressor, time.monotonic() - start))
+        check(local.compression.totals()["payload"] == 0, "%s: something was averaged: %s"
+              % (compressor, local.compression.totals()))
+        expect_error(terse.InvalidArgument, "an earlier averaging failed", local.step)
+        # The ranks are still paired: a collective after the refusal completes on both.
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        check(t.item() == 2, "the ranks fell out of step after the refusal")
+        del message
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["exact", "logger", "refusals"])
+    p.add_argument("case", choices=["exact", "logger", "refusals", "buffers", "failures"])
     args = p.parse_args()
     if args.case == "exact":
         spawn(exact, world=2)
@@ -296,8 +402,15 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             spawn(logger, tmp)
             check_logger(tmp)
+    elif args.case == "buffers":
+        spawn(buffers)
+    elif args.case == "failures":
+        spawn(failures)
     else:
-        spawn(refusals, timeout_s=20)
+        # terse.local_sgd imported before terse.torch (pydoc, autodoc and pytest import it alone).
+        subprocess.run([sys.executable, "-c", "import terse.local_sgd; import terse.torch; "
+                        "assert terse.torch.LocalSGD is terse.local_sgd.LocalSGD"], check=True)
+        spawn(refusals, timeout_s=60)
     print("%s: ok" % args.case)
 
 

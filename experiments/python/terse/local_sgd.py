@@ -28,8 +28,12 @@ PeriodicModelAverager), DiLoCo's and SlowMo's outer step, and compressed averagi
 
 Each parameter is its own tensor (its index in module.parameters(), as the hook numbers them), so PowerSGD factors
 matrices and top-k keeps k per tensor. The averagings' payload and wire bytes are counted by the state, beside the
-gradient steps'; the time an averaging takes is exposed (training waits for it). Buffers (BatchNorm's running
-statistics) are not averaged: DDP broadcasts rank 0's at each forward (broadcast_buffers=True, its default).
+gradient steps'; the time an averaging takes is exposed (training waits for it). Given the DDP wrapper, LocalSGD turns
+DDP's buffer broadcast off when the local steps begin (it would send rank 0's buffers at every forward, uncounted) and
+averages the persistent f32 buffers (BatchNorm's running statistics) at each averaging, uncompressed and counted;
+non-persistent buffers are derived (a mask) and left alone. Each averaging first checks, with one small collective,
+that every replica is finite: a replica that diverged alone fails every rank's step(), naming it, before a compressor
+could refuse its NaN on that rank alone (leaving the others inside a collective) or spread it to every replica.
 
 Without local_sgd_hook, DDP allreduces every step's gradients in the local phase too; skip DDP there instead (its
 no_sync(), or train the module itself). With start_step 0 no gradient is ever exchanged and DDP is not needed at all,
@@ -142,13 +146,30 @@ class LocalSGD:
                      "LocalSGD: compressor '%s' keeps state between calls, which would carry from the gradient steps "
                      "into the averagings' deltas with start_step %d; use start_step=0, or a stateless compressor"
                      % (name, start_step))
-        model = module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
-        params = [p for p in model.parameters() if p.requires_grad]
+        _require(state._logged is None,
+                 "LocalSGD: a ResultsLogger already logs this CompressionState as a synchronous run; build the "
+                 "LocalSGD first and give the logger the LocalSGD (state=local)")
+        ddp = module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else None
+        model = module.module if ddp is not None else module
+        # What DDP leaves alone (DistributedDataParallel._set_params_and_buffers_to_ignore_for_model: rank-local by
+        # design), the averagings leave alone too.
+        ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
+        params = [p for name, p in model.named_parameters() if p.requires_grad and name not in ignored]
         _require(params, "LocalSGD: the module has no parameter that requires a gradient")
         devices = sorted({str(p.device) for p in params})
         _require(len(devices) == 1, "LocalSGD: the module's parameters lie on several devices (%s); a state averages "
                  "the parameters of one device" % ", ".join(devices))
         self.compression = state
+        self.error = None       # terse's exception of the first averaging or check that failed: every later step raises
+        self._ddp = ddp
+        # The persistent f32 buffers (BatchNorm's running statistics): DDP broadcasts rank 0's at every forward, which
+        # the local steps must not do (uncounted traffic, and rank 0's statistics for every replica), so the local
+        # phase turns that off and averages them at each averaging instead, counted beside the deltas. Non-persistent
+        # buffers are derived (an attention mask) and alike on every rank; other dtypes (a step count) are not averaged.
+        self._buffers = [b for mod in model.modules() for name, b in mod._buffers.items()
+                         if b is not None and b.dtype == torch.float32 and name not in mod._non_persistent_buffers_set]
+        self._buffer_flat = (torch.empty(sum(b.numel() for b in self._buffers), dtype=torch.float32,
+                                         device=self._buffers[0].device) if self._buffers else None)
         self.period = int(period)
         self.start_step = int(start_step)
         self.outer_lr = float(outer_lr)
@@ -156,6 +177,7 @@ class LocalSGD:
         self.outer_nesterov = outer_nesterov
         self.steps = 0          # optimizer steps counted by step()
         self.averagings = 0     # averagings done
+        self._last_average = 0  # the step count of the last averaging
         # One buffer per dtype, in the order of the dtypes' first parameters; the tensor ids are the hook's.
         by_dtype = {}
         for p in params:
@@ -165,9 +187,14 @@ class LocalSGD:
         self._has_anchor = False
         settings = {"period": self.period, "start_step": self.start_step, "outer_lr": self.outer_lr,
                     "outer_momentum": self.outer_momentum, "outer_nesterov": outer_nesterov,
-                    "parameters": [[str(p.dtype), list(p.shape)] for p in params]}
-        self._compare("the ranks' LocalSGD settings differ", json.dumps(settings, sort_keys=True).encode(),
+                    "parameters": "%d tensors, %d elements, sha256 of their dtypes and shapes %s" % (
+                        len(params), sum(p.numel() for p in params), hashlib.sha256(json.dumps(
+                            [[str(p.dtype), list(p.shape)] for p in params]).encode()).hexdigest()[:12]),
+                    "buffers": "%d f32 buffers, %d elements" % (len(self._buffers),
+                                                                sum(b.numel() for b in self._buffers))}
+        self._compare("the ranks' LocalSGD settings differ", settings,
                       "every rank must build its LocalSGD alike, since the averagings are collectives")
+        state._local_sgd = self
         if self.start_step == 0:
             self._take_anchor()
 
@@ -179,19 +206,26 @@ class LocalSGD:
     def step(self, average=False):
         """Counts an optimizer step (call it right after optimizer.step()) and averages when the schedule says so, or,
         with average=True, at this step anyway (a local step only: a gradient step's replicas already agree).
-        Collective from start_step on. Returns whether it averaged."""
-        if not self._has_anchor and self.steps + 1 == self.start_step:
+        Collective from start_step on. Returns whether it averaged. Once an averaging or a check failed, every call
+        raises that error again (the replicas are no longer one model)."""
+        if self.error is not None:
+            raise type(self.error)("LocalSGD: an earlier averaging failed, local SGD is stopped: %s" % (self.error,))
+        try:
+            if not self._has_anchor and self.steps + 1 == self.start_step:
+                self.steps += 1
+                self._take_anchor()  # the model the gradient steps left every rank with
+                return False
+            was_local = self.local
             self.steps += 1
-            self._take_anchor()  # the model the gradient steps left every rank with
+            if not was_local:
+                return False
+            if average or (self.steps - self.start_step) % self.period == 0:
+                self._average()
+                return True
             return False
-        was_local = self.local
-        self.steps += 1
-        if not was_local:
-            return False
-        if average or (self.steps - self.start_step) % self.period == 0:
-            self._average()
-            return True
-        return False
+        except Exception as e:
+            self.error = e
+            raise
 
     # ---- the averaging
 
@@ -201,11 +235,13 @@ class LocalSGD:
             return None, 1
         return group, torch.distributed.get_world_size(group)
 
-    def _compare(self, what, text, remedy):
-        """Every rank's `text` is the same, or every rank raises InvalidArgument showing each rank's."""
+    def _compare(self, what, mine, remedy):
+        """Every rank's `mine` (a dict of settings, or a str) is the same, or every rank raises InvalidArgument naming
+        each rank's (for a dict, the keys that differ)."""
         group, world = self._dist()
         if world == 1:
             return
+        text = (json.dumps(mine, sort_keys=True) if isinstance(mine, dict) else mine).encode()
         device = self._groups[0].anchor.device
         if torch.distributed.get_backend(group) != "nccl":
             device = torch.device("cpu")
@@ -218,9 +254,17 @@ class LocalSGD:
         lengths = [int(t.item()) for t in _all_gather_held(torch.tensor([longest], dtype=torch.int64, device=device),
                                                            world, group)]
         width = max(lengths)
-        mine = torch.tensor(list(text[:width]) + [0] * (width - min(width, len(text))), dtype=torch.uint8)
+        padded = torch.tensor(list(text[:width]) + [0] * (width - min(width, len(text))), dtype=torch.uint8)
         texts = [bytes(t.tolist()[:n]).decode(errors="replace")
-                 for t, n in zip(_all_gather_held(mine.to(device), world, group), lengths)]
+                 for t, n in zip(_all_gather_held(padded.to(device), world, group), lengths)]
+        if isinstance(mine, dict):
+            try:
+                every = [json.loads(t) for t in texts]
+                keys = sorted({k for d in every for k in d})
+                differ = [k for k in keys if any(d.get(k) != every[0].get(k) for d in every)]
+                texts = [", ".join("%s=%s" % (k, json.dumps(d.get(k))) for k in differ) for d in every]
+            except ValueError:
+                pass  # a peer's text that is no JSON (another version): shown whole
         raise _invalid("LocalSGD: %s: %s; %s" % (what, "; ".join("rank %d: %s" % (r, t) for r, t in enumerate(texts)),
                                                    remedy))
 
@@ -232,21 +276,46 @@ class LocalSGD:
         self._has_anchor = True
         # Local steps from models that differ would average models that never were one; DDP broadcasts rank 0's at
         # construction, but a module trained without DDP starts where each rank's seed put it.
+        # One host copy of the model, once or twice a run (numpy's view of it is hashed in place).
         h = hashlib.sha256()
         for g in self._groups:
-            h.update(g.anchor.detach().cpu().view(torch.uint8).numpy().tobytes())
-        self._compare("the replicas differ when local SGD starts (after %d steps)" % self.steps,
-                      h.hexdigest()[:16].encode(),
+            h.update(g.anchor.detach().cpu().view(torch.uint8).numpy())
+        self._compare("the replicas differ when local SGD starts (after %d steps)" % self.steps, h.hexdigest()[:16],
                       "build every rank's model from one seed, or wrap it in DistributedDataParallel, which broadcasts "
                       "rank 0's parameters")
+        if self._ddp is not None:
+            self._ddp.broadcast_buffers = False  # the local steps send nothing; _average_buffers keeps them one
+
+    def _check_finite(self):
+        """Every rank's deltas are finite, or every rank raises naming the ranks whose are not: a replica that
+        diverged alone would otherwise fail in its compressor's encode (top-k, QSGD refuse a non-finite input) and leave
+        its peers inside the collective, or (fp16, none) spread its NaN to every replica. One small collective."""
+        bad = int(any(not bool(torch.isfinite(g.delta).all()) for g in self._groups))
+        group, world = self._dist()
+        if world > 1:
+            device = self._groups[0].delta.device
+            if torch.distributed.get_backend(group) != "nccl":
+                device = torch.device("cpu")
+            flags = [int(t.item()) for t in _all_gather_held(torch.tensor([bad], dtype=torch.int32, device=device),
+                                                              world, group)]
+        else:
+            flags = [bad]
+        ranks = [r for r, f in enumerate(flags) if f]
+        if ranks:
+            raise _invalid("LocalSGD: the model of rank%s %s holds a non-finite value after step %d, %d steps after "
+                           "the last averaging; nothing was averaged. Lower the learning rate or the period"
+                           % ("s" if len(ranks) > 1 else "", ", ".join(map(str, ranks)), self.steps,
+                              self.steps - max(self.start_step, self._last_average)))
 
     def _average(self):
         state = self.compression
         start = time.perf_counter()
         with torch.no_grad():
-            for i, g in enumerate(self._groups):
+            for g in self._groups:
                 for d, a, p in zip(g.deltas, g.anchors, g.params):
                     torch.sub(a, p, out=d)
+            self._check_finite()
+            for i, g in enumerate(self._groups):
                 state._aggregate_owned(_BUCKET_BASE + i, g.delta, g.members, i == len(self._groups) - 1)
                 if g.momentum is None and self.outer_lr == 1:
                     g.anchor.sub_(g.delta)
@@ -259,7 +328,18 @@ class LocalSGD:
                     g.anchor.sub_(step, alpha=self.outer_lr)
                 for a, p in zip(g.anchors, g.params):
                     p.copy_(a)
+            if self._buffer_flat is not None:
+                at = 0
+                for b in self._buffers:
+                    self._buffer_flat[at:at + b.numel()].copy_(b.reshape(-1))
+                    at += b.numel()
+                state._average_dense(_BUCKET_BASE + len(self._groups), self._buffer_flat)
+                at = 0
+                for b in self._buffers:
+                    b.copy_(self._buffer_flat[at:at + b.numel()].view_as(b))
+                    at += b.numel()
         self.averagings += 1
+        self._last_average = self.steps
         state._agg.add_exposed(time.perf_counter() - start)
 
 

@@ -500,6 +500,8 @@ class CompressionState:
         self._sync_thread = None   # overlap=False: the native id of the thread inside the hook, while it is
         _terse.set_plugin_timeout(float(plugin_timeout))
         self.plugin_timeout = float(plugin_timeout)
+        self._local_sgd = None  # the terse.torch.LocalSGD built on this state, if any (ResultsLogger logs it)
+        self._logged = None     # the ResultsLogger logging this state, if any
         self._tracer = None
         if step_trace:
             spec = self.compressor + "".join(("," if i else ":") + "%s=%s" % kv
@@ -514,7 +516,8 @@ class CompressionState:
 
     @property
     def step(self):
-        """Backward passes aggregated so far."""
+        """Backward passes aggregated so far (with a terse.torch.LocalSGD, its averagings too: its `steps` counts the
+        optimizer steps)."""
         self._drain()
         return self._agg.step
 
@@ -807,6 +810,17 @@ class CompressionState:
             raise
         finally:
             self._sync_thread = None
+
+    def _average_dense(self, index, buf):
+        """Averages a flat f32 buffer of the caller's own across the ranks, uncompressed and counted under `index`
+        (terse.torch.LocalSGD's BatchNorm statistics): one allreduce, whatever the compressor, as _aggregate_owned
+        orders it."""
+        if self._stream is not None:
+            self._hand_over(buf)
+        with self._on_stream():
+            self._agg.average_dense(index, buf.data_ptr(), buf.numel())
+        if self._stream is not None:
+            torch.cuda.current_stream(self._device).wait_stream(self._stream)
 
     def _fail(self, error):
         if self.error is None:
@@ -1773,11 +1787,16 @@ class ResultsLogger:
         seed = None if seed is None else int(seed)
         _require(isinstance(study, str) and study, "ResultsLogger: study must be a non-empty string, got %r"
                  % (study,))
+        from .local_sgd import LocalSGD
         _require(state is None or isinstance(state, (CompressionState, LocalSGD)),
                  "ResultsLogger: state must be a terse.torch.CompressionState or LocalSGD, got %r" % (state,))
+        if isinstance(state, CompressionState) and state._local_sgd is not None:
+            state = state._local_sgd  # its steps, not the state's count of aggregations, which adds the averagings
         self._local = state if isinstance(state, LocalSGD) else None
         if self._local is not None:
             state = self._local.compression
+        if state is not None:
+            state._logged = self  # a LocalSGD built later would change what this logger counts: it refuses
         self.state = state
         if state is not None:
             _require(bytes_per_step is None and compressor is None,
@@ -1856,5 +1875,10 @@ class ResultsLogger:
         self._results.finish(None if error is None else str(error))
 
 
-# Local SGD (terse/local_sgd.py) builds on the state above; imported last, as it imports this module.
-from .local_sgd import LocalSGD, local_sgd_hook  # noqa: E402
+def __getattr__(name):
+    """terse.torch.LocalSGD and local_sgd_hook, from terse/local_sgd.py, which builds on this module: imported when
+    first asked for, so that either module can be imported first."""
+    if name in ("LocalSGD", "local_sgd_hook"):
+        from . import local_sgd
+        return getattr(local_sgd, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -30,6 +30,7 @@ of steps (the smallest shard's, cut at max_steps_per_epoch), since DDP needs eve
 
 import argparse
 import difflib
+import hashlib
 import importlib.util
 import math
 import multiprocessing
@@ -686,10 +687,27 @@ class ImageData:
         return x
 
 
-def epoch_order(spec, rank, world, epoch):
-    """This rank's examples of a non-IID split in the order of `epoch`: the native sampler's batches, one after the
-    other (their concatenation is the rank's whole shard)."""
-    return torch.from_numpy(numpy.concatenate(spec.recipe.batches(rank, world, epoch))).long()
+def epoch_order(spec, own, rank, world, epoch, generator):
+    """The examples this rank trains on in `epoch`, in order. IID: its equal share `own` of the training set in a
+    new order each epoch, drawn from `generator` (the epoch's, seeded by the run's seed, the epoch and the rank).
+    data.partition DIRICHLET: its fixed non-IID shard in the native sampler's order, the sampler's batches one after
+    the other (terse.Recipe draws them as the runner does); `own` and `generator` aside."""
+    if spec.partitioned:
+        return torch.from_numpy(numpy.concatenate(spec.recipe.batches(rank, world, epoch))).long()
+    return own[torch.randperm(len(own), generator=generator)]
+
+
+def replicas_agree(model, world, device):
+    """Whether every rank's parameters are bit for bit rank 0's (one all_gather of a checksum): local SGD's evaluation
+    points check it, as the native runner does."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy())
+    mine = torch.tensor([int.from_bytes(h.digest()[:8], "little", signed=True)], dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    terse.torch._keep_past_gloo(mine, *every)
+    return all(int(t.item()) == int(mine.item()) for t in every)
 
 
 def shard(n, rank, world):
@@ -856,9 +874,7 @@ def train_rank(rank, world, spec, store_path):
             prepare = images.inputs
             own = shard(len(train), rank, world)
             if spec.partitioned:
-                # data.partition DIRICHLET: the native run's fixed non-IID shard of this rank (terse.Recipe draws it
-                # as the runner does), visited in the native sampler's order each epoch (epoch_order).
-                own = epoch_order(spec, rank, world, 0)
+                own = epoch_order(spec, own, rank, world, 0, None)  # its non-IID shard: the step count follows it
             # Fashion-MNIST's ten classes for a model of fewer: cross_entropy's "Target 9 is out of bounds" otherwise.
             top = int(max(train.y.max(), test.y.max()))
             if top >= int(spec.pt["num_classes"]):
@@ -882,7 +898,8 @@ def train_rank(rank, world, spec, store_path):
             # The native schedule (core/train/sync_trainer.h, "Local SGD"): gradient steps through the state before
             # start_step, local steps after, the models averaged through the state every period steps and at the
             # evaluation points.
-            local = terse.torch.LocalSGD(state, model, **spec.local_sgd)
+            # The DDP wrapper: LocalSGD turns its buffer broadcast off for the local steps and averages the buffers.
+            local = terse.torch.LocalSGD(state, ddp, **spec.local_sgd)
             ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
         else:
             ddp.register_comm_hook(state, terse.torch.compression_hook)
@@ -913,8 +930,7 @@ def train_rank(rank, world, spec, store_path):
         step, loss_since, steps_since, start = 0, 0.0, 0, time.perf_counter()
         for epoch in range(spec.epochs):
             g = torch.Generator().manual_seed(spec.seed * 1000003 + epoch * 1009 + rank)
-            order = epoch_order(spec, rank, world, epoch) if spec.partitioned else \
-                own[torch.randperm(len(own), generator=g)]
+            order = epoch_order(spec, own, rank, world, epoch, g)
             for x, y in train.batches(order, spec.batch, per_epoch, generator=g):
                 x = prepare(x).to(device, non_blocking=True)
                 y = y.to(device, non_blocking=True)
@@ -935,6 +951,9 @@ def train_rank(rank, world, spec, store_path):
                 if local is not None:
                     local.step(average=bool(evaluates))  # every rank evaluates the one averaged model
                 if evaluates:
+                    if local is not None and local.local and not replicas_agree(model, world, device):
+                        raise terse.InternalError("local SGD: the replicas differ at step %d, an evaluation point, "
+                                                  "where they were averaged" % step)
                     accuracy, test_loss = evaluate(model, test, prepare, device, loss_fn)
                     logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test),
                                   train_loss=loss_since / steps_since, epoch=step / per_epoch, lr=lr)
