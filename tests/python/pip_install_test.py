@@ -171,6 +171,9 @@ def check(args):
         expect(state.step == 1, "one DDP step through the hook, but the state counted %d" % state.step)
         expect(all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()),
                "the hook left a gradient unset or not finite")
+        # Every module of the package is installed: terse.torch.LocalSGD comes from terse/local_sgd.py.
+        local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=model), model, period=1)
+        expect(local.step() and local.averagings == 1, "LocalSGD did not average at period 1")
 
         # The installed package's results name the commit it was built from. The check runs from a folder outside
         # any checkout, so what git says at run time cannot stand in for it.
