@@ -50,6 +50,15 @@ def batch(step, rank, n=16):
     return torch.randn(n, 40, generator=g), torch.randint(0, 5, (n,), generator=g)
 
 
+def sgd_step(net, opt, step, rank):
+    """One training step of `net` (the model or its DDP wrapper) on this rank's batch of `step`; returns the batch."""
+    x, y = batch(step, rank)
+    opt.zero_grad()
+    F.cross_entropy(net(x), y).backward()
+    opt.step()
+    return x, y
+
+
 def spawn(fn, *extra, world=2, timeout_s=30):
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_run, args=(fn, os.path.join(tmp, "store"), timeout_s, world) + extra, nprocs=world)
@@ -135,10 +144,7 @@ def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw
         ref = Reference(mlp(), local_kw["period"], local_kw.get("start_step", 0), 0.05, momentum, **ref_kw)
     seen = []
     for s in range(steps):
-        x, y = batch(s, rank)
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
+        x, y = sgd_step(ddp, opt, s, rank)
         local.step(average=s + 1 in forced)
         if ref is not None:
             ref.step(x, y, average=s + 1 in forced)
@@ -217,10 +223,7 @@ def logger(rank, root):
                                     description="local_sgd { period: 99 }\nepochs: 1")
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for s in range(11):
-        x, y = batch(s, rank)
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
+        sgd_step(ddp, opt, s, rank)
         local.step(average=s + 1 == 11)
         if s + 1 in (5, 11):
             log.record(test_accuracy=0.5, epoch=(s + 1) / 11)
@@ -341,10 +344,7 @@ def buffers(rank):
 
     seen = []
     for s in range(8):
-        x, y = batch(s, rank)
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
+        sgd_step(ddp, opt, s, rank)
         local.step()
         seen.append((ddp.broadcast_buffers, stats()))
     # Steps 1-2 synchronous (DDP broadcasts rank 0's statistics before each forward, each rank then updates them with
@@ -368,10 +368,7 @@ def failures(rank):
         local = terse.torch.LocalSGD(state, model, period=2)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         for s in range(2):
-            x, y = batch(s, rank)
-            opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
+            sgd_step(model, opt, s, rank)
             if s == 1 and rank == 1:
                 with torch.no_grad():
                     model[2].weight[0, 0] = float("nan")
