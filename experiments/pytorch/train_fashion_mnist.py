@@ -5,7 +5,9 @@ communication hook (docs/pytorch.md "Use terse compressors from PyTorch").
 The recipe is a variant of a terse config (default: the quickstart study's "dense"), read through terse.Recipe: the
 MLP with terse's initial parameters, the Fashion-MNIST arrays from terse's IDX reader, each rank's batches from terse's
 shard sampler, and the learning rate of every step from terse's schedule -- the same recipe `terse run` trains, so
-its results folder (--results) sits beside the native run's in `terse compare`. Ranks are processes of
+its results folder (--results) sits beside the native run's in `terse compare`. A variant with `local_sgd` trains
+through terse.torch.LocalSGD on the native schedule (docs/local-sgd.md), and one with `data.partition: DIRICHLET` on
+the native run's non-IID shards (terse.Recipe's batches). Ranks are processes of
 torch.multiprocessing on gloo, CPU only, one thread each. PYTHONPATH is the build tree's python folder: build/python
 from the default preset (build-cpu/python from the cpu preset), or none once the package is pip-installed.
 
@@ -90,6 +92,13 @@ class Setup:
         self.per_epoch = bool(ev.get("per_epoch", True))
         self.variant = args.name or e["variant"]
         self.study = e["study"]
+        ls = e.get("local_sgd", {})
+        self.local_sgd = None
+        if int(ls.get("period", 0)) > 0:
+            self.local_sgd = {"period": int(ls["period"]), "start_step": int(ls.get("start_step", 0)),
+                              "outer_lr": float(ls.get("outer_lr", 1.0)),
+                              "outer_momentum": float(ls.get("outer_momentum", 0.0)),
+                              "outer_nesterov": bool(ls.get("outer_nesterov", False))}
 
 
 def worker(rank, args, store):
@@ -115,11 +124,18 @@ def train(rank, s):
     state = terse.torch.CompressionState(
         s.compressor, params=s.params, error_feedback=bool(s.error_feedback),
         momentum_correction=float(s.momentum_correction), module=model, seed=s.seed, granularity=s.args.granularity)
-    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    local = None
+    if s.local_sgd is not None:
+        # Local SGD: gradient steps through the state before start_step, then local steps and averagings through it.
+        local = terse.torch.LocalSGD(state, ddp, **s.local_sgd)
+        ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+    else:
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
     logger = None
     if s.args.results is not None:
-        logger = terse.torch.ResultsLogger(s.args.results, study=s.study, variant=s.variant, state=state,
-                                           description=recipe.text)
+        logger = terse.torch.ResultsLogger(s.args.results, study=s.study, variant=s.variant,
+                                           state=state if local is None else local, description=recipe.text,
+                                           data_partition=recipe.data_partition(world))
     opt = torch.optim.SGD(model.parameters(), lr=recipe.learning_rate(0, world),
                           momentum=float(s.optimizer.get("momentum", 0.0)),
                           nesterov=bool(s.optimizer.get("nesterov", False)),
@@ -141,8 +157,11 @@ def train(rank, s):
                 step += 1
                 loss_since += loss.item()
                 steps_since += 1
-                if (s.every_steps and step % s.every_steps == 0) or (s.per_epoch and step % per_epoch == 0) \
-                        or step == total:
+                evaluates = (s.every_steps and step % s.every_steps == 0) or (s.per_epoch and step % per_epoch == 0) \
+                    or step == total
+                if local is not None:
+                    local.step(average=bool(evaluates))  # the native run averages at its evaluation points too
+                if evaluates:
                     accuracy, test_loss = evaluate(model, test_x, test_y)
                     if logger is not None:
                         logger.record(test_accuracy=accuracy, test_loss=test_loss, test_examples=len(test_y),

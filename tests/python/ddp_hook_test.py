@@ -39,9 +39,11 @@
                     group per DDP bucket (same tensors, in order; compress, gloo all-gathers, decompress), the
                     optimizer's time as updates; the parameters equal an untraced run's bit for bit; `terse whatif`
                     replays the folder at 16 workers; step_trace without module= is refused
-  accuracy          top-k 1% + EF + DGC momentum through the hook on the quickstart MLP (tests/python/
-                    ddp_recipe.textproto) ends within 1 point of `terse run` of the same recipe, and `terse compare`
-                    shows both runs in one table
+  accuracy          top-k 1% + EF + DGC momentum through the hook, and local SGD every 8 steps through
+                    terse.torch.LocalSGD, on the quickstart MLP (tests/python/ddp_recipe.textproto, by
+                    experiments/pytorch/train_fashion_mnist.py) each end within 1 point of `terse run` of the same
+                    recipe; local SGD sends the same payload bytes on both sides (49 averagings); `terse compare`
+                    shows every run in one table
   chained_order     3 ranks handing buckets over after rank-dependent delays: the chained rounds (overlap="chain") of
                     two-round SUM compressors (test_rounds, PowerSGD + EF) are issued in one order on every rank (no
                     gloo abort or timeout), and the parameters equal the unchained run's bit for bit; a round that
@@ -1455,29 +1457,37 @@ def check_step_trace(root):
 
 def accuracy(out):
     cfg = os.path.join(ARGS.source, "tests", "python", "ddp_recipe.textproto")
-    variant = "topk-1pct-ef"
-    subprocess.run([ARGS.terse, "run", cfg, "--variant", variant, "--out", out], check=True,
-                   stdout=subprocess.DEVNULL)
     example = os.path.join(ARGS.source, "experiments", "pytorch", "train_fashion_mnist.py")
-    subprocess.run([sys.executable, example, "--config", cfg, "--variant", variant, "--name", "torch-" + variant,
-                    "--results", out], check=True, stdout=subprocess.DEVNULL)
 
     def final(name):
         lines = open(os.path.join(out, "ddp_hook", name, "metrics.jsonl")).read().splitlines()
         return json.loads(lines[-1])
 
-    native, ours = final(variant), final("torch-" + variant)
-    check(abs(native["test_accuracy"] - ours["test_accuracy"]) <= 0.01,
-          "PyTorch + hook ended at %.4f, terse run at %.4f: more than 1 point apart" % (ours["test_accuracy"],
-                                                                                      native["test_accuracy"]))
-    check(native["step"] == ours["step"], "steps differ: native %d, hook %d" % (native["step"], ours["step"]))
+    # Top-k + EF + DGC through the hook; local SGD (terse.torch.LocalSGD) against the native trainer's local SGD.
+    for variant in ("topk-1pct-ef", "local-8"):
+        subprocess.run([ARGS.terse, "run", cfg, "--variant", variant, "--out", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, example, "--config", cfg, "--variant", variant, "--name", "torch-" + variant,
+                        "--results", out], check=True, stdout=subprocess.DEVNULL)
+        native, ours = final(variant), final("torch-" + variant)
+        check(abs(native["test_accuracy"] - ours["test_accuracy"]) <= 0.01,
+              "%s: PyTorch + hook ended at %.4f, terse run at %.4f: more than 1 point apart"
+              % (variant, ours["test_accuracy"], native["test_accuracy"]))
+        check(native["step"] == ours["step"], "%s: steps differ: native %d, hook %d" % (variant, native["step"],
+                                                                                      ours["step"]))
+        print("accuracy %s: terse run %.4f, PyTorch + hook %.4f (%d steps); payload per worker %d vs %d B" % (
+            variant, native["test_accuracy"], ours["test_accuracy"], ours["step"], native["payload_bytes_per_worker"],
+            ours["payload_bytes_per_worker"]))
+    # Local SGD averages as often on both sides: 3 epochs of 125 steps, every 8th step and the evaluations' 125, 250
+    # and 375 (none on the grid): 46 + 3 = 49 averagings of the f32 model.
+    numel = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
+    sent = {name: final(name)["payload_bytes_per_worker"] for name in ("local-8", "torch-local-8")}
+    check(set(sent.values()) == {49 * numel * 4}, "payload bytes %s, not 49 averagings of %d f32" % (sent, numel))
     table = subprocess.run([ARGS.terse, "compare", os.path.join(out, "ddp_hook"), "--format", "csv"], check=True,
                            capture_output=True, text=True).stdout
     rows = {line.split(",")[1] for line in table.splitlines() if "," in line}
-    check({variant, "torch-" + variant} <= rows, "`terse compare` does not list both runs:\n%s" % table)
-    print("accuracy: terse run %.4f, PyTorch + hook %.4f (%d steps); payload per worker %d vs %d B" % (
-        native["test_accuracy"], ours["test_accuracy"], ours["step"], native["payload_bytes_per_worker"],
-        ours["payload_bytes_per_worker"]))
+    check({"topk-1pct-ef", "torch-topk-1pct-ef", "local-8", "torch-local-8"} <= rows,
+          "`terse compare` does not list every run:\n%s" % table)
 
 
 PROV_MODEL = """
