@@ -11,13 +11,16 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
   logger     ResultsLogger(state=LocalSGD): config.textproto's local_sgd block, the steps of metrics.jsonl, and the
              averagings' bytes; a description's local_sgd block is cleared for a run without LocalSGD
   buffers    BatchNorm statistics: DDP's buffer broadcast is off from start_step on, the replicas' statistics differ
-             between averagings and agree after each, counted apart; a non-persistent buffer is left alone
+             between averagings and agree after each, counted apart; a non-persistent buffer is left alone, an f64
+             one averaged, one DDP ignores kept; a 0-d parameter; SyncBatchNorm refused
   failures   a NaN on rank 1 alone: every rank's averaging refuses before any compressor call, naming rank 1, within
-             seconds, with nothing averaged; the next step raises again; the ranks stay paired
+             seconds, with nothing averaged; the next step raises again; the ranks stay paired; the same for an
+             infinite BatchNorm statistic, and the logger's folder says failed
   refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, a step trace, error feedback and a
              stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
              replicas that differ at the start (no DDP, one seed per rank), raise InvalidArgument on every rank naming
-             each rank's, and nobody hangs; a ResultsLogger built on the state first; terse.local_sgd imported first
+             each rank's, and nobody hangs, also where one rank alone refuses; a ResultsLogger built on the state
+             first; terse.local_sgd imported first
 """
 
 import argparse
@@ -285,6 +288,13 @@ def refusals(rank):
     message = expect_error(terse.InvalidArgument, "the ranks' LocalSGD settings differ: rank 0: period=2; rank 1: "
                            "period=3;", lambda: terse.torch.LocalSGD(none, model, period=2 + rank))
     check("start_step" not in message, "the message names settings that agree: %s" % message)
+    # A rank that refuses alone (error feedback after a warm-up on rank 1 only) makes every rank raise, naming it.
+    ef = terse.torch.CompressionState("topk", ratio=0.1, error_feedback=True, module=model)
+    start = time.monotonic()
+    message = expect_error(terse.InvalidArgument, "the ranks' LocalSGD settings differ",
+                           lambda: terse.torch.LocalSGD(ef, model, period=2, start_step=3 * rank))
+    check("start_step=0" in message and "start_step=3" in message and "error feedback with start_step 3" in message
+          and time.monotonic() - start < 5, "a one-rank refusal: %s" % message)
     # A logger built on the state before the LocalSGD would count the state's steps: refused. One built after, on the
     # state, logs the LocalSGD.
     with tempfile.TemporaryDirectory() as root:
@@ -358,6 +368,27 @@ def buffers(rank):
           "the statistics' averagings: %s (2 of 48 f32)" % counted)
     check(torch.equal(model.scale, torch.ones(24)), "the non-persistent buffer was touched")
 
+    # An f64 buffer is averaged too (in f32); one DDP ignores stays the rank's own; a 0-d parameter is averaged and
+    # the driver's check of the replicas reads it.
+    from terse import train as driver
+    net = BnNet()
+    net.register_buffer("f64", torch.full((3,), float(rank), dtype=torch.float64))
+    net.register_buffer("mine", torch.full((2,), float(rank)))
+    net.temperature = nn.Parameter(torch.tensor(1.0))
+    nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(net, ["mine"])
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=net, overlap=False), net, period=1)
+    with torch.no_grad():
+        net.temperature.add_(float(rank))  # a local step's change
+    check(not driver.replicas_agree(local.parameters, 2, torch.device("cpu")), "rank-dependent temperatures agreed")
+    local.step()
+    check(torch.equal(net.f64, torch.full((3,), 0.5, dtype=torch.float64)), "the f64 buffer: %s" % net.f64)
+    check(torch.equal(net.mine, torch.full((2,), float(rank))), "an ignored buffer was averaged: %s" % net.mine)
+    check(driver.replicas_agree(local.parameters, 2, torch.device("cpu")), "the replicas differ after an averaging")
+    # A SyncBatchNorm would all-gather its batch statistics in every local step.
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(BnNet())
+    expect_error(terse.InvalidArgument, "the module has a SyncBatchNorm",
+                 lambda: terse.torch.LocalSGD(terse.torch.CompressionState("none", module=synced), synced, period=2))
+
 
 def failures(rank):
     """A replica that diverged alone (a NaN on rank 1) fails every rank's averaging, naming it, before any compressor
@@ -375,7 +406,8 @@ def failures(rank):
             if s == 0:
                 local.step()
         start = time.monotonic()
-        message = expect_error(terse.InvalidArgument, "the model of rank 1 holds a non-finite value after step 2",
+        message = expect_error(terse.InvalidArgument, "the model of rank 1 holds a non-finite value (in its parameters "
+                               "or its buffers) after step 2",
                                local.step)
         check(time.monotonic() - start < 5, "%s: the refusal took %.1f s" % (compressor, time.monotonic() - start))
         check(local.compression.totals()["payload"] == 0, "%s: something was averaged: %s"
@@ -386,6 +418,21 @@ def failures(rank):
         dist.all_reduce(t)
         check(t.item() == 2, "the ranks fell out of step after the refusal")
         del message
+    # A BatchNorm statistic that overflowed on rank 1 alone (an fp16 forward under AMP does it while the scaler skips
+    # the step): refused too, and a logger of the run marks it failed.
+    with tempfile.TemporaryDirectory() as root:
+        net = BnNet()
+        local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=net, overlap=False), net, period=1)
+        log = terse.torch.ResultsLogger(root, study="s", state=local)
+        sgd_step(net, torch.optim.SGD(net.parameters(), lr=0.05), 0, rank)
+        if rank == 1:
+            net.bn.running_var[0] = float("inf")
+        expect_error(terse.InvalidArgument, "the model of rank 1 holds a non-finite value (in its parameters or its "
+                     "buffers)", local.step)
+        log.finish()
+        if rank == 0:
+            status = json.load(open(os.path.join(root, "s", "none", "status.json")))
+            check(status["state"] == "failed" and "non-finite" in status["error"], "status.json: %s" % status)
 
 
 def main():

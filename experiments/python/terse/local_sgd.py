@@ -1,7 +1,7 @@
 """Local SGD for PyTorch through terse's compressors: the replicas step on their own and average every few steps.
 
     state = terse.torch.CompressionState("topk", ratio=0.01, error_feedback=True, module=model)
-    local = terse.torch.LocalSGD(state, model, period=16)              # collective: every rank builds it alike
+    local = terse.torch.LocalSGD(state, ddp, period=16)                # collective: every rank builds it alike
     ddp.register_comm_hook(local, terse.torch.local_sgd_hook)          # optional (see below)
     for x, y in batches:
         opt.zero_grad()
@@ -109,94 +109,123 @@ class LocalSGD:
 
     def __init__(self, state, module, *, period, start_step=0, outer_lr=1.0, outer_momentum=0.0,
                  outer_nesterov=False):
+        # Without a state there is no process group to agree over: these two raise at once.
         _require(isinstance(state, CompressionState),
                  "LocalSGD: state must be a terse.torch.CompressionState, got %s" % _described(state))
         _require(isinstance(module, torch.nn.Module),
                  "LocalSGD: 'module' must be a torch.nn.Module (the model or its DDP wrapper), got %s"
                  % _described(module))
+        # Every other refusal is collected and settled across the ranks (_compare) before any is raised: a rank that
+        # refused alone would leave its peers in the settings' all_gather.
+        refusals = []
+
+        def need(cond, message):
+            if not cond and not refusals:
+                refusals.append("LocalSGD: " + message)
+
         for key, value, least in (("period", period, 1), ("start_step", start_step, 0)):
-            _require(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least,
-                     "LocalSGD: '%s' must be an integer >= %d, got %r" % (key, least, value))
-        _require(isinstance(outer_lr, numbers.Real) and not isinstance(outer_lr, bool) and math.isfinite(outer_lr)
-                 and 0 < outer_lr <= 100, "LocalSGD: 'outer_lr' must be finite and in (0, 100], got %r" % (outer_lr,))
-        _require(isinstance(outer_momentum, numbers.Real) and not isinstance(outer_momentum, bool)
-                 and 0 <= outer_momentum < 1,
-                 "LocalSGD: 'outer_momentum' must be in [0, 1), got %r" % (outer_momentum,))
-        _require(isinstance(outer_nesterov, bool), "LocalSGD: 'outer_nesterov' must be True or False, got %r"
-                 % (outer_nesterov,))
-        _require(not outer_nesterov or outer_momentum > 0,
-                 "LocalSGD: outer_nesterov=True needs outer_momentum > 0 (Nesterov's form of a momentum)")
+            need(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least,
+                 "'%s' must be an integer >= %d, got %r" % (key, least, value))
+        need(isinstance(outer_lr, numbers.Real) and not isinstance(outer_lr, bool) and math.isfinite(outer_lr)
+             and 0 < outer_lr <= 100, "'outer_lr' must be finite and in (0, 100], got %r" % (outer_lr,))
+        need(isinstance(outer_momentum, numbers.Real) and not isinstance(outer_momentum, bool)
+             and 0 <= outer_momentum < 1, "'outer_momentum' must be in [0, 1), got %r" % (outer_momentum,))
+        need(isinstance(outer_nesterov, bool), "'outer_nesterov' must be True or False, got %r" % (outer_nesterov,))
+        need(not outer_nesterov or (isinstance(outer_momentum, numbers.Real) and outer_momentum > 0),
+             "outer_nesterov=True needs outer_momentum > 0 (Nesterov's form of a momentum)")
         caps = state.caps
         name = state.plugin["name"]
-        _require(caps["aggregation"] != "custom",
-                 "LocalSGD: compressor '%s' aggregates with its own reduce (CUSTOM: a majority vote or the like), "
-                 "and an averaging needs the mean of the deltas; choose a SUM or ALLGATHER compressor" % name)
-        _require(state._settings["momentum_correction"] == 0,
-                 "LocalSGD: the state's momentum_correction %s would run DGC's momentum over the averagings' deltas; "
-                 "use outer_momentum=, or error_feedback alone" % state._settings["momentum_correction"])
-        _require(state._tracer is None,
-                 "LocalSGD: the state records a step trace, whose replay models one gradient exchange per step; "
-                 "build it without step_trace=True")
-        if start_step > 0:
-            _require(not state._settings["error_feedback"],
-                     "LocalSGD: error feedback with start_step %d: the residual of the gradient steps would be "
-                     "added to the parameter deltas the local phase averages; use start_step=0 (Qsparse-local-SGD) or "
-                     "a state without error_feedback" % start_step)
-            _require(not caps["stateful"],
-                     "LocalSGD: compressor '%s' keeps state between calls, which would carry from the gradient steps "
-                     "into the averagings' deltas with start_step %d; use start_step=0, or a stateless compressor"
-                     % (name, start_step))
-        _require(state._logged is None,
-                 "LocalSGD: a ResultsLogger already logs this CompressionState as a synchronous run; build the "
-                 "LocalSGD first and give the logger the LocalSGD (state=local)")
+        need(caps["aggregation"] != "custom",
+             "compressor '%s' aggregates with its own reduce (CUSTOM: a majority vote or the like), and an averaging "
+             "needs the mean of the deltas; choose a SUM or ALLGATHER compressor" % name)
+        need(state._settings["momentum_correction"] == 0,
+             "the state's momentum_correction %s would run DGC's momentum over the averagings' deltas; use "
+             "outer_momentum=, or error_feedback alone" % state._settings["momentum_correction"])
+        need(state._tracer is None,
+             "the state records a step trace of DDP's buckets, which the averagings do not go through; build it "
+             "without step_trace=True")
+        if isinstance(start_step, numbers.Integral) and start_step > 0:
+            need(not state._settings["error_feedback"],
+                 "error feedback with start_step %d: the residual of the gradient steps would be added to the "
+                 "parameter deltas the local phase averages; use start_step=0 (Qsparse-local-SGD) or a state without "
+                 "error_feedback" % start_step)
+            need(not caps["stateful"],
+                 "compressor '%s' keeps state between calls, which would carry from the gradient steps into the "
+                 "averagings' deltas with start_step %d; use start_step=0, or a stateless compressor"
+                 % (name, start_step))
+        need(state._logged is None,
+             "a ResultsLogger already logs this CompressionState as a synchronous run; build the LocalSGD first and "
+             "give the logger the LocalSGD (state=local)")
         ddp = module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else None
         model = module.module if ddp is not None else module
+        need(not any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()),
+             "the module has a SyncBatchNorm, which all-gathers its batch statistics in every forward, the local "
+             "steps' too; convert it to BatchNorm (local SGD averages the running statistics at each averaging)")
         # What DDP leaves alone (DistributedDataParallel._set_params_and_buffers_to_ignore_for_model: rank-local by
         # design), the averagings leave alone too.
         ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
-        params = [p for name, p in model.named_parameters() if p.requires_grad and name not in ignored]
-        _require(params, "LocalSGD: the module has no parameter that requires a gradient")
+        params = [p for pname, p in model.named_parameters() if p.requires_grad and pname not in ignored]
+        need(params, "the module has no parameter that requires a gradient")
         devices = sorted({str(p.device) for p in params})
-        _require(len(devices) == 1, "LocalSGD: the module's parameters lie on several devices (%s); a state averages "
-                 "the parameters of one device" % ", ".join(devices))
+        need(len(devices) <= 1, "the module's parameters lie on several devices (%s); a state averages the parameters "
+             "of one device" % ", ".join(devices))
+        # The persistent floating-point buffers (BatchNorm's running statistics): DDP broadcasts rank 0's at every
+        # forward, which the local steps must not do (uncounted traffic, and rank 0's statistics for every replica),
+        # so the local phase turns that off (given the DDP wrapper) and averages them at each averaging instead, in
+        # f32, counted beside the deltas. Non-persistent buffers are derived (an attention mask) and alike on every
+        # rank; integer ones (a step count) advance alike on every rank.
+        persistent = {}
+        for prefix, mod in model.named_modules():
+            for bname, b in mod._buffers.items():
+                if b is not None and bname not in mod._non_persistent_buffers_set:
+                    persistent[id(b)] = (prefix + "." if prefix else "") + bname
+        self._buffers = [b for bname, b in model.named_buffers()
+                         if id(b) in persistent and bname not in ignored and b.is_floating_point()]
+        need(all(str(b.device) in devices for b in self._buffers),
+             "the module's buffers lie on %s, its parameters on %s; a state averages the tensors of one device"
+             % (", ".join(sorted({str(b.device) for b in self._buffers})), ", ".join(devices)))
         self.compression = state
         self.error = None       # terse's exception of the first averaging or check that failed: every later step raises
         self._ddp = ddp
-        # The persistent f32 buffers (BatchNorm's running statistics): DDP broadcasts rank 0's at every forward, which
-        # the local steps must not do (uncounted traffic, and rank 0's statistics for every replica), so the local
-        # phase turns that off and averages them at each averaging instead, counted beside the deltas. Non-persistent
-        # buffers are derived (an attention mask) and alike on every rank; other dtypes (a step count) are not averaged.
-        self._buffers = [b for mod in model.modules() for name, b in mod._buffers.items()
-                         if b is not None and b.dtype == torch.float32 and name not in mod._non_persistent_buffers_set]
-        self._buffer_flat = (torch.empty(sum(b.numel() for b in self._buffers), dtype=torch.float32,
-                                         device=self._buffers[0].device) if self._buffers else None)
+        self.steps = 0          # optimizer steps counted by step()
+        self.averagings = 0     # averagings done
+        self._last_average = 0  # the step count of the last averaging
+        self._has_anchor = False
+        self._groups = []
+        device = params[0].device if params else torch.device("cpu")
+        settings = {"period": period, "start_step": start_step, "outer_lr": outer_lr,
+                    "outer_momentum": outer_momentum, "outer_nesterov": outer_nesterov,
+                    "parameters": "%d tensors, %d elements, sha256 of their dtypes and shapes %s" % (
+                        len(params), sum(p.numel() for p in params), hashlib.sha256(json.dumps(
+                            [[str(p.dtype), list(p.shape)] for p in params]).encode()).hexdigest()[:12]),
+                    "buffers": "%d floating buffers, %d elements" % (len(self._buffers),
+                                                                     sum(b.numel() for b in self._buffers)),
+                    "refused": refusals[0] if refusals else None}
+        self._compare("the ranks' LocalSGD settings differ", settings,
+                      "every rank must build its LocalSGD alike, since the averagings are collectives", device)
+        if refusals:
+            raise _invalid(refusals[0])  # on every rank alike: _compare found them equal
         self.period = int(period)
         self.start_step = int(start_step)
         self.outer_lr = float(outer_lr)
         self.outer_momentum = float(outer_momentum)
         self.outer_nesterov = outer_nesterov
-        self.steps = 0          # optimizer steps counted by step()
-        self.averagings = 0     # averagings done
-        self._last_average = 0  # the step count of the last averaging
+        self._buffer_flat = (torch.empty(sum(b.numel() for b in self._buffers), dtype=torch.float32, device=device)
+                             if self._buffers else None)
         # One buffer per dtype, in the order of the dtypes' first parameters; the tensor ids are the hook's.
         by_dtype = {}
         for p in params:
             by_dtype.setdefault(p.dtype, []).append(p)
         self._groups = [_Group(ps, [state._tensor_id(p) for p in ps], self.outer_momentum)
                         for ps in by_dtype.values()]
-        self._has_anchor = False
-        settings = {"period": self.period, "start_step": self.start_step, "outer_lr": self.outer_lr,
-                    "outer_momentum": self.outer_momentum, "outer_nesterov": outer_nesterov,
-                    "parameters": "%d tensors, %d elements, sha256 of their dtypes and shapes %s" % (
-                        len(params), sum(p.numel() for p in params), hashlib.sha256(json.dumps(
-                            [[str(p.dtype), list(p.shape)] for p in params]).encode()).hexdigest()[:12]),
-                    "buffers": "%d f32 buffers, %d elements" % (len(self._buffers),
-                                                                sum(b.numel() for b in self._buffers))}
-        self._compare("the ranks' LocalSGD settings differ", settings,
-                      "every rank must build its LocalSGD alike, since the averagings are collectives")
         state._local_sgd = self
         if self.start_step == 0:
             self._take_anchor()
+
+    @property
+    def parameters(self):
+        """The parameters the averagings average (those that require a gradient, less DDP's ignored ones)."""
+        return [p for g in self._groups for p in g.params]
 
     @property
     def local(self):
@@ -235,14 +264,13 @@ class LocalSGD:
             return None, 1
         return group, torch.distributed.get_world_size(group)
 
-    def _compare(self, what, mine, remedy):
+    def _compare(self, what, mine, remedy, device):
         """Every rank's `mine` (a dict of settings, or a str) is the same, or every rank raises InvalidArgument naming
-        each rank's (for a dict, the keys that differ)."""
+        each rank's (for a dict, the keys that differ). `device`: the model's (NCCL gathers there)."""
         group, world = self._dist()
         if world == 1:
             return
-        text = (json.dumps(mine, sort_keys=True) if isinstance(mine, dict) else mine).encode()
-        device = self._groups[0].anchor.device
+        text = (json.dumps(mine, sort_keys=True, default=repr) if isinstance(mine, dict) else mine).encode()
         if torch.distributed.get_backend(group) != "nccl":
             device = torch.device("cpu")
         digest = int.from_bytes(hashlib.sha256(text).digest()[:8], "little", signed=True)
@@ -282,7 +310,7 @@ class LocalSGD:
             h.update(g.anchor.detach().cpu().view(torch.uint8).numpy())
         self._compare("the replicas differ when local SGD starts (after %d steps)" % self.steps, h.hexdigest()[:16],
                       "build every rank's model from one seed, or wrap it in DistributedDataParallel, which broadcasts "
-                      "rank 0's parameters")
+                      "rank 0's parameters", self._groups[0].anchor.device)
         if self._ddp is not None:
             self._ddp.broadcast_buffers = False  # the local steps send nothing; _average_buffers keeps them one
 
@@ -290,7 +318,8 @@ class LocalSGD:
         """Every rank's deltas are finite, or every rank raises naming the ranks whose are not: a replica that
         diverged alone would otherwise fail in its compressor's encode (top-k, QSGD refuse a non-finite input) and leave
         its peers inside the collective, or (fp16, none) spread its NaN to every replica. One small collective."""
-        bad = int(any(not bool(torch.isfinite(g.delta).all()) for g in self._groups))
+        bad = int(any(not bool(torch.isfinite(g.delta).all()) for g in self._groups)
+                  or (self._buffer_flat is not None and not bool(torch.isfinite(self._buffer_flat).all())))
         group, world = self._dist()
         if world > 1:
             device = self._groups[0].delta.device
@@ -302,8 +331,9 @@ class LocalSGD:
             flags = [bad]
         ranks = [r for r, f in enumerate(flags) if f]
         if ranks:
-            raise _invalid("LocalSGD: the model of rank%s %s holds a non-finite value after step %d, %d steps after "
-                           "the last averaging; nothing was averaged. Lower the learning rate or the period"
+            raise _invalid("LocalSGD: the model of rank%s %s holds a non-finite value (in its parameters or its "
+                           "buffers) after step %d, %d steps after the last averaging; nothing was averaged. Lower the "
+                           "learning rate or the period"
                            % ("s" if len(ranks) > 1 else "", ", ".join(map(str, ranks)), self.steps,
                               self.steps - max(self.start_step, self._last_average)))
 
@@ -314,6 +344,10 @@ class LocalSGD:
             for g in self._groups:
                 for d, a, p in zip(g.deltas, g.anchors, g.params):
                     torch.sub(a, p, out=d)
+            at = 0
+            for b in self._buffers:  # cast to f32 where the buffer is another floating type
+                self._buffer_flat[at:at + b.numel()].copy_(b.reshape(-1))
+                at += b.numel()
             self._check_finite()
             for i, g in enumerate(self._groups):
                 state._aggregate_owned(_BUCKET_BASE + i, g.delta, g.members, i == len(self._groups) - 1)
@@ -329,10 +363,6 @@ class LocalSGD:
                 for a, p in zip(g.anchors, g.params):
                     p.copy_(a)
             if self._buffer_flat is not None:
-                at = 0
-                for b in self._buffers:
-                    self._buffer_flat[at:at + b.numel()].copy_(b.reshape(-1))
-                    at += b.numel()
                 state._average_dense(_BUCKET_BASE + len(self._groups), self._buffer_flat)
                 at = 0
                 for b in self._buffers:

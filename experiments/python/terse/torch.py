@@ -815,12 +815,22 @@ class CompressionState:
         """Averages a flat f32 buffer of the caller's own across the ranks, uncompressed and counted under `index`
         (terse.torch.LocalSGD's BatchNorm statistics): one allreduce, whatever the compressor, as _aggregate_owned
         orders it."""
-        if self._stream is not None:
-            self._hand_over(buf)
-        with self._on_stream():
-            self._agg.average_dense(index, buf.data_ptr(), buf.numel())
-        if self._stream is not None:
-            torch.cuda.current_stream(self._device).wait_stream(self._stream)
+        if buf.device != self._device:
+            raise _invalid("LocalSGD: the buffers are on %s, and this state aggregates the tensors of %s"
+                           % (buf.device, self._device))
+        self._sync_thread = threading.get_native_id()
+        try:
+            if self._stream is not None:
+                self._hand_over(buf)
+            with self._on_stream():
+                self._agg.average_dense(index, buf.data_ptr(), buf.numel())
+            if self._stream is not None:
+                torch.cuda.current_stream(self._device).wait_stream(self._stream)
+        except Exception as e:
+            self._fail(e)
+            raise
+        finally:
+            self._sync_thread = None
 
     def _fail(self, error):
         if self.error is None:
@@ -1795,8 +1805,6 @@ class ResultsLogger:
         self._local = state if isinstance(state, LocalSGD) else None
         if self._local is not None:
             state = self._local.compression
-        if state is not None:
-            state._logged = self  # a LocalSGD built later would change what this logger counts: it refuses
         self.state = state
         if state is not None:
             _require(bytes_per_step is None and compressor is None,
@@ -1813,6 +1821,7 @@ class ResultsLogger:
                                                       local.outer_momentum, local.outer_nesterov))
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
             self._folder = os.path.join(str(root), study, str(variant), *(() if seed is None else ("seed-%d" % seed,)))
+            state._logged = self  # a LocalSGD built later would change what this logger counts: it refuses
             return
         if bytes_per_step is None:
             _require(module is not None, "ResultsLogger: a run without a terse hook needs module= or bytes_per_step=")
@@ -1859,6 +1868,8 @@ class ResultsLogger:
         error after the folder was marked completed raises terse.InvalidArgument."""
         if error is None and self.state is not None:
             error = self.state.error
+        if error is None and self._local is not None:
+            error = self._local.error  # an averaging that failed (a replica that diverged) outside the hook
         if self._results.finished:
             # The first call wrote the status and the step traces; this only refuses an error it would drop.
             self._results.finish(None if error is None else str(error))

@@ -697,12 +697,12 @@ def epoch_order(spec, own, rank, world, epoch, generator):
     return own[torch.randperm(len(own), generator=generator)]
 
 
-def replicas_agree(model, world, device):
-    """Whether every rank's parameters are bit for bit rank 0's (one all_gather of a checksum): local SGD's evaluation
-    points check it, as the native runner does."""
+def replicas_agree(params, world, device):
+    """Whether every rank's `params` (those local SGD averages) are bit for bit rank 0's (one all_gather of a
+    checksum): local SGD's evaluation points check it, as the native runner does."""
     h = hashlib.sha256()
-    for p in model.parameters():
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy())
+    for p in params:
+        h.update(p.detach().reshape(-1).cpu().contiguous().view(torch.uint8).numpy())
     mine = torch.tensor([int.from_bytes(h.digest()[:8], "little", signed=True)], dtype=torch.int64, device=device)
     every = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)
@@ -951,7 +951,7 @@ def train_rank(rank, world, spec, store_path):
                 if local is not None:
                     local.step(average=bool(evaluates))  # every rank evaluates the one averaged model
                 if evaluates:
-                    if local is not None and local.local and not replicas_agree(model, world, device):
+                    if local is not None and local.local and not replicas_agree(local.parameters, world, device):
                         raise terse.InternalError("local SGD: the replicas differ at step %d, an evaluation point, "
                                                   "where they were averaged" % step)
                     accuracy, test_loss = evaluate(model, test, prepare, device, loss_fn)
