@@ -61,7 +61,12 @@ std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, s
           }
         }
       }
-      if (trace_) trace_->span(TraceRecorder::kCommThread, "average " + params[t].name, "update", u0, rt::now());
+      if (trace_ || step_trace_) {
+        const auto u1 = rt::now();
+        if (trace_) trace_->span(TraceRecorder::kCommThread, "average " + params[t].name, "update", u0, u1);
+        // The averaged update, after the tensor's last group, as a gradient step's update (step_trace.h).
+        if (step_trace_) step_trace_->update(step, t, {u0, u1});
+      }
     }
     return done;
   }

@@ -112,12 +112,10 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
               "local SGD: period (" << local.period << "), start_step (" << local.start_step << ") and every_steps ("
                                     << local.every_steps << ") must be >= 0");
   if (local.period > 0) {
-    TERSE_CHECK(!device && !groups_->anyRowSparse() && options.step_trace == nullptr, InvalidArgument,
-                "local SGD (period " << local.period << ") runs host workloads with dense tensors and no step trace; "
-                                     << "workload '" << workload.name() << "' "
-                                     << (device               ? "computes on a CUDA device"
-                                         : options.step_trace ? "records a step trace"
-                                                              : "has row-sparse tensors"));
+    TERSE_CHECK(!device && !groups_->anyRowSparse(), InvalidArgument,
+                "local SGD (period " << local.period << ") runs host workloads with dense tensors; workload '"
+                                     << workload.name() << "' "
+                                     << (device ? "computes on a CUDA device" : "has row-sparse tensors"));
     updater_.setOuterOptimizer(local.outer_lr, local.outer_momentum, local.outer_nesterov);
     // The averaging feeds every tensor layer by layer: each must belong to one layer.
     std::size_t in_layers = 0;
@@ -335,11 +333,13 @@ StepRecord SyncTrainer::step() {
         if (micro > 1) accumulate(tensors, static_cast<float>(weight), m == 0, last);
         if (options_.step_trace) {
           // The backward of `layer` with the accumulation of its gradient; its tensors are ready on the last
-          // micro-batch only.
+          // micro-batch only. A local step's are ready for no group: an averaging sends the deltas once the local
+          // update and the deltas are written, at the end of the step's computation (its last segment runs to t2,
+          // below), which is when a replay makes a tensor no backward reported ready.
           const auto now = rt::now();
           options_.step_trace->compute(
               step_index, TraceCompute::Kind::kBackward, layer, {seg_mark_, now},
-              last ? std::vector<uint64_t>(tensors.begin(), tensors.end()) : std::vector<uint64_t>{});
+              last && !rec.local ? std::vector<uint64_t>(tensors.begin(), tensors.end()) : std::vector<uint64_t>{});
           seg_mark_ = now;
         }
         if (!last) return;

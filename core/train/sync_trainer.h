@@ -100,7 +100,9 @@
 // end at averaging_points (the runner's evaluation points, where it compares the replicas). The next step's forward
 // waits at the layer gates for the averaging, as for a gradient step's update, so its communication overlaps that
 // forward only. The local update and the deltas are the worker's compute (compute_s); the averaged update is the
-// communication thread's. Host workloads, dense tensors, no step trace.
+// communication thread's. Host workloads, dense tensors. In a step trace a local step is compute alone (its local
+// update folded into its last segment) and an averaging step's groups carry the deltas, ready when that segment ends,
+// with the averaged updates after them: `terse whatif` replays the schedule as recorded.
 //
 // Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
 // plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication

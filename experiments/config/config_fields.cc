@@ -1177,9 +1177,6 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
   if (e.sparse_gradients())
     c.fail("sparse_gradients") << " with " << what
                                << ": row-sparse tensors are applied as their rows arrive; leave one unset";
-  if (e.step_trace())
-    c.fail("step_trace") << " with " << what
-                         << ": a step trace's replay models one gradient exchange per step; leave one unset";
   if (l.start_step() > 0 && e.error_feedback())
     c.fail("error_feedback") << " with local_sgd.start_step " << l.start_step()
                              << ": the residual of the gradient steps would be added to the parameter deltas the "
@@ -1341,8 +1338,8 @@ constexpr CrossRule kRules[] = {
      &dataPartition},
     {"local-sgd",
      "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, sparse_gradients, "
-     "step_trace, error_feedback, momentum_correction.factor",
-     "local SGD outside mode SYNC, on NCCL, with sparse_gradients, step_trace or momentum "
+     "error_feedback, momentum_correction.factor",
+     "local SGD outside mode SYNC, on NCCL, with sparse_gradients or momentum "
      "correction; start_step or an outer optimizer without a period; outer_lr outside (0, 100], outer_momentum "
      "outside [0, 1), outer_nesterov without momentum; a compressor with CUSTOM aggregation; start_step > 0 with "
      "error feedback or a stateful compressor (rule `plugins`)",

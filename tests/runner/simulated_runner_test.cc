@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <string>
 
 #include "core/comm/allreduce_auto.h"
 #include "core/common/json.h"
+#include "core/sim/replay.h"
+#include "core/train/step_trace.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
 #include "runner_test_util.h"
@@ -279,6 +282,52 @@ TEST(SimulatedRun, CommTimeIsTheTracesCollectivesWhereverTheEvaluationsFall) {
   const auto lr = runStudy(loader, study("name: \"linear_regression\"", 2, "every_steps: 5 per_epoch: true"), linear);
   ASSERT_FALSE(lr.empty());
   checkAgainstTrace(lr, linear / "unit" / "base", 2);
+}
+
+// A local SGD run's step traces replay as it ran (`terse whatif`): at the recorded world and links, the replay's step
+// times are the run's (the FLOP model's compute, the simulated network's averagings); at 32 workers the local steps
+// keep their time (compute alone, nothing sent) and the averaging steps grow with the ring's latencies.
+TEST(SimulatedRun, ALocalSgdTraceReplaysAsItRanAndScalesItsAveragingsOnly) {
+  auto loader = testLoader();
+  const fs::path root = freshDir("sim_local_sgd_trace");
+  // Evaluated at the end alone: an evaluation drains the communication between two steps, outside both.
+  std::string text = mlpStudy(1) + "link { bandwidth: \"1Gbps\" latency: \"50us\" }\nstep_trace: true\n" +
+                     "local_sgd { period: 4 start_step: 2 }\n";
+  text.replace(text.find("every_steps: 5 "), 15, "");
+  const auto records = runStudy(loader, text, root);
+  ASSERT_FALSE(records.empty());
+  const fs::path dir = root / "unit" / "base";
+  std::vector<train::StepTrace> traces;
+  for (int r = 0; r < 2; ++r)
+    traces.push_back(train::readStepTrace(dir / ("steps.rank" + std::to_string(r) + ".jsonl")));
+  const auto& steps = traces[0].steps;
+  ASSERT_EQ(steps.size(), 10u);  // 1280 / 2 / 64
+  sim::ReplayOptions at;
+  at.workers = 2;
+  at.links.link.bandwidth_bps = 1e9;
+  at.links.link.latency_s = 50e-6;
+  at.links.nic_egress_bps = at.links.nic_ingress_bps = 1e9;  // `terse whatif --bandwidth`'s default NIC
+  const sim::ReplayResult same = sim::replayTrace(traces, at);
+  ASSERT_EQ(same.step_s.size(), steps.size());
+  // The run's time, step for step within 1% once summed: a step's exchange overlaps the next forward, so the run
+  // books its wait in the next step, the replay in the step that exchanges.
+  double ran = 0, replayed = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    ran += steps[i].step_s;
+    replayed += same.step_s[i];
+  }
+  EXPECT_NEAR(replayed, ran, 0.01 * ran);
+  at.workers = 32;
+  const sim::ReplayResult wide = sim::replayTrace(traces, at);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    // Gradient steps 0-1, local from step 2; averagings after steps 6 and 10 of the grid (indices 5 and 9).
+    const bool exchanges = i < 2 || i == 5 || i == 9;
+    if (exchanges)
+      EXPECT_GT(wide.step_s[i], 1.5 * same.step_s[i])
+          << "step " << i << " exchanges; at 32 workers it should cost more";
+    else
+      EXPECT_NEAR(wide.step_s[i], same.step_s[i], 0.01 * same.step_s[i]) << "local step " << i;
+  }
 }
 
 TEST(SimulatedRun, AFailingPluginEndsTheSimulationWithTheRealTimeMessage) {

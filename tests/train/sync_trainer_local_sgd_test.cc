@@ -1,6 +1,6 @@
 // Local SGD in the synchronous trainer (sync_trainer.h, "Local SGD"): periodic model averaging against a closed form
 // and against a hand-run of the algorithm, the schedule of averagings, what travels, lossy averaging with error
-// feedback, odd and empty tensors, a rank that fails between two averagings, and the refusals.
+// feedback, odd and empty tensors, a rank that fails between two averagings, the step trace, and the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "core/comm/inproc_transport.h"
 #include "core/compress/make_codec.h"
 #include "core/plugin/loader.h"
+#include "core/train/step_trace.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/workloads/workloads.h"
 
@@ -440,7 +441,7 @@ TEST(LocalSgd, ARankFailingBetweenAveragingsFailsEveryRankWithoutHanging) {
   for (int r : {0, 2}) EXPECT_NE(out[static_cast<std::size_t>(r)].error, "") << "rank " << r << " finished";
 }
 
-TEST(LocalSgd, RefusesNegativeSchedulesAndAStepTrace) {
+TEST(LocalSgd, RefusesNegativeSchedules) {
   auto transports = comm::makeInprocTransports(1);
   comm::HostCommunicator comm(std::move(transports[0]));
   auto plugin = loader().loadCompressor("none");
@@ -464,10 +465,57 @@ TEST(LocalSgd, RefusesNegativeSchedulesAndAStepTrace) {
   outer = plainSgd(2);
   outer.local_sgd.outer_nesterov = true;
   refused(outer, "local SGD's outer_nesterov needs outer_momentum > 0");
-  StepTraceRecorder recorder(TraceHeader{}, rt::Clock::now());
-  SyncTrainerOptions traced = plainSgd(2);
-  traced.step_trace = &recorder;
-  refused(traced, "workload 'quadratic' records a step trace");
+}
+
+// A step trace of local SGD (what `terse whatif` replays): a synchronous step as ever (its tensors ready at their
+// backward, groups, updates); a local step compute alone, nothing ready, no group, no update; an averaging step's
+// groups carry every tensor once, ready at the end of its computation (no backward names them), and each tensor's
+// averaged update follows.
+TEST(LocalSgd, AStepTraceRecordsLocalStepsAsComputeAndAveragingsAsGroups) {
+  constexpr int kWorld = 2;
+  auto plugin = loader().loadCompressor("none");
+  auto transports = comm::makeInprocTransports(kWorld);
+  std::vector<StepTrace> traces(kWorld);
+  std::vector<std::string> errors(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
+        Quadratic w(r);
+        StepTraceRecorder recorder(TraceHeader{}, rt::Clock::now());
+        SyncTrainerOptions o = plainSgd(2, 1);  // 48 examples a rank: 6 steps
+        o.step_trace = &recorder;
+        SyncTrainer trainer(w, comm, pipelinesOf(comm, plugin->instantiate({})), o, scheduler());
+        while (!trainer.finished()) trainer.step();
+        traces[static_cast<std::size_t>(r)] = recorder.snapshot();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (const StepTrace& trace : traces) {
+    ASSERT_EQ(trace.steps.size(), 6u);
+    // Step 0 synchronous; local from step 1; averagings after steps 3 and 5 of the grid (start 1, period 2) and the
+    // last (6): steps 2, 4 and 5.
+    const std::vector<char> kinds{'s', 'l', 'a', 'l', 'a', 'a'};
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      const TraceStep& st = trace.steps[i];
+      std::size_t ready = 0;
+      for (const TraceCompute& c : st.compute) ready += c.ready.size();
+      std::vector<int> carried(3, 0);
+      for (const TraceGroup& g : st.groups)
+        for (const auto& [id, chunk] : g.chunks) ++carried.at(id);
+      std::vector<int> updated(3, 0);
+      for (const TraceUpdate& u : st.updates) ++updated.at(u.tensor);
+      EXPECT_EQ(ready, kinds[i] == 's' ? 3u : 0u) << "step " << i;
+      EXPECT_EQ(carried, kinds[i] == 'l' ? std::vector<int>(3, 0) : std::vector<int>(3, 1)) << "step " << i;
+      EXPECT_EQ(updated, kinds[i] == 'l' ? std::vector<int>(3, 0) : std::vector<int>(3, 1)) << "step " << i;
+      EXPECT_FALSE(st.compute.empty()) << "step " << i;
+    }
+  }
 }
 
 }  // namespace terse::train::local_sgd_test
