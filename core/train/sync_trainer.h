@@ -195,7 +195,7 @@ struct SyncTrainerOptions {
   // in flight" above). Host communicators only (NCCL runs one collective at a time on its stream).
   int max_groups_in_flight = 1;
   // Periodic model averaging instead of a gradient exchange every step (off by default). Host workloads, dense
-  // tensors, no step trace.
+  // tensors; a step trace records it ("Local SGD" above).
   LocalSgdOptions local_sgd;
 };
 

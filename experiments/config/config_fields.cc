@@ -670,8 +670,8 @@ constexpr Section kSections[] = {
     {.path = "momentum_correction", .fields = kMomentumCorrection},
     {.path = "local_sgd",
      .fields = kLocalSgd,
-     .doc = "Mode SYNC on INPROC or TCP, terse's own workloads: periodic model averaging (local SGD) through the "
-            "compressor and scheduler."},
+     .doc = "Mode SYNC on INPROC or TCP: periodic model averaging (local SGD) through the compressor and scheduler "
+            "(workload pytorch: through terse.torch.LocalSGD, scheduler-free)."},
     {.path = "scheduler", .fields = kScheduler, .doc = "`params`: key/value strings the plugin validates."},
     {.path = "eval", .fields = kEval},
     {.path = "simulation", .fields = kSimulation, .doc = "Clock SIMULATED."},

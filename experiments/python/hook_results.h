@@ -8,7 +8,8 @@
 //   config.textproto  the training script's description of its recipe (an Experiment in text format: workload, data,
 //                     optimizer, epochs, seed, ...), with what the hook knows filled in over it -- study, variant,
 //                     workers = the group's size, mode SYNC, the compressor and its parameters, error feedback and
-//                     momentum correction (factor, masking, Nesterov) -- so compare reads the compressor and recipe
+//                     momentum correction (factor, masking, Nesterov), and local_sgd from terse.torch.LocalSGD's
+//                     schedule (cleared without one) -- so compare reads the compressor and recipe
 //                     as it does for native runs. The transport is left unset: none of the schema's transports is
 //                     torch.distributed. Study and variant must be folder names, as a config's are.
 //   provenance.json   commit, host, time, terse version, transport "torch.distributed:<backend> (torch <version>)",
@@ -18,10 +19,11 @@
 //                     Python side records of the code and data (ScriptProvenance: a module's hashes,
 //                     "module_files", torchvision's version, "data_partition").
 //   metrics.jsonl     one record per record() call -- the training script's evaluation points -- with the hook's step
-//                     count, wall time since the logger was built, the cumulative wire and payload bytes (the means
-//                     over ranks, as terse runs report them) and per-step times. Exposed communication is what
-//                     backward waited for the hook (the aggregator's exposed seconds: all of it without overlap, the
-//                     tail after DDP's last bucket with it); compute is the step's wall time less that.
+//                     count (a LocalSGD's, which the logger passes: the aggregator's counts its averagings too), wall
+//                     time since the logger was built, the cumulative wire and payload bytes (the means over ranks, as
+//                     terse runs report them) and per-step times. Exposed communication is what backward waited for the
+//                     hook (the aggregator's exposed seconds: all of it without overlap, the tail after DDP's last
+//                     bucket with it); compute is the step's wall time less that.
 //
 // record() is collective (every rank calls it at the same point): the per-rank counters are averaged with one
 // torch.distributed all_reduce of a few doubles, which is bookkeeping and so not counted as gradient traffic. Rank 0

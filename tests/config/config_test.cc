@@ -914,7 +914,8 @@ TEST_F(ConfigTest, LocalSgdRules) {
             "error_feedback with local_sgd.start_step 10");
 }
 
-// Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own; the alpha alone is refused.
+// Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own or a torchvision model on Fashion-MNIST;
+// the alpha alone is refused.
 TEST_F(ConfigTest, DataPartitionRules) {
   const auto ok = load(kMinimal + "data { partition: DIRICHLET dirichlet_alpha: 0.1 }\n");
   EXPECT_EQ(ok.experiments.at(0).data().partition(), Data::DIRICHLET);

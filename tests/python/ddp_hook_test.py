@@ -1598,7 +1598,8 @@ def provenance(tmp):
 def recipe_partition(tmp):
     """terse.Recipe's batches of a non-IID config (data.partition DIRICHLET) are the native run's shards: each rank's
     label histogram is the one `terse run` records in provenance.json, the same every epoch; workload pytorch's
-    driver visits them in that order; Recipe.data_partition is the native provenance entry."""
+    driver trains on those labels (terse.train.epoch_order), not on its IID share's; Recipe.data_partition is the
+    native provenance entry."""
     import numpy
     cfg = os.path.join(tmp, "noniid.textproto")
     open(cfg, "w").write('study: "noniid"\nworkload { name: "mlp" hidden_sizes: [8] }\n'

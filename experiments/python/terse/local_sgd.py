@@ -27,13 +27,15 @@ PeriodicModelAverager), DiLoCo's and SlowMo's outer step, and compressed averagi
     as the native runner does, so that every rank evaluates one model.
 
 Each parameter is its own tensor (its index in module.parameters(), as the hook numbers them), so PowerSGD factors
-matrices and top-k keeps k per tensor. The averagings' payload and wire bytes are counted by the state, beside the
+matrices and top-k keeps k per tensor; with the state's granularity="bucket" (or `none` summed in place) each dtype's
+deltas are one tensor, as a bucket is. The averagings' payload and wire bytes are counted by the state, beside the
 gradient steps'; the time an averaging takes is exposed (training waits for it). Given the DDP wrapper, LocalSGD turns
 DDP's buffer broadcast off when the local steps begin (it would send rank 0's buffers at every forward, uncounted) and
-averages the persistent f32 buffers (BatchNorm's running statistics) at each averaging, uncompressed and counted;
-non-persistent buffers are derived (a mask) and left alone. Each averaging first checks, with one small collective,
-that every replica is finite: a replica that diverged alone fails every rank's step(), naming it, before a compressor
-could refuse its NaN on that rank alone (leaving the others inside a collective) or spread it to every replica.
+averages the persistent floating-point buffers (BatchNorm's running statistics) at each averaging, in f32, uncompressed
+and counted; non-persistent buffers are derived (a mask) and left alone. Each averaging first checks, with one small
+collective, that every replica is finite: a replica that diverged alone fails every rank's step(), naming it, before a
+compressor could refuse its NaN on that rank alone (leaving the others inside a collective) or spread it to every
+replica.
 
 Without local_sgd_hook, DDP allreduces every step's gradients in the local phase too; skip DDP there instead (its
 no_sync(), or train the module itself). With start_step 0 no gradient is ever exchanged and DDP is not needed at all,
@@ -43,9 +45,9 @@ never were one.
 
 Refused, with the native run's rules (experiments/configs/README.md, rule `local-sgd`): a compressor with CUSTOM
 aggregation (signSGD's majority vote: the average must be the mean of the deltas), DGC momentum correction (its
-momentum would run over the deltas), a step trace (its replay models one gradient exchange per step), and with
-start_step > 0 error feedback or a stateful compressor, whose memory of the gradient steps would be added to the
-deltas.
+momentum would run over the deltas), and with start_step > 0 error feedback or a stateful compressor, whose memory
+of the gradient steps would be added to the deltas. Also refused: a state that records a step trace (it records DDP's
+buckets, which the averagings do not go through), a SyncBatchNorm, buffers off the parameters' device.
 """
 
 import hashlib
@@ -315,9 +317,10 @@ class LocalSGD:
             self._ddp.broadcast_buffers = False  # the local steps send nothing; _average_buffers keeps them one
 
     def _check_finite(self):
-        """Every rank's deltas are finite, or every rank raises naming the ranks whose are not: a replica that
-        diverged alone would otherwise fail in its compressor's encode (top-k, QSGD refuse a non-finite input) and leave
-        its peers inside the collective, or (fp16, none) spread its NaN to every replica. One small collective."""
+        """Every rank's deltas and averaged buffers are finite, or every rank raises naming the ranks whose are not: a
+        replica that diverged alone would otherwise fail in its compressor's encode (top-k, QSGD refuse a non-finite
+        input) and leave its peers inside the collective, or (fp16, none) spread its NaN to every replica. One small
+        collective."""
         bad = int(any(not bool(torch.isfinite(g.delta).all()) for g in self._groups)
                   or (self._buffer_flat is not None and not bool(torch.isfinite(self._buffer_flat).all())))
         group, world = self._dist()

@@ -20,11 +20,12 @@ on GPU r mod the visible ones).
 Data. torchvision models: Fashion-MNIST from data.dataset_dir (terse's IDX reader, data.train_subset and
 test_subset), each 28x28 grey batch resized (bilinear) to image_size and repeated over `channels` as it is drawn, or
 synthetic images and labels from the seed. A module's data(rank, world) gives this rank's shard and the test set,
-each as two tensors or as a map-style Dataset of (x, y) items, which a DataLoader reads (workload.pytorch.
-loader_workers).
+each as two tensors or as a map-style Dataset of (x, y) items, which a DataLoader reads
+(workload.pytorch.loader_workers).
 The loss is the module's loss(output, labels) where it defines one, else cross-entropy of the output as logits;
 accuracy is the argmax of the output's last dimension against the labels either way.
-Every epoch each rank draws its shard in a permutation seeded by (seed, epoch, rank); every rank takes the same number
+Every epoch each rank draws its shard in a permutation seeded by (seed, epoch, rank), or with data.partition
+DIRICHLET visits its fixed non-IID shard in the native sampler's order (epoch_order); every rank takes the same number
 of steps (the smallest shard's, cut at max_steps_per_epoch), since DDP needs every rank in every step.
 """
 
