@@ -61,12 +61,7 @@ std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, s
           }
         }
       }
-      if (trace_ || step_trace_) {
-        const auto u1 = rt::now();
-        if (trace_) trace_->span(TraceRecorder::kCommThread, "average " + params[t].name, "update", u0, u1);
-        // The averaged update, after the tensor's last group, as a gradient step's update (step_trace.h).
-        if (step_trace_) step_trace_->update(step, t, {u0, u1});
-      }
+      traceUpdate(step, t, "average", u0);  // after the tensor's last group, as a gradient step's update
     }
     return done;
   }
@@ -87,11 +82,7 @@ std::vector<std::size_t> ParameterUpdater::aggregated(int64_t step, double lr, s
       const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
       optimizer_.update(t, params[t], lr);
     }
-    if (trace_ || step_trace_) {
-      const auto u1 = rt::now();
-      if (trace_) trace_->span(TraceRecorder::kCommThread, "update " + params[t].name, "update", u0, u1);
-      if (step_trace_) step_trace_->update(step, t, {u0, u1});
-    }
+    traceUpdate(step, t, "update", u0);
   }
   // Device updates were only enqueued on the communicator's stream; a gate opened once these are marked applied lets
   // the worker's forward (on the workload's stream) read these values, so they must be complete first. One wait per
@@ -113,11 +104,15 @@ void ParameterUpdater::aggregatedRows(int64_t step, double lr, std::size_t t, st
     const rt::Kernel kernel({.kind = rt::CostKind::kOptimizer, .size = n, .flops = kOptimizerFlopsPerElement * n});
     optimizer_.update(t, p, lr);
   }
-  if (trace_ || step_trace_) {
-    const auto u1 = rt::now();
-    if (trace_) trace_->span(TraceRecorder::kCommThread, "update " + p.name, "update", u0, u1);
-    if (step_trace_) step_trace_->update(step, t, {u0, u1});
-  }
+  traceUpdate(step, t, "update", u0);
+}
+
+void ParameterUpdater::traceUpdate(int64_t step, std::size_t t, const char* verb, rt::Clock::time_point u0) {
+  if (!trace_ && !step_trace_) return;
+  const auto u1 = rt::now();
+  if (trace_)
+    trace_->span(TraceRecorder::kCommThread, std::string(verb) + " " + workload_.params()[t].name, "update", u0, u1);
+  if (step_trace_) step_trace_->update(step, t, {u0, u1});
 }
 
 void ParameterUpdater::localUpdate(int64_t step, double lr) {

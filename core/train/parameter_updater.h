@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/common/runtime.h"
 #include "core/train/group_scheduler.h"
 #include "core/train/optimizer.h"
 #include "core/train/step_trace.h"
@@ -41,6 +42,9 @@ class ParameterUpdater final : public GradientSink {
  private:
   // Scales every gradient by clip / (norm + 1e-6) when that is < 1 (torch.nn.utils.clip_grad_norm_).
   void clipGradients();
+  // Records tensor t's update of `step`, begun at u0 and ending now, in the timeline ("<verb> <name>") and the step
+  // trace (its updates: after the tensor's last group), when either is attached.
+  void traceUpdate(int64_t step, std::size_t t, const char* verb, rt::Clock::time_point u0);
 
   Workload& workload_;
   SgdOptimizer optimizer_;

@@ -383,14 +383,20 @@ PYBIND11_MODULE(_terse, m) {
                       const StringPairs& module_files, const py::object& local_sgd, const StringPairs& data_partition) {
             // local_sgd: None, or (period, start_step, outer_lr, outer_momentum, outer_nesterov), checked by
             // terse.torch.LocalSGD.
-            std::optional<LocalSgdRun> local;
+            std::optional<experiments::LocalSgd> local;
             if (!local_sgd.is_none()) {
-              const auto t = local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool>>();
-              local = LocalSgdRun{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t), std::get<4>(t)};
+              const auto [period, start, lr, momentum, nesterov] =
+                  local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool>>();
+              local.emplace();
+              local->set_period(period);
+              local->set_start_step(start);
+              local->set_outer_lr(lr);
+              local->set_outer_momentum(momentum);
+              local->set_outer_nesterov(nesterov);
             }
             return std::make_unique<HookResults>(aggregator, root, study, variant, description, torch_version,
                                                  repeat_seed, ScriptProvenance{code_hook, module_files, data_partition},
-                                                 local);
+                                                 std::move(local));
           }),
           py::arg("aggregator"), py::arg("root"), py::arg("study"), py::arg("variant"), py::arg("description"),
           py::arg("torch_version"), py::arg("repeat_seed") = py::none(), py::arg("code_hook") = StringPairs{},

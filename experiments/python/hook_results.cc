@@ -18,12 +18,12 @@ namespace terse::python {
 HookResults::HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
                          const std::string& variant, const std::string& description, const std::string& torch_version,
                          std::optional<uint64_t> repeat_seed, ScriptProvenance code,
-                         std::optional<LocalSgdRun> local_sgd)
+                         std::optional<experiments::LocalSgd> local_sgd)
     : aggregator_(&aggregator),
       comm_(&aggregator.communicator()),
       repeat_seed_(repeat_seed),
       code_(std::move(code)),
-      local_sgd_(local_sgd) {
+      local_sgd_(std::move(local_sgd)) {
   start(root, study, variant, description, torch_version);
 }
 
@@ -83,14 +83,7 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     // What the script ran, over what its description says: a description of a local SGD config trained by a script
     // without LocalSGD is a synchronous run.
     e.clear_local_sgd();
-    if (local_sgd_) {
-      experiments::LocalSgd& l = *e.mutable_local_sgd();
-      l.set_period(local_sgd_->period);
-      l.set_start_step(local_sgd_->start_step);
-      l.set_outer_lr(local_sgd_->outer_lr);
-      l.set_outer_momentum(local_sgd_->outer_momentum);
-      l.set_outer_nesterov(local_sgd_->outer_nesterov);
-    }
+    if (local_sgd_) *e.mutable_local_sgd() = *local_sgd_;
   } else {
     // What terse knows of a baseline is its label; the description keeps whatever else the script says.
     e.mutable_compressor()->set_name(baseline_.compressor);

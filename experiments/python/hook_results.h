@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "experiments/config/experiment.pb.h"
 #include "experiments/python/ddp_aggregator.h"
 #include "results/result_writer.h"
 
@@ -72,15 +73,6 @@ struct ScriptProvenance {
   std::vector<std::pair<std::string, std::string>> data_partition;
 };
 
-// terse.torch.LocalSGD's schedule (experiment.proto LocalSgd), written into config.textproto's local_sgd block.
-struct LocalSgdRun {
-  int64_t period = 0;
-  int64_t start_step = 0;
-  double outer_lr = 1;
-  double outer_momentum = 0;
-  bool outer_nesterov = false;
-};
-
 // The workload.pytorch.module a description names ("" for none), as written: parses it as HookResults does (a
 // ConfigError naming the line otherwise).
 std::string descriptionModule(const std::string& description);
@@ -96,7 +88,7 @@ class HookResults {
   HookResults(DdpAggregator& aggregator, const std::filesystem::path& root, const std::string& study,
               const std::string& variant, const std::string& description, const std::string& torch_version,
               std::optional<uint64_t> repeat_seed = std::nullopt, ScriptProvenance code = {},
-              std::optional<LocalSgdRun> local_sgd = std::nullopt);
+              std::optional<experiments::LocalSgd> local_sgd = std::nullopt);
   // A baseline over `group` (a torch.distributed ProcessGroup, or None for the default one).
   HookResults(pybind11::object group, const BaselineRun& baseline, const std::filesystem::path& root,
               const std::string& study, const std::string& variant, const std::string& description,
@@ -128,8 +120,8 @@ class HookResults {
   BaselineRun baseline_;
   std::optional<uint64_t> repeat_seed_;
   ScriptProvenance code_;
-  std::optional<LocalSgdRun> local_sgd_;
-  std::unique_ptr<results::ResultWriter> writer_;  // rank 0 only
+  std::optional<experiments::LocalSgd> local_sgd_;  // terse.torch.LocalSGD's schedule
+  std::unique_ptr<results::ResultWriter> writer_;   // rank 0 only
   std::chrono::steady_clock::time_point start_;
   int64_t records_ = 0;
   std::filesystem::path folder_;  // <root>/<study>/<variant>, on every rank (rank 0's writer makes it)

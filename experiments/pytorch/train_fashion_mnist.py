@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import terse
+import terse.local_sgd
 import terse.torch
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "quickstart.textproto")
@@ -92,13 +93,7 @@ class Setup:
         self.per_epoch = bool(ev.get("per_epoch", True))
         self.variant = args.name or e["variant"]
         self.study = e["study"]
-        ls = e.get("local_sgd", {})
-        self.local_sgd = None
-        if int(ls.get("period", 0)) > 0:
-            self.local_sgd = {"period": int(ls["period"]), "start_step": int(ls.get("start_step", 0)),
-                              "outer_lr": float(ls.get("outer_lr", 1.0)),
-                              "outer_momentum": float(ls.get("outer_momentum", 0.0)),
-                              "outer_nesterov": bool(ls.get("outer_nesterov", False))}
+        self.local_sgd = terse.local_sgd.config_keywords(e)  # terse.torch.LocalSGD's keywords, or None
 
 
 def worker(rank, args, store):
@@ -124,13 +119,8 @@ def train(rank, s):
     state = terse.torch.CompressionState(
         s.compressor, params=s.params, error_feedback=bool(s.error_feedback),
         momentum_correction=float(s.momentum_correction), module=model, seed=s.seed, granularity=s.args.granularity)
-    local = None
-    if s.local_sgd is not None:
-        # Local SGD: gradient steps through the state before start_step, then local steps and averagings through it.
-        local = terse.torch.LocalSGD(state, ddp, **s.local_sgd)
-        ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
-    else:
-        ddp.register_comm_hook(state, terse.torch.compression_hook)
+    # Local SGD: gradient steps through the state before start_step, then local steps and averagings through it.
+    local = terse.local_sgd.register(ddp, state, s.local_sgd)
     logger = None
     if s.args.results is not None:
         logger = terse.torch.ResultsLogger(s.args.results, study=s.study, variant=s.variant,

@@ -59,7 +59,8 @@ import time
 import torch
 
 from . import _terse
-from .torch import CompressionState, compression_hook, _all_gather_held, _described, _invalid, _require
+from .torch import (CompressionState, _all_gather_held, _described, _disagreeing, _invalid, _require,
+                    compression_hook)
 
 __all__ = ["LocalSGD", "local_sgd_hook"]
 
@@ -272,29 +273,15 @@ class LocalSGD:
         group, world = self._dist()
         if world == 1:
             return
-        text = (json.dumps(mine, sort_keys=True, default=repr) if isinstance(mine, dict) else mine).encode()
         if torch.distributed.get_backend(group) != "nccl":
             device = torch.device("cpu")
-        digest = int.from_bytes(hashlib.sha256(text).digest()[:8], "little", signed=True)
-        got = [int(t.item()) for t in _all_gather_held(torch.tensor([digest], dtype=torch.int64, device=device),
-                                                        world, group)]
-        if all(d == digest for d in got):
+        settings = mine if isinstance(mine, dict) else {"": mine}
+        found = _disagreeing(settings, world, lambda t: _all_gather_held(t.to(device), world, group))
+        if found is None:
             return
-        longest = min(1 << 16, len(text))
-        lengths = [int(t.item()) for t in _all_gather_held(torch.tensor([longest], dtype=torch.int64, device=device),
-                                                           world, group)]
-        width = max(lengths)
-        padded = torch.tensor(list(text[:width]) + [0] * (width - min(width, len(text))), dtype=torch.uint8)
-        texts = [bytes(t.tolist()[:n]).decode(errors="replace")
-                 for t, n in zip(_all_gather_held(padded.to(device), world, group), lengths)]
-        if isinstance(mine, dict):
-            try:
-                every = [json.loads(t) for t in texts]
-                keys = sorted({k for d in every for k in d})
-                differ = [k for k in keys if any(d.get(k) != every[0].get(k) for d in every)]
-                texts = [", ".join("%s=%s" % (k, json.dumps(d.get(k))) for k in differ) for d in every]
-            except ValueError:
-                pass  # a peer's text that is no JSON (another version): shown whole
+        every, differ = found
+        texts = [", ".join("%s=%s" % (k, json.dumps(d.get(k))) for k in differ) if isinstance(mine, dict)
+                 else str(d.get("")) for d in every]
         raise _invalid("LocalSGD: %s: %s; %s" % (what, "; ".join("rank %d: %s" % (r, t) for r, t in enumerate(texts)),
                                                    remedy))
 
@@ -374,6 +361,29 @@ class LocalSGD:
         self.averagings += 1
         self._last_average = self.steps
         state._agg.add_exposed(time.perf_counter() - start)
+
+
+def config_keywords(experiment):
+    """LocalSGD's keywords from a terse experiment as terse.Recipe.experiment gives it (its `local_sgd` block, the
+    schema's defaults for what is unset), or None where local SGD is off (no block, or period 0)."""
+    block = experiment.get("local_sgd", {})
+    if int(block.get("period", 0)) <= 0:
+        return None
+    return {"period": int(block["period"]), "start_step": int(block.get("start_step", 0)),
+            "outer_lr": float(block.get("outer_lr", 1.0)), "outer_momentum": float(block.get("outer_momentum", 0.0)),
+            "outer_nesterov": bool(block.get("outer_nesterov", False))}
+
+
+def register(ddp, state, keywords):
+    """Registers on `ddp` (a DistributedDataParallel) the hook an experiment asks for: with LocalSGD `keywords`
+    (config_keywords), local_sgd_hook over a LocalSGD built on `state` and `ddp`, returned; without (None),
+    compression_hook over `state`, and returns None."""
+    if keywords is None:
+        ddp.register_comm_hook(state, compression_hook)
+        return None
+    local = LocalSGD(state, ddp, **keywords)
+    ddp.register_comm_hook(local, local_sgd_hook)
+    return local
 
 
 def local_sgd_hook(state, bucket):

@@ -181,6 +181,25 @@ def _peer_settings(t, n, keys):
     return settings
 
 
+def _disagreeing(settings, world, gather):
+    """Every rank's `settings` (a dict), or None when every rank's equal this rank's: one all_gather (`gather`, the
+    caller's _all_gather_held on its group and stream) of a fingerprint and length a rank and, only when they differ,
+    one of the settings as JSON padded to the longest rank's (not all_gather_object: its tensors are torch's, freed
+    when it returns, and the caller raises right after -- see _held_past_gloo). Returns (every rank's settings, the keys
+    whose values differ: this rank's keys in order, then any a peer of another terse has)."""
+    text = json.dumps(settings, sort_keys=True, default=repr).encode()
+    fingerprint = int.from_bytes(hashlib.sha256(text).digest()[:8], "little", signed=True)
+    got = [t.tolist() for t in gather(torch.tensor([fingerprint, len(text)], dtype=torch.int64))]
+    if all(f == fingerprint for f, _ in got):
+        return None
+    # Bounded: a peer's length is its own word (a few hundred bytes from this code).
+    longest = max(min(max(n, 0), 1 << 16) for _, n in got)
+    padded = torch.tensor(list(text) + [0] * (longest - len(text)), dtype=torch.uint8)
+    every = [_peer_settings(t, n, settings) for t, (_, n) in zip(gather(padded), got)]
+    keys = list(settings) + sorted({k for s in every for k in s} - set(settings))
+    return every, [key for key in keys if any(s.get(key) != every[0].get(key) for s in every)]
+
+
 def _invalid(message):
     return _terse.InvalidArgument("terse.torch: " + message)
 
@@ -706,29 +725,20 @@ class CompressionState:
         world = torch.distributed.get_world_size(group)
         if world == 1:
             return
-        text = json.dumps(self._settings, sort_keys=True).encode()
-        fingerprint = int.from_bytes(hashlib.sha256(text).digest()[:8], "little", signed=True)
         device = self._device if self._nccl else torch.device("cpu")
 
         def gather(mine):
             # Gathered and read on one stream: NCCL's wait orders only the stream current at the wait, so a read on
             # another (backward's, when the state binds a side one) could see the buffers before NCCL wrote them.
             with self._on_stream():
-                return _all_gather_held(mine, world, group)
+                return _all_gather_held(mine.to(device), world, group)
 
-        got = [t.tolist() for t in gather(torch.tensor([fingerprint, len(text)], dtype=torch.int64, device=device))]
-        if all(f == fingerprint for f, _ in got):
+        found = _disagreeing(self._settings, world, gather)
+        if found is None:
             return
-        # The settings themselves, as JSON padded to the longest rank's (not all_gather_object: its tensors are
-        # torch's, freed when it returns, and this rank raises right after -- see _held_past_gloo).
-        # Bounded: a peer's length is its own word (a few hundred bytes from this code).
-        longest = max(min(max(n, 0), 1 << 16) for _, n in got)
-        padded = torch.tensor(list(text) + [0] * (longest - len(text)), dtype=torch.uint8)
-        settings = [_peer_settings(t, n, self._settings) for t, (_, n) in zip(gather(padded.to(device)), got)]
-        # Every rank's keys: a peer of another terse may have one this rank lacks. Where no value differs (a setting
-        # that reads alike but was written otherwise), the ranks' texts are shown whole.
-        keys = list(self._settings) + sorted({k for s in settings for k in s} - set(self._settings))
-        differ = [key for key in keys if any(s.get(key) != settings[0].get(key) for s in settings)]
+        settings, differ = found
+        # Where no value differs (a setting that reads alike but was written otherwise), the ranks' texts are shown
+        # whole.
         if not differ:
             raise _invalid("the ranks' hook states differ: %s. Every rank must build its CompressionState alike: DDP "
                            "pairs the ranks' collectives one for one"
@@ -796,20 +806,8 @@ class CompressionState:
             self._check_agreement()
         if self._agg.granularity != "tensor" or self._agg.in_place_for(str(buf.dtype)):
             members = []
-        self._sync_thread = threading.get_native_id()
-        try:
-            if self._stream is not None:
-                self._hand_over(buf)  # the bound stream waits for the kernels that wrote the deltas
-            with self._on_stream():
-                self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
-            if self._stream is not None:
-                # The caller's stream (training's) reads the averaged buffer next: it waits for the bound one.
-                torch.cuda.current_stream(self._device).wait_stream(self._stream)
-        except Exception as e:
-            self._fail(e)
-            raise
-        finally:
-            self._sync_thread = None
+        self._run_owned(buf, lambda: self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
+                                                         is_last))
 
     def _average_dense(self, index, buf):
         """Averages a flat f32 buffer of the caller's own across the ranks, uncompressed and counted under `index`
@@ -818,12 +816,18 @@ class CompressionState:
         if buf.device != self._device:
             raise _invalid("LocalSGD: the buffers are on %s, and this state aggregates the tensors of %s"
                            % (buf.device, self._device))
+        self._run_owned(buf, lambda: self._agg.average_dense(index, buf.data_ptr(), buf.numel()))
+
+    def _run_owned(self, buf, call):
+        """Runs `call` (the aggregator on a buffer of the caller's own) on the bound stream, as the hook runs a bucket:
+        the bound stream waits for the kernels that wrote `buf`, the caller's stream (training's, which reads the
+        result next) waits for the bound one; the watchdog knows the thread; a failure fails the state."""
         self._sync_thread = threading.get_native_id()
         try:
             if self._stream is not None:
                 self._hand_over(buf)
             with self._on_stream():
-                self._agg.average_dense(index, buf.data_ptr(), buf.numel())
+                call()
             if self._stream is not None:
                 torch.cuda.current_stream(self._device).wait_stream(self._stream)
         except Exception as e:

@@ -52,6 +52,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import terse
+import terse.local_sgd
 import terse.torch
 
 FASHION_MNIST_CLASSES = 10
@@ -109,13 +110,7 @@ class Spec:
         self.plugin_timeout_s = _duration_s(e.get("plugin_timeout", "60s"))
         # data.partition DIRICHLET (Fashion-MNIST images only: rule data-partition): the native run's non-IID shards.
         self.partitioned = e["data"].get("partition", "IID") == "DIRICHLET"
-        ls = e.get("local_sgd", {})
-        self.local_sgd = None  # terse.torch.LocalSGD's keywords, when the config asks for local SGD
-        if int(ls.get("period", 0)) > 0:
-            self.local_sgd = {"period": int(ls["period"]), "start_step": int(ls.get("start_step", 0)),
-                              "outer_lr": float(ls.get("outer_lr", 1.0)),
-                              "outer_momentum": float(ls.get("outer_momentum", 0.0)),
-                              "outer_nesterov": bool(ls.get("outer_nesterov", False))}
+        self.local_sgd = terse.local_sgd.config_keywords(e)  # terse.torch.LocalSGD's keywords, or None
 
 
 # ---- model and data
@@ -894,16 +889,10 @@ def train_rank(rank, world, spec, store_path):
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov,
             module=ddp if spec.find_unused else model, seed=spec.seed, plugin_path=spec.args.plugin_path,
             plugin_timeout=spec.plugin_timeout_s)
-        local = None
-        if spec.local_sgd is not None:
-            # The native schedule (core/train/sync_trainer.h, "Local SGD"): gradient steps through the state before
-            # start_step, local steps after, the models averaged through the state every period steps and at the
-            # evaluation points.
-            # The DDP wrapper: LocalSGD turns its buffer broadcast off for the local steps and averages the buffers.
-            local = terse.torch.LocalSGD(state, ddp, **spec.local_sgd)
-            ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
-        else:
-            ddp.register_comm_hook(state, terse.torch.compression_hook)
+        # With local_sgd, the native schedule (core/train/sync_trainer.h, "Local SGD") through a LocalSGD on the DDP
+        # wrapper, whose buffer broadcast it turns off for the local steps; the models are also averaged at the
+        # evaluation points (below).
+        local = terse.local_sgd.register(ddp, state, spec.local_sgd)
         # A repeat's folder is <variant>/seed-N (experiments::resultsSubfolder): the logger writes it from the seed.
         variant, _, repeat = spec.args.folder.partition("/")
         logger = terse.torch.ResultsLogger(spec.args.out, study=spec.study, variant=variant,
