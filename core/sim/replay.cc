@@ -848,9 +848,19 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         chargeRounds(k);
       }
     }
-    // Tensors no group carried (nothing to exchange) are updated by the worker once ready.
+    // Tensors no group carried (nothing to exchange) are updated by the worker once ready. A PyTorch trace's are the
+    // script's optimizer step, one tensor after the other once backward has returned and the step's groups are done
+    // (a local SGD step, which exchanges nothing, is its computation and then its whole optimizer step), and the next
+    // forward begins when optimizer.step() has returned: every tensor counts as updated at its end.
     for (std::size_t b = 0; b < nb; ++b) {
       const train::TraceStep& st = ranks[behaviours[b].rank].steps[si];
+      if (updates_after_backward) {
+        double t = std::max(compute_free[b], groups.empty() ? 0.0 : comm_free[b]);
+        for (const auto& u : st.updates)
+          if (last_group[u.tensor] < 0) t += u.dur_s * scale;
+        for (double& u : updated[b]) u = std::max(u, t);
+        continue;
+      }
       std::vector<double> udur(nt, 0);
       for (const auto& u : st.updates) udur[u.tensor] = u.dur_s * scale;
       for (std::size_t id = 0; id < nt; ++id)

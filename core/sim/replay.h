@@ -11,8 +11,9 @@
 //     decompress take their recorded times (scaled); a collective starts when the last worker reaches it and ends,
 //     for all, its network time later; then the updates of the tensors whose last chunk it carried (recorded times,
 //     scaled), on the communication side. The step ends when every update is in. A PyTorch trace (source "pytorch",
-//     experiments/python/hook_trace.h) updates after its step's last group instead: the script's optimizer.step()
-//     runs once backward has returned.
+//     experiments/python/hook_trace.h) updates after its step's last group instead, one tensor after the other (after
+//     its computation where the step has no group: a local SGD step): the script's optimizer.step() runs once backward
+//     has returned.
 //   - The scheduler negotiation. The recorded rounds (rank 0's; their count depends on the recorded paces) are
 //     8-byte allgathers of every worker, by the algorithm they ran (Bruck's), priced at N. The last round before a
 //     group agreed on its tensors: it starts once they are ready on every worker, and the group after it. The earlier

@@ -932,8 +932,6 @@ void stepTraceSyncOnly(Checks& c, const Experiment& e, const Ctx&) {
   if (asyncMode(e))
     c.fail("step_trace") << ": step traces are recorded in mode SYNC only, got mode "
                          << Experiment::Mode_Name(e.mode());
-  else if (isPyTorch(e))
-    c.fail("step_trace") << ": workload pytorch does not write step traces yet (terse's own workloads do)";
 }
 
 void groupsInFlight(Checks& c, const Experiment& e, const Ctx&) {
@@ -1291,10 +1289,7 @@ constexpr CrossRule kRules[] = {
     {"hogwild", "transport, compressor.name, error_feedback, optimizer.momentum, mode",
      "mode HOGWILD with a transport but INPROC, a compressor, error feedback or momentum", &hogwild},
     {"trace-sync-only", "trace, mode", "trace in modes ASYNC, SSP, HOGWILD", &traceSyncOnly},
-    {"step-trace-sync-only", "step_trace, mode, workload.name",
-     "step_trace in modes ASYNC, SSP, HOGWILD or with "
-     "workload pytorch",
-     &stepTraceSyncOnly},
+    {"step-trace-sync-only", "step_trace, mode", "step_trace in modes ASYNC, SSP, HOGWILD", &stepTraceSyncOnly},
     {"groups-in-flight", "max_groups_in_flight, mode, transport", "max_groups_in_flight > 1 outside SYNC or on NCCL",
      &groupsInFlight},
     {"accumulate-and-clip", "gradient_accumulation_steps, optimizer.clip_grad_norm, transport, sparse_gradients",

@@ -272,7 +272,7 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
       phases.group.chunks.emplace_back(id, 0);
       phases.group.chunk_elements.push_back(elements);
     }
-    trace_->recorder().group(static_cast<int64_t>(step_), std::move(phases.group), steadyPoint(issued), phases.spans);
+    trace_->recorder().group(trace_->openStep(), std::move(phases.group), steadyPoint(issued), phases.spans);
   } else {
     engine_->run(step_, group_);
   }
@@ -287,7 +287,24 @@ void DdpAggregator::averageDense(int bucket_index, uintptr_t data, uint64_t nume
   auto* at = reinterpret_cast<void*>(data);
   const comm::WireBytes wire =
       numel == 0 ? comm::WireBytes{} : comm_->allreduce(at, numel, DType::kF32, comm::ReduceOp::kSum, bucket_index);
+  const auto summed = Clock::now();
   finishInPlace(bucket_index, at, numel, wire, /*is_last=*/false);
+  if (trace_ != nullptr && numel > 0) {
+    // A group of one collective and no tensor of the trace (buffers are not parameters): a replay prices the
+    // allreduce at its world size and runs it in its place among the step's groups. The division is a decode.
+    train::TracedGroupPhases phases;
+    PhaseCollective sum;
+    sum.op = "allreduce";
+    sum.algorithm = comm_->allreduceAlgorithmRun(numel * sizeof(float));
+    sum.dtype = DType::kF32;
+    sum.bytes = numel * sizeof(float);
+    sum.start = start;
+    sum.end = summed;
+    phases.add("allreduce", start, summed, std::span(&sum, 1));
+    phases.add("decompress", summed, Clock::now(), {});
+    phases.group.seq = trace_seq_++;
+    trace_->recorder().group(trace_->openStep(), std::move(phases.group), start, phases.spans);
+  }
   hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 

@@ -36,9 +36,10 @@
 // call validates the whole bucket layout before the first collective, so a bad call (a CUDA tensor, a dtype, an
 // overlapping layout) raises on every rank alike and no peer is left inside a collective.
 //
-// Step trace. With a HookTrace attached (traceTo), each aggregated bucket is one group of the trace's step (this
-// aggregator's step count): its chunks are the parameters the caller names (whole tensors, also in kBucket mode, where
-// the bucket is compressed as one), issued when the hook was called, its phases as the engine ran them.
+// Step trace. With a HookTrace attached (traceTo), each aggregated bucket is one group of the trace's open step
+// (HookTrace::openStep, the step the hook's tracer began last): its chunks are the parameters the caller names (whole
+// tensors, also in kBucket mode, where the bucket is compressed as one), issued when the hook was called, its phases
+// as the engine ran them.
 //
 // In place. With a compressor whose caps declare TERSE_CAP_IDENTITY (none: its payload's body is the gradient
 // unchanged), no error feedback or momentum correction and no trace attached, a bucket of f32 (host or CUDA) is summed
@@ -147,7 +148,8 @@ class DdpAggregator {
                  const std::vector<BucketMember>& members, bool is_last);
   // Averages `numel` f32 elements at `data` across the group uncompressed, whatever the compressor: one allreduce and
   // the division, as the in-place path sums a bucket, counted under `bucket_index` (payload: the f32 bytes) without
-  // counting a step. terse.torch.LocalSGD's BatchNorm statistics, which are state, not a change to compress.
+  // counting a step. terse.torch.LocalSGD's BatchNorm statistics, which are state, not a change to compress. With a
+  // trace attached, a group of the open step with no tensors: the allreduce, then the division as its decompress.
   void averageDense(int bucket_index, uintptr_t data, uint64_t numel);
   // The same, recorded as a group of the attached trace (see the top of this file): `issued` is when the hook was
   // called (steadySeconds), `traced` the bucket's parameters (tensor id, elements) in DDP's order.

@@ -37,6 +37,7 @@ void HookTrace::describe(int rank, int world, int64_t batch_size, int layers, st
 
 void HookTrace::beginStep(int64_t step, double start) {
   recorder_.beginStep(step, steadyPoint(start));
+  open_step_.store(step, std::memory_order_release);
 }
 
 void HookTrace::forward(int64_t step, int layer, double start, double end) {

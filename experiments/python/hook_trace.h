@@ -23,6 +23,7 @@
 // bucket DDP marks last.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -49,6 +50,11 @@ class HookTrace {
   bool described() const noexcept { return described_; }
 
   void beginStep(int64_t step, double start);
+  // The step begun last: where the aggregator records its groups (a DDP bucket's, or terse.torch.LocalSGD's averaging
+  // after the optimizer step, while the step is still open). The aggregator's own count of steps is not it: local SGD's
+  // local steps aggregate nothing. Read on the hook's worker thread, which aggregates a step's buckets before DDP's
+  // backward returns, so before the next step begins.
+  int64_t openStep() const noexcept { return open_step_.load(std::memory_order_acquire); }
   void forward(int64_t step, int layer, double start, double end);
   void backward(int64_t step, int layer, double start, double end, std::vector<uint64_t> ready);
   // The time between backward's end and the next forward, split over the tensors by elements (see above).
@@ -66,6 +72,7 @@ class HookTrace {
   std::vector<uint64_t> elements_;  // by tensor id
   uint64_t total_elements_ = 0;
   bool described_ = false;
+  std::atomic<int64_t> open_step_{0};
 };
 
 }  // namespace terse::python

@@ -16,7 +16,14 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
   failures   a NaN on rank 1 alone: every rank's averaging refuses before any compressor call, naming rank 1, within
              seconds, with nothing averaged; the next step raises again; the ranks stay paired; the same for an
              infinite BatchNorm statistic, and the logger's folder says failed
-  refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, a step trace, error feedback and a
+  trace      step traces (step_trace=True) of a run with gradient steps, local steps and averagings, BatchNorm
+             statistics among them: the parameters equal an untraced run's bit for bit; the gradient steps hold DDP's
+             buckets as groups, the local steps computation and optimizer only, each averaging a group of the deltas
+             (every parameter) and one of the statistics' allreduce, after the step's backward, their time outside
+             the optimizer's; terse whatif replays the folder at 2 workers within 15% of the recorded step times and
+             at 256 workers on 100 Mbps slows the averaging steps alone; a traced LocalSGD whose backward never
+             reaches the hook (no local_sgd_hook) is refused at its first step
+  refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, error feedback and a
              stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
              replicas that differ at the start (no DDP, one seed per rank), raise InvalidArgument on every rank naming
              each rank's, and nobody hangs, also where one rank alone refuses; a ResultsLogger built on the state
@@ -274,7 +281,6 @@ def refusals(rank):
     for state_kw, local_kw, fragment in (
             ({"compressor": "signsgd"}, {}, "compressor 'signsgd' aggregates with its own reduce (CUSTOM"),
             ({"compressor": "topk", "ratio": 0.01, "momentum_correction": 0.9}, {}, "momentum_correction 0.9"),
-            ({"compressor": "none", "step_trace": True}, {}, "step trace"),
             ({"compressor": "topk", "ratio": 0.01, "error_feedback": True}, {"start_step": 5},
              "error feedback with start_step 5"),
             ({"compressor": "powersgd", "rank": 2}, {"start_step": 5}, "compressor 'powersgd' keeps state")):
@@ -435,9 +441,128 @@ def failures(rank):
             check(status["state"] == "failed" and "non-finite" in status["error"], "status.json: %s" % status)
 
 
+def trace(rank, root):
+    """Two gradient steps, then local steps averaged after steps 5 and 8, of a model with BatchNorm statistics; the
+    same run untraced, then traced."""
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 256
+    finals = {}
+    for traced in (False, True):
+        model = BnNet()
+        # Three buckets once DDP rebuilt them after step 0 (one before).
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0001)
+        state = terse.torch.CompressionState("topk", ratio=0.25, module=ddp, overlap=False, step_trace=traced)
+        local = terse.torch.LocalSGD(state, ddp, period=3, start_step=2)
+        ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+        log = terse.torch.ResultsLogger(root, study="traced", variant="local-%s" % traced, state=local)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for s in range(9):
+            sgd_step(ddp, opt, s, rank)
+            local.step()
+            time.sleep(0.002)  # the rest of a script's step (its data loader): an optimizer gap worth measuring
+        log.record(test_accuracy=0.5)
+        log.finish()
+        finals[traced] = [p.detach().clone() for p in model.parameters()] + [model.bn.running_mean.clone()]
+    for a, b in zip(finals[False], finals[True]):
+        check(torch.equal(a, b), "rank %d: tracing changed the model by up to %g" % (rank, (a - b).abs().max()))
+    # Without local_sgd_hook (the module trained without DDP), no backward reaches the trace: refused at once.
+    model = mlp()
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=model, step_trace=True), model, period=2)
+    sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.05), 0, rank)
+    expect_error(terse.InvalidArgument, "the state records a step trace, and step 1's backward did not reach it",
+                 local.step)
+
+
+def check_trace(root, terse_bin):
+    folder = os.path.join(root, "traced", "local-True")
+    check(not os.path.exists(os.path.join(root, "traced", "local-False", "steps.rank0.jsonl")),
+          "an untraced run wrote a step trace")
+    numel = [p.numel() for p in BnNet().parameters()]
+    averaging = (4, 7)  # steps 5 and 8, numbered from 0
+    for rank in range(2):
+        lines = open(os.path.join(folder, "steps.rank%d.jsonl" % rank)).read().splitlines()
+        header, steps = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+        check(header["source"] == "pytorch" and [t["elements"] for t in header["tensors"]] == numel,
+              "header %s" % lines[0][:300])
+        check([st["step"] for st in steps] == list(range(9)), "steps %s" % [st["step"] for st in steps])
+        buckets = len([c for c in steps[1]["compute"] if c["kind"] == "backward"])  # after DDP's rebuild in step 0
+        check(buckets >= 2, "the model should have several buckets, DDP made %d" % buckets)
+        for st in steps:
+            s = st["step"]
+            bwd = [c for c in st["compute"] if c["kind"] == "backward"]
+            ready = sorted(t for c in bwd for t in c["ready"])
+            check(len(bwd) == (1 if s == 0 else buckets), "step %d: %d backward segments, %d buckets"
+                  % (s, len(bwd), buckets))
+            check(sorted(u["tensor"] for u in st["updates"]) == list(range(len(numel))), "step %d: updates" % s)
+            groups = st["groups"]
+            if s < 2:  # DDP's buckets through the state's compressor
+                check(ready == list(range(len(numel))) and len(groups) == len(bwd),
+                      "gradient step %d: ready %s, %d groups" % (s, ready, len(groups)))
+                continue
+            check(ready == [], "local step %d: backward made %s ready for a group" % (s, ready))
+            if s not in averaging:
+                check(groups == [], "local step %d ran %d groups" % (s, len(groups)))
+                continue
+            check(len(groups) == 2, "averaging step %d: %d groups" % (s, len(groups)))
+            deltas, stats = groups
+            check(sorted(t for t, _ in deltas["chunks"]) == list(range(len(numel))), "the deltas' group carries %s"
+                  % deltas["chunks"])
+            ops = [p["op"] for p in deltas["phases"] if p["kind"] == "collective"]
+            check(deltas["phases"][0]["kind"] == "compress" and ops and set(ops) <= {"allgatherv", "allgather_sizes"},
+                  "the deltas' phases %s" % deltas["phases"])
+            coll = [p for p in stats["phases"] if p["kind"] == "collective"]
+            check(stats["chunks"] == [] and len(coll) == 1 and coll[0]["op"] == "allreduce"
+                  and coll[0]["bytes"] == 48 * 4 and coll[0]["dtype"] == "f32", "the statistics' group %s" % stats)
+            end = max(c["start_s"] + c["dur_s"] for c in bwd)
+            check(deltas["issue_s"] >= end - 1e-6 and stats["issue_s"] >= deltas["issue_s"],
+                  "step %d: the averaging was issued before backward ended" % s)
+            spans = sum(p["dur_s"] for g in groups for p in g["phases"])
+            optimizer = sum(u["dur_s"] for u in st["updates"])
+            check(end + optimizer + spans <= st["step_s"] + 1e-4,
+                  "step %d: backward ends at %.4f, the optimizer takes %.4f and the groups %.4f, past the step's %.4f"
+                  % (s, end, optimizer, spans, st["step_s"]))
+    # What each rank's steps did on its own, by the trace: computation, the optimizer, the groups' codec phases (the
+    # collectives are priced anew by the replay).
+    own = []
+    for rank in range(2):
+        own.append([sum(c["dur_s"] for c in st["compute"]) + sum(u["dur_s"] for u in st["updates"])
+                    + sum(p["dur_s"] for g in st["groups"] for p in g["phases"] if p["kind"] != "collective")
+                    for st in map(json.loads, open(os.path.join(folder, "steps.rank%d.jsonl" % rank))
+                                  .read().splitlines()[1:])])
+
+    def whatif(*extra):
+        out = subprocess.run([terse_bin, "whatif", folder, "--json", "-"] + list(extra), check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out[out.index("\n{") + 1:])["step_s"]
+
+    # As it ran, on a network that costs nothing: from the first local step on, a rank's steps run one after the
+    # other (a local step's optimizer after its computation, an averaging's groups after that), the ranks apart
+    # between averagings. So the replayed time of steps 3-9 is at least each rank's own (less a tenth for the ranks'
+    # skew when they leave the gradient steps) and about the slower rank's, step by step: more where an averaging's
+    # collectives wait for one rank's compress and then the other's decompress and optimizer (a fifth, and 1 ms for
+    # the collectives). An optimizer dropped or counted twice moves it by more than half.
+    same = whatif("--workers", "2", "--bandwidth", "100Gbps", "--latency", "1us")
+    total = sum(same[2:])
+    low = max(sum(o[2:]) for o in own)
+    high = 1.2 * sum(max(o[s] for o in own) for s in range(2, 9)) + 1e-3
+    check(0.9 * low <= total <= high, "steps 3-9 replayed in %.4f s; each rank's own %.4f and %.4f, the slower's "
+          "step by step %.4f" % (total, sum(own[0][2:]), sum(own[1][2:]), high))
+    # At 256 workers on a slow link the averagings grow, the local steps do not.
+    slow = whatif("--workers", "256", "--bandwidth", "100Mbps", "--latency", "50us")
+    for s in range(2, 9):
+        if s in averaging:
+            check(slow[s] > same[s] + 5e-3, "averaging step %d: %.4f s at 256 workers, %.4f at 2"
+                  % (s, slow[s], same[s]))
+        else:
+            check(abs(slow[s] - same[s]) < 1e-9, "local step %d: %.4f s at 256 workers, %.4f at 2"
+                  % (s, slow[s], same[s]))
+    print("trace: %d buckets; local steps %.2f ms, averaging steps %.2f ms as run, %.2f ms at 256 workers" % (
+        buckets, 1e3 * same[2], 1e3 * same[4], 1e3 * slow[4]))
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["exact", "logger", "refusals", "buffers", "failures"])
+    p.add_argument("case", choices=["exact", "logger", "refusals", "buffers", "failures", "trace"])
+    p.add_argument("--terse", help="the terse binary (case trace: terse whatif)")
     args = p.parse_args()
     if args.case == "exact":
         spawn(exact, world=2)
@@ -450,6 +575,10 @@ def main():
         spawn(buffers)
     elif args.case == "failures":
         spawn(failures)
+    elif args.case == "trace":
+        with tempfile.TemporaryDirectory() as tmp:
+            spawn(trace, tmp)
+            check_trace(tmp, args.terse)
     else:
         # terse.local_sgd imported before terse.torch (pydoc, autodoc and pytest import it alone).
         subprocess.run([sys.executable, "-c", "import terse.local_sgd; import terse.torch; "

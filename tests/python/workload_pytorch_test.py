@@ -1056,7 +1056,9 @@ def local_sgd(tmp):
     and 12. dense exchanges every step; local-4 (start_step 2) twice in its gradient steps, then after steps 6 and
     10 of its grid and the evaluations' 5 and 12 (with the native runner's warning for step 5); Qsparse (top-k 10% +
     EF from the first step) after 4 and 8 of its grid and the evaluations' 5, 10 and 12 (warned of 5 and 10). The
-    bytes follow, and the folders' configs hold the schedule."""
+    bytes follow, and the folders' configs hold the schedule. With step_trace, every folder holds both ranks' step
+    traces: groups in the gradient steps and the averagings only, and terse whatif replays each folder at 64
+    workers on a network of 5 ms latency, where local-4's six exchanges cost less than dense's twelve."""
     mods = os.path.join(tmp, "mods")
     os.makedirs(mods)
     open(os.path.join(mods, "local_model.py"), "w").write(LOCAL_MODEL)
@@ -1071,7 +1073,7 @@ variants {
     compressor { name: "topk" params { key: "ratio" value: "0.1" } }
     error_feedback: true
   }
-}""", batch=8).replace("eval { per_epoch: true }", "eval { every_steps: 5 per_epoch: true }"))
+}""", batch=8, extra="step_trace: true").replace("eval { per_epoch: true }", "eval { every_steps: 5 per_epoch: true }"))
     out = os.path.join(tmp, "results")
     p = run([ARGS.terse, "run", cfg, "--out", out], cwd=mods)
     runs = {v: folder(out, "ls", v) for v in ("dense", "local-4", "qsparse-4")}
@@ -1094,7 +1096,23 @@ variants {
     check("warning: [local-4] 1 evaluation point fall between the averagings of local_sgd.period 4" in p.stderr
           and "[qsparse-4] 2 evaluation points fall" in p.stderr and "[dense]" not in p.stderr,
           "terse run's warnings:\n%s" % p.stderr)
-    print("local_sgd: payload per worker dense %d, local-4 %d, qsparse-4 %d B" % (dense[-1], local[-1], qsparse[-1]))
+    # Step traces: the steps that exchanged (numbered from 0) hold groups, the others none.
+    exchanged = {"dense": set(range(12)), "local-4": {0, 1, 4, 5, 9, 11}, "qsparse-4": {3, 4, 7, 9, 11}}
+    mean = {}
+    for v, steps in exchanged.items():
+        for rank in range(2):
+            lines = open(os.path.join(out, "ls", v, "steps.rank%d.jsonl" % rank)).read().splitlines()
+            grouped = {json.loads(x)["step"] for x in lines[1:] if json.loads(x)["groups"]}
+            check(len(lines) == 13 and grouped == steps, "%s rank %d: %d steps, groups in steps %s, expected %s"
+                  % (v, rank, len(lines) - 1, sorted(grouped), sorted(steps)))
+        replay = run([ARGS.terse, "whatif", os.path.join(out, "ls", v), "--workers", "64", "--bandwidth", "1Gbps",
+                      "--latency", "5ms", "--json", "-"], cwd=tmp).stdout
+        mean[v] = json.loads(replay[replay.index("\n{") + 1:])["mean_step_s"]
+    # A model of 195 parameters: latency is all there is (5 ms, so that the host's Python between two steps, a few ms
+    # on a busy host, weighs little).
+    check(mean["local-4"] < 0.75 * mean["dense"], "whatif at 64 workers: %s" % mean)
+    print("local_sgd: payload per worker dense %d, local-4 %d, qsparse-4 %d B; at 64 workers %s" % (
+        dense[-1], local[-1], qsparse[-1], ", ".join("%s %.2f ms" % (v, 1e3 * m) for v, m in mean.items())))
 
 
 def noniid(tmp):

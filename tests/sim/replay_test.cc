@@ -172,6 +172,30 @@ TEST(Replay, APyTorchTraceUpdatesAfterItsLastGroup) {
   for (double s : torch.step_s) expectRel(s, 0.004 + 0.004 + 0.003 + 0.008 + c0 + 0.003);
 }
 
+TEST(Replay, APyTorchLocalSgdTraceRunsEachOptimizerStepAfterItsComputationAndAveragesAfterIt) {
+  // terse.torch.LocalSGD's trace: three local steps (backward makes no tensor ready, no group), then a step whose
+  // averaging sends both tensors' deltas in one group (ready when the computation ends, as recorded). Each step's
+  // optimizer updates its two tensors, 2 ms each, one after the other once backward has returned: a local step is
+  // its 19 ms of computation and then 4 ms of updates, the averaging step those and the allreduce. terse's own trainer
+  // updates a tensor as soon as it is ready, so its local step ends 2 ms after the computation.
+  StepTrace t = handTrace({{1, 0.004, 0.008}, {1, 0.004, 0.003}}, {}, {}, 4);
+  for (auto& st : t.steps) {
+    for (auto& c : st.compute) c.ready.clear();
+    for (auto& u : st.updates) u.dur_s = 0.002;
+  }
+  train::TraceGroup& g = t.steps[3].groups.emplace_back();
+  g.chunks = {{0, 0}, {1, 0}};
+  g.chunk_elements = {1, 1};
+  g.phases.push_back({TracePhase::Kind::kCollective, 0, 0, "allreduce", "ring", "f32", 750000, {}});
+  const double compute = 0.004 + 0.008 + 0.004 + 0.003, c = 750000 / 125e6;
+  const ReplayResult native = replayTrace({t}, mesh(2, 1 * kGbps, 0));
+  for (int s = 0; s < 3; ++s) expectRel(native.step_s.at(s), compute + 0.002);
+  t.header.source = "pytorch";
+  const ReplayResult torch = replayTrace({t}, mesh(2, 1 * kGbps, 0));
+  for (int s = 0; s < 3; ++s) expectRel(torch.step_s.at(s), compute + 0.004);
+  expectRel(torch.step_s.at(3), compute + c + 0.004);
+}
+
 TEST(Replay, PriorityOrderLetsTheNextForwardStartEarlier) {
   // Layers: f0 10 ms, f1 1 ms, b1 2 ms, b0 1 ms; layer 1's group 5 ms, layer 0's 0.5 ms on the wire.
   // fifo (backward order: 1 then 0): f0 + f1 + b1 + c1 + c0 per step.

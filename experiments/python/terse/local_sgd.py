@@ -46,8 +46,14 @@ never were one.
 Refused, with the native run's rules (experiments/configs/README.md, rule `local-sgd`): a compressor with CUSTOM
 aggregation (signSGD's majority vote: the average must be the mean of the deltas), DGC momentum correction (its
 momentum would run over the deltas), and with start_step > 0 error feedback or a stateful compressor, whose memory
-of the gradient steps would be added to the deltas. Also refused: a state that records a step trace (it records DDP's
-buckets, which the averagings do not go through), a SyncBatchNorm, buffers off the parameters' device.
+of the gradient steps would be added to the deltas. Also refused: a SyncBatchNorm, buffers off the parameters' device.
+
+Step traces: with a state built with step_trace=True, a local step is recorded as its computation (forward, backward
+as DDP hands over each bucket, with no tensor made ready for a group) and its optimizer step; an averaging's groups
+(the deltas', one per dtype, and the buffers' allreduce) are groups of the step that averaged, issued after its
+optimizer step, so `terse whatif` replays the run at N workers as it ran: each averaging's collectives priced at N,
+the local steps as recorded. The averaging's own work beside its groups (the deltas, the finiteness check's small
+collective, the outer step) is counted as that step's optimizer time, unscaled with N.
 """
 
 import hashlib
@@ -60,7 +66,7 @@ import torch
 
 from . import _terse
 from .torch import (CompressionState, _all_gather_held, _described, _disagreeing, _invalid, _require,
-                    compression_hook)
+                    _trace_local_bucket, compression_hook)
 
 __all__ = ["LocalSGD", "local_sgd_hook"]
 
@@ -144,9 +150,6 @@ class LocalSGD:
         need(state._settings["momentum_correction"] == 0,
              "the state's momentum_correction %s would run DGC's momentum over the averagings' deltas; use "
              "outer_momentum=, or error_feedback alone" % state._settings["momentum_correction"])
-        need(state._tracer is None,
-             "the state records a step trace of DDP's buckets, which the averagings do not go through; build it "
-             "without step_trace=True")
         if isinstance(start_step, numbers.Integral) and start_step > 0:
             need(not state._settings["error_feedback"],
                  "error feedback with start_step %d: the residual of the gradient steps would be added to the "
@@ -194,6 +197,7 @@ class LocalSGD:
         self.averagings = 0     # averagings done
         self._last_average = 0  # the step count of the last averaging
         self._has_anchor = False
+        self._traced = state._tracer._step if state._tracer is not None else 0  # traced backwards at the last step()
         self._groups = []
         device = params[0].device if params else torch.device("cpu")
         settings = {"period": period, "start_step": start_step, "outer_lr": outer_lr,
@@ -243,6 +247,15 @@ class LocalSGD:
         if self.error is not None:
             raise type(self.error)("LocalSGD: an earlier averaging failed, local SGD is stopped: %s" % (self.error,))
         try:
+            tracer = self.compression._tracer
+            if tracer is not None:
+                # A traced step begins where DDP hands over its first bucket through the hook: a backward that did not
+                # reach the tracer would leave this step's averaging in an earlier step's record.
+                if tracer._step == self._traced:
+                    raise _invalid("LocalSGD: the state records a step trace, and step %d's backward did not reach it; "
+                                   "register the hook (ddp.register_comm_hook(local, terse.torch.local_sgd_hook)) "
+                                   "and call step() once per backward" % (self.steps + 1))
+                self._traced = tracer._step
             if not self._has_anchor and self.steps + 1 == self.start_step:
                 self.steps += 1
                 self._take_anchor()  # the model the gradient steps left every rank with
@@ -392,6 +405,7 @@ def local_sgd_hook(state, bucket):
     ddp_model.register_comm_hook(local, terse.torch.local_sgd_hook)."""
     if not state.local:
         return compression_hook(state.compression, bucket)
+    _trace_local_bucket(state.compression, bucket)
     buf = bucket.buffer()
     if buf.is_cuda:
         fut = torch.futures.Future(devices=[buf.device])

@@ -804,6 +804,12 @@ class CompressionState:
                            % (buf.device, self._device))
         if not self._agreed:
             self._check_agreement()
+        if self._tracer is not None:
+            # A group of the open step, issued now (the averaging after the optimizer step), its tensors the deltas'.
+            issued = _terse.monotonic()
+            self._run_owned(buf, lambda: self._aggregate_traced(index, buf, members, is_last, issued))
+            self._tracer.aside(_terse.monotonic() - issued)
+            return
         if self._agg.granularity != "tensor" or self._agg.in_place_for(str(buf.dtype)):
             members = []
         self._run_owned(buf, lambda: self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members,
@@ -816,7 +822,10 @@ class CompressionState:
         if buf.device != self._device:
             raise _invalid("LocalSGD: the buffers are on %s, and this state aggregates the tensors of %s"
                            % (buf.device, self._device))
+        issued = _terse.monotonic()
         self._run_owned(buf, lambda: self._agg.average_dense(index, buf.data_ptr(), buf.numel()))
+        if self._tracer is not None:
+            self._tracer.aside(_terse.monotonic() - issued)  # a group of its own (ddp_aggregator.h, averageDense)
 
     def _run_owned(self, buf, call):
         """Runs `call` (the aggregator on a buffer of the caller's own) on the bound stream, as the hook runs a bucket:
@@ -1600,9 +1609,11 @@ class _StepTracer:
                             batch_size=0 if f is None else f["batch"], layers=max(1, len(self._order)),
                             tensors=tensors)
 
-    def bucket(self, members, is_last):
+    def bucket(self, members, is_last, local=False):
         """A bucket handed over by DDP: begins the step at its first bucket and records the backward that made the
-        bucket ready. Returns the issue time for the aggregator's group."""
+        bucket ready. Returns the issue time for the aggregator's group. `local`: a local SGD step's bucket, which DDP
+        gets back as it is -- its backward makes no tensor ready for a group (an averaging after the optimizer step
+        sends the deltas, ready when the step's computation ends)."""
         now = _terse.monotonic()
         if self._open is None:
             f = self._forward
@@ -1623,11 +1634,11 @@ class _StepTracer:
                     self.trace.forward(step, 0, start, end)
                 last = end
             self._forward = None
-            self._open = {"step": step, "start": start, "last": last, "done": None, "ended": False}
+            self._open = {"step": step, "start": start, "last": last, "done": None, "ended": False, "aside": 0.0}
         o = self._open
         ids = [tid for tid, _, _ in members]
         layer = min((self._layer_of[t] for t in ids if t < len(self._layer_of)), default=0)
-        self.trace.backward(o["step"], layer, o["last"], max(now, o["last"]), ids)
+        self.trace.backward(o["step"], layer, o["last"], max(now, o["last"]), [] if local else ids)
         if is_last:
             o["ended"] = True
             self._step += 1
@@ -1646,14 +1657,21 @@ class _StepTracer:
         if self._open is not None:
             self._open["done"] = _terse.monotonic()
 
+    def aside(self, seconds):
+        """Time after backward that is not the script's optimizer step: a LocalSGD averaging's groups, which the
+        aggregator records as groups of the open step."""
+        if self._open is not None:
+            self._open["aside"] += seconds
+
     def close_step(self, now):
         """Closes the open step at `now` (the next forward, a record, the trace's writing) once its backward ended:
-        what lies between backward's end and now is the script's optimizer step."""
+        what lies between backward's end and now, less the groups set aside, is the script's optimizer step (with
+        LocalSGD, the averaging's own work too: the deltas, the finiteness check, the outer step)."""
         o = self._open
         if o is None or not o["ended"]:
             return
         end = max(o["last"], o["done"] or o["last"])
-        self.trace.optimizer(o["step"], end, max(now, end))
+        self.trace.optimizer(o["step"], end, max(now - o["aside"], end))
         self.trace.end_step(o["step"], max(now, end) - o["start"])
         self._open = None
 
@@ -1665,6 +1683,16 @@ class _StepTracer:
 
 def _value(fut):
     return fut.value()  # raises the exception the worker set
+
+
+def _trace_local_bucket(state, bucket):
+    """terse.torch.LocalSGD's hook on a local step's bucket, which DDP gets back as it is: the state's step trace
+    records the backward that made it (no tensor ready for a group), as the hook does a gradient step's."""
+    tracer = state._tracer
+    if tracer is None:
+        return
+    tracer.bucket([(state._tensor_id(p), 0, ()) for p in bucket.parameters()], bucket.is_last(), local=True)
+    tracer.handed_back(bucket.is_last())
 
 
 def compression_hook(state, bucket):

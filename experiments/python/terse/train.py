@@ -111,6 +111,8 @@ class Spec:
         # data.partition DIRICHLET (Fashion-MNIST images only: rule data-partition): the native run's non-IID shards.
         self.partitioned = e["data"].get("partition", "IID") == "DIRICHLET"
         self.local_sgd = terse.local_sgd.config_keywords(e)  # terse.torch.LocalSGD's keywords, or None
+        # Every rank's steps.rank<R>.jsonl in the folder (the hook's step trace), for terse whatif.
+        self.step_trace = bool(e.get("step_trace", False))
 
 
 # ---- model and data
@@ -888,7 +890,7 @@ def train_rank(rank, world, spec, store_path):
             spec.compressor, params=spec.params, error_feedback=spec.error_feedback, momentum_correction=spec.mc,
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov,
             module=ddp if spec.find_unused else model, seed=spec.seed, plugin_path=spec.args.plugin_path,
-            plugin_timeout=spec.plugin_timeout_s)
+            plugin_timeout=spec.plugin_timeout_s, step_trace=spec.step_trace)
         # With local_sgd, the native schedule (core/train/sync_trainer.h, "Local SGD") through a LocalSGD on the DDP
         # wrapper, whose buffer broadcast it turns off for the local steps; the models are also averaged at the
         # evaluation points (below).
