@@ -673,7 +673,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   for (const auto& [key, f] : patterns) result.flows += f.size();
   std::map<std::string, double> class_bytes;
   std::map<std::string, int> per_step_count;  // label -> collectives in the replay
-  double prev_end = 0, compute_sum = 0, exposed_sum = 0, comm_sum = 0, sent_sum = 0;
+  double prev_end = 0, compute_sum = 0, optimizer_sum = 0, exposed_sum = 0, comm_sum = 0, sent_sum = 0;
   result.recorded_compute_s = recorded_compute_s;
   result.compute_scale = scale;
   const double codec_scale = options.codec_scale > 0 ? options.codec_scale : scale;
@@ -867,17 +867,25 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
         if (last_group[id] < 0) updated[b][id] = ready[b][id] + udur[id];
     }
     double end = prev_end;
-    double busiest = 0;
+    double busiest = 0, optimizer = 0, serial = 0;
     for (std::size_t b = 0; b < nb; ++b) {
       end = std::max(end, compute_free[b]);
       for (double u : updated[b]) end = std::max(end, u);
       busiest = std::max(busiest, busy[b]);
+      double updates = 0;
+      for (const auto& u : ranks[behaviours[b].rank].steps[si].updates) updates += u.dur_s * scale;
+      optimizer = std::max(optimizer, updates);
+      serial = std::max(serial, busy[b] + updates);
     }
     const double step_s = end - prev_end;
     prev_end = end;
     result.step_s.push_back(step_s);
     compute_sum += busiest;
-    exposed_sum += std::max(0.0, step_s - busiest);
+    optimizer_sum += optimizer;
+    // A PyTorch trace's optimizer runs after backward and the groups, on no communication's path: the step's own work,
+    // as its computation is. terse's trainer updates on the communication side, where an update is part of what the
+    // exchange leaves exposed.
+    exposed_sum += std::max(0.0, step_s - (updates_after_backward ? serial : busiest));
     comm_sum += step_comm;
     sent_sum += step_sent;
   }
@@ -885,6 +893,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   result.mean_step_s = std::accumulate(result.step_s.begin(), result.step_s.end(), 0.0) / k;
   result.median_step_s = median(result.step_s);
   result.compute_s = compute_sum / k;
+  result.optimizer_s = optimizer_sum / k;
   result.exposed_comm_s = exposed_sum / k;
   result.comm_s = comm_sum / k;
   result.bytes_per_worker = sent_sum / k;

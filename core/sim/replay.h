@@ -109,8 +109,11 @@ struct ReplayResult {
   std::vector<double> step_s;  // each replayed step's time (end of its last update minus the previous step's)
   double mean_step_s = 0;
   double median_step_s = 0;
-  double compute_s = 0;                  // per step: the busiest worker's compute (segments), mean over steps
-  double exposed_comm_s = 0;             // per step: step time minus that compute, mean over steps
+  double compute_s = 0;    // per step: the busiest worker's compute (segments), mean over steps
+  double optimizer_s = 0;  // per step: the busiest worker's updates (recorded, scaled), mean over steps
+  // Per step, mean over steps: step time minus that compute; for a PyTorch trace as recorded minus the busiest
+  // worker's compute and updates (its optimizer step runs after backward, on no communication's path).
+  double exposed_comm_s = 0;
   double comm_s = 0;                     // per step: collectives' network time, mean over steps
   double bytes_per_worker = 0;           // per step: bytes a worker sends, mean over workers and steps
   std::vector<LinkClassUse> links;       // by class name

@@ -194,6 +194,10 @@ TEST(Replay, APyTorchLocalSgdTraceRunsEachOptimizerStepAfterItsComputationAndAve
   const ReplayResult torch = replayTrace({t}, mesh(2, 1 * kGbps, 0));
   for (int s = 0; s < 3; ++s) expectRel(torch.step_s.at(s), compute + 0.004);
   expectRel(torch.step_s.at(3), compute + c + 0.004);
+  // The optimizer is the script's own work, not an exchange's: only the averaging's allreduce is exposed.
+  expectRel(torch.optimizer_s, 0.004);
+  expectRel(torch.exposed_comm_s, c / 4);
+  expectRel(native.optimizer_s, 0.004);
 }
 
 TEST(Replay, PriorityOrderLetsTheNextForwardStartEarlier) {
