@@ -682,7 +682,8 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
     for (std::size_t r = 0; r < nr; ++r) checkReorderable(ranks[r], "the trace of rank " + std::to_string(r));
   // A PyTorch trace as recorded: DDP's optimizer step, after backward returns. Re-ordered, the updates follow their
   // tensors' last groups (a per-parameter optimizer, as ByteScheduler's PyTorch plugin runs one).
-  const bool updates_after_backward = h.source == "pytorch" && !reorder;
+  const bool pytorch = h.source == "pytorch";
+  const bool updates_after_backward = pytorch && !reorder;
   // Each tensor's layer, for the priority order (the front-most layer's group goes first).
   std::vector<int> layer_of(nt, 0);
   for (const auto& t : h.tensors) layer_of[t.id] = t.layer;
@@ -852,13 +853,16 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
     // script's optimizer step, one tensor after the other once backward has returned and the step's groups are done
     // (a local SGD step, which exchanges nothing, is its computation and then its whole optimizer step), and the next
     // forward begins when optimizer.step() has returned: every tensor counts as updated at its end.
+    // Re-issued (a per-parameter optimizer), the tensors a group released are updated as it lands, and those no group
+    // carried still one after the other once backward has returned: there is nothing to re-order in a local step.
     for (std::size_t b = 0; b < nb; ++b) {
       const train::TraceStep& st = ranks[behaviours[b].rank].steps[si];
-      if (updates_after_backward) {
+      if (pytorch) {
         double t = std::max(compute_free[b], groups.empty() ? 0.0 : comm_free[b]);
         for (const auto& u : st.updates)
-          if (last_group[u.tensor] < 0) t += u.dur_s * scale;
-        for (double& u : updated[b]) u = std::max(u, t);
+          if (last_group[u.tensor] < 0) updated[b][u.tensor] = t += u.dur_s * scale;
+        if (updates_after_backward)
+          for (double& u : updated[b]) u = std::max(u, t);
         continue;
       }
       std::vector<double> udur(nt, 0);

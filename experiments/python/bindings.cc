@@ -225,6 +225,7 @@ PYBIND11_MODULE(_terse, m) {
           },
           py::arg("index"), py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"), py::arg("members"),
           py::arg("is_last"), py::arg("issued") = 0.0, py::arg("traced") = std::vector<std::pair<uint64_t, uint64_t>>{})
+      .def("trace_gather", &DdpAggregator::traceGather, py::arg("bytes"), py::arg("start"), py::arg("end"))
       .def(
           "average_dense",
           [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel) {

@@ -308,6 +308,24 @@ void DdpAggregator::averageDense(int bucket_index, uintptr_t data, uint64_t nume
   hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+void DdpAggregator::traceGather(uint64_t bytes, double start, double end) {
+  const std::lock_guard lock(mutex_);
+  if (trace_ == nullptr) return;
+  const std::vector<uint64_t> blocks(static_cast<std::size_t>(comm_->size()), bytes);
+  PhaseCollective gather;
+  gather.op = "allgatherv";
+  gather.algorithm = comm_->allgatherAlgorithmRun(bytes * blocks.size());
+  gather.dtype = DType::kU8;
+  gather.bytes = bytes;
+  gather.rank_bytes = blocks;
+  gather.start = steadyPoint(start);
+  gather.end = steadyPoint(std::max(start, end));
+  train::TracedGroupPhases phases;
+  phases.add("allgatherv", gather.start, gather.end, std::span(&gather, 1));
+  phases.group.seq = trace_seq_++;
+  trace_->recorder().group(trace_->openStep(), std::move(phases.group), gather.start, phases.spans);
+}
+
 void DdpAggregator::checkDtype(DType dtype) const {
   (void)instance_->caps(dtype);  // the plugin's own refusal, as a pipeline of this dtype gets it (plugin_codec.h)
 }

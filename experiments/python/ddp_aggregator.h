@@ -151,6 +151,11 @@ class DdpAggregator {
   // counting a step. terse.torch.LocalSGD's BatchNorm statistics, which are state, not a change to compress. With a
   // trace attached, a group of the open step with no tensors: the allreduce, then the division as its decompress.
   void averageDense(int bucket_index, uintptr_t data, uint64_t numel);
+  // With a trace attached, records an all-gather of `bytes` a rank that the caller ran through torch.distributed
+  // itself from `start` to `end` (steadySeconds) as a group of the open step with no tensors, so that a replay prices
+  // it at its world size and has the workers meet there (terse.torch.LocalSGD's finiteness check before each
+  // averaging, where the replicas that drifted apart wait for each other). Nothing without a trace.
+  void traceGather(uint64_t bytes, double start, double end);
   // The same, recorded as a group of the attached trace (see the top of this file): `issued` is when the hook was
   // called (steadySeconds), `traced` the bucket's parameters (tensor id, elements) in DDP's order.
   void aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,

@@ -8,19 +8,24 @@
 //             is a layer of the trace and its parameters are that layer's tensors.
 //             backward: one segment per DDP bucket, from the previous bucket's hand-over (or the start of backward) to
 //             this one's, its `ready` tensors the bucket's parameters -- DDP hands a bucket over once all of its
-//             gradients are in, which is what a replay needs.
+//             gradients are in, which is what a replay needs. A local SGD step's (terse.torch.LocalSGD, whose hook
+//             hands DDP its buckets back) make no tensor ready: nothing is exchanged after them.
 //   groups    one per bucket, in DDP's hand-over order (the same on every rank), its phases as the aggregation
 //             engine ran them (core/train/trace_group.h): compress, the collectives through torch.distributed
-//             (algorithm "torch:<backend>"), decompress.
+//             (algorithm "torch:<backend>"), decompress. Under LocalSGD, a step that averaged holds the averaging's
+//             groups instead, issued after its optimizer step: the finiteness check's all-gather and the buffers'
+//             allreduce (groups of no tensor), and the deltas' (one per dtype, its tensors the parameters).
 //   updates   torch's optimizer step is the training script's, after backward returns: the hook sees only the time
-//             from the end of backward (its last bucket done) to the next forward (or the next ResultsLogger.record):
-//             optimizer.step(), zero_grad() and the data loader together. It is recorded as one update per tensor,
-//             one after the other, each its share of that time by elements; a replay runs a PyTorch trace's updates
-//             after the step's last group, as the script does (core/sim/replay.h).
+//             from the end of backward (its last bucket done) to the next forward (or the next ResultsLogger.record),
+//             less the groups of an averaging in between: optimizer.step(), zero_grad() and the data loader together.
+//             It is recorded as one update per tensor, one after the other, each its share of that time by elements;
+//             a replay runs a PyTorch trace's updates after the step's last group, as the script does
+//             (core/sim/replay.h).
 //
 // Times come from Python as seconds of the steady clock (monotonic(), the clock the engine stamps its phases with),
-// so every event of a step is on one time line. Steps are the aggregator's: one per backward pass, ending with the
-// bucket DDP marks last.
+// so every event of a step is on one time line. Steps are the tracer's: one per backward pass that reached the hook,
+// ending with the bucket DDP marks last; the aggregator records each group into the step open at the time
+// (openStep).
 #pragma once
 
 #include <atomic>

@@ -21,7 +21,9 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              buckets as groups, the local steps computation and optimizer only, each averaging a group of the deltas
              (every parameter) and one of the statistics' allreduce, after the step's backward, their time outside
              the optimizer's; terse whatif replays the folder at 2 workers within 15% of the recorded step times and
-             at 256 workers on 100 Mbps slows the averaging steps alone; a traced LocalSGD whose backward never
+             at 256 workers on 100 Mbps slows the averaging steps alone; replicas that drift apart (rank 1 10 ms
+             slower a step) replay within 10% of the run's wall time; an evaluation of the inner model ends the
+             step (its time is no optimizer's); a traced LocalSGD whose backward never
              reaches the hook (no local_sgd_hook) is refused at its first step
   refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, error feedback and a
              stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
@@ -459,11 +461,41 @@ def trace(rank, root):
             sgd_step(ddp, opt, s, rank)
             local.step()
             time.sleep(0.002)  # the rest of a script's step (its data loader): an optimizer gap worth measuring
+            if s == 5:
+                # An evaluation of the inner model (not through the wrapper the state traces) ends the step: the
+                # 50 ms after it are no step's.
+                with torch.no_grad():
+                    model.eval()
+                    model(batch(s, rank)[0])
+                    model.train()
+                time.sleep(0.05)
         log.record(test_accuracy=0.5)
         log.finish()
         finals[traced] = [p.detach().clone() for p in model.parameters()] + [model.bn.running_mean.clone()]
     for a, b in zip(finals[False], finals[True]):
         check(torch.equal(a, b), "rank %d: tracing changed the model by up to %g" % (rank, (a - b).abs().max()))
+    # Replicas that drift apart: rank 1's forward takes 10 ms more, so rank 0 waits for it at each averaging's first
+    # collective; the wall time of the run, for check_trace.
+    model = mlp()
+    if rank == 1:
+        model.register_forward_pre_hook(lambda m, inputs: time.sleep(0.01))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=ddp, overlap=False, step_trace=True),
+                                 ddp, period=4)
+    ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
+    log = terse.torch.ResultsLogger(root, study="traced", variant="skewed", state=local)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    dist.barrier()
+    start = time.perf_counter()
+    for s in range(12):
+        sgd_step(ddp, opt, s, rank)
+        local.step()
+    wall = time.perf_counter() - start
+    log.record(test_accuracy=0.5)
+    log.finish()
+    if rank == 0:
+        with open(os.path.join(root, "wall"), "w") as f:
+            f.write(repr(wall))
     # Without local_sgd_hook (the module trained without DDP), no backward reaches the trace: refused at once.
     model = mlp()
     local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=model, step_trace=True), model, period=2)
@@ -493,6 +525,8 @@ def check_trace(root, terse_bin):
             check(len(bwd) == (1 if s == 0 else buckets), "step %d: %d backward segments, %d buckets"
                   % (s, len(bwd), buckets))
             check(sorted(u["tensor"] for u in st["updates"]) == list(range(len(numel))), "step %d: updates" % s)
+            check(sum(u["dur_s"] for u in st["updates"]) < 0.03, "step %d: the optimizer took %.4f s" % (
+                s, sum(u["dur_s"] for u in st["updates"])))
             groups = st["groups"]
             if s < 2:  # DDP's buckets through the state's compressor
                 check(ready == list(range(len(numel))) and len(groups) == len(bwd),
@@ -502,8 +536,11 @@ def check_trace(root, terse_bin):
             if s not in averaging:
                 check(groups == [], "local step %d ran %d groups" % (s, len(groups)))
                 continue
-            check(len(groups) == 2, "averaging step %d: %d groups" % (s, len(groups)))
-            deltas, stats = groups
+            check(len(groups) == 3, "averaging step %d: %d groups" % (s, len(groups)))
+            finite, deltas, stats = groups
+            coll = [p for p in finite["phases"] if p["kind"] == "collective"]
+            check(finite["chunks"] == [] and len(coll) == 1 and coll[0]["op"] == "allgatherv"
+                  and coll[0]["rank_bytes"] == [4, 4], "the finiteness check's group %s" % finite)
             check(sorted(t for t, _ in deltas["chunks"]) == list(range(len(numel))), "the deltas' group carries %s"
                   % deltas["chunks"])
             ops = [p["op"] for p in deltas["phases"] if p["kind"] == "collective"]
@@ -513,7 +550,8 @@ def check_trace(root, terse_bin):
             check(stats["chunks"] == [] and len(coll) == 1 and coll[0]["op"] == "allreduce"
                   and coll[0]["bytes"] == 48 * 4 and coll[0]["dtype"] == "f32", "the statistics' group %s" % stats)
             end = max(c["start_s"] + c["dur_s"] for c in bwd)
-            check(deltas["issue_s"] >= end - 1e-6 and stats["issue_s"] >= deltas["issue_s"],
+            check(finite["issue_s"] >= end - 1e-6 and deltas["issue_s"] >= finite["issue_s"]
+                  and stats["issue_s"] >= deltas["issue_s"],
                   "step %d: the averaging was issued before backward ended" % s)
             spans = sum(p["dur_s"] for g in groups for p in g["phases"])
             optimizer = sum(u["dur_s"] for u in st["updates"])
@@ -555,8 +593,18 @@ def check_trace(root, terse_bin):
         else:
             check(abs(slow[s] - same[s]) < 1e-9, "local step %d: %.4f s at 256 workers, %.4f at 2"
                   % (s, slow[s], same[s]))
-    print("trace: %d buckets; local steps %.2f ms, averaging steps %.2f ms as run, %.2f ms at 256 workers" % (
-        buckets, 1e3 * same[2], 1e3 * same[4], 1e3 * slow[4]))
+    # The drifting replicas: the replay at their world on a free network takes about the run's wall time. Rank 0's
+    # wait for rank 1 is a collective's, which the replay times anew, not its optimizer's (counted, it added a fifth).
+    skewed = os.path.join(root, "traced", "skewed")
+    out = subprocess.run([terse_bin, "whatif", skewed, "--workers", "2", "--bandwidth", "100Gbps", "--latency", "1us",
+                          "--json", "-"], check=True, capture_output=True, text=True).stdout
+    replayed = sum(json.loads(out[out.index("\n{") + 1:])["step_s"])
+    wall = float(open(os.path.join(root, "wall")).read())
+    check(abs(replayed - wall) <= 0.1 * wall, "drifting replicas: the run took %.4f s, replayed %.4f s"
+          % (wall, replayed))
+    print("trace: %d buckets; local steps %.2f ms, averaging steps %.2f ms as run, %.2f ms at 256 workers; drifting "
+          "replicas ran %.1f ms, replayed %.1f" % (buckets, 1e3 * same[2], 1e3 * same[4], 1e3 * slow[4], 1e3 * wall,
+                                                   1e3 * replayed))
 
 
 def main():

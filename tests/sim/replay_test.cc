@@ -198,6 +198,16 @@ TEST(Replay, APyTorchLocalSgdTraceRunsEachOptimizerStepAfterItsComputationAndAve
   expectRel(torch.optimizer_s, 0.004);
   expectRel(torch.exposed_comm_s, c / 4);
   expectRel(native.optimizer_s, 0.004);
+  // Re-issued by a scheduler, a local step has nothing to re-order: the same updates, one tensor after the other
+  // (not side by side). The per-parameter optimizer a re-issue assumes lets the next forward of layer 0 start once
+  // its own tensor is updated, so layer 1's update hides under it from the second step on.
+  ReplayOptions o = mesh(2, 1 * kGbps, 0);
+  for (const auto order : {ReplayOptions::Order::kFifo, ReplayOptions::Order::kPriority}) {
+    o.order = order;
+    const ReplayResult r = replayTrace({t}, o);
+    expectRel(r.step_s.at(0), compute + 0.004);
+    for (int s = 1; s < 3; ++s) expectRel(r.step_s.at(s), compute + 0.002);
+  }
 }
 
 TEST(Replay, PriorityOrderLetsTheNextForwardStartEarlier) {

@@ -50,10 +50,11 @@ of the gradient steps would be added to the deltas. Also refused: a SyncBatchNor
 
 Step traces: with a state built with step_trace=True, a local step is recorded as its computation (forward, backward
 as DDP hands over each bucket, with no tensor made ready for a group) and its optimizer step; an averaging's groups
-(the deltas', one per dtype, and the buffers' allreduce) are groups of the step that averaged, issued after its
-optimizer step, so `terse whatif` replays the run at N workers as it ran: each averaging's collectives priced at N,
-the local steps as recorded. The averaging's own work beside its groups (the deltas, the finiteness check's small
-collective, the outer step) is counted as that step's optimizer time, unscaled with N.
+(the finiteness check's all-gather, the deltas', one per dtype, and the buffers' allreduce) are groups of the step
+that averaged, issued after its optimizer step, so `terse whatif` replays the run at N workers as it ran: each
+averaging's collectives priced at N, the workers meeting at its first, the local steps as recorded. The averaging's
+host work beside its groups (the deltas, the outer step) is counted as that step's optimizer time; the check of the
+replicas when the local steps begin is left out.
 """
 
 import hashlib
@@ -310,9 +311,11 @@ class LocalSGD:
         h = hashlib.sha256()
         for g in self._groups:
             h.update(g.anchor.detach().cpu().view(torch.uint8).numpy())
-        self._compare("the replicas differ when local SGD starts (after %d steps)" % self.steps, h.hexdigest()[:16],
-                      "build every rank's model from one seed, or wrap it in DistributedDataParallel, which broadcasts "
-                      "rank 0's parameters", self._groups[0].anchor.device)
+        with self.compression._aside():  # a check once a run, not a training step's work
+            self._compare("the replicas differ when local SGD starts (after %d steps)" % self.steps,
+                          h.hexdigest()[:16], "build every rank's model from one seed, or wrap it in "
+                          "DistributedDataParallel, which broadcasts rank 0's parameters",
+                          self._groups[0].anchor.device)
         if self._ddp is not None:
             self._ddp.broadcast_buffers = False  # the local steps send nothing; _average_buffers keeps them one
 
@@ -328,8 +331,16 @@ class LocalSGD:
             device = self._groups[0].delta.device
             if torch.distributed.get_backend(group) != "nccl":
                 device = torch.device("cpu")
+            state = self.compression
+            start = _terse.monotonic()
             flags = [int(t.item()) for t in _all_gather_held(torch.tensor([bad], dtype=torch.int32, device=device),
                                                               world, group)]
+            if state._tracer is not None:
+                # Where replicas that drifted apart between averagings meet: a group of its own in the step trace, so
+                # that a replay has its workers wait for each other here rather than in the optimizer's time.
+                end = _terse.monotonic()
+                state._agg.trace_gather(4, start, end)
+                state._tracer.aside(end - start)
         else:
             flags = [bad]
         ranks = [r for r, f in enumerate(flags) if f]

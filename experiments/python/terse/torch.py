@@ -790,6 +790,17 @@ class CompressionState:
         else:
             self._agg.aggregate(index, buf.data_ptr(), buf.numel(), str(buf.dtype), members, is_last)
 
+    @contextlib.contextmanager
+    def _aside(self):
+        """A block of collectives that is no training step's work (a check of the replicas): the step trace leaves its
+        time out of the open step's optimizer time, where it would hold the wait for a slower rank."""
+        start = _terse.monotonic()
+        try:
+            yield
+        finally:
+            if self._tracer is not None:
+                self._tracer.aside(_terse.monotonic() - start)
+
     def _aggregate_owned(self, index, buf, members, is_last):
         """Averages a flat buffer of the caller's own across the ranks, inside the call, as overlap=False aggregates a
         bucket: terse.torch.LocalSGD's parameter deltas. `members` lists (tensor id, offset, shape) as _read_bucket
@@ -1553,16 +1564,26 @@ class _StepTracer:
         self._order = {}  # owner index -> layer, from the first traced forward
         self._handles = [module.register_forward_pre_hook(self._forward_start),
                          module.register_forward_hook(self._forward_end)]
+        self._wrapped = False  # inside the DDP wrapper's forward (the hooks above), which runs the inner module's
+        if inner is not module:
+            # A script that evaluates the inner model, not the wrapper (terse's driver with find_unused_parameters):
+            # that forward ends the open step too, or the evaluation would count as its optimizer time.
+            self._handles.append(inner.register_forward_pre_hook(self._inner_start))
         for i, owner in enumerate(self._owners):
             self._handles.append(owner.register_forward_hook(lambda m, inputs, output, i=i: self._owner_done(i)))
         self._forward = None  # the training forward in progress or last done: start, marks [(owner, t)], end, backward
-        self._step = 0        # the next step to begin (the aggregator's count of backward passes)
+        self._step = 0        # the next step to begin: backward passes that reached the hook (a local step's too)
         self._open = None     # the step begun and not yet closed: step, start, last (hand-over), done, ended
 
     # ---- forward (module hooks)
 
+    def _inner_start(self, module, inputs):
+        if not self._wrapped:
+            self.close_step(_terse.monotonic())
+
     def _forward_start(self, module, inputs):
         now = _terse.monotonic()
+        self._wrapped = True
         self.close_step(now)
         if not (torch.is_grad_enabled() and module.training):
             self._forward = None  # an evaluation's forward is not a training step's
@@ -1576,6 +1597,7 @@ class _StepTracer:
             f["marks"].append((owner, _terse.monotonic()))
 
     def _forward_end(self, module, inputs, output):
+        self._wrapped = False
         f = self._forward
         if f is None or f["end"] is not None:
             return

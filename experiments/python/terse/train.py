@@ -30,6 +30,7 @@ of steps (the smallest shard's, cut at max_steps_per_epoch), since DDP needs eve
 """
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import importlib.util
@@ -695,15 +696,17 @@ def epoch_order(spec, own, rank, world, epoch, generator):
     return own[torch.randperm(len(own), generator=generator)]
 
 
-def replicas_agree(params, world, device):
+def replicas_agree(params, world, device, state=None):
     """Whether every rank's `params` (those local SGD averages) are bit for bit rank 0's (one all_gather of a
-    checksum): local SGD's evaluation points check it, as the native runner does."""
+    checksum): local SGD's evaluation points check it, as the native runner does. With `state` (the run's
+    CompressionState), its step trace leaves the check out of the step's time."""
     h = hashlib.sha256()
     for p in params:
         h.update(p.detach().reshape(-1).cpu().contiguous().view(torch.uint8).numpy())
     mine = torch.tensor([int.from_bytes(h.digest()[:8], "little", signed=True)], dtype=torch.int64, device=device)
     every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine)
+    with state._aside() if state is not None else contextlib.nullcontext():
+        dist.all_gather(every, mine)
     terse.torch._keep_past_gloo(mine, *every)
     return all(int(t.item()) == int(mine.item()) for t in every)
 
@@ -943,7 +946,8 @@ def train_rank(rank, world, spec, store_path):
                 if local is not None:
                     local.step(average=bool(evaluates))  # every rank evaluates the one averaged model
                 if evaluates:
-                    if local is not None and local.local and not replicas_agree(local.parameters, world, device):
+                    if local is not None and local.local and not replicas_agree(local.parameters, world, device,
+                                                                                state):
                         raise terse.InternalError("local SGD: the replicas differ at step %d, an evaluation point, "
                                                   "where they were averaged" % step)
                     accuracy, test_loss = evaluate(model, test, prepare, device, loss_fn)
