@@ -13,6 +13,7 @@
 #include "core/common/device_memory.h"
 #include "core/common/error.h"
 #include "core/common/fnv.h"
+#include "core/train/local_sgd_schedule.h"
 #include "core/train/param_info.h"
 
 namespace terse::train {
@@ -116,7 +117,13 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                 "local SGD (period " << local.period << ") runs host workloads with dense tensors; workload '"
                                      << workload.name() << "' "
                                      << (device ? "computes on a CUDA device" : "has row-sparse tensors"));
+    TERSE_CHECK(std::isfinite(local.qsr_alpha) && local.qsr_alpha >= 0, InvalidArgument,
+                "local SGD: qsr_alpha must be finite and >= 0, got " << local.qsr_alpha);
     updater_.setOuterOptimizer(local.outer_lr, local.outer_momentum, local.outer_nesterov);
+    scheduled_.assign(static_cast<std::size_t>(totalSteps()) + 1, 0);
+    for (const int64_t done : scheduledAveragings(local.period, local.start_step, local.qsr_alpha, totalSteps(),
+                                                  [this](int64_t step) { return learningRate(lr_, step); }))
+      scheduled_[static_cast<std::size_t>(done)] = 1;
     // The averaging feeds every tensor layer by layer: each must belong to one layer.
     std::size_t in_layers = 0;
     for (int l = 0; l < workload.numLayers(); ++l) in_layers += workload.layerTensors(l).size();
@@ -144,8 +151,8 @@ bool SyncTrainer::averagingStep(int64_t step) const noexcept {
   if (!localStep(step)) return false;
   const LocalSgdOptions& l = options_.local_sgd;
   const int64_t done = step + 1;
-  return (done - l.start_step) % l.period == 0 || done == totalSteps() ||
-         (l.every_steps > 0 && done % l.every_steps == 0) || (l.per_epoch && done % steps_per_epoch_ == 0);
+  return onSchedule(done) || done == totalSteps() || (l.every_steps > 0 && done % l.every_steps == 0) ||
+         (l.per_epoch && done % steps_per_epoch_ == 0);
 }
 
 SyncTrainer::~SyncTrainer() {

@@ -96,8 +96,9 @@
 //     its momentum step on mean(delta): DiLoCo, SlowMo). With a lossy compressor and error feedback
 //     this is Qsparse-local-SGD (Basu et al. 2019); the residual is in parameter units, which is why a phase of
 //     gradient steps before (start_step > 0) does not combine with a stateful codec (the config refuses it).
-// A step averages when (step + 1 - start_step) is a multiple of period, at the last step, and after the steps that
-// end at averaging_points (the runner's evaluation points, where it compares the replicas). The next step's forward
+// A step averages when (step + 1 - start_step) is a multiple of period (with qsr_alpha, at the ends of the quadratic
+// synchronization rule's rounds: local_sgd_schedule.h), at the last step, and after the steps that end at
+// averaging_points (the runner's evaluation points, where it compares the replicas). The next step's forward
 // waits at the layer gates for the averaging, as for a gradient step's update, so its communication overlaps that
 // forward only. The local update and the deltas are the worker's compute (compute_s); the averaged update is the
 // communication thread's. Host workloads, dense tensors. In a step trace a local step is compute alone (its local
@@ -146,6 +147,9 @@ struct LocalSgdOptions {
   double outer_lr = 1;
   double outer_momentum = 0;
   bool outer_nesterov = false;
+  // > 0: the quadratic synchronization rule's alpha (local_sgd_schedule.h): rounds of max(period, floor((alpha /
+  // lr)^2)) steps, lr the rate of the step before each round. 0: every `period` steps. Finite, >= 0.
+  double qsr_alpha = 0;
 };
 
 struct SyncTrainerOptions {
@@ -259,6 +263,11 @@ class SyncTrainer {
   SyncTrainer& operator=(const SyncTrainer&) = delete;
 
   int64_t stepsPerEpoch() const noexcept { return steps_per_epoch_; }
+  // Local SGD: whether the schedule (period, or the quadratic synchronization rule's rounds) averages after `done`
+  // steps; the forced averagings at the evaluation points and the last step aside.
+  bool onSchedule(int64_t done) const noexcept {
+    return done >= 0 && done < static_cast<int64_t>(scheduled_.size()) && scheduled_[static_cast<std::size_t>(done)];
+  }
   int64_t totalSteps() const noexcept { return steps_per_epoch_ * options_.epochs; }
   // Local SGD: whether step `step` (0-based) applies its own gradient, and whether it averages the models after.
   bool localStep(int64_t step) const noexcept;
@@ -315,8 +324,9 @@ class SyncTrainer {
   int64_t next_step_ = 0;
   std::vector<std::vector<int64_t>> epoch_batches_;  // the current epoch's batches
   TrainerTotals totals_;
-  int64_t handed_step_ = -1;   // the last step whose forwardBackward returned (all its tensors fed)
-  int64_t drained_step_ = -1;  // the last step drain() has waited for
+  int64_t handed_step_ = -1;     // the last step whose forwardBackward returned (all its tensors fed)
+  std::vector<char> scheduled_;  // local SGD: by steps done, whether the schedule averages there (0..totalSteps())
+  int64_t drained_step_ = -1;    // the last step drain() has waited for
   // The communication counters as last added to totals_ (at the end of step() or in drain()): each step and drain adds
   // what finished since, so time that finishes between steps -- a drain's wait, a non-gating workload's wait before
   // its pass -- still counts once.

@@ -526,6 +526,12 @@ constexpr Field kLocalSgd[] = {
     {.name = "outer_nesterov",
      .def = value("false"),
      .doc = "Nesterov's form of the outer momentum (DiLoCo's outer optimizer); needs outer_momentum > 0."},
+    {.name = "qsr_alpha",
+     .def = value("0"),
+     .rule = free("finite, >= 0; not over a warm-up (rule `local-sgd`)"),
+     .doc = "The quadratic synchronization rule (Gu et al., ICLR 2024): rounds of max(period, floor((qsr_alpha / "
+            "lr)^2)) steps, lr the rate before each round, so the period grows as the rate decays; 0 = every "
+            "`period` steps."},
 };
 
 constexpr Field kScheduler[] = {
@@ -1155,10 +1161,13 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
     c.fail("local_sgd.outer_momentum") << " must be in [0, 1), got " << l.outer_momentum();
   if (l.outer_nesterov() && l.outer_momentum() == 0)
     c.fail("local_sgd.outer_nesterov") << " needs local_sgd.outer_momentum > 0 (Nesterov's form of a momentum)";
+  if (!(std::isfinite(l.qsr_alpha()) && l.qsr_alpha() >= 0))
+    c.fail("local_sgd.qsr_alpha") << " must be finite and >= 0, got " << l.qsr_alpha();
   if (l.period() == 0) {
     for (const auto& [field, set] :
          {std::pair{"start_step", l.start_step() > 0}, std::pair{"outer_lr", l.outer_lr() != 1},
-          std::pair{"outer_momentum", l.outer_momentum() != 0}, std::pair{"outer_nesterov", l.outer_nesterov()}}) {
+          std::pair{"outer_momentum", l.outer_momentum() != 0}, std::pair{"outer_nesterov", l.outer_nesterov()},
+          std::pair{"qsr_alpha", l.qsr_alpha() != 0}}) {
       if (set)
         c.fail(std::string("local_sgd.") + field)
             << " with period 0: local SGD is off; set local_sgd.period or leave " << field << " unset";
@@ -1166,6 +1175,19 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
     return;
   }
   const std::string what = "local_sgd.period " + std::to_string(l.period());
+  // A warm-up's rates rise from near 0, where the rule asks for the longest rounds: the paper's runs begin their local
+  // steps after it (post-local SGD), and so must these.
+  if (l.qsr_alpha() > 0 && e.optimizer().warmup_epochs() > 0)
+    c.fail("local_sgd.qsr_alpha") << " " << l.qsr_alpha() << " with optimizer.warmup_epochs "
+                                  << e.optimizer().warmup_epochs()
+                                  << ": the warm-up's small rates would ask for the longest rounds first; give the "
+                                     "warm-up as optimizer.warmup_steps and set local_sgd.start_step to at least it";
+  if (l.qsr_alpha() > 0 && l.start_step() < e.optimizer().warmup_steps())
+    c.fail("local_sgd.qsr_alpha") << " " << l.qsr_alpha() << " with local_sgd.start_step " << l.start_step()
+                                  << " inside optimizer.warmup_steps " << e.optimizer().warmup_steps()
+                                  << ": the warm-up's small rates would ask for the longest rounds first; set "
+                                     "local_sgd.start_step to at least "
+                                  << e.optimizer().warmup_steps() << " (post-local SGD)";
   if (e.mode() != Experiment::SYNC)
     c.fail("local_sgd.period") << " " << l.period() << " in mode " << Experiment::Mode_Name(e.mode())
                                << ": local SGD averages synchronous replicas (mode SYNC)";
@@ -1332,12 +1354,13 @@ constexpr CrossRule kRules[] = {
      "torchvision models on Fashion-MNIST); an alpha or a partition seed with partition unset",
      &dataPartition},
     {"local-sgd",
-     "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, mode, transport, sparse_gradients, "
-     "error_feedback, momentum_correction.factor",
-     "local SGD outside mode SYNC, on NCCL, with sparse_gradients or momentum "
-     "correction; start_step or an outer optimizer without a period; outer_lr outside (0, 100], outer_momentum "
-     "outside [0, 1), outer_nesterov without momentum; a compressor with CUSTOM aggregation; start_step > 0 with "
-     "error feedback or a stateful compressor (rule `plugins`)",
+     "local_sgd.period, start_step, outer_lr, outer_momentum, outer_nesterov, qsr_alpha, mode, transport, "
+     "sparse_gradients, error_feedback, momentum_correction.factor, optimizer.warmup_steps, warmup_epochs",
+     "local SGD outside mode SYNC, on NCCL, with sparse_gradients or momentum correction; start_step, an outer "
+     "optimizer or qsr_alpha without a period; outer_lr outside (0, 100], outer_momentum outside [0, 1), "
+     "outer_nesterov without momentum; qsr_alpha negative or not finite, or with start_step inside the warm-up or "
+     "with warmup_epochs; a compressor with CUSTOM aggregation; start_step > 0 with error feedback or a stateful "
+     "compressor (rule `plugins`)",
      &localSgd},
     {"momentum-correction", "momentum_correction.factor, optimizer.momentum, optimizer.kind",
      "a factor outside [0, 1) (the codec's check), or beside optimizer momentum or kind ADAM, ADAMW",

@@ -8,6 +8,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -18,6 +19,7 @@
 #include "core/common/error.h"
 #include "core/common/user_message.h"
 #include "core/common/watchdog.h"
+#include "core/train/local_sgd_schedule.h"
 #include "experiments/python/ddp_aggregator.h"
 #include "experiments/python/hook_results.h"
 #include "experiments/python/recipe.h"
@@ -44,6 +46,15 @@ DType dtypeFromTorch(const std::string& name) {
   TERSE_CHECK(d.has_value(), Unsupported,
               "terse.torch: gradients of " << name << " cannot be averaged (float32, float64, float16, bfloat16)");
   return *d;
+}
+
+// The native run's local SGD schedule for this recipe (SyncTrainer's: rounds from start_step at the rate of the step
+// before each, terse.Recipe's learning rate being the trainer's).
+std::vector<int64_t> localSgdSchedule(Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
+  const auto& l = r.experiment().local_sgd();
+  if (l.period() <= 0) return {};
+  return train::scheduledAveragings(l.period(), l.start_step(), l.qsr_alpha(), total_steps,
+                                    [&](int64_t step) { return r.learningRate(step, world, steps_per_epoch); });
 }
 
 py::dict bytesDict(const ByteCounts& c) {
@@ -382,18 +393,19 @@ PYBIND11_MODULE(_terse, m) {
                       const std::string& variant, const std::string& description, const std::string& torch_version,
                       std::optional<uint64_t> repeat_seed, const StringPairs& code_hook,
                       const StringPairs& module_files, const py::object& local_sgd, const StringPairs& data_partition) {
-            // local_sgd: None, or (period, start_step, outer_lr, outer_momentum, outer_nesterov), checked by
-            // terse.torch.LocalSGD.
+            // local_sgd: None, or (period, start_step, outer_lr, outer_momentum, outer_nesterov, qsr_alpha), checked
+            // by terse.torch.LocalSGD.
             std::optional<experiments::LocalSgd> local;
             if (!local_sgd.is_none()) {
-              const auto [period, start, lr, momentum, nesterov] =
-                  local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool>>();
+              const auto [period, start, lr, momentum, nesterov, qsr] =
+                  local_sgd.cast<std::tuple<int64_t, int64_t, double, double, bool, double>>();
               local.emplace();
               local->set_period(period);
               local->set_start_step(start);
               local->set_outer_lr(lr);
               local->set_outer_momentum(momentum);
               local->set_outer_nesterov(nesterov);
+              if (qsr > 0) local->set_qsr_alpha(qsr);
             }
             return std::make_unique<HookResults>(aggregator, root, study, variant, description, torch_version,
                                                  repeat_seed, ScriptProvenance{code_hook, module_files, data_partition},
@@ -475,8 +487,15 @@ PYBIND11_MODULE(_terse, m) {
       // The native runner's warning (runner_detail.h) for a run of these many steps: "" when none.
       .def(
           "local_sgd_warning",
-          [](const Recipe& r, int64_t steps_per_epoch, int64_t total_steps) {
-            return runner::detail::localSgdEvaluationWarning(r.experiment(), steps_per_epoch, total_steps);
+          [](Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
+            const auto done = localSgdSchedule(r, steps_per_epoch, total_steps, world);
+            return runner::detail::localSgdEvaluationWarning(
+                r.experiment(), steps_per_epoch, total_steps,
+                [&](int64_t d) { return std::binary_search(done.begin(), done.end(), d); });
           },
-          py::arg("steps_per_epoch"), py::arg("total_steps"));
+          py::arg("steps_per_epoch"), py::arg("total_steps"), py::arg("world_size"))
+      // The step counts after which the native run's local SGD schedule averages (local_sgd_schedule.h), the forced
+      // averagings at the evaluation points and the last step aside: what terse.torch.LocalSGD must do alike.
+      .def("local_sgd_schedule", &localSgdSchedule, py::arg("steps_per_epoch"), py::arg("total_steps"),
+           py::arg("world_size"));
 }

@@ -130,6 +130,8 @@ def train(rank, s):
                           momentum=float(s.optimizer.get("momentum", 0.0)),
                           nesterov=bool(s.optimizer.get("nesterov", False)),
                           weight_decay=float(s.optimizer.get("weight_decay", 0.0)))
+    if local is not None:
+        local.optimizer = opt  # the quadratic synchronization rule reads the rate the loop sets each step
     per_epoch = recipe.steps_per_epoch(world)
     total = per_epoch * s.epochs
     step, loss_since, steps_since = 0, 0.0, 0

@@ -229,7 +229,9 @@ RunSummary Runner::runTcp(const Experiment& e) {
       detail::notePartition(prov, e, *model, topts.partition.get());
       writer->writeProvenance(prov);
     }
-    if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch(), trainer->totalSteps());
+    if (const std::string w =
+            detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch(), trainer->totalSteps(),
+                                              [&](int64_t done) { return trainer->onSchedule(done); });
         rank == 0 && !w.empty())
       std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     // ---- The run: the in-process ranks' code (rank_driver.h).

@@ -91,7 +91,8 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
                  .per_epoch = e.eval().per_epoch(),
                  .outer_lr = e.local_sgd().outer_lr(),
                  .outer_momentum = e.local_sgd().outer_momentum(),
-                 .outer_nesterov = e.local_sgd().outer_nesterov()};
+                 .outer_nesterov = e.local_sgd().outer_nesterov(),
+                 .qsr_alpha = e.local_sgd().qsr_alpha()};
   return o;
 }
 
@@ -135,35 +136,43 @@ void notePartition(results::Provenance& prov, const Experiment& e, std::span<con
   }
 }
 
-std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch, int64_t total_steps) {
+std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
+                                      const std::function<bool(int64_t)>& on_schedule) {
   const int64_t period = e.local_sgd().period();
   if (period == 0) return "";  // local SGD off
   const int64_t start = e.local_sgd().start_step();
   const int64_t every = e.eval().every_steps();
   const int64_t epoch = e.eval().per_epoch() ? steps_per_epoch : 0;
   // The evaluation points (SyncRankDriver::isEvalPoint) in the local phase and before the last step, which averages
-  // anyway, that are off the period's grid (SyncTrainer::averagingStep). Counted up to a bound: it is a warning.
+  // anyway, that are off the schedule (SyncTrainer::averagingStep). Counted up to a bound: it is a warning.
   constexpr int64_t kCounted = 10'000'000;
   int64_t extra = 0, first = 0, visited = 0;
   for (const int64_t each : {every, epoch}) {
     if (each <= 0) continue;
     for (int64_t done = each; done < total_steps && visited < kCounted; done += each, ++visited) {
       if (each == epoch && every > 0 && done % every == 0) continue;  // counted with every_steps
-      if (done <= start || (done - start) % period == 0) continue;
+      if (done <= start || on_schedule(done)) continue;
       ++extra;
       first = first == 0 ? done : std::min(first, done);
     }
   }
   if (extra == 0) return "";
-  const int64_t periodic = total_steps > start ? (total_steps - start) / period : 0;
-  return std::to_string(extra) + " evaluation point" + (extra == 1 ? "" : "s") +
-         " fall between the averagings of local_sgd.period " + std::to_string(period) + " (counted from start_step " +
-         std::to_string(start) + "), the first after step " + std::to_string(first) +
-         ": each averages the models too, with a shorter local phase before it (and, with an outer momentum, an outer "
-         "step), " +
-         std::to_string(extra) + " extra beside " + std::to_string(periodic) + " periodic averagings in " +
-         std::to_string(total_steps) + " steps; make eval.every_steps and the epoch (" +
-         std::to_string(steps_per_epoch) +
+  int64_t scheduled = 0;
+  for (int64_t done = start + 1; done <= total_steps && done - start <= kCounted; ++done)
+    scheduled += on_schedule(done);
+  const bool qsr = e.local_sgd().qsr_alpha() > 0;
+  std::string text = std::to_string(extra) + " evaluation point" + (extra == 1 ? "" : "s") + " fall between the " +
+                     (qsr ? "averagings of local_sgd's quadratic synchronization rule (rounds of at least period " +
+                                std::to_string(period) + " from start_step " + std::to_string(start) + ")"
+                          : "averagings of local_sgd.period " + std::to_string(period) + " (counted from start_step " +
+                                std::to_string(start) + ")") +
+                     ", the first after step " + std::to_string(first) +
+                     ": each averages the models too, with a shorter local phase before it (and, with an outer "
+                     "momentum, an outer step), " +
+                     std::to_string(extra) + " extra beside " + std::to_string(scheduled) +
+                     " scheduled averagings in " + std::to_string(total_steps) + " steps; ";
+  if (qsr) return text + "evaluate less often (eval.every_steps, eval.per_epoch) for the rule's rounds to hold";
+  return text + "make eval.every_steps and the epoch (" + std::to_string(steps_per_epoch) +
          " steps) multiples of the period, counted from start_step, for the period to hold";
 }
 
@@ -683,7 +692,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   notePartition(prov, e, *models[0], partition.get());
   writer.writeProvenance(prov);
 
-  if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch(), trainers[0]->totalSteps());
+  if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch(), trainers[0]->totalSteps(),
+                                                      [&](int64_t done) { return trainers[0]->onSchedule(done); });
       !w.empty())
     std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.

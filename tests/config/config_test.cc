@@ -885,6 +885,23 @@ TEST_F(ConfigTest, LocalSgdRules) {
   expectOne(kMinimal + "local_sgd { period: 4 outer_nesterov: true }\n",
             "local_sgd.outer_nesterov needs local_sgd.outer_momentum > 0");
   load(kMinimal + "local_sgd { period: 4 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true }\n");
+  // The quadratic synchronization rule: not negative, not without a period, not over a warm-up.
+  auto warmup = [&](const std::string& field) {
+    std::string text = kMinimal;
+    text.insert(text.find("  lr: 0.1\n"), "  " + field + "\n");
+    return text;
+  };
+  EXPECT_EQ(load(kMinimal + "local_sgd { period: 2 qsr_alpha: 0.2 }\n").experiments.at(0).local_sgd().qsr_alpha(), 0.2);
+  load(warmup("warmup_steps: 50") + "local_sgd { period: 2 qsr_alpha: 0.2 start_step: 50 }\n");
+  expectOne(kMinimal + "local_sgd { period: 2 qsr_alpha: -1 }\n", "local_sgd.qsr_alpha must be finite and >= 0");
+  expectOne(kMinimal + "local_sgd { qsr_alpha: 0.2 }\n",
+            "local_sgd.qsr_alpha with period 0: local SGD is off; set local_sgd.period or leave qsr_alpha unset");
+  expectOne(warmup("warmup_steps: 50") + "local_sgd { period: 2 qsr_alpha: 0.2 start_step: 49 }\n",
+            "local_sgd.qsr_alpha 0.2 with local_sgd.start_step 49 inside optimizer.warmup_steps 50: the warm-up's "
+            "small rates would ask for the longest rounds first; set local_sgd.start_step to at least 50");
+  expectOne(warmup("warmup_epochs: 1") + "local_sgd { period: 2 qsr_alpha: 0.2 start_step: 49 }\n",
+            "local_sgd.qsr_alpha 0.2 with optimizer.warmup_epochs 1: the warm-up's small rates would ask for the "
+            "longest rounds first; give the warm-up as optimizer.warmup_steps");
   // A step trace records the local steps as compute and the averagings as groups (`terse whatif` replays them).
   EXPECT_TRUE(load(kMinimal + "local_sgd { period: 4 }\nstep_trace: true\n").experiments.at(0).step_trace());
   expectOne(kMinimal + "local_sgd { period: 4 start_step: 10 }\nerror_feedback: true\n",

@@ -1464,7 +1464,7 @@ def accuracy(out):
         return json.loads(lines[-1])
 
     # Top-k + EF + DGC through the hook; local SGD (terse.torch.LocalSGD) against the native trainer's local SGD.
-    for variant in ("topk-1pct-ef", "local-8"):
+    for variant in ("topk-1pct-ef", "local-8", "qsr"):
         subprocess.run([ARGS.terse, "run", cfg, "--variant", variant, "--out", out], check=True,
                        stdout=subprocess.DEVNULL)
         subprocess.run([sys.executable, example, "--config", cfg, "--variant", variant, "--name", "torch-" + variant,
@@ -1483,6 +1483,21 @@ def accuracy(out):
     numel = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
     sent = {name: final(name)["payload_bytes_per_worker"] for name in ("local-8", "torch-local-8")}
     check(set(sent.values()) == {49 * numel * 4}, "payload bytes %s, not 49 averagings of %d f32" % (sent, numel))
+    # The quadratic synchronization rule draws the same rounds on both sides, from the rate of the step before each:
+    # 20 gradient steps, the rule's averagings (terse.Recipe's schedule, the native trainer's) and the evaluations'
+    # off it, each an exchange of the f32 model.
+    recipe = terse.Recipe(cfg, variant="qsr")
+    rounds = list(recipe.local_sgd_schedule(125, 375, 2))
+    lengths = [b - a for a, b in zip([20] + rounds, rounds)]
+    check(lengths[0] == 4 and lengths[-1] > 4 * lengths[0] and lengths == sorted(lengths),
+          "the rule's rounds %s should lengthen from 4 as the rate decays" % lengths)
+    exchanges = 20 + len(set(rounds) | {125, 250, 375})
+    sent = {name: final(name)["payload_bytes_per_worker"] for name in ("qsr", "torch-qsr")}
+    check(set(sent.values()) == {exchanges * numel * 4}, "qsr: payload bytes %s, not %d exchanges of %d f32 (rounds "
+          "ending at %s)" % (sent, exchanges, numel, rounds))
+    text = open(os.path.join(out, "ddp_hook", "torch-qsr", "config.textproto")).read()
+    check("qsr_alpha: 0.1" in text and "start_step: 20" in text, "torch-qsr's config.textproto:\n%s" % text)
+    print("accuracy qsr: rounds of %s steps" % lengths)
     table = subprocess.run([ARGS.terse, "compare", os.path.join(out, "ddp_hook"), "--format", "csv"], check=True,
                            capture_output=True, text=True).stdout
     rows = {line.split(",")[1] for line in table.splitlines() if "," in line}

@@ -6,8 +6,9 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              of the gradients, then of the deltas anchor - value) after every step, bit for bit with 2 ranks; the
              replicas differ between averagings and agree after each; a forced averaging (step(average=True)) off
              the grid; the state counts the averagings' payload apart from the gradient steps'; DiLoCo's outer
-             Nesterov momentum equals its formula; top-k 10% + EF (Qsparse-local-SGD) ends with replicas that agree
-             and a loss below the start's
+             Nesterov momentum equals its formula; the quadratic synchronization rule's rounds under a decaying rate,
+             with and without DDP, equal the reference's; top-k 10% + EF (Qsparse-local-SGD) ends with replicas that
+             agree and a loss below the start's
   logger     ResultsLogger(state=LocalSGD): config.textproto's local_sgd block, the steps of metrics.jsonl, and the
              averagings' bytes; a description's local_sgd block is cleared for a run without LocalSGD
   buffers    BatchNorm statistics: DDP's buffer broadcast is off from start_step on, the replicas' statistics differ
@@ -25,7 +26,8 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              slower a step) replay within 10% of the run's wall time; an evaluation of the inner model ends the
              step (its time is no optimizer's); a traced LocalSGD whose backward never
              reaches the hook (no local_sgd_hook) is refused at its first step
-  refusals   bad settings, a CUSTOM compressor (signsgd), DGC momentum correction, error feedback and a
+  refusals   bad settings (qsr_alpha without an optimizer among them), a CUSTOM compressor (signsgd), DGC momentum
+             correction, error feedback and a
              stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
              replicas that differ at the start (no DDP, one seed per rank), raise InvalidArgument on every rank naming
              each rank's, and nobody hangs, also where one rank alone refuses; a ResultsLogger built on the state
@@ -34,6 +36,7 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -104,7 +107,9 @@ class Reference:
     rank's own after; every `period` steps from start_step value = anchor - mean(anchor - value), or with an outer
     momentum u = m u + d, value = anchor - lr (d + m u) (Nesterov)."""
 
-    def __init__(self, model, period, start_step, lr, momentum, outer_lr=1.0, outer_momentum=0.0, nesterov=False):
+    def __init__(self, model, period, start_step, lr, momentum, outer_lr=1.0, outer_momentum=0.0, nesterov=False,
+                 ends=None):
+        self.ends = ends  # the step counts that end a round (the quadratic synchronization rule's); None: the period's
         self.model = model
         self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
         self.period, self.start = period, start_step
@@ -126,7 +131,8 @@ class Reference:
         with torch.no_grad():
             if self.steps == self.start:
                 self.anchor = [p.detach().clone() for p in self.model.parameters()]
-            elif self.steps > self.start and (average or (self.steps - self.start) % self.period == 0):
+            elif self.steps > self.start and (average or (self.steps in self.ends if self.ends is not None else
+                                                          (self.steps - self.start) % self.period == 0)):
                 for p, a, u in zip(self.model.parameters(), self.anchor, self.u):
                     d = a - p
                     dist.all_reduce(d)
@@ -139,9 +145,11 @@ class Reference:
                     p.copy_(a)
 
 
-def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw=None, hook=True, overlap=False):
+def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw=None, hook=True, overlap=False,
+                rates=None):
     """Trains mlp() through DDP + local_sgd_hook (or, hook=False, without DDP) and, beside it, the Reference;
-    returns the LocalSGD, the model and a list per step of (parameters equal the reference's, replicas agree)."""
+    returns the LocalSGD, the model and a list per step of (parameters equal the reference's, replicas agree).
+    `rates(step)`: each step's learning rate, set before it on both (else 0.05 throughout)."""
     model = mlp()
     # Without the hook no DDP either (DDP would allreduce the local steps' gradients): the module itself, whose
     # replicas start alike from one seed.
@@ -151,11 +159,16 @@ def train_local(rank, state_kw, local_kw, steps, forced=(), momentum=0.9, ref_kw
     if hook:
         ddp.register_comm_hook(local, terse.torch.local_sgd_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
+    local.optimizer = opt
     ref = None
     if ref_kw is not None:
         ref = Reference(mlp(), local_kw["period"], local_kw.get("start_step", 0), 0.05, momentum, **ref_kw)
     seen = []
     for s in range(steps):
+        if rates is not None:
+            for o in [opt] + ([ref.opt] if ref is not None else []):
+                for group in o.param_groups:
+                    group["lr"] = rates(s)
         x, y = sgd_step(ddp, opt, s, rank)
         local.step(average=s + 1 in forced)
         if ref is not None:
@@ -208,6 +221,30 @@ def exact(rank):
         for s, (same, agreed) in enumerate(seen, start=1):
             check(same, "%s, step %d: the parameters differ from the reference's" % (outer, s))
             check(agreed == (s % 2 == 0), "%s, step %d: replicas agree %s" % (outer, s, agreed))
+
+    # The quadratic synchronization rule as its paper states it, against the reference: a round begun after d steps
+    # lasts max(period, floor((alpha / lr)^2)) steps, lr the rate of step d - 1 (of step 0 for the first). The rate
+    # halves after steps 8 and 12: rounds of 4 (0.1 / 0.05, squared) to 12 -- the one begun after 8 steps takes step
+    # 7's 0.05, not step 8's 0.025 --, then at step 11's 0.025 one of 16, past the 26 steps; a forced averaging after
+    # step 10 moves nothing.
+    def rates(step):
+        return 0.05 if step < 8 else 0.025 if step < 12 else 0.0125
+
+    ends, d = [], 0
+    while True:
+        q = 0.1 / rates(max(d - 1, 0))
+        d += max(2, math.floor(q * q))
+        if d > 26:
+            break
+        ends.append(d)
+    check(ends == [4, 8, 12], "the reference's rounds end at %s" % ends)
+    for hook in (True, False):
+        local, _, seen = train_local(rank, {"compressor": "none"}, {"period": 2, "qsr_alpha": 0.1}, 26, forced=(10,),
+                                     ref_kw={"ends": set(ends)}, hook=hook, rates=rates)
+        for s, (same, agreed) in enumerate(seen, start=1):
+            check(same, "qsr, hook=%s, step %d: the parameters differ from the reference's" % (hook, s))
+            check(agreed == (s in (4, 8, 10, 12)), "qsr, hook=%s, step %d: replicas agree %s" % (hook, s, agreed))
+        check(local.averagings == 4, "qsr: %d averagings" % local.averagings)
 
     # Qsparse-local-SGD: top-k 10% of each delta with error feedback, no DDP hook at all (start_step 0).
     torch.manual_seed(3)
@@ -276,7 +313,9 @@ def refusals(rank):
                          ({"period": 2, "outer_lr": 0.0}, "'outer_lr' must be finite and in (0, 100]"),
                          ({"period": 2, "outer_lr": float("nan")}, "'outer_lr' must be finite"),
                          ({"period": 2, "outer_momentum": 1.0}, "'outer_momentum' must be in [0, 1)"),
-                         ({"period": 2, "outer_nesterov": True}, "outer_nesterov=True needs outer_momentum > 0")):
+                         ({"period": 2, "outer_nesterov": True}, "outer_nesterov=True needs outer_momentum > 0"),
+                         ({"period": 2, "qsr_alpha": -0.1}, "'qsr_alpha' must be finite and >= 0"),
+                         ({"period": 2, "optimizer": "sgd"}, "'optimizer' must be a torch.optim.Optimizer")):
         expect_error(terse.InvalidArgument, fragment, lambda: terse.torch.LocalSGD(none, model, **kw))
     expect_error(terse.InvalidArgument, "must be a terse.torch.CompressionState",
                  lambda: terse.torch.LocalSGD(model, model, period=2))
@@ -327,6 +366,11 @@ def refusals(rank):
             p.add_(float(rank))
     check(local.step(), "period 1 averages at the first step")
     check(agree(same), "the replicas agree after an averaging")
+    # The quadratic synchronization rule without an optimizer to read the rate from: refused at the first step, on
+    # every rank alike, before any collective.
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=2, qsr_alpha=0.1)
+    expect_error(terse.InvalidArgument, "LocalSGD: qsr_alpha=0.1 reads the optimizer's learning rate when each round "
+                 "begins; give LocalSGD(..., optimizer=opt)", local.step)
 
 
 class BnNet(nn.Module):

@@ -26,6 +26,7 @@
 
 #include "core/common/json.h"
 #include "core/plugin/loader.h"
+#include "core/train/local_sgd_schedule.h"
 #include "experiments/config/config.h"
 #include "experiments/runner/runner.h"
 #include "experiments/runner/runner_detail.h"
@@ -131,10 +132,17 @@ TEST(Runner, WritesResultsFolder) {
 // nothing when there are none, nor without local SGD, nor for evaluations the run never reaches or that fall on the
 // last step (which averages anyway) or before start_step.
 TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
+  // The schedule as the trainer draws it (SyncTrainer::onSchedule), at a constant rate of 0.1.
   auto warning = [](const std::string& fields, int64_t steps_per_epoch, int64_t total) {
     experiments::Experiment e;
     EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(fields, &e)) << fields;
-    return detail::localSgdEvaluationWarning(e, steps_per_epoch, total);
+    const auto& l = e.local_sgd();
+    const std::vector<int64_t> done =
+        l.period() > 0
+            ? train::scheduledAveragings(l.period(), l.start_step(), l.qsr_alpha(), total, [](int64_t) { return 0.1; })
+            : std::vector<int64_t>{};
+    return detail::localSgdEvaluationWarning(
+        e, steps_per_epoch, total, [&](int64_t d) { return std::binary_search(done.begin(), done.end(), d); });
   };
   EXPECT_EQ(warning("eval { every_steps: 7 per_epoch: true }", 469, 2814), "");
   EXPECT_EQ(warning("local_sgd { period: 4 } eval { every_steps: 8 per_epoch: true }", 400, 1200), "");
@@ -151,7 +159,7 @@ TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
   EXPECT_EQ(warning("local_sgd { period: 1000 } eval { every_steps: 100 }", 469, 2814),
             "26 evaluation points fall between the averagings of local_sgd.period 1000 (counted from start_step 0), "
             "the first after step 100: each averages the models too, with a shorter local phase before it (and, with "
-            "an outer momentum, an outer step), 26 extra beside 2 periodic averagings in 2814 steps; make "
+            "an outer momentum, an outer step), 26 extra beside 2 scheduled averagings in 2814 steps; make "
             "eval.every_steps and the epoch (469 steps) multiples of the period, counted from start_step, for the "
             "period to hold");
   // The reference study: five epoch ends off the grid of 16 (the sixth is the last step).
@@ -162,6 +170,15 @@ TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
   EXPECT_EQ(
       warning("local_sgd { period: 4 start_step: 2 } eval { every_steps: 10 per_epoch: true }", 20, 60).substr(0, 23),
       "2 evaluation points fal");
+  // The quadratic synchronization rule at a rate of 0.1 and alpha 0.8: rounds of 64 steps (15 in 1000 steps), so
+  // evaluations every 32 steps fall between them every other time (32, 96, ..., 992); every 64 steps they do not.
+  EXPECT_EQ(warning("local_sgd { period: 4 qsr_alpha: 0.8 } eval { every_steps: 64 }", 1000, 1000), "");
+  EXPECT_EQ(warning("local_sgd { period: 4 qsr_alpha: 0.8 } eval { every_steps: 32 }", 1000, 1000),
+            "16 evaluation points fall between the averagings of local_sgd's quadratic synchronization rule (rounds of "
+            "at least period 4 from start_step 0), the first after step 32: each averages the models too, with a "
+            "shorter local phase before it (and, with an outer momentum, an outer step), 16 extra beside 15 scheduled "
+            "averagings in 1000 steps; evaluate less often (eval.every_steps, eval.per_epoch) for the rule's rounds to "
+            "hold");
 }
 
 TEST(Runner, ProvenanceRecordsTheWireDtypeOnlyForSum) {

@@ -15,6 +15,7 @@
 #include "core/comm/inproc_transport.h"
 #include "core/compress/make_codec.h"
 #include "core/plugin/loader.h"
+#include "core/train/local_sgd_schedule.h"
 #include "core/train/step_trace.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/workloads/workloads.h"
@@ -250,6 +251,49 @@ TEST(LocalSgd, ReplicasDifferBetweenAveragingsAndAgreeAfterEach) {
   }
   EXPECT_EQ(averaged, (std::vector<int64_t>{5, 9, 11}));
   // Two gradient steps and three averagings, three tensors each.
+  for (const auto& o : out) EXPECT_EQ(o.allreduces, 5u * 3u);
+}
+
+// The quadratic synchronization rule (local_sgd_schedule.h): rounds of max(period, floor((alpha / lr)^2)) steps, lr
+// the rate of the step before each round.
+TEST(LocalSgd, QsrRoundsLengthenAsTheRateDecays) {
+  // alpha 0.4: at rate 0.2 floor(4) = 4 (period 2 is shorter), at 0.1 16, at 0.05 64; 0.4 / 0.3 squared is 1.78.
+  EXPECT_EQ(localRoundLength(2, 0.4, 0.2), 4);
+  EXPECT_EQ(localRoundLength(2, 0.4, 0.1), 16);
+  EXPECT_EQ(localRoundLength(2, 0.4, 0.05), 64);
+  EXPECT_EQ(localRoundLength(2, 0.4, 0.3), 2);
+  EXPECT_EQ(localRoundLength(7, 0.0, 0.01), 7);  // off: the period
+  EXPECT_EQ(localRoundLength(2, 0.4, 0.0), kLongestLocalRound);
+  EXPECT_EQ(localRoundLength(2, 0.4, std::nan("")), kLongestLocalRound);
+  EXPECT_EQ(localRoundLength(2, 0.4, 1e-300), kLongestLocalRound);
+  // Rate 0.2 for steps 0-9, 0.1 from step 10: rounds from start_step 2 end at 6 and 10 (rate of steps 1 and 5: 0.2),
+  // then the round after 10 steps takes step 9's rate (0.2) and ends at 14, the next step 13's (0.1): 16 long, to 30.
+  const auto rate = [](int64_t step) { return step < 10 ? 0.2 : 0.1; };
+  EXPECT_EQ(scheduledAveragings(2, 2, 0.4, 40, rate), (std::vector<int64_t>{6, 10, 14, 30}));
+  EXPECT_EQ(scheduledAveragings(2, 2, 0.4, 29, rate), (std::vector<int64_t>{6, 10, 14}));
+  // Without the rule, the period's grid from start_step.
+  EXPECT_EQ(scheduledAveragings(3, 1, 0.0, 11, rate), (std::vector<int64_t>{4, 7, 10}));
+}
+
+// The trainer averages on the rule's rounds, counting the rate of each round's step before it: a step decay at epoch
+// 2 (step 8, epochs of 4 steps) from 0.125 to 0.0625 with alpha 0.25 turns rounds of 4 (0.25 / 0.125 = 2, squared:
+// the period) into rounds of 16.
+TEST(LocalSgd, TheTrainerAveragesOnTheQsrRounds) {
+  Spec spec;
+  spec.options = plainSgd(4);
+  spec.options.epochs = 8;  // 32 steps
+  spec.options.lr.schedule = LrSchedule::kStep;
+  spec.options.lr.milestones = {2};
+  spec.options.lr.gamma = 0.5;
+  spec.options.local_sgd.qsr_alpha = 0.25;
+  const auto out = run(spec);
+  for (const auto& o : out) ASSERT_EQ(o.error, "");
+  std::vector<int64_t> averaged;
+  for (const auto& rec : out[0].records)
+    if (rec.averaged) averaged.push_back(rec.step + 1);
+  // Rounds end at 4, 8 and 12 (the rates of steps 0, 3 and 7: 0.125), then step 11's rate 0.0625 makes a round of
+  // 16, to 28; the next (16 more) passes the end, which averages anyway.
+  EXPECT_EQ(averaged, (std::vector<int64_t>{4, 8, 12, 28, 32}));
   for (const auto& o : out) EXPECT_EQ(o.allreduces, 5u * 3u);
 }
 

@@ -24,7 +24,11 @@ PeriodicModelAverager), DiLoCo's and SlowMo's outer step, and compressed averagi
     rank. With an outer optimizer, u = outer_momentum * u + mean(delta) (Nesterov: the step is mean(delta) +
     outer_momentum * u) and value = anchor - outer_lr * step: DiLoCo's outer SGD, SlowMo with a constant inner rate.
   - local.step(average=True) averages at a step off the grid too: terse's driver does so at its evaluation points,
-    as the native runner does, so that every rank evaluates one model.
+    as the native runner does, so that every rank evaluates one model. The schedule's rounds stay as they are.
+  - qsr_alpha > 0 (with optimizer=) makes the rounds the quadratic synchronization rule's (Gu, Lyu, Arora, Zhang,
+    Huang, ICLR 2024): a round that begins after d steps lasts max(period, floor((qsr_alpha / lr)^2)) steps, lr the
+    optimizer's rate at that moment (step d - 1's, or step 0's for a round that begins at 0), as the native trainer
+    draws them (core/train/local_sgd_schedule.h). Every rank must see the same rate, as with any shared schedule.
 
 Each parameter is its own tensor (its index in module.parameters(), as the hook numbers them), so PowerSGD factors
 matrices and top-k keeps k per tensor; with the state's granularity="bucket" (or `none` summed in place) each dtype's
@@ -112,13 +116,19 @@ class LocalSGD:
     outer_lr        the outer step's rate, in (0, 100] (1 with no outer momentum: plain averaging)
     outer_momentum  the outer step's momentum, in [0, 1)
     outer_nesterov  Nesterov's form of the outer momentum (needs outer_momentum > 0)
+    qsr_alpha       > 0: the quadratic synchronization rule (Gu et al., ICLR 2024): each round lasts
+                    max(period, floor((qsr_alpha / lr)^2)) steps, lr the optimizer's rate when the round begins, so
+                    the rounds lengthen as the rate decays (period is the paper's H_base); 0: every `period` steps
+    optimizer       the torch optimizer (needed with qsr_alpha: its param_groups[0]["lr"] is read when each round
+                    begins: call step() after optimizer.step() and before a learning-rate scheduler's step()); or
+                    set local.optimizer later, before the first step
 
     Collective: every rank builds it at the same point, with the same settings (compared across the ranks, as the
     state compares its own: a rank that differs raises InvalidArgument naming the settings on every rank).
     """
 
     def __init__(self, state, module, *, period, start_step=0, outer_lr=1.0, outer_momentum=0.0,
-                 outer_nesterov=False):
+                 outer_nesterov=False, qsr_alpha=0.0, optimizer=None):
         # Without a state there is no process group to agree over: these two raise at once.
         _require(isinstance(state, CompressionState),
                  "LocalSGD: state must be a terse.torch.CompressionState, got %s" % _described(state))
@@ -143,6 +153,10 @@ class LocalSGD:
         need(isinstance(outer_nesterov, bool), "'outer_nesterov' must be True or False, got %r" % (outer_nesterov,))
         need(not outer_nesterov or (isinstance(outer_momentum, numbers.Real) and outer_momentum > 0),
              "outer_nesterov=True needs outer_momentum > 0 (Nesterov's form of a momentum)")
+        need(isinstance(qsr_alpha, numbers.Real) and not isinstance(qsr_alpha, bool) and math.isfinite(qsr_alpha)
+             and qsr_alpha >= 0, "'qsr_alpha' must be finite and >= 0, got %r" % (qsr_alpha,))
+        need(optimizer is None or isinstance(optimizer, torch.optim.Optimizer),
+             "'optimizer' must be a torch.optim.Optimizer, got %s" % _described(optimizer))
         caps = state.caps
         name = state.plugin["name"]
         need(caps["aggregation"] != "custom",
@@ -202,7 +216,7 @@ class LocalSGD:
         self._groups = []
         device = params[0].device if params else torch.device("cpu")
         settings = {"period": period, "start_step": start_step, "outer_lr": outer_lr,
-                    "outer_momentum": outer_momentum, "outer_nesterov": outer_nesterov,
+                    "outer_momentum": outer_momentum, "outer_nesterov": outer_nesterov, "qsr_alpha": qsr_alpha,
                     "parameters": "%d tensors, %d elements, sha256 of their dtypes and shapes %s" % (
                         len(params), sum(p.numel() for p in params), hashlib.sha256(json.dumps(
                             [[str(p.dtype), list(p.shape)] for p in params]).encode()).hexdigest()[:12]),
@@ -218,6 +232,9 @@ class LocalSGD:
         self.outer_lr = float(outer_lr)
         self.outer_momentum = float(outer_momentum)
         self.outer_nesterov = outer_nesterov
+        self.qsr_alpha = float(qsr_alpha)
+        self.optimizer = optimizer  # with qsr_alpha, whose rate each round reads (settable until the first step)
+        self._next = None  # the step count where the round under way ends (averages on schedule); None: not drawn yet
         self._buffer_flat = (torch.empty(sum(b.numel() for b in self._buffers), dtype=torch.float32, device=device)
                              if self._buffers else None)
         # One buffer per dtype, in the order of the dtypes' first parameters; the tensor ids are the hook's.
@@ -260,13 +277,20 @@ class LocalSGD:
             if not self._has_anchor and self.steps + 1 == self.start_step:
                 self.steps += 1
                 self._take_anchor()  # the model the gradient steps left every rank with
+                self._next = self.steps + self._round()
                 return False
             was_local = self.local
             self.steps += 1
             if not was_local:
                 return False
-            if average or (self.steps - self.start_step) % self.period == 0:
+            if self._next is None:  # start_step 0: the first round, at step 0's rate
+                self._next = self.start_step + self._round()
+            if self.steps == self._next:
                 self._average()
+                self._next = self.steps + self._round()
+                return True
+            if average:
+                self._average()  # off the schedule, whose rounds stay as they are
                 return True
             return False
         except Exception as e:
@@ -274,6 +298,17 @@ class LocalSGD:
             raise
 
     # ---- the averaging
+
+    def _round(self):
+        """The length of the round beginning now: `period`, or with qsr_alpha the quadratic synchronization rule's,
+        at the optimizer's current rate (the step just taken's, when step() is called before a scheduler's step())."""
+        if self.qsr_alpha <= 0:
+            return self.period
+        if self.optimizer is None:
+            raise _invalid("LocalSGD: qsr_alpha=%r reads the optimizer's learning rate when each round begins; give "
+                           "LocalSGD(..., optimizer=opt), or set local.optimizer = opt before the first step"
+                           % self.qsr_alpha)
+        return round_length(self.period, self.qsr_alpha, float(self.optimizer.param_groups[0]["lr"]))
 
     def _dist(self):
         group = self.compression.process_group
@@ -387,6 +422,25 @@ class LocalSGD:
         state._agg.add_exposed(time.perf_counter() - start)
 
 
+# Rounds longer than this never end on schedule (core/train/local_sgd_schedule.h, kLongestLocalRound).
+_LONGEST_ROUND = 1 << 50
+
+
+def round_length(period, qsr_alpha, rate):
+    """A local SGD round's length (core/train/local_sgd_schedule.h, localRoundLength, in the same doubles): `period`
+    without the quadratic synchronization rule (qsr_alpha 0), else max(period, floor((qsr_alpha / rate)^2)); a rate
+    that is not positive and finite asks for no averaging on schedule."""
+    if qsr_alpha <= 0:
+        return period
+    if not (math.isfinite(rate) and rate > 0):
+        return _LONGEST_ROUND
+    q = qsr_alpha / rate
+    h = q * q
+    if not h < _LONGEST_ROUND:
+        return _LONGEST_ROUND
+    return max(period, int(math.floor(h)))
+
+
 def config_keywords(experiment):
     """LocalSGD's keywords from a terse experiment as terse.Recipe.experiment gives it (its `local_sgd` block, the
     schema's defaults for what is unset), or None where local SGD is off (no block, or period 0)."""
@@ -395,13 +449,14 @@ def config_keywords(experiment):
         return None
     return {"period": int(block["period"]), "start_step": int(block.get("start_step", 0)),
             "outer_lr": float(block.get("outer_lr", 1.0)), "outer_momentum": float(block.get("outer_momentum", 0.0)),
-            "outer_nesterov": bool(block.get("outer_nesterov", False))}
+            "outer_nesterov": bool(block.get("outer_nesterov", False)),
+            "qsr_alpha": float(block.get("qsr_alpha", 0.0))}
 
 
 def register(ddp, state, keywords):
     """Registers on `ddp` (a DistributedDataParallel) the hook an experiment asks for: with LocalSGD `keywords`
-    (config_keywords), local_sgd_hook over a LocalSGD built on `state` and `ddp`, returned; without (None),
-    compression_hook over `state`, and returns None."""
+    (config_keywords), local_sgd_hook over a LocalSGD built on `state` and `ddp`, returned (with qsr_alpha, set its
+    `optimizer` before the first step); without (None), compression_hook over `state`, and returns None."""
     if keywords is None:
         ddp.register_comm_hook(state, compression_hook)
         return None

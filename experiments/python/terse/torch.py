@@ -1872,7 +1872,7 @@ class ResultsLogger:
                 state._agg, str(root), study, str(variant), str(description), torch.__version__, repeat_seed=seed,
                 code_hook=code_hook, module_files=module_files, data_partition=data_partition,
                 local_sgd=None if local is None else (local.period, local.start_step, local.outer_lr,
-                                                      local.outer_momentum, local.outer_nesterov))
+                                                      local.outer_momentum, local.outer_nesterov, local.qsr_alpha))
             # Every rank writes its own step trace there (the path is the one rank 0's writer makes).
             self._folder = os.path.join(str(root), study, str(variant), *(() if seed is None else ("seed-%d" % seed,)))
             state._logged = self  # a LocalSGD built later would change what this logger counts: it refuses

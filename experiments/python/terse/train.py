@@ -917,9 +917,11 @@ def train_rank(rank, world, spec, store_path):
             raise WorkloadError("data.batch_size: %d examples per step, but a rank's shard holds %d"
                                 % (spec.batch, len(own)))
         opt = make_optimizer(spec, model.parameters(), spec.recipe.learning_rate(0, world, per_epoch))
+        if local is not None:
+            local.optimizer = opt  # the quadratic synchronization rule reads the rate the loop sets each step
         total = per_epoch * spec.epochs
         if local is not None and rank == 0:
-            warning = spec.recipe.local_sgd_warning(per_epoch, total)
+            warning = spec.recipe.local_sgd_warning(per_epoch, total, world)
             if warning:
                 print("warning: [%s] %s" % (variant, warning), file=sys.stderr, flush=True)
         step, loss_since, steps_since, start = 0, 0.0, 0, time.perf_counter()

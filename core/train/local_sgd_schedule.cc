@@ -1,0 +1,30 @@
+#include "core/train/local_sgd_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace terse::train {
+
+int64_t localRoundLength(int64_t period, double qsr_alpha, double rate) {
+  if (qsr_alpha <= 0) return period;
+  if (!(std::isfinite(rate) && rate > 0)) return kLongestLocalRound;
+  const double q = qsr_alpha / rate;
+  const double h = std::floor(q * q);
+  if (!(h < static_cast<double>(kLongestLocalRound))) return kLongestLocalRound;
+  return std::max(period, static_cast<int64_t>(h));
+}
+
+std::vector<int64_t> scheduledAveragings(int64_t period, int64_t start_step, double qsr_alpha, int64_t total_steps,
+                                         const std::function<double(int64_t)>& rate) {
+  std::vector<int64_t> out;
+  if (period < 1) return out;
+  for (int64_t d = start_step; d < total_steps;) {
+    const int64_t h = localRoundLength(period, qsr_alpha, qsr_alpha > 0 ? rate(std::max<int64_t>(d - 1, 0)) : 0.0);
+    if (h > total_steps - d) break;
+    d += h;
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace terse::train
