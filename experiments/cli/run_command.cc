@@ -224,6 +224,11 @@ int runCommand(const std::vector<std::string>& args) {
         mode += " local-sgd/" + std::to_string(l.period());
         if (l.start_step() > 0) mode += " from " + std::to_string(l.start_step());
         if (l.outer_lr() != 1 || l.outer_momentum() != 0) mode += " +outer";
+        if (l.qsr_alpha() > 0) {
+          std::ostringstream alpha;
+          alpha << l.qsr_alpha();
+          mode += " qsr-" + alpha.str();
+        }
       }
       if (e.data().partition() == experiments::Data::DIRICHLET) {
         std::ostringstream alpha;
