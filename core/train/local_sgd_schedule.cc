@@ -27,4 +27,21 @@ std::vector<int64_t> scheduledAveragings(int64_t period, int64_t start_step, dou
   return out;
 }
 
+LocalSgdSchedule::LocalSgdSchedule(int64_t period, int64_t start_step, double qsr_alpha, int64_t total_steps,
+                                   const std::function<double(int64_t)>& rate)
+    : period_(period), start_(start_step), total_(total_steps), qsr_(qsr_alpha > 0) {
+  if (qsr_ && period >= 1) ends_ = scheduledAveragings(period, start_step, qsr_alpha, total_steps, rate);
+}
+
+bool LocalSgdSchedule::averagesAfter(int64_t done) const noexcept {
+  if (period_ < 1 || done <= start_ || done > total_) return false;
+  if (qsr_) return std::binary_search(ends_.begin(), ends_.end(), done);
+  return (done - start_) % period_ == 0;
+}
+
+int64_t LocalSgdSchedule::count() const noexcept {
+  if (period_ < 1 || total_ <= start_) return 0;
+  return qsr_ ? static_cast<int64_t>(ends_.size()) : (total_ - start_) / period_;
+}
+
 }  // namespace terse::train

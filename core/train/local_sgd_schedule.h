@@ -4,7 +4,7 @@
 // QSR (Gu, Lyu, Arora, Zhang, Huang, "A Quadratic Synchronization Rule for Distributed Deep Learning", ICLR 2024):
 // the round that begins after d steps lasts H = max(period, floor((qsr_alpha / eta)^2)) steps, eta the learning rate
 // of the last step before it (of step 0 for a round that begins at 0). So H grows as 1 / eta^2 while the rate decays
-// (cosine, step, linear), and stays at `period` (the paper's H_base) while eta >= qsr_alpha / sqrt(period). The rate
+// (a cosine or step decay), and stays at `period` (the paper's H_base) while eta >= qsr_alpha / sqrt(period). The rate
 // of the step just taken is what both the native trainer and a PyTorch script (terse.torch.LocalSGD, which reads the
 // optimizer's rate when a round begins) know at the averaging that begins the next round, so both draw the same
 // rounds from the same schedule. A rate that is not positive and finite (a warm-up from 0) asks for no averaging
@@ -33,5 +33,25 @@ int64_t localRoundLength(int64_t period, double qsr_alpha, double rate);
 // `rate(step)`: the learning rate of 0-based step `step`. period >= 1.
 std::vector<int64_t> scheduledAveragings(int64_t period, int64_t start_step, double qsr_alpha, int64_t total_steps,
                                          const std::function<double(int64_t)>& rate);
+
+// The same schedule as a question, in constant memory without the rule (the period's grid) and O(rounds) with it
+// (its round ends, which only lengthen as the rate decays): a run may be billions of steps long.
+class LocalSgdSchedule {
+ public:
+  LocalSgdSchedule() = default;  // local SGD off: no averaging on schedule
+  LocalSgdSchedule(int64_t period, int64_t start_step, double qsr_alpha, int64_t total_steps,
+                   const std::function<double(int64_t)>& rate);
+  // Whether the schedule averages after `done` steps (the forced averagings aside).
+  bool averagesAfter(int64_t done) const noexcept;
+  // The averagings on schedule in (start_step, total_steps].
+  int64_t count() const noexcept;
+
+ private:
+  int64_t period_ = 0;
+  int64_t start_ = 0;
+  int64_t total_ = 0;
+  bool qsr_ = false;
+  std::vector<int64_t> ends_;  // with the rule: its rounds' ends, ascending
+};
 
 }  // namespace terse::train

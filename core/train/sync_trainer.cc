@@ -120,10 +120,8 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
     TERSE_CHECK(std::isfinite(local.qsr_alpha) && local.qsr_alpha >= 0, InvalidArgument,
                 "local SGD: qsr_alpha must be finite and >= 0, got " << local.qsr_alpha);
     updater_.setOuterOptimizer(local.outer_lr, local.outer_momentum, local.outer_nesterov);
-    scheduled_.assign(static_cast<std::size_t>(totalSteps()) + 1, 0);
-    for (const int64_t done : scheduledAveragings(local.period, local.start_step, local.qsr_alpha, totalSteps(),
-                                                  [this](int64_t step) { return learningRate(lr_, step); }))
-      scheduled_[static_cast<std::size_t>(done)] = 1;
+    schedule_ = LocalSgdSchedule(local.period, local.start_step, local.qsr_alpha, totalSteps(),
+                                 [this](int64_t step) { return learningRate(lr_, step); });
     // The averaging feeds every tensor layer by layer: each must belong to one layer.
     std::size_t in_layers = 0;
     for (int l = 0; l < workload.numLayers(); ++l) in_layers += workload.layerTensors(l).size();

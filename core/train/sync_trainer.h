@@ -123,6 +123,7 @@
 #include "core/plugin/scheduler.h"
 #include "core/train/compute_jitter.h"
 #include "core/train/group_scheduler.h"
+#include "core/train/local_sgd_schedule.h"
 #include "core/train/optimizer.h"
 #include "core/train/parameter_updater.h"
 #include "core/train/shard_sampler.h"
@@ -265,9 +266,8 @@ class SyncTrainer {
   int64_t stepsPerEpoch() const noexcept { return steps_per_epoch_; }
   // Local SGD: whether the schedule (period, or the quadratic synchronization rule's rounds) averages after `done`
   // steps; the forced averagings at the evaluation points and the last step aside.
-  bool onSchedule(int64_t done) const noexcept {
-    return done >= 0 && done < static_cast<int64_t>(scheduled_.size()) && scheduled_[static_cast<std::size_t>(done)];
-  }
+  bool onSchedule(int64_t done) const noexcept { return schedule_.averagesAfter(done); }
+  const LocalSgdSchedule& localSgdSchedule() const noexcept { return schedule_; }
   int64_t totalSteps() const noexcept { return steps_per_epoch_ * options_.epochs; }
   // Local SGD: whether step `step` (0-based) applies its own gradient, and whether it averages the models after.
   bool localStep(int64_t step) const noexcept;
@@ -324,9 +324,9 @@ class SyncTrainer {
   int64_t next_step_ = 0;
   std::vector<std::vector<int64_t>> epoch_batches_;  // the current epoch's batches
   TrainerTotals totals_;
-  int64_t handed_step_ = -1;     // the last step whose forwardBackward returned (all its tensors fed)
-  std::vector<char> scheduled_;  // local SGD: by steps done, whether the schedule averages there (0..totalSteps())
-  int64_t drained_step_ = -1;    // the last step drain() has waited for
+  int64_t handed_step_ = -1;   // the last step whose forwardBackward returned (all its tensors fed)
+  LocalSgdSchedule schedule_;  // local SGD's averagings on schedule (off without local SGD)
+  int64_t drained_step_ = -1;  // the last step drain() has waited for
   // The communication counters as last added to totals_ (at the end of step() or in drain()): each step and drain adds
   // what finished since, so time that finishes between steps -- a drain's wait, a non-gating workload's wait before
   // its pass -- still counts once.

@@ -508,8 +508,9 @@ constexpr Field kLocalSgd[] = {
     {.name = "period",
      .def = value("0"),
      .rule = between(0, limits::kLocalSgdPeriod),
-     .doc = "Steps between two model averagings (each worker steps on its own gradients between them); 0 = off: "
-            "gradients allreduced every step. Also averaged at every evaluation point."},
+     .doc = "Steps between two model averagings (each worker steps on its own gradients between them; with "
+            "qsr_alpha the shortest round); 0 = off: gradients allreduced every step. Also averaged at every "
+            "evaluation point."},
     {.name = "start_step",
      .def = value("0"),
      .rule = between(0, limits::kLocalSgdStartStep),

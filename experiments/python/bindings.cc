@@ -49,8 +49,14 @@ DType dtypeFromTorch(const std::string& name) {
 }
 
 // The native run's local SGD schedule for this recipe (SyncTrainer's: rounds from start_step at the rate of the step
-// before each, terse.Recipe's learning rate being the trainer's).
-std::vector<int64_t> localSgdSchedule(Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
+// before each, terse.Recipe's learning rate being the trainer's), as the trainer holds it or as its list of ends.
+train::LocalSgdSchedule localSgdSchedule(Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
+  const auto& l = r.experiment().local_sgd();
+  if (l.period() <= 0) return {};
+  return {l.period(), l.start_step(), l.qsr_alpha(), total_steps,
+          [&](int64_t step) { return r.learningRate(step, world, steps_per_epoch); }};
+}
+std::vector<int64_t> localSgdEnds(Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
   const auto& l = r.experiment().local_sgd();
   if (l.period() <= 0) return {};
   return train::scheduledAveragings(l.period(), l.start_step(), l.qsr_alpha(), total_steps,
@@ -488,14 +494,12 @@ PYBIND11_MODULE(_terse, m) {
       .def(
           "local_sgd_warning",
           [](Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
-            const auto done = localSgdSchedule(r, steps_per_epoch, total_steps, world);
-            return runner::detail::localSgdEvaluationWarning(
-                r.experiment(), steps_per_epoch, total_steps,
-                [&](int64_t d) { return std::binary_search(done.begin(), done.end(), d); });
+            return runner::detail::localSgdEvaluationWarning(r.experiment(), steps_per_epoch, total_steps,
+                                                             localSgdSchedule(r, steps_per_epoch, total_steps, world));
           },
           py::arg("steps_per_epoch"), py::arg("total_steps"), py::arg("world_size"))
       // The step counts after which the native run's local SGD schedule averages (local_sgd_schedule.h), the forced
       // averagings at the evaluation points and the last step aside: what terse.torch.LocalSGD must do alike.
-      .def("local_sgd_schedule", &localSgdSchedule, py::arg("steps_per_epoch"), py::arg("total_steps"),
+      .def("local_sgd_schedule", &localSgdEnds, py::arg("steps_per_epoch"), py::arg("total_steps"),
            py::arg("world_size"));
 }

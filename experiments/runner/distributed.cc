@@ -229,9 +229,8 @@ RunSummary Runner::runTcp(const Experiment& e) {
       detail::notePartition(prov, e, *model, topts.partition.get());
       writer->writeProvenance(prov);
     }
-    if (const std::string w =
-            detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch(), trainer->totalSteps(),
-                                              [&](int64_t done) { return trainer->onSchedule(done); });
+    if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch(), trainer->totalSteps(),
+                                                                trainer->localSgdSchedule());
         rank == 0 && !w.empty())
       std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     // ---- The run: the in-process ranks' code (rank_driver.h).

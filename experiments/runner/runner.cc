@@ -137,7 +137,7 @@ void notePartition(results::Provenance& prov, const Experiment& e, std::span<con
 }
 
 std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
-                                      const std::function<bool(int64_t)>& on_schedule) {
+                                      const train::LocalSgdSchedule& schedule) {
   const int64_t period = e.local_sgd().period();
   if (period == 0) return "";  // local SGD off
   const int64_t start = e.local_sgd().start_step();
@@ -151,15 +151,13 @@ std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epo
     if (each <= 0) continue;
     for (int64_t done = each; done < total_steps && visited < kCounted; done += each, ++visited) {
       if (each == epoch && every > 0 && done % every == 0) continue;  // counted with every_steps
-      if (done <= start || on_schedule(done)) continue;
+      if (done <= start || schedule.averagesAfter(done)) continue;
       ++extra;
       first = first == 0 ? done : std::min(first, done);
     }
   }
   if (extra == 0) return "";
-  int64_t scheduled = 0;
-  for (int64_t done = start + 1; done <= total_steps && done - start <= kCounted; ++done)
-    scheduled += on_schedule(done);
+  const int64_t scheduled = schedule.count();
   const bool qsr = e.local_sgd().qsr_alpha() > 0;
   std::string text = std::to_string(extra) + " evaluation point" + (extra == 1 ? "" : "s") + " fall between the " +
                      (qsr ? "averagings of local_sgd's quadratic synchronization rule (rounds of at least period " +
@@ -693,7 +691,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   writer.writeProvenance(prov);
 
   if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch(), trainers[0]->totalSteps(),
-                                                      [&](int64_t done) { return trainers[0]->onSchedule(done); });
+                                                      trainers[0]->localSgdSchedule());
       !w.empty())
     std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -26,6 +25,7 @@
 #include "core/plugin/scheduler.h"
 #include "core/sim/platform.h"
 #include "core/sim/runtime.h"
+#include "core/train/local_sgd_schedule.h"
 #include "core/train/sync_trainer.h"
 #include "core/train/trace.h"
 #include "experiments/config/config.h"
@@ -52,11 +52,10 @@ void notePartition(results::Provenance& prov, const experiments::Experiment& e, 
 void notePartition(results::Provenance& prov, const experiments::Experiment& e, std::span<const int32_t> labels,
                    int num_classes, const train::Partition* partition);
 // Local SGD averages the models at every evaluation point too (SyncTrainerOptions::local_sgd): evaluation points of
-// the local phase off the schedule (`on_schedule(done)`: whether the schedule averages after `done` steps,
-// SyncTrainer::onSchedule) add averagings. The warning that counts them in a run of total_steps, or "" when there are
-// none.
+// the local phase off the schedule (`schedule`: the trainer's, SyncTrainer::localSgdSchedule) add averagings. The
+// warning that counts them in a run of total_steps, or "" when there are none.
 std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
-                                      const std::function<bool(int64_t)>& on_schedule);
+                                      const train::LocalSgdSchedule& schedule);
 // The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
 train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.

@@ -15,8 +15,9 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              between averagings and agree after each, counted apart; a non-persistent buffer is left alone, an f64
              one averaged, one DDP ignores kept; a 0-d parameter; SyncBatchNorm refused
   failures   a NaN on rank 1 alone: every rank's averaging refuses before any compressor call, naming rank 1, within
-             seconds, with nothing averaged; the next step raises again; the ranks stay paired; the same for an
-             infinite BatchNorm statistic, and the logger's folder says failed
+             seconds, with nothing averaged; the next step raises again; the ranks stay paired; ranks whose rates
+             differ under the quadratic synchronization rule raise at their first averaging, naming both; the same
+             for an infinite BatchNorm statistic, and the logger's folder says failed
   trace      step traces (step_trace=True) of a run with gradient steps, local steps and averagings, BatchNorm
              statistics among them: the parameters equal an untraced run's bit for bit; the gradient steps hold DDP's
              buckets as groups, the local steps computation and optimizer only, each averaging a group of the deltas
@@ -470,6 +471,25 @@ def failures(rank):
         dist.all_reduce(t)
         check(t.item() == 2, "the ranks fell out of step after the refusal")
         del message
+    # Ranks whose learning rates differ under the quadratic synchronization rule draw different rounds (rank 0 of 4
+    # steps at 0.05, rank 1 of 6 at 0.04): the first averaging's check pairs rank 0's after step 4 with rank 1's after
+    # step 6, and both raise naming the two, rather than averaging a model with a later one.
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05 if rank == 0 else 0.04)
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=model, overlap=False), model, period=2,
+                                 qsr_alpha=0.1, optimizer=opt)
+    start = time.monotonic()
+    raised = None
+    for s in range(6):
+        sgd_step(model, opt, s, rank)
+        try:
+            local.step()
+        except terse.InvalidArgument as e:
+            raised = (s + 1, str(e))
+            break
+    check(raised is not None and raised[0] == (4 if rank == 0 else 6) and "rank 0 after step 4, lr 0.05; rank 1 "
+          "after step 6, lr 0.04" in raised[1] and time.monotonic() - start < 10,
+          "rank %d: ranks with different rates: %s" % (rank, raised))
     # A BatchNorm statistic that overflowed on rank 1 alone (an fp16 forward under AMP does it while the scaler skips
     # the step): refused too, and a logger of the run marks it failed.
     with tempfile.TemporaryDirectory() as root:
@@ -584,7 +604,7 @@ def check_trace(root, terse_bin):
             finite, deltas, stats = groups
             coll = [p for p in finite["phases"] if p["kind"] == "collective"]
             check(finite["chunks"] == [] and len(coll) == 1 and coll[0]["op"] == "allgatherv"
-                  and coll[0]["rank_bytes"] == [4, 4], "the finiteness check's group %s" % finite)
+                  and coll[0]["rank_bytes"] == [24, 24], "the finiteness check's group %s" % finite)
             check(sorted(t for t, _ in deltas["chunks"]) == list(range(len(numel))), "the deltas' group carries %s"
                   % deltas["chunks"])
             ops = [p["op"] for p in deltas["phases"] if p["kind"] == "collective"]

@@ -1110,7 +1110,7 @@ variants {
         mean[v] = json.loads(replay[replay.index("\n{") + 1:])["mean_step_s"]
     # A model of 195 parameters on a link slow enough that its 780 B take about 120 ms a collective, so that the
     # host's Python between two steps (a few ms on a busy host) weighs little: dense's twelve allreduces against
-    # local-4's six (and the 4-byte finiteness check before each of its four averagings).
+    # local-4's six (and the small finiteness check before each of its four averagings).
     check(mean["local-4"] < 0.75 * mean["dense"], "whatif at 64 workers: %s" % mean)
     print("local_sgd: payload per worker dense %d, local-4 %d, qsparse-4 %d B; at 64 workers %s" % (
         dense[-1], local[-1], qsparse[-1], ", ".join("%s %.2f ms" % (v, 1e3 * m) for v, m in mean.items())))

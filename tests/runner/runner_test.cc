@@ -137,12 +137,11 @@ TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
     experiments::Experiment e;
     EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(fields, &e)) << fields;
     const auto& l = e.local_sgd();
-    const std::vector<int64_t> done =
+    const train::LocalSgdSchedule schedule =
         l.period() > 0
-            ? train::scheduledAveragings(l.period(), l.start_step(), l.qsr_alpha(), total, [](int64_t) { return 0.1; })
-            : std::vector<int64_t>{};
-    return detail::localSgdEvaluationWarning(
-        e, steps_per_epoch, total, [&](int64_t d) { return std::binary_search(done.begin(), done.end(), d); });
+            ? train::LocalSgdSchedule(l.period(), l.start_step(), l.qsr_alpha(), total, [](int64_t) { return 0.1; })
+            : train::LocalSgdSchedule();
+    return detail::localSgdEvaluationWarning(e, steps_per_epoch, total, schedule);
   };
   EXPECT_EQ(warning("eval { every_steps: 7 per_epoch: true }", 469, 2814), "");
   EXPECT_EQ(warning("local_sgd { period: 4 } eval { every_steps: 8 per_epoch: true }", 400, 1200), "");

@@ -273,6 +273,16 @@ TEST(LocalSgd, QsrRoundsLengthenAsTheRateDecays) {
   EXPECT_EQ(scheduledAveragings(2, 2, 0.4, 29, rate), (std::vector<int64_t>{6, 10, 14}));
   // Without the rule, the period's grid from start_step.
   EXPECT_EQ(scheduledAveragings(3, 1, 0.0, 11, rate), (std::vector<int64_t>{4, 7, 10}));
+  // The schedule as the trainer asks it: the same answers; the grid of a run of 6e9 steps in constant memory.
+  const LocalSgdSchedule qsr(2, 2, 0.4, 40, rate);
+  for (int64_t d = 0; d <= 41; ++d) EXPECT_EQ(qsr.averagesAfter(d), d == 6 || d == 10 || d == 14 || d == 30) << d;
+  EXPECT_EQ(qsr.count(), 4);
+  const LocalSgdSchedule grid(5, 23, 0.0, 6'000'000'000, rate);
+  EXPECT_TRUE(grid.averagesAfter(28));
+  EXPECT_FALSE(grid.averagesAfter(23));
+  EXPECT_FALSE(grid.averagesAfter(29));
+  EXPECT_EQ(grid.count(), (6'000'000'000 - 23) / 5);
+  EXPECT_FALSE(LocalSgdSchedule().averagesAfter(4));
 }
 
 // The trainer averages on the rule's rounds, counting the rate of each round's step before it: a step decay at epoch

@@ -7,7 +7,7 @@
         opt.zero_grad()
         loss_fn(ddp(x), y).backward()
         opt.step()
-        local.step()                                                   # averages every `period` steps
+        local.step()                                                   # averages every `period` steps (or qsr_alpha's)
 
 This is the schedule of terse's native local SGD (core/train/sync_trainer.h, "Local SGD"; docs/local-sgd.md), for a
 PyTorch model: local SGD and post-local SGD (Stich 2019; Lin et al., ICLR 2020 -- torch's PostLocalSGDOptimizer with
@@ -17,12 +17,13 @@ PeriodicModelAverager), DiLoCo's and SlowMo's outer step, and compressed averagi
   - Steps before `start_step` are DDP's gradient steps, through `state`'s compressor (local_sgd_hook hands those
     buckets to compression_hook). From start_step on, a step is local: local_sgd_hook hands DDP each bucket back as it
     is, so every replica applies its own gradient with its own optimizer state (momentum stays per rank).
-  - local.step(), after each optimizer step, counts the step. When (steps - start_step) is a multiple of `period`, it
-    averages: each parameter's delta = anchor - value (the anchor is the model every rank shared after the last
-    averaging) goes through the state's aggregation (compressor, error feedback, the collectives its caps ask for,
-    over its process group), and value = anchor - mean(delta) becomes the new anchor, bit for bit the same on every
-    rank. With an outer optimizer, u = outer_momentum * u + mean(delta) (Nesterov: the step is mean(delta) +
-    outer_momentum * u) and value = anchor - outer_lr * step: DiLoCo's outer SGD, SlowMo with a constant inner rate.
+  - local.step(), after each optimizer step, counts the step. When (steps - start_step) is a multiple of `period` (with
+    qsr_alpha, at the end of a round of the quadratic synchronization rule: below), it averages: each parameter's
+    delta = anchor - value (the anchor is the model every rank shared after the last averaging) goes through the
+    state's aggregation (compressor, error feedback, the collectives its caps ask for, over its process group), and
+    value = anchor - mean(delta) becomes the new anchor, bit for bit the same on every rank. With an outer optimizer,
+    u = outer_momentum * u + mean(delta) (Nesterov: the step is mean(delta) + outer_momentum * u) and value = anchor -
+    outer_lr * step: DiLoCo's outer SGD, SlowMo with a constant inner rate.
   - local.step(average=True) averages at a step off the grid too: terse's driver does so at its evaluation points,
     as the native runner does, so that every rank evaluates one model. The schedule's rounds stay as they are.
   - qsr_alpha > 0 (with optimizer=) makes the rounds the quadratic synchronization rule's (Gu, Lyu, Arora, Zhang,
@@ -355,12 +356,16 @@ class LocalSGD:
             self._ddp.broadcast_buffers = False  # the local steps send nothing; _average_buffers keeps them one
 
     def _check_finite(self):
-        """Every rank's deltas and averaged buffers are finite, or every rank raises naming the ranks whose are not: a
-        replica that diverged alone would otherwise fail in its compressor's encode (top-k, QSGD refuse a non-finite
-        input) and leave its peers inside the collective, or (fp16, none) spread its NaN to every replica. One small
-        collective."""
+        """Every rank averages at this step, from the same learning rate under the quadratic synchronization rule, and
+        its deltas and averaged buffers are finite; or every rank raises, naming what differs or the ranks whose
+        values are not finite. A replica that diverged alone would otherwise fail in its compressor's encode (top-k,
+        QSGD refuse a non-finite input) and leave its peers inside the collective, or (fp16, none) spread its NaN to
+        every replica; ranks whose rates differ would draw different rounds and pair one rank's averaging with
+        another's later one. One small collective (three doubles a rank)."""
         bad = int(any(not bool(torch.isfinite(g.delta).all()) for g in self._groups)
                   or (self._buffer_flat is not None and not bool(torch.isfinite(self._buffer_flat).all())))
+        rate = float(self.optimizer.param_groups[0]["lr"]) if self.qsr_alpha > 0 and self.optimizer is not None \
+            else 0.0
         group, world = self._dist()
         if world > 1:
             device = self._groups[0].delta.device
@@ -368,17 +373,23 @@ class LocalSGD:
                 device = torch.device("cpu")
             state = self.compression
             start = _terse.monotonic()
-            flags = [int(t.item()) for t in _all_gather_held(torch.tensor([bad], dtype=torch.int32, device=device),
-                                                              world, group)]
+            mine = torch.tensor([bad, self.steps, rate], dtype=torch.float64, device=device)
+            every = [t.tolist() for t in _all_gather_held(mine, world, group)]
             if state._tracer is not None:
                 # Where replicas that drifted apart between averagings meet: a group of its own in the step trace, so
                 # that a replay has its workers wait for each other here rather than in the optimizer's time.
                 end = _terse.monotonic()
-                state._agg.trace_gather(4, start, end)
+                state._agg.trace_gather(24, start, end)
                 state._tracer.aside(end - start)
         else:
-            flags = [bad]
-        ranks = [r for r, f in enumerate(flags) if f]
+            every = [[bad, self.steps, rate]]
+        if any(e[1:] != every[0][1:] for e in every):
+            raise _invalid("LocalSGD: the ranks average at different points: %s; every rank must count the same steps "
+                           "and, under the quadratic synchronization rule, see the same learning rate (its rounds "
+                           "follow it), or the averagings pair up wrongly"
+                           % "; ".join("rank %d after step %d%s" % (r, int(e[1]), ", lr %r" % e[2] if self.qsr_alpha
+                                                                     > 0 else "") for r, e in enumerate(every)))
+        ranks = [r for r, e in enumerate(every) if e[0]]
         if ranks:
             raise _invalid("LocalSGD: the model of rank%s %s holds a non-finite value (in its parameters or its "
                            "buffers) after step %d, %d steps after the last averaging; nothing was averaged. Lower the "
