@@ -4,15 +4,16 @@
 stem = 'pytorch_gpt_local_sgd'
 data = stem . '.dat'
 target = 0.27
-array names[5]
-array colors[5]
-array widths[5]
-array dashes[5]
+array names[6]
+array colors[6]
+array widths[6]
+array dashes[6]
 names[1] = 'qsparse-16'; colors[1] = '#9400d3'; widths[1] = 1.5; dashes[1] = 1
 names[2] = 'topk-1pct-ef'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
 names[3] = 'local-16'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
 names[4] = 'diloco-16'; colors[4] = '#e69f00'; widths[4] = 1.5; dashes[4] = 1
-names[5] = 'dense (baseline)'; colors[5] = 'black'; widths[5] = 3; dashes[5] = 1
+names[5] = 'qsr-16'; colors[5] = '#0072b2'; widths[5] = 1.5; dashes[5] = 1
+names[6] = 'dense (baseline)'; colors[6] = 'black'; widths[6] = 3; dashes[6] = 1
 set key outside right top noenhanced
 set grid
 set ylabel 'test accuracy'
