@@ -89,8 +89,23 @@ Source loadSource(const std::string& text, int steps) {
       const auto rank = train::stepTraceFileRank(e.path().filename().string());
       if (e.is_regular_file() && rank) found.emplace_back(*rank, e.path());
     }
-    TERSE_CHECK(!found.empty(), InvalidArgument,
-                p.string() << ": no steps.rank<R>.jsonl files (was the run recorded with step traces?)");
+    if (found.empty()) {
+      // A study's folder holds its variants' folders: name those that hold traces.
+      std::vector<std::string> traced;
+      for (const auto& e : fs::directory_iterator(p, ec))
+        if (e.is_directory() && fs::exists(e.path() / "steps.rank0.jsonl")) traced.push_back(e.path().string());
+      std::sort(traced.begin(), traced.end());
+      std::ostringstream hint;
+      for (std::size_t i = 0; i < traced.size() && i < 8; ++i) hint << (i ? ", " : "") << traced[i];
+      if (traced.size() > 8) hint << ", ... (" << traced.size() << " in all)";
+      TERSE_THROW(
+          InvalidArgument,
+          p.string() << ": no steps.rank<R>.jsonl files"
+                     << (traced.empty() ? std::string(": record the run with step traces (step_trace: true in "
+                                                      "the config, or terse run --set step_trace=true; "
+                                                      "CompressionState(..., step_trace=True) in a script)")
+                                        : "; it looks like a study's folder: give one of its runs, " + hint.str()));
+    }
     std::sort(found.begin(), found.end());
     for (std::size_t i = 0; i < found.size(); ++i) {
       TERSE_CHECK(found[i].first == static_cast<int>(i), InvalidArgument,

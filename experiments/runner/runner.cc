@@ -141,6 +141,11 @@ std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epo
   const int64_t period = e.local_sgd().period();
   if (period == 0) return "";  // local SGD off
   const int64_t start = e.local_sgd().start_step();
+  // A run shortened below its start_step (a quick try with fewer epochs or a subset) is synchronous throughout.
+  if (start >= total_steps)
+    return "local_sgd.start_step " + std::to_string(start) + " is at or past the run's last step (" +
+           std::to_string(total_steps) + " steps): no local step runs, the run is synchronous SGD throughout; " +
+           "lower local_sgd.start_step or train longer";
   const int64_t every = e.eval().every_steps();
   const int64_t epoch = e.eval().per_epoch() ? steps_per_epoch : 0;
   // The evaluation points (SyncRankDriver::isEvalPoint) in the local phase and before the last step, which averages
@@ -159,7 +164,8 @@ std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epo
   if (extra == 0) return "";
   const int64_t scheduled = schedule.count();
   const bool qsr = e.local_sgd().qsr_alpha() > 0;
-  std::string text = std::to_string(extra) + " evaluation point" + (extra == 1 ? "" : "s") + " fall between the " +
+  std::string text = std::to_string(extra) + " evaluation point" + (extra == 1 ? " falls" : "s fall") +
+                     " between the " +
                      (qsr ? "averagings of local_sgd's quadratic synchronization rule (rounds of at least period " +
                                 std::to_string(period) + " from start_step " + std::to_string(start) + ")"
                           : "averagings of local_sgd.period " + std::to_string(period) + " (counted from start_step " +

@@ -20,19 +20,18 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              for an infinite BatchNorm statistic, and the logger's folder says failed
   trace      step traces (step_trace=True) of a run with gradient steps, local steps and averagings, BatchNorm
              statistics among them: the parameters equal an untraced run's bit for bit; the gradient steps hold DDP's
-             buckets as groups, the local steps computation and optimizer only, each averaging a group of the deltas
-             (every parameter) and one of the statistics' allreduce, after the step's backward, their time outside
-             the optimizer's; terse whatif replays the folder at 2 workers within 15% of the recorded step times and
-             at 256 workers on 100 Mbps slows the averaging steps alone; replicas that drift apart (rank 1 10 ms
-             slower a step) replay within 10% of the run's wall time; an evaluation of the inner model ends the
-             step (its time is no optimizer's); a traced LocalSGD whose backward never
-             reaches the hook (no local_sgd_hook) is refused at its first step
-  refusals   bad settings (qsr_alpha without an optimizer among them), a CUSTOM compressor (signsgd), DGC momentum
-             correction, error feedback and a
-             stateful compressor (PowerSGD) after a warm-up, each refused naming it; ranks whose settings differ, and
-             replicas that differ at the start (no DDP, one seed per rank), raise InvalidArgument on every rank naming
-             each rank's, and nobody hangs, also where one rank alone refuses; a ResultsLogger built on the state
-             first; terse.local_sgd imported first
+             buckets as groups, the local steps computation and optimizer only, each averaging a group of the
+             finiteness check, one of the deltas (every parameter) and one of the statistics' allreduce, after the
+             step's backward, their time outside the optimizer's; terse whatif replays the folder at 2 workers between
+             each rank's own time and the slower rank's, and at 256 workers on 100 Mbps slows the averaging steps
+             alone; replicas that drift apart (rank 1 10 ms slower a step) replay at most 10% over the run's wall time
+             (and not a quarter under); an evaluation of the inner model ends the step (its time is no optimizer's);
+             a traced LocalSGD whose backward never reaches the hook (no local_sgd_hook) is refused at its first step
+  refusals   bad settings (qsr_alpha without an optimizer, or over a rising rate, among them), a CUSTOM compressor
+             (signsgd), DGC momentum correction, error feedback and a stateful compressor (PowerSGD) after a warm-up,
+             each refused naming it; ranks whose settings differ, and replicas that differ at the start (no DDP, one
+             seed per rank), raise InvalidArgument on every rank naming each rank's, and nobody hangs, also where one
+             rank alone refuses; a ResultsLogger built on the state first; terse.local_sgd imported first
 """
 
 import argparse
@@ -372,6 +371,16 @@ def refusals(rank):
     local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=2, qsr_alpha=0.1)
     expect_error(terse.InvalidArgument, "LocalSGD: qsr_alpha=0.1 reads the optimizer's learning rate when each round "
                  "begins; give LocalSGD(..., optimizer=opt)", local.step)
+    # Over a warm-up the rule would draw its first round from the smallest rate, and never average: refused at the
+    # first step whose rate is above the round's.
+    opt = torch.optim.SGD(same.parameters(), lr=0.001)
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=2, qsr_alpha=0.1,
+                                 optimizer=opt)
+    check(not local.step(), "a round of 10,000 steps averaged at once")
+    opt.param_groups[0]["lr"] = 0.002
+    expect_error(terse.InvalidArgument, "LocalSGD: qsr_alpha=0.1: the learning rate rose from 0.001, when the round "
+                 "began after step 0, to 0.002 at step 2; the quadratic synchronization rule is for a decaying rate",
+                 local.step)
 
 
 class BnNet(nn.Module):
@@ -657,14 +666,16 @@ def check_trace(root, terse_bin):
         else:
             check(abs(slow[s] - same[s]) < 1e-9, "local step %d: %.4f s at 256 workers, %.4f at 2"
                   % (s, slow[s], same[s]))
-    # The drifting replicas: the replay at their world on a free network takes about the run's wall time. Rank 0's
-    # wait for rank 1 is a collective's, which the replay times anew, not its optimizer's (counted, it added a fifth).
+    # The drifting replicas: the replay at their world on a free network takes about the run's wall time, less the
+    # gloo collectives' own time (priced at nearly nothing here, a few ms on a busy host). Rank 0's wait for rank 1 is
+    # a collective's, which the replay times anew, not its optimizer's: counted as optimizer time, it replayed a fifth
+    # over the wall time.
     skewed = os.path.join(root, "traced", "skewed")
     out = subprocess.run([terse_bin, "whatif", skewed, "--workers", "2", "--bandwidth", "100Gbps", "--latency", "1us",
                           "--json", "-"], check=True, capture_output=True, text=True).stdout
     replayed = sum(json.loads(out[out.index("\n{") + 1:])["step_s"])
     wall = float(open(os.path.join(root, "wall")).read())
-    check(abs(replayed - wall) <= 0.1 * wall, "drifting replicas: the run took %.4f s, replayed %.4f s"
+    check(0.75 * wall <= replayed <= 1.1 * wall, "drifting replicas: the run took %.4f s, replayed %.4f s"
           % (wall, replayed))
     print("trace: %d buckets; local steps %.2f ms, averaging steps %.2f ms as run, %.2f ms at 256 workers; drifting "
           "replicas ran %.1f ms, replayed %.1f" % (buckets, 1e3 * same[2], 1e3 * same[4], 1e3 * slow[4], 1e3 * wall,

@@ -1093,7 +1093,7 @@ variants {
     config = open(os.path.join(out, "ls", "local-4", "config.textproto")).read()
     check("local_sgd {" in config and "period: 4" in config and "start_step: 2" in config,
           "local-4's config.textproto:\n%s" % config)
-    check("warning: [local-4] 1 evaluation point fall between the averagings of local_sgd.period 4" in p.stderr
+    check("warning: [local-4] 1 evaluation point falls between the averagings of local_sgd.period 4" in p.stderr
           and "[qsparse-4] 2 evaluation points fall" in p.stderr and "[dense]" not in p.stderr,
           "terse run's warnings:\n%s" % p.stderr)
     # Step traces: the steps that exchanged (numbered from 0) hold groups, the others none.

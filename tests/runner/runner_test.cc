@@ -153,7 +153,11 @@ TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
         "")
         << period;
   // Evaluations at 5 and 10 before start_step 12 are gradient steps.
-  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { every_steps: 5 }", 100, 12), "");
+  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { every_steps: 5 }", 100, 13), "");
+  // A run shortened below its start_step is synchronous throughout.
+  EXPECT_EQ(warning("local_sgd { period: 4 start_step: 12 } eval { every_steps: 5 }", 100, 12),
+            "local_sgd.start_step 12 is at or past the run's last step (12 steps): no local step runs, the run is "
+            "synchronous SGD throughout; lower local_sgd.start_step or train longer");
   // 100, 200, ..., 2800 but 1000 and 2000.
   EXPECT_EQ(warning("local_sgd { period: 1000 } eval { every_steps: 100 }", 469, 2814),
             "26 evaluation points fall between the averagings of local_sgd.period 1000 (counted from start_step 0), "

@@ -7,7 +7,7 @@
         opt.zero_grad()
         loss_fn(ddp(x), y).backward()
         opt.step()
-        local.step()                                                   # averages every `period` steps (or qsr_alpha's)
+        local.step(average=last)   # averages every `period` steps (or qsr_alpha's rounds); before a scheduler's step()
 
 This is the schedule of terse's native local SGD (core/train/sync_trainer.h, "Local SGD"; docs/local-sgd.md), for a
 PyTorch model: local SGD and post-local SGD (Stich 2019; Lin et al., ICLR 2020 -- torch's PostLocalSGDOptimizer with
@@ -236,6 +236,7 @@ class LocalSGD:
         self.qsr_alpha = float(qsr_alpha)
         self.optimizer = optimizer  # with qsr_alpha, whose rate each round reads (settable until the first step)
         self._next = None  # the step count where the round under way ends (averages on schedule); None: not drawn yet
+        self._round_rate, self._round_start = None, 0  # the rule's: the rate the round under way was drawn from
         self._buffer_flat = (torch.empty(sum(b.numel() for b in self._buffers), dtype=torch.float32, device=device)
                              if self._buffers else None)
         # One buffer per dtype, in the order of the dtypes' first parameters; the tensor ids are the hook's.
@@ -275,6 +276,8 @@ class LocalSGD:
                                    "register the hook (ddp.register_comm_hook(local, terse.torch.local_sgd_hook)) "
                                    "and call step() once per backward" % (self.steps + 1))
                 self._traced = tracer._step
+            if self.qsr_alpha > 0 and self.optimizer is None:
+                raise self._no_optimizer()
             if not self._has_anchor and self.steps + 1 == self.start_step:
                 self.steps += 1
                 self._take_anchor()  # the model the gradient steps left every rank with
@@ -286,6 +289,17 @@ class LocalSGD:
                 return False
             if self._next is None:  # start_step 0: the first round, at step 0's rate
                 self._next = self.start_step + self._round()
+                self._round_start = self.start_step
+            elif self.qsr_alpha > 0:
+                rate = float(self.optimizer.param_groups[0]["lr"])
+                if rate > self._round_rate:
+                    # A warm-up's: the rule drew this round from its small first rate, so long that it may never end.
+                    raise _invalid("LocalSGD: qsr_alpha=%r: the learning rate rose from %r, when the round began "
+                                   "after step %d, to %r at step %d; the quadratic synchronization rule is for a "
+                                   "decaying rate, and a warm-up's rising one asks for the longest rounds first: "
+                                   "begin the local steps after the warm-up (start_step at least its steps), as the "
+                                   "config's rule local-sgd demands"
+                                   % (self.qsr_alpha, self._round_rate, self._round_start, rate, self.steps))
             if self.steps == self._next:
                 self._average()
                 self._next = self.steps + self._round()
@@ -306,10 +320,15 @@ class LocalSGD:
         if self.qsr_alpha <= 0:
             return self.period
         if self.optimizer is None:
-            raise _invalid("LocalSGD: qsr_alpha=%r reads the optimizer's learning rate when each round begins; give "
-                           "LocalSGD(..., optimizer=opt), or set local.optimizer = opt before the first step"
-                           % self.qsr_alpha)
-        return round_length(self.period, self.qsr_alpha, float(self.optimizer.param_groups[0]["lr"]))
+            raise self._no_optimizer()
+        self._round_rate = float(self.optimizer.param_groups[0]["lr"])
+        self._round_start = self.steps
+        return round_length(self.period, self.qsr_alpha, self._round_rate)
+
+    def _no_optimizer(self):
+        return _invalid("LocalSGD: qsr_alpha=%r reads the optimizer's learning rate when each round begins; give "
+                        "LocalSGD(..., optimizer=opt), or set local.optimizer = opt before the first step"
+                        % self.qsr_alpha)
 
     def _dist(self):
         group = self.compression.process_group
