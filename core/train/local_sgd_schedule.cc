@@ -18,10 +18,24 @@ std::vector<int64_t> scheduledAveragings(int64_t period, int64_t start_step, dou
                                          const std::function<double(int64_t)>& rate) {
   std::vector<int64_t> out;
   if (period < 1) return out;
+  // d + h, saturating: h may be kLongestLocalRound.
+  auto after = [](int64_t d, int64_t h) { return h > kLongestLocalRound - d ? kLongestLocalRound : d + h; };
   for (int64_t d = start_step; d < total_steps;) {
-    const int64_t h = localRoundLength(period, qsr_alpha, qsr_alpha > 0 ? rate(std::max<int64_t>(d - 1, 0)) : 0.0);
-    if (h > total_steps - d) break;
-    d += h;
+    if (qsr_alpha <= 0) {
+      if (period > total_steps - d) break;
+      d += period;
+      out.push_back(d);
+      continue;
+    }
+    int64_t end = after(d, localRoundLength(period, qsr_alpha, rate(std::max<int64_t>(d - 1, 0))));
+    // A rate that rises inside the round shortens it to what that rate asks for, counted from the round's start
+    // (at once if that is past).
+    for (int64_t s = d + 1; s < end && s <= total_steps; ++s) {
+      const int64_t shorter = after(d, localRoundLength(period, qsr_alpha, rate(s - 1)));
+      if (shorter < end) end = std::max(shorter, s);
+    }
+    if (end > total_steps) break;
+    d = end;
     out.push_back(d);
   }
   return out;

@@ -7,8 +7,10 @@
 // (a cosine or step decay), and stays at `period` (the paper's H_base) while eta >= qsr_alpha / sqrt(period). The rate
 // of the step just taken is what both the native trainer and a PyTorch script (terse.torch.LocalSGD, which reads the
 // optimizer's rate when a round begins) know at the averaging that begins the next round, so both draw the same
-// rounds from the same schedule. A rate that is not positive and finite (a warm-up from 0) asks for no averaging
-// before the end: the config refuses QSR over a warm-up (rule local-sgd).
+// rounds from the same schedule. A rate that rises inside a round (a warm-up's, a scheduler's restart) shortens the
+// round to what the higher rate asks for, counted from the round's start, so that a round drawn from a warm-up's
+// small first rate does not outlast it; the config still refuses QSR over a warm-up (rule local-sgd), as the paper
+// begins its local steps after it. A rate that is not positive and finite asks for no averaging on schedule.
 //
 // The end of training and the runner's evaluation points average too (SyncTrainer::averagingStep); those forced
 // averagings do not move the schedule's rounds.
@@ -29,7 +31,8 @@ inline constexpr int64_t kLongestLocalRound = int64_t{1} << 50;
 int64_t localRoundLength(int64_t period, double qsr_alpha, double rate);
 
 // The step counts after which local SGD averages on schedule, ascending, within (start_step, total_steps]: rounds
-// from start_step, the round after d steps of length localRoundLength(period, qsr_alpha, rate(max(d - 1, 0))).
+// from start_step, the round after d steps of length localRoundLength(period, qsr_alpha, rate(max(d - 1, 0))), cut to
+// max(s, d + localRoundLength(period, qsr_alpha, rate(s - 1))) where that is shorter at a step count s inside it.
 // `rate(step)`: the learning rate of 0-based step `step`. period >= 1.
 std::vector<int64_t> scheduledAveragings(int64_t period, int64_t start_step, double qsr_alpha, int64_t total_steps,
                                          const std::function<double(int64_t)>& rate);

@@ -90,10 +90,20 @@ Source loadSource(const std::string& text, int steps) {
       if (e.is_regular_file() && rank) found.emplace_back(*rank, e.path());
     }
     if (found.empty()) {
-      // A study's folder holds its variants' folders: name those that hold traces.
+      // A study's folder holds its variants' folders (and a repeat's, <variant>/seed-N): name those that hold traces.
       std::vector<std::string> traced;
-      for (const auto& e : fs::directory_iterator(p, ec))
-        if (e.is_directory() && fs::exists(e.path() / "steps.rank0.jsonl")) traced.push_back(e.path().string());
+      auto visit = [&](const fs::path& dir, int depth, auto&& self) -> void {
+        std::error_code dir_ec;
+        for (fs::directory_iterator it(dir, dir_ec), end; !dir_ec && it != end; it.increment(dir_ec)) {
+          std::error_code entry_ec;
+          if (!it->is_directory(entry_ec) || entry_ec) continue;
+          if (fs::exists(it->path() / "steps.rank0.jsonl", entry_ec))
+            traced.push_back(it->path().string());
+          else if (depth < 2)
+            self(it->path(), depth + 1, self);
+        }
+      };
+      visit(p, 1, visit);
       std::sort(traced.begin(), traced.end());
       std::ostringstream hint;
       for (std::size_t i = 0; i < traced.size() && i < 8; ++i) hint << (i ? ", " : "") << traced[i];
@@ -101,9 +111,10 @@ Source loadSource(const std::string& text, int steps) {
       TERSE_THROW(
           InvalidArgument,
           p.string() << ": no steps.rank<R>.jsonl files"
-                     << (traced.empty() ? std::string(": record the run with step traces (step_trace: true in "
-                                                      "the config, or terse run --set step_trace=true; "
-                                                      "CompressionState(..., step_trace=True) in a script)")
+                     << (traced.empty() ? std::string(" here or in its subfolders: record the run with step "
+                                                      "traces (step_trace: true in the config, or terse run "
+                                                      "--set step_trace=true; CompressionState(..., "
+                                                      "step_trace=True) in a script)")
                                         : "; it looks like a study's folder: give one of its runs, " + hint.str()));
     }
     std::sort(found.begin(), found.end());

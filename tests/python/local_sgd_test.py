@@ -27,7 +27,7 @@ one ctest case per subcommand (tests/python/CMakeLists.txt):
              alone; replicas that drift apart (rank 1 10 ms slower a step) replay at most 10% over the run's wall time
              (and not a quarter under); an evaluation of the inner model ends the step (its time is no optimizer's);
              a traced LocalSGD whose backward never reaches the hook (no local_sgd_hook) is refused at its first step
-  refusals   bad settings (qsr_alpha without an optimizer, or over a rising rate, among them), a CUSTOM compressor
+  refusals   bad settings (qsr_alpha without an optimizer among them; a rising rate cuts a round), a CUSTOM compressor
              (signsgd), DGC momentum correction, error feedback and a stateful compressor (PowerSGD) after a warm-up,
              each refused naming it; ranks whose settings differ, and replicas that differ at the start (no DDP, one
              seed per rank), raise InvalidArgument on every rank naming each rank's, and nobody hangs, also where one
@@ -371,16 +371,27 @@ def refusals(rank):
     local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=2, qsr_alpha=0.1)
     expect_error(terse.InvalidArgument, "LocalSGD: qsr_alpha=0.1 reads the optimizer's learning rate when each round "
                  "begins; give LocalSGD(..., optimizer=opt)", local.step)
-    # Over a warm-up the rule would draw its first round from the smallest rate, and never average: refused at the
-    # first step whose rate is above the round's.
+    # Over a warm-up the rule would draw its first round from the smallest rate and never average: a rate that rises
+    # inside a round cuts it to what that rate asks for, from the round's start (0.05 after step 2: 4 steps).
     opt = torch.optim.SGD(same.parameters(), lr=0.001)
     local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=2, qsr_alpha=0.1,
                                  optimizer=opt)
-    check(not local.step(), "a round of 10,000 steps averaged at once")
-    opt.param_groups[0]["lr"] = 0.002
-    expect_error(terse.InvalidArgument, "LocalSGD: qsr_alpha=0.1: the learning rate rose from 0.001, when the round "
-                 "began after step 0, to 0.002 at step 2; the quadratic synchronization rule is for a decaying rate",
-                 local.step)
+    averaged = [local.step()]  # a round of 10,000 steps
+    opt.param_groups[0]["lr"] = 0.05
+    averaged += [local.step() for _ in range(3)]
+    check(averaged == [False, False, False, True], "a warm-up's rounds: averaged after steps %s"
+          % [s for s, a in enumerate(averaged, start=1) if a])
+    # The native schedule's own case (LocalSgd.QsrRoundsLengthenAsTheRateDecays): a warm-up from 0.001 by 0.01 a step
+    # to 0.1, alpha 0.4, period 2: the first round cut step by step to 16, then rounds of 16.
+    opt = torch.optim.SGD(same.parameters(), lr=0.001)
+    local = terse.torch.LocalSGD(terse.torch.CompressionState("none", module=same), same, period=2, qsr_alpha=0.4,
+                                 optimizer=opt)
+    ends = []
+    for s in range(60):
+        opt.param_groups[0]["lr"] = 0.001 + 0.1 * s / 10 if s < 10 else 0.1
+        if local.step():
+            ends.append(s + 1)
+    check(ends == [16, 32, 48], "a warm-up's rounds end after %s, natively after 16, 32 and 48" % ends)
 
 
 class BnNet(nn.Module):

@@ -273,6 +273,12 @@ TEST(LocalSgd, QsrRoundsLengthenAsTheRateDecays) {
   EXPECT_EQ(scheduledAveragings(2, 2, 0.4, 29, rate), (std::vector<int64_t>{6, 10, 14}));
   // Without the rule, the period's grid from start_step.
   EXPECT_EQ(scheduledAveragings(3, 1, 0.0, 11, rate), (std::vector<int64_t>{4, 7, 10}));
+  // A rising rate (a warm-up from 0.001 by 0.01 a step to 0.1 at step 10, then flat): the first round, drawn from step
+  // 0's rate, would last floor((0.4 / 0.001)^2) = 160,000 steps; each step's higher rate cuts it to
+  // max(s, H(rate(s - 1))): 1322 at s = 2, 362, 166, 95, 61, 42, 31, 24, 19, and 16 at s = 11 (rate 0.1); then rounds
+  // of 16 at the flat rate.
+  const auto warm = [](int64_t step) { return step < 10 ? 0.001 + 0.1 * static_cast<double>(step) / 10 : 0.1; };
+  EXPECT_EQ(scheduledAveragings(2, 0, 0.4, 60, warm), (std::vector<int64_t>{16, 32, 48}));
   // The schedule as the trainer asks it: the same answers; the grid of a run of 6e9 steps in constant memory.
   const LocalSgdSchedule qsr(2, 2, 0.4, 40, rate);
   for (int64_t d = 0; d <= 41; ++d) EXPECT_EQ(qsr.averagesAfter(d), d == 6 || d == 10 || d == 14 || d == 30) << d;

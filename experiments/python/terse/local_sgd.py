@@ -29,7 +29,8 @@ PeriodicModelAverager), DiLoCo's and SlowMo's outer step, and compressed averagi
   - qsr_alpha > 0 (with optimizer=) makes the rounds the quadratic synchronization rule's (Gu, Lyu, Arora, Zhang,
     Huang, ICLR 2024): a round that begins after d steps lasts max(period, floor((qsr_alpha / lr)^2)) steps, lr the
     optimizer's rate at that moment (step d - 1's, or step 0's for a round that begins at 0), as the native trainer
-    draws them (core/train/local_sgd_schedule.h). Every rank must see the same rate, as with any shared schedule.
+    draws them (core/train/local_sgd_schedule.h); a rate that rises inside a round (a warm-up's, a restart's) cuts it
+    to what that rate asks for. Every rank must see the same rate: the check before each averaging compares them.
 
 Each parameter is its own tensor (its index in module.parameters(), as the hook numbers them), so PowerSGD factors
 matrices and top-k keeps k per tensor; with the state's granularity="bucket" (or `none` summed in place) each dtype's
@@ -236,7 +237,7 @@ class LocalSGD:
         self.qsr_alpha = float(qsr_alpha)
         self.optimizer = optimizer  # with qsr_alpha, whose rate each round reads (settable until the first step)
         self._next = None  # the step count where the round under way ends (averages on schedule); None: not drawn yet
-        self._round_rate, self._round_start = None, 0  # the rule's: the rate the round under way was drawn from
+        self._round_start = 0  # the step count where the round under way began (the rule's)
         self._buffer_flat = (torch.empty(sum(b.numel() for b in self._buffers), dtype=torch.float32, device=device)
                              if self._buffers else None)
         # One buffer per dtype, in the order of the dtypes' first parameters; the tensor ids are the hook's.
@@ -291,15 +292,12 @@ class LocalSGD:
                 self._next = self.start_step + self._round()
                 self._round_start = self.start_step
             elif self.qsr_alpha > 0:
-                rate = float(self.optimizer.param_groups[0]["lr"])
-                if rate > self._round_rate:
-                    # A warm-up's: the rule drew this round from its small first rate, so long that it may never end.
-                    raise _invalid("LocalSGD: qsr_alpha=%r: the learning rate rose from %r, when the round began "
-                                   "after step %d, to %r at step %d; the quadratic synchronization rule is for a "
-                                   "decaying rate, and a warm-up's rising one asks for the longest rounds first: "
-                                   "begin the local steps after the warm-up (start_step at least its steps), as the "
-                                   "config's rule local-sgd demands"
-                                   % (self.qsr_alpha, self._round_rate, self._round_start, rate, self.steps))
+                # A rate that rose inside the round (a warm-up's, a scheduler's restart) cuts the round to what it asks
+                # for, counted from the round's start (core/train/local_sgd_schedule.h, scheduledAveragings).
+                shorter = self._round_start + round_length(self.period, self.qsr_alpha,
+                                                           float(self.optimizer.param_groups[0]["lr"]))
+                if shorter < self._next:
+                    self._next = max(shorter, self.steps)
             if self.steps == self._next:
                 self._average()
                 self._next = self.steps + self._round()
@@ -321,9 +319,8 @@ class LocalSGD:
             return self.period
         if self.optimizer is None:
             raise self._no_optimizer()
-        self._round_rate = float(self.optimizer.param_groups[0]["lr"])
         self._round_start = self.steps
-        return round_length(self.period, self.qsr_alpha, self._round_rate)
+        return round_length(self.period, self.qsr_alpha, float(self.optimizer.param_groups[0]["lr"]))
 
     def _no_optimizer(self):
         return _invalid("LocalSGD: qsr_alpha=%r reads the optimizer's learning rate when each round begins; give "
