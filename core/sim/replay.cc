@@ -730,9 +730,11 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       std::vector<double> update_s(nt, 0);
       for (const auto& u : lead.steps[step_index].updates) update_s[u.tensor] = u.dur_s * scale;
       for (std::size_t g = 0; g < ng; ++g) {
-        for (std::size_t b = 0; b < nb; ++b)
-          for (const auto& [id, chunk] : ranks[behaviours[b].rank].steps[step_index].groups[g].chunks)
-            at[g] = std::max(at[g], ready[b][id]);
+        for (std::size_t b = 0; b < nb; ++b) {
+          const auto& chunks = ranks[behaviours[b].rank].steps[step_index].groups[g].chunks;
+          if (chunks.empty()) at[g] = std::max(at[g], compute_free[b]);  // see the replay below
+          for (const auto& [id, chunk] : chunks) at[g] = std::max(at[g], ready[b][id]);
+        }
         for (const auto& [id, chunk] : gs[g].chunks) {
           front[g] = std::min(front[g], layer_of[id]);
           if (carriers[id] == 1) hold[g] += update_s[id];
@@ -802,8 +804,11 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       const std::size_t k = negotiation ? countRounds(groups[gi].issue_s) : 0;
       for (std::size_t b = 0; b < nb; ++b) {
         double a = comm_free[b] + (k > 1 ? static_cast<double>(k - 1) * negotiation->seconds : 0.0);
-        for (const auto& [id, chunk] : ranks[behaviours[b].rank].steps[si].groups[gi].chunks)
-          a = std::max(a, ready[b][id]);
+        const auto& chunks = ranks[behaviours[b].rank].steps[si].groups[gi].chunks;
+        // A group that carries no tensor (a PyTorch local SGD averaging's finiteness check or buffers) was issued
+        // after the step's computation, as every group of an averaging is.
+        if (chunks.empty()) a = std::max(a, compute_free[b]);
+        for (const auto& [id, chunk] : chunks) a = std::max(a, ready[b][id]);
         arrive[b] = a;
       }
       if (k > 0) {

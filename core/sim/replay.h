@@ -5,9 +5,11 @@
 // What is simulated, and how (DESIGN.md section 9):
 //   - Compute. Each worker runs its recorded segments in order, scaled by compute_scale (and a straggler's factor,
 //     and a seeded lognormal jitter per segment): the forward of layer i waits for the previous step's update of the
-//     tensors of layer i; the backward of layer i makes its `ready` tensors ready.
+//     tensors of layer i (a PyTorch trace's for its whole optimizer step); the backward of layer i makes its `ready`
+//     tensors ready.
 //   - Communication. The groups run in the recorded issue order (the scheduler's: fifo and priority differ here), one
-//     at a time on each worker's communication side, each once all its tensors are ready on that worker. Compress and
+//     at a time on each worker's communication side, each once all its tensors are ready on that worker (a group of no
+//     tensor, a PyTorch local SGD averaging's check or buffers, once the step's computation has ended). Compress and
 //     decompress take their recorded times (scaled); a collective starts when the last worker reaches it and ends,
 //     for all, its network time later; then the updates of the tensors whose last chunk it carried (recorded times,
 //     scaled), on the communication side. The step ends when every update is in. A PyTorch trace (source "pytorch",
@@ -80,7 +82,8 @@ struct ReplayOptions {
   // update rule (a PyTorch trace updates after the step's last group). kFifo and kPriority re-issue them as a
   // ByteScheduler-style scheduler would: whenever the communication side is free, the group ready first (kFifo) or
   // the ready group holding the front-most layer (kPriority: P3), and each tensor is updated as soon as its last
-  // group is in, so the next step's forward starts on the front layers while the back ones still communicate.
+  // group is in, so the next step's forward starts on the front layers while the back ones still communicate (a
+  // PyTorch trace's tensors no group carried, a local SGD step's, are updated one after the other after backward).
   // Neither applies to a trace whose scheduler negotiated its order (checkReorderable).
   enum class Order { kRecorded, kFifo, kPriority };
   Order order = Order::kRecorded;

@@ -176,17 +176,21 @@ TEST(Replay, APyTorchLocalSgdTraceRunsEachOptimizerStepAfterItsComputationAndAve
   // terse.torch.LocalSGD's trace: three local steps (backward makes no tensor ready, no group), then a step whose
   // averaging sends both tensors' deltas in one group (ready when the computation ends, as recorded). Each step's
   // optimizer updates its two tensors, 2 ms each, one after the other once backward has returned: a local step is
-  // its 19 ms of computation and then 4 ms of updates, the averaging step those and the allreduce. terse's own trainer
-  // updates a tensor as soon as it is ready, so its local step ends 2 ms after the computation.
+  // its 19 ms of computation and then 4 ms of updates, the averaging step those and its collectives. terse's own
+  // trainer updates a tensor as soon as it is ready, so its local step ends 2 ms after the computation.
   StepTrace t = handTrace({{1, 0.004, 0.008}, {1, 0.004, 0.003}}, {}, {}, 4);
   for (auto& st : t.steps) {
     for (auto& c : st.compute) c.ready.clear();
     for (auto& u : st.updates) u.dur_s = 0.002;
   }
+  // The averaging: a check of no tensor (LocalSGD's finiteness check, 125 kB here so that it shows), then the deltas.
+  train::TraceGroup& check = t.steps[3].groups.emplace_back();
+  check.phases.push_back({TracePhase::Kind::kCollective, 0, 0, "allreduce", "ring", "f32", 125000, {}});
   train::TraceGroup& g = t.steps[3].groups.emplace_back();
   g.chunks = {{0, 0}, {1, 0}};
   g.chunk_elements = {1, 1};
-  g.phases.push_back({TracePhase::Kind::kCollective, 0, 0, "allreduce", "ring", "f32", 750000, {}});
+  g.phases.push_back({TracePhase::Kind::kCollective, 0, 0, "allreduce", "ring", "f32", 625000, {}});
+  // Both after the computation, one after the other: 750 kB on the wire in all.
   const double compute = 0.004 + 0.008 + 0.004 + 0.003, c = 750000 / 125e6;
   const ReplayResult native = replayTrace({t}, mesh(2, 1 * kGbps, 0));
   for (int s = 0; s < 3; ++s) expectRel(native.step_s.at(s), compute + 0.002);

@@ -57,8 +57,9 @@ of the gradient steps would be added to the deltas. Also refused: a SyncBatchNor
 Step traces: with a state built with step_trace=True, a local step is recorded as its computation (forward, backward
 as DDP hands over each bucket, with no tensor made ready for a group) and its optimizer step; an averaging's groups
 (the finiteness check's all-gather, the deltas', one per dtype, and the buffers' allreduce) are groups of the step
-that averaged, issued after its optimizer step, so `terse whatif` replays the run at N workers as it ran: each
-averaging's collectives priced at N, the workers meeting at its first, the local steps as recorded. The averaging's
+that averaged, issued after its optimizer step, so `terse whatif` replays the run at N workers: each averaging's
+collectives priced at N once the step's computation ends (before its optimizer time: the same serial sum), the
+workers meeting at the first, the local steps as recorded. The averaging's
 host work beside its groups (the deltas, the outer step) is counted as that step's optimizer time; the check of the
 replicas when the local steps begin is left out.
 """

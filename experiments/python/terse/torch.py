@@ -1688,7 +1688,7 @@ class _StepTracer:
     def close_step(self, now):
         """Closes the open step at `now` (the next forward, a record, the trace's writing) once its backward ended:
         what lies between backward's end and now, less the groups set aside, is the script's optimizer step (with
-        LocalSGD, the averaging's own work too: the deltas, the finiteness check, the outer step)."""
+        LocalSGD, the averaging's own work too: the deltas, the outer step)."""
         o = self._open
         if o is None or not o["ended"]:
             return
