@@ -687,6 +687,11 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
   // Each tensor's layer, for the priority order (the front-most layer's group goes first).
   std::vector<int> layer_of(nt, 0);
   for (const auto& t : h.tensors) layer_of[t.id] = t.layer;
+  // Each recorded rank's updates a recorded step (the optimizer's time), summed once rather than per worker and step.
+  std::vector<std::vector<double>> recorded_updates_s(nr, std::vector<double>(recorded, 0.0));
+  for (std::size_t r = 0; r < nr; ++r)
+    for (std::size_t i = 0; i < recorded; ++i)
+      for (const auto& u : ranks[r].steps[i].updates) recorded_updates_s[r][i] += u.dur_s * scale;
   for (int s = 0; s < steps; ++s) {
     const std::size_t si = static_cast<std::size_t>(s) % recorded;
     // Compute: each behaviour's segments in order.
@@ -881,8 +886,7 @@ ReplayResult replayTrace(const std::vector<train::StepTrace>& ranks, const Repla
       end = std::max(end, compute_free[b]);
       for (double u : updated[b]) end = std::max(end, u);
       busiest = std::max(busiest, busy[b]);
-      double updates = 0;
-      for (const auto& u : ranks[behaviours[b].rank].steps[si].updates) updates += u.dur_s * scale;
+      const double updates = recorded_updates_s[behaviours[b].rank][si];
       optimizer = std::max(optimizer, updates);
       serial = std::max(serial, busy[b] + updates);
     }

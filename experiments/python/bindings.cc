@@ -9,6 +9,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -50,17 +51,19 @@ DType dtypeFromTorch(const std::string& name) {
 
 // The native run's local SGD schedule for this recipe (SyncTrainer's: rounds from start_step at the rate of the step
 // before each, terse.Recipe's learning rate being the trainer's), as the trainer holds it or as its list of ends.
+std::function<double(int64_t)> recipeRate(Recipe& r, int64_t steps_per_epoch, int world) {
+  return [&r, steps_per_epoch, world](int64_t step) { return r.learningRate(step, world, steps_per_epoch); };
+}
 train::LocalSgdSchedule localSgdSchedule(Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
   const auto& l = r.experiment().local_sgd();
   if (l.period() <= 0) return {};
-  return {l.period(), l.start_step(), l.qsr_alpha(), total_steps,
-          [&](int64_t step) { return r.learningRate(step, world, steps_per_epoch); }};
+  return {l.period(), l.start_step(), l.qsr_alpha(), total_steps, recipeRate(r, steps_per_epoch, world)};
 }
 std::vector<int64_t> localSgdEnds(Recipe& r, int64_t steps_per_epoch, int64_t total_steps, int world) {
   const auto& l = r.experiment().local_sgd();
   if (l.period() <= 0) return {};
   return train::scheduledAveragings(l.period(), l.start_step(), l.qsr_alpha(), total_steps,
-                                    [&](int64_t step) { return r.learningRate(step, world, steps_per_epoch); });
+                                    recipeRate(r, steps_per_epoch, world));
 }
 
 py::dict bytesDict(const ByteCounts& c) {
@@ -351,6 +354,10 @@ PYBIND11_MODULE(_terse, m) {
         "the workload.pytorch.module a ResultsLogger description names, as written ('' for none)");
   m.def("monotonic", &steadySeconds,
         "seconds on the clock terse stamps its phases with (steady_clock), for step-trace events from Python");
+  // Local SGD's round under the quadratic synchronization rule (local_sgd_schedule.h): terse.torch.LocalSGD draws its
+  // rounds with the trainer's own arithmetic.
+  m.def("local_round_length", &train::localRoundLength, py::arg("period"), py::arg("qsr_alpha"), py::arg("rate"));
+
   py::class_<HookTrace>(m, "HookTrace")
       .def(py::init([](const std::string& workload, const std::string& compressor, const std::string& backend) {
              train::TraceHeader h;

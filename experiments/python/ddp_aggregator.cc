@@ -290,9 +290,7 @@ void DdpAggregator::averageDense(int bucket_index, uintptr_t data, uint64_t nume
   const auto summed = Clock::now();
   finishInPlace(bucket_index, at, numel, wire, /*is_last=*/false);
   if (trace_ != nullptr && numel > 0) {
-    // A group of one collective and no tensor of the trace (buffers are not parameters): a replay prices the
-    // allreduce at its world size and runs it in its place among the step's groups. The division is a decode.
-    train::TracedGroupPhases phases;
+    // Buffers are not parameters: a group of no tensor, its division a decode.
     PhaseCollective sum;
     sum.op = "allreduce";
     sum.algorithm = comm_->allreduceAlgorithmRun(numel * sizeof(float));
@@ -300,10 +298,7 @@ void DdpAggregator::averageDense(int bucket_index, uintptr_t data, uint64_t nume
     sum.bytes = numel * sizeof(float);
     sum.start = start;
     sum.end = summed;
-    phases.add("allreduce", start, summed, std::span(&sum, 1));
-    phases.add("decompress", summed, Clock::now(), {});
-    phases.group.seq = trace_seq_++;
-    trace_->recorder().group(trace_->openStep(), std::move(phases.group), start, phases.spans);
+    traceGroupOfNoTensor(sum, Clock::now());
   }
   hook_s_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -320,10 +315,17 @@ void DdpAggregator::traceGather(uint64_t bytes, double start, double end) {
   gather.rank_bytes = blocks;
   gather.start = steadyPoint(start);
   gather.end = steadyPoint(std::max(start, end));
+  traceGroupOfNoTensor(gather, std::nullopt);
+}
+
+void DdpAggregator::traceGroupOfNoTensor(const PhaseCollective& collective, std::optional<Clock::time_point> decoded) {
+  // One collective, then the decode from its end to `decoded` where there is one: a replay prices the collective at
+  // its world size and runs it in its place among the step's groups, once the step's computation has ended.
   train::TracedGroupPhases phases;
-  phases.add("allgatherv", gather.start, gather.end, std::span(&gather, 1));
+  phases.add(collective.op, collective.start, collective.end, std::span(&collective, 1));
+  if (decoded) phases.add("decompress", collective.end, *decoded, {});
   phases.group.seq = trace_seq_++;
-  trace_->recorder().group(trace_->openStep(), std::move(phases.group), gather.start, phases.spans);
+  trace_->recorder().group(trace_->openStep(), std::move(phases.group), collective.start, phases.spans);
 }
 
 void DdpAggregator::checkDtype(DType dtype) const {

@@ -282,6 +282,10 @@ class DdpAggregator {
   double in_place_s_ = 0;  // the in-place path's averaging, counted as decode
   Placement placement_;    // where the bound tensors live (host until bindCuda)
   int device_ = -1;
+  // Records a group of the open step that carries no tensor of the trace: `collective`, then, given `decoded`, its
+  // decode up to then. With the mutex held and a trace attached.
+  void traceGroupOfNoTensor(const PhaseCollective& collective,
+                            std::optional<std::chrono::steady_clock::time_point> decoded);
   HookTrace* trace_ = nullptr;
   uint64_t trace_seq_ = 0;  // groups recorded so far: the run-wide issue number
   double hook_s_ = 0;

@@ -295,8 +295,7 @@ class LocalSGD:
             elif self.qsr_alpha > 0:
                 # A rate that rose inside the round (a warm-up's, a scheduler's restart) cuts the round to what it asks
                 # for, counted from the round's start (core/train/local_sgd_schedule.h, scheduledAveragings).
-                shorter = self._round_start + round_length(self.period, self.qsr_alpha,
-                                                           float(self.optimizer.param_groups[0]["lr"]))
+                shorter = self._round_start + _terse.local_round_length(self.period, self.qsr_alpha, self._rate())
                 if shorter < self._next:
                     self._next = max(shorter, self.steps)
             if self.steps == self._next:
@@ -321,7 +320,11 @@ class LocalSGD:
         if self.optimizer is None:
             raise self._no_optimizer()
         self._round_start = self.steps
-        return round_length(self.period, self.qsr_alpha, float(self.optimizer.param_groups[0]["lr"]))
+        return _terse.local_round_length(self.period, self.qsr_alpha, self._rate())
+
+    def _rate(self):
+        """The optimizer's learning rate now (its first parameter group's): the rule's input."""
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def _no_optimizer(self):
         return _invalid("LocalSGD: qsr_alpha=%r reads the optimizer's learning rate when each round begins; give "
@@ -381,8 +384,7 @@ class LocalSGD:
         another's later one. One small collective (three doubles a rank)."""
         bad = int(any(not bool(torch.isfinite(g.delta).all()) for g in self._groups)
                   or (self._buffer_flat is not None and not bool(torch.isfinite(self._buffer_flat).all())))
-        rate = float(self.optimizer.param_groups[0]["lr"]) if self.qsr_alpha > 0 and self.optimizer is not None \
-            else 0.0
+        rate = self._rate() if self.qsr_alpha > 0 and self.optimizer is not None else 0.0
         group, world = self._dist()
         if world > 1:
             device = self._groups[0].delta.device
@@ -448,25 +450,6 @@ class LocalSGD:
         self.averagings += 1
         self._last_average = self.steps
         state._agg.add_exposed(time.perf_counter() - start)
-
-
-# Rounds longer than this never end on schedule (core/train/local_sgd_schedule.h, kLongestLocalRound).
-_LONGEST_ROUND = 1 << 50
-
-
-def round_length(period, qsr_alpha, rate):
-    """A local SGD round's length (core/train/local_sgd_schedule.h, localRoundLength, in the same doubles): `period`
-    without the quadratic synchronization rule (qsr_alpha 0), else max(period, floor((qsr_alpha / rate)^2)); a rate
-    that is not positive and finite asks for no averaging on schedule."""
-    if qsr_alpha <= 0:
-        return period
-    if not (math.isfinite(rate) and rate > 0):
-        return _LONGEST_ROUND
-    q = qsr_alpha / rate
-    h = q * q
-    if not h < _LONGEST_ROUND:
-        return _LONGEST_ROUND
-    return max(period, int(math.floor(h)))
 
 
 def config_keywords(experiment):

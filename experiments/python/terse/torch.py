@@ -792,8 +792,9 @@ class CompressionState:
 
     @contextlib.contextmanager
     def _aside(self):
-        """A block of collectives that is no training step's work (a check of the replicas): the step trace leaves its
-        time out of the open step's optimizer time, where it would hold the wait for a slower rank."""
+        """A block of collectives that is no part of the script's optimizer step (an averaging's groups, a check of the
+        replicas): the step trace leaves its time out of the open step's optimizer time, where a check would hold the
+        wait for a slower rank."""
         start = _terse.monotonic()
         try:
             yield
@@ -817,9 +818,9 @@ class CompressionState:
             self._check_agreement()
         if self._tracer is not None:
             # A group of the open step, issued now (the averaging after the optimizer step), its tensors the deltas'.
-            issued = _terse.monotonic()
-            self._run_owned(buf, lambda: self._aggregate_traced(index, buf, members, is_last, issued))
-            self._tracer.aside(_terse.monotonic() - issued)
+            with self._aside():
+                issued = _terse.monotonic()
+                self._run_owned(buf, lambda: self._aggregate_traced(index, buf, members, is_last, issued))
             return
         if self._agg.granularity != "tensor" or self._agg.in_place_for(str(buf.dtype)):
             members = []
@@ -833,10 +834,8 @@ class CompressionState:
         if buf.device != self._device:
             raise _invalid("LocalSGD: the buffers are on %s, and this state aggregates the tensors of %s"
                            % (buf.device, self._device))
-        issued = _terse.monotonic()
-        self._run_owned(buf, lambda: self._agg.average_dense(index, buf.data_ptr(), buf.numel()))
-        if self._tracer is not None:
-            self._tracer.aside(_terse.monotonic() - issued)  # a group of its own (ddp_aggregator.h, averageDense)
+        with self._aside():  # traced, a group of its own (ddp_aggregator.h, averageDense)
+            self._run_owned(buf, lambda: self._agg.average_dense(index, buf.data_ptr(), buf.numel()))
 
     def _run_owned(self, buf, call):
         """Runs `call` (the aggregator on a buffer of the caller's own) on the bound stream, as the hook runs a bucket:
