@@ -27,7 +27,7 @@ inline constexpr int64_t kLongestLocalRound = int64_t{1} << 50;
 
 // The length of a round that begins with `rate` as its learning rate: `period` without QSR (qsr_alpha 0), else
 // max(period, floor((qsr_alpha / rate)^2)), kLongestLocalRound at most (and for a rate that is not positive and
-// finite). The same arithmetic as terse.torch.LocalSGD's (q = qsr_alpha / rate, then floor(q * q), in doubles).
+// finite). terse.torch.LocalSGD calls it too (terse._terse.local_round_length), so both sides draw alike.
 int64_t localRoundLength(int64_t period, double qsr_alpha, double rate);
 
 // The step counts after which local SGD averages on schedule, ascending, within (start_step, total_steps]: rounds
