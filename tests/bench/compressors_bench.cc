@@ -74,6 +74,7 @@ const std::vector<Builtin>& builtins() {
       {"terngrad", {}},
       {"terngrad", {{"rounding_bits", "16"}}, "terngrad-r16"},
       {"terngrad", {{"rounding_bits", "8"}}, "terngrad-r8"},
+      {"natural", {}},
       {"onebit", {}},
       {"signsgd", {}},
       {"topk", {{"ratio", "0.01"}}},

@@ -56,8 +56,8 @@
 namespace terse {
 namespace {
 
-const char* const kCompressors[] = {"none",    "fp16", "bf16", "qsgd",    "terngrad", "onebit",
-                                    "signsgd", "topk", "dgc",  "randomk", "threshold"};
+const char* const kCompressors[] = {"none",   "fp16",    "bf16", "qsgd", "terngrad", "natural",
+                                    "onebit", "signsgd", "topk", "dgc",  "randomk",  "threshold"};
 
 // Parameters beyond the defaults: threshold has no default tau; 2.576 passes about 1% of standard-normal gradients,
 // the share topk and randomk send by default.
@@ -88,6 +88,7 @@ const std::map<std::string, Traffic>& trafficPerElement() {
       {"terngrad", {8.281, 8.516}},
       {"terngrad-r16", {8.281, 8.516}},
       {"terngrad-r8", {8.281, 8.516}},
+      {"natural", {5.125, 10.25}},
       {"onebit", {8.141, 8.156}},
       {"signsgd", {4.125, 8.125}},
       {"topk", {8.55, 0.72}},

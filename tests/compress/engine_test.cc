@@ -525,6 +525,7 @@ TEST(Pipeline, BuiltinCompressorsThroughEveryPath) {
                                    {"threshold", {{"tau", "4"}}},
                                    {"qsgd", {}},
                                    {"terngrad", {}},
+                                   {"natural", {}},
                                    {"onebit", {}},
                                    {"dgc", {{"ratio", "0.1"}}}};
   auto loader = buildTreeLoader();

@@ -77,6 +77,8 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
       {"onebit", {{"scale", "mean_abs"}, {"bucket_size", "0"}}},
       {"signsgd", {}},
       {"randomk", {{"ratio", "0.3"}}},
+      {"natural", {}},
+      {"natural", {{"rounding_bits", "8"}}},
   };
   // Per case: the hash over every size's payload and decode, in order.
   const std::map<std::string, uint64_t> pins = {
@@ -87,6 +89,8 @@ TEST(PayloadPins, CompressorsKeepTheirBytes) {
       {"onebit scale=mean_abs,bucket_size=0", 0x56bd5c66968c3dddull},
       {"signsgd", 0x342609b0840a86a8ull},
       {"randomk ratio=0.3", 0x34c43e5b3842d6d0ull},
+      {"natural", 0x57091c7064745f13ull},
+      {"natural rounding_bits=8", 0x54016d80256baabbull},
   };
   for (const PayloadPinCase& c : cases) {
     const std::string label = pinLabel(c);

@@ -39,6 +39,7 @@ const ThreadsCase kThreadsCases[] = {
     {"terngrad", {}},
     {"terngrad", {{"bucket_size", "0"}}},  // the paper's one scaler per tensor
     {"terngrad", {{"bucket_size", "7"}}},
+    {"natural", {}},
 };
 
 Instance::ParamList withThreads(Instance::ParamList params, const std::string& threads) {
@@ -78,11 +79,20 @@ TEST(CompressThreads, ANonFiniteInputInALaterRangeIsRefusedAsByOneThread) {
     EXPECT_EQ(four.lastError(), one.lastError()) << name;
     EXPECT_NE(one.lastError().find("starting at element " + std::to_string(n / 2 / 512 * 512)), std::string::npos)
         << one.lastError();
-  }
+  }  // natural refuses the element itself, not a bucket.
+  Plugin natural("natural");
+  Instance one(natural, {{"threads", "1"}});
+  Instance four(natural, {{"threads", "4"}});
+  Bytes out;
+  EXPECT_EQ(four.tryCompress(info, x, &out), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(one.tryCompress(info, x, &out), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(four.lastError(), one.lastError());
+  EXPECT_NE(one.lastError().find("gradient element " + std::to_string(n / 2 + 3) + " is "), std::string::npos)
+      << one.lastError();
 }
 
 TEST(CompressThreads, TheParameterIsBounded) {
-  for (const char* name : {"fp16", "bf16", "qsgd", "terngrad"}) {
+  for (const char* name : {"fp16", "bf16", "qsgd", "terngrad", "natural"}) {
     Plugin plugin(name);
     for (const char* bad : {"0", "65", "two"}) {
       Instance c(plugin, {{"threads", bad}});

@@ -72,6 +72,9 @@ std::vector<Case> cases() {
       {"terngrad", {{"rounding_bits", "16"}}, "terngrad_rounding16"},
       {"terngrad", {{"rounding_bits", "8"}}, "terngrad_rounding8"},
       {"terngrad", {{"bucket_size", "100"}, {"rounding_bits", "8"}}, "terngrad_bucket100_rounding8"},
+      // 9-bit codes straddle words; input()'s signed zeros, subnormals and huge values take every branch.
+      {"natural", {}, "natural"},
+      {"natural", {{"rounding_bits", "8"}}, "natural_rounding8"},
       {"onebit", {}, "onebit"},
       {"onebit", {{"scale", "mean_abs"}, {"bucket_size", "1000"}}, "onebit_mean_abs_bucket1000"},
       {"topk", {}, "topk"},

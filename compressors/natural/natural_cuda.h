@@ -1,0 +1,43 @@
+// natural's CUDA launchers (natural.cu), called by natural.cc for device tensors. Each queues work on `stream` (a
+// cudaStream_t) and returns without waiting for it.
+//
+// Memory traffic per f32 element (device), and so each call's bound as a fraction of a device copy (8 B: 4 read + 4
+// written), as tests/bench/compressors_device_bench.cc runs natural (decompress accumulates onto the output):
+//   compress     quantizeKernel (terse/kit/pack_kernels.cuh): 4 read + 9/8 code written = 5.125 B; bound 1.56x. One
+//                pass: no norm or scale to find first. Philox draws are arithmetic, not traffic.
+//   decompress   validateKernel reads the codes (9/8: exponent 255 and a signed zero are invalid), then
+//                decodeCodesKernel: 9/8 code + 4 output read + 4 output written. 10.25 B; bound 0.78x. Plus one stream
+//                synchronization for the verdict: time, not traffic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "terse/kit/device.hpp"
+#include "terse/sdk/philox.hpp"
+
+namespace terse::compressors::natural::cuda {
+
+namespace device = kit::device;
+
+// Where things are in a payload (natural.cc's layout).
+struct Shape {
+  uint64_t numel;
+  uint64_t words_offset;  // the prefix's size
+};
+
+// Writes the whole payload: `prefix` and the packed 9-bit codes, rounding with draws of `rounding_bits` bits (8, 16 or
+// 24: sdk/philox.hpp's drawAt). An input that is inf or NaN (or rounds up past 2^127) leaves exponent 255 in its code,
+// which validate refuses.
+void compress(const Shape& shape, const device::Prefix& prefix, const float* x, const sdk::PhiloxStream& rng,
+              unsigned rounding_bits, std::byte* payload, void* stream);
+// Raises `status` unless the payload holds `expected`, only valid codes (natural_math.h, codeIsValid) and zero padding
+// bits: everything natural.cc's host decoder checks.
+void validate(const Shape& shape, const device::Prefix& expected, const std::byte* payload, uint32_t* status,
+              void* stream);
+// out[i] = (or +=) the value of code i, for a payload validate accepted; with a `gate` (a deferred verdict,
+// terse/kit/device.hpp) queued right behind validate, nothing is written when validate raised it.
+void decode(const Shape& shape, const std::byte* payload, float* out, bool accumulate, void* stream,
+            const uint32_t* gate = nullptr);
+
+}  // namespace terse::compressors::natural::cuda
