@@ -6,6 +6,9 @@
 //
 // (paper, eq. (2)), so E[C(g)] = g and E||C(g) - g||^2 <= (1/8) ||g||^2 (Theorem 1: omega = 1/8, against QSGD's
 // min(d/s^2, sqrt(d)/s) that grows with the bucket), with no norm or scale pass and nothing shared between elements.
+// The bound is the paper's for normal f32 values at rounding_bits 24: a subnormal rounds between 0 and 2^-126, whose
+// gap is larger than itself (an absolute error below 2^-126 all the same), and rounding_bits 16 or 8 add their bias's
+// share (1/8 + 3 delta / 16 for delta = 2^-b at most).
 // The draw for element i is its own Philox word keyed by (seed, step, tensor id, i), so the result depends on nothing
 // but those and the input. In f32 the rounding is exact and cheap: keep the exponent or add one to it, and clear the
 // mantissa (natural_math.h). A subnormal rounds between 0 and 2^-126 the same way (still unbiased); a zero stays zero.
@@ -17,24 +20,26 @@
 //                  r_i uniform on [0, 2^24) in steps of 2^(24 - b) (sdk/philox.hpp's drawAt: at 24 the top
 //                  24 bits of element i's own Philox word, at 16 (8) the i-th u16 (u8) of the same stream, so one
 //                  Philox block serves 8 (16) elements instead of 4). At 24 P(up) = m_i 2^-23 exactly, since the
-//                  mantissa m_i has 23 bits; at b < 24 P(up) = ceil(m_i 2^(b - 24)) 2^-b, a bias away from zero below
+//                  mantissa m_i has 23 bits; at b < 24 P(up) = ceil(m_i 2^(b - 23)) 2^-b, a bias away from zero below
 //                  2^-b of the gap between the two powers of two. Compress only: not on the wire.
 //
-// Payload (ALLGATHER, fixed size): 9 bits per element.
+// Payload (ALLGATHER, fixed size): 9 bits per element, as a byte and a bit.
 //   [0, 16)    sdk::PayloadHeader {magic "NATC", version 1, dtype f32, numel N}
-//   [16, 32)   u32 code bits (9), u32 0, u64 0      the format's constants; decompress insists on them
-//   [32, end)  bitpack::wordCount(N, 9) u64 words of 9-bit codes (sdk/bitpack.hpp): code i = e_i | s_i << 8, e_i the
-//              f32 biased exponent of C(g)_i (0 for zero), s_i its sign bit (0 for zero)
-// Total 32 + 8 ceil(9 N / 64) bytes: 3.5x smaller than f32 for large N. Decompress of one rank's payload gives that
-// rank's C(g) exactly (a code is an f32 with an empty mantissa); the core decompress-accumulates every rank's. A code
-// with exponent 255, a signed zero (code 256) or nonzero padding bits is an InvalidPayload. f32 gradients; an input
-// that is inf or NaN, or that rounds up past 2^127 (the largest f32 power of two), is refused with InvalidArgument.
+//   [16, 32)   u32 exponent bits (8), u32 0, u64 0      the format's constants; decompress insists on them
+//   [32, E)    N exponent bytes e_i, the f32 biased exponent of C(g)_i (0 for zero; never 255), then zero padding to a
+//              multiple of 8 bytes: E = 32 + 8 ceil(N / 8)
+//   [E, end)   ceil(N / 64) u64 sign words: bit i % 64 of word i / 64 is g_i's sign bit (kept when C(g)_i is 0, which
+//              then decodes to a zero of g_i's sign); the bits past N zero
+// Total 32 + 8 ceil(N / 8) + 8 ceil(N / 64) bytes: 3.55x smaller than f32 for large N. Decompress of one rank's payload
+// gives that rank's C(g) exactly (an f32 with an empty mantissa); the core decompress-accumulates every rank's. An
+// exponent byte of 255, a nonzero padding byte or bit is an InvalidPayload. f32 gradients; an input that is inf or
+// NaN, or that rounds up past 2^127 (the largest f32 power of two), is refused with InvalidArgument.
 //
 // CUDA (natural.cu, when built with CUDA): device tensors give the host's payload bit for bit (the same math
-// functions, the same Philox counters, one pass with no reduction). Two differences, both for the sake of not waiting
-// on the stream: compress does not report an input it cannot code (it would have to read back); the payload then
-// carries exponent 255 there, and every decompress of it, the sender's own error feedback included, refuses it as
-// InvalidPayload. And decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).
+// functions, the same Philox counters, no reduction). Two differences, both for the sake of not waiting on the stream:
+// compress does not report an input it cannot code (it would have to read back); the payload then carries exponent
+// 255 there, and every decompress of it, the sender's own error feedback included, refuses it as InvalidPayload. And
+// decompress synchronizes `stream` once, to learn the validation verdict (terse/kit/device.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -44,6 +49,7 @@
 #include "natural_math.h"
 #include "terse/kit/device.hpp"
 #include "terse/kit/host_f32.hpp"
+#include "terse/kit/sign_bits.hpp"
 #include "terse/sdk.hpp"
 #include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/parallel.hpp"
@@ -52,15 +58,14 @@
 namespace {
 
 namespace sdk = terse::sdk;
-namespace bitpack = terse::sdk::bitpack;
 namespace math = terse::compressors::natural;
 
 constexpr sdk::PayloadFormat kFormat{"natural", sdk::fourcc("NATC"), 1};
-constexpr unsigned kGroup = math::kGroup;
-constexpr unsigned kW = math::kCodeBits;
+constexpr unsigned kGroup = sdk::bitpack::kGroup;  // a sign word's elements, and the unit of the loops
+constexpr uint32_t kExponentBits = 8;
 
 struct WireParams {
-  uint32_t code_bits;
+  uint32_t exponent_bits;
   uint32_t reserved0;
   uint64_t reserved1;
 };
@@ -73,81 +78,128 @@ void requireSupported(const terse_tensor_info_v1& info) {
   terse::kit::requireF32OneRound(info, device::kDevices);
 }
 
+// Where the two arrays are, for N elements.
+struct Layout {
+  uint64_t exponents;  // offset of the exponent bytes (kPrefixBytes)
+  uint64_t signs;      // offset of the sign words: after the exponent bytes padded to 8
+  uint64_t sign_words;
+  uint64_t total;
+};
+Layout layoutFor(uint64_t numel) {
+  Layout l{};
+  l.exponents = kPrefixBytes;
+  l.signs = kPrefixBytes + (numel + 7) / 8 * 8;
+  l.sign_words = (numel + kGroup - 1) / kGroup;
+  l.total = l.signs + 8 * l.sign_words;
+  return l;
+}
+
 // Groups whose draws are made in one call (sdk::PhiloxStream::drawGroups, two groups at a time on AVX-512).
 constexpr uint64_t kRunGroups = 16;
 
-// Fills words[] with the codes of x[0, numel); returns numel, or the first element whose code is invalid (an input
-// that is inf or NaN, or rounds past 2^127). g0: the index of x[0]'s 64-element group in the tensor (its Philox
-// counter), when x is a range of it that starts on a group boundary (compress on several threads).
-uint64_t encodeAll(uint64_t numel, const float* __restrict x, const sdk::PhiloxStream rng, unsigned draw_bits,
-                   uint64_t g0, uint64_t* __restrict words) {
+// Fills exponents[0, numel) and signs[0, ceil(numel / 64)) for x[0, numel), drawing at width B; returns numel, or the
+// first element whose exponent is 255 (an input that is inf or NaN, or rounds past 2^127). g0: the index of x[0]'s
+// 64-element group in the tensor (its Philox counter), when x is a range of it that starts on a group boundary
+// (compress on several threads).
+template <unsigned B>
+uint64_t encodeAll(uint64_t numel, const float* __restrict x, const sdk::PhiloxStream rng, uint64_t g0,
+                   uint8_t* __restrict exponents, uint64_t* __restrict signs) {
   uint32_t bits[kRunGroups * kGroup];
-  uint32_t codes[kGroup];
   for (uint64_t i0 = 0, g = 0; i0 < numel;) {
     const uint64_t n = std::max<uint64_t>(1, std::min<uint64_t>(kRunGroups, (numel - i0) / kGroup));
-    const uint32_t* draws = rng.drawGroups(draw_bits, g0 + g, n, bits);
+    const uint32_t* draws = rng.drawGroups(B, g0 + g, n, bits);
     for (uint64_t k = 0; k < n; ++k, ++g, i0 += kGroup) {
-      const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
+      const float* xg = x + i0;
+      uint8_t* eg = exponents + i0;
+      const uint32_t* dg = draws + k * kGroup / sdk::drawsPerWord(B);  // the group's first word (drawAt's j = 0)
       uint32_t bad = 0;
-      for (unsigned j = 0; j < len; ++j) {
-        codes[j] = math::encodeValue(x[i0 + j], sdk::drawAt(draw_bits, draws, k * kGroup + j));
-        bad |= (codes[j] & 0xFFu) == math::kBadExponent ? 1u : 0u;
+      if (numel - i0 >= kGroup) {
+        // Constant-length loops of one operation each, which GCC -O2 vectorizes (a loop that also narrowed to bytes
+        // and reduced did not: 5 ns an element); the sign bits four at a time (kit/sign_bits.hpp).
+        uint32_t e[kGroup];
+        for (unsigned j = 0; j < kGroup; ++j) e[j] = math::roundedExponent(xg[j], sdk::drawAt<B>(dg, j));
+        for (unsigned j = 0; j < kGroup; ++j) bad |= e[j] == math::kBadExponent ? 1u : 0u;
+        for (unsigned j = 0; j < kGroup; ++j) eg[j] = static_cast<uint8_t>(e[j]);
+        signs[g] = terse::kit::signBits64(xg);
+      } else {
+        const unsigned len = static_cast<unsigned>(numel - i0);
+        uint64_t word = 0;
+        for (unsigned j = 0; j < len; ++j) {
+          const uint32_t e = math::roundedExponent(xg[j], sdk::drawAt<B>(dg, j));
+          eg[j] = static_cast<uint8_t>(e);
+          bad |= e == math::kBadExponent ? 1u : 0u;
+          word |= uint64_t{sdk::floatBits(xg[j]) >> 31} << j;
+        }
+        signs[g] = word;
       }
       if (bad != 0) {
         for (unsigned j = 0;; ++j) {
-          if ((codes[j] & 0xFFu) == math::kBadExponent) return i0 + j;
+          if (eg[j] == math::kBadExponent) return i0 + j;
         }
-      }
-      if (len == kGroup) {
-        bitpack::packGroup<kW>(codes, words + g * kW);
-      } else {
-        bitpack::packTail<kW>(codes, len, words + g * kW);
       }
     }
   }
   return numel;
 }
 
-// out = (or +=) the codes' values, for codes firstInvalidCode accepted.
-void decodeAll(uint64_t numel, const uint64_t* __restrict words, float* __restrict out, bool accumulate) {
-  uint32_t codes[kGroup];
+// encodeAll at draw width b (rounding_bits), compiled for the widest instruction set the host allows.
+uint64_t encodeRange(unsigned b, uint64_t n, const float* x, const sdk::PhiloxStream& rng, uint64_t g0,
+                     uint8_t* exponents, uint64_t* signs) {
+  switch (b) {
+    case 8:
+      return sdk::cpu::clones<encodeAll<8>>(n, x, rng, g0, exponents, signs);
+    case 16:
+      return sdk::cpu::clones<encodeAll<16>>(n, x, rng, g0, exponents, signs);
+    default:
+      return sdk::cpu::clones<encodeAll<24>>(n, x, rng, g0, exponents, signs);
+  }
+}
+
+// The first exponent byte of 255 among n, or n.
+uint64_t firstBadExponent(uint64_t n, const uint8_t* __restrict exponents) {
+  for (uint64_t i0 = 0; i0 < n; i0 += kGroup) {
+    uint32_t bad = 0;
+    if (n - i0 >= kGroup) {
+      for (unsigned j = 0; j < kGroup; ++j) bad |= exponents[i0 + j] == math::kBadExponent ? 1u : 0u;
+    } else {
+      for (uint64_t j = i0; j < n; ++j) bad |= exponents[j] == math::kBadExponent ? 1u : 0u;
+    }
+    if (bad != 0) {
+      for (uint64_t j = 0;; ++j) {
+        if (exponents[i0 + j] == math::kBadExponent) return i0 + j;
+      }
+    }
+  }
+  return n;
+}
+
+// out = (or +=) the values of exponents and signs firstBadExponent accepted.
+void decodeAll(uint64_t numel, const uint8_t* __restrict exponents, const uint64_t* __restrict signs,
+               float* __restrict out, bool accumulate) {
   for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
-    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
+    const uint64_t word = signs[g];
+    const uint8_t* eg = exponents + i0;
     float* o = out + i0;
+    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
     if (len == kGroup) {
-      // Constant-length loops, which vectorize.
-      bitpack::unpackGroup<kW>(words + g * kW, codes);
+      // Constant-length loops, which vectorize: the signs spread to lanes first (32-bit halves: no 64-bit shifts).
+      uint32_t sign[kGroup];
+      const auto lo = static_cast<uint32_t>(word), hi = static_cast<uint32_t>(word >> 32);
+      for (unsigned j = 0; j < 32; ++j) sign[j] = (lo >> j) & 1u;
+      for (unsigned j = 0; j < 32; ++j) sign[32 + j] = (hi >> j) & 1u;
       if (accumulate) {
-        for (unsigned j = 0; j < kGroup; ++j) o[j] += math::decodeValue(codes[j]);
+        for (unsigned j = 0; j < kGroup; ++j) o[j] += math::decodeValue(eg[j], sign[j]);
       } else {
-        for (unsigned j = 0; j < kGroup; ++j) o[j] = math::decodeValue(codes[j]);
+        for (unsigned j = 0; j < kGroup; ++j) o[j] = math::decodeValue(eg[j], sign[j]);
       }
       continue;
     }
-    bitpack::unpackTail<kW>(words + g * kW, len, codes);
     if (accumulate) {
-      for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(codes[j]);
+      for (unsigned j = 0; j < len; ++j) o[j] += math::decodeValue(eg[j], static_cast<uint32_t>(word >> j) & 1u);
     } else {
-      for (unsigned j = 0; j < len; ++j) o[j] = math::decodeValue(codes[j]);
+      for (unsigned j = 0; j < len; ++j) o[j] = math::decodeValue(eg[j], static_cast<uint32_t>(word >> j) & 1u);
     }
   }
-}
-
-// Returns numel when every code is valid, else the first invalid one's index.
-uint64_t firstInvalidCode(uint64_t numel, const uint64_t* __restrict words) {
-  uint32_t codes[kGroup];
-  for (uint64_t i0 = 0, g = 0; i0 < numel; i0 += kGroup, ++g) {
-    const unsigned len = static_cast<unsigned>(std::min<uint64_t>(kGroup, numel - i0));
-    if (len == kGroup) {
-      bitpack::unpackGroup<kW>(words + g * kW, codes);
-    } else {
-      bitpack::unpackTail<kW>(words + g * kW, len, codes);
-    }
-    for (unsigned j = 0; j < len; ++j) {
-      if (!math::codeIsValid(codes[j])) return i0 + j;
-    }
-  }
-  return numel;
 }
 
 class Natural final : public sdk::Compressor {
@@ -164,7 +216,7 @@ class Natural final : public sdk::Compressor {
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
     requireSupported(info);
     terse_compressor_sizes_v1 sizes{};
-    sizes.max_output_bytes = payloadBytes(info.numel);
+    sizes.max_output_bytes = layoutFor(info.numel).total;
     return sizes;
   }
 
@@ -173,17 +225,20 @@ class Natural final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (args.info.device == TERSE_DEVICE_CUDA) return compressDevice(args);
 #endif
+    const uint64_t numel = args.info.numel;
     const std::span<const float> in = args.input<float>();
     sdk::ByteWriter w(args.output);
     writePrefix(w, args.info);
-    const std::span<uint64_t> words = w.putArray<uint64_t>(bitpack::wordCount(args.info.numel, kW));
+    const std::span<uint8_t> exponents = w.putArray<uint8_t>(numel);
+    w.padTo(8);
+    const std::span<uint64_t> signs = w.putArray<uint64_t>(layoutFor(numel).sign_words);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
-    // Ranges of whole 64-code groups (9 words each) give the bytes of one thread.
-    const uint64_t bad = sdk::firstFailure(args.info.numel, kGroup, threads_, [&](uint64_t begin, uint64_t end) {
-      return begin + sdk::cpu::clones<encodeAll>(end - begin, in.data() + begin, rng, rounding_bits_, begin / kGroup,
-                                                 words.data() + begin / kGroup * kW);
+    // Ranges of whole 64-element groups (a sign word each) give the bytes of one thread.
+    const uint64_t bad = sdk::firstFailure(numel, kGroup, threads_, [&](uint64_t begin, uint64_t end) {
+      return begin + encodeRange(rounding_bits_, end - begin, in.data() + begin, rng, begin / kGroup,
+                                 exponents.data() + begin, signs.data() + begin / kGroup);
     });
-    if (bad != args.info.numel) {
+    if (bad != numel) {
       throw sdk::InvalidArgument("natural: gradient element " + std::to_string(bad) + " is " +
                                  sdk::formatNumber(in[bad]) +
                                  ", which has no power of two to round to (inf, NaN, or past 2^127)");
@@ -196,43 +251,41 @@ class Natural final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
 #endif
+    const uint64_t numel = args.info.numel;
     sdk::ByteReader r(args.payload);
     sdk::readHeader(r, kFormat, args.info);
     const auto p = r.get<WireParams>("parameters");
-    if (p.code_bits != kW || p.reserved0 != 0 || p.reserved1 != 0) {
-      throw sdk::InvalidPayload("natural: payload parameters code bits=" + std::to_string(p.code_bits) +
+    if (p.exponent_bits != kExponentBits || p.reserved0 != 0 || p.reserved1 != 0) {
+      throw sdk::InvalidPayload("natural: payload parameters exponent bits=" + std::to_string(p.exponent_bits) +
                                 ", reserved=" + std::to_string(p.reserved0) + ", " + std::to_string(p.reserved1) +
-                                "; the format has code bits=9, reserved=0, 0");
+                                "; the format has exponent bits=8, reserved=0, 0");
     }
-    const std::span<const uint64_t> words = r.getArray<uint64_t>(bitpack::wordCount(args.info.numel, kW), "codes");
+    const std::span<const uint8_t> exponents = r.getArray<uint8_t>(numel, "exponents");
+    r.skipTo(8, "natural: after the exponents");
+    const std::span<const uint64_t> signs = r.getArray<uint64_t>(layoutFor(numel).sign_words, "signs");
     r.expectEnd();
-    if (!bitpack::paddingIsZero(words.data(), args.info.numel, kW)) {
-      throw sdk::InvalidPayload("natural: nonzero padding bits after the last code");
+    if (numel % kGroup != 0 && (signs.back() >> (numel % kGroup)) != 0) {
+      throw sdk::InvalidPayload("natural: nonzero padding bits after the last sign");
     }
     // Validated before anything is written: a refused payload leaves the output as it was.
-    const uint64_t bad = sdk::cpu::clones<firstInvalidCode>(args.info.numel, words.data());
-    if (bad != args.info.numel) {
-      throw sdk::InvalidPayload("natural: code " + std::to_string(bad) + " is " +
-                                std::to_string(bitpack::get(words.data(), bad, kW)) +
-                                ", no power of two (exponent 255 or a signed zero)");
+    const uint64_t bad = sdk::cpu::clones<firstBadExponent>(numel, exponents.data());
+    if (bad != numel) {
+      throw sdk::InvalidPayload("natural: exponent " + std::to_string(bad) + " is 255, which no power of two has");
     }
     const std::span<float> out = args.output<float>();
-    sdk::cpu::clones<decodeAll>(args.info.numel, words.data(), out.data(), args.accumulate);
+    sdk::cpu::clones<decodeAll>(numel, exponents.data(), signs.data(), out.data(), args.accumulate);
   }
 
  private:
-  static uint64_t payloadBytes(uint64_t numel) {
-    return kPrefixBytes + 8 * bitpack::wordCount(numel, kW);
-  }
-
   static void writePrefix(sdk::ByteWriter& w, const terse_tensor_info_v1& info) {
     sdk::writeHeader(w, kFormat, info);
-    w.put(WireParams{kW, 0, 0});
+    w.put(WireParams{kExponentBits, 0, 0});
   }
 
 #if TERSE_COMPRESSOR_CUDA
   static terse::compressors::natural::cuda::Shape deviceShape(uint64_t numel) {
-    return {numel, kPrefixBytes};
+    const Layout l = layoutFor(numel);
+    return {numel, l.exponents, l.signs};
   }
 
   static device::Prefix prefixFor(const terse_tensor_info_v1& info) {
@@ -240,7 +293,7 @@ class Natural final : public sdk::Compressor {
   }
 
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
-    const uint64_t total = payloadBytes(args.info.numel);
+    const uint64_t total = layoutFor(args.info.numel).total;
     device::requireCapacity(args.output, total, "natural");
     const device::Scope scope(args.info);
     const sdk::PhiloxStream rng(args.info.seed, args.info.step, args.info.tensor_id);
@@ -253,7 +306,7 @@ class Natural final : public sdk::Compressor {
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const auto shape = deviceShape(args.info.numel);
     device::checkedDecompress(
-        args, status_, args.payload.size() == payloadBytes(args.info.numel),
+        args, status_, args.payload.size() == layoutFor(args.info.numel).total,
         [&](uint32_t* status) {
           terse::compressors::natural::cuda::validate(shape, prefixFor(args.info), args.payload.data(), status,
                                                       args.stream);
@@ -269,7 +322,7 @@ class Natural final : public sdk::Compressor {
 #endif
 
   int64_t threads_;         // host compress threads (sdk/parallel.hpp)
-  unsigned rounding_bits_;  // draw width of the stochastic rounding; compress only (the codes do not change form)
+  unsigned rounding_bits_;  // draw width of the stochastic rounding; compress only (the payload does not change form)
 };
 
 }  // namespace

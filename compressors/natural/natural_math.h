@@ -12,45 +12,36 @@
 // P(up) = 2m / 2^24 = m 2^-23 exactly at rounding_bits 24. At 16 (8) bits r's low 8 (16) bits are zero and P(up) =
 // ceil(m 2^-7) 2^-16 (ceil(m 2^-15) 2^-8): a bias away from zero below 2^-16 (2^-8) of the gap a (natural.cc).
 //
-// A code is 9 bits: the exponent after rounding in the low 8, the sign above them. Exponent 0 is zero and carries no
-// sign (code 0). Exponent 255 is no power of two: an input that is inf or NaN, or one at or above 2^127 that rounds
-// up past the largest f32 power of two, makes it, and it marks a payload decompress refuses.
+// What travels per element is the exponent after rounding (a byte; 0 for zero) and g's own sign bit, apart: bytes
+// and 64-bit sign words are what the CPU's vector loops and the GPU's stores handle whole, where a packed 9-bit code
+// took 10x longer to pack on the CPU than qsgd's codes. Exponent 255 is no power of two: an input that is inf or NaN,
+// or one at or above 2^127 that rounds up past the largest f32 power of two, makes it, and it marks a payload that
+// decompress refuses.
 #pragma once
 
 #include <cstdint>
 
 #include "terse/hd.h"
-#include "terse/sdk/bitpack.hpp"
 #include "terse/sdk/half.hpp"
 
 namespace terse::compressors::natural {
 
-inline constexpr unsigned kGroup = sdk::bitpack::kGroup;  // codes handled 64 at a time (16 Philox blocks at 24 bits)
-inline constexpr unsigned kCodeBits = 9;
-inline constexpr uint32_t kBadExponent = 0xFFu;  // the exponent field of a code no power of two has
+inline constexpr uint32_t kBadExponent = 0xFFu;  // the exponent byte that no power of two has
 
-// Element g's code from its 32 random bits (sdk::drawAt: the draw at the top of the word).
-TERSE_HD uint32_t encodeValue(float g, uint32_t random_bits) {
+// g's exponent after the rounding, from its 32 random bits (sdk::drawAt: the draw at the top of the word).
+TERSE_HD uint32_t roundedExponent(float g, uint32_t random_bits) {
   const uint32_t bits = sdk::floatBits(g);
   const uint32_t exponent = (bits >> 23) & 0xFFu;
   const uint32_t mantissa = bits & 0x7FFFFFu;
-  // inf and NaN keep exponent 255 whatever the draw (+0 would make a NaN's 255 + 1 wrap into a valid code).
-  const uint32_t up = exponent != 0xFFu && (random_bits >> 8) < 2 * mantissa ? 1u : 0u;
-  const uint32_t e = exponent + up;
-  // Zero has no sign: code 0 for +0, -0 and every subnormal that rounded down.
-  const uint32_t sign = e != 0 ? bits >> 31 : 0u;
-  return e | (sign << 8);
+  // A NaN's 255 plus one would wrap into a valid byte: inf and NaN keep 255 whatever the draw.
+  const uint32_t up = exponent != kBadExponent && (random_bits >> 8) < 2 * mantissa ? 1u : 0u;
+  return exponent + up;
 }
 
-// The value a code stands for: sign * 2^(e - 127), or 0 for e = 0. Exact.
-TERSE_HD float decodeValue(uint32_t code) {
-  return sdk::bitsFloat(((code >> 8) << 31) | ((code & 0xFFu) << 23));
-}
-
-// Whether a code from an untrusted payload is one encodeValue makes for a finite input: its exponent is not 255, and
-// a zero has no sign. (Nothing above bit 8 exists: codes are read 9 bits at a time.)
-TERSE_HD bool codeIsValid(uint32_t code) {
-  return (code & 0xFFu) != kBadExponent && code != 0x100u;
+// The value an exponent byte and a sign bit stand for: (-1)^sign 2^(exponent - 127), or a zero (of that sign) for
+// exponent 0. Exact.
+TERSE_HD float decodeValue(uint32_t exponent, uint32_t sign) {
+  return sdk::bitsFloat((sign << 31) | (exponent << 23));
 }
 
 }  // namespace terse::compressors::natural

@@ -88,7 +88,7 @@ const std::map<std::string, Traffic>& trafficPerElement() {
       {"terngrad", {8.281, 8.516}},
       {"terngrad-r16", {8.281, 8.516}},
       {"terngrad-r8", {8.281, 8.516}},
-      {"natural", {5.125, 10.25}},
+      {"natural", {9.125, 10.125}},
       {"onebit", {8.141, 8.156}},
       {"signsgd", {4.125, 8.125}},
       {"topk", {8.55, 0.72}},

@@ -1,7 +1,7 @@
 // natural: exact sizes and the documented layout, every value a signed power of two adjacent to its input (or the
 // input when it is one), the two probabilities of the rounding (exact at 24 bits, with the documented bias below),
 // unbiasedness and the variance bound 1/8 over many steps, subnormals and zeros, determinism, the refusal of inputs
-// with no power of two, and validation of untrusted payloads (exponent 255, a signed zero, padding, parameters).
+// with no power of two, and validation of untrusted payloads (exponent 255, padding bytes and bits, parameters).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,17 +12,16 @@
 #include <gtest/gtest.h>
 
 #include "compressors/natural/natural_math.h"
-#include "terse/sdk/bitpack.hpp"
+#include "terse/sdk/philox.hpp"
 #include "tests/compressors/plugin_harness.h"
 
 namespace terse::testing {
 namespace {
 
-namespace bitpack = sdk::bitpack;
 namespace math = compressors::natural;
 
 uint64_t naturalExpectedBytes(uint64_t n) {
-  return 32 + 8 * ((9 * n + 63) / 64);
+  return 32 + (n + 7) / 8 * 8 + 8 * ((n + 63) / 64);
 }
 
 // The power of two at or below |x| (x finite and nonzero), as the f32 with x's exponent and an empty mantissa; for a
@@ -54,7 +53,7 @@ TEST(Natural, ParametersCapsAndSizes) {
   EXPECT_EQ(caps.aggregation, TERSE_AGG_ALLGATHER);
   EXPECT_EQ(caps.flags, TERSE_CAP_FIXED_SIZE);
   EXPECT_EQ(caps.num_rounds, 1);
-  // 2^20 elements at 9 bits: 1,179,648 bytes of codes, 3.56x smaller than f32.
+  // 2^20 elements at 9 bits: 1,048,576 exponent bytes and 131,072 bytes of signs, 3.56x smaller than f32.
   EXPECT_EQ(c.sizes(tensorInfo(uint64_t{1} << 20)).max_output_bytes, 32u + 1179648u);
   for (uint64_t n : {0ull, 1ull, 7ull, 63ull, 64ull, 65ull, 1000ull}) {
     ASSERT_EQ(c.sizes(tensorInfo(n)).max_output_bytes, naturalExpectedBytes(n)) << n;
@@ -75,7 +74,7 @@ TEST(Natural, ValuesAreTheAdjacentPowersOfTwo) {
     for (uint64_t i = 0; i < n; ++i) {
       if (g[i] == 0.0f) {
         ASSERT_EQ(out[i], 0.0f) << i;
-        ASSERT_FALSE(std::signbit(out[i])) << "a zero travels without its sign";
+        ASSERT_EQ(std::signbit(out[i]), std::signbit(g[i])) << "a zero keeps its sign";
         continue;
       }
       const float a = lowerPower(g[i]);
@@ -88,54 +87,58 @@ TEST(Natural, ValuesAreTheAdjacentPowersOfTwo) {
   }
 }
 
-TEST(Natural, CodesFollowTheDocumentedLayout) {
+TEST(Natural, PayloadFollowsTheDocumentedLayout) {
   Plugin plugin("natural");
   Instance c(plugin);
-  const uint64_t n = 70;  // 630 bits of codes in 10 words
+  const uint64_t n = 70;  // 70 exponent bytes padded to 72, then 2 sign words
   auto g = gaussian(n, 1);
-  g[0] = 0.0f, g[1] = -0.5f, g[2] = 3.0f;
+  g[0] = 0.0f, g[1] = -0.5f, g[2] = 3.0f, g[3] = -0.0f, g[69] = -1.0f;
   const auto info = tensorInfo(n);
   const Bytes p = c.compress(info, g);
-  EXPECT_EQ(readAt<uint32_t>(p, 16), 9u);
+  ASSERT_EQ(p.size(), 32u + 72u + 16u);
+  EXPECT_EQ(readAt<uint32_t>(p, 16), 8u);
   EXPECT_EQ(readAt<uint32_t>(p, 20), 0u);
   EXPECT_EQ(readAt<uint64_t>(p, 24), 0u);
-  std::vector<uint64_t> words(10);
-  std::memcpy(words.data(), p.data() + 32, 80);
-  EXPECT_EQ(bitpack::get(words.data(), 0, 9), 0u);
-  EXPECT_EQ(bitpack::get(words.data(), 1, 9), 126u | 256u) << "-0.5: exponent 126, sign";
-  EXPECT_TRUE(bitpack::get(words.data(), 2, 9) == 128u || bitpack::get(words.data(), 2, 9) == 129u) << "3: 2 or 4";
+  EXPECT_EQ(readAt<uint8_t>(p, 32), 0u);
+  EXPECT_EQ(readAt<uint8_t>(p, 33), 126u) << "0.5 = 2^-1: exponent 126";
+  EXPECT_TRUE(readAt<uint8_t>(p, 34) == 128u || readAt<uint8_t>(p, 34) == 129u) << "3: 2 or 4";
+  EXPECT_EQ(readAt<uint8_t>(p, 101), 127u);
+  EXPECT_EQ(readAt<uint16_t>(p, 102), 0u) << "padding";
+  const uint64_t w0 = readAt<uint64_t>(p, 104), w1 = readAt<uint64_t>(p, 112);
+  EXPECT_EQ(w1 >> 5, 1u) << "element 69's sign, and nothing after it";
   const auto out = c.decode(info, p);
   for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t code = bitpack::get(words.data(), i, 9);
-    const float want = (code >> 8) != 0     ? -std::ldexp(1.0f, static_cast<int>(code & 0xFF) - 127)
-                       : (code & 0xFF) == 0 ? 0.0f
-                                            : std::ldexp(1.0f, static_cast<int>(code) - 127);
-    EXPECT_EQ(out[i], want) << i;
+    const uint32_t e = readAt<uint8_t>(p, 32 + i);
+    const uint64_t sign = ((i < 64 ? w0 : w1) >> (i % 64)) & 1;
+    EXPECT_EQ(sign, std::signbit(g[i]) ? 1u : 0u) << i;
+    const float magnitude = e == 0 ? 0.0f : std::ldexp(1.0f, static_cast<int>(e) - 127);
+    EXPECT_EQ(out[i], sign != 0 ? -magnitude : magnitude) << i;
+    EXPECT_EQ(std::signbit(out[i]), sign != 0) << i;
   }
 }
 
 // The math the kernels share, on single values: up iff (draw >> 8) < 2 m.
-TEST(Natural, EncodeValueRoundsUpExactlyWhenTheDrawIsBelowTwiceTheMantissa) {
+TEST(Natural, RoundedExponentGoesUpExactlyWhenTheDrawIsBelowTwiceTheMantissa) {
   const float x = 1.75f;  // exponent 127, m = 0.75 2^23
   const uint32_t m = 3u << 21;
-  EXPECT_EQ(math::encodeValue(x, (2 * m - 1) << 8), 128u) << "just below: up to 2";
-  EXPECT_EQ(math::encodeValue(x, (2 * m) << 8), 127u) << "at 2m: down to 1";
-  EXPECT_EQ(math::encodeValue(x, 0xFFFFFFFFu), 127u);
-  EXPECT_EQ(math::encodeValue(-x, 0), 128u | 256u);
-  EXPECT_EQ(math::encodeValue(1.0f, 0), 127u) << "m = 0 never rounds up";
+  EXPECT_EQ(math::roundedExponent(x, (2 * m - 1) << 8), 128u) << "just below: up to 2";
+  EXPECT_EQ(math::roundedExponent(x, (2 * m) << 8), 127u) << "at 2m: down to 1";
+  EXPECT_EQ(math::roundedExponent(x, 0xFFFFFFFFu), 127u);
+  EXPECT_EQ(math::roundedExponent(-x, 0), 128u) << "the sign travels apart";
+  EXPECT_EQ(math::roundedExponent(1.0f, 0), 127u) << "m = 0 never rounds up";
+  EXPECT_EQ(math::decodeValue(128u, 1u), -2.0f);
   // Subnormals: 2^-149 m rounds to 2^-126 with probability m 2^-23, else to zero.
   const float tiny = std::numeric_limits<float>::denorm_min() * 3;
-  EXPECT_EQ(math::encodeValue(tiny, 5u << 8), 1u);
-  EXPECT_EQ(math::encodeValue(-tiny, 6u << 8), 0u) << "down to zero, without the sign";
-  EXPECT_EQ(math::decodeValue(1u), std::numeric_limits<float>::min());
+  EXPECT_EQ(math::roundedExponent(tiny, 5u << 8), 1u);
+  EXPECT_EQ(math::roundedExponent(tiny, 6u << 8), 0u);
+  EXPECT_EQ(math::decodeValue(1u, 0u), std::numeric_limits<float>::min());
+  EXPECT_TRUE(std::signbit(math::decodeValue(0u, 1u)));
   // No power of two: inf, NaN (whatever the draw) and a value at or above 2^127 that rounds up.
-  EXPECT_FALSE(math::codeIsValid(math::encodeValue(std::numeric_limits<float>::infinity(), 0)));
-  EXPECT_FALSE(math::codeIsValid(math::encodeValue(std::numeric_limits<float>::quiet_NaN(), 0)));
-  EXPECT_FALSE(math::codeIsValid(math::encodeValue(std::numeric_limits<float>::max(), 0)));
-  EXPECT_TRUE(math::codeIsValid(math::encodeValue(std::numeric_limits<float>::max(), 0xFFFFFFFFu)));
-  EXPECT_FALSE(math::codeIsValid(0x100u)) << "a signed zero";
-  EXPECT_FALSE(math::codeIsValid(0xFFu));
-  EXPECT_FALSE(math::codeIsValid(0x1FFu));
+  EXPECT_EQ(math::roundedExponent(std::numeric_limits<float>::infinity(), 0), math::kBadExponent);
+  EXPECT_EQ(math::roundedExponent(std::numeric_limits<float>::quiet_NaN(), 0), math::kBadExponent);
+  EXPECT_EQ(math::roundedExponent(-std::numeric_limits<float>::quiet_NaN(), 0xFFFFFFFFu), math::kBadExponent);
+  EXPECT_EQ(math::roundedExponent(std::numeric_limits<float>::max(), 0), math::kBadExponent);
+  EXPECT_EQ(math::roundedExponent(std::numeric_limits<float>::max(), 0xFFFFFFFFu), 254u);
 }
 
 // E[C(x)] = x and E(C(x) - x)^2 = a^2 p (1 - p) for x = a (1 + p): over K steps every element's mean within 5
@@ -176,10 +179,11 @@ TEST(Natural, UnbiasedWithinTheVarianceBound) {
   }
   EXPECT_LT(z2 / counted, 1.5) << "mean squared z-score; 1 expected for an unbiased rounding";
   EXPECT_LE(var_sum, norm2 / 8) << "Theorem 1's omega = 1/8";
+  EXPECT_LE(sq_err / steps, norm2 / 8) << "the measured error within Theorem 1's bound";
   EXPECT_NEAR(sq_err / steps, var_sum, 0.1 * var_sum) << "the measured error is the exact variance";
 }
 
-// rounding_bits b: up iff r < 2m, r on 24 bits in steps of 2^(24 - b), so P(up) = ceil(m 2^(b - 24)) 2^-b. 1 + 2^-10
+// rounding_bits b: up iff r < 2m, r on 24 bits in steps of 2^(24 - b), so P(up) = ceil(m 2^(b - 23)) 2^-b. 1 + 2^-10
 // (m = 2^13) rounds up with probability 2^-10 at 24 and 16 bits and 2^-8 at 8 bits (ceil(2^-2) = 1); 1.5 with 1/2 at
 // every b. 2^18 elements over 4 steps: the rate within 5 sigma of the formula, and at 1.5 elements d apart agreeing
 // half the time (independent draws).
@@ -241,6 +245,33 @@ TEST(Natural, DeterministicPerSeedStepAndTensorAndAlikeOnAnyThreadCount) {
   for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], full[i]) << i;
 }
 
+// The payload, byte for byte, against the format's definition computed here element by element: exponent byte i =
+// roundedExponent(g_i, element i's draw at width b), read through PhiloxStream::drawBits (not the plugin's group
+// loops), sign bit i = g_i's, at every draw width and on several threads (ranges of whole groups), on a tensor long
+// enough to be cut (4 x 2^16 + 77 elements) with subnormals, zeros and an odd tail.
+TEST(Natural, PayloadMatchesTheElementwiseDefinition) {
+  Plugin plugin("natural");
+  const uint64_t n = 4 * (uint64_t{1} << 16) + 77;
+  auto g = gaussian(n, 17);
+  for (uint64_t i = 0; i < n; i += 1009) g[i] *= 1e-39f;  // subnormal
+  g[5] = 0.0f, g[6] = -0.0f;
+  const auto info = tensorInfo(n, {.step = 7, .seed = 3, .tensor_id = 2});
+  const sdk::PhiloxStream rng(info.seed, info.step, info.tensor_id);
+  for (const unsigned b : {24u, 16u, 8u}) {
+    Bytes want(naturalExpectedBytes(n), std::byte{0});
+    std::memcpy(want.data(), Instance(plugin).compress(info, g).data(), 32);  // the header and the parameters
+    const uint64_t signs = 32 + (n + 7) / 8 * 8;
+    for (uint64_t i = 0; i < n; ++i) {
+      want[32 + i] = static_cast<std::byte>(math::roundedExponent(g[i], rng.drawBits(i, b)));
+      if (std::signbit(g[i])) want[signs + i / 64 * 8 + i % 64 / 8] |= static_cast<std::byte>(1u << (i % 8));
+    }
+    for (const char* threads : {"1", "4"}) {
+      Instance c(plugin, {{"rounding_bits", std::to_string(b)}, {"threads", threads}});
+      ASSERT_TRUE(c.compress(info, g) == want) << "rounding_bits " << b << ", threads " << threads;
+    }
+  }
+}
+
 TEST(Natural, RefusesInputsWithNoPowerOfTwo) {
   Plugin plugin("natural");
   Instance c(plugin);
@@ -267,7 +298,7 @@ TEST(Natural, RefusesInputsWithNoPowerOfTwo) {
 TEST(Natural, RejectsMalformedPayloads) {
   Plugin plugin("natural");
   Instance c(plugin);
-  const uint64_t n = 45;  // 405 bits of codes in 7 words: 43 padding bits
+  const uint64_t n = 45;  // 45 exponent bytes padded to 48, one sign word with 19 padding bits
   const auto info = tensorInfo(n);
   const Bytes p = c.compress(info, gaussian(n, 4));
   expectRejectsStructuralDamage(c, info, p);
@@ -278,18 +309,14 @@ TEST(Natural, RejectsMalformedPayloads) {
     EXPECT_TRUE(o.untouched) << what;
     EXPECT_NE(c.lastError().find(message), std::string::npos) << what << ": " << c.lastError();
   };
-  expectBad(patched<uint32_t>(p, 16, 8), "code bits changed", "code bits=8");
+  expectBad(patched<uint32_t>(p, 16, 9), "exponent bits changed", "exponent bits=9");
   expectBad(patched<uint32_t>(p, 20, 1), "reserved set", "reserved=1");
   expectBad(patched<uint64_t>(p, 24, 2), "second reserved set", "reserved=0, 2");
-  const size_t codes = 32;
-  // Code 3 sits at bits [27, 36): exponent 255 there; code 40's (bits [360, 369)) made a signed zero.
-  expectBad(patched<uint64_t>(p, codes, readAt<uint64_t>(p, codes) | (uint64_t{0xFF} << 27)), "exponent 255",
-            "code 3 is");
-  uint64_t w5 = readAt<uint64_t>(p, codes + 40);
-  w5 = (w5 & ~(uint64_t{0x1FF} << 40)) | (uint64_t{0x100} << 40);
-  expectBad(patched<uint64_t>(p, codes + 40, w5), "signed zero", "code 40 is 256");
-  expectBad(patched<uint64_t>(p, codes + 48, readAt<uint64_t>(p, codes + 48) | (uint64_t{1} << 60)), "padding bit",
-            "padding");
+  expectBad(patched<uint8_t>(p, 32 + 17, 255), "exponent 255", "exponent 17 is 255");
+  expectBad(patched<uint8_t>(p, 32 + 46, 1), "padding after the exponents", "after the exponents");
+  const size_t signs = 32 + 48;
+  expectBad(patched<uint64_t>(p, signs, readAt<uint64_t>(p, signs) | (uint64_t{1} << 50)), "padding bit",
+            "padding bits after the last sign");
 }
 
 }  // namespace

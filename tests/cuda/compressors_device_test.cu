@@ -72,7 +72,7 @@ std::vector<Case> cases() {
       {"terngrad", {{"rounding_bits", "16"}}, "terngrad_rounding16"},
       {"terngrad", {{"rounding_bits", "8"}}, "terngrad_rounding8"},
       {"terngrad", {{"bucket_size", "100"}, {"rounding_bits", "8"}}, "terngrad_bucket100_rounding8"},
-      // 9-bit codes straddle words; input()'s signed zeros, subnormals and huge values take every branch.
+      // Exponent bytes and sign words; input()'s signed zeros keep their sign.
       {"natural", {}, "natural"},
       {"natural", {{"rounding_bits", "8"}}, "natural_rounding8"},
       {"onebit", {}, "onebit"},

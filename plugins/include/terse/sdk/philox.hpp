@@ -255,9 +255,9 @@ TERSE_HD float uniform01(uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }
 
-// Draws of fewer bits (the `rounding_bits` parameter of qsgd and terngrad): with b = 16 or 8, element e's draw is the
-// e-th b-bit number of the stream of Philox words read as little-endian b-bit units, stream word w being word w mod 4
-// of block w div 4:
+// Draws of fewer bits (the `rounding_bits` parameter of qsgd, terngrad and natural): with b = 16 or 8, element e's
+// draw is the e-th b-bit number of the stream of Philox words read as little-endian b-bit units, stream word w being
+// word w mod 4 of block w div 4:
 //
 //   b = 24   r_e = bits(e) >> 8                    (one word per element: uniform01 as above)
 //   b = 16   r_e = half (e mod 2) of word e div 2  (one block serves 8 elements)
