@@ -952,6 +952,62 @@ TEST_F(TopKOnDevice, NonFiniteGradientsPoisonThePayload) {
   }
 }
 
+// natural on the device cannot refuse an input with no power of two at compress (inf, NaN, or a value past 2^127 that
+// rounds up) without waiting for it, so its exponent byte 255 travels and every decompress refuses the payload with
+// the host's words, the sender's own (error feedback's decode) included, the output as it was; the deferred
+// decompress raises its word instead. Subnormal inputs round between 0 and 2^-126 as on the host. And payloads whose
+// exponent byte is 255, or whose padding byte or sign bit is set, get the host's verdict.
+class NaturalOnDevice : public DeviceTest {};
+
+TEST_F(NaturalOnDevice, InputsWithNoPowerOfTwoPoisonThePayloadAndCorruptionsGetTheHostVerdict) {
+  Plugin plugin("natural");
+  Instance c(plugin);
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Stream stream;
+  DeviceCalls dev(c, stream);
+  const uint64_t n = 1001;  // 1001 exponent bytes padded to 1008, 16 sign words, the last with 23 padding bits
+  const terse_tensor_info_v1 info = tensorInfo(n);
+  std::vector<float> x = input(n, 1);
+  for (uint64_t i = 0; i < n; i += 7) x[i] *= 1e-39f;  // subnormal
+  DeviceBuffer payload;
+  const Bytes good = dev.compress(onDevice(info, device_), x, &payload);
+  ASSERT_TRUE(good == c.compress(info, x)) << "subnormals round on the device as on the host";
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::max()}) {
+    for (bool own : {false, true}) {
+      SCOPED_TRACE(std::to_string(bad) + (own ? ", own payload" : ""));
+      std::vector<float> y = x;
+      y[777] = bad;
+      // FLT_MAX rounds up past 2^127 unless its draw is within 2^-23 of 1: at this seed and step it does.
+      Bytes host_payload;
+      ASSERT_EQ(c.tryCompress(info, y, &host_payload), TERSE_ERR_INVALID_ARGUMENT);
+      DeviceBuffer poisoned_buffer;
+      const Bytes poisoned = dev.compress(onDevice(info, device_), y, &poisoned_buffer);
+      ASSERT_EQ(poisoned.size(), good.size());
+      terse_tensor_info_v1 dev_info = onDevice(info, device_);
+      if (own) dev_info.reserved0 = TERSE_CALL_OWN_PAYLOAD;
+      std::vector<float> out(n, 1.0f);
+      c.host().clear();
+      EXPECT_EQ(dev.decompress(dev_info, poisoned, out, !own), TERSE_ERR_INVALID_PAYLOAD);
+      EXPECT_NE(c.lastError().find("exponent 777 is 255"), std::string::npos) << c.lastError();
+      EXPECT_EQ(c.decompress(info, poisoned, out, true), TERSE_ERR_INVALID_PAYLOAD);
+      for (float v : out) ASSERT_EQ(v, 1.0f);
+    }
+  }
+  std::vector<float> y = x;
+  y[777] = std::numeric_limits<float>::infinity();
+  DeviceBuffer poisoned_buffer;
+  const Bytes poisoned = dev.compress(onDevice(info, device_), y, &poisoned_buffer);
+  const uint64_t signs = 32 + 1008;
+  ASSERT_NO_FATAL_FAILURE(expectDeferredVerdictsAsTheHost(
+      plugin, c, device_, info, good,
+      {{"an infinite gradient's poisoned payload", poisoned},
+       {"exponent 255", patched<uint8_t>(good, 32 + 5, 255)},
+       {"a padding byte", patched<uint8_t>(good, 32 + 1004, 1)},
+       {"a padding sign bit",
+        patched<uint64_t>(good, signs + 15 * 8, readAt<uint64_t>(good, signs + 15 * 8) | (uint64_t{1} << 60))}}));
+}
+
 // This rank's own payload (TERSE_CALL_OWN_PAYLOAD: error feedback decoding what it sent) is decoded without a
 // verdict by the plugins whose own payloads always validate (terse/kit/device.hpp's OwnPayload::kTrust: none, the
 // casts, random-k, dgc and threshold), and validated as before by the others: either way the decode must be the host's,
