@@ -8,7 +8,7 @@
 // min(d/s^2, sqrt(d)/s) that grows with the bucket), with no norm or scale pass and nothing shared between elements.
 // The bound is the paper's for normal f32 values at rounding_bits 24: a subnormal rounds between 0 and 2^-126, whose
 // gap is larger than itself (an absolute error below 2^-126 all the same), and rounding_bits 16 or 8 add their bias's
-// share (1/8 + 3 delta / 16 for delta = 2^-b at most).
+// share: about 3 delta / 16 for delta = 2^-b (0.125744 at b = 8, where p = 85/256 for a mantissa just above 84/256).
 // The draw for element i is its own Philox word keyed by (seed, step, tensor id, i), so the result depends on nothing
 // but those and the input. In f32 the rounding is exact and cheap: keep the exponent or add one to it, and clear the
 // mantissa (natural_math.h). A subnormal rounds between 0 and 2^-126 the same way (still unbiased); a zero stays zero.

@@ -105,7 +105,7 @@ int checkCommand(const std::vector<std::string>& args) {
       "max-rel-error", po::value<double>(), "fail round_trip above this relative error (default: report only)")(
       "unbiased",
       "the plugin claims E[D(C(x))] = x: fail when a test that catches a 5% bias with 99% power rejects it")(
-      "seed", po::value<uint64_t>(), "seed of the inputs and the ranks' seeds (default 20240611)")(
+      "seed", po::value<std::string>(), "seed of the inputs and the ranks' seeds (default 20240611)")(
       "only", po::value<std::vector<std::string>>()->composing(), "run only this check (repeatable)")(
       "device", po::value<std::string>(), "where the plugin's buffers live: host (default), cuda or cuda:N")(
       "check-timeout", po::value<double>(), "seconds a check may run before it fails (default 60, 0: no limit)")(
@@ -146,7 +146,13 @@ int checkCommand(const std::vector<std::string>& args) {
       if (!(*opts.finite_input_limit > 0)) throw po::error("--finite-limit must be > 0");
     }
     if (vm.count("device")) std::tie(opts.device, opts.device_index) = parseDevice(vm["device"].as<std::string>());
-    if (vm.count("seed")) opts.seed = vm["seed"].as<uint64_t>();
+    if (vm.count("seed")) {
+      try {
+        opts.seed = parseUnsigned("--seed", vm["seed"].as<std::string>());
+      } catch (const std::invalid_argument& e) {
+        throw po::error(e.what());
+      }
+    }
     if (vm.count("only")) {
       const auto names = conformanceCheckNames();
       for (const auto& n : vm["only"].as<std::vector<std::string>>()) {

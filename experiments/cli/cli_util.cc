@@ -1,12 +1,27 @@
 #include "experiments/cli/cli_util.h"
 
 #include <algorithm>
+#include <charconv>
 #include <iostream>
+#include <stdexcept>
+#include <string>
 
 #include "core/common/error.h"
 #include "core/common/user_message.h"
 
 namespace terse::cli {
+
+uint64_t parseUnsigned(std::string_view option, std::string_view text) {
+  uint64_t value = 0;
+  const char* const end = text.data() + text.size();
+  // from_chars takes no sign, space or exponent, and reports a value past the type's range.
+  const auto [next, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || next != end) {
+    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) + "' is not an integer >= 0" +
+                                (ec == std::errc::result_out_of_range ? " below 2^64" : ""));
+  }
+  return value;
+}
 
 void Table::print(std::ostream& out, std::string_view indent) const {
   std::vector<std::size_t> width(header_.size(), 0);

@@ -286,7 +286,7 @@ int showCommand(const std::vector<std::string>& args) {
                                                     "search DIR first (repeatable, DIR:DIR...)")(
       "param", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE passed to the plugin (repeatable)")(
       "kind", po::value<std::string>(), "compressor or scheduler (default: whichever exists)")(
-      "numel", po::value<uint64_t>(), "show a compressor's payload bytes for N f32 elements")(
+      "numel", po::value<std::string>(), "show a compressor's payload bytes for N f32 elements")(
       "shape", po::value<std::string>(), "the same for a shaped tensor, e.g. 300x257")(
       "world", po::value<int>(), "workers for the wire bytes of --numel/--shape (default 4)");
   po::options_description hidden;
@@ -311,8 +311,9 @@ int showCommand(const std::vector<std::string>& args) {
     if (!vm.count("plugin")) throw po::error("missing NAME|PATH");
     if (vm.count("param")) params = parseParams(vm["param"].as<std::vector<std::string>>());
     try {
-      payload_shape = shapeFromOptions(vm.count("numel") ? std::optional(vm["numel"].as<uint64_t>()) : std::nullopt,
-                                       vm.count("shape") ? std::optional(vm["shape"].as<std::string>()) : std::nullopt);
+      payload_shape = shapeFromOptions(
+          vm.count("numel") ? std::optional(parseUnsigned("--numel", vm["numel"].as<std::string>())) : std::nullopt,
+          vm.count("shape") ? std::optional(vm["shape"].as<std::string>()) : std::nullopt);
     } catch (const std::invalid_argument& e) {
       throw po::error(e.what());
     }

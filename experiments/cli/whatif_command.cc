@@ -178,7 +178,7 @@ int whatifCommand(const std::vector<std::string>& args) {
       "scheduler", po::value<std::string>()->default_value("recorded"),
       "the groups' issue order: recorded (the trace's), or re-issued fifo or priority (P3) with per-tensor updates")(
       "jitter", po::value<double>()->default_value(0.0), "lognormal sigma per compute segment (0: none)")(
-      "seed", po::value<uint64_t>()->default_value(1), "the jitter's seed")(
+      "seed", po::value<std::string>()->default_value("1"), "the jitter's seed")(
       "stragglers", po::value<std::string>(), "K:F: the first K workers compute F times slower")(
       "target-accuracy", po::value<double>(), "time to this test accuracy from the run's metrics.jsonl")(
       "json", po::value<std::string>(), "also write the result as JSON to FILE (- for stdout)");
@@ -223,7 +223,7 @@ int whatifCommand(const std::vector<std::string>& args) {
     o.allreduce = vm["allreduce"].as<std::string>();
     o.allgather = vm["allgather"].as<std::string>();
     o.jitter_sigma = vm["jitter"].as<double>();
-    o.seed = vm["seed"].as<uint64_t>();
+    o.seed = parseUnsigned("--seed", vm["seed"].as<std::string>());
     if (vm.count("stragglers")) {
       const std::string s = vm["stragglers"].as<std::string>();
       static const std::regex kSpec(R"(([0-9]+):([0-9]*\.?[0-9]+(e[+-]?[0-9]+)?))");

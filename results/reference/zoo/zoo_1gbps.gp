@@ -4,10 +4,10 @@
 stem = 'zoo_1gbps'
 data = stem . '.dat'
 target = 0.85
-array names[16]
-array colors[16]
-array widths[16]
-array dashes[16]
+array names[17]
+array colors[17]
+array widths[17]
+array dashes[17]
 names[1] = 'powersgd-r4-ef (mean of 3 seeds)'; colors[1] = '#9400d3'; widths[1] = 1.5; dashes[1] = 1
 names[2] = 'dgc-1pct (mean of 3 seeds)'; colors[2] = '#009e73'; widths[2] = 1.5; dashes[2] = 1
 names[3] = 'onebit-ef (mean of 3 seeds)'; colors[3] = '#56b4e9'; widths[3] = 1.5; dashes[3] = 1
@@ -15,15 +15,16 @@ names[4] = 'terngrad (mean of 3 seeds)'; colors[4] = '#e69f00'; widths[4] = 1.5;
 names[5] = 'fp16 (mean of 3 seeds)'; colors[5] = '#0072b2'; widths[5] = 1.5; dashes[5] = 1
 names[6] = 'qsgd-8bit (mean of 3 seeds)'; colors[6] = '#e51e10'; widths[6] = 1.5; dashes[6] = 1
 names[7] = 'bf16 (mean of 3 seeds)'; colors[7] = '#a0522d'; widths[7] = 1.5; dashes[7] = 1
-names[8] = 'dense (mean of 3 seeds) (baseline)'; colors[8] = 'black'; widths[8] = 3; dashes[8] = 1
-names[9] = 'onebit-meanabs-ef (mean of 3 seeds)'; colors[9] = '#f0e442'; widths[9] = 1.5; dashes[9] = 1
-names[10] = 'threshold-ef (mean of 3 seeds)'; colors[10] = '#9400d3'; widths[10] = 1.5; dashes[10] = 2
-names[11] = 'topk-1pct-ef (mean of 3 seeds)'; colors[11] = '#009e73'; widths[11] = 1.5; dashes[11] = 2
-names[12] = 'randomk-1pct-ef (mean of 3 seeds)'; colors[12] = '#56b4e9'; widths[12] = 1.5; dashes[12] = 2
-names[13] = 'topk-1pct (mean of 3 seeds)'; colors[13] = '#e69f00'; widths[13] = 1.5; dashes[13] = 2
-names[14] = 'signsgd (mean of 3 seeds)'; colors[14] = '#0072b2'; widths[14] = 1.5; dashes[14] = 2
-names[15] = 'randomk-1pct (mean of 3 seeds)'; colors[15] = '#e51e10'; widths[15] = 1.5; dashes[15] = 2
-names[16] = 'onebit (mean of 3 seeds)'; colors[16] = '#a0522d'; widths[16] = 1.5; dashes[16] = 2
+names[8] = 'natural (mean of 3 seeds)'; colors[8] = '#f0e442'; widths[8] = 1.5; dashes[8] = 1
+names[9] = 'dense (mean of 3 seeds) (baseline)'; colors[9] = 'black'; widths[9] = 3; dashes[9] = 1
+names[10] = 'onebit-meanabs-ef (mean of 3 seeds)'; colors[10] = '#9400d3'; widths[10] = 1.5; dashes[10] = 2
+names[11] = 'threshold-ef (mean of 3 seeds)'; colors[11] = '#009e73'; widths[11] = 1.5; dashes[11] = 2
+names[12] = 'topk-1pct-ef (mean of 3 seeds)'; colors[12] = '#56b4e9'; widths[12] = 1.5; dashes[12] = 2
+names[13] = 'randomk-1pct-ef (mean of 3 seeds)'; colors[13] = '#e69f00'; widths[13] = 1.5; dashes[13] = 2
+names[14] = 'topk-1pct (mean of 3 seeds)'; colors[14] = '#0072b2'; widths[14] = 1.5; dashes[14] = 2
+names[15] = 'signsgd (mean of 3 seeds)'; colors[15] = '#e51e10'; widths[15] = 1.5; dashes[15] = 2
+names[16] = 'randomk-1pct (mean of 3 seeds)'; colors[16] = '#a0522d'; widths[16] = 1.5; dashes[16] = 2
+names[17] = 'onebit (mean of 3 seeds)'; colors[17] = '#f0e442'; widths[17] = 1.5; dashes[17] = 2
 set key outside right top noenhanced
 set grid
 set ylabel 'test accuracy'

@@ -144,12 +144,12 @@ void copyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
 [[noreturn]] void rethrowHostReduceVerdict(const sdk::ReduceArgs& args,
                                            const std::function<uint64_t(const sdk::ReduceArgs&)>& host_reduce);
 
-// What a decompress does with this rank's own payload (args.ownPayload(): error feedback decoding what it sent).
-// kTrust only where the plugin's own compress never writes a payload its validation would refuse (it refuses a
-// non-finite gradient itself, or its validation checks no values): then the verdict is known, and nothing is waited
-// for. A plugin whose device compress lets a non-finite value through to be refused at decode (topk, qsgd, terngrad,
-// onebit, powersgd) keeps kValidate: that refusal, in error feedback's own decode, is what leaves a failed step's
-// residual untouched (core/compress/error_feedback.h).
+// What a decompress does with this rank's own payload (args.ownPayload(): error feedback decoding what it sent). kTrust
+// only where the plugin's own compress never writes a payload its validation would refuse (it refuses a non-finite
+// gradient itself, or its validation checks no values): then the verdict is known, and nothing is waited for. A plugin
+// whose device compress lets a non-finite value through to be refused at decode (topk, qsgd, terngrad, natural, onebit,
+// powersgd) keeps kValidate: that refusal, in error feedback's own decode, is what leaves a failed step's residual
+// untouched (core/compress/error_feedback.h).
 enum class OwnPayload { kValidate, kTrust };
 
 // Queues `validate(status_word)` on a leased word, synchronizes the stream once and says whether the payload was clean:
