@@ -5,6 +5,7 @@
 #include <exception>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "core/common/error.h"
@@ -20,6 +21,24 @@ namespace {
 // The struct the instance code drives: the newest compressor ABI this build knows. With a v2 this becomes
 // terse_compressor_v2 and the v1 row's adapter fills v2's new fields.
 using CompressorApi = terse_compressor_v1;
+
+// Which call of a run failed, for the end of its message: a diverged run's "gradient element 0 is NaN" says nothing of
+// where; " (tensor 3, step 57)" says which tensor and step, the round of a multi-round codec, and for a decode whose
+// payload it was.
+std::string callContext(const TensorInfo& info, bool decode) {
+  std::ostringstream s;
+  s << " (tensor " << info.tensor_id << ", step " << info.step;
+  if (info.round > 0) s << ", round " << info.round;
+  if (decode) {
+    if (info.source_rank >= 0) {
+      s << ", rank " << info.source_rank << "'s payload";
+    } else {
+      s << ", the aggregate";
+    }
+  }
+  s << ")";
+  return s.str();
+}
 
 // Validates the exported object found under a row's symbol and lifts it to CompressorApi. `prefix` starts every
 // error ("cannot load compressor plugin <path>: ").
@@ -239,7 +258,7 @@ class PluginCompressor final : public Compressor {
                                   : api_.compress(ctx_, &abi, input, p, prev.size(), &abi_scratch, out.data(),
                                                   out.size(), &written, stream);
     }
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status, callContext(info, false));
     // A size that breaks the plugin's promises is its bug, classified like the SDK's TERSE_ERR_INTERNAL for the same.
     if (written > out.size()) {
       detail::throwPluginBrokeContract(label_, call,
@@ -289,7 +308,7 @@ class PluginCompressor final : public Compressor {
       status = api_.reduce(ctx_, &abi, a.data(), a.size(), b.data(), b.size(), &abi_scratch, out.data(), out.size(),
                            &written, stream);
     }
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, "reduce", status);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "reduce", status, callContext(info, false));
     if (written > out.size()) {
       detail::throwPluginBrokeContract(label_, "reduce",
                                        "it reported " + std::to_string(written) + " bytes written into a buffer of " +
@@ -499,7 +518,7 @@ class PluginCompressor final : public Compressor {
                                   : api_.decompress(ctx_, &abi, payload.data(), payload.size(), &abi_scratch, out,
                                                     accumulate ? 1 : 0, stream);
     }
-    if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status);
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status, callContext(info, true));
   }
 
   std::shared_ptr<const CompressorPlugin> plugin_;  // keeps the file mapped; api_, info_, label_ point into it

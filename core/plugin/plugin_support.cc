@@ -166,10 +166,11 @@ std::string takePluginError() {
   return out;
 }
 
-void throwPluginStatus(const std::string& label, std::string_view call, terse_status_v1 status) {
+void throwPluginStatus(const std::string& label, std::string_view call, terse_status_v1 status,
+                       std::string_view context) {
   std::ostringstream msg;
   msg << where(__FILE__, __LINE__) << label << ": " << call << " failed [" << statusName(status)
-      << "]: " << takePluginError();
+      << "]: " << takePluginError() << context;
   switch (status) {
     case TERSE_ERR_INVALID_ARGUMENT:
       throw InvalidArgument(msg.str());

@@ -837,9 +837,14 @@ TEST(CompressorAdapter, CoreSidePreconditions) {
 
 // test_throws (built by the SDK work into the fixture dir): exceptions inside the plugin come back through the ABI as
 // TERSE_ERR_INTERNAL with the logged message, and the core raises them as PluginError.
+// The message ends with which call of the run it was: the tensor and the step (a diverged run's "element 0 is NaN" says
+// nothing of where), the round past the first, and for a decode whose payload.
 TEST(CompressorAdapter, ExceptionsInsideThePluginBecomeErrors) {
   auto c = instantiateFixture("test_throws");
-  const TensorInfo info = f32Tensor(12);
+  TensorInfo info = f32Tensor(12);
+  info.tensor_id = 3;
+  info.step = 57;
+  info.world_size = 3;
   const CompressorSizes sizes = c->sizes(info);
   std::vector<float> in(12, 1.0f);
   std::vector<std::byte> out(sizes.max_output_bytes);
@@ -848,16 +853,23 @@ TEST(CompressorAdapter, ExceptionsInsideThePluginBecomeErrors) {
     ADD_FAILURE() << "compress did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
-    EXPECT_TRUE(contains(
-        e.what(), {"compressor 'test_throws'", "compress failed [plugin error]", "deliberate failure in compress"}));
+    EXPECT_TRUE(contains(e.what(), {"compressor 'test_throws'", "compress failed [plugin error]",
+                                    "deliberate failure in compress", "(tensor 3, step 57)"}))
+        << e.what();
   }
   std::vector<float> dense(12);
-  try {
-    c->decompress(info, out, {}, dense.data(), false, nullptr);
-    ADD_FAILURE() << "decompress did not throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
-    EXPECT_TRUE(contains(e.what(), {"decompress failed [plugin error]"}));
+  for (const int source : {2, -1}) {
+    info.source_rank = source;
+    try {
+      c->decompress(info, out, {}, dense.data(), false, nullptr);
+      ADD_FAILURE() << "decompress did not throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), TERSE_ERR_INTERNAL);
+      EXPECT_TRUE(
+          contains(e.what(), {"decompress failed [plugin error]", source >= 0 ? "(tensor 3, step 57, rank 2's payload)"
+                                                                              : "(tensor 3, step 57, the aggregate)"}))
+          << e.what();
+    }
   }
 }
 
