@@ -75,6 +75,8 @@ const std::vector<Builtin>& builtins() {
       {"terngrad", {{"rounding_bits", "16"}}, "terngrad-r16"},
       {"terngrad", {{"rounding_bits", "8"}}, "terngrad-r8"},
       {"natural", {}},
+      {"natural", {{"rounding_bits", "16"}}, "natural-r16"},
+      {"natural", {{"rounding_bits", "8"}}, "natural-r8"},
       {"onebit", {}},
       {"signsgd", {}},
       {"topk", {{"ratio", "0.01"}}},

@@ -89,6 +89,8 @@ const std::map<std::string, Traffic>& trafficPerElement() {
       {"terngrad-r16", {8.281, 8.516}},
       {"terngrad-r8", {8.281, 8.516}},
       {"natural", {9.125, 10.125}},
+      {"natural-r16", {9.125, 10.125}},
+      {"natural-r8", {9.125, 10.125}},
       {"onebit", {8.141, 8.156}},
       {"signsgd", {4.125, 8.125}},
       {"topk", {8.55, 0.72}},
@@ -628,8 +630,8 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     }
   }
-  // qsgd and terngrad at rounding_bits 16 and 8 (one Philox block per 8 or 16 elements), listed as variants.
-  for (const char* name : {"qsgd", "terngrad"}) {
+  // qsgd, terngrad and natural at rounding_bits 16 and 8 (one Philox block per 8 or 16 elements), listed as variants.
+  for (const char* name : {"qsgd", "terngrad", "natural"}) {
     if (std::find(present.begin(), present.end(), name) == present.end()) continue;
     for (const char* bits : {"16", "8"}) {
       const std::string label = std::string(name) + "-r" + bits;
