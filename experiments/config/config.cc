@@ -625,8 +625,14 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       const auto c = gridCoordinates(axes, point);
       for (std::size_t a = 0; a < axes.size(); ++a) got.push_back(&axes[a].overrides[c[a]]);
     }
-    if (loads)
-      for (const auto& o : options.overrides) got.push_back(&o);
+    // The command line's alone, for a rule's text that names one (a grid value's point is said anyway).
+    std::vector<const FieldOverride*> sets;
+    if (loads) {
+      for (const auto& o : options.overrides) {
+        got.push_back(&o);
+        sets.push_back(&o);
+      }
+    }
     for (const FieldOverride* o : got) ++applied[o];
     // One run's errors in the file's order (those without a place last): the checks run table by table, rule by rule,
     // and the reader goes down the file.
@@ -642,6 +648,7 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       }
       pb::TextFormat::ParseLocation loc;
       std::string line;
+      const std::string note = overrideNamedIn(sets, message);
       if (file.variants_size() > 0) {
         const std::string variant = "variants[" + std::to_string(v) + "]";
         const std::string prefix = variant + " (\"" + file.variants(static_cast<int>(v)).name() + "\").";
@@ -656,7 +663,7 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
         loc = locate(&tree, path);
         line = at(source, loc) + message;
       }
-      found.emplace_back(loc, std::move(line));
+      found.emplace_back(loc, std::move(line) + note);
     }
     std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
       auto key = [](const pb::TextFormat::ParseLocation& l) {

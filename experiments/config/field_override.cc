@@ -7,6 +7,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -292,6 +293,23 @@ const FieldOverride* overrideOf(const std::vector<const FieldOverride*>& overrid
     if ((*it)->path == path || inside((*it)->path, path) || inside(path, (*it)->path)) return *it;
   }
   return nullptr;
+}
+
+std::string overrideNamedIn(const std::vector<const FieldOverride*>& overrides, std::string_view message) {
+  // A path's own characters: a match with one of them on either side is part of a longer path.
+  auto pathChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.'; };
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+    const std::string& path = (*it)->path;
+    for (std::size_t at = message.find(path); at != std::string_view::npos; at = message.find(path, at + 1)) {
+      const std::size_t end = at + path.size();
+      const bool starts = at == 0 || !pathChar(message[at - 1]);
+      // A trailing '.' ends a sentence, not a path, when nothing of a path follows it.
+      const bool ends = end == message.size() || !pathChar(message[end]) ||
+                        (message[end] == '.' && (end + 1 == message.size() || !pathChar(message[end + 1])));
+      if (starts && ends) return " (" + path + " is " + (*it)->where + ")";
+    }
+  }
+  return "";
 }
 
 const FieldOverride* overrideOf(const std::vector<FieldOverride>& overrides, std::string_view path) {

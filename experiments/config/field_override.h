@@ -60,4 +60,10 @@ void applyFieldOverride(Experiment& experiment, const FieldOverride& override_);
 const FieldOverride* overrideOf(const std::vector<FieldOverride>& overrides, std::string_view path);
 const FieldOverride* overrideOf(const std::vector<const FieldOverride*>& overrides, std::string_view path);
 
+// A rule across fields reports at one of them and names the others in its text ("... with local_sgd.period 4: ..."),
+// so its message keeps the file's line of the first even when the value that tripped it came from the command line.
+// This says so: " (local_sgd.period is --set local_sgd.period=4)" for the last of `overrides` whose path the message
+// names as a whole path (not inside a longer one), or "".
+std::string overrideNamedIn(const std::vector<const FieldOverride*>& overrides, std::string_view message);
+
 }  // namespace terse::experiments

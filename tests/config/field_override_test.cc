@@ -266,6 +266,27 @@ TEST_F(FieldOverrideStudy, ChecksNameTheOverride) {
                                       "--set optimizer.lr=-1: optimizer.lr must be > 0, got -1"}));
 }
 
+// A rule across fields reports at the file's field and names the other in its text: when that other came from the
+// command line, the message says so (it used to name line 5 alone, and the reader looked for a period in the file).
+TEST_F(FieldOverrideStudy, ARuleAcrossFieldsNamesTheOverrideItNames) {
+  const std::string dgc =
+      "study: \"s\"\n"                                                            // 1
+      "workload { name: \"mlp\" }\n"                                              // 2
+      "optimizer { lr: 0.1 momentum: 0 }\n"                                       // 3
+      "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.1\" } }\n"  // 4
+      "momentum_correction { factor: 0.9 }\n";                                    // 5
+  const auto errors = errorsOf(dgc, {"local_sgd.period=4"});
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_EQ(errors[0].rfind("t.textproto:5:", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("with local_sgd.period 4"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("(local_sgd.period is --set local_sgd.period=4)"), std::string::npos) << errors[0];
+  // A path the message names only inside a longer one is not the override's.
+  const FieldOverride lr = parseFieldOverride("optimizer.lr=0.1");
+  EXPECT_EQ(overrideNamedIn({&lr}, "optimizer.lr_decay 3 with x"), "");
+  EXPECT_EQ(overrideNamedIn({&lr}, "x.optimizer.lr 3"), "");
+  EXPECT_EQ(overrideNamedIn({&lr}, "needs optimizer.lr."), " (optimizer.lr is --set optimizer.lr=0.1)");
+}
+
 TEST_F(FieldOverrideStudy, ListsAndStringsAreBoundedAsTheFilesAre) {
   std::string many = "seeds=[";
   for (int i = 0; i <= limits::kSeeds; ++i) many += std::to_string(i) + ",";
