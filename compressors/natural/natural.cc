@@ -30,7 +30,7 @@
 //              multiple of 8 bytes: E = 32 + 8 ceil(N / 8)
 //   [E, end)   ceil(N / 64) u64 sign words: bit i % 64 of word i / 64 is g_i's sign bit (kept when C(g)_i is 0, which
 //              then decodes to a zero of g_i's sign); the bits past N zero
-// Total 32 + 8 ceil(N / 8) + 8 ceil(N / 64) bytes: 3.55x smaller than f32 for large N. Decompress of one rank's payload
+// Total 32 + 8 ceil(N / 8) + 8 ceil(N / 64) bytes: 3.56x smaller than f32 for large N. Decompress of one rank's payload
 // gives that rank's C(g) exactly (an f32 with an empty mantissa); the core decompress-accumulates every rank's. An
 // exponent byte of 255, a nonzero padding byte or bit is an InvalidPayload. f32 gradients; an input that is inf or
 // NaN, or that rounds up past 2^127 (the largest f32 power of two), is refused with InvalidArgument.
@@ -266,7 +266,7 @@ class Natural final : public sdk::Compressor {
     if (bad != numel) {
       throw sdk::InvalidArgument("natural: gradient element " + std::to_string(bad) + " is " +
                                  sdk::formatNumber(in[bad]) +
-                                 ", which has no power of two to round to (inf, NaN, or past 2^127)");
+                                 ": inf or NaN, or above 2^127 and rounded up past it (the largest f32 power of two)");
     }
     return w.offset();
   }

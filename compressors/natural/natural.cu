@@ -74,16 +74,16 @@ void compress(const Shape& shape, const device::Prefix& prefix, const float* x, 
   }
   if (shape.numel == 0) return;
   auto* exponents = reinterpret_cast<uint8_t*>(payload + shape.exponents_offset);
-  const uint64_t blocks = (shape.numel + 3) / 4;  // at 24 bits; fewer at 16 and 8, which the grid-stride loop covers
+  // One thread per Philox block: 4, 8 or 16 elements.
+  auto grid = [&](uint64_t per_block) {
+    return device::gridFor((shape.numel + per_block - 1) / per_block, device::kThreads);
+  };
   if (rounding_bits == 8) {
-    exponentsKernel<8>
-        <<<device::gridFor(blocks, device::kThreads), device::kThreads, 0, st>>>(x, shape.numel, rng, exponents);
+    exponentsKernel<8><<<grid(16), device::kThreads, 0, st>>>(x, shape.numel, rng, exponents);
   } else if (rounding_bits == 16) {
-    exponentsKernel<16>
-        <<<device::gridFor(blocks, device::kThreads), device::kThreads, 0, st>>>(x, shape.numel, rng, exponents);
+    exponentsKernel<16><<<grid(8), device::kThreads, 0, st>>>(x, shape.numel, rng, exponents);
   } else {
-    exponentsKernel<24>
-        <<<device::gridFor(blocks, device::kThreads), device::kThreads, 0, st>>>(x, shape.numel, rng, exponents);
+    exponentsKernel<24><<<grid(4), device::kThreads, 0, st>>>(x, shape.numel, rng, exponents);
   }
   TERSE_COMPRESSOR_CHECK_LAUNCH();
   device::launchSignWords(x, shape.numel, reinterpret_cast<uint64_t*>(payload + shape.signs_offset), nullptr, 0,

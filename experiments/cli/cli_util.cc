@@ -17,7 +17,7 @@ uint64_t parseUnsigned(std::string_view option, std::string_view text) {
   // from_chars takes no sign, space or exponent, and reports a value past the type's range.
   const auto [next, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || next != end) {
-    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) + "' is not an integer >= 0" +
+    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) + "' is not a decimal integer >= 0" +
                                 (ec == std::errc::result_out_of_range ? " below 2^64" : ""));
   }
   return value;

@@ -79,7 +79,8 @@ TEST(CompressThreads, ANonFiniteInputInALaterRangeIsRefusedAsByOneThread) {
     EXPECT_EQ(four.lastError(), one.lastError()) << name;
     EXPECT_NE(one.lastError().find("starting at element " + std::to_string(n / 2 / 512 * 512)), std::string::npos)
         << one.lastError();
-  }  // natural refuses the element itself, not a bucket.
+  }
+  // natural refuses the element itself, not a bucket.
   Plugin natural("natural");
   Instance one(natural, {{"threads", "1"}});
   Instance four(natural, {{"threads", "4"}});

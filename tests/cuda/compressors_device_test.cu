@@ -74,6 +74,7 @@ std::vector<Case> cases() {
       {"terngrad", {{"bucket_size", "100"}, {"rounding_bits", "8"}}, "terngrad_bucket100_rounding8"},
       // Exponent bytes and sign words; input()'s signed zeros keep their sign.
       {"natural", {}, "natural"},
+      {"natural", {{"rounding_bits", "16"}}, "natural_rounding16"},
       {"natural", {{"rounding_bits", "8"}}, "natural_rounding8"},
       {"onebit", {}, "onebit"},
       {"onebit", {{"scale", "mean_abs"}, {"bucket_size", "1000"}}, "onebit_mean_abs_bucket1000"},
