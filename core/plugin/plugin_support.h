@@ -127,7 +127,8 @@ std::string takePluginError();
 // Throws the terse::Error subclass matching a plugin's non-OK status: InvalidArgument, InvalidPayload, Unsupported,
 // DeviceError, Error(OUT_OF_MEMORY), or PluginError(INTERNAL) for INTERNAL and unknown codes. The message is
 // "<label>: <call> failed [<status name>]: <the plugin's last ERROR message><context>", where `context` says which
-// call of a run it was (" (tensor 3, step 57)": callContext in compressor_plugin.cc), since the plugin's own message cannot.
+// call of a run it was (" (tensor 3, step 57)": callContext in compressor_plugin.cc), since the plugin's own message
+// cannot.
 [[noreturn]] void throwPluginStatus(const std::string& label, std::string_view call, terse_status_v1 status,
                                     std::string_view context = {});
 
