@@ -97,20 +97,18 @@ Layout layoutFor(uint64_t numel) {
 // Groups whose draws are made in one call (sdk::PhiloxStream::drawGroups, two groups at a time on AVX-512).
 constexpr uint64_t kRunGroups = 16;
 
-// d[j] = sdk::drawAt<B>(stream, j) for a group's 64 elements, written as loops over whole stream words with constant
-// shifts, which vectorize: drawAt's own index arithmetic per element did not, and made rounding_bits 16 and 8 twice
-// as slow as 24 instead of faster.
+// d[j] = sdk::drawAt<B>(stream, j) for a group's 64 elements at B = 16 or 8, written as loops over whole stream words
+// with constant shifts, which vectorize: drawAt's own index arithmetic per element did not, and made rounding_bits 16
+// and 8 twice as slow as 24 instead of faster.
 template <unsigned B>
 void spreadDraws(const uint32_t* __restrict stream, uint32_t* __restrict d) {
-  if constexpr (B == 24) {
-    for (unsigned j = 0; j < kGroup; ++j) d[j] = stream[j];
-  } else if constexpr (B == 16) {
+  static_assert(B == 16 || B == 8, "24-bit draws are the stream's words themselves");
+  if constexpr (B == 16) {
     for (unsigned w = 0; w < kGroup / 2; ++w) {
       d[2 * w] = stream[w] << 16;
       d[2 * w + 1] = stream[w] & 0xFFFF0000u;
     }
   } else {
-    static_assert(B == 8, "draw widths are 8, 16 and 24 bits");
     for (unsigned w = 0; w < kGroup / 4; ++w) {
       d[4 * w] = stream[w] << 24;
       d[4 * w + 1] = (stream[w] << 16) & 0xFF000000u;
@@ -139,8 +137,13 @@ uint64_t encodeAll(uint64_t numel, const float* __restrict x, const sdk::PhiloxS
       if (numel - i0 >= kGroup) {
         // Constant-length loops of one operation each, which GCC -O2 vectorizes (a loop that also narrowed to bytes
         // and reduced did not: 5 ns an element); the sign bits four at a time (kit/sign_bits.hpp).
-        uint32_t d[kGroup];
-        spreadDraws<B>(dg, d);
+        // 24-bit draws are the stream's words as they are; narrower ones are spread to one word an element.
+        uint32_t spread[kGroup];
+        const uint32_t* d = dg;
+        if constexpr (B != 24) {
+          spreadDraws<B>(dg, spread);
+          d = spread;
+        }
         uint32_t e[kGroup];
         for (unsigned j = 0; j < kGroup; ++j) e[j] = math::roundedExponent(xg[j], d[j]);
         for (unsigned j = 0; j < kGroup; ++j) bad |= e[j] == math::kBadExponent ? 1u : 0u;

@@ -1,9 +1,10 @@
 #include "experiments/cli/cli_util.h"
 
+#include <boost/program_options/errors.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <iostream>
-#include <stdexcept>
 #include <string>
 
 #include "core/common/error.h"
@@ -17,8 +18,9 @@ uint64_t parseUnsigned(std::string_view option, std::string_view text) {
   // from_chars takes no sign, space or exponent, and reports a value past the type's range.
   const auto [next, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || next != end) {
-    throw std::invalid_argument(std::string(option) + ": '" + std::string(text) + "' is not a decimal integer >= 0" +
-                                (ec == std::errc::result_out_of_range ? " below 2^64" : ""));
+    throw boost::program_options::error(std::string(option) + ": '" + std::string(text) +
+                                        "' is not a decimal integer >= 0" +
+                                        (ec == std::errc::result_out_of_range ? " below 2^64" : ""));
   }
   return value;
 }

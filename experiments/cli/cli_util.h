@@ -32,8 +32,9 @@ inline constexpr std::string_view kNotOptimisedText =
     "-DCMAKE_BUILD_TYPE=Release";
 
 // `text` as an unsigned decimal integer, all of it: "-1", "+3", " 5", "1e6", "0x10" and values past 2^64 - 1 throw
-// std::invalid_argument naming `option` ("--numel: '-1' is not a decimal integer >= 0"). Boost's parser of a uint64_t
-// option takes "-1" as 2^64 - 1 (lexical_cast's wrap-around), which a command would then act on.
+// boost::program_options::error (a usage error, as the commands report theirs) naming `option` ("--numel: '-1' is not a
+// decimal integer >= 0"). Boost's parser of a uint64_t option takes "-1" as 2^64 - 1 (lexical_cast's wrap-around),
+// which a command would then act on.
 uint64_t parseUnsigned(std::string_view option, std::string_view text);
 
 // An exception's message without the "[core/plugin/x.cc:123] " locations that terse errors carry: they help a

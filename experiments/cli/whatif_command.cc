@@ -223,11 +223,7 @@ int whatifCommand(const std::vector<std::string>& args) {
     o.allreduce = vm["allreduce"].as<std::string>();
     o.allgather = vm["allgather"].as<std::string>();
     o.jitter_sigma = vm["jitter"].as<double>();
-    try {
-      o.seed = parseUnsigned("--seed", vm["seed"].as<std::string>());
-    } catch (const std::invalid_argument& e) {
-      throw po::error(e.what());
-    }
+    o.seed = parseUnsigned("--seed", vm["seed"].as<std::string>());
     if (vm.count("stragglers")) {
       const std::string s = vm["stragglers"].as<std::string>();
       static const std::regex kSpec(R"(([0-9]+):([0-9]*\.?[0-9]+(e[+-]?[0-9]+)?))");

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
@@ -625,14 +626,11 @@ Study loadStudyText(std::string_view text, const std::string& source, const Conf
       const auto c = gridCoordinates(axes, point);
       for (std::size_t a = 0; a < axes.size(); ++a) got.push_back(&axes[a].overrides[c[a]]);
     }
-    // The command line's alone, for a rule's text that names one (a grid value's point is said anyway).
-    std::vector<const FieldOverride*> sets;
-    if (loads) {
-      for (const auto& o : options.overrides) {
-        got.push_back(&o);
-        sets.push_back(&o);
-      }
-    }
+    if (loads)
+      for (const auto& o : options.overrides) got.push_back(&o);
+    // The command line's alone (after the point's values), for a rule's text that names one: a grid value's point is
+    // said anyway.
+    const auto sets = std::span<const FieldOverride* const>(got).subspan(axes.size());
     for (const FieldOverride* o : got) ++applied[o];
     // One run's errors in the file's order (those without a place last): the checks run table by table, rule by rule,
     // and the reader goes down the file.

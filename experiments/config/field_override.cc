@@ -295,7 +295,7 @@ const FieldOverride* overrideOf(const std::vector<const FieldOverride*>& overrid
   return nullptr;
 }
 
-std::string overrideNamedIn(const std::vector<const FieldOverride*>& overrides, std::string_view message) {
+std::string overrideNamedIn(std::span<const FieldOverride* const> overrides, std::string_view message) {
   // A path's own characters: a match with one of them on either side is part of a longer path.
   auto pathChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.'; };
   for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {

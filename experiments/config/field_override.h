@@ -15,6 +15,7 @@
 // of the file.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,6 @@ const FieldOverride* overrideOf(const std::vector<const FieldOverride*>& overrid
 // so its message keeps the file's line of the first even when the value that tripped it came from the command line.
 // This says so: " (local_sgd.period is --set local_sgd.period=4)" for the last of `overrides` whose path the message
 // names as a whole path (not inside a longer one), or "".
-std::string overrideNamedIn(const std::vector<const FieldOverride*>& overrides, std::string_view message);
+std::string overrideNamedIn(std::span<const FieldOverride* const> overrides, std::string_view message);
 
 }  // namespace terse::experiments

@@ -282,9 +282,10 @@ TEST_F(FieldOverrideStudy, ARuleAcrossFieldsNamesTheOverrideItNames) {
   EXPECT_NE(errors[0].find("(local_sgd.period is --set local_sgd.period=4)"), std::string::npos) << errors[0];
   // A path the message names only inside a longer one is not the override's.
   const FieldOverride lr = parseFieldOverride("optimizer.lr=0.1");
-  EXPECT_EQ(overrideNamedIn({&lr}, "optimizer.lr_decay 3 with x"), "");
-  EXPECT_EQ(overrideNamedIn({&lr}, "x.optimizer.lr 3"), "");
-  EXPECT_EQ(overrideNamedIn({&lr}, "needs optimizer.lr."), " (optimizer.lr is --set optimizer.lr=0.1)");
+  const std::vector<const FieldOverride*> one = {&lr};
+  EXPECT_EQ(overrideNamedIn(one, "optimizer.lr_decay 3 with x"), "");
+  EXPECT_EQ(overrideNamedIn(one, "x.optimizer.lr 3"), "");
+  EXPECT_EQ(overrideNamedIn(one, "needs optimizer.lr."), " (optimizer.lr is --set optimizer.lr=0.1)");
 }
 
 TEST_F(FieldOverrideStudy, ListsAndStringsAreBoundedAsTheFilesAre) {
