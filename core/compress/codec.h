@@ -93,6 +93,18 @@ class TensorCodec {
   virtual void decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
     decode(step, payload, info().rank, out, false);
   }
+  // Once a step, after the step's aggregate was decoded into `out` (the sum of every rank's decoded contribution,
+  // before the pipeline divides it by the world size): a decorator that keeps state on the aggregate's side (EF21's
+  // sum of the estimates, ef21.h) updates `out` and that state here. `verdicts`: the `count` words the step's deferred
+  // decodes left their verdicts in (in the tensor's memory), or null where the decodes checked their payloads
+  // themselves; on a device a raised word leaves out and the state as they were. Decorators forward; the default
+  // does nothing.
+  virtual void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) {
+    (void)step;
+    (void)out;
+    (void)verdicts;
+    (void)count;
+  }
   // CUSTOM aggregation: out = a (+) b for `round`'s payloads (the ABI folds every round's payloads, and a plugin's
   // reduce sees info.round); out.size() >= sizes(round).max_reduced_bytes. Returns the size.
   virtual uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,

@@ -9,6 +9,7 @@
 #include "core/common/cuda.h"
 #include "core/common/error.h"
 #include "core/compress/device_kernels.h"
+#include "core/compress/ef21_math.h"
 #include "core/compress/error_feedback_math.h"
 #include "core/compress/momentum_correction_math.h"
 #include "terse/sdk/half.hpp"
@@ -75,6 +76,51 @@ __global__ void dgcCommitKernel(const float* __restrict__ u_t, const float* __re
   if (gateRaised(gate)) return;  // as efResidualKernel: the momentum stays as it was
   TERSE_GRID_LOOP(i, n) {
     u[i] = masked ? dgcMask(u_t[i], t[i]) : u_t[i];
+  }
+}
+
+// Whether any of `count` verdict words is raised, block-uniform as gateRaised's answer (count is a kernel argument).
+__device__ bool anyGateRaised(const uint32_t* gates, std::size_t count) {
+  if (gates == nullptr || count == 0) return false;
+  __shared__ uint32_t raised;
+  if (threadIdx.x == 0) {
+    uint32_t any = 0;
+    for (std::size_t k = 0; k < count; ++k) any |= reinterpret_cast<const volatile uint32_t*>(gates)[k];
+    raised = any;
+  }
+  __syncthreads();
+  return raised != 0;
+}
+
+__global__ void ef21StageKernel(const float* __restrict__ g, const float* __restrict__ v, const float* __restrict__ h,
+                                float eta, float* __restrict__ v_t, float* __restrict__ input, std::size_t n) {
+  TERSE_GRID_LOOP(i, n) {
+    if (v != nullptr) {
+      const float m = ::terse::ef21Momentum(v[i], g[i], eta);
+      v_t[i] = m;
+      input[i] = ::terse::ef21Difference(m, h[i]);
+    } else {
+      input[i] = ::terse::ef21Difference(g[i], h[i]);
+    }
+  }
+}
+
+__global__ void ef21CommitKernel(const float* __restrict__ t, const float* __restrict__ v_t, float* __restrict__ h,
+                                 float* __restrict__ v, std::size_t n, const uint32_t* gate) {
+  if (gateRaised(gate)) return;  // the own decode was refused: the estimate and the momentum stay as they were
+  TERSE_GRID_LOOP(i, n) {
+    h[i] = ::terse::ef21Advance(h[i], t[i]);
+    if (v != nullptr) v[i] = v_t[i];
+  }
+}
+
+__global__ void ef21AggregateKernel(float* __restrict__ out, float* __restrict__ sum, std::size_t n,
+                                    const uint32_t* gates, std::size_t count) {
+  if (anyGateRaised(gates, count)) return;  // a refused payload: the step fails, H stays as it was
+  TERSE_GRID_LOOP(i, n) {
+    const float s = ::terse::ef21Advance(sum[i], out[i]);
+    out[i] = s;
+    sum[i] = s;
   }
 }
 
@@ -168,6 +214,26 @@ void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u
   if (n == 0) return;
   dgcCommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(u_t, transmitted, masked, u, n, gate);
   checkLaunch("dgcCommitKernel");
+}
+
+void ef21Stage(const float* g, const float* v, const float* h, float eta, float* v_t, float* input, std::size_t n,
+               void* stream) {
+  if (n == 0) return;
+  ef21StageKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(g, v, h, eta, v_t, input, n);
+  checkLaunch("ef21StageKernel");
+}
+
+void ef21Commit(const float* transmitted, const float* v_t, float* h, float* v, std::size_t n, void* stream,
+                const uint32_t* gate) {
+  if (n == 0) return;
+  ef21CommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(transmitted, v_t, h, v, n, gate);
+  checkLaunch("ef21CommitKernel");
+}
+
+void ef21Aggregate(float* out, float* sum, std::size_t n, void* stream, const uint32_t* gates, std::size_t count) {
+  if (n == 0) return;
+  ef21AggregateKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(out, sum, n, gates, count);
+  checkLaunch("ef21AggregateKernel");
 }
 
 void copySegments(std::span<const CopySegment> segments, void* stream) {

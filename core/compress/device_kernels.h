@@ -1,9 +1,9 @@
-// The compression path's own elementwise work on a CUDA device: error feedback, DGC momentum correction and the
+// The compression path's own elementwise work on a CUDA device: error feedback, EF21, DGC momentum correction and the
 // pipeline's averaging, each a kernel over the same TERSE_HD bodies the host loops call (error_feedback_math.h,
-// momentum_correction_math.h, terse/sdk/half.hpp), built with --fmad=false as the host is with -ffp-contract=off, so a
-// device tensor's residual, momentum and average equal the host's bit for bit. Every function enqueues on `stream`
-// (a cudaStream_t) and returns without waiting; pointers are device memory of n elements. In a build without CUDA they
-// throw Unsupported (device_kernels_none.cc) -- only a CUDA tensor reaches them.
+// ef21_math.h, momentum_correction_math.h, terse/sdk/half.hpp), built with --fmad=false as the host is with
+// -ffp-contract=off, so a device tensor's residual, momentum and average equal the host's bit for bit. Every function
+// enqueues on `stream` (a cudaStream_t) and returns without waiting; pointers are device memory of n elements. In a
+// build without CUDA they throw Unsupported (device_kernels_none.cc) -- only a CUDA tensor reaches them.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,17 @@ void dgcStage(const float* u, const float* g, float m, bool nesterov, float* u_t
 // u = masked ? dgcMask(u_t, transmitted) : u_t; u is left as it was when `gate` is raised (as efResidual's).
 void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream,
                const uint32_t* gate = nullptr);
+
+// EF21 (ef21.h) staging: with v (EF21-SGDM), v_t = ef21Momentum(v, g, eta) and input = ef21Difference(v_t, h);
+// without (v and v_t null), input = ef21Difference(g, h).
+void ef21Stage(const float* g, const float* v, const float* h, float eta, float* v_t, float* input, std::size_t n,
+               void* stream);
+// h = ef21Advance(h, transmitted), and v = v_t where v is given; both left as they were when `gate` is raised.
+void ef21Commit(const float* transmitted, const float* v_t, float* h, float* v, std::size_t n, void* stream,
+                const uint32_t* gate = nullptr);
+// out = ef21Advance(sum, out), then sum = out; both left as they were when any of the `count` words at `gates` (the
+// step's decode verdicts) is raised.
+void ef21Aggregate(float* out, float* sum, std::size_t n, void* stream, const uint32_t* gates, std::size_t count);
 
 // data[i] /= world for f32 / f64, and through f32 with round-to-nearest for f16 / bf16 (the host's arithmetic).
 // Throws Unsupported for another dtype.

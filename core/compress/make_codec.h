@@ -1,9 +1,10 @@
 // Builds one tensor's codec chain from the experiment's options: the plugin codec innermost, then the decorators
 // (docs/STYLE.md 8), outermost last:
 //
-//   momentum_correction > 0:  MomentumCorrection(ErrorFeedback(PluginCodec))
-//   error_feedback:           ErrorFeedback(PluginCodec)
-//   neither:                  PluginCodec
+//   momentum_correction > 0:        MomentumCorrection(ErrorFeedback(PluginCodec))
+//   error_feedback, rule kEf:       ErrorFeedback(PluginCodec)
+//   error_feedback, rule kEf21:     Ef21(PluginCodec)
+//   neither:                        PluginCodec
 #pragma once
 
 #include <cstdint>
@@ -13,9 +14,18 @@
 
 namespace terse {
 
+// Which error feedback CodecOptions::error_feedback turns on.
+enum class ErrorFeedbackRule {
+  kEf,    // residual memory (error_feedback.h): Seide et al. 2014, Karimireddy et al. 2019
+  kEf21,  // running estimates of each rank's gradient (ef21.h): Richtárik et al. 2021, with EF21-SGDM's momentum
+};
+
 struct CodecOptions {
-  // Residual memory around the compressor (error_feedback.h).
+  // Error feedback around the compressor, by `error_feedback_rule`.
   bool error_feedback = false;
+  ErrorFeedbackRule error_feedback_rule = ErrorFeedbackRule::kEf;
+  // kEf21 only: EF21-SGDM's momentum eta in (0, 1]; 1 = plain EF21.
+  double ef21_momentum = 1.0;
   // DGC momentum correction with this momentum factor m in [0, 1); 0 = off (momentum_correction.h). It implies error
   // feedback whatever error_feedback says: DGC's velocity accumulation v_t = v_{t-1} + u_t IS the residual memory, so
   // momentum correction without it would drop every unsent coordinate's momentum. The optimizer must then run without
@@ -28,7 +38,7 @@ struct CodecOptions {
 };
 
 // Throws InvalidArgument naming the option and its value, e.g. "codec option 'momentum_correction' must be in [0, 1),
-// got 1".
+// got 1"; also for EF21 beside momentum correction, or ef21_momentum outside (0, 1] with EF21 on.
 void validateCodecOptions(const CodecOptions& options);
 
 // Validates the options before anything is built, then builds the chain (makePluginCodec, ErrorFeedback,

@@ -191,11 +191,13 @@ void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::by
   const auto numel = static_cast<double>(codec_->info().numel);
   {
     const rt::Kernel kernel({.kind = rt::CostKind::kDecompress, .size = numel, .flops = kCodecFlopsPerElement * numel});
-    if (defers_ && verdict != nullptr) {
+    const bool deferred = defers_ && verdict != nullptr;
+    if (deferred) {
       codec_->decodeDeferred(step, aggregate, -1, out, false, verdict);
     } else {
       codec_->decode(step, aggregate, -1, out, false);
     }
+    codec_->aggregated(step, out, deferred ? verdict : nullptr, deferred ? 1 : 0);
   }
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
@@ -214,14 +216,16 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
                              .count = static_cast<double>(world_),
                              .flops = kCodecFlopsPerElement * numel * world_});
     zeroOut(out);
+    const bool deferred = defers_ && verdicts != nullptr;
     for (int i = 0; i < world_; ++i) {
       const std::span<const std::byte> payload = payloads[static_cast<std::size_t>(i)];
-      if (defers_ && verdicts != nullptr) {
+      if (deferred) {
         codec_->decodeDeferred(step, payload, i, out, true, verdicts + i);
       } else {
         codec_->decode(step, payload, i, out, true);
       }
     }
+    codec_->aggregated(step, out, deferred ? verdicts : nullptr, deferred ? static_cast<std::size_t>(world_) : 0);
   }
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);

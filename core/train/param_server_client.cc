@@ -35,6 +35,11 @@ ParamServerClient::ParamServerClient(comm::Transport& transport, PsPlan plan, in
   TERSE_CHECK(isPsPullDtype(options_.pull_dtype), InvalidArgument,
               "parameter server client: pull dtype " << dtypeName(options_.pull_dtype) << " is not f32/f16/bf16");
   ps_detail::checkCompressor(options_.compressor);
+  // EF21's sum of the estimates is updated from an aggregate every rank decodes (ef21.h); a worker here decodes none.
+  TERSE_CHECK(!(options_.codec.error_feedback && options_.codec.error_feedback_rule == ErrorFeedbackRule::kEf21),
+              Unsupported,
+              "parameter server client: EF21 needs the step's aggregate on every worker, which a parameter server "
+              "keeps to itself; use error feedback's residual (rule EF)");
   if (options_.compressor)
     for (const PsPiece& p : plan_.pieces)
       codecs_.push_back(makeCodec(options_.compressor, ps_detail::pieceInfo(p, worker, num_workers), options_.run_seed,

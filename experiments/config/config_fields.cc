@@ -151,6 +151,17 @@ constexpr Field kExperiment[] = {
      .doc = "sigma: each worker's step compute x exp(sigma |Z|), Z ~ N(0, 1) seeded by (seed, worker, step); 0 = off.",
      .if_set = true},
     {.name = "error_feedback", .def = value("false"), .doc = "Residual memory around the compressor."},
+    {.name = "error_feedback_rule",
+     .def = unfilled("EF"),
+     .rule = enumValue(),
+     .doc = "EF: residual memory; EF21: each rank's estimate of its gradient, the change to it sent (rule "
+            "`error-feedback`).",
+     .if_set = true},
+    {.name = "ef21_momentum",
+     .def = unfilled("1"),
+     .rule = finite(above(0, 1)),
+     .doc = "EF21-SGDM's eta: the estimates follow v = (1 - eta) v + eta g; 1 = plain EF21. With EF21 only.",
+     .if_set = true},
     {.name = "max_groups_in_flight",
      .def = unfilled("1"),
      .rule = between(1, 64),
@@ -1074,7 +1085,9 @@ bool parameterServerMode(const Experiment& e) {
 // gradient steps its state would carry gradients into parameter deltas.
 table::PluginRole compressorRole(const Experiment& e) {
   if (parameterServerMode(e)) return table::PluginRole::kParameterServerCompressor;
-  if (e.local_sgd().period() == 0) return table::PluginRole::kCompressor;
+  if (e.local_sgd().period() == 0)
+    return e.error_feedback() && e.error_feedback_rule() == Experiment::EF21 ? table::PluginRole::kEf21Compressor
+                                                                             : table::PluginRole::kCompressor;
   return e.local_sgd().start_step() > 0 ? table::PluginRole::kPostLocalSgdCompressor
                                         : table::PluginRole::kLocalSgdCompressor;
 }
@@ -1210,9 +1223,44 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
            "alone";
 }
 
+// EF21 keeps the sum of every rank's estimate from the aggregate each rank decodes (core/compress/ef21.h), so it needs
+// a step that decodes one on every rank, of gradients; its momentum belongs to it alone.
+void errorFeedback(Checks& c, const Experiment& e, const Ctx&) {
+  const bool ef21 = e.error_feedback_rule() == Experiment::EF21;
+  if (e.has_ef21_momentum() && !ef21)
+    c.fail("ef21_momentum") << " " << e.ef21_momentum() << " with error_feedback_rule "
+                            << (e.has_error_feedback_rule()
+                                    ? Experiment::ErrorFeedbackRule_Name(e.error_feedback_rule())
+                                    : std::string("unset (EF)"))
+                            << ": the momentum is EF21-SGDM's; set error_feedback_rule: EF21 or leave ef21_momentum "
+                               "unset";
+  if (!ef21) return;
+  if (!e.error_feedback())
+    c.fail("error_feedback_rule") << " EF21 with error_feedback false: the rule says which error feedback "
+                                     "error_feedback turns on; set error_feedback: true";
+  if (e.mode() != Experiment::SYNC)
+    c.fail("error_feedback_rule") << " EF21 in mode " << Experiment::Mode_Name(e.mode())
+                                  << ": every rank keeps the sum of the ranks' estimates from the step's aggregate, "
+                                     "which only mode SYNC decodes on every rank; use mode SYNC or rule EF";
+  if (e.local_sgd().period() > 0)
+    c.fail("error_feedback_rule") << " EF21 with local_sgd.period " << e.local_sgd().period()
+                                  << ": EF21's estimates follow each rank's gradient, and local SGD's averagings "
+                                     "compress parameter deltas; use rule EF (Qsparse-local-SGD) or no local SGD";
+  if (e.momentum_correction().factor() > 0)
+    c.fail("error_feedback_rule") << " EF21 with momentum_correction.factor " << e.momentum_correction().factor()
+                                  << ": DGC's velocity is error feedback's residual, which EF21 does not keep; use "
+                                     "ef21_momentum for EF21-SGDM's momentum, or rule EF";
+  if (isPyTorch(e))
+    c.fail("error_feedback_rule") << " EF21 with workload pytorch: the PyTorch hook runs rule EF only; use a "
+                                     "workload of terse's own";
+}
+
 void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
   try {
-    validateCodecOptions(codecOptions(e));
+    // EF21's options, which validateCodecOptions checks too, have rule `error-feedback` and their own fields.
+    CodecOptions dgc = codecOptions(e);
+    dgc.error_feedback_rule = ErrorFeedbackRule::kEf;
+    validateCodecOptions(dgc);
   } catch (const Error& err) {
     c.fail("momentum_correction.factor") << ": " << untagged(err);
   }
@@ -1309,6 +1357,12 @@ constexpr CrossRule kRules[] = {
     {"mode-supported", "mode", "a mode the runner does not implement", &modeSupported},
     {"staleness-needs-ssp", "staleness_bound, mode", "staleness_bound > 0 outside mode SSP; SSP without it",
      &stalenessNeedsSsp},
+    {"error-feedback",
+     "error_feedback_rule, ef21_momentum, error_feedback, mode, local_sgd.period, momentum_correction.factor, "
+     "workload.name, compressor.name",
+     "EF21 without error_feedback, outside mode SYNC, with local SGD, momentum correction, workload pytorch or a "
+     "compressor with CUSTOM aggregation (rule `plugins`); ef21_momentum without EF21",
+     &errorFeedback},
     {"hogwild", "transport, compressor.name, error_feedback, optimizer.momentum, mode",
      "mode HOGWILD with a transport but INPROC, a compressor, error feedback or momentum", &hogwild},
     {"trace-sync-only", "trace, mode", "trace in modes ASYNC, SSP, HOGWILD", &traceSyncOnly},

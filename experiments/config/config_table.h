@@ -155,13 +155,14 @@ struct Section {
 // decoded on its own: one round, SUM or ALLGATHER, host code; core/train/param_server_detail.h).
 // kLocalSgdCompressor: the compressor of local SGD's averagings, whose aggregate must be the mean of the deltas;
 // kPostLocalSgdCompressor: the same after gradient steps (local_sgd.start_step > 0), whose state would carry from one
-// phase into the other.
+// phase into the other; kEf21Compressor: the compressor under EF21, whose aggregate must be the sum of what was sent.
 enum class PluginRole {
   kCompressor,
   kScheduler,
   kParameterServerCompressor,
   kLocalSgdCompressor,
-  kPostLocalSgdCompressor
+  kPostLocalSgdCompressor,
+  kEf21Compressor
 };
 
 // What a rule across fields may consult besides the experiment.

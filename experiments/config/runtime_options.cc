@@ -66,6 +66,9 @@ comm::HostCommOptions hostCommOptions(const Experiment& experiment) {
 CodecOptions codecOptions(const Experiment& experiment) {
   CodecOptions options;
   options.error_feedback = experiment.error_feedback();
+  if (experiment.error_feedback_rule() == Experiment::EF21) options.error_feedback_rule = ErrorFeedbackRule::kEf21;
+  // Unfilled by the loader (config_fields.cc): unset reads as plain EF21's 1, not proto's 0.
+  options.ef21_momentum = experiment.has_ef21_momentum() ? experiment.ef21_momentum() : 1.0;
   options.momentum_correction = experiment.momentum_correction().factor();
   options.momentum_masking = experiment.momentum_correction().masking();
   options.momentum_nesterov = experiment.momentum_correction().nesterov();

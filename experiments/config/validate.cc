@@ -62,6 +62,13 @@ void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, con
                                  << " has CUSTOM aggregation, whose aggregate need not be the mean of the inputs (a "
                                     "majority vote of signs is +-1 per element), and local SGD's averagings move the "
                                     "models by that aggregate; use a SUM or ALLGATHER compressor";
+        else if (role == table::PluginRole::kEf21Compressor &&
+                 instance->caps(DType::kF32).aggregation == Aggregation::kCustom)
+          c.fail(what + ".name") << ": " << quoted(spec.name())
+                                 << " has CUSTOM aggregation, whose aggregate need not be the sum of what the ranks "
+                                    "sent (a majority vote of signs is +-1 per element), and EF21 adds that aggregate "
+                                    "to the sum of the ranks' estimates; use a SUM or ALLGATHER compressor, or "
+                                    "error_feedback_rule EF";
         else if (role == table::PluginRole::kPostLocalSgdCompressor && instance->caps(DType::kF32).stateful)
           c.fail(what + ".name") << ": " << quoted(spec.name())
                                  << " keeps state from step to step, which local_sgd.start_step > 0 would carry from "

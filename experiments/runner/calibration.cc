@@ -346,6 +346,7 @@ class CodecStep {
         codec_.decode(0, aggregate_, -1, out_.data(), false);
         break;
     }
+    codec_.aggregated(0, out_.data(), nullptr, 0);  // EF21's sum of the estimates; nothing for the other codecs
   }
 
  private:

@@ -931,6 +931,58 @@ TEST_F(ConfigTest, LocalSgdRules) {
             "error_feedback with local_sgd.start_step 10");
 }
 
+// EF21 (error_feedback_rule EF21, core/compress/ef21.h): with error_feedback, in mode SYNC, on terse's own workloads,
+// without local SGD, momentum correction or a CUSTOM-aggregation compressor; ef21_momentum with EF21 only.
+TEST_F(ConfigTest, Ef21Rules) {
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
+  const std::string topk = kMinimal.substr(0, kMinimal.find("compressor")) +
+                           "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } }\n";
+  const auto ok = load(topk + "error_feedback: true\nerror_feedback_rule: EF21\nef21_momentum: 0.1\n");
+  EXPECT_EQ(ok.experiments.at(0).error_feedback_rule(), Experiment::EF21);
+  EXPECT_EQ(ok.experiments.at(0).ef21_momentum(), 0.1);
+  EXPECT_EQ(codecOptions(ok.experiments.at(0)).error_feedback_rule, ErrorFeedbackRule::kEf21);
+  EXPECT_EQ(codecOptions(ok.experiments.at(0)).ef21_momentum, 0.1);
+  // Unset: rule EF, and EF21's momentum reads as plain EF21's 1 (the loader leaves both unset).
+  const Experiment plain = load(topk + "error_feedback: true\n").experiments.at(0);
+  EXPECT_FALSE(plain.has_error_feedback_rule());
+  EXPECT_FALSE(plain.has_ef21_momentum());
+  EXPECT_EQ(codecOptions(plain).error_feedback_rule, ErrorFeedbackRule::kEf);
+  EXPECT_EQ(
+      codecOptions(load(topk + "error_feedback: true\nerror_feedback_rule: EF21\n").experiments.at(0)).ef21_momentum,
+      1.0);
+
+  auto expectOne = [&](const std::string& text, const std::string& want) {
+    const auto errors = errorsOf(text);
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_NE(errors[0].find(want), std::string::npos) << errors[0];
+  };
+  const std::string ef21 = topk + "error_feedback: true\nerror_feedback_rule: EF21\n";
+  expectOne(topk + "error_feedback_rule: EF21\n",
+            "error_feedback_rule EF21 with error_feedback false: the rule says which error feedback error_feedback "
+            "turns on; set error_feedback: true");
+  expectOne(topk + "ef21_momentum: 0.5\n",
+            "ef21_momentum 0.5 with error_feedback_rule unset (EF): the momentum is EF21-SGDM's");
+  expectOne(topk + "error_feedback: true\nerror_feedback_rule: EF\nef21_momentum: 0.5\n",
+            "ef21_momentum 0.5 with error_feedback_rule EF: the momentum is EF21-SGDM's");
+  for (const char* eta : {"0", "1.5", "-0.1", "nan"}) expectOne(ef21 + "ef21_momentum: " + eta + "\n", "ef21_momentum");
+  expectOne(ef21 + "mode: ASYNC\n",
+            "error_feedback_rule EF21 in mode ASYNC: every rank keeps the sum of the ranks' estimates from the step's "
+            "aggregate, which only mode SYNC decodes on every rank");
+  expectOne(ef21 + "local_sgd { period: 4 }\n",
+            "error_feedback_rule EF21 with local_sgd.period 4: EF21's estimates follow each rank's gradient");
+  expectOne(ef21 + "momentum_correction { factor: 0.9 }\n",
+            "error_feedback_rule EF21 with momentum_correction.factor 0.9");
+  expectOne(
+      "study: \"s\"\nworkload { name: \"mlp\" }\ncompressor { name: \"signsgd\" }\nerror_feedback: true\n"
+      "error_feedback_rule: EF21\n",
+      "t.textproto:3:14: compressor.name: 'signsgd' has CUSTOM aggregation, whose aggregate need not be the sum "
+      "of what the ranks sent");
+  expectOne(
+      "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\nclock: REAL_TIME\n"
+      "compressor { name: \"topk\" }\nerror_feedback: true\nerror_feedback_rule: EF21\n",
+      "error_feedback_rule EF21 with workload pytorch: the PyTorch hook runs rule EF only");
+}
+
 // Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own or a torchvision model on Fashion-MNIST;
 // the alpha alone is refused.
 TEST_F(ConfigTest, DataPartitionRules) {

@@ -21,6 +21,7 @@
 #include "core/comm/store.h"
 #include "core/common/cuda.h"
 #include "core/common/device_buffer.h"
+#include "core/compress/ef21.h"
 #include "core/compress/engine.h"
 #include "core/compress/error_feedback.h"
 #include "core/compress/make_codec.h"
@@ -101,7 +102,8 @@ class EngineOnDevice : public ::testing::Test {
   // rows[m] x (numels[m] / rows[m]) matrix (PowerSGD's), else it is flat.
   std::vector<std::unique_ptr<CompressionPipeline>> efGroup(const std::string& compressor, const Params& params,
                                                             const std::vector<uint64_t>& numels,
-                                                            const std::vector<uint64_t>& rows = {}) {
+                                                            const std::vector<uint64_t>& rows = {},
+                                                            CodecOptions o = CodecOptions{.error_feedback = true}) {
     auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
     auto instance = loader.loadCompressor(compressor)->instantiate(params);
     std::vector<std::unique_ptr<CompressionPipeline>> pipes;
@@ -111,8 +113,6 @@ class EngineOnDevice : public ::testing::Test {
         t.ndim = 2;
         t.shape = {static_cast<int64_t>(rows[m]), static_cast<int64_t>(numels[m] / rows[m]), 0, 0};
       }
-      CodecOptions o;
-      o.error_feedback = true;
       pipes.push_back(
           std::make_unique<CompressionPipeline>(makeCodec(instance, t, 3, o, comm_->deviceStream()), *comm_));
     }
@@ -127,6 +127,16 @@ class EngineOnDevice : public ::testing::Test {
     if (!out.empty())
       TERSE_CUDA_CHECK(
           cudaMemcpyAsync(out.data(), ef->residual().data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
+    TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
+    return out;
+  }
+  // A device buffer of floats on the host.
+  std::vector<float> hostCopy(std::span<const float> device) {
+    std::vector<float> out(device.size());
+    const auto s = static_cast<cudaStream_t>(comm_->deviceStream());
+    if (!out.empty())
+      TERSE_CUDA_CHECK(
+          cudaMemcpyAsync(out.data(), device.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
     TERSE_CUDA_CHECK(cudaStreamSynchronize(s));
     return out;
   }
@@ -388,6 +398,60 @@ TEST_F(EngineOnDevice, ErrorFeedbacksOwnDecodeWaitsOnTheDeviceAndARefusalKeepsTh
     EXPECT_THROW(efStep(a, deferred, bad, 3), InvalidPayload);
     EXPECT_EQ(residualOf(*deferred[2]), before) << "a refused own payload changed the residual";
     EXPECT_NO_THROW(efStep(a, deferred, efGrads(numels, 4), 4));
+  }
+}
+
+// EF21 on the device (core/compress/ef21.h, its kernels in device_kernels.cu): at world 1 the aggregate is the rank's
+// own payload, so every step's outputs, estimates and sums equal EF21's run on the host with the same plugin, bit for
+// bit, deferred or not, plain and with EF21-SGDM's momentum. A NaN gradient's refused own payload fails the step with
+// the estimates and their sum as they were (both kernels read the verdict words), and the next step runs.
+TEST_F(EngineOnDevice, Ef21OnTheDeviceEqualsTheHostAndARefusalKeepsItsState) {
+  const std::vector<uint64_t> numels = {1000, 0, 70001, 7};
+  auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
+  for (const double eta : {1.0, 0.5}) {
+    for (const Way& w : {Way{"topk", {{"ratio", "0.05"}}}, Way{"qsgd", {}}, Way{"fp16", {}}}) {
+      SCOPED_TRACE(std::string(w.compressor) + " eta " + std::to_string(eta));
+      const CodecOptions o{
+          .error_feedback = true, .error_feedback_rule = ErrorFeedbackRule::kEf21, .ef21_momentum = eta};
+      auto deferred = efGroup(w.compressor, w.params, numels, {}, o);
+      auto waiting = efGroup(w.compressor, w.params, numels, {}, o);
+      auto instance = loader.loadCompressor(w.compressor)->instantiate(w.params);
+      std::vector<std::unique_ptr<TensorCodec>> host;
+      for (std::size_t m = 0; m < numels.size(); ++m)
+        host.push_back(makeCodec(instance, testing::flatTensor(numels[m], DType::kF32, 0, 1, 300 + m), 3, o));
+      const auto ef21 = [](CompressionPipeline& p) -> const Ef21& { return dynamic_cast<const Ef21&>(p.codec()); };
+      AggregationEngine a(*comm_), b(*comm_);
+      b.deferVerdicts(false);
+      for (uint64_t s = 0; s < 3; ++s) {
+        const std::vector<std::vector<float>> grads = efGrads(numels, s);
+        const std::vector<std::vector<float>> out = efStep(a, deferred, grads, s);
+        EXPECT_EQ(out, efStep(b, waiting, grads, s)) << "step " << s;
+        for (std::size_t m = 0; m < numels.size(); ++m) {
+          TensorCodec& c = *host[m];
+          std::vector<std::byte> payload(c.sizes(0).max_output_bytes);
+          const uint64_t bytes = c.encode(s, 0, grads[m].data(), {}, payload);
+          const bool sum = c.caps().aggregation == Aggregation::kSum;
+          std::vector<float> expected(numels[m], 0.0f);
+          c.decode(s, std::span<const std::byte>(payload).first(bytes), sum ? -1 : 0, expected.data(), !sum);
+          c.aggregated(s, expected.data(), nullptr, 0);
+          EXPECT_EQ(out[m], expected) << "step " << s << " member " << m;
+          const auto& h = dynamic_cast<const Ef21&>(c);
+          EXPECT_EQ(hostCopy(ef21(*deferred[m]).estimate()),
+                    std::vector<float>(h.estimate().begin(), h.estimate().end()));
+          EXPECT_EQ(hostCopy(ef21(*deferred[m]).estimateSum()),
+                    std::vector<float>(h.estimateSum().begin(), h.estimateSum().end()));
+        }
+      }
+      if (std::string(w.compressor) == "fp16") continue;  // its payload carries a NaN; top-k's and qsgd's refuse one
+      const std::vector<float> estimate = hostCopy(ef21(*deferred[2]).estimate());
+      const std::vector<float> sum = hostCopy(ef21(*deferred[2]).estimateSum());
+      std::vector<std::vector<float>> bad = efGrads(numels, 3);
+      bad[2][12345] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_THROW(efStep(a, deferred, bad, 3), InvalidPayload);
+      EXPECT_EQ(hostCopy(ef21(*deferred[2]).estimate()), estimate) << "a refused own payload moved the estimate";
+      EXPECT_EQ(hostCopy(ef21(*deferred[2]).estimateSum()), sum) << "a refused step moved the sum";
+      EXPECT_NO_THROW(efStep(a, deferred, efGrads(numels, 4), 4));
+    }
   }
 }
 

@@ -1,0 +1,156 @@
+#include "core/compress/ef21.h"
+
+#include <string>
+#include <utility>
+
+#include "core/common/error.h"
+#include "core/compress/device_kernels.h"
+#include "core/compress/ef21_math.h"
+
+namespace terse {
+namespace {
+
+std::string where(const TensorInfo& t) {
+  return "EF21, tensor " + std::to_string(t.tensor_id) + ": ";
+}
+
+// Plain loops over the TERSE_HD bodies; __restrict lets GCC vectorize them (see error_feedback.cc).
+void stagePlain(const float* __restrict g, const float* __restrict h, float* __restrict input, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) input[i] = ef21Difference(g[i], h[i]);
+}
+
+void stageMomentum(const float* __restrict g, const float* __restrict v, const float* __restrict h, float eta,
+                   float* __restrict v_t, float* __restrict input, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    v_t[i] = ef21Momentum(v[i], g[i], eta);
+    input[i] = ef21Difference(v_t[i], h[i]);
+  }
+}
+
+void advance(float* __restrict h, const float* __restrict t, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) h[i] = ef21Advance(h[i], t[i]);
+}
+
+void advanceSum(float* __restrict out, float* __restrict sum, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = ef21Advance(sum[i], out[i]);
+    sum[i] = out[i];
+  }
+}
+
+}  // namespace
+
+Ef21::Ef21(std::unique_ptr<TensorCodec> inner, double eta) : inner_(std::move(inner)), eta_(static_cast<float>(eta)) {
+  TERSE_CHECK(inner_ != nullptr, InvalidArgument, "EF21: inner codec is null");
+  const TensorInfo& t = inner_->info();
+  // Written so that NaN fails too; the float check catches a value that rounds to 0.
+  TERSE_CHECK(eta > 0.0 && eta <= 1.0 && eta_ > 0.0f, InvalidArgument,
+              where(t) << "momentum eta must be in (0, 1] (1 = plain EF21), got " << eta);
+  TERSE_CHECK(t.dtype == DType::kF32, Unsupported,
+              where(t) << "EF21 supports f32 gradients only, got " << dtypeName(t.dtype)
+                       << " (16-bit estimates would drift from the sum every rank keeps)");
+  TERSE_CHECK(inner_->caps().aggregation != Aggregation::kCustom, Unsupported,
+              where(t) << "EF21 needs an aggregate that is the sum of what the ranks sent (SUM or ALLGATHER "
+                          "aggregation); this compressor's is CUSTOM (e.g. a majority vote)");
+  placement_ = inner_->placement();
+  n_ = static_cast<std::size_t>(t.numel);
+  estimate_ = TensorBuffer(n_ * sizeof(float), placement_);
+  sum_ = TensorBuffer(n_ * sizeof(float), placement_);
+  input_ = TensorBuffer(n_ * sizeof(float), placement_);
+  transmitted_ = TensorBuffer(n_ * sizeof(float), placement_);
+  if (eta_ < 1.0f) {
+    momentum_ = TensorBuffer(n_ * sizeof(float), placement_);
+    staged_ = TensorBuffer(n_ * sizeof(float), placement_);
+  }
+}
+
+uint64_t Ef21::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                              std::span<std::byte> out, EncodeWords words) {
+  const int rounds = inner_->caps().num_rounds;
+  TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
+              where(info()) << "encode: round must be in [0, " << rounds << "), got " << round);
+  const std::size_t n = n_;
+  const bool momentum = eta_ < 1.0f;
+  auto* h = estimate_.as<float>();
+  auto* input = input_.as<float>();
+  auto* v = momentum_.as<float>();
+  auto* v_t = staged_.as<float>();
+  if (round == 0) {
+    TERSE_CHECK(grad != nullptr || n == 0, InvalidArgument,
+                where(info()) << "encode: gradient is null for " << n << " elements");
+    const auto* g = static_cast<const float*>(grad);
+    // v_1 = g_1: before the first commit the momentum is the gradient itself (eta 1 weighs v by nothing).
+    const float eta = primed_ ? eta_ : 1.0f;
+    if (placement_.device) {
+      device_kernels::ef21Stage(g, momentum ? v : nullptr, h, eta, momentum ? v_t : nullptr, input, n,
+                                placement_.stream);
+    } else if (momentum) {
+      stageMomentum(g, v, h, eta, v_t, input, n);
+    } else {
+      stagePlain(g, h, input, n);
+    }
+    step_ = step;
+    next_round_ = 0;
+  } else {
+    // The input was fixed in round 0 of this step; a round out of order would encode a stale or missing one.
+    TERSE_CHECK(round == next_round_ && step == step_, InvalidArgument,
+                where(info()) << "encode: round " << round << " of step " << step << " must follow round " << round - 1
+                              << " of the same step; expected round " << next_round_ << " of step " << step_);
+  }
+
+  const uint64_t bytes = words.prev != nullptr
+                             ? inner_->encodeDeferred(step, round, input, prev, out, EncodeWords{.prev = words.prev})
+                             : inner_->encode(step, round, input, prev, out);
+  TERSE_CHECK(bytes <= out.size(), InternalError,
+              where(info()) << "inner codec reported " << bytes << " B written into a " << out.size() << " B span");
+  next_round_ = round + 1;
+  if (round == rounds - 1) {
+    // D(C(v_t - h_t)), as error feedback decodes its own payload (error_feedback.cc): trusted, and on a device with a
+    // caller that reads it, checked through words.own, which gates the commit on the device.
+    const std::span<const std::byte> own = out.first(static_cast<std::size_t>(bytes));
+    auto* transmitted = transmitted_.as<float>();
+    const bool deferred = placement_.device && words.own != nullptr && inner_->defersVerdicts();
+    if (deferred) {
+      inner_->decodeOwnDeferred(step, own, transmitted, words.own);
+    } else {
+      inner_->decodeOwn(step, own, transmitted);
+    }
+    if (placement_.device) {
+      device_kernels::ef21Commit(transmitted, momentum ? v_t : nullptr, h, momentum ? v : nullptr, n, placement_.stream,
+                                 deferred ? words.own : nullptr);
+    } else {
+      advance(h, transmitted, n);
+      if (momentum) std::swap(momentum_, staged_);
+    }
+    // A refused own decode fails the step, and with it the run; primed_ only decides whether the next step's
+    // momentum starts from the gradient, which no later step of that run reaches.
+    primed_ = true;
+    next_round_ = 0;
+  }
+  return bytes;
+}
+
+void Ef21::aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) {
+  (void)step;
+  TERSE_CHECK(out != nullptr || n_ == 0, InvalidArgument, where(info()) << "aggregated: output is null");
+  auto* o = static_cast<float*>(out);
+  if (placement_.device) {
+    device_kernels::ef21Aggregate(o, sum_.as<float>(), n_, placement_.stream, verdicts, count);
+  } else {
+    advanceSum(o, sum_.as<float>(), n_);
+  }
+}
+
+void Ef21::reset() {
+  estimate_.zero();
+  sum_.zero();
+  momentum_.zero();
+  staged_.zero();
+  input_.zero();
+  transmitted_.zero();
+  primed_ = false;
+  step_ = 0;
+  next_round_ = 0;
+}
+
+}  // namespace terse

@@ -1,0 +1,115 @@
+// EF21 (Richtárik, Sokolov, Fatkhullin 2021, "EF21: A New, Simpler, Theoretically Better, and Practically Faster
+// Error Feedback", NeurIPS; Algorithm 1) and EF21-SGDM (Fatkhullin, Tyurin, Richtárik 2023, "Momentum Provably Improves
+// Error Feedback!", NeurIPS; Algorithm 2), as a decorator around any compressor whose aggregate is the sum of what the
+// ranks sent (SUM or ALLGATHER aggregation).
+//
+// Where error feedback (error_feedback.h) compresses the gradient plus what earlier steps failed to send, EF21 keeps
+// on every rank i an estimate h_i of its own gradient and compresses only how far that estimate is off; every rank
+// also keeps H, the sum of all ranks' estimates, and the optimizer steps on H / W:
+//
+//   v_t     = (1 - eta) v_{t-1} + eta g_t        (EF21-SGDM's momentum; eta = 1: v_t = g_t, plain EF21, no buffer)
+//   payload = C(v_t - h_t)
+//   h_{t+1} = h_t + D(C(v_t - h_t))              (D(C(.)): this rank's own payload decoded locally)
+//   H_{t+1} = H_t + sum_i D_i                    (the step's aggregate, decoded: every rank's D(C(.)) summed)
+//   out     = H_{t+1}                            (the pipeline then divides by W: the mean of the estimates)
+//
+// h_0 = H_0 = 0, and v_1 = g_1 (the momentum starts at the first gradient, not at zero, so the first steps are not
+// shrunk by eta). With a contractive compressor (top-k) EF21's estimates converge to the gradients when those change
+// slowly; its analysis needs no bounded-gradient assumption, unlike EF's. With stochastic gradients plain EF21's
+// estimates follow the noise; EF21-SGDM's momentum averages it out (eta of 0.1 in the paper's experiments).
+//
+// H = sum_i h_i holds up to f32 rounding: H adds the ranks' decoded contributions in the aggregate's order, each h_i
+// adds its own. Both start at zero, so a run's ranks agree on H exactly (every rank decodes the same aggregate).
+//
+// State changes only after a step succeeds: h_i and v after the last round's encode (as error feedback's residual),
+// H in aggregated(), which the pipeline calls once the step's aggregate is decoded. A refused payload throws before
+// aggregated() (host), or raises a verdict word that aggregated() reads on the device and then leaves H and out alone.
+// Rounds must come in order 0..R-1; round 0 may restart a step at any time.
+//
+// Not for a CUSTOM-aggregation compressor (majority vote: the aggregate is not the sum of what was sent), not around
+// momentum correction (DGC's velocity is error feedback's residual), not where no aggregate is decoded on every rank
+// (the parameter server: the config refuses EF21 there, rule `error-feedback`). f32 only, as error feedback.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/compress/codec.h"
+#include "core/compress/tensor_buffer.h"
+
+namespace terse {
+
+class Ef21 final : public TensorCodec {
+ public:
+  // eta: EF21-SGDM's momentum in (0, 1], 1 for plain EF21. Throws InvalidArgument for a null inner codec or an eta
+  // outside (0, 1] (naming it), Unsupported for a non-f32 tensor or a CUSTOM-aggregation compressor.
+  explicit Ef21(std::unique_ptr<TensorCodec> inner, double eta = 1.0);
+
+  const CompressorCaps& caps() const override { return inner_->caps(); }
+  const TensorInfo& info() const override { return inner_->info(); }
+  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
+  Placement placement() const override { return inner_->placement(); }
+
+  // Round 0 stages v_t and the input v_t - h_t; every round encodes that input; after the last round h and v commit.
+  // Throws InvalidArgument for a round out of order.
+  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                  std::span<std::byte> out) override {
+    return encodeDeferred(step, round, grad, prev, out, {});
+  }
+  // The same; on a device with a plugin that defers its verdicts, the own decode leaves its check in words.own and
+  // the commit of h and v skips itself on the device when the word is raised.
+  uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                          std::span<std::byte> out, EncodeWords words) override;
+  // out += H, then H = out: the decoded sum of the step's contributions becomes the sum of the estimates.
+  void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override;
+
+  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
+    inner_->decode(step, payload, source_rank, out, accumulate);
+  }
+  bool defersVerdicts() const override { return inner_->defersVerdicts(); }
+  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
+  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
+    inner_->recheckPrev(step, round, prev);
+  }
+  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
+                      uint32_t* verdict) override {
+    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
+  }
+  using TensorCodec::reduce;
+  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
+                  std::span<std::byte> out) override {
+    return inner_->reduce(step, round, a, b, out);
+  }
+
+  // h: this rank's estimate after the last completed step (numel floats, in the tensor's memory).
+  std::span<const float> estimate() const { return floats(estimate_); }
+  // H: the sum of every rank's estimate, as the last aggregated() left it.
+  std::span<const float> estimateSum() const { return floats(sum_); }
+  // v: the momentum after the last completed step; empty for plain EF21 (eta 1).
+  std::span<const float> momentum() const { return floats(momentum_); }
+  // D(C(v_t - h_t)) of the last completed step.
+  std::span<const float> transmitted() const { return floats(transmitted_); }
+  float eta() const noexcept { return eta_; }
+  // Forgets the estimates, the momentum and any step in progress.
+  void reset();
+
+ private:
+  static std::span<const float> floats(const TensorBuffer& b) { return {b.as<const float>(), b.count<float>()}; }
+
+  std::unique_ptr<TensorCodec> inner_;
+  float eta_;
+  Placement placement_;
+  std::size_t n_ = 0;
+  TensorBuffer estimate_;     // h, persistent
+  TensorBuffer sum_;          // H, persistent
+  TensorBuffer momentum_;     // v, persistent (EF21-SGDM only)
+  TensorBuffer staged_;       // v_t of the step in progress (EF21-SGDM only)
+  TensorBuffer input_;        // v_t - h_t, fixed from round 0 to the last round of one step
+  TensorBuffer transmitted_;  // D(C(v_t - h_t)) of the last completed step
+  bool primed_ = false;       // v holds a first gradient (EF21-SGDM: v_1 = g_1)
+  uint64_t step_ = 0;
+  int next_round_ = 0;
+};
+
+}  // namespace terse
