@@ -79,13 +79,15 @@ __global__ void dgcCommitKernel(const float* __restrict__ u_t, const float* __re
   }
 }
 
-// Whether any of `count` verdict words is raised, block-uniform as gateRaised's answer (count is a kernel argument).
-__device__ bool anyGateRaised(const uint32_t* gates, std::size_t count) {
-  if (gates == nullptr || count == 0) return false;
+// Whether any of `count` verdict words, or `own`, is raised, block-uniform as gateRaised's answer (the pointers and
+// the count are kernel arguments).
+__device__ bool anyGateRaised(const uint32_t* gates, std::size_t count, const uint32_t* own) {
+  if ((gates == nullptr || count == 0) && own == nullptr) return false;
   __shared__ uint32_t raised;
   if (threadIdx.x == 0) {
-    uint32_t any = 0;
-    for (std::size_t k = 0; k < count; ++k) any |= reinterpret_cast<const volatile uint32_t*>(gates)[k];
+    uint32_t any = own != nullptr ? *reinterpret_cast<const volatile uint32_t*>(own) : 0u;
+    for (std::size_t k = 0; gates != nullptr && k < count; ++k)
+      any |= reinterpret_cast<const volatile uint32_t*>(gates)[k];
     raised = any;
   }
   __syncthreads();
@@ -93,10 +95,13 @@ __device__ bool anyGateRaised(const uint32_t* gates, std::size_t count) {
 }
 
 __global__ void ef21StageKernel(const float* __restrict__ g, const float* __restrict__ v, const float* __restrict__ h,
-                                float eta, float* __restrict__ v_t, float* __restrict__ input, std::size_t n) {
+                                float eta, const uint32_t* primed, float* __restrict__ v_t, float* __restrict__ input,
+                                std::size_t n) {
+  // v_1 = g_1: before the first commit the momentum is the gradient itself (eta 1 weighs v by nothing).
+  const float e = v != nullptr && *primed != 0 ? eta : 1.0f;
   TERSE_GRID_LOOP(i, n) {
     if (v != nullptr) {
-      const float m = ::terse::ef21Momentum(v[i], g[i], eta);
+      const float m = ::terse::ef21Momentum(v[i], g[i], e);
       v_t[i] = m;
       input[i] = ::terse::ef21Difference(m, h[i]);
     } else {
@@ -105,23 +110,27 @@ __global__ void ef21StageKernel(const float* __restrict__ g, const float* __rest
   }
 }
 
-__global__ void ef21CommitKernel(const float* __restrict__ t, const float* __restrict__ v_t, float* __restrict__ h,
-                                 float* __restrict__ v, std::size_t n, const uint32_t* gate) {
-  if (gateRaised(gate)) return;  // the own decode was refused: the estimate and the momentum stay as they were
+__global__ void ef21StageNextKernel(const float* __restrict__ h, const float* __restrict__ t, float* __restrict__ next,
+                                    std::size_t n) {
   TERSE_GRID_LOOP(i, n) {
-    h[i] = ::terse::ef21Advance(h[i], t[i]);
-    if (v != nullptr) v[i] = v_t[i];
+    next[i] = ::terse::ef21Advance(h[i], t[i]);
   }
 }
 
-__global__ void ef21AggregateKernel(float* __restrict__ out, float* __restrict__ sum, std::size_t n,
-                                    const uint32_t* gates, std::size_t count) {
-  if (anyGateRaised(gates, count)) return;  // a refused payload: the step fails, H stays as it was
+__global__ void ef21CommitKernel(float* __restrict__ out, float* __restrict__ sum, const float* __restrict__ next,
+                                 float* __restrict__ h, const float* __restrict__ v_t, float* __restrict__ v,
+                                 uint32_t* primed, std::size_t n, const uint32_t* gates, std::size_t count,
+                                 const uint32_t* own) {
+  if (anyGateRaised(gates, count, own)) return;  // a refused payload: the step fails, and nothing of it moves
   TERSE_GRID_LOOP(i, n) {
+    h[i] = next[i];
+    if (v != nullptr) v[i] = v_t[i];
     const float s = ::terse::ef21Advance(sum[i], out[i]);
     out[i] = s;
     sum[i] = s;
   }
+  // Read by the next step's staging kernel, later on the stream.
+  if (primed != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *primed = 1u;
 }
 
 template <class T>
@@ -216,24 +225,25 @@ void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u
   checkLaunch("dgcCommitKernel");
 }
 
-void ef21Stage(const float* g, const float* v, const float* h, float eta, float* v_t, float* input, std::size_t n,
-               void* stream) {
+void ef21Stage(const float* g, const float* v, const float* h, float eta, const uint32_t* primed, float* v_t,
+               float* input, std::size_t n, void* stream) {
   if (n == 0) return;
-  ef21StageKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(g, v, h, eta, v_t, input, n);
+  ef21StageKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(g, v, h, eta, primed, v_t, input, n);
   checkLaunch("ef21StageKernel");
 }
 
-void ef21Commit(const float* transmitted, const float* v_t, float* h, float* v, std::size_t n, void* stream,
-                const uint32_t* gate) {
+void ef21StageNext(const float* h, const float* transmitted, float* next, std::size_t n, void* stream) {
   if (n == 0) return;
-  ef21CommitKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(transmitted, v_t, h, v, n, gate);
-  checkLaunch("ef21CommitKernel");
+  ef21StageNextKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(h, transmitted, next, n);
+  checkLaunch("ef21StageNextKernel");
 }
 
-void ef21Aggregate(float* out, float* sum, std::size_t n, void* stream, const uint32_t* gates, std::size_t count) {
-  if (n == 0) return;
-  ef21AggregateKernel<<<blocksFor(n), kThreads, 0, asStream(stream)>>>(out, sum, n, gates, count);
-  checkLaunch("ef21AggregateKernel");
+void ef21Commit(float* out, float* sum, const float* next, float* h, const float* v_t, float* v, uint32_t* primed,
+                std::size_t n, void* stream, const uint32_t* gates, std::size_t count, const uint32_t* own) {
+  // An empty tensor still commits its primed word, so that its momentum's next step weighs as a non-empty one's.
+  ef21CommitKernel<<<blocksFor(n == 0 ? 1 : n), kThreads, 0, asStream(stream)>>>(out, sum, next, h, v_t, v, primed, n,
+                                                                                 gates, count, own);
+  checkLaunch("ef21CommitKernel");
 }
 
 void copySegments(std::span<const CopySegment> segments, void* stream) {

@@ -28,16 +28,17 @@ void dgcStage(const float* u, const float* g, float m, bool nesterov, float* u_t
 void dgcCommit(const float* u_t, const float* transmitted, bool masked, float* u, std::size_t n, void* stream,
                const uint32_t* gate = nullptr);
 
-// EF21 (ef21.h) staging: with v (EF21-SGDM), v_t = ef21Momentum(v, g, eta) and input = ef21Difference(v_t, h);
-// without (v and v_t null), input = ef21Difference(g, h).
-void ef21Stage(const float* g, const float* v, const float* h, float eta, float* v_t, float* input, std::size_t n,
-               void* stream);
-// h = ef21Advance(h, transmitted), and v = v_t where v is given; both left as they were when `gate` is raised.
-void ef21Commit(const float* transmitted, const float* v_t, float* h, float* v, std::size_t n, void* stream,
-                const uint32_t* gate = nullptr);
-// out = ef21Advance(sum, out), then sum = out; both left as they were when any of the `count` words at `gates` (the
-// step's decode verdicts) is raised.
-void ef21Aggregate(float* out, float* sum, std::size_t n, void* stream, const uint32_t* gates, std::size_t count);
+// EF21 (ef21.h) staging: with v (EF21-SGDM), v_t = ef21Momentum(v, g, e) with e = eta once the device word `primed`
+// is nonzero and 1 before (v_1 = g_1), and input = ef21Difference(v_t, h); without (v, primed and v_t null),
+// input = ef21Difference(g, h).
+void ef21Stage(const float* g, const float* v, const float* h, float eta, const uint32_t* primed, float* v_t,
+               float* input, std::size_t n, void* stream);
+// next = ef21Advance(h, transmitted): the estimate the step commits.
+void ef21StageNext(const float* h, const float* transmitted, float* next, std::size_t n, void* stream);
+// The step's commit, unless `own` or any of the `count` words at `gates` (the step's decode verdicts) is raised:
+// h = next, v = v_t and *primed = 1 where v is given, out = ef21Advance(sum, out) and sum = out.
+void ef21Commit(float* out, float* sum, const float* next, float* h, const float* v_t, float* v, uint32_t* primed,
+                std::size_t n, void* stream, const uint32_t* gates, std::size_t count, const uint32_t* own);
 
 // data[i] /= world for f32 / f64, and through f32 with round-to-nearest for f16 / bf16 (the host's arithmetic).
 // Throws Unsupported for another dtype.

@@ -23,13 +23,14 @@ void dgcStage(const float*, const float*, float, bool, float*, float*, std::size
 void dgcCommit(const float*, const float*, bool, float*, std::size_t, void*, const uint32_t*) {
   noCuda("momentum correction");
 }
-void ef21Stage(const float*, const float*, const float*, float, float*, float*, std::size_t, void*) {
+void ef21Stage(const float*, const float*, const float*, float, const uint32_t*, float*, float*, std::size_t, void*) {
   noCuda("EF21");
 }
-void ef21Commit(const float*, const float*, float*, float*, std::size_t, void*, const uint32_t*) {
+void ef21StageNext(const float*, const float*, float*, std::size_t, void*) {
   noCuda("EF21");
 }
-void ef21Aggregate(float*, float*, std::size_t, void*, const uint32_t*, std::size_t) {
+void ef21Commit(float*, float*, const float*, float*, const float*, float*, uint32_t*, std::size_t, void*,
+                const uint32_t*, std::size_t, const uint32_t*) {
   noCuda("EF21");
 }
 void divide(void*, std::size_t, DType, int, void*) {

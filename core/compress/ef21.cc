@@ -27,8 +27,12 @@ void stageMomentum(const float* __restrict g, const float* __restrict v, const f
   }
 }
 
-void advance(float* __restrict h, const float* __restrict t, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) h[i] = ef21Advance(h[i], t[i]);
+void stageNext(const float* __restrict h, const float* __restrict t, float* __restrict next, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) next[i] = ef21Advance(h[i], t[i]);
+}
+
+void copy(const float* __restrict from, float* __restrict to, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
 }
 
 void advanceSum(float* __restrict out, float* __restrict sum, std::size_t n) {
@@ -49,18 +53,25 @@ Ef21::Ef21(std::unique_ptr<TensorCodec> inner, double eta) : inner_(std::move(in
   TERSE_CHECK(t.dtype == DType::kF32, Unsupported,
               where(t) << "EF21 supports f32 gradients only, got " << dtypeName(t.dtype)
                        << " (16-bit estimates would drift from the sum every rank keeps)");
-  TERSE_CHECK(inner_->caps().aggregation != Aggregation::kCustom, Unsupported,
+  const CompressorCaps& caps = inner_->caps();
+  TERSE_CHECK(caps.aggregation != Aggregation::kCustom, Unsupported,
               where(t) << "EF21 needs an aggregate that is the sum of what the ranks sent (SUM or ALLGATHER "
                           "aggregation); this compressor's is CUSTOM (e.g. a majority vote)");
+  TERSE_CHECK(caps.aggregation != Aggregation::kSum || caps.wire_dtype == DType::kF32, Unsupported,
+              where(t) << "EF21 keeps the sum of the estimates from the aggregate, where what a sum on the wire rounds "
+                          "away stays for good; this compressor sums in "
+                       << dtypeName(caps.wire_dtype) << ": use one that sums in f32, or error feedback's rule EF");
   placement_ = inner_->placement();
   n_ = static_cast<std::size_t>(t.numel);
   estimate_ = TensorBuffer(n_ * sizeof(float), placement_);
   sum_ = TensorBuffer(n_ * sizeof(float), placement_);
   input_ = TensorBuffer(n_ * sizeof(float), placement_);
   transmitted_ = TensorBuffer(n_ * sizeof(float), placement_);
+  next_ = TensorBuffer(n_ * sizeof(float), placement_);
   if (eta_ < 1.0f) {
     momentum_ = TensorBuffer(n_ * sizeof(float), placement_);
     staged_ = TensorBuffer(n_ * sizeof(float), placement_);
+    primed_ = TensorBuffer(sizeof(uint32_t), placement_);
   }
 }
 
@@ -79,18 +90,19 @@ uint64_t Ef21::encodeDeferred(uint64_t step, int round, const void* grad, std::s
     TERSE_CHECK(grad != nullptr || n == 0, InvalidArgument,
                 where(info()) << "encode: gradient is null for " << n << " elements");
     const auto* g = static_cast<const float*>(grad);
-    // v_1 = g_1: before the first commit the momentum is the gradient itself (eta 1 weighs v by nothing).
-    const float eta = primed_ ? eta_ : 1.0f;
     if (placement_.device) {
-      device_kernels::ef21Stage(g, momentum ? v : nullptr, h, eta, momentum ? v_t : nullptr, input, n,
-                                placement_.stream);
+      // The kernel reads the primed word itself: v_1 = g_1 before the first commit.
+      device_kernels::ef21Stage(g, momentum ? v : nullptr, h, eta_, primed_.as<const uint32_t>(),
+                                momentum ? v_t : nullptr, input, n, placement_.stream);
     } else if (momentum) {
-      stageMomentum(g, v, h, eta, v_t, input, n);
+      // v_1 = g_1: before the first commit the momentum is the gradient itself (eta 1 weighs v by nothing).
+      stageMomentum(g, v, h, *primed_.as<const uint32_t>() != 0 ? eta_ : 1.0f, v_t, input, n);
     } else {
       stagePlain(g, h, input, n);
     }
     step_ = step;
     next_round_ = 0;
+    own_word_ = nullptr;
   } else {
     // The input was fixed in round 0 of this step; a round out of order would encode a stale or missing one.
     TERSE_CHECK(round == next_round_ && step == step_, InvalidArgument,
@@ -116,15 +128,11 @@ uint64_t Ef21::encodeDeferred(uint64_t step, int round, const void* grad, std::s
       inner_->decodeOwn(step, own, transmitted);
     }
     if (placement_.device) {
-      device_kernels::ef21Commit(transmitted, momentum ? v_t : nullptr, h, momentum ? v : nullptr, n, placement_.stream,
-                                 deferred ? words.own : nullptr);
+      device_kernels::ef21StageNext(h, transmitted, next_.as<float>(), n, placement_.stream);
     } else {
-      advance(h, transmitted, n);
-      if (momentum) std::swap(momentum_, staged_);
+      stageNext(h, transmitted, next_.as<float>(), n);
     }
-    // A refused own decode fails the step, and with it the run; primed_ only decides whether the next step's
-    // momentum starts from the gradient, which no later step of that run reaches.
-    primed_ = true;
+    own_word_ = deferred ? words.own : nullptr;
     next_round_ = 0;
   }
   return bytes;
@@ -134,11 +142,24 @@ void Ef21::aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::s
   (void)step;
   TERSE_CHECK(out != nullptr || n_ == 0, InvalidArgument, where(info()) << "aggregated: output is null");
   auto* o = static_cast<float*>(out);
+  const bool momentum = eta_ < 1.0f;
   if (placement_.device) {
-    device_kernels::ef21Aggregate(o, sum_.as<float>(), n_, placement_.stream, verdicts, count);
-  } else {
-    advanceSum(o, sum_.as<float>(), n_);
+    device_kernels::ef21Commit(o, sum_.as<float>(), next_.as<const float>(), estimate_.as<float>(),
+                               momentum ? staged_.as<const float>() : nullptr,
+                               momentum ? momentum_.as<float>() : nullptr, momentum ? primed_.as<uint32_t>() : nullptr,
+                               n_, placement_.stream, verdicts, count, own_word_);
+    return;
   }
+  // A host plugin may refuse through its word instead of throwing (terse/device_verdict_v1.h): the step then fails
+  // when the engine reads it, after this call, and nothing of it may have moved.
+  for (std::size_t k = 0; verdicts != nullptr && k < count; ++k)
+    if (verdicts[k] != 0) return;
+  copy(next_.as<const float>(), estimate_.as<float>(), n_);
+  if (momentum) {
+    copy(staged_.as<const float>(), momentum_.as<float>(), n_);
+    *primed_.as<uint32_t>() = 1;
+  }
+  advanceSum(o, sum_.as<float>(), n_);
 }
 
 void Ef21::reset() {
@@ -148,7 +169,9 @@ void Ef21::reset() {
   staged_.zero();
   input_.zero();
   transmitted_.zero();
-  primed_ = false;
+  next_.zero();
+  primed_.zero();
+  own_word_ = nullptr;
   step_ = 0;
   next_round_ = 0;
 }

@@ -69,6 +69,14 @@ void checkPlugin(Checks& c, const std::string& what, const PluginSpec& spec, con
                                     "sent (a majority vote of signs is +-1 per element), and EF21 adds that aggregate "
                                     "to the sum of the ranks' estimates; use a SUM or ALLGATHER compressor, or "
                                     "error_feedback_rule EF";
+        else if (role == table::PluginRole::kEf21Compressor &&
+                 instance->caps(DType::kF32).aggregation == Aggregation::kSum &&
+                 instance->caps(DType::kF32).wire_dtype != DType::kF32)
+          c.fail(what + ".name") << ": " << quoted(spec.name()) << " sums in "
+                                 << dtypeName(instance->caps(DType::kF32).wire_dtype)
+                                 << ", and EF21 keeps the sum of the estimates from those sums, where what a 16-bit "
+                                    "sum rounds away stays for good; use a compressor that sums in f32, or "
+                                    "error_feedback_rule EF";
         else if (role == table::PluginRole::kPostLocalSgdCompressor && instance->caps(DType::kF32).stateful)
           c.fail(what + ".name") << ": " << quoted(spec.name())
                                  << " keeps state from step to step, which local_sgd.start_step > 0 would carry from "

@@ -212,11 +212,17 @@ PYBIND11_MODULE(_terse, m) {
       .def(py::init([](const std::string& compressor, const std::map<std::string, std::string>& params,
                        bool error_feedback, double momentum_correction, bool momentum_masking, bool momentum_nesterov,
                        uint64_t seed, const std::vector<std::string>& plugin_path, const std::string& granularity,
-                       py::object group) {
+                       py::object group, const std::string& error_feedback_rule, double ef21_momentum) {
              AggregatorOptions o;
              o.compressor = compressor;
              o.params.assign(params.begin(), params.end());  // std::map: sorted by key, as the runner passes them
              o.codec.error_feedback = error_feedback;
+             TERSE_CHECK(
+                 error_feedback_rule == "ef" || error_feedback_rule == "ef21", InvalidArgument,
+                 "terse.torch: error_feedback_rule must be 'ef' or 'ef21', got '" << error_feedback_rule << "'");
+             o.codec.error_feedback_rule =
+                 error_feedback_rule == "ef21" ? ErrorFeedbackRule::kEf21 : ErrorFeedbackRule::kEf;
+             o.codec.ef21_momentum = ef21_momentum;
              o.codec.momentum_correction = momentum_correction;
              o.codec.momentum_masking = momentum_masking;
              o.codec.momentum_nesterov = momentum_nesterov;
@@ -229,7 +235,8 @@ PYBIND11_MODULE(_terse, m) {
            }),
            py::arg("compressor"), py::arg("params"), py::arg("error_feedback"), py::arg("momentum_correction"),
            py::arg("momentum_masking"), py::arg("momentum_nesterov"), py::arg("seed"), py::arg("plugin_path"),
-           py::arg("granularity"), py::arg("group"))
+           py::arg("granularity"), py::arg("group"), py::arg("error_feedback_rule") = "ef",
+           py::arg("ef21_momentum") = 1.0)
       .def(
           "aggregate",
           [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,

@@ -53,6 +53,21 @@ DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
   validateCodecOptions(options_.codec);
   plugin_ = loader_.loadCompressor(options_.compressor);
   instance_ = plugin_->instantiate(options_.params);
+  // What Ef21's constructor would refuse at the first bucket (core/compress/ef21.h), refused before any.
+  if (options_.codec.error_feedback && options_.codec.error_feedback_rule == ErrorFeedbackRule::kEf21) {
+    const CompressorCaps& caps = instance_->caps(DType::kF32);
+    TERSE_CHECK(caps.aggregation != Aggregation::kCustom, Unsupported,
+                "terse.torch: error_feedback_rule='ef21' needs an aggregate that is the sum of what the ranks sent; "
+                "compressor '"
+                    << options_.compressor
+                    << "' has CUSTOM aggregation (e.g. a majority vote): use a SUM or ALLGATHER "
+                       "compressor, or error_feedback_rule='ef'");
+    TERSE_CHECK(caps.aggregation != Aggregation::kSum || caps.wire_dtype == DType::kF32, Unsupported,
+                "terse.torch: error_feedback_rule='ef21' keeps the sum of the estimates from the aggregate, where what "
+                "a 16-bit sum rounds away stays for good; compressor '"
+                    << options_.compressor << "' sums in " << dtypeName(caps.wire_dtype)
+                    << ": use one that sums in f32, or error_feedback_rule='ef'");
+  }
   comm_ = std::make_unique<TorchCommunicator>(std::move(group));
   engine_ = std::make_unique<AggregationEngine>(*comm_);
   const CompressorCaps f32 = caps();

@@ -70,6 +70,13 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     e.mutable_compressor()->set_name(o.compressor);
     for (const auto& [k, v] : o.params) (*e.mutable_compressor()->mutable_params())[k] = v;
     e.set_error_feedback(o.codec.error_feedback);
+    // Written for EF21 only, so that a rule-EF run's config reads as one written before the fields existed.
+    e.clear_error_feedback_rule();
+    e.clear_ef21_momentum();
+    if (o.codec.error_feedback && o.codec.error_feedback_rule == ErrorFeedbackRule::kEf21) {
+      e.set_error_feedback_rule(experiments::Experiment::EF21);
+      if (o.codec.ef21_momentum != 1.0) e.set_ef21_momentum(o.codec.ef21_momentum);
+    }
     // All three, as a resolved native config writes them: masking and Nesterov change the updates whenever the factor
     // is on, and a config that left them out would read as the defaults.
     e.mutable_momentum_correction()->set_factor(o.codec.momentum_correction);
@@ -88,6 +95,8 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     // What terse knows of a baseline is its label; the description keeps whatever else the script says.
     e.mutable_compressor()->set_name(baseline_.compressor);
     e.set_error_feedback(false);
+    e.clear_error_feedback_rule();
+    e.clear_ef21_momentum();
     e.clear_momentum_correction();
   }
   if (repeat_seed_) {

@@ -695,6 +695,9 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   codec.precision(17);
   codec << e.compressor().ShortDebugString() << " ef=" << co.error_feedback << " mc=" << co.momentum_correction
         << " mask=" << co.momentum_masking << " nesterov=" << co.momentum_nesterov;
+  // EF21's passes differ from EF's; named only for it, so that every key written before the rule stays the same.
+  if (co.error_feedback && co.error_feedback_rule == ErrorFeedbackRule::kEf21)
+    codec << " rule=EF21 eta=" << co.ef21_momentum;
   // The codec is timed on the model's gradient (codecCalibrationGradients), so its key also names what made it: the
   // workload and the data (not the run's seed: the gradient is taken at kCalibrationSeed's initialization). Two runs
   // that share a codec and a tensor size share a time only on the same model and data.

@@ -24,6 +24,16 @@ using testing::TwoRoundCompressor;
 
 constexpr uint64_t kNumel21 = 1001;  // odd, so no loop is a whole number of vector lanes
 
+// TruncCompressor's caps with an f16 wire: only the caps matter to the refusal.
+class HalfWire final : public TruncCompressor {
+ public:
+  CompressorCaps makeCaps(DType dtype) const override {
+    CompressorCaps c = TruncCompressor::makeCaps(dtype);
+    c.wire_dtype = DType::kF16;
+    return c;
+  }
+};
+
 std::vector<float> gradient(std::mt19937_64& rng, std::size_t n, float scale = 1.0f) {
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<float> g(n);
@@ -111,7 +121,8 @@ TEST(Ef21, AFixedGradientIsReachedAndKept) {
   EXPECT_GE(far, 0.5) << "error feedback's output is another: the test tells the two apart";
 }
 
-// Multi-round: round 0 fixes the input g - h, every round encodes it, and the last round's own decode moves h.
+// Multi-round: round 0 fixes the input g - h, every round encodes it, and the last round's own decode moves h (once
+// the step's aggregate is in).
 TEST(Ef21, MultiRoundSeesOneInputAndUsesTheLastRoundsPayload) {
   auto two = std::make_shared<TwoRoundCompressor>();
   Ef21 codec(makePluginCodec(two, flatTensor(kNumel21), 3));
@@ -122,7 +133,11 @@ TEST(Ef21, MultiRoundSeesOneInputAndUsesTheLastRoundsPayload) {
     std::vector<std::byte> p0(codec.sizes(0).max_output_bytes), p1(codec.sizes(1).max_output_bytes);
     const uint64_t b0 = codec.encode(s, 0, g.data(), {}, p0);
     EXPECT_EQ(codec.estimate()[0], h[0]) << "h moves only after the last round";
-    codec.encode(s, 1, nullptr, std::span<const std::byte>(p0).first(b0), p1);
+    const uint64_t b1 = codec.encode(s, 1, nullptr, std::span<const std::byte>(p0).first(b0), p1);
+    EXPECT_EQ(codec.estimate()[0], h[0]) << "h moves only when the step's aggregate is in";
+    std::vector<float> out(kNumel21);
+    codec.decode(s, std::span<const std::byte>(p1).first(b1), -1, out.data(), false);
+    codec.aggregated(s, out.data(), nullptr, 0);
     ASSERT_GE(two->calls.size(), 2u);
     const auto& r0 = two->calls[two->calls.size() - 2];
     const auto& r1 = two->calls.back();
@@ -145,24 +160,60 @@ TEST(Ef21, RoundsMustComeInOrder) {
   expectThrowWith<InvalidArgument>([&] { codec.encode(0, 2, g.data(), {}, p); }, {"round must be in [0, 2)"});
 }
 
-// A step that fails in the compressor leaves h and H as they were; the next step runs from them.
-TEST(Ef21, AFailedStepKeepsTheEstimates) {
+// A step commits only in aggregated(): an encode whose step then fails (its payload refused, by a throw before
+// aggregated() or by a raised verdict word that aggregated() reads) leaves h, v and H as they were, and the next step
+// runs from them as if the failed one had never been.
+TEST(Ef21, AFailedStepMovesNothing) {
   auto trunc = std::make_shared<TruncCompressor>();
-  Ef21 codec(makePluginCodec(trunc, flatTensor(kNumel21), 3));
+  Ef21 codec(makePluginCodec(trunc, flatTensor(kNumel21), 3), 0.5);
+  Ef21 clean(makePluginCodec(trunc, flatTensor(kNumel21), 3), 0.5);
   std::mt19937_64 rng(15);
+  const std::vector<float> g0 = gradient(rng, kNumel21, 3.0f), g1 = gradient(rng, kNumel21, 3.0f),
+                           g2 = gradient(rng, kNumel21, 3.0f);
+  step(codec, 0, g0);
+  step(clean, 0, g0);
+  const auto snapshot = [&] {
+    return std::vector<std::vector<float>>{{codec.estimate().begin(), codec.estimate().end()},
+                                           {codec.estimateSum().begin(), codec.estimateSum().end()},
+                                           {codec.momentum().begin(), codec.momentum().end()}};
+  };
+  const auto before = snapshot();
+  // Encoded, then the step fails before its aggregate: a throw (nothing calls aggregated) ...
+  std::vector<std::byte> payload(codec.sizes(0).max_output_bytes);
+  const uint64_t bytes = codec.encode(1, 0, g1.data(), {}, payload);
+  EXPECT_EQ(snapshot(), before) << "encode alone moved the state";
+  // ... or a raised word: a host plugin may refuse through its verdict word instead of throwing.
+  std::vector<float> out(kNumel21);
+  codec.decode(1, std::span<const std::byte>(payload).first(bytes), -1, out.data(), false);
+  const std::vector<float> decoded = out;
+  const uint32_t words[3] = {0, 1, 0};
+  codec.aggregated(1, out.data(), words, 3);
+  EXPECT_EQ(snapshot(), before) << "a raised verdict word let the step commit";
+  EXPECT_EQ(out, decoded) << "a raised verdict word let out move";
+  // The next step runs from the state of step 0, as the clean codec that never saw the failed one.
+  const std::vector<float> a = step(codec, 2, g2), b = step(clean, 2, g2);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(std::vector<float>(codec.estimate().begin(), codec.estimate().end()),
+            std::vector<float>(clean.estimate().begin(), clean.estimate().end()));
+  // A payload that does not fit refuses before anything is staged.
+  std::vector<std::byte> small(8);
+  EXPECT_THROW(codec.encode(3, 0, g2.data(), {}, small), Error);
+}
+
+// aggregated() commits what encode staged by copying it, so calling it again for the same step (calibration's timed
+// repetitions) leaves h and v as they are; only H moves.
+TEST(Ef21, ASecondAggregatedOfOneStepMovesOnlyTheSum) {
+  Ef21 codec(makePluginCodec(std::make_shared<TruncCompressor>(), flatTensor(kNumel21), 3), 0.5);
+  std::mt19937_64 rng(17);
   step(codec, 0, gradient(rng, kNumel21, 3.0f));
   const std::vector<float> h(codec.estimate().begin(), codec.estimate().end());
+  const std::vector<float> v(codec.momentum().begin(), codec.momentum().end());
   const std::vector<float> sum(codec.estimateSum().begin(), codec.estimateSum().end());
-  std::vector<std::byte> small(8);  // the plugin's output does not fit: the codec refuses before anything moves
-  const std::vector<float> g = gradient(rng, kNumel21, 3.0f);
-  EXPECT_THROW(codec.encode(1, 0, g.data(), {}, small), Error);
+  std::vector<float> out(kNumel21, 1.0f);
+  codec.aggregated(0, out.data(), nullptr, 0);
   EXPECT_EQ(std::vector<float>(codec.estimate().begin(), codec.estimate().end()), h);
-  EXPECT_EQ(std::vector<float>(codec.estimateSum().begin(), codec.estimateSum().end()), sum);
-  // A refused aggregate throws in decode, before aggregated() could move H.
-  std::vector<std::byte> junk(codec.sizes(0).max_output_bytes, std::byte{0x5a});
-  std::vector<float> out(kNumel21);
-  EXPECT_THROW(codec.decode(1, junk, -1, out.data(), false), Error);
-  EXPECT_EQ(std::vector<float>(codec.estimateSum().begin(), codec.estimateSum().end()), sum);
+  EXPECT_EQ(std::vector<float>(codec.momentum().begin(), codec.momentum().end()), v);
+  EXPECT_EQ(codec.estimateSum()[0], sum[0] + 1.0f);
 }
 
 TEST(Ef21, ResetForgetsEverything) {
@@ -199,6 +250,9 @@ TEST(Ef21, Refusals) {
       {"f32 gradients only", "f16"});
   expectThrowWith<Unsupported>([] { Ef21 codec(makePluginCodec(std::make_shared<ScratchProbe>(), flatTensor(4), 3)); },
                                {"CUSTOM", "SUM or ALLGATHER"});
+  // A SUM wire of 16 bits would leave each sum's rounding in H for good.
+  expectThrowWith<Unsupported>([] { Ef21 codec(makePluginCodec(std::make_shared<HalfWire>(), flatTensor(4), 3)); },
+                               {"this compressor sums in f16", "sums in f32"});
 }
 
 }  // namespace

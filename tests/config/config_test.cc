@@ -965,11 +965,28 @@ TEST_F(ConfigTest, Ef21Rules) {
   expectOne(topk + "error_feedback: true\nerror_feedback_rule: EF\nef21_momentum: 0.5\n",
             "ef21_momentum 0.5 with error_feedback_rule EF: the momentum is EF21-SGDM's");
   for (const char* eta : {"0", "1.5", "-0.1", "nan"}) expectOne(ef21 + "ef21_momentum: " + eta + "\n", "ef21_momentum");
+  expectOne(ef21 + "ef21_momentum: 1e-50\n", "ef21_momentum 1e-50 rounds to 0 as a float");
+  for (const char* mode : {"SSP\nstaleness_bound: 2", "HOGWILD"}) {
+    const auto errors = errorsOf(ef21 + "mode: " + mode + "\n");
+    EXPECT_TRUE(std::any_of(errors.begin(), errors.end(),
+                            [&](const std::string& m) { return m.find("error_feedback_rule EF21 in mode") != m.npos; }))
+        << mode << ": " << ::testing::PrintToString(errors);
+  }
+  expectOne(topk.substr(0, topk.find("compressor")) +
+                "compressor { name: \"fp16\" }\nerror_feedback: true\n"
+                "error_feedback_rule: EF21\n",
+            "compressor.name: 'fp16' sums in f16, and EF21 keeps the sum of the estimates from those sums");
   expectOne(ef21 + "mode: ASYNC\n",
             "error_feedback_rule EF21 in mode ASYNC: every rank keeps the sum of the ranks' estimates from the step's "
             "aggregate, which only mode SYNC decodes on every rank");
   expectOne(ef21 + "local_sgd { period: 4 }\n",
             "error_feedback_rule EF21 with local_sgd.period 4: EF21's estimates follow each rank's gradient");
+  // EF21-SGDM's momentum is the step's: not beside the optimizer's (line 4 holds the optimizer's rate).
+  std::string with_momentum = ef21;
+  with_momentum.insert(with_momentum.find("  lr: 0.1\n"), "  momentum: 0.9\n");
+  expectOne(with_momentum + "ef21_momentum: 0.1\n",
+            "ef21_momentum 0.1 needs optimizer.momentum 0, got 0.9: EF21-SGDM's momentum is the step's momentum");
+  load(with_momentum + "ef21_momentum: 1\n");  // plain EF21 beside the optimizer's momentum
   expectOne(ef21 + "momentum_correction { factor: 0.9 }\n",
             "error_feedback_rule EF21 with momentum_correction.factor 0.9");
   expectOne(
@@ -977,10 +994,15 @@ TEST_F(ConfigTest, Ef21Rules) {
       "error_feedback_rule: EF21\n",
       "t.textproto:3:14: compressor.name: 'signsgd' has CUSTOM aggregation, whose aggregate need not be the sum "
       "of what the ranks sent");
-  expectOne(
-      "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\nclock: REAL_TIME\n"
-      "compressor { name: \"topk\" }\nerror_feedback: true\nerror_feedback_rule: EF21\n",
-      "error_feedback_rule EF21 with workload pytorch: the PyTorch hook runs rule EF only");
+  // Workload pytorch: its driver passes both to terse.torch.CompressionState.
+  const std::string pt =
+      "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\n"
+      "clock: REAL_TIME\ncompressor { name: \"topk\" }\nerror_feedback: true\n"
+      "error_feedback_rule: EF21\n";
+  EXPECT_EQ(load(pt).experiments.at(0).error_feedback_rule(), Experiment::EF21);
+  expectOne(pt + "ef21_momentum: 0.1\noptimizer { kind: ADAM }\n",
+            "ef21_momentum 0.1 with optimizer kind ADAM: EF21-SGDM's momentum is the step's momentum, and Adam's "
+            "beta1 would average it again");
 }
 
 // Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own or a torchvision model on Fashion-MNIST;

@@ -403,13 +403,14 @@ TEST_F(EngineOnDevice, ErrorFeedbacksOwnDecodeWaitsOnTheDeviceAndARefusalKeepsTh
 
 // EF21 on the device (core/compress/ef21.h, its kernels in device_kernels.cu): at world 1 the aggregate is the rank's
 // own payload, so every step's outputs, estimates and sums equal EF21's run on the host with the same plugin, bit for
-// bit, deferred or not, plain and with EF21-SGDM's momentum. A NaN gradient's refused own payload fails the step with
-// the estimates and their sum as they were (both kernels read the verdict words), and the next step runs.
+// bit, deferred or not, plain and with EF21-SGDM's momentum (ALLGATHER top-k and qsgd, SUM f32 random-k). A NaN
+// gradient's refused own payload fails the step with the estimates, the momentum and their sum as they were (the
+// commit kernel reads the own word and the decodes' words), and the next step runs.
 TEST_F(EngineOnDevice, Ef21OnTheDeviceEqualsTheHostAndARefusalKeepsItsState) {
   const std::vector<uint64_t> numels = {1000, 0, 70001, 7};
   auto loader = PluginLoader::withSearchDirs({{TERSE_TEST_BUILD_PLUGIN_DIR, "build tree", true}});
   for (const double eta : {1.0, 0.5}) {
-    for (const Way& w : {Way{"topk", {{"ratio", "0.05"}}}, Way{"qsgd", {}}, Way{"fp16", {}}}) {
+    for (const Way& w : {Way{"topk", {{"ratio", "0.05"}}}, Way{"qsgd", {}}, Way{"randomk", {{"ratio", "0.05"}}}}) {
       SCOPED_TRACE(std::string(w.compressor) + " eta " + std::to_string(eta));
       const CodecOptions o{
           .error_feedback = true, .error_feedback_rule = ErrorFeedbackRule::kEf21, .ef21_momentum = eta};
@@ -442,14 +443,16 @@ TEST_F(EngineOnDevice, Ef21OnTheDeviceEqualsTheHostAndARefusalKeepsItsState) {
                     std::vector<float>(h.estimateSum().begin(), h.estimateSum().end()));
         }
       }
-      if (std::string(w.compressor) == "fp16") continue;  // its payload carries a NaN; top-k's and qsgd's refuse one
+      if (std::string(w.compressor) == "randomk") continue;  // top-k's and qsgd's own payloads refuse a NaN
       const std::vector<float> estimate = hostCopy(ef21(*deferred[2]).estimate());
       const std::vector<float> sum = hostCopy(ef21(*deferred[2]).estimateSum());
+      const std::vector<float> momentum = hostCopy(ef21(*deferred[2]).momentum());
       std::vector<std::vector<float>> bad = efGrads(numels, 3);
       bad[2][12345] = std::numeric_limits<float>::quiet_NaN();
       EXPECT_THROW(efStep(a, deferred, bad, 3), InvalidPayload);
       EXPECT_EQ(hostCopy(ef21(*deferred[2]).estimate()), estimate) << "a refused own payload moved the estimate";
       EXPECT_EQ(hostCopy(ef21(*deferred[2]).estimateSum()), sum) << "a refused step moved the sum";
+      EXPECT_EQ(hostCopy(ef21(*deferred[2]).momentum()), momentum) << "a refused step moved the momentum";
       EXPECT_NO_THROW(efStep(a, deferred, efGrads(numels, 4), 4));
     }
   }

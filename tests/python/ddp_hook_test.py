@@ -192,42 +192,53 @@ def variable_size(rank):
     # then the payloads through the communicator's padded scratch (torch.distributed's all_gather takes equal blocks).
     # The reference is the textbook rule in torch: with error feedback x = g + e, sent = x where |x| >= tau, e = x -
     # sent; the aggregate is (sent_0 + sent_1) / 2 -- exact sums of disjoint or two terms, so compared bit for bit.
+    # EF21 (error_feedback_rule="ef21", core/compress/ef21.h): x = g - h, h = h + sent, and the hook returns the mean
+    # of the estimates, (H + (sent_0 + sent_1)) / 2 with H their running sum, in the engine's order of additions.
     tau = 2.0
-    for error_feedback in (False, True):
+    for rule in (None, "ef", "ef21"):
+        error_feedback = rule is not None
         model = Exact(VARIABLE_SHAPES)
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.005)  # several buckets
-        state = terse.torch.CompressionState("threshold", tau=tau, error_feedback=error_feedback, module=model)
+        state = terse.torch.CompressionState("threshold", tau=tau, error_feedback=error_feedback,
+                                             error_feedback_rule=rule or "ef", module=model)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
         residual = [[torch.zeros(s) for s in VARIABLE_SHAPES] for _ in range(WORLD)]
+        estimates = [[torch.zeros(s) for s in VARIABLE_SHAPES] for _ in range(WORLD)]
+        total = [torch.zeros(s) for s in VARIABLE_SHAPES]
         sizes = set()
-        for step in range(3):
+        for step in range(4):
             model.zero_grad(set_to_none=True)
             ddp(variable_gradients(step, rank)).backward()
             sent = []
             for r in range(WORLD):
                 sent_r = []
                 for i, c in enumerate(variable_gradients(step, r)):
-                    x = c + residual[r][i] if error_feedback else c
+                    x = c - estimates[r][i] if rule == "ef21" else c + residual[r][i] if error_feedback else c
                     kept = torch.where(x.abs() >= tau, x, torch.zeros_like(x))
-                    if error_feedback:
+                    if rule == "ef":
                         residual[r][i] = x - kept
+                    elif rule == "ef21":
+                        estimates[r][i] = estimates[r][i] + kept
                     sent_r.append(kept)
                 sent.append(sent_r)
             for i, p in enumerate(model.ps):
                 want = (sent[0][i] + sent[1][i]) / WORLD
-                check(torch.equal(p.grad, want), "rank %d, error_feedback=%s, step %d, tensor %d %s: the hook's "
-                      "average differs from the reference by up to %g" % (rank, error_feedback, step, i,
-                                                                          tuple(p.shape), (p.grad - want).abs().max()))
+                if rule == "ef21":
+                    total[i] = total[i] + (sent[0][i] + sent[1][i])
+                    want = total[i] / WORLD
+                check(torch.equal(p.grad, want), "rank %d, error feedback %s, step %d, tensor %d %s: the hook's "
+                      "average differs from the reference by up to %g" % (rank, rule, step, i, tuple(p.shape),
+                                                                          (p.grad - want).abs().max()))
             # The payload bytes of this step, per bucket, as both ranks saw them: unequal, or the padded path idled.
             mine = sorted((k, b["last_step"]["payload"]) for k, b in state.buckets().items())
             both = [None] * WORLD
             dist.all_gather_object(both, mine)
             sizes.add(both[0] != both[1])
-        check(sizes == {True}, "rank %d, error_feedback=%s: the ranks' payloads had equal sizes in some step: the "
-              "unequal all-gather was not exercised" % (rank, error_feedback))
+        check(sizes == {True}, "rank %d, error feedback %s: the ranks' payloads had equal sizes in some step: the "
+              "unequal all-gather was not exercised" % (rank, rule))
         state.close()
-    print("rank %d variable_size: threshold with and without error feedback, unequal payloads, bit-identical to "
-          "the reference" % rank)
+    print("rank %d variable_size: threshold without error feedback, with EF and with EF21, unequal payloads, "
+          "bit-identical to the reference" % rank)
 
 
 # ---- payload bytes
@@ -1176,6 +1187,24 @@ def api(rank):
     expect_error(terse.InvalidArgument, "'momentum_correction' must be a number in [0, 1), got '0.9'",
                  lambda: State("none", momentum_correction="0.9"))
     expect_error(terse.InvalidArgument, "compressor must be a plugin name or path, got None", lambda: State(None))
+    # EF21's keywords: typed, with error feedback on, its momentum with it only, not beside DGC or a CUSTOM compressor.
+    check(State("topk", ratio=0.1, error_feedback=True, error_feedback_rule="ef21", ef21_momentum=0.1)
+          ._settings["error_feedback_rule"] == "ef21", "error_feedback_rule='ef21' was not kept")
+    expect_error(terse.InvalidArgument, "'error_feedback_rule' must be 'ef' or 'ef21', got 'EF21'",
+                 lambda: State("topk", error_feedback=True, error_feedback_rule="EF21"))
+    expect_error(terse.InvalidArgument, "error_feedback_rule='ef21' with error_feedback=False",
+                 lambda: State("topk", error_feedback_rule="ef21"))
+    for eta in (0, 1.5, True, "0.1"):
+        expect_error(terse.InvalidArgument, "'ef21_momentum' must be a number in (0, 1]",
+                     lambda: State("topk", error_feedback=True, error_feedback_rule="ef21", ef21_momentum=eta))
+    expect_error(terse.InvalidArgument, "ef21_momentum=0.5 with error_feedback_rule='ef': the momentum is EF21-SGDM's",
+                 lambda: State("topk", error_feedback=True, ef21_momentum=0.5))
+    expect_error(terse.InvalidArgument, "codec option 'momentum_correction' (0.9) cannot be combined with EF21",
+                 lambda: State("topk", error_feedback=True, error_feedback_rule="ef21", momentum_correction=0.9))
+    expect_error(terse.Unsupported, "compressor 'signsgd' has CUSTOM aggregation",
+                 lambda: State("signsgd", error_feedback=True, error_feedback_rule="ef21"))
+    expect_error(terse.Unsupported, "compressor 'fp16' sums in f16: use one that sums in f32",
+                 lambda: State("fp16", error_feedback=True, error_feedback_rule="ef21"))
     # The plugin's own validation, on the typed value's text.
     expect_error(terse.InvalidArgument, "topk: unknown parameter 'ration'", lambda: State("topk", ration=0.1))
     # Whether a multi-round compressor may chain on CUDA gradients: its later rounds' checks of prev stay on the device

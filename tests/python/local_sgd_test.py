@@ -322,6 +322,8 @@ def refusals(rank):
     for state_kw, local_kw, fragment in (
             ({"compressor": "signsgd"}, {}, "compressor 'signsgd' aggregates with its own reduce (CUSTOM"),
             ({"compressor": "topk", "ratio": 0.01, "momentum_correction": 0.9}, {}, "momentum_correction 0.9"),
+            ({"compressor": "topk", "ratio": 0.01, "error_feedback": True, "error_feedback_rule": "ef21"}, {},
+             "the state's error_feedback_rule 'ef21' keeps estimates of each rank's gradient"),
             ({"compressor": "topk", "ratio": 0.01, "error_feedback": True}, {"start_step": 5},
              "error feedback with start_step 5"),
             ({"compressor": "powersgd", "rank": 2}, {"start_step": 5}, "compressor 'powersgd' keeps state")):

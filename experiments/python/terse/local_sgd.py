@@ -168,6 +168,9 @@ class LocalSGD:
         need(state._settings["momentum_correction"] == 0,
              "the state's momentum_correction %s would run DGC's momentum over the averagings' deltas; use "
              "outer_momentum=, or error_feedback alone" % state._settings["momentum_correction"])
+        need(not (state._settings["error_feedback"] and state._settings["error_feedback_rule"] == "ef21"),
+             "the state's error_feedback_rule 'ef21' keeps estimates of each rank's gradient, and the averagings "
+             "compress parameter deltas; use error_feedback_rule='ef' (Qsparse-local-SGD)")
         if isinstance(start_step, numbers.Integral) and start_step > 0:
             need(not state._settings["error_feedback"],
                  "error feedback with start_step %d: the residual of the gradient steps would be added to the "

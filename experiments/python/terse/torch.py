@@ -345,7 +345,8 @@ def _group_of_its_own(module, process_group, timeout):
 
 
 # CompressionState's own keywords (every other keyword is the plugin's parameter): for a misspelt one's message.
-_STATE_KEYWORDS = ("error_feedback", "momentum_correction", "momentum_masking", "momentum_nesterov", "module",
+_STATE_KEYWORDS = ("error_feedback", "error_feedback_rule", "ef21_momentum", "momentum_correction", "momentum_masking",
+                   "momentum_nesterov", "module",
                    "granularity", "overlap", "process_group", "seed", "plugin_path", "params", "plugin_timeout",
                    "step_trace", "stream", "timeout")
 
@@ -356,7 +357,14 @@ class CompressionState:
     compressor           a terse compressor plugin: a name found on the plugin path (`terse plugins list`) or a path
     **plugin_params      the plugin's parameters as typed keywords (bool, int, float or str): ratio=0.01, rank=4
     params               the same as a dict, for a parameter whose name is one of the keywords below
-    error_feedback       terse's residual memory around the compressor
+    error_feedback       terse's error feedback around the compressor, by error_feedback_rule
+    error_feedback_rule  "ef" (default): the residual memory (Seide et al. 2014, Karimireddy et al. 2019); "ef21":
+                         EF21 (Richtarik et al. 2021): each rank keeps an estimate of its gradient and sends the
+                         compressed change to it, and the hook returns the mean of the estimates. Needs
+                         error_feedback=True; not with momentum_correction, terse.local_sgd or a CUSTOM compressor
+    ef21_momentum        EF21-SGDM's eta in (0, 1] (Fatkhullin et al. 2023): the estimates follow the moving average
+                         (1 - eta) v + eta g; 1 (default) is plain EF21. With error_feedback_rule="ef21" only; below
+                         1 it is the step's momentum, so the optimizer must then run without momentum of its own
     momentum_correction  DGC momentum factor in [0, 1) (0 = off); implies error feedback, and the optimizer must then
                          run without momentum of its own
     momentum_masking, momentum_nesterov   DGC's options (terse's momentum-correction decorator)
@@ -407,7 +415,7 @@ class CompressionState:
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
                  seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, stream=None,
-                 timeout=None, **plugin_params):
+                 timeout=None, error_feedback_rule="ef", ef21_momentum=1.0, **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
@@ -417,6 +425,17 @@ class CompressionState:
                  "'overlap' must be True, False, 'thread' or 'chain', got %r" % (overlap,))
         _require(isinstance(momentum_correction, numbers.Real) and not isinstance(momentum_correction, bool),
                  "'momentum_correction' must be a number in [0, 1), got %r" % (momentum_correction,))
+        _require(error_feedback_rule in ("ef", "ef21"),
+                 "'error_feedback_rule' must be 'ef' or 'ef21', got %r" % (error_feedback_rule,))
+        _require(isinstance(ef21_momentum, numbers.Real) and not isinstance(ef21_momentum, bool)
+                 and 0 < ef21_momentum <= 1,
+                 "'ef21_momentum' must be a number in (0, 1] (1 = plain EF21), got %r" % (ef21_momentum,))
+        _require(error_feedback_rule != "ef21" or error_feedback,
+                 "error_feedback_rule='ef21' with error_feedback=False: the rule says which error feedback "
+                 "error_feedback turns on; pass error_feedback=True")
+        _require(ef21_momentum == 1 or error_feedback_rule == "ef21",
+                 "ef21_momentum=%r with error_feedback_rule=%r: the momentum is EF21-SGDM's; pass "
+                 "error_feedback_rule='ef21' or leave ef21_momentum unset" % (ef21_momentum, error_feedback_rule))
         _require(isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and 0 <= seed < 2 ** 64,
                  "'seed' must be an integer in [0, 2^64), got %r" % (seed,))
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
@@ -452,7 +471,8 @@ class CompressionState:
                 compressor=str(compressor), params=merged, error_feedback=error_feedback,
                 momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
                 momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
-                granularity=granularity, group=process_group)
+                granularity=granularity, group=process_group, error_feedback_rule=error_feedback_rule,
+                ef21_momentum=float(ef21_momentum))
         except _terse.InvalidArgument as e:
             # A keyword that is neither the plugin's nor the state's reaches the plugin, which names only its own
             # parameters: a misspelt error_feedback= read as the plugin's fault. Say which keyword of the state's
@@ -488,7 +508,9 @@ class CompressionState:
         # differs by design between ranks is refused as any other: the plugin's payloads must agree.
         self._settings = {"compressor": "%s %s" % (plugin["name"], plugin["version"]),
                           "params": " ".join("%s=%s" % kv for kv in sorted(merged.items())),
-                          "error_feedback": error_feedback, "momentum_correction": float(momentum_correction) + 0.0,
+                          "error_feedback": error_feedback, "error_feedback_rule": error_feedback_rule,
+                          "ef21_momentum": float(ef21_momentum) + 0.0,
+                          "momentum_correction": float(momentum_correction) + 0.0,
                           "momentum_masking": momentum_masking, "momentum_nesterov": momentum_nesterov,
                           "granularity": granularity, "overlap": overlap, "step_trace": step_trace, "seed": int(seed)}
         self._agreed = False

@@ -98,6 +98,9 @@ class Spec:
         self.compressor = comp.get("name", "none")
         self.params = dict(comp.get("params", {}))
         self.error_feedback = bool(e.get("error_feedback", False))
+        # Unset: rule EF, and plain EF21's momentum (the loader leaves both unfilled).
+        self.error_feedback_rule = "ef21" if e.get("error_feedback_rule", "EF") == "EF21" else "ef"
+        self.ef21_momentum = float(e.get("ef21_momentum", 1.0))
         mc = e.get("momentum_correction", {})
         self.mc = float(mc.get("factor", 0.0))
         self.mc_masking = bool(mc.get("masking", True))
@@ -890,7 +893,8 @@ def train_rank(rank, world, spec, store_path):
         # The wrapper, when DDP finds unused parameters, tells the state so: it then issues its collectives on a group
         # of its own, apart from DDP's all_reduce of the used-parameter map (terse/torch.py, _group_of_its_own).
         state = terse.torch.CompressionState(
-            spec.compressor, params=spec.params, error_feedback=spec.error_feedback, momentum_correction=spec.mc,
+            spec.compressor, params=spec.params, error_feedback=spec.error_feedback,
+            error_feedback_rule=spec.error_feedback_rule, ef21_momentum=spec.ef21_momentum, momentum_correction=spec.mc,
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov,
             module=ddp if spec.find_unused else model, seed=spec.seed, plugin_path=spec.args.plugin_path,
             plugin_timeout=spec.plugin_timeout_s, step_trace=spec.step_trace)
