@@ -93,6 +93,9 @@ class TensorCodec {
   virtual void decodeOwn(uint64_t step, std::span<const std::byte> payload, void* out) {
     decode(step, payload, info().rank, out, false);
   }
+  // Whether aggregated() does anything (EF21): the pipeline then charges it a pass of its own, and calls it.
+  // Decorators forward; the default is false.
+  virtual bool keepsAggregateState() const { return false; }
   // Once a step, after the step's aggregate was decoded into `out` (the sum of every rank's decoded contribution,
   // before the pipeline divides it by the world size): a decorator that keeps state on the aggregate's side (EF21's
   // sum of the estimates, ef21.h) updates `out` and that state here. `verdicts`: the `count` words the step's deferred

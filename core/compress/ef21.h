@@ -71,6 +71,7 @@ class Ef21 final : public TensorCodec {
   // Commits the step: h and v take what encode staged, out += H, then H = out (the decoded sum of the step's
   // contributions becomes the sum of the estimates); nothing when a verdict word is raised (see the top).
   void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override;
+  bool keepsAggregateState() const override { return true; }
 
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);

@@ -38,12 +38,14 @@ struct CodecOptions {
 };
 
 // Throws InvalidArgument naming the option and its value, e.g. "codec option 'momentum_correction' must be in [0, 1),
-// got 1"; also for EF21 beside momentum correction, or ef21_momentum outside (0, 1] with EF21 on.
+// got 1"; also, with error_feedback_rule kEf21 (whether error_feedback is on or not), for momentum correction beside
+// it or an ef21_momentum outside (0, 1].
 void validateCodecOptions(const CodecOptions& options);
 
-// Validates the options before anything is built, then builds the chain (makePluginCodec, ErrorFeedback,
-// MomentumCorrection throw as documented there: Unsupported for a device the plugin lacks, or for error feedback on
-// non-f32). `stream`: a CUDA tensor's stream (codec.h, makePluginCodec); null for a host tensor.
+// Validates the options before anything is built, then builds the chain (makePluginCodec, ErrorFeedback, Ef21,
+// MomentumCorrection throw as documented there: Unsupported for a device the plugin lacks, for error feedback on
+// non-f32, or for EF21 around a CUSTOM compressor or a SUM one whose wire is not f32). `stream`: a CUDA tensor's stream
+// (codec.h, makePluginCodec); null for a host tensor.
 std::unique_ptr<TensorCodec> makeCodec(std::shared_ptr<const Compressor> compressor, const TensorInfo& tensor,
                                        uint64_t run_seed, const CodecOptions& options, void* stream = nullptr);
 

@@ -58,6 +58,7 @@ class MomentumCorrection final : public TensorCodec {
   void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
     inner_->decode(step, payload, source_rank, out, accumulate);
   }
+  bool keepsAggregateState() const override { return inner_->keepsAggregateState(); }
   void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override {
     inner_->aggregated(step, out, verdicts, count);
   }

@@ -197,8 +197,8 @@ void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::by
     } else {
       codec_->decode(step, aggregate, -1, out, false);
     }
-    codec_->aggregated(step, out, deferred ? verdict : nullptr, deferred ? 1 : 0);
   }
+  commitAggregate(step, out, defers_ && verdict != nullptr ? verdict : nullptr, 1);
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
@@ -225,11 +225,20 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
         codec_->decode(step, payload, i, out, true);
       }
     }
-    codec_->aggregated(step, out, deferred ? verdicts : nullptr, deferred ? static_cast<std::size_t>(world_) : 0);
   }
+  commitAggregate(step, out, defers_ && verdicts != nullptr ? verdicts : nullptr, static_cast<std::size_t>(world_));
   stats_.decode_s += seconds(decode_start, rt::now());
   average(out);
   ++stats_.steps;
+}
+
+void CompressionPipeline::commitAggregate(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) {
+  if (!codec_->keepsAggregateState()) return;
+  // EF21's commit: out += H, H = out, h and v copied from what encode staged (ef21.h): passes of their own, after the
+  // decode (an ALLGATHER decode is charged once a rank, and this runs once a step).
+  const auto numel = static_cast<double>(codec_->info().numel);
+  const rt::Kernel kernel({.kind = rt::CostKind::kAccumulate, .size = numel, .count = 2, .flops = 2 * numel});
+  codec_->aggregated(step, out, verdicts, verdicts != nullptr ? count : 0);
 }
 
 void CompressionPipeline::explainRefusal(uint64_t step, std::span<const std::byte> payload, int source_rank) {
@@ -243,9 +252,10 @@ void CompressionPipeline::explainOwnRefusal(uint64_t step) {
     const std::span<const std::byte> own = usable(payload_[0]).first(static_cast<std::size_t>(last_bytes_));
     redecode([&](void* scratch) { codec_->decodeOwn(step, own, scratch); }, "this rank's own", step);
   }
-  TERSE_THROW(InvalidPayload, where(*codec_) << "the compressor refused this rank's own payload of step " << step
-                                             << " when error feedback decoded it on the device (for the built-ins, a "
-                                                "non-finite gradient); the residual is as it was before the step");
+  TERSE_THROW(InvalidPayload,
+              where(*codec_) << "the compressor refused this rank's own payload of step " << step
+                             << " when error feedback decoded it on the device (for the built-ins, a "
+                                "non-finite gradient); the residual (EF21: the estimate) is as it was before the step");
 }
 
 void CompressionPipeline::explainPrevRefusal(uint64_t step) {

@@ -134,6 +134,9 @@ class CompressionPipeline {
   // out = 0 (the ALLGATHER path's accumulation start) and out /= world_size, in the tensor's memory.
   void zeroOut(void* out) const;
   void average(void* out) const;
+  // A codec with aggregate-side state (TensorCodec::keepsAggregateState, EF21) gets the step's decoded aggregate in
+  // `out`, with the decodes' verdict words (null where they checked themselves), charged as a pass of its own.
+  void commitAggregate(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count);
 
   std::unique_ptr<TensorCodec> codec_;
   // The compressor's caps and the codec's per-round sizes, viewed, not copied (the codec, owned above, keeps both): the

@@ -346,8 +346,10 @@ class CodecStep {
         codec_.decode(0, aggregate_, -1, out_.data(), false);
         break;
     }
-    codec_.aggregated(0, out_.data(), nullptr, 0);  // EF21's sum of the estimates; nothing for the other codecs
   }
+  // EF21's commit after the decode, as a step makes it once (CompressionPipeline::commitAggregate charges it apart):
+  // the state walk makes it, the timed decode does not.
+  void commit() { codec_.aggregated(0, out_.data(), nullptr, 0); }
 
  private:
   TensorCodec& codec_;
@@ -740,6 +742,7 @@ std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> g
     for (int r = 0; r < one.rounds(); ++r) one.encode(r, g);
     one.fold(static_cast<int>(codec.info().world_size));
     one.decode();
+    one.commit();
     sent.push_back(one.finalPayload().size());
   }
   return sent;

@@ -863,6 +863,52 @@ TEST(Engine, FusedGroupEqualsItsMembersRunAlone) {
   }
 }
 
+// EF21 through fused groups (a SUM run decoded from the concatenation, a variable ALLGATHER run with its size table,
+// an empty member): every member's outputs and estimates equal its run alone, bit for bit, over three steps. Two
+// ranks, as above, so the fused sums are bit-identical too. aggregated() called twice or not at all for a fused member
+// would part the two.
+TEST(Engine, Ef21FusedGroupEqualsItsMembersRunAlone) {
+  const int n = 2;
+  const std::vector<uint64_t> numels = {301, 0, 77, 1000};
+  auto loader = buildTreeLoader();
+  auto lossy = loader.loadCompressor("test_lossy")->instantiate({});
+  auto variable = std::make_shared<SparseFake>(false);
+  CodecOptions o;
+  o.error_feedback = true;
+  o.error_feedback_rule = ErrorFeedbackRule::kEf21;
+  o.ef21_momentum = 0.5;
+  std::array<std::vector<std::vector<float>>, 2> outs, estimates;  // [grouped][rank * members + m]
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    World world(n);
+    outs[grouped].assign(static_cast<std::size_t>(n) * numels.size(), {});
+    estimates[grouped].assign(static_cast<std::size_t>(n) * numels.size(), {});
+    world.runOk([&](int r, HostCommunicator& comm) {
+      std::vector<std::unique_ptr<CompressionPipeline>> pipes;
+      for (std::size_t m = 0; m < numels.size(); ++m)
+        pipes.push_back(std::make_unique<CompressionPipeline>(
+            makeCodec(m < 2 ? lossy : variable, tensorFor(numels[m], r, n, 100 + m), 1, o), comm));
+      AggregationEngine engine(comm);
+      for (uint64_t step = 0; step < 3; ++step) {
+        StepGroup g = stepGroup(pipes, numels, r, step);
+        if (grouped == 1) {
+          engine.run(step, g.members);
+        } else {
+          for (const GroupMember& m : g.members) engine.run(step, *m.pipeline, m.grad, m.out);
+        }
+        keepOutputs(outs[grouped], r, g.outputs);
+      }
+      for (std::size_t m = 0; m < numels.size(); ++m) {
+        const auto& h = dynamic_cast<const Ef21&>(pipes[m]->codec()).estimate();
+        estimates[grouped][static_cast<std::size_t>(r) * numels.size() + m].assign(h.begin(), h.end());
+      }
+    });
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) {
+    EXPECT_EQ(outs[0][i], outs[1][i]) << "rank*members+member " << i;
+    EXPECT_EQ(estimates[0][i], estimates[1][i]) << "rank*members+member " << i;
+  }
+}
+
 // sumInPlaceFrom (the DDP hook's setting): a SUM member whose body reaches the threshold leaves its fusion run and is
 // summed alone in place; the members around it still fuse. Two ranks: the sums are bit-identical to the fused run's,
 // and so are the payload bytes; the wire carries the same bodies in more frames (one 32-byte frame header each).

@@ -129,6 +129,17 @@ variants {
     compressor { name: "topk" params { key: "ratio" value: "0.01" } }
     error_feedback: true
   }
+}
+variants {
+  name: "gpt-topk-ef21"
+  overrides {
+    workload { pytorch { module: "models/tiny_gpt.py" max_steps_per_epoch: 3 } }
+    compressor { name: "topk" params { key: "ratio" value: "0.05" } }
+    error_feedback: true
+    error_feedback_rule: EF21
+    ef21_momentum: 0.5
+    optimizer { momentum: 0 }
+  }
 }"""))
     out = os.path.join(tmp, "results")
     elsewhere = tempfile.mkdtemp(dir=tmp)  # not the config's folder: the module is found from the config's
@@ -152,6 +163,11 @@ variants {
                                                                            resnet_dense))
     config = open(os.path.join(out, "pt", "resnet-topk", "config.textproto")).read()
     check('torchvision: "resnet18"' in config and 'name: "topk"' in config, "config.textproto:\n%s" % config)
+    # EF21 reaches the hook from the config, and the results' config says what the hook ran.
+    ef21_status, ef21 = folder(out, "pt", "gpt-topk-ef21")
+    check(ef21_status["state"] == "completed" and ef21[-1]["step"] == 3, "gpt-topk-ef21: %s %s" % (ef21_status, ef21))
+    config = open(os.path.join(out, "pt", "gpt-topk-ef21", "config.textproto")).read()
+    check("error_feedback_rule: EF21" in config and "ef21_momentum: 0.5" in config, "config.textproto:\n%s" % config)
     # The module's file is named by path in the config; its hash is in the provenance, so an edit shows.
     code = open(os.path.join(tmp, "models", "tiny_gpt.py"), "rb").read()
     hooks = {v: json.load(open(os.path.join(out, "pt", v, "provenance.json"))).get("hook", {})
