@@ -17,8 +17,10 @@ void validateCodecOptions(const CodecOptions& options) {
   if (options.error_feedback_rule != ErrorFeedbackRule::kEf21) return;
   const double eta = options.ef21_momentum;
   // The float check catches a value that rounds to 0, whose momentum would never move.
-  TERSE_CHECK(eta > 0.0 && eta <= 1.0 && static_cast<float>(eta) > 0.0f, InvalidArgument,
+  TERSE_CHECK(eta > 0.0 && eta <= 1.0, InvalidArgument,
               "codec option 'ef21_momentum' must be in (0, 1] (1 = plain EF21), got " << eta);
+  TERSE_CHECK(static_cast<float>(eta) > 0.0f, InvalidArgument,
+              "codec option 'ef21_momentum' " << eta << " rounds to 0 as a float: the momentum would never move");
   TERSE_CHECK(m == 0.0, InvalidArgument,
               "codec option 'momentum_correction' (" << m
                                                      << ") cannot be combined with EF21: DGC's velocity is error "

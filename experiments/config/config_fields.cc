@@ -1229,7 +1229,7 @@ void localSgd(Checks& c, const Experiment& e, const Ctx&) {
 // a step that decodes one on every rank, of gradients; its momentum belongs to it alone.
 void errorFeedback(Checks& c, const Experiment& e, const Ctx&) {
   const bool ef21 = e.error_feedback_rule() == Experiment::EF21;
-  if (e.has_ef21_momentum() && !ef21)
+  if (e.has_ef21_momentum() && e.ef21_momentum() != 1 && !ef21)
     c.fail("ef21_momentum") << " " << e.ef21_momentum() << " with error_feedback_rule "
                             << (e.has_error_feedback_rule()
                                     ? Experiment::ErrorFeedbackRule_Name(e.error_feedback_rule())
@@ -1258,7 +1258,8 @@ void errorFeedback(Checks& c, const Experiment& e, const Ctx&) {
     if (e.optimizer().momentum() > 0)
       c.fail("ef21_momentum") << " " << e.ef21_momentum() << " needs optimizer.momentum 0, got "
                               << e.optimizer().momentum()
-                              << ": EF21-SGDM's momentum is the step's momentum, and a second one compounds with it";
+                              << ": EF21-SGDM's momentum is the step's momentum, and a second one compounds with it; "
+                                 "set optimizer.momentum 0, or leave ef21_momentum unset (plain EF21)";
     if (adamKind(e))
       c.fail("ef21_momentum") << " " << e.ef21_momentum() << " with optimizer kind "
                               << Optimizer::Kind_Name(e.optimizer().kind())

@@ -32,6 +32,7 @@ Json rowJson(const CompareRow& r) {
          {"dir", r.dir.string()},
          {"compressor", r.compressor},
          {"error_feedback", r.error_feedback},
+         {"error_feedback_rule", r.error_feedback_rule},
          {"records", r.records},
          {"steps", r.steps},
          {"final_accuracy", number(r.final_accuracy)},

@@ -77,6 +77,9 @@ struct RunData {
   std::map<std::string, double> calibration;
   std::string compressor;  // the loaded compressor's name; empty when neither provenance nor config says
   bool error_feedback = false;
+  // With error feedback on: "EF", "EF21", or "EF21 eta=<ef21_momentum>" (EF21-SGDM), as `terse run --dry-run` labels
+  // them; empty otherwise (experiment.proto error_feedback_rule).
+  std::string error_feedback_rule;
   double momentum_correction = 0;
   bool async_mode = false;  // the config's mode is ASYNC, SSP or HOGWILD
   bool simulated = false;   // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)

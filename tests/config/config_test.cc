@@ -964,6 +964,7 @@ TEST_F(ConfigTest, Ef21Rules) {
             "ef21_momentum 0.5 with error_feedback_rule unset (EF): the momentum is EF21-SGDM's");
   expectOne(topk + "error_feedback: true\nerror_feedback_rule: EF\nef21_momentum: 0.5\n",
             "ef21_momentum 0.5 with error_feedback_rule EF: the momentum is EF21-SGDM's");
+  load(topk + "error_feedback: true\nef21_momentum: 1\n");  // the default's value is no momentum: accepted
   for (const char* eta : {"0", "1.5", "-0.1", "nan"}) expectOne(ef21 + "ef21_momentum: " + eta + "\n", "ef21_momentum");
   expectOne(ef21 + "ef21_momentum: 1e-50\n", "ef21_momentum 1e-50 rounds to 0 as a float");
   for (const char* mode : {"SSP\nstaleness_bound: 2", "HOGWILD"}) {

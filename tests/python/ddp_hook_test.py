@@ -1199,6 +1199,8 @@ def api(rank):
                      lambda: State("topk", error_feedback=True, error_feedback_rule="ef21", ef21_momentum=eta))
     expect_error(terse.InvalidArgument, "ef21_momentum=0.5 with error_feedback_rule='ef': the momentum is EF21-SGDM's",
                  lambda: State("topk", error_feedback=True, ef21_momentum=0.5))
+    expect_error(terse.InvalidArgument, "codec option 'ef21_momentum' 1e-300 rounds to 0 as a float",
+                 lambda: State("topk", error_feedback=True, error_feedback_rule="ef21", ef21_momentum=1e-300))
     expect_error(terse.InvalidArgument, "codec option 'momentum_correction' (0.9) cannot be combined with EF21",
                  lambda: State("topk", error_feedback=True, error_feedback_rule="ef21", momentum_correction=0.9))
     expect_error(terse.Unsupported, "compressor 'signsgd' has CUSTOM aggregation",

@@ -85,6 +85,38 @@ TEST_F(KnownStudy, ReadsEveryVariantBack) {
   }
 }
 
+// Error feedback's rule, from each run's config: EF, EF21 and EF21-SGDM's eta tell apart runs whose compressor and
+// error_feedback flag are the same (rows, JSON, CSV); DGC's momentum correction alone is EF's; none is empty.
+TEST(CompareRows, ErrorFeedbacksRuleComesFromTheConfig) {
+  const fs::path root = freshDir("error_feedback_rule");
+  std::vector<RunSpec> specs = {{"s", "dense", "none", false, {{10, 0.9, 100, 1}}},
+                                {"s", "topk-ef", "topk", true, {{10, 0.85, 10, 1}}},
+                                {"s", "topk-ef21", "topk", true, {{10, 0.84, 10, 1}}},
+                                {"s", "topk-sgdm", "topk", true, {{10, 0.83, 10, 1}}},
+                                {"s", "topk-dgc", "topk", false, {{10, 0.86, 10, 1}}}};
+  specs[2].config_extra = "error_feedback_rule: EF21\n";
+  specs[3].config_extra = "error_feedback_rule: EF21\nef21_momentum: 0.1\n";
+  specs[4].config_extra = "momentum_correction { factor: 0.9 }\n";
+  for (const auto& s : specs) writeRun(root, s);
+  std::vector<std::string> warnings;
+  const Comparison c = compare(loadRuns({root}, warnings), {}, warnings);
+  ASSERT_EQ(c.studies.size(), 1u);
+  const StudyTable& t = c.studies[0];
+  EXPECT_EQ(row(t, "dense").error_feedback_rule, "");
+  EXPECT_EQ(row(t, "topk-ef").error_feedback_rule, "EF");
+  EXPECT_EQ(row(t, "topk-ef21").error_feedback_rule, "EF21");
+  EXPECT_EQ(row(t, "topk-sgdm").error_feedback_rule, "EF21 eta=0.1");
+  EXPECT_EQ(row(t, "topk-dgc").error_feedback_rule, "EF");
+  const std::string csv = toCsv(c);
+  EXPECT_NE(csv.find(",EF21 eta=0.1\n"), std::string::npos) << csv;
+  const auto json = parseJson(toJson(c, warnings));
+  ASSERT_TRUE(json);
+  std::set<std::string> rules;
+  for (const Json& r : json->at("studies").at(0).at("rows"))
+    rules.insert(getString(r, "error_feedback_rule").value_or("?"));
+  EXPECT_EQ(rules, (std::set<std::string>{"", "EF", "EF21", "EF21 eta=0.1"}));
+}
+
 TEST_F(KnownStudy, KnownAnswers) {
   const Comparison c = compare(runs_, {}, warnings_);
   ASSERT_EQ(c.studies.size(), 1u);
@@ -273,8 +305,9 @@ TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
   EXPECT_NE(md.find("| topk | not reached | not reached | not reached | not reached |", pivot), std::string::npos);
   EXPECT_NE(md.find("| dense | 0.5000 | 0.5000 | 0.5000 | 0.5000 |", pivot), std::string::npos) << md;
   const std::string csv = toCsv(c);
-  EXPECT_NE(csv.find(",grid_point,pull_residual_rel\n"), std::string::npos);
-  EXPECT_NE(csv.find(",workers=32;data.batch_size=256,\n"), std::string::npos) << csv;  // pull residual: none
+  EXPECT_NE(csv.find(",grid_point,pull_residual_rel,error_feedback_rule\n"), std::string::npos);
+  // Pull residual and error feedback's rule: none.
+  EXPECT_NE(csv.find(",workers=32;data.batch_size=256,,\n"), std::string::npos) << csv;
   const auto json = parseJson(toJson(c, w));
   ASSERT_TRUE(json);
   const Json& point = json->at("studies").at(0).at("grid_point");

@@ -40,6 +40,7 @@ struct RunSpec {
   std::string variant;
   std::string compressor = "none";
   bool error_feedback = false;
+  std::string config_extra;  // more config lines, written as they are (e.g. "error_feedback_rule: EF21\n")
   std::vector<Point> points;
   std::string state = "completed";  // completed, failed, running
   std::string error;
@@ -72,6 +73,7 @@ inline std::string configText(const RunSpec& s) {
     << (s.global_batch.empty() ? "" : "\n  global_batch_size: " + s.global_batch)
     << "\n}\nworkers: 4\nmode: SYNC\ncompressor {\n  name: \"" << s.compressor
     << "\"\n}\nerror_feedback: " << (s.error_feedback ? "true" : "false") << "\nepochs: 3\nseed: " << s.seed << "\n";
+  o << s.config_extra;
   if (!s.seeds.empty()) o << "seeds: " << s.seeds << "\n";
   if (s.simulated) o << "clock: SIMULATED\n";
   if (!s.grid_variant.empty()) {

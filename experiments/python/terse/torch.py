@@ -365,6 +365,7 @@ class CompressionState:
     ef21_momentum        EF21-SGDM's eta in (0, 1] (Fatkhullin et al. 2023): the estimates follow the moving average
                          (1 - eta) v + eta g; 1 (default) is plain EF21. With error_feedback_rule="ef21" only; below
                          1 it is the step's momentum, so the optimizer must then run without momentum of its own
+                         (the state cannot see the optimizer: this is not checked here, as `terse run` checks it)
     momentum_correction  DGC momentum factor in [0, 1) (0 = off); implies error feedback, and the optimizer must then
                          run without momentum of its own
     momentum_masking, momentum_nesterov   DGC's options (terse's momentum-correction decorator)
