@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "core/compress/tensor_buffer.h"
 #include "core/plugin/compressor.h"
@@ -117,6 +118,107 @@ class TensorCodec {
   uint64_t reduce(uint64_t step, std::span<const std::byte> a, std::span<const std::byte> b, std::span<std::byte> out) {
     return reduce(step, caps().num_rounds - 1, a, b, out);
   }
+};
+
+// A decorator's base (docs/STYLE.md 8): owns the inner codec and forwards every call a decorator leaves alone, so
+// that error feedback, EF21 and momentum correction each write only what they change: what they hand the inner codec
+// to compress (encodeDeferred, which each must define) and, for state on the aggregate's side, aggregated. decodeOwn
+// is not forwarded: a decorator's own decode is the inner decode of the payload (TensorCodec's default), and the
+// decorators call their inner codec's decodeOwn themselves.
+class CodecDecorator : public TensorCodec {
+ public:
+  const CompressorCaps& caps() const override { return inner_->caps(); }
+  const TensorInfo& info() const override { return inner_->info(); }
+  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
+  Placement placement() const override { return inner_->placement(); }
+  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                  std::span<std::byte> out) override {
+    return encodeDeferred(step, round, grad, prev, out, {});
+  }
+  uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
+                          std::span<std::byte> out, EncodeWords words) override = 0;
+  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
+    inner_->decode(step, payload, source_rank, out, accumulate);
+  }
+  bool defersVerdicts() const override { return inner_->defersVerdicts(); }
+  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
+                      uint32_t* verdict) override {
+    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
+  }
+  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
+  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
+    inner_->recheckPrev(step, round, prev);
+  }
+  bool keepsAggregateState() const override { return inner_->keepsAggregateState(); }
+  void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override {
+    inner_->aggregated(step, out, verdicts, count);
+  }
+  using TensorCodec::reduce;
+  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
+                  std::span<std::byte> out) override {
+    return inner_->reduce(step, round, a, b, out);
+  }
+
+ protected:
+  // Throws InvalidArgument "<who>: inner codec is null" for a null `inner`.
+  CodecDecorator(std::unique_ptr<TensorCodec> inner, const char* who);
+  TensorCodec& inner() const noexcept { return *inner_; }
+
+  // The encode of a decorator that fixes an input in round 0 of a step and has the inner codec encode it in every
+  // round (error feedback, EF21). Checks the round: InvalidArgument, `where` leading the message, for one outside the
+  // inner codec's rounds or out of order (round 0 may restart a step at any time; round r > 0 must follow round r - 1
+  // of the same step, or it would encode a stale or missing input). Calls stage() in round 0, then has the inner codec
+  // encode `input` into `out` (words.prev to its last round's check of prev: TensorCodec::encodeDeferred). After the
+  // last round it decodes this rank's own payload into `decoded` -- trusted, so the plugin may skip its validation
+  // (on a device, a synchronization); on a device with a caller that reads it, the check is left in words.own instead
+  // of waited for -- and calls finish(gate), gate being words.own where the check went there, else null: a state
+  // update on the device skips itself when the gate is raised. Returns the payload's size.
+  template <class Stage, class Finish>
+  uint64_t encodeStaged(const std::string& where, uint64_t step, int round, const float* input,
+                        std::span<const std::byte> prev, std::span<std::byte> out, EncodeWords words, float* decoded,
+                        Stage&& stage, Finish&& finish) {
+    const int rounds = inner_->caps().num_rounds;
+    checkRound(where, step, round, rounds);
+    if (round == 0) {
+      stage();
+      step_ = step;
+    }
+    // A prev refused through words.prev leaves the payload undefined; the plugin's decode of it below then refuses
+    // (terse/device_verdict_v1.h), so no state moves.
+    const uint64_t bytes = words.prev != nullptr
+                               ? inner_->encodeDeferred(step, round, input, prev, out, EncodeWords{.prev = words.prev})
+                               : inner_->encode(step, round, input, prev, out);
+    checkWritten(where, bytes, out.size());
+    next_round_ = round + 1;
+    if (round == rounds - 1) {
+      // For a multi-round compressor the plugin's workspace still holds the earlier rounds' aggregates, which the
+      // last round's payload is decoded against.
+      const std::span<const std::byte> own = out.first(static_cast<std::size_t>(bytes));
+      const bool deferred = placement().device && words.own != nullptr && inner_->defersVerdicts();
+      if (deferred) {
+        inner_->decodeOwnDeferred(step, own, decoded, words.own);
+      } else {
+        inner_->decodeOwn(step, own, decoded);
+      }
+      finish(deferred ? static_cast<const uint32_t*>(words.own) : nullptr);
+      next_round_ = 0;  // only round 0 (a new step) may come next
+    }
+    return bytes;
+  }
+  // Forgets any step in progress: the next encode must be a round 0.
+  void resetRounds() noexcept {
+    step_ = 0;
+    next_round_ = 0;
+  }
+
+ private:
+  void checkRound(const std::string& where, uint64_t step, int round, int rounds) const;
+  static void checkWritten(const std::string& where, uint64_t bytes, std::size_t capacity);
+
+  std::unique_ptr<TensorCodec> inner_;
+  // encodeStaged's step in progress, so that a round out of order is an error rather than a silently wrong state.
+  uint64_t step_ = 0;
+  int next_round_ = 0;
 };
 
 // The codec that calls a plugin instance directly, owning this tensor's workspace and state (in the tensor's memory).

@@ -44,16 +44,16 @@ void advanceSum(float* __restrict out, float* __restrict sum, std::size_t n) {
 
 }  // namespace
 
-Ef21::Ef21(std::unique_ptr<TensorCodec> inner, double eta) : inner_(std::move(inner)), eta_(static_cast<float>(eta)) {
-  TERSE_CHECK(inner_ != nullptr, InvalidArgument, "EF21: inner codec is null");
-  const TensorInfo& t = inner_->info();
+Ef21::Ef21(std::unique_ptr<TensorCodec> inner, double eta)
+    : CodecDecorator(std::move(inner), "EF21"), eta_(static_cast<float>(eta)) {
+  const TensorInfo& t = info();
   // Written so that NaN fails too; the float check catches a value that rounds to 0.
   TERSE_CHECK(eta > 0.0 && eta <= 1.0 && eta_ > 0.0f, InvalidArgument,
               where(t) << "momentum eta must be in (0, 1] (1 = plain EF21), got " << eta);
   TERSE_CHECK(t.dtype == DType::kF32, Unsupported,
               where(t) << "EF21 supports f32 gradients only, got " << dtypeName(t.dtype)
                        << " (16-bit estimates would drift from the sum every rank keeps)");
-  const CompressorCaps& caps = inner_->caps();
+  const CompressorCaps& caps = this->caps();
   TERSE_CHECK(caps.aggregation != Aggregation::kCustom, Unsupported,
               where(t) << "EF21 needs an aggregate that is the sum of what the ranks sent (SUM or ALLGATHER "
                           "aggregation); this compressor's is CUSTOM (e.g. a majority vote)");
@@ -61,7 +61,7 @@ Ef21::Ef21(std::unique_ptr<TensorCodec> inner, double eta) : inner_(std::move(in
               where(t) << "EF21 keeps the sum of the estimates from the aggregate, where what a sum on the wire rounds "
                           "away stays for good; this compressor sums in "
                        << dtypeName(caps.wire_dtype) << ": use one that sums in f32, or error feedback's rule EF");
-  placement_ = inner_->placement();
+  placement_ = placement();
   n_ = static_cast<std::size_t>(t.numel);
   estimate_ = TensorBuffer(n_ * sizeof(float), placement_);
   sum_ = TensorBuffer(n_ * sizeof(float), placement_);
@@ -77,16 +77,14 @@ Ef21::Ef21(std::unique_ptr<TensorCodec> inner, double eta) : inner_(std::move(in
 
 uint64_t Ef21::encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                               std::span<std::byte> out, EncodeWords words) {
-  const int rounds = inner_->caps().num_rounds;
-  TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
-              where(info()) << "encode: round must be in [0, " << rounds << "), got " << round);
   const std::size_t n = n_;
   const bool momentum = eta_ < 1.0f;
   auto* h = estimate_.as<float>();
   auto* input = input_.as<float>();
   auto* v = momentum_.as<float>();
   auto* v_t = staged_.as<float>();
-  if (round == 0) {
+  auto* transmitted = transmitted_.as<float>();
+  const auto stage = [&] {
     TERSE_CHECK(grad != nullptr || n == 0, InvalidArgument,
                 where(info()) << "encode: gradient is null for " << n << " elements");
     const auto* g = static_cast<const float*>(grad);
@@ -100,42 +98,18 @@ uint64_t Ef21::encodeDeferred(uint64_t step, int round, const void* grad, std::s
     } else {
       stagePlain(g, h, input, n);
     }
-    step_ = step;
-    next_round_ = 0;
     own_word_ = nullptr;
-  } else {
-    // The input was fixed in round 0 of this step; a round out of order would encode a stale or missing one.
-    TERSE_CHECK(round == next_round_ && step == step_, InvalidArgument,
-                where(info()) << "encode: round " << round << " of step " << step << " must follow round " << round - 1
-                              << " of the same step; expected round " << next_round_ << " of step " << step_);
-  }
-
-  const uint64_t bytes = words.prev != nullptr
-                             ? inner_->encodeDeferred(step, round, input, prev, out, EncodeWords{.prev = words.prev})
-                             : inner_->encode(step, round, input, prev, out);
-  TERSE_CHECK(bytes <= out.size(), InternalError,
-              where(info()) << "inner codec reported " << bytes << " B written into a " << out.size() << " B span");
-  next_round_ = round + 1;
-  if (round == rounds - 1) {
-    // D(C(v_t - h_t)), as error feedback decodes its own payload (error_feedback.cc): trusted, and on a device with a
-    // caller that reads it, checked through words.own, which gates the commit on the device.
-    const std::span<const std::byte> own = out.first(static_cast<std::size_t>(bytes));
-    auto* transmitted = transmitted_.as<float>();
-    const bool deferred = placement_.device && words.own != nullptr && inner_->defersVerdicts();
-    if (deferred) {
-      inner_->decodeOwnDeferred(step, own, transmitted, words.own);
-    } else {
-      inner_->decodeOwn(step, own, transmitted);
-    }
+  };
+  // h + D(C(v_t - h_t)), staged for aggregated() to commit; the own decode's gate goes with it.
+  const auto finish = [&](const uint32_t* gate) {
     if (placement_.device) {
       device_kernels::ef21StageNext(h, transmitted, next_.as<float>(), n, placement_.stream);
     } else {
       stageNext(h, transmitted, next_.as<float>(), n);
     }
-    own_word_ = deferred ? words.own : nullptr;
-    next_round_ = 0;
-  }
-  return bytes;
+    own_word_ = gate;
+  };
+  return encodeStaged(where(info()), step, round, input, prev, out, words, transmitted, stage, finish);
 }
 
 void Ef21::aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) {
@@ -172,8 +146,7 @@ void Ef21::reset() {
   next_.zero();
   primed_.zero();
   own_word_ = nullptr;
-  step_ = 0;
-  next_round_ = 0;
+  resetRounds();
 }
 
 }  // namespace terse

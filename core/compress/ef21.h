@@ -46,50 +46,23 @@
 
 namespace terse {
 
-class Ef21 final : public TensorCodec {
+class Ef21 final : public CodecDecorator {
  public:
   // eta: EF21-SGDM's momentum in (0, 1], 1 for plain EF21. Throws InvalidArgument for a null inner codec or an eta
   // outside (0, 1] (naming it), Unsupported for a non-f32 tensor, a CUSTOM-aggregation compressor or a SUM one whose
   // wire dtype is not f32.
   explicit Ef21(std::unique_ptr<TensorCodec> inner, double eta = 1.0);
 
-  const CompressorCaps& caps() const override { return inner_->caps(); }
-  const TensorInfo& info() const override { return inner_->info(); }
-  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
-  Placement placement() const override { return inner_->placement(); }
-
   // Round 0 stages v_t and the input v_t - h_t; every round encodes that input; the last round stages
-  // h + D(C(v_t - h_t)) for aggregated() to commit. Throws InvalidArgument for a round out of order.
-  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                  std::span<std::byte> out) override {
-    return encodeDeferred(step, round, grad, prev, out, {});
-  }
-  // The same; on a device with a plugin that defers its verdicts, the own decode leaves its check in words.own, which
-  // aggregated() reads on the device before it commits anything.
+  // h + D(C(v_t - h_t)) for aggregated() to commit. Throws InvalidArgument for a round out of order. On a device with
+  // a plugin that defers its verdicts, the own decode leaves its check in words.own, which aggregated() reads on the
+  // device before it commits anything.
   uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                           std::span<std::byte> out, EncodeWords words) override;
   // Commits the step: h and v take what encode staged, out += H, then H = out (the decoded sum of the step's
   // contributions becomes the sum of the estimates); nothing when a verdict word is raised (see the top).
   void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override;
   bool keepsAggregateState() const override { return true; }
-
-  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
-    inner_->decode(step, payload, source_rank, out, accumulate);
-  }
-  bool defersVerdicts() const override { return inner_->defersVerdicts(); }
-  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
-  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
-    inner_->recheckPrev(step, round, prev);
-  }
-  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
-                      uint32_t* verdict) override {
-    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
-  }
-  using TensorCodec::reduce;
-  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
-                  std::span<std::byte> out) override {
-    return inner_->reduce(step, round, a, b, out);
-  }
 
   // h: this rank's estimate after the last completed step (numel floats, in the tensor's memory).
   std::span<const float> estimate() const { return floats(estimate_); }
@@ -106,7 +79,6 @@ class Ef21 final : public TensorCodec {
  private:
   static std::span<const float> floats(const TensorBuffer& b) { return {b.as<const float>(), b.count<float>()}; }
 
-  std::unique_ptr<TensorCodec> inner_;
   float eta_;
   Placement placement_;
   std::size_t n_ = 0;
@@ -121,8 +93,6 @@ class Ef21 final : public TensorCodec {
   // a first gradient (EF21-SGDM: v_1 = g_1). EF21-SGDM only.
   TensorBuffer primed_;
   const uint32_t* own_word_ = nullptr;  // the last encode's deferred own-decode verdict (device), or null
-  uint64_t step_ = 0;
-  int next_round_ = 0;
 };
 
 }  // namespace terse

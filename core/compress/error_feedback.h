@@ -37,48 +37,17 @@
 
 namespace terse {
 
-class ErrorFeedback final : public TensorCodec {
+class ErrorFeedback final : public CodecDecorator {
  public:
   // Throws InvalidArgument for a null inner codec, Unsupported for a non-f32 tensor.
   explicit ErrorFeedback(std::unique_ptr<TensorCodec> inner);
 
-  const CompressorCaps& caps() const override { return inner_->caps(); }
-  const TensorInfo& info() const override { return inner_->info(); }
-  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
-  Placement placement() const override { return inner_->placement(); }
-
   // Round 0 computes p = grad + e; every round encodes p (grad is read in round 0 only); after the last round the
-  // residual becomes p - D(C(p)). Throws InvalidArgument for a round out of order.
-  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                  std::span<std::byte> out) override {
-    return encodeDeferred(step, round, grad, prev, out, {});
-  }
-  // The same; on a device with a plugin that defers its verdicts, D(C(p)) leaves its check in words.own and the
-  // residual update reads it there, so nothing is waited for, and words.prev goes to the inner codec's last round
-  // (TensorCodec::encodeDeferred).
+  // residual becomes p - D(C(p)). Throws InvalidArgument for a round out of order. On a device with a plugin that
+  // defers its verdicts, D(C(p)) leaves its check in words.own and the residual update reads it there, so nothing is
+  // waited for, and words.prev goes to the inner codec's last round (TensorCodec::encodeDeferred).
   uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                           std::span<std::byte> out, EncodeWords words) override;
-  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
-    inner_->decode(step, payload, source_rank, out, accumulate);
-  }
-  bool keepsAggregateState() const override { return inner_->keepsAggregateState(); }
-  void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override {
-    inner_->aggregated(step, out, verdicts, count);
-  }
-  bool defersVerdicts() const override { return inner_->defersVerdicts(); }
-  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
-  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
-    inner_->recheckPrev(step, round, prev);
-  }
-  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
-                      uint32_t* verdict) override {
-    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
-  }
-  using TensorCodec::reduce;
-  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
-                  std::span<std::byte> out) override {
-    return inner_->reduce(step, round, a, b, out);
-  }
 
   // e: what has not been transmitted yet (numel floats, in the tensor's memory).
   std::span<const float> residual() const { return floats(residual_); }
@@ -91,15 +60,11 @@ class ErrorFeedback final : public TensorCodec {
  private:
   static std::span<const float> floats(const TensorBuffer& b) { return {b.as<const float>(), b.count<float>()}; }
 
-  std::unique_ptr<TensorCodec> inner_;
   Placement placement_;
   std::size_t n_ = 0;
   TensorBuffer residual_;     // e_t, persistent
   TensorBuffer corrected_;    // p_t, fixed from round 0 to the last round of one step
   TensorBuffer transmitted_;  // D(C(p_t)) of the last completed step
-  // Where the current step stands, so that a round out of order is an error rather than a silently wrong residual.
-  uint64_t step_ = 0;
-  int next_round_ = 0;
 };
 
 }  // namespace terse

@@ -41,13 +41,16 @@ void commit(const float* __restrict u_t, float* __restrict u, std::size_t n) {
 
 MomentumCorrection::MomentumCorrection(std::unique_ptr<ErrorFeedback> inner, double momentum, bool masking,
                                        bool nesterov)
-    : inner_(std::move(inner)), m_(static_cast<float>(momentum)), masking_(masking), nesterov_(nesterov) {
-  TERSE_CHECK(inner_ != nullptr, InvalidArgument, "momentum correction: inner error feedback is null");
+    : CodecDecorator(std::move(inner), "momentum correction"),
+      ef_(static_cast<ErrorFeedback*>(&this->inner())),
+      m_(static_cast<float>(momentum)),
+      masking_(masking),
+      nesterov_(nesterov) {
   // The float check catches values like 0.99999999 that round to 1.0f, where the momentum would never decay.
   TERSE_CHECK(momentum >= 0.0 && momentum < 1.0 && m_ < 1.0f, InvalidArgument,
-              where(inner_->info()) << "momentum must be in [0, 1), got " << momentum);
-  placement_ = inner_->placement();
-  n_ = static_cast<std::size_t>(inner_->info().numel);
+              where(info()) << "momentum must be in [0, 1), got " << momentum);
+  placement_ = ef_->placement();
+  n_ = static_cast<std::size_t>(ef_->info().numel);
   momentum_ = TensorBuffer(n_ * sizeof(float), placement_);
   staged_ = TensorBuffer(n_ * sizeof(float), placement_);
   if (nesterov_) input_ = TensorBuffer(n_ * sizeof(float), placement_);
@@ -73,9 +76,9 @@ uint64_t MomentumCorrection::encodeDeferred(uint64_t step, int round, const void
   }
   // The inner error feedback checks the round order and accumulates v_t = v_{t-1} + input in round 0.
   const float* input = nesterov_ ? nesterov_input : u_t;
-  const uint64_t bytes = inner_->encodeDeferred(step, round, input, prev, out, words);
-  if (round == inner_->caps().num_rounds - 1) {
-    const float* transmitted = inner_->transmitted().data();
+  const uint64_t bytes = ef_->encodeDeferred(step, round, input, prev, out, words);
+  if (round == ef_->caps().num_rounds - 1) {
+    const float* transmitted = ef_->transmitted().data();
     if (placement_.device) {
       // The word is zero unless the inner own decode left a refusal there (it is zeroed by the caller).
       device_kernels::dgcCommit(u_t, transmitted, masking_, u, n, placement_.stream, words.own);
@@ -89,7 +92,7 @@ uint64_t MomentumCorrection::encodeDeferred(uint64_t step, int round, const void
 }
 
 void MomentumCorrection::reset() {
-  inner_->reset();
+  ef_->reset();
   momentum_.zero();
   staged_.zero();
   input_.zero();

@@ -35,52 +35,22 @@
 
 namespace terse {
 
-class MomentumCorrection final : public TensorCodec {
+class MomentumCorrection final : public CodecDecorator {
  public:
   // momentum m in [0, 1) (InvalidArgument otherwise, naming the value); masking: momentum factor masking on/off.
   MomentumCorrection(std::unique_ptr<ErrorFeedback> inner, double momentum, bool masking = true, bool nesterov = false);
 
-  const CompressorCaps& caps() const override { return inner_->caps(); }
-  const TensorInfo& info() const override { return inner_->info(); }
-  std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
-  Placement placement() const override { return inner_->placement(); }
-
   // Round 0 stages u_t from grad and feeds the accumulation input (u_t, or u_t + g_t for Nesterov) to the inner error
-  // feedback in every round; after the last round u <- u_t, masked by what was transmitted.
-  uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
-                  std::span<std::byte> out) override {
-    return encodeDeferred(step, round, grad, prev, out, {});
-  }
-  // The same, the inner error feedback's own decode deferred (ErrorFeedback::encodeDeferred) and the momentum's update
-  // skipped on the device when its word is raised.
+  // feedback in every round; after the last round u <- u_t, masked by what was transmitted. The inner error
+  // feedback's own decode is deferred as ErrorFeedback::encodeDeferred defers it, and the momentum's update skipped
+  // on the device when its word is raised.
   uint64_t encodeDeferred(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                           std::span<std::byte> out, EncodeWords words) override;
-  void decode(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate) override {
-    inner_->decode(step, payload, source_rank, out, accumulate);
-  }
-  bool keepsAggregateState() const override { return inner_->keepsAggregateState(); }
-  void aggregated(uint64_t step, void* out, const uint32_t* verdicts, std::size_t count) override {
-    inner_->aggregated(step, out, verdicts, count);
-  }
-  bool defersVerdicts() const override { return inner_->defersVerdicts(); }
-  bool defersPrevVerdicts() const override { return inner_->defersPrevVerdicts(); }
-  void recheckPrev(uint64_t step, int round, std::span<const std::byte> prev) override {
-    inner_->recheckPrev(step, round, prev);
-  }
-  void decodeDeferred(uint64_t step, std::span<const std::byte> payload, int source_rank, void* out, bool accumulate,
-                      uint32_t* verdict) override {
-    inner_->decodeDeferred(step, payload, source_rank, out, accumulate, verdict);
-  }
-  using TensorCodec::reduce;
-  uint64_t reduce(uint64_t step, int round, std::span<const std::byte> a, std::span<const std::byte> b,
-                  std::span<std::byte> out) override {
-    return inner_->reduce(step, round, a, b, out);
-  }
 
   // u: the (masked) momentum after the last completed step (numel floats, in the tensor's memory).
   std::span<const float> momentum() const { return {momentum_.as<const float>(), n_}; }
   // The inner error feedback: its residual() is DGC's v after the sent coordinates were removed.
-  const ErrorFeedback& errorFeedback() const { return *inner_; }
+  const ErrorFeedback& errorFeedback() const { return *ef_; }
   float momentumFactor() const { return m_; }
   bool masking() const { return masking_; }
   bool nesterov() const { return nesterov_; }
@@ -88,7 +58,7 @@ class MomentumCorrection final : public TensorCodec {
   void reset();
 
  private:
-  std::unique_ptr<ErrorFeedback> inner_;
+  ErrorFeedback* ef_;  // the inner codec, as its type
   float m_;
   bool masking_;
   bool nesterov_;

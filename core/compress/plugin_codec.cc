@@ -108,6 +108,23 @@ PluginCodec::PluginCodec(std::shared_ptr<const Compressor> compressor, const Ten
   info_.seed = codecSeed(run_seed, caps_.shared_seed, info_.rank);
 }
 
+CodecDecorator::CodecDecorator(std::unique_ptr<TensorCodec> inner, const char* who) : inner_(std::move(inner)) {
+  TERSE_CHECK(inner_ != nullptr, InvalidArgument, who << ": inner codec is null");
+}
+
+void CodecDecorator::checkRound(const std::string& where, uint64_t step, int round, int rounds) const {
+  TERSE_CHECK(round >= 0 && round < rounds, InvalidArgument,
+              where << "encode: round must be in [0, " << rounds << "), got " << round);
+  TERSE_CHECK(round == 0 || (round == next_round_ && step == step_), InvalidArgument,
+              where << "encode: round " << round << " of step " << step << " must follow round " << round - 1
+                    << " of the same step; expected round " << next_round_ << " of step " << step_);
+}
+
+void CodecDecorator::checkWritten(const std::string& where, uint64_t bytes, std::size_t capacity) {
+  TERSE_CHECK(bytes <= capacity, InternalError,
+              where << "inner codec reported " << bytes << " B written into a " << capacity << " B span");
+}
+
 const CompressorSizes& TensorCodec::sizes(int round) const {
   const std::span<const CompressorSizes> all = roundSizes();
   TERSE_CHECK(round >= 0 && static_cast<std::size_t>(round) < all.size(), InvalidArgument,
