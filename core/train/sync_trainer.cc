@@ -119,6 +119,14 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                                      << (device ? "computes on a CUDA device" : "has row-sparse tensors"));
     TERSE_CHECK(std::isfinite(local.qsr_alpha) && local.qsr_alpha >= 0, InvalidArgument,
                 "local SGD: qsr_alpha must be finite and >= 0, got " << local.qsr_alpha);
+    // EF21's sum of the estimates follows gradients (core/compress/ef21.h); the averagings compress parameter deltas.
+    // The config refuses the pair (rule `error-feedback`); this is for a caller that builds the trainer itself.
+    for (std::size_t t = 0; t < params.size(); ++t)
+      TERSE_CHECK(!groups_->pipeline(t).codec().keepsAggregateState(), InvalidArgument,
+                  "local SGD (period " << local.period << ") with EF21 (tensor " << t
+                                       << "): EF21's estimates follow each rank's gradient, and the averagings "
+                                          "compress parameter deltas; use error feedback's rule EF "
+                                          "(Qsparse-local-SGD)");
     updater_.setOuterOptimizer(local.outer_lr, local.outer_momentum, local.outer_nesterov);
     schedule_ = LocalSgdSchedule(local.period, local.start_step, local.qsr_alpha, totalSteps(),
                                  [this](int64_t step) { return learningRate(lr_, step); });

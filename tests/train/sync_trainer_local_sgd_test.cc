@@ -525,6 +525,19 @@ TEST(LocalSgd, RefusesNegativeSchedules) {
   outer = plainSgd(2);
   outer.local_sgd.outer_nesterov = true;
   refused(outer, "local SGD's outer_nesterov needs outer_momentum > 0");
+  // EF21 keeps estimates of gradients, and local SGD compresses deltas (the config's rule `error-feedback` too).
+  auto topk = loader().loadCompressor("topk")->instantiate({{"ratio", "0.5"}});
+  CodecOptions ef21;
+  ef21.error_feedback = true;
+  ef21.error_feedback_rule = ErrorFeedbackRule::kEf21;
+  try {
+    SyncTrainer t(w, comm, pipelinesOf(comm, topk, ef21), plainSgd(2), scheduler());
+    ADD_FAILURE() << "accepted: local SGD with EF21";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("local SGD (period 2) with EF21 (tensor 0)"), std::string::npos) << e.what();
+  }
+  // Synchronous SGD with EF21 is built.
+  SyncTrainer synchronous(w, comm, pipelinesOf(comm, topk, ef21), plainSgd(0), scheduler());
 }
 
 // A step trace of local SGD (what `terse whatif` replays): a synchronous step as ever (its tensors ready at their
