@@ -216,16 +216,7 @@ int runCommand(const std::vector<std::string>& args) {
           vm.count("out") ? std::filesystem::path(vm["out"].as<std::string>()) : std::filesystem::path(e.output_dir());
       std::string compressor = e.compressor().name();
       for (const auto& [key, value] : e.compressor().params()) compressor += " " + key + "=" + value;
-      if (e.error_feedback() && e.error_feedback_rule() == experiments::Experiment::EF21) {
-        compressor += " +EF21";
-        if (e.has_ef21_momentum() && e.ef21_momentum() != 1) {
-          std::ostringstream eta;
-          eta << e.ef21_momentum();
-          compressor += " eta=" + eta.str();
-        }
-      } else if (e.error_feedback()) {
-        compressor += " +EF";
-      }
+      if (e.error_feedback()) compressor += " +" + experiments::errorFeedbackRuleLabel(e);
       const std::string folder = (root / e.study() / experiments::resultsSubfolder(e)).string();
       // What changes how a mode communicates or what each worker sees, so that variants that differ there show it.
       std::string mode = experiments::Experiment::Mode_Name(e.mode());

@@ -221,6 +221,10 @@ sim::TwoLevelTopology topology(const Experiment& experiment);
 // size).
 comm::HostCommOptions hostCommOptions(const Experiment& experiment);
 CodecOptions codecOptions(const Experiment& experiment);
+// Which error feedback `error_feedback` turns on, as runs are labelled (`terse run --dry-run`, `terse compare`'s
+// error_feedback_rule): "EF", "EF21", or "EF21 eta=<ef21_momentum>" for EF21-SGDM. Whether it is on is the caller's
+// to ask.
+std::string errorFeedbackRuleLabel(const Experiment& experiment);
 Params pluginParams(const PluginSpec& spec);  // sorted by key, so the plugin sees the same order every run
 
 }  // namespace terse::experiments

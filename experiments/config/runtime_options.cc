@@ -1,6 +1,8 @@
 // The runtime's options from a resolved experiment (config.h): emulated links, the simulated topology, collectives
 // and codec options, plugin parameters. The config was validated before; the checks here guard direct callers.
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "experiments/config/config.h"
 #include "experiments/config/config_checks.h"
@@ -73,6 +75,15 @@ CodecOptions codecOptions(const Experiment& experiment) {
   options.momentum_masking = experiment.momentum_correction().masking();
   options.momentum_nesterov = experiment.momentum_correction().nesterov();
   return options;
+}
+
+std::string errorFeedbackRuleLabel(const Experiment& experiment) {
+  if (experiment.error_feedback_rule() != Experiment::EF21) return "EF";
+  // Unfilled by the loader: unset is plain EF21's 1.
+  if (!experiment.has_ef21_momentum() || experiment.ef21_momentum() == 1) return "EF21";
+  std::ostringstream eta;
+  eta << experiment.ef21_momentum();
+  return "EF21 eta=" + eta.str();
 }
 
 Params pluginParams(const PluginSpec& spec) {

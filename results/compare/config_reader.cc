@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -134,16 +133,7 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   }
   if (config.compressor().has_name()) run.compressor = config.compressor().name();
   if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
-  run.error_feedback_rule.clear();
-  if (run.error_feedback) {
-    run.error_feedback_rule = config.error_feedback_rule() == experiments::Experiment::EF21 ? "EF21" : "EF";
-    if (config.error_feedback_rule() == experiments::Experiment::EF21 && config.has_ef21_momentum() &&
-        config.ef21_momentum() != 1) {
-      std::ostringstream eta;
-      eta << config.ef21_momentum();
-      run.error_feedback_rule += " eta=" + eta.str();
-    }
-  }
+  run.error_feedback_rule = run.error_feedback ? experiments::errorFeedbackRuleLabel(config) : "";
   // provenance.json, read after, says the same of a finished run; a run in progress has none yet.
   run.simulated = config.clock() == experiments::Experiment::SIMULATED;
   run.async_mode = config.mode() == experiments::Experiment::ASYNC || config.mode() == experiments::Experiment::SSP ||
