@@ -58,10 +58,11 @@ struct Cost {
   double count = 1;  // repetitions of the kernel on `size` (payloads decoded, folds, passes)
   double flops = 0;  // the FLOP model's count for the whole region
   int dtype = 0;     // kSum: the summed dtype (terse::DType's value; 0: f32)
-  int codec = 0;     // kCompress, kDecompress: kRunCodec (the run's compressor) or kPullCodec (a parameter server's)
+  int codec = 0;     // kCompress, kDecompress: kRunCodec (the run's compressor), kPullCodec or kDenseCodec
 };
 inline constexpr int kRunCodec = 0;
-inline constexpr int kPullCodec = 1;  // the parameter server's pull compressor (param_server_shard.h)
+inline constexpr int kPullCodec = 1;   // the parameter server's pull compressor (param_server_shard.h)
+inline constexpr int kDenseCodec = 2;  // the dense warm-up's (core/train/sync_trainer.h, "Dense warm-up")
 
 class MutexImpl {
  public:

@@ -140,8 +140,11 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
   const auto numel = static_cast<double>(codec_->info().numel);
   uint64_t bytes = 0;
   {
-    const rt::Kernel kernel(
-        {.kind = rt::CostKind::kCompress, .layer = round, .size = numel, .flops = kCodecFlopsPerElement * numel});
+    const rt::Kernel kernel({.kind = rt::CostKind::kCompress,
+                             .layer = round,
+                             .size = numel,
+                             .flops = kCodecFlopsPerElement * numel,
+                             .codec = cost_codec_});
     if (!defers_) words.own = nullptr;
     // The last round's only: an earlier round's prev would be overwritten before the step's end (SUM alternates two
     // buffers), so a refusal read then could not be explained.
@@ -190,7 +193,10 @@ void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::by
   const auto decode_start = rt::now();
   const auto numel = static_cast<double>(codec_->info().numel);
   {
-    const rt::Kernel kernel({.kind = rt::CostKind::kDecompress, .size = numel, .flops = kCodecFlopsPerElement * numel});
+    const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
+                             .size = numel,
+                             .flops = kCodecFlopsPerElement * numel,
+                             .codec = cost_codec_});
     const bool deferred = defers_ && verdict != nullptr;
     if (deferred) {
       codec_->decodeDeferred(step, aggregate, -1, out, false, verdict);
@@ -214,7 +220,8 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
     const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
                              .size = numel,
                              .count = static_cast<double>(world_),
-                             .flops = kCodecFlopsPerElement * numel * world_});
+                             .flops = kCodecFlopsPerElement * numel * world_,
+                             .codec = cost_codec_});
     zeroOut(out);
     const bool deferred = defers_ && verdicts != nullptr;
     for (int i = 0; i < world_; ++i) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/common/runtime.h"
 #include "core/compress/codec.h"
 #include "core/compress/tensor_buffer.h"
 
@@ -121,6 +122,10 @@ class CompressionPipeline {
   [[noreturn]] void explainPrevRefusal(uint64_t step);
   // Wire bytes of a collective attributed to this pipeline.
   void addWire(const comm::WireBytes& w) { stats_.wire += w; }
+  // Which codec a simulation charges this pipeline's compress and decompress as (rt::Cost::codec): the run's
+  // compressor (rt::kRunCodec, the default) or the dense warm-up's (rt::kDenseCodec; sync_trainer.h), each calibrated
+  // under its own keys.
+  void chargeAs(int codec) noexcept { cost_codec_ = codec; }
 
   TensorCodec& codec() noexcept { return *codec_; }
   const TensorCodec& codec() const noexcept { return *codec_; }
@@ -145,6 +150,7 @@ class CompressionPipeline {
   std::span<const CompressorSizes> sizes_;
   int world_ = 1;
   uint64_t tensor_ = 0;
+  int cost_codec_ = rt::kRunCodec;
   bool defers_ = false;       // codec_->defersVerdicts(), asked once
   bool defers_prev_ = false;  // codec_->defersPrevVerdicts() for a SUM of several rounds, asked once
   uint64_t last_bytes_ = 0;   // the last encode's payload size (explainOwnRefusal)

@@ -43,6 +43,14 @@ GroupScheduler::GroupScheduler(Workload& workload, comm::Communicator& comm, Pip
               "the trainer needs a scheduler (fifo, the default, sends whole tensors in ready order)");
   TERSE_CHECK(options.max_groups_in_flight >= 1, InvalidArgument,
               "max_groups_in_flight must be >= 1, got " << options.max_groups_in_flight);
+  TERSE_CHECK(options.compression_start_step >= 0, InvalidArgument,
+              "compression_start_step must be >= 0, got " << options.compression_start_step);
+  if (options.compression_start_step > 0) {
+    TERSE_CHECK(
+        options.dense != nullptr, InvalidArgument,
+        "compression_start_step " << options.compression_start_step << " needs the dense warm-up's pipeline factory");
+    dense_.emplace(workload, comm, options.dense);
+  }
 }
 
 void GroupScheduler::start() {
@@ -131,7 +139,7 @@ CommCounters GroupScheduler::counters() const {
 }
 
 uint64_t GroupScheduler::payloadBytes() const {
-  return pipelines_.payloadBytes() + sparse_.payloadBytes();
+  return pipelines_.payloadBytes() + (dense_ ? dense_->payloadBytes() : 0) + sparse_.payloadBytes();
 }
 
 bool GroupScheduler::anyRowSparse() const {
@@ -185,7 +193,7 @@ void GroupScheduler::admit(const Ready& r) {
   if (p.shape.size() >= 2 && p.shape.front() > 0) t.row_numel = p.rowLength();
   std::vector<Chunk> chunks = scheduler_->partition(t);
   // Schedulers see compressed sizes: the compressor's two-phase sizing of each chunk's own pipeline.
-  for (Chunk& c : chunks) c.wire_bytes = pipelines_.chunk(c).maxPayloadBytes();
+  for (Chunk& c : chunks) c.wire_bytes = pipelinesAt(static_cast<int64_t>(r.step)).chunk(c).maxPayloadBytes();
   scheduler_->enqueue(chunks);
   books_.expect(r.tensor, chunks.size());
   if (books_.admitted()) scheduler_->markAllEnqueued();
@@ -208,7 +216,7 @@ std::unique_ptr<GroupScheduler::GroupJob> GroupScheduler::prepareGroup(const std
     const auto t = static_cast<std::size_t>(c.tensor_id);
     // A device workload's gradient is on the device, where its pipelines (on the communicator's stream) read it.
     float* grad = (device_ ? params[t].device_grad : params[t].grad.data()) + c.offset;
-    CompressionPipeline& pipe = pipelines_.chunk(c);
+    CompressionPipeline& pipe = pipelinesAt(books_.step()).chunk(c);
     job->members.push_back(GroupMember{&pipe, grad, grad});
     issued.chunks.emplace_back(c.tensor_id, c.chunk_index);
     issued.wire_bytes += c.wire_bytes;

@@ -21,6 +21,7 @@
 #include <deque>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -82,13 +83,17 @@ struct GroupSchedulerOptions {
   bool sparse_rows = false;
   TraceRecorder* trace = nullptr;
   StepTraceRecorder* step_trace = nullptr;
+  // SyncTrainerOptions' dense warm-up: steps before compression_start_step take `dense`'s pipelines.
+  int64_t compression_start_step = 0;
+  PipelineFactory dense;
 };
 
 class GroupScheduler {
  public:
   // Builds one pipeline per parameter tensor through `pipelines` (tensor id i for params()[i]), a row-sparse
   // aggregator per row-sparse tensor (sparse_rows) and the lanes. Throws InvalidArgument for a null scheduler or
-  // factory, a factory that returns a pipeline of the wrong tensor, size or rank, a row-sparse tensor of a device
+  // factory (or options.dense with a compression_start_step > 0), a factory that returns a pipeline of the wrong
+  // tensor, size or rank, a row-sparse tensor of a device
   // workload, max_groups_in_flight < 1 or > 1 on a communicator without channels; what the factory throws. start()
   // starts the threads: the owner finishes its own checks first. `sink` must outlive this.
   GroupScheduler(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
@@ -183,6 +188,11 @@ class GroupScheduler {
   const bool device_;  // the workload computes on a CUDA device: gradients and pipelines live there
   std::unique_ptr<Scheduler> scheduler_;
   PipelineSet pipelines_;
+  std::optional<PipelineSet> dense_;  // the dense warm-up's (options_.compression_start_step > 0)
+  // The pipelines of `step`'s gradients: the dense warm-up's before compression_start_step, else the compressor's.
+  PipelineSet& pipelinesAt(int64_t step) {
+    return dense_ && step < options_.compression_start_step ? *dense_ : pipelines_;
+  }
   RowSparseTensors sparse_;   // the tensors aggregated as rows, outside the groups
   AggregationEngine engine_;  // groups run on the communication thread
   LanePool<GroupJob> lanes_;  // empty with max_groups_in_flight 1

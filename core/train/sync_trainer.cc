@@ -69,12 +69,15 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                            << (device ? "CUDA device " + std::to_string(workload.device()) : "the host") << " but the '"
                            << comm.backend() << "' communicator works on " << (comm.deviceMemory() ? "device" : "host")
                            << " memory (a GPU workload needs the NCCL transport, a host one a host transport)");
-  groups_ = std::make_unique<GroupScheduler>(workload, comm, std::move(pipelines), std::move(scheduler),
-                                             GroupSchedulerOptions{.max_groups_in_flight = options.max_groups_in_flight,
-                                                                   .sparse_rows = options.sparse_rows,
-                                                                   .trace = options.trace,
-                                                                   .step_trace = options.step_trace},
-                                             updater_);
+  groups_ =
+      std::make_unique<GroupScheduler>(workload, comm, std::move(pipelines), std::move(scheduler),
+                                       GroupSchedulerOptions{.max_groups_in_flight = options.max_groups_in_flight,
+                                                             .sparse_rows = options.sparse_rows,
+                                                             .trace = options.trace,
+                                                             .step_trace = options.step_trace,
+                                                             .compression_start_step = options.compression_start_step,
+                                                             .dense = options.dense_pipelines},
+                                       updater_);
   TERSE_CHECK(options.accumulation_steps >= 1, InvalidArgument,
               "gradient_accumulation_steps must be >= 1, got " << options.accumulation_steps);
   TERSE_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0, InvalidArgument,
@@ -117,6 +120,11 @@ SyncTrainer::SyncTrainer(Workload& workload, comm::Communicator& comm, PipelineF
                 "local SGD (period " << local.period << ") runs host workloads with dense tensors; workload '"
                                      << workload.name() << "' "
                                      << (device ? "computes on a CUDA device" : "has row-sparse tensors"));
+    // Local SGD's own gradient phase is start_step; a dense warm-up would also decide how its deltas are averaged.
+    TERSE_CHECK(options.compression_start_step == 0, InvalidArgument,
+                "local SGD (period " << local.period << ") with compression_start_step "
+                                     << options.compression_start_step
+                                     << ": local SGD's gradient steps before its start_step are its warm-up");
     TERSE_CHECK(std::isfinite(local.qsr_alpha) && local.qsr_alpha >= 0, InvalidArgument,
                 "local SGD: qsr_alpha must be finite and >= 0, got " << local.qsr_alpha);
     // EF21's sum of the estimates follows gradients (core/compress/ef21.h); the averagings compress parameter deltas.

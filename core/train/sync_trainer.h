@@ -105,6 +105,15 @@
 // update folded into its last segment) and an averaging step's groups carry the deltas, ready when that segment ends,
 // with the averaged updates after them: `terse whatif` replays the schedule as recorded.
 //
+// Dense warm-up (SyncTrainerOptions::compression_start_step; torch's PowerSGD hook's start_powerSGD_iter). A lossy
+// compressor hurts most in the first steps, where the gradients are large and change fast (Lin et al. ICLR 2018 warm
+// DGC up; Vogels et al. 2019 and torch run plain allreduce first). The steps before compression_start_step aggregate
+// through a second set of pipelines, the caller's uncompressed ones; every later step through the compressor's. The
+// switch is at a step boundary, where no group is in flight (a step's tensors are admitted only once the step before
+// is applied), so every rank switches between the same two groups. The compressor's pipelines have seen no gradient
+// before then: error feedback's residual, EF21's estimates and PowerSGD's warm start begin at the switch, as they do
+// in torch's hook. The bytes and codec time of both sets count.
+//
 // Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
 // plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication
 // thread stops running groups, and step() / drain() / a waiting layer gate rethrow the first error -- also a step()
@@ -202,6 +211,12 @@ struct SyncTrainerOptions {
   // Periodic model averaging instead of a gradient exchange every step (off by default). Host workloads, dense
   // tensors; a step trace records it ("Local SGD" above).
   LocalSgdOptions local_sgd;
+  // > 0: a dense warm-up ("Dense warm-up" above). Steps before this one run their gradients through the pipelines of
+  // `dense_pipelines` (the caller's uncompressed codec: terse's runner gives compressor `none` without decorators)
+  // instead of those of the trainer's factory, which take over at this step with their state fresh. Not with local
+  // SGD. 0: every step compresses.
+  int64_t compression_start_step = 0;
+  PipelineFactory dense_pipelines;
 };
 
 // Before step `step`'s compute, shared by the sync and async trainers: the straggler's delay, slowdown x the step's

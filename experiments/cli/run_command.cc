@@ -217,6 +217,7 @@ int runCommand(const std::vector<std::string>& args) {
       std::string compressor = e.compressor().name();
       for (const auto& [key, value] : e.compressor().params()) compressor += " " + key + "=" + value;
       if (e.error_feedback()) compressor += " +" + experiments::errorFeedbackRuleLabel(e);
+      if (e.compression_start_step() > 0) compressor += " from step " + std::to_string(e.compression_start_step());
       const std::string folder = (root / e.study() / experiments::resultsSubfolder(e)).string();
       // What changes how a mode communicates or what each worker sees, so that variants that differ there show it.
       std::string mode = experiments::Experiment::Mode_Name(e.mode());

@@ -164,6 +164,12 @@ constexpr Field kExperiment[] = {
      .rule = finite(above(0, 1)),
      .doc = "EF21-SGDM's eta: the estimates follow v = (1 - eta) v + eta g; 1 = plain EF21. With EF21 only.",
      .if_set = true},
+    {.name = "compression_start_step",
+     .def = unfilled("0"),
+     .rule = between(0, limits::kCompressionStartStep),
+     .doc = "Steps allreduced uncompressed (compressor none) before the compressor and its error feedback take over "
+            "(rule `compression-start`).",
+     .if_set = true},
     {.name = "max_groups_in_flight",
      .def = unfilled("1"),
      .rule = between(1, 64),
@@ -1272,6 +1278,27 @@ void errorFeedback(Checks& c, const Experiment& e, const Ctx&) {
                                      "ef21_momentum for EF21-SGDM's momentum, or rule EF";
 }
 
+// The dense warm-up switches codecs at a step (sync_trainer.h, "Dense warm-up"): it needs a step that every rank
+// aggregates at once, of gradients, and a compressor that carries no momentum of its own.
+void compressionStart(Checks& c, const Experiment& e, const Ctx&) {
+  const int64_t start = e.compression_start_step();
+  if (start == 0) return;
+  if (e.mode() != Experiment::SYNC)
+    c.fail("compression_start_step") << " " << start << " in mode " << Experiment::Mode_Name(e.mode())
+                                     << ": the switch to the compressor is a step every rank aggregates at once, "
+                                        "which only mode SYNC has; use mode SYNC or leave compression_start_step 0";
+  if (e.local_sgd().period() > 0)
+    c.fail("compression_start_step") << " " << start << " with local_sgd.period " << e.local_sgd().period()
+                                     << ": local SGD's gradient steps before local_sgd.start_step are its warm-up; "
+                                        "set that instead";
+  if (e.momentum_correction().factor() > 0)
+    c.fail("compression_start_step")
+        << " " << start << " with momentum_correction.factor " << e.momentum_correction().factor()
+        << ": DGC's momentum lives in the compressor's decorator, which the dense steps do not run, and "
+           "optimizer.momentum must be 0 beside it, so they would have no momentum at all; use optimizer.momentum "
+           "with error_feedback, or leave compression_start_step 0";
+}
+
 void momentumCorrection(Checks& c, const Experiment& e, const Ctx&) {
   try {
     // EF21's options, which validateCodecOptions checks too, have rule `error-feedback` and their own fields.
@@ -1380,6 +1407,8 @@ constexpr CrossRule kRules[] = {
      "EF21 without error_feedback, outside mode SYNC, with local SGD, momentum correction or a compressor with "
      "CUSTOM aggregation (rule `plugins`); ef21_momentum without EF21, or below 1 with optimizer.momentum or ADAM",
      &errorFeedback},
+    {"compression-start", "compression_start_step, mode, local_sgd.period, momentum_correction.factor",
+     "compression_start_step outside mode SYNC, with local SGD or with momentum correction", &compressionStart},
     {"hogwild", "transport, compressor.name, error_feedback, optimizer.momentum, mode",
      "mode HOGWILD with a transport but INPROC, a compressor, error feedback or momentum", &hogwild},
     {"trace-sync-only", "trace, mode", "trace in modes ASYNC, SSP, HOGWILD", &traceSyncOnly},

@@ -212,7 +212,8 @@ PYBIND11_MODULE(_terse, m) {
       .def(py::init([](const std::string& compressor, const std::map<std::string, std::string>& params,
                        bool error_feedback, double momentum_correction, bool momentum_masking, bool momentum_nesterov,
                        uint64_t seed, const std::vector<std::string>& plugin_path, const std::string& granularity,
-                       py::object group, const std::string& error_feedback_rule, double ef21_momentum) {
+                       py::object group, const std::string& error_feedback_rule, double ef21_momentum,
+                       uint64_t compression_start_step) {
              AggregatorOptions o;
              o.compressor = compressor;
              o.params.assign(params.begin(), params.end());  // std::map: sorted by key, as the runner passes them
@@ -231,12 +232,13 @@ PYBIND11_MODULE(_terse, m) {
              TERSE_CHECK(granularity == "tensor" || granularity == "bucket", InvalidArgument,
                          "terse.torch: granularity must be 'tensor' or 'bucket', got '" << granularity << "'");
              o.granularity = granularity == "tensor" ? Granularity::kTensor : Granularity::kBucket;
+             o.compression_start_step = compression_start_step;
              return std::make_unique<DdpAggregator>(std::move(o), std::move(group));
            }),
            py::arg("compressor"), py::arg("params"), py::arg("error_feedback"), py::arg("momentum_correction"),
            py::arg("momentum_masking"), py::arg("momentum_nesterov"), py::arg("seed"), py::arg("plugin_path"),
            py::arg("granularity"), py::arg("group"), py::arg("error_feedback_rule") = "ef",
-           py::arg("ef21_momentum") = 1.0)
+           py::arg("ef21_momentum") = 1.0, py::arg("compression_start_step") = 0)
       .def(
           "aggregate",
           [](DdpAggregator& a, int index, uintptr_t data, uint64_t numel, const std::string& dtype,
@@ -313,6 +315,7 @@ PYBIND11_MODULE(_terse, m) {
           py::keep_alive<1, 2>())
       .def("add_exposed", &DdpAggregator::addExposed, py::arg("seconds"))
       .def_property_readonly("step", &DdpAggregator::step)
+      .def_property_readonly("warming_up", &DdpAggregator::warmingUp)
       .def_property_readonly("rank", [](DdpAggregator& a) { return a.communicator().rank(); })
       .def_property_readonly("world_size", [](DdpAggregator& a) { return a.communicator().size(); })
       .def_property_readonly(
@@ -512,6 +515,12 @@ PYBIND11_MODULE(_terse, m) {
                                                              localSgdSchedule(r, steps_per_epoch, total_steps, world));
           },
           py::arg("steps_per_epoch"), py::arg("total_steps"), py::arg("world_size"))
+      .def(
+          "compression_start_warning",
+          [](Recipe& r, int64_t total_steps) {
+            return runner::detail::compressionStartWarning(r.experiment(), total_steps);
+          },
+          py::arg("total_steps"))
       // The step counts after which the native run's local SGD schedule averages (local_sgd_schedule.h), the forced
       // averagings at the evaluation points and the last step aside: what terse.torch.LocalSGD must do alike.
       .def("local_sgd_schedule", &localSgdEnds, py::arg("steps_per_epoch"), py::arg("total_steps"),

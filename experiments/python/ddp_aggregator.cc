@@ -53,6 +53,10 @@ DdpAggregator::DdpAggregator(AggregatorOptions options, py::object group)
   validateCodecOptions(options_.codec);
   plugin_ = loader_.loadCompressor(options_.compressor);
   instance_ = plugin_->instantiate(options_.params);
+  if (options_.compression_start_step > 0) {
+    dense_plugin_ = loader_.loadCompressor("none");
+    dense_instance_ = dense_plugin_->instantiate({});
+  }
   // What Ef21's constructor would refuse at the first bucket (core/compress/ef21.h), refused before any.
   if (options_.codec.error_feedback && options_.codec.error_feedback_rule == ErrorFeedbackRule::kEf21) {
     const CompressorCaps& caps = instance_->caps(DType::kF32);
@@ -78,7 +82,9 @@ bool DdpAggregator::inPlace() const noexcept {
   // Error feedback and momentum correction keep a residual per tensor, which needs the codec. Host and device alike:
   // on the device the collective is the one the plugin path's payloads go through (torch.distributed on a view of
   // device memory, ordered after the bound stream's work) and the division is averageSummed's kernel on that stream.
-  return identity_ && !options_.codec.error_feedback && options_.codec.momentum_correction == 0 && trace_ == nullptr;
+  // The dense warm-up's steps are summed as an identity compressor's are: no codec runs in them.
+  return (warmingUp() || (identity_ && !options_.codec.error_feedback && options_.codec.momentum_correction == 0)) &&
+         trace_ == nullptr;
 }
 
 void DdpAggregator::checkBucket(int bucket_index, uintptr_t data, uint64_t numel) {
@@ -157,8 +163,10 @@ void DdpAggregator::bindCuda(int device, uintptr_t stream) {
 
 CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<int64_t>& shape, DType dtype,
                                                 bool rebind) {
-  auto it = pipelines_.find(id);
-  if (it != pipelines_.end()) {
+  const bool dense = warmingUp();
+  std::map<uint64_t, Bound>& pipelines = dense ? dense_pipelines_ : pipelines_;
+  auto it = pipelines.find(id);
+  if (it != pipelines.end()) {
     if (it->second.shape == shape && it->second.dtype == dtype) return *it->second.pipeline;
     TERSE_CHECK(rebind, InvalidArgument,
                 "terse.torch: tensor " << id << " was bound as " << dtypeName(it->second.dtype) << " "
@@ -184,7 +192,7 @@ CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<i
                                                  << " steps, not DDP's own rebuild (once, after its first step): new "
                                                     "pipeline, its error-feedback residual starts at zero");
     }
-    pipelines_.erase(it);
+    pipelines.erase(it);
   }
   train::ParamTensor p;
   p.shape = shape;
@@ -195,11 +203,12 @@ CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<i
     info.device = TERSE_DEVICE_CUDA;
     info.device_index = device_;
   }
-  Bound b{std::make_unique<CompressionPipeline>(makeCodec(instance_, info, options_.seed, options_.codec,
-                                                          placement_.device ? placement_.stream : nullptr),
-                                                *comm_),
+  Bound b{std::make_unique<CompressionPipeline>(
+              makeCodec(dense ? dense_instance_ : instance_, info, options_.seed,
+                        dense ? CodecOptions{} : options_.codec, placement_.device ? placement_.stream : nullptr),
+              *comm_),
           shape, dtype};
-  return *pipelines_.emplace(id, std::move(b)).first->second.pipeline;
+  return *pipelines.emplace(id, std::move(b)).first->second.pipeline;
 }
 
 void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, DType dtype,
@@ -503,13 +512,15 @@ ByteCounts DdpAggregator::totals() const {
 
 double DdpAggregator::encodeSeconds() const {
   double s = 0;
-  for (const auto& [id, b] : pipelines_) s += b.pipeline->stats().encode_s;
+  for (const auto* set : {&pipelines_, &dense_pipelines_})
+    for (const auto& [id, b] : *set) s += b.pipeline->stats().encode_s;
   return s;
 }
 
 double DdpAggregator::decodeSeconds() const {
   double s = 0;
-  for (const auto& [id, b] : pipelines_) s += b.pipeline->stats().decode_s;
+  for (const auto* set : {&pipelines_, &dense_pipelines_})
+    for (const auto& [id, b] : *set) s += b.pipeline->stats().decode_s;
   return s + in_place_s_;
 }
 

@@ -48,6 +48,13 @@
 // plugin path's (the fused bodies are the bucket's elements in the same order, summed by the same collective); its
 // bytes are the body's (no header is produced), and the bucket counts as one tensor. inPlace() says whether it holds.
 //
+// Dense warm-up (compression_start_step > 0; torch's PowerSGD hook's start_powerSGD_iter, core/train/sync_trainer.h's
+// "Dense warm-up"). The steps before compression_start_step average every bucket uncompressed: a bucket of f32 in
+// place, as above, whatever the compressor; with a trace attached, or a bucket of another dtype, through pipelines of
+// their own (compressor `none` without decorators) beside the compressor's. The compressor's pipelines see their
+// first gradient at compression_start_step, their error feedback starting there. Steps are counted as above, so the
+// switch falls between two of DDP's backward passes, on every rank alike.
+//
 // Bytes. Per bucket index: the last step's payload bytes (what the compressor produced on this rank, all rounds) and
 // wire bytes (what the communicator passed to torch.distributed, modelled as torch_communicator.h says), and their
 // sums since the start.
@@ -82,6 +89,8 @@ struct AggregatorOptions {
   uint64_t seed = 1;                     // the run seed (random-k's shared seed, stochastic rounding)
   std::vector<std::string> plugin_path;  // searched first, like --plugin-path
   Granularity granularity = Granularity::kTensor;
+  // > 0: a dense warm-up (see the top of this file): steps before this one are averaged uncompressed.
+  uint64_t compression_start_step = 0;
 };
 
 // One tensor of a bucket: `numel` elements at element `offset` of the bucket's buffer.
@@ -190,7 +199,9 @@ class DdpAggregator {
   void settleLaterOnHost(bool on) noexcept { settle_later_ = on; }
   uint64_t verdictReads() const noexcept { return verdict_reads_; }
   // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
-  // only when a trace is attached; the caller may leave the members out while it holds.
+  // only when a trace is attached and at compression_start_step; the caller may leave the members out while it holds.
+  // Whether this step is the dense warm-up's (step() < compression_start_step).
+  bool warmingUp() const noexcept { return step_ < options_.compression_start_step; }
   bool inPlace() const noexcept;
   // Whether a bucket of `dtype` is summed in place now: inPlace() and f32, the only dtype the path sums.
   bool inPlaceFor(DType dtype) const noexcept { return dtype == DType::kF32 && inPlace(); }
@@ -260,7 +271,10 @@ class DdpAggregator {
   std::shared_ptr<Compressor> instance_;
   std::unique_ptr<TorchCommunicator> comm_;
   std::unique_ptr<AggregationEngine> engine_;
-  std::map<uint64_t, Bound> pipelines_;  // by tensor id
+  std::map<uint64_t, Bound> pipelines_;                   // by tensor id
+  std::shared_ptr<const CompressorPlugin> dense_plugin_;  // `none`, for the dense warm-up (compression_start_step)
+  std::shared_ptr<Compressor> dense_instance_;
+  std::map<uint64_t, Bound> dense_pipelines_;  // the dense warm-up's, by tensor id
   std::map<int, BucketBytes> buckets_;
   std::map<int, SplitSum> splits_;  // the chained path's, by bucket index
   struct Unsettled {

@@ -73,6 +73,8 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     // Written for EF21 only, so that a rule-EF run's config reads as one written before the fields existed.
     e.clear_error_feedback_rule();
     e.clear_ef21_momentum();
+    e.clear_compression_start_step();
+    if (o.compression_start_step > 0) e.set_compression_start_step(static_cast<int64_t>(o.compression_start_step));
     if (o.codec.error_feedback && o.codec.error_feedback_rule == ErrorFeedbackRule::kEf21) {
       e.set_error_feedback_rule(experiments::Experiment::EF21);
       if (o.codec.ef21_momentum != 1.0) e.set_ef21_momentum(o.codec.ef21_momentum);
@@ -97,6 +99,7 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     e.set_error_feedback(false);
     e.clear_error_feedback_rule();
     e.clear_ef21_momentum();
+    e.clear_compression_start_step();
     e.clear_momentum_correction();
   }
   if (repeat_seed_) {

@@ -198,6 +198,10 @@ class RunCosts final : public sim::CostTable {
         pull_compress_ = curve("compress", roundSubject(plan.pull_codec, 0));
         pull_decompress_ = curve("decompress", plan.pull_codec);
       }
+      if (!plan.dense_codec.empty()) {
+        dense_compress_ = curve("compress", roundSubject(plan.dense_codec, 0));
+        dense_decompress_ = curve("decompress", plan.dense_codec);
+      }
     }
     for (std::string_view d : kSumDtypes)
       sum_.push_back(std::find(plan.sum_dtypes.begin(), plan.sum_dtypes.end(), d) != plan.sum_dtypes.end()
@@ -219,12 +223,17 @@ class RunCosts final : public sim::CostTable {
       }
       case rt::CostKind::kCompress: {
         if (c.codec == rt::kPullCodec) return pull_compress_.at(c.size) * count;
+        if (c.codec == rt::kDenseCodec) return dense_compress_.at(c.size) * count;
         if (compress_.empty()) return 0.0;
         const auto r = static_cast<std::size_t>(std::clamp(c.layer, 0, static_cast<int>(compress_.size()) - 1));
         return compress_[r].at(c.size) * count;
       }
       case rt::CostKind::kDecompress:
-        return (c.codec == rt::kPullCodec ? pull_decompress_ : decompress_).at(c.size) * count;
+        return (c.codec == rt::kPullCodec    ? pull_decompress_
+                : c.codec == rt::kDenseCodec ? dense_decompress_
+                                             : decompress_)
+                   .at(c.size) *
+               count;
       case rt::CostKind::kReduce:
         return reduce_.at(c.size) * count;
       case rt::CostKind::kSum: {
@@ -247,7 +256,8 @@ class RunCosts final : public sim::CostTable {
   std::vector<double> forward_, backward_;
   std::vector<SizeCurve> compress_;
   SizeCurve decompress_, reduce_, optimizer_, accumulate_;
-  SizeCurve pull_compress_, pull_decompress_;  // a parameter server's pull compressor (empty: none, 0 s)
+  SizeCurve pull_compress_, pull_decompress_;    // a parameter server's pull compressor (empty: none, 0 s)
+  SizeCurve dense_compress_, dense_decompress_;  // the dense warm-up's codec (empty: none, 0 s)
   std::vector<SizeCurve> sum_;
   std::string description_;
 };
@@ -384,6 +394,7 @@ class Measurer {
     }
     plugin_ = in_->loader.loadCompressor(in_->experiment.compressor().name());
     if (!plan_.pull_codec.empty()) pull_plugin_ = detail::loadPullCompressor(in_->experiment, in_->loader);
+    dense_plugin_ = detail::densePlugin(in_->experiment, in_->loader);
     const std::map<std::string, double> times = timeInChild("calibration: timing codec '" + plan_.codec + "'", [&] {
       std::map<std::string, double> got;
       inPasses(codecs, kCalibrationPasses, got, [this](const auto& wanted, auto& t) { measureCodecs(wanted, t); });
@@ -471,7 +482,12 @@ class Measurer {
     std::shared_ptr<Compressor> pull;
     if (pull_plugin_)
       pull = pull_plugin_->instantiate(experiments::pluginParams(e.parameter_server().pull_compressor()));
+    std::shared_ptr<Compressor> dense;
+    if (dense_plugin_ && !plan_.dense_codec.empty()) dense = dense_plugin_->instantiate({});
     for (uint64_t n : plan_.sizes) {
+      if (dense && (wanted(sizeKey("compress", roundSubject(plan_.dense_codec, 0), n)) ||
+                    wanted(sizeKey("decompress", plan_.dense_codec, n))))
+        measureCodec(dense, CodecOptions{}, n, plan_.dense_codec, false, into);
       bool codec = wanted(sizeKey("decompress", plan_.codec, n)) || wanted(sizeKey("reduce", plan_.codec, n));
       for (int r = 0; r < plan_.rounds; ++r) codec = codec || wanted(sizeKey("compress", roundSubject(plan_, r), n));
       if (codec) measureCodec(instance, codec_options, n, plan_.codec, plan_.reduce, into);
@@ -588,7 +604,8 @@ class Measurer {
   std::unique_ptr<train::Workload> replica_;
   std::optional<std::map<uint64_t, std::vector<float>>> gradients_;
   std::shared_ptr<const CompressorPlugin> plugin_;
-  std::shared_ptr<const CompressorPlugin> pull_plugin_;  // plan_.pull_codec's
+  std::shared_ptr<const CompressorPlugin> pull_plugin_;   // plan_.pull_codec's
+  std::shared_ptr<const CompressorPlugin> dense_plugin_;  // plan_.dense_codec's
 };
 
 }  // namespace
@@ -678,9 +695,10 @@ std::vector<std::string> CalibrationPlan::keys() const {
     for (std::string_view d : kSumDtypes) k.push_back(sizeKey("sum", d, n));
     k.push_back(sizeKey("optimizer", optimizer, n));
     k.push_back(sizeKey("accumulate", "", n));
-    if (!pull_codec.empty()) {
-      k.push_back(sizeKey("compress", roundSubject(pull_codec, 0), n));
-      k.push_back(sizeKey("decompress", pull_codec, n));
+    for (const std::string& other : {pull_codec, dense_codec}) {
+      if (other.empty()) continue;
+      k.push_back(sizeKey("compress", roundSubject(other, 0), n));
+      k.push_back(sizeKey("decompress", other, n));
     }
   }
   return k;
@@ -715,6 +733,12 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
     std::ostringstream pc;
     pc << "pull " << pull.ShortDebugString() << " on " << p.workload << " data=" << e.data().ShortDebugString();
     p.pull_codec = pull.name() + "#" + shortHash(pc.str());
+  }
+  if (e.compression_start_step() > 0) {
+    // Its own key, as a pull codec's: `none` without decorators, whatever the run's compressor.
+    std::ostringstream dc;
+    dc << "dense warm-up on " << p.workload << " data=" << e.data().ShortDebugString();
+    p.dense_codec = "none#" + shortHash(dc.str());
   }
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;

@@ -93,6 +93,9 @@ struct CalibrationPlan {
   // codec is, on the same gradients, without error feedback (a delta pull's feedback is the shard's replica, whose
   // pass is in the timed encode's place); empty: none.
   std::string pull_codec;
+  // The dense warm-up's codec (compression_start_step > 0: compressor `none` without decorators, charged as
+  // rt::kDenseCodec; core/train/sync_trainer.h), timed likewise; empty: none.
+  std::string dense_codec;
   std::string optimizer;        // a hash of the optimizer's options
   std::vector<uint64_t> sizes;  // ascending, no repeats, none zero
   // A collective benchmark's plan (planSums): the sums of sum_dtypes at `sizes` elements, and no other kernel.

@@ -221,17 +221,22 @@ RunSummary Runner::runTcp(const Experiment& e) {
     detail::TraceFiles trace(e.trace(), root / e.study() / e.variant());
     topts.trace = trace.add(rank, std::chrono::steady_clock::now());
     topts.step_trace = step_trace.add(std::chrono::steady_clock::now());
-    auto trainer = detail::makeSyncTrainer(e, *model, *comm, instance, *sched_plugin, topts);
+    const std::shared_ptr<const CompressorPlugin> dense_plugin = detail::densePlugin(e, *options_.loader);
+    std::shared_ptr<Compressor> dense = dense_plugin ? dense_plugin->instantiate({}) : nullptr;
+    auto trainer = detail::makeSyncTrainer(e, *model, *comm, instance, *sched_plugin, topts, dense);
     if (writer) {
       results::Provenance prov = jobProvenance(e, joined, device, start_time, options_.terse_version, to);
       prov.plugins.push_back({plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams(), {}});
       prov.plugins.push_back(detail::schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
+      if (dense_plugin) prov.plugins.push_back(detail::denseRecord(*dense_plugin, *dense));
       detail::notePartition(prov, e, *model, topts.partition.get());
       writer->writeProvenance(prov);
     }
     if (const std::string w = detail::localSgdEvaluationWarning(e, trainer->stepsPerEpoch(), trainer->totalSteps(),
                                                                 trainer->localSgdSchedule());
         rank == 0 && !w.empty())
+      std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
+    if (const std::string w = detail::compressionStartWarning(e, trainer->totalSteps()); rank == 0 && !w.empty())
       std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     // ---- The run: the in-process ranks' code (rank_driver.h).
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,

@@ -85,6 +85,7 @@ train::SyncTrainerOptions trainerOptions(const Experiment& e) {
   o.sgd.adagrad = e.workload().name() == "glove" && e.workload().glove().optimizer() == experiments::Glove::ADAGRAD;
   o.sparse_rows = e.sparse_gradients();
   // The evaluation points (SyncRankDriver::isEvalPoint) average too: the driver checks there that the replicas agree.
+  o.compression_start_step = e.compression_start_step();
   o.local_sgd = {.period = e.local_sgd().period(),
                  .start_step = e.local_sgd().start_step(),
                  .every_steps = e.eval().every_steps(),
@@ -134,6 +135,14 @@ void notePartition(results::Provenance& prov, const Experiment& e, std::span<con
     for (int64_t k : histograms[w]) counts += (counts.empty() ? "" : " ") + std::to_string(k);
     prov.partition.emplace_back("worker" + std::to_string(w), counts);
   }
+}
+
+std::string compressionStartWarning(const Experiment& e, int64_t total_steps) {
+  const int64_t start = e.compression_start_step();
+  if (start == 0 || start < total_steps) return "";
+  return "compression_start_step " + std::to_string(start) + " is at or past the run's last step (" +
+         std::to_string(total_steps) + " steps): compressor '" + e.compressor().name() +
+         "' never runs, every step is allreduced uncompressed; lower compression_start_step or train longer";
 }
 
 std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
@@ -492,14 +501,29 @@ InprocLinks makeInprocLinks(const Experiment& e, const comm::InprocOptions& io) 
 
 std::unique_ptr<train::SyncTrainer> makeSyncTrainer(const Experiment& e, train::Workload& model,
                                                     comm::Communicator& comm, std::shared_ptr<Compressor> instance,
-                                                    const SchedulerPlugin& scheduler, train::SyncTrainerOptions to) {
-  auto pipelines = [&comm, instance, seed = e.seed(),
-                    codec_options = experiments::codecOptions(e)](const TensorInfo& info) {
-    return std::make_unique<CompressionPipeline>(makeCodec(instance, info, seed, codec_options, comm.deviceStream()),
-                                                 comm);
+                                                    const SchedulerPlugin& scheduler, train::SyncTrainerOptions to,
+                                                    std::shared_ptr<Compressor> dense) {
+  const auto factory = [&comm, seed = e.seed()](std::shared_ptr<Compressor> codec, const CodecOptions& options,
+                                                int charged_as) {
+    return [&comm, codec = std::move(codec), seed, options, charged_as](const TensorInfo& info) {
+      auto p = std::make_unique<CompressionPipeline>(makeCodec(codec, info, seed, options, comm.deviceStream()), comm);
+      p->chargeAs(charged_as);
+      return p;
+    };
   };
+  train::PipelineFactory pipelines = factory(std::move(instance), experiments::codecOptions(e), rt::kRunCodec);
+  if (dense) to.dense_pipelines = factory(std::move(dense), CodecOptions{}, rt::kDenseCodec);
   return std::make_unique<train::SyncTrainer>(model, comm, std::move(pipelines), to,
                                               scheduler.instantiate(experiments::pluginParams(e.scheduler())));
+}
+
+std::shared_ptr<const CompressorPlugin> densePlugin(const Experiment& e, PluginLoader& loader) {
+  if (e.compression_start_step() == 0) return nullptr;
+  return loader.loadCompressor("none");
+}
+
+results::PluginRecord denseRecord(const CompressorPlugin& plugin, const Compressor& instance) {
+  return {plugin.info(), instance.caps(DType::kF32), {}, instance.resolvedParams(), "dense_warmup"};
 }
 
 }  // namespace detail
@@ -665,7 +689,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   StepTraceFiles step_traces(e, writer.dir(), simulated);
   TraceFiles traces(e.trace(), writer.dir());  // before the trainers: they are joined before it writes
   std::vector<std::unique_ptr<train::SyncTrainer>> trainers;
-  std::shared_ptr<Compressor> first_instance;
+  std::shared_ptr<Compressor> first_instance, first_dense;
+  const std::shared_ptr<const CompressorPlugin> dense_plugin = densePlugin(e, *options_.loader);
   const std::shared_ptr<const train::Partition> partition = dataPartition(e, *models[0]);
   allocating(
       [&] {
@@ -679,7 +704,9 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
           to.trace = traces.add(r, trace_origin);
           to.step_trace = step_traces.add(trace_origin);
           to.partition = partition;
-          trainers.push_back(makeSyncTrainer(e, *models[r], *links.comms[r], instance, *sched_plugin, to));
+          std::shared_ptr<Compressor> dense = dense_plugin ? dense_plugin->instantiate({}) : nullptr;
+          if (!first_dense) first_dense = dense;
+          trainers.push_back(makeSyncTrainer(e, *models[r], *links.comms[r], instance, *sched_plugin, to, dense));
         }
       },
       [&] {
@@ -692,6 +719,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   prov.plugins.push_back(
       {plugin->info(), first_instance->caps(DType::kF32), params, first_instance->resolvedParams(), {}});
   prov.plugins.push_back(schedulerRecord(*sched_plugin, experiments::pluginParams(e.scheduler())));
+  if (dense_plugin) prov.plugins.push_back(denseRecord(*dense_plugin, *first_dense));
   if (simulated) noteSimulation(prov, e, *sim_compute_, sim_notes_);
   notePartition(prov, e, *models[0], partition.get());
   writer.writeProvenance(prov);
@@ -699,6 +727,8 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
   if (const std::string w = localSgdEvaluationWarning(e, trainers[0]->stepsPerEpoch(), trainers[0]->totalSteps(),
                                                       trainers[0]->localSgdSchedule());
       !w.empty())
+    std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
+  if (const std::string w = compressionStartWarning(e, trainers[0]->totalSteps()); !w.empty())
     std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.
   Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),

@@ -22,6 +22,7 @@
 #include "core/comm/tcp/transport.h"
 #include "core/common/watchdog.h"
 #include "core/plugin/compressor.h"
+#include "core/plugin/loader.h"
 #include "core/plugin/scheduler.h"
 #include "core/sim/platform.h"
 #include "core/sim/runtime.h"
@@ -56,6 +57,9 @@ void notePartition(results::Provenance& prov, const experiments::Experiment& e, 
 // warning that counts them in a run of total_steps, or "" when there are none.
 std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
                                       const train::LocalSgdSchedule& schedule);
+// A dense warm-up as long as the run (compression_start_step >= total_steps: the compressor never runs, a quick try
+// with fewer epochs or a subset) is a warning, as an unreached local_sgd.start_step is; "" otherwise.
+std::string compressionStartWarning(const experiments::Experiment& e, int64_t total_steps);
 // The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
 train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.
@@ -180,9 +184,17 @@ class TraceFiles {
 // Rank r's sync trainer over `comm`: its own compressor instance, a scheduler instance of its own, the variant's
 // codec options and seed, and codecs on the communicator's stream (NCCL: device buffers). Every World's ranks are
 // built by this one function, so an in-process rank is the same trainer as a process's.
+// `dense`: the dense warm-up's compressor (denseWarmup), null without one.
 std::unique_ptr<train::SyncTrainer> makeSyncTrainer(const experiments::Experiment& e, train::Workload& model,
                                                     comm::Communicator& comm, std::shared_ptr<Compressor> instance,
-                                                    const SchedulerPlugin& scheduler, train::SyncTrainerOptions to);
+                                                    const SchedulerPlugin& scheduler, train::SyncTrainerOptions to,
+                                                    std::shared_ptr<Compressor> dense);
+
+// The dense warm-up's compressor (compression_start_step > 0; sync_trainer.h, "Dense warm-up"): the built-in `none`,
+// loaded like any plugin, without parameters or decorators. Null without a warm-up.
+std::shared_ptr<const CompressorPlugin> densePlugin(const experiments::Experiment& e, PluginLoader& loader);
+// Its provenance record, role "dense_warmup"; `instance` one of its instances.
+results::PluginRecord denseRecord(const CompressorPlugin& plugin, const Compressor& instance);
 
 // An in-process sync job's links: the trainers' communicators over the config's link emulation (and the simulated
 // network, io.network) and the control channels' transports (rank_driver.h), one fabric each.

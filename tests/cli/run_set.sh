@@ -46,6 +46,10 @@ timeout 60 "$TERSE" run study.textproto --out dry --set epochs=2 --dry-run >dry.
 expect_in dry.log "base3 +dry/set/base3 +1 +SYNC +none +2"
 expect_in dry.log "long4 +dry/set/long4 +1 +SYNC +none +2"
 expect_in dry.log "^2 runs checked; nothing was run or written \(--dry-run\)$"
+# A dense warm-up shows in the compressor's column.
+timeout 60 "$TERSE" run study.textproto --out dry --variant base3 --set compressor.name=topk --set error_feedback=true \
+  --set compression_start_step=7 --dry-run >warm.log 2>&1 || fail "--dry-run of a warm-up exited $?"
+expect_in warm.log "base3 +dry/set/base3 +1 +SYNC +topk \+EF from step 7 +3"
 [[ -e dry ]] && fail "--dry-run wrote $(find dry | head -3)"
 timeout 60 "$TERSE" run study.textproto --out dry --set epochs=2 --variant long4 --print-config >print.log 2>&1 ||
   fail "--print-config exited $?"

@@ -1006,6 +1006,38 @@ TEST_F(ConfigTest, Ef21Rules) {
             "beta1 would average it again");
 }
 
+// The dense warm-up: SYNC only, not beside local SGD or DGC's momentum correction; workload pytorch takes it too.
+TEST_F(ConfigTest, CompressionStartStepRules) {
+  options_.modes = {Experiment::SYNC, Experiment::ASYNC, Experiment::SSP, Experiment::HOGWILD};
+  const std::string topk = kMinimal.substr(0, kMinimal.find("compressor")) +
+                           "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.01\" } }\n";
+  EXPECT_EQ(
+      load(topk + "compression_start_step: 100\nerror_feedback: true\n").experiments.at(0).compression_start_step(),
+      100);
+  EXPECT_FALSE(load(topk).experiments.at(0).has_compression_start_step());  // unfilled: 0, written only when given
+  auto expectOne = [&](const std::string& text, const std::string& want) {
+    const auto errors = errorsOf(text);
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_NE(errors[0].find(want), std::string::npos) << errors[0];
+  };
+  for (const char* bad : {"-1", "1000000001"})
+    expectOne(topk + "compression_start_step: " + bad + "\n", "compression_start_step");
+  const std::string warm = topk + "compression_start_step: 10\n";
+  expectOne(warm + "mode: ASYNC\n",
+            "compression_start_step 10 in mode ASYNC: the switch to the compressor is a step every rank aggregates at "
+            "once, which only mode SYNC has");
+  expectOne(warm + "local_sgd { period: 4 }\n",
+            "compression_start_step 10 with local_sgd.period 4: local SGD's gradient steps before local_sgd.start_step "
+            "are its warm-up");
+  expectOne(warm + "momentum_correction { factor: 0.9 }\n",
+            "compression_start_step 10 with momentum_correction.factor 0.9: DGC's momentum lives in the compressor's "
+            "decorator, which the dense steps do not run");
+  const std::string pt =
+      "study: \"s\"\nworkload { name: \"pytorch\" pytorch { torchvision: \"resnet18\" } }\n"
+      "clock: REAL_TIME\ncompressor { name: \"powersgd\" }\nerror_feedback: true\ncompression_start_step: 3\n";
+  EXPECT_EQ(load(pt).experiments.at(0).compression_start_step(), 3);
+}
+
 // Non-IID shards: DIRICHLET with its alpha, for a classifier of terse's own or a torchvision model on Fashion-MNIST;
 // the alpha alone is refused.
 TEST_F(ConfigTest, DataPartitionRules) {

@@ -260,14 +260,13 @@ TEST_F(GridTest, BadAxesAreRefusedNamingTheAxis) {
   EXPECT_THAT(one("grid { path: \"wrokers\" values: \"1\" }\n"),
               HasSubstr("Experiment has no field 'wrokers'; did you mean 'workers'?"));
   // A problem of the path is the axis's, said once however many values it has.
-  EXPECT_EQ(
-      one("grid { path: \"frobnicate\" values: [\"1\", \"2\", \"3\"] }\n"),
-      "g.textproto:7:1: grid[0]: Experiment has no field 'frobnicate'; its fields: study, variant, workload, "
-      "data, optimizer, workers, mode, staleness_bound, transport, tcp, parameter_server, worker_settings, "
-      "compute_jitter, link, compressor, error_feedback, error_feedback_rule, ef21_momentum, momentum_correction, "
-      "local_sgd, scheduler, "
-      "max_groups_in_flight, plugin_timeout, trace, step_trace, clock, simulation, collectives, "
-      "sparse_gradients, epochs, eval, seed, seeds, gradient_accumulation_steps, output_dir, variants, grid");
+  EXPECT_EQ(one("grid { path: \"frobnicate\" values: [\"1\", \"2\", \"3\"] }\n"),
+            "g.textproto:7:1: grid[0]: Experiment has no field 'frobnicate'; its fields: study, variant, workload, "
+            "data, optimizer, workers, mode, staleness_bound, transport, tcp, parameter_server, worker_settings, "
+            "compute_jitter, link, compressor, error_feedback, error_feedback_rule, ef21_momentum, "
+            "compression_start_step, momentum_correction, local_sgd, scheduler, "
+            "max_groups_in_flight, plugin_timeout, trace, step_trace, clock, simulation, collectives, "
+            "sparse_gradients, epochs, eval, seed, seeds, gradient_accumulation_steps, output_dir, variants, grid");
   EXPECT_THAT(one("grid { path: \"lr\" values: \"1\" }\n"), HasSubstr("did you mean 'optimizer.lr'?"));
   EXPECT_THAT(one("grid { path: \"seeds\" values: \"[1, 2]\" }\n"),
               HasSubstr("grid[0]: seeds cannot be an axis: repeats over seeds are `seeds`"));

@@ -108,10 +108,7 @@ def batch(step, rank, n=32):
 
 def train_steps(ddp, opt, steps, rank):
     for s in range(steps):
-        x, y = batch(s, rank)
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
+        train_step(ddp, opt, s, rank)
 
 
 def keeping_futures(ddp, state):
@@ -173,6 +170,67 @@ def equivalence(rank):
             check(torch.equal(a, b), "rank %d, overlap=%s: %s differs from DDP's allreduce by up to %g"
                   % (rank, overlap, name, (a - b).abs().max()))
         check(state.step == 12, "the hook counted %d steps, expected 12" % state.step)
+
+
+# ---- the dense warm-up (compression_start_step)
+
+
+def dense_warmup(rank, root):
+    # compression_start_step=K, as torch's start_powerSGD_iter: the first K backward passes are DDP's own allreduce bit
+    # for bit (two ranks: see `equivalence`) on every path -- chained, on the worker thread, inside the hook, and with a
+    # step trace, which takes pipelines of `none` instead of the in-place sum -- and PowerSGD takes over at pass K:
+    # the parameters leave the reference there, and the payload is K dense passes' plus PowerSGD's own after them.
+    K = 3
+    ref = mlp()
+    ddp_ref = nn.parallel.DistributedDataParallel(ref)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    want = []
+    for s in range(K + 2):
+        train_step(ddp_ref, opt_ref, s, rank)
+        want.append([p.detach().clone() for p in ref.parameters()])
+    numel = sum(p.numel() for p in ref.parameters())
+    tensors = len(list(ref.parameters()))
+    plain = terse.torch.CompressionState("powersgd", rank=2, error_feedback=True, module=mlp())
+    check(not plain._agg.warming_up, "a state without compression_start_step is warming up")
+    for overlap, traced in ((True, False), ("chain", False), ("thread", False), (False, False), (True, True)):
+        ours = mlp()
+        ddp = nn.parallel.DistributedDataParallel(ours)
+        state = terse.torch.CompressionState("powersgd", rank=2, error_feedback=True, module=ours, overlap=overlap,
+                                             compression_start_step=K, step_trace=traced)
+        ddp.register_comm_hook(state, terse.torch.compression_hook)
+        log = terse.torch.ResultsLogger(root, study="warm", variant="%s-%s" % (overlap, traced), state=state) \
+            if traced else None
+        opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+        what = "rank %d, overlap=%s, traced=%s" % (rank, overlap, traced)
+        for s in range(K + 2):
+            check(state._agg.warming_up == (s < K), "%s: pass %d warming up is %s" % (what, s, state._agg.warming_up))
+            train_step(ddp, opt, s, rank)
+            same = all(torch.equal(a, b) for a, b in zip(want[s], ours.parameters()))
+            if s < K:
+                check(same, "%s: pass %d of the warm-up differs from DDP's allreduce" % (what, s))
+                # In place the body alone; traced, through `none`'s pipelines, with a header a tensor.
+                payload = state.totals()["payload"]
+                body = (s + 1) * numel * 4
+                check(payload == body if not traced else body < payload <= body + (s + 1) * 64 * tensors,
+                      "%s: %d payload bytes after %d dense passes of %d elements" % (what, payload, s + 1, numel))
+                dense = payload
+            else:
+                check(not same, "%s: pass %d equals DDP's allreduce: PowerSGD did not take over" % (what, s))
+        compressed = state.totals()["payload"] - dense
+        check(0 < compressed < numel * 4, "%s: PowerSGD's two passes sent %d bytes" % (what, compressed))
+        if log is not None:
+            log.record(test_accuracy=0.5)
+            log.finish()
+        state.close()
+    print("rank %d dense_warmup: %d dense passes equal to DDP's allreduce on every path, then PowerSGD" % (rank, K))
+
+
+def train_step(ddp, opt, step, rank):
+    """The `step`-th step of train_steps."""
+    x, y = batch(step, rank)
+    opt.zero_grad()
+    F.cross_entropy(ddp(x), y).backward()
+    opt.step()
 
 
 # ---- variable-size payloads (the padded all-gather)
@@ -1178,6 +1236,13 @@ def api(rank):
                  lambda: State("none", overlap="threads"))
     expect_error(terse.InvalidArgument, "stream must be 'current' or 'side' (or None), got 'own'",
                  lambda: State("none", stream="own"))
+    for bad in (-1, 2.0, True, 10 ** 9 + 1):
+        expect_error(terse.InvalidArgument, "'compression_start_step' must be an integer in [0, 1e9]",
+                     lambda: State("powersgd", compression_start_step=bad))
+    expect_error(terse.InvalidArgument, "compression_start_step=5 with momentum_correction=0.9: DGC's momentum",
+                 lambda: State("topk", ratio=0.01, momentum_correction=0.9, compression_start_step=5))
+    check(State("powersgd", compression_start_step=5)._settings["compression_start_step"] == 5,
+          "compression_start_step was not kept among the settings the ranks compare")
     check(State("none", stream="side").stream == "side", "stream='side' was not kept")
     # The wire dtype as `terse plugins show` and provenance.json give it: only a SUM payload has one.
     check(State("topk", ratio=0.01).caps["wire_dtype"] == "-", "topk (allgather) reports a wire dtype")
@@ -1692,7 +1757,8 @@ def main():
     p.add_argument("case", choices=["equivalence", "overlap", "api", "logger", "payload_bytes", "errors",
                                     "one_rank_fails", "plugin_hangs", "layout", "step_trace", "accuracy",
                                     "variable_size", "chained_order", "in_place", "chained_one_round",
-                                    "settle_later", "unused_parameters", "disagree", "provenance"])
+                                    "settle_later", "unused_parameters", "disagree", "provenance",
+                                    "dense_warmup"])
     p.add_argument("--terse", required=True, help="the terse binary")
     p.add_argument("--source", required=True, help="the source tree")
     p.add_argument("--fixture-plugins", required=True)
@@ -1744,6 +1810,8 @@ def main():
             spawn(layout, os.path.join(tmp, "store2"))
         elif ARGS.case == "variable_size":
             spawn(variable_size)
+        elif ARGS.case == "dense_warmup":
+            spawn(dense_warmup, tmp)
         elif ARGS.case == "provenance":
             provenance(tmp)
         else:

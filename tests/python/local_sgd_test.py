@@ -326,6 +326,8 @@ def refusals(rank):
              "the state's error_feedback_rule 'ef21' keeps estimates of each rank's gradient"),
             ({"compressor": "topk", "ratio": 0.01, "error_feedback": True}, {"start_step": 5},
              "error feedback with start_step 5"),
+            ({"compressor": "topk", "ratio": 0.01, "compression_start_step": 4}, {},
+             "the state's compression_start_step 4 is a dense warm-up of gradient steps"),
             ({"compressor": "powersgd", "rank": 2}, {"start_step": 5}, "compressor 'powersgd' keeps state")):
         state = terse.torch.CompressionState(module=model, **state_kw)
         expect_error(terse.InvalidArgument, fragment,

@@ -138,6 +138,7 @@ variants {
     error_feedback: true
     error_feedback_rule: EF21
     ef21_momentum: 0.5
+    compression_start_step: 2
     optimizer { momentum: 0 }
   }
 }"""))
@@ -167,7 +168,12 @@ variants {
     ef21_status, ef21 = folder(out, "pt", "gpt-topk-ef21")
     check(ef21_status["state"] == "completed" and ef21[-1]["step"] == 3, "gpt-topk-ef21: %s %s" % (ef21_status, ef21))
     config = open(os.path.join(out, "pt", "gpt-topk-ef21", "config.textproto")).read()
-    check("error_feedback_rule: EF21" in config and "ef21_momentum: 0.5" in config, "config.textproto:\n%s" % config)
+    check("error_feedback_rule: EF21" in config and "ef21_momentum: 0.5" in config
+          and "compression_start_step: 2" in config, "config.textproto:\n%s" % config)
+    # Its dense warm-up too: two steps of every f32 gradient, then one of top-k 5%.
+    warm = ef21[-1]["payload_bytes_per_worker"]
+    check(2 * 4 * gpt_params <= warm < 2.5 * 4 * gpt_params,
+          "gpt-topk-ef21's payload %d is not two dense steps of %d parameters and one of top-k" % (warm, gpt_params))
     # The module's file is named by path in the config; its hash is in the provenance, so an edit shows.
     code = open(os.path.join(tmp, "models", "tiny_gpt.py"), "rb").read()
     hooks = {v: json.load(open(os.path.join(out, "pt", v, "provenance.json"))).get("hook", {})

@@ -478,6 +478,34 @@ TEST(CalibratedRun, APullCodecIsPricedFromCurvesOfItsOwn) {
   EXPECT_THROW(makeCostTable(plan, t), InternalError);
 }
 
+// The dense warm-up's codec (compression_start_step) likewise: its steps are charged what `none` costs.
+TEST(CalibratedRun, ADenseWarmupIsPricedFromCurvesOfItsOwn) {
+  CalibrationPlan plan;
+  plan.workload = "w#0";
+  plan.batch = 10;
+  plan.layers = {{1, 2}};
+  plan.codec = "c#0";
+  plan.dense_codec = "none#0";
+  plan.optimizer = "o#0";
+  plan.sizes = {100};
+  CalibrationTable t;
+  for (const std::string& k : plan.keys()) t.seconds[k] = 1;
+  t.seconds["compress c#0 r0 n100"] = 1e-6;
+  t.seconds["compress none#0 r0 n100"] = 3e-6;
+  t.seconds["decompress c#0 n100"] = 2e-6;
+  t.seconds["decompress none#0 n100"] = 9e-6;
+  const auto costs = makeCostTable(plan, t);
+  const auto cost = [&](rt::CostKind kind, int codec) {
+    return costs->seconds({.kind = kind, .size = 100, .codec = codec});
+  };
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kCompress, rt::kRunCodec), 1e-6);
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kCompress, rt::kDenseCodec), 3e-6);
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kDecompress, rt::kRunCodec), 2e-6);
+  EXPECT_DOUBLE_EQ(cost(rt::CostKind::kDecompress, rt::kDenseCodec), 9e-6);
+  t.seconds.erase("decompress none#0 n100");
+  EXPECT_THROW(makeCostTable(plan, t), InternalError);
+}
+
 // End to end: a simulated parameter-server run with top-k pushes and top-k pulls calibrates the pull codec under a key
 // of its own (the same compressor, without the run's error feedback) and charges it.
 TEST(CalibratedRun, ACompressedPullRunCalibratesItsPullCodec) {
@@ -517,6 +545,45 @@ TEST(CalibratedRun, ACompressedPullRunCalibratesItsPullCodec) {
   const double W = e.workers(), N = getNumber(last, "step").value_or(0) * W;
   ASSERT_GT(N, W);
   EXPECT_NEAR(getNumber(last, "decompress_s_per_step").value_or(0), (N - W) / N * per_pull, 1e-6 * per_pull);
+}
+
+// End to end: a simulated run with a dense warm-up calibrates `none` under a key of its own and charges it for the
+// steps before compression_start_step, the run's top-k after them.
+TEST(CalibratedRun, ADenseWarmupChargesTheDenseCodecUntilItsStartStep) {
+  auto loader = testLoader();
+  const std::string warm = "compression_start_step: 4\n";
+  const Ran r = runCalibrated(loader, calibratedStudy(warm), freshDir("calibrated_warmup"));
+  const experiments::Experiment e =
+      experiments::loadStudyText(calibratedStudy(warm), "u", runnerConfigOptions(&loader)).experiments.at(0);
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), smallData());
+  auto instance = loader.loadCompressor("topk")->instantiate(experiments::pluginParams(e.compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  ASSERT_EQ(plan.dense_codec.rfind("none#", 0), 0u) << plan.dense_codec;
+  const CalibrationTable t = CalibrationTable::load(r.dir / "calibration.json");
+  double dense = 0, topk = 0;  // one step's compress: every tensor once
+  for (const auto& p : model->params()) {
+    dense += t.seconds.at("compress " + plan.dense_codec + " r0 n" + std::to_string(p.numel()));
+    topk += t.seconds.at("compress " + plan.codec + " r0 n" + std::to_string(p.numel()));
+  }
+  ASSERT_NE(dense, topk);
+  // compress_s_per_step is the run's mean so far. At step 4 that is the 4 dense steps' (within 5%: a record counts
+  // what finished by then). At the end, drained, the run without the warm-up's total less 4 steps of top-k plus 4 of
+  // `none`.
+  const auto metrics = readMetrics(r.dir);
+  ASSERT_GE(metrics.size(), 2u);
+  EXPECT_EQ(getNumber(metrics[0], "step"), 4);
+  EXPECT_NEAR(getNumber(metrics[0], "compress_s_per_step").value_or(0), dense, 0.05 * dense);
+  const auto plain = readMetrics(runCalibrated(loader, calibratedStudy(), freshDir("calibrated_no_warmup")).dir);
+  const double n = getNumber(metrics.back(), "step").value_or(0);
+  ASSERT_EQ(getNumber(plain.back(), "step"), n);
+  const double total = n * getNumber(metrics.back(), "compress_s_per_step").value_or(0);
+  const double want = n * getNumber(plain.back(), "compress_s_per_step").value_or(0) - 4 * topk + 4 * dense;
+  EXPECT_NEAR(total, want, 1e-6 * want);
+  // Without a warm-up the plan, and so every key a table held before the field, is as it was.
+  EXPECT_TRUE(planCalibration(experiments::loadStudyText(calibratedStudy(), "u", runnerConfigOptions(&loader))
+                                  .experiments.at(0),
+                              *model, *instance)
+                  .dense_codec.empty());
 }
 
 TEST(CalibratedRun, CodecsAreTimedInAChildWhoseFailuresComeBackNamed) {

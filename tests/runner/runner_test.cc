@@ -184,6 +184,57 @@ TEST(Runner, LocalSgdWarnsWhenEvaluationsChangeItsPeriod) {
             "hold");
 }
 
+// A dense warm-up end to end: the records up to compression_start_step are the dense run's (its payload and its
+// losses, bit for bit), the bytes of each later step top-k's, the provenance names `none` in its role, and a
+// warm-up as long as the run is a warning.
+TEST(Runner, ADenseWarmupIsTheDenseRunUntilItsStartStep) {
+  auto loader = testLoader();
+  const auto run = [&](const std::string& block, const std::string& folder) {
+    const auto study = experiments::loadStudyText(studyText(block), "unit.textproto", runnerConfigOptions(&loader));
+    Runner runner(quietOptions(loader, freshDir(folder)));
+    return runner.run(study.experiments.at(0)).dir;
+  };
+  const std::string topk =
+      "compressor { name: \"topk\" params { key: \"ratio\" value: \"0.25\" } }\n"
+      "error_feedback: true\n";
+  const fs::path dense = run("compressor { name: \"none\" }", "warm_dense");
+  const fs::path warm = run(topk + "compression_start_step: 10", "warm_topk");
+  const auto d = readMetrics(dense), w = readMetrics(warm);
+  ASSERT_EQ(d.size(), 6u);
+  ASSERT_EQ(w.size(), 6u);
+  const auto payload = [](const Json& r) { return getNumber(r, "payload_bytes_per_worker").value_or(-1); };
+  for (const std::size_t i : {std::size_t{0}, std::size_t{1}}) {  // steps 5 and 10
+    EXPECT_EQ(payload(w[i]), payload(d[i])) << "step " << 5 * (i + 1);
+    EXPECT_EQ(getNumber(w[i], "test_loss"), getNumber(d[i], "test_loss")) << "step " << 5 * (i + 1);
+  }
+  // From there on, top-k's bytes a step: the top-k run's, not the dense run's (9 floats against top-k's pairs).
+  const auto t = readMetrics(run(topk, "warm_topk_only"));
+  ASSERT_EQ(t.size(), 6u);
+  for (std::size_t i = 2; i < 6; ++i) {
+    EXPECT_EQ(payload(w[i]) - payload(w[i - 1]), payload(t[i]) - payload(t[i - 1])) << "step " << 5 * (i + 1);
+    EXPECT_NE(payload(w[i]) - payload(w[i - 1]), payload(d[i]) - payload(d[i - 1])) << "step " << 5 * (i + 1);
+  }
+  EXPECT_NE(getNumber(w[2], "test_loss"), getNumber(d[2], "test_loss"));
+  const auto prov = parseJsonObject(readFile(warm / "provenance.json"));
+  ASSERT_TRUE(prov.has_value());
+  std::vector<std::string> roles;
+  for (const Json& p : prov->at("plugins"))
+    roles.push_back(p.at("name").get<std::string>() + ":" +
+                    (p.contains("role") ? p.at("role").get<std::string>() : ""));
+  EXPECT_EQ(roles, (std::vector<std::string>{"topk:", "fifo:", "none:dense_warmup"}));
+  EXPECT_EQ(experiments::parseConfigText(readFile(warm / "config.textproto"), "c").compression_start_step(), 10);
+
+  experiments::Experiment e;
+  e.mutable_compressor()->set_name("powersgd");
+  e.set_compression_start_step(30);
+  EXPECT_EQ(detail::compressionStartWarning(e, 31), "");
+  EXPECT_EQ(detail::compressionStartWarning(e, 30),
+            "compression_start_step 30 is at or past the run's last step (30 steps): compressor 'powersgd' never "
+            "runs, every step is allreduced uncompressed; lower compression_start_step or train longer");
+  e.clear_compression_start_step();
+  EXPECT_EQ(detail::compressionStartWarning(e, 1), "");
+}
+
 TEST(Runner, ProvenanceRecordsTheWireDtypeOnlyForSum) {
   auto loader = testLoader();
   for (const auto& [name, aggregation, wire] :

@@ -65,6 +65,7 @@ struct RankResult {
   std::vector<double> losses;
   uint64_t checksum = 0;
   uint64_t allreduces = 0;
+  uint64_t payload_bytes = 0;
 };
 
 // One thread per rank; each builds its own workload replica, communicator, pipelines and trainer.
@@ -72,6 +73,7 @@ std::vector<RankResult> train(int world, const std::string& compressor_name, con
                               const CodecOptions& codec = {}, const Params& params = {}) {
   auto loader = buildTreeLoader();
   auto plugin = loader.loadCompressor(compressor_name);
+  auto dense = loader.loadCompressor("none");
   auto transports = comm::makeInprocTransports(world);
   std::vector<RankResult> results(static_cast<std::size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
@@ -81,12 +83,15 @@ std::vector<RankResult> train(int world, const std::string& compressor_name, con
       try {
         comm::HostCommunicator comm(std::move(transports[static_cast<std::size_t>(r)]));
         auto w = linearRegression();
-        SyncTrainer trainer(*w, comm, makePipelines(comm, plugin->instantiate(params), codec), options, fifo());
+        SyncTrainerOptions o = options;
+        if (o.compression_start_step > 0) o.dense_pipelines = makePipelines(comm, dense->instantiate({}));
+        SyncTrainer trainer(*w, comm, makePipelines(comm, plugin->instantiate(params), codec), o, fifo());
         auto& res = results[static_cast<std::size_t>(r)];
         while (!trainer.finished()) res.losses.push_back(trainer.step().loss);
         for (const auto& p : w->params()) res.values.push_back(p.value);
         res.checksum = trainer.checksum();
         res.allreduces = comm.stats().kind(comm::OpKind::kAllreduce).ops;
+        res.payload_bytes = trainer.payloadBytes();
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -128,6 +133,78 @@ TEST(SyncTrainer, CompressedRanksStayIdentical) {
   const auto a = train(3, "topk", smallOptions(), {.error_feedback = true}, {{"ratio", "0.25"}});
   for (const auto& r : a) EXPECT_EQ(r.values, a[0].values);
   EXPECT_LT(a[0].losses.back(), a[0].losses.front());
+}
+
+// The dense warm-up (sync_trainer.h): the steps before compression_start_step are the `none` run's, bit for bit, and
+// the compressor takes over at that step exactly: the losses, which each step computes before its own update, are the
+// dense run's up to it and not after, and the bytes are the dense run's per step before it and the compressor's after.
+TEST(SyncTrainer, ADenseWarmupIsTheDenseRunUpToItsStartStep) {
+  const SyncTrainerOptions options = smallOptions();
+  const CodecOptions ef{.error_feedback = true};
+  const Params ratio{{"ratio", "0.25"}};
+  const auto dense = train(3, "none", options);
+  const auto compressed = train(3, "topk", options, ef, ratio);
+  const std::size_t steps = dense[0].losses.size();
+  ASSERT_GE(steps, 20u);
+  const auto d = static_cast<int64_t>(dense[0].payload_bytes / steps);  // the same bytes every step
+  const auto c = static_cast<int64_t>(compressed[0].payload_bytes / steps);
+  ASSERT_NE(c, d);  // top-k's pairs and header outweigh 9 dense floats: what matters is that they differ
+
+  SyncTrainerOptions all = options;
+  all.compression_start_step = static_cast<int64_t>(steps);  // the whole run: the compressor never runs
+  const auto warm_all = train(3, "topk", all, ef, ratio);
+  EXPECT_EQ(warm_all[0].values, dense[0].values);
+  EXPECT_EQ(warm_all[0].payload_bytes, dense[0].payload_bytes);
+
+  for (const int64_t start : {int64_t{1}, int64_t{7}}) {
+    SyncTrainerOptions warm = options;
+    warm.compression_start_step = start;
+    const auto got = train(3, "topk", warm, ef, ratio);
+    for (const auto& r : got) EXPECT_EQ(r.values, got[0].values) << "the ranks disagree";
+    const auto k = static_cast<std::size_t>(start);
+    for (std::size_t s = 0; s <= k; ++s)
+      EXPECT_EQ(got[0].losses[s], dense[0].losses[s]) << "start " << start << ": step " << s << " is not dense";
+    EXPECT_NE(got[0].losses[k + 1], dense[0].losses[k + 1]) << "start " << start << ": step " << k << " was dense";
+    EXPECT_NE(got[0].values, compressed[0].values);
+    EXPECT_EQ(static_cast<int64_t>(got[0].payload_bytes), start * d + (static_cast<int64_t>(steps) - start) * c);
+  }
+  // The compressor, first called at the start step (the bytes above), learns from there.
+  SyncTrainerOptions one = options;
+  one.compression_start_step = 1;
+  const auto learned = train(3, "topk", one, ef, ratio);
+  EXPECT_LT(learned[0].losses.back(), 0.5 * learned[0].losses.front());
+}
+
+TEST(SyncTrainer, RefusesADenseWarmupWithoutItsPipelinesOrBesideLocalSgd) {
+  auto loader = buildTreeLoader();
+  auto transports = comm::makeInprocTransports(1);
+  comm::HostCommunicator comm(std::move(transports[0]));
+  auto w = linearRegression();
+  const auto none = loader.loadCompressor("none");
+  SyncTrainerOptions o = smallOptions();
+  o.compression_start_step = 5;
+  try {
+    SyncTrainer t(*w, comm, makePipelines(comm, none->instantiate({})), o, fifo());
+    ADD_FAILURE() << "a warm-up without its pipelines was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("compression_start_step 5 needs the dense warm-up's pipeline factory"),
+              std::string::npos)
+        << e.what();
+  }
+  o.dense_pipelines = makePipelines(comm, none->instantiate({}));
+  o.local_sgd.period = 4;
+  try {
+    SyncTrainer t(*w, comm, makePipelines(comm, none->instantiate({})), o, fifo());
+    ADD_FAILURE() << "a warm-up beside local SGD was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("local SGD (period 4) with compression_start_step 5: local SGD's gradient "
+                                         "steps before its start_step are its warm-up"),
+              std::string::npos)
+        << e.what();
+  }
+  o.local_sgd.period = 0;
+  o.compression_start_step = -1;
+  EXPECT_THROW(SyncTrainer(*w, comm, makePipelines(comm, none->instantiate({})), o, fifo()), InvalidArgument);
 }
 
 TEST(SyncTrainer, WorldOneWithNoneIsPlainSgd) {

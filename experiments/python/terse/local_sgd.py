@@ -171,6 +171,10 @@ class LocalSGD:
         need(not (state._settings["error_feedback"] and state._settings["error_feedback_rule"] == "ef21"),
              "the state's error_feedback_rule 'ef21' keeps estimates of each rank's gradient, and the averagings "
              "compress parameter deltas; use error_feedback_rule='ef' (Qsparse-local-SGD)")
+        need(state._settings["compression_start_step"] == 0,
+             "the state's compression_start_step %d is a dense warm-up of gradient steps; LocalSGD's start_step= is "
+             "its gradient phase: pass start_step= and a state with compression_start_step=0"
+             % state._settings["compression_start_step"])
         if isinstance(start_step, numbers.Integral) and start_step > 0:
             need(not state._settings["error_feedback"],
                  "error feedback with start_step %d: the residual of the gradient steps would be added to the "

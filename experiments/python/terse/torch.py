@@ -346,7 +346,7 @@ def _group_of_its_own(module, process_group, timeout):
 
 # CompressionState's own keywords (every other keyword is the plugin's parameter): for a misspelt one's message.
 _STATE_KEYWORDS = ("error_feedback", "error_feedback_rule", "ef21_momentum", "momentum_correction", "momentum_masking",
-                   "momentum_nesterov", "module",
+                   "momentum_nesterov", "module", "compression_start_step",
                    "granularity", "overlap", "process_group", "seed", "plugin_path", "params", "plugin_timeout",
                    "step_trace", "stream", "timeout")
 
@@ -369,6 +369,10 @@ class CompressionState:
     momentum_correction  DGC momentum factor in [0, 1) (0 = off); implies error feedback, and the optimizer must then
                          run without momentum of its own
     momentum_masking, momentum_nesterov   DGC's options (terse's momentum-correction decorator)
+    compression_start_step  a dense warm-up, as torch's PowerSGDState's start_powerSGD_iter: the first N backward
+                         passes average every bucket uncompressed (one allreduce, the compressor not called), and the
+                         compressor with its error feedback takes over at pass N, its state starting there. An int >= 0
+                         (default 0: every pass compresses); not with momentum_correction or terse.local_sgd
     module               the model (or its DDP wrapper): its parameter order gives the tensor ids; its device is
                          checked here, before anything is registered
     granularity          "tensor" (default) or "bucket"; see the module's documentation
@@ -416,7 +420,8 @@ class CompressionState:
     def __init__(self, compressor, *, error_feedback=False, momentum_correction=0.0, momentum_masking=True,
                  momentum_nesterov=False, module=None, granularity="tensor", overlap=True, process_group=None,
                  seed=1, plugin_path=(), params=None, plugin_timeout=60.0, step_trace=False, stream=None,
-                 timeout=None, error_feedback_rule="ef", ef21_momentum=1.0, **plugin_params):
+                 timeout=None, error_feedback_rule="ef", ef21_momentum=1.0, compression_start_step=0,
+                 **plugin_params):
         _require(isinstance(compressor, (str, os.PathLike)) and str(compressor),
                  "compressor must be a plugin name or path, got %r" % (compressor,))
         for key, value in (("error_feedback", error_feedback), ("momentum_masking", momentum_masking),
@@ -437,6 +442,15 @@ class CompressionState:
         _require(ef21_momentum == 1 or error_feedback_rule == "ef21",
                  "ef21_momentum=%r with error_feedback_rule=%r: the momentum is EF21-SGDM's; pass "
                  "error_feedback_rule='ef21' or leave ef21_momentum unset" % (ef21_momentum, error_feedback_rule))
+        _require(isinstance(compression_start_step, numbers.Integral) and not isinstance(compression_start_step, bool)
+                 and 0 <= compression_start_step <= 10 ** 9,
+                 "'compression_start_step' must be an integer in [0, 1e9] (backward passes averaged uncompressed "
+                 "first), got %r" % (compression_start_step,))
+        _require(compression_start_step == 0 or momentum_correction == 0,
+                 "compression_start_step=%d with momentum_correction=%r: DGC's momentum lives in the compressor's "
+                 "decorator, which the dense passes do not run, and the optimizer must run without momentum beside it, "
+                 "so they would have none at all; use the optimizer's momentum with error_feedback=True, or "
+                 "compression_start_step=0" % (compression_start_step, momentum_correction))
         _require(isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and 0 <= seed < 2 ** 64,
                  "'seed' must be an integer in [0, 2^64), got %r" % (seed,))
         _require(granularity in ("tensor", "bucket"), "granularity must be 'tensor' or 'bucket', got %r"
@@ -473,7 +487,7 @@ class CompressionState:
                 momentum_correction=float(momentum_correction), momentum_masking=momentum_masking,
                 momentum_nesterov=momentum_nesterov, seed=int(seed), plugin_path=_search_path(plugin_path),
                 granularity=granularity, group=process_group, error_feedback_rule=error_feedback_rule,
-                ef21_momentum=float(ef21_momentum))
+                ef21_momentum=float(ef21_momentum), compression_start_step=int(compression_start_step))
         except _terse.InvalidArgument as e:
             # A keyword that is neither the plugin's nor the state's reaches the plugin, which names only its own
             # parameters: a misspelt error_feedback= read as the plugin's fault. Say which keyword of the state's
@@ -511,6 +525,7 @@ class CompressionState:
                           "params": " ".join("%s=%s" % kv for kv in sorted(merged.items())),
                           "error_feedback": error_feedback, "error_feedback_rule": error_feedback_rule,
                           "ef21_momentum": float(ef21_momentum) + 0.0,
+                          "compression_start_step": int(compression_start_step),
                           "momentum_correction": float(momentum_correction) + 0.0,
                           "momentum_masking": momentum_masking, "momentum_nesterov": momentum_nesterov,
                           "granularity": granularity, "overlap": overlap, "step_trace": step_trace, "seed": int(seed)}

@@ -101,6 +101,8 @@ class Spec:
         # Unset: rule EF, and plain EF21's momentum (the loader leaves both unfilled).
         self.error_feedback_rule = "ef21" if e.get("error_feedback_rule", "EF") == "EF21" else "ef"
         self.ef21_momentum = float(e.get("ef21_momentum", 1.0))
+        # int(): protobuf's JSON mapping writes an int64 as a string.
+        self.compression_start_step = int(e.get("compression_start_step", 0))
         mc = e.get("momentum_correction", {})
         self.mc = float(mc.get("factor", 0.0))
         self.mc_masking = bool(mc.get("masking", True))
@@ -894,7 +896,8 @@ def train_rank(rank, world, spec, store_path):
         # of its own, apart from DDP's all_reduce of the used-parameter map (terse/torch.py, _group_of_its_own).
         state = terse.torch.CompressionState(
             spec.compressor, params=spec.params, error_feedback=spec.error_feedback,
-            error_feedback_rule=spec.error_feedback_rule, ef21_momentum=spec.ef21_momentum, momentum_correction=spec.mc,
+            error_feedback_rule=spec.error_feedback_rule, ef21_momentum=spec.ef21_momentum,
+            compression_start_step=spec.compression_start_step, momentum_correction=spec.mc,
             momentum_masking=spec.mc_masking, momentum_nesterov=spec.mc_nesterov,
             module=ddp if spec.find_unused else model, seed=spec.seed, plugin_path=spec.args.plugin_path,
             plugin_timeout=spec.plugin_timeout_s, step_trace=spec.step_trace)
@@ -924,9 +927,11 @@ def train_rank(rank, world, spec, store_path):
         if local is not None:
             local.optimizer = opt  # the quadratic synchronization rule reads the rate the loop sets each step
         total = per_epoch * spec.epochs
-        if local is not None and rank == 0:
-            warning = spec.recipe.local_sgd_warning(per_epoch, total, world)
-            if warning:
+        if rank == 0:
+            warnings = [spec.recipe.compression_start_warning(total)]
+            if local is not None:
+                warnings.append(spec.recipe.local_sgd_warning(per_epoch, total, world))
+            for warning in filter(None, warnings):
                 print("warning: [%s] %s" % (variant, warning), file=sys.stderr, flush=True)
         step, loss_since, steps_since, start = 0, 0.0, 0, time.perf_counter()
         for epoch in range(spec.epochs):
