@@ -130,6 +130,7 @@ CompareRow makeRow(const RunData& run) {
   r.simulated = run.simulated;
   r.error_feedback = run.error_feedback || run.momentum_correction > 0;
   r.error_feedback_rule = run.error_feedback_rule.empty() && r.error_feedback ? "EF" : run.error_feedback_rule;
+  r.compression_start_step = run.compression_start_step;
   r.records = static_cast<int64_t>(run.points.size());
   if (run.points.empty()) return r;
   const EvalPoint& last = run.points.back();

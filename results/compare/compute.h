@@ -107,7 +107,8 @@ struct CompareRow {
   std::vector<std::filesystem::path> run_dirs;  // every seed's run folder (the run's own for one seed)
   std::string compressor;
   bool error_feedback = false;
-  std::string error_feedback_rule;  // RunData::error_feedback_rule; "EF" for DGC's momentum correction alone
+  std::string error_feedback_rule;     // RunData::error_feedback_rule; "EF" for DGC's momentum correction alone
+  int64_t compression_start_step = 0;  // RunData::compression_start_step
   bool baseline = false;
   bool simulated = false;  // its times are simulated seconds (clock SIMULATED)
   int64_t records = 0;

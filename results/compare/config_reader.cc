@@ -134,6 +134,7 @@ void readConfig(const fs::path& path, RunData& run, std::vector<std::string>& wa
   if (config.compressor().has_name()) run.compressor = config.compressor().name();
   if (config.has_error_feedback()) run.error_feedback = config.error_feedback();
   run.error_feedback_rule = run.error_feedback ? experiments::errorFeedbackRuleLabel(config) : "";
+  run.compression_start_step = config.compression_start_step();
   // provenance.json, read after, says the same of a finished run; a run in progress has none yet.
   run.simulated = config.clock() == experiments::Experiment::SIMULATED;
   run.async_mode = config.mode() == experiments::Experiment::ASYNC || config.mode() == experiments::Experiment::SSP ||

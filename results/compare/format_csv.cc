@@ -36,7 +36,8 @@ std::string toCsv(const Comparison& c) {
        "best_accuracy_ci95,wire_bytes_ci95,bytes_to_target_ci95,seconds_to_target_ci95,final_accuracy_p_vs_baseline,"
        "best_accuracy_p_vs_baseline,wire_bytes_p_vs_baseline,bytes_to_target_p_vs_baseline,"
        "seconds_to_target_p_vs_baseline,control_bytes_per_worker,negotiation_rounds_per_worker,push_bytes_per_worker,"
-       "pull_bytes_per_worker,grid_point,pull_residual_rel,error_feedback_rule\n";
+       "pull_bytes_per_worker,grid_point,pull_residual_rel,error_feedback_rule,"
+       "compression_start_step\n";
   for (const auto& t : c.studies) {
     for (const auto& r : t.rows) {
       // Past the histogram's last bucket a percentile is a bound, not a number: left empty.
@@ -91,6 +92,7 @@ std::string toCsv(const Comparison& c) {
       cells.push_back(csvCell(point));
       cells.push_back(csvNumber(r.pull_residual));
       cells.push_back(csvCell(r.error_feedback_rule));
+      cells.push_back(std::to_string(r.compression_start_step));
       o << detail::joinLines(cells, ",") << '\n';
     }
   }

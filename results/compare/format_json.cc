@@ -33,6 +33,7 @@ Json rowJson(const CompareRow& r) {
          {"compressor", r.compressor},
          {"error_feedback", r.error_feedback},
          {"error_feedback_rule", r.error_feedback_rule},
+         {"compression_start_step", r.compression_start_step},
          {"records", r.records},
          {"steps", r.steps},
          {"final_accuracy", number(r.final_accuracy)},

@@ -80,6 +80,7 @@ struct RunData {
   // With error feedback on: "EF", "EF21", or "EF21 eta=<ef21_momentum>" (EF21-SGDM), as `terse run --dry-run` labels
   // them; empty otherwise (experiment.proto error_feedback_rule).
   std::string error_feedback_rule;
+  int64_t compression_start_step = 0;  // the config's dense warm-up (experiment.proto); 0 without one
   double momentum_correction = 0;
   bool async_mode = false;  // the config's mode is ASYNC, SSP or HOGWILD
   bool simulated = false;   // provenance clock "simulated": every time is simulated seconds (DESIGN.md 9)

@@ -71,8 +71,8 @@ grep -q "different data\|different workloads" compare.log && fail "the axes' fie
 timeout 60 "$TERSE" compare out --baseline fp16 >baseline.log 2>&1 || fail "terse compare --baseline fp16 exited $?"
 [[ $(grep -c '^Baseline: `fp16` (--baseline)' baseline.log) == 4 ]] || fail "--baseline fp16 is not every table's"
 timeout 60 "$TERSE" compare out --format csv >compare.csv 2>&1 || fail "terse compare --format csv exited $?"
-# then pull_residual_rel and error_feedback_rule: none
-expect_in compare.csv "^grid,fp16,false,completed,fp16,.*,link.bandwidth=10Mbps;workers=3,,$"
+# then pull_residual_rel and error_feedback_rule: none; compression_start_step 0
+expect_in compare.csv "^grid,fp16,false,completed,fp16,.*,link.bandwidth=10Mbps;workers=3,,,0$"
 
 # --variant names one point; --grid gives an axis other values; --set of an axis is refused.
 timeout 60 "$TERSE" run study.textproto --out dry --variant fp16.bandwidth-10Mbps.workers-2 --dry-run >one.log 2>&1 ||

@@ -108,13 +108,35 @@ TEST(CompareRows, ErrorFeedbacksRuleComesFromTheConfig) {
   EXPECT_EQ(row(t, "topk-sgdm").error_feedback_rule, "EF21 eta=0.1");
   EXPECT_EQ(row(t, "topk-dgc").error_feedback_rule, "EF");
   const std::string csv = toCsv(c);
-  EXPECT_NE(csv.find(",EF21 eta=0.1\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",EF21 eta=0.1,0\n"), std::string::npos) << csv;
   const auto json = parseJson(toJson(c, warnings));
   ASSERT_TRUE(json);
   std::set<std::string> rules;
   for (const Json& r : json->at("studies").at(0).at("rows"))
     rules.insert(getString(r, "error_feedback_rule").value_or("?"));
   EXPECT_EQ(rules, (std::set<std::string>{"", "EF", "EF21", "EF21 eta=0.1"}));
+}
+
+// A dense warm-up's length comes from the config too: the last CSV column and a JSON field, 0 without one.
+TEST(CompareRows, ADenseWarmupsStartStepComesFromTheConfig) {
+  const fs::path root = freshDir("compression_start_step");
+  std::vector<RunSpec> specs = {{"s", "dense", "none", false, {{10, 0.9, 100, 1}}},
+                                {"s", "topk-warm", "topk", true, {{10, 0.85, 10, 1}}}};
+  specs[1].config_extra = "compression_start_step: 469\n";
+  for (const auto& s : specs) writeRun(root, s);
+  std::vector<std::string> warnings;
+  const Comparison c = compare(loadRuns({root}, warnings), {}, warnings);
+  ASSERT_EQ(c.studies.size(), 1u);
+  EXPECT_EQ(row(c.studies[0], "dense").compression_start_step, 0);
+  EXPECT_EQ(row(c.studies[0], "topk-warm").compression_start_step, 469);
+  const std::string csv = toCsv(c);
+  EXPECT_NE(csv.find(",EF,469\n"), std::string::npos) << csv;
+  const auto json = parseJson(toJson(c, warnings));
+  ASSERT_TRUE(json);
+  std::set<int64_t> starts;
+  for (const Json& r : json->at("studies").at(0).at("rows"))
+    starts.insert(r.at("compression_start_step").get<int64_t>());
+  EXPECT_EQ(starts, (std::set<int64_t>{0, 469}));
 }
 
 TEST_F(KnownStudy, KnownAnswers) {
@@ -305,7 +327,7 @@ TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
   EXPECT_NE(md.find("| topk | not reached | not reached | not reached | not reached |", pivot), std::string::npos);
   EXPECT_NE(md.find("| dense | 0.5000 | 0.5000 | 0.5000 | 0.5000 |", pivot), std::string::npos) << md;
   const std::string csv = toCsv(c);
-  EXPECT_NE(csv.find(",grid_point,pull_residual_rel,error_feedback_rule\n"), std::string::npos);
+  EXPECT_NE(csv.find(",grid_point,pull_residual_rel,error_feedback_rule,compression_start_step\n"), std::string::npos);
   // Pull residual and error feedback's rule: none.
   EXPECT_NE(csv.find(",workers=32;data.batch_size=256,,\n"), std::string::npos) << csv;
   const auto json = parseJson(toJson(c, w));
