@@ -139,7 +139,7 @@ CommCounters GroupScheduler::counters() const {
 }
 
 uint64_t GroupScheduler::payloadBytes() const {
-  return pipelines_.payloadBytes() + (dense_ ? dense_->payloadBytes() : 0) + sparse_.payloadBytes();
+  return pipelines_.payloadBytes() + (dense_ ? dense_->payloadBytes() : dense_payload_bytes_) + sparse_.payloadBytes();
 }
 
 bool GroupScheduler::anyRowSparse() const {
@@ -175,7 +175,14 @@ void GroupScheduler::admit(const Ready& r) {
   const auto params = workload_.params();
   // A new step: the previous one is complete here. Its updates were all applied before this step's forward could pass
   // the gates (or, for a non-gating workload, before forwardBackward started), and that is the only way to get here.
-  if (books_.begin(static_cast<int64_t>(r.step), r.lr)) scheduler_->beginStep(r.step);
+  if (books_.begin(static_cast<int64_t>(r.step), r.lr)) {
+    scheduler_->beginStep(r.step);
+    // The step before is applied, so nothing of the warm-up is in flight once the compressor's steps begin.
+    if (dense_ && static_cast<int64_t>(r.step) >= options_.compression_start_step) {
+      dense_payload_bytes_ = dense_->payloadBytes();
+      dense_.reset();
+    }
+  }
   if (sparse_.handles(r.tensor)) {
     // The same admissions in the same order on every rank (the negotiation), so this collective lines up too.
     runSparse(r.tensor);

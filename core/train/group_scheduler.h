@@ -93,9 +93,9 @@ class GroupScheduler {
   // Builds one pipeline per parameter tensor through `pipelines` (tensor id i for params()[i]), a row-sparse
   // aggregator per row-sparse tensor (sparse_rows) and the lanes. Throws InvalidArgument for a null scheduler or
   // factory (or options.dense with a compression_start_step > 0), a factory that returns a pipeline of the wrong
-  // tensor, size or rank, a row-sparse tensor of a device
-  // workload, max_groups_in_flight < 1 or > 1 on a communicator without channels; what the factory throws. start()
-  // starts the threads: the owner finishes its own checks first. `sink` must outlive this.
+  // tensor, size or rank, a row-sparse tensor of a device workload, max_groups_in_flight < 1 or > 1 on a communicator
+  // without channels; what the factory throws. start() starts the threads: the owner finishes its own checks first.
+  // `sink` must outlive this.
   GroupScheduler(Workload& workload, comm::Communicator& comm, PipelineFactory pipelines,
                  std::unique_ptr<Scheduler> scheduler, const GroupSchedulerOptions& options, GradientSink& sink);
   // Stops and joins the threads (groups not started are dropped: awaitApplied() first to finish them).
@@ -188,7 +188,10 @@ class GroupScheduler {
   const bool device_;  // the workload computes on a CUDA device: gradients and pipelines live there
   std::unique_ptr<Scheduler> scheduler_;
   PipelineSet pipelines_;
-  std::optional<PipelineSet> dense_;  // the dense warm-up's (options_.compression_start_step > 0)
+  // The dense warm-up's (options_.compression_start_step > 0), dropped at the first step past it (its buffers are a
+  // model's worth), its payload kept in dense_payload_bytes_.
+  std::optional<PipelineSet> dense_;
+  uint64_t dense_payload_bytes_ = 0;
   // The pipelines of `step`'s gradients: the dense warm-up's before compression_start_step, else the compressor's.
   PipelineSet& pipelinesAt(int64_t step) {
     return dense_ && step < options_.compression_start_step ? *dense_ : pipelines_;

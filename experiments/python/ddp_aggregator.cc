@@ -164,6 +164,14 @@ void DdpAggregator::bindCuda(int device, uintptr_t stream) {
 CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<int64_t>& shape, DType dtype,
                                                 bool rebind) {
   const bool dense = warmingUp();
+  if (!dense && !dense_pipelines_.empty()) {
+    // Past the warm-up, for good: its pipelines' buffers (a model's worth) go, their codec time stays counted.
+    for (const auto& [tensor, b] : dense_pipelines_) {
+      dense_encode_s_ += b.pipeline->stats().encode_s;
+      dense_decode_s_ += b.pipeline->stats().decode_s;
+    }
+    dense_pipelines_.clear();
+  }
   std::map<uint64_t, Bound>& pipelines = dense ? dense_pipelines_ : pipelines_;
   auto it = pipelines.find(id);
   if (it != pipelines.end()) {
@@ -182,15 +190,15 @@ CompressionPipeline& DdpAggregator::pipelineFor(uint64_t id, const std::vector<i
     if (step_ == 1) {
       if (!rebuild_noted_) {
         TERSE_LOG(LogLevel::kInfo, "terse.torch: DDP re-formed its buckets after its first step, as it does once ("
-                                       << change
-                                       << "): each bucket that changed gets a new pipeline, whose error-feedback "
-                                          "residual starts at zero");
+                                       << change << "): each bucket that changed gets a new pipeline"
+                                       << (dense ? "" : ", whose error-feedback residual starts at zero"));
       }
       rebuild_noted_ = true;
     } else {
       TERSE_LOG(LogLevel::kWarn, "terse.torch: " << change << " after " << step_
                                                  << " steps, not DDP's own rebuild (once, after its first step): new "
-                                                    "pipeline, its error-feedback residual starts at zero");
+                                                    "pipeline"
+                                                 << (dense ? "" : ", its error-feedback residual starts at zero"));
     }
     pipelines.erase(it);
   }
@@ -275,6 +283,7 @@ void DdpAggregator::aggregate(int bucket_index, uintptr_t data, uint64_t numel, 
                               const std::vector<std::pair<uint64_t, uint64_t>>& traced) {
   const std::lock_guard lock(mutex_);
   const auto start = Clock::now();
+  checkWarmupDtype(dtype);
   if (inPlaceFor(dtype)) {
     checkBucket(bucket_index, data, numel);
     // Every rank's bucket has the same size, so an empty one issues nothing anywhere.
@@ -356,6 +365,18 @@ void DdpAggregator::checkDtype(DType dtype) const {
   (void)instance_->caps(dtype);  // the plugin's own refusal, as a pipeline of this dtype gets it (plugin_codec.h)
 }
 
+void DdpAggregator::checkWarmupDtype(DType dtype) {
+  // The compressor's pipelines see no bucket before the switch; what they would refuse is refused at the first bucket
+  // of the dtype all the same, not hours later at compression_start_step.
+  if (!warmingUp() || !warmup_dtypes_.insert(dtype).second) return;
+  try {
+    checkDtype(dtype);
+  } catch (...) {
+    warmup_dtypes_.erase(dtype);
+    throw;
+  }
+}
+
 bool DdpAggregator::prevChecksDeferred() const {
   return instance_->defersPrevVerdicts() && instance_->defersVerdicts() && engine_->defersVerdicts();
 }
@@ -404,6 +425,7 @@ std::unique_ptr<ChainedBucket> DdpAggregator::beginChained(int bucket_index, uin
   b->bucket_index = bucket_index;
   b->numel = numel;
   b->is_last = is_last;
+  checkWarmupDtype(dtype);
   if (inPlaceFor(dtype)) {
     checkBucket(bucket_index, data, numel);
     b->split = &splits_[bucket_index];
@@ -514,14 +536,14 @@ double DdpAggregator::encodeSeconds() const {
   double s = 0;
   for (const auto* set : {&pipelines_, &dense_pipelines_})
     for (const auto& [id, b] : *set) s += b.pipeline->stats().encode_s;
-  return s;
+  return s + dense_encode_s_;
 }
 
 double DdpAggregator::decodeSeconds() const {
   double s = 0;
   for (const auto* set : {&pipelines_, &dense_pipelines_})
     for (const auto& [id, b] : *set) s += b.pipeline->stats().decode_s;
-  return s + in_place_s_;
+  return s + dense_decode_s_ + in_place_s_;
 }
 
 double DdpAggregator::commSeconds() const {

@@ -68,6 +68,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -198,10 +199,10 @@ class DdpAggregator {
   // step's buckets defer their checks.
   void settleLaterOnHost(bool on) noexcept { settle_later_ = on; }
   uint64_t verdictReads() const noexcept { return verdict_reads_; }
-  // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
-  // only when a trace is attached and at compression_start_step; the caller may leave the members out while it holds.
   // Whether this step is the dense warm-up's (step() < compression_start_step).
   bool warmingUp() const noexcept { return step_ < options_.compression_start_step; }
+  // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
+  // only when a trace is attached and at compression_start_step; the caller may leave the members out while it holds.
   bool inPlace() const noexcept;
   // Whether a bucket of `dtype` is summed in place now: inPlace() and f32, the only dtype the path sums.
   bool inPlaceFor(DType dtype) const noexcept { return dtype == DType::kF32 && inPlace(); }
@@ -229,11 +230,16 @@ class DdpAggregator {
 
   const AggregatorOptions& options() const noexcept { return options_; }
   const CompressorPlugin& plugin() const noexcept { return *plugin_; }
+  // The dense warm-up's `none` and an instance of it (compression_start_step > 0); null without a warm-up.
+  const CompressorPlugin* densePlugin() const noexcept { return dense_plugin_.get(); }
+  const Compressor* denseInstance() const noexcept { return dense_instance_.get(); }
   CompressorCaps caps() const { return instance_->caps(DType::kF32); }
   // Refuses gradients of `dtype` as the first bucket of them would, for a caller that knows the model's dtypes before
   // any bucket (module=): Unsupported with the plugin's message for a dtype it does not handle. (Error feedback's own
   // f32-only refusal still comes with the first bucket: no built-in compresses another dtype.)
   void checkDtype(DType dtype) const;
+  // checkDtype, during the dense warm-up, once a dtype (the warm-up's buckets reach no pipeline of the compressor).
+  void checkWarmupDtype(DType dtype);
   std::optional<Params> resolvedParams() const { return instance_->resolvedParams(); }
   TorchCommunicator& communicator() noexcept { return *comm_; }
 
@@ -274,7 +280,9 @@ class DdpAggregator {
   std::map<uint64_t, Bound> pipelines_;                   // by tensor id
   std::shared_ptr<const CompressorPlugin> dense_plugin_;  // `none`, for the dense warm-up (compression_start_step)
   std::shared_ptr<Compressor> dense_instance_;
-  std::map<uint64_t, Bound> dense_pipelines_;  // the dense warm-up's, by tensor id
+  std::map<uint64_t, Bound> dense_pipelines_;       // the dense warm-up's, by tensor id; cleared past it (pipelineFor)
+  double dense_encode_s_ = 0, dense_decode_s_ = 0;  // the cleared ones' codec time
+  std::set<DType> warmup_dtypes_;                   // checkWarmupDtype's, checked
   std::map<int, BucketBytes> buckets_;
   std::map<int, SplitSum> splits_;  // the chained path's, by bucket index
   struct Unsettled {

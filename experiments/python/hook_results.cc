@@ -9,6 +9,7 @@
 #include "core/comm/ring_model.h"
 #include "core/common/error.h"
 #include "experiments/config/config.h"
+#include "experiments/runner/runner_detail.h"
 #include "results/build_commit.h"
 
 namespace py = pybind11;
@@ -131,6 +132,9 @@ void HookResults::start(const std::filesystem::path& root, const std::string& st
     // the experiment schema has no field for it, since a native run always compresses per tensor.
     prov.hook.emplace_back("granularity",
                            aggregator_->options().granularity == Granularity::kBucket ? "bucket" : "tensor");
+    // As a native run records its warm-up's `none` (runner_detail.h).
+    if (aggregator_->densePlugin() != nullptr)
+      prov.plugins.push_back(runner::detail::denseRecord(*aggregator_->densePlugin(), *aggregator_->denseInstance()));
   }
   // A module workload's model and data are its files' code, which the config names only by path: their hashes say
   // whether two runs trained the same thing (an edited module, or a sibling it imports, would otherwise look like the

@@ -704,12 +704,10 @@ std::vector<std::string> CalibrationPlan::keys() const {
   return k;
 }
 
-CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
-                                const Compressor& compressor) {
-  CalibrationPlan p;
-  p.workload = e.workload().name() + "#" + shortHash(e.workload().ShortDebugString());
-  p.batch = e.data().batch_size();
-  for (int l = 0; l < model.numLayers(); ++l) p.layers.push_back(model.layerFlops(l));
+namespace {
+
+// The run codec's key: the compressor, its decorators and what its times were taken on (see planCalibration).
+std::string codecKey(const experiments::Experiment& e, const std::string& workload, bool custom) {
   const CodecOptions co = experiments::codecOptions(e);
   std::ostringstream codec;
   codec.precision(17);
@@ -721,11 +719,22 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   // The codec is timed on the model's gradient (codecCalibrationGradients), so its key also names what made it: the
   // workload and the data (not the run's seed: the gradient is taken at kCalibrationSeed's initialization). Two runs
   // that share a codec and a tensor size share a time only on the same model and data.
-  codec << " on " << p.workload << " data=" << e.data().ShortDebugString();
+  codec << " on " << workload << " data=" << e.data().ShortDebugString();
   // A CUSTOM codec's decode and reduces take the aggregate of the world's payloads (CodecStep::fold), whose size and
   // cost follow the world size.
-  if (compressor.caps(DType::kF32).aggregation == Aggregation::kCustom) codec << " world=" << e.workers();
-  p.codec = e.compressor().name() + "#" + shortHash(codec.str());
+  if (custom) codec << " world=" << e.workers();
+  return e.compressor().name() + "#" + shortHash(codec.str());
+}
+
+}  // namespace
+
+CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
+                                const Compressor& compressor) {
+  CalibrationPlan p;
+  p.workload = e.workload().name() + "#" + shortHash(e.workload().ShortDebugString());
+  p.batch = e.data().batch_size();
+  for (int l = 0; l < model.numLayers(); ++l) p.layers.push_back(model.layerFlops(l));
+  p.codec = codecKey(e, p.workload, compressor.caps(DType::kF32).aggregation == Aggregation::kCustom);
   const auto& pull = e.parameter_server().pull_compressor();
   if (!pull.name().empty() && pull.name() != "none") {
     // Its own key, which names it a pull codec: a compressor that is both gets two times (with and without the run's
@@ -735,10 +744,16 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
     p.pull_codec = pull.name() + "#" + shortHash(pc.str());
   }
   if (e.compression_start_step() > 0) {
-    // Its own key, as a pull codec's: `none` without decorators, whatever the run's compressor.
-    std::ostringstream dc;
-    dc << "dense warm-up on " << p.workload << " data=" << e.data().ShortDebugString();
-    p.dense_codec = "none#" + shortHash(dc.str());
+    // `none` without decorators: the key a run of compressor none on the same model and data has, so that the two
+    // share one time and the warm-up's steps are priced as the dense run's are.
+    experiments::Experiment dense = e;
+    dense.mutable_compressor()->Clear();
+    dense.mutable_compressor()->set_name("none");
+    dense.clear_error_feedback();
+    dense.clear_error_feedback_rule();
+    dense.clear_ef21_momentum();
+    dense.clear_momentum_correction();
+    p.dense_codec = codecKey(dense, p.workload, false);
   }
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;

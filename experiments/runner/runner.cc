@@ -139,7 +139,13 @@ void notePartition(results::Provenance& prov, const Experiment& e, std::span<con
 
 std::string compressionStartWarning(const Experiment& e, int64_t total_steps) {
   const int64_t start = e.compression_start_step();
-  if (start == 0 || start < total_steps) return "";
+  if (start == 0) return "";
+  // A grid or a study's base may set the warm-up for every variant, the dense baseline too: harmless, and said.
+  if ((e.compressor().name().empty() || e.compressor().name() == "none") && !e.error_feedback() &&
+      e.momentum_correction().factor() == 0)
+    return "compression_start_step " + std::to_string(start) +
+           " with compressor 'none': every step is allreduced uncompressed anyway; the warm-up changes nothing";
+  if (start < total_steps) return "";
   return "compression_start_step " + std::to_string(start) + " is at or past the run's last step (" +
          std::to_string(total_steps) + " steps): compressor '" + e.compressor().name() +
          "' never runs, every step is allreduced uncompressed; lower compression_start_step or train longer";

@@ -58,7 +58,8 @@ void notePartition(results::Provenance& prov, const experiments::Experiment& e, 
 std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
                                       const train::LocalSgdSchedule& schedule);
 // A dense warm-up as long as the run (compression_start_step >= total_steps: the compressor never runs, a quick try
-// with fewer epochs or a subset) is a warning, as an unreached local_sgd.start_step is; "" otherwise.
+// with fewer epochs or a subset) is a warning, as an unreached local_sgd.start_step is, and so is one before compressor
+// none without error feedback (it changes nothing); "" otherwise.
 std::string compressionStartWarning(const experiments::Experiment& e, int64_t total_steps);
 // The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
 train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
@@ -184,7 +185,7 @@ class TraceFiles {
 // Rank r's sync trainer over `comm`: its own compressor instance, a scheduler instance of its own, the variant's
 // codec options and seed, and codecs on the communicator's stream (NCCL: device buffers). Every World's ranks are
 // built by this one function, so an in-process rank is the same trainer as a process's.
-// `dense`: the dense warm-up's compressor (denseWarmup), null without one.
+// `dense`: an instance of the dense warm-up's compressor (densePlugin), null without one.
 std::unique_ptr<train::SyncTrainer> makeSyncTrainer(const experiments::Experiment& e, train::Workload& model,
                                                     comm::Communicator& comm, std::shared_ptr<Compressor> instance,
                                                     const SchedulerPlugin& scheduler, train::SyncTrainerOptions to,

@@ -278,6 +278,21 @@ case $CASE in
       # Only rank 0 writes results and prints the table.
       [[ $(grep -c "final acc" tcp$n.log) -eq 1 ]] || fail "more than one rank printed the results table"
     done
+    # A dense warm-up (compression_start_step: top-k from step 10 of 30) over TCP is the in-process run's too.
+    write_study warm_in.textproto INPROC 2 2 5 'compression_start_step: 10'
+    write_study warm_tcp.textproto TCP 2 2 5 'compression_start_step: 10'
+    timeout 60 "$TERSE" run warm_in.textproto --out warm_in --plugin-path "$PLUGINS" >warm_in.log 2>&1 ||
+      fail "inproc warm-up run failed"
+    timeout 60 "$TERSE" launch -n 2 -- "$TERSE" run warm_tcp.textproto --out warm_tcp --plugin-path "$PLUGINS" \
+      >warm_tcp.log 2>&1 || fail "tcp warm-up run failed"
+    compare_runs warm_in warm_tcp
+    expect_in warm_tcp/e2e/topk/provenance.json '"role": *"dense_warmup"'
+    # Its first two records (steps 5 and 10) are the dense variant's payload; top-k's steps after them are not.
+    [[ $(sed -n 2p warm_tcp/e2e/topk/metrics.jsonl | grep -o '"payload_bytes_per_worker":[^,}]*') == \
+       $(sed -n 2p warm_tcp/e2e/dense/metrics.jsonl | grep -o '"payload_bytes_per_worker":[^,}]*') ]] ||
+      fail "the warm-up's steps did not send the dense run's payload"
+    [[ $(field warm_tcp/e2e/topk/metrics.jsonl payload_bytes_per_worker) != \
+       $(field warm_tcp/e2e/dense/metrics.jsonl payload_bytes_per_worker) ]] || fail "top-k never took over"
     # A job whose size is not the config's workers is refused, naming both numbers.
     "$TERSE" launch -n 2 -- "$TERSE" run tcp3.textproto --out wrong --plugin-path "$PLUGINS" >wrong.log 2>&1
     (($? == 1)) || fail "a 2-rank job ran a 3-worker study"

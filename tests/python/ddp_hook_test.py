@@ -180,6 +180,8 @@ def dense_warmup(rank, root):
     # for bit (two ranks: see `equivalence`) on every path -- chained, on the worker thread, inside the hook, and with a
     # step trace, which takes pipelines of `none` instead of the in-place sum -- and PowerSGD takes over at pass K:
     # the parameters leave the reference there, and the payload is K dense passes' plus PowerSGD's own after them.
+    # Several buckets (bucket_cap_mb), which DDP re-forms after its first pass, inside the warm-up; chained, they may
+    # finish in any order under gloo, the switch falling between two passes all the same.
     K = 3
     ref = mlp()
     ddp_ref = nn.parallel.DistributedDataParallel(ref)
@@ -193,8 +195,9 @@ def dense_warmup(rank, root):
     plain = terse.torch.CompressionState("powersgd", rank=2, error_feedback=True, module=mlp())
     check(not plain._agg.warming_up, "a state without compression_start_step is warming up")
     for overlap, traced in ((True, False), ("chain", False), ("thread", False), (False, False), (True, True)):
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024  # as payload_bytes: torch 2.x caps the first with bucket_cap_mb
         ours = mlp()
-        ddp = nn.parallel.DistributedDataParallel(ours)
+        ddp = nn.parallel.DistributedDataParallel(ours, bucket_cap_mb=0.25)
         state = terse.torch.CompressionState("powersgd", rank=2, error_feedback=True, module=ours, overlap=overlap,
                                              compression_start_step=K, step_trace=traced)
         ddp.register_comm_hook(state, terse.torch.compression_hook)
@@ -218,10 +221,29 @@ def dense_warmup(rank, root):
                 check(not same, "%s: pass %d equals DDP's allreduce: PowerSGD did not take over" % (what, s))
         compressed = state.totals()["payload"] - dense
         check(0 < compressed < numel * 4, "%s: PowerSGD's two passes sent %d bytes" % (what, compressed))
+        check(len(state.buckets()) > 1, "%s: DDP made %d buckets" % (what, len(state.buckets())))
         if log is not None:
             log.record(test_accuracy=0.5)
             log.finish()
+            if rank == 0:
+                # As a native run: the config says where the warm-up ended, the provenance which plugin ran it.
+                folder = os.path.join(root, "warm", "%s-%s" % (overlap, traced))
+                check("compression_start_step: 3" in open(os.path.join(folder, "config.textproto")).read(),
+                      "%s: the results' config has no compression_start_step" % what)
+                plugins = json.load(open(os.path.join(folder, "provenance.json")))["plugins"]
+                check([(p["name"], p.get("role")) for p in plugins] == [("powersgd", None), ("none", "dense_warmup")],
+                      "%s: provenance plugins %s" % (what, plugins))
         state.close()
+    # What the compressor refuses is refused at the warm-up's first bucket (no module= shows the dtype here), on every
+    # rank before any collective, not at pass K.
+    doubles = mlp().double()
+    ddp = nn.parallel.DistributedDataParallel(doubles)
+    state = terse.torch.CompressionState("topk", ratio=0.1, compression_start_step=K)
+    ddp.register_comm_hook(state, terse.torch.compression_hook)
+    x, y = batch(0, rank)
+    expect_terse_error(terse.Unsupported, "topk: only f32 gradients are supported, got f64",
+                       lambda: F.cross_entropy(ddp(x.double()), y).backward())
+    state.close()
     print("rank %d dense_warmup: %d dense passes equal to DDP's allreduce on every path, then PowerSGD" % (rank, K))
 
 

@@ -329,7 +329,7 @@ TEST(Compare, AGridPointIsATableWithItsOwnBaseline) {
   const std::string csv = toCsv(c);
   EXPECT_NE(csv.find(",grid_point,pull_residual_rel,error_feedback_rule,compression_start_step\n"), std::string::npos);
   // Pull residual and error feedback's rule: none.
-  EXPECT_NE(csv.find(",workers=32;data.batch_size=256,,\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",workers=32;data.batch_size=256,,,0\n"), std::string::npos) << csv;
   const auto json = parseJson(toJson(c, w));
   ASSERT_TRUE(json);
   const Json& point = json->at("studies").at(0).at("grid_point");

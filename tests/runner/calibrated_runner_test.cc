@@ -559,6 +559,10 @@ TEST(CalibratedRun, ADenseWarmupChargesTheDenseCodecUntilItsStartStep) {
   auto instance = loader.loadCompressor("topk")->instantiate(experiments::pluginParams(e.compressor()));
   const CalibrationPlan plan = planCalibration(e, *model, *instance);
   ASSERT_EQ(plan.dense_codec.rfind("none#", 0), 0u) << plan.dense_codec;
+  // The key a run of compressor none on the same model and data has: the two share one time.
+  const experiments::Experiment none_run =
+      experiments::loadStudyText(calibratedStudy("", "none"), "u", runnerConfigOptions(&loader)).experiments.at(0);
+  EXPECT_EQ(plan.dense_codec, planCalibration(none_run, *model, *loader.loadCompressor("none")->instantiate({})).codec);
   const CalibrationTable t = CalibrationTable::load(r.dir / "calibration.json");
   double dense = 0, topk = 0;  // one step's compress: every tensor once
   for (const auto& p : model->params()) {
@@ -580,9 +584,9 @@ TEST(CalibratedRun, ADenseWarmupChargesTheDenseCodecUntilItsStartStep) {
   const double want = n * getNumber(plain.back(), "compress_s_per_step").value_or(0) - 4 * topk + 4 * dense;
   EXPECT_NEAR(total, want, 1e-6 * want);
   // Without a warm-up the plan, and so every key a table held before the field, is as it was.
-  EXPECT_TRUE(planCalibration(experiments::loadStudyText(calibratedStudy(), "u", runnerConfigOptions(&loader))
-                                  .experiments.at(0),
-                              *model, *instance)
+  EXPECT_TRUE(planCalibration(
+                  experiments::loadStudyText(calibratedStudy(), "u", runnerConfigOptions(&loader)).experiments.at(0),
+                  *model, *instance)
                   .dense_codec.empty());
 }
 

@@ -231,6 +231,12 @@ TEST(Runner, ADenseWarmupIsTheDenseRunUntilItsStartStep) {
   EXPECT_EQ(detail::compressionStartWarning(e, 30),
             "compression_start_step 30 is at or past the run's last step (30 steps): compressor 'powersgd' never "
             "runs, every step is allreduced uncompressed; lower compression_start_step or train longer");
+  e.mutable_compressor()->set_name("none");
+  EXPECT_EQ(detail::compressionStartWarning(e, 100),
+            "compression_start_step 30 with compressor 'none': every step is allreduced uncompressed anyway; the "
+            "warm-up changes nothing");
+  e.set_error_feedback(true);
+  EXPECT_EQ(detail::compressionStartWarning(e, 100), "");
   e.clear_compression_start_step();
   EXPECT_EQ(detail::compressionStartWarning(e, 1), "");
 }

@@ -79,7 +79,8 @@ struct RunSpec {
   int epochs = 1;
   bool drain_every_step = false;  // record lastGroups() after each step (waits for the step's communication)
   bool trace = false;
-  int max_in_flight = 1;  // SyncTrainerOptions::max_groups_in_flight
+  int max_in_flight = 1;               // SyncTrainerOptions::max_groups_in_flight
+  int64_t compression_start_step = 0;  // > 0: a dense warm-up through `none`'s pipelines
 };
 
 struct RankOutcome {
@@ -94,6 +95,7 @@ struct RankOutcome {
 std::vector<RankOutcome> run(const RunSpec& spec) {
   auto l = loader();
   auto compressor = l.loadCompressor(spec.compressor);
+  auto dense = l.loadCompressor("none");
   auto scheduler = l.loadScheduler(spec.scheduler);
   auto transports = comm::makeInprocTransports(spec.world, spec.inproc);
   std::vector<RankOutcome> out(static_cast<std::size_t>(spec.world));
@@ -118,6 +120,13 @@ std::vector<RankOutcome> run(const RunSpec& spec) {
             o.sgd.momentum = 0.9;
             o.lr.lr = 0.05;
             o.max_groups_in_flight = spec.max_in_flight;
+            o.compression_start_step = spec.compression_start_step;
+            auto dense_instance = dense->instantiate({});
+            if (spec.compression_start_step > 0) {
+              o.dense_pipelines = [&](const TensorInfo& info) {
+                return std::make_unique<CompressionPipeline>(makeCodec(dense_instance, info, 7, {}), comm);
+              };
+            }
             TraceRecorder trace(r, origin);
             if (spec.trace) o.trace = &trace;
             SyncTrainer trainer(
@@ -596,6 +605,37 @@ TEST(GroupsInFlight, SameBitsForAnyCreditWithRecursiveDoublingAtFourRanks) {
           EXPECT_EQ(out[r].records[i].loss, reference[r].records[i].loss) << "step " << i;
       }
     }
+  }
+}
+
+// A dense warm-up (sync_trainer.h) under a scheduler that cuts the tensors, with groups in flight on lanes: the
+// warm-up's chunk pipelines are its own, the steps before the switch are the `none` run's bit for bit (a warm-up longer
+// than the run is that run), the ranks agree throughout, and the compressor takes over at the switch. Recursive
+// doubling at 4 ranks, whose sums do not depend on how the groups fell (SameBitsForAnyCredit...).
+TEST(GroupsInFlight, ADenseWarmupKeepsTheBitsOfChunkedGroupsOnLanes) {
+  RunSpec spec;
+  spec.world = 4;
+  spec.algorithm = comm::AllreduceAlgorithm::kRecursiveDoubling;
+  spec.scheduler = "priority";
+  spec.scheduler_params = {{"partition_bytes", "2000"}, {"credit_bytes", "3000"}};
+  spec.max_in_flight = 2;
+  const auto dense = run(spec);
+  expectNoErrors(dense);
+  spec.compressor = "topk";
+  spec.compressor_params = {{"ratio", "0.1"}};
+  spec.compression_start_step = 1000;  // past the run's 8 steps
+  const auto all = run(spec);
+  expectNoErrors(all);
+  for (std::size_t r = 0; r < all.size(); ++r) EXPECT_EQ(all[r].values, dense[r].values) << "rank " << r;
+  spec.compression_start_step = 3;
+  const auto warm = run(spec);
+  expectNoErrors(warm);
+  ASSERT_GT(warm[0].records.size(), 4u);
+  for (std::size_t r = 0; r < warm.size(); ++r) {
+    EXPECT_EQ(warm[r].values, warm[0].values) << "rank " << r << " differs from rank 0";
+    for (std::size_t i = 0; i <= 3; ++i)
+      EXPECT_EQ(warm[r].records[i].loss, dense[r].records[i].loss) << "rank " << r << ", step " << i;
+    EXPECT_NE(warm[r].records[4].loss, dense[r].records[4].loss) << "rank " << r << ": step 3 was not top-k's";
   }
 }
 
