@@ -136,6 +136,8 @@ TraceHeader readHeader(const LineReader& r, const Json& o) {
     r.fail("clock", "must be \"simulated\" or \"real_time\", got \"" + h.clock + "\"");
   h.compute_model = r.str(o, "", "compute_model");
   h.batch_size = r.integer(o, "", "batch_size", 0, std::numeric_limits<int64_t>::max());
+  if (const Json* start = r.optionalMember(o, "compression_start_step"))
+    h.compression_start_step = r.integer(*start, "compression_start_step", 0, std::numeric_limits<int64_t>::max());
   h.layers = static_cast<int>(r.integer(o, "", "layers", 0, std::numeric_limits<int>::max()));
   const Json& tensors = r.array(o, "", "tensors");
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -313,22 +315,24 @@ std::string stepTraceHeaderLine(const TraceHeader& h) {
   Json tensors = Json::array();
   for (const TraceTensor& t : h.tensors)
     tensors.push_back(Json{{"id", t.id}, {"name", t.name}, {"elements", t.elements}, {"layer", t.layer}});
-  return dumpJson(Json{{"format", std::string(h.format)},
-                       {"version", h.version},
-                       {"rank", h.rank},
-                       {"world", h.world},
-                       {"mode", h.mode},
-                       {"source", h.source},
-                       {"workload", h.workload},
-                       {"compressor", h.compressor},
-                       {"scheduler", h.scheduler},
-                       {"allreduce_algorithm", h.allreduce_algorithm},
-                       {"allgather_algorithm", h.allgather_algorithm},
-                       {"clock", h.clock},
-                       {"compute_model", h.compute_model},
-                       {"batch_size", h.batch_size},
-                       {"layers", h.layers},
-                       {"tensors", std::move(tensors)}});
+  Json header{{"format", std::string(h.format)},
+              {"version", h.version},
+              {"rank", h.rank},
+              {"world", h.world},
+              {"mode", h.mode},
+              {"source", h.source},
+              {"workload", h.workload},
+              {"compressor", h.compressor},
+              {"scheduler", h.scheduler},
+              {"allreduce_algorithm", h.allreduce_algorithm},
+              {"allgather_algorithm", h.allgather_algorithm},
+              {"clock", h.clock},
+              {"compute_model", h.compute_model},
+              {"batch_size", h.batch_size},
+              {"layers", h.layers},
+              {"tensors", std::move(tensors)}};
+  if (h.compression_start_step > 0) header["compression_start_step"] = h.compression_start_step;
+  return dumpJson(header);
 }
 
 std::string stepTraceStepLine(const TraceStep& s) {

@@ -56,17 +56,20 @@ struct TraceHeader {
   int version = kStepTraceVersion;
   int rank = 0;
   int world = 1;
-  std::string mode = "sync";         // "sync" (the only mode a replay takes today) or "async"
-  std::string source = "terse";      // "terse" (terse run / launch) or "pytorch" (the DDP hook)
-  std::string workload;              // the workload or model's name
-  std::string compressor;            // the variant's compressor spec as configured (e.g. "topk:ratio=0.01")
-  std::string scheduler;             // the scheduler plugin's name ("fifo", "fusion", "priority", ...)
-  std::string allreduce_algorithm;   // as configured ("auto", "ring", ...); each collective records what ran
-  std::string allgather_algorithm;   // as configured
-  std::string clock;                 // "simulated" or "real_time"
-  std::string compute_model;         // under the simulated clock: "calibrated", "measured", "flops"; else ""
-  int64_t batch_size = 0;            // examples per rank per step
-  int layers = 0;                    // the workload's layer count
+  std::string mode = "sync";        // "sync" (the only mode a replay takes today) or "async"
+  std::string source = "terse";     // "terse" (terse run / launch) or "pytorch" (the DDP hook)
+  std::string workload;             // the workload or model's name
+  std::string compressor;           // the variant's compressor spec as configured (e.g. "topk:ratio=0.01")
+  std::string scheduler;            // the scheduler plugin's name ("fifo", "fusion", "priority", ...)
+  std::string allreduce_algorithm;  // as configured ("auto", "ring", ...); each collective records what ran
+  std::string allgather_algorithm;  // as configured
+  std::string clock;                // "simulated" or "real_time"
+  std::string compute_model;        // under the simulated clock: "calibrated", "measured", "flops"; else ""
+  int64_t batch_size = 0;           // examples per rank per step
+  int layers = 0;                   // the workload's layer count
+  // > 0: steps before it are a dense warm-up, compressor `none` (sync_trainer.h); written only then, so a trace of a
+  // run without one reads as before the field.
+  int64_t compression_start_step = 0;
   std::vector<TraceTensor> tensors;  // by id, 0..n-1
 };
 

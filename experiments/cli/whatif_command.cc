@@ -5,6 +5,7 @@
 // Every argument is checked before anything runs: the options (replay.h's validate), the topology's text, the traces
 // (their reader, then checkReplayable), so a bad flag or file is an error naming it, never a simulation that fails
 // later.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,44 @@ struct Source {
   std::vector<std::string> names;  // the files, for messages
   fs::path folder;                 // where metrics.jsonl would be; empty for a synthetic trace
 };
+
+// A trace of a run that began with a dense warm-up (compression_start_step; core/train/sync_trainer.h): its first
+// steps are allreduces of `none`, the rest the compressor's. The question a replay answers is the compressor's, so the
+// warm-up's steps are set aside (`steps`, every rank's, to price the time to accuracy) whenever the trace holds steps
+// after it; a trace that ends inside the warm-up is replayed as recorded, and said so.
+struct WarmupSplit {
+  int64_t start = 0;                    // the header's compression_start_step; 0: none
+  std::vector<train::StepTrace> steps;  // the warm-up's steps, set aside; empty when nothing was
+  std::string note;                     // what was done, for the report; empty without a warm-up
+};
+
+WarmupSplit splitWarmup(Source& src) {
+  WarmupSplit w;
+  w.start = src.ranks.front().header.compression_start_step;
+  if (w.start <= 0) return w;
+  const auto& lead = src.ranks.front().steps;
+  const auto before = static_cast<std::size_t>(
+      std::count_if(lead.begin(), lead.end(), [&](const train::TraceStep& s) { return s.step < w.start; }));
+  const std::string compressor = src.ranks.front().header.compressor;
+  if (before == lead.size()) {
+    w.note = "every recorded step is of the dense warm-up (compression_start_step " + std::to_string(w.start) +
+             "): this replays allreduces of none, not of " + compressor + "; record past step " +
+             std::to_string(w.start) + " for the compressor's";
+    return w;
+  }
+  for (auto& rank : src.ranks) {
+    train::StepTrace warm = rank;
+    warm.steps.clear();
+    std::vector<train::TraceStep> kept;
+    for (auto& s : rank.steps) (s.step < w.start ? warm.steps : kept).push_back(std::move(s));
+    rank.steps = std::move(kept);
+    if (before > 0) w.steps.push_back(std::move(warm));
+  }
+  w.note = "the first " + std::to_string(before) + " recorded steps are the dense warm-up's (compression_start_step " +
+           std::to_string(w.start) + "): replaying the " + std::to_string(lead.size()) + " of " + compressor +
+           " after them";
+  return w;
+}
 
 Source loadSource(const std::string& text, int steps) {
   Source src;
@@ -245,7 +284,8 @@ int whatifCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   try {
-    const Source src = loadSource(trace_text, o.steps);
+    Source src = loadSource(trace_text, o.steps);
+    const WarmupSplit warm = splitWarmup(src);
     if (o.order != sim::ReplayOptions::Order::kRecorded)
       for (std::size_t r = 0; r < src.ranks.size(); ++r) sim::checkReorderable(src.ranks[r], src.names[r]);
     int64_t accuracy_step = -2;  // -2: not asked
@@ -258,6 +298,18 @@ int whatifCommand(const std::vector<std::string>& args) {
     }
     const sim::ReplayResult r = sim::replayTrace(src.ranks, o);
     const train::TraceHeader& h = src.ranks.front().header;
+    // The time to accuracy counts the warm-up's steps at the warm-up's own step time, replayed apart.
+    double warm_step_s = r.mean_step_s;
+    if (accuracy_step > 0 && !warm.steps.empty()) {
+      sim::ReplayOptions wo = o;
+      wo.steps = static_cast<int>(
+          std::min<std::size_t>(warm.steps.front().steps.size(),
+                                o.steps > 0 ? static_cast<std::size_t>(o.steps) : warm.steps.front().steps.size()));
+      warm_step_s = sim::replayTrace(warm.steps, wo).mean_step_s;
+    }
+    const int64_t warm_steps = warm.steps.empty() ? 0 : std::min(accuracy_step, warm.start);
+    const double accuracy_s = static_cast<double>(warm_steps) * warm_step_s +
+                              static_cast<double>(std::max<int64_t>(accuracy_step - warm_steps, 0)) * r.mean_step_s;
     std::cout << "whatif: " << src.names.front() << (src.ranks.size() > 1 ? " (+ other ranks)" : "") << ", recorded at "
               << h.world << " worker(s), " << h.compressor << " / " << h.scheduler
               << (o.order == sim::ReplayOptions::Order::kRecorded
@@ -265,6 +317,7 @@ int whatifCommand(const std::vector<std::string>& args) {
                       : std::string(" re-issued ") + sim::replayOrderName(o.order))
               << ", replayed at " << r.workers << " workers, " << r.step_s.size() << " steps\n"
               << "network: " << r.platform << "\n";
+    if (!warm.note.empty()) std::cout << "warm-up: " << warm.note << "\n";
     if (r.compute_scale != 1.0)
       std::cout << "compute: x " << r.compute_scale << " (" << seconds(r.recorded_compute_s) << " recorded a step"
                 << (o.step_flops > 0 ? ", scaled to the device's FLOP rate" : "") << ")\n";
@@ -283,9 +336,9 @@ int whatifCommand(const std::vector<std::string>& args) {
     t.add({"bytes sent per worker per step", bytes.str()});
     std::string accuracy_text;
     if (accuracy_step >= 0) {
-      accuracy_text = seconds(static_cast<double>(accuracy_step) * r.mean_step_s) + " (" +
-                      std::to_string(accuracy_step) + " steps; accuracy as recorded at world " +
-                      std::to_string(h.world) + ")";
+      accuracy_text = seconds(accuracy_s) + " (" + std::to_string(accuracy_step) + " steps" +
+                      (warm_steps > 0 ? ", " + std::to_string(warm_steps) + " of them the dense warm-up's" : "") +
+                      "; accuracy as recorded at world " + std::to_string(h.world) + ")";
       t.add({"time to target accuracy", accuracy_text});
     } else if (accuracy_step == -1) {
       accuracy_text = "not reached in the recorded run";
@@ -324,6 +377,10 @@ int whatifCommand(const std::vector<std::string>& args) {
              {"bytes_per_worker_per_step", r.bytes_per_worker},
              {"collectives", r.collectives},
              {"links", Json::array()}};
+      if (warm.start > 0)
+        j["warmup"] = Json{{"compression_start_step", warm.start},
+                           {"steps_set_aside", warm.steps.empty() ? 0 : warm.steps.front().steps.size()},
+                           {"note", warm.note}};
       for (const auto& l : r.links)
         j["links"].push_back(Json{{"class", l.name},
                                   {"links", l.links},
@@ -333,7 +390,8 @@ int whatifCommand(const std::vector<std::string>& args) {
       if (accuracy_step >= 0)
         j["time_to_accuracy"] = Json{{"target", vm["target-accuracy"].as<double>()},
                                      {"step", accuracy_step},
-                                     {"seconds", static_cast<double>(accuracy_step) * r.mean_step_s},
+                                     {"seconds", accuracy_s},
+                                     {"warmup_steps", warm_steps},
                                      {"label", "accuracy as recorded at world " + std::to_string(h.world)}};
       const std::string out = vm["json"].as<std::string>();
       if (out == "-") {

@@ -369,7 +369,8 @@ PYBIND11_MODULE(_terse, m) {
   m.def("local_round_length", &train::localRoundLength, py::arg("period"), py::arg("qsr_alpha"), py::arg("rate"));
 
   py::class_<HookTrace>(m, "HookTrace")
-      .def(py::init([](const std::string& workload, const std::string& compressor, const std::string& backend) {
+      .def(py::init([](const std::string& workload, const std::string& compressor, const std::string& backend,
+                       int64_t compression_start_step) {
              train::TraceHeader h;
              h.mode = "sync";
              h.source = "pytorch";
@@ -381,9 +382,10 @@ PYBIND11_MODULE(_terse, m) {
              h.allreduce_algorithm = "torch:" + backend;
              h.allgather_algorithm = "torch:" + backend;
              h.clock = "real_time";
+             h.compression_start_step = compression_start_step;
              return std::make_unique<HookTrace>(std::move(h));
            }),
-           py::arg("workload"), py::arg("compressor"), py::arg("backend"))
+           py::arg("workload"), py::arg("compressor"), py::arg("backend"), py::arg("compression_start_step") = 0)
       .def(
           "describe",
           [](HookTrace& t, int rank, int world, int64_t batch_size, int layers,

@@ -426,6 +426,7 @@ train::TraceHeader stepTraceHeader(const Experiment& e, bool simulated) {
   for (std::size_t i = 0; i < params.size(); ++i)
     h.compressor += (i == 0 ? ":" : ",") + params[i].first + "=" + params[i].second;
   h.scheduler = e.scheduler().name();
+  h.compression_start_step = e.compression_start_step();
   if (e.transport() == Experiment::NCCL) {
     h.allreduce_algorithm = h.allgather_algorithm = "nccl";
   } else {

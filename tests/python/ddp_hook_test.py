@@ -233,6 +233,9 @@ def dense_warmup(rank, root):
                 plugins = json.load(open(os.path.join(folder, "provenance.json")))["plugins"]
                 check([(p["name"], p.get("role")) for p in plugins] == [("powersgd", None), ("none", "dense_warmup")],
                       "%s: provenance plugins %s" % (what, plugins))
+                # The step trace's header too, so that `terse whatif` sets the warm-up's steps aside.
+                header = json.loads(open(os.path.join(folder, "steps.rank0.jsonl")).readline())
+                check(header.get("compression_start_step") == 3, "%s: the trace's header %s" % (what, header))
         state.close()
     # What the compressor refuses is refused at the warm-up's first bucket (no module= shows the dtype here), on every
     # rank before any collective, not at pass K.

@@ -372,7 +372,7 @@ class CompressionState:
     compression_start_step  a dense warm-up, as torch's PowerSGDState's start_powerSGD_iter: the first N backward
                          passes average every bucket uncompressed (one allreduce, the compressor not called), and the
                          compressor with its error feedback takes over at pass N, its state starting there. An int >= 0
-                         (default 0: every pass compresses); not with momentum_correction or terse.local_sgd
+                         (default 0: every pass compresses); not with momentum_correction or terse.torch.LocalSGD
     module               the model (or its DDP wrapper): its parameter order gives the tensor ids; its device is
                          checked here, before anything is registered
     granularity          "tensor" (default) or "bucket"; see the module's documentation
@@ -1594,7 +1594,8 @@ class _StepTracer:
         self._params = list(module.parameters())
         self._names = [n[len(prefix):] if prefix and n.startswith(prefix) else n for n, _ in module.named_parameters()]
         backend = torch.distributed.get_backend(state.process_group) if torch.distributed.is_initialized() else "none"
-        self.trace = _terse.HookTrace(workload=type(inner).__name__, compressor=compressor_spec, backend=str(backend))
+        self.trace = _terse.HookTrace(workload=type(inner).__name__, compressor=compressor_spec, backend=str(backend),
+                                      compression_start_step=state._settings["compression_start_step"])
         # The modules that own parameters directly: each is a layer of the trace, numbered in the order the first traced
         # forward runs them.
         self._owners = [m for m in inner.modules() if next(m.parameters(recurse=False), None) is not None]
