@@ -752,7 +752,8 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
     dense.clear_error_feedback();
     dense.clear_error_feedback_rule();
     dense.clear_ef21_momentum();
-    dense.clear_momentum_correction();
+    // The factor alone: masking and Nesterov are in the key as a resolved config holds them, whatever the factor.
+    dense.mutable_momentum_correction()->set_factor(0);
     p.dense_codec = codecKey(dense, p.workload, false);
   }
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
