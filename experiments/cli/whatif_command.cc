@@ -73,13 +73,19 @@ WarmupSplit splitWarmup(Source& src) {
              std::to_string(w.start) + " for the compressor's";
     return w;
   }
+  if (before == 0) {
+    w.note = "the trace's header says the run began with a dense warm-up of " + std::to_string(w.start) +
+             " steps (compression_start_step), but it holds none of them: replaying " + compressor +
+             "'s steps; a time to accuracy prices the warm-up's steps at the compressor's step time";
+    return w;
+  }
   for (auto& rank : src.ranks) {
-    train::StepTrace warm = rank;
-    warm.steps.clear();
+    train::StepTrace warm;
+    warm.header = rank.header;
     std::vector<train::TraceStep> kept;
     for (auto& s : rank.steps) (s.step < w.start ? warm.steps : kept).push_back(std::move(s));
     rank.steps = std::move(kept);
-    if (before > 0) w.steps.push_back(std::move(warm));
+    w.steps.push_back(std::move(warm));
   }
   w.note = "the first " + std::to_string(before) + " recorded steps are the dense warm-up's (compression_start_step " +
            std::to_string(w.start) + "): replaying the " + std::to_string(lead.size()) + " of " + compressor +
@@ -307,7 +313,8 @@ int whatifCommand(const std::vector<std::string>& args) {
                                 o.steps > 0 ? static_cast<std::size_t>(o.steps) : warm.steps.front().steps.size()));
       warm_step_s = sim::replayTrace(warm.steps, wo).mean_step_s;
     }
-    const int64_t warm_steps = warm.steps.empty() ? 0 : std::min(accuracy_step, warm.start);
+    // The warm-up's steps count at their own time when the trace holds them, else at the compressor's.
+    const int64_t warm_steps = accuracy_step > 0 ? std::min(accuracy_step, warm.start) : 0;
     const double accuracy_s = static_cast<double>(warm_steps) * warm_step_s +
                               static_cast<double>(std::max<int64_t>(accuracy_step - warm_steps, 0)) * r.mean_step_s;
     std::cout << "whatif: " << src.names.front() << (src.ranks.size() > 1 ? " (+ other ranks)" : "") << ", recorded at "
@@ -377,10 +384,12 @@ int whatifCommand(const std::vector<std::string>& args) {
              {"bytes_per_worker_per_step", r.bytes_per_worker},
              {"collectives", r.collectives},
              {"links", Json::array()}};
-      if (warm.start > 0)
+      if (warm.start > 0) {
         j["warmup"] = Json{{"compression_start_step", warm.start},
                            {"steps_set_aside", warm.steps.empty() ? 0 : warm.steps.front().steps.size()},
                            {"note", warm.note}};
+        if (accuracy_step > 0 && !warm.steps.empty()) j["warmup"]["mean_step_s"] = warm_step_s;
+      }
       for (const auto& l : r.links)
         j["links"].push_back(Json{{"class", l.name},
                                   {"links", l.links},

@@ -371,6 +371,14 @@ void DdpAggregator::checkWarmupDtype(DType dtype) {
   if (!warmingUp() || !warmup_dtypes_.insert(dtype).second) return;
   try {
     checkDtype(dtype);
+    // Every built-in compressor refuses a dtype but f32 above; this is for a plugin that takes one.
+    TERSE_CHECK(dtype == DType::kF32, Unsupported,
+                "terse.torch: compression_start_step " << options_.compression_start_step
+                                                       << ": the dense warm-up averages f32 gradients, and this bucket "
+                                                          "holds "
+                                                       << dtypeName(dtype)
+                                                       << "; convert the model (module.float()) or leave "
+                                                          "compression_start_step 0");
   } catch (...) {
     warmup_dtypes_.erase(dtype);
     throw;

@@ -49,9 +49,10 @@
 // bytes are the body's (no header is produced), and the bucket counts as one tensor. inPlace() says whether it holds.
 //
 // Dense warm-up (compression_start_step > 0; torch's PowerSGD hook's start_powerSGD_iter, core/train/sync_trainer.h's
-// "Dense warm-up"). The steps before compression_start_step average every bucket uncompressed: a bucket of f32 in
-// place, as above, whatever the compressor; with a trace attached, or a bucket of another dtype, through pipelines of
-// their own (compressor `none` without decorators) beside the compressor's. The compressor's pipelines see their
+// "Dense warm-up"). The steps before compression_start_step average every bucket uncompressed: in place, as above,
+// whatever the compressor; with a trace attached, through pipelines of their own (compressor `none` without
+// decorators) beside the compressor's. f32 only (`none`'s and the in-place sum's dtype): checkWarmupDtype refuses
+// another at its first bucket, after the compressor's own refusal of it. The compressor's pipelines see their
 // first gradient at compression_start_step, their error feedback starting there. Steps are counted as above, so the
 // switch falls between two of DDP's backward passes, on every rank alike.
 //

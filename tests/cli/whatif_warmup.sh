@@ -47,6 +47,19 @@ timeout 120 "$TERSE" whatif out/warm/warm10 --workers 4 --bandwidth 1Gbps --json
 expect_in warm10.json '"compression_start_step": 10'
 expect_in warm10.json '"steps_set_aside": 10'
 expect_in warm10.json '"steps": 20'
+# A target first reached at step 25 (accuracy 0.977; 0.92 at step 10, then 0.78 and 0.90): 10 steps at the warm-up's
+# replayed step time, 15 at top-k's.
+timeout 120 "$TERSE" whatif out/warm/warm10 --workers 4 --bandwidth 1Gbps --target-accuracy 0.95 --json late.json \
+  >/dev/null 2>&1 || fail "whatif --target-accuracy 0.95 of warm10 exited $?"
+python3 - late.json <<'CHECK' || fail "late.json: the time to accuracy is not the two phases' sum"
+import json, sys
+j = json.load(open(sys.argv[1]))
+t, w = j["time_to_accuracy"], j["warmup"]
+assert t["step"] == 25 and t["warmup_steps"] == 10, t
+want = 10 * w["mean_step_s"] + 15 * j["mean_step_s"]
+assert abs(t["seconds"] - want) <= 1e-9 * want, (t["seconds"], want)
+assert w["mean_step_s"] != j["mean_step_s"], w
+CHECK
 
 timeout 120 "$TERSE" whatif out/warm/warm99 --workers 4 --bandwidth 1Gbps >warm99.log 2>&1 ||
   fail "whatif of warm99 exited $?"

@@ -287,7 +287,8 @@ case $CASE in
       >warm_tcp.log 2>&1 || fail "tcp warm-up run failed"
     compare_runs warm_in warm_tcp
     expect_in warm_tcp/e2e/topk/provenance.json '"role": *"dense_warmup"'
-    # Its first two records (steps 5 and 10) are the dense variant's payload; top-k's steps after them are not.
+    # Its payload up to step 10 (the second record; payloads are cumulative) is the dense variant's; with top-k's
+    # steps after it, the total is not.
     [[ $(sed -n 2p warm_tcp/e2e/topk/metrics.jsonl | grep -o '"payload_bytes_per_worker":[^,}]*') == \
        $(sed -n 2p warm_tcp/e2e/dense/metrics.jsonl | grep -o '"payload_bytes_per_worker":[^,}]*') ]] ||
       fail "the warm-up's steps did not send the dense run's payload"

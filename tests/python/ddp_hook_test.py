@@ -205,9 +205,14 @@ def dense_warmup(rank, root):
             if traced else None
         opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
         what = "rank %d, overlap=%s, traced=%s" % (rank, overlap, traced)
+        encode_s = 0.0
         for s in range(K + 2):
             check(state._agg.warming_up == (s < K), "%s: pass %d warming up is %s" % (what, s, state._agg.warming_up))
             train_step(ddp, opt, s, rank)
+            # Codec seconds only grow: the warm-up's pipelines, dropped at pass K, leave theirs counted.
+            now = state.times()["encode_s"]
+            check(now >= encode_s, "%s: encode seconds fell from %g to %g at pass %d" % (what, encode_s, now, s))
+            encode_s = now
             same = all(torch.equal(a, b) for a, b in zip(want[s], ours.parameters()))
             if s < K:
                 check(same, "%s: pass %d of the warm-up differs from DDP's allreduce" % (what, s))
