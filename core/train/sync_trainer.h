@@ -105,14 +105,15 @@
 // update folded into its last segment) and an averaging step's groups carry the deltas, ready when that segment ends,
 // with the averaged updates after them: `terse whatif` replays the schedule as recorded.
 //
-// Dense warm-up (SyncTrainerOptions::compression_start_step; torch's PowerSGD hook's start_powerSGD_iter). A lossy
-// compressor hurts most in the first steps, where the gradients are large and change fast (Lin et al. ICLR 2018 warm
-// DGC up; Vogels et al. 2019 and torch run plain allreduce first). The steps before compression_start_step aggregate
-// through a second set of pipelines, the caller's uncompressed ones; every later step through the compressor's. The
-// switch is at a step boundary, where no group is in flight (a step's tensors are admitted only once the step before
-// is applied), so every rank switches between the same two groups. The compressor's pipelines have seen no gradient
-// before then: error feedback's residual, EF21's estimates and PowerSGD's warm start begin at the switch, as they do
-// in torch's hook. The bytes and codec time of both sets count.
+// Dense warm-up (SyncTrainerOptions::compression_start_step; torch's PowerSGD hook's start_powerSGD_iter, which runs
+// plain allreduce first). The early steps, where the gradients change fast, are where a lossy compressor is thought to
+// hurt most (Lin et al. ICLR 2018 warm DGC up for that reason); whether a warm-up pays is a study's question
+// (results/reference/dense_warmup). The steps before compression_start_step aggregate through a second set of
+// pipelines, the caller's uncompressed ones; every later step through the compressor's. The switch is at a step
+// boundary, where no group is in flight (a step's tensors are admitted only once the step before is applied), so every
+// rank switches between the same two groups, and the warm-up's set is dropped there. The compressor's pipelines have
+// seen no gradient before then: error feedback's residual, EF21's estimates and PowerSGD's warm start begin at the
+// switch, as they do in torch's hook. The bytes and codec time of both sets count.
 //
 // Errors: a failing pipeline, communicator or scheduler (a contract violation the checked Scheduler reports, naming the
 // plugin) aborts the communicator (every rank's pending and later collectives fail, nothing hangs), the communication

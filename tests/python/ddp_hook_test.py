@@ -252,6 +252,17 @@ def dense_warmup(rank, root):
     expect_terse_error(terse.Unsupported, "topk: only f32 gradients are supported, got f64",
                        lambda: F.cross_entropy(ddp(x.double()), y).backward())
     state.close()
+    # The driver's warning for a warm-up as long as the run (terse/train.py) is the native runner's.
+    if rank == 0:
+        cfg = os.path.join(root, "warm.textproto")
+        with open(cfg, "w") as f:
+            f.write('study: "w"\nworkload { name: "mlp" }\ncompressor { name: "powersgd" }\n'
+                    'error_feedback: true\ncompression_start_step: 50\n')
+        recipe = terse.Recipe(cfg)
+        check(recipe.compression_start_warning(51) == "", "a warning for a run past its warm-up")
+        warning = recipe.compression_start_warning(50)
+        check(warning.startswith("compression_start_step 50 is at or past the run's last step (50 steps): "
+                                 "compressor 'powersgd' never runs"), "the warning: %r" % warning)
     print("rank %d dense_warmup: %d dense passes equal to DDP's allreduce on every path, then PowerSGD" % (rank, K))
 
 
