@@ -215,7 +215,9 @@ int runCommand(const std::vector<std::string>& args) {
       const std::filesystem::path root =
           vm.count("out") ? std::filesystem::path(vm["out"].as<std::string>()) : std::filesystem::path(e.output_dir());
       std::string compressor = e.compressor().name();
-      for (const auto& [key, value] : e.compressor().params()) compressor += " " + key + "=" + value;
+      // Sorted (pluginParams): a protobuf map's order is unspecified, and two seeds' copies of one variant listed a
+      // compressor's parameters in two orders.
+      for (const auto& [key, value] : experiments::pluginParams(e.compressor())) compressor += " " + key + "=" + value;
       if (e.error_feedback()) compressor += " +" + experiments::errorFeedbackRuleLabel(e);
       if (e.compression_start_step() > 0) compressor += " from step " + std::to_string(e.compression_start_step());
       const std::string folder = (root / e.study() / experiments::resultsSubfolder(e)).string();

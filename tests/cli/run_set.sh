@@ -50,6 +50,25 @@ expect_in dry.log "^2 runs checked; nothing was run or written \(--dry-run\)$"
 timeout 60 "$TERSE" run study.textproto --out dry --variant base3 --set compressor.name=topk --set error_feedback=true \
   --set compression_start_step=7 --dry-run >warm.log 2>&1 || fail "--dry-run of a warm-up exited $?"
 expect_in warm.log "base3 +dry/set/base3 +1 +SYNC +topk \+EF from step 7 +3"
+# A compressor's parameters in the order of their names, for every seed: a protobuf map's order is unspecified, and the
+# label once listed one variant's parameters in two orders for two seeds.
+cat >params.textproto <<EOF
+study: "params"
+workload { name: "linear_regression" }
+data { batch_size: 16 train_subset: 480 test_subset: 100 }
+epochs: 1
+seeds: [1, 2, 3, 4, 5, 6]
+compressor {
+  name: "dgc"
+  params { key: "warmup_steps" value: "10" }
+  params { key: "sample_ratio" value: "0.5" }
+  params { key: "ratio" value: "0.1" }
+  params { key: "max_passes" value: "2" }
+}
+EOF
+timeout 60 "$TERSE" run params.textproto --out dry --dry-run >params.log 2>&1 || fail "--dry-run of params exited $?"
+[[ $(grep -c "dgc max_passes=2 ratio=0.1 sample_ratio=0.5 warmup_steps=10 " params.log) == 6 ]] ||
+  fail "a compressor's parameters are not listed sorted by name for every seed: $(cat params.log)"
 [[ -e dry ]] && fail "--dry-run wrote $(find dry | head -3)"
 timeout 60 "$TERSE" run study.textproto --out dry --set epochs=2 --variant long4 --print-config >print.log 2>&1 ||
   fail "--print-config exited $?"
