@@ -10,7 +10,18 @@
 //
 // NOT here, by design: momentum correction, momentum factor masking and local gradient accumulation (DGC sections
 // 3.1-3.2) are the core's momentum correction and error feedback decorators (core/compress/momentum_correction.h),
-// which wrap any compressor; gradient clipping and warm-up training (sections 3.3-3.4) belong to the trainer.
+// which wrap any compressor; gradient clipping (section 3.3) is the trainer's (optimizer.clip_grad_norm).
+//
+// Warm-up training (section 3.4) is here: with warmup_steps > 0 the ratio starts less aggressive and falls
+// exponentially, in warmup_stages stages of equal length, to `ratio` at step warmup_steps (dgc_math.h, warmupRatios:
+// stage s keeps ratio^((s + 1) / (warmup_stages + 1)); the paper's 25%, 6.25%, 1.56%, 0.4% and then 0.1% over its
+// first four epochs is ratio 0.001, warmup_stages 4 and warmup_steps four epochs' steps). It lives in the plugin, not
+// as pipelines per stage, so that error feedback's residual and momentum correction's velocity carry across the
+// stages as they do in the paper: only k changes, by the step every call carries. The payload and workspace bounds are
+// the first stage's (sizes cannot depend on the step), so a ramp's buffers are sized for its densest stage all run
+// long. A decompress checks the count against the band of its own step's k. A CALIBRATED simulation times a codec at
+// step 0, the ramp's densest stage, and charges every step that time (docs/compressors-and-schedulers.md says how far
+// off that is); MEASURED timing charges each step its own.
 //
 // k = min(numel, max(1, round(ratio * numel))) for numel > 0, 0 for numel = 0 (terse/kit/topk_math.hpp).
 // Payload (terse/kit/sparse_payload.hpp), ALLGATHER, variable size (count depends on the data):
@@ -19,9 +30,11 @@
 //
 // Parameters: ratio in (0, 1] (default 0.01); sample_ratio in (0, 1] (default 0.01; at least 1024 samples, and a
 // tensor no larger than its sample is selected exactly); max_passes in [1, 32] (default 4): counting passes before
-// the exact fallback. Workspace: a 128 KiB histogram and the sample's keys (4 bytes each); no state. The seed is this
-// rank's own (no TERSE_CAP_SHARED_SEED): every rank samples independently. f32 gradients, fewer than 2^32 elements. A
-// non-finite gradient element fails compress with InvalidArgument.
+// the exact fallback; warmup_steps in [0, 2^40] (default 0: no warm-up) and warmup_stages in [1, 32] (default 4, the
+// paper's): the warm-up above, k taken from the step's ratio wherever k appears here. Workspace: a 128 KiB histogram
+// and the sample's keys (4 bytes each); no state. The seed is this rank's own (no TERSE_CAP_SHARED_SEED): every rank
+// samples independently. f32 gradients, fewer than 2^32 elements. A non-finite gradient element fails compress with
+// InvalidArgument.
 //
 // CUDA (dgc.cu, when built with CUDA): device tensors give the host's payload byte for byte: the same Philox sample,
 // the same thresholds (the plan's decisions run on the host from counts the device reads back, with dgc_math.h's
@@ -33,8 +46,10 @@
 // (sparse::countForSize) and synchronizes once, to learn the validation verdict (terse/kit/device.hpp). A tensor of at
 // most terse/kit/one_block.hpp's cut (2^16 elements) is decoded in one launch of one block, and, where its selection is
 // exact from the start (not sampled: at most 1,024 elements by default), selected in one launch too, no workspace.
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dgc_cuda.h"
 #include "dgc_math.h"
@@ -62,7 +77,9 @@ class Dgc final : public sdk::Compressor {
   Dgc(sdk::Params& params, sdk::Host& /*host*/)
       : ratio_(params.getDouble("ratio", 0.01, sdk::Range::openClosed(0, 1))),
         sample_ratio_(params.getDouble("sample_ratio", 0.01, sdk::Range::openClosed(0, 1))),
-        max_passes_(static_cast<int>(params.getInt("max_passes", 4, sdk::Range::closed(1, 32)))) {}
+        max_passes_(static_cast<int>(params.getInt("max_passes", 4, sdk::Range::closed(1, 32)))),
+        warmup_steps_(params.getUint("warmup_steps", 0, sdk::Range::closed(0, kMaxWarmupSteps))),
+        warmup_ratios_(warmupRatios(params, ratio_, warmup_steps_)) {}
 
   terse_compressor_caps_v1 caps(terse_dtype_v1 dtype) const override {
     sparse::requireF32(kName, dtype);
@@ -71,18 +88,22 @@ class Dgc final : public sdk::Compressor {
 
   terse_compressor_sizes_v1 sizes(const terse_tensor_info_v1& info) const override {
     check(info);
-    const uint64_t k = tk::targetCount(ratio_, info.numel);
+    // The largest over the steps' k: the warm-up's first stage, its densest, else `ratio`'s (the only one).
     terse_compressor_sizes_v1 sizes{};
-    sizes.max_output_bytes = sparse::payloadBytes(dg::maxCount(k));
+    for (const uint64_t k : distinctCounts(info.numel)) {
+      sizes.max_output_bytes = std::max(sizes.max_output_bytes, sparse::payloadBytes(dg::maxCount(k)));
 #if TERSE_COMPRESSOR_CUDA
-    if (info.device == TERSE_DEVICE_CUDA) {
-      const device::Scope scope(info);
-      sizes.workspace_bytes =
-          oneBlock(info.numel, k) ? 0 : dg::cuda::workspaceBytes(info.numel, k, sampleSize(info.numel));
-      return sizes;
-    }
+      if (info.device == TERSE_DEVICE_CUDA) {
+        const device::Scope scope(info);
+        if (!oneBlock(info.numel, k)) {
+          sizes.workspace_bytes = std::max<uint64_t>(sizes.workspace_bytes,
+                                                     dg::cuda::workspaceBytes(info.numel, k, sampleSize(info.numel)));
+        }
+        continue;
+      }
 #endif
-    sizes.workspace_bytes = workspaceBytes(info.numel, k);
+      sizes.workspace_bytes = std::max(sizes.workspace_bytes, workspaceBytes(info.numel, k));
+    }
     return sizes;
   }
 
@@ -93,7 +114,7 @@ class Dgc final : public sdk::Compressor {
 #endif
     const std::span<const float> g = args.input<float>();
     const uint64_t n = g.size();
-    const uint64_t k = tk::targetCount(ratio_, n);
+    const uint64_t k = targetCount(args.info.step, n);
     if (k == 0) {
       sparse::writeSparse(args.output, kFormat, args.info, 0);
       return sparse::payloadBytes(0);
@@ -132,7 +153,7 @@ class Dgc final : public sdk::Compressor {
 #if TERSE_COMPRESSOR_CUDA
     if (args.info.device == TERSE_DEVICE_CUDA) return decompressDevice(args);
 #endif
-    const uint64_t k = tk::targetCount(ratio_, args.info.numel);
+    const uint64_t k = targetCount(args.info.step, args.info.numel);
     const sparse::SparseView v = sparse::readSparse(args.payload, kFormat, args.info, dg::minCount(k), dg::maxCount(k));
     sparse::scatter(v, args.output<float>(), args.accumulate);
   }
@@ -142,6 +163,41 @@ class Dgc final : public sdk::Compressor {
     sparse::requireF32(kName, info.dtype);
     sparse::requireDevice(kName, info.device, device::kDevices);
     sparse::requireIndexable(kName, info.numel);
+  }
+
+  // warmup_steps' bound: 2^40 steps, so that step x warmup_stages (dgc_math.h, warmupStage) cannot overflow.
+  static constexpr uint64_t kMaxWarmupSteps = uint64_t{1} << 40;
+
+  // The warm-up's stage ratios (empty without a warm-up). warmup_stages without warmup_steps would be a ramp that
+  // never runs: refused by name.
+  static std::vector<double> warmupRatios(sdk::Params& params, double ratio, uint64_t warmup_steps) {
+    if (warmup_steps == 0 && params.has("warmup_stages")) {
+      throw sdk::InvalidArgument(
+          "'warmup_stages' is set but 'warmup_steps' is 0: set warmup_steps to the warm-up's "
+          "length in steps, or drop warmup_stages");
+    }
+    const int stages = static_cast<int>(params.getInt("warmup_stages", 4, sdk::Range::closed(1, 32)));
+    if (warmup_steps == 0) return {};
+    return dg::warmupRatios(ratio, stages);
+  }
+
+  // The ratio at `step`: its warm-up stage's, or `ratio` from step warmup_steps on.
+  double ratioAt(uint64_t step) const {
+    if (step >= warmup_steps_) return ratio_;
+    const auto stages = static_cast<int>(warmup_ratios_.size());
+    return warmup_ratios_[static_cast<size_t>(dg::warmupStage(step, warmup_steps_, stages))];
+  }
+
+  // k at `step` for a tensor of numel elements.
+  uint64_t targetCount(uint64_t step, uint64_t numel) const {
+    return tk::targetCount(ratioAt(step), numel);
+  }
+
+  // Every k a step of this tensor may take: `ratio`'s and each warm-up stage's.
+  std::vector<uint64_t> distinctCounts(uint64_t numel) const {
+    std::vector<uint64_t> ks{tk::targetCount(ratio_, numel)};
+    for (const double r : warmup_ratios_) ks.push_back(tk::targetCount(r, numel));
+    return ks;
   }
 
   // The sample's size, 0 when the tensor is not sampled (exact top-k from the start).
@@ -184,7 +240,7 @@ class Dgc final : public sdk::Compressor {
 
   uint64_t compressDevice(const sdk::CompressArgs& args) const {
     const uint64_t n = args.info.numel;
-    const uint64_t k = tk::targetCount(ratio_, n);
+    const uint64_t k = targetCount(args.info.step, n);
     const device::Scope scope(args.info);
     if (k == 0) {
       device::requireCapacity(args.output, sparse::payloadBytes(0), kName);
@@ -214,7 +270,7 @@ class Dgc final : public sdk::Compressor {
 
   void decompressDevice(const sdk::DecompressArgs& args) const {
     const uint64_t numel = args.info.numel;
-    const uint64_t k = tk::targetCount(ratio_, numel);
+    const uint64_t k = targetCount(args.info.step, numel);
     const device::Scope scope(args.info);
     // The count is the one the payload's size implies (sparse::countForSize); the validation checks the count field
     // against it with the rest of the prefix, so a payload the host would refuse is refused here too, without a
@@ -250,6 +306,8 @@ class Dgc final : public sdk::Compressor {
   double ratio_;
   double sample_ratio_;
   int max_passes_;
+  uint64_t warmup_steps_;
+  std::vector<double> warmup_ratios_;  // the warm-up's stages, largest first; empty without one
 #if TERSE_COMPRESSOR_CUDA
   terse::kit::OneBlockCut one_block_;
 #endif
@@ -258,6 +316,7 @@ class Dgc final : public sdk::Compressor {
 }  // namespace
 
 TERSE_EXPORT_COMPRESSOR(Dgc, "dgc",
-                        "DGC sampled-threshold top-k (ratio, sample_ratio, max_passes), count in [0.8k, 1.3k], "
+                        "DGC sampled-threshold top-k (ratio, sample_ratio, max_passes, warmup_steps, warmup_stages), "
+                        "count in [0.8k, 1.3k], "
                         "values + sorted u32 indices",
                         "1.0.0");

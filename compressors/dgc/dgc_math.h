@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "terse/hd.h"
 #include "terse/kit/topk_math.hpp"
@@ -83,6 +84,51 @@ TERSE_HD double nextRank(uint64_t sample_hits, uint64_t k, uint64_t hits) {
 // holds the exact k-th largest key, else the bracket's middle in key space, so that every pass shrinks the bracket.
 TERSE_HD int64_t nextThreshold(int64_t proposal, int64_t too_low, int64_t too_high) {
   return proposal > too_low && proposal < too_high ? proposal : too_low + (too_high - too_low) / 2;
+}
+
+// DGC's warm-up training (Lin et al. 2018, section 3.4): the sparsity rises exponentially over the first epochs, 75%,
+// 93.75%, 98.4375%, 99.6% and then 99.9% in the paper's four. Here the ratio of stage s of `stages` is
+// ratio^((s + 1) / (stages + 1)): for ratio 0.001 and four stages 25.1%, 6.3%, 1.58% and 0.398% kept, the paper's
+// densities within 0.12 points, and then `ratio` itself. The stages' ratios are powers of one root, r =
+// ratio^(1 / (stages + 1)), found by bisection with multiplications alone, not std::pow: glibc picks pow's code by the
+// CPU (an FMA variant where the CPU has FMA) and does not promise the correctly rounded result, so two hosts could
+// disagree on a ratio by an ulp, and with it on k where ratio x numel falls at a half. A product of doubles is
+// correctly rounded everywhere (and has no add for a compiler to fuse), so every host gets the same ratios, the same
+// k and the same payload bits. Called on the host only: the device code takes k from the host.
+
+// x^m for m >= 1, multiplied left to right.
+inline double multipliedPower(double x, int m) {
+  double p = x;
+  for (int i = 1; i < m; ++i) p *= x;
+  return p;
+}
+
+// The largest double r in [ratio, 1] with multipliedPower(r, m) <= ratio, for ratio in (0, 1] and m >= 1.
+inline double multipliedRoot(double ratio, int m) {
+  double lo = ratio;  // multipliedPower(ratio, m) <= ratio for ratio <= 1
+  double hi = 1.0;
+  if (multipliedPower(hi, m) <= ratio) return hi;  // ratio == 1
+  // Invariant: power(lo) <= ratio < power(hi). Each pass halves [lo, hi]; it ends when no double lies between them
+  // (the midpoint rounds to an end), at most about 1,100 passes, under 64 for ratios above 2^-10.
+  for (;;) {
+    const double mid = lo + (hi - lo) / 2;
+    if (mid <= lo || mid >= hi) return lo;
+    (multipliedPower(mid, m) <= ratio ? lo : hi) = mid;
+  }
+}
+
+// The ratios of the warm-up's stages, largest first: stage s keeps ratio^((s + 1) / (stages + 1)). stages >= 1.
+inline std::vector<double> warmupRatios(double ratio, int stages) {
+  const double root = multipliedRoot(ratio, stages + 1);
+  std::vector<double> ratios;
+  for (int s = 0; s < stages; ++s) ratios.push_back(multipliedPower(root, s + 1));
+  return ratios;
+}
+
+// The stage of `step` in a warm-up of warmup_steps steps split into `stages` stages of (nearly) equal length:
+// floor(step x stages / warmup_steps), for step < warmup_steps <= 2^40 and stages <= 32 (no overflow).
+inline int warmupStage(uint64_t step, uint64_t warmup_steps, int stages) {
+  return static_cast<int>(step * static_cast<uint64_t>(stages) / warmup_steps);
 }
 
 }  // namespace terse::compressors::dgc

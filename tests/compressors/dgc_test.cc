@@ -1,7 +1,10 @@
 // dgc: the selected count stays in [0.8k, 1.3k] on every distribution (the guarantee), the selection is a magnitude cut
 // (nothing left out is larger than anything sent), the refinement is bounded, and payloads are validated.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -234,6 +237,99 @@ TEST(Dgc, RejectsMalformedPayloads) {
     EXPECT_EQ(c.decompress(info, payload, out), TERSE_ERR_INVALID_PAYLOAD) << what;
     for (float x : out) ASSERT_EQ(x, 5.0f) << what;
   }
+}
+
+// DGC's warm-up (dgc_math.h): stage s of S keeps ratio^((s + 1) / (S + 1)), the paper's densities for ratio 0.001 and
+// four stages, computed from one root found with multiplications alone.
+TEST(Dgc, WarmupRatiosArePowersOfOneRoot) {
+  const std::vector<double> r = dg::warmupRatios(0.001, 4);
+  ASSERT_EQ(r.size(), 4u);
+  const double paper[] = {0.25, 0.0625, 0.015625, 0.004};  // 75%, 93.75%, 98.4375%, 99.6% sparsity
+  for (size_t s = 0; s < r.size(); ++s) {
+    EXPECT_NEAR(r[s], std::pow(0.001, static_cast<double>(s + 1) / 5), 1e-15) << "stage " << s;
+    EXPECT_NEAR(r[s], paper[s], 0.0013) << "stage " << s;
+    if (s > 0) {
+      EXPECT_LT(r[s], r[s - 1]);
+    }
+  }
+  EXPECT_GT(r.back(), 0.001);
+  // The root is the largest double whose fifth power (multiplied out) does not pass the ratio.
+  const double root = dg::multipliedRoot(0.001, 5);
+  EXPECT_EQ(r[0], root);
+  EXPECT_LE(dg::multipliedPower(root, 5), 0.001);
+  EXPECT_GT(dg::multipliedPower(std::nextafter(root, 2.0), 5), 0.001);
+  EXPECT_EQ(dg::warmupRatios(1.0, 3), (std::vector<double>{1.0, 1.0, 1.0}));
+  EXPECT_EQ(dg::multipliedRoot(0.25, 2), 0.5);  // exact where the root is a double
+  EXPECT_EQ(dg::warmupRatios(0.0625, 1), std::vector<double>{0.25});
+  // Tiny ratios end too (the bisection walks down to adjacent doubles).
+  EXPECT_LE(dg::multipliedPower(dg::multipliedRoot(1e-300, 2), 2), 1e-300);
+  // Stages of equal length: 10 steps in 4 stages are 3, 2, 3, 2 steps (floor(step x 4 / 10)).
+  std::vector<int> stages;
+  for (uint64_t step = 0; step < 10; ++step) stages.push_back(dg::warmupStage(step, 10, 4));
+  EXPECT_EQ(stages, (std::vector<int>{0, 0, 0, 1, 1, 2, 2, 2, 3, 3}));
+}
+
+// Through the plugin: each step's count lies in the band of its own stage's k, sizes cover the first stage, and from
+// step warmup_steps on the payload is the one a plugin without a warm-up writes, bit for bit.
+TEST(Dgc, WarmupTakesEachStepsKFromItsStage) {
+  const double ratio = 0.01;
+  Instance c(dgcPlugin(), {{"ratio", "0.01"}, {"warmup_steps", "8"}, {"warmup_stages", "4"}});
+  ASSERT_TRUE(c.ok()) << c.lastError();
+  Instance plain(dgcPlugin(), {{"ratio", "0.01"}});
+  const std::vector<double> ratios = dg::warmupRatios(ratio, 4);
+  for (size_t n : {size_t{1000}, size_t{300007}}) {  // exact from the start, and sampled
+    const std::vector<float> g = makeData(Dist::kNormal, n, 21);
+    const uint64_t k0 = tk::targetCount(ratios[0], n);
+    EXPECT_EQ(c.sizes(tensorInfo(n)).max_output_bytes, 24u + 8u * dg::maxCount(k0)) << n;
+    uint64_t last = ~uint64_t{0};
+    for (uint64_t step = 0; step < 12; ++step) {
+      const auto info = tensorInfo(n, {.step = step, .seed = 5});
+      const Bytes p = c.compress(info, g);
+      const uint64_t count = parseSparse(p).count;
+      const double r = step < 8 ? ratios[step / 2] : ratio;
+      const uint64_t k = tk::targetCount(r, n);
+      EXPECT_GE(count, dg::minCount(k)) << "n " << n << ", step " << step;
+      EXPECT_LE(count, dg::maxCount(k)) << "n " << n << ", step " << step;
+      if (step % 2 == 0 && step <= 8) {
+        EXPECT_LT(k, last) << "n " << n << ": the stage of step " << step << " keeps no fewer than the one before";
+        last = k;
+      }
+      std::vector<float> out(n);
+      EXPECT_EQ(c.decompress(info, p, out), TERSE_OK) << c.lastError();
+      if (step >= 8) {
+        EXPECT_EQ(p, plain.compress(info, g)) << "n " << n << ", step " << step;
+      }
+    }
+  }
+}
+
+// A decompress checks the count against its own step's band: a first-stage payload is refused at a later step.
+TEST(Dgc, WarmupDecompressHoldsEachStepToItsBand) {
+  Instance c(dgcPlugin(), {{"ratio", "0.01"}, {"warmup_steps", "4"}});
+  const std::vector<float> g = makeData(Dist::kNormal, 5000, 4);
+  const Bytes early = c.compress(tensorInfo(g.size(), {.step = 0}), g);
+  std::vector<float> out(g.size(), 5.0f);
+  EXPECT_EQ(c.decompress(tensorInfo(g.size(), {.step = 0}), early, out), TERSE_OK) << c.lastError();
+  std::fill(out.begin(), out.end(), 5.0f);
+  EXPECT_EQ(c.decompress(tensorInfo(g.size(), {.step = 4}), early, out), TERSE_ERR_INVALID_PAYLOAD);
+  for (float x : out) ASSERT_EQ(x, 5.0f);
+  EXPECT_NE(c.lastError().find("count"), std::string::npos) << c.lastError();
+}
+
+TEST(Dgc, WarmupParametersAreChecked) {
+  for (const auto& bad : std::vector<Instance::ParamList>{{{"warmup_steps", "-1"}},
+                                                          {{"warmup_steps", "1099511627777"}},  // 2^40 + 1
+                                                          {{"warmup_steps", "10"}, {"warmup_stages", "0"}},
+                                                          {{"warmup_steps", "10"}, {"warmup_stages", "33"}}}) {
+    Instance b(dgcPlugin(), bad);
+    EXPECT_EQ(b.initStatus(), TERSE_ERR_INVALID_ARGUMENT) << bad.begin()->second;
+  }
+  Instance lone(dgcPlugin(), {{"warmup_stages", "4"}});
+  EXPECT_EQ(lone.initStatus(), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(lone.lastError().find("'warmup_stages' is set but 'warmup_steps' is 0"), std::string::npos)
+      << lone.lastError();
+  Instance edge(dgcPlugin(), {{"warmup_steps", "1099511627776"}, {"warmup_stages", "32"}});
+  EXPECT_TRUE(edge.ok()) << edge.lastError();
 }
 
 }  // namespace

@@ -10,12 +10,14 @@
 #include <exception>
 #include <thread>
 
+#include "compressors/dgc/dgc_math.h"
 #include "core/comm/host_communicator.h"
 #include "core/comm/inproc_transport.h"
 #include "core/compress/make_codec.h"
 #include "core/plugin/loader.h"
 #include "core/train/sync_trainer.h"
 #include "experiments/workloads/workloads.h"
+#include "terse/sdk/params.hpp"
 
 namespace terse::train {
 namespace {
@@ -173,6 +175,40 @@ TEST(SyncTrainer, ADenseWarmupIsTheDenseRunUpToItsStartStep) {
   one.compression_start_step = 1;
   const auto learned = train(3, "topk", one, ef, ratio);
   EXPECT_LT(learned[0].losses.back(), 0.5 * learned[0].losses.front());
+}
+
+// DGC's own warm-up (compressors/dgc: warmup_steps, warmup_stages) on three ranks with error feedback: each step's
+// payload is its stage's, so the run's bytes are each stage's steps at that stage's ratio (measured by plain runs at
+// those ratios: the tensors are below DGC's sample, so its selection is the exact k and a ratio's bytes are the same
+// every step), and the ranks agree.
+TEST(SyncTrainer, ADgcWarmupSendsEachStepItsStagesRatio) {
+  const SyncTrainerOptions options = smallOptions();
+  const CodecOptions ef{.error_feedback = true};
+  const double ratio = 0.1;
+  const std::vector<double> ratios = terse::compressors::dgc::warmupRatios(ratio, 2);  // k of 8 weights: 4, 2, then 1
+  const auto perStep = [&](double r) {
+    const auto got = train(3, "dgc", options, ef, {{"ratio", terse::sdk::formatNumber(r)}});
+    return got[0].payload_bytes / got[0].losses.size();
+  };
+  const uint64_t final_bytes = perStep(ratio);
+  uint64_t expected = 0;
+  uint64_t previous = ~uint64_t{0};
+  for (const double r : ratios) {
+    const uint64_t b = perStep(r);
+    EXPECT_LT(b, previous) << "ratio " << r << " sends no less than the stage before: the test would not bite";
+    previous = b;
+    expected += 6 * b;  // 12 warm-up steps in 2 stages of 6
+  }
+  EXPECT_LT(final_bytes, previous);
+  const auto warm = train(3, "dgc", options, ef, {{"ratio", "0.1"}, {"warmup_steps", "12"}, {"warmup_stages", "2"}});
+  const std::size_t steps = warm[0].losses.size();
+  ASSERT_GT(steps, 12u);
+  expected += (steps - 12) * final_bytes;
+  for (const auto& r : warm) {
+    EXPECT_EQ(r.values, warm[0].values) << "the ranks disagree";
+    EXPECT_EQ(r.payload_bytes, expected);
+  }
+  EXPECT_LT(warm[0].losses.back(), 0.5 * warm[0].losses.front());
 }
 
 TEST(SyncTrainer, RefusesADenseWarmupWithoutItsPipelinesOrBesideLocalSgd) {
