@@ -17,11 +17,18 @@
 // stage s keeps ratio^((s + 1) / (warmup_stages + 1)); the paper's 25%, 6.25%, 1.56%, 0.4% and then 0.1% over its
 // first four epochs is ratio 0.001, warmup_stages 4 and warmup_steps four epochs' steps). It lives in the plugin, not
 // as pipelines per stage, so that error feedback's residual and momentum correction's velocity carry across the
-// stages as they do in the paper: only k changes, by the step every call carries. The payload and workspace bounds are
-// the first stage's (sizes cannot depend on the step), so a ramp's buffers are sized for its densest stage all run
-// long. A decompress checks the count against the band of its own step's k. A CALIBRATED simulation times a codec at
-// step 0, the ramp's densest stage, and charges every step that time (docs/compressors-and-schedulers.md says how far
-// off that is); MEASURED timing charges each step its own.
+// stages as they do in the paper: only k changes, by the step every call carries. A decompress checks the count
+// against the band of its own step's k. The stages' first steps and the warm-up's end are the plugin's phases
+// (phaseSteps, terse/phases_v1.h), so a CALIBRATED simulation times a step of each stage and charges each step its
+// own stage's time. What to know before using it:
+//   - The payload and workspace bounds are the first stage's (sizes cannot depend on the step): the buffers, the
+//     allgather's receive buffers (world x the bound) and what a fusion or priority scheduler groups by (the pipeline's
+//     maximum payload) are the densest stage's all run long, so after the warm-up a run groups its tensors as a run
+//     without one would not. At the default ratio 0.01 four stages start at 39.8% kept, whose bound (8 B x 1.3 x
+//     0.398, 4.1 B an element) outweighs the dense f32 tensor; the paper's schedule is for ratio 0.001 (25.1%).
+//   - `step` is the caller's: natively the run's step from 0 (a dense warm-up's steps, compression_start_step,
+//     included: the runner warns when they cover the whole ramp), in the PyTorch hook its backward passes (under
+//     terse.torch.LocalSGD, its averagings), counted from 0 again by a new hook state, a restarted job's too.
 //
 // k = min(numel, max(1, round(ratio * numel))) for numel > 0, 0 for numel = 0 (terse/kit/topk_math.hpp).
 // Payload (terse/kit/sparse_payload.hpp), ALLGATHER, variable size (count depends on the data):
@@ -30,8 +37,9 @@
 //
 // Parameters: ratio in (0, 1] (default 0.01); sample_ratio in (0, 1] (default 0.01; at least 1024 samples, and a
 // tensor no larger than its sample is selected exactly); max_passes in [1, 32] (default 4): counting passes before
-// the exact fallback; warmup_steps in [0, 2^40] (default 0: no warm-up) and warmup_stages in [1, 32] (default 4, the
-// paper's): the warm-up above, k taken from the step's ratio wherever k appears here. Workspace: a 128 KiB histogram
+// the exact fallback; warmup_steps in [0, 2^40] (default 0: no warm-up) and warmup_stages in [1, 32], at most
+// warmup_steps (default 4, the paper's, or warmup_steps when fewer; refused without warmup_steps): the warm-up above,
+// k taken from the step's ratio wherever k appears here. Workspace: a 128 KiB histogram
 // and the sample's keys (4 bytes each); no state. The seed is this rank's own (no TERSE_CAP_SHARED_SEED): every rank
 // samples independently. f32 gradients, fewer than 2^32 elements. A non-finite gradient element fails compress with
 // InvalidArgument.
@@ -148,6 +156,17 @@ class Dgc final : public sdk::Compressor {
     return sparse::payloadBytes(p.count);
   }
 
+  // The warm-up's stage boundaries and its end (terse/phases_v1.h): where k changes, so that a CALIBRATED simulation
+  // times a step of each stage.
+  std::vector<uint64_t> phaseSteps() const override {
+    // Stage s's first step is ceil(s x warmup_steps / stages) (dgc_math.h, warmupStage), and s = stages is the end.
+    // warmup_stages <= warmup_steps, so every stage has a step and the steps strictly increase.
+    std::vector<uint64_t> steps;
+    const auto stages = static_cast<uint64_t>(warmup_ratios_.size());
+    for (uint64_t s = 1; s <= stages; ++s) steps.push_back((s * warmup_steps_ + stages - 1) / stages);
+    return steps;
+  }
+
   void decompress(const sdk::DecompressArgs& args) const override {
     check(args.info);
 #if TERSE_COMPRESSOR_CUDA
@@ -171,13 +190,23 @@ class Dgc final : public sdk::Compressor {
   // The warm-up's stage ratios (empty without a warm-up). warmup_stages without warmup_steps would be a ramp that
   // never runs: refused by name.
   static std::vector<double> warmupRatios(sdk::Params& params, double ratio, uint64_t warmup_steps) {
-    if (warmup_steps == 0 && params.has("warmup_stages")) {
-      throw sdk::InvalidArgument(
-          "'warmup_stages' is set but 'warmup_steps' is 0: set warmup_steps to the warm-up's "
-          "length in steps, or drop warmup_stages");
+    if (warmup_steps == 0) {
+      // has() counts as reading the key, so a plugin without a warm-up reports no warmup_stages among its resolved
+      // parameters (which `plugins show` offers back as settable).
+      if (params.has("warmup_stages")) {
+        throw sdk::InvalidArgument(
+            "'warmup_stages' is set but 'warmup_steps' is 0: set warmup_steps to the "
+            "warm-up's length in steps, or drop warmup_stages");
+      }
+      return {};
     }
-    const int stages = static_cast<int>(params.getInt("warmup_stages", 4, sdk::Range::closed(1, 32)));
-    if (warmup_steps == 0) return {};
+    // The paper's four stages, or one a step for a shorter warm-up; more stages than steps would leave a stage empty.
+    const auto fit = static_cast<int64_t>(std::min<uint64_t>(4, warmup_steps));
+    const int stages = static_cast<int>(params.getInt("warmup_stages", fit, sdk::Range::closed(1, 32)));
+    if (static_cast<uint64_t>(stages) > warmup_steps) {
+      throw sdk::InvalidArgument("'warmup_stages' " + std::to_string(stages) + " is above 'warmup_steps' " +
+                                 std::to_string(warmup_steps) + ": a stage would have no step");
+    }
     return dg::warmupRatios(ratio, stages);
   }
 

@@ -59,6 +59,10 @@ struct Cost {
   double flops = 0;  // the FLOP model's count for the whole region
   int dtype = 0;     // kSum: the summed dtype (terse::DType's value; 0: f32)
   int codec = 0;     // kCompress, kDecompress: kRunCodec (the run's compressor), kPullCodec or kDenseCodec
+  // kCompress, kDecompress, kReduce: the charged codec's phase at the call's step (TensorCodec::phaseAt;
+  // terse/phases_v1.h: a warm-up's stage), 0 for a compressor of one phase. A CALIBRATED simulation charges each phase
+  // its own times.
+  int phase = 0;
 };
 inline constexpr int kRunCodec = 0;
 inline constexpr int kPullCodec = 1;   // the parameter server's pull compressor (param_server_shard.h)

@@ -26,6 +26,11 @@ class TensorCodec {
   // The plugin's sizes, one per round (caps().num_rounds of them), asked once when the tensor was bound and checked
   // against the caps then (Compressor::sizes). The one per-tensor copy: the pipeline and the engine read them here.
   virtual std::span<const CompressorSizes> roundSizes() const = 0;
+  // The compressor instance's phases (Compressor::phaseSteps, terse/phases_v1.h): where the work of a call changes.
+  virtual std::span<const uint64_t> phaseSteps() const { return {}; }
+  // The phase of `step`: how many of phaseSteps() are at or below it (0 before the first, and always for a compressor
+  // of one phase). What a simulation charges a call as (rt::Cost::phase).
+  int phaseAt(uint64_t step) const;
   // Round `round`'s sizes; throws InvalidArgument outside 0..caps().num_rounds - 1.
   const CompressorSizes& sizes(int round) const;
   // Where the tensor's buffers live and, on a device, the stream every call of this codec is ordered on: grad, out,
@@ -130,6 +135,7 @@ class CodecDecorator : public TensorCodec {
   const CompressorCaps& caps() const override { return inner_->caps(); }
   const TensorInfo& info() const override { return inner_->info(); }
   std::span<const CompressorSizes> roundSizes() const override { return inner_->roundSizes(); }
+  std::span<const uint64_t> phaseSteps() const override { return inner_->phaseSteps(); }
   Placement placement() const override { return inner_->placement(); }
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,
                   std::span<std::byte> out) override {

@@ -144,7 +144,8 @@ std::span<std::byte> CompressionPipeline::encode(uint64_t step, int round, const
                              .layer = round,
                              .size = numel,
                              .flops = kCodecFlopsPerElement * numel,
-                             .codec = cost_codec_});
+                             .codec = cost_codec_,
+                             .phase = codec_->phaseAt(step)});
     if (!defers_) words.own = nullptr;
     // The last round's only: an earlier round's prev would be overwritten before the step's end (SUM alternates two
     // buffers), so a refusal read then could not be explained.
@@ -177,7 +178,10 @@ std::span<const std::byte> CompressionPipeline::fold(uint64_t step, int round,
     TensorBuffer& dst = reduced_[i % 2];
     uint64_t n = 0;
     {
-      const rt::Kernel kernel({.kind = rt::CostKind::kReduce, .size = numel, .flops = kCodecFlopsPerElement * numel});
+      const rt::Kernel kernel({.kind = rt::CostKind::kReduce,
+                               .size = numel,
+                               .flops = kCodecFlopsPerElement * numel,
+                               .phase = codec_->phaseAt(step)});
       n = codec_->reduce(step, round, aggregate, blocks[i], usable(dst));
     }
     // n <= max_reduced_bytes: the compressor's bound call checked what the plugin wrote (compressor_plugin.cc).
@@ -196,7 +200,8 @@ void CompressionPipeline::finishAggregate(uint64_t step, std::span<const std::by
     const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
                              .size = numel,
                              .flops = kCodecFlopsPerElement * numel,
-                             .codec = cost_codec_});
+                             .codec = cost_codec_,
+                             .phase = codec_->phaseAt(step)});
     const bool deferred = defers_ && verdict != nullptr;
     if (deferred) {
       codec_->decodeDeferred(step, aggregate, -1, out, false, verdict);
@@ -221,7 +226,8 @@ void CompressionPipeline::finishGathered(uint64_t step, std::span<const std::spa
                              .size = numel,
                              .count = static_cast<double>(world_),
                              .flops = kCodecFlopsPerElement * numel * world_,
-                             .codec = cost_codec_});
+                             .codec = cost_codec_,
+                             .phase = codec_->phaseAt(step)});
     zeroOut(out);
     const bool deferred = defers_ && verdicts != nullptr;
     for (int i = 0; i < world_; ++i) {

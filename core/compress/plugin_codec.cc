@@ -125,6 +125,11 @@ void CodecDecorator::checkWritten(const std::string& where, uint64_t bytes, std:
               where << "inner codec reported " << bytes << " B written into a " << capacity << " B span");
 }
 
+int TensorCodec::phaseAt(uint64_t step) const {
+  const std::span<const uint64_t> steps = phaseSteps();
+  return static_cast<int>(std::upper_bound(steps.begin(), steps.end(), step) - steps.begin());
+}
+
 const CompressorSizes& TensorCodec::sizes(int round) const {
   const std::span<const CompressorSizes> all = roundSizes();
   TERSE_CHECK(round >= 0 && static_cast<std::size_t>(round) < all.size(), InvalidArgument,

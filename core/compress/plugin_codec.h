@@ -57,6 +57,7 @@ class PluginCodec final : public TensorCodec {
   // info().seed is the derived per-run seed (seed.h); step and round are 0, source_rank == rank.
   const TensorInfo& info() const override { return info_; }
   std::span<const CompressorSizes> roundSizes() const override { return sizes_; }
+  std::span<const uint64_t> phaseSteps() const override { return compressor_->phaseSteps(); }
   Placement placement() const override { return placement_; }
 
   uint64_t encode(uint64_t step, int round, const void* grad, std::span<const std::byte> prev,

@@ -82,6 +82,10 @@ class Compressor {
   // Every parameter the instance uses with its value, the defaults it applied included (provenance records them);
   // nullopt when the plugin does not report them (terse/resolved_params_v1.h is optional) or is not a plugin.
   virtual std::optional<Params> resolvedParams() const { return std::nullopt; }
+  // The steps at which the work of a call changes (terse/phases_v1.h), checked once at init: strictly increasing, each
+  // above 0, at most TERSE_MAX_PHASES_V1. Empty: one phase (a plugin without the entry point, or not a plugin). Valid
+  // while the instance lives. A CALIBRATED simulation measures a step of each phase (experiments/runner/calibration.h).
+  virtual std::span<const uint64_t> phaseSteps() const { return {}; }
 
   // The contract a plugin promises, checked once here in core/plugin (compressor_plugin.cc) for every plugin and
   // trusted by every layer above (plugin_codec.cc, pipeline.cc, engine.cc), which therefore do not check it again:

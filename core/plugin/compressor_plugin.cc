@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/common/log.h"
@@ -14,6 +15,7 @@
 #include "core/plugin/plugin_support.h"
 #include "terse/compressor_v1.h"
 #include "terse/device_verdict_v1.h"
+#include "terse/phases_v1.h"
 
 namespace terse {
 namespace {
@@ -128,6 +130,7 @@ struct CompressorPlugin::Impl {
   terse_resolved_params_fn_v1 resolved_params = nullptr;          // optional (terse/resolved_params_v1.h)
   terse_decompress_deferred_fn_v1 decompress_deferred = nullptr;  // optional (terse/device_verdict_v1.h)
   terse_compress_deferred_fn_v1 compress_deferred = nullptr;      // optional (terse/device_verdict_v1.h)
+  terse_compressor_phases_fn_v1 phases = nullptr;                 // optional (terse/phases_v1.h)
   PluginInfo info;
   std::string label;
 };
@@ -161,25 +164,23 @@ class PluginCompressor final : public Compressor {
         caps_[static_cast<std::size_t>(d)].error = std::current_exception();
       }
     }
+    if (impl.phases != nullptr) {
+      try {
+        phase_steps_ = queryPhases(impl.phases);
+      } catch (...) {
+        finalizeQuietly();  // the destructor does not run for a constructor that throws
+        throw;
+      }
+    }
   }
 
-  ~PluginCompressor() override {
-    detail::clearPluginError();
-    terse_status_v1 status;
-    {
-      const watchdog::WatchedCall watched(watch_label_, "finalize", watchdog::kNoTensor, -1);
-      status = api_.finalize(ctx_);
-    }
-    if (status != TERSE_OK) {
-      TERSE_LOG(LogLevel::kWarn,
-                label_ << ": finalize failed [" << detail::statusName(status) << "]: " << detail::takePluginError());
-    }
-  }
+  ~PluginCompressor() override { finalizeQuietly(); }
 
   const PluginInfo& plugin() const override { return info_; }
   std::optional<Params> resolvedParams() const override {
     return detail::queryResolvedParams(resolved_params_, ctx_, label_);
   }
+  std::span<const uint64_t> phaseSteps() const override { return phase_steps_; }
 
   const CompressorCaps& caps(DType dtype) const override { return capsRef(dtype); }
 
@@ -521,6 +522,45 @@ class PluginCompressor final : public Compressor {
     if (status != TERSE_OK) detail::throwPluginStatus(label_, call, status, callContext(info, true));
   }
 
+  // finalize, its failure logged: a destructor, or a constructor that refuses the instance after init, cannot throw it.
+  void finalizeQuietly() noexcept {
+    detail::clearPluginError();
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "finalize", watchdog::kNoTensor, -1);
+      status = api_.finalize(ctx_);
+    }
+    if (status != TERSE_OK) {
+      TERSE_LOG(LogLevel::kWarn,
+                label_ << ": finalize failed [" << detail::statusName(status) << "]: " << detail::takePluginError());
+    }
+  }
+
+  // terse_compressor_phases_v1's answer, copied and checked (terse/phases_v1.h): the plugin's array is untrusted.
+  std::vector<uint64_t> queryPhases(terse_compressor_phases_fn_v1 entry) const {
+    const uint64_t* steps = nullptr;
+    size_t count = 0;
+    detail::clearPluginError();
+    terse_status_v1 status;
+    {
+      const watchdog::WatchedCall watched(watch_label_, "phases", watchdog::kNoTensor, -1);
+      status = entry(ctx_, &steps, &count);
+    }
+    if (status != TERSE_OK) detail::throwPluginStatus(label_, "phases", status);
+    TERSE_CHECK(
+        count <= TERSE_MAX_PHASES_V1, PluginError,
+        label_ << ": phases: " << count << " phase steps, at most " << TERSE_MAX_PHASES_V1 << " (terse/phases_v1.h)");
+    TERSE_CHECK(count == 0 || steps != nullptr, PluginError,
+                label_ << ": phases: " << count << " phase steps at a NULL array");
+    std::vector<uint64_t> out(steps, steps + count);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      TERSE_CHECK(out[i] > 0 && (i == 0 || out[i] > out[i - 1]), PluginError,
+                  label_ << ": phases: step " << out[i] << " at position " << i
+                         << ": the steps must be above 0 and strictly increasing (terse/phases_v1.h)");
+    }
+    return out;
+  }
+
   std::shared_ptr<const CompressorPlugin> plugin_;  // keeps the file mapped; api_, info_, label_ point into it
   const CompressorApi& api_;
   terse_resolved_params_fn_v1 resolved_params_;
@@ -533,6 +573,7 @@ class PluginCompressor final : public Compressor {
   void* ctx_ = nullptr;
   // The instance's one copy of the caps (compressor.h): codecs and pipelines hold references into it.
   std::array<CapsEntry, TERSE_DTYPE_COUNT_V1> caps_;
+  std::vector<uint64_t> phase_steps_;  // terse/phases_v1.h, checked
 };
 
 }  // namespace
@@ -568,6 +609,8 @@ std::shared_ptr<const CompressorPlugin> CompressorPlugin::open(const std::filesy
         const_cast<void*>(lib->symbol(TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL)));
     impl->compress_deferred = reinterpret_cast<terse_compress_deferred_fn_v1>(
         const_cast<void*>(lib->symbol(TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL)));
+    impl->phases = reinterpret_cast<terse_compressor_phases_fn_v1>(
+        const_cast<void*>(lib->symbol(TERSE_COMPRESSOR_PHASES_V1_SYMBOL)));
     impl->info.optimized = detail::builtOptimized(*lib, PluginKind::kCompressor);
     impl->lib = std::move(lib);
     impl->info.kind = PluginKind::kCompressor;

@@ -198,7 +198,8 @@ void ParamServerClient::pullDelta(uint64_t step) {
         const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
                                  .size = numel,
                                  .flops = ps_detail::kCodecFlopsPerElement * numel,
-                                 .codec = rt::kPullCodec});
+                                 .codec = rt::kPullCodec,
+                                 .phase = pull_codecs_[ids[i]]->phaseAt(step)});
         pull_codecs_[ids[i]]->decode(step, payloads[i], worker_, decoded_.data(), false);
         float* x = replica_.data() + p.flat_begin;
         for (uint64_t j = 0; j < p.numel; ++j) x[j] += decoded_[j];
@@ -313,7 +314,8 @@ void ParamServerClient::push(uint64_t step, std::span<const float> grad, std::sp
           const rt::Kernel kernel({.kind = rt::CostKind::kCompress,
                                    .layer = 0,
                                    .size = numel,
-                                   .flops = ps_detail::kCodecFlopsPerElement * numel});
+                                   .flops = ps_detail::kCodecFlopsPerElement * numel,
+                                   .phase = codecs_[id]->phaseAt(step)});
           n = codecs_[id]->encode(step, 0, g, {}, std::span<std::byte>(req).subspan(kPsRequestHeaderBytes));
         }
         encode_s_ += std::chrono::duration<double>(rt::now() - t0).count();

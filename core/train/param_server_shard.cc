@@ -458,7 +458,8 @@ void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
                                    .layer = 0,
                                    .size = numel,
                                    .flops = ps_detail::kCodecFlopsPerElement * numel,
-                                   .codec = rt::kPullCodec});
+                                   .codec = rt::kPullCodec,
+                                   .phase = pull_encoders_[codec]->phaseAt(h.step)});
           for (uint64_t j = 0; j < p.numel; ++j) d[j] = params_[base + j] - replica[base + j];
           n = pull_encoders_[codec]->encode(h.step, 0, d, {}, body.subspan(at + 8, pull_max_payloads_[i]));
         }
@@ -467,7 +468,8 @@ void ParamServerShard::processDeltaPull(int worker, const PsRequestHeader& h) {
           const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
                                    .size = numel,
                                    .flops = ps_detail::kCodecFlopsPerElement * numel,
-                                   .codec = rt::kPullCodec});
+                                   .codec = rt::kPullCodec,
+                                   .phase = pull_mirrors_[mirror]->phaseAt(h.step)});
           pull_mirrors_[mirror]->decode(h.step, body.subspan(at + 8, n), worker, d, false);
           for (uint64_t j = 0; j < p.numel; ++j) replica[base + j] += d[j];
         }
@@ -572,8 +574,10 @@ bool ParamServerShard::processPush(int worker, Slot& slot, const PsRequestHeader
         TERSE_THROW(InvalidPayload, "payload of " << payload.size() << " B above the compressor's maximum "
                                                   << c.sizes(0).max_output_bytes);
       const auto numel = static_cast<double>(p.numel);
-      const rt::Kernel kernel(
-          {.kind = rt::CostKind::kDecompress, .size = numel, .flops = ps_detail::kCodecFlopsPerElement * numel});
+      const rt::Kernel kernel({.kind = rt::CostKind::kDecompress,
+                               .size = numel,
+                               .flops = ps_detail::kCodecFlopsPerElement * numel,
+                               .phase = c.phaseAt(h.step)});
       c.decode(h.step, payload, worker, grad_.data(), false);
     } else {
       if (payload.size() != p.numel * sizeof(float))

@@ -239,6 +239,12 @@ bool showCompressor(std::ostream& out, const CompressorPlugin& plugin, const Par
               ? "deferred on request (terse_compressor_compress_deferred_v1)"
               : "returned by compress (the file exports no terse_compressor_compress_deferred_v1)")
       << '\n';
+  // Where the work of a call changes with the step (terse/phases_v1.h), which a CALIBRATED simulation times apiece.
+  if (const std::span<const uint64_t> phases = instance->phaseSteps(); !phases.empty()) {
+    out << "  phases:       from step 0";
+    for (const uint64_t s : phases) out << ", " << s;
+    out << " (a CALIBRATED simulation times a step of each)\n";
+  }
   bool ok = true;
   Table table({"DTYPE", "DEVICES", "AGGREGATION", "WIRE", "FIXED", "STATEFUL", "SHARED_SEED", "IDENTITY", "ROUNDS"});
   std::vector<std::string> other;

@@ -67,9 +67,6 @@ std::string layerKey(std::string_view kind, const CalibrationPlan& plan, int lay
 std::string roundSubject(const std::string& codec, int round) {
   return codec + " r" + std::to_string(round);
 }
-std::string roundSubject(const CalibrationPlan& plan, int round) {
-  return roundSubject(plan.codec, round);
-}
 
 DType sumDtype(std::string_view name) {
   if (name == "f16") return DType::kF16;
@@ -189,14 +186,18 @@ class RunCosts final : public sim::CostTable {
     };
     // A sums-only plan (a collective benchmark's) charges nothing else: its other curves stay empty (0 s).
     if (!plan.sums_only) {
-      for (int r = 0; r < plan.rounds; ++r) compress_.push_back(curve("compress", roundSubject(plan, r)));
-      decompress_ = curve("decompress", plan.codec);
-      if (plan.reduce) reduce_ = curve("reduce", plan.codec);
+      for (int ph = 0; ph < plan.phases(); ++ph) {
+        const std::string subject = plan.phaseSubject(ph);
+        compress_.emplace_back();
+        for (int r = 0; r < plan.rounds; ++r) compress_.back().push_back(curve("compress", roundSubject(subject, r)));
+        decompress_.push_back(curve("decompress", subject));
+        reduce_.push_back(plan.reduce ? curve("reduce", subject) : SizeCurve());
+      }
       optimizer_ = curve("optimizer", plan.optimizer);
       accumulate_ = curve("accumulate", "");
-      if (!plan.pull_codec.empty()) {
-        pull_compress_ = curve("compress", roundSubject(plan.pull_codec, 0));
-        pull_decompress_ = curve("decompress", plan.pull_codec);
+      for (int ph = 0; ph < plan.pullPhases() && !plan.pull_codec.empty(); ++ph) {
+        pull_compress_.push_back(curve("compress", roundSubject(plan.pullPhaseSubject(ph), 0)));
+        pull_decompress_.push_back(curve("decompress", plan.pullPhaseSubject(ph)));
       }
       if (!plan.dense_codec.empty()) {
         dense_compress_ = curve("compress", roundSubject(plan.dense_codec, 0));
@@ -222,20 +223,22 @@ class RunCosts final : public sim::CostTable {
         return v[static_cast<std::size_t>(c.layer)] * c.size / static_cast<double>(batch_) * count;
       }
       case rt::CostKind::kCompress: {
-        if (c.codec == rt::kPullCodec) return pull_compress_.at(c.size) * count;
+        if (c.codec == rt::kPullCodec)
+          return pull_compress_.empty() ? 0.0 : pull_compress_[pullPhase(c)].at(c.size) * count;
         if (c.codec == rt::kDenseCodec) return dense_compress_.at(c.size) * count;
         if (compress_.empty()) return 0.0;
-        const auto r = static_cast<std::size_t>(std::clamp(c.layer, 0, static_cast<int>(compress_.size()) - 1));
-        return compress_[r].at(c.size) * count;
+        const std::vector<SizeCurve>& rounds = compress_[phase(c)];
+        if (rounds.empty()) return 0.0;
+        const auto r = static_cast<std::size_t>(std::clamp(c.layer, 0, static_cast<int>(rounds.size()) - 1));
+        return rounds[r].at(c.size) * count;
       }
       case rt::CostKind::kDecompress:
-        return (c.codec == rt::kPullCodec    ? pull_decompress_
-                : c.codec == rt::kDenseCodec ? dense_decompress_
-                                             : decompress_)
-                   .at(c.size) *
-               count;
+        if (c.codec == rt::kPullCodec)
+          return pull_decompress_.empty() ? 0.0 : pull_decompress_[pullPhase(c)].at(c.size) * count;
+        if (c.codec == rt::kDenseCodec) return dense_decompress_.at(c.size) * count;
+        return decompress_.empty() ? 0.0 : decompress_[phase(c)].at(c.size) * count;
       case rt::CostKind::kReduce:
-        return reduce_.at(c.size) * count;
+        return reduce_.empty() ? 0.0 : reduce_[phase(c)].at(c.size) * count;
       case rt::CostKind::kSum: {
         const std::string_view d = sumDtypeName(c.dtype);
         for (std::size_t i = 0; i < std::size(kSumDtypes); ++i)
@@ -254,9 +257,20 @@ class RunCosts final : public sim::CostTable {
  private:
   int64_t batch_;
   std::vector<double> forward_, backward_;
-  std::vector<SizeCurve> compress_;
-  SizeCurve decompress_, reduce_, optimizer_, accumulate_;
-  SizeCurve pull_compress_, pull_decompress_;    // a parameter server's pull compressor (empty: none, 0 s)
+  // The phase a run codec's call is charged as, clamped to the phases calibrated (terse/phases_v1.h).
+  std::size_t phase(const rt::Cost& c) const {
+    return static_cast<std::size_t>(std::clamp(c.phase, 0, static_cast<int>(decompress_.size()) - 1));
+  }
+
+  // The run codec's curves, one entry per phase (CalibrationPlan::phases): compress_[phase][round].
+  std::vector<std::vector<SizeCurve>> compress_;
+  std::vector<SizeCurve> decompress_, reduce_;
+  SizeCurve optimizer_, accumulate_;
+  std::size_t pullPhase(const rt::Cost& c) const {
+    return static_cast<std::size_t>(std::clamp(c.phase, 0, static_cast<int>(pull_decompress_.size()) - 1));
+  }
+  // A parameter server's pull compressor, one entry per phase (empty: none, 0 s).
+  std::vector<SizeCurve> pull_compress_, pull_decompress_;
   SizeCurve dense_compress_, dense_decompress_;  // the dense warm-up's codec (empty: none, 0 s)
   std::vector<SizeCurve> sum_;
   std::string description_;
@@ -299,13 +313,15 @@ std::map<uint64_t, std::vector<float>> gradientsBySize(train::Workload& model) {
 // allgather codec's as one rank's payload accumulated onto the output, and a CUSTOM codec's (signSGD's majority vote)
 // aggregate of the world's payloads, folded by its reduce (fold(), untimed), as the aggregate (source -1). A run
 // decodes that aggregate, not a rank's payload: signSGD's is a count per element where the payload is a bit, and
-// decoding the payload priced its decode at a fifth (77 against 352 us at 200,704 elements). Step 0 throughout: a
+// decoding the payload priced its decode at a fifth (77 against 352 us at 200,704 elements). One step throughout: 0,
+// or the first step of the compressor's phase being timed (terse/phases_v1.h), never a run's sequence of steps: a
 // plugin's behaviour at a given step (a fixture failing at step 12) is the run's to see. The state steps
 // (runCodecState) and the timed repetitions (Measurer::measureCodec) both run it.
 class CodecStep {
  public:
-  CodecStep(TensorCodec& codec, uint64_t n)
+  CodecStep(TensorCodec& codec, uint64_t n, uint64_t step = 0)
       : codec_(codec),
+        step_(step),
         rounds_(codec.caps().num_rounds),
         payload_(static_cast<std::size_t>(rounds_)),
         bytes_(static_cast<std::size_t>(rounds_)),
@@ -321,7 +337,7 @@ class CodecStep {
     const auto i = static_cast<std::size_t>(r);
     const std::span<const std::byte> prev =
         r == 0 ? std::span<const std::byte>() : std::span<const std::byte>(payload_[i - 1]).first(bytes_[i - 1]);
-    bytes_[i] = codec_.encode(0, r, grad, prev, payload_[i]);
+    bytes_[i] = codec_.encode(step_, r, grad, prev, payload_[i]);
   }
   std::span<const std::byte> finalPayload() const {
     const auto last = static_cast<std::size_t>(rounds_ - 1);
@@ -341,28 +357,30 @@ class CodecStep {
   }
   void foldNext() {
     std::vector<std::byte>& dst = reduced_[folded_ % 2];
-    aggregate_ = std::span<const std::byte>(dst).first(codec_.reduce(0, rounds_ - 1, aggregate_, finalPayload(), dst));
+    aggregate_ =
+        std::span<const std::byte>(dst).first(codec_.reduce(step_, rounds_ - 1, aggregate_, finalPayload(), dst));
     ++folded_;
   }
   void decode() {
     switch (aggregation_) {
       case Aggregation::kSum:
-        codec_.decode(0, finalPayload(), -1, out_.data(), false);
+        codec_.decode(step_, finalPayload(), -1, out_.data(), false);
         break;
       case Aggregation::kAllgather:
-        codec_.decode(0, finalPayload(), 0, out_.data(), true);
+        codec_.decode(step_, finalPayload(), 0, out_.data(), true);
         break;
       case Aggregation::kCustom:
-        codec_.decode(0, aggregate_, -1, out_.data(), false);
+        codec_.decode(step_, aggregate_, -1, out_.data(), false);
         break;
     }
   }
   // EF21's commit after the decode, as a step makes it once (CompressionPipeline::commitAggregate charges it apart):
   // the state walk makes it, the timed decode does not.
-  void commit() { codec_.aggregated(0, out_.data(), nullptr, 0); }
+  void commit() { codec_.aggregated(step_, out_.data(), nullptr, 0); }
 
  private:
   TensorCodec& codec_;
+  uint64_t step_;
   int rounds_;
   std::vector<std::vector<std::byte>> payload_;
   std::vector<uint64_t> bytes_;
@@ -488,12 +506,18 @@ class Measurer {
       if (dense && (wanted(sizeKey("compress", roundSubject(plan_.dense_codec, 0), n)) ||
                     wanted(sizeKey("decompress", plan_.dense_codec, n))))
         measureCodec(dense, CodecOptions{}, n, plan_.dense_codec, false, into);
-      bool codec = wanted(sizeKey("decompress", plan_.codec, n)) || wanted(sizeKey("reduce", plan_.codec, n));
-      for (int r = 0; r < plan_.rounds; ++r) codec = codec || wanted(sizeKey("compress", roundSubject(plan_, r), n));
-      if (codec) measureCodec(instance, codec_options, n, plan_.codec, plan_.reduce, into);
-      if (pull && (wanted(sizeKey("compress", roundSubject(plan_.pull_codec, 0), n)) ||
-                   wanted(sizeKey("decompress", plan_.pull_codec, n))))
-        measureCodec(pull, CodecOptions{}, n, plan_.pull_codec, false, into, /*delta_passes=*/true);
+      for (int ph = 0; ph < plan_.phases(); ++ph) {
+        const std::string subject = plan_.phaseSubject(ph);
+        bool codec = wanted(sizeKey("decompress", subject, n)) || wanted(sizeKey("reduce", subject, n));
+        for (int r = 0; r < plan_.rounds; ++r)
+          codec = codec || wanted(sizeKey("compress", roundSubject(subject, r), n));
+        if (codec) measureCodec(instance, codec_options, n, subject, plan_.reduce, into, false, plan_.phaseStep(ph));
+      }
+      for (int ph = 0; pull && ph < plan_.pullPhases(); ++ph) {
+        const std::string subject = plan_.pullPhaseSubject(ph);
+        if (wanted(sizeKey("compress", roundSubject(subject, 0), n)) || wanted(sizeKey("decompress", subject, n)))
+          measureCodec(pull, CodecOptions{}, n, subject, false, into, /*delta_passes=*/true, plan_.pullPhaseStep(ph));
+      }
     }
   }
 
@@ -510,13 +534,13 @@ class Measurer {
     }
   }
 
-  // `subject`: the codec's name in the keys (plan_.codec, or plan_.pull_codec); `reduce`: its reduce is charged;
-  // `delta_passes`: a pull codec's, whose kernels a parameter server runs with a pass each around them (the change
-  // params - replica before the encode, the add into the copy after the decode: param_server_shard.cc), timed with
-  // them.
+  // `subject`: the codec's name in the keys (a phase of plan_.codec, or plan_.pull_codec); `reduce`: its reduce is
+  // charged; `delta_passes`: a pull codec's, whose kernels a parameter server runs with a pass each around them (the
+  // change params - replica before the encode, the add into the copy after the decode: param_server_shard.cc), timed
+  // with them; `step`: the step every call is made at, the first of the phase timed (terse/phases_v1.h).
   void measureCodec(const std::shared_ptr<Compressor>& instance, const CodecOptions& options, uint64_t n,
                     const std::string& subject, bool reduce, std::map<std::string, double>& into,
-                    bool delta_passes = false) {
+                    bool delta_passes = false, uint64_t step = 0) {
     const experiments::Experiment& e = in_->experiment;
     TensorInfo info;
     info.dtype = DType::kF32;
@@ -530,7 +554,7 @@ class Measurer {
     TERSE_CHECK(found != gradients_->end(), InternalError,
                 "calibration: the model has no gradient of " << n << " elements to time codec '" << subject << "' on");
     const float* grad = found->second.data();
-    CodecStep one(*codec, n);
+    CodecStep one(*codec, n, step);
     const int rounds = one.rounds();
     // The delta passes' operands: a replica of zeros leaves the change the gradient itself, what the codec is timed on;
     // the decode adds into a copy of its own, so that the change stays the same whatever the repetitions.
@@ -551,7 +575,7 @@ class Measurer {
     // the budget allows, every repetition alike.
     const bool stateful = codec->caps().stateful || options.error_feedback || options.momentum_correction > 0;
     const int repetitions = stateful ? kCodecRepetitions : 0;
-    if (stateful) runCodecState(*codec, found->second);
+    if (stateful) runCodecState(*codec, found->second, step);
     // Every codec kernel starts on cold caches (evictCaches says why).
     for (int r = 0; r < rounds; ++r) {
       into[sizeKey("compress", roundSubject(subject, r), n)] = timed([&] { encodeRound(r); },
@@ -689,19 +713,32 @@ std::vector<std::string> CalibrationPlan::keys() const {
     k.push_back(layerKey("backward", *this, l));
   }
   for (uint64_t n : sizes) {
-    for (int r = 0; r < rounds; ++r) k.push_back(sizeKey("compress", roundSubject(*this, r), n));
-    k.push_back(sizeKey("decompress", codec, n));
-    if (reduce) k.push_back(sizeKey("reduce", codec, n));
+    for (int ph = 0; ph < phases(); ++ph) {
+      const std::string subject = phaseSubject(ph);
+      for (int r = 0; r < rounds; ++r) k.push_back(sizeKey("compress", roundSubject(subject, r), n));
+      k.push_back(sizeKey("decompress", subject, n));
+      if (reduce) k.push_back(sizeKey("reduce", subject, n));
+    }
     for (std::string_view d : kSumDtypes) k.push_back(sizeKey("sum", d, n));
     k.push_back(sizeKey("optimizer", optimizer, n));
     k.push_back(sizeKey("accumulate", "", n));
-    for (const std::string& other : {pull_codec, dense_codec}) {
-      if (other.empty()) continue;
-      k.push_back(sizeKey("compress", roundSubject(other, 0), n));
-      k.push_back(sizeKey("decompress", other, n));
+    for (int ph = 0; ph < pullPhases() && !pull_codec.empty(); ++ph) {
+      k.push_back(sizeKey("compress", roundSubject(pullPhaseSubject(ph), 0), n));
+      k.push_back(sizeKey("decompress", pullPhaseSubject(ph), n));
+    }
+    if (!dense_codec.empty()) {
+      k.push_back(sizeKey("compress", roundSubject(dense_codec, 0), n));
+      k.push_back(sizeKey("decompress", dense_codec, n));
     }
   }
   return k;
+}
+
+std::string CalibrationPlan::phaseSubject(int phase) const {
+  return phase == 0 ? codec : codec + " @" + std::to_string(phaseStep(phase));
+}
+std::string CalibrationPlan::pullPhaseSubject(int phase) const {
+  return phase == 0 ? pull_codec : pull_codec + " @" + std::to_string(pullPhaseStep(phase));
 }
 
 namespace {
@@ -729,7 +766,7 @@ std::string codecKey(const experiments::Experiment& e, const std::string& worklo
 }  // namespace
 
 CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
-                                const Compressor& compressor) {
+                                const Compressor& compressor, const Compressor* pull_instance) {
   CalibrationPlan p;
   p.workload = e.workload().name() + "#" + shortHash(e.workload().ShortDebugString());
   p.batch = e.data().batch_size();
@@ -742,6 +779,10 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
     std::ostringstream pc;
     pc << "pull " << pull.ShortDebugString() << " on " << p.workload << " data=" << e.data().ShortDebugString();
     p.pull_codec = pull.name() + "#" + shortHash(pc.str());
+    if (pull_instance != nullptr) {
+      const std::span<const uint64_t> phases = pull_instance->phaseSteps();
+      p.pull_codec_phases.assign(phases.begin(), phases.end());
+    }
   }
   if (e.compression_start_step() > 0) {
     // `none` without decorators: the key a run of compressor none on the same model and data has, so that the two
@@ -756,6 +797,8 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
     dense.mutable_momentum_correction()->set_factor(0);
     p.dense_codec = codecKey(dense, p.workload, false);
   }
+  const std::span<const uint64_t> phases = compressor.phaseSteps();
+  p.codec_phases.assign(phases.begin(), phases.end());
   p.rounds = std::max(1, compressor.caps(DType::kF32).num_rounds);
   p.reduce = compressor.caps(DType::kF32).aggregation == Aggregation::kCustom;
   const train::SgdOptions sgd = detail::trainerOptions(e).sgd;
@@ -771,10 +814,10 @@ CalibrationPlan planCalibration(const experiments::Experiment& e, const train::W
   return p;
 }
 
-std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad) {
+std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad, uint64_t step) {
   std::vector<float> negated(grad.size());
   std::transform(grad.begin(), grad.end(), negated.begin(), [](float x) { return -x; });
-  CodecStep one(codec, grad.size());
+  CodecStep one(codec, grad.size(), step);
   std::mt19937_64 signs(kCalibrationSeed);
   std::vector<uint64_t> sent;
   for (int s = 0; s < kCodecStateSteps; ++s) {
@@ -1032,7 +1075,11 @@ CalibrationOutcome calibrate(const CalibrationInputs& in) {
   auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in.data);
   auto plugin = in.loader.loadCompressor(e.compressor().name());
   const std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
-  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  // The pull compressor's instance too, for its phases (terse/phases_v1.h).
+  std::shared_ptr<Compressor> pull;
+  if (const auto& spec = e.parameter_server().pull_compressor(); !spec.name().empty() && spec.name() != "none")
+    pull = detail::loadPullCompressor(e, in.loader)->instantiate(experiments::pluginParams(spec));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance, pull.get());
   model.reset();
   TableSource src;
   if (!e.simulation().calibration().empty()) src.replay = std::filesystem::path(e.simulation().calibration());

@@ -8,7 +8,9 @@
 // The keys (entry names in the file, "kind subject size"):
 //   forward <workload>#<hash> L<layer> b<batch>      a layer's forward over one batch of the run's batch size
 //   backward <workload>#<hash> L<layer> b<batch>     its backward
-//   compress <compressor>#<hash> r<round> n<elements>, decompress ... n<elements>, reduce ... n<elements>
+//   compress <compressor>#<hash>[ @<step>] r<round> n<elements>, decompress ... n<elements>, reduce ... n<elements>
+//                                                     (" @<step>": a later phase of a compressor that reports phases,
+//                                                     terse/phases_v1.h, timed at that step; CalibrationPlan)
 //   sum <dtype> n<elements>, optimizer <options hash> n<elements>, accumulate n<elements>
 // A workload cannot run one layer alone (Workload::forwardBackward is the whole pass), so the whole pass is timed and
 // split among the layers' forward and backward by their FLOP counts (Workload::layerFlops); a batch of another size
@@ -87,12 +89,17 @@ struct CalibrationPlan {
   int64_t batch = 0;
   std::vector<train::LayerFlops> layers;
   std::string codec;  // "topk#...": the compressor, its parameters and the codec decorators
+  // The compressor's phases (Compressor::phaseSteps, terse/phases_v1.h: a warm-up's stages): phase i > 0 is timed at
+  // step codec_phases[i - 1] under its own subject (phaseSubject), phase 0 at step 0 under `codec`, and each step is
+  // charged its phase's times (rt::Cost::phase). Empty for a compressor of one phase: its keys are as before.
+  std::vector<uint64_t> codec_phases;
   int rounds = 1;
   bool reduce = false;  // CUSTOM aggregation: the codec's reduce is charged
   // A parameter server's pull compressor ("topk#..."; one round, no reduce: param_server_shard.h), timed as the run's
   // codec is, on the same gradients, without error feedback (a delta pull's feedback is the shard's replica, whose
   // pass is in the timed encode's place); empty: none.
   std::string pull_codec;
+  std::vector<uint64_t> pull_codec_phases;  // the pull compressor's phases, as codec_phases (pullPhaseSubject)
   // The dense warm-up's codec (compression_start_step > 0: compressor `none` without decorators, charged as
   // rt::kDenseCodec; core/train/sync_trainer.h), timed likewise; empty: none.
   std::string dense_codec;
@@ -102,6 +109,16 @@ struct CalibrationPlan {
   bool sums_only = false;
   std::vector<std::string> sum_dtypes = {"f32", "f16", "bf16"};
   std::vector<std::string> keys() const;
+  int phases() const { return 1 + static_cast<int>(codec_phases.size()); }
+  uint64_t phaseStep(int phase) const { return phase == 0 ? 0 : codec_phases[static_cast<std::size_t>(phase - 1)]; }
+  // The name phase `phase`'s kernels are keyed under: `codec` for phase 0, "<codec> @<first step>" for a later one.
+  std::string phaseSubject(int phase) const;
+  // The same for the pull compressor (its phases: pull_codec_phases).
+  int pullPhases() const { return 1 + static_cast<int>(pull_codec_phases.size()); }
+  uint64_t pullPhaseStep(int phase) const {
+    return phase == 0 ? 0 : pull_codec_phases[static_cast<std::size_t>(phase - 1)];
+  }
+  std::string pullPhaseSubject(int phase) const;
 };
 
 // Adds `measured` to the calibration cache `file` (of identity `here`) under an exclusive lock of its folder's .lock:
@@ -154,7 +171,8 @@ std::map<std::string, double> timeInChild(const std::string& what,
 // threshold with error feedback then sent, and cost, about 1.5x what runs measure; a run's gradients partly cancel from
 // step to step, and with the sign drawn per step the residual walks as theirs does
 // (results/reference/simulation/codec_ranking.md). Returns each step's last-round payload bytes.
-std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad);
+// `step`: the step of every call (0, or the first step of a compressor's phase: terse/phases_v1.h).
+std::vector<uint64_t> runCodecState(TensorCodec& codec, std::span<const float> grad, uint64_t step = 0);
 
 std::filesystem::path defaultCalibrationCache();
 // The run's table: replayed from simulation.calibration (refused when from another CPU or commit unless
@@ -187,8 +205,9 @@ std::map<uint64_t, std::vector<float>> codecCalibrationGradients(const experimen
 // One step of `codec` as calibration times it (calibration.cc, CodecStep): its rounds on `grad`, a CUSTOM codec's fold
 // of info().world_size payloads (each this one's), then the decode as a run decodes; returns the decoded output.
 std::vector<float> calibrationStepOutput(TensorCodec& codec, std::span<const float> grad);
+// `pull_instance`: the parameter server's pull compressor's instance, for its phases (nullptr: none, or one phase).
 CalibrationPlan planCalibration(const experiments::Experiment& e, const train::Workload& model,
-                                const Compressor& compressor);
+                                const Compressor& compressor, const Compressor* pull_instance = nullptr);
 std::shared_ptr<const sim::CostTable> makeCostTable(const CalibrationPlan& plan, const CalibrationTable& table);
 
 }  // namespace terse::runner

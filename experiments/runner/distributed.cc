@@ -238,6 +238,9 @@ RunSummary Runner::runTcp(const Experiment& e) {
       std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     if (const std::string w = detail::compressionStartWarning(e, trainer->totalSteps()); rank == 0 && !w.empty())
       std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
+    if (const std::string w = detail::compressorPhasesWarning(e, instance->phaseSteps(), trainer->totalSteps());
+        rank == 0 && !w.empty())
+      std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     // ---- The run: the in-process ranks' code (rank_driver.h).
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,
                               options_.progress_out ? *options_.progress_out : std::cerr, e.variant(), e.epochs(),

@@ -151,6 +151,23 @@ std::string compressionStartWarning(const Experiment& e, int64_t total_steps) {
          "' never runs, every step is allreduced uncompressed; lower compression_start_step or train longer";
 }
 
+std::string compressorPhasesWarning(const Experiment& e, std::span<const uint64_t> phases, int64_t total_steps) {
+  if (phases.empty()) return "";
+  const auto last = static_cast<int64_t>(phases.back());
+  const std::string name = "compressor '" + e.compressor().name() + "'";
+  if (e.compression_start_step() >= last)
+    return name + " changes its work per step until step " + std::to_string(last) +
+           " (its phases, e.g. dgc's warm-up), and compression_start_step " +
+           std::to_string(e.compression_start_step()) +
+           " allreduces every step before that uncompressed: a compressor counts steps from 0, the dense ones "
+           "included, so none of those phases runs; shorten one of the two warm-ups";
+  if (last >= total_steps)
+    return name + " changes its work per step until step " + std::to_string(last) +
+           " (its phases, e.g. dgc's warm-up), at or past the run's last step (" + std::to_string(total_steps) +
+           " steps): the run ends before its last phase; shorten the compressor's warm-up or train longer";
+  return "";
+}
+
 std::string localSgdEvaluationWarning(const Experiment& e, int64_t steps_per_epoch, int64_t total_steps,
                                       const train::LocalSgdSchedule& schedule) {
   const int64_t period = e.local_sgd().period();
@@ -736,6 +753,9 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
       !w.empty())
     std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   if (const std::string w = compressionStartWarning(e, trainers[0]->totalSteps()); !w.empty())
+    std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
+  if (const std::string w = compressorPhasesWarning(e, first_instance->phaseSteps(), trainers[0]->totalSteps());
+      !w.empty())
     std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   // ---- The run: every rank runs the multi-process code (rank_driver.h), rank 0 writes.
   Progress progress(options_.progress, options_.progress_out ? *options_.progress_out : std::cerr, e.variant(),

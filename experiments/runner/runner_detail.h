@@ -61,6 +61,11 @@ std::string localSgdEvaluationWarning(const experiments::Experiment& e, int64_t 
 // with fewer epochs or a subset) is a warning, as an unreached local_sgd.start_step is, and so is one before compressor
 // none without error feedback (it changes nothing); "" otherwise.
 std::string compressionStartWarning(const experiments::Experiment& e, int64_t total_steps);
+// "" or why the compressor's phases (Compressor::phaseSteps, terse/phases_v1.h: dgc's warm-up stages) will not all run:
+// they end at or before compression_start_step (the compressor counts steps from 0, the dense ones included), or its
+// last phase starts at or past the run's end.
+std::string compressorPhasesWarning(const experiments::Experiment& e, std::span<const uint64_t> phases,
+                                    int64_t total_steps);
 // The experiment's compute_jitter as worker `worker`'s draws (core/train/compute_jitter.h), keyed by the run's seed.
 train::ComputeJitter computeJitter(const experiments::Experiment& e, int worker);
 // The workload's construction options (init seed, hidden sizes, data subsets) from the experiment.

@@ -52,13 +52,15 @@ function(_terse_add_plugin kind name)
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
     # -fvisibility=hidden cannot hide the libstdc++ template code a C++ plugin instantiates (namespace std is declared
     # with default visibility), so a version script keeps the dynamic symbol table to the versioned struct and the
-    # optional symbols (terse/resolved_params_v1.h, terse/build_info_v1.h, terse/device_verdict_v1.h).
+    # optional symbols (terse/resolved_params_v1.h, terse/build_info_v1.h, terse/device_verdict_v1.h,
+    # terse/phases_v1.h).
     # file(CONFIGURE) rewrites it only when the text changes.
     set(map "${CMAKE_BINARY_DIR}/terse_plugin_exports.map")
     file(CONFIGURE OUTPUT "${map}" CONTENT "{\n  global: terse_compressor_plugin_v*; terse_scheduler_plugin_v*;\n\
     terse_compressor_resolved_params_v*; terse_scheduler_resolved_params_v*;\n\
     terse_compressor_build_info_v*; terse_scheduler_build_info_v*;\n\
-    terse_compressor_decompress_deferred_v*; terse_compressor_compress_deferred_v*;\n  local: *;\n};\n")
+    terse_compressor_decompress_deferred_v*; terse_compressor_compress_deferred_v*;\n\
+    terse_compressor_phases_v*;\n  local: *;\n};\n")
     target_link_options(${target} PRIVATE "LINKER:--no-undefined" "LINKER:--exclude-libs,ALL"
                         "LINKER:--version-script=${map}")
     set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${map}")

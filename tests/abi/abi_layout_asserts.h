@@ -6,6 +6,7 @@
 #include "terse/build_info_v1.h"
 #include "terse/compressor_v1.h"
 #include "terse/device_verdict_v1.h"
+#include "terse/phases_v1.h"
 #include "terse/scheduler_v1.h"
 
 #ifdef __cplusplus
@@ -149,3 +150,7 @@ TERSE_LOCK(TERSE_BUILD_OPTIMIZED == 1 && TERSE_BUILD_ALL_V1 == 1);
 /* device_verdict_v1.h (optional symbols): their names; their signatures are locked in abi_layout_test.cc. */
 TERSE_LOCK(sizeof(TERSE_COMPRESSOR_DECOMPRESS_DEFERRED_V1_SYMBOL) == sizeof("terse_compressor_decompress_deferred_v1"));
 TERSE_LOCK(sizeof(TERSE_COMPRESSOR_COMPRESS_DEFERRED_V1_SYMBOL) == sizeof("terse_compressor_compress_deferred_v1"));
+
+/* phases_v1.h (optional symbol): its name and bound; its signature is locked in abi_layout_test.cc. */
+TERSE_LOCK(sizeof(TERSE_COMPRESSOR_PHASES_V1_SYMBOL) == sizeof("terse_compressor_phases_v1"));
+TERSE_LOCK(TERSE_MAX_PHASES_V1 == 64);

@@ -20,6 +20,8 @@ static_assert(
     std::is_same_v<terse_compress_deferred_fn_v1,
                    terse_status_v1 (*)(void*, const terse_tensor_info_v1*, const void*, const void*, uint64_t,
                                        const terse_scratch_v1*, void*, uint64_t, uint64_t*, uint32_t*, void*)>);
+// The phases' (terse/phases_v1.h): the instance, then where to put the array and its length.
+static_assert(std::is_same_v<terse_compressor_phases_fn_v1, terse_status_v1 (*)(void*, const uint64_t**, size_t*)>);
 
 extern "C" {
 size_t terse_test_c_sizeof_compressor(void);

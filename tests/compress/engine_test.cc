@@ -9,9 +9,12 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include "core/comm/frame.h"
+#include "core/common/runtime.h"
 #include "core/compress/ef21.h"
 #include "core/compress/engine.h"
 #include "core/compress/error_feedback.h"
@@ -376,6 +379,86 @@ TEST(Pipeline, CustomReduceFoldsInRankOrder) {
     }
   }
   EXPECT_EQ(fakes[2]->reduce_calls, 2 * (n - 1));  // n-1 folds per step on every rank
+}
+
+// A backend that records every kernel region's cost, per thread, and leaves everything else to the one it replaces
+// (real time here): what a simulation would be charged, without simulating.
+class CostRecorder final : public rt::Backend {
+ public:
+  CostRecorder() : inner_(rt::backend()) { rt::installBackend(this); }
+  ~CostRecorder() override { rt::installBackend(nullptr); }
+  CostRecorder(const CostRecorder&) = delete;
+  CostRecorder& operator=(const CostRecorder&) = delete;
+  bool simulated() const noexcept override { return inner_.simulated(); }
+  rt::Clock::time_point now() override { return inner_.now(); }
+  void sleepUntil(rt::Clock::time_point t) override { inner_.sleepUntil(t); }
+  std::unique_ptr<rt::MutexImpl> makeMutex() override { return inner_.makeMutex(); }
+  std::unique_ptr<rt::CondVarImpl> makeCondVar() override { return inner_.makeCondVar(); }
+  std::unique_ptr<rt::ThreadImpl> startThread(const std::string& name, int place, std::function<void()> fn) override {
+    return inner_.startThread(name, place, std::move(fn));
+  }
+  void endKernel(const rt::Cost& cost) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    costs_[std::this_thread::get_id()].push_back(cost);
+  }
+  // Each thread's regions of `kind`, their phases in the order they closed.
+  std::vector<std::vector<int>> phases(rt::CostKind kind) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::vector<int>> out;
+    for (const auto& [thread, costs] : costs_) {
+      out.emplace_back();
+      for (const rt::Cost& c : costs)
+        if (c.kind == kind) out.back().push_back(c.phase);
+    }
+    return out;
+  }
+
+ private:
+  rt::Backend& inner_;
+  mutable std::mutex mutex_;
+  std::map<std::thread::id, std::vector<rt::Cost>> costs_;
+};
+
+// terse/phases_v1.h: every codec region a pipeline opens names the phase of its step, on the SUM path (compress and
+// the aggregate's decode) and the CUSTOM one (the reduces of the fold too), which a CALIBRATED simulation charges
+// apiece (experiments/runner/calibration.h); tests/runner's calibrated run covers the gathers' decode end to end.
+TEST(Pipeline, EveryCodecRegionNamesItsStepsPhase) {
+  const int n = 3;
+  const uint64_t numel = 64, steps = 5;
+  const std::vector<uint64_t> boundaries{2, 4};                // phases: steps 0-1, 2-3, 4
+  const std::vector<int> want{0, 0, 1, 1, 2};                  // a region a step
+  const std::vector<int> folds{0, 0, 0, 0, 1, 1, 1, 1, 2, 2};  // n - 1 reduces a step
+  for (const bool custom : {false, true}) {
+    SCOPED_TRACE(custom ? "CUSTOM" : "SUM");
+    World world(n);
+    std::vector<std::shared_ptr<FakeCompressor>> fakes;
+    for (int r = 0; r < n; ++r) {
+      fakes.push_back(custom ? std::shared_ptr<FakeCompressor>(std::make_shared<VoteFake>())
+                             : std::shared_ptr<FakeCompressor>(std::make_shared<testing::TruncCompressor>()));
+      fakes.back()->setPhaseSteps(boundaries);
+    }
+    std::vector<std::vector<int>> compress, decompress, reduce;
+    {
+      const CostRecorder recorder;
+      runPipeline(world, numel, steps, [&](int r) {
+        return makePluginCodec(fakes[static_cast<std::size_t>(r)], tensorFor(numel, r, n), 1);
+      });
+      compress = recorder.phases(rt::CostKind::kCompress);
+      decompress = recorder.phases(rt::CostKind::kDecompress);
+      reduce = recorder.phases(rt::CostKind::kReduce);
+    }
+    const auto ranks = [](const std::vector<std::vector<int>>& per_thread) {
+      std::vector<std::vector<int>> out;
+      for (const auto& t : per_thread)
+        if (!t.empty()) out.push_back(t);
+      return out;
+    };
+    EXPECT_EQ(ranks(compress), std::vector<std::vector<int>>(n, want));
+    EXPECT_EQ(ranks(decompress), std::vector<std::vector<int>>(n, want));
+    if (custom) {
+      EXPECT_EQ(ranks(reduce), std::vector<std::vector<int>>(n, folds));
+    }
+  }
 }
 
 // ---- Mismatches, refused at construction before any frame is sent.

@@ -76,6 +76,9 @@ class FakeCompressor : public Compressor {
     plugin_.abi_version = 1;
   }
   const PluginInfo& plugin() const override { return plugin_; }
+  // Phases as a plugin reports them (terse/phases_v1.h); set before the instance is bound to a tensor.
+  void setPhaseSteps(std::vector<uint64_t> steps) { phases_ = std::move(steps); }
+  std::span<const uint64_t> phaseSteps() const override { return phases_; }
   // Compressor::caps answers a reference that lives as long as the instance: each dtype's answer (or its error) is
   // made once, by makeCaps, on first use; in-process ranks may ask concurrently.
   const CompressorCaps& caps(DType dtype) const final {
@@ -135,6 +138,7 @@ class FakeCompressor : public Compressor {
     std::exception_ptr error;
   };
   PluginInfo plugin_;
+  std::vector<uint64_t> phases_;
   mutable std::array<CapsSlot, TERSE_DTYPE_COUNT_V1> caps_;
 };
 

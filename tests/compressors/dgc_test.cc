@@ -330,6 +330,21 @@ TEST(Dgc, WarmupParametersAreChecked) {
       << lone.lastError();
   Instance edge(dgcPlugin(), {{"warmup_steps", "1099511627776"}, {"warmup_stages", "32"}});
   EXPECT_TRUE(edge.ok()) << edge.lastError();
+  // More stages than steps would leave a stage empty: refused when given; the default of 4 shrinks to the steps.
+  Instance crowded(dgcPlugin(), {{"warmup_steps", "3"}, {"warmup_stages", "4"}});
+  EXPECT_EQ(crowded.initStatus(), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(crowded.lastError().find("'warmup_stages' 4 is above 'warmup_steps' 3: a stage would have no step"),
+            std::string::npos)
+      << crowded.lastError();
+  Instance shrunk(dgcPlugin(), {{"ratio", "0.01"}, {"warmup_steps", "2"}});
+  ASSERT_TRUE(shrunk.ok()) << shrunk.lastError();
+  const std::vector<float> g = makeData(Dist::kNormal, 5000, 9);
+  for (uint64_t step = 0; step < 2; ++step) {  // two stages of one step: 0.01^(1/3) and 0.01^(2/3)
+    const uint64_t k = tk::targetCount(dg::warmupRatios(0.01, 2)[step], g.size());
+    const uint64_t count = parseSparse(shrunk.compress(tensorInfo(g.size(), {.step = step}), g)).count;
+    EXPECT_GE(count, dg::minCount(k)) << step;
+    EXPECT_LE(count, dg::maxCount(k)) << step;
+  }
 }
 
 }  // namespace

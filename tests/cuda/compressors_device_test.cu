@@ -96,8 +96,10 @@ std::vector<Case> cases() {
       {"dgc", {{"ratio", "0.001"}, {"max_passes", "1"}}, "dgc_ratio0p001_one_pass", false},
       {"dgc", {{"ratio", "0.5"}, {"sample_ratio", "1"}}, "dgc_never_sampled", false},
       {"dgc", {{"ratio", "1"}}, "dgc_everything", false},
-      // DGC's warm-up: the cases run at step 5, in the first of four stages over 100 steps (ratio 0.01^(1/5) = 0.398).
+      // DGC's warm-up: the cases run at step 5, in the first of four stages over 100 steps (ratio 0.01^(1/5) = 0.398),
+      // and in the third of four over 8 steps (0.01^(3/5) = 0.063): a device path that took another stage's k fails.
       {"dgc", {{"ratio", "0.01"}, {"warmup_steps", "100"}}, "dgc_warmup_first_stage", false},
+      {"dgc", {{"ratio", "0.01"}, {"warmup_steps", "8"}}, "dgc_warmup_third_stage", false},
   };
 }
 

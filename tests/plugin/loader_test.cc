@@ -282,6 +282,27 @@ TEST(BuildInfo, TooSmallIsUnknownAndTheFlagsAreNotRead) {
   EXPECT_EQ(plugin->instantiate({})->caps(DType::kF32).num_rounds, 1);
 }
 
+// terse/phases_v1.h: an instance's phases are the plugin's answer, checked. dgc reports its warm-up's stage starts and
+// end; a plugin without the entry point, or without a warm-up, has one phase; a repeated step is refused at
+// instantiation, naming the plugin and the step.
+TEST(Phases, AnInstanceHasThePluginsCheckedSteps) {
+  PluginLoader built = PluginLoader::withSearchDirs({{kBuildPluginDir, "build tree", true}});
+  const auto dgc = built.loadCompressor("dgc");
+  const auto ramp = dgc->instantiate({{"warmup_steps", "10"}, {"warmup_stages", "4"}});
+  const std::span<const uint64_t> steps = ramp->phaseSteps();
+  EXPECT_EQ(std::vector<uint64_t>(steps.begin(), steps.end()), (std::vector<uint64_t>{3, 5, 8, 10}));
+  EXPECT_TRUE(dgc->instantiate({})->phaseSteps().empty());
+  EXPECT_TRUE(fixtureLoader().loadCompressor("good_c")->instantiate({})->phaseSteps().empty());
+
+  const auto bad = fixtureLoader().loadCompressor("bad_phases");
+  try {
+    bad->instantiate({});
+    ADD_FAILURE() << "phases {5, 5, 9} were accepted";
+  } catch (const PluginError& e) {
+    EXPECT_TRUE(contains(e.what(), {"bad_phases", "phases: step 5 at position 1", "strictly increasing"})) << e.what();
+  }
+}
+
 TEST(LoadByName, FromTersePluginPathEnvironment) {
   test::ScopedEnv env("TERSE_PLUGIN_PATH", "/nonexistent/dir:" + kFixtureDir.string());
   PluginLoader loader;

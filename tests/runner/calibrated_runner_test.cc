@@ -547,6 +547,43 @@ TEST(CalibratedRun, ACompressedPullRunCalibratesItsPullCodec) {
   EXPECT_NEAR(getNumber(last, "decompress_s_per_step").value_or(0), (N - W) / N * per_pull, 1e-6 * per_pull);
 }
 
+// The same with a pull compressor of phases (dgc's warm-up over steps 0-3, two stages): each phase of the pull codec is
+// calibrated at its first step under a key of its own, and each worker's decode of a pull of step s is charged the
+// phase of s (terse/phases_v1.h).
+TEST(CalibratedRun, APhasedPullCodecIsChargedEachPullsOwnPhase) {
+  auto loader = testLoader();
+  const std::string pull =
+      "mode: SSP\nstaleness_bound: 0\nparameter_server { pull_compressor { name: \"dgc\" params { key: \"ratio\" "
+      "value: \"0.01\" } "
+      "params { key: \"warmup_steps\" value: \"4\" } params { key: \"warmup_stages\" value: \"2\" } } }\n";
+  const Ran r = runCalibrated(loader, calibratedStudy(pull), freshDir("calibrated_pull_phases"));
+  const experiments::Experiment e =
+      experiments::loadStudyText(calibratedStudy(pull), "u", runnerConfigOptions(&loader)).experiments.at(0);
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), smallData());
+  auto instance = loader.loadCompressor("topk")->instantiate(experiments::pluginParams(e.compressor()));
+  auto pull_instance =
+      loader.loadCompressor("dgc")->instantiate(experiments::pluginParams(e.parameter_server().pull_compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance, pull_instance.get());
+  ASSERT_EQ(plan.pull_codec_phases, (std::vector<uint64_t>{2, 4}));
+  EXPECT_TRUE(planCalibration(e, *model, *instance).pull_codec_phases.empty());
+  const CalibrationTable t = CalibrationTable::load(r.dir / "calibration.json");
+  std::vector<double> per_pull(3);
+  for (int ph = 0; ph < 3; ++ph)
+    for (const auto& p : model->params())
+      per_pull[ph] += t.seconds.at("decompress " + plan.pullPhaseSubject(ph) + " n" + std::to_string(p.numel()));
+  ASSERT_NE(per_pull[0], per_pull[2]);
+  // Each worker decodes the pulls of its steps 1 .. S-1 (the first pull is the initial model), S = N / W apiece: SSP
+  // with bound 0 keeps the workers in lockstep, so each makes the same S steps.
+  const auto metrics = readMetrics(r.dir);
+  ASSERT_FALSE(metrics.empty());
+  const double W = e.workers(), N = getNumber(metrics.back(), "step").value_or(0) * W;
+  const auto S = static_cast<int>(N / W);
+  ASSERT_GT(S, 5);
+  double want = 0;
+  for (int s = 1; s < S; ++s) want += W * per_pull[s < 2 ? 0 : s < 4 ? 1 : 2];
+  EXPECT_NEAR(getNumber(metrics.back(), "decompress_s_per_step").value_or(0) * N, want, 1e-6 * want);
+}
+
 // End to end: a simulated run with a dense warm-up calibrates `none` under a key of its own and charges it for the
 // steps before compression_start_step, the run's top-k after them.
 TEST(CalibratedRun, ADenseWarmupChargesTheDenseCodecUntilItsStartStep) {
@@ -588,6 +625,77 @@ TEST(CalibratedRun, ADenseWarmupChargesTheDenseCodecUntilItsStartStep) {
                   experiments::loadStudyText(calibratedStudy(), "u", runnerConfigOptions(&loader)).experiments.at(0),
                   *model, *instance)
                   .dense_codec.empty());
+}
+
+// terse/phases_v1.h: a compressor of several phases (dgc's warm-up, two stages over steps 0-5) is timed at the first
+// step of each under keys of their own, and each step is charged its own phase's times: the run's compress and
+// decompress seconds are each phase's steps at that phase's time (without phases every step paid step 0's, the
+// densest stage's). A compressor of one phase keeps the keys it had.
+TEST(CalibratedRun, APhasedCodecIsChargedEachStepsOwnPhase) {
+  auto loader = testLoader();
+  const std::string text =
+      "study: \"unit\"\n"
+      "workload { name: \"mlp\" hidden_sizes: [32] }\n"
+      "data { batch_size: 32 train_subset: 960 test_subset: 100 }\n"
+      "optimizer { lr: 0.05 momentum: 0.9 }\n"
+      "compressor { name: \"dgc\" params { key: \"ratio\" value: \"0.01\" }\n"
+      "  params { key: \"warmup_steps\" value: \"6\" } params { key: \"warmup_stages\" value: \"2\" } }\n"
+      "error_feedback: true\n"
+      "workers: 3\n"
+      "epochs: 1\n"
+      "eval { every_steps: 1 }\n"
+      "seed: 7\n"
+      "clock: SIMULATED\n";
+  const Ran r = runCalibrated(loader, text, freshDir("calibrated_phases"));
+  const experiments::Experiment e =
+      experiments::loadStudyText(text, "u", runnerConfigOptions(&loader)).experiments.at(0);
+  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), smallData());
+  auto instance = loader.loadCompressor("dgc")->instantiate(experiments::pluginParams(e.compressor()));
+  const CalibrationPlan plan = planCalibration(e, *model, *instance);
+  ASSERT_EQ(plan.codec_phases, (std::vector<uint64_t>{3, 6}));
+  ASSERT_EQ(plan.phaseSubject(2), plan.codec + " @6");
+  const CalibrationTable t = CalibrationTable::load(r.dir / "calibration.json");
+  std::vector<double> compress(3), decompress(3);  // one step of each phase: every tensor once
+  for (int ph = 0; ph < 3; ++ph) {
+    for (const auto& p : model->params()) {
+      const std::string n = " n" + std::to_string(p.numel());
+      compress[ph] += t.seconds.at("compress " + plan.phaseSubject(ph) + " r0" + n);
+      decompress[ph] += t.seconds.at("decompress " + plan.phaseSubject(ph) + n);
+    }
+  }
+  ASSERT_NE(compress[0], compress[2]);  // else the sums below could not tell the phases apart
+  ASSERT_NE(decompress[0], decompress[2]);
+  // Each step's charge, from the records of every step (compress_s_per_step is the mean so far). Encode also pays
+  // error feedback's pass over the residual (an accumulate kernel), the same every step: so the steps of a phase
+  // cost the same, and two phases differ by exactly their codecs' difference.
+  const auto metrics = readMetrics(r.dir);
+  ASSERT_EQ(metrics.size(), 10u);  // 960 examples, 3 workers of 32: 10 steps
+  std::vector<double> step_c, step_d;
+  double before_c = 0, before_d = 0;
+  for (const auto& m : metrics) {
+    const double k = getNumber(m, "step").value_or(0);
+    const double c = k * getNumber(m, "compress_s_per_step").value_or(0);
+    const double d = k * getNumber(m, "decompress_s_per_step").value_or(0);
+    step_c.push_back(c - before_c);
+    step_d.push_back(d - before_d);
+    before_c = c;
+    before_d = d;
+  }
+  const double tol = 1e-9;
+  EXPECT_NEAR(step_c[1], step_c[2], tol);  // phase 0 (the first step's record may hold a set-up charge: not compared)
+  EXPECT_NEAR(step_c[3], step_c[5], tol);  // phase 1: steps 3-5
+  EXPECT_NEAR(step_c[6], step_c[9], tol);  // phase 2: steps 6-9
+  EXPECT_NEAR(step_c[2] - step_c[3], compress[0] - compress[1], tol);
+  EXPECT_NEAR(step_c[5] - step_c[6], compress[1] - compress[2], tol);
+  // Decode has no such pass: each step is its phase's decodes, one per rank's payload (3).
+  for (std::size_t k = 0; k < step_d.size(); ++k)
+    EXPECT_NEAR(step_d[k], 3 * decompress[k < 3 ? 0 : k < 6 ? 1 : 2], tol) << "step " << k;
+  // Without a warm-up: one phase, and the keys any table held before phases.
+  auto plain = loader.loadCompressor("dgc")->instantiate({{"ratio", "0.01"}});
+  const CalibrationPlan one = planCalibration(e, *model, *plain);
+  EXPECT_TRUE(one.codec_phases.empty());
+  EXPECT_EQ(one.phaseSubject(0), one.codec);
+  for (const std::string& k : one.keys()) EXPECT_EQ(k.find(" @"), std::string::npos) << k;
 }
 
 TEST(CalibratedRun, CodecsAreTimedInAChildWhoseFailuresComeBackNamed) {

@@ -239,6 +239,23 @@ TEST(Runner, ADenseWarmupIsTheDenseRunUntilItsStartStep) {
   EXPECT_EQ(detail::compressionStartWarning(e, 100), "");
   e.clear_compression_start_step();
   EXPECT_EQ(detail::compressionStartWarning(e, 1), "");
+
+  // A compressor's phases (dgc's warm-up stages begin at 3, 5, 8 and it ends at 10) that never all run.
+  e.mutable_compressor()->set_name("dgc");
+  const std::vector<uint64_t> phases{3, 5, 8, 10};
+  EXPECT_EQ(detail::compressorPhasesWarning(e, {}, 5), "");
+  EXPECT_EQ(detail::compressorPhasesWarning(e, phases, 11), "");
+  EXPECT_EQ(detail::compressorPhasesWarning(e, phases, 10),
+            "compressor 'dgc' changes its work per step until step 10 (its phases, e.g. dgc's warm-up), at or past "
+            "the run's last step (10 steps): the run ends before its last phase; shorten the compressor's warm-up or "
+            "train longer");
+  e.set_compression_start_step(9);
+  EXPECT_EQ(detail::compressorPhasesWarning(e, phases, 100), "");
+  e.set_compression_start_step(10);
+  EXPECT_EQ(detail::compressorPhasesWarning(e, phases, 100),
+            "compressor 'dgc' changes its work per step until step 10 (its phases, e.g. dgc's warm-up), and "
+            "compression_start_step 10 allreduces every step before that uncompressed: a compressor counts steps from "
+            "0, the dense ones included, so none of those phases runs; shorten one of the two warm-ups");
 }
 
 TEST(Runner, ProvenanceRecordsTheWireDtypeOnlyForSum) {

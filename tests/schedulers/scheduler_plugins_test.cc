@@ -203,7 +203,9 @@ TEST(PriorityScheduler, AMatrixIsCutAtWholeRows) {
     s->enqueue(chunks);
     std::vector<uint64_t> sizes;
     for (const auto& c : chunks) {
-      if (row > 0 && row <= 131072) EXPECT_EQ(c.offset % row, 0u) << "tensor " << id << " chunk " << c.chunk_index;
+      if (row > 0 && row <= 131072) {
+        EXPECT_EQ(c.offset % row, 0u) << "tensor " << id << " chunk " << c.chunk_index;
+      }
       sizes.push_back(c.numel);
     }
     return sizes;

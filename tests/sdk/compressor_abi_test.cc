@@ -305,6 +305,43 @@ TEST(SdkCompressorAbi, ExceptionsBecomeStatusesWithLoggedMessages) {
   }
 }
 
+// terse_compressor_phases_v1 (terse/phases_v1.h) through the adapter the export macro instantiates: the class's
+// phaseSteps(), asked once at init; a list that breaks the contract refuses init with the plugin's name and the step.
+template <uint64_t... Steps>
+class Phased : public NoReduce {
+ public:
+  using NoReduce::NoReduce;
+  std::vector<uint64_t> phaseSteps() const override { return {Steps...}; }
+};
+TEST(SdkCompressorAbi, PhasesAreTheClasssCheckedSteps) {
+  RecordingHost host;
+  void* ctx = nullptr;
+  const uint64_t* steps = nullptr;
+  size_t n = 99;
+  using Good = detail::CompressorAdapter<ExportOf<Phased<3, 5, 8>>>;
+  ASSERT_EQ(Good::init(nullptr, 0, host.get(), &ctx), TERSE_OK) << host.lastError();
+  ASSERT_EQ(Good::phases(ctx, &steps, &n), TERSE_OK);
+  EXPECT_EQ(std::vector<uint64_t>(steps, steps + n), (std::vector<uint64_t>{3, 5, 8}));
+  EXPECT_EQ(Good::phases(ctx, nullptr, &n), TERSE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(Good::finalize(ctx), TERSE_OK);
+  using None = detail::CompressorAdapter<ExportOf<NoReduce>>;
+  ASSERT_EQ(None::init(nullptr, 0, host.get(), &ctx), TERSE_OK);
+  ASSERT_EQ(None::phases(ctx, &steps, &n), TERSE_OK);
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(None::finalize(ctx), TERSE_OK);
+  EXPECT_EQ(None::phases(nullptr, &steps, &n), TERSE_ERR_INVALID_ARGUMENT);
+  for (const auto& [init, message] : std::vector<std::pair<decltype(terse_compressor_v1::init), std::string>>{
+           {&detail::CompressorAdapter<ExportOf<Phased<5, 5>>>::init,
+            "x: phaseSteps: step 5 at position 1: the steps must be above 0 and strictly increasing"},
+           {&detail::CompressorAdapter<ExportOf<Phased<0, 2>>>::init,
+            "x: phaseSteps: step 0 at position 0: the steps must be above 0 and strictly increasing"}}) {
+    ctx = reinterpret_cast<void*>(0x1);
+    EXPECT_EQ(init(nullptr, 0, host.get(), &ctx), TERSE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_EQ(host.lastError(), message);
+  }
+}
+
 TEST(SdkCompressorAbi, InitFailures) {
   {
     Instance inst(probeApi(), {{"mode", "ctor_throws"}});

@@ -5,8 +5,9 @@
  *
  * A compressor plugin is a shared library that exports exactly one required symbol, a const object of type
  * terse_compressor_v1 named `terse_compressor_plugin_v1` (use TERSE_PLUGIN_V1_EXPORT, or the C++ helper
- * <terse/sdk.hpp>), and keeps everything else but the optional entry point of resolved_params_v1.h at hidden
- * visibility. No C++ exception may cross any function below: catch everything and return TERSE_ERR_INTERNAL.
+ * <terse/sdk.hpp>), and keeps everything else but the optional entry points (resolved_params_v1.h, build_info_v1.h,
+ * device_verdict_v1.h, phases_v1.h) at hidden visibility. No C++ exception may cross any function below: catch
+ * everything and return TERSE_ERR_INTERNAL.
  *
  * The data's way through one step (DESIGN.md section 2), for caps.num_rounds == R:
  *   for round r in 0..R-1:  payload_r = compress(g, prev = aggregate of round r-1 or NULL)

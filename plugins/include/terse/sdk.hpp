@@ -8,11 +8,14 @@
 // and its CMakeLists.txt builds it against an installed SDK with find_package(terse) and terse_add_compressor().
 // Schedulers: derive from sdk::Scheduler and use TERSE_EXPORT_SCHEDULER the same way.
 //
-// Besides the plugin's struct, the export macros define two optional symbols that the core looks up by name and does
+// Besides the plugin's struct, the export macros define optional symbols that the core looks up by name and does
 // without when they are missing (plugins written in C, or built before they existed): terse_<kind>_resolved_params_v1
-// (terse/resolved_params_v1.h: the parameters an instance resolved, defaults included, for a run's provenance) and
+// (terse/resolved_params_v1.h: the parameters an instance resolved, defaults included, for a run's provenance),
 // terse_<kind>_build_info_v1 (terse/build_info_v1.h: whether the file that expands the macro was compiled with
-// optimisation, so that `terse plugins show` and `terse plugins check` can say when a plugin was built at -O0). They
+// optimisation, so that `terse plugins show` and `terse plugins check` can say when a plugin was built at -O0) and,
+// for a compressor, terse_compressor_decompress_deferred_v1 and terse_compressor_compress_deferred_v1
+// (terse/device_verdict_v1.h: payload checks whose verdicts stay on the device) and terse_compressor_phases_v1
+// (terse/phases_v1.h: the steps at which its work per call changes). They
 // are symbols of their own, not new members of the v1 structs, because those structs' layout is frozen.
 //
 // What this header brings in (terse/sdk/):

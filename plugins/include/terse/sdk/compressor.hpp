@@ -7,9 +7,11 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "terse/compressor_v1.h"
 #include "terse/device_verdict_v1.h"
+#include "terse/phases_v1.h"
 #include "terse/resolved_params_v1.h"
 #include "terse/sdk/abi_checks.hpp"
 #include "terse/sdk/cpu.hpp"
@@ -109,6 +111,11 @@ class Compressor {
   virtual uint64_t reduce(const ReduceArgs& /*args*/) const {
     throw Unsupported("reduce is not implemented (only CUSTOM aggregation uses it)");
   }
+  // The steps at which the work of a call changes (terse/phases_v1.h: strictly increasing, each above 0, at most
+  // TERSE_MAX_PHASES_V1), e.g. a warm-up's stage boundaries; asked once, right after the constructor. Empty (the
+  // default): the same work every step. A core that prices calls from a measurement (terse's CALIBRATED simulation)
+  // measures a step of each phase.
+  virtual std::vector<uint64_t> phaseSteps() const { return {}; }
 
  protected:
   Compressor() = default;
@@ -144,7 +151,8 @@ struct CompressorAdapter {
     explicit Context(const terse_host_v1* h) : host(h) {}
     Host host;
     std::unique_ptr<Class> instance;
-    ResolvedParams resolved;  // terse_compressor_resolved_params_v1
+    ResolvedParams resolved;       // terse_compressor_resolved_params_v1
+    std::vector<uint64_t> phases;  // terse_compressor_phases_v1
   };
 
   static terse_status_v1 init(const terse_param_v1* params, size_t num_params, const terse_host_v1* host,
@@ -159,8 +167,33 @@ struct CompressorAdapter {
       context->instance = std::make_unique<Class>(p, context->host);
       p.finish();
       context->resolved.set(p.resolved());
+      context->phases = context->instance->phaseSteps();
+      checkPhases(context->phases);
       *ctx = context.release();
     });
+  }
+
+  // The plugin's own mistake, refused at init with its name rather than by the core later (terse/phases_v1.h).
+  static void checkPhases(const std::vector<uint64_t>& steps) {
+    if (steps.size() > TERSE_MAX_PHASES_V1) {
+      throw InvalidArgument("phaseSteps: " + std::to_string(steps.size()) + " phase steps, at most " +
+                            std::to_string(TERSE_MAX_PHASES_V1));
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i] == 0 || (i > 0 && steps[i] <= steps[i - 1])) {
+        throw InvalidArgument("phaseSteps: step " + std::to_string(steps[i]) + " at position " + std::to_string(i) +
+                              ": the steps must be above 0 and strictly increasing");
+      }
+    }
+  }
+
+  // terse_compressor_phases_v1 (terse/phases_v1.h).
+  static terse_status_v1 phases(void* ctx, const uint64_t** steps, size_t* num_steps) noexcept {
+    if (ctx == nullptr || steps == nullptr || num_steps == nullptr) return TERSE_ERR_INVALID_ARGUMENT;
+    const auto* c = static_cast<const Context*>(ctx);
+    *steps = c->phases.data();
+    *num_steps = c->phases.size();
+    return TERSE_OK;
   }
 
   static terse_status_v1 finalize(void* ctx) noexcept {
@@ -339,7 +372,7 @@ struct CompressorAdapter {
 
 // TERSE_EXPORT_COMPRESSOR's own optional symbols, expanded by TERSE_SDK_DETAIL_EXPORT_PLUGIN (params.hpp) with its
 // traits struct: terse_compressor_decompress_deferred_v1 and terse_compressor_compress_deferred_v1
-// (terse/device_verdict_v1.h).
+// (terse/device_verdict_v1.h), and terse_compressor_phases_v1 (terse/phases_v1.h).
 #define TERSE_SDK_DETAIL_EXPORT_KIND_Compressor(Export_)                                                             \
   TERSE_PLUGIN_V1_EXPORT terse_status_v1 terse_compressor_decompress_deferred_v1(                                    \
       void* ctx, const terse_tensor_info_v1* info, const void* payload, uint64_t payload_bytes,                      \
@@ -353,13 +386,18 @@ struct CompressorAdapter {
       uint32_t* verdict, void* stream) noexcept {                                                                    \
     return ::terse::sdk::detail::CompressorAdapter<Export_>::compressDeferred(                                       \
         ctx, info, input, prev, prev_bytes, scratch, output, output_capacity, output_bytes, verdict, stream);        \
+  }                                                                                                                  \
+  TERSE_PLUGIN_V1_EXPORT terse_status_v1 terse_compressor_phases_v1(void* ctx, const uint64_t** steps,               \
+                                                                    size_t* num_steps) noexcept {                    \
+    return ::terse::sdk::detail::CompressorAdapter<Export_>::phases(ctx, steps, num_steps);                          \
   }
 
 // Exports Class as the plugin's struct, terse_compressor_plugin_v1 (constant-initialized, default visibility,
 // C linkage), the optional terse_compressor_resolved_params_v1 (resolved_params_v1.h: the parameters the constructor
-// read, defaults included) and terse_compressor_build_info_v1 (build_info_v1.h: whether this file was compiled with
-// optimisation). Use once per shared library, at namespace scope. name_ must be a string literal matching [a-z0-9_]+
-// and equal to the <name> given to terse_add_compressor(). reduce is exported only when Class overrides it.
+// read, defaults included), terse_compressor_build_info_v1 (build_info_v1.h: whether this file was compiled with
+// optimisation), and the compressor's own optional symbols above (device_verdict_v1.h, phases_v1.h). Use once per
+// shared library, at namespace scope. name_ must be a string literal matching [a-z0-9_]+ and equal to the <name> given
+// to terse_add_compressor(). reduce is exported only when Class overrides it.
 #define TERSE_EXPORT_COMPRESSOR(Class_, name_, description_, version_)                                           \
   TERSE_SDK_DETAIL_EXPORT_PLUGIN("TERSE_EXPORT_COMPRESSOR", Compressor, compressor, Class_, name_, description_, \
                                  version_)
