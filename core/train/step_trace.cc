@@ -138,6 +138,8 @@ TraceHeader readHeader(const LineReader& r, const Json& o) {
   h.batch_size = r.integer(o, "", "batch_size", 0, std::numeric_limits<int64_t>::max());
   if (const Json* start = r.optionalMember(o, "compression_start_step"))
     h.compression_start_step = r.integer(*start, "compression_start_step", 0, std::numeric_limits<int64_t>::max());
+  if (const Json* end = r.optionalMember(o, "compressor_phases_end"))
+    h.compressor_phases_end = r.integer(*end, "compressor_phases_end", 0, std::numeric_limits<int64_t>::max());
   h.layers = static_cast<int>(r.integer(o, "", "layers", 0, std::numeric_limits<int>::max()));
   const Json& tensors = r.array(o, "", "tensors");
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -332,6 +334,7 @@ std::string stepTraceHeaderLine(const TraceHeader& h) {
               {"layers", h.layers},
               {"tensors", std::move(tensors)}};
   if (h.compression_start_step > 0) header["compression_start_step"] = h.compression_start_step;
+  if (h.compressor_phases_end > 0) header["compressor_phases_end"] = h.compressor_phases_end;
   return dumpJson(header);
 }
 

@@ -70,6 +70,9 @@ struct TraceHeader {
   // > 0: steps before it are a dense warm-up, compressor `none` (sync_trainer.h); written only then, so a trace of a
   // run without one reads as before the field.
   int64_t compression_start_step = 0;
+  // > 0: the compressor's work per call changes until this step, its last phase's first (terse/phases_v1.h: dgc's
+  // warm-up ends there); written only then. `terse whatif` sets the steps before it aside, as a dense warm-up's.
+  int64_t compressor_phases_end = 0;
   std::vector<TraceTensor> tensors;  // by id, 0..n-1
 };
 

@@ -49,47 +49,71 @@ struct Source {
   fs::path folder;                 // where metrics.jsonl would be; empty for a synthetic trace
 };
 
-// A trace of a run that began with a dense warm-up (compression_start_step; core/train/sync_trainer.h): its first
-// steps are allreduces of `none`, the rest the compressor's. The question a replay answers is the compressor's, so the
-// warm-up's steps are set aside (`steps`, every rank's, to price the time to accuracy) whenever the trace holds steps
-// after it; a trace that ends inside the warm-up is replayed as recorded, and said so.
+// A trace of a run that began with a warm-up -- a dense one (compression_start_step; core/train/sync_trainer.h), whose
+// steps are allreduces of `none`, or the compressor's own (the header's compressor_phases_end: a compressor whose work
+// per call changes until that step, terse/phases_v1.h, as dgc's warm-up stages do) -- holds steps unlike the rest. The
+// question a replay answers is the compressor's steady state, so the warm-up's steps (those before the later of the
+// two) are set aside (`steps`, every rank's, to price the time to accuracy) whenever the trace holds steps after them;
+// a trace that ends inside the warm-up is replayed as recorded, and said so.
 struct WarmupSplit {
   int64_t start = 0;                    // the header's compression_start_step; 0: none
+  int64_t phases_end = 0;               // the header's compressor_phases_end; 0: none
+  int64_t end = 0;                      // the first step after the warm-up: the later of the two; 0: no warm-up
   std::vector<train::StepTrace> steps;  // the warm-up's steps, set aside; empty when nothing was
   std::string note;                     // what was done, for the report; empty without a warm-up
 };
 
 WarmupSplit splitWarmup(Source& src) {
   WarmupSplit w;
-  w.start = src.ranks.front().header.compression_start_step;
-  if (w.start <= 0) return w;
+  const train::TraceHeader& header = src.ranks.front().header;
+  w.start = header.compression_start_step;
+  w.phases_end = header.compressor_phases_end;
+  w.end = std::max(w.start, w.phases_end);
+  if (w.end <= 0) return w;
+  const std::string compressor = header.compressor;
+  // What the steps before w.end are, in the notes' words.
+  const std::string dense = "the dense warm-up (compression_start_step " + std::to_string(w.start) + ")";
+  const std::string own = compressor + "'s own warm-up (its phases, to step " + std::to_string(w.phases_end) + ")";
+  const std::string what = w.phases_end <= w.start ? dense : w.start > 0 ? dense + " and " + own : own;
   const auto& lead = src.ranks.front().steps;
   const auto before = static_cast<std::size_t>(
-      std::count_if(lead.begin(), lead.end(), [&](const train::TraceStep& s) { return s.step < w.start; }));
-  const std::string compressor = src.ranks.front().header.compressor;
+      std::count_if(lead.begin(), lead.end(), [&](const train::TraceStep& s) { return s.step < w.end; }));
   if (before == lead.size()) {
-    w.note = "every recorded step is of the dense warm-up (compression_start_step " + std::to_string(w.start) +
-             "): this replays allreduces of none, not of " + compressor + "; record past step " +
-             std::to_string(w.start) + " for the compressor's";
+    w.note = w.phases_end <= w.start
+                 ? "every recorded step is of the dense warm-up (compression_start_step " + std::to_string(w.start) +
+                       "): this replays allreduces of none, not of " + compressor + "; record past step " +
+                       std::to_string(w.end) + " for the compressor's"
+                 : "every recorded step is of " + what + ": this replays those, not " + compressor +
+                       "'s steady state; record past step " + std::to_string(w.end) + " for it";
     return w;
   }
   if (before == 0) {
-    w.note = "the trace's header says the run began with a dense warm-up of " + std::to_string(w.start) +
-             " steps (compression_start_step), but it holds none of them: replaying " + compressor +
-             "'s steps; a time to accuracy prices the warm-up's steps at the compressor's step time";
+    w.note = w.phases_end <= w.start
+                 ? "the trace's header says the run began with a dense warm-up of " + std::to_string(w.start) +
+                       " steps (compression_start_step), but it holds none of them: replaying " + compressor +
+                       "'s steps; a time to accuracy prices the warm-up's steps at the compressor's step time"
+                 : "the trace's header says the run began with " + what +
+                       ", but it holds none of its steps: "
+                       "replaying " +
+                       compressor +
+                       "'s later steps; a time to accuracy prices the warm-up's steps at "
+                       "their step time";
     return w;
   }
   for (auto& rank : src.ranks) {
     train::StepTrace warm;
     warm.header = rank.header;
     std::vector<train::TraceStep> kept;
-    for (auto& s : rank.steps) (s.step < w.start ? warm.steps : kept).push_back(std::move(s));
+    for (auto& s : rank.steps) (s.step < w.end ? warm.steps : kept).push_back(std::move(s));
     rank.steps = std::move(kept);
     w.steps.push_back(std::move(warm));
   }
-  w.note = "the first " + std::to_string(before) + " recorded steps are the dense warm-up's (compression_start_step " +
-           std::to_string(w.start) + "): replaying the " + std::to_string(lead.size()) + " of " + compressor +
-           " after them";
+  w.note = w.phases_end <= w.start
+               ? "the first " + std::to_string(before) +
+                     " recorded steps are the dense warm-up's (compression_start_step " + std::to_string(w.start) +
+                     "): replaying the " + std::to_string(lead.size()) + " of " + compressor + " after them"
+               : "the first " + std::to_string(before) + " recorded steps are " + what + ": replaying the " +
+                     std::to_string(lead.size()) + " of " + compressor + " after them";
   return w;
 }
 
@@ -314,7 +338,7 @@ int whatifCommand(const std::vector<std::string>& args) {
       warm_step_s = sim::replayTrace(warm.steps, wo).mean_step_s;
     }
     // The warm-up's steps count at their own time when the trace holds them, else at the compressor's.
-    const int64_t warm_steps = accuracy_step > 0 ? std::min(accuracy_step, warm.start) : 0;
+    const int64_t warm_steps = accuracy_step > 0 ? std::min(accuracy_step, warm.end) : 0;
     const double accuracy_s = static_cast<double>(warm_steps) * warm_step_s +
                               static_cast<double>(std::max<int64_t>(accuracy_step - warm_steps, 0)) * r.mean_step_s;
     std::cout << "whatif: " << src.names.front() << (src.ranks.size() > 1 ? " (+ other ranks)" : "") << ", recorded at "
@@ -344,7 +368,10 @@ int whatifCommand(const std::vector<std::string>& args) {
     std::string accuracy_text;
     if (accuracy_step >= 0) {
       accuracy_text = seconds(accuracy_s) + " (" + std::to_string(accuracy_step) + " steps" +
-                      (warm_steps > 0 ? ", " + std::to_string(warm_steps) + " of them the dense warm-up's" : "") +
+                      (warm_steps > 0 ? ", " + std::to_string(warm_steps) +
+                                            (warm.phases_end > warm.start ? " of them the warm-up's"
+                                                                          : " of them the dense warm-up's")
+                                      : "") +
                       "; accuracy as recorded at world " + std::to_string(h.world) + ")";
       t.add({"time to target accuracy", accuracy_text});
     } else if (accuracy_step == -1) {
@@ -384,10 +411,11 @@ int whatifCommand(const std::vector<std::string>& args) {
              {"bytes_per_worker_per_step", r.bytes_per_worker},
              {"collectives", r.collectives},
              {"links", Json::array()}};
-      if (warm.start > 0) {
+      if (warm.end > 0) {
         j["warmup"] = Json{{"compression_start_step", warm.start},
                            {"steps_set_aside", warm.steps.empty() ? 0 : warm.steps.front().steps.size()},
                            {"note", warm.note}};
+        if (warm.phases_end > 0) j["warmup"]["compressor_phases_end"] = warm.phases_end;
         if (accuracy_step > 0 && !warm.steps.empty()) j["warmup"]["mean_step_s"] = warm_step_s;
       }
       for (const auto& l : r.links)

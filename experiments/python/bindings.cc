@@ -316,6 +316,7 @@ PYBIND11_MODULE(_terse, m) {
       .def("add_exposed", &DdpAggregator::addExposed, py::arg("seconds"))
       .def_property_readonly("step", &DdpAggregator::step)
       .def_property_readonly("warming_up", &DdpAggregator::warmingUp)
+      .def_property_readonly("phase_steps", &DdpAggregator::phaseSteps)
       .def_property_readonly("rank", [](DdpAggregator& a) { return a.communicator().rank(); })
       .def_property_readonly("world_size", [](DdpAggregator& a) { return a.communicator().size(); })
       .def_property_readonly(
@@ -370,7 +371,7 @@ PYBIND11_MODULE(_terse, m) {
 
   py::class_<HookTrace>(m, "HookTrace")
       .def(py::init([](const std::string& workload, const std::string& compressor, const std::string& backend,
-                       int64_t compression_start_step) {
+                       int64_t compression_start_step, int64_t compressor_phases_end) {
              train::TraceHeader h;
              h.mode = "sync";
              h.source = "pytorch";
@@ -383,9 +384,11 @@ PYBIND11_MODULE(_terse, m) {
              h.allgather_algorithm = "torch:" + backend;
              h.clock = "real_time";
              h.compression_start_step = compression_start_step;
+             h.compressor_phases_end = compressor_phases_end;
              return std::make_unique<HookTrace>(std::move(h));
            }),
-           py::arg("workload"), py::arg("compressor"), py::arg("backend"), py::arg("compression_start_step") = 0)
+           py::arg("workload"), py::arg("compressor"), py::arg("backend"), py::arg("compression_start_step") = 0,
+           py::arg("compressor_phases_end") = 0)
       .def(
           "describe",
           [](HookTrace& t, int rank, int world, int64_t batch_size, int layers,

@@ -202,6 +202,12 @@ class DdpAggregator {
   uint64_t verdictReads() const noexcept { return verdict_reads_; }
   // Whether this step is the dense warm-up's (step() < compression_start_step).
   bool warmingUp() const noexcept { return step_ < options_.compression_start_step; }
+  // The compressor instance's phases (Compressor::phaseSteps, terse/phases_v1.h: dgc's warm-up stages), for the step
+  // trace's header.
+  std::vector<uint64_t> phaseSteps() const {
+    const std::span<const uint64_t> s = instance_->phaseSteps();
+    return {s.begin(), s.end()};
+  }
   // Whether a bucket of f32 is summed in place now, without the plugin (see the top of this file). It can change
   // only when a trace is attached and at compression_start_step; the caller may leave the members out while it holds.
   bool inPlace() const noexcept;

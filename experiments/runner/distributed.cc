@@ -220,7 +220,7 @@ RunSummary Runner::runTcp(const Experiment& e) {
     detail::StepTraceFiles step_trace(e, root / e.study() / experiments::resultsSubfolder(e), false);
     detail::TraceFiles trace(e.trace(), root / e.study() / e.variant());
     topts.trace = trace.add(rank, std::chrono::steady_clock::now());
-    topts.step_trace = step_trace.add(std::chrono::steady_clock::now());
+    topts.step_trace = step_trace.add(std::chrono::steady_clock::now(), instance->phaseSteps());
     const std::shared_ptr<const CompressorPlugin> dense_plugin = detail::densePlugin(e, *options_.loader);
     std::shared_ptr<Compressor> dense = dense_plugin ? dense_plugin->instantiate({}) : nullptr;
     auto trainer = detail::makeSyncTrainer(e, *model, *comm, instance, *sched_plugin, topts, dense);

@@ -485,9 +485,12 @@ StepTraceFiles::~StepTraceFiles() {
   }
 }
 
-train::StepTraceRecorder* StepTraceFiles::add(std::chrono::steady_clock::time_point origin) {
+train::StepTraceRecorder* StepTraceFiles::add(std::chrono::steady_clock::time_point origin,
+                                              std::span<const uint64_t> compressor_phases) {
   if (!header_) return nullptr;
-  recorders_.push_back(std::make_unique<train::StepTraceRecorder>(*header_, origin));
+  train::TraceHeader h = *header_;
+  if (!compressor_phases.empty()) h.compressor_phases_end = static_cast<int64_t>(compressor_phases.back());
+  recorders_.push_back(std::make_unique<train::StepTraceRecorder>(h, origin));
   return recorders_.back().get();
 }
 
@@ -726,7 +729,7 @@ void Runner::runInprocSync(const Experiment& e, results::ResultWriter& writer, R
           to.slowdown = ranks->trainerSlowdown(experiments::workerSettings(e, r).slowdown());
           to.jitter = computeJitter(e, r);
           to.trace = traces.add(r, trace_origin);
-          to.step_trace = step_traces.add(trace_origin);
+          to.step_trace = step_traces.add(trace_origin, instance->phaseSteps());
           to.partition = partition;
           std::shared_ptr<Compressor> dense = dense_plugin ? dense_plugin->instantiate({}) : nullptr;
           if (!first_dense) first_dense = dense;

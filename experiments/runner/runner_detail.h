@@ -160,8 +160,10 @@ class StepTraceFiles {
   StepTraceFiles(const StepTraceFiles&) = delete;
   StepTraceFiles& operator=(const StepTraceFiles&) = delete;
   // A recorder for the next trainer (SyncTrainerOptions::step_trace); nullptr when the experiment records none.
-  // `origin`: the run's time zero, the steps' start_s.
-  train::StepTraceRecorder* add(std::chrono::steady_clock::time_point origin);
+  // `origin`: the run's time zero, the steps' start_s. `compressor_phases`: the rank's compressor instance's
+  // (Compressor::phaseSteps), whose last the header records as compressor_phases_end.
+  train::StepTraceRecorder* add(std::chrono::steady_clock::time_point origin,
+                                std::span<const uint64_t> compressor_phases = {});
 
  private:
   std::optional<train::TraceHeader> header_;

@@ -4,7 +4,8 @@
 # A tiny study (linear regression, 30 steps, a step trace) with top-k from step 10. The trace's header says where the
 # warm-up ended; the replay sets its 10 steps aside and replays the 20 of top-k, saying so; the time to an accuracy
 # counts the warm-up's steps at their own step time. A run that ends inside its warm-up is replayed as recorded, with
-# a note that it holds allreduces of none only. Exit 0 = pass.
+# a note that it holds allreduces of none only. A compressor's own warm-up (dgc's, over steps 0-7: its phases,
+# terse/phases_v1.h) after a dense one of 4 steps is set aside to its end, step 8, and said so. Exit 0 = pass.
 set -uo pipefail
 # shellcheck source=cli_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" || { echo "FAIL: cannot read cli_lib.sh"; exit 1; }
@@ -30,6 +31,13 @@ error_feedback: true
 compression_start_step: 10
 variants { name: "warm10" }
 variants { name: "warm99" overrides { compression_start_step: 99 } }
+variants {
+  name: "dgcwarm"
+  overrides {
+    compressor { name: "dgc" params { key: "warmup_steps" value: "8" } }
+    compression_start_step: 4
+  }
+}
 STUDY
 timeout 120 "$TERSE" run study.textproto --out out >run.log 2>&1 || fail "terse run exited $?"
 expect_in out/warm/warm10/steps.rank0.jsonl '"compression_start_step":10'
@@ -66,4 +74,13 @@ timeout 120 "$TERSE" whatif out/warm/warm99 --workers 4 --bandwidth 1Gbps >warm9
 expect_in warm99.log "^warm-up: every recorded step is of the dense warm-up \(compression_start_step 99\): this \
 replays allreduces of none, not of topk:ratio=0.5"
 expect_in warm99.log "replayed at 4 workers, 30 steps"
+
+expect_in out/warm/dgcwarm/steps.rank0.jsonl '"compression_start_step":4,"compressor_phases_end":8'
+timeout 120 "$TERSE" whatif out/warm/dgcwarm --workers 4 --bandwidth 1Gbps --json dgcwarm.json >dgcwarm.log 2>&1 ||
+  fail "whatif of dgcwarm exited $?"
+expect_in dgcwarm.log "^warm-up: the first 8 recorded steps are the dense warm-up \(compression_start_step 4\) and \
+dgc:warmup_steps=8's own warm-up \(its phases, to step 8\): replaying the 22 of dgc:warmup_steps=8 \
+after them$"
+expect_in dgcwarm.json '"compressor_phases_end": 8'
+expect_in dgcwarm.json '"steps_set_aside": 8'
 echo "PASS"

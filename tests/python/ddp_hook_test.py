@@ -272,6 +272,9 @@ def dense_warmup(rank, root):
     state = terse.torch.CompressionState("dgc", ratio=0.01, warmup_steps=4, warmup_stages=2, error_feedback=True,
                                          momentum_correction=0.9, module=ours)
     ddp.register_comm_hook(state, terse.torch.compression_hook)
+    # Its phases (terse/phases_v1.h), which a traced state's header records for `terse whatif`: stage 1 from pass 2,
+    # the warm-up's end at pass 4.
+    check(state._agg.phase_steps == [2, 4], "dgc's phases: %s" % state._agg.phase_steps)
     opt = torch.optim.SGD(ours.parameters(), lr=0.1)
     sent, before = [], 0
     for s in range(6):

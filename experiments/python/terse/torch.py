@@ -1594,8 +1594,11 @@ class _StepTracer:
         self._params = list(module.parameters())
         self._names = [n[len(prefix):] if prefix and n.startswith(prefix) else n for n, _ in module.named_parameters()]
         backend = torch.distributed.get_backend(state.process_group) if torch.distributed.is_initialized() else "none"
+        # The compressor's own warm-up too (its phases: terse/phases_v1.h), which `terse whatif` sets aside as well.
+        phases = state._agg.phase_steps
         self.trace = _terse.HookTrace(workload=type(inner).__name__, compressor=compressor_spec, backend=str(backend),
-                                      compression_start_step=state._settings["compression_start_step"])
+                                      compression_start_step=state._settings["compression_start_step"],
+                                      compressor_phases_end=phases[-1] if phases else 0)
         # The modules that own parameters directly: each is a layer of the trace, numbered in the order the first traced
         # forward runs them.
         self._owners = [m for m in inner.modules() if next(m.parameters(recurse=False), None) is not None]
