@@ -295,11 +295,19 @@ TEST(Phases, AnInstanceHasThePluginsCheckedSteps) {
   EXPECT_TRUE(fixtureLoader().loadCompressor("good_c")->instantiate({})->phaseSteps().empty());
 
   const auto bad = fixtureLoader().loadCompressor("bad_phases");
-  try {
-    bad->instantiate({});
-    ADD_FAILURE() << "phases {5, 5, 9} were accepted";
-  } catch (const PluginError& e) {
-    EXPECT_TRUE(contains(e.what(), {"bad_phases", "phases: step 5 at position 1", "strictly increasing"})) << e.what();
+  for (const auto& [mode, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"repeat", "phases: step 5 at position 1: the steps must be above 0 and strictly increasing"},
+           {"zero", "phases: step 0 at position 0: the steps must be above 0 and strictly increasing"},
+           {"many", "phases: 65 phase steps, at most 64"},
+           {"null", "phases: 3 phase steps at a NULL array"},
+           {"status", "phases failed [plugin error]"}}) {
+    test::ScopedEnv env("TERSE_TEST_BAD_PHASES", mode);
+    try {
+      bad->instantiate({});
+      ADD_FAILURE() << mode << ": accepted";
+    } catch (const PluginError& e) {
+      EXPECT_TRUE(contains(e.what(), {"bad_phases", needle})) << mode << ": " << e.what();
+    }
   }
 }
 

@@ -690,6 +690,11 @@ TEST(CalibratedRun, APhasedCodecIsChargedEachStepsOwnPhase) {
   // Decode has no such pass: each step is its phase's decodes, one per rank's payload (3).
   for (std::size_t k = 0; k < step_d.size(); ++k)
     EXPECT_NEAR(step_d[k], 3 * decompress[k < 3 ? 0 : k < 6 ? 1 : 2], tol) << "step " << k;
+  // The run's table replays (simulation.calibration): its phase keys are all there, and the records come back the same.
+  const Ran again =
+      runCalibrated(loader, text + "simulation { calibration: \"" + (r.dir / "calibration.json").string() + "\" }\n",
+                    freshDir("calibrated_phases_replay"));
+  EXPECT_EQ(again.metrics, r.metrics);
   // Without a warm-up: one phase, and the keys any table held before phases.
   auto plain = loader.loadCompressor("dgc")->instantiate({{"ratio", "0.01"}});
   const CalibrationPlan one = planCalibration(e, *model, *plain);

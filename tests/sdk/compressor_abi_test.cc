@@ -313,6 +313,15 @@ class Phased : public NoReduce {
   using NoReduce::NoReduce;
   std::vector<uint64_t> phaseSteps() const override { return {Steps...}; }
 };
+class TooManyPhases : public NoReduce {
+ public:
+  using NoReduce::NoReduce;
+  std::vector<uint64_t> phaseSteps() const override {
+    std::vector<uint64_t> s(TERSE_MAX_PHASES_V1 + 1);
+    for (size_t i = 0; i < s.size(); ++i) s[i] = i + 1;
+    return s;
+  }
+};
 TEST(SdkCompressorAbi, PhasesAreTheClasssCheckedSteps) {
   RecordingHost host;
   void* ctx = nullptr;
@@ -334,7 +343,8 @@ TEST(SdkCompressorAbi, PhasesAreTheClasssCheckedSteps) {
            {&detail::CompressorAdapter<ExportOf<Phased<5, 5>>>::init,
             "x: phaseSteps: step 5 at position 1: the steps must be above 0 and strictly increasing"},
            {&detail::CompressorAdapter<ExportOf<Phased<0, 2>>>::init,
-            "x: phaseSteps: step 0 at position 0: the steps must be above 0 and strictly increasing"}}) {
+            "x: phaseSteps: step 0 at position 0: the steps must be above 0 and strictly increasing"},
+           {&detail::CompressorAdapter<ExportOf<TooManyPhases>>::init, "x: phaseSteps: 65 phase steps, at most 64"}}) {
     ctx = reinterpret_cast<void*>(0x1);
     EXPECT_EQ(init(nullptr, 0, host.get(), &ctx), TERSE_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(ctx, nullptr);
