@@ -284,6 +284,21 @@ std::string toMarkdown(const Comparison& c) {
           "wire MB/worker counts all a run put on the network over its workers: every rank's sends for allreduce, "
           "both directions for a parameter server, push (the workers' pushes and requests) + pull (the shards' "
           "replies: the parameters); ratio and MB to target compare them on that footing");
+    // What the CSV and JSON have as columns of their own, said here for the rows where it is not the default: a dense
+    // warm-up's steps count in every column, and an error feedback rule other than EF changes what the row is.
+    std::string warm, rules;
+    for (const auto& r : t.rows) {
+      if (r.compression_start_step > 0)
+        warm += (warm.empty() ? "" : ", ") + r.variant + " from step " + std::to_string(r.compression_start_step);
+      if (!r.error_feedback_rule.empty() && r.error_feedback_rule != "EF")
+        rules += (rules.empty() ? "" : ", ") + r.variant + " " + r.error_feedback_rule;
+    }
+    if (!warm.empty())
+      notes.push_back(
+          "compressed after a dense warm-up (compression_start_step; the warm-up's steps are allreduced "
+          "uncompressed and count in every column): " +
+          warm);
+    if (!rules.empty()) notes.push_back("error feedback's rule other than EF: " + rules);
     if (all_simulated) {
       notes.push_back("times are simulated seconds on the modeled cluster (clock SIMULATED), not this host's");
     } else if (simulated > 0) {

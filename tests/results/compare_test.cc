@@ -115,6 +115,11 @@ TEST(CompareRows, ErrorFeedbacksRuleComesFromTheConfig) {
   for (const Json& r : json->at("studies").at(0).at("rows"))
     rules.insert(getString(r, "error_feedback_rule").value_or("?"));
   EXPECT_EQ(rules, (std::set<std::string>{"", "EF", "EF21", "EF21 eta=0.1"}));
+  // The Markdown table has no column for it: a note names the rows whose rule is not EF.
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("- error feedback's rule other than EF: topk-ef21 EF21, topk-sgdm EF21 eta=0.1\n"),
+            std::string::npos)
+      << md;
 }
 
 // A dense warm-up's length comes from the config too: the last CSV column and a JSON field, 0 without one.
@@ -137,6 +142,13 @@ TEST(CompareRows, ADenseWarmupsStartStepComesFromTheConfig) {
   for (const Json& r : json->at("studies").at(0).at("rows"))
     starts.insert(r.at("compression_start_step").get<int64_t>());
   EXPECT_EQ(starts, (std::set<int64_t>{0, 469}));
+  // The Markdown table has no column for it: a note names the rows with a warm-up, and no rule note appears.
+  const std::string md = toMarkdown(c);
+  EXPECT_NE(md.find("- compressed after a dense warm-up (compression_start_step; the warm-up's steps are allreduced "
+                    "uncompressed and count in every column): topk-warm from step 469\n"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("error feedback's rule"), std::string::npos) << md;
 }
 
 TEST_F(KnownStudy, KnownAnswers) {
