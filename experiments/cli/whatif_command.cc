@@ -71,20 +71,26 @@ WarmupSplit splitWarmup(Source& src) {
   w.end = std::max(w.start, w.phases_end);
   if (w.end <= 0) return w;
   const std::string compressor = header.compressor;
-  // What the steps before w.end are, in the notes' words.
+  const auto& lead = src.ranks.front().steps;
+  const auto count = [&](int64_t below) {
+    return static_cast<std::size_t>(
+        std::count_if(lead.begin(), lead.end(), [&](const train::TraceStep& s) { return s.step < below; }));
+  };
+  const std::size_t before = count(w.end);  // the recorded steps of the warm-up (either kind)
+  const std::size_t dense_steps = count(w.start);
+  // What the warm-up's recorded steps are, in the notes' words: the dense warm-up's, the compressor's own (its phases
+  // after the dense warm-up) or both, as far as the recorded steps reach; `header_what`: what the header says.
   const std::string dense = "the dense warm-up (compression_start_step " + std::to_string(w.start) + ")";
   const std::string own = compressor + "'s own warm-up (its phases, to step " + std::to_string(w.phases_end) + ")";
-  const std::string what = w.phases_end <= w.start ? dense : w.start > 0 ? dense + " and " + own : own;
-  const auto& lead = src.ranks.front().steps;
-  const auto before = static_cast<std::size_t>(
-      std::count_if(lead.begin(), lead.end(), [&](const train::TraceStep& s) { return s.step < w.end; }));
+  const bool own_recorded = w.phases_end > w.start && before > dense_steps;
+  const std::string what = !own_recorded ? dense : dense_steps > 0 ? dense + " and " + own : own;
+  const std::string header_what = w.phases_end <= w.start ? dense : w.start > 0 ? dense + " and " + own : own;
   if (before == lead.size()) {
-    w.note = w.phases_end <= w.start
-                 ? "every recorded step is of the dense warm-up (compression_start_step " + std::to_string(w.start) +
-                       "): this replays allreduces of none, not of " + compressor + "; record past step " +
-                       std::to_string(w.end) + " for the compressor's"
-                 : "every recorded step is of " + what + ": this replays those, not " + compressor +
-                       "'s steady state; record past step " + std::to_string(w.end) + " for it";
+    w.note = !own_recorded ? "every recorded step is of the dense warm-up (compression_start_step " +
+                                 std::to_string(w.start) + "): this replays allreduces of none, not of " + compressor +
+                                 "; record past step " + std::to_string(w.end) + " for the compressor's"
+                           : "every recorded step is of " + what + ": this replays those, not " + compressor +
+                                 "'s steady state; record past step " + std::to_string(w.end) + " for it";
     return w;
   }
   if (before == 0) {
@@ -92,12 +98,9 @@ WarmupSplit splitWarmup(Source& src) {
                  ? "the trace's header says the run began with a dense warm-up of " + std::to_string(w.start) +
                        " steps (compression_start_step), but it holds none of them: replaying " + compressor +
                        "'s steps; a time to accuracy prices the warm-up's steps at the compressor's step time"
-                 : "the trace's header says the run began with " + what +
-                       ", but it holds none of its steps: "
-                       "replaying " +
-                       compressor +
-                       "'s later steps; a time to accuracy prices the warm-up's steps at "
-                       "their step time";
+                 : "the trace's header says the run began with " + header_what +
+                       ", but it holds none of its steps: replaying " + compressor +
+                       "'s later steps; a time to accuracy prices the warm-up's steps at the replayed steps' time";
     return w;
   }
   for (auto& rank : src.ranks) {
@@ -108,7 +111,7 @@ WarmupSplit splitWarmup(Source& src) {
     rank.steps = std::move(kept);
     w.steps.push_back(std::move(warm));
   }
-  w.note = w.phases_end <= w.start
+  w.note = !own_recorded
                ? "the first " + std::to_string(before) +
                      " recorded steps are the dense warm-up's (compression_start_step " + std::to_string(w.start) +
                      "): replaying the " + std::to_string(lead.size()) + " of " + compressor + " after them"
@@ -416,6 +419,7 @@ int whatifCommand(const std::vector<std::string>& args) {
                            {"steps_set_aside", warm.steps.empty() ? 0 : warm.steps.front().steps.size()},
                            {"note", warm.note}};
         if (warm.phases_end > 0) j["warmup"]["compressor_phases_end"] = warm.phases_end;
+        j["warmup"]["end"] = warm.end;  // the first step after the warm-up: the later of the two
         if (accuracy_step > 0 && !warm.steps.empty()) j["warmup"]["mean_step_s"] = warm_step_s;
       }
       for (const auto& l : r.links)

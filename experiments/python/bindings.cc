@@ -526,6 +526,13 @@ PYBIND11_MODULE(_terse, m) {
             return runner::detail::compressionStartWarning(r.experiment(), total_steps);
           },
           py::arg("total_steps"))
+      // The same for the compressor's phases (terse/phases_v1.h; the hook state's phase_steps): "" when none.
+      .def(
+          "compressor_phases_warning",
+          [](Recipe& r, const std::vector<uint64_t>& phases, int64_t total_steps) {
+            return runner::detail::compressorPhasesWarning(r.experiment(), phases, total_steps);
+          },
+          py::arg("phases"), py::arg("total_steps"))
       // The step counts after which the native run's local SGD schedule averages (local_sgd_schedule.h), the forced
       // averagings at the evaluation points and the last step aside: what terse.torch.LocalSGD must do alike.
       .def("local_sgd_schedule", &localSgdEnds, py::arg("steps_per_epoch"), py::arg("total_steps"),

@@ -283,6 +283,8 @@ struct ParamServerJob {
             std::shared_ptr<Compressor> instance = plugin->instantiate(params);
             std::shared_ptr<Compressor> pull = pull_plugin ? pull_plugin->instantiate(pull_params) : nullptr;
             if (r == 0) {
+              const std::span<const uint64_t> p = instance->phaseSteps();
+              phases.assign(p.begin(), p.end());
               prov.plugins.push_back(
                   {plugin->info(), instance->caps(DType::kF32), params, instance->resolvedParams(), {}});
               if (pull)
@@ -323,6 +325,7 @@ struct ParamServerJob {
   std::vector<std::unique_ptr<comm::HostCommunicator>> data;
   std::vector<std::unique_ptr<comm::HostCommunicator>> control;
   std::vector<std::unique_ptr<AsyncRank>> ranks;  // after what they use
+  std::vector<uint64_t> phases;                   // the push compressor's (terse/phases_v1.h), from build
 };
 
 }  // namespace
@@ -385,6 +388,10 @@ void Runner::runInprocAsync(const Experiment& e, results::ResultWriter& writer, 
   job.build(*options_.loader, prov);
   notePartition(prov, e, *job.models.front(), job.partition.get());
   writer.writeProvenance(prov);
+  if (const std::string w = compressorPhasesWarning(
+          e, job.phases, static_cast<int64_t>(job.ranks.back()->steps().total_steps));  // a worker's steps
+      !w.empty())
+    std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
   Progress progress = progressFor(job.ranks.front()->steps());
   const AsyncReport report{writer, summary, progress};
   try {

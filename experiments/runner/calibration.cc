@@ -1071,16 +1071,18 @@ CalibrationTable mergeIntoCalibrationCache(const std::filesystem::path& file, co
 
 CalibrationOutcome calibrate(const CalibrationInputs& in) {
   const experiments::Experiment& e = in.experiment;
-  // The plan needs the model's layers and sizes and the compressor's caps: one replica and one instance, built here.
-  auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in.data);
-  auto plugin = in.loader.loadCompressor(e.compressor().name());
-  const std::shared_ptr<Compressor> instance = plugin->instantiate(experiments::pluginParams(e.compressor()));
-  // The pull compressor's instance too, for its phases (terse/phases_v1.h).
-  std::shared_ptr<Compressor> pull;
-  if (const auto& spec = e.parameter_server().pull_compressor(); !spec.name().empty() && spec.name() != "none")
-    pull = detail::loadPullCompressor(e, in.loader)->instantiate(experiments::pluginParams(spec));
-  const CalibrationPlan plan = planCalibration(e, *model, *instance, pull.get());
-  model.reset();
+  // The plan needs the model's layers and sizes, the compressor's caps and phases and the pull compressor's phases:
+  // one replica and the instances, built here and gone before the codecs are timed in forked children (Measurer), so
+  // that no plugin thread or lock is forked.
+  const CalibrationPlan plan = [&] {
+    auto model = workloads::makeWorkload(e.workload().name(), detail::workloadOptions(e), in.data);
+    const std::shared_ptr<Compressor> instance =
+        in.loader.loadCompressor(e.compressor().name())->instantiate(experiments::pluginParams(e.compressor()));
+    std::shared_ptr<Compressor> pull;
+    if (const auto& spec = e.parameter_server().pull_compressor(); !spec.name().empty() && spec.name() != "none")
+      pull = detail::loadPullCompressor(e, in.loader)->instantiate(experiments::pluginParams(spec));
+    return planCalibration(e, *model, *instance, pull.get());
+  }();
   TableSource src;
   if (!e.simulation().calibration().empty()) src.replay = std::filesystem::path(e.simulation().calibration());
   src.allow_foreign = e.simulation().allow_foreign_calibration();

@@ -94,6 +94,10 @@ RunSummary Runner::runTcpAsync(const Experiment& e) {
       detail::notePartition(prov, e, *model, me->partition());
       writer->writeProvenance(prov);
     }
+    if (const std::string w =
+            detail::compressorPhasesWarning(e, instance->phaseSteps(), static_cast<int64_t>(me->steps().total_steps));
+        rank == 0 && !w.empty())
+      std::cerr << "warning: [" << e.variant() << "] " << w << '\n';
     detail::Progress progress(rank == 0 ? options_.progress : ProgressMode::kOff,
                               options_.progress_out ? *options_.progress_out : std::cerr, e.variant(), e.epochs(),
                               me->steps().total_steps, me->steps().steps_per_epoch);

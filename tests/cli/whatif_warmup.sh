@@ -5,7 +5,8 @@
 # warm-up ended; the replay sets its 10 steps aside and replays the 20 of top-k, saying so; the time to an accuracy
 # counts the warm-up's steps at their own step time. A run that ends inside its warm-up is replayed as recorded, with
 # a note that it holds allreduces of none only. A compressor's own warm-up (dgc's, over steps 0-7: its phases,
-# terse/phases_v1.h) after a dense one of 4 steps is set aside to its end, step 8, and said so. Exit 0 = pass.
+# terse/phases_v1.h) after a dense one of 4 steps is set aside to its end, step 8, and said so; so is one alone, and
+# one longer than the run is the run's warning. Exit 0 = pass.
 set -uo pipefail
 # shellcheck source=cli_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh" || { echo "FAIL: cannot read cli_lib.sh"; exit 1; }
@@ -36,6 +37,20 @@ variants {
   overrides {
     compressor { name: "dgc" params { key: "warmup_steps" value: "8" } }
     compression_start_step: 4
+  }
+}
+variants {
+  name: "dgconly"
+  overrides {
+    compressor { name: "dgc" params { key: "warmup_steps" value: "8" } }
+    compression_start_step: 0
+  }
+}
+variants {
+  name: "dgclong"
+  overrides {
+    compressor { name: "dgc" params { key: "warmup_steps" value: "40" } }
+    compression_start_step: 0
   }
 }
 STUDY
@@ -83,4 +98,14 @@ dgc:warmup_steps=8's own warm-up \(its phases, to step 8\): replaying the 22 of 
 after them$"
 expect_in dgcwarm.json '"compressor_phases_end": 8'
 expect_in dgcwarm.json '"steps_set_aside": 8'
+# The compressor's own warm-up alone: set aside the same way, the JSON's compression_start_step 0 and its end 8.
+timeout 120 "$TERSE" whatif out/warm/dgconly --workers 4 --bandwidth 1Gbps --json dgconly.json >dgconly.log 2>&1 ||
+  fail "whatif of dgconly exited $?"
+expect_in dgconly.log "^warm-up: the first 8 recorded steps are dgc:warmup_steps=8's own warm-up \(its phases, to step \
+8\): replaying the 22 of dgc:warmup_steps=8 after them$"
+expect_in dgconly.json '"compression_start_step": 0'
+expect_in dgconly.json '"end": 8'
+# A compressor warm-up longer than the run is a warning of the run's.
+expect_in run.log "warning: \[dgclong\] compressor 'dgc' changes its work per step until step 40 \(its phases, e.g. \
+dgc's warm-up\), at or past the run's last step \(30 steps\)"
 echo "PASS"

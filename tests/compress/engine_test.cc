@@ -430,6 +430,8 @@ TEST(Pipeline, EveryCodecRegionNamesItsStepsPhase) {
   const std::vector<int> folds{0, 0, 0, 0, 1, 1, 1, 1, 2, 2};  // n - 1 reduces a step
   for (const bool custom : {false, true}) {
     SCOPED_TRACE(custom ? "CUSTOM" : "SUM");
+    // Installed before the ranks' threads exist and removed after they are gone (the World goes first).
+    const CostRecorder recorder;
     World world(n);
     std::vector<std::shared_ptr<FakeCompressor>> fakes;
     for (int r = 0; r < n; ++r) {
@@ -437,16 +439,11 @@ TEST(Pipeline, EveryCodecRegionNamesItsStepsPhase) {
                              : std::shared_ptr<FakeCompressor>(std::make_shared<testing::TruncCompressor>()));
       fakes.back()->setPhaseSteps(boundaries);
     }
-    std::vector<std::vector<int>> compress, decompress, reduce;
-    {
-      const CostRecorder recorder;
-      runPipeline(world, numel, steps, [&](int r) {
-        return makePluginCodec(fakes[static_cast<std::size_t>(r)], tensorFor(numel, r, n), 1);
-      });
-      compress = recorder.phases(rt::CostKind::kCompress);
-      decompress = recorder.phases(rt::CostKind::kDecompress);
-      reduce = recorder.phases(rt::CostKind::kReduce);
-    }
+    runPipeline(world, numel, steps,
+                [&](int r) { return makePluginCodec(fakes[static_cast<std::size_t>(r)], tensorFor(numel, r, n), 1); });
+    const std::vector<std::vector<int>> compress = recorder.phases(rt::CostKind::kCompress);
+    const std::vector<std::vector<int>> decompress = recorder.phases(rt::CostKind::kDecompress);
+    const std::vector<std::vector<int>> reduce = recorder.phases(rt::CostKind::kReduce);
     const auto ranks = [](const std::vector<std::vector<int>>& per_thread) {
       std::vector<std::vector<int>> out;
       for (const auto& t : per_thread)

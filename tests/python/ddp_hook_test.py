@@ -260,6 +260,11 @@ def dense_warmup(rank, root):
                     'error_feedback: true\ncompression_start_step: 50\n')
         recipe = terse.Recipe(cfg)
         check(recipe.compression_start_warning(51) == "", "a warning for a run past its warm-up")
+        # And the compressor's phases' (terse/phases_v1.h), this config's warm-up to step 50 covering them or not.
+        check(recipe.compressor_phases_warning([60, 80], 100) == "", "a phases warning for phases past the warm-up")
+        check(recipe.compressor_phases_warning([2, 4], 100).startswith(
+            "compressor 'powersgd' changes its work per step until step 4 (its phases, e.g. dgc's warm-up), and "
+            "compression_start_step 50"), "the phases warning: %r" % recipe.compressor_phases_warning([2, 4], 100))
         warning = recipe.compression_start_warning(50)
         check(warning.startswith("compression_start_step 50 is at or past the run's last step (50 steps): "
                                  "compressor 'powersgd' never runs"), "the warning: %r" % warning)
@@ -270,8 +275,9 @@ def dense_warmup(rank, root):
     ours = mlp()
     ddp = nn.parallel.DistributedDataParallel(ours)
     state = terse.torch.CompressionState("dgc", ratio=0.01, warmup_steps=4, warmup_stages=2, error_feedback=True,
-                                         momentum_correction=0.9, module=ours)
+                                         momentum_correction=0.9, module=ours, step_trace=True)
     ddp.register_comm_hook(state, terse.torch.compression_hook)
+    log = terse.torch.ResultsLogger(root, study="warm", variant="dgc", state=state)
     # Its phases (terse/phases_v1.h), which a traced state's header records for `terse whatif`: stage 1 from pass 2,
     # the warm-up's end at pass 4.
     check(state._agg.phase_steps == [2, 4], "dgc's phases: %s" % state._agg.phase_steps)
@@ -285,6 +291,12 @@ def dense_warmup(rank, root):
     for first in (0, 2, 4):  # the two passes of a stage, and the two after the warm-up, within the band's spread
         pair = sent[first:first + 2]
         check(max(pair) <= 1.3 / 0.8 * min(pair), "dgc's passes %d-%d: bytes a pass %s" % (first, first + 1, sent))
+    log.record(test_accuracy=0.5)
+    log.finish()
+    if rank == 0:
+        # The trace's header says where the compressor's own warm-up ends, so that `terse whatif` sets it aside.
+        header = json.loads(open(os.path.join(root, "warm", "dgc", "steps.rank0.jsonl")).readline())
+        check(header.get("compressor_phases_end") == 4, "dgc's trace header %s" % header)
     state.close()
     print("rank %d dense_warmup: %d dense passes equal to DDP's allreduce on every path, then PowerSGD; dgc's warm-up "
           "sent %s bytes a pass" % (rank, K, sent))

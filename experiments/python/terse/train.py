@@ -928,7 +928,8 @@ def train_rank(rank, world, spec, store_path):
             local.optimizer = opt  # the quadratic synchronization rule reads the rate the loop sets each step
         total = per_epoch * spec.epochs
         if rank == 0:
-            warnings = [spec.recipe.compression_start_warning(total)]
+            warnings = [spec.recipe.compression_start_warning(total),
+                        spec.recipe.compressor_phases_warning(state._agg.phase_steps, total)]
             if local is not None:
                 warnings.append(spec.recipe.local_sgd_warning(per_epoch, total, world))
             for warning in filter(None, warnings):
