@@ -258,17 +258,17 @@ class RunCosts final : public sim::CostTable {
   int64_t batch_;
   std::vector<double> forward_, backward_;
   // The phase a run codec's call is charged as, clamped to the phases calibrated (terse/phases_v1.h).
-  std::size_t phase(const rt::Cost& c) const {
-    return static_cast<std::size_t>(std::clamp(c.phase, 0, static_cast<int>(decompress_.size()) - 1));
+  // A call's phase among `curves`' entries (one per phase, not empty), clamped to those calibrated.
+  static std::size_t phaseIn(const rt::Cost& c, const std::vector<SizeCurve>& curves) {
+    return static_cast<std::size_t>(std::clamp(c.phase, 0, static_cast<int>(curves.size()) - 1));
   }
+  std::size_t phase(const rt::Cost& c) const { return phaseIn(c, decompress_); }
 
   // The run codec's curves, one entry per phase (CalibrationPlan::phases): compress_[phase][round].
   std::vector<std::vector<SizeCurve>> compress_;
   std::vector<SizeCurve> decompress_, reduce_;
   SizeCurve optimizer_, accumulate_;
-  std::size_t pullPhase(const rt::Cost& c) const {
-    return static_cast<std::size_t>(std::clamp(c.phase, 0, static_cast<int>(pull_decompress_.size()) - 1));
-  }
+  std::size_t pullPhase(const rt::Cost& c) const { return phaseIn(c, pull_decompress_); }
   // A parameter server's pull compressor, one entry per phase (empty: none, 0 s).
   std::vector<SizeCurve> pull_compress_, pull_decompress_;
   SizeCurve dense_compress_, dense_decompress_;  // the dense warm-up's codec (empty: none, 0 s)
@@ -732,13 +732,6 @@ std::vector<std::string> CalibrationPlan::keys() const {
     }
   }
   return k;
-}
-
-std::string CalibrationPlan::phaseSubject(int phase) const {
-  return phase == 0 ? codec : codec + " @" + std::to_string(phaseStep(phase));
-}
-std::string CalibrationPlan::pullPhaseSubject(int phase) const {
-  return phase == 0 ? pull_codec : pull_codec + " @" + std::to_string(pullPhaseStep(phase));
 }
 
 namespace {

@@ -109,16 +109,21 @@ struct CalibrationPlan {
   bool sums_only = false;
   std::vector<std::string> sum_dtypes = {"f32", "f16", "bf16"};
   std::vector<std::string> keys() const;
-  int phases() const { return 1 + static_cast<int>(codec_phases.size()); }
-  uint64_t phaseStep(int phase) const { return phase == 0 ? 0 : codec_phases[static_cast<std::size_t>(phase - 1)]; }
-  // The name phase `phase`'s kernels are keyed under: `codec` for phase 0, "<codec> @<first step>" for a later one.
-  std::string phaseSubject(int phase) const;
-  // The same for the pull compressor (its phases: pull_codec_phases).
-  int pullPhases() const { return 1 + static_cast<int>(pull_codec_phases.size()); }
-  uint64_t pullPhaseStep(int phase) const {
-    return phase == 0 ? 0 : pull_codec_phases[static_cast<std::size_t>(phase - 1)];
+  // A codec's phases: 1 + its phase steps; phase p's first step (0 for phase 0); the name its kernels are keyed under
+  // (`codec` for phase 0, "<codec> @<first step>" for a later one). For the run's codec and the pull codec alike.
+  static int phaseCount(const std::vector<uint64_t>& steps) { return 1 + static_cast<int>(steps.size()); }
+  static uint64_t phaseStart(const std::vector<uint64_t>& steps, int phase) {
+    return phase == 0 ? 0 : steps[static_cast<std::size_t>(phase - 1)];
   }
-  std::string pullPhaseSubject(int phase) const;
+  static std::string phaseKey(const std::string& codec, const std::vector<uint64_t>& steps, int phase) {
+    return phase == 0 ? codec : codec + " @" + std::to_string(phaseStart(steps, phase));
+  }
+  int phases() const { return phaseCount(codec_phases); }
+  uint64_t phaseStep(int phase) const { return phaseStart(codec_phases, phase); }
+  std::string phaseSubject(int phase) const { return phaseKey(codec, codec_phases, phase); }
+  int pullPhases() const { return phaseCount(pull_codec_phases); }
+  uint64_t pullPhaseStep(int phase) const { return phaseStart(pull_codec_phases, phase); }
+  std::string pullPhaseSubject(int phase) const { return phaseKey(pull_codec, pull_codec_phases, phase); }
 };
 
 // Adds `measured` to the calibration cache `file` (of identity `here`) under an exclusive lock of its folder's .lock:
